@@ -1,0 +1,82 @@
+"""The dependencies routes declare: the container of services and the acting principal."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from sluice.domain import Principal
+from sluice.errors import Unauthenticated
+from sluice.wiring import Container
+
+
+def get_container(request: Request) -> Container:
+    container = request.app.state.container
+    if container is None:
+        from sluice.wiring import get_container as build
+
+        container = request.app.state.container = build()
+    return container
+
+
+def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The context a Lambda authorizer attached: REST APIs put it under `authorizer`,
+    HTTP APIs under `authorizer.lambda`."""
+    authorizer = (event.get("requestContext") or {}).get("authorizer") or {}
+    context = authorizer.get("lambda") or authorizer
+    return context if context.get("tenant") else None
+
+
+def _bearer(request: Request) -> str | None:
+    headers = request.headers
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return headers.get("x-api-key") or None
+
+
+async def get_principal(request: Request, container: Annotated[Container, Depends(get_container)]) -> Principal:
+    # Only API Gateway can put an authorizer context in the Lambda event; a client cannot
+    # forge it through headers, and locally there is no event at all.
+    event = request.scope.get("aws.event")
+    if event:
+        context = _authorizer_context(event)
+        if context is not None:
+            scopes = context.get("scopes", "")
+            if isinstance(scopes, str):
+                scopes = scopes.replace(",", " ").split()
+            return Principal(str(context["tenant"]), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
+    key = _bearer(request)
+    if not key:
+        raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
+    return container.keys.authenticate(key)
+
+
+async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+    principal.require("admin")
+    return principal
+
+
+ContainerDep = Annotated[Container, Depends(get_container)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+def request_id(request: Request, given: str | None = None) -> str:
+    """The caller's id if it sent one, else API Gateway's, else a fresh one."""
+    if given:
+        return given
+    header = request.headers.get("x-request-id")
+    if header:
+        return header[:128]
+    event = request.scope.get("aws.event")
+    if event:
+        rid = (event.get("requestContext") or {}).get("requestId")
+        if rid:
+            return str(rid)
+    import uuid
+
+    return uuid.uuid4().hex

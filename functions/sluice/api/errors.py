@@ -1,0 +1,61 @@
+"""The one table that turns errors into responses. Raw exception text never reaches a client."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+
+from sluice.api.responses import JSONResponse
+from sluice.errors import SluiceError
+from sluice.observability import get_logger
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI, Request
+
+
+def _field(loc: tuple[object, ...] | list[object]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+
+
+async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
+    return JSONResponse(
+        {
+            "error": "invalid_request",
+            "message": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
+            "field": _field(first.get("loc", ())),
+            "details": {"problems": problems},
+        },
+        status_code=422,
+    )
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse(
+        {"error": code, "message": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
+    )
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    get_logger().exception("unhandled error", extra={"path": request.url.path})
+    return JSONResponse(
+        {"error": "internal_error", "message": "internal error; it has been logged"}, status_code=500
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(SluiceError, sluice_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, unexpected_error)

@@ -1,0 +1,60 @@
+"""Deployments (admin scope to change): create, get, list, update target, delete, history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.presenters import change_out, deployment_out
+from sluice.api.responses import JSONResponse
+from sluice.errors import BadRequest
+from sluice.types.api import DeploymentChangeOut, DeploymentCreate, DeploymentOut, DeploymentUpdate
+
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
+
+
+def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any]:
+    if (body.policy is None) == (body.model is None):
+        raise BadRequest("give either 'model' (and optionally 'version') or 'policy'", field="policy")
+    if body.policy is not None:
+        return body.policy
+    assert body.model is not None
+    return container.deployments.resolve_shorthand(principal, body.model, body.version)
+
+
+@router.post("", response_model=DeploymentOut, status_code=201, summary="Create a deployment")
+def create_deployment(body: DeploymentCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    deployment = container.deployments.create(
+        principal, body.name, _policy(container, principal, body), description=body.description
+    )
+    return JSONResponse(deployment_out(deployment), status_code=201)
+
+
+@router.get("", response_model=list[DeploymentOut], summary="List deployments")
+def list_deployments(principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse([deployment_out(d) for d in container.deployments.list(principal)])
+
+
+@router.get("/{name}", response_model=DeploymentOut, summary="Get a deployment")
+def get_deployment(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(deployment_out(container.deployments.get(principal, name)))
+
+
+@router.put("/{name}", response_model=DeploymentOut, summary="Point a deployment at a new target")
+def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    deployment = container.deployments.update(
+        principal, name, _policy(container, principal, body), expected_revision=body.revision
+    )
+    return JSONResponse(deployment_out(deployment))
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a deployment")
+def delete_deployment(name: str, principal: AdminDep, container: ContainerDep) -> None:
+    container.deployments.delete(principal, name)
+
+
+@router.get("/{name}/history", response_model=list[DeploymentChangeOut], summary="Who changed the policy, when, old -> new")
+def deployment_history(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse([change_out(c) for c in container.deployments.history(principal, name)])

@@ -1,0 +1,47 @@
+"""Liveness and readiness; the only routes that need no principal."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from sluice import __version__
+from sluice.api.deps import ContainerDep
+from sluice.api.responses import JSONResponse
+from sluice.types.v2 import MetadataServerResponse
+
+router = APIRouter(tags=["health"])
+
+
+def _registry_answers(container: ContainerDep) -> bool:
+    try:
+        container.registry.get_api_key("readiness-probe")
+    except Exception:
+        return False
+    return True
+
+
+@router.get("/healthz", summary="The process is up")
+async def healthz() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz", summary="The registry answers")
+def readyz(container: ContainerDep) -> JSONResponse:
+    ready = _registry_answers(container)
+    return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)
+
+
+@router.get("/v2/health/live", summary="v2: server live")
+async def v2_live() -> JSONResponse:
+    return JSONResponse({"live": True})
+
+
+@router.get("/v2/health/ready", summary="v2: server ready")
+def v2_ready(container: ContainerDep) -> JSONResponse:
+    ready = _registry_answers(container)
+    return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+
+@router.get("/v2", response_model=MetadataServerResponse, summary="v2: server metadata")
+async def v2_server() -> JSONResponse:
+    return JSONResponse({"name": "sluice", "version": __version__, "extensions": []})

@@ -1,0 +1,113 @@
+"""Models and versions (admin scope): create, push by upload or by URI, list, get, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+
+from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.presenters import model_out, version_out
+from sluice.api.responses import JSONResponse
+from sluice.domain import Model, check_name
+from sluice.errors import BadRequest, NotFound
+from sluice.types.api import ModelCreate, ModelOut, VersionOut, VersionPushByUri
+
+router = APIRouter(prefix="/api/v1/models", tags=["models"])
+
+ONNX_BODY = {
+    "requestBody": {
+        "content": {
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "application/json": {"schema": VersionPushByUri.model_json_schema()},
+        },
+        "required": True,
+    }
+}
+
+
+def _latest(container: ContainerDep, tenant: str, name: str) -> int | None:
+    try:
+        return container.registry.latest_version(tenant, name).version
+    except NotFound:
+        return None
+
+
+@router.post("", response_model=ModelOut, status_code=status.HTTP_201_CREATED, summary="Create a model")
+def create_model(body: ModelCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    check_name(body.name, field="name")
+    model = container.registry.create_model(
+        Model(principal.tenant, body.name, description=body.description, created_by=principal.subject)
+    )
+    return JSONResponse(model_out(model), status_code=201)
+
+
+@router.get("", response_model=list[ModelOut], summary="List models")
+def list_models(principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    models = container.models.list_models(principal)
+    return JSONResponse([model_out(m, _latest(container, principal.tenant, m.name)) for m in models])
+
+
+@router.get("/{name}", response_model=ModelOut, summary="Get a model")
+def get_model(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    model = container.models.get_model(principal, name)
+    return JSONResponse(model_out(model, _latest(container, principal.tenant, name)))
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a model and its versions")
+def delete_model(name: str, principal: AdminDep, container: ContainerDep) -> None:
+    container.models.delete_model(principal, name)
+
+
+@router.post(
+    "/{name}/versions",
+    response_model=VersionOut,
+    status_code=201,
+    openapi_extra=ONNX_BODY,
+    summary="Push a version: an ONNX file as the body, or JSON naming an artifact URI",
+)
+async def push_version(
+    name: str,
+    request: Request,
+    principal: AdminDep,
+    container: ContainerDep,
+    feature_names: str | None = Query(None, description="Comma-separated feature names (uploads)."),
+) -> JSONResponse:
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    body = await request.body()
+    if content_type == "application/json":
+        try:
+            spec = VersionPushByUri.model_validate_json(body)
+        except ValueError:
+            raise BadRequest("expected {\"artifact_uri\": ...}", field="artifact_uri") from None
+        version = await run_in_threadpool(
+            container.models.push_uri,
+            principal,
+            name,
+            spec.artifact_uri,
+            runtime=spec.runtime,
+            feature_names=spec.feature_names,
+            description=spec.description,
+        )
+    elif content_type in ("application/octet-stream", "application/onnx", ""):
+        names = [n.strip() for n in feature_names.split(",") if n.strip()] if feature_names else None
+        version = await run_in_threadpool(container.models.push, principal, name, body, feature_names=names)
+    else:
+        raise BadRequest(
+            "send the ONNX file as application/octet-stream, or JSON with artifact_uri", field="content-type"
+        )
+    return JSONResponse(version_out(version), status_code=201)
+
+
+@router.get("/{name}/versions", response_model=list[VersionOut], summary="List a model's versions")
+def list_versions(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse([version_out(v) for v in container.models.list_versions(principal, name)])
+
+
+@router.get("/{name}/versions/{version}", response_model=VersionOut, summary="Get a version ('latest' works)")
+def get_version(name: str, version: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(version_out(container.models.get_version(principal, name, version)))
+
+
+@router.delete("/{name}/versions/{version}", status_code=204, summary="Delete a version no deployment uses")
+def delete_version(name: str, version: int, principal: AdminDep, container: ContainerDep) -> None:
+    container.models.delete_version(principal, name, version)

@@ -1,0 +1,57 @@
+"""Simple JSON predictions: `POST /api/v1/predictions`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from sluice.api.deps import ContainerDep, PrincipalDep, request_id
+from sluice.api.responses import JSONResponse
+from sluice.codecs.plain import arrays_from_request, present_rows
+from sluice.types.api import PredictionRequest, PredictionResponse
+
+router = APIRouter(tags=["predictions"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "The input does not match the version's signature"},
+    401: {"description": "Missing or invalid API key"},
+    404: {"description": "No such deployment in this tenant"},
+    413: {"description": "Too large for a synchronous request; use batch inference"},
+    502: {"description": "The runtime failed"},
+    504: {"description": "No answer within the request budget"},
+}
+
+
+@router.post(
+    "/api/v1/predictions",
+    response_model=PredictionResponse,
+    response_model_exclude_none=True,
+    responses=ERRORS,
+    summary="Predict with a deployment",
+)
+async def predict(
+    body: PredictionRequest, request: Request, principal: PrincipalDep, container: ContainerDep
+) -> JSONResponse:
+    rid = request_id(request, body.request_id)
+    service = container.predictions
+    resolved = service.resolve(principal, body.deployment, version=body.version)
+    signature = resolved.version.signature
+    arrays = arrays_from_request(signature, inputs=body.inputs, features=body.features, batch=body.batch)
+    arrays = service.check(resolved, arrays)
+    prediction = await service.infer(
+        resolved, arrays, log_fields={"request_id": rid, "tenant": principal.tenant}
+    )
+    rows = present_rows(signature, prediction.result, return_probabilities=body.options.return_probabilities)
+    content: dict[str, Any] = {
+        "request_id": rid,
+        "deployment": resolved.deployment.name,
+        "model": resolved.version.model,
+        "version": resolved.version.version,
+        "latency_ms": prediction.latency_ms,
+    }
+    if body.batch is not None or len(rows) != 1:
+        content["predictions"] = rows
+    else:
+        content.update(rows[0])
+    return JSONResponse(content, headers={"x-request-id": rid})

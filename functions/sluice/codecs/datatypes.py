@@ -1,0 +1,57 @@
+"""The Open Inference Protocol v2 datatypes and their NumPy and ONNX counterparts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# v2 name -> NumPy dtype. BF16 is left out: NumPy has no native bfloat16.
+V2_TO_NUMPY: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+
+NUMPY_TO_V2: dict[np.dtype, str] = {dt: name for name, dt in V2_TO_NUMPY.items()}
+
+# ONNX Runtime's element type names ("tensor(float)") -> v2 name.
+ONNX_TO_V2: dict[str, str] = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float": "FP32",
+    "double": "FP64",
+    "string": "BYTES",
+}
+
+FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64"})
+INT_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
+
+
+def v2_of_numpy(dtype: np.dtype) -> str:
+    if dtype.kind in "US":
+        return "BYTES"
+    try:
+        return NUMPY_TO_V2[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"no v2 datatype for numpy dtype {dtype}") from None
+
+
+def numpy_of_v2(datatype: str) -> np.dtype:
+    return V2_TO_NUMPY[datatype]

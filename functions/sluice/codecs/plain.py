@@ -1,0 +1,160 @@
+"""Plain JSON predictions: rows and feature dicts in, labels, probabilities and values out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from sluice.runtimes import InferenceResult
+    from sluice.signature import Signature, TensorSpec
+
+
+def _row_array(spec: TensorSpec, rows: list[Any], *, field: str) -> np.ndarray:
+    try:
+        return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
+    except (ValueError, TypeError):
+        raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+
+
+def _feature_row(spec: TensorSpec, features: Any, *, field: str) -> list[Any]:
+    if not isinstance(features, dict):
+        raise InvalidInput("features must be an object of name: value", field=field)
+    names = spec.feature_names or ()
+    missing = [n for n in names if n not in features]
+    if missing:
+        raise InvalidInput(f"missing feature '{missing[0]}'; this version takes {list(names)}", field=f"{field}.{missing[0]}")
+    extra = sorted(set(features) - set(names))
+    if extra:
+        raise InvalidInput(f"unknown feature '{extra[0]}'; this version takes {list(names)}", field=f"{field}.{extra[0]}")
+    return [features[n] for n in names]
+
+
+def arrays_from_request(
+    signature: Signature,
+    *,
+    inputs: Any = None,
+    features: dict[str, Any] | None = None,
+    batch: list[Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """Build named arrays (batch axis first) from exactly one of inputs, features or batch."""
+    given = [n for n, v in (("inputs", inputs), ("features", features), ("batch", batch)) if v is not None]
+    if len(given) != 1:
+        raise InvalidInput("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")
+    if isinstance(inputs, dict):
+        return {name: _row_array(_spec(signature, name, "inputs"), value, field=f"inputs.{name}") for name, value in inputs.items()}
+    only = signature.inputs[0] if len(signature.inputs) == 1 else None
+    if inputs is not None:
+        if only is None:
+            raise InvalidInput("this version takes several inputs; give 'inputs' as an object of name: rows", field="inputs")
+        if not isinstance(inputs, list):
+            raise InvalidInput("inputs must be a list of rows or an object of name: rows", field="inputs")
+        array = _row_array(only, inputs, field="inputs")
+        if array.ndim == len(only.shape) - 1:  # one row given without its batch axis
+            array = array[np.newaxis, ...]
+        return {only.name: array}
+    items = [features] if features is not None else batch
+    where = "features" if features is not None else "batch"
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("batch must be a non-empty list of rows or feature objects", field="batch")
+    if only is not None and only.feature_names:
+        rows = [
+            item if isinstance(item, list) else _feature_row(only, item, field=where if features is not None else f"batch.{i}")
+            for i, item in enumerate(items)
+        ]
+        return {only.name: _row_array(only, rows, field=where)}
+    if only is not None and all(isinstance(item, list) for item in items):
+        return {only.name: _row_array(only, items, field=where)}
+    # Multi-input models: each feature names an input and holds one row of it.
+    columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
+    for i, item in enumerate(items):
+        at = where if features is not None else f"batch.{i}"
+        if not isinstance(item, dict):
+            raise InvalidInput("each row must be an object of input name: value", field=at)
+        for name, value in item.items():
+            if name not in columns:
+                raise InvalidInput(f"unknown input '{name}'; this version takes {list(columns)}", field=f"{at}.{name}")
+            columns[name].append(value)
+    return {
+        spec.name: _shaped_column(spec, columns[spec.name], field=f"{where}.{spec.name}")
+        for spec in signature.inputs
+        if columns[spec.name]
+    }
+
+
+def _shaped_column(spec: TensorSpec, values: list[Any], *, field: str) -> np.ndarray:
+    array = _row_array(spec, values, field=field)
+    # A scalar per row for an input shaped [batch, 1] gains its trailing axis.
+    if array.ndim == len(spec.shape) - 1:
+        array = array[..., np.newaxis]
+    return array
+
+
+def _spec(signature: Signature, name: str, field: str) -> TensorSpec:
+    spec = signature.input(name)
+    if spec is None:
+        raise InvalidInput(
+            f"unexpected input '{name}'; this version takes {[s.name for s in signature.inputs]}",
+            field=f"{field}.{name}",
+        )
+    return spec
+
+
+def _scalar(value: Any) -> Any:
+    item = value.item() if isinstance(value, np.generic) else value
+    return item.decode() if isinstance(item, bytes) else item
+
+
+def _row_value(array: np.ndarray, i: int) -> Any:
+    row = array[i]
+    if isinstance(row, np.ndarray):
+        if row.size == 1:
+            return _scalar(row.reshape(-1)[0])
+        return row.tolist()
+    return _scalar(row)
+
+
+def present_rows(
+    signature: Signature,
+    result: InferenceResult,
+    *,
+    return_probabilities: bool = True,
+) -> list[dict[str, Any]]:
+    """One plain-JSON dict per input row: `prediction`, and for classifiers
+    `probabilities` ({label: p}) and `confidence` (the top probability)."""
+    outputs = result.outputs
+    label_spec = signature.output_with_role("label")
+    prob_spec = signature.output_with_role("probabilities")
+    label = outputs.get(label_spec.name) if label_spec else None
+    probs = outputs.get(prob_spec.name) if prob_spec else None
+    values = [
+        spec.name for spec in signature.outputs
+        if spec.name in outputs and spec.role not in ("label", "probabilities")
+    ]
+    n = len(next(iter(outputs.values()))) if outputs else 0
+    classes: list[Any] | None = None
+    if probs is not None:
+        classes = result.classes.get(prob_spec.name) if prob_spec else None
+        if classes is None:
+            classes = list(range(probs.shape[1])) if probs.ndim == 2 else None
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        row: dict[str, Any] = {}
+        if label is not None:
+            row["prediction"] = _row_value(label, i)
+        elif probs is not None and classes is not None and not values:
+            row["prediction"] = _scalar(classes[int(np.argmax(probs[i]))])
+        elif len(values) == 1:
+            row["prediction"] = _row_value(outputs[values[0]], i)
+        elif values:
+            row["prediction"] = {name: _row_value(outputs[name], i) for name in values}
+        if probs is not None and classes is not None and probs.ndim == 2:
+            p = probs[i]
+            if return_probabilities:
+                row["probabilities"] = {str(_scalar(c)): float(v) for c, v in zip(classes, p, strict=False)}
+            row["confidence"] = float(p.max()) if p.size else None
+        rows.append(row)
+    return rows

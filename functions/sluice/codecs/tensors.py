@@ -1,0 +1,56 @@
+"""JSON tensors (v2 `data` + `shape` + `datatype`) to NumPy and back."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
+from sluice.errors import InvalidInput
+
+
+def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str) -> np.ndarray:
+    """Row-major `data` (flat, or nested as a convenience) into an array of `shape`."""
+    dtype = V2_TO_NUMPY.get(datatype)
+    if dtype is None:
+        raise InvalidInput(
+            f"datatype {datatype!r} is not one of {', '.join(V2_TO_NUMPY)}", field=f"{field}.datatype"
+        )
+    if any((not isinstance(d, int)) or d < 0 for d in shape):
+        raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        if datatype == "BYTES":
+            array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
+            array = np.asarray(data, dtype=object) if array is None else _fill(array, data)
+        else:
+            array = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidInput(
+            f"data of input '{name}' is not a list of {datatype} values", field=f"{field}.data"
+        ) from None
+    expected = math.prod(shape)
+    if array.size != expected:
+        raise InvalidInput(
+            f"input '{name}' has {array.size} values but shape {shape} needs {expected}",
+            field=f"{field}.data",
+        )
+    return array.reshape(shape)
+
+
+def _fill(array: np.ndarray, data: list[Any]) -> np.ndarray:
+    for i, item in enumerate(data):
+        array[i] = item.decode() if isinstance(item, bytes) else item
+    return array
+
+
+def encode_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
+    """An array as a v2 response output; `data` stays an array for the JSON encoder."""
+    datatype = v2_of_numpy(array.dtype)
+    data: Any = array.reshape(-1)
+    if datatype == "BYTES":
+        data = [x.decode() if isinstance(x, bytes) else str(x) for x in data.tolist()]
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}

@@ -1,0 +1,103 @@
+"""The objects sluice stores: models, versions, deployments, API keys, and who acts."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from sluice.errors import BadRequest, Forbidden
+from sluice.signature import Signature
+
+RuntimeKind = Literal["onnx", "sagemaker", "triton"]
+RUNTIME_KINDS: tuple[str, ...] = ("onnx", "sagemaker", "triton")
+Scope = Literal["predict", "admin"]
+SCOPES: tuple[str, ...] = ("predict", "admin")
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+def check_name(value: str, *, field: str) -> str:
+    """Names appear in URLs, S3 keys and table keys: lower-case, short, no separators."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise BadRequest(
+            f"{field} must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
+            field=field,
+        )
+    return value
+
+
+def now() -> float:
+    return round(time.time(), 3)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request acts as: a tenant and what it may do there."""
+
+    tenant: str
+    scopes: frozenset[str]
+    subject: str  # the API key id, or the authorizer's principal id
+
+    def require(self, scope: str) -> None:
+        if scope not in self.scopes and "admin" not in self.scopes:
+            raise Forbidden(f"this operation needs the '{scope}' scope", field="scope")
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    tenant: str
+    name: str
+    description: str = ""
+    created_at: float = field(default_factory=now)
+    created_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVersion:
+    tenant: str
+    model: str
+    version: int
+    runtime: RuntimeKind
+    artifact_uri: str
+    sha256: str
+    size_bytes: int
+    signature: Signature
+    config: dict[str, Any] = field(default_factory=dict)  # runtime-specific (endpoint, url, …)
+    created_at: float = field(default_factory=now)
+    created_by: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.model}:{self.version}"
+
+    def with_version(self, version: int) -> ModelVersion:
+        return replace(self, version=version)
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    tenant: str
+    name: str
+    policy: dict[str, Any]  # a routing graph, see sluice.routing
+    revision: int = 1
+    description: str = ""
+    created_at: float = field(default_factory=now)
+    updated_at: float = field(default_factory=now)
+    updated_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    key_id: str  # public part of the key, safe to log
+    tenant: str
+    secret_hash: str  # sha256 of the whole key; the key itself is never stored
+    scopes: frozenset[str]
+    name: str = ""
+    created_at: float = field(default_factory=now)
+    revoked_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None

@@ -1,0 +1,76 @@
+"""One tree of domain errors; each carries the HTTP status it maps to.
+
+Transports (FastAPI, the CLI, Lambda tasks) translate these in one place each. Messages are
+written for the caller; raw exception text from a dependency never goes into them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SluiceError(Exception):
+    status: int = 500
+    code: str = "internal_error"
+
+    def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class BadRequest(SluiceError):
+    status, code = 400, "bad_request"
+
+
+class InvalidInput(BadRequest):
+    """The request does not match the target version's signature."""
+
+    code = "invalid_input"
+
+
+class Unauthenticated(SluiceError):
+    status, code = 401, "unauthenticated"
+
+
+class Forbidden(SluiceError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(SluiceError):
+    status, code = 404, "not_found"
+
+
+class Conflict(SluiceError):
+    status, code = 409, "conflict"
+
+
+class PayloadTooLarge(SluiceError):
+    status, code = 413, "payload_too_large"
+
+
+class Unprocessable(SluiceError):
+    status, code = 422, "unprocessable"
+
+
+class BackendError(SluiceError):
+    """The runtime behind a version failed while answering."""
+
+    status, code = 502, "backend_error"
+
+
+class Unavailable(SluiceError):
+    status, code = 503, "unavailable"
+
+
+class DeadlineExceeded(SluiceError):
+    status, code = 504, "deadline_exceeded"

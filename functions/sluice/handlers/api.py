@@ -1,0 +1,25 @@
+"""The API Lambda: API Gateway (REST or HTTP API) -> Mangum -> the FastAPI app.
+
+Built at import (cold start) without touching AWS: clients, the registry and ONNX Runtime
+are created on the first request that needs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mangum import Mangum
+
+from sluice.api.app import create_app
+from sluice.observability import get_logger, get_metrics
+
+app = create_app()
+_asgi = Mangum(app, lifespan="off", api_gateway_base_path=None)
+logger = get_logger()
+metrics = get_metrics()
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return _asgi(event, context)

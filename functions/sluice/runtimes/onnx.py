@@ -1,0 +1,216 @@
+"""ONNX Runtime in process, with sessions kept in an LRU bounded by artifact bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.errors import BackendError, InvalidInput, PayloadTooLarge
+from sluice.runtimes.base import InferenceResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sluice.domain import ModelVersion
+    from sluice.settings import Settings
+    from sluice.signature import Signature
+    from sluice.storage import ArtifactStore
+
+
+log = logging.getLogger(__name__)
+
+
+def build_session(data: bytes, *, intra_op_threads: int = 1, inter_op_threads: int = 1) -> Any:
+    import onnxruntime as ort  # heavy: imported on first load, not at cold start
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    try:
+        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own untyped errors for bad graphs
+        raise InvalidInput(f"not a loadable ONNX model: {type(exc).__name__}", field="artifact") from None
+
+
+@dataclass(slots=True)
+class _Entry:
+    session: Any
+    size: int
+    output_names: list[str]
+    classes: dict[str, list[int | str]] = field(default_factory=dict)
+
+
+class SessionCache:
+    """LRU of sessions keyed by artifact checksum, bounded by the artifacts' total bytes.
+
+    Safe under concurrent use: one load per key at a time, sessions shared (ORT's `run` is
+    thread-safe). An entry larger than the bound is refused rather than evicting everything.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+
+    @property
+    def bytes_used(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def peek(self, key: str) -> _Entry | None:
+        """The entry if loaded, counted as a hit; None (not counted) otherwise."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+            return entry
+
+    def get_or_load(self, key: str, size: int, load: Callable[[], _Entry]) -> _Entry:
+        entry = self.peek(key)
+        if entry is not None:
+            return entry
+        if size > self.max_bytes:
+            raise PayloadTooLarge(
+                f"model artifact is {size} bytes, above the session cache bound of {self.max_bytes}",
+                field="artifact",
+            )
+        with self._lock:
+            key_lock = self._loading.setdefault(key, threading.Lock())
+        with key_lock:
+            entry = self.peek(key)
+            if entry is not None:
+                return entry
+            entry = load()
+            with self._lock:
+                self.misses += 1
+                self._entries[key] = entry
+                self._bytes += entry.size
+                while self._bytes > self.max_bytes and len(self._entries) > 1:
+                    _, old = self._entries.popitem(last=False)
+                    self._bytes -= old.size
+                    self.evictions += 1
+                self._loading.pop(key, None)
+            return entry
+
+    def discard(self, key: str) -> None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry.size
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "evictions": self.evictions,
+            "sessions": len(self._entries),
+            "bytes": self._bytes,
+            "max_bytes": self.max_bytes,
+        }
+
+
+def _as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None]:
+    """ORT gives tensors as arrays and ZipMap outputs as a list of {label: probability}."""
+    if isinstance(value, np.ndarray):
+        return value, None
+    if isinstance(value, list) and (not value or isinstance(value[0], dict)):
+        labels = list(value[0].keys()) if value else []
+        rows = [[row[label] for label in labels] for row in value]
+        return np.asarray(rows, dtype=np.float32).reshape(len(value), len(labels)), labels
+    raise BackendError(f"output '{name}' has a type sluice cannot return")
+
+
+class OnnxRuntime:
+    """Runs ONNX versions in this process."""
+
+    kind = "onnx"
+
+    def __init__(self, store: ArtifactStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.cache = SessionCache(settings.model_cache_bytes)
+
+    def _load_entry(self, version: ModelVersion) -> _Entry:
+        data = self.store.get(version.artifact_uri, sha256=version.sha256)
+        session = build_session(
+            data,
+            intra_op_threads=self.settings.ort_intra_op_threads,
+            inter_op_threads=self.settings.ort_inter_op_threads,
+        )
+        return _Entry(session, len(data), [o.name for o in session.get_outputs()])
+
+    def _entry(self, version: ModelVersion) -> _Entry:
+        return self.cache.get_or_load(version.sha256, version.size_bytes, lambda: self._load_entry(version))
+
+    def _run(
+        self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
+    ) -> InferenceResult:
+        entry = self._entry(version)
+        names = list(outputs) if outputs else entry.output_names
+        try:
+            raw = entry.session.run(names, inputs)
+        except Exception as exc:
+            raise _runtime_error(exc) from None
+        result = InferenceResult({})
+        for name, value in zip(names, raw, strict=True):
+            array, labels = _as_array(name, value)
+            result.outputs[name] = array
+            if labels is not None:
+                result.classes[name] = labels
+        return result
+
+    async def load(self, version: ModelVersion) -> None:
+        if version.sha256 not in self.cache:
+            await asyncio.to_thread(self._entry, version)
+
+    async def infer(
+        self,
+        version: ModelVersion,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+    ) -> InferenceResult:
+        # Small requests run on the loop: a thread hop costs more than the model.
+        # Large ones go to a thread; ORT releases the GIL while it computes.
+        loaded = version.sha256 in self.cache
+        elements = sum(a.size for a in inputs.values())
+        if loaded and elements <= self.settings.inline_infer_elements:
+            return self._run(version, inputs, outputs)
+        return await asyncio.to_thread(self._run, version, inputs, outputs)
+
+    async def unload(self, version: ModelVersion) -> None:
+        self.cache.discard(version.sha256)
+
+    async def metadata(self, version: ModelVersion) -> Signature:
+        from sluice.signature import signature_from_session
+
+        entry = await asyncio.to_thread(self._entry, version)
+        return signature_from_session(entry.session)
+
+
+def _runtime_error(exc: Exception) -> Exception:
+    # ORT's pybind errors carry the class name of the failure; bad shapes and types are the
+    # caller's fault, everything else is the backend's. The raw text stays in the logs.
+    kind = type(exc).__name__
+    log.warning("onnxruntime run failed", extra={"error_type": kind, "error": str(exc)[:500]})
+    if kind == "InvalidArgument":
+        return InvalidInput("the model rejected the input (shape or type)", field="inputs")
+    return BackendError(f"the ONNX runtime failed ({kind})")

@@ -1,0 +1,107 @@
+"""Process settings, read once from `SLUICE_*` environment variables.
+
+Adapters are chosen by URL (`sqlite:///…` or `dynamodb://table`, `file:///…` or
+`s3://bucket/prefix`); unset means the embedded default under `SLUICE_HOME`.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+def _in_lambda() -> bool:
+    return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+
+    mode: Literal["local", "aws"] = Field(
+        default_factory=lambda: "aws" if _in_lambda() else "local",
+        description="`local` allows embedded defaults; `aws` refuses them (set automatically in Lambda).",
+    )
+    home: Path = Field(
+        default=Path("~/.sluice"),
+        description="Folder for the embedded registry, artifact store and local state.",
+    )
+    registry: str = Field(
+        default="",
+        description="`sqlite:///path/registry.db` or `dynamodb://table-name`; empty: SQLite under home.",
+    )
+    store: str = Field(
+        default="",
+        description="`file:///path` or `s3://bucket/prefix`; empty: a folder under home.",
+    )
+    region: str | None = Field(
+        default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
+    )
+    ort_intra_op_threads: int = Field(
+        default=1, ge=0, description="ONNX Runtime intra-op threads per session (0: ORT decides)."
+    )
+    ort_inter_op_threads: int = Field(
+        default=1, ge=0, description="ONNX Runtime inter-op threads per session (0: ORT decides)."
+    )
+    model_cache_bytes: int = Field(
+        default=1024 * MiB,
+        gt=0,
+        description="Upper bound on the artifact bytes of ONNX sessions kept loaded (LRU).",
+    )
+    inline_infer_elements: int = Field(
+        default=4096,
+        ge=0,
+        description="Inputs up to this many elements run on the event loop; larger ones on a thread.",
+    )
+    max_request_bytes: int = Field(
+        default=6 * MiB - 64 * 1024,
+        gt=0,
+        description="Largest request body served synchronously (Lambda's 6 MB limit, less envelope).",
+    )
+    max_tensor_elements: int = Field(
+        default=4_000_000, gt=0, description="Largest number of elements across one request's inputs."
+    )
+    request_timeout_s: float = Field(
+        default=25.0, gt=0, description="Budget for one prediction, below API Gateway's 29 s."
+    )
+    deployment_cache_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long a container trusts a deployment it has read."
+    )
+    auth_cache_ttl_s: float = Field(
+        default=30.0, ge=0, description="How long a container trusts an API key it has checked."
+    )
+    log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
+    metrics_namespace: str = Field(default="sluice", description="CloudWatch namespace for EMF metrics.")
+    service_name: str = Field(default="sluice", description="Service name in logs, metrics and traces.")
+
+    @model_validator(mode="after")
+    def _refuse_embedded_defaults_on_aws(self) -> Settings:
+        if self.mode == "aws":
+            if not self.registry.startswith("dynamodb://"):
+                raise ValueError("SLUICE_REGISTRY must be dynamodb://TABLE when SLUICE_MODE=aws")
+            if not self.store.startswith("s3://"):
+                raise ValueError("SLUICE_STORE must be s3://BUCKET[/PREFIX] when SLUICE_MODE=aws")
+        return self
+
+    @property
+    def home_path(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def registry_url(self) -> str:
+        return self.registry or f"sqlite:///{self.home_path / 'registry.db'}"
+
+    @property
+    def store_url(self) -> str:
+        return self.store or f"file://{self.home_path / 'artifacts'}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,54 @@
+"""The artifact store protocol.
+
+Artifacts are content-addressed per tenant (`tenants/<tenant>/sha256/<digest><suffix>`), so a
+push of the same bytes stores them once and every read can be checked against its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Protocol
+
+from sluice.errors import BackendError
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRef:
+    uri: str
+    sha256: str
+    size_bytes: int
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def artifact_key(tenant: str, digest: str, suffix: str) -> str:
+    return f"tenants/{tenant}/sha256/{digest}{suffix}"
+
+
+def verify(data: bytes, expected_sha256: str, uri: str) -> bytes:
+    if sha256_hex(data) != expected_sha256:
+        raise BackendError(f"artifact {uri} does not match its checksum; refusing to load it")
+    return data
+
+
+class ArtifactStore(Protocol):
+    def put(self, tenant: str, data: bytes, *, suffix: str = "") -> ArtifactRef:
+        """Store bytes under the tenant, content-addressed; idempotent."""
+        ...
+
+    def get(self, uri: str, *, sha256: str) -> bytes:
+        """Read an artifact this store wrote, verifying its checksum."""
+        ...
+
+    def read_external(self, tenant: str, uri: str) -> bytes:
+        """Read bytes a caller names by URI (push by URI). Refuses another tenant's artifacts."""
+        ...
+
+    def owns(self, tenant: str, uri: str) -> bool:
+        """Whether `uri` lies in this tenant's part of the store."""
+        ...
+
+    def delete(self, uri: str) -> None: ...

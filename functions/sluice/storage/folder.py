@@ -1,0 +1,75 @@
+"""The embedded artifact store: a folder, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sluice.errors import BadRequest, Forbidden, NotFound
+from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
+
+
+def path_of_file_url(url: str) -> Path:
+    parsed = urlparse(url)
+    if parsed.scheme != "file":
+        raise ValueError(f"not a file URL: {url!r}")
+    return Path((parsed.netloc + parsed.path) if parsed.netloc == "~" else parsed.path).expanduser()
+
+
+class FolderStore:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_url(cls, url: str) -> FolderStore:
+        return cls(path_of_file_url(url))
+
+    def _uri(self, path: Path) -> str:
+        return path.as_uri()
+
+    def _path(self, uri: str) -> Path:
+        path = path_of_file_url(uri).resolve()
+        if not path.is_relative_to(self.root):
+            raise Forbidden("artifact is outside this store", field="artifact_uri")
+        return path
+
+    def put(self, tenant: str, data: bytes, *, suffix: str = "") -> ArtifactRef:
+        digest = sha256_hex(data)
+        path = self.root / artifact_key(tenant, digest, suffix)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        return ArtifactRef(self._uri(path), digest, len(data))
+
+    def get(self, uri: str, *, sha256: str) -> bytes:
+        path = self._path(uri)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"artifact {uri} is missing from the store", field="artifact_uri") from None
+        return verify(data, sha256, uri)
+
+    def owns(self, tenant: str, uri: str) -> bool:
+        try:
+            return self._path(uri).is_relative_to(self.root / "tenants" / tenant)
+        except (Forbidden, ValueError):
+            return False
+
+    def read_external(self, tenant: str, uri: str) -> bytes:
+        if not uri.startswith("file://"):
+            raise BadRequest("the local store reads file:// URIs only", field="artifact_uri")
+        path = path_of_file_url(uri).resolve()
+        if path.is_relative_to(self.root) and not self.owns(tenant, uri):
+            raise Forbidden("that artifact belongs to another tenant", field="artifact_uri")
+        if not path.is_file():
+            raise NotFound(f"no file at {uri}", field="artifact_uri")
+        return path.read_bytes()
+
+    def delete(self, uri: str) -> None:
+        self._path(uri).unlink(missing_ok=True)

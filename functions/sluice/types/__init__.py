@@ -1,0 +1,1 @@
+"""Wire schemas, defined once."""

@@ -1,0 +1,150 @@
+"""Sluice's own JSON API: simple predictions and management."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from sluice.types.base import WireModel
+
+
+class PredictionOptions(WireModel):
+    return_probabilities: bool = Field(True, description="Include per-class probabilities for classifiers.")
+
+
+class PredictionRequest(WireModel):
+    deployment: str = Field(description="The deployment to call.")
+    inputs: list[Any] | dict[str, Any] | None = Field(
+        None, description="Rows for a single-input model (a 2-D list), or named tensors {input: rows}."
+    )
+    features: dict[str, Any] | None = Field(
+        None, description="One row as {feature: value}, ordered by the version's signature."
+    )
+    batch: list[Any] | None = Field(None, description="Several rows: feature objects or lists.")
+    version: int | None = Field(None, ge=1, description="Pin a version of the deployment's model.")
+    request_id: str | None = Field(None, max_length=128)
+    options: PredictionOptions = Field(default_factory=PredictionOptions)
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {"deployment": "iris", "features": {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}},
+                {"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]},
+            ]
+        },
+        "extra": "forbid",
+    }
+
+
+class RowPrediction(WireModel):
+    prediction: Any = None
+    probabilities: dict[str, float] | None = None
+    confidence: float | None = None
+
+
+class PredictionResponse(WireModel):
+    request_id: str
+    deployment: str
+    model: str
+    version: int
+    latency_ms: float
+    prediction: Any = None
+    probabilities: dict[str, float] | None = None
+    confidence: float | None = None
+    predictions: list[RowPrediction] | None = Field(
+        None, description="Present instead of prediction/probabilities/confidence when several rows were sent."
+    )
+
+
+class TensorSpecOut(WireModel):
+    name: str
+    datatype: str
+    shape: list[int]
+    role: str | None = None
+    feature_names: list[str] | None = None
+
+
+class SignatureOut(WireModel):
+    inputs: list[TensorSpecOut]
+    outputs: list[TensorSpecOut]
+
+
+class ModelCreate(WireModel):
+    name: str
+    description: str = ""
+
+
+class ModelOut(WireModel):
+    name: str
+    description: str
+    created_at: float
+    created_by: str
+    latest_version: int | None = None
+
+
+class VersionPushByUri(WireModel):
+    artifact_uri: str = Field(description="s3:// (or file:// locally) URI of an ONNX file to copy in.")
+    runtime: str = "onnx"
+    feature_names: list[str] | None = None
+    description: str = ""
+
+
+class VersionOut(WireModel):
+    model: str
+    version: int
+    runtime: str
+    artifact_uri: str
+    sha256: str
+    size_bytes: int
+    signature: SignatureOut
+    created_at: float
+    created_by: str
+
+
+class DeploymentCreate(WireModel):
+    name: str
+    model: str | None = Field(None, description="Shorthand: route everything to this model…")
+    version: int | None = Field(None, ge=1, description="…at this version (default: its latest).")
+    policy: dict[str, Any] | None = Field(None, description="A full routing policy instead of model/version.")
+    description: str = ""
+
+
+class DeploymentUpdate(WireModel):
+    model: str | None = None
+    version: int | None = Field(None, ge=1)
+    policy: dict[str, Any] | None = None
+    revision: int | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
+
+
+class DeploymentOut(WireModel):
+    name: str
+    policy: dict[str, Any]
+    revision: int
+    description: str
+    created_at: float
+    updated_at: float
+    updated_by: str
+
+
+class DeploymentChangeOut(WireModel):
+    revision: int
+    at: float
+    by: str
+    old_policy: dict[str, Any] | None
+    new_policy: dict[str, Any] | None
+
+
+class KeyCreate(WireModel):
+    scopes: list[str] = Field(default_factory=lambda: ["predict"])
+    name: str = ""
+
+
+class KeyOut(WireModel):
+    key_id: str
+    tenant: str
+    scopes: list[str]
+    name: str
+    created_at: float
+    revoked_at: float | None = None
+    key: str | None = Field(None, description="The key itself; shown once, at creation.")

@@ -1,0 +1,100 @@
+"""Checks every request against the target version's signature before a runtime sees it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
+from sluice.errors import InvalidInput, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from sluice.signature import Signature, TensorSpec
+
+
+def check_shape(spec: TensorSpec, shape: tuple[int, ...], *, field: str) -> None:
+    if len(shape) != len(spec.shape):
+        raise InvalidInput(
+            f"input '{spec.name}' needs {len(spec.shape)} dimensions {_show(spec.shape)}, got {list(shape)}",
+            field=f"{field}.shape",
+        )
+    for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
+        if want != -1 and want != got:
+            raise InvalidInput(
+                f"input '{spec.name}' needs size {want} on axis {axis} {_show(spec.shape)}, got {list(shape)}",
+                field=f"{field}.shape",
+            )
+
+
+def _show(shape: tuple[int, ...]) -> str:
+    return "(shape [" + ", ".join("?" if d == -1 else str(d) for d in shape) + "])"
+
+
+def check_inputs(
+    signature: Signature,
+    arrays: dict[str, np.ndarray],
+    *,
+    max_elements: int,
+    datatypes: dict[str, str] | None = None,
+    field: str = "inputs",
+) -> dict[str, np.ndarray]:
+    """Return the arrays ready for a runtime, or raise InvalidInput naming the first problem.
+
+    `datatypes` holds the v2 datatype a client declared per input: declared types must match
+    exactly (as Triton requires); undeclared ones (plain JSON) are cast to the signature's.
+    """
+    expected = {spec.name for spec in signature.inputs}
+    unexpected = sorted(set(arrays) - expected)
+    if unexpected:
+        raise InvalidInput(
+            f"unexpected input '{unexpected[0]}'; this version takes {sorted(expected)}",
+            field=f"{field}.{unexpected[0]}",
+        )
+    total = 0
+    ready: dict[str, np.ndarray] = {}
+    for spec in signature.inputs:
+        where = f"{field}.{spec.name}"
+        array = arrays.get(spec.name)
+        if array is None:
+            raise InvalidInput(f"missing input '{spec.name}'", field=where)
+        declared = (datatypes or {}).get(spec.name)
+        if declared is not None and declared != spec.datatype:
+            raise InvalidInput(
+                f"input '{spec.name}' is {spec.datatype}, not {declared}", field=f"{where}.datatype"
+            )
+        total += array.size
+        if total > max_elements:
+            raise PayloadTooLarge(
+                f"the request has more than {max_elements} elements; use batch inference for large inputs",
+                field=field,
+            )
+        check_shape(spec, array.shape, field=where)
+        dtype = V2_TO_NUMPY[spec.datatype]
+        if array.dtype != dtype:
+            try:
+                array = _cast(array, spec.datatype, dtype)
+            except (ValueError, TypeError, OverflowError):
+                raise InvalidInput(
+                    f"input '{spec.name}' must hold {spec.datatype} values", field=where
+                ) from None
+        if spec.datatype in FLOAT_TYPES and not np.isfinite(array).all():
+            raise InvalidInput(f"input '{spec.name}' holds NaN or infinite values", field=where)
+        ready[spec.name] = array
+    return ready
+
+
+def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
+    if datatype == "BYTES":
+        return array.astype(object)
+    if array.dtype == object or array.dtype.kind in "US":
+        raise TypeError("not numeric")
+    if datatype != "BOOL" and dtype.kind in "iu" and array.dtype.kind == "f":
+        # Refuse silent truncation of 1.5 into an integer input.
+        if not np.array_equal(array, np.trunc(array)):
+            raise ValueError("fractional value for an integer input")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise OverflowError("out of range")
+    return array.astype(dtype, copy=False)

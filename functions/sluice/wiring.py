@@ -1,0 +1,77 @@
+"""The one place adapters are chosen from settings and built: once per process
+(once per Lambda cold start). Tests build a Container with their own parts instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from sluice.observability import Telemetry
+from sluice.services.deployments import DeploymentService
+from sluice.services.keys import KeyService
+from sluice.services.models import ModelService
+from sluice.services.predictions import PredictionService
+from sluice.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sluice.registry import Registry
+    from sluice.runtimes import Runtime
+    from sluice.storage import ArtifactStore
+
+
+def build_registry(settings: Settings) -> Registry:
+    url = settings.registry_url
+    if url.startswith("sqlite:///"):
+        from sluice.registry.sqlite import SqliteRegistry
+
+        return SqliteRegistry.from_url(url)
+    if url.startswith("dynamodb://"):
+        from sluice.registry.dynamodb import DynamoRegistry
+
+        return DynamoRegistry.from_url(url, region=settings.region)
+    raise ValueError(f"SLUICE_REGISTRY must be sqlite:///PATH or dynamodb://TABLE, not {url!r}")
+
+
+def build_store(settings: Settings) -> ArtifactStore:
+    url = settings.store_url
+    if url.startswith("file://"):
+        from sluice.storage.folder import FolderStore
+
+        return FolderStore.from_url(url)
+    if url.startswith("s3://"):
+        from sluice.storage.s3 import S3Store
+
+        return S3Store.from_url(url, region=settings.region)
+    raise ValueError(f"SLUICE_STORE must be file:///PATH or s3://BUCKET[/PREFIX], not {url!r}")
+
+
+def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
+    from sluice.runtimes.onnx import OnnxRuntime
+
+    return {"onnx": OnnxRuntime(store, settings)}
+
+
+@dataclass
+class Container:
+    settings: Settings
+    registry: Registry
+    store: ArtifactStore
+    runtimes: dict[str, Runtime]
+    telemetry: Telemetry = field(default_factory=Telemetry)
+
+    def __post_init__(self) -> None:
+        self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
+        self.models = ModelService(self.registry, self.store)
+        self.deployments = DeploymentService(self.registry, on_change=self.predictions.forget)
+        self.keys = KeyService(self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Container:
+        store = build_store(settings)
+        return cls(settings, build_registry(settings), store, build_runtimes(settings, store))
+
+
+@lru_cache(maxsize=1)
+def get_container() -> Container:
+    return Container.from_settings(get_settings())
