@@ -20,7 +20,9 @@ class SluiceError(Exception):
         self.details = details
 
     def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        # `error` holds the message, as the Open Inference Protocol's error object does, so
+        # v2 clients show it; `code` is the stable, machine-readable name.
+        body: dict[str, Any] = {"error": self.message, "code": self.code}
         if self.field is not None:
             body["field"] = self.field
         if self.details:

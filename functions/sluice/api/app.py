@@ -37,8 +37,8 @@ class BodyLimit:
                 if name == b"content-length" and value.isdigit() and int(value) > limit:
                     response = JSONResponse(
                         {
-                            "error": "payload_too_large",
-                            "message": f"request body is over {limit} bytes: send large inputs as a batch job, and large model files by artifact_uri",
+                            "code": "payload_too_large",
+                            "error": f"request body is over {limit} bytes: send large inputs as a batch job, and large model files by artifact_uri",
                             "field": "body",
                         },
                         status_code=413,

@@ -31,8 +31,8 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
     return JSONResponse(
         {
-            "error": "invalid_request",
-            "message": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
+            "error": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
+            "code": "invalid_request",
             "field": _field(first.get("loc", ())),
             "details": {"problems": problems},
         },
@@ -43,14 +43,14 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return JSONResponse(
-        {"error": code, "message": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
+        {"error": str(exc.detail), "code": code}, status_code=exc.status_code, headers=exc.headers
     )
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     get_logger().exception("unhandled error", extra={"path": request.url.path})
     return JSONResponse(
-        {"error": "internal_error", "message": "internal error; it has been logged"}, status_code=500
+        {"error": "internal error; it has been logged", "code": "internal_error"}, status_code=500
     )
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 
-from sluice.api.deps import ContainerDep, PrincipalDep, request_id
+from sluice.api.deps import ContainerDep, PrincipalDep, parse_body, request_id
 from sluice.api.responses import JSONResponse
 from sluice.api.routers.predictions import ERRORS
 from sluice.codecs.tensors import decode_tensor, encode_tensor
@@ -47,9 +47,17 @@ def _metadata(resolved: Resolved) -> dict[str, Any]:
     }
 
 
-async def _infer(
-    body: InferenceRequest, request: Request, principal: PrincipalDep, container: ContainerDep, name: str, version: str | None
-) -> JSONResponse:
+INFER_BODY = {
+    "requestBody": {
+        "content": {"application/json": {"schema": InferenceRequest.model_json_schema(ref_template="#/components/schemas/{model}")}},
+        "required": True,
+    }
+}
+
+
+async def _infer(request: Request, principal: PrincipalDep, container: ContainerDep, name: str, version: str | None) -> JSONResponse:
+    # v2 clients (tritonclient among them) often send no Content-Type: parse whatever came.
+    body = parse_body(InferenceRequest, await request.body())
     service = container.predictions
     resolved = service.resolve(principal, name, version=_version(version))
     signature = resolved.version.signature
@@ -123,15 +131,17 @@ async def model_version_ready(name: str, version: str, principal: PrincipalDep, 
     return await _ready(name, version, principal, container)
 
 
-@router.post("/v2/models/{name}/infer", response_model=InferenceResponse, responses=ERRORS, summary="v2: infer")
-async def infer(name: str, body: InferenceRequest, request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return await _infer(body, request, principal, container, name, None)
+@router.post("/v2/models/{name}/infer", response_model=InferenceResponse, responses=ERRORS, openapi_extra=INFER_BODY, summary="v2: infer")
+async def infer(name: str, request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return await _infer(request, principal, container, name, None)
 
 
 @router.post(
-    "/v2/models/{name}/versions/{version}/infer", response_model=InferenceResponse, responses=ERRORS, summary="v2: infer on a pinned version"
+    "/v2/models/{name}/versions/{version}/infer",
+    response_model=InferenceResponse,
+    responses=ERRORS,
+    openapi_extra=INFER_BODY,
+    summary="v2: infer on a pinned version",
 )
-async def infer_version(
-    name: str, version: str, body: InferenceRequest, request: Request, principal: PrincipalDep, container: ContainerDep
-) -> JSONResponse:
-    return await _infer(body, request, principal, container, name, version)
+async def infer_version(name: str, version: str, request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return await _infer(request, principal, container, name, version)

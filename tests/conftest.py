@@ -1,0 +1,50 @@
+"""Fixtures shared by every tier: settings on a temporary home, a container of real
+adapters (SQLite, a folder, ONNX Runtime), the demo models, and principals of two tenants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.domain import Principal
+from sluice.settings import Settings
+from sluice.wiring import Container
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "models"
+EVENTS = REPO / "events"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0)
+
+
+@pytest.fixture
+def container(settings: Settings) -> Container:
+    return Container.from_settings(settings)
+
+
+@pytest.fixture
+def acme() -> Principal:
+    return Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+
+
+@pytest.fixture
+def globex() -> Principal:
+    return Principal("globex", frozenset({"admin", "predict"}), "test-globex")
+
+
+@pytest.fixture
+def iris_bytes() -> bytes:
+    return (MODELS / "iris.onnx").read_bytes()
+
+
+@pytest.fixture
+def demo(container: Container, acme: Principal) -> Container:
+    """acme has the demo deployments `iris` and `diabetes`."""
+    from sluice.demo import install_demo
+
+    install_demo(container, acme, MODELS)
+    return container

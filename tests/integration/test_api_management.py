@@ -1,0 +1,102 @@
+"""Models, versions, deployments and keys through the API: a new version switches
+predictions with no restart, and every change is recorded."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import MODELS
+from tests.integration.conftest import auth
+
+ROW = {"deployment": "iris", "inputs": [[5.9, 3.0, 5.1, 1.8]]}
+
+
+def push(client: TestClient, key: str, name: str, filename: str, **params: str) -> dict:
+    r = client.post(
+        f"/api/v1/models/{name}/versions",
+        content=(MODELS / filename).read_bytes(),
+        params=params,
+        headers={**auth(key), "content-type": "application/octet-stream"},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_push_point_and_switch_without_restart(client: TestClient, keys: dict[str, str]) -> None:
+    key = keys["acme"]
+    before = client.post("/api/v1/predictions", json=ROW, headers=auth(key)).json()
+    assert before["version"] == 1
+    v2 = push(client, key, "iris", "iris_forest.onnx")
+    assert v2["version"] == 2 and v2["signature"]["inputs"][0]["feature_names"][0] == "sepal_length"
+    r = client.put("/api/v1/deployments/iris", json={"model": "iris", "version": 2}, headers=auth(key))
+    assert r.status_code == 200 and r.json()["revision"] == 2
+    after = client.post("/api/v1/predictions", json=ROW, headers=auth(key)).json()
+    assert after["version"] == 2
+    assert after["probabilities"] != before["probabilities"]
+    history = client.get("/api/v1/deployments/iris/history", headers=auth(key)).json()
+    assert [h["revision"] for h in history] == [1, 2]
+    assert history[-1]["old_policy"]["version"] == 1 and history[-1]["new_policy"]["version"] == 2
+    assert history[-1]["by"]  # the key id that made the change
+
+
+def test_push_by_uri_and_feature_names(client: TestClient, keys: dict[str, str]) -> None:
+    uri = (MODELS / "diabetes_mlp.onnx").as_uri()
+    r = client.post("/api/v1/models/dia2/versions", json={"artifact_uri": uri}, headers=auth(keys["acme"]))
+    assert r.status_code == 201, r.text
+    assert r.json()["sha256"] and r.json()["size_bytes"] == (MODELS / "diabetes_mlp.onnx").stat().st_size
+    v = push(client, keys["acme"], "irisx", "iris.onnx", feature_names="a,b,c,d")
+    assert v["signature"]["inputs"][0]["feature_names"] == ["a", "b", "c", "d"]
+
+
+def test_model_crud_and_errors(client: TestClient, keys: dict[str, str]) -> None:
+    h = auth(keys["acme"])
+    assert client.post("/api/v1/models", json={"name": "fresh", "description": "d"}, headers=h).status_code == 201
+    assert client.post("/api/v1/models", json={"name": "fresh"}, headers=h).status_code == 409
+    assert client.post("/api/v1/models", json={"name": "Bad Name"}, headers=h).json()["field"] == "name"
+    names = [m["name"] for m in client.get("/api/v1/models", headers=h).json()]
+    assert {"iris", "diabetes", "fresh"} <= set(names)
+    assert client.get("/api/v1/models/iris", headers=h).json()["latest_version"] == 1
+    assert client.get("/api/v1/models/iris/versions/latest", headers=h).json()["version"] == 1
+    assert len(client.get("/api/v1/models/iris/versions", headers=h).json()) == 1
+    bad = client.post("/api/v1/models/junk/versions", content=b"not onnx", headers={**h, "content-type": "application/octet-stream"})
+    assert bad.status_code == 400 and bad.json()["field"] == "artifact"
+    # A deployed version cannot be deleted out from under its deployment.
+    r = client.delete("/api/v1/models/iris/versions/1", headers=h)
+    assert r.status_code == 409 and "deployment 'iris'" in r.json()["error"]
+    assert client.delete("/api/v1/models/fresh", headers=h).status_code == 204
+    assert client.get("/api/v1/models/fresh", headers=h).status_code == 404
+
+
+def test_deployment_crud_and_validation(client: TestClient, keys: dict[str, str]) -> None:
+    h = auth(keys["acme"])
+    r = client.post("/api/v1/deployments", json={"name": "iris-b", "model": "iris"}, headers=h)
+    assert r.status_code == 201 and r.json()["policy"] == {"kind": "single", "model": "iris", "version": 1}
+    assert client.post("/api/v1/deployments", json={"name": "iris-b", "model": "iris"}, headers=h).status_code == 409
+    r = client.post("/api/v1/deployments", json={"name": "x", "model": "iris", "version": 7}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "policy"
+    r = client.post("/api/v1/deployments", json={"name": "x", "model": "ghost"}, headers=h)
+    assert r.status_code == 422 and r.json()["field"] == "model"
+    r = client.post("/api/v1/deployments", json={"name": "x"}, headers=h)
+    assert r.status_code == 400 and r.json()["field"] == "policy"
+    r = client.put("/api/v1/deployments/iris-b", json={"model": "iris", "version": 1, "revision": 5}, headers=h)
+    assert r.status_code == 409 and r.json()["field"] == "revision"
+    assert [d["name"] for d in client.get("/api/v1/deployments", headers=h).json()] == ["diabetes", "iris", "iris-b"]
+    assert client.delete("/api/v1/deployments/iris-b", headers=h).status_code == 204
+    assert client.get("/api/v1/deployments/iris-b", headers=h).status_code == 404
+
+
+def test_keys_create_list_revoke(client: TestClient, keys: dict[str, str]) -> None:
+    h = auth(keys["acme"])
+    r = client.post("/api/v1/keys", json={"scopes": ["predict"], "name": "app"}, headers=h)
+    assert r.status_code == 201
+    created = r.json()
+    assert created["key"].startswith("sk_") and created["tenant"] == "acme"
+    listed = client.get("/api/v1/keys", headers=h).json()
+    assert created["key_id"] in {k["key_id"] for k in listed}
+    assert all("key" not in k and "secret_hash" not in k for k in listed)
+    ok = client.post("/api/v1/predictions", json=ROW, headers=auth(created["key"]))
+    assert ok.status_code == 200
+    assert client.delete(f"/api/v1/keys/{created['key_id']}", headers=h).json()["revoked_at"]
+    assert client.post("/api/v1/predictions", json=ROW, headers=auth(created["key"])).status_code == 401
+    bad = client.post("/api/v1/keys", json={"scopes": ["root"]}, headers=h)
+    assert bad.status_code == 400 and bad.json()["field"] == "scopes"

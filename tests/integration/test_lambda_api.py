@@ -1,0 +1,119 @@
+"""The API Lambda fed with the sample API Gateway events in `events/` (REST and HTTP API)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.wiring import Container
+from tests.conftest import EVENTS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "sluice-api"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:eu-west-1:123456789012:function:sluice-api"
+    memory_limit_in_mb: int = 1024
+    aws_request_id: str = "0f2a4e8e-1111-2222-3333-444455556666"
+    log_group_name: str = "/aws/lambda/sluice-api"
+    log_stream_name: str = "2026/11/21/[$LATEST]abc"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 29_000
+
+
+@pytest.fixture
+def handler(demo: Container) -> Iterator[Any]:
+    from sluice.handlers import api
+
+    previous = api.app.state.container
+    api.app.state.container = demo
+    yield api.handler
+    api.app.state.container = previous
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+def body_of(response: dict[str, Any]) -> Any:
+    body = response["body"]
+    if response.get("isBase64Encoded"):
+        body = base64.b64decode(body).decode()
+    return json.loads(body)
+
+
+@pytest.mark.parametrize("name", ["api_rest_predict.json", "api_http_predict.json"])
+def test_predict_events(handler: Any, name: str) -> None:
+    response = handler(load(name), LambdaContext())
+    assert response["statusCode"] == 200, response
+    body = body_of(response)
+    assert body["prediction"] == "setosa" and body["deployment"] == "iris" and body["version"] == 1
+    # Behind API Gateway the request id is API Gateway's own.
+    assert body["request_id"] == load(name)["requestContext"]["requestId"]
+
+
+@pytest.mark.parametrize("name", ["api_rest_v2_infer.json", "api_http_v2_infer.json"])
+def test_v2_infer_events(handler: Any, name: str) -> None:
+    response = handler(load(name), LambdaContext())
+    assert response["statusCode"] == 200, response
+    out = {o["name"]: o for o in body_of(response)["outputs"]}
+    assert out["output_label"]["data"] == ["virginica"]
+
+
+def test_management_events(handler: Any) -> None:
+    listed = handler(load("api_rest_list_deployments.json"), LambdaContext())
+    assert listed["statusCode"] == 200
+    assert [d["name"] for d in body_of(listed)] == ["diabetes", "iris"]
+    created = handler(load("api_http_create_deployment.json"), LambdaContext())
+    assert created["statusCode"] == 201, created
+    assert body_of(created)["updated_by"] == "key-demo"
+
+
+def test_the_authorizer_context_decides_the_tenant(handler: Any) -> None:
+    event = load("api_rest_predict.json")
+    event["requestContext"]["authorizer"]["tenant"] = "globex"
+    response = handler(event, LambdaContext())
+    assert response["statusCode"] == 404  # globex has no deployment "iris"
+
+
+def test_without_an_authorizer_the_api_key_is_checked(handler: Any, demo: Container) -> None:
+    event = load("api_rest_predict_api_key.json")
+    assert handler(event, LambdaContext())["statusCode"] == 401
+    _, key = demo.keys.create("acme", ["predict"])
+    event["headers"]["x-api-key"] = key
+    event["multiValueHeaders"]["x-api-key"] = [key]
+    assert handler(event, LambdaContext())["statusCode"] == 200
+
+
+def test_a_forged_authorizer_header_is_ignored(handler: Any) -> None:
+    event = load("api_rest_predict_api_key.json")
+    event["headers"]["x-tenant"] = "acme"
+    event["headers"]["authorizer"] = json.dumps({"tenant": "acme"})
+    assert handler(event, LambdaContext())["statusCode"] == 401
+
+
+def test_logs_carry_request_and_tenant_but_never_the_key(handler: Any, demo: Container, caplog: pytest.LogCaptureFixture) -> None:
+    from sluice.observability import get_logger
+
+    _, key = demo.keys.create("acme", ["predict"])
+    event = load("api_rest_predict_api_key.json")
+    event["headers"]["x-api-key"] = key
+    event["multiValueHeaders"]["x-api-key"] = [key]
+    caplog.set_level("INFO")
+    assert handler(event, LambdaContext())["statusCode"] == 200
+    formatter = get_logger().registered_formatter
+    lines = [json.loads(formatter.format(record)) for record in caplog.records]
+    out = "\n".join(json.dumps(line) for line in lines)
+    prediction = next(line for line in lines if line.get("message") == "prediction")
+    assert prediction["tenant"] == "acme" and prediction["deployment"] == "iris" and prediction["request_id"]
+    assert prediction["function_request_id"] == LambdaContext.aws_request_id
+    assert key not in out

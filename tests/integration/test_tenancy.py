@@ -1,0 +1,98 @@
+"""No tenant can list, read, call or change another tenant's objects, on any route.
+
+The route table below must cover every route of the app: a new route without a tenancy
+case fails `test_every_route_is_covered`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from tests.integration.conftest import auth
+
+INFER = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+PUBLIC = {"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready", "/v2"}
+
+# (method, path template, body): each touches acme's objects by name.
+CASES = [
+    ("POST", "/api/v1/predictions", {"deployment": "iris", "inputs": [[1, 2, 3, 4]]}),
+    ("GET", "/v2/models/{name}", None),
+    ("GET", "/v2/models/{name}/versions/{version}", None),
+    ("GET", "/v2/models/{name}/ready", None),
+    ("GET", "/v2/models/{name}/versions/{version}/ready", None),
+    ("POST", "/v2/models/{name}/infer", INFER),
+    ("POST", "/v2/models/{name}/versions/{version}/infer", INFER),
+    ("GET", "/api/v1/models/{name}", None),
+    ("DELETE", "/api/v1/models/{name}", None),
+    ("GET", "/api/v1/models/{name}/versions", None),
+    ("GET", "/api/v1/models/{name}/versions/{version}", None),
+    ("DELETE", "/api/v1/models/{name}/versions/{version}", None),
+    ("GET", "/api/v1/deployments/{name}", None),
+    ("PUT", "/api/v1/deployments/{name}", {"model": "iris", "version": 1}),
+    ("DELETE", "/api/v1/deployments/{name}", None),
+    ("GET", "/api/v1/deployments/{name}/history", None),
+    ("DELETE", "/api/v1/keys/{key_id}", None),
+]
+# Routes that only ever act inside the caller's tenant (lists and creates).
+OWN_TENANT = {
+    ("GET", "/api/v1/models"),
+    ("POST", "/api/v1/models"),
+    ("POST", "/api/v1/models/{name}/versions"),
+    ("GET", "/api/v1/deployments"),
+    ("POST", "/api/v1/deployments"),
+    ("GET", "/api/v1/keys"),
+    ("POST", "/api/v1/keys"),
+}
+
+
+def test_every_route_is_covered() -> None:
+    app = create_app()
+    routes = {
+        (method, route.path)
+        for route in app.routes
+        for method in getattr(route, "methods", ()) or ()
+        if method != "HEAD" and not route.path.startswith(("/docs", "/redoc", "/openapi"))
+    }
+    covered = {(m, p) for m, p, _ in CASES} | OWN_TENANT | {("GET", p) for p in PUBLIC}
+    assert routes - covered == set()
+
+
+@pytest.mark.parametrize(("method", "template", "body"), CASES, ids=[f"{m} {p}" for m, p, _ in CASES])
+def test_another_tenant_gets_not_found(
+    client: TestClient, keys: dict[str, str], demo: object, method: str, template: str, body: dict | None
+) -> None:
+    acme_key_id = keys["acme"].split("_")[1]
+    path = template.format(name="iris", version=1, key_id=acme_key_id)
+    r = client.request(method, path, json=body, headers=auth(keys["globex"]))
+    assert r.status_code == 404, (path, r.text)
+    # And acme's objects are untouched: acme still predicts and reads them.
+    check = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[1, 2, 3, 4]]}, headers=auth(keys["acme"]))
+    assert check.status_code == 200
+    assert client.get("/api/v1/keys", headers=auth(keys["acme"])).json()[0]["revoked_at"] is None
+
+
+def test_lists_show_only_the_callers_tenant(client: TestClient, keys: dict[str, str]) -> None:
+    g = auth(keys["globex"])
+    assert client.get("/api/v1/models", headers=g).json() == []
+    assert client.get("/api/v1/deployments", headers=g).json() == []
+    assert {k["tenant"] for k in client.get("/api/v1/keys", headers=g).json()} == {"globex"}
+
+
+def test_same_names_in_two_tenants_are_different_objects(client: TestClient, keys: dict[str, str]) -> None:
+    from tests.conftest import MODELS
+
+    g = auth(keys["globex"])
+    r = client.post("/api/v1/models/iris/versions", content=(MODELS / "iris_forest.onnx").read_bytes(), headers={**g, "content-type": "application/octet-stream"})
+    assert r.status_code == 201 and r.json()["version"] == 1
+    assert client.post("/api/v1/deployments", json={"name": "iris", "model": "iris"}, headers=g).status_code == 201
+    mine = client.get("/api/v1/models/iris/versions/1", headers=g).json()["sha256"]
+    theirs = client.get("/api/v1/models/iris/versions/1", headers=auth(keys["acme"])).json()["sha256"]
+    assert mine != theirs
+
+
+def test_push_by_uri_cannot_read_another_tenants_artifact(client: TestClient, keys: dict[str, str]) -> None:
+    acme_uri = client.get("/api/v1/models/iris/versions/1", headers=auth(keys["acme"])).json()["artifact_uri"]
+    r = client.post("/api/v1/models/stolen/versions", json={"artifact_uri": acme_uri}, headers=auth(keys["globex"]))
+    assert r.status_code == 403 and r.json()["field"] == "artifact_uri"

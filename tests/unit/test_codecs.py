@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.plain import arrays_from_request, present_rows
+from sluice.codecs.tensors import decode_tensor, encode_tensor
+from sluice.errors import InvalidInput
+from sluice.runtimes import InferenceResult
+from sluice.signature import Signature, TensorSpec
+
+
+@pytest.mark.parametrize("datatype", sorted(V2_TO_NUMPY))
+def test_every_v2_datatype_round_trips(datatype: str) -> None:
+    values = {"BOOL": [True, False, True, False], "BYTES": ["a", "b", "c", "d"]}.get(datatype, [0, 1, 2, 3])
+    array = decode_tensor("t", datatype, [2, 2], values, field="inputs.t")
+    assert array.shape == (2, 2)
+    assert array.dtype == V2_TO_NUMPY[datatype]
+    encoded = encode_tensor("t", array)
+    assert encoded["datatype"] == datatype and encoded["shape"] == [2, 2]
+    assert list(np.asarray(encoded["data"]).tolist()) == values
+
+
+def test_nested_data_is_accepted_and_sizes_are_checked() -> None:
+    assert decode_tensor("t", "FP32", [2, 2], [[1, 2], [3, 4]], field="f").tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(InvalidInput) as err:
+        decode_tensor("t", "FP32", [2, 2], [1, 2, 3], field="inputs.t")
+    assert err.value.field == "inputs.t.data" and "needs 4" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("datatype", "shape", "data", "field"),
+    [
+        ("FP99", [1], [1], "inputs.t.datatype"),
+        ("FP32", [-1], [1], "inputs.t.shape"),
+        ("FP32", [2], ["x", "y"], "inputs.t.data"),
+        ("INT8", [1], [1000], "inputs.t.data"),
+    ],
+)
+def test_bad_tensors_name_the_field(datatype: str, shape: list[int], data: list[object], field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        decode_tensor("t", datatype, shape, data, field="inputs.t")
+    assert err.value.field == field
+
+
+IRIS = Signature(
+    inputs=(TensorSpec("input", "FP32", (-1, 2), feature_names=("a", "b")),),
+    outputs=(
+        TensorSpec("label", "INT64", (-1,), role="label"),
+        TensorSpec("probs", "FP32", (-1, -1), role="probabilities"),
+    ),
+)
+
+
+def test_features_follow_the_signature_order() -> None:
+    arrays = arrays_from_request(IRIS, features={"b": 2.0, "a": 1.0})
+    assert arrays["input"].tolist() == [[1.0, 2.0]]
+
+
+def test_a_single_row_list_gains_its_batch_axis() -> None:
+    assert arrays_from_request(IRIS, inputs=[1.0, 2.0])["input"].shape == (1, 2)
+    assert arrays_from_request(IRIS, inputs=[[1.0, 2.0], [3.0, 4.0]])["input"].shape == (2, 2)
+
+
+def test_batch_of_feature_objects_and_of_rows() -> None:
+    arrays = arrays_from_request(IRIS, batch=[{"a": 1, "b": 2}, [3, 4]])
+    assert arrays["input"].tolist() == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"features": {"a": 1}}, "features.b"),
+        ({"features": {"a": 1, "b": 2, "c": 3}}, "features.c"),
+        ({"batch": [{"a": 1, "b": 2}, {"a": 1}]}, "batch.1.b"),
+        ({"batch": []}, "batch"),
+        ({}, "inputs"),
+        ({"inputs": [[1, 2]], "features": {"a": 1, "b": 2}}, "inputs"),
+        ({"inputs": [[1, 2], [3]]}, "inputs"),
+    ],
+)
+def test_plain_request_errors_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        arrays_from_request(IRIS, **kwargs)  # type: ignore[arg-type]
+    assert err.value.field == field
+
+
+def test_classifier_rows_carry_label_probabilities_and_confidence() -> None:
+    result = InferenceResult(
+        {"label": np.array([1, 0]), "probs": np.array([[0.2, 0.8], [0.9, 0.1]], dtype=np.float32)},
+        classes={"probs": ["no", "yes"]},
+    )
+    rows = present_rows(IRIS, result)
+    assert rows[0]["prediction"] == 1
+    assert rows[0]["probabilities"] == pytest.approx({"no": 0.2, "yes": 0.8})
+    assert rows[0]["confidence"] == pytest.approx(0.8)
+    assert rows[1]["confidence"] == pytest.approx(0.9)
+    assert "probabilities" not in present_rows(IRIS, result, return_probabilities=False)[0]
+
+
+def test_regressor_rows_are_scalars_and_vectors_lists() -> None:
+    sig = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 1), role="value"),))
+    rows = present_rows(sig, InferenceResult({"y": np.array([[1.5], [2.5]], dtype=np.float32)}))
+    assert [r["prediction"] for r in rows] == [1.5, 2.5]
+    sig2 = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 2), role="value"),))
+    rows = present_rows(sig2, InferenceResult({"y": np.array([[1, 2]], dtype=np.float32)}))
+    assert rows[0]["prediction"] == [1.0, 2.0]

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from sluice.errors import PayloadTooLarge
+from sluice.runtimes.onnx import SessionCache, _Entry
+
+
+def entry(size: int) -> _Entry:
+    return _Entry(session=object(), size=size, output_names=[])
+
+
+def test_bounded_by_bytes_not_count_and_least_recent_goes_first() -> None:
+    cache = SessionCache(max_bytes=100)
+    cache.get_or_load("a", 40, lambda: entry(40))
+    cache.get_or_load("b", 40, lambda: entry(40))
+    cache.get_or_load("a", 40, lambda: entry(40))  # a is now the most recent
+    cache.get_or_load("c", 40, lambda: entry(40))  # over 100: b goes
+    assert "a" in cache and "c" in cache and "b" not in cache
+    assert cache.bytes_used == 80
+    assert cache.stats() | {} == {"hits": 1, "misses": 3, "evictions": 1, "sessions": 2, "bytes": 80, "max_bytes": 100}
+    cache.get_or_load("d", 10, lambda: entry(10))
+    cache.get_or_load("e", 10, lambda: entry(10))
+    assert len(cache) == 4  # many small sessions fit where count-bounded caches would evict
+
+
+def test_an_artifact_larger_than_the_bound_is_refused() -> None:
+    cache = SessionCache(max_bytes=100)
+    with pytest.raises(PayloadTooLarge):
+        cache.get_or_load("big", 101, lambda: entry(101))
+
+
+def test_concurrent_requests_for_one_key_load_it_once() -> None:
+    cache = SessionCache(max_bytes=1000)
+    loads = []
+
+    def slow_load() -> _Entry:
+        loads.append(1)
+        time.sleep(0.05)
+        return entry(10)
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.get_or_load("k", 10, slow_load))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1
+    assert len({id(r) for r in results}) == 1
+    assert cache.misses == 1 and cache.hits == 7

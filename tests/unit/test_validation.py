@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.errors import InvalidInput, PayloadTooLarge
+from sluice.signature import Signature, TensorSpec
+from sluice.validation import check_inputs
+
+SIG = Signature(
+    inputs=(TensorSpec("x", "FP32", (-1, 3)), TensorSpec("ids", "INT64", (-1,))),
+    outputs=(TensorSpec("y", "FP32", (-1, 1), role="value"),),
+)
+
+
+def check(arrays: dict[str, np.ndarray], **kw: object) -> dict[str, np.ndarray]:
+    return check_inputs(SIG, arrays, max_elements=kw.pop("max_elements", 1000), **kw)  # type: ignore[arg-type]
+
+
+def good() -> dict[str, np.ndarray]:
+    return {"x": np.ones((2, 3)), "ids": np.array([1, 2])}
+
+
+def test_casts_plain_numbers_to_the_signature_types() -> None:
+    ready = check(good())
+    assert ready["x"].dtype == np.float32 and ready["ids"].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("arrays", "field", "words"),
+    [
+        ({"x": np.ones((2, 3))}, "inputs.ids", "missing input 'ids'"),
+        ({**good(), "z": np.ones(1)}, "inputs.z", "unexpected input 'z'"),
+        ({**good(), "x": np.ones((2, 4))}, "inputs.x.shape", "size 3 on axis 1"),
+        ({**good(), "x": np.ones(3)}, "inputs.x.shape", "needs 2 dimensions"),
+        ({**good(), "x": np.array([[1.0, np.nan, 2.0]])}, "inputs.x", "NaN or infinite"),
+        ({**good(), "x": np.array([[1.0, np.inf, 2.0]])}, "inputs.x", "NaN or infinite"),
+        ({**good(), "ids": np.array([1.5, 2.0])}, "inputs.ids", "INT64"),
+        ({**good(), "ids": np.array(["a", "b"])}, "inputs.ids", "INT64"),
+        ({**good(), "ids": np.array([2.0**70, 1.0])}, "inputs.ids", "INT64"),
+    ],
+)
+def test_rejects_with_the_field_named(arrays: dict[str, np.ndarray], field: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check(arrays)
+    assert err.value.field == field
+    assert words in err.value.message
+    assert err.value.status == 400
+
+
+def test_declared_v2_datatype_must_match_exactly() -> None:
+    with pytest.raises(InvalidInput) as err:
+        check(good(), datatypes={"x": "FP64"})
+    assert err.value.field == "inputs.x.datatype"
+
+
+def test_element_limit_is_413() -> None:
+    with pytest.raises(PayloadTooLarge) as err:
+        check({"x": np.ones((400, 3)), "ids": np.arange(400)}, max_elements=1000)
+    assert err.value.status == 413 and "batch" in err.value.message
