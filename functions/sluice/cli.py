@@ -179,6 +179,45 @@ def cmd_deployments_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deployments_stats(args: argparse.Namespace) -> int:
+    stats = _container().deployments.stats(_operator(args), args.name)
+    if args.json:
+        _print_json(stats)
+        return 0
+    print(f"deployment {stats['deployment']} (revision {stats['revision']})")
+    rows = []
+    for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"])):
+        for name, s in items.items():
+            lat = s["latency_ms"]
+            agreement = s.get("agreement")
+            ci = s.get("agreement_ci95")
+            rows.append({
+                "kind": kind,
+                "name": name,
+                "requests": s["requests"],
+                "errors": s["errors"],
+                "p50_ms": lat["p50"],
+                "p95_ms": lat["p95"],
+                "p99_ms": lat["p99"],
+                "agreement": f"{agreement:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if agreement is not None and ci else "-",
+                "mean_abs_diff": f"{s['mean_abs_diff']:.4g}" if s.get("mean_abs_diff") is not None else "-",
+                "max_abs_diff": f"{s['max_abs_diff']:.4g}" if s.get("max_abs_diff") is not None else "-",
+                "mean_reward": s.get("mean_reward", "-"),
+            })
+    overall = stats["overall"]
+    rows.insert(0, {"kind": "all", "name": "-", "requests": overall["requests"], "errors": overall["errors"],
+                    "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
+                    "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})
+    _table(rows, ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"])
+    return 0
+
+
+def cmd_deployments_promote(args: argparse.Namespace) -> int:
+    dep = _container().deployments.promote(_operator(args), args.name, args.mirror)
+    print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}")
+    return 0
+
+
 # predict ------------------------------------------------------------------------------
 def cmd_predict(args: argparse.Namespace) -> int:
     from sluice.codecs.plain import arrays_from_request, present_rows
@@ -190,14 +229,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
     service = container.predictions
     resolved = service.resolve(_operator(args), args.deployment, version=args.version)
     arrays = service.check(resolved, arrays_from_request(resolved.version.signature, **given))
-    prediction = asyncio.run(service.infer(resolved, arrays))
-    rows = present_rows(resolved.version.signature, prediction.result)
+    async def run() -> Any:
+        prediction = await service.infer(
+            resolved, arrays, routing=lambda _: args.routing_key, variant=args.variant
+        )
+        for job in prediction.mirrors:
+            await container.mirror.submit(job)  # type: ignore[union-attr]
+        service.stats.flush()
+        return prediction
+
+    prediction = asyncio.run(run())
+    answer = prediction.answer
+    rows = present_rows(answer.signature, answer.result)
     out: dict[str, Any] = {
         "deployment": resolved.deployment.name,
-        "model": resolved.version.model,
-        "version": resolved.version.version,
+        "model": answer.version.model,
+        "version": answer.version.version,
         "latency_ms": prediction.latency_ms,
     }
+    if answer.variant:
+        out["variant"] = answer.variant
+    if answer.members:
+        out["members"] = answer.members
     if "batch" in given or len(rows) != 1:
         out["predictions"] = rows
     else:
@@ -274,12 +327,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("name")
         p.set_defaults(func=func)
 
+    stats = deps.add_parser("stats", help="traffic, latency and shadow verdicts per variant and mirror")
+    stats.add_argument("name")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=cmd_deployments_stats)
+    promote = deps.add_parser("promote", help="make a shadow mirror the primary")
+    promote.add_argument("name")
+    promote.add_argument("mirror")
+    promote.set_defaults(func=cmd_deployments_promote)
+
     predict = sub.add_parser("predict", help="predict with a deployment, in this process")
     predict.add_argument("deployment")
     predict.add_argument("--features", help='one row as JSON: {"name": value, ...}')
     predict.add_argument("--inputs", help="rows as JSON: [[...], ...] or {input: rows}")
     predict.add_argument("--batch", help="several rows as JSON, or @file.json")
     predict.add_argument("--version", type=int)
+    predict.add_argument("--routing-key", help="sticky routing key for splits (e.g. a user id)")
+    predict.add_argument("--variant", help="ask for a split's variant by name")
     predict.set_defaults(func=cmd_predict)
 
     keys = sub.add_parser("keys", help="issue and revoke API keys").add_subparsers(dest="action", required=True)

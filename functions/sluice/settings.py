@@ -40,6 +40,10 @@ class Settings(BaseSettings):
         default="",
         description="`file:///path` or `s3://bucket/prefix`; empty: a folder under home.",
     )
+    mirror: str = Field(
+        default="",
+        description="Where shadow mirrors run: `local` (a background task) or `lambda://function-name`.",
+    )
     region: str | None = Field(
         default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
     )

@@ -12,11 +12,13 @@ from sluice.services.deployments import DeploymentService
 from sluice.services.keys import KeyService
 from sluice.services.models import ModelService
 from sluice.services.predictions import PredictionService
+from sluice.services.shadow import ShadowRunner
 from sluice.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
 
@@ -52,6 +54,19 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     return {"onnx": OnnxRuntime(store, settings)}
 
 
+def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
+    url = settings.mirror
+    if url in ("", "local"):
+        from sluice.shadow.mirror import LocalMirror
+
+        return LocalMirror(runner)
+    if url.startswith("lambda://"):
+        from sluice.shadow.mirror import LambdaMirror
+
+        return LambdaMirror.from_url(url, store, region=settings.region)
+    raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
+
+
 @dataclass
 class Container:
     settings: Settings
@@ -59,11 +74,17 @@ class Container:
     store: ArtifactStore
     runtimes: dict[str, Runtime]
     telemetry: Telemetry = field(default_factory=Telemetry)
+    mirror: Mirror | None = None
 
     def __post_init__(self) -> None:
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
         self.models = ModelService(self.registry, self.store)
-        self.deployments = DeploymentService(self.registry, on_change=self.predictions.forget)
+        self.deployments = DeploymentService(
+            self.registry, on_change=self.predictions.forget, recorder=self.predictions.stats
+        )
+        self.shadows = ShadowRunner(self.predictions)
+        if self.mirror is None:
+            self.mirror = build_mirror(self.settings, self.store, self.shadows)
         self.keys = KeyService(self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s)
 
     @classmethod

@@ -29,6 +29,14 @@ CREATE TABLE IF NOT EXISTS deployment_history (
     tenant TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT,
     doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS deployment_history_by_name ON deployment_history (tenant, name, seq);
+CREATE TABLE IF NOT EXISTS stats (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
+    subject TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (tenant, deployment, revision, subject, name));
+CREATE TABLE IF NOT EXISTS assignments (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+    variant TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (tenant, deployment, request_id));
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant);
@@ -228,6 +236,48 @@ class SqliteRegistry:
             "INSERT INTO deployment_history (tenant, name, doc) VALUES (?, ?, ?)",
             (dep.tenant, dep.name, json.dumps(codec.change_to_dict(change))),
         )
+
+    # Statistics -----------------------------------------------------------------------
+    def merge_stats(
+        self, tenant: str, deployment: str, revision: int, subject: str,
+        sums: dict[str, float], maxes: dict[str, float],
+    ) -> None:
+        key = (tenant, deployment, revision, subject)
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(tenant, deployment, revision, subject, name) DO UPDATE SET value = value + excluded.value",
+                [(*key, name, value) for name, value in sums.items()],
+            )
+            db.executemany(
+                "INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(tenant, deployment, revision, subject, name) DO UPDATE SET value = MAX(value, excluded.value)",
+                [(*key, name, value) for name, value in maxes.items()],
+            )
+
+    def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]:
+        rows = self._conn().execute(
+            "SELECT subject, name, value FROM stats WHERE tenant = ? AND deployment = ? AND revision = ?",
+            (tenant, deployment, revision),
+        ).fetchall()
+        out: dict[str, dict[str, float]] = {}
+        for subject, name, value in rows:
+            out.setdefault(subject, {})[name] = value
+        return out
+
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO assignments VALUES (?, ?, ?, ?, ?)",
+                (tenant, deployment, request_id, variant, now()),
+            )
+
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
+        row = self._conn().execute(
+            "SELECT variant FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
+            (tenant, deployment, request_id),
+        ).fetchone()
+        return row[0] if row else None
 
     # API keys -------------------------------------------------------------------------
     def put_api_key(self, key: ApiKey) -> ApiKey:

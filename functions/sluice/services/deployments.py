@@ -1,4 +1,4 @@
-"""Deployments: the names clients call, each routing by a validated policy."""
+"""Deployments: the names clients call, each routing by a policy validated when saved."""
 
 from __future__ import annotations
 
@@ -6,15 +6,22 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Deployment, check_name, now
-from sluice.errors import Conflict
-from sluice.routing import parse_policy, referenced_versions
+from sluice.errors import BadRequest, Conflict, NotFound, Unprocessable
+from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
+from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
+from sluice.stats.verdicts import comparison, traffic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain import Principal
     from sluice.registry import DeploymentChange, Registry
+    from sluice.routing.policy import Node
+    from sluice.signature import Signature
+    from sluice.stats.recorder import StatsRecorder
+
+MAX_GRAPH_DEPTH = 8
 
 
 def single_policy(model: str, version: int) -> dict[str, Any]:
@@ -22,17 +29,69 @@ def single_policy(model: str, version: int) -> dict[str, Any]:
 
 
 class DeploymentService:
-    def __init__(self, registry: Registry, on_change: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        on_change: Callable[[str, str], None] | None = None,
+        recorder: StatsRecorder | None = None,
+    ) -> None:
         self.registry = registry
         self._on_change = on_change or (lambda tenant, name: None)
+        self.recorder = recorder
 
-    def _validated(self, tenant: str, policy: Any) -> dict[str, Any]:
+    # Validation ----------------------------------------------------------------------------
+    def _validated(self, tenant: str, name: str, policy: Any) -> dict[str, Any]:
         node = parse_policy(policy)
-        for target in referenced_versions(node):
-            require_found(
-                self.registry.get_version, tenant, target.model, target.version, field="policy"
-            )
+        self._check_graph(tenant, name, node)
         return node.to_dict()
+
+    def _check_graph(self, tenant: str, name: str, node: Node) -> None:
+        nodes: dict[str, Node] = {name: node}
+
+        def resolve(ref: str) -> Node:
+            if ref not in nodes:
+                dep = require_found(self.registry.get_deployment, tenant, ref, field="policy")
+                nodes[ref] = parse_policy(dep.policy)
+            return nodes[ref]
+
+        def visit(current: str, path: list[str]) -> None:
+            if len(path) > MAX_GRAPH_DEPTH:
+                raise Unprocessable(f"deployment references nest more than {MAX_GRAPH_DEPTH} deep", field="policy")
+            for child in walk(resolve(current)):
+                if isinstance(child, Ref):
+                    if child.deployment in path:
+                        cycle = " -> ".join([*path, child.deployment])
+                        raise Unprocessable(f"policy makes a cycle: {cycle}", field="policy")
+                    visit(child.deployment, [*path, child.deployment])
+
+        visit(name, [name])
+        signature_of = self._signature_resolver(tenant, resolve)
+        for child in walk(node):
+            if isinstance(child, Single):
+                require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
+        first_inputs = signature_of(node).inputs
+        for child in walk(node):
+            branches: list[tuple[str, Node]] = []
+            if isinstance(child, Split):
+                branches = [(f"variant '{v.name}'", v.node) for v in child.variants]
+            elif isinstance(child, Shadow):
+                branches = [(f"mirror '{m.name}'", m.node) for m in child.mirrors]
+            elif isinstance(child, Ensemble):
+                branches = [(f"member '{m.name}'", m.node) for m in child.members]
+                problem = check_fits(child.aggregator, [signature_of(m.node) for m in child.members])
+                if problem:
+                    raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field="policy.aggregator")
+            for label, branch in branches:
+                if signature_of(branch).inputs != first_inputs:
+                    raise Unprocessable(f"{label} takes different inputs from the rest of the policy", field="policy")
+
+    def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
+        def signature_of(node: Node) -> Signature:
+            first = primary_single(node, resolve)
+            assert first is not None
+            return require_found(self.registry.get_version, tenant, first.model, first.version, field="policy").signature
+
+        return signature_of
 
     def resolve_shorthand(self, principal: Principal, model: str, version: int | None) -> dict[str, Any]:
         """`model` (+ optional `version`, default latest) as a single-version policy."""
@@ -41,16 +100,20 @@ class DeploymentService:
             version = latest.version
         return single_policy(model, version)
 
-    def create(
-        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = ""
-    ) -> Deployment:
+    # Changes -------------------------------------------------------------------------------
+    def create(self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "") -> Deployment:
         principal.require("admin")
         check_name(name, field="name")
+        try:
+            self.registry.get_deployment(principal.tenant, name)
+            raise Conflict(f"deployment '{name}' already exists", field="name")
+        except NotFound:
+            pass
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,
                 name=name,
-                policy=self._validated(principal.tenant, policy),
+                policy=self._validated(principal.tenant, name, policy),
                 description=description,
                 updated_by=principal.subject,
             )
@@ -70,18 +133,32 @@ class DeploymentService:
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
             raise Conflict(
-                f"deployment '{name}' is at revision {current.revision}, not {expected_revision}",
-                field="revision",
+                f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
             )
         updated = replace(
             current,
-            policy=self._validated(principal.tenant, policy),
+            policy=self._validated(principal.tenant, name, policy),
             updated_at=now(),
             updated_by=principal.subject,
         )
         stored = self.registry.update_deployment(updated, expected_revision=current.revision)
         self._on_change(principal.tenant, name)
         return stored
+
+    def promote(self, principal: Principal, name: str, mirror: str) -> Deployment:
+        """Make a shadow mirror the primary. Other mirrors stay; the old primary goes."""
+        current = self.registry.get_deployment(principal.tenant, name)
+        node = parse_policy(current.policy)
+        if not isinstance(node, Shadow):
+            raise BadRequest(f"deployment '{name}' has no shadow mirrors to promote", field="mirror")
+        chosen = next((m for m in node.mirrors if m.name == mirror), None)
+        if chosen is None:
+            raise BadRequest(
+                f"no mirror '{mirror}'; deployment '{name}' has {[m.name for m in node.mirrors]}", field="mirror"
+            )
+        rest = tuple(m for m in node.mirrors if m.name != mirror)
+        promoted: Node = Shadow(chosen.node, rest) if rest else chosen.node
+        return self.update(principal, name, promoted.to_dict(), expected_revision=current.revision)
 
     def get(self, principal: Principal, name: str) -> Deployment:
         return self.registry.get_deployment(principal.tenant, name)
@@ -100,3 +177,46 @@ class DeploymentService:
             self.registry.get_deployment(principal.tenant, name)
         return changes
 
+    # Verdicts and feedback -------------------------------------------------------------------
+    def stats(self, principal: Principal, name: str, *, revision: int | None = None) -> dict[str, Any]:
+        dep = self.registry.get_deployment(principal.tenant, name)
+        if self.recorder is not None:
+            self.recorder.flush()
+        rev = revision or dep.revision
+        counters = self.registry.read_stats(principal.tenant, name, rev)
+        variants: dict[str, Any] = {}
+        mirrors: dict[str, Any] = {}
+        for subject, c in sorted(counters.items()):
+            kind, _, label = subject.partition(":")
+            if kind == "variant":
+                variants[label] = {**traffic(c), **_reward(c)}
+            elif kind == "mirror":
+                mirrors[label] = {**traffic(c), **comparison(c)}
+        return {
+            "deployment": name,
+            "revision": rev,
+            "overall": traffic(counters.get("deployment", {})),
+            "variants": variants,
+            "mirrors": mirrors,
+        }
+
+    def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:
+        """Credit `reward` (0..1) to the variant that answered `request_id`; returns its name."""
+        principal.require("predict")
+        dep = self.registry.get_deployment(principal.tenant, name)
+        if not 0 <= reward <= 1:
+            raise BadRequest("reward must be between 0 and 1", field="reward")
+        variant = self.registry.get_assignment(principal.tenant, name, request_id)
+        if variant is None:
+            raise BadRequest(
+                f"no bandit assignment for request '{request_id}' on deployment '{name}'", field="request_id"
+            )
+        if self.recorder is not None:
+            self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
+            self.recorder.flush()
+        return variant
+
+
+def _reward(counters: dict[str, float]) -> dict[str, Any]:
+    n = counters.get("reward_n", 0)
+    return {"rewards": int(n), "mean_reward": round(counters.get("reward_sum", 0) / n, 6)} if n else {}

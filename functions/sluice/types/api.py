@@ -24,6 +24,10 @@ class PredictionRequest(WireModel):
     batch: list[Any] | None = Field(None, description="Several rows: feature objects or lists.")
     version: int | None = Field(None, ge=1, description="Pin a version of the deployment's model.")
     request_id: str | None = Field(None, max_length=128)
+    routing_key: str | None = Field(
+        None, max_length=256, description="Sticky routing for splits (e.g. a user id); also read from the header the policy names."
+    )
+    variant: str | None = Field(None, max_length=64, description="Ask for a split's variant by name.")
     options: PredictionOptions = Field(default_factory=PredictionOptions)
 
     model_config = {
@@ -43,12 +47,23 @@ class RowPrediction(WireModel):
     confidence: float | None = None
 
 
+class MemberReport(WireModel):
+    name: str
+    ok: bool
+    latency_ms: float
+    model: str | None = None
+    version: int | None = None
+    error: str | None = None
+
+
 class PredictionResponse(WireModel):
     request_id: str
     deployment: str
     model: str
     version: int
     latency_ms: float
+    variant: str | None = Field(None, description="The split variant(s) that answered, outermost first.")
+    members: list[MemberReport] | None = Field(None, description="An ensemble's members: who answered, and how fast.")
     prediction: Any = None
     probabilities: dict[str, float] | None = None
     confidence: float | None = None
@@ -133,6 +148,15 @@ class DeploymentChangeOut(WireModel):
     by: str
     old_policy: dict[str, Any] | None
     new_policy: dict[str, Any] | None
+
+
+class Feedback(WireModel):
+    request_id: str = Field(max_length=128)
+    reward: float = Field(ge=0, le=1, description="How good the answer was, 0 to 1.")
+
+
+class Promote(WireModel):
+    mirror: str
 
 
 class KeyCreate(WireModel):

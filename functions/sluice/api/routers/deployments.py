@@ -6,11 +6,18 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import JSONResponse
 from sluice.errors import BadRequest
-from sluice.types.api import DeploymentChangeOut, DeploymentCreate, DeploymentOut, DeploymentUpdate
+from sluice.types.api import (
+    DeploymentChangeOut,
+    DeploymentCreate,
+    DeploymentOut,
+    DeploymentUpdate,
+    Feedback,
+    Promote,
+)
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
 
@@ -53,6 +60,22 @@ def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, co
 @router.delete("/{name}", status_code=204, summary="Delete a deployment")
 def delete_deployment(name: str, principal: AdminDep, container: ContainerDep) -> None:
     container.deployments.delete(principal, name)
+
+
+@router.get("/{name}/stats", summary="Verdicts: per variant and mirror, traffic, errors, latency, agreement")
+def deployment_stats(name: str, principal: AdminDep, container: ContainerDep, revision: int | None = None) -> JSONResponse:
+    return JSONResponse(container.deployments.stats(principal, name, revision=revision))
+
+
+@router.post("/{name}/promote", response_model=DeploymentOut, summary="Make a shadow mirror the primary")
+def promote_mirror(name: str, body: Promote, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(deployment_out(container.deployments.promote(principal, name, body.mirror)))
+
+
+@router.post("/{name}/feedback", summary="Reward the variant that answered a request (bandit splits)")
+def feedback(name: str, body: Feedback, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    variant = container.deployments.feedback(principal, name, body.request_id, body.reward)
+    return JSONResponse({"deployment": name, "request_id": body.request_id, "variant": variant, "reward": body.reward})
 
 
 @router.get("/{name}/history", response_model=list[DeploymentChangeOut], summary="Who changed the policy, when, old -> new")

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from sluice.api.after import after_response
 from sluice.api.deps import ContainerDep, PrincipalDep, request_id
 from sluice.api.responses import JSONResponse
 from sluice.codecs.plain import arrays_from_request, present_rows
@@ -40,18 +41,28 @@ async def predict(
     arrays = arrays_from_request(signature, inputs=body.inputs, features=body.features, batch=body.batch)
     arrays = service.check(resolved, arrays)
     prediction = await service.infer(
-        resolved, arrays, log_fields={"request_id": rid, "tenant": principal.tenant}
+        resolved,
+        arrays,
+        routing=lambda name: body.routing_key or request.headers.get(name),
+        variant=body.variant,
+        request_id=rid,
+        log_fields={"request_id": rid, "tenant": principal.tenant},
     )
-    rows = present_rows(signature, prediction.result, return_probabilities=body.options.return_probabilities)
+    answer = prediction.answer
+    rows = present_rows(answer.signature, answer.result, return_probabilities=body.options.return_probabilities)
     content: dict[str, Any] = {
         "request_id": rid,
         "deployment": resolved.deployment.name,
-        "model": resolved.version.model,
-        "version": resolved.version.version,
+        "model": answer.version.model,
+        "version": answer.version.version,
         "latency_ms": prediction.latency_ms,
     }
+    if answer.variant is not None:
+        content["variant"] = answer.variant
+    if answer.members is not None:
+        content["members"] = answer.members
     if body.batch is not None or len(rows) != 1:
         content["predictions"] = rows
     else:
         content.update(rows[0])
-    return JSONResponse(content, headers={"x-request-id": rid})
+    return JSONResponse(content, headers={"x-request-id": rid}, background=after_response(container, prediction))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 
+from sluice.api.after import after_response
 from sluice.api.deps import ContainerDep, PrincipalDep, parse_body, request_id
 from sluice.api.responses import JSONResponse
 from sluice.api.routers.predictions import ERRORS
@@ -78,28 +79,43 @@ async def _infer(request: Request, principal: PrincipalDep, container: Container
                     field=f"outputs.{out}",
                 )
     rid = request_id(request, body.id)
+    params = body.parameters or {}
     prediction = await service.infer(
-        resolved, arrays, outputs=wanted, log_fields={"request_id": rid, "tenant": principal.tenant}
+        resolved,
+        arrays,
+        outputs=wanted,
+        routing=lambda key: str(params.get("routing_key") or "") or request.headers.get(key),
+        variant=params.get("variant"),
+        request_id=rid,
+        log_fields={"request_id": rid, "tenant": principal.tenant},
     )
+    answer = prediction.answer
     outputs = []
-    for out_name, array in prediction.result.outputs.items():
+    for out_name, array in answer.result.outputs.items():
+        if wanted and out_name not in wanted:
+            continue
         tensor = encode_tensor(out_name, array)
-        classes = prediction.result.classes.get(out_name)
+        classes = answer.result.classes.get(out_name)
         if classes is not None:
             tensor["parameters"] = {"classes": classes}
         outputs.append(tensor)
+    parameters: dict[str, Any] = {
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "latency_ms": prediction.latency_ms,
+    }
+    if answer.variant is not None:
+        parameters["variant"] = answer.variant
+    if answer.members is not None:
+        parameters["members"] = answer.members
     content = {
         "model_name": resolved.deployment.name,
-        "model_version": str(resolved.version.version),
+        "model_version": str(answer.version.version),
         "id": rid,
-        "parameters": {
-            "model": resolved.version.model,
-            "version": resolved.version.version,
-            "latency_ms": prediction.latency_ms,
-        },
+        "parameters": parameters,
         "outputs": outputs,
     }
-    return JSONResponse(content, headers={"x-request-id": rid})
+    return JSONResponse(content, headers={"x-request-id": rid}, background=after_response(container, prediction))
 
 
 @router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")

@@ -1,0 +1,48 @@
+"""The shadow Lambda: invoked asynchronously by the API with a shadow job (or a pointer to
+one in S3 when it is over the 1 MB asynchronous payload limit); runs the mirror, compares,
+records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from sluice.observability import get_logger, get_metrics
+from sluice.shadow.jobs import ShadowJob
+
+if TYPE_CHECKING:
+    from sluice.wiring import Container
+
+logger = get_logger()
+metrics = get_metrics()
+_container: Container | None = None
+
+
+def container() -> Container:
+    global _container
+    if _container is None:
+        from sluice.wiring import get_container
+
+        _container = get_container()
+    return _container
+
+
+def load_job(event: dict[str, Any], store: Any) -> ShadowJob:
+    if "payload_uri" in event:
+        data = store.get(event["payload_uri"], sha256=event["sha256"])
+        return ShadowJob.from_json(json.loads(data))
+    return ShadowJob.from_json(event)
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    c = container()
+    job = load_job(event, c.store)
+    logger.append_keys(tenant=job.tenant, deployment=job.deployment, mirror=job.mirror, request_id=job.request_id)
+    asyncio.run(c.shadows.run(job))
+    c.predictions.stats.flush()
+    if "payload_uri" in event:
+        c.store.delete(event["payload_uri"])
+    return {"deployment": job.deployment, "mirror": job.mirror, "status": "compared"}

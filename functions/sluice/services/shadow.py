@@ -1,0 +1,44 @@
+"""Running one shadow job: the mirror answers, its answer is compared and recorded."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sluice.errors import SluiceError
+from sluice.routing import parse_policy
+from sluice.runtimes import InferenceResult
+from sluice.shadow.compare import compare
+from sluice.signature import Signature
+
+if TYPE_CHECKING:
+    from sluice.services.predictions import PredictionService
+    from sluice.shadow.jobs import ShadowJob
+
+
+class ShadowRunner:
+    def __init__(self, predictions: PredictionService) -> None:
+        self.predictions = predictions
+
+    async def run(self, job: ShadowJob) -> None:
+        stats = self.predictions.stats
+        key = (job.tenant, job.deployment, job.revision, f"mirror:{job.mirror}")
+        started = time.perf_counter()
+        try:
+            answer = await self.predictions.execute_node(
+                job.tenant, parse_policy(job.node, field="mirror"), job.inputs, budget_s=self.predictions.settings.request_timeout_s
+            )
+        except SluiceError:
+            stats.request(key, 0.0, ok=False)
+            raise
+        finally:
+            if stats.due():
+                stats.flush()
+        latency_ms = (time.perf_counter() - started) * 1000
+        stats.request(key, latency_ms, ok=True)
+        primary = InferenceResult(job.primary_outputs, job.primary_classes)
+        sums, maxes = compare(Signature.from_dict(job.primary_signature), primary, answer.signature, answer.result)
+        if job.primary_latency_ms > 0:
+            sums["ratio_sum"] = latency_ms / job.primary_latency_ms
+            sums["ratio_n"] = 1
+        stats.add(key, sums, maxes)

@@ -1,0 +1,74 @@
+"""Where shadow jobs go: run in this process (local), or to the shadow Lambda (AWS)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.observability import get_logger
+
+if TYPE_CHECKING:
+    from sluice.services.shadow import ShadowRunner
+    from sluice.shadow.jobs import ShadowJob
+    from sluice.storage import ArtifactStore
+
+# Lambda takes up to 1 MB for an asynchronous invoke; leave room for the envelope.
+ASYNC_PAYLOAD_LIMIT = 1_000_000 - 16_384
+
+
+class Mirror(Protocol):
+    async def submit(self, job: ShadowJob) -> None:
+        """Hand the job off. Never raises: a mirror must not touch the primary's response."""
+        ...
+
+
+class LocalMirror:
+    """Runs mirrors in this process, after the response (a background task)."""
+
+    def __init__(self, runner: ShadowRunner) -> None:
+        self.runner = runner
+
+    async def submit(self, job: ShadowJob) -> None:
+        try:
+            await self.runner.run(job)
+        except Exception:
+            get_logger().exception("shadow mirror failed", extra={"deployment": job.deployment, "mirror": job.mirror})
+
+
+class LambdaMirror:
+    """An asynchronous invoke of the shadow handler; bodies over the limit travel through S3."""
+
+    def __init__(self, function_name: str, store: ArtifactStore, *, client: Any = None, region: str | None = None) -> None:
+        self.function_name = function_name
+        self.store = store
+        self._client = client
+        self._region = region
+
+    @classmethod
+    def from_url(cls, url: str, store: ArtifactStore, *, region: str | None = None) -> LambdaMirror:
+        return cls(url.removeprefix("lambda://"), store, region=region)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("lambda", region_name=self._region)
+        return self._client
+
+    def payload(self, job: ShadowJob) -> bytes:
+        body = json.dumps(job.to_json()).encode()
+        if len(body) <= ASYNC_PAYLOAD_LIMIT:
+            return body
+        ref = self.store.put(job.tenant, body, suffix=".shadow.json")
+        return json.dumps({"payload_uri": ref.uri, "sha256": ref.sha256, "tenant": job.tenant}).encode()
+
+    async def submit(self, job: ShadowJob) -> None:
+        try:
+            payload = self.payload(job)
+            await asyncio.to_thread(
+                self.client.invoke, FunctionName=self.function_name, InvocationType="Event", Payload=payload
+            )
+        except Exception:
+            get_logger().exception("shadow invoke failed", extra={"deployment": job.deployment, "mirror": job.mirror})

@@ -1,0 +1,2 @@
+"""Per-deployment statistics: requests, errors and latency per variant and mirror, shadow
+comparisons, bandit rewards. Recorded in memory, merged into the registry in batches."""

@@ -1,0 +1,39 @@
+"""Log-spaced latency histograms: additive (so containers can merge them with plain
+counters) and precise to a few percent for percentiles."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+GROWTH = 1.05
+FLOOR_MS = 0.01
+PREFIX = "lat_"
+
+
+def bucket(latency_ms: float) -> int:
+    if latency_ms <= FLOOR_MS:
+        return 0
+    return 1 + int(math.log(latency_ms / FLOOR_MS, GROWTH))
+
+
+def bucket_value(index: int) -> float:
+    """A representative latency for a bucket (its geometric middle)."""
+    if index == 0:
+        return FLOOR_MS
+    return FLOOR_MS * GROWTH ** (index - 0.5)
+
+
+def percentile(counters: Mapping[str, float], q: float) -> float | None:
+    """The q-th percentile (0-100) of latencies in counters keyed `lat_<bucket>`."""
+    buckets = sorted((int(k[len(PREFIX):]), v) for k, v in counters.items() if k.startswith(PREFIX) and v > 0)
+    total = sum(v for _, v in buckets)
+    if total == 0:
+        return None
+    rank = q / 100 * total
+    seen = 0.0
+    for index, count in buckets:
+        seen += count
+        if seen >= rank:
+            return round(bucket_value(index), 3)
+    return round(bucket_value(buckets[-1][0]), 3)

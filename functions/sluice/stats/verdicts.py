@@ -1,0 +1,59 @@
+"""Turning counters into verdicts: percentiles, agreement with a Wilson interval, and the
+mean absolute difference with a normal-approximation interval. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from sluice.stats.histogram import percentile
+
+Z95 = 1.959964
+
+
+def wilson(successes: float, n: float, z: float = Z95) -> tuple[float, float] | None:
+    if n <= 0:
+        return None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (round(max(0.0, centre - half), 6), round(min(1.0, centre + half), 6))
+
+
+def mean_interval(total: float, total_sq: float, n: float, z: float = Z95) -> tuple[float, float, float] | None:
+    if n <= 0:
+        return None
+    mean = total / n
+    variance = max(total_sq / n - mean * mean, 0.0) * (n / (n - 1) if n > 1 else 0.0)
+    half = z * math.sqrt(variance / n) if n > 1 else 0.0
+    return (round(mean, 9), round(mean - half, 9), round(mean + half, 9))
+
+
+def traffic(counters: Mapping[str, float]) -> dict[str, Any]:
+    requests = counters.get("requests", 0)
+    errors = counters.get("errors", 0)
+    return {
+        "requests": int(requests),
+        "errors": int(errors),
+        "error_rate": round(errors / requests, 6) if requests else None,
+        "latency_ms": {q: percentile(counters, float(q[1:])) for q in ("p50", "p95", "p99")},
+    }
+
+
+def comparison(counters: Mapping[str, float]) -> dict[str, Any]:
+    compared = counters.get("compared", 0)
+    labelled = counters.get("labelled", 0)
+    agree = counters.get("agree", 0)
+    diff = mean_interval(counters.get("diff_sum", 0), counters.get("diff_sumsq", 0), counters.get("diff_n", 0))
+    ratio_n = counters.get("ratio_n", 0)
+    return {
+        "compared": int(compared),
+        "agreement": round(agree / labelled, 6) if labelled else None,
+        "agreement_ci95": wilson(agree, labelled),
+        "mean_abs_diff": diff[0] if diff else None,
+        "mean_abs_diff_ci95": [diff[1], diff[2]] if diff else None,
+        "max_abs_diff": counters.get("diff_max"),
+        "latency_ratio": round(counters.get("ratio_sum", 0) / ratio_n, 4) if ratio_n else None,
+    }
