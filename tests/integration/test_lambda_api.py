@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from sluice.wiring import Container
 from tests.conftest import EVENTS
+from tests.support import LambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-
-@dataclass
-class LambdaContext:
-    function_name: str = "sluice-api"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = "arn:aws:lambda:eu-west-1:123456789012:function:sluice-api"
-    memory_limit_in_mb: int = 1024
-    aws_request_id: str = "0f2a4e8e-1111-2222-3333-444455556666"
-    log_group_name: str = "/aws/lambda/sluice-api"
-    log_stream_name: str = "2026/11/21/[$LATEST]abc"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 29_000
 
 
 @pytest.fixture

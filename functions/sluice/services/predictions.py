@@ -328,13 +328,13 @@ class PredictionService:
         if node.aggregator == "first_success":
             winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
             if winner is None:
-                raise BackendError("no ensemble member answered", details={"members": report})
+                raise BackendError("no ensemble member answered", members=report)
             return replace(winner, members=report)
         need = node.min_members or len(node.members)
         if len(answers) < need:
             timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
             cls = DeadlineExceeded if timed_out else BackendError
-            raise cls(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", details={"members": report})
+            raise cls(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
         combined = aggregate(
             node.aggregator,
             [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],

@@ -1,0 +1,70 @@
+"""moto-backed AWS for integration tests: fake credentials, a region, and a Lambda backend
+whose invokes run sluice's own handlers in process."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.support import LambdaContext
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+REGION = "eu-west-1"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws(config={"lambda": {"use_docker": False}, "stepfunctions": {"execute_state_machine": True}}):
+        yield
+
+
+@pytest.fixture
+def lambda_dispatch(aws: None, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, Callable[[dict[str, Any], Any], Any]], list[dict[str, Any]]]:
+    """Register a moto Lambda whose invokes call `handler(event, context)` here; returns the
+    list of events it received."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    routes: dict[str, Callable[[dict[str, Any], Any], Any]] = {}
+    received: dict[str, list[dict[str, Any]]] = {}
+
+    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        name = function_name.split(":")[-1]
+        event = json.loads(body or "{}")
+        received[name].append(event)
+        result = routes[name](event, LambdaContext(function_name=name))
+        return json.dumps(result).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+    iam = boto3.client("iam", region_name=REGION)
+    role = iam.create_role(
+        RoleName="sluice-test-role",
+        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as z:
+        z.writestr("index.py", "def handler(event, context):\n    return event\n")
+
+    def register(name: str, handler: Callable[[dict[str, Any], Any], Any]) -> list[dict[str, Any]]:
+        boto3.client("lambda", region_name=REGION).create_function(
+            FunctionName=name, Runtime="python3.11", Role=role, Handler="index.handler", Code={"ZipFile": code.getvalue()}
+        )
+        routes[name] = handler
+        received[name] = []
+        return received[name]
+
+    return register

@@ -1,0 +1,284 @@
+"""Traffic policies end to end through the API: splits, shadows, ensembles, verdicts."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from tests.conftest import MODELS
+from tests.integration.conftest import auth
+from tests.integration.traffic_fakes import SleepyRuntime, add_fake
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+ROW = [[5.9, 3.0, 5.1, 1.8]]
+
+
+@pytest.fixture
+def fake(demo: Container) -> SleepyRuntime:
+    runtime = SleepyRuntime()
+    demo.runtimes["fake"] = runtime
+    return runtime
+
+
+@pytest.fixture
+def two_irises(demo: Container, acme: Principal) -> Container:
+    """iris:1 (logistic regression) and iris:2 (random forest)."""
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    return demo
+
+
+def deploy(client: TestClient, key: str, name: str, policy: dict[str, Any], *, update: bool = False) -> Any:
+    if update:
+        return client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=auth(key))
+    return client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=auth(key))
+
+
+def single(model: str, version: int) -> dict[str, Any]:
+    return {"kind": "single", "model": model, "version": version}
+
+
+def predict(client: TestClient, key: str, deployment: str, **extra: Any) -> Any:
+    return client.post("/api/v1/predictions", json={"deployment": deployment, "inputs": ROW, **extra}, headers=auth(key))
+
+
+# Splits ---------------------------------------------------------------------------------
+def test_canary_split_is_sticky_by_routing_key_and_names_the_variant(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    policy = {
+        "kind": "split",
+        "routing_key": "x-user-id",
+        "variants": [
+            {"name": "stable", "weight": 80, "target": single("iris", 1)},
+            {"name": "canary", "weight": 20, "target": single("iris", 2)},
+        ],
+    }
+    assert deploy(client, keys["acme"], "iris-ab", policy).status_code == 201
+    seen: dict[str, str] = {}
+    for user in range(200):
+        body = predict(client, keys["acme"], "iris-ab", routing_key=f"user-{user}").json()
+        assert body["version"] == (1 if body["variant"] == "stable" else 2)
+        seen[f"user-{user}"] = body["variant"]
+    share = sum(v == "canary" for v in seen.values()) / len(seen)
+    assert 0.1 < share < 0.3
+    again = client.post("/api/v1/predictions", json={"deployment": "iris-ab", "inputs": ROW}, headers={**auth(keys["acme"]), "x-user-id": "user-7"})
+    assert again.json()["variant"] == seen["user-7"]  # the header the policy names works too
+    forced = predict(client, keys["acme"], "iris-ab", variant="canary", routing_key="user-7").json()
+    assert forced["variant"] == "canary" and forced["version"] == 2
+    bad = predict(client, keys["acme"], "iris-ab", variant="nope")
+    assert bad.status_code == 400 and bad.json()["field"] == "variant"
+
+
+def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    policy = {
+        "kind": "split",
+        "bandit": {"algorithm": "epsilon_greedy", "epsilon": 0.1},
+        "variants": [{"name": "lr", "weight": 1, "target": single("iris", 1)}, {"name": "rf", "weight": 1, "target": single("iris", 2)}],
+    }
+    assert deploy(client, keys["acme"], "iris-bandit", policy).status_code == 201
+    for i in range(60):
+        body = predict(client, keys["acme"], "iris-bandit", request_id=f"r{i}").json()
+        reward = 1.0 if body["variant"] == "rf" else 0.0
+        fb = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": f"r{i}", "reward": reward}, headers=auth(keys["acme_predict"]))
+        assert fb.status_code == 200 and fb.json()["variant"] == body["variant"]
+        two_irises.predictions._rewards.clear()  # this test does not wait for the 2 s reward cache
+    later = [predict(client, keys["acme"], "iris-bandit").json()["variant"] for _ in range(100)]
+    assert later.count("rf") >= 80
+    stats = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(keys["acme"])).json()
+    assert stats["variants"]["rf"]["mean_reward"] == 1.0
+    missing = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": "never", "reward": 1}, headers=auth(keys["acme"]))
+    assert missing.status_code == 400 and missing.json()["field"] == "request_id"
+
+
+# Shadows --------------------------------------------------------------------------------
+def test_shadow_compares_off_the_request_path_and_promote(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    policy = {"kind": "shadow", "primary": single("iris", 1), "mirrors": [{"name": "forest", "target": single("iris", 2)}]}
+    assert deploy(client, keys["acme"], "iris-shadow", policy).status_code == 201
+    rows = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.9, 3.0, 5.1, 1.8]]
+    for row in rows * 10:
+        body = client.post("/api/v1/predictions", json={"deployment": "iris-shadow", "inputs": [row]}, headers=auth(keys["acme"])).json()
+        assert body["version"] == 1 and "variant" not in body  # the client only ever sees the primary
+    stats = client.get("/api/v1/deployments/iris-shadow/stats", headers=auth(keys["acme"])).json()
+    mirror = stats["mirrors"]["forest"]
+    assert mirror["requests"] == 30 and mirror["compared"] == 30 and mirror["errors"] == 0
+    assert 0 < mirror["agreement"] <= 1
+    low, high = mirror["agreement_ci95"]
+    assert low <= mirror["agreement"] <= high
+    assert mirror["max_abs_diff"] >= mirror["mean_abs_diff"] > 0
+    assert mirror["latency_ms"]["p50"] > 0 and mirror["latency_ratio"] > 0
+    assert stats["overall"]["requests"] == 30
+    promoted = client.post("/api/v1/deployments/iris-shadow/promote", json={"mirror": "forest"}, headers=auth(keys["acme"]))
+    assert promoted.status_code == 200 and promoted.json()["policy"] == single("iris", 2)
+    assert predict(client, keys["acme"], "iris-shadow").json()["version"] == 2
+    again = client.post("/api/v1/deployments/iris-shadow/promote", json={"mirror": "forest"}, headers=auth(keys["acme"]))
+    assert again.status_code == 400 and again.json()["field"] == "mirror"
+
+
+def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Container, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    add_fake(demo.registry, "acme", "prim", value=1.0)
+    add_fake(demo.registry, "acme", "slow", value=2.0, sleep_s=0.6)
+    add_fake(demo.registry, "acme", "bad", fail=True)
+    policy = {
+        "kind": "shadow",
+        "primary": single("prim", 1),
+        "mirrors": [{"name": "slow", "target": single("slow", 1)}, {"name": "bad", "target": single("bad", 1)}],
+    }
+    with TestClient(create_app(demo)) as client:
+        assert deploy(client, keys["acme"], "sh", policy).status_code == 201
+        # The server side: infer returns before any mirror runs (they go after the response).
+        import asyncio
+
+        from sluice.domain import Principal
+
+        principal = Principal("acme", frozenset({"predict"}), "t")
+        service = demo.predictions
+        resolved = service.resolve(principal, "sh")
+        started = time.perf_counter()
+        prediction = asyncio.run(service.infer(resolved, service.check(resolved, {"input": __import__("numpy").ones((1, 4))})))
+        assert time.perf_counter() - started < 0.3
+        assert prediction.result.outputs["y"].tolist() == [[1.0]]
+        assert [job.mirror for job in prediction.mirrors] == ["slow", "bad"]
+        assert fake.calls == ["prim:1"]
+        # Over HTTP the answer is the primary's, untouched by the failing mirror.
+        body = predict(client, keys["acme"], "sh").json()
+        assert body["prediction"] == 1.0 and body["model"] == "prim"
+    stats = demo.deployments.stats(principal_admin(), "sh")
+    assert stats["mirrors"]["bad"]["errors"] == 1 and stats["mirrors"]["slow"]["requests"] == 1
+    assert stats["mirrors"]["slow"]["latency_ms"]["p50"] >= 500
+
+
+def principal_admin() -> Principal:
+    from sluice.domain import Principal
+
+    return Principal("acme", frozenset({"admin", "predict"}), "t")
+
+
+def test_mirror_sampling(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    policy = {"kind": "shadow", "primary": single("iris", 1), "mirrors": [{"name": "never", "sample_percent": 0, "target": single("iris", 2)}]}
+    deploy(client, keys["acme"], "iris-s0", policy)
+    for _ in range(10):
+        predict(client, keys["acme"], "iris-s0")
+    stats = client.get("/api/v1/deployments/iris-s0/stats", headers=auth(keys["acme"])).json()
+    assert stats["mirrors"] == {} and stats["overall"]["requests"] == 10
+
+
+# Ensembles ------------------------------------------------------------------------------
+def _ensemble(aggregator: str, members: list[tuple[str, float | None]], **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "ensemble",
+        "aggregator": aggregator,
+        "members": [
+            {"name": m, "target": single(m, 1), **({"timeout_ms": t} if t else {})} for m, t in members
+        ],
+        **extra,
+    }
+
+
+def test_ensemble_members_run_concurrently(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    for name, value in (("m1", 1.0), ("m2", 2.0), ("m3", 6.0)):
+        add_fake(demo.registry, "acme", name, value=value, sleep_s=0.3)
+    assert deploy(client, keys["acme"], "ens", _ensemble("mean", [("m1", None), ("m2", None), ("m3", None)])).status_code == 201
+    started = time.perf_counter()
+    body = predict(client, keys["acme"], "ens").json()
+    elapsed = time.perf_counter() - started
+    assert body["prediction"] == pytest.approx(3.0)
+    assert 0.3 <= elapsed < 0.6  # about the slowest member (0.3 s), not the sum (0.9 s)
+    assert [m["name"] for m in body["members"]] == ["m1", "m2", "m3"] and all(m["ok"] for m in body["members"])
+
+
+def test_ensemble_member_deadlines_and_min_members(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    add_fake(demo.registry, "acme", "quick", value=4.0)
+    add_fake(demo.registry, "acme", "late", value=100.0, sleep_s=1.0)
+    add_fake(demo.registry, "acme", "broken", fail=True)
+    policy = _ensemble("median", [("quick", None), ("late", 100), ("broken", None)], min_members=1)
+    assert deploy(client, keys["acme"], "ens2", policy).status_code == 201
+    started = time.perf_counter()
+    body = predict(client, keys["acme"], "ens2").json()
+    assert time.perf_counter() - started < 0.5
+    assert body["prediction"] == 4.0
+    report = {m["name"]: m for m in body["members"]}
+    assert report["quick"]["ok"] and report["late"]["error"] == "deadline_exceeded" and report["broken"]["error"] == "backend_error"
+    strict = _ensemble("median", [("quick", None), ("late", 100), ("broken", None)], min_members=2)
+    deploy(client, keys["acme"], "ens2", strict, update=True)
+    r = predict(client, keys["acme"], "ens2")
+    assert r.status_code == 502 and "1 of 3" in r.json()["error"]
+    assert len(r.json()["details"]["members"]) == 3
+
+
+def test_first_success_answers_with_the_fastest(demo: Container, client: TestClient, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    add_fake(demo.registry, "acme", "tortoise", value=1.0, sleep_s=0.8)
+    add_fake(demo.registry, "acme", "hare", value=2.0, sleep_s=0.05)
+    add_fake(demo.registry, "acme", "dud", fail=True)
+    deploy(client, keys["acme"], "hedge", _ensemble("first_success", [("tortoise", None), ("dud", None), ("hare", None)]))
+    started = time.perf_counter()
+    body = predict(client, keys["acme"], "hedge").json()
+    assert time.perf_counter() - started < 0.5
+    assert body["prediction"] == 2.0 and body["model"] == "hare"
+
+
+def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    policy = {
+        "kind": "ensemble",
+        "aggregator": "soft_vote",
+        "members": [{"name": "lr", "target": single("iris", 1)}, {"name": "rf", "target": single("iris", 2)}],
+    }
+    assert deploy(client, keys["acme"], "iris-ens", policy).status_code == 201
+    body = predict(client, keys["acme"], "iris-ens").json()
+    lr = predict(client, keys["acme"], "iris", version=1).json()["probabilities"]
+    rf = predict(client, keys["acme"], "iris", version=2).json()["probabilities"]
+    for label, p in body["probabilities"].items():
+        assert p == pytest.approx((lr[label] + rf[label]) / 2, rel=1e-5)
+    assert body["prediction"] == max(body["probabilities"], key=body["probabilities"].get)
+
+
+# Graph validation -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("policy", "status", "field"),
+    [
+        ({"kind": "split", "variants": [{"name": "a", "weight": 0, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": -1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants.0.weight"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants.1.name"),
+        ({"kind": "single", "model": "iris", "version": 99}, 422, "policy"),
+        ({"kind": "ref", "deployment": "ghost"}, 422, "policy"),
+        ({"kind": "ensemble", "aggregator": "majority", "members": [{"name": "a", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
+        ({"kind": "ensemble", "aggregator": "mean", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "ref", "deployment": "diabetes"}}]}, 422, "policy"),
+        ({"kind": "ensemble", "aggregator": "vote", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.aggregator"),
+        ({"kind": "ensemble", "aggregator": "mean", "min_members": 3, "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.min_members"),
+        ({"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "m", "sample_percent": 150, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.mirrors.0.sample_percent"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "split", "variants": [{"name": "b", "weight": 1, "target": {"kind": "split", "variants": [{"name": "c", "weight": 1, "target": {"kind": "split", "variants": [{"name": "d", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}}]}}]}}]}, 400, "policy.variants.0.target.variants.0.target.variants.0.target.variants.0.target"),
+        ({"kind": "teleport"}, 400, "policy.kind"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1}]}, 400, "policy.variants.0.target"),
+    ],
+)
+def test_graph_validation_rejects_bad_policies(client: TestClient, keys: dict[str, str], policy: dict, status: int, field: str) -> None:
+    r = deploy(client, keys["acme"], "bad", policy)
+    assert r.status_code == status, r.text
+    assert r.json()["field"] == field and r.json()["error"]
+
+
+def test_references_resolve_and_cycles_are_rejected(client: TestClient, keys: dict[str, str]) -> None:
+    key = keys["acme"]
+    assert deploy(client, key, "front", {"kind": "ref", "deployment": "iris"}).status_code == 201
+    assert predict(client, key, "front").json()["model"] == "iris"
+    assert deploy(client, key, "back", {"kind": "ref", "deployment": "front"}).status_code == 201
+    r = deploy(client, key, "iris", {"kind": "ref", "deployment": "back"}, update=True)
+    assert r.status_code == 422 and "cycle" in r.json()["error"] and "iris -> back -> front -> iris" in r.json()["error"]
+    assert deploy(client, key, "selfish", {"kind": "ref", "deployment": "selfish"}).status_code == 422
+
+
+def test_references_never_cross_tenants(client: TestClient, keys: dict[str, str]) -> None:
+    r = deploy(client, keys["globex"], "borrow", {"kind": "ref", "deployment": "iris"})
+    assert r.status_code == 422  # acme's iris does not exist for globex
+
+
+def test_policy_changes_are_recorded_with_who_and_what(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    split = {"kind": "split", "variants": [{"name": "a", "weight": 90, "target": single("iris", 1)}, {"name": "b", "weight": 10, "target": single("iris", 2)}]}
+    deploy(client, keys["acme"], "iris", split, update=True)
+    history = client.get("/api/v1/deployments/iris/history", headers=auth(keys["acme"])).json()
+    assert history[-1]["old_policy"] == single("iris", 1) and history[-1]["new_policy"]["kind"] == "split"

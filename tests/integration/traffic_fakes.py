@@ -1,0 +1,53 @@
+"""A runtime that behaves (it sleeps, answers or fails as each version's config says), for
+timing tests that real models on two cores cannot make exact."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from sluice.domain import Model, ModelVersion
+from sluice.errors import BackendError, Conflict
+from sluice.runtimes import InferenceResult
+from sluice.signature import Signature, TensorSpec
+
+INPUT = (TensorSpec("input", "FP32", (-1, 4)),)
+REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))
+
+
+class SleepyRuntime:
+    """`config`: sleep_s (seconds before answering), fail (raise BackendError), value (the answer)."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def load(self, version: ModelVersion) -> None:
+        return None
+
+    async def infer(self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Any = None) -> InferenceResult:
+        self.calls.append(version.ref)
+        await asyncio.sleep(version.config.get("sleep_s", 0.0))
+        if version.config.get("fail"):
+            raise BackendError(f"{version.ref} failed on purpose")
+        rows = next(iter(inputs.values())).shape[0]
+        return InferenceResult({"y": np.full((rows, 1), version.config.get("value", 0.0), dtype=np.float32)})
+
+    async def unload(self, version: ModelVersion) -> None:
+        return None
+
+    async def metadata(self, version: ModelVersion) -> Signature:
+        return version.signature
+
+
+def add_fake(registry: Any, tenant: str, model: str, **config: Any) -> ModelVersion:
+    try:
+        registry.create_model(Model(tenant, model))
+    except Conflict:
+        pass
+    return registry.add_version(
+        ModelVersion(tenant, model, 0, "fake", "fake://", "0" * 64, 0, REGRESSOR, config=config)  # type: ignore[arg-type]
+    )

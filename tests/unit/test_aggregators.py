@@ -1,0 +1,95 @@
+"""Every aggregator checked against results computed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.routing.aggregators import Answer, aggregate, check_fits
+from sluice.runtimes import InferenceResult
+from sluice.signature import Signature, TensorSpec
+
+INPUTS = (TensorSpec("x", "FP32", (-1, 2)),)
+CLF = Signature(INPUTS, (TensorSpec("label", "BYTES", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, -1), role="probabilities")))
+REG = Signature(INPUTS, (TensorSpec("y", "FP32", (-1, 1), role="value"),))
+
+
+def clf(name: str, labels: list[str], probs: list[list[float]], classes: list[str], weight: float = 1.0) -> Answer:
+    result = InferenceResult({"label": np.array(labels, dtype=object), "probs": np.array(probs, dtype=np.float32)}, {"probs": classes})
+    return Answer(name, weight, CLF, result)
+
+
+def reg(name: str, values: list[float], weight: float = 1.0) -> Answer:
+    return Answer(name, weight, REG, InferenceResult({"y": np.array(values, dtype=np.float32).reshape(-1, 1)}))
+
+
+# Two rows, three members; member c lists its classes in another order.
+A = clf("a", ["cat", "dog"], [[0.6, 0.4], [0.2, 0.8]], ["cat", "dog"], weight=1)
+B = clf("b", ["cat", "cat"], [[0.9, 0.1], [0.7, 0.3]], ["cat", "dog"], weight=2)
+C = clf("c", ["dog", "dog"], [[0.8, 0.2], [0.9, 0.1]], ["dog", "cat"], weight=1)  # dog first
+
+
+def probs_of(result: InferenceResult) -> dict[str, list[float]]:
+    classes = result.classes["probs"]
+    return {c: result.outputs["probs"][:, j].tolist() for j, c in enumerate(classes)}
+
+
+def test_mean_aligns_classes_and_averages() -> None:
+    out = aggregate("mean", [A, B, C])
+    p = probs_of(out)
+    # cat: row0 (0.6+0.9+0.2)/3, row1 (0.2+0.7+0.1)/3
+    assert p["cat"] == pytest.approx([1.7 / 3, 1.0 / 3])
+    assert p["dog"] == pytest.approx([1.3 / 3, 2.0 / 3])
+    assert out.outputs["label"].tolist() == ["cat", "dog"]
+
+
+def test_weighted_mean() -> None:
+    p = probs_of(aggregate("weighted_mean", [A, B, C]))
+    # weights 1,2,1 -> cat row0 (0.6 + 1.8 + 0.2)/4 = 0.65 ; row1 (0.2 + 1.4 + 0.1)/4 = 0.425
+    assert p["cat"] == pytest.approx([0.65, 0.425])
+
+
+def test_soft_vote_is_the_label_of_the_mean() -> None:
+    out = aggregate("soft_vote", [A, B, C])
+    assert out.outputs["label"].tolist() == ["cat", "dog"]
+
+
+def test_max_and_median() -> None:
+    assert probs_of(aggregate("max", [A, B, C]))["cat"] == pytest.approx([0.9, 0.7])
+    assert probs_of(aggregate("median", [A, B, C]))["dog"] == pytest.approx([0.4, 0.8])
+
+
+def test_majority_vote_with_weights_and_ties() -> None:
+    out = aggregate("majority", [A, B, C])
+    # row0: cat (a) + cat (b, w2) vs dog (c) -> cat; row1: dog (a) + cat (b, w2) + dog (c) -> tie 2:2 -> a's label, dog
+    assert out.outputs["label"].tolist() == ["cat", "dog"]
+    p = probs_of(out)
+    assert p["cat"] == pytest.approx([0.75, 0.5])
+
+
+def test_regressors() -> None:
+    members = [reg("a", [1.0, 10.0]), reg("b", [2.0, 20.0], weight=3), reg("c", [6.0, 0.0])]
+    assert aggregate("mean", members).outputs["y"].reshape(-1).tolist() == pytest.approx([3.0, 10.0])
+    assert aggregate("weighted_mean", members).outputs["y"].reshape(-1).tolist() == pytest.approx([(1 + 6 + 6) / 5, (10 + 60) / 5])
+    assert aggregate("median", members).outputs["y"].reshape(-1).tolist() == pytest.approx([2.0, 10.0])
+    assert aggregate("max", members).outputs["y"].reshape(-1).tolist() == pytest.approx([6.0, 20.0])
+
+
+@pytest.mark.parametrize(
+    ("how", "signatures", "problem"),
+    [
+        ("majority", [REG, REG], "needs classifiers"),
+        ("soft_vote", [REG], "needs classifiers"),
+        ("mean", [CLF, REG], "mix"),
+        ("mean", [REG, Signature(INPUTS, (TensorSpec("y", "FP32", (-1, 3), role="value"),))], "different shapes"),
+        ("mean", [CLF, Signature(INPUTS, (TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("p", "FP32", (-1, 2), role="value")))], "probability"),
+    ],
+)
+def test_check_fits_explains_misfits(how: str, signatures: list[Signature], problem: str) -> None:
+    assert problem in (check_fits(how, signatures) or "")
+
+
+def test_check_fits_accepts_good_combinations() -> None:
+    assert check_fits("mean", [CLF, CLF]) is None
+    assert check_fits("median", [REG, REG]) is None
+    assert check_fits("first_success", [REG]) is None
