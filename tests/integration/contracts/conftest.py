@@ -1,0 +1,151 @@
+"""Every implementation of a port, for its contract tests: the embedded one and its AWS twin
+(on moto). A contract test takes `registry` or `store` and runs once per implementation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from sluice.registry.dynamodb import DynamoRegistry, create_table
+from sluice.registry.sqlite import SqliteRegistry
+from sluice.storage.folder import FolderStore, path_of_file_url
+from sluice.storage.s3 import S3Store, parse_s3_url
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+    from sluice.registry import Registry
+    from sluice.storage import ArtifactStore
+
+REGION = "us-east-1"
+TABLE = "sluice-registry"
+BUCKET = "sluice-artifacts"
+INBOX = "sluice-inbox"  # a bucket outside the store, for push by URI
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Fake credentials, no shared config files, and every AWS call answered by moto."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with mock_aws():
+        yield
+
+
+class OneCallAtATime:
+    """A client whose calls run one at a time. moto's backend is not thread-safe (a transaction
+    deep-copies tables that other threads are writing), while DynamoDB runs each request
+    atomically: serializing calls, not the steps between them, keeps the races under test."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Registry:
+    if request.param == "sqlite":
+        return SqliteRegistry(tmp_path / "registry.db")
+    request.getfixturevalue("aws")
+    client = boto3.client("dynamodb", region_name=REGION)
+    create_table(client, TABLE)
+    return DynamoRegistry(TABLE, client=cast("DynamoDBClient", OneCallAtATime(client)))
+
+
+class StoreCase(Protocol):
+    """A store under test, plus what a test needs to reach behind it."""
+
+    store: ArtifactStore
+    foreign_uri: str  # a URI of a scheme this store does not read
+
+    def overwrite(self, uri: str, data: bytes) -> None:
+        """Replace the bytes behind an artifact URI, as a corrupted disk or a rogue writer would."""
+        ...
+
+    def count(self) -> int:
+        """How many objects the store holds."""
+        ...
+
+    def external(self, name: str, data: bytes | None) -> str:
+        """A URI outside the store, holding `data` (or nothing when None)."""
+        ...
+
+
+class FolderCase:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = FolderStore(root / "artifacts")
+        self.foreign_uri = f"s3://{INBOX}/model.onnx"
+
+    def overwrite(self, uri: str, data: bytes) -> None:
+        path_of_file_url(uri).write_bytes(data)
+
+    def count(self) -> int:
+        return sum(1 for p in (self.root / "artifacts").rglob("*") if p.is_file())
+
+    def external(self, name: str, data: bytes | None) -> str:
+        path = self.root / "inbox" / name
+        if data is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return path.as_uri()
+
+
+class S3Case:
+    def __init__(self, client: S3Client) -> None:
+        self.client = client
+        for bucket in (BUCKET, INBOX):
+            client.create_bucket(Bucket=bucket)
+        self.store = S3Store.from_url(f"s3://{BUCKET}/prod", region=REGION)
+        self.foreign_uri = "file:///srv/models/model.onnx"
+
+    def overwrite(self, uri: str, data: bytes) -> None:
+        bucket, key = parse_s3_url(uri)
+        self.client.put_object(Bucket=bucket, Key=key, Body=data)
+
+    def count(self) -> int:
+        return int(self.client.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0))
+
+    def external(self, name: str, data: bytes | None) -> str:
+        if data is not None:
+            self.client.put_object(Bucket=INBOX, Key=f"uploads/{name}", Body=data)
+        return f"s3://{INBOX}/uploads/{name}"
+
+
+@pytest.fixture(params=["folder", "s3"])
+def store_case(request: pytest.FixtureRequest, tmp_path: Path) -> StoreCase:
+    if request.param == "folder":
+        return FolderCase(tmp_path)
+    request.getfixturevalue("aws")
+    return S3Case(boto3.client("s3", region_name=REGION))
+
+
+@pytest.fixture
+def store(store_case: StoreCase) -> ArtifactStore:
+    return store_case.store

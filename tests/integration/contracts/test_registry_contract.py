@@ -1,0 +1,544 @@
+"""What every registry does, whether SQLite or DynamoDB answers (see conftest's `registry`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from sluice.domain import ApiKey, Deployment, Model, ModelVersion
+from sluice.errors import Conflict, NotFound, SluiceError, Unavailable
+from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
+from sluice.signature import Signature, TensorSpec
+
+if TYPE_CHECKING:
+    from sluice.registry import Registry
+
+A, B = "acme", "globex"
+
+SIGNATURE = Signature(
+    inputs=(TensorSpec("features", "FP32", (-1, 3), feature_names=("age", "income", "score")),),
+    outputs=(
+        TensorSpec("label", "INT64", (-1,), role="label"),
+        TensorSpec("probabilities", "FP32", (-1, 2), role="probabilities"),
+    ),
+    metadata={"producer": "skl2onnx"},
+)
+
+
+def version_of(model: str, tenant: str = A, **changes: Any) -> ModelVersion:
+    version = ModelVersion(
+        tenant=tenant,
+        model=model,
+        version=0,
+        runtime="onnx",
+        artifact_uri=f"s3://bucket/tenants/{tenant}/sha256/abc.onnx",
+        sha256="ab" * 32,
+        size_bytes=1234,
+        signature=SIGNATURE,
+        config={"threshold": 0.35, "bounds": [[0.5, 1.25], {"low": -2.5}], "retries": 3},
+        created_by="key-1",
+    )
+    return replace(version, **changes)
+
+
+def single(model: str, version: int) -> dict[str, Any]:
+    return {"kind": "single", "model": model, "version": version}
+
+
+def split(weight: float) -> dict[str, Any]:
+    return {
+        "kind": "split",
+        "routes": [
+            {"weight": weight, "node": single("churn", 1)},
+            {"weight": 1 - weight, "node": single("churn", 2)},
+        ],
+        "sticky": None,
+    }
+
+
+def raises(error: type[SluiceError], field: str, call: Callable[[], object]) -> SluiceError:
+    with pytest.raises(error) as caught:
+        call()
+    assert caught.value.field == field, caught.value.message
+    return caught.value
+
+
+# Models ---------------------------------------------------------------------------------
+def test_models_round_trip_and_list_by_name(registry: Registry) -> None:
+    for name in ("fraud", "churn", "ltv"):
+        registry.create_model(Model(A, name, description=f"{name} model", created_by="key-1"))
+    churn = registry.get_model(A, "churn")
+    assert churn.description == "churn model" and churn.created_by == "key-1"
+    assert [m.name for m in registry.list_models(A)] == ["churn", "fraud", "ltv"]
+    assert registry.list_models(B) == []
+
+
+def test_model_names_are_unique_per_tenant(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    raises(Conflict, "name", lambda: registry.create_model(Model(A, "churn", description="again")))
+    assert registry.get_model(A, "churn").description == ""
+
+
+def test_missing_model(registry: Registry) -> None:
+    raises(NotFound, "model", lambda: registry.get_model(A, "nope"))
+    raises(NotFound, "model", lambda: registry.delete_model(A, "nope"))
+    raises(NotFound, "model", lambda: registry.add_version(version_of("nope")))
+
+
+def test_delete_model_removes_its_versions(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    registry.create_model(Model(A, "fraud"))
+    for _ in range(3):
+        registry.add_version(version_of("churn"))
+    registry.add_version(version_of("fraud"))
+    registry.delete_model(A, "churn")
+    raises(NotFound, "model", lambda: registry.get_model(A, "churn"))
+    raises(NotFound, "model", lambda: registry.list_versions(A, "churn"))
+    raises(NotFound, "model", lambda: registry.get_version(A, "churn", 1))
+    assert [m.name for m in registry.list_models(A)] == ["fraud"]
+    assert [v.version for v in registry.list_versions(A, "fraud")] == [1]
+    registry.create_model(Model(A, "churn"))
+    assert registry.list_versions(A, "churn") == []
+    assert registry.add_version(version_of("churn")).version == 1
+
+
+# Versions -------------------------------------------------------------------------------
+def test_versions_are_numbered_in_order_and_round_trip(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    stored = [registry.add_version(version_of("churn", version=99)) for _ in range(3)]
+    assert [v.version for v in stored] == [1, 2, 3]
+    assert registry.get_version(A, "churn", 2) == stored[1]
+    assert registry.get_version(A, "churn", 2).signature == SIGNATURE
+    assert registry.get_version(A, "churn", 2).config["bounds"] == [[0.5, 1.25], {"low": -2.5}]
+    assert registry.latest_version(A, "churn") == stored[2]
+    assert registry.list_versions(A, "churn") == stored
+
+
+def test_missing_versions(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    raises(NotFound, "version", lambda: registry.latest_version(A, "churn"))
+    raises(NotFound, "version", lambda: registry.get_version(A, "churn", 1))
+    raises(NotFound, "version", lambda: registry.delete_version(A, "churn", 1))
+    raises(NotFound, "model", lambda: registry.latest_version(A, "nope"))
+    raises(NotFound, "model", lambda: registry.get_version(A, "nope", 1))
+    raises(NotFound, "model", lambda: registry.list_versions(A, "nope"))
+
+
+def test_deleted_version_numbers_are_not_reused(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    for _ in range(3):
+        registry.add_version(version_of("churn"))
+    registry.delete_version(A, "churn", 3)
+    registry.delete_version(A, "churn", 1)
+    raises(NotFound, "version", lambda: registry.get_version(A, "churn", 3))
+    raises(NotFound, "version", lambda: registry.delete_version(A, "churn", 3))
+    assert registry.latest_version(A, "churn").version == 2
+    assert registry.add_version(version_of("churn")).version == 4
+    assert [v.version for v in registry.list_versions(A, "churn")] == [2, 4]
+
+
+def test_concurrent_pushes_get_distinct_consecutive_numbers(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    numbers: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def push() -> None:
+        start.wait()
+        try:
+            numbers.append(registry.add_version(version_of("churn")).version)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(numbers) == list(range(1, 9))
+    assert [v.version for v in registry.list_versions(A, "churn")] == list(range(1, 9))
+
+
+def test_lists_span_more_than_one_page(registry: Registry) -> None:
+    """DynamoDB answers a query 1 MB at a time; the registry must follow every page."""
+    registry.create_model(Model(A, "churn"))
+    bulky = {"blob": "x" * 150_000}
+    for _ in range(8):
+        registry.add_version(version_of("churn", config=bulky))
+    assert [v.version for v in registry.list_versions(A, "churn")] == list(range(1, 9))
+    assert registry.latest_version(A, "churn").version == 8
+    registry.delete_model(A, "churn")
+    registry.create_model(Model(A, "churn"))
+    assert registry.list_versions(A, "churn") == []
+
+
+# Deployments ----------------------------------------------------------------------------
+def test_deployments_round_trip_and_list_by_name(registry: Registry) -> None:
+    created = registry.create_deployment(
+        Deployment(A, "scoring", split(0.25), revision=7, description="A/B", updated_by="key-1")
+    )
+    registry.create_deployment(Deployment(A, "backup", single("churn", 1)))
+    assert created.revision == 1
+    assert registry.get_deployment(A, "scoring") == created
+    assert registry.get_deployment(A, "scoring").policy == split(0.25)
+    assert [d.name for d in registry.list_deployments(A)] == ["backup", "scoring"]
+    assert registry.list_deployments(B) == []
+
+
+def test_deployment_names_are_unique_per_tenant(registry: Registry) -> None:
+    registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    raises(
+        Conflict,
+        "name",
+        lambda: registry.create_deployment(Deployment(A, "scoring", single("churn", 2))),
+    )
+    assert registry.get_deployment(A, "scoring").policy == single("churn", 1)
+
+
+def test_missing_deployment(registry: Registry) -> None:
+    ghost = Deployment(A, "ghost", single("churn", 1))
+    raises(NotFound, "deployment", lambda: registry.get_deployment(A, "ghost"))
+    raises(NotFound, "deployment", lambda: registry.update_deployment(ghost, expected_revision=1))
+    raises(NotFound, "deployment", lambda: registry.delete_deployment(A, "ghost"))
+    assert registry.deployment_history(A, "ghost") == []
+
+
+def test_updates_are_optimistic(registry: Registry) -> None:
+    first = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    second = registry.update_deployment(
+        replace(first, policy=split(0.25), updated_by="key-2"), expected_revision=1
+    )
+    assert second.revision == 2
+    assert second.updated_at >= first.updated_at
+    assert registry.get_deployment(A, "scoring") == second
+    stale = replace(first, policy=single("churn", 2))
+    raises(Conflict, "revision", lambda: registry.update_deployment(stale, expected_revision=1))
+    assert registry.get_deployment(A, "scoring").policy == split(0.25)
+
+
+def test_only_one_of_concurrent_updates_wins(registry: Registry) -> None:
+    current = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    outcomes: list[object] = []
+    start = threading.Barrier(4)
+
+    def update(version: int) -> None:
+        start.wait()
+        try:
+            outcomes.append(
+                registry.update_deployment(
+                    replace(current, policy=single("churn", version)), expected_revision=1
+                )
+            )
+        except SluiceError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=update, args=(v,)) for v in range(2, 6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if isinstance(o, Deployment)]
+    assert len(winners) == 1 and winners[0].revision == 2
+    assert all(
+        isinstance(o, Conflict) and o.field == "revision" for o in outcomes if o not in winners
+    )
+    assert registry.get_deployment(A, "scoring").policy == winners[0].policy
+    assert [(c.revision, c.new_policy) for c in registry.deployment_history(A, "scoring")] == [
+        (1, single("churn", 1)),
+        (2, winners[0].policy),
+    ]
+
+
+def test_history_records_every_change_old_to_new(registry: Registry) -> None:
+    first = registry.create_deployment(
+        Deployment(A, "scoring", single("churn", 1), updated_by="key-1")
+    )
+    second = registry.update_deployment(
+        replace(first, policy=split(0.25), updated_by="key-2"), expected_revision=1
+    )
+    registry.update_deployment(
+        replace(second, policy=single("churn", 2), updated_by="key-3"), expected_revision=2
+    )
+    registry.delete_deployment(A, "scoring", by="key-4")
+    raises(NotFound, "deployment", lambda: registry.get_deployment(A, "scoring"))
+    registry.create_deployment(Deployment(A, "scoring", single("churn", 3), updated_by="key-5"))
+
+    history = registry.deployment_history(A, "scoring")
+    assert [(c.revision, c.by, c.old_policy, c.new_policy) for c in history] == [
+        (1, "key-1", None, single("churn", 1)),
+        (2, "key-2", single("churn", 1), split(0.25)),
+        (3, "key-3", split(0.25), single("churn", 2)),
+        (4, "key-4", single("churn", 2), None),
+        (1, "key-5", None, single("churn", 3)),
+    ]
+    assert all(c.tenant == A and c.name == "scoring" for c in history)
+    assert [c.at for c in history] == sorted(c.at for c in history)
+    assert registry.deployment_history(B, "scoring") == []
+
+
+# Statistics and assignments ------------------------------------------------------------
+def test_stats_add_up_and_keep_maxima(registry: Registry) -> None:
+    registry.merge_stats(A, "scoring", 1, "variant:a", {"requests": 2, "lat_10": 1.5}, {"peak": 3})
+    registry.merge_stats(A, "scoring", 1, "variant:a", {"requests": 1, "lat_10": 0.25}, {"peak": 2})
+    registry.merge_stats(A, "scoring", 1, "mirror:b", {}, {"peak": 0.75})
+    registry.merge_stats(A, "scoring", 1, "mirror:b", {}, {"peak": 1.25})
+    registry.merge_stats(A, "scoring", 2, "variant:a", {"requests": 7}, {})
+    registry.merge_stats(A, "scoring", 1, "variant:c", {}, {})
+    assert registry.read_stats(A, "scoring", 1) == {
+        "variant:a": {"requests": 3.0, "lat_10": 1.75, "peak": 3.0},
+        "mirror:b": {"peak": 1.25},
+    }
+    assert registry.read_stats(A, "scoring", 2) == {"variant:a": {"requests": 7.0}}
+    assert all(
+        isinstance(value, float)
+        for c in registry.read_stats(A, "scoring", 1).values()
+        for value in c.values()
+    )
+    assert registry.read_stats(A, "scoring", 3) == {}
+    assert registry.read_stats(B, "scoring", 1) == {}
+
+
+def test_concurrent_stat_merges_all_count(registry: Registry) -> None:
+    start = threading.Barrier(8)
+
+    def merge(i: int) -> None:
+        start.wait()
+        registry.merge_stats(A, "scoring", 1, "deployment", {"requests": 1}, {"peak": float(i)})
+
+    threads = [threading.Thread(target=merge, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert registry.read_stats(A, "scoring", 1) == {"deployment": {"requests": 8.0, "peak": 7.0}}
+
+
+def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> None:
+    registry.put_assignment(A, "scoring", "req-1", "a")
+    registry.put_assignment(A, "scoring", "req-2", "b")
+    registry.put_assignment(A, "scoring", "req-2", "c")
+    assert registry.get_assignment(A, "scoring", "req-1") == "a"
+    assert registry.get_assignment(A, "scoring", "req-2") == "c"
+    assert registry.get_assignment(A, "scoring", "req-3") is None
+    assert registry.get_assignment(A, "other", "req-1") is None
+    assert registry.get_assignment(B, "scoring", "req-1") is None
+
+
+# API keys -------------------------------------------------------------------------------
+def key_of(key_id: str, tenant: str = A) -> ApiKey:
+    return ApiKey(
+        key_id,
+        tenant,
+        "f" * 64,
+        frozenset({"predict", "admin"}),
+        name="ci",
+        created_at=1_700_000_000.5,
+    )
+
+
+def test_api_keys_are_found_by_id_and_listed_per_tenant(registry: Registry) -> None:
+    for key in (key_of("sk_b"), key_of("sk_a"), key_of("sk_c", tenant=B)):
+        assert registry.put_api_key(key) == key
+    assert registry.get_api_key("sk_c") == key_of("sk_c", tenant=B)
+    assert registry.get_api_key("sk_missing") is None
+    assert [k.key_id for k in registry.list_api_keys(A)] == ["sk_a", "sk_b"]
+    assert registry.list_api_keys(B) == [key_of("sk_c", tenant=B)]
+
+
+def test_api_key_ids_are_unique_across_tenants(registry: Registry) -> None:
+    registry.put_api_key(key_of("sk_a"))
+    raises(Conflict, "key_id", lambda: registry.put_api_key(key_of("sk_a", tenant=B)))
+    assert registry.get_api_key("sk_a") == key_of("sk_a")
+    assert registry.list_api_keys(B) == []
+
+
+def test_revoke_is_idempotent_and_tenant_scoped(registry: Registry) -> None:
+    registry.put_api_key(key_of("sk_a"))
+    raises(NotFound, "key_id", lambda: registry.revoke_api_key(B, "sk_a"))
+    raises(NotFound, "key_id", lambda: registry.revoke_api_key(A, "sk_missing"))
+    assert registry.get_api_key("sk_a").active  # type: ignore[union-attr]
+
+    revoked = registry.revoke_api_key(A, "sk_a")
+    assert revoked.revoked_at is not None and not revoked.active
+    assert registry.get_api_key("sk_a") == revoked
+    assert registry.list_api_keys(A) == [revoked]
+    assert registry.revoke_api_key(A, "sk_a") == revoked
+
+
+# Tenants --------------------------------------------------------------------------------
+def test_tenants_do_not_see_each_other(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn", description="acme's"))
+    registry.create_model(Model(B, "churn", description="globex's"))
+    registry.create_model(Model(A, "fraud"))
+    registry.add_version(version_of("churn"))
+    registry.add_version(version_of("churn"))
+    assert registry.add_version(version_of("churn", tenant=B)).version == 1
+    registry.add_version(version_of("fraud"))
+    registry.create_deployment(Deployment(A, "scoring", single("fraud", 1)))
+
+    assert registry.get_model(B, "churn").description == "globex's"
+    assert [m.name for m in registry.list_models(B)] == ["churn"]
+    assert [v.version for v in registry.list_versions(B, "churn")] == [1]
+    assert registry.latest_version(B, "churn").tenant == B
+    raises(NotFound, "model", lambda: registry.get_model(B, "fraud"))
+    raises(NotFound, "model", lambda: registry.get_version(B, "fraud", 1))
+    raises(NotFound, "model", lambda: registry.delete_model(B, "fraud"))
+    raises(NotFound, "version", lambda: registry.delete_version(B, "fraud", 1))
+    raises(NotFound, "deployment", lambda: registry.get_deployment(B, "scoring"))
+    raises(NotFound, "deployment", lambda: registry.delete_deployment(B, "scoring"))
+    raises(
+        NotFound,
+        "deployment",
+        lambda: registry.update_deployment(
+            Deployment(B, "scoring", single("churn", 1)), expected_revision=1
+        ),
+    )
+    assert registry.list_deployments(B) == []
+
+    registry.delete_model(B, "churn")
+    assert [v.version for v in registry.list_versions(A, "churn")] == [1, 2]
+    assert registry.get_version(A, "fraud", 1).tenant == A
+    assert registry.get_deployment(A, "scoring").revision == 1
+
+
+# The AWS twin's own behaviour -----------------------------------------------------------
+class Meanwhile:
+    """A client that lets another writer in once, just before the first `operation` call:
+    the moment between a read and the conditional write that relies on it."""
+
+    def __init__(self, client: Any, operation: str, meanwhile: Callable[[], object]) -> None:
+        self._client = client
+        self._operation = operation
+        self._meanwhile: Callable[[], object] | None = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != self._operation:
+            return attr
+
+        def call(**params: Any) -> Any:
+            if self._meanwhile is not None:
+                meanwhile, self._meanwhile = self._meanwhile, None
+                meanwhile()
+            return attr(**params)
+
+        return call
+
+
+@pytest.fixture
+def dynamodb(aws: None) -> Any:
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    create_table(client, "sluice-registry")
+    return client
+
+
+def racing(client: Any, operation: str, meanwhile: Callable[[], object]) -> DynamoRegistry:
+    return DynamoRegistry("sluice-registry", client=Meanwhile(client, operation, meanwhile))
+
+
+def test_dynamodb_update_that_lost_a_race_is_a_conflict(dynamodb: Any) -> None:
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    first = other.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    winner = replace(first, policy=single("churn", 2))
+    registry = racing(
+        dynamodb,
+        "transact_write_items",
+        lambda: other.update_deployment(winner, expected_revision=1),
+    )
+    loser = replace(first, policy=single("churn", 3))
+    raises(Conflict, "revision", lambda: registry.update_deployment(loser, expected_revision=1))
+    assert other.get_deployment(A, "scoring").policy == single("churn", 2)
+    assert [c.new_policy for c in other.deployment_history(A, "scoring")] == [
+        single("churn", 1),
+        single("churn", 2),
+    ]
+
+
+def test_dynamodb_update_after_a_delete_and_recreate_records_the_right_old_policy(
+    dynamodb: Any,
+) -> None:
+    """Revision 1 read, then deleted and created again at revision 1: same revision, another
+    deployment. The history counter, not the revision, tells them apart."""
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    first = other.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+
+    def recreate() -> None:
+        other.delete_deployment(A, "scoring")
+        other.create_deployment(Deployment(A, "scoring", single("churn", 2)))
+
+    registry = racing(dynamodb, "transact_write_items", recreate)
+    stored = registry.update_deployment(replace(first, policy=split(0.25)), expected_revision=1)
+    assert stored.revision == 2
+    history = other.deployment_history(A, "scoring")
+    assert [(c.revision, c.old_policy, c.new_policy) for c in history] == [
+        (1, None, single("churn", 1)),
+        (2, single("churn", 1), None),
+        (1, None, single("churn", 2)),
+        (2, single("churn", 2), split(0.25)),
+    ]
+
+
+def test_dynamodb_version_of_a_model_deleted_meanwhile_is_not_kept(dynamodb: Any) -> None:
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    other.create_model(Model(A, "churn"))
+
+    def recreate() -> None:
+        other.delete_model(A, "churn")
+        other.create_model(Model(A, "churn"))
+
+    registry = racing(dynamodb, "transact_write_items", recreate)
+    raises(NotFound, "model", lambda: registry.add_version(version_of("churn")))
+    assert other.list_versions(A, "churn") == []
+    assert other.add_version(version_of("churn")).version == 1
+
+
+def test_dynamodb_delete_model_sweeps_versions_added_meanwhile(dynamodb: Any) -> None:
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    other.create_model(Model(A, "churn"))
+    other.add_version(version_of("churn"))
+    registry = racing(dynamodb, "delete_item", lambda: other.add_version(version_of("churn")))
+    registry.delete_model(A, "churn")
+    raises(NotFound, "model", lambda: other.get_model(A, "churn"))
+    assert dynamodb.scan(TableName="sluice-registry")["Items"] == []
+
+
+@pytest.mark.usefixtures("aws")
+def test_dynamodb_from_url_builds_its_own_client() -> None:
+    create_table(boto3.client("dynamodb", region_name="eu-west-1"), "sluice-registry")
+    registry = DynamoRegistry.from_url("dynamodb://sluice-registry", region="eu-west-1")
+    registry.create_model(Model(A, "churn"))
+    assert registry.client.meta.region_name == "eu-west-1"
+    assert [m.name for m in registry.list_models(A)] == ["churn"]
+    assert table_of_url("dynamodb://sluice-registry/") == "sluice-registry"
+    for bad in ("dynamodb://", "sqlite:///registry.db", "sluice-registry"):
+        with pytest.raises(ValueError):
+            table_of_url(bad)
+
+
+@pytest.mark.usefixtures("aws")
+def test_dynamodb_failures_become_sluice_errors_without_their_text() -> None:
+    client = boto3.client(
+        "dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    registry = DynamoRegistry("sluice-registry", client=client)
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "get_item",
+            "ProvisionedThroughputExceededException",
+            "arn:aws:dynamodb:secret-detail",
+            400,
+        )
+        stub.add_client_error("query", "InternalServerError", "arn:aws:dynamodb:secret-detail", 500)
+        with pytest.raises(Unavailable) as throttled:
+            registry.get_model(A, "churn")
+        with pytest.raises(Unavailable) as broken:
+            registry.list_models(A)
+    for caught in (throttled, broken):
+        assert "secret-detail" not in caught.value.message
