@@ -11,6 +11,7 @@ from typing import Any
 from mangum import Mangum
 
 from sluice.api.app import create_app
+from sluice.handlers.loop import container_loop
 from sluice.observability import get_logger, get_metrics
 
 app = create_app()
@@ -22,4 +23,5 @@ metrics = get_metrics()
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    container_loop()
     return _asgi(event, context)

@@ -4,10 +4,10 @@ records."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.handlers.loop import run
 from sluice.observability import get_logger, get_metrics
 from sluice.shadow.jobs import ShadowJob
 
@@ -41,7 +41,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()
     job = load_job(event, c.store)
     logger.append_keys(tenant=job.tenant, deployment=job.deployment, mirror=job.mirror, request_id=job.request_id)
-    asyncio.run(c.shadows.run(job))
+    run(c.shadows.run(job))
     c.predictions.stats.flush()
     if "payload_uri" in event:
         c.store.delete(event["payload_uri"])

@@ -1,0 +1,28 @@
+"""One event loop per Lambda container, kept across invocations: Mangum runs the app on the
+current loop, and tasks (and the clients bound to a loop) survive between requests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+    from typing import Any
+
+T = TypeVar("T")
+_local = threading.local()
+
+
+def container_loop() -> asyncio.AbstractEventLoop:
+    """This thread's loop (Lambda calls handlers on one thread), set as its current loop."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    return loop
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return container_loop().run_until_complete(coroutine)
