@@ -44,6 +44,13 @@ class Settings(BaseSettings):
         default="",
         description="Where shadow mirrors run: `local` (a background task) or `lambda://function-name`.",
     )
+    import_prefixes: list[str] = Field(
+        default_factory=lambda: ["file://{home}/imports/{tenant}/"],
+        description=(
+            "URI prefixes that push-by-URI may read, `{tenant}` standing for the caller's tenant "
+            "(e.g. `s3://uploads-bucket/{tenant}/`); JSON list in the environment."
+        ),
+    )
     region: str | None = Field(
         default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
     )
@@ -96,6 +103,9 @@ class Settings(BaseSettings):
     @property
     def home_path(self) -> Path:
         return self.home.expanduser()
+
+    def import_prefixes_for(self, tenant: str) -> list[str]:
+        return [p.format(home=self.home_path, tenant=tenant) for p in self.import_prefixes]
 
     @property
     def registry_url(self) -> str:

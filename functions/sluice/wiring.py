@@ -78,7 +78,7 @@ class Container:
 
     def __post_init__(self) -> None:
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
-        self.models = ModelService(self.registry, self.store)
+        self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for)
         self.deployments = DeploymentService(
             self.registry, on_change=self.predictions.forget, recorder=self.predictions.stats
         )

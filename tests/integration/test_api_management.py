@@ -3,10 +3,15 @@ predictions with no restart, and every change is recorded."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi.testclient import TestClient
 
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.wiring import Container
 
 ROW = {"deployment": "iris", "inputs": [[5.9, 3.0, 5.1, 1.8]]}
 
@@ -39,13 +44,25 @@ def test_push_point_and_switch_without_restart(client: TestClient, keys: dict[st
     assert history[-1]["by"]  # the key id that made the change
 
 
-def test_push_by_uri_and_feature_names(client: TestClient, keys: dict[str, str]) -> None:
-    uri = (MODELS / "diabetes_mlp.onnx").as_uri()
-    r = client.post("/api/v1/models/dia2/versions", json={"artifact_uri": uri}, headers=auth(keys["acme"]))
+def test_push_by_uri_and_feature_names(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    imports = demo.settings.home_path / "imports" / "acme"
+    imports.mkdir(parents=True)
+    (imports / "dia.onnx").write_bytes((MODELS / "diabetes_mlp.onnx").read_bytes())
+    r = client.post("/api/v1/models/dia2/versions", json={"artifact_uri": (imports / "dia.onnx").as_uri()}, headers=auth(keys["acme"]))
     assert r.status_code == 201, r.text
     assert r.json()["sha256"] and r.json()["size_bytes"] == (MODELS / "diabetes_mlp.onnx").stat().st_size
     v = push(client, keys["acme"], "irisx", "iris.onnx", feature_names="a,b,c,d")
     assert v["signature"]["inputs"][0]["feature_names"] == ["a", "b", "c", "d"]
+
+
+def test_push_by_uri_only_reads_what_the_tenant_may_import(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    h = auth(keys["acme"])
+    registry_file = (demo.settings.home_path / "registry.db").as_uri()
+    r = client.post("/api/v1/models/x/versions", json={"artifact_uri": registry_file}, headers=h)
+    assert r.status_code == 403 and r.json()["field"] == "artifact_uri" and "imports/acme" in r.json()["error"]
+    sneaky = (demo.settings.home_path / "imports" / "acme" / ".." / "globex" / "m.onnx").as_uri()
+    assert client.post("/api/v1/models/x/versions", json={"artifact_uri": sneaky}, headers=h).status_code in (400, 403)
+    assert client.post("/api/v1/models/x/versions", json={"artifact_uri": (MODELS / "iris.onnx").as_uri()}, headers=h).status_code == 403
 
 
 def test_model_crud_and_errors(client: TestClient, keys: dict[str, str]) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Model, ModelVersion, check_name
-from sluice.errors import BadRequest, Conflict, NotFound, PayloadTooLarge, Unprocessable
+from sluice.errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
 from sluice.routing import parse_policy, referenced_versions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.domain import Principal
     from sluice.registry import Registry
     from sluice.storage import ArtifactStore
@@ -24,9 +26,10 @@ def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
 
 
 class ModelService:
-    def __init__(self, registry: Registry, store: ArtifactStore) -> None:
+    def __init__(self, registry: Registry, store: ArtifactStore, *, import_prefixes: Callable[[str], list[str]] | None = None) -> None:
         self.registry = registry
         self.store = store
+        self._import_prefixes = import_prefixes or (lambda tenant: [])
 
     def push(
         self,
@@ -70,7 +73,19 @@ class ModelService:
         )
 
     def push_uri(self, principal: Principal, name: str, uri: str, **options: Any) -> ModelVersion:
+        """Copy an artifact from a URI the tenant may import from (its own store prefix, or
+        a configured import prefix for it) into the store, then push it."""
         principal.require("admin")
+        allowed = self._import_prefixes(principal.tenant)
+        segments = uri.split("/")
+        if ".." in segments or "." in segments[3:]:
+            raise BadRequest("artifact_uri must not contain '.' or '..' segments", field="artifact_uri")
+        if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
+            raise Forbidden(
+                "artifact_uri is outside what this tenant may import from: "
+                + (", ".join(allowed) if allowed else "its own artifacts"),
+                field="artifact_uri",
+            )
         return self.push(principal, name, self.store.read_external(principal.tenant, uri), **options)
 
     def list_models(self, principal: Principal) -> list[Model]:
