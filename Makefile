@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint bench synth clean
+.PHONY: install serve test test-fast lint bench synth clean triton-env
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) triton-env
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
@@ -31,8 +31,26 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check functions tests benchmarks scripts
 
+# BENCH_ARGS=--quick for a ~2-minute smoke run. wrk comes from Debian when apt-get can run (else
+# a Python load generator stands in); the Triton peer needs triton-env and is skipped without it.
 bench: $(STAMP)
-	$(PY) -m benchmarks.run
+	$(UV) pip install --quiet --python $(PY) -e '.[bench]'
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }; }; } || \
+		echo "bench: wrk is not installed; the Python load generator stands in"
+	-@$(MAKE) --no-print-directory triton-env
+	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache cdk.out
+	rm -rf $(VENV) .venv-triton .pytest_cache cdk.out node_modules
+
+# The local Triton (CPU, python backend) in its own virtualenv: nvidia-pytriton pins numpy<2.
+TRITON_VENV := .venv-triton
+TRITON_STAMP := $(TRITON_VENV)/.installed
+
+$(TRITON_STAMP): | $(UV)
+	$(UV) venv --clear $(TRITON_VENV) --python python3.11
+	$(UV) pip install --quiet --python $(TRITON_VENV)/bin/python 'nvidia-pytriton==0.7.*' onnxruntime 'numpy<2'
+	touch $(TRITON_STAMP)
+
+triton-env: $(TRITON_STAMP)

@@ -1,0 +1,252 @@
+"""Triton's HTTP/REST inference bodies: v2 JSON, or a JSON header followed by raw tensor bytes.
+
+The same bytes go to Triton's own HTTP endpoint (the header size in the
+`Inference-Header-Content-Length` header) and to a SageMaker endpoint running the Triton
+container, where the header size rides in the content type:
+`application/vnd.sagemaker-triton.binary+json;json-header-size=N`. Pure functions: the
+runtimes and the batch scorer share them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
+from sluice.errors import BackendError, InvalidInput
+from sluice.signature import DYNAMIC
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from sluice.signature import Signature
+
+JSON_CONTENT_TYPE = "application/json"
+BINARY_JSON_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json"
+HEADER_SIZE_PARAMETER = "json-header-size"
+# Datatypes Triton only takes as binary data (JSON has no half-precision numbers).
+_BINARY_ONLY = frozenset({"FP16", "BF16"})
+_LENGTH = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class TritonBody:
+    """An encoded request: the bytes, and how many of them are the JSON header."""
+
+    body: bytes
+    header_size: int | None  # None: the whole body is JSON
+
+    @property
+    def content_type(self) -> str:
+        if self.header_size is None:
+            return JSON_CONTENT_TYPE
+        return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={self.header_size}"
+
+
+def _bytes_element(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """BYTES elements as Triton sends them: a little-endian uint32 length, then the bytes."""
+    parts = []
+    for item in array.reshape(-1).tolist():
+        data = _bytes_element(item)
+        parts.append(_LENGTH.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(data: bytes, count: int) -> np.ndarray:
+    out = np.empty(count, dtype=object)
+    offset = 0
+    for i in range(count):
+        if offset + 4 > len(data):
+            raise BackendError("a BYTES output is shorter than its element count")
+        (length,) = _LENGTH.unpack_from(data, offset)
+        offset += 4
+        out[i] = data[offset : offset + length].decode("utf-8", errors="replace")
+        offset += length
+    return out
+
+
+def _raw(array: np.ndarray, datatype: str) -> bytes:
+    if datatype == "BYTES":
+        return serialize_bytes_tensor(array)
+    dtype = V2_TO_NUMPY[datatype].newbyteorder("<")
+    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+
+
+def _json_data(array: np.ndarray, datatype: str) -> Any:
+    if datatype == "BYTES":
+        return [
+            item.decode("utf-8") if isinstance(item, bytes) else str(item)
+            for item in array.reshape(-1).tolist()
+        ]
+    # orjson writes C-contiguous NumPy arrays natively, far faster than .tolist().
+    return np.ascontiguousarray(array.reshape(-1), dtype=V2_TO_NUMPY[datatype])
+
+
+def encode_request(
+    inputs: Mapping[str, np.ndarray],
+    *,
+    outputs: Sequence[str] | None = None,
+    binary_inputs: bool = False,
+    binary_outputs: bool = False,
+) -> TritonBody:
+    """A v2 inference request; tensors as raw bytes after the JSON header when `binary_inputs`.
+
+    FP16 always travels as binary data. `binary_outputs` asks the server to answer the same way.
+    """
+    entries: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for name, array in inputs.items():
+        try:
+            datatype = v2_of_numpy(array.dtype)
+        except TypeError:
+            raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
+        entry: dict[str, Any] = {"name": name, "shape": list(array.shape), "datatype": datatype}
+        if binary_inputs or datatype in _BINARY_ONLY:
+            raw = _raw(array, datatype)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _json_data(array, datatype)
+        entries.append(entry)
+    request: dict[str, Any] = {"inputs": entries}
+    if outputs:
+        request["outputs"] = [
+            {"name": name, "parameters": {"binary_data": binary_outputs}} for name in outputs
+        ]
+    elif binary_outputs:
+        request["parameters"] = {"binary_data_output": True}
+    header = orjson.dumps(request, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not chunks:
+        return TritonBody(header, None)
+    return TritonBody(header + b"".join(chunks), len(header))
+
+
+def header_size_of(content_type: str | None) -> int | None:
+    """The JSON header size a binary+json content type names; None for plain JSON."""
+    if not content_type:
+        return None
+    media, _, params = content_type.partition(";")
+    if media.strip().lower() != BINARY_JSON_CONTENT_TYPE:
+        return None
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == HEADER_SIZE_PARAMETER:
+            try:
+                return int(value.strip())
+            except ValueError:
+                break
+    raise BackendError(f"the endpoint answered {BINARY_JSON_CONTENT_TYPE} without a valid {HEADER_SIZE_PARAMETER}")
+
+
+def _output_array(entry: dict[str, Any], binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+    name = entry.get("name")
+    datatype = entry.get("datatype")
+    shape = entry.get("shape")
+    if not isinstance(name, str) or datatype not in V2_TO_NUMPY or not isinstance(shape, list):
+        raise BackendError("the server answered an output without a usable name, datatype or shape")
+    count = int(np.prod(shape)) if shape else 1
+    size = (entry.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        raw = binary[offset : offset + size]
+        if len(raw) != size:
+            raise BackendError(f"output '{name}' is shorter than its binary_data_size")
+        offset += size
+        if datatype == "BYTES":
+            array = deserialize_bytes_tensor(bytes(raw), count)
+        else:
+            # One copy out of the body, into a writable array in native byte order.
+            wire = np.frombuffer(raw, dtype=V2_TO_NUMPY[datatype].newbyteorder("<"))
+            array = wire.astype(V2_TO_NUMPY[datatype], copy=True)
+    else:
+        data = entry.get("data")
+        if data is None:
+            raise BackendError(f"output '{name}' came back without data")
+        if datatype == "BYTES":
+            array = np.array(data, dtype=object).reshape(-1)
+        else:
+            array = np.asarray(data, dtype=V2_TO_NUMPY[datatype])
+    if array.size != count:
+        raise BackendError(f"output '{name}' has {array.size} values for shape {shape}")
+    return array.reshape(shape), offset
+
+
+def decode_response(body: bytes, *, header_size: int | None = None) -> dict[str, np.ndarray]:
+    """Named arrays from a v2 response, JSON or JSON header + binary outputs."""
+    end = len(body) if header_size is None else header_size
+    if end > len(body) or end < 0:
+        raise BackendError("the response's JSON header size exceeds its body")
+    try:
+        header = orjson.loads(body[:end])
+    except orjson.JSONDecodeError:
+        raise BackendError("the server answered with a body that is not v2 JSON") from None
+    if not isinstance(header, dict) or not isinstance(header.get("outputs"), list):
+        raise BackendError("the server answered without an 'outputs' list")
+    binary = memoryview(body)[end:]
+    offset = 0
+    result: dict[str, np.ndarray] = {}
+    for entry in header["outputs"]:
+        array, offset = _output_array(entry, binary, offset)
+        result[entry["name"]] = array
+    return result
+
+
+def decode_sagemaker_response(body: bytes, content_type: str | None) -> dict[str, np.ndarray]:
+    """A SageMaker Triton endpoint's answer, in either form its content type says."""
+    return decode_response(body, header_size=header_size_of(content_type))
+
+
+# Shapes on the wire ------------------------------------------------------------------------
+# Triton cannot declare a batched tensor without dimensions beyond the batch axis, so a
+# tensor the model sees as [batch] is declared `dims: [1]` with `reshape: { shape: [] }` and
+# travels as [batch, 1]. Repositories sluice builds follow this rule; these helpers undo it.
+
+
+def batchable(signature: Signature) -> bool:
+    """Whether every tensor has a leading dynamic axis Triton can batch on."""
+    specs = (*signature.inputs, *signature.outputs)
+    return bool(specs) and all(len(s.shape) >= 1 and s.shape[0] == DYNAMIC for s in specs)
+
+
+def config_dims(shape: Sequence[int], *, batched: bool) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """A tensor's `dims` in config.pbtxt, and its `reshape` when the model sees other dims."""
+    dims = tuple(shape[1:]) if batched else tuple(shape)
+    if batched and not dims:
+        return (1,), ()
+    return dims, None
+
+
+def inputs_for_wire(
+    inputs: Mapping[str, np.ndarray], signature: Signature, *, batched: bool
+) -> dict[str, np.ndarray]:
+    """Give [batch] inputs the trailing axis their `dims: [1]` declaration expects."""
+    if not batched:
+        return dict(inputs)
+    out = {}
+    for name, array in inputs.items():
+        spec = signature.input(name)
+        if spec is not None and len(spec.shape) == 1 and array.ndim == 1:
+            array = array[:, np.newaxis]
+        out[name] = array
+    return out
+
+
+def outputs_from_wire(outputs: Mapping[str, np.ndarray], signature: Signature) -> dict[str, np.ndarray]:
+    """Drop the trailing axis of outputs the signature declares one rank lower."""
+    out = {}
+    for name, array in outputs.items():
+        spec = signature.output(name)
+        if spec is not None and array.ndim == len(spec.shape) + 1 and array.shape[-1] == 1:
+            array = array.reshape(array.shape[:-1])
+        out[name] = array
+    return out

@@ -1,0 +1,509 @@
+"""A local Triton server: SageMaker's Triton container's twin on a laptop, CPU only.
+
+The server is the `tritonserver` build inside the nvidia-pytriton wheel (python backend
+only), which lives in its own virtualenv (`make triton-env`) because the wheel pins NumPy
+below 2 and its python backend misbehaves under NumPy 2. It serves repositories of the
+`local` flavour (see `sluice.endpoints.repository`) over Triton's HTTP port, its gRPC port and
+the SageMaker port (`/ping`, `/invocations`) that the real container exposes.
+
+One server per sluice home: its pid, ports and log are kept in `<home>/triton/state.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
+from sluice.errors import Conflict, NotFound, Unavailable
+
+ENV_VARIABLE = "SLUICE_TRITON_ENV"
+DEFAULT_HTTP_PORT = 8100
+LOG_TAIL_LINES = 30
+_SHM = Path("/dev/shm")
+_SETUP_HINT = "run `make triton-env` in the sluice checkout, or point SLUICE_TRITON_ENV at such a virtualenv"
+# Run inside the Triton env's own interpreter: where the wheel put the server and its parts.
+_PROBE = """
+import json, sys, sysconfig, pathlib
+import pytriton
+root = pathlib.Path(pytriton.__file__).parent
+print(json.dumps({
+    "version": f"{sys.version_info[0]}.{sys.version_info[1]}",
+    "libdir": sysconfig.get_config_var("LIBDIR") or "",
+    "pytriton": str(root),
+}))
+"""
+
+
+def repo_root() -> Path:
+    """The sluice checkout this package runs from (functions/sluice/endpoints/ -> root)."""
+    return Path(__file__).resolve().parents[3]
+
+
+# the environment ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TritonEnv:
+    root: Path  # the virtualenv
+    server: Path  # bin/tritonserver inside the wheel
+    libs: Path  # the wheel's bundled shared libraries
+    python_libdir: Path  # where libpython3.X.so lives, for the python backend stub
+    python_version: str
+    backend: Path  # the python backend: libtriton_python.so + triton_python_backend_utils.py
+    stub: Path  # triton_python_backend_stub built for python_version
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+
+def env_candidates(explicit: Path | str | None = None, environ: dict[str, str] | None = None) -> list[Path]:
+    environ = dict(os.environ) if environ is None else environ
+    if explicit:
+        return [Path(explicit).expanduser()]
+    if environ.get(ENV_VARIABLE):
+        return [Path(environ[ENV_VARIABLE]).expanduser()]
+    return [repo_root() / ".venv-triton", Path("~/.sluice/triton-env").expanduser()]
+
+
+def find_env(explicit: Path | str | None = None, environ: dict[str, str] | None = None) -> TritonEnv:
+    """Locate the Triton virtualenv and the server parts inside its nvidia-pytriton wheel."""
+    candidates = env_candidates(explicit, environ)
+    root = next((c for c in candidates if (c / "bin" / "python").exists()), None)
+    if root is None:
+        where = " or ".join(str(c) for c in candidates)
+        raise Unavailable(f"no local Triton environment at {where}; {_SETUP_HINT}", field="triton_env")
+    try:
+        probe = subprocess.run(
+            [str(root / "bin" / "python"), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Unavailable(f"the Triton environment at {root} does not run ({type(exc).__name__}); {_SETUP_HINT}", field="triton_env") from None
+    if probe.returncode != 0:
+        raise Unavailable(f"the Triton environment at {root} has no nvidia-pytriton; {_SETUP_HINT}", field="triton_env")
+    info = json.loads(probe.stdout.strip().splitlines()[-1])
+    dist = Path(info["pytriton"]) / "tritonserver"
+    env = TritonEnv(
+        root=root,
+        server=dist / "bin" / "tritonserver",
+        libs=Path(info["pytriton"]).parent / "nvidia_pytriton.libs",
+        python_libdir=Path(info["libdir"]),
+        python_version=info["version"],
+        backend=dist / "backends" / "python",
+        stub=dist / "python_backend_stubs" / info["version"] / "triton_python_backend_stub",
+    )
+    for part in (env.server, env.libs, env.backend / "libtriton_python.so", env.stub):
+        if not part.exists():
+            raise Unavailable(f"the Triton environment at {root} lacks {part}; {_SETUP_HINT}", field="triton_env")
+    return env
+
+
+def prepare_backends(env: TritonEnv, folder: Path) -> Path:
+    """A backend folder whose python backend has the stub for the env's Python next to it."""
+    target = folder / "python"
+    marker = target / ".source"
+    source = f"{env.backend}|{env.stub}"
+    if marker.exists() and marker.read_text() == source:
+        return folder
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for item in env.backend.iterdir():
+        if item.is_file():
+            shutil.copy2(item, target / item.name)
+    shutil.copy2(env.stub, target / "triton_python_backend_stub")
+    marker.write_text(source)
+    return folder
+
+
+# the server's state ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TritonPorts:
+    http: int
+    grpc: int
+    sagemaker: int
+
+    @classmethod
+    def from_http(cls, port: int) -> TritonPorts:
+        """The HTTP port, and gRPC and SageMaker on the two ports after it."""
+        return cls(port, port + 1, port + 2)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTriton:
+    pid: int
+    ports: TritonPorts
+    model_repository: str
+    default_model: str | None
+    log: str
+    env: str
+    started_at: float
+    shm_prefix: str = ""  # its python backend's shared-memory regions, removed when it stops
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.http}"
+
+    @property
+    def sagemaker_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.sagemaker}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LocalTriton:
+        return cls(**{**data, "ports": TritonPorts(**data["ports"])})
+
+
+def state_dir(home: Path) -> Path:
+    return Path(home).expanduser() / "triton"
+
+
+def _state_file(home: Path) -> Path:
+    return state_dir(home) / "state.json"
+
+
+def read_state(home: Path) -> LocalTriton | None:
+    try:
+        return LocalTriton.from_dict(json.loads(_state_file(home).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def _write_state(home: Path, server: LocalTriton) -> None:
+    path = _state_file(home)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(server.to_dict(), indent=2))
+    os.replace(tmp, path)
+
+
+# Processes this interpreter started, so stopping one also reaps it.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def is_running(pid: int) -> bool:
+    """Whether `pid` is a live tritonserver (not a zombie, not a reused pid)."""
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    proc = Path(f"/proc/{pid}")
+    if not proc.exists():  # no procfs (macOS): the signal check is all there is
+        return True
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and b"tritonserver" in cmdline
+
+
+def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    # Triton draws tables (models, backends, options) under otherwise empty log lines; cut
+    # short they carry nothing, and the errors that matter are written on lines of their own.
+    kept = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "+|" or stripped.endswith("]"):
+            continue
+        kept.append(line)
+    return "\n".join(kept[-lines:])
+
+
+def _port_free(port: int, address: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            sock.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(ports: TritonPorts) -> None:
+    # Triton binds HTTP and gRPC where told (here 127.0.0.1); its SageMaker port always on 0.0.0.0.
+    for what, port, address in (
+        ("HTTP", ports.http, "127.0.0.1"),
+        ("gRPC", ports.grpc, "127.0.0.1"),
+        ("SageMaker", ports.sagemaker, "0.0.0.0"),
+    ):
+        if not 0 < port < 65536:
+            raise Conflict(f"{what} port {port} is not a TCP port", field="port")
+        if not _port_free(port, address):
+            raise Conflict(
+                f"{what} port {port} is already in use; pick another base port with --port "
+                f"(the server takes it and the next two)",
+                field="port",
+            )
+
+
+def free_base_port() -> int:
+    """A base port whose next two ports are free too (for tests and benchmarks)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + 2 < 65536:
+            try:
+                check_ports(TritonPorts.from_http(base))
+            except Conflict:
+                continue
+            return base
+    raise Conflict("found no three consecutive free ports", field="port")
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _ready(server: LocalTriton) -> bool:
+    try:
+        return _get(f"{server.http_url}/v2/health/ready")[0] == 200 and _get(f"{server.sagemaker_url}/ping")[0] == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+# Failures after which tritonserver would hang instead of exiting (a python backend stub that
+# cannot start leaves the model loading forever).
+_FATAL_MARKERS = ("Failed to preinitialize Python stub", "failed to load '", "error: creating server")
+
+
+def _startup_failure(log_path: Path) -> str | None:
+    try:
+        text = log_path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return next((marker.rstrip(" '") for marker in _FATAL_MARKERS if marker in text), None)
+
+
+def _hint(log: str) -> str:
+    if "backend 'onnxruntime'" in log or 'backend "onnxruntime"' in log:
+        return (
+            " (the repository is of the sagemaker flavour; the local Triton has only the python "
+            "backend: build it with `sluice triton repo ... --flavour local`)"
+        )
+    return ""
+
+
+def _model_dirs(repository: Path) -> list[str]:
+    return sorted(p.name for p in repository.iterdir() if p.is_dir() and (p / "config.pbtxt").exists())
+
+
+# start, stop, status -----------------------------------------------------------------------
+def start(
+    model_repository: Path,
+    *,
+    home: Path,
+    port: int = DEFAULT_HTTP_PORT,
+    default_model: str | None = None,
+    env: TritonEnv | None = None,
+    ready_timeout_s: float = 90.0,
+) -> LocalTriton:
+    """Start tritonserver on `model_repository`, loading every model in it, and wait until it
+    is ready. `default_model` is what the SageMaker port's /invocations serves (the only model
+    when there is one). Errors say what to do: set up the env, free a port, or read the log."""
+    existing = read_state(home)
+    if existing is not None and is_running(existing.pid):
+        raise Conflict(
+            f"a local Triton is already running (pid {existing.pid}, HTTP port {existing.ports.http}); "
+            "stop it with `sluice triton down`",
+            field="triton",
+        )
+    repository = Path(model_repository).expanduser().resolve()
+    if not repository.is_dir():
+        raise NotFound(f"no model repository folder at {repository}", field="models")
+    env = env or find_env()
+    ports = TritonPorts.from_http(port)
+    check_ports(ports)
+    models = _model_dirs(repository)
+    if default_model is None and len(models) == 1:
+        default_model = models[0]
+    if default_model is not None and default_model not in models:
+        raise NotFound(f"default model '{default_model}' is not in {repository} ({', '.join(models) or 'empty'})", field="default_model")
+    folder = state_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    backends = prepare_backends(env, folder / "backends")
+    log_path = folder / "server.log"
+    shm_prefix = f"sluice_triton_{secrets.token_hex(4)}_"
+    command = [
+        str(env.server),
+        f"--model-repository={repository}",
+        f"--backend-directory={backends}",
+        "--allow-sagemaker=true",
+        f"--sagemaker-port={ports.sagemaker}",
+        "--http-address=127.0.0.1",
+        f"--http-port={ports.http}",
+        "--grpc-address=127.0.0.1",
+        f"--grpc-port={ports.grpc}",
+        "--allow-metrics=false",
+        # explicit, as in SageMaker's container: load what is there now, more through the API later
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        "--strict-readiness=true",
+        "--exit-timeout-secs=5",
+        "--log-verbose=0",
+        # the container's python backend shared-memory defaults (16 MiB, growing 1 MiB)
+        "--backend-config=python,shm-default-byte-size=16777216",
+        "--backend-config=python,shm-growth-byte-size=1048576",
+        f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+    ]
+    environ = dict(os.environ)
+    library_path = [str(env.python_libdir), str(env.libs)]
+    if environ.get("LD_LIBRARY_PATH"):
+        library_path.append(environ["LD_LIBRARY_PATH"])
+    environ["LD_LIBRARY_PATH"] = ":".join(library_path)
+    # The python backend stub embeds Python and finds its prefix (and site-packages) on PATH.
+    environ["PATH"] = f"{env.bin}:{environ.get('PATH', '')}"
+    environ.pop("PYTHONPATH", None)
+    environ.pop("VIRTUAL_ENV", None)
+    if default_model is not None:
+        environ[DEFAULT_MODEL_ENV] = default_model
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+        )
+    _CHILDREN[process.pid] = process
+    server = LocalTriton(
+        pid=process.pid,
+        ports=ports,
+        model_repository=str(repository),
+        default_model=default_model,
+        log=str(log_path),
+        env=str(env.root),
+        started_at=round(time.time(), 3),
+        shm_prefix=shm_prefix,
+    )
+    _write_state(home, server)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            _forget(home, process.pid)
+            tail = log_tail(log_path)
+            if "already in use" in tail:
+                raise Conflict(f"a port the local Triton needs is taken; pick another with --port. Its log ends:\n{tail}", field="port")
+            raise Unavailable(
+                f"the local Triton exited with code {code} while starting{_hint(tail)}. Its log ({log_path}) ends:\n{tail}",
+                field="triton",
+            )
+        if _ready(server):
+            return server
+        failure = _startup_failure(log_path)
+        if failure:
+            _terminate(process.pid, timeout_s=5.0)
+            _forget(home, process.pid)
+            tail = log_tail(log_path)
+            raise Unavailable(
+                f"the local Triton failed to start: {failure}{_hint(tail)}. Its log ({log_path}) ends:\n{tail}",
+                field="triton",
+            )
+        time.sleep(0.1)
+    _terminate(process.pid, timeout_s=5.0)
+    _forget(home, process.pid)
+    raise Unavailable(
+        f"the local Triton was not ready after {ready_timeout_s:.0f} s. Its log ({log_path}) ends:\n{log_tail(log_path)}",
+        field="triton",
+    )
+
+
+def _forget(home: Path, pid: int) -> None:
+    state = read_state(home)
+    if state is not None and state.pid == pid:
+        _state_file(home).unlink(missing_ok=True)
+        # A server killed mid-start leaves its python backend's shared memory behind.
+        if state.shm_prefix and _SHM.is_dir():
+            for region in _SHM.glob(f"{state.shm_prefix}*"):
+                region.unlink(missing_ok=True)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=1)
+
+
+def _terminate(pid: int, *, timeout_s: float) -> None:
+    if not is_running(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not is_running(pid):
+            return
+        time.sleep(0.05)
+    # Its session (started for it) holds the python backend stubs too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def stop(home: Path, *, timeout_s: float = 15.0) -> LocalTriton | None:
+    """Stop the server this home started; None when none was running."""
+    state = read_state(home)
+    if state is None:
+        return None
+    running = is_running(state.pid)
+    _terminate(state.pid, timeout_s=timeout_s)
+    _forget(home, state.pid)
+    return state if running else None
+
+
+def status(home: Path) -> dict[str, Any]:
+    """What runs, where, and which models are ready."""
+    state = read_state(home)
+    if state is None:
+        return {"running": False}
+    if not is_running(state.pid):
+        return {"running": False, "stale_state": True, "log": state.log, "log_tail": log_tail(state.log, 10)}
+    info: dict[str, Any] = {
+        "running": True,
+        "ready": _ready(state),
+        **state.to_dict(),
+        "http_url": state.http_url,
+        "sagemaker_url": state.sagemaker_url,
+        "grpc_address": state.grpc_address,
+    }
+    try:
+        code, body = _post(f"{state.http_url}/v2/repository/index", b"{}")
+        if code == 200:
+            info["models"] = [
+                {"name": m.get("name"), "version": m.get("version"), "state": m.get("state")} for m in json.loads(body)
+            ]
+    except (OSError, urllib.error.URLError, json.JSONDecodeError):
+        info["models"] = None
+    return info

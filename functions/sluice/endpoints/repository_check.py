@@ -1,0 +1,140 @@
+"""Checking a user's own Triton repository archive before SageMaker's container unpacks it.
+
+What the container accepts (its `serve` script and Triton's repository rules): one or more
+`<model>/config.pbtxt` with numbered version folders `<model>/<n>/...` at the top of the
+archive, relative paths only, and one default model, the one
+`SAGEMAKER_TRITON_DEFAULT_MODEL_NAME` names (or the only model there is), which is the one
+the container loads and `/invocations` serves.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from sluice.errors import InvalidInput
+
+DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
+MAX_CONFIG_BYTES = 1024 * 1024
+_COMMENT = re.compile(r"#[^\n]*")
+_NAME_FIELD = re.compile(r'(?:^|\s)name\s*:\s*"([^"]*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryCheck:
+    models: tuple[str, ...]
+    default_model: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Container environment that makes the default model the one /invocations serves."""
+        return {DEFAULT_MODEL_ENV: self.default_model}
+
+
+def _top_level_name(config: str) -> str | None:
+    """The `name:` at the top level of a config.pbtxt (nested blocks and comments skipped)."""
+    depth, kept = 0, []
+    for char in _COMMENT.sub("", config):
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+        elif depth == 0:
+            kept.append(char)
+    match = _NAME_FIELD.search("".join(kept))
+    return match.group(1) if match else None
+
+
+def _member_path(member: tarfile.TarInfo) -> PurePosixPath | None:
+    name = member.name
+    if name.startswith("/") or "\\" in name:
+        raise InvalidInput(f"'{name}' is an absolute or Windows path; paths must be relative", field="repository")
+    parts = [p for p in PurePosixPath(name).parts if p not in ("", ".")]
+    if ".." in parts:
+        raise InvalidInput(f"'{name}' climbs out of the repository with '..'", field="repository")
+    if member.issym() or member.islnk():
+        raise InvalidInput(f"'{name}' is a link; the repository must hold plain files", field="repository")
+    if not (member.isfile() or member.isdir()):
+        raise InvalidInput(f"'{name}' is not a plain file or folder", field="repository")
+    return PurePosixPath(*parts) if parts else None
+
+
+def validate_repository_tarball(data: bytes | Path, default_model: str | None = None) -> RepositoryCheck:
+    """Check a user's `model.tar.gz` has the layout SageMaker's Triton container accepts.
+
+    One or more `<model>/config.pbtxt` with numbered version folders `<model>/<n>/...`, nothing
+    outside relative paths, and a default model: the one given, or the only model there is.
+    """
+    raw = data.read_bytes() if isinstance(data, Path) else data
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:*")  # noqa: SIM115 (closed below)
+    except (tarfile.TarError, OSError, EOFError):
+        raise InvalidInput("the repository is not a tar archive (model.tar.gz)", field="repository") from None
+    configs: dict[str, str] = {}
+    versions: dict[str, set[str]] = {}
+    top_dirs: set[str] = set()
+    wrapped: set[str] = set()  # top folders holding <x>/<model>/config.pbtxt: one level too deep
+    with tar:
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, OSError, EOFError):
+            raise InvalidInput("the repository archive is truncated or corrupt", field="repository") from None
+        for member in members:
+            path = _member_path(member)
+            if path is None:
+                continue
+            top = path.parts[0]
+            if len(path.parts) == 1:
+                if member.isfile():
+                    if top == "config.pbtxt":
+                        raise InvalidInput(
+                            "config.pbtxt sits at the top of the archive; it belongs in <model>/config.pbtxt "
+                            "(tar the repository's contents, not the model folder)",
+                            field="repository",
+                        )
+                    raise InvalidInput(f"'{top}' is a file at the top of the archive; only model folders belong there", field="repository")
+                top_dirs.add(top)
+                continue
+            top_dirs.add(top)
+            second = path.parts[1]
+            if len(path.parts) == 2 and second == "config.pbtxt" and member.isfile():
+                if member.size > MAX_CONFIG_BYTES:
+                    raise InvalidInput(f"{path} is larger than 1 MiB", field="repository")
+                handle = tar.extractfile(member)
+                configs[top] = handle.read().decode("utf-8", errors="replace") if handle else ""
+            elif second.isdigit() and (len(path.parts) > 2 or member.isdir()):
+                versions.setdefault(top, set()).add(second)
+            elif len(path.parts) == 3 and path.parts[2] == "config.pbtxt":
+                wrapped.add(top)
+    if not top_dirs:
+        raise InvalidInput("the repository archive is empty", field="repository")
+    for model in sorted(top_dirs):
+        if model not in configs:
+            hint = " (the archive wraps the repository in an extra folder; tar its contents)" if model in wrapped else ""
+            raise InvalidInput(f"model folder '{model}' has no config.pbtxt{hint}", field="repository")
+        if not versions.get(model):
+            raise InvalidInput(f"model '{model}' has no numbered version folder such as {model}/1/", field="repository")
+        declared = _top_level_name(configs[model])
+        if declared is not None and declared != model:
+            raise InvalidInput(
+                f"{model}/config.pbtxt names the model '{declared}'; Triton requires the folder's name",
+                field="repository",
+            )
+    models = tuple(sorted(top_dirs))
+    if default_model is None:
+        if len(models) > 1:
+            raise InvalidInput(
+                f"the repository holds {len(models)} models ({', '.join(models)}); name the default one "
+                f"({DEFAULT_MODEL_ENV}) that the endpoint serves",
+                field="default_model",
+            )
+        default_model = models[0]
+    elif default_model not in models:
+        raise InvalidInput(
+            f"default model '{default_model}' is not in the repository ({', '.join(models)})", field="default_model"
+        )
+    return RepositoryCheck(models, default_model)
+

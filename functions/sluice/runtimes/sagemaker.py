@@ -1,0 +1,338 @@
+"""SageMaker endpoints running NVIDIA's Triton container, called through `sagemaker-runtime`.
+
+A version names its endpoint in `version.config`:
+`{"endpoint_name": ..., "target_model"?: ..., "variant"?: ..., "max_batch_size"?: ...}`.
+Bodies are Triton's: v2 JSON for small requests, `binary+json` (a JSON header, then raw
+tensor bytes) above a size threshold. InvokeEndpoint takes at most 6 MB; larger requests are
+refused with a pointer to batch or asynchronous inference.
+
+`endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS:
+the request is rewritten from `/endpoints/<name>/invocations` to the container's
+`/invocations`, and the container's errors are framed as SageMaker frames them (ModelError),
+so the bytes sluice sends, and the errors it maps, are the ones it would meet on AWS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from sluice.codecs.triton import (
+    batchable,
+    decode_sagemaker_response,
+    encode_request,
+    inputs_for_wire,
+    outputs_from_wire,
+)
+from sluice.errors import (
+    BackendError,
+    BadRequest,
+    DeadlineExceeded,
+    InvalidInput,
+    PayloadTooLarge,
+    SluiceError,
+    Unavailable,
+)
+from sluice.runtimes.base import InferenceResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sluice.domain import ModelVersion
+    from sluice.signature import Signature
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+MAX_SYNC_PAYLOAD_BYTES = 6 * MiB  # InvokeEndpoint's request and response limit
+_THROTTLING = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException"})
+_INPUT_NAME = re.compile(r"input '([^']+)'")
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointTarget:
+    endpoint_name: str
+    target_model: str | None
+    variant: str | None
+    batched: bool
+    max_batch_size: int | None  # known when sluice built the repository: requests split to fit
+
+    @classmethod
+    def of(cls, version: ModelVersion) -> EndpointTarget:
+        config = version.config or {}
+        name = config.get("endpoint_name")
+        if not isinstance(name, str) or not name:
+            raise BadRequest("a sagemaker version needs config.endpoint_name", field="config.endpoint_name")
+        max_batch = config.get("max_batch_size")
+        batched = batchable(version.signature) if max_batch is None else int(max_batch) > 0
+        limit = int(max_batch) if max_batch is not None and int(max_batch) > 0 else None
+        return cls(name, config.get("target_model") or None, config.get("variant") or None, batched, limit)
+
+
+def build_client(
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    timeout_s: float = 60.0,
+    connections: int = 32,
+) -> Any:
+    """A `sagemaker-runtime` client; with `endpoint_url`, one that talks to a local container."""
+    import boto3
+    from botocore import UNSIGNED
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=min(timeout_s, 5.0),
+        read_timeout=timeout_s,
+        retries={"total_max_attempts": 1},  # retried here, on throttling only
+        max_pool_connections=connections,
+        signature_version=UNSIGNED if endpoint_url else None,
+    )
+    client = boto3.session.Session().client(
+        "sagemaker-runtime", region_name=region or ("us-east-1" if endpoint_url else None), endpoint_url=endpoint_url, config=config
+    )
+    if endpoint_url:
+        attach_local_container(client, endpoint_url)
+    return client
+
+
+def attach_local_container(client: Any, endpoint_url: str) -> None:
+    """Make `client.invoke_endpoint` reach a Triton container's own SageMaker port."""
+    base = urlsplit(endpoint_url)
+    prefix = base.path.rstrip("/")
+
+    def to_invocations(request: Any, **_: Any) -> None:
+        parts = urlsplit(request.url)
+        request.url = urlunsplit((base.scheme, base.netloc, f"{prefix}/invocations", parts.query, ""))
+
+    def as_sagemaker_error(response_dict: dict[str, Any], **_: Any) -> None:
+        # SageMaker answers a container's non-2xx with a 424 ModelError carrying the original.
+        status = response_dict.get("status_code", 200)
+        headers = response_dict["headers"]
+        if status < 400 or "x-amzn-errortype" in headers:
+            return
+        body = response_dict.get("body") or b""
+        original = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
+        response_dict["status_code"] = 424
+        headers["x-amzn-ErrorType"] = "ModelError:"  # botocore's own case-insensitive dict
+        headers["Content-Type"] = "application/json"
+        response_dict["body"] = json.dumps(
+            {
+                "ErrorCode": "CLIENT_ERROR_FROM_MODEL" if status < 500 else "SERVER_ERROR_FROM_MODEL",
+                "Message": f"Received {'client' if status < 500 else 'server'} error ({status}) from primary with message \"{original}\".",
+                "OriginalMessage": original,
+                "OriginalStatusCode": status,
+            }
+        ).encode()
+
+    events = client.meta.events
+    events.register("before-send.sagemaker-runtime.InvokeEndpoint", to_invocations)
+    events.register("before-parse.sagemaker-runtime.InvokeEndpoint", as_sagemaker_error)
+
+
+class SageMakerRuntime:
+    """Runs versions on SageMaker Triton endpoints (or a local Triton's SageMaker port)."""
+
+    kind = "sagemaker"
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        *,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        binary_threshold_bytes: int = 64 * 1024,
+        max_payload_bytes: int = MAX_SYNC_PAYLOAD_BYTES,
+        timeout_s: float = 60.0,
+        throttle_retries: int = 3,
+        backoff_s: float = 0.1,
+        concurrency: int = 32,
+        sleep: Callable[[float], Any] | None = None,
+    ) -> None:
+        self._client = client
+        self.region = region
+        self.endpoint_url = endpoint_url
+        self.binary_threshold_bytes = binary_threshold_bytes
+        self.max_payload_bytes = max_payload_bytes
+        self.timeout_s = timeout_s
+        self.throttle_retries = throttle_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+        self._sleep = sleep or asyncio.sleep
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = build_client(
+                region=self.region, endpoint_url=self.endpoint_url, timeout_s=self.timeout_s, connections=self.concurrency
+            )
+        return self._client
+
+    def _executor(self) -> ThreadPoolExecutor:
+        # boto3 blocks; a pool of its own keeps `concurrency` calls in flight at once.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sagemaker")
+        return self._pool
+
+    def encode(
+        self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> tuple[bytes, str]:
+        """The request body and content type sluice sends for these inputs."""
+        target = EndpointTarget.of(version)
+        wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
+        self._check_size(sum(a.nbytes for a in wire.values()))
+        return self._encode(wire, outputs)
+
+    def _check_size(self, raw_bytes: int) -> None:
+        if raw_bytes > self.max_payload_bytes:
+            raise _too_large(raw_bytes, self.max_payload_bytes)
+
+    def _encode(self, wire: dict[str, np.ndarray], outputs: Sequence[str] | None) -> tuple[bytes, str]:
+        binary = sum(a.nbytes for a in wire.values()) >= self.binary_threshold_bytes
+        body = encode_request(wire, outputs=outputs, binary_inputs=binary, binary_outputs=binary)
+        if not binary and len(body.body) > self.max_payload_bytes:
+            # JSON spells numbers out; the same tensors may still fit as raw bytes.
+            body = encode_request(wire, outputs=outputs, binary_inputs=True, binary_outputs=True)
+        if len(body.body) > self.max_payload_bytes:
+            raise _too_large(len(body.body), self.max_payload_bytes)
+        return body.body, body.content_type
+
+    def _invoke(self, target: EndpointTarget, body: bytes, content_type: str) -> tuple[bytes, str | None]:
+        params: dict[str, Any] = {"EndpointName": target.endpoint_name, "Body": body, "ContentType": content_type}
+        if target.target_model:
+            params["TargetModel"] = target.target_model
+        if target.variant:
+            params["TargetVariant"] = target.variant
+        response = self.client.invoke_endpoint(**params)
+        return response["Body"].read(), response.get("ContentType")
+
+    async def _invoke_with_retries(self, target: EndpointTarget, body: bytes, content_type: str) -> dict[str, np.ndarray]:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                raw, answered_type = await loop.run_in_executor(self._executor(), self._invoke, target, body, content_type)
+                return decode_sagemaker_response(raw, answered_type)
+            except Exception as exc:
+                error = _mapped(exc, target)
+                throttled = isinstance(error, _Throttled)
+                if not throttled or attempt >= self.throttle_retries:
+                    raise (Unavailable("the endpoint is throttling requests; retry later") if throttled else error) from None
+                # Full jitter, doubling: spread retries of concurrent callers apart.
+                await self._sleep(random.uniform(0, self.backoff_s * (2**attempt)))
+                attempt += 1
+
+    async def infer(
+        self,
+        version: ModelVersion,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+    ) -> InferenceResult:
+        target = EndpointTarget.of(version)
+        wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
+        self._check_size(sum(a.nbytes for a in wire.values()))
+        rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
+        limit = target.max_batch_size
+        if limit is None or rows <= limit:
+            decoded = await self._invoke_with_retries(target, *self._encode(wire, outputs))
+        else:
+            # More rows than the endpoint's model batches: one invocation per slice.
+            slices = [{k: v[i : i + limit] for k, v in wire.items()} for i in range(0, rows, limit)]
+            parts = await asyncio.gather(
+                *(self._invoke_with_retries(target, *self._encode(part, outputs)) for part in slices)
+            )
+            decoded = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        return InferenceResult(outputs_from_wire(decoded, version.signature))
+
+    async def load(self, version: ModelVersion) -> None:
+        EndpointTarget.of(version)  # endpoints are created by `sluice.endpoints`, not here
+
+    async def unload(self, version: ModelVersion) -> None:
+        return None
+
+    async def metadata(self, version: ModelVersion) -> Signature:
+        # InvokeEndpoint reaches /invocations only: the registered signature is what there is.
+        return version.signature
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+class _Throttled(Unavailable):
+    pass
+
+
+def _too_large(size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the request is {size} bytes encoded, above SageMaker's synchronous limit of {limit} bytes; "
+        "send it as a batch job (input file in S3) or through SageMaker asynchronous inference",
+        field="inputs",
+    )
+
+
+def _mapped(exc: Exception, target: EndpointTarget) -> SluiceError:
+    """SageMaker and transport failures as sluice errors; the raw text goes to the log only."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        ReadTimeoutError,
+    )
+
+    if isinstance(exc, SluiceError):
+        return exc
+    where = {"endpoint": target.endpoint_name}
+    if isinstance(exc, ReadTimeoutError):
+        return DeadlineExceeded("the endpoint did not answer within the deadline")
+    if isinstance(exc, EndpointConnectionError | ConnectTimeoutError | ConnectionClosedError):
+        log.warning("sagemaker: endpoint not reachable", extra={**where, "error_type": type(exc).__name__})
+        return Unavailable("the SageMaker endpoint is not reachable")
+    if not isinstance(exc, ClientError):
+        log.warning("sagemaker: invoke failed", extra={**where, "error_type": type(exc).__name__, "error": str(exc)[:500]})
+        return BackendError(f"the SageMaker client failed ({type(exc).__name__})")
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    message = str(error.get("Message", ""))
+    log.warning("sagemaker: %s", code or "error", extra={**where, "error": message[:500]})
+    if code in _THROTTLING:
+        return _Throttled("the endpoint is throttling requests")
+    if code == "ModelError":
+        original = str(exc.response.get("OriginalMessage") or message)
+        status = int(exc.response.get("OriginalStatusCode") or 0)
+        if "timed out" in original.lower() or "timed out" in message.lower():
+            return DeadlineExceeded("the model did not answer within SageMaker's 60 s limit")
+        if 400 <= status < 500 and status != 429:
+            # Triton's SageMaker port answers 400 for every failed request: name an input
+            # only when Triton's own message does.
+            found = _INPUT_NAME.search(original)
+            if found:
+                return InvalidInput(
+                    f"the model server rejected input '{found.group(1)}' (its name, shape or datatype does not match the model)",
+                    field=f"inputs.{found.group(1)}",
+                )
+            if "batch-size" in original or "batch size" in original:
+                return InvalidInput("more rows than the model takes in one request (its max_batch_size)", field="inputs")
+            if "input" in original.lower():
+                return InvalidInput("the model server rejected the request's inputs", field="inputs")
+            return BackendError(f"the model container refused the request ({status})")
+        if status in (429, 503):
+            return Unavailable("the model container is busy; retry shortly")
+        return BackendError(f"the model container failed ({status or 'no status'})")
+    if code in ("ServiceUnavailable", "ModelNotReadyException"):
+        return Unavailable("the SageMaker endpoint is not available right now")
+    if code == "ValidationError" and "not found" in message.lower():
+        return BackendError(f"SageMaker endpoint '{target.endpoint_name}' does not exist")
+    return BackendError(f"SageMaker failed ({code or 'unknown error'})")

@@ -1,0 +1,240 @@
+"""Triton repositories: config.pbtxt from a signature, the two flavours, model.tar.gz, and
+checking a user's own archive."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import tarfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.domain import ModelVersion
+from sluice.endpoints.repository import (
+    PYTHON_MODEL,
+    TritonOptions,
+    build_model,
+    build_repository,
+    model_config,
+    tarball_bytes,
+)
+from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV, validate_repository_tarball
+from sluice.errors import InvalidInput
+from sluice.services.models import read_signature
+from sluice.signature import Signature, TensorSpec
+from sluice.storage.folder import FolderStore
+from tests.conftest import MODELS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+CLASSIFIER = Signature(
+    inputs=(TensorSpec("input", "FP32", (-1, 4)),),
+    outputs=(
+        TensorSpec("label", "BYTES", (-1,), role="label"),
+        TensorSpec("probabilities", "FP32", (-1, 3), role="probabilities"),
+    ),
+)
+FIXED = Signature(inputs=(TensorSpec("image", "FP16", (1, 3, 8, 8)),), outputs=(TensorSpec("out", "FP16", (1, 10)),))
+
+
+@pytest.fixture(scope="module")
+def parse_config() -> Callable[[str], Any]:
+    """Triton's own ModelConfig message, from tritonclient's generated module, to parse with."""
+    import tritonclient
+
+    path = Path(tritonclient.__file__).parent / "grpc" / "model_config_pb2.py"
+    if not path.exists():
+        pytest.skip("tritonclient ships no model_config_pb2")
+    spec = importlib.util.spec_from_file_location("triton_model_config_pb2", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from google.protobuf import text_format
+
+    return lambda text: text_format.Parse(text, module.ModelConfig())
+
+
+def test_sagemaker_config_is_the_onnxruntime_container_config(parse_config: Callable[[str], Any]) -> None:
+    options = TritonOptions(max_batch_size=32, preferred_batch_sizes=(8, 16), max_queue_delay_us=250, instance_count=2, tensorrt_fp16=True)
+    config = parse_config(model_config("iris", CLASSIFIER, flavour="sagemaker", options=options))
+    assert (config.name, config.backend, config.max_batch_size) == ("iris", "onnxruntime", 32)
+    assert config.default_model_filename == "model.onnx"
+    assert [(i.name, list(i.dims)) for i in config.input] == [("input", [4])]
+    label, probabilities = config.output
+    assert list(label.dims) == [1] and label.HasField("reshape") and list(label.reshape.shape) == []
+    assert label.data_type == 13  # TYPE_STRING
+    assert list(probabilities.dims) == [3] and not probabilities.HasField("reshape")
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 250
+    (group,) = config.instance_group
+    assert (group.kind, group.count) == (1, 2)  # KIND_GPU
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt" and dict(accelerator.parameters) == {"precision_mode": "FP16"}
+
+
+def test_local_config_runs_the_python_backend_on_cpu(parse_config: Callable[[str], Any]) -> None:
+    text = model_config("iris", CLASSIFIER, flavour="local", options=TritonOptions(tensorrt_fp16=True))
+    config = parse_config(text)
+    assert config.backend == "python"
+    assert config.max_batch_size == 64  # the default when every tensor batches
+    assert config.instance_group[0].kind == 2  # KIND_CPU
+    assert not config.HasField("optimization")  # no TensorRT on the CPU twin
+    assert config.dynamic_batching.max_queue_delay_microseconds == 100
+
+
+def test_fixed_shapes_do_not_batch(parse_config: Callable[[str], Any]) -> None:
+    config = parse_config(model_config("net", FIXED, flavour="sagemaker", options=TritonOptions()))
+    assert config.max_batch_size == 0
+    assert list(config.input[0].dims) == [1, 3, 8, 8]
+    assert not config.HasField("dynamic_batching")
+    with pytest.raises(InvalidInput, match="dynamic first axis"):
+        model_config("net", FIXED, flavour="sagemaker", options=TritonOptions(max_batch_size=8))
+
+
+def test_odd_names_are_quoted_for_protobuf_text(parse_config: Callable[[str], Any]) -> None:
+    signature = Signature(inputs=(TensorSpec('in"put\\é', "FP32", (-1, 2)),), outputs=(TensorSpec("dense/BiasAdd:0", "FP32", (-1, 1)),))
+    config = parse_config(model_config("m", signature, flavour="sagemaker", options=TritonOptions()))
+    assert config.input[0].name == 'in"put\\é'
+    assert config.output[0].name == "dense/BiasAdd:0"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"max_batch_size": -1}, "max_batch_size"),
+        ({"instance_count": 0}, "instance_count"),
+        ({"preferred_batch_sizes": (0,)}, "preferred_batch_sizes"),
+        ({"instance_kind": "KIND_TPU"}, "instance_kind"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        TritonOptions(**options)
+    assert err.value.field == field
+
+
+def test_preferred_batch_sizes_fit_under_max_batch_size() -> None:
+    with pytest.raises(InvalidInput, match="exceeds max_batch_size"):
+        model_config("m", CLASSIFIER, flavour="sagemaker", options=TritonOptions(max_batch_size=8, preferred_batch_sizes=(16,)))
+
+
+def test_local_flavour_writes_model_onnx_and_model_py(tmp_path: Path) -> None:
+    data = (MODELS / "diabetes_mlp.onnx").read_bytes()
+    built = build_model(tmp_path, "diabetes", 3, read_signature(data), data, flavour="local")
+    assert built.path == tmp_path / "diabetes" and built.max_batch_size == 64
+    assert (tmp_path / "diabetes" / "config.pbtxt").read_text() == built.config
+    assert (tmp_path / "diabetes" / "3" / "model.onnx").read_bytes() == data
+    source = (tmp_path / "diabetes" / "3" / "model.py").read_text()
+    assert source == PYTHON_MODEL
+    compile(source, "model.py", "exec")
+
+
+def test_zipmap_outputs_are_refused_by_name(tmp_path: Path) -> None:
+    data = (MODELS / "iris.onnx").read_bytes()
+    with pytest.raises(InvalidInput) as err:
+        build_model(tmp_path, "iris", 1, read_signature(data), data, flavour="sagemaker")
+    assert err.value.field == "outputs.output_probability"
+    assert "zipmap=False" in err.value.message
+    assert not (tmp_path / "iris").exists()
+
+
+def test_a_registered_version_builds_from_the_store(tmp_path: Path) -> None:
+    data = (MODELS / "diabetes_mlp.onnx").read_bytes()
+    store = FolderStore(tmp_path / "store")
+    ref = store.put("acme", data, suffix=".onnx")
+    version = ModelVersion("acme", "diabetes", 2, "onnx", ref.uri, ref.sha256, ref.size_bytes, read_signature(data))
+    built = build_repository(tmp_path / "repo", version, store, flavour="sagemaker")
+    assert (built.name, built.version) == ("diabetes", 2)
+    assert (tmp_path / "repo" / "diabetes" / "2" / "model.onnx").exists()
+    assert not (tmp_path / "repo" / "diabetes" / "2" / "model.py").exists()
+
+
+def test_tarball_has_the_model_folders_at_its_top_and_is_reproducible(tmp_path: Path) -> None:
+    data = (MODELS / "diabetes_mlp.onnx").read_bytes()
+    build_model(tmp_path, "diabetes", 1, read_signature(data), data, flavour="sagemaker")
+    archive = tarball_bytes(tmp_path)
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        names = tar.getnames()
+    assert names == ["diabetes", "diabetes/1", "diabetes/1/model.onnx", "diabetes/config.pbtxt"]
+    assert tarball_bytes(tmp_path) == archive
+    check = validate_repository_tarball(archive)
+    assert check.models == ("diabetes",)
+    assert check.environment == {DEFAULT_MODEL_ENV: "diabetes"}
+
+
+# a user's own archive --------------------------------------------------------------------
+def _archive(files: dict[str, bytes | None], *, links: tuple[str, ...] = ()) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(content)
+                tar.addfile(info, io.BytesIO(content))
+        for name in links:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = "/etc/passwd"
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+CONFIG = b'name: "a"\nbackend: "onnxruntime"\nmax_batch_size: 8\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+
+
+def test_a_two_model_repository_needs_its_default_named() -> None:
+    archive = _archive(
+        {
+            "./a/config.pbtxt": CONFIG,
+            "./a/1/model.onnx": b"onnx",
+            "./b/config.pbtxt": b"# ensemble\nplatform: \"ensemble\"\n",
+            "./b/1": None,
+        }
+    )
+    with pytest.raises(InvalidInput, match=DEFAULT_MODEL_ENV):
+        validate_repository_tarball(archive)
+    assert validate_repository_tarball(archive, "b").default_model == "b"
+    with pytest.raises(InvalidInput, match="'c' is not in the repository"):
+        validate_repository_tarball(archive, "c")
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"/a/config.pbtxt": CONFIG, "/a/1/model.onnx": b"x"}, "absolute"),
+        ({"a/config.pbtxt": CONFIG, "a/1/../../../etc/x": b"x"}, "'..'"),
+        ({"config.pbtxt": CONFIG, "1/model.onnx": b"x"}, "belongs in <model>/config.pbtxt"),
+        ({"repo/a/config.pbtxt": CONFIG, "repo/a/1/model.onnx": b"x"}, "extra folder"),
+        ({"a/config.pbtxt": CONFIG, "a/model.onnx": b"x"}, "no numbered version folder"),
+        ({"a/config.pbtxt": CONFIG.replace(b'"a"', b'"other"'), "a/1/model.onnx": b"x"}, "names the model 'other'"),
+        ({"a/config.pbtxt": CONFIG, "a/1/model.onnx": b"x", "README.md": b"hi"}, "file at the top"),
+        ({}, "empty"),
+    ],
+    ids=["absolute", "dotdot", "top-config", "wrapped", "no-version", "name-mismatch", "top-file", "empty"],
+)
+def test_bad_layouts_are_refused_with_the_reason(files: dict[str, bytes], message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        validate_repository_tarball(_archive(files))
+
+
+def test_links_are_refused() -> None:
+    archive = _archive({"a/config.pbtxt": CONFIG, "a/1/model.onnx": b"x"}, links=("a/1/secret",))
+    with pytest.raises(InvalidInput, match="is a link"):
+        validate_repository_tarball(archive)
+
+
+def test_not_a_tarball_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="not a tar archive"):
+        validate_repository_tarball(b"PK\x03\x04 a zip file")
+
+
+def test_nested_names_in_config_do_not_count_as_the_model_name() -> None:
+    config = b'# name: "nope"\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\nname: "a"\n'
+    check = validate_repository_tarball(_archive({"a/config.pbtxt": config, "a/1/model.onnx": b"x"}))
+    assert check.default_model == "a"
