@@ -89,10 +89,9 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
         return array.astype(object)
     if array.dtype == object or array.dtype.kind in "US":
         raise TypeError("not numeric")
-    if datatype != "BOOL" and dtype.kind in "iu" and array.dtype.kind == "f":
-        # Refuse silent truncation of 1.5 into an integer input.
-        if not np.array_equal(array, np.trunc(array)):
-            raise ValueError("fractional value for an integer input")
+    # Refuse silent truncation of 1.5 into an integer input.
+    if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
+        raise ValueError("fractional value for an integer input")
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         if array.size and (array.min() < info.min or array.max() > info.max):

@@ -4,6 +4,7 @@ timing tests that real models on two cores cannot make exact."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -44,10 +45,8 @@ class SleepyRuntime:
 
 
 def add_fake(registry: Any, tenant: str, model: str, **config: Any) -> ModelVersion:
-    try:
+    with contextlib.suppress(Conflict):
         registry.create_model(Model(tenant, model))
-    except Conflict:
-        pass
     return registry.add_version(
         ModelVersion(tenant, model, 0, "fake", "fake://", "0" * 64, 0, REGRESSOR, config=config)  # type: ignore[arg-type]
     )

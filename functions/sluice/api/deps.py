@@ -12,7 +12,6 @@ from sluice.domain import Principal
 from sluice.errors import Unauthenticated
 from sluice.wiring import Container
 
-
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -14,7 +14,7 @@ fit, references resolve without cycles) live in `sluice.services.deployments`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sluice.domain import check_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Model, ModelVersion, check_name
@@ -52,12 +53,10 @@ class ModelService:
             raise PayloadTooLarge("artifacts above 2 GiB are not supported", field="artifact")
         signature = read_signature(data, feature_names)
         ref = self.store.put(principal.tenant, data, suffix=".onnx")
-        try:
+        with contextlib.suppress(Conflict):  # the first push creates the model
             self.registry.create_model(
                 Model(principal.tenant, name, description=description, created_by=principal.subject)
             )
-        except Conflict:
-            pass
         return self.registry.add_version(
             ModelVersion(
                 tenant=principal.tenant,

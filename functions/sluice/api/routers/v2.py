@@ -13,7 +13,12 @@ from sluice.api.responses import JSONResponse
 from sluice.api.routers.predictions import ERRORS
 from sluice.codecs.tensors import decode_tensor, encode_tensor
 from sluice.errors import BadRequest, InvalidInput
-from sluice.types.v2 import InferenceRequest, InferenceResponse, MetadataModelResponse, ModelReadyResponse
+from sluice.types.v2 import (
+    InferenceRequest,
+    InferenceResponse,
+    MetadataModelResponse,
+    ModelReadyResponse,
+)
 
 if TYPE_CHECKING:
     from sluice.services.predictions import Resolved
