@@ -22,7 +22,17 @@ def get_logger() -> Logger:
     from sluice.settings import get_settings
 
     settings = get_settings()
-    return Logger(service=settings.service_name, level=settings.log_level, logger_handler=None)
+    return Logger(
+        service=settings.service_name,
+        level=settings.log_level,
+        json_serializer=_dumps,  # orjson: a fifth of the cost of a log line
+    )
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    import orjson
+
+    return orjson.dumps(record, default=str).decode()
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,8 @@ from sluice.wiring import Container
 M = TypeVar("M", bound=BaseModel)
 
 
-def get_container(request: Request) -> Container:
+async def get_container(request: Request) -> Container:
+    # async: a plain `def` dependency would cost a thread hop on every request.
     container = request.app.state.container
     if container is None:
         from sluice.wiring import get_container as build
