@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check functions tests benchmarks scripts
+	$(VENV)/bin/ruff check functions infra tests benchmarks scripts
 
 # BENCH_ARGS=--quick for a ~2-minute smoke run. wrk comes from Debian when apt-get can run (else
 # a Python load generator stands in); the Triton peer needs triton-env and is skipped without it.
@@ -54,3 +54,10 @@ $(TRITON_STAMP): | $(UV)
 	touch $(TRITON_STAMP)
 
 triton-env: $(TRITON_STAMP)
+
+# The CDK CLI version comes from package-lock.json; layers are built with pip, not Docker.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+synth: $(STAMP) node_modules/.package-lock.json
+	npx --no-install cdk synth

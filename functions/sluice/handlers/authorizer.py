@@ -58,12 +58,11 @@ class UsagePlans:
 
 def api_key_of(event: APIGatewayAuthorizerRequestEvent) -> str | None:
     """The presented key: a Bearer token first, then `x-api-key`; None when there is none."""
-    authorization = event.get_header_value("authorization", default_value="", case_sensitive=False) or ""
-    scheme, _, token = authorization.strip().partition(" ")
+    headers = event.headers  # case-insensitive
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    api_key = (event.get_header_value("x-api-key", default_value="", case_sensitive=False) or "").strip()
-    return api_key or None
+    return (headers.get("x-api-key") or "").strip() or None
 
 
 def authorize(

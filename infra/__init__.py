@@ -1,0 +1,1 @@
+"""The CDK app that `cdk deploy --all` ships: storage, API, batch, endpoints, observability."""

@@ -1,0 +1,138 @@
+"""The CDK app: `npx cdk synth --all` / `cdk deploy --all` run this (see cdk.json).
+
+Five stacks, each a deployable component: storage, batch, endpoints, api, observability.
+They refer to each other by physical names (see naming.py), ordered by explicit
+dependencies. cdk-nag checks every synthesis through CDK's policy validation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Environment, Tags
+
+from infra.aspects import apply_defaults
+from infra.config import DEFAULT_CONFIG, SluiceConfig, load_config
+from infra.constructs.functions import FunctionPlatform
+from infra.nag import register_checks
+from infra.naming import ResourceNames
+from infra.stacks.api import ApiStack
+from infra.stacks.batch import BatchStack
+from infra.stacks.endpoints import EndpointsStack
+from infra.stacks.observability import ObservabilityStack
+from infra.stacks.storage import ARTIFACTS_PREFIX, StorageStack
+
+CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
+
+
+def runtime_environment(config: SluiceConfig, names: ResourceNames) -> dict[str, str]:
+    """What every function reads through `sluice.settings` (and powertools)."""
+    return {
+        "SLUICE_MODE": "aws",
+        "SLUICE_REGISTRY": f"dynamodb://{names.table}",
+        "SLUICE_STORE": f"s3://{names.artifacts_bucket}/{ARTIFACTS_PREFIX}",
+        "SLUICE_LOG_LEVEL": config.functions.log_level,
+        "LOG_LEVEL": config.functions.log_level,
+        "POWERTOOLS_SERVICE_NAME": "sluice",
+        "POWERTOOLS_METRICS_NAMESPACE": "sluice",
+    }
+
+
+def build_app(
+    *,
+    config: SluiceConfig | None = None,
+    context: dict[str, Any] | None = None,
+    outdir: str | None = None,
+    env: Environment | None = None,
+) -> App:
+    app = App(context=context, outdir=outdir)
+    if config is None:
+        path = app.node.try_get_context("sluice:config") or DEFAULT_CONFIG
+        config = load_config(
+            Path(path), context={k: app.node.try_get_context(k) for k in CONTEXT_KEYS}
+        )
+    names = ResourceNames(config.name)
+    platform = FunctionPlatform(
+        python=config.functions.python,
+        architecture_name=config.functions.architecture,
+        log_retention_days=config.log_retention_days,
+        retain_logs=config.storage.retain_data,
+        environment=runtime_environment(config, names),
+    )
+    common: dict[str, Any] = {"config": config, "names": names, "env": env}
+
+    storage = StorageStack(
+        app,
+        f"{config.name}-storage",
+        description="sluice: artifacts and batch buckets, registry table",
+        **common,
+    )
+    batch = BatchStack(
+        app,
+        f"{config.name}-batch",
+        platform=platform,
+        description="sluice: batch inference (S3 inbox, Step Functions, scoring functions)",
+        **common,
+    )
+    endpoints = EndpointsStack(
+        app, f"{config.name}-endpoints", description="sluice: SageMaker Triton endpoints", **common
+    )
+    api = ApiStack(
+        app,
+        f"{config.name}-api",
+        platform=platform,
+        description="sluice: API Gateway, API-key authorizer, API and shadow functions",
+        **common,
+    )
+    function_names = [
+        names.function(purpose)
+        for purpose in (
+            "api",
+            "authorizer",
+            "shadow",
+            "batch-plan",
+            "batch-score",
+            "batch-finalize",
+            "batch-mark-failed",
+            "batch-on-upload",
+        )
+    ]
+    observability = ObservabilityStack(
+        app,
+        f"{config.name}-observability",
+        function_names=function_names,
+        description="sluice: dashboard and alarms",
+        **common,
+    )
+
+    batch.add_stack_dependency(storage)
+    endpoints.add_stack_dependency(storage)
+    api.add_stack_dependency(storage)
+    api.add_stack_dependency(batch)  # the API starts batch executions by state machine name
+    observability.add_stack_dependency(api)
+    observability.add_stack_dependency(batch)
+    for component, stack in (
+        ("storage", storage),
+        ("batch", batch),
+        ("endpoints", endpoints),
+        ("api", api),
+        ("observability", observability),
+    ):
+        Tags.of(stack).add("sluice:component", component)
+
+    apply_defaults(app, config)
+    register_checks(app)
+    return app
+
+
+def main() -> None:
+    env = Environment(
+        account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")
+    )
+    build_app(env=env).synth()
+
+
+if __name__ == "__main__":
+    main()

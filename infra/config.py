@@ -1,0 +1,243 @@
+"""What a deployment of sluice looks like, read from one YAML file (`infra/sluice.yaml`).
+
+Every knob a platform engineer turns without writing CDK lives here: throttling and quotas,
+batch concurrency, retention, alarms, and the GPU endpoints. A few settings can also be
+given on the command line as CDK context (`cdk synth -c sluice:architecture=arm64`):
+`sluice:config` (another file), `sluice:architecture` and `sluice:python`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEFAULT_CONFIG = Path(__file__).with_name("sluice.yaml")
+
+# The values CloudWatch Logs accepts for a log group's retention.
+LOG_RETENTION_DAYS = (
+    1,
+    3,
+    5,
+    7,
+    14,
+    30,
+    60,
+    90,
+    120,
+    150,
+    180,
+    365,
+    400,
+    545,
+    731,
+    1096,
+    1827,
+    2192,
+    2557,
+    2922,
+    3288,
+    3653,
+)
+
+_TENANT = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+_SAGEMAKER_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FunctionsConfig(_Section):
+    architecture: Literal["x86_64", "arm64"] = Field(
+        "x86_64", description="CPU architecture of every function and of the wheels in its layers."
+    )
+    python: Literal["3.12", "3.13", "3.14"] = Field(
+        "3.14", description="Lambda Python runtime; layers are built for this version."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class StorageConfig(_Section):
+    retain_data: bool = Field(
+        True, description="Keep buckets and the table when their stack is deleted (recommended)."
+    )
+    inbox_expiry_days: int = Field(
+        30, ge=1, description="Delete batch inputs under inbox/ after this."
+    )
+    outbox_expiry_days: int = Field(
+        30, ge=1, description="Delete batch outputs under outbox/ after this."
+    )
+    work_expiry_days: int = Field(
+        14, ge=1, description="Delete batch work files (chunk lists, map results) after this."
+    )
+    noncurrent_artifact_expiry_days: int = Field(
+        90, ge=1, description="Delete overwritten or deleted artifact versions after this."
+    )
+    access_log_expiry_days: int = Field(
+        365, ge=1, description="Delete S3 server access logs after this."
+    )
+
+
+class PlanLimits(_Section):
+    rate_limit: float = Field(gt=0, description="Steady-state requests per second.")
+    burst_limit: int = Field(gt=0, description="Requests allowed in a burst.")
+    quota: int | None = Field(None, gt=0, description="Requests per quota period; none: unlimited.")
+    quota_period: Literal["DAY", "WEEK", "MONTH"] = "DAY"
+
+
+class TenantPlan(PlanLimits):
+    tenant: str = Field(pattern=_TENANT)
+
+
+class ApiConfig(_Section):
+    stage_name: str = Field("v1", pattern=r"^[a-zA-Z0-9_]{1,64}$")
+    rate_limit: float = Field(200, gt=0, description="Stage-wide steady-state requests per second.")
+    burst_limit: int = Field(400, gt=0, description="Stage-wide burst.")
+    default_plan: PlanLimits = PlanLimits(rate_limit=50, burst_limit=100)
+    tenants: tuple[TenantPlan, ...] = Field(
+        (), description="Tenants with a usage plan of their own; all others share default_plan."
+    )
+    memory_mb: int = Field(2048, ge=128, le=10240)
+    timeout_s: int = Field(
+        30,
+        ge=1,
+        le=900,
+        description="API function timeout; API Gateway gives up after 29 s anyway.",
+    )
+    authorizer_memory_mb: int = Field(512, ge=128, le=10240)
+    shadow_memory_mb: int = Field(2048, ge=128, le=10240)
+    shadow_timeout_s: int = Field(120, ge=1, le=900)
+    execution_log_level: Literal["OFF", "ERROR", "INFO"] = Field(
+        "OFF",
+        description="API Gateway execution logs. Needs the account's API Gateway CloudWatch "
+        "role to be set already; access logs are always on.",
+    )
+
+    @field_validator("tenants")
+    @classmethod
+    def _unique_tenants(cls, tenants: tuple[TenantPlan, ...]) -> tuple[TenantPlan, ...]:
+        names = [t.tenant for t in tenants]
+        if len(names) != len(set(names)):
+            raise ValueError("each tenant may have one usage plan")
+        return tenants
+
+
+class BatchConfig(_Section):
+    max_concurrency: int = Field(40, ge=1, le=10000, description="Chunks scored at once.")
+    tolerated_failure_percentage: float = Field(
+        0, ge=0, le=100, description="Share of chunks that may fail before the job fails."
+    )
+    child_execution_type: Literal["STANDARD", "EXPRESS"] = Field(
+        "STANDARD", description="EXPRESS is cheaper but caps one chunk at 5 minutes."
+    )
+    execution_timeout_hours: int = Field(24, ge=1, le=8760)
+    plan_memory_mb: int = Field(1024, ge=128, le=10240)
+    plan_timeout_s: int = Field(300, ge=1, le=900)
+    score_memory_mb: int = Field(3008, ge=128, le=10240)
+    score_timeout_s: int = Field(900, ge=1, le=900)
+
+
+class AlarmsConfig(_Section):
+    topic: bool = Field(False, description="Create an SNS topic that every alarm notifies.")
+    emails: tuple[str, ...] = Field((), description="Addresses subscribed to the topic.")
+    api_5xx_percent: float = Field(1.0, gt=0, le=100)
+    api_p99_latency_ms: float = Field(5000, gt=0)
+    lambda_errors: int = Field(5, ge=1, description="Errors per function in 5 minutes.")
+    lambda_throttles: int = Field(1, ge=1, description="Throttles per function in 5 minutes.")
+    batch_failures: int = Field(1, ge=1, description="Failed executions in 5 minutes.")
+
+    @property
+    def wants_topic(self) -> bool:
+        return self.topic or bool(self.emails)
+
+
+class EndpointVariant(_Section):
+    name: str = Field("primary", pattern=_SAGEMAKER_NAME)
+    model_data_key: str = Field(
+        pattern=r"^[^/].*model\.tar\.gz$",
+        description="Key of the Triton model repository archive in the artifacts bucket.",
+    )
+    model_name: str = Field(description="SAGEMAKER_TRITON_DEFAULT_MODEL_NAME: the model to serve.")
+    instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+    initial_instance_count: int = Field(1, ge=1)
+    weight: float = Field(1.0, ge=0)
+    min_instances: int = Field(1, ge=1)
+    max_instances: int = Field(1, ge=1)
+    target_invocations_per_instance: float = Field(
+        100, gt=0, description="Auto scaling target for SageMakerVariantInvocationsPerInstance."
+    )
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> EndpointVariant:
+        if not self.min_instances <= self.initial_instance_count <= self.max_instances:
+            raise ValueError("need min_instances <= initial_instance_count <= max_instances")
+        return self
+
+
+class EndpointConfig(_Section):
+    name: str = Field(
+        pattern=_SAGEMAKER_NAME, description="Endpoint name, prefixed with the app name."
+    )
+    triton_version: str = Field("25.09", description="Version of the SageMaker Triton image.")
+    variants: tuple[EndpointVariant, ...] = Field(min_length=1, max_length=10)
+
+    @field_validator("variants")
+    @classmethod
+    def _unique_variants(cls, variants: tuple[EndpointVariant, ...]) -> tuple[EndpointVariant, ...]:
+        if len({v.name for v in variants}) != len(variants):
+            raise ValueError("variant names must be unique within an endpoint")
+        return variants
+
+
+class SluiceConfig(_Section):
+    name: str = Field(
+        "sluice",
+        pattern=r"^[a-z][a-z0-9-]{0,15}$",
+        description="Prefix of stack and resource names.",
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+    log_retention_days: int = 30
+    functions: FunctionsConfig = FunctionsConfig()
+    storage: StorageConfig = StorageConfig()
+    api: ApiConfig = ApiConfig()
+    batch: BatchConfig = BatchConfig()
+    alarms: AlarmsConfig = AlarmsConfig()
+    endpoints: tuple[EndpointConfig, ...] = ()
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, days: int) -> int:
+        if days not in LOG_RETENTION_DAYS:
+            raise ValueError(f"log_retention_days must be one of {LOG_RETENTION_DAYS}")
+        return days
+
+    @field_validator("endpoints")
+    @classmethod
+    def _unique_endpoints(cls, endpoints: tuple[EndpointConfig, ...]) -> tuple[EndpointConfig, ...]:
+        if len({e.name for e in endpoints}) != len(endpoints):
+            raise ValueError("endpoint names must be unique")
+        return endpoints
+
+    def with_overrides(self, **sections: Any) -> SluiceConfig:
+        """A copy with some fields replaced, validated like the file."""
+        return SluiceConfig.model_validate(self.model_dump() | sections)
+
+
+def load_config(
+    path: Path | str = DEFAULT_CONFIG, *, context: dict[str, Any] | None = None
+) -> SluiceConfig:
+    """Read the config file, then apply the `sluice:*` context overrides."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    context = context or {}
+    functions = dict(raw.get("functions") or {})
+    if context.get("sluice:architecture"):
+        functions["architecture"] = str(context["sluice:architecture"])
+    if context.get("sluice:python"):
+        functions["python"] = str(context["sluice:python"])
+    return SluiceConfig.model_validate(raw | {"functions": functions})

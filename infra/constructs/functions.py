@@ -1,0 +1,204 @@
+"""A sluice Lambda function: the shared code asset, the layers it imports, and its own role.
+
+Every function runs code from one asset, `functions/` (the `sluice` package), with its
+third-party packages in layers. Each has a role of its own that starts empty: logs to its
+own log group and X-Ray traces, and nothing else until a stack grants it what it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+
+from constructs import Construct
+from infra.constructs.python_layer import (
+    PythonLayer,
+    check_unzipped_size,
+    directory_size,
+    staged_path,
+)
+from infra.nag import acknowledge
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+LAYERS_DIR = REPO_ROOT / "layers"
+CODE_EXCLUDES = [
+    "**/__pycache__",
+    "**/*.pyc",
+    "**/tests",
+    "**/.pytest_cache",
+    "**/.ruff_cache",
+    "**/*.egg-info",
+]
+
+_RETENTION = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1096: logs.RetentionDays.THREE_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    2192: logs.RetentionDays.SIX_YEARS,
+    2557: logs.RetentionDays.SEVEN_YEARS,
+    2922: logs.RetentionDays.EIGHT_YEARS,
+    3288: logs.RetentionDays.NINE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def retention(days: int) -> logs.RetentionDays:
+    return _RETENTION[days]
+
+
+@dataclass(frozen=True)
+class FunctionPlatform:
+    """What all functions of a deployment share: where they run and what they all read."""
+
+    python: str
+    architecture_name: str
+    log_retention_days: int
+    retain_logs: bool
+    environment: Mapping[str, str]
+
+    @property
+    def runtime(self) -> lambda_.Runtime:
+        return {
+            "3.12": lambda_.Runtime.PYTHON_3_12,
+            "3.13": lambda_.Runtime.PYTHON_3_13,
+            "3.14": lambda_.Runtime.PYTHON_3_14,
+        }[self.python]
+
+    @property
+    def architecture(self) -> lambda_.Architecture:
+        return (
+            lambda_.Architecture.ARM_64
+            if self.architecture_name == "arm64"
+            else lambda_.Architecture.X86_64
+        )
+
+    def layer(self, scope: Construct, id: str, *, name: str, description: str) -> PythonLayer:
+        return PythonLayer(
+            scope,
+            id,
+            requirements_dir=LAYERS_DIR / name,
+            runtime=self.runtime,
+            architecture=self.architecture,
+            python=self.python,
+            description=description,
+        )
+
+
+class SluiceFunction(Construct):
+    """One Lambda entry point (`sluice.handlers.<module>.<function>`).
+
+    `invoked_async` functions (S3 events, the shadow mirror) get a dead-letter queue; the
+    others are called synchronously, where the caller sees the error and a DLQ has nothing
+    to hold.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        function_name: str,
+        handler: str,
+        description: str,
+        platform: FunctionPlatform,
+        layers: Sequence[PythonLayer],
+        memory_mb: int,
+        timeout: Duration,
+        environment: Mapping[str, str] | None = None,
+        invoked_async: bool = False,
+    ) -> None:
+        super().__init__(scope, id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Runs {handler}",
+        )
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=retention(platform.log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN if platform.retain_logs else RemovalPolicy.DESTROY,
+        )
+        self.dead_letters: sqs.Queue | None = None
+        if invoked_async:
+            self.dead_letters = sqs.Queue(
+                self,
+                "DeadLetters",
+                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                enforce_ssl=True,
+                retention_period=Duration.days(14),
+            )
+            acknowledge(
+                self.dead_letters,
+                "Serverless-SQSRedrivePolicy",
+                "This queue is the function's dead-letter queue: events land here after Lambda's "
+                "own retries, for inspection and redrive; a DLQ behind it would only move them.",
+            )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            function_name=function_name,
+            description=description,
+            runtime=platform.runtime,
+            architecture=platform.architecture,
+            handler=handler,
+            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=CODE_EXCLUDES),
+            layers=[layer.layer for layer in layers],
+            memory_size=memory_mb,
+            timeout=timeout,
+            role=self.role,
+            log_group=self.log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            dead_letter_queue=self.dead_letters,
+            environment={**platform.environment, **(environment or {})},
+        )
+        self.log_group.grant_write(self.role)
+
+        acknowledge(
+            self,
+            "AwsSolutions-IAM5[Resource::*]",
+            "X-Ray's PutTraceSegments and PutTelemetryRecords have no resource-level "
+            "permissions; CDK grants exactly these two for active tracing.",
+        )
+        if not invoked_async:
+            acknowledge(
+                self.function,
+                "Serverless-LambdaDLQ",
+                "Invoked synchronously (API Gateway or a Step Functions task): the caller "
+                "receives the error and retries or catches it; a dead-letter queue only "
+                "applies to asynchronous invocations.",
+            )
+        self._check_size(layers)
+
+    def _check_size(self, layers: Sequence[PythonLayer]) -> None:
+        sizes = {layer.name: layer.unzipped_bytes for layer in layers}
+        if not Stack.of(self).bundling_required or None in sizes.values():
+            return
+        check_unzipped_size(
+            self.function.node.path,
+            code_bytes=directory_size(staged_path(self.function)),
+            layers={name: size or 0 for name, size in sizes.items()},
+        )

@@ -1,0 +1,103 @@
+"""The image URI of SageMaker's NVIDIA Triton container for a region, resolved at synth time.
+
+The source of truth is the SageMaker Python SDK's image URI registry: the file
+`sagemaker-tritonserver.json` that `sagemaker.image_uris.retrieve("sagemaker-tritonserver",
+region=…, version=…, instance_type=…)` reads (`sagemaker.core.image_uris` in SDK v3). The
+SDK brings in about 130 packages and takes seconds to import, too much for a CDK app's
+dependencies, so a copy of that one file sits beside this module; when the SDK is
+installed its own copy is read instead. The tag rules follow the SDK: GPU instance families
+(g*, p*) get the plain tag, the rest the `-cpu` variant.
+
+With no concrete region at synth time (an environment-agnostic stack), the account comes
+from a CloudFormation mapping keyed by region, so the template still deploys anywhere the
+registry lists.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Aws, CfnMapping, Stack, Token
+
+from constructs import Construct
+
+REGISTRY_FILE = "sagemaker-tritonserver.json"
+VENDORED_REGISTRY = Path(__file__).with_name(REGISTRY_FILE)
+
+
+def _sdk_registry() -> Path | None:
+    spec = importlib.util.find_spec("sagemaker")  # locates the package without importing it
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for candidate in (
+            Path(location) / "core" / "image_uri_config" / REGISTRY_FILE,  # SDK v3
+            Path(location) / "image_uri_config" / REGISTRY_FILE,  # SDK v2
+        ):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+@lru_cache(maxsize=1)
+def load_registry() -> dict[str, Any]:
+    return json.loads((_sdk_registry() or VENDORED_REGISTRY).read_text())
+
+
+def processor(instance_type: str) -> str:
+    family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
+    if not family:
+        raise ValueError(f"not a SageMaker instance type: {instance_type!r}")
+    if family.startswith(("inf", "trn")):
+        raise ValueError(f"the Triton image has no build for {instance_type} (Inferentia/Trainium)")
+    return "gpu" if family[0] in ("g", "p") else "cpu"
+
+
+def _version(version: str) -> dict[str, Any]:
+    versions = load_registry()["versions"]
+    if version not in versions:
+        raise ValueError(f"unknown SageMaker Triton version {version!r}; known: {sorted(versions)}")
+    return versions[version]
+
+
+def image_tag(*, version: str, instance_type: str) -> str:
+    prefix = _version(version).get("tag_prefix", version)
+    return prefix if processor(instance_type) == "gpu" else f"{prefix}-cpu"
+
+
+def image_account(scope: Construct, *, version: str) -> str:
+    """The registry account for the stack's region: a literal, or a mapping lookup."""
+    registries: dict[str, str] = _version(version)["registries"]
+    stack = Stack.of(scope)
+    region = stack.region
+    if not Token.is_unresolved(region):
+        if region not in registries:
+            raise ValueError(
+                f"SageMaker Triton {version} is not offered in {region}; regions: {sorted(registries)}"
+            )
+        return registries[region]
+    mapping_id = f"TritonImageAccounts{version.replace('.', '')}"
+    mapping = stack.node.try_find_child(mapping_id)
+    if not isinstance(mapping, CfnMapping):
+        mapping = CfnMapping(
+            stack, mapping_id, mapping={r: {"account": a} for r, a in sorted(registries.items())}
+        )
+    return mapping.find_in_map(Aws.REGION, "account")
+
+
+def triton_image(scope: Construct, *, version: str, instance_type: str) -> tuple[str, str]:
+    """(image URI, ECR repository ARN) of the Triton image for this stack's region."""
+    repository = _version(version)["repository"]
+    account = image_account(scope, version=version)
+    stack = Stack.of(scope)
+    region = stack.region
+    if Token.is_unresolved(region):
+        region, suffix = Aws.REGION, Aws.URL_SUFFIX
+    else:
+        suffix = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+    tag = image_tag(version=version, instance_type=instance_type)
+    uri = f"{account}.dkr.ecr.{region}.{suffix}/{repository}:{tag}"
+    repository_arn = f"arn:{Aws.PARTITION}:ecr:{region}:{account}:repository/{repository}"
+    return uri, repository_arn

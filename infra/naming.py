@@ -1,0 +1,51 @@
+"""Physical names of what one stack makes and another uses.
+
+Stacks refer to each other's resources by these names rather than through CloudFormation
+exports: an export cannot change while another stack imports it, which would pin a bucket,
+a table or an endpoint in place. The app orders the stacks with explicit dependencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Aws
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    prefix: str
+
+    def _bucket(self, purpose: str) -> str:
+        # Bucket names are global: the account and region keep them unique.
+        return f"{self.prefix}-{purpose}-{Aws.ACCOUNT_ID}-{Aws.REGION}"
+
+    @property
+    def artifacts_bucket(self) -> str:
+        return self._bucket("artifacts")
+
+    @property
+    def batch_bucket(self) -> str:
+        return self._bucket("batch")
+
+    @property
+    def access_logs_bucket(self) -> str:
+        return self._bucket("access-logs")
+
+    @property
+    def table(self) -> str:
+        return f"{self.prefix}-registry"
+
+    @property
+    def state_machine(self) -> str:
+        return f"{self.prefix}-batch"
+
+    @property
+    def rest_api(self) -> str:
+        return f"{self.prefix}-api"
+
+    def function(self, purpose: str) -> str:
+        return f"{self.prefix}-{purpose}"
+
+    def endpoint(self, name: str) -> str:
+        return f"{self.prefix}-{name}"

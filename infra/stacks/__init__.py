@@ -1,0 +1,1 @@
+"""One stack per deployable component."""

@@ -1,0 +1,315 @@
+"""The API: API Gateway (REST) -> the API function, behind an API-key authorizer.
+
+Why a REST API and not an HTTP API: per-tenant throttling and quotas need usage plans, and
+X-Ray tracing of the gateway, both of which only REST APIs have.
+
+Request size: REST APIs take bodies up to 10 MB, but a synchronous Lambda invoke carries at
+most 6 MB with its envelope (binary bodies arrive base64-encoded, a third larger), so 6 MB
+is the real limit. The app answers 413 above `SLUICE_MAX_REQUEST_BYTES` (just under 6 MB);
+between that and 10 MB the invoke itself fails. Larger inputs go through S3 as batch jobs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+
+from constructs import Construct
+from infra.config import PlanLimits, SluiceConfig
+from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.grants import (
+    executions_arn,
+    grant_invoke_endpoints,
+    grant_objects,
+    state_machine_arn,
+)
+from infra.nag import acknowledge, wildcard_resource
+from infra.naming import ResourceNames
+from infra.stacks.storage import ARTIFACTS_PREFIX, OUTBOX_PREFIX
+
+# One JSON object per request; tenant and key id come from the authorizer, never the key.
+ACCESS_LOG_FIELDS = {
+    "requestId": "$context.requestId",
+    "requestTime": "$context.requestTime",
+    "ip": "$context.identity.sourceIp",
+    "httpMethod": "$context.httpMethod",
+    "path": "$context.path",
+    "status": "$context.status",
+    "protocol": "$context.protocol",
+    "responseLength": "$context.responseLength",
+    "responseLatency": "$context.responseLatency",
+    "integrationLatency": "$context.integration.latency",
+    "tenant": "$context.authorizer.tenant",
+    "subject": "$context.authorizer.principalId",
+    "error": "$context.error.message",
+    "xrayTraceId": "$context.xrayTraceId",
+}
+DEFAULT_PLAN = "_default"  # the authorizer's name for tenants without a plan of their own
+API_GATEWAY_TIMEOUT = Duration.seconds(29)
+
+
+class ApiStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, id, **kwargs)
+        api_config = config.api
+        core = platform.layer(
+            self, "CoreLayer", name="core", description="sluice core dependencies"
+        )
+        artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
+        batch_bucket = s3.Bucket.from_bucket_name(self, "BatchBucket", names.batch_bucket)
+        table = dynamodb.TableV2.from_table_name(self, "RegistryTable", names.table)
+        endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
+
+        self.shadow = SluiceFunction(
+            self,
+            "Shadow",
+            function_name=names.function("shadow"),
+            handler="sluice.handlers.shadow.handler",
+            description="Runs shadow mirrors off the request path and records agreement",
+            platform=platform,
+            layers=[core],
+            memory_mb=api_config.shadow_memory_mb,
+            timeout=Duration.seconds(api_config.shadow_timeout_s),
+            invoked_async=True,
+        )
+        table.grant_read_write_data(self.shadow.function)
+        grant_objects(
+            self.shadow,
+            self.shadow.role,
+            artifacts,
+            prefix=f"{ARTIFACTS_PREFIX}/",
+            purpose="model artifacts and request bodies too large for an async invoke",
+        )
+        grant_invoke_endpoints(self.shadow.role, self, endpoint_names)
+
+        self.api_function = SluiceFunction(
+            self,
+            "Handler",
+            function_name=names.function("api"),
+            handler="sluice.handlers.api.handler",
+            description="The sluice API (FastAPI through Mangum)",
+            platform=platform,
+            layers=[core],
+            memory_mb=api_config.memory_mb,
+            timeout=Duration.seconds(api_config.timeout_s),
+            environment={
+                "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
+                "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
+                "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
+            },
+        )
+        api_role = self.api_function.role
+        table.grant_read_write_data(self.api_function.function)
+        grant_objects(
+            self.api_function,
+            api_role,
+            artifacts,
+            prefix=f"{ARTIFACTS_PREFIX}/",
+            write=True,
+            delete=True,
+            purpose="model uploads and oversized shadow bodies",
+        )
+        grant_objects(
+            self.api_function,
+            api_role,
+            batch_bucket,
+            prefix=OUTBOX_PREFIX,
+            purpose="reading the results of batch jobs",
+        )
+        grant_invoke_endpoints(api_role, self, endpoint_names)
+        # Unqualified invoke only: the mirror calls the function by name.
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[self.shadow.function.function_arn]
+            )
+        )
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["states:StartExecution"],
+                resources=[state_machine_arn(self, names.state_machine)],
+            )
+        )
+        # Cancelling a job stops its execution, which is named after the job id.
+        executions = executions_arn(self, names.state_machine)
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["states:StopExecution"], resources=[executions])
+        )
+        acknowledge(
+            self.api_function,
+            wildcard_resource(self, executions),
+            "Cancelling a batch job stops its execution, named after the job id at run time; "
+            "only executions of the sluice batch state machine, and only StopExecution.",
+        )
+
+        usage_key_prefix = f"{config.name}-api-usage-plan-key-"
+        self.authorizer_function = SluiceFunction(
+            self,
+            "Authorizer",
+            function_name=names.function("authorizer"),
+            handler="sluice.handlers.authorizer.handler",
+            description="Checks API keys for API Gateway and names the caller's usage plan",
+            platform=platform,
+            layers=[core],
+            memory_mb=api_config.authorizer_memory_mb,
+            timeout=Duration.seconds(10),
+            environment={
+                "SLUICE_USAGE_KEY_PREFIX": usage_key_prefix,
+                "SLUICE_USAGE_TENANTS": ",".join(t.tenant for t in api_config.tenants),
+            },
+        )
+        table.grant_read_data(self.authorizer_function.function)
+
+        self.rest_api = self._rest_api(config, names)
+        self._usage_plans(config, usage_key_prefix)
+
+    def _rest_api(self, config: SluiceConfig, names: ResourceNames) -> apigw.RestApi:
+        api_config = config.api
+        access_logs = logs.LogGroup(
+            self,
+            "AccessLogs",
+            retention=retention(config.log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN
+            if config.storage.retain_data
+            else RemovalPolicy.DESTROY,
+        )
+        execution_logs = api_config.execution_log_level != "OFF"
+        api = apigw.RestApi(
+            self,
+            "Api",
+            rest_api_name=names.rest_api,
+            description="sluice: predictions, models, deployments and batch jobs",
+            endpoint_types=[apigw.EndpointType.REGIONAL],
+            # Usage plans are chosen by the authorizer, never by a client-sent x-api-key.
+            api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
+            binary_media_types=["application/octet-stream"],
+            cloud_watch_role=False,
+            deploy_options=apigw.StageOptions(
+                stage_name=api_config.stage_name,
+                tracing_enabled=True,
+                metrics_enabled=True,
+                throttling_rate_limit=api_config.rate_limit,
+                throttling_burst_limit=api_config.burst_limit,
+                access_log_destination=apigw.LogGroupLogDestination(access_logs),
+                access_log_format=apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS)),
+                logging_level=(
+                    apigw.MethodLoggingLevel[api_config.execution_log_level]
+                    if execution_logs
+                    else apigw.MethodLoggingLevel.OFF
+                ),
+                data_trace_enabled=False,
+            ),
+        )
+        authorizer = apigw.RequestAuthorizer(
+            self,
+            "KeyAuthorizer",
+            handler=self.authorizer_function.function,
+            # A key may come in either of two headers, and API Gateway only caches on
+            # sources that are all present: no gateway cache, the function caches instead.
+            identity_sources=[],
+            results_cache_ttl=Duration.seconds(0),
+        )
+        integration = apigw.LambdaIntegration(
+            self.api_function.function, proxy=True, timeout=API_GATEWAY_TIMEOUT
+        )
+        method_options = apigw.MethodOptions(authorizer=authorizer, api_key_required=True)
+        api.root.add_method("ANY", integration, authorizer=authorizer, api_key_required=True)
+        api.root.add_proxy(
+            default_integration=integration, any_method=True, default_method_options=method_options
+        )
+        self._gateway_responses(api)
+
+        acknowledge(
+            api,
+            "AwsSolutions-APIG2",
+            "Requests are validated by the API function against each model version's "
+            "signature (names, dtypes, shapes, sizes) with a precise 4xx body; a gateway "
+            "model would duplicate that check less precisely.",
+        )
+        acknowledge(
+            api,
+            "AwsSolutions-APIG3",
+            "No WAF by default: prediction bodies (up to 6 MB) exceed what WAF's managed rule "
+            "sets inspect (their body-size rule blocks over 8 KB), and callers are already "
+            "authenticated and throttled per tenant. Associate a web ACL where policy asks.",
+        )
+        acknowledge(
+            api,
+            "AwsSolutions-COG4",
+            "Callers are machines holding sluice API keys, checked by the REQUEST authorizer; "
+            "there is no Cognito user pool.",
+        )
+        if not execution_logs:
+            acknowledge(
+                api,
+                "AwsSolutions-APIG6",
+                "Execution logs need the account's API Gateway CloudWatch role, a per-region "
+                "setting this app should not own; structured access logs, X-Ray and the "
+                "function logs cover requests. Set api.execution_log_level once the role exists.",
+            )
+        return api
+
+    def _gateway_responses(self, api: apigw.RestApi) -> None:
+        """Gateway errors in the API's own error shape, so clients parse one format."""
+        body = '{"error":"%s","message":$context.error.messageString}'
+        for id, kind, status, code in (
+            ("MissingKey", apigw.ResponseType.UNAUTHORIZED, "401", "unauthenticated"),
+            ("BadKey", apigw.ResponseType.ACCESS_DENIED, "401", "unauthenticated"),
+            ("Throttled", apigw.ResponseType.THROTTLED, "429", "throttled"),
+            ("OverQuota", apigw.ResponseType.QUOTA_EXCEEDED, "429", "quota_exceeded"),
+            ("TooLarge", apigw.ResponseType.REQUEST_TOO_LARGE, "413", "payload_too_large"),
+            ("Timeout", apigw.ResponseType.INTEGRATION_TIMEOUT, "504", "deadline_exceeded"),
+            ("Other5xx", apigw.ResponseType.DEFAULT_5_XX, None, "unavailable"),
+        ):
+            api.add_gateway_response(
+                id,
+                type=kind,
+                status_code=status,
+                templates={"application/json": body % code},
+            )
+
+    def _usage_plans(self, config: SluiceConfig, key_prefix: str) -> None:
+        """One usage plan per configured tenant, one shared by everyone else.
+
+        The authorizer returns `<key_prefix><tenant>` (or `<key_prefix>_default`) as the
+        usage identifier; these keys only name a plan and are never accepted from clients.
+        """
+        plans: list[tuple[str, PlanLimits]] = [(DEFAULT_PLAN, config.api.default_plan)]
+        plans += [(t.tenant, t) for t in config.api.tenants]
+        for tenant, limits in plans:
+            plan = self.rest_api.add_usage_plan(
+                f"Plan-{tenant}",
+                name=f"{config.name}-{tenant}",
+                description=f"Throttling and quota for tenant {tenant}"
+                if tenant != DEFAULT_PLAN
+                else "Throttling and quota for tenants without a plan of their own",
+                throttle=apigw.ThrottleSettings(
+                    rate_limit=limits.rate_limit, burst_limit=limits.burst_limit
+                ),
+                quota=apigw.QuotaSettings(
+                    limit=limits.quota, period=apigw.Period[limits.quota_period]
+                )
+                if limits.quota
+                else None,
+            )
+            plan.add_api_stage(stage=self.rest_api.deployment_stage)
+            key = self.rest_api.add_api_key(
+                f"PlanKey-{tenant}",
+                api_key_name=f"{config.name}-{tenant}",
+                value=f"{key_prefix}{tenant}",
+            )
+            plan.add_api_key(key)

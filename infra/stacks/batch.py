@@ -1,0 +1,200 @@
+"""Batch inference: a file under inbox/ starts a job; Step Functions scores it chunk by chunk.
+
+S3 (object created under inbox/) -> on_upload -> the state machine (see BatchWorkflow):
+Plan -> distributed Map of Score -> Finalize, with MarkFailed on any error.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_notifications as s3n
+from aws_cdk import aws_stepfunctions as sfn
+
+from constructs import Construct
+from infra.config import SluiceConfig
+from infra.constructs.batch_workflow import BatchWorkflow
+from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.nag import acknowledge
+from infra.naming import ResourceNames
+from infra.stacks.storage import ARTIFACTS_PREFIX, INBOX_PREFIX, OUTBOX_PREFIX, WORK_PREFIX
+
+MAP_RESULTS_PREFIX = f"{WORK_PREFIX}map-results"
+# The custom resource CDK adds to manage a bucket's event notifications (one per stack).
+_NOTIFICATIONS_HANDLER_ID = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
+
+
+class BatchStack(Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        **kwargs,
+    ) -> None:
+        super().__init__(scope, id, **kwargs)
+        batch = config.batch
+        core = platform.layer(
+            self, "CoreLayer", name="core", description="sluice core dependencies"
+        )
+        arrow = platform.layer(
+            self, "BatchLayer", name="batch", description="sluice batch dependencies"
+        )
+        layers = [core, arrow]
+        bucket = s3.Bucket.from_bucket_name(self, "BatchBucket", names.batch_bucket)
+        artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
+        table = dynamodb.TableV2.from_table_name(self, "RegistryTable", names.table)
+        endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
+        environment = {"SLUICE_BATCH_BUCKET": bucket.bucket_name}
+
+        def task(
+            id: str, purpose: str, *, memory_mb: int, timeout_s: int, description: str
+        ) -> SluiceFunction:
+            fn = SluiceFunction(
+                self,
+                id,
+                function_name=names.function(f"batch-{purpose}"),
+                handler=f"sluice.handlers.batch.{purpose.replace('-', '_')}",
+                description=description,
+                platform=platform,
+                layers=layers,
+                memory_mb=memory_mb,
+                timeout=Duration.seconds(timeout_s),
+                environment=environment,
+            )
+            table.grant_read_write_data(fn.function)
+            return fn
+
+        plan = task(
+            "Plan",
+            "plan",
+            memory_mb=batch.plan_memory_mb,
+            timeout_s=batch.plan_timeout_s,
+            description="Splits a batch input into chunks and writes the chunk list",
+        )
+        grant_objects(plan, plan.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(
+            plan, plan.role, bucket, prefix=WORK_PREFIX, write=True, purpose="chunk lists"
+        )
+
+        score = task(
+            "Score",
+            "score",
+            memory_mb=batch.score_memory_mb,
+            timeout_s=batch.score_timeout_s,
+            description="Scores one chunk: read, infer, write a part file",
+        )
+        grant_objects(score, score.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(
+            score,
+            score.role,
+            bucket,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            purpose="part and error files",
+        )
+        grant_objects(
+            score, score.role, artifacts, prefix=f"{ARTIFACTS_PREFIX}/", purpose="model artifacts"
+        )
+        grant_invoke_endpoints(score.role, self, endpoint_names)
+
+        finalize = task(
+            "Finalize",
+            "finalize",
+            memory_mb=1024,
+            timeout_s=300,
+            description="Counts the parts, writes the manifest, marks the job done",
+        )
+        grant_objects(finalize, finalize.role, bucket, prefix=WORK_PREFIX, purpose="map results")
+        grant_objects(
+            finalize, finalize.role, bucket, prefix=OUTBOX_PREFIX, write=True, purpose="manifests"
+        )
+
+        mark_failed = task(
+            "MarkFailed",
+            "mark-failed",
+            memory_mb=512,
+            timeout_s=60,
+            description="Records why a batch job failed",
+        )
+        grant_objects(
+            mark_failed,
+            mark_failed.role,
+            bucket,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            purpose="failure reports",
+        )
+
+        self.workflow = BatchWorkflow(
+            self,
+            "Workflow",
+            state_machine_name=names.state_machine,
+            plan=plan.function,
+            score=score.function,
+            finalize=finalize.function,
+            mark_failed=mark_failed.function,
+            work_bucket=bucket,
+            map_results_prefix=MAP_RESULTS_PREFIX,
+            max_concurrency=batch.max_concurrency,
+            tolerated_failure_percentage=batch.tolerated_failure_percentage,
+            child_execution_type=sfn.StateMachineType[batch.child_execution_type],
+            timeout=Duration.hours(batch.execution_timeout_hours),
+            log_retention=retention(config.log_retention_days),
+            retain_logs=config.storage.retain_data,
+        )
+        self.state_machine = self.workflow.state_machine
+
+        self.on_upload = SluiceFunction(
+            self,
+            "OnUpload",
+            function_name=names.function("batch-on-upload"),
+            handler="sluice.handlers.batch.on_upload",
+            description="Starts a batch job for a file put under inbox/",
+            platform=platform,
+            layers=layers,
+            memory_mb=512,
+            timeout=Duration.seconds(60),
+            environment={
+                **environment,
+                "SLUICE_ORCHESTRATOR": f"stepfunctions://{self.state_machine.state_machine_arn}",
+            },
+            invoked_async=True,
+        )
+        table.grant_read_write_data(self.on_upload.function)
+        grant_objects(
+            self.on_upload, self.on_upload.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
+        )
+        self.state_machine.grant_start_execution(self.on_upload.function)
+
+        # The bucket lives in the storage stack; importing it by name puts the notification
+        # (a CDK custom resource) here, next to the function, with no cross-stack cycle.
+        bucket.add_event_notification(
+            s3.EventType.OBJECT_CREATED,
+            s3n.LambdaDestination(self.on_upload.function),
+            s3.NotificationKeyFilter(prefix=INBOX_PREFIX),
+        )
+        self._acknowledge_notifications_handler()
+
+    def _acknowledge_notifications_handler(self) -> None:
+        handler = self.node.try_find_child(_NOTIFICATIONS_HANDLER_ID)
+        if handler is None:
+            return
+        acknowledge(
+            handler,
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+            "AWSLambdaBasicExecutionRole]",
+            "CDK's own custom resource that sets the bucket notification at deploy time; "
+            "its role and managed logging policy are fixed by CDK and it never runs on requests.",
+        )
+        acknowledge(
+            handler,
+            "AwsSolutions-IAM5[Resource::*]",
+            "CDK's bucket-notification custom resource needs s3:PutBucketNotification; CDK "
+            "scopes it to '*' and it runs only during deployment.",
+        )

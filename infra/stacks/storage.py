@@ -1,0 +1,121 @@
+"""Storage: the artifacts bucket, the batch bucket, the registry table, and the access logs.
+
+Everything is private, TLS-only and encrypted at rest; the buckets and the table are kept
+when the stack is deleted unless the config says otherwise.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+
+from constructs import Construct
+from infra.config import SluiceConfig
+from infra.constructs.buckets import SecureBucket
+from infra.nag import acknowledge
+from infra.naming import ResourceNames
+
+ARTIFACTS_PREFIX = "artifacts"
+INBOX_PREFIX = "inbox/"
+OUTBOX_PREFIX = "outbox/"
+WORK_PREFIX = "work/"
+TTL_ATTRIBUTE = "expires_at"
+
+
+class StorageStack(Stack):
+    def __init__(
+        self, scope: Construct, id: str, *, config: SluiceConfig, names: ResourceNames, **kwargs
+    ) -> None:
+        super().__init__(scope, id, **kwargs)
+        storage = config.storage
+        retain = storage.retain_data
+
+        access_logs = SecureBucket(
+            self,
+            "AccessLogs",
+            bucket_name=names.access_logs_bucket,
+            versioned=False,
+            retain=retain,
+            access_logs=None,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-access-logs",
+                    expiration=Duration.days(storage.access_log_expiry_days),
+                )
+            ],
+        )
+        acknowledge(
+            access_logs,
+            "AwsSolutions-S1",
+            "This is the server access log bucket itself; logging it into itself would loop "
+            "and logging it elsewhere only moves the question.",
+        )
+
+        self.artifacts_bucket = SecureBucket(
+            self,
+            "Artifacts",
+            bucket_name=names.artifacts_bucket,
+            # Model artifacts are what predictions are made from: keep overwritten and
+            # deleted versions recoverable for a while.
+            versioned=True,
+            retain=retain,
+            access_logs=access_logs.bucket,
+            access_logs_prefix="artifacts/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-noncurrent-versions",
+                    noncurrent_version_expiration=Duration.days(
+                        storage.noncurrent_artifact_expiry_days
+                    ),
+                )
+            ],
+        ).bucket
+
+        self.batch_bucket = SecureBucket(
+            self,
+            "Batch",
+            bucket_name=names.batch_bucket,
+            # Inputs, outputs and work files are transient and expire; the job record in the
+            # registry is what lasts.
+            versioned=False,
+            retain=retain,
+            access_logs=access_logs.bucket,
+            access_logs_prefix="batch/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-inbox",
+                    prefix=INBOX_PREFIX,
+                    expiration=Duration.days(storage.inbox_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="expire-outbox",
+                    prefix=OUTBOX_PREFIX,
+                    expiration=Duration.days(storage.outbox_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="expire-work",
+                    prefix=WORK_PREFIX,
+                    expiration=Duration.days(storage.work_expiry_days),
+                ),
+            ],
+        ).bucket
+
+        self.table = dynamodb.TableV2(
+            self,
+            "Registry",
+            table_name=names.table,
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            billing=dynamodb.Billing.on_demand(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            # Idempotency records and other short-lived items carry an epoch-seconds expiry.
+            time_to_live_attribute=TTL_ATTRIBUTE,
+            # Encrypted with the AWS-managed key (aws/dynamodb): at rest and auditable in
+            # CloudTrail, without a key policy for every reader to be added to.
+            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            deletion_protection=retain,
+            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+        )

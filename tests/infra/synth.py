@@ -1,0 +1,140 @@
+"""The CDK app synthesized for tests, and small readers of its templates.
+
+Two configs: the default (what `cdk deploy --all` ships: no endpoints, no alarm topic), in
+the environment the CDK CLI gives an app without credentials (a region, no account); and a
+full one (a GPU endpoint with two variants, a tenant with its own plan, an alarm topic),
+environment-agnostic.
+Both apps run with cdk-nag registered exactly as the real app does, with the feature flags
+of cdk.json, and with asset bundling skipped (layers are built in test_layers.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Environment, Stack
+from aws_cdk.assertions import Template
+from infra.app import build_app
+from infra.config import SluiceConfig
+
+REPO = Path(__file__).resolve().parents[2]
+COMPONENTS = ("storage", "batch", "endpoints", "api", "observability")
+
+FULL_CONFIG: dict[str, Any] = {
+    "name": "sluice",
+    "tags": {"owner": "ml-platform"},
+    "api": {
+        "rate_limit": 300,
+        "burst_limit": 600,
+        "tenants": [
+            {
+                "tenant": "acme",
+                "rate_limit": 20,
+                "burst_limit": 40,
+                "quota": 100000,
+                "quota_period": "MONTH",
+            }
+        ],
+    },
+    "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
+    "storage": {"outbox_expiry_days": 9},
+    "alarms": {"emails": ["oncall@example.com"]},
+    "endpoints": [
+        {
+            "name": "resnet",
+            "triton_version": "25.09",
+            "variants": [
+                {
+                    "name": "primary",
+                    "model_data_key": "triton/resnet/1/model.tar.gz",
+                    "model_name": "resnet",
+                    "instance_type": "ml.g5.xlarge",
+                    "initial_instance_count": 1,
+                    "min_instances": 1,
+                    "max_instances": 3,
+                    "weight": 0.9,
+                    "target_invocations_per_instance": 250,
+                },
+                {
+                    "name": "canary",
+                    "model_data_key": "triton/resnet/2/model.tar.gz",
+                    "model_name": "resnet",
+                    "instance_type": "ml.g6.xlarge",
+                    "weight": 0.1,
+                },
+            ],
+        }
+    ],
+}
+
+
+def cdk_context(**extra: Any) -> dict[str, Any]:
+    """cdk.json's context (the feature flags the CLI would pass), bundling skipped."""
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    return {**context, "aws:cdk:bundling-stacks": [], **extra}
+
+
+class Synthesized:
+    """One synthesized app: its config, stacks by component, and their templates."""
+
+    def __init__(self, app: App, config: SluiceConfig, outdir: Path) -> None:
+        self.app = app
+        self.config = config
+        self.outdir = outdir
+        self.assembly = app.synth()
+        self.stacks: dict[str, Stack] = {
+            component: app.node.find_child(f"{config.name}-{component}") for component in COMPONENTS
+        }
+        self._templates: dict[str, Template] = {}
+
+    def template(self, component: str) -> Template:
+        if component not in self._templates:
+            self._templates[component] = Template.from_stack(self.stacks[component])
+        return self._templates[component]
+
+    def json(self, component: str) -> dict[str, Any]:
+        return self.template(component).to_json()
+
+    def validation_report(self) -> dict[str, Any]:
+        return json.loads((self.outdir / "validation-report.json").read_text())
+
+
+def resources(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:
+    return template.find_resources(resource_type)
+
+
+def properties(template: Template, resource_type: str) -> list[dict[str, Any]]:
+    return [r.get("Properties", {}) for r in template.find_resources(resource_type).values()]
+
+
+def function_by_handler(template: Template, handler: str) -> tuple[str, dict[str, Any]]:
+    matches = [
+        (logical_id, r["Properties"])
+        for logical_id, r in template.find_resources("AWS::Lambda::Function").items()
+        if r["Properties"].get("Handler") == handler
+    ]
+    assert len(matches) == 1, f"expected one function running {handler}, found {len(matches)}"
+    return matches[0]
+
+
+def policy_statements_of_role(template: Template, role_id: str) -> list[dict[str, Any]]:
+    """Every statement of the IAM policies attached to one role."""
+    statements: list[dict[str, Any]] = []
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        roles = policy["Properties"].get("Roles", [])
+        if {"Ref": role_id} in roles:
+            statements.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return statements
+
+
+def role_of(function_properties: dict[str, Any]) -> str:
+    return function_properties["Role"]["Fn::GetAtt"][0]
+
+
+def synthesize(
+    outdir: Path, config: SluiceConfig, *, env: Environment | None = None
+) -> Synthesized:
+    app = build_app(config=config, context=cdk_context(), outdir=str(outdir), env=env)
+    return Synthesized(app, config, outdir)

@@ -1,0 +1,203 @@
+"""The API: REST API -> API function, behind the key authorizer, metered per tenant."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from tests.infra.synth import (
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    properties,
+    role_of,
+)
+
+API = "sluice.handlers.api.handler"
+AUTHORIZER = "sluice.handlers.authorizer.handler"
+SHADOW = "sluice.handlers.shadow.handler"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_rest_api_takes_usage_keys_from_the_authorizer(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    template.has_resource_properties(
+        "AWS::ApiGateway::RestApi",
+        {
+            "Name": "sluice-api",
+            "ApiKeySourceType": "AUTHORIZER",
+            "EndpointConfiguration": {"Types": ["REGIONAL"]},
+        },
+    )
+
+
+def test_every_method_needs_the_authorizer_and_a_usage_key(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    (authorizer_id,) = template.find_resources("AWS::ApiGateway::Authorizer")
+    methods = properties(template, "AWS::ApiGateway::Method")
+    assert methods, "the API has no methods"
+    for method in methods:
+        assert method["AuthorizationType"] == "CUSTOM"
+        assert method["AuthorizerId"] == {"Ref": authorizer_id}
+        assert method["ApiKeyRequired"] is True
+        assert method["Integration"]["Type"] == "AWS_PROXY"
+        assert method["Integration"]["TimeoutInMillis"] == 29000
+
+
+def test_authorizer_is_the_request_authorizer_function_without_gateway_cache(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("api")
+    function_id, _ = function_by_handler(template, AUTHORIZER)
+    (authorizer,) = properties(template, "AWS::ApiGateway::Authorizer")
+    assert authorizer["Type"] == "REQUEST"
+    assert authorizer["AuthorizerResultTtlInSeconds"] == 0
+    assert {"Fn::GetAtt": [function_id, "Arn"]} in authorizer["AuthorizerUri"]["Fn::Join"][1]
+
+
+def test_stage_traces_throttles_and_writes_json_access_logs(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    (stage,) = properties(template, "AWS::ApiGateway::Stage")
+    assert stage["StageName"] == "v1"
+    assert stage["TracingEnabled"] is True
+    assert {
+        "HttpMethod": "*",
+        "ResourcePath": "/*",
+        "ThrottlingRateLimit": 300,
+        "ThrottlingBurstLimit": 600,
+    }.items() <= stage["MethodSettings"][0].items()
+    access_log = json.loads(stage["AccessLogSetting"]["Format"])
+    assert access_log["tenant"] == "$context.authorizer.tenant"
+    assert access_log["status"] == "$context.status"
+    template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
+
+
+def test_usage_plans_meter_each_configured_tenant_and_everyone_else(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    template.resource_count_is("AWS::ApiGateway::UsagePlan", 2)
+    template.has_resource_properties(
+        "AWS::ApiGateway::UsagePlan",
+        {
+            "UsagePlanName": "sluice-acme",
+            "Throttle": {"RateLimit": 20, "BurstLimit": 40},
+            "Quota": {"Limit": 100000, "Period": "MONTH"},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::ApiGateway::UsagePlan",
+        {
+            "UsagePlanName": "sluice-_default",
+            "Throttle": {"RateLimit": 50, "BurstLimit": 100},
+            "Quota": Match.absent(),
+        },
+    )
+    # The authorizer names these key values; they only select a plan.
+    values = {key["Value"] for key in properties(template, "AWS::ApiGateway::ApiKey")}
+    assert values == {"sluice-api-usage-plan-key-acme", "sluice-api-usage-plan-key-_default"}
+    template.resource_count_is("AWS::ApiGateway::UsagePlanKey", 2)
+    _, authorizer = function_by_handler(template, AUTHORIZER)
+    assert (
+        authorizer["Environment"]["Variables"]["SLUICE_USAGE_KEY_PREFIX"]
+        == "sluice-api-usage-plan-key-"
+    )
+    assert authorizer["Environment"]["Variables"]["SLUICE_USAGE_TENANTS"] == "acme"
+
+
+def test_gateway_errors_use_the_api_error_shape(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    responses = {
+        r["ResponseType"]: r for r in properties(template, "AWS::ApiGateway::GatewayResponse")
+    }
+    assert responses["ACCESS_DENIED"]["StatusCode"] == "401"
+    assert responses["THROTTLED"]["StatusCode"] == "429"
+    assert (
+        '"error":"quota_exceeded"'
+        in responses["QUOTA_EXCEEDED"]["ResponseTemplates"]["application/json"]
+    )
+
+
+def test_functions_get_the_runtime_settings(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    shadow_id, _ = function_by_handler(template, SHADOW)
+    for handler in (API, AUTHORIZER, SHADOW):
+        _, function = function_by_handler(template, handler)
+        assert function["Runtime"] == "python3.14"
+        assert function["TracingConfig"] == {"Mode": "Active"}
+        variables = function["Environment"]["Variables"]
+        assert variables["SLUICE_MODE"] == "aws"
+        assert variables["SLUICE_REGISTRY"] == "dynamodb://sluice-registry"
+        assert variables["SLUICE_STORE"]["Fn::Join"][1][0] == "s3://sluice-artifacts-"
+        assert variables["SLUICE_STORE"]["Fn::Join"][1][-1] == "/artifacts"
+        assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "sluice"
+        assert variables["POWERTOOLS_SERVICE_NAME"] == "sluice"
+        assert variables["LOG_LEVEL"] == "INFO"
+    _, api = function_by_handler(template, API)
+    variables = api["Environment"]["Variables"]
+    assert variables["SLUICE_MIRROR"] == {"Fn::Join": ["", ["lambda://", {"Ref": shadow_id}]]}
+    orchestrator = variables["SLUICE_ORCHESTRATOR"]["Fn::Join"][1]
+    assert (
+        orchestrator[0] == "stepfunctions://arn:"
+        and orchestrator[-1] == ":stateMachine:sluice-batch"
+    )
+    assert variables["SLUICE_BATCH_BUCKET"]["Fn::Join"][1][0] == "sluice-batch-"
+    assert api["Timeout"] == 30
+
+
+def test_api_role_may_invoke_the_shadow_function_and_the_configured_endpoints_only(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("api")
+    shadow_id, _ = function_by_handler(template, SHADOW)
+    _, api = function_by_handler(template, API)
+    statements = policy_statements_of_role(template, role_of(api))
+    invoke = [s for s in statements if s["Action"] == "lambda:InvokeFunction"]
+    assert invoke == [
+        {
+            "Action": "lambda:InvokeFunction",
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [shadow_id, "Arn"]},
+        }
+    ]
+    (sagemaker,) = [s for s in statements if s["Action"] == "sagemaker:InvokeEndpoint"]
+    assert sagemaker["Resource"]["Fn::Join"][1][-1] == ":endpoint/sluice-resnet"
+    (start,) = [s for s in statements if s["Action"] == "states:StartExecution"]
+    assert start["Resource"]["Fn::Join"][1][-1] == ":stateMachine:sluice-batch"
+    (stop,) = [s for s in statements if s["Action"] == "states:StopExecution"]
+    assert stop["Resource"]["Fn::Join"][1][-1] == ":execution:sluice-batch:*"
+    writes = [s for s in statements if "s3:PutObject" in _as_list(s["Action"])]
+    assert [w["Resource"]["Fn::Join"][1][-1] for w in writes] == ["/artifacts/*"]
+
+
+def test_authorizer_can_only_read_the_registry(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    _, authorizer = function_by_handler(template, AUTHORIZER)
+    actions = {
+        a
+        for s in policy_statements_of_role(template, role_of(authorizer))
+        for a in _as_list(s["Action"])
+    }
+    assert "dynamodb:GetItem" in actions
+    assert not {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"} & actions
+    assert not any(a.startswith(("s3:", "lambda:", "sagemaker:")) for a in actions)
+
+
+def test_no_policy_grants_a_wildcard_action(full_app: Synthesized) -> None:
+    for component in ("api", "batch", "endpoints"):
+        template = full_app.template(component)
+        for policy in properties(template, "AWS::IAM::Policy"):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                for action in _as_list(statement["Action"]):
+                    assert "*" not in action, f"{component}: {action}"
+
+
+def test_shadow_function_is_invoked_async_with_a_dead_letter_queue(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    _, shadow = function_by_handler(template, SHADOW)
+    queue_id = shadow["DeadLetterConfig"]["TargetArn"]["Fn::GetAtt"][0]
+    assert template.to_json()["Resources"][queue_id]["Type"] == "AWS::SQS::Queue"
+    template.has_resource_properties("AWS::SQS::Queue", {"SqsManagedSseEnabled": True})

@@ -1,0 +1,138 @@
+"""The REQUEST authorizer against a real registry (SQLite on a temporary folder)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event import (
+    APIGatewayAuthorizerRequestEvent,
+)
+
+from sluice.domain import Principal
+from sluice.handlers.authorizer import UsagePlans, authorize
+from sluice.registry.sqlite import SqliteRegistry
+from sluice.settings import Settings
+from sluice.storage.folder import FolderStore
+from sluice.wiring import Container
+
+EVENT = json.loads((Path(__file__).parent / "events" / "authorizer_request.json").read_text())
+USAGE = UsagePlans(key_prefix="sluice-api-usage-plan-key-", tenants=frozenset({"acme"}))
+
+
+@pytest.fixture
+def keys_container(tmp_path: Path) -> Container:
+    settings = Settings(mode="local", home=tmp_path, registry="", store="")
+    return Container(
+        settings, SqliteRegistry(tmp_path / "registry.db"), FolderStore(tmp_path / "artifacts"), {}
+    )
+
+
+def request(**headers: str) -> APIGatewayAuthorizerRequestEvent:
+    event: dict[str, Any] = copy.deepcopy(EVENT)
+    event["headers"].update(headers)
+    return APIGatewayAuthorizerRequestEvent(event)
+
+
+def effect(response: dict[str, Any]) -> str:
+    (statement,) = response["policyDocument"]["Statement"]
+    return statement["Effect"]
+
+
+def test_a_valid_bearer_key_is_allowed_with_the_principal_in_context(
+    keys_container: Container,
+) -> None:
+    record, key = keys_container.keys.create("acme", ["predict", "admin"], name="ci")
+    response = authorize(
+        request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE
+    )
+    assert effect(response) == "Allow"
+    assert response["principalId"] == record.key_id
+    assert response["context"] == {
+        "tenant": "acme",
+        "scopes": "admin predict",
+        "subject": record.key_id,
+    }
+    assert response["usageIdentifierKey"] == "sluice-api-usage-plan-key-acme"
+    (statement,) = response["policyDocument"]["Statement"]
+    assert statement["Resource"] == ["arn:aws:execute-api:eu-west-1:123456789012:a1b2c3d4e5/v1/*/*"]
+
+
+def test_x_api_key_works_and_tenants_without_a_plan_share_the_default(
+    keys_container: Container,
+) -> None:
+    _, key = keys_container.keys.create("globex", ["predict"])
+    response = authorize(request(**{"X-Api-Key": key}), container=keys_container, usage=USAGE)
+    assert effect(response) == "Allow"
+    assert response["context"]["tenant"] == "globex"
+    assert response["context"]["scopes"] == "predict"
+    assert response["usageIdentifierKey"] == "sluice-api-usage-plan-key-_default"
+
+
+def test_the_bearer_scheme_is_case_insensitive(keys_container: Container) -> None:
+    _, key = keys_container.keys.create("acme", ["predict"])
+    assert (
+        effect(
+            authorize(request(authorization=f"bearer {key}"), container=keys_container, usage=USAGE)
+        )
+        == "Allow"
+    )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer sk_0123456789abcdef_not-the-secret"},
+        {"Authorization": "Bearer not-a-sluice-key"},
+        {"x-api-key": "sk_"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+    ],
+)
+def test_a_wrong_key_is_denied(keys_container: Container, headers: dict[str, str]) -> None:
+    response = authorize(request(**headers), container=keys_container, usage=USAGE)
+    assert effect(response) == "Deny"
+    assert "context" not in response or not response["context"]
+    assert "usageIdentifierKey" not in response
+
+
+def test_a_revoked_key_is_denied(keys_container: Container) -> None:
+    record, key = keys_container.keys.create("acme", ["predict", "admin"])
+    admin = Principal("acme", frozenset({"admin"}), "test-admin")
+    keys_container.keys.revoke(admin, record.key_id)
+    response = authorize(
+        request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE
+    )
+    assert effect(response) == "Deny"
+
+
+def test_a_missing_header_is_denied(keys_container: Container) -> None:
+    response = authorize(request(), container=keys_container, usage=USAGE)
+    assert effect(response) == "Deny"
+    assert response["principalId"] == "anonymous"
+
+
+def test_the_key_never_reaches_the_logs(
+    keys_container: Container, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, key = keys_container.keys.create("acme", ["predict"])
+    wrong = key[:-4] + "AAAA"
+    with caplog.at_level(logging.DEBUG):
+        authorize(request(Authorization=f"Bearer {wrong}"), container=keys_container, usage=USAGE)
+        authorize(request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE)
+    assert [r.getMessage() for r in caplog.records] == ["api key rejected"]
+    logged = " ".join(str(vars(record)) for record in caplog.records)
+    secret = key.split("_", 2)[2]  # sk_<key id>_<secret>; the secret may hold "_" too
+    assert secret[:-4] not in logged
+
+
+def test_usage_plans_come_from_the_environment_the_stack_sets() -> None:
+    plans = UsagePlans.from_environ(
+        {"SLUICE_USAGE_KEY_PREFIX": "p-", "SLUICE_USAGE_TENANTS": "acme,initech"}
+    )
+    assert plans.key_for("initech") == "p-initech"
+    assert plans.key_for("globex") == "p-_default"
+    assert UsagePlans.from_environ({}).key_for("acme") is None

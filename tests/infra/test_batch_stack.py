@@ -1,0 +1,137 @@
+"""Batch: inbox uploads start the state machine; Plan -> distributed Map -> Finalize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.infra.state_machines import state_machine_definition
+from tests.infra.synth import (
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    properties,
+    role_of,
+)
+
+TRANSIENT = {"Lambda.TooManyRequestsException", "Lambda.ServiceException"}
+
+
+@pytest.fixture(scope="module")
+def definition(full_app: Synthesized) -> dict[str, Any]:
+    return state_machine_definition(full_app.json("batch"))
+
+
+def _retries_transient_errors(state: dict[str, Any]) -> bool:
+    return any(
+        set(retry["ErrorEquals"]) >= TRANSIENT
+        and retry["BackoffRate"] > 1
+        and retry["MaxAttempts"] >= 3
+        for retry in state.get("Retry", [])
+    )
+
+
+def test_plan_then_distributed_map_then_finalize(definition: dict[str, Any]) -> None:
+    states = definition["States"]
+    assert definition["StartAt"] == "Plan"
+    assert states["Plan"]["Next"] == "ScoreChunks"
+    assert states["ScoreChunks"]["Next"] == "Finalize"
+    assert states["Finalize"]["End"] is True
+    assert states["Plan"]["Resource"].endswith(":function:sluice-batch-plan")
+    assert states["Finalize"]["Resource"].endswith(":function:sluice-batch-finalize")
+
+
+def test_map_is_distributed_reads_the_chunk_list_plan_wrote_and_tolerates_failures(
+    definition: dict[str, Any],
+) -> None:
+    chunks = definition["States"]["ScoreChunks"]
+    assert chunks["Type"] == "Map"
+    assert chunks["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert chunks["ItemReader"]["Resource"] == "arn:aws:states:::s3:getObject"
+    assert chunks["ItemReader"]["ReaderConfig"] == {"InputType": "JSON"}
+    assert chunks["ItemReader"]["Parameters"] == {
+        "Bucket.$": "$.plan.chunks.bucket",
+        "Key.$": "$.plan.chunks.key",
+    }
+    assert chunks["ItemSelector"] == {"job.$": "$.plan.job", "chunk.$": "$$.Map.Item.Value"}
+    assert chunks["MaxConcurrency"] == 17
+    assert chunks["ToleratedFailurePercentage"] == 5
+    assert chunks["ResultWriter"]["Parameters"]["Prefix"] == "work/map-results"
+    assert chunks["ResultWriter"]["Parameters"]["Bucket"] == "sluice-batch-123456789012-us-east-1"
+    score = chunks["ItemProcessor"]["States"][chunks["ItemProcessor"]["StartAt"]]
+    assert score["Resource"].endswith(":function:sluice-batch-score")
+
+
+def test_every_lambda_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:
+    states = definition["States"]
+    chunks = states["ScoreChunks"]["ItemProcessor"]["States"]
+    for state in (states["Plan"], states["Finalize"], states["MarkFailed"], *chunks.values()):
+        assert _retries_transient_errors(state), state
+
+
+def test_any_failure_marks_the_job_failed_then_fails(definition: dict[str, Any]) -> None:
+    states = definition["States"]
+    for name in ("Plan", "ScoreChunks", "Finalize"):
+        assert states[name]["Catch"] == [
+            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "MarkFailed"}
+        ]
+    assert states["MarkFailed"]["Resource"].endswith(":function:sluice-batch-mark-failed")
+    assert states["MarkFailed"]["Next"] == "JobFailed"
+    assert states["JobFailed"] == {
+        "Type": "Fail",
+        "ErrorPath": "$.error.Error",
+        "CausePath": "$.error.Cause",
+    }
+
+
+def test_state_machine_logs_everything_and_traces(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    (machine,) = properties(template, "AWS::StepFunctions::StateMachine")
+    assert machine["StateMachineName"] == "sluice-batch"
+    assert machine["StateMachineType"] == "STANDARD"
+    assert machine["TracingConfiguration"] == {"Enabled": True}
+    assert machine["LoggingConfiguration"]["Level"] == "ALL"
+    assert machine["LoggingConfiguration"]["IncludeExecutionData"] is True
+
+
+def test_uploads_under_inbox_start_a_job(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    on_upload_id, on_upload = function_by_handler(template, "sluice.handlers.batch.on_upload")
+    (notifications,) = properties(template, "Custom::S3BucketNotifications")
+    (config,) = notifications["NotificationConfiguration"]["LambdaFunctionConfigurations"]
+    assert config["Events"] == ["s3:ObjectCreated:*"]
+    assert config["Filter"] == {"Key": {"FilterRules": [{"Name": "prefix", "Value": "inbox/"}]}}
+    assert config["LambdaFunctionArn"] == {"Fn::GetAtt": [on_upload_id, "Arn"]}
+
+    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine")
+    variables = on_upload["Environment"]["Variables"]
+    assert variables["SLUICE_ORCHESTRATOR"] == {
+        "Fn::Join": ["", ["stepfunctions://", {"Ref": machine_id}]]
+    }
+    statements = policy_statements_of_role(template, role_of(on_upload))
+    assert {
+        "Action": "states:StartExecution",
+        "Effect": "Allow",
+        "Resource": {"Ref": machine_id},
+    } in statements
+    assert "DeadLetterConfig" in on_upload
+
+
+def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    layer_ids = set(template.find_resources("AWS::Lambda::LayerVersion"))
+    assert len(layer_ids) == 2
+    for purpose in ("plan", "score", "finalize", "mark_failed", "on_upload"):
+        _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
+        assert {layer["Ref"] for layer in function["Layers"]} == layer_ids
+        assert (
+            function["Environment"]["Variables"]["SLUICE_BATCH_BUCKET"]["Fn::Join"][1][0]
+            == "sluice-batch-"
+        )
+    _, score = function_by_handler(template, "sluice.handlers.batch.score")
+    statements = policy_statements_of_role(template, role_of(score))
+    writes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:PutObject" in s["Action"]]
+    assert writes == ["/outbox/*"]
+    assert any(s["Action"] == "sagemaker:InvokeEndpoint" for s in statements)
+    assert score["Timeout"] == 900 and score["MemorySize"] == 3008

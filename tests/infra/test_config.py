@@ -1,0 +1,63 @@
+"""The config file: defaults that deploy without GPUs, and mistakes caught before synth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from infra.config import DEFAULT_CONFIG, SluiceConfig, load_config
+from pydantic import ValidationError
+
+from tests.infra.synth import FULL_CONFIG
+
+
+def test_the_shipped_config_has_no_endpoints_and_the_latest_runtime() -> None:
+    config = load_config(DEFAULT_CONFIG)
+    assert config.endpoints == ()
+    assert config.functions.python == "3.14"
+    assert config.functions.architecture == "x86_64"
+    assert config == SluiceConfig()  # the file spells out the defaults
+
+
+def test_context_overrides_architecture_and_python(tmp_path: Path) -> None:
+    config = load_config(
+        DEFAULT_CONFIG, context={"sluice:architecture": "arm64", "sluice:python": "3.13"}
+    )
+    assert (config.functions.architecture, config.functions.python) == ("arm64", "3.13")
+
+
+def test_an_empty_file_means_all_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_config(path) == SluiceConfig()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"log_retention_days": 31}, "log_retention_days must be one of"),
+        ({"api": {"tenants": [{"tenant": "Acme!", "rate_limit": 1, "burst_limit": 1}]}}, "tenant"),
+        ({"batch": {"max_concurrency": 0}}, "max_concurrency"),
+        ({"typo_section": {}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_mistakes_are_refused(change: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        SluiceConfig.model_validate(change)
+
+
+def test_endpoint_variants_must_be_sane() -> None:
+    endpoint = FULL_CONFIG["endpoints"][0]
+    variant = dict(endpoint["variants"][0])
+    with pytest.raises(
+        ValidationError, match="min_instances <= initial_instance_count <= max_instances"
+    ):
+        SluiceConfig.model_validate(
+            {"endpoints": [{**endpoint, "variants": [{**variant, "initial_instance_count": 5}]}]}
+        )
+    with pytest.raises(ValidationError, match="model_data_key"):
+        SluiceConfig.model_validate(
+            {"endpoints": [{**endpoint, "variants": [{**variant, "model_data_key": "a/b.zip"}]}]}
+        )
+    with pytest.raises(ValidationError, match="unique"):
+        SluiceConfig.model_validate({"endpoints": [endpoint, endpoint]})

@@ -1,0 +1,146 @@
+"""GPU endpoints from the config file: Triton models, variants, autoscaling, a tight role."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import App, Environment, Stack
+from aws_cdk.assertions import Match
+from infra.constructs.triton_image import image_tag, load_registry, processor, triton_image
+
+from tests.infra.synth import Synthesized, properties
+
+
+def test_no_endpoints_configured_means_no_resources(default_app: Synthesized) -> None:
+    assert default_app.json("endpoints").get("Resources", {}) == {}
+
+
+def test_each_variant_is_a_triton_model_served_by_one_endpoint(full_app: Synthesized) -> None:
+    template = full_app.template("endpoints")
+    models = properties(template, "AWS::SageMaker::Model")
+    assert len(models) == 2
+    for model in models:
+        container = model["PrimaryContainer"]
+        assert container["Environment"]["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == "resnet"
+        parts = container["Image"]["Fn::Join"][1]
+        assert parts[0] == {
+            "Fn::FindInMap": ["TritonImageAccounts2509", {"Ref": "AWS::Region"}, "account"]
+        }
+        assert parts[-1] == "/sagemaker-tritonserver:25.09-py3"
+        assert container["ModelDataUrl"]["Fn::Join"][1][-1].endswith("/model.tar.gz")
+    assert template.to_json()["Mappings"]["TritonImageAccounts2509"]["us-east-1"] == {
+        "account": "763104351884"
+    }
+    template.has_resource_properties(
+        "AWS::SageMaker::EndpointConfig",
+        {
+            "ProductionVariants": [
+                Match.object_like(
+                    {
+                        "VariantName": "primary",
+                        "InstanceType": "ml.g5.xlarge",
+                        "InitialInstanceCount": 1,
+                        "InitialVariantWeight": 0.9,
+                    }
+                ),
+                Match.object_like(
+                    {
+                        "VariantName": "canary",
+                        "InstanceType": "ml.g6.xlarge",
+                        "InitialInstanceCount": 1,
+                        "InitialVariantWeight": 0.1,
+                    }
+                ),
+            ]
+        },
+    )
+    template.has_resource_properties("AWS::SageMaker::Endpoint", {"EndpointName": "sluice-resnet"})
+
+
+def test_models_wait_for_the_role_and_its_policy(full_app: Synthesized) -> None:
+    template = full_app.template("endpoints")
+    (policy_id,) = template.find_resources("AWS::IAM::Policy")
+    for model in template.find_resources("AWS::SageMaker::Model").values():
+        assert policy_id in model["DependsOn"]
+
+
+def test_variants_scale_on_invocations_per_instance(full_app: Synthesized) -> None:
+    template = full_app.template("endpoints")
+    template.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {
+            "ResourceId": "endpoint/sluice-resnet/variant/primary",
+            "MinCapacity": 1,
+            "MaxCapacity": 3,
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "ServiceNamespace": "sagemaker",
+        },
+    )
+    template.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {
+            "PolicyType": "TargetTrackingScaling",
+            "TargetTrackingScalingPolicyConfiguration": Match.object_like(
+                {
+                    "PredefinedMetricSpecification": {
+                        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                    },
+                    "TargetValue": 250,
+                }
+            ),
+        },
+    )
+    for target in template.find_resources("AWS::ApplicationAutoScaling::ScalableTarget").values():
+        assert any(d.startswith("Endpointresnet") for d in target["DependsOn"])
+
+
+def test_execution_role_reads_only_the_model_archives_and_pulls_only_triton(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("endpoints")
+    (policy,) = properties(template, "AWS::IAM::Policy")
+    statements = {
+        tuple(sorted(s["Action"])) if isinstance(s["Action"], list) else (s["Action"],): s
+        for s in policy["PolicyDocument"]["Statement"]
+    }
+    reads = statements[("s3:GetObject",)]["Resource"]
+    assert [r["Fn::Join"][1][-1] for r in reads] == [
+        "/triton/resnet/1/model.tar.gz",
+        "/triton/resnet/2/model.tar.gz",
+    ]
+    pull = statements[
+        ("ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer")
+    ]
+    assert pull["Resource"]["Fn::Join"][1][-1] == ":repository/sagemaker-tritonserver"
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "expected"),
+    [
+        ("ml.g5.xlarge", "gpu"),
+        ("ml.p4d.24xlarge", "gpu"),
+        ("ml.c6i.2xlarge", "cpu"),
+        ("ml.m5.large", "cpu"),
+    ],
+)
+def test_processor_follows_the_sdk_rule(instance_type: str, expected: str) -> None:
+    assert processor(instance_type) == expected
+
+
+def test_image_in_a_known_region_is_a_literal_uri() -> None:
+    stack = Stack(App(), "Images", env=Environment(account="111111111111", region="eu-west-1"))
+    uri, repository = triton_image(stack, version="25.09", instance_type="ml.g5.xlarge")
+    assert uri == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:25.09-py3"
+    assert image_tag(version="25.09", instance_type="ml.c6i.xlarge") == "25.09-py3-cpu"
+    assert repository.endswith(":ecr:eu-west-1:763104351884:repository/sagemaker-tritonserver")
+
+
+def test_unknown_versions_and_regions_are_refused_at_synth() -> None:
+    stack = Stack(App(), "Images", env=Environment(account="111111111111", region="eu-west-1"))
+    with pytest.raises(ValueError, match="unknown SageMaker Triton version"):
+        triton_image(stack, version="19.01", instance_type="ml.g5.xlarge")
+    nowhere = Stack(
+        App(), "Nowhere", env=Environment(account="111111111111", region="xx-nowhere-1")
+    )
+    with pytest.raises(ValueError, match="not offered in xx-nowhere-1"):
+        triton_image(nowhere, version="25.09", instance_type="ml.g5.xlarge")
+    assert "25.09" in load_registry()["versions"]

@@ -1,0 +1,112 @@
+"""Layers built by pip on this machine (no Docker), and Lambda's size limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aws_cdk import App, Stack
+from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
+from infra.constructs.python_layer import (
+    MB,
+    UNZIPPED_LIMIT_BYTES,
+    LayerBuildError,
+    PipInstall,
+    check_unzipped_size,
+    platform_tags,
+    read_excludes,
+    strip_layer,
+)
+
+from tests.infra.synth import cdk_context
+
+
+def test_platform_tags_cover_the_runtime_glibc_down_to_manylinux2014() -> None:
+    tags = platform_tags(architecture="x86_64", python="3.14")
+    assert tags[0] == "manylinux_2_34_x86_64"
+    assert "manylinux_2_28_x86_64" in tags  # numpy and onnxruntime publish these
+    assert tags[-1] == "manylinux2014_x86_64"
+    assert platform_tags(architecture="arm64", python="3.13")[-1] == "manylinux2014_aarch64"
+
+
+def test_strip_removes_tests_bytecode_and_excluded_parts(tmp_path: Path) -> None:
+    for relative in (
+        "pkg/__init__.py",
+        "pkg/tests/test_x.py",
+        "pkg/__pycache__/m.cpython-314.pyc",
+        "pkg/mod.pyc",
+        "pkg/libbig_flight.so.26",
+        "pkg/include/a.h",
+        "pkg/keep.so",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("x")
+    strip_layer(tmp_path, ["pkg/libbig_flight.so*", "pkg/include"])
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["pkg/__init__.py", "pkg/keep.so"]
+
+
+def test_batch_layer_excludes_are_read_from_its_folder() -> None:
+    excludes = read_excludes(LAYERS_DIR / "batch" / "exclude.txt")
+    assert "pyarrow/libarrow_flight.so*" in excludes
+    assert not any(line.startswith("#") for line in excludes)
+    assert read_excludes(LAYERS_DIR / "core" / "exclude.txt") == []
+
+
+def test_pip_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("this is not === a requirement\n")
+    bundler = PipInstall(
+        name="broken",
+        requirements=requirements,
+        python="3.14",
+        platforms=platform_tags(architecture="x86_64", python="3.14"),
+    )
+    with pytest.raises(LayerBuildError, match="could not be built without Docker"):
+        bundler.try_bundle(str(tmp_path / "out"))
+
+
+def test_functions_over_the_unzipped_limit_are_refused() -> None:
+    check_unzipped_size("fn", code_bytes=2 * MB, layers={"core": 130 * MB, "batch": 110 * MB})
+    with pytest.raises(ValueError, match=r"over Lambda's 250 MiB \(262\.1 MB\) limit"):
+        check_unzipped_size("fn", code_bytes=2 * MB, layers={"core": 131 * MB, "batch": 131 * MB})
+
+
+@pytest.mark.slow
+def test_core_layer_really_builds_under_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context = cdk_context()
+    context.pop("aws:cdk:bundling-stacks")  # this test builds for real
+    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
+    stack = Stack(app, "Layers")
+    platform = FunctionPlatform(
+        python="3.14",
+        architecture_name="x86_64",
+        log_retention_days=30,
+        retain_logs=False,
+        environment={},
+    )
+    layer = platform.layer(stack, "Core", name="core", description="core")
+    assert layer.unzipped_bytes is not None
+    assert 20 * MB < layer.unzipped_bytes < UNZIPPED_LIMIT_BYTES
+    assert f"layer core: {layer.unzipped_bytes / MB:.1f} MB unzipped" in capsys.readouterr().out
+
+    staged = next((tmp_path / "cdk.out").glob("asset.*"))
+    site = staged / "python"
+    for package in (
+        "fastapi",
+        "mangum",
+        "pydantic",
+        "pydantic_settings",
+        "numpy",
+        "onnxruntime",
+        "orjson",
+        "aws_lambda_powertools",
+    ):
+        assert (site / package).is_dir(), package
+    assert not (site / "boto3").exists() and not (site / "botocore").exists()
+    assert list(
+        site.glob("onnxruntime/capi/onnxruntime_pybind11_state.cpython-314-x86_64-linux-gnu.so")
+    )
+    assert not [p for p in site.rglob("*") if p.name in ("__pycache__", "tests")]

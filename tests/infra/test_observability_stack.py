@@ -1,0 +1,110 @@
+"""Dashboard and alarms."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk.assertions import Match
+
+from tests.infra.synth import Synthesized, properties
+
+FUNCTIONS = (
+    "api",
+    "authorizer",
+    "shadow",
+    "batch-plan",
+    "batch-score",
+    "batch-finalize",
+    "batch-mark-failed",
+    "batch-on-upload",
+)
+
+
+def _dashboard_body(app: Synthesized) -> str:
+    """The dashboard JSON as text, with its string escaping undone for readability."""
+    (dashboard,) = properties(app.template("observability"), "AWS::CloudWatch::Dashboard")
+    return json.dumps(dashboard["DashboardBody"]).replace("\\\\", "").replace('\\"', '"')
+
+
+def test_dashboard_shows_the_app_metrics_per_deployment(full_app: Synthesized) -> None:
+    body = _dashboard_body(full_app)
+    for metric in ("Predictions", "Latency", "Rows", "ClientErrors", "BackendErrors"):
+        assert f'SEARCH(\'Namespace="sluice" MetricName="{metric}" deployment\'' in body, metric
+    assert (
+        "SEARCH('Namespace=\"sluice\" MetricName=\"ShadowAgreement\" deployment mirror', 'Average'"
+        in body
+    )
+    for metric in ("ModelCacheHits", "ModelCacheMisses"):
+        assert f'MetricName="{metric}"' in body
+    for aws_metric in (
+        "AWS/ApiGateway",
+        "AWS/Lambda",
+        "AWS/States",
+        "ExecutionTime",
+        "ExecutionsFailed",
+    ):
+        assert aws_metric in body
+
+
+def test_alarms_cover_api_functions_and_batch(full_app: Synthesized) -> None:
+    template = full_app.template("observability")
+    alarms = properties(template, "AWS::CloudWatch::Alarm")
+    assert len(alarms) == 2 + 2 * len(FUNCTIONS) + 1
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "Latency",
+            "Namespace": "AWS/ApiGateway",
+            "ExtendedStatistic": "p99",
+            "Threshold": 5000,
+        },
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Metrics": Match.array_with(
+                [Match.object_like({"Expression": "IF(requests > 0, 100 * errors / requests, 0)"})]
+            ),
+            "Threshold": 1,
+        },
+    )
+    for function in FUNCTIONS:
+        for metric in ("Errors", "Throttles"):
+            template.has_resource_properties(
+                "AWS::CloudWatch::Alarm",
+                {
+                    "MetricName": metric,
+                    "Namespace": "AWS/Lambda",
+                    "Dimensions": [{"Name": "FunctionName", "Value": f"sluice-{function}"}],
+                },
+            )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Metrics": Match.array_with(
+                [Match.object_like({"Expression": "failed + timedOut + aborted"})]
+            )
+        },
+    )
+
+
+def test_alarms_notify_the_topic_when_configured(
+    full_app: Synthesized, default_app: Synthesized
+) -> None:
+    template = full_app.template("observability")
+    (topic_id,) = template.find_resources("AWS::SNS::Topic")
+    for alarm in properties(template, "AWS::CloudWatch::Alarm"):
+        assert alarm["AlarmActions"] == [{"Ref": topic_id}]
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "oncall@example.com"}
+    )
+    (policy,) = properties(template, "AWS::SNS::TopicPolicy")
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in policy["PolicyDocument"]["Statement"]
+    )
+
+    default = default_app.template("observability")
+    default.resource_count_is("AWS::SNS::Topic", 0)
+    for alarm in properties(default, "AWS::CloudWatch::Alarm"):
+        assert "AlarmActions" not in alarm

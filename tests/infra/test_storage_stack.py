@@ -1,0 +1,114 @@
+"""Storage: private, encrypted, TLS-only buckets with lifecycles; a PITR, TTL'd table."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Match
+
+from tests.infra.synth import Synthesized, properties
+
+
+def test_every_bucket_is_private_encrypted_and_owner_enforced(default_app: Synthesized) -> None:
+    template = default_app.template("storage")
+    buckets = properties(template, "AWS::S3::Bucket")
+    assert len(buckets) == 3  # artifacts, batch, access logs
+    for bucket in buckets:
+        assert bucket["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        rules = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        assert rules[0]["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+        assert bucket["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+        assert {
+            "Id": "abort-incomplete-multipart-uploads",
+            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 2},
+            "Status": "Enabled",
+        } in bucket["LifecycleConfiguration"]["Rules"]
+
+
+def test_every_bucket_policy_refuses_plain_http(default_app: Synthesized) -> None:
+    template = default_app.template("storage")
+    policies = properties(template, "AWS::S3::BucketPolicy")
+    assert len(policies) == 3
+    for policy in policies:
+        assert any(
+            statement["Effect"] == "Deny"
+            and statement["Condition"].get("Bool") == {"aws:SecureTransport": "false"}
+            for statement in policy["PolicyDocument"]["Statement"]
+        )
+
+
+def test_buckets_log_access_to_the_log_bucket(default_app: Synthesized) -> None:
+    template = default_app.template("storage")
+    logged = [b for b in properties(template, "AWS::S3::Bucket") if "LoggingConfiguration" in b]
+    assert len(logged) == 2
+    assert {b["LoggingConfiguration"]["LogFilePrefix"] for b in logged} == {"artifacts/", "batch/"}
+
+
+def test_artifacts_are_versioned_and_batch_prefixes_expire(full_app: Synthesized) -> None:
+    template = full_app.template("storage")
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "VersioningConfiguration": {"Status": "Enabled"},
+            "LifecycleConfiguration": {
+                "Rules": Match.array_with(
+                    [Match.object_like({"NoncurrentVersionExpiration": {"NoncurrentDays": 90}})]
+                )
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "LifecycleConfiguration": {
+                "Rules": Match.array_with(
+                    [
+                        Match.object_like({"Prefix": "inbox/", "ExpirationInDays": 30}),
+                        Match.object_like({"Prefix": "outbox/", "ExpirationInDays": 9}),
+                    ]
+                )
+            }
+        },
+    )
+
+
+def test_table_is_on_demand_with_pitr_ttl_and_string_keys(default_app: Synthesized) -> None:
+    template = default_app.template("storage")
+    template.resource_count_is("AWS::DynamoDB::GlobalTable", 1)
+    template.has_resource_properties(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "TableName": "sluice-registry",
+            "BillingMode": "PAY_PER_REQUEST",
+            "KeySchema": [
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": Match.array_with(
+                [
+                    {"AttributeName": "pk", "AttributeType": "S"},
+                    {"AttributeName": "sk", "AttributeType": "S"},
+                ]
+            ),
+            "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+            "SSESpecification": {"SSEEnabled": True},
+            "Replicas": [
+                Match.object_like(
+                    {
+                        "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+                        "DeletionProtectionEnabled": True,
+                    }
+                )
+            ],
+        },
+    )
+
+
+def test_data_outlives_the_stack_by_default(default_app: Synthesized) -> None:
+    template = default_app.template("storage")
+    for resource_type in ("AWS::S3::Bucket", "AWS::DynamoDB::GlobalTable"):
+        for resource in template.find_resources(resource_type).values():
+            assert resource["DeletionPolicy"] == "Retain"
