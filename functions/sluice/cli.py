@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.cli_batch import add_batch_commands
+from sluice.cli_endpoints import add_endpoint_commands
+from sluice.cli_triton import add_triton_commands
 from sluice.domain import Principal
 from sluice.errors import SluiceError
 
@@ -80,6 +83,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         added = install_demo(container, principal)
         names = ", ".join(d.name for d in container.deployments.list(principal))
         print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
+    from sluice.batch.inbox import InboxWatcher
+
+    inbox = settings.batch_inbox_path
+    InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s).start()
+    print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     uvicorn.run(
@@ -355,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id")
     revoke.set_defaults(func=cmd_keys_revoke)
     keys.add_parser("list", help="list keys of --tenant").set_defaults(func=cmd_keys_list)
+    add_batch_commands(sub)
+    add_endpoint_commands(sub)
+    add_triton_commands(sub)
     return parser
 
 

@@ -54,6 +54,59 @@ class Settings(BaseSettings):
     region: str | None = Field(
         default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
     )
+    orchestrator: str = Field(
+        default="",
+        description="Who runs batch jobs: `local` (a thread pool in this process) or "
+        "`stepfunctions://<state machine ARN>`; empty: local, and none on AWS.",
+    )
+    batch_bucket: str = Field(
+        default="",
+        description="The batch bucket (`inbox/`, `outbox/`, `work/`); empty: the folder `batch/` under home.",
+    )
+    batch_inbox: Path | None = Field(
+        default=None,
+        description="The folder `sluice serve` watches for batch inputs "
+        "(`<folder>/<deployment>/<file>`); empty: `inbox/` under home.",
+    )
+    batch_inbox_poll_s: float = Field(
+        default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
+    )
+    batch_chunk_rows: int = Field(
+        default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged or split)."
+    )
+    batch_chunk_bytes: int = Field(
+        default=64 * MiB, ge=64 * 1024, description="Bytes per batch chunk of a CSV or JSON Lines input."
+    )
+    batch_infer_rows: int = Field(
+        default=4096, gt=0, description="Rows per inference call while scoring a chunk."
+    )
+    batch_concurrency: int = Field(
+        default=0, ge=0, description="Chunks scored at once by the local orchestrator (0: one per core)."
+    )
+    batch_max_request_bytes: int = Field(
+        default=5 * MiB,
+        gt=0,
+        description="Largest request body a chunk sends to a SageMaker endpoint (InvokeEndpoint takes 6 MB).",
+    )
+    sagemaker_endpoint_url: str | None = Field(
+        default=None,
+        description="Send sagemaker-runtime calls here instead of AWS, e.g. the local Triton's SageMaker port.",
+    )
+    sagemaker_execution_role_arn: str | None = Field(
+        default=None,
+        description=(
+            "IAM role SageMaker endpoints run as: it pulls the Triton image and reads model.tar.gz "
+            "from the artifact store. Needed to deploy endpoints."
+        ),
+    )
+    sagemaker_triton_version: str = Field(
+        default="25.09",
+        description="Version of SageMaker's Triton image for new endpoints, as the SageMaker SDK's image registry lists it.",
+    )
+    sagemaker_triton_image: str | None = Field(
+        default=None,
+        description="An image URI to run instead of the registry's Triton image (e.g. a copy in your own ECR).",
+    )
     ort_intra_op_threads: int = Field(
         default=1, ge=0, description="ONNX Runtime intra-op threads per session (0: ORT decides)."
     )
@@ -93,6 +146,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_embedded_defaults_on_aws(self) -> Settings:
+        if self.orchestrator not in ("", "local") and not self.orchestrator.startswith("stepfunctions://arn:"):
+            raise ValueError("SLUICE_ORCHESTRATOR must be local or stepfunctions://STATE_MACHINE_ARN")
         if self.mode == "aws":
             if not self.registry.startswith("dynamodb://"):
                 raise ValueError("SLUICE_REGISTRY must be dynamodb://TABLE when SLUICE_MODE=aws")
@@ -114,6 +169,19 @@ class Settings(BaseSettings):
     @property
     def store_url(self) -> str:
         return self.store or f"file://{self.home_path / 'artifacts'}"
+
+    @property
+    def batch_root_url(self) -> str:
+        """Where batch inboxes, outboxes and work files live (see `sluice.batch.runner.BatchPaths`)."""
+        if self.batch_bucket:
+            return f"s3://{self.batch_bucket}/"
+        if self.mode == "aws":
+            raise ValueError("SLUICE_BATCH_BUCKET must be set for batch jobs when SLUICE_MODE=aws")
+        return (self.home_path / "batch").as_uri() + "/"
+
+    @property
+    def batch_inbox_path(self) -> Path:
+        return (self.batch_inbox or self.home_path / "inbox").expanduser()
 
 
 @lru_cache(maxsize=1)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 from sluice.observability import Telemetry
@@ -16,8 +17,13 @@ from sluice.services.shadow import ShadowRunner
 from sluice.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from sluice.batch.files import Files
+    from sluice.batch.orchestrators import Orchestrator
+    from sluice.batch.runner import BatchRunner
+    from sluice.batch.service import BatchService
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.services.endpoints import EndpointService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -50,8 +56,16 @@ def build_store(settings: Settings) -> ArtifactStore:
 
 def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
     from sluice.runtimes.onnx import OnnxRuntime
+    from sluice.runtimes.sagemaker import SageMakerRuntime
+    from sluice.runtimes.triton import TritonRuntime
 
-    return {"onnx": OnnxRuntime(store, settings)}
+    return {
+        "onnx": OnnxRuntime(store, settings),
+        "triton": TritonRuntime(timeout_s=settings.request_timeout_s),
+        "sagemaker": SageMakerRuntime(
+            region=settings.region, endpoint_url=settings.sagemaker_endpoint_url, timeout_s=settings.request_timeout_s
+        ),
+    }
 
 
 def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
@@ -67,6 +81,22 @@ def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner)
     raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
 
 
+def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
+    """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
+    url = settings.orchestrator
+    if url.startswith("stepfunctions://"):
+        from sluice.batch.orchestrators import StepFunctionsOrchestrator
+
+        return StepFunctionsOrchestrator.from_url(url, region=settings.region)
+    if url == "local" or (url == "" and settings.mode == "local"):
+        from sluice.batch.orchestrators import LocalOrchestrator
+
+        return LocalOrchestrator(runner, concurrency=settings.batch_concurrency or os.cpu_count() or 1)
+    if url == "":
+        return None
+    raise ValueError(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}")
+
+
 @dataclass
 class Container:
     settings: Settings
@@ -75,6 +105,8 @@ class Container:
     runtimes: dict[str, Runtime]
     telemetry: Telemetry = field(default_factory=Telemetry)
     mirror: Mirror | None = None
+    orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
+    files: Files | None = None  # batch inputs and outputs; built on first use when not given
 
     def __post_init__(self) -> None:
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
@@ -86,6 +118,45 @@ class Container:
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)
         self.keys = KeyService(self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s)
+
+    @cached_property
+    def endpoints(self) -> EndpointService:
+        """SageMaker endpoints of deployments; AWS clients are built on first use."""
+        from sluice.services.endpoints import EndpointService
+
+        return EndpointService(self.registry, self.store, self.deployments, self.settings)
+
+    @cached_property
+    def batch_runner(self) -> BatchRunner:
+        """Plan, Score and Finalize. Scoring runs through its own PredictionService (the same
+        runtimes, so loaded models are shared) whose calls stay out of live statistics."""
+        from sluice.batch.files import Files
+        from sluice.batch.runner import BatchPaths, BatchRunner, BatchTelemetry, OfflineStats
+        from sluice.runtimes.onnx import OnnxRuntime
+
+        if self.files is None:
+            self.files = Files(region=self.settings.region)
+        runtimes = dict(self.runtimes)
+        online = runtimes.get("onnx")
+        if isinstance(online, OnnxRuntime):
+            # Scoring threads are off any request loop: run ONNX inline rather than hop to
+            # yet another thread per batch, on the very sessions the API has loaded.
+            inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
+            inline.cache = online.cache
+            runtimes["onnx"] = inline
+        predictions = PredictionService(
+            self.registry, runtimes, self.settings, BatchTelemetry(), stats=OfflineStats(self.registry)
+        )
+        return BatchRunner(self.registry, predictions, self.files, self.settings, BatchPaths(self.settings.batch_root_url))
+
+    @cached_property
+    def batch(self) -> BatchService:
+        from sluice.batch.service import BatchService
+
+        runner = self.batch_runner
+        if self.orchestrator is None:
+            self.orchestrator = build_orchestrator(self.settings, runner)
+        return BatchService(self.registry, self.orchestrator, runner.paths)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

@@ -6,6 +6,8 @@ case fails `test_every_route_is_covered`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -36,7 +38,13 @@ CASES = [
     ("GET", "/api/v1/deployments/{name}/stats", None),
     ("POST", "/api/v1/deployments/{name}/promote", {"mirror": "m"}),
     ("POST", "/api/v1/deployments/{name}/feedback", {"request_id": "r", "reward": 1}),
+    ("POST", "/api/v1/deployments/{name}/endpoint", {"instance_type": "ml.g5.xlarge"}),
+    ("GET", "/api/v1/deployments/{name}/endpoint", None),
+    ("DELETE", "/api/v1/deployments/{name}/endpoint", None),
+    ("PUT", "/api/v1/deployments/{name}/scale", {"min_instances": 1, "max_instances": 2}),
     ("DELETE", "/api/v1/keys/{key_id}", None),
+    ("GET", "/api/v1/batch-jobs/{job_id}", None),
+    ("POST", "/api/v1/batch-jobs/{job_id}/cancel", None),
 ]
 # Routes that only ever act inside the caller's tenant (lists and creates).
 OWN_TENANT = {
@@ -47,6 +55,8 @@ OWN_TENANT = {
     ("POST", "/api/v1/deployments"),
     ("GET", "/api/v1/keys"),
     ("POST", "/api/v1/keys"),
+    ("GET", "/api/v1/batch-jobs"),
+    ("POST", "/api/v1/batch-jobs"),
 }
 
 
@@ -63,13 +73,27 @@ def test_another_tenant_gets_not_found(
     client: TestClient, keys: dict[str, str], demo: object, method: str, template: str, body: dict | None
 ) -> None:
     acme_key_id = keys["acme"].split("_")[1]
-    path = template.format(name="iris", version=1, key_id=acme_key_id)
+    path = template.format(name="iris", version=1, key_id=acme_key_id, job_id=acme_batch_job(demo))
     r = client.request(method, path, json=body, headers=auth(keys["globex"]))
     assert r.status_code == 404, (path, r.text)
     # And acme's objects are untouched: acme still predicts and reads them.
     check = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[1, 2, 3, 4]]}, headers=auth(keys["acme"]))
     assert check.status_code == 200
     assert client.get("/api/v1/keys", headers=auth(keys["acme"])).json()[0]["revoked_at"] is None
+    assert client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()[0]["status"] == "PENDING"
+
+
+def acme_batch_job(container: Any) -> str:
+    """A batch job of acme's (a record only: nothing runs it)."""
+    from sluice.batch.jobs import BatchJob
+    from sluice.errors import NotFound
+
+    try:
+        return container.registry.get_job("acme", "job-acme").id
+    except NotFound:
+        job = BatchJob(id="job-acme", tenant="acme", deployment="iris", input_uri="file:///in.csv",
+                       output_uri="file:///out/", format="csv", output_format="csv")  # fmt: skip
+        return container.registry.create_job(job).id
 
 
 def test_lists_show_only_the_callers_tenant(client: TestClient, keys: dict[str, str]) -> None:

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from sluice import __version__
 from sluice.api import errors
 from sluice.api.responses import JSONResponse
-from sluice.api.routers import deployments, health, keys, models, predictions, v2
+from sluice.api.routers import batch, deployments, endpoints, health, keys, models, predictions, v2
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -64,7 +64,7 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
     )
     app.state.container = container
     errors.install(app)
-    for module in (health, predictions, v2, models, deployments, keys):
+    for module in (health, predictions, v2, models, deployments, endpoints, keys, batch):
         app.include_router(module.router)
     limit = max_request_bytes or (container.settings.max_request_bytes if container else None)
     app.add_middleware(BodyLimit, max_bytes=limit)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sluice.batch.jobs import BatchJob, ChunkResult, JobStatus
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 
 
@@ -66,3 +67,21 @@ class Registry(Protocol):
     def get_api_key(self, key_id: str) -> ApiKey | None: ...
     def list_api_keys(self, tenant: str) -> list[ApiKey]: ...
     def revoke_api_key(self, tenant: str, key_id: str) -> ApiKey: ...
+
+    # Batch jobs. Status moves are checked (`sluice.batch.jobs.MOVES`); a terminal job refuses
+    # every change with Conflict. Lists come newest first.
+    def create_job(self, job: BatchJob) -> BatchJob: ...
+    def get_job(self, tenant: str, job_id: str) -> BatchJob: ...
+    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]: ...
+    def update_job(
+        self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
+    ) -> BatchJob:
+        """Set `fields` (names in `sluice.batch.jobs.UPDATABLE`) and move to `status`."""
+        ...
+
+    def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
+        """Add a scored chunk to the job's progress and counts, atomically and once: True the
+        first time, False when it was recorded before or the job is no longer RUNNING."""
+        ...
+
+    def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]: ...

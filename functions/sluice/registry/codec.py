@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.batch.jobs import BatchJob
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.registry.base import DeploymentChange
 from sluice.signature import Signature
@@ -134,3 +135,15 @@ def change_from_dict(d: dict[str, Any]) -> DeploymentChange:
         old_policy=d.get("old_policy"),
         new_policy=d.get("new_policy"),
     )
+
+
+# The progress counters of a job; stored apart from the rest so they can be added to in place.
+JOB_COUNTERS = ("chunks_done", "rows_in", "rows_out", "rows_failed")
+
+
+def job_to_dict(job: BatchJob) -> dict[str, Any]:
+    return job.to_dict()
+
+
+def job_from_dict(d: dict[str, Any]) -> BatchJob:
+    return BatchJob.from_dict(d)

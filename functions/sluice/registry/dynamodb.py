@@ -14,6 +14,8 @@ the production table with the same key schema.
 - assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
 - API key: `pk=K#<key id>`, `sk=KEY`
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
+- batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
+- batch chunk: `pk=T#<tenant>#J#<job id>`, `sk=C#<index:06d>`, one per scored chunk
 
 Every read is a GetItem or a Query on one partition, strongly consistent, so the registry reads
 its own writes as the SQLite one does; lists come back in sort-key order, which is the name
@@ -38,6 +40,9 @@ Concurrency:
   race is decided again from a fresh read.
 - Statistics merge with an atomic ADD for the sums and, per maximum, a SET conditioned on the
   stored value being smaller: many containers merge into one item without reading it.
+- A batch job's status moves with a SET conditioned on the status read just before; a chunk
+  is recorded in one transaction that puts its item (only if absent) and ADDs its counts to
+  the job (only while RUNNING), so a chunk scored twice counts once.
 - `delete_model` removes the versions while the model still exists, then deletes the model only
   if no version was added meanwhile; a failure half-way leaves the model to delete again.
 """
@@ -55,6 +60,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion, now
 from sluice.errors import BackendError, BadRequest, Conflict, NotFound, SluiceError, Unavailable
 from sluice.registry import codec
@@ -507,6 +513,85 @@ class DynamoRegistry:
                 continue
         raise _busy()
 
+    # Batch jobs -----------------------------------------------------------------------
+    def create_job(self, job: BatchJob) -> BatchJob:
+        item = _item(_tenant(job.tenant), f"J#{job.id}", codec.job_to_dict(job))
+        try:
+            self._send(self.client.put_item, TableName=self.table_name, Item=item, **_absent())
+        except _Refused:
+            raise Conflict(f"batch job '{job.id}' already exists", field="id") from None
+        return job
+
+    def get_job(self, tenant: str, job_id: str) -> BatchJob:
+        item = self._get(_tenant(tenant), f"J#{job_id}")
+        if item is None:
+            raise NotFound(f"batch job '{job_id}' not found", field="job")
+        return codec.job_from_dict(item)
+
+    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
+        jobs = [codec.job_from_dict(d) for d in self._query(_tenant(tenant), "J#")]
+        jobs.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+        return jobs[:limit]
+
+    def update_job(
+        self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
+    ) -> BatchJob:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update batch job fields {sorted(unknown)}")
+        for _ in _attempts():
+            current = self.get_job(tenant, job_id)
+            target = status or current.status
+            check_move(job_id, current.status, target)
+            changes = {"status": target, **fields}
+            names = {f"#f{i}": name for i, name in enumerate(changes)} | {"#was": "status"}
+            values = {f":f{i}": v for i, v in enumerate(changes.values()) if v is not None}
+            sets = [f"#f{i} = :f{i}" for i, v in enumerate(changes.values()) if v is not None]
+            removes = [f"#f{i}" for i, v in enumerate(changes.values()) if v is None]
+            expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+            try:
+                updated = self._send(
+                    self.client.update_item,
+                    TableName=self.table_name,
+                    Key=_key(_tenant(tenant), f"J#{job_id}"),
+                    UpdateExpression=expression,
+                    ReturnValues="ALL_NEW",
+                    **_condition("#was = :was", names, values | {":was": current.status}),
+                )
+            except _Refused:
+                continue  # the status moved meanwhile: decide again from a fresh read
+            return codec.job_from_dict(_unmarshal(updated["Attributes"]))
+        raise _busy()
+
+    def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
+        chunk = _item(_job_pk(tenant, job_id), f"C#{result.index:06d}", result.to_dict())
+        counts = {":one": 1, ":in": result.rows_in, ":out": result.rows_out, ":failed": result.rows_failed}
+        try:
+            self._send(
+                self.client.transact_write_items,
+                TransactItems=[
+                    {"Put": {"TableName": self.table_name, "Item": chunk, **_absent()}},
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": _key(_tenant(tenant), f"J#{job_id}"),
+                            "UpdateExpression": "ADD chunks_done :one, rows_in :in, "
+                            "rows_out :out, rows_failed :failed",
+                            **_condition(
+                                "#status = :running", {"#status": "status"},
+                                counts | {":running": "RUNNING"},
+                            ),
+                        }
+                    },
+                ],
+            )  # fmt: skip
+        except _Refused:
+            return False  # recorded before, or the job is no longer running
+        return True
+
+    def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]:
+        return [ChunkResult.from_dict(d) for d in self._query(_job_pk(tenant, job_id), "C#")]
+
     # DynamoDB calls -------------------------------------------------------------------
     def _send(self, call: Callable[..., Any], **params: Any) -> Any:
         """Make one call. A write that a concurrent transaction got in the way of is tried
@@ -632,6 +717,10 @@ def _version_sk(version: int) -> str:
 
 def _history_pk(tenant: str, name: str) -> str:
     return f"T#{tenant}#D#{name}"
+
+
+def _job_pk(tenant: str, job_id: str) -> str:
+    return f"T#{tenant}#J#{job_id}"
 
 
 def _stats_sk(revision: int, subject: str) -> str:

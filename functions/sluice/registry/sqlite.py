@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sluice.batch.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion, now
 from sluice.errors import Conflict, NotFound
 from sluice.registry import codec
@@ -40,6 +41,15 @@ CREATE TABLE IF NOT EXISTS assignments (
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant);
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+    doc TEXT NOT NULL, chunks_done INTEGER NOT NULL DEFAULT 0, rows_in INTEGER NOT NULL DEFAULT 0,
+    rows_out INTEGER NOT NULL DEFAULT 0, rows_failed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS batch_jobs_by_time ON batch_jobs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS batch_chunks (
+    tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, job, chunk));
 """
 
 
@@ -314,6 +324,95 @@ class SqliteRegistry:
                     (json.dumps(codec.key_to_dict(key)), key_id),
                 )
         return key
+
+    # Batch jobs -----------------------------------------------------------------------
+    # The counters live in columns of their own, added to in place; the rest is the doc.
+    _JOB = "SELECT doc, status, chunks_done, rows_in, rows_out, rows_failed FROM batch_jobs"
+
+    @staticmethod
+    def _job(row: tuple[Any, ...]) -> BatchJob:
+        doc = json.loads(row[0])
+        doc["status"] = row[1]
+        doc.update(zip(codec.JOB_COUNTERS, row[2:], strict=True))
+        return codec.job_from_dict(doc)
+
+    def create_job(self, job: BatchJob) -> BatchJob:
+        doc = codec.job_to_dict(job)
+        try:
+            with self._tx() as db:
+                db.execute(
+                    "INSERT INTO batch_jobs (tenant, id, status, created_at, doc, chunks_done, "
+                    "rows_in, rows_out, rows_failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job.tenant, job.id, job.status, job.created_at, json.dumps(doc),
+                     *(doc[c] for c in codec.JOB_COUNTERS)),
+                )  # fmt: skip
+        except sqlite3.IntegrityError:
+            raise Conflict(f"batch job '{job.id}' already exists", field="id") from None
+        return job
+
+    def get_job(self, tenant: str, job_id: str) -> BatchJob:
+        row = self._conn().execute(
+            f"{self._JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"batch job '{job_id}' not found", field="job")
+        return self._job(row)
+
+    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
+        rows = self._conn().execute(
+            f"{self._JOB} WHERE tenant = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            (tenant, int(limit)),
+        ).fetchall()
+        return [self._job(row) for row in rows]
+
+    def update_job(
+        self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
+    ) -> BatchJob:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update batch job fields {sorted(unknown)}")
+        with self._tx() as db:
+            row = db.execute(f"{self._JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
+            if row is None:
+                raise NotFound(f"batch job '{job_id}' not found", field="job")
+            current = self._job(row)
+            target = status or current.status
+            check_move(job_id, current.status, target)
+            doc = json.loads(row[0]) | fields | {"status": target}
+            db.execute(
+                "UPDATE batch_jobs SET status = ?, doc = ? WHERE tenant = ? AND id = ?",
+                (target, json.dumps(doc), tenant, job_id),
+            )
+            row = db.execute(f"{self._JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
+        return self._job(row)
+
+    def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
+        with self._tx() as db:
+            added = db.execute(
+                "INSERT OR IGNORE INTO batch_chunks (tenant, job, chunk, doc) VALUES (?, ?, ?, ?)",
+                (tenant, job_id, result.index, json.dumps(result.to_dict())),
+            )
+            if added.rowcount == 0:
+                return False
+            counted = db.execute(
+                "UPDATE batch_jobs SET chunks_done = chunks_done + 1, rows_in = rows_in + ?, "
+                "rows_out = rows_out + ?, rows_failed = rows_failed + ? "
+                "WHERE tenant = ? AND id = ? AND status = 'RUNNING'",
+                (result.rows_in, result.rows_out, result.rows_failed, tenant, job_id),
+            )
+            if counted.rowcount == 0:
+                db.execute(
+                    "DELETE FROM batch_chunks WHERE tenant = ? AND job = ? AND chunk = ?",
+                    (tenant, job_id, result.index),
+                )
+                return False
+        return True
+
+    def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]:
+        docs = self._all(
+            "SELECT doc FROM batch_chunks WHERE tenant = ? AND job = ? ORDER BY chunk", tenant, job_id
+        )
+        return [ChunkResult.from_dict(d) for d in docs]
 
 
 class _Transaction:

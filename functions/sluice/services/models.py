@@ -39,14 +39,25 @@ class ModelService:
         data: bytes,
         *,
         runtime: str = "onnx",
+        config: dict[str, Any] | None = None,
         feature_names: list[str] | None = None,
         description: str = "",
     ) -> ModelVersion:
-        """Store an ONNX artifact as the model's next version, creating the model if new."""
+        """Store an ONNX artifact as the model's next version, creating the model if new.
+
+        Runtime `onnx` runs it in process; `sagemaker` serves it from the endpoint named in
+        `config` (the artifact still gives the signature, and builds the endpoint's Triton
+        repository). `triton` versions are registered from their server: `register_triton`."""
         principal.require("admin")
         check_name(name, field="name")
-        if runtime != "onnx":
-            raise BadRequest(f"runtime {runtime!r} is not available; use 'onnx'", field="runtime")
+        if runtime == "triton":
+            raise BadRequest(
+                "a triton version is registered from its server (URL and model name), not from a file",
+                field="runtime",
+            )
+        if runtime not in ("onnx", "sagemaker"):
+            raise BadRequest(f"runtime {runtime!r} is not available; use 'onnx', 'sagemaker' or 'triton'", field="runtime")
+        config = sagemaker_config(config) if runtime == "sagemaker" else _no_config(config)
         if not data:
             raise BadRequest("the artifact is empty", field="artifact")
         if len(data) > MAX_ARTIFACT_BYTES:
@@ -62,10 +73,61 @@ class ModelService:
                 tenant=principal.tenant,
                 model=name,
                 version=0,
-                runtime="onnx",
+                runtime=runtime,  # type: ignore[arg-type]
                 artifact_uri=ref.uri,
                 sha256=ref.sha256,
                 size_bytes=ref.size_bytes,
+                signature=signature,
+                config=config,
+                created_by=principal.subject,
+            )
+        )
+
+    async def register_triton(
+        self,
+        principal: Principal,
+        name: str,
+        url: str,
+        *,
+        model_name: str | None = None,
+        model_version: str = "",
+        feature_names: list[str] | None = None,
+        description: str = "",
+    ) -> ModelVersion:
+        """Register a model a Triton server serves as the next version of `name`; its
+        signature is read from the server (`TritonRuntime.metadata`)."""
+        import contextlib
+        import dataclasses
+
+        from sluice.runtimes.triton import TritonRuntime, TritonTarget
+        from sluice.signature import Signature
+
+        principal.require("admin")
+        check_name(name, field="name")
+        config = {"url": url, "model_name": model_name or name, "model_version": str(model_version or "")}
+        probe = ModelVersion(principal.tenant, name, 0, "triton", "", "", 0, Signature((), ()), config=config)
+        target = TritonTarget.of(probe)
+        runtime = TritonRuntime(timeout_s=10.0)  # its own connections, closed on this loop
+        try:
+            signature = await runtime.metadata(probe)
+        finally:
+            await runtime.close()
+        if feature_names is not None:
+            if len(signature.inputs) != 1:
+                raise BadRequest("feature_names fit a model with exactly one input", field="feature_names")
+            signature = dataclasses.replace(
+                signature, inputs=(dataclasses.replace(signature.inputs[0], feature_names=tuple(feature_names)),)
+            )
+        scheme = "https" if target.ssl else "http"
+        with contextlib.suppress(Conflict):
+            self.registry.create_model(
+                Model(principal.tenant, name, description=description, created_by=principal.subject)
+            )
+        return self.registry.add_version(
+            dataclasses.replace(
+                probe,
+                artifact_uri=f"{scheme}://{target.url}/v2/models/{target.model}"
+                + (f"/versions/{target.model_version}" if target.model_version else ""),
                 signature=signature,
                 created_by=principal.subject,
             )
@@ -126,6 +188,37 @@ class ModelService:
                         f"{what} is used by deployment '{deployment.name}'; point it elsewhere first",
                         field="model",
                     )
+
+
+SAGEMAKER_CONFIG_KEYS = ("endpoint_name", "target_model", "variant", "max_batch_size")
+
+
+def sagemaker_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A `sagemaker` version's config: the endpoint it is served from, checked."""
+    import re
+
+    config = dict(config or {})
+    unknown = sorted(set(config) - set(SAGEMAKER_CONFIG_KEYS))
+    if unknown:
+        raise BadRequest(f"unknown config keys {unknown}; a sagemaker version takes {list(SAGEMAKER_CONFIG_KEYS)}", field="config")
+    sagemaker_name = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    for key in ("endpoint_name", "variant"):
+        value = config.get(key)
+        if (key == "endpoint_name" or value is not None) and not (isinstance(value, str) and sagemaker_name.match(value)):
+            raise BadRequest(f"config.{key} must be a SageMaker name: 1-63 letters, digits or '-'", field=f"config.{key}")
+    target = config.get("target_model")
+    if target is not None and (not isinstance(target, str) or not target):
+        raise BadRequest("config.target_model must be a non-empty string", field="config.target_model")
+    batch = config.get("max_batch_size")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 0):
+        raise BadRequest("config.max_batch_size must be 0 or more", field="config.max_batch_size")
+    return config
+
+
+def _no_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    if config:
+        raise BadRequest("an onnx version takes no config", field="config")
+    return {}
 
 
 def require_found(getter: Any, *args: Any, field: str) -> Any:

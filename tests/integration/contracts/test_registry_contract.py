@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from sluice.batch.jobs import BatchJob, ChunkResult
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.errors import Conflict, NotFound, SluiceError, Unavailable
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
@@ -370,6 +371,89 @@ def test_revoke_is_idempotent_and_tenant_scoped(registry: Registry) -> None:
     assert registry.get_api_key("sk_a") == revoked
     assert registry.list_api_keys(A) == [revoked]
     assert registry.revoke_api_key(A, "sk_a") == revoked
+
+
+# Batch jobs -----------------------------------------------------------------------------
+def job_of(job_id: str, tenant: str = A, created_at: float = 1.0) -> BatchJob:
+    return BatchJob(
+        id=job_id, tenant=tenant, deployment="scoring", input_uri="s3://b/inbox/acme/scoring/in.csv",
+        output_uri=f"s3://b/outbox/acme/{job_id}/", format="csv", output_format="parquet",
+        key_columns=("customer",), created_at=created_at, created_by="key-1",
+    )  # fmt: skip
+
+
+def chunk_of(index: int, rows: int = 10, failed: int = 1) -> ChunkResult:
+    return ChunkResult(index, rows, rows - failed, failed, f"s3://b/out/part-{index}", None, {"churn:1": rows - failed}, 0.5)
+
+
+def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
+    for i, job_id in enumerate(["job-b", "job-a", "job-c"]):
+        registry.create_job(job_of(job_id, created_at=10.0 + i))
+    registry.create_job(job_of("job-z", tenant=B))
+    assert registry.get_job(A, "job-a") == job_of("job-a", created_at=11.0)
+    assert [j.id for j in registry.list_jobs(A)] == ["job-c", "job-a", "job-b"]
+    assert [j.id for j in registry.list_jobs(A, limit=2)] == ["job-c", "job-a"]
+    assert [j.id for j in registry.list_jobs(B)] == ["job-z"]
+    raises(Conflict, "id", lambda: registry.create_job(job_of("job-a")))
+    raises(NotFound, "job", lambda: registry.get_job(B, "job-a"))
+    raises(NotFound, "job", lambda: registry.update_job(B, "job-a", status="CANCELLED"))
+
+
+def test_job_status_moves_are_enforced_and_a_finished_job_stays_finished(registry: Registry) -> None:
+    registry.create_job(job_of("job-1"))
+    raises(Conflict, "status", lambda: registry.update_job(A, "job-1", status="SUCCEEDED"))
+    running = registry.update_job(A, "job-1", status="RUNNING", chunks_total=3, rows_total=30, started_at=5.0)
+    assert (running.status, running.chunks_total, running.rows_total, running.started_at) == ("RUNNING", 3, 30, 5.0)
+    assert registry.update_job(A, "job-1", status="RUNNING", chunks_total=3).status == "RUNNING"  # a retried Plan
+    done = registry.update_job(A, "job-1", status="SUCCEEDED", finished_at=9.0)
+    assert done.finished_at == 9.0 and done.key_columns == ("customer",)
+    for target in ("RUNNING", "FAILED", "CANCELLED", "SUCCEEDED"):
+        raises(Conflict, "status", lambda target=target: registry.update_job(A, "job-1", status=target))
+    raises(Conflict, "status", lambda: registry.update_job(A, "job-1", error="late"))
+    assert registry.get_job(A, "job-1").status == "SUCCEEDED"
+    registry.create_job(job_of("job-2"))
+    failed = registry.update_job(A, "job-2", status="FAILED", error="no such deployment")
+    assert failed.error == "no such deployment"
+    with pytest.raises(ValueError):
+        registry.update_job(A, "job-2", rows_in=5)  # counters are only ever added to
+
+
+def test_chunks_count_once_even_when_scored_twice(registry: Registry) -> None:
+    registry.create_job(job_of("job-1"))
+    assert registry.record_chunk(A, "job-1", chunk_of(0)) is False  # not running yet
+    registry.update_job(A, "job-1", status="RUNNING", chunks_total=3)
+    assert registry.record_chunk(A, "job-1", chunk_of(0)) is True
+    assert registry.record_chunk(A, "job-1", chunk_of(0)) is False
+    assert registry.record_chunk(A, "job-1", chunk_of(2, rows=5, failed=0)) is True
+    job = registry.get_job(A, "job-1")
+    assert (job.chunks_done, job.rows_in, job.rows_out, job.rows_failed) == (2, 15, 14, 1)
+    assert registry.list_chunks(A, "job-1") == [chunk_of(0), chunk_of(2, rows=5, failed=0)]
+    assert registry.list_chunks(B, "job-1") == []
+    registry.update_job(A, "job-1", status="CANCELLED")
+    assert registry.record_chunk(A, "job-1", chunk_of(1)) is False
+    assert registry.get_job(A, "job-1").chunks_done == 2
+
+
+def test_concurrent_chunk_scorers_add_up_exactly(registry: Registry) -> None:
+    registry.create_job(job_of("job-1"))
+    registry.update_job(A, "job-1", status="RUNNING", chunks_total=12)
+    start = threading.Barrier(8)
+    outcomes: list[bool] = []
+
+    def score(worker: int) -> None:
+        start.wait()
+        for index in range(worker % 4, 12, 4):  # two workers score every chunk
+            outcomes.append(registry.record_chunk(A, "job-1", chunk_of(index, rows=index + 1)))
+
+    threads = [threading.Thread(target=score, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    job = registry.get_job(A, "job-1")
+    assert sorted(outcomes).count(True) == 12 and len(outcomes) == 24
+    assert (job.chunks_done, job.rows_in, job.rows_failed) == (12, sum(range(1, 13)), 12)
+    assert job.rows_in == job.rows_out + job.rows_failed
 
 
 # Tenants --------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""Batch jobs (predict scope): submit a file in your inbox, follow it, cancel it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.responses import JSONResponse
+from sluice.batch.wire import BatchJobCreate, BatchJobOut, job_out
+
+router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"])
+
+
+@router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")
+def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    job = container.batch.submit(
+        principal,
+        deployment=body.deployment,
+        input_uri=body.input_uri,
+        format=body.format,
+        output_format=body.output_format,
+        key_columns=body.key_columns,
+    )
+    return JSONResponse(job_out(job), status_code=202)
+
+
+@router.get("", response_model=list[BatchJobOut], summary="List batch jobs, newest first")
+def list_batch_jobs(
+    principal: PrincipalDep, container: ContainerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> JSONResponse:
+    return JSONResponse([job_out(j) for j in container.batch.list(principal, limit=limit)])
+
+
+@router.get("/{job_id}", response_model=BatchJobOut, summary="Get a batch job: status, progress, counts")
+def get_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(job_out(container.batch.get(principal, job_id)))
+
+
+@router.post("/{job_id}/cancel", response_model=BatchJobOut, summary="Cancel a batch job")
+def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(job_out(container.batch.cancel(principal, job_id)))

@@ -1,0 +1,69 @@
+"""A deployment's SageMaker endpoint (admin scope): deploy, status, scale and weights, undeploy.
+
+The calls run on a worker thread: each makes several SageMaker calls, and deploying builds
+and uploads Triton repositories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from pydantic import Field
+
+from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.responses import JSONResponse
+from sluice.types.base import WireModel
+
+router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"])
+
+
+class EndpointCreate(WireModel):
+    instance_type: str = Field(description="SageMaker instance type, e.g. ml.g5.xlarge (GPU) or ml.c5.xlarge (CPU image).")
+    instance_count: int = Field(1, ge=1, description="Instances per variant at creation.")
+    min_instances: int | None = Field(None, ge=0, description="Autoscaling floor per variant (1 or more).")
+    max_instances: int | None = Field(None, ge=1, description="Autoscaling ceiling per variant.")
+    target_invocations_per_instance: float | None = Field(
+        None, gt=0, description="Autoscaling target: SageMakerVariantInvocationsPerInstance per minute (default 100)."
+    )
+    triton_version: str | None = Field(None, description="SageMaker Triton image version (default: the service's).")
+    max_batch_size: int | None = Field(None, ge=0, description="Triton max_batch_size (default 64 when the model batches).")
+
+
+class EndpointScale(WireModel):
+    min_instances: int | None = Field(None, ge=0)
+    max_instances: int | None = Field(None, ge=1)
+    desired_instances: int | None = Field(None, ge=0, description="Instances now (within the autoscaling range).")
+    target_invocations_per_instance: float | None = Field(None, gt=0)
+    variant: str | None = Field(None, description="Apply capacity changes to this variant only (default: every one).")
+    weights: dict[str, float] | None = Field(None, description="New weight per variant, by the policy's variant names.")
+
+
+def _call(container: ContainerDep, method: str, *args: Any) -> Any:
+    return run_in_threadpool(getattr(container.endpoints, method), *args)
+
+
+@router.post("/{name}/endpoint", status_code=202, summary="Deploy the deployment's versions to a SageMaker endpoint")
+async def deploy_endpoint(name: str, body: EndpointCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    from sluice.services.endpoints import DeployRequest
+
+    request = DeployRequest(**body.model_dump())
+    return JSONResponse(await _call(container, "deploy", principal, name, request), status_code=202)
+
+
+@router.get("/{name}/endpoint", summary="The endpoint's status (Creating, InService, Failed with its reason), variants and scaling")
+async def endpoint_status(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(await _call(container, "status", principal, name))
+
+
+@router.put("/{name}/scale", summary="Change the endpoint's autoscaling range, instance count or variant weights")
+async def scale_endpoint(name: str, body: EndpointScale, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    from sluice.services.endpoints import ScaleRequest
+
+    return JSONResponse(await _call(container, "scale", principal, name, ScaleRequest(**body.model_dump())))
+
+
+@router.delete("/{name}/endpoint", summary="Route back to the source versions, then delete autoscaling, endpoint, configs and models")
+async def undeploy_endpoint(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(await _call(container, "undeploy", principal, name))

@@ -1,0 +1,291 @@
+"""Input columns -> the tensors a version's signature takes, checked row by row.
+
+A signature input with `feature_names` is fed by those columns, stacked on its last axis;
+any other input by the column of its own name (a number per row, or a list of numbers for an
+input shaped `[batch, k]`). Checking is vectorized and never raises for bad data: each row
+that cannot be fed (a missing value, NaN, a word where a number belongs, a list of the wrong
+length) gets a reason, and only the other rows go on to the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
+from sluice.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pyarrow as pa
+
+    from sluice.signature import Signature
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """Where one signature input's values come from."""
+
+    input: str
+    columns: tuple[str, ...]  # stacked features, or the one column holding the input
+    datatype: str
+    stacked: bool  # columns are the features of a [batch, F] input
+    width: int | None = None  # one column of lists: values per row; None: one value per row
+    trailing_axis: bool = False  # one value per row for an input shaped [batch, 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input": self.input,
+            "columns": list(self.columns),
+            "datatype": self.datatype,
+            "stacked": self.stacked,
+            "width": self.width,
+            "trailing_axis": self.trailing_axis,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Feed:
+        return cls(
+            input=data["input"],
+            columns=tuple(data["columns"]),
+            datatype=data["datatype"],
+            stacked=bool(data["stacked"]),
+            width=data.get("width"),
+            trailing_axis=bool(data.get("trailing_axis")),
+        )
+
+
+def plan_feeds(signature: Signature, available: Sequence[str]) -> list[Feed]:
+    """Match the input's columns to the signature, or say which columns are missing."""
+    have = set(available)
+    feeds: list[Feed] = []
+    missing: list[str] = []
+    for spec in signature.inputs:
+        names = spec.feature_names
+        if names and all(n in have for n in names):
+            feeds.append(Feed(spec.name, tuple(names), spec.datatype, stacked=True))
+            continue
+        if spec.name in have:
+            rank = len(spec.shape)
+            width = spec.shape[1] if rank == 2 and spec.shape[1] != 1 else None
+            if rank > 2 or (rank == 2 and width == -1):
+                raise InvalidInput(
+                    f"input '{spec.name}' has shape {list(spec.shape)}; batch jobs feed inputs of "
+                    "one value or a fixed number of values per row",
+                    field="input",
+                )
+            feeds.append(
+                Feed(spec.name, (spec.name,), spec.datatype, stacked=False, width=width,
+                     trailing_axis=rank == 2 and spec.shape[1] == 1)
+            )  # fmt: skip
+            continue
+        missing.extend([n for n in names if n not in have] if names else [spec.name])
+    if missing:
+        shown = ", ".join(f"'{m}'" for m in missing[:10])
+        raise InvalidInput(
+            f"the input has no column {shown}; the deployment takes "
+            + "; ".join(_wants(spec) for spec in signature.inputs),
+            field="input",
+        )
+    return feeds
+
+
+def _wants(spec: Any) -> str:
+    if spec.feature_names:
+        return f"columns {list(spec.feature_names)} (or one column '{spec.name}')"
+    return f"a column '{spec.name}'"
+
+
+def needed_columns(feeds: Sequence[Feed]) -> list[str]:
+    seen: dict[str, None] = {}
+    for feed in feeds:
+        for column in feed.columns:
+            seen.setdefault(column, None)
+    return list(seen)
+
+
+def blame(reasons: np.ndarray, mask: np.ndarray, message: str | np.ndarray) -> None:
+    """Give the rows in `mask` that have no reason yet this one (the first problem wins)."""
+    target = mask & np.equal(reasons, None)
+    if target.any():
+        reasons[target] = message[target] if isinstance(message, np.ndarray) else message
+
+
+def feed_arrays(
+    feeds: Sequence[Feed], table: pa.Table, reasons: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The arrays for every row of `table`; rows that cannot be fed get a reason in `reasons`
+    (their slots in the arrays hold placeholders)."""
+    arrays: dict[str, np.ndarray] = {}
+    n = table.num_rows
+    for feed in feeds:
+        dtype = V2_TO_NUMPY[feed.datatype]
+        clean = _clean_floats(feed, table) if feed.stacked else None
+        if clean is not None:
+            arrays[feed.input] = clean
+            continue
+        if feed.stacked:
+            out = np.empty((n, len(feed.columns)), dtype=dtype)
+            for j, name in enumerate(feed.columns):
+                out[:, j] = _values(table.column(name), name, feed.datatype, reasons)
+        elif feed.width is not None:
+            out = _lists(table.column(feed.columns[0]), feed.columns[0], feed.datatype, feed.width, reasons)
+        else:
+            out = _values(table.column(feed.columns[0]), feed.columns[0], feed.datatype, reasons)
+            if feed.trailing_axis:
+                out = out[:, np.newaxis]
+        arrays[feed.input] = out
+    return arrays
+
+
+def _clean_floats(feed: Feed, table: pa.Table) -> np.ndarray | None:
+    """The common case in one pass: float features, no nulls, all finite. None otherwise
+    (then each column is checked on its own, to say which value of which row is wrong)."""
+    import pyarrow as pa
+
+    if feed.datatype not in FLOAT_TYPES:
+        return None
+    columns = [table.column(name) for name in feed.columns]
+    if any(c.null_count or not pa.types.is_floating(c.type) for c in columns):
+        return None
+    out = np.empty((table.num_rows, len(columns)), dtype=V2_TO_NUMPY[feed.datatype])
+    for j, column in enumerate(columns):
+        out[:, j] = column.to_numpy()
+    return out if np.isfinite(out).all() else None
+
+
+def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.ndarray:
+    """One value per row, as the datatype's dtype."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(array)
+    if array.null_count:
+        blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
+    if datatype == "BYTES":
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            array = pc.cast(array, pa.string())
+        return np.asarray(array.fill_null("").to_numpy(zero_copy_only=False), dtype=object)
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        array = _parse_numbers(array, name, reasons)
+    elif pa.types.is_null(array.type):
+        return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
+    elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
+        blame(reasons, np.ones(n, dtype=bool), f"'{name}' is not a number")
+        return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
+    if array.null_count:
+        array = array.fill_null(0)
+    values = array.to_numpy(zero_copy_only=False)
+    return _as_dtype(values, name, datatype, reasons)
+
+
+def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray) -> np.ndarray:
+    dtype = V2_TO_NUMPY[datatype]
+    if values.dtype == dtype and datatype not in FLOAT_TYPES:
+        return values
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        if nan.any():
+            blame(reasons, nan, f"'{name}' is NaN")
+        infinite = np.isinf(values)
+        if infinite.any():
+            blame(reasons, infinite, f"'{name}' is infinite")
+        bad = nan | infinite
+        if bad.any():
+            values = np.where(bad, 0.0, values)
+    if datatype == "BOOL":
+        flag = values.astype(np.float64)
+        blame(reasons, (flag != 0) & (flag != 1), f"'{name}' must be true or false (or 1 or 0)")
+        return flag == 1
+    if dtype.kind in "iu":
+        if values.dtype.kind == "f":
+            fractional = values != np.trunc(values)
+            blame(reasons, fractional, f"'{name}' must be a whole number")
+            values = np.where(fractional, 0.0, values)
+        info = np.iinfo(dtype)
+        wide = values.astype(np.float64) if values.dtype.kind == "f" else values
+        outside = (wide < info.min) | (wide > info.max)
+        if outside.any():
+            blame(reasons, outside, f"'{name}' is out of range for {datatype}")
+            values = np.where(outside, 0, values)
+        return values.astype(dtype)
+    with np.errstate(over="ignore"):
+        cast = values.astype(dtype)
+    if datatype in FLOAT_TYPES and dtype != np.float64:
+        overflow = np.isinf(cast) & np.isfinite(values.astype(np.float64))
+        if overflow.any():
+            blame(reasons, overflow, f"'{name}' is out of range for {datatype}")
+            cast[overflow] = 0
+    return cast
+
+
+def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:
+    """Text to float64: all at once when every value parses, else value by value, blaming
+    the rows that do not."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(array, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    parsed: list[float | None] = []
+    bad: list[bool] = []
+    shown: list[str] = []
+    for text in array.to_pylist():
+        if text is None:
+            parsed.append(None)
+            bad.append(False)
+            shown.append("")
+            continue
+        try:
+            parsed.append(float(text))
+            bad.append(False)
+            shown.append("")
+        except ValueError:
+            parsed.append(None)
+            bad.append(True)
+            shown.append(f"'{name}' is not a number: {text[:40]!r}")
+    mask = np.asarray(bad, dtype=bool)
+    blame(reasons, mask, np.asarray(shown, dtype=object))
+    return pa.array(parsed, type=pa.float64())
+
+
+def _lists(column: Any, name: str, datatype: str, width: int, reasons: np.ndarray) -> np.ndarray:
+    """A list of `width` values per row, as an [n, width] array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(array)
+    dtype = V2_TO_NUMPY[datatype]
+    out = np.zeros((n, width), dtype=dtype)
+    if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type)):
+        blame(reasons, np.ones(n, dtype=bool), f"'{name}' must hold a list of {width} values")
+        return out
+    if array.null_count:
+        blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
+    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+    wrong = lengths != width
+    blame(reasons, wrong, f"'{name}' must hold {width} values")
+    fits = ~wrong
+    if not fits.any():
+        return out
+    flat = pc.list_flatten(array.filter(pa.array(fits)))
+    element_reasons = np.full(len(flat), None, dtype=object)
+    values = _values(flat, name, datatype, element_reasons)
+    element_bad = ~np.equal(element_reasons, None).reshape(-1, width)
+    rows = np.flatnonzero(fits)
+    first = np.argmax(element_bad, axis=1)
+    per_row = element_reasons.reshape(-1, width)[np.arange(len(rows)), first]
+    row_bad = np.zeros(n, dtype=bool)
+    row_bad[rows] = element_bad.any(axis=1)
+    messages = np.full(n, None, dtype=object)
+    messages[rows] = per_row
+    blame(reasons, row_bad, messages)
+    out[rows] = values.reshape(-1, width)
+    return out

@@ -1,0 +1,83 @@
+"""The local inbox: `sluice serve` watches a folder as S3 notifications watch `inbox/` on AWS.
+
+A file at `<inbox>/<deployment>/<name>` starts a job on that deployment, for the tenant the
+server runs as. A file is taken once it has stopped changing between two looks (so a copy in
+progress is not read half-written), and once per (path, size, mtime): touching or rewriting
+it starts a new job, seeing it again does not. Hidden and temporary files are left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice.errors import SluiceError
+
+if TYPE_CHECKING:
+    from sluice.batch.jobs import BatchJob
+    from sluice.batch.service import BatchService
+
+log = logging.getLogger(__name__)
+TEMPORARY = (".tmp", ".part", ".crdownload", ".partial", "~")
+
+
+class InboxWatcher:
+    def __init__(self, service: BatchService, folder: Path, tenant: str, *, interval_s: float) -> None:
+        self.service = service
+        self.folder = folder
+        self.tenant = tenant
+        self.interval_s = interval_s
+        self._sizes: dict[Path, tuple[int, int]] = {}  # what each file looked like last time
+        self._taken: set[tuple[str, int, int]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scan_once(self) -> list[BatchJob]:
+        """Start a job for each file that is new and has stopped changing."""
+        started: list[BatchJob] = []
+        seen: dict[Path, tuple[int, int]] = {}
+        for path in sorted(self.folder.glob("*/**/*")):
+            relative = path.relative_to(self.folder)
+            if not path.is_file() or any(p.startswith(".") for p in relative.parts):
+                continue
+            if path.name.endswith(TEMPORARY):
+                continue
+            info = path.stat()
+            look = (info.st_size, info.st_mtime_ns)
+            seen[path] = look
+            identity = (str(path.resolve()), *look)
+            if identity in self._taken or self._sizes.get(path) != look:
+                continue  # taken already, or new since the last look: wait until it settles
+            try:
+                job = self.service.start_upload(
+                    self.tenant, relative.parts[0], path.resolve().as_uri(),
+                    identity=[str(p) for p in identity], source="inbox",
+                )  # fmt: skip
+            except SluiceError as exc:  # try again on the next look
+                log.warning("inbox file not started", extra={"path": str(path), "error": exc.message})
+                continue
+            self._taken.add(identity)
+            started.append(job)
+        self._sizes = seen
+        return started
+
+    def start(self) -> threading.Thread:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._loop, name="sluice-inbox", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval_s * 2)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan_once()
+            except Exception:  # the watcher outlives one bad look
+                log.exception("inbox scan failed")
+            self._stop.wait(self.interval_s)

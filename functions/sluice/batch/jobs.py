@@ -1,0 +1,159 @@
+"""The batch job record: what to score, where, and how far it has got.
+
+Status moves PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED (and PENDING straight to
+FAILED or CANCELLED); a terminal job never changes again. Progress counters are added to
+once per chunk (`ChunkResult`), exactly once even when a chunk is scored twice, so
+`rows_in = rows_out + rows_failed` holds at every moment, not just at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from sluice.domain import now
+from sluice.errors import BadRequest, Conflict
+
+JobStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
+Format = Literal["parquet", "csv", "jsonl"]
+FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
+TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+MOVES: dict[str, frozenset[str]] = {
+    "PENDING": frozenset({"RUNNING", "FAILED", "CANCELLED"}),
+    "RUNNING": frozenset({"SUCCEEDED", "FAILED", "CANCELLED"}),
+    "SUCCEEDED": frozenset(),
+    "FAILED": frozenset(),
+    "CANCELLED": frozenset(),
+}
+# The fields `Registry.update_job` may set besides the status; counters are never set, only added.
+UPDATABLE: frozenset[str] = frozenset(
+    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution"}
+)
+ERROR_CHARS = 2000
+
+
+def check_move(job_id: str, current: str, target: str) -> None:
+    """Raise Conflict unless a job may go from `current` to `target` (staying put is allowed
+    for a job that is not finished: a retried step repeats its own move)."""
+    if current in TERMINAL:
+        raise Conflict(f"batch job '{job_id}' is already {current}", field="status")
+    if target != current and target not in MOVES[current]:
+        raise Conflict(f"batch job '{job_id}' cannot go from {current} to {target}", field="status")
+
+
+def check_format(value: str, *, field: str) -> str:
+    if value not in FORMATS:
+        raise BadRequest(f"{field} must be one of {', '.join(FORMATS)}", field=field)
+    return value
+
+
+def new_job_id() -> str:
+    return f"job-{secrets.token_hex(10)}"
+
+
+def derived_job_id(kind: str, *parts: str) -> str:
+    """A job id that the same inputs always give: a duplicate upload event names the same job."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:20]
+    return f"{kind}-{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJob:
+    id: str
+    tenant: str
+    deployment: str
+    input_uri: str
+    output_uri: str
+    format: Format
+    output_format: Format
+    key_columns: tuple[str, ...] = ()
+    status: JobStatus = "PENDING"
+    source: str = "api"  # api, cli, upload (S3), inbox (local folder)
+    created_by: str = ""
+    execution: str | None = None  # the Step Functions execution ARN, when one runs it
+    chunks_total: int | None = None
+    chunks_done: int = 0
+    rows_total: int | None = None  # known once planned
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_failed: int = 0
+    created_at: float = field(default_factory=now)
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["key_columns"] = list(self.key_columns)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchJob:
+        def number(name: str) -> int | None:
+            value = data.get(name)
+            return None if value is None else int(value)
+
+        def moment(name: str) -> float | None:
+            value = data.get(name)
+            return None if value is None else float(value)
+
+        return cls(
+            id=data["id"],
+            tenant=data["tenant"],
+            deployment=data["deployment"],
+            input_uri=data["input_uri"],
+            output_uri=data["output_uri"],
+            format=data["format"],
+            output_format=data["output_format"],
+            key_columns=tuple(data.get("key_columns") or ()),
+            status=data.get("status", "PENDING"),
+            source=data.get("source", "api"),
+            created_by=data.get("created_by", ""),
+            execution=data.get("execution"),
+            chunks_total=number("chunks_total"),
+            chunks_done=int(data.get("chunks_done") or 0),
+            rows_total=number("rows_total"),
+            rows_in=int(data.get("rows_in") or 0),
+            rows_out=int(data.get("rows_out") or 0),
+            rows_failed=int(data.get("rows_failed") or 0),
+            created_at=float(data["created_at"]),
+            started_at=moment("started_at"),
+            finished_at=moment("finished_at"),
+            error=data.get("error"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    """What scoring one chunk produced; recorded once per chunk."""
+
+    index: int
+    rows_in: int
+    rows_out: int
+    rows_failed: int
+    part: str | None  # URI of the part file (None when the chunk held no rows)
+    errors: str | None  # URI of the error file (None when no row failed)
+    versions: dict[str, int] = field(default_factory=dict)  # "model:version" -> rows it scored
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChunkResult:
+        return cls(
+            index=int(data["index"]),
+            rows_in=int(data["rows_in"]),
+            rows_out=int(data["rows_out"]),
+            rows_failed=int(data["rows_failed"]),
+            part=data.get("part"),
+            errors=data.get("errors"),
+            versions={str(k): int(v) for k, v in (data.get("versions") or {}).items()},
+            seconds=float(data.get("seconds") or 0.0),
+        )

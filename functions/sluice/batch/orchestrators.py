@@ -1,0 +1,228 @@
+"""Who runs a job's steps: Step Functions on AWS, a thread pool on this machine.
+
+`SLUICE_ORCHESTRATOR=stepfunctions://<state machine ARN>` starts one execution per job,
+named after the job, so starting a job twice is harmless. `local` (the default outside AWS)
+runs Plan, then the chunks on a thread pool (each retried a few times, as the state
+machine's Map retries them), then Finalize, or MarkFailed when something gave out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.batch.plan import Chunk, JobSpec
+from sluice.errors import BadRequest, SluiceError, Unavailable
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+    from sluice.batch.jobs import BatchJob
+    from sluice.batch.runner import BatchRunner
+
+log = logging.getLogger(__name__)
+
+
+class Orchestrator(Protocol):
+    def start(self, job: BatchJob) -> str | None:
+        """Start running the job; returns the execution's id where there is one."""
+        ...
+
+    def cancel(self, job: BatchJob) -> None:
+        """Stop what still runs of a job (its record is already CANCELLED)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    chunks_done: int
+    chunks_total: int
+    rows_done: int
+    rows_total: int
+    failed_chunks: int = 0
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class LocalOrchestrator:
+    """Runs jobs in this process. `start` returns at once (the job runs on a background
+    thread); `run` runs one job to its end on the calling thread, reporting progress."""
+
+    def __init__(self, runner: BatchRunner, *, concurrency: int, attempts: int = 3, backoff_s: float = 0.5) -> None:
+        self.runner = runner
+        self.concurrency = max(1, concurrency)
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def start(self, job: BatchJob) -> str | None:
+        with self._lock:
+            running = self._threads.get(job.id)
+            if running is not None and running.is_alive():
+                return None
+            thread = threading.Thread(
+                target=self._run_quietly, args=(job.tenant, job.id), name=f"batch-{job.id}", daemon=True
+            )
+            self._threads[job.id] = thread
+        thread.start()
+        return None
+
+    def cancel(self, job: BatchJob) -> None:
+        """Chunks check the job's status before they start; nothing else to stop."""
+
+    def wait(self, job_id: str, timeout: float | None = None) -> None:
+        thread = self._threads.get(job_id)
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run_quietly(self, tenant: str, job_id: str) -> None:
+        try:
+            self.run(tenant, job_id)
+        except Exception:  # a background job must not take the process with it
+            log.exception("batch job failed", extra={"job": job_id})
+
+    def run(self, tenant: str, job_id: str, progress: ProgressCallback | None = None) -> dict[str, Any]:
+        runner = self.runner
+        try:
+            planned = runner.plan(tenant, job_id)
+        except SluiceError as exc:
+            return runner.mark_failed(tenant, job_id, error=type(exc).__name__, cause=exc.message)
+        spec = JobSpec.from_dict(planned["job"])
+        chunks = runner.chunks(planned)
+        failures = self._score_all(spec, chunks, progress)
+        if failures:
+            first = failures[0]
+            return runner.mark_failed(
+                tenant, job_id, error=type(first[1]).__name__,
+                cause=f"chunk {first[0]} failed after {self.attempts} attempts: {_message(first[1])}",
+            )  # fmt: skip
+        try:
+            return runner.finalize(tenant, job_id)
+        except SluiceError as exc:
+            return runner.mark_failed(tenant, job_id, error=type(exc).__name__, cause=exc.message)
+
+    def _score_all(
+        self, spec: JobSpec, chunks: list[Chunk], progress: ProgressCallback | None
+    ) -> list[tuple[int, BaseException]]:
+        total_rows = sum(c.rows for c in chunks)
+        done_chunks = done_rows = 0
+        failures: list[tuple[int, BaseException]] = []
+        if progress:
+            progress(Progress(0, len(chunks), 0, total_rows))
+        # A bounded window of chunks in flight: memory follows the pool, not the chunk count.
+        pending: dict[Future[dict[str, Any]], Chunk] = {}
+        queue = list(reversed(chunks))
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"score-{spec.job_id}") as pool:
+            while queue or pending:
+                while queue and len(pending) < self.concurrency and not failures:
+                    chunk = queue.pop()
+                    pending[pool.submit(self._score_with_retries, spec, chunk)] = chunk
+                if not pending:
+                    break
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    chunk = pending.pop(future)
+                    error = future.exception()
+                    if error is not None:
+                        failures.append((chunk.index, error))
+                        continue
+                    done_chunks += 1
+                    done_rows += chunk.rows
+                    if progress:
+                        progress(Progress(done_chunks, len(chunks), done_rows, total_rows, len(failures)))
+        return failures
+
+    def _score_with_retries(self, spec: JobSpec, chunk: Chunk) -> dict[str, Any]:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return self.runner.score(spec, chunk)
+            except SluiceError as exc:
+                if exc.status < 500 or attempt == self.attempts:
+                    raise
+            except Exception:
+                if attempt == self.attempts:
+                    raise
+            time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+
+def _message(error: BaseException) -> str:
+    return error.message if isinstance(error, SluiceError) else type(error).__name__
+
+
+class StepFunctionsOrchestrator:
+    """Starts the batch state machine; the execution is named after the job."""
+
+    def __init__(self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None) -> None:
+        if ":stateMachine:" not in state_machine_arn:
+            raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
+        self.state_machine_arn = state_machine_arn
+        self.region = region or state_machine_arn.split(":")[3] or None
+        self._client = client
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, *, region: str | None = None) -> StepFunctionsOrchestrator:
+        return cls(url[len("stepfunctions://") :], region=region)
+
+    @property
+    def client(self) -> SFNClient:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    import boto3
+                    from botocore.config import Config
+
+                    self._client = boto3.session.Session().client(
+                        "stepfunctions", region_name=self.region, config=Config(retries={"mode": "standard"})
+                    )
+        return self._client
+
+    def execution_arn(self, job: BatchJob) -> str:
+        return self.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{job.id}"
+
+    def start(self, job: BatchJob) -> str | None:
+        import json
+
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        body = json.dumps({"job_id": job.id, "tenant": job.tenant})
+        try:
+            started = self.client.start_execution(stateMachineArn=self.state_machine_arn, name=job.id, input=body)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+                return self.execution_arn(job)  # started before: this start is a repeat
+            raise Unavailable("the batch workflow could not be started; try again") from exc
+        except BotoCoreError as exc:
+            raise Unavailable("the batch workflow could not be started; try again") from exc
+        return str(started["executionArn"])
+
+    def cancel(self, job: BatchJob) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.stop_execution(
+                executionArn=job.execution or self.execution_arn(job), error="Cancelled",
+                cause="the batch job was cancelled",
+            )  # fmt: skip
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                raise Unavailable("the batch workflow could not be stopped; try again") from exc
+        except BotoCoreError as exc:
+            raise Unavailable("the batch workflow could not be stopped; try again") from exc
+
+
+def parse_orchestrator_url(url: str) -> str:
+    """`local` or `stepfunctions://ARN`: which kind; raises on anything else."""
+    if url in ("", "local"):
+        return "local"
+    if url.startswith("stepfunctions://arn:"):
+        return "stepfunctions"
+    raise BadRequest(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}", field="orchestrator")

@@ -1,0 +1,299 @@
+"""Plan: split an input into chunks that can be scored independently.
+
+- Parquet: by row groups, merged up to the target row count (or a large group split into
+  row ranges). The row count is exact from the footer.
+- CSV and JSON Lines: by byte ranges of the target size. A chunk owns the lines that *start*
+  inside its range, as Hadoop's TextInputFormat does: it skips the partial line it starts in
+  (unless it starts at the beginning of the data) and reads past its end to finish its last
+  line, so no boundary has to fall on a newline. Plan also counts the lines each chunk owns
+  (one streaming pass, chunks counted in parallel), which gives every row its number in the
+  file and lets Score and Finalize prove that no row went missing. Fields holding line
+  breaks are not supported; a chunk that meets one fails rather than miscounting.
+
+The chunk list goes to the work area as JSON (it can be far larger than a Step Functions
+state may be); the job spec that travels with every chunk stays small.
+"""
+
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.columns import plan_feeds
+from sluice.errors import BadRequest, InvalidInput
+
+if TYPE_CHECKING:
+    from sluice.batch.files import Files, Stat
+    from sluice.batch.jobs import BatchJob
+    from sluice.signature import Signature
+
+MAX_HEADER_BYTES = 1024 * 1024
+COUNT_THREADS = 8
+OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+def format_of(uri: str) -> str:
+    """The input format its name says; compressed text is refused (it cannot be split)."""
+    name = uri.rsplit("/", 1)[-1].lower()
+    for suffix, fmt in SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    if name.endswith((".gz", ".bz2", ".zst", ".zip", ".xz")):
+        raise BadRequest(
+            "compressed inputs cannot be split into chunks; upload Parquet (compressed inside) "
+            "or uncompressed CSV or JSON Lines",
+            field="input_uri",
+        )
+    raise BadRequest(
+        f"cannot tell the format of {name!r}: name it .parquet, .csv or .jsonl, or give the format",
+        field="format",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    index: int
+    first_row: int  # the number (0-based) of its first row in the input
+    rows: int
+    start: int | None = None  # text formats: the byte range whose line starts it owns
+    end: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"index": self.index, "first_row": self.first_row, "rows": self.rows}
+        if self.start is not None:
+            data |= {"start": self.start, "end": self.end}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Chunk:
+        return cls(
+            index=int(data["index"]),
+            first_row=int(data["first_row"]),
+            rows=int(data["rows"]),
+            start=None if data.get("start") is None else int(data["start"]),
+            end=None if data.get("end") is None else int(data["end"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What every chunk's scorer needs to know about its job (it travels with each chunk)."""
+
+    tenant: str
+    job_id: str
+    deployment: str
+    input_uri: str
+    input_version: str
+    format: str
+    output_format: str
+    output_uri: str
+    key_columns: tuple[str, ...]
+    columns: tuple[str, ...]  # the input's columns: Parquet schema, CSV header, JSONL fields
+    key_types: dict[str, str] = field(default_factory=dict)  # JSONL: the type of each key column
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "job_id": self.job_id,
+            "deployment": self.deployment,
+            "input_uri": self.input_uri,
+            "input_version": self.input_version,
+            "format": self.format,
+            "output_format": self.output_format,
+            "output_uri": self.output_uri,
+            "key_columns": list(self.key_columns),
+            "columns": list(self.columns),
+            "key_types": dict(self.key_types),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        return cls(
+            tenant=data["tenant"],
+            job_id=data["job_id"],
+            deployment=data["deployment"],
+            input_uri=data["input_uri"],
+            input_version=data["input_version"],
+            format=data["format"],
+            output_format=data["output_format"],
+            output_uri=data["output_uri"],
+            key_columns=tuple(data.get("key_columns") or ()),
+            columns=tuple(data.get("columns") or ()),
+            key_types=dict(data.get("key_types") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    spec: JobSpec
+    chunks: list[Chunk]
+    rows_total: int
+
+
+def plan_job(
+    job: BatchJob, signature: Signature, files: Files, *, chunk_rows: int, chunk_bytes: int
+) -> Plan:
+    stat = files.stat(job.input_uri)
+    if job.format == "parquet":
+        columns, key_types, chunks = _plan_parquet(job, stat, files, chunk_rows)
+    else:
+        columns, key_types, chunks = _plan_text(job, stat, files, chunk_bytes)
+    if columns or chunks:
+        plan_feeds(signature, columns)
+    _check_keys(job.key_columns, columns, bool(chunks))
+    spec = JobSpec(
+        tenant=job.tenant,
+        job_id=job.id,
+        deployment=job.deployment,
+        input_uri=job.input_uri,
+        input_version=stat.version,
+        format=job.format,
+        output_format=job.output_format,
+        output_uri=job.output_uri,
+        key_columns=job.key_columns,
+        columns=tuple(columns),
+        key_types=key_types,
+    )
+    return Plan(spec, chunks, sum(c.rows for c in chunks))
+
+
+def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool) -> None:
+    for key in keys:
+        if key in OUTPUT_NAMES or key.startswith(("prediction_", "probability_")):
+            raise BadRequest(f"key column '{key}' would clash with an output column", field="key_columns")
+        if has_rows and key not in columns:
+            raise InvalidInput(f"the input has no key column '{key}'", field="key_columns")
+
+
+# Parquet ------------------------------------------------------------------------------------
+def _plan_parquet(job: BatchJob, stat: Stat, files: Files, chunk_rows: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if stat.size == 0:
+        return [], {}, []
+    with files.open_random(job.input_uri, stat.version) as raw:
+        try:
+            metadata = pq.ParquetFile(raw).metadata
+        except (pa.ArrowInvalid, OSError):
+            raise InvalidInput(f"{job.input_uri} is not a Parquet file", field="input_uri") from None
+    columns = list(metadata.schema.to_arrow_schema().names)
+    sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+    return columns, {}, row_ranges(sizes, chunk_rows)
+
+
+def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
+    """Chunks of about `target` rows: small row groups merged, large ones split."""
+    chunks: list[Chunk] = []
+    start = taken = first = 0
+
+    def close(first_row: int, rows: int) -> None:
+        if rows:
+            chunks.append(Chunk(len(chunks), first_row, rows))
+
+    for rows in group_rows:
+        if rows > target:
+            close(first, taken)
+            pieces = -(-rows // target)
+            size = -(-rows // pieces)
+            for offset in range(0, rows, size):
+                close(start + offset, min(size, rows - offset))
+            start += rows
+            first, taken = start, 0
+            continue
+        if taken and taken + rows > target:
+            close(first, taken)
+            first, taken = start, 0
+        taken += rows
+        start += rows
+    close(first, taken)
+    return chunks
+
+
+# CSV and JSON Lines --------------------------------------------------------------------------
+def _plan_text(job: BatchJob, stat: Stat, files: Files, chunk_bytes: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+    data_start = 0
+    columns: list[str] = []
+    key_types: dict[str, str] = {}
+    if stat.size == 0:
+        return columns, key_types, []
+    head = _head(files, job.input_uri, stat)
+    if job.format == "csv":
+        end = head.find(b"\n")
+        if end < 0:
+            if len(head) >= MAX_HEADER_BYTES:
+                raise InvalidInput("the CSV header is longer than 1 MiB", field="input_uri")
+            end = len(head)  # a header and nothing else
+        columns = _csv_header(head[:end])
+        data_start = min(end + 1, stat.size)
+    else:
+        columns, key_types = _jsonl_fields(head, job.key_columns)
+    ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data_start, stat.size, chunk_bytes)]
+    with ThreadPoolExecutor(COUNT_THREADS) as pool:
+        counts = list(pool.map(lambda r: _line_starts(files, job.input_uri, stat.version, *r), ranges))
+    chunks: list[Chunk] = []
+    first = 0
+    for (start, end), rows in zip(ranges, counts, strict=True):
+        if rows:
+            chunks.append(Chunk(len(chunks), first, rows, start, end))
+            first += rows
+    return columns, key_types, chunks
+
+
+def _head(files: Files, uri: str, stat: Stat) -> bytes:
+    out = bytearray()
+    for block in files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)):
+        out += block
+        if b"\n" in block:
+            break
+    return bytes(out)
+
+
+def _line_starts(files: Files, uri: str, version: str, start: int, end: int) -> int:
+    """How many lines start in [start, end): one per newline in [start - 1, end - 1), and
+    the line at offset 0."""
+    count = 1 if start == 0 else 0
+    for block in files.read_blocks(uri, version, max(0, start - 1), end - 1):
+        count += block.count(b"\n")
+    return count
+
+
+def _csv_header(line: bytes) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.csv as pv
+
+    text = line.rstrip(b"\r")
+    try:
+        names = pv.read_csv(io.BytesIO(text + b"\n"), read_options=pv.ReadOptions(use_threads=False)).column_names
+    except pa.ArrowInvalid:
+        raise InvalidInput("the first line of the CSV is not a header row", field="input_uri") from None
+    if len(set(names)) != len(names):
+        raise InvalidInput("the CSV header names a column twice", field="input_uri")
+    return [str(n) for n in names]
+
+
+_JSON_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string"}
+
+
+def _jsonl_fields(head: bytes, keys: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
+    """The fields of the first object line, and the type each key column will have."""
+    import orjson
+
+    first: dict[str, Any] | None = None
+    for line in head.split(b"\n")[:-1] or [head]:
+        try:
+            parsed = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a bad line is an error row, not a reason to refuse the file
+        if isinstance(parsed, dict):
+            first = parsed
+            break
+    if first is None:
+        if head.strip():
+            raise InvalidInput("no line near the start of the input is a JSON object", field="input_uri")
+        return [], {}
+    types = {k: _JSON_TYPES.get(type(first.get(k)), "string") for k in keys}
+    return list(first), types

@@ -1,0 +1,275 @@
+"""Read one chunk, a piece at a time: the key and feature columns of its rows, each row's
+number in the input, and the rows that did not parse at all (with why).
+
+Memory is bounded by the chunk (text formats hold their byte range) or by one read batch
+(Parquet), never by the input.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.errors import BackendError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sluice.batch.columns import Feed
+    from sluice.batch.files import Files
+    from sluice.batch.plan import Chunk, JobSpec
+
+LINE_SHOWN = 500
+
+
+class ChunkUnreadable(BackendError):
+    """A chunk's bytes could not be read or parsed at all: the chunk fails (and is retried)."""
+
+    code = "chunk_unreadable"
+
+
+@dataclass(slots=True)
+class Piece:
+    table: pa.Table  # key and feature columns of the rows that parsed
+    rows: np.ndarray  # their numbers in the input
+    reasons: np.ndarray | None = None  # why a parsed row cannot be fed, if found while parsing
+    dropped: list[tuple[int, str, str | None]] = field(default_factory=list)  # (row, reason, text)
+
+
+def read_chunk(
+    files: Files, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str], *, batch_rows: int
+) -> Iterator[Piece]:
+    import pyarrow as pa
+
+    try:
+        if spec.format == "parquet":
+            yield from _parquet(files, spec, chunk, columns, batch_rows)
+        elif spec.format == "csv":
+            yield _csv(_region(files, spec, chunk), spec, chunk, feeds, columns)
+        else:
+            yield _jsonl(_region(files, spec, chunk), spec, chunk, feeds, columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise ChunkUnreadable(f"chunk {chunk.index} could not be read ({type(exc).__name__})") from exc
+
+
+# Parquet -------------------------------------------------------------------------------------
+def _parquet(files: Files, spec: JobSpec, chunk: Chunk, columns: list[str], batch_rows: int) -> Iterator[Piece]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    low, high = chunk.first_row, chunk.first_row + chunk.rows
+    with files.open_random(spec.input_uri, spec.input_version) as raw:
+        parquet = pq.ParquetFile(raw)
+        metadata = parquet.metadata
+        group_start = 0
+        for group in range(metadata.num_row_groups):
+            group_rows = metadata.row_group(group).num_rows
+            group_end = group_start + group_rows
+            if group_end <= low or group_start >= high:
+                group_start = group_end
+                continue
+            at = group_start
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False):
+                batch_start, at = at, at + batch.num_rows
+                if at <= low:
+                    continue
+                if batch_start >= high:
+                    break
+                first, last = max(low, batch_start), min(high, at)
+                part = batch.slice(first - batch_start, last - first)
+                yield Piece(pa.Table.from_batches([part]), np.arange(first, last, dtype=np.int64))
+            group_start = group_end
+
+
+# Text ----------------------------------------------------------------------------------------
+def _region(files: Files, spec: JobSpec, chunk: Chunk) -> bytes:
+    """The bytes of the lines this chunk owns: those starting in [start, end)."""
+    assert chunk.start is not None and chunk.end is not None
+    start, end = chunk.start, chunk.end
+    origin = max(0, start - 1)
+    buffer = bytearray()
+    begin = 0 if start == 0 else None  # offset in buffer where the owned lines begin
+    finish = None
+    searched = 0
+    for block in files.read_blocks(spec.input_uri, spec.input_version, origin):
+        buffer += block
+        if begin is None:
+            newline = buffer.find(b"\n")
+            if newline < 0:
+                continue
+            begin = newline + 1
+            if origin + begin >= end:
+                return b""  # no line starts in this range
+        # The last owned line ends at the first newline at or after end - 1.
+        look_from = max(begin, end - 1 - origin, searched)
+        newline = buffer.find(b"\n", look_from)
+        if newline >= 0:
+            finish = newline + 1
+            break
+        searched = len(buffer)
+    if begin is None:
+        return b""
+    return bytes(buffer[begin:finish])
+
+
+def _lines(region: bytes) -> int:
+    if not region:
+        return 0
+    return region.count(b"\n") + (0 if region.endswith(b"\n") else 1)
+
+
+def _check_rows(chunk: Chunk, found: int) -> None:
+    if found != chunk.rows:
+        raise ChunkUnreadable(
+            f"chunk {chunk.index} holds {found} lines where {chunk.rows} were planned"
+        )
+
+
+def _arrow_types(spec: JobSpec, feeds: list[Feed], *, text_features: bool) -> dict[str, Any]:
+    import pyarrow as pa
+
+    types: dict[str, Any] = {}
+    for feed in feeds:
+        for name in feed.columns:
+            numeric = V2_TO_NUMPY[feed.datatype].kind in "fiub"
+            types[name] = pa.float64() if numeric and not text_features and feed.width is None else pa.string()
+    for key in spec.key_columns:
+        types[key] = _key_type(spec.key_types.get(key, "string"))
+    return types
+
+
+def _key_type(name: str) -> Any:
+    import pyarrow as pa
+
+    return {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}.get(name, pa.string())
+
+
+def _csv(region: bytes, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
+    import pyarrow as pa
+    import pyarrow.csv as pv
+
+    lines = _lines(region)
+    _check_rows(chunk, lines)
+    if not lines:
+        return Piece(pa.table({c: pa.array([], type=pa.string()) for c in columns}), np.empty(0, np.int64))
+
+    def parse(text_features: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
+        invalid: list[tuple[int, str]] = []
+
+        def skip(row: Any) -> str:
+            invalid.append((int(row.number) - 1, row.text))
+            return "skip"
+
+        table = pv.read_csv(
+            io.BytesIO(region),
+            read_options=pv.ReadOptions(column_names=list(spec.columns), use_threads=False, block_size=max(1 << 20, len(region) + 1)),
+            parse_options=pv.ParseOptions(invalid_row_handler=skip, ignore_empty_lines=False),
+            convert_options=pv.ConvertOptions(
+                include_columns=columns, column_types=_arrow_types(spec, feeds, text_features=text_features),
+                strings_can_be_null=True, null_values=[""],  # "nan" is NaN, not a missing value
+            ),
+        )  # fmt: skip
+        return table, invalid
+
+    try:
+        table, invalid = parse(text_features=False)
+    except pa.ArrowInvalid:
+        table, invalid = parse(text_features=True)  # a value that is not a number: find which
+    if table.num_rows + len(invalid) != lines:
+        raise ChunkUnreadable(
+            f"chunk {chunk.index}: {table.num_rows + len(invalid)} CSV rows in {lines} lines "
+            "(fields with line breaks are not supported)"
+        )
+    keep = np.ones(lines, dtype=bool)
+    dropped = []
+    for local, text in invalid:
+        keep[local] = False
+        dropped.append((chunk.first_row + local, f"expected {len(spec.columns)} fields", text[:LINE_SHOWN]))
+    rows = chunk.first_row + np.flatnonzero(keep)
+    return Piece(table, rows.astype(np.int64), dropped=dropped)
+
+
+def _jsonl(region: bytes, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    lines = _lines(region)
+    _check_rows(chunk, lines)
+    types = _arrow_types(spec, feeds, text_features=False)
+    if not lines:
+        return Piece(pa.table({c: pa.array([], type=types.get(c, pa.string())) for c in columns}), np.empty(0, np.int64))
+    schema = pa.schema([(c, types.get(c, pa.string())) for c in columns])
+    try:
+        table = pj.read_json(
+            io.BytesIO(region),
+            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(region) + 1)),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+        if table.num_rows == lines:  # blank lines are skipped silently: then go line by line
+            table = table.select(columns)
+            return Piece(table, np.arange(chunk.first_row, chunk.first_row + lines, dtype=np.int64))
+    except pa.ArrowInvalid:
+        pass
+    return _jsonl_by_line(region, chunk, schema, feeds)
+
+
+def _jsonl_by_line(region: bytes, chunk: Chunk, schema: pa.Schema, feeds: list[Feed]) -> Piece:
+    """The slow path, for chunks with a line that is blank, not JSON, or holds a value of the
+    wrong type: each line on its own, so one bad line costs one row."""
+    import orjson
+    import pyarrow as pa
+
+    numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
+    values: dict[str, list[Any]] = {f.name: [] for f in schema}
+    rows: list[int] = []
+    reasons: list[str | None] = []
+    dropped: list[tuple[int, str, str | None]] = []
+    body = region[:-1] if region.endswith(b"\n") else region
+    for local, line in enumerate(body.split(b"\n")):
+        number = chunk.first_row + local
+        text = line.strip()
+        if not text:
+            dropped.append((number, "blank line", None))
+            continue
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            dropped.append((number, "not valid JSON", line[:LINE_SHOWN].decode(errors="replace")))
+            continue
+        if not isinstance(obj, dict):
+            dropped.append((number, "not a JSON object", line[:LINE_SHOWN].decode(errors="replace")))
+            continue
+        reason = None
+        for f in schema:
+            value = obj.get(f.name)
+            if value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+                reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
+                value = None
+            elif value is not None and not _fits(value, f.type):
+                reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
+                value = None
+            values[f.name].append(value)
+        rows.append(number)
+        reasons.append(reason)
+    table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
+    return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped)
+
+
+def _fits(value: Any, arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type):
+        return isinstance(value, str)
+    if pa.types.is_boolean(arrow_type):
+        return isinstance(value, bool)
+    if pa.types.is_integer(arrow_type):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if pa.types.is_floating(arrow_type):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
+

@@ -1,0 +1,285 @@
+"""The steps of a batch job, whoever runs them: Step Functions (through `handlers/batch.py`)
+or the local thread pool. Each step is safe to repeat.
+
+- plan: the job's chunk list, written to the work area; the job goes RUNNING.
+- score: one chunk, recorded once in the job's progress.
+- finalize: every chunk accounted for and rows in = rows out + rows failed, then
+  `_manifest.json` and `_SUCCESS`, and SUCCEEDED; otherwise FAILED, saying why.
+- mark_failed: FAILED with the error that stopped the job, and a manifest of what was done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.files import bucket_and_key, join
+from sluice.batch.jobs import ERROR_CHARS, BatchJob
+from sluice.batch.plan import Chunk, JobSpec, plan_job
+from sluice.batch.score import ChunkScorer
+from sluice.domain import Principal, now
+from sluice.errors import Conflict, SluiceError
+from sluice.observability import Telemetry
+from sluice.stats.recorder import Key, StatsRecorder
+
+if TYPE_CHECKING:
+    from sluice.batch.files import Files
+    from sluice.batch.jobs import ChunkResult
+    from sluice.registry import Registry
+    from sluice.services.predictions import PredictionService
+    from sluice.settings import Settings
+
+MANIFEST = "_manifest.json"
+SUCCESS = "_SUCCESS"
+
+
+class OfflineStats(StatsRecorder):
+    """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
+    shadow verdicts describe the requests its callers make, not a file scored overnight."""
+
+    def request(self, key: Key, latency_ms: float, ok: bool) -> None:
+        return None
+
+    def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
+        return None
+
+
+class BatchTelemetry(Telemetry):
+    """Per-call prediction logs are for requests; a chunk makes hundreds of calls, and its
+    handler logs the chunk once. Failures are still logged as they happen."""
+
+    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
+        self.predictions += 1
+
+
+class JobIncomplete(Conflict):
+    """Finalize found chunks or rows unaccounted for: the job failed (and says which)."""
+
+    code = "job_incomplete"
+
+
+class JobNotRunning(Conflict):
+    """A step was asked to work on a job that is not running (cancelled, or finished)."""
+
+    code = "job_not_running"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPaths:
+    """Where a deployment's batch files live: `<root>inbox/<tenant>/<deployment>/…` for
+    uploads, `<root>outbox/<tenant>/<job>/` for results, `<root>work/<tenant>/<job>/` for
+    chunk lists. The root is `s3://<batch bucket>/` on AWS, a folder under the home locally."""
+
+    root: str
+
+    def inbox(self, tenant: str) -> str:
+        return f"{self.root}inbox/{tenant}/"
+
+    def outbox(self, tenant: str, job_id: str) -> str:
+        return f"{self.root}outbox/{tenant}/{job_id}/"
+
+    def chunk_list(self, tenant: str, job_id: str) -> str:
+        return f"{self.root}work/{tenant}/{job_id}/chunks.json"
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        registry: Registry,
+        predictions: PredictionService,
+        files: Files,
+        settings: Settings,
+        paths: BatchPaths,
+    ) -> None:
+        self.registry = registry
+        self.predictions = predictions
+        self.files = files
+        self.settings = settings
+        self.paths = paths
+        self.scorer = ChunkScorer(
+            predictions,
+            files,
+            infer_rows=settings.batch_infer_rows,
+            read_rows=max(settings.batch_infer_rows, 65_536),
+            max_request_bytes=settings.batch_max_request_bytes,
+        )
+
+    # Plan ---------------------------------------------------------------------------------
+    def plan(self, tenant: str, job_id: str) -> dict[str, Any]:
+        """Returns `{"job": <spec>, "chunks": {"bucket", "key", "uri", "count"}}`."""
+        job = self.registry.get_job(tenant, job_id)
+        if job.terminal:
+            raise JobNotRunning(f"batch job '{job_id}' is {job.status}", field="status")
+        principal = Principal(tenant, frozenset({"predict"}), f"batch:{job_id}")
+        resolved = self.predictions.resolve(principal, job.deployment)
+        plan = plan_job(
+            job,
+            resolved.version.signature,
+            self.files,
+            chunk_rows=self.settings.batch_chunk_rows,
+            chunk_bytes=self.settings.batch_chunk_bytes,
+        )
+        uri = self.paths.chunk_list(tenant, job_id)
+        body = json.dumps([c.to_dict() for c in plan.chunks], separators=(",", ":")).encode()
+        self.files.write_bytes(uri, body, content_type="application/json")
+        self.registry.update_job(
+            tenant, job_id, status="RUNNING", chunks_total=len(plan.chunks),
+            rows_total=plan.rows_total, started_at=job.started_at or now(),
+        )  # fmt: skip
+        bucket, key = bucket_and_key(uri)
+        chunks: dict[str, Any] = {"uri": uri, "count": len(plan.chunks)}
+        if bucket is not None:
+            chunks |= {"bucket": bucket, "key": key}
+        return {"job": plan.spec.to_dict(), "chunks": chunks}
+
+    def chunks(self, planned: dict[str, Any]) -> list[Chunk]:
+        return [Chunk.from_dict(c) for c in json.loads(self.files.read_bytes(planned["chunks"]["uri"]))]
+
+    # Score --------------------------------------------------------------------------------
+    def score(self, spec: JobSpec, chunk: Chunk) -> dict[str, Any]:
+        """Score one chunk unless the job stopped running; returns a small summary."""
+        job = self.registry.get_job(spec.tenant, spec.job_id)
+        if job.status != "RUNNING":
+            return {"index": chunk.index, "skipped": job.status}
+        result = self.scorer.score(spec, chunk)
+        recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
+        return {
+            "index": result.index,
+            "rows_in": result.rows_in,
+            "rows_out": result.rows_out,
+            "rows_failed": result.rows_failed,
+            "recorded": recorded,
+        }
+
+    # Finalize -----------------------------------------------------------------------------
+    def finalize(self, tenant: str, job_id: str) -> dict[str, Any]:
+        job = self.registry.get_job(tenant, job_id)
+        if job.terminal:
+            if job.status == "FAILED":
+                raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
+            return summary(job)
+        chunks = self.registry.list_chunks(tenant, job_id)
+        problems = _problems(job, chunks)
+        manifest = self._manifest(job, chunks, "FAILED" if problems else "SUCCEEDED", "; ".join(problems) or None)
+        self.files.write_bytes(join(job.output_uri, MANIFEST), manifest, content_type="application/json")
+        if problems:
+            error = "; ".join(problems)[:ERROR_CHARS]
+            self._fail(job, error)
+            raise JobIncomplete(error, field="job")
+        self.files.write_bytes(join(job.output_uri, SUCCESS), b"")
+        try:
+            done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
+        except Conflict:
+            done = self.registry.get_job(tenant, job_id)  # cancelled meanwhile: that stands
+        return summary(done)
+
+    # Mark failed --------------------------------------------------------------------------
+    def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "") -> dict[str, Any]:
+        job = self.registry.get_job(tenant, job_id)
+        if job.terminal:
+            return summary(job)
+        chunks = self.registry.list_chunks(tenant, job_id)
+        message = _failure_message(job, chunks, error, cause)
+        # The record in the registry is what counts; the manifest is a courtesy.
+        with contextlib.suppress(SluiceError):
+            self.files.write_bytes(
+                join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
+                content_type="application/json",
+            )  # fmt: skip
+        return summary(self._fail(job, message))
+
+    def _fail(self, job: BatchJob, message: str) -> BatchJob:
+        try:
+            return self.registry.update_job(
+                job.tenant, job.id, status="FAILED", error=message[:ERROR_CHARS], finished_at=now()
+            )
+        except Conflict:
+            return self.registry.get_job(job.tenant, job.id)
+
+    def _manifest(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str | None) -> bytes:
+        versions: dict[str, int] = {}
+        for chunk in chunks:
+            for ref, rows in chunk.versions.items():
+                versions[ref] = versions.get(ref, 0) + rows
+        document = {
+            "job": job.id,
+            "tenant": job.tenant,
+            "deployment": job.deployment,
+            "status": status,
+            "error": error,
+            "input": job.input_uri,
+            "output": job.output_uri,
+            "format": job.format,
+            "output_format": job.output_format,
+            "key_columns": list(job.key_columns),
+            "counts": {
+                "chunks": job.chunks_total,
+                "chunks_done": len(chunks),
+                "rows_total": job.rows_total,
+                "rows_in": sum(c.rows_in for c in chunks),
+                "rows_out": sum(c.rows_out for c in chunks),
+                "rows_failed": sum(c.rows_failed for c in chunks),
+            },
+            "timings": {
+                "created_at": job.created_at,
+                "started_at": job.started_at,
+                "finished_at": now(),
+                "scoring_seconds": round(sum(c.seconds for c in chunks), 3),
+            },
+            "versions": versions,
+            "parts": [{"chunk": c.index, "uri": c.part, "rows": c.rows_out} for c in chunks if c.part],
+            "errors": [{"chunk": c.index, "uri": c.errors, "rows": c.rows_failed} for c in chunks if c.errors],
+        }
+        return json.dumps(document, indent=2).encode()
+
+
+def _problems(job: BatchJob, chunks: list[ChunkResult]) -> list[str]:
+    problems = []
+    expected = set(range(job.chunks_total or 0))
+    missing = sorted(expected - {c.index for c in chunks})
+    if missing:
+        problems.append(f"{len(missing)} of {len(expected)} chunks not scored: {_listing(missing)}")
+    rows_in = sum(c.rows_in for c in chunks)
+    rows_out = sum(c.rows_out for c in chunks)
+    rows_failed = sum(c.rows_failed for c in chunks)
+    if rows_in != rows_out + rows_failed:
+        problems.append(f"{rows_in} rows in but {rows_out} out and {rows_failed} failed")
+    if not missing and job.rows_total is not None and rows_in != job.rows_total:
+        problems.append(f"{rows_in} rows scored of {job.rows_total} planned")
+    return problems
+
+
+def _failure_message(job: BatchJob, chunks: list[ChunkResult], error: str, cause: str) -> str:
+    """Why the job failed, in words: the error's own message, and which chunks never finished."""
+    text = cause
+    try:
+        parsed = json.loads(cause)
+        if isinstance(parsed, dict):
+            text = str(parsed.get("errorMessage") or parsed.get("Cause") or cause)
+    except ValueError:
+        pass
+    message = f"{error}: {text}" if text else error
+    if job.chunks_total:
+        missing = sorted(set(range(job.chunks_total)) - {c.index for c in chunks})
+        if missing:
+            message += f" ({len(missing)} of {job.chunks_total} chunks not scored: {_listing(missing)})"
+    return message
+
+
+def _listing(indexes: list[int], limit: int = 20) -> str:
+    shown = ", ".join(str(i) for i in indexes[:limit])
+    return shown + (f" and {len(indexes) - limit} more" if len(indexes) > limit else "")
+
+
+def summary(job: BatchJob) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "status": job.status,
+        "rows_in": job.rows_in,
+        "rows_out": job.rows_out,
+        "rows_failed": job.rows_failed,
+        "output_uri": job.output_uri,
+        "error": job.error,
+    }

@@ -1,0 +1,116 @@
+"""Part and error files, written a batch at a time to a local file (then put in place whole).
+
+Parts are Parquet, CSV or JSON Lines; error files are always JSON Lines: one object per row
+that could not be scored, with its number in the input, its key columns and the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+EXTENSIONS = {"parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}
+CONTENT_TYPES = {
+    "parquet": "application/vnd.apache.parquet",
+    "csv": "text/csv",
+    "jsonl": "application/x-ndjson",
+}
+ROW_GROUP_ROWS = 131_072
+
+
+class PartWriter:
+    """Rows of one part, in the output format; opened on the first rows it gets."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        self.path = path
+        self.format = fmt
+        self.rows = 0
+        self._schema: pa.Schema | None = None
+        self._writer: Any = None
+        self._file: BinaryIO | None = None
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self._schema is None:
+            self._open(table.schema)
+        elif table.schema != self._schema:
+            table = table.cast(self._schema)
+        self.rows += table.num_rows
+        if self.format == "parquet":
+            # Row groups of a useful size, not one per inference batch.
+            self._pending.append(table)
+            self._pending_rows += table.num_rows
+            if self._pending_rows >= ROW_GROUP_ROWS:
+                self._flush()
+        elif self.format == "csv":
+            self._writer.write_table(table)
+        else:
+            _write_jsonl(self._file, table)  # type: ignore[arg-type]
+
+    def _open(self, schema: pa.Schema) -> None:
+        import pyarrow as pa
+        import pyarrow.csv as pv
+        import pyarrow.parquet as pq
+
+        self._schema = schema
+        if self.format == "parquet":
+            # Dictionaries pay off for text (labels, keys), and cost 5x the write time for numbers.
+            text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+            self._writer = pq.ParquetWriter(self.path, schema, compression="snappy", use_dictionary=text)
+        elif self.format == "csv":
+            self._writer = pv.CSVWriter(self.path, schema)
+        else:
+            self._file = self.path.open("wb")
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self._pending:
+            self._writer.write_table(pa.concat_tables(self._pending), row_group_size=max(self._pending_rows, 1))
+            self._pending, self._pending_rows = [], 0
+
+    def close(self) -> int:
+        if self.format == "parquet" and self._writer is not None:
+            self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        if self._file is not None:
+            self._file.close()
+        return self.rows
+
+
+class ErrorWriter:
+    """One JSON object per failed row: `row`, the key columns, `reason` (and `input`, the raw
+    line, for text rows that did not parse)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows = 0
+        self._file: BinaryIO | None = None
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        import orjson
+
+        if not records:
+            return
+        if self._file is None:
+            self._file = self.path.open("wb")
+        self._file.write(b"".join(orjson.dumps(r, default=str) + b"\n" for r in records))
+        self.rows += len(records)
+
+    def close(self) -> int:
+        if self._file is not None:
+            self._file.close()
+        return self.rows
+
+
+def _write_jsonl(out: BinaryIO, table: pa.Table) -> None:
+    import orjson
+
+    out.write(b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))

@@ -1,0 +1,198 @@
+"""`sluice batch submit | status | list | cancel | run`.
+
+`run` scores a file on this machine, end to end, whatever orchestrator is configured: Plan,
+the chunks on a thread pool, Finalize, with a progress bar on stderr and a summary on
+stdout. `submit` starts a job through the configured orchestrator (with the local one, the
+job runs in this process, so `submit` waits for it as `run` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.jobs import FORMATS
+from sluice.errors import SluiceError
+
+if TYPE_CHECKING:
+    from sluice.batch.jobs import BatchJob
+    from sluice.batch.orchestrators import Progress
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+
+def _container() -> Container:
+    from sluice.wiring import get_container
+
+    return get_container()
+
+
+def _operator(args: argparse.Namespace) -> Principal:
+    from sluice.domain import Principal
+
+    return Principal(args.tenant, frozenset({"admin", "predict"}), "cli")
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place: share done, chunks, rows and rows per second."""
+
+    def __init__(self, stream: Any = None, width: int = 28) -> None:
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.started = time.monotonic()
+
+    def __call__(self, progress: Progress) -> None:
+        total = progress.rows_total or 0
+        share = progress.rows_done / total if total else (1.0 if progress.chunks_total == 0 else progress.chunks_done / progress.chunks_total)
+        filled = int(share * self.width)
+        rate = progress.rows_done / max(time.monotonic() - self.started, 1e-9)
+        failed = f"  {progress.failed_chunks} failed" if progress.failed_chunks else ""
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (self.width - filled)}] {share * 100:5.1f}%  "
+            f"{progress.chunks_done}/{progress.chunks_total} chunks  "
+            f"{progress.rows_done:,}/{total:,} rows  {rate:,.0f} rows/s{failed}"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def _job_line(job: BatchJob) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "status": job.status,
+        "deployment": job.deployment,
+        "chunks": f"{job.chunks_done}/{job.chunks_total if job.chunks_total is not None else '?'}",
+        "rows_in": job.rows_in,
+        "rows_failed": job.rows_failed,
+        "input": job.input_uri,
+    }
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _report(job: BatchJob, seconds: float) -> int:
+    from sluice.batch.wire import job_out
+
+    body = job_out(job)
+    body["seconds"] = round(seconds, 3)
+    if seconds > 0 and job.rows_in:
+        body["rows_per_second"] = round(job.rows_in / seconds)
+    _print_json(body)
+    return 0 if job.status == "SUCCEEDED" else 1
+
+
+def _run_here(container: Container, job: BatchJob, concurrency: int) -> int:
+    from sluice.batch.orchestrators import LocalOrchestrator
+
+    local = LocalOrchestrator(container.batch_runner, concurrency=concurrency or container.settings.batch_concurrency or os.cpu_count() or 1)
+    bar = ProgressBar()
+    started = time.monotonic()
+    try:
+        local.run(job.tenant, job.id, progress=bar)
+    finally:
+        bar.close()
+    return _report(container.batch.get(_principal_of(job), job.id), time.monotonic() - started)
+
+
+def _principal_of(job: BatchJob) -> Principal:
+    from sluice.domain import Principal
+
+    return Principal(job.tenant, frozenset({"predict"}), "cli")
+
+
+def cmd_batch_run(args: argparse.Namespace) -> int:
+    source = Path(args.file).expanduser()
+    if not source.is_file():
+        raise SluiceError(f"no such file: {source}", field="file")
+    out = Path(args.out).expanduser() if args.out else source.with_name(f"{source.name.split('.')[0]}-scored")
+    container = _container()
+    job = container.batch.submit(
+        _operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
+        output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
+        source="cli", start=False,
+    )  # fmt: skip
+    print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
+    return _run_here(container, job, args.concurrency)
+
+
+def cmd_batch_submit(args: argparse.Namespace) -> int:
+    container = _container()
+    local = container.settings.orchestrator in ("", "local")
+    job = container.batch.submit(
+        _operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
+        output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
+        source="cli", start=not local,
+    )  # fmt: skip
+    if local:
+        print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)
+        return _run_here(container, job, 0)
+    _print_json(_job_line(job) | {"execution": job.execution})
+    return 0
+
+
+def cmd_batch_status(args: argparse.Namespace) -> int:
+    from sluice.batch.wire import job_out
+
+    _print_json(job_out(_container().batch.get(_operator(args), args.job_id)))
+    return 0
+
+
+def cmd_batch_list(args: argparse.Namespace) -> int:
+    from sluice.cli import _table
+
+    jobs = _container().batch.list(_operator(args), limit=args.limit)
+    _table([_job_line(j) for j in jobs], ["id", "status", "deployment", "chunks", "rows_in", "rows_failed", "input"])
+    return 0
+
+
+def cmd_batch_cancel(args: argparse.Namespace) -> int:
+    job = _container().batch.cancel(_operator(args), args.job_id)
+    print(f"cancelled {job.id}")
+    return 0
+
+
+def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    batch = sub.add_parser("batch", help="score files: submit, follow and cancel batch jobs").add_subparsers(
+        dest="action", required=True
+    )
+
+    def job_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--deployment", required=True, help="the deployment that scores each row")
+        p.add_argument("--format", choices=FORMATS, help="output format (default: the input's)")
+        p.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name)")
+        p.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable; default: the row number)")
+
+    run = batch.add_parser("run", help="score a local file here, end to end, with a progress bar")
+    run.add_argument("file")
+    job_options(run)
+    run.add_argument("--out", help="output folder (default: <file>-scored next to the input)")
+    run.add_argument("--concurrency", type=int, default=0, help="chunks scored at once (default: one per core)")
+    run.set_defaults(func=cmd_batch_run)
+
+    submit = batch.add_parser("submit", help="start a job through the configured orchestrator")
+    submit.add_argument("input", help="s3://bucket/key, file:///path or a path")
+    job_options(submit)
+    submit.add_argument("--out", help="output folder or s3:// prefix (default: the tenant's outbox)")
+    submit.set_defaults(func=cmd_batch_submit)
+
+    status = batch.add_parser("status", help="a job's status, progress and counts")
+    status.add_argument("job_id")
+    status.set_defaults(func=cmd_batch_status)
+
+    listing = batch.add_parser("list", help="the tenant's jobs, newest first")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.set_defaults(func=cmd_batch_list)
+
+    cancel = batch.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id")
+    cancel.set_defaults(func=cmd_batch_cancel)

@@ -1,0 +1,194 @@
+"""The batch Lambdas: the S3 trigger and the state machine's four tasks.
+
+- `on_upload` (S3 ObjectCreated under `inbox/`): a key `inbox/<tenant>/<deployment>/<name>`
+  starts a job on that tenant's deployment, once per object version (powertools
+  idempotency on the registry table, and a job id derived from the object).
+- `plan` (execution input `{"job_id", "tenant"}`) -> `{"job": <spec>, "chunks": {"bucket", "key", …}}`
+- `score` (`{"job": <spec>, "chunk": <one item of the chunk list>}`) -> the chunk's counts
+- `finalize` (the whole state) -> the job's summary, or raises JobIncomplete
+- `mark_failed` (the whole state, with `error: {Error, Cause}`) -> the job's summary
+
+Which tenant an upload acts for comes from its key: writing under `inbox/<tenant>/` is what
+IAM grants a tenant's pipeline, and the deployment is looked up in that tenant only, so an
+upload can never reach another tenant's deployment.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
+
+from aws_lambda_powertools.utilities.data_classes import S3Event
+from pydantic import BaseModel, ConfigDict
+
+from sluice.batch.plan import Chunk, JobSpec
+from sluice.observability import get_logger, get_metrics
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
+
+    from sluice.wiring import Container
+
+logger = get_logger()
+metrics = get_metrics()
+_container: Container | None = None
+_start_once: Any = None
+IDEMPOTENCY_KEY = "IDEMPOTENCY#batch-upload"
+IDEMPOTENCY_TTL_S = 7 * 24 * 3600
+
+
+def container() -> Container:
+    global _container
+    if _container is None:
+        from sluice.wiring import get_container
+
+        _container = get_container()
+    return _container
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class JobEvent(_Event):
+    """Plan's, Finalize's and MarkFailed's input: the execution input, plus the state so far."""
+
+    job_id: str
+    tenant: str
+    error: dict[str, Any] | None = None
+
+
+class ChunkEvent(_Event):
+    job: dict[str, Any]
+    chunk: dict[str, Any]
+
+
+@logger.inject_lambda_context(clear_state=True)
+def plan(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    job = JobEvent.model_validate(event)
+    logger.append_keys(job=job.job_id, tenant=job.tenant)
+    return container().batch_runner.plan(job.tenant, job.job_id)
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def score(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    task = ChunkEvent.model_validate(event)
+    spec, chunk = JobSpec.from_dict(task.job), Chunk.from_dict(task.chunk)
+    logger.append_keys(job=spec.job_id, tenant=spec.tenant, chunk=chunk.index)
+    return container().batch_runner.score(spec, chunk)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def finalize(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    job = JobEvent.model_validate(event)
+    logger.append_keys(job=job.job_id, tenant=job.tenant)
+    return container().batch_runner.finalize(job.tenant, job.job_id)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def mark_failed(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    job = JobEvent.model_validate(event)
+    error = job.error or {}
+    logger.append_keys(job=job.job_id, tenant=job.tenant)
+    logger.warning("batch job failed", extra={"error": error.get("Error")})
+    return container().batch_runner.mark_failed(
+        job.tenant, job.job_id, error=str(error.get("Error") or "Failed"), cause=str(error.get("Cause") or "")
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+def on_upload(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    uploads = S3Event(event)
+    start = _idempotent_start(context)
+    jobs = []
+    for record in uploads.records:
+        upload = _upload_of(record)
+        if upload is None:
+            continue
+        jobs.append(start(upload=upload))
+    return {"jobs": jobs}
+
+
+def inbox_target(key: str) -> tuple[str, str] | None:
+    """`inbox/<tenant>/<deployment>/<name…>` -> (tenant, deployment); None for other keys."""
+    parts = key.split("/")
+    if len(parts) < 4 or parts[0] != "inbox" or not all(parts[1:]):
+        return None
+    return parts[1], parts[2]
+
+
+def _upload_of(record: S3EventRecord) -> dict[str, str] | None:
+    bucket = record.s3.bucket.name
+    key = unquote_plus(record.s3.get_object.key)
+    target = inbox_target(key)
+    expected = container().settings.batch_bucket
+    created = record.event_name.startswith("ObjectCreated:")
+    if target is None or not created or (expected and bucket != expected):
+        logger.info("ignored upload outside the inbox", extra={"bucket": bucket, "key": key})
+        return None
+    obj = record.s3.get_object
+    return {
+        "bucket": bucket,
+        "key": key,
+        "version": obj.version_id or obj.etag,
+        "tenant": target[0],
+        "deployment": target[1],
+    }
+
+
+def start_upload(upload: dict[str, str]) -> dict[str, Any]:
+    """Start the job for one uploaded object (idempotent by itself: the job id derives
+    from bucket, key and version). The object's metadata may name key columns
+    (`x-amz-meta-sluice-key-columns: id,region`) and the output format."""
+    c = container()
+    uri = f"s3://{upload['bucket']}/{upload['key']}"
+    job = c.batch.start_upload(
+        upload["tenant"],
+        upload["deployment"],
+        uri,
+        identity=(upload["bucket"], upload["key"], upload["version"]),
+        source="upload",
+        options=c.batch_runner.files.metadata(uri),
+    )
+    logger.info("batch job for upload", extra={"job": job.id, "status": job.status, "key": upload["key"]})
+    return {"job_id": job.id, "tenant": job.tenant, "deployment": job.deployment, "status": job.status}
+
+
+def _idempotent_start(context: Any) -> Any:
+    """`start_upload` behind powertools idempotency (records in the registry table, expiring
+    through its `expires_at` time-to-live), built once per container."""
+    global _start_once
+    from sluice.registry.dynamodb import DynamoRegistry
+
+    registry = container().registry
+    if not isinstance(registry, DynamoRegistry):
+        return start_upload  # the local twin: derived job ids alone keep starts single
+    if _start_once is None or _start_once[0] is not registry:
+        from aws_lambda_powertools.utilities.idempotency import (
+            DynamoDBPersistenceLayer,
+            IdempotencyConfig,
+            idempotent_function,
+        )
+
+        persistence = DynamoDBPersistenceLayer(
+            table_name=registry.table_name,
+            key_attr="pk",
+            sort_key_attr="sk",
+            static_pk_value=IDEMPOTENCY_KEY,
+            expiry_attr="expires_at",
+            boto3_client=registry.client,
+        )
+        config = IdempotencyConfig(
+            event_key_jmespath="[bucket, key, version]", expires_after_seconds=IDEMPOTENCY_TTL_S
+        )
+        _start_once = (
+            registry,
+            idempotent_function(data_keyword_argument="upload", persistence_store=persistence, config=config)(
+                start_upload
+            ),
+            config,
+        )
+    _, start, config = _start_once
+    config.register_lambda_context(context)
+    return start

@@ -1,0 +1,270 @@
+"""The batch state machine the CDK app synthesizes, executed in moto: an S3 upload event starts
+a job, Step Functions runs Plan, a distributed Map of Score over the chunk list in S3, and
+Finalize, each task a sluice handler called in process, on DynamoDB and S3 in moto.
+
+Lambda invokes are dispatched here with Lambda's own error contract: a handler that raises
+answers 200 with `FunctionError: Unhandled` and `{errorType, errorMessage}`, which is what
+the state machine's Retry and Catch match on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import zipfile
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from sluice.batch.files import Files
+from sluice.batch.orchestrators import StepFunctionsOrchestrator
+from sluice.batch.score import ChunkScorer
+from sluice.registry.dynamodb import DynamoRegistry, create_table
+from sluice.settings import Settings
+from sluice.storage.s3 import S3Store
+from sluice.wiring import Container, build_runtimes
+from tests.conftest import EVENTS, MODELS
+from tests.infra.state_machines import PSEUDO_PARAMETERS, state_machine_definition
+from tests.infra.synth import function_by_handler
+from tests.support import LambdaContext
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from tests.infra.synth import Synthesized
+
+REGION = "eu-west-1"
+ACCOUNT = "123456789012"
+BUCKET = f"sluice-batch-{ACCOUNT}-{REGION}"
+ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
+TABLE = "sluice-registry"
+TASKS = ("plan", "score", "finalize", "mark_failed", "on_upload")
+
+
+class OneCallAtATime:
+    """moto's DynamoDB backend is not thread-safe; DynamoDB runs each request atomically."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+class Cloud:
+    def __init__(self, container: Container, s3: Any, dynamodb: Any, sfn: Any, state_machine: str, invocations: dict[str, list[dict[str, Any]]]) -> None:
+        self.container = container
+        self.s3 = s3
+        self.dynamodb = dynamodb
+        self.sfn = sfn
+        self.state_machine = state_machine
+        self.invocations = invocations
+
+    def upload(self, key: str, body: bytes, **metadata: str) -> dict[str, Any]:
+        """Put an object and return the S3 event the bucket notification would send."""
+        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=metadata)["ETag"].strip('"')
+        event = json.loads((EVENTS / "s3_put_inbox.json").read_text())
+        obj = event["Records"][0]["s3"]["object"]
+        obj.update(key=key, size=len(body), eTag=etag)
+        return event
+
+    def finish(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
+        arn = self.state_machine.replace(":stateMachine:", ":execution:") + f":{job_id}"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            execution = self.sfn.describe_execution(executionArn=arn)
+            if execution["status"] != "RUNNING" or time.monotonic() > deadline:
+                return execution
+            time.sleep(0.1)
+
+    def read(self, key: str) -> bytes:
+        return self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def _dispatch(monkeypatch: pytest.MonkeyPatch, routes: dict[str, Callable[[dict[str, Any], Any], Any]], invocations: dict[str, list[dict[str, Any]]]) -> None:
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+
+    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+        name = function_name.split(":")[-1]
+        event = json.loads(body or "{}")
+        invocations[name].append(event)
+        try:
+            result = routes[name](event, LambdaContext(function_name=name))
+        except Exception as exc:  # what the Lambda runtime does with an unhandled error
+            response_headers["x-amz-function-error"] = "Unhandled"
+            return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
+        return json.dumps(result).encode()
+
+    monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
+
+
+@pytest.fixture
+def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    from sluice.demo import install_demo
+    from sluice.domain import Principal
+    from sluice.handlers import batch as handlers
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    template = default_app.json("batch")
+    definition = state_machine_definition(template, pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT})
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}):
+        s3 = boto3.client("s3", region_name=REGION)
+        for bucket in (BUCKET, ARTIFACTS):
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        create_table(dynamodb, TABLE)
+        iam = boto3.client("iam", region_name=REGION)
+        role = iam.create_role(RoleName="sluice-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        machine = sfn.create_state_machine(name="sluice-batch", definition=json.dumps(definition), roleArn=role)["stateMachineArn"]
+        settings = Settings(
+            mode="aws", home=tmp_path / "home", registry=f"dynamodb://{TABLE}", store=f"s3://{ARTIFACTS}/artifacts",
+            orchestrator=f"stepfunctions://{machine}", batch_bucket=BUCKET, region=REGION,
+            batch_chunk_bytes=64 * 1024, batch_chunk_rows=700, deployment_cache_ttl_s=0,
+        )  # fmt: skip
+        store = S3Store(ARTIFACTS, "artifacts", client=s3)
+        registry = DynamoRegistry(TABLE, client=OneCallAtATime(dynamodb))  # type: ignore[arg-type]
+        container = Container(
+            settings, registry, store, build_runtimes(settings, store),
+            orchestrator=StepFunctionsOrchestrator(machine, client=sfn), files=Files(s3_client=s3),
+        )  # fmt: skip
+        install_demo(container, Principal("acme", frozenset({"admin", "predict"}), "test"), MODELS)
+
+        code = io.BytesIO()
+        with zipfile.ZipFile(code, "w") as z:
+            z.writestr("index.py", "def handler(event, context):\n    return event\n")
+        lambdas = boto3.client("lambda", region_name=REGION)
+        routes: dict[str, Callable[[dict[str, Any], Any], Any]] = {}
+        invocations: dict[str, list[dict[str, Any]]] = {}
+        for task in TASKS:
+            _, props = function_by_handler(default_app.template("batch"), f"sluice.handlers.batch.{task}")
+            lambdas.create_function(FunctionName=props["FunctionName"], Runtime="python3.12", Role=role,
+                                    Handler="index.handler", Code={"ZipFile": code.getvalue()})  # fmt: skip
+            routes[props["FunctionName"]] = getattr(handlers, task)
+            invocations[props["FunctionName"]] = []
+        _dispatch(monkeypatch, routes, invocations)
+        saved = handlers._container
+        handlers._container = container
+        try:
+            yield Cloud(container, s3, dynamodb, sfn, machine, invocations)
+        finally:
+            handlers._container = saved
+
+
+def _csv(rows: int, *, bad_every: int = 0) -> bytes:
+    lines = ["id,sepal_length,sepal_width,petal_length,petal_width"]
+    for i in range(rows):
+        width = "x" if bad_every and i % bad_every == 0 else f"{2.0 + (i % 20) / 10:.1f}"
+        lines.append(f"r{i:05d},{4.5 + (i % 30) / 10:.1f},{width},{1.0 + (i % 50) / 10:.1f},{0.1 + (i % 24) / 10:.1f}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_an_upload_runs_the_synthesized_state_machine_to_the_manifest(cloud: Cloud) -> None:
+    from sluice.handlers import batch as handlers
+
+    event = cloud.upload("inbox/acme/iris/2026-11-21/flowers.csv", _csv(6000, bad_every=1000), **{"sluice-key-columns": "id"})
+    started = handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload"))
+    (job,) = started["jobs"]
+    assert job["status"] == "PENDING" and job["tenant"] == "acme" and job["deployment"] == "iris"
+    # S3 delivers events at least once: the same event again starts nothing new.
+    assert handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload")) == started
+    records = cloud.dynamodb.query(
+        TableName=TABLE, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": handlers.IDEMPOTENCY_KEY}},
+    )["Items"]  # fmt: skip
+    assert len(records) == 1 and records[0]["status"]["S"] == "COMPLETED" and "expires_at" in records[0]
+
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "SUCCEEDED", execution
+    assert len(cloud.sfn.list_executions(stateMachineArn=cloud.state_machine)["executions"]) == 1
+    record = cloud.container.registry.get_job("acme", job["job_id"])
+    assert record.status == "SUCCEEDED" and record.execution == execution["executionArn"]
+    assert (record.rows_in, record.rows_out, record.rows_failed) == (6000, 5994, 6)
+    assert record.chunks_total == record.chunks_done and record.chunks_total >= 3
+    out = f"outbox/acme/{job['job_id']}/"
+    manifest = json.loads(cloud.read(out + "_manifest.json"))
+    assert manifest["status"] == "SUCCEEDED" and manifest["counts"]["rows_in"] == 6000
+    assert len(manifest["parts"]) == record.chunks_total and cloud.read(out + "_SUCCESS") == b""
+    errors = [json.loads(line) for e in manifest["errors"] for line in cloud.read(e["uri"].split(f"{BUCKET}/")[1]).splitlines()]
+    assert sorted(e["row"] for e in errors) == [0, 1000, 2000, 3000, 4000, 5000]
+    part = cloud.read(manifest["parts"][0]["uri"].split(f"{BUCKET}/")[1]).decode().splitlines()
+    assert part[0].startswith('"id","prediction","probability_setosa"') and part[1].startswith('"r00001",')
+    scored = cloud.invocations["sluice-batch-score"]
+    assert len(scored) == record.chunks_total and all(set(e) == {"job", "chunk"} for e in scored)
+    assert not cloud.invocations["sluice-batch-mark-failed"]
+
+
+def test_a_chunk_that_fails_marks_the_job_failed_saying_which(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.errors import Unavailable
+    from sluice.handlers import batch as handlers
+
+    real = ChunkScorer.score
+
+    def broken(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        if chunk.index == 1:
+            raise Unavailable("the endpoint is overloaded")
+        return real(self, spec, chunk)
+
+    monkeypatch.setattr(ChunkScorer, "score", broken)
+    event = cloud.upload("inbox/acme/iris/broken.csv", _csv(6000))
+    (job,) = handlers.on_upload(event, LambdaContext())["jobs"]
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "FAILED"
+    record = cloud.container.registry.get_job("acme", job["job_id"])
+    assert record.status == "FAILED" and "chunks not scored: 1" in (record.error or ""), record.error
+    manifest = json.loads(cloud.read(f"outbox/acme/{job['job_id']}/_manifest.json"))
+    assert manifest["status"] == "FAILED" and 1 not in [p["chunk"] for p in manifest["parts"]]
+    assert len(cloud.invocations["sluice-batch-mark-failed"]) == 1
+
+
+def test_an_upload_outside_a_deployment_of_its_tenant_starts_nothing_that_runs(cloud: Cloud) -> None:
+    from sluice.handlers import batch as handlers
+
+    # globex has no deployment 'iris': the key names the tenant, so acme's cannot be reached.
+    (job,) = handlers.on_upload(cloud.upload("inbox/globex/iris/steal.csv", _csv(10)), LambdaContext())["jobs"]
+    assert job["status"] == "FAILED" and job["tenant"] == "globex"
+    assert cloud.container.registry.get_job("globex", job["job_id"]).error == "deployment 'iris' not found"
+    assert handlers.on_upload(cloud.upload("inbox/acme/loose.csv", _csv(10)), LambdaContext()) == {"jobs": []}
+    assert cloud.sfn.list_executions(stateMachineArn=cloud.state_machine)["executions"] == []
+
+
+def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.domain import Principal
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/c.csv", Body=_csv(3000))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/c.csv")
+    assert job.execution is not None and job.output_uri == f"s3://{BUCKET}/outbox/acme/{job.id}/"
+    assert planned.wait(30)
+    cancelled = cloud.container.batch.cancel(acme, job.id)  # the record, then StopExecution
+    gate.set()
+    assert cancelled.status == "CANCELLED"
+    assert cloud.finish(job.id)["status"] != "RUNNING"
+    record = cloud.container.registry.get_job("acme", job.id)
+    assert record.status == "CANCELLED" and record.chunks_done == 0 and record.rows_in == 0
+    assert "Contents" not in cloud.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"outbox/acme/{job.id}/_SUCCESS")

@@ -1,0 +1,102 @@
+"""`sluice batch` on a temporary home: run a file here with a progress bar; list, status, cancel;
+and the local inbox that `sluice serve` watches."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sluice import cli
+from sluice.batch.inbox import InboxWatcher
+from sluice.settings import get_settings
+from sluice.wiring import get_container
+from tests.conftest import MODELS
+from tests.integration.batch.conftest import iris_rows, write_input
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_BATCH_CHUNK_BYTES", str(64 * 1024))
+    get_settings.cache_clear()
+    get_container.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+    get_container.cache_clear()
+
+
+def sluice(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--tenant", "acme", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_batch_run_scores_a_file_here_with_a_progress_bar(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert sluice(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    source = write_input(tmp_path / "flowers.csv", iris_rows(6000))
+    code, out, err = sluice(capsys, "batch", "run", str(source), "--deployment", "iris", "--key", "id", "--format", "jsonl")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["status"] == "SUCCEEDED" and report["counts"] == {"rows_in": 6000, "rows_out": 6000, "rows_failed": 0}
+    assert report["rows_per_second"] > 0 and report["output_uri"] == (tmp_path / "flowers-scored").as_uri() + "/"
+    assert "100.0%" in err and "6,000/6,000 rows" in err and "\r[" in err
+    first = json.loads((tmp_path / "flowers-scored" / "part-00000.jsonl").read_text().splitlines()[0])
+    assert first["id"] == "r000000" and first["prediction"] in ("setosa", "versicolor", "virginica")
+
+    code, out, _ = sluice(capsys, "batch", "list")
+    assert code == 0 and report["id"] in out and "SUCCEEDED" in out
+    status = json.loads(sluice(capsys, "batch", "status", report["id"])[1])
+    assert status["progress"]["rows_done"] == 6000
+    code, _, err = sluice(capsys, "batch", "cancel", report["id"])
+    assert code == 2 and "already SUCCEEDED" in err
+    code, _, err = sluice(capsys, "batch", "run", str(tmp_path / "missing.csv"), "--deployment", "iris")
+    assert code == 2 and "no such file" in err
+
+
+def test_batch_submit_with_the_local_orchestrator_runs_the_job_here(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    source = write_input(tmp_path / "f.parquet", iris_rows(100))
+    code, out, err = sluice(capsys, "batch", "submit", str(source), "--deployment", "iris", "--out", str(tmp_path / "res"))
+    assert code == 0 and "runs here" in err
+    assert json.loads(out)["status"] == "SUCCEEDED" and (tmp_path / "res" / "_SUCCESS").exists()
+
+
+def test_a_file_dropped_in_the_inbox_starts_one_job_once_it_settles(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    inbox = tmp_path / "inbox"
+    watcher = InboxWatcher(batch.batch, inbox, "acme", interval_s=0.05)
+    (inbox / "iris").mkdir(parents=True)
+    path = write_input(inbox / "iris" / "day.csv", iris_rows(300))
+    (inbox / "iris" / ".hidden.csv").write_text("x")
+    (inbox / "iris" / "copying.csv.part").write_text("x")
+    (inbox / "loose.csv").write_text("x")  # not under a deployment
+    assert watcher.scan_once() == []  # first sight: it may still be being written
+    (job,) = watcher.scan_once()
+    assert (job.deployment, job.source, job.tenant) == ("iris", "inbox", "acme")
+    assert watcher.scan_once() == []
+    assert InboxWatcher(batch.batch, inbox, "acme", interval_s=0.05).scan_once() == []  # a restart
+    batch.orchestrator.wait(job.id, timeout=30)  # type: ignore[union-attr]
+    done = batch.registry.get_job("acme", job.id)
+    assert done.status == "SUCCEEDED" and done.rows_out == 300
+    assert done.output_uri.startswith(batch.batch.paths.root + "outbox/acme/")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # rewritten: a new job
+    watcher.scan_once()
+    (again,) = watcher.scan_once()
+    assert again.id != job.id
+    (inbox / "nope").mkdir()
+    write_input(inbox / "nope" / "x.csv", iris_rows(3))
+    watcher.scan_once()
+    (rejected,) = watcher.scan_once()
+    assert rejected.status == "FAILED" and rejected.error == "deployment 'nope' not found"

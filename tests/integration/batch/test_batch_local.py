@@ -1,0 +1,247 @@
+"""Batch jobs on the local orchestrator: every format, bad rows, empty and large files,
+retries, cancellation, and the same answers as real-time predictions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from sluice.batch.files import local_path
+from sluice.batch.orchestrators import LocalOrchestrator
+from sluice.batch.plan import Chunk, JobSpec
+from sluice.batch.runner import JobNotRunning
+from sluice.batch.score import ChunkScorer
+from sluice.errors import Unavailable
+from sluice.handlers.loop import run
+from tests.integration.batch.conftest import (
+    FEATURES,
+    iris_rows,
+    read_errors,
+    read_parts,
+    run_job,
+    write_input,
+)
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+FORMATS = ("csv", "jsonl", "parquet")
+
+
+def online_labels(container: Container, principal: Principal, rows: list[dict[str, Any]]) -> list[str]:
+    service = container.predictions
+    resolved = service.resolve(principal, "iris")
+    matrix = np.array([[r[f] for f in FEATURES] for r in rows], dtype=np.float32)
+    answer = run(service.infer(resolved, {"input": matrix})).answer
+    return [str(v) for v in answer.result.outputs["output_label"]]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_scores_into_the_same_format_with_its_keys(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows = iris_rows(3000)
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows), deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.rows_in, job.rows_out, job.rows_failed, job.rows_total) == (3000, 3000, 0, 3000)
+    assert job.chunks_total is not None and job.chunks_total >= 2 and job.chunks_done == job.chunks_total
+    out = read_parts(job)
+    assert out.column_names == ["id", "prediction", "probability_setosa", "probability_versicolor", "probability_virginica", "confidence"]
+    assert out.column("id").to_pylist() == [r["id"] for r in rows]
+    assert out.column("prediction").to_pylist() == online_labels(batch, acme, rows)
+    assert all(p.name.endswith(f".{fmt}") for p in local_path(job.output_uri).glob("part-*"))
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    assert manifest["status"] == "SUCCEEDED" and manifest["versions"] == {"iris:1": 3000}
+    assert manifest["counts"]["rows_in"] == 3000 and (local_path(job.output_uri) / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("fmt", ("csv", "jsonl"))
+def test_parquet_out_on_request_with_row_numbers_when_no_key_is_named(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows = iris_rows(1500)
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows), deployment="iris", output_format="parquet")
+    assert job.status == "SUCCEEDED" and job.output_format == "parquet"
+    out = read_parts(job)
+    assert out.column("row").to_pylist() == list(range(1500))
+    assert all(p.suffix == ".parquet" for p in local_path(job.output_uri).glob("part-*"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bad_rows_land_in_the_error_file_and_every_row_is_accounted_for(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows: list[dict[str, Any]] = iris_rows(2000)
+    rows[3]["sepal_length"] = None  # missing
+    rows[700]["petal_width"] = float("nan") if fmt == "parquet" else "nan"
+    rows[1999]["sepal_width"] = "wide"
+    del rows[1200]["petal_length"]
+    path = write_input(tmp_path / f"in.{fmt}", rows) if fmt != "parquet" else _parquet_with_text(tmp_path, rows)
+    if fmt == "csv":
+        with path.open("a") as fh:
+            fh.write("r-short,1.0,2.0\n")  # too few fields
+    if fmt == "jsonl":
+        with path.open("a") as fh:
+            fh.write("{not json\n\n")  # broken, then blank
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    errors = read_errors(job)
+    expected = {3: "missing value for 'sepal_length'", 700: "'petal_width' is NaN",
+                1200: "missing value for 'petal_length'", 1999: "'sepal_width' is not a number: 'wide'"}  # fmt: skip
+    if fmt == "jsonl":  # JSON has no NaN: the text "nan" is a string where a number belongs
+        expected[700] = "'petal_width' is not a number: 'nan'"
+    if fmt == "csv":
+        expected[2000] = "expected 5 fields"
+    if fmt == "jsonl":
+        expected |= {2000: "not valid JSON", 2001: "blank line"}
+    assert {e["row"]: e["reason"] for e in errors} == expected
+    assert [e["id"] for e in errors[:2]] == ["r000003", "r000700"]
+    assert job.rows_in == len(expected) + 1996 and job.rows_out == 1996 and job.rows_failed == len(expected)
+    scored = set(read_parts(job).column("id").to_pylist())
+    assert "r000003" not in scored and "r000004" in scored and len(scored) == 1996
+
+
+def _parquet_with_text(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
+    """A Parquet file whose sepal_width column is text (so a row can hold a word)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {c: [r.get(c) for r in rows] for c in ("id", *FEATURES)}
+    columns["sepal_width"] = [None if v is None else str(v) for v in columns["sepal_width"]]
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table(columns), path, row_group_size=900)
+    return path
+
+
+@pytest.mark.parametrize("content", ["csv-empty", "csv-header", "jsonl-empty", "parquet-empty"])
+def test_an_empty_input_succeeds_with_no_rows(batch: Container, acme: Principal, tmp_path: Path, content: str) -> None:
+    fmt = content.split("-")[0]
+    path = tmp_path / f"in.{fmt}"
+    if content == "csv-header":
+        path.write_text("id," + ",".join(FEATURES) + "\n")
+    elif fmt == "parquet":
+        write_input(path, [])
+    else:
+        path.write_bytes(b"")
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.chunks_total, job.rows_in, job.rows_out, job.rows_failed) == (0, 0, 0, 0)
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    assert manifest["parts"] == [] and manifest["counts"]["rows_in"] == 0
+
+
+@pytest.mark.parametrize("fmt", ("csv", "parquet"))
+def test_a_file_far_larger_than_a_chunk_keeps_every_row_in_order(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows = iris_rows(40_000, seed=3)
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows, row_group_rows=5000), deployment="iris")
+    assert job.status == "SUCCEEDED", job.error
+    assert job.chunks_total is not None and job.chunks_total >= 15
+    out = read_parts(job)
+    assert out.column("row").to_pylist() == list(range(40_000))
+    sample = [rows[i] for i in range(0, 40_000, 997)]
+    assert [out.column("prediction")[i].as_py() for i in range(0, 40_000, 997)] == online_labels(batch, acme, sample)
+
+
+def test_a_chunk_failing_once_is_retried_and_counted_once(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ChunkScorer.score
+    calls: list[int] = []
+
+    def flaky(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+        calls.append(chunk.index)
+        if chunk.index == 1 and calls.count(1) == 1:
+            raise Unavailable("the model server went away")
+        return real(self, spec, chunk)
+
+    monkeypatch.setattr(ChunkScorer, "score", flaky)
+    job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
+    assert job.status == "SUCCEEDED", job.error
+    assert calls.count(1) == 2 and job.rows_in == 8000 and job.chunks_done == job.chunks_total
+
+
+def test_a_chunk_that_keeps_failing_fails_the_job_naming_it(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = ChunkScorer.score
+
+    def broken(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+        if chunk.index == 2:
+            raise Unavailable("the model server went away")
+        return real(self, spec, chunk)
+
+    monkeypatch.setattr(ChunkScorer, "score", broken)
+    job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
+    assert job.status == "FAILED"
+    assert "chunk 2 failed after 3 attempts: the model server went away" in (job.error or "")
+    assert "not scored: " in (job.error or "") and "2" in (job.error or "").split("not scored: ")[1]
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    assert manifest["status"] == "FAILED" and not (local_path(job.output_uri) / "_SUCCESS").exists()
+
+
+def test_scoring_a_chunk_again_overwrites_its_part_and_counts_once(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.jsonl", iris_rows(1000))
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    runner = batch.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    spec, first = JobSpec.from_dict(planned["job"]), runner.chunks(planned)[0]
+    assert runner.score(spec, first)["recorded"] is True
+    part = tmp_path / "out" / "part-00000.jsonl"
+    before = part.read_bytes()
+    assert runner.score(spec, first)["recorded"] is False
+    assert part.read_bytes() == before
+    assert batch.registry.get_job(acme.tenant, job.id).rows_in == first.rows
+
+
+def test_a_cancelled_job_stops_scoring_and_stays_cancelled(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_input(tmp_path / "in.csv", iris_rows(3000))
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    real = ChunkScorer.score
+
+    def cancel_after_first(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+        result = real(self, spec, chunk)
+        if chunk.index == 0:
+            batch.batch.cancel(acme, job.id)
+        return result
+
+    monkeypatch.setattr(ChunkScorer, "score", cancel_after_first)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "CANCELLED" and done.finished_at is not None
+    assert done.chunks_done == 0 and done.chunks_total is not None and done.chunks_total > 1
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    with pytest.raises(JobNotRunning):
+        batch.batch_runner.plan(acme.tenant, job.id)
+
+
+def test_a_split_deployment_names_the_variant_of_every_row(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    batch.deployments.create(acme, "iris-ab", {"kind": "split", "variants": [
+        {"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+        {"name": "b", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
+    ]})  # fmt: skip
+    job = run_job(batch, acme, write_input(tmp_path / "in.parquet", iris_rows(4000)), deployment="iris-ab")
+    assert job.status == "SUCCEEDED", job.error
+    variants = set(read_parts(job).column("variant").to_pylist())
+    assert variants <= {"a", "b"} and variants
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    assert sum(manifest["versions"].values()) == 4000 and set(manifest["versions"]) <= {"iris:1", "iris:2"}
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        ("no-deployment", "deployment 'iris' not found"),
+        ("no-columns", "the input has no column 'petal_length', 'petal_width'"),
+        ("no-key", "the input has no key column 'customer'"),
+    ],
+)
+def test_a_job_that_cannot_start_fails_with_its_reason(batch: Container, acme: Principal, tmp_path: Path, setup: str, reason: str) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text("sepal_length,sepal_width\n1,2\n" if setup == "no-columns" else "id," + ",".join(FEATURES) + "\nx,1,2,3,4\n")
+    options: dict[str, Any] = {"deployment": "iris"}
+    if setup == "no-key":
+        options["key_columns"] = ["customer"]
+    if setup == "no-deployment":
+        job = batch.batch.submit(acme, input_uri=str(path), operator=True, start=False, **options)
+        batch.deployments.delete(acme, "iris")  # gone after the job was accepted
+        LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id)
+        job = batch.registry.get_job(acme.tenant, job.id)
+    else:
+        job = run_job(batch, acme, path, **options)
+    assert job.status == "FAILED" and reason in (job.error or ""), job.error

@@ -1,0 +1,175 @@
+"""Batch planning without a model: chunk boundaries, line ownership, row checks, outputs."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from sluice.batch.columns import Feed, feed_arrays, plan_feeds
+from sluice.batch.files import Files
+from sluice.batch.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
+from sluice.batch.outputs import prediction_columns
+from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
+from sluice.batch.readers import _region
+from sluice.errors import BadRequest, Conflict, InvalidInput
+from sluice.runtimes.base import InferenceResult
+from sluice.signature import Signature, TensorSpec
+
+IRIS = Signature(
+    inputs=(TensorSpec("input", "FP32", (-1, 4), feature_names=("a", "b", "c", "d")),),
+    outputs=(
+        TensorSpec("label", "BYTES", (-1,), role="label"),
+        TensorSpec("probabilities", "FP32", (-1, -1), role="probabilities"),
+    ),
+)
+
+
+def test_row_groups_merge_up_to_the_target_and_large_ones_split() -> None:
+    chunks = row_ranges([100, 100, 100, 1000, 50, 50], target=250)
+    assert [(c.first_row, c.rows) for c in chunks] == [
+        (0, 200), (200, 100), (300, 250), (550, 250), (800, 250), (1050, 250), (1300, 100),
+    ]  # fmt: skip
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert sum(c.rows for c in chunks) == 1400
+    assert row_ranges([], target=10) == []
+
+
+def _job(uri: str, fmt: str) -> BatchJob:
+    return BatchJob(id="job-1", tenant="acme", deployment="d", input_uri=uri, output_uri="file:///out/", format=fmt, output_format=fmt)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_text_chunks_own_each_line_exactly_once(tmp_path: Path, seed: int) -> None:
+    """Whatever the line lengths and the chunk size, the regions Score reads hold every line
+    once, in order, and Plan counts exactly the lines each region holds."""
+    rng = random.Random(seed)
+    header = rng.random() < 0.5
+    pad = ["x" * rng.choice([0, 1, 2, 5, 17, 40, 300]) for _ in range(rng.randint(1, 400))]
+    lines = [f"{p},{i}" if header else f'{{"p":"{p}","i":{i}}}' for i, p in enumerate(pad)]
+    body = ("h,i\n" if header else "") + "\n".join(lines) + ("\n" if rng.random() < 0.7 else "")
+    path = tmp_path / ("in.csv" if header else "in.jsonl")
+    path.write_text(body)
+    files = Files()
+    job = _job(path.as_uri(), "csv" if header else "jsonl")
+    stat = files.stat(job.input_uri)
+    columns, _, chunks = _plan_text(job, stat, files, rng.choice([3, 7, 64, 1000, 10**6]))
+    if header:
+        assert columns == ["h", "i"]
+    spec = JobSpec("acme", "job-1", "d", job.input_uri, stat.version, job.format, job.format, "file:///out/", (), tuple(columns))
+    seen: list[str] = []
+    for chunk in chunks:
+        region = _region(files, spec, chunk).decode()
+        got = region[:-1].split("\n") if region.endswith("\n") else region.split("\n")
+        assert len(got) == chunk.rows
+        assert chunk.first_row == len(seen)
+        seen.extend(got)
+    assert seen == lines
+
+
+def test_a_chunk_starting_mid_line_owns_the_next_line(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"aaaa\nbbbb\ncccc\n")
+    files = Files()
+    spec = JobSpec("t", "j", "d", path.as_uri(), files.stat(path.as_uri()).version, "jsonl", "jsonl", "", (), ())
+    assert _region(files, spec, Chunk(0, 0, 2, 0, 6)) == b"aaaa\nbbbb\n"  # reads past its end
+    assert _region(files, spec, Chunk(1, 2, 1, 6, 15)) == b"cccc\n"  # skips the partial line
+    assert _region(files, spec, Chunk(1, 1, 1, 5, 10)) == b"bbbb\n"  # starts on a line start
+    assert _region(files, spec, Chunk(1, 0, 0, 11, 13)) == b""  # no line starts inside
+
+
+def test_formats_come_from_the_name_and_compressed_text_is_refused() -> None:
+    assert format_of("s3://b/inbox/t/d/x.PARQUET") == "parquet"
+    assert format_of("/data/x.ndjson") == "jsonl"
+    with pytest.raises(BadRequest, match="compressed"):
+        format_of("/data/x.csv.gz")
+    with pytest.raises(BadRequest):
+        format_of("/data/x.txt")
+
+
+def test_columns_map_by_feature_names_else_by_input_name() -> None:
+    (feed,) = plan_feeds(IRIS, ["id", "a", "b", "c", "d"])
+    assert feed.stacked and feed.columns == ("a", "b", "c", "d")
+    (feed,) = plan_feeds(IRIS, ["input"])
+    assert not feed.stacked and feed.width == 4
+    with pytest.raises(InvalidInput, match="'c', 'd'"):
+        plan_feeds(IRIS, ["a", "b"])
+
+
+def test_every_bad_row_gets_its_first_problem_and_good_rows_go_through() -> None:
+    feed = Feed("input", ("a", "b"), "FP32", stacked=True)
+    table = pa.table({
+        "a": pa.array(["1.5", None, "x", "nan", "2", "1e39"]),
+        "b": pa.array([1.0, 2.0, None, 3.0, float("inf"), 1.0]),
+    })  # fmt: skip
+    reasons = np.full(table.num_rows, None, dtype=object)
+    arrays = feed_arrays([feed], table, reasons)
+    assert list(reasons) == [
+        None,
+        "missing value for 'a'",
+        "'a' is not a number: 'x'",
+        "'a' is NaN",
+        "'b' is infinite",
+        "'a' is out of range for FP32",
+    ]
+    assert arrays["input"].dtype == np.float32 and arrays["input"][0].tolist() == [1.5, 1.0]
+
+
+def test_list_columns_feed_inputs_of_fixed_width_and_integers_stay_whole() -> None:
+    lists = Feed("x", ("x",), "FP32", stacked=False, width=3)
+    ints = Feed("n", ("n",), "INT64", stacked=False, trailing_axis=True)
+    table = pa.table({"x": pa.array([[1, 2, 3], [1, 2], None, [1, None, 3]]), "n": pa.array([1.0, 2.5, 3.0, 4.0])})
+    reasons = np.full(4, None, dtype=object)
+    arrays = feed_arrays([lists, ints], table, reasons)
+    assert list(reasons) == [None, "'x' must hold 3 values", "missing value for 'x'", "missing value for 'x'"]
+    assert arrays["x"][0].tolist() == [1, 2, 3] and arrays["n"].shape == (4, 1)
+    reasons = np.full(4, None, dtype=object)
+    feed_arrays([ints], table, reasons)
+    assert reasons[1] == "'n' must be a whole number"
+
+
+def test_classifier_outputs_become_prediction_probability_and_confidence_columns() -> None:
+    result = InferenceResult(
+        {"label": np.array(["a", "b"], dtype=object), "probabilities": np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)},
+        classes={"probabilities": ["a", "b"]},
+    )
+    columns = prediction_columns(IRIS, result, flat=False)
+    assert list(columns) == ["prediction", "probability_a", "probability_b", "confidence"]
+    assert columns["prediction"].to_pylist() == ["a", "b"]
+    assert columns["confidence"].to_numpy().tolist() == pytest.approx([0.9, 0.8])
+    vector = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 2), role="value"),))
+    values = InferenceResult({"y": np.array([[1, 2], [3, 4]], np.float32)})
+    assert list(prediction_columns(vector, values, flat=True)) == ["prediction_0", "prediction_1"]
+    assert prediction_columns(vector, values, flat=False)["prediction"].to_pylist() == [[1, 2], [3, 4]]
+
+
+def test_a_finished_job_never_moves_and_only_listed_moves_are_allowed() -> None:
+    for status in TERMINAL:
+        for target in MOVES:
+            with pytest.raises(Conflict):
+                check_move("j", status, target)
+    check_move("j", "RUNNING", "RUNNING")  # a retried Plan repeats its own move
+    with pytest.raises(Conflict):
+        check_move("j", "PENDING", "SUCCEEDED")
+
+
+def test_the_same_upload_always_names_the_same_job() -> None:
+    assert derived_job_id("up", "b", "k", "etag") == derived_job_id("up", "b", "k", "etag")
+    assert derived_job_id("up", "b", "k", "etag") != derived_job_id("up", "b", "k", "etag2")
+
+
+def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
+    from types import SimpleNamespace
+
+    from sluice.batch.score import ChunkScorer
+
+    scorer = ChunkScorer(None, Files(), infer_rows=4096, read_rows=65536, max_request_bytes=1024 * 1024)  # type: ignore[arg-type]
+    wide = [Feed("input", tuple(f"f{i}" for i in range(256)), "FP32", stacked=True)]
+    endpoint = SimpleNamespace(version=SimpleNamespace(runtime="sagemaker"))
+    in_process = SimpleNamespace(version=SimpleNamespace(runtime="onnx"))
+    assert scorer._rows_per_call(endpoint, wide) == 1024  # 1 MiB / (256 x 4 bytes)
+    assert scorer._rows_per_call(in_process, wide) == 4096
+    assert scorer._rows_per_call(endpoint, [Feed("x", ("x",), "FP64", stacked=False, width=3)]) == 4096

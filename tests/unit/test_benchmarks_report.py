@@ -1,0 +1,88 @@
+"""The benchmark runner's pure parts: statistics, figures and goals, the Markdown report,
+plug-in results, and the wrk script's quoting. (The benchmarks themselves run with `make bench`.)"""
+
+from __future__ import annotations
+
+import pytest
+from benchmarks.common import Goal, figure, percentile, rotate, spread
+from benchmarks.loadgen import _lua_string
+from benchmarks.report import SLOTS, to_markdown
+from benchmarks.run import _as_section, fill_slots
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    values = [10.0, 20.0, 30.0, 40.0]
+    assert percentile(values, 50) == 25.0
+    assert percentile(values, 0) == 10.0 and percentile(values, 100) == 40.0
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0  # unsorted input
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_spread_is_median_and_min_max() -> None:
+    assert spread([3.0, 1.0, 10.0]) == {"median": 3.0, "min": 1.0, "max": 10.0, "n": 3}
+
+
+def test_rotate_alternates_who_goes_first() -> None:
+    subjects = ["a", "b", "c"]
+    assert [rotate(subjects, r)[0] for r in range(4)] == ["a", "b", "c", "a"]
+    assert sorted(rotate(subjects, 5)) == subjects
+    assert rotate([], 3) == []
+
+
+def test_figure_ratio_and_goal() -> None:
+    row = figure("x.p50", "p50", "µs", "sluice", [150.0, 140.0, 160.0], reference="peer",
+                 ref_values=[100.0, 90.0, 110.0], goal=Goal("<=", 1.5))
+    assert row["ratio"] == pytest.approx(1.5)
+    assert row["met"] is True and row["goal"] == "<= 1.5x"
+    slower = figure("x.rps", "req/s", "req/s", "sluice", [100.0], reference="peer", ref_values=[200.0],
+                    goal=Goal(">=", 1.2), better="higher")
+    assert slower["ratio"] == 0.5 and slower["met"] is False
+    alone = figure("floor", "run()", "µs", "ort", [5.0])
+    assert alone["ratio"] is None and alone["met"] is None and alone["ref_value"] is None
+
+
+def _doc(sections: list[dict]) -> dict:
+    meta = {
+        "date": "2026-11-21T06:00:00+00:00", "cpu_model": "AMD EPYC", "cores": 2, "memory_gib": 24,
+        "os": "Linux", "python": "3.11.7", "quick": True, "duration_s": 100.0, "loadavg_start": [0.5],
+        "packages": {"onnxruntime": "1.31.1"}, "peers": None, "loadgen": "wrk",
+    }
+    return {"schema": 1, "meta": meta, "sections": sections, "slots": fill_slots(sections)}
+
+
+def test_markdown_has_goals_sections_noise_and_slots() -> None:
+    good = figure("inprocess.iris.b1.auth.p50", "iris, batch 1: p50", "µs", "sluice (authorizer)", [200.0, 190.0, 230.0],
+                  reference="hand-written Mangum", ref_values=[160.0, 150.0, 170.0], goal=Goal("<=", 1.5))
+    text = to_markdown(_doc([{"key": "inprocess", "title": "In process", "figures": [good]}]))
+    assert "## Goals" in text and "| yes |" in text
+    assert "200 (190\u2013230)" in text  # median (min-max)
+    assert "1.25x (goal <= 1.5x: met)" in text
+    for slot in SLOTS:
+        assert f"| {slot} |" in text
+    assert "not measured yet" in text
+
+
+def test_a_plugin_fills_its_slot_and_raw_data_is_shown() -> None:
+    shaped = _as_section("bench_shadow", {"title": "Shadow on vs off", "figures": [], "notes": ["n"], "extra": 1})
+    assert shaped["title"] == "Shadow on vs off" and shaped["notes"] == ["n"] and shaped["extra"] == 1
+    raw = _as_section("triton_overhead", {"latency": {"p50_ms": 1.2}})
+    assert raw["figures"] == [] and raw["data"] == {"latency": {"p50_ms": 1.2}}
+    doc = _doc([shaped, raw])
+    assert doc["slots"]["shadow"].startswith("measured") and doc["slots"]["triton_client"].startswith("measured")
+    text = to_markdown(doc)
+    assert '"p50_ms": 1.2' in text
+
+
+def test_a_failed_section_says_why() -> None:
+    text = to_markdown(_doc([{"key": "bench_batch", "title": "bench_batch", "figures": [], "error": "ValueError: boom"}]))
+    assert "Did not run: ValueError: boom" in text
+    assert "error: ValueError: boom" in text  # in the slot table too
+
+
+def test_lua_long_string_survives_any_body() -> None:
+    assert _lua_string(b'{"a": 1}') == '[====[{"a": 1}]====]'
+    tricky = b'{"x": "]====]"}'
+    quoted = _lua_string(tricky)
+    assert quoted.startswith("[=====[") and quoted.endswith("]=====]")
