@@ -1,4 +1,4 @@
-"""Logs, metrics and traces with powertools: structured logs everywhere, EMF metrics in Lambda.
+"""Logs and metrics: powertools' structured logger everywhere, EMF metrics in Lambda.
 
 Every prediction line carries the request id, tenant, deployment, model, version and
 latency, locally and in Lambda alike. Secrets (API keys, authorization headers) are never
@@ -8,10 +8,13 @@ passed to a logger.
 from __future__ import annotations
 
 import os
+import time
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from aws_lambda_powertools import Logger, Metrics
 
 
@@ -37,6 +40,7 @@ def _dumps(record: dict[str, Any]) -> str:
 
 @lru_cache(maxsize=1)
 def get_metrics() -> Metrics:
+    """powertools Metrics, for handlers whose metrics are not per request (batch tasks)."""
     from aws_lambda_powertools import Metrics
 
     from sluice.settings import get_settings
@@ -45,53 +49,96 @@ def get_metrics() -> Metrics:
     return Metrics(namespace=settings.metrics_namespace, service=settings.service_name)
 
 
-class Telemetry:
-    """What sluice reports about each prediction. EMF goes out only in Lambda (or when
-    SLUICE_EMF=1): locally, metrics would only add noise to the console."""
+def emf(
+    namespace: str,
+    dimension_sets: list[list[str]],
+    metrics: dict[str, tuple[float, str]],
+) -> dict[str, Any]:
+    """The `_aws` member that makes a structured log line an Embedded Metric Format record:
+    CloudWatch extracts the named metrics (values at the line's top level) by these dimension
+    sets. One line is both the request's log and its metrics."""
+    return {
+        "Timestamp": int(time.time() * 1000),
+        "CloudWatchMetrics": [
+            {
+                "Namespace": namespace,
+                "Dimensions": dimension_sets,
+                "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in metrics.items()],
+            }
+        ],
+    }
 
-    def __init__(self, *, emit_metrics: bool | None = None) -> None:
+
+class Telemetry:
+    """What sluice reports about each prediction: one structured log line per prediction that,
+    in Lambda (or with SLUICE_EMF=1), is also an EMF record with the prediction's metrics per
+    deployment and variant. Locally the metrics are left out: they would only be noise."""
+
+    def __init__(
+        self,
+        *,
+        emit_metrics: bool | None = None,
+        namespace: str = "sluice",
+        service: str = "sluice",
+        cache_stats: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         if emit_metrics is None:
             emit_metrics = "AWS_LAMBDA_FUNCTION_NAME" in os.environ or os.environ.get("SLUICE_EMF") == "1"
         self.emit_metrics = emit_metrics
+        self.namespace = namespace
+        self.service = service
+        self.cache_stats = cache_stats
         self.predictions = 0
         self.errors = 0
         self._cache_seen = (0, 0)
 
+    def _line(self, fields: dict[str, Any], metrics: dict[str, tuple[float, str]]) -> dict[str, Any]:
+        if not self.emit_metrics:
+            return fields
+        dims = ["service", "deployment"]
+        sets = [dims, [*dims, "variant"]] if fields.get("variant") else [dims]
+        for name, (value, _) in metrics.items():
+            fields[name] = value
+        fields["_aws"] = emf(self.namespace, sets, metrics)
+        return fields
+
+    def _cache_delta(self) -> dict[str, tuple[float, str]]:
+        if self.cache_stats is None:
+            return {}
+        stats = self.cache_stats()
+        hits, misses = stats["hits"], stats["misses"]
+        seen_hits, seen_misses = self._cache_seen
+        self._cache_seen = (hits, misses)
+        return {"ModelCacheHits": (hits - seen_hits, "Count"), "ModelCacheMisses": (misses - seen_misses, "Count")}
+
     def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
         self.predictions += 1
-        get_logger().info("prediction", extra={**fields, "latency_ms": latency_ms, "rows": rows})
+        line = {**fields, "latency_ms": latency_ms, "rows": rows}
+        metrics = {"Predictions": (1, "Count"), "Rows": (rows, "Count"), "Latency": (latency_ms, "Milliseconds")}
         if self.emit_metrics:
-            from aws_lambda_powertools.metrics import MetricUnit
-
-            metrics = get_metrics()
-            metrics.add_dimension("deployment", str(fields.get("deployment")))
-            metrics.add_metadata("version", str(fields.get("version")))
-            metrics.add_metadata("request_id", str(fields.get("request_id")))
-            metrics.add_metric("Predictions", MetricUnit.Count, 1)
-            metrics.add_metric("Rows", MetricUnit.Count, rows)
-            metrics.add_metric("Latency", MetricUnit.Milliseconds, latency_ms)
+            metrics.update(self._cache_delta())
+        get_logger().info("prediction", extra=self._line(line, metrics))
 
     def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:
         self.errors += 1
         log = get_logger().warning if status < 500 else get_logger().error
-        log("prediction failed", extra={**fields, "status": status, "error": code})
-        if self.emit_metrics:
-            from aws_lambda_powertools.metrics import MetricUnit
+        metric = "ClientErrors" if status < 500 else "BackendErrors"
+        line = {**fields, "status": status, "error": code}
+        log("prediction failed", extra=self._line(line, {metric: (1, "Count")}) if fields.get("deployment") else line)
 
-            metrics = get_metrics()
-            if fields.get("deployment"):
-                metrics.add_dimension("deployment", str(fields["deployment"]))
-            name = "ClientErrors" if status < 500 else "BackendErrors"
-            metrics.add_metric(name, MetricUnit.Count, 1)
-
-    def cache(self, stats: dict[str, int]) -> None:
-        """Report the model cache's hits and misses since the last report."""
-        hits, misses = stats["hits"], stats["misses"]
-        seen_hits, seen_misses = self._cache_seen
-        self._cache_seen = (hits, misses)
-        if self.emit_metrics:
-            from aws_lambda_powertools.metrics import MetricUnit
-
-            metrics = get_metrics()
-            metrics.add_metric("ModelCacheHits", MetricUnit.Count, hits - seen_hits)
-            metrics.add_metric("ModelCacheMisses", MetricUnit.Count, misses - seen_misses)
+    def shadow(self, *, fields: dict[str, Any], agreement: float | None, mean_abs_diff: float | None, latency_ratio: float | None) -> None:
+        metrics = {
+            name: (value, unit)
+            for name, value, unit in (
+                ("ShadowAgreement", agreement, "None"),
+                ("ShadowMeanAbsDiff", mean_abs_diff, "None"),
+                ("ShadowLatencyRatio", latency_ratio, "None"),
+            )
+            if value is not None
+        }
+        line = dict(fields)
+        if self.emit_metrics and metrics:
+            for name, (value, _) in metrics.items():
+                line[name] = value
+            line["_aws"] = emf(self.namespace, [["service", "deployment", "mirror"]], metrics)
+        get_logger().info("shadow comparison", extra=line)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
@@ -103,12 +103,20 @@ class Container:
     registry: Registry
     store: ArtifactStore
     runtimes: dict[str, Runtime]
-    telemetry: Telemetry = field(default_factory=Telemetry)
+    telemetry: Telemetry | None = None
     mirror: Mirror | None = None
     orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
     files: Files | None = None  # batch inputs and outputs; built on first use when not given
 
     def __post_init__(self) -> None:
+        if self.telemetry is None:
+            onnx = self.runtimes.get("onnx")
+            cache = getattr(onnx, "cache", None)
+            self.telemetry = Telemetry(
+                namespace=self.settings.metrics_namespace,
+                service=self.settings.service_name,
+                cache_stats=cache.stats if cache is not None else None,
+            )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
         self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for)
         self.deployments = DeploymentService(
@@ -145,7 +153,9 @@ class Container:
             inline.cache = online.cache
             runtimes["onnx"] = inline
         predictions = PredictionService(
-            self.registry, runtimes, self.settings, BatchTelemetry(), stats=OfflineStats(self.registry)
+            self.registry, runtimes, self.settings,
+            BatchTelemetry(namespace=self.settings.metrics_namespace, service=self.settings.service_name),
+            stats=OfflineStats(self.registry),
         )
         return BatchRunner(self.registry, predictions, self.files, self.settings, BatchPaths(self.settings.batch_root_url))
 

@@ -168,8 +168,23 @@ def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
 
     scorer = ChunkScorer(None, Files(), infer_rows=4096, read_rows=65536, max_request_bytes=1024 * 1024)  # type: ignore[arg-type]
     wide = [Feed("input", tuple(f"f{i}" for i in range(256)), "FP32", stacked=True)]
-    endpoint = SimpleNamespace(version=SimpleNamespace(runtime="sagemaker"))
-    in_process = SimpleNamespace(version=SimpleNamespace(runtime="onnx"))
+    from sluice.routing import Single
+
+    def resolved(runtime: str) -> SimpleNamespace:
+        single = Single("m", 1)
+        return SimpleNamespace(version=SimpleNamespace(runtime=runtime), node=single, deployment=SimpleNamespace(tenant="t"))
+
+    scorer.predictions = SimpleNamespace(version=lambda tenant, model, number: SimpleNamespace(runtime="onnx"))  # type: ignore[assignment]
+    endpoint, in_process = resolved("sagemaker"), resolved("onnx")
     assert scorer._rows_per_call(endpoint, wide) == 1024  # 1 MiB / (256 x 4 bytes)
     assert scorer._rows_per_call(in_process, wide) == 4096
     assert scorer._rows_per_call(endpoint, [Feed("x", ("x",), "FP64", stacked=False, width=3)]) == 4096
+
+
+def test_the_errors_worth_retrying_are_sluice_server_errors() -> None:
+    import sluice.errors
+    from sluice.batch.orchestrators import TRANSIENT_ERRORS
+    from sluice.batch.readers import ChunkUnreadable
+
+    known = {cls.__name__: cls for cls in vars(sluice.errors).values() if isinstance(cls, type)} | {"ChunkUnreadable": ChunkUnreadable}
+    assert all(known[name].status >= 500 for name in TRANSIENT_ERRORS)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+import os
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,17 +13,16 @@ from sluice.domain import Principal
 from sluice.errors import Unauthenticated
 from sluice.wiring import Container
 
+if TYPE_CHECKING:
+    from starlette.datastructures import Headers
+    from starlette.types import Scope
+
 M = TypeVar("M", bound=BaseModel)
 
 
 async def get_container(request: Request) -> Container:
     # async: a plain `def` dependency would cost a thread hop on every request.
-    container = request.app.state.container
-    if container is None:
-        from sluice.wiring import get_container as build
-
-        container = request.app.state.container = build()
-    return container
+    return container_of(request.app)
 
 
 def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -33,8 +33,7 @@ def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
     return context if context.get("tenant") else None
 
 
-def _bearer(request: Request) -> str | None:
-    headers = request.headers
+def _bearer(headers: Headers) -> str | None:
     auth = headers.get("authorization")
     if auth:
         scheme, _, token = auth.partition(" ")
@@ -44,9 +43,22 @@ def _bearer(request: Request) -> str | None:
 
 
 async def get_principal(request: Request, container: Annotated[Container, Depends(get_container)]) -> Principal:
+    return principal_of(request.scope, request.headers, container)
+
+
+def container_of(app: Any) -> Container:
+    container = app.state.container
+    if container is None:
+        from sluice.wiring import get_container as build
+
+        container = app.state.container = build()
+    return container
+
+
+def principal_of(scope: Scope, headers: Headers, container: Container) -> Principal:
     # Only API Gateway can put an authorizer context in the Lambda event; a client cannot
     # forge it through headers, and locally there is no event at all.
-    event = request.scope.get("aws.event")
+    event = scope.get("aws.event")
     if event:
         context = _authorizer_context(event)
         if context is not None:
@@ -54,7 +66,7 @@ async def get_principal(request: Request, container: Annotated[Container, Depend
             if isinstance(scopes, str):
                 scopes = scopes.replace(",", " ").split()
             return Principal(str(context["tenant"]), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
-    key = _bearer(request)
+    key = _bearer(headers)
     if not key:
         raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
     return container.keys.authenticate(key)
@@ -79,18 +91,16 @@ def parse_body(model: type[M], raw: bytes) -> M:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from None
 
 
-def request_id(request: Request, given: str | None = None) -> str:
+def request_id(scope: Scope, headers: Headers, given: str | None = None) -> str:
     """The caller's id if it sent one, else API Gateway's, else a fresh one."""
     if given:
         return given
-    header = request.headers.get("x-request-id")
+    header = headers.get("x-request-id")
     if header:
         return header[:128]
-    event = request.scope.get("aws.event")
+    event = scope.get("aws.event")
     if event:
         rid = (event.get("requestContext") or {}).get("requestId")
         if rid:
             return str(rid)
-    import uuid
-
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -12,6 +12,8 @@ from sluice.errors import SluiceError
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from fastapi import FastAPI, Request
 
 
@@ -20,13 +22,12 @@ def _field(loc: tuple[object, ...] | list[object]) -> str:
     return ".".join(parts) or "body"
 
 
-async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
+def sluice_error_response(exc: SluiceError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
     return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
 
 
-async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = exc.errors()
+def validation_error_response(errors: Sequence[Any]) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
     return JSONResponse(
@@ -40,6 +41,19 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
     )
 
 
+def unexpected_error_response(path: str) -> JSONResponse:
+    get_logger().exception("unhandled error", extra={"path": path})
+    return JSONResponse({"error": "internal error; it has been logged", "code": "internal_error"}, status_code=500)
+
+
+async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
+    return sluice_error_response(exc)
+
+
+async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return validation_error_response(exc.errors())
+
+
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return JSONResponse(
@@ -48,10 +62,7 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    get_logger().exception("unhandled error", extra={"path": request.url.path})
-    return JSONResponse(
-        {"error": "internal error; it has been logged", "code": "internal_error"}, status_code=500
-    )
+    return unexpected_error_response(request.url.path)
 
 
 def install(app: FastAPI) -> None:

@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# What Score raises when a chunk may well succeed if tried again (the Lambda `errorType`s a
+# state machine's Retry on Score should name): unreadable bytes, an unavailable backend or
+# store, a backend error, a timeout. Anything else (the input gone or replaced, access
+# denied) fails the chunk at once.
+TRANSIENT_ERRORS = ("ChunkUnreadable", "Unavailable", "BackendError", "DeadlineExceeded")
+
+
 class Orchestrator(Protocol):
     def start(self, job: BatchJob) -> str | None:
         """Start running the job; returns the execution's id where there is one."""

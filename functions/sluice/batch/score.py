@@ -25,12 +25,13 @@ from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
 from sluice.batch.files import join
 from sluice.batch.jobs import ChunkResult
 from sluice.batch.outputs import prediction_columns
-from sluice.batch.readers import read_chunk
+from sluice.batch.readers import ChunkUnreadable, read_chunk
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
+from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import Principal
 from sluice.errors import InvalidInput
 from sluice.handlers.loop import run
-from sluice.routing import Split, walk
+from sluice.routing import Single, Split, walk
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,8 +92,6 @@ class ChunkScorer:
                 self._score_piece(resolved, feeds, spec, piece, run_rows, part, errors, versions, with_variant)
             rows_out, rows_failed = part.close(), errors.close()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
-                from sluice.batch.readers import ChunkUnreadable
-
                 raise ChunkUnreadable(
                     f"chunk {chunk.index}: {rows_in} rows read, {chunk.rows} planned, "
                     f"{rows_out} scored and {rows_failed} failed"
@@ -118,10 +117,14 @@ class ChunkScorer:
         """Rows per inference call: the configured batch, or fewer when the version is a
         SageMaker endpoint, whose request body is capped in bytes."""
         rows = self.infer_rows
-        if resolved.version.runtime != "sagemaker":
+        tenant = resolved.deployment.tenant
+        runtimes = {resolved.version.runtime} | {
+            self.predictions.version(tenant, node.model, node.version).runtime
+            for node in walk(resolved.node)
+            if isinstance(node, Single)
+        }
+        if "sagemaker" not in runtimes:
             return rows
-        from sluice.codecs.datatypes import V2_TO_NUMPY
-
         per_row = 0
         for feed in feeds:
             values = len(feed.columns) if feed.stacked else (feed.width or 1)

@@ -12,15 +12,13 @@ from mangum import Mangum
 
 from sluice.api.app import create_app
 from sluice.handlers.loop import container_loop
-from sluice.observability import get_logger, get_metrics
+from sluice.observability import get_logger
 
 app = create_app()
 _asgi = Mangum(app, lifespan="off", api_gateway_base_path=None)
 logger = get_logger()
-metrics = get_metrics()
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     container_loop()

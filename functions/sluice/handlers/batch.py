@@ -76,7 +76,15 @@ def score(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = ChunkEvent.model_validate(event)
     spec, chunk = JobSpec.from_dict(task.job), Chunk.from_dict(task.chunk)
     logger.append_keys(job=spec.job_id, tenant=spec.tenant, chunk=chunk.index)
-    return container().batch_runner.score(spec, chunk)
+    done = container().batch_runner.score(spec, chunk)
+    logger.info("chunk scored", extra=done)
+    if "rows_in" in done:  # not skipped
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        metrics.add_dimension(name="deployment", value=spec.deployment)
+        metrics.add_metric(name="BatchRows", unit=MetricUnit.Count, value=done["rows_in"])
+        metrics.add_metric(name="BatchRowsFailed", unit=MetricUnit.Count, value=done["rows_failed"])
+    return done
 
 
 @logger.inject_lambda_context(clear_state=True)

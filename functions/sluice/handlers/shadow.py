@@ -8,14 +8,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.handlers.loop import run
-from sluice.observability import get_logger, get_metrics
+from sluice.observability import get_logger
 from sluice.shadow.jobs import ShadowJob
 
 if TYPE_CHECKING:
     from sluice.wiring import Container
 
 logger = get_logger()
-metrics = get_metrics()
 _container: Container | None = None
 
 
@@ -35,7 +34,6 @@ def load_job(event: dict[str, Any], store: Any) -> ShadowJob:
     return ShadowJob.from_json(event)
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()

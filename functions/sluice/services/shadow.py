@@ -42,3 +42,9 @@ class ShadowRunner:
             sums["ratio_sum"] = latency_ms / job.primary_latency_ms
             sums["ratio_n"] = 1
         stats.add(key, sums, maxes)
+        self.predictions.telemetry.shadow(
+            fields={"deployment": job.deployment, "mirror": job.mirror, "tenant": job.tenant, "request_id": job.request_id},
+            agreement=sums["agree"] / sums["labelled"] if sums.get("labelled") else None,
+            mean_abs_diff=sums["diff_sum"] / sums["diff_n"] if sums.get("diff_n") else None,
+            latency_ratio=sums.get("ratio_sum"),
+        )

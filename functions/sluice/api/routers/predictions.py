@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 
@@ -11,6 +11,13 @@ from sluice.api.deps import ContainerDep, PrincipalDep, request_id
 from sluice.api.responses import JSONResponse
 from sluice.codecs.plain import arrays_from_request, present_rows
 from sluice.types.api import PredictionRequest, PredictionResponse
+
+if TYPE_CHECKING:
+    from starlette.datastructures import Headers
+    from starlette.types import Scope
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
 
 router = APIRouter(tags=["predictions"])
 
@@ -24,17 +31,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post(
-    "/api/v1/predictions",
-    response_model=PredictionResponse,
-    response_model_exclude_none=True,
-    responses=ERRORS,
-    summary="Predict with a deployment",
-)
-async def predict(
-    body: PredictionRequest, request: Request, principal: PrincipalDep, container: ContainerDep
+async def predict_core(
+    container: Container, principal: Principal, body: PredictionRequest, scope: Scope, headers: Headers
 ) -> JSONResponse:
-    rid = request_id(request, body.request_id)
+    """A simple-JSON prediction; shared by the FastAPI route and the ASGI fast path."""
+    rid = request_id(scope, headers, body.request_id)
     service = container.predictions
     resolved = service.resolve(principal, body.deployment, version=body.version)
     signature = resolved.version.signature
@@ -43,7 +44,7 @@ async def predict(
     prediction = await service.infer(
         resolved,
         arrays,
-        routing=lambda name: body.routing_key or request.headers.get(name),
+        routing=lambda name: body.routing_key or headers.get(name),
         variant=body.variant,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
@@ -66,3 +67,16 @@ async def predict(
     else:
         content.update(rows[0])
     return JSONResponse(content, headers={"x-request-id": rid}, background=after_response(container, prediction))
+
+
+@router.post(
+    "/api/v1/predictions",
+    response_model=PredictionResponse,
+    response_model_exclude_none=True,
+    responses=ERRORS,
+    summary="Predict with a deployment",
+)
+async def predict(
+    body: PredictionRequest, request: Request, principal: PrincipalDep, container: ContainerDep
+) -> JSONResponse:
+    return await predict_core(container, principal, body, request.scope, request.headers)

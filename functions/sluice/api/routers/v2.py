@@ -21,7 +21,12 @@ from sluice.types.v2 import (
 )
 
 if TYPE_CHECKING:
+    from starlette.datastructures import Headers
+    from starlette.types import Scope
+
+    from sluice.domain import Principal
     from sluice.services.predictions import Resolved
+    from sluice.wiring import Container
 
 router = APIRouter(tags=["v2 (Open Inference Protocol)"])
 
@@ -64,6 +69,13 @@ INFER_BODY = {
 async def _infer(request: Request, principal: PrincipalDep, container: ContainerDep, name: str, version: str | None) -> JSONResponse:
     # v2 clients (tritonclient among them) often send no Content-Type: parse whatever came.
     body = parse_body(InferenceRequest, await request.body())
+    return await infer_core(container, principal, body, request.scope, request.headers, name, version)
+
+
+async def infer_core(
+    container: Container, principal: Principal, body: InferenceRequest, scope: Scope, headers: Headers, name: str, version: str | None
+) -> JSONResponse:
+    """A v2 inference; shared by the FastAPI routes and the ASGI fast path."""
     service = container.predictions
     resolved = service.resolve(principal, name, version=_version(version))
     signature = resolved.version.signature
@@ -83,13 +95,13 @@ async def _infer(request: Request, principal: PrincipalDep, container: Container
                     f"unknown output '{out}'; this version gives {[s.name for s in signature.outputs]}",
                     field=f"outputs.{out}",
                 )
-    rid = request_id(request, body.id)
+    rid = request_id(scope, headers, body.id)
     params = body.parameters or {}
     prediction = await service.infer(
         resolved,
         arrays,
         outputs=wanted,
-        routing=lambda key: str(params.get("routing_key") or "") or request.headers.get(key),
+        routing=lambda key: str(params.get("routing_key") or "") or headers.get(key),
         variant=params.get("variant"),
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},

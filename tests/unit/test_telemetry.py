@@ -1,0 +1,49 @@
+"""One log line per prediction that, in Lambda, is also a CloudWatch EMF record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice.observability import Telemetry, get_logger
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
+    formatter = get_logger().registered_formatter
+    return [json.loads(formatter.format(r)) for r in caplog.records]
+
+
+def test_prediction_line_is_an_emf_record_per_deployment_and_variant(caplog: pytest.LogCaptureFixture) -> None:
+    stats = {"hits": 5, "misses": 1}
+    telemetry = Telemetry(emit_metrics=True, namespace="sluice", cache_stats=lambda: stats)
+    caplog.set_level("INFO")
+    telemetry.prediction(fields={"deployment": "iris", "variant": "canary", "request_id": "r1", "tenant": "acme"}, latency_ms=1.5, rows=3)
+    stats.update(hits=9, misses=1)
+    telemetry.prediction(fields={"deployment": "iris", "request_id": "r2", "tenant": "acme"}, latency_ms=2.0, rows=1)
+    first, second = lines(caplog)
+    meta = first["_aws"]["CloudWatchMetrics"][0]
+    assert meta["Namespace"] == "sluice"
+    assert meta["Dimensions"] == [["service", "deployment"], ["service", "deployment", "variant"]]
+    assert {m["Name"] for m in meta["Metrics"]} >= {"Predictions", "Rows", "Latency", "ModelCacheHits", "ModelCacheMisses"}
+    assert (first["Latency"], first["Rows"], first["deployment"], first["variant"], first["service"]) == (1.5, 3, "iris", "canary", "sluice")
+    assert (first["ModelCacheHits"], second["ModelCacheHits"], second["ModelCacheMisses"]) == (5, 4, 0)  # deltas
+    assert second["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment"]]
+
+
+def test_locally_the_line_has_no_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    Telemetry(emit_metrics=False).prediction(fields={"deployment": "iris"}, latency_ms=1.0, rows=1)
+    (line,) = lines(caplog)
+    assert "_aws" not in line and line["latency_ms"] == 1.0 and line["message"] == "prediction"
+
+
+def test_failures_and_shadow_comparisons_are_metrics_too(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=True)
+    telemetry.failure(fields={"deployment": "iris"}, status=502, code="backend_error")
+    telemetry.shadow(fields={"deployment": "iris", "mirror": "forest"}, agreement=0.9, mean_abs_diff=0.01, latency_ratio=None)
+    failure, shadow = lines(caplog)
+    assert failure["BackendErrors"] == 1 and failure["level"] == "ERROR"
+    assert shadow["ShadowAgreement"] == 0.9 and "ShadowLatencyRatio" not in shadow
+    assert shadow["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment", "mirror"]]
