@@ -108,10 +108,28 @@ def cmd_models_push(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise SluiceError(f"no such file: {path}", field="file")
     names = [n.strip() for n in args.feature_names.split(",")] if args.feature_names else None
+    config = _load_json_arg(args.config, "config") if args.config else None
     version = _container().models.push(
-        _operator(args), args.name, path.read_bytes(), feature_names=names, description=args.description
+        _operator(args),
+        args.name,
+        path.read_bytes(),
+        runtime=args.runtime,
+        config=config,
+        feature_names=names,
+        description=args.description,
     )
     print(f"pushed {version.model} version {version.version} (sha256 {version.sha256[:12]}, {version.size_bytes} bytes)")
+    return 0
+
+
+def cmd_models_register_triton(args: argparse.Namespace) -> int:
+    names = [n.strip() for n in args.feature_names.split(",")] if args.feature_names else None
+    version = asyncio.run(
+        _container().models.register_triton(
+            _operator(args), args.name, args.url, model_name=args.model_name, model_version=args.model_version or "", feature_names=names
+        )
+    )
+    print(f"registered {version.model} version {version.version} -> {args.url} model {version.config.get('model_name')}")
     return 0
 
 
@@ -309,7 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("file")
     push.add_argument("--feature-names", help="comma-separated names of the input's columns")
     push.add_argument("--description", default="")
+    push.add_argument("--runtime", default="onnx", choices=["onnx", "sagemaker"], help="where the version runs")
+    push.add_argument("--config", help='runtime config as JSON (sagemaker: {"endpoint_name": ...}), or @file.json')
     push.set_defaults(func=cmd_models_push)
+    triton = models.add_parser("register-triton", help="register a model a Triton server serves (signature read from it)")
+    triton.add_argument("name")
+    triton.add_argument("--url", required=True, help="the server's HTTP address, e.g. http://127.0.0.1:8000")
+    triton.add_argument("--model-name", help="its name on the server (default: NAME)")
+    triton.add_argument("--model-version", help="a version on the server (default: latest)")
+    triton.add_argument("--feature-names")
+    triton.set_defaults(func=cmd_models_register_triton)
     models.add_parser("list", help="list models").set_defaults(func=cmd_models_list)
     show = models.add_parser("show", help="show a model's versions, or one version")
     show.add_argument("name")

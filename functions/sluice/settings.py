@@ -51,6 +51,13 @@ class Settings(BaseSettings):
             "(e.g. `s3://uploads-bucket/{tenant}/`); JSON list in the environment."
         ),
     )
+    triton_url_prefixes: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:", "http://localhost:"],
+        description=(
+            "Triton servers a tenant may register models from (URL prefixes; JSON list in the "
+            "environment). The server calls them, so keep this to servers you run."
+        ),
+    )
     region: str | None = Field(
         default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
     )

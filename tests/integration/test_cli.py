@@ -89,3 +89,14 @@ def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert key_id in run(capsys, "--tenant", "globex", "keys", "list")[1]
     assert run(capsys, "keys", "revoke", key_id)[0] == 2  # another tenant's key: not found
     assert run(capsys, "--tenant", "globex", "keys", "revoke", key_id)[0] == 0
+
+
+def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
+    assert code == 0, err
+    shown = json.loads(run(capsys, "models", "show", "iris", "--version", "1")[1])
+    assert shown["runtime"] == "sagemaker"
+    code, _, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"bogus": 1}')
+    assert code == 2 and "[config]" in err
+    code, _, err = run(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
+    assert code == 2 and "error: the Triton server is not reachable" in err

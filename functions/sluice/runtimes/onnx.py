@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from itertools import chain
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -134,8 +135,10 @@ def _as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None
         return value, None
     if isinstance(value, list) and (not value or isinstance(value[0], dict)):
         labels = list(value[0].keys()) if value else []
-        rows = [[row[label] for label in labels] for row in value]
-        return np.asarray(rows, dtype=np.float32).reshape(len(value), len(labels)), labels
+        # ZipMap gives every row the same keys in the same order: read the values straight
+        # into one buffer rather than building a list per row.
+        flat = np.fromiter(chain.from_iterable(row.values() for row in value), dtype=np.float32, count=len(value) * len(labels))
+        return flat.reshape(len(value), len(labels)), labels
     raise BackendError(f"output '{name}' has a type sluice cannot return")
 
 

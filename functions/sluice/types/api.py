@@ -100,7 +100,16 @@ class ModelOut(WireModel):
 
 class VersionPushByUri(WireModel):
     artifact_uri: str = Field(description="s3:// (or file:// locally) URI of an ONNX file to copy in.")
-    runtime: str = "onnx"
+    runtime: str = Field("onnx", description="`onnx` (in process) or `sagemaker` (served by the endpoint in `config`).")
+    config: dict[str, Any] | None = Field(None, description="For `sagemaker`: endpoint_name, optional variant, target_model, max_batch_size.")
+    feature_names: list[str] | None = None
+    description: str = ""
+
+
+class VersionFromTriton(WireModel):
+    triton_url: str = Field(description="A Triton server's HTTP address, e.g. http://triton.internal:8000.")
+    model_name: str | None = Field(None, description="The model's name on that server (default: this model's name).")
+    model_version: str | None = Field(None, description="A version on that server (default: its latest).")
     feature_names: list[str] | None = None
     description: str = ""
 

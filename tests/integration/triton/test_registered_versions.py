@@ -98,3 +98,32 @@ def test_a_triton_version_is_registered_from_its_server(
         client.portal.call(container.runtimes["triton"].close)  # type: ignore[union-attr,attr-defined]  # the loop's connections
     assert r.status_code == 200, r.text
     np.testing.assert_allclose(_outputs(r.json())["y"], in_process(onnx_models["mlp"], {"x": rows})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_versions_from_a_triton_server_or_for_an_endpoint_are_pushed_over_the_api(
+    triton_server: LocalTriton, onnx_models: dict[str, bytes], tmp_path: Path
+) -> None:
+    container = _container(tmp_path, triton_server)
+    imports = container.settings.home_path / "imports" / "acme"
+    imports.mkdir(parents=True)
+    (imports / "clf.onnx").write_bytes(onnx_models["clf"])
+    _, key = container.keys.create("acme", ["admin", "predict"])
+    client = TestClient(create_app(container))
+    r = client.post("/api/v1/models/served/versions", json={"triton_url": triton_server.http_url, "model_name": "mlp"}, headers=auth(key))
+    assert r.status_code == 201, r.text
+    assert r.json()["runtime"] == "triton" and r.json()["signature"]["inputs"]
+    outside = client.post("/api/v1/models/x/versions", json={"triton_url": "http://169.254.169.254/latest", "model_name": "m"}, headers=auth(key))
+    assert outside.status_code == 403 and outside.json()["field"] == "triton_url"
+    r = client.post(
+        "/api/v1/models/clf/versions",
+        json={"artifact_uri": (imports / "clf.onnx").as_uri(), "runtime": "sagemaker", "config": {"endpoint_name": "clf-endpoint"}},
+        headers=auth(key),
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["runtime"] == "sagemaker"
+    bad = client.post(
+        "/api/v1/models/clf/versions",
+        json={"artifact_uri": (imports / "clf.onnx").as_uri(), "runtime": "sagemaker", "config": {"endpoint_name": "not a name!"}},
+        headers=auth(key),
+    )
+    assert bad.status_code == 400 and bad.json()["field"] == "config.endpoint_name"

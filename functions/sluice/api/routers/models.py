@@ -5,12 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, ContainerDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import JSONResponse
 from sluice.domain import Model, check_name
-from sluice.errors import BadRequest, NotFound
-from sluice.types.api import ModelCreate, ModelOut, VersionOut, VersionPushByUri
+from sluice.errors import BadRequest, Forbidden, NotFound
+from sluice.types.api import ModelCreate, ModelOut, VersionFromTriton, VersionOut, VersionPushByUri
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
 
@@ -18,7 +18,9 @@ ONNX_BODY = {
     "requestBody": {
         "content": {
             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-            "application/json": {"schema": VersionPushByUri.model_json_schema()},
+            "application/json": {
+                "schema": {"oneOf": [VersionPushByUri.model_json_schema(), VersionFromTriton.model_json_schema()]}
+            },
         },
         "required": True,
     }
@@ -63,7 +65,7 @@ def delete_model(name: str, principal: AdminDep, container: ContainerDep) -> Non
     response_model=VersionOut,
     status_code=201,
     openapi_extra=ONNX_BODY,
-    summary="Push a version: an ONNX file as the body, or JSON naming an artifact URI",
+    summary="Push a version: an ONNX file as the body, JSON naming an artifact URI, or a model on a Triton server",
 )
 async def push_version(
     name: str,
@@ -75,19 +77,35 @@ async def push_version(
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     body = await request.body()
     if content_type == "application/json":
-        try:
-            spec = VersionPushByUri.model_validate_json(body)
-        except ValueError:
-            raise BadRequest("expected {\"artifact_uri\": ...}", field="artifact_uri") from None
-        version = await run_in_threadpool(
-            container.models.push_uri,
-            principal,
-            name,
-            spec.artifact_uri,
-            runtime=spec.runtime,
-            feature_names=spec.feature_names,
-            description=spec.description,
-        )
+        if b'"triton_url"' in body:
+            triton = parse_body(VersionFromTriton, body)
+            allowed = container.settings.triton_url_prefixes
+            if not any(triton.triton_url.startswith(prefix) for prefix in allowed):
+                raise Forbidden(
+                    "triton_url is not a server this deployment may call; allowed: " + (", ".join(allowed) or "none"),
+                    field="triton_url",
+                )
+            version = await container.models.register_triton(
+                principal,
+                name,
+                triton.triton_url,
+                model_name=triton.model_name,
+                model_version=triton.model_version or "",
+                feature_names=triton.feature_names,
+                description=triton.description,
+            )
+        else:
+            spec = parse_body(VersionPushByUri, body)
+            version = await run_in_threadpool(
+                container.models.push_uri,
+                principal,
+                name,
+                spec.artifact_uri,
+                runtime=spec.runtime,
+                config=spec.config,
+                feature_names=spec.feature_names,
+                description=spec.description,
+            )
     elif content_type in ("application/octet-stream", "application/onnx", ""):
         names = [n.strip() for n in feature_names.split(",") if n.strip()] if feature_names else None
         version = await run_in_threadpool(container.models.push, principal, name, body, feature_names=names)
