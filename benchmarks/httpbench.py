@@ -56,11 +56,13 @@ def sluice_server(workers: int) -> Iterator[str]:
 def handwritten_server(workers: int) -> Iterator[str]:
     port = free_port()
     env = bench_env(BENCH_MODELS_DIR=str(MODELS_DIR))
+    # uvicorn's defaults, as users run it: one access-log line per request, like sluice's one
+    # structured line per prediction; both go to the same sink.
     command = [
         PYTHON, "-m", "uvicorn", "benchmarks.peers.handwritten:app", "--host", "127.0.0.1", "--port", str(port),
-        "--workers", str(workers), "--log-level", "warning", "--no-access-log",
+        "--workers", str(workers),
     ]
-    with server(command, ready_url=f"http://127.0.0.1:{port}/health", log=LOGS / f"handwritten-w{workers}.log", env=env, cwd=REPO):
+    with server(command, ready_url=f"http://127.0.0.1:{port}/health", log=LOGS / f"handwritten-w{workers}.log", env=env, cwd=REPO, quiet_stdout=True):
         yield f"http://127.0.0.1:{port}"
 
 

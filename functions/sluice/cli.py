@@ -261,10 +261,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         for job in prediction.mirrors:
             await container.mirror.submit(job)  # type: ignore[union-attr]
-        service.stats.flush()
         return prediction
 
     prediction = asyncio.run(run())
+    container.mirror.drain()  # type: ignore[union-attr]  # a short-lived process: let mirrors finish
+    service.stats.flush()
     answer = prediction.answer
     rows = present_rows(answer.signature, answer.result)
     out: dict[str, Any] = {

@@ -119,12 +119,15 @@ class Container:
             )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
         self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for)
-        self.deployments = DeploymentService(
-            self.registry, on_change=self.predictions.forget, recorder=self.predictions.stats
-        )
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)
+        self.deployments = DeploymentService(
+            self.registry,
+            on_change=self.predictions.forget,
+            recorder=self.predictions.stats,
+            before_stats=self.mirror.drain,
+        )
         self.keys = KeyService(self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s)
 
     @cached_property

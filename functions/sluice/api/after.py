@@ -1,5 +1,6 @@
-"""Work that follows a response: shadow mirrors and the stats flush. The client never waits
-for it locally; in Lambda, Mangum finishes it before returning (an async invoke is quick)."""
+"""Work that follows a prediction: shadow mirrors, handed off before the response (a local
+mirror runs on its own thread; in Lambda it is a quick asynchronous invoke), and the stats
+flush, which runs after the response is sent."""
 
 from __future__ import annotations
 
@@ -12,13 +13,9 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 
-async def _after(container: Container, prediction: Prediction) -> None:
+async def after_response(container: Container, prediction: Prediction) -> BackgroundTask | None:
     for job in prediction.mirrors:
         await container.mirror.submit(job)  # type: ignore[union-attr]
-    container.predictions.flush_stats_if_due()
-
-
-def after_response(container: Container, prediction: Prediction) -> BackgroundTask | None:
-    if not prediction.mirrors and not container.predictions.stats.due():
+    if not container.predictions.stats.due():
         return None
-    return BackgroundTask(_after, container, prediction)
+    return BackgroundTask(container.predictions.flush_stats_if_due)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from itertools import chain
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np

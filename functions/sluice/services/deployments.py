@@ -34,10 +34,12 @@ class DeploymentService:
         registry: Registry,
         on_change: Callable[[str, str], None] | None = None,
         recorder: StatsRecorder | None = None,
+        before_stats: Callable[[], None] | None = None,
     ) -> None:
         self.registry = registry
         self._on_change = on_change or (lambda tenant, name: None)
         self.recorder = recorder
+        self._before_stats = before_stats or (lambda: None)
 
     # Validation ----------------------------------------------------------------------------
     def _validated(self, tenant: str, name: str, policy: Any) -> dict[str, Any]:
@@ -180,6 +182,7 @@ class DeploymentService:
     # Verdicts and feedback -------------------------------------------------------------------
     def stats(self, principal: Principal, name: str, *, revision: int | None = None) -> dict[str, Any]:
         dep = self.registry.get_deployment(principal.tenant, name)
+        self._before_stats()  # mirrors this process handed off, so their comparisons count
         if self.recorder is not None:
             self.recorder.flush()
         rev = revision or dep.revision

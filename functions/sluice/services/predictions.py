@@ -367,7 +367,7 @@ class PredictionService:
             inputs=arrays,
             primary_outputs=answer.result.outputs,
             primary_classes=answer.result.classes,
-            primary_signature=answer.signature.to_dict(),
+            primary_signature=answer.signature,
             primary_latency_ms=0.0,
             request_id=call.request_id,
         )

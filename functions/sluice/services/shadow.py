@@ -9,7 +9,6 @@ from sluice.errors import SluiceError
 from sluice.routing import parse_policy
 from sluice.runtimes import InferenceResult
 from sluice.shadow.compare import compare
-from sluice.signature import Signature
 
 if TYPE_CHECKING:
     from sluice.services.predictions import PredictionService
@@ -37,7 +36,7 @@ class ShadowRunner:
         latency_ms = (time.perf_counter() - started) * 1000
         stats.request(key, latency_ms, ok=True)
         primary = InferenceResult(job.primary_outputs, job.primary_classes)
-        sums, maxes = compare(Signature.from_dict(job.primary_signature), primary, answer.signature, answer.result)
+        sums, maxes = compare(job.primary_signature or answer.signature, primary, answer.signature, answer.result)
         if job.primary_latency_ms > 0:
             sums["ratio_sum"] = latency_ms / job.primary_latency_ms
             sums["ratio_n"] = 1

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from sluice.codecs.datatypes import numpy_of_v2, v2_of_numpy
+from sluice.signature import Signature
 
 
 def encode_arrays(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -44,7 +45,7 @@ class ShadowJob:
     inputs: dict[str, np.ndarray]
     primary_outputs: dict[str, np.ndarray]
     primary_classes: dict[str, list[Any]] = field(default_factory=dict)
-    primary_signature: dict[str, Any] = field(default_factory=dict)
+    primary_signature: Signature | None = None
     primary_latency_ms: float = 0.0
     request_id: str = ""
 
@@ -58,7 +59,7 @@ class ShadowJob:
             "inputs": encode_arrays(self.inputs),
             "primary_outputs": encode_arrays(self.primary_outputs),
             "primary_classes": self.primary_classes,
-            "primary_signature": self.primary_signature,
+            "primary_signature": self.primary_signature.to_dict() if self.primary_signature else None,
             "primary_latency_ms": self.primary_latency_ms,
             "request_id": self.request_id,
         }
@@ -74,7 +75,7 @@ class ShadowJob:
             inputs=decode_arrays(data["inputs"]),
             primary_outputs=decode_arrays(data["primary_outputs"]),
             primary_classes=data.get("primary_classes") or {},
-            primary_signature=data.get("primary_signature") or {},
+            primary_signature=Signature.from_dict(data["primary_signature"]) if data.get("primary_signature") else None,
             primary_latency_ms=float(data.get("primary_latency_ms", 0.0)),
             request_id=data.get("request_id", ""),
         )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.observability import get_logger
@@ -22,18 +24,45 @@ class Mirror(Protocol):
         """Hand the job off. Never raises: a mirror must not touch the primary's response."""
         ...
 
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Wait for jobs handed off in this process to finish (a no-op where they run elsewhere)."""
+        ...
+
 
 class LocalMirror:
-    """Runs mirrors in this process, after the response (a background task)."""
+    """Runs mirrors in this process on a thread of their own with its own event loop, so a
+    mirror never holds up the loop that answers the next request (ONNX Runtime releases the
+    GIL while it computes, so a mirror mostly uses the other core)."""
 
     def __init__(self, runner: ShadowRunner) -> None:
         self.runner = runner
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._pending: set[concurrent.futures.Future[None]] = set()
 
-    async def submit(self, job: ShadowJob) -> None:
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="sluice-shadow", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    async def _run(self, job: ShadowJob) -> None:
         try:
             await self.runner.run(job)
         except Exception:
             get_logger().exception("shadow mirror failed", extra={"deployment": job.deployment, "mirror": job.mirror})
+
+    async def submit(self, job: ShadowJob) -> None:
+        future = asyncio.run_coroutine_threadsafe(self._run(job), self._ensure_loop())
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        """Wait for the mirrors already handed over (before reading their statistics, or
+        before a short-lived process exits)."""
+        concurrent.futures.wait(list(self._pending), timeout=timeout_s)
 
 
 class LambdaMirror:
@@ -63,6 +92,9 @@ class LambdaMirror:
             return body
         ref = self.store.put(job.tenant, body, suffix=".shadow.json")
         return json.dumps({"payload_uri": ref.uri, "sha256": ref.sha256, "tenant": job.tenant}).encode()
+
+    def drain(self, timeout_s: float = 10.0) -> None:
+        return None  # the shadow function runs them, not this process
 
     async def submit(self, job: ShadowJob) -> None:
         try:

@@ -66,7 +66,7 @@ async def predict_core(
         content["predictions"] = rows
     else:
         content.update(rows[0])
-    return JSONResponse(content, headers={"x-request-id": rid}, background=after_response(container, prediction))
+    return JSONResponse(content, headers={"x-request-id": rid}, background=await after_response(container, prediction))
 
 
 @router.post(

@@ -132,7 +132,7 @@ async def infer_core(
         "parameters": parameters,
         "outputs": outputs,
     }
-    return JSONResponse(content, headers={"x-request-id": rid}, background=after_response(container, prediction))
+    return JSONResponse(content, headers={"x-request-id": rid}, background=await after_response(container, prediction))
 
 
 @router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")

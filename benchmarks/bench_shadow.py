@@ -1,0 +1,82 @@
+"""Primary latency with a shadow mirror on vs off, over HTTP on the local service: the client
+gets the primary's answer before the mirror runs, so a mirror should cost it next to nothing.
+Same model and input both ways; requests alternate between the two deployments."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, free_port, percentile, server
+
+ROW = [[5.9, 3.0, 5.1, 1.8]]
+
+
+def _prepare(home: Path) -> None:
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=home))
+    principal = Principal("default", frozenset({"admin", "predict"}), "bench")
+    models = REPO / "models"
+    container.models.push(principal, "iris", (models / "iris.onnx").read_bytes())
+    container.models.push(principal, "iris", (models / "iris_forest.onnx").read_bytes())
+    single = {"kind": "single", "model": "iris", "version": 1}
+    container.deployments.create(principal, "plain", single)
+    container.deployments.create(
+        principal,
+        "shadowed",
+        {"kind": "shadow", "primary": single, "mirrors": [{"name": "forest", "target": {"kind": "single", "model": "iris", "version": 2}}]},
+    )
+
+
+def run(quick: bool) -> dict[str, Any]:
+    import httpx
+
+    repeats, n = (2, 300) if quick else (5, 1000)
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        _prepare(home)
+        port = free_port()
+        command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+        with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
+            key = (home / "admin-key").read_text().strip()
+            headers = {"Authorization": f"Bearer {key}"}
+            url = f"http://127.0.0.1:{port}/api/v1/predictions"
+            p50s: dict[str, list[float]] = {"plain": [], "shadowed": []}
+            p99s: dict[str, list[float]] = {"plain": [], "shadowed": []}
+            with httpx.Client(headers=headers, timeout=10) as client:
+                for name in p50s:
+                    for _ in range(50):
+                        client.post(url, json={"deployment": name, "inputs": ROW})
+                for _ in range(repeats):
+                    times: dict[str, list[float]] = {"plain": [], "shadowed": []}
+                    for i in range(2 * n):
+                        name = "plain" if i % 2 == 0 else "shadowed"
+                        started = time.perf_counter()
+                        response = client.post(url, json={"deployment": name, "inputs": ROW})
+                        times[name].append((time.perf_counter() - started) * 1e6)
+                        response.raise_for_status()
+                    for name, values in times.items():
+                        p50s[name].append(percentile(values, 50))
+                        p99s[name].append(percentile(values, 99))
+                stats = client.get(f"http://127.0.0.1:{port}/api/v1/deployments/shadowed/stats").json()
+    compared = stats.get("mirrors", {}).get("forest", {}).get("compared")
+    figures = [
+        figure(
+            "shadow.p50", "iris over HTTP (1 worker, 1 connection): p50 with a shadow mirror vs without", "µs",
+            "shadow on", p50s["shadowed"], reference="shadow off", ref_values=p50s["plain"], goal=Goal("<=", 1.05),
+            note=f"the mirror (random forest) ran and was compared {compared} times",
+        ),
+        figure("shadow.p99", "same, p99", "µs", "shadow on", p99s["shadowed"], reference="shadow off", ref_values=p99s["plain"]),
+    ]  # fmt: skip
+    return {"title": "Shadow mirror on vs off", "figures": figures, "notes": []}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
