@@ -147,6 +147,14 @@ class Settings(BaseSettings):
     auth_cache_ttl_s: float = Field(
         default=30.0, ge=0, description="How long a container trusts an API key it has checked."
     )
+    usage_key_prefix: str = Field(
+        default="",
+        description="The authorizer's usage-plan key prefix: it returns `<prefix><tenant>` or "
+        "`<prefix>_default` as the API Gateway usage identifier; empty: none.",
+    )
+    usage_tenants: str = Field(
+        default="", description="Comma-separated tenants with a usage plan of their own (the authorizer)."
+    )
     log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
     metrics_namespace: str = Field(default="sluice", description="CloudWatch namespace for EMF metrics.")
     service_name: str = Field(default="sluice", description="Service name in logs, metrics and traces.")
@@ -164,7 +172,7 @@ class Settings(BaseSettings):
 
     @property
     def home_path(self) -> Path:
-        return self.home.expanduser()
+        return self.home.expanduser().resolve()
 
     def import_prefixes_for(self, tenant: str) -> list[str]:
         return [p.format(home=self.home_path, tenant=tenant) for p in self.import_prefixes]

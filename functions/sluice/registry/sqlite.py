@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import threading
@@ -66,7 +67,13 @@ class SqliteRegistry:
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
+        conn = self._conn()
+        # The schema script costs tens of milliseconds at every cold start; its digest in
+        # user_version says whether this file already has it.
+        version = int(hashlib.sha256(_SCHEMA.encode()).hexdigest()[:7], 16)
+        if conn.execute("PRAGMA user_version").fetchone()[0] != version:
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {version}")
 
     @classmethod
     def from_url(cls, url: str) -> SqliteRegistry:
