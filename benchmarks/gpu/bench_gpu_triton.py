@@ -85,7 +85,10 @@ def gpu_info() -> dict[str, Any]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         ).stdout.strip()
         info["nvidia_smi"] = out or None
     except (OSError, subprocess.TimeoutExpired):
@@ -143,7 +146,10 @@ def floor(features: int, hidden: int, device: str, duration_s: float) -> tuple[d
             entry = _summary(latencies, elapsed, rows)
             if cuda:  # the GPU's own time for the forward pass, input already on the device
                 xd = torch.from_numpy(x).to(device)
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin, end = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
                 torch.cuda.synchronize()
                 begin.record()
                 for _ in range(200):
@@ -175,7 +181,9 @@ _PROBE = (
 )
 
 
-def build_repository(root: Path, *, features: int, hidden: int, max_batch: int, queue_delay_us: int, device: str) -> Path:
+def build_repository(
+    root: Path, *, features: int, hidden: int, max_batch: int, queue_delay_us: int, device: str
+) -> Path:
     version = root / MODEL_NAME / "1"
     version.mkdir(parents=True)
     shutil.copy2(HERE / "model.py", version / "model.py")
@@ -196,11 +204,55 @@ def build_repository(root: Path, *, features: int, hidden: int, max_batch: int, 
     return root
 
 
+def wrapper_venv(python: str, first: list[str], folder: Path) -> str:
+    """A venv whose sys.path holds `first` ahead of `python`'s own site-packages (a .pth file).
+
+    The backend stub embeds Python and ignores PYTHONPATH; it takes the prefix of whatever
+    `python3` is first on PATH, so a venv is how to put e.g. numpy<2 ahead of numpy 2."""
+    own = json.loads(
+        subprocess.run(
+            [
+                python,
+                "-c",
+                "import json, site, sysconfig; print(json.dumps([sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib'], *site.getsitepackages()]))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    subprocess.run([python, "-m", "venv", "--without-pip", str(folder)], check=True)
+    exe = folder / "bin" / "python3"
+    purelib = subprocess.run(
+        [str(exe), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    lines = [str(Path(p).resolve()) for p in first if p] + list(dict.fromkeys(own))
+    (Path(purelib) / "_gpubench_paths.pth").write_text("\n".join(lines) + "\n")
+    return str(exe)
+
+
 class Server:
-    def __init__(self, triton_root: Path, repository: Path, work: Path, *, stub_python: str, stub_pythonpath: str) -> None:
+    def __init__(
+        self,
+        triton_root: Path,
+        repository: Path,
+        work: Path,
+        *,
+        stub_python: str,
+        stub_pythonpath: str,
+    ) -> None:
         dist = triton_root / "pytriton" / "tritonserver"
         libs = triton_root / "nvidia_pytriton.libs"
-        probe = json.loads(subprocess.run([stub_python, "-c", _PROBE], capture_output=True, text=True, check=True).stdout)
+        if stub_pythonpath:
+            stub_python = wrapper_venv(stub_python, stub_pythonpath.split(":"), work / "stubenv")
+        probe = json.loads(
+            subprocess.run(
+                [stub_python, "-c", _PROBE], capture_output=True, text=True, check=True
+            ).stdout
+        )
         self.probe = probe
         stub = dist / "python_backend_stubs" / probe["version"] / "triton_python_backend_stub"
         if not stub.exists():
@@ -247,13 +299,17 @@ class Server:
         # The stub embeds Python and finds its prefix (a venv's too) from `python3` on PATH.
         environ["PATH"] = f"{Path(probe['exe']).parent}:{environ.get('PATH', '')}"
         environ.pop("VIRTUAL_ENV", None)
-        if stub_pythonpath:
-            environ["PYTHONPATH"] = stub_pythonpath
-        else:
-            environ.pop("PYTHONPATH", None)
+        environ.pop("PYTHONPATH", None)  # the stub ignores it: extra paths go through wrapper_venv
         self.command = command
         self.log = self.log_path.open("wb")
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            start_new_session=True,
+        )
 
     @property
     def url(self) -> str:
@@ -272,13 +328,22 @@ class Server:
         deadline = began + timeout_s
         while time.perf_counter() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
             text = self.log_path.read_bytes().decode("utf-8", errors="replace")
-            for marker in ("Failed to preinitialize Python stub", "failed to load '", "error: creating server"):
+            for marker in (
+                "Failed to preinitialize Python stub",
+                "failed to load '",
+                "error: creating server",
+            ):
                 if marker in text:
                     raise RuntimeError(f"tritonserver failed ({marker}):\n{self.log_tail()}")
             with contextlib.suppress(OSError, urllib.error.URLError):
-                if _get(f"{self.url}/v2/health/ready")[0] == 200 and _get(f"{self.url}/v2/models/{MODEL_NAME}/ready")[0] == 200:
+                if (
+                    _get(f"{self.url}/v2/health/ready")[0] == 200
+                    and _get(f"{self.url}/v2/models/{MODEL_NAME}/ready")[0] == 200
+                ):
                     return time.perf_counter() - began
             time.sleep(0.25)
         raise RuntimeError(f"tritonserver not ready in {timeout_s}s:\n{self.log_tail()}")
@@ -309,15 +374,29 @@ class RawHTTP:
 
     async def infer(self, x: np.ndarray) -> np.ndarray:
         if self.session is None:
-            self.session = self._aiohttp.ClientSession(connector=self._aiohttp.TCPConnector(limit=64))
-        header = json.dumps({
-            "inputs": [{"name": "INPUT0", "shape": list(x.shape), "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}}],
-            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-        }).encode()
+            self.session = self._aiohttp.ClientSession(
+                connector=self._aiohttp.TCPConnector(limit=64)
+            )
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "INPUT0",
+                        "shape": list(x.shape),
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": x.nbytes},
+                    }
+                ],
+                "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
         async with self.session.post(
             self.url,
             data=header + x.tobytes(),
-            headers={"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"},
+            headers={
+                "Inference-Header-Content-Length": str(len(header)),
+                "Content-Type": "application/octet-stream",
+            },
         ) as response:
             body = await response.read()
             if response.status != 200:
@@ -343,7 +422,11 @@ class RawTritonClient:
     async def infer(self, x: np.ndarray) -> np.ndarray:
         tensor = self.http.InferInput("INPUT0", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x, binary_data=True)
-        result = await self.client.infer(MODEL_NAME, [tensor], outputs=[self.http.InferRequestedOutput("OUTPUT0", binary_data=True)])
+        result = await self.client.infer(
+            MODEL_NAME,
+            [tensor],
+            outputs=[self.http.InferRequestedOutput("OUTPUT0", binary_data=True)],
+        )
         return result.as_numpy("OUTPUT0")
 
     async def close(self) -> None:
@@ -356,7 +439,9 @@ class SluiceRuntime:
 
         self.runtime = TritonRuntime()
         # TritonRuntime reads `model` and `config` from a version; nothing else on this path.
-        self.version = SimpleNamespace(model=MODEL_NAME, config={"url": url, "model_name": MODEL_NAME})
+        self.version = SimpleNamespace(
+            model=MODEL_NAME, config={"url": url, "model_name": MODEL_NAME}
+        )
 
     async def infer(self, x: np.ndarray) -> np.ndarray:
         result = await self.runtime.infer(self.version, {"INPUT0": x})
@@ -366,7 +451,9 @@ class SluiceRuntime:
         await self.runtime.close()
 
 
-async def _phase(call, x: np.ndarray, *, concurrency: int, duration_s: float) -> tuple[list[float], float]:
+async def _phase(
+    call, x: np.ndarray, *, concurrency: int, duration_s: float
+) -> tuple[list[float], float]:
     latencies: list[float] = []
     stop_at = time.perf_counter() + duration_s
 
@@ -382,19 +469,27 @@ async def _phase(call, x: np.ndarray, *, concurrency: int, duration_s: float) ->
     return latencies, time.perf_counter() - began
 
 
-async def measure(url: str, features: int, rows: int, duration_s: float, reference: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+async def measure(
+    url: str, features: int, rows: int, duration_s: float, reference: tuple[np.ndarray, np.ndarray]
+) -> dict[str, Any]:
     clients: dict[str, Any] = {"raw_http_v2_binary": RawHTTP(url)}
     skipped: dict[str, str] = {}
-    for name, factory in (("raw_tritonclient", RawTritonClient), ("sluice_triton_runtime", SluiceRuntime)):
+    for name, factory in (
+        ("raw_tritonclient", RawTritonClient),
+        ("sluice_triton_runtime", SluiceRuntime),
+    ):
         try:
             clients[name] = factory(url)
-        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        except Exception as exc:  # reported, not fatal
             skipped[name] = f"{type(exc).__name__}: {exc}"
     ref_x, ref_y = reference
     checks = {}
     for name, client in clients.items():
         got = await client.infer(ref_x)
-        checks[name] = {"shape": list(got.shape), "max_abs_diff_vs_floor": float(np.max(np.abs(got - ref_y)))}
+        checks[name] = {
+            "shape": list(got.shape),
+            "max_abs_diff_vs_floor": float(np.max(np.abs(got - ref_y))),
+        }
     x = np.random.default_rng(0).normal(size=(rows, features)).astype(np.float32)
     results: dict[str, Any] = {"answers_vs_floor": checks, "skipped": skipped}
     try:
@@ -403,7 +498,9 @@ async def measure(url: str, features: int, rows: int, duration_s: float, referen
             elapsed = dict.fromkeys(clients, 0.0)
             for _ in range(ROUNDS):  # alternate short rounds so drift hits every side alike
                 for name, client in clients.items():
-                    got, took = await _phase(client.infer, x, concurrency=concurrency, duration_s=duration_s / ROUNDS)
+                    got, took = await _phase(
+                        client.infer, x, concurrency=concurrency, duration_s=duration_s / ROUNDS
+                    )
                     samples[name] += got
                     elapsed[name] += took
             entry = {name: _summary(samples[name], elapsed[name], rows) for name in clients}
@@ -415,7 +512,9 @@ async def measure(url: str, features: int, rows: int, duration_s: float, referen
                         entry[f"sluice_vs_{base}"] = {
                             "p50_ratio": round(ours["p50_ms"] / floor_["p50_ms"], 3),
                             "p99_ratio": round(ours["p99_ms"] / floor_["p99_ms"], 3),
-                            "throughput_ratio": round(ours["throughput_rps"] / floor_["throughput_rps"], 3),
+                            "throughput_ratio": round(
+                                ours["throughput_rps"] / floor_["throughput_rps"], 3
+                            ),
                         }
             results[f"concurrency_{concurrency}"] = entry
     finally:
@@ -429,7 +528,10 @@ def server_stats(url: str) -> dict[str, Any]:
     if status != 200:
         return {"error": status}
     stats = json.loads(body)["model_stats"][0]
-    inference, execution = int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+    inference, execution = (
+        int(stats.get("inference_count", 0)),
+        int(stats.get("execution_count", 0)),
+    )
     out: dict[str, Any] = {
         "inference_count": inference,
         "execution_count": execution,
@@ -447,15 +549,27 @@ def server_stats(url: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--triton-root", required=True, type=Path)
-    parser.add_argument("--stub-python", default=sys.executable, help="the Python the backend stub embeds (its site-packages)")
-    parser.add_argument("--stub-pythonpath", default="", help="PYTHONPATH for the stub (e.g. a numpy<2 folder)")
-    parser.add_argument("--device", default="auto", help="auto (cuda:0 when there is one), cuda:0 or cpu")
+    parser.add_argument(
+        "--stub-python",
+        default=sys.executable,
+        help="the Python the backend stub embeds (its site-packages)",
+    )
+    parser.add_argument(
+        "--stub-pythonpath",
+        default="",
+        help="folders (a:b) the stub puts ahead of its own site-packages, e.g. numpy<2",
+    )
+    parser.add_argument(
+        "--device", default="auto", help="auto (cuda:0 when there is one), cuda:0 or cpu"
+    )
     parser.add_argument("--features", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--rows", type=int, default=1, help="rows per request (default 1)")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--queue-delay-us", type=int, default=100)
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per client and concurrency (default 8)")
+    parser.add_argument(
+        "--duration", type=float, default=8.0, help="seconds per client and concurrency (default 8)"
+    )
     parser.add_argument("--floor-duration", type=float, default=6.0)
     parser.add_argument("--ready-timeout", type=float, default=240.0)
     parser.add_argument("--out", type=Path)
@@ -464,7 +578,12 @@ def main(argv: list[str] | None = None) -> int:
 
     report: dict[str, Any] = {
         "benchmark": "gpu_triton",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(), **gpu_info()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            **gpu_info(),
+        },
         "model": f"float32 MLP {args.features}->{args.hidden}->{args.hidden}->{args.features} (ReLU), PyTorch, random seeded weights",
         "rows_per_request": args.rows,
     }
@@ -476,26 +595,46 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(text + "\n")
 
     began = time.perf_counter()
-    report["floor_pytorch_direct"], reference = floor(args.features, args.hidden, args.device, args.floor_duration)
+    report["floor_pytorch_direct"], reference = floor(
+        args.features, args.hidden, args.device, args.floor_duration
+    )
     print(f"floor done in {time.perf_counter() - began:.1f}s", file=sys.stderr, flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpubench-"))
     repository = build_repository(
-        work / "models", features=args.features, hidden=args.hidden, max_batch=args.max_batch,
-        queue_delay_us=args.queue_delay_us, device=args.device,
+        work / "models",
+        features=args.features,
+        hidden=args.hidden,
+        max_batch=args.max_batch,
+        queue_delay_us=args.queue_delay_us,
+        device=args.device,
     )
-    server = Server(args.triton_root.resolve(), repository, work, stub_python=args.stub_python, stub_pythonpath=args.stub_pythonpath)
+    server = Server(
+        args.triton_root.resolve(),
+        repository,
+        work,
+        stub_python=args.stub_python,
+        stub_pythonpath=args.stub_pythonpath,
+    )
     report["server"] = {
         "binary": "tritonserver 2.51 from the nvidia-pytriton 0.7 wheel (python backend only)",
-        "config": {"max_batch_size": args.max_batch, "dynamic_batching_max_queue_delay_us": args.queue_delay_us, "instances": 1},
+        "config": {
+            "max_batch_size": args.max_batch,
+            "dynamic_batching_max_queue_delay_us": args.queue_delay_us,
+            "instances": 1,
+        },
         "stub_python": server.probe,
         "stub_pythonpath": args.stub_pythonpath,
     }
     try:
         report["server"]["ready_after_s"] = round(server.wait_ready(args.ready_timeout), 1)
-        print(f"server ready after {report['server']['ready_after_s']}s", file=sys.stderr, flush=True)
-        report["latency"] = asyncio.run(measure(server.url, args.features, args.rows, args.duration, reference))
+        print(
+            f"server ready after {report['server']['ready_after_s']}s", file=sys.stderr, flush=True
+        )
+        report["latency"] = asyncio.run(
+            measure(server.url, args.features, args.rows, args.duration, reference)
+        )
         report["server_stats"] = server_stats(server.url)
-    except Exception as exc:  # noqa: BLE001 - written into the report
+    except Exception as exc:  # written into the report
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         server.stop()

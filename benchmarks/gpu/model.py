@@ -12,6 +12,7 @@ Outside Triton (no `triton_python_backend_utils`), only `build_mlp` is of use.
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 
@@ -27,13 +28,15 @@ HIDDEN = 4096
 SEED = 0
 
 
-def build_mlp(features: int = FEATURES, hidden: int = HIDDEN, device: str = "cuda", seed: int = SEED):
+def build_mlp(
+    features: int = FEATURES, hidden: int = HIDDEN, device: str = "cuda", seed: int = SEED
+):
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     dims = [features, hidden, hidden, features]
     layers: list = []
-    for i, (n_in, n_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(dims)):
         linear = torch.nn.Linear(n_in, n_out)
         with torch.no_grad():
             linear.weight.copy_(torch.randn(n_out, n_in, generator=generator) / n_in**0.5)
@@ -63,13 +66,16 @@ class TritonPythonModel:
         self.device = pick_device(params.get("device", "auto"))
         self.torch = torch
         self.model = build_mlp(features, hidden, self.device)
-        with torch.inference_mode():  # first CUDA kernels (cuBLAS handles, workspace) before traffic
+        # first CUDA kernels (cuBLAS handles, workspace) before traffic
+        with torch.inference_mode():
             for rows in (1, 16, 64):
                 self.model(torch.zeros(rows, features, device=self.device))
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         warnings.filterwarnings("ignore", message=".*not writable.*")
-        pb_utils.Logger.log_info(f"mlp {features}->{hidden}->{hidden}->{features} on {self.device}, torch {torch.__version__}, numpy {np.__version__}")
+        pb_utils.Logger.log_info(
+            f"mlp {features}->{hidden}->{hidden}->{features} on {self.device}, torch {torch.__version__}, numpy {np.__version__}"
+        )
 
     def execute(self, requests):
         torch = self.torch
