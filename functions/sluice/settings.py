@@ -42,7 +42,7 @@ class Settings(BaseSettings):
     )
     mirror: str = Field(
         default="",
-        description="Where shadow mirrors run: `local` (a background task) or `lambda://function-name`.",
+        description="Where shadow mirrors run: `local` (a thread of this process) or `lambda://function-name`; empty: local.",
     )
     import_prefixes: list[str] = Field(
         default_factory=lambda: ["file://{home}/imports/{tenant}/"],
