@@ -5,8 +5,8 @@ from __future__ import annotations
 import jsii
 from aws_cdk import App, Aspects, IAspect, Tags
 from aws_cdk import aws_logs as logs
-
 from constructs import IConstruct
+
 from infra.config import SluiceConfig
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from aws_cdk import Acknowledgment, App, Stack, Validations
 from cdk_nag import AwsSolutionsChecks, ServerlessChecks
-
 from constructs import IConstruct
 
 

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 from aws_cdk import Aws
 
+# What the API names the SageMaker endpoints, endpoint configs and models it deploys at run
+# time (`sluice.endpoints.sagemaker.endpoint_name`: `sluice-<tenant>-<deployment>-<digest>`,
+# then `-<digest>` or `-<variant>-<digest>`), whatever the app's `name`. Grants on run-time
+# endpoints are scoped to it.
+RUNTIME_ENDPOINT_PREFIX = "sluice-"
+
 
 @dataclass(frozen=True)
 class ResourceNames:

@@ -7,7 +7,8 @@ The data each state sees (JSONPath; `result_path`s keep the execution input thro
   JSON array of chunk descriptions that Plan wrote (Step Functions caps state at 256 KiB,
   so the list itself never travels through the state).
 - Map reads that array with an S3 ItemReader and calls Score once per chunk with
-  `{"job": $.plan.job, "chunk": <one item>}`; child results go to S3 (ResultWriter), and
+  `{"job": $.plan.job, "chunk": <one item>}` (retried on throttling and on the handler's
+  transient errors); child results go to S3 (ResultWriter), and
   `$.map` holds where (`ResultWriterDetails.Bucket/Key`, the manifest).
 - Finalize gets the whole state and returns the job's summary -> `$.result`.
 - Any error in Plan, Map or Finalize lands in `$.error` (`Error`, `Cause`); MarkFailed gets
@@ -22,8 +23,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
-
 from constructs import Construct
+
 from infra.nag import acknowledge, policy_wildcards
 
 # Worth retrying: Lambda throttled the invoke, or the Lambda service itself failed.
@@ -34,6 +35,13 @@ TRANSIENT_LAMBDA_ERRORS = [
     "Lambda.SdkClientException",
     "Lambda.ClientExecutionTimeoutException",
 ]
+
+
+# Worth retrying when Score raises them: the `errorType`s Lambda reports for the exceptions
+# `sluice.batch.orchestrators.TRANSIENT_ERRORS` names (unreadable bytes, an unavailable backend
+# or store, a backend error, a timeout); Step Functions matches on the class name. Anything
+# else Score raises (the input gone or replaced, access denied) fails the chunk at once.
+SCORE_TRANSIENT_ERRORS = ["ChunkUnreadable", "Unavailable", "BackendError", "DeadlineExceeded"]
 
 
 def _with_retries(task: tasks.LambdaInvoke, *, attempts: int) -> tasks.LambdaInvoke:
@@ -90,6 +98,16 @@ class BatchWorkflow(Construct):
                 retry_on_service_exceptions=False,
             ),
             attempts=8,
+        )
+        # After the Lambda service's own errors (above, matched first): the chunk's own
+        # transient failures, fewer times and further apart, since each try rescores a chunk.
+        score_task.add_retry(
+            errors=SCORE_TRANSIENT_ERRORS,
+            interval=Duration.seconds(5),
+            max_attempts=3,
+            backoff_rate=2.0,
+            max_delay=Duration.seconds(60),
+            jitter_strategy=sfn.JitterType.FULL,
         )
         chunks = sfn.DistributedMap(
             self,

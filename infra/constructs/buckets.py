@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
 
 ABORT_INCOMPLETE_UPLOADS = s3.LifecycleRule(

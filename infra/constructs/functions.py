@@ -16,8 +16,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
-
 from constructs import Construct
+
 from infra.constructs.python_layer import (
     PythonLayer,
     check_unzipped_size,

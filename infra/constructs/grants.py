@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
+
 from infra.nag import acknowledge, wildcard_resource
+from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
 READ_OBJECTS = ("s3:GetObject",)
 WRITE_OBJECTS = ("s3:PutObject", "s3:AbortMultipartUpload")
@@ -62,13 +63,22 @@ def endpoint_arns(scope: Construct, endpoint_names: Iterable[str]) -> list[str]:
 
 
 def grant_invoke_endpoints(
-    role: iam.IRole, scope: Construct, endpoint_names: Iterable[str]
+    owner: Construct, role: iam.IRole, endpoint_names: Iterable[str]
 ) -> None:
-    arns = endpoint_arns(scope, endpoint_names)
-    if arns:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=arns)
-        )
+    """InvokeEndpoint on the endpoints the API deploys at run time (`sluice-*`) and on the
+    config file's endpoints (`<name>-<endpoint>`, already among them when `name` is `sluice`)."""
+    runtime = endpoint_arns(owner, [f"{RUNTIME_ENDPOINT_PREFIX}*"])[0]
+    others = [n for n in endpoint_names if not n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
+    configured = endpoint_arns(owner, others)
+    role.add_to_principal_policy(
+        iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
+    )
+    acknowledge(
+        owner,
+        wildcard_resource(owner, runtime),
+        "The API deploys SageMaker endpoints at run time, named sluice-<tenant>-<deployment>-"
+        "<digest>; only InvokeEndpoint, and only on endpoints with that prefix.",
+    )
 
 
 def state_machine_arn(scope: Construct, name: str) -> str:

@@ -20,7 +20,6 @@ from typing import Any
 import jsii
 from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, Stack, Stage
 from aws_cdk import aws_lambda as lambda_
-
 from constructs import Construct
 
 MB = 1_000_000

@@ -17,8 +17,8 @@ from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
-
 from constructs import Construct
+
 from infra.config import EndpointVariant
 from infra.constructs.triton_image import triton_image
 from infra.nag import acknowledge, wildcard_resource

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import Aws, CfnMapping, Stack, Token
-
 from constructs import Construct
 
 REGISTRY_FILE = "sagemaker-tritonserver.json"
@@ -85,6 +84,45 @@ def image_account(scope: Construct, *, version: str) -> str:
             stack, mapping_id, mapping={r: {"account": a} for r, a in sorted(registries.items())}
         )
     return mapping.find_in_map(Aws.REGION, "account")
+
+
+def registry_accounts() -> dict[str, str]:
+    """Region -> the account of SageMaker's Triton images, over every version listed (the
+    registry keeps one account per region whatever the version)."""
+    accounts: dict[str, str] = {}
+    for version, entry in sorted(load_registry()["versions"].items()):
+        for region, account in entry["registries"].items():
+            if accounts.setdefault(region, account) != account:
+                raise ValueError(f"SageMaker Triton {version} moved {region} to another account")
+    return dict(sorted(accounts.items()))
+
+
+def repository_arn(scope: Construct) -> str:
+    """The ARN of SageMaker's Triton image repository in the stack's region, any version:
+    what a role that runs endpoints of several versions may pull from."""
+    stack = Stack.of(scope)
+    accounts = registry_accounts()
+    repository = {entry["repository"] for entry in load_registry()["versions"].values()}
+    if len(repository) != 1:
+        raise ValueError(
+            f"SageMaker Triton images live in several repositories: {sorted(repository)}"
+        )
+    region = stack.region
+    if Token.is_unresolved(region):
+        mapping_id = "TritonImageRegistryAccounts"
+        mapping = stack.node.try_find_child(mapping_id)
+        if not isinstance(mapping, CfnMapping):
+            mapping = CfnMapping(
+                stack, mapping_id, mapping={r: {"account": a} for r, a in accounts.items()}
+            )
+        region, account = Aws.REGION, mapping.find_in_map(Aws.REGION, "account")
+    elif region in accounts:
+        account = accounts[region]
+    else:
+        raise ValueError(
+            f"SageMaker offers no Triton image in {region}; regions: {sorted(accounts)}"
+        )
+    return f"arn:{Aws.PARTITION}:ecr:{region}:{account}:repository/{repository.pop()}"
 
 
 def triton_image(scope: Construct, *, version: str, instance_type: str) -> tuple[str, str]:

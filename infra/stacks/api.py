@@ -19,9 +19,10 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
+
 from infra.config import PlanLimits, SluiceConfig
+from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
 from infra.constructs.grants import (
     executions_arn,
@@ -31,7 +32,7 @@ from infra.constructs.grants import (
 )
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, OUTBOX_PREFIX
+from infra.stacks.storage import ARTIFACTS_PREFIX, IMPORTS_PREFIX, OUTBOX_PREFIX
 
 # One JSON object per request; tenant and key id come from the authorizer, never the key.
 ACCESS_LOG_FIELDS = {
@@ -51,6 +52,9 @@ ACCESS_LOG_FIELDS = {
     "xrayTraceId": "$context.xrayTraceId",
 }
 DEFAULT_PLAN = "_default"  # the authorizer's name for tenants without a plan of their own
+# Request bodies API Gateway passes to the function base64-encoded, byte for byte: the ONNX
+# files POST /api/v1/models/{name}/versions takes. Any other type arrives as text.
+BINARY_MEDIA_TYPES = ["application/octet-stream", "application/onnx"]
 API_GATEWAY_TIMEOUT = Duration.seconds(29)
 
 
@@ -95,7 +99,12 @@ class ApiStack(Stack):
             prefix=f"{ARTIFACTS_PREFIX}/",
             purpose="model artifacts and request bodies too large for an async invoke",
         )
-        grant_invoke_endpoints(self.shadow.role, self, endpoint_names)
+        grant_invoke_endpoints(self.shadow, self.shadow.role, endpoint_names)
+
+        # SageMaker endpoints deployed through the API: their execution role, and the calls.
+        self.endpoint_lifecycle = EndpointLifecycle(
+            self, "Endpoints", model_bucket=artifacts, store_prefix=f"{ARTIFACTS_PREFIX}/"
+        )
 
         self.api_function = SluiceFunction(
             self,
@@ -111,6 +120,12 @@ class ApiStack(Stack):
                 "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
                 "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
+                "SLUICE_IMPORT_PREFIXES": json.dumps(
+                    [f"s3://{artifacts.bucket_name}/{IMPORTS_PREFIX}{{tenant}}/"]
+                ),
+                "SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN": (
+                    self.endpoint_lifecycle.execution_role.role_arn
+                ),
             },
         )
         api_role = self.api_function.role
@@ -127,11 +142,20 @@ class ApiStack(Stack):
         grant_objects(
             self.api_function,
             api_role,
+            artifacts,
+            prefix=IMPORTS_PREFIX,
+            purpose="push-by-URI reads model files tenants put under imports/<tenant>/",
+        )
+        grant_objects(
+            self.api_function,
+            api_role,
             batch_bucket,
             prefix=OUTBOX_PREFIX,
             purpose="reading the results of batch jobs",
         )
-        grant_invoke_endpoints(api_role, self, endpoint_names)
+        grant_invoke_endpoints(self.api_function, api_role, endpoint_names)
+        manage = self.endpoint_lifecycle.grant_manage(api_role)
+        self.api_function.function.node.add_dependency(manage)
         # Unqualified invoke only: the mirror calls the function by name.
         api_role.add_to_principal_policy(
             iam.PolicyStatement(
@@ -196,7 +220,7 @@ class ApiStack(Stack):
             endpoint_types=[apigw.EndpointType.REGIONAL],
             # Usage plans are chosen by the authorizer, never by a client-sent x-api-key.
             api_key_source_type=apigw.ApiKeySourceType.AUTHORIZER,
-            binary_media_types=["application/octet-stream"],
+            binary_media_types=BINARY_MEDIA_TYPES,
             cloud_watch_role=False,
             deploy_options=apigw.StageOptions(
                 stage_name=api_config.stage_name,

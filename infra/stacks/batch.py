@@ -11,8 +11,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
 from aws_cdk import aws_stepfunctions as sfn
-
 from constructs import Construct
+
 from infra.config import SluiceConfig
 from infra.constructs.batch_workflow import BatchWorkflow
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
@@ -101,7 +101,7 @@ class BatchStack(Stack):
         grant_objects(
             score, score.role, artifacts, prefix=f"{ARTIFACTS_PREFIX}/", purpose="model artifacts"
         )
-        grant_invoke_endpoints(score.role, self, endpoint_names)
+        grant_invoke_endpoints(score, score.role, endpoint_names)
 
         finalize = task(
             "Finalize",

@@ -1,15 +1,16 @@
 """GPU endpoints: one TritonEndpoint per entry under `endpoints:` in the config file.
 
 With the default empty list this stack holds no resources, so `cdk deploy --all` needs no
-GPU quota. The API and batch functions may invoke exactly the endpoints listed here.
+GPU quota. The API, shadow and batch Score functions may invoke these and the endpoints the
+API deploys at run time (`sluice-*`; see `grant_invoke_endpoints`).
 """
 
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
+
 from infra.config import SluiceConfig
 from infra.constructs.triton_endpoint import TritonEndpoint
 from infra.nag import acknowledge

@@ -14,8 +14,8 @@ from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
-
 from constructs import Construct
+
 from infra.config import SluiceConfig
 from infra.constructs.grants import state_machine_arn
 from infra.nag import acknowledge

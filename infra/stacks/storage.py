@@ -9,14 +9,17 @@ from __future__ import annotations
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
+
 from infra.config import SluiceConfig
 from infra.constructs.buckets import SecureBucket
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
 
 ARTIFACTS_PREFIX = "artifacts"
+# Push-by-URI reads model files from `imports/<tenant>/` in the artifacts bucket, and only there
+# (SLUICE_IMPORT_PREFIXES); tenants put them there with credentials of their own.
+IMPORTS_PREFIX = "imports/"
 INBOX_PREFIX = "inbox/"
 OUTBOX_PREFIX = "outbox/"
 WORK_PREFIX = "work/"

@@ -6,6 +6,10 @@ full one (a GPU endpoint with two variants, a tenant with its own plan, an alarm
 environment-agnostic.
 Both apps run with cdk-nag registered exactly as the real app does, with the feature flags
 of cdk.json, and with asset bundling skipped (layers are built in test_layers.py).
+
+`Synthesized.resolved` gives a template as it would deploy in one account and region
+(pseudo parameters, mappings, and the names and ARNs of functions, state machines and
+roles filled in), so tests can match ARNs and environment variables as plain strings.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from infra.app import build_app
 from infra.config import SluiceConfig
 
 REPO = Path(__file__).resolve().parents[2]
+# Where `Synthesized.resolved` deploys the templates.
+PSEUDO = {
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::URLSuffix": "amazonaws.com",
+}
 COMPONENTS = ("storage", "batch", "endpoints", "api", "observability")
 
 FULL_CONFIG: dict[str, Any] = {
@@ -88,6 +99,7 @@ class Synthesized:
             component: app.node.find_child(f"{config.name}-{component}") for component in COMPONENTS
         }
         self._templates: dict[str, Template] = {}
+        self._resolved: dict[str, Template] = {}
 
     def template(self, component: str) -> Template:
         if component not in self._templates:
@@ -97,8 +109,61 @@ class Synthesized:
     def json(self, component: str) -> dict[str, Any]:
         return self.template(component).to_json()
 
+    def resolved(self, component: str) -> Template:
+        """The component's template with references resolved (see `resolve_references`)."""
+        if component not in self._resolved:
+            template = self.json(component)
+            self._resolved[component] = Template.from_json(resolve_references(template, template))
+        return self._resolved[component]
+
     def validation_report(self) -> dict[str, Any]:
         return json.loads((self.outdir / "validation-report.json").read_text())
+
+
+def _physical(template: dict[str, Any], logical_id: str, attribute: str | None) -> str | None:
+    """The name (Ref) or ARN (GetAtt Arn) of a function, state machine or role, else None."""
+    resource = template.get("Resources", {}).get(logical_id)
+    if resource is None:
+        return None
+    kind, props = resource["Type"], resource.get("Properties", {})
+    region, account = PSEUDO["AWS::Region"], PSEUDO["AWS::AccountId"]
+    if kind == "AWS::Lambda::Function" and isinstance(props.get("FunctionName"), str):
+        name = props["FunctionName"]
+        return name if attribute is None else f"arn:aws:lambda:{region}:{account}:function:{name}"
+    if kind == "AWS::StepFunctions::StateMachine" and isinstance(
+        props.get("StateMachineName"), str
+    ):
+        return f"arn:aws:states:{region}:{account}:stateMachine:{props['StateMachineName']}"
+    if kind == "AWS::IAM::Role" and attribute == "Arn":
+        return f"arn:aws:iam::{account}:role/{props.get('RoleName', logical_id)}"
+    return None
+
+
+def resolve_references(value: Any, template: dict[str, Any]) -> Any:
+    """`value` with pseudo parameters, `Fn::FindInMap`, and the `Ref`/`Fn::GetAtt` that
+    `_physical` knows replaced by strings, and each `Fn::Join` of strings joined; anything
+    else (other resources' references) is left as it was."""
+    if isinstance(value, list):
+        return [resolve_references(v, template) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Ref" and isinstance(argument, str):
+            return PSEUDO.get(argument) or _physical(template, argument, None) or value
+        if function == "Fn::GetAtt" and isinstance(argument, list) and len(argument) == 2:
+            return _physical(template, argument[0], argument[1]) or value
+        if function == "Fn::FindInMap":
+            name, key, attribute = resolve_references(argument, template)
+            if all(isinstance(part, str) for part in (name, key, attribute)):
+                return template["Mappings"][name][key][attribute]
+        if function == "Fn::Join":
+            delimiter, parts = argument
+            parts = resolve_references(parts, template)
+            if all(isinstance(part, str) for part in parts):
+                return delimiter.join(parts)
+            return {"Fn::Join": [delimiter, parts]}
+    return {k: resolve_references(v, template) for k, v in value.items()}
 
 
 def resources(template: Template, resource_type: str) -> dict[str, dict[str, Any]]:

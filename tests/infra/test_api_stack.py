@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatchcase
+from types import SimpleNamespace
 from typing import Any
 
 from aws_cdk.assertions import Match
 
 from tests.infra.synth import (
+    PSEUDO,
     Synthesized,
     function_by_handler,
     policy_statements_of_role,
@@ -148,7 +151,7 @@ def test_functions_get_the_runtime_settings(full_app: Synthesized) -> None:
     assert api["Timeout"] == 30
 
 
-def test_api_role_may_invoke_the_shadow_function_and_the_configured_endpoints_only(
+def test_api_role_may_invoke_the_shadow_function_and_sluice_endpoints_only(
     full_app: Synthesized,
 ) -> None:
     template = full_app.template("api")
@@ -164,13 +167,67 @@ def test_api_role_may_invoke_the_shadow_function_and_the_configured_endpoints_on
         }
     ]
     (sagemaker,) = [s for s in statements if s["Action"] == "sagemaker:InvokeEndpoint"]
-    assert sagemaker["Resource"]["Fn::Join"][1][-1] == ":endpoint/sluice-resnet"
+    # sluice-* covers the config file's sluice-resnet and the endpoints the API deploys.
+    assert sagemaker["Resource"]["Fn::Join"][1][-1] == ":endpoint/sluice-*"
     (start,) = [s for s in statements if s["Action"] == "states:StartExecution"]
     assert start["Resource"]["Fn::Join"][1][-1] == ":stateMachine:sluice-batch"
     (stop,) = [s for s in statements if s["Action"] == "states:StopExecution"]
     assert stop["Resource"]["Fn::Join"][1][-1] == ":execution:sluice-batch:*"
     writes = [s for s in statements if "s3:PutObject" in _as_list(s["Action"])]
     assert [w["Resource"]["Fn::Join"][1][-1] for w in writes] == ["/artifacts/*"]
+
+
+def test_api_role_may_start_batch_executions_and_stop_those_it_started(
+    default_app: Synthesized,
+) -> None:
+    from sluice.batch.orchestrators import StepFunctionsOrchestrator
+
+    account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
+    machine = f"arn:aws:states:{region}:{account}:stateMachine:sluice-batch"
+    executions = f"arn:aws:states:{region}:{account}:execution:sluice-batch:*"
+    _, api = function_by_handler(default_app.template("api"), API)
+    default_app.resolved("api").has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": Match.array_with([{"Ref": role_of(api)}]),
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like({"Action": "states:StartExecution", "Resource": machine}),
+                        Match.object_like(
+                            {"Action": "states:StopExecution", "Resource": executions}
+                        ),
+                    ]
+                )
+            },
+        },
+    )
+    # Cancelling stops the execution the orchestrator named after the job.
+    job = SimpleNamespace(id="01JB2Z6Y4XKQ3V7T9M8N5P0R1S", execution=None)
+    assert fnmatchcase(StepFunctionsOrchestrator(machine).execution_arn(job), executions)
+
+
+def test_onnx_uploads_reach_the_function_as_binary(full_app: Synthesized) -> None:
+    from sluice.api.routers.models import ONNX_BODY
+
+    # Every non-JSON body POST /api/v1/models/{name}/versions takes, and application/onnx,
+    # which it takes too: API Gateway passes them base64-encoded instead of as text.
+    uploads = {t for t in ONNX_BODY["requestBody"]["content"] if t != "application/json"}
+    assert uploads == {"application/octet-stream"}
+    template = full_app.template("api")
+    template.has_resource_properties(
+        "AWS::ApiGateway::RestApi",
+        {"BinaryMediaTypes": Match.array_with(sorted(uploads | {"application/onnx"}))},
+    )
+    # Triton's binary+json is spoken between sluice and SageMaker, never by API callers.
+    template.has_resource_properties(
+        "AWS::ApiGateway::RestApi",
+        {
+            "BinaryMediaTypes": Match.not_(
+                Match.array_with([Match.string_like_regexp("sagemaker-triton")])
+            )
+        },
+    )
 
 
 def test_authorizer_can_only_read_the_registry(full_app: Synthesized) -> None:

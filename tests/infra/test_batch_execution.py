@@ -4,7 +4,8 @@ Finalize, each task a sluice handler called in process, on DynamoDB and S3 in mo
 
 Lambda invokes are dispatched here with Lambda's own error contract: a handler that raises
 answers 200 with `FunctionError: Unhandled` and `{errorType, errorMessage}`, which is what
-the state machine's Retry and Catch match on.
+the state machine's Retry and Catch match on. moto waits out each Retry interval for real;
+here the waits are recorded instead of slept.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import threading
 import time
 import zipfile
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -21,7 +23,7 @@ import pytest
 from moto import mock_aws
 
 from sluice.batch.files import Files
-from sluice.batch.orchestrators import StepFunctionsOrchestrator
+from sluice.batch.orchestrators import TRANSIENT_ERRORS, StepFunctionsOrchestrator
 from sluice.batch.score import ChunkScorer
 from sluice.registry.dynamodb import DynamoRegistry, create_table
 from sluice.settings import Settings
@@ -66,13 +68,18 @@ class OneCallAtATime:
 
 
 class Cloud:
-    def __init__(self, container: Container, s3: Any, dynamodb: Any, sfn: Any, state_machine: str, invocations: dict[str, list[dict[str, Any]]]) -> None:
+    def __init__(self, container: Container, s3: Any, dynamodb: Any, sfn: Any, state_machine: str, invocations: dict[str, list[dict[str, Any]]], retry_waits: list[float]) -> None:
         self.container = container
         self.s3 = s3
         self.dynamodb = dynamodb
         self.sfn = sfn
         self.state_machine = state_machine
         self.invocations = invocations
+        self.retry_waits = retry_waits
+
+    def scored(self, chunk: int) -> int:
+        """How many times Score was invoked for one chunk."""
+        return sum(1 for e in self.invocations["sluice-batch-score"] if e["chunk"]["index"] == chunk)
 
     def upload(self, key: str, body: bytes, **metadata: str) -> dict[str, Any]:
         """Put an object and return the S3 event the bucket notification would send."""
@@ -114,6 +121,8 @@ def _dispatch(monkeypatch: pytest.MonkeyPatch, routes: dict[str, Callable[[dict[
 
 @pytest.fixture
 def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
     from sluice.demo import install_demo
     from sluice.domain import Principal
     from sluice.handlers import batch as handlers
@@ -159,10 +168,12 @@ def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPa
             routes[props["FunctionName"]] = getattr(handlers, task)
             invocations[props["FunctionName"]] = []
         _dispatch(monkeypatch, routes, invocations)
+        retry_waits: list[float] = []
+        monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=retry_waits.append))
         saved = handlers._container
         handlers._container = container
         try:
-            yield Cloud(container, s3, dynamodb, sfn, machine, invocations)
+            yield Cloud(container, s3, dynamodb, sfn, machine, invocations, retry_waits)
         finally:
             handlers._container = saved
 
@@ -226,11 +237,57 @@ def test_a_chunk_that_fails_marks_the_job_failed_saying_which(cloud: Cloud, monk
     (job,) = handlers.on_upload(event, LambdaContext())["jobs"]
     execution = cloud.finish(job["job_id"])
     assert execution["status"] == "FAILED"
+    # Unavailable is transient: the state machine tried the chunk again, with backoff, first.
+    assert cloud.scored(1) == 4 and len(cloud.retry_waits) == 3
     record = cloud.container.registry.get_job("acme", job["job_id"])
     assert record.status == "FAILED" and "chunks not scored: 1" in (record.error or ""), record.error
     manifest = json.loads(cloud.read(f"outbox/acme/{job['job_id']}/_manifest.json"))
     assert manifest["status"] == "FAILED" and 1 not in [p["chunk"] for p in manifest["parts"]]
     assert len(cloud.invocations["sluice-batch-mark-failed"]) == 1
+
+
+@pytest.mark.parametrize("error", TRANSIENT_ERRORS)
+def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(cloud: Cloud, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+    from sluice.handlers import batch as handlers
+
+    raised = _error_named(error)
+    real = ChunkScorer.score
+    failed: set[int] = set()
+
+    def flaky(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        if chunk.index == 0 and chunk.index not in failed:
+            failed.add(chunk.index)
+            raise raised
+        return real(self, spec, chunk)
+
+    monkeypatch.setattr(ChunkScorer, "score", flaky)
+    (job,) = handlers.on_upload(cloud.upload("inbox/acme/iris/flaky.csv", _csv(2000)), LambdaContext())["jobs"]
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "SUCCEEDED", execution
+    assert cloud.scored(0) == 2 and len(cloud.retry_waits) == 1
+    assert cloud.container.registry.get_job("acme", job["job_id"]).rows_in == 2000
+
+
+def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.errors import Forbidden
+    from sluice.handlers import batch as handlers
+
+    def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        raise Forbidden("access denied to the input")
+
+    monkeypatch.setattr(ChunkScorer, "score", denied)
+    (job,) = handlers.on_upload(cloud.upload("inbox/acme/iris/denied.csv", _csv(100)), LambdaContext())["jobs"]
+    assert cloud.finish(job["job_id"])["status"] == "FAILED"
+    assert cloud.scored(0) == 1 and cloud.retry_waits == []
+
+
+def _error_named(name: str) -> Exception:
+    """An instance of the sluice exception class a TRANSIENT_ERRORS name stands for."""
+    from sluice import errors
+    from sluice.batch import readers
+
+    cls = getattr(errors, name, None) or getattr(readers, name)
+    return cls(f"{name} in the test")
 
 
 def test_an_upload_outside_a_deployment_of_its_tenant_starts_nothing_that_runs(cloud: Cloud) -> None:

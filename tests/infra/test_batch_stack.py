@@ -70,6 +70,29 @@ def test_every_lambda_task_retries_throttling_with_backoff(definition: dict[str,
         assert _retries_transient_errors(state), state
 
 
+def test_score_retries_the_handlers_transient_errors_with_backoff(
+    definition: dict[str, Any],
+) -> None:
+    from sluice.batch import readers  # noqa: F401  (defines ChunkUnreadable)
+    from sluice.batch.orchestrators import TRANSIENT_ERRORS
+    from sluice.errors import SluiceError
+
+    processor = definition["States"]["ScoreChunks"]["ItemProcessor"]
+    retries = processor["States"][processor["StartAt"]]["Retry"]
+    # Lambda's own errors first, as before; then what the handler raises when trying again
+    # may help, named as Lambda reports it (`errorType`: the exception's class name).
+    assert set(retries[0]["ErrorEquals"]) >= TRANSIENT
+    (handler,) = [r for r in retries if set(r["ErrorEquals"]) & set(TRANSIENT_ERRORS)]
+    assert sorted(handler["ErrorEquals"]) == sorted(TRANSIENT_ERRORS)
+    assert handler["IntervalSeconds"] >= 1 and handler["BackoffRate"] > 1
+    assert handler["MaxAttempts"] >= 2 and handler["JitterStrategy"] == "FULL"
+
+    def class_names(cls: type) -> set[str]:
+        return {n for sub in cls.__subclasses__() for n in {sub.__name__} | class_names(sub)}
+
+    assert set(TRANSIENT_ERRORS) <= class_names(SluiceError)
+
+
 def test_any_failure_marks_the_job_failed_then_fails(definition: dict[str, Any]) -> None:
     states = definition["States"]
     for name in ("Plan", "ScoreChunks", "Finalize"):

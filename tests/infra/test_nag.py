@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from aws_cdk import App, Stack, Validations
 from aws_cdk import aws_s3 as s3
+from constructs import IConstruct
 from infra.nag import register_checks
 
-from constructs import IConstruct
 from tests.infra.synth import Synthesized, cdk_context
 
 

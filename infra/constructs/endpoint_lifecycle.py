@@ -1,0 +1,234 @@
+"""What the API needs to run the SageMaker endpoints it deploys at run time.
+
+`PUT /api/v1/deployments/{name}/endpoint` and friends (`sluice.services.endpoints` over
+`sluice.endpoints.sagemaker`) upload each version's Triton repository as `model.tar.gz` to
+the artifact store, create one SageMaker model per variant, an endpoint config and the
+endpoint; once it is InService they register Application Auto Scaling (a scalable target
+and a target-tracking policy per variant); they change weights and capacities, and undeploy
+removes all of it again. Every name they make starts with `sluice-` (see
+`RUNTIME_ENDPOINT_PREFIX`), which is what these grants are scoped to.
+
+- `execution_role`: the role SageMaker runs those endpoints as. It may read model archives
+  (`*.tar.gz`) in the artifact store, pull SageMaker's Triton image, write its endpoints'
+  logs and their instance metrics, and nothing else.
+- `grant_manage(role)`: the control-plane calls above, and passing the execution role to
+  SageMaker only.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.constructs.triton_endpoint import AUTOSCALING_ROLE
+from infra.constructs.triton_image import repository_arn
+from infra.nag import acknowledge, wildcard_resource
+from infra.naming import RUNTIME_ENDPOINT_PREFIX
+
+SAGEMAKER = "sagemaker.amazonaws.com"
+AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
+# Where SageMaker publishes an endpoint's instance metrics (CPU, GPU, memory, disk).
+INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
+
+# Models, endpoint configs and endpoints, as `sluice.endpoints.sagemaker` calls them. Tags go
+# on with the create calls (tag-on-create needs AddTags); DeleteTags drops the pending
+# autoscaling tag once autoscaling is registered.
+LIFECYCLE_ACTIONS = (
+    "sagemaker:CreateModel",
+    "sagemaker:DescribeModel",
+    "sagemaker:DeleteModel",
+    "sagemaker:CreateEndpointConfig",
+    "sagemaker:DescribeEndpointConfig",
+    "sagemaker:DeleteEndpointConfig",
+    "sagemaker:CreateEndpoint",
+    "sagemaker:DescribeEndpoint",
+    "sagemaker:UpdateEndpointWeightsAndCapacities",
+    "sagemaker:DeleteEndpoint",
+    "sagemaker:AddTags",
+    "sagemaker:ListTags",
+    "sagemaker:DeleteTags",
+)
+# Undeploy finds an endpoint's configs and models by name; SageMaker's List calls have no
+# resource-level permissions.
+LIST_ACTIONS = ("sagemaker:ListEndpointConfigs", "sagemaker:ListModels")
+SCALING_ACTIONS = (
+    "application-autoscaling:RegisterScalableTarget",
+    "application-autoscaling:DeregisterScalableTarget",
+    "application-autoscaling:PutScalingPolicy",
+    "application-autoscaling:DeleteScalingPolicy",
+)
+# Application Auto Scaling checks that its caller may manage the alarms of a target-tracking
+# policy, which it names `TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid>`.
+ALARM_ACTIONS = ("cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms")
+# Reads without resource-level permissions (DescribeAlarms may be asked without alarm names).
+READ_ACTIONS = (
+    "application-autoscaling:DescribeScalableTargets",
+    "application-autoscaling:DescribeScalingPolicies",
+    "cloudwatch:DescribeAlarms",
+)
+
+
+class EndpointLifecycle(Construct):
+    def __init__(
+        self, scope: Construct, id: str, *, model_bucket: s3.IBucket, store_prefix: str
+    ) -> None:
+        """`store_prefix`: the artifact store's root in `model_bucket` (`artifacts/`); the store
+        keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it."""
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        prefix = RUNTIME_ENDPOINT_PREFIX
+
+        self.execution_role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal(SAGEMAKER),
+            description="Runs the Triton containers of the SageMaker endpoints the sluice API deploys",
+        )
+        role = self.execution_role
+        archives = model_bucket.arn_for_objects(f"{store_prefix}tenants/*/sha256/*.tar.gz")
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[archives]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[repository_arn(self)],
+            )
+        )
+        # Pulling from ECR needs an authorization token, which has no resource to scope to.
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": INSTANCE_METRICS_NAMESPACE}},
+            )
+        )
+        log_groups = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"/aws/sagemaker/Endpoints/{prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogStreams",
+                ],
+                resources=[log_groups],
+            )
+        )
+        acknowledge(
+            role,
+            wildcard_resource(self, archives),
+            "SageMaker reads the model.tar.gz the API built and stored per tenant under "
+            "content-addressed keys; only GetObject, and only .tar.gz archives in the store.",
+        )
+        acknowledge(
+            role,
+            wildcard_resource(self, log_groups),
+            "The log groups and streams SageMaker writes for the endpoints the API deploys, "
+            "all named /aws/sagemaker/Endpoints/sluice-<tenant>-<deployment>-<digest>.",
+        )
+        acknowledge(
+            role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "ecr:GetAuthorizationToken and cloudwatch:PutMetricData have no resource-level "
+            "permissions; image pulls are limited to the Triton repository and metrics to "
+            "the /aws/sagemaker/Endpoints namespace by condition.",
+        )
+
+    def grant_manage(self, role: iam.IRole) -> iam.Policy:
+        """The SageMaker, Application Auto Scaling and CloudWatch calls of the endpoint
+        lifecycle, on `sluice-*` names, as a policy of its own on `role`."""
+        stack = Stack.of(self)
+        prefix = RUNTIME_ENDPOINT_PREFIX
+        sagemaker = [
+            stack.format_arn(service="sagemaker", resource=kind, resource_name=f"{prefix}*")
+            for kind in ("model", "endpoint-config", "endpoint")
+        ]
+        scalable_targets = stack.format_arn(
+            service="application-autoscaling", resource="scalable-target", resource_name="*"
+        )
+        alarms = stack.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"TargetTracking-endpoint/{prefix}*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        linked_role = stack.format_arn(
+            service="iam", region="", resource="role", resource_name=AUTOSCALING_ROLE
+        )
+        policy = iam.Policy(
+            self,
+            "ManagePolicy",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(actions=list(LIFECYCLE_ACTIONS), resources=sagemaker),
+                iam.PolicyStatement(actions=list(LIST_ACTIONS), resources=["*"]),
+                iam.PolicyStatement(
+                    actions=["iam:PassRole"],
+                    resources=[self.execution_role.role_arn],
+                    conditions={"StringEquals": {"iam:PassedToService": SAGEMAKER}},
+                ),
+                iam.PolicyStatement(
+                    actions=list(SCALING_ACTIONS),
+                    resources=[scalable_targets],
+                    conditions={
+                        "StringEquals": {
+                            "application-autoscaling:service-namespace": "sagemaker",
+                            "application-autoscaling:scalable-dimension": (
+                                "sagemaker:variant:DesiredInstanceCount"
+                            ),
+                        }
+                    },
+                ),
+                iam.PolicyStatement(actions=list(READ_ACTIONS), resources=["*"]),
+                iam.PolicyStatement(actions=list(ALARM_ACTIONS), resources=[alarms]),
+                # The first RegisterScalableTarget in an account creates Application Auto
+                # Scaling's service-linked role for SageMaker endpoints.
+                iam.PolicyStatement(
+                    actions=["iam:CreateServiceLinkedRole"],
+                    resources=[linked_role],
+                    conditions={"StringEquals": {"iam:AWSServiceName": AUTOSCALING_SERVICE}},
+                ),
+            ],
+        )
+        for arn in sagemaker:
+            acknowledge(
+                policy,
+                wildcard_resource(self, arn),
+                "The API creates, describes, re-weights and deletes SageMaker models, endpoint "
+                "configs and endpoints at run time, all named sluice-<tenant>-<deployment>-…; "
+                "no other name is reachable.",
+            )
+        acknowledge(
+            policy,
+            wildcard_resource(self, scalable_targets),
+            "Scalable targets are identified by ids Application Auto Scaling generates; the "
+            "statement is confined by condition to SageMaker variant instance counts, and "
+            "registering one also needs the sluice-* endpoint permissions above.",
+        )
+        acknowledge(
+            policy,
+            wildcard_resource(self, alarms),
+            "Target tracking creates and deletes its own alarms, named TargetTracking-endpoint/"
+            "<endpoint>/variant/<variant>-Alarm…-<uuid>; only those of sluice-* endpoints.",
+        )
+        acknowledge(
+            policy,
+            "AwsSolutions-IAM5[Resource::*]",
+            "sagemaker:ListModels and ListEndpointConfigs, Application Auto Scaling's "
+            "DescribeScalableTargets and DescribeScalingPolicies, and cloudwatch:DescribeAlarms "
+            "only read, and have no resource-level permissions to scope them by.",
+        )
+        return policy

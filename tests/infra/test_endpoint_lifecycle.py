@@ -1,0 +1,337 @@
+"""The API deploys SageMaker endpoints at run time: it may make exactly the calls
+`sluice.endpoints.sagemaker` makes, on the names it makes, and pass a role to SageMaker that
+can do no more than run those endpoints."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from fnmatch import fnmatchcase
+from typing import Any
+
+import boto3
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Match, Template
+from infra.constructs.grants import grant_invoke_endpoints
+from infra.naming import RUNTIME_ENDPOINT_PREFIX
+
+from sluice.endpoints import sagemaker as lifecycle
+from sluice.endpoints.image_uris import triton_image_uri
+from sluice.storage.base import artifact_key
+from tests.infra.synth import PSEUDO, Synthesized, function_by_handler, role_of
+
+API = "sluice.handlers.api.handler"
+ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
+ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
+ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
+CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling"}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
+    """Every Allow statement of the policies on one role, references resolved."""
+    policies = app.resolved("api").find_resources(
+        "AWS::IAM::Policy", {"Properties": {"Roles": Match.array_with([{"Ref": role_id}])}}
+    )
+    return [
+        s
+        for p in policies.values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Allow"
+    ]
+
+
+def _allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+    """Whether some statement allows `action` on `resource` (ignoring conditions)."""
+    return any(
+        action in _as_list(s["Action"])
+        and any(fnmatchcase(resource, pattern) for pattern in _as_list(s["Resource"]))
+        for s in statements
+    )
+
+
+def _calls_of_the_lifecycle() -> set[str]:
+    """IAM actions of every SageMaker and Application Auto Scaling call the module makes:
+    `self.<client>.<method>(…)`, and methods it names as strings (`getattr(client, name)`)."""
+    methods = {
+        client: boto3.client(service, region_name=REGION).meta.method_to_api_mapping
+        for client, service in CLIENTS.items()
+    }
+    actions: set[str] = set()
+    for node in ast.walk(ast.parse(inspect.getsource(lifecycle))):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr in CLIENTS
+            and node.attr in methods[node.value.attr]
+        ):
+            client = node.value.attr
+            actions.add(f"{CLIENTS[client]}:{methods[client][node.attr]}")
+        elif isinstance(node, ast.Constant) and node.value in methods["sagemaker"]:
+            actions.add(f"sagemaker:{methods['sagemaker'][node.value]}")
+    return actions
+
+
+@pytest.fixture(scope="module")
+def api_statements(full_app: Synthesized) -> list[dict[str, Any]]:
+    _, api = function_by_handler(full_app.template("api"), API)
+    return _statements(full_app, role_of(api))
+
+
+@pytest.fixture(scope="module")
+def execution_role(full_app: Synthesized) -> tuple[str, list[dict[str, Any]]]:
+    """(ARN, statements) of the role SageMaker runs the API's endpoints as."""
+    template = full_app.resolved("api")
+    (role_id,) = template.find_resources(
+        "AWS::IAM::Role",
+        {
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Statement": [
+                        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})
+                    ]
+                }
+            }
+        },
+    )
+    return f"arn:aws:iam::{ACCOUNT}:role/{role_id}", _statements(full_app, role_id)
+
+
+def test_every_name_the_service_makes_has_the_granted_prefix() -> None:
+    endpoint = lifecycle.endpoint_name("acme", "a-very-long-deployment-name-indeed")
+    names = {
+        "endpoint": endpoint,
+        "endpoint-config": lifecycle.config_name(endpoint, "f" * 64),
+        "model": lifecycle.model_name(endpoint, "primary", "0" * 64),
+    }
+    for kind, name in names.items():
+        assert name.startswith(RUNTIME_ENDPOINT_PREFIX), (kind, name)
+
+
+def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
+    api_statements: list[dict[str, Any]],
+) -> None:
+    calls = _calls_of_the_lifecycle()
+    assert {"sagemaker:CreateEndpoint", "application-autoscaling:PutScalingPolicy"} <= calls
+    endpoint = lifecycle.endpoint_name("acme", "iris")
+    resources = {
+        "sagemaker": [
+            f"{ARN}:endpoint/{endpoint}",
+            f"{ARN}:endpoint-config/{lifecycle.config_name(endpoint, 'ab' * 32)}",
+            f"{ARN}:model/{lifecycle.model_name(endpoint, 'primary', 'cd' * 32)}",
+        ],
+        "application-autoscaling": [
+            f"arn:aws:application-autoscaling:{REGION}:{ACCOUNT}:scalable-target/056a7d3e2b1f"
+        ],
+    }
+    for action in sorted(calls):
+        service = action.split(":")[0]
+        assert any(_allowed(api_statements, action, r) for r in resources[service]), action
+    # Tags travel with the create calls, which needs AddTags on what is created.
+    for resource in resources["sagemaker"]:
+        assert _allowed(api_statements, "sagemaker:AddTags", resource)
+    # Other endpoints in the account stay out of reach.
+    for action in ("sagemaker:DeleteEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"):
+        assert not _allowed(api_statements, action, f"{ARN}:endpoint/someone-elses")
+
+
+def test_scaling_writes_are_limited_to_sagemaker_variants(full_app: Synthesized) -> None:
+    _, api = function_by_handler(full_app.template("api"), API)
+    full_app.resolved("api").has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": Match.array_with([{"Ref": role_of(api)}]),
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": Match.array_with(
+                                    [
+                                        "application-autoscaling:PutScalingPolicy",
+                                        "application-autoscaling:RegisterScalableTarget",
+                                    ]
+                                ),
+                                "Condition": {
+                                    "StringEquals": {
+                                        "application-autoscaling:service-namespace": "sagemaker",
+                                        "application-autoscaling:scalable-dimension": (
+                                            "sagemaker:variant:DesiredInstanceCount"
+                                        ),
+                                    }
+                                },
+                            }
+                        ),
+                        Match.object_like(
+                            {
+                                "Action": Match.array_with(
+                                    ["cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"]
+                                ),
+                                "Resource": (
+                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
+                                    f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*"
+                                ),
+                            }
+                        ),
+                        Match.object_like(
+                            {
+                                "Action": "iam:CreateServiceLinkedRole",
+                                "Resource": (
+                                    f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/"
+                                    "sagemaker.application-autoscaling.amazonaws.com/"
+                                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+                                ),
+                                "Condition": {
+                                    "StringEquals": {
+                                        "iam:AWSServiceName": (
+                                            "sagemaker.application-autoscaling.amazonaws.com"
+                                        )
+                                    }
+                                },
+                            }
+                        ),
+                    ]
+                )
+            },
+        },
+    )
+
+
+def test_the_api_passes_the_execution_role_to_sagemaker_only(
+    full_app: Synthesized, execution_role: tuple[str, list[dict[str, Any]]]
+) -> None:
+    arn, _ = execution_role
+    template = full_app.resolved("api")
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Action": "iam:PassRole",
+                            "Effect": "Allow",
+                            "Resource": arn,
+                            "Condition": {
+                                "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}
+                            },
+                        }
+                    ]
+                )
+            }
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": API,
+            "Environment": {
+                "Variables": Match.object_like({"SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN": arn})
+            },
+        },
+    )
+
+
+def test_the_execution_role_reads_model_archives_pulls_triton_and_writes_logs_only(
+    execution_role: tuple[str, list[dict[str, Any]]],
+) -> None:
+    _, statements = execution_role
+    granted = {a for s in statements for a in _as_list(s["Action"])}
+    assert granted == {
+        "s3:GetObject",
+        "ecr:GetAuthorizationToken",
+        "ecr:BatchGetImage",
+        "ecr:GetDownloadUrlForLayer",
+        "ecr:BatchCheckLayerAvailability",
+        "logs:CreateLogGroup",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "logs:DescribeLogStreams",
+        "cloudwatch:PutMetricData",
+    }
+    # The model.tar.gz the API builds lands at the store's content-addressed key.
+    archive = f"arn:aws:s3:::{ARTIFACTS}/artifacts/" + artifact_key("acme", "ab" * 32, ".tar.gz")
+    onnx = f"arn:aws:s3:::{ARTIFACTS}/artifacts/" + artifact_key("acme", "ab" * 32, ".onnx")
+    assert _allowed(statements, "s3:GetObject", archive)
+    assert not _allowed(statements, "s3:GetObject", onnx)
+    # The image the service picks for a new endpoint is one the role may pull.
+    image = triton_image_uri(REGION, instance_type="ml.g5.xlarge", version="25.09", use_sdk=False)
+    registry, repository = image.split(":")[0].split("/", 1)
+    repository_arn = f"arn:aws:ecr:{REGION}:{registry.split('.')[0]}:repository/{repository}"
+    assert _allowed(statements, "ecr:BatchGetImage", repository_arn)
+    endpoint = lifecycle.endpoint_name("acme", "iris")
+    log_stream = (
+        f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/Endpoints/{endpoint}"
+        ":log-stream:primary/i-0123"
+    )
+    assert _allowed(statements, "logs:PutLogEvents", log_stream)
+    (metrics,) = [s for s in statements if s["Action"] == "cloudwatch:PutMetricData"]
+    assert metrics["Condition"] == {
+        "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints"}
+    }
+
+
+@pytest.mark.parametrize("handler", [API, "sluice.handlers.shadow.handler"])
+def test_the_api_and_shadow_may_invoke_every_sluice_endpoint(
+    full_app: Synthesized, handler: str
+) -> None:
+    _, function = function_by_handler(full_app.template("api"), handler)
+    statements = _statements(full_app, role_of(function))
+    for endpoint in (lifecycle.endpoint_name("acme", "iris"), "sluice-resnet"):
+        assert _allowed(statements, "sagemaker:InvokeEndpoint", f"{ARN}:endpoint/{endpoint}")
+    assert not _allowed(statements, "sagemaker:InvokeEndpoint", f"{ARN}:endpoint/other")
+
+
+def test_batch_score_may_invoke_every_sluice_endpoint(full_app: Synthesized) -> None:
+    _, score = function_by_handler(full_app.template("batch"), "sluice.handlers.batch.score")
+    full_app.resolved("batch").has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": Match.array_with([{"Ref": role_of(score)}]),
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": "sagemaker:InvokeEndpoint",
+                                "Resource": f"{ARN}:endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
+
+
+def test_endpoints_of_an_app_with_another_name_are_granted_as_well() -> None:
+    stack = Stack(App(), "Grants")
+    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    grant_invoke_endpoints(stack, role, ["prod-resnet", "sluice-bert"])
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": [
+                    Match.object_like(
+                        {
+                            "Action": "sagemaker:InvokeEndpoint",
+                            "Resource": [
+                                Match.object_like(
+                                    {"Fn::Join": ["", Match.array_with([":endpoint/sluice-*"])]}
+                                ),
+                                Match.object_like(
+                                    {"Fn::Join": ["", Match.array_with([":endpoint/prod-resnet"])]}
+                                ),
+                            ],
+                        }
+                    )
+                ]
+            }
+        },
+    )
