@@ -63,8 +63,15 @@ def test_instance_types_pick_the_gpu_or_cpu_build() -> None:
     assert [check_instance_type(t) for t in ("ml.g5.xlarge", "ml.p3.2xlarge", "ml.m5.large", "ml.c7i.xlarge")] == ["gpu", "gpu", "cpu", "cpu"]
 
 
-def test_the_sdk_answers_when_it_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A stand-in for SDK v3's `sagemaker.core.image_uris`, recording what it was asked.
+def _forget_sagemaker() -> None:
+    for name in [m for m in sys.modules if m == "sagemaker" or m.startswith("sagemaker.")]:
+        del sys.modules[name]
+
+
+def test_the_sdk_answers_when_it_is_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    # A stand-in for SDK v3's `sagemaker.core.image_uris`, recording what it was asked; it
+    # must not outlive this test in sys.modules.
+    request.addfinalizer(_forget_sagemaker)
     core = tmp_path / "sagemaker" / "core"
     core.mkdir(parents=True)
     (tmp_path / "sagemaker" / "__init__.py").write_text("")

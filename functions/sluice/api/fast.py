@@ -100,8 +100,7 @@ class FastPath:
         await response(scope, receive, send)
 
     async def _answer(self, scope: Scope, headers: Headers, raw: bytes, v2: tuple[str, str | None] | None) -> JSONResponse:
-        from sluice.api.routers.predictions import predict_core
-        from sluice.api.routers.v2 import infer_core
+        from sluice.api.predict import infer_core, predict_core
         from sluice.types.api import PredictionRequest
         from sluice.types.v2 import InferenceRequest
 
