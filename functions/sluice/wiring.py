@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.observability import Telemetry
 from sluice.services.deployments import DeploymentService
@@ -17,6 +17,8 @@ from sluice.services.shadow import ShadowRunner
 from sluice.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
@@ -54,18 +56,60 @@ def build_store(settings: Settings) -> ArtifactStore:
     raise ValueError(f"SLUICE_STORE must be file:///PATH or s3://BUCKET[/PREFIX], not {url!r}")
 
 
+class Runtimes(dict):  # type: ignore[type-arg]
+    """The runtimes by kind, each built the first time a version needs it (a Lambda that only
+    serves ONNX never imports the Triton or SageMaker clients)."""
+
+    def __init__(self, factories: dict[str, Callable[[], Runtime]], **ready: Runtime) -> None:
+        super().__init__(ready)
+        self._factories = factories
+
+    def __missing__(self, kind: str) -> Runtime:
+        factory = self._factories.get(kind)
+        if factory is None:
+            raise KeyError(kind)
+        runtime = self[kind] = factory()
+        return runtime
+
+    def get(self, kind: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[kind]
+        except KeyError:
+            return default
+
+    def __contains__(self, kind: object) -> bool:
+        return dict.__contains__(self, kind) or kind in self._factories
+
+
+def _with_runtime(runtimes: dict[str, Runtime], kind: str, runtime: Runtime) -> dict[str, Runtime]:
+    """A view of `runtimes` with one kind replaced; the rest still built on first use, once."""
+
+    class Overlay(dict):  # type: ignore[type-arg]
+        def __missing__(self, key: str) -> Runtime:
+            return runtimes[key]
+
+        def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+            return dict.get(self, key) or runtimes.get(key, default)
+
+    return Overlay({kind: runtime})
+
+
 def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
     from sluice.runtimes.onnx import OnnxRuntime
-    from sluice.runtimes.sagemaker import SageMakerRuntime
-    from sluice.runtimes.triton import TritonRuntime
 
-    return {
-        "onnx": OnnxRuntime(store, settings),
-        "triton": TritonRuntime(timeout_s=settings.request_timeout_s),
-        "sagemaker": SageMakerRuntime(
+    def triton() -> Runtime:
+        from sluice.runtimes.triton import TritonRuntime
+
+        return TritonRuntime(timeout_s=settings.request_timeout_s)
+
+    def sagemaker() -> Runtime:
+        from sluice.runtimes.sagemaker import SageMakerRuntime
+
+        return SageMakerRuntime(
             region=settings.region, endpoint_url=settings.sagemaker_endpoint_url, timeout_s=settings.request_timeout_s
-        ),
-    }
+        )
+
+    return Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
 
 
 def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
@@ -147,14 +191,14 @@ class Container:
 
         if self.files is None:
             self.files = Files(region=self.settings.region)
-        runtimes = dict(self.runtimes)
-        online = runtimes.get("onnx")
+        runtimes: dict[str, Runtime] = self.runtimes  # shared, built on first use
+        online = self.runtimes.get("onnx")
         if isinstance(online, OnnxRuntime):
             # Scoring threads are off any request loop: run ONNX inline rather than hop to
             # yet another thread per batch, on the very sessions the API has loaded.
             inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
             inline.cache = online.cache
-            runtimes["onnx"] = inline
+            runtimes = _with_runtime(self.runtimes, "onnx", inline)
         predictions = PredictionService(
             self.registry, runtimes, self.settings,
             BatchTelemetry(namespace=self.settings.metrics_namespace, service=self.settings.service_name),

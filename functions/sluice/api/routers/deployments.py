@@ -10,7 +10,7 @@ from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import JSONResponse
 from sluice.errors import BadRequest
-from sluice.types.api import (
+from sluice.types.management import (
     DeploymentChangeOut,
     DeploymentCreate,
     DeploymentOut,

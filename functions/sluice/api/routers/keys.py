@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from sluice.api.deps import AdminDep, ContainerDep
 from sluice.api.presenters import key_out
 from sluice.api.responses import JSONResponse
-from sluice.types.api import KeyCreate, KeyOut
+from sluice.types.management import KeyCreate, KeyOut
 
 router = APIRouter(prefix="/api/v1/keys", tags=["keys"])
 

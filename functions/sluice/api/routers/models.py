@@ -10,7 +10,13 @@ from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import JSONResponse
 from sluice.domain import Model, check_name
 from sluice.errors import BadRequest, Forbidden, NotFound
-from sluice.types.api import ModelCreate, ModelOut, VersionFromTriton, VersionOut, VersionPushByUri
+from sluice.types.management import (
+    ModelCreate,
+    ModelOut,
+    VersionFromTriton,
+    VersionOut,
+    VersionPushByUri,
+)
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"])
 

@@ -1,0 +1,121 @@
+"""Sluice's management API: models, versions, deployments and keys (admin scope). Apart from
+the prediction schema so the hot path does not build these models at cold start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from sluice.types.base import WireModel
+
+
+class TensorSpecOut(WireModel):
+    name: str
+    datatype: str
+    shape: list[int]
+    role: str | None = None
+    feature_names: list[str] | None = None
+
+
+class SignatureOut(WireModel):
+    inputs: list[TensorSpecOut]
+    outputs: list[TensorSpecOut]
+
+
+class ModelCreate(WireModel):
+    name: str
+    description: str = ""
+
+
+class ModelOut(WireModel):
+    name: str
+    description: str
+    created_at: float
+    created_by: str
+    latest_version: int | None = None
+
+
+class VersionPushByUri(WireModel):
+    artifact_uri: str = Field(description="s3:// (or file:// locally) URI of an ONNX file to copy in.")
+    runtime: str = Field("onnx", description="`onnx` (in process) or `sagemaker` (served by the endpoint in `config`).")
+    config: dict[str, Any] | None = Field(None, description="For `sagemaker`: endpoint_name, optional variant, target_model, max_batch_size.")
+    feature_names: list[str] | None = None
+    description: str = ""
+
+
+class VersionFromTriton(WireModel):
+    triton_url: str = Field(description="A Triton server's HTTP address, e.g. http://triton.internal:8000.")
+    model_name: str | None = Field(None, description="The model's name on that server (default: this model's name).")
+    model_version: str | None = Field(None, description="A version on that server (default: its latest).")
+    feature_names: list[str] | None = None
+    description: str = ""
+
+
+class VersionOut(WireModel):
+    model: str
+    version: int
+    runtime: str
+    artifact_uri: str
+    sha256: str
+    size_bytes: int
+    signature: SignatureOut
+    created_at: float
+    created_by: str
+
+
+class DeploymentCreate(WireModel):
+    name: str
+    model: str | None = Field(None, description="Shorthand: route everything to this model…")
+    version: int | None = Field(None, ge=1, description="…at this version (default: its latest).")
+    policy: dict[str, Any] | None = Field(None, description="A full routing policy instead of model/version.")
+    description: str = ""
+
+
+class DeploymentUpdate(WireModel):
+    model: str | None = None
+    version: int | None = Field(None, ge=1)
+    policy: dict[str, Any] | None = None
+    revision: int | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
+
+
+class DeploymentOut(WireModel):
+    name: str
+    policy: dict[str, Any]
+    revision: int
+    description: str
+    created_at: float
+    updated_at: float
+    updated_by: str
+
+
+class DeploymentChangeOut(WireModel):
+    revision: int
+    at: float
+    by: str
+    old_policy: dict[str, Any] | None
+    new_policy: dict[str, Any] | None
+
+
+class Feedback(WireModel):
+    request_id: str = Field(max_length=128)
+    reward: float = Field(ge=0, le=1, description="How good the answer was, 0 to 1.")
+
+
+class Promote(WireModel):
+    mirror: str
+
+
+class KeyCreate(WireModel):
+    scopes: list[str] = Field(default_factory=lambda: ["predict"])
+    name: str = ""
+
+
+class KeyOut(WireModel):
+    key_id: str
+    tenant: str
+    scopes: list[str]
+    name: str
+    created_at: float
+    revoked_at: float | None = None
+    key: str | None = Field(None, description="The key itself; shown once, at creation.")
