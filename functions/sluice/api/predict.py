@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from starlette.types import Scope
 
     from sluice.domain import Principal
+    from sluice.services.predictions import Prediction
     from sluice.types.api import PredictionRequest
     from sluice.types.v2 import InferenceRequest
     from sluice.wiring import Container
@@ -29,6 +30,21 @@ def pinned_version(value: str | None) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise BadRequest("model version must be a positive integer", field="version")
     return int(value)
+
+
+def _who_answered(prediction: Prediction) -> dict[str, Any]:
+    """The model, version, variant or members that answered, and how fast: both APIs say it."""
+    answer = prediction.answer
+    who: dict[str, Any] = {
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "latency_ms": prediction.latency_ms,
+    }
+    if answer.variant is not None:
+        who["variant"] = answer.variant
+    if answer.members is not None:
+        who["members"] = answer.members
+    return who
 
 
 async def predict_core(
@@ -51,17 +67,7 @@ async def predict_core(
     )
     answer = prediction.answer
     rows = present_rows(answer.signature, answer.result, return_probabilities=body.options.return_probabilities)
-    content: dict[str, Any] = {
-        "request_id": rid,
-        "deployment": resolved.deployment.name,
-        "model": answer.version.model,
-        "version": answer.version.version,
-        "latency_ms": prediction.latency_ms,
-    }
-    if answer.variant is not None:
-        content["variant"] = answer.variant
-    if answer.members is not None:
-        content["members"] = answer.members
+    content: dict[str, Any] = {"request_id": rid, "deployment": resolved.deployment.name, **_who_answered(prediction)}
     if body.batch is not None or len(rows) != 1:
         content["predictions"] = rows
     else:
@@ -113,15 +119,7 @@ async def infer_core(
         if classes is not None:
             tensor["parameters"] = {"classes": classes}
         outputs.append(tensor)
-    parameters: dict[str, Any] = {
-        "model": answer.version.model,
-        "version": answer.version.version,
-        "latency_ms": prediction.latency_ms,
-    }
-    if answer.variant is not None:
-        parameters["variant"] = answer.variant
-    if answer.members is not None:
-        parameters["members"] = answer.members
+    parameters = _who_answered(prediction)
     content = {
         "model_name": resolved.deployment.name,
         "model_version": str(answer.version.version),
