@@ -92,7 +92,7 @@ def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
+    code, _, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
     assert code == 0, err
     shown = json.loads(run(capsys, "models", "show", "iris", "--version", "1")[1])
     assert shown["runtime"] == "sagemaker"
