@@ -108,13 +108,14 @@ def _scalar(value: Any) -> Any:
     return item.decode() if isinstance(item, bytes) else item
 
 
-def _row_value(array: np.ndarray, i: int) -> Any:
-    row = array[i]
-    if isinstance(row, np.ndarray):
-        if row.size == 1:
-            return _scalar(row.reshape(-1)[0])
-        return row.tolist()
-    return _scalar(row)
+def _column(array: np.ndarray, n: int) -> list[Any]:
+    """Each row's value as plain JSON: a scalar where the row holds one element, else a list.
+    One `tolist()` for the whole array rather than one NumPy call per row."""
+    per_row = array.reshape(n, -1)
+    if per_row.shape[1] == 1:
+        column = per_row[:, 0].tolist()
+        return [_scalar(x) for x in column] if array.dtype == object else column
+    return array.reshape(n, *array.shape[1:]).tolist()
 
 
 def present_rows(
@@ -135,26 +136,32 @@ def present_rows(
         if spec.name in outputs and spec.role not in ("label", "probabilities")
     ]
     n = len(next(iter(outputs.values()))) if outputs else 0
+    if n == 0:
+        return []
     classes: list[Any] | None = None
-    if probs is not None:
+    if probs is not None and probs.ndim == 2:
         classes = result.classes.get(prob_spec.name) if prob_spec else None
         if classes is None:
-            classes = list(range(probs.shape[1])) if probs.ndim == 2 else None
-    rows: list[dict[str, Any]] = []
-    for i in range(n):
-        row: dict[str, Any] = {}
-        if label is not None:
-            row["prediction"] = _row_value(label, i)
-        elif probs is not None and classes is not None and not values:
-            row["prediction"] = _scalar(classes[int(np.argmax(probs[i]))])
-        elif len(values) == 1:
-            row["prediction"] = _row_value(outputs[values[0]], i)
-        elif values:
-            row["prediction"] = {name: _row_value(outputs[name], i) for name in values}
-        if probs is not None and classes is not None and probs.ndim == 2:
-            p = probs[i]
-            if return_probabilities:
-                row["probabilities"] = {str(_scalar(c)): float(v) for c, v in zip(classes, p, strict=False)}
-            row["confidence"] = float(p.max()) if p.size else None
-        rows.append(row)
-    return rows
+            classes = list(range(probs.shape[1]))
+    if label is not None:
+        predictions: list[Any] = _column(label, n)
+    elif classes is not None and not values:
+        predictions = [_scalar(classes[i]) for i in probs.argmax(axis=1).tolist()]  # type: ignore[union-attr]
+    elif len(values) == 1:
+        predictions = _column(outputs[values[0]], n)
+    elif values:
+        columns = {name: _column(outputs[name], n) for name in values}
+        predictions = [{name: column[i] for name, column in columns.items()} for i in range(n)]
+    else:
+        predictions = [None] * n
+    if classes is None:
+        return [{"prediction": p} for p in predictions]
+    keys = [str(_scalar(c)) for c in classes]
+    confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
+    if not return_probabilities:
+        return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
+    table = probs.tolist()  # type: ignore[union-attr]
+    return [
+        {"prediction": p, "probabilities": dict(zip(keys, row, strict=False)), "confidence": c}
+        for p, row, c in zip(predictions, table, confidence, strict=True)
+    ]
