@@ -231,7 +231,7 @@ def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:
 
     try:
         return pc.cast(array, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:  # some value does not parse, or the type cannot cast: go one by one
         pass
     parsed: list[float | None] = []
     bad: list[bool] = []
