@@ -193,63 +193,28 @@ def run(quick: bool) -> list[dict[str, Any]]:
             for subject in ("sluice (authorizer)", "sluice (API key)"):
                 ours = runs[subject]
                 tag = "auth" if "authorizer" in subject else "key"
-                overhead.append(
-                    figure(
-                        f"inprocess.{name}.b{batch}.{tag}.p50",
-                        f"{where}: p50",
-                        "µs",
-                        subject,
-                        _values(ours, "p50_us"),
-                        reference="hand-written Mangum",
-                        ref_values=_values(hand, "p50_us"),
-                        goal=GOAL_VS_HANDWRITTEN,
-                    )
+                # (suffix, label, unit, key, reference runs and name, goal, better)
+                rows = (
+                    ("p50", "p50", "µs", "p50_us", hand, "hand-written Mangum", GOAL_VS_HANDWRITTEN, "lower"),
+                    ("p99", "p99", "µs", "p99_us", hand, "hand-written Mangum", None, "lower"),
+                    ("rps", "req/s", "req/s", "rps", hand, "hand-written Mangum", None, "higher"),
+                    ("cpu", "CPU per request", "µs", "cpu_us", hand, "hand-written Mangum", None, "lower"),
+                    ("vs_floor", "p50 vs floor", "µs", "p50_us", fl, "floor (onnxruntime.run)", None, "lower"),
                 )
-                overhead.append(
-                    figure(
-                        f"inprocess.{name}.b{batch}.{tag}.p99",
-                        f"{where}: p99",
-                        "µs",
-                        subject,
-                        _values(ours, "p99_us"),
-                        reference="hand-written Mangum",
-                        ref_values=_values(hand, "p99_us"),
+                for suffix, label, unit, key, ref_runs, ref_name, goal, better in rows:
+                    overhead.append(
+                        figure(
+                            f"inprocess.{name}.b{batch}.{tag}.{suffix}",
+                            f"{where}: {label}",
+                            unit,
+                            subject,
+                            _values(ours, key),
+                            reference=ref_name,
+                            ref_values=_values(ref_runs, key),
+                            goal=goal,
+                            better=better,
+                        )
                     )
-                )
-                overhead.append(
-                    figure(
-                        f"inprocess.{name}.b{batch}.{tag}.rps",
-                        f"{where}: req/s",
-                        "req/s",
-                        subject,
-                        _values(ours, "rps"),
-                        reference="hand-written Mangum",
-                        ref_values=_values(hand, "rps"),
-                        better="higher",
-                    )
-                )
-                overhead.append(
-                    figure(
-                        f"inprocess.{name}.b{batch}.{tag}.cpu",
-                        f"{where}: CPU per request",
-                        "µs",
-                        subject,
-                        _values(ours, "cpu_us"),
-                        reference="hand-written Mangum",
-                        ref_values=_values(hand, "cpu_us"),
-                    )
-                )
-                overhead.append(
-                    figure(
-                        f"inprocess.{name}.b{batch}.{tag}.vs_floor",
-                        f"{where}: p50 vs floor",
-                        "µs",
-                        subject,
-                        _values(ours, "p50_us"),
-                        reference="floor (onnxruntime.run)",
-                        ref_values=_values(fl, "p50_us"),
-                    )
-                )
             overhead.append(
                 figure(
                     f"inprocess.{name}.b{batch}.hand.vs_floor",

@@ -80,18 +80,10 @@ class Runtimes(dict):  # type: ignore[type-arg]
     def __contains__(self, kind: object) -> bool:
         return dict.__contains__(self, kind) or kind in self._factories
 
-
-def _with_runtime(runtimes: dict[str, Runtime], kind: str, runtime: Runtime) -> dict[str, Runtime]:
-    """A view of `runtimes` with one kind replaced; the rest still built on first use, once."""
-
-    class Overlay(dict):  # type: ignore[type-arg]
-        def __missing__(self, key: str) -> Runtime:
-            return runtimes[key]
-
-        def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-            return dict.get(self, key) or runtimes.get(key, default)
-
-    return Overlay({kind: runtime})
+    def replacing(self, kind: str, runtime: Runtime) -> Runtimes:
+        """These runtimes with one kind replaced; the others still built once, here."""
+        delegates = {k: (lambda k=k: self[k]) for k in self._factories if k != kind}
+        return Runtimes(delegates, **{**{k: v for k, v in self.items() if k != kind}, kind: runtime})
 
 
 def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
@@ -191,14 +183,18 @@ class Container:
 
         if self.files is None:
             self.files = Files(region=self.settings.region)
-        runtimes: dict[str, Runtime] = self.runtimes  # shared, built on first use
+        runtimes: dict[str, Runtime] = self.runtimes
         online = self.runtimes.get("onnx")
         if isinstance(online, OnnxRuntime):
             # Scoring threads are off any request loop: run ONNX inline rather than hop to
             # yet another thread per batch, on the very sessions the API has loaded.
             inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
             inline.cache = online.cache
-            runtimes = _with_runtime(self.runtimes, "onnx", inline)
+            runtimes = (
+                self.runtimes.replacing("onnx", inline)
+                if isinstance(self.runtimes, Runtimes)
+                else {**self.runtimes, "onnx": inline}
+            )
         predictions = PredictionService(
             self.registry, runtimes, self.settings,
             BatchTelemetry(namespace=self.settings.metrics_namespace, service=self.settings.service_name),

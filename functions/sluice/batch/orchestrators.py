@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.plan import Chunk, JobSpec
-from sluice.errors import BadRequest, SluiceError, Unavailable
+from sluice.errors import SluiceError, Unavailable
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -224,12 +224,3 @@ class StepFunctionsOrchestrator:
                 raise Unavailable("the batch workflow could not be stopped; try again") from exc
         except BotoCoreError as exc:
             raise Unavailable("the batch workflow could not be stopped; try again") from exc
-
-
-def parse_orchestrator_url(url: str) -> str:
-    """`local` or `stepfunctions://ARN`: which kind; raises on anything else."""
-    if url in ("", "local"):
-        return "local"
-    if url.startswith("stepfunctions://arn:"):
-        return "stepfunctions"
-    raise BadRequest(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}", field="orchestrator")

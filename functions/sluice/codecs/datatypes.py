@@ -41,7 +41,6 @@ ONNX_TO_V2: dict[str, str] = {
 }
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64"})
-INT_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"})
 
 
 def v2_of_numpy(dtype: np.dtype) -> str:

@@ -48,7 +48,6 @@ _CONFIG_TYPES = {
     "FP64": "TYPE_FP64",
     "BYTES": "TYPE_STRING",
 }
-V2_OF_CONFIG_TYPE = {config: v2 for v2, config in _CONFIG_TYPES.items()}
 
 
 @dataclass(frozen=True, slots=True)

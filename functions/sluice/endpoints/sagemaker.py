@@ -44,7 +44,6 @@ TAG_TENANT = "sluice:tenant"
 TAG_DEPLOYMENT = "sluice:deployment"
 TAG_AUTOSCALING = "sluice:autoscaling"
 TAG_VARIANT = "sluice:variant:"
-BUSY_STATES = frozenset({"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"})
 SCALE_TO_ZERO = (
     "real-time endpoint variants keep at least 1 instance; SageMaker scales to zero only "
     "endpoints built from inference components (managed instance scaling, minimum 0) and "

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Deployment, check_name, now
-from sluice.errors import BadRequest, Conflict, NotFound, Unprocessable
+from sluice.errors import BadRequest, Conflict, Unprocessable
 from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
 from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
@@ -106,11 +106,6 @@ class DeploymentService:
     def create(self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "") -> Deployment:
         principal.require("admin")
         check_name(name, field="name")
-        try:
-            self.registry.get_deployment(principal.tenant, name)
-            raise Conflict(f"deployment '{name}' already exists", field="name")
-        except NotFound:
-            pass
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,

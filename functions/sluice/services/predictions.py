@@ -116,9 +116,6 @@ class PredictionService:
             found = self._deployments.put(key, (dep, parse_policy(dep.policy)))
         return found
 
-    def deployment(self, tenant: str, name: str) -> Deployment:
-        return self.policy(tenant, name)[0]
-
     def version(self, tenant: str, model: str, number: int) -> ModelVersion:
         key = (tenant, model, number)
         found = self._versions.get(key)
@@ -177,7 +174,7 @@ class PredictionService:
             checked=resolved.version.signature,
         )
         if variant is not None:
-            self._check_variant(resolved.node, variant, dep.tenant)
+            self._check_variant(resolved.node, variant)
         fields = {**(log_fields or {}), "deployment": dep.name}
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
@@ -224,7 +221,7 @@ class PredictionService:
     def _failed(self, fields: dict[str, Any], error: SluiceError) -> None:
         self.telemetry.failure(fields=fields, status=error.status, code=error.code)
 
-    def _check_variant(self, node: Node, variant: str, tenant: str) -> None:
+    def _check_variant(self, node: Node, variant: str) -> None:
         names = {v.name for n in walk(node) if isinstance(n, Split) for v in n.variants}
         if variant not in names:
             raise BadRequest(

@@ -74,7 +74,3 @@ class InferenceResponse(WireModel):
 class ModelReadyResponse(WireModel):
     name: str
     ready: bool
-
-
-class ErrorResponse(WireModel):
-    error: str
