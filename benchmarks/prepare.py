@@ -77,7 +77,7 @@ def make_home() -> str:
     """Register the three models as deployments of `default` and return its API key."""
     from sluice.demo import install_demo
     from sluice.domain import Principal
-    from sluice.errors import NotFound
+    from sluice.domain.errors import NotFound
     from sluice.settings import Settings
     from sluice.wiring import Container
 

@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from sluice.domain import ModelVersion
+    from sluice.domain.errors import SluiceError
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_model
-    from sluice.errors import SluiceError
     from sluice.services.models import read_signature
 
     data = MODEL.read_bytes()

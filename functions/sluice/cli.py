@@ -18,7 +18,7 @@ from sluice.cli_batch import add_batch_commands
 from sluice.cli_endpoints import add_endpoint_commands
 from sluice.cli_triton import add_triton_commands
 from sluice.domain import Principal
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
     from sluice.wiring import Container

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.jobs import FORMATS
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
+from sluice.domain.jobs import FORMATS
 
 if TYPE_CHECKING:
-    from sluice.batch.jobs import BatchJob
     from sluice.batch.orchestrators import Progress
     from sluice.domain import Principal
+    from sluice.domain.jobs import BatchJob
     from sluice.wiring import Container
 
 

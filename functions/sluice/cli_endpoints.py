@@ -17,7 +17,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import BadRequest
+from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
     from sluice.domain import Principal

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sluice.domain.errors import BadRequest
 from sluice.endpoints.local_triton import DEFAULT_HTTP_PORT
-from sluice.errors import BadRequest
 
 
 def _home() -> Path:

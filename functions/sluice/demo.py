@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import NotFound
+from sluice.domain.errors import NotFound
 
 if TYPE_CHECKING:
     from sluice.domain import Principal

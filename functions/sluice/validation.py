@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
-from sluice.errors import InvalidInput, PayloadTooLarge
+from sluice.domain.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
-    from sluice.signature import Signature, TensorSpec
+    from sluice.domain.signature import Signature, TensorSpec
 
 
 def check_shape(spec: TensorSpec, shape: tuple[int, ...], *, field: str) -> None:

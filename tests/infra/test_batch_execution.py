@@ -222,7 +222,7 @@ def test_an_upload_runs_the_synthesized_state_machine_to_the_manifest(cloud: Clo
 
 
 def test_a_chunk_that_fails_marks_the_job_failed_saying_which(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sluice.errors import Unavailable
+    from sluice.domain.errors import Unavailable
     from sluice.handlers import batch as handlers
 
     real = ChunkScorer.score
@@ -269,7 +269,7 @@ def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(cloud: Cloud
 
 
 def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sluice.errors import Forbidden
+    from sluice.domain.errors import Forbidden
     from sluice.handlers import batch as handlers
 
     def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
@@ -283,7 +283,7 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, mo
 
 def _error_named(name: str) -> Exception:
     """An instance of the sluice exception class a TRANSIENT_ERRORS name stands for."""
-    from sluice import errors
+    from sluice.domain import errors
     from sluice.batch import readers
 
     cls = getattr(errors, name, None) or getattr(readers, name)

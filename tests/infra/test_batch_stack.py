@@ -75,7 +75,7 @@ def test_score_retries_the_handlers_transient_errors_with_backoff(
 ) -> None:
     from sluice.batch import readers  # noqa: F401  (defines ChunkUnreadable)
     from sluice.batch.orchestrators import TRANSIENT_ERRORS
-    from sluice.errors import SluiceError
+    from sluice.domain.errors import SluiceError
 
     processor = definition["States"]["ScoreChunks"]["ItemProcessor"]
     retries = processor["States"][processor["StartAt"]]["Retry"]

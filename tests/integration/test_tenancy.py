@@ -85,8 +85,8 @@ def test_another_tenant_gets_not_found(
 
 def acme_batch_job(container: Any) -> str:
     """A batch job of acme's (a record only: nothing runs it)."""
-    from sluice.batch.jobs import BatchJob
-    from sluice.errors import NotFound
+    from sluice.domain.errors import NotFound
+    from sluice.domain.jobs import BatchJob
 
     try:
         return container.registry.get_job("acme", "job-acme").id

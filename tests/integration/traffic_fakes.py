@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from sluice.domain import Model, ModelVersion
-from sluice.errors import BackendError, Conflict
+from sluice.domain.errors import BackendError, Conflict
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.runtimes import InferenceResult
-from sluice.signature import Signature, TensorSpec
 
 INPUT = (TensorSpec("input", "FP32", (-1, 4)),)
 REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))

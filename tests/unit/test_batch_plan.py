@@ -11,13 +11,13 @@ import pytest
 
 from sluice.batch.columns import Feed, feed_arrays, plan_feeds
 from sluice.batch.files import Files
-from sluice.batch.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
 from sluice.batch.outputs import prediction_columns
 from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
 from sluice.batch.readers import _region
-from sluice.errors import BadRequest, Conflict, InvalidInput
+from sluice.domain.errors import BadRequest, Conflict, InvalidInput
+from sluice.domain.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.runtimes.base import InferenceResult
-from sluice.signature import Signature, TensorSpec
 
 IRIS = Signature(
     inputs=(TensorSpec("input", "FP32", (-1, 4), feature_names=("a", "b", "c", "d")),),
@@ -182,9 +182,9 @@ def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
 
 
 def test_the_errors_worth_retrying_are_sluice_server_errors() -> None:
-    import sluice.errors
+    import sluice.domain.errors
     from sluice.batch.orchestrators import TRANSIENT_ERRORS
     from sluice.batch.readers import ChunkUnreadable
 
-    known = {cls.__name__: cls for cls in vars(sluice.errors).values() if isinstance(cls, type)} | {"ChunkUnreadable": ChunkUnreadable}
+    known = {cls.__name__: cls for cls in vars(sluice.domain.errors).values() if isinstance(cls, type)} | {"ChunkUnreadable": ChunkUnreadable}
     assert all(known[name].status >= 500 for name in TRANSIENT_ERRORS)

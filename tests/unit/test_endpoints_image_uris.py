@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sluice.domain.errors import BadRequest
 from sluice.endpoints.image_uris import ACCOUNTS, REGIONS, check_instance_type, triton_image_uri
-from sluice.errors import BadRequest
 from tests.conftest import REPO
 
 if TYPE_CHECKING:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.cli_endpoints import parse_weights
+from sluice.domain.errors import BadRequest
 from sluice.endpoints.sagemaker import (
     SAGEMAKER_NAME,
     Autoscaling,
@@ -13,7 +14,6 @@ from sluice.endpoints.sagemaker import (
     model_name,
     variant_name,
 )
-from sluice.errors import BadRequest
 from sluice.services.endpoints import DeployRequest
 from sluice.services.models import sagemaker_config
 

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 
 from sluice.codecs.triton import encode_request
 from sluice.domain import ModelVersion
-from sluice.errors import (
+from sluice.domain.errors import (
     BackendError,
     BadRequest,
     DeadlineExceeded,
@@ -22,8 +22,8 @@ from sluice.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.runtimes.sagemaker import SageMakerRuntime
-from sluice.signature import Signature, TensorSpec
 
 SIGNATURE = Signature(
     inputs=(TensorSpec("x", "FP32", (-1, 2)),),

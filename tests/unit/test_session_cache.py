@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from sluice.errors import PayloadTooLarge
+from sluice.domain.errors import PayloadTooLarge
 from sluice.runtimes.onnx import SessionCache, _Entry
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sluice.errors import BadRequest
+from sluice.domain.errors import BadRequest
 from sluice.routing import Single, parse_policy
 from sluice.settings import Settings
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import Unprocessable
+from sluice.domain.errors import Unprocessable
+from sluice.domain.signature import Signature
 from sluice.services.models import read_signature
-from sluice.signature import Signature
 from tests.conftest import MODELS
 
 
@@ -42,7 +42,7 @@ def test_signature_round_trips_through_dict() -> None:
 
 
 def test_garbage_is_not_a_model() -> None:
-    from sluice.errors import InvalidInput
+    from sluice.domain.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as err:
         read_signature(b"not an onnx file")

@@ -22,8 +22,8 @@ from sluice.codecs.triton import (
     outputs_from_wire,
     serialize_bytes_tensor,
 )
-from sluice.errors import BackendError, InvalidInput
-from sluice.signature import Signature, TensorSpec
+from sluice.domain.errors import BackendError, InvalidInput
+from sluice.domain.signature import Signature, TensorSpec
 
 CLASSIFIER = Signature(
     inputs=(TensorSpec("x", "FP32", (-1, 4)),),

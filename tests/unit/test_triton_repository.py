@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sluice.domain import ModelVersion
+from sluice.domain.errors import InvalidInput
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.endpoints.repository import (
     PYTHON_MODEL,
     TritonOptions,
@@ -21,9 +23,7 @@ from sluice.endpoints.repository import (
     tarball_bytes,
 )
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV, validate_repository_tarball
-from sluice.errors import InvalidInput
 from sluice.services.models import read_signature
-from sluice.signature import Signature, TensorSpec
 from sluice.storage.folder import FolderStore
 from tests.conftest import MODELS
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sluice.errors import InvalidInput, PayloadTooLarge
-from sluice.signature import Signature, TensorSpec
+from sluice.domain.errors import InvalidInput, PayloadTooLarge
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.validation import check_inputs
 
 SIG = Signature(

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from sluice.domain import Principal
-from sluice.errors import Unauthenticated
+from sluice.domain.errors import Unauthenticated
 from sluice.wiring import Container
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from sluice.api.errors import (
     validation_error_response,
 )
 from sluice.api.responses import JSONResponse
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send

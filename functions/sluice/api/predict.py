@@ -11,7 +11,7 @@ from sluice.api.deps import request_id
 from sluice.api.responses import JSONResponse
 from sluice.codecs.plain import arrays_from_request, present_rows
 from sluice.codecs.tensors import decode_tensor, encode_tensor
-from sluice.errors import BadRequest, InvalidInput
+from sluice.domain.errors import BadRequest, InvalidInput
 
 if TYPE_CHECKING:
     from starlette.datastructures import Headers

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-    from sluice.registry import DeploymentChange
+    from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
 
 
 def model_out(model: Model, latest: int | None = None) -> dict[str, Any]:

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import pyarrow as pa
 
-    from sluice.signature import Signature
+    from sluice.domain.signature import Signature
 
 
 @dataclass(frozen=True, slots=True)

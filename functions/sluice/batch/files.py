@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from sluice.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.storage.folder import path_of_file_url
 
 if TYPE_CHECKING:

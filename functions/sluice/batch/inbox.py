@@ -13,11 +13,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
-    from sluice.batch.jobs import BatchJob
     from sluice.batch.service import BatchService
+    from sluice.domain.jobs import BatchJob
 
 log = logging.getLogger(__name__)
 TEMPORARY = (".tmp", ".part", ".crdownload", ".partial", "~")

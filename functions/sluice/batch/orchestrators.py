@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.plan import Chunk, JobSpec
-from sluice.errors import SluiceError, Unavailable
+from sluice.domain.errors import SluiceError, Unavailable
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
-    from sluice.batch.jobs import BatchJob
     from sluice.batch.runner import BatchRunner
+    from sluice.domain.jobs import BatchJob
 
 log = logging.getLogger(__name__)
 

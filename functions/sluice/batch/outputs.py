@@ -11,8 +11,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from sluice.domain.signature import Signature
     from sluice.runtimes import InferenceResult
-    from sluice.signature import Signature
 
 
 def prediction_columns(

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
-from sluice.errors import BadRequest, InvalidInput
+from sluice.domain.errors import BadRequest, InvalidInput
 
 if TYPE_CHECKING:
     from sluice.batch.files import Files, Stat
-    from sluice.batch.jobs import BatchJob
-    from sluice.signature import Signature
+    from sluice.domain.jobs import BatchJob
+    from sluice.domain.signature import Signature
 
 MAX_HEADER_BYTES = 1024 * 1024
 COUNT_THREADS = 8

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.errors import BackendError
+from sluice.domain.errors import BackendError
 
 if TYPE_CHECKING:
     import pyarrow as pa

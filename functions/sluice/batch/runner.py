@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.files import bucket_and_key, join
-from sluice.batch.jobs import ERROR_CHARS, BatchJob
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
 from sluice.domain import Principal, now
-from sluice.errors import Conflict, SluiceError
+from sluice.domain.errors import Conflict, SluiceError
+from sluice.domain.jobs import ERROR_CHARS, BatchJob
 from sluice.observability import Telemetry
 from sluice.stats.recorder import Key, StatsRecorder
 
 if TYPE_CHECKING:
     from sluice.batch.files import Files
-    from sluice.batch.jobs import ChunkResult
+    from sluice.domain.jobs import ChunkResult
     from sluice.registry import Registry
     from sluice.services.predictions import PredictionService
     from sluice.settings import Settings

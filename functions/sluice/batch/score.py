@@ -23,13 +23,13 @@ import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
 from sluice.batch.files import join
-from sluice.batch.jobs import ChunkResult
 from sluice.batch.outputs import prediction_columns
 from sluice.batch.readers import ChunkUnreadable, read_chunk
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import Principal
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
+from sluice.domain.jobs import ChunkResult
 from sluice.handlers.loop import run
 from sluice.routing import Single, Split, walk
 

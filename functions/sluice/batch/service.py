@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.batch.files import as_uri, is_s3
-from sluice.batch.jobs import BatchJob, check_format, derived_job_id, new_job_id
 from sluice.batch.plan import format_of
 from sluice.domain import Principal, check_name, now
-from sluice.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -9,7 +9,7 @@ from pydantic import Field
 from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
-    from sluice.batch.jobs import BatchJob
+    from sluice.domain.jobs import BatchJob
 
 
 class BatchJobCreate(WireModel):

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from sluice.domain.signature import Signature, TensorSpec
     from sluice.runtimes import InferenceResult
-    from sluice.signature import Signature, TensorSpec
 
 
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str) -> np.ndarray:

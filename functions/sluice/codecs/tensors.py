@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
 
 
 def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str) -> np.ndarray:

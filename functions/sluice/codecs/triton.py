@@ -17,13 +17,13 @@ import numpy as np
 import orjson
 
 from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
-from sluice.errors import BackendError, InvalidInput
-from sluice.signature import DYNAMIC
+from sluice.domain.errors import BackendError, InvalidInput
+from sluice.domain.signature import DYNAMIC
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sluice.signature import Signature
+    from sluice.domain.signature import Signature
 
 JSON_CONTENT_TYPE = "application/json"
 BINARY_JSON_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json"

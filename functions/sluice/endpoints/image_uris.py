@@ -18,7 +18,7 @@ import importlib.util
 import re
 from typing import Literal
 
-from sluice.errors import BadRequest
+from sluice.domain.errors import BadRequest
 
 FRAMEWORK = "sagemaker-tritonserver"
 REPOSITORY = "sagemaker-tritonserver"

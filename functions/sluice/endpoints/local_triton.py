@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.domain.errors import Conflict, NotFound, Unavailable
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
-from sluice.errors import Conflict, NotFound, Unavailable
 
 ENV_VARIABLE = "SLUICE_TRITON_ENV"
 DEFAULT_HTTP_PORT = 8100

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from sluice.codecs.triton import batchable, config_dims
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion
-    from sluice.signature import Signature, TensorSpec
+    from sluice.domain.signature import Signature, TensorSpec
     from sluice.storage import ArtifactStore
 
 Flavour = Literal["sagemaker", "local"]

@@ -15,7 +15,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from sluice.errors import InvalidInput
+from sluice.domain.errors import InvalidInput
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MAX_CONFIG_BYTES = 1024 * 1024

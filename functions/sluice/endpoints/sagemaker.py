@@ -24,7 +24,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.errors import BackendError, BadRequest, SluiceError, Unavailable
+from sluice.domain.errors import BackendError, BadRequest, SluiceError, Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

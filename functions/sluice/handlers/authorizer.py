@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
     APIGatewayAuthorizerResponse,
 )
 
-from sluice.errors import Unauthenticated
+from sluice.domain.errors import Unauthenticated
 from sluice.services.keys import split_key
 
 if TYPE_CHECKING:

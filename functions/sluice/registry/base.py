@@ -3,24 +3,10 @@ which is what establishes the tenant in the first place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from sluice.batch.jobs import BatchJob, ChunkResult, JobStatus
-from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentChange:
-    """One recorded change of a deployment's policy: who, when, old -> new."""
-
-    tenant: str
-    name: str
-    revision: int
-    at: float
-    by: str
-    old_policy: dict[str, Any] | None
-    new_policy: dict[str, Any] | None
+from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
 
 
 class Registry(Protocol):
@@ -68,7 +54,7 @@ class Registry(Protocol):
     def list_api_keys(self, tenant: str) -> list[ApiKey]: ...
     def revoke_api_key(self, tenant: str, key_id: str) -> ApiKey: ...
 
-    # Batch jobs. Status moves are checked (`sluice.batch.jobs.MOVES`); a terminal job refuses
+    # Batch jobs. Status moves are checked (`sluice.domain.jobs.MOVES`); a terminal job refuses
     # every change with Conflict. Lists come newest first.
     def create_job(self, job: BatchJob) -> BatchJob: ...
     def get_job(self, tenant: str, job_id: str) -> BatchJob: ...
@@ -76,7 +62,7 @@ class Registry(Protocol):
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
     ) -> BatchJob:
-        """Set `fields` (names in `sluice.batch.jobs.UPDATABLE`) and move to `status`."""
+        """Set `fields` (names in `sluice.domain.jobs.UPDATABLE`) and move to `status`."""
         ...
 
     def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.batch.jobs import BatchJob
-from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-from sluice.registry.base import DeploymentChange
-from sluice.signature import Signature
+from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+from sluice.domain.jobs import BatchJob
+from sluice.domain.signature import Signature
 
 
 def version_to_dict(v: ModelVersion) -> dict[str, Any]:

@@ -60,11 +60,17 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
-from sluice.domain import ApiKey, Deployment, Model, ModelVersion, now
-from sluice.errors import BackendError, BadRequest, Conflict, NotFound, SluiceError, Unavailable
+from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion, now
+from sluice.domain.errors import (
+    BackendError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    SluiceError,
+    Unavailable,
+)
+from sluice.domain.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
 from sluice.registry import codec
-from sluice.registry.base import DeploymentChange
 
 if TYPE_CHECKING:
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer

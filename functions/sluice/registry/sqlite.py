@@ -10,11 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sluice.batch.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
-from sluice.domain import ApiKey, Deployment, Model, ModelVersion, now
-from sluice.errors import Conflict, NotFound
+from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion, now
+from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.jobs import UPDATABLE, BatchJob, ChunkResult, JobStatus, check_move
 from sluice.registry import codec
-from sluice.registry.base import DeploymentChange
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS models (

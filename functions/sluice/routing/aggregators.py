@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.errors import BackendError
+from sluice.domain.errors import BackendError
 from sluice.runtimes.base import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sluice.signature import Signature
+    from sluice.domain.signature import Signature
 
 CLASSIFIER_ONLY = frozenset({"majority", "soft_vote"})
 

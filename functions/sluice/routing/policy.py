@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sluice.domain import check_name
-from sluice.errors import BadRequest
+from sluice.domain.errors import BadRequest
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import numpy as np
 
-    from sluice.domain import ModelVersion
-    from sluice.signature import Signature
-
-
-@dataclass(slots=True)
-class InferenceResult:
-    outputs: dict[str, np.ndarray]
-    # Column labels of probability outputs that arrived as maps (skl2onnx's ZipMap).
-    classes: dict[str, list[int | str]] = field(default_factory=dict)
+    from sluice.domain.objects import ModelVersion
+    from sluice.domain.signature import Signature
 
 
 class Runtime(Protocol):

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.errors import BackendError, InvalidInput, PayloadTooLarge
+from sluice.domain.errors import BackendError, InvalidInput, PayloadTooLarge
 from sluice.runtimes.base import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sluice.domain import ModelVersion
+    from sluice.domain.signature import Signature
     from sluice.settings import Settings
-    from sluice.signature import Signature
     from sluice.storage import ArtifactStore
 
 
@@ -203,7 +203,7 @@ class OnnxRuntime:
         self.cache.discard(version.sha256)
 
     async def metadata(self, version: ModelVersion) -> Signature:
-        from sluice.signature import signature_from_session
+        from sluice.runtimes.onnx_signature import signature_from_session
 
         entry = await asyncio.to_thread(self._entry, version)
         return signature_from_session(entry.session)

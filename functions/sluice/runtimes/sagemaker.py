@@ -33,7 +33,7 @@ from sluice.codecs.triton import (
     inputs_for_wire,
     outputs_from_wire,
 )
-from sluice.errors import (
+from sluice.domain.errors import (
     BackendError,
     BadRequest,
     DeadlineExceeded,
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sluice.domain import ModelVersion
-    from sluice.signature import Signature
+    from sluice.domain.signature import Signature
 
 log = logging.getLogger(__name__)
 

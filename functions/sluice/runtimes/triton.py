@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from sluice.codecs.datatypes import v2_of_numpy
-from sluice.errors import (
+from sluice.domain.errors import (
     BackendError,
     BadRequest,
     DeadlineExceeded,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sluice.domain import ModelVersion
-    from sluice.signature import OutputRole, Signature
+    from sluice.domain.signature import OutputRole, Signature
 
 log = logging.getLogger(__name__)
 _INPUT_NAME = re.compile(r"input '([^']+)'")
@@ -266,7 +266,7 @@ class TritonRuntime:
         self._layouts.pop((target.url, target.model, target.model_version), None)
 
     async def metadata(self, version: ModelVersion) -> Signature:
-        from sluice.signature import Signature, TensorSpec
+        from sluice.domain.signature import Signature, TensorSpec
 
         target = TritonTarget.of(version)
         layout = await self._layout(target)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Deployment, check_name, now
-from sluice.errors import BadRequest, Conflict, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
 from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
@@ -15,10 +15,10 @@ from sluice.stats.verdicts import comparison, traffic
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sluice.domain import Principal
-    from sluice.registry import DeploymentChange, Registry
+    from sluice.domain import DeploymentChange, Principal
+    from sluice.domain.signature import Signature
+    from sluice.registry import Registry
     from sluice.routing.policy import Node
-    from sluice.signature import Signature
     from sluice.stats.recorder import StatsRecorder
 
 MAX_GRAPH_DEPTH = 8

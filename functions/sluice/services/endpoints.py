@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import ModelVersion
+from sluice.domain.errors import (
+    BadRequest,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    Unprocessable,
+)
 from sluice.endpoints.image_uris import check_instance_type, triton_image_uri
 from sluice.endpoints.sagemaker import (
     MAX_VARIANTS,
@@ -41,7 +49,6 @@ from sluice.endpoints.sagemaker import (
     model_name,
     variant_name,
 )
-from sluice.errors import BadRequest, Conflict, InvalidInput, NotFound, Unavailable, Unprocessable
 from sluice.routing import Ensemble, Shadow, Single, Split, parse_policy, walk
 from sluice.services.models import require_found
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from sluice.caching import TTLCache
 from sluice.domain import SCOPES, ApiKey, Principal, check_name
-from sluice.errors import BadRequest, Unauthenticated
+from sluice.domain.errors import BadRequest, Unauthenticated
 
 if TYPE_CHECKING:
     from sluice.registry import Registry

@@ -6,7 +6,14 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Model, ModelVersion, check_name
-from sluice.errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unprocessable
+from sluice.domain.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    Unprocessable,
+)
 from sluice.routing import parse_policy, referenced_versions
 
 if TYPE_CHECKING:
@@ -21,7 +28,7 @@ MAX_ARTIFACT_BYTES = 2 * 1024**3
 
 def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
     from sluice.runtimes.onnx import build_session
-    from sluice.signature import signature_from_session
+    from sluice.runtimes.onnx_signature import signature_from_session
 
     return signature_from_session(build_session(data), feature_names)
 
@@ -99,8 +106,8 @@ class ModelService:
         import contextlib
         import dataclasses
 
+        from sluice.domain.signature import Signature
         from sluice.runtimes.triton import TritonRuntime, TritonTarget
-        from sluice.signature import Signature
 
         principal.require("admin")
         check_name(name, field="name")

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import TTLCache
-from sluice.errors import BackendError, BadRequest, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.errors import (
+    BackendError,
+    BadRequest,
+    DeadlineExceeded,
+    SluiceError,
+    Unavailable,
+)
 from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
@@ -24,12 +30,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from sluice.domain import Deployment, ModelVersion, Principal
+    from sluice.domain.signature import Signature
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.routing.policy import Node
     from sluice.runtimes import InferenceResult, Runtime
     from sluice.settings import Settings
-    from sluice.signature import Signature
 
 MAX_REF_DEPTH = 8
 

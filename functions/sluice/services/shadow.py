@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sluice.errors import SluiceError
+from sluice.domain.errors import SluiceError
 from sluice.routing import parse_policy
 from sluice.runtimes import InferenceResult
 from sluice.shadow.compare import compare

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from sluice.codecs.datatypes import numpy_of_v2, v2_of_numpy
-from sluice.signature import Signature
+from sluice.domain.signature import Signature
 
 
 def encode_arrays(arrays: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.errors import BackendError
+from sluice.domain.errors import BackendError
 
 
 @dataclass(frozen=True, slots=True)

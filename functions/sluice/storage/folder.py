@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
-from sluice.errors import BadRequest, Forbidden, NotFound
+from sluice.domain.errors import BadRequest, Forbidden, NotFound
 from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
 
 

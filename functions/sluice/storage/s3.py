@@ -21,7 +21,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from sluice.errors import BackendError, BadRequest, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import (
+    BackendError,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    SluiceError,
+    Unavailable,
+)
 from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from sluice.wiring import Container
 from tests.conftest import MODELS
 
 if TYPE_CHECKING:
-    from sluice.batch.jobs import BatchJob
     from sluice.domain import Principal
+    from sluice.domain.jobs import BatchJob
 
 FEATURES = ("sepal_length", "sepal_width", "petal_length", "petal_width")
 

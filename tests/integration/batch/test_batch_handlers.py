@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sluice.batch.jobs import BatchJob
+from sluice.domain.jobs import BatchJob
 from sluice.handlers import batch as handlers
 from tests.conftest import EVENTS
 from tests.integration.batch.conftest import iris_rows, write_input

@@ -15,7 +15,7 @@ from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.plan import Chunk, JobSpec
 from sluice.batch.runner import JobNotRunning
 from sluice.batch.score import ChunkScorer
-from sluice.errors import Unavailable
+from sluice.domain.errors import Unavailable
 from sluice.handlers.loop import run
 from tests.integration.batch.conftest import (
     FEATURES,

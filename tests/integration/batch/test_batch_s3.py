@@ -15,7 +15,7 @@ from moto import mock_aws
 from sluice.batch.files import Files
 from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.plan import JobSpec
-from sluice.errors import Conflict
+from sluice.domain.errors import Conflict
 from sluice.wiring import Container
 from tests.integration.batch.conftest import iris_rows, write_input
 

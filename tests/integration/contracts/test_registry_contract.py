@@ -11,11 +11,11 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from sluice.batch.jobs import BatchJob, ChunkResult
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-from sluice.errors import Conflict, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import Conflict, NotFound, SluiceError, Unavailable
+from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
-from sluice.signature import Signature, TensorSpec
 
 if TYPE_CHECKING:
     from sluice.registry import Registry

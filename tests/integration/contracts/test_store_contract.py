@@ -8,7 +8,14 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from sluice.errors import BackendError, BadRequest, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import (
+    BackendError,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    SluiceError,
+    Unavailable,
+)
 from sluice.storage.base import sha256_hex
 from sluice.storage.s3 import S3Store, parse_s3_url
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from sluice.domain import ModelVersion
+from sluice.domain.errors import Unavailable
 from sluice.endpoints import local_triton
 from sluice.endpoints.repository import TritonOptions, build_model
-from sluice.errors import Unavailable
 from sluice.services.models import read_signature
 
 if TYPE_CHECKING:

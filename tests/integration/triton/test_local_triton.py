@@ -12,8 +12,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
+from sluice.domain.errors import (
+    Conflict,
+    DeadlineExceeded,
+    InvalidInput,
+    PayloadTooLarge,
+    Unavailable,
+)
 from sluice.endpoints import local_triton
-from sluice.errors import Conflict, DeadlineExceeded, InvalidInput, PayloadTooLarge, Unavailable
 from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.runtimes.triton import TritonRuntime
 from tests.integration.triton.conftest import in_process, make_version

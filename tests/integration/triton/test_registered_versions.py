@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.domain import Principal
+from sluice.domain.errors import BadRequest
 from sluice.endpoints.repository import build_repository
-from sluice.errors import BadRequest
 from sluice.services.models import read_signature
 from sluice.settings import Settings
 from sluice.wiring import Container

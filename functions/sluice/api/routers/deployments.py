@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import JSONResponse
-from sluice.errors import BadRequest
+from sluice.domain.errors import BadRequest
 from sluice.types.management import (
     DeploymentChangeOut,
     DeploymentCreate,

@@ -9,7 +9,7 @@ from sluice.api.deps import AdminDep, ContainerDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import JSONResponse
 from sluice.domain import Model, check_name
-from sluice.errors import BadRequest, Forbidden, NotFound
+from sluice.domain.errors import BadRequest, Forbidden, NotFound
 from sluice.types.management import (
     ModelCreate,
     ModelOut,

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sluice.errors import BadRequest, Forbidden
-from sluice.signature import Signature
+from sluice.domain.errors import BadRequest, Forbidden
+from sluice.domain.signature import Signature
 
 RuntimeKind = Literal["onnx", "sagemaker", "triton"]
 RUNTIME_KINDS: tuple[str, ...] = ("onnx", "sagemaker", "triton")
@@ -101,3 +101,16 @@ class ApiKey:
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentChange:
+    """One recorded change of a deployment's policy: who, when, old -> new."""
+
+    tenant: str
+    name: str
+    revision: int
+    at: float
+    by: str
+    old_policy: dict[str, Any] | None
+    new_policy: dict[str, Any] | None

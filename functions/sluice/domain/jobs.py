@@ -13,8 +13,8 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from sluice.domain import now
-from sluice.errors import BadRequest, Conflict
+from sluice.domain.errors import BadRequest, Conflict
+from sluice.domain.objects import now
 
 JobStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
 Format = Literal["parquet", "csv", "jsonl"]

@@ -1,0 +1,64 @@
+"""The domain at the bottom: what sluice stores and computes, importing nothing else of sluice.
+
+Registry, batch, services and every entry point import it; it imports none of them.
+"""
+
+from sluice.domain.errors import (
+    BackendError,
+    BadRequest,
+    Conflict,
+    DeadlineExceeded,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    SluiceError,
+    Unauthenticated,
+    Unavailable,
+    Unprocessable,
+)
+from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.objects import (
+    RUNTIME_KINDS,
+    SCOPES,
+    ApiKey,
+    Deployment,
+    DeploymentChange,
+    Model,
+    ModelVersion,
+    Principal,
+    check_name,
+    now,
+)
+from sluice.domain.results import InferenceResult
+from sluice.domain.signature import Signature, TensorSpec
+
+__all__ = [
+    "RUNTIME_KINDS",
+    "SCOPES",
+    "ApiKey",
+    "BackendError",
+    "BadRequest",
+    "BatchJob",
+    "ChunkResult",
+    "Conflict",
+    "DeadlineExceeded",
+    "Deployment",
+    "DeploymentChange",
+    "Forbidden",
+    "InferenceResult",
+    "InvalidInput",
+    "Model",
+    "ModelVersion",
+    "NotFound",
+    "PayloadTooLarge",
+    "Principal",
+    "Signature",
+    "SluiceError",
+    "TensorSpec",
+    "Unauthenticated",
+    "Unavailable",
+    "Unprocessable",
+    "check_name",
+    "now",
+]

@@ -1,0 +1,75 @@
+"""What a model version takes and gives: tensor names, v2 datatypes and shapes.
+
+Read from the ONNX graph when a version is pushed, stored with the version, and used to
+validate every request before it reaches a runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+DYNAMIC = -1
+OutputRole = Literal["label", "probabilities", "value"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]  # -1 marks a dynamic dimension
+    role: OutputRole | None = None  # outputs only: how plain JSON presents it
+    feature_names: tuple[str, ...] | None = None  # inputs only: column names of the last axis
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["shape"] = list(self.shape)
+        if self.feature_names is not None:
+            data["feature_names"] = list(self.feature_names)
+        return {k: v for k, v in data.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TensorSpec:
+        names = data.get("feature_names")
+        return cls(
+            name=data["name"],
+            datatype=data["datatype"],
+            shape=tuple(int(d) for d in data["shape"]),
+            role=data.get("role"),
+            feature_names=tuple(names) if names is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.inputs if spec.name == name), None)
+
+    def output(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.outputs if spec.name == name), None)
+
+    def output_with_role(self, role: OutputRole) -> TensorSpec | None:
+        return next((spec for spec in self.outputs if spec.role == role), None)
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.output_with_role("label") is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": [spec.to_dict() for spec in self.inputs],
+            "outputs": [spec.to_dict() for spec in self.outputs],
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Signature:
+        return cls(
+            inputs=tuple(TensorSpec.from_dict(d) for d in data["inputs"]),
+            outputs=tuple(TensorSpec.from_dict(d) for d in data["outputs"]),
+            metadata=dict(data.get("metadata") or {}),
+        )
