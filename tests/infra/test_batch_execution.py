@@ -283,8 +283,8 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, mo
 
 def _error_named(name: str) -> Exception:
     """An instance of the sluice exception class a TRANSIENT_ERRORS name stands for."""
-    from sluice.domain import errors
     from sluice.batch import readers
+    from sluice.domain import errors
 
     cls = getattr(errors, name, None) or getattr(readers, name)
     return cls(f"{name} in the test")
