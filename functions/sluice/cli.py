@@ -246,43 +246,24 @@ def cmd_deployments_promote(args: argparse.Namespace) -> int:
 
 # predict ------------------------------------------------------------------------------
 def cmd_predict(args: argparse.Namespace) -> int:
-    from sluice.codecs.plain import arrays_from_request, present_rows
+    from sluice.api.present import plain_body
+    from sluice.domain.requests import PredictionRequest, RowInputs
 
     given = {k: _load_json_arg(v, k) for k in ("inputs", "features", "batch") if (v := getattr(args, k))}
     if len(given) != 1:
         raise SluiceError("give exactly one of --inputs, --features or --batch", field="inputs")
     container = _container()
-    service = container.predictions
-    resolved = service.resolve(_operator(args), args.deployment, version=args.version)
-    arrays = service.check(resolved, arrays_from_request(resolved.version.signature, **given))
-    async def run() -> Any:
-        prediction = await service.infer(
-            resolved, arrays, routing=lambda _: args.routing_key, variant=args.variant
-        )
-        for job in prediction.mirrors:
-            await container.mirror.submit(job)  # type: ignore[union-attr]
-        return prediction
-
-    prediction = asyncio.run(run())
+    request = PredictionRequest(
+        deployment=args.deployment,
+        inputs=RowInputs(**given),
+        version=args.version,
+        variant=args.variant,
+        routing_key=args.routing_key,
+    )
+    prediction = asyncio.run(container.predictions.predict(_operator(args), request))
     container.mirror.drain()  # type: ignore[union-attr]  # a short-lived process: let mirrors finish
-    service.stats.flush()
-    answer = prediction.answer
-    rows = present_rows(answer.signature, answer.result)
-    out: dict[str, Any] = {
-        "deployment": resolved.deployment.name,
-        "model": answer.version.model,
-        "version": answer.version.version,
-        "latency_ms": prediction.latency_ms,
-    }
-    if answer.variant:
-        out["variant"] = answer.variant
-    if answer.members:
-        out["members"] = answer.members
-    if "batch" in given or len(rows) != 1:
-        out["predictions"] = rows
-    else:
-        out.update(rows[0])
-    _print_json(out)
+    container.predictions.stats.flush()
+    _print_json(plain_body(prediction, several="batch" in given))
     return 0
 
 

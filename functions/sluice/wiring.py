@@ -158,6 +158,7 @@ class Container:
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)
+        self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
         self.deployments = DeploymentService(
             self.registry,
             on_change=self.predictions.forget,

@@ -130,25 +130,25 @@ def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Conta
     }
     with TestClient(create_app(demo)) as client:
         assert deploy(client, keys["acme"], "sh", policy).status_code == 201
-        # The server side: infer returns before any mirror runs (they go after the response).
+        # The server side: the one call returns once the mirrors are handed off, not run.
         import asyncio
 
         from sluice.domain import Principal
+        from sluice.domain.requests import ArrayInputs, PredictionRequest
 
         principal = Principal("acme", frozenset({"predict"}), "t")
-        service = demo.predictions
-        resolved = service.resolve(principal, "sh")
+        request = PredictionRequest("sh", ArrayInputs({"input": __import__("numpy").ones((1, 4), dtype="float32")}))
         started = time.perf_counter()
-        prediction = asyncio.run(service.infer(resolved, service.check(resolved, {"input": __import__("numpy").ones((1, 4))})))
+        prediction = asyncio.run(demo.predictions.predict(principal, request))
         assert time.perf_counter() - started < 0.3
         assert prediction.result.outputs["y"].tolist() == [[1.0]]
-        assert [job.mirror for job in prediction.mirrors] == ["slow", "bad"]
-        assert fake.calls == ["prim:1"]
+        assert prediction.mirrored == 2
+        assert fake.calls[0] == "prim:1"
         # Over HTTP the answer is the primary's, untouched by the failing mirror.
         body = predict(client, keys["acme"], "sh").json()
         assert body["prediction"] == 1.0 and body["model"] == "prim"
     stats = demo.deployments.stats(principal_admin(), "sh")
-    assert stats["mirrors"]["bad"]["errors"] == 1 and stats["mirrors"]["slow"]["requests"] == 1
+    assert stats["mirrors"]["bad"]["errors"] == 2 and stats["mirrors"]["slow"]["requests"] == 2  # both calls mirrored
     assert stats["mirrors"]["slow"]["latency_ms"]["p50"] >= 500
 
 
@@ -240,20 +240,20 @@ def test_ensemble_of_real_models_on_the_api(client: TestClient, keys: dict[str, 
 @pytest.mark.parametrize(
     ("policy", "status", "field"),
     [
-        ({"kind": "split", "variants": [{"name": "a", "weight": 0, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants"),
-        ({"kind": "split", "variants": [{"name": "a", "weight": -1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants.0.weight"),
-        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.variants.1.name"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 0, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.variants"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": -1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.variants.0.weight"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.variants.1.name"),
         ({"kind": "single", "model": "iris", "version": 99}, 422, "policy"),
         ({"kind": "ref", "deployment": "ghost"}, 422, "policy"),
         ({"kind": "ensemble", "aggregator": "majority", "members": [{"name": "a", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
         ({"kind": "ensemble", "aggregator": "mean", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "target": {"kind": "single", "model": "diabetes", "version": 1}}]}, 422, "policy.aggregator"),
         ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "ref", "deployment": "diabetes"}}]}, 422, "policy"),
-        ({"kind": "ensemble", "aggregator": "vote", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.aggregator"),
-        ({"kind": "ensemble", "aggregator": "mean", "min_members": 3, "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.min_members"),
-        ({"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "m", "sample_percent": 150, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 400, "policy.mirrors.0.sample_percent"),
-        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "split", "variants": [{"name": "b", "weight": 1, "target": {"kind": "split", "variants": [{"name": "c", "weight": 1, "target": {"kind": "split", "variants": [{"name": "d", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}}]}}]}}]}, 400, "policy.variants.0.target.variants.0.target.variants.0.target.variants.0.target"),
-        ({"kind": "teleport"}, 400, "policy.kind"),
-        ({"kind": "split", "variants": [{"name": "a", "weight": 1}]}, 400, "policy.variants.0.target"),
+        ({"kind": "ensemble", "aggregator": "vote", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.aggregator"),
+        ({"kind": "ensemble", "aggregator": "mean", "min_members": 3, "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.min_members"),
+        ({"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "m", "sample_percent": 150, "target": {"kind": "single", "model": "iris", "version": 1}}]}, 422, "policy.mirrors.0.sample_percent"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": {"kind": "split", "variants": [{"name": "b", "weight": 1, "target": {"kind": "split", "variants": [{"name": "c", "weight": 1, "target": {"kind": "split", "variants": [{"name": "d", "weight": 1, "target": {"kind": "single", "model": "iris", "version": 1}}]}}]}}]}}]}, 422, "policy.variants.0.target.variants.0.target.variants.0.target.variants.0.target"),
+        ({"kind": "teleport"}, 422, "policy.kind"),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1}]}, 422, "policy.variants.0.target"),
     ],
 )
 def test_graph_validation_rejects_bad_policies(client: TestClient, keys: dict[str, str], policy: dict, status: int, field: str) -> None:

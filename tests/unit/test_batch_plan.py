@@ -168,13 +168,16 @@ def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
 
     scorer = ChunkScorer(None, Files(), infer_rows=4096, read_rows=65536, max_request_bytes=1024 * 1024)  # type: ignore[arg-type]
     wide = [Feed("input", tuple(f"f{i}" for i in range(256)), "FP32", stacked=True)]
-    from sluice.routing import Single
+    from sluice.domain.policy import Single
 
     def resolved(runtime: str) -> SimpleNamespace:
-        single = Single("m", 1)
+        single = Single(model="m", version=1)
         return SimpleNamespace(version=SimpleNamespace(runtime=runtime), node=single, deployment=SimpleNamespace(tenant="t"))
 
-    scorer.predictions = SimpleNamespace(version=lambda tenant, model, number: SimpleNamespace(runtime="onnx"))  # type: ignore[assignment]
+    async def version_of(tenant: str, model: str, number: int) -> SimpleNamespace:
+        return SimpleNamespace(runtime="onnx")
+
+    scorer.predictions = SimpleNamespace(version_of=version_of)  # type: ignore[assignment]
     endpoint, in_process = resolved("sagemaker"), resolved("onnx")
     assert scorer._rows_per_call(endpoint, wide) == 1024  # 1 MiB / (256 x 4 bytes)
     assert scorer._rows_per_call(in_process, wide) == 4096

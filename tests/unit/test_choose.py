@@ -7,15 +7,15 @@ from collections import Counter
 
 import pytest
 
+from sluice.domain.policy import Bandit, Single, Variant
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
-from sluice.routing.policy import Bandit, Single, Variant
 
-NODE = Single("m", 1)
+NODE = Single(model="m", version=1)
 KEYS = [f"user-{i}" for i in range(20_000)]
 
 
 def variants(*weights: float) -> list[Variant]:
-    return [Variant(name, w, NODE) for name, w in zip("abcdef", weights, strict=False)]
+    return [Variant(name=name, weight=w, target=NODE) for name, w in zip("abcdef", weights, strict=False)]
 
 
 def test_the_same_key_lands_on_the_same_variant() -> None:
@@ -58,20 +58,20 @@ def test_zero_weight_never_wins_and_random_choice_follows_weights() -> None:
 def test_thompson_sampling_favours_the_better_variant() -> None:
     rng = random.Random(2)
     rewards = {"a": (200, 40.0), "b": (200, 160.0)}
-    picks = Counter(bandit_pick(variants(1, 1), Bandit("thompson"), rewards, rng).name for _ in range(2000))
+    picks = Counter(bandit_pick(variants(1, 1), Bandit(algorithm="thompson"), rewards, rng).name for _ in range(2000))
     assert picks["b"] > 0.95 * 2000
     # With no evidence both are explored.
-    fresh = Counter(bandit_pick(variants(1, 1), Bandit("thompson"), {}, rng).name for _ in range(2000))
+    fresh = Counter(bandit_pick(variants(1, 1), Bandit(algorithm="thompson"), {}, rng).name for _ in range(2000))
     assert 0.4 < fresh["a"] / 2000 < 0.6
 
 
 def test_epsilon_greedy_exploits_and_explores() -> None:
     rng = random.Random(3)
     rewards = {"a": (100, 10.0), "b": (100, 90.0), "c": (100, 50.0)}
-    picks = Counter(bandit_pick(variants(1, 1, 1), Bandit("epsilon_greedy", 0.3), rewards, rng).name for _ in range(6000))
+    picks = Counter(bandit_pick(variants(1, 1, 1), Bandit(algorithm="epsilon_greedy", epsilon=0.3), rewards, rng).name for _ in range(6000))
     assert picks["b"] / 6000 == pytest.approx(0.7 + 0.1, abs=0.03)
     assert picks["a"] / 6000 == pytest.approx(0.1, abs=0.02)
-    unseen = bandit_pick(variants(1, 1), Bandit("epsilon_greedy", 0.0), {"a": (10, 9.0)}, rng)
+    unseen = bandit_pick(variants(1, 1), Bandit(algorithm="epsilon_greedy", epsilon=0.0), {"a": (10, 9.0)}, rng)
     assert unseen.name == "b"  # an unseen variant is tried first
 
 

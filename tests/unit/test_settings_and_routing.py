@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sluice.domain.errors import BadRequest
-from sluice.routing import Single, parse_policy
+from sluice.domain.errors import InvalidRequest
+from sluice.domain.policy import Single, parse_policy
 from sluice.settings import Settings
 
 
@@ -24,7 +24,7 @@ def test_local_defaults_live_under_home(tmp_path: object) -> None:
 
 
 def test_single_policy_parses() -> None:
-    assert parse_policy({"kind": "single", "model": "iris", "version": 2}) == Single("iris", 2)
+    assert parse_policy({"kind": "single", "model": "iris", "version": 2}) == Single(model="iris", version=2)
 
 
 @pytest.mark.parametrize(
@@ -38,6 +38,6 @@ def test_single_policy_parses() -> None:
     ],
 )
 def test_bad_policies_name_the_field(policy: object, field: str) -> None:
-    with pytest.raises(BadRequest) as err:
+    with pytest.raises(InvalidRequest) as err:
         parse_policy(policy)
     assert err.value.field == field

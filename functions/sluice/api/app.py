@@ -8,7 +8,8 @@ from fastapi import FastAPI
 
 from sluice import __version__
 from sluice.api import errors
-from sluice.api.fast import FastPath
+from sluice.api.deps import container_of, principal_of
+from sluice.api.edge import BodyLimit, Edge, openapi_routes
 from sluice.api.responses import JSONResponse
 
 if TYPE_CHECKING:
@@ -23,17 +24,24 @@ or the **Open Inference Protocol v2** (`/v2/models/{deployment}/infer`). Authent
 """
 
 
-ROUTERS = ("health", "predictions", "v2", "models", "deployments", "endpoints", "keys", "batch")
+ROUTERS = ("health", "v2", "models", "deployments", "endpoints", "keys", "batch")
+
+
+def _hot_routes() -> list[Any]:
+    from sluice.api.predict import hot_routes
+
+    return hot_routes()
 
 
 class SluiceApp(FastAPI):
-    """FastAPI with the hot routes answered before its middleware and routing (see api.fast).
+    """FastAPI behind the edge (`sluice.api.edge`): every body bounded, every principal known
+    before a body is read, and the hot routes answered before the framework's routing.
 
     The routers are built on the first request that needs them (or the first look at the
     OpenAPI schema): a Lambda that only predicts never pays for building forty routes at
     cold start."""
 
-    fast: FastPath
+    edge: Any
     _routed = False
 
     def _route(self) -> None:
@@ -45,15 +53,24 @@ class SluiceApp(FastAPI):
             self._routed = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.fast(scope, receive, send)
+        await self.edge(scope, receive, send)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._route()
         await super().__call__(scope, receive, send)
 
     def openapi(self) -> dict[str, Any]:
-        self._route()
-        return super().openapi()
+        if self.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            self._route()
+            self.openapi_schema = get_openapi(
+                title=self.title,
+                version=self.version,
+                description=self.description,
+                routes=[*openapi_routes(_hot_routes()), *self.routes],
+            )
+        return self.openapi_schema
 
 
 def create_app(container: Container | None = None, *, max_request_bytes: int | None = None) -> SluiceApp:
@@ -66,6 +83,9 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
     )
     app.state.container = container
     errors.install(app)
-    limit = max_request_bytes or (container.settings.max_request_bytes if container else None)
-    app.fast = FastPath(app.framework, app, limit)
+
+    def limit() -> int:
+        return max_request_bytes or container_of(app).settings.max_request_bytes
+
+    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), principal_of), limit)
     return app

@@ -1,14 +1,19 @@
-"""The one table that turns errors into responses. Raw exception text never reaches a client."""
+"""The one table that turns errors into responses. Raw exception text never reaches a client.
+
+FastAPI's exception handlers and the edge (`sluice.api.edge`) both answer through
+`error_response`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import SluiceError
+from sluice.domain.policy import KINDS
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
@@ -16,18 +21,18 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI, Request
 
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
 
 def _field(loc: tuple[object, ...] | list[object]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    if "policy" in parts:  # a policy's union tags are not fields: policy.variants.0.weight
+        at = parts.index("policy")
+        parts = parts[:at] + [p for p in parts[at:] if p not in KINDS]
     return ".".join(parts) or "body"
 
 
-def sluice_error_response(exc: SluiceError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
-
-
-def validation_error_response(errors: Sequence[Any]) -> JSONResponse:
+def _validation(errors: Sequence[Any]) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
     return JSONResponse(
@@ -41,32 +46,26 @@ def validation_error_response(errors: Sequence[Any]) -> JSONResponse:
     )
 
 
-def unexpected_error_response(path: str) -> JSONResponse:
+def error_response(exc: Exception, path: str = "") -> JSONResponse:
+    """Any exception as the response a client sees."""
+    if isinstance(exc, SluiceError):
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+    if isinstance(exc, RequestValidationError):
+        return _validation(exc.errors())
+    if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
+        return _validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)])
+    if isinstance(exc, HTTPException):
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        return JSONResponse({"error": str(exc.detail), "code": code}, status_code=exc.status_code, headers=exc.headers)
     get_logger().exception("unhandled error", extra={"path": path})
     return JSONResponse({"error": "internal error; it has been logged", "code": "internal_error"}, status_code=500)
 
 
-async def sluice_error(request: Request, exc: SluiceError) -> JSONResponse:
-    return sluice_error_response(exc)
-
-
-async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    return validation_error_response(exc.errors())
-
-
-async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    return JSONResponse(
-        {"error": str(exc.detail), "code": code}, status_code=exc.status_code, headers=exc.headers
-    )
-
-
-async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    return unexpected_error_response(request.url.path)
+async def _handle(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc, request.url.path)
 
 
 def install(app: FastAPI) -> None:
-    app.add_exception_handler(SluiceError, sluice_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, unexpected_error)
+    for kind in (SluiceError, RequestValidationError, HTTPException, Exception):
+        app.add_exception_handler(kind, _handle)

@@ -1,130 +1,102 @@
-"""The two hot operations, a simple-JSON prediction and a v2 inference, as plain functions:
-the ASGI fast path (`sluice.api.fast`) and the FastAPI routes that document them both call
-these, so importing them does not build the rest of the API."""
+"""The two hot operations: a simple-JSON prediction and a v2 inference. Each turns its wire
+body into the core's request, makes the one call, and presents the answer."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from sluice.api.after import after_response
+from starlette.background import BackgroundTask
+
 from sluice.api.deps import request_id
+from sluice.api.edge import HotRoute
+from sluice.api.present import pinned_version, plain_body, v2_body
 from sluice.api.responses import JSONResponse
-from sluice.codecs.plain import arrays_from_request, present_rows
-from sluice.codecs.tensors import decode_tensor, encode_tensor
-from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 
 if TYPE_CHECKING:
     from starlette.datastructures import Headers
     from starlette.types import Scope
 
     from sluice.domain import Principal
-    from sluice.services.predictions import Prediction
-    from sluice.types.api import PredictionRequest
+    from sluice.types.api import PredictionRequest as PredictionBody
     from sluice.types.v2 import InferenceRequest
     from sluice.wiring import Container
 
 
-def pinned_version(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise BadRequest("model version must be a positive integer", field="version")
-    return int(value)
-
-
-def _who_answered(prediction: Prediction) -> dict[str, Any]:
-    """The model, version, variant or members that answered, and how fast: both APIs say it."""
-    answer = prediction.answer
-    who: dict[str, Any] = {
-        "model": answer.version.model,
-        "version": answer.version.version,
-        "latency_ms": prediction.latency_ms,
-    }
-    if answer.variant is not None:
-        who["variant"] = answer.variant
-    if answer.members is not None:
-        who["members"] = answer.members
-    return who
-
-
-async def predict_core(
-    container: Container, principal: Principal, body: PredictionRequest, scope: Scope, headers: Headers
-) -> JSONResponse:
-    """A simple-JSON prediction; shared by the FastAPI route and the ASGI fast path."""
-    rid = request_id(scope, headers, body.request_id)
+def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONResponse:
+    # Statistics are flushed after the response is sent, when one is due.
     service = container.predictions
-    resolved = service.resolve(principal, body.deployment, version=body.version)
-    signature = resolved.version.signature
-    arrays = arrays_from_request(signature, inputs=body.inputs, features=body.features, batch=body.batch)
-    arrays = service.check(resolved, arrays)
-    prediction = await service.infer(
-        resolved,
-        arrays,
-        routing=lambda name: body.routing_key or headers.get(name),
+    background = BackgroundTask(service.flush_stats_if_due) if service.stats.due() else None
+    return JSONResponse(content, headers={"x-request-id": rid}, background=background)
+
+
+async def predict(container: Container, principal: Principal, body: PredictionBody, scope: Scope, headers: Headers) -> JSONResponse:
+    rid = request_id(scope, headers, body.request_id)
+    request = PredictionRequest(
+        deployment=body.deployment,
+        inputs=RowInputs(inputs=body.inputs, features=body.features, batch=body.batch),
+        version=body.version,
         variant=body.variant,
+        routing_key=body.routing_key,
+        headers=headers,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
     )
-    answer = prediction.answer
-    rows = present_rows(answer.signature, answer.result, return_probabilities=body.options.return_probabilities)
-    content: dict[str, Any] = {"request_id": rid, "deployment": resolved.deployment.name, **_who_answered(prediction)}
-    if body.batch is not None or len(rows) != 1:
-        content["predictions"] = rows
-    else:
-        content.update(rows[0])
-    return JSONResponse(content, headers={"x-request-id": rid}, background=await after_response(container, prediction))
+    prediction = await container.predictions.predict(principal, request)
+    content = {
+        "request_id": rid,
+        **plain_body(prediction, several=body.batch is not None, return_probabilities=body.options.return_probabilities),
+    }
+    return _respond(container, content, rid)
 
 
-async def infer_core(
-    container: Container, principal: Principal, body: InferenceRequest, scope: Scope, headers: Headers, name: str, version: str | None
+async def infer(
+    container: Container, principal: Principal, body: InferenceRequest, scope: Scope, headers: Headers, name: str, version: str | None = None
 ) -> JSONResponse:
-    """A v2 inference; shared by the FastAPI routes and the ASGI fast path."""
-    service = container.predictions
-    resolved = service.resolve(principal, name, version=pinned_version(version))
-    signature = resolved.version.signature
-    arrays, declared = {}, {}
-    for item in body.inputs:
-        if item.name in arrays:
-            raise InvalidInput(f"input '{item.name}' is given twice", field=f"inputs.{item.name}")
-        arrays[item.name] = decode_tensor(item.name, item.datatype, item.shape, item.data, field=f"inputs.{item.name}")
-        declared[item.name] = item.datatype
-    arrays = service.check(resolved, arrays, datatypes=declared)
-    wanted = None
-    if body.outputs:
-        wanted = [out.name for out in body.outputs]
-        for out in wanted:
-            if signature.output(out) is None:
-                raise InvalidInput(
-                    f"unknown output '{out}'; this version gives {[s.name for s in signature.outputs]}",
-                    field=f"outputs.{out}",
-                )
     rid = request_id(scope, headers, body.id)
     params = body.parameters or {}
-    prediction = await service.infer(
-        resolved,
-        arrays,
+    wanted = tuple(out.name for out in body.outputs) if body.outputs else None
+    request = PredictionRequest(
+        deployment=name,
+        inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs)),
+        version=pinned_version(version),
         outputs=wanted,
-        routing=lambda key: str(params.get("routing_key") or "") or headers.get(key),
         variant=params.get("variant"),
+        routing_key=str(params.get("routing_key") or "") or None,
+        headers=headers,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
     )
-    answer = prediction.answer
-    outputs = []
-    for out_name, array in answer.result.outputs.items():
-        if wanted and out_name not in wanted:
-            continue
-        tensor = encode_tensor(out_name, array)
-        classes = answer.result.classes.get(out_name)
-        if classes is not None:
-            tensor["parameters"] = {"classes": classes}
-        outputs.append(tensor)
-    parameters = _who_answered(prediction)
-    content = {
-        "model_name": resolved.deployment.name,
-        "model_version": str(answer.version.version),
-        "id": rid,
-        "parameters": parameters,
-        "outputs": outputs,
-    }
-    return JSONResponse(content, headers={"x-request-id": rid}, background=await after_response(container, prediction))
+    prediction = await container.predictions.predict(principal, request)
+    return _respond(container, v2_body(prediction, request_id=rid, wanted=wanted), rid)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "The input does not match the version's signature"},
+    401: {"description": "Missing or invalid API key"},
+    404: {"description": "No such deployment in this tenant"},
+    413: {"description": "Too large for a synchronous request; use batch inference"},
+    422: {"description": "The body does not fit the schema"},
+    502: {"description": "The runtime failed"},
+    504: {"description": "No answer within the request budget"},
+}
+
+
+@cache
+def hot_routes() -> list[HotRoute]:
+    """The routes the edge answers before the framework, declared once: served by the edge,
+    documented in the OpenAPI document from these same declarations."""
+    from sluice.types.api import PredictionRequest as PredictionBody
+    from sluice.types.api import PredictionResponse
+    from sluice.types.v2 import InferenceRequest, InferenceResponse
+
+    v2 = ("v2 (Open Inference Protocol)",)
+    return [
+        HotRoute("POST", "/api/v1/predictions", PredictionBody, PredictionResponse, predict, "Predict with a deployment", ("predictions",), ERRORS),
+        HotRoute("POST", "/v2/models/{name}/infer", InferenceRequest, InferenceResponse, infer, "v2: infer", v2, ERRORS),
+        HotRoute(
+            "POST", "/v2/models/{name}/versions/{version}/infer", InferenceRequest, InferenceResponse, infer,
+            "v2: infer on a pinned version", v2, ERRORS,
+        ),
+    ]  # fmt: skip

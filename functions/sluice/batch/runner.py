@@ -22,6 +22,7 @@ from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob
 from sluice.observability import Telemetry
+from sluice.services.loop import run
 from sluice.stats.recorder import Key, StatsRecorder
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class BatchRunner:
         if job.terminal:
             raise JobNotRunning(f"batch job '{job_id}' is {job.status}", field="status")
         principal = Principal(tenant, frozenset({"predict"}), f"batch:{job_id}")
-        resolved = self.predictions.resolve(principal, job.deployment)
+        resolved = run(self.predictions.resolve(principal, job.deployment))
         plan = plan_job(
             job,
             resolved.version.signature,

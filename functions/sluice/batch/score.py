@@ -30,8 +30,9 @@ from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import Principal
 from sluice.domain.errors import InvalidInput
 from sluice.domain.jobs import ChunkResult
-from sluice.handlers.loop import run
-from sluice.routing import Single, Split, walk
+from sluice.domain.policy import walk
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.services.loop import run
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
     from sluice.batch.files import Files
     from sluice.batch.plan import Chunk, JobSpec
     from sluice.batch.readers import Piece
-    from sluice.services.predictions import PredictionService, Resolved
+    from sluice.domain.results import Resolved
+    from sluice.services.predictions import PredictionService
 
 BYTES_PER_TEXT_VALUE = 64  # a guess for string inputs when sizing requests by bytes
 
@@ -71,7 +73,7 @@ class ChunkScorer:
     def score(self, spec: JobSpec, chunk: Chunk) -> ChunkResult:
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
-        resolved = self.predictions.resolve(principal, spec.deployment)
+        resolved = run(self.predictions.resolve(principal, spec.deployment))
         signature = resolved.version.signature
         available = list(spec.columns)
         if spec.format == "jsonl":  # fields vary by line: a missing one fails its row only
@@ -80,7 +82,7 @@ class ChunkScorer:
         keys = list(spec.key_columns)
         columns = list(dict.fromkeys([*keys, *needed_columns(feeds)]))
         run_rows = self._rows_per_call(resolved, feeds)
-        with_variant = any(isinstance(node, Split) for node in walk(resolved.node))
+        with_variant = any(node.kind == "split" for node in walk(resolved.node))
         versions: Counter[str] = Counter()
         with tempfile.TemporaryDirectory(prefix="sluice-chunk-") as work:
             part = PartWriter(Path(work) / "part", spec.output_format)
@@ -89,7 +91,7 @@ class ChunkScorer:
             for piece in read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows):
                 rows_in += piece.table.num_rows + len(piece.dropped)
                 errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
-                self._score_piece(resolved, feeds, spec, piece, run_rows, part, errors, versions, with_variant)
+                self._score_piece(principal, feeds, spec, piece, run_rows, part, errors, versions, with_variant)
             rows_out, rows_failed = part.close(), errors.close()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
                 raise ChunkUnreadable(
@@ -119,9 +121,9 @@ class ChunkScorer:
         rows = self.infer_rows
         tenant = resolved.deployment.tenant
         runtimes = {resolved.version.runtime} | {
-            self.predictions.version(tenant, node.model, node.version).runtime
+            run(self.predictions.version_of(tenant, node.model, node.version)).runtime
             for node in walk(resolved.node)
-            if isinstance(node, Single)
+            if node.kind == "single"
         }
         if "sagemaker" not in runtimes:
             return rows
@@ -134,7 +136,7 @@ class ChunkScorer:
 
     def _score_piece(
         self,
-        resolved: Resolved,
+        principal: Principal,
         feeds: list[Any],
         spec: JobSpec,
         piece: Piece,
@@ -158,7 +160,8 @@ class ChunkScorer:
             taken = None if rows is None else rows[at:stop]
             inputs = {n: (a[at:stop] if taken is None else a[taken]) for n, a in arrays.items()}
             try:
-                prediction = run(self.predictions.infer(resolved, self.predictions.check(resolved, inputs)))
+                request = PredictionRequest(spec.deployment, ArrayInputs(inputs), mirrors=False)
+                prediction = run(self.predictions.predict(principal, request))
             except InvalidInput as exc:  # the model refused rows that passed the signature
                 reasons[slice(at, stop) if taken is None else taken] = f"the model rejected these rows: {exc.message}"
                 continue

@@ -64,6 +64,12 @@ class Unprocessable(SluiceError):
     status, code = 422, "unprocessable"
 
 
+class InvalidRequest(Unprocessable):
+    """A body that does not fit its schema: the same answer FastAPI's own validation gives."""
+
+    code = "invalid_request"
+
+
 class BackendError(SluiceError):
     """The runtime behind a version failed while answering."""
 

@@ -1,12 +1,16 @@
-"""What a runtime gives back for one (possibly batched) request."""
+"""What the core gives back: a runtime's result, a policy node's answer, a whole prediction."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from sluice.domain.objects import Deployment, ModelVersion
+    from sluice.domain.policy import Node
+    from sluice.domain.signature import Signature
 
 
 @dataclass(slots=True)
@@ -14,3 +18,43 @@ class InferenceResult:
     outputs: dict[str, np.ndarray]
     # Column labels of probability outputs that arrived as maps (skl2onnx's ZipMap).
     classes: dict[str, list[int | str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The deployment a request named, its policy, and the version whose signature
+    describes the input (the primary path's version)."""
+
+    deployment: Deployment
+    node: Node
+    version: ModelVersion
+
+
+@dataclass(slots=True)
+class Answer:
+    """What a policy node produced."""
+
+    signature: Signature
+    result: InferenceResult
+    version: ModelVersion  # the version that answered (an ensemble: its first member that did)
+    variant: str | None = None  # split choices on the way, outermost first: "canary/b"
+    members: list[dict[str, Any]] | None = None  # an ensemble's report per member
+
+
+@dataclass(slots=True)
+class Prediction:
+    """The whole answer to one request: who answered, what, and how fast."""
+
+    resolved: Resolved
+    answer: Answer
+    latency_ms: float
+    mirrored: int = 0  # shadow jobs handed to the mirror
+
+    @property
+    def result(self) -> InferenceResult:
+        return self.answer.result
+
+    @property
+    def rows(self) -> int:
+        first = next(iter(self.answer.result.outputs.values()), None)
+        return 0 if first is None or not first.shape else int(first.shape[0])

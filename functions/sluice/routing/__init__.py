@@ -1,36 +1,3 @@
-"""Deployment policies: which model versions answer a request, and how answers combine.
-Pure: no I/O of its own."""
-
-from sluice.routing.policy import (
-    Ensemble,
-    Member,
-    Mirror,
-    Ref,
-    Shadow,
-    Single,
-    Split,
-    Target,
-    Variant,
-    parse_policy,
-    primary_single,
-    referenced_deployments,
-    referenced_versions,
-    walk,
-)
-
-__all__ = [
-    "Ensemble",
-    "Member",
-    "Mirror",
-    "Ref",
-    "Shadow",
-    "Single",
-    "Split",
-    "Target",
-    "Variant",
-    "parse_policy",
-    "primary_single",
-    "referenced_deployments",
-    "referenced_versions",
-    "walk",
-]
+"""Routing: how a split chooses (sticky hashing, weights, bandits) and how an ensemble's answers
+combine. Pure: no I/O of its own. The policy nodes themselves are domain objects
+(`sluice.domain.policy`)."""

@@ -7,7 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Deployment, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
-from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
+from sluice.domain.policy import (
+    Ensemble,
+    Ref,
+    Shadow,
+    Single,
+    Split,
+    parse_policy,
+    policy_dict,
+    primary_single,
+    single_policy,
+    walk,
+)
 from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic
@@ -16,16 +27,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain import DeploymentChange, Principal
+    from sluice.domain.policy import Node
     from sluice.domain.signature import Signature
     from sluice.registry import Registry
-    from sluice.routing.policy import Node
     from sluice.stats.recorder import StatsRecorder
 
 MAX_GRAPH_DEPTH = 8
-
-
-def single_policy(model: str, version: int) -> dict[str, Any]:
-    return {"kind": "single", "model": model, "version": version}
 
 
 class DeploymentService:
@@ -45,7 +52,7 @@ class DeploymentService:
     def _validated(self, tenant: str, name: str, policy: Any) -> dict[str, Any]:
         node = parse_policy(policy)
         self._check_graph(tenant, name, node)
-        return node.to_dict()
+        return policy_dict(node)
 
     def _check_graph(self, tenant: str, name: str, node: Node) -> None:
         nodes: dict[str, Node] = {name: node}
@@ -75,12 +82,12 @@ class DeploymentService:
         for child in walk(node):
             branches: list[tuple[str, Node]] = []
             if isinstance(child, Split):
-                branches = [(f"variant '{v.name}'", v.node) for v in child.variants]
+                branches = [(f"variant '{v.name}'", v.target) for v in child.variants]
             elif isinstance(child, Shadow):
-                branches = [(f"mirror '{m.name}'", m.node) for m in child.mirrors]
+                branches = [(f"mirror '{m.name}'", m.target) for m in child.mirrors]
             elif isinstance(child, Ensemble):
-                branches = [(f"member '{m.name}'", m.node) for m in child.members]
-                problem = check_fits(child.aggregator, [signature_of(m.node) for m in child.members])
+                branches = [(f"member '{m.name}'", m.target) for m in child.members]
+                problem = check_fits(child.aggregator, [signature_of(m.target) for m in child.members])
                 if problem:
                     raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field="policy.aggregator")
             for label, branch in branches:
@@ -154,8 +161,8 @@ class DeploymentService:
                 f"no mirror '{mirror}'; deployment '{name}' has {[m.name for m in node.mirrors]}", field="mirror"
             )
         rest = tuple(m for m in node.mirrors if m.name != mirror)
-        promoted: Node = Shadow(chosen.node, rest) if rest else chosen.node
-        return self.update(principal, name, promoted.to_dict(), expected_revision=current.revision)
+        promoted: Node = Shadow(primary=chosen.target, mirrors=rest) if rest else chosen.target
+        return self.update(principal, name, policy_dict(promoted), expected_revision=current.revision)
 
     def get(self, principal: Principal, name: str) -> Deployment:
         return self.registry.get_deployment(principal.tenant, name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from sluice.domain.errors import (
     Unavailable,
     Unprocessable,
 )
+from sluice.domain.policy import Ensemble, Shadow, Single, Split, parse_policy, policy_dict, walk
 from sluice.endpoints.image_uris import check_instance_type, triton_image_uri
 from sluice.endpoints.sagemaker import (
     MAX_VARIANTS,
@@ -49,13 +50,12 @@ from sluice.endpoints.sagemaker import (
     model_name,
     variant_name,
 )
-from sluice.routing import Ensemble, Shadow, Single, Split, parse_policy, walk
 from sluice.services.models import require_found
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment, Principal
+    from sluice.domain.policy import Node
     from sluice.registry import Registry
-    from sluice.routing.policy import Node
     from sluice.services.deployments import DeploymentService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -179,8 +179,8 @@ class EndpointService:
         node = parse_policy(dep.policy)
         if isinstance(node, Single):
             pairs = [(SINGLE_VARIANT, 1.0, node)]
-        elif isinstance(node, Split) and all(isinstance(v.node, Single) for v in node.variants):
-            pairs = [(v.name, v.weight, v.node) for v in node.variants]  # type: ignore[misc]
+        elif isinstance(node, Split) and all(isinstance(v.target, Single) for v in node.variants):
+            pairs = [(v.name, v.weight, v.target) for v in node.variants]  # type: ignore[misc]
         else:
             raise Unprocessable(
                 "a SageMaker endpoint serves one version or a split of versions; this deployment's policy is "
@@ -317,8 +317,8 @@ class EndpointService:
         node = parse_policy(dep.policy)
         if isinstance(node, Single):
             slots: list[tuple[str, Single]] = [(SINGLE_VARIANT, node)]
-        elif isinstance(node, Split) and all(isinstance(v.node, Single) for v in node.variants):
-            slots = [(v.name, v.node) for v in node.variants]  # type: ignore[misc]
+        elif isinstance(node, Split) and all(isinstance(v.target, Single) for v in node.variants):
+            slots = [(v.name, v.target) for v in node.variants]  # type: ignore[misc]
         else:
             return dep  # the policy has moved on from what was deployed: it stays as it is
         chosen: dict[str, Single] = {}
@@ -332,16 +332,16 @@ class EndpointService:
             if (single.model, single.version) != (variant.model, variant.version):
                 return dep
             bound = self._bound_version(principal, current, state.name, variant.name, variant.max_batch_size)
-            chosen[label] = Single(bound.model, bound.version)
+            chosen[label] = Single(model=bound.model, version=bound.version)
         if not chosen:
             return dep
         if isinstance(node, Single):
             policy: Node = chosen[SINGLE_VARIANT]
         else:
             assert isinstance(node, Split)
-            policy = replace(node, variants=tuple(replace(v, node=chosen.get(v.name, v.node)) for v in node.variants))
+            policy = node.model_copy(update={"variants": tuple(v.model_copy(update={"target": chosen.get(v.name, v.target)}) for v in node.variants)})
         try:
-            updated = self.deployments.update(principal, dep.name, policy.to_dict(), expected_revision=dep.revision)
+            updated = self.deployments.update(principal, dep.name, policy_dict(policy), expected_revision=dep.revision)
         except Conflict:
             return self.registry.get_deployment(dep.tenant, dep.name)  # changed meanwhile; the next look binds
         log.info("deployment bound to its endpoint", extra={"tenant": dep.tenant, "deployment": dep.name, "endpoint": state.name})
@@ -378,13 +378,13 @@ class EndpointService:
             if version is None or not _bound_to(version, endpoint):
                 return single
             touched.add(single.model)
-            return Single(single.model, int(version.config["source_version"]))
+            return Single(model=single.model, version=int(version.config["source_version"]))
 
         node = parse_policy(dep.policy)
         restored = _map_singles(node, back)
         if restored == node:
             return dep, touched
-        return self.deployments.update(principal, dep.name, restored.to_dict(), expected_revision=dep.revision), touched
+        return self.deployments.update(principal, dep.name, policy_dict(restored), expected_revision=dep.revision), touched
 
     # scale and weights -----------------------------------------------------------------------
     def scale(self, principal: Principal, name: str, request: ScaleRequest) -> dict[str, Any]:
@@ -482,10 +482,10 @@ class EndpointService:
         if not isinstance(node, Split):
             return dep
         labels = {v.label: weights[v.name] for v in state.variants if v.name in weights}
-        variants = tuple(replace(v, weight=labels.get(v.name, v.weight)) for v in node.variants)
+        variants = tuple(v.model_copy(update={"weight": labels.get(v.name, v.weight)}) for v in node.variants)
         if variants == node.variants:
             return dep
-        return self.deployments.update(principal, dep.name, replace(node, variants=variants).to_dict(), expected_revision=dep.revision)
+        return self.deployments.update(principal, dep.name, policy_dict(node.model_copy(update={"variants": variants})), expected_revision=dep.revision)
 
     # undeploy --------------------------------------------------------------------------------
     def undeploy(self, principal: Principal, name: str) -> dict[str, Any]:
@@ -538,13 +538,12 @@ def _map_singles(node: Node, change: Any) -> Node:
     if isinstance(node, Single):
         return change(node)
     if isinstance(node, Split):
-        return replace(node, variants=tuple(replace(v, node=_map_singles(v.node, change)) for v in node.variants))
+        return node.model_copy(update={"variants": tuple(v.model_copy(update={"target": _map_singles(v.target, change)}) for v in node.variants)})
     if isinstance(node, Shadow):
-        return replace(
-            node,
-            primary=_map_singles(node.primary, change),
-            mirrors=tuple(replace(m, node=_map_singles(m.node, change)) for m in node.mirrors),
-        )
+        return node.model_copy(update={
+            "primary": _map_singles(node.primary, change),
+            "mirrors": tuple(m.model_copy(update={"target": _map_singles(m.target, change)}) for m in node.mirrors),
+        })
     if isinstance(node, Ensemble):
-        return replace(node, members=tuple(replace(m, node=_map_singles(m.node, change)) for m in node.members))
+        return node.model_copy(update={"members": tuple(m.model_copy(update={"target": _map_singles(m.target, change)}) for m in node.members)})
     return node

@@ -14,7 +14,7 @@ from sluice.domain.errors import (
     PayloadTooLarge,
     Unprocessable,
 )
-from sluice.routing import parse_policy, referenced_versions
+from sluice.domain.policy import parse_policy, referenced_versions
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,94 +1,49 @@
-"""A prediction: resolve the deployment's policy, check the input, run the chosen versions
-within the request's budget, aggregate, and hand mirrors their copy for after the response."""
+"""The one prediction call. `PredictionService.predict(principal, request)` is the whole
+prediction: resolve the deployment, decode the inputs, check them against the signature,
+route, infer, aggregate, and hand shadow jobs to the mirror. The HTTP API (simple JSON and
+the Open Inference Protocol), the CLI, batch scoring and every Lambda handler call it and
+only present what it returns.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import TTLCache
+from sluice.codecs.plain import arrays_from_request
+from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import (
-    BackendError,
     BadRequest,
     DeadlineExceeded,
+    InvalidInput,
     SluiceError,
     Unavailable,
 )
-from sluice.routing import Ensemble, Ref, Shadow, Single, Split, parse_policy, primary_single, walk
-from sluice.routing.aggregators import Answer as MemberAnswer
-from sluice.routing.aggregators import aggregate
-from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
-from sluice.shadow.jobs import ShadowJob
+from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
+from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
+from sluice.domain.results import Prediction, Resolved
+from sluice.observability import get_logger
+from sluice.services.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping
 
     import numpy as np
 
     from sluice.domain import Deployment, ModelVersion, Principal
+    from sluice.domain.policy import Node
+    from sluice.domain.requests import PredictionRequest
+    from sluice.domain.results import Answer
     from sluice.domain.signature import Signature
     from sluice.observability import Telemetry
     from sluice.registry import Registry
-    from sluice.routing.policy import Node
-    from sluice.runtimes import InferenceResult, Runtime
+    from sluice.runtimes import Runtime
     from sluice.settings import Settings
-
-MAX_REF_DEPTH = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """The deployment a request named, its policy, and the version whose signature
-    describes the input (the primary path's version)."""
-
-    deployment: Deployment
-    node: Node
-    version: ModelVersion
-
-
-@dataclass(slots=True)
-class Answer:
-    """What a policy node produced."""
-
-    signature: Signature
-    result: InferenceResult
-    version: ModelVersion  # the version that answered (an ensemble: its first member that did)
-    variant: str | None = None  # split choices on the way, outermost first: "canary/b"
-    members: list[dict[str, Any]] | None = None  # an ensemble's report per member
-
-
-@dataclass(slots=True)
-class Prediction:
-    resolved: Resolved
-    answer: Answer
-    latency_ms: float
-    mirrors: list[ShadowJob] = field(default_factory=list)
-
-    @property
-    def result(self) -> InferenceResult:
-        return self.answer.result
-
-
-@dataclass(slots=True)
-class _Call:
-    tenant: str
-    deployment: Deployment
-    deadline: float
-    routing: Callable[[str], str | None]
-    variant: str | None
-    request_id: str
-    outputs: Sequence[str] | None
-    checked: Signature | None = None  # the signature the request's inputs were checked against
-    mirrors: list[ShadowJob] = field(default_factory=list)
-    spawn_mirrors: bool = True
-
-
-def _no_routing(_: str) -> None:
-    return None
+    from sluice.shadow.mirror import Mirror
 
 
 class PredictionService:
@@ -99,258 +54,157 @@ class PredictionService:
         settings: Settings,
         telemetry: Telemetry,
         stats: StatsRecorder | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
         self.settings = settings
         self.telemetry = telemetry
         self.stats = stats or StatsRecorder(registry)
+        self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check)
 
-    # Reading, cached briefly per container ------------------------------------------------
+    # The call -----------------------------------------------------------------------------
+    async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
+        started = time.perf_counter()
+        resolved = await self.resolve(principal, request.deployment, version=request.version)
+        signature = resolved.version.signature
+        arrays = self.decode(signature, request)
+        dep = resolved.deployment
+        fields = {**request.log_fields, "deployment": dep.name}
+        call = Call(
+            deployment=dep,
+            deadline=time.monotonic() + self.settings.request_timeout_s,
+            routing=request.routing_value,
+            variant=request.variant,
+            request_id=request.request_id,
+            outputs=request.outputs,
+            checked=signature,
+            spawn_mirrors=request.mirrors,
+        )
+        if request.variant is not None:
+            self._check_variant(resolved.node, request.variant)
+        try:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                answer = await self.runner.run(resolved.node, call, arrays)
+        except TimeoutError:
+            error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
+            self.telemetry.failure(fields=fields, status=error.status, code=error.code)
+            raise error from None
+        except SluiceError as error:
+            self.telemetry.failure(fields=fields, status=error.status, code=error.code)
+            raise
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        self.stats.request((dep.tenant, dep.name, dep.revision, "deployment"), latency_ms, ok=True)
+        fields.update(model=answer.version.model, version=answer.version.version)
+        if answer.variant:
+            fields["variant"] = answer.variant
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
+        await self._hand_off(call, latency_ms)
+        return Prediction(resolved, answer, latency_ms, len(call.mirrors))
+
+    def decode(self, signature: Signature, request: PredictionRequest) -> dict[str, np.ndarray]:
+        """The request's inputs as arrays, checked against `signature`."""
+        inputs = request.inputs
+        declared: dict[str, str] | None = None
+        if isinstance(inputs, RowInputs):
+            arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch)
+        elif isinstance(inputs, TensorInputs):
+            arrays, declared = {}, {}
+            for tensor in inputs.tensors:
+                where = f"inputs.{tensor.name}"
+                if tensor.name in arrays:
+                    raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
+                arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where)
+                declared[tensor.name] = tensor.datatype
+        elif isinstance(inputs, ArrayInputs):
+            arrays = dict(inputs.arrays)
+        else:
+            raise BadRequest("no inputs", field="inputs")
+        for out in request.outputs or ():
+            if signature.output(out) is None:
+                raise InvalidInput(
+                    f"unknown output '{out}'; this version gives {[s.name for s in signature.outputs]}",
+                    field=f"outputs.{out}",
+                )
+        return self._check(signature, arrays, datatypes=declared)
+
+    async def _hand_off(self, call: Call, latency_ms: float) -> None:
+        """Shadow jobs go to the mirror before the response: locally a thread of its own, in
+        Lambda a quick asynchronous invoke. A mirror never touches the primary's answer."""
+        if not call.mirrors or self.mirror is None:
+            return
+        for job in call.mirrors:
+            job.primary_latency_ms = latency_ms
+            try:
+                await self.mirror.submit(job)
+            except Exception:  # a mirror must not fail the primary
+                get_logger().exception("shadow hand-off failed", extra={"deployment": job.deployment, "mirror": job.mirror})
+
+    async def run_node(self, tenant: str, node: Node, arrays: dict[str, np.ndarray], *, budget_s: float) -> Answer:
+        """Run a policy node outside a request (a shadow mirror): no mirrors of its own."""
+        from sluice.domain import Deployment
+
+        call = Call(
+            deployment=Deployment(tenant, "(mirror)", {}),
+            deadline=time.monotonic() + budget_s,
+            routing=no_routing,
+            spawn_mirrors=False,
+        )
+        async with asyncio.timeout(budget_s):
+            return await self.runner.run(node, call, arrays)
+
+    # Resolving, cached briefly per container; a miss reads in a thread ---------------------
+    async def resolve(self, principal: Principal, deployment: str, *, version: int | None = None) -> Resolved:
+        principal.require("predict")
+        dep, node = await self.deployment_of(principal.tenant, deployment)
+        first = await self._primary(principal.tenant, node)
+        if version is not None:
+            # A pinned version of the primary model answers alone.
+            node = first = Single(model=first.model, version=version)
+        return Resolved(dep, node, await self.version_of(principal.tenant, first.model, first.version))
+
+    async def _primary(self, tenant: str, node: Node) -> Single:
+        """The version whose signature describes the input: the first branch all the way
+        down (a split's first variant, a shadow's primary, an ensemble's first member),
+        through references."""
+        for _ in range(MAX_REF_DEPTH * MAX_DEPTH):
+            if node.kind == "single":
+                return node  # type: ignore[return-value]
+            node = await self.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
+        raise Unavailable("deployment references nest too deep to find a model version", field="deployment")
+
     def forget(self, tenant: str, name: str) -> None:
         """Drop a cached deployment so this process sees a change at once."""
         self._deployments.pop((tenant, name))
 
-    def policy(self, tenant: str, name: str) -> tuple[Deployment, Node]:
+    async def deployment_of(self, tenant: str, name: str) -> tuple[Deployment, Node]:
         key = (tenant, name)
         found = self._deployments.get(key)
         if found is None:
-            dep = self.registry.get_deployment(tenant, name)
+            dep = await asyncio.to_thread(self.registry.get_deployment, tenant, name)
             found = self._deployments.put(key, (dep, parse_policy(dep.policy)))
         return found
 
-    def version(self, tenant: str, model: str, number: int) -> ModelVersion:
+    async def node_of(self, tenant: str, deployment: str) -> Node:
+        return (await self.deployment_of(tenant, deployment))[1]
+
+    async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion:
         key = (tenant, model, number)
         found = self._versions.get(key)
-        return found if found is not None else self._versions.put(key, self.registry.get_version(tenant, model, number))
+        if found is None:
+            found = self._versions.put(key, await asyncio.to_thread(self.registry.get_version, tenant, model, number))
+        return found
 
-    def _ref(self, tenant: str) -> Callable[[str], Node]:
-        return lambda name: self.policy(tenant, name)[1]
-
-    def resolve(self, principal: Principal, deployment: str, *, version: int | None = None) -> Resolved:
-        principal.require("predict")
-        dep, node = self.policy(principal.tenant, deployment)
-        first = primary_single(node, self._ref(principal.tenant))
-        if first is None:
-            raise Unavailable(f"deployment '{deployment}' has no model version to answer", field="deployment")
-        if version is not None:
-            # A pinned version of the primary model answers alone.
-            node = Single(first.model, version)
-            first = node
-        return Resolved(dep, node, self.version(principal.tenant, first.model, first.version))
-
-    def check(
-        self,
-        resolved: Resolved,
-        arrays: dict[str, np.ndarray],
-        *,
-        datatypes: dict[str, str] | None = None,
-        field: str = "inputs",
-    ) -> dict[str, np.ndarray]:
-        return self._check(resolved.version.signature, arrays, datatypes=datatypes, field=field)
-
-    def _check(self, signature: Signature, arrays: dict[str, np.ndarray], **kw: Any) -> dict[str, np.ndarray]:
-        return check_inputs(signature, arrays, max_elements=self.settings.max_tensor_elements, **kw)
-
-    # Running -----------------------------------------------------------------------------
-    async def infer(
-        self,
-        resolved: Resolved,
-        arrays: dict[str, np.ndarray],
-        *,
-        outputs: Sequence[str] | None = None,
-        routing: Callable[[str], str | None] | None = None,
-        variant: str | None = None,
-        request_id: str = "",
-        log_fields: dict[str, Any] | None = None,
-    ) -> Prediction:
-        started = time.perf_counter()
-        dep = resolved.deployment
-        call = _Call(
-            tenant=dep.tenant,
-            deployment=dep,
-            deadline=time.monotonic() + self.settings.request_timeout_s,
-            routing=routing or _no_routing,
-            variant=variant,
-            request_id=request_id,
-            outputs=outputs,
-            checked=resolved.version.signature,
-        )
-        if variant is not None:
-            self._check_variant(resolved.node, variant)
-        fields = {**(log_fields or {}), "deployment": dep.name}
-        try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                answer = await self._execute(resolved.node, call, arrays, depth=0)
-        except TimeoutError:
-            error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
-            self._failed(fields, error)
-            raise error from None
-        except SluiceError as error:
-            self._failed(fields, error)
-            raise
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.stats.request((dep.tenant, dep.name, dep.revision, "deployment"), latency_ms, ok=True)
-        for job in call.mirrors:
-            job.primary_latency_ms = latency_ms
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        fields.update(model=answer.version.model, version=answer.version.version)
-        if answer.variant:
-            fields["variant"] = answer.variant
-        self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
-        return Prediction(resolved, answer, latency_ms, call.mirrors)
-
-    async def execute_node(self, tenant: str, node: Node, arrays: dict[str, np.ndarray], *, budget_s: float) -> Answer:
-        """Run a policy node outside a request (a shadow mirror): no mirrors of its own."""
-        from sluice.domain import Deployment
-
-        call = _Call(
-            tenant=tenant,
-            deployment=Deployment(tenant, "(mirror)", {}),
-            deadline=time.monotonic() + budget_s,
-            routing=_no_routing,
-            variant=None,
-            request_id="",
-            outputs=None,
-            spawn_mirrors=False,
-        )
-        async with asyncio.timeout(budget_s):
-            return await self._execute(node, call, arrays, depth=0)
-
-    def flush_stats_if_due(self) -> None:
-        if self.stats.due():
-            self.stats.flush()
-
-    def _failed(self, fields: dict[str, Any], error: SluiceError) -> None:
-        self.telemetry.failure(fields=fields, status=error.status, code=error.code)
-
-    def _check_variant(self, node: Node, variant: str) -> None:
-        names = {v.name for n in walk(node) if isinstance(n, Split) for v in n.variants}
-        if variant not in names:
-            raise BadRequest(
-                f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"
-            )
-
-    async def _execute(self, node: Node, call: _Call, arrays: dict[str, np.ndarray], *, depth: int) -> Answer:
-        if isinstance(node, Single):
-            return await self._run_single(node, call, arrays)
-        if isinstance(node, Ref):
-            if depth >= MAX_REF_DEPTH:
-                raise BackendError("deployment references nest too deep", field="policy")
-            return await self._execute(self.policy(call.tenant, node.deployment)[1], call, arrays, depth=depth + 1)
-        if isinstance(node, Split):
-            return await self._run_split(node, call, arrays, depth)
-        if isinstance(node, Shadow):
-            answer = await self._execute(node.primary, call, arrays, depth=depth + 1)
-            if call.spawn_mirrors:
-                for mirror in node.mirrors:
-                    if sampled(mirror.sample_percent):
-                        call.mirrors.append(self._shadow_job(call, mirror.name, mirror.node.to_dict(), arrays, answer))
-            return answer
-        return await self._run_ensemble(node, call, arrays, depth)
-
-    async def _run_single(self, node: Single, call: _Call, arrays: dict[str, np.ndarray]) -> Answer:
-        version = self.version(call.tenant, node.model, node.version)
-        runtime = self.runtimes.get(version.runtime)
-        if runtime is None:
-            raise Unavailable(f"runtime '{version.runtime}' is not configured here", field="runtime")
-        signature = version.signature
-        if call.checked is None or signature.inputs != call.checked.inputs:
-            arrays = self._check(signature, arrays)
-        wanted = [o for o in call.outputs if signature.output(o) is not None] if call.outputs else None
-        result = await runtime.infer(version, arrays, wanted or None)
-        return Answer(signature, result, version)
-
-    async def _run_split(self, node: Split, call: _Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
-        dep = call.deployment
-        chosen = next((v for v in node.variants if v.name == call.variant), None)
-        if chosen is None:
-            if node.bandit is not None:
-                chosen = bandit_pick(node.variants, node.bandit, self.rewards(dep.tenant, dep.name, dep.revision))
-                if call.request_id:
-                    self.registry.put_assignment(dep.tenant, dep.name, call.request_id, chosen.name)
-            else:
-                key = call.routing(node.routing_key) if node.routing_key else None
-                chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
-        stat_key = (dep.tenant, dep.name, dep.revision, f"variant:{chosen.name}")
-        started = time.perf_counter()
-        try:
-            answer = await self._execute(chosen.node, call, arrays, depth=depth + 1)
-        except SluiceError:
-            self.stats.request(stat_key, 0.0, ok=False)
-            raise
-        self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
-        answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
-        return answer
-
-    async def _run_ensemble(self, node: Ensemble, call: _Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
-        async def member_call(index: int) -> tuple[int, Answer | None, SluiceError | None, float]:
-            member = node.members[index]
-            started = time.perf_counter()
-            limit = max(call.deadline - time.monotonic(), 0.0)
-            if member.timeout_ms is not None:
-                limit = min(limit, member.timeout_ms / 1000)
-            try:
-                async with asyncio.timeout(limit):
-                    answer = await self._execute(member.node, call, arrays, depth=depth + 1)
-                return index, answer, None, (time.perf_counter() - started) * 1000
-            except TimeoutError:
-                error: SluiceError = DeadlineExceeded(f"member '{member.name}' gave no answer within {limit * 1000:.0f} ms")
-            except SluiceError as exc:
-                error = exc
-            return index, None, error, (time.perf_counter() - started) * 1000
-
-        tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
-        done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
-        try:
-            if node.aggregator == "first_success":
-                for next_done in asyncio.as_completed(tasks):
-                    outcome = await next_done
-                    done.append(outcome)
-                    if outcome[1] is not None:
-                        break
-            else:
-                done = list(await asyncio.gather(*tasks))
-        finally:
-            for task in tasks:
-                task.cancel()
-        report = [
-            {
-                "name": node.members[i].name,
-                "ok": answer is not None,
-                "latency_ms": round(ms, 3),
-                **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
-                **({"error": error.code} if error else {}),
-            }
-            for i, answer, error, ms in sorted(done, key=lambda item: item[0])
-        ]
-        answers = [(i, a) for i, a, _, _ in sorted(done, key=lambda item: item[0]) if a is not None]
-        if node.aggregator == "first_success":
-            winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
-            if winner is None:
-                raise BackendError("no ensemble member answered", members=report)
-            return replace(winner, members=report)
-        need = node.min_members or len(node.members)
-        if len(answers) < need:
-            timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
-            cls = DeadlineExceeded if timed_out else BackendError
-            raise cls(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
-        combined = aggregate(
-            node.aggregator,
-            [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],
-        )
-        first_answer = answers[0][1]
-        return Answer(first_answer.signature, combined, first_answer.version, members=report)
-
-    # Bandits and shadows -------------------------------------------------------------------
-    def rewards(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]:
+    async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]:
         key = (tenant, deployment, revision)
         found = self._rewards.get(key)
         if found is None:
-            stats = self.registry.read_stats(tenant, deployment, revision)
+            stats = await asyncio.to_thread(self.registry.read_stats, tenant, deployment, revision)
             found = {
                 subject.removeprefix("variant:"): (int(c.get("reward_n", 0)), float(c.get("reward_sum", 0.0)))
                 for subject, c in stats.items()
@@ -359,18 +213,21 @@ class PredictionService:
             self._rewards.put(key, found)
         return found
 
-    def _shadow_job(self, call: _Call, name: str, node: dict[str, Any], arrays: dict[str, np.ndarray], answer: Answer) -> ShadowJob:
-        dep = call.deployment
-        return ShadowJob(
-            tenant=dep.tenant,
-            deployment=dep.name,
-            revision=dep.revision,
-            mirror=name,
-            node=node,
-            inputs=arrays,
-            primary_outputs=answer.result.outputs,
-            primary_classes=answer.result.classes,
-            primary_signature=answer.signature,
-            primary_latency_ms=0.0,
-            request_id=call.request_id,
-        )
+    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+        await asyncio.to_thread(self.registry.put_assignment, tenant, deployment, request_id, variant)
+
+    # Checks ------------------------------------------------------------------------------
+    def _check(self, signature: Signature, arrays: dict[str, np.ndarray], **kw: Any) -> dict[str, np.ndarray]:
+        return check_inputs(signature, arrays, max_elements=self.settings.max_tensor_elements, **kw)
+
+    def _check_variant(self, node: Node, variant: str) -> None:
+        names = {v.name for n in walk(node) if n.kind == "split" for v in n.variants}  # type: ignore[union-attr]
+        if variant not in names:
+            raise BadRequest(
+                f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"
+            )
+
+    def flush_stats_if_due(self) -> None:
+        if self.stats.due():
+            self.stats.flush()
+

@@ -6,8 +6,8 @@ import time
 from typing import TYPE_CHECKING
 
 from sluice.domain.errors import SluiceError
-from sluice.routing import parse_policy
-from sluice.runtimes import InferenceResult
+from sluice.domain.policy import parse_policy
+from sluice.domain.results import InferenceResult
 from sluice.shadow.compare import compare
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class ShadowRunner:
         key = (job.tenant, job.deployment, job.revision, f"mirror:{job.mirror}")
         started = time.perf_counter()
         try:
-            answer = await self.predictions.execute_node(
+            answer = await self.predictions.run_node(
                 job.tenant, parse_policy(job.node, field="mirror"), job.inputs, budget_s=self.predictions.settings.request_timeout_s
             )
         except SluiceError:

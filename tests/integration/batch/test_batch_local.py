@@ -16,7 +16,7 @@ from sluice.batch.plan import Chunk, JobSpec
 from sluice.batch.runner import JobNotRunning
 from sluice.batch.score import ChunkScorer
 from sluice.domain.errors import Unavailable
-from sluice.handlers.loop import run
+from sluice.services.loop import run
 from tests.integration.batch.conftest import (
     FEATURES,
     iris_rows,
@@ -34,10 +34,10 @@ FORMATS = ("csv", "jsonl", "parquet")
 
 
 def online_labels(container: Container, principal: Principal, rows: list[dict[str, Any]]) -> list[str]:
-    service = container.predictions
-    resolved = service.resolve(principal, "iris")
+    from sluice.domain.requests import ArrayInputs, PredictionRequest
+
     matrix = np.array([[r[f] for f in FEATURES] for r in rows], dtype=np.float32)
-    answer = run(service.infer(resolved, {"input": matrix})).answer
+    answer = run(container.predictions.predict(principal, PredictionRequest("iris", ArrayInputs({"input": matrix})))).answer
     return [str(v) for v in answer.result.outputs["output_label"]]
 
 

@@ -1,26 +1,20 @@
-"""Open Inference Protocol v2 over REST. A deployment is the v2 "model"; `/versions/{v}`
-pins a version of the deployment's model."""
+"""Open Inference Protocol v2 over REST: model metadata and readiness. A deployment is the v2
+"model"; `/versions/{v}` pins a version of the deployment's model. `infer` is a hot route,
+answered by the edge (`sluice.api.predict.hot_routes`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
-from sluice.api.deps import ContainerDep, PrincipalDep, parse_body
-from sluice.api.predict import infer_core, pinned_version
+from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.present import pinned_version
 from sluice.api.responses import JSONResponse
-from sluice.api.routers.predictions import ERRORS
-from sluice.types.v2 import (
-    InferenceRequest,
-    InferenceResponse,
-    MetadataModelResponse,
-    ModelReadyResponse,
-)
+from sluice.types.v2 import MetadataModelResponse, ModelReadyResponse
 
 if TYPE_CHECKING:
-
-    from sluice.services.predictions import Resolved
+    from sluice.domain.results import Resolved
 
 router = APIRouter(tags=["v2 (Open Inference Protocol)"])
 
@@ -44,32 +38,18 @@ def _metadata(resolved: Resolved) -> dict[str, Any]:
     }
 
 
-INFER_BODY = {
-    "requestBody": {
-        "content": {"application/json": {"schema": InferenceRequest.model_json_schema(ref_template="#/components/schemas/{model}")}},
-        "required": True,
-    }
-}
-
-
-async def _infer(request: Request, principal: PrincipalDep, container: ContainerDep, name: str, version: str | None) -> JSONResponse:
-    # v2 clients (tritonclient among them) often send no Content-Type: parse whatever came.
-    body = parse_body(InferenceRequest, await request.body())
-    return await infer_core(container, principal, body, request.scope, request.headers, name, version)
-
-
 @router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")
 async def model_metadata(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(_metadata(container.predictions.resolve(principal, name)))
+    return JSONResponse(_metadata(await container.predictions.resolve(principal, name)))
 
 
 @router.get("/v2/models/{name}/versions/{version}", response_model=MetadataModelResponse, summary="v2: model version metadata")
 async def model_version_metadata(name: str, version: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(_metadata(container.predictions.resolve(principal, name, version=pinned_version(version))))
+    return JSONResponse(_metadata(await container.predictions.resolve(principal, name, version=pinned_version(version))))
 
 
 async def _ready(name: str, version: str | None, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    resolved = container.predictions.resolve(principal, name, version=pinned_version(version))
+    resolved = await container.predictions.resolve(principal, name, version=pinned_version(version))
     runtime = container.runtimes.get(resolved.version.runtime)
     ready = runtime is not None
     if runtime is not None:
@@ -85,19 +65,3 @@ async def model_ready(name: str, principal: PrincipalDep, container: ContainerDe
 @router.get("/v2/models/{name}/versions/{version}/ready", response_model=ModelReadyResponse, summary="v2: model version ready")
 async def model_version_ready(name: str, version: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
     return await _ready(name, version, principal, container)
-
-
-@router.post("/v2/models/{name}/infer", response_model=InferenceResponse, responses=ERRORS, openapi_extra=INFER_BODY, summary="v2: infer")
-async def infer(name: str, request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return await _infer(request, principal, container, name, None)
-
-
-@router.post(
-    "/v2/models/{name}/versions/{version}/infer",
-    response_model=InferenceResponse,
-    responses=ERRORS,
-    openapi_extra=INFER_BODY,
-    summary="v2: infer on a pinned version",
-)
-async def infer_version(name: str, version: str, request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return await _infer(request, principal, container, name, version)

@@ -1,0 +1,199 @@
+"""The HTTP edge: what every request meets before the framework.
+
+- `BodyLimit` bounds every body, declared or chunked, on every route, before anything reads it.
+- `Edge` authenticates every request that needs a principal before its body is read, and
+  answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
+  framework routing, dependency solving or second body parse on the path that must be fast.
+  The same declarations document those routes in the OpenAPI document (`openapi_routes`).
+  Everything else goes on to FastAPI.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+from starlette.datastructures import Headers
+from starlette.routing import compile_path
+
+from sluice.api.errors import error_response
+from sluice.domain.errors import PayloadTooLarge
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from pydantic import BaseModel
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+# Routes that answer without a principal: liveness, readiness, server metadata, the docs.
+PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+PRINCIPAL = "sluice.principal"
+
+
+def too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"request body is over {limit} bytes: send large inputs as a batch job, and large model files by artifact_uri",
+        field="body",
+    )
+
+
+class BodyTooLarge(Exception):
+    """Raised by the bounded `receive` once a body passes the limit."""
+
+
+class BodyLimit:
+    """Refuses a body over the limit: at once when its Content-Length says so, else as soon
+    as the bytes read pass it (a chunked body is never read to its end)."""
+
+    def __init__(self, app: ASGIApp, limit: Callable[[], int]) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit()
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await error_response(too_large(limit))(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge
+            return message
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded, watch)
+        except BodyTooLarge:
+            if not started:
+                await error_response(too_large(limit))(scope, receive, send)
+
+
+async def read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class HotRoute:
+    """A route the edge answers. `handler(container, principal, body, scope, headers, **path)`."""
+
+    method: str
+    path: str
+    body: type[BaseModel]
+    response: type[BaseModel]
+    handler: Callable[..., Awaitable[Response]]
+    summary: str
+    tags: tuple[str, ...] = ()
+    responses: dict[int | str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        regex, _, _ = compile_path(self.path)
+        object.__setattr__(self, "_regex", regex)
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        if method != self.method:
+            return None
+        found = self._regex.match(path)  # type: ignore[attr-defined]
+        return found.groupdict() if found else None
+
+
+class Edge:
+    def __init__(
+        self,
+        app: ASGIApp,
+        routes: Callable[[], list[HotRoute]],
+        container: Callable[[], Container],
+        authenticate: Callable[[Scope, Headers, Container], Principal],
+    ) -> None:
+        self.app = app
+        self.routes = routes
+        self.container = container
+        self.authenticate = authenticate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        try:
+            container = self.container()
+            principal = self.authenticate(scope, headers, container)
+        except Exception as exc:  # a 401, or the registry down: answered before the body is read
+            await error_response(exc, scope["path"])(scope, receive, send)
+            return
+        scope[PRINCIPAL] = principal
+        if scope["method"] == "POST":
+            for route in self.routes():
+                params = route.match("POST", scope["path"])
+                if params is not None:
+                    response = await self._answer(route, params, container, principal, scope, headers, receive)
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _answer(
+        self, route: HotRoute, params: dict[str, str], container: Container, principal: Principal, scope: Scope, headers: Headers, receive: Receive
+    ) -> Response:
+        try:
+            raw = await read_body(receive)
+            body = route.body.model_validate_json(raw or b"null")
+            return await route.handler(container, principal, body, scope, headers, **params)
+        except BodyTooLarge:
+            return error_response(too_large(container.settings.max_request_bytes))
+        except Exception as exc:
+            return error_response(exc, scope["path"])
+
+
+def openapi_routes(routes: list[HotRoute]) -> list[Any]:
+    """FastAPI routes that describe the hot routes in the OpenAPI document. They are built
+    from the same declarations the edge serves and are never mounted: only documented."""
+    from fastapi import Body
+    from fastapi.routing import APIRoute
+
+    out = []
+    for route in routes:
+        names = compile_path(route.path)[2]
+
+        async def endpoint(**_: Any) -> None:  # documentation only
+            return None
+
+        endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("body", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[route.body, Body()])]
+            + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=str) for n in names]
+        )
+        out.append(
+            APIRoute(
+                route.path,
+                endpoint,
+                methods=[route.method],
+                response_model=route.response,
+                response_model_exclude_none=True,
+                responses=route.responses,
+                summary=route.summary,
+                tags=list(route.tags),
+            )
+        )
+    return out

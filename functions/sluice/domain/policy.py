@@ -1,0 +1,246 @@
+"""A deployment's policy: a small tree of nodes, one pydantic model per kind.
+
+- `single`   one model version;
+- `split`    weighted choice among named variants (A/B, canary), sticky by a routing key,
+             optionally a bandit that moves weight by reward;
+- `shadow`   a primary that answers and mirrors that see the same input off the request path;
+- `ensemble` members called concurrently and aggregated;
+- `ref`      another deployment of the same tenant.
+
+The models are the schema: the API documents them (a discriminated union on `kind`) and
+validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
+that add up, unique names, depth); checks that need the registry (versions exist, signatures
+fit, references resolve without cycles) live in the deployments service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictInt,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
+
+from sluice.domain.errors import InvalidRequest
+
+MAX_DEPTH = 4
+MAX_CHILDREN = 16
+AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
+KINDS = ("single", "ref", "split", "shadow", "ensemble")
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-63 characters of a-z, 0-9, '.', '_' or '-'.")]
+Aggregator = Literal["mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success"]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Node(_Part):
+    """What every kind offers: its children, and the version whose signature describes its
+    input and answer (`primary_single`: a single, a shadow's primary, a split's first variant,
+    an ensemble's first member; through a reference only with a resolver)."""
+
+    def children(self) -> list[Node]:
+        return []
+
+
+class Single(_Node):
+    kind: Literal["single"] = "single"
+    model: Name
+    version: StrictInt = Field(ge=1)
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single:
+        return self
+
+    @property
+    def ref(self) -> str:
+        return f"{self.model}:{self.version}"
+
+
+class Ref(_Node):
+    kind: Literal["ref"] = "ref"
+    deployment: Name
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return resolve_ref(self.deployment).primary_single(resolve_ref) if resolve_ref else None
+
+
+class Variant(_Part):
+    name: Name
+    weight: float = Field(ge=0, allow_inf_nan=False)
+    target: Node
+
+
+class Bandit(_Part):
+    algorithm: Literal["thompson", "epsilon_greedy"]
+    epsilon: float = Field(0.1, ge=0, le=1)
+
+
+class Split(_Node):
+    kind: Literal["split"] = "split"
+    variants: tuple[Variant, ...] = Field(min_length=1, max_length=MAX_CHILDREN)
+    routing_key: str | None = Field(
+        None, min_length=1, max_length=64, description="A request field or header whose value makes routing sticky."
+    )
+    bandit: Bandit | None = None
+
+    def children(self) -> list[Node]:
+        return [v.target for v in self.variants]
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.variants[0].target.primary_single(resolve_ref)
+
+
+class Mirror(_Part):
+    name: Name
+    target: Node
+    sample_percent: float = Field(100.0, ge=0, le=100)
+
+
+class Shadow(_Node):
+    kind: Literal["shadow"] = "shadow"
+    primary: Node
+    mirrors: tuple[Mirror, ...] = Field(min_length=1, max_length=MAX_CHILDREN)
+
+    def children(self) -> list[Node]:
+        return [self.primary, *(m.target for m in self.mirrors)]
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.primary.primary_single(resolve_ref)
+
+
+class Member(_Part):
+    name: Name
+    target: Node
+    weight: float = Field(1.0, ge=0, allow_inf_nan=False)
+    timeout_ms: float | None = Field(None, ge=1, allow_inf_nan=False)
+
+
+class Ensemble(_Node):
+    kind: Literal["ensemble"] = "ensemble"
+    members: tuple[Member, ...] = Field(min_length=1, max_length=MAX_CHILDREN)
+    aggregator: Aggregator
+    min_members: StrictInt | None = Field(None, ge=1)
+
+    def children(self) -> list[Node]:
+        return [m.target for m in self.members]
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.members[0].target.primary_single(resolve_ref)
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        kind = value.get("kind", "single")  # a bare {"model", "version"} is a single
+        return kind if kind in KINDS else None
+    return getattr(value, "kind", None)
+
+
+Node = Annotated[
+    Union[  # noqa: UP007  (a discriminated union needs the Union form for its tags)
+        Annotated[Single, Tag("single")],
+        Annotated[Ref, Tag("ref")],
+        Annotated[Split, Tag("split")],
+        Annotated[Shadow, Tag("shadow")],
+        Annotated[Ensemble, Tag("ensemble")],
+    ],
+    Discriminator(_kind, custom_error_type="policy_kind", custom_error_message="unknown policy kind; expected single, split, shadow, ensemble or ref"),
+]
+
+for _model in (Single, Ref, Variant, Split, Mirror, Shadow, Member, Ensemble):
+    _model.model_rebuild()
+
+NODE: TypeAdapter[Node] = TypeAdapter(Node)
+
+
+def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
+    """A pydantic error location as the API names fields: union tags left out."""
+    parts = [prefix] if prefix else []
+    parts += [str(p) for p in loc if p not in KINDS]
+    return ".".join(parts)
+
+
+def parse_policy(data: Any, *, field: str = "policy") -> Node:
+    """Validate a policy (a dict, or a node already built) and check what no field can alone."""
+    try:
+        node = NODE.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = tuple(first["loc"])
+        if first["type"] == "policy_kind" and isinstance(first.get("input"), dict):
+            loc = (*loc, "kind")
+        raise InvalidRequest(f"{policy_field(loc, field)}: {first['msg']}", field=policy_field(loc, field)) from None
+    check_tree(node, field=field)
+    return node
+
+
+def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
+    if depth > MAX_DEPTH:
+        raise InvalidRequest(f"policies nest at most {MAX_DEPTH} levels deep", field=field)
+    if isinstance(node, Split):
+        _unique([v.name for v in node.variants], f"{field}.variants")
+        if sum(v.weight for v in node.variants) <= 0:
+            raise InvalidRequest("variant weights must add up to more than 0", field=f"{field}.variants")
+        if node.bandit is not None and node.routing_key is not None:
+            raise InvalidRequest("a bandit split cannot also be sticky", field=f"{field}.routing_key")
+        for i, v in enumerate(node.variants):
+            check_tree(v.target, field=f"{field}.variants.{i}.target", depth=depth + 1)
+    elif isinstance(node, Shadow):
+        _unique([m.name for m in node.mirrors], f"{field}.mirrors")
+        check_tree(node.primary, field=f"{field}.primary", depth=depth + 1)
+        for i, m in enumerate(node.mirrors):
+            check_tree(m.target, field=f"{field}.mirrors.{i}.target", depth=depth + 1)
+    elif isinstance(node, Ensemble):
+        _unique([m.name for m in node.members], f"{field}.members")
+        if node.min_members is not None and node.min_members > len(node.members):
+            raise InvalidRequest(f"min_members must be between 1 and {len(node.members)}", field=f"{field}.min_members")
+        for i, m in enumerate(node.members):
+            check_tree(m.target, field=f"{field}.members.{i}.target", depth=depth + 1)
+
+
+def _unique(names: list[str], field: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidRequest(f"name '{name}' is used twice", field=f"{field}.{i}.name")
+        seen.add(name)
+
+
+def policy_dict(node: Node) -> dict[str, Any]:
+    """The stored (JSON) form of a policy."""
+    return NODE.dump_python(node, mode="json", exclude_none=True)
+
+
+def walk(node: Node) -> list[Node]:
+    """Every node of the tree, parents first."""
+    out: list[Node] = [node]
+    for child in node.children():
+        out += walk(child)
+    return out
+
+
+def referenced_versions(node: Node) -> list[Single]:
+    """Every model version the policy names directly (not through references)."""
+    return [n for n in walk(node) if n.kind == "single"]  # type: ignore[misc]
+
+
+def referenced_deployments(node: Node) -> list[str]:
+    return [n.deployment for n in walk(node) if isinstance(n, Ref)]
+
+
+def single_policy(model: str, version: int) -> dict[str, Any]:
+    return {"kind": "single", "model": model, "version": version}
+
+
+def primary_single(node: Node, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+    return node.primary_single(resolve_ref)

@@ -1,0 +1,68 @@
+"""A prediction request as the core takes it, whichever door it came through.
+
+The HTTP API (simple JSON or the Open Inference Protocol), the CLI, batch scoring and every
+Lambda handler build one of these and make one call, `PredictionService.predict`. Inputs come
+in one of three forms; the core decodes and checks each against the answering version's
+signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RowInputs:
+    """Simple JSON: exactly one of named tensors or a 2-D list (`inputs`), one row of
+    `features`, or a `batch` of rows."""
+
+    inputs: Any = None
+    features: dict[str, Any] | None = None
+    batch: list[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """One Open Inference Protocol input tensor, as sent."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInputs:
+    tensors: tuple[Tensor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayInputs:
+    """Arrays already decoded (batch columns, stream records), batch axis first."""
+
+    arrays: Mapping[str, np.ndarray]
+
+
+Inputs = RowInputs | TensorInputs | ArrayInputs
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionRequest:
+    deployment: str
+    inputs: Inputs
+    version: int | None = None  # pin a version of the deployment's primary model
+    outputs: tuple[str, ...] | None = None  # only these outputs (v2 `outputs`)
+    variant: str | None = None  # ask a split for a variant by name
+    routing_key: str | None = None  # sticky routing; else the header the policy names
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request_id: str = ""
+    mirrors: bool = True  # False offline: a batch job does not run shadow mirrors
+    log_fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def routing_value(self, name: str) -> str | None:
+        return self.routing_key or self.headers.get(name) or None

@@ -1,0 +1,215 @@
+"""Running a policy tree: a single version on its runtime, a split's choice, a shadow's
+primary (its mirrors become jobs for later), an ensemble's members concurrently.
+
+Registry reads on the way (a referenced deployment, a version, a bandit's rewards, its
+assignment) go through `Lookups`, which answers from its caches or reads in a thread: the
+event loop that serves requests never waits on the registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.results import Answer
+from sluice.routing.aggregators import Answer as MemberAnswer
+from sluice.routing.aggregators import aggregate
+from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
+from sluice.shadow.jobs import ShadowJob
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    import numpy as np
+
+    from sluice.domain import Deployment, ModelVersion
+    from sluice.domain.policy import Ensemble, Node, Ref, Shadow, Single, Split
+    from sluice.domain.signature import Signature
+    from sluice.runtimes import Runtime
+    from sluice.stats.recorder import StatsRecorder
+
+MAX_REF_DEPTH = 8
+
+
+class Lookups(Protocol):
+    async def node_of(self, tenant: str, deployment: str) -> Node: ...
+    async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion: ...
+    async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]: ...
+    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Call:
+    """One walk of the tree for one request."""
+
+    deployment: Deployment
+    deadline: float
+    routing: Callable[[str], str | None]
+    variant: str | None = None
+    request_id: str = ""
+    outputs: Sequence[str] | None = None
+    checked: Signature | None = None  # the signature the request's inputs were checked against
+    spawn_mirrors: bool = True
+    mirrors: list[ShadowJob] = field(default_factory=list)
+
+    @property
+    def tenant(self) -> str:
+        return self.deployment.tenant
+
+
+class PolicyRunner:
+    def __init__(
+        self,
+        lookups: Lookups,
+        runtimes: Mapping[str, Runtime],
+        stats: StatsRecorder,
+        check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]],
+    ) -> None:
+        self.lookups = lookups
+        self.runtimes = runtimes
+        self.stats = stats
+        self.check = check
+        self._by_kind = {
+            "single": self._single,
+            "ref": self._ref,
+            "split": self._split,
+            "shadow": self._shadow,
+            "ensemble": self._ensemble,
+        }
+
+    async def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Answer:
+        return await self._by_kind[node.kind](node, call, arrays, depth)  # type: ignore[operator]
+
+    async def _single(self, node: Single, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        version = await self.lookups.version_of(call.tenant, node.model, node.version)
+        runtime = self.runtimes.get(version.runtime)
+        if runtime is None:
+            raise Unavailable(f"runtime '{version.runtime}' is not configured here", field="runtime")
+        signature = version.signature
+        if call.checked is None or signature.inputs != call.checked.inputs:
+            arrays = self.check(signature, arrays)
+        wanted = [o for o in call.outputs if signature.output(o) is not None] if call.outputs else None
+        result = await runtime.infer(version, arrays, wanted or None)
+        return Answer(signature, result, version)
+
+    async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        if depth >= MAX_REF_DEPTH:
+            raise BackendError("deployment references nest too deep", field="policy")
+        return await self.run(await self.lookups.node_of(call.tenant, node.deployment), call, arrays, depth + 1)
+
+    async def _shadow(self, node: Shadow, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        answer = await self.run(node.primary, call, arrays, depth + 1)
+        if call.spawn_mirrors:
+            for mirror in node.mirrors:
+                if sampled(mirror.sample_percent):
+                    call.mirrors.append(_shadow_job(call, mirror.name, mirror.target, arrays, answer))
+        return answer
+
+    async def _split(self, node: Split, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        dep = call.deployment
+        chosen = next((v for v in node.variants if v.name == call.variant), None)
+        if chosen is None:
+            if node.bandit is not None:
+                rewards = await self.lookups.rewards_of(dep.tenant, dep.name, dep.revision)
+                chosen = bandit_pick(node.variants, node.bandit, rewards)
+                if call.request_id:
+                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, chosen.name)
+            else:
+                key = call.routing(node.routing_key) if node.routing_key else None
+                chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
+        stat_key = (dep.tenant, dep.name, dep.revision, f"variant:{chosen.name}")
+        started = time.perf_counter()
+        try:
+            answer = await self.run(chosen.target, call, arrays, depth + 1)
+        except SluiceError:
+            self.stats.request(stat_key, 0.0, ok=False)
+            raise
+        self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
+        answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
+        return answer
+
+    async def _ensemble(self, node: Ensemble, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+        async def member_call(index: int) -> tuple[int, Answer | None, SluiceError | None, float]:
+            member = node.members[index]
+            started = time.perf_counter()
+            limit = max(call.deadline - time.monotonic(), 0.0)
+            if member.timeout_ms is not None:
+                limit = min(limit, member.timeout_ms / 1000)
+            try:
+                async with asyncio.timeout(limit):
+                    answer = await self.run(member.target, call, arrays, depth + 1)
+                return index, answer, None, (time.perf_counter() - started) * 1000
+            except TimeoutError:
+                error: SluiceError = DeadlineExceeded(f"member '{member.name}' gave no answer within {limit * 1000:.0f} ms")
+            except SluiceError as exc:
+                error = exc
+            return index, None, error, (time.perf_counter() - started) * 1000
+
+        tasks = [asyncio.ensure_future(member_call(i)) for i in range(len(node.members))]
+        done: list[tuple[int, Answer | None, SluiceError | None, float]] = []
+        try:
+            if node.aggregator == "first_success":
+                for next_done in asyncio.as_completed(tasks):
+                    outcome = await next_done
+                    done.append(outcome)
+                    if outcome[1] is not None:
+                        break
+            else:
+                done = list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:
+                task.cancel()
+        in_order = sorted(done, key=lambda item: item[0])
+        report = [
+            {
+                "name": node.members[i].name,
+                "ok": answer is not None,
+                "latency_ms": round(ms, 3),
+                **({"model": answer.version.model, "version": answer.version.version} if answer else {}),
+                **({"error": error.code} if error else {}),
+            }
+            for i, answer, error, ms in in_order
+        ]
+        answers = [(i, a) for i, a, _, _ in in_order if a is not None]
+        if node.aggregator == "first_success":
+            winner = next((a for _, a, _, _ in done if a is not None), None)  # in order of arrival
+            if winner is None:
+                raise BackendError("no ensemble member answered", members=report)
+            return replace(winner, members=report)
+        need = node.min_members or len(node.members)
+        if len(answers) < need:
+            timed_out = all(e is not None and e.status == 504 for _, a, e, _ in done if a is None)
+            cls = DeadlineExceeded if timed_out else BackendError
+            raise cls(f"{len(answers)} of {len(node.members)} ensemble members answered; {need} needed", members=report)
+        combined = aggregate(
+            node.aggregator,
+            [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],
+        )
+        first_answer = answers[0][1]
+        return Answer(first_answer.signature, combined, first_answer.version, members=report)
+
+
+def _shadow_job(call: Call, name: str, node: Node, arrays: dict[str, np.ndarray], answer: Answer) -> ShadowJob:
+    from sluice.domain.policy import policy_dict
+
+    dep = call.deployment
+    return ShadowJob(
+        tenant=dep.tenant,
+        deployment=dep.name,
+        revision=dep.revision,
+        mirror=name,
+        node=policy_dict(node),
+        inputs=arrays,
+        primary_outputs=answer.result.outputs,
+        primary_classes=answer.result.classes,
+        primary_signature=answer.signature,
+        primary_latency_ms=0.0,
+        request_id=call.request_id,
+    )
+
+
+def no_routing(_: str) -> Any:
+    return None
