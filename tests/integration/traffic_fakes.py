@@ -11,8 +11,8 @@ import numpy as np
 
 from sluice.domain import Model, ModelVersion
 from sluice.domain.errors import BackendError, Conflict
+from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
-from sluice.runtimes import InferenceResult
 
 INPUT = (TensorSpec("input", "FP32", (-1, 4)),)
 REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))

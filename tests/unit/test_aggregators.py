@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.routing.aggregators import Answer, aggregate, check_fits
-from sluice.runtimes import InferenceResult
 
 INPUTS = (TensorSpec("x", "FP32", (-1, 2)),)
 CLF = Signature(INPUTS, (TensorSpec("label", "BYTES", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, -1), role="probabilities")))

@@ -16,8 +16,8 @@ from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
 from sluice.batch.readers import _region
 from sluice.domain.errors import BadRequest, Conflict, InvalidInput
 from sluice.domain.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
+from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
-from sluice.runtimes.base import InferenceResult
 
 IRIS = Signature(
     inputs=(TensorSpec("input", "FP32", (-1, 4), feature_names=("a", "b", "c", "d")),),

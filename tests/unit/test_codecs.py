@@ -7,8 +7,8 @@ from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import arrays_from_request, present_rows
 from sluice.codecs.tensors import decode_tensor, encode_tensor
 from sluice.domain.errors import InvalidInput
+from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
-from sluice.runtimes import InferenceResult
 
 
 @pytest.mark.parametrize("datatype", sorted(V2_TO_NUMPY))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sluice.runtimes import InferenceResult
+from sluice.domain.results import InferenceResult
 from sluice.shadow.compare import compare
 from sluice.stats.histogram import PREFIX, bucket, percentile
 from sluice.stats.verdicts import comparison, mean_interval, traffic, wilson

@@ -69,6 +69,7 @@ class SluiceApp(FastAPI):
                 version=self.version,
                 description=self.description,
                 routes=[*openapi_routes(_hot_routes()), *self.routes],
+                separate_input_output_schemas=False,  # one schema per model: a policy reads as it is written
             )
         return self.openapi_schema
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from sluice.api.errors import error_response
@@ -42,8 +43,12 @@ def too_large(limit: int) -> PayloadTooLarge:
     )
 
 
-class BodyTooLarge(Exception):
-    """Raised by the bounded `receive` once a body passes the limit."""
+class BodyTooLarge(HTTPException):
+    """Raised by the bounded `receive` once a body passes the limit. An HTTPException, so
+    that a framework reading the body passes it on rather than calling it a parse error."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large(limit).message)
 
 
 class BodyLimit:
@@ -72,7 +77,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise BodyTooLarge
+                    raise BodyTooLarge(limit)
             return message
 
         async def watch(message: Message) -> None:

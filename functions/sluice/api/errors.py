@@ -55,6 +55,8 @@ def error_response(exc: Exception, path: str = "") -> JSONResponse:
         return _validation(exc.errors())
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
         return _validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)])
+    if isinstance(exc, HTTPException) and exc.status_code == 413:  # the edge's body limit
+        return JSONResponse({"error": str(exc.detail), "code": "payload_too_large", "field": "body"}, status_code=413)
     if isinstance(exc, HTTPException):
         code = HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse({"error": str(exc.detail), "code": code}, status_code=exc.status_code, headers=exc.headers)

@@ -1,70 +1,45 @@
-"""Domain objects as the JSON the management API returns."""
+"""Domain objects as the JSON the management API returns: each wire model is built from the
+domain object by pydantic (`from_attributes`), so a field is declared once, in the schema."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sluice.types.management import DeploymentChangeOut, DeploymentOut, KeyOut, ModelOut, VersionOut
+
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
 
 
+def present(schema: type[BaseModel], obj: object, **extra: Any) -> dict[str, Any]:
+    out = schema.model_validate(obj, from_attributes=True)
+    if extra:
+        out = out.model_copy(update=extra)
+    return out.model_dump(mode="json")
+
+
 def model_out(model: Model, latest: int | None = None) -> dict[str, Any]:
-    return {
-        "name": model.name,
-        "description": model.description,
-        "created_at": model.created_at,
-        "created_by": model.created_by,
-        "latest_version": latest,
-    }
+    return present(ModelOut, model, latest_version=latest)
 
 
 def version_out(version: ModelVersion) -> dict[str, Any]:
-    signature = version.signature.to_dict()
-    signature.pop("metadata", None)
-    return {
-        "model": version.model,
-        "version": version.version,
-        "runtime": version.runtime,
-        "artifact_uri": version.artifact_uri,
-        "sha256": version.sha256,
-        "size_bytes": version.size_bytes,
-        "signature": signature,
-        "created_at": version.created_at,
-        "created_by": version.created_by,
-    }
+    return present(VersionOut, version)
 
 
 def deployment_out(deployment: Deployment) -> dict[str, Any]:
-    return {
-        "name": deployment.name,
-        "policy": deployment.policy,
-        "revision": deployment.revision,
-        "description": deployment.description,
-        "created_at": deployment.created_at,
-        "updated_at": deployment.updated_at,
-        "updated_by": deployment.updated_by,
-    }
+    return present(DeploymentOut, deployment)
 
 
 def change_out(change: DeploymentChange) -> dict[str, Any]:
-    return {
-        "revision": change.revision,
-        "at": change.at,
-        "by": change.by,
-        "old_policy": change.old_policy,
-        "new_policy": change.new_policy,
-    }
+    return present(DeploymentChangeOut, change)
 
 
 def key_out(key: ApiKey, plain: str | None = None) -> dict[str, Any]:
-    body = {
-        "key_id": key.key_id,
-        "tenant": key.tenant,
-        "scopes": sorted(key.scopes),
-        "name": key.name,
-        "created_at": key.created_at,
-        "revoked_at": key.revoked_at,
-    }
-    if plain is not None:
+    body = present(KeyOut, key)
+    if plain is None:
+        body.pop("key", None)
+    else:
         body["key"] = plain
     return body

@@ -11,8 +11,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature
-    from sluice.runtimes import InferenceResult
 
 
 def prediction_columns(

@@ -9,8 +9,8 @@ import numpy as np
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature, TensorSpec
-    from sluice.runtimes import InferenceResult
 
 
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str) -> np.ndarray:

@@ -23,10 +23,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     StrictInt,
     Tag,
     TypeAdapter,
     ValidationError,
+    model_serializer,
 )
 
 from sluice.domain.errors import InvalidRequest
@@ -43,6 +45,12 @@ Aggregator = Literal["mean", "weighted_mean", "majority", "soft_vote", "max", "m
 
 class _Part(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A policy is written back as it reads: options left out stay out (no `null`s).
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class _Node(_Part):
@@ -218,7 +226,7 @@ def _unique(names: list[str], field: str) -> None:
 
 def policy_dict(node: Node) -> dict[str, Any]:
     """The stored (JSON) form of a policy."""
-    return NODE.dump_python(node, mode="json", exclude_none=True)
+    return NODE.dump_python(node, mode="json")
 
 
 def walk(node: Node) -> list[Node]:

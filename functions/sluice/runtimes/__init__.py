@@ -1,5 +1,6 @@
 """Where a version runs. Every runtime offers the same small async interface."""
 
-from sluice.runtimes.base import InferenceResult, Runtime
+from sluice.domain.results import InferenceResult
+from sluice.runtimes.base import Runtime
 
 __all__ = ["InferenceResult", "Runtime"]

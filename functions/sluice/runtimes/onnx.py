@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.errors import BackendError, InvalidInput, PayloadTooLarge
-from sluice.runtimes.base import InferenceResult
+from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -28,7 +28,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.runtimes.base import InferenceResult
+from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

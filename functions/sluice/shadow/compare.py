@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature
-    from sluice.runtimes import InferenceResult
 
 
 def _aligned_probs(signature: Signature, result: InferenceResult) -> dict[str, np.ndarray] | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from sluice.domain.policy import Node
 from sluice.types.base import WireModel
 
 
@@ -68,20 +69,20 @@ class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
     version: int | None = Field(None, ge=1, description="…at this version (default: its latest).")
-    policy: dict[str, Any] | None = Field(None, description="A full routing policy instead of model/version.")
+    policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
     description: str = ""
 
 
 class DeploymentUpdate(WireModel):
     model: str | None = None
     version: int | None = Field(None, ge=1)
-    policy: dict[str, Any] | None = None
+    policy: Node | None = None
     revision: int | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
 class DeploymentOut(WireModel):
     name: str
-    policy: dict[str, Any]
+    policy: Node
     revision: int
     description: str
     created_at: float
@@ -93,8 +94,8 @@ class DeploymentChangeOut(WireModel):
     revision: int
     at: float
     by: str
-    old_policy: dict[str, Any] | None
-    new_policy: dict[str, Any] | None
+    old_policy: Node | None
+    new_policy: Node | None
 
 
 class Feedback(WireModel):
@@ -119,3 +120,8 @@ class KeyOut(WireModel):
     created_at: float
     revoked_at: float | None = None
     key: str | None = Field(None, description="The key itself; shown once, at creation.")
+
+    @field_validator("scopes", mode="before")
+    @classmethod
+    def _sorted(cls, value: Any) -> Any:
+        return sorted(value) if isinstance(value, set | frozenset) else value

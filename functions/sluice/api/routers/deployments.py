@@ -10,6 +10,7 @@ from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import BadRequest
+from sluice.domain.policy import policy_dict
 from sluice.types.management import (
     DeploymentChangeOut,
     DeploymentCreate,
@@ -26,7 +27,7 @@ def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate
     if (body.policy is None) == (body.model is None):
         raise BadRequest("give either 'model' (and optionally 'version') or 'policy'", field="policy")
     if body.policy is not None:
-        return body.policy
+        return policy_dict(body.policy)
     assert body.model is not None
     return container.deployments.resolve_shorthand(principal, body.model, body.version)
 

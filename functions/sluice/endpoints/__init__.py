@@ -1,0 +1,1 @@
+"""SageMaker endpoints and Triton model repositories: packaging, lifecycle, the local Triton."""

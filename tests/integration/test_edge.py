@@ -1,0 +1,126 @@
+"""The HTTP edge: bodies bounded on every route before anything reads them, principals known
+before a body is read, and the hot routes served by the edge and documented in OpenAPI."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.api.app import create_app
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+    from sluice.wiring import Container
+
+IRIS_ROW = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+
+
+def _call(app: Any, method: str, path: str, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, dict[str, Any], int]:
+    """Send a chunked body through the ASGI app; returns (status, JSON body, chunks it read)."""
+    import orjson
+
+    sent = {"read": 0}
+    pending = list(chunks)
+    replies: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            sent["read"] += 1
+            body = pending.pop(0)
+            return {"type": "http.request", "body": body, "more_body": bool(pending)}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        replies.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1234),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in {"transfer-encoding": "chunked", **headers}.items()],
+    }
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in replies if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in replies if m["type"] == "http.response.body")
+    return start["status"], orjson.loads(body) if body else {}, sent["read"]
+
+
+MB = b"x" * (1024 * 1024)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/models", "/api/v1/deployments", "/api/v1/keys", "/api/v1/predictions", "/v2/models/iris/infer"])
+def test_no_key_is_refused_before_any_of_the_body_is_read(demo: Container, path: str) -> None:
+    status, body, read = _call(create_app(demo), "POST", path, {}, [MB] * 100)
+    assert status == 401 and body["code"] == "unauthenticated"
+    assert read == 0
+
+
+@pytest.mark.parametrize("path", ["/api/v1/models", "/api/v1/deployments", "/api/v1/keys", "/api/v1/predictions", "/v2/models/iris/infer"])
+def test_a_chunked_body_over_the_limit_is_refused_once_it_passes_the_limit(demo: Container, keys: dict[str, str], path: str) -> None:
+    app = create_app(demo, max_request_bytes=3 * 1024 * 1024)
+    status, body, read = _call(app, "POST", path, auth(keys["acme"]), [MB] * 100)
+    assert status == 413 and body["code"] == "payload_too_large" and body["field"] == "body"
+    assert read <= 4  # stopped at the limit, not at the end of 100 MB
+
+
+def test_a_declared_length_over_the_limit_is_refused_unread(demo: Container, keys: dict[str, str]) -> None:
+    app = create_app(demo, max_request_bytes=1024)
+    status, body, read = _call(app, "PUT", "/api/v1/anything", {**auth(keys["acme"]), "content-length": "5000"}, [b"{}"])
+    assert status == 413 and read == 0
+
+
+def test_hot_routes_answer_through_the_edge(client: TestClient, keys: dict[str, str]) -> None:
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "features": IRIS_ROW}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["prediction"] == "setosa"
+    bad = client.post("/api/v1/predictions", json={"deployment": "iris", "features": IRIS_ROW, "nope": 1}, headers=auth(keys["acme"]))
+    assert bad.status_code == 422 and bad.json()["field"] == "nope"
+    v2 = client.post(
+        "/v2/models/iris/infer",
+        json={"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]},
+        headers=auth(keys["acme"]),
+    )
+    assert v2.status_code == 200 and v2.json()["model_name"] == "iris"
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "$ref"] + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+def test_the_openapi_document_lists_the_hot_routes_and_every_policy_shape(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    predict = doc["paths"]["/api/v1/predictions"]["post"]
+    assert predict["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/PredictionRequest")
+    assert "200" in predict["responses"] and "413" in predict["responses"]
+    for path in ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"):
+        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["$ref"].endswith("/InferenceRequest")
+    schemas = doc["components"]["schemas"]
+    for kind in ("Single", "Split", "Shadow", "Ensemble", "Ref", "Variant", "Mirror", "Member", "Bandit"):
+        assert kind in schemas, kind
+    create = schemas["DeploymentCreate"]["properties"]["policy"]
+    assert "discriminator" in str(create) or "oneOf" in str(create)
+    # Every reference resolves: no dangling $ref.
+    missing = {r for r in _refs(doc) if r.split("/")[-1] not in schemas}
+    assert missing == set()
+
+
+def test_a_bad_policy_names_its_field_through_the_api(client: TestClient, keys: dict[str, str]) -> None:
+    policy = {"kind": "split", "variants": [{"name": "a", "weight": -1, "target": {"kind": "single", "model": "iris", "version": 1}}]}
+    r = client.post("/api/v1/deployments", json={"name": "bad", "policy": policy}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "policy.variants.0.weight"
