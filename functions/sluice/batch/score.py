@@ -30,8 +30,8 @@ from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import Principal
 from sluice.domain.errors import InvalidInput
 from sluice.domain.jobs import ChunkResult
-from sluice.handlers.loop import run
 from sluice.routing import Single, Split, walk
+from sluice.services.loop import run
 
 if TYPE_CHECKING:
     import pyarrow as pa

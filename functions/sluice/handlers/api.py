@@ -11,8 +11,8 @@ from typing import Any
 from mangum import Mangum
 
 from sluice.api.app import create_app
-from sluice.handlers.loop import container_loop
 from sluice.observability import get_logger
+from sluice.services.loop import container_loop
 
 app = create_app()
 _asgi = Mangum(app, lifespan="off", api_gateway_base_path=None)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.handlers.loop import run
 from sluice.observability import get_logger
+from sluice.services.loop import run
 from sluice.shadow.jobs import ShadowJob
 
 if TYPE_CHECKING:

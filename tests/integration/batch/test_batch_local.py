@@ -16,7 +16,7 @@ from sluice.batch.plan import Chunk, JobSpec
 from sluice.batch.runner import JobNotRunning
 from sluice.batch.score import ChunkScorer
 from sluice.domain.errors import Unavailable
-from sluice.handlers.loop import run
+from sluice.services.loop import run
 from tests.integration.batch.conftest import (
     FEATURES,
     iris_rows,
