@@ -15,9 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.files import bucket_and_key, join
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
+from sluice.batch.uris import bucket_and_key, join
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob
@@ -25,7 +25,7 @@ from sluice.observability import Telemetry
 from sluice.stats.recorder import Key, StatsRecorder
 
 if TYPE_CHECKING:
-    from sluice.batch.files import Files
+    from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
     from sluice.registry import Registry
     from sluice.services.predictions import PredictionService
@@ -89,7 +89,7 @@ class BatchRunner:
         self,
         registry: Registry,
         predictions: PredictionService,
-        files: Files,
+        files: FileStore,
         settings: Settings,
         paths: BatchPaths,
     ) -> None:
