@@ -142,7 +142,7 @@ class Container:
     telemetry: Telemetry | None = None
     mirror: Mirror | None = None
     orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
-    files: Files | None = None  # batch inputs and outputs; built on first use when not given
+    files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
 
     def __post_init__(self) -> None:
         if self.telemetry is None:
@@ -183,7 +183,10 @@ class Container:
         from sluice.runtimes.onnx import OnnxRuntime
 
         if self.files is None:
-            self.files = Files(region=self.settings.region)
+            from sluice.clients import default_clients
+
+            # A store per URI scheme, each built on first use (a local run never imports boto3).
+            self.files = Files(clients=default_clients(self.settings.region))
         runtimes: dict[str, Runtime] = self.runtimes
         online = self.runtimes.get("onnx")
         if isinstance(online, OnnxRuntime):

@@ -78,7 +78,7 @@ def test_a_chunked_body_over_the_limit_is_refused_once_it_passes_the_limit(demo:
 def test_a_declared_length_over_the_limit_is_refused_unread(demo: Container, keys: dict[str, str]) -> None:
     app = create_app(demo, max_request_bytes=1024)
     status, body, read = _call(app, "PUT", "/api/v1/anything", {**auth(keys["acme"]), "content-length": "5000"}, [b"{}"])
-    assert status == 413 and read == 0
+    assert status == 413 and body["code"] == "payload_too_large" and read == 0
 
 
 def test_hot_routes_answer_through_the_edge(client: TestClient, keys: dict[str, str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.cli_endpoints import parse_weights
+from sluice.cli.endpoints import parse_weights
 from sluice.domain.errors import BadRequest
 from sluice.endpoints.sagemaker import (
     SAGEMAKER_NAME,

@@ -25,7 +25,7 @@ from sluice.batch.columns import plan_feeds
 from sluice.domain.errors import BadRequest, InvalidInput
 
 if TYPE_CHECKING:
-    from sluice.batch.files import Files, Stat
+    from sluice.batch.filestore import FileStore, Stat
     from sluice.domain.jobs import BatchJob
     from sluice.domain.signature import Signature
 
@@ -134,7 +134,7 @@ class Plan:
 
 
 def plan_job(
-    job: BatchJob, signature: Signature, files: Files, *, chunk_rows: int, chunk_bytes: int
+    job: BatchJob, signature: Signature, files: FileStore, *, chunk_rows: int, chunk_bytes: int
 ) -> Plan:
     stat = files.stat(job.input_uri)
     if job.format == "parquet":
@@ -169,7 +169,7 @@ def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool) -> No
 
 
 # Parquet ------------------------------------------------------------------------------------
-def _plan_parquet(job: BatchJob, stat: Stat, files: Files, chunk_rows: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+def _plan_parquet(job: BatchJob, stat: Stat, files: FileStore, chunk_rows: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -214,7 +214,7 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
 
 
 # CSV and JSON Lines --------------------------------------------------------------------------
-def _plan_text(job: BatchJob, stat: Stat, files: Files, chunk_bytes: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
     data_start = 0
     columns: list[str] = []
     key_types: dict[str, str] = {}
@@ -243,7 +243,7 @@ def _plan_text(job: BatchJob, stat: Stat, files: Files, chunk_bytes: int) -> tup
     return columns, key_types, chunks
 
 
-def _head(files: Files, uri: str, stat: Stat) -> bytes:
+def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
     out = bytearray()
     for block in files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)):
         out += block
@@ -252,7 +252,7 @@ def _head(files: Files, uri: str, stat: Stat) -> bytes:
     return bytes(out)
 
 
-def _line_starts(files: Files, uri: str, version: str, start: int, end: int) -> int:
+def _line_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> int:
     """How many lines start in [start, end): one per newline in [start - 1, end - 1), and
     the line at offset 0."""
     count = 1 if start == 0 else 0

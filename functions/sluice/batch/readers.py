@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sluice.batch.columns import Feed
-    from sluice.batch.files import Files
+    from sluice.batch.filestore import FileStore
     from sluice.batch.plan import Chunk, JobSpec
 
 LINE_SHOWN = 500
@@ -42,7 +42,7 @@ class Piece:
 
 
 def read_chunk(
-    files: Files, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str], *, batch_rows: int
+    files: FileStore, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str], *, batch_rows: int
 ) -> Iterator[Piece]:
     import pyarrow as pa
 
@@ -58,7 +58,7 @@ def read_chunk(
 
 
 # Parquet -------------------------------------------------------------------------------------
-def _parquet(files: Files, spec: JobSpec, chunk: Chunk, columns: list[str], batch_rows: int) -> Iterator[Piece]:
+def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], batch_rows: int) -> Iterator[Piece]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -87,7 +87,7 @@ def _parquet(files: Files, spec: JobSpec, chunk: Chunk, columns: list[str], batc
 
 
 # Text ----------------------------------------------------------------------------------------
-def _region(files: Files, spec: JobSpec, chunk: Chunk) -> bytes:
+def _region(files: FileStore, spec: JobSpec, chunk: Chunk) -> bytes:
     """The bytes of the lines this chunk owns: those starting in [start, end)."""
     assert chunk.start is not None and chunk.end is not None
     start, end = chunk.start, chunk.end

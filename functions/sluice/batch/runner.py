@@ -15,9 +15,10 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.files import bucket_and_key, join
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
+from sluice.batch.uris import bucket_and_key, join
+from sluice.batch.wire import chunk_scored, job_summary
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob
@@ -26,7 +27,7 @@ from sluice.services.loop import run
 from sluice.stats.recorder import Key, StatsRecorder
 
 if TYPE_CHECKING:
-    from sluice.batch.files import Files
+    from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
     from sluice.registry import Registry
     from sluice.services.predictions import PredictionService
@@ -90,7 +91,7 @@ class BatchRunner:
         self,
         registry: Registry,
         predictions: PredictionService,
-        files: Files,
+        files: FileStore,
         settings: Settings,
         paths: BatchPaths,
     ) -> None:
@@ -146,13 +147,7 @@ class BatchRunner:
             return {"index": chunk.index, "skipped": job.status}
         result = self.scorer.score(spec, chunk)
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
-        return {
-            "index": result.index,
-            "rows_in": result.rows_in,
-            "rows_out": result.rows_out,
-            "rows_failed": result.rows_failed,
-            "recorded": recorded,
-        }
+        return chunk_scored(result, recorded=recorded)
 
     # Finalize -----------------------------------------------------------------------------
     def finalize(self, tenant: str, job_id: str) -> dict[str, Any]:
@@ -160,7 +155,7 @@ class BatchRunner:
         if job.terminal:
             if job.status == "FAILED":
                 raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
-            return summary(job)
+            return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
         problems = _problems(job, chunks)
         manifest = self._manifest(job, chunks, "FAILED" if problems else "SUCCEEDED", "; ".join(problems) or None)
@@ -174,13 +169,13 @@ class BatchRunner:
             done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
         except Conflict:
             done = self.registry.get_job(tenant, job_id)  # cancelled meanwhile: that stands
-        return summary(done)
+        return job_summary(done)
 
     # Mark failed --------------------------------------------------------------------------
     def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "") -> dict[str, Any]:
         job = self.registry.get_job(tenant, job_id)
         if job.terminal:
-            return summary(job)
+            return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
         message = _failure_message(job, chunks, error, cause)
         # The record in the registry is what counts; the manifest is a courtesy.
@@ -189,7 +184,7 @@ class BatchRunner:
                 join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
                 content_type="application/json",
             )  # fmt: skip
-        return summary(self._fail(job, message))
+        return job_summary(self._fail(job, message))
 
     def _fail(self, job: BatchJob, message: str) -> BatchJob:
         try:
@@ -274,13 +269,3 @@ def _listing(indexes: list[int], limit: int = 20) -> str:
     return shown + (f" and {len(indexes) - limit} more" if len(indexes) > limit else "")
 
 
-def summary(job: BatchJob) -> dict[str, Any]:
-    return {
-        "job_id": job.id,
-        "status": job.status,
-        "rows_in": job.rows_in,
-        "rows_out": job.rows_out,
-        "rows_failed": job.rows_failed,
-        "output_uri": job.output_uri,
-        "error": job.error,
-    }

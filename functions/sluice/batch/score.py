@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
-from sluice.batch.files import join
 from sluice.batch.outputs import prediction_columns
 from sluice.batch.readers import ChunkUnreadable, read_chunk
+from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import Principal
@@ -37,7 +37,7 @@ from sluice.services.loop import run
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from sluice.batch.files import Files
+    from sluice.batch.filestore import FileStore
     from sluice.batch.plan import Chunk, JobSpec
     from sluice.batch.readers import Piece
     from sluice.domain.results import Resolved
@@ -58,7 +58,7 @@ class ChunkScorer:
     def __init__(
         self,
         predictions: PredictionService,
-        files: Files,
+        files: FileStore,
         *,
         infer_rows: int,
         read_rows: int,

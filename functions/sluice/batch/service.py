@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.batch.files import as_uri, is_s3
 from sluice.batch.plan import format_of
+from sluice.batch.uris import as_uri, is_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_id

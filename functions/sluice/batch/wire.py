@@ -1,15 +1,19 @@
-"""Batch jobs on the wire: what `POST /api/v1/batch-jobs` takes and every batch route returns."""
+"""Batch jobs on the wire: what `POST /api/v1/batch-jobs` takes and every batch route returns,
+and what the Step Functions tasks hand each other. Each is built from the domain objects
+(`BatchJob`, `ChunkResult`) by attribute, not copied field by field."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
-    from sluice.domain.jobs import BatchJob
+    from sluice.domain.jobs import BatchJob, ChunkResult
+
+_FROM_JOB = ConfigDict(from_attributes=True)
 
 
 class BatchJobCreate(WireModel):
@@ -44,19 +48,25 @@ class BatchJobCreate(WireModel):
 
 
 class BatchProgress(WireModel):
+    model_config = _FROM_JOB
+
     chunks_done: int
     chunks_total: int | None
-    rows_done: int
+    rows_done: int = Field(validation_alias="rows_in")  # every row read is done, scored or failed
     rows_total: int | None
 
 
 class BatchCounts(WireModel):
+    model_config = _FROM_JOB
+
     rows_in: int
     rows_out: int
     rows_failed: int
 
 
 class BatchTimings(WireModel):
+    model_config = _FROM_JOB
+
     created_at: float
     started_at: float | None
     finished_at: float | None
@@ -77,25 +87,52 @@ class BatchJobOut(WireModel):
     timings: BatchTimings
     error: str | None = None
 
+    model_config = _FROM_JOB
+    GROUPS: ClassVar[tuple[str, ...]] = ("progress", "counts", "timings")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        # A BatchJob keeps its counters flat; the wire groups them, each group read from the job.
+        if isinstance(data, dict):
+            return data
+        flat = {name: getattr(data, name) for name in cls.model_fields if name not in cls.GROUPS}
+        return flat | dict.fromkeys(cls.GROUPS, data)
+
+
+class JobSummary(WireModel):
+    """What Finalize and MarkFailed return to the state machine."""
+
+    model_config = _FROM_JOB
+
+    job_id: str = Field(validation_alias="id")
+    status: str
+    rows_in: int
+    rows_out: int
+    rows_failed: int
+    output_uri: str
+    error: str | None
+
+
+class ChunkScored(WireModel):
+    """What Score returns to the state machine for a chunk it scored."""
+
+    model_config = _FROM_JOB
+
+    index: int
+    rows_in: int
+    rows_out: int
+    rows_failed: int
+    recorded: bool = False  # False when it was recorded before (scored twice), or the job stopped
+
 
 def job_out(job: BatchJob) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "status": job.status,
-        "deployment": job.deployment,
-        "input_uri": job.input_uri,
-        "output_uri": job.output_uri,
-        "format": job.format,
-        "output_format": job.output_format,
-        "key_columns": list(job.key_columns),
-        "source": job.source,
-        "progress": {
-            "chunks_done": job.chunks_done,
-            "chunks_total": job.chunks_total,
-            "rows_done": job.rows_in,
-            "rows_total": job.rows_total,
-        },
-        "counts": {"rows_in": job.rows_in, "rows_out": job.rows_out, "rows_failed": job.rows_failed},
-        "timings": {"created_at": job.created_at, "started_at": job.started_at, "finished_at": job.finished_at},
-        "error": job.error,
-    }
+    return BatchJobOut.model_validate(job).model_dump(mode="json")
+
+
+def job_summary(job: BatchJob) -> dict[str, Any]:
+    return JobSummary.model_validate(job).model_dump(mode="json")
+
+
+def chunk_scored(result: ChunkResult, *, recorded: bool) -> dict[str, Any]:
+    return ChunkScored.model_validate(result).model_copy(update={"recorded": recorded}).model_dump(mode="json")

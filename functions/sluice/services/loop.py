@@ -1,5 +1,6 @@
-"""One event loop per Lambda container, kept across invocations: Mangum runs the app on the
-current loop, and tasks (and the clients bound to a loop) survive between requests."""
+"""One event loop per thread, kept across calls: a Lambda container's handlers (Mangum runs the
+app on the current loop, and tasks and the clients bound to a loop survive between requests)
+and each batch scoring thread reuse theirs rather than build one per call."""
 
 from __future__ import annotations
 

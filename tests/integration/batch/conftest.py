@@ -76,7 +76,7 @@ def read_parts(job: BatchJob) -> pa.Table:
     import pyarrow.csv as pv
     import pyarrow.json as pj
 
-    from sluice.batch.files import local_path
+    from sluice.batch.uris import local_path
 
     manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
     readers = {"parquet": pq.read_table, "csv": pv.read_csv, "jsonl": pj.read_json}
@@ -85,7 +85,7 @@ def read_parts(job: BatchJob) -> pa.Table:
 
 
 def read_errors(job: BatchJob) -> list[dict[str, Any]]:
-    from sluice.batch.files import local_path
+    from sluice.batch.uris import local_path
 
     manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
     return sorted(

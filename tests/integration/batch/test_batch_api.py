@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
-from sluice.batch.files import local_path
+from sluice.batch.uris import local_path
 from tests.integration.batch.conftest import iris_rows, write_input
 from tests.integration.conftest import auth
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from sluice.batch.files import local_path
 from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.plan import Chunk, JobSpec
 from sluice.batch.runner import JobNotRunning
 from sluice.batch.score import ChunkScorer
+from sluice.batch.uris import local_path
 from sluice.domain.errors import Unavailable
 from sluice.services.loop import run
 from tests.integration.batch.conftest import (

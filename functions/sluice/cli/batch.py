@@ -9,13 +9,13 @@ job runs in this process, so `submit` waits for it as `run` does).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.cli.common import get_container, operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
@@ -24,18 +24,6 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
     from sluice.wiring import Container
-
-
-def _container() -> Container:
-    from sluice.wiring import get_container
-
-    return get_container()
-
-
-def _operator(args: argparse.Namespace) -> Principal:
-    from sluice.domain import Principal
-
-    return Principal(args.tenant, frozenset({"admin", "predict"}), "cli")
 
 
 class ProgressBar:
@@ -76,10 +64,6 @@ def _job_line(job: BatchJob) -> dict[str, Any]:
     }
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
-
-
 def _report(job: BatchJob, seconds: float) -> int:
     from sluice.batch.wire import job_out
 
@@ -87,7 +71,7 @@ def _report(job: BatchJob, seconds: float) -> int:
     body["seconds"] = round(seconds, 3)
     if seconds > 0 and job.rows_in:
         body["rows_per_second"] = round(job.rows_in / seconds)
-    _print_json(body)
+    print_json(body)
     return 0 if job.status == "SUCCEEDED" else 1
 
 
@@ -115,9 +99,9 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise SluiceError(f"no such file: {source}", field="file")
     out = Path(args.out).expanduser() if args.out else source.with_name(f"{source.name.split('.')[0]}-scored")
-    container = _container()
+    container = get_container()
     job = container.batch.submit(
-        _operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
+        operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
         source="cli", start=False,
     )  # fmt: skip
@@ -126,37 +110,35 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:
-    container = _container()
+    container = get_container()
     local = container.settings.orchestrator in ("", "local")
     job = container.batch.submit(
-        _operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
+        operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
         source="cli", start=not local,
     )  # fmt: skip
     if local:
         print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)
         return _run_here(container, job, 0)
-    _print_json(_job_line(job) | {"execution": job.execution})
+    print_json(_job_line(job) | {"execution": job.execution})
     return 0
 
 
 def cmd_batch_status(args: argparse.Namespace) -> int:
     from sluice.batch.wire import job_out
 
-    _print_json(job_out(_container().batch.get(_operator(args), args.job_id)))
+    print_json(job_out(get_container().batch.get(operator(args), args.job_id)))
     return 0
 
 
 def cmd_batch_list(args: argparse.Namespace) -> int:
-    from sluice.cli import _table
-
-    jobs = _container().batch.list(_operator(args), limit=args.limit)
-    _table([_job_line(j) for j in jobs], ["id", "status", "deployment", "chunks", "rows_in", "rows_failed", "input"])
+    jobs = get_container().batch.list(operator(args), limit=args.limit)
+    table([_job_line(j) for j in jobs], ["id", "status", "deployment", "chunks", "rows_in", "rows_failed", "input"])
     return 0
 
 
 def cmd_batch_cancel(args: argparse.Namespace) -> int:
-    job = _container().batch.cancel(_operator(args), args.job_id)
+    job = get_container().batch.cancel(operator(args), args.job_id)
     print(f"cancelled {job.id}")
     return 0
 

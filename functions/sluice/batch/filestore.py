@@ -1,0 +1,63 @@
+"""The port batch jobs read and write their files through, whatever holds them.
+
+Reads never load a whole input: Parquet gets a seekable file, text formats a stream of
+blocks from an offset. Every read of an input names the version Plan saw (`Stat.version`):
+an input replaced mid-job fails its chunks (Conflict) instead of mixing two files into one
+output. Writes are whole files: none is seen half-written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from sluice.domain.errors import Conflict
+
+if TYPE_CHECKING:
+    import io
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    import pyarrow as pa
+
+BLOCK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    size: int
+    version: str  # the S3 ETag, or `<size>:<mtime_ns>` of a local file
+
+
+class FileStore(Protocol):
+    def stat(self, uri: str) -> Stat: ...
+
+    def metadata(self, uri: str) -> dict[str, str]:
+        """Options stored with the file (an S3 object's `x-amz-meta-*`, prefix removed)."""
+        ...
+
+    def open_random(self, uri: str, version: str) -> io.RawIOBase | pa.NativeFile:
+        """A seekable binary file over `version` of the input; the caller closes it."""
+        ...
+
+    def read_blocks(self, uri: str, version: str, start: int, end: int | None = None) -> Iterator[bytes]:
+        """The bytes from `start` to `end` (or the end of the input), in blocks."""
+        ...
+
+    def read_bytes(self, uri: str) -> bytes:
+        """A small file whole (chunk lists, manifests)."""
+        ...
+
+    def exists(self, uri: str) -> bool: ...
+
+    def write_bytes(self, uri: str, data: bytes, *, content_type: str = "application/octet-stream") -> None: ...
+
+    def upload(self, uri: str, source: Path, *, content_type: str = "application/octet-stream") -> None:
+        """Put a finished local file at `uri` (replacing what was there)."""
+        ...
+
+    def delete(self, uri: str) -> None: ...
+
+
+def changed(uri: str) -> Conflict:
+    return Conflict(f"{uri} changed while the job ran; upload it again to score the new file", field="input_uri")

@@ -1,0 +1,116 @@
+"""Batch files in a folder on this machine, through pyarrow's local filesystem.
+
+A local input's version is `<size>:<mtime_ns>`: a file rewritten mid-job fails its chunks
+instead of mixing two files into one output. A file appears under its name only when
+complete: it is written aside (a hidden `.tmp-` name the inbox ignores), then renamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from sluice.batch.filestore import BLOCK, Stat, changed
+from sluice.batch.uris import local_path
+from sluice.domain.errors import BadRequest, NotFound
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pyarrow as pa
+    from pyarrow.fs import LocalFileSystem
+
+
+class LocalFiles:
+    def __init__(self) -> None:
+        self._fs: LocalFileSystem | None = None
+
+    @property
+    def fs(self) -> LocalFileSystem:
+        if self._fs is None:
+            from pyarrow.fs import LocalFileSystem
+
+            self._fs = LocalFileSystem()
+        return self._fs
+
+    # Reading ----------------------------------------------------------------------------
+    def stat(self, uri: str) -> Stat:
+        from pyarrow.fs import FileType
+
+        info = self.fs.get_file_info(_path(uri))
+        if info.type == FileType.NotFound:
+            raise NotFound(f"no file at {uri}", field="input_uri")
+        if info.type != FileType.File:
+            raise BadRequest(f"{uri} is not a file", field="input_uri")
+        return Stat(info.size, f"{info.size}:{info.mtime_ns}")
+
+    def metadata(self, uri: str) -> dict[str, str]:
+        return {}  # a local file carries no job options
+
+    def open_random(self, uri: str, version: str) -> pa.NativeFile:
+        """A seekable file over the input, for Parquet (the caller closes it)."""
+        self._check(uri, version)
+        return self.fs.open_input_file(_path(uri))
+
+    def read_blocks(self, uri: str, version: str, start: int, end: int | None = None) -> Iterator[bytes]:
+        self._check(uri, version)
+        with self.fs.open_input_file(_path(uri)) as fh:
+            fh.seek(start)
+            left = None if end is None else max(0, end - start)
+            while left is None or left > 0:
+                block = fh.read(BLOCK if left is None else min(BLOCK, left))
+                if not block:
+                    return
+                if left is not None:
+                    left -= len(block)
+                yield block
+
+    def read_bytes(self, uri: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(_path(uri), compression=None) as fh:
+                return fh.readall()
+        except FileNotFoundError:
+            raise NotFound(f"no file at {uri}", field="uri") from None
+
+    def exists(self, uri: str) -> bool:
+        from pyarrow.fs import FileType
+
+        return self.fs.get_file_info(_path(uri)).type == FileType.File
+
+    def _check(self, uri: str, version: str) -> None:
+        if self.stat(uri).version != version:
+            raise changed(uri)
+
+    # Writing ----------------------------------------------------------------------------
+    def write_bytes(self, uri: str, data: bytes, *, content_type: str = "application/octet-stream") -> None:
+        self._replace(uri, lambda tmp: self._write(tmp, data))
+
+    def upload(self, uri: str, source: Path, *, content_type: str = "application/octet-stream") -> None:
+        self._replace(uri, lambda tmp: self.fs.copy_file(str(source.absolute()), tmp))
+
+    def delete(self, uri: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(_path(uri))
+
+    def _write(self, path: str, data: bytes) -> None:
+        # compression=None: never guess a codec from the file's name
+        with self.fs.open_output_stream(path, compression=None) as fh:
+            fh.write(data)
+
+    def _replace(self, uri: str, write: Callable[[str], None]) -> None:
+        path = local_path(uri).absolute()
+        self.fs.create_dir(str(path.parent), recursive=True)
+        tmp = str(path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}"))
+        try:
+            write(tmp)
+            self.fs.move(tmp, str(path))  # a rename: readers see the old file or the new one
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(tmp)
+            raise
+
+
+def _path(uri: str) -> str:
+    return str(local_path(uri).absolute())

@@ -1,0 +1,190 @@
+"""Batch files on S3, through boto3 (a client from `sluice.clients.AwsClients`).
+
+Every read of an input is pinned to the ETag Plan saw: ranged GETs carry `IfMatch`, so an
+object replaced mid-job answers 412 and its chunks fail (Conflict) instead of mixing two
+files into one output. Writes are whole objects: one appears only when its upload completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.filestore import BLOCK, Stat, changed
+from sluice.batch.uris import split_s3
+from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mypy_boto3_s3 import S3Client
+
+    from sluice.clients import AwsClients
+
+RANDOM_READ_AHEAD = 1024 * 1024
+POOL = 32  # scoring threads share the client
+
+
+class S3Files:
+    def __init__(self, clients: AwsClients | None = None, *, client: S3Client | None = None, region: str | None = None) -> None:
+        self._clients = clients
+        self._client = client
+        self._region = region
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> S3Client:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    from sluice.clients import default_clients
+
+                    clients = self._clients or default_clients(self._region)
+                    self._client = clients.client("s3", max_pool_connections=POOL)
+        return self._client
+
+    # Reading ----------------------------------------------------------------------------
+    def stat(self, uri: str) -> Stat:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            head = self.client.head_object(Bucket=bucket, Key=key)
+        return Stat(int(head["ContentLength"]), str(head["ETag"]))
+
+    def metadata(self, uri: str) -> dict[str, str]:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            return dict(self.client.head_object(Bucket=bucket, Key=key).get("Metadata") or {})
+
+    def open_random(self, uri: str, version: str) -> io.RawIOBase:
+        bucket, key = split_s3(uri)
+        stat = self.stat(uri)
+        if stat.version != version:
+            raise changed(uri)
+        return _S3RangeFile(self.client, bucket, key, stat.size, version, uri)
+
+    def read_blocks(self, uri: str, version: str, start: int, end: int | None = None) -> Iterator[bytes]:
+        bucket, key = split_s3(uri)
+        if end is not None and end <= start:
+            return
+        span = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        with s3_errors(uri):
+            body = self.client.get_object(Bucket=bucket, Key=key, Range=span, IfMatch=version)["Body"]
+        with contextlib.closing(body):
+            while True:
+                with s3_errors(uri):
+                    block = body.read(BLOCK)
+                if not block:
+                    return
+                yield block
+
+    def read_bytes(self, uri: str) -> bytes:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def exists(self, uri: str) -> bool:
+        try:
+            self.stat(uri)
+        except NotFound:
+            return False
+        return True
+
+    # Writing ----------------------------------------------------------------------------
+    def write_bytes(self, uri: str, data: bytes, *, content_type: str = "application/octet-stream") -> None:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            self.client.put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
+
+    def upload(self, uri: str, source: Path, *, content_type: str = "application/octet-stream") -> None:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            self.client.upload_file(str(source), bucket, key, ExtraArgs={"ContentType": content_type})
+
+    def delete(self, uri: str) -> None:
+        bucket, key = split_s3(uri)
+        with s3_errors(uri):
+            self.client.delete_object(Bucket=bucket, Key=key)
+
+
+class _S3RangeFile(io.RawIOBase):
+    """A read-only, seekable view of one S3 object version, one ranged GET per read (with a
+    small read-ahead for the many short reads of a Parquet footer)."""
+
+    def __init__(self, client: Any, bucket: str, key: str, size: int, version: str, uri: str) -> None:
+        super().__init__()
+        self._client, self._bucket, self._key = client, bucket, key
+        self._size, self._version, self._uri = size, version, uri
+        self._pos = 0
+        self._cache_start, self._cache = 0, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._size - self._pos
+        n = min(n, self._size - self._pos)
+        if n <= 0:
+            return b""
+        start, end = self._pos, self._pos + n
+        cached_end = self._cache_start + len(self._cache)
+        if not (self._cache_start <= start and end <= cached_end):
+            fetch_end = min(self._size, max(end, start + RANDOM_READ_AHEAD))
+            with s3_errors(self._uri):
+                self._cache = self._client.get_object(
+                    Bucket=self._bucket, Key=self._key, Range=f"bytes={start}-{fetch_end - 1}",
+                    IfMatch=self._version,
+                )["Body"].read()  # fmt: skip
+            self._cache_start = start
+        offset = start - self._cache_start
+        data = self._cache[offset : offset + n]
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+@contextlib.contextmanager
+def s3_errors(uri: str) -> Iterator[None]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        raise _s3_error(exc, uri) from exc
+    except BotoCoreError as exc:
+        raise Unavailable(f"S3 is unavailable for {uri}; try again") from exc
+
+
+def _s3_error(exc: Any, uri: str) -> SluiceError:
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    if code in ("NoSuchKey", "NoSuchBucket", "NotFound", "404"):
+        return NotFound(f"no object at {uri}", field="input_uri")
+    if code in ("PreconditionFailed", "412") or status == 412:
+        return changed(uri)
+    if code in ("AccessDenied", "403") or status == 403:
+        return Forbidden(f"access to {uri} is denied", field="input_uri")
+    if code in ("InvalidRange", "416"):
+        return BadRequest(f"{uri} is shorter than planned", field="input_uri")
+    return Unavailable(f"S3 could not serve {uri}; try again")

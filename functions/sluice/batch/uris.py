@@ -1,0 +1,44 @@
+"""Batch file URIs: `s3://bucket/key`, or `file:///path` (a plain path means the same)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from sluice.domain.errors import BadRequest
+from sluice.storage.folder import path_of_file_url
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise BadRequest(f"not an s3://bucket/key URI: {uri!r}", field="input_uri")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def local_path(uri: str) -> Path:
+    if uri.startswith("file://"):
+        return path_of_file_url(uri)
+    if "://" in uri:
+        raise BadRequest(f"batch files are s3:// or file:// URIs, not {uri!r}", field="input_uri")
+    return Path(uri).expanduser()
+
+
+def as_uri(location: str | Path) -> str:
+    """A URI for a path or URI: s3:// and file:// stay, paths become absolute file:// URIs."""
+    text = str(location)
+    if is_s3(text) or text.startswith("file://"):
+        return text
+    return Path(text).expanduser().resolve().as_uri()
+
+
+def join(base: str, name: str) -> str:
+    return base.rstrip("/") + "/" + name
+
+
+def bucket_and_key(uri: str) -> tuple[str | None, str | None]:
+    return split_s3(uri) if is_s3(uri) else (None, None)

@@ -1,0 +1,54 @@
+"""`sluice`: serve, manage models/deployments/keys, and predict from the command line.
+
+The CLI acts on the configured registry and store directly, as an operator of one tenant
+(`--tenant`, default `default`); the HTTP API is for everyone else. Each command group lives
+in its own module and adds its subcommands to the parser built here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sluice.cli.batch import add_batch_commands
+from sluice.cli.deployments import add_deployment_commands
+from sluice.cli.endpoints import add_endpoint_commands
+from sluice.cli.keys import add_key_commands
+from sluice.cli.models import add_model_commands
+from sluice.cli.predict import add_predict_command
+from sluice.cli.serve import add_serve_command
+from sluice.cli.triton import add_triton_commands
+from sluice.domain.errors import SluiceError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice", description="Serverless model inference, locally and on AWS.")
+    parser.add_argument("--tenant", default=os.environ.get("SLUICE_TENANT", "default"), help="tenant to act in (default: default)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (
+        add_serve_command, add_model_commands, add_deployment_commands, add_predict_command,
+        add_key_commands, add_batch_commands, add_endpoint_commands, add_triton_commands,
+    ):  # fmt: skip
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Prediction logs are for servers; the CLI's stdout is its answer.
+    os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SluiceError as exc:
+        where = f" [{exc.field}]" if exc.field else ""
+        print(f"error{where}: {exc.message}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # settings that do not parse
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,55 @@
+"""What every command group shares: the container, the operator principal, JSON arguments and
+the two ways of printing an answer (a JSON document, or a table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain import Principal
+from sluice.domain.errors import SluiceError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from sluice.wiring import Container
+
+
+def get_container() -> Container:
+    # Imported here: `sluice --help` should not build (or import) the adapters.
+    from sluice import wiring
+
+    return wiring.get_container()
+
+
+def operator(args: argparse.Namespace) -> Principal:
+    """The CLI acts as an operator of `--tenant`: every scope, on that tenant only."""
+    return Principal(args.tenant, frozenset({"admin", "predict"}), "cli")
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.upper().ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+def load_json_arg(value: str, what: str) -> Any:
+    """JSON given inline, or `@file.json`."""
+    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SluiceError(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}", field=what) from None
+
+
+def feature_names(value: str | None) -> list[str] | None:
+    return [n.strip() for n in value.split(",")] if value else None

@@ -1,0 +1,138 @@
+"""`sluice deployments create | set | list | show | delete | stats | promote`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from sluice.cli.common import get_container, load_json_arg, operator, print_json, table
+from sluice.domain.errors import SluiceError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from sluice.wiring import Container
+
+STATS_COLUMNS = ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
+
+
+def _policy_from_args(args: argparse.Namespace, container: Container) -> dict[str, Any]:
+    if args.policy:
+        return load_json_arg(args.policy, "policy")
+    if not args.model:
+        raise SluiceError("give --model (and optionally --version) or --policy", field="model")
+    return container.deployments.resolve_shorthand(operator(args), args.model, args.version)
+
+
+def cmd_deployments_create(args: argparse.Namespace) -> int:
+    container = get_container()
+    dep = container.deployments.create(operator(args), args.name, _policy_from_args(args, container), description=args.description)
+    print(f"created deployment {dep.name} -> {json.dumps(dep.policy)}")
+    return 0
+
+
+def cmd_deployments_set(args: argparse.Namespace) -> int:
+    container = get_container()
+    dep = container.deployments.update(operator(args), args.name, _policy_from_args(args, container))
+    print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}")
+    return 0
+
+
+def cmd_deployments_list(args: argparse.Namespace) -> int:
+    rows = [
+        {"name": d.name, "revision": d.revision, "policy": json.dumps(d.policy)}
+        for d in get_container().deployments.list(operator(args))
+    ]
+    table(rows, ["name", "revision", "policy"])
+    return 0
+
+
+def cmd_deployments_show(args: argparse.Namespace) -> int:
+    from sluice.api.presenters import change_out, deployment_out
+
+    container = get_container()
+    principal = operator(args)
+    data = deployment_out(container.deployments.get(principal, args.name))
+    data["history"] = [change_out(c) for c in container.deployments.history(principal, args.name)]
+    print_json(data)
+    return 0
+
+
+def cmd_deployments_delete(args: argparse.Namespace) -> int:
+    get_container().deployments.delete(operator(args), args.name)
+    print(f"deleted deployment {args.name}")
+    return 0
+
+
+def _stats_row(kind: str, name: str, s: dict[str, Any]) -> dict[str, Any]:
+    lat = s["latency_ms"]
+    agreement = s.get("agreement")
+    ci = s.get("agreement_ci95")
+    return {
+        "kind": kind,
+        "name": name,
+        "requests": s["requests"],
+        "errors": s["errors"],
+        "p50_ms": lat["p50"],
+        "p95_ms": lat["p95"],
+        "p99_ms": lat["p99"],
+        "agreement": f"{agreement:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if agreement is not None and ci else "-",
+        "mean_abs_diff": f"{s['mean_abs_diff']:.4g}" if s.get("mean_abs_diff") is not None else "-",
+        "max_abs_diff": f"{s['max_abs_diff']:.4g}" if s.get("max_abs_diff") is not None else "-",
+        "mean_reward": s.get("mean_reward", "-"),
+    }
+
+
+def cmd_deployments_stats(args: argparse.Namespace) -> int:
+    stats = get_container().deployments.stats(operator(args), args.name)
+    if args.json:
+        print_json(stats)
+        return 0
+    print(f"deployment {stats['deployment']} (revision {stats['revision']})")
+    rows = [
+        _stats_row(kind, name, s)
+        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]))
+        for name, s in items.items()
+    ]
+    overall = stats["overall"]
+    rows.insert(0, {"kind": "all", "name": "-", "requests": overall["requests"], "errors": overall["errors"],
+                    "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
+                    "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
+    table(rows, STATS_COLUMNS)
+    return 0
+
+
+def cmd_deployments_promote(args: argparse.Namespace) -> int:
+    dep = get_container().deployments.promote(operator(args), args.name, args.mirror)
+    print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}")
+    return 0
+
+
+def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    deps = sub.add_parser("deployments", help="create and route deployments").add_subparsers(dest="action", required=True)
+    for name, func, help_text in (
+        ("create", cmd_deployments_create, "create a deployment"),
+        ("set", cmd_deployments_set, "point a deployment at a new target"),
+    ):
+        p = deps.add_parser(name, help=help_text)
+        p.add_argument("name")
+        p.add_argument("--model")
+        p.add_argument("--version", type=int, help="default: the model's latest version")
+        p.add_argument("--policy", help="a policy as JSON, or @file.json")
+        if name == "create":
+            p.add_argument("--description", default="")
+        p.set_defaults(func=func)
+    deps.add_parser("list", help="list deployments").set_defaults(func=cmd_deployments_list)
+    for name, func in (("show", cmd_deployments_show), ("delete", cmd_deployments_delete)):
+        p = deps.add_parser(name, help=f"{name} a deployment")
+        p.add_argument("name")
+        p.set_defaults(func=func)
+
+    stats = deps.add_parser("stats", help="traffic, latency and shadow verdicts per variant and mirror")
+    stats.add_argument("name")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=cmd_deployments_stats)
+    promote = deps.add_parser("promote", help="make a shadow mirror the primary")
+    promote.add_argument("name")
+    promote.add_argument("mirror")
+    promote.set_defaults(func=cmd_deployments_promote)

@@ -1,0 +1,97 @@
+"""`sluice models push | register-triton | list | show`."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice.cli.common import (
+    feature_names,
+    get_container,
+    load_json_arg,
+    operator,
+    print_json,
+    table,
+)
+from sluice.domain.errors import SluiceError
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def cmd_models_push(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        raise SluiceError(f"no such file: {path}", field="file")
+    names = feature_names(args.feature_names)
+    config = load_json_arg(args.config, "config") if args.config else None
+    version = get_container().models.push(
+        operator(args),
+        args.name,
+        path.read_bytes(),
+        runtime=args.runtime,
+        config=config,
+        feature_names=names,
+        description=args.description,
+    )
+    print(f"pushed {version.model} version {version.version} (sha256 {version.sha256[:12]}, {version.size_bytes} bytes)")
+    return 0
+
+
+def cmd_models_register_triton(args: argparse.Namespace) -> int:
+    version = asyncio.run(
+        get_container().models.register_triton(
+            operator(args), args.name, args.url, model_name=args.model_name, model_version=args.model_version or "",
+            feature_names=feature_names(args.feature_names),
+        )
+    )  # fmt: skip
+    print(f"registered {version.model} version {version.version} -> {args.url} model {version.config.get('model_name')}")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    container = get_container()
+    rows = []
+    for model in container.models.list_models(operator(args)):
+        versions = container.registry.list_versions(args.tenant, model.name)
+        rows.append({"name": model.name, "versions": len(versions), "latest": versions[-1].version if versions else "-", "description": model.description})
+    table(rows, ["name", "versions", "latest", "description"])
+    return 0
+
+
+def cmd_models_show(args: argparse.Namespace) -> int:
+    from sluice.api.presenters import version_out
+
+    container = get_container()
+    principal = operator(args)
+    if args.version:
+        print_json(version_out(container.models.get_version(principal, args.name, args.version)))
+    else:
+        versions = container.models.list_versions(principal, args.name)
+        print_json({"name": args.name, "versions": [version_out(v) for v in versions]})
+    return 0
+
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    models = sub.add_parser("models", help="push and inspect models").add_subparsers(dest="action", required=True)
+    push = models.add_parser("push", help="push an ONNX file as the model's next version")
+    push.add_argument("name")
+    push.add_argument("file")
+    push.add_argument("--feature-names", help="comma-separated names of the input's columns")
+    push.add_argument("--description", default="")
+    push.add_argument("--runtime", default="onnx", choices=["onnx", "sagemaker"], help="where the version runs")
+    push.add_argument("--config", help='runtime config as JSON (sagemaker: {"endpoint_name": ...}), or @file.json')
+    push.set_defaults(func=cmd_models_push)
+    triton = models.add_parser("register-triton", help="register a model a Triton server serves (signature read from it)")
+    triton.add_argument("name")
+    triton.add_argument("--url", required=True, help="the server's HTTP address, e.g. http://127.0.0.1:8000")
+    triton.add_argument("--model-name", help="its name on the server (default: NAME)")
+    triton.add_argument("--model-version", help="a version on the server (default: latest)")
+    triton.add_argument("--feature-names")
+    triton.set_defaults(func=cmd_models_register_triton)
+    models.add_parser("list", help="list models").set_defaults(func=cmd_models_list)
+    show = models.add_parser("show", help="show a model's versions, or one version")
+    show.add_argument("name")
+    show.add_argument("--version", help="a number or 'latest'")
+    show.set_defaults(func=cmd_models_show)

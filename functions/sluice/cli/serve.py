@@ -1,0 +1,65 @@
+"""`sluice serve`: the API on this machine, with a local admin key and the batch inbox."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from sluice.cli.common import get_container, operator
+
+if TYPE_CHECKING:
+    import argparse
+
+ADMIN_KEY_FILE = "admin-key"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sluice.settings import get_settings
+
+    settings = get_settings()
+    home = settings.home_path
+    home.mkdir(parents=True, exist_ok=True)
+    container = get_container()
+    principal = operator(args)
+    key_file = home / ADMIN_KEY_FILE
+    if not key_file.exists():
+        _, plain = container.keys.create(args.tenant, ["admin", "predict"], name="local admin")
+        key_file.write_text(plain + "\n")
+        key_file.chmod(0o600)
+        print(f"Local admin key for tenant '{args.tenant}' (saved to {key_file}):\n\n    {plain}\n", flush=True)
+    else:
+        print(f"Local admin key: {key_file}", flush=True)
+    if args.demo:
+        from sluice.demo import install_demo
+
+        added = install_demo(container, principal)
+        names = ", ".join(d.name for d in container.deployments.list(principal))
+        print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
+    from sluice.batch.inbox import InboxWatcher
+
+    inbox = settings.batch_inbox_path
+    InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s).start()
+    print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
+    workers = args.workers or max(1, os.cpu_count() or 1)
+    print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
+    uvicorn.run(
+        "sluice.api.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=workers,
+        access_log=False,
+        log_level="warning",
+    )
+    return 0
+
+
+def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = sub.add_parser("serve", help="run the API on this machine")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=0, help="uvicorn worker processes (default: one per core)")
+    serve.add_argument("--demo", action="store_true", help="register the demo models and deployments")
+    serve.set_defaults(func=cmd_serve)
