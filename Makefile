@@ -23,6 +23,7 @@ serve: $(STAMP)
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
 test: $(STAMP) triton-env
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

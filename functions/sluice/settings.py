@@ -145,7 +145,11 @@ class Settings(BaseSettings):
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
     auth_cache_ttl_s: float = Field(
-        default=30.0, ge=0, description="How long a container trusts an API key it has checked."
+        default_factory=lambda: 0.0 if _in_lambda() else 30.0,
+        ge=0,
+        description="How long a process trusts an API key it has checked. With SQLite a revoke reaches "
+        "every local process at once regardless (a marker file); with DynamoDB this is the bound on "
+        "how long a revoked key may still work in a container (0 by default in Lambda: every lookup reads).",
     )
     usage_key_prefix: str = Field(
         default="",

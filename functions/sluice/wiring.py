@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
+    from sluice.services.keys import RevocationSignal
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -41,6 +42,19 @@ def build_registry(settings: Settings) -> Registry:
 
         return DynamoRegistry.from_url(url, region=settings.region)
     raise ValueError(f"SLUICE_REGISTRY must be sqlite:///PATH or dynamodb://TABLE, not {url!r}")
+
+
+def build_revocation_signal(settings: Settings) -> RevocationSignal | None:
+    """Processes that share a SQLite registry share a machine: a marker file beside it tells
+    each of them at once that a key was revoked. DynamoDB has no such signal: the cache's
+    time to live bounds revocation there."""
+    if settings.registry_url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        from sluice.services.keys import MarkerFile
+
+        return MarkerFile(Path(settings.registry_url.removeprefix("sqlite:///")).expanduser().with_suffix(".revoked"))
+    return None
 
 
 def build_store(settings: Settings) -> ArtifactStore:
@@ -165,7 +179,9 @@ class Container:
             recorder=self.predictions.stats,
             before_stats=self.mirror.drain,
         )
-        self.keys = KeyService(self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s)
+        self.keys = KeyService(
+            self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
+        )
 
     @cached_property
     def endpoints(self) -> EndpointService:

@@ -1,18 +1,55 @@
-"""API keys: issued once in plain text, stored as a hash, checked in constant time."""
+"""API keys: issued once in plain text, stored as a hash, checked in constant time.
+
+Revocation holds everywhere: a process caches the keys it has checked, and every lookup first
+asks a `RevocationSignal` whether any key was revoked since (locally, a marker file beside the
+registry that every worker stats; one `stat` per request). Where no signal reaches every
+container (DynamoDB on AWS), the cache's time to live is the bound, 0 by default there: each
+lookup reads the key.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
-from typing import TYPE_CHECKING
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from sluice.caching import TTLCache
 from sluice.domain import SCOPES, ApiKey, Principal, check_name
-from sluice.domain.errors import BadRequest, Unauthenticated
+from sluice.domain.errors import BadRequest, Conflict, Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
     from sluice.registry import Registry
+
+
+class RevocationSignal(Protocol):
+    def current(self) -> int:
+        """A number that changes whenever a key is revoked anywhere; cheap to read."""
+        ...
+
+    def bump(self) -> None: ...
+
+
+class MarkerFile:
+    """The signal for processes sharing a machine: the modification time of a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def current(self) -> int:
+        try:
+            return os.stat(self.path).st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def bump(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(f"{time.time_ns()}\n")
+        now = time.time_ns()
+        os.utime(self.path, ns=(now, max(now, self.current() + 1)))
 
 PREFIX = "sk_"
 
@@ -29,19 +66,32 @@ def split_key(key: str) -> str | None:
     return key_id if sep and key_id and secret else None
 
 
+def granted(scopes: frozenset[str]) -> frozenset[str]:
+    """What a key may do: admin implies every scope."""
+    return frozenset(SCOPES) if "admin" in scopes else scopes
+
+
 class KeyService:
-    def __init__(self, registry: Registry, *, cache_ttl_s: float = 30.0) -> None:
+    def __init__(self, registry: Registry, *, cache_ttl_s: float = 30.0, signal: RevocationSignal | None = None) -> None:
         self.registry = registry
+        self.signal = signal
         self._cache: TTLCache[str, Principal] = TTLCache(cache_ttl_s)
+        self._generation = signal.current() if signal else 0
 
     def create(
-        self, tenant: str, scopes: list[str] | tuple[str, ...], *, name: str = ""
+        self, tenant: str, scopes: list[str] | tuple[str, ...], *, name: str = "", issuer: Principal | None = None
     ) -> tuple[ApiKey, str]:
-        """Issue a key. The plain key is returned once and never stored."""
+        """Issue a key. The plain key is returned once and never stored. An `issuer` (the
+        API's caller) may only grant scopes it holds itself."""
         check_name(tenant, field="tenant")
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
             raise BadRequest(f"scopes must be some of {list(SCOPES)}", field="scopes")
+        if issuer is not None:
+            issuer.require("admin")
+            beyond = sorted(set(scopes) - granted(issuer.scopes))
+            if beyond or issuer.tenant != tenant:
+                raise Forbidden(f"a key cannot grant scopes it lacks: {beyond}", field="scopes")
         key_id = secrets.token_hex(8)
         plain = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         record = ApiKey(key_id, tenant, hash_key(plain), frozenset(scopes), name=name)
@@ -49,6 +99,11 @@ class KeyService:
         return record, plain
 
     def authenticate(self, key: str) -> Principal:
+        if self.signal is not None:
+            generation = self.signal.current()
+            if generation != self._generation:  # a key was revoked somewhere: trust nothing cached
+                self._cache.clear()
+                self._generation = generation
         digest = hash_key(key)
         cached = self._cache.get(digest)
         if cached is not None:
@@ -64,8 +119,18 @@ class KeyService:
         return self._cache.put(digest, Principal(record.tenant, record.scopes, record.key_id))
 
     def revoke(self, principal: Principal, key_id: str) -> ApiKey:
+        """Revoke a key of the principal's tenant. The tenant's last active admin key stays:
+        revoking it would lock the tenant out."""
         principal.require("admin")
+        keys = self.registry.list_api_keys(principal.tenant)
+        target = next((k for k in keys if k.key_id == key_id), None)
+        if target is not None and target.active and "admin" in target.scopes:
+            admins = [k for k in keys if k.active and "admin" in k.scopes]
+            if len(admins) == 1:
+                raise Conflict("this is the tenant's last admin key; create another admin key first", field="key_id")
         record = self.registry.revoke_api_key(principal.tenant, key_id)
+        if self.signal is not None:
+            self.signal.bump()
         self._cache.clear()
         return record
 

@@ -14,7 +14,7 @@ router = APIRouter(prefix="/api/v1/keys", tags=["keys"])
 
 @router.post("", response_model=KeyOut, status_code=201, summary="Create a key in your tenant (shown once)")
 def create_key(body: KeyCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    key, plain = container.keys.create(principal.tenant, body.scopes, name=body.name)
+    key, plain = container.keys.create(principal.tenant, body.scopes, name=body.name, issuer=principal)
     return JSONResponse(key_out(key, plain), status_code=201)
 
 

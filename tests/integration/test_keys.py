@@ -1,0 +1,70 @@
+"""API keys: a revoke holds in every process at once; a key never grants more than it has;
+the last admin key of a tenant stays."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.domain.errors import Conflict, Forbidden, Unauthenticated
+from sluice.wiring import Container
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+
+
+def test_a_revoke_reaches_every_process_sharing_the_registry_at_once(settings: Settings, acme: Principal) -> None:
+    # Two containers built from the same settings are two workers of `sluice serve`.
+    first, second = Container.from_settings(settings), Container.from_settings(settings)
+    record, key = first.keys.create("acme", ["predict"])
+    _, spare_admin = first.keys.create("acme", ["admin", "predict"])
+    assert first.keys.authenticate(key).tenant == "acme"
+    assert second.keys.authenticate(key).tenant == "acme"  # now cached in the second worker
+    first.keys.revoke(acme, record.key_id)
+    with pytest.raises(Unauthenticated):
+        second.keys.authenticate(key)
+    with pytest.raises(Unauthenticated):
+        first.keys.authenticate(key)
+    assert second.keys.authenticate(spare_admin).tenant == "acme"  # other keys still work
+
+
+def test_a_revoked_admin_key_can_do_nothing_through_another_worker(settings: Settings) -> None:
+    first, second = Container.from_settings(settings), Container.from_settings(settings)
+    admin, admin_key = first.keys.create("acme", ["admin", "predict"])
+    _, other_admin = first.keys.create("acme", ["admin", "predict"])
+    one, two = TestClient(create_app(first)), TestClient(create_app(second))
+    assert two.get("/api/v1/keys", headers=auth(admin_key)).status_code == 200
+    assert one.delete(f"/api/v1/keys/{admin.key_id}", headers=auth(other_admin)).status_code == 200
+    made = two.post("/api/v1/keys", json={"scopes": ["admin"]}, headers=auth(admin_key))
+    assert made.status_code == 401
+    assert len([k for k in first.keys.list(first.keys.authenticate(other_admin)) if k.active]) == 1
+
+
+def test_a_key_cannot_grant_scopes_it_lacks(container: Container) -> None:
+    _, admin = container.keys.create("acme", ["admin"])
+    _, predict_only = container.keys.create("acme", ["predict"])
+    client = TestClient(create_app(container))
+    refused = client.post("/api/v1/keys", json={"scopes": ["admin"]}, headers=auth(predict_only))
+    assert refused.status_code == 403
+    ok = client.post("/api/v1/keys", json={"scopes": ["predict"]}, headers=auth(admin))
+    assert ok.status_code == 201 and ok.json()["scopes"] == ["predict"]
+    with pytest.raises(Forbidden):
+        container.keys.create("acme", ["admin"], issuer=container.keys.authenticate(predict_only))
+
+
+def test_the_last_admin_key_of_a_tenant_cannot_be_revoked(container: Container) -> None:
+    only, key = container.keys.create("acme", ["admin", "predict"])
+    client = TestClient(create_app(container))
+    r = client.delete(f"/api/v1/keys/{only.key_id}", headers=auth(key))
+    assert r.status_code == 409 and r.json()["field"] == "key_id"
+    with pytest.raises(Conflict):
+        container.keys.revoke(container.keys.authenticate(key), only.key_id)
+    second, _ = container.keys.create("acme", ["admin"])
+    assert client.delete(f"/api/v1/keys/{only.key_id}", headers=auth(key)).status_code == 200
+    assert client.get("/api/v1/keys", headers=auth(key)).status_code == 401
+    assert second.active
