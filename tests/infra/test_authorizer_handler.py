@@ -101,6 +101,7 @@ def test_a_wrong_key_is_denied(keys_container: Container, headers: dict[str, str
 
 def test_a_revoked_key_is_denied(keys_container: Container) -> None:
     record, key = keys_container.keys.create("acme", ["predict", "admin"])
+    keys_container.keys.create("acme", ["admin"])  # the tenant's last admin key cannot be revoked
     admin = Principal("acme", frozenset({"admin"}), "test-admin")
     keys_container.keys.revoke(admin, record.key_id)
     response = authorize(

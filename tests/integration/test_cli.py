@@ -88,6 +88,9 @@ def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
     key_id = out.split()[2].rstrip(",")
     assert key_id in run(capsys, "--tenant", "globex", "keys", "list")[1]
     assert run(capsys, "keys", "revoke", key_id)[0] == 2  # another tenant's key: not found
+    code, _, err = run(capsys, "--tenant", "globex", "keys", "revoke", key_id)
+    assert code == 2 and "last admin key" in err  # the tenant would be locked out
+    assert run(capsys, "--tenant", "globex", "keys", "create", "--scopes", "admin")[0] == 0
     assert run(capsys, "--tenant", "globex", "keys", "revoke", key_id)[0] == 0
 
 

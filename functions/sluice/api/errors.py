@@ -32,7 +32,15 @@ def _field(loc: tuple[object, ...] | list[object]) -> str:
     return ".".join(parts) or "body"
 
 
+def _located(error: Any) -> Any:
+    # An unknown policy kind is the `kind` field's fault, not the whole node's.
+    if error.get("type") == "policy_kind" and isinstance(error.get("input"), dict):
+        return {**error, "loc": (*error.get("loc", ()), "kind")}
+    return error
+
+
 def _validation(errors: Sequence[Any]) -> JSONResponse:
+    errors = [_located(e) for e in errors]
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
     return JSONResponse(

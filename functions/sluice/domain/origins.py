@@ -1,0 +1,111 @@
+"""Outbound URLs a tenant gives (a Triton server, say), parsed to one spelling and checked as
+scheme + host + port against an allowlist from settings.
+
+A string prefix is no check: `http://127.0.0.1:1@127.0.0.2:18199` starts with
+`http://127.0.0.1:` and reaches 127.0.0.2. So: no user info, no query or fragment, a host
+that is a DNS name or an IP address in its one canonical form (`0x7f.1`, `2130706433` and
+`0177.0.0.1` are refused, not resolved), a port that is a number, and the comparison on the
+parsed parts. Callers check again when they make the call, and follow no redirect.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from sluice.domain.errors import BadRequest, Forbidden
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
+_NUMERIC = re.compile(r"[0-9a-fx.]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str  # lower-case DNS name, or an IP address as `ipaddress` writes it
+    port: int
+    path: str = ""  # kept for the caller (a Triton URL may carry a path prefix), never compared
+
+    @property
+    def netloc(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def url(self) -> str:
+        return f"{self.scheme}://{self.netloc}{self.path}"
+
+
+def _host(raw: str, *, field: str) -> str:
+    host = raw.lower().rstrip(".") if raw else ""
+    if not host:
+        raise BadRequest("the URL has no host", field=field)
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if _NUMERIC.fullmatch(host) and (labels[-1].isdigit() or labels[-1].startswith("0x")):
+        # Looks numeric but is not a canonical IPv4 address: an alternative spelling.
+        raise BadRequest(f"'{raw}' is not a canonical host name or IP address", field=field)
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise BadRequest(f"'{raw}' is not a valid host name", field=field)
+    return host
+
+
+def parse_origin(url: str, *, field: str, default_scheme: str = "http") -> Origin:
+    """One spelling of an http(s) URL's origin, or a 400 naming `field`."""
+    if not isinstance(url, str) or not url or len(url) > 2048 or any(c.isspace() or ord(c) < 32 for c in url):
+        raise BadRequest("give an http:// or https:// URL", field=field)
+    text = url if "://" in url else f"{default_scheme}://{url}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise BadRequest("the URL's port is not a number from 1 to 65535", field=field) from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise BadRequest("only http:// and https:// URLs are allowed", field=field)
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise BadRequest("a URL may not carry user information (user@host)", field=field)
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        raise BadRequest("a URL may not carry a query or a fragment", field=field)
+    path = parts.path.rstrip("/")
+    if any(seg in (".", "..") for seg in path.split("/")) or "%" in path:
+        raise BadRequest("a URL's path may not contain '.', '..' or escapes", field=field)
+    return Origin(scheme, _host(parts.hostname or "", field=field), port or DEFAULT_PORTS[scheme], path)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    scheme: str
+    host: str
+    port: int | None  # None: any port
+
+    def admits(self, origin: Origin) -> bool:
+        return (origin.scheme, origin.host) == (self.scheme, self.host) and self.port in (None, origin.port)
+
+
+def parse_allowlist(entries: list[str], *, field: str = "allowlist") -> tuple[Allowed, ...]:
+    """Entries as `scheme://host:port`, or `scheme://host:*` for any port (a trailing `:`
+    means the same)."""
+    out = []
+    for entry in entries:
+        text = entry.strip()
+        any_port = text.endswith((":*", ":"))
+        if any_port:
+            text = text.rstrip("*").rstrip(":")
+        origin = parse_origin(text, field=field)
+        explicit = urlsplit(text if "://" in text else f"http://{text}").port
+        out.append(Allowed(origin.scheme, origin.host, None if any_port else (explicit or origin.port)))
+    return tuple(out)
+
+
+def check_origin(url: str, allowed: tuple[Allowed, ...], *, field: str) -> Origin:
+    """Parse `url` and admit it only if an allowlist entry matches its scheme, host and port."""
+    origin = parse_origin(url, field=field)
+    if not any(rule.admits(origin) for rule in allowed):
+        raise Forbidden(f"{origin.scheme}://{origin.netloc} is not an allowed server for this service", field=field)
+    return origin
