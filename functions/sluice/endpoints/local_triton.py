@@ -32,7 +32,9 @@ from sluice.endpoints.triton_env import (
     find_env,
     prepare_backends,
 )
-from sluice.endpoints.triton_env import free_base_port as free_base_port  # for callers that start servers
+from sluice.endpoints.triton_env import (
+    free_base_port as free_base_port,  # for callers that start servers
+)
 
 DEFAULT_HTTP_PORT = 8100
 LOG_TAIL_LINES = 30
