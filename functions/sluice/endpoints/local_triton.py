@@ -153,6 +153,11 @@ def _post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
+def is_ready(server: LocalTriton) -> bool:
+    """Whether Triton is ready (its models loaded) and its SageMaker port answers /ping."""
+    return _ready(server)
+
+
 def _ready(server: LocalTriton) -> bool:
     try:
         return _get(f"{server.http_url}/v2/health/ready")[0] == 200 and _get(f"{server.sagemaker_url}/ping")[0] == 200
