@@ -7,7 +7,13 @@ import pytest
 from sluice.cli_endpoints import parse_weights
 from sluice.domain.errors import BadRequest
 from sluice.endpoints.control import Autoscaling
-from sluice.endpoints.names import SAGEMAKER_NAME, config_name, endpoint_name, model_name, variant_name
+from sluice.endpoints.names import (
+    SAGEMAKER_NAME,
+    config_name,
+    endpoint_name,
+    model_name,
+    variant_name,
+)
 from sluice.services.endpoints import DeployRequest
 from sluice.services.models import sagemaker_config
 
