@@ -106,10 +106,8 @@ class SageMakerEndpoints:
     @property
     def region(self) -> str:
         if self._region is None:
-            try:
+            with suppress(Exception):  # no region configured anywhere: botocore says so when building
                 self._region = self.sagemaker.meta.region_name
-            except Exception:  # no region configured anywhere: botocore says so when building
-                self._region = None
         if not self._region:
             raise Unavailable("no AWS region is configured for SageMaker; set SLUICE_REGION", field="region")
         return self._region
