@@ -95,6 +95,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body a chunk sends to a SageMaker endpoint (InvokeEndpoint takes 6 MB).",
     )
+    endpoints: Literal["", "sagemaker", "local"] = Field(
+        default="",
+        description="Where `sluice endpoints deploy` puts a deployment's endpoint: `sagemaker` (real-time "
+        "SageMaker endpoints running Triton) or `local` (a local Triton per variant, CPU, with the "
+        "SageMaker port on); empty: local in local mode, sagemaker in aws mode.",
+    )
     sagemaker_endpoint_url: str | None = Field(
         default=None,
         description="Send sagemaker-runtime calls here instead of AWS, e.g. the local Triton's SageMaker port.",
@@ -188,6 +194,13 @@ class Settings(BaseSettings):
     @property
     def store_url(self) -> str:
         return self.store or f"file://{self.home_path / 'artifacts'}"
+
+    @property
+    def endpoints_kind(self) -> Literal["sagemaker", "local"]:
+        """Which endpoint control plane `endpoints` names, its default filled in."""
+        if self.endpoints:
+            return self.endpoints
+        return "sagemaker" if self.mode == "aws" else "local"
 
     @property
     def batch_root_url(self) -> str:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
+    from sluice.endpoints.control import EndpointControl
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
@@ -109,13 +110,37 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
         return TritonRuntime(timeout_s=settings.request_timeout_s)
 
     def sagemaker() -> Runtime:
+        from sluice.clients import default_clients
         from sluice.runtimes.sagemaker import SageMakerRuntime
 
         return SageMakerRuntime(
-            region=settings.region, endpoint_url=settings.sagemaker_endpoint_url, timeout_s=settings.request_timeout_s
+            clients=default_clients(settings.region),
+            region=settings.region,
+            endpoint_url=settings.sagemaker_endpoint_url,
+            local_url_prefixes=settings.triton_url_prefixes,
+            timeout_s=settings.request_timeout_s,
         )
 
     return Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+
+
+def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
+    """SageMaker, or the local twin (a local Triton per variant), as SLUICE_ENDPOINTS says."""
+    if settings.endpoints_kind == "sagemaker":
+        from sluice.clients import default_clients
+        from sluice.endpoints.sagemaker import SageMakerEndpoints
+
+        return SageMakerEndpoints(
+            store,
+            default_clients(settings.region),
+            region=settings.region,
+            role_arn=settings.sagemaker_execution_role_arn,
+            triton_version=settings.sagemaker_triton_version,
+            triton_image=settings.sagemaker_triton_image,
+        )
+    from sluice.endpoints.local_endpoints import LocalEndpoints
+
+    return LocalEndpoints(store, settings.home_path)
 
 
 def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
@@ -157,6 +182,7 @@ class Container:
     mirror: Mirror | None = None
     orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
     files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
+    endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
 
     def __post_init__(self) -> None:
         if self.telemetry is None:
@@ -185,10 +211,12 @@ class Container:
 
     @cached_property
     def endpoints(self) -> EndpointService:
-        """SageMaker endpoints of deployments; AWS clients are built on first use."""
+        """Endpoints of deployments, on SageMaker or the local twin; built on first use."""
         from sluice.services.endpoints import EndpointService
 
-        return EndpointService(self.registry, self.store, self.deployments, self.settings)
+        if self.endpoint_control is None:
+            self.endpoint_control = build_endpoint_control(self.settings, self.store)
+        return EndpointService(self.registry, self.deployments, self.endpoint_control)
 
     @cached_property
     def batch_runner(self) -> BatchRunner:

@@ -1,5 +1,5 @@
 """The API deploys SageMaker endpoints at run time: it may make exactly the calls
-`sluice.endpoints.sagemaker` makes, on the names it makes, and pass a role to SageMaker that
+`sluice.endpoints.sagemaker` (and its reader, `sagemaker_state`) makes, on the names it makes, and pass a role to SageMaker that
 can do no more than run those endpoints."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from aws_cdk.assertions import Match, Template
 from infra.constructs.grants import grant_invoke_endpoints
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
-from sluice.endpoints import sagemaker as lifecycle
+from sluice.endpoints import names as endpoint_names
+from sluice.endpoints import sagemaker, sagemaker_state
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
 from tests.infra.synth import PSEUDO, Synthesized, function_by_handler, role_of
@@ -63,7 +64,8 @@ def _calls_of_the_lifecycle() -> set[str]:
         for client, service in CLIENTS.items()
     }
     actions: set[str] = set()
-    for node in ast.walk(ast.parse(inspect.getsource(lifecycle))):
+    trees = [ast.parse(inspect.getsource(module)) for module in (sagemaker, sagemaker_state)]
+    for node in (n for tree in trees for n in ast.walk(tree)):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Attribute)
@@ -103,11 +105,11 @@ def execution_role(full_app: Synthesized) -> tuple[str, list[dict[str, Any]]]:
 
 
 def test_every_name_the_service_makes_has_the_granted_prefix() -> None:
-    endpoint = lifecycle.endpoint_name("acme", "a-very-long-deployment-name-indeed")
+    endpoint = endpoint_names.endpoint_name("acme", "a-very-long-deployment-name-indeed")
     names = {
         "endpoint": endpoint,
-        "endpoint-config": lifecycle.config_name(endpoint, "f" * 64),
-        "model": lifecycle.model_name(endpoint, "primary", "0" * 64),
+        "endpoint-config": endpoint_names.config_name(endpoint, "f" * 64),
+        "model": endpoint_names.model_name(endpoint, "primary", "0" * 64),
     }
     for kind, name in names.items():
         assert name.startswith(RUNTIME_ENDPOINT_PREFIX), (kind, name)
@@ -118,12 +120,12 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
 ) -> None:
     calls = _calls_of_the_lifecycle()
     assert {"sagemaker:CreateEndpoint", "application-autoscaling:PutScalingPolicy"} <= calls
-    endpoint = lifecycle.endpoint_name("acme", "iris")
+    endpoint = endpoint_names.endpoint_name("acme", "iris")
     resources = {
         "sagemaker": [
             f"{ARN}:endpoint/{endpoint}",
-            f"{ARN}:endpoint-config/{lifecycle.config_name(endpoint, 'ab' * 32)}",
-            f"{ARN}:model/{lifecycle.model_name(endpoint, 'primary', 'cd' * 32)}",
+            f"{ARN}:endpoint-config/{endpoint_names.config_name(endpoint, 'ab' * 32)}",
+            f"{ARN}:model/{endpoint_names.model_name(endpoint, 'primary', 'cd' * 32)}",
         ],
         "application-autoscaling": [
             f"arn:aws:application-autoscaling:{REGION}:{ACCOUNT}:scalable-target/056a7d3e2b1f"
@@ -264,7 +266,7 @@ def test_the_execution_role_reads_model_archives_pulls_triton_and_writes_logs_on
     registry, repository = image.split(":")[0].split("/", 1)
     repository_arn = f"arn:aws:ecr:{REGION}:{registry.split('.')[0]}:repository/{repository}"
     assert _allowed(statements, "ecr:BatchGetImage", repository_arn)
-    endpoint = lifecycle.endpoint_name("acme", "iris")
+    endpoint = endpoint_names.endpoint_name("acme", "iris")
     log_stream = (
         f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/Endpoints/{endpoint}"
         ":log-stream:primary/i-0123"
@@ -282,7 +284,7 @@ def test_the_api_and_shadow_may_invoke_every_sluice_endpoint(
 ) -> None:
     _, function = function_by_handler(full_app.template("api"), handler)
     statements = _statements(full_app, role_of(function))
-    for endpoint in (lifecycle.endpoint_name("acme", "iris"), "sluice-resnet"):
+    for endpoint in (endpoint_names.endpoint_name("acme", "iris"), "sluice-resnet"):
         assert _allowed(statements, "sagemaker:InvokeEndpoint", f"{ARN}:endpoint/{endpoint}")
     assert not _allowed(statements, "sagemaker:InvokeEndpoint", f"{ARN}:endpoint/other")
 

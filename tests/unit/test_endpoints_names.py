@@ -6,9 +6,9 @@ import pytest
 
 from sluice.cli.endpoints import parse_weights
 from sluice.domain.errors import BadRequest
-from sluice.endpoints.sagemaker import (
+from sluice.endpoints.control import Autoscaling
+from sluice.endpoints.names import (
     SAGEMAKER_NAME,
-    Autoscaling,
     config_name,
     endpoint_name,
     model_name,
@@ -106,6 +106,7 @@ def test_sagemaker_version_config() -> None:
         ({"endpoint_name": "ok", "variant": "-x"}, "config.variant"),
         ({"endpoint_name": "ok", "max_batch_size": -1}, "config.max_batch_size"),
         ({"endpoint_name": "ok", "source_version": 1}, "config"),
+        ({"endpoint_name": "ok", "endpoint_url": "http://127.0.0.1:9000"}, "config"),  # sluice's own binding only
     ):
         with pytest.raises(BadRequest) as caught:
             sagemaker_config(bad)

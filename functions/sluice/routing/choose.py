@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sluice.routing.policy import Bandit, Variant
+    from sluice.domain.policy import Bandit, Variant
 
 _SCALE = float(1 << 64)
 

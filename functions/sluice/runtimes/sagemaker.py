@@ -6,7 +6,9 @@ Bodies are Triton's: v2 JSON for small requests, `binary+json` (a JSON header, t
 tensor bytes) above a size threshold. InvokeEndpoint takes at most 6 MB; larger requests are
 refused with a pointer to batch or asynchronous inference.
 
-`endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS:
+`endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS
+(for every version; or for one, as its config's `endpoint_url`, which the local endpoints
+twin sets on the versions it binds, and which must be a local server's address):
 the request is rewritten from `/endpoints/<name>/invocations` to the container's
 `/invocations`, and the container's errors are framed as SageMaker frames them (ModelError),
 so the bytes sluice sends, and the errors it maps, are the ones it would meet on AWS.
@@ -47,6 +49,7 @@ from sluice.domain.results import InferenceResult
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sluice.clients import AwsClients
     from sluice.domain import ModelVersion
     from sluice.domain.signature import Signature
 
@@ -65,6 +68,7 @@ class EndpointTarget:
     variant: str | None
     batched: bool
     max_batch_size: int | None  # known when sluice built the repository: requests split to fit
+    endpoint_url: str | None = None  # a local twin's SageMaker port; None: the runtime's own
 
     @classmethod
     def of(cls, version: ModelVersion) -> EndpointTarget:
@@ -75,10 +79,12 @@ class EndpointTarget:
         max_batch = config.get("max_batch_size")
         batched = batchable(version.signature) if max_batch is None else int(max_batch) > 0
         limit = int(max_batch) if max_batch is not None and int(max_batch) > 0 else None
-        return cls(name, config.get("target_model") or None, config.get("variant") or None, batched, limit)
+        url = config.get("endpoint_url") or None
+        return cls(name, config.get("target_model") or None, config.get("variant") or None, batched, limit, url)
 
 
 def build_client(
+    clients: AwsClients | None = None,
     *,
     region: str | None = None,
     endpoint_url: str | None = None,
@@ -86,19 +92,19 @@ def build_client(
     connections: int = 32,
 ) -> Any:
     """A `sagemaker-runtime` client; with `endpoint_url`, one that talks to a local container."""
-    import boto3
-    from botocore import UNSIGNED
-    from botocore.config import Config
+    if clients is None:
+        from sluice.clients import default_clients
 
-    config = Config(
+        clients = default_clients(region)
+    client = clients.client(
+        "sagemaker-runtime",
+        region=region or ("us-east-1" if endpoint_url else None),
+        endpoint_url=endpoint_url,
         connect_timeout=min(timeout_s, 5.0),
         read_timeout=timeout_s,
-        retries={"total_max_attempts": 1},  # retried here, on throttling only
         max_pool_connections=connections,
-        signature_version=UNSIGNED if endpoint_url else None,
-    )
-    client = boto3.session.Session().client(
-        "sagemaker-runtime", region_name=region or ("us-east-1" if endpoint_url else None), endpoint_url=endpoint_url, config=config
+        total_max_attempts=1,  # retried here, on throttling only
+        unsigned=bool(endpoint_url),
     )
     if endpoint_url:
         attach_local_container(client, endpoint_url)
@@ -134,9 +140,9 @@ def attach_local_container(client: Any, endpoint_url: str) -> None:
             }
         ).encode()
 
-    events = client.meta.events
-    events.register("before-send.sagemaker-runtime.InvokeEndpoint", to_invocations)
-    events.register("before-parse.sagemaker-runtime.InvokeEndpoint", as_sagemaker_error)
+    events = client.meta.events  # the factory shares clients: attach once per client
+    events.register("before-send.sagemaker-runtime.InvokeEndpoint", to_invocations, unique_id="sluice-local-invocations")
+    events.register("before-parse.sagemaker-runtime.InvokeEndpoint", as_sagemaker_error, unique_id="sluice-local-model-error")
 
 
 class SageMakerRuntime:
@@ -148,8 +154,10 @@ class SageMakerRuntime:
         self,
         client: Any | None = None,
         *,
+        clients: AwsClients | None = None,
         region: str | None = None,
         endpoint_url: str | None = None,
+        local_url_prefixes: Sequence[str] = ("http://127.0.0.1:", "http://localhost:"),
         binary_threshold_bytes: int = 64 * 1024,
         max_payload_bytes: int = MAX_SYNC_PAYLOAD_BYTES,
         timeout_s: float = 60.0,
@@ -159,8 +167,11 @@ class SageMakerRuntime:
         sleep: Callable[[float], Any] | None = None,
     ) -> None:
         self._client = client
+        self._clients = clients
         self.region = region
         self.endpoint_url = endpoint_url
+        self.local_url_prefixes = tuple(local_url_prefixes)
+        self._local: dict[str, Any] = {}
         self.binary_threshold_bytes = binary_threshold_bytes
         self.max_payload_bytes = max_payload_bytes
         self.timeout_s = timeout_s
@@ -174,9 +185,24 @@ class SageMakerRuntime:
     def client(self) -> Any:
         if self._client is None:
             self._client = build_client(
-                region=self.region, endpoint_url=self.endpoint_url, timeout_s=self.timeout_s, connections=self.concurrency
+                self._clients, region=self.region, endpoint_url=self.endpoint_url, timeout_s=self.timeout_s, connections=self.concurrency
             )
         return self._client
+
+    def client_for(self, target: EndpointTarget) -> Any:
+        """The runtime's client, or one for the local server a version names."""
+        url = target.endpoint_url
+        if url is None or url == self.endpoint_url:
+            return self.client
+        found = self._local.get(url)
+        if found is None:
+            if not url.startswith(self.local_url_prefixes):
+                # Versions are written by sluice's endpoint service; anything else is refused.
+                raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one")
+            found = self._local[url] = build_client(
+                self._clients, region=self.region, endpoint_url=url, timeout_s=self.timeout_s, connections=self.concurrency
+            )
+        return found
 
     def _executor(self) -> ThreadPoolExecutor:
         # boto3 blocks; a pool of its own keeps `concurrency` calls in flight at once.
@@ -213,7 +239,7 @@ class SageMakerRuntime:
             params["TargetModel"] = target.target_model
         if target.variant:
             params["TargetVariant"] = target.variant
-        response = self.client.invoke_endpoint(**params)
+        response = self.client_for(target).invoke_endpoint(**params)
         return response["Body"].read(), response.get("ContentType")
 
     async def _invoke_with_retries(self, target: EndpointTarget, body: bytes, content_type: str) -> dict[str, np.ndarray]:

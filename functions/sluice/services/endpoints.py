@@ -1,68 +1,48 @@
-"""A deployment on a SageMaker real-time endpoint: deploy, status, scale, weights, undeploy.
+"""A deployment's endpoint: deploy, status, scale, weights, undeploy, through the endpoint
+control port (`sluice.endpoints.control`): SageMaker on AWS, a local Triton per variant on a
+laptop. The service checks what is asked and says what is there; the adapter it is given
+does the rest, and `sluice.wiring` chooses it.
 
-Deploying builds the `sagemaker` flavour Triton repository of each version the deployment
-routes to (one version, or each variant of a split), uploads it as `model.tar.gz` to the
-artifact store, and creates one SageMaker Model per version, an endpoint config with one
-production variant per version (the split's weights as initial weights) and the endpoint.
-
-Traffic moves to the endpoint when it is InService, not before: the first look at an
-InService endpoint (the deploy call itself, or a later status read) registers the autoscaling
-asked for at deploy time and **binds** the deployment, registering for each variant a
-`sagemaker` version of the same model (the same ONNX artifact and signature; config
-`endpoint_name`, `variant`, `max_batch_size`, `source_version`) and pointing the policy at
-those versions, its split names, weights and routing key unchanged. sluice keeps choosing the
-variant and sends it as `TargetVariant`, so the version a response names is the one that
-answered. Undeploying points the policy back at the source versions first, then removes
-autoscaling, the endpoint, its configs and models, and the bound versions.
+Deploying builds a Triton repository of each version the deployment routes to (one version,
+or each variant of a split) and puts one variant per version on the endpoint (the split's
+weights as initial weights). Traffic moves to the endpoint when it is in service, not before
+(`sluice.services.endpoint_binding`): sluice keeps choosing the variant and sends it as
+`TargetVariant`, so the version a response names is the one that answered. Undeploying points
+the policy back at the source versions first, then removes the endpoint and all it used, and
+the bound versions.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain import ModelVersion
-from sluice.domain.errors import (
-    BadRequest,
-    Conflict,
-    InvalidInput,
-    NotFound,
-    Unavailable,
-    Unprocessable,
-)
-from sluice.domain.policy import Ensemble, Shadow, Single, Split, parse_policy, policy_dict, walk
-from sluice.endpoints.image_uris import check_instance_type, triton_image_uri
-from sluice.endpoints.sagemaker import (
+from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
+from sluice.domain.policy import Single, Split, parse_policy, policy_dict
+from sluice.endpoints.control import (
     MAX_VARIANTS,
     SCALE_TO_ZERO,
     Autoscaling,
-    EndpointSpec,
+    DeploySpec,
+    DeployTarget,
     EndpointState,
-    SageMakerEndpoints,
-    VariantSpec,
+    VariantChanges,
     check_capacity,
-    config_name,
-    digest,
-    endpoint_name,
-    model_name,
-    variant_name,
 )
+from sluice.endpoints.image_uris import check_instance_type
+from sluice.endpoints.names import endpoint_name, variant_name
+from sluice.services.endpoint_binding import SINGLE_VARIANT, Binder
 from sluice.services.models import require_found
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment, Principal
-    from sluice.domain.policy import Node
+    from sluice.endpoints.control import EndpointControl
     from sluice.registry import Registry
     from sluice.services.deployments import DeploymentService
-    from sluice.settings import Settings
-    from sluice.storage import ArtifactStore
 
 log = logging.getLogger(__name__)
 
-SINGLE_VARIANT = "primary"  # the production variant of a one-version deployment
 DEFAULT_TARGET_INVOCATIONS = 100.0
 MAX_INSTANCES = 100
 
@@ -106,26 +86,11 @@ class ScaleRequest:
 
 
 class EndpointService:
-    def __init__(
-        self,
-        registry: Registry,
-        store: ArtifactStore,
-        deployments: DeploymentService,
-        settings: Settings,
-        *,
-        endpoints: SageMakerEndpoints | None = None,
-    ) -> None:
+    def __init__(self, registry: Registry, deployments: DeploymentService, control: EndpointControl) -> None:
         self.registry = registry
-        self.store = store
         self.deployments = deployments
-        self.settings = settings
-        self._endpoints = endpoints
-
-    @property
-    def endpoints(self) -> SageMakerEndpoints:
-        if self._endpoints is None:
-            self._endpoints = SageMakerEndpoints(region=self.settings.region)
-        return self._endpoints
+        self.control = control
+        self.binder = Binder(registry, deployments)
 
     # deploy ----------------------------------------------------------------------------------
     def deploy(self, principal: Principal, name: str, request: DeployRequest) -> dict[str, Any]:
@@ -136,46 +101,33 @@ class EndpointService:
             raise BadRequest(f"instance_count must be between 1 and {MAX_INSTANCES}", field="instance_count")
         scaling = request.autoscaling()
         targets = self._targets(principal.tenant, dep)
-        role = self.settings.sagemaker_execution_role_arn
-        if not role:
-            raise Unavailable(
-                "deploying endpoints needs SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN, the IAM role SageMaker runs the model as",
-                field="sagemaker_execution_role_arn",
-            )
         endpoint = endpoint_name(principal.tenant, name)
-        existing = self.endpoints.describe(endpoint)
+        existing = self.control.describe(endpoint)
         if existing is not None:
             raise Conflict(
                 f"deployment '{name}' already has endpoint {endpoint} ({existing.status}); change it with "
                 "PUT .../scale, or undeploy it first",
                 field="endpoint",
             )
-        image = self.settings.sagemaker_triton_image or triton_image_uri(
-            self._region(),
-            instance_type=request.instance_type,
-            version=request.triton_version or self.settings.sagemaker_triton_version,
+        self.control.deploy(
+            DeploySpec(
+                endpoint=endpoint,
+                tenant=principal.tenant,
+                deployment=name,
+                instance_type=request.instance_type,
+                gpu=processor == "gpu",
+                instance_count=request.instance_count,
+                targets=tuple(targets),
+                autoscaling=scaling,
+                max_batch_size=request.max_batch_size,
+                triton_version=request.triton_version,
+            )
         )
-        variants = self._package(principal.tenant, endpoint, targets, image, role, request, gpu=processor == "gpu")
-        fingerprint = digest(
-            request.instance_type, str(request.instance_count), *(f"{v.name}={v.model_name}@{v.weight:g}" for v in variants)
-        )
-        spec = EndpointSpec(
-            name=endpoint,
-            config_name=config_name(endpoint, fingerprint),
-            tenant=principal.tenant,
-            deployment=name,
-            instance_type=request.instance_type,
-            instance_count=request.instance_count,
-            role_arn=role,
-            variants=tuple(variants),
-            autoscaling=scaling,
-        )
-        self.endpoints.create(spec)
         log.info("endpoint created", extra={"tenant": principal.tenant, "deployment": name, "endpoint": endpoint})
         return self._report(principal, dep)
 
-    def _targets(self, tenant: str, dep: Deployment) -> list[tuple[str, float, ModelVersion]]:
-        """(variant name, weight, version) for each version the deployment routes to."""
+    def _targets(self, tenant: str, dep: Deployment) -> list[DeployTarget]:
+        """A variant for each version the deployment routes to."""
         node = parse_policy(dep.policy)
         if isinstance(node, Single):
             pairs = [(SINGLE_VARIANT, 1.0, node)]
@@ -183,7 +135,7 @@ class EndpointService:
             pairs = [(v.name, v.weight, v.target) for v in node.variants]  # type: ignore[misc]
         else:
             raise Unprocessable(
-                "a SageMaker endpoint serves one version or a split of versions; this deployment's policy is "
+                "an endpoint serves one version or a split of versions; this deployment's policy is "
                 f"a {dep.policy.get('kind', 'single')} with nested targets",
                 field="policy",
             )
@@ -196,68 +148,14 @@ class EndpointService:
                 field="policy",
             )
         out = []
-        for label, weight, single in pairs:
+        for production, (label, weight, single) in zip(names, pairs, strict=True):
             version = require_found(self.registry.get_version, tenant, single.model, single.version, field="policy")
             if version.runtime == "triton" or version.artifact_uri.endswith((".tar.gz", ".tgz")):
                 raise Unprocessable(
                     f"version {version.ref} has no ONNX artifact to build a Triton repository from", field="policy"
                 )
-            out.append((label, weight, version))
+            out.append(DeployTarget(production, label, weight, version))
         return out
-
-    def _package(
-        self,
-        tenant: str,
-        endpoint: str,
-        targets: list[tuple[str, float, ModelVersion]],
-        image: str,
-        role: str,
-        request: DeployRequest,
-        *,
-        gpu: bool,
-    ) -> list[VariantSpec]:
-        """Build and upload each version's `model.tar.gz`; the variants that serve them."""
-        from sluice.endpoints.repository import TritonOptions, build_repository, tarball_bytes
-
-        options = TritonOptions(max_batch_size=request.max_batch_size, instance_kind="KIND_GPU" if gpu else "KIND_CPU")
-        variants = []
-        with tempfile.TemporaryDirectory(prefix="sluice-endpoint-") as tmp:
-            for index, (label, weight, version) in enumerate(targets):
-                root = Path(tmp) / str(index)
-                try:
-                    built = build_repository(root, version, self.store, flavour="sagemaker", options=options)
-                except InvalidInput as exc:
-                    if exc.field == "max_batch_size":
-                        raise BadRequest(f"version {version.ref}: {exc.message}", field="max_batch_size") from None
-                    raise Unprocessable(f"version {version.ref} cannot be served by Triton: {exc.message}", field="policy") from None
-                ref = self.store.put(tenant, tarball_bytes(root), suffix=".tar.gz")
-                if not ref.uri.startswith("s3://"):
-                    raise Unavailable(
-                        "SageMaker reads model.tar.gz from S3: deploying endpoints needs an s3:// artifact store (SLUICE_STORE)",
-                        field="store",
-                    )
-                production = variant_name(label)
-                variants.append(
-                    VariantSpec(
-                        name=production,
-                        label=label,
-                        model=version.model,
-                        version=version.version,
-                        max_batch_size=built.max_batch_size,
-                        model_name=model_name(endpoint, production, digest(ref.sha256, image, role, built.name)),
-                        image=image,
-                        model_data_url=ref.uri,
-                        triton_model=built.name,
-                        weight=weight,
-                    )
-                )
-        return variants
-
-    def _region(self) -> str:
-        region = self.endpoints.region
-        if not region:
-            raise Unavailable("no AWS region is configured for SageMaker; set SLUICE_REGION", field="region")
-        return region
 
     # status ----------------------------------------------------------------------------------
     def status(self, principal: Principal, name: str) -> dict[str, Any]:
@@ -266,9 +164,9 @@ class EndpointService:
 
     def _state(self, principal: Principal, dep: Deployment) -> EndpointState:
         endpoint = endpoint_name(principal.tenant, dep.name)
-        state = self.endpoints.describe(endpoint)
+        state = self.control.describe(endpoint)
         if state is None or state.tenant not in ("", principal.tenant):
-            raise NotFound(f"deployment '{dep.name}' has no SageMaker endpoint", field="endpoint")
+            raise NotFound(f"deployment '{dep.name}' has no endpoint", field="endpoint")
         return state
 
     def _report(self, principal: Principal, dep: Deployment) -> dict[str, Any]:
@@ -278,13 +176,15 @@ class EndpointService:
         return {
             "deployment": dep.name,
             "endpoint_name": state.name,
+            "runs_on": self.control.kind,
             "status": state.status,
             "failure_reason": state.failure_reason,
-            "bound": self._bound(dep, state.name),
+            "bound": self.binder.bound(dep, state.name),
             "instance_type": types[0] if len(types) == 1 else types or None,
             "images": list(state.images),
             "variants": [v.to_dict() for v in state.variants],
             "pending_autoscaling": state.pending_autoscaling.to_dict() if state.pending_autoscaling else None,
+            "notes": list(state.notes),
             "created_at": state.created_at,
             "updated_at": state.updated_at,
             "policy": dep.policy,
@@ -292,99 +192,11 @@ class EndpointService:
         }
 
     def _converge(self, principal: Principal, dep: Deployment, state: EndpointState) -> tuple[Deployment, EndpointState]:
-        """Once InService: register the autoscaling asked for at deploy, and bind."""
+        """Once InService: apply what waited for it, and bind."""
         if state.status != "InService":
             return dep, state
-        if state.pending_autoscaling is not None:
-            for variant in state.variants:
-                self.endpoints.register_autoscaling(state.name, variant.name, state.pending_autoscaling)
-            self.endpoints.forget_pending_autoscaling(state)
-            state = self.endpoints.describe(state.name) or state
-        return self._bind(principal, dep, state), state
-
-    # binding ---------------------------------------------------------------------------------
-    def _bound(self, dep: Deployment, endpoint: str) -> bool:
-        singles = [n for n in walk(parse_policy(dep.policy)) if isinstance(n, Single)]
-        return bool(singles) and all(_bound_to(self._version(dep.tenant, s), endpoint) for s in singles)
-
-    def _version(self, tenant: str, single: Single) -> ModelVersion | None:
-        try:
-            return self.registry.get_version(tenant, single.model, single.version)
-        except NotFound:
-            return None
-
-    def _bind(self, principal: Principal, dep: Deployment, state: EndpointState) -> Deployment:
-        node = parse_policy(dep.policy)
-        if isinstance(node, Single):
-            slots: list[tuple[str, Single]] = [(SINGLE_VARIANT, node)]
-        elif isinstance(node, Split) and all(isinstance(v.target, Single) for v in node.variants):
-            slots = [(v.name, v.target) for v in node.variants]  # type: ignore[misc]
-        else:
-            return dep  # the policy has moved on from what was deployed: it stays as it is
-        chosen: dict[str, Single] = {}
-        for label, single in slots:
-            variant = state.variant(label)
-            current = self._version(dep.tenant, single)
-            if variant is None or current is None:
-                return dep
-            if _bound_to(current, state.name):
-                continue
-            if (single.model, single.version) != (variant.model, variant.version):
-                return dep
-            bound = self._bound_version(principal, current, state.name, variant.name, variant.max_batch_size)
-            chosen[label] = Single(model=bound.model, version=bound.version)
-        if not chosen:
-            return dep
-        if isinstance(node, Single):
-            policy: Node = chosen[SINGLE_VARIANT]
-        else:
-            assert isinstance(node, Split)
-            policy = node.model_copy(update={"variants": tuple(v.model_copy(update={"target": chosen.get(v.name, v.target)}) for v in node.variants)})
-        try:
-            updated = self.deployments.update(principal, dep.name, policy_dict(policy), expected_revision=dep.revision)
-        except Conflict:
-            return self.registry.get_deployment(dep.tenant, dep.name)  # changed meanwhile; the next look binds
-        log.info("deployment bound to its endpoint", extra={"tenant": dep.tenant, "deployment": dep.name, "endpoint": state.name})
-        return updated
-
-    def _bound_version(
-        self, principal: Principal, source: ModelVersion, endpoint: str, variant: str, max_batch_size: int
-    ) -> ModelVersion:
-        config = {"endpoint_name": endpoint, "variant": variant, "max_batch_size": max_batch_size, "source_version": source.version}
-        for existing in self.registry.list_versions(source.tenant, source.model):
-            if existing.runtime == "sagemaker" and existing.config == config:
-                return existing
-        return self.registry.add_version(
-            ModelVersion(
-                tenant=source.tenant,
-                model=source.model,
-                version=0,
-                runtime="sagemaker",
-                artifact_uri=source.artifact_uri,
-                sha256=source.sha256,
-                size_bytes=source.size_bytes,
-                signature=source.signature,
-                config=config,
-                created_by=principal.subject,
-            )
-        )
-
-    def _unbind(self, principal: Principal, dep: Deployment, endpoint: str) -> tuple[Deployment, set[str]]:
-        """Point every version bound to `endpoint` back at its source; the models touched."""
-        touched: set[str] = set()
-
-        def back(single: Single) -> Single:
-            version = self._version(dep.tenant, single)
-            if version is None or not _bound_to(version, endpoint):
-                return single
-            touched.add(single.model)
-            return Single(model=single.model, version=int(version.config["source_version"]))
-
-        node = parse_policy(dep.policy)
-        restored = _map_singles(node, back)
-        if restored == node:
-            return dep, touched
-        return self.deployments.update(principal, dep.name, policy_dict(restored), expected_revision=dep.revision), touched
+        state = self.control.settle(state)
+        return self.binder.bind(principal, dep, state), state
 
     # scale and weights -----------------------------------------------------------------------
     def scale(self, principal: Principal, name: str, request: ScaleRequest) -> dict[str, Any]:
@@ -437,19 +249,8 @@ class EndpointService:
                         f"autoscaling range {bounds.min_instances}-{bounds.max_instances}",
                         field="desired_instances",
                     )
-        for production, scaling in plan.items():
-            self.endpoints.register_autoscaling(state.name, production, scaling)
-        changes = []
-        for variant in state.variants:
-            change: dict[str, Any] = {"VariantName": variant.name}
-            if variant.name in weights:
-                change["DesiredWeight"] = weights[variant.name]
-            if request.desired_instances is not None and variant in chosen:
-                change["DesiredInstanceCount"] = request.desired_instances
-            if len(change) > 1:
-                changes.append(change)
-        if changes:
-            self.endpoints.update_variants(state.name, changes)
+        instances = {v.name: request.desired_instances for v in chosen} if request.desired_instances is not None else {}
+        self.control.change(state.name, VariantChanges(autoscaling=plan, weights=weights, instances=instances))
         if weights:
             dep = self._policy_weights(principal, dep, state, weights)
         log.info("endpoint scaled", extra={"tenant": principal.tenant, "deployment": name, "endpoint": state.name})
@@ -492,58 +293,14 @@ class EndpointService:
         principal.require("admin")
         dep = self.registry.get_deployment(principal.tenant, name)
         endpoint = endpoint_name(principal.tenant, name)
-        state = self.endpoints.describe(endpoint)
+        state = self.control.describe(endpoint)
         if state is not None and state.tenant not in ("", principal.tenant):
             state = None
-        dep, touched = self._unbind(principal, dep, endpoint)
-        deleted = self.endpoints.delete(endpoint, state)
+        dep, touched = self.binder.unbind(principal, dep, endpoint)
+        deleted = self.control.undeploy(endpoint, state)
         touched |= {v.model for v in state.variants if v.model} if state else set()
-        deleted["versions"] = self._delete_bound_versions(principal.tenant, endpoint, touched)
+        deleted["versions"] = self.binder.delete_bound_versions(principal.tenant, endpoint, touched)
         if state is None and not any(deleted.values()):
-            raise NotFound(f"deployment '{name}' has no SageMaker endpoint", field="endpoint")
+            raise NotFound(f"deployment '{name}' has no endpoint", field="endpoint")
         log.info("endpoint deleted", extra={"tenant": principal.tenant, "deployment": name, "endpoint": endpoint})
         return {"deployment": name, "endpoint_name": endpoint, "deleted": deleted, "policy": dep.policy, "revision": dep.revision}
-
-    def _delete_bound_versions(self, tenant: str, endpoint: str, models: set[str]) -> list[str]:
-        used = {
-            (n.model, n.version)
-            for d in self.registry.list_deployments(tenant)
-            for n in walk(parse_policy(d.policy))
-            if isinstance(n, Single)
-        }
-        deleted = []
-        for model in sorted(models):
-            try:
-                versions = self.registry.list_versions(tenant, model)
-            except NotFound:
-                continue
-            for version in versions:
-                if _bound_to(version, endpoint) and (model, version.version) not in used:
-                    self.registry.delete_version(tenant, model, version.version)
-                    deleted.append(version.ref)
-        return deleted
-
-
-def _bound_to(version: ModelVersion | None, endpoint: str) -> bool:
-    return (
-        version is not None
-        and version.runtime == "sagemaker"
-        and version.config.get("endpoint_name") == endpoint
-        and "source_version" in version.config
-    )
-
-
-def _map_singles(node: Node, change: Any) -> Node:
-    """The same policy tree with each `single` node passed through `change`."""
-    if isinstance(node, Single):
-        return change(node)
-    if isinstance(node, Split):
-        return node.model_copy(update={"variants": tuple(v.model_copy(update={"target": _map_singles(v.target, change)}) for v in node.variants)})
-    if isinstance(node, Shadow):
-        return node.model_copy(update={
-            "primary": _map_singles(node.primary, change),
-            "mirrors": tuple(m.model_copy(update={"target": _map_singles(m.target, change)}) for m in node.mirrors),
-        })
-    if isinstance(node, Ensemble):
-        return node.model_copy(update={"members": tuple(m.model_copy(update={"target": _map_singles(m.target, change)}) for m in node.members)})
-    return node

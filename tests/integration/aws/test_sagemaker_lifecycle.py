@@ -18,11 +18,11 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.domain import Principal
-from sluice.endpoints.sagemaker import SageMakerEndpoints, endpoint_name
+from sluice.endpoints.names import endpoint_name
+from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker import EndpointTarget
-from sluice.services.endpoints import EndpointService
 from sluice.settings import Settings
-from sluice.wiring import Container
+from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
 from tests.integration.aws.conftest import REGION
 from tests.integration.conftest import auth
@@ -54,6 +54,7 @@ class World(SimpleNamespace):
     client: TestClient
     keys: dict[str, str]
     calls: list[str]
+    sent: dict[str, list[dict[str, Any]]]  # request parameters by operation
     sagemaker: Any
     autoscaling: Any
 
@@ -61,6 +62,13 @@ class World(SimpleNamespace):
 def _recorder(calls: list[str]) -> Callable[..., None]:
     def record(model: Any, **_: Any) -> None:
         calls.append(model.name)
+
+    return record
+
+
+def _params(sent: dict[str, list[dict[str, Any]]]) -> Callable[..., None]:
+    def record(model: Any, params: dict[str, Any], **_: Any) -> None:
+        sent.setdefault(model.name, []).append(dict(params))
 
     return record
 
@@ -75,21 +83,23 @@ def world(aws: None, tmp_path: Path) -> World:
         home=tmp_path / "home",
         store=f"s3://{BUCKET}/artifacts",
         region=REGION,
+        endpoints="sagemaker",
         sagemaker_execution_role_arn=ROLE,
         deployment_cache_ttl_s=0,
     )
     container = Container.from_settings(settings)
+    wired = build_endpoint_control(settings, container.store)
+    assert isinstance(wired, SageMakerEndpoints) and (wired.role_arn, wired.region) == (ROLE, REGION)
     calls: list[str] = []
+    sent: dict[str, list[dict[str, Any]]] = {}
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     autoscaling = boto3.client("application-autoscaling", region_name=REGION)
     for client in (sagemaker, autoscaling):
         client.meta.events.register("before-call", _recorder(calls))
-    container.endpoints = EndpointService(  # type: ignore[misc]
-        container.registry,
-        container.store,
-        container.deployments,
-        settings,
-        endpoints=SageMakerEndpoints(sagemaker, autoscaling, region=REGION),
+        client.meta.events.register("before-parameter-build", _params(sent))
+    # The same adapter, on clients this test watches.
+    container.endpoint_control = SageMakerEndpoints(
+        container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker, autoscaling=autoscaling
     )
     container.models.push(ACME, "mlp", MLP[1])
     container.models.push(ACME, "mlp", MLP[2])
@@ -101,6 +111,7 @@ def world(aws: None, tmp_path: Path) -> World:
         client=TestClient(create_app(container)),
         keys={"acme": acme, "acme_predict": acme_predict, "globex": globex},
         calls=calls,
+        sent=sent,
         sagemaker=sagemaker,
         autoscaling=autoscaling,
     )
@@ -149,6 +160,9 @@ def test_deploy_one_version(world: World) -> None:
     assert container["Image"] == IMAGE
     assert container["Environment"] == {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "mlp"}
     assert model["ExecutionRoleArn"] == ROLE
+    # Triton needs no internet: the model's container gets none. moto accepts the flag but
+    # does not echo it in DescribeModel, so the request itself is checked.
+    assert [p["EnableNetworkIsolation"] for p in world.sent["CreateModel"]] == [True]
     assert container["ModelDataUrl"].startswith(f"s3://{BUCKET}/artifacts/tenants/acme/sha256/")
     assert container["ModelDataUrl"].endswith(".tar.gz")
     members = _tarball_members(world, container["ModelDataUrl"])
@@ -409,7 +423,7 @@ def test_deploy_refusals(world: World) -> None:
     assert _deploy(world, {"instance_type": "ml.g4dn.xlarge"}).status_code == 202
     r = _deploy(world, {"instance_type": "ml.g4dn.xlarge"})
     assert (r.status_code, r.json()["field"]) == (409, "endpoint")
-    world.container.endpoints.settings = world.container.settings.model_copy(update={"sagemaker_execution_role_arn": None})
+    world.container.endpoints.control.role_arn = None  # type: ignore[attr-defined]
     r = _deploy(world, {"instance_type": "ml.g4dn.xlarge"}, name="shadowed")
     assert r.status_code == 422  # the policy is checked before the service's own configuration
     _deployment(world, {"model": "mlp", "version": 2}, name="other")

@@ -1,0 +1,56 @@
+"""Names of a deployment's endpoint and what hangs off it, the same for SageMaker and its
+local twin.
+
+One endpoint per deployment, named from the tenant and the deployment so that no two tenants
+can meet: `sluice-<tenant>-<deployment>` cut to fit, plus a digest of both (SageMaker names
+are 63 characters of letters, digits and hyphens). Its endpoint configs and models are named
+`<endpoint>-<digest>` and `<endpoint>-<variant>-<digest>`, so undeploying finds all of them
+by prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from sluice.domain.errors import BadRequest
+
+SAGEMAKER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+
+
+def slug(text: str) -> str:
+    """Letters and digits joined by single hyphens, lower case."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
+def _cut(text: str, length: int) -> str:
+    return text[:length].rstrip("-")
+
+
+def endpoint_name(tenant: str, deployment: str) -> str:
+    """At most 40 characters: the rest of SageMaker's 63 is for config and model suffixes."""
+    return f"{_cut(slug(f'sluice-{tenant}-{deployment}'), 31)}-{digest(tenant, deployment)}"
+
+
+def variant_name(name: str) -> str:
+    variant = _cut(slug(name), 63)
+    if not variant or not SAGEMAKER_NAME.match(variant):
+        raise BadRequest(f"variant '{name}' has no letters or digits to name a production variant", field="policy")
+    return variant
+
+
+def model_name(endpoint: str, variant: str, fingerprint: str) -> str:
+    return f"{endpoint}-{_cut(variant, 13)}-{fingerprint[:8]}"
+
+
+def config_name(endpoint: str, fingerprint: str) -> str:
+    return f"{endpoint}-{fingerprint[:8]}"
+
+
+def resource_id(endpoint: str, variant: str) -> str:
+    """Application Auto Scaling's name for a variant's instance count."""
+    return f"endpoint/{endpoint}/variant/{variant}"

@@ -1,0 +1,123 @@
+"""What `sluice.endpoints.sagemaker` sends and reads back: the specs of the calls, the tags
+that carry sluice's own facts on an endpoint, and SageMaker's errors in sluice's words."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.endpoints.control import Autoscaling
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "sagemaker"
+SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
+SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
+SCALING_POLICY = "sluice-invocations-per-instance"
+SCALE_IN_COOLDOWN_S = 300
+SCALE_OUT_COOLDOWN_S = 60
+TAG_TENANT = "sluice:tenant"
+TAG_DEPLOYMENT = "sluice:deployment"
+TAG_AUTOSCALING = "sluice:autoscaling"
+TAG_VARIANT = "sluice:variant:"
+_THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure", "InternalServerError"})
+_MISSING = frozenset({"ValidationException", "ValidationError", "ResourceNotFound", "ObjectNotFoundException"})
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSpec:
+    name: str  # the production variant
+    label: str  # the split's variant name in the deployment's policy ("primary" for one version)
+    model: str  # the sluice model and version it serves
+    version: int
+    max_batch_size: int
+    model_name: str  # the SageMaker Model
+    image: str
+    model_data_url: str
+    triton_model: str  # SAGEMAKER_TRITON_DEFAULT_MODEL_NAME
+    weight: float
+
+    def tag(self) -> dict[str, str]:
+        return {"Key": TAG_VARIANT + self.name, "Value": f"{self.model} {self.version} {self.max_batch_size} {self.label}"}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    name: str
+    config_name: str
+    tenant: str
+    deployment: str
+    instance_type: str
+    instance_count: int
+    role_arn: str
+    variants: tuple[VariantSpec, ...]
+    autoscaling: Autoscaling | None = None
+
+    def tags(self) -> list[dict[str, str]]:
+        return [{"Key": TAG_TENANT, "Value": self.tenant}, {"Key": TAG_DEPLOYMENT, "Value": self.deployment}]
+
+
+# errors ------------------------------------------------------------------------------------
+def error_code(exc: Exception) -> tuple[str, str]:
+    error = (getattr(exc, "response", None) or {}).get("Error", {})
+    return str(error.get("Code", "")), str(error.get("Message", ""))
+
+
+def is_missing(exc: Exception) -> bool:
+    code, message = error_code(exc)
+    text = message.lower()
+    return code in _MISSING and ("could not find" in text or "not found" in text or "does not exist" in text)
+
+
+def already_exists(exc: Exception) -> bool:
+    code, message = error_code(exc)
+    return code in ("ValidationException", "ValidationError", "ResourceInUse") and "already exist" in message.lower()
+
+
+def aws_error(exc: Exception, what: str) -> SluiceError:
+    """A SageMaker or Application Auto Scaling failure in sluice's words; the raw text goes
+    to the log only."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(exc, SluiceError):
+        return exc
+    if isinstance(exc, ClientError):
+        code, message = error_code(exc)
+        log.warning("sagemaker: %s failed", what, extra={"code": code, "error": message[:500]})
+        if code == "ResourceLimitExceeded" or code == "LimitExceededException":
+            return Unavailable(f"the account's SageMaker quota does not allow this ({what}); ask AWS for more or use fewer or smaller instances")
+        if code in _THROTTLED:
+            return Unavailable(f"SageMaker is busy ({what}); retry shortly")
+        if code.startswith("AccessDenied"):
+            return BackendError(f"sluice's role may not {what} (AccessDenied)")
+        return BackendError(f"SageMaker refused to {what} ({code or 'unknown error'})")
+    if isinstance(exc, BotoCoreError):
+        log.warning("sagemaker: %s failed", what, extra={"error_type": type(exc).__name__})
+        return Unavailable(f"SageMaker is not reachable ({what})")
+    log.warning("sagemaker: %s failed", what, extra={"error_type": type(exc).__name__, "error": str(exc)[:500]})
+    return BackendError(f"SageMaker failed to {what} ({type(exc).__name__})")
+
+
+# what comes back ---------------------------------------------------------------------------
+def variant_tag(value: str | None, variant: str) -> tuple[str, int, int, str]:
+    """(model, version, max_batch_size, policy variant) from a `sluice:variant:<name>` tag."""
+    try:
+        model, version, max_batch, label = (value or "").split(" ")
+        return model, int(version), int(max_batch), label
+    except ValueError:
+        return "", 0, 0, variant
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def integer(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+def timestamp(value: Any) -> float | None:
+    stamp = getattr(value, "timestamp", None)
+    return round(stamp(), 3) if callable(stamp) else None

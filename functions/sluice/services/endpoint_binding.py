@@ -1,0 +1,166 @@
+"""Binding a deployment to its endpoint, and back.
+
+Traffic moves to an endpoint when it is in service, not before: the first look at it binds
+the deployment, registering for each variant a `sagemaker` version of the same model (the
+same ONNX artifact and signature; config `endpoint_name`, `variant`, `max_batch_size`,
+`source_version`, and `endpoint_url` where the endpoint answers locally) and pointing the
+policy at those versions, its split names, weights and routing key unchanged. Unbinding
+points the policy back at the source versions; the bound versions are deleted once no
+deployment routes to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain import ModelVersion
+from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.policy import Single, Split, parse_policy, policy_dict, walk
+
+if TYPE_CHECKING:
+    from sluice.domain import Deployment, Principal
+    from sluice.domain.policy import Node
+    from sluice.endpoints.control import EndpointState
+    from sluice.registry import Registry
+    from sluice.services.deployments import DeploymentService
+
+log = logging.getLogger(__name__)
+
+SINGLE_VARIANT = "primary"  # the production variant of a one-version deployment
+
+
+class Binder:
+    def __init__(self, registry: Registry, deployments: DeploymentService) -> None:
+        self.registry = registry
+        self.deployments = deployments
+
+    def bound(self, dep: Deployment, endpoint: str) -> bool:
+        singles = [n for n in walk(parse_policy(dep.policy)) if isinstance(n, Single)]
+        return bool(singles) and all(bound_to(self._version(dep.tenant, s), endpoint) for s in singles)
+
+    def _version(self, tenant: str, single: Single) -> ModelVersion | None:
+        try:
+            return self.registry.get_version(tenant, single.model, single.version)
+        except NotFound:
+            return None
+
+    def bind(self, principal: Principal, dep: Deployment, state: EndpointState) -> Deployment:
+        node = parse_policy(dep.policy)
+        if isinstance(node, Single):
+            slots: list[tuple[str, Single]] = [(SINGLE_VARIANT, node)]
+        elif isinstance(node, Split) and all(isinstance(v.target, Single) for v in node.variants):
+            slots = [(v.name, v.target) for v in node.variants]  # type: ignore[misc]
+        else:
+            return dep  # the policy has moved on from what was deployed: it stays as it is
+        chosen: dict[str, Single] = {}
+        for label, single in slots:
+            variant = state.variant(label)
+            current = self._version(dep.tenant, single)
+            if variant is None or current is None:
+                return dep
+            if bound_to(current, state.name):
+                continue
+            if (single.model, single.version) != (variant.model, variant.version):
+                return dep
+            config: dict[str, Any] = {
+                "endpoint_name": state.name,
+                "variant": variant.name,
+                "max_batch_size": variant.max_batch_size,
+                "source_version": current.version,
+            }
+            if variant.url:
+                config["endpoint_url"] = variant.url
+            bound = self._bound_version(principal, current, config)
+            chosen[label] = Single(model=bound.model, version=bound.version)
+        if not chosen:
+            return dep
+        if isinstance(node, Single):
+            policy: Node = chosen[SINGLE_VARIANT]
+        else:
+            assert isinstance(node, Split)
+            policy = node.model_copy(update={"variants": tuple(v.model_copy(update={"target": chosen.get(v.name, v.target)}) for v in node.variants)})
+        try:
+            updated = self.deployments.update(principal, dep.name, policy_dict(policy), expected_revision=dep.revision)
+        except Conflict:
+            return self.registry.get_deployment(dep.tenant, dep.name)  # changed meanwhile; the next look binds
+        log.info("deployment bound to its endpoint", extra={"tenant": dep.tenant, "deployment": dep.name, "endpoint": state.name})
+        return updated
+
+    def _bound_version(self, principal: Principal, source: ModelVersion, config: dict[str, Any]) -> ModelVersion:
+        for existing in self.registry.list_versions(source.tenant, source.model):
+            if existing.runtime == "sagemaker" and existing.config == config:
+                return existing
+        return self.registry.add_version(
+            ModelVersion(
+                tenant=source.tenant,
+                model=source.model,
+                version=0,
+                runtime="sagemaker",
+                artifact_uri=source.artifact_uri,
+                sha256=source.sha256,
+                size_bytes=source.size_bytes,
+                signature=source.signature,
+                config=config,
+                created_by=principal.subject,
+            )
+        )
+
+    def unbind(self, principal: Principal, dep: Deployment, endpoint: str) -> tuple[Deployment, set[str]]:
+        """Point every version bound to `endpoint` back at its source; the models touched."""
+        touched: set[str] = set()
+
+        def back(single: Single) -> Single:
+            version = self._version(dep.tenant, single)
+            if version is None or not bound_to(version, endpoint):
+                return single
+            touched.add(single.model)
+            return Single(model=single.model, version=int(version.config["source_version"]))
+
+        node = parse_policy(dep.policy)
+        restored = map_singles(node, back)
+        if restored == node:
+            return dep, touched
+        return self.deployments.update(principal, dep.name, policy_dict(restored), expected_revision=dep.revision), touched
+
+    def delete_bound_versions(self, tenant: str, endpoint: str, models: set[str]) -> list[str]:
+        used = {
+            (n.model, n.version)
+            for d in self.registry.list_deployments(tenant)
+            for n in walk(parse_policy(d.policy))
+            if isinstance(n, Single)
+        }
+        deleted = []
+        for model in sorted(models):
+            try:
+                versions = self.registry.list_versions(tenant, model)
+            except NotFound:
+                continue
+            for version in versions:
+                if bound_to(version, endpoint) and (model, version.version) not in used:
+                    self.registry.delete_version(tenant, model, version.version)
+                    deleted.append(version.ref)
+        return deleted
+
+
+def bound_to(version: ModelVersion | None, endpoint: str) -> bool:
+    return (
+        version is not None
+        and version.runtime == "sagemaker"
+        and version.config.get("endpoint_name") == endpoint
+        and "source_version" in version.config
+    )
+
+
+def map_singles(node: Node, change: Any) -> Node:
+    """The same policy tree with each `single` node passed through `change`."""
+    if node.kind == "single":
+        return change(node)
+    update: dict[str, Any] = {}
+    for branch in ("variants", "mirrors", "members"):
+        parts = getattr(node, branch, None)
+        if parts is not None:
+            update[branch] = tuple(p.model_copy(update={"target": map_singles(p.target, change)}) for p in parts)
+    if node.kind == "shadow":
+        update["primary"] = map_singles(node.primary, change)  # type: ignore[union-attr]
+    return node.model_copy(update=update) if update else node
