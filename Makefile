@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint bench synth clean triton-env
+.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP) triton-env
+test: $(STAMP) triton-env docs
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
@@ -31,6 +31,17 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check functions infra tests benchmarks scripts
+
+# The documentation site (mkdocs.yml, docs/), built strictly: a broken link, anchor or include
+# fails it. The variable silences the theme's end-of-life banner, which is not about this site.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
+DOCS_PORT ?= 8001
+
+docs: $(STAMP)
+	$(MKDOCS) build --strict --quiet --site-dir site
+
+docs-serve: $(STAMP)
+	$(MKDOCS) serve --dev-addr $(HOST):$(DOCS_PORT)
 
 # BENCH_ARGS=--quick for a ~2-minute smoke run. wrk comes from Debian when apt-get can run (else
 # a Python load generator stands in); the Triton peer needs triton-env and is skipped without it.
@@ -43,7 +54,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-triton .pytest_cache cdk.out node_modules
+	rm -rf $(VENV) .venv-triton .pytest_cache cdk.out node_modules site
 
 # The local Triton (CPU, python backend) in its own virtualenv: nvidia-pytriton pins numpy<2.
 TRITON_VENV := .venv-triton

@@ -1,6 +1,10 @@
 """Turn a results document (benchmarks/results/latest.json) into Markdown and a PNG.
 
     python -m benchmarks.report benchmarks/results/latest.json   # rewrites latest.md and latest.png
+
+The documentation site shows these files as they are: docs/benchmarks/index.md includes the
+run and goals sections of latest.md (between the markers `section()` writes), the full report
+page includes the whole file, and the figure is a link to latest.png. A new run needs no copy.
 """
 
 from __future__ import annotations
@@ -77,16 +81,28 @@ def goals(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [row for sec in doc["sections"] for row in sec.get("figures", []) if row.get("goal")]
 
 
+def section(edge: str, name: str) -> str:
+    """A marker the docs' snippet includes cut at (`--8<-- "latest.md:goals"`); an HTML comment,
+    so the file reads the same without them."""
+    return f"<!-- --8<-- [{edge}:{name}] -->"
+
+
+# The sections docs/benchmarks/index.md includes.
+DOC_SECTIONS = ("run", "goals")
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     meta = doc["meta"]
     packages = ", ".join(f"{k} {v}" for k, v in meta["packages"].items() if v)
     out = [
         "# sluice benchmarks",
         "",
+        section("start", "run"),
         f"Measured {meta['date']} on {meta['cpu_model']}, {meta['cores']} cores"
         f" ({meta.get('memory_gib')} GiB), {meta['os']}; Python {meta['python']}."
         f" Mode: {'quick' if meta['quick'] else 'full'}; took {meta['duration_s']:.0f} s."
         f" Load average at start: {meta.get('loadavg_start')}.",
+        section("end", "run"),
         "",
         f"Packages: {packages}. Peers: {meta.get('peers') or 'none'}. Load generator: {meta.get('loadgen')}.",
         "",
@@ -96,6 +112,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "",
         "## Goals",
         "",
+        section("start", "goals"),
         "| goal | sluice | reference | ratio | target | met |",
         "|---|---|---|---|---|---|",
     ]
@@ -105,6 +122,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             f"{row['reference']}: {cell(row.get('ref_value'))} | {row['ratio']:.2f}x | {row['goal']} | "
             f"{'yes' if row['met'] else '**no**'} |"
         )
+    out += ["", section("end", "goals")]
     for sec in doc["sections"]:
         out += ["", f"## {sec['title']}", ""]
         if sec.get("error"):

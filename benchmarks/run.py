@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["duration_s"] = round(time.monotonic() - started, 1)
     meta["loadavg_end"] = _loadavg()
     doc = {"schema": 1, "meta": meta, "sections": sections, "slots": fill_slots(sections)}
-    # A smoke run must not overwrite the full run's figures that the README shows.
+    # A smoke run must not overwrite the full run's figures that the docs show.
     paths = report.write(doc, args.out, stem="quick" if args.quick else "latest")
 
     print()

@@ -3,10 +3,13 @@ plug-in results, and the wrk script's quoting. (The benchmarks themselves run wi
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from benchmarks.common import Goal, figure, percentile, rotate, spread
 from benchmarks.loadgen import _lua_string
-from benchmarks.report import SLOTS, to_markdown
+from benchmarks.report import DOC_SECTIONS, SLOTS, section, to_markdown
 from benchmarks.run import _as_section, fill_slots
 
 
@@ -86,3 +89,20 @@ def test_lua_long_string_survives_any_body() -> None:
     tricky = b'{"x": "]====]"}'
     quoted = _lua_string(tricky)
     assert quoted.startswith("[=====[") and quoted.endswith("]=====]")
+
+
+def test_the_docs_include_sections_the_report_writes() -> None:
+    """docs/benchmarks/index.md shows the latest run by including sections of latest.md: each
+    section it names must be one that every report carries, and the committed report has them."""
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "docs" / "benchmarks" / "index.md").read_text()
+    named = set(re.findall(r'--8<-- "benchmarks/results/latest\.md:([a-z_]+)"', page))
+    assert named == set(DOC_SECTIONS)
+    text = to_markdown(_doc([]))
+    committed = (repo / "benchmarks" / "results" / "latest.md").read_text()
+    for name in DOC_SECTIONS:
+        for report in (text, committed):
+            start, end = report.find(section("start", name)), report.find(section("end", name))
+            assert 0 <= start < end, f"no {name} section"
+    goals = text[text.find(section("start", "goals")) : text.find(section("end", "goals"))]
+    assert "| goal | sluice | reference |" in goals
