@@ -25,7 +25,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-
 TENANT_ITEMS = "T#*"
 KEY_ITEMS = "K#*"
 TENANT_TAG = "tenant"

@@ -219,7 +219,10 @@ class ApiStack(Stack):
         )
         # Keys are looked up by id before the tenant is known: K# items only, GetItem only.
         grant_registry(
-            self.authorizer_function.role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS]
+            self.authorizer_function.role,
+            table,
+            actions=["dynamodb:GetItem"],
+            partitions=[KEY_ITEMS],
         )
 
         self.rest_api = self._rest_api(config, names)
