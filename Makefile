@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env
+.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP) triton-env docs
+test: $(STAMP) triton-env checkov-env docs
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-triton .pytest_cache cdk.out node_modules site
+	rm -rf $(VENV) .venv-triton .venv-checkov .pytest_cache cdk.out node_modules site
 
 # The local Triton (CPU, python backend) in its own virtualenv: nvidia-pytriton pins numpy<2.
 TRITON_VENV := .venv-triton
@@ -73,3 +73,15 @@ node_modules/.package-lock.json: package.json package-lock.json
 
 synth: $(STAMP) node_modules/.package-lock.json
 	npx --no-install cdk synth
+
+# checkov (tests/infra/test_checkov.py scans the synthesized templates with it) pins many
+# packages of its own: its own virtualenv, called as a subprocess.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_STAMP): | $(UV)
+	$(UV) venv --clear $(CHECKOV_VENV) --python python3.11
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python 'checkov==3.2.533'
+	touch $(CHECKOV_STAMP)
+
+checkov-env: $(CHECKOV_STAMP)

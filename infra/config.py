@@ -79,6 +79,15 @@ class StorageConfig(_Section):
     access_log_expiry_days: int = Field(
         365, ge=1, description="Delete S3 server access logs after this."
     )
+    noncurrent_batch_expiry_days: int = Field(
+        3,
+        ge=1,
+        description="Delete overwritten, deleted or expired batch files (the bucket is "
+        "versioned, so a mistaken delete can be undone) after this.",
+    )
+    noncurrent_access_log_expiry_days: int = Field(
+        7, ge=1, description="Delete deleted or expired access-log versions after this."
+    )
 
 
 class PlanLimits(_Section):
@@ -138,6 +147,68 @@ class BatchConfig(_Section):
     plan_timeout_s: int = Field(300, ge=1, le=900)
     score_memory_mb: int = Field(3008, ge=128, le=10240)
     score_timeout_s: int = Field(900, ge=1, le=900)
+
+
+# Lambda keeps this much of an account's concurrency unreserved, whatever functions reserve.
+UNRESERVED_MINIMUM = 100
+BATCH_FUNCTIONS = (
+    "batch_plan",
+    "batch_score",
+    "batch_finalize",
+    "batch_mark_failed",
+    "batch_on_upload",
+)
+
+
+class ConcurrencyConfig(_Section):
+    """Reserved concurrency per function: each is both guaranteed and capped at its value, so
+    a large batch job cannot take the concurrency the API needs (and the API cannot starve
+    batch). `null` leaves a function in the shared, unreserved pool."""
+
+    account_limit: int = Field(
+        1000,
+        ge=UNRESERVED_MINIMUM,
+        description="The account's Lambda concurrency quota in the region (Service Quotas).",
+    )
+    api: int | None = Field(300, ge=1, description="The API function.")
+    authorizer: int | None = Field(
+        100, ge=1, description="Called once per request (no gateway cache), briefly."
+    )
+    shadow: int | None = Field(20, ge=1, description="Shadow mirrors, off the request path.")
+    batch_plan: int | None = Field(5, ge=1)
+    batch_score: int | None = Field(
+        40, ge=1, description="At least batch.max_concurrency, or chunks wait on throttles."
+    )
+    batch_finalize: int | None = Field(5, ge=1)
+    batch_mark_failed: int | None = Field(5, ge=1)
+    batch_on_upload: int | None = Field(10, ge=1, description="One invoke per uploaded file.")
+
+    def reserved(self, purpose: str) -> int | None:
+        """The reservation of the function named `purpose` (`api`, `batch-score`, ...)."""
+        return getattr(self, purpose.replace("-", "_"))
+
+    @property
+    def batch_total(self) -> int:
+        return sum(getattr(self, name) or 0 for name in BATCH_FUNCTIONS)
+
+    @property
+    def total(self) -> int:
+        return sum(v or 0 for k, v in self.model_dump().items() if k != "account_limit")
+
+    @model_validator(mode="after")
+    def _fits(self) -> ConcurrencyConfig:
+        if self.total > self.account_limit - UNRESERVED_MINIMUM:
+            raise ValueError(
+                f"reserved concurrency adds up to {self.total}, but Lambda keeps "
+                f"{UNRESERVED_MINIMUM} of the account's {self.account_limit} unreserved: "
+                f"at most {self.account_limit - UNRESERVED_MINIMUM} may be reserved"
+            )
+        if self.api is not None and self.batch_total >= self.api:
+            raise ValueError(
+                f"batch functions reserve {self.batch_total} in all, which must stay below "
+                f"the API's {self.api}"
+            )
+        return self
 
 
 class AlarmsConfig(_Section):
@@ -206,6 +277,7 @@ class SluiceConfig(_Section):
     api: ApiConfig = ApiConfig()
     batch: BatchConfig = BatchConfig()
     alarms: AlarmsConfig = AlarmsConfig()
+    concurrency: ConcurrencyConfig = ConcurrencyConfig()
     endpoints: tuple[EndpointConfig, ...] = ()
 
     @field_validator("log_retention_days")
@@ -214,6 +286,16 @@ class SluiceConfig(_Section):
         if days not in LOG_RETENTION_DAYS:
             raise ValueError(f"log_retention_days must be one of {LOG_RETENTION_DAYS}")
         return days
+
+    @model_validator(mode="after")
+    def _score_capacity(self) -> SluiceConfig:
+        score = self.concurrency.batch_score
+        if score is not None and self.batch.max_concurrency > score:
+            raise ValueError(
+                f"batch.max_concurrency ({self.batch.max_concurrency}) exceeds "
+                f"concurrency.batch_score ({score}): the extra chunks would only be throttled"
+            )
+        return self
 
     @field_validator("endpoints")
     @classmethod

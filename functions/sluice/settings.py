@@ -112,6 +112,13 @@ class Settings(BaseSettings):
             "from the artifact store. Needed to deploy endpoints."
         ),
     )
+    tenant_role_arn: str | None = Field(
+        default=None,
+        description=(
+            "IAM role whose registry access is confined to the tenant named by a session tag "
+            "(see sluice.tenant_credentials); set by the CDK app on the API function."
+        ),
+    )
     sagemaker_triton_version: str = Field(
         default="25.09",
         description="Version of SageMaker's Triton image for new endpoints, as the SageMaker SDK's image registry lists it.",

@@ -109,7 +109,8 @@ class FunctionPlatform:
 class SluiceFunction(Construct):
     """One Lambda entry point (`sluice.handlers.<module>.<function>`).
 
-    `invoked_async` functions (S3 events, the shadow mirror) get a dead-letter queue; the
+    `reserved_concurrency` (from the config's `concurrency` section) both guarantees and caps
+    the function's concurrent executions. `invoked_async` functions (S3 events, the shadow mirror) get a dead-letter queue; the
     others are called synchronously, where the caller sees the error and a DLQ has nothing
     to hold.
     """
@@ -128,6 +129,7 @@ class SluiceFunction(Construct):
         timeout: Duration,
         environment: Mapping[str, str] | None = None,
         invoked_async: bool = False,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
@@ -147,7 +149,9 @@ class SluiceFunction(Construct):
             self.dead_letters = sqs.Queue(
                 self,
                 "DeadLetters",
-                encryption=sqs.QueueEncryption.SQS_MANAGED,
+                # SSE-KMS with the AWS-managed key (aws/sqs): no key policy to keep, and the
+                # key's use shows in CloudTrail. Lambda sends with the function's role.
+                encryption=sqs.QueueEncryption.KMS_MANAGED,
                 enforce_ssl=True,
                 retention_period=Duration.days(14),
             )
@@ -169,6 +173,7 @@ class SluiceFunction(Construct):
             layers=[layer.layer for layer in layers],
             memory_size=memory_mb,
             timeout=timeout,
+            reserved_concurrent_executions=reserved_concurrency,
             role=self.role,
             log_group=self.log_group,
             tracing=lambda_.Tracing.ACTIVE,

@@ -100,6 +100,8 @@ class TritonEndpoint(Construct):
                 self,
                 f"Model-{variant.name}",
                 execution_role_arn=self.role.role_arn,
+                # Triton needs no network: SageMaker fetches the model data and image for it.
+                enable_network_isolation=True,
                 primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
                     image=image,
                     mode="SingleModel",

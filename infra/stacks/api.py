@@ -30,6 +30,15 @@ from infra.constructs.grants import (
     grant_objects,
     state_machine_arn,
 )
+from infra.constructs.registry_access import (
+    DELETE,
+    KEY_ITEMS,
+    READ,
+    TENANT_ITEMS,
+    WRITE,
+    TenantRegistryRole,
+    grant_registry,
+)
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, IMPORTS_PREFIX, OUTBOX_PREFIX
@@ -90,8 +99,9 @@ class ApiStack(Stack):
             memory_mb=api_config.shadow_memory_mb,
             timeout=Duration.seconds(api_config.shadow_timeout_s),
             invoked_async=True,
+            reserved_concurrency=config.concurrency.shadow,
         )
-        table.grant_read_write_data(self.shadow.function)
+        grant_registry(self.shadow.role, table, actions=[*READ, *WRITE])
         grant_objects(
             self.shadow,
             self.shadow.role,
@@ -116,6 +126,7 @@ class ApiStack(Stack):
             layers=[core],
             memory_mb=api_config.memory_mb,
             timeout=Duration.seconds(api_config.timeout_s),
+            reserved_concurrency=config.concurrency.api,
             environment={
                 "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
@@ -129,7 +140,16 @@ class ApiStack(Stack):
             },
         )
         api_role = self.api_function.role
-        table.grant_read_write_data(self.api_function.function)
+        grant_registry(
+            api_role, table, actions=[*READ, *WRITE, *DELETE], partitions=[TENANT_ITEMS, KEY_ITEMS]
+        )
+        # Credentials confined to one tenant's items, for the API to use per request.
+        self.tenant_registry = TenantRegistryRole(
+            self, "TenantRegistry", table=table, caller=api_role, actions=[*READ, *WRITE, *DELETE]
+        )
+        self.api_function.function.add_environment(
+            "SLUICE_TENANT_ROLE_ARN", self.tenant_registry.role.role_arn
+        )
         grant_objects(
             self.api_function,
             api_role,
@@ -191,12 +211,19 @@ class ApiStack(Stack):
             layers=[core],
             memory_mb=api_config.authorizer_memory_mb,
             timeout=Duration.seconds(10),
+            reserved_concurrency=config.concurrency.authorizer,
             environment={
                 "SLUICE_USAGE_KEY_PREFIX": usage_key_prefix,
                 "SLUICE_USAGE_TENANTS": ",".join(t.tenant for t in api_config.tenants),
             },
         )
-        table.grant_read_data(self.authorizer_function.function)
+        # Keys are looked up by id before the tenant is known: K# items only, GetItem only.
+        grant_registry(
+            self.authorizer_function.role,
+            table,
+            actions=["dynamodb:GetItem"],
+            partitions=[KEY_ITEMS],
+        )
 
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)

@@ -17,6 +17,7 @@ from infra.config import SluiceConfig
 from infra.constructs.batch_workflow import BatchWorkflow
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, INBOX_PREFIX, OUTBOX_PREFIX, WORK_PREFIX
@@ -66,8 +67,9 @@ class BatchStack(Stack):
                 memory_mb=memory_mb,
                 timeout=Duration.seconds(timeout_s),
                 environment=environment,
+                reserved_concurrency=config.concurrency.reserved(f"batch-{purpose}"),
             )
-            table.grant_read_write_data(fn.function)
+            grant_registry(fn.role, table, actions=[*READ, *WRITE])
             return fn
 
         plan = task(
@@ -165,8 +167,9 @@ class BatchStack(Stack):
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{self.state_machine.state_machine_arn}",
             },
             invoked_async=True,
+            reserved_concurrency=config.concurrency.batch_on_upload,
         )
-        table.grant_read_write_data(self.on_upload.function)
+        grant_registry(self.on_upload.role, table, actions=[*READ, *WRITE])
         grant_objects(
             self.on_upload, self.on_upload.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
         )

@@ -26,6 +26,18 @@ WORK_PREFIX = "work/"
 TTL_ATTRIBUTE = "expires_at"
 
 
+def noncurrent_cleanup(days: int) -> list[s3.LifecycleRule]:
+    """In a versioned bucket an expiry or delete only adds a delete marker: these rules
+    remove the versions it hid after `days`, and then the markers left with nothing behind."""
+    return [
+        s3.LifecycleRule(
+            id="expire-noncurrent-versions",
+            noncurrent_version_expiration=Duration.days(days),
+        ),
+        s3.LifecycleRule(id="remove-expired-delete-markers", expired_object_delete_marker=True),
+    ]
+
+
 class StorageStack(Stack):
     def __init__(
         self, scope: Construct, id: str, *, config: SluiceConfig, names: ResourceNames, **kwargs
@@ -38,14 +50,18 @@ class StorageStack(Stack):
             self,
             "AccessLogs",
             bucket_name=names.access_logs_bucket,
-            versioned=False,
+            # Versioned so that logs deleted by mistake (or by an intruder covering tracks)
+            # stay recoverable for a while; logs are written once, so only expiry and
+            # deletes make noncurrent versions.
+            versioned=True,
             retain=retain,
             access_logs=None,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-access-logs",
                     expiration=Duration.days(storage.access_log_expiry_days),
-                )
+                ),
+                *noncurrent_cleanup(storage.noncurrent_access_log_expiry_days),
             ],
         )
         acknowledge(
@@ -80,8 +96,9 @@ class StorageStack(Stack):
             "Batch",
             bucket_name=names.batch_bucket,
             # Inputs, outputs and work files are transient and expire; the job record in the
-            # registry is what lasts.
-            versioned=False,
+            # registry is what lasts. Versioned so that a mistaken delete or overwrite of a
+            # job's results can be undone for a few days; those versions then expire.
+            versioned=True,
             retain=retain,
             access_logs=access_logs.bucket,
             access_logs_prefix="batch/",
@@ -101,6 +118,7 @@ class StorageStack(Stack):
                     prefix=WORK_PREFIX,
                     expiration=Duration.days(storage.work_expiry_days),
                 ),
+                *noncurrent_cleanup(storage.noncurrent_batch_expiry_days),
             ],
         ).bucket
 

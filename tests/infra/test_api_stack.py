@@ -257,4 +257,5 @@ def test_shadow_function_is_invoked_async_with_a_dead_letter_queue(full_app: Syn
     _, shadow = function_by_handler(template, SHADOW)
     queue_id = shadow["DeadLetterConfig"]["TargetArn"]["Fn::GetAtt"][0]
     assert template.to_json()["Resources"][queue_id]["Type"] == "AWS::SQS::Queue"
-    template.has_resource_properties("AWS::SQS::Queue", {"SqsManagedSseEnabled": True})
+    # Encrypted at rest with KMS (the AWS-managed aws/sqs key), TLS only.
+    template.has_resource_properties("AWS::SQS::Queue", {"KmsMasterKeyId": "alias/aws/sqs"})

@@ -68,7 +68,16 @@ class OneCallAtATime:
 
 
 class Cloud:
-    def __init__(self, container: Container, s3: Any, dynamodb: Any, sfn: Any, state_machine: str, invocations: dict[str, list[dict[str, Any]]], retry_waits: list[float]) -> None:
+    def __init__(
+        self,
+        container: Container,
+        s3: Any,
+        dynamodb: Any,
+        sfn: Any,
+        state_machine: str,
+        invocations: dict[str, list[dict[str, Any]]],
+        retry_waits: list[float],
+    ) -> None:
         self.container = container
         self.s3 = s3
         self.dynamodb = dynamodb
@@ -79,11 +88,15 @@ class Cloud:
 
     def scored(self, chunk: int) -> int:
         """How many times Score was invoked for one chunk."""
-        return sum(1 for e in self.invocations["sluice-batch-score"] if e["chunk"]["index"] == chunk)
+        return sum(
+            1 for e in self.invocations["sluice-batch-score"] if e["chunk"]["index"] == chunk
+        )
 
     def upload(self, key: str, body: bytes, **metadata: str) -> dict[str, Any]:
         """Put an object and return the S3 event the bucket notification would send."""
-        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=metadata)["ETag"].strip('"')
+        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=metadata)[
+            "ETag"
+        ].strip('"')
         event = json.loads((EVENTS / "s3_put_inbox.json").read_text())
         obj = event["Records"][0]["s3"]["object"]
         obj.update(key=key, size=len(body), eTag=etag)
@@ -102,10 +115,21 @@ class Cloud:
         return self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
 
-def _dispatch(monkeypatch: pytest.MonkeyPatch, routes: dict[str, Callable[[dict[str, Any], Any], Any]], invocations: dict[str, list[dict[str, Any]]]) -> None:
+def _dispatch(
+    monkeypatch: pytest.MonkeyPatch,
+    routes: dict[str, Callable[[dict[str, Any], Any], Any]],
+    invocations: dict[str, list[dict[str, Any]]],
+) -> None:
     from moto.awslambda_simple.models import LambdaSimpleBackend
 
-    def invoke(self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any) -> bytes:
+    def invoke(
+        self: Any,
+        function_name: str,
+        qualifier: Any,
+        body: Any,
+        headers: Any,
+        response_headers: Any,
+    ) -> bytes:
         name = function_name.split(":")[-1]
         event = json.loads(body or "{}")
         invocations[name].append(event)
@@ -120,7 +144,9 @@ def _dispatch(monkeypatch: pytest.MonkeyPatch, routes: dict[str, Callable[[dict[
 
 
 @pytest.fixture
-def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+def cloud(
+    default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Cloud]:
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     from sluice.demo import install_demo
@@ -131,17 +157,25 @@ def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPa
                         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
     template = default_app.json("batch")
-    definition = state_machine_definition(template, pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT})
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}):
+    definition = state_machine_definition(
+        template, pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT}
+    )
+    with mock_aws(
+        config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+    ):
         s3 = boto3.client("s3", region_name=REGION)
         for bucket in (BUCKET, ARTIFACTS):
-            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+            s3.create_bucket(
+                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION}
+            )
         dynamodb = boto3.client("dynamodb", region_name=REGION)
         create_table(dynamodb, TABLE)
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(RoleName="sluice-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        machine = sfn.create_state_machine(name="sluice-batch", definition=json.dumps(definition), roleArn=role)["stateMachineArn"]
+        machine = sfn.create_state_machine(
+            name="sluice-batch", definition=json.dumps(definition), roleArn=role
+        )["stateMachineArn"]
         settings = Settings(
             mode="aws", home=tmp_path / "home", registry=f"dynamodb://{TABLE}", store=f"s3://{ARTIFACTS}/artifacts",
             orchestrator=f"stepfunctions://{machine}", batch_bucket=BUCKET, region=REGION,
@@ -162,7 +196,9 @@ def cloud(default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         routes: dict[str, Callable[[dict[str, Any], Any], Any]] = {}
         invocations: dict[str, list[dict[str, Any]]] = {}
         for task in TASKS:
-            _, props = function_by_handler(default_app.template("batch"), f"sluice.handlers.batch.{task}")
+            _, props = function_by_handler(
+                default_app.template("batch"), f"sluice.handlers.batch.{task}"
+            )
             lambdas.create_function(FunctionName=props["FunctionName"], Runtime="python3.12", Role=role,
                                     Handler="index.handler", Code={"ZipFile": code.getvalue()})  # fmt: skip
             routes[props["FunctionName"]] = getattr(handlers, task)
@@ -182,24 +218,36 @@ def _csv(rows: int, *, bad_every: int = 0) -> bytes:
     lines = ["id,sepal_length,sepal_width,petal_length,petal_width"]
     for i in range(rows):
         width = "x" if bad_every and i % bad_every == 0 else f"{2.0 + (i % 20) / 10:.1f}"
-        lines.append(f"r{i:05d},{4.5 + (i % 30) / 10:.1f},{width},{1.0 + (i % 50) / 10:.1f},{0.1 + (i % 24) / 10:.1f}")
+        lines.append(
+            f"r{i:05d},{4.5 + (i % 30) / 10:.1f},{width},{1.0 + (i % 50) / 10:.1f},{0.1 + (i % 24) / 10:.1f}"
+        )
     return ("\n".join(lines) + "\n").encode()
 
 
 def test_an_upload_runs_the_synthesized_state_machine_to_the_manifest(cloud: Cloud) -> None:
     from sluice.handlers import batch as handlers
 
-    event = cloud.upload("inbox/acme/iris/2026-11-21/flowers.csv", _csv(6000, bad_every=1000), **{"sluice-key-columns": "id"})
+    event = cloud.upload(
+        "inbox/acme/iris/2026-11-21/flowers.csv",
+        _csv(6000, bad_every=1000),
+        **{"sluice-key-columns": "id"},
+    )
     started = handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload"))
     (job,) = started["jobs"]
     assert job["status"] == "PENDING" and job["tenant"] == "acme" and job["deployment"] == "iris"
     # S3 delivers events at least once: the same event again starts nothing new.
-    assert handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload")) == started
+    assert (
+        handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload")) == started
+    )
     records = cloud.dynamodb.query(
         TableName=TABLE, KeyConditionExpression="pk = :pk",
         ExpressionAttributeValues={":pk": {"S": handlers.IDEMPOTENCY_KEY}},
     )["Items"]  # fmt: skip
-    assert len(records) == 1 and records[0]["status"]["S"] == "COMPLETED" and "expires_at" in records[0]
+    assert (
+        len(records) == 1
+        and records[0]["status"]["S"] == "COMPLETED"
+        and "expires_at" in records[0]
+    )
 
     execution = cloud.finish(job["job_id"])
     assert execution["status"] == "SUCCEEDED", execution
@@ -212,16 +260,24 @@ def test_an_upload_runs_the_synthesized_state_machine_to_the_manifest(cloud: Clo
     manifest = json.loads(cloud.read(out + "_manifest.json"))
     assert manifest["status"] == "SUCCEEDED" and manifest["counts"]["rows_in"] == 6000
     assert len(manifest["parts"]) == record.chunks_total and cloud.read(out + "_SUCCESS") == b""
-    errors = [json.loads(line) for e in manifest["errors"] for line in cloud.read(e["uri"].split(f"{BUCKET}/")[1]).splitlines()]
+    errors = [
+        json.loads(line)
+        for e in manifest["errors"]
+        for line in cloud.read(e["uri"].split(f"{BUCKET}/")[1]).splitlines()
+    ]
     assert sorted(e["row"] for e in errors) == [0, 1000, 2000, 3000, 4000, 5000]
     part = cloud.read(manifest["parts"][0]["uri"].split(f"{BUCKET}/")[1]).decode().splitlines()
-    assert part[0].startswith('"id","prediction","probability_setosa"') and part[1].startswith('"r00001",')
+    assert part[0].startswith('"id","prediction","probability_setosa"') and part[1].startswith(
+        '"r00001",'
+    )
     scored = cloud.invocations["sluice-batch-score"]
     assert len(scored) == record.chunks_total and all(set(e) == {"job", "chunk"} for e in scored)
     assert not cloud.invocations["sluice-batch-mark-failed"]
 
 
-def test_a_chunk_that_fails_marks_the_job_failed_saying_which(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chunk_that_fails_marks_the_job_failed_saying_which(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sluice.domain.errors import Unavailable
     from sluice.handlers import batch as handlers
 
@@ -240,14 +296,18 @@ def test_a_chunk_that_fails_marks_the_job_failed_saying_which(cloud: Cloud, monk
     # Unavailable is transient: the state machine tried the chunk again, with backoff, first.
     assert cloud.scored(1) == 4 and len(cloud.retry_waits) == 3
     record = cloud.container.registry.get_job("acme", job["job_id"])
-    assert record.status == "FAILED" and "chunks not scored: 1" in (record.error or ""), record.error
+    assert record.status == "FAILED" and "chunks not scored: 1" in (record.error or ""), (
+        record.error
+    )
     manifest = json.loads(cloud.read(f"outbox/acme/{job['job_id']}/_manifest.json"))
     assert manifest["status"] == "FAILED" and 1 not in [p["chunk"] for p in manifest["parts"]]
     assert len(cloud.invocations["sluice-batch-mark-failed"]) == 1
 
 
 @pytest.mark.parametrize("error", TRANSIENT_ERRORS)
-def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(cloud: Cloud, monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch, error: str
+) -> None:
     from sluice.handlers import batch as handlers
 
     raised = _error_named(error)
@@ -261,14 +321,18 @@ def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(cloud: Cloud
         return real(self, spec, chunk)
 
     monkeypatch.setattr(ChunkScorer, "score", flaky)
-    (job,) = handlers.on_upload(cloud.upload("inbox/acme/iris/flaky.csv", _csv(2000)), LambdaContext())["jobs"]
+    (job,) = handlers.on_upload(
+        cloud.upload("inbox/acme/iris/flaky.csv", _csv(2000)), LambdaContext()
+    )["jobs"]
     execution = cloud.finish(job["job_id"])
     assert execution["status"] == "SUCCEEDED", execution
     assert cloud.scored(0) == 2 and len(cloud.retry_waits) == 1
     assert cloud.container.registry.get_job("acme", job["job_id"]).rows_in == 2000
 
 
-def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_error_that_is_not_transient_fails_the_chunk_at_once(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sluice.domain.errors import Forbidden
     from sluice.handlers import batch as handlers
 
@@ -276,7 +340,9 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(cloud: Cloud, mo
         raise Forbidden("access denied to the input")
 
     monkeypatch.setattr(ChunkScorer, "score", denied)
-    (job,) = handlers.on_upload(cloud.upload("inbox/acme/iris/denied.csv", _csv(100)), LambdaContext())["jobs"]
+    (job,) = handlers.on_upload(
+        cloud.upload("inbox/acme/iris/denied.csv", _csv(100)), LambdaContext()
+    )["jobs"]
     assert cloud.finish(job["job_id"])["status"] == "FAILED"
     assert cloud.scored(0) == 1 and cloud.retry_waits == []
 
@@ -290,18 +356,29 @@ def _error_named(name: str) -> Exception:
     return cls(f"{name} in the test")
 
 
-def test_an_upload_outside_a_deployment_of_its_tenant_starts_nothing_that_runs(cloud: Cloud) -> None:
+def test_an_upload_outside_a_deployment_of_its_tenant_starts_nothing_that_runs(
+    cloud: Cloud,
+) -> None:
     from sluice.handlers import batch as handlers
 
     # globex has no deployment 'iris': the key names the tenant, so acme's cannot be reached.
-    (job,) = handlers.on_upload(cloud.upload("inbox/globex/iris/steal.csv", _csv(10)), LambdaContext())["jobs"]
+    (job,) = handlers.on_upload(
+        cloud.upload("inbox/globex/iris/steal.csv", _csv(10)), LambdaContext()
+    )["jobs"]
     assert job["status"] == "FAILED" and job["tenant"] == "globex"
-    assert cloud.container.registry.get_job("globex", job["job_id"]).error == "deployment 'iris' not found"
-    assert handlers.on_upload(cloud.upload("inbox/acme/loose.csv", _csv(10)), LambdaContext()) == {"jobs": []}
+    assert (
+        cloud.container.registry.get_job("globex", job["job_id"]).error
+        == "deployment 'iris' not found"
+    )
+    assert handlers.on_upload(cloud.upload("inbox/acme/loose.csv", _csv(10)), LambdaContext()) == {
+        "jobs": []
+    }
     assert cloud.sfn.list_executions(stateMachineArn=cloud.state_machine)["executions"] == []
 
 
-def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sluice.domain import Principal
 
     planned, gate = threading.Event(), threading.Event()
@@ -315,7 +392,9 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(cloud: Cloud, monk
     monkeypatch.setattr(ChunkScorer, "score", held)
     cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/c.csv", Body=_csv(3000))
     acme = Principal("acme", frozenset({"predict"}), "test")
-    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/c.csv")
+    job = cloud.container.batch.submit(
+        acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/c.csv"
+    )
     assert job.execution is not None and job.output_uri == f"s3://{BUCKET}/outbox/acme/{job.id}/"
     assert planned.wait(30)
     cancelled = cloud.container.batch.cancel(acme, job.id)  # the record, then StopExecution
@@ -324,4 +403,6 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(cloud: Cloud, monk
     assert cloud.finish(job.id)["status"] != "RUNNING"
     record = cloud.container.registry.get_job("acme", job.id)
     assert record.status == "CANCELLED" and record.chunks_done == 0 and record.rows_in == 0
-    assert "Contents" not in cloud.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"outbox/acme/{job.id}/_SUCCESS")
+    assert "Contents" not in cloud.s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=f"outbox/acme/{job.id}/_SUCCESS"
+    )

@@ -112,3 +112,34 @@ def test_data_outlives_the_stack_by_default(default_app: Synthesized) -> None:
     for resource_type in ("AWS::S3::Bucket", "AWS::DynamoDB::GlobalTable"):
         for resource in template.find_resources(resource_type).values():
             assert resource["DeletionPolicy"] == "Retain"
+
+
+def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synthesized) -> None:
+    """A mistaken delete or overwrite can be undone, and versioning keeps nothing forever:
+    the versions a delete, overwrite or expiry hides go after a while, then their markers."""
+    storage = default_app.config.storage
+    buckets = {
+        b.get("LoggingConfiguration", {}).get("LogFilePrefix", "access-logs"): b
+        for b in properties(default_app.template("storage"), "AWS::S3::Bucket")
+    }
+    expected = {
+        "artifacts/": storage.noncurrent_artifact_expiry_days,
+        "batch/": storage.noncurrent_batch_expiry_days,
+        "access-logs": storage.noncurrent_access_log_expiry_days,
+    }
+    assert set(buckets) == set(expected)
+    for name, bucket in buckets.items():
+        assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}, name
+        rules = bucket["LifecycleConfiguration"]["Rules"]
+        assert [
+            r["NoncurrentVersionExpiration"]["NoncurrentDays"]
+            for r in rules
+            if "NoncurrentVersionExpiration" in r
+        ] == [expected[name]], name
+        if any("ExpirationInDays" in r for r in rules):
+            marker = {
+                "Id": "remove-expired-delete-markers",
+                "ExpiredObjectDeleteMarker": True,
+                "Status": "Enabled",
+            }
+            assert marker in rules, name

@@ -1,0 +1,139 @@
+"""Registry credentials confined to one tenant by IAM, for the API to use per request.
+
+The CDK app gives the API function `SLUICE_TENANT_ROLE_ARN`: a role that may only reach the
+registry items whose partition key is `T#<tenant>` or `T#<tenant>#...`, where `<tenant>` is
+the `tenant` session tag of whoever assumed it. `TenantCredentials` assumes it once per tenant
+(tagged with that tenant) and keeps a DynamoDB client per tenant whose credentials botocore
+refreshes before they expire: one STS call per tenant per container per ~45 minutes.
+
+`TenantRoutingClient` is a DynamoDB client stand-in that sends each call with the credentials
+of the tenant bound by `use_tenant` (from the authorizer's context, never from the request
+body), and refuses calls made with no tenant bound rather than fall back to the function's
+own role. Handing it to `DynamoRegistry(table, client=...)` is the whole wiring.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sluice.clients import AwsClients
+
+TENANT_TAG = "tenant"
+# The tenant names sluice accepts: nothing IAM would read as a wildcard, no key separator.
+_TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "sluice_registry_tenant", default=None
+)
+
+
+class NoTenant(RuntimeError):
+    """A registry call was made with tenant-confined credentials but no tenant bound."""
+
+
+@contextmanager
+def use_tenant(tenant: str) -> Iterator[None]:
+    """Send the registry calls made inside this block with `tenant`'s credentials."""
+    token = _current.set(tenant)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+class TenantCredentials:
+    """A DynamoDB client per tenant, on credentials of the tenant role tagged with it."""
+
+    def __init__(
+        self,
+        role_arn: str,
+        *,
+        clients: AwsClients | None = None,
+        region: str | None = None,
+        duration_s: int = 3600,
+        max_tenants: int = 256,
+    ) -> None:
+        self.role_arn = role_arn
+        self.region = region
+        self.duration_s = duration_s
+        self.max_tenants = max_tenants
+        self._clients = clients
+        self._lock = threading.Lock()
+        self._by_tenant: OrderedDict[str, Any] = OrderedDict()
+
+    def client(self, tenant: str) -> Any:
+        if not isinstance(tenant, str) or not _TENANT.match(tenant):
+            raise ValueError(f"not a tenant name: {tenant!r}")
+        with self._lock:
+            found = self._by_tenant.get(tenant)
+            if found is not None:
+                self._by_tenant.move_to_end(tenant)
+                return found
+        built = self._build(tenant)
+        with self._lock:
+            found = self._by_tenant.setdefault(tenant, built)
+            self._by_tenant.move_to_end(tenant)
+            while len(self._by_tenant) > self.max_tenants:
+                self._by_tenant.popitem(last=False)
+        return found
+
+    def _sts(self) -> Any:
+        if self._clients is None:
+            from sluice.clients import default_clients
+
+            self._clients = default_clients(self.region)
+        return self._clients.client("sts", region=self.region)
+
+    def _build(self, tenant: str) -> Any:
+        import boto3
+        import botocore.session
+        from botocore.config import Config
+        from botocore.credentials import RefreshableCredentials
+
+        sts = self._sts()
+
+        def fetch() -> dict[str, str]:
+            found = sts.assume_role(
+                RoleArn=self.role_arn,
+                RoleSessionName=f"sluice-{tenant}"[:64],
+                DurationSeconds=self.duration_s,
+                Tags=[{"Key": TENANT_TAG, "Value": tenant}],
+            )["Credentials"]
+            return {
+                "access_key": found["AccessKeyId"],
+                "secret_key": found["SecretAccessKey"],
+                "token": found["SessionToken"],
+                "expiry_time": found["Expiration"].isoformat(),
+            }
+
+        credentials = RefreshableCredentials.create_from_metadata(
+            metadata=fetch(), refresh_using=fetch, method="sts-assume-role"
+        )
+        core = botocore.session.get_session()
+        core._credentials = credentials  # botocore's documented-by-use hook for custom refresh
+        endpoint = self._clients.endpoint_urls.get("dynamodb") if self._clients else None
+        return boto3.session.Session(botocore_session=core).client(
+            "dynamodb",
+            region_name=self.region or sts.meta.region_name,
+            endpoint_url=endpoint,
+            config=Config(retries={"mode": "standard"}, connect_timeout=3, read_timeout=10),
+        )
+
+
+class TenantRoutingClient:
+    """Looks like one DynamoDB client; each call goes out as the bound tenant."""
+
+    def __init__(self, credentials: TenantCredentials) -> None:
+        self._credentials = credentials
+
+    def __getattr__(self, name: str) -> Any:
+        tenant = _current.get()
+        if tenant is None:
+            raise NoTenant(f"registry call {name!r} with no tenant bound (use_tenant)")
+        return getattr(self._credentials.client(tenant), name)

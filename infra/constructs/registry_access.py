@@ -1,0 +1,114 @@
+"""Who may touch which items of the registry table, in IAM rather than in application code.
+
+The key layout is `sluice.registry.dynamodb`'s: every tenant's items have a partition key of
+`T#<tenant>` or `T#<tenant>#...`; API keys alone live under `K#<key id>`. IAM can condition on
+the partition key (`dynamodb:LeadingKeys`) but not on the sort key, so what can be enforced
+is which partitions and which actions, per function:
+
+- the authorizer may only GetItem `K#*` items: it reads no tenant's data at all;
+- the API may read and write `T#*` and `K#*` items with the calls the registry makes;
+- the shadow and batch functions may read and write `T#*` items, never delete, never touch
+  API keys;
+- nobody may Scan, run PartiQL, export, or change or delete the table.
+
+Tenant isolation itself needs the tenant in the credentials: `TenantRegistryRole` may only
+reach `T#<tenant>` and `T#<tenant>#*` where `<tenant>` is the `tenant` session tag the caller
+put on it when assuming it (see `sluice.tenant_credentials`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+TENANT_ITEMS = "T#*"
+KEY_ITEMS = "K#*"
+TENANT_TAG = "tenant"
+# The calls DynamoRegistry makes; TransactGet/TransactWrite are authorized per item as
+# GetItem/PutItem/UpdateItem/DeleteItem/ConditionCheckItem.
+READ = ("dynamodb:GetItem", "dynamodb:Query")
+WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
+DELETE = ("dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
+
+
+def leading_keys(patterns: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+    # ForAllValues: every partition key the request touches must match one pattern.
+    return {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(patterns)}}
+
+
+def registry_statement(
+    table: dynamodb.ITableV2, actions: Sequence[str], partitions: Sequence[str]
+) -> iam.PolicyStatement:
+    """Item actions on the table itself (no index: it has none), on these partitions only."""
+    return iam.PolicyStatement(
+        actions=list(actions),
+        resources=[table.table_arn],
+        conditions=leading_keys(partitions),
+    )
+
+
+def grant_registry(
+    role: iam.IRole,
+    table: dynamodb.ITableV2,
+    *,
+    actions: Sequence[str],
+    partitions: Sequence[str] = (TENANT_ITEMS,),
+) -> None:
+    role.add_to_principal_policy(registry_statement(table, actions, partitions))
+
+
+def session_tag_conditions() -> dict[str, dict[str, object]]:
+    """Assuming the tenant role needs exactly one session tag, `tenant`, non-empty and free
+    of IAM wildcards (`${*}`/`${?}` are IAM's escapes for a literal `*`/`?`): a tag of `*`
+    would otherwise widen `T#${aws:PrincipalTag/tenant}` to every tenant."""
+    return {
+        "StringLike": {f"aws:RequestTag/{TENANT_TAG}": "?*"},
+        "StringNotLike": {f"aws:RequestTag/{TENANT_TAG}": ["*${*}*", "*${?}*"]},
+        "ForAllValues:StringEquals": {"aws:TagKeys": [TENANT_TAG]},
+    }
+
+
+class TenantRegistryRole(Construct):
+    """A role whose registry access is confined to one tenant's partitions by a session tag.
+
+    `caller` may assume it only while tagging the session with `tenant` (and no other tag);
+    its policy then allows `T#${aws:PrincipalTag/tenant}` and `…#*` alone, so credentials
+    obtained for tenant A cannot read or write an item of tenant B, whatever the code asks.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        table: dynamodb.ITableV2,
+        caller: iam.IRole,
+        actions: Sequence[str],
+    ) -> None:
+        super().__init__(scope, id)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.SessionTagsPrincipal(
+                iam.PrincipalWithConditions(
+                    iam.ArnPrincipal(caller.role_arn), session_tag_conditions()
+                )
+            ),
+            description="Registry access confined to the tenant named by the session tag",
+            max_session_duration=Duration.hours(1),
+        )
+        tagged = f"${{aws:PrincipalTag/{TENANT_TAG}}}"
+        self.role.add_to_principal_policy(
+            registry_statement(table, actions, [f"T#{tagged}", f"T#{tagged}#*"])
+        )
+        caller.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[self.role.role_arn],
+                conditions=session_tag_conditions(),
+            )
+        )

@@ -1,0 +1,127 @@
+"""Registry access in IAM: which functions may touch which partitions of the table, with
+which calls; and the tenant role whose credentials reach one tenant's items only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk.assertions import Match
+
+from tests.infra.synth import Synthesized, function_by_handler, policy_statements_of_role, role_of
+
+TENANT_ONLY = ["T#${aws:PrincipalTag/tenant}", "T#${aws:PrincipalTag/tenant}#*"]
+NEVER = {
+    "dynamodb:Scan",
+    "dynamodb:PartiQLSelect",
+    "dynamodb:DeleteTable",
+    "dynamodb:UpdateTable",
+    "dynamodb:ExportTableToPointInTime",
+    "dynamodb:RestoreTableToPointInTime",
+    "dynamodb:*",
+}
+BATCH = [
+    "sluice.handlers.batch.plan",
+    "sluice.handlers.batch.score",
+    "sluice.handlers.batch.finalize",
+    "sluice.handlers.batch.mark_failed",
+    "sluice.handlers.batch.on_upload",
+]
+
+
+def _actions(statement: dict[str, Any]) -> set[str]:
+    action = statement["Action"]
+    return set(action if isinstance(action, list) else [action])
+
+
+def _table_statements(app: Synthesized, component: str, handler: str) -> list[dict[str, Any]]:
+    template = app.template(component)
+    _, props = function_by_handler(template, handler)
+    return [
+        s
+        for s in policy_statements_of_role(template, role_of(props))
+        if any(a.startswith("dynamodb:") for a in _actions(s))
+    ]
+
+
+def _partitions(statement: dict[str, Any]) -> list[str]:
+    return statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+
+
+def test_the_authorizer_may_only_get_api_key_items(default_app: Synthesized) -> None:
+    (statement,) = _table_statements(default_app, "api", "sluice.handlers.authorizer.handler")
+    assert statement["Action"] == "dynamodb:GetItem"
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["K#*"]}}
+
+
+def test_batch_and_shadow_reach_tenant_items_only_and_never_delete(
+    default_app: Synthesized,
+) -> None:
+    for component, handler in [("api", "sluice.handlers.shadow.handler")] + [
+        ("batch", h) for h in BATCH
+    ]:
+        (statement,) = _table_statements(default_app, component, handler)
+        assert _partitions(statement) == ["T#*"], handler
+        assert not _actions(statement) & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+        assert {"dynamodb:GetItem", "dynamodb:UpdateItem"} <= _actions(statement), handler
+
+
+def test_the_api_reaches_tenant_and_key_items_and_may_assume_the_tenant_role(
+    default_app: Synthesized,
+) -> None:
+    (statement,) = _table_statements(default_app, "api", "sluice.handlers.api.handler")
+    assert sorted(_partitions(statement)) == ["K#*", "T#*"]
+    template = default_app.template("api")
+    _, api = function_by_handler(template, "sluice.handlers.api.handler")
+    tenant_role = api["Environment"]["Variables"]["SLUICE_TENANT_ROLE_ARN"]["Fn::GetAtt"][0]
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": role_of(api)}],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                                "Resource": {"Fn::GetAtt": [tenant_role, "Arn"]},
+                                "Condition": Match.object_like(
+                                    {
+                                        "ForAllValues:StringEquals": {"aws:TagKeys": ["tenant"]},
+                                        "StringLike": {"aws:RequestTag/tenant": "?*"},
+                                    }
+                                ),
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
+
+
+def test_the_tenant_role_reaches_the_tagged_tenants_items_only(default_app: Synthesized) -> None:
+    template = default_app.template("api")
+    _, api = function_by_handler(template, "sluice.handlers.api.handler")
+    tenant_role = api["Environment"]["Variables"]["SLUICE_TENANT_ROLE_ARN"]["Fn::GetAtt"][0]
+    statements = policy_statements_of_role(template, tenant_role)
+    assert len(statements) == 1
+    assert _partitions(statements[0]) == TENANT_ONLY
+    assert "dynamodb:Query" in _actions(statements[0])
+    # Only the API's role may assume it, and only with a single non-wildcard tenant tag.
+    trust = template.to_json()["Resources"][tenant_role]["Properties"]["AssumeRolePolicyDocument"]
+    (allow,) = trust["Statement"]
+    assert sorted(allow["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert allow["Principal"] == {"AWS": {"Fn::GetAtt": [role_of(api), "Arn"]}}
+    assert allow["Condition"]["StringNotLike"] == {"aws:RequestTag/tenant": ["*${*}*", "*${?}*"]}
+    assert allow["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["tenant"]}
+
+
+def test_no_role_may_scan_or_manage_the_table(full_app: Synthesized) -> None:
+    for component in ("api", "batch", "endpoints", "observability"):
+        template = full_app.template(component)
+        for policy in template.find_resources("AWS::IAM::Policy").values():
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                actions = _actions(statement)
+                assert not actions & NEVER, f"{component}: {actions & NEVER}"
+                if any(a.startswith("dynamodb:") for a in actions):
+                    assert _partitions(statement), f"{component}: {statement}"
