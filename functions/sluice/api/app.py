@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from sluice import __version__
 from sluice.api import errors
-from sluice.api.deps import container_of, principal_of
+from sluice.api.deps import authenticate, container_of
 from sluice.api.edge import BodyLimit, Edge, openapi_routes
 from sluice.api.responses import JSONResponse
 
@@ -88,5 +88,5 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
     def limit() -> int:
         return max_request_bytes or container_of(app).settings.max_request_bytes
 
-    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), principal_of), limit)
+    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate), limit)
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -45,7 +46,7 @@ def _bearer(headers: Headers) -> str | None:
 async def get_principal(request: Request, container: Annotated[Container, Depends(get_container)]) -> Principal:
     # The edge authenticated the request before its body was read.
     found = request.scope.get("sluice.principal")
-    return found if found is not None else principal_of(request.scope, request.headers, container)
+    return found if found is not None else await authenticate(request.scope, request.headers, container)
 
 
 def container_of(app: Any) -> Container:
@@ -55,6 +56,16 @@ def container_of(app: Any) -> Container:
 
         container = app.state.container = build()
     return container
+
+
+async def authenticate(scope: Scope, headers: Headers, container: Container) -> Principal:
+    """`principal_of` for the event loop: a key not cached is looked up in a thread."""
+    if scope.get("aws.event") is None:
+        key = _bearer(headers)
+        if key:
+            found = container.keys.cached(key)
+            return found if found is not None else await asyncio.to_thread(container.keys.authenticate, key)
+    return principal_of(scope, headers, container)
 
 
 def principal_of(scope: Scope, headers: Headers, container: Container) -> Principal:

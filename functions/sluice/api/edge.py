@@ -131,7 +131,7 @@ class Edge:
         app: ASGIApp,
         routes: Callable[[], list[HotRoute]],
         container: Callable[[], Container],
-        authenticate: Callable[[Scope, Headers, Container], Principal],
+        authenticate: Callable[[Scope, Headers, Container], Awaitable[Principal]],
     ) -> None:
         self.app = app
         self.routes = routes
@@ -145,7 +145,7 @@ class Edge:
         headers = Headers(scope=scope)
         try:
             container = self.container()
-            principal = self.authenticate(scope, headers, container)
+            principal = await self.authenticate(scope, headers, container)
         except Exception as exc:  # a 401, or the registry down: answered before the body is read
             await error_response(exc, scope["path"])(scope, receive, send)
             return

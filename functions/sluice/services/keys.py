@@ -98,16 +98,21 @@ class KeyService:
         self.registry.put_api_key(record)
         return record, plain
 
-    def authenticate(self, key: str) -> Principal:
+    def cached(self, key: str) -> Principal | None:
+        """The principal of a key checked recently, if no key was revoked since; else None
+        (then `authenticate` reads the registry)."""
         if self.signal is not None:
             generation = self.signal.current()
             if generation != self._generation:  # a key was revoked somewhere: trust nothing cached
                 self._cache.clear()
                 self._generation = generation
+        return self._cache.get(hash_key(key))
+
+    def authenticate(self, key: str) -> Principal:
+        found = self.cached(key)
+        if found is not None:
+            return found
         digest = hash_key(key)
-        cached = self._cache.get(digest)
-        if cached is not None:
-            return cached
         key_id = split_key(key)
         record = self.registry.get_api_key(key_id) if key_id else None
         if (
