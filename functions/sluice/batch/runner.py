@@ -27,7 +27,7 @@ from sluice.stats.recorder import Key, StatsRecorder
 if TYPE_CHECKING:
     from sluice.batch.files import Files
     from sluice.domain.jobs import ChunkResult
-    from sluice.registry import Registry
+    from sluice.registry import JobRegistry
     from sluice.services.predictions import PredictionService
     from sluice.settings import Settings
 
@@ -87,7 +87,7 @@ class BatchPaths:
 class BatchRunner:
     def __init__(
         self,
-        registry: Registry,
+        registry: JobRegistry,
         predictions: PredictionService,
         files: Files,
         settings: Settings,

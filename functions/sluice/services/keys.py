@@ -12,7 +12,7 @@ from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Unauthenticated
 
 if TYPE_CHECKING:
-    from sluice.registry import Registry
+    from sluice.registry import KeyRegistry
 
 PREFIX = "sk_"
 
@@ -30,7 +30,7 @@ def split_key(key: str) -> str | None:
 
 
 class KeyService:
-    def __init__(self, registry: Registry, *, cache_ttl_s: float = 30.0) -> None:
+    def __init__(self, registry: KeyRegistry, *, cache_ttl_s: float = 30.0) -> None:
         self.registry = registry
         self._cache: TTLCache[str, Principal] = TTLCache(cache_ttl_s)
 
