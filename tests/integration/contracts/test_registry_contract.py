@@ -14,8 +14,8 @@ import pytest
 from boto3.dynamodb.types import TypeSerializer
 from botocore.stub import Stubber
 
-from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.clients import AwsClients
+from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, ChunkResult
 from sluice.domain.signature import Signature, TensorSpec
