@@ -23,7 +23,7 @@ ROW = [[5.9, 3.0, 5.1, 1.8]]
 @pytest.fixture
 def fake(demo: Container) -> SleepyRuntime:
     runtime = SleepyRuntime()
-    demo.runtimes["fake"] = runtime
+    demo.runtimes[runtime.kind] = runtime
     return runtime
 
 

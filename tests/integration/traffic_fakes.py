@@ -21,7 +21,9 @@ REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))
 class SleepyRuntime:
     """`config`: sleep_s (seconds before answering), fail (raise BackendError), value (the answer)."""
 
-    kind = "fake"
+    # A kind the domain names (the registry stores no other) that the local demo never uses:
+    # the fake stands in for a remote endpoint, slow or failing.
+    kind = "sagemaker"
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -48,5 +50,5 @@ def add_fake(registry: Any, tenant: str, model: str, **config: Any) -> ModelVers
     with contextlib.suppress(Conflict):
         registry.create_model(Model(tenant, model))
     return registry.add_version(
-        ModelVersion(tenant, model, 0, "fake", "fake://", "0" * 64, 0, REGRESSOR, config=config)  # type: ignore[arg-type]
+        ModelVersion(tenant, model, 0, "sagemaker", "fake://", "0" * 64, 0, REGRESSOR, config=config)
     )

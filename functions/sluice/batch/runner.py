@@ -29,7 +29,7 @@ from sluice.stats.recorder import Key, StatsRecorder
 if TYPE_CHECKING:
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
-    from sluice.registry import Registry
+    from sluice.registry import JobRegistry
     from sluice.services.predictions import PredictionService
     from sluice.settings import Settings
 
@@ -89,7 +89,7 @@ class BatchPaths:
 class BatchRunner:
     def __init__(
         self,
-        registry: Registry,
+        registry: JobRegistry,
         predictions: PredictionService,
         files: FileStore,
         settings: Settings,

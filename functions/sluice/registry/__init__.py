@@ -1,6 +1,22 @@
-"""Where sluice keeps what it knows: SQLite locally, DynamoDB on AWS, behind one protocol."""
+"""Where sluice keeps what it knows: SQLite locally, DynamoDB on AWS, behind one port per
+aggregate (`sluice.registry.ports`)."""
 
 from sluice.domain import DeploymentChange
-from sluice.registry.base import Registry
+from sluice.registry.ports import (
+    DeploymentRegistry,
+    JobRegistry,
+    KeyRegistry,
+    ModelRegistry,
+    Registry,
+    StatsRegistry,
+)
 
-__all__ = ["DeploymentChange", "Registry"]
+__all__ = [
+    "DeploymentChange",
+    "DeploymentRegistry",
+    "JobRegistry",
+    "KeyRegistry",
+    "ModelRegistry",
+    "Registry",
+    "StatsRegistry",
+]

@@ -1,148 +1,91 @@
-"""Plain-dict forms of the domain objects, shared by the SQLite and DynamoDB registries."""
+"""Stored forms of the domain objects: one pydantic adapter per stored type, shared by the
+SQLite and DynamoDB registries. The dataclasses in `sluice.domain` are the schema; nested
+dataclasses, tuples, frozensets and pydantic models inside them map without help here.
+
+A stored form is plain JSON data (dicts, lists, str, int, float, bool, None). Reading ignores
+attributes a record does not have (DynamoDB's `pk`, `sk`, …) and takes a field that is absent
+for None: the DynamoDB registry leaves None attributes out.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import threading
+from dataclasses import MISSING, fields
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
-from sluice.domain.jobs import BatchJob
-from sluice.domain.signature import Signature
+from sluice.domain.errors import BadRequest
+from sluice.domain.jobs import BatchJob, ChunkResult
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pydantic import TypeAdapter
+
+T = TypeVar("T")
 
 
-def version_to_dict(v: ModelVersion) -> dict[str, Any]:
-    return {
-        "tenant": v.tenant,
-        "model": v.model,
-        "version": v.version,
-        "runtime": v.runtime,
-        "artifact_uri": v.artifact_uri,
-        "sha256": v.sha256,
-        "size_bytes": v.size_bytes,
-        "signature": v.signature.to_dict(),
-        "config": v.config,
-        "created_at": v.created_at,
-        "created_by": v.created_by,
-    }
+class Codec(Generic[T]):
+    """`dump` and `load` for one dataclass. The adapter is built on first use: building one
+    costs milliseconds that a cold start need not pay for types it never touches."""
+
+    def __init__(self, cls: type[T]) -> None:
+        self.cls = cls
+        self._adapter: TypeAdapter[tuple[T]] | None = None
+        self._lock = threading.Lock()
+        self._required: tuple[str, ...] = tuple(
+            f.name for f in fields(cls)  # type: ignore[arg-type]
+            if f.default is MISSING and f.default_factory is MISSING
+        )  # fmt: skip
+
+    @property
+    def adapter(self) -> TypeAdapter[tuple[T]]:
+        if self._adapter is None:
+            with self._lock:
+                if self._adapter is None:
+                    from pydantic import ConfigDict, TypeAdapter
+
+                    # NaN and infinity stay floats (pydantic's JSON mode would make them None)
+                    # so that the stores refuse them instead of changing them. A config applies
+                    # only to a type without its own, hence the one-tuple around the record.
+                    config = ConfigDict(ser_json_inf_nan="constants")
+                    self._adapter = TypeAdapter(tuple[self.cls], config=config)  # type: ignore[name-defined]
+        return self._adapter
+
+    def dump(self, obj: T) -> dict[str, Any]:
+        data: dict[str, Any] = self.adapter.dump_python((obj,), mode="json")[0]
+        return data
+
+    def load(self, data: Mapping[str, Any]) -> T:
+        absent = {name: None for name in self._required if name not in data}
+        return self.adapter.validate_python(({**data, **absent},))[0]
+
+    def to_json(self, obj: T) -> str:
+        return to_json(self.dump(obj))
+
+    def from_json(self, text: str) -> T:
+        return self.load(json.loads(text))
 
 
-def version_from_dict(d: dict[str, Any]) -> ModelVersion:
-    return ModelVersion(
-        tenant=d["tenant"],
-        model=d["model"],
-        version=int(d["version"]),
-        runtime=d["runtime"],
-        artifact_uri=d["artifact_uri"],
-        sha256=d["sha256"],
-        size_bytes=int(d["size_bytes"]),
-        signature=Signature.from_dict(d["signature"]),
-        config=dict(d.get("config") or {}),
-        created_at=float(d["created_at"]),
-        created_by=d.get("created_by", ""),
-    )
+def to_json(data: Any) -> str:
+    try:
+        return json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise not_finite() from None
 
 
-def model_to_dict(m: Model) -> dict[str, Any]:
-    return {
-        "tenant": m.tenant,
-        "name": m.name,
-        "description": m.description,
-        "created_at": m.created_at,
-        "created_by": m.created_by,
-    }
+def not_finite() -> BadRequest:
+    return BadRequest("the registry cannot store NaN or infinite numbers")
 
 
-def model_from_dict(d: dict[str, Any]) -> Model:
-    return Model(
-        tenant=d["tenant"],
-        name=d["name"],
-        description=d.get("description", ""),
-        created_at=float(d["created_at"]),
-        created_by=d.get("created_by", ""),
-    )
-
-
-def deployment_to_dict(dep: Deployment) -> dict[str, Any]:
-    return {
-        "tenant": dep.tenant,
-        "name": dep.name,
-        "policy": dep.policy,
-        "revision": dep.revision,
-        "description": dep.description,
-        "created_at": dep.created_at,
-        "updated_at": dep.updated_at,
-        "updated_by": dep.updated_by,
-    }
-
-
-def deployment_from_dict(d: dict[str, Any]) -> Deployment:
-    return Deployment(
-        tenant=d["tenant"],
-        name=d["name"],
-        policy=d["policy"],
-        revision=int(d["revision"]),
-        description=d.get("description", ""),
-        created_at=float(d["created_at"]),
-        updated_at=float(d["updated_at"]),
-        updated_by=d.get("updated_by", ""),
-    )
-
-
-def key_to_dict(k: ApiKey) -> dict[str, Any]:
-    return {
-        "key_id": k.key_id,
-        "tenant": k.tenant,
-        "secret_hash": k.secret_hash,
-        "scopes": sorted(k.scopes),
-        "name": k.name,
-        "created_at": k.created_at,
-        "revoked_at": k.revoked_at,
-    }
-
-
-def key_from_dict(d: dict[str, Any]) -> ApiKey:
-    revoked = d.get("revoked_at")
-    return ApiKey(
-        key_id=d["key_id"],
-        tenant=d["tenant"],
-        secret_hash=d["secret_hash"],
-        scopes=frozenset(d["scopes"]),
-        name=d.get("name", ""),
-        created_at=float(d["created_at"]),
-        revoked_at=float(revoked) if revoked is not None else None,
-    )
-
-
-def change_to_dict(change: DeploymentChange) -> dict[str, Any]:
-    return {
-        "tenant": change.tenant,
-        "name": change.name,
-        "revision": change.revision,
-        "at": change.at,
-        "by": change.by,
-        "old_policy": change.old_policy,
-        "new_policy": change.new_policy,
-    }
-
-
-def change_from_dict(d: dict[str, Any]) -> DeploymentChange:
-    return DeploymentChange(
-        tenant=d["tenant"],
-        name=d["name"],
-        revision=int(d["revision"]),
-        at=float(d["at"]),
-        by=d.get("by", ""),
-        old_policy=d.get("old_policy"),
-        new_policy=d.get("new_policy"),
-    )
-
+MODEL = Codec(Model)
+VERSION = Codec(ModelVersion)
+DEPLOYMENT = Codec(Deployment)
+CHANGE = Codec(DeploymentChange)
+API_KEY = Codec(ApiKey)
+JOB = Codec(BatchJob)
+CHUNK = Codec(ChunkResult)
 
 # The progress counters of a job; stored apart from the rest so they can be added to in place.
 JOB_COUNTERS = ("chunks_done", "rows_in", "rows_out", "rows_failed")
-
-
-def job_to_dict(job: BatchJob) -> dict[str, Any]:
-    return job.to_dict()
-
-
-def job_from_dict(d: dict[str, Any]) -> BatchJob:
-    return BatchJob.from_dict(d)

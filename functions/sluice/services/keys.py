@@ -22,7 +22,7 @@ from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
-    from sluice.registry import Registry
+    from sluice.registry import KeyRegistry
 
 
 class RevocationSignal(Protocol):
@@ -72,7 +72,7 @@ def granted(scopes: frozenset[str]) -> frozenset[str]:
 
 
 class KeyService:
-    def __init__(self, registry: Registry, *, cache_ttl_s: float = 30.0, signal: RevocationSignal | None = None) -> None:
+    def __init__(self, registry: KeyRegistry, *, cache_ttl_s: float = 30.0, signal: RevocationSignal | None = None) -> None:
         self.registry = registry
         self.signal = signal
         self._cache: TTLCache[str, Principal] = TTLCache(cache_ttl_s)

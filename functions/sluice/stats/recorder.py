@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from sluice.stats.histogram import PREFIX, bucket
 
 if TYPE_CHECKING:
-    from sluice.registry import Registry
+    from sluice.registry import StatsRegistry
 
 Key = tuple[str, str, int, str]  # tenant, deployment, revision, subject
 
 
 class StatsRecorder:
-    def __init__(self, registry: Registry, *, flush_every_s: float = 2.0) -> None:
+    def __init__(self, registry: StatsRegistry, *, flush_every_s: float = 2.0) -> None:
         self.registry = registry
         self.flush_every_s = flush_every_s
         self._sums: dict[Key, defaultdict[str, float]] = {}

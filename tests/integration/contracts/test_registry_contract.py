@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+from boto3.dynamodb.types import TypeSerializer
 from botocore.stub import Stubber
 
+from sluice.clients import AwsClients
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-from sluice.domain.errors import Conflict, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, ChunkResult
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
+from sluice.registry.sqlite import SqliteRegistry
 
 if TYPE_CHECKING:
     from sluice.registry import Registry
@@ -492,6 +497,65 @@ def test_tenants_do_not_see_each_other(registry: Registry) -> None:
     assert registry.get_deployment(A, "scoring").revision == 1
 
 
+def test_nan_and_infinity_are_refused_not_changed(registry: Registry) -> None:
+    """JSON has no NaN: storing one as null (or as text) would change what the user sent."""
+    registry.create_model(Model(A, "churn"))
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(BadRequest):
+            registry.add_version(version_of("churn", config={"threshold": bad}))
+        with pytest.raises(BadRequest):
+            registry.create_deployment(Deployment(A, "scoring", {"kind": "split", "weight": bad}))
+    raises(NotFound, "version", lambda: registry.latest_version(A, "churn"))
+    raises(NotFound, "deployment", lambda: registry.get_deployment(A, "scoring"))
+
+
+# Records written by earlier releases ----------------------------------------------------
+# As the hand-written mapping stored them: None fields of a signature left out, and on
+# DynamoDB every None attribute left out.
+OLD_VERSION: dict[str, Any] = {
+    "tenant": A, "model": "churn", "version": 1, "runtime": "onnx", "artifact_uri": "s3://b/a.onnx",
+    "sha256": "ab" * 32, "size_bytes": 1234, "config": {"threshold": 0.35}, "created_at": 1_700_000_000.25,
+    "created_by": "key-1",
+    "signature": {
+        "inputs": [{"name": "features", "datatype": "FP32", "shape": [-1, 3], "feature_names": ["age", "income", "score"]}],
+        "outputs": [{"name": "label", "datatype": "INT64", "shape": [-1], "role": "label"},
+                    {"name": "probabilities", "datatype": "FP32", "shape": [-1, 2], "role": "probabilities"}],
+        "metadata": {"producer": "skl2onnx"},
+    },
+}  # fmt: skip
+OLD_CREATE: dict[str, Any] = {
+    "tenant": A, "name": "scoring", "revision": 1, "at": 1_700_000_000.5, "by": "key-1",
+    "new_policy": {"kind": "single", "model": "churn", "version": 1},
+}  # fmt: skip
+OLD_KEY: dict[str, Any] = {
+    "key_id": "sk_a", "tenant": A, "secret_hash": "f" * 64, "scopes": ["admin", "predict"],
+    "name": "ci", "created_at": 1_700_000_000.5,
+}  # fmt: skip
+
+
+def check_old_records(registry: Registry) -> None:
+    assert registry.get_version(A, "churn", 1) == version_of(
+        "churn", version=1, artifact_uri="s3://b/a.onnx", config={"threshold": 0.35},
+        created_at=1_700_000_000.25,
+    )  # fmt: skip
+    assert [(c.revision, c.old_policy, c.new_policy) for c in registry.deployment_history(A, "scoring")] == [
+        (1, None, single("churn", 1))
+    ]
+    assert registry.get_api_key("sk_a") == key_of("sk_a")
+    assert registry.get_api_key("sk_a").active  # type: ignore[union-attr]
+
+
+def test_sqlite_reads_records_of_earlier_releases(tmp_path: Any) -> None:
+    registry = SqliteRegistry(tmp_path / "registry.db")
+    registry.create_model(Model(A, "churn"))
+    db = registry.db.conn()
+    db.execute("INSERT INTO versions VALUES (?, ?, ?, ?)", (A, "churn", 1, json.dumps(OLD_VERSION)))
+    db.execute("INSERT INTO deployment_history (tenant, name, doc) VALUES (?, ?, ?)",
+               (A, "scoring", json.dumps(OLD_CREATE | {"old_policy": None})))  # fmt: skip
+    db.execute("INSERT INTO api_keys VALUES (?, ?, ?)", ("sk_a", A, json.dumps(OLD_KEY | {"revoked_at": None})))
+    check_old_records(registry)
+
+
 # The AWS twin's own behaviour -----------------------------------------------------------
 class Meanwhile:
     """A client that lets another writer in once, just before the first `operation` call:
@@ -521,6 +585,56 @@ def dynamodb(aws: None) -> Any:
     client = boto3.client("dynamodb", region_name="us-east-1")
     create_table(client, "sluice-registry")
     return client
+
+
+def test_dynamodb_reads_items_of_earlier_releases(dynamodb: Any) -> None:
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry.create_model(Model(A, "churn"))
+    serialize = TypeSerializer().serialize
+    for pk, sk, record in [
+        (f"T#{A}#M#churn", "V#0000000001", OLD_VERSION),
+        (f"T#{A}#D#scoring", "H#0000000001", OLD_CREATE),
+        ("K#sk_a", "KEY", OLD_KEY),
+    ]:
+        item = json.loads(json.dumps(record), parse_float=Decimal) | {"pk": pk, "sk": sk}
+        dynamodb.put_item(TableName="sluice-registry", Item={k: serialize(v) for k, v in item.items()})
+    check_old_records(registry)
+
+
+def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
+    """Deployed tables hold these keys and IAM conditions name their prefixes."""
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry.create_model(Model(A, "churn"))
+    registry.add_version(version_of("churn"))
+    first = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    registry.update_deployment(replace(first, policy=split(0.5)), expected_revision=1)
+    registry.merge_stats(A, "scoring", 1, "variant:a", {"requests": 1}, {"peak": 2})
+    registry.put_assignment(A, "scoring", "req-1", "a")
+    registry.put_api_key(key_of("sk_a"))
+    registry.create_job(job_of("job-1"))
+    registry.update_job(A, "job-1", status="RUNNING")
+    registry.record_chunk(A, "job-1", chunk_of(0))
+    items = dynamodb.scan(TableName="sluice-registry")["Items"]
+    assert sorted((i["pk"]["S"], i["sk"]["S"]) for i in items) == [
+        ("K#sk_a", "KEY"),
+        ("T#acme", "D#scoring"),
+        ("T#acme", "J#job-1"),
+        ("T#acme", "K#sk_a"),
+        ("T#acme", "M#churn"),
+        ("T#acme#D#scoring", "H#0000000001"),
+        ("T#acme#D#scoring", "H#0000000002"),
+        ("T#acme#D#scoring", "S#0000000001#variant:a"),
+        ("T#acme#D#scoring", "SEQ"),
+        ("T#acme#D#scoring#R#req-1", "ASSIGNMENT"),
+        ("T#acme#J#job-1", "C#000000"),
+        ("T#acme#M#churn", "V#0000000001"),
+    ]
+    by_key = {(i["pk"]["S"], i["sk"]["S"]): i for i in items}
+    stats = by_key[("T#acme#D#scoring", "S#0000000001#variant:a")]
+    assert (float(stats["stat:requests"]["N"]), float(stats["stat:peak"]["N"])) == (1, 2)
+    assert "expires_at" in by_key[("T#acme#D#scoring#R#req-1", "ASSIGNMENT")]
+    assert by_key[("T#acme#D#scoring", "SEQ")]["last_seq"] == {"N": "2"}
+    assert by_key[("T#acme", "J#job-1")]["chunks_done"] == {"N": "1"}
 
 
 def racing(client: Any, operation: str, meanwhile: Callable[[], object]) -> DynamoRegistry:
@@ -600,6 +714,10 @@ def test_dynamodb_from_url_builds_its_own_client() -> None:
     registry.create_model(Model(A, "churn"))
     assert registry.client.meta.region_name == "eu-west-1"
     assert [m.name for m in registry.list_models(A)] == ["churn"]
+    clients = AwsClients(region="eu-west-1")
+    given = DynamoRegistry.from_url("dynamodb://sluice-registry", clients=clients)
+    assert [m.name for m in given.list_models(A)] == ["churn"]
+    assert given.client is clients.client("dynamodb", connect_timeout=3, read_timeout=10)
     assert table_of_url("dynamodb://sluice-registry/") == "sluice-registry"
     for bad in ("dynamodb://", "sqlite:///registry.db", "sluice-registry"):
         with pytest.raises(ValueError):

@@ -1,0 +1,62 @@
+"""The AWS registry: one DynamoDB table, single-table design, one module per aggregate.
+
+The table has two string keys, `pk` (partition) and `sk` (sort), on-demand billing, and no
+secondary index; `layout` says where each record lives. `create_table` builds it for tests and
+local tooling; the CDK stack defines the production table with the same key schema.
+
+Every read is a GetItem or a Query on one partition, strongly consistent, so the registry reads
+its own writes as the SQLite one does; lists come back in sort-key order, which is the name
+(or number) order SQLite gives. Each aggregate's module says how its writes stay correct under
+concurrency; `table` holds the calls, retries and attribute mapping they share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.registry.dynamodb.deployments import DynamoDeployments
+from sluice.registry.dynamodb.jobs import DynamoJobs
+from sluice.registry.dynamodb.keys import DynamoKeys
+from sluice.registry.dynamodb.models import DynamoModels
+from sluice.registry.dynamodb.stats import ASSIGNMENT_TTL_S, DynamoStats
+from sluice.registry.dynamodb.table import Table, create_table, table_of_url
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from sluice.clients import AwsClients
+
+__all__ = ["ASSIGNMENT_TTL_S", "DynamoRegistry", "create_table", "table_of_url"]
+
+
+class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoStats):
+    """Every aggregate over one table. The client comes from `clients` (by default the
+    process's factory for `region`) on first use, or is given ready (tests)."""
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        clients: AwsClients | None = None,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+    ) -> None:
+        super().__init__(Table(table_name, clients=clients, client=client, region=region))
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, region: str | None = None, clients: AwsClients | None = None
+    ) -> DynamoRegistry:
+        return cls(table_of_url(url), clients=clients, region=region)
+
+    @property
+    def table_name(self) -> str:
+        return self.table.name
+
+    @property
+    def region(self) -> str | None:
+        return self.table.region
+
+    @property
+    def client(self) -> DynamoDBClient:
+        return self.table.client

@@ -1,0 +1,145 @@
+"""Deployments and their change history in DynamoDB.
+
+Every deployment write (create, update, delete) is one transaction over the deployment item,
+the history counter and the new history entry, conditioned on the counter value read just
+before (and on the entry's key being free); writes to one deployment therefore serialize,
+history order is commit order even across a delete and re-create, and a write that lost a race
+is decided again from a fresh read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain import DeploymentChange, now
+from sluice.domain.errors import Conflict, NotFound
+from sluice.registry.codec import CHANGE, DEPLOYMENT
+from sluice.registry.dynamodb import layout
+from sluice.registry.dynamodb.table import Part, absent, condition, item, key, marshal, unmarshal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.domain import Deployment
+
+
+
+class DynamoDeployments(Part):
+    def create_deployment(self, deployment: Deployment) -> Deployment:
+        stored = replace(deployment, revision=1)
+
+        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+            if current is not None:
+                raise Conflict(f"deployment '{deployment.name}' already exists", field="name")
+            put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
+            return put, _recorded(stored, None)
+
+        self._change(stored.tenant, stored.name, change)
+        return stored
+
+    def get_deployment(self, tenant: str, name: str) -> Deployment:
+        found = self.table.get(layout.tenant(tenant), layout.deployment_sk(name))
+        if found is None:
+            raise NotFound(f"deployment '{name}' not found", field="deployment")
+        return DEPLOYMENT.load(found)
+
+    def list_deployments(self, tenant: str) -> list[Deployment]:
+        found = self.table.query(layout.tenant(tenant), layout.DEPLOYMENT)
+        return [DEPLOYMENT.load(d) for d in found]
+
+    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
+        stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
+
+        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+            if current is None:
+                raise NotFound(f"deployment '{deployment.name}' not found", field="deployment")
+            if current.revision != expected_revision:
+                raise Conflict(
+                    f"deployment '{deployment.name}' is at revision {current.revision}, "
+                    f"not {expected_revision}",
+                    field="revision",
+                )
+            put = {
+                "Put": {
+                    "TableName": self.table.name,
+                    "Item": self._item(stored),
+                    **condition("#rev = :rev", {"#rev": "revision"}, {":rev": expected_revision}),
+                }
+            }
+            return put, _recorded(stored, current)
+
+        self._change(stored.tenant, stored.name, change)
+        return stored
+
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
+        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+            if current is None:
+                raise NotFound(f"deployment '{name}' not found", field="deployment")
+            delete = {
+                "Delete": {
+                    "TableName": self.table.name,
+                    "Key": key(layout.tenant(tenant), layout.deployment_sk(name)),
+                    **condition("#rev = :rev", {"#rev": "revision"}, {":rev": current.revision}),
+                }
+            }
+            gone = DeploymentChange(tenant, name, current.revision + 1, now(), by, current.policy, None)
+            return delete, gone
+
+        self._change(tenant, name, change)
+
+    def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
+        found = self.table.query(layout.deployment_pk(tenant, name), layout.HISTORY)
+        return [CHANGE.load(d) for d in found]
+
+    def _item(self, dep: Deployment) -> dict[str, Any]:
+        return item(layout.tenant(dep.tenant), layout.deployment_sk(dep.name), DEPLOYMENT.dump(dep))
+
+    def _change(
+        self,
+        tenant: str,
+        name: str,
+        change: Callable[[Deployment | None], tuple[dict[str, Any], DeploymentChange]],
+    ) -> None:
+        """Write a deployment and its history entry at once; `change` decides from the current
+        deployment (or None) and raises NotFound/Conflict when the write must not happen."""
+        history_pk = layout.deployment_pk(tenant, name)
+        deployment_key = key(layout.tenant(tenant), layout.deployment_sk(name))
+        counter_key = key(history_pk, layout.HISTORY_COUNTER)
+
+        def step() -> None:
+            read = self.table.send(
+                "transact_get_items",
+                TransactItems=[
+                    {"Get": {"TableName": self.table.name, "Key": deployment_key}},
+                    {"Get": {"TableName": self.table.name, "Key": counter_key}},
+                ],
+            )
+            found, counter = (r.get("Item") for r in read["Responses"])
+            current = DEPLOYMENT.load(unmarshal(found)) if found else None
+            seq = int(unmarshal(counter)["last_seq"]) if counter else 0
+            write, entry = change(current)
+            counter_write = {
+                "TableName": self.table.name,
+                "Item": marshal({"pk": history_pk, "sk": layout.HISTORY_COUNTER, "last_seq": seq + 1}),
+                **(condition("#seq = :seq", {"#seq": "last_seq"}, {":seq": seq}) if seq else absent()),
+            }
+            entry_write = {
+                "TableName": self.table.name,
+                "Item": item(history_pk, layout.history_sk(seq + 1), CHANGE.dump(entry)),
+                **absent(),
+            }
+            self.table.send(
+                "transact_write_items",
+                TransactItems=[write, {"Put": counter_write}, {"Put": entry_write}],
+            )
+
+        self.table.optimistic(step)
+
+
+def _recorded(dep: Deployment, old: Deployment | None) -> DeploymentChange:
+    """The change that stored `dep` over `old` (None: a create)."""
+    return DeploymentChange(
+        dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
+        old.policy if old is not None else None, dep.policy,
+    )  # fmt: skip

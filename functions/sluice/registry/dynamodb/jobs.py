@@ -1,0 +1,100 @@
+"""Batch jobs and their chunks in DynamoDB.
+
+A job's status moves with a SET conditioned on the status read just before; a chunk is recorded
+in one transaction that puts its item (only if absent) and ADDs its counts to the job (only
+while RUNNING), so a chunk scored twice counts once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.jobs import UPDATABLE, check_move
+from sluice.registry.codec import CHUNK, JOB
+from sluice.registry.dynamodb import layout
+from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+
+if TYPE_CHECKING:
+    from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
+
+
+class DynamoJobs(Part):
+    def create_job(self, job: BatchJob) -> BatchJob:
+        record = item(layout.tenant(job.tenant), layout.job_sk(job.id), JOB.dump(job))
+        try:
+            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+        except Refused:
+            raise Conflict(f"batch job '{job.id}' already exists", field="id") from None
+        return job
+
+    def get_job(self, tenant: str, job_id: str) -> BatchJob:
+        found = self.table.get(layout.tenant(tenant), layout.job_sk(job_id))
+        if found is None:
+            raise NotFound(f"batch job '{job_id}' not found", field="job")
+        return JOB.load(found)
+
+    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
+        jobs = [JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)]
+        jobs.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+        return jobs[:limit]
+
+    def update_job(
+        self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
+    ) -> BatchJob:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update batch job fields {sorted(unknown)}")
+
+        def step() -> BatchJob:
+            current = self.get_job(tenant, job_id)
+            target = status or current.status
+            check_move(job_id, current.status, target)
+            changes = {"status": target, **fields}
+            names = {f"#f{i}": name for i, name in enumerate(changes)} | {"#was": "status"}
+            values = {f":f{i}": v for i, v in enumerate(changes.values()) if v is not None}
+            sets = [f"#f{i} = :f{i}" for i, v in enumerate(changes.values()) if v is not None]
+            removes = [f"#f{i}" for i, v in enumerate(changes.values()) if v is None]
+            expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+            updated = self.table.send(
+                "update_item",
+                TableName=self.table.name,
+                Key=key(layout.tenant(tenant), layout.job_sk(job_id)),
+                UpdateExpression=expression,
+                ReturnValues="ALL_NEW",
+                **condition("#was = :was", names, values | {":was": current.status}),
+            )
+            return JOB.load(unmarshal(updated["Attributes"]))
+
+        # A refusal means the status moved meanwhile: decide again from a fresh read.
+        job: BatchJob = self.table.optimistic(step)
+        return job
+
+    def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
+        chunk = item(layout.chunks_pk(tenant, job_id), layout.chunk_sk(result.index), CHUNK.dump(result))
+        counts = {":one": 1, ":in": result.rows_in, ":out": result.rows_out, ":failed": result.rows_failed}
+        try:
+            self.table.send(
+                "transact_write_items",
+                TransactItems=[
+                    {"Put": {"TableName": self.table.name, "Item": chunk, **absent()}},
+                    {
+                        "Update": {
+                            "TableName": self.table.name,
+                            "Key": key(layout.tenant(tenant), layout.job_sk(job_id)),
+                            "UpdateExpression": "ADD chunks_done :one, rows_in :in, "
+                            "rows_out :out, rows_failed :failed",
+                            **condition(
+                                "#status = :running", {"#status": "status"},
+                                counts | {":running": "RUNNING"},
+                            ),
+                        }
+                    },
+                ],
+            )  # fmt: skip
+        except Refused:
+            return False  # recorded before, or the job is no longer running
+        return True
+
+    def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]:
+        return [CHUNK.load(d) for d in self.table.query(layout.chunks_pk(tenant, job_id), layout.CHUNK)]

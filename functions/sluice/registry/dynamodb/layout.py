@@ -1,0 +1,92 @@
+"""Where every record lives in the single table: its `pk` (partition) and `sk` (sort key).
+
+Deployed tables hold these keys, and the infrastructure's IAM conditions name their prefixes
+(`T#<tenant>`, `K#<key id>`), so they never change:
+
+- model: `pk=T#<tenant>`, `sk=M#<name>`; also `uid` and `last_version`
+- version: `pk=T#<tenant>#M#<model>`, `sk=V#<version:010d>`
+- deployment: `pk=T#<tenant>`, `sk=D#<name>`
+- history counter: `pk=T#<tenant>#D#<name>`, `sk=SEQ`; also `last_seq`
+- history entry: `pk=T#<tenant>#D#<name>`, `sk=H#<seq:010d>`
+- statistics: `pk=T#<tenant>#D#<name>`, `sk=S#<revision:010d>#<subject>`; also `subject` and
+  one `stat:<name>` per counter
+- assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
+- API key: `pk=K#<key id>`, `sk=KEY`
+- API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
+- batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
+- batch chunk: `pk=T#<tenant>#J#<job id>`, `sk=C#<index:06d>`, one per scored chunk
+"""
+
+from __future__ import annotations
+
+MODEL = "M#"
+VERSION = "V#"
+DEPLOYMENT = "D#"
+HISTORY = "H#"
+HISTORY_COUNTER = "SEQ"
+STATS = "S#"
+ASSIGNMENT = "ASSIGNMENT"
+KEY = "KEY"
+KEY_LISTING = "K#"
+JOB = "J#"
+CHUNK = "C#"
+
+
+def tenant(tenant: str) -> str:
+    """The tenant's partition: its models, deployments, key listings and jobs."""
+    return f"T#{tenant}"
+
+
+def model_sk(name: str) -> str:
+    return f"{MODEL}{name}"
+
+
+def versions_pk(tenant: str, model: str) -> str:
+    return f"T#{tenant}#M#{model}"
+
+
+def version_sk(version: int) -> str:
+    return f"{VERSION}{version:010d}"
+
+
+def deployment_sk(name: str) -> str:
+    return f"{DEPLOYMENT}{name}"
+
+
+def deployment_pk(tenant: str, name: str) -> str:
+    """The partition of a deployment's history and statistics."""
+    return f"T#{tenant}#D#{name}"
+
+
+def history_sk(seq: int) -> str:
+    return f"{HISTORY}{seq:010d}"
+
+
+def stats_sk(revision: int, subject: str) -> str:
+    return f"{STATS}{revision:010d}#{subject}"
+
+
+def assignment_pk(tenant: str, deployment: str, request_id: str) -> str:
+    # One partition per request: assignments are written on the request path.
+    return f"T#{tenant}#D#{deployment}#R#{request_id}"
+
+
+def key_item(key_id: str) -> tuple[str, str]:
+    return f"K#{key_id}", KEY
+
+
+def key_ids(tenant_id: str, key_id: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The API key item and its listing copy under the tenant."""
+    return key_item(key_id), (tenant(tenant_id), f"{KEY_LISTING}{key_id}")
+
+
+def job_sk(job_id: str) -> str:
+    return f"{JOB}{job_id}"
+
+
+def chunks_pk(tenant: str, job_id: str) -> str:
+    return f"T#{tenant}#J#{job_id}"
+
+
+def chunk_sk(index: int) -> str:
+    return f"{CHUNK}{index:06d}"

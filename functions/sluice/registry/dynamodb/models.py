@@ -1,0 +1,134 @@
+"""Models and their versions in DynamoDB.
+
+- `add_version` bumps the model's `last_version` with an atomic ADD, then puts the version in a
+  transaction that checks the model is still the same incarnation (`uid`, new on every create).
+- `delete_model` removes the versions while the model still exists, then deletes the model only
+  if no version was added meanwhile; a failure half-way leaves the model to delete again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, NotFound
+from sluice.registry.codec import MODEL, VERSION
+from sluice.registry.dynamodb import layout
+from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+
+if TYPE_CHECKING:
+    from sluice.domain import Model, ModelVersion
+
+
+class DynamoModels(Part):
+    def create_model(self, model: Model) -> Model:
+        record = item(
+            layout.tenant(model.tenant), layout.model_sk(model.name), MODEL.dump(model),
+            uid=uuid.uuid4().hex,
+        )  # fmt: skip
+        try:
+            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+        except Refused:
+            raise Conflict(f"model '{model.name}' already exists", field="name") from None
+        return model
+
+    def get_model(self, tenant: str, name: str) -> Model:
+        found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
+        if found is None:
+            raise NotFound(f"model '{name}' not found", field="model")
+        return MODEL.load(found)
+
+    def list_models(self, tenant: str) -> list[Model]:
+        return [MODEL.load(d) for d in self.table.query(layout.tenant(tenant), layout.MODEL)]
+
+    def delete_model(self, tenant: str, name: str) -> None:
+        def step() -> None:
+            found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
+            if found is None:
+                raise NotFound(f"model '{name}' not found", field="model")
+            self.table.delete_all(layout.versions_pk(tenant, name), layout.VERSION)
+            last = found.get("last_version")
+            same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
+            values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
+            self.table.send(
+                "delete_item",
+                TableName=self.table.name,
+                Key=key(layout.tenant(tenant), layout.model_sk(name)),
+                **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values),
+            )
+
+        self.table.optimistic(step)
+
+    def add_version(self, version: ModelVersion) -> ModelVersion:
+        model_key = key(layout.tenant(version.tenant), layout.model_sk(version.model))
+        try:
+            updated = self.table.send(
+                "update_item",
+                TableName=self.table.name,
+                Key=model_key,
+                UpdateExpression="ADD #last :one",
+                ReturnValues="ALL_NEW",
+                **condition("attribute_exists(pk)", {"#last": "last_version"}, {":one": 1}),
+            )
+        except Refused:
+            raise NotFound(f"model '{version.model}' not found", field="model") from None
+        model = unmarshal(updated["Attributes"])
+        stored = version.with_version(int(model["last_version"]))
+        record = item(
+            layout.versions_pk(stored.tenant, stored.model), layout.version_sk(stored.version),
+            VERSION.dump(stored),
+        )  # fmt: skip
+        try:
+            self.table.send(
+                "transact_write_items",
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": self.table.name,
+                            "Key": model_key,
+                            **condition("#uid = :uid", {"#uid": "uid"}, {":uid": model["uid"]}),
+                        }
+                    },
+                    {"Put": {"TableName": self.table.name, "Item": record, **absent()}},
+                ],
+            )
+        except Refused as refused:
+            if refused.reasons[:1] == ["ConditionalCheckFailed"]:
+                raise NotFound(f"model '{version.model}' not found", field="model") from None
+            raise Conflict(
+                f"model '{stored.model}' already has a version {stored.version}", field="version"
+            ) from None
+        return stored
+
+    def get_version(self, tenant: str, model: str, version: int) -> ModelVersion:
+        found = self.table.get(layout.versions_pk(tenant, model), layout.version_sk(int(version)))
+        if found is None:
+            self.get_model(tenant, model)
+            raise NotFound(f"model '{model}' has no version {version}", field="version")
+        return VERSION.load(found)
+
+    def latest_version(self, tenant: str, model: str) -> ModelVersion:
+        versions = self.table.query(
+            layout.versions_pk(tenant, model), layout.VERSION, newest_first=True, limit=1
+        )
+        newest = next(versions, None)
+        if newest is None:
+            self.get_model(tenant, model)
+            raise NotFound(f"model '{model}' has no versions", field="version")
+        return VERSION.load(newest)
+
+    def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:
+        self.get_model(tenant, model)
+        found = self.table.query(layout.versions_pk(tenant, model), layout.VERSION)
+        return [VERSION.load(d) for d in found]
+
+    def delete_version(self, tenant: str, model: str, version: int) -> None:
+        try:
+            self.table.send(
+                "delete_item",
+                TableName=self.table.name,
+                Key=key(layout.versions_pk(tenant, model), layout.version_sk(int(version))),
+                **condition("attribute_exists(pk)"),
+            )
+        except Refused:
+            raise NotFound(f"model '{model}' has no version {version}", field="version") from None

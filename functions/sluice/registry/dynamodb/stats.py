@@ -1,0 +1,80 @@
+"""Statistics and bandit assignments in DynamoDB.
+
+Statistics merge with an atomic ADD for the sums and, per maximum, a SET conditioned on the
+stored value being smaller: many containers merge into one item without reading it.
+Assignments carry `expires_at` (epoch seconds, `ASSIGNMENT_TTL_S` after they are made) for the
+table's time-to-live: feedback comes within days, and one item per bandit request would
+otherwise pile up forever.
+"""
+
+from __future__ import annotations
+
+from sluice.domain import now
+from sluice.registry.dynamodb import layout
+from sluice.registry.dynamodb.table import Part, Refused, condition, item, key, marshal
+
+ASSIGNMENT_TTL_S = 30 * 24 * 3600
+_STAT = "stat:"
+
+
+def _stat(value: float) -> float:
+    # DynamoDB adds numbers exactly, to 38 digits; a float's full repr could run past that.
+    return round(float(value), 9)
+
+
+class DynamoStats(Part):
+    def merge_stats(
+        self, tenant: str, deployment: str, revision: int, subject: str,
+        sums: dict[str, float], maxes: dict[str, float],
+    ) -> None:  # fmt: skip
+        stats_key = key(layout.deployment_pk(tenant, deployment), layout.stats_sk(revision, subject))
+        if sums:
+            names = {"#subject": "subject"} | {f"#s{i}": _STAT + n for i, n in enumerate(sums)}
+            values = {":subject": subject} | {f":s{i}": _stat(v) for i, v in enumerate(sums.values())}
+            adds = ", ".join(f"#s{i} :s{i}" for i in range(len(sums)))
+            self.table.send(
+                "update_item",
+                TableName=self.table.name,
+                Key=stats_key,
+                UpdateExpression=f"SET #subject = :subject ADD {adds}",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=marshal(values),
+            )
+        for name, value in maxes.items():
+            try:
+                self.table.send(
+                    "update_item",
+                    TableName=self.table.name,
+                    Key=stats_key,
+                    UpdateExpression="SET #subject = :subject, #max = :max",
+                    **condition(
+                        "attribute_not_exists(#max) OR #max < :max",
+                        {"#subject": "subject", "#max": _STAT + name},
+                        {":subject": subject, ":max": _stat(value)},
+                    ),
+                )
+            except Refused:
+                continue  # the stored maximum is already at least this large
+
+    def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]:
+        found = self.table.query(layout.deployment_pk(tenant, deployment), layout.stats_sk(revision, ""))
+        return {
+            record["subject"]: {
+                name.removeprefix(_STAT): float(value)
+                for name, value in record.items()
+                if name.startswith(_STAT)
+            }
+            for record in found
+        }
+
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+        at = now()
+        record = item(
+            layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT,
+            {"variant": variant, "at": at}, expires_at=int(at) + ASSIGNMENT_TTL_S,
+        )  # fmt: skip
+        self.table.send("put_item", TableName=self.table.name, Item=record)
+
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
+        found = self.table.get(layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT)
+        return str(found["variant"]) if found else None

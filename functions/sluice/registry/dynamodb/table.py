@@ -1,0 +1,290 @@
+"""The registry table and the calls every aggregate makes on it: one place that turns
+DynamoDB's failures into sluice errors, retries what a concurrent transaction got in the way
+of, follows query pages, and maps records to attribute values and back."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from decimal import Decimal
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.registry.codec import not_finite
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+    from botocore.exceptions import ClientError
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from sluice.clients import AwsClients
+
+_ATTEMPTS = 8
+_BATCH = 25  # BatchWriteItem's limit
+_THROTTLED = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "ResourceNotFoundException",  # the table is missing: a deployment problem, not the caller's
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+    }
+)
+
+
+def table_of_url(url: str) -> str:
+    """`dynamodb://table-name` -> `table-name`."""
+    if not url.startswith("dynamodb://") or not url[len("dynamodb://") :].strip("/"):
+        raise ValueError(f"not a dynamodb URL: {url!r}")
+    return url[len("dynamodb://") :].strip("/")
+
+
+def create_table(client: DynamoDBClient, name: str) -> None:
+    """Create the registry table (on-demand billing, time-to-live on `expires_at`) and wait
+    until it is active."""
+    client.create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=name)
+    client.update_time_to_live(
+        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
+    )
+
+
+class Table:
+    """The table by name, and its client: a ready one (tests), or one from `clients` (by
+    default the process's factory for `region`), built on first use."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        clients: AwsClients | None = None,
+        client: DynamoDBClient | None = None,
+        region: str | None = None,
+    ) -> None:
+        self.name = name
+        self.region = region
+        self._clients = clients
+        self._client = client
+
+    @property
+    def client(self) -> DynamoDBClient:
+        if self._client is None:
+            clients = self._clients
+            if clients is None:
+                from sluice.clients import default_clients
+
+                clients = default_clients(self.region)
+            # The factory builds a client once, under its lock: racing threads get the same one.
+            self._client = clients.client(
+                "dynamodb", region=self.region, connect_timeout=3, read_timeout=10
+            )
+        return self._client
+
+    def send(self, operation: str, **params: Any) -> Any:
+        """Make one call. A write that a concurrent transaction got in the way of is tried
+        again; a failed condition raises `Refused`; other failures become sluice errors."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for _ in attempts():
+            try:
+                return getattr(self.client, operation)(**params)
+            except ClientError as exc:
+                outcome = _outcome(exc)
+                if isinstance(outcome, Refused):
+                    raise outcome from None
+                if outcome is None:
+                    continue
+                raise outcome from exc
+            except BotoCoreError as exc:
+                raise Unavailable("the registry is unavailable; try again") from exc
+        raise busy()
+
+    def get(self, pk: str, sk: str) -> dict[str, Any] | None:
+        found = self.send("get_item", TableName=self.name, Key=key(pk, sk), ConsistentRead=True)
+        return unmarshal(found["Item"]) if "Item" in found else None
+
+    def query(
+        self,
+        pk: str,
+        prefix: str,
+        *,
+        newest_first: bool = False,
+        limit: int | None = None,
+        keys_only: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """The items of partition `pk` whose sort key starts with `prefix`, in sort-key order,
+        every page of them (or the first `limit`)."""
+        params: dict[str, Any] = {
+            "TableName": self.name,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :prefix)",
+            "ExpressionAttributeValues": {":pk": {"S": pk}, ":prefix": {"S": prefix}},
+            "ConsistentRead": True,
+            "ScanIndexForward": not newest_first,
+        }
+        if limit is not None:
+            params["Limit"] = limit
+        if keys_only:
+            params["ProjectionExpression"] = "pk, sk"
+        while True:
+            page = self.send("query", **params)
+            for item in page.get("Items", []):
+                yield unmarshal(item)
+            if limit is not None or "LastEvaluatedKey" not in page:
+                return
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def delete_all(self, pk: str, prefix: str) -> None:
+        keys = [key(d["pk"], d["sk"]) for d in self.query(pk, prefix, keys_only=True)]
+        for start in range(0, len(keys), _BATCH):
+            pending = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + _BATCH]]
+            for _ in attempts():
+                done = self.send("batch_write_item", RequestItems={self.name: pending})
+                pending = done.get("UnprocessedItems", {}).get(self.name, [])
+                if not pending:
+                    break
+            else:
+                raise busy()
+
+    def optimistic(self, step: Callable[[], Any]) -> Any:
+        """Run `step` until it is not refused: a read, then a write conditioned on what was
+        read; a refusal means another writer got in between, so decide again."""
+        for _ in attempts():
+            try:
+                return step()
+            except Refused:
+                continue
+        raise busy()
+
+
+class Part:
+    """One aggregate's share of the registry, over the table it shares with the others."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+
+class Refused(Exception):
+    """A condition failed. `reasons` holds a transaction's cancellation codes, item by item."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        super().__init__("condition failed")
+        self.reasons = reasons
+
+
+def _outcome(exc: ClientError) -> Refused | SluiceError | None:
+    """What a failed call means: a refusal, an error to raise, or None to try again."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code == "ConditionalCheckFailedException":
+        return Refused([code])
+    if code == "TransactionConflictException":
+        return None
+    if code == "TransactionCanceledException":
+        reasons = [r.get("Code", "None") for r in exc.response.get("CancellationReasons", [])]  # type: ignore[attr-defined]
+        failed = set(reasons) - {"None"}
+        if "ConditionalCheckFailed" in failed:
+            return Refused(reasons)
+        if failed <= {"TransactionConflict"}:
+            return None
+        code = next(iter(failed))
+    if code in _THROTTLED or status >= 500:
+        return Unavailable("the registry is unavailable; try again")
+    return BackendError("the registry could not complete the request")
+
+
+def attempts() -> Iterator[int]:
+    """Tries of an optimistic step; each retry waits a little, with jitter, so racers spread out."""
+    for attempt in range(_ATTEMPTS):
+        if attempt:
+            time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
+        yield attempt
+
+
+def busy() -> Unavailable:
+    return Unavailable("the registry is busy with concurrent changes; try again")
+
+
+# Expressions ---------------------------------------------------------------------------
+def key(pk: str, sk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def absent() -> dict[str, Any]:
+    return {"ConditionExpression": "attribute_not_exists(pk)"}
+
+
+def condition(
+    expression: str, names: dict[str, str] | None = None, values: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"ConditionExpression": expression}
+    if names:
+        params["ExpressionAttributeNames"] = names
+    if values:
+        params["ExpressionAttributeValues"] = marshal(values)
+    return params
+
+
+# Attribute values ----------------------------------------------------------------------
+# Records are top-level attributes (the stored forms of `sluice.registry.codec`, fields that
+# are None left out); floats travel as Decimal and numbers come back as int when integral,
+# else float, so `1.0` in a policy reads back as `1`.
+@lru_cache(maxsize=1)
+def _types() -> tuple[TypeSerializer, TypeDeserializer]:
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+    return TypeSerializer(), TypeDeserializer()
+
+
+def item(pk: str, sk: str, record: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    fields = {k: v for k, v in record.items() if v is not None}
+    return marshal(fields | extra | {"pk": pk, "sk": sk})
+
+
+def marshal(fields: dict[str, Any]) -> dict[str, Any]:
+    serializer, _ = _types()
+    return {k: serializer.serialize(_to_dynamo(v)) for k, v in fields.items()}
+
+
+def unmarshal(attributes: dict[str, Any]) -> dict[str, Any]:
+    _, deserializer = _types()
+    return {k: _from_dynamo(deserializer.deserialize(v)) for k, v in attributes.items()}
+
+
+def _to_dynamo(value: Any) -> Any:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise not_finite()
+        return Decimal(repr(value))  # repr is the shortest string that reads back as the same float
+    if isinstance(value, dict):
+        return {k: _to_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_dynamo(v) for v in value]
+    return value
+
+
+def _from_dynamo(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {k: _from_dynamo(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_dynamo(v) for v in value]
+    return value

@@ -1,0 +1,102 @@
+"""The registry's ports, one per aggregate, and `Registry`, which is all of them.
+
+Every method is scoped by tenant except the API key lookup, which is what establishes the
+tenant in the first place. Missing and duplicate records raise the domain's NotFound and
+Conflict, naming the field. A service types its dependency as the narrowest port it uses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+    from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
+
+
+class ModelRegistry(Protocol):
+    """Models and their versions. Names are unique per tenant."""
+
+    def create_model(self, model: Model) -> Model: ...
+    def get_model(self, tenant: str, name: str) -> Model: ...
+    def list_models(self, tenant: str) -> list[Model]: ...
+    def delete_model(self, tenant: str, name: str) -> None:
+        """Delete a model and all of its versions."""
+        ...
+
+    def add_version(self, version: ModelVersion) -> ModelVersion:
+        """Store `version` under the next number, assigned atomically (the one given is ignored).
+        Numbers are never reused, even after a delete."""
+        ...
+
+    def get_version(self, tenant: str, model: str, version: int) -> ModelVersion: ...
+    def latest_version(self, tenant: str, model: str) -> ModelVersion: ...
+    def list_versions(self, tenant: str, model: str) -> list[ModelVersion]: ...
+    def delete_version(self, tenant: str, model: str, version: int) -> None: ...
+
+
+class DeploymentRegistry(Protocol):
+    """Deployments and the history of their changes. Updates are optimistic: they name the
+    revision they replace."""
+
+    def create_deployment(self, deployment: Deployment) -> Deployment: ...
+    def get_deployment(self, tenant: str, name: str) -> Deployment: ...
+    def list_deployments(self, tenant: str) -> list[Deployment]: ...
+    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
+        """Store `deployment` as revision `expected_revision + 1` and record the change."""
+        ...
+
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None: ...
+    def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
+        """Every change of the name, oldest first, across deletes and re-creates."""
+        ...
+
+
+class KeyRegistry(Protocol):
+    """API keys. Only the hash of a key is stored; ids are unique across tenants."""
+
+    def put_api_key(self, key: ApiKey) -> ApiKey: ...
+    def get_api_key(self, key_id: str) -> ApiKey | None: ...
+    def list_api_keys(self, tenant: str) -> list[ApiKey]: ...
+    def revoke_api_key(self, tenant: str, key_id: str) -> ApiKey:
+        """Revoke a key (again: a no-op returning the revoked key)."""
+        ...
+
+
+class JobRegistry(Protocol):
+    """Batch jobs and their scored chunks. Status moves are checked (`sluice.domain.jobs.MOVES`);
+    a terminal job refuses every change with Conflict. Lists come newest first."""
+
+    def create_job(self, job: BatchJob) -> BatchJob: ...
+    def get_job(self, tenant: str, job_id: str) -> BatchJob: ...
+    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]: ...
+    def update_job(
+        self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
+    ) -> BatchJob:
+        """Set `fields` (names in `sluice.domain.jobs.UPDATABLE`) and move to `status`."""
+        ...
+
+    def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
+        """Add a scored chunk to the job's progress and counts, atomically and once: True the
+        first time, False when it was recorded before or the job is no longer RUNNING."""
+        ...
+
+    def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]: ...
+
+
+class StatsRegistry(Protocol):
+    """Statistics: additive counters (and running maxima) per deployment revision and subject
+    (`variant:<name>`, `mirror:<name>`, `member:<name>`), merged from many containers; and
+    which variant answered a request, kept for bandit feedback."""
+
+    def merge_stats(
+        self, tenant: str, deployment: str, revision: int, subject: str,
+        sums: dict[str, float], maxes: dict[str, float],
+    ) -> None: ...  # fmt: skip
+    def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]: ...
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None: ...
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None: ...
+
+
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, Protocol):
+    """Everything sluice stores: what `container.registry` is."""

@@ -1,0 +1,29 @@
+"""The embedded registry: one SQLite file (`connection`), one module per aggregate."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.registry.sqlite.connection import Database, path_of_url
+from sluice.registry.sqlite.deployments import SqliteDeployments
+from sluice.registry.sqlite.jobs import SqliteJobs
+from sluice.registry.sqlite.keys import SqliteKeys
+from sluice.registry.sqlite.models import SqliteModels
+from sluice.registry.sqlite.stats import SqliteStats
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["SqliteRegistry", "path_of_url"]
+
+
+class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteStats):
+    """Every aggregate over one database file."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(Database(path))
+        self.path = self.db.path
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteRegistry:
+        return cls(path_of_url(url))

@@ -1,0 +1,114 @@
+"""The embedded registry's file: one SQLite database, a connection per thread, WAL for
+concurrent readers, `BEGIN IMMEDIATE` transactions for writers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+# Kept byte for byte: its digest in `user_version` tells an existing file it already has it.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS models (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL,
+    next_version INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (tenant, name));
+CREATE TABLE IF NOT EXISTS versions (
+    tenant TEXT NOT NULL, model TEXT NOT NULL, version INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, model, version));
+CREATE TABLE IF NOT EXISTS deployments (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, name));
+CREATE TABLE IF NOT EXISTS deployment_history (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS deployment_history_by_name ON deployment_history (tenant, name, seq);
+CREATE TABLE IF NOT EXISTS stats (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
+    subject TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (tenant, deployment, revision, subject, name));
+CREATE TABLE IF NOT EXISTS assignments (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+    variant TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (tenant, deployment, request_id));
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant);
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+    doc TEXT NOT NULL, chunks_done INTEGER NOT NULL DEFAULT 0, rows_in INTEGER NOT NULL DEFAULT 0,
+    rows_out INTEGER NOT NULL DEFAULT 0, rows_failed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS batch_jobs_by_time ON batch_jobs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS batch_chunks (
+    tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, job, chunk));
+"""
+
+
+def path_of_url(url: str) -> Path:
+    """`sqlite:////abs/path.db`, `sqlite:///relative.db` or `sqlite:///~/x.db` -> a Path."""
+    if not url.startswith("sqlite:///"):
+        raise ValueError(f"not a sqlite URL: {url!r}")
+    return Path(url[len("sqlite:///") :]).expanduser()
+
+
+class Database:
+    """The file, with its schema, and a connection per thread."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        conn = self.conn()
+        # The schema script costs tens of milliseconds at every cold start; its digest in
+        # user_version says whether this file already has it.
+        version = int(hashlib.sha256(_SCHEMA.encode()).hexdigest()[:7], 16)
+        if conn.execute("PRAGMA user_version").fetchone()[0] != version:
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {version}")
+
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def tx(self) -> Transaction:
+        return Transaction(self.conn())
+
+    def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
+        """The JSON document in the first column of the first row, or None."""
+        row = self.conn().execute(sql, args).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        return [json.loads(row[0]) for row in self.conn().execute(sql, args).fetchall()]
+
+
+class Transaction:
+    """`BEGIN IMMEDIATE … COMMIT`, rolled back on error: one writer at a time, no lost updates."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+class Part:
+    """One aggregate's share of the registry, over a database it shares with the others."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db

@@ -1,0 +1,95 @@
+"""Deployments and their change history in SQLite: a deployment and its history entry are
+written in one transaction, so history order is commit order."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sluice.domain import DeploymentChange, now
+from sluice.domain.errors import Conflict, NotFound
+from sluice.registry.codec import CHANGE, DEPLOYMENT
+from sluice.registry.sqlite.connection import Part
+
+if TYPE_CHECKING:
+    from sluice.domain import Deployment
+
+
+class SqliteDeployments(Part):
+    def create_deployment(self, deployment: Deployment) -> Deployment:
+        stored = replace(deployment, revision=1)
+        try:
+            with self.db.tx() as db:
+                db.execute(
+                    "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, 1, ?)",
+                    (stored.tenant, stored.name, DEPLOYMENT.to_json(stored)),
+                )
+                _record(db, stored, None)
+        except sqlite3.IntegrityError:
+            raise Conflict(f"deployment '{deployment.name}' already exists", field="name") from None
+        return stored
+
+    def get_deployment(self, tenant: str, name: str) -> Deployment:
+        doc = self.db.one("SELECT doc FROM deployments WHERE tenant = ? AND name = ?", tenant, name)
+        if doc is None:
+            raise NotFound(f"deployment '{name}' not found", field="deployment")
+        return DEPLOYMENT.load(doc)
+
+    def list_deployments(self, tenant: str) -> list[Deployment]:
+        docs = self.db.all("SELECT doc FROM deployments WHERE tenant = ? ORDER BY name", tenant)
+        return [DEPLOYMENT.load(d) for d in docs]
+
+    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
+        stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
+        with self.db.tx() as db:
+            old = _current(db, deployment.tenant, deployment.name)
+            if old.revision != expected_revision:
+                raise Conflict(
+                    f"deployment '{deployment.name}' is at revision {old.revision}, not {expected_revision}",
+                    field="revision",
+                )
+            db.execute(
+                "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",
+                (stored.revision, DEPLOYMENT.to_json(stored), stored.tenant, stored.name),
+            )
+            _record(db, stored, old)
+        return stored
+
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
+        with self.db.tx() as db:
+            old = _current(db, tenant, name)
+            db.execute("DELETE FROM deployments WHERE tenant = ? AND name = ?", (tenant, name))
+            change = DeploymentChange(tenant, name, old.revision + 1, now(), by, old.policy, None)
+            _append(db, change)
+
+    def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
+        docs = self.db.all(
+            "SELECT doc FROM deployment_history WHERE tenant = ? AND name = ? ORDER BY seq", tenant, name
+        )
+        return [CHANGE.load(d) for d in docs]
+
+
+def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
+    row = db.execute(
+        "SELECT doc FROM deployments WHERE tenant = ? AND name = ?", (tenant, name)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"deployment '{name}' not found", field="deployment")
+    return DEPLOYMENT.from_json(row[0])
+
+
+def _record(db: sqlite3.Connection, dep: Deployment, old: Deployment | None) -> None:
+    """The change that stored `dep` over `old` (None: a create)."""
+    change = DeploymentChange(
+        dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
+        old.policy if old is not None else None, dep.policy,
+    )  # fmt: skip
+    _append(db, change)
+
+
+def _append(db: sqlite3.Connection, change: DeploymentChange) -> None:
+    db.execute(
+        "INSERT INTO deployment_history (tenant, name, doc) VALUES (?, ?, ?)",
+        (change.tenant, change.name, CHANGE.to_json(change)),
+    )

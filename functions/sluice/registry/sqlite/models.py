@@ -1,0 +1,96 @@
+"""Models and their versions in SQLite. A model row counts its versions (`next_version`), so
+numbers are assigned in the same transaction that stores the version, and never reused."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, NotFound
+from sluice.registry.codec import MODEL, VERSION
+from sluice.registry.sqlite.connection import Part
+
+if TYPE_CHECKING:
+    from sluice.domain import Model, ModelVersion
+
+
+class SqliteModels(Part):
+    def create_model(self, model: Model) -> Model:
+        try:
+            with self.db.tx() as db:
+                db.execute(
+                    "INSERT INTO models (tenant, name, doc) VALUES (?, ?, ?)",
+                    (model.tenant, model.name, MODEL.to_json(model)),
+                )
+        except sqlite3.IntegrityError:
+            raise Conflict(f"model '{model.name}' already exists", field="name") from None
+        return model
+
+    def get_model(self, tenant: str, name: str) -> Model:
+        doc = self.db.one("SELECT doc FROM models WHERE tenant = ? AND name = ?", tenant, name)
+        if doc is None:
+            raise NotFound(f"model '{name}' not found", field="model")
+        return MODEL.load(doc)
+
+    def list_models(self, tenant: str) -> list[Model]:
+        docs = self.db.all("SELECT doc FROM models WHERE tenant = ? ORDER BY name", tenant)
+        return [MODEL.load(d) for d in docs]
+
+    def delete_model(self, tenant: str, name: str) -> None:
+        with self.db.tx() as db:
+            gone = db.execute("DELETE FROM models WHERE tenant = ? AND name = ?", (tenant, name))
+            if gone.rowcount == 0:
+                raise NotFound(f"model '{name}' not found", field="model")
+            db.execute("DELETE FROM versions WHERE tenant = ? AND model = ?", (tenant, name))
+
+    def add_version(self, version: ModelVersion) -> ModelVersion:
+        with self.db.tx() as db:
+            row = db.execute(
+                "UPDATE models SET next_version = next_version + 1 WHERE tenant = ? AND name = ? "
+                "RETURNING next_version - 1",
+                (version.tenant, version.model),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"model '{version.model}' not found", field="model")
+            stored = version.with_version(int(row[0]))
+            db.execute(
+                "INSERT INTO versions (tenant, model, version, doc) VALUES (?, ?, ?, ?)",
+                (stored.tenant, stored.model, stored.version, VERSION.to_json(stored)),
+            )
+        return stored
+
+    def get_version(self, tenant: str, model: str, version: int) -> ModelVersion:
+        doc = self.db.one(
+            "SELECT doc FROM versions WHERE tenant = ? AND model = ? AND version = ?",
+            tenant, model, int(version),
+        )  # fmt: skip
+        if doc is None:
+            self.get_model(tenant, model)
+            raise NotFound(f"model '{model}' has no version {version}", field="version")
+        return VERSION.load(doc)
+
+    def latest_version(self, tenant: str, model: str) -> ModelVersion:
+        doc = self.db.one(
+            "SELECT doc FROM versions WHERE tenant = ? AND model = ? ORDER BY version DESC LIMIT 1",
+            tenant, model,
+        )  # fmt: skip
+        if doc is None:
+            self.get_model(tenant, model)
+            raise NotFound(f"model '{model}' has no versions", field="version")
+        return VERSION.load(doc)
+
+    def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:
+        self.get_model(tenant, model)
+        docs = self.db.all(
+            "SELECT doc FROM versions WHERE tenant = ? AND model = ? ORDER BY version", tenant, model
+        )
+        return [VERSION.load(d) for d in docs]
+
+    def delete_version(self, tenant: str, model: str, version: int) -> None:
+        with self.db.tx() as db:
+            gone = db.execute(
+                "DELETE FROM versions WHERE tenant = ? AND model = ? AND version = ?",
+                (tenant, model, int(version)),
+            )
+        if gone.rowcount == 0:
+            raise NotFound(f"model '{model}' has no version {version}", field="version")

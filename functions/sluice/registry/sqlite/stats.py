@@ -1,0 +1,50 @@
+"""Statistics and bandit assignments in SQLite: one row per counter, merged with an upsert
+that adds (sums) or keeps the larger value (maxima)."""
+
+from __future__ import annotations
+
+from sluice.domain import now
+from sluice.registry.sqlite.connection import Part
+
+
+class SqliteStats(Part):
+    def merge_stats(
+        self, tenant: str, deployment: str, revision: int, subject: str,
+        sums: dict[str, float], maxes: dict[str, float],
+    ) -> None:  # fmt: skip
+        key = (tenant, deployment, revision, subject)
+        with self.db.tx() as db:
+            db.executemany(
+                "INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(tenant, deployment, revision, subject, name) DO UPDATE SET value = value + excluded.value",
+                [(*key, name, value) for name, value in sums.items()],
+            )
+            db.executemany(
+                "INSERT INTO stats VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                "(tenant, deployment, revision, subject, name) DO UPDATE SET value = MAX(value, excluded.value)",
+                [(*key, name, value) for name, value in maxes.items()],
+            )
+
+    def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]:
+        rows = self.db.conn().execute(
+            "SELECT subject, name, value FROM stats WHERE tenant = ? AND deployment = ? AND revision = ?",
+            (tenant, deployment, revision),
+        ).fetchall()
+        out: dict[str, dict[str, float]] = {}
+        for subject, name, value in rows:
+            out.setdefault(subject, {})[name] = value
+        return out
+
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+        with self.db.tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO assignments VALUES (?, ?, ?, ?, ?)",
+                (tenant, deployment, request_id, variant, now()),
+            )
+
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
+        row = self.db.conn().execute(
+            "SELECT variant FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
+            (tenant, deployment, request_id),
+        ).fetchone()
+        return row[0] if row else None
