@@ -7,9 +7,9 @@ Adapters are chosen by URL (`sqlite:///…` or `dynamodb://table`, `file:///…`
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -52,10 +52,12 @@ class Settings(BaseSettings):
         ),
     )
     triton_url_prefixes: list[str] = Field(
-        default_factory=lambda: ["http://127.0.0.1:", "http://localhost:"],
+        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*"],
         description=(
-            "Triton servers a tenant may register models from (URL prefixes; JSON list in the "
-            "environment). The server calls them, so keep this to servers you run."
+            "The Triton servers sluice may call: a tenant may register models only from these, and "
+            "every call is checked again. Entries are `scheme://host:port` (`:*` for any port), "
+            "compared on the parsed URL, never as a string prefix; JSON list in the environment. "
+            "The server calls them, so keep this to servers you run."
         ),
     )
     region: str | None = Field(
@@ -185,11 +187,24 @@ class Settings(BaseSettings):
                 raise ValueError("SLUICE_REGISTRY must be dynamodb://TABLE when SLUICE_MODE=aws")
             if not self.store.startswith("s3://"):
                 raise ValueError("SLUICE_STORE must be s3://BUCKET[/PREFIX] when SLUICE_MODE=aws")
+        from sluice.domain.errors import SluiceError
+
+        try:
+            _ = self.triton_allowlist
+        except SluiceError as exc:
+            raise ValueError(f"SLUICE_TRITON_URL_PREFIXES: {exc.message}") from None
         return self
 
     @property
     def home_path(self) -> Path:
         return self.home.expanduser().resolve()
+
+    @cached_property
+    def triton_allowlist(self) -> tuple[Any, ...]:
+        """`triton_url_prefixes`, parsed (see `sluice.domain.origins`)."""
+        from sluice.domain.origins import parse_allowlist
+
+        return parse_allowlist(self.triton_url_prefixes, field="triton_url_prefixes")
 
     def import_prefixes_for(self, tenant: str) -> list[str]:
         return [p.format(home=self.home_path, tenant=tenant) for p in self.import_prefixes]

@@ -107,7 +107,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     def triton() -> Runtime:
         from sluice.runtimes.triton import TritonRuntime
 
-        return TritonRuntime(timeout_s=settings.request_timeout_s)
+        return TritonRuntime(timeout_s=settings.request_timeout_s, allowed=settings.triton_allowlist)
 
     def sagemaker() -> Runtime:
         from sluice.clients import default_clients
@@ -117,7 +117,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             clients=default_clients(settings.region),
             region=settings.region,
             endpoint_url=settings.sagemaker_endpoint_url,
-            local_url_prefixes=settings.triton_url_prefixes,
+            local_servers=settings.triton_url_prefixes,
             timeout_s=settings.request_timeout_s,
         )
 
@@ -194,7 +194,9 @@ class Container:
                 cache_stats=cache.stats if cache is not None else None,
             )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
-        self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for)
+        self.models = ModelService(
+            self.registry, self.store, import_prefixes=self.settings.import_prefixes_for, triton_servers=self.settings.triton_allowlist
+        )
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)

@@ -15,12 +15,12 @@ RUNTIME_KINDS: tuple[str, ...] = ("onnx", "sagemaker", "triton")
 Scope = Literal["predict", "admin"]
 SCOPES: tuple[str, ...] = ("predict", "admin")
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 
 def check_name(value: str, *, field: str) -> str:
     """Names appear in URLs, S3 keys and table keys: lower-case, short, no separators."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise BadRequest(
             f"{field} must be 1-63 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
             field=field,

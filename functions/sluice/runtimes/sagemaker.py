@@ -44,6 +44,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
+from sluice.domain.origins import check_origin, parse_allowlist
 from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class SageMakerRuntime:
         clients: AwsClients | None = None,
         region: str | None = None,
         endpoint_url: str | None = None,
-        local_url_prefixes: Sequence[str] = ("http://127.0.0.1:", "http://localhost:"),
+        local_servers: Sequence[str] = ("http://127.0.0.1:*", "http://localhost:*"),
         binary_threshold_bytes: int = 64 * 1024,
         max_payload_bytes: int = MAX_SYNC_PAYLOAD_BYTES,
         timeout_s: float = 60.0,
@@ -170,7 +171,7 @@ class SageMakerRuntime:
         self._clients = clients
         self.region = region
         self.endpoint_url = endpoint_url
-        self.local_url_prefixes = tuple(local_url_prefixes)
+        self.local_servers = parse_allowlist(list(local_servers), field="triton_url_prefixes")
         self._local: dict[str, Any] = {}
         self.binary_threshold_bytes = binary_threshold_bytes
         self.max_payload_bytes = max_payload_bytes
@@ -196,10 +197,13 @@ class SageMakerRuntime:
             return self.client
         found = self._local.get(url)
         if found is None:
-            if not url.startswith(self.local_url_prefixes):
-                # Versions are written by sluice's endpoint service; anything else is refused.
-                raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one")
-            found = self._local[url] = build_client(
+            # Versions are written by sluice's endpoint service; a server outside the allowlist
+            # (checked as scheme, host and port, not as a string prefix) is refused.
+            try:
+                url = check_origin(url, self.local_servers, field="config.endpoint_url").url()
+            except SluiceError:
+                raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one") from None
+            found = self._local[target.endpoint_url] = build_client(
                 self._clients, region=self.region, endpoint_url=url, timeout_s=self.timeout_s, connections=self.concurrency
             )
         return found

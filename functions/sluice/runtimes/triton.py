@@ -15,7 +15,6 @@ import re
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import numpy as np
 
@@ -28,7 +27,9 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
+from sluice.domain.origins import Allowed, check_origin, parse_origin
 from sluice.domain.results import InferenceResult
+from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,12 +54,30 @@ class TritonTarget:
         raw = config.get("url")
         if not isinstance(raw, str) or not raw:
             raise BadRequest("a triton version needs config.url (http://host:port)", field="config.url")
-        parsed = urlparse(raw if "://" in raw else f"http://{raw}")
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise BadRequest("config.url must be http://host:port or https://host:port", field="config.url")
-        model = config.get("model_name") or version.model
-        model_version = config.get("model_version", "")
-        return cls(parsed.netloc + parsed.path.rstrip("/"), parsed.scheme == "https", str(model), str(model_version))
+        origin = parse_origin(raw, field="config.url")
+        model = check_model_name(str(config.get("model_name") or version.model))
+        model_version = check_model_version(str(config.get("model_version", "") or ""))
+        return cls(origin.netloc + origin.path, origin.scheme == "https", model, model_version)
+
+    @property
+    def origin_url(self) -> str:
+        return f"{'https' if self.ssl else 'http'}://{self.url}"
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+
+def check_model_name(name: str, field: str = "model_name") -> str:
+    """A model's name on a Triton server: it becomes a URL path segment, so one segment."""
+    if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
+        raise BadRequest("a Triton model name is 1-128 characters of letters, digits, '_', '.' or '-'", field=field)
+    return name
+
+
+def check_model_version(value: str, field: str = "model_version") -> str:
+    if value and not (value.isascii() and value.isdigit() and len(value) <= 18):
+        raise BadRequest("a Triton model version is a positive integer", field=field)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +100,17 @@ class ModelLayout:
         return self.max_batch_size > 0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelLayout:
-        def tensors(entries: list[dict[str, Any]]) -> dict[str, _Tensor]:
+    def from_config(cls, config: ModelConfig) -> ModelLayout:
+        def tensors(entries: list[Any]) -> dict[str, _Tensor]:
             out = {}
-            for entry in entries or []:
-                dims = tuple(int(d) for d in entry.get("dims", []))
-                reshape = entry.get("reshape")
-                model = tuple(int(d) for d in reshape.get("shape", [])) if isinstance(reshape, dict) else dims
-                datatype = str(entry.get("data_type", "")).removeprefix("TYPE_")
-                out[entry["name"]] = _Tensor("BYTES" if datatype == "STRING" else datatype, dims, model)
+            for entry in entries:
+                dims = tuple(entry.dims)
+                model = tuple(entry.reshape.shape) if entry.reshape is not None else dims
+                datatype = entry.data_type.removeprefix("TYPE_")
+                out[entry.name] = _Tensor("BYTES" if datatype == "STRING" else datatype, dims, model)
             return out
 
-        return cls(int(config.get("max_batch_size", 0)), tensors(config.get("input")), tensors(config.get("output")))
+        return cls(config.max_batch_size, tensors(config.input), tensors(config.output))
 
     def _shape(self, tensor: _Tensor, *, wire: bool) -> tuple[int, ...]:
         dims = tensor.wire_dims if wire else tensor.model_dims
@@ -114,8 +132,11 @@ class ModelLayout:
             return array.reshape((array.shape[0], *tensor.model_dims))
         return array
 
-    def model_shape(self, name: str, *, output: bool) -> tuple[int, ...]:
-        tensor = (self.outputs if output else self.inputs)[name]
+    def model_shape(self, name: str, *, output: bool, model: str) -> tuple[int, ...]:
+        tensor = (self.outputs if output else self.inputs).get(name)
+        if tensor is None:
+            kind = "output" if output else "input"
+            raise BackendError(f"the Triton server's config for model '{model}' has no {kind} '{name}'", field="triton")
         return self._shape(tensor, wire=False)
 
 
@@ -143,8 +164,16 @@ class TritonRuntime:
 
     kind = "triton"
 
-    def __init__(self, *, timeout_s: float = 25.0, binary_threshold_bytes: int = 0, connections: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 25.0,
+        binary_threshold_bytes: int = 0,
+        connections: int = 64,
+        allowed: tuple[Allowed, ...] | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
+        self.allowed = allowed  # the servers it may call (None: any, for tools that were given one)
         self.binary_threshold_bytes = binary_threshold_bytes
         self.connections = connections
         # aiohttp sessions belong to the event loop that made them: one client per loop and URL.
@@ -166,6 +195,7 @@ class TritonRuntime:
             client = triton_aio.InferenceServerClient(
                 target.url, ssl=target.ssl, conn_limit=self.connections, conn_timeout=self.timeout_s
             )
+            _no_redirects(client)
             clients[key] = client
         return client
 
@@ -174,7 +204,10 @@ class TritonRuntime:
         key = (version.model, *(str(config.get(k, "")) for k in ("url", "model_name", "model_version")))
         target = self._targets.get(key)
         if target is None:
-            target = self._targets[key] = TritonTarget.of(version)
+            target = TritonTarget.of(version)
+            if self.allowed is not None:  # checked again at call time: settings may have changed
+                check_origin(target.origin_url, self.allowed, field="config.url")
+            self._targets[key] = target
         return target
 
     async def _call(self, target: TritonTarget, what: str, call: Any) -> Any:
@@ -193,7 +226,9 @@ class TritonRuntime:
         if layout is None:
             client = self._client(target)
             config = await self._call(target, "config", client.get_model_config(target.model, target.model_version))
-            layout = ModelLayout.from_config(config.get("config", config))
+            if isinstance(config, dict) and isinstance(config.get("config"), dict):
+                config = config["config"]
+            layout = ModelLayout.from_config(checked(ModelConfig, config, what="model config", model=target.model))
             self._layouts[key] = layout
         return layout
 
@@ -262,37 +297,37 @@ class TritonRuntime:
         return answer
 
     async def unload(self, version: ModelVersion) -> None:
-        target = TritonTarget.of(version)
+        target = self._target(version)
         self._layouts.pop((target.url, target.model, target.model_version), None)
 
     async def metadata(self, version: ModelVersion) -> Signature:
         from sluice.domain.signature import Signature, TensorSpec
 
-        target = TritonTarget.of(version)
+        target = self._target(version)
         layout = await self._layout(target)
         client = self._client(target)
-        meta = await self._call(target, "metadata", client.get_model_metadata(target.model, target.model_version))
+        answer = await self._call(target, "metadata", client.get_model_metadata(target.model, target.model_version))
+        meta = checked(ModelMetadata, answer, what="model metadata", model=target.model)
         known = version.signature
         inputs = tuple(
             TensorSpec(
-                m["name"],
-                m["datatype"],
-                layout.model_shape(m["name"], output=False),
-                feature_names=(known.input(m["name"]).feature_names if known and known.input(m["name"]) else None),
+                m.name,
+                m.datatype,
+                layout.model_shape(m.name, output=False, model=target.model),
+                feature_names=(known.input(m.name).feature_names if known and known.input(m.name) else None),
             )
-            for m in meta.get("inputs", [])
+            for m in meta.inputs
         )
-        raw_outputs = meta.get("outputs", [])
         outputs = tuple(
             TensorSpec(
-                m["name"],
-                m["datatype"],
-                layout.model_shape(m["name"], output=True),
-                role=_role(m["name"], known, len(raw_outputs)),
+                m.name,
+                m.datatype,
+                layout.model_shape(m.name, output=True, model=target.model),
+                role=_role(m.name, known, len(meta.outputs)),
             )
-            for m in raw_outputs
+            for m in meta.outputs
         )
-        return Signature(inputs, outputs, metadata={"platform": str(meta.get("platform", ""))})
+        return Signature(inputs, outputs, metadata={"platform": meta.platform[:256]})
 
     async def close(self) -> None:
         """Close this event loop's connections."""
@@ -333,3 +368,15 @@ def _mapped(exc: Exception, target: TritonTarget, what: str) -> SluiceError:
         return Unavailable("the Triton server is not reachable")
     log.warning("triton %s failed", what, extra={"model": target.model, "error_type": kind, "error": str(exc)[:500]})
     return BackendError(f"the Triton client failed ({kind})")
+
+
+def _no_redirects(client: Any) -> None:
+    """A Triton client that follows no redirect: the allowlist names the server it may reach,
+    and a 3xx must not take it elsewhere (aiohttp follows them by default)."""
+    import functools
+
+    stub = getattr(client, "_stub", None)
+    if stub is None:  # a client version without the attribute: nothing to narrow
+        return
+    stub.get = functools.partial(stub.get, allow_redirects=False)
+    stub.post = functools.partial(stub.post, allow_redirects=False)

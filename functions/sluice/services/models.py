@@ -14,12 +14,14 @@ from sluice.domain.errors import (
     PayloadTooLarge,
     Unprocessable,
 )
+from sluice.domain.origins import check_origin
 from sluice.domain.policy import parse_policy, referenced_versions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain import Principal
+    from sluice.domain.origins import Allowed
     from sluice.registry import Registry
     from sluice.storage import ArtifactStore
 
@@ -34,10 +36,18 @@ def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
 
 
 class ModelService:
-    def __init__(self, registry: Registry, store: ArtifactStore, *, import_prefixes: Callable[[str], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        store: ArtifactStore,
+        *,
+        import_prefixes: Callable[[str], list[str]] | None = None,
+        triton_servers: tuple[Allowed, ...] = (),
+    ) -> None:
         self.registry = registry
         self.store = store
         self._import_prefixes = import_prefixes or (lambda tenant: [])
+        self.triton_servers = triton_servers
 
     def push(
         self,
@@ -107,18 +117,30 @@ class ModelService:
         import dataclasses
 
         from sluice.domain.signature import Signature
-        from sluice.runtimes.triton import TritonRuntime, TritonTarget
+        from sluice.runtimes.triton import (
+            TritonRuntime,
+            TritonTarget,
+            check_model_name,
+            check_model_version,
+        )
 
         principal.require("admin")
         check_name(name, field="name")
-        config = {"url": url, "model_name": model_name or name, "model_version": str(model_version or "")}
+        origin = check_origin(url, self.triton_servers, field="triton_url")  # scheme, host, port; no user info
+        config = {
+            "url": origin.url(),
+            "model_name": check_model_name(model_name or name),
+            "model_version": check_model_version(str(model_version or "")),
+        }
         probe = ModelVersion(principal.tenant, name, 0, "triton", "", "", 0, Signature((), ()), config=config)
         target = TritonTarget.of(probe)
-        runtime = TritonRuntime(timeout_s=10.0)  # its own connections, closed on this loop
+        runtime = TritonRuntime(timeout_s=10.0, allowed=self.triton_servers)  # its own connections, closed on this loop
         try:
             signature = await runtime.metadata(probe)
         finally:
             await runtime.close()
+        if not signature.inputs or not signature.outputs:
+            raise Unprocessable(f"model '{target.model}' on that server declares no inputs or no outputs", field="model_name")
         if feature_names is not None:
             if len(signature.inputs) != 1:
                 raise BadRequest("feature_names fit a model with exactly one input", field="feature_names")

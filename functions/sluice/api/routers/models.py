@@ -9,7 +9,7 @@ from sluice.api.deps import AdminDep, ContainerDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import JSONResponse
 from sluice.domain import Model, check_name
-from sluice.domain.errors import BadRequest, Forbidden, NotFound
+from sluice.domain.errors import BadRequest, NotFound
 from sluice.types.management import (
     ModelCreate,
     ModelOut,
@@ -85,12 +85,6 @@ async def push_version(
     if content_type == "application/json":
         if b'"triton_url"' in body:
             triton = parse_body(VersionFromTriton, body)
-            allowed = container.settings.triton_url_prefixes
-            if not any(triton.triton_url.startswith(prefix) for prefix in allowed):
-                raise Forbidden(
-                    "triton_url is not a server this deployment may call; allowed: " + (", ".join(allowed) or "none"),
-                    field="triton_url",
-                )
             version = await container.models.register_triton(
                 principal,
                 name,

@@ -1,0 +1,167 @@
+"""Outbound URLs a tenant gives: parsed and checked as scheme + host + port, never a string
+prefix; no redirect followed; whatever a remote Triton answers becomes a 4xx or 502."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, RedirectResponse
+from starlette.routing import Route
+
+from sluice.api.app import create_app
+from sluice.domain.errors import BadRequest, Forbidden
+from sluice.domain.origins import check_origin, parse_allowlist
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sluice.wiring import Container
+
+ALLOWED = parse_allowlist(["http://127.0.0.1:*", "http://localhost:*", "https://triton.internal:8001"])
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("http://127.0.0.1:1@127.0.0.2:18199", BadRequest),  # user info: the host is really 127.0.0.2
+        ("http://127.0.0.2:8000", Forbidden),
+        ("http://0x7f.1:8000", BadRequest),  # alternative spellings of 127.0.0.1 are not resolved
+        ("http://2130706433:8000", BadRequest),
+        ("http://0177.0.0.1:8000", BadRequest),
+        ("http://127.0.0.1:99999", BadRequest),
+        ("http://127.0.0.1:8000/?next=http://evil", BadRequest),
+        ("http://localhost:8000/../admin", BadRequest),
+        ("https://triton.internal", Forbidden),  # port 443 is not the allowed 8001
+        ("ftp://127.0.0.1:21", BadRequest),
+        ("http://[::1]:8000", Forbidden),
+    ],
+)
+def test_outbound_urls_that_try_to_bend_the_allowlist_are_refused(url: str, refused: type[Exception]) -> None:
+    with pytest.raises(refused):
+        check_origin(url, ALLOWED, field="triton_url")
+
+
+def test_allowed_urls_come_out_in_one_spelling() -> None:
+    assert check_origin("http://LOCALHOST:9000/", ALLOWED, field="u").url() == "http://localhost:9000"
+    assert check_origin("127.0.0.1:8000/prefix", ALLOWED, field="u").url() == "http://127.0.0.1:8000/prefix"
+    assert check_origin("https://triton.internal:8001", ALLOWED, field="u").url() == "https://triton.internal:8001"
+
+
+# A real HTTP server that answers as a broken or hostile Triton would ------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, routes: list[Route]) -> None:
+        self.port = _free_port()
+        self.hits: list[str] = []
+        app = Starlette(routes=routes)
+
+        async def recording(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                self.hits.append(scope["path"])
+            await app(scope, receive, send)
+
+        self.server = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> _Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+
+
+def _answers(metadata: Any, config: Any) -> list[Route]:
+    async def meta(request: Any) -> JSONResponse:
+        return JSONResponse(metadata)
+
+    async def conf(request: Any) -> JSONResponse:
+        return JSONResponse(config)
+
+    return [Route("/v2/models/m", meta), Route("/v2/models/m/config", conf)]
+
+
+GOOD_META = {"name": "m", "platform": "python", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+             "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 1]}]}
+GOOD_CONFIG = {"max_batch_size": 8, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}],
+               "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}]}
+
+
+@pytest.fixture
+def client(demo: Container) -> Iterator[TestClient]:
+    with TestClient(create_app(demo)) as c:
+        yield c
+
+
+def _register(client: TestClient, key: str, url: str, model_name: str = "m") -> Any:
+    return client.post("/api/v1/models/remote/versions", json={"triton_url": url, "model_name": model_name}, headers=auth(key))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "config", "message"),
+    [
+        ({**GOOD_META, "inputs": [{"name": "z", "datatype": "FP32", "shape": [-1, 4]}]}, GOOD_CONFIG, "has no input 'z'"),
+        ({**GOOD_META, "inputs": [{"name": "x"}]}, GOOD_CONFIG, "inputs.0.datatype"),
+        ({**GOOD_META, "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1] * 64}]}, GOOD_CONFIG, "inputs.0.shape"),
+        (GOOD_META, {**GOOD_CONFIG, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2**40]}]}, "input.0.dims.0"),
+        (GOOD_META, {**GOOD_CONFIG, "max_batch_size": "lots"}, "max_batch_size"),
+        (["not", "an", "object"], GOOD_CONFIG, "malformed"),
+    ],
+)
+def test_whatever_a_remote_triton_answers_becomes_a_502_that_says_what(
+    client: TestClient, keys: dict[str, str], metadata: Any, config: Any, message: str
+) -> None:
+    with _Server(_answers(metadata, config)) as server:
+        r = _register(client, keys["acme"], f"http://127.0.0.1:{server.port}")
+    assert r.status_code == 502, r.text
+    assert message in r.json()["error"]
+
+
+def test_a_well_formed_remote_model_registers_with_its_url_in_one_spelling(client: TestClient, keys: dict[str, str]) -> None:
+    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as server:
+        r = _register(client, keys["acme"], f"http://LOCALHOST:{server.port}/")
+    assert r.status_code == 201, r.text
+    assert r.json()["signature"]["inputs"][0]["name"] == "x"
+
+
+def test_a_redirect_is_not_followed(client: TestClient, keys: dict[str, str]) -> None:
+    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as elsewhere:
+        async def away(request: Any) -> RedirectResponse:
+            return RedirectResponse(f"http://127.0.0.1:{elsewhere.port}{request.url.path}", status_code=307)
+
+        with _Server([Route("/{path:path}", away)]) as redirector:
+            r = _register(client, keys["acme"], f"http://127.0.0.1:{redirector.port}")
+        assert r.status_code in (502, 503), r.text
+        assert elsewhere.hits == []  # the redirect target was never called
+
+
+@pytest.mark.parametrize(
+    ("url", "model_name", "status", "field"),
+    [
+        ("http://127.0.0.1:1@127.0.0.2:18199", "m", 400, "triton_url"),
+        ("http://127.0.0.2:18199", "m", 403, "triton_url"),
+        ("http://127.0.0.1:18199", "../../admin?x=", 400, "model_name"),
+    ],
+)
+def test_bad_triton_urls_and_names_are_refused_before_any_call(
+    client: TestClient, keys: dict[str, str], url: str, model_name: str, status: int, field: str
+) -> None:
+    r = _register(client, keys["acme"], url, model_name)
+    assert r.status_code == status and r.json()["field"] == field
