@@ -54,3 +54,15 @@ def v2_of_numpy(dtype: np.dtype) -> str:
 
 def numpy_of_v2(datatype: str) -> np.dtype:
     return V2_TO_NUMPY[datatype]
+
+
+def holds_bool(data: object) -> bool:
+    """Whether JSON values (a scalar, or lists nested any way) hold a true or false. JSON
+    booleans are not numbers: NumPy would quietly read them as 1 and 0."""
+    if type(data) is bool:
+        return True
+    if type(data) is not list or not data:
+        return False
+    if type(data[0]) is list:
+        return any(holds_bool(item) for item in data)
+    return bool in map(type, data) or (list in map(type, data) and any(holds_bool(item) for item in data))

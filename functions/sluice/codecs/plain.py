@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.datatypes import holds_bool
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str) -> np.ndarray:
+    if spec.datatype not in ("BOOL", "BYTES") and holds_bool(rows):
+        raise InvalidInput(f"rows of input '{spec.name}' hold true/false, which are not {spec.datatype} values", field=field)
     try:
         return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
     except (ValueError, TypeError):

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
+from sluice.codecs.datatypes import V2_TO_NUMPY, holds_bool, v2_of_numpy
 from sluice.domain.errors import InvalidInput
 
 
@@ -22,6 +22,8 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
     if not isinstance(data, list):
         data = [data]
+    if datatype not in ("BOOL", "BYTES") and holds_bool(data):
+        raise InvalidInput(f"data of input '{name}' holds true/false, which are not {datatype} values", field=f"{field}.data")
     try:
         if datatype == "BYTES":
             array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
