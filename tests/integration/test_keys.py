@@ -68,3 +68,13 @@ def test_the_last_admin_key_of_a_tenant_cannot_be_revoked(container: Container) 
     assert client.delete(f"/api/v1/keys/{only.key_id}", headers=auth(key)).status_code == 200
     assert client.get("/api/v1/keys", headers=auth(key)).status_code == 401
     assert second.active
+
+
+def test_the_registry_file_is_readable_by_its_owner_only(container: Container) -> None:
+    import stat
+
+    container.keys.create("acme", ["admin"])  # a write: the -wal and -shm files exist now too
+    files = list(container.settings.home_path.rglob("*.db*"))
+    assert len(files) >= 2
+    for found in files:
+        assert stat.S_IMODE(found.stat().st_mode) == 0o600, found

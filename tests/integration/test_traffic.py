@@ -93,6 +93,11 @@ def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, s
     assert stats["variants"]["rf"]["mean_reward"] == 1.0
     missing = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": "never", "reward": 1}, headers=auth(keys["acme"]))
     assert missing.status_code == 400 and missing.json()["field"] == "request_id"
+    # A request is rewarded once: a second feedback for it cannot tilt the bandit.
+    again = client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": "r0", "reward": 1}, headers=auth(keys["acme"]))
+    assert again.status_code == 409 and again.json()["field"] == "request_id"
+    after = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(keys["acme"])).json()
+    assert sum(v.get("rewards", 0) for v in after["variants"].values()) == 60
 
 
 # Shadows --------------------------------------------------------------------------------

@@ -216,6 +216,8 @@ class DeploymentService:
             raise BadRequest(
                 f"no bandit assignment for request '{request_id}' on deployment '{name}'", field="request_id"
             )
+        if not self.registry.claim_reward(principal.tenant, name, request_id):
+            raise Conflict(f"feedback for request '{request_id}' was already given", field="request_id")
         if self.recorder is not None:
             self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()

@@ -337,6 +337,14 @@ def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> N
     assert registry.get_assignment(B, "scoring", "req-1") is None
 
 
+def test_a_reward_is_claimed_once_per_request(registry: Registry) -> None:
+    registry.put_assignment(A, "scoring", "req-1", "a")
+    assert registry.claim_reward(A, "scoring", "req-1") is True
+    assert registry.claim_reward(A, "scoring", "req-1") is False
+    assert registry.claim_reward(B, "scoring", "req-1") is True  # another tenant's request
+    assert registry.claim_reward(A, "other", "req-1") is True
+
+
 # API keys -------------------------------------------------------------------------------
 def key_of(key_id: str, tenant: str = A) -> ApiKey:
     return ApiKey(

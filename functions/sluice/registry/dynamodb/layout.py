@@ -11,6 +11,7 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - statistics: `pk=T#<tenant>#D#<name>`, `sk=S#<revision:010d>#<subject>`; also `subject` and
   one `stat:<name>` per counter
 - assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
+- reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
 - API key: `pk=K#<key id>`, `sk=KEY`
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
@@ -26,6 +27,7 @@ HISTORY = "H#"
 HISTORY_COUNTER = "SEQ"
 STATS = "S#"
 ASSIGNMENT = "ASSIGNMENT"
+REWARD = "REWARD"
 KEY = "KEY"
 KEY_LISTING = "K#"
 JOB = "J#"

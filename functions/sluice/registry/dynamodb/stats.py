@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sluice.domain import now
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, condition, item, key, marshal
+from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, marshal
 
 ASSIGNMENT_TTL_S = 30 * 24 * 3600
 _STAT = "stat:"
@@ -74,6 +74,18 @@ class DynamoStats(Part):
             {"variant": variant, "at": at}, expires_at=int(at) + ASSIGNMENT_TTL_S,
         )  # fmt: skip
         self.table.send("put_item", TableName=self.table.name, Item=record)
+
+    def claim_reward(self, tenant: str, deployment: str, request_id: str) -> bool:
+        at = now()
+        record = item(
+            layout.assignment_pk(tenant, deployment, request_id), layout.REWARD,
+            {"at": at}, expires_at=int(at) + ASSIGNMENT_TTL_S,
+        )  # fmt: skip
+        try:
+            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+        except Refused:
+            return False
+        return True
 
     def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
         found = self.table.get(layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT)

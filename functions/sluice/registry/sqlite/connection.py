@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -34,6 +35,9 @@ CREATE TABLE IF NOT EXISTS assignments (
     tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
     variant TEXT NOT NULL, at REAL NOT NULL,
     PRIMARY KEY (tenant, deployment, request_id));
+CREATE TABLE IF NOT EXISTS rewards (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (tenant, deployment, request_id));
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS api_keys_by_tenant ON api_keys (tenant);
@@ -47,6 +51,15 @@ CREATE TABLE IF NOT EXISTS batch_chunks (
     tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, job, chunk));
 """
+
+
+def _owner_only(path: Path) -> None:
+    """The file holds every tenant's key hashes: readable by its owner alone. SQLite gives its
+    -wal and -shm files the database file's mode."""
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if each.exists() and each.stat().st_mode & 0o077 and each.stat().st_uid == os.getuid():
+            each.chmod(0o600)
 
 
 def path_of_url(url: str) -> Path:
@@ -63,6 +76,7 @@ class Database:
         self.path = Path(path)
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _owner_only(self.path)
         self._local = threading.local()
         conn = self.conn()
         # The schema script costs tens of milliseconds at every cold start; its digest in

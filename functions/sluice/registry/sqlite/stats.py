@@ -42,6 +42,13 @@ class SqliteStats(Part):
                 (tenant, deployment, request_id, variant, now()),
             )
 
+    def claim_reward(self, tenant: str, deployment: str, request_id: str) -> bool:
+        with self.db.tx() as db:
+            done = db.execute(
+                "INSERT OR IGNORE INTO rewards VALUES (?, ?, ?, ?)", (tenant, deployment, request_id, now())
+            )
+            return done.rowcount == 1
+
     def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
         row = self.db.conn().execute(
             "SELECT variant FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
