@@ -118,7 +118,7 @@ class Settings(BaseSettings):
         default=None,
         description=(
             "IAM role whose registry access is confined to the tenant named by a session tag "
-            "(see sluice.tenant_credentials); set by the CDK app on the API function."
+            "(see sluice.registry.dynamodb.tenant_scope); set by the CDK app on the API function."
         ),
     )
     sagemaker_triton_version: str = Field(

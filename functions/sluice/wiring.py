@@ -41,7 +41,7 @@ def build_registry(settings: Settings) -> Registry:
     if url.startswith("dynamodb://"):
         from sluice.registry.dynamodb import DynamoRegistry
 
-        return DynamoRegistry.from_url(url, region=settings.region)
+        return DynamoRegistry.from_url(url, region=settings.region, tenant_role_arn=settings.tenant_role_arn)
     raise ValueError(f"SLUICE_REGISTRY must be sqlite:///PATH or dynamodb://TABLE, not {url!r}")
 
 

@@ -6,14 +6,16 @@ the partition key (`dynamodb:LeadingKeys`) but not on the sort key, so what can 
 is which partitions and which actions, per function:
 
 - the authorizer may only GetItem `K#*` items: it reads no tenant's data at all;
-- the API may read and write `T#*` and `K#*` items with the calls the registry makes;
+- the API may read and write `K#*` items with its own credentials, and every tenant partition
+  only through `TenantRegistryRole`, assumed per request for the request's tenant;
 - the shadow and batch functions may read and write `T#*` items, never delete, never touch
   API keys;
 - nobody may Scan, run PartiQL, export, or change or delete the table.
 
 Tenant isolation itself needs the tenant in the credentials: `TenantRegistryRole` may only
 reach `T#<tenant>` and `T#<tenant>#*` where `<tenant>` is the `tenant` session tag the caller
-put on it when assuming it (see `sluice.tenant_credentials`).
+put on it when assuming it (see `sluice.registry.dynamodb.tenant_scope`); the API binds the
+authenticated tenant for each request (`sluice.registry.scope`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from infra.constructs.registry_access import (
     DELETE,
     KEY_ITEMS,
     READ,
-    TENANT_ITEMS,
     WRITE,
     TenantRegistryRole,
     grant_registry,
@@ -140,9 +139,10 @@ class ApiStack(Stack):
             },
         )
         api_role = self.api_function.role
-        grant_registry(
-            api_role, table, actions=[*READ, *WRITE, *DELETE], partitions=[TENANT_ITEMS, KEY_ITEMS]
-        )
+        # The API's own credentials reach API key items alone (looked up by id, before the
+        # tenant is known; their key holds no tenant). Every tenant partition is reached per
+        # request with credentials confined to the request's tenant, below.
+        grant_registry(api_role, table, actions=[*READ, *WRITE, "dynamodb:DeleteItem"], partitions=[KEY_ITEMS])
         # Credentials confined to one tenant's items, for the API to use per request.
         self.tenant_registry = TenantRegistryRole(
             self, "TenantRegistry", table=table, caller=api_role, actions=[*READ, *WRITE, *DELETE]

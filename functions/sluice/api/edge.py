@@ -20,6 +20,7 @@ from starlette.routing import compile_path
 
 from sluice.api.errors import error_response
 from sluice.domain.errors import PayloadTooLarge
+from sluice.registry.scope import use_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -150,14 +151,15 @@ class Edge:
             await error_response(exc, scope["path"])(scope, receive, send)
             return
         scope[PRINCIPAL] = principal
-        if scope["method"] == "POST":
-            for route in self.routes():
-                params = route.match("POST", scope["path"])
-                if params is not None:
-                    response = await self._answer(route, params, container, principal, scope, headers, receive)
-                    await response(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+        with use_tenant(principal.tenant):  # the registry acts for this tenant alone
+            if scope["method"] == "POST":
+                for route in self.routes():
+                    params = route.match("POST", scope["path"])
+                    if params is not None:
+                        response = await self._answer(route, params, container, principal, scope, headers, receive)
+                        await response(scope, receive, send)
+                        return
+            await self.app(scope, receive, send)
 
     async def _answer(
         self, route: HotRoute, params: dict[str, str], container: Container, principal: Principal, scope: Scope, headers: Headers, receive: Receive

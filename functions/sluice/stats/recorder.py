@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from sluice.registry.scope import use_tenant
 from sluice.stats.histogram import PREFIX, bucket
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class StatsRecorder:
             self._last_flush = time.monotonic()
         for key in sums.keys() | maxes.keys():
             tenant, deployment, revision, subject = key
-            self.registry.merge_stats(
-                tenant, deployment, revision, subject, dict(sums.get(key, {})), maxes.get(key, {})
-            )
+            with use_tenant(tenant):  # counters kept for each tenant's own requests, written as it
+                self.registry.merge_stats(
+                    tenant, deployment, revision, subject, dict(sums.get(key, {})), maxes.get(key, {})
+                )

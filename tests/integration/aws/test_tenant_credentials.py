@@ -12,7 +12,7 @@ import pytest
 from sluice.clients import AwsClients
 from sluice.domain import Model
 from sluice.registry.dynamodb import DynamoRegistry, create_table
-from sluice.tenant_credentials import (
+from sluice.registry.dynamodb.tenant_scope import (
     NoTenant,
     TenantCredentials,
     TenantRoutingClient,
@@ -84,3 +84,62 @@ def test_no_tenant_bound_means_no_call(tenant_role) -> None:
     with pytest.raises(NoTenant, match="no tenant bound"):
         registry.list_models("acme")
     assert calls == []
+
+
+def test_a_request_reaches_the_registry_only_as_its_own_tenant(tenant_role, monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Through the API: every call on a tenant partition goes out with the credentials of the
+    request's tenant (from authentication), API key items with the function's own."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.settings import Settings
+    from sluice.wiring import Container, build_runtimes, build_store
+    from tests.integration.conftest import auth
+
+    arn, clients, _ = tenant_role
+    used: list[str] = []
+    original = TenantCredentials.client
+
+    def recording(self: TenantCredentials, tenant: str) -> Any:
+        used.append(tenant)
+        return original(self, tenant)
+
+    monkeypatch.setattr(TenantCredentials, "client", recording)
+    registry = DynamoRegistry(TABLE, clients=clients, region=REGION, tenant_role_arn=arn)
+    own_calls: list[str] = []
+    registry.key_table.client.meta.events.register("before-call.dynamodb.*", lambda model, **_: own_calls.append(model.name))
+    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0)
+    store = build_store(settings)
+    container = Container(settings, registry, store, build_runtimes(settings, store))
+    with use_tenant("acme"):
+        _, acme = container.keys.create("acme", ["admin", "predict"])
+    with use_tenant("globex"):
+        _, globex = container.keys.create("globex", ["admin", "predict"])
+    used.clear()
+    client = TestClient(create_app(container))
+    assert client.post("/api/v1/models", json={"name": "iris"}, headers=auth(acme)).status_code == 201
+    assert client.get("/api/v1/models", headers=auth(acme)).json()[0]["name"] == "iris"
+    assert set(used) == {"acme"}
+    used.clear()
+    assert client.get("/api/v1/models", headers=auth(globex)).json() == []
+    assert client.get("/api/v1/models/iris", headers=auth(globex)).status_code == 404
+    assert set(used) == {"globex"}
+    # Key items (no tenant in their key) went out with the function's own credentials.
+    assert "GetItem" in own_calls and "PutItem" in own_calls
+    # Outside a request nothing is bound: no call falls back to the function's own role.
+    with pytest.raises(NoTenant):
+        registry.list_models("acme")
+
+
+def test_keys_are_created_listed_and_revoked_across_the_two_sets_of_credentials(tenant_role) -> None:
+    from sluice.domain import ApiKey
+
+    arn, clients, _ = tenant_role
+    registry = DynamoRegistry(TABLE, clients=clients, region=REGION, tenant_role_arn=arn)
+    with use_tenant("acme"):
+        registry.put_api_key(ApiKey("k1", "acme", "f" * 64, frozenset({"predict"})))
+        assert [k.key_id for k in registry.list_api_keys("acme")] == ["k1"]
+        revoked = registry.revoke_api_key("acme", "k1")
+        assert revoked.revoked_at is not None
+        assert registry.list_api_keys("acme")[0].revoked_at is not None
+    assert registry.get_api_key("k1").revoked_at is not None  # the authorizer's read: own credentials

@@ -40,14 +40,25 @@ class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, Dy
         clients: AwsClients | None = None,
         client: DynamoDBClient | None = None,
         region: str | None = None,
+        tenant_role_arn: str | None = None,
     ) -> None:
-        super().__init__(Table(table_name, clients=clients, client=client, region=region))
+        own = Table(table_name, clients=clients, client=client, region=region)
+        if not tenant_role_arn:
+            super().__init__(own)
+            return
+        # Tenant partitions through credentials IAM confines to the bound tenant; API key
+        # items (`K#…`, no tenant in their key) through the function's own.
+        from sluice.registry.dynamodb.tenant_scope import TenantCredentials, TenantRoutingClient
+
+        routed = TenantRoutingClient(TenantCredentials(tenant_role_arn, clients=clients, region=region))
+        super().__init__(Table(table_name, client=routed, region=region))  # type: ignore[arg-type]
+        self._key_table = own
 
     @classmethod
     def from_url(
-        cls, url: str, *, region: str | None = None, clients: AwsClients | None = None
+        cls, url: str, *, region: str | None = None, clients: AwsClients | None = None, tenant_role_arn: str | None = None
     ) -> DynamoRegistry:
-        return cls(table_of_url(url), clients=clients, region=region)
+        return cls(table_of_url(url), clients=clients, region=region, tenant_role_arn=tenant_role_arn)
 
     @property
     def table_name(self) -> str:

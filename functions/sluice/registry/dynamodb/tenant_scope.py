@@ -9,18 +9,18 @@ refreshes before they expire: one STS call per tenant per container per ~45 minu
 `TenantRoutingClient` is a DynamoDB client stand-in that sends each call with the credentials
 of the tenant bound by `use_tenant` (from the authorizer's context, never from the request
 body), and refuses calls made with no tenant bound rather than fall back to the function's
-own role. Handing it to `DynamoRegistry(table, client=...)` is the whole wiring.
+own role. `DynamoRegistry(table, tenant_role_arn=...)` uses it for every tenant partition and
+the function's own credentials for API key items (`K#…`), which carry no tenant.
 """
 
 from __future__ import annotations
 
-import contextvars
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from sluice.registry.scope import bound_tenant, use_tenant
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
@@ -28,23 +28,11 @@ if TYPE_CHECKING:
 TENANT_TAG = "tenant"
 # The tenant names sluice accepts: nothing IAM would read as a wildcard, no key separator.
 _TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "sluice_registry_tenant", default=None
-)
+__all__ = ["NoTenant", "TenantCredentials", "TenantRoutingClient", "use_tenant"]
 
 
 class NoTenant(RuntimeError):
     """A registry call was made with tenant-confined credentials but no tenant bound."""
-
-
-@contextmanager
-def use_tenant(tenant: str) -> Iterator[None]:
-    """Send the registry calls made inside this block with `tenant`'s credentials."""
-    token = _current.set(tenant)
-    try:
-        yield
-    finally:
-        _current.reset(token)
 
 
 class TenantCredentials:
@@ -133,7 +121,7 @@ class TenantRoutingClient:
         self._credentials = credentials
 
     def __getattr__(self, name: str) -> Any:
-        tenant = _current.get()
+        tenant = bound_tenant()
         if tenant is None:
             raise NoTenant(f"registry call {name!r} with no tenant bound (use_tenant)")
         return getattr(self._credentials.client(tenant), name)

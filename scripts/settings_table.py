@@ -1,0 +1,53 @@
+"""Print the settings table of docs/configuration.md from `sluice.settings.Settings`, so the
+page says what the code reads: `python scripts/settings_table.py` (a unit test checks the page
+holds exactly this table)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functions"))
+
+from pydantic_core import PydanticUndefined  # noqa: E402
+
+from sluice.settings import Settings  # noqa: E402
+
+# Defaults that depend on where the code runs, as a reader should see them.
+SHOWN = {
+    "mode": "local (aws in Lambda)",
+    "home": "`~/.sluice`",
+    "registry": "SQLite under home",
+    "store": "a folder under home",
+    "auth_cache_ttl_s": "`30.0` (`0` in Lambda)",
+    "endpoints": "local (sagemaker in aws mode)",
+}
+
+
+def default_of(name: str, field: object) -> str:
+    if name in SHOWN:
+        return SHOWN[name]
+    value = field.default  # type: ignore[attr-defined]
+    if value is PydanticUndefined or value is None:
+        factory = field.default_factory  # type: ignore[attr-defined]
+        if factory is None:
+            return ""
+        value = factory()
+    if value in ("", None):
+        return ""
+    if isinstance(value, list | dict):
+        return f"`{json.dumps(value)}`"
+    return f"`{value}`"
+
+
+def table() -> str:
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+        lines.append(f"| `SLUICE_{name.upper()}` | {default_of(name, field)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(table())
