@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from sluice.domain.errors import RateLimited
 
 if TYPE_CHECKING:
+    from limits import RateLimitItem
+
     from sluice.settings import Settings
 
 
@@ -31,13 +33,20 @@ class RateLimit:
 
     async def check(self, subject: str) -> None:
         """Count one request of `subject` (an API key id); RateLimited when it is over."""
+        # Every window is tested before any is counted: a refused request costs nothing.
         for item in self.items:
-            if not await self.strategy.hit(item, "sluice", subject):
-                stats = await self.strategy.get_window_stats(item, "sluice", subject)
-                wait = max(1, math.ceil(stats.reset_time - time.time()))
-                raise RateLimited(
-                    f"this key is over its rate of {item}: retry in {wait} s",
-                    field="key",
-                    retry_after_s=wait,
-                    limit=str(item),
-                )
+            if not await self.strategy.test(item, "sluice", subject):
+                await self._refuse(item, subject)
+        for item in self.items:
+            if not await self.strategy.hit(item, "sluice", subject):  # another request won the race
+                await self._refuse(item, subject)
+
+    async def _refuse(self, item: RateLimitItem, subject: str) -> NoReturn:
+        stats = await self.strategy.get_window_stats(item, "sluice", subject)
+        wait = max(1, math.ceil(stats.reset_time - time.time()))
+        raise RateLimited(
+            f"this key is over its rate of {item}: retry in {wait} s",
+            field="key",
+            retry_after_s=wait,
+            limit=str(item),
+        )
