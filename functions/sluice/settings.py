@@ -156,6 +156,36 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         default=25.0, gt=0, description="Budget for one prediction, below API Gateway's 29 s."
     )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="`sluice serve`: seconds a client has to send a request's line and headers, counted "
+        "from the connection's opening or the request's first byte; a slower client (slowloris) is "
+        "answered 408 and cut off. On AWS, API Gateway ends slow clients itself.",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="`sluice serve`: largest request line plus headers; past it the connection is answered 431 and closed.",
+    )
+    keepalive_timeout_s: float = Field(
+        default=5.0, gt=0, description="`sluice serve`: seconds an idle connection stays open between requests."
+    )
+    rate_limit: str = Field(
+        default="",
+        description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "
+        "`10/second`, `600/minute`, or several joined by `;` (`600/minute;20/second`: 600 a minute "
+        "with bursts of at most 20 in any second), counted in a moving window. Past it the request "
+        "is answered 429 with Retry-After, after authentication and before its body is read. Empty: "
+        "off. Needs the `serve` extra. Not for AWS: API Gateway usage plans throttle each tenant there "
+        "(see `usage_key_prefix`).",
+    )
+    rate_limit_storage: str = Field(
+        default="memory://",
+        description="Where `rate_limit` counts: `memory://` counts in each worker process (with N workers "
+        "a key may get up to N times the limit); a `redis://host:port` URL shares the counts between "
+        "workers and machines (needs the `redis` package).",
+    )
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
@@ -182,6 +212,8 @@ class Settings(BaseSettings):
     def _refuse_embedded_defaults_on_aws(self) -> Settings:
         if self.orchestrator not in ("", "local") and not self.orchestrator.startswith("stepfunctions://arn:"):
             raise ValueError("SLUICE_ORCHESTRATOR must be local or stepfunctions://STATE_MACHINE_ARN")
+        if self.rate_limit:
+            _check_rate_limit(self.rate_limit, self.mode)
         if self.mode == "aws":
             if not self.registry.startswith("dynamodb://"):
                 raise ValueError("SLUICE_REGISTRY must be dynamodb://TABLE when SLUICE_MODE=aws")
@@ -236,6 +268,21 @@ class Settings(BaseSettings):
     @property
     def batch_inbox_path(self) -> Path:
         return (self.batch_inbox or self.home_path / "inbox").expanduser()
+
+
+def _check_rate_limit(spec: str, mode: str) -> None:
+    if mode == "aws":
+        raise ValueError("SLUICE_RATE_LIMIT is for the local service: on AWS, API Gateway usage plans throttle each tenant")
+    try:
+        from limits import parse_many
+    except ImportError:
+        raise ValueError("SLUICE_RATE_LIMIT needs the `limits` package: install sluice[serve]") from None
+    try:
+        if all(item.amount > 0 for item in parse_many(spec)):
+            return
+    except ValueError:
+        pass
+    raise ValueError(f"SLUICE_RATE_LIMIT {spec!r} is not a rate such as 10/second or 600/minute;20/second")
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,8 @@
 """The HTTP edge: what every request meets before the framework.
 
 - `BodyLimit` bounds every body, declared or chunked, on every route, before anything reads it.
-- `Edge` authenticates every request that needs a principal before its body is read, and
+- `Edge` authenticates every request that needs a principal before its body is read, holds
+  each key to its rate when `SLUICE_RATE_LIMIT` is set (429 with Retry-After, body unread), and
   answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
   framework routing, dependency solving or second body parse on the path that must be fast.
   The same declarations document those routes in the OpenAPI document (`openapi_routes`).
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from sluice.api.errors import error_response
+from sluice.api.ratelimit import RateLimit
 from sluice.domain.errors import PayloadTooLarge
 from sluice.registry.scope import use_tenant
 
@@ -138,6 +140,8 @@ class Edge:
         self.routes = routes
         self.container = container
         self.authenticate = authenticate
+        self._rate_limit: RateLimit | None = None
+        self._rate_limit_read = False  # the settings are the container's: read on the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS":
@@ -151,6 +155,14 @@ class Edge:
             await error_response(exc, scope["path"])(scope, receive, send)
             return
         scope[PRINCIPAL] = principal
+        if not self._rate_limit_read:
+            self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings), True
+        if self._rate_limit is not None:
+            try:
+                await self._rate_limit.check(principal.subject)
+            except Exception as exc:  # a 429 with Retry-After, the body still unread
+                await error_response(exc, scope["path"])(scope, receive, send)
+                return
         with use_tenant(principal.tenant):  # the registry acts for this tenant alone
             if scope["method"] == "POST":
                 for route in self.routes():

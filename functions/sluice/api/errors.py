@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
-from sluice.domain.errors import SluiceError
+from sluice.domain.errors import RateLimited, SluiceError
 from sluice.domain.policy import KINDS
 from sluice.observability import get_logger
 
@@ -58,6 +58,8 @@ def error_response(exc: Exception, path: str = "") -> JSONResponse:
     """Any exception as the response a client sees."""
     if isinstance(exc, SluiceError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
     if isinstance(exc, RequestValidationError):
         return _validation(exc.errors())

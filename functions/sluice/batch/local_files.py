@@ -3,6 +3,8 @@
 A local input's version is `<size>:<mtime_ns>`: a file rewritten mid-job fails its chunks
 instead of mixing two files into one output. A file appears under its name only when
 complete: it is written aside (a hidden `.tmp-` name the inbox ignores), then renamed.
+Results are files like any a tool writes: pyarrow creates them 0666 less the umask, and a
+copy takes no mode from its source (a part written in a private temporary folder).
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     key_file = home / ADMIN_KEY_FILE
     if not key_file.exists():
         _, plain = container.keys.create(args.tenant, ["admin", "predict"], name="local admin")
-        key_file.write_text(plain + "\n")
-        key_file.chmod(0o600)
+        # Created owner-only: never readable by others, not even for a moment before a chmod.
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write(plain + "\n")
         print(f"Local admin key for tenant '{args.tenant}' (saved to {key_file}):\n\n    {plain}\n", flush=True)
     else:
         print(f"Local admin key: {key_file}", flush=True)
@@ -44,12 +45,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
+    from sluice.cli.protocol import GuardedHttpToolsProtocol
+
     uvicorn.run(
         "sluice.api.app:create_app",
         factory=True,
         host=args.host,
         port=args.port,
         workers=workers,
+        http=GuardedHttpToolsProtocol,  # header timeout and size bound (workers import it by name)
+        timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
         access_log=False,
         log_level="warning",
     )

@@ -70,6 +70,16 @@ class InvalidRequest(Unprocessable):
     code = "invalid_request"
 
 
+class RateLimited(SluiceError):
+    """A key past its request rate; `retry_after_s` is when the next request would pass."""
+
+    status, code = 429, "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None, **details: Any) -> None:
+        super().__init__(message, field=field, retry_after_s=retry_after_s, **details)
+        self.retry_after_s = retry_after_s
+
+
 class BackendError(SluiceError):
     """The runtime behind a version failed while answering."""
 

@@ -245,3 +245,24 @@ def test_a_job_that_cannot_start_fails_with_its_reason(batch: Container, acme: P
     else:
         job = run_job(batch, acme, path, **options)
     assert job.status == "FAILED" and reason in (job.error or ""), job.error
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)], ids=["022", "027", "077"])
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_results_are_files_like_any_other_following_the_umask(batch: Container, acme: Principal, tmp_path: Path, umask: int, mode: int, fmt: str) -> None:
+    """Parts, error files and the manifest are written aside (from a private temporary folder)
+    and renamed into place: they must come out readable as the umask says, not owner-only."""
+    import os
+
+    rows: list[dict[str, Any]] = iris_rows(1500)
+    rows[3]["sepal_length"] = None
+    path = write_input(tmp_path / "in.csv", rows)
+    previous = os.umask(umask)
+    try:
+        job = run_job(batch, acme, path, deployment="iris", output_format=fmt)
+    finally:
+        os.umask(previous)
+    assert job.status == "SUCCEEDED" and job.rows_failed == 1, job.error
+    written = {p.relative_to(local_path(job.output_uri)).as_posix(): p.stat().st_mode & 0o777 for p in local_path(job.output_uri).rglob("*") if p.is_file()}
+    assert {"_manifest.json", "_SUCCESS", f"part-00000.{fmt}", "errors/part-00000.jsonl"} <= set(written)
+    assert set(written.values()) == {mode}, written

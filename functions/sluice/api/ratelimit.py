@@ -1,0 +1,52 @@
+"""A per-key request rate for the local service (`SLUICE_RATE_LIMIT`), counted by the `limits`
+package in a moving window. Off by default; `limits` is imported only when it is on, and never
+in Lambda, where API Gateway usage plans throttle each tenant instead."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, NoReturn
+
+from sluice.domain.errors import RateLimited
+
+if TYPE_CHECKING:
+    from limits import RateLimitItem
+
+    from sluice.settings import Settings
+
+
+class RateLimit:
+    def __init__(self, spec: str, storage: str = "memory://") -> None:
+        from limits import parse_many
+        from limits.aio.strategies import MovingWindowRateLimiter
+        from limits.storage import storage_from_string
+
+        self.items = parse_many(spec)
+        # The edge runs on the event loop: an async storage never blocks it on a remote store.
+        uri = storage if storage.startswith("async+") else f"async+{storage}"
+        self.strategy = MovingWindowRateLimiter(storage_from_string(uri))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RateLimit | None:
+        return cls(settings.rate_limit, settings.rate_limit_storage) if settings.rate_limit else None
+
+    async def check(self, subject: str) -> None:
+        """Count one request of `subject` (an API key id); RateLimited when it is over."""
+        # Every window is tested before any is counted: a refused request costs nothing.
+        for item in self.items:
+            if not await self.strategy.test(item, "sluice", subject):
+                await self._refuse(item, subject)
+        for item in self.items:
+            if not await self.strategy.hit(item, "sluice", subject):  # another request won the race
+                await self._refuse(item, subject)
+
+    async def _refuse(self, item: RateLimitItem, subject: str) -> NoReturn:
+        stats = await self.strategy.get_window_stats(item, "sluice", subject)
+        wait = max(1, math.ceil(stats.reset_time - time.time()))
+        raise RateLimited(
+            f"this key is over its rate of {item}: retry in {wait} s",
+            field="key",
+            retry_after_s=wait,
+            limit=str(item),
+        )

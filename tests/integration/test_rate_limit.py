@@ -1,0 +1,107 @@
+"""The per-key rate limit of the local service (`SLUICE_RATE_LIMIT`): off by default, and when on,
+a key past its rate gets 429 with Retry-After before its body is read, other keys unaffected."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from sluice.api.app import create_app
+from sluice.settings import Settings
+from sluice.wiring import Container
+from tests.conftest import MODELS, REPO
+from tests.integration.conftest import auth
+from tests.integration.test_edge import IRIS_ROW, MB, _call
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
+
+
+def _limited(tmp_path: Path, acme: Principal, rate: str) -> tuple[Container, str, str]:
+    from sluice.demo import install_demo
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit=rate))
+    install_demo(container, acme, MODELS)
+    _, admin = container.keys.create("acme", ["admin", "predict"])
+    _, other = container.keys.create("acme", ["predict"])
+    return container, admin, other
+
+
+def test_a_key_past_its_rate_gets_429_with_retry_after_and_others_do_not(tmp_path: Path, acme: Principal) -> None:
+    container, key, other = _limited(tmp_path, acme, "3/second")
+    client = TestClient(create_app(container))
+    assert [client.get("/api/v1/models", headers=auth(key)).status_code for _ in range(3)] == [200] * 3
+    refused = client.get("/api/v1/models", headers=auth(key))
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "rate_limited" and refused.json()["field"] == "key"
+    wait = int(refused.headers["Retry-After"])
+    assert wait == 1
+    # the hot route is held to the same rate, and another key of the same tenant is not
+    body = {"deployment": "iris", "features": IRIS_ROW}
+    assert client.post("/api/v1/predictions", json=body, headers=auth(key)).status_code == 429
+    assert client.post("/api/v1/predictions", json=body, headers=auth(other)).status_code == 200
+    time.sleep(wait + 0.1)
+    answered = client.post("/api/v1/predictions", json=body, headers=auth(key))
+    assert answered.status_code == 200 and answered.json()["prediction"] == "setosa"
+
+
+def test_a_burst_bound_and_a_sustained_rate_both_hold(tmp_path: Path, acme: Principal) -> None:
+    container, key, _ = _limited(tmp_path, acme, "4/minute;2/second")
+    client = TestClient(create_app(container))
+    statuses = [client.get("/api/v1/models", headers=auth(key)).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]  # the burst: 2 in a second
+    time.sleep(1.1)
+    statuses = [client.get("/api/v1/models", headers=auth(key)).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]  # 4 in the minute now
+    refused = client.get("/api/v1/models", headers=auth(key))
+    assert "per 1 minute" in refused.json()["error"] and int(refused.headers["Retry-After"]) > 50
+
+
+def test_a_key_over_its_rate_is_refused_before_any_of_the_body_is_read(tmp_path: Path, acme: Principal) -> None:
+    container, key, _ = _limited(tmp_path, acme, "1/minute")
+    app = create_app(container)
+    assert TestClient(app).get("/api/v1/models", headers=auth(key)).status_code == 200
+    for path in ("/api/v1/predictions", "/v2/models/iris/infer", "/api/v1/models"):
+        status, body, read = _call(app, "POST", path, auth(key), [MB] * 50)
+        assert status == 429 and body["code"] == "rate_limited"
+        assert read == 0
+
+
+def test_off_by_default_nothing_changes_and_limits_is_never_imported(tmp_path: Path) -> None:
+    # A process of its own: other tests here import `limits`.
+    script = f"""
+import sys
+from fastapi.testclient import TestClient
+from sluice.api.app import create_app
+from sluice.settings import Settings
+from sluice.wiring import Container
+container = Container.from_settings(Settings(mode="local", home={str(tmp_path)!r}))
+assert container.settings.rate_limit == ""
+_, key = container.keys.create("acme", ["admin"])
+client = TestClient(create_app(container))
+statuses = {{client.get("/api/v1/models", headers={{"Authorization": "Bearer " + key}}).status_code for _ in range(200)}}
+assert statuses == {{200}}, statuses
+assert "limits" not in sys.modules, "limits imported with the rate limit off"
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("rate", ["fast", "10/fortnight", "0/second", "10"])
+def test_a_rate_that_is_not_one_is_refused_naming_the_setting(rate: str) -> None:
+    with pytest.raises(ValidationError, match="SLUICE_RATE_LIMIT"):
+        Settings(mode="local", rate_limit=rate)
+
+
+def test_the_rate_limit_is_refused_on_aws_where_usage_plans_throttle() -> None:
+    with pytest.raises(ValidationError, match="usage plans"):
+        Settings(mode="aws", registry="dynamodb://t", store="s3://b", rate_limit="10/second")
