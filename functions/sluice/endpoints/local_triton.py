@@ -279,6 +279,12 @@ def start(
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
         code = process.poll()
+        failure = None if code is not None else _startup_failure(log_path)
+        if failure:
+            # A fatal line is often the last thing a server prints before it exits: give it a
+            # moment, so a server that exits is reported as exited and one that hangs as hung.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(timeout=2.0)
         if code is not None:
             _forget(home, process.pid)
             tail = log_tail(log_path)
@@ -288,9 +294,8 @@ def start(
                 f"the local Triton exited with code {code} while starting{_hint(tail)}. Its log ({log_path}) ends:\n{tail}",
                 field="triton",
             )
-        if _ready(server):
+        if not failure and _ready(server):
             return server
-        failure = _startup_failure(log_path)
         if failure:
             _terminate(process.pid, timeout_s=5.0)
             _forget(home, process.pid)
