@@ -194,7 +194,7 @@ class Container:
                 cache_stats=cache.stats if cache is not None else None,
             )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
-        self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for)
+        self.models = ModelService(self.registry, self.store, import_prefixes=self.settings.import_prefixes_for, shown_prefixes=self.settings.import_prefixes_shown)
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)

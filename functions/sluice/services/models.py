@@ -34,10 +34,19 @@ def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
 
 
 class ModelService:
-    def __init__(self, registry: Registry, store: ArtifactStore, *, import_prefixes: Callable[[str], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        store: ArtifactStore,
+        *,
+        import_prefixes: Callable[[str], list[str]] | None = None,
+        shown_prefixes: Callable[[str], list[str]] | None = None,
+    ) -> None:
         self.registry = registry
         self.store = store
         self._import_prefixes = import_prefixes or (lambda tenant: [])
+        # How a message names them: a client is never shown a server's folders.
+        self._shown_prefixes = shown_prefixes or (lambda tenant: ["the tenant's import prefixes"] if self._import_prefixes(tenant) else [])
 
     def push(
         self,
@@ -151,7 +160,7 @@ class ModelService:
         if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
             raise Forbidden(
                 "artifact_uri is outside what this tenant may import from: "
-                + (", ".join(allowed) if allowed else "its own artifacts"),
+                + (", ".join(self._shown_prefixes(principal.tenant)) if allowed else "its own artifacts"),
                 field="artifact_uri",
             )
         return self.push(principal, name, self.store.read_external(principal.tenant, uri), **options)
