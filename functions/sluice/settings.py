@@ -241,6 +241,17 @@ class Settings(BaseSettings):
     def import_prefixes_for(self, tenant: str) -> list[str]:
         return [p.format(home=self.home_path, tenant=tenant) for p in self.import_prefixes]
 
+    def import_prefixes_shown(self, tenant: str) -> list[str]:
+        """The same, as a message to a client may say them: the server's folders are not
+        named, the home stands as `$SLUICE_HOME`."""
+        shown = []
+        for prefix in self.import_prefixes:
+            if prefix.startswith("file://") and not prefix.startswith("file://{home}"):
+                shown.append("a folder of the server")
+            else:
+                shown.append(prefix.format(home="$SLUICE_HOME", tenant=tenant))
+        return shown
+
     @property
     def registry_url(self) -> str:
         return self.registry or f"sqlite:///{self.home_path / 'registry.db'}"

@@ -195,7 +195,11 @@ class Container:
             )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
         self.models = ModelService(
-            self.registry, self.store, import_prefixes=self.settings.import_prefixes_for, triton_servers=self.settings.triton_allowlist
+            self.registry,
+            self.store,
+            import_prefixes=self.settings.import_prefixes_for,
+            shown_prefixes=self.settings.import_prefixes_shown,
+            triton_servers=self.settings.triton_allowlist,
         )
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:

@@ -117,3 +117,24 @@ def test_keys_create_list_revoke(client: TestClient, keys: dict[str, str]) -> No
     assert client.post("/api/v1/predictions", json=ROW, headers=auth(created["key"])).status_code == 401
     bad = client.post("/api/v1/keys", json={"scopes": ["root"]}, headers=h)
     assert bad.status_code == 400 and bad.json()["field"] == "scopes"
+
+
+def test_error_messages_name_no_server_folder(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    h = auth(keys["acme"])
+    home = str(demo.settings.home_path)
+    # Outside the import prefixes: the hint names the tenant's prefix relative to the home.
+    r = client.post("/api/v1/models/x/versions", json={"artifact_uri": (MODELS / "iris.onnx").as_uri()}, headers=h)
+    assert r.status_code == 403 and "$SLUICE_HOME/imports/acme/" in r.json()["error"]
+    assert home not in r.text
+    # A version whose artifact went missing from the store: named by its checksum.
+    version = client.get("/api/v1/models/iris/versions/1", headers=h).json()
+    artifacts = demo.settings.home_path / "artifacts"
+    for stored in artifacts.rglob(f"{version['sha256']}*"):
+        stored.unlink()
+    r = client.get("/v2/models/iris/versions/1/ready", headers=h)
+    assert r.status_code == 404 and version["sha256"][:12] in r.json()["error"], r.text
+    assert home not in r.text and "file://" not in r.text
+    # A batch input outside the inbox: the inbox relative to the batch folder.
+    r = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": (MODELS / "iris.onnx").as_uri()}, headers=h)
+    assert r.status_code == 403 and "inbox/acme/" in r.json()["error"], r.text
+    assert home not in r.text

@@ -105,7 +105,7 @@ def test_v2_metadata_ready_and_health(client: TestClient, keys: dict[str, str]) 
         ("/v2/models/iris/infer", {"inputs": [{"name": "other", "shape": [1], "datatype": "FP32", "data": [1]}]}, 400, "inputs.other"),
         ("/v2/models/iris/infer", {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}], "outputs": [{"name": "x"}]}, 400, "outputs.x"),
         ("/v2/models/iris/infer", {"inputs": "nope"}, 422, "inputs"),
-        ("/v2/models/iris/versions/x/infer", {"inputs": []}, 400, "version"),
+        ("/v2/models/iris/versions/x/infer", {"inputs": []}, 422, "version"),
     ],
 )
 def test_bad_requests_get_a_4xx_naming_the_field(client: TestClient, keys: dict[str, str], path: str, body: dict, status: int, field: str) -> None:

@@ -124,3 +124,76 @@ def test_a_bad_policy_names_its_field_through_the_api(client: TestClient, keys: 
     policy = {"kind": "split", "variants": [{"name": "a", "weight": -1, "target": {"kind": "single", "model": "iris", "version": 1}}]}
     r = client.post("/api/v1/deployments", json={"name": "bad", "policy": policy}, headers=auth(keys["acme"]))
     assert r.status_code == 422 and r.json()["field"] == "policy.variants.0.weight"
+
+
+# Numbers from the client: ASCII digits, within 63 bits, or a 422 naming the field.
+BAD_NUMBERS = ["99999999999999999999", "9223372036854775808", "0", "٣", "³", "+3", "3.0"]
+
+
+@pytest.mark.parametrize("bad", BAD_NUMBERS)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v2/models/iris/versions/{v}"),
+        ("GET", "/v2/models/iris/versions/{v}/ready"),
+        ("POST", "/v2/models/iris/versions/{v}/infer"),
+        ("GET", "/api/v1/models/iris/versions/{v}"),
+        ("DELETE", "/api/v1/models/iris/versions/{v}"),
+    ],
+)
+def test_a_version_in_a_path_is_ascii_digits_in_range(client: TestClient, keys: dict[str, str], method: str, path: str, bad: str) -> None:
+    body = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}]}
+    r = client.request(method, path.format(v=bad), headers=auth(keys["acme"]), json=body if method == "POST" else None)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "invalid_request" and r.json()["field"] == "version"
+
+
+def test_a_unicode_digit_is_not_read_as_a_version(client: TestClient, keys: dict[str, str]) -> None:
+    assert client.get("/api/v1/models/iris/versions/1", headers=auth(keys["acme"])).status_code == 200
+    assert client.get("/api/v1/models/iris/versions/\u0661", headers=auth(keys["acme"])).status_code == 422  # Arabic-Indic one
+    assert client.get("/api/v1/models/iris/versions/latest", headers=auth(keys["acme"])).status_code == 200
+
+
+HUGE = 2**66
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/api/v1/predictions", {"deployment": "iris", "features": IRIS_ROW, "version": HUGE}, "version"),
+        ("POST", "/api/v1/deployments", {"name": "big", "model": "iris", "version": HUGE}, "version"),
+        ("POST", "/api/v1/deployments", {"name": "big", "policy": {"kind": "single", "model": "iris", "version": HUGE}}, "policy.version"),
+        ("PUT", "/api/v1/deployments/iris", {"model": "iris", "version": HUGE}, "version"),
+        ("PUT", "/api/v1/deployments/iris", {"model": "iris", "version": 1, "revision": HUGE}, "revision"),
+    ],
+)
+def test_a_number_past_63_bits_in_a_body_is_a_422(client: TestClient, keys: dict[str, str], method: str, path: str, body: dict[str, Any], field: str) -> None:
+    r = client.request(method, path, headers=auth(keys["acme"]), json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field
+
+
+@pytest.mark.parametrize("revision", [str(2**64), "٣", "-1"])
+def test_a_stats_revision_is_validated(client: TestClient, keys: dict[str, str], revision: str) -> None:
+    r = client.get("/api/v1/deployments/iris/stats", params={"revision": revision}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "revision", r.text
+    assert client.get("/api/v1/deployments/iris/stats", params={"revision": "1"}, headers=auth(keys["acme"])).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v2/", "/api/v1/models/", "/healthz/"])
+def test_no_redirect_is_built_from_the_host_header(client: TestClient, keys: dict[str, str], path: str) -> None:
+    r = client.get(path, headers={**auth(keys["acme"]), "host": "evil.example"}, follow_redirects=False)
+    assert not 300 <= r.status_code < 400 and "location" not in r.headers
+    assert "evil.example" not in r.text
+
+
+def test_every_error_a_route_answers_is_documented_with_the_error_shape(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            for status, answer in op["responses"].items():
+                if status.startswith(("4", "5")):
+                    schema = answer["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorOut"}, (method, path, status)
+            if path not in ("/healthz", "/readyz", "/v2", "/v2/health/live", "/v2/health/ready"):
+                assert {"401", "422"} <= set(op["responses"]), (method, path)

@@ -81,6 +81,8 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
         version=__version__,
         description=DESCRIPTION,
         default_response_class=JSONResponse,
+        # A slash redirect is built from the Host header, which the client controls: none.
+        redirect_slashes=False,
     )
     app.state.container = container
     errors.install(app)

@@ -10,8 +10,8 @@ from starlette.background import BackgroundTask
 
 from sluice.api.deps import request_id
 from sluice.api.edge import HotRoute
-from sluice.api.present import pinned_version, plain_body, v2_body
-from sluice.api.responses import JSONResponse
+from sluice.api.present import plain_body, v2_body
+from sluice.api.responses import JSONResponse, errors
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
 
 
 async def infer(
-    container: Container, principal: Principal, body: InferenceRequest, scope: Scope, headers: Headers, name: str, version: str | None = None
+    container: Container, principal: Principal, body: InferenceRequest, scope: Scope, headers: Headers, name: str, version: int | None = None
 ) -> JSONResponse:
     rid = request_id(scope, headers, body.id)
     params = body.parameters or {}
@@ -60,7 +60,7 @@ async def infer(
     request = PredictionRequest(
         deployment=name,
         inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs)),
-        version=pinned_version(version),
+        version=version,
         outputs=wanted,
         variant=params.get("variant"),
         routing_key=str(params.get("routing_key") or "") or None,
@@ -72,21 +72,14 @@ async def infer(
     return _respond(container, v2_body(prediction, request_id=rid, wanted=wanted), rid)
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "The input does not match the version's signature"},
-    401: {"description": "Missing or invalid API key"},
-    404: {"description": "No such deployment in this tenant"},
-    413: {"description": "Too large for a synchronous request; use batch inference"},
-    422: {"description": "The body does not fit the schema"},
-    502: {"description": "The runtime failed"},
-    504: {"description": "No answer within the request budget"},
-}
+ERRORS = errors(400, 401, 403, 404, 413, 422, 502, 503, 504, _404="No such deployment in this tenant")
 
 
 @cache
 def hot_routes() -> list[HotRoute]:
     """The routes the edge answers before the framework, declared once: served by the edge,
     documented in the OpenAPI document from these same declarations."""
+    from sluice.domain.values import VersionNumber
     from sluice.types.api import PredictionRequest as PredictionBody
     from sluice.types.api import PredictionResponse
     from sluice.types.v2 import InferenceRequest, InferenceResponse
@@ -97,6 +90,6 @@ def hot_routes() -> list[HotRoute]:
         HotRoute("POST", "/v2/models/{name}/infer", InferenceRequest, InferenceResponse, infer, "v2: infer", v2, ERRORS),
         HotRoute(
             "POST", "/v2/models/{name}/versions/{version}/infer", InferenceRequest, InferenceResponse, infer,
-            "v2: infer on a pinned version", v2, ERRORS,
+            "v2: infer on a pinned version", v2, ERRORS, params={"version": VersionNumber},
         ),
     ]  # fmt: skip

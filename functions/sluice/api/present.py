@@ -7,19 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.plain import present_rows
 from sluice.codecs.tensors import encode_tensor
-from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
     from sluice.domain.results import Prediction
-
-
-def pinned_version(value: str | None) -> int | None:
-    """A version given in a URL path: ASCII digits, 1 or more, within 64 bits."""
-    if value is None:
-        return None
-    if not (value.isascii() and value.isdigit()) or len(value) > 18 or int(value) < 1:
-        raise BadRequest("model version must be a positive integer", field="version")
-    return int(value)
 
 
 def who_answered(prediction: Prediction) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""JSON responses through orjson, which writes NumPy arrays without a Python-list detour."""
+"""JSON responses through orjson, which writes NumPy arrays without a Python-list detour; and
+the error answers routes document (every one has the shape of `ErrorOut`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,38 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse as _StarletteJSON
 
+from sluice.types.base import ErrorOut
+
 
 class JSONResponse(_StarletteJSON):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+ERROR_MEANINGS = {
+    400: "The request cannot be served as given (e.g. inputs that do not fit the signature)",
+    401: "Missing or invalid API key",
+    403: "The key's scope or tenant does not allow this",
+    404: "No such resource in this tenant",
+    409: "The resource is in use, exists already, or changed meanwhile",
+    413: "The body is over the request size limit",
+    422: "A path, query or body value does not fit the schema",
+    502: "The runtime or service behind sluice failed",
+    503: "A service sluice needs is unavailable, or not configured here",
+    504: "No answer within the request budget",
+}
+
+# What any route that needs a principal may answer; and the management routes besides.
+AUTHENTICATED = (401, 403, 404, 413, 422)
+MANAGEMENT = (*AUTHENTICATED, 400, 409)
+
+
+def errors(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for FastAPI: each status with the error body. `meanings` override the
+    description of a status (`_409="..."`)."""
+    return {
+        code: {"model": ErrorOut, "description": meanings.get(f"_{code}", ERROR_MEANINGS[code])}
+        for code in sorted(set(codes))
+    }

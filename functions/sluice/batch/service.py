@@ -155,8 +155,10 @@ class BatchService:
     def _check_inbox(self, tenant: str, uri: str) -> None:
         inbox = self.paths.inbox(tenant)
         if is_s3(inbox) != is_s3(uri) or not uri.startswith(inbox) or "/../" in uri or "/./" in uri:
+            # A local inbox is a server folder: named relative to the batch folder, not by path.
+            shown = inbox if is_s3(inbox) else f"inbox/{tenant}/ in the server's batch folder"
             raise Forbidden(
-                f"batch inputs must lie in your inbox ({inbox}); upload the file there first",
+                f"batch inputs must lie in your inbox ({shown}); upload the file there first",
                 field="input_uri",
             )
 

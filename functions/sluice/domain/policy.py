@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from sluice.domain.errors import InvalidRequest
+from sluice.domain.values import StrictVersionNumber
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
@@ -65,7 +66,7 @@ class _Node(_Part):
 class Single(_Node):
     kind: Literal["single"] = "single"
     model: Name
-    version: StrictInt = Field(ge=1)
+    version: StrictVersionNumber
 
     def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single:
         return self

@@ -43,11 +43,14 @@ class ModelService:
         *,
         import_prefixes: Callable[[str], list[str]] | None = None,
         triton_servers: tuple[Allowed, ...] = (),
+        shown_prefixes: Callable[[str], list[str]] | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
         self._import_prefixes = import_prefixes or (lambda tenant: [])
         self.triton_servers = triton_servers
+        # How a message names them: a client is never shown a server's folders.
+        self._shown_prefixes = shown_prefixes or (lambda tenant: ["the tenant's import prefixes"] if self._import_prefixes(tenant) else [])
 
     def push(
         self,
@@ -173,7 +176,7 @@ class ModelService:
         if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
             raise Forbidden(
                 "artifact_uri is outside what this tenant may import from: "
-                + (", ".join(allowed) if allowed else "its own artifacts"),
+                + (", ".join(self._shown_prefixes(principal.tenant)) if allowed else "its own artifacts"),
                 field="artifact_uri",
             )
         return self.push(principal, name, self.store.read_external(principal.tenant, uri), **options)

@@ -30,7 +30,7 @@ def artifact_key(tenant: str, digest: str, suffix: str) -> str:
 
 def verify(data: bytes, expected_sha256: str, uri: str) -> bytes:
     if sha256_hex(data) != expected_sha256:
-        raise BackendError(f"artifact {uri} does not match its checksum; refusing to load it")
+        raise BackendError(f"the stored artifact sha256:{expected_sha256[:12]} does not match its checksum; refusing to load it")
     return data
 
 

@@ -52,7 +52,7 @@ class FolderStore:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise NotFound(f"artifact {uri} is missing from the store", field="artifact_uri") from None
+            raise NotFound(f"the artifact sha256:{sha256[:12]} is missing from the store", field="artifact_uri") from None
         return verify(data, sha256, uri)
 
     def owns(self, tenant: str, uri: str) -> bool:

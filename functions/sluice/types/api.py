@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
+from sluice.domain.values import VersionNumber
 from sluice.types.base import WireModel
 
 
@@ -22,7 +23,7 @@ class PredictionRequest(WireModel):
         None, description="One row as {feature: value}, ordered by the version's signature."
     )
     batch: list[Any] | None = Field(None, description="Several rows: feature objects or lists.")
-    version: int | None = Field(None, ge=1, description="Pin a version of the deployment's model.")
+    version: VersionNumber | None = Field(None, description="Pin a version of the deployment's model.")
     request_id: str | None = Field(None, max_length=128)
     routing_key: str | None = Field(
         None, max_length=256, description="Sticky routing for splits (e.g. a user id); also read from the header the policy names."

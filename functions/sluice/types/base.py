@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class WireModel(BaseModel):
@@ -13,3 +15,12 @@ class OpenWireModel(WireModel):
     """For protocol objects whose spec allows extension fields."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True, protected_namespaces=())
+
+
+class ErrorOut(WireModel):
+    """Every error the API answers with, whatever its status."""
+
+    error: str = Field(description="What went wrong, for a person.")
+    code: str = Field(description="A stable, machine-readable name: not_found, invalid_request, …")
+    field: str | None = Field(None, description="The field at fault, dotted: policy.variants.0.weight.")
+    details: dict[str, Any] | None = Field(None, description="More, by error: e.g. every problem of an invalid body.")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from sluice.domain.policy import Node
+from sluice.domain.values import RevisionNumber, VersionNumber
 from sluice.types.base import WireModel
 
 
@@ -68,16 +69,16 @@ class VersionOut(WireModel):
 class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
-    version: int | None = Field(None, ge=1, description="…at this version (default: its latest).")
+    version: VersionNumber | None = Field(None, description="…at this version (default: its latest).")
     policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
     description: str = ""
 
 
 class DeploymentUpdate(WireModel):
     model: str | None = None
-    version: int | None = Field(None, ge=1)
+    version: VersionNumber | None = None
     policy: Node | None = None
-    revision: int | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
+    revision: RevisionNumber | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
 class DeploymentOut(WireModel):

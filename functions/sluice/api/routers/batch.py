@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from sluice.api.deps import ContainerDep, PrincipalDep
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.batch.wire import BatchJobCreate, BatchJobOut, job_out
 
-router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"])
+router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
 
 
 @router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")

@@ -8,9 +8,10 @@ from fastapi import APIRouter
 
 from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.errors import BadRequest
 from sluice.domain.policy import policy_dict
+from sluice.domain.values import RevisionNumber
 from sluice.types.management import (
     DeploymentChangeOut,
     DeploymentCreate,
@@ -20,7 +21,7 @@ from sluice.types.management import (
     Promote,
 )
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
 
 
 def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def delete_deployment(name: str, principal: AdminDep, container: ContainerDep) -
 
 
 @router.get("/{name}/stats", summary="Verdicts: per variant and mirror, traffic, errors, latency, agreement")
-def deployment_stats(name: str, principal: AdminDep, container: ContainerDep, revision: int | None = None) -> JSONResponse:
+def deployment_stats(name: str, principal: AdminDep, container: ContainerDep, revision: RevisionNumber | None = None) -> JSONResponse:
     return JSONResponse(container.deployments.stats(principal, name, revision=revision))
 
 

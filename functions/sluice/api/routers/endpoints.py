@@ -13,10 +13,10 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
 from sluice.api.deps import AdminDep, ContainerDep
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.base import WireModel
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"])
+router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"], responses=errors(*MANAGEMENT, 502, 503))
 
 
 class EndpointCreate(WireModel):

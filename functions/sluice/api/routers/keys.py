@@ -6,10 +6,10 @@ from fastapi import APIRouter
 
 from sluice.api.deps import AdminDep, ContainerDep
 from sluice.api.presenters import key_out
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import KeyCreate, KeyOut
 
-router = APIRouter(prefix="/api/v1/keys", tags=["keys"])
+router = APIRouter(prefix="/api/v1/keys", tags=["keys"], responses=errors(*MANAGEMENT))
 
 
 @router.post("", response_model=KeyOut, status_code=201, summary="Create a key in your tenant (shown once)")

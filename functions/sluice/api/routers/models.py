@@ -7,9 +7,10 @@ from fastapi.concurrency import run_in_threadpool
 
 from sluice.api.deps import AdminDep, ContainerDep, parse_body
 from sluice.api.presenters import model_out, version_out
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain import Model, check_name
 from sluice.domain.errors import BadRequest, NotFound
+from sluice.domain.values import VersionNumber, VersionOrLatest
 from sluice.types.management import (
     ModelCreate,
     ModelOut,
@@ -18,7 +19,7 @@ from sluice.types.management import (
     VersionPushByUri,
 )
 
-router = APIRouter(prefix="/api/v1/models", tags=["models"])
+router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=errors(*MANAGEMENT, 502, 503))
 
 ONNX_BODY = {
     "requestBody": {
@@ -122,10 +123,10 @@ def list_versions(name: str, principal: AdminDep, container: ContainerDep) -> JS
 
 
 @router.get("/{name}/versions/{version}", response_model=VersionOut, summary="Get a version ('latest' works)")
-def get_version(name: str, version: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+def get_version(name: str, version: VersionOrLatest, principal: AdminDep, container: ContainerDep) -> JSONResponse:
     return JSONResponse(version_out(container.models.get_version(principal, name, version)))
 
 
 @router.delete("/{name}/versions/{version}", status_code=204, summary="Delete a version no deployment uses")
-def delete_version(name: str, version: int, principal: AdminDep, container: ContainerDep) -> None:
+def delete_version(name: str, version: VersionNumber, principal: AdminDep, container: ContainerDep) -> None:
     container.models.delete_version(principal, name, version)

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from sluice.api.deps import ContainerDep, PrincipalDep
-from sluice.api.present import pinned_version
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
+from sluice.domain.values import VersionNumber
 from sluice.types.v2 import MetadataModelResponse, ModelReadyResponse
 
 if TYPE_CHECKING:
     from sluice.domain.results import Resolved
 
-router = APIRouter(tags=["v2 (Open Inference Protocol)"])
+router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
 
 PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "sagemaker_triton"}
 
@@ -44,12 +44,12 @@ async def model_metadata(name: str, principal: PrincipalDep, container: Containe
 
 
 @router.get("/v2/models/{name}/versions/{version}", response_model=MetadataModelResponse, summary="v2: model version metadata")
-async def model_version_metadata(name: str, version: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(_metadata(await container.predictions.resolve(principal, name, version=pinned_version(version))))
+async def model_version_metadata(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(_metadata(await container.predictions.resolve(principal, name, version=version)))
 
 
-async def _ready(name: str, version: str | None, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    resolved = await container.predictions.resolve(principal, name, version=pinned_version(version))
+async def _ready(name: str, version: int | None, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    resolved = await container.predictions.resolve(principal, name, version=version)
     runtime = container.runtimes.get(resolved.version.runtime)
     ready = runtime is not None
     if runtime is not None:
@@ -63,5 +63,5 @@ async def model_ready(name: str, principal: PrincipalDep, container: ContainerDe
 
 
 @router.get("/v2/models/{name}/versions/{version}/ready", response_model=ModelReadyResponse, summary="v2: model version ready")
-async def model_version_ready(name: str, version: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+async def model_version_ready(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
     return await _ready(name, version, principal, container)
