@@ -4,9 +4,6 @@ standard Open Inference Protocol client (tritonclient) talking to the v2 endpoin
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -15,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS
+from tests.e2e.conftest import running_sluice
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -23,46 +21,11 @@ if TYPE_CHECKING:
 SETOSA = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     home: Path = tmp_path_factory.mktemp("home")
-    port = free_port()
-    env = {**os.environ, "SLUICE_HOME": str(home)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice.cli", "serve", "--demo", "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"sluice serve exited: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("sluice serve did not become healthy in 60 s")
-            time.sleep(0.2)
-        key = (home / "admin-key").read_text().strip()
-        yield base, key
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with running_sluice(home, dict(os.environ), "--demo", "--workers", "2") as (port, key):
+        yield f"http://127.0.0.1:{port}", key
 
 
 def test_simple_json_over_http(service: tuple[str, str]) -> None:

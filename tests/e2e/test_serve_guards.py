@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
-from tests.e2e.test_local_service import free_port
+from tests.e2e.conftest import running_sluice
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -26,7 +24,6 @@ HEADER_TIMEOUT_S = 1.0
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, Path]]:
     home: Path = tmp_path_factory.mktemp("home")
-    port = free_port()
     env = {
         **os.environ,
         "SLUICE_HOME": str(home),
@@ -35,34 +32,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str
         "SLUICE_KEEPALIVE_TIMEOUT_S": "1",
         "SLUICE_RATE_LIMIT": "5/second",
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice.cli", "serve", "--port", str(port), "--workers", "1"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        umask=0,  # the admin key must be owner-only regardless
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"sluice serve exited: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("sluice serve did not become healthy in 60 s")
-            time.sleep(0.2)
-        yield port, (home / "admin-key").read_text().strip(), home
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with running_sluice(home, env, "--workers", "1", umask=0) as (port, key):  # the admin key: owner-only regardless
+        yield port, key, home
 
 
 def _closed_after(sock: socket.socket, started: float, limit_s: float) -> tuple[float, bytes]:
