@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from sluice import __version__
 from sluice.api import errors
-from sluice.api.deps import authenticate, container_of
+from sluice.api.deps import authenticate, container_of, known_principal
 from sluice.api.edge import BodyLimit, Edge, openapi_routes
 from sluice.api.responses import JSONResponse
 
@@ -87,8 +87,12 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
     app.state.container = container
     errors.install(app)
 
-    def limit() -> int:
-        return max_request_bytes or container_of(app).settings.max_request_bytes
+    known: list[int] = []
 
-    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate), limit)
+    def limit() -> int:
+        if not known:  # settings are read once per process
+            known.append(max_request_bytes or container_of(app).settings.max_request_bytes)
+        return known[0]
+
+    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
     return app

@@ -58,14 +58,22 @@ def container_of(app: Any) -> Container:
     return container
 
 
-async def authenticate(scope: Scope, headers: Headers, container: Container) -> Principal:
-    """`principal_of` for the event loop: a key not cached is looked up in a thread."""
+def known_principal(scope: Scope, headers: Headers, container: Container) -> Principal | None:
+    """The principal when it needs no registry read (an authorizer's context, a key checked
+    recently), else None; raises when there is no credential at all."""
     if scope.get("aws.event") is None:
         key = _bearer(headers)
         if key:
-            found = container.keys.cached(key)
-            return found if found is not None else await asyncio.to_thread(container.keys.authenticate, key)
+            return container.keys.cached(key)
     return principal_of(scope, headers, container)
+
+
+async def authenticate(scope: Scope, headers: Headers, container: Container) -> Principal:
+    """`principal_of` for the event loop: a key not cached is looked up in a thread."""
+    found = known_principal(scope, headers, container)
+    if found is not None:
+        return found
+    return await asyncio.to_thread(container.keys.authenticate, _bearer(headers) or "")
 
 
 def principal_of(scope: Scope, headers: Headers, container: Container) -> Principal:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,7 +25,7 @@ from starlette.routing import compile_path
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.domain.errors import PayloadTooLarge
-from sluice.registry.scope import use_tenant
+from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -69,12 +70,15 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.limit()
-        declared = Headers(scope=scope).get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await error_response(too_large(limit))(scope, receive, send)
+        declared = _content_length(scope)
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > limit:
+                await error_response(too_large(limit))(scope, receive, send)
+                return
+            # The server delivers no more than a declared length: nothing left to count.
+            await self.app(scope, receive, send)
             return
         seen = 0
-        started = False
 
         async def bounded() -> Message:
             nonlocal seen
@@ -85,16 +89,20 @@ class BodyLimit:
                     raise BodyTooLarge(limit)
             return message
 
-        async def watch(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
         try:
-            await self.app(scope, bounded, watch)
+            await self.app(scope, bounded, send)
         except BodyTooLarge:
-            if not started:
+            # Whoever read the body had not answered yet (a framework passes the exception on
+            # before it starts a response).
+            with contextlib.suppress(RuntimeError):
                 await error_response(too_large(limit))(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.decode("latin-1")
+    return None
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -125,10 +133,13 @@ class HotRoute:
     def __post_init__(self) -> None:
         regex, _, _ = compile_path(self.path)
         object.__setattr__(self, "_regex", regex)
+        object.__setattr__(self, "_prefix", self.path.split("{", 1)[0])
         object.__setattr__(self, "_adapters", {name: TypeAdapter(kind) for name, kind in self.params.items()})
 
     def parse_params(self, raw: dict[str, str]) -> dict[str, Any]:
         """Path values as their declared types; a bad one is a 422 naming it, as FastAPI's are."""
+        if not self._adapters:  # type: ignore[attr-defined]
+            return raw
         out: dict[str, Any] = dict(raw)
         problems: list[Any] = []
         for name, adapter in self._adapters.items():  # type: ignore[attr-defined]
@@ -142,7 +153,7 @@ class HotRoute:
         return out
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
-        if method != self.method:
+        if method != self.method or not path.startswith(self._prefix):  # type: ignore[attr-defined]
             return None
         found = self._regex.match(path)  # type: ignore[attr-defined]
         return found.groupdict() if found else None
@@ -155,11 +166,14 @@ class Edge:
         routes: Callable[[], list[HotRoute]],
         container: Callable[[], Container],
         authenticate: Callable[[Scope, Headers, Container], Awaitable[Principal]],
+        known: Callable[[Scope, Headers, Container], Principal | None] | None = None,
     ) -> None:
         self.app = app
         self.routes = routes
         self.container = container
         self.authenticate = authenticate
+        self.known = known  # the synchronous fast path: no coroutine when nothing is read
+        self._routes: list[HotRoute] | None = None
         self._rate_limit: RateLimit | None = None
         self._rate_limit_read = False  # the settings are the container's: read on the first request
 
@@ -170,7 +184,9 @@ class Edge:
         headers = Headers(scope=scope)
         try:
             container = self.container()
-            principal = await self.authenticate(scope, headers, container)
+            principal = self.known(scope, headers, container) if self.known else None
+            if principal is None:
+                principal = await self.authenticate(scope, headers, container)
         except Exception as exc:  # a 401, or the registry down: answered before the body is read
             await error_response(exc, scope["path"])(scope, receive, send)
             return
@@ -183,15 +199,20 @@ class Edge:
             except Exception as exc:  # a 429 with Retry-After, the body still unread
                 await error_response(exc, scope["path"])(scope, receive, send)
                 return
-        with use_tenant(principal.tenant):  # the registry acts for this tenant alone
+        token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
+        try:
             if scope["method"] == "POST":
-                for route in self.routes():
+                if self._routes is None:
+                    self._routes = self.routes()
+                for route in self._routes:
                     params = route.match("POST", scope["path"])
                     if params is not None:
                         response = await self._answer(route, params, container, principal, scope, headers, receive)
                         await response(scope, receive, send)
                         return
             await self.app(scope, receive, send)
+        finally:
+            unbind_tenant(token)
 
     async def _answer(
         self, route: HotRoute, params: dict[str, str], container: Container, principal: Principal, scope: Scope, headers: Headers, receive: Receive

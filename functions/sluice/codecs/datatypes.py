@@ -59,10 +59,12 @@ def numpy_of_v2(datatype: str) -> np.dtype:
 def holds_bool(data: object) -> bool:
     """Whether JSON values (a scalar, or lists nested any way) hold a true or false. JSON
     booleans are not numbers: NumPy would quietly read them as 1 and 0."""
-    if type(data) is bool:
+    kind = type(data)
+    if kind is bool:
         return True
-    if type(data) is not list or not data:
+    if kind is not list:
         return False
-    if type(data[0]) is list:
-        return any(holds_bool(item) for item in data)
-    return bool in map(type, data) or (list in map(type, data) and any(holds_bool(item) for item in data))
+    kinds = set(map(type, data))  # one pass in C over a row or a flat tensor
+    if bool in kinds:
+        return True
+    return list in kinds and any(holds_bool(item) for item in data if type(item) is list)

@@ -51,7 +51,7 @@ class ArrayInputs:
 Inputs = RowInputs | TensorInputs | ArrayInputs
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built on every request: a frozen dataclass's __init__ costs more
 class PredictionRequest:
     deployment: str
     inputs: Inputs

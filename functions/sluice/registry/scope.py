@@ -20,6 +20,15 @@ def bound_tenant() -> str | None:
     return _current.get()
 
 
+def bind_tenant(tenant: str) -> contextvars.Token[str | None]:
+    """`use_tenant` without a context manager, for the request path: `unbind_tenant(token)`."""
+    return _current.set(tenant)
+
+
+def unbind_tenant(token: contextvars.Token[str | None]) -> None:
+    _current.reset(token)
+
+
 @contextmanager
 def use_tenant(tenant: str) -> Iterator[None]:
     """Registry calls made inside this block (threads started from it included, as

@@ -36,6 +36,7 @@ MAX_REF_DEPTH = 8
 
 class Lookups(Protocol):
     async def node_of(self, tenant: str, deployment: str) -> Node: ...
+    def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None: ...
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion: ...
     async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]: ...
     async def assign(self, tenant: str, deployment: str, request_id: str, variant: str) -> None: ...
@@ -84,7 +85,9 @@ class PolicyRunner:
         return await self._by_kind[node.kind](node, call, arrays, depth)  # type: ignore[operator]
 
     async def _single(self, node: Single, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
-        version = await self.lookups.version_of(call.tenant, node.model, node.version)
+        version = self.lookups.cached_version(call.tenant, node.model, node.version)
+        if version is None:
+            version = await self.lookups.version_of(call.tenant, node.model, node.version)
         runtime = self.runtimes.get(version.runtime)
         if runtime is None:
             raise Unavailable(f"runtime '{version.runtime}' is not configured here", field="runtime")

@@ -161,12 +161,18 @@ class PredictionService:
     # Resolving, cached briefly per container; a miss reads in a thread ---------------------
     async def resolve(self, principal: Principal, deployment: str, *, version: int | None = None) -> Resolved:
         principal.require("predict")
-        dep, node = await self.deployment_of(principal.tenant, deployment)
-        first = await self._primary(principal.tenant, node)
+        tenant = principal.tenant
+        # Cache hits stay synchronous: an `await` costs even when nothing waits.
+        found = self._deployments.get((tenant, deployment))
+        dep, node = found if found is not None else await self.deployment_of(tenant, deployment)
+        first = node if node.kind == "single" else await self._primary(tenant, node)
         if version is not None:
             # A pinned version of the primary model answers alone.
             node = first = Single(model=first.model, version=version)
-        return Resolved(dep, node, await self.version_of(principal.tenant, first.model, first.version))
+        answering = self.cached_version(tenant, first.model, first.version)  # type: ignore[union-attr]
+        if answering is None:
+            answering = await self.version_of(tenant, first.model, first.version)  # type: ignore[union-attr]
+        return Resolved(dep, node, answering)
 
     async def _primary(self, tenant: str, node: Node) -> Single:
         """The version whose signature describes the input: the first branch all the way
@@ -192,6 +198,9 @@ class PredictionService:
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
         return (await self.deployment_of(tenant, deployment))[1]
+
+    def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None:
+        return self._versions.get((tenant, model, number))
 
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion:
         key = (tenant, model, number)
