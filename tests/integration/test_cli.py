@@ -103,3 +103,12 @@ def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFix
     assert code == 2 and "[config]" in err
     code, _, err = run(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
     assert code == 2 and "error: the Triton server is not reachable" in err
+
+
+@pytest.mark.parametrize("version", ["٣", "³", "99999999999999999999", "0", "-1"])
+def test_a_version_on_the_command_line_is_ascii_digits_within_64_bits(capsys: pytest.CaptureFixture[str], version: str) -> None:
+    run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["predict", "iris", "--features", "{}", "--version", version])
+    assert exited.value.code == 2
+    assert "--version" in capsys.readouterr().err

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
     from sluice.batch.runner import BatchRunner
+    from sluice.clients import AwsClients
     from sluice.domain.jobs import BatchJob
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,10 @@ def _message(error: BaseException) -> str:
 class StepFunctionsOrchestrator:
     """Starts the batch state machine; the execution is named after the job."""
 
-    def __init__(self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None) -> None:
+    def __init__(
+        self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None, clients: AwsClients | None = None
+    ) -> None:
+        self._clients = clients
         if ":stateMachine:" not in state_machine_arn:
             raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
         self.state_machine_arn = state_machine_arn
@@ -176,20 +180,18 @@ class StepFunctionsOrchestrator:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str, *, region: str | None = None) -> StepFunctionsOrchestrator:
-        return cls(url[len("stepfunctions://") :], region=region)
+    def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> StepFunctionsOrchestrator:
+        return cls(url[len("stepfunctions://") :], region=region, clients=clients)
 
     @property
     def client(self) -> SFNClient:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    import boto3
-                    from botocore.config import Config
+                    from sluice.clients import default_clients
 
-                    self._client = boto3.session.Session().client(
-                        "stepfunctions", region_name=self.region, config=Config(retries={"mode": "standard"})
-                    )
+                    clients = self._clients or default_clients(self.region)
+                    self._client = clients.client("stepfunctions", region=self.region)
         return self._client
 
     def execution_arn(self, job: BatchJob) -> str:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import get_container, operator, print_json, table
+from sluice.cli.common import count, get_container, operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
@@ -158,7 +158,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     run.add_argument("file")
     job_options(run)
     run.add_argument("--out", help="output folder (default: <file>-scored next to the input)")
-    run.add_argument("--concurrency", type=int, default=0, help="chunks scored at once (default: one per core)")
+    run.add_argument("--concurrency", type=count, default=0, help="chunks scored at once (default: one per core)")
     run.set_defaults(func=cmd_batch_run)
 
     submit = batch.add_parser("submit", help="start a job through the configured orchestrator")
@@ -172,7 +172,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     status.set_defaults(func=cmd_batch_status)
 
     listing = batch.add_parser("list", help="the tenant's jobs, newest first")
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--limit", type=count, default=20)
     listing.set_defaults(func=cmd_batch_list)
 
     cancel = batch.add_parser("cancel", help="cancel a job")

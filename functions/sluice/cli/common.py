@@ -3,6 +3,7 @@ the two ways of printing an answer (a JSON document, or a table)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,3 +54,18 @@ def load_json_arg(value: str, what: str) -> Any:
 
 def feature_names(value: str | None) -> list[str] | None:
     return [n.strip() for n in value.split(",")] if value else None
+
+
+def count(text: str) -> int:
+    """A whole number on the command line: ASCII digits only (`int()` would read `٣` as 3),
+    within 64 bits, so every store can hold it."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (ASCII digits)")
+    return int(text)
+
+
+def version_number(text: str) -> int:
+    value = count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("a version is a positive integer")
+    return value

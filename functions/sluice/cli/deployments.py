@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import get_container, load_json_arg, operator, print_json, table
+from sluice.cli.common import (
+    get_container,
+    load_json_arg,
+    operator,
+    print_json,
+    table,
+    version_number,
+)
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -117,7 +124,7 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p = deps.add_parser(name, help=help_text)
         p.add_argument("name")
         p.add_argument("--model")
-        p.add_argument("--version", type=int, help="default: the model's latest version")
+        p.add_argument("--version", type=version_number, help="default: the model's latest version")
         p.add_argument("--policy", help="a policy as JSON, or @file.json")
         if name == "create":
             p.add_argument("--description", default="")

@@ -17,6 +17,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from sluice.cli.common import count
 from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -136,12 +137,12 @@ def add_endpoint_commands(subparsers: Any) -> None:
     deploy = actions.add_parser("deploy", help="build, upload and deploy the deployment's versions to a SageMaker endpoint")
     deploy.add_argument("name", help="the deployment (one version, or a split of versions)")
     deploy.add_argument("--instance-type", required=True, help="e.g. ml.g5.xlarge (GPU) or ml.c5.xlarge (CPU image)")
-    deploy.add_argument("--instance-count", type=int, default=1, help="instances per variant at creation (default 1)")
-    deploy.add_argument("--min", type=int, help="autoscaling: fewest instances per variant")
-    deploy.add_argument("--max", type=int, help="autoscaling: most instances per variant")
+    deploy.add_argument("--instance-count", type=count, default=1, help="instances per variant at creation (default 1)")
+    deploy.add_argument("--min", type=count, help="autoscaling: fewest instances per variant")
+    deploy.add_argument("--max", type=count, help="autoscaling: most instances per variant")
     deploy.add_argument("--target", type=float, help="autoscaling: invocations per instance per minute to hold (default 100)")
     deploy.add_argument("--triton-version", help="SageMaker Triton image version (default: SLUICE_SAGEMAKER_TRITON_VERSION)")
-    deploy.add_argument("--max-batch-size", type=int, help="Triton max_batch_size (default 64 when the model batches)")
+    deploy.add_argument("--max-batch-size", type=count, help="Triton max_batch_size (default 64 when the model batches)")
     _waiting(deploy)
     deploy.set_defaults(func=cmd_deploy)
 
@@ -152,9 +153,9 @@ def add_endpoint_commands(subparsers: Any) -> None:
 
     scale = actions.add_parser("scale", help="change autoscaling range, target or instance count")
     scale.add_argument("name")
-    scale.add_argument("--min", type=int)
-    scale.add_argument("--max", type=int)
-    scale.add_argument("--desired", type=int, help="instances now, within the autoscaling range")
+    scale.add_argument("--min", type=count)
+    scale.add_argument("--max", type=count)
+    scale.add_argument("--desired", type=count, help="instances now, within the autoscaling range")
     scale.add_argument("--target", type=float, help="invocations per instance per minute")
     scale.add_argument("--variant", help="only this variant (default: every one)")
     scale.set_defaults(func=cmd_scale)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, load_json_arg, operator, print_json
+from sluice.cli.common import get_container, load_json_arg, operator, print_json, version_number
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
     predict.add_argument("--features", help='one row as JSON: {"name": value, ...}')
     predict.add_argument("--inputs", help="rows as JSON: [[...], ...] or {input: rows}")
     predict.add_argument("--batch", help="several rows as JSON, or @file.json")
-    predict.add_argument("--version", type=int)
+    predict.add_argument("--version", type=version_number)
     predict.add_argument("--routing-key", help="sticky routing key for splits (e.g. a user id)")
     predict.add_argument("--variant", help="ask for a split's variant by name")
     predict.set_defaults(func=cmd_predict)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, operator
+from sluice.cli.common import count, get_container, operator
 
 if TYPE_CHECKING:
     import argparse
@@ -64,7 +64,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = sub.add_parser("serve", help="run the API on this machine")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=0, help="uvicorn worker processes (default: one per core)")
+    serve.add_argument("--port", type=count, default=8000)
+    serve.add_argument("--workers", type=count, default=0, help="uvicorn worker processes (default: one per core)")
     serve.add_argument("--demo", action="store_true", help="register the demo models and deployments")
     serve.set_defaults(func=cmd_serve)

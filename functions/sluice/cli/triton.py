@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sluice.cli.common import count
 from sluice.domain.errors import BadRequest
 from sluice.endpoints.local_triton import DEFAULT_HTTP_PORT
 
@@ -114,7 +115,7 @@ def add_triton_commands(subparsers: Any) -> None:
     actions = triton.add_subparsers(dest="action", required=True)
 
     up = actions.add_parser("up", help="start a local Triton (CPU) on a model repository folder")
-    up.add_argument("--port", type=int, default=DEFAULT_HTTP_PORT, help=f"HTTP port; gRPC and SageMaker take the next two (default {DEFAULT_HTTP_PORT})")
+    up.add_argument("--port", type=count, default=DEFAULT_HTTP_PORT, help=f"HTTP port; gRPC and SageMaker take the next two (default {DEFAULT_HTTP_PORT})")
     up.add_argument("--models", help="model repository folder (default: <SLUICE_HOME>/triton/models)")
     up.add_argument("--default-model", help="the model the SageMaker port's /invocations serves (default: the only one)")
     up.add_argument("--env", help="the Triton virtualenv (default: SLUICE_TRITON_ENV, ./.venv-triton, ~/.sluice/triton-env)")
@@ -129,11 +130,11 @@ def add_triton_commands(subparsers: Any) -> None:
     repo.add_argument("--flavour", choices=("local", "sagemaker"), required=True, help="local: python backend for `triton up`; sagemaker: the GPU container's onnxruntime config")
     repo.add_argument("--out", required=True, help="a folder, or a path ending in .tar.gz for SageMaker's model.tar.gz")
     repo.add_argument("--name", help="Triton model name (default: the model's name)")
-    repo.add_argument("--max-batch-size", type=int, help="0 turns batching off (default: 64 when the model has a dynamic batch axis)")
-    repo.add_argument("--preferred-batch-size", type=int, action="append", help="dynamic batching's preferred size; repeat for several")
-    repo.add_argument("--max-queue-delay-us", type=int, default=100, help="how long dynamic batching waits to fill a batch (default 100)")
+    repo.add_argument("--max-batch-size", type=count, help="0 turns batching off (default: 64 when the model has a dynamic batch axis)")
+    repo.add_argument("--preferred-batch-size", type=count, action="append", help="dynamic batching's preferred size; repeat for several")
+    repo.add_argument("--max-queue-delay-us", type=count, default=100, help="how long dynamic batching waits to fill a batch (default 100)")
     repo.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), help="default: KIND_GPU for sagemaker, KIND_CPU for local")
-    repo.add_argument("--instance-count", type=int, default=1, help="model instances per device (default 1)")
+    repo.add_argument("--instance-count", type=count, default=1, help="model instances per device (default 1)")
     repo.add_argument("--tensorrt-fp16", action="store_true", help="sagemaker: run through ONNX Runtime's TensorRT provider at FP16")
     repo.set_defaults(func=cmd_triton_repo)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
+    from sluice.clients import AwsClients
     from sluice.services.shadow import ShadowRunner
     from sluice.shadow.jobs import ShadowJob
     from sluice.storage import ArtifactStore
@@ -68,22 +69,25 @@ class LocalMirror:
 class LambdaMirror:
     """An asynchronous invoke of the shadow handler; bodies over the limit travel through S3."""
 
-    def __init__(self, function_name: str, store: ArtifactStore, *, client: Any = None, region: str | None = None) -> None:
+    def __init__(
+        self, function_name: str, store: ArtifactStore, *, client: Any = None, region: str | None = None, clients: AwsClients | None = None
+    ) -> None:
         self.function_name = function_name
+        self._clients = clients
         self.store = store
         self._client = client
         self._region = region
 
     @classmethod
-    def from_url(cls, url: str, store: ArtifactStore, *, region: str | None = None) -> LambdaMirror:
-        return cls(url.removeprefix("lambda://"), store, region=region)
+    def from_url(cls, url: str, store: ArtifactStore, *, region: str | None = None, clients: AwsClients | None = None) -> LambdaMirror:
+        return cls(url.removeprefix("lambda://"), store, region=region, clients=clients)
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            import boto3
+            from sluice.clients import default_clients
 
-            self._client = boto3.client("lambda", region_name=self._region)
+            self._client = (self._clients or default_clients(self._region)).client("lambda", region=self._region)
         return self._client
 
     def payload(self, job: ShadowJob) -> bytes:

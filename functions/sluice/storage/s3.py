@@ -34,6 +34,8 @@ from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from sluice.clients import AwsClients
+
 _MISSING = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
 _DENIED = frozenset({"AccessDenied", "AllAccessDisabled", "403"})
 _THROTTLED = frozenset(
@@ -68,8 +70,10 @@ class S3Store:
         region: str | None = None,
         server_side_encryption: str = "aws:kms",
         kms_key_id: str | None = None,
+        clients: AwsClients | None = None,
     ) -> None:
         self.bucket = bucket
+        self._clients = clients
         self.prefix = prefix.strip("/")
         self.region = region
         self.server_side_encryption = server_side_encryption
@@ -79,22 +83,18 @@ class S3Store:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str, *, region: str | None = None) -> S3Store:
+    def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> S3Store:
         bucket, prefix = parse_s3_url(url)
-        return cls(bucket, prefix, region=region)
+        return cls(bucket, prefix, region=region, clients=clients)
 
     @property
     def client(self) -> S3Client:
         if self._client is None:
-            # boto3's default session is not thread-safe: build one session, once.
             with self._lock:
                 if self._client is None:
-                    import boto3
-                    from botocore.config import Config
+                    from sluice.clients import default_clients
 
-                    self._client = boto3.session.Session().client(
-                        "s3", region_name=self.region, config=Config(retries={"mode": "standard"})
-                    )
+                    self._client = (self._clients or default_clients(self.region)).client("s3", region=self.region)
         return self._client
 
     def _uri(self, key: str) -> str:
