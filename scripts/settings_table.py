@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functions"))
 
-from pydantic_core import PydanticUndefined  # noqa: E402
+from pydantic_core import PydanticUndefined
 
-from sluice.settings import Settings  # noqa: E402
+from sluice.settings import Settings
 
 # Defaults that depend on where the code runs, as a reader should see them.
 SHOWN = {
