@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 def options(max_request_bytes: int) -> list[tuple[str, int]]:
     # The HTTP body limit, as gRPC's own: a larger message is refused (RESOURCE_EXHAUSTED)
     # before it is parsed.
-    return [("grpc.max_receive_message_length", max_request_bytes), ("grpc.max_send_message_length", -1)]
+    # No SO_REUSEPORT: a port another process holds is an error, not a silent second server.
+    return [
+        ("grpc.max_receive_message_length", max_request_bytes),
+        ("grpc.max_send_message_length", -1),
+        ("grpc.so_reuseport", 0),
+    ]
 
 
 async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Server, int]:

@@ -205,3 +205,11 @@ def test_asyncio_client_and_stream(grpc_url: str, keys: dict[str, str]) -> None:
     labels, seen = asyncio.run(go())
     assert labels == [b"virginica"]
     assert seen[0] == "a" and "nope" in seen[1]
+
+
+def test_a_port_in_use_is_an_error(grpc_url: str, served: Container) -> None:
+    from sluice.grpc_service.server import start
+
+    port = int(grpc_url.rsplit(":", 1)[1])
+    with pytest.raises(RuntimeError):
+        asyncio.run(start(served, "127.0.0.1", port))
