@@ -8,6 +8,7 @@ their REST twins need none. Errors are gRPC status codes with the REST API's mes
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -103,8 +104,6 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request: Any, context: ServicerContext) -> Any:
-        import asyncio
-
         return pb.ServerReadyResponse(ready=await asyncio.to_thread(_registry_answers, self.container))
 
     async def ServerMetadata(self, request: Any, context: ServicerContext) -> Any:
@@ -179,10 +178,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
         service = self.container.predictions
         prediction = await service.predict(principal, core)
-        if service.stats.due():
-            import asyncio
-
-            await asyncio.to_thread(service.flush_stats_if_due)
+        if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
+            asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         return response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
 
 
