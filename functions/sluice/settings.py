@@ -171,6 +171,13 @@ class Settings(BaseSettings):
     keepalive_timeout_s: float = Field(
         default=5.0, gt=0, description="`sluice serve`: seconds an idle connection stays open between requests."
     )
+    grpc_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`); 0: off. "
+        "Not on AWS: API Gateway cannot carry gRPC.",
+    )
     rate_limit: str = Field(
         default="",
         description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "

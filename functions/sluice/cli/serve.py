@@ -9,13 +9,14 @@ from sluice.cli.common import count, get_container, operator
 
 if TYPE_CHECKING:
     import argparse
+    from multiprocessing.process import BaseProcess
+
+    from sluice.settings import Settings
 
 ADMIN_KEY_FILE = "admin-key"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from sluice.settings import get_settings
 
     settings = get_settings()
@@ -47,18 +48,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     from sluice.cli.protocol import GuardedHttpToolsProtocol
 
+    grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.grpc_port)
+    try:
+        _run_http(args, settings, workers, GuardedHttpToolsProtocol)
+    finally:
+        if grpc is not None:
+            grpc.terminate()
+            grpc.join(5)
+    return 0
+
+
+def _start_grpc(host: str, port: int) -> BaseProcess | None:
+    """The gRPC server, in a process of its own beside uvicorn's workers (none when port is 0)."""
+    if not port:
+        return None
+    if port > 65535:
+        raise SystemExit(f"--grpc-port {port} is not a port (1-65535)")
+    from sluice.grpc_service.server import start_process
+
+    return start_process(host, port)
+
+
+def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type) -> None:
+    import uvicorn
+
     uvicorn.run(
         "sluice.api.app:create_app",
         factory=True,
         host=args.host,
         port=args.port,
         workers=workers,
-        http=GuardedHttpToolsProtocol,  # header timeout and size bound (workers import it by name)
+        http=protocol,  # header timeout and size bound (workers import it by name)
         timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
         access_log=False,
         log_level="warning",
     )
-    return 0
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,5 +90,8 @@ def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=count, default=8000)
     serve.add_argument("--workers", type=count, default=0, help="uvicorn worker processes (default: one per core)")
+    serve.add_argument(
+        "--grpc-port", type=count, default=None, help="also serve the Open Inference Protocol over gRPC on this port (default: SLUICE_GRPC_PORT, 0: off)"
+    )
     serve.add_argument("--demo", action="store_true", help="register the demo models and deployments")
     serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,213 @@
+"""`GRPCInferenceService`: the Open Inference Protocol's RPCs on the same core as the REST API.
+
+Every RPC that names a model authenticates first (`authorization: Bearer <key>` or
+`x-api-key` metadata, the HTTP edge's rules), binds the tenant for the registry, and then makes
+the same call the REST route makes. Server liveness, readiness and metadata need no key, as
+their REST twins need none. Errors are gRPC status codes with the REST API's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+from sluice import __version__
+from sluice.api.deps import authenticate, request_id
+from sluice.api.present import who_answered
+from sluice.api.ratelimit import RateLimit
+from sluice.api.routers.health import _registry_answers
+from sluice.api.routers.v2 import _metadata
+from sluice.domain.errors import InvalidInput, SluiceError
+from sluice.domain.requests import PredictionRequest, TensorInputs
+from sluice.grpc_service.tensors import response_of, tensors_of
+from sluice.observability import get_logger
+from sluice.registry.scope import use_tenant
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from grpc.aio import ServicerContext
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+Code = grpc.StatusCode
+CODES = {
+    400: Code.INVALID_ARGUMENT,
+    422: Code.INVALID_ARGUMENT,
+    401: Code.UNAUTHENTICATED,
+    403: Code.PERMISSION_DENIED,
+    404: Code.NOT_FOUND,
+    413: Code.RESOURCE_EXHAUSTED,
+    429: Code.RESOURCE_EXHAUSTED,
+    502: Code.UNAVAILABLE,
+    503: Code.UNAVAILABLE,
+    504: Code.DEADLINE_EXCEEDED,
+}
+INTERNAL = "internal error; it has been logged"
+
+
+def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """An exception as the status, message and trailing metadata a client sees."""
+    if isinstance(exc, SluiceError):
+        code = CODES.get(exc.status)
+        if exc.status == 409:
+            code = Code.ALREADY_EXISTS if "already" in exc.message else Code.FAILED_PRECONDITION
+        if code is None:
+            return Code.INTERNAL, INTERNAL, ()
+        trailer = [("sluice-code", exc.code)]
+        if exc.field is not None:
+            trailer.append(("sluice-field", exc.field))
+        retry = exc.details.get("retry_after_s")
+        if retry is not None:
+            trailer.append(("retry-after", str(retry)))
+        return code, exc.message, tuple(trailer)
+    get_logger().exception("unhandled gRPC error")
+    return Code.INTERNAL, INTERNAL, ()
+
+
+def _version(text: str) -> int | None:
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 18:
+        raise InvalidInput(f"model_version must be a version number (1, 2, ...), got {text[:40]!r}", field="model_version")
+    return int(text)
+
+
+def _parameter(param: Any) -> Any:
+    kind = param.WhichOneof("parameter_choice")
+    return getattr(param, kind) if kind else None
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.rate_limit = RateLimit.from_settings(container.settings)
+
+    async def _principal(self, context: ServicerContext) -> tuple[Principal, dict[str, str]]:
+        metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
+        if self.rate_limit is not None:
+            await self.rate_limit.check(principal.subject)
+        return principal, metadata
+
+    async def _fail(self, context: ServicerContext, exc: Exception) -> None:
+        code, message, trailer = status_of(exc)
+        await context.abort(code, message, trailing_metadata=trailer)
+
+    # Server: no key, as GET /v2, /v2/health/live and /v2/health/ready ---------------------
+    async def ServerLive(self, request: Any, context: ServicerContext) -> Any:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: ServicerContext) -> Any:
+        return pb.ServerReadyResponse(ready=await asyncio.to_thread(_registry_answers, self.container))
+
+    async def ServerMetadata(self, request: Any, context: ServicerContext) -> Any:
+        return pb.ServerMetadataResponse(name="sluice", version=__version__, extensions=[])
+
+    # Models: a deployment is the protocol's model -----------------------------------------
+    async def ModelMetadata(self, request: Any, context: ServicerContext) -> Any:
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+            meta = _metadata(resolved)
+        except Exception as exc:
+            await self._fail(context, exc)
+        tensors = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
+            inputs=[tensors(**t) for t in meta["inputs"]],
+            outputs=[tensors(**t) for t in meta["outputs"]],
+        )
+
+    async def ModelReady(self, request: Any, context: ServicerContext) -> Any:
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+                runtime = self.container.runtimes.get(resolved.version.runtime)
+                if runtime is not None:
+                    await runtime.load(resolved.version)
+        except Exception as exc:
+            await self._fail(context, exc)
+        return pb.ModelReadyResponse(ready=runtime is not None)
+
+    async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
+        try:
+            principal, metadata = await self._principal(context)
+            with use_tenant(principal.tenant):
+                return await self._infer(principal, metadata, request)
+        except Exception as exc:
+            await self._fail(context, exc)
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
+        """Each request answered in turn; a failed one is an `error_message`, as Triton streams."""
+        try:
+            principal, metadata = await self._principal(context)
+        except Exception as exc:
+            await self._fail(context, exc)
+        async for request in request_iterator:
+            try:
+                with use_tenant(principal.tenant):
+                    yield pb.ModelStreamInferResponse(infer_response=await self._infer(principal, metadata, request))
+            except Exception as exc:
+                yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+
+    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+        rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
+        params = {k: _parameter(v) for k, v in request.parameters.items()}
+        wanted = tuple(out.name for out in request.outputs) or None
+        variant = params.get("variant")
+        core = PredictionRequest(
+            deployment=request.model_name,
+            inputs=TensorInputs(tensors_of(request)),
+            version=_version(request.model_version),
+            outputs=wanted,
+            variant=str(variant) if variant is not None else None,
+            routing_key=str(params.get("routing_key") or "") or None,
+            headers=metadata,
+            request_id=rid,
+            log_fields={"request_id": rid, "tenant": principal.tenant},
+        )
+        service = self.container.predictions
+        prediction = await service.predict(principal, core)
+        if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
+            asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
+        return response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+
+
+# Triton's other extensions: not served here, each said plainly.
+UNSUPPORTED = {
+    "ModelConfig": "the model configuration extension",
+    "ModelStatistics": "the statistics extension",
+    "RepositoryIndex": "the model repository extension",
+    "RepositoryModelLoad": "the model repository extension",
+    "RepositoryModelUnload": "the model repository extension",
+    "SystemSharedMemoryStatus": "the system shared-memory extension",
+    "SystemSharedMemoryRegister": "the system shared-memory extension",
+    "SystemSharedMemoryUnregister": "the system shared-memory extension",
+    "CudaSharedMemoryStatus": "the CUDA shared-memory extension",
+    "CudaSharedMemoryRegister": "the CUDA shared-memory extension",
+    "CudaSharedMemoryUnregister": "the CUDA shared-memory extension",
+    "TraceSetting": "the trace extension",
+    "LogSettings": "the logging extension",
+}
+
+
+def _unsupported(rpc: str, extension: str) -> Any:
+    async def answer(self: InferenceService, request: Any, context: ServicerContext) -> Any:
+        await context.abort(Code.UNIMPLEMENTED, f"{rpc}: sluice does not support {extension} over gRPC")
+
+    answer.__name__ = rpc
+    return answer
+
+
+for _rpc, _extension in UNSUPPORTED.items():
+    setattr(InferenceService, _rpc, _unsupported(_rpc, _extension))

@@ -1,0 +1,161 @@
+"""gRPC tensors to the core's request and the core's answer back to gRPC messages.
+
+Inputs come as `raw_input_contents` (one little-endian buffer per input, in order; BYTES as
+4-byte length-prefixed elements) or as typed `contents`; outputs go back as
+`raw_output_contents`, as Triton answers by default.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
+from sluice.domain.errors import InvalidInput
+from sluice.domain.requests import Tensor
+
+if TYPE_CHECKING:
+    from sluice.domain.results import Prediction
+
+# The typed `contents` field each datatype travels in (FP16 has none: raw only).
+CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def _shape(name: str, dims: Any) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"shape of input '{name}' must be non-negative integers, got {list(shape)}", field=f"inputs.{name}.shape")
+    return shape
+
+
+def _dtype(name: str, datatype: str) -> np.dtype:
+    dtype = V2_TO_NUMPY.get(datatype)
+    if dtype is None:
+        raise InvalidInput(f"datatype {datatype!r} is not one of {', '.join(V2_TO_NUMPY)}", field=f"inputs.{name}.datatype")
+    return dtype
+
+
+def split_bytes(name: str, raw: bytes) -> list[bytes]:
+    """BYTES elements from Triton's serialization: each a 4-byte little-endian length, then it."""
+    out, at, end = [], 0, len(raw)
+    view = memoryview(raw)
+    while at < end:
+        if at + 4 > end:
+            raise InvalidInput(f"raw content of BYTES input '{name}' ends inside a length prefix", field=f"inputs.{name}")
+        (size,) = struct.unpack_from("<I", raw, at)
+        at += 4
+        if at + size > end:
+            raise InvalidInput(f"raw content of BYTES input '{name}' is shorter than its length prefix says", field=f"inputs.{name}")
+        out.append(bytes(view[at : at + size]))
+        at += size
+    return out
+
+
+def _from_raw(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> Any:
+    dtype = _dtype(name, datatype)
+    if datatype == "BYTES":
+        return split_bytes(name, raw)  # the core decodes each as UTF-8 and checks the count
+    want = math.prod(shape) * dtype.itemsize
+    if len(raw) != want:
+        raise InvalidInput(
+            f"input '{name}' has {len(raw)} bytes of raw content but shape {list(shape)} of {datatype} needs {want}",
+            field=f"inputs.{name}",
+        )
+    return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False)
+
+
+def _from_contents(name: str, datatype: str, contents: Any) -> Any:
+    _dtype(name, datatype)
+    field = CONTENTS.get(datatype)
+    if field is None:
+        raise InvalidInput(f"{datatype} input '{name}' has no typed contents: send it in raw_input_contents", field=f"inputs.{name}")
+    values = getattr(contents, field)
+    if datatype == "BYTES":
+        return list(values)
+    return np.asarray(values, dtype=V2_TO_NUMPY[datatype])
+
+
+def tensors_of(request: Any) -> tuple[Tensor, ...]:
+    """The request's inputs as the core's tensors: raw contents for every input, or none."""
+    raws = request.raw_input_contents
+    if raws and len(raws) != len(request.inputs):
+        raise InvalidInput(
+            f"raw_input_contents has {len(raws)} entries for {len(request.inputs)} inputs: send one per input, in order, or none",
+            field="raw_input_contents",
+        )
+    out = []
+    for i, tensor in enumerate(request.inputs):
+        name, datatype = tensor.name, tensor.datatype
+        shape = _shape(name, tensor.shape)
+        if raws:
+            if tensor.HasField("contents"):
+                raise InvalidInput(f"input '{name}' has both contents and raw_input_contents", field=f"inputs.{name}")
+            data = _from_raw(name, datatype, shape, raws[i])
+        else:
+            data = _from_contents(name, datatype, tensor.contents)
+        # A decoded array goes in whole (the core reads a non-list as one item of a list).
+        out.append(Tensor(name, datatype, shape, data))
+    return tuple(out)
+
+
+def raw_of(array: np.ndarray, datatype: str) -> bytes:
+    if datatype == "BYTES":
+        parts = []
+        for item in array.reshape(-1).tolist():
+            data = item if isinstance(item, bytes) else str(item).encode()
+            parts += (struct.pack("<I", len(data)), data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def parameter(value: Any) -> dict[str, Any]:
+    """A value as an `InferParameter`'s fields; lists (members, classes) as JSON text."""
+    if isinstance(value, bool):
+        return {"bool_param": value}
+    if isinstance(value, int):
+        return {"int64_param": value}
+    if isinstance(value, float):
+        return {"double_param": value}
+    if isinstance(value, str):
+        return {"string_param": value}
+    import orjson
+
+    return {"string_param": orjson.dumps(value).decode()}
+
+
+def response_of(pb: Any, prediction: Prediction, *, request_id: str, wanted: tuple[str, ...] | None, who: dict[str, Any]) -> Any:
+    """A `ModelInferResponse`: the outputs as raw contents, the same parameters as REST's."""
+    answer = prediction.answer
+    response = pb.ModelInferResponse(
+        model_name=prediction.resolved.deployment.name,
+        model_version=str(answer.version.version),
+        id=request_id,
+    )
+    for key, value in who.items():
+        response.parameters[key].CopyFrom(pb.InferParameter(**parameter(value)))
+    for name, array in answer.result.outputs.items():
+        if wanted and name not in wanted:
+            continue
+        datatype = v2_of_numpy(array.dtype)
+        output = response.outputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        classes = answer.result.classes.get(name)
+        if classes is not None:
+            output.parameters["classes"].CopyFrom(pb.InferParameter(**parameter(classes)))
+        response.raw_output_contents.append(raw_of(array, datatype))
+    return response

@@ -1,0 +1,215 @@
+"""The Open Inference Protocol over gRPC, through Triton's own clients (`tritonclient.grpc`
+and `tritonclient.grpc.aio`) against an in-process server: what a Triton user's code sees."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import MODELS
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+SETOSA, VIRGINICA = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def fails(call: Any, *args: Any, **kw: Any) -> InferenceServerException:
+    with pytest.raises(InferenceServerException) as caught:
+        call(*args, **kw)
+    return caught.value
+
+
+def fp32(name: str, array: np.ndarray) -> Any:
+    tensor = grpcclient.InferInput(name, list(array.shape), "FP32")
+    tensor.set_data_from_numpy(array.astype(np.float32))
+    return tensor
+
+
+def test_server_calls_need_no_key_and_model_calls_do(grpc_url: str, keys: dict[str, str]) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.get_server_metadata().name == "sluice"
+    meta = client.get_model_metadata("diabetes", headers=auth(keys["acme_predict"]))
+    assert (meta.name, list(meta.versions), meta.platform) == ("diabetes", ["1"], "onnxruntime_onnx")
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("input", "FP32", [-1, 10])]
+    assert client.is_model_ready("iris", headers=auth(keys["acme"]))
+    assert client.is_model_ready("iris", "1", headers=auth(keys["acme"]))
+    missing = fails(client.is_model_ready, "iris")
+    assert missing.status() == "StatusCode.UNAUTHENTICATED" and "Bearer" in missing.message()
+    assert fails(client.get_model_metadata, "iris", "9", headers=auth(keys["acme"])).status() == "StatusCode.NOT_FOUND"
+
+
+def test_fp32_infer_matches_onnx_runtime(grpc_url: str, keys: dict[str, str]) -> None:
+    import onnxruntime as ort
+
+    rows = np.random.default_rng(0).normal(0, 0.05, size=(3, 10)).astype(np.float32)
+    client = grpcclient.InferenceServerClient(grpc_url)
+    result = client.infer("diabetes", [fp32("input", rows)], request_id="req-9", headers=auth(keys["acme_predict"]))
+    (expected,) = ort.InferenceSession(str(MODELS / "diabetes_mlp.onnx")).run(None, {"input": rows})
+    np.testing.assert_allclose(result.as_numpy("variable"), expected, rtol=1e-6)
+    response = result.get_response()
+    assert (response.model_name, response.model_version, response.id) == ("diabetes", "1", "req-9")
+    params = response.parameters
+    assert params["model"].string_param == "diabetes" and params["version"].int64_param == 1
+    assert params["latency_ms"].double_param > 0
+
+
+def test_classifier_outputs_labels_and_probabilities(grpc_url: str, keys: dict[str, str]) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    rows = np.array([SETOSA, VIRGINICA], dtype=np.float32)
+    result = client.infer("iris", [fp32("input", rows)], headers=auth(keys["acme"]))
+    assert result.as_numpy("output_label").tolist() == [b"setosa", b"virginica"]
+    probs = result.as_numpy("output_probability")
+    assert probs.shape == (2, 3) and probs[0].argmax() == 0 and probs[1].argmax() == 2
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    output = result.get_output("output_probability")
+    assert output.parameters["classes"].string_param == '["setosa","versicolor","virginica"]'
+    only = client.infer(
+        "iris", [fp32("input", rows)], outputs=[grpcclient.InferRequestedOutput("output_label")], headers=auth(keys["acme"])
+    )
+    assert [o.name for o in only.get_response().outputs] == ["output_label"]
+
+
+def test_bytes_inputs_and_outputs(grpc_url: str, keys: dict[str, str]) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    words = np.array(["cat", "émeu", "newt"], dtype=object)
+    tensor = grpcclient.InferInput("word", [3], "BYTES")
+    tensor.set_data_from_numpy(words)
+    result = client.infer("words", [tensor], headers=auth(keys["acme"]))
+    assert result.as_numpy("code").tolist() == [1, 3, -1]
+    assert [w.decode() for w in result.as_numpy("echo")] == ["cat", "émeu", "newt"]
+
+
+def _stub(url: str) -> Any:
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    return grpc.insecure_channel(url), service_pb2_grpc.GRPCInferenceServiceStub
+
+
+def test_typed_contents_are_read_too(grpc_url: str, keys: dict[str, str]) -> None:
+    from tritonclient.grpc import service_pb2 as pb
+
+    channel, stub = _stub(grpc_url)
+    with channel:
+        tensor = pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 4])
+        tensor.contents.fp32_contents.extend(VIRGINICA)
+        words = pb.ModelInferRequest.InferInputTensor(name="word", datatype="BYTES", shape=[2])
+        words.contents.bytes_contents.extend([b"dog", b"cat"])
+        metadata = tuple(auth(keys["acme"]).items())
+        iris = stub(channel).ModelInfer(pb.ModelInferRequest(model_name="iris", inputs=[tensor]), metadata=metadata)
+        coded = stub(channel).ModelInfer(pb.ModelInferRequest(model_name="words", inputs=[words]), metadata=metadata)
+    labels = iris.raw_output_contents[[o.name for o in iris.outputs].index("output_label")]
+    assert labels == struct.pack("<I", 9) + b"virginica"
+    assert np.frombuffer(coded.raw_output_contents[1], dtype="<i8").tolist() == [2, 1]
+
+
+def test_bad_inputs_are_invalid_argument_naming_the_input(grpc_url: str, keys: dict[str, str]) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    wrong = fails(client.infer, "iris", [fp32("input", np.zeros((1, 3)))], headers=auth(keys["acme"]))
+    assert wrong.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "input 'input' needs size 4 on axis 1" in wrong.message()
+    unknown = fails(client.infer, "iris", [fp32("petals", np.zeros((1, 4)))], headers=auth(keys["acme"]))
+    assert unknown.status() == "StatusCode.INVALID_ARGUMENT" and "'petals'" in unknown.message()
+    typed = grpcclient.InferInput("input", [1, 4], "FP64")
+    typed.set_data_from_numpy(np.zeros((1, 4)))
+    assert "input 'input' is FP32, not FP64" in fails(client.infer, "iris", [typed], headers=auth(keys["acme"])).message()
+
+
+def test_short_raw_content_is_refused(grpc_url: str, keys: dict[str, str]) -> None:
+    from tritonclient.grpc import service_pb2 as pb
+
+    channel, stub = _stub(grpc_url)
+    request = pb.ModelInferRequest(model_name="iris", inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 4])])
+    request.raw_input_contents.append(np.zeros(3, dtype=np.float32).tobytes())
+    import grpc
+
+    with channel, pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ModelInfer(request, metadata=tuple(auth(keys["acme"]).items()))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "input 'input' has 12 bytes of raw content but shape [1, 4] of FP32 needs 16" in caught.value.details()
+    assert ("sluice-field", "inputs.input") in caught.value.trailing_metadata()
+
+
+def test_keys_and_tenants(grpc_url: str, keys: dict[str, str], served: Container, acme: Principal) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    rows = [fp32("input", np.array([SETOSA]))]
+    assert fails(client.infer, "iris", rows).status() == "StatusCode.UNAUTHENTICATED"
+    assert fails(client.infer, "iris", rows, headers=auth("sk_not_a_key")).status() == "StatusCode.UNAUTHENTICATED"
+    assert client.infer("iris", rows, headers={"x-api-key": keys["acme_predict"]}).as_numpy("output_label").tolist() == [b"setosa"]
+    # Another tenant's deployment does not exist for this key.
+    other = fails(client.infer, "iris", rows, headers=auth(keys["globex"]))
+    assert other.status() == "StatusCode.NOT_FOUND" and "iris" in other.message()
+    # A revoked key stops working at once.
+    record, key = served.keys.create("acme", ["predict"])
+    assert client.infer("iris", rows, headers=auth(key)).as_numpy("output_label").tolist() == [b"setosa"]
+    served.keys.revoke(acme, record.key_id)
+    assert fails(client.infer, "iris", rows, headers=auth(key)).status() == "StatusCode.UNAUTHENTICATED"
+
+
+def test_other_extensions_say_unimplemented(grpc_url: str, keys: dict[str, str]) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url)
+    for call in (client.get_model_config, client.get_inference_statistics):
+        refused = fails(call, "iris", headers=auth(keys["acme"]))
+        assert refused.status() == "StatusCode.UNIMPLEMENTED" and "sluice does not support" in refused.message()
+    assert fails(client.get_model_repository_index).status() == "StatusCode.UNIMPLEMENTED"
+
+
+def test_the_request_size_limit_holds(served: Container, keys: dict[str, str]) -> None:
+    from tests.integration.grpc.conftest import run_server
+
+    served.settings.max_request_bytes = 64 * 1024
+    servers = run_server(served)
+    url = next(servers)
+    try:
+        client = grpcclient.InferenceServerClient(url)
+        big = np.zeros((20_000, 4), dtype=np.float32)  # 320 KB
+        assert fails(client.infer, "iris", [fp32("input", big)], headers=auth(keys["acme"])).status() == "StatusCode.RESOURCE_EXHAUSTED"
+    finally:
+        servers.close()
+
+
+def test_asyncio_client_and_stream(grpc_url: str, keys: dict[str, str]) -> None:
+    import tritonclient.grpc.aio as aioclient
+
+    async def go() -> tuple[list[bytes], list[str]]:
+        async with aioclient.InferenceServerClient(grpc_url) as client:
+            assert await client.is_server_live()
+            tensor = aioclient.InferInput("input", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.array([VIRGINICA], dtype=np.float32))
+            result = await client.infer("iris", [tensor], headers=auth(keys["acme"]))
+            labels = result.as_numpy("output_label").tolist()
+
+            async def requests() -> Any:
+                yield {"model_name": "iris", "inputs": [tensor], "request_id": "a"}
+                yield {"model_name": "nope", "inputs": [tensor], "request_id": "b"}
+
+            seen = []
+            async for answer, error in client.stream_infer(requests(), headers=auth(keys["acme"])):
+                seen.append(error.message() if error else answer.get_response().id)
+            return labels, seen
+
+    labels, seen = asyncio.run(go())
+    assert labels == [b"virginica"]
+    assert seen[0] == "a" and "nope" in seen[1]
+
+
+def test_a_port_in_use_is_an_error(grpc_url: str, served: Container) -> None:
+    from sluice.grpc_service.server import start
+
+    port = int(grpc_url.rsplit(":", 1)[1])
+    with pytest.raises(RuntimeError):
+        asyncio.run(start(served, "127.0.0.1", port))
