@@ -169,3 +169,9 @@ def test_malformed_binary_bodies_are_4xx_naming_the_field(
 def test_json_without_data_names_the_input(client: TestClient, keys: dict[str, str]) -> None:
     r = client.post("/v2/models/iris/infer", json={"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32"}]}, headers=auth(keys["acme"]))
     assert r.status_code == 400 and r.json()["field"] == "inputs.input.data"
+
+
+def test_server_metadata_names_the_extension_with_or_without_the_slash(client: TestClient) -> None:
+    plain, slash = client.get("/v2", follow_redirects=False), client.get("/v2/", follow_redirects=False)
+    assert plain.status_code == slash.status_code == 200 and plain.json() == slash.json()
+    assert "binary_tensor_data" in plain.json()["extensions"]
