@@ -84,6 +84,32 @@ def large_mlp(width: int = 1024, depth: int = 3, n_inputs: int = 256, n_outputs:
     return model.SerializeToString()
 
 
+def words(vocabulary: tuple[str, ...] = ("red", "green", "blue")) -> bytes:
+    """A string model: `text` (BYTES [batch, 1]) gives its `code` in the vocabulary (-1 when
+    absent, INT64) and the text back (`echo`, BYTES): for BYTES tensors in and out."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node(
+            "LabelEncoder", ["text"], ["code"], domain="ai.onnx.ml",
+            keys_strings=list(vocabulary), values_int64s=list(range(len(vocabulary))), default_int64=-1,
+        ),
+        helper.make_node("Identity", ["text"], ["echo"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "words",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, ["batch", 1])],
+        [
+            helper.make_tensor_value_info("code", TensorProto.INT64, ["batch", 1]),
+            helper.make_tensor_value_info("echo", TensorProto.STRING, ["batch", 1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models")

@@ -4,9 +4,10 @@ Why a REST API and not an HTTP API: per-tenant throttling and quotas need usage 
 X-Ray tracing of the gateway, both of which only REST APIs have.
 
 Request size: REST APIs take bodies up to 10 MB, but a synchronous Lambda invoke carries at
-most 6 MB with its envelope (binary bodies arrive base64-encoded, a third larger), so 6 MB
-is the real limit. The app answers 413 above `SLUICE_MAX_REQUEST_BYTES` (just under 6 MB);
-between that and 10 MB the invoke itself fails. Larger inputs go through S3 as batch jobs.
+most 6 MB with its envelope, and every body arrives base64-encoded (`BINARY_MEDIA_TYPES`), a
+third larger: about 4.4 MB of body is the real limit, and between that and 10 MB the invoke
+itself fails. The app's own 413 above `SLUICE_MAX_REQUEST_BYTES` (just under 6 MB) holds for
+the local service and direct invokes. Larger inputs go through S3 as batch jobs.
 """
 
 from __future__ import annotations
@@ -60,9 +61,15 @@ ACCESS_LOG_FIELDS = {
     "xrayTraceId": "$context.xrayTraceId",
 }
 DEFAULT_PLAN = "_default"  # the authorizer's name for tenants without a plan of their own
-# Request bodies API Gateway passes to the function base64-encoded, byte for byte: the ONNX
-# files POST /api/v1/models/{name}/versions takes. Any other type arrives as text.
-BINARY_MEDIA_TYPES = ["application/octet-stream", "application/onnx"]
+# Request bodies API Gateway passes to the function base64-encoded, byte for byte (the function
+# decodes them): ONNX files for POST /api/v1/models/{name}/versions, and v2 bodies with binary
+# tensors. `*/*` because tritonclient's synchronous client sends binary tensors with no
+# Content-Type at all, which API Gateway would read as JSON text and mangle. The price: JSON
+# bodies arrive base64-encoded too, a third larger, so through API Gateway a body over about
+# 4.4 MB fails at the invoke (module docstring) instead of reaching the function. It also lets
+# binary responses (the function returns them base64-encoded) go back as bytes whatever the
+# client's Accept header says.
+BINARY_MEDIA_TYPES = ["application/octet-stream", "application/onnx", "*/*"]
 API_GATEWAY_TIMEOUT = Duration.seconds(29)
 
 

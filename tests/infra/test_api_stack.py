@@ -230,6 +230,14 @@ def test_onnx_uploads_reach_the_function_as_binary(full_app: Synthesized) -> Non
     )
 
 
+def test_every_body_reaches_the_function_unmangled(full_app: Synthesized) -> None:
+    # v2 binary tensors come from tritonclient with no Content-Type (the sync client) or
+    # application/octet-stream (the asyncio one): only */* keeps both byte for byte.
+    full_app.template("api").has_resource_properties(
+        "AWS::ApiGateway::RestApi", {"BinaryMediaTypes": Match.array_with(["*/*"])}
+    )
+
+
 def test_authorizer_can_only_read_the_registry(full_app: Synthesized) -> None:
     template = full_app.template("api")
     _, authorizer = function_by_handler(template, AUTHORIZER)

@@ -55,6 +55,30 @@ def test_v2_infer_events(handler: Any, name: str) -> None:
     assert out["output_label"]["data"] == ["virginica"]
 
 
+def test_binary_v2_event_through_api_gateway(handler: Any) -> None:
+    """A tritonclient request with binary tensors (no Content-Type: the sync client sends none),
+    which API Gateway passes base64-encoded; the binary answer goes back base64-encoded."""
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    event = load("api_rest_v2_infer_binary.json")
+    assert event["isBase64Encoded"] and "Content-Type" not in event["headers"]
+    response = handler(event, LambdaContext())
+    assert response["statusCode"] == 200, response
+    assert response["isBase64Encoded"] is True
+    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    headers |= {k.lower(): v[0] for k, v in (response.get("multiValueHeaders") or {}).items()}
+    assert headers["content-type"] == "application/octet-stream"
+    result = httpclient.InferResult.from_response_body(
+        base64.b64decode(response["body"]), header_length=int(headers["inference-header-content-length"])
+    )
+    assert result.get_response()["id"] == "evt-bin-1"
+    assert result.as_numpy("output_label").tolist() == [b"virginica"]
+    probabilities = result.as_numpy("output_probability")
+    assert probabilities.shape == (1, 3) and int(np.argmax(probabilities)) == 2
+    assert result.get_output("output_probability")["parameters"]["classes"] == ["setosa", "versicolor", "virginica"]
+
+
 def test_management_events(handler: Any) -> None:
     listed = handler(load("api_rest_list_deployments.json"), LambdaContext())
     assert listed["statusCode"] == 200

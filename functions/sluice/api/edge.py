@@ -24,6 +24,7 @@ from starlette.routing import compile_path
 
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
+from sluice.codecs.binary import HEADER, split_body
 from sluice.domain.errors import PayloadTooLarge
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
@@ -118,7 +119,8 @@ async def read_body(receive: Receive) -> bytes:
 class HotRoute:
     """A route the edge answers. `handler(container, principal, body, scope, headers, **path)`;
     `params` types path parameters (default: a string), validated before the handler runs and
-    documented as such."""
+    documented as such. A `binary` route also takes a JSON header followed by raw bytes (the
+    binary tensor extension): `body` is then the header, and `binary=` the bytes after it."""
 
     method: str
     path: str
@@ -129,6 +131,7 @@ class HotRoute:
     tags: tuple[str, ...] = ()
     responses: dict[int | str, dict[str, Any]] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    binary: bool = False
 
     def __post_init__(self) -> None:
         regex, _, _ = compile_path(self.path)
@@ -220,6 +223,10 @@ class Edge:
         try:
             path = route.parse_params(params)
             raw = await read_body(receive)
+            if route.binary:
+                declared = headers.get(HEADER)
+                if declared is not None:
+                    raw, path["binary"] = split_body(raw, declared)
             body = route.body.model_validate_json(raw or b"null")
             return await route.handler(container, principal, body, scope, headers, **path)
         except BodyTooLarge:

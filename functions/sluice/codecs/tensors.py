@@ -20,6 +20,12 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         )
     if any((not isinstance(d, int)) or d < 0 for d in shape):
         raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
+    if data is None:
+        raise InvalidInput(
+            f"input '{name}' has no data (binary data needs parameters.binary_data_size and the"
+            " Inference-Header-Content-Length header)",
+            field=f"{field}.data",
+        )
     if not isinstance(data, list):
         data = [data]
     if datatype not in ("BOOL", "BYTES") and holds_bool(data):

@@ -43,9 +43,11 @@ class TensorInputs:
 
 @dataclass(frozen=True, slots=True)
 class ArrayInputs:
-    """Arrays already decoded (batch columns, stream records), batch axis first."""
+    """Arrays already decoded (batch columns, stream records, binary v2 tensors), batch axis
+    first. `datatypes`: the v2 datatype a client declared per input, held to the signature's."""
 
     arrays: Mapping[str, np.ndarray]
+    datatypes: Mapping[str, str] | None = None
 
 
 Inputs = RowInputs | TensorInputs | ArrayInputs

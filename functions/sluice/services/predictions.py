@@ -123,6 +123,7 @@ class PredictionService:
                 declared[tensor.name] = tensor.datatype
         elif isinstance(inputs, ArrayInputs):
             arrays = dict(inputs.arrays)
+            declared = dict(inputs.datatypes) if inputs.datatypes else None
         else:
             raise BadRequest("no inputs", field="inputs")
         for out in request.outputs or ():

@@ -40,7 +40,8 @@ class RequestInput(OpenWireModel):
     datatype: str
     parameters: Parameters | None = None
     # Any: values are checked and converted in one NumPy call, not one pydantic call each.
-    data: Any
+    # Absent when the tensor's bytes follow the JSON (`parameters.binary_data_size`).
+    data: Any = None
 
 
 class RequestOutput(OpenWireModel):

@@ -43,5 +43,6 @@ def v2_ready(container: ContainerDep) -> JSONResponse:
 
 
 @router.get("/v2", response_model=MetadataServerResponse, summary="v2: server metadata")
+@router.get("/v2/", include_in_schema=False)  # the same, not a redirect: clients differ on the slash
 async def v2_server() -> JSONResponse:
-    return JSONResponse({"name": "sluice", "version": __version__, "extensions": []})
+    return JSONResponse({"name": "sluice", "version": __version__, "extensions": ["binary_tensor_data"]})

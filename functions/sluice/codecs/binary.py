@@ -1,0 +1,150 @@
+"""The binary tensor extension of the Open Inference Protocol's REST API (Triton's, and what
+`tritonclient.http` speaks by default): a JSON header, then raw tensor bytes.
+
+A request says its JSON header's length in the `Inference-Header-Content-Length` header; each
+binary input says its byte count in `parameters.binary_data_size`, and its bytes follow the
+header in the order of `inputs`. Numbers are little-endian and row-major; a BYTES element is a
+4-byte little-endian length, then its bytes. A response does the same for the outputs a request
+asked to have in binary (`parameters.binary_data` per output, `parameters.binary_data_output`
+for all of them).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.tensors import decode_tensor
+from sluice.domain.errors import BadRequest, InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+HEADER = "inference-header-content-length"
+_LENGTH = struct.Struct("<I")
+
+
+def split_body(raw: bytes, declared: str) -> tuple[bytes, memoryview]:
+    """The JSON header and the binary tail of a body whose header length is `declared`."""
+    if not declared.isdigit():
+        raise BadRequest("Inference-Header-Content-Length must be a non-negative integer", field=HEADER)
+    length = int(declared)
+    if length > len(raw):
+        raise BadRequest(
+            f"Inference-Header-Content-Length is {length} but the body has {len(raw)} bytes", field=HEADER
+        )
+    view = memoryview(raw)
+    return raw[:length], view[length:]
+
+
+def decode_inputs(inputs: Sequence[Any], tail: memoryview) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Arrays (and the datatypes their senders declared) from the inputs of a binary request:
+    each with `binary_data_size` takes its bytes from `tail` in turn, the rest carry JSON data."""
+    arrays: dict[str, np.ndarray] = {}
+    datatypes: dict[str, str] = {}
+    offset = 0
+    for tensor in inputs:
+        name, where = tensor.name, f"inputs.{tensor.name}"
+        if name in arrays:
+            raise InvalidInput(f"input '{name}' is given twice", field=where)
+        size = (tensor.parameters or {}).get("binary_data_size")
+        if size is None:
+            arrays[name] = decode_tensor(name, tensor.datatype, tensor.shape, tensor.data, field=where)
+        else:
+            if type(size) is not int or size < 0:
+                raise InvalidInput(
+                    f"binary_data_size of input '{name}' must be a non-negative integer",
+                    field=f"{where}.parameters.binary_data_size",
+                )
+            if tensor.data is not None:
+                raise InvalidInput(f"input '{name}' has both data and binary_data_size", field=f"{where}.data")
+            left = len(tail) - offset
+            if size > left:
+                raise InvalidInput(
+                    f"input '{name}' says binary_data_size {size} but only {left} bytes of the body remain",
+                    field=f"{where}.parameters.binary_data_size",
+                )
+            arrays[name] = from_bytes(name, tensor.datatype, tensor.shape, tail[offset : offset + size], field=where)
+            offset += size
+        datatypes[name] = tensor.datatype
+    if offset != len(tail):
+        raise BadRequest(
+            f"{len(tail) - offset} bytes follow the last binary input: binary_data_size and the body disagree",
+            field="body",
+        )
+    return arrays, datatypes
+
+
+def from_bytes(name: str, datatype: str, shape: list[int], chunk: memoryview, *, field: str) -> np.ndarray:
+    """One input's raw bytes as an array of `shape`; the byte count must be what the shape needs."""
+    dtype = V2_TO_NUMPY.get(datatype)
+    if dtype is None:
+        raise InvalidInput(f"datatype {datatype!r} is not one of {', '.join(V2_TO_NUMPY)}", field=f"{field}.datatype")
+    if any(type(d) is not int or d < 0 for d in shape):
+        raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        return _strings(name, chunk, count, field=field).reshape(shape)
+    if len(chunk) != count * dtype.itemsize:
+        raise InvalidInput(
+            f"input '{name}' has {len(chunk)} bytes but shape {shape} of {datatype} needs {count * dtype.itemsize}",
+            field=f"{field}.parameters.binary_data_size",
+        )
+    return np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).reshape(shape)
+
+
+def _strings(name: str, chunk: memoryview, count: int, *, field: str) -> np.ndarray:
+    out = np.empty(count, dtype=object)
+    at, end = 0, len(chunk)
+    for i in range(count):
+        if at + 4 > end:
+            raise InvalidInput(f"BYTES input '{name}' ends after {i} of {count} elements", field=field)
+        (length,) = _LENGTH.unpack_from(chunk, at)
+        at += 4
+        if at + length > end:
+            raise InvalidInput(f"element {i} of BYTES input '{name}' runs past its binary_data_size", field=field)
+        try:
+            # JSON strings reach a model as str: the same for binary ones.
+            out[i] = str(chunk[at : at + length], "utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"element {i} of BYTES input '{name}' is not UTF-8", field=field) from None
+        at += length
+    if at != end:
+        raise InvalidInput(f"BYTES input '{name}' has {end - at} bytes after its {count} elements", field=field)
+    return out
+
+
+def to_bytes(array: np.ndarray | list[Any]) -> bytes:
+    """An output's raw bytes: little-endian row-major numbers, or length-prefixed strings (from
+    an array, or the flat list of strings a BYTES output's JSON `data` is)."""
+    if isinstance(array, list) or array.dtype == object or array.dtype.kind in "US":
+        parts = []
+        for item in array if isinstance(array, list) else array.reshape(-1).tolist():
+            data = item if isinstance(item, bytes) else str(item).encode()
+            parts += (_LENGTH.pack(len(data)), data)
+        return b"".join(parts)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+
+
+def binary_outputs(parameters: dict[str, Any] | None, outputs: Iterable[Any] | None) -> set[str] | bool:
+    """Which outputs a request wants in binary: True for all of them, else a set of names
+    (empty for none). A requested output's own `binary_data` overrides `binary_data_output`."""
+    every = bool((parameters or {}).get("binary_data_output"))
+    named: set[str] = set()
+    off: set[str] = set()
+    for out in outputs or ():
+        flag = (out.parameters or {}).get("binary_data")
+        if flag is None:
+            if every:
+                named.add(out.name)
+        elif flag:
+            named.add(out.name)
+        else:
+            off.add(out.name)
+    if every and not off:
+        return True
+    return named
