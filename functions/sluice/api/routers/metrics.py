@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.responses import AUTHENTICATED, errors
 from sluice.domain.errors import NotFound
 
 router = APIRouter(tags=["metrics"])
@@ -19,7 +20,10 @@ TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
     "/metrics",
     summary="Prometheus metrics of the caller's tenant (admin scope; the local service only)",
     response_class=Response,
-    responses={200: {"description": "Prometheus text exposition, version 0.0.4", **TEXT}},
+    responses={
+        200: {"description": "Prometheus text exposition, version 0.0.4", **TEXT},
+        **errors(*AUTHENTICATED, _404="Metrics are off: not the local service (on AWS they are EMF)"),
+    },
 )
 async def metrics(container: ContainerDep, principal: AdminDep) -> Response:
     sink = container.telemetry.sink if container.telemetry is not None else None
