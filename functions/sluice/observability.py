@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools import Logger, Metrics
 
+    from sluice.metrics import PrometheusMetrics
+
 
 @lru_cache(maxsize=1)
 def get_logger() -> Logger:
@@ -72,7 +74,11 @@ def emf(
 class Telemetry:
     """What sluice reports about each prediction: one structured log line per prediction that,
     in Lambda (or with SLUICE_EMF=1), is also an EMF record with the prediction's metrics per
-    deployment and variant. Locally the metrics are left out: they would only be noise."""
+    deployment and variant. Locally the EMF metrics are left out: they would only be noise.
+    Where `sluice serve` turned Prometheus on, the same figures also go to `sink`
+    (`sluice.metrics`), which `/metrics` shows."""
+
+    counts_requests = True  # batch scoring's calls are not requests: its chunks are counted
 
     def __init__(
         self,
@@ -81,6 +87,7 @@ class Telemetry:
         namespace: str = "sluice",
         service: str = "sluice",
         cache_stats: Callable[[], dict[str, int]] | None = None,
+        sink: PrometheusMetrics | None = None,
     ) -> None:
         if emit_metrics is None:
             emit_metrics = "AWS_LAMBDA_FUNCTION_NAME" in os.environ or os.environ.get("SLUICE_EMF") == "1"
@@ -88,6 +95,7 @@ class Telemetry:
         self.namespace = namespace
         self.service = service
         self.cache_stats = cache_stats
+        self.sink = sink
         self.predictions = 0
         self.errors = 0
         self._cache_seen = (0, 0)
@@ -102,21 +110,25 @@ class Telemetry:
         fields["_aws"] = emf(self.namespace, sets, metrics)
         return fields
 
-    def _cache_delta(self) -> dict[str, tuple[float, str]]:
+    def _cache_delta(self) -> tuple[int, int] | None:
+        """ONNX session cache hits and misses since the last prediction that asked."""
         if self.cache_stats is None:
-            return {}
+            return None
         stats = self.cache_stats()
         hits, misses = stats["hits"], stats["misses"]
         seen_hits, seen_misses = self._cache_seen
         self._cache_seen = (hits, misses)
-        return {"ModelCacheHits": (hits - seen_hits, "Count"), "ModelCacheMisses": (misses - seen_misses, "Count")}
+        return hits - seen_hits, misses - seen_misses
 
     def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
         self.predictions += 1
         line = {**fields, "latency_ms": latency_ms, "rows": rows}
         metrics = {"Predictions": (1, "Count"), "Rows": (rows, "Count"), "Latency": (latency_ms, "Milliseconds")}
-        if self.emit_metrics:
-            metrics.update(self._cache_delta())
+        cache = self._cache_delta() if self.emit_metrics or self.sink is not None else None
+        if self.emit_metrics and cache is not None:
+            metrics.update({"ModelCacheHits": (cache[0], "Count"), "ModelCacheMisses": (cache[1], "Count")})
+        if self.sink is not None:
+            self.sink.prediction(fields, latency_ms, rows, cache)
         get_logger().info("prediction", extra=self._line(line, metrics))
 
     def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:
@@ -124,7 +136,14 @@ class Telemetry:
         log = get_logger().warning if status < 500 else get_logger().error
         metric = "ClientErrors" if status < 500 else "BackendErrors"
         line = {**fields, "status": status, "error": code}
+        if self.sink is not None and self.counts_requests:
+            self.sink.failure(fields, status, code)
         log("prediction failed", extra=self._line(line, {metric: (1, "Count")}) if fields.get("deployment") else line)
+
+    def chunk(self, *, tenant: str, deployment: str, seconds: float, versions: dict[str, int]) -> None:
+        """One batch chunk scored (its handler logs it): Prometheus only, where it is on."""
+        if self.sink is not None:
+            self.sink.chunk(tenant, deployment, seconds, versions)
 
     def shadow(self, *, fields: dict[str, Any], agreement: float | None, mean_abs_diff: float | None, latency_ratio: float | None) -> None:
         metrics = {

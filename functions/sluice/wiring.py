@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
     from sluice.endpoints.control import EndpointControl
+    from sluice.metrics import PrometheusMetrics
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
@@ -172,6 +173,16 @@ def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator 
     raise ValueError(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}")
 
 
+def metrics_sink() -> PrometheusMetrics | None:
+    """Prometheus series, only where `sluice serve` turned them on (`prometheus_client` is
+    imported nowhere else, and never in Lambda)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    from sluice.metrics import from_environment
+
+    return from_environment()
+
+
 @dataclass
 class Container:
     settings: Settings
@@ -192,6 +203,7 @@ class Container:
                 namespace=self.settings.metrics_namespace,
                 service=self.settings.service_name,
                 cache_stats=cache.stats if cache is not None else None,
+                sink=metrics_sink(),
             )
         self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
         self.models = ModelService(
@@ -251,7 +263,10 @@ class Container:
             )
         predictions = PredictionService(
             self.registry, runtimes, self.settings,
-            BatchTelemetry(namespace=self.settings.metrics_namespace, service=self.settings.service_name),
+            BatchTelemetry(
+                namespace=self.settings.metrics_namespace, service=self.settings.service_name,
+                sink=self.telemetry.sink if self.telemetry is not None else None,
+            ),
             stats=OfflineStats(self.registry),
         )
         return BatchRunner(self.registry, predictions, self.files, self.settings, BatchPaths(self.settings.batch_root_url))

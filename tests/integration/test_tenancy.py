@@ -57,6 +57,7 @@ OWN_TENANT = {
     ("POST", "/api/v1/keys"),
     ("GET", "/api/v1/batch-jobs"),
     ("POST", "/api/v1/batch-jobs"),
+    ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
 }
 
 

@@ -50,7 +50,10 @@ class OfflineStats(StatsRecorder):
 
 class BatchTelemetry(Telemetry):
     """Per-call prediction logs are for requests; a chunk makes hundreds of calls, and its
-    handler logs the chunk once. Failures are still logged as they happen."""
+    handler logs the chunk once. Failures are still logged as they happen. For Prometheus a
+    chunk is counted once (`chunk`), its calls not as requests."""
+
+    counts_requests = False
 
     def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
         self.predictions += 1
@@ -147,6 +150,10 @@ class BatchRunner:
             return {"index": chunk.index, "skipped": job.status}
         result = self.scorer.score(spec, chunk)
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
+        if recorded:  # a repeated step scored nothing new for the job
+            self.predictions.telemetry.chunk(
+                tenant=spec.tenant, deployment=spec.deployment, seconds=result.seconds, versions=result.versions
+            )
         return chunk_scored(result, recorded=recorded)
 
     # Finalize -----------------------------------------------------------------------------

@@ -10,10 +10,12 @@ from sluice.cli.common import count, get_container, operator
 if TYPE_CHECKING:
     import argparse
     from multiprocessing.process import BaseProcess
+    from pathlib import Path
 
     from sluice.settings import Settings
 
 ADMIN_KEY_FILE = "admin-key"
+METRICS_DIR = "metrics"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -22,6 +24,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     home = settings.home_path
     home.mkdir(parents=True, exist_ok=True)
+    _fresh_metrics_folder(home)
     container = get_container()
     principal = operator(args)
     key_file = home / ADMIN_KEY_FILE
@@ -83,6 +86,22 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protoc
         access_log=False,
         log_level="warning",
     )
+
+
+def _fresh_metrics_folder(home: Path) -> None:
+    """Prometheus' multiprocess mode: each worker writes its series to files in this folder and
+    `/metrics` sums them. Set before any process imports the client (workers inherit it) and
+    emptied first: series of an earlier run are not this run's."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        print("Metrics off: /metrics needs prometheus-client (pip install 'sluice[serve]')", flush=True)
+        return
+    folder = home / METRICS_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
 
 
 def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,0 +1,39 @@
+"""`/metrics`: the caller's tenant's Prometheus series, for a scraper holding an admin key."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.responses import AUTHENTICATED, errors
+from sluice.domain.errors import NotFound
+
+router = APIRouter(tags=["metrics"])
+
+TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of the caller's tenant (admin scope; the local service only)",
+    response_class=Response,
+    responses={
+        200: {"description": "Prometheus text exposition, version 0.0.4", **TEXT},
+        **errors(*AUTHENTICATED, _404="Metrics are off: not the local service (on AWS they are EMF)"),
+    },
+)
+async def metrics(container: ContainerDep, principal: AdminDep) -> Response:
+    sink = container.telemetry.sink if container.telemetry is not None else None
+    if sink is None:
+        raise NotFound(
+            "metrics are served by `sluice serve`; on AWS the same figures are CloudWatch metrics (EMF)",
+            field="path",
+        )
+    from sluice.metrics import CONTENT_TYPE
+
+    # Reading every worker's files is disk work: off the event loop.
+    body = await asyncio.to_thread(sink.exposition, principal.tenant)
+    return Response(body, media_type=CONTENT_TYPE)
