@@ -73,6 +73,9 @@ def test_a_sagemaker_version_is_served_by_the_local_triton_through_the_api(
     r = client.post("/api/v1/predictions", json={"deployment": "species", "inputs": rows[:2].tolist()}, headers=auth(key))
     assert r.status_code == 200, r.text
     assert [p["prediction"] for p in r.json()["predictions"]] == want["label"][:2].tolist()
+    config = client.get("/v2/models/species/config", headers=auth(key)).json()  # derived from the signature
+    assert (config["platform"], config["max_batch_size"]) == ("onnxruntime_onnx", 65536)
+    assert [(t["name"], t["data_type"], t["dims"]) for t in config["output"]] == [("label", "TYPE_STRING", [1]), ("probabilities", "TYPE_FP32", [3])]
 
 
 def test_a_triton_version_is_registered_from_its_server(
@@ -156,6 +159,8 @@ def test_a_triton_version_over_grpc_answers_as_over_http_and_in_process(
         over_http = client.post("/v2/models/mlp-http/infer", json=_v2(rows, "x"), headers=auth(admin))
         strings = client.post("/v2/models/clf-grpc/infer", json=_v2(feats, "features"), headers=auth(admin))
         short = client.post("/v2/models/mlp-grpc/infer", json=_v2(rows[:, :5], "x"), headers=auth(admin))
+        # Triton's model configuration extension: a triton version's config is its server's, over either protocol.
+        configs = [client.get(f"/v2/models/{name}/config", headers=auth(admin)) for name in ("mlp-grpc", "mlp-http")]
         client.portal.call(container.runtimes["triton"].close)  # type: ignore[union-attr,attr-defined]
     assert over_grpc.status_code == 200 and over_http.status_code == 200, (over_grpc.text, over_http.text)
     want = in_process(onnx_models["mlp"], {"x": rows})["y"]
@@ -165,6 +170,11 @@ def test_a_triton_version_over_grpc_answers_as_over_http_and_in_process(
     got, expected = _outputs(strings.json()), in_process(onnx_models["clf"], {"features": feats})
     assert got["label"].tolist() == expected["label"].tolist()
     np.testing.assert_allclose(got["probabilities"], expected["probabilities"], rtol=1e-6, atol=1e-6)
+    for r, name in zip(configs, ("mlp-grpc", "mlp-http"), strict=True):
+        assert r.status_code == 200, r.text
+        config = r.json()
+        assert (config["name"], config["max_batch_size"], config["backend"]) == (name, 16, "python")
+        assert [(t["name"], t["data_type"], t["dims"]) for t in config["input"]] == [("x", "TYPE_FP32", [8])]
     # A wrong shape is the caller's fault, named, over either protocol.
     assert short.status_code in (400, 422) and short.json()["field"].startswith("inputs"), short.text
 
