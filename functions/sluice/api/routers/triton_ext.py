@@ -59,7 +59,8 @@ async def repository_index(request: Request, principal: PrincipalDep, container:
 
 @router.post("/v2/repository/models/{name}/load", summary="Triton: explicit load (not supported)", responses=errors(400))
 @router.post("/v2/repository/models/{name}/unload", summary="Triton: explicit unload (not supported)", responses=errors(400))
-async def repository_control(name: str, principal: PrincipalDep) -> JSONResponse:
+async def repository_control(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
     # As a Triton server without explicit model control answers: 400 with an error body.
     # sluice loads a deployment's model on its first call; deployments are managed under /api/v1.
+    container.deployments.get(principal, name)  # another tenant's name, or none: 404 first
     raise BadRequest("explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name")
