@@ -105,6 +105,7 @@ class TritonExtensions:
         return derived_config(name, chosen)
 
     async def stats(self, principal: Principal, name: str | None = None, version: int | None = None) -> dict[str, Any]:
+        principal.require("predict")
         if name is None:
             targets = [await self._resolved(principal, dep.name) for dep in self.deployments.list(principal)]
             resolved = [r for r in targets if r is not None]
