@@ -26,6 +26,12 @@ CASES = [
     ("GET", "/v2/models/{name}/versions/{version}/ready", None),
     ("POST", "/v2/models/{name}/infer", INFER),
     ("POST", "/v2/models/{name}/versions/{version}/infer", INFER),
+    ("GET", "/v2/models/{name}/config", None),
+    ("GET", "/v2/models/{name}/versions/{version}/config", None),
+    ("GET", "/v2/models/{name}/stats", None),
+    ("GET", "/v2/models/{name}/versions/{version}/stats", None),
+    ("POST", "/v2/repository/models/{name}/load", None),
+    ("POST", "/v2/repository/models/{name}/unload", None),
     ("GET", "/api/v1/models/{name}", None),
     ("DELETE", "/api/v1/models/{name}", None),
     ("GET", "/api/v1/models/{name}/versions", None),
@@ -58,6 +64,8 @@ OWN_TENANT = {
     ("GET", "/api/v1/batch-jobs"),
     ("POST", "/api/v1/batch-jobs"),
     ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
+    ("GET", "/v2/models/stats"),
+    ("POST", "/v2/repository/index"),
 }
 
 
@@ -102,6 +110,9 @@ def test_lists_show_only_the_callers_tenant(client: TestClient, keys: dict[str, 
     assert client.get("/api/v1/models", headers=g).json() == []
     assert client.get("/api/v1/deployments", headers=g).json() == []
     assert {k["tenant"] for k in client.get("/api/v1/keys", headers=g).json()} == {"globex"}
+    assert client.get("/v2/models/stats", headers=g).json() == {"model_stats": []}
+    assert client.post("/v2/repository/index", headers=g).json() == []
+    assert [e["name"] for e in client.post("/v2/repository/index", headers=auth(keys["acme"])).json()] == ["diabetes", "iris"]
 
 
 def test_same_names_in_two_tenants_are_different_objects(client: TestClient, keys: dict[str, str]) -> None:

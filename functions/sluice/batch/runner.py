@@ -41,7 +41,7 @@ class OfflineStats(StatsRecorder):
     """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
     shadow verdicts describe the requests its callers make, not a file scored overnight."""
 
-    def request(self, key: Key, latency_ms: float, ok: bool) -> None:
+    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
         return None
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:

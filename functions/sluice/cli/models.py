@@ -43,6 +43,7 @@ def cmd_models_register_triton(args: argparse.Namespace) -> int:
     version = asyncio.run(
         get_container().models.register_triton(
             operator(args), args.name, args.url, model_name=args.model_name, model_version=args.model_version or "",
+            protocol=args.protocol,
             feature_names=feature_names(args.feature_names),
         )
     )  # fmt: skip
@@ -89,6 +90,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     triton.add_argument("--model-name", help="its name on the server (default: NAME)")
     triton.add_argument("--model-version", help="a version on the server (default: latest)")
     triton.add_argument("--feature-names")
+    triton.add_argument("--protocol", default="http", choices=["http", "grpc"], help="how sluice calls it (grpc: --url http://host:8001)")
     triton.set_defaults(func=cmd_models_register_triton)
     models.add_parser("list", help="list models").set_defaults(func=cmd_models_list)
     show = models.add_parser("show", help="show a model's versions, or one version")

@@ -1,10 +1,12 @@
-"""Any Triton server, over its HTTP/REST protocol with `tritonclient`'s asyncio client.
+"""Any Triton server, over its HTTP/REST protocol (`tritonclient.http.aio`) or its gRPC
+protocol (`tritonclient.grpc.aio`, `sluice.runtimes.triton_grpc`).
 
 A version names its server and model in `version.config`:
-`{"url": "http://host:8000", "model_name": "...", "model_version"?: "1"}`. The model's
-config, read from the server once, says how tensors travel: a tensor the model sees as
-[batch] is declared `dims: [1]` plus a `reshape`, so it goes out as [batch, 1] and comes
-back to the caller as [batch].
+`{"url": "http://host:8000", "model_name": "...", "model_version"?: "1", "protocol"?: "grpc"}`
+(gRPC: `http://host:8001` is an insecure channel, `https://` a TLS one). The model's config,
+read from the server once, says how tensors travel: a tensor the model sees as [batch] is
+declared `dims: [1]` plus a `reshape`, so it goes out as [batch, 1] and comes back to the
+caller as [batch].
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import asyncio
 import logging
 import re
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,15 +22,23 @@ import numpy as np
 from sluice.codecs.datatypes import v2_of_numpy
 from sluice.domain.errors import (
     BackendError,
-    BadRequest,
     DeadlineExceeded,
     InvalidInput,
     SluiceError,
     Unavailable,
 )
-from sluice.domain.origins import Allowed, check_origin, parse_origin
+from sluice.domain.origins import Allowed, check_origin
 from sluice.domain.results import InferenceResult
 from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked
+from sluice.runtimes.triton_layout import (
+    ModelLayout,
+    TritonTarget,
+    check_model_name,
+    check_model_version,
+    check_protocol,
+    json_config,
+    json_metadata,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -37,107 +46,10 @@ if TYPE_CHECKING:
     from sluice.domain import ModelVersion
     from sluice.domain.signature import OutputRole, Signature
 
+__all__ = ["ModelLayout", "TritonRuntime", "TritonTarget", "check_model_name", "check_model_version", "check_protocol"]
+
 log = logging.getLogger(__name__)
 _INPUT_NAME = re.compile(r"input '([^']+)'")
-
-
-@dataclass(frozen=True, slots=True)
-class TritonTarget:
-    url: str  # host:port[/prefix], as tritonclient takes it
-    ssl: bool
-    model: str
-    model_version: str
-
-    @classmethod
-    def of(cls, version: ModelVersion) -> TritonTarget:
-        config = version.config or {}
-        raw = config.get("url")
-        if not isinstance(raw, str) or not raw:
-            raise BadRequest("a triton version needs config.url (http://host:port)", field="config.url")
-        origin = parse_origin(raw, field="config.url")
-        model = check_model_name(str(config.get("model_name") or version.model))
-        model_version = check_model_version(str(config.get("model_version", "") or ""))
-        return cls(origin.netloc + origin.path, origin.scheme == "https", model, model_version)
-
-    @property
-    def origin_url(self) -> str:
-        return f"{'https' if self.ssl else 'http'}://{self.url}"
-
-
-_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-
-
-def check_model_name(name: str, field: str = "model_name") -> str:
-    """A model's name on a Triton server: it becomes a URL path segment, so one segment."""
-    if not _MODEL_NAME.fullmatch(name) or name in (".", ".."):
-        raise BadRequest("a Triton model name is 1-128 characters of letters, digits, '_', '.' or '-'", field=field)
-    return name
-
-
-def check_model_version(value: str, field: str = "model_version") -> str:
-    if value and not (value.isascii() and value.isdigit() and len(value) <= 18):
-        raise BadRequest("a Triton model version is a positive integer", field=field)
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class _Tensor:
-    datatype: str
-    wire_dims: tuple[int, ...]  # `dims`: the shape on the wire, less the batch axis when batched
-    model_dims: tuple[int, ...]  # `reshape.shape` when given: the shape the model sees
-
-
-@dataclass(frozen=True, slots=True)
-class ModelLayout:
-    """What a model's config says about its tensors."""
-
-    max_batch_size: int  # 0: the model takes no batch axis
-    inputs: dict[str, _Tensor]
-    outputs: dict[str, _Tensor]
-
-    @property
-    def batched(self) -> bool:
-        return self.max_batch_size > 0
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> ModelLayout:
-        def tensors(entries: list[Any]) -> dict[str, _Tensor]:
-            out = {}
-            for entry in entries:
-                dims = tuple(entry.dims)
-                model = tuple(entry.reshape.shape) if entry.reshape is not None else dims
-                datatype = entry.data_type.removeprefix("TYPE_")
-                out[entry.name] = _Tensor("BYTES" if datatype == "STRING" else datatype, dims, model)
-            return out
-
-        return cls(config.max_batch_size, tensors(config.input), tensors(config.output))
-
-    def _shape(self, tensor: _Tensor, *, wire: bool) -> tuple[int, ...]:
-        dims = tensor.wire_dims if wire else tensor.model_dims
-        return (-1, *dims) if self.batched else dims
-
-    def to_wire(self, name: str, array: np.ndarray) -> np.ndarray:
-        tensor = self.inputs.get(name)
-        if tensor is None or tensor.wire_dims == tensor.model_dims or not self.batched:
-            return array
-        if array.ndim == len(tensor.model_dims) + 1:
-            return array.reshape((array.shape[0], *tensor.wire_dims))
-        return array
-
-    def from_wire(self, name: str, array: np.ndarray) -> np.ndarray:
-        tensor = self.outputs.get(name)
-        if tensor is None or tensor.wire_dims == tensor.model_dims or not self.batched:
-            return array
-        if array.ndim == len(tensor.wire_dims) + 1:
-            return array.reshape((array.shape[0], *tensor.model_dims))
-        return array
-
-    def model_shape(self, name: str, *, output: bool, model: str) -> tuple[int, ...]:
-        tensor = (self.outputs if output else self.inputs).get(name)
-        if tensor is None:
-            kind = "output" if output else "input"
-            raise BackendError(f"the Triton server's config for model '{model}' has no {kind} '{name}'", field="triton")
-        return self._shape(tensor, wire=False)
 
 
 def _role(name: str, known: Signature | None, n_outputs: int) -> OutputRole:
@@ -159,6 +71,83 @@ def _text(array: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
+def wire_datatype(name: str, array: np.ndarray) -> str:
+    try:
+        return v2_of_numpy(array.dtype)
+    except TypeError:
+        raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
+
+
+class HttpTransport:
+    """Triton's HTTP/REST protocol: one aiohttp-backed client per event loop and server."""
+
+    def __init__(self, runtime: TritonRuntime) -> None:
+        self.runtime = runtime
+        # aiohttp sessions belong to the event loop that made them: one client per loop and URL.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, bool], Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._http: Any = None  # tritonclient.http, once imported
+
+    def client(self, target: TritonTarget) -> Any:
+        import tritonclient.http.aio as triton_aio  # heavy: imported on first use, not at cold start
+
+        clients = self._clients.setdefault(asyncio.get_running_loop(), {})
+        key = (target.url, target.ssl)
+        client = clients.get(key)
+        if client is None:
+            runtime = self.runtime
+            client = triton_aio.InferenceServerClient(
+                target.url, ssl=target.ssl, conn_limit=runtime.connections, conn_timeout=runtime.timeout_s
+            )
+            _no_redirects(client)
+            clients[key] = client
+        return client
+
+    async def config(self, target: TritonTarget) -> Any:
+        # The deadline is the client session's own total timeout (conn_timeout).
+        return await self.client(target).get_model_config(target.model, target.model_version)
+
+    async def ready(self, target: TritonTarget) -> bool:
+        return bool(await self.client(target).is_model_ready(target.model, target.model_version))
+
+    async def metadata(self, target: TritonTarget) -> Any:
+        return await self.client(target).get_model_metadata(target.model, target.model_version)
+
+    async def infer(self, target: TritonTarget, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
+        triton_http = self._http
+        if triton_http is None:
+            import tritonclient.http as triton_http  # heavy: imported on first use
+
+            self._http = triton_http
+        request = []
+        for name, wire in inputs.items():
+            datatype = wire_datatype(name, wire)
+            tensor = triton_http.InferInput(name, list(wire.shape), datatype)
+            binary = wire.nbytes >= self.runtime.binary_threshold_bytes or datatype in ("FP16", "BF16")
+            tensor.set_data_from_numpy(wire, binary_data=binary)
+            request.append(tensor)
+        requested = [triton_http.InferRequestedOutput(name, binary_data=True) for name in names]
+        return await self.client(target).infer(target.model, request, model_version=target.model_version, outputs=requested)
+
+    def failure(self, exc: Exception) -> tuple[str, str] | None:
+        """(status, message) of a failure the server answered; None for a transport failure."""
+        from tritonclient.utils import InferenceServerException
+
+        if isinstance(exc, InferenceServerException):
+            return str(exc.status() or ""), str(exc.message() or "")
+        return None
+
+    def unreachable(self, exc: Exception) -> bool:
+        import aiohttp
+
+        return isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError)
+
+    async def close(self) -> None:
+        for client in self._clients.pop(asyncio.get_running_loop(), {}).values():
+            await client.close()
+
+
 class TritonRuntime:
     """Runs versions on a Triton server named in their config."""
 
@@ -176,32 +165,21 @@ class TritonRuntime:
         self.allowed = allowed  # the servers it may call (None: any, for tools that were given one)
         self.binary_threshold_bytes = binary_threshold_bytes
         self.connections = connections
-        # aiohttp sessions belong to the event loop that made them: one client per loop and URL.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, bool], Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._layouts: dict[tuple[str, str, str], ModelLayout] = {}
+        self._layouts: dict[tuple[str, str, str, str], ModelLayout] = {}
         self._targets: dict[tuple[Any, ...], TritonTarget] = {}
-        self._http: Any = None  # tritonclient.http, once imported
+        self._transports: dict[str, Any] = {"http": HttpTransport(self)}
 
-    def _client(self, target: TritonTarget) -> Any:
-        import tritonclient.http.aio as triton_aio  # heavy: imported on first use, not at cold start
+    def _transport(self, target: TritonTarget) -> Any:
+        transport = self._transports.get(target.protocol)
+        if transport is None:
+            from sluice.runtimes.triton_grpc import GrpcTransport
 
-        loop = asyncio.get_running_loop()
-        clients = self._clients.setdefault(loop, {})
-        key = (target.url, target.ssl)
-        client = clients.get(key)
-        if client is None:
-            client = triton_aio.InferenceServerClient(
-                target.url, ssl=target.ssl, conn_limit=self.connections, conn_timeout=self.timeout_s
-            )
-            _no_redirects(client)
-            clients[key] = client
-        return client
+            transport = self._transports[target.protocol] = GrpcTransport(self)
+        return transport
 
     def _target(self, version: ModelVersion) -> TritonTarget:
         config = version.config or {}
-        key = (version.model, *(str(config.get(k, "")) for k in ("url", "model_name", "model_version")))
+        key = (version.model, *(str(config.get(k, "")) for k in ("url", "model_name", "model_version", "protocol")))
         target = self._targets.get(key)
         if target is None:
             target = TritonTarget.of(version)
@@ -211,23 +189,26 @@ class TritonRuntime:
         return target
 
     async def _call(self, target: TritonTarget, what: str, call: Any) -> Any:
-        # The deadline is the client session's own total timeout (conn_timeout): one timer per
-        # request, which aiohttp keeps anyway.
         try:
             return await call
         except SluiceError:
             raise
         except Exception as exc:
-            raise _mapped(exc, target, what) from None
+            raise _mapped(exc, self._transport(target), target, what) from None
+
+    async def model_config(self, version: ModelVersion) -> dict[str, Any]:
+        """The model's config as its server's HTTP API writes it (either protocol)."""
+        target = self._target(version)
+        answer = await self._call(target, "config", self._transport(target).config(target))
+        config = json_config(answer)
+        checked(ModelConfig, config, what="model config", model=target.model)
+        return config
 
     async def _layout(self, target: TritonTarget) -> ModelLayout:
-        key = (target.url, target.model, target.model_version)
+        key = (target.protocol, target.url, target.model, target.model_version)
         layout = self._layouts.get(key)
         if layout is None:
-            client = self._client(target)
-            config = await self._call(target, "config", client.get_model_config(target.model, target.model_version))
-            if isinstance(config, dict) and isinstance(config.get("config"), dict):
-                config = config["config"]
+            config = json_config(await self._call(target, "config", self._transport(target).config(target)))
             layout = ModelLayout.from_config(checked(ModelConfig, config, what="model config", model=target.model))
             self._layouts[key] = layout
         return layout
@@ -235,9 +216,7 @@ class TritonRuntime:
     async def load(self, version: ModelVersion) -> None:
         target = self._target(version)
         await self._layout(target)
-        client = self._client(target)
-        ready = await self._call(target, "ready", client.is_model_ready(target.model, target.model_version))
-        if not ready:
+        if not await self._call(target, "ready", self._transport(target).ready(target)):
             raise Unavailable(f"model '{target.model}' is not ready on its Triton server")
 
     async def infer(
@@ -265,29 +244,8 @@ class TritonRuntime:
     async def _infer_once(
         self, target: TritonTarget, layout: ModelLayout, inputs: dict[str, np.ndarray], names: list[str]
     ) -> dict[str, np.ndarray]:
-        triton_http = self._http
-        if triton_http is None:
-            import tritonclient.http as triton_http  # heavy: imported on first use
-
-            self._http = triton_http
-        request = []
-        for name, array in inputs.items():
-            wire = layout.to_wire(name, array)
-            try:
-                datatype = v2_of_numpy(wire.dtype)
-            except TypeError:
-                raise InvalidInput(f"input '{name}' has dtype {wire.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
-            tensor = triton_http.InferInput(name, list(wire.shape), datatype)
-            binary = wire.nbytes >= self.binary_threshold_bytes or datatype in ("FP16", "BF16")
-            tensor.set_data_from_numpy(wire, binary_data=binary)
-            request.append(tensor)
-        requested = [triton_http.InferRequestedOutput(name, binary_data=True) for name in names]
-        client = self._client(target)
-        result = await self._call(
-            target,
-            "infer",
-            client.infer(target.model, request, model_version=target.model_version, outputs=requested),
-        )
+        wire = {name: layout.to_wire(name, array) for name, array in inputs.items()}
+        result = await self._call(target, "infer", self._transport(target).infer(target, wire, names))
         answer = {}
         for name in names:
             array = result.as_numpy(name)
@@ -298,16 +256,15 @@ class TritonRuntime:
 
     async def unload(self, version: ModelVersion) -> None:
         target = self._target(version)
-        self._layouts.pop((target.url, target.model, target.model_version), None)
+        self._layouts.pop((target.protocol, target.url, target.model, target.model_version), None)
 
     async def metadata(self, version: ModelVersion) -> Signature:
         from sluice.domain.signature import Signature, TensorSpec
 
         target = self._target(version)
         layout = await self._layout(target)
-        client = self._client(target)
-        answer = await self._call(target, "metadata", client.get_model_metadata(target.model, target.model_version))
-        meta = checked(ModelMetadata, answer, what="model metadata", model=target.model)
+        answer = await self._call(target, "metadata", self._transport(target).metadata(target))
+        meta = checked(ModelMetadata, json_metadata(answer), what="model metadata", model=target.model)
         known = version.signature
         inputs = tuple(
             TensorSpec(
@@ -331,20 +288,18 @@ class TritonRuntime:
 
     async def close(self) -> None:
         """Close this event loop's connections."""
-        clients = self._clients.pop(asyncio.get_running_loop(), {})
-        for client in clients.values():
-            await client.close()
+        for transport in self._transports.values():
+            await transport.close()
 
 
-def _mapped(exc: Exception, target: TritonTarget, what: str) -> SluiceError:
-    """Triton and transport failures as sluice errors; the raw text goes to the log only."""
-    import aiohttp
-    from tritonclient.utils import InferenceServerException
-
+def _mapped(exc: Exception, transport: Any, target: TritonTarget, what: str) -> SluiceError:
+    """Triton and transport failures as sluice errors, the same for both protocols (a gRPC
+    status is first read as the HTTP status Triton gives for it); the raw text goes to the
+    log only."""
     kind = type(exc).__name__
-    if isinstance(exc, InferenceServerException):
-        status = str(exc.status() or "")
-        message = str(exc.message() or "")
+    answered = transport.failure(exc)
+    if answered is not None:
+        status, message = answered
         log.warning("triton %s failed", what, extra={"model": target.model, "status": status, "error": message[:500]})
         if status == "400":
             found = _INPUT_NAME.search(message)
@@ -360,10 +315,14 @@ def _mapped(exc: Exception, target: TritonTarget, what: str) -> SluiceError:
             return BackendError(f"the Triton server has no model '{target.model}'")
         if status in ("429", "503"):
             return Unavailable("the Triton server is busy or not ready; retry shortly")
+        if status == "unreachable":
+            return Unavailable("the Triton server is not reachable")
+        if status == "504":
+            return DeadlineExceeded(f"the Triton server did not answer within the deadline ({what})")
         return BackendError(f"the Triton server failed ({status or 'no status'})")
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return DeadlineExceeded(f"the Triton server did not answer within the deadline ({what})")
-    if isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError):
+    if transport.unreachable(exc):
         log.warning("triton %s: connection failed", what, extra={"model": target.model, "error_type": kind})
         return Unavailable("the Triton server is not reachable")
     log.warning("triton %s failed", what, extra={"model": target.model, "error_type": kind, "error": str(exc)[:500]})

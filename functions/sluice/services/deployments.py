@@ -182,13 +182,20 @@ class DeploymentService:
         return changes
 
     # Verdicts and feedback -------------------------------------------------------------------
-    def stats(self, principal: Principal, name: str, *, revision: int | None = None) -> dict[str, Any]:
-        dep = self.registry.get_deployment(principal.tenant, name)
+    def _read_stats(self, tenant: str, name: str, revision: int) -> dict[str, dict[str, float]]:
         self._before_stats()  # mirrors this process handed off, so their comparisons count
         if self.recorder is not None:
             self.recorder.flush()
+        return self.registry.read_stats(tenant, name, revision)
+
+    def counters(self, principal: Principal, dep: Deployment) -> dict[str, float]:
+        """The deployment's own counters (every request it answered or failed) at its current revision."""
+        return self._read_stats(principal.tenant, dep.name, dep.revision).get("deployment", {})
+
+    def stats(self, principal: Principal, name: str, *, revision: int | None = None) -> dict[str, Any]:
+        dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
-        counters = self.registry.read_stats(principal.tenant, name, rev)
+        counters = self._read_stats(principal.tenant, name, rev)
         variants: dict[str, Any] = {}
         mirrors: dict[str, Any] = {}
         for subject, c in sorted(counters.items()):

@@ -113,6 +113,7 @@ class ModelService:
         model_version: str = "",
         feature_names: list[str] | None = None,
         description: str = "",
+        protocol: str = "http",
     ) -> ModelVersion:
         """Register a model a Triton server serves as the next version of `name`; its
         signature is read from the server (`TritonRuntime.metadata`)."""
@@ -125,6 +126,7 @@ class ModelService:
             TritonTarget,
             check_model_name,
             check_model_version,
+            check_protocol,
         )
 
         principal.require("admin")
@@ -135,6 +137,8 @@ class ModelService:
             "model_name": check_model_name(model_name or name),
             "model_version": check_model_version(str(model_version or "")),
         }
+        if check_protocol(protocol) != "http":  # http, the default, stays unwritten as before
+            config["protocol"] = protocol
         probe = ModelVersion(principal.tenant, name, 0, "triton", "", "", 0, Signature((), ()), config=config)
         target = TritonTarget.of(probe)
         runtime = TritonRuntime(timeout_s=10.0, allowed=self.triton_servers)  # its own connections, closed on this loop

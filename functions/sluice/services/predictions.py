@@ -87,22 +87,25 @@ class PredictionService:
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
+        stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 answer = await self.runner.run(resolved.node, call, arrays)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
             self.telemetry.failure(fields=fields, status=error.status, code=error.code)
+            self.stats.request(stat_key, 0.0, ok=False)
             raise error from None
         except SluiceError as error:
             self.telemetry.failure(fields=fields, status=error.status, code=error.code)
+            self.stats.request(stat_key, 0.0, ok=False)
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.stats.request((dep.tenant, dep.name, dep.revision, "deployment"), latency_ms, ok=True)
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        self.stats.request(stat_key, latency_ms, ok=True, rows=rows)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
         await self._hand_off(call, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))

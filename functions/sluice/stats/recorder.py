@@ -32,14 +32,17 @@ class StatsRecorder:
             sums = self._sums[key] = defaultdict(float)
         return sums
 
-    def request(self, key: Key, latency_ms: float, ok: bool) -> None:
+    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
         with self._lock:
             sums = self._sums_of(key)
             sums["requests"] += 1
             if ok:
                 sums[f"{PREFIX}{bucket(latency_ms)}"] += 1
+                sums["latency_ms_sum"] += latency_ms  # Triton's statistics report total time
             else:
                 sums["errors"] += 1
+            if rows:
+                sums["rows"] += rows
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         with self._lock:

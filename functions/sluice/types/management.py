@@ -3,7 +3,7 @@ the prediction schema so the hot path does not build these models at cold start.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -47,7 +47,11 @@ class VersionPushByUri(WireModel):
 
 
 class VersionFromTriton(WireModel):
-    triton_url: str = Field(description="A Triton server's HTTP address, e.g. http://triton.internal:8000.")
+    triton_url: str = Field(
+        description="A Triton server's address, e.g. http://triton.internal:8000 (gRPC: http://triton.internal:8001"
+        " for an insecure channel, https:// for TLS)."
+    )
+    protocol: Literal["http", "grpc"] = Field("http", description="How sluice calls the server: its HTTP/REST or its gRPC protocol.")
     model_name: str | None = Field(None, description="The model's name on that server (default: this model's name).")
     model_version: str | None = Field(None, description="A version on that server (default: its latest).")
     feature_names: list[str] | None = None

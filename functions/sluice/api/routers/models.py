@@ -92,6 +92,7 @@ async def push_version(
                 triton.triton_url,
                 model_name=triton.model_name,
                 model_version=triton.model_version or "",
+                protocol=triton.protocol,
                 feature_names=triton.feature_names,
                 description=triton.description,
             )
