@@ -130,7 +130,7 @@ def _triton(container: Any, work: Path, notes: list[str]) -> Iterator[Any]:
     try:
         env = local_triton.find_env()
     except SluiceError as exc:
-        notes.append(f"no Triton rows: {exc.message} (`make triton-env`)")
+        notes.append(f"no Triton rows: {exc.message}")
         yield None
         return
     root, home = work / "triton-models", work / "triton-home"
