@@ -1,6 +1,7 @@
 """`GRPCInferenceService`: the Open Inference Protocol's RPCs on the same core as the REST API.
 
-Every RPC that names a model authenticates first (`authorization: Bearer <key>` or
+Every RPC that names a model (and Triton's configuration, statistics and repository RPCs)
+authenticates first (`authorization: Bearer <key>` or
 `x-api-key` metadata, the HTTP edge's rules), binds the tenant for the registry, and then makes
 the same call the REST route makes. Server liveness, readiness and metadata need no key, as
 their REST twins need none. Errors are gRPC status codes with the REST API's messages.
@@ -12,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
@@ -21,11 +23,12 @@ from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
 from sluice.api.routers.health import _registry_answers
 from sluice.api.routers.v2 import _metadata
-from sluice.domain.errors import InvalidInput, SluiceError
+from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
+from sluice.services.triton_ext import TritonExtensions
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -98,6 +101,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def _fail(self, context: ServicerContext, exc: Exception) -> None:
         code, message, trailer = status_of(exc)
         await context.abort(code, message, trailing_metadata=trailer)
+
+    def _extensions(self) -> TritonExtensions:
+        c = self.container
+        return TritonExtensions(c.predictions, c.deployments, c.runtimes)
 
     # Server: no key, as GET /v2, /v2/health/live and /v2/health/ready ---------------------
     async def ServerLive(self, request: Any, context: ServicerContext) -> Any:
@@ -183,13 +190,58 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
 
 
+    # Triton's extensions: the REST routes' service, its JSON read into the protobuf messages.
+    # Fields a Triton server's own config has and this proto lacks are dropped, not an error.
+    async def ModelConfig(self, request: Any, context: ServicerContext) -> Any:
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                config = await self._extensions().config(principal, request.name, _version(request.version))
+            return json_format.ParseDict({"config": config}, pb.ModelConfigResponse(), ignore_unknown_fields=True)
+        except Exception as exc:
+            await self._fail(context, exc)
+
+    async def ModelStatistics(self, request: Any, context: ServicerContext) -> Any:
+        """No name: every deployment of the tenant, as `GET /v2/models/stats`."""
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                version = _version(request.version) if request.name else None
+                stats = await self._extensions().stats(principal, request.name or None, version)
+            return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
+        except Exception as exc:
+            await self._fail(context, exc)
+
+    async def RepositoryIndex(self, request: Any, context: ServicerContext) -> Any:
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                entries = await self._extensions().index(principal, ready=request.ready)
+            return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
+        except Exception as exc:
+            await self._fail(context, exc)
+
+    async def RepositoryModelLoad(self, request: Any, context: ServicerContext) -> Any:
+        await self._refuse_control(request, context)
+
+    async def RepositoryModelUnload(self, request: Any, context: ServicerContext) -> Any:
+        await self._refuse_control(request, context)
+
+    async def _refuse_control(self, request: Any, context: ServicerContext) -> None:
+        """As REST: another tenant's name, or none, is NOT_FOUND; any other is refused."""
+        try:
+            principal, _ = await self._principal(context)
+            with use_tenant(principal.tenant):
+                self.container.deployments.get(principal, request.model_name)
+            raise BadRequest(
+                "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
+            )
+        except Exception as exc:
+            await self._fail(context, exc)
+
+
 # Triton's other extensions: not served here, each said plainly.
 UNSUPPORTED = {
-    "ModelConfig": "the model configuration extension",
-    "ModelStatistics": "the statistics extension",
-    "RepositoryIndex": "the model repository extension",
-    "RepositoryModelLoad": "the model repository extension",
-    "RepositoryModelUnload": "the model repository extension",
     "SystemSharedMemoryStatus": "the system shared-memory extension",
     "SystemSharedMemoryRegister": "the system shared-memory extension",
     "SystemSharedMemoryUnregister": "the system shared-memory extension",

@@ -57,6 +57,9 @@ def run_server(container: Container) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(None), loop).result(10)
+        triton = container.runtimes.get("triton")
+        if triton is not None:  # its connections were opened on this loop: closed there
+            asyncio.run_coroutine_threadsafe(triton.close(), loop).result(10)  # type: ignore[attr-defined]
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
 
