@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.binary import to_bytes
 from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
 from sluice.domain.errors import InvalidInput
 from sluice.domain.requests import Tensor
@@ -114,16 +115,6 @@ def tensors_of(request: Any) -> tuple[Tensor, ...]:
     return tuple(out)
 
 
-def raw_of(array: np.ndarray, datatype: str) -> bytes:
-    if datatype == "BYTES":
-        parts = []
-        for item in array.reshape(-1).tolist():
-            data = item if isinstance(item, bytes) else str(item).encode()
-            parts += (struct.pack("<I", len(data)), data)
-        return b"".join(parts)
-    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-
-
 def parameter(value: Any) -> dict[str, Any]:
     """A value as an `InferParameter`'s fields; lists (members, classes) as JSON text."""
     if isinstance(value, bool):
@@ -157,5 +148,5 @@ def response_of(pb: Any, prediction: Prediction, *, request_id: str, wanted: tup
         classes = answer.result.classes.get(name)
         if classes is not None:
             output.parameters["classes"].CopyFrom(pb.InferParameter(**parameter(classes)))
-        response.raw_output_contents.append(raw_of(array, datatype))
+        response.raw_output_contents.append(to_bytes(array))
     return response
