@@ -97,6 +97,19 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body a chunk sends to a SageMaker endpoint (InvokeEndpoint takes 6 MB).",
     )
+    streams: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "The stream function's bindings: JSON `{source: {tenant, deployment, destination: {kind, target}}}`, "
+            "source a queue or stream ARN, `kafka:<topic>` or `*` (see the streaming guide)."
+        ),
+    )
+    stream_batch_rows: int = Field(
+        default=4096, gt=0, description="Rows per inference call at most while scoring stream records."
+    )
+    stream_max_wait_ms: float = Field(
+        default=50.0, ge=0, description="How long `sluice stream` holds a partial micro-batch for more lines."
+    )
     endpoints: Literal["", "sagemaker", "local"] = Field(
         default="",
         description="Where `sluice endpoints deploy` puts a deployment's endpoint: `sagemaker` (real-time "

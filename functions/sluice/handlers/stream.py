@@ -1,0 +1,116 @@
+"""The stream Lambda: SQS (standard and FIFO), Kinesis Data Streams, Amazon MSK and
+self-managed Kafka event source mappings, with partial batch responses
+(`ReportBatchItemFailures`).
+
+Each source is bound in `SLUICE_STREAMS` to one tenant, one deployment and one destination
+(`sluice.stream.bindings`). The records of an invocation are scored micro-batched
+(`sluice.stream.core`); predictions and error records go to the destination; records that
+should be retried are reported back through powertools' batch processor, which shapes the
+`batchItemFailures` answer for each source (Kafka: topic-partition and offset).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.sqs_fifo_partial_processor import SqsFifoPartialProcessor
+
+from sluice.domain.errors import SluiceError
+from sluice.observability import get_logger, get_metrics
+from sluice.services.loop import run
+from sluice.stream.bindings import binding_for, parse_bindings
+from sluice.stream.core import Outcome, StreamScorer
+from sluice.stream.records import KAFKA, KINESIS, SQS, read_event
+from sluice.stream.run import process
+
+if TYPE_CHECKING:
+    from sluice.stream.bindings import Binding
+    from sluice.stream.sinks import Sink
+    from sluice.wiring import Container
+
+logger = get_logger()
+metrics = get_metrics()
+_container: Container | None = None
+_sinks: dict[Any, Sink] = {}
+EVENT_TYPES = {SQS: EventType.SQS, KINESIS: EventType.KinesisDataStreams, KAFKA: EventType.Kafka}
+
+
+class RetryRecord(Exception):
+    """A record Lambda should deliver again (and in the end to the dead-letter destination)."""
+
+
+def container() -> Container:
+    global _container
+    if _container is None:
+        from sluice.wiring import get_container
+
+        _container = get_container()
+    return _container
+
+
+def sink_for(binding: Binding) -> Sink:
+    found = _sinks.get(binding.destination)
+    if found is None:
+        from sluice.clients import default_clients
+        from sluice.stream.sinks import build_sink
+
+        found = _sinks[binding.destination] = build_sink(binding.destination, default_clients(container().settings.region))
+    return found
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    c = container()
+    kind, records = read_event(event)
+    bindings = parse_bindings(c.settings.streams)
+    outcomes: list[Outcome] = [Outcome() for _ in records]
+    by_binding: dict[Binding, list[int]] = defaultdict(list)
+    for index, record in enumerate(records):
+        try:
+            by_binding[binding_for(bindings, record.source)].append(index)
+        except SluiceError as exc:  # unbound: retried, then dead-lettered, never scored for a guessed tenant
+            outcomes[index].retry = str(exc)
+    for binding, indexes in by_binding.items():
+        scorer = StreamScorer(c.predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
+        done = run(process(scorer, [records[i] for i in indexes], sink_for(binding)))
+        for index, outcome in zip(indexes, done, strict=True):
+            outcomes[index] = outcome
+    c.predictions.flush_stats_if_due()
+    _count(outcomes)
+    retry = {_ident(kind, records[i].ident): o.retry for i, o in enumerate(outcomes) if o.retry is not None}
+
+    def record_handler(record: Any) -> None:
+        reason = retry.get(_ident(kind, record))
+        if reason is not None:
+            raise RetryRecord(reason)
+
+    fifo = kind == SQS and any("group" in r.position for r in records)
+    processor = SqsFifoPartialProcessor(skip_group_on_error=True) if fifo else BatchProcessor(EVENT_TYPES[kind])
+    processor.raise_on_entire_batch_failure = False  # every failure is an item failure, retried one by one
+    return dict(process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context))
+
+
+def _ident(kind: str, record: Any) -> Any:
+    """One key per record, from our records (`ident`) or from powertools' data classes."""
+    if isinstance(record, (str, dict)):
+        return (record["topic"], int(record["partition"]), int(record["offset"])) if isinstance(record, dict) else record
+    if kind == SQS:
+        return record.message_id
+    if kind == KINESIS:
+        return record.kinesis.sequence_number
+    return (record.topic, int(record.partition), int(record.offset))
+
+
+def _count(outcomes: list[Outcome]) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    errors = sum(1 for o in outcomes if o.retry is None and o.failed)
+    retries = sum(1 for o in outcomes if o.retry is not None)
+    metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(outcomes))
+    metrics.add_metric(name="StreamRecordErrors", unit=MetricUnit.Count, value=errors)
+    metrics.add_metric(name="StreamRecordRetries", unit=MetricUnit.Count, value=retries)
+    if errors or retries:
+        logger.info("stream batch", extra={"records": len(outcomes), "errors": errors, "retries": retries})

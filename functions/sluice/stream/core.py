@@ -1,0 +1,305 @@
+"""The stream core: decode and check each record, score the valid ones micro-batched through
+the one prediction call, and sort every record into one of three outcomes:
+
+- a prediction (an output record: the input's `id`, its position, the rows as the simple JSON
+  API presents them, and the deployment, model, version and variant that answered);
+- an error output (a record that can never succeed: not JSON, the wrong shape, fails the
+  signature, refused by the model), never retried;
+- a retry (a transient failure: throttling, 502/503/504, a timeout, a deployment not found),
+  reported to Lambda as a batch item failure, and in the end to the dead-letter destination.
+
+Records of one deployment and variant are stacked into as few `predict` calls as `batch_rows`
+allows. A sticky split's routing key is hashed here exactly as the split would, so records
+are grouped by the variant they would get alone. When a stacked call is refused as invalid,
+it is bisected until the refused records are found; the rest are still scored.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from sluice.api.present import who_answered
+from sluice.codecs.plain import present_rows
+from sluice.domain import Principal
+from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
+from sluice.domain.policy import walk
+from sluice.domain.requests import ArrayInputs, PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.routing.choose import sticky_pick
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sluice.domain.results import Prediction, Resolved
+    from sluice.domain.signature import Signature
+    from sluice.services.predictions import PredictionService
+    from sluice.stream.records import StreamRecord
+
+# Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
+RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
+PERMANENT_STATUSES = frozenset({400, 413, 422})  # the record itself is wrong; others may pass on a retry
+
+
+@dataclass(slots=True)
+class Outcome:
+    output: dict[str, Any] | None = None  # a prediction or an error output; None while a retry
+    retry: str | None = None  # why it should be retried
+
+    @property
+    def failed(self) -> bool:
+        return "error" in (self.output or {})
+
+
+@dataclass(slots=True)
+class _Item:
+    index: int
+    id: Any
+    rows: int
+    several: bool
+    arrays: dict[str, np.ndarray] | None = None  # decoded; None on the fast path (a feature row)
+    row: list[Any] | None = None
+
+
+class StreamScorer:
+    """Scores the records of one source, bound to one tenant and one deployment."""
+
+    def __init__(self, predictions: PredictionService, tenant: str, deployment: str, *, batch_rows: int = 10_000) -> None:
+        self.predictions = predictions
+        self.deployment = deployment
+        self.batch_rows = batch_rows
+        self.principal = Principal(tenant, frozenset({"predict"}), f"stream:{deployment}")
+
+    async def score(self, records: Sequence[StreamRecord]) -> list[Outcome]:
+        outcomes = [Outcome() for _ in records]
+        try:
+            resolved = await self.predictions.resolve(self.principal, self.deployment)
+        except SluiceError as exc:  # the binding itself is wrong or the registry is away: retry, then DLQ
+            for outcome in outcomes:
+                outcome.retry = f"{exc.code}: {exc.message}"
+            return outcomes
+        sticky = _sticky_split(resolved)
+        groups: dict[tuple[str | None, str | None], list[_Item]] = defaultdict(list)
+        for index, record in enumerate(records):
+            try:
+                body = _body(record.body)
+                item = self._item(index, body, resolved)
+                group = _group(body, sticky)
+            except SluiceError as exc:
+                outcomes[index].output = self._error(record, _id_of(record.body), exc)
+                continue
+            groups[group].append(item)
+        for (variant, routing), items in groups.items():
+            for chunk in _chunks(items, self.batch_rows):
+                await self._score_chunk(chunk, variant, routing, records, outcomes)
+        return outcomes
+
+    # Decoding ----------------------------------------------------------------------------
+    def _item(self, index: int, body: dict[str, Any], resolved: Resolved) -> _Item:
+        extra = body.keys() - RECORD_KEYS
+        split_key = _routing_field(resolved)
+        if split_key:
+            extra.discard(split_key)
+        if extra:
+            name = sorted(extra)[0]
+            raise BadRequest(f"unknown field '{name}' in a stream record", field=name)
+        named = body.get("deployment")
+        if named is not None and named != self.deployment:
+            raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
+        signature = resolved.version.signature
+        features = body.get("features")
+        only = signature.inputs[0] if len(signature.inputs) == 1 else None
+        if (
+            features is not None and only is not None and only.feature_names
+            and isinstance(features, dict) and len(features) == len(only.feature_names)
+            and "inputs" not in body and "batch" not in body
+        ):  # fmt: skip
+            try:  # the hot path: one row, stacked with the others before any array is built
+                return _Item(index, body.get("id"), 1, False, row=[features[n] for n in only.feature_names])
+            except KeyError:
+                pass  # the full decode names the missing feature
+        inputs = body.get("inputs")
+        if isinstance(inputs, list) and inputs and all(isinstance(t, dict) and "datatype" in t for t in inputs):
+            wanted = TensorInputs(tuple(_tensor(t, i) for i, t in enumerate(inputs)))
+            request = PredictionRequest(self.deployment, wanted)
+        else:
+            request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
+        arrays = self.predictions.decode(signature, request)
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        return _Item(index, body.get("id"), rows, "batch" in body or rows != 1, arrays=arrays)
+
+    def _stack(
+        self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
+    ) -> tuple[dict[str, np.ndarray], list[_Item]]:
+        """The items' rows as one array per input. When the feature rows do not stack (a
+        string among numbers, a nested list), each is decoded alone to find and refuse it."""
+        name = signature.inputs[0].name
+        rows = [item.row for item in items if item.row is not None]
+        if rows:
+            try:
+                fast = np.asarray(rows)
+                stacked = fast.dtype.kind in "biuf" and fast.ndim == 2
+            except (ValueError, TypeError):
+                stacked = False
+            if stacked and len(rows) == len(items):
+                return {name: fast}, items
+            if not stacked:
+                items = self._decode_rows(signature, items, records, outcomes)
+        parts: dict[str, list[np.ndarray]] = defaultdict(list)
+        for item in items:
+            for key, array in (item.arrays if item.arrays is not None else {name: np.asarray([item.row])}).items():
+                parts[key].append(array)
+        return {key: (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)) for key, arrays in parts.items()}, items
+
+    def _decode_rows(
+        self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
+    ) -> list[_Item]:
+        kept = []
+        for item in items:
+            if item.row is not None:
+                try:
+                    features = _body(records[item.index].body)["features"]
+                    request = PredictionRequest(self.deployment, RowInputs(features=features))
+                    item.arrays, item.row = self.predictions.decode(signature, request), None
+                except SluiceError as exc:
+                    outcomes[item.index].output = self._error(records[item.index], item.id, exc)
+                    continue
+            kept.append(item)
+        return kept
+
+    # Scoring -----------------------------------------------------------------------------
+    async def _score_chunk(
+        self, items: list[_Item], variant: str | None, routing: str | None,
+        records: Sequence[StreamRecord], outcomes: list[Outcome],
+    ) -> None:  # fmt: skip
+        resolved = await self.predictions.resolve(self.principal, self.deployment)
+        arrays, items = self._stack(resolved.version.signature, items, records, outcomes)
+        if not items:
+            return
+        request = PredictionRequest(self.deployment, ArrayInputs(arrays), variant=variant, routing_key=routing)
+        try:
+            prediction = await self.predictions.predict(self.principal, request)
+        except SluiceError as exc:
+            if exc.status not in PERMANENT_STATUSES:
+                for item in items:
+                    outcomes[item.index].retry = f"{exc.code}: {exc.message}"
+                return
+            if len(items) == 1:
+                outcomes[items[0].index].output = self._error(records[items[0].index], items[0].id, exc)
+                return
+            half = len(items) // 2  # bisect: the refused records are found, the rest still scored
+            await self._score_chunk(items[:half], variant, routing, records, outcomes)
+            await self._score_chunk(items[half:], variant, routing, records, outcomes)
+            return
+        except Exception as exc:  # an unexpected failure of a backend: retried, never lost
+            for item in items:
+                outcomes[item.index].retry = f"{type(exc).__name__}: {exc}"
+            return
+        self._present(prediction, items, records, outcomes)
+
+    def _present(self, prediction: Prediction, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+        answer = prediction.answer
+        rows = present_rows(answer.signature, answer.result)
+        who = who_answered(prediction)
+        who.pop("latency_ms", None)  # the micro-batch's, not the record's
+        head = {"deployment": prediction.resolved.deployment.name, **who}
+        at = 0
+        for item in items:
+            out: dict[str, Any] = {"id": item.id, "source": records[item.index].position, **head}
+            if item.several:
+                out["predictions"] = rows[at : at + item.rows]
+            else:
+                out.update(rows[at])
+            at += item.rows
+            outcomes[item.index].output = out
+
+    def _error(self, record: StreamRecord, record_id: Any, exc: SluiceError) -> dict[str, Any]:
+        out = {"id": record_id, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
+        if exc.field:
+            out["field"] = exc.field
+        return out
+
+
+def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+    """Within an order group (a Kinesis shard, a Kafka partition, a FIFO message group), a
+    record after one that will be retried is retried too: nothing overtakes it."""
+    held: set[str] = set()
+    for record, outcome in zip(records, outcomes, strict=True):
+        if record.order is None:
+            continue
+        if record.order in held and outcome.retry is None:
+            outcome.output, outcome.retry = None, "held behind an earlier record of its partition"
+        elif outcome.retry is not None:
+            held.add(record.order)
+
+
+def _body(raw: bytes | str) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"a record's body is not JSON: {exc.args[0] if exc.args else exc}", field="body") from None
+    if not isinstance(body, dict):
+        raise BadRequest("a record's body must be a JSON object with features, inputs or batch", field="body")
+    return body
+
+
+def _id_of(raw: bytes | str) -> Any:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body.get("id") if isinstance(body, dict) else None
+
+
+def _tensor(data: dict[str, Any], index: int) -> Tensor:
+    try:
+        return Tensor(str(data["name"]), str(data["datatype"]), tuple(int(n) for n in data["shape"]), data["data"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidInput("a v2 input needs name, datatype, shape (integers) and data", field=f"inputs[{index}]") from None
+
+
+def _routing_field(resolved: Resolved) -> str | None:
+    node = resolved.node
+    return node.routing_key if node.kind == "split" else None  # type: ignore[union-attr]
+
+
+def _sticky_split(resolved: Resolved) -> Any:
+    """The deployment's top split when it routes by key, so records can be grouped by variant."""
+    node = resolved.node
+    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
+        return node
+    if any(n.kind == "split" and n.routing_key for n in walk(node)):  # type: ignore[union-attr]
+        return False  # nested: group by the key itself
+    return None
+
+
+def _group(body: dict[str, Any], sticky: Any) -> tuple[str | None, str | None]:
+    """(variant, routing key) for the record's stacked call."""
+    variant = body.get("variant")
+    if variant is not None:
+        return str(variant), None
+    if sticky is None:
+        return None, None
+    key = body.get("routing_key")
+    if key is None and sticky:
+        key = body.get(sticky.routing_key)
+    if key is None:
+        return None, None
+    if sticky:
+        return sticky_pick(sticky.variants, str(key)).name, None
+    return None, str(key)
+
+
+def _chunks(items: list[_Item], rows: int) -> list[list[_Item]]:
+    out: list[list[_Item]] = [[]]
+    count = 0
+    for item in items:
+        if out[-1] and count + item.rows > rows:
+            out.append([])
+            count = 0
+        out[-1].append(item)
+        count += item.rows
+    return [chunk for chunk in out if chunk]

@@ -1,0 +1,115 @@
+"""The events of each source, read into `StreamRecord`s.
+
+Shapes as AWS delivers them to Lambda: SQS (`Records[].messageId/body`, FIFO adds
+`attributes.MessageGroupId`), Kinesis (`Records[].kinesis.data`, base64), Amazon MSK
+(`eventSource: aws:kafka`) and self-managed Kafka (`eventSource: SelfManagedKafka`), both with
+`records: {"topic-partition": [{topic, partition, offset, key, value (base64), headers}]}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+SQS, KINESIS, KAFKA = "sqs", "kinesis", "kafka"
+
+
+@dataclass(slots=True)
+class StreamRecord:
+    body: bytes | str
+    source: str  # what the record came from: a queue or stream ARN, or `kafka:<topic>`
+    ident: Any  # how Lambda's batchItemFailures names it (message id, sequence number, partition+offset)
+    position: dict[str, Any]  # the record's own id, kept beside its output
+    order: str | None = None  # records of one order group must not overtake each other
+    key: str | None = None  # the output's partition key (Kinesis) or message group (FIFO)
+
+    @property
+    def dedup(self) -> str:
+        """Stable across redeliveries of the same record: a FIFO deduplication id."""
+        text = "|".join([self.source, *(str(v) for v in self.position.values())])
+        return hashlib.sha256(text.encode()).hexdigest()[:64]
+
+    @property
+    def label(self) -> str:
+        """The position as one short string (S3 object names, log lines)."""
+        return "-".join(str(v) for v in self.position.values())
+
+
+def source_kind(event: dict[str, Any]) -> str:
+    if "records" in event and event.get("eventSource") in ("aws:kafka", "SelfManagedKafka"):
+        return KAFKA
+    records = event.get("Records") or []
+    first = records[0] if records else {}
+    source = first.get("eventSource") or first.get("EventSource")
+    if source == "aws:sqs":
+        return SQS
+    if source == "aws:kinesis":
+        return KINESIS
+    raise ValueError(f"not an SQS, Kinesis or Kafka event (eventSource {source or event.get('eventSource')!r})")
+
+
+def read_event(event: dict[str, Any]) -> tuple[str, list[StreamRecord]]:
+    kind = source_kind(event)
+    return kind, _READERS[kind](event)
+
+
+def _sqs(event: dict[str, Any]) -> list[StreamRecord]:
+    out = []
+    for r in event["Records"]:
+        attrs = r.get("attributes") or {}
+        group = attrs.get("MessageGroupId")
+        position: dict[str, Any] = {"message_id": r["messageId"]}
+        if group is not None:
+            position["group"] = group
+            position["sequence_number"] = attrs.get("SequenceNumber")
+        out.append(StreamRecord(r.get("body") or "", r.get("eventSourceARN", ""), r["messageId"], position, group, group))
+    return out
+
+
+def _kinesis(event: dict[str, Any]) -> list[StreamRecord]:
+    out = []
+    for r in event["Records"]:
+        k = r["kinesis"]
+        shard = str(r.get("eventID", "")).partition(":")[0]
+        seq = k["sequenceNumber"]
+        position = {"shard": shard, "sequence_number": seq}
+        body = _b64(k.get("data"))
+        # One invocation reads one shard; Lambda resumes it from the first failure, so the
+        # whole shard is one order group.
+        out.append(StreamRecord(body, r.get("eventSourceARN", ""), seq, position, shard or "shard", k.get("partitionKey")))
+    return out
+
+
+def _kafka(event: dict[str, Any]) -> list[StreamRecord]:
+    out = []
+    for records in (event.get("records") or {}).values():
+        for r in records:
+            topic, partition, offset = r["topic"], int(r["partition"]), int(r["offset"])
+            position = {"topic": topic, "partition": partition, "offset": offset}
+            key = r.get("key")
+            out.append(
+                StreamRecord(
+                    _b64(r.get("value")),
+                    f"kafka:{topic}",
+                    {"topic": topic, "partition": partition, "offset": offset},
+                    position,
+                    f"{topic}-{partition}",
+                    _b64(key).decode("utf-8", "replace") if key else f"{topic}-{partition}",
+                )
+            )
+    return out
+
+
+def _b64(data: str | None) -> bytes:
+    if not data:
+        return b""
+    try:
+        return base64.b64decode(data, validate=True)
+    except ValueError:
+        return b"\x00not base64"  # fails to parse as JSON: the record gets an error output
+
+
+_READERS = {SQS: _sqs, KINESIS: _kinesis, KAFKA: _kafka}
+

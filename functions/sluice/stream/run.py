@@ -1,0 +1,28 @@
+"""One micro-batch end to end: score, keep each partition's order, write the outputs. The
+Lambda handler and `sluice stream` both call `process`; only their transports differ."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.stream.core import hold_order
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sluice.stream.core import Outcome, StreamScorer
+    from sluice.stream.records import StreamRecord
+    from sluice.stream.sinks import Sink
+
+NOT_WRITTEN = "the output could not be written"
+
+
+async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: Sink) -> list[Outcome]:
+    """Every record ends as an output written to `sink` (a prediction or an error record) or
+    as a retry (`outcome.retry` says why)."""
+    outcomes = await scorer.score(records)
+    hold_order(records, outcomes)
+    outputs = [(i, o.output) for i, o in enumerate(outcomes) if o.retry is None and o.output is not None]
+    for index in sink.write(records, outputs):
+        outcomes[index].output, outcomes[index].retry = None, NOT_WRITTEN
+    return outcomes

@@ -1,0 +1,163 @@
+"""Where output records go: an SQS queue, a Kinesis stream, a Firehose delivery stream, S3, or
+a file (the local twin's stdout). Each sink writes JSON, one record per message (one per line
+in S3 and Firehose), and answers which records it could not write: those are retried.
+
+- SQS FIFO queues get the input record's message group (or partition) as the group id and a
+  deduplication id derived from the input record, so a redelivered record is dropped by SQS.
+- Kinesis records take the input's partition key, so one input partition stays one output
+  partition and keeps its order.
+- S3 gets one object per invocation, named by the first record's position: a retried
+  invocation overwrites it rather than writing a second copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import BinaryIO
+
+    from sluice.clients import AwsClients
+    from sluice.stream.bindings import Destination
+    from sluice.stream.records import StreamRecord
+
+Output = tuple[int, dict[str, Any]]  # (index of the input record, the output record)
+
+
+class Sink(Protocol):
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        """Write the outputs; return the indexes of the records whose output was not written."""
+        ...
+
+
+def encode(output: dict[str, Any]) -> bytes:
+    return orjson.dumps(output, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class FileSink:
+    """JSON Lines to a binary file: `sluice stream`'s stdout."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        self.out.write(b"".join(encode(o) + b"\n" for _, o in outputs))
+        self.out.flush()
+        return set()
+
+
+class SqsSink:
+    def __init__(self, client: Any, queue_url: str) -> None:
+        self.client, self.queue_url = client, queue_url
+        self.fifo = queue_url.endswith(".fifo")
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        failed: set[int] = set()
+        for at in range(0, len(outputs), 10):  # SendMessageBatch takes ten at most
+            part = outputs[at : at + 10]
+            entries = []
+            for n, (index, output) in enumerate(part):
+                entry: dict[str, Any] = {"Id": str(n), "MessageBody": encode(output).decode()}
+                if self.fifo:
+                    record = records[index]
+                    entry["MessageGroupId"] = record.key or record.order or "sluice"
+                    entry["MessageDeduplicationId"] = record.dedup
+                entries.append(entry)
+            try:
+                answer = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            except Exception:  # throttled, unreachable: every record of this call is retried
+                failed.update(index for index, _ in part)
+                continue
+            failed.update(part[int(f["Id"])][0] for f in answer.get("Failed") or ())
+        return failed
+
+
+class KinesisSink:
+    def __init__(self, client: Any, stream: str) -> None:
+        self.client = client
+        self.target = {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        failed: set[int] = set()
+        for at in range(0, len(outputs), 500):  # PutRecords takes 500 at most
+            part = outputs[at : at + 500]
+            entries = [
+                {"Data": encode(output), "PartitionKey": _partition_key(records[index])} for index, output in part
+            ]
+            try:
+                answer = self.client.put_records(Records=entries, **self.target)
+            except Exception:
+                failed.update(index for index, _ in part)
+                continue
+            failed.update(part[n][0] for n, r in enumerate(answer.get("Records") or ()) if r.get("ErrorCode"))
+        return failed
+
+
+class FirehoseSink:
+    def __init__(self, client: Any, delivery_stream: str) -> None:
+        self.client, self.name = client, delivery_stream
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        failed: set[int] = set()
+        for at in range(0, len(outputs), 500):  # PutRecordBatch takes 500 at most
+            part = outputs[at : at + 500]
+            entries = [{"Data": encode(output) + b"\n"} for _, output in part]
+            try:
+                answer = self.client.put_record_batch(DeliveryStreamName=self.name, Records=entries)
+            except Exception:
+                failed.update(index for index, _ in part)
+                continue
+            failed.update(part[n][0] for n, r in enumerate(answer.get("RequestResponses") or ()) if r.get("ErrorCode"))
+        return failed
+
+
+class S3Sink:
+    def __init__(self, client: Any, uri: str) -> None:
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        self.client, self.bucket = client, bucket
+        self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+    def key_for(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> str:
+        first = records[outputs[0][0]]
+        source = first.source.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "source"
+        return f"{self.prefix}{_safe(source)}/{_safe(first.label)}.jsonl"
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
+        if not outputs:
+            return set()
+        body = b"".join(encode(o) + b"\n" for _, o in outputs)
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=self.key_for(records, outputs), Body=body, ContentType="application/x-ndjson"
+            )
+        except Exception:
+            return {index for index, _ in outputs}
+        return set()
+
+
+def build_sink(destination: Destination, clients: AwsClients, out: BinaryIO | None = None) -> Sink:
+    kind, target = destination.kind, destination.target
+    if kind == "sqs":
+        return SqsSink(clients.client("sqs"), target)
+    if kind == "kinesis":
+        return KinesisSink(clients.client("kinesis"), target)
+    if kind == "firehose":
+        return FirehoseSink(clients.client("firehose"), target)
+    if kind == "s3":
+        return S3Sink(clients.client("s3"), target)
+    import sys
+
+    return FileSink(out or sys.stdout.buffer)
+
+
+def _partition_key(record: StreamRecord) -> str:
+    key = record.key or record.order or record.label
+    return key if 0 < len(key.encode()) <= 256 else hashlib.sha256(key.encode()).hexdigest()
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)[:200]
