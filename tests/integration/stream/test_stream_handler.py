@@ -1,0 +1,299 @@
+"""The stream Lambda end to end: each source's event through `handlers.stream.handler`, the
+outputs read back from moto's SQS, Kinesis, Firehose and S3."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from sluice.domain import ModelVersion
+from sluice.routing.choose import sticky_pick
+from tests.integration.aws.conftest import REGION
+from tests.integration.stream.conftest import kafka_event, kinesis_event, load, rows, sqs_event
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+Bind = Any
+
+
+def _queue(name: str) -> tuple[Any, str]:
+    sqs = boto3.client("sqs", region_name=REGION)
+    attributes = {"FifoQueue": "true"} if name.endswith(".fifo") else {}
+    return sqs, sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+
+
+def _drain(sqs: Any, url: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]).get("Messages", [])
+        if not got:
+            return out
+        for m in got:
+            out.append({**json.loads(m["Body"]), "_attributes": m.get("Attributes", {})})
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def _bucket(name: str = "sluice-stream-out") -> Any:
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=name, CreateBucketConfiguration={"LocationConstraint": REGION})
+    return s3
+
+
+def _objects(s3: Any, bucket: str = "sluice-stream-out") -> dict[str, list[dict[str, Any]]]:
+    found = {}
+    for item in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read().decode()
+        found[item["Key"]] = [json.loads(line) for line in body.splitlines()]
+    return found
+
+
+@pytest.mark.parametrize("name", ["stream_sqs", "stream_sqs_fifo", "stream_kinesis", "stream_msk", "stream_kafka_self_managed"])
+def test_every_source_event_is_scored_and_written_to_a_queue(aws: None, bind: Bind, name: str) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    assert handle(load(name)) == {"batchItemFailures": []}
+    out = sorted(_drain(sqs, url), key=lambda o: o["id"])
+    assert [o["id"] for o in out] == ["tx-1", "tx-2"]
+    assert [o["prediction"] for o in out] == ["setosa", "virginica"]
+    for o in out:
+        assert (o["deployment"], o["model"], o["version"]) == ("iris", "iris", 1)
+        assert set(o["probabilities"]) == {"setosa", "versicolor", "virginica"}
+        assert o["source"]  # the record's own id: message id, sequence number, or topic/partition/offset
+    if "kafka" in name or "msk" in name:
+        assert {o["source"]["offset"] for o in out} == {15, 16}
+
+
+def test_one_poisoned_record_among_1000_leaves_999_predictions_and_one_error(aws: None, bind: Bind, demo: Container) -> None:
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores"})
+    bodies: list[bytes | str] = list(rows(1000))
+    bodies[417] = b'{"id": "tx-417", "features": {"sepal_length": 5.1,'  # cut short
+    calls = _count_calls(demo)
+    answer = handle(kinesis_event(bodies))
+    assert answer == {"batchItemFailures": []}  # nothing retried
+    (key, lines), = _objects(s3).items()
+    assert len(lines) == 1000
+    errors = [line for line in lines if "error" in line]
+    assert len(errors) == 1 and "not JSON" in errors[0]["error"]
+    assert errors[0]["source"]["sequence_number"].endswith(str(88898 + 417))
+    assert sum(1 for line in lines if "prediction" in line) == 999
+    assert [line["source"]["sequence_number"] for line in lines] == sorted(line["source"]["sequence_number"] for line in lines)
+    assert len(calls) == 1  # micro-batched: one inference call for the 999
+
+
+def test_records_that_can_never_succeed_become_error_records_naming_the_field(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    good = rows(5)
+    bad = [
+        json.dumps({"id": "bad-name", "features": {"sepal_length": 1, "sepal_width": 1, "petal_length": 1, "petal_wide": 1}}),
+        json.dumps({"id": "bad-type", "features": {"sepal_length": "x", "sepal_width": 1, "petal_length": 1, "petal_width": 1}}),
+        json.dumps({"id": "bad-width", "inputs": [[1, 1, 1]]}),
+        json.dumps({"id": "other-tenant", "tenant": "globex", "features": {}}),
+        json.dumps({"id": "other-deployment", "deployment": "diabetes", "inputs": [[1, 2, 3, 4]]}),
+        "[1, 2, 3]",
+    ]
+    answer = handle(sqs_event(good[:3] + bad + good[3:]))
+    assert answer == {"batchItemFailures": []}
+    out = {o.get("id") or "list": o for o in _drain(sqs, url)}
+    assert len(out) == 11
+    assert out["bad-name"]["field"] == "features.petal_width"
+    assert out["bad-type"]["code"] == "invalid_input"
+    assert out["bad-width"]["field"].startswith("inputs")
+    assert out["other-tenant"]["field"] == "tenant"
+    assert "bound to deployment 'iris'" in out["other-deployment"]["error"]
+    assert out["list"]["field"] == "body"
+    assert all("prediction" in out[f"tx-{i}"] for i in range(5))
+
+
+def _count_calls(container: Container) -> list[int]:
+    """Spy on the one prediction call: how many calls, how many rows each."""
+    calls: list[int] = []
+    predict = container.predictions.predict
+
+    async def counting(principal: Principal, request: Any) -> Any:
+        calls.append(next(iter(request.inputs.arrays.values())).shape[0])
+        return await predict(principal, request)
+
+    container.predictions.predict = counting  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.fixture
+def half_down(demo: Container, acme: Principal) -> Container:
+    """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
+    down (a real Triton client, a closed port)."""
+    local = demo.registry.get_version("acme", "iris", 1)
+    demo.registry.add_version(
+        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
+    )
+    demo.deployments.create(
+        acme,
+        "mixed",
+        {
+            "kind": "split",
+            "routing_key": "user",
+            "variants": [
+                {"name": "local", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+                {"name": "remote", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
+            ],
+        },
+    )
+    return demo
+
+
+def _remote(container: Container, users: list[str]) -> set[int]:
+    node = container.predictions.deployment_of  # the split, as the deployment holds it
+    from sluice.services.loop import run
+
+    split = run(node("acme", "mixed"))[1]
+    return {n for n, user in enumerate(users) if sticky_pick(split.variants, user).name == "remote"}
+
+
+def test_a_backend_outage_retries_exactly_the_records_routed_to_it(aws: None, bind: Bind, half_down: Container) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="mixed")
+    users = [f"user-{n}" for n in range(10)]
+    bodies = [json.dumps({"id": f"tx-{n}", "user": u, "features": json.loads(rows(1)[0])["features"]}) for n, u in enumerate(users)]
+    event = sqs_event(bodies)
+    down = _remote(half_down, users)
+    assert 0 < len(down) < 10
+    answer = handle(event)
+    assert {f["itemIdentifier"] for f in answer["batchItemFailures"]} == {event["Records"][n]["messageId"] for n in down}
+    written = _drain(sqs, url)
+    assert sorted(o["id"] for o in written) == sorted(f"tx-{n}" for n in range(10) if n not in down)
+    assert {o["variant"] for o in written} == {"local"}
+
+
+def test_an_outage_on_a_kinesis_shard_holds_every_later_record_for_order(aws: None, bind: Bind, half_down: Container) -> None:
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out"}, deployment="mixed")
+    users = [f"user-{n}" for n in range(10)]
+    down = _remote(half_down, users)
+    first = min(down)
+    event = kinesis_event([json.dumps({"id": n, "routing_key": u, "inputs": [[5.1, 3.5, 1.4, 0.2]]}) for n, u in enumerate(users)])
+    answer = handle(event)
+    seqs = [r["kinesis"]["sequenceNumber"] for r in event["Records"]]
+    assert [f["itemIdentifier"] for f in answer["batchItemFailures"]] == seqs[first:]
+    written = [line["id"] for lines in _objects(s3).values() for line in lines]
+    assert written == list(range(first))
+
+
+def test_kafka_failures_name_topic_partition_and_offset(aws: None, bind: Bind, half_down: Container) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, source="kafka:transactions", deployment="mixed")
+    users = [f"user-{n}" for n in range(6)]
+    down = _remote(half_down, users)
+    event = kafka_event([json.dumps({"id": n, "routing_key": u, "features": json.loads(rows(1)[0])["features"]}) for n, u in enumerate(users)], self_managed=True)
+    answer = handle(event)
+    failures = answer["batchItemFailures"]
+    assert failures  # partition n % 2: a failure holds that partition's later records
+    for f in failures:
+        assert f["itemIdentifier"]["partition"] in ("transactions-0", "transactions-1")
+    failed_offsets = {f["itemIdentifier"]["offset"] for f in failures}
+    assert {100 + n for n in down} <= failed_offsets
+    assert {o["id"] for o in _drain(sqs, url)} == {n for n in range(6) if 100 + n not in failed_offsets}
+
+
+def test_a_replayed_invocation_overwrites_its_s3_object(aws: None, bind: Bind) -> None:
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores/"})
+    event = kinesis_event(rows(50))
+    handle(event)
+    first = _objects(s3)
+    handle(event)
+    again = _objects(s3)
+    assert list(again) == list(first) and len(again) == 1
+    (key,) = again
+    assert key.startswith("scores/sluice-iris-in/shardId-000000000006-")
+    assert len(again[key]) == 50
+
+
+def test_a_replayed_fifo_invocation_is_deduplicated_by_sqs(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores.fifo")
+    handle = bind({"kind": "sqs", "target": url})
+    event = sqs_event(rows(7), fifo=True)
+    assert handle(event) == {"batchItemFailures": []}
+    assert handle(event) == {"batchItemFailures": []}  # Lambda redelivers the same messages
+    out = _drain(sqs, url)
+    assert sorted(o["id"] for o in out) == [f"tx-{n}" for n in range(7)]
+    assert {o["_attributes"]["MessageGroupId"] for o in out} == {"card-0", "card-1", "card-2"}
+
+
+def test_kinesis_outputs_keep_the_input_partition_key_and_order(aws: None, bind: Bind) -> None:
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="scores", ShardCount=1)
+    handle = bind({"kind": "kinesis", "target": "scores"})
+    keys = [f"card-{n % 3}" for n in range(30)]
+    assert handle(kinesis_event(rows(30), partition_keys=keys)) == {"batchItemFailures": []}
+    shard = kinesis.describe_stream(StreamName="scores")["StreamDescription"]["Shards"][0]["ShardId"]
+    it = kinesis.get_shard_iterator(StreamName="scores", ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    got = kinesis.get_records(ShardIterator=it)["Records"]
+    assert [json.loads(r["Data"])["id"] for r in got] == [f"tx-{n}" for n in range(30)]
+    assert [r["PartitionKey"] for r in got] == keys
+
+
+def test_firehose_delivers_the_outputs_to_s3(aws: None, bind: Bind) -> None:
+    s3 = _bucket("sluice-firehose")
+    iam = boto3.client("iam", region_name=REGION)
+    role = iam.create_role(RoleName="firehose", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    boto3.client("firehose", region_name=REGION).create_delivery_stream(
+        DeliveryStreamName="scores",
+        ExtendedS3DestinationConfiguration={"RoleARN": role, "BucketARN": "arn:aws:s3:::sluice-firehose", "Prefix": "scores/"},
+    )
+    handle = bind({"kind": "firehose", "target": "scores"})
+    assert handle(sqs_event(rows(10))) == {"batchItemFailures": []}
+    lines = [line for lines in _objects(s3, "sluice-firehose").values() for line in lines]
+    assert sorted(line["id"] for line in lines) == sorted(f"tx-{n}" for n in range(10))
+
+
+def test_a_source_bound_to_nothing_is_retried_never_scored(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, source="arn:aws:sqs:eu-west-1:123456789012:the-bound-queue")
+    event = sqs_event(rows(3), arn="arn:aws:sqs:eu-west-1:123456789012:some-other-queue")
+    answer = handle(event)
+    assert len(answer["batchItemFailures"]) == 3
+    assert _drain(sqs, url) == []
+
+
+def test_a_tenant_cannot_be_reached_through_another_tenants_binding(aws: None, bind: Bind, demo: Container, globex: Principal) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url}, tenant="globex")  # globex has no deployment 'iris'
+    answer = handle(sqs_event(rows(2)))
+    assert len(answer["batchItemFailures"]) == 2  # not found: retried, then dead-lettered
+    assert _drain(sqs, url) == []
+
+
+def test_a_destination_that_refuses_writes_turns_into_retries(aws: None, bind: Bind) -> None:
+    handle = bind({"kind": "s3", "target": "s3://no-such-bucket/x"})
+    event = sqs_event(rows(4))
+    answer = handle(event)
+    assert [f["itemIdentifier"] for f in answer["batchItemFailures"]] == [r["messageId"] for r in event["Records"]]
+
+
+def test_many_rows_are_scored_in_calls_of_batch_rows(aws: None, bind: Bind, demo: Container) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out"})
+    _bucket()
+    demo.settings.stream_batch_rows = 64
+    calls = _count_calls(demo)
+    handle(kinesis_event(rows(200)))
+    assert calls == [64, 64, 64, 8]
+
+
+def test_v2_and_batch_shaped_records(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    v2 = {"id": "v2", "inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}
+    several = {"id": "batch", "batch": [[5.1, 3.5, 1.4, 0.2]]}
+    assert handle(sqs_event([json.dumps(v2), json.dumps(several)] + rows(2))) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert [p["prediction"] for p in out["v2"]["predictions"]] == ["setosa", "virginica"]
+    assert [p["prediction"] for p in out["batch"]["predictions"]] == ["setosa"]
+    assert out["tx-0"]["prediction"] == "setosa"
+
