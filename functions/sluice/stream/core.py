@@ -82,14 +82,25 @@ class StreamScorer:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
         sticky = _sticky_split(resolved)
+        allowed = RECORD_KEYS | ({sticky.routing_key} if sticky else set())
+        signature = resolved.version.signature
+        only = signature.inputs[0] if len(signature.inputs) == 1 else None
+        names = only.feature_names if only is not None and only.feature_names else None
         groups: dict[tuple[str | None, str | None], list[_Item]] = defaultdict(list)
         for index, record in enumerate(records):
             try:
                 body = _body(record.body)
-                item = self._item(index, body, resolved)
+                features = body.get("features")
+                if names is not None and len(body) <= 2 and type(features) is dict and len(features) == len(names) and (len(body) == 1 or "id" in body):
+                    try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
+                        groups[None, None].append(_Item(index, body.get("id"), 1, False, row=[features[n] for n in names]))
+                        continue
+                    except KeyError:
+                        pass  # the full decode names the missing feature
+                item = self._item(index, body, resolved, allowed)
                 group = _group(body, sticky)
             except SluiceError as exc:
-                outcomes[index].output = self._error(record, _id_of(record.body), exc)
+                outcomes[index].output = self._error(record, record_id(record.body), exc)
                 continue
             groups[group].append(item)
         for (variant, routing), items in groups.items():
@@ -98,11 +109,8 @@ class StreamScorer:
         return outcomes
 
     # Decoding ----------------------------------------------------------------------------
-    def _item(self, index: int, body: dict[str, Any], resolved: Resolved) -> _Item:
-        extra = body.keys() - RECORD_KEYS
-        split_key = _routing_field(resolved)
-        if split_key:
-            extra.discard(split_key)
+    def _item(self, index: int, body: dict[str, Any], resolved: Resolved, allowed: frozenset[str] | set[str]) -> _Item:
+        extra = body.keys() - allowed
         if extra:
             name = sorted(extra)[0]
             raise BadRequest(f"unknown field '{name}' in a stream record", field=name)
@@ -111,16 +119,6 @@ class StreamScorer:
             raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
         signature = resolved.version.signature
         features = body.get("features")
-        only = signature.inputs[0] if len(signature.inputs) == 1 else None
-        if (
-            features is not None and only is not None and only.feature_names
-            and isinstance(features, dict) and len(features) == len(only.feature_names)
-            and "inputs" not in body and "batch" not in body
-        ):  # fmt: skip
-            try:  # the hot path: one row, stacked with the others before any array is built
-                return _Item(index, body.get("id"), 1, False, row=[features[n] for n in only.feature_names])
-            except KeyError:
-                pass  # the full decode names the missing feature
         inputs = body.get("inputs")
         if isinstance(inputs, list) and inputs and all(isinstance(t, dict) and "datatype" in t for t in inputs):
             wanted = TensorInputs(tuple(_tensor(t, i) for i, t in enumerate(inputs)))
@@ -216,8 +214,8 @@ class StreamScorer:
             at += item.rows
             outcomes[item.index].output = out
 
-    def _error(self, record: StreamRecord, record_id: Any, exc: SluiceError) -> dict[str, Any]:
-        out = {"id": record_id, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
+    def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
+        out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
         if exc.field:
             out["field"] = exc.field
         return out
@@ -246,7 +244,7 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     return body
 
 
-def _id_of(raw: bytes | str) -> Any:
+def record_id(raw: bytes | str) -> Any:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -259,11 +257,6 @@ def _tensor(data: dict[str, Any], index: int) -> Tensor:
         return Tensor(str(data["name"]), str(data["datatype"]), tuple(int(n) for n in data["shape"]), data["data"])
     except (KeyError, TypeError, ValueError):
         raise InvalidInput("a v2 input needs name, datatype, shape (integers) and data", field=f"inputs[{index}]") from None
-
-
-def _routing_field(resolved: Resolved) -> str | None:
-    node = resolved.node
-    return node.routing_key if node.kind == "split" else None  # type: ignore[union-attr]
 
 
 def _sticky_split(resolved: Resolved) -> Any:

@@ -76,7 +76,7 @@ def test_one_poisoned_record_among_1000_leaves_999_predictions_and_one_error(aws
     calls = _count_calls(demo)
     answer = handle(kinesis_event(bodies))
     assert answer == {"batchItemFailures": []}  # nothing retried
-    (key, lines), = _objects(s3).items()
+    (_key, lines), = _objects(s3).items()
     assert len(lines) == 1000
     errors = [line for line in lines if "error" in line]
     assert len(errors) == 1 and "not JSON" in errors[0]["error"]
@@ -277,7 +277,7 @@ def test_a_destination_that_refuses_writes_turns_into_retries(aws: None, bind: B
 
 
 def test_many_rows_are_scored_in_calls_of_batch_rows(aws: None, bind: Bind, demo: Container) -> None:
-    sqs, url = _queue("scores")
+    _sqs, _url = _queue("scores")
     handle = bind({"kind": "s3", "target": "s3://sluice-stream-out"})
     _bucket()
     demo.settings.stream_batch_rows = 64
@@ -291,7 +291,7 @@ def test_v2_and_batch_shaped_records(aws: None, bind: Bind) -> None:
     handle = bind({"kind": "sqs", "target": url})
     v2 = {"id": "v2", "inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}
     several = {"id": "batch", "batch": [[5.1, 3.5, 1.4, 0.2]]}
-    assert handle(sqs_event([json.dumps(v2), json.dumps(several)] + rows(2))) == {"batchItemFailures": []}
+    assert handle(sqs_event([json.dumps(v2), json.dumps(several), *rows(2)])) == {"batchItemFailures": []}
     out = {o["id"]: o for o in _drain(sqs, url)}
     assert [p["prediction"] for p in out["v2"]["predictions"]] == ["setosa", "virginica"]
     assert [p["prediction"] for p in out["batch"]["predictions"]] == ["setosa"]
