@@ -242,25 +242,13 @@ class Container:
         runtimes, so loaded models are shared) whose calls stay out of live statistics."""
         from sluice.batch.files import Files
         from sluice.batch.runner import BatchPaths, BatchRunner, BatchTelemetry, OfflineStats
-        from sluice.runtimes.onnx import OnnxRuntime
 
         if self.files is None:
             from sluice.clients import default_clients
 
             # A store per URI scheme, each built on first use (a local run never imports boto3).
             self.files = Files(clients=default_clients(self.settings.region))
-        runtimes: dict[str, Runtime] = self.runtimes
-        online = self.runtimes.get("onnx")
-        if isinstance(online, OnnxRuntime):
-            # Scoring threads are off any request loop: run ONNX inline rather than hop to
-            # yet another thread per batch, on the very sessions the API has loaded.
-            inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
-            inline.cache = online.cache
-            runtimes = (
-                self.runtimes.replacing("onnx", inline)
-                if isinstance(self.runtimes, Runtimes)
-                else {**self.runtimes, "onnx": inline}
-            )
+        runtimes = self.inline_runtimes()
         predictions = PredictionService(
             self.registry, runtimes, self.settings,
             BatchTelemetry(
@@ -270,6 +258,31 @@ class Container:
             stats=OfflineStats(self.registry),
         )
         return BatchRunner(self.registry, predictions, self.files, self.settings, BatchPaths(self.settings.batch_root_url))
+
+    def inline_runtimes(self) -> dict[str, Runtime]:
+        """These runtimes with ONNX run inline, on the very sessions the API has loaded: for
+        callers off any request loop (batch scoring threads, stream invocations), where a hop
+        to yet another thread per call costs more than it frees."""
+        from sluice.runtimes.onnx import OnnxRuntime
+
+        online = self.runtimes.get("onnx")
+        if not isinstance(online, OnnxRuntime):
+            return self.runtimes
+        inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
+        inline.cache = online.cache
+        if isinstance(self.runtimes, Runtimes):
+            return self.runtimes.replacing("onnx", inline)
+        return {**self.runtimes, "onnx": inline}
+
+    @cached_property
+    def stream_predictions(self) -> PredictionService:
+        """The prediction service of stream records (the Lambda and `sluice stream`): live
+        traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
+        invocation at a time holds the loop; nothing else waits on it)."""
+        return PredictionService(
+            self.registry, self.inline_runtimes(), self.settings, self.telemetry,  # type: ignore[arg-type]
+            stats=self.predictions.stats, mirror=self.mirror,
+        )  # fmt: skip
 
     @cached_property
     def batch(self) -> BatchService:

@@ -68,7 +68,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     settings = container.settings
     lines_per_batch = args.batch_lines or settings.stream_batch_rows
     wait_s = (settings.stream_max_wait_ms if args.max_wait_ms is None else args.max_wait_ms) / 1000
-    scorer = StreamScorer(container.predictions, args.tenant, args.deployment, batch_rows=lines_per_batch)
+    scorer = StreamScorer(container.stream_predictions, args.tenant, args.deployment, batch_rows=lines_per_batch)
     out = FileSink(sys.stdout.buffer)
     seen = errors = gave_up = 0
     for batch in read_batches(sys.stdin.fileno(), lines_per_batch, wait_s):

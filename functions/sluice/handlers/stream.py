@@ -38,6 +38,7 @@ logger = get_logger()
 metrics = get_metrics()
 _container: Container | None = None
 _sinks: dict[Any, Sink] = {}
+_parsed: tuple[dict[str, Any], dict[str, Binding]] | None = None
 EVENT_TYPES = {SQS: EventType.SQS, KINESIS: EventType.KinesisDataStreams, KAFKA: EventType.Kafka}
 
 
@@ -64,27 +65,32 @@ def sink_for(binding: Binding) -> Sink:
     return found
 
 
-@metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()
     kind, records = read_event(event)
-    bindings = parse_bindings(c.settings.streams)
-    outcomes: list[Outcome] = [Outcome() for _ in records]
-    by_binding: dict[Binding, list[int]] = defaultdict(list)
+    bindings = _bindings(c.settings.streams)
+    outcomes: list[Outcome] = [None] * len(records)  # type: ignore[list-item]  # each set below
+    by_source: dict[str, list[int]] = defaultdict(list)
     for index, record in enumerate(records):
+        by_source[record.source].append(index)
+    by_binding: dict[Binding, list[int]] = defaultdict(list)
+    for source, indexes in by_source.items():
         try:
-            by_binding[binding_for(bindings, record.source)].append(index)
+            by_binding[binding_for(bindings, source)].extend(indexes)
         except SluiceError as exc:  # unbound: retried, then dead-lettered, never scored for a guessed tenant
-            outcomes[index].retry = str(exc)
+            for index in indexes:
+                outcomes[index] = Outcome(retry=exc.message)
     for binding, indexes in by_binding.items():
-        scorer = StreamScorer(c.predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
+        scorer = StreamScorer(c.stream_predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
         done = run(process(scorer, [records[i] for i in indexes], sink_for(binding)))
         for index, outcome in zip(indexes, done, strict=True):
             outcomes[index] = outcome
-    c.predictions.flush_stats_if_due()
+    c.stream_predictions.flush_stats_if_due()
     _count(outcomes)
     retry = {_ident(kind, records[i].ident): o.retry for i, o in enumerate(outcomes) if o.retry is not None}
+    if not retry:
+        return {"batchItemFailures": []}  # what the batch processor answers when nothing failed
 
     def record_handler(record: Any) -> None:
         reason = retry.get(_ident(kind, record))
@@ -108,13 +114,24 @@ def _ident(kind: str, record: Any) -> Any:
     return (record.topic, int(record.partition), int(record.offset))
 
 
-def _count(outcomes: list[Outcome]) -> None:
-    from aws_lambda_powertools.metrics import MetricUnit
+def _bindings(data: dict[str, Any]) -> dict[str, Binding]:
+    """Parsed once per container (the settings do not change under it)."""
+    global _parsed
+    if _parsed is None or _parsed[0] is not data:
+        _parsed = (data, parse_bindings(data))
+    return _parsed[1]
 
+
+def _count(outcomes: list[Outcome]) -> None:
+    """EMF metrics only when something went wrong: a clean batch is counted by Lambda's own
+    metrics, and one log line per invocation would cost more than the scoring of ten records."""
     errors = sum(1 for o in outcomes if o.retry is None and o.failed)
     retries = sum(1 for o in outcomes if o.retry is not None)
-    metrics.add_metric(name="StreamRecords", unit=MetricUnit.Count, value=len(outcomes))
+    if not (errors or retries):
+        return
+    from aws_lambda_powertools.metrics import MetricUnit
+
     metrics.add_metric(name="StreamRecordErrors", unit=MetricUnit.Count, value=errors)
     metrics.add_metric(name="StreamRecordRetries", unit=MetricUnit.Count, value=retries)
-    if errors or retries:
-        logger.info("stream batch", extra={"records": len(outcomes), "errors": errors, "retries": retries})
+    metrics.flush_metrics()
+    logger.info("stream batch", extra={"records": len(outcomes), "errors": errors, "retries": retries})

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+from orjson import JSONDecodeError, loads
 
 from sluice.api.present import who_answered
 from sluice.codecs.plain import present_rows
@@ -54,14 +56,13 @@ class Outcome:
         return "error" in (self.output or {})
 
 
-@dataclass(slots=True)
 class _Item:
-    index: int
-    id: Any
-    rows: int
-    several: bool
-    arrays: dict[str, np.ndarray] | None = None  # decoded; None on the fast path (a feature row)
-    row: list[Any] | None = None
+    """One record's decoded input: its arrays, or on the hot path one row of feature values."""
+
+    __slots__ = ("arrays", "id", "index", "row", "rows", "several")
+
+    def __init__(self, index: int, rid: Any, rows: int, several: bool, arrays: dict[str, np.ndarray] | None, row: Any = None) -> None:
+        self.index, self.id, self.rows, self.several, self.arrays, self.row = index, rid, rows, several, arrays, row
 
 
 class StreamScorer:
@@ -87,16 +88,22 @@ class StreamScorer:
         only = signature.inputs[0] if len(signature.inputs) == 1 else None
         names = only.feature_names if only is not None and only.feature_names else None
         groups: dict[tuple[str | None, str | None], list[_Item]] = defaultdict(list)
+        row_of = _row_getter(names)
+        plain = groups[None, None]
         for index, record in enumerate(records):
             try:
-                body = _body(record.body)
-                features = body.get("features")
-                if names is not None and len(body) <= 2 and type(features) is dict and len(features) == len(names) and (len(body) == 1 or "id" in body):
+                try:
+                    body = loads(record.body)
+                except JSONDecodeError:
+                    body = _body(record.body)  # raises, saying why
+                features = body.get("features") if type(body) is dict else None
+                if row_of is not None and type(features) is dict and len(body) <= 2 and len(features) == len(names) and (len(body) == 1 or "id" in body):  # type: ignore[arg-type]
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        groups[None, None].append(_Item(index, body.get("id"), 1, False, row=[features[n] for n in names]))
+                        plain.append(_Item(index, body.get("id"), 1, False, None, row_of(features)))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
+                body = _body(record.body)
                 item = self._item(index, body, resolved, allowed)
                 group = _group(body, sticky)
             except SluiceError as exc:
@@ -127,7 +134,7 @@ class StreamScorer:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        return _Item(index, body.get("id"), rows, "batch" in body or rows != 1, arrays=arrays)
+        return _Item(index, body.get("id"), rows, "batch" in body or rows != 1, arrays)
 
     def _stack(
         self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
@@ -206,11 +213,11 @@ class StreamScorer:
         head = {"deployment": prediction.resolved.deployment.name, **who}
         at = 0
         for item in items:
-            out: dict[str, Any] = {"id": item.id, "source": records[item.index].position, **head}
+            position = records[item.index].position
             if item.several:
-                out["predictions"] = rows[at : at + item.rows]
+                out = {"id": item.id, "source": position, **head, "predictions": rows[at : at + item.rows]}
             else:
-                out.update(rows[at])
+                out = {"id": item.id, "source": position, **head, **rows[at]}
             at += item.rows
             outcomes[item.index].output = out
 
@@ -284,6 +291,16 @@ def _group(body: dict[str, Any], sticky: Any) -> tuple[str | None, str | None]:
     if sticky:
         return sticky_pick(sticky.variants, str(key)).name, None
     return None, str(key)
+
+
+def _row_getter(names: Sequence[str] | None) -> Any:
+    """A feature dict's values in the signature's order, as a tuple (C speed)."""
+    if not names:
+        return None
+    if len(names) == 1:
+        only = names[0]
+        return lambda features: (features[only],)
+    return itemgetter(*names)
 
 
 def _chunks(items: list[_Item], rows: int) -> list[list[_Item]]:

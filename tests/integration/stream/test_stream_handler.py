@@ -114,13 +114,13 @@ def test_records_that_can_never_succeed_become_error_records_naming_the_field(aw
 def _count_calls(container: Container) -> list[int]:
     """Spy on the one prediction call: how many calls, how many rows each."""
     calls: list[int] = []
-    predict = container.predictions.predict
+    predict = container.stream_predictions.predict
 
     async def counting(principal: Principal, request: Any) -> Any:
         calls.append(next(iter(request.inputs.arrays.values())).shape[0])
         return await predict(principal, request)
 
-    container.predictions.predict = counting  # type: ignore[method-assign]
+    container.stream_predictions.predict = counting  # type: ignore[method-assign]
     return calls
 
 
