@@ -23,6 +23,7 @@ from infra.stacks.batch import BatchStack
 from infra.stacks.endpoints import EndpointsStack
 from infra.stacks.observability import ObservabilityStack
 from infra.stacks.storage import ARTIFACTS_PREFIX, StorageStack
+from infra.stacks.streams import StreamsStack
 
 CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
 
@@ -86,6 +87,15 @@ def build_app(
         description="sluice: API Gateway, API-key authorizer, API and shadow functions",
         **common,
     )
+    streams = None
+    if config.streams:  # a stack only where streams are configured: none is deployed empty
+        streams = StreamsStack(
+            app,
+            f"{config.name}-streams",
+            platform=platform,
+            description="sluice: streaming inference (SQS, Kinesis, Kafka event sources)",
+            **common,
+        )
     function_names = [
         names.function(purpose)
         for purpose in (
@@ -97,6 +107,7 @@ def build_app(
             "batch-finalize",
             "batch-mark-failed",
             "batch-on-upload",
+            *(f"stream-{s.name}" for s in config.streams),
         )
     ]
     observability = ObservabilityStack(
@@ -113,6 +124,11 @@ def build_app(
     api.add_stack_dependency(batch)  # the API starts batch executions by state machine name
     observability.add_stack_dependency(api)
     observability.add_stack_dependency(batch)
+    if streams is not None:
+        streams.add_stack_dependency(storage)
+        streams.add_stack_dependency(api)  # the shadow function its mirror invokes
+        observability.add_stack_dependency(streams)
+        Tags.of(streams).add("sluice:component", "streams")
     for component, stack in (
         ("storage", storage),
         ("batch", batch),

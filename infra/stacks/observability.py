@@ -9,6 +9,7 @@ they watch the API, the functions and the state machine instead.)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
@@ -16,10 +17,11 @@ from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import SluiceConfig
+from infra.config import SluiceConfig, StreamConfig
 from infra.constructs.grants import state_machine_arn
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
+from infra.stacks.streams import dead_letter_queue_name, source_queue_name
 
 METRICS_NAMESPACE = "sluice"
 FIVE_MINUTES = Duration.minutes(5)
@@ -48,6 +50,7 @@ class ObservabilityStack(Stack):
     ) -> None:
         super().__init__(scope, id, **kwargs)
         alarms_config = config.alarms
+        self._stream_error_percent = alarms_config.stream_error_percent
         api_dimensions = {"ApiName": names.rest_api, "Stage": config.api.stage_name}
         machine_arn = state_machine_arn(self, names.state_machine)
 
@@ -181,6 +184,9 @@ class ObservabilityStack(Stack):
             description="Batch jobs failed, timed out or were aborted",
         )
 
+        for stream in config.streams:
+            self._stream_alarms(stream, names, alarm, lambda_metric)
+
         # Dashboard ----------------------------------------------------------------------
         dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{config.name}-overview")
 
@@ -265,3 +271,38 @@ class ObservabilityStack(Stack):
                 width=16,
             ),
         )
+
+    def _stream_alarms(self, stream: StreamConfig, names: ResourceNames, alarm: Any, lambda_metric: Any) -> None:
+        """A stream falling behind (oldest message, iterator age, or offset lag), records in
+        its dead-letter queue, and the share of its invocations that failed."""
+        function_name = names.function(f"stream-{stream.name}")
+        kind = stream.source.kind
+
+        def queue_metric(queue: str, name: str) -> cw.Metric:
+            return cw.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue}, statistic="Maximum", period=FIVE_MINUTES)
+
+        if kind == "sqs":
+            behind: cw.IMetric = queue_metric(source_queue_name(names, stream), "ApproximateAgeOfOldestMessage")
+            threshold: float = stream.iterator_age_alarm_s
+        elif kind == "kinesis":
+            behind, threshold = lambda_metric(function_name, "IteratorAge", "Maximum"), stream.iterator_age_alarm_s * 1000
+        else:
+            behind, threshold = lambda_metric(function_name, "OffsetLag", "Maximum"), stream.offset_lag_alarm
+        alarm(f"StreamBehind-{stream.name}", behind, threshold=threshold, periods=3, description=f"stream {stream.name} is falling behind its source")
+        alarm(
+            f"StreamDeadLetters-{stream.name}",
+            queue_metric(dead_letter_queue_name(names, stream), "ApproximateNumberOfMessagesVisible"),
+            threshold=1,
+            description=f"records of stream {stream.name} reached its dead-letter queue",
+        )
+        rate = cw.MathExpression(
+            expression="IF(invocations > 0, 100 * errors / invocations, 0)",
+            using_metrics={
+                "errors": lambda_metric(function_name, "Errors", "Sum"),
+                "invocations": lambda_metric(function_name, "Invocations", "Sum"),
+            },
+            label=f"{stream.name} errors %",
+            period=FIVE_MINUTES,
+        )
+        percent = self._stream_error_percent
+        alarm(f"StreamErrorRate-{stream.name}", rate, threshold=percent, description=f"over {percent}% of stream {stream.name}'s invocations failed")

@@ -32,6 +32,7 @@ PSEUDO = {
     "AWS::URLSuffix": "amazonaws.com",
 }
 COMPONENTS = ("storage", "batch", "endpoints", "api", "observability")
+OPTIONAL = ("streams",)  # stacks made only where the config asks for them
 
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
@@ -52,6 +53,64 @@ FULL_CONFIG: dict[str, Any] = {
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9},
     "alarms": {"emails": ["oncall@example.com"]},
+    "streams": [
+        {
+            "name": "orders",
+            "tenant": "acme",
+            "deployment": "fraud",
+            "source": {"kind": "sqs", "create": True},
+            "destination": {"kind": "s3"},
+            "batch_size": 50,
+            "batching_window_s": 2,
+            "max_concurrency": 5,
+        },
+        {
+            "name": "payments",
+            "tenant": "acme",
+            "deployment": "fraud",
+            "source": {"kind": "sqs", "create": True, "fifo": True},
+            "destination": {"kind": "sqs", "create": True, "fifo": True},
+            "batch_size": 10,
+            "batching_window_s": 0,
+        },
+        {
+            "name": "sensors",
+            "tenant": "globex",
+            "deployment": "anomaly",
+            "source": {"kind": "kinesis", "create": True, "shards": 2},
+            "destination": {"kind": "kinesis", "create": True},
+            "batch_size": 1000,
+            "parallelization_factor": 2,
+            "max_record_age_s": 600,
+            "retry_attempts": 2,
+        },
+        {
+            "name": "clicks",
+            "tenant": "acme",
+            "deployment": "ctr",
+            "source": {
+                "kind": "msk",
+                "arn": "arn:aws:kafka:us-east-1:123456789012:cluster/events/0a1b2c3d-1111-2222-3333-444455556666-1",
+                "topic": "clicks",
+            },
+            "destination": {
+                "kind": "firehose",
+                "arn": "arn:aws:firehose:us-east-1:123456789012:deliverystream/ctr-scores",
+            },
+        },
+        {
+            "name": "ledger",
+            "tenant": "acme",
+            "deployment": "fraud",
+            "source": {
+                "kind": "kafka",
+                "topic": "ledger",
+                "bootstrap_servers": ["kafka-1.example.com:9096"],
+                "secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:kafka-ledger-AbCdEf",
+            },
+            "destination": {"kind": "sqs", "arn": "arn:aws:sqs:us-east-1:123456789012:ledger-scores"},
+        },
+    ],
     "endpoints": [
         {
             "name": "resnet",
@@ -98,6 +157,10 @@ class Synthesized:
         self.stacks: dict[str, Stack] = {
             component: app.node.find_child(f"{config.name}-{component}") for component in COMPONENTS
         }
+        for component in OPTIONAL:
+            found = app.node.try_find_child(f"{config.name}-{component}")
+            if found is not None:
+                self.stacks[component] = found  # type: ignore[assignment]
         self._templates: dict[str, Template] = {}
         self._resolved: dict[str, Template] = {}
 

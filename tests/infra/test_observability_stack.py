@@ -6,7 +6,7 @@ import json
 
 from aws_cdk.assertions import Match
 
-from tests.infra.synth import Synthesized, properties
+from tests.infra.synth import FULL_CONFIG, Synthesized, properties
 
 FUNCTIONS = (
     "api",
@@ -18,6 +18,7 @@ FUNCTIONS = (
     "batch-mark-failed",
     "batch-on-upload",
 )
+STREAMS = tuple(f"stream-{s['name']}" for s in FULL_CONFIG["streams"])  # each: 3 alarms of its own
 
 
 def _dashboard_body(app: Synthesized) -> str:
@@ -49,7 +50,7 @@ def test_dashboard_shows_the_app_metrics_per_deployment(full_app: Synthesized) -
 def test_alarms_cover_api_functions_and_batch(full_app: Synthesized) -> None:
     template = full_app.template("observability")
     alarms = properties(template, "AWS::CloudWatch::Alarm")
-    assert len(alarms) == 2 + 2 * len(FUNCTIONS) + 1
+    assert len(alarms) == 2 + 2 * (len(FUNCTIONS) + len(STREAMS)) + 1 + 3 * len(STREAMS)
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {

@@ -1,0 +1,126 @@
+"""Streams: per configured source a function bound to one tenant's deployment, an event source
+mapping with partial batch responses, a dead-letter queue, least-privilege grants and alarms
+(the full test config has an SQS, a FIFO SQS, a Kinesis, an MSK and a self-managed Kafka
+stream)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from sluice.stream.bindings import parse_bindings
+from tests.infra.synth import (
+    Synthesized,
+    policy_statements_of_role,
+    properties,
+    role_of,
+)
+
+HANDLER = "sluice.handlers.stream.handler"
+
+
+@pytest.fixture(scope="module")
+def streams(full_app: Synthesized) -> Template:
+    return full_app.template("streams")
+
+
+def _functions(template: Template) -> dict[str, tuple[str, dict[str, Any]]]:
+    found = {}
+    for logical_id, resource in template.find_resources("AWS::Lambda::Function").items():
+        props = resource["Properties"]
+        if props.get("Handler") == HANDLER:
+            found[props["FunctionName"].removeprefix("sluice-stream-")] = (logical_id, props)
+    return found
+
+
+def _mappings(template: Template) -> dict[str, dict[str, Any]]:
+    """Event source mappings by the stream name of the function they invoke."""
+    by_id = {logical_id: name for name, (logical_id, _) in _functions(template).items()}
+    return {by_id[p["FunctionName"]["Ref"]]: p for p in properties(template, "AWS::Lambda::EventSourceMapping")}
+
+
+def test_one_function_per_stream_bound_to_its_tenant_and_deployment(full_app: Synthesized) -> None:
+    functions = _functions(full_app.resolved("streams"))
+    assert set(functions) == {"orders", "payments", "sensors", "clicks", "ledger"}
+    _, orders = functions["orders"]
+    variables = orders["Environment"]["Variables"]
+    bindings = parse_bindings(json.loads(variables["SLUICE_STREAMS"]))  # what the handler reads
+    assert bindings["*"].tenant == "acme" and bindings["*"].deployment == "fraud"
+    assert bindings["*"].destination.kind == "s3"
+    assert bindings["*"].destination.target == "s3://sluice-batch-123456789012-us-east-1/outbox/acme/streams/orders/"
+    assert variables["SLUICE_MIRROR"] == "lambda://sluice-shadow"
+    assert orders["ReservedConcurrentExecutions"] == 10
+
+
+def test_every_mapping_reports_batch_item_failures_with_its_limits(streams: Template) -> None:
+    mappings = _mappings(streams)
+    assert set(mappings) == {"orders", "payments", "sensors", "clicks", "ledger"}
+    for mapping in mappings.values():
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    orders = mappings["orders"]
+    assert (orders["BatchSize"], orders["MaximumBatchingWindowInSeconds"]) == (50, 2)
+    assert orders["ScalingConfig"] == {"MaximumConcurrency": 5}
+    sensors = mappings["sensors"]
+    assert sensors["ParallelizationFactor"] == 2
+    assert sensors["MaximumRecordAgeInSeconds"] == 600
+    assert sensors["MaximumRetryAttempts"] == 2
+    assert sensors["BisectBatchOnFunctionError"] is True
+    for name in ("sensors", "clicks", "ledger"):  # Kinesis and Kafka: failures to the DLQ
+        assert "OnFailure" in mappings[name]["DestinationConfig"], name
+    assert mappings["clicks"]["Topics"] == ["clicks"]
+    assert mappings["ledger"]["SelfManagedEventSource"]["Endpoints"]["KafkaBootstrapServers"] == ["kafka-1.example.com:9096"]
+
+
+def test_created_sqs_sources_redrive_to_the_dead_letter_queue(streams: Template) -> None:
+    queues = {p.get("QueueName"): p for p in properties(streams, "AWS::SQS::Queue")}
+    orders = queues["sluice-stream-orders-in"]
+    assert orders["RedrivePolicy"]["maxReceiveCount"] == 4  # retry_attempts 3, then the DLQ
+    assert orders["VisibilityTimeout"] == 360  # six times the function's timeout
+    payments = queues["sluice-stream-payments-in.fifo"]
+    assert payments["FifoQueue"] is True
+    assert queues["sluice-stream-payments-dlq.fifo"]["FifoQueue"] is True
+    for queue in queues.values():
+        assert queue["KmsMasterKeyId"] == "alias/aws/sqs"
+
+
+def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthesized) -> None:
+    template = full_app.template("streams")
+    functions = _functions(template)
+
+    def statements(name: str) -> list[dict[str, Any]]:
+        return policy_statements_of_role(template, role_of(functions[name][1]))
+
+    for name in functions:
+        registry = [s for s in statements(name) if any(str(a).startswith("dynamodb:") for a in _list(s["Action"]))]
+        (only,) = registry
+        keys = only["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        tenant = "globex" if name == "sensors" else "acme"
+        assert keys == [f"T#{tenant}", f"T#{tenant}#*"], name  # never another tenant's items
+    orders_s3 = [s for s in statements("orders") if "s3:PutObject" in _list(s["Action"])]
+    assert any("outbox/acme/streams/orders/*" in json.dumps(s["Resource"]) for s in orders_s3)
+    firehose = [s for s in statements("clicks") if "firehose:PutRecordBatch" in _list(s["Action"])]
+    assert firehose and firehose[0]["Resource"] == "arn:aws:firehose:us-east-1:123456789012:deliverystream/ctr-scores"
+    ledger = [s for s in statements("ledger") if "sqs:SendMessage" in _list(s["Action"])]
+    assert ledger[0]["Resource"] == "arn:aws:sqs:us-east-1:123456789012:ledger-scores"
+    assert any("kinesis:PutRecords" in _list(s["Action"]) for s in statements("sensors"))
+
+
+def test_alarms_watch_lag_dead_letters_and_error_rate(full_app: Synthesized) -> None:
+    alarms = full_app.template("observability").find_resources("AWS::CloudWatch::Alarm")
+    ids = " ".join(alarms)
+    for name in ("orders", "payments", "sensors", "clicks", "ledger"):
+        for kind in ("StreamBehind", "StreamDeadLetters", "StreamErrorRate"):
+            assert f"{kind}{name}" in ids.replace("-", ""), (kind, name)
+    metrics = {json.dumps(a["Properties"].get("MetricName")) for a in alarms.values()}
+    assert {'"IteratorAge"', '"OffsetLag"', '"ApproximateAgeOfOldestMessage"', '"ApproximateNumberOfMessagesVisible"'} <= metrics
+
+
+def test_no_streams_no_stack(default_app: Synthesized) -> None:
+    assert "streams" not in default_app.stacks
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
