@@ -9,7 +9,8 @@ the same event, and `sluice stream` against `sluice batch run` on the same rows.
    records with orjson, stacks the rows, makes one ONNX Runtime call, encodes one output per
    record (id, label, probabilities) and writes them to the same sink. Goal: <= 1.5x its time.
 2. Lines per second through `sluice stream` (a pipe: stdin to stdout) against `sluice batch
-   run` on the same JSON Lines file, each a fresh process, start-up included. Goal: >= 0.8x.
+   run` on the same rows as JSON Lines (`{id, features}` records for the stream, flat columns
+   for the batch job), each a fresh process, start-up included. Goal: >= 0.8x.
 
 Measurements run in a child process (`python -m benchmarks.bench_stream child …`) with logs
 at WARNING; the parent alternates which subject runs first.
@@ -151,7 +152,9 @@ def _child_pipe(kind: str, source: Path, home: Path) -> dict[str, Any]:
     else:
         out = home / "batch-out"
         shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([*cli, "batch", "run", str(source), "--deployment", "iris", "--out", str(out)], env=env, check=True, capture_output=True)
+        done = subprocess.run([*cli, "batch", "run", str(source), "--deployment", "iris", "--out", str(out)], env=env, capture_output=True, text=True)
+        if done.returncode != 0 or '"SUCCEEDED"' not in done.stdout:
+            raise RuntimeError(f"sluice batch run failed: {done.stdout[-800:]} {done.stderr[-800:]}")
     return {"seconds": time.perf_counter() - started}
 
 
@@ -187,16 +190,18 @@ def run(quick: bool) -> dict[str, Any]:
             note=f"{handler[name]['records']} records per invocation; outputs to an in-process sink (JSON Lines to the null device) for both",
         ))  # fmt: skip
     lines = 100_000 if quick else 1_000_000
-    source = work / "rows.jsonl"
-    with source.open("w") as f:
+    # The same rows in each one's shape: stream records (`{id, features}`), batch columns.
+    source, flat = work / "rows.jsonl", work / "rows-flat.jsonl"
+    with source.open("w") as f, flat.open("w") as g:
         for row in _rows(lines):
             f.write(json.dumps(row) + "\n")
+            g.write(json.dumps({"id": row["id"], **row["features"]}) + "\n")
     home = work / "home-cli"
     _prepare_home(home)
     streams, batches = [], []
     for r in range(1 if quick else 3):
         for kind in ("stream", "batch") if r % 2 == 0 else ("batch", "stream"):
-            seconds = _measure("pipe", kind, str(source), str(home))["seconds"]
+            seconds = _measure("pipe", kind, str(source if kind == "stream" else flat), str(home))["seconds"]
             (streams if kind == "stream" else batches).append(lines / seconds)
     figures.append(figure(
         "stream.cli.throughput", f"`sluice stream` on {lines:,} JSON Lines: lines/s", "lines/s", "sluice stream",

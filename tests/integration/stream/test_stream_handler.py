@@ -163,7 +163,9 @@ def test_a_backend_outage_retries_exactly_the_records_routed_to_it(aws: None, bi
     event = sqs_event(bodies)
     down = _remote(half_down, users)
     assert 0 < len(down) < 10
+    calls = _count_calls(half_down)
     answer = handle(event)
+    assert sorted(calls) == sorted([10 - len(down), len(down)])  # one call per variant
     assert {f["itemIdentifier"] for f in answer["batchItemFailures"]} == {event["Records"][n]["messageId"] for n in down}
     written = _drain(sqs, url)
     assert sorted(o["id"] for o in written) == sorted(f"tx-{n}" for n in range(10) if n not in down)
