@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
     from typing import BinaryIO
 
     from sluice.clients import AwsClients
     from sluice.stream.bindings import Destination
     from sluice.stream.records import StreamRecord
 
+KiB, MiB = 1024, 1024 * 1024
 Output = tuple[int, dict[str, Any]]  # (index of the input record, the output record)
 
 
@@ -51,17 +52,19 @@ class FileSink:
 
 
 class SqsSink:
+    # SendMessageBatch: ten messages, 256 KiB in all (and so per message).
+    COUNT, TOTAL, ITEM = 10, 256 * KiB, 256 * KiB
+
     def __init__(self, client: Any, queue_url: str) -> None:
         self.client, self.queue_url = client, queue_url
         self.fifo = queue_url.endswith(".fifo")
 
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         failed: set[int] = set()
-        for at in range(0, len(outputs), 10):  # SendMessageBatch takes ten at most
-            part = outputs[at : at + 10]
+        for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
             entries = []
-            for n, (index, output) in enumerate(part):
-                entry: dict[str, Any] = {"Id": str(n), "MessageBody": encode(output).decode()}
+            for n, (index, body) in enumerate(part):
+                entry: dict[str, Any] = {"Id": str(n), "MessageBody": body.decode()}
                 if self.fifo:
                     record = records[index]
                     entry["MessageGroupId"] = record.key or record.order or "sluice"
@@ -77,17 +80,17 @@ class SqsSink:
 
 
 class KinesisSink:
+    # PutRecords: 500 records, 5 MiB in all, 1 MiB per record (its partition key included).
+    COUNT, TOTAL, ITEM = 500, 5 * MiB, MiB - 256
+
     def __init__(self, client: Any, stream: str) -> None:
         self.client = client
         self.target = {"StreamARN": stream} if stream.startswith("arn:") else {"StreamName": stream}
 
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         failed: set[int] = set()
-        for at in range(0, len(outputs), 500):  # PutRecords takes 500 at most
-            part = outputs[at : at + 500]
-            entries = [
-                {"Data": encode(output), "PartitionKey": _partition_key(records[index])} for index, output in part
-            ]
+        for part in _calls(records, outputs, self.COUNT, self.TOTAL - 256 * self.COUNT, self.ITEM):
+            entries = [{"Data": body, "PartitionKey": _partition_key(records[index])} for index, body in part]
             try:
                 answer = self.client.put_records(Records=entries, **self.target)
             except Exception:
@@ -98,14 +101,16 @@ class KinesisSink:
 
 
 class FirehoseSink:
+    # PutRecordBatch: 500 records, 4 MiB in all, 1,000 KiB per record.
+    COUNT, TOTAL, ITEM = 500, 4 * MiB, 1000 * KiB - 1
+
     def __init__(self, client: Any, delivery_stream: str) -> None:
         self.client, self.name = client, delivery_stream
 
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         failed: set[int] = set()
-        for at in range(0, len(outputs), 500):  # PutRecordBatch takes 500 at most
-            part = outputs[at : at + 500]
-            entries = [{"Data": encode(output) + b"\n"} for _, output in part]
+        for part in _calls(records, outputs, self.COUNT, self.TOTAL - self.COUNT, self.ITEM):
+            entries = [{"Data": body + b"\n"} for _, body in part]
             try:
                 answer = self.client.put_record_batch(DeliveryStreamName=self.name, Records=entries)
             except Exception:
@@ -113,6 +118,36 @@ class FirehoseSink:
                 continue
             failed.update(part[n][0] for n, r in enumerate(answer.get("RequestResponses") or ()) if r.get("ErrorCode"))
         return failed
+
+
+def _calls(
+    records: Sequence[StreamRecord], outputs: Sequence[Output], count: int, total: int, item: int
+) -> Iterator[list[tuple[int, bytes]]]:
+    """The encoded outputs in calls of at most `count` records and `total` bytes. An output
+    over `item` bytes can never be written: its record gets an error output instead."""
+    part: list[tuple[int, bytes]] = []
+    size = 0
+    for index, output in outputs:
+        body = encode(output)
+        if len(body) > item:
+            body = encode(_too_large(records[index], output, len(body), item))
+        if part and (len(part) == count or size + len(body) > total):
+            yield part
+            part, size = [], 0
+        part.append((index, body))
+        size += len(body)
+    if part:
+        yield part
+
+
+def _too_large(record: StreamRecord, output: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+    return {
+        "id": output.get("id"),
+        "source": record.position,
+        "deployment": output.get("deployment"),
+        "error": f"the output is {size} bytes; the destination takes {limit} at most",
+        "code": "payload_too_large",
+    }
 
 
 class S3Sink:

@@ -299,3 +299,14 @@ def test_v2_and_batch_shaped_records(aws: None, bind: Bind) -> None:
     assert [p["prediction"] for p in out["batch"]["predictions"]] == ["setosa"]
     assert out["tx-0"]["prediction"] == "setosa"
 
+
+
+def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    rows_ = [[5.1, 3.5, 1.4, 0.2]] * 2500  # one record, 2,500 predictions: over 256 KiB
+    event = sqs_event([json.dumps({"id": "huge", "batch": rows_}), *rows(25)])
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert out["huge"]["code"] == "payload_too_large"
+    assert all("prediction" in out[f"tx-{n}"] for n in range(25))
