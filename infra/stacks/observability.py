@@ -21,7 +21,7 @@ from infra.config import SluiceConfig, StreamConfig
 from infra.constructs.grants import state_machine_arn
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
-from infra.stacks.streams import dead_letter_queue_name, source_queue_name
+from infra.stacks.streams import dead_letter_queue_name, has_dead_letter_queue, source_queue_name
 
 METRICS_NAMESPACE = "sluice"
 FIVE_MINUTES = Duration.minutes(5)
@@ -289,12 +289,13 @@ class ObservabilityStack(Stack):
         else:
             behind, threshold = lambda_metric(function_name, "OffsetLag", "Maximum"), stream.offset_lag_alarm
         alarm(f"StreamBehind-{stream.name}", behind, threshold=threshold, periods=3, description=f"stream {stream.name} is falling behind its source")
-        alarm(
-            f"StreamDeadLetters-{stream.name}",
-            queue_metric(dead_letter_queue_name(names, stream), "ApproximateNumberOfMessagesVisible"),
-            threshold=1,
-            description=f"records of stream {stream.name} reached its dead-letter queue",
-        )
+        if has_dead_letter_queue(stream):
+            alarm(
+                f"StreamDeadLetters-{stream.name}",
+                queue_metric(dead_letter_queue_name(names, stream), "ApproximateNumberOfMessagesVisible"),
+                threshold=1,
+                description=f"records of stream {stream.name} reached its dead-letter queue",
+            )
         rate = cw.MathExpression(
             expression="IF(invocations > 0, 100 * errors / invocations, 0)",
             using_metrics={

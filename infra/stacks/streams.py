@@ -43,6 +43,12 @@ def stream_s3_prefix(stream: StreamConfig) -> str:
     return stream.destination.prefix or f"{OUTBOX_PREFIX}{stream.tenant}/streams/{stream.name}/"
 
 
+def has_dead_letter_queue(stream: StreamConfig) -> bool:
+    """Every stream has one except an SQS queue the tenant brings: its own redrive policy says
+    where its failed messages go (a mapping cannot redirect them)."""
+    return not (stream.source.kind == "sqs" and stream.source.arn)
+
+
 def dead_letter_queue_name(names: ResourceNames, stream: StreamConfig) -> str:
     return names.function(f"stream-{stream.name}-dlq") + (".fifo" if stream.source.is_fifo else "")
 
@@ -95,15 +101,17 @@ class StreamsStack(Stack):
     ) -> SluiceFunction:
         scope = Construct(self, f"Stream-{stream.name}")
         self._source_name = source_queue_name(names, stream)
-        dlq = _queue(
-            scope,
-            "DeadLetters",
-            fifo=stream.source.is_fifo,
-            queue_name=dead_letter_queue_name(names, stream),
-            retention_period=Duration.days(14),
-        )
-        acknowledge(dlq, "AwsSolutions-SQS3", DLQ_REASON)
-        acknowledge(dlq, "Serverless-SQSRedrivePolicy", DLQ_REASON)
+        dlq = None
+        if has_dead_letter_queue(stream):
+            dlq = _queue(
+                scope,
+                "DeadLetters",
+                fifo=stream.source.is_fifo,
+                queue_name=dead_letter_queue_name(names, stream),
+                retention_period=Duration.days(14),
+            )
+            acknowledge(dlq, "AwsSolutions-SQS3", DLQ_REASON)
+            acknowledge(dlq, "Serverless-SQSRedrivePolicy", DLQ_REASON)
         destination, target = self._destination(scope, stream)
         # One binding per function: whatever source invokes it, this tenant and deployment.
         binding = {
@@ -207,16 +215,17 @@ class StreamsStack(Stack):
 
         return grant_firehose, arn.rsplit("/", 1)[-1]
 
-    def _source(self, scope: Construct, stream: StreamConfig, dlq: sqs.Queue) -> lambda_.IEventSource:
+    def _source(self, scope: Construct, stream: StreamConfig, dlq: sqs.Queue | None) -> lambda_.IEventSource:
         src = stream.source
         window = Duration.seconds(stream.batching_window_s) if stream.batching_window_s else None
         position = lambda_.StartingPosition[src.starting_position]
         if src.kind == "sqs":
             if src.create:
                 visibility = Duration.seconds(6 * stream.timeout_s)  # AWS: six times the timeout
+                redrive = sqs.DeadLetterQueue(queue=dlq, max_receive_count=stream.retry_attempts + 1) if dlq else None
                 queue: sqs.IQueue = _queue(
                     scope, "Source", fifo=src.fifo, visibility_timeout=visibility, queue_name=self._source_name,
-                    dead_letter_queue=sqs.DeadLetterQueue(queue=dlq, max_receive_count=stream.retry_attempts + 1),
+                    dead_letter_queue=redrive,
                 )  # fmt: skip
             else:  # a queue of the tenant's: its own redrive policy decides where failures go
                 queue = sqs.Queue.from_queue_arn(scope, "Source", src.arn or "")
@@ -231,7 +240,7 @@ class StreamsStack(Stack):
             "bisect_batch_on_error": stream.bisect_on_error,
             "retry_attempts": stream.retry_attempts,
             "max_record_age": Duration.seconds(stream.max_record_age_s),
-            "on_failure": sources.SqsDlq(dlq),
+            "on_failure": sources.SqsDlq(dlq) if dlq is not None else None,
             "report_batch_item_failures": True,
         }
         if src.kind == "kinesis":

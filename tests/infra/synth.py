@@ -110,6 +110,13 @@ FULL_CONFIG: dict[str, Any] = {
             },
             "destination": {"kind": "sqs", "arn": "arn:aws:sqs:us-east-1:123456789012:ledger-scores"},
         },
+        {
+            "name": "refunds",
+            "tenant": "globex",
+            "deployment": "refunds",
+            "source": {"kind": "sqs", "arn": "arn:aws:sqs:us-east-1:123456789012:refunds"},
+            "destination": {"kind": "s3", "prefix": "outbox/globex/refund-scores/"},
+        },
     ],
     "endpoints": [
         {

@@ -44,7 +44,7 @@ def _mappings(template: Template) -> dict[str, dict[str, Any]]:
 
 def test_one_function_per_stream_bound_to_its_tenant_and_deployment(full_app: Synthesized) -> None:
     functions = _functions(full_app.resolved("streams"))
-    assert set(functions) == {"orders", "payments", "sensors", "clicks", "ledger"}
+    assert set(functions) == {"orders", "payments", "sensors", "clicks", "ledger", "refunds"}
     _, orders = functions["orders"]
     variables = orders["Environment"]["Variables"]
     bindings = parse_bindings(json.loads(variables["SLUICE_STREAMS"]))  # what the handler reads
@@ -57,7 +57,7 @@ def test_one_function_per_stream_bound_to_its_tenant_and_deployment(full_app: Sy
 
 def test_every_mapping_reports_batch_item_failures_with_its_limits(streams: Template) -> None:
     mappings = _mappings(streams)
-    assert set(mappings) == {"orders", "payments", "sensors", "clicks", "ledger"}
+    assert set(mappings) == {"orders", "payments", "sensors", "clicks", "ledger", "refunds"}
     for mapping in mappings.values():
         assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     orders = mappings["orders"]
@@ -84,6 +84,7 @@ def test_created_sqs_sources_redrive_to_the_dead_letter_queue(streams: Template)
     assert queues["sluice-stream-payments-dlq.fifo"]["FifoQueue"] is True
     for queue in queues.values():
         assert queue["KmsMasterKeyId"] == "alias/aws/sqs"
+    assert not any("refunds" in str(name) for name in queues)  # a queue the tenant brings: no DLQ made
 
 
 def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthesized) -> None:
@@ -97,7 +98,7 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
         registry = [s for s in statements(name) if any(str(a).startswith("dynamodb:") for a in _list(s["Action"]))]
         (only,) = registry
         keys = only["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-        tenant = "globex" if name == "sensors" else "acme"
+        tenant = "globex" if name in ("sensors", "refunds") else "acme"
         assert keys == [f"T#{tenant}", f"T#{tenant}#*"], name  # never another tenant's items
     orders_s3 = [s for s in statements("orders") if "s3:PutObject" in _list(s["Action"])]
     assert any("outbox/acme/streams/orders/*" in json.dumps(s["Resource"]) for s in orders_s3)
@@ -111,9 +112,11 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
 def test_alarms_watch_lag_dead_letters_and_error_rate(full_app: Synthesized) -> None:
     alarms = full_app.template("observability").find_resources("AWS::CloudWatch::Alarm")
     ids = " ".join(alarms)
-    for name in ("orders", "payments", "sensors", "clicks", "ledger"):
+    for name in ("orders", "payments", "sensors", "clicks", "ledger", "refunds"):
         for kind in ("StreamBehind", "StreamDeadLetters", "StreamErrorRate"):
-            assert f"{kind}{name}" in ids.replace("-", ""), (kind, name)
+            if (kind, name) != ("StreamDeadLetters", "refunds"):  # its own queue's redrive, not ours
+                assert f"{kind}{name}" in ids.replace("-", ""), (kind, name)
+    assert "StreamDeadLettersrefunds" not in ids.replace("-", "")
     metrics = {json.dumps(a["Properties"].get("MetricName")) for a in alarms.values()}
     assert {'"IteratorAge"', '"OffsetLag"', '"ApproximateAgeOfOldestMessage"', '"ApproximateNumberOfMessagesVisible"'} <= metrics
 

@@ -8,7 +8,7 @@ Shapes as AWS delivers them to Lambda: SQS (`Records[].messageId/body`, FIFO add
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -72,13 +72,16 @@ def _kinesis(event: dict[str, Any]) -> list[StreamRecord]:
     out = []
     for r in event["Records"]:
         k = r["kinesis"]
-        shard = str(r.get("eventID", "")).partition(":")[0]
+        shard = r.get("eventID", "").partition(":")[0]
         seq = k["sequenceNumber"]
-        position = {"shard": shard, "sequence_number": seq}
-        body = _b64(k.get("data"))
         # One invocation reads one shard; Lambda resumes it from the first failure, so the
         # whole shard is one order group.
-        out.append(StreamRecord(body, r.get("eventSourceARN", ""), seq, position, shard or "shard", k.get("partitionKey")))
+        out.append(
+            StreamRecord(
+                _b64(k.get("data")), r.get("eventSourceARN", ""), seq,
+                {"shard": shard, "sequence_number": seq}, shard or "shard", k.get("partitionKey"),
+            )  # fmt: skip
+        )
     return out
 
 
@@ -106,8 +109,8 @@ def _b64(data: str | None) -> bytes:
     if not data:
         return b""
     try:
-        return base64.b64decode(data, validate=True)
-    except ValueError:
+        return binascii.a2b_base64(data, strict_mode=True)
+    except (binascii.Error, ValueError):
         return b"\x00not base64"  # fails to parse as JSON: the record gets an error output
 
 
