@@ -76,12 +76,9 @@ def _kinesis(event: dict[str, Any]) -> list[StreamRecord]:
         seq = k["sequenceNumber"]
         # One invocation reads one shard; Lambda resumes it from the first failure, so the
         # whole shard is one order group.
-        out.append(
-            StreamRecord(
-                _b64(k.get("data")), r.get("eventSourceARN", ""), seq,
-                {"shard": shard, "sequence_number": seq}, shard or "shard", k.get("partitionKey"),
-            )  # fmt: skip
-        )
+        position = {"shard": shard, "sequence_number": seq}
+        body = _b64(k.get("data"))
+        out.append(StreamRecord(body, r.get("eventSourceARN", ""), seq, position, shard or "shard", k.get("partitionKey")))
     return out
 
 
