@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 # Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
 RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
-PERMANENT_STATUSES = frozenset({400, 413, 422})  # the record itself is wrong; others may pass on a retry
+PERMANENT_STATUSES = frozenset({400, 413, 422})
+NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
 
 
 @dataclass(slots=True)
@@ -96,14 +97,15 @@ class StreamScorer:
                     body = loads(record.body)
                 except JSONDecodeError:
                     body = _body(record.body)  # raises, saying why
-                features = body.get("features") if type(body) is dict else None
+                if type(body) is not dict:
+                    raise BadRequest(NOT_AN_OBJECT, field="body")
+                features = body.get("features")
                 if row_of is not None and type(features) is dict and len(body) <= 2 and len(features) == len(names) and (len(body) == 1 or "id" in body):  # type: ignore[arg-type]
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
                         plain.append(_Item(index, body.get("id"), 1, False, None, row_of(features)))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
-                body = _body(record.body)
                 item = self._item(index, body, resolved, allowed)
                 group = _group(body, sticky)
             except SluiceError as exc:
@@ -146,7 +148,8 @@ class StreamScorer:
         if rows:
             try:
                 fast = np.asarray(rows)
-                stacked = fast.dtype.kind in "biuf" and fast.ndim == 2
+                # true/false among numbers would become 1.0/0.0: the full decode refuses them, as the API does
+                stacked = fast.dtype.kind in "iuf" and fast.ndim == 2 and not any(type(v) is bool for row in rows for v in row)
             except (ValueError, TypeError):
                 stacked = False
             if stacked and len(rows) == len(items):
@@ -247,7 +250,7 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"a record's body is not JSON: {exc.args[0] if exc.args else exc}", field="body") from None
     if not isinstance(body, dict):
-        raise BadRequest("a record's body must be a JSON object with features, inputs or batch", field="body")
+        raise BadRequest(NOT_AN_OBJECT, field="body")
     return body
 
 

@@ -310,3 +310,15 @@ def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bi
     out = {o["id"]: o for o in _drain(sqs, url)}
     assert out["huge"]["code"] == "payload_too_large"
     assert all("prediction" in out[f"tx-{n}"] for n in range(25))
+
+
+def test_feature_values_that_do_not_stack_are_refused_one_by_one(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    flag = {"id": "bool", "features": {"sepal_length": True, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}}
+    nested = {"id": "nested", "features": {"sepal_length": [5.1], "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}}
+    assert handle(sqs_event([*rows(4), json.dumps(flag), json.dumps(nested)])) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert out["bool"]["code"] == "invalid_input" and "true/false" in out["bool"]["error"]
+    assert out["nested"]["code"] == "invalid_input"
+    assert [out[f"tx-{n}"]["prediction"] for n in range(4)] == ["setosa", "virginica", "setosa", "virginica"]
