@@ -100,7 +100,12 @@ class StreamScorer:
                 if type(body) is not dict:
                     raise BadRequest(NOT_AN_OBJECT, field="body")
                 features = body.get("features")
-                if row_of is not None and type(features) is dict and len(body) <= 2 and len(features) == len(names) and (len(body) == 1 or "id" in body):  # type: ignore[arg-type]
+                if (
+                    row_of is not None and type(features) is dict and len(body) <= 2
+                    and len(features) == len(names)  # type: ignore[arg-type]
+                    and (len(body) == 1 or "id" in body)
+                    and not _may_hold_bool(record.body)
+                ):  # fmt: skip
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
                         plain.append(_Item(index, body.get("id"), 1, False, None, row_of(features)))
                         continue
@@ -148,8 +153,7 @@ class StreamScorer:
         if rows:
             try:
                 fast = np.asarray(rows)
-                # true/false among numbers would become 1.0/0.0: the full decode refuses them, as the API does
-                stacked = fast.dtype.kind in "iuf" and fast.ndim == 2 and not any(type(v) is bool for row in rows for v in row)
+                stacked = fast.dtype.kind in "iuf" and fast.ndim == 2
             except (ValueError, TypeError):
                 stacked = False
             if stacked and len(rows) == len(items):
@@ -252,6 +256,15 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest(NOT_AN_OBJECT, field="body")
     return body
+
+
+def _may_hold_bool(raw: bytes | str) -> bool:
+    """true/false among feature numbers would stack as 1.0/0.0: such a record takes the full
+    decode, which refuses them as the API does. A substring test of the text is far cheaper
+    than looking at every value; an `id` that says "true" only costs the slower path."""
+    if type(raw) is str:
+        return "true" in raw or "false" in raw
+    return b"true" in raw or b"false" in raw  # type: ignore[operator]
 
 
 def record_id(raw: bytes | str) -> Any:
