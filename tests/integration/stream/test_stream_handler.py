@@ -15,6 +15,8 @@ from tests.integration.aws.conftest import REGION
 from tests.integration.stream.conftest import kafka_event, kinesis_event, load, rows, sqs_event
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -125,7 +127,7 @@ def _count_calls(container: Container) -> list[int]:
 
 
 @pytest.fixture
-def half_down(demo: Container, acme: Principal) -> Container:
+def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
     """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
     down (a real Triton client, a closed port)."""
     local = demo.registry.get_version("acme", "iris", 1)
@@ -144,7 +146,10 @@ def half_down(demo: Container, acme: Principal) -> Container:
             ],
         },
     )
-    return demo
+    yield demo
+    from sluice.services.loop import run
+
+    run(demo.runtimes["triton"].close())  # the Triton client's sessions, on the handler's loop
 
 
 def _remote(container: Container, users: list[str]) -> set[int]:
@@ -322,3 +327,19 @@ def test_feature_values_that_do_not_stack_are_refused_one_by_one(aws: None, bind
     assert out["bool"]["code"] == "invalid_input" and "true/false" in out["bool"]["error"]
     assert out["nested"]["code"] == "invalid_input"
     assert [out[f"tx-{n}"]["prediction"] for n in range(4)] == ["setosa", "virginica", "setosa", "virginica"]
+
+
+def test_a_fifo_outage_holds_the_rest_of_each_affected_message_group(aws: None, bind: Bind, half_down: Container) -> None:
+    sqs, url = _queue("scores.fifo")
+    handle = bind({"kind": "sqs", "target": url}, deployment="mixed")
+    users = [f"user-{n}" for n in range(12)]
+    down = _remote(half_down, users)
+    event = sqs_event([json.dumps({"id": n, "user": u, "inputs": [[5.1, 3.5, 1.4, 0.2]]}) for n, u in enumerate(users)], fifo=True)
+    groups = [r["attributes"]["MessageGroupId"] for r in event["Records"]]
+    held = set()
+    for n, group in enumerate(groups):  # in a group, everything from its first failure on
+        if n in down or any(m in down and groups[m] == group for m in range(n)):
+            held.add(n)
+    answer = handle(event)
+    assert {f["itemIdentifier"] for f in answer["batchItemFailures"]} == {event["Records"][n]["messageId"] for n in held}
+    assert sorted(o["id"] for o in _drain(sqs, url)) == sorted(set(range(12)) - held)
