@@ -72,9 +72,8 @@ def cmd_stream(args: argparse.Namespace) -> int:
     out = FileSink(sys.stdout.buffer)
     seen = errors = gave_up = 0
     for batch in read_batches(sys.stdin.fileno(), lines_per_batch, wait_s):
-        records = [
-            StreamRecord(line.rstrip(b"\r"), "stdin", seen + n + 1, {"line": seen + n + 1}) for n, line in enumerate(batch)
-        ]
+        # A trailing \r (CRLF files) is JSON whitespace: the line is parsed as it is.
+        records = [StreamRecord(line, "stdin", n, {"line": n}) for n, line in enumerate(batch, seen + 1)]
         seen += len(batch)
         for pause in (*RETRIES, None):
             outcomes = run(process(scorer, records, out))

@@ -57,13 +57,17 @@ class Outcome:
         return "error" in (self.output or {})
 
 
-class _Item:
-    """One record's decoded input: its arrays, or on the hot path one row of feature values."""
+class _Item(tuple):  # type: ignore[type-arg]
+    """One record's decoded input: its arrays, or on the hot path one row of feature values.
+    A tuple: thousands are made per invocation, and a tuple is made in C."""
 
-    __slots__ = ("arrays", "id", "index", "row", "rows", "several")
-
-    def __init__(self, index: int, rid: Any, rows: int, several: bool, arrays: dict[str, np.ndarray] | None, row: Any = None) -> None:
-        self.index, self.id, self.rows, self.several, self.arrays, self.row = index, rid, rows, several, arrays, row
+    __slots__ = ()
+    index = property(itemgetter(0))
+    id = property(itemgetter(1))
+    rows = property(itemgetter(2))
+    several = property(itemgetter(3))
+    arrays = property(itemgetter(4))
+    row = property(itemgetter(5))
 
 
 class StreamScorer:
@@ -90,6 +94,10 @@ class StreamScorer:
         names = only.feature_names if only is not None and only.feature_names else None
         groups: dict[tuple[str | None, str | None], list[_Item]] = defaultdict(list)
         row_of = _row_getter(names)
+        # true/false among feature numbers would stack as 1.0/0.0: such a record takes the full
+        # decode, which refuses them as the API does. A substring test of the text costs far
+        # less than looking at every value; an `id` that says "true" only takes the slower path.
+        true, false = ("true", "false") if records and type(records[0].body) is str else (b"true", b"false")
         plain = groups[None, None]
         for index, record in enumerate(records):
             try:
@@ -104,10 +112,10 @@ class StreamScorer:
                     row_of is not None and type(features) is dict and len(body) <= 2
                     and len(features) == len(names)  # type: ignore[arg-type]
                     and (len(body) == 1 or "id" in body)
-                    and not _may_hold_bool(record.body)
+                    and true not in record.body and false not in record.body  # type: ignore[operator]
                 ):  # fmt: skip
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        plain.append(_Item(index, body.get("id"), 1, False, None, row_of(features)))
+                        plain.append(_Item((index, body.get("id"), 1, False, None, row_of(features))))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
@@ -141,7 +149,7 @@ class StreamScorer:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        return _Item(index, body.get("id"), rows, "batch" in body or rows != 1, arrays)
+        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, None))
 
     def _stack(
         self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
@@ -175,7 +183,7 @@ class StreamScorer:
                 try:
                     features = _body(records[item.index].body)["features"]
                     request = PredictionRequest(self.deployment, RowInputs(features=features))
-                    item.arrays, item.row = self.predictions.decode(signature, request), None
+                    item = _Item((item.index, item.id, 1, False, self.predictions.decode(signature, request), None))
                 except SluiceError as exc:
                     outcomes[item.index].output = self._error(records[item.index], item.id, exc)
                     continue
@@ -256,15 +264,6 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest(NOT_AN_OBJECT, field="body")
     return body
-
-
-def _may_hold_bool(raw: bytes | str) -> bool:
-    """true/false among feature numbers would stack as 1.0/0.0: such a record takes the full
-    decode, which refuses them as the API does. A substring test of the text is far cheaper
-    than looking at every value; an `id` that says "true" only costs the slower path."""
-    if type(raw) is str:
-        return "true" in raw or "false" in raw
-    return b"true" in raw or b"false" in raw  # type: ignore[operator]
 
 
 def record_id(raw: bytes | str) -> Any:
