@@ -40,9 +40,8 @@ def ask(ws: WebSocketTestSession, message: dict[str, Any] | str) -> dict[str, An
 
 
 def test_a_connection_without_a_valid_key_is_refused(client: TestClient, keys: dict[str, str]) -> None:
-    with pytest.raises(WebSocketDenialResponse) as refused:
-        with client.websocket_connect(URL, headers=auth("sk_nope_wrong")):
-            pass
+    with pytest.raises(WebSocketDenialResponse) as refused, client.websocket_connect(URL, headers=auth("sk_nope_wrong")):
+        pass
     assert refused.value.status_code == 401 and refused.value.json()["code"] == "unauthenticated"
     # no key in the handshake: the first message must authenticate, or the connection ends
     with client.websocket_connect(URL) as ws:

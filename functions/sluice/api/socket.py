@@ -37,11 +37,8 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
-# Browsers cannot set headers on a WebSocket: they offer the key as a subprotocol
-# (`new WebSocket(url, ["sluice.v1", "bearer." + key])`) and the server answers `sluice.v1`.
-SUBPROTOCOL = "sluice.v1"
-BEARER = "bearer."
 MAX_REQUEST_ID = 128
+_UNCHECKED = object()
 
 
 class V2Message(WireModel):
@@ -55,27 +52,6 @@ class V2Message(WireModel):
     model_config = {"extra": "forbid"}
 
 
-def key_of(headers: Mapping[str, str], subprotocols: list[str] | tuple[str, ...] = ()) -> str | None:
-    """The API key a connection presents: `Authorization: Bearer`, then `x-api-key`, then a
-    `bearer.<key>` subprotocol. `headers` must look names up case-insensitively."""
-    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    found = (headers.get("x-api-key") or "").strip()
-    if found:
-        return found
-    for offered in subprotocols:
-        offered = offered.strip()
-        if offered.startswith(BEARER) and len(offered) > len(BEARER):
-            return offered[len(BEARER) :]
-    return None
-
-
-def offered_subprotocols(header: str | None) -> list[str]:
-    """The `Sec-WebSocket-Protocol` header, as a list."""
-    return [p.strip() for p in (header or "").split(",") if p.strip()]
-
-
 def error_answer(exc: Exception, request_id: str | None) -> dict[str, Any]:
     status, body, _ = error_content(exc, "websocket")
     return {"request_id": request_id, "status": status, **body}
@@ -87,7 +63,7 @@ def encode(answer: dict[str, Any]) -> bytes:
 
 class Session:
     """One connection: its principal (fixed at connect), its rate, and whether its key still
-    works. `answer` never raises; `revoked` turns true once the key was found revoked, and the
+    works (`key_checked`: the key was just authenticated, as at connect). `answer` never raises; `revoked` turns true once the key was found revoked, and the
     transport then closes the connection after sending the answer that says so."""
 
     def __init__(
@@ -99,6 +75,7 @@ class Session:
         headers: Mapping[str, str] | None = None,
         rate_limit: RateLimit | None = None,
         max_message_bytes: int | None = None,
+        key_checked: bool = True,
     ) -> None:
         self.container = container
         self.principal = principal
@@ -107,8 +84,9 @@ class Session:
         self.rate_limit = rate_limit
         self.max_message_bytes = max_message_bytes or container.settings.websocket_max_message_bytes
         self.revoked = False
-        # The key was checked at connect: until the revocation signal moves, it still works.
-        self._generation = container.keys.generation()
+        # A key checked at connect still works until the revocation signal moves; a session
+        # made per message (Lambda) checks its key before the first answer.
+        self._generation: object = container.keys.generation() if key_checked else _UNCHECKED
 
     async def answer(self, raw: bytes | str) -> dict[str, Any]:
         request_id: str | None = None

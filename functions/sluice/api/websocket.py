@@ -22,9 +22,10 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sluice.api.errors import error_response
-from sluice.api.socket import SUBPROTOCOL, Session, encode, error_answer, key_of
+from sluice.api.socket import Session, encode, error_answer
 from sluice.domain.errors import Unauthenticated
 from sluice.registry.scope import bind_tenant, unbind_tenant
+from sluice.services.keys import SUBPROTOCOL, presented_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -68,7 +69,7 @@ class Sockets:
         container = self.container()
         offered = [str(p) for p in scope.get("subprotocols") or ()]
         subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
-        key = key_of(socket.headers, offered)
+        key = presented_key(socket.headers)
         principal: Principal | None = None
         if key is not None:
             try:

@@ -21,6 +21,8 @@ from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sluice.registry import KeyRegistry
 
 
@@ -77,6 +79,33 @@ def split_key(key: str) -> str | None:
         return None
     key_id, sep, secret = key[len(PREFIX) :].partition("_")
     return key_id if sep and key_id and secret else None
+
+
+# Browsers cannot set headers on a WebSocket: they offer the key as a subprotocol beside
+# `sluice.v1` (`new WebSocket(url, ["sluice.v1", "bearer." + key])`); the server answers `sluice.v1`.
+SUBPROTOCOL = "sluice.v1"
+BEARER_SUBPROTOCOL = "bearer."
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, then `x-api-key`, then
+    (a WebSocket handshake) a `bearer.<key>` entry of `Sec-WebSocket-Protocol`. `headers` must
+    look names up case-insensitively. Never a query string: URLs end up in logs."""
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    found = (headers.get("x-api-key") or "").strip()
+    if found:
+        return found
+    for offered in subprotocols(headers.get("sec-websocket-protocol")):
+        if offered.startswith(BEARER_SUBPROTOCOL) and len(offered) > len(BEARER_SUBPROTOCOL):
+            return offered[len(BEARER_SUBPROTOCOL) :]
+    return None
+
+
+def subprotocols(header: str | None) -> list[str]:
+    """A `Sec-WebSocket-Protocol` header as its list of names."""
+    return [p.strip() for p in (header or "").split(",") if p.strip()]
 
 
 def granted(scopes: frozenset[str]) -> frozenset[str]:
