@@ -17,6 +17,7 @@ between invocations); messages are at most 128 KB, and so is an answer.
 from __future__ import annotations
 
 import base64
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from sluice.observability import get_logger
@@ -129,7 +130,5 @@ def _post(management: Any, connection: str, data: bytes) -> bool:
 
 
 def _close(management: Any, connection: str) -> None:
-    try:
+    with contextlib.suppress(management.exceptions.GoneException):
         management.delete_connection(ConnectionId=connection)
-    except management.exceptions.GoneException:
-        pass
