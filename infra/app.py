@@ -97,6 +97,7 @@ def build_app(
             "batch-finalize",
             "batch-mark-failed",
             "batch-on-upload",
+            *(["websocket"] if config.websocket.enabled else []),
         )
     ]
     observability = ObservabilityStack(

@@ -234,6 +234,43 @@ class ApiStack(Stack):
 
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)
+        self.websocket = (
+            self._websocket(config, names, platform, core, table, artifacts, endpoint_names)
+            if config.websocket.enabled
+            else None
+        )
+
+    def _websocket(self, config, names, platform, core, table, artifacts, endpoint_names):  # noqa: ANN001, ANN202
+        """The WebSocket API and its function, which predicts as the API function does: keys
+        by id with its own credentials, a tenant's items only through a tenant role."""
+        from infra.constructs.websocket_api import WebSocketApi
+
+        ws = WebSocketApi(
+            self,
+            "WebSocket",
+            config=config,
+            names=names,
+            platform=platform,
+            layers=[core],
+            authorizer=self.authorizer_function.function,
+            environment={"SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}"},
+        )
+        role = ws.function.role
+        grant_registry(role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
+        tenant_registry = TenantRegistryRole(
+            self, "WebSocketTenantRegistry", table=table, caller=role, actions=[*READ, *WRITE]
+        )
+        ws.function.function.add_environment("SLUICE_TENANT_ROLE_ARN", tenant_registry.role.role_arn)
+        grant_objects(
+            ws.function, role, artifacts, prefix=f"{ARTIFACTS_PREFIX}/", purpose="model artifacts"
+        )
+        grant_invoke_endpoints(ws.function, role, endpoint_names)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[self.shadow.function.function_arn]
+            )
+        )
+        return ws
 
     def _rest_api(self, config: SluiceConfig, names: ResourceNames) -> apigw.RestApi:
         api_config = config.api

@@ -17,6 +17,7 @@ FUNCTIONS = (
     "batch-finalize",
     "batch-mark-failed",
     "batch-on-upload",
+    "websocket",  # the full config turns the WebSocket API on
 )
 
 
