@@ -13,7 +13,6 @@ import json
 from collections.abc import Sequence
 
 import jsii
-
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2

@@ -31,6 +31,7 @@ from infra.constructs.grants import (
     grant_objects,
     state_machine_arn,
 )
+from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     DELETE,
     KEY_ITEMS,
@@ -39,6 +40,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
+from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, IMPORTS_PREFIX, OUTBOX_PREFIX
@@ -240,11 +242,18 @@ class ApiStack(Stack):
             else None
         )
 
-    def _websocket(self, config, names, platform, core, table, artifacts, endpoint_names):  # noqa: ANN001, ANN202
+    def _websocket(
+        self,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        core: PythonLayer,
+        table: dynamodb.ITableV2,
+        artifacts: s3.IBucket,
+        endpoint_names: list[str],
+    ) -> WebSocketApi:
         """The WebSocket API and its function, which predicts as the API function does: keys
         by id with its own credentials, a tenant's items only through a tenant role."""
-        from infra.constructs.websocket_api import WebSocketApi
-
         ws = WebSocketApi(
             self,
             "WebSocket",

@@ -69,6 +69,6 @@ def test_the_function_manages_only_its_own_stage_connections_and_reads_tenants_t
 
 
 def test_reserved_concurrency_of_the_websocket_function_counts_against_the_account() -> None:
-    with pytest.raises(ValueError, match="websocket.reserved_concurrency"):
+    with pytest.raises(ValueError, match=r"websocket\.reserved_concurrency"):
         SluiceConfig.model_validate({"websocket": {"enabled": True, "reserved_concurrency": 500}})
     assert SluiceConfig.model_validate({"websocket": {"enabled": False, "reserved_concurrency": 500}})
