@@ -164,3 +164,15 @@ def test_a_client_gone_before_its_answer_is_no_error(demo: Container, key: tuple
         assert route(event, container=demo, clients=_Stubbed(client)) == {"statusCode": 200}  # type: ignore[arg-type]
         stub.assert_no_pending_responses()
 
+
+
+def test_the_authorizer_function_tells_a_websocket_connect_from_a_rest_request(demo: Container, key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.wiring
+    from sluice.handlers import authorizer
+
+    monkeypatch.setattr(sluice.wiring, "get_container", lambda: demo)
+    key_id, plain = key
+    event = with_key(load("websocket_authorizer_connect.json"), plain)
+    answer = authorizer.handler(event, None)
+    assert answer["policyDocument"]["Statement"][0]["Resource"] == event["methodArn"]  # not REST's stage/*/*
+    assert answer["context"]["subject"] == key_id
