@@ -108,6 +108,7 @@ def build_app(
             "batch-mark-failed",
             "batch-on-upload",
             *(f"stream-{s.name}" for s in config.streams),
+            *(["websocket"] if config.websocket.enabled else []),
         )
     ]
     observability = ObservabilityStack(

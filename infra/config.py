@@ -134,6 +134,24 @@ class ApiConfig(_Section):
         return tenants
 
 
+class WebSocketConfig(_Section):
+    """Predictions over a WebSocket (API Gateway WebSocket API -> the websocket function)."""
+
+    enabled: bool = Field(False, description="Create the WebSocket API (`wss://…/<stage>`).")
+    stage_name: str = Field("v1", pattern=r"^[a-zA-Z0-9_]{1,64}$")
+    rate_limit: float = Field(
+        100, gt=0, description="Messages per second for the whole stage (each message is an invocation)."
+    )
+    burst_limit: int = Field(200, gt=0)
+    memory_mb: int = Field(2048, ge=128, le=10240)
+    timeout_s: int = Field(
+        29, ge=1, le=29, description="One message's budget (API Gateway's integration limit is 29 s)."
+    )
+    reserved_concurrency: int | None = Field(
+        50, ge=1, description="Reserved concurrency of the websocket function (null: the shared pool)."
+    )
+
+
 class BatchConfig(_Section):
     max_concurrency: int = Field(40, ge=1, le=10000, description="Chunks scored at once.")
     tolerated_failure_percentage: float = Field(
@@ -394,6 +412,7 @@ class SluiceConfig(_Section):
     functions: FunctionsConfig = FunctionsConfig()
     storage: StorageConfig = StorageConfig()
     api: ApiConfig = ApiConfig()
+    websocket: WebSocketConfig = WebSocketConfig()
     batch: BatchConfig = BatchConfig()
     alarms: AlarmsConfig = AlarmsConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
@@ -426,6 +445,17 @@ class SluiceConfig(_Section):
         if days not in LOG_RETENTION_DAYS:
             raise ValueError(f"log_retention_days must be one of {LOG_RETENTION_DAYS}")
         return days
+
+    @model_validator(mode="after")
+    def _websocket_capacity(self) -> SluiceConfig:
+        reserved = self.websocket.reserved_concurrency if self.websocket.enabled else None
+        limit = self.concurrency.account_limit - UNRESERVED_MINIMUM
+        if reserved is not None and self.concurrency.total + reserved > limit:
+            raise ValueError(
+                f"reserved concurrency adds up to {self.concurrency.total + reserved} with "
+                f"websocket.reserved_concurrency, but at most {limit} may be reserved"
+            )
+        return self
 
     @model_validator(mode="after")
     def _score_capacity(self) -> SluiceConfig:

@@ -7,6 +7,7 @@ Adapters are chosen by URL (`sqlite:///…` or `dynamodb://table`, `file:///…`
 from __future__ import annotations
 
 import os
+import re
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -206,6 +207,26 @@ class Settings(BaseSettings):
         "a key may get up to N times the limit); a `redis://host:port` URL shares the counts between "
         "workers and machines (needs the `redis` package).",
     )
+    websocket_rate_limit: str = Field(
+        default="100/second",
+        description="`sluice serve`: messages one WebSocket connection (`/api/v1/stream`) may send, in the "
+        "`limits` notation of `rate_limit`; past it a message is answered with a `rate_limited` error "
+        "message and the connection stays open. Empty: off. On AWS the WebSocket stage's throttling "
+        "holds instead.",
+    )
+    websocket_max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="`sluice serve`: predictions of one WebSocket connection processed at once; past it "
+        "the server reads that connection's next message only when an answer has gone out.",
+    )
+    websocket_max_message_bytes: int = Field(
+        default=1 * MiB,
+        ge=1024,
+        description="Largest WebSocket message answered; a larger one gets a `payload_too_large` error "
+        "message. On AWS, API Gateway takes messages of at most 128 KB.",
+    )
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
@@ -234,6 +255,9 @@ class Settings(BaseSettings):
             raise ValueError("SLUICE_ORCHESTRATOR must be local or stepfunctions://STATE_MACHINE_ARN")
         if self.rate_limit:
             _check_rate_limit(self.rate_limit, self.mode)
+        if self.websocket_rate_limit and not _RATE.fullmatch(self.websocket_rate_limit):
+            # Checked by shape: `limits` is imported only once a connection opens.
+            raise ValueError(f"SLUICE_WEBSOCKET_RATE_LIMIT {self.websocket_rate_limit!r} is not a rate such as 100/second or 600/minute;20/second")
         if self.mode == "aws":
             if not self.registry.startswith("dynamodb://"):
                 raise ValueError("SLUICE_REGISTRY must be dynamodb://TABLE when SLUICE_MODE=aws")
@@ -299,6 +323,11 @@ class Settings(BaseSettings):
     @property
     def batch_inbox_path(self) -> Path:
         return (self.batch_inbox or self.home_path / "inbox").expanduser()
+
+
+# One or more `limits` rates: `100/second`, `600 per minute`, `10/5 seconds`, joined by `;` or `,`.
+_ONE_RATE = r"\s*[1-9][0-9]*\s*(?:/|per)\s*(?:[1-9][0-9]*\s*)?(?:second|minute|hour|day|month|year)s?\s*"
+_RATE = re.compile(rf"{_ONE_RATE}(?:[;,]{_ONE_RATE})*")
 
 
 def _check_rate_limit(spec: str, mode: str) -> None:

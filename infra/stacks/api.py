@@ -31,6 +31,7 @@ from infra.constructs.grants import (
     grant_objects,
     state_machine_arn,
 )
+from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     DELETE,
     KEY_ITEMS,
@@ -39,6 +40,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
+from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, IMPORTS_PREFIX, OUTBOX_PREFIX
@@ -234,6 +236,50 @@ class ApiStack(Stack):
 
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)
+        self.websocket = (
+            self._websocket(config, names, platform, core, table, artifacts, endpoint_names)
+            if config.websocket.enabled
+            else None
+        )
+
+    def _websocket(
+        self,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        core: PythonLayer,
+        table: dynamodb.ITableV2,
+        artifacts: s3.IBucket,
+        endpoint_names: list[str],
+    ) -> WebSocketApi:
+        """The WebSocket API and its function, which predicts as the API function does: keys
+        by id with its own credentials, a tenant's items only through a tenant role."""
+        ws = WebSocketApi(
+            self,
+            "WebSocket",
+            config=config,
+            names=names,
+            platform=platform,
+            layers=[core],
+            authorizer=self.authorizer_function.function,
+            environment={"SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}"},
+        )
+        role = ws.function.role
+        grant_registry(role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
+        tenant_registry = TenantRegistryRole(
+            self, "WebSocketTenantRegistry", table=table, caller=role, actions=[*READ, *WRITE]
+        )
+        ws.function.function.add_environment("SLUICE_TENANT_ROLE_ARN", tenant_registry.role.role_arn)
+        grant_objects(
+            ws.function, role, artifacts, prefix=f"{ARTIFACTS_PREFIX}/", purpose="model artifacts"
+        )
+        grant_invoke_endpoints(ws.function, role, endpoint_names)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[self.shadow.function.function_arn]
+            )
+        )
+        return ws
 
     def _rest_api(self, config: SluiceConfig, names: ResourceNames) -> apigw.RestApi:
         api_config = config.api

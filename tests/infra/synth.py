@@ -50,6 +50,7 @@ FULL_CONFIG: dict[str, Any] = {
             }
         ],
     },
+    "websocket": {"enabled": True, "rate_limit": 40, "burst_limit": 80},
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9},
     "alarms": {"emails": ["oncall@example.com"]},

@@ -17,6 +17,7 @@ FUNCTIONS = (
     "batch-finalize",
     "batch-mark-failed",
     "batch-on-upload",
+    "websocket",  # the full config turns the WebSocket API on
 )
 STREAMS = tuple(f"stream-{s['name']}" for s in FULL_CONFIG["streams"])
 # Each stream: behind, dead letters, error rate; a queue the tenant brings has no DLQ of ours.

@@ -43,6 +43,7 @@ class SluiceApp(FastAPI):
 
     edge: Any
     _routed = False
+    _sockets: Any = None
 
     def _route(self) -> None:
         if not self._routed:
@@ -53,6 +54,13 @@ class SluiceApp(FastAPI):
             self._routed = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # `/api/v1/stream`: authenticated at connect, not per request
+            if self._sockets is None:
+                from sluice.api.websocket import Sockets
+
+                self._sockets = Sockets(lambda: container_of(self))
+            await self._sockets(scope, receive, send)
+            return
         await self.edge(scope, receive, send)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -39,39 +39,43 @@ def _located(error: Any) -> Any:
     return error
 
 
-def _validation(errors: Sequence[Any]) -> JSONResponse:
+def _validation(errors: Sequence[Any]) -> tuple[int, dict[str, Any]]:
     errors = [_located(e) for e in errors]
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     problems = [{"field": _field(e.get("loc", ())), "message": e.get("msg", "")} for e in errors[:20]]
-    return JSONResponse(
-        {
-            "error": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
-            "code": "invalid_request",
-            "field": _field(first.get("loc", ())),
-            "details": {"problems": problems},
-        },
-        status_code=422,
-    )
+    return 422, {
+        "error": f"{_field(first.get('loc', ()))}: {first.get('msg', 'invalid')}",
+        "code": "invalid_request",
+        "field": _field(first.get("loc", ())),
+        "details": {"problems": problems},
+    }
 
 
-def error_response(exc: Exception, path: str = "") -> JSONResponse:
-    """Any exception as the response a client sees."""
+def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], dict[str, str] | None]:
+    """Any exception as (status, body, headers): the table both the HTTP API and the
+    WebSocket answers (`sluice.api.socket`) are read from."""
     if isinstance(exc, SluiceError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if isinstance(exc, RateLimited):
             headers = {"Retry-After": str(exc.retry_after_s)}
-        return JSONResponse(exc.to_dict(), status_code=exc.status, headers=headers)
+        return exc.status, exc.to_dict(), headers
     if isinstance(exc, RequestValidationError):
-        return _validation(exc.errors())
+        return (*_validation(exc.errors()), None)
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
-        return _validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)])
+        return (*_validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]), None)
     if isinstance(exc, HTTPException) and exc.status_code == 413:  # the edge's body limit
-        return JSONResponse({"error": str(exc.detail), "code": "payload_too_large", "field": "body"}, status_code=413)
+        return 413, {"error": str(exc.detail), "code": "payload_too_large", "field": "body"}, None
     if isinstance(exc, HTTPException):
         code = HTTP_CODES.get(exc.status_code, "http_error")
-        return JSONResponse({"error": str(exc.detail), "code": code}, status_code=exc.status_code, headers=exc.headers)
+        return exc.status_code, {"error": str(exc.detail), "code": code}, exc.headers
     get_logger().exception("unhandled error", extra={"path": path})
-    return JSONResponse({"error": "internal error; it has been logged", "code": "internal_error"}, status_code=500)
+    return 500, {"error": "internal error; it has been logged", "code": "internal_error"}, None
+
+
+def error_response(exc: Exception, path: str = "") -> JSONResponse:
+    """Any exception as the response a client sees."""
+    status, body, headers = error_content(exc, path)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _handle(request: Request, exc: Exception) -> JSONResponse:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class RateLimit:
-    def __init__(self, spec: str, storage: str = "memory://") -> None:
+    def __init__(self, spec: str, storage: str = "memory://", *, namespace: str = "sluice", what: str = "this key", field: str = "key") -> None:
         from limits import parse_many
         from limits.aio.strategies import MovingWindowRateLimiter
         from limits.storage import storage_from_string
@@ -26,6 +26,7 @@ class RateLimit:
         # The edge runs on the event loop: an async storage never blocks it on a remote store.
         uri = storage if storage.startswith("async+") else f"async+{storage}"
         self.strategy = MovingWindowRateLimiter(storage_from_string(uri))
+        self.namespace, self.what, self.field = namespace, what, field
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RateLimit | None:
@@ -35,18 +36,18 @@ class RateLimit:
         """Count one request of `subject` (an API key id); RateLimited when it is over."""
         # Every window is tested before any is counted: a refused request costs nothing.
         for item in self.items:
-            if not await self.strategy.test(item, "sluice", subject):
+            if not await self.strategy.test(item, self.namespace, subject):
                 await self._refuse(item, subject)
         for item in self.items:
-            if not await self.strategy.hit(item, "sluice", subject):  # another request won the race
+            if not await self.strategy.hit(item, self.namespace, subject):  # another request won the race
                 await self._refuse(item, subject)
 
     async def _refuse(self, item: RateLimitItem, subject: str) -> NoReturn:
-        stats = await self.strategy.get_window_stats(item, "sluice", subject)
+        stats = await self.strategy.get_window_stats(item, self.namespace, subject)
         wait = max(1, math.ceil(stats.reset_time - time.time()))
         raise RateLimited(
-            f"this key is over its rate of {item}: retry in {wait} s",
-            field="key",
+            f"{self.what} is over its rate of {item}: retry in {wait} s",
+            field=self.field,
             retry_after_s=wait,
             limit=str(item),
         )

@@ -83,6 +83,9 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protoc
         workers=workers,
         http=protocol,  # header timeout and size bound (workers import it by name)
         timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
+        # A WebSocket message over the limit is answered with an error message, not cut off:
+        # the server's own frame limit stays above it.
+        ws_max_size=max(16 * 1024 * 1024, 2 * settings.websocket_max_message_bytes),
         access_log=False,
         log_level="warning",
     )

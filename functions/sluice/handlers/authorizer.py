@@ -1,4 +1,5 @@
-"""The API Gateway REQUEST authorizer: an API key in, an IAM policy and a principal out.
+"""The API Gateway REQUEST authorizer: an API key in, an IAM policy and a principal out; for
+the REST API, and for the WebSocket API's `$connect` (`authorize_connect`).
 
 The key comes from `Authorization: Bearer <key>` or, failing that, `x-api-key`. A valid key
 yields an Allow policy whose context carries the principal (`tenant`, space-separated
@@ -20,9 +21,10 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 
 from sluice.domain.errors import Unauthenticated
-from sluice.services.keys import split_key
+from sluice.services.keys import presented_key, split_key
 
 if TYPE_CHECKING:
+    from sluice.domain import Principal
     from sluice.wiring import Container
 
 # Tenant names start with a letter or digit, so this suffix cannot collide with one.
@@ -57,19 +59,12 @@ class UsagePlans:
 
 
 def api_key_of(event: APIGatewayAuthorizerRequestEvent) -> str | None:
-    """The presented key: a Bearer token first, then `x-api-key`; None when there is none."""
-    headers = event.headers  # case-insensitive
-    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return (headers.get("x-api-key") or "").strip() or None
+    """The presented key: a Bearer token first, then `x-api-key` (then, opening a WebSocket, a
+    `bearer.<key>` subprotocol); None when there is none."""
+    return presented_key(event.headers)  # case-insensitive
 
 
-def authorize(
-    event: APIGatewayAuthorizerRequestEvent, *, container: Container, usage: UsagePlans
-) -> dict[str, Any]:
-    arn = event.parsed_arn
-    key = api_key_of(event)
+def _principal_of(key: str | None, container: Container) -> Principal | None:
     principal = None
     if key is not None:
         try:
@@ -84,6 +79,41 @@ def authorize(
         get_logger().info(
             "api key rejected", extra={"reason": "invalid" if key else "missing", "key_id": key_id}
         )
+    return principal
+
+
+def _context(principal: Principal) -> dict[str, str]:
+    return {
+        "tenant": principal.tenant,
+        "scopes": " ".join(sorted(principal.scopes)),
+        "subject": principal.subject,
+    }
+
+
+def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, container: Container) -> dict[str, Any]:
+    """A WebSocket API's `$connect`: allowed or denied on that route alone (its method ARN ends
+    in `$connect`, with no HTTP method); the context rides along with every later message of
+    the connection as `requestContext.authorizer`."""
+    principal = _principal_of(api_key_of(event), container)
+    allowed = principal is not None
+    return {
+        "principalId": principal.subject if principal is not None else "anonymous",
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Action": "execute-api:Invoke", "Effect": "Allow" if allowed else "Deny", "Resource": event["methodArn"]}
+            ],
+        },
+        **({"context": _context(principal)} if principal is not None else {}),
+    }
+
+
+def authorize(
+    event: APIGatewayAuthorizerRequestEvent, *, container: Container, usage: UsagePlans
+) -> dict[str, Any]:
+    arn = event.parsed_arn
+    principal = _principal_of(api_key_of(event), container)
+    if principal is None:
         denied = APIGatewayAuthorizerResponse(
             principal_id="anonymous",
             region=arn.region,
@@ -102,11 +132,7 @@ def authorize(
         api_id=arn.api_id,
         stage=arn.stage,
         partition=arn.partition,
-        context={
-            "tenant": principal.tenant,
-            "scopes": " ".join(sorted(principal.scopes)),
-            "subject": principal.subject,
-        },
+        context=_context(principal),
         usage_identifier_key=usage.key_for(principal.tenant),
     )
     # Results are not cached by API Gateway (two possible headers), so one route would do;
@@ -118,6 +144,8 @@ def authorize(
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from sluice.wiring import get_container
 
+    if (event.get("requestContext") or {}).get("eventType") == "CONNECT":  # a WebSocket API
+        return authorize_connect(APIGatewayAuthorizerRequestEvent(event), container=get_container())
     return authorize(
         APIGatewayAuthorizerRequestEvent(event),
         container=get_container(),

@@ -21,6 +21,8 @@ from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sluice.registry import KeyRegistry
 
 
@@ -79,6 +81,33 @@ def split_key(key: str) -> str | None:
     return key_id if sep and key_id and secret else None
 
 
+# Browsers cannot set headers on a WebSocket: they offer the key as a subprotocol beside
+# `sluice.v1` (`new WebSocket(url, ["sluice.v1", "bearer." + key])`); the server answers `sluice.v1`.
+SUBPROTOCOL = "sluice.v1"
+BEARER_SUBPROTOCOL = "bearer."
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, then `x-api-key`, then
+    (a WebSocket handshake) a `bearer.<key>` entry of `Sec-WebSocket-Protocol`. `headers` must
+    look names up case-insensitively. Never a query string: URLs end up in logs."""
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    found = (headers.get("x-api-key") or "").strip()
+    if found:
+        return found
+    for offered in subprotocols(headers.get("sec-websocket-protocol")):
+        if offered.startswith(BEARER_SUBPROTOCOL) and len(offered) > len(BEARER_SUBPROTOCOL):
+            return offered[len(BEARER_SUBPROTOCOL) :]
+    return None
+
+
+def subprotocols(header: str | None) -> list[str]:
+    """A `Sec-WebSocket-Protocol` header as its list of names."""
+    return [p.strip() for p in (header or "").split(",") if p.strip()]
+
+
 def granted(scopes: frozenset[str]) -> frozenset[str]:
     """What a key may do: admin implies every scope."""
     return frozenset(SCOPES) if "admin" in scopes else scopes
@@ -89,6 +118,7 @@ class KeyService:
         self.registry = registry
         self.signal = signal
         self._cache: TTLCache[str, Principal] = TTLCache(cache_ttl_s)
+        self._active: TTLCache[str, bool] = TTLCache(cache_ttl_s)
         self._generation = signal.current() if signal else 0
 
     def create(
@@ -114,12 +144,16 @@ class KeyService:
     def cached(self, key: str) -> Principal | None:
         """The principal of a key checked recently, if no key was revoked since; else None
         (then `authenticate` reads the registry)."""
+        self._follow_signal()
+        return self._cache.get(hash_key(key))
+
+    def _follow_signal(self) -> None:
         if self.signal is not None:
             generation = self.signal.current()
             if generation != self._generation:  # a key was revoked somewhere: trust nothing cached
                 self._cache.clear()
+                self._active.clear()
                 self._generation = generation
-        return self._cache.get(hash_key(key))
 
     def authenticate(self, key: str) -> Principal:
         found = self.cached(key)
@@ -136,6 +170,21 @@ class KeyService:
             raise Unauthenticated("invalid or revoked API key")
         return self._cache.put(digest, Principal(record.tenant, record.scopes, record.key_id))
 
+    def generation(self) -> int | None:
+        """The revocation signal's reading (None where there is none): a long-lived connection
+        compares it per message, a memory read, and re-reads its key only when it moved."""
+        return self.signal.current() if self.signal is not None else None
+
+    def active(self, key_id: str) -> bool:
+        """Whether the key `key_id` still works (a registry read, or the cached answer of one
+        within the cache's time to live when no key was revoked since)."""
+        self._follow_signal()
+        found = self._active.get(key_id)
+        if found is not None:
+            return found
+        record = self.registry.get_api_key(key_id)
+        return self._active.put(key_id, record is not None and record.active)
+
     def revoke(self, principal: Principal, key_id: str) -> ApiKey:
         """Revoke a key of the principal's tenant. The tenant's last active admin key stays:
         revoking it would lock the tenant out."""
@@ -150,6 +199,7 @@ class KeyService:
         if self.signal is not None:
             self.signal.bump()
         self._cache.clear()
+        self._active.clear()
         return record
 
     def list(self, principal: Principal) -> list[ApiKey]:

@@ -1,0 +1,180 @@
+"""Predictions over a WebSocket: one message in, one answer out, whatever carries them.
+
+`Session.answer(raw)` is the whole of it, shared by the local route of `sluice serve`
+(`sluice.api.websocket`) and the API Gateway WebSocket Lambda (`sluice.handlers.websocket`):
+the principal is fixed when the connection opens; each message is checked (size, JSON, rate,
+the key still active, the schema), turned into the core's request, passed to the one
+prediction call, and presented as the simple JSON API (or the v2 API) presents it. Every
+failure is an answer in the HTTP API's error body with the message's `request_id` and the
+`status` the HTTP API would have answered: a bad message never costs the connection.
+
+A message is a simple JSON prediction body (`deployment`, `features` | `inputs` | `batch`, ...
+plus `request_id`), or `{"request_id", "deployment", "version"?, "v2": <v2 inference request>}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import Field
+
+from sluice.api.errors import error_content
+from sluice.api.present import plain_body, v2_body
+from sluice.domain.errors import BadRequest, InvalidRequest, PayloadTooLarge, Unauthenticated
+from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.domain.values import VersionNumber
+from sluice.types.api import PredictionRequest as PredictionBody
+from sluice.types.base import WireModel
+from sluice.types.v2 import InferenceRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sluice.api.ratelimit import RateLimit
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+MAX_REQUEST_ID = 128
+_UNCHECKED = object()
+
+
+class V2Message(WireModel):
+    """An Open Inference Protocol request, wrapped: its `id` may stand for `request_id`."""
+
+    deployment: str = Field(description="The deployment to call.")
+    request_id: str | None = Field(None, max_length=MAX_REQUEST_ID)
+    version: VersionNumber | None = Field(None, description="Pin a version of the deployment's model.")
+    v2: InferenceRequest
+
+    model_config = {"extra": "forbid"}
+
+
+def error_answer(exc: Exception, request_id: str | None) -> dict[str, Any]:
+    status, body, _ = error_content(exc, "websocket")
+    return {"request_id": request_id, "status": status, **body}
+
+
+def encode(answer: dict[str, Any]) -> bytes:
+    return orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+class Session:
+    """One connection: its principal (fixed at connect), its rate, and whether its key still
+    works (`key_checked`: the key was just authenticated, as at connect). `answer` never raises; `revoked` turns true once the key was found revoked, and the
+    transport then closes the connection after sending the answer that says so."""
+
+    def __init__(
+        self,
+        container: Container,
+        principal: Principal,
+        *,
+        connection_id: str,
+        headers: Mapping[str, str] | None = None,
+        rate_limit: RateLimit | None = None,
+        max_message_bytes: int | None = None,
+        key_checked: bool = True,
+    ) -> None:
+        self.container = container
+        self.principal = principal
+        self.connection_id = connection_id
+        self.headers = headers or {}
+        self.rate_limit = rate_limit
+        self.max_message_bytes = max_message_bytes or container.settings.websocket_max_message_bytes
+        self.revoked = False
+        # A key checked at connect still works until the revocation signal moves; a session
+        # made per message (Lambda) checks its key before the first answer.
+        self._generation: object = container.keys.generation() if key_checked else _UNCHECKED
+
+    async def answer(self, raw: bytes | str) -> dict[str, Any]:
+        request_id: str | None = None
+        try:
+            if len(raw) > self.max_message_bytes:
+                raise PayloadTooLarge(
+                    f"message is over {self.max_message_bytes} bytes: send large inputs as a batch job",
+                    field="body",
+                )
+            message = _parse(raw)
+            request_id = _request_id(message)
+            if self.rate_limit is not None:
+                await self.rate_limit.check(self.connection_id)
+            await self._check_key()
+            return await self._predict(message, request_id)
+        except Exception as exc:
+            return error_answer(exc, request_id)
+
+    async def _check_key(self) -> None:
+        if self.revoked:
+            raise Unauthenticated("invalid or revoked API key")
+        keys = self.container.keys
+        generation = keys.generation()
+        if generation is not None and generation == self._generation:
+            return  # no key revoked anywhere since the last look: a memory read
+        if not await asyncio.to_thread(keys.active, self.principal.subject):
+            self.revoked = True
+            raise Unauthenticated("invalid or revoked API key")
+        self._generation = generation
+
+    async def _predict(self, message: dict[str, Any], request_id: str) -> dict[str, Any]:
+        principal = self.principal
+        if "v2" in message:
+            wrapped = V2Message.model_validate(message)
+            body = wrapped.v2
+            params = body.parameters or {}
+            wanted = tuple(out.name for out in body.outputs) if body.outputs else None
+            request = PredictionRequest(
+                deployment=wrapped.deployment,
+                inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs)),
+                version=wrapped.version,
+                outputs=wanted,
+                variant=params.get("variant"),
+                routing_key=str(params.get("routing_key") or "") or None,
+                headers=self.headers,
+                request_id=request_id,
+                log_fields={"request_id": request_id, "tenant": principal.tenant, "connection": self.connection_id},
+            )
+            prediction = await self.container.predictions.predict(principal, request)
+            return {"request_id": request_id, **v2_body(prediction, request_id=body.id or request_id, wanted=wanted)}
+        simple = PredictionBody.model_validate(message)
+        request = PredictionRequest(
+            deployment=simple.deployment,
+            inputs=RowInputs(inputs=simple.inputs, features=simple.features, batch=simple.batch),
+            version=simple.version,
+            variant=simple.variant,
+            routing_key=simple.routing_key,
+            headers=self.headers,
+            request_id=request_id,
+            log_fields={"request_id": request_id, "tenant": principal.tenant, "connection": self.connection_id},
+        )
+        prediction = await self.container.predictions.predict(principal, request)
+        shaped = plain_body(prediction, several=simple.batch is not None, return_probabilities=simple.options.return_probabilities)
+        return {"request_id": request_id, **shaped}
+
+    def stats_due(self) -> bool:
+        """Whether statistics are due a flush (`container.predictions.flush_stats_if_due`),
+        which the transport runs after the answer has gone out."""
+        return self.container.predictions.stats.due()
+
+
+def _parse(raw: bytes | str) -> dict[str, Any]:
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"body: not valid JSON ({exc.msg} at character {exc.pos})", field="body") from None
+    if not isinstance(message, dict):
+        raise InvalidRequest("body: a message is a JSON object", field="body")
+    if message.get("action") == "auth":
+        raise BadRequest("this connection is authenticated already; its tenant was fixed when it opened", field="action")
+    return message
+
+
+def _request_id(message: dict[str, Any]) -> str:
+    """The message's own id (a v2 request's `id` will do), else a fresh one."""
+    given = message.get("request_id")
+    if given is None and isinstance(message.get("v2"), dict):
+        given = message["v2"].get("id")
+    if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
+        return given
+    return os.urandom(16).hex()

@@ -1,0 +1,134 @@
+"""The WebSocket Lambda: API Gateway WebSocket API routes `$connect`, `$default`, `$disconnect`.
+
+- `$connect` runs after the REQUEST authorizer (`sluice.handlers.authorizer.authorize_connect`)
+  allowed the key; the tenant it found rides in `requestContext.authorizer` of every later
+  message of the connection, where no client can set it. The answer accepts `sluice.v1` when
+  the client offered it (a browser's `bearer.<key>` subprotocol is never echoed).
+- `$default` answers one message with `sluice.api.socket.Session`, the same core as the local
+  route of `sluice serve`, and posts the answer to the connection through the API Gateway
+  Management API. A client that has gone (GoneException) is no error. A key revoked since the
+  connection opened gets a 401 answer, and the connection is closed.
+- `$disconnect` has nothing to clean up: sluice keeps no connection state.
+
+Per-connection message rates are API Gateway's stage throttling here (a Lambda keeps no count
+between invocations); messages are at most 128 KB, and so is an answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from sluice.observability import get_logger
+from sluice.services.keys import SUBPROTOCOL, subprotocols
+from sluice.services.loop import container_loop
+
+if TYPE_CHECKING:
+    from sluice.clients import AwsClients
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+logger = get_logger()
+MAX_ANSWER_BYTES = 128 * 1024  # what post_to_connection takes
+OK = {"statusCode": 200}
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from sluice.wiring import get_container
+
+    return route(event, container=get_container())
+
+
+def route(event: dict[str, Any], *, container: Container, clients: AwsClients | None = None) -> dict[str, Any]:
+    key = (event.get("requestContext") or {}).get("routeKey")
+    if key == "$connect":
+        return connect(event)
+    if key == "$disconnect":
+        return OK
+    return container_loop().run_until_complete(message(event, container=container, clients=clients))
+
+
+def principal_of(event: dict[str, Any]) -> Principal | None:
+    """The principal the `$connect` authorizer put in the connection's context."""
+    from sluice.domain import Principal
+
+    context = (event.get("requestContext") or {}).get("authorizer") or {}
+    tenant = context.get("tenant")
+    if not tenant:
+        return None
+    scopes = str(context.get("scopes") or "").replace(",", " ").split()
+    return Principal(str(tenant), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
+
+
+def connect(event: dict[str, Any]) -> dict[str, Any]:
+    if principal_of(event) is None:  # only reachable without the authorizer: refuse
+        return {"statusCode": 401}
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    if SUBPROTOCOL in subprotocols(headers.get("sec-websocket-protocol")):
+        return {**OK, "headers": {"Sec-WebSocket-Protocol": SUBPROTOCOL}}
+    return OK
+
+
+async def message(event: dict[str, Any], *, container: Container, clients: AwsClients | None = None) -> dict[str, Any]:
+    from sluice.api.socket import Session, encode
+    from sluice.registry.scope import use_tenant
+
+    context = event["requestContext"]
+    principal = principal_of(event)
+    connection = str(context["connectionId"])
+    if principal is None:
+        return {"statusCode": 401}
+    body = event.get("body") or ""
+    raw: bytes | str = base64.b64decode(body) if event.get("isBase64Encoded") else body
+    with use_tenant(principal.tenant):  # the registry acts for this tenant alone
+        session = Session(container, principal, connection_id=connection, key_checked=False)
+        answer = await session.answer(raw)
+    data = encode(answer)
+    if len(data) > MAX_ANSWER_BYTES:
+        from sluice.api.socket import error_answer
+        from sluice.domain.errors import PayloadTooLarge
+
+        too_large = PayloadTooLarge(
+            f"the answer is over the {MAX_ANSWER_BYTES} bytes a WebSocket message may carry: ask for fewer rows or outputs",
+            field="body",
+        )
+        data = encode(error_answer(too_large, answer.get("request_id")))
+    management = _management(event, clients or _clients(container))
+    if _post(management, connection, data) and session.revoked:
+        _close(management, connection)
+    container.predictions.flush_stats_if_due()
+    return OK
+
+
+def _clients(container: Container) -> AwsClients:
+    from sluice.clients import default_clients
+
+    return default_clients(container.settings.region)
+
+
+def _management(event: dict[str, Any], clients: AwsClients) -> Any:
+    """The Management API client of the API and stage the message came through."""
+    context = event["requestContext"]
+    return clients.client(
+        "apigatewaymanagementapi",
+        endpoint_url=f"https://{context['domainName']}/{context['stage']}",
+        connect_timeout=2,
+        read_timeout=5,
+    )
+
+
+def _post(management: Any, connection: str, data: bytes) -> bool:
+    """Whether the answer reached the connection (False: the client has gone)."""
+    try:
+        management.post_to_connection(ConnectionId=connection, Data=data)
+    except management.exceptions.GoneException:
+        logger.info("websocket client gone before its answer", extra={"connection": connection})
+        return False
+    return True
+
+
+def _close(management: Any, connection: str) -> None:
+    with contextlib.suppress(management.exceptions.GoneException):
+        management.delete_connection(ConnectionId=connection)

@@ -1,0 +1,178 @@
+"""The WebSocket Lambda and the `$connect` authorizer fed with the API Gateway WebSocket events
+in `events/`; answers go through the API Gateway Management API (moto; botocore's Stubber for
+GoneException, which moto does not model)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event import (
+    APIGatewayAuthorizerRequestEvent,
+)
+from botocore.stub import Stubber
+
+from sluice.clients import AwsClients
+from sluice.handlers.authorizer import authorize_connect
+from sluice.handlers.websocket import route
+from tests.conftest import EVENTS
+from tests.integration.aws.conftest import REGION
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+ACCOUNT = "123456789012"  # moto's default account
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+def with_key(event: dict[str, Any], key: str) -> dict[str, Any]:
+    event = copy.deepcopy(event)
+    for headers in (event["headers"], event["multiValueHeaders"]):
+        value = headers["Sec-WebSocket-Protocol"]
+        headers["Sec-WebSocket-Protocol"] = [v.replace("REPLACED_BY_TESTS", key) for v in value] if isinstance(value, list) else value.replace("REPLACED_BY_TESTS", key)
+    return event
+
+
+def message(body: str | bytes, *, tenant: str = "acme", key_id: str, connection: str = "c1", b64: bool = False) -> dict[str, Any]:
+    event = load("websocket_message.json")
+    event["requestContext"]["authorizer"].update(tenant=tenant, subject=key_id, principalId=key_id)
+    event["requestContext"]["connectionId"] = connection
+    raw = body.encode() if isinstance(body, str) else body
+    event["body"] = base64.b64encode(raw).decode() if b64 else raw.decode()
+    event["isBase64Encoded"] = b64
+    return event
+
+
+@pytest.fixture
+def key(demo: Container) -> tuple[str, str]:
+    record, plain = demo.keys.create("acme", ["predict"])
+    return record.key_id, plain
+
+
+def connections() -> dict[str, Any]:
+    """moto's connections of every region (the region is the one the API's domain names),
+    by connection id (moto keeps them URL-quoted)."""
+    from urllib.parse import unquote
+
+    from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends
+
+    return {unquote(c): v for b in apigatewaymanagementapi_backends[ACCOUNT].values() for c, v in b.connections.items()}
+
+
+def posted(connection: str) -> list[dict[str, Any]]:
+    """What the Management API received for a connection, one answer per JSON object."""
+    found = connections().get(connection)
+    data = found.data.decode() if found is not None else ""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while at < len(data):
+        obj, at = decoder.raw_decode(data, at)
+        out.append(obj)
+    return out
+
+
+def test_the_connect_authorizer_allows_a_key_on_connect_alone_and_puts_the_tenant_in_context(demo: Container, key: tuple[str, str]) -> None:
+    key_id, plain = key
+    event = with_key(load("websocket_authorizer_connect.json"), plain)
+    allowed = authorize_connect(APIGatewayAuthorizerRequestEvent(event), container=demo)
+    (statement,) = allowed["policyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Resource"] == event["methodArn"]
+    assert allowed["context"] == {"tenant": "acme", "scopes": "predict", "subject": key_id}
+    denied = authorize_connect(APIGatewayAuthorizerRequestEvent(with_key(load("websocket_authorizer_connect.json"), "sk_x_wrong")), container=demo)
+    assert denied["policyDocument"]["Statement"][0]["Effect"] == "Deny" and "context" not in denied
+
+
+def test_connect_accepts_the_subprotocol_and_never_echoes_the_key(demo: Container) -> None:
+    answer = route(with_key(load("websocket_connect.json"), "sk_a_secret"), container=demo)
+    assert answer == {"statusCode": 200, "headers": {"Sec-WebSocket-Protocol": "sluice.v1"}}
+    unauthorized = load("websocket_connect.json")
+    del unauthorized["requestContext"]["authorizer"]
+    assert route(unauthorized, container=demo)["statusCode"] == 401
+    assert route(load("websocket_disconnect.json"), container=demo) == {"statusCode": 200}
+
+
+def test_a_message_is_answered_on_its_connection(aws: None, demo: Container, key: tuple[str, str]) -> None:
+    key_id, _ = key
+    clients = AwsClients(region=REGION)
+    event = load("websocket_message.json")
+    event["requestContext"]["authorizer"].update(subject=key_id, principalId=key_id)
+    assert route(event, container=demo, clients=clients) == {"statusCode": 200}
+    (answer,) = posted(event["requestContext"]["connectionId"])
+    assert answer["request_id"] == "r-1" and answer["prediction"] == "setosa" and answer["deployment"] == "iris"
+    # base64-encoded (a binary frame) reads the same
+    body = json.dumps({"request_id": "b", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]})
+    route(message(body, key_id=key_id, connection="c2", b64=True), container=demo, clients=clients)
+    assert posted("c2")[0]["prediction"] == "setosa"
+
+
+def test_bad_messages_and_other_tenants_get_error_answers(aws: None, demo: Container, key: tuple[str, str], globex: Principal) -> None:
+    key_id, _ = key
+    clients = AwsClients(region=REGION)
+    route(message('{"request_id": "j", "deployment": ', key_id=key_id, connection="bad"), container=demo, clients=clients)
+    route(message('{"request_id": "n", "deployment": "nope", "features": {}}', key_id=key_id, connection="bad"), container=demo, clients=clients)
+    _, globex_key = demo.keys.create("globex", ["predict"])
+    globex_id = globex_key.split("_")[1]
+    route(message('{"request_id": "g", "deployment": "iris", "features": {}}', tenant="globex", key_id=globex_id, connection="bad"), container=demo, clients=clients)
+    bad_json, unknown, other_tenant = posted("bad")
+    assert (bad_json["request_id"], bad_json["status"], bad_json["code"]) == (None, 422, "invalid_request")
+    assert (unknown["request_id"], unknown["status"], unknown["code"]) == ("n", 404, "not_found")
+    assert (other_tenant["request_id"], other_tenant["status"]) == ("g", 404)
+
+
+def test_a_revoked_key_is_answered_401_and_its_connection_closed(aws: None, demo: Container, key: tuple[str, str], acme: Principal) -> None:
+    key_id, _ = key
+    clients = AwsClients(region=REGION)
+    body = '{"request_id": "r", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}'
+    route(message(body, key_id=key_id, connection="live"), container=demo, clients=clients)
+    assert posted("live")[0]["prediction"] == "setosa"
+    demo.keys.revoke(acme, key_id)
+    route(message(body, key_id=key_id, connection="revoked"), container=demo, clients=clients)
+    assert "revoked" not in connections()  # answered, then closed
+    # the answer went out before the close: seen by a management client spying on the calls
+    calls: list[str] = []
+    management = clients.client("apigatewaymanagementapi", endpoint_url="https://abcdef123.execute-api.us-east-1.amazonaws.com/v1", connect_timeout=2, read_timeout=5)
+    management.meta.events.register("before-call.apigatewaymanagementapi.*", lambda model, **_: calls.append(model.name))
+    route(message(body.replace('"r"', '"again"'), key_id=key_id, connection="revoked2"), container=demo, clients=clients)
+    assert calls == ["PostToConnection", "DeleteConnection"]
+
+
+class _Stubbed:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def client(self, service: str, **_: Any) -> Any:
+        assert service == "apigatewaymanagementapi"
+        return self._client
+
+
+def test_a_client_gone_before_its_answer_is_no_error(demo: Container, key: tuple[str, str]) -> None:
+    key_id, _ = key
+    client = boto3.client(
+        "apigatewaymanagementapi", region_name=REGION, endpoint_url="https://abcdef123.execute-api.eu-west-1.amazonaws.com/v1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    with Stubber(client) as stub:
+        stub.add_client_error("post_to_connection", service_error_code="GoneException", http_status_code=410)
+        event = message('{"request_id": "x", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}', key_id=key_id)
+        assert route(event, container=demo, clients=_Stubbed(client)) == {"statusCode": 200}  # type: ignore[arg-type]
+        stub.assert_no_pending_responses()
+
+
+
+def test_the_authorizer_function_tells_a_websocket_connect_from_a_rest_request(demo: Container, key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.wiring
+    from sluice.handlers import authorizer
+
+    monkeypatch.setattr(sluice.wiring, "get_container", lambda: demo)
+    key_id, plain = key
+    event = with_key(load("websocket_authorizer_connect.json"), plain)
+    answer = authorizer.handler(event, None)
+    assert answer["policyDocument"]["Statement"][0]["Resource"] == event["methodArn"]  # not REST's stage/*/*
+    assert answer["context"]["subject"] == key_id
