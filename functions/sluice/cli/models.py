@@ -70,7 +70,12 @@ def cmd_models_show(args: argparse.Namespace) -> int:
         print_json(version_out(container.models.get_version(principal, args.name, args.version)))
     else:
         versions = container.models.list_versions(principal, args.name)
-        print_json({"name": args.name, "versions": [version_out(v) for v in versions]})
+        lineage = [
+            {"version": v.version, "derived_from": v.derived_from, "candidate": (v.optimization or {}).get("candidate"),
+             "tool": (v.optimization or {}).get("tool")}
+            for v in versions if v.derived_from
+        ]  # fmt: skip
+        print_json({"name": args.name, "versions": [version_out(v) for v in versions], "lineage": lineage})
     return 0
 
 

@@ -58,6 +58,16 @@ class VersionFromTriton(WireModel):
     description: str = ""
 
 
+class SessionTuningOut(WireModel):
+    vcpus: int = Field(description="The machine size this applies to (Lambda: 1 vCPU per 1769 MB, 6 at 10240 MB).")
+    memory_mb: int
+    intra_op_threads: int
+    inter_op_threads: int
+    execution_mode: str
+    p50_ms: float | None = None
+    measured_on_cores: int | None = None
+
+
 class VersionOut(WireModel):
     model: str
     version: int
@@ -68,6 +78,9 @@ class VersionOut(WireModel):
     signature: SignatureOut
     created_at: float
     created_by: str
+    derived_from: str | None = Field(None, description="The version this one was made from (`model:version`), if optimized.")
+    optimization: dict[str, Any] | None = Field(None, description="How it was made from `derived_from`, and how it measured.")
+    session_options: list[SessionTuningOut] = Field(default_factory=list, description="ONNX Runtime settings tuned per machine size.")
 
 
 class DeploymentCreate(WireModel):
