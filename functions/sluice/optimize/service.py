@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import BadRequest, Unprocessable
+from sluice.domain.errors import BadRequest, Unavailable, Unprocessable
 from sluice.domain.policy import single_policy
 from sluice.optimize.candidates import KINDS, build_candidates
 from sluice.optimize.measure import (
@@ -48,6 +48,19 @@ class OptimizeRequest:
     shadow: str | None = None  # a deployment to mirror the best registered candidate from
 
 
+def require_onnx() -> None:
+    """The quantizer and the FP16 converter need the onnx package, which the Lambda layers
+    leave out: say so rather than fail half-way."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnx") is None:
+        raise Unavailable(
+            "this sluice has no optimizer (the 'onnx' package): run `sluice optimize` where "
+            "`pip install 'sluice[optimize]'` is installed",
+            field="optimize",
+        )
+
+
 class OptimizeService:
     def __init__(
         self, models: ModelService, deployments: DeploymentService, store: ArtifactStore, settings: Settings
@@ -74,6 +87,7 @@ class OptimizeService:
             return read_rows(tmp.name, version.signature, limit=limit, field="data_uri")
 
     def version(self, principal: Principal, model: str, version: int | str) -> ModelVersion:
+        require_onnx()
         found = self.models.get_version(principal, model, version)
         if found.runtime != "onnx":
             raise Unprocessable(
