@@ -58,7 +58,7 @@ def judge(rows: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
     return {"candidate": best["candidate"], "why": why}
 
 
-def triton_advice(rows: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
+def triton_advice(rows: list[dict[str, Any]], budget: Budget, ref: str = "MODEL:VERSION") -> dict[str, Any]:
     """What a GPU endpoint's Triton repository should use. FP16 on a GPU is what the fp16
     candidate predicts (its CPU timing says nothing about a GPU); INT8 under TensorRT needs
     the calibration the static candidate did, which the repository builder does not carry."""
@@ -73,7 +73,7 @@ def triton_advice(rows: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
         advice["tensorrt_fp16"] = {
             "use": ok,
             "why": ("the FP16 candidate is within the budget: build the repository with "
-                    "`sluice triton repository --tensorrt-fp16`") if ok else f"FP16 misses the budget: {fp16.get('note')}",
+                    f"`sluice triton repo {ref} --flavour sagemaker --tensorrt-fp16 --out model.tar.gz`") if ok else f"FP16 misses the budget: {fp16.get('note')}",
         }  # fmt: skip
     if static.get("skipped"):
         advice["tensorrt_int8"] = {"use": False, "why": static["skipped"]}

@@ -140,7 +140,7 @@ class OptimizeService:
             "budget": {"min_agreement": request.budget.min_agreement, "max_abs_diff": request.budget.max_abs_diff},
             "candidates": table,
             "recommendation": verdict,
-            "triton": triton_advice(table, request.budget),
+            "triton": triton_advice(table, request.budget, source.ref),
         }  # fmt: skip
         if request.tune:
             report["tuning"] = self._tune(principal, source, original, evaluation, request.timing)
