@@ -204,7 +204,13 @@ def to_onnx(loaded: Loaded, n_features: int, example: np.ndarray) -> bytes:
         # onnxmltools reads an XGBoost model's feature names as `f0, f1, …`; named ones it cannot.
         booster = loaded.obj.get_booster() if hasattr(loaded.obj, "get_booster") else loaded.obj
         booster.feature_names = None
-    return convert(loaded.obj, initial_types=types).SerializeToString()
+    model = convert(loaded.obj, initial_types=types)
+    for output in model.graph.output:
+        # onnxmltools declares a LightGBM classifier's label as [1]; every row gets one.
+        dims = output.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].dim_value == 1:
+            dims[0].dim_param = "N"
+    return model.SerializeToString()
 
 
 def _torch_onnx(loaded: Loaded, example: np.ndarray) -> bytes:
