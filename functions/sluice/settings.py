@@ -149,6 +149,21 @@ class Settings(BaseSettings):
     ort_inter_op_threads: int = Field(
         default=1, ge=0, description="ONNX Runtime inter-op threads per session (0: ORT decides)."
     )
+    ort_tuned_sessions: bool = Field(
+        default=True,
+        description=(
+            "Load a version with the session options `sluice optimize` tuned for it (threads and execution mode for "
+            "this machine's vCPUs) instead of the two settings above."
+        ),
+    )
+    ort_vcpus: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The vCPUs a tuned version is loaded for. Default: from the Lambda function's memory (1 vCPU per 1769 MB, "
+            "6 at most), or the machine's CPU count off Lambda."
+        ),
+    )
     model_cache_bytes: int = Field(
         default=1024 * MiB,
         gt=0,

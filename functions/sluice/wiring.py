@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from sluice.batch.service import BatchService
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
+    from sluice.optimize.jobs import OptimizeJobs
+    from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
@@ -235,6 +237,19 @@ class Container:
         if self.endpoint_control is None:
             self.endpoint_control = build_endpoint_control(self.settings, self.store)
         return EndpointService(self.registry, self.deployments, self.endpoint_control)
+
+    @cached_property
+    def optimizer(self) -> OptimizeService:
+        """`sluice optimize` and its API route; built on first use."""
+        from sluice.optimize.service import OptimizeService
+
+        return OptimizeService(self.models, self.deployments, self.store, self.settings)
+
+    @cached_property
+    def optimize_jobs(self) -> OptimizeJobs:
+        from sluice.optimize.jobs import OptimizeJobs
+
+        return OptimizeJobs(self.optimizer)
 
     @cached_property
     def batch_runner(self) -> BatchRunner:

@@ -37,6 +37,9 @@ CASES = [
     ("GET", "/api/v1/models/{name}/versions", None),
     ("GET", "/api/v1/models/{name}/versions/{version}", None),
     ("DELETE", "/api/v1/models/{name}/versions/{version}", None),
+    ("POST", "/api/v1/models/{name}/versions/{version}/optimize", {"data_uri": "file:///rows.parquet"}),
+    # An optimize job lives in the process that runs it: test_optimize follows a real one across tenants.
+    ("GET", "/api/v1/optimize-jobs/{job_id}", None),
     ("GET", "/api/v1/deployments/{name}", None),
     ("PUT", "/api/v1/deployments/{name}", {"model": "iris", "version": 1}),
     ("DELETE", "/api/v1/deployments/{name}", None),

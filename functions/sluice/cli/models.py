@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sluice.cli.common import (
     feature_names,
@@ -14,10 +14,8 @@ from sluice.cli.common import (
     print_json,
     table,
 )
+from sluice.convert.frameworks import FORMATS
 from sluice.domain.errors import SluiceError
-
-if TYPE_CHECKING:
-    import argparse
 
 
 def cmd_models_push(args: argparse.Namespace) -> int:
@@ -26,17 +24,52 @@ def cmd_models_push(args: argparse.Namespace) -> int:
         raise SluiceError(f"no such file: {path}", field="file")
     names = feature_names(args.feature_names)
     config = load_json_arg(args.config, "config") if args.config else None
+    data, note = path.read_bytes(), ""
+    if _is_onnx(path, args.format):
+        if args.sample or args.tolerance is not None:
+            raise SluiceError("--sample and --tolerance check a conversion; an ONNX file is pushed as it is", field="sample")
+    else:
+        # Converted here, on the user's machine: the service only ever takes ONNX.
+        from sluice.convert.check import convert
+
+        converted = convert(
+            path, fmt=args.format, sample=Path(args.sample) if args.sample else None,
+            tolerance=1e-4 if args.tolerance is None else args.tolerance,
+            n_features=args.n_features, feature_names=names,
+        )  # fmt: skip
+        data, names = converted.onnx, converted.feature_names
+        agreement = f", labels agree on {converted.label_agreement:.2%}" if converted.label_agreement is not None else ""
+        note = f"converted from {converted.format}, checked on {converted.sample}: max abs diff {converted.max_abs_diff:.3g}{agreement}\n"
     version = get_container().models.push(
         operator(args),
         args.name,
-        path.read_bytes(),
+        data,
         runtime=args.runtime,
         config=config,
         feature_names=names,
         description=args.description,
     )
-    print(f"pushed {version.model} version {version.version} (sha256 {version.sha256[:12]}, {version.size_bytes} bytes)")
+    print(f"{note}pushed {version.model} version {version.version} (sha256 {version.sha256[:12]}, {version.size_bytes} bytes)")
     return 0
+
+
+def _is_onnx(path: Path, fmt: str | None) -> bool:
+    """A file is converted when --format or its name says another framework; else it is ONNX."""
+    from sluice.convert.frameworks import SUFFIXES
+
+    if fmt and fmt != "auto":
+        return fmt == "onnx"
+    return SUFFIXES.get(path.suffix.lower(), "onnx") == "onnx"
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError("a tolerance is 0 or more")
+    return value
 
 
 def cmd_models_register_triton(args: argparse.Namespace) -> int:
@@ -70,15 +103,27 @@ def cmd_models_show(args: argparse.Namespace) -> int:
         print_json(version_out(container.models.get_version(principal, args.name, args.version)))
     else:
         versions = container.models.list_versions(principal, args.name)
-        print_json({"name": args.name, "versions": [version_out(v) for v in versions]})
+        lineage = [
+            {"version": v.version, "derived_from": v.derived_from, "candidate": (v.optimization or {}).get("candidate"),
+             "tool": (v.optimization or {}).get("tool")}
+            for v in versions if v.derived_from
+        ]  # fmt: skip
+        print_json({"name": args.name, "versions": [version_out(v) for v in versions], "lineage": lineage})
     return 0
 
 
 def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     models = sub.add_parser("models", help="push and inspect models").add_subparsers(dest="action", required=True)
-    push = models.add_parser("push", help="push an ONNX file as the model's next version")
+    push = models.add_parser(
+        "push",
+        help="push a model as its next version: an ONNX file, or a scikit-learn, XGBoost, LightGBM or PyTorch model converted to ONNX here",
+    )
     push.add_argument("name")
-    push.add_argument("file")
+    push.add_argument("file", help=".onnx; .joblib/.pkl (scikit-learn); .json/.ubj (XGBoost); .txt/.lgb (LightGBM); .pt (TorchScript); .pt2 (torch.export)")
+    push.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="what FILE holds (default: from its name)")
+    push.add_argument("--sample", help="rows to check the conversion on (.parquet, .csv, .jsonl; default: generated rows)")
+    push.add_argument("--tolerance", type=_tolerance, help="largest difference allowed, times max(1, |value|) (default 1e-4)")
+    push.add_argument("--n-features", type=int, help="features per row, when the model file does not say (TorchScript)")
     push.add_argument("--feature-names", help="comma-separated names of the input's columns")
     push.add_argument("--description", default="")
     push.add_argument("--runtime", default="onnx", choices=["onnx", "sagemaker"], help="where the version runs")

@@ -27,6 +27,7 @@ from sluice.domain.objects import (
     Model,
     ModelVersion,
     Principal,
+    SessionTuning,
     check_name,
     now,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "Principal",
+    "SessionTuning",
     "Signature",
     "SluiceError",
     "TensorSpec",

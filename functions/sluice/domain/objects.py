@@ -54,6 +54,37 @@ class Model:
     created_by: str = ""
 
 
+# Lambda gives a function CPU in proportion to its memory: one vCPU at 1769 MB, six at the
+# 10240 MB maximum (AWS Lambda "Memory and computing power").
+MB_PER_VCPU = 1769
+MAX_VCPUS = 6
+
+
+def vcpus_for_memory(memory_mb: int) -> int:
+    return max(1, min(MAX_VCPUS, -(-int(memory_mb) // MB_PER_VCPU)))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTuning:
+    """The ONNX Runtime session options measured best for one size of machine."""
+
+    vcpus: int
+    memory_mb: int
+    intra_op_threads: int
+    inter_op_threads: int
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    p50_ms: float | None = None  # at batch 64, where it was measured
+    measured_on_cores: int | None = None  # fewer than `vcpus`: the larger sizes are extrapolated
+
+
+def pick_tuning(tunings: tuple[SessionTuning, ...], vcpus: int) -> SessionTuning | None:
+    """The tuning for the largest size that fits in `vcpus` (the smallest if none fits)."""
+    if not tunings:
+        return None
+    fitting = [t for t in tunings if t.vcpus <= vcpus]
+    return max(fitting, key=lambda t: t.vcpus) if fitting else min(tunings, key=lambda t: t.vcpus)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelVersion:
     tenant: str
@@ -67,6 +98,9 @@ class ModelVersion:
     config: dict[str, Any] = field(default_factory=dict)  # runtime-specific (endpoint, url, …)
     created_at: float = field(default_factory=now)
     created_by: str = ""
+    derived_from: str | None = None  # "model:version" this one was made from (`sluice optimize`)
+    optimization: dict[str, Any] | None = None  # how: the candidate, its tool and its settings
+    session_options: tuple[SessionTuning, ...] = ()  # tuned per machine size; the ONNX runtime applies them
 
     @property
     def ref(self) -> str:

@@ -27,14 +27,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_session(data: bytes, *, intra_op_threads: int = 1, inter_op_threads: int = 1) -> Any:
+def build_session(
+    data: bytes, *, intra_op_threads: int = 1, inter_op_threads: int = 1, execution_mode: str = "sequential"
+) -> Any:
     import onnxruntime as ort  # heavy: imported on first load, not at cold start
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = inter_op_threads
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own untyped errors for bad graphs
@@ -47,6 +51,7 @@ class _Entry:
     size: int
     output_names: list[str]
     classes: dict[str, list[int | str]] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the session options it was built with
 
 
 class SessionCache:
@@ -129,7 +134,7 @@ class SessionCache:
         }
 
 
-def _as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None]:
+def as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None]:
     """ORT gives tensors as arrays and ZipMap outputs as a list of {label: probability}."""
     if isinstance(value, np.ndarray):
         return value, None
@@ -152,14 +157,29 @@ class OnnxRuntime:
         self.settings = settings
         self.cache = SessionCache(settings.model_cache_bytes)
 
+    def session_options(self, version: ModelVersion) -> dict[str, Any]:
+        """The options a version loads with: those tuned for it at this machine's size, or the
+        settings' threads."""
+        from sluice.domain.objects import pick_tuning
+
+        tuned = pick_tuning(version.session_options, machine_vcpus(self.settings)) if self.settings.ort_tuned_sessions else None
+        if tuned is not None:
+            return {
+                "intra_op_threads": tuned.intra_op_threads,
+                "inter_op_threads": tuned.inter_op_threads,
+                "execution_mode": tuned.execution_mode,
+            }
+        return {
+            "intra_op_threads": self.settings.ort_intra_op_threads,
+            "inter_op_threads": self.settings.ort_inter_op_threads,
+            "execution_mode": "sequential",
+        }
+
     def _load_entry(self, version: ModelVersion) -> _Entry:
         data = self.store.get(version.artifact_uri, sha256=version.sha256)
-        session = build_session(
-            data,
-            intra_op_threads=self.settings.ort_intra_op_threads,
-            inter_op_threads=self.settings.ort_inter_op_threads,
-        )
-        return _Entry(session, len(data), [o.name for o in session.get_outputs()])
+        options = self.session_options(version)
+        session = build_session(data, **options)
+        return _Entry(session, len(data), [o.name for o in session.get_outputs()], options=options)
 
     def _entry(self, version: ModelVersion) -> _Entry:
         return self.cache.get_or_load(version.sha256, version.size_bytes, lambda: self._load_entry(version))
@@ -175,7 +195,7 @@ class OnnxRuntime:
             raise _runtime_error(exc) from None
         result = InferenceResult({})
         for name, value in zip(names, raw, strict=True):
-            array, labels = _as_array(name, value)
+            array, labels = as_array(name, value)
             result.outputs[name] = array
             if labels is not None:
                 result.classes[name] = labels
@@ -207,6 +227,20 @@ class OnnxRuntime:
 
         entry = await asyncio.to_thread(self._entry, version)
         return signature_from_session(entry.session)
+
+
+def machine_vcpus(settings: Settings) -> int:
+    """The vCPUs this process may use: set, or Lambda's share for its memory, or the CPU count."""
+    import os
+
+    from sluice.domain.objects import vcpus_for_memory
+
+    if settings.ort_vcpus:
+        return settings.ort_vcpus
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
+    if memory.isdigit():
+        return vcpus_for_memory(int(memory))
+    return os.cpu_count() or 1
 
 
 def _runtime_error(exc: Exception) -> Exception:

@@ -9,6 +9,7 @@ from sluice.domain import Deployment, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.domain.policy import (
     Ensemble,
+    Mirror,
     Ref,
     Shadow,
     Single,
@@ -163,6 +164,18 @@ class DeploymentService:
         rest = tuple(m for m in node.mirrors if m.name != mirror)
         promoted: Node = Shadow(primary=chosen.target, mirrors=rest) if rest else chosen.target
         return self.update(principal, name, policy_dict(promoted), expected_revision=current.revision)
+
+    def add_mirror(self, principal: Principal, name: str, mirror: str, target: dict[str, Any]) -> Deployment:
+        """Mirror `target` from the deployment: its policy becomes (or stays) a shadow whose
+        primary still answers; a mirror of the same name is replaced."""
+        current = self.registry.get_deployment(principal.tenant, name)
+        node = parse_policy(current.policy)
+        added = Mirror(name=mirror, target=parse_policy(target))
+        if isinstance(node, Shadow):
+            policy: Node = Shadow(primary=node.primary, mirrors=(*(m for m in node.mirrors if m.name != mirror), added))
+        else:
+            policy = Shadow(primary=node, mirrors=(added,))
+        return self.update(principal, name, policy_dict(policy), expected_revision=current.revision)
 
     def get(self, principal: Principal, name: str) -> Deployment:
         return self.registry.get_deployment(principal.tenant, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Model, ModelVersion, check_name
@@ -20,7 +21,7 @@ from sluice.domain.policy import parse_policy, referenced_versions
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sluice.domain import Principal
+    from sluice.domain import Principal, SessionTuning
     from sluice.domain.origins import Allowed
     from sluice.registry import Registry
     from sluice.storage import ArtifactStore
@@ -62,6 +63,9 @@ class ModelService:
         config: dict[str, Any] | None = None,
         feature_names: list[str] | None = None,
         description: str = "",
+        derived_from: str | None = None,
+        optimization: dict[str, Any] | None = None,
+        session_options: tuple[SessionTuning, ...] = (),
     ) -> ModelVersion:
         """Store an ONNX artifact as the model's next version, creating the model if new.
 
@@ -100,8 +104,34 @@ class ModelService:
                 signature=signature,
                 config=config,
                 created_by=principal.subject,
+                derived_from=derived_from,
+                optimization=optimization,
+                session_options=session_options,
             )
         )
+
+    def record_session_options(
+        self, principal: Principal, version: ModelVersion, session_options: tuple[SessionTuning, ...]
+    ) -> ModelVersion:
+        """Keep the session options tuned for a version; the ONNX runtime loads it with them."""
+        principal.require("admin")
+        if version.tenant != principal.tenant:
+            raise NotFound(f"model '{version.model}' not found", field="model")
+        return self.registry.replace_version(dataclasses.replace(version, session_options=session_options))
+
+    def check_import_uri(self, principal: Principal, uri: str, *, field: str = "artifact_uri") -> None:
+        """Refuse a URI outside what the tenant may import from (its own store prefix, or a
+        configured import prefix for it)."""
+        allowed = self._import_prefixes(principal.tenant)
+        segments = uri.split("/")
+        if ".." in segments or "." in segments[3:]:
+            raise BadRequest(f"{field} must not contain '.' or '..' segments", field=field)
+        if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
+            raise Forbidden(
+                f"{field} is outside what this tenant may import from: "
+                + (", ".join(self._shown_prefixes(principal.tenant)) if allowed else "its own artifacts"),
+                field=field,
+            )
 
     async def register_triton(
         self,
@@ -173,16 +203,7 @@ class ModelService:
         """Copy an artifact from a URI the tenant may import from (its own store prefix, or
         a configured import prefix for it) into the store, then push it."""
         principal.require("admin")
-        allowed = self._import_prefixes(principal.tenant)
-        segments = uri.split("/")
-        if ".." in segments or "." in segments[3:]:
-            raise BadRequest("artifact_uri must not contain '.' or '..' segments", field="artifact_uri")
-        if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
-            raise Forbidden(
-                "artifact_uri is outside what this tenant may import from: "
-                + (", ".join(self._shown_prefixes(principal.tenant)) if allowed else "its own artifacts"),
-                field="artifact_uri",
-            )
+        self.check_import_uri(principal, uri)
         return self.push(principal, name, self.store.read_external(principal.tenant, uri), **options)
 
     def list_models(self, principal: Principal) -> list[Model]:

@@ -58,6 +58,16 @@ class VersionFromTriton(WireModel):
     description: str = ""
 
 
+class SessionTuningOut(WireModel):
+    vcpus: int = Field(description="The machine size this applies to (Lambda: 1 vCPU per 1769 MB, 6 at 10240 MB).")
+    memory_mb: int
+    intra_op_threads: int
+    inter_op_threads: int
+    execution_mode: str
+    p50_ms: float | None = None
+    measured_on_cores: int | None = None
+
+
 class VersionOut(WireModel):
     model: str
     version: int
@@ -68,6 +78,9 @@ class VersionOut(WireModel):
     signature: SignatureOut
     created_at: float
     created_by: str
+    derived_from: str | None = Field(None, description="The version this one was made from (`model:version`), if optimized.")
+    optimization: dict[str, Any] | None = Field(None, description="How it was made from `derived_from`, and how it measured.")
+    session_options: list[SessionTuningOut] = Field(default_factory=list, description="ONNX Runtime settings tuned per machine size.")
 
 
 class DeploymentCreate(WireModel):
@@ -130,3 +143,32 @@ class KeyOut(WireModel):
     @classmethod
     def _sorted(cls, value: Any) -> Any:
         return sorted(value) if isinstance(value, set | frozenset) else value
+
+
+class OptimizeCreate(WireModel):
+    data_uri: str = Field(
+        description="Rows the model takes (.parquet, .csv, .jsonl), at a URI this tenant may import from "
+        "(as push by URI): calibration rows first, then evaluation rows."
+    )
+    min_agreement: float = Field(0.99, ge=0, le=1, description="Label (or top-1) agreement a candidate must keep.")
+    max_abs_diff: float | None = Field(None, ge=0, description="Largest absolute difference allowed on any output value.")
+    candidates: list[Literal["graph", "int8-dynamic", "int8-static", "fp16"]] = Field(
+        default_factory=lambda: ["graph", "int8-dynamic", "int8-static", "fp16"]
+    )
+    calibration_rows: int = Field(200, ge=1, le=10_000)
+    evaluation_rows: int = Field(1000, ge=1, le=100_000)
+    seconds: float = Field(1.0, gt=0, le=30, description="Time spent measuring each latency.")
+    tune: bool = Field(True, description="Sweep session options per Lambda size and record them on the version.")
+    to_register: list[str] = Field(default_factory=list, alias="register", description="Candidates to push as new versions ('recommended' for the verdict's).")
+    shadow: str | None = Field(None, description="A deployment to mirror the best registered candidate from.")
+
+
+class OptimizeJobOut(WireModel):
+    id: str
+    model: str
+    version: int | str
+    status: Literal["RUNNING", "SUCCEEDED", "FAILED"]
+    created_at: float
+    finished_at: float | None = None
+    error: str | None = None
+    report: dict[str, Any] | None = Field(None, description="The candidates' table, the verdict, the tuning, what was registered.")

@@ -126,6 +126,29 @@ def test_versions_are_numbered_in_order_and_round_trip(registry: Registry) -> No
     assert registry.list_versions(A, "churn") == stored
 
 
+def test_lineage_and_tuned_session_options_round_trip(registry: Registry) -> None:
+    from sluice.domain import SessionTuning
+
+    registry.create_model(Model(A, "churn"))
+    first = registry.add_version(version_of("churn"))
+    tuned = (SessionTuning(1, 1769, 1, 1, "sequential", 0.25, 2), SessionTuning(6, 10240, 6, 1, "sequential", None, 2))
+    derived = registry.add_version(replace(
+        version_of("churn"), derived_from="churn:1",
+        optimization={"candidate": "int8-dynamic", "measured": {"agreement": 0.975, "agreement_ci95": [0.96, 0.98]}},
+        session_options=tuned,
+    ))  # fmt: skip
+    assert registry.get_version(A, "churn", 2) == derived
+    assert registry.get_version(A, "churn", 2).session_options == tuned
+    assert registry.get_version(A, "churn", 1).derived_from is None
+    assert registry.get_version(A, "churn", 1).session_options == ()
+    # Tuning an existing version replaces its stored record; its number and artifact stay.
+    registry.replace_version(replace(first, session_options=tuned[:1]))
+    assert registry.get_version(A, "churn", 1).session_options == tuned[:1]
+    assert registry.get_version(A, "churn", 1).sha256 == first.sha256
+    assert [v.version for v in registry.list_versions(A, "churn")] == [1, 2]
+    raises(NotFound, "version", lambda: registry.replace_version(replace(first, version=9)))
+
+
 def test_missing_versions(registry: Registry) -> None:
     registry.create_model(Model(A, "churn"))
     raises(NotFound, "version", lambda: registry.latest_version(A, "churn"))

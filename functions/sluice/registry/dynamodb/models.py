@@ -132,3 +132,14 @@ class DynamoModels(Part):
             )
         except Refused:
             raise NotFound(f"model '{model}' has no version {version}", field="version") from None
+
+    def replace_version(self, version: ModelVersion) -> ModelVersion:
+        record = item(
+            layout.versions_pk(version.tenant, version.model), layout.version_sk(int(version.version)),
+            VERSION.dump(version),
+        )  # fmt: skip
+        try:
+            self.table.send("put_item", TableName=self.table.name, Item=record, **condition("attribute_exists(pk)"))
+        except Refused:
+            raise NotFound(f"model '{version.model}' has no version {version.version}", field="version") from None
+        return version

@@ -94,3 +94,13 @@ class SqliteModels(Part):
             )
         if gone.rowcount == 0:
             raise NotFound(f"model '{model}' has no version {version}", field="version")
+
+    def replace_version(self, version: ModelVersion) -> ModelVersion:
+        with self.db.tx() as db:
+            done = db.execute(
+                "UPDATE versions SET doc = ? WHERE tenant = ? AND model = ? AND version = ?",
+                (VERSION.to_json(version), version.tenant, version.model, int(version.version)),
+            )
+        if done.rowcount == 0:
+            raise NotFound(f"model '{version.model}' has no version {version.version}", field="version")
+        return version

@@ -1,0 +1,66 @@
+"""Optimize a version (admin scope): start a run, then follow it. A run builds and measures
+candidates for seconds to minutes, so it is a job: 202 with its id, then GET until it ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, status
+from fastapi.concurrency import run_in_threadpool
+
+from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.domain.errors import BadRequest
+from sluice.domain.values import VersionOrLatest
+from sluice.types.management import OptimizeCreate, OptimizeJobOut
+
+router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422))
+
+
+def _job_out(job: dict[str, Any]) -> dict[str, Any]:
+    return OptimizeJobOut.model_validate({k: v for k, v in job.items() if k != "tenant"}).model_dump(mode="json")
+
+
+@router.post(
+    "/models/{name}/versions/{version}/optimize",
+    response_model=OptimizeJobOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Build, measure and (asked) register cheaper variants of a version",
+)
+async def start_optimize(
+    name: str, version: VersionOrLatest, body: OptimizeCreate, principal: AdminDep, container: ContainerDep
+) -> JSONResponse:
+    from sluice.optimize.candidates import KINDS
+    from sluice.optimize.measure import Timing
+    from sluice.optimize.report import Budget
+    from sluice.optimize.service import OptimizeRequest
+
+    service = container.optimizer
+    principal.require("admin")
+    unknown = sorted(set(body.to_register) - {"recommended", *KINDS} | ({"original"} & set(body.to_register)))
+    if unknown:
+        raise BadRequest(f"register takes 'recommended' or candidate names, not {unknown}", field="register")
+    if body.shadow and not body.to_register:
+        raise BadRequest("shadow mirrors a registered candidate: give register too", field="shadow")
+    # What can be refused at once is, before the job starts: the version, the data, its rows.
+    source = await run_in_threadpool(service.version, principal, name, version)
+    rows = await run_in_threadpool(
+        service.rows_from_uri, principal, body.data_uri, source, body.calibration_rows + body.evaluation_rows
+    )
+    if body.shadow:
+        container.deployments.get(principal, body.shadow)
+    request = OptimizeRequest(
+        name, source.version,
+        budget=Budget(body.min_agreement, body.max_abs_diff), kinds=tuple(body.candidates),
+        calibration_rows=body.calibration_rows, evaluation_rows=body.evaluation_rows,
+        timing=Timing(budget_s=body.seconds), tune=body.tune, register=tuple(body.to_register), shadow=body.shadow,
+    )  # fmt: skip
+    job = container.optimize_jobs.start(
+        principal, lambda: service.run(principal, request, rows), model=name, version=source.version
+    )
+    return JSONResponse(_job_out(job), status_code=202)
+
+
+@router.get("/optimize-jobs/{job_id}", response_model=OptimizeJobOut, summary="Follow an optimize run")
+def get_optimize_job(job_id: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(_job_out(container.optimize_jobs.get(principal, job_id)))

@@ -1,0 +1,1 @@
+"""Models from other frameworks to ONNX, on the user's machine (`sluice models push`)."""

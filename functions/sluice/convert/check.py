@@ -1,0 +1,137 @@
+"""Convert a model file to ONNX and prove the conversion on sample rows before it is pushed:
+the original and the ONNX model (run by ONNX Runtime, as sluice will) must agree within a
+tolerance on every value, or the push is refused with the largest difference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.convert.frameworks import INPUT, format_of, load, to_onnx
+from sluice.domain.errors import BadRequest, SluiceError
+
+if TYPE_CHECKING:
+    from sluice.convert.frameworks import Loaded
+
+SAMPLE_ROWS = 1000
+GENERATED_ROWS = 256
+
+
+class ConversionDisagrees(SluiceError):
+    status, code = 422, "conversion_disagrees"
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    onnx: bytes
+    format: str
+    rows: int
+    sample: str  # where the rows came from
+    max_abs_diff: float
+    label_agreement: float | None
+    feature_names: list[str] | None
+
+
+def file_columns(path: Path) -> list[str]:
+    """The columns a Parquet, CSV or JSON Lines file holds (its schema, header or first row)."""
+    import json
+
+    from sluice.batch.plan import format_of as data_format
+
+    fmt = data_format(path.name)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    with path.open("rb") as file:
+        first = file.readline().decode("utf-8", errors="replace").strip()
+    if fmt == "csv":
+        return [c.strip().strip('"') for c in first.split(",")]
+    try:
+        return list(json.loads(first))
+    except (ValueError, TypeError):
+        raise BadRequest(f"the first line of {path.name} is not a JSON object", field="sample") from None
+
+
+def convert(
+    path: Path, *, fmt: str | None = None, sample: Path | None = None, tolerance: float = 1e-4,
+    n_features: int | None = None, feature_names: list[str] | None = None,
+) -> Converted:  # fmt: skip
+    from sluice.batch.sample import generated_rows, read_rows
+    from sluice.domain.signature import Signature, TensorSpec
+
+    kind = format_of(path, fmt)
+    if kind == "onnx":
+        raise BadRequest("an ONNX file is pushed as it is", field="format")
+    if not path.is_file():
+        raise BadRequest(f"no such file: {path}", field="file")
+    loaded = load(path, kind)
+    names = feature_names or loaded.feature_names
+    if sample is not None and names is None:
+        columns = file_columns(sample)
+        names = None if columns == [INPUT] else columns
+    width = n_features or loaded.n_features or (len(names) if names else None)
+    if width is None:
+        raise BadRequest("cannot tell how many features the model takes: give --sample or --n-features", field="n_features")
+    if names is not None and len(names) != width:
+        raise BadRequest(f"the model takes {width} features; {len(names)} names were given", field="feature_names")
+    spec = TensorSpec(INPUT, "FP32", (-1, width), feature_names=tuple(names) if names else None)
+    signature = Signature((spec,), ())
+    if sample is not None:
+        rows = read_rows(sample, signature, limit=SAMPLE_ROWS, field="sample")[INPUT]
+        where = f"{rows.shape[0]} rows of {sample.name}"
+    else:
+        rows = generated_rows(signature, GENERATED_ROWS, seed=0)[INPUT]
+        where = f"{GENERATED_ROWS} generated rows (standard normal; give --sample for rows like yours)"
+    onnx = to_onnx(loaded, width, rows)
+    diff, agreement = compare(loaded, onnx, rows, tolerance)
+    return Converted(onnx, kind, len(rows), where, diff, agreement, names)
+
+
+def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> tuple[float, float | None]:
+    """Run both; raise ConversionDisagrees when a value differs by more than `tolerance`
+    times max(1, |original value|). Returns the largest absolute difference and the label agreement."""
+    from sluice.runtimes.onnx import as_array, build_session
+
+    expected = loaded.predict(rows)
+    session = build_session(onnx)
+    got: dict[str, np.ndarray] = {}
+    for out, value in zip(session.get_outputs(), session.run(None, {INPUT: rows}), strict=True):
+        array, _ = as_array(out.name, value)
+        got["label" if array.ndim == 1 and array.dtype.kind in "iuOSU" else ("probabilities" if "prob" in out.name else "values")] = array
+    if "values" in expected and "values" not in got:  # a regressor's one output, however it is named
+        got["values"] = next(a for a in got.values() if a.dtype.kind == "f")
+    worst, where, label_agreement = 0.0, "", None
+    for key in ("probabilities", "values"):
+        if key not in expected or key not in got:
+            continue
+        a, b = np.asarray(expected[key], np.float64), np.asarray(got[key], np.float64).reshape(expected[key].shape)
+        diff = np.abs(a - b)
+        scaled = diff / np.maximum(1.0, np.abs(a))
+        if scaled.max(initial=0) > tolerance or diff.max(initial=0) > worst:
+            worst = float(diff.max(initial=0))
+            where = key
+        if scaled.max(initial=0) > tolerance:
+            row = int(np.unravel_index(scaled.argmax(), scaled.shape)[0])
+            raise ConversionDisagrees(
+                f"the ONNX model disagrees with the original on {key}: largest difference {worst:.6g} "
+                f"(row {row}: {a.reshape(len(a), -1)[row].tolist()[:5]} vs {b.reshape(len(b), -1)[row].tolist()[:5]}), "
+                f"above the tolerance {tolerance:g}; nothing was pushed",
+                field="tolerance", max_abs_diff=worst, output=where,
+            )  # fmt: skip
+    if "label" in expected and "label" in got:
+        want = np.asarray(expected["label"]).astype(str)
+        label_agreement = float(np.mean(want == np.asarray(got["label"]).astype(str)))
+    return worst, label_agreement
+
+
+def describe(converted: Converted) -> dict[str, Any]:
+    return {
+        "format": converted.format,
+        "checked_on": converted.sample,
+        "max_abs_diff": converted.max_abs_diff,
+        "label_agreement": converted.label_agreement,
+    }

@@ -1,0 +1,141 @@
+"""How a candidate runs and how far it is from the original: p50 latency at batch 1 and 64
+with the runtime's own session options, peak memory, and agreement on evaluation rows."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.stats.verdicts import wilson
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.domain.signature import Signature
+
+BATCHES = (1, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How long to measure each batch size: at least `min_runs` runs, then until `budget_s`."""
+
+    budget_s: float = 1.0
+    min_runs: int = 5
+    warmup: int = 2
+
+
+def session_for(data: bytes, **options: Any) -> Any:
+    """A session as the ONNX runtime builds one (`sluice.runtimes.onnx.build_session`)."""
+    from sluice.runtimes.onnx import build_session
+
+    return build_session(data, **options)
+
+
+def rows_at(rows: dict[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:
+    """The first `batch` rows, repeated when there are fewer."""
+    out = {}
+    for name, array in rows.items():
+        reps = -(-batch // len(array))
+        out[name] = np.concatenate([array] * reps)[:batch] if reps > 1 else array[:batch]
+    return out
+
+
+def p50_ms(run: Callable[[], Any], timing: Timing) -> float:
+    for _ in range(timing.warmup):
+        run()
+    samples: list[float] = []
+    deadline = time.perf_counter() + timing.budget_s
+    while len(samples) < timing.min_runs or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        run()
+        samples.append((time.perf_counter() - start) * 1000)
+        if len(samples) >= 10_000:
+            break
+    return round(statistics.median(samples), 4)
+
+
+def latencies(session: Any, rows: dict[str, np.ndarray], timing: Timing) -> dict[str, float]:
+    out = {}
+    for batch in BATCHES:
+        feed = rows_at(rows, batch)
+        out[f"p50_ms_b{batch}"] = p50_ms(lambda feed=feed: session.run(None, feed), timing)
+    return out
+
+
+def peak_memory_mb(data: bytes, rows: dict[str, np.ndarray], **options: Any) -> float | None:
+    """How far resident memory rises above a fresh process's (numpy and ONNX Runtime imported)
+    while it builds a session and runs batch 64. Measured in a child process: in this one,
+    memory freed by the previous candidate would be reused and hide the next one's. Linux
+    resets the peak (`VmHWM`) on writing 5 to /proc/self/clear_refs; None elsewhere."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    if not Path("/proc/self/clear_refs").exists():
+        return None
+    with tempfile.TemporaryDirectory(prefix="sluice-memory-") as tmp:
+        model, feed = Path(tmp) / "model.onnx", Path(tmp) / "rows.npz"
+        model.write_bytes(data)
+        np.savez(feed, **rows_at(rows, 64))
+        done = subprocess.run(
+            [sys.executable, "-m", "sluice.optimize.memory", str(model), str(feed), json.dumps(options)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    try:
+        return float(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def outputs_of(session: Any, rows: dict[str, np.ndarray], batch: int = 256) -> dict[str, np.ndarray]:
+    """Every output over all rows, run `batch` rows at a time; ZipMap outputs as arrays."""
+    from sluice.runtimes.onnx import as_array
+
+    names = [o.name for o in session.get_outputs()]
+    n = len(next(iter(rows.values())))
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for at in range(0, n, batch):
+        feed = {k: v[at : at + batch] for k, v in rows.items()}
+        for name, value in zip(names, session.run(names, feed), strict=True):
+            parts[name].append(as_array(name, value)[0])
+    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+
+
+def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Label agreement (with a Wilson 95% interval) and the max and mean absolute difference
+    of every numeric output. Without a label output, a values output of width > 1 is read as
+    scores: the agreement is that of its argmax (top-1)."""
+    label = next((s.name for s in signature.outputs if s.role == "label"), None)
+    n = len(next(iter(original.values())))
+    diffs: list[np.ndarray] = []
+    for spec in signature.outputs:
+        a, b = original.get(spec.name), candidate.get(spec.name)
+        if a is None or b is None or a.dtype.kind not in "fiu":
+            continue
+        diffs.append(np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel())
+    result: dict[str, Any] = {"rows": n}
+    agree: int | None = None
+    if label is not None:
+        agree = int(np.sum(original[label] == candidate[label]))
+        result["agreement_of"] = f"label ({label})"
+    else:
+        scores = next((s.name for s in signature.outputs if original[s.name].ndim == 2 and original[s.name].shape[1] > 1
+                       and original[s.name].dtype.kind == "f"), None)  # fmt: skip
+        if scores is not None:
+            agree = int(np.sum(original[scores].argmax(1) == candidate[scores].argmax(1)))
+            result["agreement_of"] = f"argmax of {scores}"
+    if agree is not None:
+        result["agreement"] = round(agree / n, 6)
+        result["agreement_ci95"] = wilson(agree, n)
+    if diffs:
+        every = np.concatenate(diffs)
+        result["max_abs_diff"] = float(every.max()) if every.size else 0.0
+        result["mean_abs_diff"] = float(every.mean()) if every.size else 0.0
+    return result

@@ -1,0 +1,211 @@
+"""`sluice optimize` on the demo models: candidates built by ONNX Runtime's tooling, measured
+against the original, a verdict under the budget, tuned session options the runtime loads
+with, registered candidates with their lineage, a shadow mirror; and its API route."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sluice.domain import Principal, SessionTuning
+from sluice.optimize.measure import Timing
+from sluice.optimize.report import Budget
+from sluice.optimize.service import OptimizeRequest
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from sluice.wiring import Container
+
+FAST = Timing(budget_s=0.02, min_runs=3, warmup=1)
+
+
+def diabetes_rows(path: Path, n: int = 400) -> Path:
+    rng = np.random.default_rng(7)
+    names = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
+    values = rng.normal(0, 0.05, (n, 10))
+    pq.write_table(pa.table({name: values[:, i] for i, name in enumerate(names)}), path)
+    return path
+
+
+def iris_rows(path: Path, n: int = 300) -> Path:
+    rng = np.random.default_rng(3)
+    lows, highs = [4.3, 2.0, 1.0, 0.1], [7.9, 4.4, 6.9, 2.5]
+    lines = ["sepal_length,sepal_width,petal_length,petal_width"]
+    lines += [",".join(f"{rng.uniform(lo, hi):.2f}" for lo, hi in zip(lows, highs, strict=True)) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_neural_network_gets_every_candidate_measured_against_the_original(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    from sluice.batch.sample import read_rows
+
+    source = demo.models.get_version(acme, "diabetes", "latest")
+    rows = read_rows(diabetes_rows(tmp_path / "d.parquet"), source.signature, limit=400)
+    report = demo.optimizer.run(acme, OptimizeRequest("diabetes", source.version, Budget(0.99, 0.5), timing=FAST, tune=False), rows)
+    by_name = {row["candidate"]: row for row in report["candidates"]}
+    assert list(by_name) == ["original", "graph", "int8-dynamic", "int8-static", "fp16"]
+    assert report["rows"] == {"calibration": 200, "evaluation": 200, "held_out": True}
+    for name, row in by_name.items():
+        assert "skipped" not in row, (name, row)
+        assert row["size_bytes"] > 0 and row["p50_ms_b1"] > 0 and row["p50_ms_b64"] > 0
+        assert row["max_abs_diff"] >= 0 and row["mean_abs_diff"] <= row["max_abs_diff"]
+    assert by_name["original"]["max_abs_diff"] == 0 and by_name["original"]["within_budget"] is True
+    # Quantized weights change the values: the differences are real, and the budget judges them.
+    assert by_name["int8-dynamic"]["max_abs_diff"] > 0
+    assert by_name["int8-static"]["how"]["calibration_rows"] == 200
+    for row in by_name.values():
+        assert row["within_budget"] is (row["max_abs_diff"] <= 0.5)
+    verdict = report["recommendation"]
+    assert verdict["candidate"] == "original" or by_name[verdict["candidate"]]["within_budget"]
+    assert set(report["triton"]) == {"tensorrt_fp16", "tensorrt_int8"}
+
+
+def test_a_classifier_of_ml_operators_says_why_candidates_do_not_apply(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    from sluice.batch.sample import read_rows
+
+    source = demo.models.get_version(acme, "iris", "latest")
+    rows = read_rows(iris_rows(tmp_path / "i.csv"), source.signature, limit=300)
+    report = demo.optimizer.run(acme, OptimizeRequest("iris", source.version, timing=FAST, tune=False), rows)
+    by_name = {row["candidate"]: row for row in report["candidates"]}
+    assert "ai.onnx.ml" in by_name["int8-dynamic"]["skipped"] and "ai.onnx.ml" in by_name["fp16"]["skipped"]
+    graph = by_name["graph"]
+    assert graph["agreement"] == 1.0 and graph["agreement_of"] == "label (output_label)"
+    low, high = graph["agreement_ci95"]
+    assert low < 1.0 and high == 1.0  # a Wilson interval on 100 held-out rows
+    assert report["triton"]["tensorrt_fp16"]["use"] is False
+
+
+def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice import cli
+    from sluice.settings import get_settings
+    from sluice.wiring import get_container
+    from tests.conftest import MODELS
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    get_container.cache_clear()
+    try:
+        assert cli.main(["models", "push", "diabetes", str(MODELS / "diabetes_mlp.onnx")]) == 0
+        assert cli.main(["deployments", "create", "diabetes", "--model", "diabetes"]) == 0
+        data = diabetes_rows(tmp_path / "d.parquet")
+        capsys.readouterr()
+        code = cli.main(["optimize", "diabetes:1", "--data", str(data), "--seconds", "0.02", "--candidates", "int8-dynamic,fp16",
+                         "--register", "fp16", "--shadow", "diabetes"])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "CANDIDATE" in out and "int8-dynamic" in out and "recommended:" in out
+        assert "registered fp16 as diabetes version 2 (derived from diabetes:1)" in out
+        assert "mirror 'optimized-fp16' -> version 2" in out
+        assert cli.main(["models", "show", "diabetes"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["lineage"] == [{"version": 2, "derived_from": "diabetes:1", "candidate": "fp16",
+                                     "tool": "onnxruntime.transformers.float16.convert_float_to_float16"}]  # fmt: skip
+        v1, v2 = shown["versions"]
+        assert [t["vcpus"] for t in v1["session_options"]] == [1, 2, 3, 4, 5, 6]
+        assert [t["memory_mb"] for t in v1["session_options"]] == [1769, 3538, 5307, 7076, 8845, 10240]
+        assert v2["optimization"]["measured"]["size_bytes"] == v2["size_bytes"] and v2["session_options"]
+        assert cli.main(["deployments", "show", "diabetes"]) == 0
+        policy = json.loads(capsys.readouterr().out)["policy"]
+        assert policy["kind"] == "shadow" and policy["primary"]["version"] == 1
+        assert policy["mirrors"][0]["target"] == {"kind": "single", "model": "diabetes", "version": 2}
+        # Bad input: a message and a non-zero exit.
+        assert cli.main(["optimize", "diabetes:1", "--data", str(tmp_path / "none.csv")]) == 2
+        assert cli.main(["optimize", "diabetes:1", "--data", str(data), "--shadow", "diabetes", "--no-tune"]) == 2
+        assert "--register" in capsys.readouterr().err
+    finally:
+        get_settings.cache_clear()
+        get_container.cache_clear()
+
+
+def test_the_onnx_runtime_loads_a_version_with_its_tuned_options(container: Container, acme: Principal, iris_bytes: bytes) -> None:
+    import asyncio
+    import dataclasses
+
+    from sluice.runtimes.onnx import OnnxRuntime
+
+    tuned = (SessionTuning(1, 1769, 1, 1, "sequential"), SessionTuning(2, 3538, 2, 2, "parallel"))
+    version = container.models.push(acme, "iris", iris_bytes, session_options=tuned)
+    assert container.registry.get_version("acme", "iris", version.version).session_options == tuned
+
+    def loaded_with(settings_update: dict[str, object]) -> dict[str, object]:
+        runtime = OnnxRuntime(container.store, container.settings.model_copy(update=settings_update))
+        asyncio.run(runtime.load(version))
+        return runtime.cache.peek(version.sha256).options  # type: ignore[union-attr]
+
+    assert loaded_with({"ort_vcpus": 2}) == {"intra_op_threads": 2, "inter_op_threads": 2, "execution_mode": "parallel"}
+    assert loaded_with({"ort_vcpus": 1}) == {"intra_op_threads": 1, "inter_op_threads": 1, "execution_mode": "sequential"}
+    assert loaded_with({"ort_vcpus": 4})["intra_op_threads"] == 2  # the largest size that fits
+    off = {"ort_vcpus": 2, "ort_tuned_sessions": False, "ort_intra_op_threads": 3}
+    assert loaded_with(off) == {"intra_op_threads": 3, "inter_op_threads": 1, "execution_mode": "sequential"}
+    untuned = dataclasses.replace(version, session_options=())
+    runtime = OnnxRuntime(container.store, container.settings)
+    assert runtime.session_options(untuned)["intra_op_threads"] == container.settings.ort_intra_op_threads
+
+
+def _wait(client: TestClient, job_id: str, key: str) -> dict:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job = client.get(f"/api/v1/optimize-jobs/{job_id}", headers=auth(key)).json()
+        if job["status"] != "RUNNING":
+            return job
+        time.sleep(0.2)
+    raise AssertionError("the optimize job did not finish")
+
+
+def test_api_runs_an_optimize_job_for_its_tenant_only(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    imports = demo.settings.home_path / "imports" / "acme"
+    imports.mkdir(parents=True)
+    data = diabetes_rows(imports / "d.parquet", 300)
+    body = {"data_uri": data.as_uri(), "candidates": ["int8-dynamic"], "seconds": 0.02, "tune": False, "register": ["int8-dynamic"]}
+    started = client.post("/api/v1/models/diabetes/versions/latest/optimize", json=body, headers=auth(keys["acme"]))
+    assert started.status_code == 202, started.text
+    job = _wait(client, started.json()["id"], keys["acme"])
+    assert job["status"] == "SUCCEEDED", job
+    assert [r["candidate"] for r in job["report"]["candidates"]] == ["original", "int8-dynamic"]
+    registered = job["report"]["registered"][0]
+    version = client.get(f"/api/v1/models/diabetes/versions/{registered['version']}", headers=auth(keys["acme"])).json()
+    assert version["derived_from"] == "diabetes:1" and version["optimization"]["candidate"] == "int8-dynamic"
+    # Another tenant sees neither the job nor the model.
+    assert client.get(f"/api/v1/optimize-jobs/{job['id']}", headers=auth(keys["globex"])).status_code == 404
+    other = client.post("/api/v1/models/diabetes/versions/1/optimize", json=body, headers=auth(keys["globex"]))
+    assert other.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "field"),
+    [
+        ({"data_uri": "file:///etc/passwd.csv"}, 403, "data_uri"),
+        ({"min_agreement": 2}, 422, None),
+        ({"candidates": ["int4"]}, 422, None),
+        ({"register": ["original"]}, 400, "register"),
+        ({"shadow": "diabetes"}, 400, "shadow"),
+        ({"data_uri": "{imports}/x.txt"}, 400, "format"),
+        ({"data_uri": "{imports}/missing.parquet"}, 404, None),
+    ],
+)
+def test_api_refuses_bad_optimize_input_with_a_4xx(
+    client: TestClient, keys: dict[str, str], demo: Container, change: dict, status: int, field: str | None  # type: ignore[type-arg]
+) -> None:
+    imports = (demo.settings.home_path / "imports" / "acme").as_uri()
+    body = {"data_uri": "file:///nowhere/x.parquet"} | {k: v.replace("{imports}", imports) if isinstance(v, str) else v for k, v in change.items()}
+    answer = client.post("/api/v1/models/diabetes/versions/1/optimize", json=body, headers=auth(keys["acme"]))
+    assert answer.status_code == status, answer.text
+    if field:
+        assert answer.json()["field"] == field
+
+
+def test_api_optimize_needs_the_admin_scope(client: TestClient, keys: dict[str, str]) -> None:
+    body = {"data_uri": "file:///nowhere/x.parquet"}
+    answer = client.post("/api/v1/models/diabetes/versions/1/optimize", json=body, headers=auth(keys["acme_predict"]))
+    assert answer.status_code == 403
+    assert client.post("/api/v1/models/iris/versions/1/optimize", json={}, headers=auth(keys["acme"])).status_code == 422
