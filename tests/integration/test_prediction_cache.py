@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain.policy import Variant
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.metrics import PrometheusMetrics

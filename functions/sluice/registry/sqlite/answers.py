@@ -23,8 +23,8 @@ class SqliteAnswers(Part):
 
     def put_cached_answer(self, tenant: str, deployment: str, key: str, body: bytes, *, expires_at: float) -> None:
         with self.db.tx() as db:
+            if next(self._writes) % PURGE_EVERY == 0:
+                db.execute("DELETE FROM cached_answers WHERE expires_at <= ?", (time.time(),))
             db.execute(
                 "INSERT OR REPLACE INTO cached_answers VALUES (?, ?, ?, ?, ?)", (tenant, deployment, key, expires_at, body)
             )
-            if next(self._writes) % PURGE_EVERY == 0:
-                db.execute("DELETE FROM cached_answers WHERE expires_at <= ?", (time.time(),))
