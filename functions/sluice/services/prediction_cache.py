@@ -51,6 +51,8 @@ async def route_of(
 ) -> Route | None:
     """What would answer this request, or None when that is left to chance (a split without
     the request's routing key, a bandit, a hedged ensemble): such a request is not cached."""
+    if node.kind == "single":  # most deployments: no walk
+        return ((node.model, node.version),)  # type: ignore[union-attr]
     parts: list[Any] = []
 
     async def visit(n: Node, depth: int) -> bool:

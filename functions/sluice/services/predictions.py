@@ -96,7 +96,9 @@ class PredictionService:
             route = await route_of(resolved.node, call, self.deployment_of)
             if route is not None:
                 key = answer_key(dep, route, request.outputs, arrays)
-                hit = self.cache.get(dep, key) or await self.cache.get_shared(dep, key, self.version_of)
+                hit = self.cache.get(dep, key)
+                if hit is None and self.cache.shared is not None:
+                    hit = await self.cache.get_shared(dep, key, self.version_of)
                 if hit is not None:
                     return self._hit(resolved, hit, started, fields)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
@@ -120,7 +122,8 @@ class PredictionService:
             fields["variant"] = answer.variant
         if key is not None and self.cache is not None:
             self.cache.put(dep, key, answer)
-            await self.cache.put_shared(dep, key, answer)
+            if self.cache.shared is not None:
+                await self.cache.put_shared(dep, key, answer)
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=False)
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
