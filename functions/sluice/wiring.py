@@ -178,7 +178,9 @@ def build_prediction_cache(settings: Settings, registry: Registry) -> Prediction
     """The per-container tier always (a deployment still has to turn caching on); the shared
     tier, the registry's own store of answers, where SLUICE_PREDICTION_CACHE_SHARED says."""
     return PredictionCache(
-        registry if settings.prediction_cache_shared else None, max_entry_bytes=settings.prediction_cache_max_entry_bytes
+        registry if settings.prediction_cache_shared else None,
+        max_entry_bytes=settings.prediction_cache_max_entry_bytes,
+        max_bytes=settings.prediction_cache_max_bytes,
     )
 
 

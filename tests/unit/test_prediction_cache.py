@@ -111,3 +111,19 @@ def test_the_container_tier_keeps_small_answers_read_only_and_refuses_big_ones()
     assert cache.get(Deployment("acme", "scoring", {}, revision=3, cache=CacheSettings(5.0, 2)), "k") is None
     cache.drop("acme", "scoring")
     assert cache.get(DEP, "k") is None
+
+
+def test_all_deployments_together_stay_within_the_byte_budget() -> None:
+    cache = PredictionCache(max_entry_bytes=1024, max_bytes=100)
+    other = Deployment("acme", "other", {}, revision=1, cache=CacheSettings(60.0, 10))
+    wide = Deployment("acme", "wide", {}, revision=1, cache=CacheSettings(60.0, 10))
+    answer = lambda: _answer({"probs": np.zeros(10, dtype=np.float32)})  # noqa: E731  (40 bytes)
+    assert cache.put(other, "a", answer()) and cache.put(other, "b", answer())
+    # 80 of 100 bytes are other's: wide cannot push them out, so its answer is not kept.
+    assert not cache.put(wide, "c", answer()) and cache.get(wide, "c") is None
+    assert cache.get(other, "a") is not None and cache.get(other, "b") is not None
+    # Within one deployment the least recently used makes room.
+    assert cache.put(other, "d", answer())
+    assert cache.get(other, "a") is None and cache.get(other, "b") is not None and cache.get(other, "d") is not None
+    cache.drop("acme", "other")
+    assert cache.put(wide, "c", answer())

@@ -118,49 +118,71 @@ def answer_key(
 
 
 class PredictionCache:
-    """The per-container tier, one TTLCache per deployment sized by its settings, and the
-    optional shared tier. `timer` is the local tier's clock (monotonic), `wall` the shared
-    tier's (epoch seconds, what DynamoDB's time to live reads)."""
+    """The per-container tier, one TTLCache per deployment (at most its `max_entries`), all of
+    them together at most `max_bytes` of outputs; and the optional shared tier. `timer` is the
+    local tier's clock (monotonic), `wall` the shared tier's (epoch seconds, what DynamoDB's
+    time to live reads)."""
 
     def __init__(
         self,
         shared: SharedAnswers | None = None,
         *,
         max_entry_bytes: int = 1 << 20,
+        max_bytes: int = 128 << 20,
         timer: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.shared = shared
         self.max_entry_bytes = max_entry_bytes
+        self.max_bytes = max_bytes
         self.timer = timer
         self.wall = wall
         self._lock = threading.Lock()
-        self._tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, Answer]]] = {}
+        # Values are (answer, bytes): each tier's `currsize` is the bytes it holds.
+        self._tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, tuple[Answer, int]]]] = {}
 
-    def _tier(self, dep: Deployment) -> TTLCache[str, Answer]:
+    def _tier(self, dep: Deployment) -> TTLCache[str, tuple[Answer, int]]:
         assert dep.cache is not None
         found = self._tiers.get((dep.tenant, dep.name))
         if found is None or found[0] != dep.cache:
             from cachetools import TTLCache
 
-            found = (dep.cache, TTLCache(maxsize=dep.cache.max_entries, ttl=dep.cache.ttl_s, timer=self.timer))
-            self._tiers[(dep.tenant, dep.name)] = found
+            tier: TTLCache[str, tuple[Answer, int]] = TTLCache(
+                maxsize=self.max_bytes, ttl=dep.cache.ttl_s, timer=self.timer, getsizeof=lambda kept: kept[1]
+            )
+            found = self._tiers[(dep.tenant, dep.name)] = (dep.cache, tier)
         return found[1]
 
     def get(self, dep: Deployment, key: str) -> Answer | None:
         with self._lock:
-            return self._tier(dep).get(key)
+            kept = self._tier(dep).get(key)
+        return None if kept is None else kept[0]
 
     def put(self, dep: Deployment, key: str, answer: Answer) -> bool:
-        """Keep `answer` here; False when it is too big to keep."""
+        """Keep `answer` here; False when it is too big to keep, or the container's budget is
+        held by other deployments' answers."""
+        assert dep.cache is not None
         outputs = answer.result.outputs
-        if sum(a.nbytes for a in outputs.values()) > self.max_entry_bytes:
+        size = max(sum(a.nbytes for a in outputs.values()), 1)
+        if size > self.max_entry_bytes:
             return False
         for array in outputs.values():
             array.flags.writeable = False  # shared by every hit from now on
         with self._lock:
-            self._tier(dep)[key] = answer
+            tier = self._tier(dep)
+            tier.expire()
+            tier.pop(key, None)
+            while len(tier) >= dep.cache.max_entries:
+                tier.popitem()  # the least recently used
+            while len(tier) and self._held() + size > self.max_bytes:
+                tier.popitem()
+            if self._held() + size > self.max_bytes:
+                return False
+            tier[key] = (answer, size)
         return True
+
+    def _held(self) -> int:
+        return sum(int(tier.currsize) for _, tier in self._tiers.values())
 
     def drop(self, tenant: str, name: str) -> None:
         """Forget a deployment's answers (it changed or went)."""
