@@ -100,7 +100,7 @@ class PredictionService:
                 if hit is None and self.cache.shared is not None:
                     hit = await self.cache.get_shared(dep, key, self.version_of)
                 if hit is not None:
-                    return self._hit(resolved, hit, started, fields)
+                    return self._hit(resolved, hit, started, fields, arrays)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
@@ -130,14 +130,16 @@ class PredictionService:
         await self._hand_off(call, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
 
-    def _hit(self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any]) -> Prediction:
+    def _hit(
+        self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray]
+    ) -> Prediction:
         """A kept answer: no inference, no shadow jobs, no statistics sample (those count
         live computations only); telemetry counts the request and the hit."""
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
-        rows = next(iter(answer.result.outputs.values())).shape[0] if answer.result.outputs else 0
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         return Prediction(resolved, answer, latency_ms, 0, cached=True)
 
