@@ -244,6 +244,7 @@ PACKAGES = (
     "httptools",
     "orjson",
     "aws-lambda-powertools",
+    "cachetools",
     "boto3",
     "tritonclient",
 )

@@ -117,6 +117,11 @@ class ApiConfig(_Section):
         description="API function timeout; API Gateway gives up after 29 s anyway.",
     )
     authorizer_memory_mb: int = Field(512, ge=128, le=10240)
+    prediction_cache_shared: bool = Field(
+        False,
+        description="Share the prediction cache of deployments that turn it on between Lambda "
+        "containers, through DynamoDB (one read per miss, one write per computed answer).",
+    )
     shadow_memory_mb: int = Field(2048, ge=128, le=10240)
     shadow_timeout_s: int = Field(120, ge=1, le=900)
     execution_log_level: Literal["OFF", "ERROR", "INFO"] = Field(

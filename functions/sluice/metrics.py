@@ -57,6 +57,14 @@ class PrometheusMetrics:
             "ml_inference_model_cache_misses", "ONNX sessions loaded on demand, counted with the prediction that saw them",
             ("tenant", "deployment"), registry=r,
         )  # fmt: skip
+        self.answer_hits = Counter(
+            "ml_inference_prediction_cache_hits", "Predictions the prediction cache answered (nothing computed)",
+            ("tenant", "deployment"), registry=r,
+        )  # fmt: skip
+        self.answer_misses = Counter(
+            "ml_inference_prediction_cache_misses", "Predictions of a caching deployment computed and then kept",
+            ("tenant", "deployment"), registry=r,
+        )  # fmt: skip
         self.rows = Counter(
             "ml_inference_rows_scored", "Rows scored, by online predictions and by batch jobs",
             (*PREDICTION, "source"), registry=r,
@@ -67,10 +75,16 @@ class PrometheusMetrics:
         )  # fmt: skip
 
     # What Telemetry reports -----------------------------------------------------------------
-    def prediction(self, fields: Mapping[str, Any], latency_ms: float, rows: int, cache: tuple[int, int] | None) -> None:
+    def prediction(
+        self, fields: Mapping[str, Any], latency_ms: float, rows: int, cache: tuple[int, int] | None,
+        cached: bool | None = None,
+    ) -> None:  # fmt: skip
         labels = _labels(fields)
         self.requests.labels(*labels).inc()
-        self.latency.labels(*labels).observe(latency_ms)
+        if not cached:  # latency measures computing: a prediction cache hit stays out
+            self.latency.labels(*labels).observe(latency_ms)
+        if cached is not None:
+            (self.answer_hits if cached else self.answer_misses).labels(labels[0], labels[1]).inc()
         if rows:
             self.rows.labels(*labels, "online").inc(rows)
         if cache is not None:

@@ -120,15 +120,22 @@ class Telemetry:
         self._cache_seen = (hits, misses)
         return hits - seen_hits, misses - seen_misses
 
-    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
+    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None) -> None:
+        """`cached`: True for a prediction cache hit, False for a miss, None where the cache
+        was not asked. A hit's latency stays out of the latency metric: it measures computing."""
         self.predictions += 1
         line = {**fields, "latency_ms": latency_ms, "rows": rows}
-        metrics = {"Predictions": (1, "Count"), "Rows": (rows, "Count"), "Latency": (latency_ms, "Milliseconds")}
+        metrics = {"Predictions": (1, "Count"), "Rows": (rows, "Count")}
+        if not cached:
+            metrics["Latency"] = (latency_ms, "Milliseconds")
+        if cached is not None:
+            line["cached"] = cached
+            metrics["PredictionCacheHits" if cached else "PredictionCacheMisses"] = (1, "Count")
         cache = self._cache_delta() if self.emit_metrics or self.sink is not None else None
         if self.emit_metrics and cache is not None:
             metrics.update({"ModelCacheHits": (cache[0], "Count"), "ModelCacheMisses": (cache[1], "Count")})
         if self.sink is not None:
-            self.sink.prediction(fields, latency_ms, rows, cache)
+            self.sink.prediction(fields, latency_ms, rows, cache, cached=cached)
         get_logger().info("prediction", extra=self._line(line, metrics))
 
     def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:

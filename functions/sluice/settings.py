@@ -245,6 +245,21 @@ class Settings(BaseSettings):
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
+    prediction_cache_shared: bool = Field(
+        default=False,
+        description="Share the prediction cache of deployments that turn it on between containers and "
+        "processes, through the registry (a SQLite table locally, DynamoDB items with a time to live on AWS). "
+        "Off: each container keeps its own answers only.",
+    )
+    prediction_cache_max_entry_bytes: int = Field(
+        default=1 << 20, ge=0, description="The largest answer (its outputs' bytes) the prediction cache keeps."
+    )
+    prediction_cache_max_bytes: int = Field(
+        default=128 << 20,
+        ge=0,
+        description="The outputs' bytes the prediction cache keeps in one process, all deployments together "
+        "(each deployment also at most its `max_entries` answers).",
+    )
     auth_cache_ttl_s: float = Field(
         default_factory=lambda: 0.0 if _in_lambda() else 30.0,
         ge=0,

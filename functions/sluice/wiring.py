@@ -12,6 +12,7 @@ from sluice.observability import Telemetry
 from sluice.services.deployments import DeploymentService
 from sluice.services.keys import KeyService
 from sluice.services.models import ModelService
+from sluice.services.prediction_cache import PredictionCache
 from sluice.services.predictions import PredictionService
 from sluice.services.shadow import ShadowRunner
 from sluice.settings import Settings, get_settings
@@ -175,6 +176,16 @@ def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator 
     raise ValueError(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}")
 
 
+def build_prediction_cache(settings: Settings, registry: Registry) -> PredictionCache:
+    """The per-container tier always (a deployment still has to turn caching on); the shared
+    tier, the registry's own store of answers, where SLUICE_PREDICTION_CACHE_SHARED says."""
+    return PredictionCache(
+        registry if settings.prediction_cache_shared else None,
+        max_entry_bytes=settings.prediction_cache_max_entry_bytes,
+        max_bytes=settings.prediction_cache_max_bytes,
+    )
+
+
 def metrics_sink() -> PrometheusMetrics | None:
     """Prometheus series, only where `sluice serve` turned them on (`prometheus_client` is
     imported nowhere else, and never in Lambda)."""
@@ -207,7 +218,9 @@ class Container:
                 cache_stats=cache.stats if cache is not None else None,
                 sink=metrics_sink(),
             )
-        self.predictions = PredictionService(self.registry, self.runtimes, self.settings, self.telemetry)
+        self.predictions = PredictionService(
+            self.registry, self.runtimes, self.settings, self.telemetry, cache=build_prediction_cache(self.settings, self.registry)
+        )
         self.models = ModelService(
             self.registry,
             self.store,

@@ -145,6 +145,7 @@ class ApiStack(Stack):
                 "SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN": (
                     self.endpoint_lifecycle.execution_role.role_arn
                 ),
+                "SLUICE_PREDICTION_CACHE_SHARED": str(api_config.prediction_cache_shared).lower(),
             },
         )
         api_role = self.api_function.role

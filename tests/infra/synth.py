@@ -40,6 +40,7 @@ FULL_CONFIG: dict[str, Any] = {
     "api": {
         "rate_limit": 300,
         "burst_limit": 600,
+        "prediction_cache_shared": True,
         "tenants": [
             {
                 "tenant": "acme",

@@ -103,6 +103,7 @@ def test_core_layer_really_builds_under_the_limit(
         "onnxruntime",
         "orjson",
         "aws_lambda_powertools",
+        "cachetools",
     ):
         assert (site / package).is_dir(), package
     assert not (site / "boto3").exists() and not (site / "botocore").exists()

@@ -47,3 +47,18 @@ def test_failures_and_shadow_comparisons_are_metrics_too(caplog: pytest.LogCaptu
     assert failure["BackendErrors"] == 1 and failure["level"] == "ERROR"
     assert shadow["ShadowAgreement"] == 0.9 and "ShadowLatencyRatio" not in shadow
     assert shadow["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment", "mirror"]]
+
+
+def test_prediction_cache_hits_and_misses_are_emf_metrics_and_a_hit_has_no_latency(caplog: pytest.LogCaptureFixture) -> None:
+    telemetry = Telemetry(emit_metrics=True, namespace="sluice")
+    caplog.set_level("INFO")
+    fields = {"deployment": "iris", "tenant": "acme"}
+    telemetry.prediction(fields=dict(fields), latency_ms=4.0, rows=1, cached=False)
+    telemetry.prediction(fields=dict(fields), latency_ms=0.2, rows=1, cached=True)
+    telemetry.prediction(fields=dict(fields), latency_ms=3.0, rows=1)
+    miss, hit, plain = lines(caplog)
+    names = lambda line: {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}  # noqa: E731
+    assert miss["PredictionCacheMisses"] == 1 and miss["Latency"] == 4.0 and miss["cached"] is False
+    assert hit["PredictionCacheHits"] == 1 and "Latency" not in names(hit) and hit["cached"] is True
+    assert "Latency" in names(miss) and "PredictionCacheHits" not in names(miss)
+    assert not {"PredictionCacheHits", "PredictionCacheMisses"} & names(plain) and "cached" not in plain

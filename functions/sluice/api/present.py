@@ -24,6 +24,8 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         who["variant"] = answer.variant
     if answer.members is not None:
         who["members"] = answer.members
+    if prediction.cached:
+        who["cached"] = True
     return who
 
 

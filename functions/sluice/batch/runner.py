@@ -55,7 +55,7 @@ class BatchTelemetry(Telemetry):
 
     counts_requests = False
 
-    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int) -> None:
+    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None) -> None:
         self.predictions += 1
 
 

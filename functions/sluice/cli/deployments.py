@@ -23,25 +23,59 @@ if TYPE_CHECKING:
 STATS_COLUMNS = ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
 
 
-def _policy_from_args(args: argparse.Namespace, container: Container) -> dict[str, Any]:
+DEFAULT_CACHE_ENTRIES = 1024
+
+
+def _policy_from_args(args: argparse.Namespace, container: Container) -> dict[str, Any] | None:
     if args.policy:
         return load_json_arg(args.policy, "policy")
+    if not args.model and getattr(args, "keep_policy", False):
+        return None
     if not args.model:
         raise SluiceError("give --model (and optionally --version) or --policy", field="model")
     return container.deployments.resolve_shorthand(operator(args), args.model, args.version)
 
 
+def _cache_line(dep: Any) -> str:
+    c = dep.cache
+    return f" (cache: ttl {c.ttl_s:g} s, {c.max_entries} entries)" if c is not None else ""
+
+
 def cmd_deployments_create(args: argparse.Namespace) -> int:
     container = get_container()
-    dep = container.deployments.create(operator(args), args.name, _policy_from_args(args, container), description=args.description)
-    print(f"created deployment {dep.name} -> {json.dumps(dep.policy)}")
+    cache = None
+    if args.cache_ttl is not None or args.cache_max_entries is not None:
+        if args.cache_ttl is None:
+            raise SluiceError("--cache-max-entries needs --cache-ttl", field="cache.ttl_s")
+        entries = args.cache_max_entries
+        cache = {"ttl_s": args.cache_ttl, "max_entries": DEFAULT_CACHE_ENTRIES if entries is None else entries}
+    policy = _policy_from_args(args, container)
+    assert policy is not None
+    dep = container.deployments.create(operator(args), args.name, policy, description=args.description, cache=cache)
+    print(f"created deployment {dep.name} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
 
 
 def cmd_deployments_set(args: argparse.Namespace) -> int:
     container = get_container()
-    dep = container.deployments.update(operator(args), args.name, _policy_from_args(args, container))
-    print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}")
+    principal = operator(args)
+    changes: dict[str, Any] = {}
+    if args.no_cache:
+        if args.cache_ttl is not None or args.cache_max_entries is not None:
+            raise SluiceError("--no-cache cannot go with --cache-ttl or --cache-max-entries", field="cache")
+        changes["cache"] = None
+    elif args.cache_ttl is not None or args.cache_max_entries is not None:
+        current = container.deployments.get(principal, args.name).cache
+        if args.cache_ttl is None and current is None:
+            raise SluiceError("the cache is off: turn it on with --cache-ttl", field="cache.ttl_s")
+        entries = args.cache_max_entries
+        if entries is None:
+            entries = current.max_entries if current is not None else DEFAULT_CACHE_ENTRIES
+        ttl = args.cache_ttl if args.cache_ttl is not None else current.ttl_s  # type: ignore[union-attr]
+        changes["cache"] = {"ttl_s": ttl, "max_entries": entries}
+    args.keep_policy = bool(changes)  # only the cache changes
+    dep = container.deployments.update(principal, args.name, _policy_from_args(args, container), **changes)
+    print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
 
 
@@ -128,6 +162,12 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p.add_argument("--policy", help="a policy as JSON, or @file.json")
         if name == "create":
             p.add_argument("--description", default="")
+        p.add_argument("--cache-ttl", type=float, metavar="SECONDS", help="cache answers this long (deterministic routes only)")
+        p.add_argument(
+            "--cache-max-entries", type=int, metavar="N", help=f"answers kept per container (default {DEFAULT_CACHE_ENTRIES})"
+        )
+        if name == "set":
+            p.add_argument("--no-cache", action="store_true", help="turn the prediction cache off")
         p.set_defaults(func=func)
     deps.add_parser("list", help="list deployments").set_defaults(func=cmd_deployments_list)
     for name, func in (("show", cmd_deployments_show), ("delete", cmd_deployments_delete)):

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sluice.domain.errors import BadRequest, Forbidden
+from sluice.domain.errors import BadRequest, Forbidden, InvalidRequest
 from sluice.domain.signature import Signature
 
 RuntimeKind = Literal["onnx", "sagemaker", "triton"]
@@ -110,12 +110,47 @@ class ModelVersion:
         return replace(self, version=version)
 
 
+MAX_CACHE_TTL_S = 7 * 24 * 3600
+MAX_CACHE_ENTRIES = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """A deployment's prediction cache: answers kept `ttl_s` seconds, at most `max_entries`
+    of them per container (least recently used go first)."""
+
+    ttl_s: float
+    max_entries: int
+
+
+def check_cache(value: Any, *, field: str = "cache") -> CacheSettings | None:
+    """`{"ttl_s", "max_entries"}` (or settings already built, or None: no cache), checked."""
+    if value is None or isinstance(value, CacheSettings):
+        data = None if value is None else {"ttl_s": value.ttl_s, "max_entries": value.max_entries}
+    elif isinstance(value, dict):
+        data = value
+    else:
+        raise InvalidRequest("cache must be an object with ttl_s and max_entries, or null", field=field)
+    if data is None:
+        return None
+    unknown = sorted(set(data) - {"ttl_s", "max_entries"})
+    if unknown:
+        raise InvalidRequest(f"unknown cache setting '{unknown[0]}'", field=f"{field}.{unknown[0]}")
+    ttl, entries = data.get("ttl_s"), data.get("max_entries")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_CACHE_TTL_S:
+        raise InvalidRequest(f"ttl_s must be a number of seconds above 0 and at most {MAX_CACHE_TTL_S}", field=f"{field}.ttl_s")
+    if isinstance(entries, bool) or not isinstance(entries, int) or not 1 <= entries <= MAX_CACHE_ENTRIES:
+        raise InvalidRequest(f"max_entries must be a whole number from 1 to {MAX_CACHE_ENTRIES}", field=f"{field}.max_entries")
+    return CacheSettings(ttl_s=float(ttl), max_entries=entries)
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     tenant: str
     name: str
     policy: dict[str, Any]  # a routing graph, see sluice.routing
     revision: int = 1
+    cache: CacheSettings | None = None  # off unless asked for (`check_cache`)
     description: str = ""
     created_at: float = field(default_factory=now)
     updated_at: float = field(default_factory=now)

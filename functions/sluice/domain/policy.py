@@ -253,3 +253,36 @@ def single_policy(model: str, version: int) -> dict[str, Any]:
 
 def primary_single(node: Node, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
     return node.primary_single(resolve_ref)
+
+
+def uncacheable(node: Node, *, field: str = "policy") -> tuple[str, str] | None:
+    """Where a policy stops being deterministic, as (field, reason), or None when the same
+    input always gets the same answer (references not followed). A cached answer is only
+    right for a route that would give it again: a split picked at random or by a bandit, or an
+    ensemble whose answer depends on which members answer first, would not."""
+    if isinstance(node, Split):
+        live = [v for v in node.variants if v.weight > 0]
+        if node.bandit is not None:
+            return f"{field}.bandit", "a bandit split picks a variant by reward, so its answers cannot be cached"
+        if node.routing_key is None and len(live) > 1:
+            return (
+                f"{field}.routing_key",
+                "a split without a routing_key picks a variant at random, so its answers cannot be cached; "
+                "give it a routing_key (sticky routing) or turn the cache off",
+            )
+        children = [(f"{field}.variants.{i}.target", v.target) for i, v in enumerate(node.variants)]
+    elif isinstance(node, Ensemble):
+        if node.aggregator == "first_success":
+            return f"{field}.aggregator", "a first_success (hedged) ensemble answers with whichever member is fastest, so its answers cannot be cached"
+        if node.min_members is not None and node.min_members < len(node.members):
+            return f"{field}.min_members", "an ensemble that answers without all its members depends on which answer in time, so its answers cannot be cached"
+        children = [(f"{field}.members.{i}.target", m.target) for i, m in enumerate(node.members)]
+    elif isinstance(node, Shadow):
+        children = [(f"{field}.primary", node.primary)]  # mirrors never change the answer
+    else:
+        return None
+    for child_field, child in children:
+        found = uncacheable(child, field=child_field)
+        if found is not None:
+            return found
+    return None

@@ -49,6 +49,7 @@ class Prediction:
     answer: Answer
     latency_ms: float
     mirrored: int = 0  # shadow jobs handed to the mirror
+    cached: bool = False  # answered from the prediction cache, not computed
 
     @property
     def result(self) -> InferenceResult:

@@ -3,6 +3,7 @@ aggregate (`sluice.registry.ports`)."""
 
 from sluice.domain import DeploymentChange
 from sluice.registry.ports import (
+    AnswerRegistry,
     DeploymentRegistry,
     JobRegistry,
     KeyRegistry,
@@ -12,6 +13,7 @@ from sluice.registry.ports import (
 )
 
 __all__ = [
+    "AnswerRegistry",
     "DeploymentChange",
     "DeploymentRegistry",
     "JobRegistry",

@@ -105,5 +105,14 @@ class StatsRegistry(Protocol):
         ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, Protocol):
+class AnswerRegistry(Protocol):
+    """The prediction cache's shared tier: answers (opaque bytes) by deployment and key,
+    each until `expires_at` (epoch seconds). A read at `now` past it finds nothing, whether or
+    not the store has removed the record yet."""
+
+    def get_cached_answer(self, tenant: str, deployment: str, key: str, *, now: float) -> bytes | None: ...
+    def put_cached_answer(self, tenant: str, deployment: str, key: str, body: bytes, *, expires_at: float) -> None: ...
+
+
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, AnswerRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain import Deployment, check_name, now
+from sluice.domain import CacheSettings, Deployment, check_cache, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.domain.policy import (
     Ensemble,
@@ -17,7 +17,9 @@ from sluice.domain.policy import (
     parse_policy,
     policy_dict,
     primary_single,
+    referenced_deployments,
     single_policy,
+    uncacheable,
     walk,
 )
 from sluice.routing.aggregators import check_fits
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from sluice.stats.recorder import StatsRecorder
 
 MAX_GRAPH_DEPTH = 8
+KEEP: Any = object()  # `update(cache=KEEP)`: the deployment's cache setting stays as it is
 
 
 class DeploymentService:
@@ -50,10 +53,30 @@ class DeploymentService:
         self._before_stats = before_stats or (lambda: None)
 
     # Validation ----------------------------------------------------------------------------
-    def _validated(self, tenant: str, name: str, policy: Any) -> dict[str, Any]:
+    def _validated(self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None) -> dict[str, Any]:
         node = parse_policy(policy)
         self._check_graph(tenant, name, node)
+        if cache is not None:
+            self._check_cacheable(tenant, node)
         return policy_dict(node)
+
+    def _check_cacheable(self, tenant: str, node: Node) -> None:
+        """A cached deployment's route must be deterministic, through its references too."""
+        seen: set[str] = set()
+        pending: list[tuple[str | None, Node]] = [(None, node)]
+        while pending:
+            ref_name, current = pending.pop()
+            found = uncacheable(current)
+            if found is not None:
+                field, reason = found
+                if ref_name is not None:  # the fault is in another deployment's policy
+                    field, reason = "policy", f"referenced deployment '{ref_name}' ({field}): {reason}"
+                raise Unprocessable(f"cache is on: {reason}", field=field)
+            for ref in referenced_deployments(current):
+                if ref not in seen:
+                    seen.add(ref)
+                    dep = require_found(self.registry.get_deployment, tenant, ref, field="policy")
+                    pending.append((ref, parse_policy(dep.policy)))
 
     def _check_graph(self, tenant: str, name: str, node: Node) -> None:
         nodes: dict[str, Node] = {name: node}
@@ -111,14 +134,19 @@ class DeploymentService:
         return single_policy(model, version)
 
     # Changes -------------------------------------------------------------------------------
-    def create(self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "") -> Deployment:
+    def create(
+        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "", cache: Any = None
+    ) -> Deployment:
+        """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none."""
         principal.require("admin")
         check_name(name, field="name")
+        settings = check_cache(cache)
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,
                 name=name,
-                policy=self._validated(principal.tenant, name, policy),
+                policy=self._validated(principal.tenant, name, policy, settings),
+                cache=settings,
                 description=description,
                 updated_by=principal.subject,
             )
@@ -130,19 +158,24 @@ class DeploymentService:
         self,
         principal: Principal,
         name: str,
-        policy: dict[str, Any],
+        policy: dict[str, Any] | None,
         *,
         expected_revision: int | None = None,
+        cache: Any = KEEP,
     ) -> Deployment:
+        """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
+        default, keeps the current setting; None turns the cache off)."""
         principal.require("admin")
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
             raise Conflict(
                 f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
             )
+        settings = current.cache if cache is KEEP else check_cache(cache)
         updated = replace(
             current,
-            policy=self._validated(principal.tenant, name, policy),
+            policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
+            cache=settings,
             updated_at=now(),
             updated_by=principal.subject,
         )

@@ -26,6 +26,7 @@ from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.observability import get_logger
 from sluice.services.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
+from sluice.services.prediction_cache import answer_key, route_of
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.services.prediction_cache import PredictionCache
     from sluice.settings import Settings
     from sluice.shadow.mirror import Mirror
 
@@ -55,6 +57,7 @@ class PredictionService:
         telemetry: Telemetry,
         stats: StatsRecorder | None = None,
         mirror: Mirror | None = None,
+        cache: PredictionCache | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
@@ -62,6 +65,7 @@ class PredictionService:
         self.telemetry = telemetry
         self.stats = stats or StatsRecorder(registry)
         self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
+        self.cache = cache  # answers of deployments that turned caching on; None: never cached
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
@@ -87,6 +91,16 @@ class PredictionService:
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
+        key = None
+        if dep.cache is not None and self.cache is not None:
+            route = await route_of(resolved.node, call, self.deployment_of)
+            if route is not None:
+                key = answer_key(dep, route, request.outputs, arrays)
+                hit = self.cache.get(dep, key)
+                if hit is None and self.cache.shared is not None:
+                    hit = await self.cache.get_shared(dep, key, self.version_of)
+                if hit is not None:
+                    return self._hit(resolved, hit, started, fields, arrays)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
@@ -106,9 +120,28 @@ class PredictionService:
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
-        self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
+        if key is not None and self.cache is not None:
+            self.cache.put(dep, key, answer)
+            if self.cache.shared is not None:
+                await self.cache.put_shared(dep, key, answer)
+            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=False)
+        else:
+            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
         await self._hand_off(call, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
+
+    def _hit(
+        self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray]
+    ) -> Prediction:
+        """A kept answer: no inference, no shadow jobs, no statistics sample (those count
+        live computations only); telemetry counts the request and the hit."""
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        fields.update(model=answer.version.model, version=answer.version.version)
+        if answer.variant:
+            fields["variant"] = answer.variant
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
+        return Prediction(resolved, answer, latency_ms, 0, cached=True)
 
     def decode(self, signature: Signature, request: PredictionRequest) -> dict[str, np.ndarray]:
         """The request's inputs as arrays, checked against `signature`."""
@@ -189,8 +222,10 @@ class PredictionService:
         raise Unavailable("deployment references nest too deep to find a model version", field="deployment")
 
     def forget(self, tenant: str, name: str) -> None:
-        """Drop a cached deployment so this process sees a change at once."""
+        """Drop a cached deployment (and its kept answers) so this process sees a change at once."""
         self._deployments.pop((tenant, name))
+        if self.cache is not None:
+            self.cache.drop(tenant, name)
 
     async def deployment_of(self, tenant: str, name: str) -> tuple[Deployment, Node]:
         key = (tenant, name)

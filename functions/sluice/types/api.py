@@ -65,6 +65,7 @@ class PredictionResponse(WireModel):
     latency_ms: float
     variant: str | None = Field(None, description="The split variant(s) that answered, outermost first.")
     members: list[MemberReport] | None = Field(None, description="An ensemble's members: who answered, and how fast.")
+    cached: bool | None = Field(None, description="True when the prediction cache answered (nothing was computed).")
     prediction: Any = None
     probabilities: dict[str, float] | None = None
     confidence: float | None = None

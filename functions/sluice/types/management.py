@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictInt, field_validator
 
+from sluice.domain.objects import MAX_CACHE_ENTRIES, MAX_CACHE_TTL_S
 from sluice.domain.policy import Node
 from sluice.domain.values import RevisionNumber, VersionNumber
 from sluice.types.base import WireModel
@@ -83,11 +84,19 @@ class VersionOut(WireModel):
     session_options: list[SessionTuningOut] = Field(default_factory=list, description="ONNX Runtime settings tuned per machine size.")
 
 
+class CacheSpec(WireModel):
+    """A deployment's prediction cache (opt-in): see docs/cache.md."""
+
+    ttl_s: float = Field(gt=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False, description="Seconds an answer is kept.")
+    max_entries: StrictInt = Field(ge=1, le=MAX_CACHE_ENTRIES, description="Answers kept per container, least recently used go first.")
+
+
 class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
     version: VersionNumber | None = Field(None, description="…at this version (default: its latest).")
     policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
+    cache: CacheSpec | None = Field(None, description="Cache answers (deterministic routes only); left out: no cache.")
     description: str = ""
 
 
@@ -95,6 +104,9 @@ class DeploymentUpdate(WireModel):
     model: str | None = None
     version: VersionNumber | None = None
     policy: Node | None = None
+    cache: CacheSpec | None = Field(
+        None, description="Left out: the cache stays as it is; null: off. With neither model nor policy, the policy stays."
+    )
     revision: RevisionNumber | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
@@ -102,6 +114,7 @@ class DeploymentOut(WireModel):
     name: str
     policy: Node
     revision: int
+    cache: CacheSpec | None = None
     description: str
     created_at: float
     updated_at: float

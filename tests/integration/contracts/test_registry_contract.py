@@ -360,6 +360,28 @@ def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> N
     assert registry.get_assignment(B, "scoring", "req-1") is None
 
 
+def test_cached_answers_are_kept_per_tenant_and_deployment_until_they_expire(registry: Registry) -> None:
+    body = bytes(range(256)) * 4  # any bytes, zeros included
+    registry.put_cached_answer(A, "scoring", "k1", body, expires_at=2000.0)
+    assert registry.get_cached_answer(A, "scoring", "k1", now=1000.0) == body
+    assert registry.get_cached_answer(A, "scoring", "k1", now=2000.5) is None
+    assert registry.get_cached_answer(A, "scoring", "k2", now=1000.0) is None
+    assert registry.get_cached_answer(A, "other", "k1", now=1000.0) is None
+    assert registry.get_cached_answer(B, "scoring", "k1", now=1000.0) is None
+    registry.put_cached_answer(A, "scoring", "k1", b"newer", expires_at=3000.0)
+    assert registry.get_cached_answer(A, "scoring", "k1", now=2500.0) == b"newer"
+
+
+def test_a_deployments_cache_settings_round_trip(registry: Registry) -> None:
+    from sluice.domain import CacheSettings
+
+    stored = registry.create_deployment(Deployment(A, "cached", single("churn", 1), cache=CacheSettings(30.0, 500)))
+    assert registry.get_deployment(A, "cached").cache == CacheSettings(30.0, 500) == stored.cache
+    registry.update_deployment(replace(stored, cache=None), expected_revision=1)
+    assert registry.get_deployment(A, "cached").cache is None
+    assert registry.get_deployment(A, "cached").revision == 2
+
+
 def test_a_reward_is_claimed_once_per_request(registry: Registry) -> None:
     registry.put_assignment(A, "scoring", "req-1", "a")
     assert registry.claim_reward(A, "scoring", "req-1") is True

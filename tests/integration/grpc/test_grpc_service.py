@@ -212,3 +212,14 @@ def test_a_port_in_use_is_an_error(grpc_url: str, served: Container) -> None:
     port = int(grpc_url.rsplit(":", 1)[1])
     with pytest.raises(RuntimeError):
         asyncio.run(start(served, "127.0.0.1", port))
+
+
+def test_a_prediction_cache_hit_says_so_in_the_parameters(grpc_url: str, keys: dict[str, str], served: Container, acme: Principal) -> None:
+    served.deployments.create(acme, "iris-cached", {"kind": "single", "model": "iris", "version": 1}, cache={"ttl_s": 60, "max_entries": 10})
+    client = grpcclient.InferenceServerClient(grpc_url)
+    rows = np.array([VIRGINICA], dtype=np.float32)
+    first, second = (client.infer("iris-cached", [fp32("input", rows)], headers=auth(keys["acme"])) for _ in range(2))
+    assert "cached" not in first.get_response().parameters
+    assert second.get_response().parameters["cached"].bool_param is True
+    np.testing.assert_array_equal(second.as_numpy("output_probability"), first.as_numpy("output_probability"))
+    assert second.as_numpy("output_label").tolist() == [b"virginica"]

@@ -24,7 +24,9 @@ from sluice.types.management import (
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
 
 
-def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any]:
+def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
+    if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and "cache" in body.model_fields_set:
+        return None  # only the cache changes
     if (body.policy is None) == (body.model is None):
         raise BadRequest("give either 'model' (and optionally 'version') or 'policy'", field="policy")
     if body.policy is not None:
@@ -35,9 +37,10 @@ def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate
 
 @router.post("", response_model=DeploymentOut, status_code=201, summary="Create a deployment")
 def create_deployment(body: DeploymentCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    deployment = container.deployments.create(
-        principal, body.name, _policy(container, principal, body), description=body.description
-    )
+    policy = _policy(container, principal, body)
+    assert policy is not None
+    cache = body.cache.model_dump() if body.cache is not None else None
+    deployment = container.deployments.create(principal, body.name, policy, description=body.description, cache=cache)
     return JSONResponse(deployment_out(deployment), status_code=201)
 
 
@@ -53,8 +56,11 @@ def get_deployment(name: str, principal: AdminDep, container: ContainerDep) -> J
 
 @router.put("/{name}", response_model=DeploymentOut, summary="Point a deployment at a new target")
 def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    changes: dict[str, Any] = {}
+    if "cache" in body.model_fields_set:  # left out: stays as it is
+        changes["cache"] = body.cache.model_dump() if body.cache is not None else None
     deployment = container.deployments.update(
-        principal, name, _policy(container, principal, body), expected_revision=body.revision
+        principal, name, _policy(container, principal, body), expected_revision=body.revision, **changes
     )
     return JSONResponse(deployment_out(deployment))
 

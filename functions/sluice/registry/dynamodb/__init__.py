@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.registry.dynamodb.answers import DynamoAnswers
 from sluice.registry.dynamodb.deployments import DynamoDeployments
 from sluice.registry.dynamodb.jobs import DynamoJobs
 from sluice.registry.dynamodb.keys import DynamoKeys
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ASSIGNMENT_TTL_S", "DynamoRegistry", "create_table", "table_of_url"]
 
 
-class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoStats):
+class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoStats, DynamoAnswers):
     """Every aggregate over one table. The client comes from `clients` (by default the
     process's factory for `region`) on first use, or is given ready (tests)."""
 

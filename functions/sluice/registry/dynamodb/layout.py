@@ -12,6 +12,8 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
   one `stat:<name>` per counter
 - assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
 - reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
+- cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
+  also `body` (bytes) and `expires_at`
 - API key: `pk=K#<key id>`, `sk=KEY`
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
@@ -28,6 +30,7 @@ HISTORY_COUNTER = "SEQ"
 STATS = "S#"
 ASSIGNMENT = "ASSIGNMENT"
 REWARD = "REWARD"
+ANSWER = "ANSWER"
 KEY = "KEY"
 KEY_LISTING = "K#"
 JOB = "J#"
@@ -71,6 +74,11 @@ def stats_sk(revision: int, subject: str) -> str:
 def assignment_pk(tenant: str, deployment: str, request_id: str) -> str:
     # One partition per request: assignments are written on the request path.
     return f"T#{tenant}#D#{deployment}#R#{request_id}"
+
+
+def answer_pk(tenant: str, deployment: str, key: str) -> str:
+    # One partition per answer: read and written on the request path, by many containers.
+    return f"T#{tenant}#D#{deployment}#A#{key}"
 
 
 def key_item(key_id: str) -> tuple[str, str]:

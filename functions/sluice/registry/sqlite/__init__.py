@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.registry.sqlite.answers import SqliteAnswers
 from sluice.registry.sqlite.connection import Database, path_of_url
 from sluice.registry.sqlite.deployments import SqliteDeployments
 from sluice.registry.sqlite.jobs import SqliteJobs
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteRegistry", "path_of_url"]
 
 
-class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteStats):
+class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteStats, SqliteAnswers):
     """Every aggregate over one database file."""
 
     def __init__(self, path: Path | str) -> None:

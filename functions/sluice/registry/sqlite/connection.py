@@ -50,6 +50,11 @@ CREATE INDEX IF NOT EXISTS batch_jobs_by_time ON batch_jobs (tenant, created_at)
 CREATE TABLE IF NOT EXISTS batch_chunks (
     tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, job, chunk));
+CREATE TABLE IF NOT EXISTS cached_answers (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, key TEXT NOT NULL,
+    expires_at REAL NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY (tenant, deployment, key));
+CREATE INDEX IF NOT EXISTS cached_answers_by_expiry ON cached_answers (expires_at);
 """
 
 

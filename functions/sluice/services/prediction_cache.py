@@ -1,0 +1,268 @@
+"""The prediction cache, opt-in per deployment (`Deployment.cache`).
+
+An answer is kept under a key made of the tenant, the deployment and its policy revision, the
+route that would answer (every version on it, the variant a sticky split picks for the request,
+the revision of every referenced deployment), the outputs asked for, and a hash of the decoded
+input tensors (bytes, dtype, shape). A new revision or a new version therefore never meets an
+old answer. Only a deterministic route has a key (`route_of`); anything else is computed live.
+
+Two tiers: a per-container LRU with a time to live (cachetools' TTLCache, under a lock), and,
+where the wiring gives one, a shared tier (`SharedAnswers`: the registry's table of answers,
+SQLite locally, DynamoDB items with a TTL attribute on AWS) that other containers fill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from sluice.domain.results import Answer, InferenceResult
+from sluice.observability import get_logger
+from sluice.routing.choose import sticky_pick
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+    from cachetools import TTLCache
+
+    from sluice.domain import CacheSettings, Deployment, ModelVersion
+    from sluice.domain.policy import Node
+    from sluice.services.execution import Call
+
+Route = tuple[Any, ...]
+MAX_ROUTE_DEPTH = 32  # deeper than any valid policy with its references
+
+
+class SharedAnswers(Protocol):
+    """The shared tier: answers by key, readable by every container until they expire."""
+
+    def get_cached_answer(self, tenant: str, deployment: str, key: str, *, now: float) -> bytes | None: ...
+    def put_cached_answer(self, tenant: str, deployment: str, key: str, body: bytes, *, expires_at: float) -> None: ...
+
+
+async def route_of(
+    node: Node, call: Call, deployment_of: Callable[[str, str], Awaitable[tuple[Deployment, Node]]]
+) -> Route | None:
+    """What would answer this request, or None when that is left to chance (a split without
+    the request's routing key, a bandit, a hedged ensemble): such a request is not cached."""
+    if node.kind == "single":  # most deployments: no walk
+        return ((node.model, node.version),)  # type: ignore[union-attr]
+    parts: list[Any] = []
+
+    async def visit(n: Node, depth: int) -> bool:
+        if depth > MAX_ROUTE_DEPTH:
+            return False
+        kind = n.kind
+        if kind == "single":
+            parts.append((n.model, n.version))  # type: ignore[union-attr]
+            return True
+        if kind == "shadow":
+            return await visit(n.primary, depth + 1)  # type: ignore[union-attr]
+        if kind == "ref":
+            dep, child = await deployment_of(call.tenant, n.deployment)  # type: ignore[union-attr]
+            parts.append(("ref", dep.name, dep.revision))
+            return await visit(child, depth + 1)
+        if kind == "split":
+            variants = n.variants  # type: ignore[union-attr]
+            chosen = next((v for v in variants if v.name == call.variant), None)
+            if chosen is None:
+                if n.bandit is not None:  # type: ignore[union-attr]
+                    return False
+                live = [v for v in variants if v.weight > 0]
+                if len(live) == 1:
+                    chosen = live[0]
+                else:
+                    key = call.routing(n.routing_key) if n.routing_key else None  # type: ignore[union-attr]
+                    if not key:
+                        return False  # routed at random this time
+                    chosen = sticky_pick(variants, key)
+            parts.append(("variant", chosen.name))
+            return await visit(chosen.target, depth + 1)
+        if kind == "ensemble":
+            members = n.members  # type: ignore[union-attr]
+            if n.aggregator == "first_success" or (n.min_members or len(members)) < len(members):  # type: ignore[union-attr]
+                return False
+            parts.append(("ensemble", n.aggregator, len(members)))  # type: ignore[union-attr]
+            for member in members:
+                if not await visit(member.target, depth + 1):
+                    return False
+            return True
+        return False
+
+    return tuple(parts) if await visit(node, 0) else None
+
+
+def answer_key(
+    dep: Deployment, route: Route, outputs: Sequence[str] | None, arrays: Mapping[str, np.ndarray]
+) -> str:
+    """The cache key: who, which revision and route, which outputs, and the inputs' bytes."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((dep.tenant, dep.name, dep.revision, route, tuple(outputs) if outputs else None)).encode())
+    for name in sorted(arrays):
+        array = arrays[name]
+        h.update(f"\x00{name}\x00{array.dtype.str}\x00{array.shape}\x00".encode())
+        if array.dtype.kind == "O":  # strings: their values, each with its length
+            for item in array.ravel():
+                data = item if isinstance(item, bytes) else str(item).encode()
+                h.update(len(data).to_bytes(8, "big"))
+                h.update(data)
+        else:
+            h.update(np.ascontiguousarray(array))
+    return h.hexdigest()
+
+
+class PredictionCache:
+    """The per-container tier, one TTLCache per deployment (at most its `max_entries`), all of
+    them together at most `max_bytes` of outputs; and the optional shared tier. `timer` is the
+    local tier's clock (monotonic), `wall` the shared tier's (epoch seconds, what DynamoDB's
+    time to live reads)."""
+
+    def __init__(
+        self,
+        shared: SharedAnswers | None = None,
+        *,
+        max_entry_bytes: int = 1 << 20,
+        max_bytes: int = 128 << 20,
+        timer: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.shared = shared
+        self.max_entry_bytes = max_entry_bytes
+        self.max_bytes = max_bytes
+        self.timer = timer
+        self.wall = wall
+        self._lock = threading.Lock()
+        # Values are (answer, bytes): each tier's `currsize` is the bytes it holds.
+        self._tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, tuple[Answer, int]]]] = {}
+
+    def _tier(self, dep: Deployment) -> TTLCache[str, tuple[Answer, int]]:
+        assert dep.cache is not None
+        found = self._tiers.get((dep.tenant, dep.name))
+        if found is None or found[0] != dep.cache:
+            from cachetools import TTLCache
+
+            tier: TTLCache[str, tuple[Answer, int]] = TTLCache(
+                maxsize=self.max_bytes, ttl=dep.cache.ttl_s, timer=self.timer, getsizeof=lambda kept: kept[1]
+            )
+            found = self._tiers[(dep.tenant, dep.name)] = (dep.cache, tier)
+        return found[1]
+
+    def get(self, dep: Deployment, key: str) -> Answer | None:
+        with self._lock:
+            kept = self._tier(dep).get(key)
+        return None if kept is None else kept[0]
+
+    def put(self, dep: Deployment, key: str, answer: Answer) -> bool:
+        """Keep `answer` here; False when it is too big to keep, or the container's budget is
+        held by other deployments' answers."""
+        assert dep.cache is not None
+        outputs = answer.result.outputs
+        size = max(sum(a.nbytes for a in outputs.values()), 1)
+        if size > self.max_entry_bytes:
+            return False
+        for array in outputs.values():
+            array.flags.writeable = False  # shared by every hit from now on
+        with self._lock:
+            tier = self._tier(dep)
+            tier.expire()
+            tier.pop(key, None)
+            while len(tier) >= dep.cache.max_entries:
+                tier.popitem()  # the least recently used
+            while len(tier) and self._held() + size > self.max_bytes:
+                tier.popitem()
+            if self._held() + size > self.max_bytes:
+                return False
+            tier[key] = (answer, size)
+        return True
+
+    def _held(self) -> int:
+        return sum(int(tier.currsize) for _, tier in self._tiers.values())
+
+    def drop(self, tenant: str, name: str) -> None:
+        """Forget a deployment's answers (it changed or went)."""
+        with self._lock:
+            self._tiers.pop((tenant, name), None)
+
+    async def get_shared(
+        self, dep: Deployment, key: str, version_of: Callable[[str, str, int], Awaitable[ModelVersion]]
+    ) -> Answer | None:
+        """An answer another container kept, copied into this one's tier."""
+        if self.shared is None:
+            return None
+        try:
+            body = await asyncio.to_thread(self.shared.get_cached_answer, dep.tenant, dep.name, key, now=self.wall())
+            if body is None:
+                return None
+            header, outputs = load_answer(body)
+            version = await version_of(dep.tenant, header["model"], header["version"])
+        except Exception:  # the shared tier is an optimization: never fail a request for it
+            get_logger().warning("prediction cache: shared read failed", exc_info=True, extra={"deployment": dep.name})
+            return None
+        answer = Answer(
+            version.signature,
+            InferenceResult(outputs, {k: list(v) for k, v in header["classes"].items()}),
+            version,
+            variant=header.get("variant"),
+            members=header.get("members"),
+        )
+        self.put(dep, key, answer)
+        return answer
+
+    async def put_shared(self, dep: Deployment, key: str, answer: Answer) -> None:
+        if self.shared is None or dep.cache is None:
+            return
+        try:
+            body = dump_answer(answer)
+            await asyncio.to_thread(
+                self.shared.put_cached_answer, dep.tenant, dep.name, key, body, expires_at=self.wall() + dep.cache.ttl_s
+            )
+        except Exception:
+            get_logger().warning("prediction cache: shared write failed", exc_info=True, extra={"deployment": dep.name})
+
+
+# The shared tier's form of an answer: a JSON header (who answered, each output's dtype and
+# shape; string outputs' values), then the numeric outputs' bytes in header order.
+def dump_answer(answer: Answer) -> bytes:
+    specs: list[dict[str, Any]] = []
+    tail: list[bytes] = []
+    for name, array in answer.result.outputs.items():
+        spec: dict[str, Any] = {"name": name, "dtype": array.dtype.str, "shape": list(array.shape)}
+        if array.dtype.kind in "OUS":
+            spec["values"] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel().tolist()]
+            spec["dtype"] = "O"
+        else:
+            tail.append(np.ascontiguousarray(array).tobytes())
+        specs.append(spec)
+    header = {
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "variant": answer.variant,
+        "members": answer.members,
+        "classes": answer.result.classes,
+        "outputs": specs,
+    }
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return len(head).to_bytes(4, "big") + head + b"".join(tail)
+
+
+def load_answer(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    size = int.from_bytes(body[:4], "big")
+    header = json.loads(body[4 : 4 + size])
+    at = 4 + size
+    outputs: dict[str, np.ndarray] = {}
+    for spec in header["outputs"]:
+        shape = tuple(spec["shape"])
+        if spec["dtype"] == "O":
+            outputs[spec["name"]] = np.array(spec["values"], dtype=object).reshape(shape)
+            continue
+        dtype = np.dtype(spec["dtype"])
+        count = int(np.prod(shape, dtype=np.int64))
+        outputs[spec["name"]] = np.frombuffer(body, dtype=dtype, count=count, offset=at).reshape(shape)
+        at += count * dtype.itemsize
+    return header, outputs

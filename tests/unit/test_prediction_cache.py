@@ -1,0 +1,129 @@
+"""The prediction cache's parts: what the key depends on, which policies are deterministic, the
+shared tier's form of an answer, and the per-container tier's limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.domain import CacheSettings, Deployment, ModelVersion, Signature, TensorSpec
+from sluice.domain.policy import parse_policy, uncacheable
+from sluice.domain.results import Answer, InferenceResult
+from sluice.services.prediction_cache import PredictionCache, answer_key, dump_answer, load_answer
+
+DEP = Deployment("acme", "scoring", {}, revision=3, cache=CacheSettings(60.0, 2))
+ROUTE = (("iris", 1),)
+X = {"input": np.arange(8, dtype=np.float32).reshape(2, 4)}
+
+
+def key(dep: Deployment = DEP, route: tuple = ROUTE, outputs: tuple | None = None, arrays: dict | None = None) -> str:
+    return answer_key(dep, route, outputs, X if arrays is None else arrays)
+
+
+def test_the_key_depends_on_everything_that_could_change_the_answer() -> None:
+    base = key()
+    assert key() == base and key(arrays={"input": X["input"].copy()}) == base
+    others = [
+        key(dep=Deployment("globex", "scoring", {}, revision=3)),
+        key(dep=Deployment("acme", "other", {}, revision=3)),
+        key(dep=Deployment("acme", "scoring", {}, revision=4)),
+        key(route=(("iris", 2),)),
+        key(route=(("variant", "canary"), ("iris", 1))),
+        key(outputs=("output_label",)),
+        key(arrays={"input": X["input"].astype(np.float64)}),  # the same values, another dtype
+        key(arrays={"input": X["input"].reshape(4, 2)}),  # the same bytes, another shape
+        key(arrays={"input": X["input"] + np.float32(1e-6)}),
+        key(arrays={"other": X["input"]}),
+    ]
+    assert len({base, *others}) == len(others) + 1
+    # A transposed (non-contiguous) array hashes by its values, as a copy would.
+    t = X["input"].T
+    assert key(arrays={"input": t}) == key(arrays={"input": np.ascontiguousarray(t)})
+
+
+def test_string_inputs_hash_by_value_not_by_address() -> None:
+    a = {"text": np.array(["ab", "c"], dtype=object)}
+    b = {"text": np.array(["a", "bc"], dtype=object)}
+    assert key(arrays=a) == key(arrays={"text": np.array(["ab", "c"], dtype=object)})
+    assert key(arrays=a) != key(arrays=b)
+
+
+SINGLE = {"kind": "single", "model": "m", "version": 1}
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (SINGLE, None),
+        ({"kind": "split", "routing_key": "x-user", "variants": [{"name": "a", "weight": 1, "target": SINGLE}, {"name": "b", "weight": 1, "target": SINGLE}]}, None),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": SINGLE}, {"name": "b", "weight": 0, "target": SINGLE}]}, None),
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1, "target": SINGLE}, {"name": "b", "weight": 1, "target": SINGLE}]}, "policy.routing_key"),
+        ({"kind": "split", "bandit": {"algorithm": "thompson"}, "variants": [{"name": "a", "weight": 1, "target": SINGLE}]}, "policy.bandit"),
+        ({"kind": "ensemble", "aggregator": "mean", "members": [{"name": "a", "target": SINGLE}, {"name": "b", "target": SINGLE}]}, None),
+        ({"kind": "ensemble", "aggregator": "first_success", "members": [{"name": "a", "target": SINGLE}]}, "policy.aggregator"),
+        ({"kind": "ensemble", "aggregator": "mean", "min_members": 1, "members": [{"name": "a", "target": SINGLE}, {"name": "b", "target": SINGLE}]}, "policy.min_members"),
+        (
+            {"kind": "shadow", "primary": SINGLE, "mirrors": [{"name": "m", "target": {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": SINGLE}, {"name": "b", "weight": 1, "target": SINGLE}]}}]},
+            None,  # a mirror never answers
+        ),
+        (
+            {"kind": "ensemble", "aggregator": "mean", "members": [{"name": "a", "target": SINGLE}, {"name": "b", "target": {"kind": "split", "variants": [{"name": "x", "weight": 1, "target": SINGLE}, {"name": "y", "weight": 1, "target": SINGLE}]}}]},
+            "policy.members.1.target.routing_key",
+        ),
+    ],
+)
+def test_which_policies_are_deterministic(policy: dict, field: str | None) -> None:
+    found = uncacheable(parse_policy(policy))
+    assert (found[0] if found else None) == field
+
+
+def _answer(outputs: dict[str, np.ndarray]) -> Answer:
+    spec = TensorSpec("input", "FP32", (-1, 4))
+    version = ModelVersion("acme", "iris", 1, "onnx", "file:///x", "0" * 64, 1, Signature((spec,), ()))
+    return Answer(version.signature, InferenceResult(outputs, {"probs": ["a", "b"]}), version, variant="canary", members=[{"name": "a", "ok": True}])
+
+
+def test_an_answer_survives_the_shared_tiers_form() -> None:
+    outputs = {
+        "label": np.array(["setosa", "virginica"], dtype=object),
+        "probs": np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32),
+        "ids": np.array([[1], [2]], dtype=np.int64),
+        "empty": np.zeros((0, 3), dtype=np.float16),
+    }
+    header, back = load_answer(dump_answer(_answer(outputs)))
+    assert (header["model"], header["version"], header["variant"]) == ("iris", 1, "canary")
+    assert header["members"] == [{"name": "a", "ok": True}] and header["classes"] == {"probs": ["a", "b"]}
+    assert list(back) == list(outputs)
+    for name, array in outputs.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        np.testing.assert_array_equal(back[name], array)
+
+
+def test_the_container_tier_keeps_small_answers_read_only_and_refuses_big_ones() -> None:
+    cache = PredictionCache(max_entry_bytes=64)
+    small = _answer({"probs": np.zeros((2, 2), dtype=np.float32)})
+    assert cache.put(DEP, "k", small) and cache.get(DEP, "k") is small
+    with pytest.raises(ValueError, match="read-only"):
+        small.result.outputs["probs"][0, 0] = 1.0  # every later hit shares these arrays
+    assert not cache.put(DEP, "big", _answer({"probs": np.zeros((4, 8), dtype=np.float32)}))
+    assert cache.get(DEP, "big") is None
+    # New settings for the deployment: a new tier, sized by them.
+    assert cache.get(Deployment("acme", "scoring", {}, revision=3, cache=CacheSettings(5.0, 2)), "k") is None
+    cache.drop("acme", "scoring")
+    assert cache.get(DEP, "k") is None
+
+
+def test_all_deployments_together_stay_within_the_byte_budget() -> None:
+    cache = PredictionCache(max_entry_bytes=1024, max_bytes=100)
+    other = Deployment("acme", "other", {}, revision=1, cache=CacheSettings(60.0, 10))
+    wide = Deployment("acme", "wide", {}, revision=1, cache=CacheSettings(60.0, 10))
+    answer = lambda: _answer({"probs": np.zeros(10, dtype=np.float32)})  # noqa: E731  (40 bytes)
+    assert cache.put(other, "a", answer()) and cache.put(other, "b", answer())
+    # 80 of 100 bytes are other's: wide cannot push them out, so its answer is not kept.
+    assert not cache.put(wide, "c", answer()) and cache.get(wide, "c") is None
+    assert cache.get(other, "a") is not None and cache.get(other, "b") is not None
+    # Within one deployment the least recently used makes room.
+    assert cache.put(other, "d", answer())
+    assert cache.get(other, "a") is None and cache.get(other, "b") is not None and cache.get(other, "d") is not None
+    cache.drop("acme", "other")
+    assert cache.put(wide, "c", answer())
