@@ -193,6 +193,18 @@ class Settings(BaseSettings):
         "a key may get up to N times the limit); a `redis://host:port` URL shares the counts between "
         "workers and machines (needs the `redis` package).",
     )
+    preload: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Deployments (`tenant/name`) a Lambda with SnapStart loads before its snapshot, so a "
+            "restored container answers them without loading a model; JSON list in the environment."
+        ),
+    )
+    preload_max_bytes: int = Field(
+        default=256 * MiB,
+        ge=0,
+        description="Upper bound on the artifact bytes `preload` loads; versions beyond it load on first use.",
+    )
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
