@@ -8,8 +8,7 @@ an interpreter of the runtime's version, found on this machine; without one the 
 sources only and the build says so.
 
 The pycs are unchecked-hash pycs (PEP 552): Python loads them without comparing them with the
-source's mtime or hash, so the timestamps a zip round trip changes do not matter. Their
-recorded paths are the ones the code has on Lambda (`/opt/python`, `/var/task`), for tracebacks.
+source's mtime or hash, so the timestamps a zip round trip changes do not matter.
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-# Where each asset lies on Lambda.
-LAYER_ROOT = "/opt/python"
-FUNCTION_ROOT = "/var/task"
 _VERSION_CHECK = "import sys; print('%d.%d' % sys.version_info[:2])"
 
 
@@ -87,7 +83,7 @@ def find_interpreter(version: str) -> str | None:
     return None
 
 
-def compile_tree(root: Path, *, version: str, runtime_root: str, label: str) -> Compiled:
+def compile_tree(root: Path, *, version: str, label: str) -> Compiled:
     """Compiles every module under `root` with Python `version` into `__pycache__` beside it.
 
     Files that do not compile (a module for another Python, a template) are listed and left
@@ -115,10 +111,6 @@ def compile_tree(root: Path, *, version: str, runtime_root: str, label: str) -> 
             "0",
             "--invalidation-mode",
             "unchecked-hash",
-            "-s",
-            str(root),
-            "-p",
-            runtime_root,
             str(root),
         ],
         capture_output=True,

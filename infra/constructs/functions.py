@@ -30,7 +30,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.constructs.bytecode import FUNCTION_ROOT, compile_tree, find_interpreter
+from infra.constructs.bytecode import compile_tree, find_interpreter
 from infra.constructs.python_layer import (
     PythonLayer,
     check_unzipped_size,
@@ -160,7 +160,7 @@ class CompiledCode:
                 shutil.copytree(child, target / child.name, ignore=ignore, dirs_exist_ok=True)
             elif not child.name.endswith((".pyc", ".egg-info")):
                 shutil.copy2(child, target / child.name)
-        compile_tree(target, version=self.python, runtime_root=FUNCTION_ROOT, label="function code")
+        compile_tree(target, version=self.python, label="function code")
         return True
 
 

@@ -22,7 +22,7 @@ from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, Stack, Stage
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.constructs.bytecode import LAYER_ROOT, compile_tree, find_interpreter
+from infra.constructs.bytecode import compile_tree, find_interpreter
 
 MB = 1_000_000
 # Lambda's limit on a function's code plus all its layers, unzipped.
@@ -163,9 +163,7 @@ class PipInstall:
             )
         strip_layer(target, self.excludes)
         if self.bytecode:
-            compile_tree(
-                target, version=self.python, runtime_root=LAYER_ROOT, label=f"layer {self.name}"
-            )
+            compile_tree(target, version=self.python, label=f"layer {self.name}")
         return True
 
 
