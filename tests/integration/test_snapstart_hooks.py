@@ -65,7 +65,10 @@ def _variants(container: Container, n: int = 48) -> list[str]:
 def test_before_snapshot_loads_every_version_the_preloaded_deployments_answer_with(
     process: Container,
 ) -> None:
+    prepared: list[str] = []
+    snapstart.state.prepare.append(lambda: prepared.append("routes"))
     warmed = snapstart.before_snapshot()
+    assert prepared == ["routes"]  # a handler's own lazy parts, built before the snapshot
     assert warmed.loaded == ["acme/iris:1", "acme/iris:2", "acme/diabetes:1"]
     assert warmed.imported == ["numpy", "onnxruntime"] and not warmed.failed
     cache = process.runtimes["onnx"].cache
@@ -157,3 +160,13 @@ def test_install_registers_both_hooks_with_the_runtimes_module(
     assert hooks._before_snapshot_registry[0][1] == (snapstart.before_snapshot,)
     assert hooks._after_restore_registry[0][1] == (snapstart.after_restore,)
     assert snapstart.install() is True and len(hooks._after_restore_registry) == 1
+
+
+def test_the_api_handler_builds_its_routes_before_the_snapshot() -> None:
+    from sluice.api import predict
+    from sluice.handlers import api
+
+    predict.hot_routes.cache_clear()
+    api.app._routed = False
+    api.app.prepare()
+    assert api.app._routed and predict.hot_routes.cache_info().currsize == 1

@@ -52,6 +52,12 @@ class SluiceApp(FastAPI):
                 self.include_router(importlib.import_module(f"sluice.api.routers.{name}").router)
             self._routed = True
 
+    def prepare(self) -> None:
+        """Builds now what the first requests would: the hot routes and the routers (with
+        their request and response models). SnapStart's before-snapshot hook calls it."""
+        _hot_routes()
+        self._route()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.edge(scope, receive, send)
 

@@ -3,9 +3,10 @@
 With SnapStart, Lambda runs a function's init once per published version, snapshots the
 memory, and starts every later execution environment from that snapshot. So:
 
-- before the snapshot, do the work a first request would do (`before_snapshot`): import the
-  runtimes and load the model versions of the deployments `SLUICE_PRELOAD` names (bounded by
-  `SLUICE_PRELOAD_MAX_BYTES`); it then costs nothing at any cold start.
+- before the snapshot, do the work a first request would do (`before_snapshot`): build the
+  handler's lazy parts (the API's routes), import the runtimes and load the model versions of
+  the deployments `SLUICE_PRELOAD` names (bounded by `SLUICE_PRELOAD_MAX_BYTES`); it then
+  costs nothing at any cold start.
 - after a restore (`after_restore`), undo what must not be shared between the containers made
   from one snapshot: every random source is re-seeded (otherwise each restored container
   would draw the same split choices and shadow samples, in the same order), AWS clients are
@@ -46,6 +47,7 @@ class SnapState:
     restores: int = 0
     ms: dict[str, float] = field(default_factory=dict)
     on_restore: list[Callable[[Container], None]] = field(default_factory=list)
+    prepare: list[Callable[[], None]] = field(default_factory=list)
 
 
 state = SnapState()
@@ -65,6 +67,8 @@ def before_snapshot() -> Warmed:
     from sluice.services.warmup import preload
 
     started = time.perf_counter()
+    for prepare in state.prepare:
+        prepare()
     container = current()
     settings = container.settings
     warmed = run(preload(container.predictions, settings.preload, max_bytes=settings.preload_max_bytes))
@@ -113,11 +117,18 @@ def after_restore() -> Container:
     return new
 
 
-def install(on_restore: Callable[[Container], None] | None = None) -> bool:
+def install(
+    *,
+    prepare: Callable[[], None] | None = None,
+    on_restore: Callable[[Container], None] | None = None,
+) -> bool:
     """Registers the hooks where Lambda runs SnapStart; False (nothing registered) elsewhere.
 
+    `prepare` builds what a handler would build on its first request (before the snapshot);
     `on_restore` lets a handler swap in the rebuilt container it keeps a reference to.
     """
+    if prepare is not None:
+        state.prepare.append(prepare)
     if on_restore is not None:
         state.on_restore.append(on_restore)
     if "AWS_LAMBDA_FUNCTION_NAME" not in os.environ:
