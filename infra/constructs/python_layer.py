@@ -172,7 +172,7 @@ class PythonLayer(Construct):
 
     `unzipped_bytes` is the built size, or None when this synthesis skips bundling.
     `bytecode` ships `__pycache__` compiled by the runtime's Python (see bytecode.py); it adds
-    about a fifth to the layer's size (the core layer: 139 -> 164 MB unzipped).
+    about 13% to the layer's size (the core layer for 3.12: 131 -> 148 MB unzipped).
     """
 
     def __init__(

@@ -40,7 +40,7 @@ class BatchStack(Stack):
     ) -> None:
         super().__init__(scope, id, **kwargs)
         batch = config.batch
-        # Sources only: bytecode would add 25 MB to the core layer, and the batch functions'
+        # Sources only: bytecode would add 17 MB to the core layer, and the batch functions'
         # code and layers (243 MB) would pass Lambda's 262 MB. A batch cold start is paid
         # once per chunk of thousands of rows; the request functions (api.py) get bytecode.
         core = platform.layer(

@@ -4,6 +4,7 @@ choices, build new clients, and read the deployment graph again."""
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from pathlib import Path
@@ -53,6 +54,7 @@ def process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Contain
     setup.models.push(ACME, "iris", (MODELS / "iris_forest.onnx").read_bytes())
     setup.deployments.create(ACME, "ab", SPLIT)
     yield snapstart.current()
+    gc.unfreeze()  # before_snapshot froze this test process's objects
     get_settings.cache_clear()
     get_container.cache_clear()
 
@@ -71,6 +73,7 @@ def test_before_snapshot_loads_every_version_the_preloaded_deployments_answer_wi
     assert prepared == ["routes"]  # a handler's own lazy parts, built before the snapshot
     assert warmed.loaded == ["acme/iris:1", "acme/iris:2", "acme/diabetes:1"]
     assert warmed.imported == ["numpy", "onnxruntime"] and not warmed.failed
+    assert warmed.ran == warmed.loaded  # each session answered zeros once
     cache = process.runtimes["onnx"].cache
     assert len(cache) == 3 and cache.bytes_used == warmed.loaded_bytes
     assert snapstart.state.ms["before_snapshot"] > 0

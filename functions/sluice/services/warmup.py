@@ -1,5 +1,6 @@
-"""Work a process can do before its first request: import the runtimes, and load the model
-versions that named deployments answer with (SnapStart runs this before the snapshot).
+"""Work a process can do before its first request: import the runtimes, and load (and run once,
+on zeros) the model versions that named deployments answer with (SnapStart runs this before
+the snapshot).
 
 Loading is bounded by artifact bytes: the versions are taken in the order the deployments are
 named, each deployment's graph walked depth first (a split's variants, a shadow's primary and
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from sluice.domain.objects import ModelVersion
     from sluice.domain.policy import Node
+    from sluice.runtimes.base import Runtime
     from sluice.services.predictions import PredictionService
 
 # How deep a preload follows references (the request path refuses deeper ones anyway).
@@ -36,6 +38,7 @@ class Warmed:
     loaded: list[str] = field(default_factory=list)  # tenant/model:version
     skipped: list[str] = field(default_factory=list)  # over the byte bound, or not loadable here
     failed: list[str] = field(default_factory=list)  # deployments that could not be read
+    ran: list[str] = field(default_factory=list)  # answered one input of zeros: the session's first run is behind it
     loaded_bytes: int = 0
     ms: dict[str, float] = field(default_factory=dict)
 
@@ -76,6 +79,26 @@ async def _versions(
     return found
 
 
+async def _first_run(runtime: Runtime, version: ModelVersion) -> bool:
+    """One inference on zeros shaped by the signature (dynamic dimensions 1): a session's
+    first run allocates what later runs reuse. A model that refuses zeros is only loaded."""
+    import numpy as np
+
+    from sluice.codecs.datatypes import V2_TO_NUMPY
+
+    arrays = {}
+    for spec in version.signature.inputs:
+        dtype = V2_TO_NUMPY.get(spec.datatype)
+        if dtype is None or np.dtype(dtype).kind in "OSU":
+            return False
+        arrays[spec.name] = np.zeros(tuple(1 if d < 0 else d for d in spec.shape), dtype=dtype)
+    try:
+        await runtime.infer(version, arrays)
+    except Exception:  # any refusal only means no first run; the model stays loaded
+        return False
+    return True
+
+
 async def preload(
     predictions: PredictionService, entries: Sequence[str], *, max_bytes: int
 ) -> Warmed:
@@ -110,11 +133,14 @@ async def preload(
             await runtime.load(version)
             warmed.loaded.append(label)
             warmed.loaded_bytes += version.size_bytes
+            if await _first_run(runtime, version):
+                warmed.ran.append(label)
     warmed.ms["load"] = (time.perf_counter() - started) * 1000
     get_logger().info(
         "preloaded",
         extra={
             "loaded": warmed.loaded,
+            "ran": warmed.ran,
             "skipped": warmed.skipped,
             "failed": warmed.failed,
             "loaded_bytes": warmed.loaded_bytes,
