@@ -7,6 +7,7 @@ own log group and X-Ray traces, and nothing else until a stack grants it what it
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -136,9 +137,16 @@ class FunctionPlatform:
             bundling=BundlingOptions(
                 # Never started: the local bundler copies and compiles, or raises.
                 image=self.runtime.bundling_image,
-                local=CompiledCode(python=self.python),
+                local=_compiled_code(self.python),
             ),
         )
+
+
+@functools.cache
+def _compiled_code(python: str) -> CompiledCode:
+    # One bundler per version: the same bundling options let CDK stage the code once per
+    # synthesis instead of once per function.
+    return CompiledCode(python=python)
 
 
 @jsii.implements(ILocalBundling)
