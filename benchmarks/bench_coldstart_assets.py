@@ -32,9 +32,10 @@ TO_FIRST_ANSWER_GOAL = Goal("<=", 0.2)
 
 _IMPORT = """
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import sluice.handlers.api
-print(json.dumps({"import_ms": (time.perf_counter() - t0) * 1e3}))
+c1, t1 = time.process_time(), time.perf_counter()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "import_cpu_ms": (c1 - c0) * 1e3}))
 """
 
 _SNAPSTART = """
@@ -181,22 +182,26 @@ def run(quick: bool) -> dict[str, Any]:
         trees = {"bytecode": compiled, "sources only": bare}
         _child(python, _IMPORT, compiled, env=env)  # discarded: warms the file cache
         _child(python, _IMPORT, bare, env=env)
-        imports: dict[str, list[float]] = {k: [] for k in trees}
+        imports: dict[str, list[dict[str, float]]] = {k: [] for k in trees}
         for r in range(repeats):
             for subject in rotate(list(trees), r):
-                imports[subject].append(_child(python, _IMPORT, trees[subject], env=env)["import_ms"])
-        figures.append(
-            figure(
-                "coldstart_assets.import",
-                f"import sluice.handlers.api from the built assets, read-only (Python {version})",
-                "ms",
-                "bytecode",
-                imports["bytecode"],
-                reference="sources only",
-                ref_values=imports["sources only"],
-                goal=IMPORT_GOAL,
+                imports[subject].append(_child(python, _IMPORT, trees[subject], env=env))
+        # CPU time carries the goal: on a shared machine the wall clock also counts the time
+        # the process waited for a core.
+        for key, clock, goal in (("import_cpu_ms", "CPU time", IMPORT_GOAL), ("import_ms", "wall", None)):
+            figures.append(
+                figure(
+                    f"coldstart_assets.import{'' if goal else '_wall'}",
+                    f"import sluice.handlers.api from the built assets, read-only, {clock} "
+                    f"(Python {version})",
+                    "ms",
+                    "bytecode",
+                    [i[key] for i in imports["bytecode"]],
+                    reference="sources only",
+                    ref_values=[i[key] for i in imports["sources only"]],
+                    goal=goal,
+                )
             )
-        )
         snaps = [_child(python, _SNAPSTART, compiled, str(event), "50", env=env) for _ in range(repeats)]
         colds = [_child(python, _COLD, compiled, str(event), env={**env, "SLUICE_PRELOAD": "[]"}) for _ in range(repeats)]
         figures.append(
