@@ -134,6 +134,8 @@ def test_restore_rebuilds_clients_and_rereads_the_deployment_graph(process: Cont
     assert restored is not process and seen == [restored]
     assert snapstart.current() is restored and get_container() is restored
     assert restored.registry is not process.registry and restored.store is not process.store
+    # Read again through the new registry: the new policy is in the new cache already.
+    assert restored.predictions._deployments.get(("acme", "ab"))[0].revision == 2
     assert clients.default_clients("us-east-1") is not old_clients
     # The loaded sessions came along (no connection in them), in a new cache.
     cache = restored.runtimes["onnx"].cache

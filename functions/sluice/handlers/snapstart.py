@@ -12,7 +12,8 @@ memory, and starts every later execution environment from that snapshot. So:
   would draw the same split choices and shadow samples, in the same order), AWS clients are
   rebuilt (credentials and connections of the snapshot may be expired or closed), and the
   deployment graph is read again (deployments may have changed since the snapshot), keeping
-  the loaded ONNX sessions, which hold no connection.
+  the loaded ONNX sessions, which hold no connection. A version deployed after the snapshot
+  loads on its first request.
 
 `install` registers the hooks with `snapshot_restore_py`, the module Lambda's Python runtime
 provides; elsewhere it does not exist and `install` does nothing. The hooks themselves are
@@ -112,11 +113,13 @@ def after_restore() -> Container:
     for hook in state.on_restore:
         hook(new)
     if new.settings.preload:
-        # Reads every preloaded deployment again through the new clients: a version deployed
-        # after the snapshot loads now, the ones already loaded are cache hits.
+        # Reads every preloaded deployment again through the new clients, into the new
+        # caches. It loads nothing: a version deployed after the snapshot loads on its first
+        # request, as it would without SnapStart, and the restore stays short.
         from sluice.services.warmup import preload
 
-        run(preload(new.predictions, new.settings.preload, max_bytes=new.settings.preload_max_bytes))
+        settings = new.settings
+        run(preload(new.predictions, settings.preload, max_bytes=settings.preload_max_bytes, load=False))
     state.ms["after_restore"] = (time.perf_counter() - started) * 1000
     get_logger().info("restored from snapshot", extra={"ms": round(state.ms["after_restore"], 1)})
     return new

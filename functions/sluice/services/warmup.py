@@ -100,9 +100,13 @@ async def _first_run(runtime: Runtime, version: ModelVersion) -> bool:
 
 
 async def preload(
-    predictions: PredictionService, entries: Sequence[str], *, max_bytes: int
+    predictions: PredictionService, entries: Sequence[str], *, max_bytes: int, load: bool = True
 ) -> Warmed:
-    """Imports the runtimes and loads the versions the `entries` deployments answer with."""
+    """Imports the runtimes and loads the versions the `entries` deployments answer with.
+
+    `load=False` only reads the deployments and their versions into the service's caches
+    (after a restore: no model load may lengthen it; a new version loads on first use).
+    """
     warmed = Warmed()
     started = time.perf_counter()
     warmed.imported = import_runtimes()
@@ -124,6 +128,8 @@ async def preload(
             runtime = predictions.runtimes.get(version.runtime)
             # Only in-process runtimes hold anything worth a snapshot; remote ones (Triton,
             # SageMaker) would only open connections that a restore must not reuse.
+            if not load:
+                continue
             if runtime is None or version.runtime != "onnx":
                 warmed.skipped.append(f"{label} ({version.runtime}: nothing to load in process)")
                 continue
