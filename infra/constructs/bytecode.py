@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def _candidates(version: str) -> list[str]:
     on_path = shutil.which(f"python{version}")
     if on_path:
         found.append(on_path)
-    uv = shutil.which("uv")
+    # uv on PATH, or the one installed beside the Python that runs the CDK app.
+    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
     if uv:
         try:
             result = subprocess.run(
