@@ -119,7 +119,10 @@ def after_restore() -> Container:
         from sluice.services.warmup import preload
 
         settings = new.settings
-        run(preload(new.predictions, settings.preload, max_bytes=settings.preload_max_bytes, load=False))
+        try:
+            run(preload(new.predictions, settings.preload, max_bytes=settings.preload_max_bytes, load=False))
+        except Exception:  # best effort: a failed read leaves the caches to the first request
+            get_logger().exception("re-reading the preloaded deployments after a restore failed")
     state.ms["after_restore"] = (time.perf_counter() - started) * 1000
     get_logger().info("restored from snapshot", extra={"ms": round(state.ms["after_restore"], 1)})
     return new
