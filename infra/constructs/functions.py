@@ -158,15 +158,15 @@ class CompiledCode:
 
     def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
         target = Path(output_dir)
-        ignore = shutil.ignore_patterns(
-            "__pycache__", "*.pyc", "tests", ".pytest_cache", ".ruff_cache", "*.egg-info"
-        )
+        # CODE_EXCLUDES, as names: what the asset leaves out at any depth.
+        skipped = ("__pycache__", "*.pyc", "tests", ".pytest_cache", ".ruff_cache", "*.egg-info")
+        ignore = shutil.ignore_patterns(*skipped)
         for child in FUNCTIONS_DIR.iterdir():
-            if child.name in ("__pycache__", "tests", ".pytest_cache", ".ruff_cache"):
+            if ignore(str(FUNCTIONS_DIR), [child.name]):
                 continue
             if child.is_dir():
                 shutil.copytree(child, target / child.name, ignore=ignore, dirs_exist_ok=True)
-            elif not child.name.endswith((".pyc", ".egg-info")):
+            else:
                 shutil.copy2(child, target / child.name)
         compile_tree(target, version=self.python, label="function code")
         return True
@@ -248,10 +248,10 @@ class SluiceFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             dead_letter_queue=self.dead_letters,
             environment={**platform.environment, **(environment or {})},
-            # SnapStart: Lambda runs the init (and the before-snapshot hooks of
-            # sluice.snapstart) once per published version and resumes every cold start from
-            # that snapshot. It needs no provisioned concurrency and at most 512 MB of
-            # ephemeral storage, which these functions keep (Lambda's default, 512 MB).
+            # SnapStart: Lambda runs the init (and the before-snapshot hook of
+            # sluice.handlers.snapstart) once per published version and starts every cold
+            # start from that snapshot. It needs no provisioned concurrency and at most 512 MB
+            # of ephemeral storage, which these functions keep (Lambda's default, 512 MB).
             snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if snap_start else None,
         )
         self.log_group.grant_write(self.role)
