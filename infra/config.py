@@ -58,6 +58,28 @@ class FunctionsConfig(_Section):
         "3.14", description="Lambda Python runtime; layers are built for this version."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    snap_start: bool = Field(
+        True,
+        description="Lambda SnapStart on the functions that answer requests (API, shadow): "
+        "each deployment publishes a version, invoked through the `live` alias.",
+    )
+    preload: list[str] = Field(
+        default_factory=list,
+        description="Deployments (`tenant/name`) the SnapStart functions load before the "
+        "snapshot (SLUICE_PRELOAD).",
+    )
+    preload_max_mb: int = Field(
+        256, ge=0, description="Bound on the artifact MiB `preload` loads (SLUICE_PRELOAD_MAX_BYTES)."
+    )
+
+    @field_validator("preload")
+    @classmethod
+    def _tenant_slash_name(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            tenant, slash, name = entry.partition("/")
+            if not (slash and tenant and name) or "/" in name:
+                raise ValueError(f"preload entries are tenant/deployment, not {entry!r}")
+        return value
 
 
 class StorageConfig(_Section):

@@ -111,3 +111,11 @@ def default_clients(region: str | None = None) -> AwsClients:
         if found is None:
             found = _defaults[region] = AwsClients(region=region)
         return found
+
+
+def forget_default_clients() -> None:
+    """Drops every factory `default_clients` made, with its session and clients: the next
+    adapter that asks builds new ones, with fresh credentials and connections (after a
+    SnapStart restore, the snapshot's may be expired or closed)."""
+    with _defaults_lock:
+        _defaults.clear()

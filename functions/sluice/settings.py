@@ -242,6 +242,18 @@ class Settings(BaseSettings):
         description="Largest WebSocket message answered; a larger one gets a `payload_too_large` error "
         "message. On AWS, API Gateway takes messages of at most 128 KB.",
     )
+    preload: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Deployments (`tenant/name`) a Lambda with SnapStart loads before its snapshot, so a "
+            "restored container answers them without loading a model; JSON list in the environment."
+        ),
+    )
+    preload_max_bytes: int = Field(
+        default=256 * MiB,
+        ge=0,
+        description="Upper bound on the artifact bytes `preload` loads; versions beyond it load on first use.",
+    )
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )

@@ -7,17 +7,31 @@ own log group and X-Ray traces, and nothing else until a stack grants it what it
 
 from __future__ import annotations
 
+import functools
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+import jsii
+from aws_cdk import (
+    Annotations,
+    AssetHashType,
+    BundlingOptions,
+    Duration,
+    FileSystem,
+    ILocalBundling,
+    RemovalPolicy,
+    Stack,
+)
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.constructs.bytecode import compile_tree, find_interpreter
 from infra.constructs.python_layer import (
     PythonLayer,
     check_unzipped_size,
@@ -37,6 +51,9 @@ CODE_EXCLUDES = [
     "**/.ruff_cache",
     "**/*.egg-info",
 ]
+
+# The alias API Gateway and the other callers invoke on SnapStart functions.
+LIVE_ALIAS = "live"
 
 _RETENTION = {
     1: logs.RetentionDays.ONE_DAY,
@@ -94,7 +111,9 @@ class FunctionPlatform:
             else lambda_.Architecture.X86_64
         )
 
-    def layer(self, scope: Construct, id: str, *, name: str, description: str) -> PythonLayer:
+    def layer(
+        self, scope: Construct, id: str, *, name: str, description: str, bytecode: bool = True
+    ) -> PythonLayer:
         return PythonLayer(
             scope,
             id,
@@ -103,14 +122,63 @@ class FunctionPlatform:
             architecture=self.architecture,
             python=self.python,
             description=description,
+            bytecode=bytecode,
         )
+
+    def code(self) -> lambda_.Code:
+        """The `functions/` asset, with bytecode compiled by the runtime's Python."""
+        compiler = f"bytecode-{self.python}" if find_interpreter(self.python) else "no-compiler"
+        fingerprint = FileSystem.fingerprint(str(FUNCTIONS_DIR), exclude=CODE_EXCLUDES)
+        return lambda_.Code.from_asset(
+            str(FUNCTIONS_DIR),
+            exclude=CODE_EXCLUDES,
+            asset_hash_type=AssetHashType.CUSTOM,
+            asset_hash=f"{fingerprint}-{compiler}",
+            bundling=BundlingOptions(
+                # Never started: the local bundler copies and compiles, or raises.
+                image=self.runtime.bundling_image,
+                local=_compiled_code(self.python),
+            ),
+        )
+
+
+@functools.cache
+def _compiled_code(python: str) -> CompiledCode:
+    # One bundler per version: the same bundling options let CDK stage the code once per
+    # synthesis instead of once per function.
+    return CompiledCode(python=python)
+
+
+@jsii.implements(ILocalBundling)
+class CompiledCode:
+    """The local bundler of the function asset: `functions/` as it is, plus `__pycache__`."""
+
+    def __init__(self, *, python: str) -> None:
+        self.python = python
+
+    def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
+        target = Path(output_dir)
+        # CODE_EXCLUDES, as names: what the asset leaves out at any depth.
+        skipped = ("__pycache__", "*.pyc", "tests", ".pytest_cache", ".ruff_cache", "*.egg-info")
+        ignore = shutil.ignore_patterns(*skipped)
+        for child in FUNCTIONS_DIR.iterdir():
+            if ignore(str(FUNCTIONS_DIR), [child.name]):
+                continue
+            if child.is_dir():
+                shutil.copytree(child, target / child.name, ignore=ignore, dirs_exist_ok=True)
+            else:
+                shutil.copy2(child, target / child.name)
+        compile_tree(target, version=self.python, label="function code")
+        return True
 
 
 class SluiceFunction(Construct):
     """One Lambda entry point (`sluice.handlers.<module>.<function>`).
 
     `reserved_concurrency` (from the config's `concurrency` section) both guarantees and caps
-    the function's concurrent executions. `invoked_async` functions (S3 events, the shadow mirror) get a dead-letter queue; the
+    the function's concurrent executions. `snap_start` publishes a version per deployment
+    with Lambda SnapStart on it and an alias `live` (`invocable`) that callers must use.
+    `invoked_async` functions (S3 events, the shadow mirror) get a dead-letter queue; the
     others are called synchronously, where the caller sees the error and a DLQ has nothing
     to hold.
     """
@@ -130,6 +198,7 @@ class SluiceFunction(Construct):
         environment: Mapping[str, str] | None = None,
         invoked_async: bool = False,
         reserved_concurrency: int | None = None,
+        snap_start: bool = False,
     ) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
@@ -169,7 +238,7 @@ class SluiceFunction(Construct):
             runtime=platform.runtime,
             architecture=platform.architecture,
             handler=handler,
-            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=CODE_EXCLUDES),
+            code=platform.code(),
             layers=[layer.layer for layer in layers],
             memory_size=memory_mb,
             timeout=timeout,
@@ -179,8 +248,26 @@ class SluiceFunction(Construct):
             tracing=lambda_.Tracing.ACTIVE,
             dead_letter_queue=self.dead_letters,
             environment={**platform.environment, **(environment or {})},
+            # SnapStart: Lambda runs the init (and the before-snapshot hook of
+            # sluice.handlers.snapstart) once per published version and starts every cold
+            # start from that snapshot. It needs no provisioned concurrency and at most 512 MB
+            # of ephemeral storage, which these functions keep (Lambda's default, 512 MB).
+            snap_start=lambda_.SnapStartConf.ON_PUBLISHED_VERSIONS if snap_start else None,
         )
         self.log_group.grant_write(self.role)
+        # What callers invoke: with SnapStart the `live` alias of the version published from
+        # this synthesis (the unpublished $LATEST never runs from a snapshot), else the function.
+        self.alias: lambda_.Alias | None = None
+        self.invocable: lambda_.IFunction = self.function
+        if snap_start:
+            self.alias = lambda_.Alias(
+                self, "Live", alias_name=LIVE_ALIAS, version=self.function.current_version
+            )
+            self.invocable = self.alias
+            Annotations.of(self.function).acknowledge_warning(
+                "@aws-cdk/aws-lambda:snapStartRequirePublish",
+                "Published: current_version, behind the `live` alias every caller invokes.",
+            )
 
         acknowledge(
             self,

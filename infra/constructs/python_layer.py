@@ -22,13 +22,16 @@ from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, Stack, Stage
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from infra.constructs.bytecode import compile_tree, find_interpreter
+
 MB = 1_000_000
 # Lambda's limit on a function's code plus all its layers, unzipped.
 UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 
 # Bumped when the way a layer is built changes, so cached builds are not reused.
-_BUILDER_VERSION = "1"
-# Removed from every layer: never imported by a function, and bytecode for the wrong Python.
+_BUILDER_VERSION = "2"
+# Removed from every layer before it is compiled: never imported by a function, and
+# bytecode some wheel may carry for another Python.
 _STRIPPED_DIRS = frozenset({"__pycache__", "tests", "test"})
 _STRIPPED_SUFFIXES = (".pyc", ".pyo")
 
@@ -107,12 +110,14 @@ class PipInstall:
         platforms: list[str],
         python: str,
         excludes: list[str] | None = None,
+        bytecode: bool = False,
     ) -> None:
         self.name = name
         self.requirements = requirements
         self.excludes = excludes or []
         self.platforms = platforms
         self.python = python
+        self.bytecode = bytecode
 
     def command(self, target: Path) -> list[str]:
         platform_args = [arg for tag in self.platforms for arg in ("--platform", tag)]
@@ -157,6 +162,8 @@ class PipInstall:
                 "pip said:\n" + "\n".join(detail)
             )
         strip_layer(target, self.excludes)
+        if self.bytecode:
+            compile_tree(target, version=self.python, label=f"layer {self.name}")
         return True
 
 
@@ -164,6 +171,8 @@ class PythonLayer(Construct):
     """A layer of third-party packages from `layers/<name>/requirements.txt`.
 
     `unzipped_bytes` is the built size, or None when this synthesis skips bundling.
+    `bytecode` ships `__pycache__` compiled by the runtime's Python (see bytecode.py); it adds
+    about 13% to the layer's size (the core layer for 3.12: 131 -> 148 MB unzipped).
     """
 
     def __init__(
@@ -176,6 +185,7 @@ class PythonLayer(Construct):
         architecture: lambda_.Architecture,
         python: str,
         description: str,
+        bytecode: bool = True,
     ) -> None:
         super().__init__(scope, id)
         self.name = requirements_dir.name
@@ -192,7 +202,14 @@ class PythonLayer(Construct):
             platforms=platforms,
             python=python,
             excludes=excludes,
+            bytecode=bytecode,
         )
+        # Whether bytecode can be compiled here is part of the build: a machine that gains
+        # the interpreter rebuilds the layer instead of reusing the one without bytecode.
+        compiler = "sources-only"
+        if bytecode:
+            compiler = f"bytecode-{python}" if find_interpreter(python) else "no-compiler"
+        self.bytecode = compiler.startswith("bytecode")
         fingerprint = hashlib.sha256(
             "\n".join(
                 [
@@ -202,6 +219,7 @@ class PythonLayer(Construct):
                     *platforms,
                     *excludes,
                     *sorted(_STRIPPED_DIRS),
+                    compiler,
                 ]
             ).encode()
         ).hexdigest()

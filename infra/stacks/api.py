@@ -88,6 +88,16 @@ class ApiStack(Stack):
     ) -> None:
         super().__init__(scope, id, **kwargs)
         api_config = config.api
+        functions = config.functions
+        # What the SnapStart functions load before their snapshot (sluice.handlers.snapstart).
+        preload = (
+            {
+                "SLUICE_PRELOAD": json.dumps(functions.preload),
+                "SLUICE_PRELOAD_MAX_BYTES": str(functions.preload_max_mb * 1024 * 1024),
+            }
+            if functions.snap_start and functions.preload
+            else {}
+        )
         core = platform.layer(
             self, "CoreLayer", name="core", description="sluice core dependencies"
         )
@@ -108,6 +118,8 @@ class ApiStack(Stack):
             timeout=Duration.seconds(api_config.shadow_timeout_s),
             invoked_async=True,
             reserved_concurrency=config.concurrency.shadow,
+            snap_start=functions.snap_start,
+            environment=preload,
         )
         grant_registry(self.shadow.role, table, actions=[*READ, *WRITE])
         grant_objects(
@@ -118,6 +130,10 @@ class ApiStack(Stack):
             purpose="model artifacts and request bodies too large for an async invoke",
         )
         grant_invoke_endpoints(self.shadow, self.shadow.role, endpoint_names)
+
+        shadow_target = self.shadow.function.function_name
+        if self.shadow.alias is not None:
+            shadow_target = f"{shadow_target}:{self.shadow.alias.alias_name}"
 
         # SageMaker endpoints deployed through the API: their execution role, and the calls.
         self.endpoint_lifecycle = EndpointLifecycle(
@@ -135,8 +151,11 @@ class ApiStack(Stack):
             memory_mb=api_config.memory_mb,
             timeout=Duration.seconds(api_config.timeout_s),
             reserved_concurrency=config.concurrency.api,
+            snap_start=functions.snap_start,
             environment={
-                "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
+                **preload,
+                # The alias when the shadow function runs from a SnapStart snapshot.
+                "SLUICE_MIRROR": f"lambda://{shadow_target}",
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
                 "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
                 "SLUICE_IMPORT_PREFIXES": json.dumps(
@@ -186,10 +205,11 @@ class ApiStack(Stack):
         grant_invoke_endpoints(self.api_function, api_role, endpoint_names)
         manage = self.endpoint_lifecycle.grant_manage(api_role)
         self.api_function.function.node.add_dependency(manage)
-        # Unqualified invoke only: the mirror calls the function by name.
+        # The mirror calls the function by name, or its `live` alias under SnapStart.
         api_role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["lambda:InvokeFunction"], resources=[self.shadow.function.function_arn]
+                actions=["lambda:InvokeFunction"],
+                resources=[self.shadow.invocable.function_arn],
             )
         )
         api_role.add_to_principal_policy(
@@ -329,7 +349,7 @@ class ApiStack(Stack):
             results_cache_ttl=Duration.seconds(0),
         )
         integration = apigw.LambdaIntegration(
-            self.api_function.function, proxy=True, timeout=API_GATEWAY_TIMEOUT
+            self.api_function.invocable, proxy=True, timeout=API_GATEWAY_TIMEOUT
         )
         method_options = apigw.MethodOptions(authorizer=authorizer, api_key_required=True)
         api.root.add_method("ANY", integration, authorizer=authorizer, api_key_required=True)

@@ -7,7 +7,7 @@ from fnmatch import fnmatchcase
 from types import SimpleNamespace
 from typing import Any
 
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Match, Template
 
 from tests.infra.synth import (
     PSEUDO,
@@ -141,7 +141,7 @@ def test_functions_get_the_runtime_settings(full_app: Synthesized) -> None:
         assert variables["LOG_LEVEL"] == "INFO"
     _, api = function_by_handler(template, API)
     variables = api["Environment"]["Variables"]
-    assert variables["SLUICE_MIRROR"] == {"Fn::Join": ["", ["lambda://", {"Ref": shadow_id}]]}
+    assert variables["SLUICE_MIRROR"] == {"Fn::Join": ["", ["lambda://", {"Ref": shadow_id}, ":live"]]}
     orchestrator = variables["SLUICE_ORCHESTRATOR"]["Fn::Join"][1]
     assert (
         orchestrator[0] == "stepfunctions://arn:"
@@ -159,11 +159,12 @@ def test_api_role_may_invoke_the_shadow_function_and_sluice_endpoints_only(
     _, api = function_by_handler(template, API)
     statements = policy_statements_of_role(template, role_of(api))
     invoke = [s for s in statements if s["Action"] == "lambda:InvokeFunction"]
+    # The shadow function's `live` alias (SnapStart runs published versions only).
     assert invoke == [
         {
             "Action": "lambda:InvokeFunction",
             "Effect": "Allow",
-            "Resource": {"Fn::GetAtt": [shadow_id, "Arn"]},
+            "Resource": {"Ref": live_alias_of(template, shadow_id)},
         }
     ]
     (sagemaker,) = [s for s in statements if s["Action"] == "sagemaker:InvokeEndpoint"]
@@ -267,3 +268,14 @@ def test_shadow_function_is_invoked_async_with_a_dead_letter_queue(full_app: Syn
     assert template.to_json()["Resources"][queue_id]["Type"] == "AWS::SQS::Queue"
     # Encrypted at rest with KMS (the AWS-managed aws/sqs key), TLS only.
     template.has_resource_properties("AWS::SQS::Queue", {"KmsMasterKeyId": "alias/aws/sqs"})
+
+
+def live_alias_of(template: Template, function_id: str) -> str:
+    """The logical id of the function's `live` alias."""
+    (alias_id,) = [
+        alias_id
+        for alias_id, alias in template.find_resources("AWS::Lambda::Alias").items()
+        if alias["Properties"]["FunctionName"] == {"Ref": function_id}
+        and alias["Properties"]["Name"] == "live"
+    ]
+    return alias_id

@@ -91,7 +91,7 @@ def test_the_api_function_gets_what_it_needs_on_aws(
         "SLUICE_MODE": "aws",
         "SLUICE_REGISTRY": "dynamodb://sluice-registry",
         "SLUICE_STORE": f"s3://{ARTIFACTS}/artifacts",
-        "SLUICE_MIRROR": "lambda://sluice-shadow",
+        "SLUICE_MIRROR": "lambda://sluice-shadow:live",  # the SnapStart alias
         "SLUICE_ORCHESTRATOR": f"stepfunctions://arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:sluice-batch",
         "SLUICE_BATCH_BUCKET": f"sluice-batch-{ACCOUNT}-{REGION}",
         "SLUICE_IMPORT_PREFIXES": Match.any_value(),

@@ -53,6 +53,12 @@ class SluiceApp(FastAPI):
                 self.include_router(importlib.import_module(f"sluice.api.routers.{name}").router)
             self._routed = True
 
+    def prepare(self) -> None:
+        """Builds now what the first requests would: the hot routes and the routers (with
+        their request and response models). SnapStart's before-snapshot hook calls it."""
+        _hot_routes()
+        self._route()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # `/api/v1/stream`: authenticated at connect, not per request
             if self._sockets is None:

@@ -11,12 +11,18 @@ from typing import Any
 from mangum import Mangum
 
 from sluice.api.app import create_app
+from sluice.handlers import snapstart
 from sluice.observability import get_logger
 from sluice.services.loop import container_loop
 
 app = create_app()
 _asgi = Mangum(app, lifespan="off", api_gateway_base_path=None)
 logger = get_logger()
+# SnapStart: routes built and models loaded before the snapshot; after a restore, answer
+# with the rebuilt container.
+snapstart.install(
+    prepare=app.prepare, on_restore=lambda container: setattr(app.state, "container", container)
+)
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.handlers import snapstart
 from sluice.observability import get_logger
 from sluice.services.loop import run
 from sluice.shadow.jobs import ShadowJob
@@ -15,16 +16,11 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 logger = get_logger()
-_container: Container | None = None
+snapstart.install()
 
 
 def container() -> Container:
-    global _container
-    if _container is None:
-        from sluice.wiring import get_container
-
-        _container = get_container()
-    return _container
+    return snapstart.current()
 
 
 def load_job(event: dict[str, Any], store: Any) -> ShadowJob:

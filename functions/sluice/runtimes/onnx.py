@@ -117,6 +117,15 @@ class SessionCache:
                 self._loading.pop(key, None)
             return entry
 
+    def adopt(self, other: SessionCache) -> None:
+        """Takes the sessions `other` holds (a container rebuilt after a SnapStart restore keeps
+        the models its predecessor loaded: a session holds no connection)."""
+        with self._lock, other._lock:
+            for key, entry in other._entries.items():
+                if key not in self._entries:
+                    self._entries[key] = entry
+                    self._bytes += entry.size
+
     def discard(self, key: str) -> None:
         with self._lock:
             entry = self._entries.pop(key, None)

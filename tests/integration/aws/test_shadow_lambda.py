@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def cloud(settings: Settings, lambda_dispatch: Any, acme: Principal) -> Iterator[tuple[Container, list[dict[str, Any]], Any]]:
-    from sluice.handlers import api, shadow
+    from sluice.handlers import api, shadow, snapstart
     from sluice.registry.sqlite import SqliteRegistry
     from sluice.wiring import build_runtimes
 
@@ -45,10 +45,10 @@ def cloud(settings: Settings, lambda_dispatch: Any, acme: Principal) -> Iterator
         {"kind": "shadow", "primary": {"kind": "single", "model": "iris", "version": 1}, "mirrors": [{"name": "forest", "target": {"kind": "single", "model": "iris", "version": 2}}]},
     )
     received = lambda_dispatch("sluice-shadow", shadow.handler)
-    saved = api.app.state.container, shadow._container
-    api.app.state.container, shadow._container = container, container
+    saved = api.app.state.container, snapstart.state.container
+    api.app.state.container, snapstart.state.container = container, container
     yield container, received, s3
-    api.app.state.container, shadow._container = saved
+    api.app.state.container, snapstart.state.container = saved
 
 
 def _predict_event(rows: list[list[float]]) -> dict[str, Any]:
