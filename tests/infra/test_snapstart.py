@@ -58,6 +58,7 @@ def test_api_gateway_invokes_the_published_alias(full_app: Synthesized) -> None:
         for p in template.find_resources("AWS::Lambda::Permission").values()
         if p["Properties"]["Principal"] == "apigateway.amazonaws.com"
         and p["Properties"]["FunctionName"] != {"Fn::GetAtt": [_authorizer(template), "Arn"]}
+        and p["Properties"]["FunctionName"] not in _websocket_functions(template)
     ]
     assert permissions and all(p["FunctionName"] == {"Ref": alias_id} for p in permissions)
 
@@ -104,3 +105,12 @@ def test_preload_reaches_the_snapstart_functions_and_snapstart_turns_off(
 def test_preload_entries_must_name_a_tenant_and_a_deployment() -> None:
     with pytest.raises(ValueError, match="tenant/deployment, not 'fraud'"):
         SluiceConfig.model_validate({**FULL_CONFIG, "functions": {"preload": ["fraud"]}})
+
+
+def _websocket_functions(template) -> list[dict]:
+    functions = template.find_resources("AWS::Lambda::Function")
+    return [
+        {"Fn::GetAtt": [logical_id, "Arn"]}
+        for logical_id, f in functions.items()
+        if "websocket" in str(f["Properties"].get("Handler", ""))
+    ]
