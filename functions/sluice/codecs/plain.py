@@ -106,6 +106,9 @@ def _spec(signature: Signature, name: str, field: str) -> TensorSpec:
     return spec
 
 
+_PLAIN = {str, int, float, bool, type(None)}  # what an object array may hold that JSON takes as it is
+
+
 def _scalar(value: Any) -> Any:
     item = value.item() if isinstance(value, np.generic) else value
     return item.decode() if isinstance(item, bytes) else item
@@ -117,7 +120,9 @@ def _column(array: np.ndarray, n: int) -> list[Any]:
     per_row = array.reshape(n, -1)
     if per_row.shape[1] == 1:
         column = per_row[:, 0].tolist()
-        return [_scalar(x) for x in column] if array.dtype == object else column
+        if array.dtype != object or set(map(type, column)) <= _PLAIN:  # a set of types, built in C
+            return column
+        return [_scalar(x) for x in column]
     return array.reshape(n, *array.shape[1:]).tolist()
 
 

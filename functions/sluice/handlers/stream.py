@@ -27,7 +27,7 @@ from sluice.services.loop import run
 from sluice.stream.bindings import binding_for, parse_bindings
 from sluice.stream.core import Outcome, StreamScorer
 from sluice.stream.records import KAFKA, KINESIS, SQS, read_event
-from sluice.stream.run import process
+from sluice.stream.run import gc_paused, process
 
 if TYPE_CHECKING:
     from sluice.stream.bindings import Binding
@@ -67,6 +67,11 @@ def sink_for(binding: Binding) -> Sink:
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    with gc_paused():
+        return _handle(event, context)
+
+
+def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()
     kind, records = read_event(event)
     bindings = _bindings(c.settings.streams)

@@ -70,6 +70,9 @@ class _Item(tuple):  # type: ignore[type-arg]
     row = property(itemgetter(5))
 
 
+_rows_of = itemgetter(2)  # an item's row count, read in C
+
+
 class StreamScorer:
     """Scores the records of one source, bound to one tenant and one deployment."""
 
@@ -99,23 +102,25 @@ class StreamScorer:
         # less than looking at every value; an `id` that says "true" only takes the slower path.
         true, false = ("true", "false") if records and type(records[0].body) is str else (b"true", b"false")
         plain = groups[None, None]
+        hot = plain.append
+        width = len(names) if names else -1
         for index, record in enumerate(records):
+            raw = record.body
             try:
                 try:
-                    body = loads(record.body)
+                    body = loads(raw)
                 except JSONDecodeError:
-                    body = _body(record.body)  # raises, saying why
+                    body = _body(raw)  # raises, saying why
                 if type(body) is not dict:
                     raise BadRequest(NOT_AN_OBJECT, field="body")
                 features = body.get("features")
                 if (
-                    row_of is not None and type(features) is dict and len(body) <= 2
-                    and len(features) == len(names)  # type: ignore[arg-type]
+                    type(features) is dict and len(features) == width and len(body) <= 2
                     and (len(body) == 1 or "id" in body)
-                    and true not in record.body and false not in record.body  # type: ignore[operator]
+                    and true not in raw and false not in raw  # type: ignore[operator]
                 ):  # fmt: skip
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        plain.append(_Item((index, body.get("id"), 1, False, None, row_of(features))))
+                        hot(_Item((index, body.get("id"), 1, False, None, row_of(features))))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
@@ -127,7 +132,7 @@ class StreamScorer:
             groups[group].append(item)
         for (variant, routing), items in groups.items():
             for chunk in _chunks(items, self.batch_rows):
-                await self._score_chunk(chunk, variant, routing, records, outcomes)
+                await self._score_chunk(resolved, chunk, variant, routing, records, outcomes)
         return outcomes
 
     # Decoding ----------------------------------------------------------------------------
@@ -192,10 +197,9 @@ class StreamScorer:
 
     # Scoring -----------------------------------------------------------------------------
     async def _score_chunk(
-        self, items: list[_Item], variant: str | None, routing: str | None,
+        self, resolved: Resolved, items: list[_Item], variant: str | None, routing: str | None,
         records: Sequence[StreamRecord], outcomes: list[Outcome],
     ) -> None:  # fmt: skip
-        resolved = await self.predictions.resolve(self.principal, self.deployment)
         arrays, items = self._stack(resolved.version.signature, items, records, outcomes)
         if not items:
             return
@@ -211,8 +215,8 @@ class StreamScorer:
                 outcomes[items[0].index].output = self._error(records[items[0].index], items[0].id, exc)
                 return
             half = len(items) // 2  # bisect: the refused records are found, the rest still scored
-            await self._score_chunk(items[:half], variant, routing, records, outcomes)
-            await self._score_chunk(items[half:], variant, routing, records, outcomes)
+            await self._score_chunk(resolved, items[:half], variant, routing, records, outcomes)
+            await self._score_chunk(resolved, items[half:], variant, routing, records, outcomes)
             return
         except Exception as exc:  # an unexpected failure of a backend: retried, never lost
             for item in items:
@@ -226,6 +230,12 @@ class StreamScorer:
         who = who_answered(prediction)
         who.pop("latency_ms", None)  # the micro-batch's, not the record's
         head = {"deployment": prediction.resolved.deployment.name, **who}
+        if list(map(_rows_of, items)).count(1) == len(items) == len(rows):  # one row a record (always so on the hot path)
+            for (index, rid, _, several, _, _), row in zip(items, rows, strict=True):
+                if several:
+                    row = {"predictions": [row]}
+                outcomes[index].output = {"id": rid, "source": records[index].position, **head, **row}
+            return
         at = 0
         for item in items:
             position = records[item.index].position
@@ -319,6 +329,8 @@ def _row_getter(names: Sequence[str] | None) -> Any:
 
 
 def _chunks(items: list[_Item], rows: int) -> list[list[_Item]]:
+    if sum(map(_rows_of, items)) <= rows:  # the common case: everything in one call
+        return [items]
     out: list[list[_Item]] = [[]]
     count = 0
     for item in items:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SQS, KINESIS, KAFKA = "sqs", "kinesis", "kafka"
+NOT_BASE64 = b"\x00not base64"  # fails to parse as JSON: the record gets an error output
 
 
 @dataclass(slots=True)
@@ -69,16 +70,21 @@ def _sqs(event: dict[str, Any]) -> list[StreamRecord]:
 
 
 def _kinesis(event: dict[str, Any]) -> list[StreamRecord]:
-    out = []
+    out: list[StreamRecord] = []
+    append, decode = out.append, binascii.a2b_base64
     for r in event["Records"]:
         k = r["kinesis"]
         shard = r.get("eventID", "").partition(":")[0]
         seq = k["sequenceNumber"]
+        data = k.get("data")
+        try:  # inline: a function call per record is a tenth of reading it
+            body = decode(data, strict_mode=True) if data else b""
+        except (binascii.Error, ValueError, TypeError):
+            body = NOT_BASE64
         # One invocation reads one shard; Lambda resumes it from the first failure, so the
         # whole shard is one order group.
         position = {"shard": shard, "sequence_number": seq}
-        body = _b64(k.get("data"))
-        out.append(StreamRecord(body, r.get("eventSourceARN", ""), seq, position, shard or "shard", k.get("partitionKey")))
+        append(StreamRecord(body, r.get("eventSourceARN", ""), seq, position, shard or "shard", k.get("partitionKey")))
     return out
 
 
@@ -107,8 +113,8 @@ def _b64(data: str | None) -> bytes:
         return b""
     try:
         return binascii.a2b_base64(data, strict_mode=True)
-    except (binascii.Error, ValueError):
-        return b"\x00not base64"  # fails to parse as JSON: the record gets an error output
+    except (binascii.Error, ValueError, TypeError):
+        return NOT_BASE64
 
 
 _READERS = {SQS: _sqs, KINESIS: _kinesis, KAFKA: _kafka}

@@ -15,6 +15,7 @@ from tests.conftest import REPO
 from tests.integration.stream.conftest import rows
 
 if TYPE_CHECKING:
+    from sluice.domain import Principal
     from sluice.settings import Settings
     from sluice.wiring import Container
 
@@ -69,3 +70,24 @@ def test_an_unknown_deployment_exits_non_zero_with_every_line_an_error(env: dict
     out = [json.loads(line) for line in done.stdout.splitlines()]
     assert done.returncode == 1
     assert [o["retryable"] for o in out] == [True, True] and "nope" in out[0]["error"]
+
+
+def test_worker_processes_answer_in_input_order_and_count_every_line(env: dict[str, str], demo: Container, acme: Principal) -> None:
+    """Several processes score batches at once; the answers still come out in input order,
+    each worker's statistics reach the registry, and one worker gives the same answers."""
+    lines = rows(120)
+    lines[33] = "{broken"
+    answers = {}
+    for workers in ("1", "3"):
+        done = subprocess.run(
+            _stream(env, "--batch-lines", "7", "--workers", workers), input="\n".join(lines) + "\n",
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "120 lines: 119 predictions, 1 errors" in done.stderr
+        answers[workers] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answers["3"] == answers["1"]
+    assert [o["source"]["line"] for o in answers["3"]] == list(range(1, 121))
+    assert "error" in answers["3"][33] and answers["3"][34]["id"] == "tx-34"
+    stats = demo.deployments.stats(acme, "iris")
+    assert stats["overall"]["requests"] >= 2 * (120 // 7), stats  # one a micro-batch, from every worker
