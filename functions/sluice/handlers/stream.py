@@ -12,6 +12,7 @@ should be retried are reported back through powertools' batch processor, which s
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import (
@@ -31,6 +32,7 @@ from sluice.stream.run import gc_paused, process
 
 if TYPE_CHECKING:
     from sluice.stream.bindings import Binding
+    from sluice.stream.records import StreamRecord
     from sluice.stream.sinks import Sink
     from sluice.wiring import Container
 
@@ -40,6 +42,8 @@ _container: Container | None = None
 _sinks: dict[Any, Sink] = {}
 _parsed: tuple[dict[str, Any], dict[str, Binding]] | None = None
 EVENT_TYPES = {SQS: EventType.SQS, KINESIS: EventType.KinesisDataStreams, KAFKA: EventType.Kafka}
+_source = attrgetter("source")
+_failed = attrgetter("failed")
 
 
 class RetryRecord(Exception):
@@ -75,25 +79,14 @@ def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()
     kind, records = read_event(event)
     bindings = _bindings(c.settings.streams)
-    outcomes: list[Outcome] = [None] * len(records)  # type: ignore[list-item]  # each set below
-    by_source: dict[str, list[int]] = defaultdict(list)
-    for index, record in enumerate(records):
-        by_source[record.source].append(index)
-    by_binding: dict[Binding, list[int]] = defaultdict(list)
-    for source, indexes in by_source.items():
-        try:
-            by_binding[binding_for(bindings, source)].extend(indexes)
-        except SluiceError as exc:  # unbound: retried, then dead-lettered, never scored for a guessed tenant
-            for index in indexes:
-                outcomes[index] = Outcome(retry=exc.message)
-    for binding, indexes in by_binding.items():
-        scorer = StreamScorer(c.stream_predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
-        done = run(process(scorer, [records[i] for i in indexes], sink_for(binding)))
-        for index, outcome in zip(indexes, done, strict=True):
-            outcomes[index] = outcome
+    sources = set(map(_source, records))
+    if len(sources) == 1:  # one queue or stream an invocation (Kafka: one topic or more)
+        outcomes = _score(c, bindings, sources.pop(), records)
+    else:
+        outcomes = _score_sources(c, bindings, records)
     c.stream_predictions.flush_stats_if_due()
-    _count(outcomes)
     retry = {_ident(kind, records[i].ident): o.retry for i, o in enumerate(outcomes) if o.retry is not None}
+    _count(outcomes, len(retry))
     if not retry:
         return {"batchItemFailures": []}  # what the batch processor answers when nothing failed
 
@@ -127,11 +120,43 @@ def _bindings(data: dict[str, Any]) -> dict[str, Binding]:
     return _parsed[1]
 
 
-def _count(outcomes: list[Outcome]) -> None:
+def _score(c: Container, bindings: dict[str, Binding], source: str, records: list[StreamRecord]) -> list[Outcome]:
+    """The records of one source, scored for the tenant and deployment it is bound to."""
+    try:
+        binding = binding_for(bindings, source)
+    except SluiceError as exc:  # unbound: retried, then dead-lettered, never scored for a guessed tenant
+        return [Outcome(retry=exc.message) for _ in records]
+    return _score_bound(c, binding, records)
+
+
+def _score_bound(c: Container, binding: Binding, records: list[StreamRecord]) -> list[Outcome]:
+    scorer = StreamScorer(c.stream_predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
+    return run(process(scorer, records, sink_for(binding)))
+
+
+def _score_sources(c: Container, bindings: dict[str, Binding], records: list[StreamRecord]) -> list[Outcome]:
+    """Records of several sources (Kafka topics): those bound alike are scored together."""
+    outcomes: list[Outcome] = [None] * len(records)  # type: ignore[list-item]  # each set below
+    by_source: dict[str, list[int]] = defaultdict(list)
+    for index, record in enumerate(records):
+        by_source[record.source].append(index)
+    by_binding: dict[Binding, list[int]] = defaultdict(list)
+    for source, indexes in by_source.items():
+        try:
+            by_binding[binding_for(bindings, source)].extend(indexes)
+        except SluiceError as exc:  # unbound: retried, then dead-lettered, never scored for a guessed tenant
+            for index in indexes:
+                outcomes[index] = Outcome(retry=exc.message)
+    for binding, indexes in by_binding.items():
+        for index, outcome in zip(indexes, _score_bound(c, binding, [records[i] for i in indexes]), strict=True):
+            outcomes[index] = outcome
+    return outcomes
+
+
+def _count(outcomes: list[Outcome], retries: int) -> None:
     """EMF metrics only when something went wrong: a clean batch is counted by Lambda's own
     metrics, and one log line per invocation would cost more than the scoring of ten records."""
-    errors = sum(1 for o in outcomes if o.retry is None and o.failed)
-    retries = sum(1 for o in outcomes if o.retry is not None)
+    errors = sum(map(_failed, outcomes))  # a retry holds no output: never `failed` too
     if not (errors or retries):
         return
     from aws_lambda_powertools.metrics import MetricUnit
