@@ -161,6 +161,10 @@ class ApiConfig(_Section):
         return tenants
 
 
+_ONE_RATE = r"\s*[1-9][0-9]*\s*(?:/|per)\s*(?:[1-9][0-9]*\s*)?(?:second|minute|hour|day)s?\s*"
+_CONNECTION_RATE = rf"^(?:{_ONE_RATE}(?:[;,]{_ONE_RATE})*)?$"
+
+
 class WebSocketConfig(_Section):
     """Predictions over a WebSocket (API Gateway WebSocket API -> the websocket function)."""
 
@@ -170,6 +174,12 @@ class WebSocketConfig(_Section):
         100, gt=0, description="Messages per second for the whole stage (each message is an invocation)."
     )
     burst_limit: int = Field(200, gt=0)
+    connection_rate_limit: str = Field(
+        "100/second",
+        pattern=_CONNECTION_RATE,
+        description="Messages one connection may send (`100/second`, `600 per minute;20/second`), "
+        "counted in the registry across the function's containers; empty: off.",
+    )
     memory_mb: int = Field(2048, ge=128, le=10240)
     timeout_s: int = Field(
         29, ge=1, le=29, description="One message's budget (API Gateway's integration limit is 29 s)."

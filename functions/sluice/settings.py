@@ -224,10 +224,10 @@ class Settings(BaseSettings):
     )
     websocket_rate_limit: str = Field(
         default="100/second",
-        description="`sluice serve`: messages one WebSocket connection (`/api/v1/stream`) may send, in the "
-        "`limits` notation of `rate_limit`; past it a message is answered with a `rate_limited` error "
-        "message and the connection stays open. Empty: off. On AWS the WebSocket stage's throttling "
-        "holds instead.",
+        description="Messages one WebSocket connection may send, in the `limits` notation of "
+        "`rate_limit`; past it a message is answered with a `rate_limited` error message and the "
+        "connection stays open. Empty: off. `sluice serve` counts a moving window in memory; the "
+        "WebSocket Lambda counts fixed windows in the registry, shared by its containers.",
     )
     websocket_max_in_flight: int = Field(
         default=16,

@@ -283,7 +283,10 @@ class ApiStack(Stack):
             platform=platform,
             layers=[core],
             authorizer=self.authorizer_function.function,
-            environment={"SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}"},
+            environment={
+                "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
+                "SLUICE_WEBSOCKET_RATE_LIMIT": config.websocket.connection_rate_limit,
+            },
         )
         role = ws.function.role
         grant_registry(role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])

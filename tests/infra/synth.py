@@ -51,7 +51,7 @@ FULL_CONFIG: dict[str, Any] = {
             }
         ],
     },
-    "websocket": {"enabled": True, "rate_limit": 40, "burst_limit": 80},
+    "websocket": {"enabled": True, "rate_limit": 40, "burst_limit": 80, "connection_rate_limit": "5/second;120 per minute"},
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9},
     "alarms": {"emails": ["oncall@example.com"]},

@@ -66,6 +66,15 @@ def test_the_function_manages_only_its_own_stage_connections_and_reads_tenants_t
     assert keys["Action"] == "dynamodb:GetItem"
     assert keys["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == ["K#*"]
     assert "SLUICE_TENANT_ROLE_ARN" in function["Environment"]["Variables"]
+    # a connection's own rate, counted through the tenant role (UpdateItem on its partition)
+    assert function["Environment"]["Variables"]["SLUICE_WEBSOCKET_RATE_LIMIT"] == "5/second;120 per minute"
+
+
+def test_a_connection_rate_that_is_not_one_is_refused_by_the_config() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="connection_rate_limit"):
+        SluiceConfig.model_validate({"websocket": {"enabled": True, "connection_rate_limit": "lots"}})
 
 
 def test_reserved_concurrency_of_the_websocket_function_counts_against_the_account() -> None:

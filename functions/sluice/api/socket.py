@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from pydantic import Field
@@ -33,11 +33,20 @@ from sluice.types.v2 import InferenceRequest
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sluice.api.ratelimit import RateLimit
     from sluice.domain import Principal
     from sluice.wiring import Container
 
 MAX_REQUEST_ID = 128
+
+
+class MessageRate(Protocol):
+    """A connection's message rate: in memory on `sluice serve` (`api.ratelimit.RateLimit`),
+    in the registry on Lambda (`services.connection_rate.ConnectionRate`)."""
+
+    async def check(self, subject: str) -> None:
+        """Count one message of the connection `subject`; RateLimited when it is over."""
+        ...
+
 _UNCHECKED = object()
 
 
@@ -73,7 +82,7 @@ class Session:
         *,
         connection_id: str,
         headers: Mapping[str, str] | None = None,
-        rate_limit: RateLimit | None = None,
+        rate_limit: MessageRate | None = None,
         max_message_bytes: int | None = None,
         key_checked: bool = True,
     ) -> None:

@@ -10,8 +10,9 @@
   connection opened gets a 401 answer, and the connection is closed.
 - `$disconnect` has nothing to clean up: sluice keeps no connection state.
 
-Per-connection message rates are API Gateway's stage throttling here (a Lambda keeps no count
-between invocations); messages are at most 128 KB, and so is an answer.
+A connection's message rate (`SLUICE_WEBSOCKET_RATE_LIMIT`) is counted in the registry in fixed
+windows (`sluice.services.connection_rate`), since its messages reach many containers; the
+stage's throttling caps the whole API. Messages are at most 128 KB, and so is an answer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sluice.services.loop import container_loop
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
     from sluice.domain import Principal
+    from sluice.services.connection_rate import ConnectionRate
     from sluice.wiring import Container
 
 logger = get_logger()
@@ -83,7 +85,7 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
     body = event.get("body") or ""
     raw: bytes | str = base64.b64decode(body) if event.get("isBase64Encoded") else body
     with use_tenant(principal.tenant):  # the registry acts for this tenant alone
-        session = Session(container, principal, connection_id=connection, key_checked=False)
+        session = Session(container, principal, connection_id=connection, key_checked=False, rate_limit=_rate(container, principal.tenant))
         answer = await session.answer(raw)
     data = encode(answer)
     if len(data) > MAX_ANSWER_BYTES:
@@ -100,6 +102,17 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
         _close(management, connection)
     container.predictions.flush_stats_if_due()
     return OK
+
+
+def _rate(container: Container, tenant: str) -> ConnectionRate | None:
+    """The connection's message rate, counted in the registry: each message may reach
+    another container, so no container's own count would hold."""
+    spec = container.settings.websocket_rate_limit
+    if not spec:
+        return None
+    from sluice.services.connection_rate import ConnectionRate
+
+    return ConnectionRate(container.registry, spec, tenant)
 
 
 def _clients(container: Container) -> AwsClients:

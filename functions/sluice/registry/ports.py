@@ -114,5 +114,15 @@ class AnswerRegistry(Protocol):
     def put_cached_answer(self, tenant: str, deployment: str, key: str, body: bytes, *, expires_at: float) -> None: ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, AnswerRegistry, Protocol):
+class ConnectionRegistry(Protocol):
+    """Messages counted per WebSocket connection in fixed windows, shared by every container
+    that answers the connection (a Lambda keeps no count between invocations)."""
+
+    def count_message(self, tenant: str, connection: str, window: str, *, limit: int, expires_at: float) -> bool:
+        """Count one message of `connection` in `window` (a name, such as `1s#1764160000`):
+        True while the window holds fewer than `limit`; False, and not counted, past it."""
+        ...
+
+
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

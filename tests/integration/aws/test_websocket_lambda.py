@@ -176,3 +176,36 @@ def test_the_authorizer_function_tells_a_websocket_connect_from_a_rest_request(d
     answer = authorizer.handler(event, None)
     assert answer["policyDocument"]["Statement"][0]["Resource"] == event["methodArn"]  # not REST's stage/*/*
     assert answer["context"]["subject"] == key_id
+
+
+def test_a_connections_message_rate_holds_across_containers(aws: None, demo: Container, key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each message may reach another Lambda container: the count is the registry's, so two
+    containers over one registry refuse the fourth message of a 3/minute connection."""
+    from types import SimpleNamespace
+
+    from sluice.services import connection_rate
+    from sluice.wiring import Container
+
+    monkeypatch.setattr(connection_rate, "time", SimpleNamespace(time=lambda: 1_800_000_010.0))  # 50 s left in its minute
+    settings = demo.settings.model_copy(update={"websocket_rate_limit": "3/minute"})
+    first, second = Container.from_settings(settings), Container.from_settings(settings)
+    key_id, _ = key
+    clients = AwsClients(region=REGION)
+    body = '{"request_id": "m%d", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}'
+    for n, container in enumerate((first, second, first, second)):
+        route(message(body % n, key_id=key_id, connection="busy"), container=container, clients=clients)
+    route(message(body % 9, key_id=key_id, connection="calm"), container=second, clients=clients)
+    answers = posted("busy")
+    assert [a.get("prediction") for a in answers[:3]] == ["setosa"] * 3
+    refused = answers[3]
+    assert (refused["request_id"], refused["status"], refused["code"]) == ("m3", 429, "rate_limited")
+    assert refused["details"]["retry_after_s"] == 50 and "3/minute" in refused["error"]
+    assert posted("calm")[0]["prediction"] == "setosa"  # another connection has its own count
+
+
+def test_a_rate_that_is_not_one_is_refused_by_name() -> None:
+    from sluice.services.connection_rate import parse_rates
+
+    assert [(r.count, r.seconds) for r in parse_rates("100/second; 600 per 10 minutes")] == [(100, 1), (600, 600)]
+    with pytest.raises(ValueError, match="'lots/second' is not a rate"):
+        parse_rates("10/minute;lots/second")

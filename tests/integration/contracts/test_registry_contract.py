@@ -797,3 +797,12 @@ def test_dynamodb_failures_become_sluice_errors_without_their_text() -> None:
             registry.list_models(A)
     for caught in (throttled, broken):
         assert "secret-detail" not in caught.value.message
+
+
+def test_messages_are_counted_per_connection_and_window_up_to_their_limit(registry: Registry) -> None:
+    counted = [registry.count_message(A, "conn-1", "1s#100", limit=3, expires_at=2000.0) for _ in range(5)]
+    assert counted == [True, True, True, False, False]
+    assert registry.count_message(A, "conn-1", "1s#101", limit=3, expires_at=2000.0)  # the next window
+    assert registry.count_message(A, "conn-2", "1s#100", limit=3, expires_at=2000.0)  # another connection
+    assert registry.count_message(B, "conn-1", "1s#100", limit=3, expires_at=2000.0)  # another tenant's
+    assert not registry.count_message(A, "conn-3", "1s#100", limit=0, expires_at=2000.0)

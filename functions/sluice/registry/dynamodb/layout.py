@@ -14,6 +14,8 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
 - cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
   also `body` (bytes) and `expires_at`
+- WebSocket messages counted in a window: `pk=T#<tenant>#W#<connection id>`, `sk=N#<window>`;
+  also `n` and `expires_at`
 - API key: `pk=K#<key id>`, `sk=KEY`
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
@@ -32,6 +34,7 @@ ASSIGNMENT = "ASSIGNMENT"
 REWARD = "REWARD"
 ANSWER = "ANSWER"
 KEY = "KEY"
+MESSAGES = "N#"
 KEY_LISTING = "K#"
 JOB = "J#"
 CHUNK = "C#"
@@ -79,6 +82,15 @@ def assignment_pk(tenant: str, deployment: str, request_id: str) -> str:
 def answer_pk(tenant: str, deployment: str, key: str) -> str:
     # One partition per answer: read and written on the request path, by many containers.
     return f"T#{tenant}#D#{deployment}#A#{key}"
+
+
+def connection_pk(tenant: str, connection: str) -> str:
+    # One partition per connection: counted on every message, by many containers.
+    return f"T#{tenant}#W#{connection}"
+
+
+def messages_sk(window: str) -> str:
+    return f"{MESSAGES}{window}"
 
 
 def key_item(key_id: str) -> tuple[str, str]:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sluice.registry.sqlite.answers import SqliteAnswers
 from sluice.registry.sqlite.connection import Database, path_of_url
+from sluice.registry.sqlite.connections import SqliteConnections
 from sluice.registry.sqlite.deployments import SqliteDeployments
 from sluice.registry.sqlite.jobs import SqliteJobs
 from sluice.registry.sqlite.keys import SqliteKeys
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteRegistry", "path_of_url"]
 
 
-class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteStats, SqliteAnswers):
+class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteStats, SqliteAnswers, SqliteConnections):
     """Every aggregate over one database file."""
 
     def __init__(self, path: Path | str) -> None:

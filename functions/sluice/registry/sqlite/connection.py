@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS cached_answers (
     expires_at REAL NOT NULL, body BLOB NOT NULL,
     PRIMARY KEY (tenant, deployment, key));
 CREATE INDEX IF NOT EXISTS cached_answers_by_expiry ON cached_answers (expires_at);
+CREATE TABLE IF NOT EXISTS connection_messages (
+    tenant TEXT NOT NULL, connection TEXT NOT NULL, win TEXT NOT NULL,
+    n INTEGER NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant, connection, win));
 """
 
 
