@@ -1,9 +1,9 @@
 """`sluice stream --deployment D`: JSON Lines in on stdin, predictions out on stdout, the local
 twin of the stream Lambda (the same core: `sluice.stream`).
 
-Lines are gathered into micro-batches, flushed at `--batch-lines` lines or when the first line
-of a batch has waited `--max-wait-ms` (so a slow producer still gets answers promptly, and a
-fast pipe is scored in large calls). Every input line gives exactly one output line: a
+Lines are read in blocks of about a mebibyte, handed on once that large or when the first line
+of a block has waited `--max-wait-ms` (so a slow producer still gets answers promptly, and a
+fast pipe is scored in large calls), and scored `--batch-lines` at a time. Every input line gives exactly one output line: a
 prediction, or `{"error": …}` for a line that can never succeed. A transient failure is
 retried a few times; a line that still fails is written as an error with `"retryable": true`
 and the exit status is 1.
@@ -29,35 +29,46 @@ if TYPE_CHECKING:
 RETRIES = (0.2, 1.0, 3.0)  # seconds before each new try of a transient failure
 
 
-def read_batches(fd: int, lines_per_batch: int, max_wait_s: float) -> Iterator[list[bytes]]:
-    """Lines of `fd` in batches of at most `lines_per_batch`, a partial batch flushed once its
-    first line has waited `max_wait_s`."""
-    rest, pending = b"", []
+BLOCK_BYTES = 1 << 20  # what one read takes, and about what one worker is handed at a time
+
+
+def read_blocks(fd: int, max_wait_s: float, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Whole lines of `fd` in blocks of about `block_bytes`: a block goes once it is that large,
+    or once its first line has waited `max_wait_s` (a slow producer still gets answers). The
+    lines stay one `bytes`: splitting them is the scorer's work, in whichever process scores."""
+    pending, rest = b"", b""
     deadline = 0.0
     while True:
         if pending:
             ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
             if not ready:
                 yield pending
-                pending = []
+                pending = b""
                 continue
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, block_bytes)
         if not chunk:
-            if rest.strip():
-                pending.append(rest)
-            while pending:
-                yield pending[:lines_per_batch]
-                pending = pending[lines_per_batch:]
+            tail = pending + rest if rest.strip() else pending  # a last line without its newline
+            if tail:
+                yield tail
             return
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        if lines and not pending:
+        data = rest + chunk
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if not cut:
+            continue
+        if not pending:
             deadline = time.monotonic() + max_wait_s
-        pending.extend(lines)
-        while len(pending) >= lines_per_batch:
-            yield pending[:lines_per_batch]
-            pending = pending[lines_per_batch:]
-            deadline = time.monotonic() + max_wait_s
+        pending += data[:cut]
+        if len(pending) >= block_bytes:
+            yield pending
+            pending = b""
+
+
+def lines_of(block: bytes) -> list[bytes]:
+    lines = block.split(b"\n")
+    if lines[-1] == b"":  # the newline that ends the block
+        lines.pop()
+    return lines
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
@@ -67,12 +78,12 @@ def cmd_stream(args: argparse.Namespace) -> int:
     lines_per_batch = args.batch_lines or settings.stream_batch_rows
     wait_s = (settings.stream_max_wait_ms if args.max_wait_ms is None else args.max_wait_ms) / 1000
     workers = args.workers or os.cpu_count() or 1
-    batches = read_batches(sys.stdin.fileno(), lines_per_batch, wait_s)
+    blocks = read_blocks(sys.stdin.fileno(), wait_s)
     job = (args.tenant, args.deployment, lines_per_batch)
     seen = errors = gave_up = 0
     stdout = sys.stdout.buffer
     with _scorers(job, workers) as score:
-        for lines, (data, failed, dropped) in score(_numbered(batches)):
+        for data, lines, failed, dropped in score(_numbered(blocks)):
             stdout.write(data)
             stdout.flush()
             seen, errors, gave_up = seen + lines, errors + failed, gave_up + dropped
@@ -81,25 +92,26 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return 1 if gave_up else 0
 
 
-Scored = tuple[bytes, int, int]  # the batch's output lines, its errors, its lines given up on
+Scored = tuple[bytes, int, int, int]  # a block's output lines; its lines, errors and lines given up on
 
 
-def _numbered(batches: Iterator[list[bytes]]) -> Iterator[tuple[int, list[bytes]]]:
+def _numbered(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Each block with the number of its first line (counted in C: no line is split here)."""
     first = 1
-    for batch in batches:
-        yield first, batch
-        first += len(batch)
+    for block in blocks:
+        yield first, block
+        first += block.count(b"\n") + (not block.endswith(b"\n"))
 
 
 @contextmanager
 def _scorers(job: tuple[str, str, int], workers: int) -> Iterator[Any]:
-    """A function from numbered batches to (lines, scored) in input order: this process alone
+    """A function from numbered blocks to their answers in input order: this process alone
     with one worker; with several, worker processes that each hold a container and score
-    whole batches, while this one only reads the pipe and writes the answers in order."""
+    whole blocks, while this one only reads the pipe and writes the answers in order."""
     if workers <= 1:
         scorer = BatchScorer(*job)
         try:
-            yield lambda numbered: ((len(lines), scorer(first, lines)) for first, lines in numbered)
+            yield lambda numbered: (scorer(first, block) for first, block in numbered)
         finally:
             scorer.finish()
         return
@@ -111,15 +123,15 @@ def _scorers(job: tuple[str, str, int], workers: int) -> Iterator[Any]:
     in_flight = threading.BoundedSemaphore(2 * workers)  # a fast pipe is not read ahead into memory
     pool = context.Pool(workers, initializer=_start_worker, initargs=job)
 
-    def bounded(numbered: Iterator[tuple[int, list[bytes]]]) -> Iterator[tuple[int, list[bytes]]]:
+    def bounded(numbered: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
         for item in numbered:
             in_flight.acquire()
             yield item
 
-    def score(numbered: Iterator[tuple[int, list[bytes]]]) -> Iterator[tuple[int, Scored]]:
-        for lines, scored in pool.imap(_score_in_worker, bounded(numbered)):
+    def score(numbered: Iterator[tuple[int, bytes]]) -> Iterator[Scored]:
+        for scored in pool.imap(_score_in_worker, bounded(numbered)):
             in_flight.release()
-            yield lines, scored
+            yield scored
 
     try:
         yield score
@@ -136,15 +148,25 @@ class BatchScorer:
         from sluice.stream.core import StreamScorer
 
         self.container = get_container()
+        self.batch_rows = batch_rows
         self.scorer = StreamScorer(self.container.stream_predictions, tenant, deployment, batch_rows=batch_rows)
 
-    def __call__(self, first: int, lines: list[bytes]) -> Scored:
+    def __call__(self, first: int, block: bytes) -> Scored:
+        """Score a block's lines, `lines_per_batch` at a time: (output, lines, errors, given up)."""
+        buffer = io.BytesIO()
+        lines = lines_of(block)
+        errors = gave_up = 0
+        for at in range(0, len(lines), self.batch_rows):
+            failed, dropped = self._batch(first + at, lines[at : at + self.batch_rows], buffer)
+            errors, gave_up = errors + failed, gave_up + dropped
+        return buffer.getvalue(), len(lines), errors, gave_up
+
+    def _batch(self, first: int, lines: list[bytes], buffer: io.BytesIO) -> tuple[int, int]:
         from sluice.services.loop import run
         from sluice.stream.records import StreamRecord
         from sluice.stream.run import gc_paused, process
         from sluice.stream.sinks import FileSink
 
-        buffer = io.BytesIO()
         out = FileSink(buffer)
         # A trailing \r (CRLF files) is JSON whitespace: the line is parsed as it is.
         with gc_paused():
@@ -160,7 +182,7 @@ class BatchScorer:
             records = [r for r, _ in retry]
         if retry:
             out.write(records, [(n, _gave_up(r, why)) for n, (r, why) in enumerate(retry)])
-        return buffer.getvalue(), errors, len(retry)
+        return errors, len(retry)
 
     def finish(self) -> None:
         self.container.mirror.drain()  # type: ignore[union-attr]
@@ -182,11 +204,10 @@ def _start_worker(tenant: str, deployment: str, batch_rows: int) -> None:
     Finalize(_worker, _worker.finish, exitpriority=10)  # run as the worker exits after the pool closes
 
 
-def _score_in_worker(item: tuple[int, list[bytes]]) -> tuple[int, Scored]:
-    first, lines = item
+def _score_in_worker(item: tuple[int, bytes]) -> Scored:
     if not isinstance(_worker, BatchScorer):
         raise _worker or RuntimeError("the worker has no scorer")
-    return len(lines), _worker(first, lines)
+    return _worker(*item)
 
 
 def _gave_up(record: Any, why: str | None) -> dict[str, Any]:
