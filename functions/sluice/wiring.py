@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
+    from sluice.services.results import ResultService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -116,6 +117,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     def sagemaker() -> Runtime:
         from sluice.clients import default_clients
         from sluice.runtimes.sagemaker import SageMakerRuntime
+        from sluice.storage.results import results_for
 
         return SageMakerRuntime(
             clients=default_clients(settings.region),
@@ -123,6 +125,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             endpoint_url=settings.sagemaker_endpoint_url,
             local_servers=settings.triton_url_prefixes,
             timeout_s=settings.request_timeout_s,
+            results=results_for(store),  # asynchronous inference: inputs, records, answers
         )
 
     return Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
@@ -250,6 +253,14 @@ class Container:
         if self.endpoint_control is None:
             self.endpoint_control = build_endpoint_control(self.settings, self.store)
         return EndpointService(self.registry, self.deployments, self.endpoint_control)
+
+    @cached_property
+    def results(self) -> ResultService:
+        """Results of asynchronous predictions, in the store beside the artifacts."""
+        from sluice.services.results import ResultService
+        from sluice.storage.results import results_for
+
+        return ResultService(results_for(self.store))
 
     @cached_property
     def optimizer(self) -> OptimizeService:
