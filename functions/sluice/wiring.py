@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
+    from sluice.cost.service import CostService
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
     from sluice.optimize.jobs import OptimizeJobs
@@ -261,6 +262,13 @@ class Container:
         from sluice.storage.results import results_for
 
         return ResultService(results_for(self.store))
+
+    @cached_property
+    def cost(self) -> CostService:
+        """`sluice cost` and its route: deployments priced per runtime; built on first use."""
+        from sluice.cost.service import CostService
+
+        return CostService(self.registry, self.deployments)
 
     @cached_property
     def optimizer(self) -> OptimizeService:

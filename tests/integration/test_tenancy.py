@@ -45,6 +45,7 @@ CASES = [
     ("DELETE", "/api/v1/deployments/{name}", None),
     ("GET", "/api/v1/deployments/{name}/history", None),
     ("GET", "/api/v1/deployments/{name}/stats", None),
+    ("GET", "/api/v1/deployments/{name}/cost", None),
     ("POST", "/api/v1/deployments/{name}/promote", {"mirror": "m"}),
     ("POST", "/api/v1/deployments/{name}/feedback", {"request_id": "r", "reward": 1}),
     ("POST", "/api/v1/deployments/{name}/endpoint", {"instance_type": "ml.g5.xlarge"}),
