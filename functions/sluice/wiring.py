@@ -127,9 +127,11 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             local_servers=settings.triton_url_prefixes,
             timeout_s=settings.request_timeout_s,
             results=results_for(store),  # asynchronous inference: inputs, records, answers
+            fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
         )
 
-    return Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+    runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+    return runtimes
 
 
 def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:

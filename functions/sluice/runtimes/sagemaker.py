@@ -28,7 +28,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -81,6 +81,8 @@ class EndpointTarget:
     endpoint_url: str | None = None  # a local twin's SageMaker port; None: the runtime's own
     asynchronous: bool = False  # the endpoint is asynchronous: every request goes through S3
     async_endpoint: str | None = None  # where requests above the synchronous limit go
+    inference_component: str | None = None  # InvokeEndpoint's InferenceComponentName
+    fallback: bool = False  # in process (the version's ONNX artifact) while the component has no copy
 
     @property
     def takes_async(self) -> bool:
@@ -102,9 +104,13 @@ class EndpointTarget:
         async_endpoint = config.get("async_endpoint_name") or None
         if async_endpoint is not None and not isinstance(async_endpoint, str):
             raise BadRequest("config.async_endpoint_name must be an endpoint name", field="config.async_endpoint_name")
+        fallback = config.get("fallback")
+        if fallback not in (None, "in_process"):
+            raise BadRequest("config.fallback is in_process (or left out)", field="config.fallback")
         return cls(
             name, config.get("target_model") or None, config.get("variant") or None, batched, limit, url,
             asynchronous=invocation == "async", async_endpoint=async_endpoint,
+            inference_component=config.get("inference_component") or None, fallback=fallback == "in_process",
         )  # fmt: skip
 
 
@@ -194,6 +200,7 @@ class SageMakerRuntime:
         result_ttl_s: int = 7 * 24 * 3600,
         async_timeout_s: int = 900,
         local_async_workers: int = 2,
+        fallback: Callable[[], Any] | None = None,
     ) -> None:
         self._client = client
         self._clients = clients
@@ -214,6 +221,7 @@ class SageMakerRuntime:
         self.async_timeout_s = async_timeout_s
         self.local_async_workers = local_async_workers
         self._queue: ThreadPoolExecutor | None = None  # the local twin's asynchronous queue
+        self._fallback = fallback  # the ONNX runtime, for components scaled to zero
 
     @property
     def client(self) -> Any:
@@ -293,6 +301,8 @@ class SageMakerRuntime:
             params["TargetModel"] = target.target_model
         if target.variant:
             params["TargetVariant"] = target.variant
+        if target.inference_component:
+            params["InferenceComponentName"] = target.inference_component
         response = self.client_for(target).invoke_endpoint(**params)
         return response["Body"].read(), response.get("ContentType")
 
@@ -319,6 +329,24 @@ class SageMakerRuntime:
         outputs: Sequence[str] | None = None,
     ) -> InferenceResult:
         target = EndpointTarget.of(version)
+        try:
+            return await self._infer(version, target, inputs, outputs)
+        except NoCapacity:
+            if not target.fallback or self._fallback is None or version.artifact_uri.endswith((".tar.gz", ".tgz")):
+                raise
+            # The component has scaled to zero; SageMaker counted this call (the alarm on
+            # NoCapacityInvocationFailures starts a copy). Meanwhile the same ONNX artifact
+            # answers in process.
+            log.info("sagemaker: no capacity, answered in process", extra={"endpoint": target.endpoint_name, "model": version.ref})
+            return await self._fallback().infer(replace(version, runtime="onnx", config={}), inputs, outputs)
+
+    async def _infer(
+        self,
+        version: ModelVersion,
+        target: EndpointTarget,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None,
+    ) -> InferenceResult:
         wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
         if target.asynchronous:
             await self._defer(version, target, wire, outputs)
@@ -489,6 +517,10 @@ class _Throttled(Unavailable):
     pass
 
 
+class NoCapacity(Unavailable):
+    """The inference component has no copy running (scaled to zero): one is starting."""
+
+
 def _too_large(size: int, limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"the request is {size} bytes encoded, above SageMaker's synchronous limit of {limit} bytes; "
@@ -548,6 +580,8 @@ def _mapped(exc: Exception, target: EndpointTarget) -> SluiceError:
         return BackendError(f"the model container failed ({status or 'no status'})")
     if code in ("ServiceUnavailable", "ModelNotReadyException"):
         return Unavailable("the SageMaker endpoint is not available right now")
+    if code == "ValidationError" and "no capacity" in message.lower():
+        return NoCapacity("the endpoint's inference component has scaled to zero; a copy is starting (minutes): retry later")
     if code == "ValidationError" and "not found" in message.lower():
         return BackendError(f"SageMaker endpoint '{target.endpoint_name}' does not exist")
     return BackendError(f"SageMaker failed ({code or 'unknown error'})")
