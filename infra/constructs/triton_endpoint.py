@@ -13,6 +13,13 @@ only place sluice reads them from), telling two encrypted SNS topics of each; it
 scales on `ApproximateBacklogSizePerInstance` and may go down to zero instances, with the
 step-scaling policy AWS documents (`HasBacklogWithoutCapacity`) to start one again when
 requests wait.
+
+An endpoint of inference components (`inference_components`) runs its one model as a component
+on instances SageMaker manages (ManagedInstanceScaling, down to `min_instances`, 0 by default):
+the component's copies track `SageMakerInferenceComponentInvocationsPerCopy` down to zero, and
+an alarm on `NoCapacityInvocationFailures` adds a copy when a request finds none. Versions that
+use it name the component (`inference_component`) and may answer in process meanwhile
+(`"fallback": "in_process"`).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import AsyncInference, EndpointVariant
+from infra.config import AsyncInference, EndpointVariant, InferenceComponents
 from infra.constructs.triton_image import triton_image
 from infra.nag import acknowledge, wildcard_resource
 
@@ -52,6 +59,7 @@ class TritonEndpoint(Construct):
         model_bucket: s3.IBucket,
         asynchronous: AsyncInference | None = None,
         results_prefix: str | None = None,
+        inference_components: InferenceComponents | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.endpoint_name = endpoint_name
@@ -106,6 +114,8 @@ class TritonEndpoint(Construct):
 
         production_variants = []
         repositories: list[str] = []
+        self.models: dict[str, sagemaker.CfnModel] = {}
+        self.inference_components: list[sagemaker.CfnInferenceComponent] = []
         for variant in variants:
             image, repository_arn = triton_image(
                 self, version=triton_version, instance_type=variant.instance_type
@@ -129,6 +139,25 @@ class TritonEndpoint(Construct):
             )
             # SageMaker checks the role's access when the model is created.
             model.node.add_dependency(self.role)
+            self.models[variant.name] = model
+            if inference_components is not None:
+                # The instances are SageMaker's to manage; the model comes in as a component.
+                production_variants.append(
+                    sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                        variant_name=variant.name,
+                        instance_type=variant.instance_type,
+                        initial_instance_count=variant.initial_instance_count,
+                        managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
+                            status="ENABLED",
+                            min_instance_count=inference_components.min_instances,
+                            max_instance_count=inference_components.max_instances,
+                        ),
+                        routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+                            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+                        ),
+                    )
+                )
+                continue
             production_variants.append(
                 sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                     variant_name=variant.name,
@@ -159,6 +188,8 @@ class TritonEndpoint(Construct):
             "Config",
             production_variants=production_variants,
             async_inference_config=async_config,
+            # An endpoint of inference components needs the role in its config.
+            execution_role_arn=self.role.role_arn if inference_components is not None else None,
         )
         self.endpoint = sagemaker.CfnEndpoint(
             self,
@@ -178,6 +209,9 @@ class TritonEndpoint(Construct):
         for variant in variants:
             if asynchronous is not None:
                 self._scale_on_backlog(variant, asynchronous, autoscaling_role)
+                continue
+            if inference_components is not None:
+                self._component(variant, inference_components, autoscaling_role)
                 continue
             target = appscaling.ScalableTarget(
                 self,
@@ -240,6 +274,75 @@ class TritonEndpoint(Construct):
                 notification_config=notification,
             ),
         )
+
+    def _component(self, variant: EndpointVariant, spec: InferenceComponents, role: iam.IRole) -> None:
+        """The variant's model as an inference component, its copies scaling to zero and back."""
+        name = f"{self.endpoint_name}-{variant.name}"[:63]
+        component = sagemaker.CfnInferenceComponent(
+            self,
+            f"Component-{variant.name}",
+            inference_component_name=name,
+            endpoint_name=self.endpoint_name,
+            variant_name=variant.name,
+            specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                model_name=self.models[variant.name].attr_model_name,
+                compute_resource_requirements=sagemaker.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
+                    min_memory_required_in_mb=spec.memory_mb,
+                    number_of_accelerator_devices_required=spec.accelerators or None,
+                ),
+            ),
+            runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
+                copy_count=spec.copies
+            ),
+        )
+        component.add_dependency(self.endpoint)
+        self.inference_components.append(component)
+        target = appscaling.ScalableTarget(
+            self,
+            f"Scaling-{variant.name}",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"inference-component/{name}",
+            scalable_dimension="sagemaker:inference-component:DesiredCopyCount",
+            min_capacity=spec.min_copies,
+            max_capacity=spec.max_copies,
+            role=role,
+        )
+        target.node.add_dependency(component)
+        target.scale_to_track_metric(
+            "InvocationsPerCopy",
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY,
+            target_value=spec.target_invocations_per_copy,
+            scale_in_cooldown=Duration.minutes(5),
+            scale_out_cooldown=Duration.minutes(1),
+        )
+        if spec.min_copies > 0:
+            return
+        from_zero = appscaling.StepScalingAction(
+            self,
+            "NoCapacity-ScalingPolicy",
+            scaling_target=target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
+            cooldown=Duration.minutes(1),
+        )
+        from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        alarm = cloudwatch.Alarm(
+            self,
+            "NoCapacityInvocationFailures",
+            alarm_description=f"A request found no copy of {name}",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="NoCapacityInvocationFailures",
+                dimensions_map={"InferenceComponentName": name},
+                statistic="Sum",
+                period=Duration.minutes(1),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+        )
+        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(from_zero))
 
     def _scale_on_backlog(
         self, variant: EndpointVariant, spec: AsyncInference, role: iam.IRole

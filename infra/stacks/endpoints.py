@@ -39,6 +39,7 @@ class EndpointsStack(Stack):
                     if endpoint.asynchronous is not None
                     else None
                 ),
+                inference_components=endpoint.inference_components,
             )
             CfnOutput(
                 self,

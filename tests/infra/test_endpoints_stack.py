@@ -103,7 +103,9 @@ def test_variants_scale_on_invocations_per_instance(full_app: Synthesized) -> No
     ).items():
         endpoint = target_id.split("Scaling")[0]
         assert any(
-            d.startswith(endpoint) and "Endpoint" in d[len(endpoint) :] for d in target["DependsOn"]
+            # the endpoint, or the inference component that waits for it
+            d.startswith(endpoint) and ("Endpoint" in d[len(endpoint) :] or "Component" in d[len(endpoint) :])
+            for d in target["DependsOn"]
         )
 
 
@@ -255,4 +257,60 @@ def test_zero_instances_need_an_async_endpoint_and_async_one_variant() -> None:
                 "variants": [variant, {**variant, "name": "b"}],
                 "asynchronous": {"tenant": "acme"},
             }
+        )
+
+
+# inference components ---------------------------------------------------------------------
+def _ranker(template: Any, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(i, r) for i, r in template.find_resources(kind).items() if i.startswith("Endpointranker")]
+
+
+def test_an_endpoint_of_inference_components_scales_copies_and_instances_to_zero(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("endpoints")
+    ((_, config),) = _ranker(template, "AWS::SageMaker::EndpointConfig")
+    (variant,) = config["Properties"]["ProductionVariants"]
+    assert "ModelName" not in variant  # the model comes in as a component
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 2}
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert config["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0].startswith("EndpointrankerExecutionRole")
+    ((_, component),) = _ranker(template, "AWS::SageMaker::InferenceComponent")
+    props = component["Properties"]
+    assert props["InferenceComponentName"] == "sluice-ranker-primary"
+    assert props["EndpointName"] == "sluice-ranker" and props["VariantName"] == "primary"
+    assert props["Specification"]["ComputeResourceRequirements"] == {
+        "MinMemoryRequiredInMb": 8192,
+        "NumberOfAcceleratorDevicesRequired": 1,
+    }
+    assert props["RuntimeConfig"] == {"CopyCount": 1}
+    assert any(d.startswith("EndpointrankerEndpoint") for d in component["DependsOn"])
+    ((_, target),) = _ranker(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["Properties"]["ResourceId"] == "inference-component/sluice-ranker-primary"
+    assert target["Properties"]["ScalableDimension"] == "sagemaker:inference-component:DesiredCopyCount"
+    assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (0, 4)
+    policies = {r["Properties"]["PolicyType"]: r for i, r in _ranker(template, "AWS::ApplicationAutoScaling::ScalingPolicy")}
+    tracking = policies["TargetTrackingScaling"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {
+        "PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"
+    }
+    ((_, alarm),) = _ranker(template, "AWS::CloudWatch::Alarm")
+    assert alarm["Properties"]["MetricName"] == "NoCapacityInvocationFailures"
+    assert alarm["Properties"]["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "sluice-ranker-primary"}]
+    step = policies["StepScaling"]["Properties"]["StepScalingPolicyConfiguration"]
+    assert step["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+
+
+def test_inference_components_take_one_variant_and_no_async() -> None:
+    from infra.config import EndpointConfig
+    from pydantic import ValidationError
+
+    variant = {"model_data_key": "a/model.tar.gz", "model_name": "a", "instance_type": "ml.g5.xlarge"}
+    with pytest.raises(ValidationError, match="not both"):
+        EndpointConfig.model_validate(
+            {"name": "a", "variants": [variant], "asynchronous": {"tenant": "acme"}, "inference_components": {}}
+        )
+    with pytest.raises(ValidationError, match="copies"):
+        EndpointConfig.model_validate(
+            {"name": "a", "variants": [variant], "inference_components": {"copies": 5, "max_copies": 2}}
         )
