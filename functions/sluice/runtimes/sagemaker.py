@@ -10,6 +10,10 @@ through SageMaker asynchronous inference when the version names an asynchronous 
 `results/` prefix, `InvokeEndpointAsync` is called with its location, and `Accepted` (202)
 carries the result the caller polls. Without either, they are refused with 413.
 
+`inference_component` names the SageMaker inference component to invoke. While it has no copy
+(scaled to zero) SageMaker answers "no capacity": 503, or, with `"fallback": "in_process"`,
+the version's own ONNX artifact answers through the ONNX runtime while a copy starts.
+
 `endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS
 (for every version; or for one, as its config's `endpoint_url`, which the local endpoints
 twin sets on the versions it binds, and which must be a local server's address):
