@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sluice import cli
 from sluice.settings import get_settings
 from sluice.wiring import get_container
-from tests.conftest import MODELS
+from tests.conftest import MODELS, REPO
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
@@ -110,6 +110,17 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     code, _, err = _cli(capsys, "cost", "iris", "--latency", "gpu=2/9")
     assert code == 2 and "[latency]" in err
 
+    gpu = REPO / "benchmarks" / "gpu" / "results" / "gpu-e2e-sluice-triton-h100.json"
+    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--benchmark", str(gpu), "--rps", "2000", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    measured = json.loads(gpu.read_text())["latency"]
+    assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_json"]["p50_ms"]
+    assert report["latency"]["sagemaker"]["source"].startswith("benchmark gpu-e2e-sluice-triton-h100.json")
+    assert report["workload"]["instance_rps"] == measured["concurrency_16"]["sluice_json"]["rps"]
+    code, _, err = _cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
+    assert code == 2 and "[benchmark]" in err
+
     pytest.importorskip("matplotlib")
     png = tmp_path / "curves.png"
     code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(png))
@@ -137,7 +148,5 @@ def test_the_plot_names_the_extra_when_matplotlib_is_missing(
 
 
 def test_no_lambda_layer_carries_matplotlib() -> None:
-    from tests.conftest import REPO
-
     for requirements in (REPO / "layers").glob("*/requirements.txt"):
         assert "matplotlib" not in requirements.read_text().lower()

@@ -31,10 +31,18 @@ def _latency(value: str) -> tuple[str, tuple[float, float]]:
 def cmd_cost(args: argparse.Namespace) -> int:
     from sluice.cost.service import CostRequest
 
+    latencies, sources, instance_rps = dict(args.latency or []), {}, args.instance_rps
+    if args.benchmark:
+        from sluice.cost.benchmarks import read_benchmark
+
+        found = read_benchmark(args.benchmark)
+        latencies.setdefault("sagemaker", (found.p50_ms, found.p99_ms))
+        sources["sagemaker"] = found.source
+        instance_rps = instance_rps or found.instance_rps
     request = CostRequest(
         rps=args.rps, p99_ms=args.p99_ms, region=args.region, instance_type=args.instance_type,
-        memory_mb=args.memory_mb, architecture=args.architecture, instance_rps=args.instance_rps,
-        latencies=dict(args.latency or []) or None, batch_row_ms=args.batch_row_ms,
+        memory_mb=args.memory_mb, architecture=args.architecture, instance_rps=instance_rps,
+        latencies=latencies or None, batch_row_ms=args.batch_row_ms, sources=sources,
     )  # fmt: skip
     service = get_container().cost
     if args.plot:
@@ -88,6 +96,10 @@ def add_cost_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     cost.add_argument(
         "--latency", type=_latency, action="append", metavar="RUNTIME=P50[/P99]",
         help="a runtime's latency in ms from a benchmark (onnx or sagemaker), instead of the statistics",
+    )  # fmt: skip
+    cost.add_argument(
+        "--benchmark", type=Path,
+        help="a GPU benchmark's JSON (benchmarks/gpu/results/): the endpoint's p50/p99 and one server's req/s",
     )  # fmt: skip
     cost.add_argument("--batch-row-ms", type=float, help="a batch job's time per row (default: the p50, an upper bound)")
     cost.add_argument("--plot", type=Path, help="draw cost against traffic to this PNG (needs the cost extra)")

@@ -36,6 +36,7 @@ class CostRequest:
     instance_rps: float | None = None
     latencies: dict[str, tuple[float, float]] | None = None  # kind -> (p50, p99) given by the caller
     batch_row_ms: float | None = None
+    sources: dict[str, str] | None = None  # kind -> where a given latency comes from (default "given")
 
     def check(self) -> None:
         if not 1e-6 <= self.rps <= 1e7:
@@ -70,7 +71,7 @@ class CostService:
         stats = self.deployments.stats(principal, name)["overall"]
         kinds = sorted({KIND.get(self._runtime(principal.tenant, s.model, s.version), "onnx")
                         for s in referenced_versions(parse_policy(dep.policy))})  # fmt: skip
-        latencies = self._latencies(name, kinds, stats, request.latencies or {})
+        latencies = self._latencies(name, kinds, stats, request.latencies or {}, request.sources or {})
         work = model.Workload(
             rps=request.rps, memory_mb=request.memory_mb, architecture=request.architecture,
             instance_type=request.instance_type, instance_rps=request.instance_rps, batch_row_ms=request.batch_row_ms,
@@ -108,9 +109,13 @@ class CostService:
 
     @staticmethod
     def _latencies(
-        name: str, kinds: list[str], stats: dict[str, Any], given: dict[str, tuple[float, float]]
+        name: str,
+        kinds: list[str],
+        stats: dict[str, Any],
+        given: dict[str, tuple[float, float]],
+        sources: dict[str, str],
     ) -> dict[str, model.Measured]:
-        out = {kind: model.Measured(p50, p99, "given") for kind, (p50, p99) in given.items()}
+        out = {kind: model.Measured(p50, p99, sources.get(kind, "given")) for kind, (p50, p99) in given.items()}
         measured = stats.get("latency_ms", {})
         if len(kinds) == 1 and stats.get("requests") and measured.get("p50") is not None and kinds[0] not in out:
             source = f"statistics: {stats['requests']} requests"
