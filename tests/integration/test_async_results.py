@@ -82,3 +82,14 @@ def test_v2_infer_answers_202_too(client: TestClient, keys: dict[str, str], runt
 def test_the_openapi_schema_has_the_results_route(demo: Container) -> None:
     schema = TestClient(create_app(demo)).get("/openapi.json").json()
     assert "/api/v1/results/{result_id}" in schema["paths"]
+
+
+def test_grpc_says_where_the_result_will_be() -> None:
+    import grpc
+
+    from sluice.domain.errors import Accepted
+    from sluice.grpc_service.service import status_of
+
+    code, message, trailer = status_of(Accepted("queued", result_id="b" * 32, location="/api/v1/results/" + "b" * 32))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and message.endswith("/api/v1/results/" + "b" * 32)
+    assert ("sluice-result", "/api/v1/results/" + "b" * 32) in trailer
