@@ -110,6 +110,12 @@ class StorageConfig(_Section):
     noncurrent_access_log_expiry_days: int = Field(
         7, ge=1, description="Delete deleted or expired access-log versions after this."
     )
+    async_result_expiry_days: int = Field(
+        7,
+        ge=1,
+        description="Delete asynchronous predictions' inputs, answers and errors (under "
+        "artifacts/results/) after this; sluice stops serving them after 7 days either way.",
+    )
 
 
 class PlanLimits(_Section):
@@ -293,7 +299,7 @@ class EndpointVariant(_Section):
     instance_type: str = Field(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
     initial_instance_count: int = Field(1, ge=1)
     weight: float = Field(1.0, ge=0)
-    min_instances: int = Field(1, ge=1)
+    min_instances: int = Field(1, ge=0, description="0 only on an asynchronous endpoint.")
     max_instances: int = Field(1, ge=1)
     target_invocations_per_instance: float = Field(
         100, gt=0, description="Auto scaling target for SageMakerVariantInvocationsPerInstance."
@@ -307,12 +313,81 @@ class EndpointVariant(_Section):
         return self
 
 
+class AsyncInference(_Section):
+    """SageMaker asynchronous inference: requests queue, inputs and answers travel through S3."""
+
+    tenant: str = Field(
+        pattern=_TENANT,
+        description="The tenant whose versions use this endpoint: answers and errors land "
+        "under its results prefix (artifacts/results/tenants/<tenant>/), where sluice reads them.",
+    )
+    max_concurrent_invocations_per_instance: int = Field(
+        4, ge=1, le=1000, description="Requests a single instance works on at once."
+    )
+    notifications: bool = Field(
+        True, description="SNS topics (encrypted) told of each success and each error."
+    )
+    backlog_per_instance: float = Field(
+        5,
+        gt=0,
+        description="Auto scaling target for ApproximateBacklogSizePerInstance (queued requests).",
+    )
+
+
+class InferenceComponents(_Section):
+    """Serve the variant as a SageMaker inference component on instances SageMaker manages: the
+    component's copies scale to zero, and the instances with them."""
+
+    min_instances: int = Field(0, ge=0, description="ManagedInstanceScaling floor (0: scale to zero).")
+    max_instances: int = Field(1, ge=1)
+    copies: int = Field(1, ge=0, description="Copies of the model at creation.")
+    min_copies: int = Field(0, ge=0)
+    max_copies: int = Field(1, ge=1)
+    memory_mb: int = Field(4096, ge=128, description="Memory one copy needs.")
+    accelerators: int = Field(1, ge=0, description="GPUs one copy needs (0 on CPU instances).")
+    target_invocations_per_copy: float = Field(
+        50, gt=0, description="Auto scaling target for SageMakerInferenceComponentInvocationsPerCopy."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> InferenceComponents:
+        if not self.min_copies <= self.copies <= self.max_copies:
+            raise ValueError("need min_copies <= copies <= max_copies")
+        if self.min_instances > self.max_instances:
+            raise ValueError("need min_instances <= max_instances")
+        return self
+
+
 class EndpointConfig(_Section):
     name: str = Field(
         pattern=_SAGEMAKER_NAME, description="Endpoint name, prefixed with the app name."
     )
     triton_version: str = Field("25.09", description="Version of the SageMaker Triton image.")
     variants: tuple[EndpointVariant, ...] = Field(min_length=1, max_length=10)
+    asynchronous: AsyncInference | None = Field(
+        None,
+        description="Make it an asynchronous endpoint (one variant; min_instances may be 0: it "
+        "scales to zero when its queue is empty and back up when requests wait).",
+    )
+    inference_components: InferenceComponents | None = Field(
+        None,
+        description="Serve the one variant as an inference component that scales to zero "
+        "(copies and instances), starting a copy when a request finds none.",
+    )
+
+    @model_validator(mode="after")
+    def _async(self) -> EndpointConfig:
+        if self.asynchronous is not None and len(self.variants) != 1:
+            raise ValueError("an asynchronous endpoint has exactly one variant")
+        if self.inference_components is not None and len(self.variants) != 1:
+            raise ValueError("an endpoint of inference components has exactly one variant here")
+        if self.inference_components is not None and self.asynchronous is not None:
+            raise ValueError("an endpoint is asynchronous or built from inference components, not both")
+        if self.asynchronous is None and any(v.min_instances < 1 for v in self.variants):
+            raise ValueError(
+                "min_instances 0 needs an asynchronous endpoint: real-time variants keep 1"
+            )
+        return self
 
     @field_validator("variants")
     @classmethod

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
+    from sluice.cost.service import CostService
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
     from sluice.optimize.jobs import OptimizeJobs
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
+    from sluice.services.results import ResultService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -116,6 +118,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     def sagemaker() -> Runtime:
         from sluice.clients import default_clients
         from sluice.runtimes.sagemaker import SageMakerRuntime
+        from sluice.storage.results import results_for
 
         return SageMakerRuntime(
             clients=default_clients(settings.region),
@@ -123,9 +126,12 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             endpoint_url=settings.sagemaker_endpoint_url,
             local_servers=settings.triton_url_prefixes,
             timeout_s=settings.request_timeout_s,
+            results=results_for(store),  # asynchronous inference: inputs, records, answers
+            fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
         )
 
-    return Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+    runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+    return runtimes
 
 
 def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
@@ -250,6 +256,21 @@ class Container:
         if self.endpoint_control is None:
             self.endpoint_control = build_endpoint_control(self.settings, self.store)
         return EndpointService(self.registry, self.deployments, self.endpoint_control)
+
+    @cached_property
+    def results(self) -> ResultService:
+        """Results of asynchronous predictions, in the store beside the artifacts."""
+        from sluice.services.results import ResultService
+        from sluice.storage.results import results_for
+
+        return ResultService(results_for(self.store))
+
+    @cached_property
+    def cost(self) -> CostService:
+        """`sluice cost` and its route: deployments priced per runtime; built on first use."""
+        from sluice.cost.service import CostService
+
+        return CostService(self.registry, self.deployments)
 
     @cached_property
     def optimizer(self) -> OptimizeService:

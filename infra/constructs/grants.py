@@ -81,6 +81,33 @@ def grant_invoke_endpoints(
     )
 
 
+def grant_invoke_endpoints_async(
+    owner: Construct, role: iam.IRole, endpoint_names: Iterable[str]
+) -> None:
+    """InvokeEndpointAsync on the same endpoints, for the API (asynchronous inference: the
+    input is written first under the tenant's results prefix, which the object grants cover).
+    A policy of its own, so that CDK does not fold it into the InvokeEndpoint statement."""
+    runtime = endpoint_arns(owner, [f"{RUNTIME_ENDPOINT_PREFIX}*"])[0]
+    others = [n for n in endpoint_names if not n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
+    policy = iam.Policy(
+        owner,
+        "InvokeEndpointsAsync",
+        statements=[
+            iam.PolicyStatement(
+                actions=["sagemaker:InvokeEndpointAsync"],
+                resources=[runtime, *endpoint_arns(owner, others)],
+            )
+        ],
+    )
+    policy.attach_to_role(role)
+    acknowledge(
+        policy,
+        wildcard_resource(owner, runtime),
+        "Endpoints the API deploys at run time are named sluice-<tenant>-<deployment>-<digest>; "
+        "only InvokeEndpointAsync, and only on endpoints with that prefix.",
+    )
+
+
 def state_machine_arn(scope: Construct, name: str) -> str:
     return Stack.of(scope).format_arn(
         service="states",

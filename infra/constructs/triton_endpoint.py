@@ -6,6 +6,20 @@ One SageMaker model per production variant (a Triton model repository archived a
 endpoint, and per variant an Application Auto Scaling target that tracks
 `SageMakerVariantInvocationsPerInstance`. The execution role may read exactly the model
 archives, pull exactly the Triton repository, and write the endpoint's own log group.
+
+An asynchronous endpoint (`asynchronous`) queues requests whose inputs sluice wrote to S3 and
+writes answers and errors under the tenant's results prefix in the artifacts bucket (the
+only place sluice reads them from), telling two encrypted SNS topics of each; its one variant
+scales on `ApproximateBacklogSizePerInstance` and may go down to zero instances, with the
+step-scaling policy AWS documents (`HasBacklogWithoutCapacity`) to start one again when
+requests wait.
+
+An endpoint of inference components (`inference_components`) runs its one model as a component
+on instances SageMaker manages (ManagedInstanceScaling, down to `min_instances`, 0 by default):
+the component's copies track `SageMakerInferenceComponentInvocationsPerCopy` down to zero, and
+an alarm on `NoCapacityInvocationFailures` adds a copy when a request finds none. Versions that
+use it name the component (`inference_component`) and may answer in process meanwhile
+(`"fallback": "in_process"`).
 """
 
 from __future__ import annotations
@@ -14,12 +28,16 @@ from collections.abc import Sequence
 
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import EndpointVariant
+from infra.config import AsyncInference, EndpointVariant, InferenceComponents
 from infra.constructs.triton_image import triton_image
 from infra.nag import acknowledge, wildcard_resource
 
@@ -39,9 +57,14 @@ class TritonEndpoint(Construct):
         triton_version: str,
         variants: Sequence[EndpointVariant],
         model_bucket: s3.IBucket,
+        asynchronous: AsyncInference | None = None,
+        results_prefix: str | None = None,
+        inference_components: InferenceComponents | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.endpoint_name = endpoint_name
+        self.success_topic: sns.Topic | None = None
+        self.error_topic: sns.Topic | None = None
         stack = Stack.of(self)
         self.role = iam.Role(
             self,
@@ -91,6 +114,8 @@ class TritonEndpoint(Construct):
 
         production_variants = []
         repositories: list[str] = []
+        self.models: dict[str, sagemaker.CfnModel] = {}
+        self.inference_components: list[sagemaker.CfnInferenceComponent] = []
         for variant in variants:
             image, repository_arn = triton_image(
                 self, version=triton_version, instance_type=variant.instance_type
@@ -114,6 +139,25 @@ class TritonEndpoint(Construct):
             )
             # SageMaker checks the role's access when the model is created.
             model.node.add_dependency(self.role)
+            self.models[variant.name] = model
+            if inference_components is not None:
+                # The instances are SageMaker's to manage; the model comes in as a component.
+                production_variants.append(
+                    sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                        variant_name=variant.name,
+                        instance_type=variant.instance_type,
+                        initial_instance_count=variant.initial_instance_count,
+                        managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
+                            status="ENABLED",
+                            min_instance_count=inference_components.min_instances,
+                            max_instance_count=inference_components.max_instances,
+                        ),
+                        routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+                            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+                        ),
+                    )
+                )
+                continue
             production_variants.append(
                 sagemaker.CfnEndpointConfig.ProductionVariantProperty(
                     variant_name=variant.name,
@@ -134,8 +178,18 @@ class TritonEndpoint(Construct):
             )
         )
 
+        async_config = None
+        if asynchronous is not None:
+            if not results_prefix:
+                raise ValueError("an asynchronous endpoint needs the tenant's results prefix")
+            async_config = self._asynchronous(asynchronous, model_bucket, results_prefix)
         config = sagemaker.CfnEndpointConfig(
-            self, "Config", production_variants=production_variants
+            self,
+            "Config",
+            production_variants=production_variants,
+            async_inference_config=async_config,
+            # An endpoint of inference components needs the role in its config.
+            execution_role_arn=self.role.role_arn if inference_components is not None else None,
         )
         self.endpoint = sagemaker.CfnEndpoint(
             self,
@@ -153,6 +207,12 @@ class TritonEndpoint(Construct):
             mutable=False,
         )
         for variant in variants:
+            if asynchronous is not None:
+                self._scale_on_backlog(variant, asynchronous, autoscaling_role)
+                continue
+            if inference_components is not None:
+                self._component(variant, inference_components, autoscaling_role)
+                continue
             target = appscaling.ScalableTarget(
                 self,
                 f"Scaling-{variant.name}",
@@ -171,6 +231,177 @@ class TritonEndpoint(Construct):
                 scale_in_cooldown=Duration.minutes(5),
                 scale_out_cooldown=Duration.minutes(1),
             )
+
+    def _asynchronous(
+        self, spec: AsyncInference, bucket: s3.IBucket, prefix: str
+    ) -> sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty:
+        """Where answers and errors go, who is told, and what the role may do for it."""
+        objects = bucket.arn_for_objects(f"{prefix}*")
+        # Inputs are written by sluice under the same prefix (<id>/input); answers and errors
+        # are written by SageMaker, as this role, under sagemaker/ and sagemaker-errors/.
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[objects])
+        )
+        acknowledge(
+            self,
+            wildcard_resource(self, objects),
+            "Asynchronous requests' inputs and answers: one object per request, named by "
+            "sluice and SageMaker at run time, all under this tenant's results prefix.",
+        )
+        notification = None
+        if spec.notifications:
+            key = kms.Alias.from_alias_name(self, "TopicKey", "alias/aws/sns")
+            self.success_topic = sns.Topic(self, "Succeeded", master_key=key, enforce_ssl=True)
+            self.error_topic = sns.Topic(self, "Failed", master_key=key, enforce_ssl=True)
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["sns:Publish"],
+                    resources=[self.success_topic.topic_arn, self.error_topic.topic_arn],
+                )
+            )
+            notification = sagemaker.CfnEndpointConfig.AsyncInferenceNotificationConfigProperty(
+                success_topic=self.success_topic.topic_arn,
+                error_topic=self.error_topic.topic_arn,
+            )
+        where = f"s3://{bucket.bucket_name}/{prefix}"
+        return sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty(
+            client_config=sagemaker.CfnEndpointConfig.AsyncInferenceClientConfigProperty(
+                max_concurrent_invocations_per_instance=spec.max_concurrent_invocations_per_instance
+            ),
+            output_config=sagemaker.CfnEndpointConfig.AsyncInferenceOutputConfigProperty(
+                s3_output_path=f"{where}sagemaker",
+                s3_failure_path=f"{where}sagemaker-errors",
+                notification_config=notification,
+            ),
+        )
+
+    def _component(self, variant: EndpointVariant, spec: InferenceComponents, role: iam.IRole) -> None:
+        """The variant's model as an inference component, its copies scaling to zero and back."""
+        name = f"{self.endpoint_name}-{variant.name}"[:63]
+        component = sagemaker.CfnInferenceComponent(
+            self,
+            f"Component-{variant.name}",
+            inference_component_name=name,
+            endpoint_name=self.endpoint_name,
+            variant_name=variant.name,
+            specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                model_name=self.models[variant.name].attr_model_name,
+                compute_resource_requirements=sagemaker.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
+                    min_memory_required_in_mb=spec.memory_mb,
+                    number_of_accelerator_devices_required=spec.accelerators or None,
+                ),
+            ),
+            runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
+                copy_count=spec.copies
+            ),
+        )
+        component.add_dependency(self.endpoint)
+        self.inference_components.append(component)
+        target = appscaling.ScalableTarget(
+            self,
+            f"Scaling-{variant.name}",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"inference-component/{name}",
+            scalable_dimension="sagemaker:inference-component:DesiredCopyCount",
+            min_capacity=spec.min_copies,
+            max_capacity=spec.max_copies,
+            role=role,
+        )
+        target.node.add_dependency(component)
+        target.scale_to_track_metric(
+            "InvocationsPerCopy",
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY,
+            target_value=spec.target_invocations_per_copy,
+            scale_in_cooldown=Duration.minutes(5),
+            scale_out_cooldown=Duration.minutes(1),
+        )
+        if spec.min_copies > 0:
+            return
+        from_zero = appscaling.StepScalingAction(
+            self,
+            "NoCapacity-ScalingPolicy",
+            scaling_target=target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
+            cooldown=Duration.minutes(1),
+        )
+        from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        alarm = cloudwatch.Alarm(
+            self,
+            "NoCapacityInvocationFailures",
+            alarm_description=f"A request found no copy of {name}",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="NoCapacityInvocationFailures",
+                dimensions_map={"InferenceComponentName": name},
+                statistic="Sum",
+                period=Duration.minutes(1),
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+        )
+        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(from_zero))
+
+    def _scale_on_backlog(
+        self, variant: EndpointVariant, spec: AsyncInference, role: iam.IRole
+    ) -> None:
+        """Target tracking on the queue per instance, down to min_instances (0 allowed), and
+        the step policy that starts an instance when requests wait and none is running."""
+        target = appscaling.ScalableTarget(
+            self,
+            f"Scaling-{variant.name}",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"endpoint/{self.endpoint_name}/variant/{variant.name}",
+            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            min_capacity=variant.min_instances,
+            max_capacity=variant.max_instances,
+            role=role,
+        )
+        target.node.add_dependency(self.endpoint)
+        dimensions = {"EndpointName": self.endpoint_name}
+        target.scale_to_track_metric(
+            "BacklogPerInstance",
+            custom_metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="ApproximateBacklogSizePerInstance",
+                dimensions_map=dimensions,
+                statistic="Average",
+            ),
+            target_value=spec.backlog_per_instance,
+            scale_in_cooldown=Duration.minutes(10),
+            scale_out_cooldown=Duration.minutes(5),
+        )
+        if variant.min_instances > 0:
+            return
+        from_zero = appscaling.StepScalingAction(
+            self,
+            "HasBacklogWithoutCapacity-ScalingPolicy",
+            scaling_target=target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=appscaling.MetricAggregationType.AVERAGE,
+            cooldown=Duration.minutes(5),
+        )
+        from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        alarm = cloudwatch.Alarm(
+            self,
+            "HasBacklogWithoutCapacity",
+            alarm_description=f"Requests wait at {self.endpoint_name} and no instance runs",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="HasBacklogWithoutCapacity",
+                dimensions_map=dimensions,
+                statistic="Average",
+                period=Duration.minutes(1),
+            ),
+            threshold=1,
+            evaluation_periods=2,
+            datapoints_to_alarm=2,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+        )
+        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(from_zero))
 
     @property
     def endpoint_arn(self) -> str:

@@ -28,6 +28,7 @@ from infra.constructs.functions import FunctionPlatform, SluiceFunction, retenti
 from infra.constructs.grants import (
     executions_arn,
     grant_invoke_endpoints,
+    grant_invoke_endpoints_async,
     grant_objects,
     state_machine_arn,
 )
@@ -203,6 +204,7 @@ class ApiStack(Stack):
             purpose="reading the results of batch jobs",
         )
         grant_invoke_endpoints(self.api_function, api_role, endpoint_names)
+        grant_invoke_endpoints_async(self.api_function, api_role, endpoint_names)
         manage = self.endpoint_lifecycle.grant_manage(api_role)
         self.api_function.function.node.add_dependency(manage)
         # The mirror calls the function by name, or its `live` alias under SnapStart.

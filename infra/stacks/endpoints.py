@@ -15,6 +15,7 @@ from infra.config import SluiceConfig
 from infra.constructs.triton_endpoint import TritonEndpoint
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
+from infra.stacks.storage import ARTIFACTS_PREFIX, RESULTS_PREFIX
 
 
 class EndpointsStack(Stack):
@@ -32,6 +33,13 @@ class EndpointsStack(Stack):
                 triton_version=endpoint.triton_version,
                 variants=endpoint.variants,
                 model_bucket=artifacts,
+                asynchronous=endpoint.asynchronous,
+                results_prefix=(
+                    f"{ARTIFACTS_PREFIX}/{RESULTS_PREFIX}tenants/{endpoint.asynchronous.tenant}/"
+                    if endpoint.asynchronous is not None
+                    else None
+                ),
+                inference_components=endpoint.inference_components,
             )
             CfnOutput(
                 self,

@@ -17,6 +17,7 @@ from infra.nag import acknowledge
 from infra.naming import ResourceNames
 
 ARTIFACTS_PREFIX = "artifacts"
+RESULTS_PREFIX = "results/"  # under the artifacts prefix: sluice.storage.results
 # Push-by-URI reads model files from `imports/<tenant>/` in the artifacts bucket, and only there
 # (SLUICE_IMPORT_PREFIXES); tenants put them there with credentials of their own.
 IMPORTS_PREFIX = "imports/"
@@ -87,7 +88,19 @@ class StorageStack(Stack):
                     noncurrent_version_expiration=Duration.days(
                         storage.noncurrent_artifact_expiry_days
                     ),
-                )
+                ),
+                # Asynchronous predictions: inputs, records, answers and errors, per tenant
+                # under results/tenants/<tenant>/; transient, like batch files.
+                s3.LifecycleRule(
+                    id="expire-async-results",
+                    prefix=f"{ARTIFACTS_PREFIX}/{RESULTS_PREFIX}",
+                    expiration=Duration.days(storage.async_result_expiry_days),
+                    # The bucket is versioned: what expiry hides goes a day later, not in 90.
+                    noncurrent_version_expiration=Duration.days(1),
+                ),
+                s3.LifecycleRule(
+                    id="remove-expired-delete-markers", expired_object_delete_marker=True
+                ),
             ],
         ).bucket
 

@@ -144,7 +144,32 @@ FULL_CONFIG: dict[str, Any] = {
                     "weight": 0.1,
                 },
             ],
-        }
+        },
+        {
+            "name": "segmenter",
+            "variants": [
+                {
+                    "model_data_key": "triton/seg/1/model.tar.gz",
+                    "model_name": "seg",
+                    "instance_type": "ml.g5.xlarge",
+                    "initial_instance_count": 1,
+                    "min_instances": 0,
+                    "max_instances": 2,
+                }
+            ],
+            "asynchronous": {"tenant": "acme", "max_concurrent_invocations_per_instance": 2},
+        },
+        {
+            "name": "ranker",
+            "variants": [
+                {
+                    "model_data_key": "triton/ranker/1/model.tar.gz",
+                    "model_name": "ranker",
+                    "instance_type": "ml.g5.xlarge",
+                }
+            ],
+            "inference_components": {"max_instances": 2, "max_copies": 4, "memory_mb": 8192},
+        },
     ],
 }
 

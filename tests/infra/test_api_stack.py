@@ -279,3 +279,14 @@ def live_alias_of(template: Template, function_id: str) -> str:
         and alias["Properties"]["Name"] == "live"
     ]
     return alias_id
+
+
+def test_the_api_may_invoke_endpoints_asynchronously_where_it_invokes_them(full_app: Synthesized) -> None:
+    statements = [
+        s
+        for p in properties(full_app.template("api"), "AWS::IAM::Policy")
+        for s in p["PolicyDocument"]["Statement"]
+    ]
+    sync = [s["Resource"] for s in statements if s["Action"] == "sagemaker:InvokeEndpoint"]
+    asynchronous = [s["Resource"] for s in statements if s["Action"] == "sagemaker:InvokeEndpointAsync"]
+    assert len(asynchronous) == 1 and asynchronous[0] in sync  # the API function only

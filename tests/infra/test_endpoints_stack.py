@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from aws_cdk import App, Environment, Stack
 from aws_cdk.assertions import Match
@@ -16,7 +18,11 @@ def test_no_endpoints_configured_means_no_resources(default_app: Synthesized) ->
 
 def test_each_variant_is_a_triton_model_served_by_one_endpoint(full_app: Synthesized) -> None:
     template = full_app.template("endpoints")
-    models = properties(template, "AWS::SageMaker::Model")
+    models = [
+        m
+        for m in properties(template, "AWS::SageMaker::Model")
+        if m["ExecutionRoleArn"]["Fn::GetAtt"][0].startswith("Endpointresnet")
+    ]
     assert len(models) == 2
     for model in models:
         container = model["PrimaryContainer"]
@@ -58,8 +64,11 @@ def test_each_variant_is_a_triton_model_served_by_one_endpoint(full_app: Synthes
 
 def test_models_wait_for_the_role_and_its_policy(full_app: Synthesized) -> None:
     template = full_app.template("endpoints")
-    (policy_id,) = template.find_resources("AWS::IAM::Policy")
-    for model in template.find_resources("AWS::SageMaker::Model").values():
+    for model_id, model in template.find_resources("AWS::SageMaker::Model").items():
+        endpoint = model_id.split("Model")[0]  # Endpointresnet…, Endpointsegmenter…
+        (policy_id,) = [
+            p for p in template.find_resources("AWS::IAM::Policy") if p.startswith(endpoint)
+        ]
         assert policy_id in model["DependsOn"]
 
 
@@ -89,15 +98,26 @@ def test_variants_scale_on_invocations_per_instance(full_app: Synthesized) -> No
             ),
         },
     )
-    for target in template.find_resources("AWS::ApplicationAutoScaling::ScalableTarget").values():
-        assert any(d.startswith("Endpointresnet") for d in target["DependsOn"])
+    for target_id, target in template.find_resources(
+        "AWS::ApplicationAutoScaling::ScalableTarget"
+    ).items():
+        endpoint = target_id.split("Scaling")[0]
+        assert any(
+            # the endpoint, or the inference component that waits for it
+            d.startswith(endpoint) and ("Endpoint" in d[len(endpoint) :] or "Component" in d[len(endpoint) :])
+            for d in target["DependsOn"]
+        )
 
 
 def test_execution_role_reads_only_the_model_archives_and_pulls_only_triton(
     full_app: Synthesized,
 ) -> None:
     template = full_app.template("endpoints")
-    (policy,) = properties(template, "AWS::IAM::Policy")
+    (policy,) = [
+        p["Properties"]
+        for i, p in template.find_resources("AWS::IAM::Policy").items()
+        if i.startswith("Endpointresnet")
+    ]
     statements = {
         tuple(sorted(s["Action"])) if isinstance(s["Action"], list) else (s["Action"],): s
         for s in policy["PolicyDocument"]["Statement"]
@@ -144,3 +164,153 @@ def test_unknown_versions_and_regions_are_refused_at_synth() -> None:
     with pytest.raises(ValueError, match="not offered in xx-nowhere-1"):
         triton_image(nowhere, version="25.09", instance_type="ml.g5.xlarge")
     assert "25.09" in load_registry()["versions"]
+
+
+# asynchronous endpoints ---------------------------------------------------------------------
+def _segmenter(template: Any, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (i, r)
+        for i, r in template.find_resources(kind).items()
+        if i.startswith("Endpointsegmenter")
+    ]
+
+
+def test_an_async_endpoint_writes_under_the_tenants_results_and_tells_two_topics(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("endpoints")
+    ((_, config),) = _segmenter(template, "AWS::SageMaker::EndpointConfig")
+    found = config["Properties"]["AsyncInferenceConfig"]
+    assert found["ClientConfig"] == {"MaxConcurrentInvocationsPerInstance": 2}
+    output = found["OutputConfig"]
+    for key, folder in (("S3OutputPath", "sagemaker"), ("S3FailurePath", "sagemaker-errors")):
+        assert output[key]["Fn::Join"][1][-1] == f"/artifacts/results/tenants/acme/{folder}"
+    topics = _segmenter(template, "AWS::SNS::Topic")
+    assert len(topics) == 2
+    for _, topic in topics:
+        assert topic["Properties"]["KmsMasterKeyId"]  # encrypted
+    notify = output["NotificationConfig"]
+    assert {notify["SuccessTopic"]["Ref"], notify["ErrorTopic"]["Ref"]} == {i for i, _ in topics}
+    ((_, policy),) = _segmenter(template, "AWS::IAM::Policy")
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    (objects,) = [s for s in statements if s["Action"] == ["s3:GetObject", "s3:PutObject"]]
+    assert objects["Resource"]["Fn::Join"][1][-1] == "/artifacts/results/tenants/acme/*"
+    (publish,) = [s for s in statements if s["Action"] == "sns:Publish"]
+    assert len(publish["Resource"]) == 2
+
+
+def test_an_async_endpoint_scales_on_its_backlog_down_to_zero_and_back(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("endpoints")
+    ((target_id, target),) = _segmenter(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (0, 2)
+    policies = {
+        r["Properties"]["PolicyType"]: r["Properties"]
+        for _, r in _segmenter(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    }
+    tracking = policies["TargetTrackingScaling"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["CustomizedMetricSpecification"] == {
+        "Dimensions": [{"Name": "EndpointName", "Value": "sluice-segmenter"}],
+        "MetricName": "ApproximateBacklogSizePerInstance",
+        "Namespace": "AWS/SageMaker",
+        "Statistic": "Average",
+    }
+    assert tracking["TargetValue"] == 5
+    step = policies["StepScaling"]["StepScalingPolicyConfiguration"]
+    assert step["AdjustmentType"] == "ChangeInCapacity"
+    assert step["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+    ((_, alarm),) = _segmenter(template, "AWS::CloudWatch::Alarm")
+    props = alarm["Properties"]
+    assert (props["MetricName"], props["Threshold"], props["ComparisonOperator"]) == (
+        "HasBacklogWithoutCapacity",
+        1,
+        "GreaterThanOrEqualToThreshold",
+    )
+    assert props["AlarmActions"] == [
+        {
+            "Ref": next(
+                i
+                for i, r in _segmenter(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+                if r["Properties"]["PolicyType"] == "StepScaling"
+            )
+        }
+    ]
+    assert target_id
+
+
+def test_zero_instances_need_an_async_endpoint_and_async_one_variant() -> None:
+    from infra.config import EndpointConfig
+    from pydantic import ValidationError
+
+    variant = {
+        "model_data_key": "a/model.tar.gz",
+        "model_name": "a",
+        "instance_type": "ml.g5.xlarge",
+    }
+    with pytest.raises(ValidationError, match="min_instances 0 needs an asynchronous endpoint"):
+        EndpointConfig.model_validate({"name": "a", "variants": [{**variant, "min_instances": 0}]})
+    with pytest.raises(ValidationError, match="exactly one variant"):
+        EndpointConfig.model_validate(
+            {
+                "name": "a",
+                "variants": [variant, {**variant, "name": "b"}],
+                "asynchronous": {"tenant": "acme"},
+            }
+        )
+
+
+# inference components ---------------------------------------------------------------------
+def _ranker(template: Any, kind: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(i, r) for i, r in template.find_resources(kind).items() if i.startswith("Endpointranker")]
+
+
+def test_an_endpoint_of_inference_components_scales_copies_and_instances_to_zero(
+    full_app: Synthesized,
+) -> None:
+    template = full_app.template("endpoints")
+    ((_, config),) = _ranker(template, "AWS::SageMaker::EndpointConfig")
+    (variant,) = config["Properties"]["ProductionVariants"]
+    assert "ModelName" not in variant  # the model comes in as a component
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 2}
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert config["Properties"]["ExecutionRoleArn"]["Fn::GetAtt"][0].startswith("EndpointrankerExecutionRole")
+    ((_, component),) = _ranker(template, "AWS::SageMaker::InferenceComponent")
+    props = component["Properties"]
+    assert props["InferenceComponentName"] == "sluice-ranker-primary"
+    assert props["EndpointName"] == "sluice-ranker" and props["VariantName"] == "primary"
+    assert props["Specification"]["ComputeResourceRequirements"] == {
+        "MinMemoryRequiredInMb": 8192,
+        "NumberOfAcceleratorDevicesRequired": 1,
+    }
+    assert props["RuntimeConfig"] == {"CopyCount": 1}
+    assert any(d.startswith("EndpointrankerEndpoint") for d in component["DependsOn"])
+    ((_, target),) = _ranker(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["Properties"]["ResourceId"] == "inference-component/sluice-ranker-primary"
+    assert target["Properties"]["ScalableDimension"] == "sagemaker:inference-component:DesiredCopyCount"
+    assert (target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"]) == (0, 4)
+    policies = {r["Properties"]["PolicyType"]: r for i, r in _ranker(template, "AWS::ApplicationAutoScaling::ScalingPolicy")}
+    tracking = policies["TargetTrackingScaling"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {
+        "PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"
+    }
+    ((_, alarm),) = _ranker(template, "AWS::CloudWatch::Alarm")
+    assert alarm["Properties"]["MetricName"] == "NoCapacityInvocationFailures"
+    assert alarm["Properties"]["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "sluice-ranker-primary"}]
+    step = policies["StepScaling"]["Properties"]["StepScalingPolicyConfiguration"]
+    assert step["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+
+
+def test_inference_components_take_one_variant_and_no_async() -> None:
+    from infra.config import EndpointConfig
+    from pydantic import ValidationError
+
+    variant = {"model_data_key": "a/model.tar.gz", "model_name": "a", "instance_type": "ml.g5.xlarge"}
+    with pytest.raises(ValidationError, match="not both"):
+        EndpointConfig.model_validate(
+            {"name": "a", "variants": [variant], "asynchronous": {"tenant": "acme"}, "inference_components": {}}
+        )
+    with pytest.raises(ValidationError, match="copies"):
+        EndpointConfig.model_validate(
+            {"name": "a", "variants": [variant], "inference_components": {"copies": 5, "max_copies": 2}}
+        )

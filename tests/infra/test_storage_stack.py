@@ -123,9 +123,10 @@ def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synt
         for b in properties(default_app.template("storage"), "AWS::S3::Bucket")
     }
     expected = {
-        "artifacts/": storage.noncurrent_artifact_expiry_days,
-        "batch/": storage.noncurrent_batch_expiry_days,
-        "access-logs": storage.noncurrent_access_log_expiry_days,
+        # asynchronous results (artifacts/results/) are transient: what their expiry hides goes in a day
+        "artifacts/": [storage.noncurrent_artifact_expiry_days, 1],
+        "batch/": [storage.noncurrent_batch_expiry_days],
+        "access-logs": [storage.noncurrent_access_log_expiry_days],
     }
     assert set(buckets) == set(expected)
     for name, bucket in buckets.items():
@@ -135,7 +136,7 @@ def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synt
             r["NoncurrentVersionExpiration"]["NoncurrentDays"]
             for r in rules
             if "NoncurrentVersionExpiration" in r
-        ] == [expected[name]], name
+        ] == expected[name], name
         if any("ExpirationInDays" in r for r in rules):
             marker = {
                 "Id": "remove-expired-delete-markers",
@@ -143,3 +144,23 @@ def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synt
                 "Status": "Enabled",
             }
             assert marker in rules, name
+
+
+def test_async_results_expire(default_app: Synthesized) -> None:
+    """Inputs, answers and errors of asynchronous predictions (sluice.storage.results) go
+    after `async_result_expiry_days`; nothing else in the artifacts bucket expires."""
+    (artifacts,) = [
+        b
+        for b in properties(default_app.template("storage"), "AWS::S3::Bucket")
+        if b.get("LoggingConfiguration", {}).get("LogFilePrefix") == "artifacts/"
+    ]
+    expiring = [r for r in artifacts["LifecycleConfiguration"]["Rules"] if "ExpirationInDays" in r]
+    assert expiring == [
+        {
+            "Id": "expire-async-results",
+            "Prefix": "artifacts/results/",
+            "ExpirationInDays": default_app.config.storage.async_result_expiry_days,
+            "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+            "Status": "Enabled",
+        }
+    ]

@@ -45,6 +45,7 @@ CASES = [
     ("DELETE", "/api/v1/deployments/{name}", None),
     ("GET", "/api/v1/deployments/{name}/history", None),
     ("GET", "/api/v1/deployments/{name}/stats", None),
+    ("GET", "/api/v1/deployments/{name}/cost", None),
     ("POST", "/api/v1/deployments/{name}/promote", {"mirror": "m"}),
     ("POST", "/api/v1/deployments/{name}/feedback", {"request_id": "r", "reward": 1}),
     ("POST", "/api/v1/deployments/{name}/endpoint", {"instance_type": "ml.g5.xlarge"}),
@@ -54,6 +55,7 @@ CASES = [
     ("DELETE", "/api/v1/keys/{key_id}", None),
     ("GET", "/api/v1/batch-jobs/{job_id}", None),
     ("POST", "/api/v1/batch-jobs/{job_id}/cancel", None),
+    ("GET", "/api/v1/results/{result_id}", None),
 ]
 # Routes that only ever act inside the caller's tenant (lists and creates).
 OWN_TENANT = {
@@ -85,7 +87,9 @@ def test_another_tenant_gets_not_found(
     client: TestClient, keys: dict[str, str], demo: object, method: str, template: str, body: dict | None
 ) -> None:
     acme_key_id = keys["acme"].split("_")[1]
-    path = template.format(name="iris", version=1, key_id=acme_key_id, job_id=acme_batch_job(demo))
+    path = template.format(
+        name="iris", version=1, key_id=acme_key_id, job_id=acme_batch_job(demo), result_id=acme_result(demo)
+    )
     r = client.request(method, path, json=body, headers=auth(keys["globex"]))
     assert r.status_code == 404, (path, r.text)
     # And acme's objects are untouched: acme still predicts and reads them.
@@ -93,6 +97,19 @@ def test_another_tenant_gets_not_found(
     assert check.status_code == 200
     assert client.get("/api/v1/keys", headers=auth(keys["acme"])).json()[0]["revoked_at"] is None
     assert client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()[0]["status"] == "PENDING"
+
+
+def acme_result(container: Any) -> str:
+    """An asynchronous result of acme's, answered (its record and its output)."""
+    import json
+
+    from sluice.storage.results import RECORD, results_for
+
+    store, rid = results_for(container.store), "a" * 32
+    output = store.put("acme", rid, "output", b'{"outputs": []}', content_type="application/json")
+    record = {"id": rid, "tenant": "acme", "expires_at": 9e18, "output": output, "failure": None}
+    store.put("acme", rid, RECORD, json.dumps(record).encode())
+    return rid
 
 
 def acme_batch_job(container: Any) -> str:

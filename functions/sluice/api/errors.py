@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
-from sluice.domain.errors import RateLimited, SluiceError
+from sluice.domain.errors import Accepted, RateLimited, SluiceError
 from sluice.domain.policy import KINDS
 from sluice.observability import get_logger
 
@@ -58,6 +58,8 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if isinstance(exc, RateLimited):
             headers = {"Retry-After": str(exc.retry_after_s)}
+        if isinstance(exc, Accepted):
+            headers = {"Location": exc.location}
         return exc.status, exc.to_dict(), headers
     if isinstance(exc, RequestValidationError):
         return (*_validation(exc.errors()), None)

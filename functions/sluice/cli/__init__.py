@@ -12,6 +12,7 @@ import os
 import sys
 
 from sluice.cli.batch import add_batch_commands
+from sluice.cli.cost import add_cost_command
 from sluice.cli.deployments import add_deployment_commands
 from sluice.cli.endpoints import add_endpoint_commands
 from sluice.cli.keys import add_key_commands
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (
         add_serve_command, add_model_commands, add_deployment_commands, add_predict_command,
         add_key_commands, add_batch_commands, add_stream_command, add_endpoint_commands, add_triton_commands,
-        add_optimize_command,
+        add_optimize_command, add_cost_command,
     ):  # fmt: skip
         add(sub)
     return parser

@@ -80,6 +80,23 @@ class RateLimited(SluiceError):
         self.retry_after_s = retry_after_s
 
 
+class Accepted(SluiceError):
+    """Not a failure: the request was queued for asynchronous inference. It travels up the
+    call stack like an error so that every transport answers 202 with the result resource the
+    caller polls (`GET /api/v1/results/{result_id}`); prediction services let it through
+    without counting it as an error."""
+
+    status, code = 202, "accepted"
+
+    def __init__(self, message: str, *, result_id: str, location: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.result_id = result_id
+        self.location = location
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.result_id, "status": "pending", "result": self.location, "message": self.message, **self.details}
+
+
 class BackendError(SluiceError):
     """The runtime behind a version failed while answering."""
 

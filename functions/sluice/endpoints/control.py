@@ -10,7 +10,8 @@ Triton per variant, with the SageMaker port on). `sluice.wiring` picks one from 
 Real-time variants scale between 1 and N instances. Scaling to zero is SageMaker's only for
 endpoints built from inference components (managed instance scaling with a minimum of 0,
 scaling `sagemaker:inference-component:DesiredCopyCount`) and for asynchronous endpoints;
-sluice creates neither, so a minimum of 0 is refused with that explanation.
+this control plane creates neither (both come from the CDK app's config),
+so a minimum of 0 is refused with that explanation.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ MAX_VARIANTS = 10  # production variants per endpoint config
 SCALE_TO_ZERO = (
     "real-time endpoint variants keep at least 1 instance; SageMaker scales to zero only "
     "endpoints built from inference components (managed instance scaling, minimum 0) and "
-    "asynchronous endpoints, which sluice does not create: undeploy instead, or score "
-    "offline with a batch job"
+    "asynchronous endpoints, which `sluice endpoints deploy` does not create (declare either "
+    "in infra/sluice.yaml): undeploy instead, or score offline with a batch job"
 )
 
 

@@ -23,7 +23,7 @@ from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
 from sluice.api.routers.health import _registry_answers
 from sluice.api.routers.v2 import _metadata
-from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
+from sluice.domain.errors import Accepted, BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.observability import get_logger
@@ -56,6 +56,11 @@ INTERNAL = "internal error; it has been logged"
 
 def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     """An exception as the status, message and trailing metadata a client sees."""
+    if isinstance(exc, Accepted):
+        # gRPC has no 202: the request was queued for asynchronous inference all the same, so
+        # say where its result will be rather than fail it.
+        message = f"{exc.message}: GET {exc.location}"
+        return Code.FAILED_PRECONDITION, message, (("sluice-code", exc.code), ("sluice-result", exc.location))
     if isinstance(exc, SluiceError):
         code = CODES.get(exc.status)
         if exc.status == 409:

@@ -3,8 +3,16 @@
 A version names its endpoint in `version.config`:
 `{"endpoint_name": ..., "target_model"?: ..., "variant"?: ..., "max_batch_size"?: ...}`.
 Bodies are Triton's: v2 JSON for small requests, `binary+json` (a JSON header, then raw
-tensor bytes) above a size threshold. InvokeEndpoint takes at most 6 MB; larger requests are
-refused with a pointer to batch or asynchronous inference.
+tensor bytes) above a size threshold. InvokeEndpoint takes at most 6 MB. Larger requests go
+through SageMaker asynchronous inference when the version names an asynchronous endpoint
+(`async_endpoint_name`), and every request does when the version's endpoint is asynchronous
+(`"invocation": "async"`): the body is written to the result store under the tenant's
+`results/` prefix, `InvokeEndpointAsync` is called with its location, and `Accepted` (202)
+carries the result the caller polls. Without either, they are refused with 413.
+
+`inference_component` names the SageMaker inference component to invoke. While it has no copy
+(scaled to zero) SageMaker answers "no capacity": 503, or, with `"fallback": "in_process"`,
+the version's own ONNX artifact answers through the ONNX runtime while a copy starts.
 
 `endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS
 (for every version; or for one, as its config's `endpoint_url`, which the local endpoints
@@ -21,14 +29,17 @@ import json
 import logging
 import random
 import re
+import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from sluice.codecs.triton import (
+    JSON_CONTENT_TYPE,
     batchable,
     decode_sagemaker_response,
     encode_request,
@@ -36,6 +47,7 @@ from sluice.codecs.triton import (
     outputs_from_wire,
 )
 from sluice.domain.errors import (
+    Accepted,
     BackendError,
     BadRequest,
     DeadlineExceeded,
@@ -53,6 +65,7 @@ if TYPE_CHECKING:
     from sluice.clients import AwsClients
     from sluice.domain import ModelVersion
     from sluice.domain.signature import Signature
+    from sluice.storage.results import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +83,14 @@ class EndpointTarget:
     batched: bool
     max_batch_size: int | None  # known when sluice built the repository: requests split to fit
     endpoint_url: str | None = None  # a local twin's SageMaker port; None: the runtime's own
+    asynchronous: bool = False  # the endpoint is asynchronous: every request goes through S3
+    async_endpoint: str | None = None  # where requests above the synchronous limit go
+    inference_component: str | None = None  # InvokeEndpoint's InferenceComponentName
+    fallback: bool = False  # in process (the version's ONNX artifact) while the component has no copy
+
+    @property
+    def takes_async(self) -> bool:
+        return self.asynchronous or self.async_endpoint is not None
 
     @classmethod
     def of(cls, version: ModelVersion) -> EndpointTarget:
@@ -81,7 +102,20 @@ class EndpointTarget:
         batched = batchable(version.signature) if max_batch is None else int(max_batch) > 0
         limit = int(max_batch) if max_batch is not None and int(max_batch) > 0 else None
         url = config.get("endpoint_url") or None
-        return cls(name, config.get("target_model") or None, config.get("variant") or None, batched, limit, url)
+        invocation = config.get("invocation", "sync")
+        if invocation not in ("sync", "async"):
+            raise BadRequest("config.invocation is sync or async", field="config.invocation")
+        async_endpoint = config.get("async_endpoint_name") or None
+        if async_endpoint is not None and not isinstance(async_endpoint, str):
+            raise BadRequest("config.async_endpoint_name must be an endpoint name", field="config.async_endpoint_name")
+        fallback = config.get("fallback")
+        if fallback not in (None, "in_process"):
+            raise BadRequest("config.fallback is in_process (or left out)", field="config.fallback")
+        return cls(
+            name, config.get("target_model") or None, config.get("variant") or None, batched, limit, url,
+            asynchronous=invocation == "async", async_endpoint=async_endpoint,
+            inference_component=config.get("inference_component") or None, fallback=fallback == "in_process",
+        )  # fmt: skip
 
 
 def build_client(
@@ -166,6 +200,11 @@ class SageMakerRuntime:
         backoff_s: float = 0.1,
         concurrency: int = 32,
         sleep: Callable[[float], Any] | None = None,
+        results: ResultStore | None = None,
+        result_ttl_s: int = 7 * 24 * 3600,
+        async_timeout_s: int = 900,
+        local_async_workers: int = 2,
+        fallback: Callable[[], Any] | None = None,
     ) -> None:
         self._client = client
         self._clients = clients
@@ -181,6 +220,12 @@ class SageMakerRuntime:
         self.concurrency = concurrency
         self._sleep = sleep or asyncio.sleep
         self._pool: ThreadPoolExecutor | None = None
+        self.results = results
+        self.result_ttl_s = result_ttl_s
+        self.async_timeout_s = async_timeout_s
+        self.local_async_workers = local_async_workers
+        self._queue: ThreadPoolExecutor | None = None  # the local twin's asynchronous queue
+        self._fallback = fallback  # the ONNX runtime, for components scaled to zero
 
     @property
     def client(self) -> Any:
@@ -227,8 +272,25 @@ class SageMakerRuntime:
         if raw_bytes > self.max_payload_bytes:
             raise _too_large(raw_bytes, self.max_payload_bytes)
 
+    def path_for(self, version: ModelVersion, inputs: dict[str, np.ndarray]) -> str:
+        """How a request with these inputs travels: `json`, `binary+json` or `async`."""
+        target = EndpointTarget.of(version)
+        wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
+        if target.asynchronous:
+            return "async"
+        try:
+            _, content_type = self._encode(wire, None)
+        except PayloadTooLarge:
+            if target.takes_async:
+                return "async"
+            raise
+        return "json" if content_type == JSON_CONTENT_TYPE else "binary+json"
+
     def _encode(self, wire: dict[str, np.ndarray], outputs: Sequence[str] | None) -> tuple[bytes, str]:
-        binary = sum(a.nbytes for a in wire.values()) >= self.binary_threshold_bytes
+        raw = sum(a.nbytes for a in wire.values())
+        if raw > self.max_payload_bytes:
+            raise _too_large(raw, self.max_payload_bytes)
+        binary = raw >= self.binary_threshold_bytes
         body = encode_request(wire, outputs=outputs, binary_inputs=binary, binary_outputs=binary)
         if not binary and len(body.body) > self.max_payload_bytes:
             # JSON spells numbers out; the same tensors may still fit as raw bytes.
@@ -243,6 +305,8 @@ class SageMakerRuntime:
             params["TargetModel"] = target.target_model
         if target.variant:
             params["TargetVariant"] = target.variant
+        if target.inference_component:
+            params["InferenceComponentName"] = target.inference_component
         response = self.client_for(target).invoke_endpoint(**params)
         return response["Body"].read(), response.get("ContentType")
 
@@ -269,12 +333,39 @@ class SageMakerRuntime:
         outputs: Sequence[str] | None = None,
     ) -> InferenceResult:
         target = EndpointTarget.of(version)
+        try:
+            return await self._infer(version, target, inputs, outputs)
+        except NoCapacity:
+            if not target.fallback or self._fallback is None or version.artifact_uri.endswith((".tar.gz", ".tgz")):
+                raise
+            # The component has scaled to zero; SageMaker counted this call (the alarm on
+            # NoCapacityInvocationFailures starts a copy). Meanwhile the same ONNX artifact
+            # answers in process.
+            log.info("sagemaker: no capacity, answered in process", extra={"endpoint": target.endpoint_name, "model": version.ref})
+            return await self._fallback().infer(replace(version, runtime="onnx", config={}), inputs, outputs)
+
+    async def _infer(
+        self,
+        version: ModelVersion,
+        target: EndpointTarget,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None,
+    ) -> InferenceResult:
         wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
-        self._check_size(sum(a.nbytes for a in wire.values()))
+        if target.asynchronous:
+            await self._defer(version, target, wire, outputs)
+        if not target.takes_async:
+            self._check_size(sum(a.nbytes for a in wire.values()))
         rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
         limit = target.max_batch_size
         if limit is None or rows <= limit:
-            decoded = await self._invoke_with_retries(target, *self._encode(wire, outputs))
+            try:
+                encoded = self._encode(wire, outputs)
+            except PayloadTooLarge:
+                if not target.takes_async:
+                    raise
+                await self._defer(version, target, wire, outputs)
+            decoded = await self._invoke_with_retries(target, *encoded)
         else:
             # More rows than the endpoint's model batches: one invocation per slice.
             slices = [{k: v[i : i + limit] for k, v in wire.items()} for i in range(0, rows, limit)]
@@ -283,6 +374,129 @@ class SageMakerRuntime:
             )
             decoded = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         return InferenceResult(outputs_from_wire(decoded, version.signature))
+
+    # asynchronous inference -------------------------------------------------------------------
+    async def _defer(
+        self, version: ModelVersion, target: EndpointTarget, wire: dict[str, np.ndarray], outputs: Sequence[str] | None
+    ) -> NoReturn:
+        """Queue the request for asynchronous inference and raise `Accepted` (never returns).
+
+        Inputs travel as raw bytes; outputs are asked for as JSON, so that the answer SageMaker
+        writes to S3 decodes without the header size, which rides only in a response's type.
+        A request of more rows than the endpoint's model batches is refused: one result is one
+        invocation."""
+        if self.results is None:
+            raise PayloadTooLarge(
+                "asynchronous inference needs a result store (S3 or the local folder); none is configured", field="inputs"
+            )
+        rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
+        if target.max_batch_size is not None and rows > target.max_batch_size:
+            raise InvalidInput(
+                f"an asynchronous request takes at most {target.max_batch_size} rows (the endpoint's max_batch_size); "
+                f"this one has {rows}: send a batch job instead",
+                field="inputs",
+            )
+        body = encode_request(wire, outputs=outputs, binary_inputs=True, binary_outputs=False)
+        result_id = uuid.uuid4().hex
+        tenant = version.tenant
+        loop = asyncio.get_running_loop()
+        started = time.time()
+        input_uri = await loop.run_in_executor(
+            self._executor(),
+            lambda: self.results.put(tenant, result_id, "input", body.body, content_type=body.content_type),  # type: ignore[union-attr]
+        )
+        if target.endpoint_url is not None:
+            output_uri = self.results.uri(tenant, result_id, "output")
+            failure_uri: str | None = self.results.uri(tenant, result_id, "error")
+            submit = self._local_queue().submit
+            after = lambda: submit(self._run_local, tenant, result_id, target, body.body, body.content_type)  # noqa: E731
+        else:
+            output_uri, failure_uri = await self._invoke_async(target, tenant, result_id, input_uri, body.content_type)
+            after = None
+        record = {
+            "id": result_id,
+            "tenant": tenant,
+            "model": version.model,
+            "version": version.version,
+            "endpoint": target.async_endpoint or target.endpoint_name,
+            "created_at": round(started, 3),
+            "expires_at": round(started + self.result_ttl_s, 3),
+            "input": input_uri,
+            "input_bytes": len(body.body),
+            "output": output_uri,
+            "failure": failure_uri,
+        }
+        from sluice.storage.results import RECORD, record_bytes
+
+        await loop.run_in_executor(self._executor(), lambda: self.results.put(tenant, result_id, RECORD, record_bytes(record)))  # type: ignore[union-attr]
+        if after is not None:
+            after()  # the record is there before the answer can be
+        raise Accepted(
+            "queued for asynchronous inference; poll the result",
+            result_id=result_id,
+            location=f"/api/v1/results/{result_id}",
+            model=version.model,
+            version=version.version,
+            expires_at=record["expires_at"],
+        )
+
+    async def _invoke_async(
+        self, target: EndpointTarget, tenant: str, result_id: str, input_uri: str, content_type: str
+    ) -> tuple[str, str | None]:
+        params: dict[str, Any] = {
+            "EndpointName": target.async_endpoint or target.endpoint_name,
+            "InputLocation": input_uri,
+            "ContentType": content_type,
+            "Accept": JSON_CONTENT_TYPE,
+            "InferenceId": result_id,
+            "InvocationTimeoutSeconds": self.async_timeout_s,
+        }
+        # InvokeEndpointAsync takes no TargetModel or TargetVariant: an asynchronous endpoint
+        # serves one model, and SageMaker picks among its variants by their weights.
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                response = await loop.run_in_executor(self._executor(), lambda: self.client.invoke_endpoint_async(**params))
+                break
+            except Exception as exc:
+                error = _mapped(exc, target)
+                if not isinstance(error, _Throttled) or attempt >= self.throttle_retries:
+                    raise (Unavailable("the endpoint is throttling requests; retry later") if isinstance(error, _Throttled) else error) from None
+                await self._sleep(random.uniform(0, self.backoff_s * (2**attempt)))
+                attempt += 1
+        output, failure = response.get("OutputLocation"), response.get("FailureLocation")
+        assert self.results is not None
+        for where in (output, failure):
+            if where is not None and not self.results.owns(tenant, where):
+                # sluice reads answers only from the tenant's own results; an endpoint whose
+                # output path lies elsewhere was not made by sluice for this tenant.
+                log.warning("sagemaker: asynchronous output outside the tenant's results", extra={"endpoint": params["EndpointName"]})
+                raise BackendError(
+                    f"endpoint {params['EndpointName']} writes its answers outside this tenant's results; "
+                    "deploy it with sluice (`sluice endpoints deploy --async`)"
+                )
+        if output is None:
+            raise BackendError("SageMaker accepted the request but named no output location")
+        return output, failure
+
+    def _local_queue(self) -> ThreadPoolExecutor:
+        if self._queue is None:
+            self._queue = ThreadPoolExecutor(max_workers=self.local_async_workers, thread_name_prefix="sagemaker-async")
+        return self._queue
+
+    def _run_local(self, tenant: str, result_id: str, target: EndpointTarget, body: bytes, content_type: str) -> None:
+        """The local twin of SageMaker's asynchronous queue: invoke the local container, write
+        the answer (or the error) where SageMaker would."""
+        assert self.results is not None
+        try:
+            raw, answered_type = self._invoke(target, body, content_type)
+        except Exception as exc:
+            error = _mapped(exc, target)
+            payload = json.dumps({"error": error.message, "code": error.code, "status": error.status}).encode()
+            self.results.put(tenant, result_id, "error", payload, content_type=JSON_CONTENT_TYPE)
+            return
+        self.results.put(tenant, result_id, "output", raw, content_type=answered_type)
 
     async def load(self, version: ModelVersion) -> None:
         EndpointTarget.of(version)  # endpoints are created by `sluice.endpoints`, not here
@@ -298,10 +512,17 @@ class SageMakerRuntime:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
+        if self._queue is not None:
+            self._queue.shutdown(wait=False)
+            self._queue = None
 
 
 class _Throttled(Unavailable):
     pass
+
+
+class NoCapacity(Unavailable):
+    """The inference component has no copy running (scaled to zero): one is starting."""
 
 
 def _too_large(size: int, limit: int) -> PayloadTooLarge:
@@ -363,6 +584,8 @@ def _mapped(exc: Exception, target: EndpointTarget) -> SluiceError:
         return BackendError(f"the model container failed ({status or 'no status'})")
     if code in ("ServiceUnavailable", "ModelNotReadyException"):
         return Unavailable("the SageMaker endpoint is not available right now")
+    if code == "ValidationError" and "no capacity" in message.lower():
+        return NoCapacity("the endpoint's inference component has scaled to zero; a copy is starting (minutes): retry later")
     if code == "ValidationError" and "not found" in message.lower():
         return BackendError(f"SageMaker endpoint '{target.endpoint_name}' does not exist")
     return BackendError(f"SageMaker failed ({code or 'unknown error'})")

@@ -3,7 +3,7 @@
 Traffic moves to an endpoint when it is in service, not before: the first look at it binds
 the deployment, registering for each variant a `sagemaker` version of the same model (the
 same ONNX artifact and signature; config `endpoint_name`, `variant`, `max_batch_size`,
-`source_version`, and `endpoint_url` where the endpoint answers locally) and pointing the
+`source_version`, and `endpoint_url` and `async_endpoint_name` where the endpoint answers locally) and pointing the
 policy at those versions, its split names, weights and routing key unchanged. Unbinding
 points the policy back at the source versions; the bound versions are deleted once no
 deployment routes to them.
@@ -71,6 +71,9 @@ class Binder:
             }
             if variant.url:
                 config["endpoint_url"] = variant.url
+                # The local container answers both paths: requests above SageMaker's
+                # synchronous limit go through the twin's asynchronous queue.
+                config["async_endpoint_name"] = state.name
             bound = self._bound_version(principal, current, config)
             chosen[label] = Single(model=bound.model, version=bound.version)
         if not chosen:

@@ -247,7 +247,9 @@ class ModelService:
                     )
 
 
-SAGEMAKER_CONFIG_KEYS = ("endpoint_name", "target_model", "variant", "max_batch_size")
+SAGEMAKER_CONFIG_KEYS = (
+    "endpoint_name", "target_model", "variant", "max_batch_size", "invocation", "async_endpoint_name", "inference_component", "fallback",
+)
 
 
 def sagemaker_config(config: dict[str, Any] | None) -> dict[str, Any]:
@@ -259,13 +261,17 @@ def sagemaker_config(config: dict[str, Any] | None) -> dict[str, Any]:
     if unknown:
         raise BadRequest(f"unknown config keys {unknown}; a sagemaker version takes {list(SAGEMAKER_CONFIG_KEYS)}", field="config")
     sagemaker_name = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-    for key in ("endpoint_name", "variant"):
+    for key in ("endpoint_name", "variant", "async_endpoint_name", "inference_component"):
         value = config.get(key)
         if (key == "endpoint_name" or value is not None) and not (isinstance(value, str) and sagemaker_name.match(value)):
             raise BadRequest(f"config.{key} must be a SageMaker name: 1-63 letters, digits or '-'", field=f"config.{key}")
     target = config.get("target_model")
     if target is not None and (not isinstance(target, str) or not target):
         raise BadRequest("config.target_model must be a non-empty string", field="config.target_model")
+    if config.get("fallback", "in_process") != "in_process":
+        raise BadRequest("config.fallback is in_process: the version's ONNX artifact answers while the component has no copy", field="config.fallback")
+    if config.get("invocation", "sync") not in ("sync", "async"):
+        raise BadRequest("config.invocation is sync (InvokeEndpoint) or async (InvokeEndpointAsync)", field="config.invocation")
     batch = config.get("max_batch_size")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 0):
         raise BadRequest("config.max_batch_size must be 0 or more", field="config.max_batch_size")

@@ -15,6 +15,7 @@ from sluice.caching import TTLCache
 from sluice.codecs.plain import arrays_from_request
 from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import (
+    Accepted,
     BadRequest,
     DeadlineExceeded,
     InvalidInput,
@@ -110,6 +111,8 @@ class PredictionService:
             self.telemetry.failure(fields=fields, status=error.status, code=error.code)
             self.stats.request(stat_key, 0.0, ok=False)
             raise error from None
+        except Accepted:
+            raise  # queued for asynchronous inference: neither an answer nor a failure
         except SluiceError as error:
             self.telemetry.failure(fields=fields, status=error.status, code=error.code)
             self.stats.request(stat_key, 0.0, ok=False)

@@ -5,6 +5,7 @@ a dead server shows as Failed, and undeploying stops every server and routes bac
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -138,3 +139,53 @@ def test_without_a_triton_environment_a_local_deploy_says_so_and_leaves_nothing(
     assert not control.root.exists() or not any(control.root.iterdir())
     assert client.get("/api/v1/deployments/ranker/endpoint", headers=auth(admin)).status_code == 404
     assert [v["target"]["version"] for v in container.deployments.get(ACME, "ranker").policy["variants"]] == [1, 2]
+
+
+@pytest.mark.triton
+def test_a_request_above_six_megabytes_goes_through_the_twins_asynchronous_queue(
+    triton_env: Any, tmp_path: Path
+) -> None:
+    """`sluice serve` with its body limit raised: 8 MiB of tensors to a deployment on a local
+    endpoint is written to the home's folder, run on a thread against the real local Triton,
+    and answered 202; the result is then the same as the model's own answer, for acme only."""
+    settings = Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0, max_request_bytes=16 * 2**20)
+    container = Container.from_settings(settings)
+    container.models.push(ACME, "mlp", MLP[1])
+    container.deployments.create(ACME, "big", {"kind": "single", "model": "mlp", "version": 1})
+    container.endpoint_control = LocalEndpoints(container.store, settings.home_path, env=triton_env)
+    _, admin = container.keys.create("acme", ["admin", "predict"])
+    _, other = container.keys.create("globex", ["admin", "predict"])
+    client = TestClient(create_app(container))
+    rows = 2**18  # 8 MiB of FP32 in 8 features
+    r = client.post(
+        "/api/v1/deployments/big/endpoint",
+        json={"instance_type": "ml.c5.xlarge", "max_batch_size": rows},
+        headers=auth(admin),
+    )
+    assert r.status_code == 202 and r.json()["bound"], r.text
+    try:
+        x = np.random.default_rng(5).normal(size=(rows, 8)).astype(np.float32)
+        header = json.dumps(
+            {"inputs": [{"name": "x", "shape": [rows, 8], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}}]}
+        ).encode()
+        r = client.post(
+            "/v2/models/big/infer",
+            content=header + x.tobytes(),
+            headers={**auth(admin), "Inference-Header-Content-Length": str(len(header)), "content-type": "application/octet-stream"},
+        )
+        assert r.status_code == 202, r.text
+        accepted = r.json()
+        assert r.headers["location"] == accepted["result"]
+        container.runtimes["sagemaker"]._queue.shutdown(wait=True)  # the twin's queue has run it
+        assert list(settings.home_path.rglob(f"results/tenants/acme/{accepted['id']}/input"))
+        result = client.get(accepted["result"], headers=auth(admin)).json()
+        assert result["status"] == "succeeded", result
+        (y,) = result["outputs"]
+        got = np.array(y["data"], dtype=np.float32).reshape(y["shape"])
+        np.testing.assert_allclose(got, in_process(MLP[1], {"x": x})["y"], rtol=1e-4, atol=1e-4)
+        assert client.get(accepted["result"], headers=auth(other)).status_code == 404
+        # A small request to the same deployment stays synchronous.
+        small = {"inputs": [{"name": "x", "shape": [2, 8], "datatype": "FP32", "data": x[:2].ravel().tolist()}]}
+        assert client.post("/v2/models/big/infer", json=small, headers=auth(admin)).status_code == 200
+    finally:
+        client.delete("/api/v1/deployments/big/endpoint", headers=auth(admin))

@@ -1,0 +1,188 @@
+"""Where asynchronous predictions keep their input, record, answer or error.
+
+Every object of a result lies under `results/tenants/<tenant>/<id>/` in the artifact store's
+bucket (or folder), beside, never inside, the content-addressed artifacts, so push-by-URI can
+never import one, and one lifecycle rule on `results/` expires them all (the stack sets it; the
+record's `expires_at` is checked on every read as well). SageMaker's asynchronous endpoints
+that sluice creates write their answers under the tenant's own `results/tenants/<tenant>/`
+too; any location outside it is refused, never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
+
+from sluice.domain.errors import BackendError, Forbidden
+
+if TYPE_CHECKING:
+    from sluice.storage.s3 import S3Store
+
+RESULT_ID = re.compile(r"^[0-9a-f]{32}$")
+RECORD = "record.json"
+
+
+def result_prefix(tenant: str) -> str:
+    return f"results/tenants/{tenant}/"
+
+
+class ResultStore(Protocol):
+    """Objects of asynchronous results, by tenant, id and name."""
+
+    def uri(self, tenant: str, result_id: str, name: str) -> str:
+        """Where `name` of that result lives (s3:// or file://)."""
+        ...
+
+    def area(self, tenant: str) -> str:
+        """The URI prefix all of a tenant's results lie under (an endpoint's output path)."""
+        ...
+
+    def put(self, tenant: str, result_id: str, name: str, data: bytes, *, content_type: str | None = None) -> str:
+        """Write one object; its URI."""
+        ...
+
+    def read(self, tenant: str, uri: str) -> tuple[bytes, str | None] | None:
+        """An object in the tenant's area and its content type; None when it is not there (yet).
+        Forbidden for a URI outside the tenant's area."""
+        ...
+
+    def owns(self, tenant: str, uri: str) -> bool: ...
+
+
+def _dotted(key: str) -> bool:
+    return any(part in ("", ".", "..") for part in key.split("/")[:-1]) or key.endswith("/")
+
+
+class FolderResults:
+    """Results in the embedded home's folder store (local mode, `sluice serve`)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self._lock = threading.Lock()
+
+    def _path(self, tenant: str, result_id: str, name: str) -> Path:
+        return self.root / result_prefix(tenant) / result_id / name
+
+    def uri(self, tenant: str, result_id: str, name: str) -> str:
+        return self._path(tenant, result_id, name).as_uri()
+
+    def area(self, tenant: str) -> str:
+        return (self.root / result_prefix(tenant)).as_uri() + "/"
+
+    def put(self, tenant: str, result_id: str, name: str, data: bytes, *, content_type: str | None = None) -> str:
+        path = self._path(tenant, result_id, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written whole, then renamed: a reader in another worker sees all of it or nothing.
+        partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        partial.write_bytes(data)
+        os.replace(partial, path)
+        if content_type is not None:
+            meta = path.with_name(f".{path.name}.type")
+            meta.write_text(content_type)
+        return path.as_uri()
+
+    def _local(self, uri: str) -> Path:
+        parts = urlsplit(uri)
+        if parts.scheme != "file":
+            raise Forbidden("the result lies outside this store", field="result")
+        return Path(parts.path).resolve()
+
+    def owns(self, tenant: str, uri: str) -> bool:
+        try:
+            return self._local(uri).is_relative_to(self.root / result_prefix(tenant))
+        except Forbidden:
+            return False
+
+    def read(self, tenant: str, uri: str) -> tuple[bytes, str | None] | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        path = self._local(uri)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        meta = path.with_name(f".{path.name}.type")
+        return data, (meta.read_text() if meta.exists() else None)
+
+
+class S3Results:
+    """Results in the artifact bucket, under its prefix, private and encrypted as it is."""
+
+    def __init__(self, store: S3Store) -> None:
+        self.store = store
+        self.bucket = store.bucket
+        self._root = f"{store.prefix}/" if store.prefix else ""
+
+    def _key(self, tenant: str, result_id: str, name: str) -> str:
+        return f"{self._root}{result_prefix(tenant)}{result_id}/{name}"
+
+    def uri(self, tenant: str, result_id: str, name: str) -> str:
+        return f"s3://{self.bucket}/{self._key(tenant, result_id, name)}"
+
+    def area(self, tenant: str) -> str:
+        return f"s3://{self.bucket}/{self._root}{result_prefix(tenant)}"
+
+    def put(self, tenant: str, result_id: str, name: str, data: bytes, *, content_type: str | None = None) -> str:
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self._key(tenant, result_id, name),
+            "Body": data,
+            "ServerSideEncryption": self.store.server_side_encryption,
+        }
+        if self.store.kms_key_id:
+            params["SSEKMSKeyId"] = self.store.kms_key_id
+        if content_type:
+            params["ContentType"] = content_type
+        try:
+            self.store.client.put_object(**params)
+        except Exception as exc:
+            raise BackendError(f"could not write the request to the result store ({type(exc).__name__})") from None
+        return self.uri(tenant, result_id, name)
+
+    def owns(self, tenant: str, uri: str) -> bool:
+        parts = urlsplit(uri)
+        key = parts.path.lstrip("/")
+        return (
+            parts.scheme == "s3"
+            and parts.netloc == self.bucket
+            and key.startswith(f"{self._root}{result_prefix(tenant)}")
+            and not _dotted(key)
+        )
+
+    def read(self, tenant: str, uri: str) -> tuple[bytes, str | None] | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        from botocore.exceptions import ClientError
+
+        key = urlsplit(uri).path.lstrip("/")
+        try:
+            response = self.store.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise BackendError("could not read the result store") from None
+        return response["Body"].read(), response.get("ContentType")
+
+
+def results_for(store: object) -> ResultStore | None:
+    """The result store beside an artifact store (the same bucket or folder); None for others."""
+    from sluice.storage.folder import FolderStore
+    from sluice.storage.s3 import S3Store
+
+    if isinstance(store, S3Store):
+        return S3Results(store)
+    if isinstance(store, FolderStore):
+        return FolderResults(store.root)
+    return None
+
+
+def record_bytes(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+__all__ = ["RECORD", "RESULT_ID", "FolderResults", "ResultStore", "S3Results", "record_bytes", "result_prefix", "results_for"]

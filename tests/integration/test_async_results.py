@@ -1,0 +1,95 @@
+"""Asynchronous inference through the API: 202 with the result resource, then the result,
+for the caller's tenant only. The sagemaker runtime runs as the local twin does (its queue a
+thread, its store the home's folder) against a container that echoes a fixed answer."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.runtimes.sagemaker import SageMakerRuntime
+from sluice.storage.results import results_for
+from tests.integration.conftest import auth
+from tests.integration.traffic_fakes import add_fake
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+URL = "http://127.0.0.1:9"
+
+
+class Container1:
+    """A Triton container's /invocations: the v2 JSON answer for the request's rows."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(params)
+        header = json.loads(params["Body"][: int(params["ContentType"].rsplit("=", 1)[1])])
+        rows = header["inputs"][0]["shape"][0]
+        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
+        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
+
+
+@pytest.fixture
+def runtime(demo: Container, acme: Principal) -> SageMakerRuntime:
+    runtime = SageMakerRuntime(Container1(), endpoint_url=URL, results=results_for(demo.store))
+    demo.runtimes["sagemaker"] = runtime
+    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
+    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
+    return runtime
+
+
+def test_an_async_deployment_answers_202_and_the_result_is_the_callers_only(
+    client: TestClient, keys: dict[str, str], runtime: SageMakerRuntime
+) -> None:
+    answer = client.post(
+        "/api/v1/predictions", json={"deployment": "big", "inputs": [[1, 2, 3, 4], [5, 6, 7, 8]]}, headers=auth(keys["acme_predict"])
+    )
+    assert answer.status_code == 202, answer.text
+    body = answer.json()
+    assert body["status"] == "pending" and answer.headers["location"] == body["result"] == f"/api/v1/results/{body['id']}"
+    runtime._queue.shutdown(wait=True)  # type: ignore[union-attr]  # the twin's queue has run it
+
+    got = client.get(body["result"], headers=auth(keys["acme_predict"]))
+    assert got.status_code == 200, got.text
+    result = got.json()
+    assert result["status"] == "succeeded" and result["outputs"] == [{"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [7.0, 7.0]}]
+    other = client.get(body["result"], headers=auth(keys["globex"]))
+    assert other.status_code == 404 and other.json()["field"] == "result_id"
+    bad = client.get("/api/v1/results/not-an-id", headers=auth(keys["acme"]))
+    assert bad.status_code == 400 and bad.json()["field"] == "result_id"
+    assert client.get(body["result"]).status_code == 401
+
+
+def test_v2_infer_answers_202_too(client: TestClient, keys: dict[str, str], runtime: SageMakerRuntime) -> None:
+    request = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+    answer = client.post("/v2/models/big/infer", json=request, headers=auth(keys["acme"]))
+    assert answer.status_code == 202 and answer.json()["id"]
+    runtime._queue.shutdown(wait=True)  # type: ignore[union-attr]
+    # queued requests are neither answers nor errors in the deployment's statistics
+    stats = client.get("/api/v1/deployments/big/stats", headers=auth(keys["acme"])).json()
+    assert (stats["overall"]["requests"], stats["overall"]["errors"]) == (0, 0)
+
+
+def test_the_openapi_schema_has_the_results_route(demo: Container) -> None:
+    schema = TestClient(create_app(demo)).get("/openapi.json").json()
+    assert "/api/v1/results/{result_id}" in schema["paths"]
+
+
+def test_grpc_says_where_the_result_will_be() -> None:
+    import grpc
+
+    from sluice.domain.errors import Accepted
+    from sluice.grpc_service.service import status_of
+
+    code, message, trailer = status_of(Accepted("queued", result_id="b" * 32, location="/api/v1/results/" + "b" * 32))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and message.endswith("/api/v1/results/" + "b" * 32)
+    assert ("sluice-result", "/api/v1/results/" + "b" * 32) in trailer

@@ -1,0 +1,152 @@
+"""`GET /api/v1/deployments/{name}/cost` and `sluice cost`: a deployment's measured latency
+priced on each runtime, the recommendation under a p99 target, and the curves as a PNG."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice import cli
+from sluice.settings import get_settings
+from sluice.wiring import get_container
+from tests.conftest import MODELS, REPO
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from sluice.wiring import Container
+
+ROW = [[5.9, 3.0, 5.1, 1.8]]
+
+
+def _traffic(client: TestClient, key: str, n: int = 5) -> None:
+    for _ in range(n):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": ROW}, headers=auth(key))
+        assert r.status_code == 200
+
+
+def test_the_route_prices_every_runtime_from_the_deployments_statistics(
+    client: TestClient, keys: dict[str, str], demo: Container
+) -> None:
+    _traffic(client, keys["acme"])
+    stats = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"])).json()["overall"]
+    r = client.get("/api/v1/deployments/iris/cost", params={"rps": 20, "p99_ms": 500}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["runs_on"] == ["onnx"] and report["prices"]["region"] == "us-east-1" and report["prices"]["as_of"]
+    onnx = report["latency"]["onnx"]
+    assert (onnx["p50_ms"], onnx["p99_ms"]) == (stats["latency_ms"]["p50"], stats["latency_ms"]["p99"])
+    assert onnx["source"] == "statistics: 5 requests"
+    assert report["latency"]["sagemaker"]["source"].startswith("assumed")
+    by_runtime = {o["runtime"]: o for o in report["options"]}
+    assert set(by_runtime) == {"onnx", "sagemaker", "sagemaker-async", "batch"}
+    costs = [o["usd_per_million"] for o in report["options"]]
+    assert costs == sorted(costs)
+    assert report["recommendation"]["runtime"] == "onnx"  # the same latency for all: Lambda alone is cheapest
+
+
+def test_a_benchmarks_latency_changes_the_recommendation(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    _traffic(client, keys["acme"])
+    params = {"rps": 3000, "p99_ms": 20, "sagemaker_p50_ms": 4.55, "sagemaker_p99_ms": 11.5, "onnx_p50_ms": 60, "onnx_p99_ms": 90}
+    report = client.get("/api/v1/deployments/iris/cost", params=params, headers=auth(keys["acme"])).json()
+    assert report["latency"]["onnx"]["source"] == "given"
+    assert report["recommendation"]["runtime"] == "sagemaker"
+    realtime = next(o for o in report["options"] if o["runtime"] == "sagemaker")
+    assert realtime["instances"] >= 1 and 0 < realtime["utilization"] <= 1
+
+
+def test_bad_parameters_are_4xx_naming_the_field(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    for params, status, field in (
+        ({"rps": 0}, 422, "rps"),
+        ({"p99_ms": -1}, 422, "p99_ms"),
+        ({"region": "../../etc"}, 400, "region"),
+        ({"instance_type": "ml.z9.huge", "onnx_p50_ms": 1}, 400, "instance_type"),
+        ({"onnx_p99_ms": 3}, 400, "onnx_p50_ms"),
+    ):
+        r = client.get("/api/v1/deployments/iris/cost", params=params, headers=auth(keys["acme"]))
+        assert r.status_code == status and r.json()["field"] == field, (params, r.text)
+    # no traffic yet and no latency given: nothing to price
+    r = client.get("/api/v1/deployments/iris/cost", headers=auth(keys["acme"]))
+    assert (r.status_code, r.json()["field"]) == (422, "latency")
+    assert client.get("/api/v1/deployments/iris/cost", headers=auth(keys["acme_predict"])).status_code == 403
+
+
+# the CLI -----------------------------------------------------------------------------------
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_DEPLOYMENT_CACHE_TTL_S", "0")
+    get_settings.cache_clear()
+    get_container.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+    get_container.cache_clear()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_sluice_cost_prints_the_table_and_draws_the_curves(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert _cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--latency", "sagemaker=4.5/11.5", "--p99-ms", "10")
+    assert code == 0, err
+    assert "recommended: onnx" in out and "prices as of" in out
+    code, out, _ = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "5", "--json")
+    report = json.loads(out)
+    assert report["workload"]["rps"] == 5.0 and report["latency"]["sagemaker"]["source"].startswith("assumed")
+    code, _, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.svg"))
+    assert code == 2 and "[plot]" in err
+    code, _, err = _cli(capsys, "cost", "iris", "--latency", "gpu=2/9")
+    assert code == 2 and "[latency]" in err
+
+    gpu = REPO / "benchmarks" / "gpu" / "results" / "gpu-e2e-sluice-triton-h100.json"
+    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--benchmark", str(gpu), "--rps", "2000", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    measured = json.loads(gpu.read_text())["latency"]
+    assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_json"]["p50_ms"]
+    assert report["latency"]["sagemaker"]["source"].startswith("benchmark gpu-e2e-sluice-triton-h100.json")
+    assert report["workload"]["instance_rps"] == measured["concurrency_16"]["sluice_json"]["rps"]
+    code, _, err = _cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
+    assert code == 2 and "[benchmark]" in err
+
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "curves.png"
+    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"curves: {png}" in out
+
+
+def test_the_plot_names_the_extra_when_matplotlib_is_missing(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: object, **kwargs: object) -> object:
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    assert _cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert _cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    code, _, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.png"))
+    assert code == 2 and "sluice[cost]" in err and not (tmp_path / "c.png").exists()
+
+
+def test_no_lambda_layer_carries_matplotlib() -> None:
+    for requirements in (REPO / "layers").glob("*/requirements.txt"):
+        assert "matplotlib" not in requirements.read_text().lower()

@@ -1,0 +1,98 @@
+"""The cost arithmetic, against figures worked out by hand from the us-east-1 price file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sluice.cost import model
+from sluice.cost.prices import PRICES_DIR, load_prices, regions
+from sluice.domain.errors import BadRequest
+
+PRICES = load_prices("us-east-1")
+TEN_MS = model.Measured(10.0, 30.0, "given")
+WORK = model.Workload(rps=10.0)
+
+
+def test_the_price_file_is_dated_and_says_where_its_figures_come_from() -> None:
+    assert regions() == ["us-east-1"]
+    assert PRICES["as_of"] == "2026-11-26" and "pricing" in PRICES["source"]
+    assert PRICES["verified"] is False  # until someone checks the live pages
+
+
+def test_lambda_in_process_pays_requests_and_gb_seconds() -> None:
+    option = model.onnx(PRICES, WORK, TEN_MS)
+    # 2 GB x 10 ms x 1e6 x $0.0000166667 + $3.50 (REST API) + $0.20 (Lambda requests)
+    assert option.breakdown["lambda_duration"] == pytest.approx(0.333334)
+    assert option.usd_per_million == pytest.approx(4.033334)
+    assert option.p99_ms == 30.0
+    # Lambda bills whole milliseconds: 10.2 ms is billed as 11
+    assert model.onnx(PRICES, WORK, model.Measured(10.2, 30, "given")).breakdown["lambda_duration"] == pytest.approx(0.3666674)
+
+
+def test_a_real_time_endpoint_pays_instance_hours_at_the_traffics_utilization() -> None:
+    option = model.realtime(PRICES, WORK, TEN_MS)
+    # 4 in flight / 10 ms = 400 req/s an instance: one ml.g5.xlarge at $1.408/h for 36,000 requests an hour
+    assert option.instances == 1 and option.utilization == pytest.approx(10 / 400)
+    assert option.breakdown["instances"] == pytest.approx(1.408 / 36_000 * 1e6)
+    assert option.usd_per_million == pytest.approx(1.408 / 36_000 * 1e6 + 4.033334)
+    busy = model.realtime(PRICES, replace(WORK, rps=1000.0), TEN_MS)
+    assert busy.instances == 4  # 1000 / (400 x 0.7) -> 4
+    assert model.realtime(PRICES, replace(WORK, instance_rps=50.0), TEN_MS).instances == 1
+    with pytest.raises(BadRequest) as caught:
+        model.realtime(PRICES, replace(WORK, instance_type="ml.z9.huge"), TEN_MS)
+    assert caught.value.field == "instance_type"
+
+
+def test_an_async_endpoint_pays_two_front_door_requests_s3_and_scales_to_zero() -> None:
+    option = model.asynchronous(PRICES, WORK, TEN_MS)
+    submit, poll = 3.7 + 2 * 0.05 * 1e6 * 0.0000166667, 3.7 + 2 * 0.02 * 1e6 * 0.0000166667
+    assert option.breakdown["s3_requests"] == pytest.approx((3 * 0.005 + 3 * 0.0004) * 1000)
+    assert option.usd_per_million == pytest.approx(1.408 / 36_000 * 1e6 + submit + poll + 16.2)
+    assert option.p99_ms == 1030.0  # the queue and a poll interval on top
+    # One request every 10,000 s: the instance is up 900 s of each, 9% of the time.
+    rare = model.asynchronous(PRICES, replace(WORK, rps=1e-4), TEN_MS)
+    assert rare.instances == pytest.approx(0.09)
+    assert rare.breakdown["instances"] == pytest.approx(1.408 * 0.09 / 0.36 * 1e6)
+    always_on = model.realtime(PRICES, replace(WORK, rps=1e-4), TEN_MS)
+    assert rare.usd_per_million < always_on.usd_per_million  # where scaling to zero pays
+
+
+def test_batch_pays_transitions_and_score_time_and_is_not_interactive() -> None:
+    option = model.batch(PRICES, WORK, TEN_MS)
+    assert option.breakdown["step_functions"] == pytest.approx(22 * 0.025 / 1000)  # 4 chunks of 250,000 rows
+    assert option.breakdown["lambda_duration"] == pytest.approx(3008 / 1024 * 0.010 * 1e6 * 0.0000166667)
+    assert not option.interactive and option.p99_ms is None
+    faster = model.batch(PRICES, replace(WORK, batch_row_ms=0.01), TEN_MS)
+    assert faster.usd_per_million < option.usd_per_million / 100
+
+
+def test_the_recommendation_is_the_cheapest_interactive_option_meeting_the_target() -> None:
+    latencies = {"onnx": model.Measured(40, 80, "s"), "sagemaker": model.Measured(4, 11, "s")}
+    found = model.options(PRICES, WORK, latencies)  # 10 req/s: an instance mostly idle
+    assert {o.runtime for o in found} == {"onnx", "sagemaker", "sagemaker-async", "batch"}
+    assert model.recommend(found, None).runtime == "onnx"
+    assert model.recommend(found, 20).runtime == "sagemaker"
+    assert model.recommend(found, 5) is None
+
+
+def test_curves_cover_every_runtime_at_every_rate() -> None:
+    rates = [0.001, 1.0, 1000.0]
+    curves = model.curves(PRICES, WORK, {"onnx": TEN_MS, "sagemaker": TEN_MS}, rates)
+    assert set(curves) == set(model.RUNTIMES) and all(len(v) == 3 for v in curves.values())
+    assert curves["sagemaker"][0] > curves["sagemaker"][2]  # fixed instances spread over more requests
+    assert curves["onnx"][0] == curves["onnx"][2]  # per request only
+
+
+def test_a_price_file_of_ones_own_and_bad_ones(tmp_path: Path) -> None:
+    mine = json.loads((PRICES_DIR / "us-east-1.json").read_text()) | {"region": "eu-west-1"}
+    (tmp_path / "p.json").write_text(json.dumps(mine))
+    assert load_prices("ignored", tmp_path / "p.json")["region"] == "eu-west-1"
+    (tmp_path / "bad.json").write_text("{}")
+    for region, path, field in (("../etc", None, "region"), ("eu-west-9", None, "region"), ("x", tmp_path / "bad.json", "prices")):
+        with pytest.raises(BadRequest) as caught:
+            load_prices(region, path)
+        assert caught.value.field == field
