@@ -15,7 +15,7 @@ export class LiveCharts {
   private samples: Sample[] = [];
   private plots: uPlot[] = [];
   private subjects: string[] = [];
-  windowS = 300;
+  windowS = 0; // 0: since the page opened
   private last = Date.now() / 1000;
 
   constructor() {
@@ -36,7 +36,7 @@ export class LiveCharts {
   }
 
   private series(): { x: number[]; rates: (number | null)[][]; errors: (number | null)[][]; p95: (number | null)[][] } {
-    const from = (this.samples.at(-1)?.t ?? 0) - this.windowS;
+    const from = this.windowS ? (this.samples.at(-1)?.t ?? 0) - this.windowS : 0;
     const shown = this.samples.filter((x) => x.t >= from);
     const x: number[] = [];
     const rates = this.subjects.map(() => [] as (number | null)[]);
@@ -78,7 +78,7 @@ export class LiveCharts {
             title,
             width,
             height: 200,
-            scales: { x: { time: true, range: (): uPlot.Range.MinMax => [this.last - this.windowS, this.last] } },
+            scales: { x: { time: true, range: (): uPlot.Range.MinMax => [this.windowS ? this.last - this.windowS : Math.min(this.samples[0]?.t ?? this.last, this.last - 30), this.last] } },
             axes: [{}, { label: unit, size: 60 }],
             series: [{}, ...this.subjects.map((name, k) => ({ label: name, stroke: COLORS[k % COLORS.length], width: 2, spanGaps: true }))],
             legend: { live: false },

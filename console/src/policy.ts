@@ -62,7 +62,7 @@ function trim(n: number): string {
 const W = 150; // box width
 const H = 44; // box height
 const GAP_Y = 18;
-const COL = 330; // column pitch: box plus the edge and its label
+const CHAR = 7; // about one character's width at 12px
 
 interface Placed {
   box: Box;
@@ -75,6 +75,10 @@ function height(b: Box): number {
   return Math.max(H, b.edges.reduce((a, e) => a + height(e.box), 0) + GAP_Y * (b.edges.length - 1));
 }
 
+function longestLabel(b: Box): number {
+  return Math.max(0, ...b.edges.map((e) => Math.max(e.label.length, longestLabel(e.box))));
+}
+
 function depth(b: Box): number {
   return 1 + Math.max(0, ...b.edges.map((e) => depth(e.box)));
 }
@@ -82,6 +86,8 @@ function depth(b: Box): number {
 /** The SVG picture of `policy`; `title` names it for screen readers. */
 export function policySvg(policy: Policy, title: string): SVGElement {
   const root = boxOf(policy);
+  // Column pitch: a box, the curve, then the straight run that carries the longest label.
+  const COL = W + 86 + longestLabel(root) * CHAR;
   const width = (depth(root) - 1) * COL + W + 20;
   const total = height(root) + 20;
   const shapes: SVGElement[] = [];

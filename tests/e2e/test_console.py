@@ -204,7 +204,7 @@ def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Ser
     for name, value in {"sepal_length": 6.7, "sepal_width": 3.0, "petal_length": 5.2, "petal_width": 2.3}.items():
         tab.page.fill(f"#try-form input[name={name}]", str(value))
     tab.page.click("#try-form button[type=submit]")
-    tab.page.wait_for_function("document.querySelector('#answer').textContent.includes('prediction')")
+    tab.page.wait_for_selector("#answer:has-text('prediction')")
     answer = json.loads(tab.page.inner_text("#answer"))
     assert answer["prediction"] == "virginica" and answer["version"] == 1 and set(answer["probabilities"]) == {"setosa", "versicolor", "virginica"}
     tab.shot(shots, "models")

@@ -80,6 +80,7 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     "select",
     { id: "range" },
     [
+      [0, "since this page opened"],
       [300, "last 5 minutes"],
       [900, "last 15 minutes"],
       [3600, "last hour"],
