@@ -94,3 +94,38 @@ def test_the_console_stays_off_the_apis_import_path() -> None:
     code = "import sys; from sluice.api.app import create_app; create_app().prepare(); print('sluice.console' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_api_function_serves_the_console_behind_api_gateway(demo: object, built: Path) -> None:
+    """API Gateway's public `GET /console/{proxy+}` (no authorizer context) reaches the files."""
+    import base64
+    import json
+
+    from sluice.handlers import api
+    from tests.conftest import EVENTS
+    from tests.support import LambdaContext
+
+    event = json.loads((EVENTS / "api_rest_list_deployments.json").read_text())
+    del event["requestContext"]["authorizer"]
+    for header in ("Authorization", "authorization", "x-api-key"):
+        event["headers"].pop(header, None)
+        event["multiValueHeaders"].pop(header, None)
+    previous = api.app.state.container
+    api.app.state.container = demo
+    try:
+        responses = {}
+        for path in ("/console/", "/console/assets/app-1.js", "/console/nope"):
+            e = {**event, "resource": "/console/{proxy+}", "path": path, "httpMethod": "GET"}
+            e["requestContext"] = {**event["requestContext"], "path": f"/prod{path}", "resourcePath": "/console/{proxy+}"}
+            responses[path] = api.handler(e, LambdaContext())
+    finally:
+        api.app.state.container = previous
+    page = responses["/console/"]
+    assert page["statusCode"] == 200, page
+    headers = {k.lower(): v for k, v in (page.get("headers") or {}).items()}
+    headers |= {k.lower(): v[0] for k, v in (page.get("multiValueHeaders") or {}).items()}
+    assert "script-src 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+    body = base64.b64decode(page["body"]).decode() if page.get("isBase64Encoded") else page["body"]
+    assert "./assets/app-1.js" in body
+    assert responses["/console/assets/app-1.js"]["statusCode"] == 200
+    assert responses["/console/nope"]["statusCode"] == 404

@@ -8,7 +8,6 @@ routes with the key its user signs in with, so it sees that key's tenant and sco
 
 from __future__ import annotations
 
-import mimetypes
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,16 @@ HEADERS = (
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
 )
-TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml", ".json": "application/json"}
+TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".json": "application/json",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
+}
 
 
 def is_console(path: str) -> bool:
@@ -88,7 +96,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if file is None:
         await _send(send, 404, b'{"error":"Not Found","code":"not_found"}', "application/json", head=head)
         return
-    content_type = TYPES.get(file.suffix) or mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+    content_type = TYPES.get(file.suffix, "application/octet-stream")
     if content_type.startswith("text/") or content_type.endswith(("json", "+xml")):
         content_type += "; charset=utf-8"
     # Built assets carry a content hash in their names: kept for a year. The page is checked each time.
