@@ -12,6 +12,7 @@ interface Box {
   kind: string;
   lines: string[];
   edges: { label: string; dashed: boolean; box: Box }[];
+  href?: string;
 }
 
 function boxOf(p: Policy): Box {
@@ -19,7 +20,7 @@ function boxOf(p: Policy): Box {
     case "single":
       return { kind: "single", lines: [`${p.model}`, `version ${p.version}`], edges: [] };
     case "ref":
-      return { kind: "ref", lines: ["ref", `→ ${p.deployment}`], edges: [] };
+      return { kind: "ref", lines: ["ref", `→ ${p.deployment}`], edges: [], href: `#/deployments/${encodeURIComponent(p.deployment)}` };
     case "split": {
       const total = p.variants.reduce((a, v) => a + v.weight, 0) || 1;
       const how = p.bandit ? `bandit: ${p.bandit.algorithm}` : p.routing_key ? `sticky by ${p.routing_key}` : "random";
@@ -83,8 +84,9 @@ function depth(b: Box): number {
   return 1 + Math.max(0, ...b.edges.map((e) => depth(e.box)));
 }
 
-/** The SVG picture of `policy`; `title` names it for screen readers. */
-export function policySvg(policy: Policy, title: string): SVGElement {
+/** The SVG picture of `policy`; `title` names it for screen readers. `links`: a reference
+ * links to its deployment (not inside another link, such as a card). */
+export function policySvg(policy: Policy, title: string, links = true): SVGElement {
   const root = boxOf(policy);
   // Column pitch: a box, the curve, then the straight run that carries the longest label.
   const COL = W + 86 + longestLabel(root) * CHAR;
@@ -109,11 +111,12 @@ export function policySvg(policy: Policy, title: string): SVGElement {
       );
       childTop += ch + GAP_Y;
     }
-    shapes.push(
+    const node = [
       s("rect", { x, y, width: W, height: H, rx: 6, class: `node ${b.kind}` }),
       s("text", { x: x + 10, y: y + 18, class: "node-title" }, b.lines[0]),
       s("text", { x: x + 10, y: y + 35, class: "node-sub" }, b.lines[1] ?? ""),
-    );
+    ];
+    shapes.push(...(b.href && links ? [s("a", { href: b.href, class: "node-link" }, ...node)] : node));
     return { box: b, x, y };
   };
   place(root, 10, 10);

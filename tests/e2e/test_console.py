@@ -74,6 +74,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
         s.call("POST", "/api/v1/models/iris/versions", content=(MODELS / "iris_forest.onnx").read_bytes(), headers={"content-type": "application/octet-stream"})
         s.call("PUT", "/api/v1/deployments/iris", json={"policy": json.loads((POLICIES / "canary.json").read_text())})
         s.call("POST", "/api/v1/deployments", json={"name": "iris-shadow", "policy": json.loads((POLICIES / "shadow.json").read_text())})
+        s.call("POST", "/api/v1/deployments", json={"name": "iris-ensemble", "policy": json.loads((POLICIES / "ensemble.json").read_text())})
         yield s
 
 
@@ -132,9 +133,11 @@ def test_sign_in_shows_the_demo_deployments_as_pictures(admin_tab: Tab, service:
     tab.sign_in(service.admin)
     tab.page.wait_for_selector("#deployments")
     names = tab.page.eval_on_selector_all("[data-deployment]", "els => els.map(e => e.dataset.deployment)")
-    assert set(names) == {"iris", "diabetes", "iris-shadow"}
+    assert set(names) == {"iris", "diabetes", "iris-shadow", "iris-ensemble"}
     assert tab.page.locator("[data-deployment=iris] svg.policy text", has_text="canary · 10%").count() == 1
     assert tab.page.locator("[data-deployment=iris-shadow] svg.policy text", has_text="mirror candidate · 100% sampled").count() == 1
+    assert tab.page.locator("[data-deployment=iris-ensemble] svg.policy text", has_text="soft_vote · min 1").count() == 1
+    assert tab.page.locator("[data-deployment=iris-ensemble] svg.policy text", has_text="forest · w 1 · 200 ms").count() == 1
     assert tab.page.inner_text("#who") == "tenant default · admin, predict"
     # The key is in this tab's sessionStorage: never in a URL, a cookie or localStorage.
     assert tab.page.evaluate("sessionStorage.getItem('sluice.key')") == service.admin
@@ -162,6 +165,28 @@ def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, serv
     assert tab.page.locator("#history-table tr", has_text="revision 2").count() == 1
     assert tab.page.locator("#diff .add", has_text='"name": "canary"').count() == 1
     tab.shot(shots, "deployment")
+
+
+HIDE = """() => {
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "hidden" });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+SHOW = """() => {
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "visible" });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_polling_pauses_while_the_tab_is_hidden(admin_tab: Tab) -> None:
+    tab = admin_tab
+    stats = lambda: sum("/stats" in u for u in tab.urls)  # noqa: E731
+    tab.page.evaluate(HIDE)
+    before = stats()
+    tab.page.wait_for_timeout(6000)  # more than one polling interval
+    assert stats() == before
+    tab.page.evaluate(SHOW)  # polls again at once
+    tab.page.wait_for_timeout(500)
+    assert stats() == before + 1
 
 
 def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, shots: Path) -> None:

@@ -58,7 +58,7 @@ export async function deploymentsPage(ctx: Context): Promise<void> {
               { class: "card", href: `#/deployments/${enc(d.name)}`, "data-deployment": d.name },
               h("h2", {}, d.name, h("span", { class: `kind ${d.policy.kind}` }, d.policy.kind)),
               h("p", { class: "muted" }, `revision ${d.revision} · updated ${when(d.updated_at)} by ${d.updated_by}`),
-              policySvg(d.policy, `policy of ${d.name}`),
+              policySvg(d.policy, `policy of ${d.name}`, false),
             ),
           ),
         )
