@@ -247,7 +247,7 @@ def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, 
     staged.rename(inbox / "patients.csv")
     tab.page.wait_for_selector("[data-status=SUCCEEDED]", timeout=90_000)
     row = tab.page.locator("#jobs-table tr", has_text="diabetes")
-    assert "500 in · 500 out · 0 failed" in row.inner_text()
+    assert re.search(r"500 in\s+500 out\s+0 failed", row.inner_text())
     assert row.locator("progress").get_attribute("value") == row.locator("progress").get_attribute("max")
     tab.shot(shots, "batch")
 

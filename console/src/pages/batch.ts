@@ -21,6 +21,14 @@ interface Job {
 
 const POLL_MS = 5000;
 
+/** A URI's scheme and last three parts (the whole of it in the tooltip). */
+function short(uri: string): HTMLElement {
+  const [scheme, rest = ""] = uri.split("://", 2);
+  const parts = rest.split("/").filter(Boolean);
+  const tail = parts.length > 3 ? `${scheme}://…/${parts.slice(-3).join("/")}${uri.endsWith("/") ? "/" : ""}` : uri;
+  return h("span", { title: uri }, tail);
+}
+
 export async function batchPage(ctx: Context): Promise<void> {
   const box = h("div", { id: "jobs" });
   mount(
@@ -75,14 +83,14 @@ export async function batchPage(ctx: Context): Promise<void> {
           h("progress", { max: total || 1, value: j.status === "SUCCEEDED" ? total || 1 : done }),
           ` ${done}/${total || "?"} ${j.progress.rows_total ? "rows" : "chunks"}`,
         ),
-        `${j.counts.rows_in} in · ${j.counts.rows_out} out · ${j.counts.rows_failed} failed`,
+        h("span", {}, `${j.counts.rows_in} in`, h("br"), `${j.counts.rows_out} out`, h("br"), `${j.counts.rows_failed} failed`),
         h("span", {}, `created ${when(j.timings.created_at)}`, h("br"), `ran ${duration(ran)}`),
-        h("span", { class: "mono small" }, j.input_uri, h("br"), "→ ", j.output_uri),
+        h("span", { class: "mono small" }, short(j.input_uri), h("br"), "→ ", short(j.output_uri)),
         j.error ? h("span", { class: "error" }, j.error) : "",
         cancel,
       ];
     });
-    mount(box, table(["job", "deployment", "status", "progress", "counts", "timings", "files", "error", ""], rows, { id: "jobs-table" }));
+    mount(box, h("div", { class: "scroll" }, table(["job", "deployment", "status", "progress", "counts", "timings", "files", "error", ""], rows, { id: "jobs-table" })));
   };
   ctx.onLeave(poll(refresh, POLL_MS));
 }
