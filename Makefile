@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env console chromium
+.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(STAMP)
 serve: $(STAMP) console
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP) triton-env checkov-env docs console chromium
+test: $(STAMP) triton-env checkov-env docs console console-test chromium
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
@@ -69,6 +69,11 @@ $(CONSOLE): console/node_modules/.package-lock.json $(CONSOLE_SOURCES)
 	cd console && npx --no-install vite build --logLevel warn
 
 console: $(CONSOLE)
+
+# The console's pure parts (policy walking, revision diffs) under vitest; its pages are tested
+# in a browser by tests/e2e/test_console.py.
+console-test: console/node_modules/.package-lock.json
+	cd console && npx --no-install vitest run
 
 # The console's browser tests (tests/e2e/test_console.py) drive Debian's Chromium, installed
 # when apt-get can run; without it they are skipped, saying why. No browser is downloaded.
