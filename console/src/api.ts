@@ -70,7 +70,7 @@ export const put = <T = unknown>(path: string, body: unknown) => call<T>("PUT", 
 
 export function describe(error: unknown): string {
   if (error instanceof ApiError) {
-    if (error.status === 403) return `Not allowed: ${error.message}. This action needs a key with the admin scope.`;
+    if (error.status === 403) return `Not allowed (403): ${error.message}. Reading deployments and models, and changing anything, needs a key with the admin scope.`;
     if (error.status === 401) return "Your key was rejected (wrong, revoked or expired): sign in again.";
     return `${error.message} (${error.status} ${error.code}${error.field ? `, ${error.field}` : ""})`;
   }
