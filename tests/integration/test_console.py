@@ -129,3 +129,13 @@ def test_the_api_function_serves_the_console_behind_api_gateway(demo: object, bu
     assert "./assets/app-1.js" in body
     assert responses["/console/assets/app-1.js"]["statusCode"] == 200
     assert responses["/console/nope"]["statusCode"] == 404
+
+
+def test_the_apps_lifespan_passes_by_the_console(demo: object) -> None:
+    """A lifespan scope has no path: it goes on to the framework as before."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+
+    with TestClient(create_app(demo)) as client:  # type: ignore[arg-type]
+        assert client.get("/healthz").status_code == 200

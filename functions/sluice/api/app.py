@@ -67,8 +67,8 @@ class SluiceApp(FastAPI):
                 self._sockets = Sockets(lambda: container_of(self))
             await self._sockets(scope, receive, send)
             return
-        path = scope["path"]
-        if path.startswith("/console") and (len(path) == 8 or path[8] == "/"):
+        path = scope.get("path", "")  # a lifespan scope has none
+        if path.startswith("/console") and (len(path) == 8 or path[8] == "/") and scope["type"] == "http":
             # The web console's static files: public (the pages sign in with a key), never
             # routed through the edge, imported on the first request for them.
             from sluice.console import app as console
