@@ -117,8 +117,8 @@ class Tab:
         self.page.goto(f"{self.base}/console/#{hash}")
         self.page.wait_for_selector(selector)
 
-    def shot(self, folder: Path, name: str) -> None:
-        self.page.screenshot(path=str(folder / f"console-{name}.png"), full_page=True)
+    def shot(self, folder: Path, name: str, full_page: bool = True) -> None:
+        self.page.screenshot(path=str(folder / f"console-{name}.png"), full_page=full_page)
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +191,18 @@ def test_polling_pauses_while_the_tab_is_hidden(admin_tab: Tab) -> None:
 
 def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, shots: Path) -> None:
     tab = admin_tab
-    service.predict("iris-shadow", 20)
     tab.go("/deployments/iris-shadow", "#stats-table")
+    # The mirror's verdict shows beside the traffic before anyone promotes it.
+    deadline = time.monotonic() + 60
+    while not tab.page.locator("#stats-table tr", has_text="candidate").count():
+        assert time.monotonic() < deadline, tab.page.inner_text("#stats")
+        service.predict("iris-shadow", 20)
+        tab.page.wait_for_timeout(2500)
+    assert tab.page.locator("#stats-table tr", has_text="candidate").locator("td").nth(7).inner_text().startswith("1.000")
     tab.page.click("[data-action=promote-candidate]")
     tab.page.wait_for_selector("dialog#confirm[open]")
     assert "Promote mirror candidate?" in tab.page.inner_text("#confirm-title")
-    tab.shot(shots, "confirm")
+    tab.shot(shots, "confirm", full_page=False)
     # Cancelling changes nothing.
     tab.page.click("dialog#confirm button[value=cancel]")
     assert service.call("GET", "/api/v1/deployments/iris-shadow")["revision"] == 1

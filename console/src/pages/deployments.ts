@@ -194,8 +194,8 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     }
     for (const [name, m] of Object.entries(stats.mirrors)) {
       subjects[`mirror ${name}`] = { requests: m.requests, errors: m.errors, p50: m.latency_ms.p50, p95: m.latency_ms.p95 };
-      const ci = m.agreement_ci95 ? ` [${num(m.agreement_ci95[0], 3)}, ${num(m.agreement_ci95[1], 3)}]` : "";
-      rows.push(["mirror", name, String(m.requests), String(m.errors), num(m.latency_ms.p50), num(m.latency_ms.p95), num(m.latency_ms.p99), m.agreement == null ? "—" : `${num(m.agreement, 3)}${ci}`, "—"]);
+      const ci = m.agreement_ci95 ? ` [${m.agreement_ci95[0].toFixed(3)}, ${m.agreement_ci95[1].toFixed(3)}]` : "";
+      rows.push(["mirror", name, String(m.requests), String(m.errors), num(m.latency_ms.p50), num(m.latency_ms.p95), num(m.latency_ms.p99), m.agreement == null ? "—" : `${m.agreement.toFixed(3)}${ci}`, "—"]);
     }
     charts.add({ t: Date.now() / 1000, subjects });
     mount(
