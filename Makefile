@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env
+.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml | $(UV)
 
 install: $(STAMP)
 
-serve: $(STAMP)
+serve: $(STAMP) console
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
-test: $(STAMP) triton-env checkov-env docs
+test: $(STAMP) triton-env checkov-env docs console console-test chromium
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
@@ -54,7 +54,33 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-triton .venv-checkov .pytest_cache cdk.out node_modules site
+	rm -rf $(VENV) .venv-triton .venv-checkov .pytest_cache cdk.out node_modules site console/node_modules functions/sluice/console/static
+
+# The web console (console/, docs/console.md): built with Vite and uPlot, pinned by
+# console/package-lock.json, into the package (functions/sluice/console/static/), which the
+# API serves at /console and the Lambda function's asset ships.
+CONSOLE := functions/sluice/console/static/index.html
+CONSOLE_SOURCES := console/index.html console/vite.config.js $(wildcard console/src/*.ts console/src/*.css console/src/pages/*.ts)
+
+console/node_modules/.package-lock.json: console/package.json console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+
+$(CONSOLE): console/node_modules/.package-lock.json $(CONSOLE_SOURCES)
+	cd console && npx --no-install vite build --logLevel warn
+
+console: $(CONSOLE)
+
+# The console's pure parts (policy walking, revision diffs) under vitest; its pages are tested
+# in a browser by tests/e2e/test_console.py.
+console-test: console/node_modules/.package-lock.json
+	cd console && npx --no-install vitest run
+
+# The console's browser tests (tests/e2e/test_console.py) drive Debian's Chromium, installed
+# when apt-get can run; without it they are skipped, saying why. No browser is downloaded.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }; } || \
+		echo "chromium is not installed: the console's browser tests will be skipped"
 
 # The local Triton (CPU, python backend) in its own virtualenv: nvidia-pytriton pins numpy<2.
 TRITON_VENV := .venv-triton
@@ -71,7 +97,7 @@ triton-env: $(TRITON_STAMP)
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
-synth: $(STAMP) node_modules/.package-lock.json
+synth: $(STAMP) node_modules/.package-lock.json console
 	npx --no-install cdk synth
 
 # checkov (tests/infra/test_checkov.py scans the synthesized templates with it) pins many

@@ -361,6 +361,7 @@ class ApiStack(Stack):
         api.root.add_proxy(
             default_integration=integration, any_method=True, default_method_options=method_options
         )
+        self._console(api, integration)
         self._gateway_responses(api)
 
         acknowledge(
@@ -392,6 +393,26 @@ class ApiStack(Stack):
                 "function logs cover requests. Set api.execution_log_level once the role exists.",
             )
         return api
+
+    def _console(self, api: apigw.RestApi, integration: apigw.Integration) -> None:
+        """The web console's static files (docs/console.md): `GET /console[/…]` reaches the
+        API function without the key authorizer, as the page must load before its user signs
+        in; the pages then call the routes above with the user's key. The function answers
+        only GET and HEAD there, reads no body and serves only the built files."""
+        console = api.root.add_resource("console")
+        public = {"authorization_type": apigw.AuthorizationType.NONE, "api_key_required": False}
+        methods = [
+            console.add_method("GET", integration, **public),
+            console.add_resource("{proxy+}").add_method("GET", integration, **public),
+        ]
+        for method in methods:
+            acknowledge(
+                method,
+                "AwsSolutions-APIG4",
+                "The console's static files are public by design (the page loads before its "
+                "user signs in with an API key); they hold no data, and every API call the "
+                "page makes goes through the key authorizer.",
+            )
 
     def _gateway_responses(self, api: apigw.RestApi) -> None:
         """Gateway errors in the API's own error shape, so clients parse one format."""

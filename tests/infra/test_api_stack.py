@@ -39,10 +39,18 @@ def test_rest_api_takes_usage_keys_from_the_authorizer(full_app: Synthesized) ->
     )
 
 
+def _console_resources(template: Any) -> set[str]:
+    """The `/console` resource and its `{proxy+}` child: the console's static files."""
+    resources = template.find_resources("AWS::ApiGateway::Resource")
+    console = {rid for rid, r in resources.items() if r["Properties"]["PathPart"] == "console"}
+    return console | {rid for rid, r in resources.items() if r["Properties"]["ParentId"] in [{"Ref": c} for c in console]}
+
+
 def test_every_method_needs_the_authorizer_and_a_usage_key(full_app: Synthesized) -> None:
     template = full_app.template("api")
     (authorizer_id,) = template.find_resources("AWS::ApiGateway::Authorizer")
-    methods = properties(template, "AWS::ApiGateway::Method")
+    console = _console_resources(template)
+    methods = [m for m in properties(template, "AWS::ApiGateway::Method") if m["ResourceId"] not in [{"Ref": c} for c in console]]
     assert methods, "the API has no methods"
     for method in methods:
         assert method["AuthorizationType"] == "CUSTOM"
@@ -50,6 +58,18 @@ def test_every_method_needs_the_authorizer_and_a_usage_key(full_app: Synthesized
         assert method["ApiKeyRequired"] is True
         assert method["Integration"]["Type"] == "AWS_PROXY"
         assert method["Integration"]["TimeoutInMillis"] == 29000
+
+
+def test_only_the_consoles_static_files_are_public_and_only_to_get(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    console = _console_resources(template)
+    assert len(console) == 2
+    public = [m for m in properties(template, "AWS::ApiGateway::Method") if m["AuthorizationType"] == "NONE"]
+    assert len(public) == 2
+    for method in public:
+        assert method["HttpMethod"] == "GET" and method["ApiKeyRequired"] is False
+        assert method["ResourceId"] in [{"Ref": c} for c in console]
+        assert method["Integration"]["Type"] == "AWS_PROXY"
 
 
 def test_authorizer_is_the_request_authorizer_function_without_gateway_cache(

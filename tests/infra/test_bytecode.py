@@ -129,6 +129,10 @@ def test_every_handler_imports_from_the_built_assets_without_compiling(tmp_path:
     assert {"sluice.handlers.api", "sluice.handlers.batch", "sluice.handlers.shadow"} <= set(
         handlers
     )
+    # The web console (`make console`) ships in the code asset, served by the API function.
+    console = Path(__file__).resolve().parents[2] / "functions" / "sluice" / "console" / "static" / "index.html"
+    if console.exists():
+        assert (code / "sluice" / "console" / "static" / "index.html").read_bytes() == console.read_bytes()
     tag = f"cpython-{RUNTIME.replace('.', '')}"
     for root in (layer, code):
         pycs = list(root.rglob(f"__pycache__/*.{tag}.pyc"))

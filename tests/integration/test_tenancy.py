@@ -68,6 +68,7 @@ OWN_TENANT = {
     ("POST", "/api/v1/keys"),
     ("GET", "/api/v1/batch-jobs"),
     ("POST", "/api/v1/batch-jobs"),
+    ("GET", "/api/v1/session"),  # the caller's own key: tests/integration/test_console.py
     ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
     ("GET", "/v2/models/stats"),
     ("POST", "/v2/repository/index"),

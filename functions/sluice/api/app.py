@@ -24,7 +24,7 @@ or the **Open Inference Protocol v2** (`/v2/models/{deployment}/infer`). Authent
 """
 
 
-ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "cost", "endpoints", "results", "keys", "batch", "metrics")
+ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "cost", "endpoints", "results", "keys", "batch", "metrics", "session")
 
 
 def _hot_routes() -> list[Any]:
@@ -66,6 +66,14 @@ class SluiceApp(FastAPI):
 
                 self._sockets = Sockets(lambda: container_of(self))
             await self._sockets(scope, receive, send)
+            return
+        path = scope.get("path", "")  # a lifespan scope has none
+        if path.startswith("/console") and (len(path) == 8 or path[8] == "/") and scope["type"] == "http":
+            # The web console's static files: public (the pages sign in with a key), never
+            # routed through the edge, imported on the first request for them.
+            from sluice.console import app as console
+
+            await console(scope, receive, send)
             return
         await self.edge(scope, receive, send)
 

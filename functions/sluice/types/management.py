@@ -158,6 +158,12 @@ class KeyOut(WireModel):
         return sorted(value) if isinstance(value, set | frozenset) else value
 
 
+class SessionOut(WireModel):
+    tenant: str
+    key_id: str = Field(description="The key's public id (never the key).")
+    scopes: list[str]
+
+
 class OptimizeCreate(WireModel):
     data_uri: str = Field(
         description="Rows the model takes (.parquet, .csv, .jsonl), at a URI this tenant may import from "

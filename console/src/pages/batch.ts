@@ -1,0 +1,96 @@
+// Batch jobs: status, progress, counts and timings, followed while the tab is visible.
+import { enc, get, post } from "../api";
+import { duration, h, mount, when } from "../dom";
+import type { Context } from "../main";
+import { banner, confirmAction, fail, poll, table } from "../ui";
+
+interface Job {
+  id: string;
+  status: "PENDING" | "RUNNING" | "SUCCEEDED" | "FAILED" | "CANCELLED";
+  deployment: string;
+  input_uri: string;
+  output_uri: string;
+  format: string;
+  output_format: string;
+  source: string;
+  progress: { chunks_done: number; chunks_total: number | null; rows_done: number; rows_total: number | null };
+  counts: { rows_in: number; rows_out: number; rows_failed: number };
+  timings: { created_at: number; started_at: number | null; finished_at: number | null };
+  error: string | null;
+}
+
+const POLL_MS = 5000;
+
+/** A URI's scheme and last three parts (the whole of it in the tooltip). */
+function short(uri: string): HTMLElement {
+  const [scheme, rest = ""] = uri.split("://", 2);
+  const parts = rest.split("/").filter(Boolean);
+  const tail = parts.length > 3 ? `${scheme}://…/${parts.slice(-3).join("/")}${uri.endsWith("/") ? "/" : ""}` : uri;
+  return h("span", { title: uri }, tail);
+}
+
+export async function batchPage(ctx: Context): Promise<void> {
+  const box = h("div", { id: "jobs" });
+  mount(
+    ctx.main,
+    h("h1", {}, "Batch jobs"),
+    h(
+      "p",
+      { class: "muted" },
+      "Newest first, refreshed every 5 s while this tab is visible. Scored parts and error files are written under each job's output URI (the API does not serve their content). Schedules are not part of sluice yet.",
+    ),
+    box,
+  );
+  const refresh = async () => {
+    const jobs = await get<Job[]>("/api/v1/batch-jobs?limit=50");
+    if (!jobs.length) {
+      mount(box, h("p", { id: "no-jobs" }, "No batch jobs yet: drop a file in the inbox, or use `sluice batch submit`."));
+      return;
+    }
+    const rows = jobs.map((j) => {
+      const total = j.progress.rows_total ?? j.progress.chunks_total ?? 0;
+      const done = j.progress.rows_total ? j.progress.rows_done : j.progress.chunks_done;
+      const finished = j.timings.finished_at;
+      const ran = j.timings.started_at ? (finished ?? Date.now() / 1000) - j.timings.started_at : null;
+      const cancel =
+        j.status === "PENDING" || j.status === "RUNNING"
+          ? h(
+              "button",
+              {
+                type: "button",
+                class: "link",
+                onclick: async () => {
+                  if (!(await confirmAction(`Cancel ${j.id}?`, `The job stops scoring; what it wrote so far stays in ${j.output_uri}.`, undefined, "Cancel the job"))) return;
+                  try {
+                    await post(`/api/v1/batch-jobs/${enc(j.id)}/cancel`);
+                    banner(`${j.id} cancelled.`, "ok");
+                    await refresh();
+                  } catch (error) {
+                    fail(error);
+                  }
+                },
+              },
+              "cancel",
+            )
+          : "";
+      return [
+        h("span", { class: "mono" }, j.id),
+        j.deployment,
+        h("span", { class: `status ${j.status.toLowerCase()}`, "data-status": j.status }, j.status),
+        h(
+          "span",
+          { class: "progress" },
+          h("progress", { max: total || 1, value: j.status === "SUCCEEDED" ? total || 1 : done }),
+          ` ${done}/${total || "?"} ${j.progress.rows_total ? "rows" : "chunks"}`,
+        ),
+        h("span", {}, `${j.counts.rows_in} in`, h("br"), `${j.counts.rows_out} out`, h("br"), `${j.counts.rows_failed} failed`),
+        h("span", {}, `created ${when(j.timings.created_at)}`, h("br"), `ran ${duration(ran)}`),
+        h("span", { class: "mono small" }, short(j.input_uri), h("br"), "→ ", short(j.output_uri)),
+        j.error ? h("span", { class: "error" }, j.error) : "",
+        cancel,
+      ];
+    });
+    mount(box, h("div", { class: "scroll" }, table(["job", "deployment", "status", "progress", "counts", "timings", "files", "error", ""], rows, { id: "jobs-table" })));
+  };
+  ctx.onLeave(poll(refresh, POLL_MS));
+}

@@ -1,0 +1,298 @@
+"""The web console in a real browser (Debian's Chromium, driven by Playwright) against a real
+`sluice serve --demo`: sign in, see the deployments, watch a canary's statistics appear,
+promote a shadow, try a model, follow a batch job, and another tenant sees none of it.
+
+One browser for the whole module. Screenshots go to a temporary folder, or to docs/img/
+with SLUICE_SCREENSHOTS=1 (how docs/console.md's pictures are made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from tests.conftest import MODELS
+from tests.e2e.conftest import running_sluice
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILT = ROOT / "functions" / "sluice" / "console" / "static" / "index.html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+POLICIES = ROOT / "examples" / "policies"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install -e '.[dev]')")
+if not Path(CHROMIUM).exists():
+    pytest.skip("Chromium is not installed (make test installs it with apt-get when it runs as root)", allow_module_level=True)
+if not BUILT.exists():
+    pytest.skip("the console is not built: run `make console`", allow_module_level=True)
+
+
+class Service:
+    def __init__(self, base: str, home: Path, admin: str) -> None:
+        self.base, self.home, self.admin = base, home, admin
+        self.http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"}, timeout=30)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        r = self.http.request(method, path, **kwargs)
+        assert r.is_success, r.text
+        return r.json() if r.content else None
+
+    def predict(self, deployment: str, n: int) -> None:
+        for i in range(n):
+            self.call("POST", "/api/v1/predictions", json={"deployment": deployment, "inputs": [[5.9, 3.0, 5.1, 1.8]]}, headers={"x-user-id": f"user-{i}"})
+
+
+def _operator_key(home: Path, tenant: str, scopes: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "--tenant", tenant, "keys", "create", "--scopes", scopes, "--name", "console-test"],
+        env={**os.environ, "SLUICE_HOME": str(home)}, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return re.search(r"key \(shown once\): (\S+)", out.stdout).group(1)  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    home = tmp_path_factory.mktemp("console-home")
+    env = {**os.environ, "SLUICE_BATCH_INBOX_POLL_S": "0.5"}
+    with running_sluice(home, env, "--demo") as (port, admin):
+        s = Service(f"http://127.0.0.1:{port}", home, admin)
+        # A canary on iris and a shadow beside it, as the rollout guide makes them.
+        s.call("POST", "/api/v1/models/iris/versions", content=(MODELS / "iris_forest.onnx").read_bytes(), headers={"content-type": "application/octet-stream"})
+        s.call("PUT", "/api/v1/deployments/iris", json={"policy": json.loads((POLICIES / "canary.json").read_text())})
+        s.call("POST", "/api/v1/deployments", json={"name": "iris-shadow", "policy": json.loads((POLICIES / "shadow.json").read_text())})
+        s.call("POST", "/api/v1/deployments", json={"name": "iris-ensemble", "policy": json.loads((POLICIES / "ensemble.json").read_text())})
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser(service: Service) -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.environ.get("SLUICE_SCREENSHOTS") == "1":
+        return ROOT / "docs" / "img"
+    return tmp_path_factory.mktemp("screenshots")
+
+
+class Tab:
+    """One browser context (its own sessionStorage), watching every request and message."""
+
+    def __init__(self, browser: Any, base: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.base = base
+        self.urls: list[str] = []
+        self.messages: list[str] = []
+        self.page.on("request", lambda r: self.urls.append(r.url))
+        self.page.on("console", lambda m: self.messages.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.messages.append(f"pageerror: {e}"))
+
+    def sign_in(self, key: str) -> None:
+        self.page.goto(f"{self.base}/console")
+        self.page.fill("#key", key)
+        self.page.click("#signin button[type=submit]")
+        self.page.wait_for_selector("#who:has-text('tenant')")
+
+    def go(self, hash: str, selector: str) -> None:
+        self.page.goto(f"{self.base}/console/#{hash}")
+        self.page.wait_for_selector(selector)
+
+    def shot(self, folder: Path, name: str, full_page: bool = True) -> None:
+        self.page.screenshot(path=str(folder / f"console-{name}.png"), full_page=full_page)
+
+
+@pytest.fixture(scope="module")
+def admin_tab(browser: Any, service: Service) -> Iterator[Tab]:
+    tab = Tab(browser, service.base)
+    yield tab
+    tab.context.close()
+
+
+def test_sign_in_shows_the_demo_deployments_as_pictures(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.sign_in(service.admin)
+    tab.page.wait_for_selector("#deployments")
+    names = tab.page.eval_on_selector_all("[data-deployment]", "els => els.map(e => e.dataset.deployment)")
+    assert set(names) == {"iris", "diabetes", "iris-shadow", "iris-ensemble"}
+    assert tab.page.locator("[data-deployment=iris] svg.policy text", has_text="canary · 10%").count() == 1
+    assert tab.page.locator("[data-deployment=iris-shadow] svg.policy text", has_text="mirror candidate · 100% sampled").count() == 1
+    assert tab.page.locator("[data-deployment=iris-ensemble] svg.policy text", has_text="soft_vote · min 1").count() == 1
+    assert tab.page.locator("[data-deployment=iris-ensemble] svg.policy text", has_text="forest · w 1 · 200 ms").count() == 1
+    assert tab.page.inner_text("#who") == "tenant default · admin, predict"
+    # The key is in this tab's sessionStorage: never in a URL, a cookie or localStorage.
+    assert tab.page.evaluate("sessionStorage.getItem('sluice.key')") == service.admin
+    assert tab.page.evaluate("localStorage.length") == 0 and tab.context.cookies() == []
+    assert "#deployments" in tab.page.url or tab.page.url.endswith("#/deployments")
+    tab.shot(shots, "deployments")
+
+
+def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.go("/deployments/iris", "#stats-table")
+    deadline = time.monotonic() + 60
+    while True:
+        service.predict("iris", 40)
+        row = tab.page.locator("#stats-table tr", has_text="canary")
+        if row.count() and int(row.locator("td").nth(2).inner_text()) > 0:
+            break
+        assert time.monotonic() < deadline, tab.page.inner_text("#stats")
+        tab.page.wait_for_timeout(2500)
+    # A rate needs two samples: the chart draws a line once the page has polled twice more.
+    service.predict("iris", 40)
+    tab.page.wait_for_timeout(5500)
+    assert tab.page.locator("#charts figure.chart").count() == 3
+    assert tab.page.locator("#charts .u-legend", has_text="variant canary").count() >= 1
+    assert tab.page.locator("#history-table tr", has_text="revision 2").count() == 1
+    assert tab.page.locator("#diff .add", has_text='"name": "canary"').count() == 1
+    tab.shot(shots, "deployment")
+
+
+HIDE = """() => {
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "hidden" });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+SHOW = """() => {
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "visible" });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def test_polling_pauses_while_the_tab_is_hidden(admin_tab: Tab) -> None:
+    tab = admin_tab
+    stats = lambda: sum("/stats" in u for u in tab.urls)  # noqa: E731
+    tab.page.evaluate(HIDE)
+    before = stats()
+    tab.page.wait_for_timeout(6000)  # more than one polling interval
+    assert stats() == before
+    tab.page.evaluate(SHOW)  # polls again at once
+    tab.page.wait_for_timeout(500)
+    assert stats() == before + 1
+
+
+def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.go("/deployments/iris-shadow", "#stats-table")
+    # The mirror's verdict shows beside the traffic before anyone promotes it.
+    deadline = time.monotonic() + 60
+    while not tab.page.locator("#stats-table tr", has_text="candidate").count():
+        assert time.monotonic() < deadline, tab.page.inner_text("#stats")
+        service.predict("iris-shadow", 20)
+        tab.page.wait_for_timeout(2500)
+    assert tab.page.locator("#stats-table tr", has_text="candidate").locator("td").nth(7).inner_text().startswith("1.000")
+    tab.page.click("[data-action=promote-candidate]")
+    tab.page.wait_for_selector("dialog#confirm[open]")
+    assert "Promote mirror candidate?" in tab.page.inner_text("#confirm-title")
+    tab.shot(shots, "confirm", full_page=False)
+    # Cancelling changes nothing.
+    tab.page.click("dialog#confirm button[value=cancel]")
+    assert service.call("GET", "/api/v1/deployments/iris-shadow")["revision"] == 1
+    tab.page.click("[data-action=promote-candidate]")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("#banner.ok:has-text('revision 2')")
+    assert service.call("GET", "/api/v1/deployments/iris-shadow")["policy"] == {"kind": "single", "model": "iris", "version": 2}
+    assert tab.page.locator("#policy svg text", has_text="version 2").count() == 1
+
+
+def test_shift_weights_after_confirming(admin_tab: Tab, service: Service) -> None:
+    tab = admin_tab
+    tab.go("/deployments/iris", "#weights")
+    tab.page.fill("#weights input[name=stable]", "50")
+    tab.page.fill("#weights input[name=canary]", "50")
+    tab.page.click("#weights button[type=submit]")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("#banner.ok:has-text('revision 3')")
+    weights = [v["weight"] for v in service.call("GET", "/api/v1/deployments/iris")["policy"]["variants"]]
+    assert weights == [50, 50]
+
+
+def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.go("/models", "#models-table")
+    tab.page.click("[data-model=iris]")
+    tab.page.wait_for_selector("#versions [data-version='2']")
+    assert tab.page.locator("[data-version='1'] .signature", has_text="sepal_length, sepal_width").count() == 1
+    tab.page.click("[data-try='1']")
+    for name, value in {"sepal_length": 6.7, "sepal_width": 3.0, "petal_length": 5.2, "petal_width": 2.3}.items():
+        tab.page.fill(f"#try-form input[name={name}]", str(value))
+    tab.page.click("#try-form button[type=submit]")
+    tab.page.wait_for_selector("#answer:has-text('prediction')")
+    answer = json.loads(tab.page.inner_text("#answer"))
+    assert answer["prediction"] == "virginica" and answer["version"] == 1 and set(answer["probabilities"]) == {"setosa", "versicolor", "virginica"}
+    tab.shot(shots, "models")
+
+
+def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.go("/batch", "#no-jobs, #jobs-table")
+    inbox = service.home / "inbox" / "diabetes"
+    inbox.mkdir(parents=True, exist_ok=True)
+    columns = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
+    rows = "\n".join(",".join(f"{0.01 * ((i + j) % 7):.2f}" for j in range(10)) for i in range(500))
+    staged = service.home / "patients.csv"  # written whole, then moved in: the watcher sees a complete file
+    staged.write_text(",".join(columns) + "\n" + rows + "\n")
+    staged.rename(inbox / "patients.csv")
+    tab.page.wait_for_selector("[data-status=SUCCEEDED]", timeout=90_000)
+    row = tab.page.locator("#jobs-table tr", has_text="diabetes")
+    assert re.search(r"500 in\s+500 out\s+0 failed", row.inner_text())
+    assert row.locator("progress").get_attribute("value") == row.locator("progress").get_attribute("max")
+    tab.shot(shots, "batch")
+
+
+def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:
+    key = service.call("POST", "/api/v1/keys", json={"scopes": ["predict"], "name": "console-predict"})["key"]
+    tab = Tab(browser, service.base)
+    try:
+        tab.sign_in(key)
+        tab.page.wait_for_selector("#page-error")
+        assert "needs a key with the admin scope" in tab.page.inner_text("#page-error")
+        tab.go("/batch", "#jobs-table")  # batch jobs need only predict
+    finally:
+        tab.context.close()
+
+
+def test_another_tenants_key_sees_none_of_it(browser: Any, service: Service) -> None:
+    key = _operator_key(service.home, "globex", "admin,predict")
+    tab = Tab(browser, service.base)
+    try:
+        tab.sign_in(key)
+        tab.page.wait_for_selector("#empty")
+        assert tab.page.inner_text("#who") == "tenant globex · admin, predict"
+        assert tab.page.locator("[data-deployment]").count() == 0
+        tab.go("/batch", "#no-jobs")
+        tab.go("/models", "main h1")
+        assert tab.page.locator("#models-table").count() == 0
+        tab.go("/deployments/iris", "#page-error")
+        assert "not found" in tab.page.inner_text("#page-error").lower()
+        # Signing out forgets the key.
+        tab.page.click("#signout")
+        tab.page.wait_for_selector("#signin")
+        assert tab.page.evaluate("sessionStorage.length") == 0
+    finally:
+        tab.context.close()
+
+
+def test_no_key_in_any_url_and_no_policy_violation(admin_tab: Tab, service: Service) -> None:
+    assert admin_tab.urls and all(service.admin not in u for u in admin_tab.urls)
+    assert all(u.startswith(service.base) for u in admin_tab.urls if u.startswith("http")), "the console calls only its own origin"
+    problems = [m for m in admin_tab.messages if "Content Security Policy" in m or m.startswith("pageerror")]
+    assert problems == []
