@@ -347,6 +347,24 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(
     assert cloud.scored(0) == 1 and cloud.retry_waits == []
 
 
+def test_a_malformed_chunk_fails_at_once_without_retries(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes that do not parse into the records Plan counted parse the same way next time."""
+    from sluice.batch.readers import ChunkMalformed
+    from sluice.handlers import batch as handlers
+
+    def malformed(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        raise ChunkMalformed("chunk 0: the CSV parser read 3 records where 2 were counted")
+
+    monkeypatch.setattr(ChunkScorer, "score", malformed)
+    (job,) = handlers.on_upload(
+        cloud.upload("inbox/acme/iris/quotes.csv", _csv(100)), LambdaContext()
+    )["jobs"]
+    assert cloud.finish(job["job_id"])["status"] == "FAILED"
+    assert cloud.scored(0) == 1 and cloud.retry_waits == []
+
+
 def _error_named(name: str) -> Exception:
     """An instance of the sluice exception class a TRANSIENT_ERRORS name stands for."""
     from sluice.batch import readers

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # What Score raises when a chunk may well succeed if tried again (the Lambda `errorType`s a
 # state machine's Retry on Score should name): unreadable bytes, an unavailable backend or
 # store, a backend error, a timeout. Anything else (the input gone or replaced, access
-# denied) fails the chunk at once.
+# denied, a chunk whose bytes are malformed: ChunkMalformed) fails the chunk at once.
 TRANSIENT_ERRORS = ("ChunkUnreadable", "Unavailable", "BackendError", "DeadlineExceeded")
 
 
@@ -105,6 +105,8 @@ class LocalOrchestrator:
         spec = JobSpec.from_dict(planned["job"])
         chunks = runner.chunks(planned)
         failures = self._score_all(spec, chunks, progress)
+        if runner.registry.get_job(tenant, job_id).status == "CANCELLED":
+            return runner.cancelled(tenant, job_id)
         if failures:
             first = failures[0]
             return runner.mark_failed(
@@ -127,9 +129,10 @@ class LocalOrchestrator:
         # A bounded window of chunks in flight: memory follows the pool, not the chunk count.
         pending: dict[Future[dict[str, Any]], Chunk] = {}
         queue = list(reversed(chunks))
+        stopped = False  # the job stopped running (cancelled): start no more chunks
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"score-{spec.job_id}") as pool:
             while queue or pending:
-                while queue and len(pending) < self.concurrency and not failures:
+                while queue and len(pending) < self.concurrency and not failures and not stopped:
                     chunk = queue.pop()
                     pending[pool.submit(self._score_with_retries, spec, chunk)] = chunk
                 if not pending:
@@ -140,6 +143,9 @@ class LocalOrchestrator:
                     error = future.exception()
                     if error is not None:
                         failures.append((chunk.index, error))
+                        continue
+                    if "skipped" in future.result():  # not the job's: not progress
+                        stopped = True
                         continue
                     done_chunks += 1
                     done_rows += chunk.rows
