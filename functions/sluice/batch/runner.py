@@ -212,6 +212,7 @@ class BatchRunner:
         # The record in the registry is what counts; the manifest is a courtesy.
         with contextlib.suppress(SluiceError):
             self.files.delete(join(job.output_uri, SUCCESS))
+        with contextlib.suppress(SluiceError):
             self.files.write_bytes(
                 join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
                 content_type="application/json",
@@ -227,6 +228,7 @@ class BatchRunner:
             chunks = self.registry.list_chunks(tenant, job_id)
             with contextlib.suppress(SluiceError):
                 self.files.delete(join(job.output_uri, SUCCESS))
+            with contextlib.suppress(SluiceError):
                 self.files.write_bytes(
                     join(job.output_uri, MANIFEST), self._manifest(job, chunks, "CANCELLED", "the job was cancelled"),
                     content_type="application/json",
