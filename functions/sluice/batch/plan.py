@@ -1,7 +1,8 @@
 """Plan: split an input into chunks that can be scored independently.
 
-- Parquet: by row groups, merged up to the target row count (or a large group split into
-  row ranges). The row count is exact from the footer.
+- Parquet: by whole row groups, merged up to the target row count; a group larger than the
+  target is a chunk of its own (a range inside a group would decode the group from its
+  start again). The row count is exact from the footer.
 - CSV and JSON Lines: by byte ranges of the target size. A chunk owns the lines that *start*
   inside its range, as Hadoop's TextInputFormat does: it skips the partial line it starts in
   (unless it starts at the beginning of the data) and reads past its end to finish its last
@@ -192,7 +193,8 @@ def _plan_parquet(job: BatchJob, stat: Stat, files: FileStore, chunk_rows: int) 
 
 
 def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
-    """Chunks of about `target` rows: small row groups merged, large ones split."""
+    """Chunks of whole row groups, of about `target` rows: small groups merged, a large one
+    alone (each group is decoded once, by one chunk)."""
     chunks: list[Chunk] = []
     start = taken = first = 0
 
@@ -201,15 +203,6 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
             chunks.append(Chunk(len(chunks), first_row, rows))
 
     for rows in group_rows:
-        if rows > target:
-            close(first, taken)
-            pieces = -(-rows // target)
-            size = -(-rows // pieces)
-            for offset in range(0, rows, size):
-                close(start + offset, min(size, rows - offset))
-            start += rows
-            first, taken = start, 0
-            continue
         if taken and taken + rows > target:
             close(first, taken)
             first, taken = start, 0

@@ -159,12 +159,13 @@ class BatchRunner:
         return [Chunk.from_dict(c) for c in json.loads(self.files.read_bytes(planned["chunks"]["uri"]))]
 
     # Score --------------------------------------------------------------------------------
-    def score(self, spec: JobSpec, chunk: Chunk) -> dict[str, Any]:
-        """Score one chunk unless the job stopped running; returns a small summary."""
+    def score(self, spec: JobSpec, chunk: Chunk, *, threads: int = 1) -> dict[str, Any]:
+        """Score one chunk (its inference calls on `threads` threads) unless the job stopped
+        running; returns a small summary."""
         job = self.registry.get_job(spec.tenant, spec.job_id)
         if job.status != "RUNNING":
             return {"index": chunk.index, "skipped": job.status}
-        result = self.scorer.score(spec, chunk)
+        result = self.scorer.score(spec, chunk, threads=threads)
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
         if recorded:  # a repeated step scored nothing new for the job
             self.predictions.telemetry.chunk(

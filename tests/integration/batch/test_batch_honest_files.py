@@ -89,11 +89,11 @@ def test_a_malformed_chunk_is_not_retried(batch: Container, acme: Principal, tmp
     calls: list[int] = []
     real = ChunkScorer.score
 
-    def malformed(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+    def malformed(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
         calls.append(chunk.index)
         if chunk.index == 1:
             raise ChunkMalformed("chunk 1: the CSV parser read 3 records where 2 were counted")
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", malformed)
     job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
@@ -140,8 +140,8 @@ def test_cancelling_mid_chunk_keeps_that_chunks_part_out_and_writes_a_manifest(b
     job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
     real = ChunkScorer.score
 
-    def cancel_during_second(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
-        result = real(self, spec, chunk)  # its part is written
+    def cancel_during_second(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
+        result = real(self, spec, chunk, **kw)  # its part is written
         if chunk.index == 1:
             batch.batch.cancel(acme, job.id)
         return result

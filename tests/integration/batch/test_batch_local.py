@@ -137,7 +137,7 @@ def test_a_0_byte_input_fails_saying_it_is_empty(batch: Container, acme: Princip
 @pytest.mark.parametrize("fmt", ("csv", "parquet"))
 def test_a_file_far_larger_than_a_chunk_keeps_every_row_in_order(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
     rows = iris_rows(40_000, seed=3)
-    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows, row_group_rows=5000), deployment="iris")
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows, row_group_rows=600), deployment="iris")
     assert job.status == "SUCCEEDED", job.error
     assert job.chunks_total is not None and job.chunks_total >= 15
     out = read_parts(job)
@@ -150,11 +150,11 @@ def test_a_chunk_failing_once_is_retried_and_counted_once(batch: Container, acme
     real = ChunkScorer.score
     calls: list[int] = []
 
-    def flaky(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+    def flaky(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
         calls.append(chunk.index)
         if chunk.index == 1 and calls.count(1) == 1:
             raise Unavailable("the model server went away")
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", flaky)
     job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
@@ -165,10 +165,10 @@ def test_a_chunk_failing_once_is_retried_and_counted_once(batch: Container, acme
 def test_a_chunk_that_keeps_failing_fails_the_job_naming_it(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = ChunkScorer.score
 
-    def broken(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
+    def broken(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
         if chunk.index == 2:
             raise Unavailable("the model server went away")
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", broken)
     job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
@@ -198,8 +198,8 @@ def test_a_cancelled_job_stops_scoring_and_stays_cancelled(batch: Container, acm
     job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
     real = ChunkScorer.score
 
-    def cancel_after_first(self: ChunkScorer, spec: JobSpec, chunk: Chunk) -> Any:
-        result = real(self, spec, chunk)
+    def cancel_after_first(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
+        result = real(self, spec, chunk, **kw)
         if chunk.index == 0:
             batch.batch.cancel(acme, job.id)
         return result
