@@ -100,7 +100,7 @@ class ChunkScorer:
                 for piece in read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows):
                     rows_in += piece.table.num_rows + len(piece.dropped)
                     errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
-                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool))
+                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
                     while len(scoring) > 1:
                         _finish_piece(scoring.popleft(), spec, part, errors, versions)
                 while scoring:
@@ -159,6 +159,7 @@ class ChunkScorer:
         run_rows: int,
         with_variant: bool,
         pool: ThreadPoolExecutor | None,
+        threads: int,
     ) -> _Scoring:
         """Check a piece's rows once, and start inferring the good ones a batch at a time
         (on the pool, or here when there is none)."""
@@ -168,16 +169,41 @@ class ChunkScorer:
         good = np.equal(reasons, None)
         rows = None if good.all() else np.flatnonzero(good)  # None: every row, in order
         count = table.num_rows if rows is None else len(rows)
-        calls: list[tuple[slice | np.ndarray, Future[_Called] | _Called]] = []
-        for at in range(0, count, run_rows):
-            stop = min(at + run_rows, count)
-            taken: slice | np.ndarray = slice(at, stop) if rows is None else rows[at:stop]
-            inputs = {n: a[taken] for n, a in arrays.items()}
-            args = (principal, spec, table, piece.rows, taken, inputs, with_variant)
-            calls.append((taken, pool.submit(self._call, *args) if pool is not None else self._call(*args)))
+        takes: list[slice | np.ndarray] = [
+            slice(at, min(at + run_rows, count)) if rows is None else rows[at : at + run_rows]
+            for at in range(0, count, run_rows)
+        ]
+        # The calls in a few runs of the event loop (one per thread), not one run per call.
+        groups = threads if pool is not None else 1
+        size = -(-len(takes) // groups) if takes else 1
+        calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]] = []
+        for at in range(0, len(takes), size):
+            group = takes[at : at + size]
+            args = (principal, spec, table, piece.rows, arrays, group, with_variant)
+            calls.append((group, pool.submit(self._calls, *args) if pool is not None else self._calls(*args)))
         return _Scoring(piece, reasons, calls)
 
-    def _call(
+    def _calls(
+        self,
+        principal: Principal,
+        spec: JobSpec,
+        table: pa.Table,
+        numbers: np.ndarray,
+        arrays: dict[str, np.ndarray],
+        takes: list[slice | np.ndarray],
+        with_variant: bool,
+    ) -> list[_Called]:
+        """Inference calls one after another, in one run of this thread's event loop."""
+
+        async def each() -> list[_Called]:
+            return [
+                await self._call(principal, spec, table, numbers, taken, {n: a[taken] for n, a in arrays.items()}, with_variant)
+                for taken in takes
+            ]
+
+        return run(each())
+
+    async def _call(
         self,
         principal: Principal,
         spec: JobSpec,
@@ -192,7 +218,7 @@ class ChunkScorer:
 
         try:
             request = PredictionRequest(spec.deployment, ArrayInputs(inputs), mirrors=False)
-            prediction = run(self.predictions.predict(principal, request))
+            prediction = await self.predictions.predict(principal, request)
         except InvalidInput as exc:  # the model refused rows that passed the signature
             return _Called(None, None, f"the model rejected these rows: {exc.message}")
         answer = prediction.answer
@@ -216,7 +242,9 @@ class _Scoring:
 
     __slots__ = ("calls", "piece", "reasons")
 
-    def __init__(self, piece: Piece, reasons: np.ndarray, calls: list[tuple[slice | np.ndarray, Future[_Called] | _Called]]) -> None:
+    def __init__(
+        self, piece: Piece, reasons: np.ndarray, calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]]
+    ) -> None:
         self.piece, self.reasons, self.calls = piece, reasons, calls
 
 
@@ -225,14 +253,14 @@ def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: Er
     import pyarrow as pa
 
     reasons = scoring.reasons
-    for taken, call in scoring.calls:
-        called = call.result() if isinstance(call, Future) else call
-        if called.error is not None:
-            reasons[taken] = called.error
-            continue
-        assert called.table is not None and called.ref is not None
-        part.write(called.table)
-        versions[called.ref] += called.table.num_rows
+    for takes, calls in scoring.calls:
+        for taken, called in zip(takes, calls.result() if isinstance(calls, Future) else calls, strict=True):
+            if called.error is not None:
+                reasons[taken] = called.error
+                continue
+            assert called.table is not None and called.ref is not None
+            part.write(called.table)
+            versions[called.ref] += called.table.num_rows
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows
