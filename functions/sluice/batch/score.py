@@ -19,6 +19,7 @@ batch, not per row, and batch calls are kept out of the deployment's live statis
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -75,6 +76,18 @@ class ChunkScorer:
         self.infer_rows = infer_rows
         self.read_rows = read_rows
         self.max_request_bytes = max_request_bytes
+        # Inference threads, kept across chunks (each thread keeps its event loop).
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, threads: int) -> ThreadPoolExecutor | None:
+        if threads <= 1:
+            return None
+        with self._lock:
+            pool = self._pools.get(threads)
+            if pool is None:
+                pool = self._pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="sluice-infer")
+            return pool
 
     def score(self, spec: JobSpec, chunk: Chunk, *, threads: int = 1) -> ChunkResult:
         started = time.monotonic()
@@ -90,7 +103,7 @@ class ChunkScorer:
         run_rows = self._rows_per_call(resolved, feeds)
         with_variant = any(node.kind == "split" for node in walk(resolved.node))
         versions: Counter[str] = Counter()
-        pool = ThreadPoolExecutor(threads, thread_name_prefix=f"infer-{chunk.index}") if threads > 1 else None
+        pool = self._pool(threads)
         with tempfile.TemporaryDirectory(prefix="sluice-chunk-") as work:
             part = PartWriter(Path(work) / "part", spec.output_format)
             errors = ErrorWriter(Path(work) / "errors")
@@ -105,9 +118,11 @@ class ChunkScorer:
                         _finish_piece(scoring.popleft(), spec, part, errors, versions)
                 while scoring:
                     _finish_piece(scoring.popleft(), spec, part, errors, versions)
-            finally:
-                if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
+            finally:  # after a failure: calls not started yet need not run
+                for left in scoring:
+                    for _, calls in left.calls:
+                        if isinstance(calls, Future):
+                            calls.cancel()
             rows_out, rows_failed = part.close(), errors.close()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
                 raise ChunkUnreadable(

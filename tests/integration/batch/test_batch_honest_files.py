@@ -247,3 +247,21 @@ def test_a_missing_column_error_lists_the_columns_found(batch: Container, acme: 
     job = run_job(batch, acme, path, deployment="iris")
     assert job.status == "FAILED"
     assert "its columns are 'id', 'sepal_len', 'sepal_width', 'petal_length', 'petal_width'" in (job.error or ""), job.error
+
+
+# B. Each Parquet row group is decoded once ------------------------------------------------------
+def test_each_row_group_is_decoded_once_even_when_larger_than_a_chunk(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = iris_rows(5000)
+    path = write_input(tmp_path / "in.parquet", rows, row_group_rows=2200)  # groups of 2200, 2200, 600; chunks of 700
+    decoded: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *args: Any, **kw: Any) -> Any:
+        decoded.extend(kw.get("row_groups") or range(self.metadata.num_row_groups))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert sorted(decoded) == [0, 1, 2] and job.chunks_total == 3
+    assert read_parts(job).column("id").to_pylist() == [r["id"] for r in rows]
