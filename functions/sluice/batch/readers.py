@@ -81,7 +81,7 @@ def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], 
                 group_start = group_end
                 continue
             at = group_start
-            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=False):
+            for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns):
                 batch_start, at = at, at + batch.num_rows
                 if at <= low:
                     continue

@@ -124,6 +124,7 @@ class ChunkScorer:
                         if isinstance(calls, Future):
                             calls.cancel()
             rows_out, rows_failed = part.close(), errors.close()
+            _release_arrow_memory()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
                 raise ChunkUnreadable(
                     f"chunk {chunk.index}: {rows_in} rows read, {chunk.rows} planned, "
@@ -284,6 +285,14 @@ def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: Er
             {"row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
             for j, i in enumerate(bad)
         ])  # fmt: skip
+
+
+def _release_arrow_memory() -> None:
+    """Give the chunk's decoded batches back to the system: the allocator keeps freed pages
+    for reuse, and a job of many chunks would otherwise peak above a job of one."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def _keys(table: pa.Table, rows: np.ndarray, key_columns: tuple[str, ...]) -> dict[str, Any]:
