@@ -10,7 +10,9 @@ in a rotated order each round, and every figure is the median of its rounds:
 - the floor: the plain single-threaded script (pyarrow `iter_batches(65536)`, one ONNX
   Runtime call per batch on one thread, a `ParquetWriter`);
 - `sluice batch run FILE --deployment diabetes --concurrency 1`, then `--concurrency 2`
-  (read, check every row, infer through the prediction service, write, manifest).
+  (read, check every row, infer through the prediction service, write, manifest);
+- ONNX Runtime alone on the rows in memory with 1 and 2 threads: how much a second thread
+  was worth on the machine during the run (on a shared machine, often far less than 2x).
 
 Figures: rows/s of sluice against the floor at 1M and 4M rows with 1 and 2 workers (goals:
 ≥ 1.0x with one worker, ≥ 1.6x with two), and the peak memory of the 4M-row job against the
@@ -82,7 +84,12 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
 def _subjects(work: Path, home: Path, source: Path) -> dict[str, list[str]]:
     plain = [PYTHON, "-m", "benchmarks.plain_batch", str(MODEL), str(source), str(work / "plain-out.parquet")]
     sluice = [SLUICE, "--tenant", TENANT, "batch", "run", str(source), "--deployment", "diabetes", "--out", str(work / "sluice-out")]
-    return {"plain": plain, "c1": [*sluice, "--concurrency", "1"], "c2": [*sluice, "--concurrency", "2"]}
+    rows = int(source.stem.split("-")[-1].rstrip("m")) * 1_000_000
+    ort = [PYTHON, "-m", "benchmarks.plain_batch", "--ort-only", str(MODEL), str(rows)]
+    return {
+        "plain": plain, "c1": [*sluice, "--concurrency", "1"], "c2": [*sluice, "--concurrency", "2"],
+        "ort1": [*ort, "1"], "ort2": [*ort, "2"],
+    }  # fmt: skip
 
 
 Measured = dict[tuple[int, str], list[tuple[float, float, float]]]
@@ -100,7 +107,7 @@ def measure(work: Path, rounds: int, sizes: tuple[int, ...] = SIZES) -> Measured
         if not source.exists():  # in a child: this process stays small (see _timed)
             code = f"from benchmarks.bench_batch import _write_input; from pathlib import Path; _write_input(Path({str(source)!r}), {rows})"
             subprocess.run([PYTHON, "-c", code], cwd=REPO, env=bench_env(), check=True, timeout=600)
-        runs += [(rows, name, argv) for name, argv in _subjects(work, home, source).items()]
+        runs += [(rows, name, argv) for name, argv in _subjects(work, home, source).items() if rows == sizes[0] or not name.startswith("ort")]
     results: Measured = {(rows, name): [] for rows, name, _ in runs}
     for r in range(rounds):
         shift = r % len(runs)
@@ -134,6 +141,14 @@ def run(quick: bool) -> dict[str, Any]:
             reference="plain script (1 thread)", ref_values=[cpu for _, cpu, _ in results[(rows, "plain")]],
             better="lower", note="user + system time: the work done, less sensitive than wall time to a busy machine",
         ))  # fmt: skip
+    # What a second thread was worth on this machine during the run: ORT alone, 2 threads vs 1.
+    rows = SIZES[0]
+    figures.append(figure(
+        "batch.machine.second_thread", f"ONNX Runtime alone, {rows // 1_000_000}M rows in memory: 2 threads vs 1",
+        "rows/s", "2 threads", [rows / seconds for seconds, _, _ in results[(rows, "ort2")]],
+        reference="1 thread", ref_values=[rows / seconds for seconds, _, _ in results[(rows, "ort1")]], better="higher",
+        note="no goal: the ceiling a 2-worker job can reach here; near 1x on a machine whose other cores are busy",
+    ))  # fmt: skip
     peaks = {rows: [mib for _, _, mib in results[(rows, "c2")]] for rows in SIZES}
     figures.append(figure(
         "batch.peak_memory", "peak memory (maxrss) of a job, 4M rows vs 1M rows, 2 workers", "MiB", "4M rows",
