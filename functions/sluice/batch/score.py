@@ -42,6 +42,8 @@ from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.services.loop import run
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
     from sluice.batch.filestore import FileStore
@@ -110,7 +112,8 @@ class ChunkScorer:
             rows_in = 0
             scoring: deque[_Scoring] = deque()  # pieces whose calls run, finished in order
             try:
-                for piece in read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows):
+                pieces = read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows)
+                for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
                     rows_in += piece.table.num_rows + len(piece.dropped)
                     errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
                     scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
@@ -285,6 +288,16 @@ def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: Er
             {"row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
             for j, i in enumerate(bad)
         ])  # fmt: skip
+
+
+def _read_ahead(pieces: Iterator[Piece]) -> Iterator[Piece]:
+    """The pieces of a Parquet chunk, the next one decoded on a thread of its own while this
+    one is scored (pyarrow decodes without the GIL), as a reader thread would."""
+    with ThreadPoolExecutor(1, thread_name_prefix="sluice-read") as reader:
+        coming = reader.submit(next, pieces, None)
+        while (piece := coming.result()) is not None:
+            coming = reader.submit(next, pieces, None)
+            yield piece
 
 
 def _release_arrow_memory() -> None:
