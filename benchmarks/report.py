@@ -29,7 +29,7 @@ SLOTS: dict[str, dict[str, str]] = {
     },
     "batch": {
         "module": "benchmarks/bench_batch.py",
-        "what": "batch job rows/s vs the ORT floor at the same batch size, and peak memory at 1M vs 4M rows",
+        "what": "sluice batch run rows/s vs a plain pyarrow + ORT script (1M and 4M rows, 1 and 2 workers), and peak memory at 1M vs 4M rows",
     },
     "triton_client": {
         "module": "benchmarks/bench_triton_client.py or benchmarks/triton_overhead.py",

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
         default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
     )
     batch_chunk_rows: int = Field(
-        default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged or split)."
+        default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged up to it; a larger group is a chunk of its own)."
     )
     batch_chunk_bytes: int = Field(
         default=64 * MiB, ge=64 * 1024, description="Bytes per batch chunk of a CSV or JSON Lines input."
@@ -91,7 +91,7 @@ class Settings(BaseSettings):
         default=4096, gt=0, description="Rows per inference call while scoring a chunk."
     )
     batch_concurrency: int = Field(
-        default=0, ge=0, description="Chunks scored at once by the local orchestrator (0: one per core)."
+        default=0, ge=0, description="Threads that score a local job (0: one per core): CSV and JSON Lines chunks that many at once, Parquet chunks one at a time with that many inference threads."
     )
     batch_max_request_bytes: int = Field(
         default=5 * MiB,

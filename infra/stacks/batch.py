@@ -94,6 +94,11 @@ class BatchStack(Stack):
         grant_objects(
             plan, plan.role, bucket, prefix=WORK_PREFIX, write=True, purpose="chunk lists"
         )
+        # Plan clears what an earlier job left in the output folder (a job's folder holds
+        # one job's results).
+        grant_objects(
+            plan, plan.role, bucket, prefix=OUTBOX_PREFIX, delete=True, purpose="earlier results"
+        )
 
         score = task(
             "Score",
@@ -109,6 +114,7 @@ class BatchStack(Stack):
             bucket,
             prefix=OUTBOX_PREFIX,
             write=True,
+            delete=True,  # a chunk that finished after its job was cancelled takes its files back
             purpose="part and error files",
         )
         grant_objects(
@@ -141,6 +147,7 @@ class BatchStack(Stack):
             bucket,
             prefix=OUTBOX_PREFIX,
             write=True,
+            delete=True,  # a failed job leaves no _SUCCESS
             purpose="failure reports",
         )
 

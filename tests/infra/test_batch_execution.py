@@ -283,10 +283,10 @@ def test_a_chunk_that_fails_marks_the_job_failed_saying_which(
 
     real = ChunkScorer.score
 
-    def broken(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+    def broken(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
         if chunk.index == 1:
             raise Unavailable("the endpoint is overloaded")
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", broken)
     event = cloud.upload("inbox/acme/iris/broken.csv", _csv(6000))
@@ -314,11 +314,11 @@ def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(
     real = ChunkScorer.score
     failed: set[int] = set()
 
-    def flaky(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+    def flaky(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
         if chunk.index == 0 and chunk.index not in failed:
             failed.add(chunk.index)
             raise raised
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", flaky)
     (job,) = handlers.on_upload(
@@ -336,12 +336,30 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(
     from sluice.domain.errors import Forbidden
     from sluice.handlers import batch as handlers
 
-    def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+    def denied(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
         raise Forbidden("access denied to the input")
 
     monkeypatch.setattr(ChunkScorer, "score", denied)
     (job,) = handlers.on_upload(
         cloud.upload("inbox/acme/iris/denied.csv", _csv(100)), LambdaContext()
+    )["jobs"]
+    assert cloud.finish(job["job_id"])["status"] == "FAILED"
+    assert cloud.scored(0) == 1 and cloud.retry_waits == []
+
+
+def test_a_malformed_chunk_fails_at_once_without_retries(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bytes that do not parse into the records Plan counted parse the same way next time."""
+    from sluice.batch.readers import ChunkMalformed
+    from sluice.handlers import batch as handlers
+
+    def malformed(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        raise ChunkMalformed("chunk 0: the CSV parser read 3 records where 2 were counted")
+
+    monkeypatch.setattr(ChunkScorer, "score", malformed)
+    (job,) = handlers.on_upload(
+        cloud.upload("inbox/acme/iris/quotes.csv", _csv(100)), LambdaContext()
     )["jobs"]
     assert cloud.finish(job["job_id"])["status"] == "FAILED"
     assert cloud.scored(0) == 1 and cloud.retry_waits == []
@@ -384,10 +402,10 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
     planned, gate = threading.Event(), threading.Event()
     real = ChunkScorer.score
 
-    def held(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
         planned.set()
         gate.wait(10)
-        return real(self, spec, chunk)
+        return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", held)
     cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/c.csv", Body=_csv(3000))

@@ -157,4 +157,11 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     writes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:PutObject" in s["Action"]]
     assert writes == ["/outbox/*"]
     assert any(s["Action"] == "sagemaker:InvokeEndpoint" for s in statements)
+    # Plan clears an earlier job's results, a chunk finished after a cancel takes its files
+    # back, and a failed job leaves no _SUCCESS: each may delete under outbox/, nowhere else.
+    for purpose in ("plan", "score", "mark_failed"):
+        _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
+        statements = policy_statements_of_role(template, role_of(function))
+        deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
+        assert deletes == ["/outbox/*"], purpose
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008

@@ -9,6 +9,7 @@ length) gets a reason, and only the other rows go on to the model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,8 +86,10 @@ def plan_feeds(signature: Signature, available: Sequence[str]) -> list[Feed]:
         missing.extend([n for n in names if n not in have] if names else [spec.name])
     if missing:
         shown = ", ".join(f"'{m}'" for m in missing[:10])
+        names = list(dict.fromkeys(available))
+        found = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
         raise InvalidInput(
-            f"the input has no column {shown}; the deployment takes "
+            f"the input has no column {shown} (its columns are {found or 'none'}); the deployment takes "
             + "; ".join(_wants(spec) for spec in signature.inputs),
             field="input",
         )
@@ -172,6 +175,8 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
         return np.asarray(array.fill_null("").to_numpy(zero_copy_only=False), dtype=object)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         array = _parse_numbers(array, name, reasons)
+    elif pa.types.is_decimal(array.type):
+        array = pc.cast(array, pa.float64(), safe=False)  # a decimal feature is a number
     elif pa.types.is_null(array.type):
         return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
     elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
@@ -223,6 +228,17 @@ def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray)
     return cast
 
 
+# A number written as text, in CSV and JSON Lines alike: ASCII digits with an optional sign,
+# point and exponent, or nan / inf / infinity (refused later, as NaN and infinity are),
+# spaces or tabs around it. Not Python's float(): no `1_4`, no digits of other scripts.
+NUMBER = re.compile(r"[ \t]*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)[ \t]*", re.ASCII | re.IGNORECASE)
+
+
+def parse_number(text: str) -> float | None:
+    """The number `text` writes, or None when it is not one (see NUMBER)."""
+    return float(text) if NUMBER.fullmatch(text) else None
+
+
 def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:
     """Text to float64: all at once when every value parses, else value by value, blaming
     the rows that do not."""
@@ -242,14 +258,10 @@ def _parse_numbers(array: Any, name: str, reasons: np.ndarray) -> Any:
             bad.append(False)
             shown.append("")
             continue
-        try:
-            parsed.append(float(text))
-            bad.append(False)
-            shown.append("")
-        except ValueError:
-            parsed.append(None)
-            bad.append(True)
-            shown.append(f"'{name}' is not a number: {text[:40]!r}")
+        number = parse_number(text)
+        parsed.append(number)
+        bad.append(number is None)
+        shown.append("" if number is not None else f"'{name}' is not a number: {text[:40]!r}")
     mask = np.asarray(bad, dtype=bool)
     blame(reasons, mask, np.asarray(shown, dtype=object))
     return pa.array(parsed, type=pa.float64())

@@ -87,3 +87,6 @@ class Files:
 
     def delete(self, uri: str) -> None:
         self.store(uri).delete(uri)
+
+    def names(self, folder: str) -> list[str]:
+        return self.store(folder).names(folder)

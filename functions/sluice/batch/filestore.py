@@ -58,6 +58,10 @@ class FileStore(Protocol):
 
     def delete(self, uri: str) -> None: ...
 
+    def names(self, folder: str) -> list[str]:
+        """The files under the folder (or prefix) `folder`, as paths relative to it."""
+        ...
+
 
 def changed(uri: str) -> Conflict:
     return Conflict(f"{uri} changed while the job ran; upload it again to score the new file", field="input_uri")

@@ -96,6 +96,15 @@ class LocalFiles:
         with contextlib.suppress(FileNotFoundError):
             self.fs.delete_file(_path(uri))
 
+    def names(self, folder: str) -> list[str]:
+        from pyarrow.fs import FileSelector, FileType
+
+        root = _path(folder).rstrip("/")
+        if self.fs.get_file_info(root).type != FileType.Directory:
+            return []
+        found = self.fs.get_file_info(FileSelector(root, recursive=True))
+        return [info.path[len(root) + 1 :] for info in found if info.type == FileType.File]
+
     def _write(self, path: str, data: bytes) -> None:
         # compression=None: never guess a codec from the file's name
         with self.fs.open_output_stream(path, compression=None) as fh:

@@ -4,6 +4,11 @@
 named after the job, so starting a job twice is harmless. `local` (the default outside AWS)
 runs Plan, then the chunks on a thread pool (each retried a few times, as the state
 machine's Map retries them), then Finalize, or MarkFailed when something gave out.
+
+Locally, `concurrency` threads score a job. Text chunks (CSV, JSON Lines) are scored that
+many at a time, one thread each: parsing text is most of their work. Parquet chunks (whole
+row groups, decoded once) are scored one at a time, their inference calls on `concurrency`
+threads: the same threads for a file of any size, so memory follows one row group.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ log = logging.getLogger(__name__)
 # What Score raises when a chunk may well succeed if tried again (the Lambda `errorType`s a
 # state machine's Retry on Score should name): unreadable bytes, an unavailable backend or
 # store, a backend error, a timeout. Anything else (the input gone or replaced, access
-# denied) fails the chunk at once.
+# denied, a chunk whose bytes are malformed: ChunkMalformed) fails the chunk at once.
 TRANSIENT_ERRORS = ("ChunkUnreadable", "Unavailable", "BackendError", "DeadlineExceeded")
 
 
@@ -105,6 +110,8 @@ class LocalOrchestrator:
         spec = JobSpec.from_dict(planned["job"])
         chunks = runner.chunks(planned)
         failures = self._score_all(spec, chunks, progress)
+        if runner.registry.get_job(tenant, job_id).status == "CANCELLED":
+            return runner.cancelled(tenant, job_id)
         if failures:
             first = failures[0]
             return runner.mark_failed(
@@ -127,11 +134,13 @@ class LocalOrchestrator:
         # A bounded window of chunks in flight: memory follows the pool, not the chunk count.
         pending: dict[Future[dict[str, Any]], Chunk] = {}
         queue = list(reversed(chunks))
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"score-{spec.job_id}") as pool:
+        stopped = False  # the job stopped running (cancelled): start no more chunks
+        slots, threads = (1, self.concurrency) if spec.format == "parquet" else (self.concurrency, 1)
+        with ThreadPoolExecutor(slots, thread_name_prefix=f"score-{spec.job_id}") as pool:
             while queue or pending:
-                while queue and len(pending) < self.concurrency and not failures:
+                while queue and len(pending) < slots and not failures and not stopped:
                     chunk = queue.pop()
-                    pending[pool.submit(self._score_with_retries, spec, chunk)] = chunk
+                    pending[pool.submit(self._score_with_retries, spec, chunk, threads)] = chunk
                 if not pending:
                     break
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -141,16 +150,19 @@ class LocalOrchestrator:
                     if error is not None:
                         failures.append((chunk.index, error))
                         continue
+                    if "skipped" in future.result():  # not the job's: not progress
+                        stopped = True
+                        continue
                     done_chunks += 1
                     done_rows += chunk.rows
                     if progress:
                         progress(Progress(done_chunks, len(chunks), done_rows, total_rows, len(failures)))
         return failures
 
-    def _score_with_retries(self, spec: JobSpec, chunk: Chunk) -> dict[str, Any]:
+    def _score_with_retries(self, spec: JobSpec, chunk: Chunk, threads: int = 1) -> dict[str, Any]:
         for attempt in range(1, self.attempts + 1):
             try:
-                return self.runner.score(spec, chunk)
+                return self.runner.score(spec, chunk, threads=threads)
             except SluiceError as exc:
                 if exc.status < 500 or attempt == self.attempts:
                     raise

@@ -1,14 +1,17 @@
 """Plan: split an input into chunks that can be scored independently.
 
-- Parquet: by row groups, merged up to the target row count (or a large group split into
-  row ranges). The row count is exact from the footer.
+- Parquet: by whole row groups, merged up to the target row count; a group larger than the
+  target is a chunk of its own (a range inside a group would decode the group from its
+  start again). The row count is exact from the footer.
 - CSV and JSON Lines: by byte ranges of the target size. A chunk owns the lines that *start*
   inside its range, as Hadoop's TextInputFormat does: it skips the partial line it starts in
   (unless it starts at the beginning of the data) and reads past its end to finish its last
-  line, so no boundary has to fall on a newline. Plan also counts the lines each chunk owns
-  (one streaming pass, chunks counted in parallel), which gives every row its number in the
-  file and lets Score and Finalize prove that no row went missing. Fields holding line
-  breaks are not supported; a chunk that meets one fails rather than miscounting.
+  line, so no boundary has to fall on a newline. Plan also counts the records each chunk
+  owns (one streaming pass, chunks counted in parallel), which gives every row its number in
+  the file and lets Score and Finalize prove that no row went missing. In CSV a quoted field
+  may hold line breaks: records end at the newlines outside quotes (`records.py`), each
+  range is counted for both states it may start in (inside quotes or not), and the states
+  are then chained from the first range on, so each chunk knows how it starts.
 
 The chunk list goes to the work area as JSON (it can be far larger than a Step Functions
 state may be); the job spec that travels with every chunk stays small.
@@ -60,11 +63,14 @@ class Chunk:
     rows: int
     start: int | None = None  # text formats: the byte range whose line starts it owns
     end: int | None = None
+    quoted: bool = False  # CSV: the range starts inside a quoted field
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"index": self.index, "first_row": self.first_row, "rows": self.rows}
         if self.start is not None:
             data |= {"start": self.start, "end": self.end}
+        if self.quoted:
+            data["quoted"] = True
         return data
 
     @classmethod
@@ -75,6 +81,7 @@ class Chunk:
             rows=int(data["rows"]),
             start=None if data.get("start") is None else int(data["start"]),
             end=None if data.get("end") is None else int(data["end"]),
+            quoted=bool(data.get("quoted")),
         )
 
 
@@ -92,7 +99,7 @@ class JobSpec:
     output_uri: str
     key_columns: tuple[str, ...]
     columns: tuple[str, ...]  # the input's columns: Parquet schema, CSV header, JSONL fields
-    key_types: dict[str, str] = field(default_factory=dict)  # JSONL: the type of each key column
+    key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,13 +144,15 @@ def plan_job(
     job: BatchJob, signature: Signature, files: FileStore, *, chunk_rows: int, chunk_bytes: int
 ) -> Plan:
     stat = files.stat(job.input_uri)
+    if stat.size == 0:
+        raise InvalidInput(f"{job.input_uri} is empty (0 bytes): there is nothing to score", field="input_uri")
     if job.format == "parquet":
         columns, key_types, chunks = _plan_parquet(job, stat, files, chunk_rows)
     else:
         columns, key_types, chunks = _plan_text(job, stat, files, chunk_bytes)
-    if columns or chunks:
+    if columns or (chunks and job.format != "jsonl"):
         plan_feeds(signature, columns)
-    _check_keys(job.key_columns, columns, bool(chunks))
+    _check_keys(job.key_columns, columns, bool(columns) and bool(chunks))
     spec = JobSpec(
         tenant=job.tenant,
         job_id=job.id,
@@ -173,8 +182,6 @@ def _plan_parquet(job: BatchJob, stat: Stat, files: FileStore, chunk_rows: int) 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if stat.size == 0:
-        return [], {}, []
     with files.open_random(job.input_uri, stat.version) as raw:
         try:
             metadata = pq.ParquetFile(raw).metadata
@@ -186,7 +193,8 @@ def _plan_parquet(job: BatchJob, stat: Stat, files: FileStore, chunk_rows: int) 
 
 
 def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
-    """Chunks of about `target` rows: small row groups merged, large ones split."""
+    """Chunks of whole row groups, of about `target` rows: small groups merged, a large one
+    alone (each group is decoded once, by one chunk)."""
     chunks: list[Chunk] = []
     start = taken = first = 0
 
@@ -195,15 +203,6 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
             chunks.append(Chunk(len(chunks), first_row, rows))
 
     for rows in group_rows:
-        if rows > target:
-            close(first, taken)
-            pieces = -(-rows // target)
-            size = -(-rows // pieces)
-            for offset in range(0, rows, size):
-                close(start + offset, min(size, rows - offset))
-            start += rows
-            first, taken = start, 0
-            continue
         if taken and taken + rows > target:
             close(first, taken)
             first, taken = start, 0
@@ -217,9 +216,6 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
 def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
     data_start = 0
     columns: list[str] = []
-    key_types: dict[str, str] = {}
-    if stat.size == 0:
-        return columns, key_types, []
     head = _head(files, job.input_uri, stat)
     if job.format == "csv":
         end = head.find(b"\n")
@@ -230,17 +226,26 @@ def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) ->
         columns = _csv_header(head[:end])
         data_start = min(end + 1, stat.size)
     else:
-        columns, key_types = _jsonl_fields(head, job.key_columns)
+        columns = _jsonl_fields(head)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data_start, stat.size, chunk_bytes)]
+    count = _record_starts if job.format == "csv" else _line_starts
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
-        counts = list(pool.map(lambda r: _line_starts(files, job.input_uri, stat.version, *r), ranges))
+        counts = list(pool.map(lambda r: count(files, job.input_uri, stat.version, *r), ranges))
     chunks: list[Chunk] = []
     first = 0
-    for (start, end), rows in zip(ranges, counts, strict=True):
-        if rows:
-            chunks.append(Chunk(len(chunks), first, rows, start, end))
-            first += rows
-    return columns, key_types, chunks
+    inside = False  # the state each range starts in: chained from the start of the data
+    for (start, end), (rows, exits) in zip(ranges, counts, strict=True):
+        if rows[inside]:
+            chunks.append(Chunk(len(chunks), first, rows[inside], start, end, quoted=inside))
+            first += rows[inside]
+        inside = exits[inside]
+    if inside:
+        raise InvalidInput(
+            "the CSV ends inside a quoted field: a field that starts with a quote must end with one "
+            "(a quote inside a quoted field is written twice)",
+            field="input_uri",
+        )
+    return columns, {}, chunks
 
 
 def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
@@ -252,13 +257,45 @@ def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
     return bytes(out)
 
 
-def _line_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> int:
+Counted = tuple[tuple[int, int], tuple[bool, bool]]  # records owned, state at the end: per state at the start
+
+
+def _line_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> Counted:
     """How many lines start in [start, end): one per newline in [start - 1, end - 1), and
     the line at offset 0."""
     count = 1 if start == 0 else 0
     for block in files.read_blocks(uri, version, max(0, start - 1), end - 1):
         count += block.count(b"\n")
-    return count
+    return (count, count), (False, False)
+
+
+def _record_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> Counted:
+    """How many CSV records start in [start, end), if the range starts outside quotes and if
+    it starts inside them, and the state it ends in for each (see `records.py`)."""
+    import numpy as np
+
+    from sluice.batch.records import NEWLINE, RecordScanner
+
+    prev = next(iter(files.read_blocks(uri, version, start - 1, start)))[0]
+    scanners = (RecordScanner(start, inside=False, prev=prev), RecordScanner(start, inside=True, prev=prev))
+    counts = [int(prev == NEWLINE), 0]  # the newline just before the range ends a record, outside quotes
+
+    def feed(block: bytes, final: bool = False) -> None:
+        for state, scanner in enumerate(scanners):
+            found = scanner.feed(block, final=final)
+            counts[state] += int(np.count_nonzero(found < end - 1))
+
+    for block in files.read_blocks(uri, version, start, end):
+        feed(block)
+    tail = b""
+    if scanners[0].holding:  # a run of quotes reaches the end: it is ours, read on to its end
+        for block in files.read_blocks(uri, version, end):
+            rest = block.lstrip(b'"')
+            tail += block[: len(block) - len(rest) + 1]
+            if rest:
+                break
+    feed(tail, final=True)
+    return (counts[0], counts[1]), (scanners[0].inside, scanners[1].inside)
 
 
 def _csv_header(line: bytes) -> list[str]:
@@ -270,30 +307,24 @@ def _csv_header(line: bytes) -> list[str]:
         names = pv.read_csv(io.BytesIO(text + b"\n"), read_options=pv.ReadOptions(use_threads=False)).column_names
     except pa.ArrowInvalid:
         raise InvalidInput("the first line of the CSV is not a header row", field="input_uri") from None
+    names = [str(n).strip() for n in names]  # "id, bmi" names 'bmi', not ' bmi'
     if len(set(names)) != len(names):
-        raise InvalidInput("the CSV header names a column twice", field="input_uri")
-    return [str(n) for n in names]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidInput(f"the CSV header names a column twice: {twice}", field="input_uri")
+    return names
 
 
-_JSON_TYPES = {bool: "bool", int: "int64", float: "float64", str: "string"}
-
-
-def _jsonl_fields(head: bytes, keys: tuple[str, ...]) -> tuple[list[str], dict[str, str]]:
-    """The fields of the first object line, and the type each key column will have."""
+def _jsonl_fields(head: bytes) -> list[str]:
+    """The fields of the first object line (none when the start of the input is blank)."""
     import orjson
 
-    first: dict[str, Any] | None = None
     for line in head.split(b"\n")[:-1] or [head]:
         try:
             parsed = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue  # a bad line is an error row, not a reason to refuse the file
         if isinstance(parsed, dict):
-            first = parsed
-            break
-    if first is None:
-        if head.strip():
-            raise InvalidInput("no line near the start of the input is a JSON object", field="input_uri")
-        return [], {}
-    types = {k: _JSON_TYPES.get(type(first.get(k)), "string") for k in keys}
-    return list(first), types
+            return list(parsed)
+    if head.strip():
+        raise InvalidInput("no line near the start of the input is a JSON object", field="input_uri")
+    return []  # blank lines only: each fails as a row

@@ -3,15 +3,20 @@ or the local thread pool. Each step is safe to repeat.
 
 - plan: the job's chunk list, written to the work area; the job goes RUNNING.
 - score: one chunk, recorded once in the job's progress.
-- finalize: every chunk accounted for and rows in = rows out + rows failed, then
-  `_manifest.json` and `_SUCCESS`, and SUCCEEDED; otherwise FAILED, saying why.
+- plan also removes what an earlier job left in the output folder (its parts, error files,
+  manifest and `_SUCCESS`), so the folder only ever holds one job's results.
+- finalize: every chunk accounted for and rows in = rows out + rows failed, and at least one
+  row scored when there were rows, then `_manifest.json` and `_SUCCESS`, and SUCCEEDED;
+  otherwise FAILED, saying why.
 - mark_failed: FAILED with the error that stopped the job, and a manifest of what was done.
+- cancelled: the manifest of a job cancelled while it ran (what was recorded before).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
 
 MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
+# The names a job writes in its output folder (see score.part_name and score.error_name).
+RESULT_NAMES = re.compile(r"(?:part-\d{5}\.(?:parquet|csv|jsonl)|errors/part-\d{5}\.jsonl|_manifest\.json|_SUCCESS)")
 
 
 class OfflineStats(StatsRecorder):
@@ -118,6 +125,8 @@ class BatchRunner:
         if job.terminal:
             raise JobNotRunning(f"batch job '{job_id}' is {job.status}", field="status")
         principal = Principal(tenant, frozenset({"predict"}), f"batch:{job_id}")
+        if not self.registry.list_chunks(tenant, job_id):
+            self._clear_results(job)
         resolved = run(self.predictions.resolve(principal, job.deployment))
         plan = plan_job(
             job,
@@ -139,22 +148,38 @@ class BatchRunner:
             chunks |= {"bucket": bucket, "key": key}
         return {"job": plan.spec.to_dict(), "chunks": chunks}
 
+    def _clear_results(self, job: BatchJob) -> None:
+        """Remove an earlier job's results from the output folder (only the names a job
+        writes: anything else there is left alone), `_SUCCESS` first."""
+        stale = [n for n in self.files.names(job.output_uri) if RESULT_NAMES.fullmatch(n)]
+        for name in sorted(stale, key=lambda n: n != SUCCESS):
+            self.files.delete(join(job.output_uri, name))
+
     def chunks(self, planned: dict[str, Any]) -> list[Chunk]:
         return [Chunk.from_dict(c) for c in json.loads(self.files.read_bytes(planned["chunks"]["uri"]))]
 
     # Score --------------------------------------------------------------------------------
-    def score(self, spec: JobSpec, chunk: Chunk) -> dict[str, Any]:
-        """Score one chunk unless the job stopped running; returns a small summary."""
+    def score(self, spec: JobSpec, chunk: Chunk, *, threads: int = 1) -> dict[str, Any]:
+        """Score one chunk (its inference calls on `threads` threads) unless the job stopped
+        running; returns a small summary."""
         job = self.registry.get_job(spec.tenant, spec.job_id)
         if job.status != "RUNNING":
             return {"index": chunk.index, "skipped": job.status}
-        result = self.scorer.score(spec, chunk)
+        result = self.scorer.score(spec, chunk, threads=threads)
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
         if recorded:  # a repeated step scored nothing new for the job
             self.predictions.telemetry.chunk(
                 tenant=spec.tenant, deployment=spec.deployment, seconds=result.seconds, versions=result.versions
             )
-        return chunk_scored(result, recorded=recorded)
+            return chunk_scored(result, recorded=True)
+        job = self.registry.get_job(spec.tenant, spec.job_id)
+        if job.status != "RUNNING" and chunk.index not in {c.index for c in self.registry.list_chunks(spec.tenant, spec.job_id)}:
+            # Stopped while this chunk was scored: its files are not the job's, take them back.
+            for uri in (result.part, result.errors):
+                if uri:
+                    self.files.delete(uri)
+            return {"index": chunk.index, "skipped": job.status}
+        return chunk_scored(result, recorded=False)
 
     # Finalize -----------------------------------------------------------------------------
     def finalize(self, tenant: str, job_id: str) -> dict[str, Any]:
@@ -187,11 +212,29 @@ class BatchRunner:
         message = _failure_message(job, chunks, error, cause)
         # The record in the registry is what counts; the manifest is a courtesy.
         with contextlib.suppress(SluiceError):
+            self.files.delete(join(job.output_uri, SUCCESS))
+        with contextlib.suppress(SluiceError):
             self.files.write_bytes(
                 join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
                 content_type="application/json",
             )  # fmt: skip
         return job_summary(self._fail(job, message))
+
+    # Cancelled ----------------------------------------------------------------------------
+    def cancelled(self, tenant: str, job_id: str) -> dict[str, Any]:
+        """The manifest of a job cancelled while it ran: what was recorded before the cancel
+        (chunks that finished after it took their files back, see `score`)."""
+        job = self.registry.get_job(tenant, job_id)
+        if job.status == "CANCELLED":
+            chunks = self.registry.list_chunks(tenant, job_id)
+            with contextlib.suppress(SluiceError):
+                self.files.delete(join(job.output_uri, SUCCESS))
+            with contextlib.suppress(SluiceError):
+                self.files.write_bytes(
+                    join(job.output_uri, MANIFEST), self._manifest(job, chunks, "CANCELLED", "the job was cancelled"),
+                    content_type="application/json",
+                )  # fmt: skip
+        return job_summary(job)
 
     def _fail(self, job: BatchJob, message: str) -> BatchJob:
         try:
@@ -251,6 +294,10 @@ def _problems(job: BatchJob, chunks: list[ChunkResult]) -> list[str]:
         problems.append(f"{rows_in} rows in but {rows_out} out and {rows_failed} failed")
     if not missing and job.rows_total is not None and rows_in != job.rows_total:
         problems.append(f"{rows_in} rows scored of {job.rows_total} planned")
+    if not problems and rows_in and not rows_out:
+        first = min((c for c in chunks if c.errors), key=lambda c: c.index, default=None)
+        where = f"; the reasons are in {first.errors}" if first is not None else ""
+        problems.append(f"none of the {rows_in} rows could be scored{where}")
     return problems
 
 

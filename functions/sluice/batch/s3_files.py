@@ -108,6 +108,14 @@ class S3Files:
         with s3_errors(uri):
             self.client.delete_object(Bucket=bucket, Key=key)
 
+    def names(self, folder: str) -> list[str]:
+        bucket, prefix = split_s3(folder.rstrip("/") + "/")
+        found: list[str] = []
+        with s3_errors(folder):
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                found += [o["Key"][len(prefix) :] for o in page.get("Contents", [])]
+        return found
+
 
 class _S3RangeFile(io.RawIOBase):
     """A read-only, seekable view of one S3 object version, one ranged GET per read (with a

@@ -6,6 +6,11 @@ Every row read ends in exactly one of the two files; a chunk whose rows cannot b
 all raises, so its orchestrator retries it. Parts and error files have fixed names per
 chunk: scoring a chunk again overwrites them.
 
+With `threads` above 1, the inference calls of a chunk run on that many threads (ONNX
+Runtime, pyarrow and NumPy release the GIL), while the calling thread reads the next piece
+and writes the finished ones in order: a chunk in flight at a time, and its pieces (one
+being scored, one being read) bound the memory, whatever the thread count.
+
 Offline, a deployment's shadow mirrors are not run (a batch job would multiply the mirror's
 load, and mirror verdicts describe live traffic); a split picks its variant per inference
 batch, not per row, and batch calls are kept out of the deployment's live statistics.
@@ -14,8 +19,10 @@ batch, not per row, and batch calls are kept out of the deployment's live statis
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +42,8 @@ from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.services.loop import run
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
     from sluice.batch.filestore import FileStore
@@ -69,8 +78,20 @@ class ChunkScorer:
         self.infer_rows = infer_rows
         self.read_rows = read_rows
         self.max_request_bytes = max_request_bytes
+        # Inference threads, kept across chunks (each thread keeps its event loop).
+        self._pools: dict[int, ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
 
-    def score(self, spec: JobSpec, chunk: Chunk) -> ChunkResult:
+    def _pool(self, threads: int) -> ThreadPoolExecutor | None:
+        if threads <= 1:
+            return None
+        with self._lock:
+            pool = self._pools.get(threads)
+            if pool is None:
+                pool = self._pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="sluice-infer")
+            return pool
+
+    def score(self, spec: JobSpec, chunk: Chunk, *, threads: int = 1) -> ChunkResult:
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
         resolved = run(self.predictions.resolve(principal, spec.deployment))
@@ -84,15 +105,29 @@ class ChunkScorer:
         run_rows = self._rows_per_call(resolved, feeds)
         with_variant = any(node.kind == "split" for node in walk(resolved.node))
         versions: Counter[str] = Counter()
+        pool = self._pool(threads)
         with tempfile.TemporaryDirectory(prefix="sluice-chunk-") as work:
             part = PartWriter(Path(work) / "part", spec.output_format)
             errors = ErrorWriter(Path(work) / "errors")
             rows_in = 0
-            for piece in read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows):
-                rows_in += piece.table.num_rows + len(piece.dropped)
-                errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
-                self._score_piece(principal, feeds, spec, piece, run_rows, part, errors, versions, with_variant)
+            scoring: deque[_Scoring] = deque()  # pieces whose calls run, finished in order
+            try:
+                pieces = read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows)
+                for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
+                    rows_in += piece.table.num_rows + len(piece.dropped)
+                    errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
+                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
+                    while len(scoring) > 1:
+                        _finish_piece(scoring.popleft(), spec, part, errors, versions)
+                while scoring:
+                    _finish_piece(scoring.popleft(), spec, part, errors, versions)
+            finally:  # after a failure: calls not started yet need not run
+                for left in scoring:
+                    for _, calls in left.calls:
+                        if isinstance(calls, Future):
+                            calls.cancel()
             rows_out, rows_failed = part.close(), errors.close()
+            _release_arrow_memory()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
                 raise ChunkUnreadable(
                     f"chunk {chunk.index}: {rows_in} rows read, {chunk.rows} planned, "
@@ -134,54 +169,143 @@ class ChunkScorer:
             per_row += values * size
         return max(1, min(rows, self.max_request_bytes // max(per_row, 1)))
 
-    def _score_piece(
+    def _start_piece(
         self,
         principal: Principal,
         feeds: list[Any],
         spec: JobSpec,
         piece: Piece,
         run_rows: int,
-        part: PartWriter,
-        errors: ErrorWriter,
-        versions: Counter[str],
         with_variant: bool,
-    ) -> None:
-        """Check a piece's rows once, infer the good ones a batch at a time, write both kinds."""
-        import pyarrow as pa
-
+        pool: ThreadPoolExecutor | None,
+        threads: int,
+    ) -> _Scoring:
+        """Check a piece's rows once, and start inferring the good ones a batch at a time
+        (on the pool, or here when there is none)."""
         table = piece.table
         reasons = piece.reasons.copy() if piece.reasons is not None else np.full(table.num_rows, None, dtype=object)
         arrays = feed_arrays(feeds, table, reasons)
         good = np.equal(reasons, None)
         rows = None if good.all() else np.flatnonzero(good)  # None: every row, in order
         count = table.num_rows if rows is None else len(rows)
-        for at in range(0, count, run_rows):
-            stop = min(at + run_rows, count)
-            taken = None if rows is None else rows[at:stop]
-            inputs = {n: (a[at:stop] if taken is None else a[taken]) for n, a in arrays.items()}
-            try:
-                request = PredictionRequest(spec.deployment, ArrayInputs(inputs), mirrors=False)
-                prediction = run(self.predictions.predict(principal, request))
-            except InvalidInput as exc:  # the model refused rows that passed the signature
-                reasons[slice(at, stop) if taken is None else taken] = f"the model rejected these rows: {exc.message}"
+        takes: list[slice | np.ndarray] = [
+            slice(at, min(at + run_rows, count)) if rows is None else rows[at : at + run_rows]
+            for at in range(0, count, run_rows)
+        ]
+        # The calls in a few runs of the event loop (one per thread), not one run per call.
+        groups = threads if pool is not None else 1
+        size = -(-len(takes) // groups) if takes else 1
+        calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]] = []
+        for at in range(0, len(takes), size):
+            group = takes[at : at + size]
+            args = (principal, spec, table, piece.rows, arrays, group, with_variant)
+            calls.append((group, pool.submit(self._calls, *args) if pool is not None else self._calls(*args)))
+        return _Scoring(piece, reasons, calls)
+
+    def _calls(
+        self,
+        principal: Principal,
+        spec: JobSpec,
+        table: pa.Table,
+        numbers: np.ndarray,
+        arrays: dict[str, np.ndarray],
+        takes: list[slice | np.ndarray],
+        with_variant: bool,
+    ) -> list[_Called]:
+        """Inference calls one after another, in one run of this thread's event loop."""
+
+        async def each() -> list[_Called]:
+            return [
+                await self._call(principal, spec, table, numbers, taken, {n: a[taken] for n, a in arrays.items()}, with_variant)
+                for taken in takes
+            ]
+
+        return run(each())
+
+    async def _call(
+        self,
+        principal: Principal,
+        spec: JobSpec,
+        table: pa.Table,
+        numbers: np.ndarray,
+        taken: slice | np.ndarray,
+        inputs: dict[str, np.ndarray],
+        with_variant: bool,
+    ) -> _Called:
+        """One inference call through the prediction service, and its output columns."""
+        import pyarrow as pa
+
+        try:
+            request = PredictionRequest(spec.deployment, ArrayInputs(inputs), mirrors=False)
+            prediction = await self.predictions.predict(principal, request)
+        except InvalidInput as exc:  # the model refused rows that passed the signature
+            return _Called(None, None, f"the model rejected these rows: {exc.message}")
+        answer = prediction.answer
+        kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
+        out = _keys(kept, numbers[taken], spec.key_columns)
+        out.update(prediction_columns(answer.signature, answer.result, flat=spec.output_format == "csv"))
+        if with_variant:
+            out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
+        return _Called(pa.table(out), answer.version.ref, None)
+
+
+class _Called:
+    __slots__ = ("error", "ref", "table")
+
+    def __init__(self, table: pa.Table | None, ref: str | None, error: str | None) -> None:
+        self.table, self.ref, self.error = table, ref, error
+
+
+class _Scoring:
+    """A piece whose inference calls were started: its rows' reasons, and each call."""
+
+    __slots__ = ("calls", "piece", "reasons")
+
+    def __init__(
+        self, piece: Piece, reasons: np.ndarray, calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]]
+    ) -> None:
+        self.piece, self.reasons, self.calls = piece, reasons, calls
+
+
+def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: ErrorWriter, versions: Counter[str]) -> None:
+    """Write a piece's scored rows (in order) and its failed ones, once its calls are done."""
+    import pyarrow as pa
+
+    reasons = scoring.reasons
+    for takes, calls in scoring.calls:
+        for taken, called in zip(takes, calls.result() if isinstance(calls, Future) else calls, strict=True):
+            if called.error is not None:
+                reasons[taken] = called.error
                 continue
-            answer = prediction.answer
-            kept = table.slice(at, stop - at) if taken is None else table.take(pa.array(taken))
-            numbers = piece.rows[at:stop] if taken is None else piece.rows[taken]
-            out = _keys(kept, numbers, spec.key_columns)
-            flat = spec.output_format == "csv"
-            out.update(prediction_columns(answer.signature, answer.result, flat=flat))
-            if with_variant:
-                out["variant"] = pa.array([answer.variant or ""] * (stop - at), type=pa.string())
-            part.write(pa.table(out))
-            versions[answer.version.ref] += stop - at
-        bad = np.flatnonzero(~np.equal(reasons, None))
-        if len(bad):
-            key_values = {k: table.column(k).take(pa.array(bad)).to_pylist() for k in spec.key_columns}
-            errors.write([
-                {"row": int(piece.rows[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
-                for j, i in enumerate(bad)
-            ])  # fmt: skip
+            assert called.table is not None and called.ref is not None
+            part.write(called.table)
+            versions[called.ref] += called.table.num_rows
+    bad = np.flatnonzero(~np.equal(reasons, None))
+    if len(bad):
+        table, numbers = scoring.piece.table, scoring.piece.rows
+        key_values = {k: table.column(k).take(pa.array(bad)).to_pylist() for k in spec.key_columns}
+        errors.write([
+            {"row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
+            for j, i in enumerate(bad)
+        ])  # fmt: skip
+
+
+def _read_ahead(pieces: Iterator[Piece]) -> Iterator[Piece]:
+    """The pieces of a Parquet chunk, the next one decoded on a thread of its own while this
+    one is scored (pyarrow decodes without the GIL), as a reader thread would."""
+    with ThreadPoolExecutor(1, thread_name_prefix="sluice-read") as reader:
+        coming = reader.submit(next, pieces, None)
+        while (piece := coming.result()) is not None:
+            coming = reader.submit(next, pieces, None)
+            yield piece
+
+
+def _release_arrow_memory() -> None:
+    """Give the chunk's decoded batches back to the system: the allocator keeps freed pages
+    for reuse, and a job of many chunks would otherwise peak above a job of one."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def _keys(table: pa.Table, rows: np.ndarray, key_columns: tuple[str, ...]) -> dict[str, Any]:

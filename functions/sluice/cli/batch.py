@@ -94,11 +94,19 @@ def _principal_of(job: BatchJob) -> Principal:
     return Principal(job.tenant, frozenset({"predict"}), "cli")
 
 
+def default_out(source: Path) -> Path:
+    """`<name>-scored` beside the input, the name less its format suffix only:
+    `a.v1.parquet` -> `a.v1-scored`, `2026.11.21.csv` -> `2026.11.21-scored`."""
+    name = source.name
+    stem = name[: -len(source.suffix)] if source.suffix and len(source.suffix) < len(name) else name
+    return source.with_name(f"{stem}-scored")
+
+
 def cmd_batch_run(args: argparse.Namespace) -> int:
     source = Path(args.file).expanduser()
     if not source.is_file():
         raise SluiceError(f"no such file: {source}", field="file")
-    out = Path(args.out).expanduser() if args.out else source.with_name(f"{source.name.split('.')[0]}-scored")
+    out = Path(args.out).expanduser() if args.out else default_out(source)
     container = get_container()
     job = container.batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,

@@ -128,3 +128,14 @@ def test_s3_reads_are_pinned_to_the_planned_etag(s3: Any) -> None:
         raw.read()
     with pytest.raises(NotFound):
         files.stat(f"s3://{BUCKET}/in/nope.csv")
+
+
+def test_both_stores_list_the_files_under_a_folder_relative_to_it(s3: Any, tmp_path: Path) -> None:
+    files = Files(clients=AwsClients(region=REGION))
+    for root in (f"s3://{BUCKET}/out/job", (tmp_path / "out" / "job").as_uri()):
+        assert files.names(root) == []
+        for name in ("part-00000.csv", "errors/part-00000.jsonl", "_SUCCESS"):
+            files.write_bytes(f"{root}/{name}", b"x")
+        files.write_bytes(f"{root}-other/part-00000.csv", b"x")  # a sibling with a longer name
+        assert sorted(files.names(root)) == ["_SUCCESS", "errors/part-00000.jsonl", "part-00000.csv"], root
+        assert sorted(files.names(root + "/")) == sorted(files.names(root))

@@ -1,0 +1,267 @@
+"""Batch results that never lie: quoted line breaks across chunks, an output folder used
+twice, cancelling mid-chunk, decimal and empty inputs, a job where no row scored, and one
+number grammar for CSV and JSON Lines."""
+
+from __future__ import annotations
+
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sluice.batch.orchestrators import TRANSIENT_ERRORS, LocalOrchestrator, Progress
+from sluice.batch.plan import Chunk, JobSpec
+from sluice.batch.readers import ChunkMalformed
+from sluice.batch.score import ChunkScorer
+from sluice.batch.uris import local_path
+from tests.integration.batch.conftest import (
+    FEATURES,
+    iris_rows,
+    read_errors,
+    read_parts,
+    run_job,
+    write_input,
+)
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.domain.jobs import BatchJob
+    from sluice.wiring import Container
+
+
+def _folder(job: BatchJob) -> set[str]:
+    root = local_path(job.output_uri)
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def _manifest(job: BatchJob) -> dict[str, Any]:
+    return json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+
+
+def _listed(job: BatchJob) -> set[str]:
+    manifest = _manifest(job)
+    root = local_path(job.output_uri)
+    return {str(local_path(e["uri"]).relative_to(root)) for e in manifest["parts"] + manifest["errors"]}
+
+
+# 1. Quoted fields with line breaks ------------------------------------------------------------
+def _csv_with_notes(path: Path, rows: list[dict[str, Any]], seed: int = 5) -> Path:
+    """Iris rows with a quoted `note` holding line breaks, commas and doubled quotes."""
+    rng = random.Random(seed)
+    notes = ['"' + "a long note,\n" * 40 + '"', '"line one\nline two"', '"a, b\n\nc ""quoted""\n"', "plain", '""', '"x\r\ny"', '"5\'10"" tall\nok"']
+    lines = ["id," + ",".join(FEATURES) + ",note"]
+    for r in rows:
+        lines.append(",".join([r["id"], *(str(r[f]) for f in FEATURES), rng.choice(notes)]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_quoted_line_breaks_across_chunk_boundaries_are_one_row_each(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    rows = iris_rows(3048)
+    path = _csv_with_notes(tmp_path / "notes.csv", rows)
+    data = path.read_bytes()
+    chunk_bytes = batch.settings.batch_chunk_bytes
+    assert len(data) > 4 * chunk_bytes and data.count(b"\n") > 3048 + 1000
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.rows_total, job.rows_in, job.rows_out, job.rows_failed) == (3048, 3048, 3048, 0)
+    assert read_parts(job).column("id").to_pylist() == [r["id"] for r in rows]
+    # Some chunk boundary fell inside a quoted field (else this test proves nothing).
+    planned = json.loads(batch.batch_runner.files.read_bytes(batch.batch_runner.paths.chunk_list(acme.tenant, job.id)))
+    assert any(c.get("quoted") for c in planned)
+
+
+def test_a_csv_that_ends_inside_a_quoted_field_fails_at_planning(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.csv", iris_rows(2000))
+    with path.open("a") as fh:
+        fh.write('r-open,1,2,3,"4\n')
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.status == "FAILED" and "ends inside a quoted field" in (job.error or ""), job.error
+    assert job.chunks_done == 0
+
+
+def test_a_malformed_chunk_is_not_retried(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = ChunkScorer.score
+
+    def malformed(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
+        calls.append(chunk.index)
+        if chunk.index == 1:
+            raise ChunkMalformed("chunk 1: the CSV parser read 3 records where 2 were counted")
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", malformed)
+    job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
+    assert job.status == "FAILED" and "records where 2 were counted" in (job.error or "")
+    assert calls.count(1) == 1
+    assert "ChunkMalformed" not in TRANSIENT_ERRORS
+
+
+# 2. An output folder used twice --------------------------------------------------------------
+def test_a_second_job_into_the_same_folder_leaves_only_its_own_results(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    big = write_input(tmp_path / "big.parquet", iris_rows(4000), row_group_rows=700)
+    first = run_job(batch, acme, big, deployment="iris", output_uri=str(out))
+    assert first.status == "SUCCEEDED" and first.chunks_total == 6
+    (out / "notes.txt").write_text("mine")  # not a result: stays
+    rows = iris_rows(500)
+    rows[3]["sepal_length"] = None
+    second = run_job(batch, acme, write_input(tmp_path / "small.parquet", rows), deployment="iris", output_uri=str(out))
+    assert second.status == "SUCCEEDED" and second.chunks_total == 1
+    assert _folder(second) == _listed(second) | {"_manifest.json", "_SUCCESS", "notes.txt"}
+    assert read_parts(second).num_rows == 499 and len(read_errors(second)) == 1
+
+    failing = tmp_path / "no-columns.csv"
+    failing.write_text("sepal_length,sepal_width\n1,2\n")
+    third = run_job(batch, acme, failing, deployment="iris", output_uri=str(out))
+    assert third.status == "FAILED"
+    assert _folder(third) == {"_manifest.json", "notes.txt"} and _manifest(third)["status"] == "FAILED"
+
+
+# 3. The default output folder -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "folder"),
+    [("a.v1.parquet", "a.v1-scored"), ("2026.11.21.csv", "2026.11.21-scored"), ("flowers.csv", "flowers-scored"), ("plain", "plain-scored")],
+)
+def test_the_default_output_folder_keeps_every_dot_of_the_name(tmp_path: Path, name: str, folder: str) -> None:
+    from sluice.cli.batch import default_out
+
+    assert default_out(tmp_path / name) == tmp_path / folder
+
+
+# 4. Cancelling while a chunk is scored --------------------------------------------------------
+def test_cancelling_mid_chunk_keeps_that_chunks_part_out_and_writes_a_manifest(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_input(tmp_path / "in.parquet", iris_rows(3000), row_group_rows=700)
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    real = ChunkScorer.score
+
+    def cancel_during_second(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
+        result = real(self, spec, chunk, **kw)  # its part is written
+        if chunk.index == 1:
+            batch.batch.cancel(acme, job.id)
+        return result
+
+    monkeypatch.setattr(ChunkScorer, "score", cancel_during_second)
+    seen: list[Progress] = []
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run(acme.tenant, job.id, progress=seen.append)
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "CANCELLED" and done.chunks_done == 1 and done.rows_in == 700
+    manifest = _manifest(done)
+    assert manifest["status"] == "CANCELLED" and manifest["counts"]["rows_out"] == 700
+    assert _folder(done) == _listed(done) | {"_manifest.json"} and "part-00001.parquet" not in _folder(done)
+    assert seen[-1].rows_done == 700 and seen[-1].rows_done < seen[-1].rows_total
+
+
+# 5. Decimals, empty files, a job where nothing scored -----------------------------------------
+def test_decimal_features_are_numbers(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    rows = iris_rows(5)
+    columns: dict[str, Any] = {"id": [r["id"] for r in rows]}
+    for f in FEATURES:
+        columns[f] = pa.array([Decimal(str(r[f])) for r in rows], type=pa.decimal128(6, 2))
+    path = tmp_path / "decimals.parquet"
+    pq.write_table(pa.table(columns), path)
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.rows_out, job.rows_failed) == (5, 0)
+    plain = run_job(batch, acme, write_input(tmp_path / "floats.parquet", rows), deployment="iris", key_columns=["id"])
+    assert read_parts(job).column("prediction").to_pylist() == read_parts(plain).column("prediction").to_pylist()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_job_where_no_row_scored_fails_saying_so(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows = iris_rows(5)
+    for r in rows:
+        r["sepal_length"] = None
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows), deployment="iris")
+    assert job.status == "FAILED" and "none of the 5 rows could be scored" in (job.error or ""), job.error
+    assert (job.rows_in, job.rows_failed) == (5, 5) and len(read_errors(job)) == 5
+    assert not (local_path(job.output_uri) / "_SUCCESS").exists() and _manifest(job)["status"] == "FAILED"
+
+
+def test_a_json_lines_file_of_blank_lines_fails_as_blank_lines(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n\n  \n")
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.status == "FAILED" and "none of the 3 rows could be scored" in (job.error or ""), job.error
+    assert [e["reason"] for e in read_errors(job)] == ["blank line"] * 3
+
+
+# 6. Keys, number text, blank lines, headers ---------------------------------------------------
+def test_json_lines_keys_may_be_numbers_or_text_and_stay_text(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = iris_rows(300)
+    for i, r in enumerate(rows):
+        if i % 3:
+            r["id"] = i  # a number after the first line's text
+    job = run_job(batch, acme, write_input(tmp_path / "in.jsonl", rows), deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED" and job.rows_failed == 0, job.error
+    assert read_parts(job).column("id").to_pylist() == [str(r["id"]) for r in rows]
+    numbers = [dict(r, id=i) for i, r in enumerate(iris_rows(50))]
+    again = run_job(batch, acme, write_input(tmp_path / "ids.jsonl", numbers), deployment="iris", key_columns=["id"])
+    assert again.status == "SUCCEEDED" and read_parts(again).column("id").to_pylist() == [str(i) for i in range(50)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_numbers_written_as_text_read_alike_in_csv_and_json_lines(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows: list[dict[str, Any]] = iris_rows(12)
+    texts = {0: "5.1", 1: " 6.2 ", 2: "+.5e1", 3: "1_4", 4: "\u0661.4", 5: "0x1p3", 6: "٣", 7: "inf"}
+    for i, text in texts.items():
+        rows[i]["sepal_length"] = text
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows), deployment="iris")
+    reasons = {e["row"]: e["reason"] for e in read_errors(job)}
+    assert reasons == {
+        3: "'sepal_length' is not a number: '1_4'",
+        4: "'sepal_length' is not a number: '\u0661.4'",
+        5: "'sepal_length' is not a number: '0x1p3'",
+        6: "'sepal_length' is not a number: '٣'",
+        7: "'sepal_length' is infinite",
+    }
+    assert job.rows_out == 7
+
+
+def test_a_blank_csv_line_is_reported_as_one(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.csv", iris_rows(20))
+    lines = path.read_text().split("\n")
+    lines.insert(6, "")  # data row 5
+    path.write_text("\n".join(lines))
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.rows_in == 21 and job.rows_out == 20
+    assert read_errors(job) == [{"row": 5, "reason": "blank line", "input": ""}]
+
+
+def test_header_names_are_read_without_the_spaces_around_them(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.csv", iris_rows(30))
+    text = path.read_text().split("\n", 1)
+    path.write_text(", ".join(text[0].split(",")) + "\n" + text[1])
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED" and job.rows_out == 30, job.error
+
+
+def test_a_missing_column_error_lists_the_columns_found(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text("id,sepal_len,sepal_width,petal_length,petal_width\nx,1,2,3,4\n")
+    job = run_job(batch, acme, path, deployment="iris")
+    assert job.status == "FAILED"
+    assert "its columns are 'id', 'sepal_len', 'sepal_width', 'petal_length', 'petal_width'" in (job.error or ""), job.error
+
+
+# B. Each Parquet row group is decoded once ------------------------------------------------------
+def test_each_row_group_is_decoded_once_even_when_larger_than_a_chunk(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = iris_rows(5000)
+    path = write_input(tmp_path / "in.parquet", rows, row_group_rows=2200)  # groups of 2200, 2200, 600; chunks of 700
+    decoded: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *args: Any, **kw: Any) -> Any:
+        decoded.extend(kw.get("row_groups") or range(self.metadata.num_row_groups))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert sorted(decoded) == [0, 1, 2] and job.chunks_total == 3
+    assert read_parts(job).column("id").to_pylist() == [r["id"] for r in rows]
