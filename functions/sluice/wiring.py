@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
+    from sluice.services.rollouts import RolloutService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -250,6 +251,14 @@ class Container:
         if self.endpoint_control is None:
             self.endpoint_control = build_endpoint_control(self.settings, self.store)
         return EndpointService(self.registry, self.deployments, self.endpoint_control)
+
+    @cached_property
+    def rollouts(self) -> RolloutService:
+        """Progressive rollouts and their controller; built on first use. Alarms are checked
+        where the controller runs on AWS (`sluice.handlers.rollouts`), not here."""
+        from sluice.services.rollouts import RolloutService
+
+        return RolloutService(self.registry, self.deployments)
 
     @cached_property
     def optimizer(self) -> OptimizeService:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -71,6 +73,8 @@ DEFAULT_PLAN = "_default"  # the authorizer's name for tenants without a plan of
 # 4.4 MB fails at the invoke (module docstring) instead of reaching the function. It also lets
 # binary responses (the function returns them base64-encoded) go back as bytes whatever the
 # client's Accept header says.
+# What the rollout controller's scan may read: the keys of each item and its rollout.
+ROLLOUT_SCAN_ATTRIBUTES = ("pk", "sk", "rollout")
 BINARY_MEDIA_TYPES = ["application/octet-stream", "application/onnx", "*/*"]
 API_GATEWAY_TIMEOUT = Duration.seconds(29)
 
@@ -255,6 +259,7 @@ class ApiStack(Stack):
             partitions=[KEY_ITEMS],
         )
 
+        self.rollouts = self._rollout_controller(config, names, platform, core, table)
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)
         self.websocket = (
@@ -262,6 +267,72 @@ class ApiStack(Stack):
             if config.websocket.enabled
             else None
         )
+
+    def _rollout_controller(
+        self,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        core: PythonLayer,
+        table: dynamodb.ITableV2,
+    ) -> SluiceFunction:
+        """Progressive rollouts move on here: an EventBridge rule invokes the controller
+        every minute; it looks at every running rollout and advances, completes or rolls
+        back (sluice.handlers.rollouts)."""
+        controller = SluiceFunction(
+            self,
+            "Rollouts",
+            function_name=names.function("rollouts"),
+            handler="sluice.handlers.rollouts.handler",
+            description="Advances, completes or rolls back progressive rollouts by their gates",
+            platform=platform,
+            layers=[core],
+            memory_mb=512,
+            timeout=Duration.seconds(60),
+            invoked_async=True,
+            reserved_concurrency=config.concurrency.rollouts,
+        )
+        role = controller.role
+        # Deployments and their statistics in every tenant: read, and changes written.
+        grant_registry(role, table, actions=[*READ, *WRITE])
+        # Which deployments have a running rollout: a scan that may read the keys and the
+        # rollout of each item alone (no statistics, no API key hashes).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Scan"],
+                resources=[table.table_arn],
+                conditions={
+                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(ROLLOUT_SCAN_ATTRIBUTES)},
+                },
+            )
+        )
+        alarms = self.format_arn(
+            service="cloudwatch", resource="alarm", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["cloudwatch:DescribeAlarms"], resources=[alarms])
+        )
+        acknowledge(
+            controller,
+            wildcard_resource(self, alarms),
+            "A rollout names the CloudWatch alarms that roll it back at run time; the controller "
+            "only reads their state (DescribeAlarms) in this account and region.",
+        )
+        events.Rule(
+            self,
+            "RolloutSchedule",
+            description="Looks at every running rollout once a minute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[
+                targets.LambdaFunction(
+                    controller.invocable,
+                    retry_attempts=0,  # the next look comes a minute later anyway
+                    dead_letter_queue=controller.dead_letters,
+                )
+            ],
+        )
+        return controller
 
     def _websocket(
         self,

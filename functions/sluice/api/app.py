@@ -24,7 +24,7 @@ or the **Open Inference Protocol v2** (`/v2/models/{deployment}/infer`). Authent
 """
 
 
-ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "endpoints", "keys", "batch", "metrics")
+ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "rollouts", "endpoints", "keys", "batch", "metrics")
 
 
 def _hot_routes() -> list[Any]:

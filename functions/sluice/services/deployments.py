@@ -162,9 +162,13 @@ class DeploymentService:
         *,
         expected_revision: int | None = None,
         cache: Any = KEEP,
+        rollout: Any = KEEP,
+        note: dict[str, Any] | None = None,
     ) -> Deployment:
         """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
-        default, keeps the current setting; None turns the cache off)."""
+        default, keeps the current setting; None turns the cache off). `rollout` and `note`
+        are the rollout controller's: a change of the policy by anyone else pauses a running
+        rollout, in the same revision."""
         principal.require("admin")
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
@@ -172,14 +176,21 @@ class DeploymentService:
                 f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
             )
         settings = current.cache if cache is KEEP else check_cache(cache)
+        if rollout is KEEP:
+            rollout = current.rollout
+            if policy is not None and rollout is not None and rollout.state == "running":
+                from sluice.services.rollouts import paused_by_change
+
+                rollout, note = paused_by_change(rollout, principal.subject)
         updated = replace(
             current,
             policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
             cache=settings,
             updated_at=now(),
             updated_by=principal.subject,
+            rollout=rollout,
         )
-        stored = self.registry.update_deployment(updated, expected_revision=current.revision)
+        stored = self.registry.update_deployment(updated, expected_revision=current.revision, note=note)
         self._on_change(principal.tenant, name)
         return stored
 
@@ -233,6 +244,10 @@ class DeploymentService:
         if self.recorder is not None:
             self.recorder.flush()
         return self.registry.read_stats(tenant, name, revision)
+
+    def read_stats(self, tenant: str, name: str, revision: int) -> dict[str, dict[str, float]]:
+        """Every subject's counters at `revision`, with what this process holds merged first."""
+        return self._read_stats(tenant, name, revision)
 
     def counters(self, principal: Principal, dep: Deployment) -> dict[str, float]:
         """The deployment's own counters (every request it answered or failed) at its current revision."""

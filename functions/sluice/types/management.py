@@ -127,6 +127,7 @@ class DeploymentChangeOut(WireModel):
     by: str
     old_policy: Node | None
     new_policy: Node | None
+    note: dict[str, Any] | None = Field(None, description="Why, when a rollout made the change: its decision and the numbers behind it.")
 
 
 class Feedback(WireModel):
