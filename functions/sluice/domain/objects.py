@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from sluice.domain.capture import CaptureSettings
 from sluice.domain.errors import BadRequest, Forbidden, InvalidRequest
 from sluice.domain.rollouts import Rollout
 from sluice.domain.signature import Signature
@@ -157,6 +158,7 @@ class Deployment:
     updated_at: float = field(default_factory=now)
     updated_by: str = ""
     rollout: Rollout | None = None  # the last progressive rollout (one at a time), see docs/rollouts.md
+    capture: CaptureSettings | None = None  # data capture, off unless asked for (docs/capture.md)
 
 
 @dataclass(frozen=True, slots=True)

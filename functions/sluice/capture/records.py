@@ -1,0 +1,98 @@
+"""One captured request as a JSON record, and back to arrays for a replay."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import numpy_of_v2, v2_of_numpy
+
+if TYPE_CHECKING:
+    from sluice.domain import Deployment
+    from sluice.domain.results import Answer
+
+
+def _plain(array: np.ndarray) -> Any:
+    if array.dtype.kind in "OSU":
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in array.reshape(-1).tolist()]
+    return array.reshape(-1).tolist()
+
+
+def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """Each input as `{datatype, shape, data}` (data flat, row-major). A redacted feature is
+    a column of `null`s; a redacted input tensor keeps its datatype and shape only."""
+    hidden = set(redact)
+    names = {spec.name: spec.feature_names for spec in answer.signature.inputs}
+    out: dict[str, Any] = {}
+    redacted: list[str] = []
+    for name, array in arrays.items():
+        item: dict[str, Any] = {"datatype": v2_of_numpy(array.dtype), "shape": list(array.shape)}
+        if name in hidden:
+            redacted.append(name)
+            out[name] = item
+            continue
+        features = names.get(name) or ()
+        columns = [j for j, f in enumerate(features) if f in hidden]
+        if columns and array.ndim == 2 and array.shape[1] == len(features):
+            data = array.astype(object)
+            data[:, columns] = None
+            item["data"] = [None if x is None else (x.item() if hasattr(x, "item") else x) for x in data.reshape(-1).tolist()]
+            redacted += [features[j] for j in columns]
+        else:
+            item["data"] = _plain(array)
+        out[name] = item
+    return out, redacted
+
+
+def to_record(
+    dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, at: float
+) -> dict[str, Any]:
+    settings = dep.capture
+    assert settings is not None
+    when = dt.datetime.fromtimestamp(at, dt.UTC)
+    record: dict[str, Any] = {
+        "request_id": request_id,
+        "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "tenant": dep.tenant,
+        "deployment": dep.name,
+        "revision": dep.revision,
+        "variant": answer.variant,
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "latency_ms": latency_ms,
+        "rows": next(iter(arrays.values())).shape[0] if arrays else 0,
+    }
+    if "inputs" in settings.include:
+        record["inputs"], redacted = encode_inputs(arrays, answer, settings.redact)
+        if redacted:
+            record["redacted"] = redacted
+    if "outputs" in settings.include:
+        outputs = answer.result.outputs
+        record["outputs"] = {
+            name: {"datatype": v2_of_numpy(np.asarray(a).dtype), "shape": list(np.shape(a)), "data": _plain(np.asarray(a))}
+            for name, a in outputs.items()
+        }
+        if answer.result.classes:
+            record["classes"] = {k: [str(c) if not isinstance(c, int | float) else c for c in v] for k, v in answer.result.classes.items()}
+    return record
+
+
+def partition(record: dict[str, Any]) -> str:
+    """`tenant=…/deployment=…/dt=YYYY-MM-DD/hour=HH`, from the record's own time."""
+    day, clock = record["time"][:10], record["time"][11:13]
+    return f"tenant={record['tenant']}/deployment={record['deployment']}/dt={day}/hour={clock}"
+
+
+def decode_arrays(items: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """A record's inputs or outputs as arrays; None when anything was redacted."""
+    out: dict[str, np.ndarray] = {}
+    for name, item in items.items():
+        data = item.get("data")
+        if data is None or any(x is None for x in data):
+            return None
+        datatype = item["datatype"]
+        dtype = object if datatype == "BYTES" else numpy_of_v2(datatype)
+        out[name] = np.asarray(data, dtype=dtype).reshape(item["shape"])
+    return out
