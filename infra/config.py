@@ -110,6 +110,9 @@ class StorageConfig(_Section):
     noncurrent_access_log_expiry_days: int = Field(
         7, ge=1, description="Delete deleted or expired access-log versions after this."
     )
+    capture_expiry_days: int = Field(
+        30, ge=1, description="Delete captured requests under capture/ in the batch bucket after this."
+    )
 
 
 class PlanLimits(_Section):
