@@ -4,7 +4,14 @@ records on it."""
 
 from __future__ import annotations
 
-from tests.infra.synth import Synthesized, function_by_handler, policy_statements_of_role, properties, resources, role_of
+from tests.infra.synth import (
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    properties,
+    resources,
+    role_of,
+)
 
 
 def test_the_delivery_stream_is_encrypted_and_partitioned_by_tenant(default_app: Synthesized) -> None:
