@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
     from sluice.capture.capturer import Capturer
+    from sluice.capture.reader import CaptureReader
     from sluice.capture.sinks import Sink
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
+    from sluice.services.replay import ReplayService
     from sluice.services.rollouts import RolloutService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
@@ -192,6 +194,27 @@ def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
     )  # fmt: skip
 
 
+def build_capture_reader(settings: Settings) -> CaptureReader | None:
+    """Where replay reads captured records: where SLUICE_CAPTURE writes them (a Firehose
+    stream writes under `capture/` in the batch bucket)."""
+    url = settings.capture
+    if url == "off" or (url == "" and settings.mode != "local"):
+        return None
+    if url.startswith("firehose://"):
+        from sluice.capture.reader import S3Capture
+
+        if not settings.batch_bucket:
+            return None
+        return S3Capture(settings.batch_bucket, "capture/", region=settings.region)
+    from sluice.capture.reader import FolderCapture
+
+    if url.startswith("file://"):
+        from sluice.storage.folder import path_of_file_url
+
+        return FolderCapture(path_of_file_url(url))
+    return FolderCapture(settings.home_path / "capture")
+
+
 def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
     """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
     url = settings.orchestrator
@@ -292,6 +315,14 @@ class Container:
         from sluice.services.rollouts import RolloutService
 
         return RolloutService(self.registry, self.deployments)
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        """`sluice replay` and its route: captured requests against a candidate, scored
+        offline through the batch runner's prediction service; built on first use."""
+        from sluice.services.replay import ReplayService
+
+        return ReplayService(self.batch_runner.predictions, build_capture_reader(self.settings))
 
     @cached_property
     def optimizer(self) -> OptimizeService:

@@ -223,6 +223,13 @@ class ApiStack(Stack):
             prefix=OUTBOX_PREFIX,
             purpose="reading the results of batch jobs",
         )
+        grant_objects(
+            self.api_function,
+            api_role,
+            batch_bucket,
+            prefix=CAPTURE_PREFIX,
+            purpose="replay reads the captured requests of the caller's tenant",
+        )
         grant_invoke_endpoints(self.api_function, api_role, endpoint_names)
         manage = self.endpoint_lifecycle.grant_manage(api_role)
         self.api_function.function.node.add_dependency(manage)

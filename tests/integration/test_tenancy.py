@@ -52,6 +52,7 @@ CASES = [
     ("POST", "/api/v1/deployments/{name}/rollout/pause", None),
     ("POST", "/api/v1/deployments/{name}/rollout/resume", None),
     ("POST", "/api/v1/deployments/{name}/rollout/abort", None),
+    ("POST", "/api/v1/deployments/{name}/replay", {"since": "1h", "against": "iris:1"}),
     ("POST", "/api/v1/deployments/{name}/endpoint", {"instance_type": "ml.g5.xlarge"}),
     ("GET", "/api/v1/deployments/{name}/endpoint", None),
     ("DELETE", "/api/v1/deployments/{name}/endpoint", None),

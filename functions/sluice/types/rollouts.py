@@ -35,3 +35,9 @@ class RolloutStart(WireModel):
         default=100.0,
         description="Share of the stable's requests the candidate also sees as a mirror.",
     )
+
+
+class ReplayStart(WireModel):
+    since: str | float = Field(description="ISO 8601 (UTC unless it says), a duration ago such as '2h', or epoch seconds.")
+    until: str | float | None = Field(default=None, description="The same forms; default now.")
+    against: str = Field(description="The candidate: MODEL:VERSION or a deployment name.")

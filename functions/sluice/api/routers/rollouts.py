@@ -1,4 +1,5 @@
-"""Progressive rollouts of a deployment (admin scope): start, status, pause, resume, abort."""
+"""Progressive rollouts of a deployment (admin scope): start, status, pause, resume, abort;
+and replay of its captured requests against a candidate."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from sluice.api.deps import AdminDep, ContainerDep
 from sluice.api.presenters import deployment_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import DeploymentOut
-from sluice.types.rollouts import RolloutStart
+from sluice.types.rollouts import ReplayStart, RolloutStart
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT))
 
@@ -58,3 +59,8 @@ def resume_rollout(name: str, principal: AdminDep, container: ContainerDep) -> J
 )
 def abort_rollout(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
     return JSONResponse(deployment_out(container.rollouts.abort(principal, name)))
+
+
+@router.post("/{name}/replay", summary="Run captured requests against a candidate and compare (an offline shadow)")
+def replay(name: str, body: ReplayStart, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(container.replay.replay(principal, name, since=body.since, until=body.until, against=body.against))
