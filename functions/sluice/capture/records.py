@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 def _plain(array: np.ndarray) -> Any:
     if array.dtype.kind in "OSU":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in array.reshape(-1).tolist()]
+    if array.dtype == np.float32:  # the shortest text that reads back as the same float32: 5.1, not 5.099999904632568
+        return [float(x) for x in array.reshape(-1).astype(str).tolist()]
     return array.reshape(-1).tolist()
 
 
@@ -36,9 +38,9 @@ def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[s
         features = names.get(name) or ()
         columns = [j for j, f in enumerate(features) if f in hidden]
         if columns and array.ndim == 2 and array.shape[1] == len(features):
-            data = array.astype(object)
+            data = np.asarray(_plain(array), dtype=object).reshape(array.shape)
             data[:, columns] = None
-            item["data"] = [None if x is None else (x.item() if hasattr(x, "item") else x) for x in data.reshape(-1).tolist()]
+            item["data"] = data.reshape(-1).tolist()
             redacted += [features[j] for j in columns]
         else:
             item["data"] = _plain(array)
