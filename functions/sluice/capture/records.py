@@ -1,4 +1,4 @@
-"""One captured request as a JSON record, and back to arrays for a replay."""
+"""One captured request as a JSON record."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import numpy_of_v2, v2_of_numpy
+from sluice.codecs.datatypes import v2_of_numpy
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment
@@ -85,16 +85,3 @@ def partition(record: dict[str, Any]) -> str:
     """`tenant=…/deployment=…/dt=YYYY-MM-DD/hour=HH`, from the record's own time."""
     day, clock = record["time"][:10], record["time"][11:13]
     return f"tenant={record['tenant']}/deployment={record['deployment']}/dt={day}/hour={clock}"
-
-
-def decode_arrays(items: dict[str, Any]) -> dict[str, np.ndarray] | None:
-    """A record's inputs or outputs as arrays; None when anything was redacted."""
-    out: dict[str, np.ndarray] = {}
-    for name, item in items.items():
-        data = item.get("data")
-        if data is None or any(x is None for x in data):
-            return None
-        datatype = item["datatype"]
-        dtype = object if datatype == "BYTES" else numpy_of_v2(datatype)
-        out[name] = np.asarray(data, dtype=dtype).reshape(item["shape"])
-    return out

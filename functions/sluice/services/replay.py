@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.capture.records import decode_arrays
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
@@ -118,46 +117,39 @@ class ReplayService:
         failures: Counter[str] = Counter()
         counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
         latencies: list[float] = []
-        pending: dict[tuple[Any, ...], list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]]] = defaultdict(list)
+        pending: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
         pending_rows: Counter[tuple[Any, ...]] = Counter()
-
-        async def flush(key: tuple[Any, ...]) -> None:
-            batch = pending.pop(key, [])
-            pending_rows.pop(key, None)
-            if batch:
-                await self._score(tenant, node, key, batch, sums, maxes, failures, counts)
 
         for record in records:
             counts["records"] += 1
             rows = int(record.get("rows") or 0)
             counts["rows"] += rows
+            inputs, outputs = record.get("inputs"), record.get("outputs")
             reason = None
-            inputs = decode_arrays(record.get("inputs") or {}) if "inputs" in record else None
-            outputs = decode_arrays(record.get("outputs") or {}) if "outputs" in record else None
             if "unreadable" in record:
                 reason = "unreadable record"
-            elif inputs is None or not inputs:
+            elif not inputs or not _complete(inputs):
                 reason = "inputs redacted or not captured"
-            elif outputs is None or not outputs:
+            elif not outputs or not _complete(outputs):
                 reason = "outputs not captured"
             if reason is not None:
                 failures[reason] += max(rows, 1)
                 counts["failed_rows"] += rows
                 continue
-            assert inputs is not None and outputs is not None
             latencies.append(float(record.get("latency_ms") or 0.0))
             key = (
                 record.get("model"), record.get("version"),
-                tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(inputs.items())),
-                tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(outputs.items())),
-                repr(sorted((record.get("classes") or {}).items())),
+                tuple((n, t["datatype"], tuple(t["shape"][1:])) for n, t in inputs.items()),
+                tuple((n, t["datatype"], tuple(t["shape"][1:])) for n, t in outputs.items()),
+                repr(record.get("classes")),
             )  # fmt: skip
-            pending[key].append((inputs, outputs, record))
+            pending[key].append(record)
             pending_rows[key] += rows
             if pending_rows[key] >= self.batch_rows:
-                await flush(key)
+                del pending_rows[key]
+                await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
         for key in list(pending):
-            await flush(key)
+            await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
         verdict = comparison({**sums, **maxes})
         return {
             **counts,
@@ -174,7 +166,7 @@ class ReplayService:
         tenant: str,
         node: Node,
         key: tuple[Any, ...],
-        batch: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]],
+        batch: list[dict[str, Any]],
         sums: defaultdict[str, float],
         maxes: dict[str, float],
         failures: Counter[str],
@@ -182,14 +174,25 @@ class ReplayService:
     ) -> None:
         model, version = key[0], key[1]
         primary = await self._version(tenant, model, version)
-        rows = sum(int(r.get("rows") or 0) for _, _, r in batch)
+        rows = sum(int(r.get("rows") or 0) for r in batch)
         if primary is None:
             failures[f"captured version {model}:{version} is gone"] += rows
             counts["failed_rows"] += rows
             return
-        classes = batch[0][2].get("classes") or {}
-        inputs = {n: np.concatenate([b[0][n] for b in batch]) for n in batch[0][0]}
-        outputs = {n: np.concatenate([b[1][n] for b in batch]) for n in batch[0][1]}
+        try:
+            inputs = _stacked(batch, "inputs")
+            outputs = _stacked(batch, "outputs")
+            if any(a.shape[0] != rows for a in (*inputs.values(), *outputs.values())):
+                raise ValueError("rows do not match the data")
+        except (ValueError, TypeError, KeyError):
+            if len(batch) > 1:
+                for one in batch:
+                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts)
+                return
+            failures["unreadable record"] += rows
+            counts["failed_rows"] += rows
+            return
+        classes = batch[0].get("classes") or {}
         budget = self.predictions.settings.request_timeout_s
         try:
             answer = await self.predictions.run_node(tenant, node, inputs, budget_s=budget)
@@ -217,6 +220,31 @@ class ReplayService:
             except SluiceError:
                 self._versions[key] = None
         return self._versions[key]
+
+
+def _complete(tensors: dict[str, Any]) -> bool:
+    """Every tensor has its data, with no redacted (null) value."""
+    for tensor in tensors.values():
+        data = tensor.get("data") if isinstance(tensor, dict) else None
+        if not isinstance(data, list) or None in data:
+            return False
+    return True
+
+
+def _stacked(batch: list[dict[str, Any]], part: str) -> dict[str, np.ndarray]:
+    """One array per tensor for the whole batch: the records' flat data joined, then read
+    once (no array per record)."""
+    from itertools import chain
+
+    from sluice.codecs.datatypes import numpy_of_v2
+
+    out: dict[str, np.ndarray] = {}
+    for name, first in batch[0][part].items():
+        datatype = first["datatype"]
+        dtype = object if datatype == "BYTES" else numpy_of_v2(datatype)
+        flat = list(chain.from_iterable(r[part][name]["data"] for r in batch))
+        out[name] = np.asarray(flat, dtype=dtype).reshape(-1, *first["shape"][1:])
+    return out
 
 
 def _percentile(values: list[float], q: float) -> float | None:
