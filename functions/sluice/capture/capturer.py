@@ -20,12 +20,14 @@ if TYPE_CHECKING:
 
 DEFAULT_QUEUE = 10_000
 BATCH = 500
+GATHER_S = 0.2  # how long the writer waits for a batch to fill after its first record
 
 
 class Capturer:
     """`offer` never blocks and never raises into the request: past `max_queue` waiting
     records a sampled one is dropped and counted (`dropped`). The drain thread writes in
-    batches of up to `batch`; a batch the sink fails on is counted (`failed`), not retried.
+    batches of up to `batch`, gathered for at most `gather_s` after the first; a batch the
+    sink fails on is counted (`failed`), not retried.
     Counts go out as a log line (an EMF record with `CaptureWritten`, `CaptureDropped` and
     `CaptureFailed` where metrics are on) after each batch that changed them."""
 
@@ -35,12 +37,14 @@ class Capturer:
         *,
         max_queue: int = DEFAULT_QUEUE,
         batch: int = BATCH,
+        gather_s: float = GATHER_S,
         emit_metrics: bool = False,
         namespace: str = "sluice",
         service: str = "sluice",
     ) -> None:
         self.sink = sink
         self.batch = batch
+        self.gather_s = gather_s
         self.emit_metrics = emit_metrics
         self.namespace = namespace
         self.service = service
@@ -77,9 +81,12 @@ class Capturer:
     def _run(self) -> None:
         while True:
             items = [self._queue.get()]
+            # Gather for a moment: one write (and one wake-up) per batch, not per request.
+            until = time.monotonic() + self.gather_s
             while len(items) < self.batch:
+                left = until - time.monotonic()
                 try:
-                    items.append(self._queue.get_nowait())
+                    items.append(self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait())
                 except queue.Empty:
                     break
             self._write(items)

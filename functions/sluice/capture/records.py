@@ -15,11 +15,11 @@ if TYPE_CHECKING:
 
 
 def _plain(array: np.ndarray) -> Any:
+    """Flat, row-major data: numbers stay an array (the sink's JSON encoder writes it, float32
+    in its shortest form, 5.1 not 5.099999904632568), text becomes a list of str."""
     if array.dtype.kind in "OSU":
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in array.reshape(-1).tolist()]
-    if array.dtype == np.float32:  # the shortest text that reads back as the same float32: 5.1, not 5.099999904632568
-        return [float(x) for x in array.reshape(-1).astype(str).tolist()]
-    return array.reshape(-1).tolist()
+    return np.ascontiguousarray(array).reshape(-1)
 
 
 def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
@@ -38,7 +38,8 @@ def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[s
         features = names.get(name) or ()
         columns = [j for j, f in enumerate(features) if f in hidden]
         if columns and array.ndim == 2 and array.shape[1] == len(features):
-            data = np.asarray(_plain(array), dtype=object).reshape(array.shape)
+            plain = _plain(array)
+            data = np.asarray(plain.tolist() if isinstance(plain, np.ndarray) else plain, dtype=object).reshape(array.shape)
             data[:, columns] = None
             item["data"] = data.reshape(-1).tolist()
             redacted += [features[j] for j in columns]

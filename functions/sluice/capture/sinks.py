@@ -3,7 +3,6 @@ delivery stream (AWS), whose S3 prefix partitions them the same way."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import uuid
@@ -29,8 +28,16 @@ class Sink(Protocol):
         ...
 
 
+def _other(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays orjson does not write itself
+    return tolist() if tolist is not None else str(value)
+
+
 def line_of(record: dict[str, Any]) -> bytes:
-    return (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+    """One JSON line; numeric arrays written directly (float32 in its shortest form)."""
+    import orjson
+
+    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE, default=_other)
 
 
 class FolderSink:
