@@ -81,12 +81,13 @@ class Capturer:
     def _run(self) -> None:
         while True:
             items = [self._queue.get()]
-            # Gather for a moment: one write (and one wake-up) per batch, not per request.
-            until = time.monotonic() + self.gather_s
+            # Let a batch gather while this thread sleeps: a request's put then wakes nobody,
+            # and the writer runs once per batch, not once per request.
+            if self.gather_s > 0 and self._queue.qsize() < self.batch:
+                time.sleep(self.gather_s)
             while len(items) < self.batch:
-                left = until - time.monotonic()
                 try:
-                    items.append(self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait())
+                    items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             self._write(items)
