@@ -117,13 +117,15 @@ class ReplayService:
         failures: Counter[str] = Counter()
         counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
         latencies: list[float] = []
-        pending: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
-        pending_rows: Counter[tuple[Any, ...]] = Counter()
+        pending: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        pending_rows: dict[tuple[Any, Any], int] = {}
+        batch_rows = self.batch_rows
+        records_seen = rows_seen = failed_rows = 0
 
         for record in records:
-            counts["records"] += 1
+            records_seen += 1
             rows = int(record.get("rows") or 0)
-            counts["rows"] += rows
+            rows_seen += rows
             inputs, outputs = record.get("inputs"), record.get("outputs")
             reason = None
             if "unreadable" in record:
@@ -134,22 +136,25 @@ class ReplayService:
                 reason = "outputs not captured"
             if reason is not None:
                 failures[reason] += max(rows, 1)
-                counts["failed_rows"] += rows
+                failed_rows += rows
                 continue
-            latencies.append(float(record.get("latency_ms") or 0.0))
-            key = (
-                record.get("model"), record.get("version"),
-                tuple((n, t["datatype"], tuple(t["shape"][1:])) for n, t in inputs.items()),
-                tuple((n, t["datatype"], tuple(t["shape"][1:])) for n, t in outputs.items()),
-                repr(record.get("classes")),
-            )  # fmt: skip
-            pending[key].append(record)
+            latencies.append(record.get("latency_ms") or 0.0)
+            # One version's records share their tensors' names and layout; a record that does
+            # not is found when its batch is stacked, and scored alone.
+            key = (record.get("model"), record.get("version"))
+            waiting = pending.get(key)
+            if waiting is None:
+                waiting = pending[key] = []
+                pending_rows[key] = 0
+            waiting.append(record)
             pending_rows[key] += rows
-            if pending_rows[key] >= self.batch_rows:
+            if pending_rows[key] >= batch_rows:
                 del pending_rows[key]
                 await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
         for key in list(pending):
             await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
+        counts["records"], counts["rows"] = records_seen, rows_seen
+        counts["failed_rows"] += failed_rows
         verdict = comparison({**sums, **maxes})
         return {
             **counts,
@@ -165,7 +170,7 @@ class ReplayService:
         self,
         tenant: str,
         node: Node,
-        key: tuple[Any, ...],
+        key: tuple[Any, Any],
         batch: list[dict[str, Any]],
         sums: defaultdict[str, float],
         maxes: dict[str, float],
@@ -225,8 +230,8 @@ class ReplayService:
 def _complete(tensors: dict[str, Any]) -> bool:
     """Every tensor has its data, with no redacted (null) value."""
     for tensor in tensors.values():
-        data = tensor.get("data") if isinstance(tensor, dict) else None
-        if not isinstance(data, list) or None in data:
+        data = tensor.get("data") if tensor.__class__ is dict else None
+        if data.__class__ is not list or None in data:
             return False
     return True
 
@@ -248,6 +253,7 @@ def _stacked(batch: list[dict[str, Any]], part: str) -> dict[str, np.ndarray]:
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
+    try:
+        return round(float(np.percentile(np.asarray(values, dtype=np.float64), q)), 3) if values else None
+    except (TypeError, ValueError):  # a record whose latency is not a number
         return None
-    return round(float(np.percentile(np.asarray(values), q)), 3)
