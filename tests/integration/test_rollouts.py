@@ -351,3 +351,24 @@ def test_the_api_is_tenant_scoped_and_admin_only(
         ).status_code
         == 409
     )
+
+
+def test_the_serve_thread_looks_at_running_rollouts() -> None:
+    import threading
+
+    from sluice.services.rollouts import RolloutWatcher
+
+    looked = threading.Event()
+
+    class Service:
+        def run_once(self) -> dict[Any, str]:
+            looked.set()
+            raise RuntimeError("a bad look must not end the thread")
+
+    watcher = RolloutWatcher(Service(), interval_s=0.01).start()  # type: ignore[arg-type]
+    try:
+        assert looked.wait(30)
+        looked.clear()
+        assert looked.wait(30)  # it went on after the failure
+    finally:
+        watcher.stop()
