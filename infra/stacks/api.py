@@ -468,9 +468,15 @@ class ApiStack(Stack):
             environment={
                 "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
                 "SLUICE_WEBSOCKET_RATE_LIMIT": config.websocket.connection_rate_limit,
+                "SLUICE_CAPTURE": f"firehose://{names.capture_stream}",
             },
         )
         role = ws.function.role
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["firehose:PutRecordBatch"], resources=[self.capture_stream.attr_arn]
+            )
+        )
         grant_registry(role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
         tenant_registry = TenantRegistryRole(
             self, "WebSocketTenantRegistry", table=table, caller=role, actions=[*READ, *WRITE]
