@@ -201,3 +201,28 @@ def test_firehose_sink_puts_record_batches(monkeypatch: pytest.MonkeyPatch) -> N
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="captured")["Contents"]]
         lines = [x for k in keys for x in s3.get_object(Bucket="captured", Key=k)["Body"].read().decode().splitlines() if x]
         assert sorted(json.loads(x)["request_id"] for x in lines) == sorted(f"r{i}" for i in range(1201))
+
+
+def test_concurrent_load_loses_no_sampled_record(demo: Container, acme: Principal) -> None:
+    import asyncio
+
+    from sluice.domain.requests import PredictionRequest, RowInputs
+
+    sink = Recording()
+    capturer = Capturer(sink, batch=64)
+    demo.predictions.capture = capturer
+    _capture_on(demo, acme)
+
+    async def load() -> list[Any]:
+        requests = [
+            PredictionRequest(deployment="iris", inputs=RowInputs(inputs=[[5.9, 3.0, 5.1, 1.8]] * (1 + i % 3)), request_id=f"load-{i}")
+            for i in range(2000)
+        ]
+        return await asyncio.gather(*(demo.predictions.predict(acme, r) for r in requests))
+
+    answers = asyncio.run(load())
+    assert len(answers) == 2000
+    assert capturer.drain()
+    assert capturer.counts() == {"sampled": 2000, "written": 2000, "dropped": 0, "failed": 0, "queued": 0}
+    assert sorted(r["request_id"] for r in sink.records) == sorted(f"load-{i}" for i in range(2000))
+    assert sum(r["rows"] for r in sink.records) == sum(1 + i % 3 for i in range(2000))
