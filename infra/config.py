@@ -116,6 +116,9 @@ class StorageConfig(_Section):
         description="Delete asynchronous predictions' inputs, answers and errors (under "
         "artifacts/results/) after this; sluice stops serving them after 7 days either way.",
     )
+    capture_expiry_days: int = Field(
+        30, ge=1, description="Delete captured requests under capture/ in the batch bucket after this."
+    )
 
 
 class PlanLimits(_Section):
@@ -243,6 +246,9 @@ class ConcurrencyConfig(_Section):
     batch_finalize: int | None = Field(5, ge=1)
     batch_mark_failed: int | None = Field(5, ge=1)
     batch_on_upload: int | None = Field(10, ge=1, description="One invoke per uploaded file.")
+    rollouts: int | None = Field(
+        1, ge=1, description="The rollout controller, invoked once a minute; its looks need no overlap."
+    )
 
     def reserved(self, purpose: str) -> int | None:
         """The reservation of the function named `purpose` (`api`, `batch-score`, ...)."""

@@ -50,6 +50,10 @@ class ResourceNames:
     def rest_api(self) -> str:
         return f"{self.prefix}-api"
 
+    @property
+    def capture_stream(self) -> str:
+        return f"{self.prefix}-capture"
+
     def function(self, purpose: str) -> str:
         return f"{self.prefix}-{purpose}"
 

@@ -45,6 +45,19 @@ class Settings(BaseSettings):
         default="",
         description="Where shadow mirrors run: `local` (a thread of this process) or `lambda://function-name`; empty: local.",
     )
+    capture: str = Field(
+        default="",
+        description=(
+            "Where data capture writes (deployments that turn it on): `file:///path` (JSON Lines "
+            "under `tenant=/deployment=/dt=/hour=`), `firehose://stream-name`, or `off`; empty: "
+            "`capture/` under home locally, off on AWS unless set (the CDK app sets it)."
+        ),
+    )
+    capture_queue: int = Field(
+        default=10_000,
+        ge=1,
+        description="Captured records waiting for the sink, at most, per process; past it a sampled record is dropped and counted.",
+    )
     import_prefixes: list[str] = Field(
         default_factory=lambda: ["file://{home}/imports/{tenant}/"],
         description=(

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.batch.service import BatchService
+    from sluice.capture.capturer import Capturer
+    from sluice.capture.reader import CaptureReader
+    from sluice.capture.sinks import Sink
     from sluice.cost.service import CostService
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
@@ -33,7 +36,9 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
+    from sluice.services.replay import ReplayService
     from sluice.services.results import ResultService
+    from sluice.services.rollouts import RolloutService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -166,6 +171,56 @@ def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner)
     raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
 
 
+def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
+    """Data capture's sink, as SLUICE_CAPTURE says; None: off (a deployment's capture
+    setting then keeps nothing here)."""
+    url = settings.capture
+    if url == "off" or (url == "" and settings.mode != "local"):
+        return None
+    from sluice.capture.capturer import Capturer
+
+    if url == "":
+        from sluice.capture.sinks import FolderSink
+
+        sink: Sink = FolderSink(settings.home_path / "capture")
+    elif url.startswith("file://"):
+        from sluice.capture.sinks import FolderSink
+        from sluice.storage.folder import path_of_file_url
+
+        sink = FolderSink(path_of_file_url(url))
+    elif url.startswith("firehose://"):
+        from sluice.capture.sinks import FirehoseSink
+
+        sink = FirehoseSink.from_url(url, region=settings.region)
+    else:
+        raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {url!r}")
+    return Capturer(
+        sink, max_queue=settings.capture_queue, emit_metrics=telemetry.emit_metrics,
+        namespace=settings.metrics_namespace, service=settings.service_name,
+    )  # fmt: skip
+
+
+def build_capture_reader(settings: Settings) -> CaptureReader | None:
+    """Where replay reads captured records: where SLUICE_CAPTURE writes them (a Firehose
+    stream writes under `capture/` in the batch bucket)."""
+    url = settings.capture
+    if url == "off" or (url == "" and settings.mode != "local"):
+        return None
+    if url.startswith("firehose://"):
+        from sluice.capture.reader import S3Capture
+
+        if not settings.batch_bucket:
+            return None
+        return S3Capture(settings.batch_bucket, "capture/", region=settings.region)
+    from sluice.capture.reader import FolderCapture
+
+    if url.startswith("file://"):
+        from sluice.storage.folder import path_of_file_url
+
+        return FolderCapture(path_of_file_url(url))
+    return FolderCapture(settings.home_path / "capture")
+
+
 def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
     """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
     url = settings.orchestrator
@@ -238,6 +293,8 @@ class Container:
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, self.shadows)
         self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
+        self.capture = build_capture(self.settings, self.telemetry)
+        self.predictions.capture = self.capture  # and sampled requests of deployments that capture
         self.deployments = DeploymentService(
             self.registry,
             on_change=self.predictions.forget,
@@ -271,6 +328,22 @@ class Container:
         from sluice.cost.service import CostService
 
         return CostService(self.registry, self.deployments)
+
+    @cached_property
+    def rollouts(self) -> RolloutService:
+        """Progressive rollouts and their controller; built on first use. Alarms are checked
+        where the controller runs on AWS (`sluice.handlers.rollouts`), not here."""
+        from sluice.services.rollouts import RolloutService
+
+        return RolloutService(self.registry, self.deployments)
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        """`sluice replay` and its route: captured requests against a candidate, scored
+        offline through the batch runner's prediction service; built on first use."""
+        from sluice.services.replay import ReplayService
+
+        return ReplayService(self.batch_runner.predictions, build_capture_reader(self.settings))
 
     @cached_property
     def optimizer(self) -> OptimizeService:
@@ -328,10 +401,12 @@ class Container:
         """The prediction service of stream records (the Lambda and `sluice stream`): live
         traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
         invocation at a time holds the loop; nothing else waits on it)."""
-        return PredictionService(
+        service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings, self.telemetry,  # type: ignore[arg-type]
             stats=self.predictions.stats, mirror=self.mirror,
         )  # fmt: skip
+        service.capture = self.capture
+        return service
 
     @cached_property
     def batch(self) -> BatchService:

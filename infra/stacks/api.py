@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kinesisfirehose as firehose
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -44,7 +47,13 @@ from infra.constructs.registry_access import (
 from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, IMPORTS_PREFIX, OUTBOX_PREFIX
+from infra.stacks.storage import (
+    ARTIFACTS_PREFIX,
+    CAPTURE_ERRORS_PREFIX,
+    CAPTURE_PREFIX,
+    IMPORTS_PREFIX,
+    OUTBOX_PREFIX,
+)
 
 # One JSON object per request; tenant and key id come from the authorizer, never the key.
 ACCESS_LOG_FIELDS = {
@@ -72,6 +81,8 @@ DEFAULT_PLAN = "_default"  # the authorizer's name for tenants without a plan of
 # 4.4 MB fails at the invoke (module docstring) instead of reaching the function. It also lets
 # binary responses (the function returns them base64-encoded) go back as bytes whatever the
 # client's Accept header says.
+# What the rollout controller's scan may read: the keys of each item and its rollout.
+ROLLOUT_SCAN_ATTRIBUTES = ("pk", "sk", "rollout")
 BINARY_MEDIA_TYPES = ["application/octet-stream", "application/onnx", "*/*"]
 API_GATEWAY_TIMEOUT = Duration.seconds(29)
 
@@ -141,6 +152,8 @@ class ApiStack(Stack):
             self, "Endpoints", model_bucket=artifacts, store_prefix=f"{ARTIFACTS_PREFIX}/"
         )
 
+        self.capture_stream = self._capture_stream(config, names, batch_bucket)
+
         self.api_function = SluiceFunction(
             self,
             "Handler",
@@ -166,9 +179,17 @@ class ApiStack(Stack):
                     self.endpoint_lifecycle.execution_role.role_arn
                 ),
                 "SLUICE_PREDICTION_CACHE_SHARED": str(api_config.prediction_cache_shared).lower(),
+                "SLUICE_CAPTURE": f"firehose://{names.capture_stream}",
             },
         )
         api_role = self.api_function.role
+        # Data capture: records of deployments that turn it on, to this one delivery stream.
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["firehose:PutRecordBatch"],
+                resources=[self.capture_stream.attr_arn],
+            )
+        )
         # The API's own credentials reach API key items alone (looked up by id, before the
         # tenant is known; their key holds no tenant). Every tenant partition is reached per
         # request with credentials confined to the request's tenant, below.
@@ -202,6 +223,13 @@ class ApiStack(Stack):
             batch_bucket,
             prefix=OUTBOX_PREFIX,
             purpose="reading the results of batch jobs",
+        )
+        grant_objects(
+            self.api_function,
+            api_role,
+            batch_bucket,
+            prefix=CAPTURE_PREFIX,
+            purpose="replay reads the captured requests of the caller's tenant",
         )
         grant_invoke_endpoints(self.api_function, api_role, endpoint_names)
         grant_invoke_endpoints_async(self.api_function, api_role, endpoint_names)
@@ -257,6 +285,7 @@ class ApiStack(Stack):
             partitions=[KEY_ITEMS],
         )
 
+        self.rollouts = self._rollout_controller(config, names, platform, core, table)
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)
         self.websocket = (
@@ -264,6 +293,159 @@ class ApiStack(Stack):
             if config.websocket.enabled
             else None
         )
+
+    def _capture_stream(
+        self, config: SluiceConfig, names: ResourceNames, bucket: s3.IBucket
+    ) -> firehose.CfnDeliveryStream:
+        """Data capture on AWS: a Firehose delivery stream (encrypted) that writes JSON Lines
+        to the batch bucket under `capture/tenant=…/deployment=…/dt=…/hour=…/`, the tenant
+        and deployment read from each record (dynamic partitioning); the bucket's lifecycle
+        expires them (`storage.capture_expiry_days`)."""
+        role = iam.Role(
+            self,
+            "CaptureDeliveryRole",
+            assumed_by=iam.ServicePrincipal("firehose.amazonaws.com"),
+            description="Firehose writes captured requests under capture/ in the batch bucket",
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                resources=[
+                    bucket.arn_for_objects(f"{CAPTURE_PREFIX}*"),
+                    bucket.arn_for_objects(f"{CAPTURE_ERRORS_PREFIX}*"),
+                ],
+            )
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetBucketLocation", "s3:ListBucket", "s3:ListBucketMultipartUploads"],
+                resources=[bucket.bucket_arn],
+            )
+        )
+        for prefix in (CAPTURE_PREFIX, CAPTURE_ERRORS_PREFIX):
+            acknowledge(
+                role,
+                wildcard_resource(self, bucket.arn_for_objects(f"{prefix}*")),
+                "Firehose names each object at delivery time; writes are confined to the capture "
+                "prefixes of the batch bucket.",
+            )
+        logs_group = logs.LogGroup(
+            self,
+            "CaptureDeliveryLogs",
+            retention=retention(config.log_retention_days),
+            removal_policy=RemovalPolicy.RETAIN if config.storage.retain_data else RemovalPolicy.DESTROY,
+        )
+        logs_stream = logs.LogStream(self, "CaptureDeliveryErrors", log_group=logs_group)
+        logs_group.grant_write(role)
+        return firehose.CfnDeliveryStream(
+            self,
+            "CaptureStream",
+            delivery_stream_name=names.capture_stream,
+            delivery_stream_type="DirectPut",
+            delivery_stream_encryption_configuration_input=firehose.CfnDeliveryStream.DeliveryStreamEncryptionConfigurationInputProperty(
+                key_type="AWS_OWNED_CMK"
+            ),
+            extended_s3_destination_configuration=firehose.CfnDeliveryStream.ExtendedS3DestinationConfigurationProperty(
+                bucket_arn=bucket.bucket_arn,
+                role_arn=role.role_arn,
+                prefix=(
+                    f"{CAPTURE_PREFIX}tenant=!{{partitionKeyFromQuery:tenant}}/"
+                    "deployment=!{partitionKeyFromQuery:deployment}/dt=!{timestamp:yyyy-MM-dd}/hour=!{timestamp:HH}/"
+                ),
+                error_output_prefix=f"{CAPTURE_ERRORS_PREFIX}!{{firehose:error-output-type}}/dt=!{{timestamp:yyyy-MM-dd}}/",
+                # Dynamic partitioning needs buffers of at least 64 MB.
+                buffering_hints=firehose.CfnDeliveryStream.BufferingHintsProperty(interval_in_seconds=60, size_in_m_bs=64),
+                compression_format="UNCOMPRESSED",
+                encryption_configuration=firehose.CfnDeliveryStream.EncryptionConfigurationProperty(no_encryption_config="NoEncryption"),
+                dynamic_partitioning_configuration=firehose.CfnDeliveryStream.DynamicPartitioningConfigurationProperty(enabled=True),
+                processing_configuration=firehose.CfnDeliveryStream.ProcessingConfigurationProperty(
+                    enabled=True,
+                    processors=[
+                        firehose.CfnDeliveryStream.ProcessorProperty(
+                            type="MetadataExtraction",
+                            parameters=[
+                                firehose.CfnDeliveryStream.ProcessorParameterProperty(
+                                    parameter_name="MetadataExtractionQuery",
+                                    parameter_value="{tenant:.tenant,deployment:.deployment}",
+                                ),
+                                firehose.CfnDeliveryStream.ProcessorParameterProperty(
+                                    parameter_name="JsonParsingEngine", parameter_value="JQ-1.6"
+                                ),
+                            ],
+                        )
+                    ],
+                ),
+                cloud_watch_logging_options=firehose.CfnDeliveryStream.CloudWatchLoggingOptionsProperty(
+                    enabled=True, log_group_name=logs_group.log_group_name, log_stream_name=logs_stream.log_stream_name
+                ),
+            ),
+        )
+
+    def _rollout_controller(
+        self,
+        config: SluiceConfig,
+        names: ResourceNames,
+        platform: FunctionPlatform,
+        core: PythonLayer,
+        table: dynamodb.ITableV2,
+    ) -> SluiceFunction:
+        """Progressive rollouts move on here: an EventBridge rule invokes the controller
+        every minute; it looks at every running rollout and advances, completes or rolls
+        back (sluice.handlers.rollouts)."""
+        controller = SluiceFunction(
+            self,
+            "Rollouts",
+            function_name=names.function("rollouts"),
+            handler="sluice.handlers.rollouts.handler",
+            description="Advances, completes or rolls back progressive rollouts by their gates",
+            platform=platform,
+            layers=[core],
+            memory_mb=512,
+            timeout=Duration.seconds(60),
+            invoked_async=True,
+            reserved_concurrency=config.concurrency.rollouts,
+        )
+        role = controller.role
+        # Deployments and their statistics in every tenant: read, and changes written.
+        grant_registry(role, table, actions=[*READ, *WRITE])
+        # Which deployments have a running rollout: a scan that may read the keys and the
+        # rollout of each item alone (no statistics, no API key hashes).
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Scan"],
+                resources=[table.table_arn],
+                conditions={
+                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(ROLLOUT_SCAN_ATTRIBUTES)},
+                },
+            )
+        )
+        alarms = self.format_arn(
+            service="cloudwatch", resource="alarm", resource_name="*", arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["cloudwatch:DescribeAlarms"], resources=[alarms])
+        )
+        acknowledge(
+            controller,
+            wildcard_resource(self, alarms),
+            "A rollout names the CloudWatch alarms that roll it back at run time; the controller "
+            "only reads their state (DescribeAlarms) in this account and region.",
+        )
+        events.Rule(
+            self,
+            "RolloutSchedule",
+            description="Looks at every running rollout once a minute",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[
+                targets.LambdaFunction(
+                    controller.invocable,
+                    retry_attempts=0,  # the next look comes a minute later anyway
+                    dead_letter_queue=controller.dead_letters,
+                )
+            ],
+        )
+        return controller
 
     def _websocket(
         self,
@@ -288,9 +470,15 @@ class ApiStack(Stack):
             environment={
                 "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",
                 "SLUICE_WEBSOCKET_RATE_LIMIT": config.websocket.connection_rate_limit,
+                "SLUICE_CAPTURE": f"firehose://{names.capture_stream}",
             },
         )
         role = ws.function.role
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["firehose:PutRecordBatch"], resources=[self.capture_stream.attr_arn]
+            )
+        )
         grant_registry(role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
         tenant_registry = TenantRegistryRole(
             self, "WebSocketTenantRegistry", table=table, caller=role, actions=[*READ, *WRITE]

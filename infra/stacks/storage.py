@@ -24,6 +24,10 @@ IMPORTS_PREFIX = "imports/"
 INBOX_PREFIX = "inbox/"
 OUTBOX_PREFIX = "outbox/"
 WORK_PREFIX = "work/"
+# Data capture: the Firehose delivery stream writes `capture/tenant=…/deployment=…/dt=…/hour=…/`
+# and what it could not partition under `capture-errors/`.
+CAPTURE_PREFIX = "capture/"
+CAPTURE_ERRORS_PREFIX = "capture-errors/"
 TTL_ATTRIBUTE = "expires_at"
 
 
@@ -130,6 +134,16 @@ class StorageStack(Stack):
                     id="expire-work",
                     prefix=WORK_PREFIX,
                     expiration=Duration.days(storage.work_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="expire-capture",
+                    prefix=CAPTURE_PREFIX,
+                    expiration=Duration.days(storage.capture_expiry_days),
+                ),
+                s3.LifecycleRule(
+                    id="expire-capture-errors",
+                    prefix=CAPTURE_ERRORS_PREFIX,
+                    expiration=Duration.days(storage.capture_expiry_days),
                 ),
                 *noncurrent_cleanup(storage.noncurrent_batch_expiry_days),
             ],

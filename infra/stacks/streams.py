@@ -132,6 +132,7 @@ class StreamsStack(Stack):
             environment={
                 "SLUICE_STREAMS": json.dumps({"*": binding}),
                 "SLUICE_MIRROR": f"lambda://{names.function('shadow')}",
+                "SLUICE_CAPTURE": f"firehose://{names.capture_stream}",
             },
             reserved_concurrency=stream.reserved_concurrency,
         )
@@ -163,13 +164,17 @@ class StreamsStack(Stack):
 
     def _grant_core(self, fn: SluiceFunction, stream: StreamConfig, config: SluiceConfig, names: ResourceNames) -> None:
         """What scoring needs, for this tenant alone: its registry partitions (deployments,
-        versions; statistics are written), model artifacts, endpoints, the shadow mirror."""
+        versions; statistics are written), model artifacts, endpoints, the shadow mirror, the
+        capture stream."""
         tenant = f"T#{stream.tenant}"
         grant_registry(fn.role, self.table, actions=[*READ, *WRITE], partitions=[tenant, f"{tenant}#*"])
         grant_objects(fn, fn.role, self.artifacts, prefix=f"{ARTIFACTS_PREFIX}/", write=True, purpose="model artifacts and oversized shadow bodies")
         grant_invoke_endpoints(fn, fn.role, self.endpoint_names)
         shadow = Stack.of(self).format_arn(service="lambda", resource="function", resource_name=names.function("shadow"), arn_format=ArnFormat.COLON_RESOURCE_NAME)
         fn.role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[shadow]))
+        # Data capture of the deployment, where it is on: the API stack's delivery stream.
+        capture = Stack.of(self).format_arn(service="firehose", resource="deliverystream", resource_name=names.capture_stream)
+        fn.role.add_to_principal_policy(iam.PolicyStatement(actions=["firehose:PutRecordBatch"], resources=[capture]))
 
     def _destination(self, scope: Construct, stream: StreamConfig) -> tuple[object, str]:
         """(a grant on the function, the target the handler is told)."""

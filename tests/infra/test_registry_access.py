@@ -116,12 +116,41 @@ def test_the_tenant_role_reaches_the_tagged_tenants_items_only(default_app: Synt
     assert allow["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["tenant"]}
 
 
+ROLLOUT_SCAN = {
+    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+    "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk", "rollout"]},
+}
+
+
+def _is_rollout_scan(statement: dict[str, Any]) -> bool:
+    return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == ROLLOUT_SCAN
+
+
 def test_no_role_may_scan_or_manage_the_table(full_app: Synthesized) -> None:
+    """The one exception: the rollout controller's scan, confined to each item's keys and
+    rollout (below)."""
     for component in ("api", "batch", "endpoints", "observability"):
         template = full_app.template(component)
         for policy in template.find_resources("AWS::IAM::Policy").values():
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if _is_rollout_scan(statement):
+                    continue
                 actions = _actions(statement)
                 assert not actions & NEVER, f"{component}: {actions & NEVER}"
                 if any(a.startswith("dynamodb:") for a in actions):
                     assert _partitions(statement), f"{component}: {statement}"
+
+
+def test_only_the_rollout_controller_scans_and_only_keys_and_rollouts(full_app: Synthesized) -> None:
+    scanners = []
+    for component in ("api", "batch", "endpoints", "observability"):
+        template = full_app.template(component)
+        for policy in template.find_resources("AWS::IAM::Policy").values():
+            if any(_is_rollout_scan(s) for s in policy["Properties"]["PolicyDocument"]["Statement"]):
+                scanners += [(component, r["Ref"]) for r in policy["Properties"]["Roles"]]
+    _, controller = function_by_handler(full_app.template("api"), "sluice.handlers.rollouts.handler")
+    assert scanners == [("api", role_of(controller))]
+    statements = _table_statements(full_app, "api", "sluice.handlers.rollouts.handler")
+    keyed = [s for s in statements if not _is_rollout_scan(s)]
+    assert [_partitions(s) for s in keyed] == [["T#*"]]
+    assert not _actions(keyed[0]) & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}

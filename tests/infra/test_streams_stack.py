@@ -103,7 +103,11 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
     orders_s3 = [s for s in statements("orders") if "s3:PutObject" in _list(s["Action"])]
     assert any("outbox/acme/streams/orders/*" in json.dumps(s["Resource"]) for s in orders_s3)
     firehose = [s for s in statements("clicks") if "firehose:PutRecordBatch" in _list(s["Action"])]
-    assert firehose and firehose[0]["Resource"] == "arn:aws:firehose:us-east-1:123456789012:deliverystream/ctr-scores"
+    resources = [r for s in firehose for r in _list(s["Resource"])]
+    assert "arn:aws:firehose:us-east-1:123456789012:deliverystream/ctr-scores" in resources
+    for name in functions:  # and data capture's stream, nothing more
+        capture = [json.dumps(s["Resource"]) for s in statements(name) if "firehose:PutRecordBatch" in _list(s["Action"])]
+        assert any("deliverystream/sluice-capture" in r for r in capture), name
     ledger = [s for s in statements("ledger") if "sqs:SendMessage" in _list(s["Action"])]
     assert ledger[0]["Resource"] == "arn:aws:sqs:us-east-1:123456789012:ledger-scores"
     assert any("kinesis:PutRecords" in _list(s["Action"]) for s in statements("sensors"))

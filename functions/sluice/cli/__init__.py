@@ -19,6 +19,8 @@ from sluice.cli.keys import add_key_commands
 from sluice.cli.models import add_model_commands
 from sluice.cli.optimize import add_optimize_command
 from sluice.cli.predict import add_predict_command
+from sluice.cli.replay import add_replay_command
+from sluice.cli.rollouts import add_rollout_commands
 from sluice.cli.serve import add_serve_command
 from sluice.cli.stream import add_stream_command
 from sluice.cli.triton import add_triton_commands
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (
         add_serve_command, add_model_commands, add_deployment_commands, add_predict_command,
         add_key_commands, add_batch_commands, add_stream_command, add_endpoint_commands, add_triton_commands,
-        add_optimize_command, add_cost_command,
+        add_optimize_command, add_cost_command, add_rollout_commands, add_replay_command,
     ):  # fmt: skip
         add(sub)
     return parser

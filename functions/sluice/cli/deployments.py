@@ -41,6 +41,19 @@ def _cache_line(dep: Any) -> str:
     return f" (cache: ttl {c.ttl_s:g} s, {c.max_entries} entries)" if c is not None else ""
 
 
+def _capture_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.capture_percent is None:
+        if args.capture_include or args.capture_redact:
+            raise SluiceError("--capture-include and --capture-redact need --capture-percent", field="capture.sample_percent")
+        return None
+    capture: dict[str, Any] = {"sample_percent": args.capture_percent}
+    if args.capture_include:
+        capture["include"] = [p.strip() for p in args.capture_include.split(",") if p.strip()]
+    if args.capture_redact:
+        capture["redact"] = [p.strip() for p in args.capture_redact.split(",") if p.strip()]
+    return capture
+
+
 def cmd_deployments_create(args: argparse.Namespace) -> int:
     container = get_container()
     cache = None
@@ -51,7 +64,9 @@ def cmd_deployments_create(args: argparse.Namespace) -> int:
         cache = {"ttl_s": args.cache_ttl, "max_entries": DEFAULT_CACHE_ENTRIES if entries is None else entries}
     policy = _policy_from_args(args, container)
     assert policy is not None
-    dep = container.deployments.create(operator(args), args.name, policy, description=args.description, cache=cache)
+    dep = container.deployments.create(
+        operator(args), args.name, policy, description=args.description, cache=cache, capture=_capture_from_args(args)
+    )
     print(f"created deployment {dep.name} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
 
@@ -73,7 +88,13 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
             entries = current.max_entries if current is not None else DEFAULT_CACHE_ENTRIES
         ttl = args.cache_ttl if args.cache_ttl is not None else current.ttl_s  # type: ignore[union-attr]
         changes["cache"] = {"ttl_s": ttl, "max_entries": entries}
-    args.keep_policy = bool(changes)  # only the cache changes
+    if args.no_capture:
+        if args.capture_percent is not None:
+            raise SluiceError("--no-capture cannot go with --capture-percent", field="capture")
+        changes["capture"] = None
+    elif args.capture_percent is not None or args.capture_include or args.capture_redact:
+        changes["capture"] = _capture_from_args(args)
+    args.keep_policy = bool(changes)  # only the cache or the capture changes
     dep = container.deployments.update(principal, args.name, _policy_from_args(args, container), **changes)
     print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
@@ -166,8 +187,12 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p.add_argument(
             "--cache-max-entries", type=int, metavar="N", help=f"answers kept per container (default {DEFAULT_CACHE_ENTRIES})"
         )
+        p.add_argument("--capture-percent", type=float, metavar="PERCENT", help="capture this share of requests (docs/capture.md)")
+        p.add_argument("--capture-include", metavar="PARTS", help="inputs,outputs (default both)")
+        p.add_argument("--capture-redact", metavar="FEATURES", help="features never written, comma-separated")
         if name == "set":
             p.add_argument("--no-cache", action="store_true", help="turn the prediction cache off")
+            p.add_argument("--no-capture", action="store_true", help="turn data capture off")
         p.set_defaults(func=func)
     deps.add_parser("list", help="list deployments").set_defaults(func=cmd_deployments_list)
     for name, func in (("show", cmd_deployments_show), ("delete", cmd_deployments_delete)):

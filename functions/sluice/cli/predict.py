@@ -29,6 +29,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     prediction = asyncio.run(container.predictions.predict(operator(args), request))
     container.mirror.drain()  # type: ignore[union-attr]  # a short-lived process: let mirrors finish
+    if container.capture is not None:
+        container.capture.drain()  # and captured requests be written
     container.predictions.stats.flush()
     print_json(plain_body(prediction, several="batch" in given))
     return 0

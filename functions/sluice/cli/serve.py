@@ -47,6 +47,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     inbox = settings.batch_inbox_path
     InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s).start()
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
+    from sluice.services.rollouts import RolloutWatcher
+
+    RolloutWatcher(container.rollouts).start()  # progressive rollouts move on this thread
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     from sluice.cli.protocol import GuardedHttpToolsProtocol

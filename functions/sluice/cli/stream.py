@@ -186,6 +186,8 @@ class BatchScorer:
 
     def finish(self) -> None:
         self.container.mirror.drain()  # type: ignore[union-attr]
+        if self.container.capture is not None:
+            self.container.capture.drain()
         self.container.predictions.stats.flush()
 
 

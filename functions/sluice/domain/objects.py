@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from sluice.domain.capture import CaptureSettings
 from sluice.domain.errors import BadRequest, Forbidden, InvalidRequest
+from sluice.domain.rollouts import Rollout
 from sluice.domain.signature import Signature
 
 RuntimeKind = Literal["onnx", "sagemaker", "triton"]
@@ -155,6 +157,8 @@ class Deployment:
     created_at: float = field(default_factory=now)
     updated_at: float = field(default_factory=now)
     updated_by: str = ""
+    rollout: Rollout | None = None  # the last progressive rollout (one at a time), see docs/rollouts.md
+    capture: CaptureSettings | None = None  # data capture, off unless asked for (docs/capture.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +187,4 @@ class DeploymentChange:
     by: str
     old_policy: dict[str, Any] | None
     new_policy: dict[str, Any] | None
+    note: dict[str, Any] | None = None  # why, when a rollout made (or paused) it: its decision and numbers

@@ -7,7 +7,7 @@ Conflict, naming the field. A service types its dependency as the narrowest port
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
@@ -46,13 +46,21 @@ class DeploymentRegistry(Protocol):
     def create_deployment(self, deployment: Deployment) -> Deployment: ...
     def get_deployment(self, tenant: str, name: str) -> Deployment: ...
     def list_deployments(self, tenant: str) -> list[Deployment]: ...
-    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
-        """Store `deployment` as revision `expected_revision + 1` and record the change."""
+    def update_deployment(
+        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+    ) -> Deployment:
+        """Store `deployment` as revision `expected_revision + 1` and record the change (with
+        `note`, why it was made, when a rollout made it)."""
         ...
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None: ...
     def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
         """Every change of the name, oldest first, across deletes and re-creates."""
+        ...
+
+    def running_rollouts(self) -> list[tuple[str, str]]:
+        """(tenant, deployment) of every deployment whose rollout is running, in every tenant:
+        for the rollout controller alone, which acts for each tenant in turn."""
         ...
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_cache, check_name, now
+from sluice.domain.capture import check_capture
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.domain.policy import (
     Ensemble,
@@ -135,12 +136,15 @@ class DeploymentService:
 
     # Changes -------------------------------------------------------------------------------
     def create(
-        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "", cache: Any = None
+        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "", cache: Any = None,
+        capture: Any = None,
     ) -> Deployment:
-        """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none."""
+        """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none;
+        `capture`: `{"sample_percent", "include", "redact"}` to capture requests, None for none."""
         principal.require("admin")
         check_name(name, field="name")
         settings = check_cache(cache)
+        captured = check_capture(capture)
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,
@@ -149,6 +153,7 @@ class DeploymentService:
                 cache=settings,
                 description=description,
                 updated_by=principal.subject,
+                capture=captured,
             )
         )
         self._on_change(principal.tenant, name)
@@ -162,9 +167,14 @@ class DeploymentService:
         *,
         expected_revision: int | None = None,
         cache: Any = KEEP,
+        capture: Any = KEEP,
+        rollout: Any = KEEP,
+        note: dict[str, Any] | None = None,
     ) -> Deployment:
         """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
-        default, keeps the current setting; None turns the cache off)."""
+        default, keeps the current setting; None turns the cache off), `capture` likewise. `rollout` and `note`
+        are the rollout controller's: a change of the policy by anyone else pauses a running
+        rollout, in the same revision."""
         principal.require("admin")
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
@@ -172,14 +182,22 @@ class DeploymentService:
                 f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
             )
         settings = current.cache if cache is KEEP else check_cache(cache)
+        if rollout is KEEP:
+            rollout = current.rollout
+            if policy is not None and rollout is not None and rollout.state == "running":
+                from sluice.services.rollouts import paused_by_change
+
+                rollout, note = paused_by_change(rollout, principal.subject)
         updated = replace(
             current,
             policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
             cache=settings,
             updated_at=now(),
             updated_by=principal.subject,
+            rollout=rollout,
+            capture=current.capture if capture is KEEP else check_capture(capture),
         )
-        stored = self.registry.update_deployment(updated, expected_revision=current.revision)
+        stored = self.registry.update_deployment(updated, expected_revision=current.revision, note=note)
         self._on_change(principal.tenant, name)
         return stored
 
@@ -233,6 +251,10 @@ class DeploymentService:
         if self.recorder is not None:
             self.recorder.flush()
         return self.registry.read_stats(tenant, name, revision)
+
+    def read_stats(self, tenant: str, name: str, revision: int) -> dict[str, dict[str, float]]:
+        """Every subject's counters at `revision`, with what this process holds merged first."""
+        return self._read_stats(tenant, name, revision)
 
     def counters(self, principal: Principal, dep: Deployment) -> dict[str, float]:
         """The deployment's own counters (every request it answered or failed) at its current revision."""

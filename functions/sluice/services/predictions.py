@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from sluice.capture.capturer import Capturer
     from sluice.domain import Deployment, ModelVersion, Principal
     from sluice.domain.policy import Node
     from sluice.domain.requests import PredictionRequest
@@ -67,6 +68,7 @@ class PredictionService:
         self.stats = stats or StatsRecorder(registry)
         self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
         self.cache = cache  # answers of deployments that turned caching on; None: never cached
+        self.capture: Capturer | None = None  # set by the wiring: data capture of deployments that turn it on
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
@@ -131,6 +133,8 @@ class PredictionService:
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
         await self._hand_off(call, latency_ms)
+        if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
+            self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
 
     def _hit(

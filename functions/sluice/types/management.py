@@ -91,12 +91,23 @@ class CacheSpec(WireModel):
     max_entries: StrictInt = Field(ge=1, le=MAX_CACHE_ENTRIES, description="Answers kept per container, least recently used go first.")
 
 
+class CaptureSpec(WireModel):
+    """A deployment's data capture (opt-in): see docs/capture.md."""
+
+    sample_percent: float = Field(gt=0, le=100, allow_inf_nan=False, description="Share of answered requests kept.")
+    include: list[Literal["inputs", "outputs"]] = Field(
+        default_factory=lambda: ["inputs", "outputs"], description="What goes with each record besides its metadata."
+    )
+    redact: list[str] = Field(default_factory=list, max_length=256, description="Input features (or input tensors) never written.")
+
+
 class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
     version: VersionNumber | None = Field(None, description="…at this version (default: its latest).")
     policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
     cache: CacheSpec | None = Field(None, description="Cache answers (deterministic routes only); left out: no cache.")
+    capture: CaptureSpec | None = Field(None, description="Capture a sample of requests and answers; left out: none.")
     description: str = ""
 
 
@@ -107,6 +118,7 @@ class DeploymentUpdate(WireModel):
     cache: CacheSpec | None = Field(
         None, description="Left out: the cache stays as it is; null: off. With neither model nor policy, the policy stays."
     )
+    capture: CaptureSpec | None = Field(None, description="Left out: capture stays as it is; null: off.")
     revision: RevisionNumber | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
@@ -115,6 +127,7 @@ class DeploymentOut(WireModel):
     policy: Node
     revision: int
     cache: CacheSpec | None = None
+    capture: CaptureSpec | None = None
     description: str
     created_at: float
     updated_at: float
@@ -127,6 +140,7 @@ class DeploymentChangeOut(WireModel):
     by: str
     old_policy: Node | None
     new_policy: Node | None
+    note: dict[str, Any] | None = Field(None, description="Why, when a rollout made the change: its decision and the numbers behind it.")
 
 
 class Feedback(WireModel):

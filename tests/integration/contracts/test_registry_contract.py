@@ -252,6 +252,26 @@ def test_updates_are_optimistic(registry: Registry) -> None:
     assert registry.get_deployment(A, "scoring").policy == split(0.25)
 
 
+def test_a_rollout_is_kept_with_its_deployment_and_running_ones_are_listed(registry: Registry) -> None:
+    from sluice.domain.rollouts import Rollout
+
+    rollout = Rollout(
+        model="churn", version=2, stable=single("churn", 1), steps=(1.0, 50.0, 100.0), every_s=600.0,
+        gates="error_rate<=0.01", min_requests=10, alarms=("churn-5xx",), started_at=1.5, decided={"metrics": {"p99_ratio": 1.1}},
+    )  # fmt: skip
+    first = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
+    registry.create_deployment(Deployment(B, "scoring", single("churn", 1)))
+    note = {"rollout": "start", "weight": 1.0, "metrics": {"agreement": None, "p99_ratio": 1.25}}
+    second = registry.update_deployment(replace(first, policy=split(0.01), rollout=rollout), expected_revision=1, note=note)
+    assert registry.get_deployment(A, "scoring") == second and second.rollout == rollout
+    assert registry.get_deployment(B, "scoring").rollout is None
+    assert registry.running_rollouts() == [(A, "scoring")]
+    assert [c.note for c in registry.deployment_history(A, "scoring")] == [None, note]
+    registry.update_deployment(replace(second, rollout=replace(rollout, state="paused")), expected_revision=2)
+    assert registry.running_rollouts() == []
+    assert registry.deployment_history(A, "scoring")[-1].note is None
+
+
 def test_only_one_of_concurrent_updates_wins(registry: Registry) -> None:
     current = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
     outcomes: list[object] = []

@@ -48,7 +48,9 @@ class DynamoDeployments(Part):
         found = self.table.query(layout.tenant(tenant), layout.DEPLOYMENT)
         return [DEPLOYMENT.load(d) for d in found]
 
-    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
+    def update_deployment(
+        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+    ) -> Deployment:
         stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
 
         def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
@@ -67,7 +69,7 @@ class DynamoDeployments(Part):
                     **condition("#rev = :rev", {"#rev": "revision"}, {":rev": expected_revision}),
                 }
             }
-            return put, _recorded(stored, current)
+            return put, _recorded(stored, current, note)
 
         self._change(stored.tenant, stored.name, change)
         return stored
@@ -91,6 +93,28 @@ class DynamoDeployments(Part):
     def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
         found = self.table.query(layout.deployment_pk(tenant, name), layout.HISTORY)
         return [CHANGE.load(d) for d in found]
+
+    def running_rollouts(self) -> list[tuple[str, str]]:
+        """A scan of deployment items with a running rollout (the controller's own
+        credentials; it reads the keys alone). Its cost grows with the table: once a minute."""
+        found: list[tuple[str, str]] = []
+        params: dict[str, Any] = {
+            "TableName": self.table.name,
+            "FilterExpression": "begins_with(sk, :d) AND #r.#s = :running",
+            "ExpressionAttributeNames": {"#r": "rollout", "#s": "state"},
+            "ExpressionAttributeValues": {":d": {"S": layout.DEPLOYMENT}, ":running": {"S": "running"}},
+            "ProjectionExpression": "pk, sk",
+            "Select": "SPECIFIC_ATTRIBUTES",  # what the controller's IAM policy allows
+        }
+        while True:
+            page = self.table.send("scan", **params)
+            for record in page.get("Items", []):
+                pk, sk = record["pk"]["S"], record["sk"]["S"]
+                if pk.startswith("T#") and "#" not in pk[2:]:
+                    found.append((pk[2:], sk[len(layout.DEPLOYMENT):]))
+            if "LastEvaluatedKey" not in page:
+                return sorted(found)
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _item(self, dep: Deployment) -> dict[str, Any]:
         return item(layout.tenant(dep.tenant), layout.deployment_sk(dep.name), DEPLOYMENT.dump(dep))
@@ -137,9 +161,9 @@ class DynamoDeployments(Part):
         self.table.optimistic(step)
 
 
-def _recorded(dep: Deployment, old: Deployment | None) -> DeploymentChange:
+def _recorded(dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> DeploymentChange:
     """The change that stored `dep` over `old` (None: a create)."""
     return DeploymentChange(
         dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
-        old.policy if old is not None else None, dep.policy,
+        old.policy if old is not None else None, dep.policy, note,
     )  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.domain import DeploymentChange, now
 from sluice.domain.errors import Conflict, NotFound
@@ -40,7 +40,9 @@ class SqliteDeployments(Part):
         docs = self.db.all("SELECT doc FROM deployments WHERE tenant = ? ORDER BY name", tenant)
         return [DEPLOYMENT.load(d) for d in docs]
 
-    def update_deployment(self, deployment: Deployment, *, expected_revision: int) -> Deployment:
+    def update_deployment(
+        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+    ) -> Deployment:
         stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
         with self.db.tx() as db:
             old = _current(db, deployment.tenant, deployment.name)
@@ -53,7 +55,7 @@ class SqliteDeployments(Part):
                 "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",
                 (stored.revision, DEPLOYMENT.to_json(stored), stored.tenant, stored.name),
             )
-            _record(db, stored, old)
+            _record(db, stored, old, note)
         return stored
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
@@ -69,6 +71,12 @@ class SqliteDeployments(Part):
         )
         return [CHANGE.load(d) for d in docs]
 
+    def running_rollouts(self) -> list[tuple[str, str]]:
+        rows = self.db.conn().execute(
+            "SELECT tenant, name FROM deployments WHERE json_extract(doc, '$.rollout.state') = 'running' ORDER BY tenant, name"
+        ).fetchall()
+        return [(tenant, name) for tenant, name in rows]
+
 
 def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
     row = db.execute(
@@ -79,11 +87,11 @@ def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
     return DEPLOYMENT.from_json(row[0])
 
 
-def _record(db: sqlite3.Connection, dep: Deployment, old: Deployment | None) -> None:
+def _record(db: sqlite3.Connection, dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> None:
     """The change that stored `dep` over `old` (None: a create)."""
     change = DeploymentChange(
         dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
-        old.policy if old is not None else None, dep.policy,
+        old.policy if old is not None else None, dep.policy, note,
     )  # fmt: skip
     _append(db, change)
 

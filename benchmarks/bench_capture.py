@@ -1,0 +1,83 @@
+"""Primary latency with data capture at 100% vs off, over HTTP on the local service: every
+request of `captured` is queued for the capture thread, which writes JSON Lines under the
+home; the answer must not wait on it. Same model and input both ways; requests alternate
+between the two deployments. Reports, never asserts.
+
+    python -m benchmarks.bench_capture [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, free_port, percentile, server
+
+ROW = [[5.9, 3.0, 5.1, 1.8]]
+
+
+def _prepare(home: Path) -> None:
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=home))
+    principal = Principal("default", frozenset({"admin", "predict"}), "bench")
+    container.models.push(principal, "iris", (REPO / "models" / "iris.onnx").read_bytes())
+    single = {"kind": "single", "model": "iris", "version": 1}
+    container.deployments.create(principal, "plain", single)
+    container.deployments.create(
+        principal, "captured", single, capture={"sample_percent": 100, "include": ["inputs", "outputs"], "redact": ["petal_width"]}
+    )
+
+
+def run(quick: bool) -> dict[str, Any]:
+    import httpx
+
+    repeats, n = (2, 300) if quick else (5, 1000)
+    names = ("plain", "captured")
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        _prepare(home)
+        port = free_port()
+        command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+        with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
+            key = (home / "admin-key").read_text().strip()
+            url = f"http://127.0.0.1:{port}/api/v1/predictions"
+            p50s: dict[str, list[float]] = {name: [] for name in names}
+            p99s: dict[str, list[float]] = {name: [] for name in names}
+            with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
+                for name in names:
+                    for _ in range(50):
+                        client.post(url, json={"deployment": name, "inputs": ROW}).raise_for_status()
+                for _ in range(repeats):
+                    times: dict[str, list[float]] = {name: [] for name in names}
+                    for i in range(2 * n):
+                        name = names[i % 2]
+                        started = time.perf_counter()
+                        response = client.post(url, json={"deployment": name, "inputs": ROW})
+                        times[name].append((time.perf_counter() - started) * 1e6)
+                        response.raise_for_status()
+                    for name, values in times.items():
+                        p50s[name].append(percentile(values, 50))
+                        p99s[name].append(percentile(values, 99))
+            time.sleep(1.0)  # the capture thread's last batch
+        written = sum(len(f.read_text().splitlines()) for f in (home / "capture").rglob("*.jsonl"))
+    sent = 50 + repeats * n
+    figures = [
+        figure(
+            "capture.p50", "iris over HTTP (1 worker, 1 connection): p50 with data capture at 100% vs off", "µs",
+            "capture on", p50s["captured"], reference="capture off", ref_values=p50s["plain"], goal=Goal("<=", 1.05),
+            note=f"{written} of {sent} captured requests written as JSON Lines",
+        ),
+        figure("capture.p99", "same, p99", "µs", "capture on", p99s["captured"], reference="capture off", ref_values=p99s["plain"]),
+    ]  # fmt: skip
+    return {"title": "Data capture at 100% vs off", "figures": figures, "notes": []}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))

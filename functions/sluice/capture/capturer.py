@@ -1,0 +1,132 @@
+"""The capturer: a bounded queue between the request and the sink, drained by a thread."""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.capture.records import to_record
+from sluice.observability import emf, get_logger
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from sluice.capture.sinks import Sink
+    from sluice.domain import Deployment
+    from sluice.domain.results import Answer
+
+DEFAULT_QUEUE = 10_000
+BATCH = 500
+GATHER_S = 0.2  # how long the writer waits for a batch to fill after its first record
+
+
+class Capturer:
+    """`offer` never blocks and never raises into the request: past `max_queue` waiting
+    records a sampled one is dropped and counted (`dropped`). The drain thread writes in
+    batches of up to `batch`, gathered for at most `gather_s` after the first; a batch the
+    sink fails on is counted (`failed`), not retried.
+    Counts go out as a log line (an EMF record with `CaptureWritten`, `CaptureDropped` and
+    `CaptureFailed` where metrics are on) after each batch that changed them."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        max_queue: int = DEFAULT_QUEUE,
+        batch: int = BATCH,
+        gather_s: float = GATHER_S,
+        emit_metrics: bool = False,
+        namespace: str = "sluice",
+        service: str = "sluice",
+    ) -> None:
+        self.sink = sink
+        self.batch = batch
+        self.gather_s = gather_s
+        self.emit_metrics = emit_metrics
+        self.namespace = namespace
+        self.service = service
+        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(max_queue)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.sampled = 0
+        self.written = 0
+        self.dropped = 0
+        self.failed = 0
+        self._reported = (0, 0, 0)
+
+    def offer(self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float) -> None:
+        """One answered request of a deployment that captures: sampled, queued, never waited on."""
+        percent = dep.capture.sample_percent  # type: ignore[union-attr]
+        if percent < 100 and random.random() * 100 >= percent:
+            return
+        self.sampled += 1
+        try:
+            self._queue.put_nowait((dep, request_id, answer, arrays, latency_ms, time.time()))
+        except queue.Full:
+            self.dropped += 1
+            return
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="sluice-capture", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            # Let a batch gather while this thread sleeps: a request's put then wakes nobody,
+            # and the writer runs once per batch, not once per request.
+            if self.gather_s > 0 and self._queue.qsize() < self.batch:
+                time.sleep(self.gather_s)
+            while len(items) < self.batch:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._write(items)
+
+    def _write(self, items: list[tuple[Any, ...]]) -> None:
+        try:
+            records = [to_record(*item) for item in items]
+            too_large = self.sink.write(records)
+            self.written += len(records) - too_large
+            self.dropped += too_large
+        except Exception:
+            self.failed += len(items)
+            get_logger().exception("capture write failed", extra={"records": len(items)})
+        finally:
+            for _ in items:
+                self._queue.task_done()
+        self._report()
+
+    def _report(self) -> None:
+        now = (self.written, self.dropped, self.failed)
+        if now == self._reported:
+            return
+        written, dropped, failed = (a - b for a, b in zip(now, self._reported, strict=True))
+        self._reported = now
+        line: dict[str, Any] = {"service": self.service, "written": written, "dropped": dropped, "failed": failed}
+        if self.emit_metrics:
+            metrics = {"CaptureWritten": (written, "Count"), "CaptureDropped": (dropped, "Count"), "CaptureFailed": (failed, "Count")}
+            line.update({name: value for name, (value, _) in metrics.items()})
+            line["_aws"] = emf(self.namespace, [["service"]], metrics)
+        get_logger().info("capture", extra=line)
+
+    def drain(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every queued record is written or failed (tests, short-lived processes)."""
+        deadline = time.monotonic() + timeout_s
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def counts(self) -> dict[str, int]:
+        return {"sampled": self.sampled, "written": self.written, "dropped": self.dropped, "failed": self.failed, "queued": self._queue.qsize()}

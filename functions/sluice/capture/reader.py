@@ -1,0 +1,91 @@
+"""Reading captured records back, one tenant's deployment over a time window: JSON Lines
+files under a folder (locally) or objects under `capture/` in the batch bucket (AWS, as the
+Firehose delivery stream writes them). Partitions outside the window are never opened."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+class CaptureReader(Protocol):
+    def records(self, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
+        """Records of `tenant`'s `deployment` with `since <= time < until` (epoch seconds)."""
+        ...
+
+
+def _hours(since: float, until: float) -> list[dt.datetime]:
+    start = dt.datetime.fromtimestamp(since, dt.UTC).replace(minute=0, second=0, microsecond=0)
+    end = dt.datetime.fromtimestamp(until, dt.UTC)
+    hours = []
+    while start <= end:
+        hours.append(start)
+        start += dt.timedelta(hours=1)
+    return hours
+
+
+def _lines(text: str | bytes, since: float, until: float) -> Iterator[dict[str, Any]]:
+    """Records in the window. Times are compared as text (ISO 8601 in UTC, `Z`, milliseconds:
+    text order is time order), so a record is parsed once and its time never."""
+    import orjson
+
+    low, high = _stamp(since), _stamp(until)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+            at = record["time"]
+            if not isinstance(at, str):
+                raise TypeError(at)
+        except (ValueError, KeyError, TypeError):
+            yield {"unreadable": bytes(line[:200]).decode("utf-8", "replace") if isinstance(line, bytes) else line[:200]}
+            continue
+        if low <= at < high:
+            yield record
+
+
+def _stamp(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class FolderCapture:
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def records(self, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
+        base = self.root / f"tenant={tenant}" / f"deployment={deployment}"
+        for hour in _hours(since, until):
+            folder = base / f"dt={hour:%Y-%m-%d}" / f"hour={hour:%H}"
+            for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+                yield from _lines(path.read_bytes(), since, until)
+
+
+class S3Capture:
+    """`s3://<bucket>/<prefix>tenant=…/deployment=…/dt=…/hour=…/<objects>`."""
+
+    def __init__(self, bucket: str, prefix: str = "capture/", *, client: Any = None, region: str | None = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self._client = client
+        self._region = region
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from sluice.clients import default_clients
+
+            self._client = default_clients(self._region).client("s3", region=self._region)
+        return self._client
+
+    def records(self, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
+        for hour in _hours(since, until):
+            where = f"{self.prefix}tenant={tenant}/deployment={deployment}/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=where):
+                for item in page.get("Contents", []):
+                    body = self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read()
+                    yield from _lines(body, since, until)

@@ -1,0 +1,88 @@
+"""One captured request as a JSON record."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import v2_of_numpy
+
+if TYPE_CHECKING:
+    from sluice.domain import Deployment
+    from sluice.domain.results import Answer
+
+
+def _plain(array: np.ndarray) -> Any:
+    """Flat, row-major data: numbers stay an array (the sink's JSON encoder writes it, float32
+    in its shortest form, 5.1 not 5.099999904632568), text becomes a list of str."""
+    if array.dtype.kind in "OSU":
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in array.reshape(-1).tolist()]
+    return np.ascontiguousarray(array).reshape(-1)
+
+
+def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """Each input as `{datatype, shape, data}` (data flat, row-major). A redacted feature is
+    a column of `null`s; a redacted input tensor keeps its datatype and shape only."""
+    hidden = set(redact)
+    names = {spec.name: spec.feature_names for spec in answer.signature.inputs}
+    out: dict[str, Any] = {}
+    redacted: list[str] = []
+    for name, array in arrays.items():
+        item: dict[str, Any] = {"datatype": v2_of_numpy(array.dtype), "shape": list(array.shape)}
+        if name in hidden:
+            redacted.append(name)
+            out[name] = item
+            continue
+        features = names.get(name) or ()
+        columns = [j for j, f in enumerate(features) if f in hidden]
+        if columns and array.ndim == 2 and array.shape[1] == len(features):
+            plain = _plain(array)
+            data = np.asarray(plain.tolist() if isinstance(plain, np.ndarray) else plain, dtype=object).reshape(array.shape)
+            data[:, columns] = None
+            item["data"] = data.reshape(-1).tolist()
+            redacted += [features[j] for j in columns]
+        else:
+            item["data"] = _plain(array)
+        out[name] = item
+    return out, redacted
+
+
+def to_record(
+    dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, at: float
+) -> dict[str, Any]:
+    settings = dep.capture
+    assert settings is not None
+    when = dt.datetime.fromtimestamp(at, dt.UTC)
+    record: dict[str, Any] = {
+        "request_id": request_id,
+        "time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "tenant": dep.tenant,
+        "deployment": dep.name,
+        "revision": dep.revision,
+        "variant": answer.variant,
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "latency_ms": latency_ms,
+        "rows": next(iter(arrays.values())).shape[0] if arrays else 0,
+    }
+    if "inputs" in settings.include:
+        record["inputs"], redacted = encode_inputs(arrays, answer, settings.redact)
+        if redacted:
+            record["redacted"] = redacted
+    if "outputs" in settings.include:
+        outputs = answer.result.outputs
+        record["outputs"] = {
+            name: {"datatype": v2_of_numpy(np.asarray(a).dtype), "shape": list(np.shape(a)), "data": _plain(np.asarray(a))}
+            for name, a in outputs.items()
+        }
+        if answer.result.classes:
+            record["classes"] = {k: [str(c) if not isinstance(c, int | float) else c for c in v] for k, v in answer.result.classes.items()}
+    return record
+
+
+def partition(record: dict[str, Any]) -> str:
+    """`tenant=…/deployment=…/dt=YYYY-MM-DD/hour=HH`, from the record's own time."""
+    day, clock = record["time"][:10], record["time"][11:13]
+    return f"tenant={record['tenant']}/deployment={record['deployment']}/dt={day}/hour={clock}"

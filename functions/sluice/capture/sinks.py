@@ -1,0 +1,113 @@
+"""Where captured records go: JSON Lines files under a folder (locally) or a Firehose
+delivery stream (AWS), whose S3 prefix partitions them the same way."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.capture.records import partition
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+# PutRecordBatch takes at most 500 records and 4 MiB a call, 1,000 KiB a record.
+FIREHOSE_BATCH_RECORDS = 500
+FIREHOSE_BATCH_BYTES = 4 * 1024 * 1024
+FIREHOSE_RECORD_BYTES = 1000 * 1024
+
+
+class Sink(Protocol):
+    def write(self, records: Sequence[dict[str, Any]]) -> int:
+        """Write the records; returns how many were dropped (too large); raises when the
+        write failed."""
+        ...
+
+
+def _other(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays orjson does not write itself
+    return tolist() if tolist is not None else str(value)
+
+
+def line_of(record: dict[str, Any]) -> bytes:
+    """One JSON line; numeric arrays written directly (float32 in its shortest form)."""
+    import orjson
+
+    return orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE, default=_other)
+
+
+class FolderSink:
+    """`<root>/tenant=T/deployment=D/dt=YYYY-MM-DD/hour=HH/part-<process>.jsonl`, appended to;
+    folders and files readable by their owner alone (the home's rule)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        self.part = f"part-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        self._lock = threading.Lock()
+
+    def write(self, records: Sequence[dict[str, Any]]) -> int:
+        grouped: dict[str, list[bytes]] = defaultdict(list)
+        for record in records:
+            grouped[partition(record)].append(line_of(record))
+        with self._lock:
+            for where, lines in grouped.items():
+                folder = self.root / where
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                path = folder / self.part
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                with os.fdopen(fd, "ab") as fh:
+                    fh.write(b"".join(lines))
+        return 0
+
+
+class FirehoseSink:
+    """`put_record_batch` in calls of at most 500 records and 4 MiB; records Firehose
+    refused are sent once more, then the write fails (counted by the capturer)."""
+
+    def __init__(self, stream: str, *, client: Any = None, region: str | None = None) -> None:
+        self.stream = stream
+        self._client = client
+        self._region = region
+
+    @classmethod
+    def from_url(cls, url: str, *, region: str | None = None) -> FirehoseSink:
+        return cls(url.removeprefix("firehose://").strip("/"), region=region)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from sluice.clients import default_clients
+
+            self._client = default_clients(self._region).client("firehose", region=self._region)
+        return self._client
+
+    def write(self, records: Sequence[dict[str, Any]]) -> int:
+        dropped = 0
+        batch: list[bytes] = []
+        size = 0
+        for record in records:
+            data = line_of(record)
+            if len(data) > FIREHOSE_RECORD_BYTES:
+                dropped += 1
+                continue
+            if batch and (len(batch) == FIREHOSE_BATCH_RECORDS or size + len(data) > FIREHOSE_BATCH_BYTES):
+                self._put(batch)
+                batch, size = [], 0
+            batch.append(data)
+            size += len(data)
+        if batch:
+            self._put(batch)
+        return dropped
+
+    def _put(self, batch: list[bytes]) -> None:
+        pending = batch
+        for _ in range(2):
+            answer = self.client.put_record_batch(DeliveryStreamName=self.stream, Records=[{"Data": d} for d in pending])
+            if not answer.get("FailedPutCount"):
+                return
+            pending = [d for d, r in zip(pending, answer["RequestResponses"], strict=True) if r.get("ErrorCode")]
+        raise RuntimeError(f"Firehose refused {len(pending)} captured records twice")

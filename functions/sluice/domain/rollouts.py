@@ -1,0 +1,206 @@
+"""A progressive rollout: a candidate version moved into a deployment step by step, each step
+held until its gates pass on the statistics of the deployment's current revision, rolled back
+to the stable policy at once when a gate fails. Pure: the parsing and checks of what a rollout
+is made of, and the policy each step routes by. `sluice.services.rollouts` runs it.
+
+Gate metrics, each measured on the counters of the deployment's current revision (a revision
+per step, so a step is judged on its own traffic only):
+
+- `agreement`      label agreement of the candidate with the stable answer on the same inputs:
+                   `agree / labelled` of the candidate mirrored on requests the stable answered;
+- `mean_abs_diff`  the mean absolute difference of probabilities (or values) in that comparison;
+- `error_rate`     `errors / requests` of the requests the candidate variant answered;
+- `p99_ratio`      the candidate variant's p99 latency over the stable variant's.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.domain.errors import InvalidRequest
+
+STATES = ("running", "paused", "completed", "rolled_back", "aborted")
+ACTIVE = ("running", "paused")
+METRICS = ("agreement", "mean_abs_diff", "error_rate", "p99_ratio")
+STABLE, CANDIDATE = "stable", "candidate"  # the split's variants, and the candidate's mirror
+MIN_EVERY_S = 1.0
+MAX_EVERY_S = 7 * 24 * 3600.0
+MAX_STEPS = 20
+MAX_ALARMS = 5
+MAX_MIN_REQUESTS = 10_000_000
+
+_OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+_GATE = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_ALARM = re.compile(r"^[A-Za-z0-9 ._\-/:#()+=@]{1,255}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    metric: str
+    op: str
+    threshold: float
+
+    def passes(self, value: float) -> bool:
+        return bool(_OPS[self.op](value, self.threshold))
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.threshold:g}"
+
+
+def parse_gates(
+    text: str | list[str] | tuple[str, ...], *, field: str = "gate"
+) -> tuple[Gate, ...]:
+    """`"agreement>=0.98,error_rate<=0.005,p99_ratio<=1.2"` (or its parts as a list)."""
+    parts = [
+        p for p in (text.split(",") if isinstance(text, str) else list(text)) if str(p).strip()
+    ]
+    if not parts:
+        raise InvalidRequest("give at least one gate, such as 'error_rate<=0.01'", field=field)
+    gates: list[Gate] = []
+    for part in parts:
+        found = _GATE.match(str(part))
+        if found is None:
+            raise InvalidRequest(
+                f"gate {str(part).strip()!r} is not METRIC OP NUMBER (OP one of >=, <=, >, <)",
+                field=field,
+            )
+        metric, op, number = found.groups()
+        if metric not in METRICS:
+            raise InvalidRequest(
+                f"unknown gate metric '{metric}'; expected one of {list(METRICS)}", field=field
+            )
+        if any(g.metric == metric for g in gates):
+            raise InvalidRequest(f"gate metric '{metric}' is given twice", field=field)
+        gates.append(Gate(metric, op, float(number)))
+    return tuple(gates)
+
+
+def parse_steps(
+    value: str | list[Any] | tuple[Any, ...], *, field: str = "steps"
+) -> tuple[float, ...]:
+    """`"1,5,25,50,100"`: percentages of traffic for the candidate, strictly increasing, the
+    last one 100."""
+    raw = value.split(",") if isinstance(value, str) else list(value)
+    steps: list[float] = []
+    for item in raw:
+        if isinstance(item, bool):
+            raise InvalidRequest("steps are percentages, not booleans", field=field)
+        try:
+            step = float(str(item).strip().removesuffix("%"))
+        except ValueError:
+            raise InvalidRequest(
+                f"step {str(item).strip()!r} is not a number", field=field
+            ) from None
+        if not 0 < step <= 100:
+            raise InvalidRequest(
+                f"step {step:g} is not a percentage above 0 and at most 100", field=field
+            )
+        if steps and step <= steps[-1]:
+            raise InvalidRequest(
+                f"steps must increase: {step:g} comes after {steps[-1]:g}", field=field
+            )
+        steps.append(step)
+    if not steps:
+        raise InvalidRequest("give at least one step, ending with 100", field=field)
+    if len(steps) > MAX_STEPS:
+        raise InvalidRequest(f"at most {MAX_STEPS} steps", field=field)
+    if steps[-1] != 100:
+        raise InvalidRequest(f"the last step must be 100, not {steps[-1]:g}", field=field)
+    return tuple(steps)
+
+
+def parse_duration(value: str | float | int, *, field: str = "every") -> float:
+    """`10m`, `30s`, `1h`, `2d`, or a number of seconds."""
+    if isinstance(value, bool):
+        raise InvalidRequest("a duration is a number of seconds or text such as '10m'", field=field)
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        found = _DURATION.match(value)
+        if found is None:
+            raise InvalidRequest(f"{value!r} is not a duration such as 30s, 10m or 1h", field=field)
+        seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if not MIN_EVERY_S <= seconds <= MAX_EVERY_S:
+        raise InvalidRequest(
+            f"a step lasts from {MIN_EVERY_S:g} s to {MAX_EVERY_S:g} s", field=field
+        )
+    return seconds
+
+
+def check_alarms(names: list[str] | tuple[str, ...], *, field: str = "alarms") -> tuple[str, ...]:
+    if len(names) > MAX_ALARMS:
+        raise InvalidRequest(f"at most {MAX_ALARMS} alarms", field=field)
+    for name in names:
+        if not isinstance(name, str) or not _ALARM.match(name):
+            raise InvalidRequest(f"{name!r} is not a CloudWatch alarm name", field=field)
+    return tuple(names)
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """A deployment's rollout, stored with the deployment (one at a time). `stable` is the
+    policy the deployment had when it started: what a rollback restores."""
+
+    model: str
+    version: int
+    stable: dict[str, Any]
+    steps: tuple[float, ...]
+    every_s: float
+    gates: str  # the gate expression, as `parse_gates` reads it
+    min_requests: int
+    state: str = "running"
+    step: int = 0  # index into `steps`
+    alarms: tuple[str, ...] = ()
+    routing_key: str | None = None
+    mirror_percent: float = 100.0
+    started_at: float = 0.0
+    started_by: str = ""
+    step_started_at: float = 0.0
+    updated_at: float = 0.0
+    reason: str = ""  # the last decision, in words
+    decided: dict[str, Any] = field(default_factory=dict)  # the numbers of the last decision
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def weight(self) -> float:
+        return self.steps[self.step]
+
+    @property
+    def candidate(self) -> dict[str, Any]:
+        return {"kind": "single", "model": self.model, "version": self.version}
+
+    def parsed_gates(self) -> tuple[Gate, ...]:
+        return parse_gates(self.gates)
+
+    def step_policy(self) -> dict[str, Any]:
+        """The policy of the current step: a split of stable and candidate by the step's
+        weight, the candidate also mirrored on what the stable answers (the comparison the
+        `agreement` gate reads). The last step (100) is the candidate alone."""
+        weight = self.weight
+        if weight >= 100:
+            return self.candidate
+        stable_branch: dict[str, Any] = {
+            "kind": "shadow",
+            "primary": self.stable,
+            "mirrors": [
+                {"name": CANDIDATE, "sample_percent": self.mirror_percent, "target": self.candidate}
+            ],
+        }
+        split: dict[str, Any] = {
+            "kind": "split",
+            "variants": [
+                {"name": STABLE, "weight": round(100 - weight, 6), "target": stable_branch},
+                {"name": CANDIDATE, "weight": weight, "target": self.candidate},
+            ],
+        }
+        if self.routing_key:
+            split["routing_key"] = self.routing_key
+        return split

@@ -1,0 +1,42 @@
+"""The rollout controller on AWS: an EventBridge rule invokes this function every minute, and
+each invocation takes one look at every running rollout (`RolloutService.run_once`): advance,
+complete, roll back, or hold. CloudWatch alarms a rollout names are checked with one
+`DescribeAlarms` call per rollout per look. The function acts for every tenant with its own
+role: it reads deployments and their statistics and writes deployment changes, nothing else.
+
+Deployments bound to a SageMaker endpoint are rolled out by their sluice policy alone: the
+endpoint's own production variant weights are not moved."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from sluice.observability import get_logger
+
+if TYPE_CHECKING:
+    from sluice.services.rollouts import RolloutService
+
+logger = get_logger()
+
+
+@lru_cache(maxsize=1)
+def service() -> RolloutService:
+    from sluice.clients import default_clients
+    from sluice.services.rollouts import CloudWatchAlarms, RolloutService
+    from sluice.wiring import get_container
+
+    c = get_container()
+    alarms = CloudWatchAlarms(
+        default_clients(c.settings.region).client("cloudwatch", region=c.settings.region)
+    )
+    return RolloutService(c.registry, c.deployments, alarms=alarms)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    done = service().run_once()
+    counts: dict[str, int] = {}
+    for action in done.values():
+        counts[action] = counts.get(action, 0) + 1
+    return {"rollouts": len(done), "actions": counts}

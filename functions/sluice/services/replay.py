@@ -1,0 +1,259 @@
+"""Replay: a deployment's captured requests run against a candidate (a version or another
+deployment) and compared with the answers they got, an offline shadow over real traffic.
+
+Captured inputs are scored as a batch job scores a chunk: records are grouped (same captured
+version and input layout) into inference batches of up to `batch_rows` rows, each batch one
+call through the policy graph (`PredictionService.run_node`, no mirrors, no live
+statistics); a batch that fails is scored again record by record, so a bad record fails
+alone. Every captured row ends scored or failed, with the reason (redacted inputs, no
+captured outputs, an error). The verdict is the shadow's (`sluice.shadow.compare` and
+`sluice.stats.verdicts.comparison`): label agreement with its Wilson interval, mean and max
+absolute difference; with the captured latency and the replay's own rows per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import time
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.errors import InvalidRequest, SluiceError
+from sluice.domain.policy import NAME_PATTERN, parse_policy
+from sluice.domain.results import InferenceResult
+from sluice.services.models import require_found
+from sluice.shadow.compare import compare
+from sluice.stats.verdicts import comparison
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sluice.capture.reader import CaptureReader
+    from sluice.domain import ModelVersion, Principal
+    from sluice.domain.policy import Node
+    from sluice.services.predictions import PredictionService
+
+MAX_WINDOW_S = 31 * 86400
+_AGO = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(value: str | float | None, *, now: float, field: str) -> float:
+    """Epoch seconds from ISO 8601 (`2026-11-26T14:00`, UTC unless it says), a duration ago
+    (`2h`, `30m`), or a number of epoch seconds; None is now."""
+    if value is None or value == "":
+        return now
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    found = _AGO.match(text)
+    if found:
+        return now - float(found.group(1)) * _UNITS[found.group(2)]
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(f"{text!r} is not a time (ISO 8601 such as 2026-11-26T14:00Z, or 2h ago as '2h')", field=field) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+class ReplayService:
+    def __init__(self, predictions: PredictionService, reader: CaptureReader | None, *, batch_rows: int = 4096) -> None:
+        self.predictions = predictions  # offline: the batch runner's (no live statistics, no mirrors)
+        self.reader = reader
+        self.batch_rows = batch_rows
+        self._versions: dict[tuple[str, str, int], ModelVersion | None] = {}
+
+    def target(self, principal: Principal, against: str) -> tuple[str, Node]:
+        """`MODEL:VERSION` or a deployment name."""
+        registry = self.predictions.registry
+        model, sep, number = against.partition(":")
+        if sep:
+            if not re.match(NAME_PATTERN, model) or not (number.isascii() and number.isdigit()):
+                raise InvalidRequest(f"{against!r} is not MODEL:VERSION or a deployment name", field="against")
+            require_found(registry.get_version, principal.tenant, model, int(number), field="against")
+            return against, parse_policy({"kind": "single", "model": model, "version": int(number)}, field="against")
+        if not re.match(NAME_PATTERN, against):
+            raise InvalidRequest(f"{against!r} is not MODEL:VERSION or a deployment name", field="against")
+        require_found(registry.get_deployment, principal.tenant, against, field="against")
+        return f"deployment {against}", parse_policy({"kind": "ref", "deployment": against}, field="against")
+
+    def replay(self, principal: Principal, deployment: str, *, since: Any, until: Any = None, against: str) -> dict[str, Any]:
+        principal.require("admin")
+        tenant = principal.tenant
+        self.predictions.registry.get_deployment(tenant, deployment)  # this tenant's, or 404
+        now = time.time()
+        start = parse_time(since, now=now, field="since")
+        end = parse_time(until, now=now, field="until")
+        if end <= start:
+            raise InvalidRequest("until must come after since", field="until")
+        if end - start > MAX_WINDOW_S:
+            raise InvalidRequest("a replay covers at most 31 days", field="since")
+        label, node = self.target(principal, against)
+        if self.reader is None:
+            raise InvalidRequest("data capture is off here: there is nothing to replay", field="deployment")
+        started = time.perf_counter()
+        result = asyncio.run(self._run(tenant, node, self.reader.records(tenant, deployment, start, end)))
+        seconds = time.perf_counter() - started
+        rows = result["scored_rows"]
+        return {
+            "deployment": deployment,
+            "against": label,
+            "since": dt.datetime.fromtimestamp(start, dt.UTC).isoformat(),
+            "until": dt.datetime.fromtimestamp(end, dt.UTC).isoformat(),
+            **result,
+            "seconds": round(seconds, 3),
+            "rows_per_s": round(rows / seconds, 1) if seconds > 0 and rows else None,
+        }
+
+    async def _run(self, tenant: str, node: Node, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        sums: defaultdict[str, float] = defaultdict(float)
+        maxes: dict[str, float] = {}
+        failures: Counter[str] = Counter()
+        counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
+        latencies: list[float] = []
+        pending: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+        pending_rows: dict[tuple[Any, Any], int] = {}
+        batch_rows = self.batch_rows
+        records_seen = rows_seen = failed_rows = 0
+
+        for record in records:
+            records_seen += 1
+            rows = int(record.get("rows") or 0)
+            rows_seen += rows
+            inputs, outputs = record.get("inputs"), record.get("outputs")
+            reason = None
+            if "unreadable" in record:
+                reason = "unreadable record"
+            elif not inputs or not _complete(inputs):
+                reason = "inputs redacted or not captured"
+            elif not outputs or not _complete(outputs):
+                reason = "outputs not captured"
+            if reason is not None:
+                failures[reason] += max(rows, 1)
+                failed_rows += rows
+                continue
+            latencies.append(record.get("latency_ms") or 0.0)
+            # One version's records share their tensors' names and layout; a record that does
+            # not is found when its batch is stacked, and scored alone.
+            key = (record.get("model"), record.get("version"))
+            waiting = pending.get(key)
+            if waiting is None:
+                waiting = pending[key] = []
+                pending_rows[key] = 0
+            waiting.append(record)
+            pending_rows[key] += rows
+            if pending_rows[key] >= batch_rows:
+                del pending_rows[key]
+                await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
+        for key in list(pending):
+            await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
+        counts["records"], counts["rows"] = records_seen, rows_seen
+        counts["failed_rows"] += failed_rows
+        verdict = comparison({**sums, **maxes})
+        return {
+            **counts,
+            "failures": dict(failures),
+            "verdict": verdict,
+            "latency": {
+                "captured_p50_ms": _percentile(latencies, 50),
+                "captured_p99_ms": _percentile(latencies, 99),
+            },
+        }
+
+    async def _score(
+        self,
+        tenant: str,
+        node: Node,
+        key: tuple[Any, Any],
+        batch: list[dict[str, Any]],
+        sums: defaultdict[str, float],
+        maxes: dict[str, float],
+        failures: Counter[str],
+        counts: dict[str, int],
+    ) -> None:
+        model, version = key[0], key[1]
+        primary = await self._version(tenant, model, version)
+        rows = sum(int(r.get("rows") or 0) for r in batch)
+        if primary is None:
+            failures[f"captured version {model}:{version} is gone"] += rows
+            counts["failed_rows"] += rows
+            return
+        try:
+            inputs = _stacked(batch, "inputs")
+            outputs = _stacked(batch, "outputs")
+            if any(a.shape[0] != rows for a in (*inputs.values(), *outputs.values())):
+                raise ValueError("rows do not match the data")
+        except (ValueError, TypeError, KeyError):
+            if len(batch) > 1:
+                for one in batch:
+                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts)
+                return
+            failures["unreadable record"] += rows
+            counts["failed_rows"] += rows
+            return
+        classes = batch[0].get("classes") or {}
+        budget = self.predictions.settings.request_timeout_s
+        try:
+            answer = await self.predictions.run_node(tenant, node, inputs, budget_s=budget)
+        except SluiceError as exc:
+            if len(batch) > 1:  # one bad record must not fail the others
+                for one in batch:
+                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts)
+                return
+            failures[f"{exc.code}: {exc.message}"[:200]] += rows
+            counts["failed_rows"] += rows
+            return
+        got, most = compare(primary.signature, InferenceResult(outputs, classes), answer.signature, answer.result)
+        got["compared"] = len(batch)
+        for name, value in got.items():
+            sums[name] += value
+        for name, value in most.items():
+            maxes[name] = max(maxes.get(name, value), value)
+        counts["scored_rows"] += rows
+
+    async def _version(self, tenant: str, model: Any, version: Any) -> ModelVersion | None:
+        key = (tenant, str(model), int(version or 0))
+        if key not in self._versions:
+            try:
+                self._versions[key] = await self.predictions.version_of(tenant, str(model), int(version or 0))
+            except SluiceError:
+                self._versions[key] = None
+        return self._versions[key]
+
+
+def _complete(tensors: dict[str, Any]) -> bool:
+    """Every tensor has its data, with no redacted (null) value."""
+    for tensor in tensors.values():
+        data = tensor.get("data") if tensor.__class__ is dict else None
+        if data.__class__ is not list or None in data:
+            return False
+    return True
+
+
+def _stacked(batch: list[dict[str, Any]], part: str) -> dict[str, np.ndarray]:
+    """One array per tensor for the whole batch: the records' flat data joined, then read
+    once (no array per record)."""
+    from itertools import chain
+
+    from sluice.codecs.datatypes import numpy_of_v2
+
+    out: dict[str, np.ndarray] = {}
+    for name, first in batch[0][part].items():
+        datatype = first["datatype"]
+        dtype = object if datatype == "BYTES" else numpy_of_v2(datatype)
+        flat = list(chain.from_iterable(r[part][name]["data"] for r in batch))
+        out[name] = np.asarray(flat, dtype=dtype).reshape(-1, *first["shape"][1:])
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    try:
+        return round(float(np.percentile(np.asarray(values, dtype=np.float64), q)), 3) if values else None
+    except (TypeError, ValueError):  # a record whose latency is not a number
+        return None

@@ -1,0 +1,71 @@
+"""The rollout controller in AWS form: the scheduled Lambda handler over a DynamoDB registry
+(moto), finding running rollouts with its scan and rolling back on a CloudWatch alarm."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from sluice.registry.dynamodb import DynamoRegistry, create_table
+from sluice.storage.folder import FolderStore
+from sluice.wiring import Container, build_runtimes
+from tests.conftest import MODELS
+from tests.integration.aws.conftest import REGION
+from tests.support import LambdaContext
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+
+
+@pytest.fixture
+def cloud(aws: None, settings: Settings, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
+    from sluice import wiring
+    from sluice.handlers import rollouts
+
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    create_table(dynamodb, "sluice-registry")
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    store = FolderStore(settings.home_path / "artifacts")
+    container = Container(settings, registry, store, build_runtimes(settings, store))
+    for who in (acme, globex):
+        container.models.push(who, "iris", (MODELS / "iris.onnx").read_bytes())
+        container.models.push(who, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+        container.deployments.create(who, "iris", {"kind": "single", "model": "iris", "version": 1})
+    monkeypatch.setattr(wiring, "get_container", lambda: container)
+    rollouts.service.cache_clear()
+    yield container
+    rollouts.service.cache_clear()
+
+
+def _alarm(cw: Any, name: str) -> None:
+    cw.put_metric_alarm(
+        AlarmName=name, MetricName="Errors", Namespace="sluice", Statistic="Sum", Period=60,
+        EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanThreshold",
+    )  # fmt: skip
+
+
+def test_the_scheduled_controller_rolls_back_on_a_named_alarm(cloud: Container, acme: Principal, globex: Principal) -> None:
+    from sluice.handlers.rollouts import handler
+
+    cw = boto3.client("cloudwatch", region_name=REGION)
+    _alarm(cw, "iris-errors")
+    for who in (acme, globex):
+        cloud.rollouts.start(who, "iris", to="iris:2", steps="5,100", every="1m", gates="error_rate<=0.01", alarms=["iris-errors"] if who is acme else [])
+    assert cloud.registry.running_rollouts() == [("acme", "iris"), ("globex", "iris")]
+    assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 2, "actions": {"hold": 2}}
+    cw.set_alarm_state(AlarmName="iris-errors", StateValue="ALARM", StateReason="test")
+    assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 2, "actions": {"hold": 1, "rollback": 1}}
+    rolled = cloud.deployments.get(acme, "iris")
+    assert rolled.policy == {"kind": "single", "model": "iris", "version": 1}
+    assert rolled.rollout is not None and rolled.rollout.state == "rolled_back"
+    last = cloud.deployments.history(acme, "iris")[-1]
+    assert last.by == "rollout-controller" and last.note is not None and last.note["alarms"] == ["iris-errors"]
+    # The other tenant's rollout is its own: untouched, still running.
+    other = cloud.deployments.get(globex, "iris")
+    assert other.rollout is not None and other.rollout.state == "running"
+    assert cloud.registry.running_rollouts() == [("globex", "iris")]

@@ -1,0 +1,228 @@
+"""Data capture: sampled requests written off the request path, through the real prediction
+path (TestClient -> PredictionService) into real sinks (JSON Lines files, Firehose on moto),
+and sinks that are slow or fail never reaching an answer."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from fastapi.testclient import TestClient
+from moto import mock_aws
+
+from sluice.api.app import create_app
+from sluice.capture.capturer import Capturer
+from sluice.capture.sinks import FirehoseSink, FolderSink
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+FEATURES = {"sepal_length": 5.9, "sepal_width": 3.0, "petal_length": 5.1, "petal_width": 1.8}
+CAPTURE = {"sample_percent": 100, "include": ["inputs", "outputs"], "redact": ["petal_width"]}
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def write(self, records: Any) -> int:
+        with self.lock:
+            self.records += list(records)
+        return 0
+
+
+class Blocked:
+    """Holds every write until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, records: Any) -> int:
+        self.release.wait()
+        self.records += list(records)
+        return 0
+
+
+class Broken:
+    def write(self, records: Any) -> int:
+        raise OSError("disk on fire")
+
+
+def _capture_on(container: Container, acme: Principal, capture: dict[str, Any] = CAPTURE) -> None:
+    container.deployments.update(acme, "iris", None, capture=capture)
+
+
+def _predict(client: TestClient, key: str, n: int) -> list[dict[str, Any]]:
+    answers = []
+    for i in range(n):
+        r = client.post(
+            "/api/v1/predictions",
+            json={"deployment": "iris", "features": FEATURES, "request_id": f"req-{i}"},
+            headers=auth(key),
+        )
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    return answers
+
+
+def test_every_sampled_request_is_written_with_its_metadata_and_redacted(demo: Container, acme: Principal, keys: dict[str, str], settings: Any) -> None:
+    assert isinstance(demo.capture.sink, FolderSink)  # type: ignore[union-attr]
+    _capture_on(demo, acme)
+    client = TestClient(create_app(demo))
+    _predict(client, keys["acme"], 300)
+    assert demo.capture is not None and demo.capture.drain()
+    assert demo.capture.counts() == {"sampled": 300, "written": 300, "dropped": 0, "failed": 0, "queued": 0}
+    root: Path = settings.home_path / "capture"
+    files = list(root.glob("tenant=acme/deployment=iris/dt=*/hour=*/part-*.jsonl"))
+    assert files, list(root.rglob("*"))
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert sorted(r["request_id"] for r in records) == sorted(f"req-{i}" for i in range(300))
+    record = records[0]
+    dep = demo.deployments.get(acme, "iris")
+    assert (record["tenant"], record["deployment"], record["revision"], record["model"], record["version"]) == ("acme", "iris", dep.revision, "iris", 1)
+    assert record["latency_ms"] > 0 and record["time"].endswith("Z") and record["rows"] == 1
+    (tensor,) = record["inputs"].values()
+    assert tensor["shape"] == [1, 4] and tensor["data"][:3] == pytest.approx([5.9, 3.0, 5.1]) and tensor["data"][3] is None
+    assert record["redacted"] == ["petal_width"]
+    assert "virginica" in json.dumps(record["outputs"])
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_sampling_keeps_about_the_share_asked_and_nothing_for_other_deployments(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+    sink = Recording()
+    demo.predictions.capture = Capturer(sink)
+    _capture_on(demo, acme, {"sample_percent": 10})
+    client = TestClient(create_app(demo))
+    _predict(client, keys["acme"], 400)
+    r = client.post("/api/v1/predictions", json={"deployment": "diabetes", "inputs": [[0.0] * 10]}, headers=auth(keys["acme"]))
+    assert r.status_code == 200
+    demo.predictions.capture.drain()
+    assert 5 <= len(sink.records) <= 100  # 10% of 400, far from the edges
+    assert {r["deployment"] for r in sink.records} == {"iris"}
+    assert all("inputs" in r and "outputs" in r for r in sink.records)
+
+
+def test_a_blocked_sink_never_holds_an_answer_and_a_full_queue_drops_and_counts(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+    sink = Blocked()
+    capturer = Capturer(sink, max_queue=5, batch=2)
+    demo.predictions.capture = capturer
+    _capture_on(demo, acme)
+    client = TestClient(create_app(demo))
+    answers = _predict(client, keys["acme"], 60)  # would never return if an answer waited on the sink
+    assert all(a["prediction"] == "virginica" for a in answers)
+    assert capturer.sampled == 60 and capturer.dropped >= 60 - 5 - 2
+    sink.release.set()
+    assert capturer.drain()
+    assert capturer.written + capturer.dropped == 60 and capturer.failed == 0
+    assert len(sink.records) == capturer.written
+
+
+def test_a_failing_sink_never_touches_an_answer(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+    client = TestClient(create_app(demo))
+    before = _predict(client, keys["acme"], 1)[0]
+    capturer = Capturer(Broken())
+    demo.predictions.capture = capturer
+    _capture_on(demo, acme)
+    answers = _predict(client, keys["acme"], 40)
+    assert {a["prediction"] for a in answers} == {before["prediction"]}
+    assert capturer.drain()
+    assert capturer.failed == 40 and capturer.written == 0
+
+
+def test_capture_settings_are_checked_and_name_the_field(demo: Container, keys: dict[str, str]) -> None:
+    client = TestClient(create_app(demo))
+    for capture, field in (
+        ({"sample_percent": 0}, "capture.sample_percent"),
+        ({"sample_percent": 101}, "capture.sample_percent"),
+        ({"sample_percent": 5, "include": ["everything"]}, "capture.include.0"),
+        ({"sample_percent": 5, "redact": "petal_width"}, "capture.redact"),
+        ({"sample_percent": 5, "keep": True}, "capture.keep"),
+    ):
+        r = client.put("/api/v1/deployments/iris", json={"capture": capture}, headers=auth(keys["acme"]))
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == field, r.text
+    r = client.put("/api/v1/deployments/iris", json={"capture": {"sample_percent": 5, "redact": ["petal_width"]}}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["capture"] == {"sample_percent": 5.0, "include": ["inputs", "outputs"], "redact": ["petal_width"]}
+    assert r.json()["policy"] == {"kind": "single", "model": "iris", "version": 1}  # the policy stays
+    r = client.put("/api/v1/deployments/iris", json={"capture": None}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["capture"] is None
+
+
+def test_each_tenant_is_captured_under_its_own_partition(demo: Container, acme: Principal, globex: Principal, keys: dict[str, str], settings: Any) -> None:
+    from tests.conftest import MODELS
+
+    demo.models.push(globex, "iris", (MODELS / "iris.onnx").read_bytes())
+    demo.deployments.create(globex, "iris", {"kind": "single", "model": "iris", "version": 1}, capture={"sample_percent": 100})
+    _capture_on(demo, acme)
+    client = TestClient(create_app(demo))
+    _predict(client, keys["acme"], 3)
+    _predict(client, keys["globex"], 2)
+    assert demo.capture is not None and demo.capture.drain()
+    root = settings.home_path / "capture"
+    for tenant, n in (("acme", 3), ("globex", 2)):
+        lines = [json.loads(x) for f in root.glob(f"tenant={tenant}/deployment=iris/*/*/*.jsonl") for x in f.read_text().splitlines()]
+        assert len(lines) == n and {r["tenant"] for r in lines} == {tenant}
+
+
+def test_firehose_sink_puts_record_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="captured")
+        firehose = boto3.client("firehose", region_name="us-east-1")
+        firehose.create_delivery_stream(
+            DeliveryStreamName="sluice-capture",
+            ExtendedS3DestinationConfiguration={
+                "RoleARN": "arn:aws:iam::123456789012:role/firehose", "BucketARN": "arn:aws:s3:::captured", "Prefix": "capture/",
+            },
+        )  # fmt: skip
+        calls: list[int] = []
+        put = firehose.put_record_batch
+
+        def counting(**kw: Any) -> Any:
+            calls.append(len(kw["Records"]))
+            return put(**kw)
+
+        monkeypatch.setattr(firehose, "put_record_batch", counting)
+        records = [{"request_id": f"r{i}", "tenant": "acme", "deployment": "iris", "time": "2026-11-26T15:00:00.000Z"} for i in range(1201)]
+        huge = {"request_id": "huge", "tenant": "acme", "deployment": "iris", "time": "2026-11-26T15:00:00.000Z", "inputs": "x" * 1_100_000}
+        assert FirehoseSink("sluice-capture", client=firehose).write([*records, huge]) == 1  # too large: dropped
+        assert calls == [500, 500, 201]
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="captured")["Contents"]]
+        lines = [x for k in keys for x in s3.get_object(Bucket="captured", Key=k)["Body"].read().decode().splitlines() if x]
+        assert sorted(json.loads(x)["request_id"] for x in lines) == sorted(f"r{i}" for i in range(1201))
+
+
+def test_concurrent_load_loses_no_sampled_record(demo: Container, acme: Principal) -> None:
+    import asyncio
+
+    from sluice.domain.requests import PredictionRequest, RowInputs
+
+    sink = Recording()
+    capturer = Capturer(sink, batch=64)
+    demo.predictions.capture = capturer
+    _capture_on(demo, acme)
+
+    async def load() -> list[Any]:
+        requests = [
+            PredictionRequest(deployment="iris", inputs=RowInputs(inputs=[[5.9, 3.0, 5.1, 1.8]] * (1 + i % 3)), request_id=f"load-{i}")
+            for i in range(2000)
+        ]
+        return await asyncio.gather(*(demo.predictions.predict(acme, r) for r in requests))
+
+    answers = asyncio.run(load())
+    assert len(answers) == 2000
+    assert capturer.drain()
+    assert capturer.counts() == {"sampled": 2000, "written": 2000, "dropped": 0, "failed": 0, "queued": 0}
+    assert sorted(r["request_id"] for r in sink.records) == sorted(f"load-{i}" for i in range(2000))
+    assert sum(r["rows"] for r in sink.records) == sum(1 + i % 3 for i in range(2000))

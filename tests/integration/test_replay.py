@@ -1,0 +1,118 @@
+"""Replay: captured requests run again against a candidate, offline, give the verdict a live
+shadow gave on the same inputs; every captured row is scored or failed, with its reason."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from moto import mock_aws
+
+from sluice.api.app import create_app
+from sluice.capture.reader import S3Capture
+from sluice.domain.errors import InvalidRequest, Unprocessable
+from tests.conftest import MODELS
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+SINGLE = {"kind": "single", "model": "iris", "version": 1}
+
+
+@pytest.fixture
+def shadowed(demo: Container, acme: Principal) -> Container:
+    """iris answers with version 1 (logistic) and mirrors version 2 (random forest) on every
+    request, capturing every request."""
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    mirror = {"name": "forest", "sample_percent": 100, "target": {"kind": "single", "model": "iris", "version": 2}}
+    demo.deployments.update(acme, "iris", {"kind": "shadow", "primary": SINGLE, "mirrors": [mirror]}, capture={"sample_percent": 100})
+    return demo
+
+
+def _traffic(client: TestClient, key: str, n: int) -> int:
+    rng = np.random.default_rng(7)
+    rows = 0
+    for i in range(n):
+        batch = rng.uniform([4.3, 2.0, 1.0, 0.1], [7.9, 4.4, 6.9, 2.5], size=(1 + i % 4, 4)).round(1).tolist()
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": batch, "request_id": f"r{i}"}, headers=auth(key))
+        assert r.status_code == 200, r.text
+        rows += len(batch)
+    return rows
+
+
+def test_a_replay_gives_the_verdict_the_live_shadow_gave(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
+    client = TestClient(create_app(shadowed))
+    rows = _traffic(client, keys["acme"], 80)
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    live = shadowed.deployments.stats(acme, "iris")["mirrors"]["forest"]
+    assert live["compared"] == 80 and live["agreement"] < 1.0  # the two models do disagree somewhere
+    out = shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"], out["failures"]) == (80, rows, rows, 0, {})
+    v = out["verdict"]
+    assert v["compared"] == 80
+    assert v["agreement"] == live["agreement"] and v["agreement_ci95"] == live["agreement_ci95"]
+    assert v["mean_abs_diff"] == pytest.approx(live["mean_abs_diff"], rel=1e-6)
+    assert v["max_abs_diff"] == pytest.approx(live["max_abs_diff"], rel=1e-6)
+    assert out["latency"]["captured_p50_ms"] > 0 and out["rows_per_s"] > 0
+    # Against a deployment instead of a version: the same verdict.
+    shadowed.deployments.create(acme, "forest", {"kind": "single", "model": "iris", "version": 2})
+    again = shadowed.replay.replay(acme, "iris", since="1h", against="forest")
+    assert again["against"] == "deployment forest" and again["verdict"]["agreement"] == v["agreement"]
+    # And over the API.
+    r = client.post("/api/v1/deployments/iris/replay", json={"since": "1h", "against": "iris:2"}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["verdict"]["agreement"] == v["agreement"]
+    # A window before any traffic replays nothing.
+    empty = shadowed.replay.replay(acme, "iris", since="3h", until="2h", against="iris:2")
+    assert empty["records"] == 0 and empty["verdict"]["agreement"] is None
+
+
+def test_every_captured_row_is_scored_or_failed_with_its_reason(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
+    client = TestClient(create_app(shadowed))
+    first = _traffic(client, keys["acme"], 10)
+    shadowed.deployments.update(acme, "iris", None, capture={"sample_percent": 100, "redact": ["petal_width"]})
+    second = _traffic(client, keys["acme"], 6)
+    shadowed.deployments.update(acme, "iris", None, capture={"sample_percent": 100, "include": ["inputs"]})
+    third = _traffic(client, keys["acme"], 4)
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    out = shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert out["records"] == 20 and out["rows"] == first + second + third
+    assert out["scored_rows"] == first
+    assert out["failures"] == {"inputs redacted or not captured": second, "outputs not captured": third}
+    assert out["scored_rows"] + out["failed_rows"] == out["rows"]
+
+
+def test_bad_replays_name_the_field(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
+    with pytest.raises(Unprocessable) as missing:
+        shadowed.replay.replay(acme, "iris", since="1h", against="iris:9")
+    assert missing.value.field == "against"
+    for kw, field in (({"since": "yesterday-ish"}, "since"), ({"since": "1h", "until": "2h"}, "until"), ({"since": "40d"}, "since")):
+        with pytest.raises(InvalidRequest) as bad:
+            shadowed.replay.replay(acme, "iris", against="iris:2", **kw)
+        assert bad.value.field == field
+    client = TestClient(create_app(shadowed))
+    r = client.post("/api/v1/deployments/iris/replay", json={"since": "1h", "against": "no such thing"}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "against"
+
+
+def test_the_s3_reader_reads_the_delivery_streams_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    now = time.time()
+    hour = time.strftime("dt=%Y-%m-%d/hour=%H", time.gmtime(now))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(now - 1))
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="batch")
+        for tenant in ("acme", "globex"):
+            body = "".join(json.dumps({"request_id": f"{tenant}-{i}", "time": stamp, "tenant": tenant}) + "\n" for i in range(3))
+            s3.put_object(Bucket="batch", Key=f"capture/tenant={tenant}/deployment=iris/{hour}/sluice-capture-1-abc", Body=body.encode())
+        found: list[dict[str, Any]] = list(S3Capture("batch", client=s3).records("acme", "iris", now - 60, now + 1))
+        assert [r["request_id"] for r in found] == ["acme-0", "acme-1", "acme-2"]
+        assert list(S3Capture("batch", client=s3).records("acme", "iris", now + 10, now + 60)) == []

@@ -1,0 +1,374 @@
+"""Progressive rollouts end to end: real SQLite, real ONNX models, real shadow comparisons,
+the controller driven by a synthetic clock (each look is one `tick`; no test waits)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.domain.errors import Conflict, InvalidRequest, Unprocessable
+from sluice.services.rollouts import CloudWatchAlarms, RolloutService
+from tests.conftest import MODELS
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+ROW = [[5.9, 3.0, 5.1, 1.8]]
+STEPS = "1,5,25,50,100"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FiringAlarms:
+    def __init__(self, firing: set[str]) -> None:
+        self.names = firing
+
+    def firing(self, names: Any) -> list[str]:
+        return sorted(set(names) & self.names)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def rollouts(demo: Container, clock: Clock) -> RolloutService:
+    service = RolloutService(demo.registry, demo.deployments, clock=clock)
+    demo.rollouts = service  # type: ignore[misc]
+    return service
+
+
+@pytest.fixture
+def twin(demo: Container, acme: Principal) -> Container:
+    """iris:2 is the same model as iris:1: it agrees on every row."""
+    demo.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    return demo
+
+
+@pytest.fixture
+def forest(demo: Container, acme: Principal) -> Container:
+    """iris:2 is a random forest."""
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    return demo
+
+
+def send(client: TestClient, key: str, variant: str, n: int) -> None:
+    for i in range(n):
+        r = client.post(
+            "/api/v1/predictions",
+            json={
+                "deployment": "iris",
+                "inputs": ROW,
+                "variant": variant,
+                "request_id": f"{variant}-{i}",
+            },
+            headers=auth(key),
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["variant"] == variant
+
+
+def weights(policy: dict[str, Any]) -> dict[str, float]:
+    return {v["name"]: v["weight"] for v in policy["variants"]}
+
+
+def notes(container: Container, principal: Principal) -> list[dict[str, Any]]:
+    return [c.note for c in container.deployments.history(principal, "iris") if c.note is not None]
+
+
+def start(rollouts: RolloutService, principal: Principal, **kw: Any) -> Any:
+    args: dict[str, Any] = {
+        "to": "iris:2",
+        "steps": STEPS,
+        "every": "10m",
+        "gates": "agreement>=0.98,error_rate<=0.005",
+        "min_requests": 10,
+    }
+    return rollouts.start(principal, "iris", **{**args, **kw})
+
+
+def test_a_rollout_walks_every_step_to_the_candidate(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    client = TestClient(create_app(twin))
+    stable = twin.deployments.get(acme, "iris").policy
+    dep = start(rollouts, acme)
+    assert weights(dep.policy) == {"stable": 99.0, "candidate": 1.0}
+    assert dep.policy["variants"][0]["target"] == {
+        "kind": "shadow", "primary": stable,
+        "mirrors": [{"name": "candidate", "sample_percent": 100.0, "target": {"kind": "single", "model": "iris", "version": 2}}],
+    }  # fmt: skip
+    assert twin.registry.running_rollouts() == [("acme", "iris")]
+    for weight, after in ((1, 5), (5, 25), (25, 50), (50, None)):
+        dep = twin.deployments.get(acme, "iris")
+        assert dep.rollout is not None and dep.rollout.weight == weight
+        send(client, keys["acme"], "stable", 10)
+        send(client, keys["acme"], "candidate", 10)
+        held = rollouts.tick("acme", "iris")
+        assert held is not None and held.action == "hold" and "gates pass" in held.reason
+        clock.now += 600
+        moved = rollouts.tick("acme", "iris")
+        assert moved is not None
+        if after is None:
+            assert moved.action == "complete"
+        else:
+            assert moved.action == "advance"
+            assert weights(twin.deployments.get(acme, "iris").policy)["candidate"] == after
+        assert moved.numbers["metrics"]["agreement"] == 1.0
+        assert moved.numbers["metrics"]["candidate_requests"] == 10  # this revision's traffic only
+    dep = twin.deployments.get(acme, "iris")
+    assert dep.policy == {"kind": "single", "model": "iris", "version": 2}
+    assert dep.rollout is not None and dep.rollout.state == "completed"
+    assert twin.registry.running_rollouts() == []
+    recorded = notes(twin, acme)
+    assert [n["rollout"] for n in recorded] == [
+        "start",
+        "advance",
+        "advance",
+        "advance",
+        "completed",
+    ]
+    assert [n.get("to_weight") for n in recorded[1:4]] == [5, 25, 50]
+    assert all(
+        n["gates"]["agreement>=0.98"] == {"value": 1.0, "passes": True} for n in recorded[1:]
+    )
+    # The API shows the same history with its numbers.
+    history = client.get("/api/v1/deployments/iris/history", headers=auth(keys["acme"])).json()
+    assert history[-1]["note"]["rollout"] == "completed"
+    assert history[-1]["note"]["metrics"]["error_rate"] == 0.0
+
+
+def test_a_failing_gate_rolls_back_at_once(
+    forest: Container, acme: Principal, rollouts: RolloutService, clock: Clock
+) -> None:
+    stable = forest.deployments.get(acme, "iris").policy
+    dep = start(rollouts, acme, gates="error_rate<=0.005,p99_ratio<=1.2", min_requests=20)
+    recorder = forest.predictions.stats
+    for i in range(20):
+        recorder.request(("acme", "iris", dep.revision, "variant:stable"), 2.0, ok=True)
+        recorder.request(
+            ("acme", "iris", dep.revision, "variant:candidate"), 2.0 if i < 15 else 9.0, ok=True
+        )
+    # No wait for the step's time: a gate that fails rolls back on the first look.
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "rollback"
+    assert "p99_ratio<=1.2" in decision.reason
+    dep = forest.deployments.get(acme, "iris")
+    assert dep.policy == stable
+    assert dep.rollout is not None and dep.rollout.state == "rolled_back"
+    last = notes(forest, acme)[-1]
+    assert last["rollout"] == "rolled_back"
+    assert last["metrics"]["p99_ratio"] > 1.2 and last["gates"]["p99_ratio<=1.2"]["passes"] is False
+    assert rollouts.tick("acme", "iris") is None  # nothing left to look at
+
+
+def test_errors_beyond_doubt_roll_back_before_the_count_is_reached(
+    forest: Container, acme: Principal, rollouts: RolloutService
+) -> None:
+    dep = start(rollouts, acme, gates="error_rate<=0.01", min_requests=100)
+    for _ in range(2):  # 2 errors: over 1% of the 100 requests the step needs, whatever comes next
+        forest.predictions.stats.request(
+            ("acme", "iris", dep.revision, "variant:candidate"), 0.0, ok=False
+        )
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "rollback"
+    assert forest.deployments.get(acme, "iris").rollout.state == "rolled_back"  # type: ignore[union-attr]
+
+
+def test_a_step_is_held_for_lack_of_traffic(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    client = TestClient(create_app(twin))
+    start(rollouts, acme, min_requests=50)
+    send(client, keys["acme"], "candidate", 5)
+    send(client, keys["acme"], "stable", 5)
+    clock.now += 24 * 3600  # the step's time is long over
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "hold"
+    assert decision.reason.startswith("waiting for traffic: 5 of 50 candidate requests")
+    dep = twin.deployments.get(acme, "iris")
+    assert dep.rollout is not None and dep.rollout.weight == 1 and dep.rollout.state == "running"
+    assert [n["rollout"] for n in notes(twin, acme)] == ["start"]  # holding writes nothing
+    status = client.get("/api/v1/deployments/iris/rollout", headers=auth(keys["acme"])).json()
+    assert status["now"]["next"] == "hold" and status["now"]["metrics"]["candidate_requests"] == 5
+
+
+def test_a_manual_policy_change_pauses_the_rollout(
+    twin: Container, acme: Principal, rollouts: RolloutService, clock: Clock
+) -> None:
+    start(rollouts, acme)
+    changed = twin.deployments.update(
+        acme, "iris", {"kind": "single", "model": "iris", "version": 1}
+    )
+    assert changed.rollout is not None and changed.rollout.state == "paused"
+    assert "changed by test-acme" in changed.rollout.reason
+    assert notes(twin, acme)[-1]["rollout"] == "paused"
+    assert twin.registry.running_rollouts() == []
+    assert rollouts.tick("acme", "iris") is None
+    with pytest.raises(Conflict):
+        rollouts.pause(acme, "iris")
+    resumed = rollouts.resume(acme, "iris")
+    assert resumed.rollout is not None and resumed.rollout.state == "running"
+    assert weights(resumed.policy) == {"stable": 99.0, "candidate": 1.0}
+    paused = rollouts.pause(acme, "iris")
+    assert paused.rollout.state == "paused" and paused.policy == resumed.policy  # type: ignore[union-attr]
+    aborted = rollouts.abort(acme, "iris")
+    assert aborted.policy == {"kind": "single", "model": "iris", "version": 1}
+    assert aborted.rollout is not None and aborted.rollout.state == "aborted"
+    assert [n["rollout"] for n in notes(twin, acme)] == [
+        "start",
+        "paused",
+        "resumed",
+        "paused",
+        "aborted",
+    ]
+
+
+def test_a_named_alarm_rolls_back(twin: Container, acme: Principal, clock: Clock) -> None:
+    alarms = FiringAlarms(set())
+    service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)
+    start(service, acme, alarms=["iris-5xx"])
+    assert service.tick("acme", "iris").action == "hold"  # type: ignore[union-attr]
+    alarms.names.add("iris-5xx")
+    decision = service.tick("acme", "iris")
+    assert (
+        decision is not None
+        and decision.action == "rollback"
+        and decision.numbers["alarms"] == ["iris-5xx"]
+    )
+    assert notes(twin, acme)[-1]["alarms"] == ["iris-5xx"]
+
+
+def test_cloudwatch_alarms_reads_alarm_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        cw = boto3.client("cloudwatch", region_name="us-east-1")
+        for name in ("calm", "loud"):
+            cw.put_metric_alarm(
+                AlarmName=name, MetricName="Errors", Namespace="sluice", Statistic="Sum", Period=60,
+                EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanThreshold",
+            )  # fmt: skip
+        cw.set_alarm_state(AlarmName="loud", StateValue="ALARM", StateReason="test")
+        assert CloudWatchAlarms(cw).firing(["calm", "loud", "absent"]) == ["loud"]
+
+
+def test_one_rollout_at_a_time_and_bad_input_names_the_field(
+    forest: Container, acme: Principal, rollouts: RolloutService
+) -> None:
+    with pytest.raises(InvalidRequest) as bad:
+        start(rollouts, acme, gates="agreement>=0.98,latency<=3")
+    assert bad.value.field == "gate"
+    with pytest.raises(InvalidRequest) as bad:
+        start(rollouts, acme, steps="1,25,5,100")
+    assert bad.value.field == "steps"
+    with pytest.raises(Unprocessable) as missing:
+        start(rollouts, acme, to="iris:9")
+    assert missing.value.field == "to"
+    start(rollouts, acme)
+    with pytest.raises(Conflict) as twice:
+        start(rollouts, acme)
+    assert twice.value.field == "deployment"
+
+
+def test_the_api_is_tenant_scoped_and_admin_only(
+    forest: Container, keys: dict[str, str], rollouts: RolloutService
+) -> None:
+    client = TestClient(create_app(forest))
+    body = {
+        "to": "iris:2",
+        "steps": [1, 50, 100],
+        "every": "5m",
+        "gate": "error_rate<=0.01",
+        "min_requests": 10,
+    }
+    for bad, field in (
+        ({**body, "gate": "agreement=>0.9"}, "gate"),
+        ({**body, "steps": [5, 5, 100]}, "steps"),
+        ({**body, "to": "iris:7"}, "to"),
+        ({**body, "every": "soon"}, "every"),
+    ):
+        r = client.post("/api/v1/deployments/iris/rollout", json=bad, headers=auth(keys["acme"]))
+        assert 400 <= r.status_code < 500 and r.json()["field"] == field, r.text
+    r = client.post(
+        "/api/v1/deployments/iris/rollout", json=body, headers=auth(keys["acme_predict"])
+    )
+    assert r.status_code == 403
+    r = client.post("/api/v1/deployments/iris/rollout", json=body, headers=auth(keys["globex"]))
+    assert r.status_code == 404  # globex has no deployment 'iris'; acme's is not reachable
+    r = client.post("/api/v1/deployments/iris/rollout", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 201, r.text
+    assert r.json()["policy"]["kind"] == "split"
+    assert (
+        client.post(
+            "/api/v1/deployments/iris/rollout", json=body, headers=auth(keys["acme"])
+        ).status_code
+        == 409
+    )
+    for method, path in (("get", ""), ("post", "/pause"), ("post", "/resume"), ("post", "/abort")):
+        r = getattr(client, method)(
+            f"/api/v1/deployments/iris/rollout{path}", headers=auth(keys["globex"])
+        )
+        assert r.status_code == 404, (path, r.text)
+    status = client.get("/api/v1/deployments/iris/rollout", headers=auth(keys["acme"])).json()
+    assert status["rollout"]["state"] == "running" and status["rollout"]["to"] == "iris:2"
+    assert (
+        client.post(
+            "/api/v1/deployments/iris/rollout/pause", headers=auth(keys["acme"])
+        ).status_code
+        == 200
+    )
+    assert (
+        client.post(
+            "/api/v1/deployments/iris/rollout/resume", headers=auth(keys["acme"])
+        ).status_code
+        == 200
+    )
+    r = client.post("/api/v1/deployments/iris/rollout/abort", headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["policy"] == {
+        "kind": "single",
+        "model": "iris",
+        "version": 1,
+    }
+    assert (
+        client.post(
+            "/api/v1/deployments/iris/rollout/abort", headers=auth(keys["acme"])
+        ).status_code
+        == 409
+    )
+
+
+def test_the_serve_thread_looks_at_running_rollouts() -> None:
+    import threading
+
+    from sluice.services.rollouts import RolloutWatcher
+
+    looked = threading.Event()
+
+    class Service:
+        def run_once(self) -> dict[Any, str]:
+            looked.set()
+            raise RuntimeError("a bad look must not end the thread")
+
+    watcher = RolloutWatcher(Service(), interval_s=0.01).start()  # type: ignore[arg-type]
+    try:
+        assert looked.wait(30)
+        looked.clear()
+        assert looked.wait(30)  # it went on after the failure
+    finally:
+        watcher.stop()
