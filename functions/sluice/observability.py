@@ -40,86 +40,182 @@ def get_logger() -> Logger:
 
 @lru_cache(maxsize=1)
 def _formatter() -> type:
-    """powertools' `LambdaPowertoolsFormatter`, with the same output for a plain record (a
-    message that is a word, no arguments, no exception) at a fraction of the cost: the
-    timestamp's seconds formatted once per second, the default keys filled in directly, no
-    attempt to JSON-decode a message that cannot be JSON. Any other record, or a logger
+    """powertools' `LambdaPowertoolsFormatter`, with the same line for a plain record (a
+    message that is a word, no arguments, no exception) at a fraction of the cost: the keys
+    that stay the same from line to line (level, location, message, service, the Lambda
+    context) are serialized once per key set and call site, the timestamp's seconds once per
+    second, and only the record's own fields per line. Any other record, or a logger
     configured away from the defaults, takes powertools' own path."""
     from aws_lambda_powertools.logging import formatter as base
 
     reserved = frozenset(base.RESERVED_LOG_ATTRS)
-    fills = {
-        "%(levelname)s": lambda r: r.levelname,
-        "%(funcName)s:%(lineno)d": lambda r: f"{r.funcName}:{r.lineno}",
-    }
     # A message starting with one of these may be JSON (powertools decodes it): its own path.
     maybe_json = frozenset('{["-0123456789tfnNI \t\r\n')
+    mark = "@@sluice-timestamp@@"
+    # Keys powertools sets after a record's own fields: a record that brings one of them (or
+    # one of the fixed keys) takes powertools' path, which knows what wins.
+    late = frozenset({"message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"})
 
     class Formatter(base.LambdaPowertoolsFormatter):
         _second = -1
         _stamp = ("", "")
+        _version = 0
+        _plans: tuple[tuple[int, int], dict[tuple[Any, ...], tuple[str, str | None] | None]] | None = None
 
-        def _asctime(self, record: Any) -> str:
-            second = int(record.created)
+        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, str | None] | None:
+            """The line's fixed keys serialized, split around the timestamp; None where this
+            path does not know a key's template. Made again when the keys change (in Lambda,
+            once per invocation: the request id is one of them)."""
+            keys = self.log_format
+            at = (id(keys), self._version, levelname, func, lineno, message)
+            plans = self._plans
+            if plans is None or plans[0] != at[:2]:
+                plans = self._plans = (at[:2], {})
+            found = plans[1].get(at, False)
+            if found is not False:
+                return found  # type: ignore[return-value]
+            plan = None
+            if "message" in keys and "xray_trace_id" not in keys:
+                fixed: dict[str, Any] = {}
+                for key, value in keys.items():
+                    if value and key in reserved:
+                        if value == "%(levelname)s":
+                            value = levelname
+                        elif value == "%(funcName)s:%(lineno)d":
+                            value = f"{func}:{lineno}"
+                        elif value == "%(asctime)s":
+                            value = mark
+                        else:
+                            fixed = {}
+                            break
+                    elif key == "message":
+                        value = message
+                    if value is not None:
+                        fixed[key] = value
+                if self.serialize_stacktrace:
+                    fixed.pop("stack_trace", None)  # powertools sets it to None, then drops it
+                if fixed:
+                    before, found_mark, after = _dumps(fixed)[:-1].partition(f'"{mark}"')
+                    plan = (before, after if found_mark else None)
+            plans[1][at] = plan
+            return plan
+
+        def _asctime_of(self, created: float, msecs: float) -> str:
+            second = int(created)
             if second != self._second:
-                parts = self.converter(record.created)
+                parts = self.converter(created)
                 self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
                 self._second = second
             head, zone = self._stamp
-            return f"{head}{int(record.msecs):03d}{zone}"
+            return f"{head}{int(msecs):03d}{zone}"
 
-        def format(self, record: Any) -> str:
-            message = record.msg
+        def line(self, levelname: str, func: str, lineno: int, created: float, msecs: float, message: str, fields: dict[str, Any]) -> str | None:
+            """The line powertools would write for a plain record with these attributes and
+            these fields (its extras); None where only powertools' own path can tell."""
             if (
-                record.args
-                or record.exc_info
-                or type(message) is not str
-                or not message
+                not message
                 or message[0] in maybe_json
                 or self.datefmt
                 or self.use_rfc3339_iso8601
                 or base._get_context().get()
             ):
-                return super().format(record)
-            out: dict[str, Any] = {}
-            for key, value in self.log_format.items():
-                if value and key in reserved:
-                    if value == "%(asctime)s":
-                        out[key] = self._asctime(record)
-                        continue
-                    fill = fills.get(value)
-                    if fill is None:
-                        return super().format(record)
-                    out[key] = fill(record)
-                else:
-                    out[key] = value
-            for key, value in record.__dict__.items():
-                if key not in reserved:
-                    out[key] = value
-            out["message"] = message
-            if self.serialize_stacktrace:
-                out.pop("stack_trace", None)  # powertools sets it to None, then drops it
-            out["xray_trace_id"] = self._get_latest_trace_id()
-            return self.serialize(log={k: v for k, v in out.items() if v is not None})
+                return None
+            plan = self._plan(levelname, func, lineno, message)
+            if plan is None:
+                return None
+            before, after = plan
+            if not (self.log_format.keys().isdisjoint(fields) and late.isdisjoint(fields)):
+                return None
+            text = before if after is None else f'{before}"{self._asctime_of(created, msecs)}"{after}'
+            own = {k: v for k, v in fields.items() if v is not None}
+            if own:
+                text = f"{text},{_dumps(own)[1:-1]}"
+            trace = self._get_latest_trace_id()
+            if trace is not None:
+                text = f"{text},\"xray_trace_id\":{_dumps(trace)}"  # type: ignore[arg-type]
+            return text + "}"
+
+        def append_keys(self, **additional_keys: Any) -> None:
+            super().append_keys(**additional_keys)
+            self._version += 1
+
+        def remove_keys(self, keys: Any) -> None:
+            super().remove_keys(keys)
+            self._version += 1
+
+        def clear_state(self) -> None:
+            super().clear_state()
+            self._version += 1
+
+        def format(self, record: Any) -> str:
+            message = record.msg
+            if not record.args and not record.exc_info and type(message) is str:
+                fields = {k: v for k, v in record.__dict__.items() if k not in reserved}
+                text = self.line(record.levelname, record.funcName, record.lineno, record.created, record.msecs, message, fields)
+                if text is not None:
+                    return text
+            return super().format(record)
 
     return Formatter
 
 
-def _dumps(record: dict[str, Any]) -> str:
-    import orjson
+def _dumps(record: Any) -> str:
+    global _orjson_dumps
+    if _orjson_dumps is None:
+        import orjson
 
-    return orjson.dumps(record, default=str).decode()
+        _orjson_dumps = orjson.dumps
+    return _orjson_dumps(record, default=str).decode()
+
+
+_orjson_dumps: Callable[..., bytes] | None = None
 
 
 def _log_info(logger: Logger, message: str, extra: dict[str, Any]) -> None:
-    """`logger.info(message, extra=extra)` for a caller that already knows INFO is on: the
-    same record through the same handlers, without powertools' and logging's per-call
-    wrapping (keyword merging, the caller's frame looked up by walking the stack)."""
+    """`logger.info(message, extra=extra)` for a caller that already knows INFO is on.
+
+    Where powertools' handler is the only one the line reaches (no filter, no other handler
+    on the way up), the line is formatted from the call's attributes and written by that
+    handler's stream, under its lock, with no `LogRecord` on the way: the same line. Anywhere
+    else (a test capturing records, a handler added by the host) the record goes through
+    logging as `info` sends it."""
     std = logger._logger
     caller = sys._getframe(1)
     code = caller.f_code
-    record = std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra)
-    std.handle(record)
+    handler = _sole_handler(std)
+    if handler is not None:
+        now = time.time()
+        text = handler.formatter.line("INFO", code.co_name, caller.f_lineno, now, (now - int(now)) * 1000, message, extra)  # type: ignore[union-attr]
+        if text is not None:
+            handler.acquire()
+            try:
+                handler.stream.write(text + handler.terminator)
+                handler.flush()
+                return
+            except Exception:  # as StreamHandler.emit: the handler reports it
+                handler.handleError(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
+                return
+            finally:
+                handler.release()
+    std.handle(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
+
+
+def _sole_handler(std: logging.Logger) -> logging.StreamHandler | None:  # type: ignore[type-arg]
+    """powertools' stream handler when a record of `std` at INFO would reach it and nothing else."""
+    handlers = std.handlers
+    if len(handlers) != 1 or std.filters:
+        return None
+    handler = handlers[0]
+    if type(handler) is not logging.StreamHandler or handler.filters or handler.level > logging.INFO:
+        return None
+    if type(handler.formatter) is not _formatter():
+        return None
+    parent = std.parent if std.propagate else None
+    while parent is not None:
+        if parent.handlers:
+            return None
+        parent = parent.parent if parent.propagate else None
+    return handler
 
 
 @lru_cache(maxsize=1)

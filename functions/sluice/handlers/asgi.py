@@ -7,6 +7,10 @@ included) and replaces only the cycle in between: Mangum's runs the app with an
 `asyncio.Queue` and a state machine per request, this one with two small closures. The
 app is run as a task on the thread's kept loop (`sluice.services.loop`), as Mangum runs it
 on the current loop.
+
+An app that can answer some requests without the ASGI exchange (`answer_whole(scope, body)`,
+as sluice's edge answers its hot routes) is asked first: its response is translated the same
+way, and its background task run before the result is returned, as the exchange would.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 from mangum import Mangum
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from starlette.responses import Response
     from starlette.types import ASGIApp, Message
 
 log = logging.getLogger("mangum.http")  # the logger Mangum's own cycle reports to
@@ -73,13 +80,37 @@ class LambdaASGI(Mangum):
 
     def __init__(self, app: ASGIApp, *, api_gateway_base_path: str | None = None) -> None:
         super().__init__(app, lifespan="off", api_gateway_base_path=api_gateway_base_path or "/")
+        self.whole: Callable[[dict[str, Any], bytes], Awaitable[Response | None]] | None = getattr(app, "answer_whole", None)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         handler = self.infer(event, context)
         scope = handler.scope
-        cycle = _Cycle(handler.body)
-        asyncio.get_event_loop().run_until_complete(self._run(scope, cycle))
+        body = handler.body
+        loop = asyncio.get_event_loop()
+        if self.whole is not None and scope["type"] == "http":
+            answered = loop.run_until_complete(self._whole(scope, body))
+            if answered is not None:
+                return handler(answered)
+        cycle = _Cycle(body)
+        loop.run_until_complete(self._run(scope, cycle))
         return handler({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)})
+
+    async def _whole(self, scope: dict[str, Any], body: bytes) -> dict[str, Any] | None:
+        try:
+            response = await self.whole(scope, body)  # type: ignore[misc]
+        except BaseException:
+            log.exception("An error occurred running the application.")
+            return {"status": 500, "headers": ERROR_HEADERS, "body": b"Internal Server Error"}
+        if response is None:
+            return None
+        if response.background is not None:
+            try:  # after the response, as the exchange runs it: a failure leaves the answer as sent
+                await response.background()
+            except BaseException:
+                log.exception("An error occurred running the application.")
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s %s", scope["method"], scope["path"], response.status_code)
+        return {"status": response.status_code, "headers": response.raw_headers, "body": response.body}
 
     async def _run(self, scope: dict[str, Any], cycle: _Cycle) -> None:
         try:

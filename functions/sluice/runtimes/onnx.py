@@ -151,7 +151,7 @@ def as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None]
         labels = list(value[0].keys()) if value else []
         # ZipMap gives every row the same keys in the same order: read the values straight
         # into one buffer rather than building a list per row.
-        flat = np.fromiter(chain.from_iterable(row.values() for row in value), dtype=np.float32, count=len(value) * len(labels))
+        flat = np.fromiter(chain.from_iterable(map(dict.values, value)), dtype=np.float32, count=len(value) * len(labels))
         return flat.reshape(len(value), len(labels)), labels
     raise BackendError(f"output '{name}' has a type sluice cannot return")
 
