@@ -181,6 +181,11 @@ def present_rows(
     confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
     if not return_probabilities:
         return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
+    maps = result.maps.get(prob_spec.name) if prob_spec else None
+    if maps is not None and len(maps) == n and list(maps[0]) == keys:
+        # The runtime's own {label: probability} rows (string labels, in the classes' order):
+        # the same values as the array's, with no dict built per row.
+        return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
     table = probs.tolist()  # type: ignore[union-attr]
     return [
         {"prediction": p, "probabilities": dict(zip(keys, row, strict=False)), "confidence": c}

@@ -208,6 +208,7 @@ class OnnxRuntime:
             result.outputs[name] = array
             if labels is not None:
                 result.classes[name] = labels
+                result.maps[name] = value
         return result
 
     async def load(self, version: ModelVersion) -> None:
