@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain import CacheSettings, Deployment, check_cache, check_name, now
+from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.domain.policy import (
     Ensemble,
@@ -135,18 +135,29 @@ class DeploymentService:
 
     # Changes -------------------------------------------------------------------------------
     def create(
-        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "", cache: Any = None
+        self,
+        principal: Principal,
+        name: str,
+        policy: dict[str, Any],
+        *,
+        description: str = "",
+        cache: Any = None,
+        batching: Any = None,
     ) -> Deployment:
-        """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none."""
+        """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none;
+        `batching`: `{"max_batch_size", "max_delay_us"}` (or BatchingSettings) to join
+        concurrent requests into one runtime call, None for none."""
         principal.require("admin")
         check_name(name, field="name")
         settings = check_cache(cache)
+        joined = check_batching(batching)
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,
                 name=name,
                 policy=self._validated(principal.tenant, name, policy, settings),
                 cache=settings,
+                batching=joined,
                 description=description,
                 updated_by=principal.subject,
             )
@@ -162,9 +173,10 @@ class DeploymentService:
         *,
         expected_revision: int | None = None,
         cache: Any = KEEP,
+        batching: Any = KEEP,
     ) -> Deployment:
-        """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
-        default, keeps the current setting; None turns the cache off)."""
+        """A new revision: `policy` (None keeps the current one), `cache` and `batching`
+        (KEEP, the default, keeps the current setting; None turns it off)."""
         principal.require("admin")
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
@@ -172,10 +184,12 @@ class DeploymentService:
                 f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
             )
         settings = current.cache if cache is KEEP else check_cache(cache)
+        joined = current.batching if batching is KEEP else check_batching(batching)
         updated = replace(
             current,
             policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
             cache=settings,
+            batching=joined,
             updated_at=now(),
             updated_by=principal.subject,
         )

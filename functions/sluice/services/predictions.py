@@ -8,6 +8,7 @@ only present what it returns.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.observability import get_logger
+from sluice.services.batching import Batcher
 from sluice.services.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.services.prediction_cache import answer_key, route_of
 from sluice.stats.recorder import StatsRecorder
@@ -69,7 +71,9 @@ class PredictionService:
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check)
+        # Batching joins requests one process serves at once; a Lambda environment serves one.
+        self.batcher = Batcher(enabled="AWS_LAMBDA_FUNCTION_NAME" not in os.environ)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:

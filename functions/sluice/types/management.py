@@ -7,7 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt, field_validator
 
-from sluice.domain.objects import MAX_CACHE_ENTRIES, MAX_CACHE_TTL_S
+from sluice.domain.objects import (
+    MAX_BATCH_DELAY_US,
+    MAX_BATCH_SIZE,
+    MAX_CACHE_ENTRIES,
+    MAX_CACHE_TTL_S,
+)
 from sluice.domain.policy import Node
 from sluice.domain.values import RevisionNumber, VersionNumber
 from sluice.types.base import WireModel
@@ -91,12 +96,22 @@ class CacheSpec(WireModel):
     max_entries: StrictInt = Field(ge=1, le=MAX_CACHE_ENTRIES, description="Answers kept per container, least recently used go first.")
 
 
+class BatchingSpec(WireModel):
+    """A deployment's adaptive batching (opt-in): see docs/configuration.md#adaptive-batching."""
+
+    max_batch_size: StrictInt = Field(ge=2, le=MAX_BATCH_SIZE, description="Most rows in one joined runtime call.")
+    max_delay_us: StrictInt = Field(
+        ge=0, le=MAX_BATCH_DELAY_US, description="Longest a request waits for others to join it, in microseconds (0: only those already arrived)."
+    )
+
+
 class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
     version: VersionNumber | None = Field(None, description="…at this version (default: its latest).")
     policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
     cache: CacheSpec | None = Field(None, description="Cache answers (deterministic routes only); left out: no cache.")
+    batching: BatchingSpec | None = Field(None, description="Join concurrent requests into one runtime call; left out: no batching.")
     description: str = ""
 
 
@@ -107,6 +122,9 @@ class DeploymentUpdate(WireModel):
     cache: CacheSpec | None = Field(
         None, description="Left out: the cache stays as it is; null: off. With neither model nor policy, the policy stays."
     )
+    batching: BatchingSpec | None = Field(
+        None, description="Left out: batching stays as it is; null: off. With neither model nor policy, the policy stays."
+    )
     revision: RevisionNumber | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
@@ -115,6 +133,7 @@ class DeploymentOut(WireModel):
     policy: Node
     revision: int
     cache: CacheSpec | None = None
+    batching: BatchingSpec | None = None
     description: str
     created_at: float
     updated_at: float

@@ -25,8 +25,8 @@ router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses
 
 
 def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
-    if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and "cache" in body.model_fields_set:
-        return None  # only the cache changes
+    if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and {"cache", "batching"} & body.model_fields_set:
+        return None  # only the cache or batching changes
     if (body.policy is None) == (body.model is None):
         raise BadRequest("give either 'model' (and optionally 'version') or 'policy'", field="policy")
     if body.policy is not None:
@@ -40,7 +40,10 @@ def create_deployment(body: DeploymentCreate, principal: AdminDep, container: Co
     policy = _policy(container, principal, body)
     assert policy is not None
     cache = body.cache.model_dump() if body.cache is not None else None
-    deployment = container.deployments.create(principal, body.name, policy, description=body.description, cache=cache)
+    batching = body.batching.model_dump() if body.batching is not None else None
+    deployment = container.deployments.create(
+        principal, body.name, policy, description=body.description, cache=cache, batching=batching
+    )
     return JSONResponse(deployment_out(deployment), status_code=201)
 
 
@@ -59,6 +62,8 @@ def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, co
     changes: dict[str, Any] = {}
     if "cache" in body.model_fields_set:  # left out: stays as it is
         changes["cache"] = body.cache.model_dump() if body.cache is not None else None
+    if "batching" in body.model_fields_set:
+        changes["batching"] = body.batching.model_dump() if body.batching is not None else None
     deployment = container.deployments.update(
         principal, name, _policy(container, principal, body), expected_revision=body.revision, **changes
     )
