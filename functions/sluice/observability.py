@@ -48,35 +48,47 @@ def _formatter() -> type:
     configured away from the defaults, takes powertools' own path."""
     from aws_lambda_powertools.logging import formatter as base
 
+    import re
+
     reserved = frozenset(base.RESERVED_LOG_ATTRS)
     # A message starting with one of these may be JSON (powertools decodes it): its own path.
     maybe_json = frozenset('{["-0123456789tfnNI \t\r\n')
-    mark = "@@sluice-timestamp@@"
     # Keys powertools sets after a record's own fields: a record that brings one of them (or
     # one of the fixed keys) takes powertools' path, which knows what wins.
     late = frozenset({"message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"})
+    # Keys whose values change from one Lambda invocation to the next (powertools' decorator
+    # sets them): filled in per line, so that the rest is serialized once, not per invocation.
+    volatile = frozenset({"cold_start", "function_request_id"})
+    slot = re.compile(r'"@@sluice-(ts|\d+)@@"')
+    stamp = "ts"
 
     class Formatter(base.LambdaPowertoolsFormatter):
         _second = -1
         _stamp = ("", "")
         _version = 0
-        _plans: tuple[tuple[int, int], dict[tuple[Any, ...], tuple[str, str | None] | None]] | None = None
+        _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
+        _shape: list[tuple[str, Any]] | None = None  # those keys, volatile values left out
+        _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
 
-        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, str | None] | None:
-            """The line's fixed keys serialized, split around the timestamp; None where this
-            path does not know a key's template. Made again when the keys change (in Lambda,
-            once per invocation: the request id is one of them)."""
+        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+            """The line's fixed keys serialized, as text pieces between the slots filled per
+            line (the timestamp, the volatile keys' values); None where this path does not know
+            a key's template. Made again when a key or a fixed value changes."""
             keys = self.log_format
-            at = (id(keys), self._version, levelname, func, lineno, message)
-            plans = self._plans
-            if plans is None or plans[0] != at[:2]:
-                plans = self._plans = (at[:2], {})
-            found = plans[1].get(at, False)
+            seen = (id(keys), self._version)
+            if seen != self._seen:
+                shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
+                if shape != self._shape:
+                    self._shape, self._plans = shape, {}
+                self._seen = seen
+            at = (levelname, func, lineno, message)
+            found = self._plans.get(at, False)
             if found is not False:
                 return found  # type: ignore[return-value]
             plan = None
             if "message" in keys and "xray_trace_id" not in keys:
                 fixed: dict[str, Any] = {}
+                names: list[str] = []
                 for key, value in keys.items():
                     if value and key in reserved:
                         if value == "%(levelname)s":
@@ -84,20 +96,23 @@ def _formatter() -> type:
                         elif value == "%(funcName)s:%(lineno)d":
                             value = f"{func}:{lineno}"
                         elif value == "%(asctime)s":
-                            value = mark
+                            value = f"@@sluice-{stamp}@@"
                         else:
                             fixed = {}
                             break
                     elif key == "message":
                         value = message
+                    elif key in volatile and type(value) in (str, bool):
+                        value = f"@@sluice-{len(names)}@@"
+                        names.append(key)
                     if value is not None:
                         fixed[key] = value
                 if self.serialize_stacktrace:
                     fixed.pop("stack_trace", None)  # powertools sets it to None, then drops it
                 if fixed:
-                    before, found_mark, after = _dumps(fixed)[:-1].partition(f'"{mark}"')
-                    plan = (before, after if found_mark else None)
-            plans[1][at] = plan
+                    parts = slot.split(_dumps(fixed)[:-1])
+                    plan = (tuple(parts[0::2]), tuple(p if p == stamp else names[int(p)] for p in parts[1::2]))
+            self._plans[at] = plan
             return plan
 
         def _asctime_of(self, created: float, msecs: float) -> str:
@@ -123,17 +138,36 @@ def _formatter() -> type:
             plan = self._plan(levelname, func, lineno, message)
             if plan is None:
                 return None
-            before, after = plan
-            if not (self.log_format.keys().isdisjoint(fields) and late.isdisjoint(fields)):
+            keys = self.log_format
+            if not (keys.keys().isdisjoint(fields) and late.isdisjoint(fields)):
                 return None
-            text = before if after is None else f'{before}"{self._asctime_of(created, msecs)}"{after}'
+            texts, slots = plan
+            out = [texts[0]]
+            for name, text in zip(slots, texts[1:], strict=True):
+                if name == stamp:
+                    out.append(f'"{self._asctime_of(created, msecs)}"')
+                else:
+                    value = keys[name]
+                    out.append(("true" if value else "false") if value is True or value is False else _dumps(value))
+                out.append(text)
             own = {k: v for k, v in fields.items() if v is not None}
             if own:
-                text = f"{text},{_dumps(own)[1:-1]}"
+                out.append(f",{_dumps(own)[1:-1]}")
             trace = self._get_latest_trace_id()
             if trace is not None:
-                text = f"{text},\"xray_trace_id\":{_dumps(trace)}"  # type: ignore[arg-type]
-            return text + "}"
+                out.append(f',"xray_trace_id":{_dumps(trace)}')
+            out.append("}")
+            return "".join(out)
+
+        def restructure(self, keys: dict[str, Any]) -> None:
+            """What powertools' `Logger.structure_logs(**keys)` does to a configured logger's
+            formatter (its keys cleared, then `keys` appended), in one step."""
+            fresh = dict.fromkeys(self.log_record_order)
+            fresh.update(self.keys_combined)
+            fresh.update(keys)
+            self.log_format = fresh
+            base.clear_context_keys()
+            self._version += 1
 
         def append_keys(self, **additional_keys: Any) -> None:
             super().append_keys(**additional_keys)
@@ -216,6 +250,44 @@ def _sole_handler(std: logging.Logger) -> logging.StreamHandler | None:  # type:
             return None
         parent = parent.parent if parent.propagate else None
     return handler
+
+
+def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`get_logger().inject_lambda_context(handler, clear_state=True)` with the same keys on
+    every line (cold_start, function_name, function_memory_size, function_arn,
+    function_request_id), set in one step per invocation. Where the logger uses more of
+    powertools than that (sampling, a log buffer, logging the event, a formatter of its own, a
+    durable context) powertools' own decorator runs."""
+    import functools
+
+    from aws_lambda_powertools.logging import logger as powertools
+    from aws_lambda_powertools.shared.functions import is_durable_context, resolve_truthy_env_var_choice
+
+    logger = get_logger()
+    theirs = logger.inject_lambda_context(handler, clear_state=True)
+    formatter = logger.registered_formatter
+    logs_event = resolve_truthy_env_var_choice(env=os.getenv("POWERTOOLS_LOGGER_LOG_EVENT", "false"), choice=False)
+    if logger.sampling_rate or logger._buffer_config or logs_event or type(formatter) is not _formatter():
+        return theirs
+    defaults = logger._default_log_keys
+
+    @functools.wraps(handler)
+    def decorate(event: Any, context: Any) -> Any:
+        if is_durable_context(context):
+            return theirs(event, context)
+        formatter.restructure(
+            {
+                **defaults,
+                "cold_start": powertools._is_cold_start(),
+                "function_name": context.function_name,
+                "function_memory_size": context.memory_limit_in_mb,
+                "function_arn": context.invoked_function_arn,
+                "function_request_id": context.aws_request_id,
+            }
+        )
+        return handler(event, context)
+
+    return decorate
 
 
 @lru_cache(maxsize=1)

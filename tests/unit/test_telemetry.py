@@ -134,3 +134,24 @@ def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: py
     for line in (fast, standard):
         line.pop("timestamp"), line.pop("location")
     assert list(fast.items()) == list(standard.items())
+
+
+def test_the_lambda_context_keys_are_powertools_own() -> None:
+    """sluice's decorator leaves the logger with the keys powertools' leaves, in its order."""
+    from sluice.observability import inject_lambda_context
+    from tests.support import LambdaContext
+
+    logger = get_logger()
+    seen: list[dict] = []
+
+    def handler(event: object, context: object) -> None:
+        seen.append(dict(logger.registered_formatter.log_format))
+
+    logger.append_keys(left_over="from an earlier invocation")
+    logger.inject_lambda_context(handler, clear_state=True)({}, LambdaContext())
+    logger.append_keys(left_over="from an earlier invocation")
+    inject_lambda_context(handler)({}, LambdaContext())
+    theirs, ours = seen
+    assert list(ours) == list(theirs) and "left_over" not in ours
+    assert {k: v for k, v in ours.items() if k != "cold_start"} == {k: v for k, v in theirs.items() if k != "cold_start"}
+    assert ours["function_request_id"] == LambdaContext.aws_request_id and ours["cold_start"] is False

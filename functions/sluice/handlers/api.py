@@ -11,7 +11,7 @@ from typing import Any
 from sluice.api.app import create_app
 from sluice.handlers import snapstart
 from sluice.handlers.asgi import LambdaASGI
-from sluice.observability import get_logger
+from sluice.observability import get_logger, inject_lambda_context
 from sluice.services.loop import container_loop
 
 app = create_app()
@@ -24,7 +24,7 @@ snapstart.install(
 )
 
 
-@logger.inject_lambda_context(clear_state=True)
+@inject_lambda_context  # powertools' keys on every line, set once per invocation
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     container_loop()
     return _asgi(event, context)
