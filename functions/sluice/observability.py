@@ -46,9 +46,9 @@ def _formatter() -> type:
     context) are serialized once per key set and call site, the timestamp's seconds once per
     second, and only the record's own fields per line. Any other record, or a logger
     configured away from the defaults, takes powertools' own path."""
-    from aws_lambda_powertools.logging import formatter as base
-
     import re
+
+    from aws_lambda_powertools.logging import formatter as base
 
     reserved = frozenset(base.RESERVED_LOG_ATTRS)
     # A message starting with one of these may be JSON (powertools decodes it): its own path.
@@ -261,7 +261,10 @@ def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, 
     import functools
 
     from aws_lambda_powertools.logging import logger as powertools
-    from aws_lambda_powertools.shared.functions import is_durable_context, resolve_truthy_env_var_choice
+    from aws_lambda_powertools.shared.functions import (
+        is_durable_context,
+        resolve_truthy_env_var_choice,
+    )
 
     logger = get_logger()
     theirs = logger.inject_lambda_context(handler, clear_state=True)

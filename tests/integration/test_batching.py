@@ -137,7 +137,6 @@ def test_a_request_as_large_as_the_batch_goes_alone_and_others_wait_at_most_the_
         tenant, model, version, sha256 = "t", "m", 1, "x"
 
     runtime, batcher = Runtime(), Batcher()
-    batcher.active = 5  # as PredictionService.predict counts them: five requests under way
     settings = BatchingSettings(max_batch_size=4, max_delay_us=1000)
 
     async def go() -> list[Any]:
@@ -148,34 +147,6 @@ def test_a_request_as_large_as_the_batch_goes_alone_and_others_wait_at_most_the_
     # 4 rows alone; then 1+1 joined, 3 does not fit (5 > 4) so those two leave; 3+1 leave full.
     assert sorted(runtime.calls) == [2, 4, 4]
     assert [r.outputs["y"].ravel().tolist() for r in got] == [[2.0] * 4, [4.0], [6.0], [8.0] * 3, [10.0]]
-
-
-def test_a_batch_leaves_once_every_request_under_way_has_joined() -> None:
-    class Runtime:
-        calls: list[int] = []
-
-        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
-            from sluice.domain.results import InferenceResult
-
-            self.calls.append(next(iter(inputs.values())).shape[0])
-            return InferenceResult({"y": next(iter(inputs.values()))})
-
-    class Version:
-        tenant, model, version, sha256 = "t", "m", 1, "x"
-
-    runtime, batcher = Runtime(), Batcher()
-    settings = BatchingSettings(max_batch_size=64, max_delay_us=1_000_000)  # a delay the test never sits out
-
-    async def go() -> list[int]:
-        batcher.active = 3
-        tasks = [asyncio.ensure_future(batcher.infer(runtime, Version(), {"x": np.ones((1, 2), np.float32)}, None, settings)) for _ in range(3)]  # type: ignore[arg-type]
-        for _ in range(5):  # a few turns of the loop, far less than the delay
-            await asyncio.sleep(0)
-        calls = list(runtime.calls)
-        await asyncio.gather(*tasks)
-        return calls
-
-    assert asyncio.run(go()) == [3]  # joined and sent as soon as the third arrived
 
 
 def test_in_lambda_nothing_waits(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:

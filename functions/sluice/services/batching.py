@@ -8,10 +8,9 @@ the runtime is shared, at the version level (`PolicyRunner._single`):
 
 - A request joins the open batch of its version (same runtime, version, outputs asked for,
   and input dtypes and shapes past the batch axis). The first request opens it; the batch
-  leaves when it holds `max_batch_size` rows, when every request the process has under way
-  is waiting in a batch (no one else could join it before more requests arrive), or
-  `max_delay_us` after it opened (0: at the end of the event loop's current turn), whichever
-  is first. A request as large as the batch alone goes straight to the runtime.
+  leaves when it holds `max_batch_size` rows or `max_delay_us` after it opened (0: at the end
+  of the event loop's current turn, with the requests already read), whichever is first. A
+  request as large as the batch alone goes straight to the runtime.
 - A joined call runs on a worker thread where the runtime offers one (`infer_off_loop`):
   the loop goes on reading requests, which fill the next batch.
 - The joined call gets the inputs concatenated along the batch axis; each request gets back
@@ -72,8 +71,6 @@ class Batcher:
         self._running: set[asyncio.Task[None]] = set()  # batches under way: kept from the collector
         self.calls = 0  # joined runtime calls made (more than one request each)
         self.joined = 0  # requests answered by those calls
-        self.active = 0  # predictions under way in this process (`PredictionService.predict` counts them)
-        self.waiting = 0  # of those, the ones waiting here for a batch's answer
 
     async def infer(
         self,
@@ -107,16 +104,9 @@ class Batcher:
         answer: asyncio.Future[InferenceResult] = loop.create_future()
         batch.members.append(_Member(inputs, rows, answer))
         batch.rows += rows
-        self.waiting += 1
         if batch.rows >= settings.max_batch_size:
             self._send(key, batch)
-        elif self.waiting >= self.active:  # no request under way is left to join: all go now
-            for open_key, open_batch in list(self._open.items()):
-                self._send(open_key, open_batch)
-        try:
-            return await answer
-        finally:
-            self.waiting -= 1
+        return await answer
 
     def _send(self, key: tuple[Any, ...], batch: _Batch) -> None:
         if self._open.get(key) is batch:

@@ -77,16 +77,6 @@ class PredictionService:
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
-        batcher = self.batcher
-        if not batcher.enabled:
-            return await self._predict(principal, request)
-        batcher.active += 1  # the requests under way: a batch need not wait for more than these
-        try:
-            return await self._predict(principal, request)
-        finally:
-            batcher.active -= 1
-
-    async def _predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
         resolved = await self.resolve(principal, request.deployment, version=request.version)
         signature = resolved.version.signature
