@@ -149,6 +149,46 @@ def test_a_request_as_large_as_the_batch_goes_alone_and_others_wait_at_most_the_
     assert [r.outputs["y"].ravel().tolist() for r in got] == [[2.0] * 4, [4.0], [6.0], [8.0] * 3, [10.0]]
 
 
+def test_while_a_call_is_under_way_the_next_batch_keeps_growing() -> None:
+    release = asyncio.Event()
+
+    class Runtime:
+        calls: list[int] = []
+
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            from sluice.domain.results import InferenceResult
+
+            self.calls.append(next(iter(inputs.values())).shape[0])
+            await release.wait()  # a slow model
+            return InferenceResult({"y": next(iter(inputs.values()))})
+
+    class Version:
+        tenant, model, version, sha256 = "t", "m", 1, "x"
+
+    runtime, batcher = Runtime(), Batcher()
+    settings = BatchingSettings(max_batch_size=64, max_delay_us=0)  # leave at the end of the loop's turn
+
+    async def one() -> Any:
+        return await batcher.infer(runtime, Version(), {"x": np.ones((1, 2), np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[int]:
+        first = [asyncio.ensure_future(one()) for _ in range(2)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert runtime.calls == [2]  # under way, and slow
+        later = []
+        for _ in range(3):  # arrive one turn apart: each turn's batch is due, but waits
+            later.append(asyncio.ensure_future(one()))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        assert runtime.calls == [2]
+        release.set()
+        await asyncio.gather(*first, *later)
+        return runtime.calls
+
+    assert asyncio.run(go()) == [2, 3]
+
+
 def test_in_lambda_nothing_waits(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     from sluice.wiring import Container
 

@@ -11,6 +11,9 @@ the runtime is shared, at the version level (`PolicyRunner._single`):
   leaves when it holds `max_batch_size` rows or `max_delay_us` after it opened (0: at the end
   of the event loop's current turn, with the requests already read), whichever is first. A
   request as large as the batch alone goes straight to the runtime.
+- While a call for the version is under way, a batch whose time is up stays open and keeps
+  taking requests until that call returns (or it is full): under load batches grow instead of
+  calls piling up, as Triton's scheduler holds requests while its instances are busy.
 - A joined call runs on a worker thread where the runtime offers one (`infer_off_loop`):
   the loop goes on reading requests, which fill the next batch.
 - The joined call gets the inputs concatenated along the batch axis; each request gets back
@@ -60,6 +63,8 @@ class _Batch:
     members: list[_Member] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.Handle | None = None
+    due: bool = False  # its time is up, but a call for its version is under way: it leaves after that one
+    sent: bool = False
 
 
 class Batcher:
@@ -68,6 +73,7 @@ class Batcher:
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
         self._open: dict[tuple[Any, ...], _Batch] = {}
+        self._busy: dict[tuple[Any, ...], int] = {}  # calls under way, by version
         self._running: set[asyncio.Task[None]] = set()  # batches under way: kept from the collector
         self.calls = 0  # joined runtime calls made (more than one request each)
         self.joined = 0  # requests answered by those calls
@@ -95,7 +101,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is not None and batch.rows + rows > settings.max_batch_size:
-            self._send(key, batch)
+            self._send(key, batch, full=True)
             batch = None
         if batch is None:
             batch = self._open[key] = _Batch(runtime, version, outputs)
@@ -105,22 +111,42 @@ class Batcher:
         batch.members.append(_Member(inputs, rows, answer))
         batch.rows += rows
         if batch.rows >= settings.max_batch_size:
-            self._send(key, batch)
+            self._send(key, batch, full=True)
         return await answer
 
-    def _send(self, key: tuple[Any, ...], batch: _Batch) -> None:
-        if self._open.get(key) is batch:
-            del self._open[key]
-        elif batch.timer is None:
-            return  # sent already
+    def _send(self, key: tuple[Any, ...], batch: _Batch, *, full: bool = False) -> None:
+        """The batch leaves: now if it is full or no call for its version is under way; else
+        it stays open, taking more requests, until that call returns."""
+        if batch.sent:
+            return
         if batch.timer is not None:
             batch.timer.cancel()
             batch.timer = None
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        if not full and self._busy.get(key):
+            batch.due = True
+            return
+        batch.sent = True
+        if self._open.get(key) is batch:
+            del self._open[key]
+        self._busy[key] = self._busy.get(key, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._run(key, batch))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, batch: _Batch) -> None:
+    async def _run(self, key: tuple[Any, ...], batch: _Batch) -> None:
+        try:
+            await self._call(batch)
+        finally:
+            left = self._busy.get(key, 1) - 1
+            if left > 0:
+                self._busy[key] = left
+            else:
+                self._busy.pop(key, None)
+            waiting = self._open.get(key)
+            if waiting is not None and waiting.due:
+                self._send(key, waiting)
+
+    async def _call(self, batch: _Batch) -> None:
         members = [m for m in batch.members if not m.answer.done()]  # those still waiting
         if not members:
             return
