@@ -153,11 +153,11 @@ class Batcher:
         if len(members) == 1:
             await self._alone(batch, members[0])
             return
-        joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
         # A runtime that can run a call on a thread does, for a joined one: the loop goes on
         # reading the next requests (and filling the next batch) while this one computes.
         infer = getattr(batch.runtime, "infer_off_loop", None) or batch.runtime.infer
         try:
+            joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
             result = await infer(batch.version, joined, batch.outputs)
         except SluiceError as error:
             if error.status < 500:  # the joined input refused: find whose it was
@@ -168,6 +168,10 @@ class Batcher:
         except Exception as error:  # anything else fails every request, as it would have alone
             _fail(members, error)
             return
+        except BaseException:  # cancelled: no request is left waiting for ever
+            for member in members:
+                member.answer.cancel()
+            raise
         parts = split(result, [m.rows for m in members])
         if parts is None:  # not one output row per input row: each alone
             await asyncio.gather(*(self._alone(batch, m) for m in members))
@@ -228,4 +232,12 @@ def split(result: InferenceResult, rows: list[int]) -> list[InferenceResult] | N
 def _fail(members: list[_Member], error: Exception) -> None:
     for member in members:
         if not member.answer.done():
-            member.answer.set_exception(copy.copy(error))  # one exception object per waiter
+            member.answer.set_exception(_own(error))
+
+
+def _own(error: Exception) -> Exception:
+    """A copy of `error` for one waiter (each raises its own), or `error` where it cannot be copied."""
+    try:
+        return copy.copy(error)
+    except Exception:
+        return error
