@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
 PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 PRINCIPAL = "sluice.principal"
+JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 
 
 def too_large(limit: int) -> PayloadTooLarge:
@@ -269,6 +270,10 @@ class Edge:
                 if declared is not None:
                     raw, path["binary"] = split_body(raw, declared)  # type: ignore[arg-type]
             parsed = route.body.model_validate_json(raw or b"null")
+            # Whether the JSON holds a true or false anywhere: where not, decoding need not
+            # look at every value for one (JSON booleans are not numbers).
+            text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
+            scope[JSON_BOOLS] = b"true" in text or b"false" in text
             return await route.handler(container, principal, parsed, scope, headers, **path)
         except BodyTooLarge:
             return error_response(too_large(container.settings.max_request_bytes))

@@ -152,14 +152,18 @@ class PredictionService:
         inputs = request.inputs
         declared: dict[str, str] | None = None
         if isinstance(inputs, RowInputs):
-            arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch)
+            arrays = arrays_from_request(
+                signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools
+            )
         elif isinstance(inputs, TensorInputs):
             arrays, declared = {}, {}
             for tensor in inputs.tensors:
                 where = f"inputs.{tensor.name}"
                 if tensor.name in arrays:
                     raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
-                arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where)
+                arrays[tensor.name] = decode_tensor(
+                    tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools
+                )
                 declared[tensor.name] = tensor.datatype
         elif isinstance(inputs, ArrayInputs):
             arrays = dict(inputs.arrays)
