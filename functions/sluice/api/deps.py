@@ -15,6 +15,8 @@ from sluice.domain.errors import Unauthenticated
 from sluice.wiring import Container
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from starlette.datastructures import Headers
     from starlette.types import Scope
 
@@ -34,10 +36,14 @@ def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
     return context if context.get("tenant") else None
 
 
-def header(headers: Headers, name: bytes) -> str | None:
-    """`headers.get(name)` for a lower-case name (ASGI's header names are), without the
-    exception Starlette's lookup raises and catches for a header that is not there."""
-    for key, value in headers.raw:
+def header(headers: Mapping[str, str], name: bytes) -> str | None:
+    """`headers.get(name)` for a lower-case name (ASGI's header names are): on Starlette's
+    headers without the exception its lookup raises and catches for a header that is not
+    there; any other mapping (gRPC metadata) is asked as it is."""
+    raw = getattr(headers, "raw", None)
+    if raw is None:
+        return headers.get(name.decode("latin-1"))
+    for key, value in raw:
         if key == name:
             return value.decode("latin-1")
     return None

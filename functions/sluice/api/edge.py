@@ -242,6 +242,7 @@ class Edge:
                 principal = await self.authenticate(scope, headers, container)
         except Exception as exc:
             return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
+        scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
         if not self._rate_limit_read:
             self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings), True
         if self._rate_limit is not None:
