@@ -202,6 +202,33 @@ def server(
         stop_group(proc)
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process `pid` and its live descendants (a
+    server's workers, Triton's backend stubs): read before and after a load, the difference is
+    what serving it cost, whatever else the machine was doing meanwhile."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime, stime
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, of in parents.items():
+            if of == parent and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(used.get(p, 0) for p in tree) / tick
+
+
 def stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
     """SIGTERM the process group this benchmark started, SIGKILL it if it lingers."""
     if proc.poll() is None:

@@ -45,11 +45,18 @@ LOGS = WORK / "logs"
 
 @contextlib.contextmanager
 def sluice_server(workers: int) -> Iterator[str]:
+    with sluice_process(workers) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def sluice_process(workers: int) -> Iterator[tuple[str, int]]:
+    """`sluice serve` with `workers` workers: its URL and the pid its workers descend from."""
     port = free_port()
     env = bench_env(SLUICE_HOME=str(HOME))
     command = [PYTHON, "-m", "sluice.cli", "serve", "--demo", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=LOGS / f"sluice-w{workers}.log", env=env, cwd=REPO, quiet_stdout=True):
-        yield f"http://127.0.0.1:{port}"
+    with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=LOGS / f"sluice-w{workers}.log", env=env, cwd=REPO, quiet_stdout=True) as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid
 
 
 @contextlib.contextmanager

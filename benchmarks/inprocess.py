@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 BATCHES = (1, 64)
 SUBJECTS = ("floor", "hand-written", "sluice (authorizer)", "sluice (API key)")
-GOAL_VS_HANDWRITTEN = Goal("<=", 1.5)
+GOAL_VS_HANDWRITTEN = Goal("<=", 1.0)  # issue #16 (it was 1.5)
 
 
 def _event(name: str) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 All serve the same ONNX files on the same cores and take the same v2 body:
 
-- sluice: `sluice serve` with 2 workers, `/v2/models/{deployment}/infer`, with its API key;
+- sluice: `sluice serve` with 2 workers, `/v2/models/{deployment}/infer`, with its API key,
+  twice: the model's deployment as it is, and its `<name>-batched` twin with adaptive
+  batching on (max_batch_size 64, max_delay_us 100: Triton's dynamic batching settings);
 - Triton: the local Triton server of `sluice.endpoints.local_triton` (the tritonserver build in
   the nvidia-pytriton wheel, `make triton-env`), serving the model repository sluice writes for
   it (`sluice.endpoints.repository`, flavour `local`: ONNX Runtime in Triton's python backend),
@@ -12,6 +14,10 @@ All serve the same ONNX files on the same cores and take the same v2 body:
 
 Only models with tensor outputs take part: the iris classifier's ZipMap output (a list of
 maps) is something neither Triton nor MLServer's NumPy codec can return.
+
+Besides req/s, each run records the CPU time the server's processes used (all of them: workers,
+Triton's backend stubs) per request answered: on a machine shared with other work, req/s
+depends on how much of the cores each server got, CPU per request much less.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ from benchmarks.common import (
     WORK,
     Goal,
     bench_env,
+    figure,
     free_port,
     rotate,
     section,
     server,
+    tree_cpu_s,
 )
-from benchmarks.httpbench import LOGS, check_once, loaded, sluice_server, throughput_figures
-from benchmarks.prepare import HOME, MODELS, TENANT, api_key, v2_body
+from benchmarks.httpbench import LOGS, check_once, loaded, sluice_process, throughput_figures
+from benchmarks.prepare import BATCHING, HOME, MODELS, TENANT, api_key, batched, v2_body
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -48,7 +56,7 @@ MLSERVER_WORKERS = 2
 
 # Triton -------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def triton_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def triton_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any], int]]:
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_repository
     from sluice.settings import Settings
@@ -72,7 +80,7 @@ def triton_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
         meta = check_once(f"{started.http_url}/v2", None, {})
         info = {"server": f"tritonserver {meta.get('version')}", "instances": TRITON_INSTANCES,
                 "dynamic_batching": {"max_batch_size": 64, "max_queue_delay_us": options.max_queue_delay_us}}
-        yield started.http_url, info
+        yield started.http_url, info, started.pid
     finally:
         local_triton.stop(TRITON_HOME)
 
@@ -108,7 +116,7 @@ def ensure_mlserver_env() -> str:
 
 
 @contextlib.contextmanager
-def mlserver_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def mlserver_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any], int]]:
     version = ensure_mlserver_env()
     root = WORK / "mlserver-models"
     root.mkdir(parents=True, exist_ok=True)
@@ -131,8 +139,8 @@ def mlserver_server(models: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     env = bench_env()
     env["PYTHONPATH"] = str(REPO / "benchmarks" / "peers")  # the runtime, and nothing of sluice's
     command = [str(MLSERVER_ENV / "bin" / "mlserver"), "start", str(root)]
-    with server(command, ready_url=f"http://127.0.0.1:{port}/v2/health/ready", log=LOGS / "mlserver.log", env=env, cwd=root, timeout_s=120):
-        yield f"http://127.0.0.1:{port}", {"server": f"mlserver {version}", "parallel_workers": MLSERVER_WORKERS}
+    with server(command, ready_url=f"http://127.0.0.1:{port}/v2/health/ready", log=LOGS / "mlserver.log", env=env, cwd=root, timeout_s=120) as proc:
+        yield f"http://127.0.0.1:{port}", {"server": f"mlserver {version}", "parallel_workers": MLSERVER_WORKERS}, proc.pid
 
 
 # the benchmark ------------------------------------------------------------------------------
@@ -152,6 +160,18 @@ PEERS = {
 }
 
 
+def measured(url: str, body: bytes, headers: dict[str, str], connections: int, duration_s: int, pid: int) -> dict[str, Any]:
+    """One load, with the CPU time the server's processes spent on it per request answered."""
+    before = tree_cpu_s(pid)
+    result = loaded(url, body, headers, connections, duration_s)
+    result["cpu_us"] = (tree_cpu_s(pid) - before) / max(result["requests"], 1) * 1e6
+    return result
+
+
+SLUICE = "sluice serve (2 workers)"
+SLUICE_BATCHED = "sluice serve, adaptive batching (2 workers)"
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
     repeats = 3
     duration = 1 if quick else 2
@@ -159,40 +179,44 @@ def run(quick: bool) -> list[dict[str, Any]]:
     models = [m for m in (["diabetes"] if quick else list(MODELS)) if MODELS[m].triton]
     key = api_key()
     sections = []
-    with sluice_server(2) as ours:
+    with sluice_process(2) as (ours, ours_pid):
         ours_headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         for peer, (label, start, goal) in PEERS.items():
             figures: list[dict[str, Any]] = []
-            notes: list[str] = []
+            notes: list[str] = [
+                f"{SLUICE_BATCHED}: the same model's deployment with batching {BATCHING}; the goal is set on it, "
+                "as Triton batches too (dynamic batching)."
+            ]
             info: dict[str, Any] = {}
             try:
-                with start(models) as (base, info):
+                with start(models) as (base, info, peer_pid):
                     for name in models:
                         body = v2_body(MODELS[name])
                         targets = {
-                            "sluice": (f"{ours}/v2/models/{name}/infer", ours_headers),
-                            peer: (f"{base}/v2/models/{name}/infer", {"Content-Type": "application/json"}),
+                            SLUICE: (f"{ours}/v2/models/{name}/infer", ours_headers, ours_pid),
+                            SLUICE_BATCHED: (f"{ours}/v2/models/{batched(name)}/infer", ours_headers, ours_pid),
+                            peer: (f"{base}/v2/models/{name}/infer", {"Content-Type": "application/json"}, peer_pid),
                         }
-                        answers = {who: check_once(url, body, headers) for who, (url, headers) in targets.items()}
-                        if not _same_answer(answers["sluice"], answers[peer]):
-                            notes.append(f"{name}: {peer} and sluice gave different outputs: {answers}")
-                        for url, headers in targets.values():
+                        answers = {who: check_once(url, body, headers) for who, (url, headers, _) in targets.items()}
+                        for who in (SLUICE, SLUICE_BATCHED):
+                            if not _same_answer(answers[who], answers[peer]):
+                                notes.append(f"{name}: {peer} and {who} gave different outputs: {answers}")
+                        for url, headers, _ in targets.values():
                             loaded(url, body, headers, 8, 1)  # warm-up
                         for conc in concurrencies:
                             runs: dict[str, list[dict[str, Any]]] = {who: [] for who in targets}
                             for r in range(repeats):
                                 for who in rotate(list(targets), r):
-                                    url, headers = targets[who]
-                                    runs[who].append(loaded(url, body, headers, conc, duration))
-                            figures += throughput_figures(
-                                f"peers.{peer}.{name}.c{conc}",
-                                f"{name}, {conc} conn",
-                                runs["sluice"],
-                                "sluice serve (2 workers)",
-                                runs[peer],
-                                label,
-                                goal if conc >= 8 else None,
-                            )
+                                    url, headers, pid = targets[who]
+                                    runs[who].append(measured(url, body, headers, conc, duration, pid))
+                            for who, tag in ((SLUICE_BATCHED, ".batched"), (SLUICE, "")):
+                                prefix, where = f"peers.{peer}.{name}.c{conc}{tag}", f"{name}, {conc} conn"
+                                figures += throughput_figures(prefix, where, runs[who], who, runs[peer], label, goal if tag else None)
+                                figures.append(
+                                    figure(f"{prefix}.cpu", f"{where}: server CPU per request", "µs", who,
+                                           [x["cpu_us"] for x in runs[who]], reference=label,
+                                           ref_values=[x["cpu_us"] for x in runs[peer]])
+                                )  # fmt: skip
             except Exception as exc:  # a peer that cannot run is reported, not fatal
                 notes.append(f"{label} did not run: {type(exc).__name__}: {str(exc)[:600]}")
             sections.append(

@@ -2,7 +2,8 @@
 
 Models come from the project's own script (`scripts/make_demo_models.py --large`), written
 into `benchmarks/work/models/` so the ~10 MB MLP never lands in `models/`. The home holds
-the three deployments of tenant `default` and one API key, as `sluice serve --demo` would.
+the three deployments of tenant `default` and one API key, as `sluice serve --demo` would, and
+the tensor models' deployments again with adaptive batching on (`<name>-batched`).
 """
 
 from __future__ import annotations
@@ -91,12 +92,35 @@ def make_home() -> str:
     except NotFound:
         version = container.models.push(operator, large.name, large.path.read_bytes(), description="benchmark: ~10 MB MLP")
         container.deployments.create(operator, large.name, {"kind": "single", "model": large.name, "version": version.version})
+    # The tensor models again, with adaptive batching on (as Triton's dynamic batching is set
+    # in peerbench: at most 64 rows, 100 µs of queue delay).
+    for model in MODELS.values():
+        if not model.triton:
+            continue
+        name = batched(model.name)
+        policy = container.deployments.get(operator, model.name).policy
+        try:
+            current = container.deployments.get(operator, name)
+        except NotFound:
+            container.deployments.create(operator, name, policy, batching=BATCHING)
+        else:
+            if current.policy != policy or current.batching is None or current.batching.max_batch_size != BATCHING["max_batch_size"] \
+                    or current.batching.max_delay_us != BATCHING["max_delay_us"]:
+                container.deployments.update(operator, name, policy, batching=BATCHING)
     key_file = HOME / KEY_FILE
     if not key_file.exists():
         _, plain = container.keys.create(TENANT, ["admin", "predict"], name="benchmarks")
         key_file.write_text(plain + "\n")
         key_file.chmod(0o600)
     return key_file.read_text().strip()
+
+
+BATCHING = {"max_batch_size": 64, "max_delay_us": 100}
+
+
+def batched(name: str) -> str:
+    """The deployment of model `name` with adaptive batching on."""
+    return f"{name}-batched"
 
 
 def api_key() -> str:

@@ -7,7 +7,7 @@
    by inclusive time, each with file:line.
 2. What-ifs, measured in this process without editing sluice: p50 of the same event with one
    change applied at a time (swapping a dependency's callable, logger levels, or by
-   calling the Mangum adapter without the powertools decorators), next to the hand-written
+   calling the event adapter without the Lambda-context decorator), next to the hand-written
    handler's p50. Run it after `python -m benchmarks.run` (it uses the prepared home).
 """
 
@@ -197,7 +197,7 @@ def what_ifs(api: Any, handwritten: Any, ours: dict[str, Any], theirs: dict[str,
         *([("+ get_container as async def (no thread per request)", first, True)] if first else []),
         ("+ no prediction log line", [*first, no_log_line], True),
         ("+ no EMF metrics", [*first, no_log_line, no_emf], True),
-        ("+ no powertools decorators (Mangum adapter alone)", [*first, no_log_line, no_emf], False),
+        ("+ no Lambda-context decorator (the event adapter alone)", [*first, no_log_line, no_emf], False),
     ]
     print("\n## what-ifs, cumulative: p50 wall µs and CPU µs per request (median of 3 interleaved rounds)", file=report)
     results: dict[str, list[tuple[float, float]]] = defaultdict(list)

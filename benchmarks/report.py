@@ -176,6 +176,8 @@ def short_label(row: dict[str, Any]) -> str:
         return f"HTTP {parts[1][1:]} worker(s) {parts[2]} {parts[3][1:]} conn {parts[4]}"
     if parts[0] == "peers" and len(parts) == 5:
         return f"vs {parts[1]} {parts[2]} {parts[3][1:]} conn {parts[4]}"
+    if parts[0] == "peers" and len(parts) == 6 and parts[4] == "batched":
+        return f"vs {parts[1]} {parts[2]} {parts[3][1:]} conn {parts[5]} (batching)"
     return f"{row['label']} ({row['subject']})"
 
 
@@ -257,11 +259,13 @@ def to_png(doc: dict[str, Any], path: Path) -> None:
     peers = [r for r in _find(doc, "peers.") if r["id"].endswith(".rps")]
     if peers:
         cells = sorted({(r["id"].split(".")[2], _conc(r["id"])) for r in peers}, key=lambda mc: (order.index(mc[0]) if mc[0] in order else 9, mc[1]))
-        series = {"sluice (2 workers)": [], "Triton": [], "MLServer": []}
+        series = {"sluice (2 workers)": [], "sluice, batching": [], "Triton": [], "MLServer": []}
         for m, c in cells:
             tri = next((r for r in peers if r["id"] == f"peers.triton.{m}.c{c}.rps"), None)
             mls = next((r for r in peers if r["id"] == f"peers.mlserver.{m}.c{c}.rps"), None)
+            joined = next((r for r in peers if r["id"] in (f"peers.triton.{m}.c{c}.batched.rps", f"peers.mlserver.{m}.c{c}.batched.rps")), None)
             series["sluice (2 workers)"].append((tri or mls or {}).get("value"))
+            series["sluice, batching"].append(joined["value"] if joined else None)
             series["Triton"].append(tri["ref_value"] if tri else None)
             series["MLServer"].append(mls["ref_value"] if mls else None)
         _bars(ax, [f"{m} c{c}" for m, c in cells], series)

@@ -73,6 +73,7 @@ class PrometheusMetrics:
             "ml_inference_batch_duration_s", "Seconds to score one batch chunk",
             ("tenant", "deployment"), buckets=CHUNK_BUCKETS_S, registry=r,
         )  # fmt: skip
+        self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # What Telemetry reports -----------------------------------------------------------------
     def prediction(
@@ -80,19 +81,30 @@ class PrometheusMetrics:
         cached: bool | None = None,
     ) -> None:  # fmt: skip
         labels = _labels(fields)
-        self.requests.labels(*labels).inc()
+        pair = labels[:2]
+        self._child(self.requests, labels).inc()
         if not cached:  # latency measures computing: a prediction cache hit stays out
-            self.latency.labels(*labels).observe(latency_ms)
+            self._child(self.latency, labels).observe(latency_ms)
         if cached is not None:
-            (self.answer_hits if cached else self.answer_misses).labels(labels[0], labels[1]).inc()
+            self._child(self.answer_hits if cached else self.answer_misses, pair).inc()
         if rows:
-            self.rows.labels(*labels, "online").inc(rows)
+            self._child(self.rows, (*labels, "online")).inc(rows)
         if cache is not None:
             hits, misses = cache
             if hits:
-                self.cache_hits.labels(labels[0], labels[1]).inc(hits)
+                self._child(self.cache_hits, pair).inc(hits)
             if misses:
-                self.cache_misses.labels(labels[0], labels[1]).inc(misses)
+                self._child(self.cache_misses, pair).inc(misses)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set (created when first used, as before)."""
+        key = (id(metric), labels)
+        child = self._series.get(key)
+        if child is None:
+            if len(self._series) > 10_000:
+                self._series.clear()
+            child = self._series[key] = metric.labels(*labels)
+        return child
 
     def failure(self, fields: Mapping[str, Any], status: int, code: str) -> None:
         tenant, deployment = str(fields.get("tenant") or ""), str(fields.get("deployment") or "")

@@ -197,3 +197,31 @@ def test_every_error_a_route_answers_is_documented_with_the_error_shape(client: 
                     assert schema == {"$ref": "#/components/schemas/ErrorOut"}, (method, path, status)
             if path not in ("/healthz", "/readyz", "/v2", "/v2/health/live", "/v2/health/ready"):
                 assert {"401", "422"} <= set(op["responses"]), (method, path)
+
+
+def test_the_routes_behind_the_edge_get_its_principal(demo: Container, keys: dict[str, str]) -> None:
+    """The edge hands the principal it authenticated to the framework's routes (in the scope):
+    they do not authenticate the request a second time."""
+    from starlette.datastructures import Headers
+
+    from sluice.api.deps import authenticate, known_principal
+    from sluice.api.edge import PRINCIPAL, Edge
+
+    seen: list[Any] = []
+
+    async def behind(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope.get(PRINCIPAL))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    edge = Edge(behind, lambda: [], lambda: demo, authenticate, known_principal)
+    scope = {"type": "http", "method": "GET", "path": "/api/v1/deployments", "headers": Headers(headers=auth(keys["acme"])).raw}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    asyncio.run(edge(scope, receive, send))
+    assert seen and seen[0] is not None and seen[0].tenant == "acme"

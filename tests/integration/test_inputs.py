@@ -50,3 +50,19 @@ def test_names_are_matched_whole(name: str) -> None:
 def test_a_model_name_ending_in_a_newline_is_refused_over_the_api(client: TestClient, keys: dict[str, str]) -> None:
     r = client.post("/api/v1/models", json={"name": "iris2\n"}, headers=auth(keys["acme"]))
     assert r.status_code in (400, 422) and r.json()["field"] == "name"
+
+
+def test_booleans_are_refused_wherever_the_json_holds_them(client: TestClient, keys: dict[str, str]) -> None:
+    """JSON true/false are not numbers, whether the edge saw them in the body or not: a body
+    with none anywhere is read without looking at each value, and still refuses strings."""
+    headers = auth(keys["acme"])
+    for rows in ([[5.1, 3.5, True, 0.2]], [[5.1, 3.5, 1.4, False]]):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": rows}, headers=headers)
+        assert r.status_code == 400 and "true/false" in r.json()["error"], r.text
+    r = client.post("/v2/models/iris/infer", headers=headers,
+                    json={"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, True, 0.2]}]})
+    assert r.status_code == 400 and "true/false" in r.json()["error"], r.text
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[5.1, 3.5, "1.4", 0.2]]}, headers=headers)
+    assert r.status_code == 400, r.text
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}, headers=headers)
+    assert r.status_code == 200 and r.json()["prediction"] == "setosa"

@@ -127,3 +127,27 @@ def test_logs_carry_request_and_tenant_but_never_the_key(handler: Any, demo: Con
     assert prediction["tenant"] == "acme" and prediction["deployment"] == "iris" and prediction["request_id"]
     assert prediction["function_request_id"] == LambdaContext.aws_request_id
     assert key not in out
+
+
+def test_a_hot_route_answers_like_the_app_does(handler: Any, demo: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The edge answers a prediction event without an ASGI exchange: the same body limit (413
+    before authentication), the same errors, the same headers as through the app."""
+    from sluice.api.app import create_app
+    from sluice.handlers.asgi import LambdaASGI
+
+    through_app = LambdaASGI(create_app(demo))
+    through_app.whole = None  # the plain exchange, for comparison
+    event = load("api_rest_predict.json")
+    direct, exchanged = handler(event, LambdaContext()), through_app(event, LambdaContext())
+    assert direct["statusCode"] == exchanged["statusCode"] == 200
+    assert body_of(direct) | {"latency_ms": 0} == body_of(exchanged) | {"latency_ms": 0}
+    length = lambda r: {k: v for k, v in r["headers"].items() if k != "content-length"}  # noqa: E731 - latency digits differ
+    assert length(direct) == length(exchanged) and direct["isBase64Encoded"] == exchanged["isBase64Encoded"]
+    bad = json.loads(json.dumps(event))
+    bad["body"] = json.dumps({"deployment": "iris", "inputs": [[1.0, 2.0]]})
+    assert handler(bad, LambdaContext())["statusCode"] == through_app(bad, LambdaContext())["statusCode"] == 400
+    large = json.loads(json.dumps(event))
+    rows = demo.settings.max_request_bytes // 20 + 1  # each row is more than 20 bytes
+    large["body"] = json.dumps({"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]] * rows})
+    refused = handler(large, LambdaContext())
+    assert refused["statusCode"] == 413 and body_of(refused)["field"] == "body"

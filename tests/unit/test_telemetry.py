@@ -62,3 +62,96 @@ def test_prediction_cache_hits_and_misses_are_emf_metrics_and_a_hit_has_no_laten
     assert hit["PredictionCacheHits"] == 1 and "Latency" not in names(hit) and hit["cached"] is True
     assert "Latency" in names(miss) and "PredictionCacheHits" not in names(miss)
     assert not {"PredictionCacheHits", "PredictionCacheMisses"} & names(plain) and "cached" not in plain
+
+
+def test_log_lines_are_powertools_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sluice's formatter writes, for every record, the line powertools' formatter writes: with
+    and without the Lambda context's keys, an X-Ray trace, keys appended or removed, fields that
+    are None, not JSON-native or that powertools handles itself, and messages it may decode."""
+    import logging
+
+    import numpy as np
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    from sluice.observability import _dumps
+
+    logger = get_logger()
+    ours = logger.registered_formatter
+    before = dict(ours.log_format)
+    theirs = LambdaPowertoolsFormatter(json_serializer=_dumps)
+    std = logging.getLogger("sluice.test")
+    records = [
+        ("prediction", {"deployment": "iris", "none": None, "value": np.float32(1.5), "kind": object}),
+        ("prediction failed", {}),
+        ('{"a": 1}', {}),
+        ("true", {}),
+        ("x", {"stack_trace": "s", "exception": "e", "xray_trace_id": "t", "service": "other", "cold_start": True}),
+        ("ünïcode", {"text": "line\nbreak"}),
+    ]
+    try:
+        for step in ("plain", "trace", "lambda", "appended", "removed"):
+            if step == "trace":
+                monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-abc;Parent=2;Sampled=1")
+            elif step == "lambda":
+                logger.structure_logs(cold_start=False, function_name="f", function_memory_size=1024, function_arn="arn", function_request_id="r")
+            elif step == "appended":
+                logger.append_keys(order=None, custom="v")
+            elif step == "removed":
+                logger.remove_keys(["custom"])
+            theirs.log_format = dict(ours.log_format)
+            for message, extra in records:
+                record = std.makeRecord(std.name, logging.WARNING, "f.py", 7, message, (), None, "fn", extra)
+                assert ours.format(record) == theirs.format(record), (step, message)
+            record = std.makeRecord(std.name, logging.INFO, "f.py", 7, "hello %s", ("you",), None, "fn")
+            assert ours.format(record) == theirs.format(record)
+    finally:
+        ours.log_format = before
+        ours.clear_state()
+        ours.log_format.update(before)
+
+
+def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With powertools' handler the only one on the way, the line is written without a record:
+    the same keys in the same order as `logger.info` writes. (pytest's own capture handlers
+    sit on the root logger: taken off for this test, as none are there in Lambda.)"""
+    import io
+    import logging
+
+    from sluice.observability import _log_info, _sole_handler
+
+    logger = get_logger()
+    handler = logger.registered_handler
+    assert _sole_handler(logger._logger) is None  # a handler on the way: records, as logging sends them
+    monkeypatch.setattr(logging.root, "handlers", [])
+    stream, handler.stream = handler.stream, io.StringIO()
+    try:
+        assert _sole_handler(logger._logger) is handler
+        _log_info(logger, "prediction", {"deployment": "iris", "rows": 1, "none": None})
+        logger.info("prediction", extra={"deployment": "iris", "rows": 1, "none": None})
+        fast, standard = (json.loads(line) for line in handler.stream.getvalue().splitlines())
+    finally:
+        handler.stream = stream
+    for line in (fast, standard):
+        line.pop("timestamp"), line.pop("location")
+    assert list(fast.items()) == list(standard.items())
+
+
+def test_the_lambda_context_keys_are_powertools_own() -> None:
+    """sluice's decorator leaves the logger with the keys powertools' leaves, in its order."""
+    from sluice.observability import inject_lambda_context
+    from tests.support import LambdaContext
+
+    logger = get_logger()
+    seen: list[dict] = []
+
+    def handler(event: object, context: object) -> None:
+        seen.append(dict(logger.registered_formatter.log_format))
+
+    logger.append_keys(left_over="from an earlier invocation")
+    logger.inject_lambda_context(handler, clear_state=True)({}, LambdaContext())
+    logger.append_keys(left_over="from an earlier invocation")
+    inject_lambda_context(handler)({}, LambdaContext())
+    theirs, ours = seen
+    assert list(ours) == list(theirs) and "left_over" not in ours
+    assert {k: v for k, v in ours.items() if k != "cold_start"} == {k: v for k, v in theirs.items() if k != "cold_start"}
+    assert ours["function_request_id"] == LambdaContext.aws_request_id and ours["cold_start"] is False

@@ -9,10 +9,12 @@ from fastapi import FastAPI
 from sluice import __version__
 from sluice.api import errors
 from sluice.api.deps import authenticate, container_of, known_principal
-from sluice.api.edge import BodyLimit, Edge, openapi_routes
+from sluice.api.edge import BodyLimit, Edge, content_length, openapi_routes, too_large
+from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse
 
 if TYPE_CHECKING:
+    from starlette.responses import Response
     from starlette.types import Receive, Scope, Send
 
     from sluice.wiring import Container
@@ -76,6 +78,19 @@ class SluiceApp(FastAPI):
             await console(scope, receive, send)
             return
         await self.edge(scope, receive, send)
+
+    async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
+        """The response to an HTTP request whose whole body is at hand (a Lambda event) when
+        the edge answers it alone: the body limit, then `Edge.answer_whole` (a hot route:
+        authenticated, rate-limited, answered). None for any other request: run the app.
+        Its responses are those `__call__` would send; their background tasks are the
+        caller's to run."""
+        limit: BodyLimit = self.edge
+        most = limit.limit()
+        declared = content_length(scope)
+        if (declared is not None and (not declared.isdigit() or int(declared) > most)) or len(body) > most:
+            return error_response(too_large(most))
+        return await limit.app.answer_whole(scope, body)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._route()

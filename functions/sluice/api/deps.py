@@ -15,6 +15,8 @@ from sluice.domain.errors import Unauthenticated
 from sluice.wiring import Container
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from starlette.datastructures import Headers
     from starlette.types import Scope
 
@@ -34,13 +36,26 @@ def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
     return context if context.get("tenant") else None
 
 
+def header(headers: Mapping[str, str], name: bytes) -> str | None:
+    """`headers.get(name)` for a lower-case name (ASGI's header names are): on Starlette's
+    headers without the exception its lookup raises and catches for a header that is not
+    there; any other mapping (gRPC metadata) is asked as it is."""
+    raw = getattr(headers, "raw", None)
+    if raw is None:
+        return headers.get(name.decode("latin-1"))
+    for key, value in raw:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 def _bearer(headers: Headers) -> str | None:
-    auth = headers.get("authorization")
+    auth = header(headers, b"authorization")
     if auth:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             return token.strip()
-    return headers.get("x-api-key") or None
+    return header(headers, b"x-api-key") or None
 
 
 async def get_principal(request: Request, container: Annotated[Container, Depends(get_container)]) -> Principal:
@@ -116,9 +131,9 @@ def request_id(scope: Scope, headers: Headers, given: str | None = None) -> str:
     """The caller's id if it sent one, else API Gateway's, else a fresh one."""
     if given:
         return given
-    header = headers.get("x-request-id")
-    if header:
-        return header[:128]
+    given = header(headers, b"x-request-id")
+    if given:
+        return given[:128]
     event = scope.get("aws.event")
     if event:
         rid = (event.get("requestContext") or {}).get("requestId")

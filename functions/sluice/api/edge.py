@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
 PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 PRINCIPAL = "sluice.principal"
+JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 
 
 def too_large(limit: int) -> PayloadTooLarge:
@@ -71,7 +72,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.limit()
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None:
             if not declared.isdigit() or int(declared) > limit:
                 await error_response(too_large(limit))(scope, receive, send)
@@ -99,7 +100,7 @@ class BodyLimit:
                 await error_response(too_large(limit))(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> str | None:
+def content_length(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"content-length":
             return value.decode("latin-1")
@@ -185,50 +186,96 @@ class Edge:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        container, principal, refusal = await self._admit(scope, headers)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
+        try:
+            found = self._hot(scope) if scope["method"] == "POST" else None
+            if found is not None:
+                route, params = found
+                response = await self._answer(route, params, container, principal, scope, headers, receive)
+                await response(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+        finally:
+            unbind_tenant(token)
+
+    async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
+        """A hot route's response when the whole body is already at hand (a Lambda event),
+        through the same steps as `__call__` (authentication, rate limit, tenant binding, the
+        route) without an ASGI exchange; None when the request is not for a hot route (the
+        caller then runs the app). The response's background task is the caller's to run."""
+        if scope["method"] != "POST" or scope["path"] in PUBLIC:
+            return None
+        found = self._hot(scope)
+        if found is None:
+            return None
+        headers = Headers(scope=scope)
+        container, principal, refusal = await self._admit(scope, headers)
+        if refusal is not None:
+            return refusal
+        token = bind_tenant(principal.tenant)
+        try:
+            route, params = found
+            return await self._answer(route, params, container, principal, scope, headers, body=body)
+        finally:
+            unbind_tenant(token)
+
+    def _hot(self, scope: Scope) -> tuple[HotRoute, dict[str, str]] | None:
+        if self._routes is None:
+            self._routes = self.routes()
+        for route in self._routes:
+            params = route.match("POST", scope["path"])
+            if params is not None:
+                return route, params
+        return None
+
+    async def _admit(self, scope: Scope, headers: Headers) -> tuple[Container, Principal, Response | None]:
+        """The container and the principal, or the refusal to answer (a 401, the registry
+        down, a 429 with Retry-After): all before the body is read."""
         try:
             container = self.container()
             principal = self.known(scope, headers, container) if self.known else None
             if principal is None:
                 principal = await self.authenticate(scope, headers, container)
-        except Exception as exc:  # a 401, or the registry down: answered before the body is read
-            await error_response(exc, scope["path"])(scope, receive, send)
-            return
-        scope[PRINCIPAL] = principal
+        except Exception as exc:
+            return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
+        scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
         if not self._rate_limit_read:
             self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings), True
         if self._rate_limit is not None:
             try:
                 await self._rate_limit.check(principal.subject)
-            except Exception as exc:  # a 429 with Retry-After, the body still unread
-                await error_response(exc, scope["path"])(scope, receive, send)
-                return
-        token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
-        try:
-            if scope["method"] == "POST":
-                if self._routes is None:
-                    self._routes = self.routes()
-                for route in self._routes:
-                    params = route.match("POST", scope["path"])
-                    if params is not None:
-                        response = await self._answer(route, params, container, principal, scope, headers, receive)
-                        await response(scope, receive, send)
-                        return
-            await self.app(scope, receive, send)
-        finally:
-            unbind_tenant(token)
+            except Exception as exc:
+                return container, principal, error_response(exc, scope["path"])
+        return container, principal, None
 
     async def _answer(
-        self, route: HotRoute, params: dict[str, str], container: Container, principal: Principal, scope: Scope, headers: Headers, receive: Receive
+        self,
+        route: HotRoute,
+        params: dict[str, str],
+        container: Container,
+        principal: Principal,
+        scope: Scope,
+        headers: Headers,
+        receive: Receive | None = None,
+        body: bytes | None = None,
     ) -> Response:
         try:
             path = route.parse_params(params)
-            raw = await read_body(receive)
+            raw = body if receive is None else await read_body(receive)
             if route.binary:
                 declared = headers.get(HEADER)
                 if declared is not None:
-                    raw, path["binary"] = split_body(raw, declared)
-            body = route.body.model_validate_json(raw or b"null")
-            return await route.handler(container, principal, body, scope, headers, **path)
+                    raw, path["binary"] = split_body(raw, declared)  # type: ignore[arg-type]
+            parsed = route.body.model_validate_json(raw or b"null")
+            # Whether the JSON holds a true or false anywhere: where not, decoding need not
+            # look at every value for one (JSON booleans are not numbers).
+            text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
+            scope[JSON_BOOLS] = b"true" in text or b"false" in text
+            return await route.handler(container, principal, parsed, scope, headers, **path)
         except BodyTooLarge:
             return error_response(too_large(container.settings.max_request_bytes))
         except Exception as exc:

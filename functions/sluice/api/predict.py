@@ -11,7 +11,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from sluice.api.deps import request_id
-from sluice.api.edge import HotRoute
+from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors
 from sluice.codecs.binary import binary_outputs, decode_inputs, to_bytes
@@ -45,6 +45,7 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
         headers=headers,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
+        json_bools=scope.get(JSON_BOOLS, True),
     )
     prediction = await container.predictions.predict(principal, request)
     content = {
@@ -81,6 +82,7 @@ async def infer(
         headers=headers,
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
+        json_bools=scope.get(JSON_BOOLS, True),
     )
     prediction = await container.predictions.predict(principal, request)
     content = v2_body(prediction, request_id=rid, wanted=wanted)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 # v2 name -> NumPy dtype. BF16 is left out: NumPy has no native bfloat16.
@@ -67,4 +69,11 @@ def holds_bool(data: object) -> bool:
     kinds = set(map(type, data))  # one pass in C over a row or a flat tensor
     if bool in kinds:
         return True
+    if kinds == {list}:  # rows: one pass in C over all their values
+        kinds = set(map(type, chain.from_iterable(data)))
+        if bool in kinds:
+            return True
+        if list not in kinds:
+            return False
+        data = list(chain.from_iterable(data))
     return list in kinds and any(holds_bool(item) for item in data if type(item) is list)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import holds_bool
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -14,13 +15,35 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature, TensorSpec
 
 
-def _row_array(spec: TensorSpec, rows: list[Any], *, field: str) -> np.ndarray:
+def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = True) -> np.ndarray:
+    """`bools`: whether the JSON may hold true/false at all (False: the body was seen to hold
+    none, so the values need not be looked at one by one for them)."""
+    if not bools:
+        try:
+            return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
+        except (ValueError, TypeError):
+            raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+    if spec.datatype in FLOAT_TYPES and type(rows) is list and _all_floats(rows):
+        # Floats only, for a float input: read straight into its dtype (the same values as
+        # reading them as float64 and casting), with no float64 copy on the way.
+        try:
+            return np.asarray(rows, dtype=V2_TO_NUMPY[spec.datatype])
+        except (ValueError, TypeError):
+            raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
     if spec.datatype not in ("BOOL", "BYTES") and holds_bool(rows):
         raise InvalidInput(f"rows of input '{spec.name}' hold true/false, which are not {spec.datatype} values", field=field)
     try:
         return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
     except (ValueError, TypeError):
         raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+
+
+def _all_floats(rows: list[Any]) -> bool:
+    """Whether `rows` (a row, or a list of rows) holds Python floats and nothing else."""
+    kinds = set(map(type, rows))
+    if kinds == {list}:
+        kinds = set(map(type, chain.from_iterable(rows)))
+    return kinds == {float}
 
 
 def _feature_row(spec: TensorSpec, features: Any, *, field: str) -> list[Any]:
@@ -42,20 +65,22 @@ def arrays_from_request(
     inputs: Any = None,
     features: dict[str, Any] | None = None,
     batch: list[Any] | None = None,
+    bools: bool = True,
 ) -> dict[str, np.ndarray]:
-    """Build named arrays (batch axis first) from exactly one of inputs, features or batch."""
+    """Build named arrays (batch axis first) from exactly one of inputs, features or batch.
+    `bools`: False where the request's JSON holds no true/false (see `_row_array`)."""
     given = [n for n, v in (("inputs", inputs), ("features", features), ("batch", batch)) if v is not None]
     if len(given) != 1:
         raise InvalidInput("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")
     if isinstance(inputs, dict):
-        return {name: _row_array(_spec(signature, name, "inputs"), value, field=f"inputs.{name}") for name, value in inputs.items()}
+        return {name: _row_array(_spec(signature, name, "inputs"), value, field=f"inputs.{name}", bools=bools) for name, value in inputs.items()}
     only = signature.inputs[0] if len(signature.inputs) == 1 else None
     if inputs is not None:
         if only is None:
             raise InvalidInput("this version takes several inputs; give 'inputs' as an object of name: rows", field="inputs")
         if not isinstance(inputs, list):
             raise InvalidInput("inputs must be a list of rows or an object of name: rows", field="inputs")
-        array = _row_array(only, inputs, field="inputs")
+        array = _row_array(only, inputs, field="inputs", bools=bools)
         if array.ndim == len(only.shape) - 1:  # one row given without its batch axis
             array = array[np.newaxis, ...]
         return {only.name: array}
@@ -68,9 +93,9 @@ def arrays_from_request(
             item if isinstance(item, list) else _feature_row(only, item, field=where if features is not None else f"batch.{i}")
             for i, item in enumerate(items)
         ]
-        return {only.name: _row_array(only, rows, field=where)}
+        return {only.name: _row_array(only, rows, field=where, bools=bools)}
     if only is not None and all(isinstance(item, list) for item in items):
-        return {only.name: _row_array(only, items, field=where)}
+        return {only.name: _row_array(only, items, field=where, bools=bools)}
     # Multi-input models: each feature names an input and holds one row of it.
     columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
     for i, item in enumerate(items):
@@ -168,6 +193,11 @@ def present_rows(
     confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
     if not return_probabilities:
         return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
+    maps = result.maps.get(prob_spec.name) if prob_spec else None
+    if maps is not None and len(maps) == n and list(maps[0]) == keys:
+        # The runtime's own {label: probability} rows (string labels, in the classes' order):
+        # the same values as the array's, with no dict built per row.
+        return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
     table = probs.tolist()  # type: ignore[union-attr]
     return [
         {"prediction": p, "probabilities": dict(zip(keys, row, strict=False)), "confidence": c}

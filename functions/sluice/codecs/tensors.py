@@ -11,8 +11,9 @@ from sluice.codecs.datatypes import V2_TO_NUMPY, holds_bool, v2_of_numpy
 from sluice.domain.errors import InvalidInput
 
 
-def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str) -> np.ndarray:
-    """Row-major `data` (flat, or nested as a convenience) into an array of `shape`."""
+def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True) -> np.ndarray:
+    """Row-major `data` (flat, or nested as a convenience) into an array of `shape`. `bools`:
+    False where the request's JSON holds no true/false (nothing to look for in `data`)."""
     dtype = V2_TO_NUMPY.get(datatype)
     if dtype is None:
         raise InvalidInput(
@@ -28,7 +29,7 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         )
     if not isinstance(data, list):
         data = [data]
-    if datatype not in ("BOOL", "BYTES") and holds_bool(data):
+    if bools and datatype not in ("BOOL", "BYTES") and holds_bool(data):
         raise InvalidInput(f"data of input '{name}' holds true/false, which are not {datatype} values", field=f"{field}.data")
     try:
         if datatype == "BYTES":

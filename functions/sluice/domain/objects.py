@@ -146,6 +146,37 @@ def check_cache(value: Any, *, field: str = "cache") -> CacheSettings | None:
     return CacheSettings(ttl_s=float(ttl), max_entries=entries)
 
 
+MAX_BATCH_SIZE = 1024  # rows in one joined runtime call
+MAX_BATCH_DELAY_US = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingSettings:
+    """A deployment's adaptive batching: concurrent requests for the same version are joined
+    into one runtime call of at most `max_batch_size` rows, a request waiting at most
+    `max_delay_us` for others to join it (`sluice.services.batching`)."""
+
+    max_batch_size: int
+    max_delay_us: int
+
+
+def check_batching(value: Any, *, field: str = "batching") -> BatchingSettings | None:
+    """`{"max_batch_size", "max_delay_us"}` (or settings already built, or None: off), checked."""
+    if value is None or isinstance(value, BatchingSettings):
+        return value
+    if not isinstance(value, dict):
+        raise InvalidRequest("batching must be an object with max_batch_size and max_delay_us, or null", field=field)
+    unknown = sorted(set(value) - {"max_batch_size", "max_delay_us"})
+    if unknown:
+        raise InvalidRequest(f"unknown batching setting '{unknown[0]}'", field=f"{field}.{unknown[0]}")
+    size, delay = value.get("max_batch_size"), value.get("max_delay_us")
+    if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_BATCH_SIZE:
+        raise InvalidRequest(f"max_batch_size must be a whole number from 2 to {MAX_BATCH_SIZE}", field=f"{field}.max_batch_size")
+    if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_BATCH_DELAY_US:
+        raise InvalidRequest(f"max_delay_us must be a whole number from 0 to {MAX_BATCH_DELAY_US}", field=f"{field}.max_delay_us")
+    return BatchingSettings(max_batch_size=size, max_delay_us=delay)
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     tenant: str
@@ -153,6 +184,7 @@ class Deployment:
     policy: dict[str, Any]  # a routing graph, see sluice.routing
     revision: int = 1
     cache: CacheSettings | None = None  # off unless asked for (`check_cache`)
+    batching: BatchingSettings | None = None  # off unless asked for (`check_batching`)
     description: str = ""
     created_at: float = field(default_factory=now)
     updated_at: float = field(default_factory=now)

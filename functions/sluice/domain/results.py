@@ -18,6 +18,9 @@ class InferenceResult:
     outputs: dict[str, np.ndarray]
     # Column labels of probability outputs that arrived as maps (skl2onnx's ZipMap).
     classes: dict[str, list[int | str]] = field(default_factory=dict)
+    # Those maps as the runtime gave them, one {label: probability} per row, where it kept
+    # them: plain JSON presents them as they are rather than rebuild them from the array.
+    maps: dict[str, list[dict[Any, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

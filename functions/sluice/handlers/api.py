@@ -1,4 +1,4 @@
-"""The API Lambda: API Gateway (REST or HTTP API) -> Mangum -> the FastAPI app.
+"""The API Lambda: API Gateway (REST or HTTP API) -> Mangum's event translation -> the app.
 
 Built at import (cold start) without touching AWS: clients, the registry and ONNX Runtime
 are created on the first request that needs them.
@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mangum import Mangum
-
 from sluice.api.app import create_app
 from sluice.handlers import snapstart
-from sluice.observability import get_logger
+from sluice.handlers.asgi import LambdaASGI
+from sluice.observability import get_logger, inject_lambda_context
 from sluice.services.loop import container_loop
 
 app = create_app()
-_asgi = Mangum(app, lifespan="off", api_gateway_base_path=None)
+_asgi = LambdaASGI(app)
 logger = get_logger()
 # SnapStart: routes built and models loaded before the snapshot; after a restore, answer
 # with the rebuilt container.
@@ -25,7 +24,7 @@ snapstart.install(
 )
 
 
-@logger.inject_lambda_context(clear_state=True)
+@inject_lambda_context  # powertools' keys on every line, set once per invocation
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     container_loop()
     return _asgi(event, context)

@@ -151,7 +151,7 @@ def as_array(name: str, value: Any) -> tuple[np.ndarray, list[int | str] | None]
         labels = list(value[0].keys()) if value else []
         # ZipMap gives every row the same keys in the same order: read the values straight
         # into one buffer rather than building a list per row.
-        flat = np.fromiter(chain.from_iterable(row.values() for row in value), dtype=np.float32, count=len(value) * len(labels))
+        flat = np.fromiter(chain.from_iterable(map(dict.values, value)), dtype=np.float32, count=len(value) * len(labels))
         return flat.reshape(len(value), len(labels)), labels
     raise BackendError(f"output '{name}' has a type sluice cannot return")
 
@@ -208,6 +208,7 @@ class OnnxRuntime:
             result.outputs[name] = array
             if labels is not None:
                 result.classes[name] = labels
+                result.maps[name] = value
         return result
 
     async def load(self, version: ModelVersion) -> None:
@@ -226,6 +227,16 @@ class OnnxRuntime:
         elements = sum(a.size for a in inputs.values())
         if loaded and elements <= self.settings.inline_infer_elements:
             return self._run(version, inputs, outputs)
+        return await asyncio.to_thread(self._run, version, inputs, outputs)
+
+    async def infer_off_loop(
+        self,
+        version: ModelVersion,
+        inputs: dict[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+    ) -> InferenceResult:
+        """`infer` on a worker thread whatever its size: for a call others wait on (a joined
+        batch, `sluice.services.batching`), so the loop goes on reading requests meanwhile."""
         return await asyncio.to_thread(self._run, version, inputs, outputs)
 
     async def unload(self, version: ModelVersion) -> None:

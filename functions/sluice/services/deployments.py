@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain import CacheSettings, Deployment, check_cache, check_name, now
+from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
 from sluice.domain.errors import BadRequest, Conflict, Unprocessable
 from sluice.domain.policy import (
@@ -136,21 +136,32 @@ class DeploymentService:
 
     # Changes -------------------------------------------------------------------------------
     def create(
-        self, principal: Principal, name: str, policy: dict[str, Any], *, description: str = "", cache: Any = None,
+        self,
+        principal: Principal,
+        name: str,
+        policy: dict[str, Any],
+        *,
+        description: str = "",
+        cache: Any = None,
         capture: Any = None,
+        batching: Any = None,
     ) -> Deployment:
         """`cache`: `{"ttl_s", "max_entries"}` (or CacheSettings) to cache answers, None for none;
-        `capture`: `{"sample_percent", "include", "redact"}` to capture requests, None for none."""
+        `capture`: `{"sample_percent", "include", "redact"}` to capture requests, None for none;
+        `batching`: `{"max_batch_size", "max_delay_us"}` (or BatchingSettings) to join
+        concurrent requests into one runtime call, None for none."""
         principal.require("admin")
         check_name(name, field="name")
         settings = check_cache(cache)
         captured = check_capture(capture)
+        joined = check_batching(batching)
         stored = self.registry.create_deployment(
             Deployment(
                 tenant=principal.tenant,
                 name=name,
                 policy=self._validated(principal.tenant, name, policy, settings),
                 cache=settings,
+                batching=joined,
                 description=description,
                 updated_by=principal.subject,
                 capture=captured,
@@ -168,13 +179,14 @@ class DeploymentService:
         expected_revision: int | None = None,
         cache: Any = KEEP,
         capture: Any = KEEP,
+        batching: Any = KEEP,
         rollout: Any = KEEP,
         note: dict[str, Any] | None = None,
     ) -> Deployment:
         """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
-        default, keeps the current setting; None turns the cache off), `capture` likewise. `rollout` and `note`
-        are the rollout controller's: a change of the policy by anyone else pauses a running
-        rollout, in the same revision."""
+        default, keeps the current setting; None turns the cache off), `capture` and `batching`
+        likewise. `rollout` and `note` are the rollout controller's: a change of the policy by
+        anyone else pauses a running rollout, in the same revision."""
         principal.require("admin")
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
@@ -188,10 +200,12 @@ class DeploymentService:
                 from sluice.services.rollouts import paused_by_change
 
                 rollout, note = paused_by_change(rollout, principal.subject)
+        joined = current.batching if batching is KEEP else check_batching(batching)
         updated = replace(
             current,
             policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
             cache=settings,
+            batching=joined,
             updated_at=now(),
             updated_by=principal.subject,
             rollout=rollout,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sluice.domain.policy import Ensemble, Node, Ref, Shadow, Single, Split
     from sluice.domain.signature import Signature
     from sluice.runtimes import Runtime
+    from sluice.services.batching import Batcher
     from sluice.stats.recorder import StatsRecorder
 
 MAX_REF_DEPTH = 8
@@ -68,11 +69,13 @@ class PolicyRunner:
         runtimes: Mapping[str, Runtime],
         stats: StatsRecorder,
         check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]],
+        batcher: Batcher | None = None,
     ) -> None:
         self.lookups = lookups
         self.runtimes = runtimes
         self.stats = stats
         self.check = check
+        self.batcher = batcher  # for deployments that turned batching on
         self._by_kind = {
             "single": self._single,
             "ref": self._ref,
@@ -95,7 +98,11 @@ class PolicyRunner:
         if call.checked is None or signature.inputs != call.checked.inputs:
             arrays = self.check(signature, arrays)
         wanted = [o for o in call.outputs if signature.output(o) is not None] if call.outputs else None
-        result = await runtime.infer(version, arrays, wanted or None)
+        batching = call.deployment.batching
+        if batching is not None and self.batcher is not None:  # joined with concurrent requests for this version
+            result = await self.batcher.infer(runtime, version, arrays, wanted or None, batching)
+        else:
+            result = await runtime.infer(version, arrays, wanted or None)
         return Answer(signature, result, version)
 
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:

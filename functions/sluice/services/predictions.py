@@ -8,6 +8,7 @@ only present what it returns.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.observability import get_logger
+from sluice.services.batching import Batcher
 from sluice.services.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.services.prediction_cache import answer_key, route_of
 from sluice.stats.recorder import StatsRecorder
@@ -72,7 +74,9 @@ class PredictionService:
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check)
+        # Batching joins requests one process serves at once; a Lambda environment serves one.
+        self.batcher = Batcher(enabled="AWS_LAMBDA_FUNCTION_NAME" not in os.environ)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
@@ -155,14 +159,18 @@ class PredictionService:
         inputs = request.inputs
         declared: dict[str, str] | None = None
         if isinstance(inputs, RowInputs):
-            arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch)
+            arrays = arrays_from_request(
+                signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools
+            )
         elif isinstance(inputs, TensorInputs):
             arrays, declared = {}, {}
             for tensor in inputs.tensors:
                 where = f"inputs.{tensor.name}"
                 if tensor.name in arrays:
                     raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
-                arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where)
+                arrays[tensor.name] = decode_tensor(
+                    tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools
+                )
                 declared[tensor.name] = tensor.datatype
         elif isinstance(inputs, ArrayInputs):
             arrays = dict(inputs.arrays)

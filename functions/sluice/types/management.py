@@ -7,7 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt, field_validator
 
-from sluice.domain.objects import MAX_CACHE_ENTRIES, MAX_CACHE_TTL_S
+from sluice.domain.objects import (
+    MAX_BATCH_DELAY_US,
+    MAX_BATCH_SIZE,
+    MAX_CACHE_ENTRIES,
+    MAX_CACHE_TTL_S,
+)
 from sluice.domain.policy import Node
 from sluice.domain.values import RevisionNumber, VersionNumber
 from sluice.types.base import WireModel
@@ -101,6 +106,15 @@ class CaptureSpec(WireModel):
     redact: list[str] = Field(default_factory=list, max_length=256, description="Input features (or input tensors) never written.")
 
 
+class BatchingSpec(WireModel):
+    """A deployment's adaptive batching (opt-in): see docs/configuration.md#adaptive-batching."""
+
+    max_batch_size: StrictInt = Field(ge=2, le=MAX_BATCH_SIZE, description="Most rows in one joined runtime call.")
+    max_delay_us: StrictInt = Field(
+        ge=0, le=MAX_BATCH_DELAY_US, description="Longest a request waits for others to join it, in microseconds (0: only those already arrived)."
+    )
+
+
 class DeploymentCreate(WireModel):
     name: str
     model: str | None = Field(None, description="Shorthand: route everything to this model…")
@@ -108,6 +122,7 @@ class DeploymentCreate(WireModel):
     policy: Node | None = Field(None, description="A full routing policy instead of model/version.")
     cache: CacheSpec | None = Field(None, description="Cache answers (deterministic routes only); left out: no cache.")
     capture: CaptureSpec | None = Field(None, description="Capture a sample of requests and answers; left out: none.")
+    batching: BatchingSpec | None = Field(None, description="Join concurrent requests into one runtime call; left out: no batching.")
     description: str = ""
 
 
@@ -119,6 +134,9 @@ class DeploymentUpdate(WireModel):
         None, description="Left out: the cache stays as it is; null: off. With neither model nor policy, the policy stays."
     )
     capture: CaptureSpec | None = Field(None, description="Left out: capture stays as it is; null: off.")
+    batching: BatchingSpec | None = Field(
+        None, description="Left out: batching stays as it is; null: off. With neither model nor policy, the policy stays."
+    )
     revision: RevisionNumber | None = Field(None, description="Fail with 409 unless the deployment is at this revision.")
 
 
@@ -128,6 +146,7 @@ class DeploymentOut(WireModel):
     revision: int
     cache: CacheSpec | None = None
     capture: CaptureSpec | None = None
+    batching: BatchingSpec | None = None
     description: str
     created_at: float
     updated_at: float

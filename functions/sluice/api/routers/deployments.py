@@ -25,8 +25,8 @@ router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses
 
 
 def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
-    if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and {"cache", "capture"} & body.model_fields_set:
-        return None  # only the cache or the capture changes
+    if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and {"cache", "capture", "batching"} & body.model_fields_set:
+        return None  # only the cache, the capture or batching changes
     if (body.policy is None) == (body.model is None):
         raise BadRequest("give either 'model' (and optionally 'version') or 'policy'", field="policy")
     if body.policy is not None:
@@ -41,8 +41,9 @@ def create_deployment(body: DeploymentCreate, principal: AdminDep, container: Co
     assert policy is not None
     cache = body.cache.model_dump() if body.cache is not None else None
     capture = body.capture.model_dump() if body.capture is not None else None
+    batching = body.batching.model_dump() if body.batching is not None else None
     deployment = container.deployments.create(
-        principal, body.name, policy, description=body.description, cache=cache, capture=capture
+        principal, body.name, policy, description=body.description, cache=cache, capture=capture, batching=batching
     )
     return JSONResponse(deployment_out(deployment), status_code=201)
 
@@ -64,6 +65,8 @@ def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, co
         changes["cache"] = body.cache.model_dump() if body.cache is not None else None
     if "capture" in body.model_fields_set:
         changes["capture"] = body.capture.model_dump() if body.capture is not None else None
+    if "batching" in body.model_fields_set:
+        changes["batching"] = body.batching.model_dump() if body.batching is not None else None
     deployment = container.deployments.update(
         principal, name, _policy(container, principal, body), expected_revision=body.revision, **changes
     )

@@ -1,0 +1,124 @@
+"""Mangum's event and response translation around a cheaper request cycle.
+
+Mangum turns an API Gateway (REST or HTTP API), ALB or Lambda@Edge event into an ASGI scope
+and the ASGI response back into the Lambda result; `LambdaASGI` keeps exactly that (the same
+handler classes, so the same scope and the same result, base64 and multi-value headers
+included) and replaces only the cycle in between: Mangum's runs the app with an
+`asyncio.Queue` and a state machine per request, this one with two small closures. The
+app is run as a task on the thread's kept loop (`sluice.services.loop`), as Mangum runs it
+on the current loop.
+
+An app that can answer some requests without the ASGI exchange (`answer_whole(scope, body)`,
+as sluice's edge answers its hot routes) is asked first: its response is translated the same
+way, and its background task run before the result is returned, as the exchange would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mangum import Mangum
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message
+
+log = logging.getLogger("mangum.http")  # the logger Mangum's own cycle reports to
+ERROR_HEADERS = [[b"content-type", b"text/plain; charset=utf-8"]]
+
+
+class _Cycle:
+    """One request: its body delivered once, then `http.disconnect` once the response is
+    complete (as Mangum's cycle does); the response gathered in memory."""
+
+    __slots__ = ("body", "chunks", "closed", "complete", "headers", "request", "started", "status")
+
+    def __init__(self, body: bytes) -> None:
+        self.request: Message | None = {"type": "http.request", "body": body, "more_body": False}
+        self.status = 500
+        self.headers: list[Any] = []
+        self.chunks: list[bytes] = []
+        self.started = False
+        self.complete = False
+        self.closed: asyncio.Future[None] | None = None  # made when someone waits for the disconnect
+
+    async def receive(self) -> Message:
+        request = self.request
+        if request is not None:
+            self.request = None
+            return request
+        if not self.complete:
+            if self.closed is None:
+                self.closed = asyncio.get_running_loop().create_future()
+            await self.closed
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if not self.started and kind == "http.response.start":
+            self.status = message["status"]
+            self.headers = message.get("headers", [])
+            self.started = True
+        elif self.started and not self.complete and kind == "http.response.body":
+            self.chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.complete = True
+                if self.closed is not None and not self.closed.done():
+                    self.closed.set_result(None)
+        else:
+            from mangum.exceptions import UnexpectedMessage
+
+            raise UnexpectedMessage(f"Unexpected {kind}")
+
+
+class LambdaASGI(Mangum):
+    """`Mangum(app, lifespan="off")` with the cheaper cycle: the same result for every event."""
+
+    def __init__(self, app: ASGIApp, *, api_gateway_base_path: str | None = None) -> None:
+        super().__init__(app, lifespan="off", api_gateway_base_path=api_gateway_base_path or "/")
+        self.whole: Callable[[dict[str, Any], bytes], Awaitable[Response | None]] | None = getattr(app, "answer_whole", None)
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        handler = self.infer(event, context)
+        scope = handler.scope
+        body = handler.body
+        loop = asyncio.get_event_loop()
+        if self.whole is not None and scope["type"] == "http":
+            answered = loop.run_until_complete(self._whole(scope, body))
+            if answered is not None:
+                return handler(answered)
+        cycle = _Cycle(body)
+        loop.run_until_complete(self._run(scope, cycle))
+        return handler({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)})
+
+    async def _whole(self, scope: dict[str, Any], body: bytes) -> dict[str, Any] | None:
+        try:
+            response = await self.whole(scope, body)  # type: ignore[misc]
+        except BaseException:
+            log.exception("An error occurred running the application.")
+            return {"status": 500, "headers": ERROR_HEADERS, "body": b"Internal Server Error"}
+        if response is None:
+            return None
+        if response.background is not None:
+            try:  # after the response, as the exchange runs it: a failure leaves the answer as sent
+                await response.background()
+            except BaseException:
+                log.exception("An error occurred running the application.")
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s %s", scope["method"], scope["path"], response.status_code)
+        return {"status": response.status_code, "headers": response.raw_headers, "body": response.body}
+
+    async def _run(self, scope: dict[str, Any], cycle: _Cycle) -> None:
+        try:
+            await self.app(scope, cycle.receive, cycle.send)
+        except BaseException:
+            log.exception("An error occurred running the application.")
+            if not cycle.complete:  # a 500, whether or not the response had started
+                cycle.status, cycle.headers, cycle.chunks = 500, ERROR_HEADERS, [b"Internal Server Error"]
+            return
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s %s", scope["method"], scope["path"], cycle.status)

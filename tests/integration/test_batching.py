@@ -1,0 +1,220 @@
+"""Adaptive batching: concurrent requests for one version joined into one runtime call, each
+request getting exactly its own answer; a bad input fails only its request; a runtime failure
+fails each joined request with its status; the setting is validated (422 naming the field)
+and kept with the deployment; in Lambda nothing waits."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.domain import BatchingSettings
+from sluice.domain.errors import BackendError, InvalidInput, SluiceError
+from sluice.domain.requests import PredictionRequest, RowInputs
+from sluice.services.batching import Batcher
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+BATCHING = {"max_batch_size": 16, "max_delay_us": 200_000}  # long enough for every request to join
+ROWS = [[round(0.01 * i - 0.05 * j, 3) for j in range(10)] for i in range(12)]  # 10 features: the diabetes MLP
+
+
+@pytest.fixture
+def batched(demo: Container, acme: Principal) -> Container:
+    """acme's `diabetes` (regression MLP) and `iris` (classifier) with batching on."""
+    demo.deployments.update(acme, "diabetes", None, batching=BATCHING)
+    demo.deployments.update(acme, "iris", None, batching=BATCHING)
+    return demo
+
+
+def request(deployment: str, rows: Any) -> PredictionRequest:
+    return PredictionRequest(deployment=deployment, inputs=RowInputs(inputs=rows))
+
+
+async def concurrently(container: Container, principal: Principal, requests: list[PredictionRequest]) -> list[Any]:
+    return await asyncio.gather(*(container.predictions.predict(principal, r) for r in requests), return_exceptions=True)
+
+
+def outputs(prediction: Any) -> dict[str, np.ndarray]:
+    return prediction.answer.result.outputs
+
+
+def test_joined_requests_get_exactly_their_own_rows(batched: Container, acme: Principal) -> None:
+    alone = [asyncio.run(batched.predictions.predict(acme, request("diabetes", [row]))) for row in ROWS[:3]]
+    # Requests of 1, 2 and 3 rows, and single rows: one joined call of 12 rows.
+    sizes = [1, 2, 3, 1, 1, 1, 1, 2]
+    chunks, at = [], 0
+    for n in sizes:
+        chunks.append(ROWS[at : at + n])
+        at += n
+    batcher = batched.predictions.batcher
+    before = (batcher.calls, batcher.joined)
+    got = asyncio.run(concurrently(batched, acme, [request("diabetes", c) for c in chunks]))
+    assert (batcher.calls - before[0], batcher.joined - before[1]) == (1, len(chunks))
+    for chunk, prediction in zip(chunks, got, strict=True):
+        (name,) = outputs(prediction)
+        assert outputs(prediction)[name].shape[0] == len(chunk)
+        expected = np.concatenate([outputs(asyncio.run(batched.predictions.predict(acme, request("diabetes", [r]))))[name] for r in chunk])
+        np.testing.assert_allclose(outputs(prediction)[name], expected, rtol=1e-5, atol=1e-6)
+    for prediction, single in zip(got[:1], alone[:1], strict=True):
+        np.testing.assert_allclose(next(iter(outputs(prediction).values())), next(iter(outputs(single).values())), rtol=1e-5, atol=1e-6)
+
+
+def test_a_classifier_s_labels_and_maps_are_split_per_request(batched: Container, acme: Principal) -> None:
+    setosa, virginica = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
+    got = asyncio.run(concurrently(batched, acme, [request("iris", [setosa]), request("iris", [virginica, setosa]), request("iris", [virginica])]))
+    labels = [outputs(p)["output_label"].tolist() for p in got]
+    assert labels == [["setosa"], ["virginica", "setosa"], ["virginica"]]
+    maps = [p.answer.result.maps.get("output_probability") for p in got]
+    assert [len(m) for m in maps if m is not None] == [1, 2, 1]
+    assert batched.predictions.batcher.joined >= 3
+
+
+def test_a_bad_input_fails_only_its_own_request(batched: Container, acme: Principal) -> None:
+    bad = request("diabetes", [[1.0, 2.0]])  # 2 features, not 10: refused before joining
+    got = asyncio.run(concurrently(batched, acme, [request("diabetes", [ROWS[0]]), bad, request("diabetes", [ROWS[1]])]))
+    assert isinstance(got[1], InvalidInput) and got[1].status == 400
+    assert not isinstance(got[0], BaseException) and not isinstance(got[2], BaseException)
+    assert batched.predictions.batcher.joined >= 2
+
+
+def _runtime(container: Container) -> Any:
+    return container.predictions.runtimes["onnx"]
+
+
+def test_a_runtime_failure_fails_each_joined_request_with_its_status(batched: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        raise BackendError("the ONNX runtime failed (Fail)")
+
+    for name in ("infer", "infer_off_loop"):  # alone and joined
+        monkeypatch.setattr(_runtime(batched), name, broken)
+    got = asyncio.run(concurrently(batched, acme, [request("diabetes", [row]) for row in ROWS[:4]]))
+    assert all(isinstance(e, SluiceError) and e.status == 502 for e in got)
+    assert len({id(e) for e in got}) == 4  # each request its own error
+
+
+def test_a_refused_joined_input_is_retried_alone_so_only_the_culprit_fails(batched: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = _runtime(batched)
+    real = runtime.infer
+    joined: list[int] = []
+    culprit = np.float32(ROWS[2][0])
+
+    async def picky(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        if any((a[:, 0] == culprit).any() for a in inputs.values()):  # the model refuses this row
+            raise InvalidInput("the model rejected the input (shape or type)", field="inputs")
+        return await real(version, inputs, outputs)
+
+    async def picky_joined(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        joined.append(next(iter(inputs.values())).shape[0])
+        return await picky(version, inputs, outputs)
+
+    monkeypatch.setattr(runtime, "infer", picky)
+    monkeypatch.setattr(runtime, "infer_off_loop", picky_joined)
+    got = asyncio.run(concurrently(batched, acme, [request("diabetes", [row]) for row in ROWS[:4]]))
+    assert joined == [4]  # one joined call, refused; then each alone
+    assert isinstance(got[2], InvalidInput) and got[2].status == 400
+    assert all(not isinstance(got[i], BaseException) for i in (0, 1, 3))
+
+
+def test_a_request_as_large_as_the_batch_goes_alone_and_others_wait_at_most_the_delay() -> None:
+    class Runtime:
+        calls: list[int] = []
+
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            from sluice.domain.results import InferenceResult
+
+            self.calls.append(next(iter(inputs.values())).shape[0])
+            return InferenceResult({"y": next(iter(inputs.values())).sum(axis=1, keepdims=True)})
+
+    class Version:
+        tenant, model, version, sha256 = "t", "m", 1, "x"
+
+    runtime, batcher = Runtime(), Batcher()
+    settings = BatchingSettings(max_batch_size=4, max_delay_us=1000)
+
+    async def go() -> list[Any]:
+        arrays = [np.ones((n, 2), np.float32) * (i + 1) for i, n in enumerate([4, 1, 1, 3, 1])]
+        return await asyncio.gather(*(batcher.infer(runtime, Version(), {"x": a}, None, settings) for a in arrays))  # type: ignore[arg-type]
+
+    got = asyncio.run(go())
+    # 4 rows alone; then 1+1 joined, 3 does not fit (5 > 4) so those two leave; 3+1 leave full.
+    assert sorted(runtime.calls) == [2, 4, 4]
+    assert [r.outputs["y"].ravel().tolist() for r in got] == [[2.0] * 4, [4.0], [6.0], [8.0] * 3, [10.0]]
+
+
+def test_while_a_call_is_under_way_the_next_batch_keeps_growing() -> None:
+    release = asyncio.Event()
+
+    class Runtime:
+        calls: list[int] = []
+
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            from sluice.domain.results import InferenceResult
+
+            self.calls.append(next(iter(inputs.values())).shape[0])
+            await release.wait()  # a slow model
+            return InferenceResult({"y": next(iter(inputs.values()))})
+
+    class Version:
+        tenant, model, version, sha256 = "t", "m", 1, "x"
+
+    runtime, batcher = Runtime(), Batcher()
+    settings = BatchingSettings(max_batch_size=64, max_delay_us=0)  # leave at the end of the loop's turn
+
+    async def one() -> Any:
+        return await batcher.infer(runtime, Version(), {"x": np.ones((1, 2), np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[int]:
+        first = [asyncio.ensure_future(one()) for _ in range(2)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert runtime.calls == [2]  # under way, and slow
+        later = []
+        for _ in range(3):  # arrive one turn apart: each turn's batch is due, but waits
+            later.append(asyncio.ensure_future(one()))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        assert runtime.calls == [2]
+        release.set()
+        await asyncio.gather(*first, *later)
+        return runtime.calls
+
+    assert asyncio.run(go()) == [2, 3]
+
+
+def test_in_lambda_nothing_waits(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    from sluice.wiring import Container
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sluice-api")
+    assert Container.from_settings(settings).predictions.batcher.enabled is False
+
+
+def test_the_setting_is_validated_kept_and_shown(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    key = keys["acme"]
+    for bad, where in (
+        ({"max_batch_size": 1, "max_delay_us": 100}, "batching.max_batch_size"),
+        ({"max_batch_size": 8, "max_delay_us": -1}, "batching.max_delay_us"),
+        ({"max_batch_size": 8}, "batching.max_delay_us"),
+        ({"max_batch_size": 8, "max_delay_us": 100, "size": 2}, "batching.size"),
+    ):
+        r = client.post("/api/v1/deployments", json={"name": "b", "model": "iris", "batching": bad}, headers=auth(key))
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == where, r.json()
+    r = client.post("/api/v1/deployments", json={"name": "b", "model": "iris", "batching": BATCHING}, headers=auth(key))
+    assert r.status_code == 201 and r.json()["batching"] == BATCHING
+    r = client.put("/api/v1/deployments/b", json={"batching": {"max_batch_size": 1000000, "max_delay_us": 0}}, headers=auth(key))
+    assert r.status_code == 422 and r.json()["field"] == "batching.max_batch_size"
+    r = client.put("/api/v1/deployments/b", json={"cache": None}, headers=auth(key))
+    assert r.status_code == 200 and r.json()["batching"] == BATCHING  # left out: kept
+    r = client.put("/api/v1/deployments/b", json={"batching": None}, headers=auth(key))
+    assert r.status_code == 200 and r.json().get("batching") is None
+    with pytest.raises(SluiceError) as refused:
+        demo.deployments.update(acme, "iris", None, batching={"max_batch_size": 8, "max_delay_us": 1.5})
+    assert refused.value.status == 422 and refused.value.field == "batching.max_delay_us"  # type: ignore[attr-defined]
