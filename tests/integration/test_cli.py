@@ -8,52 +8,36 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sluice import cli
-from sluice.settings import get_settings
-from sluice.wiring import get_container
 from tests.conftest import MODELS
+from tests.integration.conftest import run_cli
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from pathlib import Path
+    pass
 
 SETOSA = '{"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}'
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_DEPLOYMENT_CACHE_TTL_S", "0")
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("cli_home")
 
 
 def test_push_deploy_predict_switch(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    code, out, _ = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     assert code == 0 and "iris version 1" in out
-    assert run(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
-    code, out, _ = run(capsys, "predict", "iris", "--features", SETOSA)
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    code, out, _ = run_cli(capsys, "predict", "iris", "--features", SETOSA)
     assert code == 0
     first = json.loads(out)
     assert first["prediction"] == "setosa" and first["version"] == 1
-    run(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
-    code, out, _ = run(capsys, "deployments", "set", "iris", "--model", "iris", "--version", "2")
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
+    code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--model", "iris", "--version", "2")
     assert code == 0 and "revision 2" in out
-    second = json.loads(run(capsys, "predict", "iris", "--features", SETOSA)[1])
+    second = json.loads(run_cli(capsys, "predict", "iris", "--features", SETOSA)[1])
     assert second["version"] == 2 and second["probabilities"] != first["probabilities"]
-    code, out, _ = run(capsys, "models", "list")
+    code, out, _ = run_cli(capsys, "models", "list")
     assert "iris" in out and "2" in out
-    shown = json.loads(run(capsys, "deployments", "show", "iris")[1])
+    shown = json.loads(run_cli(capsys, "deployments", "show", "iris")[1])
     assert [h["revision"] for h in shown["history"]] == [1, 2]
-    rows = json.loads(run(capsys, "predict", "iris", "--inputs", "[[5.1,3.5,1.4,0.2],[6.7,3.0,5.2,2.3]]")[1])
+    rows = json.loads(run_cli(capsys, "predict", "iris", "--inputs", "[[5.1,3.5,1.4,0.2],[6.7,3.0,5.2,2.3]]")[1])
     assert [p["prediction"] for p in rows["predictions"]] == ["setosa", "virginica"]
 
 
@@ -70,44 +54,44 @@ def test_push_deploy_predict_switch(capsys: pytest.CaptureFixture[str]) -> None:
     ],
 )
 def test_bad_input_is_a_message_and_a_non_zero_exit(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], words: str) -> None:
-    code, _, err = run(capsys, *args)
+    code, _, err = run_cli(capsys, *args)
     assert code == 2
     assert words in err and "Traceback" not in err
 
 
 def test_predict_with_bad_features_names_the_field(capsys: pytest.CaptureFixture[str]) -> None:
-    run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
-    run(capsys, "deployments", "create", "iris", "--model", "iris")
-    code, _, err = run(capsys, "predict", "iris", "--features", '{"sepal_length": 1}')
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "deployments", "create", "iris", "--model", "iris")
+    code, _, err = run_cli(capsys, "predict", "iris", "--features", '{"sepal_length": 1}')
     assert code == 2 and "[features.sepal_width]" in err
 
 
 def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--tenant", "globex", "keys", "create", "--scopes", "predict,admin", "--name", "ops")
+    code, out, _ = run_cli(capsys, "--tenant", "globex", "keys", "create", "--scopes", "predict,admin", "--name", "ops")
     assert code == 0 and "tenant globex" in out
     key_id = out.split()[2].rstrip(",")
-    assert key_id in run(capsys, "--tenant", "globex", "keys", "list")[1]
-    assert run(capsys, "keys", "revoke", key_id)[0] == 2  # another tenant's key: not found
-    code, _, err = run(capsys, "--tenant", "globex", "keys", "revoke", key_id)
+    assert key_id in run_cli(capsys, "--tenant", "globex", "keys", "list")[1]
+    assert run_cli(capsys, "keys", "revoke", key_id)[0] == 2  # another tenant's key: not found
+    code, _, err = run_cli(capsys, "--tenant", "globex", "keys", "revoke", key_id)
     assert code == 2 and "last admin key" in err  # the tenant would be locked out
-    assert run(capsys, "--tenant", "globex", "keys", "create", "--scopes", "admin")[0] == 0
-    assert run(capsys, "--tenant", "globex", "keys", "revoke", key_id)[0] == 0
+    assert run_cli(capsys, "--tenant", "globex", "keys", "create", "--scopes", "admin")[0] == 0
+    assert run_cli(capsys, "--tenant", "globex", "keys", "revoke", key_id)[0] == 0
 
 
 def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
+    code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
     assert code == 0, err
-    shown = json.loads(run(capsys, "models", "show", "iris", "--version", "1")[1])
+    shown = json.loads(run_cli(capsys, "models", "show", "iris", "--version", "1")[1])
     assert shown["runtime"] == "sagemaker"
-    code, _, err = run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"bogus": 1}')
+    code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"bogus": 1}')
     assert code == 2 and "[config]" in err
-    code, _, err = run(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
+    code, _, err = run_cli(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
     assert code == 2 and "error: the Triton server is not reachable" in err
 
 
 @pytest.mark.parametrize("version", ["٣", "³", "99999999999999999999", "0", "-1"])
 def test_a_version_on_the_command_line_is_ascii_digits_within_64_bits(capsys: pytest.CaptureFixture[str], version: str) -> None:
-    run(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     with pytest.raises(SystemExit) as exited:
         cli.main(["predict", "iris", "--features", "{}", "--version", version])
     assert exited.value.code == 2

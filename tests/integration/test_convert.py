@@ -14,12 +14,9 @@ import pyarrow.csv as pc
 import pyarrow.parquet as pq
 import pytest
 
-from sluice import cli
-from sluice.settings import get_settings
-from sluice.wiring import get_container
+from tests.integration.conftest import run_cli
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 joblib = pytest.importorskip("joblib")
@@ -27,21 +24,7 @@ pytest.importorskip("skl2onnx")
 IRIS_NAMES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 
 
-@pytest.fixture(autouse=True)
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_DEPLOYMENT_CACHE_TTL_S", "0")
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+pytestmark = pytest.mark.usefixtures("cli_home")
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +61,17 @@ def test_a_scikit_learn_classifier_is_converted_checked_pushed_and_served(
     x, y = iris
     model = LogisticRegression(max_iter=500).fit(x, y)
     joblib.dump(model, tmp_path / "iris.joblib")
-    code, out, err = run(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(iris_csv(tmp_path / "s.csv", x)))
+    code, out, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(iris_csv(tmp_path / "s.csv", x)))
     assert code == 0, err
     assert "converted from sklearn, checked on 150 rows of s.csv" in out and "labels agree on 100.00%" in out
     assert "pushed iris version 1" in out
-    assert run(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
-    code, out, err = run(capsys, "predict", "iris", "--inputs", json.dumps(x[[0, 100]].tolist()))
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    code, out, err = run_cli(capsys, "predict", "iris", "--inputs", json.dumps(x[[0, 100]].tolist()))
     assert code == 0, err
     answer = json.loads(out)
     assert [p["prediction"] for p in answer["predictions"]] == [int(c) for c in model.predict(x[[0, 100]])]
     # The sample's header named the features: the version takes them by name.
-    code, out, _ = run(capsys, "models", "show", "iris", "--version", "1")
+    code, out, _ = run_cli(capsys, "models", "show", "iris", "--version", "1")
     assert json.loads(out)["signature"]["inputs"][0]["feature_names"] == IRIS_NAMES
 
 
@@ -100,12 +83,12 @@ def test_a_regressor_with_float32_drift_is_refused_at_tolerance_zero(
     x, y = diabetes
     joblib.dump(GradientBoostingRegressor(n_estimators=20, random_state=0).fit(x, y), tmp_path / "gbr.pkl")
     sample = str(diabetes_parquet(tmp_path / "s.parquet", x))
-    code, out, err = run(capsys, "models", "push", "gbr", str(tmp_path / "gbr.pkl"), "--sample", sample, "--tolerance", "0")
+    code, out, err = run_cli(capsys, "models", "push", "gbr", str(tmp_path / "gbr.pkl"), "--sample", sample, "--tolerance", "0")
     assert code == 2 and "pushed" not in out
     assert "disagrees with the original on values: largest difference" in err and "nothing was pushed" in err
-    assert run(capsys, "models", "list")[1].strip() == "(none)"
+    assert run_cli(capsys, "models", "list")[1].strip() == "(none)"
     # Within the default tolerance (1e-4 of each value) the same model goes in.
-    code, out, err = run(capsys, "models", "push", "gbr", str(tmp_path / "gbr.pkl"), "--sample", sample)
+    code, out, err = run_cli(capsys, "models", "push", "gbr", str(tmp_path / "gbr.pkl"), "--sample", sample)
     assert code == 0, err
     assert "max abs diff" in out and "pushed gbr version 1" in out
 
@@ -119,9 +102,9 @@ def test_a_sample_that_does_not_fit_the_model_is_refused(
     joblib.dump(LogisticRegression(max_iter=500).fit(x, y), tmp_path / "iris.joblib")
     three = tmp_path / "three.csv"
     pc.write_csv(pa.table({n: x[:, i] for i, n in enumerate(IRIS_NAMES[:3])}), three)
-    code, _, err = run(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(three))
+    code, _, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(three))
     assert code == 2 and "4 features; 3 names" in err
-    code, _, err = run(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(iris_csv(tmp_path / "s.csv", x)),
+    code, _, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"), "--sample", str(iris_csv(tmp_path / "s.csv", x)),
                         "--feature-names", "a,b,c,d")  # fmt: skip
     assert code == 2 and "no column 'a'" in err
 
@@ -134,12 +117,12 @@ def test_an_xgboost_classifier_and_regressor_round_trip(
     x, y = iris
     booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "max_depth": 3}, xgb.DMatrix(x, label=y), num_boost_round=8)
     booster.save_model(tmp_path / "iris.ubj")
-    code, out, err = run(capsys, "models", "push", "iris", str(tmp_path / "iris.ubj"), "--sample", str(iris_csv(tmp_path / "s.csv", x)))
+    code, out, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "iris.ubj"), "--sample", str(iris_csv(tmp_path / "s.csv", x)))
     assert code == 0, err
     assert "converted from xgboost" in out and "labels agree on 100.00%" in out
     dx, dy = diabetes
     xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(dx, label=dy), num_boost_round=8).save_model(tmp_path / "d.json")
-    code, out, err = run(capsys, "models", "push", "d", str(tmp_path / "d.json"), "--sample", str(diabetes_parquet(tmp_path / "d.parquet", dx)))
+    code, out, err = run_cli(capsys, "models", "push", "d", str(tmp_path / "d.json"), "--sample", str(diabetes_parquet(tmp_path / "d.parquet", dx)))
     assert code == 0, err
     assert "converted from xgboost, checked on 442 rows" in out
 
@@ -152,7 +135,7 @@ def test_a_lightgbm_booster_round_trips_and_a_wrong_sample_is_refused(
     x, y = diabetes
     params = {"objective": "binary", "verbose": -1}
     lgb.train(params, lgb.Dataset(x, label=(y > 140).astype(int)), num_boost_round=8).save_model(tmp_path / "b.txt")
-    code, out, err = run(capsys, "models", "push", "b", str(tmp_path / "b.txt"), "--sample", str(diabetes_parquet(tmp_path / "d.parquet", x)))
+    code, out, err = run_cli(capsys, "models", "push", "b", str(tmp_path / "b.txt"), "--sample", str(diabetes_parquet(tmp_path / "d.parquet", x)))
     assert code == 0, err
     assert "converted from lightgbm" in out and "labels agree" in out
     # A deliberately mismatched check: a model that is not the one in the file cannot pass.
@@ -173,16 +156,16 @@ def test_torchscript_and_exported_programs_round_trip(capsys: pytest.CaptureFixt
     torch = pytest.importorskip("torch")
     module = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
     torch.jit.script(module).save(str(tmp_path / "m.pt"))
-    code, out, err = run(capsys, "models", "push", "m", str(tmp_path / "m.pt"))
+    code, out, err = run_cli(capsys, "models", "push", "m", str(tmp_path / "m.pt"))
     assert code == 2 and "--n-features" in err
-    code, out, err = run(capsys, "models", "push", "m", str(tmp_path / "m.pt"), "--n-features", "4")
+    code, out, err = run_cli(capsys, "models", "push", "m", str(tmp_path / "m.pt"), "--n-features", "4")
     assert code == 0, err
     assert "converted from torchscript, checked on 256 generated rows" in out
     pytest.importorskip("onnxscript")
     batch = torch.export.Dim("batch")
     program = torch.export.export(module, (torch.randn(2, 4),), dynamic_shapes=({0: batch},))
     torch.export.save(program, str(tmp_path / "m.pt2"))
-    code, out, err = run(capsys, "models", "push", "m", str(tmp_path / "m.pt2"))  # the program carries its example input
+    code, out, err = run_cli(capsys, "models", "push", "m", str(tmp_path / "m.pt2"))  # the program carries its example input
     assert code == 0, err
     assert "converted from torch-export" in out and "pushed m version 2" in out
 
@@ -195,8 +178,8 @@ def test_a_missing_converter_is_a_message_and_a_non_zero_exit(
     x, y = iris
     joblib.dump(LogisticRegression(max_iter=500).fit(x, y), tmp_path / "iris.joblib")
     monkeypatch.setitem(sys.modules, "skl2onnx", None)  # as if the extra were not installed
-    code, out, err = run(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"))
+    code, out, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "iris.joblib"))
     assert code == 2 and out == ""
     assert "pip install 'sluice[convert]'" in err
-    code, _, err = run(capsys, "models", "push", "iris", str(tmp_path / "model.bin"), "--format", "sklearn")
+    code, _, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "model.bin"), "--format", "sklearn")
     assert code == 2 and "no such file" in err

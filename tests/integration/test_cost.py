@@ -9,14 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice import cli
-from sluice.settings import get_settings
-from sluice.wiring import get_container
 from tests.conftest import MODELS, REPO
-from tests.integration.conftest import auth
+from tests.integration.conftest import auth, run_cli
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from sluice.wiring import Container
@@ -77,59 +73,42 @@ def test_bad_parameters_are_4xx_naming_the_field(client: TestClient, keys: dict[
 
 
 # the CLI -----------------------------------------------------------------------------------
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_DEPLOYMENT_CACHE_TTL_S", "0")
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_sluice_cost_prints_the_table_and_draws_the_curves(
-    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
-    assert _cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
-    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--latency", "sagemaker=4.5/11.5", "--p99-ms", "10")
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--latency", "sagemaker=4.5/11.5", "--p99-ms", "10")
     assert code == 0, err
     assert "recommended: onnx" in out and "prices as of" in out
-    code, out, _ = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "5", "--json")
+    code, out, _ = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "5", "--json")
     report = json.loads(out)
     assert report["workload"]["rps"] == 5.0 and report["latency"]["sagemaker"]["source"].startswith("assumed")
-    code, _, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.svg"))
+    code, _, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.svg"))
     assert code == 2 and "[plot]" in err
-    code, _, err = _cli(capsys, "cost", "iris", "--latency", "gpu=2/9")
+    code, _, err = run_cli(capsys, "cost", "iris", "--latency", "gpu=2/9")
     assert code == 2 and "[latency]" in err
 
     gpu = REPO / "benchmarks" / "gpu" / "results" / "gpu-e2e-sluice-triton-h100.json"
-    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--benchmark", str(gpu), "--rps", "2000", "--json")
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--benchmark", str(gpu), "--rps", "2000", "--json")
     assert code == 0, err
     report = json.loads(out)
     measured = json.loads(gpu.read_text())["latency"]
     assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_json"]["p50_ms"]
     assert report["latency"]["sagemaker"]["source"].startswith("benchmark gpu-e2e-sluice-triton-h100.json")
     assert report["workload"]["instance_rps"] == measured["concurrency_16"]["sluice_json"]["rps"]
-    code, _, err = _cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
+    code, _, err = run_cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
     assert code == 2 and "[benchmark]" in err
 
     pytest.importorskip("matplotlib")
     png = tmp_path / "curves.png"
-    code, out, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(png))
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(png))
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"curves: {png}" in out
 
 
 def test_the_plot_names_the_extra_when_matplotlib_is_missing(
-    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import builtins
 
@@ -140,10 +119,10 @@ def test_the_plot_names_the_extra_when_matplotlib_is_missing(
             raise ImportError(name)
         return real_import(name, *args, **kwargs)
 
-    assert _cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
-    assert _cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    code, _, err = _cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.png"))
+    code, _, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--plot", str(tmp_path / "c.png"))
     assert code == 2 and "sluice[cost]" in err and not (tmp_path / "c.png").exists()
 
 
