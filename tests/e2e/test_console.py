@@ -333,6 +333,18 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     assert tab.page.locator("#rollout-decisions tr", has_text="resumed").count() == 1
     # The page follows the revisions the rollout made.
     assert tab.page.locator("#history-table tr", has_text="revision 4").count() == 1
+    # A running rollout is read every 10 s while the tab is visible, never while it is hidden.
+    looks = lambda: sum(u.endswith("/iris-rollout/rollout") for u in tab.urls)  # noqa: E731
+    before = looks()
+    tab.page.wait_for_timeout(10_500)
+    assert looks() >= before + 1
+    tab.page.evaluate(HIDE)
+    before = looks()
+    tab.page.wait_for_timeout(11_000)
+    assert looks() == before
+    tab.page.evaluate(SHOW)
+    tab.page.wait_for_timeout(500)
+    assert looks() == before + 1
 
 
 def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:
