@@ -415,7 +415,7 @@ class Container:
         runner = self.batch_runner
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
-        return BatchService(self.registry, self.orchestrator, runner.paths)
+        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

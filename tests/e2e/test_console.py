@@ -258,6 +258,95 @@ def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, 
     tab.shot(shots, "batch")
 
 
+def test_a_batch_jobs_first_error_rows_are_shown(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    tab.go("/batch", "#jobs-table")
+    inbox = service.home / "inbox" / "diabetes"
+    columns = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
+    lines = [",".join(f"{0.01 * ((i + j) % 7):.2f}" for j in range(10)) for i in range(300)]
+    for i in (4, 150, 299):
+        lines[i] = "oops," + lines[i].split(",", 1)[1]  # age is not a number
+    staged = service.home / "bad-patients.csv"
+    staged.write_text(",".join(columns) + "\n" + "\n".join(lines) + "\n")
+    staged.rename(inbox / "bad-patients.csv")
+    deadline = time.monotonic() + 90
+    while True:
+        jobs = [j for j in service.call("GET", "/api/v1/batch-jobs") if j["input_uri"].endswith("bad-patients.csv")]
+        if jobs and jobs[0]["status"] == "SUCCEEDED":
+            break
+        assert time.monotonic() < deadline, jobs
+        time.sleep(0.5)
+    job = jobs[0]
+    assert job["counts"]["rows_failed"] == 3
+    tab.page.click(f"[data-errors='{job['id']}']")
+    tab.page.wait_for_selector(f"#error-rows[data-job='{job['id']}']")
+    rows = tab.page.locator("#error-rows tbody tr")
+    assert rows.count() == 3
+    assert [rows.nth(i).locator("td").first.inner_text() for i in range(3)] == ["4", "150", "299"]
+    assert "'age' is not a number: 'oops'" in rows.nth(0).inner_text()
+    assert "3 of 3 failed rows" in tab.page.inner_text("#errors")
+    assert str(service.home) not in tab.page.inner_text("main")  # URIs are shortened, not the server's paths
+    tab.page.evaluate("document.querySelector('#jobs .scroll').scrollLeft = 0")  # the click scrolled the table
+    tab.shot(shots, "batch-errors")
+
+
+def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    service.call("POST", "/api/v1/deployments", json={"name": "iris-rollout", "policy": {"kind": "single", "model": "iris", "version": 1}})
+    service.call("POST", "/api/v1/deployments/iris-rollout/rollout", json={"to": "iris:2", "steps": [10, 50, 100], "every": "1h", "gate": "error_rate<=0.01,p99_ratio<=3", "min_requests": 20})
+    service.predict("iris-rollout", 60)
+    tab.go("/deployments/iris-rollout", "#rollout-steps")
+    assert tab.page.locator("#rollout-steps li").all_inner_texts() == ["10%", "50%", "100%"]
+    assert tab.page.locator("#rollout-steps li.current").inner_text() == "10%"
+    assert tab.page.locator("[data-state=running]").count() == 1
+    gates = tab.page.locator("#rollout-gates tbody tr")
+    assert gates.count() == 2
+    assert gates.nth(0).locator("td").nth(0).inner_text() == "error_rate" and gates.nth(0).locator("td").nth(1).inner_text() == "<= 0.01"
+    assert gates.nth(1).locator("td").nth(1).inner_text() == "<= 3"
+    assert "Next decision" in tab.page.inner_text("#rollout-next")
+    assert tab.page.locator("#rollout-decisions tr", has_text="start").count() == 1
+    # The gates get values as the step's traffic comes (the section is read every 10 s).
+    deadline = time.monotonic() + 60
+    while tab.page.locator("[data-gate=error_rate].pass").count() == 0:
+        assert time.monotonic() < deadline, tab.page.inner_text("#rollout")
+        service.predict("iris-rollout", 40)
+        tab.page.wait_for_timeout(3000)
+    assert gates.nth(0).locator("td").nth(2).inner_text() == "0"
+    tab.page.screenshot(path=str(shots / "console-rollout.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 1020}, full_page=True)
+    # Pause: cancelling the dialog changes nothing; confirming pauses it.
+    tab.page.click("[data-action=rollout-pause]")
+    tab.page.wait_for_selector("dialog#confirm[open]")
+    assert "Pause the rollout of iris-rollout?" in tab.page.inner_text("#confirm-title")
+    tab.page.click("dialog#confirm button[value=cancel]")
+    assert service.call("GET", "/api/v1/deployments/iris-rollout/rollout")["rollout"]["state"] == "running"
+    tab.page.click("[data-action=rollout-pause]")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("[data-state=paused]")
+    assert service.call("GET", "/api/v1/deployments/iris-rollout/rollout")["rollout"]["state"] == "paused"
+    assert "Paused" in tab.page.inner_text("#rollout-next")
+    assert tab.page.locator("#rollout-decisions tr", has_text="paused").count() == 1
+    tab.page.click("[data-action=rollout-resume]")
+    tab.page.wait_for_selector("dialog#confirm[open]")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("[data-state=running]")
+    assert service.call("GET", "/api/v1/deployments/iris-rollout/rollout")["rollout"]["state"] == "running"
+    assert tab.page.locator("#rollout-decisions tr", has_text="resumed").count() == 1
+    # The page follows the revisions the rollout made.
+    assert tab.page.locator("#history-table tr", has_text="revision 4").count() == 1
+    # A running rollout is read every 10 s while the tab is visible, never while it is hidden.
+    looks = lambda: sum(u.endswith("/iris-rollout/rollout") for u in tab.urls)  # noqa: E731
+    before = looks()
+    tab.page.wait_for_timeout(10_500)
+    assert looks() >= before + 1
+    tab.page.evaluate(HIDE)
+    before = looks()
+    tab.page.wait_for_timeout(11_000)
+    assert looks() == before
+    tab.page.evaluate(SHOW)
+    tab.page.wait_for_timeout(500)
+    assert looks() == before + 1
+
+
 def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:
     key = service.call("POST", "/api/v1/keys", json={"scopes": ["predict"], "name": "console-predict"})["key"]
     tab = Tab(browser, service.base)
@@ -265,6 +354,9 @@ def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Se
         tab.sign_in(key)
         tab.page.wait_for_selector("#page-error")
         assert "needs a key with the admin scope" in tab.page.inner_text("#page-error")
+        # A rollout's page, and its actions, answer this key with the same message (the API's 403).
+        tab.go("/deployments/iris-rollout", "#page-error")
+        assert "Not allowed (403)" in tab.page.inner_text("#page-error")
         tab.go("/batch", "#jobs-table")  # batch jobs need only predict
     finally:
         tab.context.close()
@@ -283,6 +375,9 @@ def test_another_tenants_key_sees_none_of_it(browser: Any, service: Service) -> 
         assert tab.page.locator("#models-table").count() == 0
         tab.go("/deployments/iris", "#page-error")
         assert "not found" in tab.page.inner_text("#page-error").lower()
+        tab.go("/deployments/iris-rollout", "#page-error")  # nor acme's rollout
+        assert "not found" in tab.page.inner_text("#page-error").lower()
+        assert httpx.get(f"{service.base}/api/v1/deployments/iris-rollout/rollout", headers={"Authorization": f"Bearer {key}"}).status_code == 404
         # Signing out forgets the key.
         tab.page.click("#signout")
         tab.page.wait_for_selector("#signin")

@@ -33,7 +33,7 @@ def test_rollout_commands(capsys: pytest.CaptureFixture[str]) -> None:
         assert run_cli(capsys, "predict", "iris", "--batch", BATCH, "--variant", "stable")[0] == 0
     code, out, _ = run_cli(capsys, "rollout", "status", "iris")
     assert code == 0 and "step 1 of 2: 10%" in out and "waiting for traffic: 0 of 5 candidate requests, 3 of 5 comparisons" in out
-    assert "agreement>=0.9" in out
+    assert "agreement>=0.9" in out and "next decision: " in out
     code, out, _ = run_cli(capsys, "rollout", "status", "iris", "--json")
     assert json.loads(out)["now"]["metrics"]["compared"] == 3
     assert "rollout paused" in run_cli(capsys, "rollout", "pause", "iris")[1]

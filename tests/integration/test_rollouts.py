@@ -205,6 +205,39 @@ def test_a_step_is_held_for_lack_of_traffic(
     assert status["now"]["next"] == "hold" and status["now"]["metrics"]["candidate_requests"] == 5
 
 
+def test_status_gives_each_gate_against_its_threshold_and_the_next_decision_time(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    from sluice.types.rollouts import RolloutStatus
+
+    client = TestClient(create_app(twin))
+    started = clock.now
+    start(rollouts, acme, every="10m", gates="agreement>=0.98,error_rate<=0.005")
+    send(client, keys["acme"], "candidate", 12)
+    send(client, keys["acme"], "stable", 12)
+    clock.now += 60
+    r = client.get("/api/v1/deployments/iris/rollout", headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    status = RolloutStatus.model_validate(r.json())  # what the OpenAPI document promises
+    now = r.json()["now"]
+    assert status.now is not None and status.rollout is not None and status.rollout.step == 0
+    checks = {c["metric"]: c for c in now["checks"]}
+    assert checks["error_rate"] == {"gate": "error_rate<=0.005", "metric": "error_rate", "op": "<=", "threshold": 0.005, "value": 0.0, "passes": True}
+    assert checks["agreement"]["threshold"] == 0.98 and checks["agreement"]["op"] == ">="
+    assert now["at"] == started + 60 and now["step_ends_at"] == started + 600
+    assert now["next_decision_at"] == started + 600 and now["next"] == "hold"
+    assert client.post("/api/v1/deployments/iris/rollout/pause", headers=auth(keys["acme"])).status_code == 200
+    paused = client.get("/api/v1/deployments/iris/rollout", headers=auth(keys["acme"])).json()["now"]
+    assert paused["next"] == "paused" and paused["next_decision_at"] is None
+    # Another tenant does not see it; the OpenAPI document describes it.
+    assert client.get("/api/v1/deployments/iris/rollout", headers=auth(keys["globex"])).status_code == 404
+    schema = client.get("/openapi.json").json()
+    route = schema["paths"]["/api/v1/deployments/{name}/rollout"]["get"]
+    assert route["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/RolloutStatus")
+    assert "next_decision_at" in schema["components"]["schemas"]["RolloutNow"]["properties"]
+    assert "threshold" in schema["components"]["schemas"]["GateCheck"]["properties"]
+
+
 def test_a_manual_policy_change_pauses_the_rollout(
     twin: Container, acme: Principal, rollouts: RolloutService, clock: Clock
 ) -> None:

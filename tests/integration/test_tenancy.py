@@ -61,6 +61,7 @@ CASES = [
     ("DELETE", "/api/v1/keys/{key_id}", None),
     ("GET", "/api/v1/batch-jobs/{job_id}", None),
     ("POST", "/api/v1/batch-jobs/{job_id}/cancel", None),
+    ("GET", "/api/v1/batch-jobs/{job_id}/errors", None),
     ("GET", "/api/v1/results/{result_id}", None),
 ]
 # Routes that only ever act inside the caller's tenant (lists and creates).

@@ -19,7 +19,16 @@ interface Job {
   error: string | null;
 }
 
+interface ErrorRows {
+  job: string;
+  rows_failed: number;
+  rows: Record<string, unknown>[];
+  files: string[];
+  truncated: boolean;
+}
+
 const POLL_MS = 5000;
+const ERROR_ROWS = 20;
 
 /** A URI's scheme and last three parts (the whole of it in the tooltip). */
 function short(uri: string): HTMLElement {
@@ -31,16 +40,51 @@ function short(uri: string): HTMLElement {
 
 export async function batchPage(ctx: Context): Promise<void> {
   const box = h("div", { id: "jobs" });
+  const errorsBox = h("div", { id: "errors" });
   mount(
     ctx.main,
     h("h1", {}, "Batch jobs"),
     h(
       "p",
       { class: "muted" },
-      "Newest first, refreshed every 5 s while this tab is visible. Scored parts and error files are written under each job's output URI (the API does not serve their content). Schedules are not part of sluice yet.",
+      "Newest first, refreshed every 5 s while this tab is visible. Scored parts and error files are written under each job's output URI; a job with failed rows shows the first rows of its error files on request. Schedules are not part of sluice yet.",
     ),
     box,
+    errorsBox,
   );
+  // The job whose first error rows are shown, and how many failed rows they were read at: they
+  // are read again only when that count moves (a running job), not at every refresh.
+  let shown: { id: string; failed: number } | null = null;
+  const showErrors = async (j: Job) => {
+    shown = { id: j.id, failed: j.counts.rows_failed };
+    const found = await get<ErrorRows>(`/api/v1/batch-jobs/${enc(j.id)}/errors?limit=${ERROR_ROWS}`);
+    const keys = [...new Set(found.rows.flatMap((r) => Object.keys(r)))].filter((k) => k !== "row" && k !== "reason" && k !== "input");
+    const raw = found.rows.some((r) => r.input !== undefined); // the line of a text row that did not parse
+    const cell = (v: unknown) => (v === undefined || v === null ? "—" : typeof v === "string" ? v : JSON.stringify(v));
+    mount(
+      errorsBox,
+      h("h2", {}, `First error rows of ${j.id}`),
+      h(
+        "p",
+        { class: "muted" },
+        `${found.rows.length} of ${found.rows_failed} failed rows${found.truncated ? " (the first ones)" : ""}, from ${found.files.length} error file${found.files.length === 1 ? "" : "s"} under `,
+        short(`${j.output_uri}errors/`),
+        ".",
+      ),
+      found.rows.length
+        ? table(
+            ["row", ...keys, "reason", ...(raw ? ["input"] : [])],
+            found.rows.map((r) => [
+              cell(r.row),
+              ...keys.map((k) => cell(r[k])),
+              h("span", { class: "error" }, cell(r.reason)),
+              ...(raw ? [h("span", { class: "mono small" }, cell(r.input))] : []),
+            ]),
+            { id: "error-rows", "data-job": j.id },
+          )
+        : h("p", { id: "no-error-rows" }, "No error rows written yet."),
+    );
+  };
   const refresh = async () => {
     const jobs = await get<Job[]>("/api/v1/batch-jobs?limit=50");
     if (!jobs.length) {
@@ -73,6 +117,20 @@ export async function batchPage(ctx: Context): Promise<void> {
               "cancel",
             )
           : "";
+      const errors =
+        j.counts.rows_failed > 0
+          ? h(
+              "button",
+              {
+                type: "button",
+                class: "link",
+                "data-errors": j.id,
+                onclick: () => showErrors(j).catch(fail),
+              },
+              "error rows",
+            )
+          : "";
+      if (shown && shown.id === j.id && shown.failed !== j.counts.rows_failed) showErrors(j).catch(fail);
       return [
         h("span", { class: "mono" }, j.id),
         j.deployment,
@@ -87,7 +145,7 @@ export async function batchPage(ctx: Context): Promise<void> {
         h("span", {}, `created ${when(j.timings.created_at)}`, h("br"), `ran ${duration(ran)}`),
         h("span", { class: "mono small" }, short(j.input_uri), h("br"), "→ ", short(j.output_uri)),
         j.error ? h("span", { class: "error" }, j.error) : "",
-        cancel,
+        h("span", {}, errors, errors && cancel ? h("br") : "", cancel),
       ];
     });
     mount(box, h("div", { class: "scroll" }, table(["job", "deployment", "status", "progress", "counts", "timings", "files", "error", ""], rows, { id: "jobs-table" })));

@@ -5,6 +5,7 @@ import { LiveCharts, type Sample } from "../charts";
 import { h, mount, num, when } from "../dom";
 import type { Context } from "../main";
 import { canonical, diffLines, modelsIn, type Policy, policySvg } from "../policy";
+import { type Decision, rolloutSection } from "./rollout";
 import { banner, confirmAction, fail, poll, pretty, table } from "../ui";
 
 interface Deployment {
@@ -39,6 +40,7 @@ interface Change {
   by: string;
   old_policy: Policy | null;
   new_policy: Policy | null;
+  note?: Record<string, unknown> | null;
 }
 
 const POLL_MS = 5000;
@@ -230,6 +232,19 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     if (latest) showDiff(latest);
   };
 
+  // A rollout's decision makes a new revision: the page follows it.
+  const rollout = rolloutSection(
+    ctx,
+    dep.name,
+    async () => {
+      dep = await get<Deployment>(`/api/v1/deployments/${enc(dep.name)}`);
+      showDeployment();
+      charts.reset();
+      await refreshHistory();
+    },
+    () => get<Decision[]>(`/api/v1/deployments/${enc(dep.name)}/history`),
+  );
+
   mount(
     ctx.main,
     h("p", {}, h("a", { href: "#/deployments" }, "← Deployments")),
@@ -237,10 +252,11 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     header,
     picture,
     h("section", {}, h("h2", {}, "Actions"), actions),
+    rollout.element,
     h("section", {}, h("h2", {}, "Live statistics"), h("div", { class: "controls" }, h("label", {}, "Time range ", rangeSelect), h("label", {}, "Revision ", revisionSelect)), statsBox, charts.element),
     h("section", {}, h("h2", {}, "Revisions"), historyBox),
   );
   showDeployment();
-  await refreshHistory();
+  await Promise.all([refreshHistory(), rollout.start()]);
   ctx.onLeave(poll(refreshStats, POLL_MS));
 }

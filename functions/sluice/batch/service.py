@@ -13,10 +13,12 @@ upload seen twice names the same job, which then starts once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Any
 
 from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri, is_s3
+from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_id
@@ -24,16 +26,24 @@ from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_i
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sluice.batch.filestore import FileStore
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchPaths
     from sluice.registry import Registry
 
+ERROR_FILE = re.compile(r"part-\d{5}\.jsonl")
+ERROR_WINDOW = 64 * 1024  # read an error file this much at a time
+ERROR_READ_MAX = 1024 * 1024  # and never more than this of all of them, however long a row
+
 
 class BatchService:
-    def __init__(self, registry: Registry, orchestrator: Orchestrator | None, paths: BatchPaths) -> None:
+    def __init__(
+        self, registry: Registry, orchestrator: Orchestrator | None, paths: BatchPaths, files: FileStore | None = None
+    ) -> None:
         self.registry = registry
         self.orchestrator = orchestrator
         self.paths = paths
+        self.files = files
 
     # What callers do ---------------------------------------------------------------------
     def submit(
@@ -87,6 +97,51 @@ class BatchService:
     def list(self, principal: Principal, *, limit: int = 100) -> list[BatchJob]:
         principal.require("predict")
         return self.registry.list_jobs(principal.tenant, limit=limit)
+
+    def error_rows(self, principal: Principal, job_id: str, *, limit: int = ERROR_ROWS_DEFAULT) -> dict[str, Any]:
+        """The first `limit` rows of the job's error files (`errors/part-*.jsonl` under its
+        output URI, in chunk order), read a window at a time: never a whole file."""
+        import orjson
+
+        principal.require("predict")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= ERROR_ROWS_MAX:
+            raise BadRequest(f"limit must be a whole number from 1 to {ERROR_ROWS_MAX}", field="limit")
+        job = self.registry.get_job(principal.tenant, job_id)  # NotFound across tenants
+        out: dict[str, Any] = {"job": job.id, "rows_failed": job.rows_failed, "rows": [], "files": [], "truncated": False}
+        if self.files is None or job.rows_failed == 0:
+            return out
+        folder = job.output_uri.rstrip("/") + "/errors/"
+        try:
+            names = sorted(n for n in self.files.names(folder) if ERROR_FILE.fullmatch(n))
+        except NotFound:
+            return out
+        budget = ERROR_READ_MAX
+        rows: list[dict[str, Any]] = out["rows"]
+        for name in names:
+            if len(rows) >= limit or budget <= 0:
+                break
+            uri = folder + name
+            try:
+                stat = self.files.stat(uri)
+            except NotFound:
+                continue  # replaced by a rerun meanwhile
+            out["files"].append(uri)
+            pending, start = b"", 0
+            while len(rows) < limit and start < stat.size and budget > 0:
+                end = min(stat.size, start + ERROR_WINDOW, start + budget)
+                block = b"".join(self.files.read_blocks(uri, stat.version, start, end))
+                if not block:
+                    break
+                budget -= len(block)
+                start += len(block)
+                *lines, pending = (pending + block).split(b"\n")
+                for line in lines:
+                    if line.strip() and len(rows) < limit:
+                        rows.append(_error_row(orjson, line))
+            if pending.strip() and len(rows) < limit and start >= stat.size:
+                rows.append(_error_row(orjson, pending))  # a last line without its newline
+        out["truncated"] = len(rows) < job.rows_failed
+        return out
 
     def cancel(self, principal: Principal, job_id: str) -> BatchJob:
         principal.require("predict")
@@ -161,6 +216,14 @@ class BatchService:
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first",
                 field="input_uri",
             )
+
+
+def _error_row(orjson: Any, line: bytes) -> dict[str, Any]:
+    try:
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {"reason": "unreadable error record", "input": line.decode("utf-8", "replace")}
+    return row if isinstance(row, dict) else {"reason": "unreadable error record", "input": row}
 
 
 def _uploader(tenant: str) -> Principal:

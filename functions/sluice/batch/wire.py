@@ -100,6 +100,23 @@ class BatchJobOut(WireModel):
         return flat | dict.fromkeys(cls.GROUPS, data)
 
 
+ERROR_ROWS_DEFAULT = 20  # rows `GET /api/v1/batch-jobs/{id}/errors` answers unless told
+ERROR_ROWS_MAX = 100
+
+
+class BatchErrorsOut(WireModel):
+    """The first rows of a job's error files (`GET /api/v1/batch-jobs/{id}/errors`)."""
+
+    job: str
+    rows_failed: int = Field(description="Rows the job has failed so far, in all its error files.")
+    rows: list[dict[str, Any]] = Field(
+        description="The first rows, in chunk order: `row` (its number in the input), the key columns, "
+        "`reason`, and `input` (the raw line) for a text row that did not parse."
+    )
+    files: list[str] = Field(description="The error files these rows were read from.")
+    truncated: bool = Field(description="True when the job failed more rows than these.")
+
+
 class JobSummary(WireModel):
     """What Finalize and MarkFailed return to the state machine."""
 

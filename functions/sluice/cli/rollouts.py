@@ -47,6 +47,11 @@ def cmd_rollout_status(args: argparse.Namespace) -> int:
     if now:
         m = now["metrics"]
         print(f"now: {now['next']} - {now['reason']}")
+        if now.get("next_decision_at") is not None:
+            import time
+
+            at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(now["next_decision_at"]))
+            print(f"  next decision: {at} at the earliest (a failing gate rolls back at any look)")
         print(
             f"  candidate requests {m['candidate_requests']} (errors {m['candidate_errors']}), stable requests {m['stable_requests']}, comparisons {m['compared']}"
         )

@@ -330,13 +330,33 @@ class RolloutService:
             return out
         out["rollout"] = rollout_out(dep.rollout)
         if dep.rollout.active:
+            now = self.clock()
             metrics = measure(self.deployments.read_stats(principal.tenant, name, dep.revision))
-            decision = evaluate(dep.rollout, metrics, self.clock())
+            decision = evaluate(dep.rollout, metrics, now)
+            results = decision.numbers["gates"]
+            running = dep.rollout.state == "running"
+            step_ends_at = dep.rollout.step_started_at + dep.rollout.every_s
             out["now"] = {
                 "metrics": metrics,
-                "gates": decision.numbers["gates"],
-                "next": decision.action if dep.rollout.state == "running" else "paused",
+                "gates": results,
+                "checks": [
+                    {
+                        "gate": str(g),
+                        "metric": g.metric,
+                        "op": g.op,
+                        "threshold": g.threshold,
+                        "value": results[str(g)]["value"],
+                        "passes": results[str(g)]["passes"],
+                    }
+                    for g in dep.rollout.parsed_gates()
+                ],
+                "next": decision.action if running else "paused",
                 "reason": decision.reason,
+                "at": now,
+                "step_ends_at": step_ends_at,
+                # The earliest the controller may move the rollout on (advance or complete):
+                # when the step's time is up, or now; a failing gate rolls back at any look.
+                "next_decision_at": max(step_ends_at, now) if running else None,
                 "alarms_checked": self.alarms is not None,
             }
         return out

@@ -3,6 +3,8 @@ names the field at fault) and what status answers."""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import Field, StrictInt
 
 from sluice.types.base import WireModel
@@ -41,3 +43,59 @@ class ReplayStart(WireModel):
     since: str | float = Field(description="ISO 8601 (UTC unless it says), a duration ago such as '2h', or epoch seconds.")
     until: str | float | None = Field(default=None, description="The same forms; default now.")
     against: str = Field(description="The candidate: MODEL:VERSION or a deployment name.")
+
+
+class RolloutOut(WireModel):
+    state: Literal["running", "paused", "completed", "rolled_back", "aborted"]
+    to: str = Field(description="The candidate, MODEL:VERSION.")
+    steps: list[float] = Field(description="The candidate's share of traffic at each step, in percent.")
+    step: int = Field(description="The step it is at (0 is the first).")
+    weight: float = Field(description="The candidate's share now, in percent.")
+    every_s: float
+    gates: str
+    min_requests: int
+    alarms: list[str]
+    routing_key: str | None
+    mirror_percent: float
+    stable: dict[str, Any] = Field(description="The policy it started from (and goes back to).")
+    started_at: float
+    started_by: str
+    step_started_at: float
+    updated_at: float
+    reason: str = Field(description="Its last decision, in words.")
+    decided: dict[str, Any] = Field(description="The numbers behind its last decision.")
+
+
+class GateCheck(WireModel):
+    gate: str = Field(description="The gate as given, such as 'error_rate<=0.01'.")
+    metric: str
+    op: Literal[">=", "<=", ">", "<"]
+    threshold: float
+    value: float | None = Field(description="The metric over the current step's traffic; null until it has one.")
+    passes: bool | None = Field(description="Whether the value meets the threshold; null without a value.")
+
+
+class RolloutNow(WireModel):
+    metrics: dict[str, Any] = Field(description="Every gate metric over the current step, with the counts behind them.")
+    gates: dict[str, Any] = Field(description="Each gate's value and verdict, by gate (as `checks`, keyed).")
+    checks: list[GateCheck] = Field(description="Each gate: its metric, threshold, value now and verdict.")
+    next: Literal["hold", "advance", "complete", "rollback", "paused"] = Field(
+        description="What the controller's next look would do with these numbers."
+    )
+    reason: str
+    at: float = Field(description="When these numbers were read (epoch seconds).")
+    step_ends_at: float = Field(description="When the current step has lasted `every_s`.")
+    next_decision_at: float | None = Field(
+        description="The earliest the controller may advance or complete the rollout (the step's end, or now); "
+        "a failing gate rolls it back at any look. Null while paused."
+    )
+    alarms_checked: bool
+
+
+class RolloutStatus(WireModel):
+    deployment: str
+    revision: int
+    rollout: RolloutOut | None = Field(description="The deployment's rollout, running or the last one; null if it never had one.")
+    now: RolloutNow | None = Field(
+        default=None, description="The numbers now, while the rollout is running or paused."
+    )

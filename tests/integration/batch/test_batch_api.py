@@ -106,3 +106,70 @@ def test_cancel_stops_a_pending_job(client: TestClient, keys: dict[str, str], ba
     r = client.post(f"/api/v1/batch-jobs/{job.id}/cancel", headers=auth(keys["acme"]))
     assert r.status_code == 200 and r.json()["status"] == "CANCELLED"
     assert client.post(f"/api/v1/batch-jobs/{job.id}/cancel", headers=auth(keys["acme"])).status_code == 409
+
+
+def bad_rows_file(batch: Container, tenant: str, name: str) -> str:
+    """2,500 rows of which every 100th has no `sepal_length` (25 failed rows, in several chunks)."""
+    rows = iris_rows(2500)
+    for i in range(0, 2500, 100):
+        rows[i]["sepal_length"] = None
+    path = local_path(batch.batch.paths.inbox(tenant)) / "iris" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_input(path, rows).as_uri()
+
+
+def test_the_first_rows_of_a_jobs_error_files_are_served_to_its_tenant_only(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    uri = bad_rows_file(batch, "acme", "bad.jsonl")
+    created = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": uri, "key_columns": ["id"]}, headers=auth(keys["acme"])).json()
+    job = wait_done(client, keys["acme"], created["id"])
+    assert job["status"] == "SUCCEEDED" and job["counts"]["rows_failed"] == 25, job
+    r = client.get(f"/api/v1/batch-jobs/{job['id']}/errors", headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["job"] == job["id"] and body["rows_failed"] == 25 and body["truncated"] is True
+    assert len(body["rows"]) == 20  # the default
+    assert [e["row"] for e in body["rows"]] == list(range(0, 2000, 100))
+    assert body["rows"][0] == {"row": 0, "id": "r000000", "reason": "missing value for 'sepal_length'"}
+    assert all("/errors/part-" in f for f in body["files"]) and len(body["files"]) >= 2
+    few = client.get(f"/api/v1/batch-jobs/{job['id']}/errors?limit=3", headers=auth(keys["acme"])).json()
+    assert [e["row"] for e in few["rows"]] == [0, 100, 200] and few["files"] == body["files"][:1]
+    every = client.get(f"/api/v1/batch-jobs/{job['id']}/errors?limit=100", headers=auth(keys["acme"])).json()
+    assert len(every["rows"]) == 25 and every["truncated"] is False
+    # another tenant's job is not found; a bad limit names the field
+    assert client.get(f"/api/v1/batch-jobs/{job['id']}/errors", headers=auth(keys["globex"])).status_code == 404
+    for bad in ("0", "101", "x"):
+        r = client.get(f"/api/v1/batch-jobs/{job['id']}/errors?limit={bad}", headers=auth(keys["acme"]))
+        assert r.status_code == 422 and r.json()["field"] == "limit", r.text
+    assert client.get("/api/v1/batch-jobs/nope/errors", headers=auth(keys["acme"])).status_code == 404
+
+
+def test_a_job_without_failed_rows_has_no_error_rows(client: TestClient, keys: dict[str, str], batch: Container) -> None:
+    created = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": inbox_file(batch, "acme", "ok.csv", rows=50)}, headers=auth(keys["acme"])).json()
+    assert wait_done(client, keys["acme"], created["id"])["status"] == "SUCCEEDED"
+    body = client.get(f"/api/v1/batch-jobs/{created['id']}/errors", headers=auth(keys["acme"])).json()
+    assert body == {"job": created["id"], "rows_failed": 0, "rows": [], "files": [], "truncated": False}
+
+
+def test_error_rows_are_read_a_window_at_a_time_never_whole(batch: Container, acme: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long error file: the first rows come from its first window alone."""
+    import dataclasses
+    import json
+
+    from sluice.batch.service import ERROR_WINDOW
+
+    job = batch.batch.submit(acme, deployment="iris", input_uri=inbox_file(batch, "acme", "long.csv", rows=5), start=False)
+    failed = dataclasses.replace(job, rows_failed=100_000)
+    monkeypatch.setattr(batch.registry, "get_job", lambda tenant, job_id: failed)
+    errors = local_path(job.output_uri) / "errors" / "part-00000.jsonl"
+    errors.parent.mkdir(parents=True)
+    errors.write_text("".join(json.dumps({"row": i, "reason": "x" * 200}) + "\n" for i in range(100_000)))  # ~22 MB
+    files = batch.batch.files
+    assert files is not None
+    reads: list[tuple[int, int | None]] = []
+    real = files.read_blocks
+    monkeypatch.setattr(files, "read_blocks", lambda uri, version, start, end=None: reads.append((start, end)) or real(uri, version, start, end))
+    out = batch.batch.error_rows(acme, job.id, limit=100)
+    assert [r["row"] for r in out["rows"]] == list(range(100)) and out["truncated"] is True
+    assert reads == [(0, ERROR_WINDOW)]

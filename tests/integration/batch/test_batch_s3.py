@@ -79,3 +79,25 @@ def test_an_input_replaced_mid_job_fails_its_chunks(s3_batch: tuple[Container, A
     _put(s3, tmp_path, "day.csv", iris_rows(3000, seed=99))  # a new upload under the same key
     with pytest.raises(Conflict, match="changed while the job ran"):
         runner.score(JobSpec.from_dict(planned["job"]), runner.chunks(planned)[0])
+
+
+def test_the_first_error_rows_are_read_from_s3_by_range(s3_batch: tuple[Container, Any], acme: Principal, globex: Principal, tmp_path: Path) -> None:
+    from sluice.domain.errors import NotFound
+
+    container, s3 = s3_batch
+    rows = iris_rows(2000)
+    for i in range(0, 2000, 50):
+        rows[i]["petal_width"] = "wide"
+    uri = _put(s3, tmp_path, "bad.jsonl", rows)
+    job = container.batch.submit(acme, deployment="iris", input_uri=uri, key_columns=["id"], start=False)
+    LocalOrchestrator(container.batch_runner, concurrency=2).run(acme.tenant, job.id)
+    assert container.registry.get_job(acme.tenant, job.id).rows_failed == 40
+    ranges: list[str] = []
+    s3.meta.events.register("provide-client-params.s3.GetObject", lambda params, **_: ranges.append(params.get("Range", "whole")))
+    out = container.batch.error_rows(acme, job.id, limit=5)
+    assert [r["row"] for r in out["rows"]] == [0, 50, 100, 150, 200] and out["truncated"] is True
+    assert out["rows"][0]["reason"] == "'petal_width' is not a number: 'wide'" and out["rows"][0]["id"] == "r000000"
+    assert out["files"][0].startswith(f"s3://{BUCKET}/outbox/acme/{job.id}/errors/part-")
+    assert ranges and all(r.startswith("bytes=0-") for r in ranges)  # ranged reads, never the whole object
+    with pytest.raises(NotFound):
+        container.batch.error_rows(globex, job.id)

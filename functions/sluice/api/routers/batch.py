@@ -8,7 +8,14 @@ from fastapi import APIRouter, Query
 
 from sluice.api.deps import ContainerDep, PrincipalDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
-from sluice.batch.wire import BatchJobCreate, BatchJobOut, job_out
+from sluice.batch.wire import (
+    ERROR_ROWS_DEFAULT,
+    ERROR_ROWS_MAX,
+    BatchErrorsOut,
+    BatchJobCreate,
+    BatchJobOut,
+    job_out,
+)
 
 router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
 
@@ -41,3 +48,17 @@ def get_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep)
 @router.post("/{job_id}/cancel", response_model=BatchJobOut, summary="Cancel a batch job")
 def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
     return JSONResponse(job_out(container.batch.cancel(principal, job_id)))
+
+
+@router.get(
+    "/{job_id}/errors",
+    response_model=BatchErrorsOut,
+    summary="The first rows of a batch job's error files",
+)
+def batch_job_errors(
+    job_id: str,
+    principal: PrincipalDep,
+    container: ContainerDep,
+    limit: Annotated[int, Query(ge=1, le=ERROR_ROWS_MAX, description="How many rows, 1 to 100.")] = ERROR_ROWS_DEFAULT,
+) -> JSONResponse:
+    return JSONResponse(container.batch.error_rows(principal, job_id, limit=limit))

@@ -9,7 +9,7 @@ from sluice.api.deps import AdminDep, ContainerDep
 from sluice.api.presenters import deployment_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import DeploymentOut
-from sluice.types.rollouts import ReplayStart, RolloutStart
+from sluice.types.rollouts import ReplayStart, RolloutStart, RolloutStatus
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT))
 
@@ -31,7 +31,11 @@ def start_rollout(
     return JSONResponse(deployment_out(dep), status_code=201)
 
 
-@router.get("/{name}/rollout", summary="The rollout: its step, gates, and the numbers now")
+@router.get(
+    "/{name}/rollout",
+    response_model=RolloutStatus,
+    summary="The rollout: its step, gates, and the numbers now",
+)
 def rollout_status(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
     return JSONResponse(container.rollouts.status(principal, name))
 
