@@ -144,10 +144,28 @@ class BatchStack(Stack):
             purpose="failure reports",
         )
 
+        # Executions started with a job specification (from the console, the AWS CLI, an
+        # EventBridge rule or schedule, a parent state machine): the job is created here.
+        # Registry access only: what it checks is names and prefixes, no object is read.
+        create_job = SluiceFunction(
+            self,
+            "CreateJob",
+            function_name=names.function("batch-create-job"),
+            handler="sluice.handlers.batch.create_job",
+            description="Creates the job an execution started with a job specification runs",
+            platform=platform,
+            layers=layers,
+            memory_mb=512,
+            timeout=Duration.seconds(60),
+            environment=environment,
+        )
+        grant_registry(create_job.role, table, actions=[*READ, *WRITE])
+
         self.workflow = BatchWorkflow(
             self,
             "Workflow",
             state_machine_name=names.state_machine,
+            create_job=create_job.function,
             plan=plan.function,
             score=score.function,
             finalize=finalize.function,

@@ -45,7 +45,7 @@ ACCOUNT = "123456789012"
 BUCKET = f"sluice-batch-{ACCOUNT}-{REGION}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 TABLE = "sluice-registry"
-TASKS = ("plan", "score", "finalize", "mark_failed", "on_upload")
+TASKS = ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload")
 
 
 class OneCallAtATime:
@@ -103,6 +103,7 @@ class Cloud:
         return event
 
     def finish(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
+        """The execution named `job_id` (the job's, or any other name), once it has ended."""
         arn = self.state_machine.replace(":stateMachine:", ":execution:") + f":{job_id}"
         deadline = time.monotonic() + timeout_s
         while True:
@@ -406,3 +407,86 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
     assert "Contents" not in cloud.s3.list_objects_v2(
         Bucket=BUCKET, Prefix=f"outbox/acme/{job.id}/_SUCCESS"
     )
+
+
+def _spec(**fields: Any) -> dict[str, Any]:
+    return {"tenant": "acme", "deployment": "iris", "input_uri": f"s3://{BUCKET}/inbox/acme/iris/spec.csv"} | fields
+
+
+def test_an_execution_started_with_a_job_specification_creates_its_job_and_runs_to_the_manifest(
+    cloud: Cloud,
+) -> None:
+    from sluice.handlers import batch as handlers
+
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(2000, bad_every=500))
+    spec = _spec(key_columns=["id"], output_format="jsonl")
+    started = cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="nightly-2026-11-26", input=json.dumps(spec)
+    )
+    execution = cloud.finish("nightly-2026-11-26")
+    assert execution["status"] == "SUCCEEDED", execution
+    summary = json.loads(execution["output"])  # the job's summary, nothing else
+    job_id = summary["job_id"]
+    assert summary == {
+        "job_id": job_id, "status": "SUCCEEDED", "rows_in": 2000, "rows_out": 1996, "rows_failed": 4,
+        "output_uri": f"s3://{BUCKET}/outbox/acme/{job_id}/", "error": None,
+        "manifest_uri": f"s3://{BUCKET}/outbox/acme/{job_id}/_manifest.json",
+    }  # fmt: skip
+    record = cloud.container.registry.get_job("acme", job_id)
+    assert record.source == "execution" and record.execution == started["executionArn"]
+    assert record.key_columns == ("id",) and record.output_format == "jsonl"
+    manifest = json.loads(cloud.read(f"outbox/acme/{job_id}/_manifest.json"))
+    assert manifest["status"] == "SUCCEEDED" and manifest["counts"]["rows_in"] == 2000
+    assert len(cloud.invocations["sluice-batch-create-job"]) == 1
+
+    # CreateJob tried again for the same execution (a retry after a timeout) finds the job.
+    again = handlers.create_job(
+        {"spec": spec, "execution": started["executionArn"]}, LambdaContext()
+    )
+    assert again == {"job_id": job_id, "tenant": "acme"}
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [job_id]
+    # Step Functions refuses a second execution of the same name: never a second job.
+    with pytest.raises(cloud.sfn.exceptions.ExecutionAlreadyExists):
+        cloud.sfn.start_execution(
+            stateMachineArn=cloud.state_machine, name="nightly-2026-11-26",
+            input=json.dumps(spec | {"key_columns": ["other"]}),
+        )  # fmt: skip
+    assert len(cloud.container.registry.list_jobs("acme")) == 1
+
+
+def test_the_job_id_input_still_starts_an_existing_job_and_outputs_its_summary(cloud: Cloud) -> None:
+    from sluice.domain import Principal
+
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(300))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=_spec()["input_uri"])
+    execution = cloud.finish(job.id)
+    assert execution["status"] == "SUCCEEDED"
+    assert json.loads(execution["output"])["rows_in"] == 300
+    assert cloud.invocations["sluice-batch-create-job"] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "cause"),
+    [
+        (_spec(tenant="globex"), "NotFound", "deployment 'iris' not found"),
+        (_spec(input_uri=f"s3://{BUCKET}/inbox/globex/iris/theirs.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(input_uri=f"s3://{BUCKET}/inbox/acme/iris/../../globex/x.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(input_uri="s3://someone-elses-bucket/data.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(tenant="Not A Tenant"), "BadRequest", "tenant must be"),
+        (_spec(output_format="xlsx"), "BadRequest", "output_format must be one of"),
+        (_spec(output_uri="s3://elsewhere/"), "BadRequest", "unknown field 'output_uri'"),
+        ({"tenant": "acme", "input_uri": "s3://x/y.csv"}, "BadRequest", "deployment is required"),
+    ],
+    ids=["another-tenant", "another-inbox", "dot-dot", "another-bucket", "bad-tenant", "bad-format", "output-uri", "no-deployment"],
+)
+def test_a_job_specification_that_is_refused_fails_the_execution_saying_why(
+    cloud: Cloud, spec: dict[str, Any], error: str, cause: str
+) -> None:
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="refused", input=json.dumps(spec))
+    execution = cloud.finish("refused")
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == error
+    assert cause in json.loads(execution["cause"])["errorMessage"]
+    assert cloud.invocations["sluice-batch-plan"] == [] and cloud.invocations["sluice-batch-mark-failed"] == []
+    assert cloud.container.registry.list_jobs(spec.get("tenant", "acme") if spec.get("tenant") != "Not A Tenant" else "acme") == []

@@ -34,10 +34,22 @@ def _retries_transient_errors(state: dict[str, Any]) -> bool:
 
 def test_plan_then_distributed_map_then_finalize(definition: dict[str, Any]) -> None:
     states = definition["States"]
-    assert definition["StartAt"] == "Plan"
+    assert definition["StartAt"] == "JobOrSpec"
+    (job_id,) = states["JobOrSpec"]["Choices"]
+    assert job_id == {"Variable": "$.job_id", "IsPresent": True, "Next": "Plan"}
+    assert states["JobOrSpec"]["Default"] == "CreateJob"
+    assert states["CreateJob"]["Next"] == "Plan"
+    assert states["CreateJob"]["Resource"].endswith(":function:sluice-batch-create-job")
+    assert states["CreateJob"]["Parameters"] == {"spec.$": "$", "execution.$": "$$.Execution.Id"}
+    assert states["CreateJob"]["ResultPath"] == "$"
+    assert states["CreateJob"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "SpecRejected"}
+    ]
+    assert states["SpecRejected"]["Type"] == "Fail"
     assert states["Plan"]["Next"] == "ScoreChunks"
     assert states["ScoreChunks"]["Next"] == "Finalize"
     assert states["Finalize"]["End"] is True
+    assert states["Finalize"]["OutputPath"] == "$.result"  # the execution's output: the summary
     assert states["Plan"]["Resource"].endswith(":function:sluice-batch-plan")
     assert states["Finalize"]["Resource"].endswith(":function:sluice-batch-finalize")
 
@@ -66,7 +78,7 @@ def test_map_is_distributed_reads_the_chunk_list_plan_wrote_and_tolerates_failur
 def test_every_lambda_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:
     states = definition["States"]
     chunks = states["ScoreChunks"]["ItemProcessor"]["States"]
-    for state in (states["Plan"], states["Finalize"], states["MarkFailed"], *chunks.values()):
+    for state in (states["CreateJob"], states["Plan"], states["Finalize"], states["MarkFailed"], *chunks.values()):
         assert _retries_transient_errors(state), state
 
 
@@ -145,7 +157,7 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     template = full_app.template("batch")
     layer_ids = set(template.find_resources("AWS::Lambda::LayerVersion"))
     assert len(layer_ids) == 2
-    for purpose in ("plan", "score", "finalize", "mark_failed", "on_upload"):
+    for purpose in ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         assert {layer["Ref"] for layer in function["Layers"]} == layer_ids
         assert (

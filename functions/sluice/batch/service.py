@@ -13,7 +13,7 @@ upload seen twice names the same job, which then starts once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri, is_s3
@@ -50,6 +50,9 @@ class BatchService:
         source: str = "api",
         job_id: str | None = None,
         start: bool = True,
+        execution: str | None = None,
+        schedule: str | None = None,
+        scheduled_for: float | None = None,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
         `operator` (the CLI) may read and write anywhere."""
@@ -61,6 +64,8 @@ class BatchService:
             self._check_inbox(principal.tenant, uri)
             if output_uri is not None:
                 raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
+        if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
+            raise BadRequest("key_columns must be a list of column names", field="key_columns")
         fmt = check_format(format, field="format") if format else format_of(uri)
         out_fmt = check_format(output_format, field="output_format") if output_format else fmt
         keys = tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip()))
@@ -76,6 +81,9 @@ class BatchService:
             key_columns=keys,
             source=source,
             created_by=principal.subject,
+            execution=execution,
+            schedule=schedule,
+            scheduled_for=scheduled_for,
         )
         job = self.registry.create_job(job)
         return self._start(job) if start else job
@@ -140,6 +148,35 @@ class BatchService:
                 return self.registry.create_job(rejected)
             except Conflict:
                 return self.registry.get_job(tenant, job_id)
+
+    # Executions started with a job specification ----------------------------------------
+    def create_for_execution(self, spec: dict[str, Any], *, execution: str) -> BatchJob:
+        """The job an execution started with a job specification runs: created by the first
+        call, found by every later one (the id derives from the execution's ARN, that is the
+        state machine and the execution's name, which Step Functions keeps unique). The spec
+        is held to what an API caller of that tenant may do: a deployment of the tenant, an
+        input in the tenant's inbox, results in the tenant's outbox."""
+        from sluice.batch.specs import ExecutionSpec
+
+        request = ExecutionSpec.parse(spec)
+        job_id = derived_job_id("ex", execution)
+        try:
+            job = self.registry.get_job(request.tenant, job_id)
+        except NotFound:
+            pass
+        else:
+            return job
+        principal = Principal(request.tenant, frozenset({"predict"}), "execution")
+        try:
+            return self.submit(
+                principal, deployment=request.deployment, input_uri=request.input_uri,
+                format=request.format, output_format=request.output_format,
+                key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
+                job_id=job_id, start=False, execution=execution, schedule=request.schedule,
+                scheduled_for=request.scheduled_for,
+            )  # fmt: skip
+        except Conflict:
+            return self.registry.get_job(request.tenant, job_id)  # the same execution, retried
 
     # Helpers -------------------------------------------------------------------------------
     def _start(self, job: BatchJob) -> BatchJob:

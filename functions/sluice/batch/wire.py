@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, computed_field, model_validator
 
 from sluice.types.base import WireModel
 
@@ -86,6 +86,7 @@ class BatchJobOut(WireModel):
     counts: BatchCounts
     timings: BatchTimings
     error: str | None = None
+    schedule: str | None = Field(None, description="The schedule whose run this job is, if any.")
 
     model_config = _FROM_JOB
     GROUPS: ClassVar[tuple[str, ...]] = ("progress", "counts", "timings")
@@ -112,6 +113,12 @@ class JobSummary(WireModel):
     rows_failed: int
     output_uri: str
     error: str | None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def manifest_uri(self) -> str:
+        """Where the job's manifest is (Finalize and MarkFailed write it)."""
+        return self.output_uri.rstrip("/") + "/_manifest.json"
 
 
 class ChunkScored(WireModel):

@@ -70,7 +70,7 @@ class BatchJob:
     output_format: Format
     key_columns: tuple[str, ...] = ()
     status: JobStatus = "PENDING"
-    source: str = "api"  # api, cli, upload (S3), inbox (local folder)
+    source: str = "api"  # api, cli, upload (S3), inbox (local folder), execution, schedule
     created_by: str = ""
     execution: str | None = None  # the Step Functions execution ARN, when one runs it
     chunks_total: int | None = None
@@ -83,6 +83,8 @@ class BatchJob:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    schedule: str | None = None  # the schedule that started it, when one did
+    scheduled_for: float | None = None  # the scheduled time of that run
 
     @property
     def terminal(self) -> bool:
@@ -126,6 +128,8 @@ class BatchJob:
             started_at=moment("started_at"),
             finished_at=moment("finished_at"),
             error=data.get("error"),
+            schedule=data.get("schedule"),
+            scheduled_for=moment("scheduled_for"),
         )
 
 

@@ -3,6 +3,9 @@
 - `on_upload` (S3 ObjectCreated under `inbox/`): a key `inbox/<tenant>/<deployment>/<name>`
   starts a job on that tenant's deployment, once per object version (powertools
   idempotency on the registry table, and a job id derived from the object).
+- `create_job` (an execution started with a job specification: `{"spec": <the execution
+  input>, "execution": <its ARN>}`) -> `{"job_id", "tenant"}`, the same job for every call
+  of the same execution
 - `plan` (execution input `{"job_id", "tenant"}`) -> `{"job": <spec>, "chunks": {"bucket", "key", …}}`
 - `score` (`{"job": <spec>, "chunk": <one item of the chunk list>}`) -> the chunk's counts
 - `finalize` (the whole state) -> the job's summary, or raises JobIncomplete
@@ -58,9 +61,28 @@ class JobEvent(_Event):
     error: dict[str, Any] | None = None
 
 
+class CreateJobEvent(_Event):
+    """CreateJob's input: the execution input (a job specification) and the execution's ARN."""
+
+    spec: Any
+    execution: str
+
+
 class ChunkEvent(_Event):
     job: dict[str, Any]
     chunk: dict[str, Any]
+
+
+@logger.inject_lambda_context(clear_state=True)
+def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Create (once) the job an execution started with a job specification runs. A spec that
+    names an unknown tenant or deployment, or an input outside the tenant's inbox, raises:
+    the execution fails with that error (BadRequest, NotFound, Forbidden) and its message."""
+    task = CreateJobEvent.model_validate(event)
+    job = container().batch.create_for_execution(task.spec, execution=task.execution)
+    logger.append_keys(job=job.id, tenant=job.tenant)
+    logger.info("batch job for an execution", extra={"execution": task.execution, "status": job.status})
+    return {"job_id": job.id, "tenant": job.tenant}
 
 
 @logger.inject_lambda_context(clear_state=True)
