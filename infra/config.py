@@ -213,6 +213,7 @@ class BatchConfig(_Section):
 # Lambda keeps this much of an account's concurrency unreserved, whatever functions reserve.
 UNRESERVED_MINIMUM = 100
 BATCH_FUNCTIONS = (
+    "batch_create_job",
     "batch_plan",
     "batch_score",
     "batch_finalize",
@@ -236,6 +237,9 @@ class ConcurrencyConfig(_Section):
         100, ge=1, description="Called once per request (no gateway cache), briefly."
     )
     shadow: int | None = Field(20, ge=1, description="Shadow mirrors, off the request path.")
+    batch_create_job: int | None = Field(
+        5, ge=1, description="One invoke per execution started with a job specification."
+    )
     batch_plan: int | None = Field(5, ge=1)
     batch_score: int | None = Field(
         40, ge=1, description="At least batch.max_concurrency, or chunks wait on throttles."

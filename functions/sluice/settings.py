@@ -81,6 +81,18 @@ class Settings(BaseSettings):
     batch_inbox_poll_s: float = Field(
         default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
     )
+    batch_schedule_poll_s: float = Field(
+        default=5.0, gt=0, description="How often `sluice serve` looks for batch schedules that are due."
+    )
+    schedule_group: str = Field(
+        default="",
+        description="The EventBridge Scheduler group batch schedules are created in (AWS); "
+        "empty: schedules run in `sluice serve`.",
+    )
+    scheduler_role_arn: str = Field(
+        default="",
+        description="The role EventBridge Scheduler assumes to start the batch state machine (AWS).",
+    )
     batch_chunk_rows: int = Field(
         default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged or split)."
     )

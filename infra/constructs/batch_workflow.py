@@ -6,7 +6,9 @@ The data each state sees (JSONPath; `result_path`s keep the execution input thro
   start it with), or a job specification (`{"tenant", "deployment", "input_uri", …}`, see
   docs/batch.md): the Choice `JobOrSpec` sends a specification to CreateJob, which creates the
   job (once per execution) and replaces the state with its `{"job_id", "tenant"}`; a
-  specification it refuses fails the execution (`SpecRejected`) with the reason.
+  specification it refuses fails the execution (`SpecRejected`) with the reason. For a
+  schedule's run it may answer `{"skipped": …}` (the output, and the execution succeeds) or the
+  spec with `queued_behind` (WaitForRun, a minute, then CreateJob again).
 - Plan returns `{"job": {…}, "chunks": {"bucket": …, "key": …}}` -> `$.plan`; the key names a
   JSON array of chunk descriptions that Plan wrote (Step Functions caps state at 256 KiB,
   so the list itself never travels through the state).
@@ -183,6 +185,22 @@ class BatchWorkflow(Construct):
             sfn.Fail(self, "JobFailed", error_path="$.error.Error", cause_path="$.error.Cause")
         )
         plan_task.next(chunks).next(finalize_task)
+        # CreateJob answers with the job (-> Plan), a scheduled run skipped (-> its reason as
+        # the output), or a run queued behind one still going (-> wait, then ask again).
+        start = sfn.Choice(self, "JobOrSpec")
+        start.when(sfn.Condition.is_present("$.job_id"), plan_task)
+        start.when(
+            sfn.Condition.is_present("$.skipped"),
+            sfn.Pass(self, "RunSkipped", output_path="$.skipped"),
+        )
+        start.when(
+            sfn.Condition.is_present("$.queued_behind"),
+            sfn.Wait(self, "WaitForRun", time=sfn.WaitTime.duration(Duration.minutes(1))).next(
+                create_task
+            ),
+        )
+        start.otherwise(create_task)
+        create_task.next(start)
         for step in (plan_task, chunks, finalize_task):
             step.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
 
@@ -197,11 +215,7 @@ class BatchWorkflow(Construct):
             "StateMachine",
             state_machine_name=state_machine_name,
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(
-                sfn.Choice(self, "JobOrSpec")
-                .when(sfn.Condition.is_present("$.job_id"), plan_task)
-                .otherwise(create_task.next(plan_task))
-            ),
+            definition_body=sfn.DefinitionBody.from_chainable(start),
             timeout=timeout,
             tracing_enabled=True,
             logs=sfn.LogOptions(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
+from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -158,6 +160,7 @@ class BatchStack(Stack):
             memory_mb=512,
             timeout=Duration.seconds(60),
             environment=environment,
+            reserved_concurrency=config.concurrency.batch_create_job,
         )
         grant_registry(create_job.role, table, actions=[*READ, *WRITE])
 
@@ -180,6 +183,24 @@ class BatchStack(Stack):
             retain_logs=config.storage.retain_data,
         )
         self.state_machine = self.workflow.state_machine
+
+        # Batch schedules: the API creates and removes EventBridge Scheduler schedules in this
+        # group at run time; each one assumes this role, which may start this state machine
+        # and do nothing else, and only on behalf of schedules of this account.
+        self.schedule_group = scheduler.CfnScheduleGroup(
+            self, "ScheduleGroup", name=names.schedule_group
+        )
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            role_name=names.scheduler_role,
+            description="EventBridge Scheduler starts the sluice batch state machine",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com",
+                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
+            ),
+        )
+        self.state_machine.grant_start_execution(self.scheduler_role)
 
         self.on_upload = SluiceFunction(
             self,

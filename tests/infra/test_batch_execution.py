@@ -490,3 +490,95 @@ def test_a_job_specification_that_is_refused_fails_the_execution_saying_why(
     assert cause in json.loads(execution["cause"])["errorMessage"]
     assert cloud.invocations["sluice-batch-plan"] == [] and cloud.invocations["sluice-batch-mark-failed"] == []
     assert cloud.container.registry.list_jobs(spec.get("tenant", "acme") if spec.get("tenant") != "Not A Tenant" else "acme") == []
+
+
+def _fired(target_input: str, scheduled_time: str) -> str:
+    """What EventBridge Scheduler sends: the target input with its context attribute filled in."""
+    return target_input.replace("<aws.scheduler.scheduled-time>", scheduled_time)
+
+
+def test_a_schedule_is_an_eventbridge_schedule_whose_runs_are_jobs_of_the_state_machine(
+    cloud: Cloud,
+) -> None:
+    from sluice.batch.eventbridge import EventBridgeSchedules
+    from sluice.batch.schedules import ScheduleService
+    from sluice.domain import Principal
+
+    scheduler = boto3.client("scheduler", region_name=REGION)
+    scheduler.create_schedule_group(Name="sluice-batch")
+    role = f"arn:aws:iam::{ACCOUNT}:role/sluice-batch-scheduler"
+    timer = EventBridgeSchedules(
+        group="sluice-batch", role_arn=role, state_machine_arn=cloud.state_machine, client=scheduler
+    )
+    schedules = ScheduleService(cloud.container.registry, cloud.container.batch, timer)
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    schedules.create(
+        acme, name="nightly", deployment="iris", input_uri=template, expression="cron(0 2 * * 1-5)",
+        timezone="Europe/Paris", key_columns=["id"],
+    )  # fmt: skip
+    made = scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+    assert made["ScheduleExpression"] == "cron(0 2 ? * 2-6 *)"
+    assert made["ScheduleExpressionTimezone"] == "Europe/Paris" and made["State"] == "ENABLED"
+    assert made["Target"]["Arn"] == cloud.state_machine and made["Target"]["RoleArn"] == role
+    spec = json.loads(made["Target"]["Input"])
+    assert spec["scheduled_time"] == "<aws.scheduler.scheduled-time>" and spec["schedule"] == "nightly"
+    schedules.pause(acme, "nightly")
+    assert scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")["State"] == "DISABLED"
+    schedules.resume(acme, "nightly")
+
+    # A run: Scheduler starts an execution with the target input, the time filled in.
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/dt=2026-11-26/events.csv", Body=_csv(900))
+    cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="run-1",
+        input=_fired(made["Target"]["Input"], "2026-11-26T01:00:00Z"),
+    )  # fmt: skip
+    execution = cloud.finish("run-1")
+    assert execution["status"] == "SUCCEEDED", execution
+    summary = json.loads(execution["output"])
+    job = cloud.container.registry.get_job("acme", summary["job_id"])
+    assert job.schedule == "nightly" and job.source == "schedule" and job.rows_in == 900
+    assert job.input_uri == f"s3://{BUCKET}/inbox/acme/iris/dt=2026-11-26/events.csv"
+    assert [r.id for r in schedules.show(acme, "nightly").runs] == [job.id]
+
+    schedules.delete(acme, "nightly")
+    with pytest.raises(scheduler.exceptions.ResourceNotFoundException):
+        scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+    assert cloud.container.registry.list_schedules("acme") == []
+
+
+def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_machine(
+    cloud: Cloud,
+) -> None:
+    from sluice.domain import Principal
+    from sluice.domain.schedules import Schedule
+
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(
+        Schedule("acme", "hourly", "iris", template, "rate(1 hour)")
+    )
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/dt=2026-11-26/events.csv", Body=_csv(50))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    going = cloud.container.batch.submit(
+        acme, deployment="iris", input_uri=template.format(date="2026-11-26"), start=False, schedule="hourly"
+    )
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "hourly",
+            "scheduled_time": "2026-11-26T02:00:00Z"}  # fmt: skip
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-2", input=json.dumps(spec))
+    execution = cloud.finish("run-2")
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"]) == {
+        "status": "SKIPPED", "schedule": "hourly", "reason": f"run {going.id} is still PENDING", "running": going.id,
+    }  # fmt: skip
+    assert cloud.container.registry.get_schedule("acme", "hourly").skipped == 1
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [going.id]
+    assert cloud.invocations["sluice-batch-plan"] == []
+
+    # Once it has ended, the next run goes ahead; a paused schedule's run is skipped.
+    cloud.container.registry.update_job("acme", going.id, status="CANCELLED")
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-3", input=json.dumps(spec))
+    assert cloud.finish("run-3")["status"] == "SUCCEEDED"
+    assert len(cloud.invocations["sluice-batch-plan"]) == 1
+    cloud.container.registry.update_schedule("acme", "hourly", state="PAUSED")
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(spec))
+    assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"

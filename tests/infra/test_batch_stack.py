@@ -35,10 +35,14 @@ def _retries_transient_errors(state: dict[str, Any]) -> bool:
 def test_plan_then_distributed_map_then_finalize(definition: dict[str, Any]) -> None:
     states = definition["States"]
     assert definition["StartAt"] == "JobOrSpec"
-    (job_id,) = states["JobOrSpec"]["Choices"]
+    job_id, skipped, queued = states["JobOrSpec"]["Choices"]
     assert job_id == {"Variable": "$.job_id", "IsPresent": True, "Next": "Plan"}
+    assert skipped == {"Variable": "$.skipped", "IsPresent": True, "Next": "RunSkipped"}
+    assert queued == {"Variable": "$.queued_behind", "IsPresent": True, "Next": "WaitForRun"}
+    assert states["RunSkipped"] == {"Type": "Pass", "OutputPath": "$.skipped", "End": True}
+    assert states["WaitForRun"] == {"Type": "Wait", "Seconds": 60, "Next": "CreateJob"}
     assert states["JobOrSpec"]["Default"] == "CreateJob"
-    assert states["CreateJob"]["Next"] == "Plan"
+    assert states["CreateJob"]["Next"] == "JobOrSpec"
     assert states["CreateJob"]["Resource"].endswith(":function:sluice-batch-create-job")
     assert states["CreateJob"]["Parameters"] == {"spec.$": "$", "execution.$": "$$.Execution.Id"}
     assert states["CreateJob"]["ResultPath"] == "$"

@@ -166,6 +166,8 @@ class BatchService:
             pass
         else:
             return job
+        if request.schedule is not None:
+            self._check_overlap(request.tenant, request.schedule)
         principal = Principal(request.tenant, frozenset({"predict"}), "execution")
         try:
             return self.submit(
@@ -177,6 +179,23 @@ class BatchService:
             )  # fmt: skip
         except Conflict:
             return self.registry.get_job(request.tenant, job_id)  # the same execution, retried
+
+    def _check_overlap(self, tenant: str, name: str) -> None:
+        """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
+        or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued."""
+        schedule = self.registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
+        if schedule.paused:
+            raise RunSkipped(name, "the schedule is paused")
+        jobs = self.registry.list_jobs(tenant, limit=1000)
+        going = next((j for j in jobs if j.schedule == name and not j.terminal), None)
+        if going is None:
+            return
+        if schedule.overlap == "queue":
+            raise RunQueued(name, going.id)
+        self.registry.update_schedule(
+            tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now()
+        )
+        raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
 
     # Helpers -------------------------------------------------------------------------------
     def _start(self, job: BatchJob) -> BatchJob:
@@ -198,6 +217,22 @@ class BatchService:
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first",
                 field="input_uri",
             )
+
+
+class RunSkipped(Exception):
+    """A scheduled run that does not happen (CreateJob says so; the execution succeeds)."""
+
+    def __init__(self, schedule: str, reason: str, *, running: str | None = None) -> None:
+        super().__init__(reason)
+        self.schedule, self.reason, self.running = schedule, reason, running
+
+
+class RunQueued(Exception):
+    """A scheduled run that waits for the run still going (`overlap: queue`)."""
+
+    def __init__(self, schedule: str, running: str) -> None:
+        super().__init__(f"waiting for run {running}")
+        self.schedule, self.running = schedule, running
 
 
 def _uploader(tenant: str) -> Principal:

@@ -31,6 +31,7 @@ SPEC_FIELDS = frozenset(
         "schedule",
         "scheduled_time",
         "timezone",
+        "queued_behind",  # set by the state machine while a queued run waits; ignored
     }
 )
 

@@ -5,7 +5,9 @@
   idempotency on the registry table, and a job id derived from the object).
 - `create_job` (an execution started with a job specification: `{"spec": <the execution
   input>, "execution": <its ARN>}`) -> `{"job_id", "tenant"}`, the same job for every call
-  of the same execution
+  of the same execution; for a schedule's run, `{"skipped": {…}}` when it does not happen
+  (paused, or its previous run is still going and `overlap` is `skip`), or the spec back
+  with `queued_behind` (`overlap: queue`), which the state machine waits on and sends again
 - `plan` (execution input `{"job_id", "tenant"}`) -> `{"job": <spec>, "chunks": {"bucket", "key", …}}`
 - `score` (`{"job": <spec>, "chunk": <one item of the chunk list>}`) -> the chunk's counts
 - `finalize` (the whole state) -> the job's summary, or raises JobIncomplete
@@ -78,8 +80,17 @@ def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Create (once) the job an execution started with a job specification runs. A spec that
     names an unknown tenant or deployment, or an input outside the tenant's inbox, raises:
     the execution fails with that error (BadRequest, NotFound, Forbidden) and its message."""
+    from sluice.batch.service import RunQueued, RunSkipped
+
     task = CreateJobEvent.model_validate(event)
-    job = container().batch.create_for_execution(task.spec, execution=task.execution)
+    try:
+        job = container().batch.create_for_execution(task.spec, execution=task.execution)
+    except RunSkipped as skipped:  # the execution ends here, successfully, saying why
+        logger.info("scheduled run skipped", extra={"schedule": skipped.schedule, "reason": skipped.reason})
+        return {"skipped": {"status": "SKIPPED", "schedule": skipped.schedule, "reason": skipped.reason,
+                            "running": skipped.running}}  # fmt: skip
+    except RunQueued as queued:  # the state machine waits, then asks again
+        return {**task.spec, "queued_behind": queued.running}
     logger.append_keys(job=job.id, tenant=job.tenant)
     logger.info("batch job for an execution", extra={"execution": task.execution, "status": job.status})
     return {"job_id": job.id, "tenant": job.tenant}
