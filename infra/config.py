@@ -208,6 +208,12 @@ class BatchConfig(_Section):
     plan_timeout_s: int = Field(300, ge=1, le=900)
     score_memory_mb: int = Field(3008, ge=128, le=10240)
     score_timeout_s: int = Field(900, ge=1, le=900)
+    catalog_database: str = Field(
+        "sluice_batch",
+        pattern=r"^[a-z0-9_]{1,128}$",
+        description="The Glue database (made by the stack) jobs with `catalog` publish their output "
+        "to, as partitions of tables created on first use; Finalize may write in it and no other.",
+    )
 
 
 # Lambda keeps this much of an account's concurrency unreserved, whatever functions reserve.

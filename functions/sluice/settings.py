@@ -93,6 +93,11 @@ class Settings(BaseSettings):
         default="",
         description="The role EventBridge Scheduler assumes to start the batch state machine (AWS).",
     )
+    catalog_database: str = Field(
+        default="",
+        description="The AWS Glue database batch jobs may publish their output to (`catalog`); "
+        "empty: any (the IAM policy decides).",
+    )
     batch_chunk_rows: int = Field(
         default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged or split)."
     )

@@ -20,6 +20,7 @@ from sluice.settings import Settings, get_settings
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.batch.catalog import GlueCatalog
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
@@ -342,6 +343,18 @@ class Container:
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
         return BatchService(self.registry, self.orchestrator, runner.paths)
+
+    @cached_property
+    def catalog(self) -> GlueCatalog:
+        """Where a successful job's output is published as a partition (AWS Glue)."""
+        from sluice.batch.catalog import GlueCatalog
+        from sluice.clients import default_clients
+
+        runner = self.batch_runner  # builds the files
+        return GlueCatalog(
+            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.catalog_database or None,  # type: ignore[arg-type]
+            clients=default_clients(self.settings.region),
+        )  # fmt: skip
 
     @cached_property
     def schedules(self) -> ScheduleService:

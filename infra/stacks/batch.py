@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
@@ -20,7 +21,7 @@ from infra.constructs.batch_workflow import BatchWorkflow
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.registry_access import READ, WRITE, grant_registry
-from infra.nag import acknowledge
+from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, INBOX_PREFIX, OUTBOX_PREFIX, WORK_PREFIX
 
@@ -128,6 +129,47 @@ class BatchStack(Stack):
         grant_objects(finalize, finalize.role, bucket, prefix=WORK_PREFIX, purpose="map results")
         grant_objects(
             finalize, finalize.role, bucket, prefix=OUTBOX_PREFIX, write=True, purpose="manifests"
+        )
+
+        # Queryable results: the one Glue database Finalize publishes job outputs to, as
+        # partitions of tables it creates on first use. Finalize may touch that database's
+        # tables and nothing else in the catalog.
+        self.catalog_database = glue.CfnDatabase(
+            self,
+            "CatalogDatabase",
+            catalog_id=self.account,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=batch.catalog_database,
+                description="sluice batch outputs: one partition (job=<id>) per successful job",
+            ),
+        )
+        finalize.function.add_environment("SLUICE_CATALOG_DATABASE", batch.catalog_database)
+        catalog_tables = self.format_arn(
+            service="glue", resource="table", resource_name=f"{batch.catalog_database}/*"
+        )
+        finalize.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "glue:GetTable",
+                    "glue:CreateTable",
+                    "glue:GetPartition",
+                    "glue:CreatePartition",
+                    "glue:BatchCreatePartition",
+                ],
+                resources=[
+                    self.format_arn(service="glue", resource="catalog"),
+                    self.format_arn(
+                        service="glue", resource="database", resource_name=batch.catalog_database
+                    ),
+                    catalog_tables,
+                ],
+            )
+        )
+        acknowledge(
+            finalize.role,
+            wildcard_resource(self, catalog_tables),
+            "Finalize creates tables on first use, named after each tenant's table, and adds "
+            "partitions to them: only tables of sluice's own batch database.",
         )
 
         mark_failed = task(

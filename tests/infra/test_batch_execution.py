@@ -582,3 +582,79 @@ def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_mac
     cloud.container.registry.update_schedule("acme", "hourly", state="PAUSED")
     cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(spec))
     assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"
+
+
+def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: Cloud) -> None:
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(1500, bad_every=500))
+    spec = _spec(key_columns=["id"], catalog={"database": "sluice_batch", "table": "iris_scores"})
+    for name in ("day-1", "day-2"):
+        cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name=name, input=json.dumps(spec))
+    summaries = [json.loads(cloud.finish(name)["output"]) for name in ("day-1", "day-2")]
+    table_root = f"s3://{BUCKET}/outbox/acme/tables/iris_scores/"
+    for summary in summaries:
+        assert summary["status"] == "SUCCEEDED", summary
+        assert summary["output_uri"] == f"{table_root}job={summary['job_id']}/"  # Hive-style
+        assert summary["catalog"] == {
+            "database": "sluice_batch", "table": "acme__iris_scores", "partition": f"job={summary['job_id']}",
+        }  # fmt: skip
+    table = glue.get_table(DatabaseName="sluice_batch", Name="acme__iris_scores")["Table"]
+    assert table["StorageDescriptor"]["Location"] == table_root
+    assert table["PartitionKeys"] == [{"Name": "job", "Type": "string"}]
+    columns = {c["Name"]: c["Type"] for c in table["StorageDescriptor"]["Columns"]}
+    assert columns["id"] == "string" and columns["prediction"] == "string"
+    assert columns["probability_setosa"] in ("float", "double")
+    assert "ParquetHiveSerDe" in table["StorageDescriptor"]["SerdeInfo"]["SerializationLibrary"]
+    partitions = glue.get_partitions(DatabaseName="sluice_batch", TableName="acme__iris_scores")["Partitions"]
+    assert sorted(p["Values"][0] for p in partitions) == sorted(s["job_id"] for s in summaries)
+    assert {p["StorageDescriptor"]["Location"] for p in partitions} == {s["output_uri"] for s in summaries}
+    record = cloud.container.registry.get_job("acme", summaries[0]["job_id"])
+    assert record.output_format == "parquet" and record.catalog is not None  # a catalog table is Parquet
+
+
+def test_a_failed_job_never_adds_a_partition(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.domain.errors import Forbidden
+
+    def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        raise Forbidden("access denied to the input")
+
+    monkeypatch.setattr(ChunkScorer, "score", denied)
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(100))
+    spec = _spec(catalog={"database": "sluice_batch", "table": "iris_scores"})
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="doomed", input=json.dumps(spec))
+    assert cloud.finish("doomed")["status"] == "FAILED"
+    assert glue.get_tables(DatabaseName="sluice_batch")["TableList"] == []
+
+
+def test_a_catalog_outside_the_allowed_database_or_not_parquet_is_refused(cloud: Cloud) -> None:
+    from sluice.batch.catalog import GlueCatalog
+    from sluice.domain.errors import Forbidden
+
+    bad = [
+        (_spec(catalog={"database": "Bad-Name", "table": "t"}), "catalog.database"),
+        (_spec(catalog={"database": "db"}), "catalog must be an object with database and table"),
+        (_spec(catalog={"database": "db", "table": "t"}, output_format="csv"), "writes parquet"),
+    ]
+    for i, (spec, message) in enumerate(bad):
+        cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name=f"bad-{i}", input=json.dumps(spec))
+        execution = cloud.finish(f"bad-{i}")
+        assert execution["status"] == "FAILED" and message in execution["cause"], execution
+    # Where the stack names one database, Finalize publishes there and nowhere else.
+    job = cloud.container.batch.submit(
+        _acme(), deployment="iris", input_uri=_spec()["input_uri"], start=False,
+        catalog={"database": "other_db", "table": "t"},
+    )  # fmt: skip
+    done = cloud.container.registry.update_job("acme", job.id, status="RUNNING")
+    done = cloud.container.registry.update_job("acme", job.id, status="SUCCEEDED")
+    catalog = GlueCatalog(cloud.container.batch_runner.files, batch_root=f"s3://{BUCKET}/", database="sluice_batch")
+    with pytest.raises(Forbidden, match="sluice_batch"):
+        catalog.publish(done, [])
+
+
+def _acme() -> Any:
+    from sluice.domain import Principal
+
+    return Principal("acme", frozenset({"predict"}), "test")

@@ -174,3 +174,37 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     assert writes == ["/outbox/*"]
     assert any(s["Action"] == "sagemaker:InvokeEndpoint" for s in statements)
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
+
+
+def test_finalize_may_publish_to_the_batch_glue_database_only(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    (database,) = properties(template, "AWS::Glue::Database")
+    assert database["DatabaseInput"]["Name"] == "sluice_batch"
+    _, finalize = function_by_handler(template, "sluice.handlers.batch.finalize")
+    assert finalize["Environment"]["Variables"]["SLUICE_CATALOG_DATABASE"] == "sluice_batch"
+    statements = policy_statements_of_role(template, role_of(finalize))
+    (glue,) = [s for s in statements if "glue:CreatePartition" in s["Action"]]
+    resources = [r["Fn::Join"][1][-1] for r in glue["Resource"]]
+    assert resources == [":catalog", ":database/sluice_batch", ":table/sluice_batch/*"]
+    assert not any(a.endswith("*") or "Delete" in a for a in glue["Action"])
+    for purpose in ("plan", "score", "mark_failed", "on_upload", "create_job"):
+        _, other = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
+        assert not any("glue:" in str(s["Action"]) for s in policy_statements_of_role(template, role_of(other)))
+
+
+def test_the_scheduler_role_may_only_start_the_state_machine(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    (group,) = properties(template, "AWS::Scheduler::ScheduleGroup")
+    assert group["Name"] == "sluice-batch"
+    roles = {
+        rid: r["Properties"] for rid, r in template.find_resources("AWS::IAM::Role").items()
+        if r["Properties"].get("RoleName") == "sluice-batch-scheduler"
+    }  # fmt: skip
+    ((role_id, role),) = roles.items()
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert "aws:SourceAccount" in trust["Condition"]["StringEquals"]
+    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine")
+    assert policy_statements_of_role(template, role_id) == [
+        {"Action": "states:StartExecution", "Effect": "Allow", "Resource": {"Ref": machine_id}}
+    ]

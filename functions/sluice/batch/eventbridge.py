@@ -47,6 +47,8 @@ def target_input(schedule: Schedule) -> dict[str, Any]:
         spec["format"] = schedule.format
     if schedule.output_format:
         spec["output_format"] = schedule.output_format
+    if schedule.catalog is not None:
+        spec["catalog"] = schedule.catalog.to_dict()
     return spec
 
 

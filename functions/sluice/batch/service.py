@@ -19,7 +19,7 @@ from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri, is_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
-from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_id
+from sluice.domain.jobs import BatchJob, CatalogTarget, check_format, derived_job_id, new_job_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -53,6 +53,7 @@ class BatchService:
         execution: str | None = None,
         schedule: str | None = None,
         scheduled_for: float | None = None,
+        catalog: CatalogTarget | dict[str, str] | None = None,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
         `operator` (the CLI) may read and write anywhere."""
@@ -67,9 +68,16 @@ class BatchService:
         if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
             raise BadRequest("key_columns must be a list of column names", field="key_columns")
         fmt = check_format(format, field="format") if format else format_of(uri)
-        out_fmt = check_format(output_format, field="output_format") if output_format else fmt
+        default_out = "parquet" if catalog is not None else fmt  # a catalog table is Parquet
+        out_fmt = check_format(output_format, field="output_format") if output_format else default_out
         keys = tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip()))
         job_id = job_id or new_job_id()
+        target = CatalogTarget.parse(catalog)
+        if target is not None:
+            if out_fmt != "parquet":
+                raise BadRequest("a job published to the catalog writes parquet (output_format)", field="output_format")
+            if output_uri is None:  # Hive-style: the table's folder, one `job=<id>/` per job
+                output_uri = table_root(self.paths.root, principal.tenant, target.table) + f"job={job_id}/"
         job = BatchJob(
             id=job_id,
             tenant=principal.tenant,
@@ -84,6 +92,7 @@ class BatchService:
             execution=execution,
             schedule=schedule,
             scheduled_for=scheduled_for,
+            catalog=target,
         )
         job = self.registry.create_job(job)
         return self._start(job) if start else job
@@ -175,7 +184,7 @@ class BatchService:
                 format=request.format, output_format=request.output_format,
                 key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
                 job_id=job_id, start=False, execution=execution, schedule=request.schedule,
-                scheduled_for=request.scheduled_for,
+                scheduled_for=request.scheduled_for, catalog=request.catalog,
             )  # fmt: skip
         except Conflict:
             return self.registry.get_job(request.tenant, job_id)  # the same execution, retried
@@ -233,6 +242,12 @@ class RunQueued(Exception):
     def __init__(self, schedule: str, running: str) -> None:
         super().__init__(f"waiting for run {running}")
         self.schedule, self.running = schedule, running
+
+
+def table_root(root: str, tenant: str, table: str) -> str:
+    """Where a catalog table's partitions lie: in the tenant's outbox, so every grant and check
+    on results applies (`<root>outbox/<tenant>/tables/<table>/job=<id>/`)."""
+    return f"{root}outbox/{tenant}/tables/{table}/"
 
 
 def _uploader(tenant: str) -> Principal:

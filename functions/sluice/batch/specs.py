@@ -17,7 +17,7 @@ from typing import Any
 
 from sluice.domain import check_name
 from sluice.domain.errors import BadRequest
-from sluice.domain.jobs import check_format
+from sluice.domain.jobs import CatalogTarget, check_format
 
 PLACEHOLDERS = ("date", "hour", "minute", "year", "month", "day", "time", "timestamp")
 SPEC_FIELDS = frozenset(
@@ -31,6 +31,7 @@ SPEC_FIELDS = frozenset(
         "schedule",
         "scheduled_time",
         "timezone",
+        "catalog",
         "queued_behind",  # set by the state machine while a queued run waits; ignored
     }
 )
@@ -106,6 +107,7 @@ class ExecutionSpec:
     key_columns: tuple[str, ...] = ()
     schedule: str | None = None
     scheduled_for: float | None = None
+    catalog: CatalogTarget | None = None
 
     @classmethod
     def parse(cls, data: Any) -> ExecutionSpec:
@@ -147,6 +149,7 @@ class ExecutionSpec:
             key_columns=tuple(k.strip() for k in keys if k.strip()),
             schedule=schedule,
             scheduled_for=scheduled_for,
+            catalog=CatalogTarget.parse(data.get("catalog")),
         )
 
 

@@ -32,6 +32,9 @@ class BatchJobCreate(WireModel):
         max_length=16,
         description="Input columns copied beside each prediction; default: the row number as `row`.",
     )
+    catalog: CatalogIn | None = Field(
+        None, description="Publish the output, once the job succeeds, as a partition of this Glue table."
+    )
 
     model_config = {
         "json_schema_extra": {
@@ -45,6 +48,13 @@ class BatchJobCreate(WireModel):
         },
         "extra": "forbid",
     }
+
+
+class CatalogIn(WireModel):
+    database: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The AWS Glue database.")
+    table: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The table, created on first use.")
+
+    model_config = {"extra": "forbid", "from_attributes": True}
 
 
 class BatchProgress(WireModel):
@@ -87,6 +97,7 @@ class BatchJobOut(WireModel):
     timings: BatchTimings
     error: str | None = None
     schedule: str | None = Field(None, description="The schedule whose run this job is, if any.")
+    catalog: CatalogIn | None = Field(None, description="The Glue table a success is published to.")
 
     model_config = _FROM_JOB
     GROUPS: ClassVar[tuple[str, ...]] = ("progress", "counts", "timings")
@@ -176,6 +187,7 @@ class ScheduleCreate(WireModel):
     output_format: Literal["parquet", "csv", "jsonl"] | None = None
     key_columns: list[str] = Field(default_factory=list, max_length=16)
     paused: bool = Field(False, description="Create it paused.")
+    catalog: CatalogIn | None = Field(None, description="Publish each successful run as a partition of this Glue table.")
 
     model_config = {
         "json_schema_extra": {
@@ -230,6 +242,7 @@ class ScheduleOut(WireModel):
     key_columns: list[str]
     state: Literal["ENABLED", "PAUSED"]
     created_at: float
+    catalog: CatalogIn | None = None
     last_fire: float | None = Field(description="The latest scheduled time run or skipped.")
     skipped: int = Field(description="Runs skipped because the previous one was still going.")
 

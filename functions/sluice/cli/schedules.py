@@ -36,11 +36,15 @@ def cmd_create(args: argparse.Namespace) -> int:
     if bool(args.cron) == bool(args.rate):
         raise BadRequest("give one of --cron or --rate", field="expression")
     expression = f"cron({args.cron})" if args.cron else f"rate({args.rate})"
+    catalog = None
+    if args.catalog:
+        database, _, table_name = args.catalog.partition(".")
+        catalog = {"database": database, "table": table_name}
     schedule = get_container().schedules.create(
         operator(args), name=args.name, deployment=args.deployment, input_uri=args.input,
         expression=expression, timezone=args.timezone, overlap=args.overlap, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), operator=True,
-        state="PAUSED" if args.paused else "ENABLED",
+        state="PAUSED" if args.paused else "ENABLED", catalog=catalog,
     )  # fmt: skip
     print(f"schedule {schedule.name}: {schedule.expression} ({schedule.timezone}) -> {schedule.deployment}")
     return 0
@@ -99,6 +103,7 @@ def add_schedule_commands(batch: argparse._SubParsersAction) -> None:  # type: i
     create.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name)")
     create.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable)")
     create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--catalog", metavar="DATABASE.TABLE", help="publish each successful run as a partition of this Glue table (AWS)")
     create.set_defaults(func=cmd_create)
     listing = schedule.add_parser("list", help="the tenant's schedules")
     listing.set_defaults(func=cmd_list)

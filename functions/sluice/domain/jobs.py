@@ -9,6 +9,7 @@ once per chunk (`ChunkResult`), exactly once even when a chunk is scored twice, 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -59,6 +60,36 @@ def derived_job_id(kind: str, *parts: str) -> str:
     return f"{kind}-{digest}"
 
 
+_CATALOG_NAME = re.compile(r"^[a-z0-9_]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTarget:
+    """The AWS Glue Data Catalog table a job's output becomes a partition of (`job=<id>`)."""
+
+    database: str
+    table: str
+
+    @classmethod
+    def parse(cls, value: Any, *, field: str = "catalog") -> CatalogTarget | None:
+        if value is None:
+            return None
+        if isinstance(value, CatalogTarget):
+            return value
+        if not isinstance(value, dict) or set(value) != {"database", "table"}:
+            raise BadRequest(f"{field} must be an object with database and table", field=field)
+        for part in ("database", "table"):
+            if not isinstance(value[part], str) or not _CATALOG_NAME.fullmatch(value[part]):
+                raise BadRequest(
+                    f"{field}.{part} must be 1-128 characters of a-z, 0-9 and '_' (a Glue name)",
+                    field=f"{field}.{part}",
+                )
+        return cls(value["database"], value["table"])
+
+    def to_dict(self) -> dict[str, str]:
+        return {"database": self.database, "table": self.table}
+
+
 @dataclass(frozen=True, slots=True)
 class BatchJob:
     id: str
@@ -85,6 +116,7 @@ class BatchJob:
     error: str | None = None
     schedule: str | None = None  # the schedule that started it, when one did
     scheduled_for: float | None = None  # the scheduled time of that run
+    catalog: CatalogTarget | None = None  # where a success is published as a partition
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +162,7 @@ class BatchJob:
             error=data.get("error"),
             schedule=data.get("schedule"),
             scheduled_for=moment("scheduled_for"),
+            catalog=CatalogTarget.parse(data.get("catalog")),
         )
 
 

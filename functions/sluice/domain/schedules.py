@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from sluice.domain.errors import BadRequest
+from sluice.domain.jobs import CatalogTarget
 from sluice.domain.objects import now
 
 Overlap = Literal["skip", "queue"]
@@ -51,6 +52,7 @@ class Schedule:
     last_fire: float | None = None  # the latest scheduled time that was run or skipped
     skipped: int = 0
     last_skipped_at: float | None = None
+    catalog: CatalogTarget | None = None  # each run's output becomes a partition of this table
 
     @property
     def paused(self) -> bool:

@@ -344,3 +344,53 @@ def test_the_local_scheduler_thread_starts_due_runs(
         scheduler.stop()
     (job_id,) = recorded.started
     assert batch.registry.get_job("acme", job_id).scheduled_for == at("2026-11-25T13:00:00+00:00")
+
+
+def test_a_job_with_a_catalog_table_keeps_the_hive_layout_locally(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    import time
+
+    path = local_path(batch.batch.paths.inbox("acme")) / "iris" / "day.csv"
+    path.parent.mkdir(parents=True)
+    write_input(path, iris_rows(800))
+    a = auth(keys["acme"])
+    catalog = {"database": "lake", "table": "iris_scores"}
+    r = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(), "catalog": catalog}, headers=a)
+    assert r.status_code == 202, r.text
+    created = r.json()
+    assert created["catalog"] == catalog and created["output_format"] == "parquet"
+    assert created["output_uri"] == batch.batch.paths.root + f"outbox/acme/tables/iris_scores/job={created['id']}/"
+    deadline = time.monotonic() + 30
+    while client.get(f"/api/v1/batch-jobs/{created['id']}", headers=a).json()["status"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    folder = local_path(created["output_uri"])
+    assert (folder / "_SUCCESS").exists() and sorted(p.name for p in folder.glob("part-*.parquet"))
+    bad = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(),
+                                                  "catalog": {"database": "Lake!", "table": "t"}}, headers=a)  # fmt: skip
+    assert bad.status_code == 422 and bad.json()["field"].startswith("catalog")
+    csv = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(), "catalog": catalog,
+                                                  "output_format": "csv"}, headers=a)  # fmt: skip
+    assert csv.status_code == 400 and csv.json()["field"] == "output_format"
+
+
+def test_a_schedules_runs_carry_its_catalog_table(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    from sluice.batch.eventbridge import target_input
+
+    schedule = schedules.create(
+        acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)",
+        catalog={"database": "lake", "table": "iris_scores"},
+    )  # fmt: skip
+    assert target_input(schedule)["catalog"] == {"database": "lake", "table": "iris_scores"}
+    (job,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
+    assert job.catalog is not None and job.catalog.table == "iris_scores" and job.output_format == "parquet"
+    assert "/outbox/acme/tables/iris_scores/job=" in job.output_uri
+    with pytest.raises(BadRequest) as refused:
+        schedules.create(
+            acme, name="csv", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)",
+            output_format="csv", catalog={"database": "lake", "table": "t"},
+        )  # fmt: skip
+    assert refused.value.field == "output_format"

@@ -25,6 +25,7 @@ def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: Co
         expression=body.expression, timezone=body.timezone, overlap=body.overlap, format=body.format,
         output_format=body.output_format, key_columns=body.key_columns,
         state="PAUSED" if body.paused else "ENABLED",
+        catalog=body.catalog.model_dump() if body.catalog else None,
     )  # fmt: skip
     return JSONResponse(schedule_out(schedule), status_code=201)
 
