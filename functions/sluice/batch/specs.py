@@ -63,7 +63,7 @@ def zone(name: str, *, field: str = "timezone") -> Any:
         raise BadRequest(f"{field} must be an IANA time zone such as UTC or Europe/Paris", field=field)
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadRequest(f"{field} {name!r} is not a known IANA time zone", field=field) from None
 
 

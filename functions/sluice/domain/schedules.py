@@ -89,7 +89,7 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
 
     try:
         CronSim(line, datetime(2026, 1, 1, tzinfo=UTC))
-    except CronSimError as exc:
+    except (CronSimError, ValueError, IndexError, KeyError, OverflowError) as exc:
         raise BadRequest(f"{field} is not a valid cron expression: {exc}", field=field) from None
     return f"cron({line})"
 
