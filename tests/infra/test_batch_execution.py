@@ -658,3 +658,31 @@ def _acme() -> Any:
     from sluice.domain import Principal
 
     return Principal("acme", frozenset({"predict"}), "test")
+
+
+def test_a_queued_scheduled_run_waits_for_the_run_going(cloud: Cloud) -> None:
+    from sluice.domain import Principal
+    from sluice.domain.schedules import Schedule
+    from sluice.handlers import batch as handlers
+
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(
+        Schedule("acme", "hourly", "iris", template, "rate(1 hour)", overlap="queue")
+    )
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    going = cloud.container.batch.submit(
+        acme, deployment="iris", input_uri=template.format(date="2026-11-26"), start=False, schedule="hourly"
+    )
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "hourly",
+            "scheduled_time": "2026-11-26T02:00:00Z"}  # fmt: skip
+    execution = f"{cloud.state_machine.replace(':stateMachine:', ':execution:')}:queued"
+    # CreateJob hands the spec back to wait on (the state machine's WaitForRun), creating nothing…
+    waiting = handlers.create_job({"spec": spec, "execution": execution}, LambdaContext())
+    assert waiting == spec | {"queued_behind": going.id}
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [going.id]
+    # …and, asked again with it once the run going has ended, creates the run's job.
+    cloud.container.registry.update_job("acme", going.id, status="FAILED")
+    created = handlers.create_job({"spec": waiting, "execution": execution}, LambdaContext())
+    job = cloud.container.registry.get_job("acme", created["job_id"])
+    assert job.schedule == "hourly" and job.input_uri.endswith("dt=2026-11-26/events.csv")
+    assert cloud.container.registry.get_schedule("acme", "hourly").skipped == 0
