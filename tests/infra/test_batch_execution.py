@@ -686,3 +686,42 @@ def test_a_queued_scheduled_run_waits_for_the_run_going(cloud: Cloud) -> None:
     job = cloud.container.registry.get_job("acme", created["job_id"])
     assert job.schedule == "hourly" and job.input_uri.endswith("dt=2026-11-26/events.csv")
     assert cloud.container.registry.get_schedule("acme", "hourly").skipped == 0
+
+
+def test_a_catalog_table_made_meanwhile_by_another_job_is_used_not_an_error(cloud: Cloud) -> None:
+    from sluice.batch.catalog import GlueCatalog
+
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    location = f"s3://{BUCKET}/outbox/acme/tables/t/"
+
+    class Meanwhile:
+        """A Glue client before whose GetTable answer another job creates the table."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(glue, name)
+
+        made = False
+
+        def get_table(self, **params: Any) -> Any:
+            try:
+                return glue.get_table(**params)
+            finally:
+                if not Meanwhile.made:
+                    Meanwhile.made = True
+                    glue.create_table(DatabaseName="sluice_batch", TableInput={
+                        "Name": params["Name"], "StorageDescriptor": {"Location": location},
+                        "PartitionKeys": [{"Name": "job", "Type": "string"}],
+                    })  # fmt: skip
+
+    job = cloud.container.batch.submit(
+        _acme(), deployment="iris", input_uri=_spec()["input_uri"], start=False,
+        catalog={"database": "sluice_batch", "table": "t"},
+    )  # fmt: skip
+    cloud.container.registry.update_job("acme", job.id, status="RUNNING")
+    done = cloud.container.registry.update_job("acme", job.id, status="SUCCEEDED")
+    catalog = GlueCatalog(cloud.container.batch_runner.files, batch_root=f"s3://{BUCKET}/", client=Meanwhile())
+    assert catalog.publish(done, [])["partition"] == f"job={job.id}"
+    assert catalog.publish(done, [])["partition"] == f"job={job.id}"  # again: the same partition
+    (partition,) = glue.get_partitions(DatabaseName="sluice_batch", TableName="acme__t")["Partitions"]
+    assert partition["StorageDescriptor"]["Location"] == f"{location}job={job.id}/"

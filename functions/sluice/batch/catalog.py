@@ -24,6 +24,8 @@ from sluice.batch.service import table_root
 from sluice.domain.errors import Conflict, Forbidden
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
 
     from sluice.batch.files import Files
@@ -70,6 +72,19 @@ def hive_type(arrow_type: pa.DataType) -> str:
     return "string"
 
 
+@contextlib.contextmanager
+def _unless(code: str) -> Iterator[None]:
+    """Let the catalog's error `code` pass (matched on the code: the exception classes of two
+    clients are not the same classes)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != code:
+            raise
+
+
 class GlueCatalog:
     def __init__(
         self,
@@ -111,9 +126,8 @@ class GlueCatalog:
         columns = self._columns(parts[0]) if parts else []
         self._ensure_table(target.database, name, location, columns)
         descriptor = {**_PARQUET, "Columns": columns, "Location": job.output_uri}
-        client = self.client
-        with contextlib.suppress(client.exceptions.AlreadyExistsException):  # published before
-            client.create_partition(
+        with _unless("AlreadyExistsException"):  # published before (Finalize retried)
+            self.client.create_partition(
                 DatabaseName=target.database, TableName=name,
                 PartitionInput={"Values": [job.id], "StorageDescriptor": descriptor},
             )  # fmt: skip
@@ -127,15 +141,14 @@ class GlueCatalog:
 
     def _ensure_table(self, database: str, name: str, location: str, columns: list[dict[str, str]]) -> None:
         client = self.client
-        try:
+        table = None
+        with _unless("EntityNotFoundException"):
             table = client.get_table(DatabaseName=database, Name=name)["Table"]
-        except client.exceptions.EntityNotFoundException:
-            pass
-        else:
+        if table is not None:
             if table.get("StorageDescriptor", {}).get("Location") != location:
                 raise Forbidden(f"catalog table '{name}' belongs to another location", field="catalog.table")
             return
-        with contextlib.suppress(client.exceptions.AlreadyExistsException):  # made meanwhile
+        with _unless("AlreadyExistsException"):  # another job made it meanwhile
             client.create_table(
                 DatabaseName=database,
                 TableInput={
