@@ -102,6 +102,7 @@ def build_app(
             "api",
             "authorizer",
             "shadow",
+            "batch-create-job",
             "batch-plan",
             "batch-score",
             "batch-finalize",

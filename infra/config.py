@@ -211,11 +211,18 @@ class BatchConfig(_Section):
     plan_timeout_s: int = Field(300, ge=1, le=900)
     score_memory_mb: int = Field(3008, ge=128, le=10240)
     score_timeout_s: int = Field(900, ge=1, le=900)
+    catalog_database: str = Field(
+        "sluice_batch",
+        pattern=r"^[a-z0-9_]{1,128}$",
+        description="The Glue database (made by the stack) jobs with `catalog` publish their output "
+        "to, as partitions of tables created on first use; Finalize may write in it and no other.",
+    )
 
 
 # Lambda keeps this much of an account's concurrency unreserved, whatever functions reserve.
 UNRESERVED_MINIMUM = 100
 BATCH_FUNCTIONS = (
+    "batch_create_job",
     "batch_plan",
     "batch_score",
     "batch_finalize",
@@ -239,6 +246,9 @@ class ConcurrencyConfig(_Section):
         100, ge=1, description="Called once per request (no gateway cache), briefly."
     )
     shadow: int | None = Field(20, ge=1, description="Shadow mirrors, off the request path.")
+    batch_create_job: int | None = Field(
+        5, ge=1, description="One invoke per execution started with a job specification."
+    )
     batch_plan: int | None = Field(5, ge=1)
     batch_score: int | None = Field(
         40, ge=1, description="At least batch.max_concurrency, or chunks wait on throttles."

@@ -47,6 +47,16 @@ class ResourceNames:
         return f"{self.prefix}-batch"
 
     @property
+    def schedule_group(self) -> str:
+        """The EventBridge Scheduler group the API creates batch schedules in."""
+        return f"{self.prefix}-batch"
+
+    @property
+    def scheduler_role(self) -> str:
+        """The role EventBridge Scheduler assumes to start the batch state machine."""
+        return f"{self.prefix}-batch-scheduler"
+
+    @property
     def rest_api(self) -> str:
         return f"{self.prefix}-api"
 

@@ -94,6 +94,23 @@ class Settings(BaseSettings):
     batch_inbox_poll_s: float = Field(
         default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
     )
+    batch_schedule_poll_s: float = Field(
+        default=5.0, gt=0, description="How often `sluice serve` looks for batch schedules that are due."
+    )
+    schedule_group: str = Field(
+        default="",
+        description="The EventBridge Scheduler group batch schedules are created in (AWS); "
+        "empty: schedules run in `sluice serve`.",
+    )
+    scheduler_role_arn: str = Field(
+        default="",
+        description="The role EventBridge Scheduler assumes to start the batch state machine (AWS).",
+    )
+    catalog_database: str = Field(
+        default="",
+        description="The AWS Glue database batch jobs may publish their output to (`catalog`); "
+        "empty: any (the IAM policy decides).",
+    )
     batch_chunk_rows: int = Field(
         default=250_000, gt=0, description="Rows per batch chunk (Parquet: whole row groups, merged up to it; a larger group is a chunk of its own)."
     )

@@ -20,9 +20,11 @@ from sluice.settings import Settings, get_settings
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.batch.catalog import GlueCatalog
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
+    from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
     from sluice.capture.capturer import Capturer
     from sluice.capture.reader import CaptureReader
@@ -416,6 +418,41 @@ class Container:
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
         return BatchService(self.registry, self.orchestrator, runner.paths, runner.files)
+
+    @cached_property
+    def catalog(self) -> GlueCatalog:
+        """Where a successful job's output is published as a partition (AWS Glue)."""
+        from sluice.batch.catalog import GlueCatalog
+        from sluice.clients import default_clients
+
+        runner = self.batch_runner  # builds the files
+        return GlueCatalog(
+            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.catalog_database or None,  # type: ignore[arg-type]
+            clients=default_clients(self.settings.region),
+        )  # fmt: skip
+
+    @cached_property
+    def schedules(self) -> ScheduleService:
+        """Batch schedules: kept by EventBridge Scheduler where SLUICE_SCHEDULE_GROUP is set
+        (with the state machine of SLUICE_ORCHESTRATOR as the target), else by `sluice serve`."""
+        from sluice.batch.schedules import ScheduleService
+
+        timer = None
+        settings = self.settings
+        if settings.schedule_group:
+            from sluice.batch.eventbridge import EventBridgeSchedules
+            from sluice.clients import default_clients
+
+            if not settings.orchestrator.startswith("stepfunctions://") or not settings.scheduler_role_arn:
+                raise ValueError(
+                    "SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN"
+                )
+            timer = EventBridgeSchedules(
+                group=settings.schedule_group, role_arn=settings.scheduler_role_arn,
+                state_machine_arn=settings.orchestrator.removeprefix("stepfunctions://"),
+                clients=default_clients(settings.region),
+            )  # fmt: skip
+        return ScheduleService(self.registry, self.batch, timer)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

@@ -2,7 +2,13 @@
 
 The data each state sees (JSONPath; `result_path`s keep the execution input throughout):
 
-- execution input: whatever `on_upload` (or the API) starts the job with, e.g. `{"job_id": …}`
+- execution input: `{"job_id", "tenant"}` of a job that exists (what `on_upload` and the API
+  start it with), or a job specification (`{"tenant", "deployment", "input_uri", …}`, see
+  docs/batch.md): the Choice `JobOrSpec` sends a specification to CreateJob, which creates the
+  job (once per execution) and replaces the state with its `{"job_id", "tenant"}`; a
+  specification it refuses fails the execution (`SpecRejected`) with the reason. For a
+  schedule's run it may answer `{"skipped": …}` (the output, and the execution succeeds) or the
+  spec with `queued_behind` (WaitForRun, a minute, then CreateJob again).
 - Plan returns `{"job": {…}, "chunks": {"bucket": …, "key": …}}` -> `$.plan`; the key names a
   JSON array of chunk descriptions that Plan wrote (Step Functions caps state at 256 KiB,
   so the list itself never travels through the state).
@@ -10,7 +16,8 @@ The data each state sees (JSONPath; `result_path`s keep the execution input thro
   `{"job": $.plan.job, "chunk": <one item>}` (retried on throttling and on the handler's
   transient errors); child results go to S3 (ResultWriter), and
   `$.map` holds where (`ResultWriterDetails.Bucket/Key`, the manifest).
-- Finalize gets the whole state and returns the job's summary -> `$.result`.
+- Finalize gets the whole state and returns the job's summary -> `$.result`, which is the
+  execution's output (status, counts, output and manifest URIs).
 - Any error in Plan, Map or Finalize lands in `$.error` (`Error`, `Cause`); MarkFailed gets
   the whole state, then the execution fails with that error and cause.
 """
@@ -63,6 +70,7 @@ class BatchWorkflow(Construct):
         id: str,
         *,
         state_machine_name: str,
+        create_job: lambda_.IFunction,
         plan: lambda_.IFunction,
         score: lambda_.IFunction,
         finalize: lambda_.IFunction,
@@ -78,6 +86,28 @@ class BatchWorkflow(Construct):
     ) -> None:
         super().__init__(scope, id)
 
+        create_task = _with_retries(
+            tasks.LambdaInvoke(
+                self,
+                "CreateJob",
+                lambda_function=create_job,
+                payload=sfn.TaskInput.from_object(
+                    {
+                        "spec": sfn.JsonPath.object_at("$"),
+                        "execution": sfn.JsonPath.execution_id,
+                    }
+                ),
+                payload_response_only=True,
+                retry_on_service_exceptions=False,
+                result_path="$",
+            ),
+            attempts=6,
+        )
+        create_task.add_catch(
+            sfn.Fail(self, "SpecRejected", error_path="$.error.Error", cause_path="$.error.Cause"),
+            errors=[sfn.Errors.ALL],
+            result_path="$.error",
+        )
         plan_task = _with_retries(
             tasks.LambdaInvoke(
                 self,
@@ -135,6 +165,7 @@ class BatchWorkflow(Construct):
                 payload_response_only=True,
                 retry_on_service_exceptions=False,
                 result_path="$.result",
+                output_path="$.result",
             ),
             attempts=6,
         )
@@ -153,6 +184,23 @@ class BatchWorkflow(Construct):
         failed = mark_failed_task.next(
             sfn.Fail(self, "JobFailed", error_path="$.error.Error", cause_path="$.error.Cause")
         )
+        plan_task.next(chunks).next(finalize_task)
+        # CreateJob answers with the job (-> Plan), a scheduled run skipped (-> its reason as
+        # the output), or a run queued behind one still going (-> wait, then ask again).
+        start = sfn.Choice(self, "JobOrSpec")
+        start.when(sfn.Condition.is_present("$.job_id"), plan_task)
+        start.when(
+            sfn.Condition.is_present("$.skipped"),
+            sfn.Pass(self, "RunSkipped", output_path="$.skipped"),
+        )
+        start.when(
+            sfn.Condition.is_present("$.queued_behind"),
+            sfn.Wait(self, "WaitForRun", time=sfn.WaitTime.duration(Duration.minutes(1))).next(
+                create_task
+            ),
+        )
+        start.otherwise(create_task)
+        create_task.next(start)
         for step in (plan_task, chunks, finalize_task):
             step.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
 
@@ -167,9 +215,7 @@ class BatchWorkflow(Construct):
             "StateMachine",
             state_machine_name=state_machine_name,
             state_machine_type=sfn.StateMachineType.STANDARD,
-            definition_body=sfn.DefinitionBody.from_chainable(
-                plan_task.next(chunks).next(finalize_task)
-            ),
+            definition_body=sfn.DefinitionBody.from_chainable(start),
             timeout=timeout,
             tracing_enabled=True,
             logs=sfn.LogOptions(

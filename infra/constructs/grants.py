@@ -125,3 +125,16 @@ def executions_arn(scope: Construct, state_machine_name: str) -> str:
         resource_name=f"{state_machine_name}:*",
         arn_format=ArnFormat.COLON_RESOURCE_NAME,
     )
+
+
+def schedules_arn(scope: Construct, group: str) -> str:
+    """Every schedule of one EventBridge Scheduler group (`…:schedule/<group>/*`)."""
+    return Stack.of(scope).format_arn(
+        service="scheduler", resource="schedule", resource_name=f"{group}/*"
+    )
+
+
+def role_arn(scope: Construct, name: str) -> str:
+    return Stack.of(scope).format_arn(
+        service="iam", region="", resource="role", resource_name=name
+    )

@@ -33,6 +33,8 @@ from infra.constructs.grants import (
     grant_invoke_endpoints,
     grant_invoke_endpoints_async,
     grant_objects,
+    role_arn,
+    schedules_arn,
     state_machine_arn,
 )
 from infra.constructs.python_layer import PythonLayer
@@ -247,6 +249,37 @@ class ApiStack(Stack):
                 actions=["states:StartExecution"],
                 resources=[state_machine_arn(self, names.state_machine)],
             )
+        )
+        # Batch schedules: EventBridge Scheduler schedules in the batch stack's group, each
+        # assuming the batch stack's scheduler role (passed to Scheduler and nothing else).
+        schedules = schedules_arn(self, names.schedule_group)
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "scheduler:CreateSchedule",
+                    "scheduler:UpdateSchedule",
+                    "scheduler:DeleteSchedule",
+                    "scheduler:GetSchedule",
+                ],
+                resources=[schedules],
+            )
+        )
+        api_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[role_arn(self, names.scheduler_role)],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            )
+        )
+        self.api_function.function.add_environment("SLUICE_SCHEDULE_GROUP", names.schedule_group)
+        self.api_function.function.add_environment(
+            "SLUICE_SCHEDULER_ROLE_ARN", role_arn(self, names.scheduler_role)
+        )
+        acknowledge(
+            self.api_function,
+            wildcard_resource(self, schedules),
+            "Batch schedules are created at run time, one per tenant schedule, named "
+            "<tenant>.<name>; only schedules in sluice's own schedule group.",
         )
         # Cancelling a job stops its execution, which is named after the job id.
         executions = executions_arn(self, names.state_machine)

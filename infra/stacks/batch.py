@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_glue as glue
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_notifications as s3n
+from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -18,7 +21,7 @@ from infra.constructs.batch_workflow import BatchWorkflow
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.registry_access import READ, WRITE, grant_registry
-from infra.nag import acknowledge
+from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
 from infra.stacks.storage import ARTIFACTS_PREFIX, INBOX_PREFIX, OUTBOX_PREFIX, WORK_PREFIX
 
@@ -134,6 +137,47 @@ class BatchStack(Stack):
             finalize, finalize.role, bucket, prefix=OUTBOX_PREFIX, write=True, purpose="manifests"
         )
 
+        # Queryable results: the one Glue database Finalize publishes job outputs to, as
+        # partitions of tables it creates on first use. Finalize may touch that database's
+        # tables and nothing else in the catalog.
+        self.catalog_database = glue.CfnDatabase(
+            self,
+            "CatalogDatabase",
+            catalog_id=self.account,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=batch.catalog_database,
+                description="sluice batch outputs: one partition (job=<id>) per successful job",
+            ),
+        )
+        finalize.function.add_environment("SLUICE_CATALOG_DATABASE", batch.catalog_database)
+        catalog_tables = self.format_arn(
+            service="glue", resource="table", resource_name=f"{batch.catalog_database}/*"
+        )
+        finalize.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "glue:GetTable",
+                    "glue:CreateTable",
+                    "glue:GetPartition",
+                    "glue:CreatePartition",
+                    "glue:BatchCreatePartition",
+                ],
+                resources=[
+                    self.format_arn(service="glue", resource="catalog"),
+                    self.format_arn(
+                        service="glue", resource="database", resource_name=batch.catalog_database
+                    ),
+                    catalog_tables,
+                ],
+            )
+        )
+        acknowledge(
+            finalize.role,
+            wildcard_resource(self, catalog_tables),
+            "Finalize creates tables on first use, named after each tenant's table, and adds "
+            "partitions to them: only tables of sluice's own batch database.",
+        )
+
         mark_failed = task(
             "MarkFailed",
             "mark-failed",
@@ -151,10 +195,29 @@ class BatchStack(Stack):
             purpose="failure reports",
         )
 
+        # Executions started with a job specification (from the console, the AWS CLI, an
+        # EventBridge rule or schedule, a parent state machine): the job is created here.
+        # Registry access only: what it checks is names and prefixes, no object is read.
+        create_job = SluiceFunction(
+            self,
+            "CreateJob",
+            function_name=names.function("batch-create-job"),
+            handler="sluice.handlers.batch.create_job",
+            description="Creates the job an execution started with a job specification runs",
+            platform=platform,
+            layers=layers,
+            memory_mb=512,
+            timeout=Duration.seconds(60),
+            environment=environment,
+            reserved_concurrency=config.concurrency.batch_create_job,
+        )
+        grant_registry(create_job.role, table, actions=[*READ, *WRITE])
+
         self.workflow = BatchWorkflow(
             self,
             "Workflow",
             state_machine_name=names.state_machine,
+            create_job=create_job.function,
             plan=plan.function,
             score=score.function,
             finalize=finalize.function,
@@ -169,6 +232,24 @@ class BatchStack(Stack):
             retain_logs=config.storage.retain_data,
         )
         self.state_machine = self.workflow.state_machine
+
+        # Batch schedules: the API creates and removes EventBridge Scheduler schedules in this
+        # group at run time; each one assumes this role, which may start this state machine
+        # and do nothing else, and only on behalf of schedules of this account.
+        self.schedule_group = scheduler.CfnScheduleGroup(
+            self, "ScheduleGroup", name=names.schedule_group
+        )
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            role_name=names.scheduler_role,
+            description="EventBridge Scheduler starts the sluice batch state machine",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com",
+                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
+            ),
+        )
+        self.state_machine.grant_start_execution(self.scheduler_role)
 
         self.on_upload = SluiceFunction(
             self,

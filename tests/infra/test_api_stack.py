@@ -310,3 +310,50 @@ def test_the_api_may_invoke_endpoints_asynchronously_where_it_invokes_them(full_
     sync = [s["Resource"] for s in statements if s["Action"] == "sagemaker:InvokeEndpoint"]
     asynchronous = [s["Resource"] for s in statements if s["Action"] == "sagemaker:InvokeEndpointAsync"]
     assert len(asynchronous) == 1 and asynchronous[0] in sync  # the API function only
+
+
+def test_api_role_manages_schedules_of_its_group_and_passes_the_scheduler_role_only_to_scheduler(
+    default_app: Synthesized,
+) -> None:
+    from sluice.batch.eventbridge import schedule_name
+
+    account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
+    schedules = f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/*"
+    role = f"arn:aws:iam::{account}:role/sluice-batch-scheduler"
+    _, api = function_by_handler(default_app.template("api"), API)
+    default_app.resolved("api").has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": Match.array_with([{"Ref": role_of(api)}]),
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Action": [
+                                "scheduler:CreateSchedule",
+                                "scheduler:DeleteSchedule",
+                                "scheduler:GetSchedule",
+                                "scheduler:UpdateSchedule",
+                            ],
+                            "Effect": "Allow",
+                            "Resource": schedules,
+                        },
+                        {
+                            "Action": "iam:PassRole",
+                            "Condition": {
+                                "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
+                            },
+                            "Effect": "Allow",
+                            "Resource": role,
+                        },
+                    ]
+                )
+            },
+        },
+    )
+    variables = api["Environment"]["Variables"]
+    assert variables["SLUICE_SCHEDULE_GROUP"] == "sluice-batch"
+    assert variables["SLUICE_SCHEDULER_ROLE_ARN"]["Fn::Join"][1][-1] == ":role/sluice-batch-scheduler"
+    # The schedules the API makes are named so that the grant above covers them.
+    assert fnmatchcase(f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/{schedule_name('acme', 'nightly')}", schedules)
+    assert len(schedule_name("t" * 63, "n" * 63)) <= 64

@@ -45,7 +45,7 @@ ACCOUNT = "123456789012"
 BUCKET = f"sluice-batch-{ACCOUNT}-{REGION}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 TABLE = "sluice-registry"
-TASKS = ("plan", "score", "finalize", "mark_failed", "on_upload")
+TASKS = ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload")
 
 
 class OneCallAtATime:
@@ -103,6 +103,7 @@ class Cloud:
         return event
 
     def finish(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
+        """The execution named `job_id` (the job's, or any other name), once it has ended."""
         arn = self.state_machine.replace(":stateMachine:", ":execution:") + f":{job_id}"
         deadline = time.monotonic() + timeout_s
         while True:
@@ -424,3 +425,321 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
     assert "Contents" not in cloud.s3.list_objects_v2(
         Bucket=BUCKET, Prefix=f"outbox/acme/{job.id}/_SUCCESS"
     )
+
+
+def _spec(**fields: Any) -> dict[str, Any]:
+    return {"tenant": "acme", "deployment": "iris", "input_uri": f"s3://{BUCKET}/inbox/acme/iris/spec.csv"} | fields
+
+
+def test_an_execution_started_with_a_job_specification_creates_its_job_and_runs_to_the_manifest(
+    cloud: Cloud,
+) -> None:
+    from sluice.handlers import batch as handlers
+
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(2000, bad_every=500))
+    spec = _spec(key_columns=["id"], output_format="jsonl")
+    started = cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="nightly-2026-11-26", input=json.dumps(spec)
+    )
+    execution = cloud.finish("nightly-2026-11-26")
+    assert execution["status"] == "SUCCEEDED", execution
+    summary = json.loads(execution["output"])  # the job's summary, nothing else
+    job_id = summary["job_id"]
+    assert summary == {
+        "job_id": job_id, "status": "SUCCEEDED", "rows_in": 2000, "rows_out": 1996, "rows_failed": 4,
+        "output_uri": f"s3://{BUCKET}/outbox/acme/{job_id}/", "error": None,
+        "manifest_uri": f"s3://{BUCKET}/outbox/acme/{job_id}/_manifest.json",
+    }  # fmt: skip
+    record = cloud.container.registry.get_job("acme", job_id)
+    assert record.source == "execution" and record.execution == started["executionArn"]
+    assert record.key_columns == ("id",) and record.output_format == "jsonl"
+    manifest = json.loads(cloud.read(f"outbox/acme/{job_id}/_manifest.json"))
+    assert manifest["status"] == "SUCCEEDED" and manifest["counts"]["rows_in"] == 2000
+    assert len(cloud.invocations["sluice-batch-create-job"]) == 1
+
+    # CreateJob tried again for the same execution (a retry after a timeout) finds the job.
+    again = handlers.create_job(
+        {"spec": spec, "execution": started["executionArn"]}, LambdaContext()
+    )
+    assert again == {"job_id": job_id, "tenant": "acme"}
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [job_id]
+    # Step Functions refuses a second execution of the same name: never a second job.
+    with pytest.raises(cloud.sfn.exceptions.ExecutionAlreadyExists):
+        cloud.sfn.start_execution(
+            stateMachineArn=cloud.state_machine, name="nightly-2026-11-26",
+            input=json.dumps(spec | {"key_columns": ["other"]}),
+        )  # fmt: skip
+    assert len(cloud.container.registry.list_jobs("acme")) == 1
+
+
+def test_the_job_id_input_still_starts_an_existing_job_and_outputs_its_summary(cloud: Cloud) -> None:
+    from sluice.domain import Principal
+
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(300))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=_spec()["input_uri"])
+    execution = cloud.finish(job.id)
+    assert execution["status"] == "SUCCEEDED"
+    assert json.loads(execution["output"])["rows_in"] == 300
+    assert cloud.invocations["sluice-batch-create-job"] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "cause"),
+    [
+        (_spec(tenant="globex"), "NotFound", "deployment 'iris' not found"),
+        (_spec(input_uri=f"s3://{BUCKET}/inbox/globex/iris/theirs.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(input_uri=f"s3://{BUCKET}/inbox/acme/iris/../../globex/x.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(input_uri="s3://someone-elses-bucket/data.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(tenant="Not A Tenant"), "BadRequest", "tenant must be"),
+        (_spec(output_format="xlsx"), "BadRequest", "output_format must be one of"),
+        (_spec(output_uri="s3://elsewhere/"), "BadRequest", "unknown field 'output_uri'"),
+        ({"tenant": "acme", "input_uri": "s3://x/y.csv"}, "BadRequest", "deployment is required"),
+    ],
+    ids=["another-tenant", "another-inbox", "dot-dot", "another-bucket", "bad-tenant", "bad-format", "output-uri", "no-deployment"],
+)
+def test_a_job_specification_that_is_refused_fails_the_execution_saying_why(
+    cloud: Cloud, spec: dict[str, Any], error: str, cause: str
+) -> None:
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="refused", input=json.dumps(spec))
+    execution = cloud.finish("refused")
+    assert execution["status"] == "FAILED"
+    assert execution["error"] == error
+    assert cause in json.loads(execution["cause"])["errorMessage"]
+    assert cloud.invocations["sluice-batch-plan"] == [] and cloud.invocations["sluice-batch-mark-failed"] == []
+    assert cloud.container.registry.list_jobs(spec.get("tenant", "acme") if spec.get("tenant") != "Not A Tenant" else "acme") == []
+
+
+def _fired(target_input: str, scheduled_time: str) -> str:
+    """What EventBridge Scheduler sends: the target input with its context attribute filled in."""
+    return target_input.replace("<aws.scheduler.scheduled-time>", scheduled_time)
+
+
+def test_a_schedule_is_an_eventbridge_schedule_whose_runs_are_jobs_of_the_state_machine(
+    cloud: Cloud,
+) -> None:
+    from sluice.batch.eventbridge import EventBridgeSchedules
+    from sluice.batch.schedules import ScheduleService
+    from sluice.domain import Principal
+
+    scheduler = boto3.client("scheduler", region_name=REGION)
+    scheduler.create_schedule_group(Name="sluice-batch")
+    role = f"arn:aws:iam::{ACCOUNT}:role/sluice-batch-scheduler"
+    timer = EventBridgeSchedules(
+        group="sluice-batch", role_arn=role, state_machine_arn=cloud.state_machine, client=scheduler
+    )
+    schedules = ScheduleService(cloud.container.registry, cloud.container.batch, timer)
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    schedules.create(
+        acme, name="nightly", deployment="iris", input_uri=template, expression="cron(0 2 * * 1-5)",
+        timezone="Europe/Paris", key_columns=["id"],
+    )  # fmt: skip
+    made = scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+    assert made["ScheduleExpression"] == "cron(0 2 ? * 2-6 *)"
+    assert made["ScheduleExpressionTimezone"] == "Europe/Paris" and made["State"] == "ENABLED"
+    assert made["Target"]["Arn"] == cloud.state_machine and made["Target"]["RoleArn"] == role
+    spec = json.loads(made["Target"]["Input"])
+    assert spec["scheduled_time"] == "<aws.scheduler.scheduled-time>" and spec["schedule"] == "nightly"
+    schedules.pause(acme, "nightly")
+    assert scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")["State"] == "DISABLED"
+    schedules.resume(acme, "nightly")
+
+    # A run: Scheduler starts an execution with the target input, the time filled in.
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/dt=2026-11-26/events.csv", Body=_csv(900))
+    cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="run-1",
+        input=_fired(made["Target"]["Input"], "2026-11-26T01:00:00Z"),
+    )  # fmt: skip
+    execution = cloud.finish("run-1")
+    assert execution["status"] == "SUCCEEDED", execution
+    summary = json.loads(execution["output"])
+    job = cloud.container.registry.get_job("acme", summary["job_id"])
+    assert job.schedule == "nightly" and job.source == "schedule" and job.rows_in == 900
+    assert job.input_uri == f"s3://{BUCKET}/inbox/acme/iris/dt=2026-11-26/events.csv"
+    assert [r.id for r in schedules.show(acme, "nightly").runs] == [job.id]
+
+    schedules.delete(acme, "nightly")
+    with pytest.raises(scheduler.exceptions.ResourceNotFoundException):
+        scheduler.get_schedule(Name="acme.nightly", GroupName="sluice-batch")
+    assert cloud.container.registry.list_schedules("acme") == []
+
+
+def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_machine(
+    cloud: Cloud,
+) -> None:
+    from sluice.domain import Principal
+    from sluice.domain.schedules import Schedule
+
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(
+        Schedule("acme", "hourly", "iris", template, "rate(1 hour)")
+    )
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/dt=2026-11-26/events.csv", Body=_csv(50))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    going = cloud.container.batch.submit(
+        acme, deployment="iris", input_uri=template.format(date="2026-11-26"), start=False, schedule="hourly"
+    )
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "hourly",
+            "scheduled_time": "2026-11-26T02:00:00Z"}  # fmt: skip
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-2", input=json.dumps(spec))
+    execution = cloud.finish("run-2")
+    assert execution["status"] == "SUCCEEDED", execution
+    assert json.loads(execution["output"]) == {
+        "status": "SKIPPED", "schedule": "hourly", "reason": f"run {going.id} is still PENDING", "running": going.id,
+    }  # fmt: skip
+    assert cloud.container.registry.get_schedule("acme", "hourly").skipped == 1
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [going.id]
+    assert cloud.invocations["sluice-batch-plan"] == []
+
+    # Once it has ended, the next run goes ahead; a paused schedule's run is skipped.
+    cloud.container.registry.update_job("acme", going.id, status="CANCELLED")
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-3", input=json.dumps(spec))
+    assert cloud.finish("run-3")["status"] == "SUCCEEDED"
+    assert len(cloud.invocations["sluice-batch-plan"]) == 1
+    cloud.container.registry.update_schedule("acme", "hourly", state="PAUSED")
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(spec))
+    assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"
+
+
+def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: Cloud) -> None:
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(1500, bad_every=500))
+    spec = _spec(key_columns=["id"], catalog={"database": "sluice_batch", "table": "iris_scores"})
+    for name in ("day-1", "day-2"):
+        cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name=name, input=json.dumps(spec))
+    summaries = [json.loads(cloud.finish(name)["output"]) for name in ("day-1", "day-2")]
+    table_root = f"s3://{BUCKET}/outbox/acme/tables/iris_scores/"
+    for summary in summaries:
+        assert summary["status"] == "SUCCEEDED", summary
+        assert summary["output_uri"] == f"{table_root}job={summary['job_id']}/"  # Hive-style
+        assert summary["catalog"] == {
+            "database": "sluice_batch", "table": "acme__iris_scores", "partition": f"job={summary['job_id']}",
+        }  # fmt: skip
+    table = glue.get_table(DatabaseName="sluice_batch", Name="acme__iris_scores")["Table"]
+    assert table["StorageDescriptor"]["Location"] == table_root
+    assert table["PartitionKeys"] == [{"Name": "job", "Type": "string"}]
+    columns = {c["Name"]: c["Type"] for c in table["StorageDescriptor"]["Columns"]}
+    assert columns["id"] == "string" and columns["prediction"] == "string"
+    assert columns["probability_setosa"] in ("float", "double")
+    assert "ParquetHiveSerDe" in table["StorageDescriptor"]["SerdeInfo"]["SerializationLibrary"]
+    partitions = glue.get_partitions(DatabaseName="sluice_batch", TableName="acme__iris_scores")["Partitions"]
+    assert sorted(p["Values"][0] for p in partitions) == sorted(s["job_id"] for s in summaries)
+    assert {p["StorageDescriptor"]["Location"] for p in partitions} == {s["output_uri"] for s in summaries}
+    record = cloud.container.registry.get_job("acme", summaries[0]["job_id"])
+    assert record.output_format == "parquet" and record.catalog is not None  # a catalog table is Parquet
+
+
+def test_a_failed_job_never_adds_a_partition(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.domain.errors import Forbidden
+
+    def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
+        raise Forbidden("access denied to the input")
+
+    monkeypatch.setattr(ChunkScorer, "score", denied)
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(100))
+    spec = _spec(catalog={"database": "sluice_batch", "table": "iris_scores"})
+    cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="doomed", input=json.dumps(spec))
+    assert cloud.finish("doomed")["status"] == "FAILED"
+    assert glue.get_tables(DatabaseName="sluice_batch")["TableList"] == []
+
+
+def test_a_catalog_outside_the_allowed_database_or_not_parquet_is_refused(cloud: Cloud) -> None:
+    from sluice.batch.catalog import GlueCatalog
+    from sluice.domain.errors import Forbidden
+
+    bad = [
+        (_spec(catalog={"database": "Bad-Name", "table": "t"}), "catalog.database"),
+        (_spec(catalog={"database": "db"}), "catalog must be an object with database and table"),
+        (_spec(catalog={"database": "db", "table": "t"}, output_format="csv"), "writes parquet"),
+    ]
+    for i, (spec, message) in enumerate(bad):
+        cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name=f"bad-{i}", input=json.dumps(spec))
+        execution = cloud.finish(f"bad-{i}")
+        assert execution["status"] == "FAILED" and message in execution["cause"], execution
+    # Where the stack names one database, Finalize publishes there and nowhere else.
+    job = cloud.container.batch.submit(
+        _acme(), deployment="iris", input_uri=_spec()["input_uri"], start=False,
+        catalog={"database": "other_db", "table": "t"},
+    )  # fmt: skip
+    done = cloud.container.registry.update_job("acme", job.id, status="RUNNING")
+    done = cloud.container.registry.update_job("acme", job.id, status="SUCCEEDED")
+    catalog = GlueCatalog(cloud.container.batch_runner.files, batch_root=f"s3://{BUCKET}/", database="sluice_batch")
+    with pytest.raises(Forbidden, match="sluice_batch"):
+        catalog.publish(done, [])
+
+
+def _acme() -> Any:
+    from sluice.domain import Principal
+
+    return Principal("acme", frozenset({"predict"}), "test")
+
+
+def test_a_queued_scheduled_run_waits_for_the_run_going(cloud: Cloud) -> None:
+    from sluice.domain import Principal
+    from sluice.domain.schedules import Schedule
+    from sluice.handlers import batch as handlers
+
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(
+        Schedule("acme", "hourly", "iris", template, "rate(1 hour)", overlap="queue")
+    )
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    going = cloud.container.batch.submit(
+        acme, deployment="iris", input_uri=template.format(date="2026-11-26"), start=False, schedule="hourly"
+    )
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "hourly",
+            "scheduled_time": "2026-11-26T02:00:00Z"}  # fmt: skip
+    execution = f"{cloud.state_machine.replace(':stateMachine:', ':execution:')}:queued"
+    # CreateJob hands the spec back to wait on (the state machine's WaitForRun), creating nothing…
+    waiting = handlers.create_job({"spec": spec, "execution": execution}, LambdaContext())
+    assert waiting == spec | {"queued_behind": going.id}
+    assert [j.id for j in cloud.container.registry.list_jobs("acme")] == [going.id]
+    # …and, asked again with it once the run going has ended, creates the run's job.
+    cloud.container.registry.update_job("acme", going.id, status="FAILED")
+    created = handlers.create_job({"spec": waiting, "execution": execution}, LambdaContext())
+    job = cloud.container.registry.get_job("acme", created["job_id"])
+    assert job.schedule == "hourly" and job.input_uri.endswith("dt=2026-11-26/events.csv")
+    assert cloud.container.registry.get_schedule("acme", "hourly").skipped == 0
+
+
+def test_a_catalog_table_made_meanwhile_by_another_job_is_used_not_an_error(cloud: Cloud) -> None:
+    from sluice.batch.catalog import GlueCatalog
+
+    glue = boto3.client("glue", region_name=REGION)
+    glue.create_database(DatabaseInput={"Name": "sluice_batch"})
+    location = f"s3://{BUCKET}/outbox/acme/tables/t/"
+
+    class Meanwhile:
+        """A Glue client before whose GetTable answer another job creates the table."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(glue, name)
+
+        made = False
+
+        def get_table(self, **params: Any) -> Any:
+            try:
+                return glue.get_table(**params)
+            finally:
+                if not Meanwhile.made:
+                    Meanwhile.made = True
+                    glue.create_table(DatabaseName="sluice_batch", TableInput={
+                        "Name": params["Name"], "StorageDescriptor": {"Location": location},
+                        "PartitionKeys": [{"Name": "job", "Type": "string"}],
+                    })  # fmt: skip
+
+    job = cloud.container.batch.submit(
+        _acme(), deployment="iris", input_uri=_spec()["input_uri"], start=False,
+        catalog={"database": "sluice_batch", "table": "t"},
+    )  # fmt: skip
+    cloud.container.registry.update_job("acme", job.id, status="RUNNING")
+    done = cloud.container.registry.update_job("acme", job.id, status="SUCCEEDED")
+    catalog = GlueCatalog(cloud.container.batch_runner.files, batch_root=f"s3://{BUCKET}/", client=Meanwhile())
+    assert catalog.publish(done, [])["partition"] == f"job={job.id}"
+    assert catalog.publish(done, [])["partition"] == f"job={job.id}"  # again: the same partition
+    (partition,) = glue.get_partitions(DatabaseName="sluice_batch", TableName="acme__t")["Partitions"]
+    assert partition["StorageDescriptor"]["Location"] == f"{location}job={job.id}/"

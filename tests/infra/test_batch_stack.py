@@ -34,10 +34,26 @@ def _retries_transient_errors(state: dict[str, Any]) -> bool:
 
 def test_plan_then_distributed_map_then_finalize(definition: dict[str, Any]) -> None:
     states = definition["States"]
-    assert definition["StartAt"] == "Plan"
+    assert definition["StartAt"] == "JobOrSpec"
+    job_id, skipped, queued = states["JobOrSpec"]["Choices"]
+    assert job_id == {"Variable": "$.job_id", "IsPresent": True, "Next": "Plan"}
+    assert skipped == {"Variable": "$.skipped", "IsPresent": True, "Next": "RunSkipped"}
+    assert queued == {"Variable": "$.queued_behind", "IsPresent": True, "Next": "WaitForRun"}
+    assert states["RunSkipped"] == {"Type": "Pass", "OutputPath": "$.skipped", "End": True}
+    assert states["WaitForRun"] == {"Type": "Wait", "Seconds": 60, "Next": "CreateJob"}
+    assert states["JobOrSpec"]["Default"] == "CreateJob"
+    assert states["CreateJob"]["Next"] == "JobOrSpec"
+    assert states["CreateJob"]["Resource"].endswith(":function:sluice-batch-create-job")
+    assert states["CreateJob"]["Parameters"] == {"spec.$": "$", "execution.$": "$$.Execution.Id"}
+    assert states["CreateJob"]["ResultPath"] == "$"
+    assert states["CreateJob"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "SpecRejected"}
+    ]
+    assert states["SpecRejected"]["Type"] == "Fail"
     assert states["Plan"]["Next"] == "ScoreChunks"
     assert states["ScoreChunks"]["Next"] == "Finalize"
     assert states["Finalize"]["End"] is True
+    assert states["Finalize"]["OutputPath"] == "$.result"  # the execution's output: the summary
     assert states["Plan"]["Resource"].endswith(":function:sluice-batch-plan")
     assert states["Finalize"]["Resource"].endswith(":function:sluice-batch-finalize")
 
@@ -66,7 +82,7 @@ def test_map_is_distributed_reads_the_chunk_list_plan_wrote_and_tolerates_failur
 def test_every_lambda_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:
     states = definition["States"]
     chunks = states["ScoreChunks"]["ItemProcessor"]["States"]
-    for state in (states["Plan"], states["Finalize"], states["MarkFailed"], *chunks.values()):
+    for state in (states["CreateJob"], states["Plan"], states["Finalize"], states["MarkFailed"], *chunks.values()):
         assert _retries_transient_errors(state), state
 
 
@@ -145,7 +161,7 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     template = full_app.template("batch")
     layer_ids = set(template.find_resources("AWS::Lambda::LayerVersion"))
     assert len(layer_ids) == 2
-    for purpose in ("plan", "score", "finalize", "mark_failed", "on_upload"):
+    for purpose in ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         assert {layer["Ref"] for layer in function["Layers"]} == layer_ids
         assert (
@@ -165,3 +181,37 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
         deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
         assert deletes == ["/outbox/*"], purpose
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
+
+
+def test_finalize_may_publish_to_the_batch_glue_database_only(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    (database,) = properties(template, "AWS::Glue::Database")
+    assert database["DatabaseInput"]["Name"] == "sluice_batch"
+    _, finalize = function_by_handler(template, "sluice.handlers.batch.finalize")
+    assert finalize["Environment"]["Variables"]["SLUICE_CATALOG_DATABASE"] == "sluice_batch"
+    statements = policy_statements_of_role(template, role_of(finalize))
+    (glue,) = [s for s in statements if "glue:CreatePartition" in s["Action"]]
+    resources = [r["Fn::Join"][1][-1] for r in glue["Resource"]]
+    assert resources == [":catalog", ":database/sluice_batch", ":table/sluice_batch/*"]
+    assert not any(a.endswith("*") or "Delete" in a for a in glue["Action"])
+    for purpose in ("plan", "score", "mark_failed", "on_upload", "create_job"):
+        _, other = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
+        assert not any("glue:" in str(s["Action"]) for s in policy_statements_of_role(template, role_of(other)))
+
+
+def test_the_scheduler_role_may_only_start_the_state_machine(full_app: Synthesized) -> None:
+    template = full_app.template("batch")
+    (group,) = properties(template, "AWS::Scheduler::ScheduleGroup")
+    assert group["Name"] == "sluice-batch"
+    roles = {
+        rid: r["Properties"] for rid, r in template.find_resources("AWS::IAM::Role").items()
+        if r["Properties"].get("RoleName") == "sluice-batch-scheduler"
+    }  # fmt: skip
+    ((role_id, role),) = roles.items()
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert "aws:SourceAccount" in trust["Condition"]["StringEquals"]
+    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine")
+    assert policy_statements_of_role(template, role_id) == [
+        {"Action": "states:StartExecution", "Effect": "Allow", "Resource": {"Ref": machine_id}}
+    ]

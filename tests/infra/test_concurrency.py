@@ -13,6 +13,7 @@ HANDLERS = {
     "api": ("api", "sluice.handlers.api.handler"),
     "authorizer": ("api", "sluice.handlers.authorizer.handler"),
     "shadow": ("api", "sluice.handlers.shadow.handler"),
+    "batch_create_job": ("batch", "sluice.handlers.batch.create_job"),
     "batch_plan": ("batch", "sluice.handlers.batch.plan"),
     "batch_score": ("batch", "sluice.handlers.batch.score"),
     "batch_finalize": ("batch", "sluice.handlers.batch.finalize"),
@@ -43,9 +44,9 @@ def test_reservations_must_leave_the_unreserved_minimum() -> None:
     with pytest.raises(ValidationError, match="at most 400 may be reserved"):
         _config(account_limit=500, api=300, authorizer=100)
     # Exactly the account limit less the minimum is allowed.
-    assert _config(account_limit=1000, api=714).concurrency.total == 900
+    assert _config(account_limit=1000, api=709).concurrency.total == 900
     with pytest.raises(ValidationError, match="adds up to 901"):
-        _config(account_limit=1000, api=715)
+        _config(account_limit=1000, api=710)
 
 
 def test_batch_must_reserve_less_than_the_api() -> None:

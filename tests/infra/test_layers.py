@@ -104,6 +104,8 @@ def test_core_layer_really_builds_under_the_limit(
         "orjson",
         "aws_lambda_powertools",
         "cachetools",
+        "cronsim",
+        "tzdata",
     ):
         assert (site / package).is_dir(), package
     assert not (site / "boto3").exists() and not (site / "botocore").exists()

@@ -12,6 +12,7 @@ FUNCTIONS = (
     "api",
     "authorizer",
     "shadow",
+    "batch-create-job",
     "batch-plan",
     "batch-score",
     "batch-finalize",

@@ -54,4 +54,4 @@ def test_moto_accepts_the_definition(full_app: Synthesized) -> None:
             roleArn="arn:aws:iam::123456789012:role/sluice-batch",
         )["stateMachineArn"]
         described = client.describe_state_machine(stateMachineArn=arn)
-    assert json.loads(described["definition"])["StartAt"] == "Plan"
+    assert json.loads(described["definition"])["StartAt"] == "JobOrSpec"

@@ -63,6 +63,10 @@ CASES = [
     ("POST", "/api/v1/batch-jobs/{job_id}/cancel", None),
     ("GET", "/api/v1/batch-jobs/{job_id}/errors", None),
     ("GET", "/api/v1/results/{result_id}", None),
+    ("GET", "/api/v1/batch-schedules/{name}", None),
+    ("DELETE", "/api/v1/batch-schedules/{name}", None),
+    ("POST", "/api/v1/batch-schedules/{name}/pause", None),
+    ("POST", "/api/v1/batch-schedules/{name}/resume", None),
 ]
 # Routes that only ever act inside the caller's tenant (lists and creates).
 OWN_TENANT = {
@@ -75,6 +79,8 @@ OWN_TENANT = {
     ("POST", "/api/v1/keys"),
     ("GET", "/api/v1/batch-jobs"),
     ("POST", "/api/v1/batch-jobs"),
+    ("GET", "/api/v1/batch-schedules"),
+    ("POST", "/api/v1/batch-schedules"),
     ("GET", "/api/v1/session"),  # the caller's own key: tests/integration/test_console.py
     ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
     ("GET", "/v2/models/stats"),
@@ -95,6 +101,7 @@ def test_another_tenant_gets_not_found(
     client: TestClient, keys: dict[str, str], demo: object, method: str, template: str, body: dict | None
 ) -> None:
     acme_key_id = keys["acme"].split("_")[1]
+    acme_schedule(demo)
     path = template.format(
         name="iris", version=1, key_id=acme_key_id, job_id=acme_batch_job(demo), result_id=acme_result(demo)
     )
@@ -105,6 +112,7 @@ def test_another_tenant_gets_not_found(
     assert check.status_code == 200
     assert client.get("/api/v1/keys", headers=auth(keys["acme"])).json()[0]["revoked_at"] is None
     assert client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()[0]["status"] == "PENDING"
+    assert client.get("/api/v1/batch-schedules/iris", headers=auth(keys["acme"])).json()["state"] == "ENABLED"
 
 
 def acme_result(container: Any) -> str:
@@ -118,6 +126,17 @@ def acme_result(container: Any) -> str:
     record = {"id": rid, "tenant": "acme", "expires_at": 9e18, "output": output, "failure": None}
     store.put("acme", rid, RECORD, json.dumps(record).encode())
     return rid
+
+
+def acme_schedule(container: Any) -> None:
+    """A batch schedule of acme's named like its deployment (nothing runs it here)."""
+    from sluice.domain.errors import NotFound
+    from sluice.domain.schedules import Schedule
+
+    try:
+        container.registry.get_schedule("acme", "iris")
+    except NotFound:
+        container.registry.create_schedule(Schedule("acme", "iris", "iris", "file:///in-{date}.csv", "rate(1 day)"))
 
 
 def acme_batch_job(container: Any) -> str:

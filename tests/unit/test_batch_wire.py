@@ -22,7 +22,7 @@ def test_a_job_on_the_wire_groups_its_counters_and_keeps_its_own_fields_private(
         "progress": {"chunks_done": 2, "chunks_total": 3, "rows_done": 7, "rows_total": 10},
         "counts": {"rows_in": 7, "rows_out": 5, "rows_failed": 2},
         "timings": {"created_at": 1.0, "started_at": 1.5, "finished_at": 2.25},
-        "error": "boom",
+        "error": "boom", "schedule": None, "catalog": None,
     }  # fmt: skip
     assert list(job_out(JOB)) == list(BatchJobOut.model_fields)  # the documented order
     assert BatchJobOut.model_validate(job_out(JOB)).model_dump(mode="json") == job_out(JOB)  # a client reads it back
@@ -32,6 +32,7 @@ def test_the_state_machine_gets_the_same_summaries_as_before() -> None:
     assert job_summary(JOB) == {
         "job_id": "job-1", "status": "FAILED", "rows_in": 7, "rows_out": 5, "rows_failed": 2,
         "output_uri": "s3://b/outbox/acme/job-1/", "error": "boom",
+        "manifest_uri": "s3://b/outbox/acme/job-1/_manifest.json",
     }  # fmt: skip
     result = ChunkResult(index=4, rows_in=100, rows_out=98, rows_failed=2, part="s3://b/p", errors="s3://b/e", versions={"iris:1": 98}, seconds=0.5)
     assert chunk_scored(result, recorded=True) == {"index": 4, "rows_in": 100, "rows_out": 98, "rows_failed": 2, "recorded": True}

@@ -21,7 +21,7 @@ from sluice.batch.uris import as_uri, is_s3
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
-from sluice.domain.jobs import BatchJob, check_format, derived_job_id, new_job_id
+from sluice.domain.jobs import BatchJob, CatalogTarget, check_format, derived_job_id, new_job_id
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,6 +60,10 @@ class BatchService:
         source: str = "api",
         job_id: str | None = None,
         start: bool = True,
+        execution: str | None = None,
+        schedule: str | None = None,
+        scheduled_for: float | None = None,
+        catalog: CatalogTarget | dict[str, str] | None = None,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
         `operator` (the CLI) may read and write anywhere."""
@@ -71,10 +75,19 @@ class BatchService:
             self._check_inbox(principal.tenant, uri)
             if output_uri is not None:
                 raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
+        if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
+            raise BadRequest("key_columns must be a list of column names", field="key_columns")
         fmt = check_format(format, field="format") if format else format_of(uri)
-        out_fmt = check_format(output_format, field="output_format") if output_format else fmt
+        default_out = "parquet" if catalog is not None else fmt  # a catalog table is Parquet
+        out_fmt = check_format(output_format, field="output_format") if output_format else default_out
         keys = tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip()))
         job_id = job_id or new_job_id()
+        target = CatalogTarget.parse(catalog)
+        if target is not None:
+            if out_fmt != "parquet":
+                raise BadRequest("a job published to the catalog writes parquet (output_format)", field="output_format")
+            if output_uri is None:  # Hive-style: the table's folder, one `job=<id>/` per job
+                output_uri = table_root(self.paths.root, principal.tenant, target.table) + f"job={job_id}/"
         job = BatchJob(
             id=job_id,
             tenant=principal.tenant,
@@ -86,6 +99,10 @@ class BatchService:
             key_columns=keys,
             source=source,
             created_by=principal.subject,
+            execution=execution,
+            schedule=schedule,
+            scheduled_for=scheduled_for,
+            catalog=target,
         )
         job = self.registry.create_job(job)
         return self._start(job) if start else job
@@ -196,6 +213,54 @@ class BatchService:
             except Conflict:
                 return self.registry.get_job(tenant, job_id)
 
+    # Executions started with a job specification ----------------------------------------
+    def create_for_execution(self, spec: dict[str, Any], *, execution: str) -> BatchJob:
+        """The job an execution started with a job specification runs: created by the first
+        call, found by every later one (the id derives from the execution's ARN, that is the
+        state machine and the execution's name, which Step Functions keeps unique). The spec
+        is held to what an API caller of that tenant may do: a deployment of the tenant, an
+        input in the tenant's inbox, results in the tenant's outbox."""
+        from sluice.batch.specs import ExecutionSpec
+
+        request = ExecutionSpec.parse(spec)
+        job_id = derived_job_id("ex", execution)
+        try:
+            job = self.registry.get_job(request.tenant, job_id)
+        except NotFound:
+            pass
+        else:
+            return job
+        if request.schedule is not None:
+            self._check_overlap(request.tenant, request.schedule)
+        principal = Principal(request.tenant, frozenset({"predict"}), "execution")
+        try:
+            return self.submit(
+                principal, deployment=request.deployment, input_uri=request.input_uri,
+                format=request.format, output_format=request.output_format,
+                key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
+                job_id=job_id, start=False, execution=execution, schedule=request.schedule,
+                scheduled_for=request.scheduled_for, catalog=request.catalog,
+            )  # fmt: skip
+        except Conflict:
+            return self.registry.get_job(request.tenant, job_id)  # the same execution, retried
+
+    def _check_overlap(self, tenant: str, name: str) -> None:
+        """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
+        or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued."""
+        schedule = self.registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
+        if schedule.paused:
+            raise RunSkipped(name, "the schedule is paused")
+        jobs = self.registry.list_jobs(tenant, limit=1000)
+        going = next((j for j in jobs if j.schedule == name and not j.terminal), None)
+        if going is None:
+            return
+        if schedule.overlap == "queue":
+            raise RunQueued(name, going.id)
+        self.registry.update_schedule(
+            tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now()
+        )
+        raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+
     # Helpers -------------------------------------------------------------------------------
     def _start(self, job: BatchJob) -> BatchJob:
         if self.orchestrator is None:
@@ -224,6 +289,28 @@ def _error_row(orjson: Any, line: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"reason": "unreadable error record", "input": line.decode("utf-8", "replace")}
     return row if isinstance(row, dict) else {"reason": "unreadable error record", "input": row}
+
+
+class RunSkipped(Exception):
+    """A scheduled run that does not happen (CreateJob says so; the execution succeeds)."""
+
+    def __init__(self, schedule: str, reason: str, *, running: str | None = None) -> None:
+        super().__init__(reason)
+        self.schedule, self.reason, self.running = schedule, reason, running
+
+
+class RunQueued(Exception):
+    """A scheduled run that waits for the run still going (`overlap: queue`)."""
+
+    def __init__(self, schedule: str, running: str) -> None:
+        super().__init__(f"waiting for run {running}")
+        self.schedule, self.running = schedule, running
+
+
+def table_root(root: str, tenant: str, table: str) -> str:
+    """Where a catalog table's partitions lie: in the tenant's outbox, so every grant and check
+    on results applies (`<root>outbox/<tenant>/tables/<table>/job=<id>/`)."""
+    return f"{root}outbox/{tenant}/tables/{table}/"
 
 
 def _uploader(tenant: str) -> Principal:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
 from sluice.types.base import WireModel
 
@@ -32,6 +32,9 @@ class BatchJobCreate(WireModel):
         max_length=16,
         description="Input columns copied beside each prediction; default: the row number as `row`.",
     )
+    catalog: CatalogIn | None = Field(
+        None, description="Publish the output, once the job succeeds, as a partition of this Glue table."
+    )
 
     model_config = {
         "json_schema_extra": {
@@ -45,6 +48,13 @@ class BatchJobCreate(WireModel):
         },
         "extra": "forbid",
     }
+
+
+class CatalogIn(WireModel):
+    database: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The AWS Glue database.")
+    table: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The table, created on first use.")
+
+    model_config = {"extra": "forbid", "from_attributes": True}
 
 
 class BatchProgress(WireModel):
@@ -86,6 +96,8 @@ class BatchJobOut(WireModel):
     counts: BatchCounts
     timings: BatchTimings
     error: str | None = None
+    schedule: str | None = Field(None, description="The schedule whose run this job is, if any.")
+    catalog: CatalogIn | None = Field(None, description="The Glue table a success is published to.")
 
     model_config = _FROM_JOB
     GROUPS: ClassVar[tuple[str, ...]] = ("progress", "counts", "timings")
@@ -130,6 +142,12 @@ class JobSummary(WireModel):
     output_uri: str
     error: str | None
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def manifest_uri(self) -> str:
+        """Where the job's manifest is (Finalize and MarkFailed write it)."""
+        return self.output_uri.rstrip("/") + "/_manifest.json"
+
 
 class ChunkScored(WireModel):
     """What Score returns to the state machine for a chunk it scored."""
@@ -153,3 +171,121 @@ def job_summary(job: BatchJob) -> dict[str, Any]:
 
 def chunk_scored(result: ChunkResult, *, recorded: bool) -> dict[str, Any]:
     return ChunkScored.model_validate(result).model_copy(update={"recorded": recorded}).model_dump(mode="json")
+
+
+# Schedules -------------------------------------------------------------------------------
+def _checked(check: Any, value: Any) -> Any:
+    """Run a domain check; its BadRequest becomes the ValueError pydantic reports as a 422
+    naming the field."""
+    from sluice.domain.errors import BadRequest
+
+    try:
+        return check(value)
+    except BadRequest as exc:
+        raise ValueError(exc.message) from None
+
+
+class ScheduleCreate(WireModel):
+    name: str = Field(description="The schedule's name, unique in your tenant.")
+    deployment: str = Field(description="The deployment that scores every run.")
+    input_uri: str = Field(
+        description="Each run's input, a template of the scheduled time: `{date}`, `{hour}`, "
+        "`{minute}`, `{year}`, `{month}`, `{day}`, `{time}`, `{timestamp}`; in your inbox."
+    )
+    expression: str = Field(
+        description="`cron(<minute> <hour> <day of month> <month> <day of week>)` or "
+        "`rate(<n> minutes|hours|days)`."
+    )
+    timezone: str = Field("UTC", description="The IANA time zone of the expression and the template.")
+    overlap: Literal["skip", "queue"] = Field(
+        "skip", description="When a run is due while the previous one still runs: skip it, or queue one."
+    )
+    format: Literal["parquet", "csv", "jsonl"] | None = None
+    output_format: Literal["parquet", "csv", "jsonl"] | None = None
+    key_columns: list[str] = Field(default_factory=list, max_length=16)
+    paused: bool = Field(False, description="Create it paused.")
+    catalog: CatalogIn | None = Field(None, description="Publish each successful run as a partition of this Glue table.")
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "name": "nightly",
+                    "deployment": "churn",
+                    "input_uri": "s3://sluice-batch-123456789012-eu-west-1/inbox/acme/churn/dt={date}/customers.parquet",
+                    "expression": "cron(0 2 * * *)",
+                    "timezone": "Europe/Paris",
+                    "overlap": "skip",
+                }
+            ]
+        },
+        "extra": "forbid",
+    }
+
+    @field_validator("expression")
+    @classmethod
+    def _expression(cls, value: str) -> str:
+        from sluice.domain.schedules import normalize_expression
+
+        return _checked(normalize_expression, value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        from sluice.batch.specs import zone
+
+        _checked(zone, value)
+        return value
+
+    @field_validator("input_uri")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        from sluice.batch.specs import check_template
+
+        return _checked(check_template, value)
+
+
+class ScheduleOut(WireModel):
+    model_config = _FROM_JOB
+
+    name: str
+    deployment: str
+    input_uri: str
+    expression: str
+    timezone: str
+    overlap: str
+    format: str | None
+    output_format: str | None
+    key_columns: list[str]
+    state: Literal["ENABLED", "PAUSED"]
+    created_at: float
+    catalog: CatalogIn | None = None
+    last_fire: float | None = Field(description="The latest scheduled time run or skipped.")
+    skipped: int = Field(description="Runs skipped because the previous one was still going.")
+
+
+class ScheduleRun(WireModel):
+    model_config = _FROM_JOB
+
+    job_id: str = Field(validation_alias="id")
+    scheduled_for: float | None
+    status: str
+    rows_in: int
+    rows_out: int
+    rows_failed: int
+    error: str | None
+
+
+class ScheduleDetail(ScheduleOut):
+    next_run_at: float | None = Field(None, description="The next scheduled time (none while paused).")
+    runs: list[ScheduleRun] = Field(default_factory=list, description="Recent runs, newest first.")
+
+
+def schedule_out(schedule: Any) -> dict[str, Any]:
+    return ScheduleOut.model_validate(schedule).model_dump(mode="json")
+
+
+def schedule_detail(view: Any) -> dict[str, Any]:
+    base = ScheduleOut.model_validate(view.schedule).model_dump()
+    runs = [ScheduleRun.model_validate(j) for j in view.runs]
+    return ScheduleDetail(**base, next_run_at=view.next_run_at, runs=runs).model_dump(mode="json")

@@ -1,4 +1,4 @@
-"""`sluice batch submit | status | list | cancel | run`.
+"""`sluice batch submit | status | list | cancel | run` (and `schedule …`, in cli.schedules).
 
 `run` scores a file on this machine, end to end, whatever orchestrator is configured: Plan,
 the chunks on a thread pool, Finalize, with a progress bar on stderr and a summary on
@@ -186,3 +186,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     cancel = batch.add_parser("cancel", help="cancel a job")
     cancel.add_argument("job_id")
     cancel.set_defaults(func=cmd_batch_cancel)
+
+    from sluice.cli.schedules import add_schedule_commands
+
+    add_schedule_commands(batch)

@@ -1,4 +1,5 @@
-"""`sluice serve`: the API on this machine, with a local admin key and the batch inbox."""
+"""`sluice serve`: the API on this machine, with a local admin key, the batch inbox and the
+batch schedules that are due."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.services.rollouts import RolloutWatcher
 
     RolloutWatcher(container.rollouts).start()  # progressive rollouts move on this thread
+    if not settings.schedule_group:  # else EventBridge Scheduler keeps the time
+        from sluice.batch.schedules import LocalScheduler
+
+        LocalScheduler(container.schedules, interval_s=settings.batch_schedule_poll_s).start()
+        print(f"Batch schedules: due runs start here (looked for every {settings.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     from sluice.cli.protocol import GuardedHttpToolsProtocol

@@ -9,6 +9,7 @@ once per chunk (`ChunkResult`), exactly once even when a chunk is scored twice, 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -59,6 +60,36 @@ def derived_job_id(kind: str, *parts: str) -> str:
     return f"{kind}-{digest}"
 
 
+_CATALOG_NAME = re.compile(r"^[a-z0-9_]{1,128}$")
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogTarget:
+    """The AWS Glue Data Catalog table a job's output becomes a partition of (`job=<id>`)."""
+
+    database: str
+    table: str
+
+    @classmethod
+    def parse(cls, value: Any, *, field: str = "catalog") -> CatalogTarget | None:
+        if value is None:
+            return None
+        if isinstance(value, CatalogTarget):
+            return value
+        if not isinstance(value, dict) or set(value) != {"database", "table"}:
+            raise BadRequest(f"{field} must be an object with database and table", field=field)
+        for part in ("database", "table"):
+            if not isinstance(value[part], str) or not _CATALOG_NAME.fullmatch(value[part]):
+                raise BadRequest(
+                    f"{field}.{part} must be 1-128 characters of a-z, 0-9 and '_' (a Glue name)",
+                    field=f"{field}.{part}",
+                )
+        return cls(value["database"], value["table"])
+
+    def to_dict(self) -> dict[str, str]:
+        return {"database": self.database, "table": self.table}
+
+
 @dataclass(frozen=True, slots=True)
 class BatchJob:
     id: str
@@ -70,7 +101,7 @@ class BatchJob:
     output_format: Format
     key_columns: tuple[str, ...] = ()
     status: JobStatus = "PENDING"
-    source: str = "api"  # api, cli, upload (S3), inbox (local folder)
+    source: str = "api"  # api, cli, upload (S3), inbox (local folder), execution, schedule
     created_by: str = ""
     execution: str | None = None  # the Step Functions execution ARN, when one runs it
     chunks_total: int | None = None
@@ -83,6 +114,9 @@ class BatchJob:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    schedule: str | None = None  # the schedule that started it, when one did
+    scheduled_for: float | None = None  # the scheduled time of that run
+    catalog: CatalogTarget | None = None  # where a success is published as a partition
 
     @property
     def terminal(self) -> bool:
@@ -126,6 +160,9 @@ class BatchJob:
             started_at=moment("started_at"),
             finished_at=moment("finished_at"),
             error=data.get("error"),
+            schedule=data.get("schedule"),
+            scheduled_for=moment("scheduled_for"),
+            catalog=CatalogTarget.parse(data.get("catalog")),
         )
 
 

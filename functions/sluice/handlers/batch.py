@@ -3,9 +3,15 @@
 - `on_upload` (S3 ObjectCreated under `inbox/`): a key `inbox/<tenant>/<deployment>/<name>`
   starts a job on that tenant's deployment, once per object version (powertools
   idempotency on the registry table, and a job id derived from the object).
+- `create_job` (an execution started with a job specification: `{"spec": <the execution
+  input>, "execution": <its ARN>}`) -> `{"job_id", "tenant"}`, the same job for every call
+  of the same execution; for a schedule's run, `{"skipped": {…}}` when it does not happen
+  (paused, or its previous run is still going and `overlap` is `skip`), or the spec back
+  with `queued_behind` (`overlap: queue`), which the state machine waits on and sends again
 - `plan` (execution input `{"job_id", "tenant"}`) -> `{"job": <spec>, "chunks": {"bucket", "key", …}}`
 - `score` (`{"job": <spec>, "chunk": <one item of the chunk list>}`) -> the chunk's counts
-- `finalize` (the whole state) -> the job's summary, or raises JobIncomplete
+- `finalize` (the whole state) -> the job's summary, or raises JobIncomplete; a job that
+  names `catalog` is then added as a partition of that Glue table (`catalog` in the summary)
 - `mark_failed` (the whole state, with `error: {Error, Cause}`) -> the job's summary
 
 Which tenant an upload acts for comes from its key: writing under `inbox/<tenant>/` is what
@@ -58,9 +64,37 @@ class JobEvent(_Event):
     error: dict[str, Any] | None = None
 
 
+class CreateJobEvent(_Event):
+    """CreateJob's input: the execution input (a job specification) and the execution's ARN."""
+
+    spec: Any
+    execution: str
+
+
 class ChunkEvent(_Event):
     job: dict[str, Any]
     chunk: dict[str, Any]
+
+
+@logger.inject_lambda_context(clear_state=True)
+def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Create (once) the job an execution started with a job specification runs. A spec that
+    names an unknown tenant or deployment, or an input outside the tenant's inbox, raises:
+    the execution fails with that error (BadRequest, NotFound, Forbidden) and its message."""
+    from sluice.batch.service import RunQueued, RunSkipped
+
+    task = CreateJobEvent.model_validate(event)
+    try:
+        job = container().batch.create_for_execution(task.spec, execution=task.execution)
+    except RunSkipped as skipped:  # the execution ends here, successfully, saying why
+        logger.info("scheduled run skipped", extra={"schedule": skipped.schedule, "reason": skipped.reason})
+        return {"skipped": {"status": "SKIPPED", "schedule": skipped.schedule, "reason": skipped.reason,
+                            "running": skipped.running}}  # fmt: skip
+    except RunQueued as queued:  # the state machine waits, then asks again
+        return {**task.spec, "queued_behind": queued.running}
+    logger.append_keys(job=job.id, tenant=job.tenant)
+    logger.info("batch job for an execution", extra={"execution": task.execution, "status": job.status})
+    return {"job_id": job.id, "tenant": job.tenant}
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -91,7 +125,33 @@ def score(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def finalize(event: dict[str, Any], context: Any) -> dict[str, Any]:
     job = JobEvent.model_validate(event)
     logger.append_keys(job=job.job_id, tenant=job.tenant)
-    return container().batch_runner.finalize(job.tenant, job.job_id)
+    summary = container().batch_runner.finalize(job.tenant, job.job_id)
+    if summary.get("status") == "SUCCEEDED":
+        summary = _publish(job.tenant, job.job_id, summary)
+    return summary
+
+
+def _publish(tenant: str, job_id: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """A job that names a catalog table becomes a partition of it, once it has SUCCEEDED.
+    The job stays SUCCEEDED if the catalog refuses (its files are all there): the summary,
+    the execution's output, says what went wrong, and publishing again is harmless."""
+    c = container()
+    record = c.registry.get_job(tenant, job_id)
+    if record.catalog is None:
+        return summary
+    from sluice.domain.errors import SluiceError
+
+    parts = [chunk.part for chunk in c.registry.list_chunks(tenant, job_id) if chunk.part]
+    try:
+        published = c.catalog.publish(record, sorted(parts))
+    except (SluiceError, ImportError) as exc:
+        logger.warning("batch output not published", extra={"error": str(exc)})
+        return summary | {"catalog": {"error": str(exc)}}
+    except Exception as exc:  # the catalog's own refusal (botocore ClientError)
+        logger.exception("batch output not published")
+        return summary | {"catalog": {"error": f"{type(exc).__name__}: {exc}"}}
+    logger.info("batch output published", extra=published)
+    return summary | {"catalog": published}
 
 
 @logger.inject_lambda_context(clear_state=True)

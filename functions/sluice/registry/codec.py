@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.schedules import Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -86,6 +87,7 @@ CHANGE = Codec(DeploymentChange)
 API_KEY = Codec(ApiKey)
 JOB = Codec(BatchJob)
 CHUNK = Codec(ChunkResult)
+SCHEDULE = Codec(Schedule)
 
 # The progress counters of a job; stored apart from the rest so they can be added to in place.
 JOB_COUNTERS = ("chunks_done", "rows_in", "rows_out", "rows_failed")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
+    from sluice.domain.schedules import Schedule
 
 
 class ModelRegistry(Protocol):
@@ -132,5 +133,18 @@ class ConnectionRegistry(Protocol):
         ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
+class ScheduleRegistry(Protocol):
+    """Batch schedules, by tenant and name."""
+
+    def create_schedule(self, schedule: Schedule) -> Schedule: ...
+    def get_schedule(self, tenant: str, name: str) -> Schedule: ...
+    def list_schedules(self, tenant: str) -> list[Schedule]: ...
+    def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
+        """Set some of `SCHEDULE_UPDATABLE`; NotFound if there is no such schedule."""
+        ...
+
+    def delete_schedule(self, tenant: str, name: str) -> None: ...
+
+
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, ScheduleRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

@@ -18,6 +18,7 @@ from sluice.clients import AwsClients
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.schedules import Schedule
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
 from sluice.registry.sqlite import SqliteRegistry
@@ -568,6 +569,42 @@ def test_tenants_do_not_see_each_other(registry: Registry) -> None:
     assert [v.version for v in registry.list_versions(A, "churn")] == [1, 2]
     assert registry.get_version(A, "fraud", 1).tenant == A
     assert registry.get_deployment(A, "scoring").revision == 1
+
+
+def schedule_of(name: str, tenant: str = A, **changes: Any) -> Schedule:
+    return Schedule(
+        tenant, name, "scoring", "s3://b/inbox/" + tenant + "/dt={date}/x.csv", "cron(0 2 * * *)",
+        timezone="Europe/Paris", key_columns=("id",), created_at=1.0, **changes,
+    )  # fmt: skip
+
+
+def test_schedules_round_trip_update_and_delete_per_tenant(registry: Registry) -> None:
+    nightly = registry.create_schedule(schedule_of("nightly", overlap="queue"))
+    registry.create_schedule(schedule_of("hourly"))
+    registry.create_schedule(schedule_of("nightly", tenant=B))
+    assert registry.get_schedule(A, "nightly") == nightly
+    assert [s.name for s in registry.list_schedules(A)] == ["hourly", "nightly"]
+    raises(Conflict, "name", lambda: registry.create_schedule(schedule_of("nightly")))
+
+    paused = registry.update_schedule(A, "nightly", state="PAUSED", last_fire=7.5, skipped=2)
+    assert (paused.state, paused.last_fire, paused.skipped, paused.overlap) == ("PAUSED", 7.5, 2, "queue")
+    assert registry.get_schedule(A, "nightly") == paused
+    assert registry.get_schedule(B, "nightly").state == "ENABLED"  # another tenant's, untouched
+    with pytest.raises(ValueError, match="cannot update"):
+        registry.update_schedule(A, "nightly", deployment="other")
+
+    registry.delete_schedule(A, "nightly")
+    raises(NotFound, "schedule", lambda: registry.get_schedule(A, "nightly"))
+    raises(NotFound, "schedule", lambda: registry.delete_schedule(A, "nightly"))
+    raises(NotFound, "schedule", lambda: registry.update_schedule(A, "nightly", state="ENABLED"))
+    raises(NotFound, "schedule", lambda: registry.get_schedule(B, "hourly"))
+    assert [s.name for s in registry.list_schedules(B)] == ["nightly"]
+
+
+def test_a_job_names_its_schedule(registry: Registry) -> None:
+    job = replace(job_of("job-s"), schedule="nightly", scheduled_for=1764122400.0, source="schedule")
+    registry.create_job(job)
+    assert registry.get_job(A, "job-s") == job
 
 
 def test_nan_and_infinity_are_refused_not_changed(registry: Registry) -> None:

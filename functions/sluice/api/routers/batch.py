@@ -29,6 +29,7 @@ def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: C
         format=body.format,
         output_format=body.output_format,
         key_columns=body.key_columns,
+        catalog=body.catalog.model_dump() if body.catalog else None,
     )
     return JSONResponse(job_out(job), status_code=202)
 

@@ -20,6 +20,7 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
 - batch chunk: `pk=T#<tenant>#J#<job id>`, `sk=C#<index:06d>`, one per scored chunk
+- batch schedule: `pk=T#<tenant>`, `sk=SC#<name>`
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ MESSAGES = "N#"
 KEY_LISTING = "K#"
 JOB = "J#"
 CHUNK = "C#"
+SCHEDULE = "SC#"
 
 
 def tenant(tenant: str) -> str:
@@ -112,3 +114,7 @@ def chunks_pk(tenant: str, job_id: str) -> str:
 
 def chunk_sk(index: int) -> str:
     return f"{CHUNK}{index:06d}"
+
+
+def schedule_sk(name: str) -> str:
+    return f"{SCHEDULE}{name}"

@@ -50,6 +50,8 @@ CREATE INDEX IF NOT EXISTS batch_jobs_by_time ON batch_jobs (tenant, created_at)
 CREATE TABLE IF NOT EXISTS batch_chunks (
     tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, job, chunk));
+CREATE TABLE IF NOT EXISTS batch_schedules (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tenant, name));
 CREATE TABLE IF NOT EXISTS cached_answers (
     tenant TEXT NOT NULL, deployment TEXT NOT NULL, key TEXT NOT NULL,
     expires_at REAL NOT NULL, body BLOB NOT NULL,

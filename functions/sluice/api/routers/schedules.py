@@ -1,0 +1,56 @@
+"""Batch schedules (predict scope): a deployment, an input templated by the scheduled time,
+a cron or rate expression; each run is a batch job that names its schedule."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.batch.wire import (
+    ScheduleCreate,
+    ScheduleDetail,
+    ScheduleOut,
+    schedule_detail,
+    schedule_out,
+)
+
+router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
+
+
+@router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")
+def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    schedule = container.schedules.create(
+        principal, name=body.name, deployment=body.deployment, input_uri=body.input_uri,
+        expression=body.expression, timezone=body.timezone, overlap=body.overlap, format=body.format,
+        output_format=body.output_format, key_columns=body.key_columns,
+        state="PAUSED" if body.paused else "ENABLED",
+        catalog=body.catalog.model_dump() if body.catalog else None,
+    )  # fmt: skip
+    return JSONResponse(schedule_out(schedule), status_code=201)
+
+
+@router.get("", response_model=list[ScheduleOut], summary="List your batch schedules")
+def list_schedules(principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse([schedule_out(s) for s in container.schedules.list(principal)])
+
+
+@router.get("/{name}", response_model=ScheduleDetail, summary="A schedule, its next run and its recent runs")
+def get_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(schedule_detail(container.schedules.show(principal, name)))
+
+
+@router.post("/{name}/pause", response_model=ScheduleOut, summary="Pause a schedule")
+def pause_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(schedule_out(container.schedules.pause(principal, name)))
+
+
+@router.post("/{name}/resume", response_model=ScheduleOut, summary="Resume a schedule (what it missed is not run)")
+def resume_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+    return JSONResponse(schedule_out(container.schedules.resume(principal, name)))
+
+
+@router.delete("/{name}", status_code=204, summary="Delete a schedule (its jobs stay)")
+def delete_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> Response:
+    container.schedules.delete(principal, name)
+    return Response(status_code=204)

@@ -1,0 +1,161 @@
+"""Queryable results: a job that names `catalog: {database, table}` becomes, when it
+succeeds, a partition `job=<id>` of that AWS Glue Data Catalog table, so Athena can query its
+predictions at once. A job that fails never adds one.
+
+The table is created on first use, with the schema of the job's Parquet output (the first
+part's) and `job` as its partition key. Its location is the tenant's
+`outbox/<tenant>/tables/<table>/`, and each job writes under `job=<id>/` there (Hive style; the
+same layout locally, where no catalog is called). The Glue name of the table is
+`<tenant>__<table>` (`-` and `.` become `_`), so tenants sharing the one database Finalize may
+write in never add to each other's tables. A table of that name whose location is not this
+tenant's is refused.
+
+Athena skips files whose names start with `_` (`_manifest.json`, `_SUCCESS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.service import table_root
+from sluice.domain.errors import Conflict, Forbidden
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
+
+    from sluice.batch.files import Files
+    from sluice.clients import AwsClients
+    from sluice.domain.jobs import BatchJob
+
+PARTITION_KEY = "job"
+_PARQUET = {
+    "InputFormat": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
+    "OutputFormat": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
+    "SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"},
+}
+
+
+def glue_table_name(tenant: str, table: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", f"{tenant}__{table}")
+
+
+def hive_type(arrow_type: pa.DataType) -> str:
+    """The Hive type Athena reads an Arrow column as."""
+    import pyarrow as pa
+
+    t = arrow_type
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_int8(t) or pa.types.is_int16(t):
+        return "smallint"
+    if pa.types.is_int32(t) or pa.types.is_uint8(t) or pa.types.is_uint16(t):
+        return "int"
+    if pa.types.is_integer(t):
+        return "bigint"
+    if pa.types.is_float32(t) or pa.types.is_float16(t):
+        return "float"
+    if pa.types.is_floating(t):
+        return "double"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"array<{hive_type(t.value_type)}>"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    return "string"
+
+
+@contextlib.contextmanager
+def _unless(code: str) -> Iterator[None]:
+    """Let the catalog's error `code` pass (matched on the code: the exception classes of two
+    clients are not the same classes)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != code:
+            raise
+
+
+class GlueCatalog:
+    def __init__(
+        self,
+        files: Files,
+        *,
+        batch_root: str,
+        database: str | None = None,
+        client: Any = None,
+        clients: AwsClients | None = None,
+        region: str | None = None,
+    ) -> None:
+        self.files = files
+        self.batch_root = batch_root
+        self.database = database  # where set, the only database jobs may publish to
+        self._client, self._clients, self._region = client, clients, region
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            if self._clients is None:
+                from sluice.clients import default_clients
+
+                self._clients = default_clients(self._region)
+            self._client = self._clients.client("glue")
+        return self._client
+
+    def publish(self, job: BatchJob, parts: list[str]) -> dict[str, str]:
+        """Add the job's output as a partition (creating the table on first use); the same
+        job published twice is one partition. Only for a SUCCEEDED job."""
+        target = job.catalog
+        if target is None or job.status != "SUCCEEDED":
+            raise Conflict(f"batch job '{job.id}' has nothing to publish (status {job.status})", field="catalog")
+        if self.database is not None and target.database != self.database:
+            raise Forbidden(
+                f"jobs publish to the catalog database '{self.database}' only", field="catalog.database"
+            )
+        name = glue_table_name(job.tenant, target.table)
+        location = table_root(self.batch_root, job.tenant, target.table)
+        columns = self._columns(parts[0]) if parts else []
+        self._ensure_table(target.database, name, location, columns)
+        descriptor = {**_PARQUET, "Columns": columns, "Location": job.output_uri}
+        with _unless("AlreadyExistsException"):  # published before (Finalize retried)
+            self.client.create_partition(
+                DatabaseName=target.database, TableName=name,
+                PartitionInput={"Values": [job.id], "StorageDescriptor": descriptor},
+            )  # fmt: skip
+        return {"database": target.database, "table": name, "partition": f"{PARTITION_KEY}={job.id}"}
+
+    def _columns(self, part_uri: str) -> list[dict[str, str]]:
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(io.BytesIO(self.files.read_bytes(part_uri)))
+        return [{"Name": f.name.lower(), "Type": hive_type(f.type)} for f in schema]
+
+    def _ensure_table(self, database: str, name: str, location: str, columns: list[dict[str, str]]) -> None:
+        client = self.client
+        table = None
+        with _unless("EntityNotFoundException"):
+            table = client.get_table(DatabaseName=database, Name=name)["Table"]
+        if table is not None:
+            if table.get("StorageDescriptor", {}).get("Location") != location:
+                raise Forbidden(f"catalog table '{name}' belongs to another location", field="catalog.table")
+            return
+        with _unless("AlreadyExistsException"):  # another job made it meanwhile
+            client.create_table(
+                DatabaseName=database,
+                TableInput={
+                    "Name": name,
+                    "TableType": "EXTERNAL_TABLE",
+                    "Parameters": {"classification": "parquet", "EXTERNAL": "TRUE", "created_by": "sluice"},
+                    "PartitionKeys": [{"Name": PARTITION_KEY, "Type": "string"}],
+                    "StorageDescriptor": {**_PARQUET, "Columns": columns, "Location": location},
+                },
+            )

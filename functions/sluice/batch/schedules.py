@@ -1,0 +1,272 @@
+"""Batch schedules as callers see them (create, list, show, pause, resume, delete), and the
+local scheduler that runs them.
+
+Every call is scoped to the principal's tenant; another tenant's schedule is NotFound. A
+schedule made through the API must name an input in the tenant's inbox (checked on a sample
+rendering of its template now, and on each run); the CLI acts as the operator of its machine
+and, locally, may name any path.
+
+Where the time is kept:
+- on AWS (`SLUICE_SCHEDULE_GROUP` set), each schedule is an EventBridge Scheduler schedule that
+  starts the batch state machine with a job specification (sluice.batch.eventbridge); the
+  state machine's CreateJob applies `overlap` and creates the run's job;
+- locally, `sluice serve` runs `LocalScheduler`, which calls `run_due` every few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.batch.specs import check_template, render, zone
+from sluice.domain import Principal, check_name, now
+from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
+from sluice.domain.jobs import CatalogTarget, check_format, derived_job_id
+from sluice.domain.schedules import (
+    Schedule,
+    check_overlap,
+    latest_fire,
+    next_fire,
+    normalize_expression,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sluice.batch.service import BatchService
+    from sluice.domain.jobs import BatchJob
+    from sluice.registry import Registry
+
+log = logging.getLogger(__name__)
+RECENT_RUNS = 20
+
+
+class ScheduleTimer(Protocol):
+    """Who keeps a schedule's time, where it is not this process (EventBridge Scheduler)."""
+
+    def put(self, schedule: Schedule) -> None: ...
+    def delete(self, schedule: Schedule) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleView:
+    schedule: Schedule
+    runs: list[BatchJob]
+    next_run_at: float | None
+
+
+class ScheduleService:
+    def __init__(
+        self,
+        registry: Registry,
+        batch: BatchService,
+        timer: ScheduleTimer | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry
+        self.batch = batch
+        self.timer = timer
+        self.clock = clock
+
+    # What callers do ---------------------------------------------------------------------
+    def create(
+        self,
+        principal: Principal,
+        *,
+        name: str,
+        deployment: str,
+        input_uri: str,
+        expression: str,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        format: str | None = None,
+        output_format: str | None = None,
+        key_columns: Sequence[str] = (),
+        state: str = "ENABLED",
+        operator: bool = False,
+        catalog: dict[str, str] | None = None,
+    ) -> Schedule:
+        principal.require("predict")
+        check_name(name, field="name")
+        check_name(deployment, field="deployment")
+        expression = normalize_expression(expression)
+        zone(timezone)
+        check_overlap(overlap)
+        if state not in ("ENABLED", "PAUSED"):
+            raise BadRequest("state must be ENABLED or PAUSED", field="state")
+        for field, value in (("format", format), ("output_format", output_format)):
+            if value is not None:
+                check_format(value, field=field)
+        check_template(input_uri)
+        target = CatalogTarget.parse(catalog)
+        if target is not None and (output_format or "parquet") != "parquet":
+            raise BadRequest("a schedule published to the catalog writes parquet (output_format)", field="output_format")
+        if operator and self.timer is None:
+            input_uri = _absolute(input_uri)
+        sample = render(input_uri, datetime.now(UTC), timezone)
+        if not operator or self.timer is not None:  # on AWS the state machine confines every run
+            self.batch._check_inbox(principal.tenant, sample)
+        self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
+        if self.timer is not None:
+            from sluice.domain.schedules import aws_expression
+
+            aws_expression(expression)  # refuses what EventBridge cannot express, naming the field
+        schedule = Schedule(
+            tenant=principal.tenant, name=name, deployment=deployment, input_uri=input_uri,
+            expression=expression, timezone=timezone, overlap=overlap,  # type: ignore[arg-type]
+            format=format, output_format=output_format,
+            key_columns=tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip())),
+            state=state, operator=operator, created_at=self.clock(),  # type: ignore[arg-type]
+            created_by=principal.subject, catalog=target,
+        )  # fmt: skip
+        self.registry.create_schedule(schedule)
+        if self.timer is not None:
+            try:
+                self.timer.put(schedule)
+            except Exception:
+                self.registry.delete_schedule(schedule.tenant, schedule.name)
+                raise
+        return schedule
+
+    def list(self, principal: Principal) -> list[Schedule]:
+        principal.require("predict")
+        return self.registry.list_schedules(principal.tenant)
+
+    def show(self, principal: Principal, name: str) -> ScheduleView:
+        principal.require("predict")
+        schedule = self.registry.get_schedule(principal.tenant, name)
+        after = max(self.clock(), schedule.last_fire or 0.0)
+        return ScheduleView(schedule, self.runs(schedule), None if schedule.paused else next_fire(schedule, after))
+
+    def pause(self, principal: Principal, name: str) -> Schedule:
+        return self._set_state(principal, name, "PAUSED")
+
+    def resume(self, principal: Principal, name: str) -> Schedule:
+        return self._set_state(principal, name, "ENABLED")
+
+    def delete(self, principal: Principal, name: str) -> None:
+        principal.require("predict")
+        schedule = self.registry.get_schedule(principal.tenant, name)
+        if self.timer is not None:
+            self.timer.delete(schedule)
+        self.registry.delete_schedule(principal.tenant, name)
+
+    def runs(self, schedule: Schedule, limit: int = RECENT_RUNS) -> list[BatchJob]:
+        """The schedule's recent runs, newest first (jobs that name it)."""
+        jobs = self.registry.list_jobs(schedule.tenant, limit=1000)
+        return [j for j in jobs if j.schedule == schedule.name][:limit]
+
+    # Running (locally) --------------------------------------------------------------------
+    def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:
+        """Start the run of every enabled schedule that is due at `moment` (now by default):
+        one job per scheduled time, whose id derives from the schedule and that time, so two
+        schedulers seeing the same time start it once."""
+        moment = self.clock() if moment is None else moment
+        if schedules is None:
+            every = getattr(self.registry, "all_schedules", None)
+            if every is None:
+                return []  # on AWS, EventBridge Scheduler keeps the time
+            schedules = every()
+        started = []
+        for schedule in schedules:
+            if schedule.paused:
+                continue
+            try:
+                job = self._run_if_due(schedule, moment)
+            except SluiceError as exc:
+                log.warning("schedule run not started", extra={"schedule": schedule.name, "error": exc.message})
+                continue
+            if job is not None:
+                started.append(job)
+        return started
+
+    def _run_if_due(self, schedule: Schedule, moment: float) -> BatchJob | None:
+        fire = latest_fire(schedule, moment)
+        if fire is None:
+            return None
+        going = [j for j in self.runs(schedule, limit=5) if not j.terminal]
+        if going:
+            if schedule.overlap == "queue":
+                return None  # not handled: it starts once the run going ends
+            self.registry.update_schedule(
+                schedule.tenant, schedule.name, last_fire=fire, skipped=schedule.skipped + 1, last_skipped_at=fire
+            )
+            log.info("schedule run skipped", extra={"schedule": schedule.name, "running": going[0].id})
+            return None
+        job = self.start_run(schedule, fire)
+        self.registry.update_schedule(schedule.tenant, schedule.name, last_fire=fire)
+        return job
+
+    def start_run(self, schedule: Schedule, fire: float) -> BatchJob:
+        """Start the job of one scheduled time (once: the job id derives from the time)."""
+        when = datetime.fromtimestamp(fire, UTC)
+        job_id = derived_job_id("sc", schedule.tenant, schedule.name, when.isoformat())
+        try:
+            return self.registry.get_job(schedule.tenant, job_id)
+        except NotFound:
+            pass
+        principal = Principal(schedule.tenant, frozenset({"predict"}), f"schedule:{schedule.name}")
+        try:
+            return self.batch.submit(
+                principal, deployment=schedule.deployment,
+                input_uri=render(schedule.input_uri, when, schedule.timezone),
+                format=schedule.format, output_format=schedule.output_format,
+                key_columns=schedule.key_columns, operator=schedule.operator, source="schedule",
+                job_id=job_id, schedule=schedule.name, scheduled_for=fire,
+                catalog=schedule.catalog,
+            )  # fmt: skip
+        except Conflict:
+            return self.registry.get_job(schedule.tenant, job_id)
+
+    # Helpers -------------------------------------------------------------------------------
+    def _set_state(self, principal: Principal, name: str, state: str) -> Schedule:
+        principal.require("predict")
+        current = self.registry.get_schedule(principal.tenant, name)
+        fields: dict[str, Any] = {"state": state, "updated_at": now()}
+        if state == "ENABLED" and current.paused:
+            fields["last_fire"] = self.clock()  # a resumed schedule does not run what it missed
+        schedule = self.registry.update_schedule(principal.tenant, name, **fields)
+        if self.timer is not None:
+            self.timer.put(schedule)
+        return schedule
+
+
+def _absolute(template: str) -> str:
+    """A local path template as an absolute file:// URI (placeholders kept)."""
+    if template.startswith(("s3://", "file://")):
+        return template
+    # Not Path.as_uri: it would quote the braces (and `=`), and file:// URIs are read unquoted.
+    return "file://" + str(Path(template).expanduser().resolve())
+
+
+class LocalScheduler:
+    """`sluice serve`'s thread: every `interval_s`, start the runs that are due."""
+
+    def __init__(self, service: ScheduleService, *, interval_s: float) -> None:
+        self.service = service
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self._loop, name="sluice-schedules", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval_s * 2)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.service.run_due()
+            except Exception:  # the scheduler outlives one bad look
+                log.exception("schedule scan failed")
+            self._stop.wait(self.interval_s)

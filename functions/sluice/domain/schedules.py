@@ -1,0 +1,170 @@
+"""Batch schedules: a tenant's standing order to score an input on a cron or rate expression.
+
+An expression is `cron(<minute> <hour> <day of month> <month> <day of week>)` (the five fields
+of cron, evaluated in the schedule's time zone) or `rate(<n> minute|minutes|hour|hours|day|days)`.
+A bare five-field cron line is taken as `cron(…)`. On AWS the same schedule becomes an
+EventBridge Scheduler schedule (`aws_expression` writes its six-field form).
+
+Each run is an ordinary batch job that names its schedule. When the previous run is still
+going, `overlap` decides: `skip` the run (counted in `skipped`), or `queue` one run that starts
+as soon as the previous one ends (runs due meanwhile collapse into that one).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from sluice.domain.errors import BadRequest
+from sluice.domain.jobs import CatalogTarget
+from sluice.domain.objects import now
+
+Overlap = Literal["skip", "queue"]
+OVERLAPS: tuple[str, ...] = ("skip", "queue")
+ScheduleState = Literal["ENABLED", "PAUSED"]
+# The fields `Registry.update_schedule` may set.
+SCHEDULE_UPDATABLE: frozenset[str] = frozenset({"state", "last_fire", "skipped", "last_skipped_at", "updated_at"})
+_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
+_CRON = re.compile(r"^cron\((.*)\)$")
+_UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    tenant: str
+    name: str
+    deployment: str
+    input_uri: str  # a template of the scheduled time (see sluice.batch.specs)
+    expression: str  # normalized: cron(…) or rate(…)
+    timezone: str = "UTC"
+    overlap: Overlap = "skip"
+    format: str | None = None
+    output_format: str | None = None
+    key_columns: tuple[str, ...] = ()
+    state: ScheduleState = "ENABLED"
+    operator: bool = False  # made from the CLI: its input may lie outside the inbox (locally)
+    created_at: float = field(default_factory=now)
+    created_by: str = ""
+    updated_at: float | None = None
+    last_fire: float | None = None  # the latest scheduled time that was run or skipped
+    skipped: int = 0
+    last_skipped_at: float | None = None
+    catalog: CatalogTarget | None = None  # each run's output becomes a partition of this table
+
+    @property
+    def paused(self) -> bool:
+        return self.state == "PAUSED"
+
+
+def check_overlap(value: str) -> str:
+    if value not in OVERLAPS:
+        raise BadRequest(f"overlap must be one of {', '.join(OVERLAPS)}", field="overlap")
+    return value
+
+
+def normalize_expression(expression: str, *, field: str = "expression") -> str:
+    """`cron(m h dom mon dow)` or `rate(n unit)`, checked; a bare cron line gets `cron(…)`."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise BadRequest(f"{field} must be a cron(…) or rate(…) expression", field=field)
+    text = " ".join(expression.split())
+    rate = _RATE.match(text)
+    if rate:
+        n, unit = int(rate.group(1)), rate.group(2).rstrip("s")
+        if n < 1:
+            raise BadRequest(f"{field}: a rate must be at least 1 {unit}", field=field)
+        return f"rate({n} {unit}{'' if n == 1 else 's'})"
+    cron = _CRON.match(text)
+    line = cron.group(1).strip() if cron else text
+    fields = line.split()
+    if len(fields) != 5:
+        raise BadRequest(
+            f"{field} must be rate(<n> minutes|hours|days) or cron(<minute> <hour> <day of month> "
+            f"<month> <day of week>); {expression!r} has {len(fields)} cron fields, not 5",
+            field=field,
+        )
+    from cronsim import CronSim, CronSimError
+
+    try:
+        CronSim(line, datetime(2026, 1, 1, tzinfo=UTC))
+    except (CronSimError, ValueError, IndexError, KeyError, OverflowError) as exc:
+        raise BadRequest(f"{field} is not a valid cron expression: {exc}", field=field) from None
+    return f"cron({line})"
+
+
+def period_s(expression: str) -> float | None:
+    rate = _RATE.match(expression)
+    return int(rate.group(1)) * _UNIT_S[rate.group(2).rstrip("s")] if rate else None
+
+
+def latest_fire(schedule: Schedule, moment: float) -> float | None:
+    """The latest scheduled time at or before `moment` and after the last one handled (or the
+    schedule's creation); None when nothing is due. Missed times collapse into the latest."""
+    after = schedule.last_fire if schedule.last_fire is not None else schedule.created_at
+    if moment <= after:
+        return None
+    period = period_s(schedule.expression)
+    if period is not None:
+        anchor = schedule.created_at
+        k = math.floor((moment - anchor) / period)
+        fire = anchor + k * period
+        return fire if fire > after else None
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    tz = ZoneInfo(schedule.timezone)
+    line = _CRON.match(schedule.expression).group(1)  # type: ignore[union-attr]
+    found = None
+    for when in CronSim(line, datetime.fromtimestamp(after, tz)):
+        stamp = when.timestamp()
+        if stamp > moment:
+            break
+        found = stamp
+    return found
+
+
+def next_fire(schedule: Schedule, moment: float) -> float:
+    """The first scheduled time after `moment`."""
+    period = period_s(schedule.expression)
+    if period is not None:
+        anchor = schedule.created_at
+        return anchor + (math.floor((moment - anchor) / period) + 1) * period
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    line = _CRON.match(schedule.expression).group(1)  # type: ignore[union-attr]
+    return next(iter(CronSim(line, datetime.fromtimestamp(moment, ZoneInfo(schedule.timezone))))).timestamp()
+
+
+def aws_expression(expression: str) -> str:
+    """The EventBridge Scheduler form: rate(…) as it is; cron with six fields, one of the two
+    day fields `?`, and days of the week numbered 1 (Sunday) to 7."""
+    if expression.startswith("rate("):
+        return expression
+    minute, hour, dom, month, dow = _CRON.match(expression).group(1).split()  # type: ignore[union-attr]
+    if dow == "*":
+        return f"cron({minute} {hour} {dom} {month} ? *)"
+    if dom == "*":
+        return f"cron({minute} {hour} ? {month} {_aws_weekdays(dow)} *)"
+    raise BadRequest(
+        "expression: on AWS a cron expression may restrict the day of the month or the day of "
+        "the week, not both",
+        field="expression",
+    )
+
+
+def _aws_weekdays(dow: str) -> str:
+    def one(token: str) -> str:
+        return str(int(token) % 7 + 1) if token.isdigit() else token
+
+    parts = []
+    for item in dow.split(","):
+        base, _, step = item.partition("/")
+        base = "-".join(one(t) for t in base.split("-"))
+        parts.append(base + (f"/{step}" if step else ""))
+    return ",".join(parts)
+

@@ -1,0 +1,396 @@
+"""Batch schedules: due runs on a synthetic clock, templated inputs, skip or queue while a run
+is going, the API (validation, tenancy) and the CLI's verbs, on the local registry."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.batch.schedules import ScheduleService
+from sluice.batch.service import BatchService
+from sluice.batch.uris import local_path
+from sluice.domain.errors import BadRequest
+from sluice.domain.schedules import aws_expression, latest_fire, normalize_expression
+from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.domain.jobs import BatchJob
+    from sluice.wiring import Container
+
+
+def at(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+class Clock:
+    def __init__(self, start: str) -> None:
+        self.now = at(start)
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorded:
+    """An orchestrator that only records what it was asked to start: its jobs stay PENDING,
+    that is, still going, until a test finishes them."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, job: BatchJob) -> str | None:
+        self.started.append(job.id)
+        return None
+
+    def cancel(self, job: BatchJob) -> None:
+        pass
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock("2026-11-25T12:00:00+00:00")
+
+
+@pytest.fixture
+def recorded() -> Recorded:
+    return Recorded()
+
+
+@pytest.fixture
+def schedules(batch: Container, recorded: Recorded, clock: Clock) -> ScheduleService:
+    service = BatchService(batch.registry, recorded, batch.batch.paths)
+    return ScheduleService(batch.registry, service, clock=clock)
+
+
+def inbox_template(batch: Container, tenant: str = "acme") -> str:
+    return batch.batch.paths.inbox(tenant) + "iris/dt={date}/hour={hour}/events.csv"
+
+
+def test_a_schedule_runs_when_due_once_per_scheduled_time_with_its_input_templated(
+    batch: Container, schedules: ScheduleService, clock: Clock, acme: Principal, recorded: Recorded
+) -> None:
+    schedule = schedules.create(
+        acme, name="nightly", deployment="iris", input_uri=inbox_template(batch),
+        expression="0 2 * * *", timezone="Europe/Paris", key_columns=["id"],
+    )  # fmt: skip
+    assert schedule.expression == "cron(0 2 * * *)" and schedule.state == "ENABLED"
+    assert schedules.run_due(at("2026-11-26T00:59:00+00:00")) == []  # 01:59 in Paris
+    (job,) = schedules.run_due(at("2026-11-26T01:00:30+00:00"))  # 02:00:30 in Paris
+    assert job.schedule == "nightly" and job.source == "schedule" and job.key_columns == ("id",)
+    assert job.scheduled_for == at("2026-11-26T01:00:00+00:00")
+    assert job.input_uri == batch.batch.paths.inbox("acme") + "iris/dt=2026-11-26/hour=02/events.csv"
+    assert recorded.started == [job.id]
+    # Looking again, the same night or after the job ended, starts nothing more.
+    assert schedules.run_due(at("2026-11-26T01:05:00+00:00")) == []
+    batch.registry.update_job("acme", job.id, status="FAILED")
+    assert schedules.run_due(at("2026-11-26T23:00:00+00:00")) == []
+    (second,) = schedules.run_due(at("2026-11-27T01:00:00+00:00"))
+    assert second.input_uri.endswith("dt=2026-11-27/hour=02/events.csv") and second.id != job.id
+    view = schedules.show(acme, "nightly")
+    assert [r.id for r in view.runs] == [second.id, job.id]
+    assert view.next_run_at == at("2026-11-28T01:00:00+00:00")
+
+
+def test_runs_missed_while_the_scheduler_was_down_collapse_into_one(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    (job,) = schedules.run_due(at("2026-11-25T17:30:00+00:00"))
+    assert job.scheduled_for == at("2026-11-25T17:00:00+00:00")
+
+
+def test_a_run_due_while_the_last_one_is_going_is_skipped(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    (first,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
+    assert schedules.run_due(at("2026-11-25T14:00:00+00:00")) == []  # first is still PENDING
+    skipped = batch.registry.get_schedule("acme", "hourly")
+    assert skipped.skipped == 1 and skipped.last_skipped_at == at("2026-11-25T14:00:00+00:00")
+    batch.registry.update_job("acme", first.id, status="RUNNING")
+    batch.registry.update_job("acme", first.id, status="SUCCEEDED")
+    assert schedules.run_due(at("2026-11-25T14:30:00+00:00")) == []  # 14:00 was skipped, not owed
+    (next_run,) = schedules.run_due(at("2026-11-25T15:00:00+00:00"))
+    assert next_run.scheduled_for == at("2026-11-25T15:00:00+00:00")
+
+
+def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    schedules.create(
+        acme, name="hourly", deployment="iris", input_uri=inbox_template(batch),
+        expression="rate(1 hour)", overlap="queue",
+    )  # fmt: skip
+    (first,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
+    assert schedules.run_due(at("2026-11-25T14:00:00+00:00")) == []
+    assert schedules.run_due(at("2026-11-25T15:10:00+00:00")) == []
+    assert batch.registry.get_schedule("acme", "hourly").skipped == 0
+    batch.registry.update_job("acme", first.id, status="CANCELLED")
+    (queued,) = schedules.run_due(at("2026-11-25T15:20:00+00:00"))
+    assert queued.scheduled_for == at("2026-11-25T15:00:00+00:00")  # one run, for the latest time
+    assert schedules.run_due(at("2026-11-25T15:30:00+00:00")) == []
+
+
+def test_a_paused_schedule_does_not_run_and_a_resumed_one_skips_what_it_missed(
+    batch: Container, schedules: ScheduleService, clock: Clock, acme: Principal
+) -> None:
+    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    assert schedules.pause(acme, "hourly").state == "PAUSED"
+    assert schedules.run_due(at("2026-11-25T15:00:00+00:00")) == []
+    assert schedules.show(acme, "hourly").next_run_at is None
+    clock.now = at("2026-11-25T15:30:00+00:00")
+    assert schedules.resume(acme, "hourly").state == "ENABLED"
+    assert schedules.run_due(at("2026-11-25T15:45:00+00:00")) == []
+    assert len(schedules.run_due(at("2026-11-25T16:00:00+00:00"))) == 1
+
+
+def test_a_due_schedule_runs_its_job_to_the_manifest_on_the_local_orchestrator(
+    batch: Container, acme: Principal, clock: Clock
+) -> None:
+    schedules = ScheduleService(batch.registry, batch.batch, clock=clock)
+    day = local_path(batch.batch.paths.inbox("acme")) / "iris" / "dt=2026-11-25"
+    day.mkdir(parents=True)
+    write_input(day / "events.csv", iris_rows(900))
+    schedules.create(
+        acme, name="daily", deployment="iris", expression="cron(30 12 * * *)",
+        input_uri=batch.batch.paths.inbox("acme") + "iris/dt={date}/events.csv",
+    )  # fmt: skip
+    (job,) = schedules.run_due(at("2026-11-25T12:30:00+00:00"))
+    batch.batch.orchestrator.wait(job.id, 30)  # type: ignore[union-attr]
+    done = batch.registry.get_job("acme", job.id)
+    assert done.status == "SUCCEEDED", done.error
+    assert (done.rows_in, done.rows_out) == (900, 900) and done.schedule == "daily"
+    assert (local_path(done.output_uri) / "_SUCCESS").exists()
+
+
+def test_expressions_are_checked_and_translated_for_eventbridge() -> None:
+    assert normalize_expression("rate(1 hours)") == "rate(1 hour)"
+    assert normalize_expression(" rate( 15  minutes ) ") == "rate(15 minutes)"
+    assert normalize_expression("*/15 8-18 * * MON-FRI") == "cron(*/15 8-18 * * MON-FRI)"
+    assert aws_expression("cron(0 2 * * *)") == "cron(0 2 * * ? *)"
+    assert aws_expression("cron(0 6 * * 1-5)") == "cron(0 6 ? * 2-6 *)"
+    assert aws_expression("cron(0 6 * * 0,6)") == "cron(0 6 ? * 1,7 *)"
+    assert aws_expression("rate(5 minutes)") == "rate(5 minutes)"
+    for bad in ("cron(0 2 * *)", "0 25 * * *", "rate(0 hours)", "rate(1 fortnight)", "every day", ""):
+        with pytest.raises(BadRequest) as caught:
+            normalize_expression(bad)
+        assert caught.value.field == "expression", bad
+    with pytest.raises(BadRequest, match="not both"):
+        aws_expression("cron(0 2 1 * MON)")
+
+
+def test_a_cron_schedule_follows_its_time_zone_across_a_clock_change(batch: Container, acme: Principal) -> None:
+    from sluice.domain.schedules import Schedule
+
+    schedule = Schedule("acme", "s", "iris", "x", "cron(0 2 * * *)", timezone="Europe/Paris",
+                        created_at=at("2026-10-23T12:00:00+00:00"))  # fmt: skip
+    # 02:00 in Paris is 00:00 UTC in summer time, and 01:00 UTC once the clocks go back (25 October).
+    assert latest_fire(schedule, at("2026-10-24T00:30:00+00:00")) == at("2026-10-24T00:00:00+00:00")
+    assert latest_fire(schedule, at("2026-10-26T01:00:00+00:00")) == at("2026-10-26T01:00:00+00:00")
+    assert latest_fire(schedule, at("2026-10-26T00:59:00+00:00")) != at("2026-10-26T00:00:00+00:00")
+
+
+# Over HTTP -------------------------------------------------------------------------------
+@pytest.fixture
+def client(batch: Container) -> TestClient:
+    return TestClient(create_app(batch))
+
+
+@pytest.fixture
+def keys(batch: Container) -> dict[str, str]:
+    _, acme = batch.keys.create("acme", ["predict"])
+    _, globex = batch.keys.create("globex", ["admin", "predict"])
+    return {"acme": acme, "globex": globex}
+
+
+def body(batch: Container, **changes: Any) -> dict[str, Any]:
+    return {
+        "name": "nightly", "deployment": "iris", "input_uri": inbox_template(batch),
+        "expression": "cron(0 2 * * *)", "timezone": "Europe/Paris",
+    } | changes  # fmt: skip
+
+
+def test_schedules_over_http_create_list_show_pause_resume_delete(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    a = auth(keys["acme"])
+    r = client.post("/api/v1/batch-schedules", json=body(batch, overlap="queue", key_columns=["id"]), headers=a)
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert created["expression"] == "cron(0 2 * * *)" and created["overlap"] == "queue"
+    assert created["state"] == "ENABLED" and created["skipped"] == 0 and created["key_columns"] == ["id"]
+    assert client.post("/api/v1/batch-schedules", json=body(batch), headers=a).status_code == 409
+    assert [s["name"] for s in client.get("/api/v1/batch-schedules", headers=a).json()] == ["nightly"]
+    shown = client.get("/api/v1/batch-schedules/nightly", headers=a).json()
+    assert shown["runs"] == [] and shown["next_run_at"] > 0
+    assert client.post("/api/v1/batch-schedules/nightly/pause", headers=a).json()["state"] == "PAUSED"
+    assert client.get("/api/v1/batch-schedules/nightly", headers=a).json()["next_run_at"] is None
+    assert client.post("/api/v1/batch-schedules/nightly/resume", headers=a).json()["state"] == "ENABLED"
+    assert client.delete("/api/v1/batch-schedules/nightly", headers=a).status_code == 204
+    assert client.get("/api/v1/batch-schedules/nightly", headers=a).status_code == 404
+    assert client.get("/api/v1/batch-schedules", headers=a).json() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "status", "field"),
+    [
+        ({"expression": "cron(0 2 * *)"}, 422, "expression"),
+        ({"expression": "0 25 * * *"}, 422, "expression"),
+        ({"expression": "rate(2 weeks)"}, 422, "expression"),
+        ({"timezone": "Mars/Olympus_Mons"}, 422, "timezone"),
+        ({"input_uri": "inbox/acme/iris/dt={day_of_year}/x.csv"}, 422, "input_uri"),
+        ({"input_uri": "inbox/acme/iris/dt={date/x.csv"}, 422, "input_uri"),
+        ({"overlap": "both"}, 422, "overlap"),
+        ({"name": "Not a name"}, 400, "name"),
+        ({"deployment": "nope"}, 404, "deployment"),
+        ({"input_uri": "/etc/dt={date}/passwd"}, 403, "input_uri"),
+    ],
+)
+def test_a_bad_schedule_is_refused_naming_the_field(
+    client: TestClient, keys: dict[str, str], batch: Container, changes: dict[str, Any], status: int, field: str
+) -> None:
+    r = client.post("/api/v1/batch-schedules", json=body(batch, **changes), headers=auth(keys["acme"]))
+    assert r.status_code == status, r.text
+    assert r.json()["field"] == field
+    assert batch.registry.list_schedules("acme") == []
+
+
+def test_another_tenant_sees_none_of_a_tenants_schedules_or_their_runs(
+    client: TestClient, keys: dict[str, str], batch: Container, acme: Principal, clock: Clock
+) -> None:
+    assert client.post("/api/v1/batch-schedules", json=body(batch), headers=auth(keys["acme"])).status_code == 201
+    g = auth(keys["globex"])
+    assert client.get("/api/v1/batch-schedules", headers=g).json() == []
+    for call in (client.get, client.delete):
+        assert call("/api/v1/batch-schedules/nightly", headers=g).status_code == 404
+    for verb in ("pause", "resume"):
+        assert client.post(f"/api/v1/batch-schedules/nightly/{verb}", headers=g).status_code == 404
+    # globex cannot aim a schedule of its own at acme's inbox either.
+    r = client.post("/api/v1/batch-schedules", json=body(batch, deployment="iris"), headers=g)
+    assert r.status_code in (403, 404) and r.json()["field"] in ("input_uri", "deployment")
+    assert batch.registry.get_schedule("acme", "nightly").state == "ENABLED"
+
+
+def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice import cli
+    from sluice.settings import get_settings
+    from sluice.wiring import get_container
+    from tests.conftest import MODELS
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    get_container.cache_clear()
+
+    def sluice(*args: str) -> tuple[int, str]:
+        code = cli.main(["--tenant", "acme", *args])
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    try:
+        assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+        assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
+        template = str(tmp_path / "lake" / "dt={date}" / "x.csv")
+        code, out = sluice("batch", "schedule", "create", "nightly", "--deployment", "iris", "--input", template,
+                           "--cron", "0 2 * * *", "--timezone", "Europe/Paris", "--overlap", "queue")  # fmt: skip
+        assert code == 0, out
+        registry = get_container().registry
+        created = registry.get_schedule("acme", "nightly")
+        rendered = created.input_uri.replace("{date}", "2026-11-26")
+        assert local_path(rendered) == (tmp_path / "lake").resolve() / "dt=2026-11-26" / "x.csv"
+        assert created.operator and created.overlap == "queue" and created.expression == "cron(0 2 * * *)"
+        code, out = sluice("batch", "schedule", "list")
+        assert code == 0 and "nightly" in out and "cron(0 2 * * *)" in out
+        assert sluice("batch", "schedule", "pause", "nightly")[0] == 0
+        assert registry.get_schedule("acme", "nightly").paused
+        assert sluice("batch", "schedule", "resume", "nightly")[0] == 0
+        code, out = sluice("batch", "schedule", "show", "nightly")
+        assert code == 0 and "no runs yet" in out and '"state": "ENABLED"' in out
+        code, out = sluice("batch", "schedule", "create", "other", "--deployment", "iris", "--input", template, "--cron", "0 2 * *")
+        assert code != 0 and "expression" in out
+        code, out = sluice("batch", "schedule", "create", "other", "--deployment", "iris", "--input", template,
+                           "--rate", "1 hour", "--timezone", "Nowhere/Land")  # fmt: skip
+        assert code != 0 and "timezone" in out
+        assert sluice("--tenant", "globex", "batch", "schedule", "show", "nightly")[0] != 0
+        assert sluice("batch", "schedule", "delete", "nightly")[0] == 0
+        assert registry.list_schedules("acme") == []
+        assert sluice("batch", "schedule", "show", "nightly")[0] != 0
+    finally:
+        get_settings.cache_clear()
+        get_container.cache_clear()
+
+
+def test_the_local_scheduler_thread_starts_due_runs(
+    batch: Container, schedules: ScheduleService, clock: Clock, acme: Principal, recorded: Recorded
+) -> None:
+    import time
+
+    from sluice.batch.schedules import LocalScheduler
+
+    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    clock.now = at("2026-11-25T13:00:01+00:00")
+    scheduler = LocalScheduler(schedules, interval_s=0.01)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not recorded.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        scheduler.stop()
+    (job_id,) = recorded.started
+    assert batch.registry.get_job("acme", job_id).scheduled_for == at("2026-11-25T13:00:00+00:00")
+
+
+def test_a_job_with_a_catalog_table_keeps_the_hive_layout_locally(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    import time
+
+    path = local_path(batch.batch.paths.inbox("acme")) / "iris" / "day.csv"
+    path.parent.mkdir(parents=True)
+    write_input(path, iris_rows(800))
+    a = auth(keys["acme"])
+    catalog = {"database": "lake", "table": "iris_scores"}
+    r = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(), "catalog": catalog}, headers=a)
+    assert r.status_code == 202, r.text
+    created = r.json()
+    assert created["catalog"] == catalog and created["output_format"] == "parquet"
+    assert created["output_uri"] == batch.batch.paths.root + f"outbox/acme/tables/iris_scores/job={created['id']}/"
+    deadline = time.monotonic() + 30
+    while client.get(f"/api/v1/batch-jobs/{created['id']}", headers=a).json()["status"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    folder = local_path(created["output_uri"])
+    assert (folder / "_SUCCESS").exists() and sorted(p.name for p in folder.glob("part-*.parquet"))
+    bad = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(),
+                                                  "catalog": {"database": "Lake!", "table": "t"}}, headers=a)  # fmt: skip
+    assert bad.status_code == 422 and bad.json()["field"].startswith("catalog")
+    csv = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(), "catalog": catalog,
+                                                  "output_format": "csv"}, headers=a)  # fmt: skip
+    assert csv.status_code == 400 and csv.json()["field"] == "output_format"
+
+
+def test_a_schedules_runs_carry_its_catalog_table(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    from sluice.batch.eventbridge import target_input
+
+    schedule = schedules.create(
+        acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)",
+        catalog={"database": "lake", "table": "iris_scores"},
+    )  # fmt: skip
+    assert target_input(schedule)["catalog"] == {"database": "lake", "table": "iris_scores"}
+    (job,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
+    assert job.catalog is not None and job.catalog.table == "iris_scores" and job.output_format == "parquet"
+    assert "/outbox/acme/tables/iris_scores/job=" in job.output_uri
+    with pytest.raises(BadRequest) as refused:
+        schedules.create(
+            acme, name="csv", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)",
+            output_format="csv", catalog={"database": "lake", "table": "t"},
+        )  # fmt: skip
+    assert refused.value.field == "output_format"
