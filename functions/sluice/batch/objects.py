@@ -87,7 +87,10 @@ def list_objects(uri: str, files: FileStore, *, allowed: str | None = None) -> t
                 "one input is one format",
                 field="input_uri",
             )
-    objects = [(each, files.stat(each)) for each in uris]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(8, len(uris))) as pool:  # one HEAD (or stat) per object
+        objects = list(zip(uris, pool.map(files.stat, uris), strict=True))
     objects = [(each, stat) for each, stat in objects if stat.size > 0]
     if not objects:
         raise InvalidInput(f"every object of {what} is empty (0 bytes): there is nothing to score", field="input_uri")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 MAX_HEADER_BYTES = 1024 * 1024
 COUNT_THREADS = 8
+OBJECT_THREADS = 4  # objects of a many-object input planned at once
 OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -181,11 +182,18 @@ def plan_job(
     columns: list[str] = []
     chunks: list[Chunk] = []
     first_uri = ""
-    for uri, stat in objects:
+
+    def plan_one(obj: tuple[str, Stat]) -> tuple[list[str], list[Chunk]]:
         if fmt == "parquet":
-            found, planned = _plan_parquet(uri, stat, files, chunk_rows)
-        else:
-            found, planned = _plan_text(uri, fmt, stat, files, chunk_bytes)
+            return _plan_parquet(obj[0], obj[1], files, chunk_rows)
+        return _plan_text(obj[0], fmt, obj[1], files, chunk_bytes)
+
+    if len(objects) == 1:
+        each = [plan_one(objects[0])]
+    else:  # footers read and text counted for a few objects at once (each a few requests)
+        with ThreadPoolExecutor(min(OBJECT_THREADS, len(objects))) as pool:
+            each = list(pool.map(plan_one, objects))
+    for (uri, stat), (found, planned) in zip(objects, each, strict=True):
         if many and fmt != "jsonl" and first_uri and found != columns:
             raise InvalidInput(
                 f"the objects of one input must have the same columns: {first_uri} has {columns}, {uri} has {found}",

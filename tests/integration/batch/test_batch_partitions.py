@@ -167,3 +167,13 @@ def test_a_manifest_from_the_api_may_not_list_objects_outside_the_tenant_inbox(
         assert done.status == status, done.error
         if status == "FAILED":
             assert "outside your inbox" in (done.error or "")
+
+
+def test_objects_with_different_columns_are_refused_naming_both(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    root = tmp_path / "drift"
+    root.mkdir()
+    write_input(root / "a.parquet", iris_rows(50))
+    write_input(root / "b.parquet", [r | {"extra": 1} for r in iris_rows(50)])
+    job = run_job(batch, acme, root, deployment="iris", output_uri=str(tmp_path / "out"))
+    assert job.status == "FAILED" and "the same columns" in (job.error or "")
+    assert "a.parquet" in (job.error or "") and "b.parquet" in (job.error or "")
