@@ -743,3 +743,25 @@ def test_a_catalog_table_made_meanwhile_by_another_job_is_used_not_an_error(clou
     assert catalog.publish(done, [])["partition"] == f"job={job.id}"  # again: the same partition
     (partition,) = glue.get_partitions(DatabaseName="sluice_batch", TableName="acme__t")["Partitions"]
     assert partition["StorageDescriptor"]["Location"] == f"{location}job={job.id}/"
+
+
+def test_an_uploaded_manifest_runs_the_state_machine_across_its_objects(cloud: Cloud) -> None:
+    from sluice.handlers import batch as handlers
+
+    # Objects staged under a hidden folder of the inbox (no event starts a job for them),
+    # then a manifest uploaded beside them.
+    keys = ["inbox/acme/iris/_staged/a.csv", "inbox/acme/iris/_staged/b.csv"]
+    cloud.s3.put_object(Bucket=BUCKET, Key=keys[0], Body=_csv(2000))
+    cloud.s3.put_object(Bucket=BUCKET, Key=keys[1], Body=_csv(1500, bad_every=500))
+    listing = {"files": [f"s3://{BUCKET}/{k}" for k in keys]}
+    event = cloud.upload("inbox/acme/iris/nightly.json", json.dumps(listing).encode(), **{"sluice-key-columns": "id"})
+    (job,) = handlers.on_upload(event, LambdaContext(function_name="sluice-batch-on-upload"))["jobs"]
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "SUCCEEDED", execution
+    record = cloud.container.registry.get_job("acme", job["job_id"])
+    assert (record.rows_total, record.rows_in, record.rows_out, record.rows_failed) == (3500, 3500, 3497, 3)
+    assert record.format == "csv" and record.chunks_done == record.chunks_total
+    manifest = json.loads(cloud.read(f"outbox/acme/{job['job_id']}/_manifest.json"))
+    assert [(o["uri"], o["rows"]) for o in manifest["objects"]] == [(listing["files"][0], 2000), (listing["files"][1], 1500)]
+    errors = [json.loads(line) for e in manifest["errors"] for line in cloud.read(e["uri"].split(f"{BUCKET}/")[1]).splitlines()]
+    assert sorted((e["object"], e["row"]) for e in errors) == [(listing["files"][1], r) for r in (0, 500, 1000)]

@@ -54,7 +54,7 @@ def test_text_chunks_own_each_line_exactly_once(tmp_path: Path, seed: int) -> No
     files = Files()
     job = _job(path.as_uri(), "csv" if header else "jsonl")
     stat = files.stat(job.input_uri)
-    columns, _, chunks = _plan_text(job, stat, files, rng.choice([3, 7, 64, 1000, 10**6]))
+    columns, chunks = _plan_text(job.input_uri, job.format, stat, files, rng.choice([3, 7, 64, 1000, 10**6]))
     if header:
         assert columns == ["h", "i"]
     spec = JobSpec("acme", "job-1", "d", job.input_uri, stat.version, job.format, job.format, "file:///out/", (), tuple(columns))

@@ -3,7 +3,8 @@
 A file at `<inbox>/<deployment>/<name>` starts a job on that deployment, for the tenant the
 server runs as. A file is taken once it has stopped changing between two looks (so a copy in
 progress is not read half-written), and once per (path, size, mtime): touching or rewriting
-it starts a new job, seeing it again does not. Hidden and temporary files are left alone.
+it starts a new job, seeing it again does not. Hidden files (a part of the name starting with
+`.` or `_`) and temporary ones are left alone.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class InboxWatcher:
         seen: dict[Path, tuple[int, int]] = {}
         for path in sorted(self.folder.glob("*/**/*")):
             relative = path.relative_to(self.folder)
-            if not path.is_file() or any(p.startswith(".") for p in relative.parts):
+            if not path.is_file() or any(p.startswith((".", "_")) for p in relative.parts):
                 continue
             if path.name.endswith(TEMPORARY):
                 continue

@@ -13,6 +13,10 @@
   range is counted for both states it may start in (inside quotes or not), and the states
   are then chained from the first range on, so each chunk knows how it starts.
 
+An input may also be many objects (`objects.py`): a prefix (a folder) or a manifest listing
+them. Chunks never span two objects; each chunk of such an input names its object and the
+version Plan saw, and its rows are numbered within that object.
+
 The chunk list goes to the work area as JSON (it can be far larger than a Step Functions
 state may be); the job spec that travels with every chunk stays small.
 """
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 MAX_HEADER_BYTES = 1024 * 1024
 COUNT_THREADS = 8
+OBJECT_THREADS = 4  # objects of a many-object input planned at once
 OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -64,6 +69,8 @@ class Chunk:
     start: int | None = None  # text formats: the byte range whose line starts it owns
     end: int | None = None
     quoted: bool = False  # CSV: the range starts inside a quoted field
+    uri: str | None = None  # an input of many objects: the object it reads (else the input)
+    version: str | None = None  # and that object's version as Plan saw it
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"index": self.index, "first_row": self.first_row, "rows": self.rows}
@@ -71,6 +78,8 @@ class Chunk:
             data |= {"start": self.start, "end": self.end}
         if self.quoted:
             data["quoted"] = True
+        if self.uri is not None:
+            data |= {"uri": self.uri, "version": self.version}
         return data
 
     @classmethod
@@ -82,7 +91,16 @@ class Chunk:
             start=None if data.get("start") is None else int(data["start"]),
             end=None if data.get("end") is None else int(data["end"]),
             quoted=bool(data.get("quoted")),
+            uri=data.get("uri"),
+            version=data.get("version"),
         )
+
+
+def source_of(spec: JobSpec, chunk: Chunk) -> tuple[str, str]:
+    """The object a chunk reads, and the version Plan saw of it."""
+    if chunk.uri is not None:
+        return chunk.uri, chunk.version or ""
+    return spec.input_uri, spec.input_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,55 +159,93 @@ class Plan:
 
 
 def plan_job(
-    job: BatchJob, signature: Signature, files: FileStore, *, chunk_rows: int, chunk_bytes: int
+    job: BatchJob,
+    signature: Signature,
+    files: FileStore,
+    *,
+    chunk_rows: int,
+    chunk_bytes: int,
+    allowed: str | None = None,
 ) -> Plan:
-    stat = files.stat(job.input_uri)
-    if stat.size == 0:
-        raise InvalidInput(f"{job.input_uri} is empty (0 bytes): there is nothing to score", field="input_uri")
-    if job.format == "parquet":
-        columns, key_types, chunks = _plan_parquet(job, stat, files, chunk_rows)
+    """`allowed`: where every object of a many-object input must lie (the tenant's inbox for
+    a job not started by the operator), as a single input must at submit."""
+    from sluice.batch.objects import is_many, list_objects
+
+    if is_many(job.input_uri):
+        fmt, objects = list_objects(job.input_uri, files, allowed=allowed)
+        many = True
     else:
-        columns, key_types, chunks = _plan_text(job, stat, files, chunk_bytes)
-    if columns or (chunks and job.format != "jsonl"):
+        stat = files.stat(job.input_uri)
+        if stat.size == 0:
+            raise InvalidInput(f"{job.input_uri} is empty (0 bytes): there is nothing to score", field="input_uri")
+        fmt, objects, many = job.format, [(job.input_uri, stat)], False
+    columns: list[str] = []
+    chunks: list[Chunk] = []
+    first_uri = ""
+
+    def plan_one(obj: tuple[str, Stat]) -> tuple[list[str], list[Chunk]]:
+        if fmt == "parquet":
+            return _plan_parquet(obj[0], obj[1], files, chunk_rows)
+        return _plan_text(obj[0], fmt, obj[1], files, chunk_bytes)
+
+    if len(objects) == 1:
+        each = [plan_one(objects[0])]
+    else:  # footers read and text counted for a few objects at once (each a few requests)
+        with ThreadPoolExecutor(min(OBJECT_THREADS, len(objects))) as pool:
+            each = list(pool.map(plan_one, objects))
+    for (uri, stat), (found, planned) in zip(objects, each, strict=True):
+        if many and fmt != "jsonl" and first_uri and found != columns:
+            raise InvalidInput(
+                f"the objects of one input must have the same columns: {first_uri} has {columns}, {uri} has {found}",
+                field="input_uri",
+            )
+        if not first_uri or (not columns and found):
+            columns, first_uri = found, first_uri or uri
+        for c in planned:
+            chunks.append(
+                Chunk(len(chunks), c.first_row, c.rows, c.start, c.end, c.quoted,
+                      uri if many else None, stat.version if many else None)
+            )  # fmt: skip
+    if columns or (chunks and fmt != "jsonl"):
         plan_feeds(signature, columns)
-    _check_keys(job.key_columns, columns, bool(columns) and bool(chunks))
+    _check_keys(job.key_columns, columns, bool(columns) and bool(chunks), many=many)
     spec = JobSpec(
         tenant=job.tenant,
         job_id=job.id,
         deployment=job.deployment,
         input_uri=job.input_uri,
-        input_version=stat.version,
-        format=job.format,
+        input_version="" if many else objects[0][1].version,
+        format=fmt,
         output_format=job.output_format,
         output_uri=job.output_uri,
         key_columns=job.key_columns,
         columns=tuple(columns),
-        key_types=key_types,
+        key_types={},
     )
     return Plan(spec, chunks, sum(c.rows for c in chunks))
 
 
-def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool) -> None:
+def _check_keys(keys: tuple[str, ...], columns: list[str], has_rows: bool, *, many: bool = False) -> None:
     for key in keys:
-        if key in OUTPUT_NAMES or key.startswith(("prediction_", "probability_")):
+        if key in OUTPUT_NAMES or key.startswith(("prediction_", "probability_")) or (many and key == "object"):
             raise BadRequest(f"key column '{key}' would clash with an output column", field="key_columns")
         if has_rows and key not in columns:
             raise InvalidInput(f"the input has no key column '{key}'", field="key_columns")
 
 
 # Parquet ------------------------------------------------------------------------------------
-def _plan_parquet(job: BatchJob, stat: Stat, files: FileStore, chunk_rows: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tuple[list[str], list[Chunk]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with files.open_random(job.input_uri, stat.version) as raw:
+    with files.open_random(uri, stat.version) as raw:
         try:
             metadata = pq.ParquetFile(raw).metadata
         except (pa.ArrowInvalid, OSError):
-            raise InvalidInput(f"{job.input_uri} is not a Parquet file", field="input_uri") from None
+            raise InvalidInput(f"{uri} is not a Parquet file", field="input_uri") from None
     columns = list(metadata.schema.to_arrow_schema().names)
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
-    return columns, {}, row_ranges(sizes, chunk_rows)
+    return columns, row_ranges(sizes, chunk_rows)
 
 
 def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
@@ -213,11 +269,11 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
 
 
 # CSV and JSON Lines --------------------------------------------------------------------------
-def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], dict[str, str], list[Chunk]]:
+def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
     data_start = 0
     columns: list[str] = []
-    head = _head(files, job.input_uri, stat)
-    if job.format == "csv":
+    head = _head(files, uri, stat)
+    if fmt == "csv":
         end = head.find(b"\n")
         if end < 0:
             if len(head) >= MAX_HEADER_BYTES:
@@ -228,9 +284,9 @@ def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) ->
     else:
         columns = _jsonl_fields(head)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data_start, stat.size, chunk_bytes)]
-    count = _record_starts if job.format == "csv" else _line_starts
+    count = _record_starts if fmt == "csv" else _line_starts
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
-        counts = list(pool.map(lambda r: count(files, job.input_uri, stat.version, *r), ranges))
+        counts = list(pool.map(lambda r: count(files, uri, stat.version, *r), ranges))
     chunks: list[Chunk] = []
     first = 0
     inside = False  # the state each range starts in: chained from the start of the data
@@ -245,7 +301,7 @@ def _plan_text(job: BatchJob, stat: Stat, files: FileStore, chunk_bytes: int) ->
             "(a quote inside a quoted field is written twice)",
             field="input_uri",
         )
-    return columns, {}, chunks
+    return columns, chunks
 
 
 def _head(files: FileStore, uri: str, stat: Stat) -> bytes:

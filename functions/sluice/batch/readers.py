@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.batch.plan import source_of
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import BackendError, InvalidInput
 
@@ -70,7 +71,7 @@ def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], 
     import pyarrow.parquet as pq
 
     low, high = chunk.first_row, chunk.first_row + chunk.rows
-    with files.open_random(spec.input_uri, spec.input_version) as raw:
+    with files.open_random(*source_of(spec, chunk)) as raw:
         parquet = pq.ParquetFile(raw)
         metadata = parquet.metadata
         group_start = 0
@@ -103,7 +104,7 @@ def _region(files: FileStore, spec: JobSpec, chunk: Chunk) -> bytes:
     begin = 0 if start == 0 else None  # offset in buffer where the owned lines begin
     finish = None
     searched = 0
-    for block in files.read_blocks(spec.input_uri, spec.input_version, origin):
+    for block in files.read_blocks(*source_of(spec, chunk), origin):
         buffer += block
         if begin is None:
             newline = buffer.find(b"\n")
@@ -133,7 +134,7 @@ def _csv_region(files: FileStore, spec: JobSpec, chunk: Chunk) -> tuple[bytes, i
 
     assert chunk.start is not None and chunk.end is not None
     start, end = chunk.start, chunk.end
-    blocks = files.read_blocks(spec.input_uri, spec.input_version, start - 1)
+    blocks = files.read_blocks(*source_of(spec, chunk), start - 1)
     buffer = bytearray(next(iter(blocks), b""))
     if not buffer:
         return b"", 0

@@ -134,13 +134,15 @@ class BatchRunner:
             self.files,
             chunk_rows=self.settings.batch_chunk_rows,
             chunk_bytes=self.settings.batch_chunk_bytes,
+            allowed=None if job.source == "cli" else self.paths.inbox(tenant),
         )
         uri = self.paths.chunk_list(tenant, job_id)
         body = json.dumps([c.to_dict() for c in plan.chunks], separators=(",", ":")).encode()
         self.files.write_bytes(uri, body, content_type="application/json")
+        found = {"format": plan.spec.format} if plan.spec.format != job.format else {}  # many objects: their format
         self.registry.update_job(
             tenant, job_id, status="RUNNING", chunks_total=len(plan.chunks),
-            rows_total=plan.rows_total, started_at=job.started_at or now(),
+            rows_total=plan.rows_total, started_at=job.started_at or now(), **found,
         )  # fmt: skip
         bucket, key = bucket_and_key(uri)
         chunks: dict[str, Any] = {"uri": uri, "count": len(plan.chunks)}
@@ -278,7 +280,27 @@ class BatchRunner:
             "parts": [{"chunk": c.index, "uri": c.part, "rows": c.rows_out} for c in chunks if c.part],
             "errors": [{"chunk": c.index, "uri": c.errors, "rows": c.rows_failed} for c in chunks if c.errors],
         }
+        objects = self._objects(job)
+        if objects:
+            document["objects"] = objects
         return json.dumps(document, indent=2).encode()
+
+    def _objects(self, job: BatchJob) -> list[dict[str, Any]]:
+        """An input of many objects: each object, its rows and the chunks that read it (from
+        the chunk list; none when the input is one object or no chunk list was written)."""
+        try:
+            planned = json.loads(self.files.read_bytes(self.paths.chunk_list(job.tenant, job.id)))
+        except (SluiceError, OSError, ValueError):
+            return []
+        objects: dict[str, dict[str, Any]] = {}
+        for data in planned:
+            uri = data.get("uri")
+            if uri is None:
+                return []
+            entry = objects.setdefault(uri, {"uri": uri, "version": data.get("version"), "rows": 0, "chunks": []})
+            entry["rows"] += int(data["rows"])
+            entry["chunks"].append(int(data["index"]))
+        return list(objects.values())
 
 
 def _problems(job: BatchJob, chunks: list[ChunkResult]) -> list[str]:

@@ -115,12 +115,12 @@ class ChunkScorer:
                 pieces = read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows)
                 for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
                     rows_in += piece.table.num_rows + len(piece.dropped)
-                    errors.write([_dropped(number, reason, text, keys) for number, reason, text in piece.dropped])
+                    errors.write([_dropped(number, reason, text, keys, chunk.uri) for number, reason, text in piece.dropped])
                     scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
                     while len(scoring) > 1:
-                        _finish_piece(scoring.popleft(), spec, part, errors, versions)
+                        _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
                 while scoring:
-                    _finish_piece(scoring.popleft(), spec, part, errors, versions)
+                    _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
             finally:  # after a failure: calls not started yet need not run
                 for left in scoring:
                     for _, calls in left.calls:
@@ -267,8 +267,12 @@ class _Scoring:
         self.piece, self.reasons, self.calls = piece, reasons, calls
 
 
-def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: ErrorWriter, versions: Counter[str]) -> None:
-    """Write a piece's scored rows (in order) and its failed ones, once its calls are done."""
+def _finish_piece(
+    scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: ErrorWriter, versions: Counter[str], source: str | None
+) -> None:
+    """Write a piece's scored rows (in order) and its failed ones, once its calls are done.
+    `source`: the object the rows came from, when the input is many objects (each row then
+    names it, in an `object` column and in its error record)."""
     import pyarrow as pa
 
     reasons = scoring.reasons
@@ -278,14 +282,17 @@ def _finish_piece(scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: Er
                 reasons[taken] = called.error
                 continue
             assert called.table is not None and called.ref is not None
-            part.write(called.table)
+            table = called.table
+            if source is not None:
+                table = table.add_column(0, "object", pa.array([source] * table.num_rows, type=pa.string()))
+            part.write(table)
             versions[called.ref] += called.table.num_rows
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows
         key_values = {k: table.column(k).take(pa.array(bad)).to_pylist() for k in spec.key_columns}
         errors.write([
-            {"row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
+            {**_object(source), "row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
             for j, i in enumerate(bad)
         ])  # fmt: skip
 
@@ -316,8 +323,12 @@ def _keys(table: pa.Table, rows: np.ndarray, key_columns: tuple[str, ...]) -> di
     return {"row": pa.array(rows, type=pa.int64())}
 
 
-def _dropped(number: int, reason: str, text: str | None, keys: list[str]) -> dict[str, Any]:
-    record: dict[str, Any] = {"row": number, **dict.fromkeys(keys), "reason": reason}
+def _object(source: str | None) -> dict[str, str]:
+    return {} if source is None else {"object": source}
+
+
+def _dropped(number: int, reason: str, text: str | None, keys: list[str], source: str | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {**_object(source), "row": number, **dict.fromkeys(keys), "reason": reason}
     if text is not None:
         record["input"] = text
     return record

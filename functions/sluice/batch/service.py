@@ -3,7 +3,9 @@ principal's tenant; another tenant's job is NotFound, as anything else of theirs
 
 Where inputs may come from: through the API, only from the tenant's own inbox
 (`<root>inbox/<tenant>/…`, see `BatchPaths`), so no caller can make the batch functions read
-what another tenant uploaded. Results always go to `<root>outbox/<tenant>/<job>/`. The CLI
+what another tenant uploaded. An input may be a prefix or a manifest (`objects.py`): a prefix
+in the inbox lists only what is in it, and Plan holds each object a manifest lists to the
+same inbox unless the operator started the job. Results always go to `<root>outbox/<tenant>/<job>/`. The CLI
 acts as the operator of the machine it runs on and may name any input and output.
 
 An upload (an S3 event, or a file dropped in the local inbox) starts a job whose id derives
@@ -16,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.objects import is_manifest, is_many
 from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri, is_s3
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
@@ -77,7 +80,18 @@ class BatchService:
                 raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
         if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
             raise BadRequest("key_columns must be a list of column names", field="key_columns")
-        fmt = check_format(format, field="format") if format else format_of(uri)
+        if is_many(uri):
+            # A prefix or a manifest: Plan finds the format from its objects' names.
+            if source in ("upload", "inbox") and not is_manifest(uri):
+                raise BadRequest("an upload is one object or a manifest (.json), not a folder", field="input_uri")
+            if format:
+                raise BadRequest(
+                    "the format of a prefix or manifest comes from its objects' names; leave format out",
+                    field="format",
+                )
+            fmt = "parquet"  # until Plan records the objects' format; results default to Parquet
+        else:
+            fmt = check_format(format, field="format") if format else format_of(uri)
         default_out = "parquet" if catalog is not None else fmt  # a catalog table is Parquet
         out_fmt = check_format(output_format, field="output_format") if output_format else default_out
         keys = tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip()))
@@ -280,7 +294,7 @@ class BatchService:
             raise Forbidden(
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first",
                 field="input_uri",
-            )
+            )  # a prefix there holds only what is there; a manifest's objects are checked by Plan
 
 
 def _error_row(orjson: Any, line: bytes) -> dict[str, Any]:

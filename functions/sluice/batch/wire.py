@@ -19,13 +19,17 @@ _FROM_JOB = ConfigDict(from_attributes=True)
 class BatchJobCreate(WireModel):
     deployment: str = Field(description="The deployment that scores every row.")
     input_uri: str = Field(
-        description="The input file, in your inbox: s3://<batch bucket>/inbox/<tenant>/… on AWS."
+        description=(
+            "The input, in your inbox (s3://<batch bucket>/inbox/<tenant>/… on AWS): one object, a prefix "
+            "ending in / (every object under it), or a .json manifest {\"files\": [uri, …]} whose objects "
+            "lie in your inbox too."
+        )
     )
     format: Literal["parquet", "csv", "jsonl"] | None = Field(
-        None, description="The input's format; default: from the file name."
+        None, description="The input's format; default: from the file name. Not given for a prefix or manifest."
     )
     output_format: Literal["parquet", "csv", "jsonl"] | None = Field(
-        None, description="The format of the part files; default: the input's."
+        None, description="The format of the part files; default: the input's (Parquet for a prefix or manifest)."
     )
     key_columns: list[str] = Field(
         default_factory=list,

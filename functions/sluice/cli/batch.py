@@ -1,6 +1,6 @@
 """`sluice batch submit | status | list | cancel | run` (and `schedule …`, in cli.schedules).
 
-`run` scores a file on this machine, end to end, whatever orchestrator is configured: Plan,
+`run` scores a file (or a folder of files, or a manifest) on this machine, end to end, whatever orchestrator is configured: Plan,
 the chunks on a thread pool, Finalize, with a progress bar on stderr and a summary on
 stdout. `submit` starts a job through the configured orchestrator (with the local one, the
 job runs in this process, so `submit` waits for it as `run` does).
@@ -104,8 +104,8 @@ def default_out(source: Path) -> Path:
 
 def cmd_batch_run(args: argparse.Namespace) -> int:
     source = Path(args.file).expanduser()
-    if not source.is_file():
-        raise SluiceError(f"no such file: {source}", field="file")
+    if not source.is_file() and not source.is_dir():
+        raise SluiceError(f"no such file or folder: {source}", field="file")
     out = Path(args.out).expanduser() if args.out else default_out(source)
     container = get_container()
     job = container.batch.submit(
@@ -158,19 +158,29 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
 
     def job_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--deployment", required=True, help="the deployment that scores each row")
-        p.add_argument("--format", choices=FORMATS, help="output format (default: the input's)")
-        p.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name)")
+        p.add_argument("--format", choices=FORMATS, help="output format (default: the input's; Parquet for a folder or manifest)")
+        p.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name; a folder or manifest: from its files' names, and this may not be given)")
         p.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable; default: the row number)")
 
-    run = batch.add_parser("run", help="score a local file here, end to end, with a progress bar")
-    run.add_argument("file")
+    run = batch.add_parser(
+        "run",
+        help="score a local file, folder or manifest here, end to end, with a progress bar",
+        description=(
+            "Score FILE here, end to end. FILE is one Parquet, CSV or JSON Lines file; a folder "
+            "(every such file under it, in name order; names starting with . or _ are skipped, "
+            "and all must be of one format); or a manifest, a .json file holding "
+            '{"files": [uri, ...]}. Rows are numbered within their file; for a folder or '
+            "manifest each result row and error record names its file (`object`)."
+        ),
+    )
+    run.add_argument("file", help="a file, a folder of files, or a .json manifest listing files")
     job_options(run)
     run.add_argument("--out", help="output folder (default: <file>-scored next to the input)")
     run.add_argument("--concurrency", type=count, default=0, help="chunks scored at once (default: one per core)")
     run.set_defaults(func=cmd_batch_run)
 
     submit = batch.add_parser("submit", help="start a job through the configured orchestrator")
-    submit.add_argument("input", help="s3://bucket/key, file:///path or a path")
+    submit.add_argument("input", help="s3://bucket/key, s3://bucket/prefix/, a .json manifest, file:///path or a path (a file or folder)")
     job_options(submit)
     submit.add_argument("--out", help="output folder or s3:// prefix (default: the tenant's outbox)")
     submit.set_defaults(func=cmd_batch_submit)

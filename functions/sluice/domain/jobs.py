@@ -30,7 +30,7 @@ MOVES: dict[str, frozenset[str]] = {
 }
 # The fields `Registry.update_job` may set besides the status; counters are never set, only added.
 UPDATABLE: frozenset[str] = frozenset(
-    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution"}
+    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format"}
 )
 ERROR_CHARS = 2000
 

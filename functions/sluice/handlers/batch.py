@@ -179,9 +179,13 @@ def on_upload(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def inbox_target(key: str) -> tuple[str, str] | None:
-    """`inbox/<tenant>/<deployment>/<name…>` -> (tenant, deployment); None for other keys."""
+    """`inbox/<tenant>/<deployment>/<name…>` -> (tenant, deployment); None for other keys, and
+    for hidden names below the deployment (a part starting with `.` or `_`: `_SUCCESS`, or
+    objects staged under `_staged/` for a manifest to list), which batch readers skip too."""
     parts = key.split("/")
     if len(parts) < 4 or parts[0] != "inbox" or not all(parts[1:]):
+        return None
+    if any(part.startswith((".", "_")) for part in parts[3:]):
         return None
     return parts[1], parts[2]
 

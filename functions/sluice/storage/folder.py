@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from sluice.domain.errors import BadRequest, Forbidden, NotFound
 from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
@@ -15,7 +15,8 @@ def path_of_file_url(url: str) -> Path:
     parsed = urlparse(url)
     if parsed.scheme != "file":
         raise ValueError(f"not a file URL: {url!r}")
-    return Path((parsed.netloc + parsed.path) if parsed.netloc == "~" else parsed.path).expanduser()
+    path = unquote(parsed.path)  # as `Path.as_uri` quotes it (`dt=1` is `dt%3D1`)
+    return Path((parsed.netloc + path) if parsed.netloc == "~" else path).expanduser()
 
 
 class FolderStore:

@@ -100,3 +100,23 @@ def test_a_file_dropped_in_the_inbox_starts_one_job_once_it_settles(batch: Conta
     watcher.scan_once()
     (rejected,) = watcher.scan_once()
     assert rejected.status == "FAILED" and rejected.error == "deployment 'nope' not found"
+
+
+def test_batch_run_scores_a_folder_of_files(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert sluice(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    folder = tmp_path / "dt=2026-11-26"
+    folder.mkdir()
+    for i, n in enumerate((1200, 800)):
+        write_input(folder / f"part-{i}.jsonl", iris_rows(n, seed=i))
+    (folder / "_SUCCESS").write_bytes(b"")
+    code, out, err = sluice(capsys, "batch", "run", str(folder), "--deployment", "iris", "--format", "csv")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["status"] == "SUCCEEDED" and report["counts"] == {"rows_in": 2000, "rows_out": 2000, "rows_failed": 0}
+    assert report["output_uri"] == (tmp_path / "dt=2026-11-26-scored").as_uri() + "/"
+    assert (tmp_path / "dt=2026-11-26-scored" / "part-00000.csv").read_text().startswith('"object","row","prediction"')
+    code, _, err = sluice(capsys, "batch", "run", str(folder), "--deployment", "iris", "--input-format", "jsonl")
+    assert code != 0 and "leave format out" in err
+    code, _, err = sluice(capsys, "batch", "run", str(tmp_path / "nowhere"), "--deployment", "iris")
+    assert code != 0 and "no such file or folder" in err

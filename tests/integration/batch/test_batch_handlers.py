@@ -61,6 +61,10 @@ def test_the_sample_events_are_what_the_handlers_read() -> None:
         ("inbox/acme/iris/", None),
         ("outbox/acme/iris/a.csv", None),
         ("inbox//iris/a.csv", None),
+        ("inbox/acme/iris/_SUCCESS", None),
+        ("inbox/acme/iris/_staged/a.csv", None),
+        ("inbox/acme/iris/dt=1/.a.csv.crc", None),
+        ("inbox/acme/iris/dt=1/a_b.csv", ("acme", "iris")),
     ],
 )
 def test_only_keys_naming_a_tenant_and_a_deployment_start_jobs(key: str, target: tuple[str, str] | None) -> None:

@@ -101,3 +101,63 @@ def test_the_first_error_rows_are_read_from_s3_by_range(s3_batch: tuple[Containe
     assert ranges and all(r.startswith("bytes=0-") for r in ranges)  # ranged reads, never the whole object
     with pytest.raises(NotFound):
         container.batch.error_rows(globex, job.id)
+
+
+def test_a_prefix_of_objects_listed_page_by_page(s3_batch: tuple[Container, Any], acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    container, s3 = s3_batch
+    sizes = [900, 10, 1500, 700]
+    (tmp_path / "dt=2026-11-26").mkdir()
+    for i, n in enumerate(sizes):
+        _put(s3, tmp_path, f"dt=2026-11-26/part-{i:02d}.parquet", iris_rows(n, seed=i))
+    for hidden in ("dt=2026-11-26/_SUCCESS", "dt=2026-11-26/.part-00.parquet.crc", "dt=2026-11-26/_temporary/x.parquet"):
+        s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/{hidden}", Body=b"not data")
+    paginator = s3.get_paginator
+    monkeypatch.setattr(s3, "get_paginator", lambda name: _small_pages(paginator(name)))
+    prefix = f"s3://{BUCKET}/inbox/acme/iris/dt=2026-11-26/"
+    job = container.batch.submit(acme, deployment="iris", input_uri=prefix, start=False)
+    LocalOrchestrator(container.batch_runner, concurrency=2).run(acme.tenant, job.id)
+    done = container.registry.get_job(acme.tenant, job.id)
+    assert done.status == "SUCCEEDED", done.error
+    assert (done.rows_total, done.rows_in, done.rows_out, done.rows_failed) == (3110, 3110, 3110, 0)
+    manifest = json.loads(s3.get_object(Bucket=BUCKET, Key=f"outbox/acme/{job.id}/_manifest.json")["Body"].read())
+    assert [(o["uri"], o["rows"]) for o in manifest["objects"]] == [(f"{prefix}part-{i:02d}.parquet", n) for i, n in enumerate(sizes)]
+    assert len({p["uri"] for p in manifest["parts"]}) == done.chunks_total
+
+
+def _small_pages(paginator: Any) -> Any:
+    """A paginator that asks for two keys a page, so a listing takes several."""
+    original = paginator.paginate
+    paginator.paginate = lambda **kwargs: original(**kwargs, PaginationConfig={"PageSize": 2})
+    return paginator
+
+
+def test_an_object_of_a_prefix_replaced_mid_job_fails_its_chunks(s3_batch: tuple[Container, Any], acme: Principal, tmp_path: Path) -> None:
+    container, s3 = s3_batch
+    (tmp_path / "day").mkdir()
+    for name in ("day/a.csv", "day/b.csv"):
+        _put(s3, tmp_path, name, iris_rows(1000))
+    job = container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/day/", start=False)
+    runner = container.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    chunks = runner.chunks(planned)
+    _put(s3, tmp_path, "day/b.csv", iris_rows(1000, seed=99))
+    spec = JobSpec.from_dict(planned["job"])
+    assert runner.score(spec, next(c for c in chunks if c.uri and c.uri.endswith("a.csv")))["rows_in"] > 0
+    with pytest.raises(Conflict, match=r"b\.csv changed while the job ran"):
+        runner.score(spec, next(c for c in chunks if c.uri and c.uri.endswith("b.csv")))
+
+
+def test_a_manifest_on_s3_may_list_only_the_tenant_inbox(s3_batch: tuple[Container, Any], acme: Principal, tmp_path: Path) -> None:
+    container, s3 = s3_batch
+    inside = _put(s3, tmp_path, "mine.jsonl", iris_rows(300))
+    s3.put_object(Bucket=BUCKET, Key="inbox/globex/iris/theirs.jsonl", Body=b'{"id": "x"}\n')
+    runs = {}
+    for name, listed in (("ok.json", [inside]), ("sneaky.json", [inside, f"s3://{BUCKET}/inbox/globex/iris/theirs.jsonl"])):
+        s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/{name}", Body=json.dumps({"files": listed}).encode())
+        job = container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/{name}", start=False)
+        LocalOrchestrator(container.batch_runner, concurrency=1).run(acme.tenant, job.id)
+        runs[name] = container.registry.get_job(acme.tenant, job.id)
+    assert runs["ok.json"].status == "SUCCEEDED" and runs["ok.json"].rows_out == 300
+    assert runs["ok.json"].format == "jsonl"
+    assert runs["sneaky.json"].status == "FAILED" and "outside your inbox" in (runs["sneaky.json"].error or "")
+    assert "theirs.jsonl" in (runs["sneaky.json"].error or "")
