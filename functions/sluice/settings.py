@@ -121,7 +121,7 @@ class Settings(BaseSettings):
         default=4096, gt=0, description="Rows per inference call while scoring a chunk."
     )
     batch_concurrency: int = Field(
-        default=0, ge=0, description="Threads that score a local job (0: one per core): CSV and JSON Lines chunks that many at once, Parquet chunks one at a time with that many inference threads."
+        default=0, ge=0, description="Threads that score a local job (0: one per core): CSV and JSON Lines chunks that many at once, Parquet chunks one at a time with that many inference threads (two at a time when each is read in one piece and there are 2 threads or more)."
     )
     batch_max_request_bytes: int = Field(
         default=5 * MiB,

@@ -8,7 +8,11 @@ machine's Map retries them), then Finalize, or MarkFailed when something gave ou
 Locally, `concurrency` threads score a job. Text chunks (CSV, JSON Lines) are scored that
 many at a time, one thread each: parsing text is most of their work. Parquet chunks (whole
 row groups, decoded once) are scored one at a time, their inference calls on `concurrency`
-threads: the same threads for a file of any size, so memory follows one row group.
+threads: the same threads for a file of any size, so memory follows one row group. With
+two threads or more, when every chunk of a Parquet job is read as one piece (small row
+groups, or a folder of small files), two chunks are in flight, their calls on the same
+threads: one is read and written while the other's calls run, as the pieces of one large
+chunk are, and in the same memory (two pieces).
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ class LocalOrchestrator:
         queue = list(reversed(chunks))
         stopped = False  # the job stopped running (cancelled): start no more chunks
         slots, threads = (1, self.concurrency) if spec.format == "parquet" else (self.concurrency, 1)
+        if threads > 1 and len(chunks) > 1 and all(c.rows <= self.runner.scorer.read_rows for c in chunks):
+            slots = 2  # small Parquet chunks: one read and written while the other's calls run
         with ThreadPoolExecutor(slots, thread_name_prefix=f"score-{spec.job_id}") as pool:
             while queue or pending:
                 while queue and len(pending) < slots and not failures and not stopped:

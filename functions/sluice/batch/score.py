@@ -284,7 +284,7 @@ def _finish_piece(
             assert called.table is not None and called.ref is not None
             table = called.table
             if source is not None:
-                table = table.add_column(0, "object", pa.array([source] * table.num_rows, type=pa.string()))
+                table = table.add_column(0, "object", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
             part.write(table)
             versions[called.ref] += called.table.num_rows
     bad = np.flatnonzero(~np.equal(reasons, None))

@@ -177,3 +177,40 @@ def test_objects_with_different_columns_are_refused_naming_both(batch: Container
     job = run_job(batch, acme, root, deployment="iris", output_uri=str(tmp_path / "out"))
     assert job.status == "FAILED" and "the same columns" in (job.error or "")
     assert "a.parquet" in (job.error or "") and "b.parquet" in (job.error or "")
+
+
+def test_small_parquet_objects_are_scored_two_at_a_time_with_two_workers(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each small object is one chunk of one piece: with two workers a second chunk is read
+    and written while the first one's calls run, and every row still lands once, in order."""
+    import threading
+
+    from sluice.batch.score import ChunkScorer
+
+    root, batches = _folder(tmp_path / "events", [200, 300, 250, 100])
+    real = ChunkScorer.score
+    lock, in_flight, most = threading.Lock(), [0], [0]
+    second = threading.Event()
+
+    def counting(self: ChunkScorer, spec: JobSpec, chunk: Any, **kw: Any) -> Any:
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            if in_flight[0] == 2:
+                second.set()
+        if chunk.index == 0:
+            second.wait(30)  # the first chunk waits for the second to start
+        try:
+            return real(self, spec, chunk, **kw)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(ChunkScorer, "score", counting)
+    job = run_job(batch, acme, root, deployment="iris", output_uri=str(tmp_path / "scored"))
+    assert job.status == "SUCCEEDED", job.error
+    assert most[0] == 2
+    assert job.rows_out == 850 and job.chunks_total == 4
+    out = read_parts(job)
+    assert out.column("row").to_pylist() == [n for rows in batches for n in range(len(rows))]
