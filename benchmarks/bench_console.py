@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, bench_env, free_port, server
+from benchmarks.common import PYTHON, REPO, bench_env, figure, free_port, server
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
 HIDE = """() => {
@@ -106,22 +106,44 @@ def measure(base: str, key: str, runs: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+def served(runs: int, seconds: float) -> dict[str, Any]:
+    """`measure` against a fresh `sluice serve --demo` (one worker) in a temporary home."""
     if not (REPO / "functions" / "sluice" / "console" / "static" / "index.html").exists():
-        print("the console is not built: run `make console`", file=sys.stderr)
-        return 2
+        raise RuntimeError("the console is not built: run `make console`")
     with tempfile.TemporaryDirectory() as home:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         command = [PYTHON, "-m", "sluice.cli", "serve", "--demo", "--port", str(port), "--workers", "1"]
         with server(command, ready_url=f"{base}/healthz", log=Path(home) / "serve.log", env=bench_env(SLUICE_HOME=home), quiet_stdout=True):
             key = (Path(home) / "admin-key").read_text().strip()
-            result = measure(base, key, args.runs, args.seconds)
+            return measure(base, key, runs, seconds)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """The section `make bench` reports: what the console costs the browser and the API."""
+    result = served(3 if quick else 5, 10.0 if quick else 60.0)
+    page, polling = result["deployments_page"], result["polling"]
+    figures = [
+        figure("console.first_contentful_paint", "console, deployments page: first contentful paint", "ms", "sluice console", [page["first_contentful_paint_ms"] or 0.0]),
+        figure("console.cards_drawn", "console, deployments page: until the policies are drawn", "ms", "sluice console", [page["cards_drawn_ms"] or 0.0]),
+        figure("console.payload", "console, deployments page: bytes fetched (HTML, script, style, API answers)", "KiB", "sluice console", [page["payload_bytes"] / 1024], note=f"{page['payload_gzip_bytes'] / 1024:.0f} KiB as gzip would send it; {page['requests']} requests"),
+        figure("console.polling.visible", "console, a deployment's page open and visible: requests per minute to the API", "req/min", "sluice console", [polling["requests_per_minute_visible"]]),
+        figure("console.polling.hidden", "console, the same page in a hidden tab: requests per minute to the API", "req/min", "sluice console", [polling["requests_per_minute_hidden"]]),
+    ]  # fmt: skip
+    return {"title": "The web console", "figures": figures, "notes": [f"medians of {page['runs']} loads; polling counted over {polling['seconds']:g} s each"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        result = served(args.runs, args.seconds)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
