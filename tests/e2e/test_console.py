@@ -1,6 +1,7 @@
 """The web console in a real browser (Debian's Chromium, driven by Playwright) against a real
 `sluice serve --demo`: sign in, see the deployments, watch a canary's statistics appear,
-promote a shadow, try a model, follow a batch job, and another tenant sees none of it.
+promote a shadow, try a model, follow a batch job, pause a batch schedule, and another tenant
+sees none of it.
 
 One browser for the whole module. Screenshots go to a temporary folder, or to docs/img/
 with SLUICE_SCREENSHOTS=1 (how docs/console.md's pictures are made)."""
@@ -14,8 +15,10 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -290,6 +293,54 @@ def test_a_batch_jobs_first_error_rows_are_shown(admin_tab: Tab, service: Servic
     tab.shot(shots, "batch-errors")
 
 
+def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    inbox = service.home / "batch" / "inbox" / "default" / "diabetes"
+    for day in {datetime.now(ZoneInfo("Europe/Paris")).date() + timedelta(days=d) for d in (0, 1)}:  # a run just before midnight
+        (inbox / f"dt={day}").mkdir(parents=True, exist_ok=True)
+        columns = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
+        rows = "\n".join(",".join(f"{0.01 * ((i + j) % 5):.2f}" for j in range(10)) for i in range(40))
+        (inbox / f"dt={day}" / "patients.csv").write_text(",".join(columns) + "\n" + rows + "\n")
+    service.call("POST", "/api/v1/batch-schedules", json={
+        "name": "every-minute", "deployment": "diabetes", "input_uri": inbox.as_uri() + "/dt={date}/patients.csv",
+        "expression": "cron(* * * * *)", "timezone": "Europe/Paris", "overlap": "skip",
+    })  # fmt: skip
+    tab.go("/batch", "[data-schedule-row=every-minute]")
+    row = tab.page.locator("#schedules-table tr", has=tab.page.locator("[data-schedule-row=every-minute]"))
+    text = row.inner_text()
+    assert "diabetes" in text and "cron(* * * * *)" in text and "Europe/Paris" in text and "skip" in text
+    assert "dt={date}/patients.csv" in text  # the template, as written
+    assert row.locator("[data-schedule-state=ENABLED]").inner_text() == "active"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:00Z", row.locator("[data-next-run=every-minute]").inner_text())
+    # Pause: cancelling the dialog changes nothing; confirming pauses it.
+    tab.page.click("[data-action=schedule-pause][data-schedule=every-minute]")
+    tab.page.wait_for_selector("dialog#confirm[open]")
+    assert "Pause the schedule every-minute?" in tab.page.inner_text("#confirm-title")
+    tab.page.click("dialog#confirm button[value=cancel]")
+    assert service.call("GET", "/api/v1/batch-schedules/every-minute")["state"] == "ENABLED"
+    tab.page.click("[data-action=schedule-pause][data-schedule=every-minute]")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("[data-schedule-state=PAUSED]")
+    assert service.call("GET", "/api/v1/batch-schedules/every-minute")["state"] == "PAUSED"
+    assert "paused" in row.locator("[data-next-run=every-minute]").inner_text()
+    # Resume, and its next run shows up under it (the section is read every 15 s), its job id
+    # leading to the job's row.
+    tab.page.click("[data-action=schedule-resume][data-schedule=every-minute]")
+    assert "Resume the schedule every-minute?" in tab.page.inner_text("#confirm-title")
+    tab.page.click("#confirm-ok")
+    tab.page.wait_for_selector("[data-schedule-state=ENABLED]")
+    run = tab.page.locator("[data-runs=every-minute] li", has_text="SUCCEEDED").first
+    run.wait_for(timeout=100_000)
+    assert "40 in, 40 out, 0 failed" in run.inner_text()
+    job = run.locator("[data-job-link]").get_attribute("data-job-link")
+    tab.page.wait_for_selector(f"#jobs-table [data-job-row='{job}']")
+    run.locator("[data-job-link]").click()
+    tab.page.wait_for_selector(f"#jobs-table tr.highlight [data-job-row='{job}']")
+    service.call("POST", "/api/v1/batch-schedules/every-minute/pause")  # no further runs during the other tests
+    tab.page.locator("#schedules").scroll_into_view_if_needed()
+    tab.shot(shots, "batch-schedules")
+
+
 def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab: Tab, service: Service, shots: Path) -> None:
     tab = admin_tab
     service.call("POST", "/api/v1/deployments", json={"name": "iris-rollout", "policy": {"kind": "single", "model": "iris", "version": 1}})
@@ -371,6 +422,8 @@ def test_another_tenants_key_sees_none_of_it(browser: Any, service: Service) -> 
         assert tab.page.inner_text("#who") == "tenant globex · admin, predict"
         assert tab.page.locator("[data-deployment]").count() == 0
         tab.go("/batch", "#no-jobs")
+        tab.page.wait_for_selector("#no-schedules")  # nor the default tenant's schedules
+        assert httpx.get(f"{service.base}/api/v1/batch-schedules", headers={"Authorization": f"Bearer {key}"}).json() == []
         tab.go("/models", "main h1")
         assert tab.page.locator("#models-table").count() == 0
         tab.go("/deployments/iris", "#page-error")

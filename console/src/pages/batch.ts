@@ -1,4 +1,5 @@
-// Batch jobs: status, progress, counts and timings, followed while the tab is visible.
+// Batch jobs: status, progress, counts and timings, followed while the tab is visible; and the
+// tenant's batch schedules with their next and recent runs, paused and resumed from here.
 import { enc, get, post } from "../api";
 import { duration, h, mount, when } from "../dom";
 import type { Context } from "../main";
@@ -19,6 +20,29 @@ interface Job {
   error: string | null;
 }
 
+interface ScheduleRun {
+  job_id: string;
+  scheduled_for: number | null;
+  status: string;
+  rows_in: number;
+  rows_out: number;
+  rows_failed: number;
+  error: string | null;
+}
+
+interface Schedule {
+  name: string;
+  deployment: string;
+  input_uri: string;
+  expression: string;
+  timezone: string;
+  overlap: string;
+  state: "ENABLED" | "PAUSED";
+  skipped: number;
+  next_run_at: number | null;
+  runs: ScheduleRun[];
+}
+
 interface ErrorRows {
   job: string;
   rows_failed: number;
@@ -28,6 +52,8 @@ interface ErrorRows {
 }
 
 const POLL_MS = 5000;
+const SCHEDULES_POLL_MS = 15000; // a list and one read per schedule: less often than the jobs
+const SCHEDULES_SHOWN = 20;
 const ERROR_ROWS = 20;
 
 /** A URI's scheme and last three parts (the whole of it in the tooltip). */
@@ -38,8 +64,106 @@ function short(uri: string): HTMLElement {
   return h("span", { title: uri }, tail);
 }
 
+// The job a schedule's run pointed to: its row stays marked across refreshes.
+let marked: string | null = null;
+
+function markJob(): void {
+  for (const tr of document.querySelectorAll("#jobs-table tr.highlight")) tr.classList.remove("highlight");
+  if (marked) document.querySelector(`#jobs-table [data-job-row="${CSS.escape(marked)}"]`)?.closest("tr")?.classList.add("highlight");
+}
+
+/** Scrolls to a job's row in the jobs table and marks it. */
+function showJob(id: string): void {
+  const row = document.querySelector(`#jobs-table [data-job-row="${CSS.escape(id)}"]`)?.closest("tr");
+  if (!row) {
+    banner(`${id} is not among the 50 newest jobs.`);
+    return;
+  }
+  marked = id;
+  markJob();
+  row.scrollIntoView({ block: "center" });
+}
+
+/** The schedules section: one row per schedule, its recent runs beneath it. */
+function schedulesSection(box: HTMLElement): () => Promise<void> {
+  const refresh = async () => {
+    const list = await get<Schedule[]>("/api/v1/batch-schedules");
+    if (!list.length) {
+      mount(box, h("p", { id: "no-schedules" }, "No schedules: `sluice batch schedule create` (or POST /api/v1/batch-schedules) makes one."));
+      return;
+    }
+    const shown = list.slice(0, SCHEDULES_SHOWN);
+    const details = await Promise.all(shown.map((s) => get<Schedule>(`/api/v1/batch-schedules/${enc(s.name)}`)));
+    const act = (s: Schedule, action: "pause" | "resume") =>
+      h(
+        "button",
+        {
+          type: "button",
+          class: "link",
+          "data-action": `schedule-${action}`,
+          "data-schedule": s.name,
+          onclick: async () => {
+            const [title, text, ok] =
+              action === "pause"
+                ? [`Pause the schedule ${s.name}?`, "No run starts until it is resumed; runs already going finish.", "Pause the schedule"]
+                : [`Resume the schedule ${s.name}?`, "Runs start again from the next scheduled time; the times missed while paused are not run.", "Resume the schedule"];
+            if (!(await confirmAction(title, text, undefined, ok))) return;
+            try {
+              await post(`/api/v1/batch-schedules/${enc(s.name)}/${action}`);
+              banner(`${s.name} ${action === "pause" ? "paused" : "resumed"}.`, "ok");
+              await refresh();
+            } catch (error) {
+              fail(error);
+            }
+          },
+        },
+        action,
+      );
+    const rows = details.map((s) => {
+      const paused = s.state === "PAUSED";
+      const runs = s.runs.length
+        ? h(
+            "ul",
+            { class: "runs", "data-runs": s.name },
+            s.runs.map((r) =>
+              h(
+                "li",
+                {},
+                h("button", { type: "button", class: "link mono", "data-job-link": r.job_id, onclick: () => showJob(r.job_id) }, r.job_id),
+                " ",
+                h("span", { class: `status ${r.status.toLowerCase()}` }, r.status),
+                ` ${r.rows_in} in, ${r.rows_out} out, ${r.rows_failed} failed`,
+                r.scheduled_for ? h("span", { class: "muted" }, ` · for ${when(r.scheduled_for)}`) : "",
+                r.error ? h("span", { class: "error" }, ` ${r.error}`) : "",
+              ),
+            ),
+          )
+        : h("span", { class: "muted" }, "no runs yet");
+      return [
+        h("span", { class: "mono", "data-schedule-row": s.name }, s.name),
+        s.deployment,
+        h("span", { class: "mono small" }, s.expression, h("br"), s.timezone),
+        h("span", { class: "mono small" }, short(s.input_uri)),
+        h("span", {}, s.overlap, s.skipped ? h("span", { class: "muted" }, ` (${s.skipped} skipped)`) : ""),
+        h("span", { class: `status ${paused ? "paused" : "active"}`, "data-schedule-state": s.state }, paused ? "paused" : "active"),
+        h("span", { "data-next-run": s.name }, paused ? "— (paused)" : when(s.next_run_at)),
+        runs,
+        act(s, paused ? "resume" : "pause"),
+      ];
+    });
+    mount(
+      box,
+      list.length > shown.length ? h("p", { class: "muted" }, `The first ${shown.length} of ${list.length} schedules.`) : "",
+      h("div", { class: "scroll" }, table(["schedule", "deployment", "expression", "input", "overlap", "state", "next run", "recent runs", ""], rows, { id: "schedules-table" })),
+    );
+  };
+  return refresh;
+}
+
 export async function batchPage(ctx: Context): Promise<void> {
+  marked = null;
   const box = h("div", { id: "jobs" });
+  const schedulesBox = h("div", { id: "schedules" });
   const errorsBox = h("div", { id: "errors" });
   mount(
     ctx.main,
@@ -47,10 +171,17 @@ export async function batchPage(ctx: Context): Promise<void> {
     h(
       "p",
       { class: "muted" },
-      "Newest first, refreshed every 5 s while this tab is visible. Scored parts and error files are written under each job's output URI; a job with failed rows shows the first rows of its error files on request. Schedules are not part of sluice yet.",
+      "Newest first, refreshed every 5 s while this tab is visible. Scored parts and error files are written under each job's output URI; a job with failed rows shows the first rows of its error files on request.",
     ),
     box,
     errorsBox,
+    h("h2", {}, "Schedules"),
+    h(
+      "p",
+      { class: "muted" },
+      "Each schedule starts a job on its cron or rate expression, in its time zone, with its input template filled by the scheduled time; refreshed every 15 s while this tab is visible. A run's job id leads to its row above.",
+    ),
+    schedulesBox,
   );
   // The job whose first error rows are shown, and how many failed rows they were read at: they
   // are read again only when that count moves (a running job), not at every refresh.
@@ -132,7 +263,7 @@ export async function batchPage(ctx: Context): Promise<void> {
           : "";
       if (shown && shown.id === j.id && shown.failed !== j.counts.rows_failed) showErrors(j).catch(fail);
       return [
-        h("span", { class: "mono" }, j.id),
+        h("span", { class: "mono", "data-job-row": j.id }, j.id),
         j.deployment,
         h("span", { class: `status ${j.status.toLowerCase()}`, "data-status": j.status }, j.status),
         h(
@@ -149,6 +280,8 @@ export async function batchPage(ctx: Context): Promise<void> {
       ];
     });
     mount(box, h("div", { class: "scroll" }, table(["job", "deployment", "status", "progress", "counts", "timings", "files", "error", ""], rows, { id: "jobs-table" })));
+    markJob();
   };
   ctx.onLeave(poll(refresh, POLL_MS));
+  ctx.onLeave(poll(schedulesSection(schedulesBox), SCHEDULES_POLL_MS));
 }
