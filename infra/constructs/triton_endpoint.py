@@ -317,19 +317,11 @@ class TritonEndpoint(Construct):
         )
         if spec.min_copies > 0:
             return
-        from_zero = appscaling.StepScalingAction(
-            self,
-            "NoCapacity-ScalingPolicy",
-            scaling_target=target,
-            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            metric_aggregation_type=appscaling.MetricAggregationType.MAXIMUM,
-            cooldown=Duration.minutes(1),
-        )
-        from_zero.add_adjustment(adjustment=1, lower_bound=0)
-        alarm = cloudwatch.Alarm(
-            self,
-            "NoCapacityInvocationFailures",
-            alarm_description=f"A request found no copy of {name}",
+        self._start_from_zero(
+            target,
+            "NoCapacity",
+            alarm_id="NoCapacityInvocationFailures",
+            description=f"A request found no copy of {name}",
             metric=cloudwatch.Metric(
                 namespace="AWS/SageMaker",
                 metric_name="NoCapacityInvocationFailures",
@@ -337,12 +329,10 @@ class TritonEndpoint(Construct):
                 statistic="Sum",
                 period=Duration.minutes(1),
             ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+            aggregation=appscaling.MetricAggregationType.MAXIMUM,
+            cooldown=Duration.minutes(1),
+            periods=1,
         )
-        alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(from_zero))
 
     def _scale_on_backlog(
         self, variant: EndpointVariant, spec: AsyncInference, role: iam.IRole
@@ -375,19 +365,11 @@ class TritonEndpoint(Construct):
         )
         if variant.min_instances > 0:
             return
-        from_zero = appscaling.StepScalingAction(
-            self,
-            "HasBacklogWithoutCapacity-ScalingPolicy",
-            scaling_target=target,
-            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            metric_aggregation_type=appscaling.MetricAggregationType.AVERAGE,
-            cooldown=Duration.minutes(5),
-        )
-        from_zero.add_adjustment(adjustment=1, lower_bound=0)
-        alarm = cloudwatch.Alarm(
-            self,
+        self._start_from_zero(
+            target,
             "HasBacklogWithoutCapacity",
-            alarm_description=f"Requests wait at {self.endpoint_name} and no instance runs",
+            alarm_id="HasBacklogWithoutCapacity",
+            description=f"Requests wait at {self.endpoint_name} and no instance runs",
             metric=cloudwatch.Metric(
                 namespace="AWS/SageMaker",
                 metric_name="HasBacklogWithoutCapacity",
@@ -395,9 +377,42 @@ class TritonEndpoint(Construct):
                 statistic="Average",
                 period=Duration.minutes(1),
             ),
+            aggregation=appscaling.MetricAggregationType.AVERAGE,
+            cooldown=Duration.minutes(5),
+            periods=2,
+        )
+
+    def _start_from_zero(
+        self,
+        target: appscaling.ScalableTarget,
+        policy: str,
+        *,
+        alarm_id: str,
+        description: str,
+        metric: cloudwatch.Metric,
+        aggregation: appscaling.MetricAggregationType,
+        cooldown: Duration,
+        periods: int,
+    ) -> None:
+        """What SageMaker needs to leave zero capacity: a step policy adding one, started by
+        an alarm on the metric that says requests found none (target tracking cannot)."""
+        from_zero = appscaling.StepScalingAction(
+            self,
+            f"{policy}-ScalingPolicy",
+            scaling_target=target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=aggregation,
+            cooldown=cooldown,
+        )
+        from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        alarm = cloudwatch.Alarm(
+            self,
+            alarm_id,
+            alarm_description=description,
+            metric=metric,
             threshold=1,
-            evaluation_periods=2,
-            datapoints_to_alarm=2,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.MISSING,
         )
