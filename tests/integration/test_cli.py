@@ -96,3 +96,18 @@ def test_a_version_on_the_command_line_is_ascii_digits_within_64_bits(capsys: py
         cli.main(["predict", "iris", "--features", "{}", "--version", version])
     assert exited.value.code == 2
     assert "--version" in capsys.readouterr().err
+
+
+def test_adaptive_batching_is_set_changed_and_turned_off_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    code, _, err = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", "--batch-max-size", "64")
+    assert code == 2 and "--batch-max-delay-us" in err
+    code, out, _ = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", "--batch-max-size", "64", "--batch-max-delay-us", "100")
+    assert code == 0 and "(batching: 64 rows, 100 µs)" in out
+    code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--batch-max-delay-us", "500")
+    assert code == 0 and "(batching: 64 rows, 500 µs)" in out and "revision 2" in out
+    code, _, err = run_cli(capsys, "deployments", "set", "iris", "--batch-max-size", "1")
+    assert code == 2 and "batching.max_batch_size" in err
+    code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--no-batching")
+    assert code == 0 and "batching" not in out
+    assert run_cli(capsys, "predict", "iris", "--features", SETOSA)[0] == 0

@@ -37,8 +37,9 @@ def _policy_from_args(args: argparse.Namespace, container: Container) -> dict[st
 
 
 def _cache_line(dep: Any) -> str:
-    c = dep.cache
-    return f" (cache: ttl {c.ttl_s:g} s, {c.max_entries} entries)" if c is not None else ""
+    c, b = dep.cache, dep.batching
+    cache = f" (cache: ttl {c.ttl_s:g} s, {c.max_entries} entries)" if c is not None else ""
+    return cache + (f" (batching: {b.max_batch_size} rows, {b.max_delay_us} µs)" if b is not None else "")
 
 
 def _capture_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -54,6 +55,24 @@ def _capture_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
     return capture
 
 
+def _batching_from_args(args: argparse.Namespace, current: Any = None) -> dict[str, Any] | None:
+    """`--batch-max-size` and `--batch-max-delay-us`: both to turn batching on; on `set`, one
+    of them changes that value of the batching already on."""
+    size, delay = args.batch_max_size, args.batch_max_delay_us
+    if current is not None:
+        size = current.max_batch_size if size is None else size
+        delay = current.max_delay_us if delay is None else delay
+    if size is None or delay is None:
+        missing = "--batch-max-size" if size is None else "--batch-max-delay-us"
+        field = "batching.max_batch_size" if size is None else "batching.max_delay_us"
+        raise SluiceError(f"adaptive batching needs {missing} too", field=field)
+    return {"max_batch_size": size, "max_delay_us": delay}
+
+
+def _asks_batching(args: argparse.Namespace) -> bool:
+    return args.batch_max_size is not None or args.batch_max_delay_us is not None
+
+
 def cmd_deployments_create(args: argparse.Namespace) -> int:
     container = get_container()
     cache = None
@@ -64,9 +83,11 @@ def cmd_deployments_create(args: argparse.Namespace) -> int:
         cache = {"ttl_s": args.cache_ttl, "max_entries": DEFAULT_CACHE_ENTRIES if entries is None else entries}
     policy = _policy_from_args(args, container)
     assert policy is not None
+    batching = _batching_from_args(args) if _asks_batching(args) else None
     dep = container.deployments.create(
-        operator(args), args.name, policy, description=args.description, cache=cache, capture=_capture_from_args(args)
-    )
+        operator(args), args.name, policy, description=args.description, cache=cache, capture=_capture_from_args(args),
+        batching=batching,
+    )  # fmt: skip
     print(f"created deployment {dep.name} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
 
@@ -94,7 +115,13 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
         changes["capture"] = None
     elif args.capture_percent is not None or args.capture_include or args.capture_redact:
         changes["capture"] = _capture_from_args(args)
-    args.keep_policy = bool(changes)  # only the cache or the capture changes
+    if args.no_batching:
+        if _asks_batching(args):
+            raise SluiceError("--no-batching cannot go with --batch-max-size or --batch-max-delay-us", field="batching")
+        changes["batching"] = None
+    elif _asks_batching(args):
+        changes["batching"] = _batching_from_args(args, container.deployments.get(principal, args.name).batching)
+    args.keep_policy = bool(changes)  # only the cache, the capture or batching changes
     dep = container.deployments.update(principal, args.name, _policy_from_args(args, container), **changes)
     print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
@@ -190,9 +217,12 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p.add_argument("--capture-percent", type=float, metavar="PERCENT", help="capture this share of requests (docs/capture.md)")
         p.add_argument("--capture-include", metavar="PARTS", help="inputs,outputs (default both)")
         p.add_argument("--capture-redact", metavar="FEATURES", help="features never written, comma-separated")
+        p.add_argument("--batch-max-size", type=int, metavar="ROWS", help="adaptive batching: most rows in one joined runtime call")
+        p.add_argument("--batch-max-delay-us", type=int, metavar="US", help="adaptive batching: longest a request waits for others")
         if name == "set":
             p.add_argument("--no-cache", action="store_true", help="turn the prediction cache off")
             p.add_argument("--no-capture", action="store_true", help="turn data capture off")
+            p.add_argument("--no-batching", action="store_true", help="turn adaptive batching off")
         p.set_defaults(func=func)
     deps.add_parser("list", help="list deployments").set_defaults(func=cmd_deployments_list)
     for name, func in (("show", cmd_deployments_show), ("delete", cmd_deployments_delete)):
