@@ -15,7 +15,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, free_port, percentile, server
+from benchmarks.common import (
+    PYTHON,
+    REPO,
+    Goal,
+    alternating_latencies,
+    bench_env,
+    figure,
+    free_port,
+    server,
+)
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 
@@ -39,7 +48,6 @@ def run(quick: bool) -> dict[str, Any]:
     import httpx
 
     repeats, n = (2, 300) if quick else (5, 1000)
-    names = ("plain", "captured")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         _prepare(home)
@@ -48,23 +56,8 @@ def run(quick: bool) -> dict[str, Any]:
         with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
             key = (home / "admin-key").read_text().strip()
             url = f"http://127.0.0.1:{port}/api/v1/predictions"
-            p50s: dict[str, list[float]] = {name: [] for name in names}
-            p99s: dict[str, list[float]] = {name: [] for name in names}
             with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
-                for name in names:
-                    for _ in range(50):
-                        client.post(url, json={"deployment": name, "inputs": ROW}).raise_for_status()
-                for _ in range(repeats):
-                    times: dict[str, list[float]] = {name: [] for name in names}
-                    for i in range(2 * n):
-                        name = names[i % 2]
-                        started = time.perf_counter()
-                        response = client.post(url, json={"deployment": name, "inputs": ROW})
-                        times[name].append((time.perf_counter() - started) * 1e6)
-                        response.raise_for_status()
-                    for name, values in times.items():
-                        p50s[name].append(percentile(values, 50))
-                        p99s[name].append(percentile(values, 99))
+                p50s, p99s = alternating_latencies(client, url, ("plain", "captured"), ROW, repeats=repeats, n=n)
             time.sleep(1.0)  # the capture thread's last batch
         written = sum(len(f.read_text().splitlines()) for f in (home / "capture").rglob("*.jsonl"))
     sent = 50 + repeats * n

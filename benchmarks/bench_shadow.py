@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, free_port, percentile, server
+from benchmarks.common import (
+    PYTHON,
+    REPO,
+    Goal,
+    alternating_latencies,
+    bench_env,
+    figure,
+    free_port,
+    server,
+)
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 
@@ -46,25 +54,9 @@ def run(quick: bool) -> dict[str, Any]:
         command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
             key = (home / "admin-key").read_text().strip()
-            headers = {"Authorization": f"Bearer {key}"}
             url = f"http://127.0.0.1:{port}/api/v1/predictions"
-            p50s: dict[str, list[float]] = {"plain": [], "shadowed": []}
-            p99s: dict[str, list[float]] = {"plain": [], "shadowed": []}
-            with httpx.Client(headers=headers, timeout=10) as client:
-                for name in p50s:
-                    for _ in range(50):
-                        client.post(url, json={"deployment": name, "inputs": ROW})
-                for _ in range(repeats):
-                    times: dict[str, list[float]] = {"plain": [], "shadowed": []}
-                    for i in range(2 * n):
-                        name = "plain" if i % 2 == 0 else "shadowed"
-                        started = time.perf_counter()
-                        response = client.post(url, json={"deployment": name, "inputs": ROW})
-                        times[name].append((time.perf_counter() - started) * 1e6)
-                        response.raise_for_status()
-                    for name, values in times.items():
-                        p50s[name].append(percentile(values, 50))
-                        p99s[name].append(percentile(values, 99))
+            with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
+                p50s, p99s = alternating_latencies(client, url, ("plain", "shadowed"), ROW, repeats=repeats, n=n)
                 stats = client.get(f"http://127.0.0.1:{port}/api/v1/deployments/shadowed/stats").json()
     compared = stats.get("mirrors", {}).get("forest", {}).get("compared")
     figures = [

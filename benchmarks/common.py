@@ -257,6 +257,31 @@ def bench_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def alternating_latencies(
+    client: Any, url: str, names: Sequence[str], row: Any, *, repeats: int, n: int, warm: int = 50
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Simple JSON predictions of `row` to `url` over `client` (an httpx.Client), alternating
+    between the deployments `names`, after `warm` requests to each: the p50 and p99 in µs of
+    each deployment per repeat of `n` requests each."""
+    p50s: dict[str, list[float]] = {name: [] for name in names}
+    p99s: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:
+        for _ in range(warm):
+            client.post(url, json={"deployment": name, "inputs": row}).raise_for_status()
+    for _ in range(repeats):
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(len(names) * n):
+            name = names[i % len(names)]
+            started = time.perf_counter()
+            response = client.post(url, json={"deployment": name, "inputs": row})
+            times[name].append((time.perf_counter() - started) * 1e6)
+            response.raise_for_status()
+        for name, values in times.items():
+            p50s[name].append(percentile(values, 50))
+            p99s[name].append(percentile(values, 99))
+    return p50s, p99s
+
+
 # the machine --------------------------------------------------------------------------------
 PACKAGES = (
     "sluice",
