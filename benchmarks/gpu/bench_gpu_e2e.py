@@ -1,5 +1,5 @@
-"""End to end on a GPU: v2 JSON to `sluice serve` (which calls Triton with binary tensors)
-against the same JSON sent to Triton directly.
+"""End to end on a GPU: v2 requests to `sluice serve` (which calls Triton with binary tensors)
+against the same requests sent to Triton directly, as JSON and as binary tensors.
 
 The model and server are bench_gpu_triton.py's (the PyTorch MLP in Triton's python backend,
 dynamic batching). In one run:
@@ -7,10 +7,12 @@ dynamic batching). In one run:
 1. starts tritonserver on that repository;
 2. starts `sluice serve --workers N` on a fresh home, registers the Triton model as a `triton`
    version (`POST /api/v1/models/mlp/versions` with `triton_url`) and a deployment `mlp`;
-3. sends one row of `--features` floats as v2 JSON (`/v2/models/mlp/infer`), the same body to
-   both: to sluice (which answers JSON and talks binary tensors to Triton) and to Triton's own
-   HTTP endpoint (JSON in, JSON out); p50/p99 and requests per second at concurrency 1 and 16,
-   in alternating rounds, each figure the median over rounds;
+3. sends one row of `--features` floats to `/v2/models/mlp/infer`, the same body to both
+   sluice (which talks binary tensors to Triton) and Triton's own HTTP endpoint, in two
+   encodings: v2 JSON (JSON in, JSON out) and the binary tensor extension
+   (`Inference-Header-Content-Length`, the output asked for as binary, as `tritonclient`
+   sends by default); p50/p99 and requests per second at concurrency 1 and 16, in alternating
+   rounds, each figure the median over rounds, and sluice/Triton ratios per encoding;
 4. the server's statistics (rows per execution, queue and compute times).
 
     python bench_gpu_e2e.py --triton-root DIR [--stub-pythonpath P] [--workers 4] --out e2e.json
@@ -57,6 +59,12 @@ def _post(url: str, body: dict[str, Any], key: str) -> tuple[int, Any]:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")[:500]
+
+
+def _post_binary(url: str, body: bytes, headers: dict[str, str]) -> tuple[bytes, Any]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.read(), response.headers
 
 
 class Sluice:
@@ -111,6 +119,39 @@ class Sluice:
         self.log.close()
 
 
+def v2_binary(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """The binary tensor extension's body and headers, the output asked for as binary."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header + x.tobytes(), {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(header)),
+    }
+
+
+def check_binary(payload: bytes, headers: Any, features: int) -> None:
+    """A binary answer carries OUTPUT0 as `features` float32 after its JSON header."""
+    size = int(headers["Inference-Header-Content-Length"])
+    answer = json.loads(payload[:size])
+    (output,) = answer["outputs"]
+    if (
+        output["parameters"]["binary_data_size"] != features * 4
+        or len(payload) - size != features * 4
+    ):
+        raise RuntimeError(f"binary answer of the wrong size: {answer}")
+
+
 def v2_json(x: np.ndarray) -> bytes:
     return json.dumps(
         {
@@ -126,15 +167,12 @@ def v2_json(x: np.ndarray) -> bytes:
     ).encode()
 
 
-async def _round(
-    session: Any,
-    url: str,
-    headers: dict[str, str],
-    body: bytes,
-    concurrency: int,
-    duration_s: float,
-):
+Target = tuple[str, dict[str, str], bytes]  # url, headers, body
+
+
+async def _round(session: Any, target: Target, concurrency: int, duration_s: float):
     latencies: list[float] = []
+    url, headers, body = target
 
     async def call() -> None:
         async with session.post(url, data=body, headers=headers) as response:
@@ -166,9 +204,10 @@ def _median(rounds: list[dict[str, Any]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in ("p50_ms", "p99_ms", "rps")}
 
 
-async def measure(
-    targets: dict[str, tuple[str, dict[str, str]]], body: bytes, rounds: int, duration_s: float
-):
+PAIRS = {"json": ("sluice_json", "triton_json"), "binary": ("sluice_binary", "triton_binary")}
+
+
+async def measure(targets: dict[str, Target], rounds: int, duration_s: float):
     import aiohttp
 
     out: dict[str, Any] = {}
@@ -176,15 +215,17 @@ async def measure(
         for concurrency in (1, 16):
             per: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
             for _ in range(rounds):  # alternate, so drift hits both sides alike
-                for name, (url, headers) in targets.items():
-                    per[name].append(
-                        await _round(session, url, headers, body, concurrency, duration_s)
-                    )
+                for name, target in targets.items():
+                    per[name].append(await _round(session, target, concurrency, duration_s))
             entry: dict[str, Any] = {name: _median(r) for name, r in per.items()}
-            ours, theirs = entry["sluice_json"], entry["triton_json"]
-            entry["ratio_p50"] = round(ours["p50_ms"] / theirs["p50_ms"], 3)
-            entry["ratio_p99"] = round(ours["p99_ms"] / theirs["p99_ms"], 3)
-            entry["ratio_rps"] = round(ours["rps"] / theirs["rps"], 3)
+            for encoding, (mine, peer) in PAIRS.items():
+                if mine in entry and peer in entry:
+                    ours, theirs = entry[mine], entry[peer]
+                    entry[f"ratio_{encoding}"] = {
+                        "p50": round(ours["p50_ms"] / theirs["p50_ms"], 3),
+                        "p99": round(ours["p99_ms"] / theirs["p99_ms"], 3),
+                        "rps": round(ours["rps"] / theirs["rps"], 3),
+                    }
             entry["rounds"] = per
             out[f"concurrency_{concurrency}"] = entry
     return out
@@ -208,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=4, help="sluice serve worker processes (default 4)"
     )
+    parser.add_argument(
+        "--encodings",
+        default="json,binary",
+        help="comma-separated: json, binary (default both)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per round (default 5)")
     parser.add_argument("--ready-timeout", type=float, default=240.0)
@@ -222,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         "sluice_workers": args.workers,
         "model": (
             f"float32 MLP {args.features}->{args.hidden}->{args.hidden}->{args.features} on "
-            f"{args.device} in Triton's python backend; 1 row per request, v2 JSON both ways"
+            f"{args.device} in Triton's python backend; 1 row per request, v2 JSON and binary "
+            "tensors, the same body to sluice and to Triton"
         ),
     }
     work = Path(tempfile.mkdtemp(prefix="gpue2e-"))
@@ -261,17 +308,27 @@ def main(argv: list[str] | None = None) -> int:
         if report["deploy"] != 201:
             raise RuntimeError(f"deploy: {detail}")
         x = np.random.default_rng(0).normal(size=(1, args.features)).astype(np.float32)
-        targets = {
-            "triton_json": (
-                f"{server.url}/v2/models/{base.MODEL_NAME}/infer",
-                {"content-type": "application/json"},
-            ),
-            "sluice_json": (
-                f"{sluice.url}/v2/models/{DEPLOYMENT}/infer",
-                {"content-type": "application/json", "authorization": f"Bearer {key}"},
-            ),
-        }
-        report["latency"] = asyncio.run(measure(targets, v2_json(x), args.rounds, args.duration))
+        triton_infer = f"{server.url}/v2/models/{base.MODEL_NAME}/infer"
+        sluice_infer = f"{sluice.url}/v2/models/{DEPLOYMENT}/infer"
+        bearer = {"authorization": f"Bearer {key}"}
+        encodings = {e.strip() for e in args.encodings.split(",") if e.strip()}
+        targets: dict[str, Target] = {}
+        if "json" in encodings:
+            json_headers = {"content-type": "application/json"}
+            targets["triton_json"] = (triton_infer, json_headers, v2_json(x))
+            targets["sluice_json"] = (sluice_infer, {**json_headers, **bearer}, v2_json(x))
+        if "binary" in encodings:
+            body, headers = v2_binary(x)
+            for name, url, extra in (
+                ("triton_binary", triton_infer, {}),
+                ("sluice_binary", sluice_infer, bearer),
+            ):
+                check_binary(*_post_binary(url, body, {**headers, **extra}), args.features)
+                targets[name] = (url, {**headers, **extra}, body)
+        if not targets:
+            raise SystemExit("--encodings: name json, binary or both")
+        report["encodings"] = sorted(encodings)
+        report["latency"] = asyncio.run(measure(targets, args.rounds, args.duration))
         report["server_stats"] = base.server_stats(server.url)
     except Exception as exc:  # written into the report
         report["error"] = f"{type(exc).__name__}: {exc}"

@@ -97,6 +97,13 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_json"]["p50_ms"]
     assert report["latency"]["sagemaker"]["source"].startswith("benchmark gpu-e2e-sluice-triton-h100.json")
     assert report["workload"]["instance_rps"] == measured["concurrency_16"]["sluice_json"]["rps"]
+    # A run with both encodings: the binary one (what tritonclient sends) is the one priced.
+    both = REPO / "benchmarks" / "gpu" / "results" / "gpu-e2e-sluice-triton-h100-2026-11-26.json"
+    code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--benchmark", str(both), "--json")
+    assert code == 0, err
+    report, measured = json.loads(out), json.loads(both.read_text())["latency"]
+    assert report["latency"]["sagemaker"]["p50_ms"] == measured["concurrency_1"]["sluice_binary"]["p50_ms"]
+    assert "sluice serve, binary" in report["latency"]["sagemaker"]["source"]
     code, _, err = run_cli(capsys, "cost", "iris", "--benchmark", str(MODELS / "iris.onnx"))
     assert code == 2 and "[benchmark]" in err
 

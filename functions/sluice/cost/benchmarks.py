@@ -29,10 +29,12 @@ def read_benchmark(path: str | Path) -> Benchmarked:
     latency = data.get("latency") or {}
     one, sixteen = latency.get("concurrency_1") or {}, latency.get("concurrency_16") or {}
     machine = (data.get("machine") or {}).get("nvidia_smi") or "an unnamed machine"
-    if "sluice_json" in one and "sluice_json" in sixteen:  # bench_gpu_e2e.py: JSON through `sluice serve`
-        first, busy = one["sluice_json"], sixteen["sluice_json"]
+    # bench_gpu_e2e.py: through `sluice serve`, binary tensors (what tritonclient sends) before JSON.
+    e2e = next((name for name in ("sluice_binary", "sluice_json") if name in one and name in sixteen), None)
+    if e2e is not None:
+        first, busy = one[e2e], sixteen[e2e]
         p50, p99, rps = first["p50_ms"], first["p99_ms"], busy["rps"]
-        what = "end to end through sluice serve"
+        what = f"end to end through sluice serve, {e2e.removeprefix('sluice_')}"
     elif "sluice_triton_runtime" in one and "sluice_triton_runtime" in sixteen:  # bench_gpu_triton.py
         first, busy = one["sluice_triton_runtime"], sixteen["sluice_triton_runtime"]
         p50, p99, rps = first["p50_ms"], first["p99_ms"], busy["throughput_rps"]
