@@ -334,10 +334,16 @@ class Container:
     @cached_property
     def rollouts(self) -> RolloutService:
         """Progressive rollouts and their controller; built on first use. Alarms are checked
-        where the controller runs on AWS (`sluice.handlers.rollouts`), not here."""
+        where the controller runs on AWS (`sluice.handlers.rollouts`), not here. Deployments
+        bound to an endpoint have its variant weights moved through `endpoints`' control
+        plane, built only when such a rollout is looked at."""
         from sluice.services.rollouts import RolloutService
 
-        return RolloutService(self.registry, self.deployments)
+        return RolloutService(self.registry, self.deployments, endpoints=self.endpoint_plane)
+
+    def endpoint_plane(self) -> EndpointControl:
+        """The endpoint control plane (SageMaker or the local twin), built on first use."""
+        return self.endpoints.control
 
     @cached_property
     def replay(self) -> ReplayService:

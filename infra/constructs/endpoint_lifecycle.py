@@ -5,14 +5,17 @@
 the artifact store, create one SageMaker model per variant, an endpoint config and the
 endpoint; once it is InService they register Application Auto Scaling (a scalable target
 and a target-tracking policy per variant); they change weights and capacities, and undeploy
-removes all of it again. Every name they make starts with `sluice-` (see
-`RUNTIME_ENDPOINT_PREFIX`), which is what these grants are scoped to.
+removes all of it again. `POST …/rollout` adds a rollout candidate's variant to such an
+endpoint (its model, a new endpoint config, `UpdateEndpoint`). Every name they make starts
+with `sluice-` (see `RUNTIME_ENDPOINT_PREFIX`), which is what these grants are scoped to.
 
 - `execution_role`: the role SageMaker runs those endpoints as. It may read model archives
   (`*.tar.gz`) in the artifact store, pull SageMaker's Triton image, write its endpoints'
   logs and their instance metrics, and nothing else.
 - `grant_manage(role)`: the control-plane calls above, and passing the execution role to
   SageMaker only.
+- `grant_rollout_weights(role)`: what the rollout controller does to those endpoints: read
+  their status and variant weights, and change the weights.
 """
 
 from __future__ import annotations
@@ -44,12 +47,16 @@ LIFECYCLE_ACTIONS = (
     "sagemaker:DeleteEndpointConfig",
     "sagemaker:CreateEndpoint",
     "sagemaker:DescribeEndpoint",
+    "sagemaker:UpdateEndpoint",
     "sagemaker:UpdateEndpointWeightsAndCapacities",
     "sagemaker:DeleteEndpoint",
     "sagemaker:AddTags",
     "sagemaker:ListTags",
     "sagemaker:DeleteTags",
 )
+# The rollout controller moves a rollout's variant weights (sluice.services.rollout_endpoints):
+# one DescribeEndpoint a look, and UpdateEndpointWeightsAndCapacities while it is InService.
+ROLLOUT_ACTIONS = ("sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities")
 # Undeploy finds an endpoint's configs and models by name; SageMaker's List calls have no
 # resource-level permissions.
 LIST_ACTIONS = ("sagemaker:ListEndpointConfigs", "sagemaker:ListModels")
@@ -230,5 +237,25 @@ class EndpointLifecycle(Construct):
             "sagemaker:ListModels and ListEndpointConfigs, Application Auto Scaling's "
             "DescribeScalableTargets and DescribeScalingPolicies, and cloudwatch:DescribeAlarms "
             "only read, and have no resource-level permissions to scope them by.",
+        )
+        return policy
+
+    def grant_rollout_weights(self, role: iam.IRole) -> iam.Policy:
+        """DescribeEndpoint and UpdateEndpointWeightsAndCapacities on the `sluice-*` endpoints
+        the API deploys (the only endpoints a deployment is bound to), as a policy of its own."""
+        endpoints = Stack.of(self).format_arn(
+            service="sagemaker", resource="endpoint", resource_name=f"{RUNTIME_ENDPOINT_PREFIX}*"
+        )
+        policy = iam.Policy(
+            self,
+            "RolloutWeightsPolicy",
+            roles=[role],
+            statements=[iam.PolicyStatement(actions=list(ROLLOUT_ACTIONS), resources=[endpoints])],
+        )
+        acknowledge(
+            policy,
+            wildcard_resource(self, endpoints),
+            "The API deploys endpoints at run time, named sluice-<tenant>-<deployment>-<digest>; "
+            "the rollout controller only reads their status and moves their variant weights.",
         )
         return policy

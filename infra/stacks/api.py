@@ -17,12 +17,11 @@ import json
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesisfirehose as firehose
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from infra.config import PlanLimits, SluiceConfig
@@ -422,9 +421,10 @@ class ApiStack(Stack):
         core: PythonLayer,
         table: dynamodb.ITableV2,
     ) -> SluiceFunction:
-        """Progressive rollouts move on here: an EventBridge rule invokes the controller
-        every minute; it looks at every running rollout and advances, completes or rolls
-        back (sluice.handlers.rollouts)."""
+        """Progressive rollouts move on here: an EventBridge Scheduler schedule invokes the
+        controller every minute; it looks at every running rollout and advances, completes
+        or rolls back (sluice.handlers.rollouts), moving the variant weights of the endpoint
+        a deployment is bound to with it."""
         controller = SluiceFunction(
             self,
             "Rollouts",
@@ -465,20 +465,48 @@ class ApiStack(Stack):
             "A rollout names the CloudWatch alarms that roll it back at run time; the controller "
             "only reads their state (DescribeAlarms) in this account and region.",
         )
-        events.Rule(
+        # The variant weights of the endpoints the API deploys, for deployments bound to one.
+        self.endpoint_lifecycle.grant_rollout_weights(role)
+        self._rollout_schedule(names, controller)
+        return controller
+
+    def _rollout_schedule(self, names: ResourceNames, controller: SluiceFunction) -> scheduler.CfnSchedule:
+        """EventBridge Scheduler invokes the controller once a minute (asynchronously, so a
+        failed look lands in the function's own dead-letter queue after Lambda's retries),
+        assuming a role that may invoke that function and nothing else. No retry of a
+        delivery and no dead-letter queue of the schedule's own, as for the batch schedules:
+        the next look comes a minute later anyway."""
+        role = iam.Role(
+            self,
+            "RolloutSchedulerRole",
+            description="EventBridge Scheduler invokes the sluice rollout controller",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com",
+                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
+            ),
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["lambda:InvokeFunction"], resources=[controller.invocable.function_arn]
+            )
+        )
+        return scheduler.CfnSchedule(
             self,
             "RolloutSchedule",
+            name=names.function("rollouts"),
             description="Looks at every running rollout once a minute",
-            schedule=events.Schedule.rate(Duration.minutes(1)),
-            targets=[
-                targets.LambdaFunction(
-                    controller.invocable,
-                    retry_attempts=0,  # the next look comes a minute later anyway
-                    dead_letter_queue=controller.dead_letters,
-                )
-            ],
+            schedule_expression="rate(1 minute)",
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            state="ENABLED",
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=controller.invocable.function_arn,
+                role_arn=role.role_arn,
+                input="{}",
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_retry_attempts=0, maximum_event_age_in_seconds=60
+                ),
+            ),
         )
-        return controller
 
     def _websocket(
         self,

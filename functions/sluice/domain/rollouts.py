@@ -11,6 +11,11 @@ per step, so a step is judged on its own traffic only):
 - `mean_abs_diff`  the mean absolute difference of probabilities (or values) in that comparison;
 - `error_rate`     `errors / requests` of the requests the candidate variant answered;
 - `p99_ratio`      the candidate variant's p99 latency over the stable variant's.
+
+A deployment bound to a SageMaker endpoint also has its endpoint's production-variant weights
+moved (`EndpointRollout`, `endpoint_weights`): sluice routes its own requests with
+`TargetVariant`, the weights steer every other caller of the endpoint and are what SageMaker
+shows.
 """
 
 from __future__ import annotations
@@ -142,6 +147,23 @@ def check_alarms(names: list[str] | tuple[str, ...], *, field: str = "alarms") -
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointRollout:
+    """The endpoint side of a rollout of a deployment bound to a SageMaker endpoint (or its
+    local twin). Production variants are named as SageMaker names them."""
+
+    name: str  # the endpoint
+    candidate: str  # the production variant that serves the candidate
+    candidate_version: int  # the `sagemaker` version bound to that variant: the split's candidate
+    stable: dict[str, float]  # each production variant of the stable policy: its share of it (sums to 1)
+    before: dict[str, float]  # every variant's weight when the rollout started: what going back restores
+    added: bool = False  # the rollout put the candidate's variant on the endpoint (UpdateEndpoint)
+    ready: bool = True  # False while that variant is not in service yet: no step has begun
+    pending: bool = False  # the weights of the rollout's state are not on the endpoint yet
+    waiting_since: float | None = None  # when they began to wait (the endpoint was not InService)
+    weights: dict[str, float] = field(default_factory=dict)  # the weights last put on the endpoint
+
+
+@dataclass(frozen=True, slots=True)
 class Rollout:
     """A deployment's rollout, stored with the deployment (one at a time). `stable` is the
     policy the deployment had when it started: what a rollback restores."""
@@ -164,10 +186,17 @@ class Rollout:
     updated_at: float = 0.0
     reason: str = ""  # the last decision, in words
     decided: dict[str, Any] = field(default_factory=dict)  # the numbers of the last decision
+    endpoint: EndpointRollout | None = None  # set when the deployment is bound to an endpoint
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE
+
+    @property
+    def waiting_for_endpoint(self) -> bool:
+        """The candidate's variant is being added to the endpoint: the stable policy routes
+        everything, and the first step begins once the variant is in service."""
+        return self.endpoint is not None and not self.endpoint.ready
 
     @property
     def weight(self) -> float:
@@ -175,7 +204,10 @@ class Rollout:
 
     @property
     def candidate(self) -> dict[str, Any]:
-        return {"kind": "single", "model": self.model, "version": self.version}
+        """What the split routes the candidate to: the version asked for, or on an endpoint the
+        `sagemaker` version bound to the candidate's variant."""
+        version = self.endpoint.candidate_version if self.endpoint is not None else self.version
+        return {"kind": "single", "model": self.model, "version": version}
 
     def parsed_gates(self) -> tuple[Gate, ...]:
         return parse_gates(self.gates)
@@ -183,7 +215,10 @@ class Rollout:
     def step_policy(self) -> dict[str, Any]:
         """The policy of the current step: a split of stable and candidate by the step's
         weight, the candidate also mirrored on what the stable answers (the comparison the
-        `agreement` gate reads). The last step (100) is the candidate alone."""
+        `agreement` gate reads). The last step (100) is the candidate alone. While the
+        candidate's variant is being added to the endpoint, the stable policy alone."""
+        if self.waiting_for_endpoint:
+            return self.stable
         weight = self.weight
         if weight >= 100:
             return self.candidate
@@ -204,3 +239,30 @@ class Rollout:
         if self.routing_key:
             split["routing_key"] = self.routing_key
         return split
+
+
+def endpoint_weights(rollout: Rollout) -> dict[str, float] | None:
+    """The production-variant weights the endpoint should have in this state of the rollout,
+    in percent like the split (SageMaker divides traffic by each weight over their sum); None
+    when there is no endpoint, or no step has begun on it.
+
+    Running or paused at `w`%: the candidate's variant `w`, the stable's variants `100 - w`
+    shared as the stable policy shares them, every other variant 0. Completed: the candidate
+    100 and every other variant 0 (none is removed). Rolled back or aborted: every variant as it
+    was when the rollout started, a variant the rollout added at 0."""
+    ep = rollout.endpoint
+    if ep is None:
+        return None
+    if rollout.state in ("rolled_back", "aborted"):
+        back = dict(ep.before)
+        back.setdefault(ep.candidate, 0.0)
+        return back
+    if not ep.ready:
+        return None
+    share = 100.0 if rollout.state == "completed" else rollout.weight
+    out = dict.fromkeys(ep.before, 0.0)
+    out[ep.candidate] = 0.0
+    for variant, part in ep.stable.items():
+        out[variant] = out.get(variant, 0.0) + round((100.0 - share) * part, 6)
+    out[ep.candidate] += share
+    return out

@@ -1,6 +1,6 @@
 """The endpoint control plane as a port: deploy a deployment's versions onto an endpoint,
-describe it, change its weights and capacity, settle what waits for it to be in service, and
-undeploy it.
+describe it, change its weights and capacity, add a variant for one more version, settle what
+waits for it to be in service, and undeploy it.
 
 Two adapters implement it: `sluice.endpoints.sagemaker.SageMakerEndpoints` (SageMaker and
 Application Auto Scaling) and `sluice.endpoints.local_endpoints.LocalEndpoints` (a local
@@ -184,6 +184,17 @@ class EndpointState:
         return next((v for v in self.variants if name in (v.label, v.name)), None)
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointWeights:
+    """The least a rollout's look needs: the status, and each live variant's desired weight
+    (None where the endpoint reports none)."""
+
+    name: str
+    status: str
+    weights: dict[str, float | None]
+    failure_reason: str | None = None
+
+
 # the port ----------------------------------------------------------------------------------
 class EndpointControl(Protocol):
     """Where a deployment's endpoint runs, and the calls that change it."""
@@ -204,6 +215,17 @@ class EndpointControl(Protocol):
 
     def change(self, endpoint: str, changes: VariantChanges) -> None:
         """Autoscaling, weights and instance counts of the endpoint's variants."""
+        ...
+
+    def weights(self, endpoint: str) -> EndpointWeights | None:
+        """Status and live variant weights, in one call; None when there is no endpoint."""
+        ...
+
+    def add_variant(self, state: EndpointState, target: DeployTarget, *, like: VariantState) -> VariantState:
+        """Put one more variant on an InService endpoint, serving `target.version` at
+        `target.weight`, on the instance type and count of `like`; the variant as added (its
+        instances come up while the endpoint updates). What this call made is removed again
+        when it fails."""
         ...
 
     def undeploy(self, endpoint: str, state: EndpointState | None) -> dict[str, Any]:

@@ -8,7 +8,9 @@ start takes the others down with it. The `sagemaker` runtime reaches a variant a
 endpoint reports for it (the bound versions carry it as `endpoint_url`). Instance counts,
 autoscaling and weights are recorded as asked and reported back: one server per variant runs
 here whatever the count, and the deployment's split, not the endpoint, divides traffic.
-Undeploying stops the servers and removes the endpoint's folder.
+A rollout's candidate gets a variant of its own the same way (`add_variant`: its repository
+built and its server started, at weight 0). Undeploying stops the servers and removes the
+endpoint's folder.
 
 Everything lives under `<home>/endpoints/<endpoint>/`: `endpoint.json` (what was asked),
 and per variant `<variant>/repository/` and `<variant>/triton/` (the server's state and log).
@@ -24,12 +26,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sluice.domain.errors import Conflict
+from sluice.domain.errors import Conflict, NotFound
 from sluice.endpoints import local_triton
 from sluice.endpoints.control import (
     Autoscaling,
     DeploySpec,
+    DeployTarget,
     EndpointState,
+    EndpointWeights,
     ScalingState,
     VariantChanges,
     VariantState,
@@ -194,6 +198,74 @@ class LocalEndpoints:
 
     def settle(self, state: EndpointState) -> EndpointState:
         return state  # autoscaling asked for at deploy was recorded then: nothing waits
+
+    def weights(self, endpoint: str) -> EndpointWeights | None:
+        state = self.describe(endpoint)
+        if state is None:
+            return None
+        return EndpointWeights(
+            name=endpoint,
+            status=state.status,
+            weights={v.name: v.desired_weight for v in state.variants},
+            failure_reason=state.failure_reason,
+        )
+
+    # add a variant -------------------------------------------------------------------------
+    def add_variant(self, state: EndpointState, target: DeployTarget, *, like: VariantState) -> VariantState:
+        """Build the version's repository and start its server; recorded once it is ready
+        (so the endpoint is InService with the variant when this returns)."""
+        env = self.env
+        folder = self.folder(state.name)
+        record = _read(folder)
+        if record is None:
+            raise NotFound(f"endpoint {state.name} is gone", field="endpoint")
+        home = folder / target.variant
+        if home.exists():
+            raise Conflict(f"endpoint {state.name} already has a folder for variant {target.variant}", field="endpoint")
+        try:
+            built = build_variant_repository(
+                home / "repository", target.version, self.store, flavour="local", max_batch_size=None, gpu=False
+            )
+            server = local_triton.start(
+                home / "repository",
+                home=home,
+                port=local_triton.free_base_port(),
+                default_model=built.name,
+                env=env,
+                ready_timeout_s=self.ready_timeout_s,
+            )
+        except BaseException:
+            self._remove(home, [])
+            raise
+        item = {
+            "name": target.variant,
+            "label": target.label,
+            "model": target.version.model,
+            "version": target.version.version,
+            "max_batch_size": built.max_batch_size,
+            "triton_model": built.name,
+            "weight": target.weight,
+            "instances": like.desired_instances or 1,
+            "autoscaling": None,
+        }
+        record["variants"].append(item)
+        record["updated_at"] = round(time.time(), 3)
+        _write(folder, record)
+        log.info("local endpoint variant started", extra={"endpoint": state.name, "variant": target.variant})
+        return VariantState(
+            name=target.variant,
+            label=target.label,
+            model=target.version.model,
+            version=target.version.version,
+            max_batch_size=built.max_batch_size,
+            model_name=built.name,
+            instance_type=record["instance_type"],
+            desired_weight=target.weight,
+            current_weight=target.weight,
+            desired_instances=item["instances"],
+            current_instances=1,
+            url=server.sagemaker_url,
+        )
 
     # change ----------------------------------------------------------------------------------
     def change(self, endpoint: str, changes: VariantChanges) -> None:

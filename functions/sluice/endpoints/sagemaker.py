@@ -9,6 +9,13 @@ and the endpoint. Which sluice model version each production variant serves trav
 on the endpoint, and so does autoscaling asked for at deploy time, which Application Auto
 Scaling accepts only once the endpoint is InService (`settle`).
 
+A rollout adds a variant for its candidate (`add_variant`): the candidate's model, a new
+endpoint config that is the current one plus that variant at weight 0, and `UpdateEndpoint`
+with `RetainAllVariantProperties`, so the variants already there keep the weights and
+instance counts they have now (set since by `UpdateEndpointWeightsAndCapacities` or
+autoscaling) rather than the config's initial ones, and only the new variant takes its
+values from the config. The old config stays until undeploy removes it with the others.
+
 Clients come from `sluice.clients.AwsClients`, built on first use.
 """
 
@@ -24,8 +31,11 @@ from sluice.domain.errors import Unavailable
 from sluice.endpoints.control import (
     Autoscaling,
     DeploySpec,
+    DeployTarget,
     EndpointState,
+    EndpointWeights,
     VariantChanges,
+    VariantState,
     build_variant_repository,
 )
 from sluice.endpoints.names import config_name, digest, model_name, resource_id
@@ -44,6 +54,7 @@ from sluice.endpoints.sagemaker_support import (
     aws_error,
     error_code,
     is_missing,
+    number,
 )
 
 if TYPE_CHECKING:
@@ -258,6 +269,25 @@ class SageMakerEndpoints:
 
         return EndpointReader(self.sagemaker, self.autoscaling).describe(endpoint)
 
+    def weights(self, endpoint: str) -> EndpointWeights | None:
+        """Status and each live variant's desired weight: one DescribeEndpoint."""
+        from botocore.exceptions import ClientError
+
+        try:
+            found = self.sagemaker.describe_endpoint(EndpointName=endpoint)
+        except ClientError as exc:
+            if is_missing(exc):
+                return None
+            raise aws_error(exc, "describe the endpoint") from None
+        except Exception as exc:
+            raise aws_error(exc, "describe the endpoint") from None
+        return EndpointWeights(
+            name=endpoint,
+            status=str(found.get("EndpointStatus", "")),
+            weights={v["VariantName"]: number(v.get("DesiredWeight")) for v in found.get("ProductionVariants", [])},
+            failure_reason=found.get("FailureReason") or None,
+        )
+
     def settle(self, state: EndpointState) -> EndpointState:
         """Register the autoscaling asked for at deploy, now that the endpoint is InService."""
         if state.status != "InService" or state.pending_autoscaling is None:
@@ -320,6 +350,118 @@ class SageMakerEndpoints:
             self.sagemaker.update_endpoint_weights_and_capacities(EndpointName=endpoint, DesiredWeightsAndCapacities=updates)
         except Exception as exc:
             raise aws_error(exc, "update the endpoint's weights and capacities") from None
+
+    # add a variant -------------------------------------------------------------------------
+    def add_variant(self, state: EndpointState, target: DeployTarget, *, like: VariantState) -> VariantState:
+        """The candidate's model (the image and role of `like`'s), the current config plus a
+        variant for it, and UpdateEndpoint retaining every variant property already there."""
+        from sluice.endpoints.image_uris import check_instance_type
+
+        try:
+            current = self.sagemaker.describe_endpoint_config(EndpointConfigName=state.config_name)
+            container = self.sagemaker.describe_model(ModelName=like.model_name)
+        except Exception as exc:
+            raise aws_error(exc, "read the endpoint's config") from None
+        image = (container.get("PrimaryContainer") or {}).get("Image") or ""
+        role = container.get("ExecutionRoleArn") or self.role_arn
+        if not image or not role:
+            raise Unavailable(f"variant {like.name}'s model names no image or role to run a candidate as", field="endpoint")
+        count = like.desired_instances or 1
+        deploy = DeploySpec(
+            endpoint=state.name,
+            tenant=state.tenant,
+            deployment=state.deployment,
+            instance_type=like.instance_type,
+            gpu=check_instance_type(like.instance_type) == "gpu",
+            instance_count=count,
+            targets=(target,),
+        )
+        [variant] = self._package(deploy, image, role)
+        spec = EndpointSpec(
+            name=state.name,
+            config_name=config_name(state.name, digest(state.config_name, variant.name, variant.model_name)),
+            tenant=state.tenant,
+            deployment=state.deployment,
+            instance_type=like.instance_type,
+            instance_count=count,
+            role_arn=role,
+            variants=(variant,),
+        )
+        made_model = made_config = False
+        try:
+            made_model = self._create_model(spec, variant)
+            made_config = self._create_extended_config(spec, current, state)
+            self.sagemaker.add_tags(ResourceArn=state.arn, Tags=[variant.tag()])
+            self.sagemaker.update_endpoint(
+                EndpointName=state.name, EndpointConfigName=spec.config_name, RetainAllVariantProperties=True
+            )
+        except Exception as exc:
+            error = aws_error(exc, "add a variant to the endpoint")
+            with suppress(Exception):
+                self.sagemaker.delete_tags(ResourceArn=state.arn, TagKeys=[variant.tag()["Key"]])
+            if made_config:
+                with suppress(Exception):
+                    self.sagemaker.delete_endpoint_config(EndpointConfigName=spec.config_name)
+            if made_model:
+                with suppress(Exception):
+                    self.sagemaker.delete_model(ModelName=variant.model_name)
+            raise error from None
+        return VariantState(
+            name=variant.name,
+            label=variant.label,
+            model=variant.model,
+            version=variant.version,
+            max_batch_size=variant.max_batch_size,
+            model_name=variant.model_name,
+            instance_type=like.instance_type,
+            desired_weight=variant.weight,
+            current_weight=None,
+            desired_instances=count,
+            current_instances=None,
+        )
+
+    def _create_extended_config(self, spec: EndpointSpec, current: dict[str, Any], state: EndpointState) -> bool:
+        """`current` again under a new name, each variant at its live weight and count, plus the
+        variant of `spec`. Only what CreateEndpointConfig takes is copied (botocore's service
+        model says which), so settings sluice does not make itself survive."""
+        from botocore.exceptions import ClientError
+
+        model = self.sagemaker.meta.service_model
+        takes = set(model.operation_model("CreateEndpointConfig").input_shape.members) - {
+            "EndpointConfigName", "ProductionVariants", "Tags"
+        }
+        variant_takes = set(model.shape_for("ProductionVariant").members)
+        variants = []
+        for planned in current.get("ProductionVariants", []):
+            copied = {k: v for k, v in planned.items() if k in variant_takes and v not in (None, {}, [])}
+            live = state.variant(planned["VariantName"])
+            if live is not None and live.desired_weight is not None:
+                copied["InitialVariantWeight"] = live.desired_weight
+            if live is not None and live.desired_instances is not None and "InitialInstanceCount" in copied:
+                copied["InitialInstanceCount"] = live.desired_instances
+            variants.append(copied)
+        [new] = spec.variants
+        variants.append(
+            {
+                "VariantName": new.name,
+                "ModelName": new.model_name,
+                "InstanceType": spec.instance_type,
+                "InitialInstanceCount": spec.instance_count,
+                "InitialVariantWeight": new.weight,
+            }
+        )
+        try:
+            self.sagemaker.create_endpoint_config(
+                EndpointConfigName=spec.config_name,
+                ProductionVariants=variants,
+                Tags=spec.tags(),
+                **{k: v for k, v in current.items() if k in takes and v not in (None, {}, [])},
+            )
+        except ClientError as exc:
+            if already_exists(exc):
+                return False
+            raise
+        return True
 
     # delete ----------------------------------------------------------------------------------
     def undeploy(self, name: str, state: EndpointState | None) -> dict[str, Any]:

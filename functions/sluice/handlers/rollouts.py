@@ -1,11 +1,15 @@
-"""The rollout controller on AWS: an EventBridge rule invokes this function every minute, and
-each invocation takes one look at every running rollout (`RolloutService.run_once`): advance,
-complete, roll back, or hold. CloudWatch alarms a rollout names are checked with one
-`DescribeAlarms` call per rollout per look. The function acts for every tenant with its own
-role: it reads deployments and their statistics and writes deployment changes, nothing else.
+"""The rollout controller on AWS: an EventBridge Scheduler schedule invokes this function
+every minute, and each invocation takes one look at every running rollout
+(`RolloutService.run_once`): advance, complete, roll back, or hold. CloudWatch alarms a
+rollout names are checked with one `DescribeAlarms` call per rollout per look. The function
+acts for every tenant with its own role: it reads deployments and their statistics and writes
+deployment changes.
 
-Deployments bound to a SageMaker endpoint are rolled out by their sluice policy alone: the
-endpoint's own production variant weights are not moved."""
+For a deployment bound to its SageMaker endpoint it also moves the endpoint's production
+variant weights (`DescribeEndpoint`, then `UpdateEndpointWeightsAndCapacities` when the
+endpoint is InService; the SageMaker client is built only for such a rollout). It never
+creates or changes endpoint configs: a candidate's variant is added by `rollout start`, in
+the API."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def service() -> RolloutService:
     alarms = CloudWatchAlarms(
         default_clients(c.settings.region).client("cloudwatch", region=c.settings.region)
     )
-    return RolloutService(c.registry, c.deployments, alarms=alarms)
+    return RolloutService(c.registry, c.deployments, alarms=alarms, endpoints=c.endpoint_plane)
 
 
 @logger.inject_lambda_context(clear_state=True)

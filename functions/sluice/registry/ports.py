@@ -60,8 +60,9 @@ class DeploymentRegistry(Protocol):
         ...
 
     def running_rollouts(self) -> list[tuple[str, str]]:
-        """(tenant, deployment) of every deployment whose rollout is running, in every tenant:
-        for the rollout controller alone, which acts for each tenant in turn."""
+        """(tenant, deployment) of every deployment whose rollout is running, or whose
+        rollout's endpoint weights wait (`rollout.endpoint.pending`), in every tenant: for the
+        rollout controller alone, which acts for each tenant in turn."""
         ...
 
 

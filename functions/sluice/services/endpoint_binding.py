@@ -21,7 +21,7 @@ from sluice.domain.policy import Single, Split, parse_policy, policy_dict, walk
 if TYPE_CHECKING:
     from sluice.domain import Deployment, Principal
     from sluice.domain.policy import Node
-    from sluice.endpoints.control import EndpointState
+    from sluice.endpoints.control import EndpointState, VariantState
     from sluice.registry import Registry
     from sluice.services.deployments import DeploymentService
 
@@ -63,18 +63,7 @@ class Binder:
                 continue
             if (single.model, single.version) != (variant.model, variant.version):
                 return dep
-            config: dict[str, Any] = {
-                "endpoint_name": state.name,
-                "variant": variant.name,
-                "max_batch_size": variant.max_batch_size,
-                "source_version": current.version,
-            }
-            if variant.url:
-                config["endpoint_url"] = variant.url
-                # The local container answers both paths: requests above SageMaker's
-                # synchronous limit go through the twin's asynchronous queue.
-                config["async_endpoint_name"] = state.name
-            bound = self._bound_version(principal, current, config)
+            bound = self.bound_version(principal, current, state.name, variant)
             chosen[label] = Single(model=bound.model, version=bound.version)
         if not chosen:
             return dep
@@ -89,6 +78,22 @@ class Binder:
             return self.registry.get_deployment(dep.tenant, dep.name)  # changed meanwhile; the next look binds
         log.info("deployment bound to its endpoint", extra={"tenant": dep.tenant, "deployment": dep.name, "endpoint": state.name})
         return updated
+
+    def bound_version(self, principal: Principal, source: ModelVersion, endpoint: str, variant: VariantState) -> ModelVersion:
+        """The `sagemaker` version of `source` that `variant` of `endpoint` serves: the one
+        registered before, or a new one."""
+        config: dict[str, Any] = {
+            "endpoint_name": endpoint,
+            "variant": variant.name,
+            "max_batch_size": variant.max_batch_size,
+            "source_version": source.version,
+        }
+        if variant.url:
+            config["endpoint_url"] = variant.url
+            # The local container answers both paths: requests above SageMaker's
+            # synchronous limit go through the twin's asynchronous queue.
+            config["async_endpoint_name"] = endpoint
+        return self._bound_version(principal, source, config)
 
     def _bound_version(self, principal: Principal, source: ModelVersion, config: dict[str, Any]) -> ModelVersion:
         for existing in self.registry.list_versions(source.tenant, source.model):

@@ -8,9 +8,21 @@ judged on its own traffic.
 
 The controller (`tick`, `run_once`) is stateless: each look reads the deployment and the
 counters of its current revision and either holds (no write), advances, completes, or rolls
-back. Locally `sluice serve` runs it on a thread of its own (`RolloutWatcher`); on AWS an
-EventBridge rule invokes `sluice.handlers.rollouts` every minute. Its writes are conditional
-on the revision it read, so a manual change in between wins and the look is taken again later.
+back. Locally `sluice serve` runs it on a thread of its own (`RolloutWatcher`); on AWS
+EventBridge Scheduler invokes `sluice.handlers.rollouts` every minute. Its writes are
+conditional on the revision it read, so a manual change in between wins and the look is taken
+again later.
+
+A deployment bound to its SageMaker endpoint (or the local twin's) has the endpoint's
+production-variant weights moved with every start, step, resume, rollback, abort and
+completion (`sluice.services.rollout_endpoints`): before the change is written, and only
+while the endpoint is InService. When it is not, the change is written all the same (sluice's
+own routing never waits; its note says the weights wait) and the rollout's endpoint weights
+are pending: each later look tries again, and the look that moves them records it as a change
+of its own, from which a running step's clock and counts start afresh. Until then a running
+rollout does not advance (it still rolls back). A rollout whose candidate had no variant on
+the endpoint adds one at start and begins its first step once the endpoint is InService with
+it.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from sluice.domain.rollouts import (
     STABLE,
     Rollout,
     check_alarms,
+    endpoint_weights,
     parse_duration,
     parse_gates,
     parse_steps,
@@ -41,8 +54,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sluice.domain import Deployment
+    from sluice.endpoints.control import EndpointControl
     from sluice.registry import Registry
     from sluice.services.deployments import DeploymentService
+    from sluice.services.rollout_endpoints import RolloutEndpoints
 
 log = logging.getLogger(__name__)
 CONTROLLER = "rollout-controller"  # the subject the controller's changes are recorded under
@@ -74,7 +89,7 @@ class CloudWatchAlarms:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    action: str  # hold, advance, complete, rollback
+    action: str  # hold, advance, complete, rollback; endpoint: the endpoint caught up
     reason: str
     numbers: dict[str, Any]
 
@@ -195,6 +210,37 @@ def paused_by_change(rollout: Rollout, subject: str) -> tuple[Rollout, dict[str,
     }
 
 
+def endpoint_out(rollout: Rollout) -> dict[str, Any] | None:
+    ep = rollout.endpoint
+    if ep is None:
+        return None
+    return {
+        "name": ep.name,
+        "candidate_variant": ep.candidate,
+        "candidate_version": ep.candidate_version,
+        "stable_variants": ep.stable,
+        "added": ep.added,
+        "ready": ep.ready,
+        "weights": endpoint_weights(rollout),
+        "pending": ep.pending,
+        "waiting_since": ep.waiting_since,
+        "applied": ep.weights,
+        "before": ep.before,
+    }
+
+
+def waiting_reason(rollout: Rollout) -> str | None:
+    """Why a look holds for the endpoint, or None."""
+    ep = rollout.endpoint
+    if ep is None:
+        return None
+    if not ep.ready:
+        return f"waiting for endpoint {ep.name} to put variant {ep.candidate} in service"
+    if ep.pending:
+        return f"waiting for endpoint {ep.name} to be InService to take the weights"
+    return None
+
+
 def rollout_out(rollout: Rollout) -> dict[str, Any]:
     return {
         "state": rollout.state,
@@ -215,6 +261,7 @@ def rollout_out(rollout: Rollout) -> dict[str, Any]:
         "updated_at": rollout.updated_at,
         "reason": rollout.reason,
         "decided": rollout.decided,
+        "endpoint": endpoint_out(rollout),
     }
 
 
@@ -226,11 +273,18 @@ class RolloutService:
         *,
         clock: Callable[[], float] = time.time,
         alarms: Alarms | None = None,
+        endpoints: Callable[[], EndpointControl] | None = None,
     ) -> None:
         self.registry = registry
         self.deployments = deployments
         self.clock = clock
         self.alarms = alarms  # None: alarms are not checked here (locally)
+        # The endpoint control plane, built on first use; None: endpoint weights are not moved.
+        self.endpoints: RolloutEndpoints | None = None
+        if endpoints is not None:
+            from sluice.services.rollout_endpoints import RolloutEndpoints
+
+            self.endpoints = RolloutEndpoints(registry, deployments, endpoints)
 
     # Commands -----------------------------------------------------------------------------
     def start(
@@ -294,6 +348,15 @@ class RolloutService:
             raise InvalidRequest(
                 f"deployment '{name}' already routes everything to {model}:{number}", field="to"
             )
+        planned = (
+            self.endpoints.plan(principal, dep, version) if self.endpoints is not None else None
+        )
+        if planned is not None and dep.policy == {**candidate, "version": planned.candidate_version}:
+            raise InvalidRequest(
+                f"deployment '{name}' already routes everything to {model}:{number} "
+                f"(on variant {planned.candidate} of endpoint {planned.name})",
+                field="to",
+            )
         when = self.clock()
         rollout = Rollout(
             model=model,
@@ -311,16 +374,21 @@ class RolloutService:
             step_started_at=when,
             updated_at=when,
             reason=f"started at {parsed_steps[0]:g}%",
+            endpoint=planned,
         )
-        note = {"rollout": "start", "to": f"{model}:{number}", "step": 0, "weight": rollout.weight}
-        return self.deployments.update(
-            principal,
-            name,
-            rollout.step_policy(),
-            expected_revision=dep.revision,
-            rollout=rollout,
-            note=note,
-        )
+        note: dict[str, Any] = {
+            "rollout": "start",
+            "to": f"{model}:{number}",
+            "step": 0,
+            "weight": rollout.weight,
+        }
+        waiting = waiting_reason(rollout)
+        if waiting is not None:
+            rollout = replace(rollout, reason=f"started: {waiting}")
+            note["reason"] = rollout.reason
+        if planned is not None and planned.added:
+            note["added_variant"] = planned.candidate
+        return self._move(principal, dep, rollout, rollout.step_policy(), note)
 
     def status(self, principal: Principal, name: str) -> dict[str, Any]:
         principal.require("admin")
@@ -335,6 +403,7 @@ class RolloutService:
             decision = evaluate(dep.rollout, metrics, now)
             results = decision.numbers["gates"]
             running = dep.rollout.state == "running"
+            waiting = waiting_reason(dep.rollout)
             step_ends_at = dep.rollout.step_started_at + dep.rollout.every_s
             out["now"] = {
                 "metrics": metrics,
@@ -350,8 +419,10 @@ class RolloutService:
                     }
                     for g in dep.rollout.parsed_gates()
                 ],
-                "next": decision.action if running else "paused",
-                "reason": decision.reason,
+                "next": ("hold" if waiting and decision.action != "rollback" else decision.action)
+                if running
+                else "paused",
+                "reason": waiting if waiting and decision.action != "rollback" else decision.reason,
                 "at": now,
                 "step_ends_at": step_ends_at,
                 # The earliest the controller may move the rollout on (advance or complete):
@@ -397,14 +468,7 @@ class RolloutService:
             "step": rollout.step,
             "weight": rollout.weight,
         }
-        return self.deployments.update(
-            principal,
-            name,
-            resumed.step_policy(),
-            expected_revision=dep.revision,
-            rollout=resumed,
-            note=note,
-        )
+        return self._move(principal, dep, resumed, resumed.step_policy(), note)
 
     def abort(self, principal: Principal, name: str) -> Deployment:
         dep, rollout = self._active(principal, name, "abort", ("running", "paused"))
@@ -438,20 +502,54 @@ class RolloutService:
             rollout, state=state, reason=reason, decided=numbers, updated_at=self.clock()
         )
         note = {"rollout": state, "reason": reason, **numbers}
+        return self._move(principal, dep, done, policy, note)
+
+    def _move(
+        self,
+        principal: Principal,
+        dep: Deployment,
+        rollout: Rollout,
+        policy: dict[str, Any],
+        note: dict[str, Any],
+    ) -> Deployment:
+        """Write a move of the rollout, the endpoint's weights moved first where it has them
+        (the note says whether they moved, or wait for the endpoint)."""
+        ep = rollout.endpoint
+        target = endpoint_weights(rollout)
+        if ep is not None and self.endpoints is not None and target is not None:
+            moved, status = self.endpoints.apply(ep.name, target)
+            waits = not moved and status != "gone"
+            ep = replace(
+                ep,
+                pending=waits,
+                weights=target if moved else ep.weights,
+                waiting_since=(ep.waiting_since or self.clock()) if waits else None,
+            )
+            rollout = replace(rollout, endpoint=ep)
+            note = {
+                **note,
+                "endpoint": {"name": ep.name, "weights": target, "moved": moved, "status": status},
+            }
         return self.deployments.update(
-            principal, dep.name, policy, expected_revision=dep.revision, rollout=done, note=note
+            principal, dep.name, policy, expected_revision=dep.revision, rollout=rollout, note=note
         )
 
     # The controller -------------------------------------------------------------------------
     def tick(self, tenant: str, name: str) -> Decision | None:
-        """One look at one deployment's running rollout; None when there is none to look at."""
+        """One look at one deployment's rollout: a running one, or one whose endpoint weights
+        still wait; None when there is nothing to look at."""
         from sluice.registry.scope import use_tenant
 
         principal = Principal(tenant, frozenset({"admin"}), CONTROLLER)
         with use_tenant(tenant):
             dep = self.registry.get_deployment(tenant, name)
             rollout = dep.rollout
-            if rollout is None or rollout.state != "running":
+            if rollout is None:
+                return None
+            ep = rollout.endpoint
+            if rollout.state != "running":
+                if ep is not None and ep.pending and self.endpoints is not None:
+                    return self._catch_up(principal, dep, rollout)
                 return None
             now = self.clock()
             firing = (
@@ -462,10 +560,21 @@ class RolloutService:
             if firing:
                 numbers = {"step": rollout.step, "weight": rollout.weight, "alarms": firing}
                 decision = Decision("rollback", f"alarm {', '.join(firing)} fired", numbers)
+            elif rollout.waiting_for_endpoint and self.endpoints is not None:
+                decision = self._await_variant(principal, dep, rollout, now)
+                if decision.action != "rollback":
+                    return decision
             else:
                 decision = evaluate(
                     rollout, measure(self.deployments.read_stats(tenant, name, dep.revision)), now
                 )
+            if (
+                decision.action != "rollback"
+                and ep is not None
+                and ep.pending
+                and self.endpoints is not None
+            ):
+                return self._catch_up(principal, dep, rollout)
             if decision.action == "hold":
                 return decision
             if decision.action == "rollback":
@@ -501,15 +610,78 @@ class RolloutService:
                     "to_weight": moved.weight,
                     **decision.numbers,
                 }
-                self.deployments.update(
-                    principal,
-                    name,
-                    moved.step_policy(),
-                    expected_revision=dep.revision,
-                    rollout=moved,
-                    note=note,
-                )
+                self._move(principal, dep, moved, moved.step_policy(), note)
             return decision
+
+    def _await_variant(
+        self, principal: Principal, dep: Deployment, rollout: Rollout, now: float
+    ) -> Decision:
+        """The candidate's variant is being added: hold while the endpoint is not InService;
+        once it is, begin the first step (its weights on the endpoint, the split in the
+        policy); roll back when the endpoint came back without the variant."""
+        assert rollout.endpoint is not None and self.endpoints is not None
+        ep = rollout.endpoint
+        numbers: dict[str, Any] = {"step": rollout.step, "weight": rollout.weight}
+        live = self.endpoints.look(ep.name)
+        if live is None:
+            return Decision("rollback", f"endpoint {ep.name} is gone", numbers)
+        numbers["endpoint"] = {"name": ep.name, "status": live.status}
+        if live.status in ("Failed", "Deleting", "UpdateRollbackFailed") or (
+            live.status == "InService" and ep.candidate not in live.weights
+        ):
+            why = live.failure_reason or "its update did not take"
+            return Decision(
+                "rollback",
+                f"endpoint {ep.name} is {live.status} without variant {ep.candidate}: {why}",
+                numbers,
+            )
+        if live.status != "InService":
+            return Decision(
+                "hold", f"waiting for endpoint {ep.name} ({live.status}) to add variant {ep.candidate}", numbers
+            )
+        waited = round(now - rollout.started_at, 3)
+        reason = f"endpoint {ep.name} has variant {ep.candidate} in service: {rollout.weight:g}% now"
+        begun = replace(
+            rollout,
+            endpoint=replace(ep, ready=True),
+            step_started_at=now,
+            updated_at=now,
+            reason=reason,
+            decided={},
+        )
+        note = {"rollout": "endpoint", "reason": reason, "waited_s": waited, **numbers}
+        self._move(principal, dep, begun, begun.step_policy(), note)
+        return Decision("endpoint", reason, {**numbers, "waited_s": waited})
+
+    def _catch_up(self, principal: Principal, dep: Deployment, rollout: Rollout) -> Decision:
+        """Weights that wait for the endpoint: put them on it now if it is InService, and
+        record that (a running step starts afresh then); else hold."""
+        assert rollout.endpoint is not None and self.endpoints is not None
+        ep = rollout.endpoint
+        target = endpoint_weights(rollout) or {}
+        now = self.clock()
+        numbers: dict[str, Any] = {"step": rollout.step, "weight": rollout.weight}
+        moved, status = self.endpoints.apply(ep.name, target)
+        numbers["endpoint"] = {"name": ep.name, "weights": target, "moved": moved, "status": status}
+        if not moved and status != "gone":
+            return Decision("hold", f"waiting for endpoint {ep.name} ({status}) to take the weights", numbers)
+        waited = round(now - (ep.waiting_since or now), 3)
+        if moved:
+            reason = f"endpoint {ep.name} took the weights after waiting {waited:g} s"
+        else:
+            reason = f"endpoint {ep.name} is gone: its weights are left as they are"
+        caught = replace(
+            rollout,
+            endpoint=replace(ep, pending=False, waiting_since=None, weights=target if moved else ep.weights),
+            updated_at=now,
+        )
+        if rollout.state == "running":  # the step is judged on traffic from here
+            caught = replace(caught, step_started_at=now)
+        note = {"rollout": "endpoint", "reason": reason, "waited_s": waited, **numbers}
+        self.deployments.update(
+            principal, dep.name, None, expected_revision=dep.revision, rollout=caught, note=note
+        )
+        return Decision("endpoint", reason, {**numbers, "waited_s": waited})
 
     def run_once(self) -> dict[tuple[str, str], str]:
         """One look at every running rollout; a failure on one never stops the others."""

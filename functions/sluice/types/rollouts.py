@@ -45,6 +45,20 @@ class ReplayStart(WireModel):
     against: str = Field(description="The candidate: MODEL:VERSION or a deployment name.")
 
 
+class RolloutEndpointOut(WireModel):
+    name: str = Field(description="The endpoint.")
+    candidate_variant: str = Field(description="The production variant that serves the candidate.")
+    candidate_version: int = Field(description="The `sagemaker` version bound to it: what the split's candidate routes to.")
+    stable_variants: dict[str, float] = Field(description="The stable policy's production variants and their shares of it.")
+    added: bool = Field(description="Whether the rollout added the candidate's variant to the endpoint.")
+    ready: bool = Field(description="False while that variant is not in service yet (no step has begun).")
+    weights: dict[str, float] | None = Field(description="The weights the endpoint should have now, by production variant.")
+    pending: bool = Field(description="They are not on the endpoint yet: it was not InService; the next look tries again.")
+    waiting_since: float | None = Field(description="Since when they wait (epoch seconds).")
+    applied: dict[str, float] = Field(description="The weights the rollout last put on the endpoint.")
+    before: dict[str, float] = Field(description="The weights when the rollout started: what a rollback or abort restores.")
+
+
 class RolloutOut(WireModel):
     state: Literal["running", "paused", "completed", "rolled_back", "aborted"]
     to: str = Field(description="The candidate, MODEL:VERSION.")
@@ -64,6 +78,9 @@ class RolloutOut(WireModel):
     updated_at: float
     reason: str = Field(description="Its last decision, in words.")
     decided: dict[str, Any] = Field(description="The numbers behind its last decision.")
+    endpoint: RolloutEndpointOut | None = Field(
+        default=None, description="For a deployment bound to a SageMaker endpoint: the variant weights the rollout moves."
+    )
 
 
 class GateCheck(WireModel):

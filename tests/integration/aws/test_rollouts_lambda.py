@@ -1,5 +1,6 @@
 """The rollout controller in AWS form: the scheduled Lambda handler over a DynamoDB registry
-(moto), finding running rollouts with its scan and rolling back on a CloudWatch alarm."""
+(moto), finding running rollouts with its scan and rolling back on a CloudWatch alarm. Its
+moves of endpoint weights are in test_rollouts_on_endpoints.py."""
 
 from __future__ import annotations
 
@@ -69,3 +70,8 @@ def test_the_scheduled_controller_rolls_back_on_a_named_alarm(cloud: Container, 
     other = cloud.deployments.get(globex, "iris")
     assert other.rollout is not None and other.rollout.state == "running"
     assert cloud.registry.running_rollouts() == [("globex", "iris")]
+    # Wired to move endpoint weights, but no deployment here is bound to an endpoint: the
+    # endpoint control plane (and its SageMaker client) was never built.
+    from sluice.handlers.rollouts import service
+
+    assert service().endpoints is not None and "endpoints" not in vars(cloud)

@@ -273,6 +273,26 @@ def test_a_rollout_is_kept_with_its_deployment_and_running_ones_are_listed(regis
     assert registry.deployment_history(A, "scoring")[-1].note is None
 
 
+def test_a_rollout_whose_endpoint_weights_wait_is_listed_until_they_moved(registry: Registry) -> None:
+    from sluice.domain.rollouts import EndpointRollout, Rollout
+
+    endpoint = EndpointRollout(
+        name="sluice-a-scoring-0a1b2c3d", candidate="churn-v2", candidate_version=4, stable={"primary": 1.0},
+        before={"primary": 1.0}, added=True, pending=True, waiting_since=2.5, weights={"primary": 99.0, "churn-v2": 1.0},
+    )  # fmt: skip
+    rollout = Rollout(
+        model="churn", version=2, stable=single("churn", 3), steps=(1.0, 100.0), every_s=60.0,
+        gates="error_rate<=0.01", min_requests=10, state="rolled_back", endpoint=endpoint,
+    )  # fmt: skip
+    first = registry.create_deployment(Deployment(A, "scoring", single("churn", 3)))
+    second = registry.update_deployment(replace(first, rollout=rollout), expected_revision=1)
+    assert registry.get_deployment(A, "scoring").rollout == rollout == second.rollout
+    assert registry.running_rollouts() == [(A, "scoring")]  # rolled back, its weights still to move
+    caught = replace(rollout, endpoint=replace(endpoint, pending=False, waiting_since=None))
+    registry.update_deployment(replace(second, rollout=caught), expected_revision=2)
+    assert registry.running_rollouts() == []
+
+
 def test_only_one_of_concurrent_updates_wins(registry: Registry) -> None:
     current = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
     outcomes: list[object] = []

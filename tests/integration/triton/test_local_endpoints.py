@@ -1,7 +1,8 @@
 """A deployment's endpoint on the local twin of SageMaker: `SLUICE_ENDPOINTS=local` (the
 default in local mode) deploys a split onto a real local Triton per variant, the deployment
 answers through the `sagemaker` runtime, weights and capacity are recorded and reported,
-a dead server shows as Failed, and undeploying stops every server and routes back."""
+a dead server shows as Failed, and undeploying stops every server and routes back; a
+rollout's candidate gets a server of its own and the recorded weights follow the rollout."""
 
 from __future__ import annotations
 
@@ -189,3 +190,44 @@ def test_a_request_above_six_megabytes_goes_through_the_twins_asynchronous_queue
         assert client.post("/v2/models/big/infer", json=small, headers=auth(admin)).status_code == 200
     finally:
         client.delete("/api/v1/deployments/big/endpoint", headers=auth(admin))
+
+
+@pytest.mark.triton
+def test_a_rollout_on_the_local_twin_adds_the_candidates_variant_and_moves_its_weights(
+    triton_env: Any, tmp_path: Path
+) -> None:
+    """The candidate has no variant: `rollout start` builds its repository and starts its
+    server (in service at once here), so the first step begins at start; the candidate
+    answers from its own server, and an abort puts the recorded weights back."""
+    settings = Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0)
+    container = Container.from_settings(settings)
+    container.models.push(ACME, "mlp", MLP[1])
+    container.models.push(ACME, "mlp", MLP[2])
+    container.deployments.create(ACME, "ranker", {"kind": "single", "model": "mlp", "version": 1})
+    container.endpoint_control = LocalEndpoints(container.store, settings.home_path, env=triton_env)
+    _, admin = container.keys.create("acme", ["admin", "predict"])
+    client = TestClient(create_app(container))
+    assert client.post("/api/v1/deployments/ranker/endpoint", json={"instance_type": "ml.c5.xlarge"}, headers=auth(admin)).status_code == 202
+    try:
+        body = {"to": "mlp:2", "steps": [50, 100], "every": "1m", "gate": "error_rate<=0.01"}
+        r = client.post("/api/v1/deployments/ranker/rollout", json=body, headers=auth(admin))
+        assert r.status_code == 201, r.text
+        endpoint = client.get("/api/v1/deployments/ranker/rollout", headers=auth(admin)).json()["rollout"]["endpoint"]
+        assert (endpoint["candidate_variant"], endpoint["added"], endpoint["ready"], endpoint["pending"]) == ("mlp-v2", True, True, False)
+        report = client.get("/api/v1/deployments/ranker/endpoint", headers=auth(admin)).json()
+        assert report["status"] == "InService"
+        assert {v["name"]: (v["version"], v["weight"]) for v in report["variants"]} == {"primary": (1, 50.0), "mlp-v2": (2, 50.0)}
+        row = ROWS[:1].tolist()
+        r = client.post("/api/v1/predictions", json={"deployment": "ranker", "inputs": row, "variant": "candidate"}, headers=auth(admin))
+        assert r.status_code == 200, r.text
+        answered = container.registry.get_version("acme", "mlp", r.json()["version"])
+        assert answered.config["variant"] == "mlp-v2" and answered.config["endpoint_url"] == report["variants"][1]["url"]
+        np.testing.assert_allclose(
+            r.json()["prediction"], in_process(MLP[2], {"x": ROWS[:1]})["y"][0], rtol=1e-5, atol=1e-5
+        )
+        assert client.post("/api/v1/deployments/ranker/rollout/abort", headers=auth(admin)).status_code == 200
+        report = client.get("/api/v1/deployments/ranker/endpoint", headers=auth(admin)).json()
+        assert {v["name"]: v["weight"] for v in report["variants"]} == {"primary": 1.0, "mlp-v2": 0.0}
+    finally:
+        r = client.delete("/api/v1/deployments/ranker/endpoint", headers=auth(admin))
+    assert sorted(r.json()["deleted"]["servers"]) == ["mlp-v2", "primary"]

@@ -95,14 +95,19 @@ class DynamoDeployments(Part):
         return [CHANGE.load(d) for d in found]
 
     def running_rollouts(self) -> list[tuple[str, str]]:
-        """A scan of deployment items with a running rollout (the controller's own
-        credentials; it reads the keys alone). Its cost grows with the table: once a minute."""
+        """A scan of deployment items with a running rollout, or one whose endpoint weights
+        wait (the controller's own credentials; it reads the keys alone). Its cost grows with
+        the table: once a minute."""
         found: list[tuple[str, str]] = []
         params: dict[str, Any] = {
             "TableName": self.table.name,
-            "FilterExpression": "begins_with(sk, :d) AND #r.#s = :running",
-            "ExpressionAttributeNames": {"#r": "rollout", "#s": "state"},
-            "ExpressionAttributeValues": {":d": {"S": layout.DEPLOYMENT}, ":running": {"S": "running"}},
+            "FilterExpression": "begins_with(sk, :d) AND (#r.#s = :running OR #r.#e.#p = :yes)",
+            "ExpressionAttributeNames": {"#r": "rollout", "#s": "state", "#e": "endpoint", "#p": "pending"},
+            "ExpressionAttributeValues": {
+                ":d": {"S": layout.DEPLOYMENT},
+                ":running": {"S": "running"},
+                ":yes": {"BOOL": True},
+            },
             "ProjectionExpression": "pk, sk",
             "Select": "SPECIFIC_ATTRIBUTES",  # what the controller's IAM policy allows
         }

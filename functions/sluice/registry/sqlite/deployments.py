@@ -73,7 +73,8 @@ class SqliteDeployments(Part):
 
     def running_rollouts(self) -> list[tuple[str, str]]:
         rows = self.db.conn().execute(
-            "SELECT tenant, name FROM deployments WHERE json_extract(doc, '$.rollout.state') = 'running' ORDER BY tenant, name"
+            "SELECT tenant, name FROM deployments WHERE json_extract(doc, '$.rollout.state') = 'running' "
+            "OR json_extract(doc, '$.rollout.endpoint.pending') = 1 ORDER BY tenant, name"
         ).fetchall()
         return [(tenant, name) for tenant, name in rows]
 
