@@ -2,11 +2,14 @@
 
 Traffic moves to an endpoint when it is in service, not before: the first look at it binds
 the deployment, registering for each variant a `sagemaker` version of the same model (the
-same ONNX artifact and signature; config `endpoint_name`, `variant`, `max_batch_size`,
-`source_version`, and `endpoint_url` and `async_endpoint_name` where the endpoint answers locally) and pointing the
-policy at those versions, its split names, weights and routing key unchanged. Unbinding
-points the policy back at the source versions; the bound versions are deleted once no
-deployment routes to them.
+same ONNX artifact and signature; config `endpoint_name`, `max_batch_size`, `source_version`,
+and what the `sagemaker` runtime reads to reach it: `variant` for a real-time or asynchronous
+endpoint, `"invocation": "async"` for an asynchronous one, `inference_component` (and
+`fallback`) on an endpoint of components, and `endpoint_url` and `async_endpoint_name` where
+the endpoint answers locally) and pointing the policy at those versions, its split names,
+weights and routing key unchanged. These are the same keys a version served by an endpoint
+from the CDK app is registered with. Unbinding points the policy back at the source versions;
+the bound versions are deleted once no deployment routes to them.
 """
 
 from __future__ import annotations
@@ -55,26 +58,15 @@ class Binder:
             return dep  # the policy has moved on from what was deployed: it stays as it is
         chosen: dict[str, Single] = {}
         for label, single in slots:
-            variant = state.variant(label)
             current = self._version(dep.tenant, single)
-            if variant is None or current is None:
+            served = state.component(label) if state.mode == "components" else state.variant(label)
+            if served is None or current is None:
                 return dep
             if bound_to(current, state.name):
                 continue
-            if (single.model, single.version) != (variant.model, variant.version):
+            if (single.model, single.version) != (served.model, served.version):
                 return dep
-            config: dict[str, Any] = {
-                "endpoint_name": state.name,
-                "variant": variant.name,
-                "max_batch_size": variant.max_batch_size,
-                "source_version": current.version,
-            }
-            if variant.url:
-                config["endpoint_url"] = variant.url
-                # The local container answers both paths: requests above SageMaker's
-                # synchronous limit go through the twin's asynchronous queue.
-                config["async_endpoint_name"] = state.name
-            bound = self._bound_version(principal, current, config)
+            bound = self._bound_version(principal, current, runtime_config(state, label, current.version))
             chosen[label] = Single(model=bound.model, version=bound.version)
         if not chosen:
             return dep
@@ -144,6 +136,31 @@ class Binder:
                     self.registry.delete_version(tenant, model, version.version)
                     deleted.append(version.ref)
         return deleted
+
+
+def runtime_config(state: EndpointState, label: str, source_version: int) -> dict[str, Any]:
+    """The config of the `sagemaker` version that serves the policy's variant `label` from
+    the endpoint: what `sluice.runtimes.sagemaker.EndpointTarget.of` reads."""
+    config: dict[str, Any] = {"endpoint_name": state.name}
+    if state.mode == "components":
+        component = state.component(label)
+        assert component is not None
+        config |= {"inference_component": component.name, "max_batch_size": component.max_batch_size}
+        if state.fallback:
+            config["fallback"] = state.fallback
+    else:
+        variant = state.variant(label)
+        assert variant is not None
+        config |= {"variant": variant.name, "max_batch_size": variant.max_batch_size}
+        if state.mode == "async":
+            config["invocation"] = "async"  # every request through S3 and InvokeEndpointAsync
+        if variant.url:
+            config["endpoint_url"] = variant.url
+            # The local container answers both paths: requests above SageMaker's
+            # synchronous limit go through the twin's asynchronous queue.
+            config["async_endpoint_name"] = state.name
+    config["source_version"] = source_version
+    return config
 
 
 def bound_to(version: ModelVersion | None, endpoint: str) -> bool:
