@@ -143,9 +143,10 @@ class Settings(BaseSettings):
     )
     endpoints: Literal["", "sagemaker", "local"] = Field(
         default="",
-        description="Where `sluice endpoints deploy` puts a deployment's endpoint: `sagemaker` (real-time "
-        "SageMaker endpoints running Triton) or `local` (a local Triton per variant, CPU, with the "
-        "SageMaker port on); empty: local in local mode, sagemaker in aws mode.",
+        description="Where `sluice endpoints deploy` puts a deployment's endpoint: `sagemaker` (SageMaker "
+        "endpoints running Triton: real-time, asynchronous or inference components) or `local` (a local "
+        "Triton per variant, CPU, with the SageMaker port on; real-time only); empty: local in local mode, "
+        "sagemaker in aws mode.",
     )
     sagemaker_endpoint_url: str | None = Field(
         default=None,

@@ -311,10 +311,12 @@ class Container:
     def endpoints(self) -> EndpointService:
         """Endpoints of deployments, on SageMaker or the local twin; built on first use."""
         from sluice.services.endpoints import EndpointService
+        from sluice.storage.results import results_for
 
         if self.endpoint_control is None:
             self.endpoint_control = build_endpoint_control(self.settings, self.store)
-        return EndpointService(self.registry, self.deployments, self.endpoint_control)
+        # An asynchronous endpoint writes its answers under the tenant's results.
+        return EndpointService(self.registry, self.deployments, self.endpoint_control, results_for(self.store))
 
     @cached_property
     def results(self) -> ResultService:

@@ -6,12 +6,19 @@ the artifact store, create one SageMaker model per variant, an endpoint config a
 endpoint; once it is InService they register Application Auto Scaling (a scalable target
 and a target-tracking policy per variant); they change weights and capacities, and undeploy
 removes all of it again. `POST …/rollout` adds a rollout candidate's variant to such an
-endpoint (its model, a new endpoint config, `UpdateEndpoint`). Every name they make starts
+endpoint (its model, a new endpoint config, `UpdateEndpoint`). An asynchronous endpoint
+(`--mode async`) may come with two SNS topics sluice makes, and at a minimum of 0 instances
+with a step policy and a CloudWatch alarm (`HasBacklogWithoutCapacity`); an endpoint of
+inference components (`--mode components`) has one inference component per version, each with
+its copy count registered, a step policy and an alarm (`NoCapacityInvocationFailures`). Every
+name they make starts
 with `sluice-` (see `RUNTIME_ENDPOINT_PREFIX`), which is what these grants are scoped to.
 
 - `execution_role`: the role SageMaker runs those endpoints as. It may read model archives
   (`*.tar.gz`) in the artifact store, pull SageMaker's Triton image, write its endpoints'
-  logs and their instance metrics, and nothing else.
+  logs and their instance metrics, read asynchronous inputs and write asynchronous answers
+  under the store's `results/tenants/` (sluice checks that each endpoint's output path is its
+  tenant's own), publish to the `sluice-*` topics, and nothing else.
 - `grant_manage(role)`: the control-plane calls above, and passing the execution role to
   SageMaker only.
 - `grant_rollout_weights(role)`: what the rollout controller does to those endpoints: read
@@ -29,6 +36,7 @@ from infra.constructs.triton_endpoint import AUTOSCALING_ROLE
 from infra.constructs.triton_image import repository_arn
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
+from sluice.endpoints.scaling import COPY_DIMENSION, VARIANT_DIMENSION
 
 SAGEMAKER = "sagemaker.amazonaws.com"
 AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
@@ -50,6 +58,9 @@ LIFECYCLE_ACTIONS = (
     "sagemaker:UpdateEndpoint",
     "sagemaker:UpdateEndpointWeightsAndCapacities",
     "sagemaker:DeleteEndpoint",
+    "sagemaker:CreateInferenceComponent",
+    "sagemaker:DescribeInferenceComponent",
+    "sagemaker:DeleteInferenceComponent",
     "sagemaker:AddTags",
     "sagemaker:ListTags",
     "sagemaker:DeleteTags",
@@ -57,9 +68,11 @@ LIFECYCLE_ACTIONS = (
 # The rollout controller moves a rollout's variant weights (sluice.services.rollout_endpoints):
 # one DescribeEndpoint a look, and UpdateEndpointWeightsAndCapacities while it is InService.
 ROLLOUT_ACTIONS = ("sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities")
-# Undeploy finds an endpoint's configs and models by name; SageMaker's List calls have no
-# resource-level permissions.
-LIST_ACTIONS = ("sagemaker:ListEndpointConfigs", "sagemaker:ListModels")
+# Undeploy finds an endpoint's configs, models and components by name; SageMaker's List calls
+# have no resource-level permissions.
+LIST_ACTIONS = ("sagemaker:ListEndpointConfigs", "sagemaker:ListModels", "sagemaker:ListInferenceComponents")
+# The SNS topics an asynchronous endpoint may ask sluice to make (tagged as they are made).
+TOPIC_ACTIONS = ("sns:CreateTopic", "sns:SetTopicAttributes", "sns:TagResource", "sns:DeleteTopic")
 SCALING_ACTIONS = (
     "application-autoscaling:RegisterScalableTarget",
     "application-autoscaling:DeregisterScalableTarget",
@@ -67,7 +80,8 @@ SCALING_ACTIONS = (
     "application-autoscaling:DeleteScalingPolicy",
 )
 # Application Auto Scaling checks that its caller may manage the alarms of a target-tracking
-# policy, which it names `TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid>`.
+# policy, which it names `TargetTracking-<resource id>-AlarmHigh|AlarmLow-<uuid>`; sluice's own
+# scale-from-zero alarms are `<endpoint or component>-<metric>`.
 ALARM_ACTIONS = ("cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms")
 # Reads without resource-level permissions (DescribeAlarms may be asked without alarm names).
 READ_ACTIONS = (
@@ -134,6 +148,29 @@ class EndpointLifecycle(Construct):
                 resources=[log_groups],
             )
         )
+        # Asynchronous inference: SageMaker reads each request's input and writes its answer
+        # or error under the tenant's results, as this role.
+        results = model_bucket.arn_for_objects(f"{store_prefix}results/tenants/*")
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[results])
+        )
+        topics = stack.format_arn(
+            service="sns", resource=f"{prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=[topics]))
+        acknowledge(
+            role,
+            wildcard_resource(self, results),
+            "Asynchronous requests' inputs, answers and errors: one object per request under a "
+            "tenant's results prefix, named at run time; sluice only deploys an asynchronous "
+            "endpoint whose output path lies under its own tenant's prefix.",
+        )
+        acknowledge(
+            role,
+            wildcard_resource(self, topics),
+            "The success and error topics sluice makes for the asynchronous endpoints the API "
+            "deploys, all named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
+        )
         acknowledge(
             role,
             wildcard_resource(self, archives),
@@ -161,16 +198,26 @@ class EndpointLifecycle(Construct):
         prefix = RUNTIME_ENDPOINT_PREFIX
         sagemaker = [
             stack.format_arn(service="sagemaker", resource=kind, resource_name=f"{prefix}*")
-            for kind in ("model", "endpoint-config", "endpoint")
+            for kind in ("model", "endpoint-config", "endpoint", "inference-component")
         ]
         scalable_targets = stack.format_arn(
             service="application-autoscaling", resource="scalable-target", resource_name="*"
         )
-        alarms = stack.format_arn(
-            service="cloudwatch",
-            resource="alarm",
-            resource_name=f"TargetTracking-endpoint/{prefix}*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        alarms = [
+            stack.format_arn(
+                service="cloudwatch",
+                resource="alarm",
+                resource_name=name,
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            )
+            for name in (
+                f"TargetTracking-endpoint/{prefix}*",
+                f"TargetTracking-inference-component/{prefix}*",
+                f"{prefix}*",
+            )
+        ]
+        topics = stack.format_arn(
+            service="sns", resource=f"{prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
         )
         linked_role = stack.format_arn(
             service="iam", region="", resource="role", resource_name=AUTOSCALING_ROLE
@@ -193,14 +240,16 @@ class EndpointLifecycle(Construct):
                     conditions={
                         "StringEquals": {
                             "application-autoscaling:service-namespace": "sagemaker",
-                            "application-autoscaling:scalable-dimension": (
-                                "sagemaker:variant:DesiredInstanceCount"
-                            ),
+                            "application-autoscaling:scalable-dimension": [
+                                VARIANT_DIMENSION,
+                                COPY_DIMENSION,
+                            ],
                         }
                     },
                 ),
                 iam.PolicyStatement(actions=list(READ_ACTIONS), resources=["*"]),
-                iam.PolicyStatement(actions=list(ALARM_ACTIONS), resources=[alarms]),
+                iam.PolicyStatement(actions=list(ALARM_ACTIONS), resources=alarms),
+                iam.PolicyStatement(actions=list(TOPIC_ACTIONS), resources=[topics]),
                 # The first RegisterScalableTarget in an account creates Application Auto
                 # Scaling's service-linked role for SageMaker endpoints.
                 iam.PolicyStatement(
@@ -222,19 +271,29 @@ class EndpointLifecycle(Construct):
             policy,
             wildcard_resource(self, scalable_targets),
             "Scalable targets are identified by ids Application Auto Scaling generates; the "
-            "statement is confined by condition to SageMaker variant instance counts, and "
-            "registering one also needs the sluice-* endpoint permissions above.",
+            "statement is confined by condition to SageMaker variant instance counts and "
+            "inference component copy counts, and registering one also needs the sluice-* "
+            "endpoint permissions above.",
         )
+        for alarm in alarms:
+            acknowledge(
+                policy,
+                wildcard_resource(self, alarm),
+                "Target tracking creates and deletes its own alarms, named TargetTracking-"
+                "endpoint/<endpoint>/variant/<variant>-Alarm…-<uuid> (or inference-component/"
+                "<component>-…), and sluice its scale-from-zero alarms, <endpoint or component>-"
+                "<metric>; only those of sluice-* endpoints and components.",
+            )
         acknowledge(
             policy,
-            wildcard_resource(self, alarms),
-            "Target tracking creates and deletes its own alarms, named TargetTracking-endpoint/"
-            "<endpoint>/variant/<variant>-Alarm…-<uuid>; only those of sluice-* endpoints.",
+            wildcard_resource(self, topics),
+            "The SNS topics the API makes for an asynchronous endpoint and deletes with it, all "
+            "named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
         )
         acknowledge(
             policy,
             "AwsSolutions-IAM5[Resource::*]",
-            "sagemaker:ListModels and ListEndpointConfigs, Application Auto Scaling's "
+            "sagemaker:ListModels, ListEndpointConfigs and ListInferenceComponents, Application Auto Scaling's "
             "DescribeScalableTargets and DescribeScalingPolicies, and cloudwatch:DescribeAlarms "
             "only read, and have no resource-level permissions to scope them by.",
         )

@@ -40,11 +40,36 @@ from constructs import Construct
 from infra.config import AsyncInference, EndpointVariant, InferenceComponents
 from infra.constructs.triton_image import triton_image
 from infra.nag import acknowledge, wildcard_resource
+from sluice.endpoints.scaling import (
+    ALARM_COMPARISON,
+    ALARM_MISSING_DATA,
+    ALARM_THRESHOLD,
+    BACKLOG,
+    COPIES,
+    INSTANCES,
+    INVOCATIONS_PER_COPY,
+    INVOCATIONS_PER_INSTANCE,
+    METRICS_NAMESPACE,
+    ROUTING_STRATEGY,
+    Scalable,
+    StartFromZero,
+    component_resource,
+    variant_resource,
+)
 
 AUTOSCALING_ROLE = (
     "aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
     "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
 )
+# The shapes shared with `sluice endpoints deploy` (sluice.endpoints.scaling), as CDK's enums.
+PREDEFINED = {
+    INVOCATIONS_PER_INSTANCE: appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+    INVOCATIONS_PER_COPY: appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY,
+}
+COMPARISONS = {
+    "GreaterThanOrEqualToThreshold": cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+}
+MISSING_DATA = {"missing": cloudwatch.TreatMissingData.MISSING}
 
 
 class TritonEndpoint(Construct):
@@ -153,7 +178,7 @@ class TritonEndpoint(Construct):
                             max_instance_count=inference_components.max_instances,
                         ),
                         routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
-                            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+                            routing_strategy=ROUTING_STRATEGY
                         ),
                     )
                 )
@@ -217,20 +242,14 @@ class TritonEndpoint(Construct):
                 self,
                 f"Scaling-{variant.name}",
                 service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-                resource_id=f"endpoint/{endpoint_name}/variant/{variant.name}",
-                scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+                resource_id=variant_resource(endpoint_name, variant.name),
+                scalable_dimension=INSTANCES.dimension,
                 min_capacity=variant.min_instances,
                 max_capacity=variant.max_instances,
                 role=autoscaling_role,
             )
             target.node.add_dependency(self.endpoint)
-            target.scale_to_track_metric(
-                "InvocationsPerInstance",
-                predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
-                target_value=variant.target_invocations_per_instance,
-                scale_in_cooldown=Duration.minutes(5),
-                scale_out_cooldown=Duration.minutes(1),
-            )
+            self._track(target, "InvocationsPerInstance", INSTANCES, variant.target_invocations_per_instance)
 
     def _asynchronous(
         self, spec: AsyncInference, bucket: s3.IBucket, prefix: str
@@ -301,37 +320,19 @@ class TritonEndpoint(Construct):
             self,
             f"Scaling-{variant.name}",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"inference-component/{name}",
-            scalable_dimension="sagemaker:inference-component:DesiredCopyCount",
+            resource_id=component_resource(name),
+            scalable_dimension=COPIES.dimension,
             min_capacity=spec.min_copies,
             max_capacity=spec.max_copies,
             role=role,
         )
         target.node.add_dependency(component)
-        target.scale_to_track_metric(
-            "InvocationsPerCopy",
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY,
-            target_value=spec.target_invocations_per_copy,
-            scale_in_cooldown=Duration.minutes(5),
-            scale_out_cooldown=Duration.minutes(1),
-        )
+        self._track(target, "InvocationsPerCopy", COPIES, spec.target_invocations_per_copy)
         if spec.min_copies > 0:
             return
+        assert COPIES.from_zero is not None
         self._start_from_zero(
-            target,
-            "NoCapacity",
-            alarm_id="NoCapacityInvocationFailures",
-            description=f"A request found no copy of {name}",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="NoCapacityInvocationFailures",
-                dimensions_map={"InferenceComponentName": name},
-                statistic="Sum",
-                period=Duration.minutes(1),
-            ),
-            aggregation=appscaling.MetricAggregationType.MAXIMUM,
-            cooldown=Duration.minutes(1),
-            periods=1,
+            target, "NoCapacity", COPIES.from_zero, name, description=f"A request found no copy of {name}"
         )
 
     def _scale_on_backlog(
@@ -343,78 +344,91 @@ class TritonEndpoint(Construct):
             self,
             f"Scaling-{variant.name}",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"endpoint/{self.endpoint_name}/variant/{variant.name}",
-            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            resource_id=variant_resource(self.endpoint_name, variant.name),
+            scalable_dimension=BACKLOG.dimension,
             min_capacity=variant.min_instances,
             max_capacity=variant.max_instances,
             role=role,
         )
         target.node.add_dependency(self.endpoint)
-        dimensions = {"EndpointName": self.endpoint_name}
-        target.scale_to_track_metric(
-            "BacklogPerInstance",
-            custom_metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="ApproximateBacklogSizePerInstance",
-                dimensions_map=dimensions,
-                statistic="Average",
-            ),
-            target_value=spec.backlog_per_instance,
-            scale_in_cooldown=Duration.minutes(10),
-            scale_out_cooldown=Duration.minutes(5),
-        )
+        self._track(target, "BacklogPerInstance", BACKLOG, spec.backlog_per_instance)
         if variant.min_instances > 0:
             return
+        assert BACKLOG.from_zero is not None
         self._start_from_zero(
             target,
             "HasBacklogWithoutCapacity",
-            alarm_id="HasBacklogWithoutCapacity",
+            BACKLOG.from_zero,
+            self.endpoint_name,
             description=f"Requests wait at {self.endpoint_name} and no instance runs",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="HasBacklogWithoutCapacity",
-                dimensions_map=dimensions,
-                statistic="Average",
-                period=Duration.minutes(1),
-            ),
-            aggregation=appscaling.MetricAggregationType.AVERAGE,
-            cooldown=Duration.minutes(5),
-            periods=2,
+        )
+
+    def _track(
+        self, target: appscaling.ScalableTarget, id: str, kind: Scalable, target_value: float
+    ) -> None:
+        """The target-tracking policy of `kind` (sluice.endpoints.scaling) on `target`."""
+        tracking = kind.tracking
+        metric: dict[str, object]
+        if tracking.predefined is not None:
+            metric = {"predefined_metric": PREDEFINED[tracking.predefined]}
+        else:
+            assert tracking.metric is not None and tracking.dimension is not None
+            metric = {
+                "custom_metric": cloudwatch.Metric(
+                    namespace=METRICS_NAMESPACE,
+                    metric_name=tracking.metric,
+                    dimensions_map={tracking.dimension: self.endpoint_name},
+                    statistic=tracking.statistic,
+                )
+            }
+        target.scale_to_track_metric(
+            id,
+            target_value=target_value,
+            scale_in_cooldown=Duration.seconds(tracking.scale_in_cooldown_s),
+            scale_out_cooldown=Duration.seconds(tracking.scale_out_cooldown_s),
+            **metric,  # type: ignore[arg-type]
         )
 
     def _start_from_zero(
         self,
         target: appscaling.ScalableTarget,
         policy: str,
+        spec: StartFromZero,
+        owner: str,
         *,
-        alarm_id: str,
         description: str,
-        metric: cloudwatch.Metric,
-        aggregation: appscaling.MetricAggregationType,
-        cooldown: Duration,
-        periods: int,
     ) -> None:
         """What SageMaker needs to leave zero capacity: a step policy adding one, started by
-        an alarm on the metric that says requests found none (target tracking cannot)."""
+        an alarm on the metric that says requests found none (target tracking cannot). The
+        shapes are `sluice.endpoints.scaling`'s, which `sluice endpoints deploy` sends too."""
         from_zero = appscaling.StepScalingAction(
             self,
             f"{policy}-ScalingPolicy",
             scaling_target=target,
             adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            metric_aggregation_type=aggregation,
-            cooldown=cooldown,
+            metric_aggregation_type=appscaling.MetricAggregationType[spec.aggregation.upper()],
+            cooldown=Duration.seconds(spec.cooldown_s),
         )
-        from_zero.add_adjustment(adjustment=1, lower_bound=0)
+        (step,) = spec.step_configuration()["StepAdjustments"]
+        from_zero.add_adjustment(
+            adjustment=step["ScalingAdjustment"], lower_bound=step["MetricIntervalLowerBound"]
+        )
         alarm = cloudwatch.Alarm(
             self,
-            alarm_id,
+            spec.alarm,
             alarm_description=description,
-            metric=metric,
-            threshold=1,
-            evaluation_periods=periods,
-            datapoints_to_alarm=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.MISSING,
+            metric=cloudwatch.Metric(
+                namespace=METRICS_NAMESPACE,
+                metric_name=spec.metric,
+                dimensions_map={spec.dimension: owner},
+                statistic=spec.statistic,
+                period=Duration.seconds(spec.period_s),
+            ),
+            threshold=ALARM_THRESHOLD,
+            evaluation_periods=spec.periods,
+            datapoints_to_alarm=spec.periods,
+            comparison_operator=COMPARISONS[ALARM_COMPARISON],
+            treat_missing_data=MISSING_DATA[ALARM_MISSING_DATA],
         )
         alarm.add_alarm_action(cloudwatch_actions.ApplicationScalingAction(from_zero))
 

@@ -1,6 +1,7 @@
 """The API deploys SageMaker endpoints at run time: it may make exactly the calls
-`sluice.endpoints.sagemaker` (and its reader, `sagemaker_state`) makes, on the names it makes, and pass a role to SageMaker that
-can do no more than run those endpoints."""
+`sluice.endpoints.sagemaker` (and its reader, `sagemaker_state`, and its scaling calls,
+`sagemaker_scaling`) makes, on the names it makes, and pass a role to SageMaker that can do
+no more than run those endpoints."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from infra.constructs.grants import grant_invoke_endpoints
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
 from sluice.endpoints import names as endpoint_names
-from sluice.endpoints import sagemaker, sagemaker_state
+from sluice.endpoints import sagemaker, sagemaker_scaling, sagemaker_state
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
 from tests.infra.synth import PSEUDO, Synthesized, function_by_handler, role_of
@@ -27,7 +28,7 @@ API = "sluice.handlers.api.handler"
 ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
 ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
-CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling"}
+CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling", "cloudwatch": "cloudwatch", "sns": "sns"}
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -57,22 +58,24 @@ def _allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bo
 
 
 def _calls_of_the_lifecycle() -> set[str]:
-    """IAM actions of every SageMaker and Application Auto Scaling call the module makes:
-    `self.<client>.<method>(…)`, and methods it names as strings (`getattr(client, name)`)."""
+    """IAM actions of every SageMaker, Application Auto Scaling, CloudWatch and SNS call the
+    modules make: `self.<client>.<method>(…)` or `self.<client>().<method>(…)`, and methods
+    they name as strings (`getattr(client, name)`)."""
     methods = {
         client: boto3.client(service, region_name=REGION).meta.method_to_api_mapping
         for client, service in CLIENTS.items()
     }
     actions: set[str] = set()
-    trees = [ast.parse(inspect.getsource(module)) for module in (sagemaker, sagemaker_state)]
+    trees = [ast.parse(inspect.getsource(module)) for module in (sagemaker, sagemaker_state, sagemaker_scaling)]
     for node in (n for tree in trees for n in ast.walk(tree)):
+        owner = node.value.func if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) else getattr(node, "value", None)
         if (
             isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr in CLIENTS
-            and node.attr in methods[node.value.attr]
+            and isinstance(owner, ast.Attribute)
+            and owner.attr in CLIENTS
+            and node.attr in methods[owner.attr]
         ):
-            client = node.value.attr
+            client = owner.attr
             actions.add(f"{CLIENTS[client]}:{methods[client][node.attr]}")
         elif isinstance(node, ast.Constant) and node.value in methods["sagemaker"]:
             actions.add(f"sagemaker:{methods['sagemaker'][node.value]}")
@@ -119,30 +122,49 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
     api_statements: list[dict[str, Any]],
 ) -> None:
     calls = _calls_of_the_lifecycle()
-    assert {"sagemaker:CreateEndpoint", "application-autoscaling:PutScalingPolicy"} <= calls
+    assert {
+        "sagemaker:CreateEndpoint",
+        "sagemaker:CreateInferenceComponent",
+        "application-autoscaling:PutScalingPolicy",
+        "cloudwatch:PutMetricAlarm",
+        "cloudwatch:DeleteAlarms",
+        "sns:CreateTopic",
+        "sns:DeleteTopic",
+    } <= calls
     endpoint = endpoint_names.endpoint_name("acme", "iris")
+    component = endpoint_names.component_name(endpoint, "primary")
     resources = {
         "sagemaker": [
             f"{ARN}:endpoint/{endpoint}",
             f"{ARN}:endpoint-config/{endpoint_names.config_name(endpoint, 'ab' * 32)}",
             f"{ARN}:model/{endpoint_names.model_name(endpoint, 'primary', 'cd' * 32)}",
+            f"{ARN}:inference-component/{component}",
         ],
         "application-autoscaling": [
             f"arn:aws:application-autoscaling:{REGION}:{ACCOUNT}:scalable-target/056a7d3e2b1f"
         ],
+        "cloudwatch": [
+            f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{endpoint}-HasBacklogWithoutCapacity",
+            f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{component}-NoCapacityInvocationFailures",
+        ],
+        "sns": [f"arn:aws:sns:{REGION}:{ACCOUNT}:{endpoint}-succeeded"],
     }
     for action in sorted(calls):
         service = action.split(":")[0]
         assert any(_allowed(api_statements, action, r) for r in resources[service]), action
-    # Tags travel with the create calls, which needs AddTags on what is created.
+    # Tags travel with the create calls, which needs AddTags (TagResource) on what is created.
     for resource in resources["sagemaker"]:
         assert _allowed(api_statements, "sagemaker:AddTags", resource)
-    # Other endpoints in the account stay out of reach.
+    assert _allowed(api_statements, "sns:TagResource", resources["sns"][0])
+    # Other endpoints, components, alarms and topics in the account stay out of reach.
     for action in ("sagemaker:DeleteEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"):
         assert not _allowed(api_statements, action, f"{ARN}:endpoint/someone-elses")
+    assert not _allowed(api_statements, "sagemaker:DeleteInferenceComponent", f"{ARN}:inference-component/someone-elses")
+    assert not _allowed(api_statements, "cloudwatch:DeleteAlarms", f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:someone-elses")
+    assert not _allowed(api_statements, "sns:DeleteTopic", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
 
 
-def test_scaling_writes_are_limited_to_sagemaker_variants(full_app: Synthesized) -> None:
+def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_app: Synthesized) -> None:
     _, api = function_by_handler(full_app.template("api"), API)
     full_app.resolved("api").has_resource_properties(
         "AWS::IAM::Policy",
@@ -162,9 +184,10 @@ def test_scaling_writes_are_limited_to_sagemaker_variants(full_app: Synthesized)
                                 "Condition": {
                                     "StringEquals": {
                                         "application-autoscaling:service-namespace": "sagemaker",
-                                        "application-autoscaling:scalable-dimension": (
-                                            "sagemaker:variant:DesiredInstanceCount"
-                                        ),
+                                        "application-autoscaling:scalable-dimension": [
+                                            "sagemaker:variant:DesiredInstanceCount",
+                                            "sagemaker:inference-component:DesiredCopyCount",
+                                        ],
                                     }
                                 },
                             }
@@ -174,10 +197,13 @@ def test_scaling_writes_are_limited_to_sagemaker_variants(full_app: Synthesized)
                                 "Action": Match.array_with(
                                     ["cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"]
                                 ),
-                                "Resource": (
+                                "Resource": [
                                     f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
-                                    f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*"
-                                ),
+                                    f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
+                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
+                                    f"TargetTracking-inference-component/{RUNTIME_ENDPOINT_PREFIX}*",
+                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*",
+                                ],
                             }
                         ),
                         Match.object_like(
@@ -239,7 +265,7 @@ def test_the_api_passes_the_execution_role_to_sagemaker_only(
     )
 
 
-def test_the_execution_role_reads_model_archives_pulls_triton_and_writes_logs_only(
+def test_the_execution_role_reads_model_archives_pulls_triton_writes_logs_and_async_answers_only(
     execution_role: tuple[str, list[dict[str, Any]]],
 ) -> None:
     _, statements = execution_role
@@ -255,12 +281,22 @@ def test_the_execution_role_reads_model_archives_pulls_triton_and_writes_logs_on
         "logs:PutLogEvents",
         "logs:DescribeLogStreams",
         "cloudwatch:PutMetricData",
+        "s3:PutObject",
+        "sns:Publish",
     }
     # The model.tar.gz the API builds lands at the store's content-addressed key.
     archive = f"arn:aws:s3:::{ARTIFACTS}/artifacts/" + artifact_key("acme", "ab" * 32, ".tar.gz")
     onnx = f"arn:aws:s3:::{ARTIFACTS}/artifacts/" + artifact_key("acme", "ab" * 32, ".onnx")
     assert _allowed(statements, "s3:GetObject", archive)
     assert not _allowed(statements, "s3:GetObject", onnx)
+    assert not _allowed(statements, "s3:PutObject", archive)
+    # Asynchronous inference: inputs read, answers and errors written under the results only.
+    results = f"arn:aws:s3:::{ARTIFACTS}/artifacts/results/tenants/acme/"
+    for key in ("0123abcd/input", "sagemaker/0123abcd.out", "sagemaker-errors/0123abcd-error.out"):
+        assert _allowed(statements, "s3:GetObject", results + key) and _allowed(statements, "s3:PutObject", results + key)
+    endpoint = endpoint_names.endpoint_name("acme", "iris")
+    assert _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:{endpoint}-succeeded")
+    assert not _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
     # The image the service picks for a new endpoint is one the role may pull.
     image = triton_image_uri(REGION, instance_type="ml.g5.xlarge", version="25.09", use_sdk=False)
     registry, repository = image.split(":")[0].split("/", 1)

@@ -314,3 +314,35 @@ def test_inference_components_take_one_variant_and_no_async() -> None:
         EndpointConfig.model_validate(
             {"name": "a", "variants": [variant], "inference_components": {"copies": 5, "max_copies": 2}}
         )
+
+
+@pytest.mark.parametrize(
+    ("prefix", "kind", "owner"),
+    [("Endpointsegmenter", "BACKLOG", "sluice-segmenter"), ("Endpointranker", "COPIES", "sluice-ranker-primary")],
+)
+def test_the_config_declares_the_scaling_the_cli_sends(
+    full_app: Synthesized, prefix: str, kind: str, owner: str
+) -> None:
+    """The construct and `sluice endpoints deploy` build their policies and alarms from one
+    module, `sluice.endpoints.scaling`: the synthesized ones equal its requests."""
+    from sluice.endpoints import scaling
+
+    scalable = getattr(scaling, kind)
+    template = full_app.template("endpoints")
+
+    def mine(kind_: str) -> list[dict[str, Any]]:
+        return [r["Properties"] for i, r in template.find_resources(kind_).items() if i.startswith(prefix)]
+
+    (alarm,) = mine("AWS::CloudWatch::Alarm")
+    expected = scalable.from_zero.alarm_request(owner, "arn", "")
+    for key in ("MetricName", "Namespace", "Statistic", "Dimensions", "Period", "EvaluationPeriods",
+                "DatapointsToAlarm", "Threshold", "ComparisonOperator", "TreatMissingData"):  # fmt: skip
+        assert alarm[key] == expected[key], key
+    policies = {p["PolicyType"]: p for p in mine("AWS::ApplicationAutoScaling::ScalingPolicy")}
+    step = policies["StepScaling"]["StepScalingPolicyConfiguration"]
+    assert step == scalable.from_zero.step_configuration()
+    tracking = policies["TargetTrackingScaling"]["TargetTrackingScalingPolicyConfiguration"]
+    sent = scalable.tracking.configuration(tracking["TargetValue"], owner)
+    assert tracking == sent
+    (target,) = mine("AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["ScalableDimension"] == scalable.dimension

@@ -7,17 +7,19 @@ Application Auto Scaling) and `sluice.endpoints.local_endpoints.LocalEndpoints` 
 Triton per variant, with the SageMaker port on). `sluice.wiring` picks one from settings;
 `sluice.services.endpoints` only ever sees this interface.
 
-Real-time variants scale between 1 and N instances. Scaling to zero is SageMaker's only for
-endpoints built from inference components (managed instance scaling with a minimum of 0,
-scaling `sagemaker:inference-component:DesiredCopyCount`) and for asynchronous endpoints;
-this control plane creates neither (both come from the CDK app's config),
-so a minimum of 0 is refused with that explanation.
+An endpoint is built in one of three modes. `realtime`: a production variant per version,
+scaling between 1 and N instances. `async`: one variant behind SageMaker's queue
+(AsyncInferenceConfig: answers and errors under the tenant's results, optional SNS topics),
+scaling on its backlog down to 0 instances. `components`: instances SageMaker manages
+(ManagedInstanceScaling, down to 0) with each version an inference component of its own,
+whose copies scale down to 0. Scaling to zero is SageMaker's only for the last two, so a
+minimum of 0 on a real-time endpoint is refused with that explanation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError, Unprocessable
 
@@ -29,11 +31,13 @@ if TYPE_CHECKING:
     from sluice.storage import ArtifactStore
 
 MAX_VARIANTS = 10  # production variants per endpoint config
+Mode = Literal["realtime", "async", "components"]
+MODES: tuple[str, ...] = get_args(Mode)
 SCALE_TO_ZERO = (
     "real-time endpoint variants keep at least 1 instance; SageMaker scales to zero only "
-    "endpoints built from inference components (managed instance scaling, minimum 0) and "
-    "asynchronous endpoints, which `sluice endpoints deploy` does not create (declare either "
-    "in infra/sluice.yaml): undeploy instead, or score offline with a batch job"
+    "asynchronous endpoints and endpoints built from inference components: deploy with mode "
+    "async or components (`sluice endpoints deploy --mode async|components`), undeploy, or "
+    "score offline with a batch job"
 )
 
 
@@ -78,6 +82,64 @@ def check_capacity(low: int, high: int, target: float | None = None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """Autoscaling of an asynchronous endpoint's instances (on its backlog per instance) or of
+    an inference component's copies (on invocations per copy), between `low` and `high`; at a
+    `low` of 0 a step policy on an alarm starts it again (`sluice.endpoints.scaling`)."""
+
+    low: int
+    high: int
+    target: float
+
+    def to_tag(self) -> str:
+        return f"{self.low}:{self.high}:{self.target:g}"
+
+    @classmethod
+    def from_tag(cls, value: str | None) -> Capacity | None:
+        try:
+            low, high, target = (value or "").split(":")
+            return cls(int(low), int(high), float(target))
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSpec:
+    """An asynchronous endpoint's AsyncInferenceConfig and scaling."""
+
+    output_path: str  # S3OutputPath: under the tenant's results, where the runtime reads answers
+    failure_path: str  # S3FailurePath
+    max_concurrent_invocations: int  # per instance
+    scaling: Capacity  # instances, on ApproximateBacklogSizePerInstance
+    success_topic: str | None = None  # SNS topic ARNs; with create_topics, sluice makes both
+    error_topic: str | None = None
+    create_topics: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentSpec:
+    """Instances SageMaker manages, and what each version's inference component needs."""
+
+    min_instances: int  # ManagedInstanceScaling
+    max_instances: int
+    copies: dict[str, int]  # at creation, by production variant name (`DeployTarget.variant`)
+    memory_mb: int  # what one copy needs
+    cpus: float | None
+    gpus: int | None
+    scaling: Capacity  # copies, on SageMakerInferenceComponentInvocationsPerCopy
+    fallback: str | None = None  # "in_process": the ONNX artifact answers while a copy starts
+
+    def compute(self) -> dict[str, Any]:
+        """ComputeResourceRequirements."""
+        out: dict[str, Any] = {"MinMemoryRequiredInMb": self.memory_mb}
+        if self.cpus is not None:
+            out["NumberOfCpuCoresRequired"] = self.cpus
+        if self.gpus:
+            out["NumberOfAcceleratorDevicesRequired"] = self.gpus
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class DeployTarget:
     variant: str  # the production variant
     label: str  # the split's variant name in the deployment's policy ("primary" for one version)
@@ -99,6 +161,9 @@ class DeploySpec:
     autoscaling: Autoscaling | None = None
     max_batch_size: int | None = None  # None: 64 when the model has a dynamic batch axis
     triton_version: str | None = None  # None: the adapter's default
+    mode: Mode = "realtime"
+    asynchronous: AsyncSpec | None = None  # mode async
+    components: ComponentSpec | None = None  # mode components
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,18 +179,25 @@ class VariantChanges:
 # what is there -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class ScalingState:
-    """A variant's registered autoscaling, as the adapter reports it."""
+    """A variant's (or an inference component's) registered autoscaling, as the adapter
+    reports it."""
 
-    min_instances: int
+    min_instances: int  # of instances, or of copies for a component
     max_instances: int
-    target_invocations_per_instance: float | None  # None: no sluice tracking policy on it
+    target_invocations_per_instance: float | None  # the tracked target; None: no sluice tracking policy on it
+    metric: str = "invocations_per_instance"  # backlog_per_instance (async), invocations_per_copy (components)
+    from_zero: bool | None = None  # the scale-from-zero step policy is there (async, components)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "min_instances": self.min_instances,
-            "max_instances": self.max_instances,
-            "target_invocations_per_instance": self.target_invocations_per_instance,
+        unit = "copies" if self.metric == "invocations_per_copy" else "instances"
+        out: dict[str, Any] = {
+            f"min_{unit}": self.min_instances,
+            f"max_{unit}": self.max_instances,
+            f"target_{self.metric}": self.target_invocations_per_instance,
         }
+        if self.from_zero is not None:
+            out["scales_from_zero"] = self.from_zero
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +236,40 @@ class VariantState:
 
 
 @dataclass(frozen=True, slots=True)
+class ComponentState:
+    """A version's inference component on an endpoint of components."""
+
+    name: str  # the inference component
+    variant: str  # sluice's variant name for it (the production variant name it would have)
+    label: str  # the split's variant name in the deployment's policy
+    model: str
+    version: int
+    max_batch_size: int
+    model_name: str  # the SageMaker model
+    status: str  # Creating, InService, Failed, ...; Pending: waits for the endpoint to be InService
+    failure_reason: str | None = None
+    desired_copies: int | None = None
+    current_copies: int | None = None
+    compute: dict[str, Any] = field(default_factory=dict)
+    autoscaling: ScalingState | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.label,
+            "inference_component": self.name,
+            "model": self.model,
+            "version": self.version,
+            "sagemaker_model": self.model_name,
+            "status": self.status,
+            "failure_reason": self.failure_reason,
+            "desired_copies": self.desired_copies,
+            "current_copies": self.current_copies,
+            "compute": self.compute,
+            "autoscaling": self.autoscaling.to_dict() if self.autoscaling else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointState:
     name: str
     arn: str
@@ -178,10 +284,34 @@ class EndpointState:
     updated_at: float | None = None
     images: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = ()  # what the adapter's numbers mean where it runs
+    mode: Mode = "realtime"
+    asynchronous: dict[str, Any] | None = None  # mode async: output and failure paths, topics, concurrency
+    components: tuple[ComponentState, ...] = ()  # mode components: one per version
+    pending_capacity: Capacity | None = None  # async or components: autoscaling that waits for InService
+    fallback: str | None = None  # components: what answers while a component has no copy
+    topics_made: tuple[str, ...] = ()  # async: the SNS topics sluice made for it (undeploy deletes them)
 
     def variant(self, name: str) -> VariantState | None:
         """By the policy's variant name or the production variant's."""
         return next((v for v in self.variants if name in (v.label, v.name)), None)
+
+    def component(self, name: str) -> ComponentState | None:
+        """By the policy's variant name or the component's."""
+        return next((c for c in self.components if name in (c.label, c.name)), None)
+
+    @property
+    def serving(self) -> tuple[str, str | None]:
+        """(status, failure reason) of the whole: an endpoint of components is in service
+        once every component is."""
+        if self.status != "InService" or self.mode != "components":
+            return self.status, self.failure_reason
+        failed = [c for c in self.components if c.status == "Failed"]
+        if failed:
+            return "Failed", "; ".join(f"inference component {c.name}: {c.failure_reason or 'failed'}" for c in failed)
+        waiting = [c for c in self.components if c.status != "InService"]
+        if waiting or not self.components:
+            return "Creating", None
+        return "InService", None
 
 
 @dataclass(frozen=True, slots=True)

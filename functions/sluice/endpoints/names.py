@@ -4,8 +4,8 @@ local twin.
 One endpoint per deployment, named from the tenant and the deployment so that no two tenants
 can meet: `sluice-<tenant>-<deployment>` cut to fit, plus a digest of both (SageMaker names
 are 63 characters of letters, digits and hyphens). Its endpoint configs and models are named
-`<endpoint>-<digest>` and `<endpoint>-<variant>-<digest>`, so undeploying finds all of them
-by prefix.
+`<endpoint>-<digest>` and `<endpoint>-<variant>-<digest>`, and so are its inference
+components, so undeploying finds all of them by prefix.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def config_name(endpoint: str, fingerprint: str) -> str:
     return f"{endpoint}-{fingerprint[:8]}"
 
 
-def resource_id(endpoint: str, variant: str) -> str:
-    """Application Auto Scaling's name for a variant's instance count."""
-    return f"endpoint/{endpoint}/variant/{variant}"
+def component_name(endpoint: str, variant: str) -> str:
+    """A version's inference component on an endpoint of components: 63 characters at most,
+    unique per variant (the digest of the whole name), found again by the endpoint's prefix."""
+    return f"{endpoint}-{_cut(variant, 13)}-{digest(endpoint, variant)}"

@@ -1,13 +1,20 @@
-"""SageMaker real-time endpoints running Triton: the SageMaker adapter of the endpoint
-control plane (`sluice.endpoints.control`).
+"""SageMaker endpoints running Triton: the SageMaker adapter of the endpoint control plane
+(`sluice.endpoints.control`).
 
 Deploying builds the `sagemaker` flavour Triton repository of each version (one version, or
 each variant of a split), uploads it as `model.tar.gz` to the artifact store (SageMaker reads
 it from S3), and creates one SageMaker Model per version (network isolated: a Triton
-container needs no internet), an endpoint config with one production variant per version
-and the endpoint. Which sluice model version each production variant serves travels as tags
-on the endpoint, and so does autoscaling asked for at deploy time, which Application Auto
-Scaling accepts only once the endpoint is InService (`settle`).
+container needs no internet), an endpoint config and the endpoint. The config depends on the
+mode: `realtime`, one production variant per version; `async`, one variant and an
+AsyncInferenceConfig (output and failure paths under the tenant's results, SNS topics given
+or made here, concurrency per instance); `components`, one variant of instances SageMaker
+manages (ManagedInstanceScaling, least-outstanding-requests routing, the execution role in
+the config) and no model, each version coming in later as an inference component.
+
+Which sluice model version each variant or component serves travels as tags on the endpoint,
+and so does what has to wait for the endpoint to be InService (`settle`): Application Auto
+Scaling accepts a variant only then, and SageMaker creates inference components only on an
+InService endpoint; their copies are registered for autoscaling once each is InService.
 
 A rollout adds a variant for its candidate (`add_variant`): the candidate's model, a new
 endpoint config that is the current one plus that variant at weight 0, and `UpdateEndpoint`
@@ -38,23 +45,36 @@ from sluice.endpoints.control import (
     VariantState,
     build_variant_repository,
 )
-from sluice.endpoints.names import config_name, digest, model_name, resource_id
+from sluice.endpoints.names import config_name, digest, model_name
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
+from sluice.endpoints.sagemaker_scaling import ScalingCalls
 from sluice.endpoints.sagemaker_support import (
-    NAMESPACE,
-    SCALABLE_DIMENSION,
-    SCALE_IN_COOLDOWN_S,
-    SCALE_OUT_COOLDOWN_S,
-    SCALING_METRIC,
-    SCALING_POLICY,
+    COMPONENT_VARIANT,
     TAG_AUTOSCALING,
+    TAG_COMPONENT,
+    TAG_COMPUTE,
+    TAG_DEPLOYMENT,
+    TAG_FALLBACK,
+    TAG_TENANT,
+    TAG_TOPICS,
     EndpointSpec,
     VariantSpec,
     already_exists,
     aws_error,
+    compute_tag,
     error_code,
     is_missing,
     number,
+)
+from sluice.endpoints.scaling import (
+    BACKLOG,
+    COPIES,
+    COPY_DIMENSION,
+    INSTANCES,
+    ROUTING_STRATEGY,
+    VARIANT_DIMENSION,
+    component_resource,
+    variant_resource,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +104,8 @@ class SageMakerEndpoints:
         triton_image: str | None = None,
         sagemaker: Any | None = None,
         autoscaling: Any | None = None,
+        cloudwatch: Any | None = None,
+        sns: Any | None = None,
     ) -> None:
         self.store = store
         self._clients = clients
@@ -93,6 +115,8 @@ class SageMakerEndpoints:
         self.triton_image = triton_image
         self._sagemaker = sagemaker
         self._autoscaling = autoscaling
+        self._cloudwatch = cloudwatch
+        self._sns = sns
 
     @property
     def clients(self) -> AwsClients:
@@ -113,6 +137,22 @@ class SageMakerEndpoints:
         if self._autoscaling is None:
             self._autoscaling = self.clients.client("application-autoscaling", region=self._region)
         return self._autoscaling
+
+    @property
+    def cloudwatch(self) -> Any:
+        if self._cloudwatch is None:
+            self._cloudwatch = self.clients.client("cloudwatch", region=self._region)
+        return self._cloudwatch
+
+    @property
+    def sns(self) -> Any:
+        if self._sns is None:
+            self._sns = self.clients.client("sns", region=self._region)
+        return self._sns
+
+    @property
+    def scaling(self) -> ScalingCalls:
+        return ScalingCalls(self.autoscaling, lambda: self.cloudwatch)
 
     @property
     def region(self) -> str:
@@ -138,7 +178,12 @@ class SageMakerEndpoints:
         )
         variants = self._package(spec, image, role)
         fingerprint = digest(
-            spec.instance_type, str(spec.instance_count), *(f"{v.name}={v.model_name}@{v.weight:g}" for v in variants)
+            spec.instance_type,
+            str(spec.instance_count),
+            spec.mode,
+            repr(spec.asynchronous),
+            repr(spec.components),
+            *(f"{v.name}={v.model_name}@{v.weight:g}" for v in variants),
         )
         self.create(
             EndpointSpec(
@@ -151,6 +196,9 @@ class SageMakerEndpoints:
                 role_arn=role,
                 variants=tuple(variants),
                 autoscaling=spec.autoscaling,
+                mode=spec.mode,
+                asynchronous=spec.asynchronous,
+                components=spec.components,
             )
         )
 
@@ -191,20 +239,22 @@ class SageMakerEndpoints:
 
     # create ----------------------------------------------------------------------------------
     def create(self, spec: EndpointSpec) -> None:
-        """Models, then the endpoint config, then the endpoint; what this call made is removed
-        again when a later step fails."""
+        """Models, the SNS topics an asynchronous endpoint asks sluice to make, the endpoint
+        config, then the endpoint; what this call made is removed again when a later step
+        fails."""
         made_models: list[str] = []
+        made_topics: list[str] = []
         made_config: str | None = None
         try:
             for variant in spec.variants:
                 if self._create_model(spec, variant):
                     made_models.append(variant.model_name)
-            if self._create_config(spec):
+            topics = None
+            if spec.asynchronous is not None and spec.asynchronous.create_topics:
+                topics = self._create_topics(spec, made_topics)
+            if self._create_config(spec, topics):
                 made_config = spec.config_name
-            tags = spec.tags() + [v.tag() for v in spec.variants]
-            if spec.autoscaling is not None:
-                tags.append({"Key": TAG_AUTOSCALING, "Value": spec.autoscaling.to_tag()})
-            self.sagemaker.create_endpoint(EndpointName=spec.name, EndpointConfigName=spec.config_name, Tags=tags)
+            self.sagemaker.create_endpoint(EndpointName=spec.name, EndpointConfigName=spec.config_name, Tags=self._tags(spec))
         except Exception as exc:
             error = aws_error(exc, "create the endpoint")
             if made_config is not None:
@@ -213,7 +263,44 @@ class SageMakerEndpoints:
             for name in made_models:
                 with suppress(Exception):
                     self.sagemaker.delete_model(ModelName=name)
+            for arn in made_topics:
+                with suppress(Exception):
+                    self.sns.delete_topic(TopicArn=arn)
             raise error from None
+
+    @staticmethod
+    def _tags(spec: EndpointSpec) -> list[dict[str, str]]:
+        """sluice's facts on the endpoint: who it is for, what each variant serves, and what
+        waits for InService (autoscaling; for components, the components themselves)."""
+        tags = spec.tags() + [v.tag() for v in spec.variants]
+        pending = spec.autoscaling.to_tag() if spec.autoscaling is not None else None
+        if spec.asynchronous is not None:
+            pending = spec.asynchronous.scaling.to_tag()
+            if spec.asynchronous.create_topics:
+                tags.append({"Key": TAG_TOPICS, "Value": "created"})
+        if spec.components is not None:
+            pending = spec.components.scaling.to_tag()
+            tags.append({"Key": TAG_COMPUTE, "Value": compute_tag(spec.components)})
+            for v in spec.variants:
+                tags.append({"Key": TAG_COMPONENT + v.name, "Value": f"{v.model_name} {spec.components.copies[v.name]}"})
+            if spec.components.fallback:
+                tags.append({"Key": TAG_FALLBACK, "Value": spec.components.fallback})
+        if pending is not None:
+            tags.append({"Key": TAG_AUTOSCALING, "Value": pending})
+        return tags
+
+    def _create_topics(self, spec: EndpointSpec, made: list[str]) -> tuple[str, str]:
+        """Two topics, `<endpoint>-succeeded` and `<endpoint>-failed`, encrypted with the
+        AWS-managed key and refusing publishers without TLS."""
+        arns = []
+        for suffix in ("succeeded", "failed"):
+            arn = self.sns.create_topic(
+                Name=f"{spec.name}-{suffix}", Attributes={"KmsMasterKeyId": "alias/aws/sns"}, Tags=spec.tags()
+            )["TopicArn"]
+            made.append(arn)
+            self.sns.set_topic_attributes(TopicArn=arn, AttributeName="Policy", AttributeValue=_tls_only(arn))
+            arns.append(arn)
+        return arns[0], arns[1]
 
     def _create_model(self, spec: EndpointSpec, variant: VariantSpec) -> bool:
         from botocore.exceptions import ClientError
@@ -238,24 +325,11 @@ class SageMakerEndpoints:
             raise
         return True
 
-    def _create_config(self, spec: EndpointSpec) -> bool:
+    def _create_config(self, spec: EndpointSpec, topics: tuple[str, str] | None = None) -> bool:
         from botocore.exceptions import ClientError
 
         try:
-            self.sagemaker.create_endpoint_config(
-                EndpointConfigName=spec.config_name,
-                ProductionVariants=[
-                    {
-                        "VariantName": v.name,
-                        "ModelName": v.model_name,
-                        "InstanceType": spec.instance_type,
-                        "InitialInstanceCount": spec.instance_count,
-                        "InitialVariantWeight": v.weight,
-                    }
-                    for v in spec.variants
-                ],
-                Tags=spec.tags(),
-            )
+            self.sagemaker.create_endpoint_config(**config_request(spec, topics))
         except ClientError as exc:
             if already_exists(exc):
                 return False
@@ -267,7 +341,7 @@ class SageMakerEndpoints:
         """The endpoint as SageMaker and Application Auto Scaling see it; None when absent."""
         from sluice.endpoints.sagemaker_state import EndpointReader
 
-        return EndpointReader(self.sagemaker, self.autoscaling).describe(endpoint)
+        return EndpointReader(self.sagemaker, self.scaling).describe(endpoint)
 
     def weights(self, endpoint: str) -> EndpointWeights | None:
         """Status and each live variant's desired weight: one DescribeEndpoint."""
@@ -289,38 +363,88 @@ class SageMakerEndpoints:
         )
 
     def settle(self, state: EndpointState) -> EndpointState:
-        """Register the autoscaling asked for at deploy, now that the endpoint is InService."""
-        if state.status != "InService" or state.pending_autoscaling is None:
+        """What waited for the endpoint to be InService: autoscaling asked for at deploy and,
+        on an endpoint of components, the components themselves."""
+        if state.status != "InService":
+            return state
+        if state.mode == "components":
+            return self._settle_components(state)
+        if state.mode == "async" and state.pending_capacity is not None:
+            capacity = state.pending_capacity
+            try:
+                for variant in state.variants:
+                    self.scaling.register(
+                        BACKLOG,
+                        variant_resource(state.name, variant.name),
+                        state.name,
+                        low=capacity.low,
+                        high=capacity.high,
+                        target=capacity.target,
+                        description=f"Requests wait at {state.name} and no instance runs",
+                    )
+            except Exception as exc:
+                raise aws_error(exc, "register autoscaling") from None
+            self.forget_pending_autoscaling(state)
+            return self.describe(state.name) or state
+        if state.pending_autoscaling is None:
             return state
         for variant in state.variants:
             self.register_autoscaling(state.name, variant.name, state.pending_autoscaling)
         self.forget_pending_autoscaling(state)
         return self.describe(state.name) or state
 
+    def _settle_components(self, state: EndpointState) -> EndpointState:
+        """Create the components not made yet; register each InService component's copies for
+        autoscaling; once all are, nothing waits any more."""
+        capacity = state.pending_capacity
+        if capacity is None:
+            return state
+        changed = False
+        try:
+            for component in state.components:
+                if component.status == "Pending":
+                    self._create_component(state, component.name)
+                    changed = True
+                elif component.status == "InService" and component.autoscaling is None:
+                    self.scaling.register(
+                        COPIES,
+                        component_resource(component.name),
+                        component.name,
+                        low=capacity.low,
+                        high=capacity.high,
+                        target=capacity.target,
+                        description=f"A request found no copy of {component.name}",
+                    )
+                    changed = True
+        except Exception as exc:
+            raise aws_error(exc, "create the inference components and their autoscaling") from None
+        if changed:
+            state = self.describe(state.name) or state
+        if state.components and all(c.status == "InService" and c.autoscaling is not None for c in state.components):
+            self.forget_pending_autoscaling(state)
+            state = self.describe(state.name) or state
+        return state
+
+    def _create_component(self, state: EndpointState, name: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.sagemaker.create_inference_component(**component_request(state, name))
+        except ClientError as exc:
+            if not already_exists(exc):  # made by another look meanwhile
+                raise
+
     # change ----------------------------------------------------------------------------------
     def register_autoscaling(self, endpoint: str, variant: str, scaling: Autoscaling) -> None:
         """Register (or update) the variant's scalable target and its target-tracking policy."""
-        rid = resource_id(endpoint, variant)
         try:
-            self.autoscaling.register_scalable_target(
-                ServiceNamespace=NAMESPACE,
-                ResourceId=rid,
-                ScalableDimension=SCALABLE_DIMENSION,
-                MinCapacity=scaling.min_instances,
-                MaxCapacity=scaling.max_instances,
-            )
-            self.autoscaling.put_scaling_policy(
-                PolicyName=SCALING_POLICY,
-                ServiceNamespace=NAMESPACE,
-                ResourceId=rid,
-                ScalableDimension=SCALABLE_DIMENSION,
-                PolicyType="TargetTrackingScaling",
-                TargetTrackingScalingPolicyConfiguration={
-                    "TargetValue": scaling.target_invocations_per_instance,
-                    "PredefinedMetricSpecification": {"PredefinedMetricType": SCALING_METRIC},
-                    "ScaleInCooldown": SCALE_IN_COOLDOWN_S,
-                    "ScaleOutCooldown": SCALE_OUT_COOLDOWN_S,
-                },
+            self.scaling.register(
+                INSTANCES,
+                variant_resource(endpoint, variant),
+                endpoint,
+                low=scaling.min_instances,
+                high=scaling.max_instances,
+                target=scaling.target_invocations_per_instance,
             )
         except Exception as exc:
             raise aws_error(exc, "register autoscaling") from None
@@ -465,12 +589,32 @@ class SageMakerEndpoints:
 
     # delete ----------------------------------------------------------------------------------
     def undeploy(self, name: str, state: EndpointState | None) -> dict[str, Any]:
-        """Autoscaling (policies, then targets), the endpoint, its configs, its models: in
-        that order, each skipped when already gone."""
-        deleted: dict[str, Any] = {"scaling_policies": [], "scalable_targets": [], "endpoint": None, "endpoint_configs": [], "models": []}
+        """Autoscaling (policies, then targets, then the scale-from-zero alarms), the inference
+        components, the endpoint, its configs, its models and the topics sluice made for it:
+        in that order, each skipped when already gone."""
+        deleted: dict[str, Any] = {
+            "scaling_policies": [],
+            "scalable_targets": [],
+            "alarms": [],
+            "inference_components": [],
+            "endpoint": None,
+            "endpoint_configs": [],
+            "models": [],
+            "topics": [],
+        }
+        mode = state.mode if state else "realtime"
         try:
-            variants = [v.name for v in state.variants] if state else []
-            deleted["scaling_policies"], deleted["scalable_targets"] = self._deregister(name, variants)
+            variants = [variant_resource(name, v.name) for v in state.variants] if state and mode != "components" else []
+            components = [c.name for c in state.components if c.status != "Pending"] if state else []
+            for dimension, resources in ((VARIANT_DIMENSION, variants), (COPY_DIMENSION, [component_resource(c) for c in components])):
+                policies, targets = self.scaling.remove(dimension, resources)
+                deleted["scaling_policies"] += policies
+                deleted["scalable_targets"] += targets
+            if mode != "realtime":
+                deleted["alarms"] = self.scaling.remove_alarms(name)
+            for component in components:
+                if self._quietly(self.sagemaker.delete_inference_component, InferenceComponentName=component):
+                    deleted["inference_components"].append(component)
             if state is not None and state.status != "Deleting":
                 self._quietly(self.sagemaker.delete_endpoint, EndpointName=name)
                 deleted["endpoint"] = name
@@ -480,36 +624,17 @@ class SageMakerEndpoints:
                 if self._quietly(self.sagemaker.delete_endpoint_config, EndpointConfigName=config):
                     deleted["endpoint_configs"].append(config)
             models = {v.model_name for v in state.variants if v.model_name} if state else set()
+            models |= {c.model_name for c in state.components if c.model_name} if state else set()
             models |= set(self._owned(name, "list_models", "Models", "ModelName"))
             for model in sorted(models):
                 if self._quietly(self.sagemaker.delete_model, ModelName=model):
                     deleted["models"].append(model)
+            for arn in state.topics_made if state else ():
+                self.sns.delete_topic(TopicArn=arn)  # idempotent: a missing topic is no error
+                deleted["topics"].append(arn)
         except Exception as exc:
             raise aws_error(exc, "delete the endpoint") from None
         return deleted
-
-    def _deregister(self, endpoint: str, variants: list[str]) -> tuple[list[str], list[str]]:
-        policies: list[str] = []
-        targets: list[str] = []
-        for variant in variants:
-            rid = resource_id(endpoint, variant)
-            found = self.autoscaling.describe_scaling_policies(
-                ServiceNamespace=NAMESPACE, ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION
-            ).get("ScalingPolicies", [])
-            for policy in found:
-                self.autoscaling.delete_scaling_policy(
-                    PolicyName=policy["PolicyName"], ServiceNamespace=NAMESPACE, ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION
-                )
-                policies.append(f"{rid}:{policy['PolicyName']}")
-            registered = self.autoscaling.describe_scalable_targets(
-                ServiceNamespace=NAMESPACE, ResourceIds=[rid], ScalableDimension=SCALABLE_DIMENSION
-            ).get("ScalableTargets", [])
-            if registered:
-                self.autoscaling.deregister_scalable_target(
-                    ServiceNamespace=NAMESPACE, ResourceId=rid, ScalableDimension=SCALABLE_DIMENSION
-                )
-                targets.append(rid)
-        return policies, targets
 
     def _owned(self, endpoint: str, operation: str, key: str, field_name: str) -> Iterator[str]:
         """Names under this endpoint's prefix (the digest in the prefix makes it its own)."""
@@ -539,3 +664,88 @@ class SageMakerEndpoints:
         return True
 
 
+
+
+# the requests -------------------------------------------------------------------------------
+def config_request(spec: EndpointSpec, topics: tuple[str, str] | None = None) -> dict[str, Any]:
+    """CreateEndpointConfig's parameters in the endpoint's mode; `topics`: the SNS topics
+    sluice made for an asynchronous endpoint (success, error)."""
+    request: dict[str, Any] = {"EndpointConfigName": spec.config_name, "Tags": spec.tags()}
+    if spec.components is not None:
+        # The instances are SageMaker's to manage; the models come in as components, which
+        # run as the role the config names.
+        request["ProductionVariants"] = [
+            {
+                "VariantName": COMPONENT_VARIANT,
+                "InstanceType": spec.instance_type,
+                "InitialInstanceCount": spec.instance_count,
+                "ManagedInstanceScaling": {
+                    "Status": "ENABLED",
+                    "MinInstanceCount": spec.components.min_instances,
+                    "MaxInstanceCount": spec.components.max_instances,
+                },
+                "RoutingConfig": {"RoutingStrategy": ROUTING_STRATEGY},
+            }
+        ]
+        request["ExecutionRoleArn"] = spec.role_arn
+        return request
+    request["ProductionVariants"] = [
+        {
+            "VariantName": v.name,
+            "ModelName": v.model_name,
+            "InstanceType": spec.instance_type,
+            "InitialInstanceCount": spec.instance_count,
+            "InitialVariantWeight": v.weight,
+        }
+        for v in spec.variants
+    ]
+    asynchronous = spec.asynchronous
+    if asynchronous is not None:
+        output: dict[str, Any] = {"S3OutputPath": asynchronous.output_path, "S3FailurePath": asynchronous.failure_path}
+        success, error = topics or (asynchronous.success_topic, asynchronous.error_topic)
+        notify = {k: v for k, v in (("SuccessTopic", success), ("ErrorTopic", error)) if v}
+        if notify:
+            output["NotificationConfig"] = notify
+        request["AsyncInferenceConfig"] = {
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": asynchronous.max_concurrent_invocations},
+            "OutputConfig": output,
+        }
+    return request
+
+
+def component_request(state: EndpointState, name: str) -> dict[str, Any]:
+    """CreateInferenceComponent's parameters for one of the endpoint's planned components."""
+    component = state.component(name)
+    assert component is not None
+    return {
+        "InferenceComponentName": component.name,
+        "EndpointName": state.name,
+        "VariantName": COMPONENT_VARIANT,
+        "Specification": {"ModelName": component.model_name, "ComputeResourceRequirements": dict(component.compute)},
+        "RuntimeConfig": {"CopyCount": component.desired_copies or 0},
+        "Tags": [
+            {"Key": TAG_TENANT, "Value": state.tenant},
+            {"Key": TAG_DEPLOYMENT, "Value": state.deployment},
+            {"Key": "sluice:model", "Value": f"{component.model}:{component.version}"},
+        ],
+    }
+
+
+def _tls_only(topic_arn: str) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PublishOverTlsOnly",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "sns:Publish",
+                    "Resource": topic_arn,
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )

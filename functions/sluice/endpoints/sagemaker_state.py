@@ -1,35 +1,68 @@
 """Reading a SageMaker endpoint back: SageMaker's and Application Auto Scaling's answers,
-and sluice's tags on the endpoint, as one `EndpointState`."""
+and sluice's tags on the endpoint, as one `EndpointState`.
+
+The mode is read from the endpoint config itself: an AsyncInferenceConfig makes it
+asynchronous, a production variant without a model (its models come as inference
+components) makes it an endpoint of components. Only then are the inference components
+listed: one per `sluice:component:` tag, `Pending` until created."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sluice.endpoints.control import Autoscaling, EndpointState, ScalingState, VariantState
-from sluice.endpoints.names import resource_id
+from sluice.endpoints.control import (
+    Autoscaling,
+    Capacity,
+    ComponentState,
+    EndpointState,
+    Mode,
+    VariantState,
+)
+from sluice.endpoints.names import component_name
 from sluice.endpoints.sagemaker_support import (
-    NAMESPACE,
-    SCALABLE_DIMENSION,
-    SCALING_POLICY,
     TAG_AUTOSCALING,
+    TAG_COMPONENT,
+    TAG_COMPUTE,
     TAG_DEPLOYMENT,
+    TAG_FALLBACK,
     TAG_TENANT,
+    TAG_TOPICS,
     TAG_VARIANT,
     aws_error,
+    compute_from_tag,
     integer,
     is_missing,
     number,
     timestamp,
     variant_tag,
 )
+from sluice.endpoints.scaling import (
+    BACKLOG,
+    COPIES,
+    INSTANCES,
+    component_resource,
+    variant_resource,
+)
+
+if TYPE_CHECKING:
+    from sluice.endpoints.sagemaker_scaling import ScalingCalls
+
+
+def mode_of(config: dict[str, Any]) -> Mode:
+    variants = config.get("ProductionVariants") or []
+    if config.get("AsyncInferenceConfig"):
+        return "async"
+    if variants and all(not v.get("ModelName") for v in variants):
+        return "components"
+    return "realtime"
 
 
 class EndpointReader:
     """The describe and list calls of one look at an endpoint."""
 
-    def __init__(self, sagemaker: Any, autoscaling: Any) -> None:
+    def __init__(self, sagemaker: Any, scaling: ScalingCalls) -> None:
         self.sagemaker = sagemaker
-        self.autoscaling = autoscaling
+        self.scaling = scaling
 
     def describe(self, name: str) -> EndpointState | None:
         """The endpoint as SageMaker and Application Auto Scaling see it; None when absent."""
@@ -46,8 +79,13 @@ class EndpointReader:
         try:
             tags = {t["Key"]: t["Value"] for t in self._tags(endpoint["EndpointArn"])}
             config = self._config(endpoint["EndpointConfigName"])
-            scaling = self._scaling(name, [v["VariantName"] for v in config.get("ProductionVariants", [])])
-            images = self._images(config)
+            mode = mode_of(config)
+            names = [v["VariantName"] for v in config.get("ProductionVariants", [])]
+            kind = BACKLOG if mode == "async" else INSTANCES
+            scaling = {} if mode == "components" else self.scaling.read(kind, {v: variant_resource(name, v) for v in names})
+            components = self._components(name, tags) if mode == "components" else ()
+            models = [v["ModelName"] for v in config.get("ProductionVariants", []) if v.get("ModelName")]
+            images = self._images(models + [c.model_name for c in components])
         except Exception as exc:
             raise aws_error(exc, "describe the endpoint") from None
         live = {v["VariantName"]: v for v in endpoint.get("ProductionVariants", [])}
@@ -55,6 +93,8 @@ class EndpointReader:
         for planned in config.get("ProductionVariants", []):
             vname = planned["VariantName"]
             model, version, max_batch, label = variant_tag(tags.get(TAG_VARIANT + vname), vname)
+            if mode == "components":
+                model, version, max_batch, label = "", 0, 0, vname  # the instances: the components serve
             now = live.get(vname, {})
             variants.append(
                 VariantState(
@@ -73,6 +113,7 @@ class EndpointReader:
                 )
             )
         pending = tags.get(TAG_AUTOSCALING)
+        asynchronous = _async(config.get("AsyncInferenceConfig"))
         return EndpointState(
             name=name,
             arn=endpoint["EndpointArn"],
@@ -82,11 +123,69 @@ class EndpointReader:
             tenant=tags.get(TAG_TENANT, ""),
             deployment=tags.get(TAG_DEPLOYMENT, ""),
             variants=tuple(variants),
-            pending_autoscaling=Autoscaling.from_tag(pending) if pending else None,
+            pending_autoscaling=Autoscaling.from_tag(pending) if pending and mode == "realtime" else None,
             created_at=timestamp(endpoint.get("CreationTime")),
             updated_at=timestamp(endpoint.get("LastModifiedTime")),
             images=images,
+            mode=mode,
+            asynchronous=asynchronous,
+            components=components,
+            pending_capacity=Capacity.from_tag(pending) if mode != "realtime" else None,
+            fallback=tags.get(TAG_FALLBACK) if mode == "components" else None,
+            topics_made=tuple(
+                t for t in (asynchronous or {}).get("topics", {}).values() if t and tags.get(TAG_TOPICS) == "created"
+            ),
         )
+
+    def _components(self, endpoint: str, tags: dict[str, str]) -> tuple[ComponentState, ...]:
+        """One per version, as planned in the endpoint's tags, with what SageMaker and
+        Application Auto Scaling say of it once it exists."""
+        from botocore.exceptions import ClientError
+
+        live = set()
+        token = None
+        while True:
+            page = self.sagemaker.list_inference_components(EndpointNameEquals=endpoint, **({"NextToken": token} if token else {}))
+            live |= {c["InferenceComponentName"] for c in page.get("InferenceComponents", [])}
+            token = page.get("NextToken")
+            if not token:
+                break
+        compute = compute_from_tag(tags.get(TAG_COMPUTE))
+        planned = sorted(key.removeprefix(TAG_COMPONENT) for key in tags if key.startswith(TAG_COMPONENT))
+        names = {variant: component_name(endpoint, variant) for variant in planned}
+        scaling = self.scaling.read(COPIES, {n: component_resource(n) for n in names.values() if n in live})
+        out = []
+        for variant in planned:
+            name = names[variant]
+            model, version, max_batch, label = variant_tag(tags.get(TAG_VARIANT + variant), variant)
+            model_name, _, copies = tags[TAG_COMPONENT + variant].partition(" ")
+            state = ComponentState(
+                name=name, variant=variant, label=label, model=model, version=version, max_batch_size=max_batch,
+                model_name=model_name, status="Pending", desired_copies=int(copies) if copies.isdigit() else None,
+                compute=compute,
+            )  # fmt: skip
+            if name in live:
+                try:
+                    found = self.sagemaker.describe_inference_component(InferenceComponentName=name)
+                except ClientError as exc:
+                    if not is_missing(exc):
+                        raise
+                    found = None
+                if found is not None:
+                    runtime = found.get("RuntimeConfig") or {}
+                    spec = found.get("Specification") or {}
+                    state = ComponentState(
+                        name=name, variant=variant, label=label, model=model, version=version, max_batch_size=max_batch,
+                        model_name=spec.get("ModelName") or model_name,
+                        status=str(found.get("InferenceComponentStatus", "")),
+                        failure_reason=found.get("FailureReason") or None,
+                        desired_copies=integer(runtime.get("DesiredCopyCount")),
+                        current_copies=integer(runtime.get("CurrentCopyCount")),
+                        compute=spec.get("ComputeResourceRequirements") or compute,
+                        autoscaling=scaling.get(name),
+                    )  # fmt: skip
+            out.append(state)
+        return tuple(out)
 
     def _tags(self, arn: str) -> list[dict[str, str]]:
         out: list[dict[str, str]] = []
@@ -108,13 +207,13 @@ class EndpointReader:
                 return {}
             raise
 
-    def _images(self, config: dict[str, Any]) -> tuple[str, ...]:
+    def _images(self, models: list[str]) -> tuple[str, ...]:
         from botocore.exceptions import ClientError
 
         images = []
-        for planned in config.get("ProductionVariants", []):
+        for model_name in dict.fromkeys(models):
             try:
-                model = self.sagemaker.describe_model(ModelName=planned["ModelName"])
+                model = self.sagemaker.describe_model(ModelName=model_name)
             except ClientError as exc:
                 if is_missing(exc):
                     continue
@@ -124,24 +223,16 @@ class EndpointReader:
                 images.append(image)
         return tuple(images)
 
-    def _scaling(self, endpoint: str, variants: list[str]) -> dict[str, ScalingState]:
-        if not variants:
-            return {}
-        ids = [resource_id(endpoint, v) for v in variants]
-        found = self.autoscaling.describe_scalable_targets(
-            ServiceNamespace=NAMESPACE, ResourceIds=ids, ScalableDimension=SCALABLE_DIMENSION
-        ).get("ScalableTargets", [])
-        out = {}
-        for target in found:
-            variant = target["ResourceId"].rsplit("/", 1)[-1]
-            policies = self.autoscaling.describe_scaling_policies(
-                ServiceNamespace=NAMESPACE, ResourceId=target["ResourceId"], ScalableDimension=SCALABLE_DIMENSION
-            ).get("ScalingPolicies", [])
-            tracking = next(
-                (p["TargetTrackingScalingPolicyConfiguration"] for p in policies if p.get("PolicyName") == SCALING_POLICY),
-                None,
-            )
-            out[variant] = ScalingState(
-                int(target["MinCapacity"]), int(target["MaxCapacity"]), float(tracking["TargetValue"]) if tracking else None
-            )
-        return out
+
+def _async(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An asynchronous endpoint's output and failure paths, topics and concurrency."""
+    if not config:
+        return None
+    output = config.get("OutputConfig") or {}
+    notify = output.get("NotificationConfig") or {}
+    return {
+        "output_path": output.get("S3OutputPath"),
+        "failure_path": output.get("S3FailurePath"),
+        "topics": {"success": notify.get("SuccessTopic"), "error": notify.get("ErrorTopic")},
+        "max_concurrent_invocations": (config.get("ClientConfig") or {}).get("MaxConcurrentInvocationsPerInstance"),
+    }

@@ -8,20 +8,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
-from sluice.endpoints.control import Autoscaling
+from sluice.endpoints.control import AsyncSpec, Autoscaling, ComponentSpec, Mode
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "sagemaker"
-SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
-SCALING_METRIC = "SageMakerVariantInvocationsPerInstance"
-SCALING_POLICY = "sluice-invocations-per-instance"
-SCALE_IN_COOLDOWN_S = 300
-SCALE_OUT_COOLDOWN_S = 60
 TAG_TENANT = "sluice:tenant"
 TAG_DEPLOYMENT = "sluice:deployment"
-TAG_AUTOSCALING = "sluice:autoscaling"
-TAG_VARIANT = "sluice:variant:"
+TAG_AUTOSCALING = "sluice:autoscaling"  # autoscaling that waits for InService (every mode)
+TAG_VARIANT = "sluice:variant:"  # per variant: "<model> <version> <max_batch_size> <label>"
+TAG_COMPONENT = "sluice:component:"  # per variant, mode components: "<SageMaker model> <copies>"
+TAG_COMPUTE = "sluice:compute"  # mode components: "<memory MB> <cpus or -> <gpus or ->"
+TAG_FALLBACK = "sluice:fallback"  # mode components: what answers while a component has no copy
+TAG_TOPICS = "sluice:topics"  # mode async: "created" when sluice made the SNS topics (undeploy deletes them)
+COMPONENT_VARIANT = "AllTraffic"  # the one production variant of an endpoint of components
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure", "InternalServerError"})
 _MISSING = frozenset({"ValidationException", "ValidationError", "ResourceNotFound", "ObjectNotFoundException"})
 
@@ -54,6 +53,9 @@ class EndpointSpec:
     role_arn: str
     variants: tuple[VariantSpec, ...]
     autoscaling: Autoscaling | None = None
+    mode: Mode = "realtime"
+    asynchronous: AsyncSpec | None = None
+    components: ComponentSpec | None = None
 
     def tags(self) -> list[dict[str, str]]:
         return [{"Key": TAG_TENANT, "Value": self.tenant}, {"Key": TAG_DEPLOYMENT, "Value": self.deployment}]
@@ -101,6 +103,26 @@ def aws_error(exc: Exception, what: str) -> SluiceError:
 
 
 # what comes back ---------------------------------------------------------------------------
+def compute_tag(components: ComponentSpec) -> str:
+    cpus = "-" if components.cpus is None else f"{components.cpus:g}"
+    gpus = "-" if not components.gpus else str(components.gpus)
+    return f"{components.memory_mb} {cpus} {gpus}"
+
+
+def compute_from_tag(value: str | None) -> dict[str, Any]:
+    """ComputeResourceRequirements from a `sluice:compute` tag; {} when there is none."""
+    try:
+        memory, cpus, gpus = (value or "").split(" ")
+        out: dict[str, Any] = {"MinMemoryRequiredInMb": int(memory)}
+        if cpus != "-":
+            out["NumberOfCpuCoresRequired"] = float(cpus)
+        if gpus != "-":
+            out["NumberOfAcceleratorDevicesRequired"] = int(gpus)
+        return out
+    except ValueError:
+        return {}
+
+
 def variant_tag(value: str | None, variant: str) -> tuple[str, int, int, str]:
     """(model, version, max_batch_size, policy variant) from a `sluice:variant:<name>` tag."""
     try:

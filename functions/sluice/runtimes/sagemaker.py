@@ -474,7 +474,7 @@ class SageMakerRuntime:
                 log.warning("sagemaker: asynchronous output outside the tenant's results", extra={"endpoint": params["EndpointName"]})
                 raise BackendError(
                     f"endpoint {params['EndpointName']} writes its answers outside this tenant's results; "
-                    "deploy it with sluice (`sluice endpoints deploy --async`)"
+                    "deploy it with sluice (`sluice endpoints deploy --mode async`)"
                 )
         if output is None:
             raise BackendError("SageMaker accepted the request but named no output location")

@@ -2,11 +2,14 @@
 
 Traffic moves to an endpoint when it is in service, not before: the first look at it binds
 the deployment, registering for each variant a `sagemaker` version of the same model (the
-same ONNX artifact and signature; config `endpoint_name`, `variant`, `max_batch_size`,
-`source_version`, and `endpoint_url` and `async_endpoint_name` where the endpoint answers locally) and pointing the
-policy at those versions, its split names, weights and routing key unchanged. Unbinding
-points the policy back at the source versions; the bound versions are deleted once no
-deployment routes to them.
+same ONNX artifact and signature; config `endpoint_name`, `max_batch_size`, `source_version`,
+and what the `sagemaker` runtime reads to reach it: `variant` for a real-time or asynchronous
+endpoint, `"invocation": "async"` for an asynchronous one, `inference_component` (and
+`fallback`) on an endpoint of components, and `endpoint_url` and `async_endpoint_name` where
+the endpoint answers locally) and pointing the policy at those versions, its split names,
+weights and routing key unchanged. These are the same keys a version served by an endpoint
+from the CDK app is registered with. Unbinding points the policy back at the source versions;
+the bound versions are deleted once no deployment routes to them.
 """
 
 from __future__ import annotations
@@ -55,15 +58,15 @@ class Binder:
             return dep  # the policy has moved on from what was deployed: it stays as it is
         chosen: dict[str, Single] = {}
         for label, single in slots:
-            variant = state.variant(label)
             current = self._version(dep.tenant, single)
-            if variant is None or current is None:
+            served = state.component(label) if state.mode == "components" else state.variant(label)
+            if served is None or current is None:
                 return dep
             if bound_to(current, state.name):
                 continue
-            if (single.model, single.version) != (variant.model, variant.version):
+            if (single.model, single.version) != (served.model, served.version):
                 return dep
-            bound = self.bound_version(principal, current, state.name, variant)
+            bound = self._bound_version(principal, current, runtime_config(state, label, current.version))
             chosen[label] = Single(model=bound.model, version=bound.version)
         if not chosen:
             return dep
@@ -80,20 +83,9 @@ class Binder:
         return updated
 
     def bound_version(self, principal: Principal, source: ModelVersion, endpoint: str, variant: VariantState) -> ModelVersion:
-        """The `sagemaker` version of `source` that `variant` of `endpoint` serves: the one
-        registered before, or a new one."""
-        config: dict[str, Any] = {
-            "endpoint_name": endpoint,
-            "variant": variant.name,
-            "max_batch_size": variant.max_batch_size,
-            "source_version": source.version,
-        }
-        if variant.url:
-            config["endpoint_url"] = variant.url
-            # The local container answers both paths: requests above SageMaker's
-            # synchronous limit go through the twin's asynchronous queue.
-            config["async_endpoint_name"] = endpoint
-        return self._bound_version(principal, source, config)
+        """The `sagemaker` version of `source` that real-time `variant` of `endpoint` serves: the
+        one registered before, or a new one."""
+        return self._bound_version(principal, source, variant_config(endpoint, variant, source.version))
 
     def _bound_version(self, principal: Principal, source: ModelVersion, config: dict[str, Any]) -> ModelVersion:
         for existing in self.registry.list_versions(source.tenant, source.model):
@@ -149,6 +141,37 @@ class Binder:
                     self.registry.delete_version(tenant, model, version.version)
                     deleted.append(version.ref)
         return deleted
+
+
+def runtime_config(state: EndpointState, label: str, source_version: int) -> dict[str, Any]:
+    """The config of the `sagemaker` version that serves the policy's variant `label` from
+    the endpoint: what `sluice.runtimes.sagemaker.EndpointTarget.of` reads."""
+    config: dict[str, Any] = {"endpoint_name": state.name}
+    if state.mode == "components":
+        component = state.component(label)
+        assert component is not None
+        config |= {"inference_component": component.name, "max_batch_size": component.max_batch_size}
+        if state.fallback:
+            config["fallback"] = state.fallback
+        config["source_version"] = source_version
+        return config
+    variant = state.variant(label)
+    assert variant is not None
+    return variant_config(state.name, variant, source_version, asynchronous=state.mode == "async")
+
+
+def variant_config(endpoint: str, variant: VariantState, source_version: int, *, asynchronous: bool = False) -> dict[str, Any]:
+    """The config of the `sagemaker` version that `variant` of `endpoint` serves."""
+    config: dict[str, Any] = {"endpoint_name": endpoint, "variant": variant.name, "max_batch_size": variant.max_batch_size}
+    if asynchronous:
+        config["invocation"] = "async"  # every request through S3 and InvokeEndpointAsync
+    if variant.url:
+        config["endpoint_url"] = variant.url
+        # The local container answers both paths: requests above SageMaker's
+        # synchronous limit go through the twin's asynchronous queue.
+        config["async_endpoint_name"] = endpoint
+    config["source_version"] = source_version
+    return config
 
 
 def bound_to(version: ModelVersion | None, endpoint: str) -> bool:

@@ -74,6 +74,14 @@ class RolloutEndpoints:
                 f"`sluice endpoints undeploy {dep.name}` points it back at its versions",
                 field="endpoint",
             )
+        if state.mode in ("async", "components"):
+            # An asynchronous endpoint serves one variant (a split could not say which version
+            # answered); components are routed by name, not by variant weights.
+            raise Conflict(
+                f"endpoint {endpoint} is an {'asynchronous' if state.mode == 'async' else 'inference-component'} "
+                "endpoint: a rollout moves real-time variants' weights only; undeploy it to roll out in process",
+                field="endpoint",
+            )
         before = {v.name: float(v.desired_weight or 0.0) for v in state.variants}
         plan: dict[str, Any] = {"name": endpoint, "stable": stable, "before": before}
         if bound_to(version, endpoint):

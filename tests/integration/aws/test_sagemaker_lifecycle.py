@@ -374,7 +374,7 @@ BAD_DEPLOYS = [
     ({"instance_type": "g5.xlarge"}, 400, "instance_type", "ml.<family>.<size>"),
     ({"instance_type": "ml.inf1.xlarge"}, 400, "instance_type", "Inferentia"),
     ({"instance_type": "ml.g4dn.xlarge", "min_instances": 3, "max_instances": 2}, 400, "min_instances", "above max_instances"),
-    ({"instance_type": "ml.g4dn.xlarge", "min_instances": 0, "max_instances": 2}, 400, "min_instances", "inference components"),
+    ({"instance_type": "ml.g4dn.xlarge", "min_instances": 0, "max_instances": 2}, 422, "min_instances", "inference components"),  # a combination: mode realtime
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 5, "max_instances": 2}, 400, "instance_count", "between"),
     ({"instance_type": "ml.g4dn.xlarge", "triton_version": "19.01"}, 400, "triton_version", "unknown SageMaker Triton version"),
     ({"instance_type": "ml.g4dn.xlarge", "instance_count": 0}, 422, "instance_count", ""),

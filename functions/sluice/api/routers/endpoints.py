@@ -1,12 +1,13 @@
 """A deployment's SageMaker endpoint (admin scope): deploy, status, scale and weights, undeploy.
 
 The calls run on a worker thread: each makes several SageMaker calls, and deploying builds
-and uploads Triton repositories.
+and uploads Triton repositories. A deploy's options are checked against its `mode` by the
+service: an option of another mode, or a combination SageMaker refuses, is a 422 naming it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
@@ -29,6 +30,31 @@ class EndpointCreate(WireModel):
     )
     triton_version: str | None = Field(None, description="SageMaker Triton image version (default: the service's).")
     max_batch_size: int | None = Field(None, ge=0, description="Triton max_batch_size (default 64 when the model batches).")
+    mode: Literal["realtime", "async", "components"] = Field(
+        "realtime",
+        description="realtime: a production variant per version. async: one version behind SageMaker's queue, scaling to "
+        "zero on its backlog. components: each version an inference component, copies and instances scaling to zero.",
+    )
+    output_path: str | None = Field(None, max_length=512, description="async: s3:// path for answers, under the tenant's results (default: its sagemaker folder).")
+    success_topic: str | None = Field(None, description="async: SNS topic ARN told of each answer.")
+    error_topic: str | None = Field(None, description="async: SNS topic ARN told of each error.")
+    create_topics: bool = Field(False, description="async: make two encrypted SNS topics for it (deleted at undeploy).")
+    max_concurrent_invocations: int | None = Field(None, ge=1, le=1000, description="async: requests one instance works on at once (default 4).")
+    backlog_per_instance: float | None = Field(None, gt=0, description="async autoscaling: ApproximateBacklogSizePerInstance to hold (default 5).")
+    copies: int | dict[str, int] | None = Field(
+        None, description="components: copies of each version at creation, or by the policy's variant names (default 1)."
+    )
+    min_copies: int | None = Field(None, ge=0, description="components autoscaling: fewest copies (default 0: scale to zero).")
+    max_copies: int | None = Field(None, ge=1, description="components autoscaling: most copies (default: the most asked for).")
+    invocations_per_copy: float | None = Field(
+        None, gt=0, description="components autoscaling: SageMakerInferenceComponentInvocationsPerCopy to hold (default 50)."
+    )
+    cpus: float | None = Field(None, ge=0.25, description="components: CPU cores one copy needs.")
+    memory_mb: int | None = Field(None, ge=128, description="components: memory one copy needs (default 4096).")
+    gpus: int | None = Field(None, ge=0, description="components: GPUs one copy needs (default 1 on a GPU instance).")
+    fallback: Literal["in_process"] | None = Field(
+        None, description="components: answer in process from the version's ONNX artifact while a component has no copy."
+    )
 
 
 class EndpointScale(WireModel):
