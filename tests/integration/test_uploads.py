@@ -149,6 +149,9 @@ def test_forms_are_checked_as_s3_checks_a_policy(client: TestClient, keys: dict[
     moved = client.post(other["url"], data=upload["fields"], files={"file": ("b", b"{}")})  # another upload's form
     assert moved.status_code == 403 and moved.json()["field"] == "key"
     assert client.post(upload["url"], data=upload["fields"]).status_code == 400  # no file part
+    # what is read before the signature can be checked is bounded
+    padded = {**{f"f{i}": "x" * 32 for i in range(4000)}, **upload["fields"]}
+    assert client.post(upload["url"], data=padded, files={"file": ("b", b"{}")}).status_code == 400
     store = demo.uploads.store
     store.clock = lambda: 9e12  # type: ignore[union-attr]
     expired = client.post(upload["url"], data=upload["fields"], files={"file": ("b", b"{}")})

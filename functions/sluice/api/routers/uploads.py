@@ -82,14 +82,21 @@ async def _receive(store: FolderUploads, upload_id: str, request: Request) -> No
     if media != b"multipart/form-data" or not boundary:
         raise BadRequest("send the upload as multipart/form-data: the fields, then the body as `file`", field="body")
     fields: dict[str, str] = {}
-    state: dict[str, Any] = {"name": None, "header": b"", "value": b"", "headers": {}, "sink": None, "done": False}
+    state: dict[str, Any] = {"name": None, "header": b"", "value": b"", "headers": {}, "sink": None, "done": False, "fields_bytes": 0}
     exits: ExitStack = contextlib.ExitStack()
 
     def on_header_field(data: bytes, start: int, end: int) -> None:
         state["header"] += data[start:end]
+        on_header_bytes(end - start)
 
     def on_header_value(data: bytes, start: int, end: int) -> None:
         state["value"] += data[start:end]
+        on_header_bytes(end - start)
+
+    def on_header_bytes(count: int) -> None:
+        state["fields_bytes"] += count
+        if state["fields_bytes"] > FORM_OVERHEAD:
+            raise BadRequest(f"the form's fields and part headers are over {FORM_OVERHEAD} bytes", field="body")
 
     def on_header_end() -> None:
         state["headers"][state["header"].lower()] = state["value"]
@@ -108,8 +115,10 @@ async def _receive(store: FolderUploads, upload_id: str, request: Request) -> No
             state["sink"].write(data[start:end])
         elif not state["done"]:
             state["buffer"] += data[start:end]
-            if len(state["buffer"]) > MAX_FIELD_BYTES:
-                raise BadRequest(f"form field '{state['name']}' is over {MAX_FIELD_BYTES} bytes", field=state["name"])
+            state["fields_bytes"] += end - start
+            if len(state["buffer"]) > MAX_FIELD_BYTES or state["fields_bytes"] > FORM_OVERHEAD:
+                # read before the form's signature can be checked: bounded, whoever sends it
+                raise BadRequest(f"form field '{state['name']}' is over {MAX_FIELD_BYTES} bytes, or the fields over {FORM_OVERHEAD}", field=state["name"])
 
     def on_part_end() -> None:
         if state["sink"] is not None:
