@@ -353,11 +353,11 @@ class S3Uploads:
     def form(
         self, tenant: str, upload_id: str, *, content_type: str, max_bytes: int, expires_in: int, base_url: str
     ) -> UploadForm:
-        client = self.signer.client(tenant, valid_for_s=expires_in) if self.signer else self.store.presigner
         fields = {"Content-Type": content_type, **self._encryption()}
         conditions: list[Any] = [{name: value} for name, value in fields.items()]
         conditions.append(["content-length-range", 1, max_bytes])
         try:
+            client = self.signer.client(tenant, valid_for_s=expires_in) if self.signer else self.store.presigner
             found = client.generate_presigned_post(
                 Bucket=self.bucket,
                 Key=self._key(tenant, upload_id, BODY),
