@@ -8,6 +8,7 @@ given on the command line as CDK context (`cdk synth -c sluice:architecture=arm6
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,6 +120,25 @@ class StorageConfig(_Section):
     capture_expiry_days: int = Field(
         30, ge=1, description="Delete captured requests under capture/ in the batch bucket after this."
     )
+    upload_expiry_days: int = Field(
+        1,
+        ge=1,
+        description="Delete uploaded request bodies (under artifacts/uploads/) after this; sluice "
+        "stops taking them in predictions an hour after they are made (SLUICE_UPLOAD_TTL_S).",
+    )
+    upload_cors_origins: tuple[str, ...] = Field(
+        (),
+        description="Web origins (https://app.example.com) whose pages may post uploads' presigned "
+        "forms to the artifacts bucket (a CORS rule for POST); none: no CORS rule.",
+    )
+
+    @field_validator("upload_cors_origins")
+    @classmethod
+    def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in origins:
+            if not re.fullmatch(r"https?://[^/\s*]+", origin):
+                raise ValueError(f"{origin!r} is not an origin such as https://app.example.com (no path, no wildcard)")
+        return origins
 
 
 class PlanLimits(_Section):

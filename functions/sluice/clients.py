@@ -47,9 +47,13 @@ class AwsClients:
         max_pool_connections: int | None = None,
         total_max_attempts: int | None = None,
         unsigned: bool = False,
+        presigning: bool = False,
     ) -> Any:
-        """A client for `service`, built once per distinct set of options."""
-        key = (service, region, endpoint_url, connect_timeout, read_timeout, max_pool_connections, total_max_attempts, unsigned)
+        """A client for `service`, built once per distinct set of options. `presigning`: one
+        for presigned S3 URLs and POSTs (SigV4, the bucket's regional virtual-hosted address:
+        botocore would otherwise sign them with the retired SigV2 or address the global
+        endpoint, which a bucket outside us-east-1 answers with a redirect)."""
+        key = (service, region, endpoint_url, connect_timeout, read_timeout, max_pool_connections, total_max_attempts, unsigned, presigning)
         found = self._clients.get(key)
         if found is not None:
             return found
@@ -69,6 +73,7 @@ class AwsClients:
         max_pool_connections: int | None,
         total_max_attempts: int | None,
         unsigned: bool,
+        presigning: bool,
     ) -> Any:
         import boto3
         from botocore.config import Config
@@ -89,6 +94,9 @@ class AwsClients:
             from botocore import UNSIGNED
 
             options["signature_version"] = UNSIGNED
+        elif presigning:
+            options["signature_version"] = "s3v4"
+            options["s3"] = {"addressing_style": "virtual", "us_east_1_regional_endpoint": "regional"}
         if self._session is None:
             self._session = boto3.session.Session()
         return self._session.client(

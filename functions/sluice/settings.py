@@ -210,6 +210,41 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body served synchronously (Lambda's 6 MB limit, less envelope).",
     )
+    max_response_bytes: int = Field(
+        default=6 * MiB - 64 * 1024,
+        gt=0,
+        description="Largest answer sent in line (Lambda's 6 MB response limit, less envelope): a prediction "
+        "from an upload whose answer is larger is kept as a result (303 to it), and a result whose answer is "
+        "larger is answered with the answer itself (a 303 to a presigned S3 GET on AWS, its bytes locally).",
+    )
+    upload_max_bytes: int = Field(
+        default=1_000_000_000,
+        gt=0,
+        description="Largest upload (`POST /api/v1/uploads`): SageMaker asynchronous inference takes inputs of up to 1 GB.",
+    )
+    upload_inline_max_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        description="Largest upload the API reads to score itself (a deployment that is not on an asynchronous "
+        "SageMaker endpoint); a larger one is refused with 413: send a batch job.",
+    )
+    upload_form_ttl_s: int = Field(
+        default=900,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted.",
+    )
+    upload_ttl_s: int = Field(
+        default=3600,
+        ge=60,
+        description="How long an upload may be predicted from after it is made (as often as wanted); the "
+        "store's lifecycle deletes it a day or more later (the CDK app's `storage.upload_expiry_days`).",
+    )
+    upload_signer_role_arn: str | None = Field(
+        default=None,
+        description="The role upload forms are signed with on AWS, assumed per tenant (session tag `tenant`): "
+        "it may put objects under that tenant's uploads prefix only. Unset: signed with the function's own role.",
+    )
     max_tensor_elements: int = Field(
         default=4_000_000, gt=0, description="Largest number of elements across one request's inputs."
     )

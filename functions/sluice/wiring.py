@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from sluice.services.replay import ReplayService
     from sluice.services.results import ResultService
     from sluice.services.rollouts import RolloutService
+    from sluice.services.uploads import UploadService
     from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
@@ -297,6 +298,7 @@ class Container:
         self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
         self.capture = build_capture(self.settings, self.telemetry)
         self.predictions.capture = self.capture  # and sampled requests of deployments that capture
+        self.predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
         self.deployments = DeploymentService(
             self.registry,
             on_change=self.predictions.forget,
@@ -324,7 +326,17 @@ class Container:
         from sluice.services.results import ResultService
         from sluice.storage.results import results_for
 
-        return ResultService(results_for(self.store))
+        return ResultService(results_for(self.store), max_response_bytes=self.settings.max_response_bytes)
+
+    @cached_property
+    def uploads(self) -> UploadService:
+        """Uploads (`POST /api/v1/uploads`), in the store beside the artifacts."""
+        from sluice.services.uploads import UploadService
+        from sluice.storage.uploads import uploads_for
+
+        settings = self.settings
+        store = uploads_for(self.store, signer_role_arn=settings.upload_signer_role_arn, region=settings.region)
+        return UploadService(self.registry, store, settings)
 
     @cached_property
     def cost(self) -> CostService:

@@ -34,6 +34,7 @@ class SecureBucket(Construct):
         access_logs: s3.IBucket | None,
         access_logs_prefix: str = "",
         lifecycle_rules: Sequence[s3.LifecycleRule] = (),
+        cors: Sequence[s3.CorsRule] | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.bucket = s3.Bucket(
@@ -49,5 +50,6 @@ class SecureBucket(Construct):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix=access_logs_prefix or None,
             lifecycle_rules=[ABORT_INCOMPLETE_UPLOADS, *lifecycle_rules],
+            cors=list(cors) if cors else None,
             removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
         )

@@ -84,6 +84,7 @@ class TritonEndpoint(Construct):
         model_bucket: s3.IBucket,
         asynchronous: AsyncInference | None = None,
         results_prefix: str | None = None,
+        uploads_prefix: str | None = None,
         inference_components: InferenceComponents | None = None,
     ) -> None:
         super().__init__(scope, id)
@@ -207,7 +208,7 @@ class TritonEndpoint(Construct):
         if asynchronous is not None:
             if not results_prefix:
                 raise ValueError("an asynchronous endpoint needs the tenant's results prefix")
-            async_config = self._asynchronous(asynchronous, model_bucket, results_prefix)
+            async_config = self._asynchronous(asynchronous, model_bucket, results_prefix, uploads_prefix)
         config = sagemaker.CfnEndpointConfig(
             self,
             "Config",
@@ -252,10 +253,21 @@ class TritonEndpoint(Construct):
             self._track(target, "InvocationsPerInstance", INSTANCES, variant.target_invocations_per_instance)
 
     def _asynchronous(
-        self, spec: AsyncInference, bucket: s3.IBucket, prefix: str
+        self, spec: AsyncInference, bucket: s3.IBucket, prefix: str, uploads: str | None
     ) -> sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty:
         """Where answers and errors go, who is told, and what the role may do for it."""
         objects = bucket.arn_for_objects(f"{prefix}*")
+        if uploads:
+            # Bodies clients uploaded (sluice.storage.uploads) are handed over as they lie:
+            # SageMaker reads them as the request's InputLocation, and writes nothing there.
+            uploaded = bucket.arn_for_objects(f"{uploads}*")
+            self.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[uploaded]))
+            acknowledge(
+                self,
+                wildcard_resource(self, uploaded),
+                "Request bodies tenants uploaded, one object per upload named at run time; read "
+                "only, and only under this tenant's uploads prefix.",
+            )
         # Inputs are written by sluice under the same prefix (<id>/input); answers and errors
         # are written by SageMaker, as this role, under sagemaker/ and sagemaker-errors/.
         self.role.add_to_policy(

@@ -45,6 +45,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
+from infra.constructs.upload_signer import UploadSignerRole
 from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
@@ -54,6 +55,7 @@ from infra.stacks.storage import (
     CAPTURE_PREFIX,
     IMPORTS_PREFIX,
     OUTBOX_PREFIX,
+    UPLOADS_PREFIX,
 )
 
 # One JSON object per request; tenant and key id come from the authorizer, never the key.
@@ -202,6 +204,19 @@ class ApiStack(Stack):
         self.api_function.function.add_environment(
             "SLUICE_TENANT_ROLE_ARN", self.tenant_registry.role.role_arn
         )
+        # Uploads' presigned POSTs are signed as this role, assumed per tenant: it may put
+        # objects under that tenant's uploads prefix only (the function's own object grant
+        # below covers reading them).
+        self.upload_signer = UploadSignerRole(
+            self,
+            "UploadSigner",
+            bucket=artifacts,
+            uploads_prefix=f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}",
+            caller=api_role,
+        )
+        self.api_function.function.add_environment(
+            "SLUICE_UPLOAD_SIGNER_ROLE_ARN", self.upload_signer.role.role_arn
+        )
         grant_objects(
             self.api_function,
             api_role,
@@ -209,7 +224,7 @@ class ApiStack(Stack):
             prefix=f"{ARTIFACTS_PREFIX}/",
             write=True,
             delete=True,
-            purpose="model uploads and oversized shadow bodies",
+            purpose="model uploads, oversized shadow bodies, asynchronous results and uploaded request bodies",
         )
         grant_objects(
             self.api_function,

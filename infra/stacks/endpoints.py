@@ -15,7 +15,7 @@ from infra.config import SluiceConfig
 from infra.constructs.triton_endpoint import TritonEndpoint
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, RESULTS_PREFIX
+from infra.stacks.storage import ARTIFACTS_PREFIX, RESULTS_PREFIX, UPLOADS_PREFIX
 
 
 class EndpointsStack(Stack):
@@ -36,6 +36,11 @@ class EndpointsStack(Stack):
                 asynchronous=endpoint.asynchronous,
                 results_prefix=(
                     f"{ARTIFACTS_PREFIX}/{RESULTS_PREFIX}tenants/{endpoint.asynchronous.tenant}/"
+                    if endpoint.asynchronous is not None
+                    else None
+                ),
+                uploads_prefix=(
+                    f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}tenants/{endpoint.asynchronous.tenant}/"
                     if endpoint.asynchronous is not None
                     else None
                 ),

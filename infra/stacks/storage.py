@@ -18,6 +18,7 @@ from infra.naming import ResourceNames
 
 ARTIFACTS_PREFIX = "artifacts"
 RESULTS_PREFIX = "results/"  # under the artifacts prefix: sluice.storage.results
+UPLOADS_PREFIX = "uploads/"  # under the artifacts prefix: sluice.storage.uploads
 # Push-by-URI reads model files from `imports/<tenant>/` in the artifacts bucket, and only there
 # (SLUICE_IMPORT_PREFIXES); tenants put them there with credentials of their own.
 IMPORTS_PREFIX = "imports/"
@@ -102,10 +103,30 @@ class StorageStack(Stack):
                     # The bucket is versioned: what expiry hides goes a day later, not in 90.
                     noncurrent_version_expiration=Duration.days(1),
                 ),
+                # Request bodies tenants uploaded (POST /api/v1/uploads), under
+                # uploads/tenants/<tenant>/: usable for an hour, deleted after a day or more.
+                s3.LifecycleRule(
+                    id="expire-uploads",
+                    prefix=f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}",
+                    expiration=Duration.days(storage.upload_expiry_days),
+                    noncurrent_version_expiration=Duration.days(1),
+                ),
                 s3.LifecycleRule(
                     id="remove-expired-delete-markers", expired_object_delete_marker=True
                 ),
             ],
+            # Browsers on these origins may post uploads' forms (presigned POSTs) straight
+            # to the bucket; without any, only non-browser clients can.
+            cors=[
+                s3.CorsRule(
+                    allowed_methods=[s3.HttpMethods.POST],
+                    allowed_origins=list(storage.upload_cors_origins),
+                    allowed_headers=["*"],
+                    max_age=3000,
+                )
+            ]
+            if storage.upload_cors_origins
+            else None,
         ).bucket
 
         self.batch_bucket = SecureBucket(

@@ -53,7 +53,7 @@ FULL_CONFIG: dict[str, Any] = {
     },
     "websocket": {"enabled": True, "rate_limit": 40, "burst_limit": 80, "connection_rate_limit": "5/second;120 per minute"},
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
-    "storage": {"outbox_expiry_days": 9},
+    "storage": {"outbox_expiry_days": 9, "upload_cors_origins": ["https://app.example.com"]},
     "alarms": {"emails": ["oncall@example.com"]},
     "streams": [
         {

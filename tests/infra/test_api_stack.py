@@ -357,3 +357,28 @@ def test_api_role_manages_schedules_of_its_group_and_passes_the_scheduler_role_o
     # The schedules the API makes are named so that the grant above covers them.
     assert fnmatchcase(f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/{schedule_name('acme', 'nightly')}", schedules)
     assert len(schedule_name("t" * 63, "n" * 63)) <= 64
+
+
+def test_upload_forms_are_signed_by_a_role_that_writes_the_tagged_tenants_uploads_only(
+    default_app: Synthesized,
+) -> None:
+    """The API signs presigned POSTs as the upload signer role, assumed per tenant with the
+    `tenant` session tag: PutObject under that tenant's uploads prefix, nothing else."""
+    template = default_app.template("api")
+    _, api = function_by_handler(template, API)
+    signer = api["Environment"]["Variables"]["SLUICE_UPLOAD_SIGNER_ROLE_ARN"]["Fn::GetAtt"][0]
+    (statement,) = policy_statements_of_role(template, signer)
+    assert statement["Action"] == "s3:PutObject"
+    assert statement["Resource"]["Fn::Join"][1][-1] == "/artifacts/uploads/tenants/${aws:PrincipalTag/tenant}/*"
+    trust = template.to_json()["Resources"][signer]["Properties"]["AssumeRolePolicyDocument"]
+    (allow,) = trust["Statement"]
+    assert allow["Principal"] == {"AWS": {"Fn::GetAtt": [role_of(api), "Arn"]}}
+    assert allow["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["tenant"]}
+    assert allow["Condition"]["StringNotLike"] == {"aws:RequestTag/tenant": ["*${*}*", "*${?}*"]}
+    (assume,) = [
+        s
+        for s in policy_statements_of_role(template, role_of(api))
+        if {"Fn::GetAtt": [signer, "Arn"]} in _as_list(s.get("Resource"))
+    ]
+    assert sorted(assume["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert assume["Resource"] == {"Fn::GetAtt": [signer, "Arn"]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -195,6 +196,9 @@ def test_an_async_endpoint_writes_under_the_tenants_results_and_tells_two_topics
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     (objects,) = [s for s in statements if s["Action"] == ["s3:GetObject", "s3:PutObject"]]
     assert objects["Resource"]["Fn::Join"][1][-1] == "/artifacts/results/tenants/acme/*"
+    # the tenant's uploaded bodies are InputLocations as they lie: read, never written
+    reads = [r for s in statements if s["Action"] == "s3:GetObject" for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])]
+    assert [r["Fn::Join"][1][-1] for r in reads if "uploads" in json.dumps(r)] == ["/artifacts/uploads/tenants/acme/*"]
     (publish,) = [s for s in statements if s["Action"] == "sns:Publish"]
     assert len(publish["Resource"]) == 2
 

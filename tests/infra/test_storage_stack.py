@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk.assertions import Match
 
 from tests.infra.synth import Synthesized, properties
@@ -123,8 +124,9 @@ def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synt
         for b in properties(default_app.template("storage"), "AWS::S3::Bucket")
     }
     expected = {
-        # asynchronous results (artifacts/results/) are transient: what their expiry hides goes in a day
-        "artifacts/": [storage.noncurrent_artifact_expiry_days, 1],
+        # asynchronous results (artifacts/results/) and uploads (artifacts/uploads/) are
+        # transient: what their expiry hides goes in a day
+        "artifacts/": [storage.noncurrent_artifact_expiry_days, 1, 1],
         "batch/": [storage.noncurrent_batch_expiry_days],
         "access-logs": [storage.noncurrent_access_log_expiry_days],
     }
@@ -146,9 +148,10 @@ def test_every_bucket_is_versioned_and_its_old_versions_expire(default_app: Synt
             assert marker in rules, name
 
 
-def test_async_results_expire(default_app: Synthesized) -> None:
+def test_async_results_and_uploads_expire(default_app: Synthesized) -> None:
     """Inputs, answers and errors of asynchronous predictions (sluice.storage.results) go
-    after `async_result_expiry_days`; nothing else in the artifacts bucket expires."""
+    after `async_result_expiry_days`, uploaded request bodies (sluice.storage.uploads) after
+    `upload_expiry_days`; nothing else in the artifacts bucket expires."""
     (artifacts,) = [
         b
         for b in properties(default_app.template("storage"), "AWS::S3::Bucket")
@@ -162,5 +165,37 @@ def test_async_results_expire(default_app: Synthesized) -> None:
             "ExpirationInDays": default_app.config.storage.async_result_expiry_days,
             "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
             "Status": "Enabled",
+        },
+        {
+            "Id": "expire-uploads",
+            "Prefix": "artifacts/uploads/",
+            "ExpirationInDays": default_app.config.storage.upload_expiry_days,
+            "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+            "Status": "Enabled",
+        },
+    ]
+    assert "CorsConfiguration" not in artifacts  # no browser origin configured
+
+
+def test_browsers_of_the_configured_origins_may_post_uploads(full_app: Synthesized) -> None:
+    (artifacts,) = [
+        b
+        for b in properties(full_app.template("storage"), "AWS::S3::Bucket")
+        if b.get("LoggingConfiguration", {}).get("LogFilePrefix") == "artifacts/"
+    ]
+    assert artifacts["CorsConfiguration"]["CorsRules"] == [
+        {
+            "AllowedMethods": ["POST"],
+            "AllowedOrigins": ["https://app.example.com"],
+            "AllowedHeaders": ["*"],
+            "MaxAge": 3000,
         }
     ]
+
+
+@pytest.mark.parametrize("origin", ["*", "https://app.example.com/page", "app.example.com"])
+def test_an_upload_origin_is_an_origin(origin: str) -> None:
+    from infra.config import StorageConfig
+
+    with pytest.raises(ValueError, match="origin"):
+        StorageConfig(upload_cors_origins=(origin,))

@@ -12,7 +12,7 @@ from tests.conftest import MODELS
 from tests.integration.conftest import run_cli
 
 if TYPE_CHECKING:
-    pass
+    from pathlib import Path
 
 SETOSA = '{"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}'
 
@@ -111,3 +111,18 @@ def test_adaptive_batching_is_set_changed_and_turned_off_from_the_cli(capsys: py
     code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--no-batching")
     assert code == 0 and "batching" not in out
     assert run_cli(capsys, "predict", "iris", "--features", SETOSA)[0] == 0
+
+
+def test_predict_reads_a_body_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "deployments", "create", "iris", "--model", "iris")
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}))
+    code, out, err = run_cli(capsys, "predict", "iris", "--file", str(rows))
+    assert code == 0, err
+    assert [p["prediction"] for p in json.loads(out)["predictions"]] == ["setosa", "virginica"]
+    v2 = tmp_path / "v2.json"
+    v2.write_text(json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}]}))
+    code, out, err = run_cli(capsys, "predict", "iris", "--v2", "--file", str(v2))
+    assert code == 0, err
+    assert {o["name"]: o for o in json.loads(out)["outputs"]}["output_label"]["data"] == ["virginica"]

@@ -63,6 +63,7 @@ CASES = [
     ("POST", "/api/v1/batch-jobs/{job_id}/cancel", None),
     ("GET", "/api/v1/batch-jobs/{job_id}/errors", None),
     ("GET", "/api/v1/results/{result_id}", None),
+    ("POST", "/api/v1/uploads", {"deployment": "iris", "size": 10}),
     ("GET", "/api/v1/batch-schedules/{name}", None),
     ("DELETE", "/api/v1/batch-schedules/{name}", None),
     ("POST", "/api/v1/batch-schedules/{name}/pause", None),
@@ -83,6 +84,9 @@ OWN_TENANT = {
     ("POST", "/api/v1/batch-schedules"),
     ("GET", "/api/v1/session"),  # the caller's own key: tests/integration/test_console.py
     ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
+    # No key: a form signed for one upload writes that upload's body alone, and an upload id
+    # of another tenant is not found where predictions name it (tests/integration/test_uploads.py).
+    ("POST", "/api/v1/uploads/{upload_id}/body"),
     ("GET", "/v2/models/stats"),
     ("POST", "/v2/repository/index"),
 }

@@ -1,6 +1,8 @@
 """The HTTP edge: what every request meets before the framework.
 
-- `BodyLimit` bounds every body, declared or chunked, on every route, before anything reads it.
+- `BodyLimit` bounds every body, declared or chunked, on every route, before anything reads it,
+  but one: the local twin of an upload's S3 POST (`UPLOAD_BODY`), which bounds its own body by
+  its signed form (`sluice.api.routers.uploads`).
 - `Edge` authenticates every request that needs a principal before its body is read, holds
   each key to its rate when `SLUICE_RATE_LIMIT` is set (429 with Retry-After, body unread), and
   answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,6 +43,9 @@ if TYPE_CHECKING:
 
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
 PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+# An upload's body posted to `sluice serve`: authorized by its signed form, as S3 authorizes a
+# presigned POST, not by an API key; bounded by that form's size, not the request limit.
+UPLOAD_BODY = re.compile(r"^/api/v1/uploads/[0-9a-f]{32}/body$")
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 
@@ -68,7 +74,7 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or UPLOAD_BODY.match(scope["path"]):
             await self.app(scope, receive, send)
             return
         limit = self.limit()
@@ -182,7 +188,7 @@ class Edge:
         self._rate_limit_read = False  # the settings are the container's: read on the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS" or UPLOAD_BODY.match(scope["path"]):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

@@ -1,5 +1,9 @@
 """The two hot operations: a simple-JSON prediction and a v2 inference. Each turns its wire
-body into the core's request, makes the one call, and presents the answer."""
+body into the core's request, makes the one call, and presents the answer.
+
+Either may name an upload instead of carrying its inputs (`upload_id` in the simple JSON body,
+`parameters.upload_id` in a v2 request with no inputs). An answer to such a request too large
+to send in line (`max_response_bytes`) is kept as a result: 303 to it."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from sluice.api.deps import request_id
@@ -15,13 +20,22 @@ from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors
 from sluice.codecs.binary import binary_outputs, decode_inputs, to_bytes
-from sluice.domain.requests import ArrayInputs, PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.domain.errors import BadRequest
+from sluice.domain.requests import (
+    ArrayInputs,
+    PredictionRequest,
+    RowInputs,
+    Tensor,
+    TensorInputs,
+    UploadInputs,
+)
 
 if TYPE_CHECKING:
     from starlette.datastructures import Headers
     from starlette.types import Scope
 
     from sluice.domain import Principal
+    from sluice.domain.results import Prediction
     from sluice.types.api import PredictionRequest as PredictionBody
     from sluice.types.v2 import InferenceRequest
     from sluice.wiring import Container
@@ -34,11 +48,29 @@ def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONRes
     return JSONResponse(content, headers={"x-request-id": rid}, background=background)
 
 
-async def predict(container: Container, principal: Principal, body: PredictionBody, scope: Scope, headers: Headers) -> JSONResponse:
+def _kept(container: Container, principal: Principal, prediction: Prediction, body: bytes, media_type: str, rid: str) -> JSONResponse:
+    """An answer too large to send, kept as a result: 303 to it."""
+    version = prediction.answer.version
+    kept = container.results.keep(principal.tenant, model=version.model, version=version.version, body=body, content_type=media_type)
+    return JSONResponse(kept, status_code=303, headers={"Location": kept["result"], "x-request-id": rid})
+
+
+def _too_large(container: Container, size: int, binary: bool) -> bool:
+    # Lambda sends a binary body base64-encoded: a third larger.
+    return (-(-size // 3) * 4 if binary else size) > container.settings.max_response_bytes
+
+
+async def predict(container: Container, principal: Principal, body: PredictionBody, scope: Scope, headers: Headers) -> Response:
     rid = request_id(scope, headers, body.request_id)
+    if body.upload_id is not None:
+        if body.inputs is not None or body.features is not None or body.batch is not None:
+            raise BadRequest("give inputs, features or batch, or an upload_id, not both", field="upload_id")
+        inputs: RowInputs | UploadInputs = UploadInputs(body.upload_id, "plain")
+    else:
+        inputs = RowInputs(inputs=body.inputs, features=body.features, batch=body.batch)
     request = PredictionRequest(
         deployment=body.deployment,
-        inputs=RowInputs(inputs=body.inputs, features=body.features, batch=body.batch),
+        inputs=inputs,
         version=body.version,
         variant=body.variant,
         routing_key=body.routing_key,
@@ -52,6 +84,10 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
         "request_id": rid,
         **plain_body(prediction, several=body.batch is not None, return_probabilities=body.options.return_probabilities),
     }
+    if body.upload_id is not None:
+        raw = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        if _too_large(container, len(raw), False):
+            return await run_in_threadpool(_kept, container, principal, prediction, raw, "application/json", rid)
     return _respond(container, content, rid)
 
 
@@ -68,8 +104,13 @@ async def infer(
     rid = request_id(scope, headers, body.id)
     params = body.parameters or {}
     wanted = tuple(out.name for out in body.outputs) if body.outputs else None
-    if binary is None:
-        inputs: TensorInputs | ArrayInputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs))
+    upload_id = params.get("upload_id")
+    if upload_id is not None:
+        if body.inputs or binary is not None:
+            raise BadRequest("a request naming an upload (parameters.upload_id) carries no inputs of its own", field="upload_id")
+        inputs: TensorInputs | ArrayInputs | UploadInputs = UploadInputs(str(upload_id), "v2")
+    elif binary is None:
+        inputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs))
     else:
         inputs = ArrayInputs(*decode_inputs(body.inputs, binary))
     request = PredictionRequest(
@@ -87,6 +128,11 @@ async def infer(
     prediction = await container.predictions.predict(principal, request)
     content = v2_body(prediction, request_id=rid, wanted=wanted)
     as_binary = binary_outputs(params, body.outputs)
+    if upload_id is not None:
+        response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)
+        if _too_large(container, len(response.body), bool(as_binary)):
+            return await run_in_threadpool(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
+        return response
     if as_binary:
         return _respond_binary(container, content, as_binary, rid)
     return _respond(container, content, rid)

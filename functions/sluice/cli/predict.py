@@ -1,11 +1,20 @@
-"""`sluice predict DEPLOYMENT`: one prediction, in this process."""
+"""`sluice predict DEPLOYMENT`: one prediction, in this process, or through a sluice API
+(`--api URL`, or `SLUICE_API_URL`), where a body too large to send in line goes through an
+upload by itself (see `sluice.cli.remote`)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, load_json_arg, operator, print_json, version_number
+from sluice.cli.common import (
+    count,
+    get_container,
+    load_json_arg,
+    operator,
+    print_json,
+    version_number,
+)
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -13,16 +22,41 @@ if TYPE_CHECKING:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from sluice.api.present import plain_body
-    from sluice.domain.requests import PredictionRequest, RowInputs
+    from pathlib import Path
+
+    from sluice.api.present import plain_body, v2_body
+    from sluice.cli.remote import UPLOAD_ABOVE, api_from, predict_remote
+    from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 
     given = {k: load_json_arg(v, k) for k in ("inputs", "features", "batch") if (v := getattr(args, k))}
-    if len(given) != 1:
-        raise SluiceError("give exactly one of --inputs, --features or --batch", field="inputs")
+    path = Path(args.file) if args.file else None
+    if len(given) + (path is not None) != 1:
+        raise SluiceError("give exactly one of --inputs, --features, --batch or --file", field="inputs")
+    if args.v2 and path is None:
+        raise SluiceError("--v2 reads an Open Inference Protocol request from --file", field="file")
+    api = api_from(args)
+    if api is not None:
+        upload_above = UPLOAD_ABOVE if args.upload_above is None else args.upload_above
+        print_json(predict_remote(api, args.deployment, path=path, given=given, v2=args.v2, upload_above=upload_above, wait_s=args.wait_s))
+        return 0
+    if path is not None:
+        body = load_json_arg(f"@{path}", "file")
+        if args.v2:
+            from sluice.types.v2 import InferenceRequest
+
+            parsed = InferenceRequest.model_validate(body)
+            inputs: RowInputs | TensorInputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs))
+        else:
+            found = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
+            if len(found) != 1:
+                raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
+            given, inputs = found, RowInputs(**found)
+    else:
+        inputs = RowInputs(**given)
     container = get_container()
     request = PredictionRequest(
         deployment=args.deployment,
-        inputs=RowInputs(**given),
+        inputs=inputs,
         version=args.version,
         variant=args.variant,
         routing_key=args.routing_key,
@@ -32,12 +66,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if container.capture is not None:
         container.capture.drain()  # and captured requests be written
     container.predictions.stats.flush()
-    print_json(plain_body(prediction, several="batch" in given))
+    if args.v2:
+        print_json(v2_body(prediction, request_id="", wanted=None))
+    else:
+        print_json(plain_body(prediction, several="batch" in given))
     return 0
 
 
 def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    predict = sub.add_parser("predict", help="predict with a deployment, in this process")
+    predict = sub.add_parser("predict", help="predict with a deployment, in this process or through an API (--api)")
     predict.add_argument("deployment")
     predict.add_argument("--features", help='one row as JSON: {"name": value, ...}')
     predict.add_argument("--inputs", help="rows as JSON: [[...], ...] or {input: rows}")
@@ -45,4 +82,12 @@ def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
     predict.add_argument("--version", type=version_number)
     predict.add_argument("--routing-key", help="sticky routing key for splits (e.g. a user id)")
     predict.add_argument("--variant", help="ask for a split's variant by name")
+    predict.add_argument("--file", help="a prediction body in a file: {inputs|features|batch: ...}, or with --v2 a v2 inference request")
+    predict.add_argument("--v2", action="store_true", help="--file is an Open Inference Protocol request (JSON)")
+    predict.add_argument("--api", help="a sluice API to call instead of predicting in this process (or SLUICE_API_URL)")
+    predict.add_argument("--api-key", help="its API key (or SLUICE_API_KEY)")
+    predict.add_argument(
+        "--upload-above", type=count, help=f"with --api: send a --file larger than this many bytes through an upload (default {4 * 1024 * 1024})"
+    )
+    predict.add_argument("--wait-s", type=float, default=900.0, help="with --api: how long to wait for an asynchronous result")
     predict.set_defaults(func=cmd_predict)

@@ -50,7 +50,17 @@ class ArrayInputs:
     datatypes: Mapping[str, str] | None = None
 
 
-Inputs = RowInputs | TensorInputs | ArrayInputs
+@dataclass(frozen=True, slots=True)
+class UploadInputs:
+    """The inputs are an upload's body (`POST /api/v1/uploads`), read as the body of the
+    route that names it: `plain` a simple-JSON prediction's, `v2` an Open Inference Protocol
+    request's (JSON, or a JSON header then binary tensors). The core resolves it."""
+
+    upload_id: str
+    form: str = "plain"  # plain | v2
+
+
+Inputs = RowInputs | TensorInputs | ArrayInputs | UploadInputs
 
 
 @dataclass(slots=True)  # built on every request: a frozen dataclass's __init__ costs more

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from sluice.codecs.triton import (
+    BINARY_JSON_CONTENT_TYPE,
     JSON_CONTENT_TYPE,
     batchable,
     decode_sagemaker_response,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from sluice.clients import AwsClients
     from sluice.domain import ModelVersion
     from sluice.domain.signature import Signature
+    from sluice.domain.uploads import Upload
     from sluice.storage.results import ResultStore
 
 log = logging.getLogger(__name__)
@@ -400,18 +402,64 @@ class SageMakerRuntime:
         result_id = uuid.uuid4().hex
         tenant = version.tenant
         loop = asyncio.get_running_loop()
-        started = time.time()
         input_uri = await loop.run_in_executor(
             self._executor(),
             lambda: self.results.put(tenant, result_id, "input", body.body, content_type=body.content_type),  # type: ignore[union-attr]
         )
+        await self._enqueue(version, target, result_id, input_uri, len(body.body), body.content_type, lambda: body.body)
+
+    async def submit_upload(self, version: ModelVersion, upload: Upload) -> None:
+        """Queue an upload's body for asynchronous inference as it lies in the store (its URI is
+        `InvokeEndpointAsync`'s `InputLocation`: nothing is copied) and raise `Accepted`. Returns
+        without doing anything when the version's endpoint takes no asynchronous requests: the
+        caller then reads the body and scores it as any other request.
+
+        The body goes to the container unchanged, so it must be what Triton takes (v2 JSON, or
+        binary+json). Of a binary body the JSON header alone is read and checked first: its
+        inputs must be the signature's, its tensors' bytes must add up to the body, and no output
+        may be asked for in binary (an answer in S3 carries no header size to decode it by)."""
+        target = EndpointTarget.of(version)
+        if not target.takes_async:
+            return
+        if self.results is None:
+            raise PayloadTooLarge(
+                "asynchronous inference needs a result store (S3 or the local folder); none is configured", field="upload_id"
+            )
+        media = upload.content_type.partition(";")[0].strip().lower()
+        if media not in (JSON_CONTENT_TYPE, BINARY_JSON_CONTENT_TYPE):
+            raise InvalidInput(f"an asynchronous endpoint takes v2 JSON or binary+json bodies, not {media}", field="upload_id")
+        loop = asyncio.get_running_loop()
+        if upload.header_size:
+            header = await loop.run_in_executor(self._executor(), lambda: upload.read(0, upload.header_size))
+            _check_upload_header(header, upload, version)
+        await self._enqueue(
+            version, target, uuid.uuid4().hex, upload.uri, upload.size, upload.content_type, lambda: upload.read(), upload=upload.id
+        )
+
+    async def _enqueue(
+        self,
+        version: ModelVersion,
+        target: EndpointTarget,
+        result_id: str,
+        input_uri: str,
+        input_bytes: int,
+        content_type: str,
+        body: Callable[[], bytes],
+        **extra: Any,
+    ) -> NoReturn:
+        """Start asynchronous inference of the input at `input_uri`, keep the result's record,
+        and raise `Accepted` with the result the caller polls."""
+        assert self.results is not None
+        tenant = version.tenant
+        loop = asyncio.get_running_loop()
+        started = time.time()
         if target.endpoint_url is not None:
             output_uri = self.results.uri(tenant, result_id, "output")
             failure_uri: str | None = self.results.uri(tenant, result_id, "error")
             submit = self._local_queue().submit
-            after = lambda: submit(self._run_local, tenant, result_id, target, body.body, body.content_type)  # noqa: E731
+            after = lambda: submit(self._run_local, tenant, result_id, target, body, content_type)  # noqa: E731
         else:
-            output_uri, failure_uri = await self._invoke_async(target, tenant, result_id, input_uri, body.content_type)
+            output_uri, failure_uri = await self._invoke_async(target, tenant, result_id, input_uri, content_type)
             after = None
         record = {
             "id": result_id,
@@ -422,9 +470,10 @@ class SageMakerRuntime:
             "created_at": round(started, 3),
             "expires_at": round(started + self.result_ttl_s, 3),
             "input": input_uri,
-            "input_bytes": len(body.body),
+            "input_bytes": input_bytes,
             "output": output_uri,
             "failure": failure_uri,
+            **extra,
         }
         from sluice.storage.results import RECORD, record_bytes
 
@@ -485,12 +534,15 @@ class SageMakerRuntime:
             self._queue = ThreadPoolExecutor(max_workers=self.local_async_workers, thread_name_prefix="sagemaker-async")
         return self._queue
 
-    def _run_local(self, tenant: str, result_id: str, target: EndpointTarget, body: bytes, content_type: str) -> None:
-        """The local twin of SageMaker's asynchronous queue: invoke the local container, write
-        the answer (or the error) where SageMaker would."""
+    def _run_local(
+        self, tenant: str, result_id: str, target: EndpointTarget, body: bytes | Callable[[], bytes], content_type: str
+    ) -> None:
+        """The local twin of SageMaker's asynchronous queue: read the input (as SageMaker reads
+        it from S3), invoke the local container, write the answer (or the error) where SageMaker
+        would."""
         assert self.results is not None
         try:
-            raw, answered_type = self._invoke(target, body, content_type)
+            raw, answered_type = self._invoke(target, body() if callable(body) else body, content_type)
         except Exception as exc:
             error = _mapped(exc, target)
             payload = json.dumps({"error": error.message, "code": error.code, "status": error.status}).encode()
@@ -523,6 +575,36 @@ class _Throttled(Unavailable):
 
 class NoCapacity(Unavailable):
     """The inference component has no copy running (scaled to zero): one is starting."""
+
+
+def _check_upload_header(header: bytes, upload: Upload, version: ModelVersion) -> None:
+    """An uploaded binary+json body's JSON header, checked before the body is handed on."""
+    try:
+        found = json.loads(header)
+    except ValueError:
+        found = None
+    inputs = found.get("inputs") if isinstance(found, dict) else None
+    if not isinstance(inputs, list) or not all(isinstance(i, dict) for i in inputs):
+        raise InvalidInput("the upload's JSON header is not a v2 inference request with an inputs list", field="upload_id")
+    known = {spec.name for spec in version.signature.inputs}
+    tail = 0
+    for tensor in inputs:
+        name = tensor.get("name")
+        if name not in known:
+            raise InvalidInput(f"the upload names input '{name}'; this version takes {sorted(known)}", field="upload_id")
+        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        tail += size if isinstance(size, int) and size >= 0 else 0
+    if (upload.header_size or 0) + tail != upload.size:
+        raise InvalidInput(
+            f"the upload is {upload.size} bytes but its header and binary_data_size add up to {(upload.header_size or 0) + tail}",
+            field="upload_id",
+        )
+    wanted = [found.get("parameters") or {}, *((o.get("parameters") or {}) for o in found.get("outputs") or () if isinstance(o, dict))]
+    if any(p.get("binary_data_output") or p.get("binary_data") for p in wanted if isinstance(p, dict)):
+        raise InvalidInput(
+            "an asynchronous request asks for its outputs as JSON: drop binary_data_output and binary_data from the upload",
+            field="upload_id",
+        )
 
 
 def _too_large(size: int, limit: int) -> PayloadTooLarge:

@@ -3,11 +3,16 @@ prediction: resolve the deployment, decode the inputs, check them against the si
 route, infer, aggregate, and hand shadow jobs to the mirror. The HTTP API (simple JSON and
 the Open Inference Protocol), the CLI, batch scoring and every Lambda handler call it and
 only present what it returns.
+
+Inputs may be an upload (`UploadInputs`): found for the caller's tenant, then either handed
+as it lies to a runtime that queues it (a SageMaker asynchronous endpoint: `Accepted`), or
+read and decoded as the body of the route that named it, and predicted from as any request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,11 +25,13 @@ from sluice.domain.errors import (
     BadRequest,
     DeadlineExceeded,
     InvalidInput,
+    NotFound,
+    PayloadTooLarge,
     SluiceError,
     Unavailable,
 )
 from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
-from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
+from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.observability import get_logger
 from sluice.services.batching import Batcher
@@ -34,7 +41,7 @@ from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     import numpy as np
 
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.services.prediction_cache import PredictionCache
+    from sluice.services.uploads import UploadService
     from sluice.settings import Settings
     from sluice.shadow.mirror import Mirror
 
@@ -71,6 +79,7 @@ class PredictionService:
         self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
         self.cache = cache  # answers of deployments that turned caching on; None: never cached
         self.capture: Capturer | None = None  # set by the wiring: data capture of deployments that turn it on
+        self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
@@ -82,6 +91,8 @@ class PredictionService:
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
         resolved = await self.resolve(principal, request.deployment, version=request.version)
+        if isinstance(request.inputs, UploadInputs):
+            request = await self._from_upload(principal, resolved, request, request.inputs)
         signature = resolved.version.signature
         arrays = self.decode(signature, request)
         dep = resolved.deployment
@@ -153,6 +164,36 @@ class PredictionService:
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         return Prediction(resolved, answer, latency_ms, 0, cached=True)
+
+    async def _from_upload(
+        self, principal: Principal, resolved: Resolved, request: PredictionRequest, given: UploadInputs
+    ) -> PredictionRequest:
+        """The request with an upload's body as its inputs; or `Accepted`, when the one version
+        that answers queues the body as it lies (SageMaker asynchronous inference)."""
+        from sluice.services.uploads import inputs_of_upload
+
+        if self.uploads is None:
+            raise NotFound("uploads are not served here", field="upload_id")
+        upload = await asyncio.to_thread(self.uploads().find, principal, given.upload_id)
+        if upload.deployment != request.deployment:
+            raise BadRequest(
+                f"upload '{upload.id}' was made for deployment '{upload.deployment}', not '{request.deployment}'", field="upload_id"
+            )
+        version = resolved.version
+        if given.form == "v2" and resolved.node.kind == "single":
+            submit = getattr(self.runtimes.get(version.runtime), "submit_upload", None)
+            if submit is not None:
+                await submit(version, upload)  # raises Accepted when it queues the body
+        most = self.settings.upload_inline_max_bytes
+        if upload.size > most:
+            raise PayloadTooLarge(
+                f"upload '{upload.id}' is {upload.size} bytes; sluice scores at most {most} bytes itself "
+                "(larger uploads go to SageMaker asynchronous endpoints from the v2 route): send a batch job",
+                field="upload_id",
+            )
+        data = await asyncio.to_thread(upload.read)
+        inputs, outputs, bools = inputs_of_upload(data, upload, given.form)
+        return dataclasses.replace(request, inputs=inputs, outputs=request.outputs or outputs, json_bools=bools)
 
     def decode(self, signature: Signature, request: PredictionRequest) -> dict[str, np.ndarray]:
         """The request's inputs as arrays, checked against `signature`."""

@@ -53,6 +53,19 @@ class ResultStore(Protocol):
 
     def owns(self, tenant: str, uri: str) -> bool: ...
 
+    def read_bounded(self, tenant: str, uri: str, max_bytes: int) -> tuple[bytes | None, str | None, int] | None:
+        """`read`, with the object's size; its bytes None (left unread) when over `max_bytes`."""
+        ...
+
+    def link(self, tenant: str, uri: str, *, expires_in: int) -> str | None:
+        """A short-lived URL the object can be fetched from without sluice (S3: a presigned
+        GET); None where there is none (a folder: sluice answers the bytes itself)."""
+        ...
+
+    def path(self, tenant: str, uri: str) -> Path | None:
+        """The object's file, where it is one (a folder)."""
+        ...
+
 
 def _dotted(key: str) -> bool:
     return any(part in ("", ".", "..") for part in key.split("/")[:-1]) or key.endswith("/")
@@ -108,6 +121,26 @@ class FolderResults:
             return None
         meta = path.with_name(f".{path.name}.type")
         return data, (meta.read_text() if meta.exists() else None)
+
+    def read_bounded(self, tenant: str, uri: str, max_bytes: int) -> tuple[bytes | None, str | None, int] | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        path = self._local(uri)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None
+        meta = path.with_name(f".{path.name}.type")
+        content_type = meta.read_text() if meta.exists() else None
+        return (path.read_bytes() if size <= max_bytes else None), content_type, size
+
+    def link(self, tenant: str, uri: str, *, expires_in: int) -> str | None:
+        return None
+
+    def path(self, tenant: str, uri: str) -> Path | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        return self._local(uri)
 
 
 class S3Results:
@@ -167,6 +200,40 @@ class S3Results:
                 return None
             raise BackendError("could not read the result store") from None
         return response["Body"].read(), response.get("ContentType")
+
+    def read_bounded(self, tenant: str, uri: str, max_bytes: int) -> tuple[bytes | None, str | None, int] | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        from botocore.exceptions import ClientError
+
+        key = urlsplit(uri).path.lstrip("/")
+        try:
+            response = self.store.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise BackendError("could not read the result store") from None
+        size = int(response.get("ContentLength") or 0)
+        if size > max_bytes:
+            response["Body"].close()  # one request either way: the body is left unread
+            return None, response.get("ContentType"), size
+        return response["Body"].read(), response.get("ContentType"), size
+
+    def link(self, tenant: str, uri: str, *, expires_in: int) -> str | None:
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        key = urlsplit(uri).path.lstrip("/")
+        try:
+            return str(
+                self.store.presigner.generate_presigned_url(
+                    "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_in
+                )
+            )
+        except Exception as exc:
+            raise BackendError(f"could not sign a link to the result ({type(exc).__name__})") from None
+
+    def path(self, tenant: str, uri: str) -> Path | None:
+        return None
 
 
 def results_for(store: object) -> ResultStore | None:

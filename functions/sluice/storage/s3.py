@@ -80,6 +80,7 @@ class S3Store:
         self.kms_key_id = kms_key_id
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._client = client
+        self._presigner: Any = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -96,6 +97,18 @@ class S3Store:
 
                     self._client = (self._clients or default_clients(self.region)).client("s3", region=self.region)
         return self._client
+
+    @property
+    def presigner(self) -> Any:
+        """A client on the store's credentials for presigned GETs and POSTs (see
+        `AwsClients.client`'s `presigning`)."""
+        if self._presigner is None:
+            from sluice.clients import default_clients
+
+            region = self.region or self.client.meta.region_name
+            clients = self._clients or default_clients(region)
+            self._presigner = clients.client("s3", region=region, presigning=True)
+        return self._presigner
 
     def _uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"

@@ -23,6 +23,9 @@ class PredictionRequest(WireModel):
         None, description="One row as {feature: value}, ordered by the version's signature."
     )
     batch: list[Any] | None = Field(None, description="Several rows: feature objects or lists.")
+    upload_id: str | None = Field(
+        None, max_length=64, description="Predict from an upload (`POST /api/v1/uploads`) holding inputs, features or batch, instead of them."
+    )
     version: VersionNumber | None = Field(None, description="Pin a version of the deployment's model.")
     request_id: str | None = Field(None, max_length=128)
     routing_key: str | None = Field(
@@ -72,3 +75,34 @@ class PredictionResponse(WireModel):
     predictions: list[RowPrediction] | None = Field(
         None, description="Present instead of prediction/probabilities/confidence when several rows were sent."
     )
+
+
+class UploadRequest(WireModel):
+    """`POST /api/v1/uploads`: a body to send outside the API's request limit."""
+
+    deployment: str = Field(description="The deployment the body is for (of the caller's tenant).")
+    content_type: str = Field(
+        "application/json",
+        description="application/json (a simple-JSON prediction's inputs, or a v2 inference request), "
+        "application/octet-stream (the v2 binary extension: a JSON header, then raw tensors; give header_size) "
+        "or application/vnd.sagemaker-triton.binary+json;json-header-size=N.",
+    )
+    size: int = Field(ge=1, description="The body's length in bytes: the most the upload takes.")
+    header_size: int | None = Field(None, ge=1, description="A binary body's JSON header length (Inference-Header-Content-Length).")
+
+    model_config = {
+        "json_schema_extra": {"examples": [{"deployment": "segmenter", "content_type": "application/json", "size": 52428800}]},
+        "extra": "forbid",
+    }
+
+
+class UploadOut(WireModel):
+    upload_id: str
+    deployment: str
+    url: str = Field(description="Where to send the body: as multipart/form-data, `fields` first, the body last as `file`.")
+    method: str = Field(description="POST.")
+    fields: dict[str, str] = Field(description="The form's fields, sent as they are (an S3 presigned POST's policy and signature on AWS).")
+    content_type: str = Field(description="The body's type as stored (binary bodies: SageMaker Triton's binary+json).")
+    max_bytes: int = Field(description="The most bytes the body may have.")
+    expires_at: float = Field(description="Epoch seconds until which the form may be posted.")
+    usable_until: float = Field(description="Epoch seconds until which predictions may name the upload.")

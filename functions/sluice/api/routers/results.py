@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
+from starlette.responses import FileResponse, RedirectResponse, Response
 
 from sluice.api.deps import ContainerDep, PrincipalDep
 from sluice.api.responses import JSONResponse, errors
@@ -14,6 +15,16 @@ router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(
 @router.get(
     "/{result_id}",
     summary="An asynchronous prediction's result: pending, succeeded (with outputs) or failed (with the error)",
+    description="An answer larger than the API sends in line is answered as itself: a 303 to a short-lived "
+    "presigned S3 GET on AWS (follow it without the API key: `curl -L` does), its bytes with 200 on `sluice serve`.",
+    responses={303: {"description": "The answer is large: fetch it from Location (no API key)"}},
 )
-async def get_result(result_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await run_in_threadpool(container.results.get, principal, result_id))
+async def get_result(result_id: str, principal: PrincipalDep, container: ContainerDep) -> Response:
+    from sluice.services.results import LargeAnswer
+
+    found = await run_in_threadpool(container.results.get, principal, result_id)
+    if not isinstance(found, LargeAnswer):
+        return JSONResponse(found)
+    if found.url is not None:
+        return RedirectResponse(found.url, status_code=303)
+    return FileResponse(found.path, media_type=found.content_type or "application/octet-stream")  # type: ignore[arg-type]

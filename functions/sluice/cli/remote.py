@@ -1,0 +1,189 @@
+"""`sluice predict --api URL`: one prediction through a sluice API (on AWS, or `sluice serve`),
+with the standard library's HTTP client.
+
+A body up to `upload_above` bytes is sent in line. A larger one is uploaded first
+(`POST /api/v1/uploads`, then the form it answers: an S3 presigned POST, or `sluice serve`'s
+own), and the prediction names the upload. A 202 (asynchronous inference) is polled until the
+result is there; a 303 is followed, without the API key when it leads elsewhere (a presigned
+S3 URL carries its own authorization, and S3 refuses a request that carries two).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
+
+from sluice.domain.errors import SluiceError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# What API Gateway hands the function: 6 MB, less the event's envelope, of a body it passes
+# base64-encoded (a third larger): about 4.4 MB. Above this, a body goes through an upload.
+UPLOAD_ABOVE = 4 * 1024 * 1024
+CHUNK = 1024 * 1024
+
+
+class RemoteError(SluiceError):
+    def __init__(self, status: int, body: Any) -> None:
+        found = body if isinstance(body, dict) else {}
+        super().__init__(str(found.get("error") or f"the API answered {status}"), field=found.get("field"))
+        self.status = status
+
+
+class Api:
+    """A sluice API at `base` (e.g. https://abc.execute-api.eu-west-1.amazonaws.com/v1)."""
+
+    def __init__(self, base: str, key: str, *, timeout_s: float = 60.0, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.base = base.rstrip("/") + "/"
+        self.key = key
+        self.timeout_s = timeout_s
+        self.sleep = sleep
+
+    def url(self, path: str) -> str:
+        return urljoin(self.base, path.lstrip("/")) if not urlsplit(path).scheme else path
+
+    def _same_origin(self, url: str) -> bool:
+        a, b = urlsplit(url), urlsplit(self.base)
+        return (a.scheme, a.netloc) == (b.scheme, b.netloc)
+
+    def send(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        """One request, redirects not followed; the API key only to the API's own origin."""
+        import urllib.error
+        import urllib.request
+
+        sent = dict(headers or {})
+        if self._same_origin(url):
+            sent["Authorization"] = f"Bearer {self.key}"
+        request = urllib.request.Request(url, data=body, method=method, headers=sent)
+        opener = urllib.request.build_opener(_no_redirects())
+        try:
+            with opener.open(request, timeout=self.timeout_s) as response:
+                return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+    def json(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, str], Any]:
+        data = None if payload is None else json.dumps(payload).encode()
+        status, headers, raw = self.send(method, self.url(path), data, {"Content-Type": "application/json"} if data else None)
+        return status, headers, _decode(raw)
+
+    def upload(self, deployment: str, path: Path) -> str:
+        """Upload a JSON body from a file; its upload id."""
+        size = path.stat().st_size
+        status, _, made = self.json("POST", "/api/v1/uploads", {"deployment": deployment, "content_type": "application/json", "size": size})
+        if status != 201:
+            raise RemoteError(status, made)
+        body, length, content_type = _form(made["fields"], path, size)
+        status, _, raw = self.send(made.get("method", "POST"), self.url(made["url"]), body, {"Content-Type": content_type, "Content-Length": str(length)})
+        if status not in (200, 201, 204):
+            raise RemoteError(status, _decode(raw) if raw.startswith(b"{") else {"error": f"the store refused the upload ({status}): {raw[:300]!r}"})
+        return str(made["upload_id"])
+
+    def outcome(self, status: int, headers: dict[str, str], body: Any, *, wait_s: float) -> Any:
+        """The answer behind a response: itself (2xx), the result once there (202: polled until
+        it is no longer pending), what a redirect points at (303)."""
+        deadline = time.monotonic() + wait_s
+        delay, hops, poll = 0.5, 0, None
+        while True:
+            if status in (301, 302, 303, 307, 308) and headers.get("location"):
+                hops += 1
+                if hops > 10:
+                    raise SluiceError("too many redirects", field="result")
+                status, headers, raw = self.send("GET", self.url(headers["location"]))
+                body = _decode(raw)
+                continue
+            pending = isinstance(body, dict) and body.get("status") == "pending"
+            if status == 202 or (status == 200 and pending):
+                poll = poll or headers.get("location") or body.get("result") or f"/api/v1/results/{body['id']}"
+                if time.monotonic() + delay > deadline:
+                    raise SluiceError(f"no result within {wait_s:g} s; poll {poll} later", field="result")
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                status, headers, raw = self.send("GET", self.url(poll))
+                body = _decode(raw)
+                continue
+            if 200 <= status < 300:
+                return body
+            raise RemoteError(status, body)
+
+
+def _no_redirects() -> Any:
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # followed by `outcome`, which decides where the key goes
+
+    return NoRedirect
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return {"error": raw[:300].decode("utf-8", "replace")}
+
+
+class _Stream(io.RawIOBase):
+    """The multipart form, read in pieces: the fields, the file, the closing boundary."""
+
+    def __init__(self, head: bytes, path: Path, tail: bytes) -> None:
+        self.parts: list[Any] = [io.BytesIO(head), path.open("rb"), io.BytesIO(tail)]
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while self.parts:
+            chunk = self.parts[0].read(CHUNK if size is None or size < 0 else size)
+            if chunk:
+                return chunk
+            self.parts.pop(0).close()
+        return b""
+
+
+def _form(fields: dict[str, str], path: Path, size: int) -> tuple[_Stream, int, str]:
+    boundary = uuid.uuid4().hex
+    head = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode() for name, value in fields.items()
+    )
+    head += f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{path.name}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    return _Stream(head, path, tail), len(head) + size + len(tail), f"multipart/form-data; boundary={boundary}"
+
+
+def predict_remote(
+    api: Api, deployment: str, *, path: Path | None, given: dict[str, Any], v2: bool, upload_above: int, wait_s: float
+) -> Any:
+    """The prediction's answer, as the API presents it."""
+    route = f"/v2/models/{deployment}/infer" if v2 else "/api/v1/predictions"
+    if path is not None and path.stat().st_size > upload_above:
+        upload_id = api.upload(deployment, path)
+        payload: dict[str, Any] = (
+            {"inputs": [], "parameters": {"upload_id": upload_id}} if v2 else {"deployment": deployment, "upload_id": upload_id}
+        )
+    elif path is not None:
+        payload = json.loads(path.read_bytes())
+        if not v2:
+            payload = {**payload, "deployment": deployment}
+    else:
+        payload = {"deployment": deployment, **given}
+    status, headers, body = api.json("POST", route, payload)
+    return api.outcome(status, headers, body, wait_s=wait_s)
+
+
+def api_from(args: Any) -> Api | None:
+    base = args.api or os.environ.get("SLUICE_API_URL")
+    if not base:
+        return None
+    key = args.api_key or os.environ.get("SLUICE_API_KEY")
+    if not key:
+        raise SluiceError("a remote API needs a key: --api-key or SLUICE_API_KEY", field="api_key")
+    return Api(base, key)

@@ -1,0 +1,210 @@
+"""Uploads: request bodies larger than the API takes in line (Lambda's 6 MB), put by the
+client straight into the store and then named in a prediction request by their id.
+
+`POST /api/v1/uploads` makes one for a deployment of the caller's tenant: a record under the
+tenant's uploads prefix and the form the client posts the body with (an S3 presigned POST on
+AWS; a form signed by `sluice serve` locally), bounded to the declared size. The prediction
+service (`PredictionService.predict`, the one call) finds it here by id, for the caller's
+tenant only: another tenant's id is not found, never forbidden.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER, JSON_CONTENT_TYPE
+from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
+from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.domain import Principal
+    from sluice.domain.requests import Inputs
+    from sluice.registry import Registry
+    from sluice.settings import Settings
+    from sluice.storage.uploads import UploadStore
+
+MAX_HEADER_BYTES = 16 * 1024 * 1024  # a binary body's JSON header: names, shapes, parameters
+
+
+def stored_type(content_type: str, header_size: int | None) -> tuple[str, int | None]:
+    """The content type an upload is stored with, and its JSON header's size: JSON as it is;
+    a binary body (the v2 binary extension's `application/octet-stream` with its
+    `Inference-Header-Content-Length`, or SageMaker Triton's binary+json type) as SageMaker
+    Triton's type, so an asynchronous endpoint takes the object as it lies."""
+    media, _, params = content_type.partition(";")
+    media = media.strip().lower()
+    if media == JSON_CONTENT_TYPE:
+        if header_size is not None:
+            raise BadRequest("header_size is for binary bodies; a JSON body has none", field="header_size")
+        return JSON_CONTENT_TYPE, None
+    if media == BINARY_JSON_CONTENT_TYPE:
+        named = None
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == HEADER_SIZE_PARAMETER and value.strip().isdigit():
+                named = int(value.strip())
+        if named is None or (header_size is not None and header_size != named):
+            raise BadRequest(f"a binary+json content type names its {HEADER_SIZE_PARAMETER} (and header_size, if given, agrees)", field="content_type")
+        header_size = named
+    elif media != OCTET_STREAM:
+        raise BadRequest(
+            f"content_type is {JSON_CONTENT_TYPE}, {OCTET_STREAM} (the v2 binary extension, with header_size) or "
+            f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}=N",
+            field="content_type",
+        )
+    if header_size is None or not 0 < header_size <= MAX_HEADER_BYTES:
+        raise BadRequest(
+            f"a binary body needs header_size: its JSON header's length (the Inference-Header-Content-Length), 1 to {MAX_HEADER_BYTES}",
+            field="header_size",
+        )
+    return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}", header_size
+
+
+class UploadService:
+    def __init__(
+        self,
+        registry: Registry,
+        store: UploadStore | None,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+
+    def _store(self) -> UploadStore:
+        if self.store is None:
+            raise NotFound("uploads need an S3 or folder artifact store; this one has none", field="upload_id")
+        return self.store
+
+    def create(
+        self,
+        principal: Principal,
+        *,
+        deployment: str,
+        content_type: str,
+        size: int,
+        header_size: int | None = None,
+        base_url: str = "",
+    ) -> dict[str, Any]:
+        """A new upload for `deployment`: its id, the form to post the body with, until when."""
+        principal.require("predict")
+        store = self._store()
+        most = self.settings.upload_max_bytes
+        if size > most:
+            raise PayloadTooLarge(
+                f"size is {size} bytes, over the {most} an upload may hold (SageMaker asynchronous inference takes up to 1 GB)",
+                field="size",
+            )
+        if size < 1:
+            raise BadRequest("size is the body's length in bytes, at least 1", field="size")
+        stored, header_size = stored_type(content_type, header_size)
+        if header_size is not None and header_size >= size:
+            raise BadRequest("header_size must be smaller than size: the binary tensors follow the header", field="header_size")
+        self.registry.get_deployment(principal.tenant, deployment)  # NotFound (deployment) for another tenant's
+        upload_id = uuid.uuid4().hex
+        now = self.clock()
+        window = self.settings.upload_form_ttl_s
+        record = {
+            "id": upload_id,
+            "tenant": principal.tenant,
+            "deployment": deployment,
+            "content_type": stored,
+            "header_size": header_size,
+            "max_bytes": size,
+            "created_at": round(now, 3),
+            "expires_at": round(now + window, 3),
+            "usable_until": round(now + max(self.settings.upload_ttl_s, window), 3),
+            "created_by": principal.subject,
+        }
+        store.put_record(principal.tenant, upload_id, json.dumps(record, separators=(",", ":")).encode())
+        form = store.form(principal.tenant, upload_id, content_type=stored, max_bytes=size, expires_in=window, base_url=base_url)
+        return {
+            "upload_id": upload_id,
+            "deployment": deployment,
+            "url": form.url,
+            "method": form.method,
+            "fields": form.fields,
+            "content_type": stored,
+            "max_bytes": size,
+            "expires_at": record["expires_at"],
+            "usable_until": record["usable_until"],
+        }
+
+    def find(self, principal: Principal, upload_id: str) -> Upload:
+        """An upload of the caller's tenant whose body has arrived, to predict from."""
+        principal.require("predict")
+        if not isinstance(upload_id, str) or not UPLOAD_ID.match(upload_id):
+            raise BadRequest("an upload id is 32 lowercase hex digits", field="upload_id")
+        store = self._store()
+        tenant = principal.tenant
+        found = store.record(tenant, upload_id)
+        if found is None:
+            raise NotFound(f"no upload '{upload_id}'", field="upload_id")
+        record = json.loads(found)
+        if record.get("tenant") != tenant or record.get("id") != upload_id:
+            raise NotFound(f"no upload '{upload_id}'", field="upload_id")
+        if float(record.get("usable_until", 0)) <= self.clock():
+            raise NotFound(f"upload '{upload_id}' has expired: make a new one", field="upload_id")
+        size = store.size(tenant, upload_id)
+        if size is None:
+            raise Conflict(
+                f"upload '{upload_id}' has no body yet: post it to the upload's url with its fields first", field="upload_id"
+            )
+        return Upload(
+            id=upload_id,
+            tenant=tenant,
+            deployment=str(record["deployment"]),
+            content_type=str(record["content_type"]),
+            size=size,
+            uri=store.uri(tenant, upload_id),
+            header_size=record.get("header_size"),
+            created_at=float(record["created_at"]),
+            usable_until=float(record["usable_until"]),
+            reader=lambda start, length: store.read(tenant, upload_id, start, length),
+        )
+
+
+def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tuple[str, ...] | None, bool]:
+    """An upload's body as the inputs of the route that named it (`plain`: a simple-JSON
+    prediction's `inputs`, `features` or `batch`; `v2`: an Open Inference Protocol request,
+    JSON or a JSON header then binary tensors), the outputs it asks for, and whether its JSON
+    holds a true or false anywhere (see `PredictionRequest.json_bools`)."""
+    from pydantic import ValidationError
+
+    from sluice.codecs.binary import decode_inputs
+    from sluice.types.v2 import InferenceRequest
+
+    size = upload.header_size
+    header = data if size is None else data[:size]
+    bools = b"true" in header or b"false" in header
+    if form == "plain":
+        if size is not None:
+            raise BadRequest("a simple-JSON prediction reads a JSON upload; name a binary one from the v2 route", field="upload_id")
+        try:
+            body = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise BadRequest(f"upload '{upload.id}' is not JSON", field="upload_id") from None
+        given = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
+        if len(given) != 1:
+            raise BadRequest(f"upload '{upload.id}' must hold exactly one of inputs, features or batch", field="upload_id")
+        return RowInputs(**given), None, bools
+    try:
+        request = InferenceRequest.model_validate_json(header)
+    except ValidationError:
+        raise BadRequest(f"upload '{upload.id}' is not a v2 inference request", field="upload_id") from None
+    outputs = tuple(o.name for o in request.outputs) if request.outputs else None
+    if size is None:
+        tensors = tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in request.inputs)
+        return TensorInputs(tensors), outputs, bools
+    return ArrayInputs(*decode_inputs(request.inputs, memoryview(data)[size:])), outputs, bools

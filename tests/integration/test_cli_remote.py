@@ -1,0 +1,104 @@
+"""`sluice predict --api`: the CLI against a running service (uvicorn on a loopback port), a
+file above the in-line limit sent through an upload without the user asking, an asynchronous
+answer polled until it is there, a kept answer followed through its 303."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import uvicorn
+
+from sluice.api.app import create_app
+from sluice.runtimes.sagemaker import SageMakerRuntime
+from sluice.storage.results import results_for
+from tests.integration.conftest import run_cli
+from tests.integration.traffic_fakes import add_fake
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+URL = "http://127.0.0.1:9"
+
+
+class Echo:
+    """A Triton container's /invocations for v2 JSON: 7.0 per row."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        self.bodies.append(params["Body"])
+        rows = json.loads(params["Body"])["inputs"][0]["shape"][0]
+        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
+        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
+
+
+@pytest.fixture
+def served(demo: Container, acme: Principal) -> Iterator[tuple[str, str, Echo]]:
+    echo = Echo()
+    demo.runtimes["sagemaker"] = SageMakerRuntime(echo, endpoint_url=URL, results=results_for(demo.store))
+    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
+    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
+    _, key = demo.keys.create("acme", ["predict"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(demo), host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", key, echo
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+def test_a_large_file_goes_through_an_upload_by_itself(served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], demo: Container) -> None:
+    url, key, _ = served
+    body = tmp_path / "rows.json"
+    body.write_text(json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2]] * 50}))
+    for above in ("100000", "10"):  # in line, then through an upload
+        code, out, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", above)
+        assert code == 0, err
+        assert len(json.loads(out)["predictions"]) == 50
+    assert len(list((demo.store.root / "uploads/tenants/acme").iterdir())) == 1  # type: ignore[attr-defined]
+    # an answer too large to send is kept and followed through its 303
+    demo.settings.max_response_bytes = 256
+    code, out, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", "10")
+    assert code == 0, err
+    assert len(json.loads(out)["predictions"]) == 50
+
+
+def test_an_asynchronous_answer_is_polled_until_it_is_there(served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, key, echo = served
+    request = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 4], "data": list(range(12))}]}
+    body = tmp_path / "v2.json"
+    body.write_text(json.dumps(request))
+    monkeypatch.setenv("SLUICE_API_URL", url)
+    monkeypatch.setenv("SLUICE_API_KEY", key)
+    code, out, err = run_cli(capsys, "predict", "big", "--v2", "--file", str(body), "--upload-above", "10")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "succeeded" and result["outputs"][0]["data"] == [7.0, 7.0, 7.0]
+    assert echo.bodies == [body.read_bytes()]  # the file as written, handed on unchanged
+
+
+def test_remote_errors_name_their_field(served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url, _, _ = served
+    body = tmp_path / "rows.json"
+    body.write_text(json.dumps({"inputs": [[1, 2, 3, 4]]}))
+    code, _, err = run_cli(capsys, "predict", "nope", "--file", str(body), "--api", url, "--api-key", "sk_bad", "--upload-above", "1")
+    assert code == 2 and "error" in err
+    code, _, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url)
+    assert code == 2 and "[api_key]" in err

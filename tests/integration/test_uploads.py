@@ -1,0 +1,224 @@
+"""Uploads on `sluice serve`'s local twin: the form posted to the service itself (checked as S3
+checks a presigned POST), then a prediction naming the upload: queued as it lies for an
+asynchronous endpoint (202, the result), read and scored for a deployment served in process,
+and kept as a result when its answer is too large to send (303)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.codecs.triton import encode_request
+from sluice.runtimes.sagemaker import SageMakerRuntime
+from sluice.storage.results import results_for
+from tests.integration.conftest import auth
+from tests.integration.traffic_fakes import add_fake
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+URL = "http://127.0.0.1:9"
+
+
+class Echo:
+    """A Triton container's /invocations: 7.0 for every row of the request (v2 JSON)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(params)
+        header = json.loads(params["Body"][: int(params["ContentType"].rsplit("=", 1)[1])])
+        rows = header["inputs"][0]["shape"][0]
+        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
+        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
+
+
+@pytest.fixture
+def echo(demo: Container, acme: Principal) -> Echo:
+    container = Echo()
+    demo.runtimes["sagemaker"] = SageMakerRuntime(container, endpoint_url=URL, results=results_for(demo.store))
+    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
+    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
+    return container
+
+
+def binary_body(rows: int) -> tuple[bytes, int]:
+    encoded = encode_request({"input": np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)}, binary_inputs=True)
+    assert encoded.header_size is not None
+    return encoded.body, encoded.header_size
+
+
+def make_upload(client: TestClient, key: str, **body: Any) -> Any:
+    return client.post("/api/v1/uploads", json=body, headers=auth(key))
+
+
+def post_form(client: TestClient, upload: dict[str, Any], data: bytes) -> Any:
+    """The client S3 takes: multipart/form-data, the fields first, the body last as `file`."""
+    assert upload["method"] == "POST"
+    return client.post(upload["url"], data=upload["fields"], files={"file": ("body", data, "application/octet-stream")})
+
+
+def test_an_upload_goes_to_the_asynchronous_endpoint_as_it_lies(client: TestClient, keys: dict[str, str], echo: Echo, demo: Container) -> None:
+    data, header = binary_body(3)
+    made = make_upload(client, keys["acme_predict"], deployment="big", content_type="application/octet-stream", size=len(data), header_size=header)
+    assert made.status_code == 201, made.text
+    upload = made.json()
+    assert upload["content_type"] == f"application/vnd.sagemaker-triton.binary+json;json-header-size={header}"
+    assert upload["max_bytes"] == len(data) and upload["url"].endswith(f"/api/v1/uploads/{upload['upload_id']}/body")
+    assert set(upload["fields"]) == {"key", "Content-Type", "policy", "x-sluice-signature"}
+    # no API key on the form: its signed policy authorizes it, as S3's does
+    posted = post_form(client, upload, data)
+    assert posted.status_code == 204, posted.text
+
+    answer = client.post("/v2/models/big/infer", json={"inputs": [], "parameters": {"upload_id": upload["upload_id"]}}, headers=auth(keys["acme_predict"]))
+    assert answer.status_code == 202, answer.text
+    accepted = answer.json()
+    assert answer.headers["location"] == accepted["result"]
+    demo.runtimes["sagemaker"]._queue.shutdown(wait=True)  # type: ignore[attr-defined]
+    (call,) = echo.calls
+    assert call["Body"] == data and call["ContentType"] == upload["content_type"]  # the bytes posted, unchanged
+    result = client.get(accepted["result"], headers=auth(keys["acme_predict"])).json()
+    assert result["status"] == "succeeded" and result["outputs"][0]["data"] == [7.0, 7.0, 7.0]
+    record = json.loads((demo.store.root / "results/tenants/acme" / accepted["id"] / "record.json").read_bytes())  # type: ignore[attr-defined]
+    assert record["input"].endswith(f"uploads/tenants/acme/{upload['upload_id']}/body") and record["upload"] == upload["upload_id"]
+
+    # a large answer is sent as itself: the bytes here (a 303 to S3 on AWS)
+    demo.results.max_response_bytes = 10
+    raw = client.get(accepted["result"], headers=auth(keys["acme_predict"]))
+    assert raw.status_code == 200 and raw.json()["outputs"][0]["shape"] == [3, 1]
+
+
+def test_an_in_process_deployment_reads_and_scores_the_upload(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    body = json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()
+    upload = make_upload(client, keys["acme_predict"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    answer = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme_predict"]))
+    assert answer.status_code == 200, answer.text
+    assert [p["prediction"] for p in answer.json()["predictions"]] == ["setosa", "virginica"]
+    # an upload may be predicted from again until it expires
+    again = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert again.status_code == 200
+
+    # an answer over the response limit is kept as a result: 303 to it, which answers the bytes
+    demo.settings.max_response_bytes = 64
+    kept = client.post(
+        "/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme_predict"]), follow_redirects=False
+    )
+    assert kept.status_code == 303, kept.text
+    assert kept.headers["location"] == kept.json()["result"] and kept.json()["status"] == "succeeded"
+    fetched = client.get(kept.headers["location"], headers=auth(keys["acme_predict"]))
+    assert fetched.status_code == 200 and [p["prediction"] for p in fetched.json()["predictions"]] == ["setosa", "virginica"]
+    assert client.get(kept.headers["location"], headers=auth(keys["globex"])).status_code == 404
+
+
+def test_v2_json_upload_scored_in_process(client: TestClient, keys: dict[str, str]) -> None:
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}]}).encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    answer = client.post("/v2/models/iris/infer", json={"inputs": [], "parameters": {"upload_id": upload["upload_id"]}}, headers=auth(keys["acme"]))
+    assert answer.status_code == 200, answer.text
+    assert {o["name"]: o for o in answer.json()["outputs"]}["output_label"]["data"] == ["virginica"]
+
+
+def test_sizes_are_refused_at_the_upload_and_at_the_form(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    over = make_upload(client, keys["acme"], deployment="iris", size=demo.settings.upload_max_bytes + 1)
+    assert over.status_code == 413 and over.json()["field"] == "size"
+    upload = make_upload(client, keys["acme"], deployment="iris", size=10).json()
+    refused = post_form(client, upload, b"x" * 11)
+    assert refused.status_code == 413 and refused.json()["field"] == "file"
+    # nothing was kept: the upload is still incomplete
+    answer = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert answer.status_code == 409 and answer.json()["field"] == "upload_id"
+    # a form past its declared length is refused before it is read
+    long = client.post(upload["url"], content=b"x", headers={"content-length": str(10**12), "content-type": "multipart/form-data; boundary=x"})
+    assert long.status_code == 413
+
+
+def test_forms_are_checked_as_s3_checks_a_policy(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    upload = make_upload(client, keys["acme"], deployment="iris", size=100).json()
+    tampered = {**upload["fields"], "Content-Type": "text/plain"}
+    assert client.post(upload["url"], data=tampered, files={"file": ("b", b"{}")}).status_code == 403
+    other = make_upload(client, keys["acme"], deployment="iris", size=100).json()
+    moved = client.post(other["url"], data=upload["fields"], files={"file": ("b", b"{}")})  # another upload's form
+    assert moved.status_code == 403 and moved.json()["field"] == "key"
+    assert client.post(upload["url"], data=upload["fields"]).status_code == 400  # no file part
+    # what is read before the signature can be checked is bounded
+    padded = {**{f"f{i}": "x" * 32 for i in range(4000)}, **upload["fields"]}
+    assert client.post(upload["url"], data=padded, files={"file": ("b", b"{}")}).status_code == 400
+    store = demo.uploads.store
+    store.clock = lambda: 9e12  # type: ignore[union-attr]
+    expired = client.post(upload["url"], data=upload["fields"], files={"file": ("b", b"{}")})
+    assert expired.status_code == 403 and "expired" in expired.json()["error"]
+
+
+def test_uploads_are_the_tenants_own(client: TestClient, keys: dict[str, str], demo: Container, globex: Principal) -> None:
+    body = json.dumps({"inputs": [[5.1, 3.5, 1.4, 0.2]]}).encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    # another tenant's deployment cannot be uploaded to; its upload id is not found
+    assert make_upload(client, keys["globex"], deployment="iris", size=10).status_code == 404
+    from sluice.demo import install_demo
+    from tests.conftest import MODELS
+
+    install_demo(demo, globex, MODELS)
+    stranger = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["globex"]))
+    assert stranger.status_code == 404 and stranger.json()["field"] == "upload_id"
+    wrong = client.post("/api/v1/predictions", json={"deployment": "diabetes", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert wrong.status_code == 400 and wrong.json()["field"] == "upload_id"
+    both = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"], "inputs": [[1, 2, 3, 4]]}, headers=auth(keys["acme"]))
+    assert both.status_code == 400 and both.json()["field"] == "upload_id"
+    missing = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": "0" * 32}, headers=auth(keys["acme"]))
+    assert missing.status_code == 404 and missing.json()["field"] == "upload_id"
+    bad = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": "../x"}, headers=auth(keys["acme"]))
+    assert bad.status_code == 400 and bad.json()["field"] == "upload_id"
+
+
+def test_an_expired_upload_is_refused(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    body = json.dumps({"inputs": [[5.1, 3.5, 1.4, 0.2]]}).encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    demo.uploads.clock = lambda: upload["usable_until"] + 1
+    answer = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert answer.status_code == 404 and answer.json()["field"] == "upload_id" and "expired" in answer.json()["error"]
+
+
+def test_a_revoked_key_cannot_upload(client: TestClient, keys: dict[str, str], demo: Container, acme: Principal) -> None:
+    record, key = demo.keys.create("acme", ["predict"])
+    assert make_upload(client, key, deployment="iris", size=10).status_code == 201
+    demo.keys.revoke(acme, record.key_id)
+    refused = make_upload(client, key, deployment="iris", size=10)
+    assert refused.status_code == 401
+    assert make_upload(client, "", deployment="iris", size=10).status_code == 401
+
+
+def test_bad_upload_requests_name_their_field(client: TestClient, keys: dict[str, str]) -> None:
+    for body, field in [
+        ({"deployment": "iris", "size": 10, "content_type": "text/csv"}, "content_type"),
+        ({"deployment": "iris", "size": 10, "content_type": "application/octet-stream"}, "header_size"),
+        ({"deployment": "iris", "size": 10, "header_size": 4}, "header_size"),
+        ({"deployment": "iris", "size": 0}, "size"),
+    ]:
+        answer = make_upload(client, keys["acme"], **body)
+        assert answer.status_code in (400, 422) and answer.json()["field"] == field, (body, answer.text)
+
+
+def test_a_binary_upload_is_not_a_simple_json_body(client: TestClient, keys: dict[str, str], echo: Echo) -> None:
+    data, header = binary_body(1)
+    upload = make_upload(client, keys["acme"], deployment="big", content_type="application/octet-stream", size=len(data), header_size=header).json()
+    assert post_form(client, upload, data).status_code == 204
+    answer = client.post("/api/v1/predictions", json={"deployment": "big", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert answer.status_code == 400 and answer.json()["field"] == "upload_id"
+
+
+def test_the_openapi_schema_has_the_upload_routes(demo: Container) -> None:
+    from sluice.api.app import create_app
+
+    paths = TestClient(create_app(demo)).get("/openapi.json").json()["paths"]
+    assert "/api/v1/uploads" in paths and "/api/v1/uploads/{upload_id}/body" in paths
