@@ -110,7 +110,8 @@ class TritonRuntime:
 
     def _target(self, version: ModelVersion) -> TritonTarget:
         config = version.config or {}
-        key = (version.model, *(str(config.get(k, "")) for k in ("url", "model_name", "model_version", "protocol")))
+        get = config.get
+        key = (version.model, str(get("url", "")), str(get("model_name", "")), str(get("model_version", "")), str(get("protocol", "")))
         target = self._targets.get(key)
         if target is None:
             target = TritonTarget.of(version)
@@ -182,7 +183,7 @@ class TritonRuntime:
             array = result.as_numpy(name)
             if array is None:
                 raise BackendError(f"the Triton server answered without output '{name}'")
-            answer[name] = layout.from_wire(name, _text(array))
+            answer[name] = layout.from_wire(name, _text(array) if array.dtype == object else array)
         return answer
 
     async def unload(self, version: ModelVersion) -> None:

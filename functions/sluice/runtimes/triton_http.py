@@ -79,7 +79,10 @@ class HttpTransport:
         self._dtypes: dict[str, np.dtype] | None = None
 
     def session(self, target: TritonTarget) -> Any:
-        sessions = self._sessions.setdefault(asyncio.get_running_loop(), {})
+        loop = asyncio.get_running_loop()
+        sessions = self._sessions.get(loop)
+        if sessions is None:
+            sessions = self._sessions[loop] = {}
         key = (target.url, target.ssl)
         session = sessions.get(key)
         if session is None:
