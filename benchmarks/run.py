@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print("\n".join(report.to_markdown(doc).split("\n## ")[1].split("\n")[:40]))  # the goals table
-    print(f"\n[bench] {meta['duration_s']:.0f} s; wrote " + ", ".join(str(p.relative_to(REPO)) for p in paths.values()))
+    shown = [p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p.resolve() for p in paths.values()]
+    print(f"\n[bench] {meta['duration_s']:.0f} s; wrote " + ", ".join(map(str, shown)))
     if meta["duration_s"] > BUDGET_S and not args.quick:
         print(f"[bench] warning: over the {BUDGET_S // 60}-minute budget", file=sys.stderr)
     failed = [s["key"] for s in sections if s.get("error")]

@@ -310,17 +310,20 @@ def main(argv: list[str] | None = None) -> int:
         x = np.random.default_rng(0).normal(size=(1, args.features)).astype(np.float32)
         triton_infer = f"{server.url}/v2/models/{base.MODEL_NAME}/infer"
         sluice_infer = f"{sluice.url}/v2/models/{DEPLOYMENT}/infer"
-        bearer = {"authorization": f"Bearer {key}"}
+        # aiohttp asks for gzip by default, and Triton then compresses its answers (sluice
+        # does not): every client here asks for none, so neither side pays for compression.
+        bearer = {"authorization": f"Bearer {key}", "accept-encoding": "identity"}
+        plain = {"accept-encoding": "identity"}
         encodings = {e.strip() for e in args.encodings.split(",") if e.strip()}
         targets: dict[str, Target] = {}
         if "json" in encodings:
             json_headers = {"content-type": "application/json"}
-            targets["triton_json"] = (triton_infer, json_headers, v2_json(x))
+            targets["triton_json"] = (triton_infer, {**json_headers, **plain}, v2_json(x))
             targets["sluice_json"] = (sluice_infer, {**json_headers, **bearer}, v2_json(x))
         if "binary" in encodings:
             body, headers = v2_binary(x)
             for name, url, extra in (
-                ("triton_binary", triton_infer, {}),
+                ("triton_binary", triton_infer, plain),
                 ("sluice_binary", sluice_infer, bearer),
             ):
                 check_binary(*_post_binary(url, body, {**headers, **extra}), args.features)
@@ -328,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         if not targets:
             raise SystemExit("--encodings: name json, binary or both")
         report["encodings"] = sorted(encodings)
+        report["accept_encoding"] = "identity"
         report["latency"] = asyncio.run(measure(targets, args.rounds, args.duration))
         report["server_stats"] = base.server_stats(server.url)
     except Exception as exc:  # written into the report

@@ -396,6 +396,9 @@ class RawHTTP:
             headers={
                 "Inference-Header-Content-Length": str(len(header)),
                 "Content-Type": "application/octet-stream",
+                # aiohttp asks for gzip by default, and Triton then compresses every answer:
+                # the floor asks for none, as sluice's runtime does.
+                "Accept-Encoding": "identity",
             },
         ) as response:
             body = await response.read()

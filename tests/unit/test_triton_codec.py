@@ -180,3 +180,87 @@ def test_wire_shapes_add_and_drop_the_trailing_axis() -> None:
     )
     assert back["label"].tolist() == ["a", "b"]
     assert back["p"].shape == (2, 3)
+
+
+def test_binary_min_bytes_picks_each_tensor_by_its_size() -> None:
+    big = np.arange(8, dtype=np.float32)  # 32 bytes
+    small = np.array([1, 2], np.int32)  # 8 bytes
+    half = np.ones(1, np.float16)  # 2 bytes, but FP16 is always binary
+    encoded = encode_request({"big": big, "small": small, "half": half}, binary_min_bytes=16)
+    header = json.loads(encoded.body[: encoded.header_size])
+    assert [("data" in t, (t.get("parameters") or {}).get("binary_data_size")) for t in header["inputs"]] == [
+        (False, 32),
+        (True, None),
+        (False, 2),
+    ]
+    assert encoded.body[encoded.header_size :] == big.tobytes() + half.tobytes()
+
+
+def test_binary_bodies_are_the_header_then_each_tensors_little_endian_bytes() -> None:
+    tensors = {
+        "t": np.arange(12, dtype=np.float32).reshape(3, 4).T,  # not C-contiguous
+        "i": np.arange(3, dtype=np.int64)[::-1],  # a negative stride
+        "b": np.array([True, False, True]),
+        "s": np.array(["ab", "ü"], dtype=object),
+        "e": np.zeros((0, 2), np.float64),
+    }
+    encoded = encode_request(tensors, binary_inputs=True)
+    header = encoded.body[: encoded.header_size]
+    tail = b"".join(
+        [
+            np.ascontiguousarray(tensors["t"]).astype("<f4").tobytes(),
+            np.array([2, 1, 0], dtype="<i8").tobytes(),
+            b"\x01\x00\x01",
+            serialize_bytes_tensor(tensors["s"]),
+        ]
+    )
+    assert encoded.body == header + tail
+    sizes = [t["parameters"]["binary_data_size"] for t in json.loads(header)["inputs"]]
+    assert sizes == [48, 24, 3, len(serialize_bytes_tensor(tensors["s"])), 0]
+
+
+def _answer(outputs: list[tuple[str, str, list[int], bytes]], first_offset: int) -> tuple[bytes, int]:
+    header = json.dumps(
+        {"outputs": [{"name": n, "datatype": d, "shape": s, "parameters": {"binary_data_size": len(b)}} for n, d, s, b in outputs]}
+    ).encode()
+    header += b" " * ((first_offset - len(header)) % 8)
+    return header + b"".join(b for *_, b in outputs), len(header)
+
+
+def test_outputs_can_be_read_in_place_read_only() -> None:
+    y = np.arange(6, dtype=np.float64).reshape(2, 3)
+    body, size = _answer([("y", "FP64", [2, 3], y.tobytes())], first_offset=0)
+    view = decode_response(body, header_size=size, copy=False)["y"]
+    assert view.tolist() == y.tolist() and view.dtype == np.float64
+    assert not view.flags.writeable
+    assert np.shares_memory(view, np.frombuffer(body, np.uint8))  # no copy: the body's own bytes
+    copied = decode_response(body, header_size=size)["y"]  # the default: a writable copy
+    assert copied.flags.writeable and copied.tolist() == y.tolist()
+
+
+def test_unaligned_outputs_are_copied_once_and_stay_read_only() -> None:
+    y = np.array([1.5, -2.0], np.float32)
+    n = np.array([3], np.int8)
+    body, size = _answer([("n", "INT8", [1], n.tobytes()), ("y", "FP32", [2], y.tobytes())], first_offset=0)
+    got = decode_response(body, header_size=size, copy=False)
+    assert got["y"].flags.aligned  # y sat 1 past a multiple of 8 in the body
+    assert not np.shares_memory(got["y"], np.frombuffer(body, np.uint8))
+    assert not got["y"].flags.writeable and not got["n"].flags.writeable
+    assert got["y"].tolist() == y.tolist() and got["n"].tolist() == [3]
+
+
+def test_bf16_is_read_only_where_the_caller_names_its_dtype() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([1.0, -0.5], dtype=ml_dtypes.bfloat16)
+    body, size = _answer([("y", "BF16", [2], values.tobytes())], first_offset=1)
+    with pytest.raises(BackendError, match="usable name, datatype"):
+        decode_response(body, header_size=size)
+    got = decode_response(body, header_size=size, copy=False, dtypes={"BF16": np.dtype(ml_dtypes.bfloat16)})["y"]
+    assert got.dtype == np.dtype(ml_dtypes.bfloat16) and got.tobytes() == values.tobytes()
+
+
+def test_outputs_with_impossible_shapes_or_sizes_are_backend_errors() -> None:
+    for shape, raw in (([-1], b"\0" * 4), (["2"], b"\0" * 8), ([1], b"\0" * 3)):
+        body, size = _answer([("y", "FP32", shape, raw)], first_offset=0)
+        with pytest.raises(BackendError):
+            decode_response(body, header_size=size, copy=False)

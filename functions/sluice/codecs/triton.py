@@ -9,6 +9,7 @@ runtimes and the batch scorer share them.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,11 +77,12 @@ def deserialize_bytes_tensor(data: bytes, count: int) -> np.ndarray:
     return out
 
 
-def _raw(array: np.ndarray, datatype: str) -> bytes:
+def _raw(array: np.ndarray, datatype: str) -> bytes | np.ndarray:
+    """A tensor's bytes on the wire: for numbers, the little-endian row-major array itself (no
+    copy when it already is one), which the body's one join copies."""
     if datatype == "BYTES":
         return serialize_bytes_tensor(array)
-    dtype = V2_TO_NUMPY[datatype].newbyteorder("<")
-    return np.ascontiguousarray(array, dtype=dtype).tobytes()
+    return np.ascontiguousarray(array, dtype=V2_TO_NUMPY[datatype].newbyteorder("<"))
 
 
 def _json_data(array: np.ndarray, datatype: str) -> Any:
@@ -99,22 +101,28 @@ def encode_request(
     outputs: Sequence[str] | None = None,
     binary_inputs: bool = False,
     binary_outputs: bool = False,
+    binary_min_bytes: int | None = None,
 ) -> TritonBody:
-    """A v2 inference request; tensors as raw bytes after the JSON header when `binary_inputs`.
+    """A v2 inference request; tensors as raw bytes after the JSON header when `binary_inputs`,
+    or, given `binary_min_bytes`, each tensor of at least that many bytes (`nbytes`).
 
     FP16 always travels as binary data. `binary_outputs` asks the server to answer the same way.
     """
     entries: list[dict[str, Any]] = []
-    chunks: list[bytes] = []
+    chunks: list[bytes | np.ndarray] = []
     for name, array in inputs.items():
         try:
             datatype = v2_of_numpy(array.dtype)
         except TypeError:
             raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
         entry: dict[str, Any] = {"name": name, "shape": list(array.shape), "datatype": datatype}
-        if binary_inputs or datatype in _BINARY_ONLY:
+        if (
+            binary_inputs
+            or datatype in _BINARY_ONLY
+            or (binary_min_bytes is not None and array.nbytes >= binary_min_bytes)
+        ):
             raw = _raw(array, datatype)
-            entry["parameters"] = {"binary_data_size": len(raw)}
+            entry["parameters"] = {"binary_data_size": raw.nbytes if isinstance(raw, np.ndarray) else len(raw)}
             chunks.append(raw)
         else:
             entry["data"] = _json_data(array, datatype)
@@ -129,7 +137,7 @@ def encode_request(
     header = orjson.dumps(request, option=orjson.OPT_SERIALIZE_NUMPY)
     if not chunks:
         return TritonBody(header, None)
-    return TritonBody(header + b"".join(chunks), len(header))
+    return TritonBody(b"".join([header, *chunks]), len(header))  # the tensors' one copy
 
 
 def header_size_of(content_type: str | None) -> int | None:
@@ -149,13 +157,17 @@ def header_size_of(content_type: str | None) -> int | None:
     raise BackendError(f"the endpoint answered {BINARY_JSON_CONTENT_TYPE} without a valid {HEADER_SIZE_PARAMETER}")
 
 
-def _output_array(entry: dict[str, Any], binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+def _output_array(
+    entry: dict[str, Any], binary: memoryview, offset: int, *, copy: bool, dtypes: Mapping[str, np.dtype]
+) -> tuple[np.ndarray, int]:
     name = entry.get("name")
     datatype = entry.get("datatype")
     shape = entry.get("shape")
-    if not isinstance(name, str) or datatype not in V2_TO_NUMPY or not isinstance(shape, list):
+    if not isinstance(name, str) or datatype not in dtypes or not isinstance(shape, list):
         raise BackendError("the server answered an output without a usable name, datatype or shape")
-    count = int(np.prod(shape)) if shape else 1
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise BackendError(f"output '{name}' has shape {str(shape)[:80]}, not a list of sizes")
+    count = math.prod(shape)
     size = (entry.get("parameters") or {}).get("binary_data_size")
     if size is not None:
         raw = binary[offset : offset + size]
@@ -165,9 +177,14 @@ def _output_array(entry: dict[str, Any], binary: memoryview, offset: int) -> tup
         if datatype == "BYTES":
             array = deserialize_bytes_tensor(bytes(raw), count)
         else:
-            # One copy out of the body, into a writable array in native byte order.
-            wire = np.frombuffer(raw, dtype=V2_TO_NUMPY[datatype].newbyteorder("<"))
-            array = wire.astype(V2_TO_NUMPY[datatype], copy=True)
+            if size % dtypes[datatype].itemsize:
+                raise BackendError(f"output '{name}' has {size} bytes, not a whole number of {datatype} values")
+            wire = np.frombuffer(raw, dtype=dtypes[datatype].newbyteorder("<"))
+            if copy:
+                # One copy out of the body, into a writable array in native byte order.
+                array = wire.astype(dtypes[datatype], copy=True)
+            else:
+                array = _view(wire, dtypes[datatype])
     else:
         data = entry.get("data")
         if data is None:
@@ -175,14 +192,33 @@ def _output_array(entry: dict[str, Any], binary: memoryview, offset: int) -> tup
         if datatype == "BYTES":
             array = np.array(data, dtype=object).reshape(-1)
         else:
-            array = np.asarray(data, dtype=V2_TO_NUMPY[datatype])
+            array = np.asarray(data, dtype=dtypes[datatype])
     if array.size != count:
         raise BackendError(f"output '{name}' has {array.size} values for shape {shape}")
     return array.reshape(shape), offset
 
 
-def decode_response(body: bytes, *, header_size: int | None = None) -> dict[str, np.ndarray]:
-    """Named arrays from a v2 response, JSON or JSON header + binary outputs."""
+def _view(wire: np.ndarray, native: np.dtype) -> np.ndarray:
+    """The output's numbers read in place in the body, read-only; copied (and then made read-only
+    too, so every output behaves alike) only where the bytes sit at an offset their type cannot
+    be read at, or are not in the machine's byte order."""
+    array = wire if wire.flags.aligned and wire.dtype == native else wire.astype(native, copy=True)
+    array.flags.writeable = False  # a view over bytes already is; over a bytearray it would not be
+    return array
+
+
+def decode_response(
+    body: bytes,
+    *,
+    header_size: int | None = None,
+    copy: bool = True,
+    dtypes: Mapping[str, np.dtype] = V2_TO_NUMPY,
+) -> dict[str, np.ndarray]:
+    """Named arrays from a v2 response, JSON or JSON header + binary outputs.
+
+    `copy`: binary numeric outputs are copied into writable arrays (the default), or, False,
+    read in place as read-only views over `body` (see `_view`). `dtypes`: the datatypes taken
+    and their NumPy dtypes (a caller that has `ml_dtypes` may add BF16)."""
     end = len(body) if header_size is None else header_size
     if end > len(body) or end < 0:
         raise BackendError("the response's JSON header size exceeds its body")
@@ -196,7 +232,9 @@ def decode_response(body: bytes, *, header_size: int | None = None) -> dict[str,
     offset = 0
     result: dict[str, np.ndarray] = {}
     for entry in header["outputs"]:
-        array, offset = _output_array(entry, binary, offset)
+        if not isinstance(entry, dict):
+            raise BackendError("the server answered an output that is not an object")
+        array, offset = _output_array(entry, binary, offset, copy=copy, dtypes=dtypes)
         result[entry["name"]] = array
     return result
 

@@ -1,5 +1,6 @@
-"""Any Triton server, over its HTTP/REST protocol (`tritonclient.http.aio`) or its gRPC
-protocol (`tritonclient.grpc.aio`, `sluice.runtimes.triton_grpc`).
+"""Any Triton server, over its HTTP/REST protocol (binary tensors over aiohttp,
+`sluice.runtimes.triton_http`) or its gRPC protocol (`tritonclient.grpc.aio`,
+`sluice.runtimes.triton_grpc`).
 
 A version names its server and model in `version.config`:
 `{"url": "http://host:8000", "model_name": "...", "model_version"?: "1", "protocol"?: "grpc"}`
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from sluice.domain.errors import (
 from sluice.domain.origins import Allowed, check_origin
 from sluice.domain.results import InferenceResult
 from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked
+from sluice.runtimes.triton_http import HttpTransport
 from sluice.runtimes.triton_layout import (
     ModelLayout,
     TritonTarget,
@@ -78,76 +79,6 @@ def wire_datatype(name: str, array: np.ndarray) -> str:
         raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
 
 
-class HttpTransport:
-    """Triton's HTTP/REST protocol: one aiohttp-backed client per event loop and server."""
-
-    def __init__(self, runtime: TritonRuntime) -> None:
-        self.runtime = runtime
-        # aiohttp sessions belong to the event loop that made them: one client per loop and URL.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, bool], Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._http: Any = None  # tritonclient.http, once imported
-
-    def client(self, target: TritonTarget) -> Any:
-        import tritonclient.http.aio as triton_aio  # heavy: imported on first use, not at cold start
-
-        clients = self._clients.setdefault(asyncio.get_running_loop(), {})
-        key = (target.url, target.ssl)
-        client = clients.get(key)
-        if client is None:
-            runtime = self.runtime
-            client = triton_aio.InferenceServerClient(
-                target.url, ssl=target.ssl, conn_limit=runtime.connections, conn_timeout=runtime.timeout_s
-            )
-            _no_redirects(client)
-            clients[key] = client
-        return client
-
-    async def config(self, target: TritonTarget) -> Any:
-        # The deadline is the client session's own total timeout (conn_timeout).
-        return await self.client(target).get_model_config(target.model, target.model_version)
-
-    async def ready(self, target: TritonTarget) -> bool:
-        return bool(await self.client(target).is_model_ready(target.model, target.model_version))
-
-    async def metadata(self, target: TritonTarget) -> Any:
-        return await self.client(target).get_model_metadata(target.model, target.model_version)
-
-    async def infer(self, target: TritonTarget, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
-        triton_http = self._http
-        if triton_http is None:
-            import tritonclient.http as triton_http  # heavy: imported on first use
-
-            self._http = triton_http
-        request = []
-        for name, wire in inputs.items():
-            datatype = wire_datatype(name, wire)
-            tensor = triton_http.InferInput(name, list(wire.shape), datatype)
-            binary = wire.nbytes >= self.runtime.binary_threshold_bytes or datatype in ("FP16", "BF16")
-            tensor.set_data_from_numpy(wire, binary_data=binary)
-            request.append(tensor)
-        requested = [triton_http.InferRequestedOutput(name, binary_data=True) for name in names]
-        return await self.client(target).infer(target.model, request, model_version=target.model_version, outputs=requested)
-
-    def failure(self, exc: Exception) -> tuple[str, str] | None:
-        """(status, message) of a failure the server answered; None for a transport failure."""
-        from tritonclient.utils import InferenceServerException
-
-        if isinstance(exc, InferenceServerException):
-            return str(exc.status() or ""), str(exc.message() or "")
-        return None
-
-    def unreachable(self, exc: Exception) -> bool:
-        import aiohttp
-
-        return isinstance(exc, aiohttp.ClientConnectionError | ConnectionError | OSError)
-
-    async def close(self) -> None:
-        for client in self._clients.pop(asyncio.get_running_loop(), {}).values():
-            await client.close()
-
-
 class TritonRuntime:
     """Runs versions on a Triton server named in their config."""
 
@@ -179,7 +110,8 @@ class TritonRuntime:
 
     def _target(self, version: ModelVersion) -> TritonTarget:
         config = version.config or {}
-        key = (version.model, *(str(config.get(k, "")) for k in ("url", "model_name", "model_version", "protocol")))
+        get = config.get
+        key = (version.model, str(get("url", "")), str(get("model_name", "")), str(get("model_version", "")), str(get("protocol", "")))
         target = self._targets.get(key)
         if target is None:
             target = TritonTarget.of(version)
@@ -251,7 +183,7 @@ class TritonRuntime:
             array = result.as_numpy(name)
             if array is None:
                 raise BackendError(f"the Triton server answered without output '{name}'")
-            answer[name] = layout.from_wire(name, _text(array))
+            answer[name] = layout.from_wire(name, _text(array) if array.dtype == object else array)
         return answer
 
     async def unload(self, version: ModelVersion) -> None:
@@ -327,15 +259,3 @@ def _mapped(exc: Exception, transport: Any, target: TritonTarget, what: str) -> 
         return Unavailable("the Triton server is not reachable")
     log.warning("triton %s failed", what, extra={"model": target.model, "error_type": kind, "error": str(exc)[:500]})
     return BackendError(f"the Triton client failed ({kind})")
-
-
-def _no_redirects(client: Any) -> None:
-    """A Triton client that follows no redirect: the allowlist names the server it may reach,
-    and a 3xx must not take it elsewhere (aiohttp follows them by default)."""
-    import functools
-
-    stub = getattr(client, "_stub", None)
-    if stub is None:  # a client version without the attribute: nothing to narrow
-        return
-    stub.get = functools.partial(stub.get, allow_redirects=False)
-    stub.post = functools.partial(stub.post, allow_redirects=False)
