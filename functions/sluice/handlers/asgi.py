@@ -90,10 +90,10 @@ class LambdaASGI(Mangum):
         if self.whole is not None and scope["type"] == "http":
             answered = loop.run_until_complete(self._whole(scope, body))
             if answered is not None:
-                return handler(answered)
+                return handler(_staged(answered, event))
         cycle = _Cycle(body)
         loop.run_until_complete(self._run(scope, cycle))
-        return handler({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)})
+        return handler(_staged({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)}, event))
 
     async def _whole(self, scope: dict[str, Any], body: bytes) -> dict[str, Any] | None:
         try:
@@ -122,3 +122,29 @@ class LambdaASGI(Mangum):
             return
         if log.isEnabledFor(logging.INFO):
             log.info("%s %s %s", scope["method"], scope["path"], cycle.status)
+
+
+def url_prefix(event: dict[str, Any]) -> str:
+    """What the client's URL has before the path the app routes on: a REST API's stage on its
+    `execute-api` address (`/prod`), or a custom domain's base path mapping; "" otherwise.
+    API Gateway gives the app the path without it (`path`) and the client's path with it
+    (`requestContext.path`)."""
+    path, client_path = event.get("path"), (event.get("requestContext") or {}).get("path")
+    if not isinstance(path, str) or not isinstance(client_path, str) or client_path == path:
+        return ""
+    return client_path[: -len(path)].rstrip("/") if path and client_path.endswith(path) else ""
+
+
+def _staged(message: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+    """A root-relative `Location` (a 202's result, a 303) made to work from the client's URL:
+    the app knows paths from its root, the client called `/<stage>/...`."""
+    headers = message["headers"]
+    for i, (name, value) in enumerate(headers):
+        if (name == b"location" or name.lower() == b"location") and value.startswith(b"/") and not value.startswith(b"//"):
+            prefix = url_prefix(event)
+            if prefix:
+                headers = [*headers]
+                headers[i] = [name, prefix.encode() + value]
+                return {**message, "headers": headers}
+            break
+    return message

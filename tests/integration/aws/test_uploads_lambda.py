@@ -118,9 +118,10 @@ def test_upload_predict_and_result_through_s3(app: tuple[Any, Container, Stubber
     assert queued["statusCode"] == 202, queued
     stub.assert_no_pending_responses()
     location = headers_of(queued)["location"]
-    assert location == answer(queued)["result"]
+    # the client called the stage's URL (/prod/...): the Location works from there
+    assert location == "/prod" + answer(queued)["result"]
 
-    get = event("api_rest_get_result.json", path=location)
+    get = event("api_rest_get_result.json", path=answer(queued)["result"])
     assert answer(handler(get, LambdaContext()))["status"] == "pending"
     written = json.dumps({"outputs": [{"name": "y", "datatype": "FP32", "shape": [2, 1], "data": [0.5, 0.5]}]}).encode()
     s3.put_object(Bucket=BUCKET, Key=out.split(f"{BUCKET}/", 1)[1], Body=written, ContentType="application/json")
