@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Both GPU benchmarks in one go, on a machine with Python 3.12, PyTorch and a GPU but no network,
 # from what prepare.sh built here: run.sh [OUT_DIR] (default: a new folder under /tmp).
-# Writes gpu-triton.json, gpu-e2e.json and their logs into OUT_DIR.
+# Writes gpu-triton.json, gpu-e2e.json and their logs into OUT_DIR. WORKERS (default 4): sluice
+# serve's worker processes in the end-to-end case; E2E_ONLY=1 skips bench_gpu_triton.py.
 set -u
 cd "$(dirname "$0")"
 out=${1:-$(mktemp -d /tmp/gpu-bench-XXXX)}
@@ -16,11 +17,11 @@ triton=$(mktemp -d /tmp/gpu-triton-XXXX)
 tar -C "$triton" -xJf build/triton.tar.xz
 export PYTHONPATH=$site
 PYTHONPATH=$site:../../functions python3 -c "import sluice.api.app, sluice.wiring, tritonclient.http.aio" || exit 1
-timeout 240 python3 bench_gpu_triton.py --triton-root "$triton/triton" \
+[ -n "${E2E_ONLY:-}" ] || timeout 240 python3 bench_gpu_triton.py --triton-root "$triton/triton" \
   --stub-pythonpath "$triton/triton/np1" --duration 8 --out "$out/gpu-triton.json" >"$out/triton.log" 2>&1
-echo "bench_gpu_triton: exit $?"
+[ -n "${E2E_ONLY:-}" ] || echo "bench_gpu_triton: exit $?"
 timeout 300 python3 bench_gpu_e2e.py --triton-root "$triton/triton" \
-  --stub-pythonpath "$triton/triton/np1" --workers 4 --out "$out/gpu-e2e.json" >"$out/e2e.log" 2>&1
+  --stub-pythonpath "$triton/triton/np1" --workers "${WORKERS:-4}" --out "$out/gpu-e2e.json" >"$out/e2e.log" 2>&1
 echo "bench_gpu_e2e: exit $?"
 python3 - "$out" <<'PY'
 import json, sys
