@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import re
 import time
 from collections import Counter, defaultdict
@@ -25,6 +26,7 @@ import numpy as np
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
+from sluice.services.loop import gc_paused
 from sluice.services.models import require_found
 from sluice.shadow.compare import compare
 from sluice.stats.verdicts import comparison
@@ -122,37 +124,42 @@ class ReplayService:
         batch_rows = self.batch_rows
         records_seen = rows_seen = failed_rows = 0
 
-        for record in records:
-            records_seen += 1
-            rows = int(record.get("rows") or 0)
-            rows_seen += rows
-            inputs, outputs = record.get("inputs"), record.get("outputs")
-            reason = None
-            if "unreadable" in record:
-                reason = "unreadable record"
-            elif not inputs or not _complete(inputs):
-                reason = "inputs redacted or not captured"
-            elif not outputs or not _complete(outputs):
-                reason = "outputs not captured"
-            if reason is not None:
-                failures[reason] += max(rows, 1)
-                failed_rows += rows
-                continue
-            latencies.append(record.get("latency_ms") or 0.0)
-            # One version's records share their tensors' names and layout; a record that does
-            # not is found when its batch is stacked, and scored alone.
-            key = (record.get("model"), record.get("version"))
-            waiting = pending.get(key)
-            if waiting is None:
-                waiting = pending[key] = []
-                pending_rows[key] = 0
-            waiting.append(record)
-            pending_rows[key] += rows
-            if pending_rows[key] >= batch_rows:
-                del pending_rows[key]
-                await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
-        for key in list(pending):
-            await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts)
+        # The collector held off while captured records are read and scored (most of a
+        # replay: thousands of small acyclic objects, freed by reference counting), and run on
+        # the young once a batch, so cycles made while scoring do not pile up.
+        with gc_paused():
+            for record in records:
+                records_seen += 1
+                rows = int(record.get("rows") or 0)
+                rows_seen += rows
+                inputs, outputs = record.get("inputs"), record.get("outputs")
+                reason = None
+                if "unreadable" in record:
+                    reason = "unreadable record"
+                elif not inputs:
+                    reason = "inputs redacted or not captured"
+                elif not outputs:
+                    reason = "outputs not captured"
+                if reason is not None:
+                    failures[reason] += max(rows, 1)
+                    failed_rows += rows
+                    continue
+                # One version's records share their tensors' names and layout; a record that does
+                # not, or has a redacted value, is found when its batch is stacked, and is then
+                # looked at alone (no per-record check on the way: most batches are whole).
+                key = (record.get("model"), record.get("version"))
+                waiting = pending.get(key)
+                if waiting is None:
+                    waiting = pending[key] = []
+                    pending_rows[key] = 0
+                waiting.append(record)
+                pending_rows[key] += rows
+                if pending_rows[key] >= batch_rows:
+                    del pending_rows[key]
+                    await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts, latencies)
+                    gc.collect(0)
+            for key in list(pending):
+                await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts, latencies)
         counts["records"], counts["rows"] = records_seen, rows_seen
         counts["failed_rows"] += failed_rows
         verdict = comparison({**sums, **maxes})
@@ -176,6 +183,7 @@ class ReplayService:
         maxes: dict[str, float],
         failures: Counter[str],
         counts: dict[str, int],
+        latencies: list[float],
     ) -> None:
         model, version = key[0], key[1]
         primary = await self._version(tenant, model, version)
@@ -192,9 +200,9 @@ class ReplayService:
         except (ValueError, TypeError, KeyError):
             if len(batch) > 1:
                 for one in batch:
-                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts)
+                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts, latencies)
                 return
-            failures["unreadable record"] += rows
+            failures[_why(batch[0])] += max(rows, 1)
             counts["failed_rows"] += rows
             return
         classes = batch[0].get("classes") or {}
@@ -204,7 +212,7 @@ class ReplayService:
         except SluiceError as exc:
             if len(batch) > 1:  # one bad record must not fail the others
                 for one in batch:
-                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts)
+                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts, latencies)
                 return
             failures[f"{exc.code}: {exc.message}"[:200]] += rows
             counts["failed_rows"] += rows
@@ -216,6 +224,7 @@ class ReplayService:
         for name, value in most.items():
             maxes[name] = max(maxes.get(name, value), value)
         counts["scored_rows"] += rows
+        latencies.extend(r.get("latency_ms") or 0.0 for r in batch)
 
     async def _version(self, tenant: str, model: Any, version: Any) -> ModelVersion | None:
         key = (tenant, str(model), int(version or 0))
@@ -225,6 +234,15 @@ class ReplayService:
             except SluiceError:
                 self._versions[key] = None
         return self._versions[key]
+
+
+def _why(record: dict[str, Any]) -> str:
+    """Why a record could not be stacked on its own."""
+    if not _complete(record.get("inputs") or {}):
+        return "inputs redacted or not captured"
+    if not _complete(record.get("outputs") or {}):
+        return "outputs not captured"
+    return "unreadable record"
 
 
 def _complete(tensors: dict[str, Any]) -> bool:
@@ -248,6 +266,8 @@ def _stacked(batch: list[dict[str, Any]], part: str) -> dict[str, np.ndarray]:
         datatype = first["datatype"]
         dtype = object if datatype == "BYTES" else numpy_of_v2(datatype)
         flat = list(chain.from_iterable(r[part][name]["data"] for r in batch))
+        if None in flat:  # a redacted value: numpy would read it as NaN, False or None
+            raise ValueError(f"{part} {name}: a value is missing")
         out[name] = np.asarray(flat, dtype=dtype).reshape(-1, *first["shape"][1:])
     return out
 

@@ -3,36 +3,21 @@ Lambda handler and `sluice stream` both call `process`; only their transports di
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from sluice.services.loop import gc_paused
 from sluice.stream.core import hold_order
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
     from sluice.stream.core import Outcome, StreamScorer
     from sluice.stream.records import StreamRecord
     from sluice.stream.sinks import Sink
 
+__all__ = ["NOT_WRITTEN", "gc_paused", "process"]
+
 NOT_WRITTEN = "the output could not be written"
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector held off while a micro-batch is read, scored and written:
-    its records, rows and outputs are thousands of small acyclic objects, freed by reference
-    counting once written, and every allocation threshold crossed among them would otherwise
-    walk the live objects (a quarter of the time of a batch of 1,000 records). Nests."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: Sink) -> list[Outcome]:
