@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -211,6 +212,18 @@ def test_a_missing_output_is_named() -> None:
 
     with pytest.raises(BackendError, match="without output 'y'"):
         _serve(infer)(lambda port: _infer(port, {"x": np.zeros((1, 2), np.float32)}))
+
+
+def test_without_aiohttp_a_call_is_a_backend_error_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def infer(request: web.Request, header: dict[str, Any], tail: bytes) -> web.Response:
+        raise AssertionError("no request can be sent without aiohttp")
+
+    async def call(port: int) -> Any:
+        monkeypatch.setitem(sys.modules, "aiohttp", None)  # as in a layer without the triton extra
+        return await _infer(port, {"x": np.zeros((1, 2), np.float32)})
+
+    with pytest.raises(BackendError, match=r"aiohttp, which is not installed here: install sluice\[triton\]"):
+        _serve(infer)(call)
 
 
 def test_one_session_per_loop_and_server() -> None:

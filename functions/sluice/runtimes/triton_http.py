@@ -88,8 +88,13 @@ class HttpTransport:
         if session is None:
             aiohttp = self._aiohttp
             if aiohttp is None:
-                import aiohttp  # imported on first use, not at cold start
-
+                try:
+                    import aiohttp  # imported on first use, not at cold start
+                except ImportError:  # an install (or a Lambda layer) without the triton extra
+                    raise BackendError(
+                        "the triton runtime calls Triton over HTTP with aiohttp, which is not installed here: "
+                        "install sluice[triton]"
+                    ) from None
                 self._aiohttp = aiohttp
             runtime = self.runtime
             session = sessions[key] = aiohttp.ClientSession(
