@@ -116,6 +116,11 @@ class ApiStack(Stack):
         core = platform.layer(
             self, "CoreLayer", name="core", description="sluice core dependencies"
         )
+        # aiohttp, for the `triton` runtime: on the functions that predict (the API, the
+        # shadow and the WebSocket function), not in the core layer the batch functions get.
+        triton = platform.layer(
+            self, "TritonLayer", name="triton", description="sluice triton runtime dependencies"
+        )
         artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
         batch_bucket = s3.Bucket.from_bucket_name(self, "BatchBucket", names.batch_bucket)
         table = dynamodb.TableV2.from_table_name(self, "RegistryTable", names.table)
@@ -128,7 +133,7 @@ class ApiStack(Stack):
             handler="sluice.handlers.shadow.handler",
             description="Runs shadow mirrors off the request path and records agreement",
             platform=platform,
-            layers=[core],
+            layers=[core, triton],
             memory_mb=api_config.shadow_memory_mb,
             timeout=Duration.seconds(api_config.shadow_timeout_s),
             invoked_async=True,
@@ -164,7 +169,7 @@ class ApiStack(Stack):
             handler="sluice.handlers.api.handler",
             description="The sluice API (FastAPI through Mangum)",
             platform=platform,
-            layers=[core],
+            layers=[core, triton],
             memory_mb=api_config.memory_mb,
             timeout=Duration.seconds(api_config.timeout_s),
             reserved_concurrency=config.concurrency.api,
@@ -336,7 +341,7 @@ class ApiStack(Stack):
         self.rest_api = self._rest_api(config, names)
         self._usage_plans(config, usage_key_prefix)
         self.websocket = (
-            self._websocket(config, names, platform, core, table, artifacts, endpoint_names)
+            self._websocket(config, names, platform, [core, triton], table, artifacts, endpoint_names)
             if config.websocket.enabled
             else None
         )
@@ -528,7 +533,7 @@ class ApiStack(Stack):
         config: SluiceConfig,
         names: ResourceNames,
         platform: FunctionPlatform,
-        core: PythonLayer,
+        layers: list[PythonLayer],
         table: dynamodb.ITableV2,
         artifacts: s3.IBucket,
         endpoint_names: list[str],
@@ -541,7 +546,7 @@ class ApiStack(Stack):
             config=config,
             names=names,
             platform=platform,
-            layers=[core],
+            layers=layers,
             authorizer=self.authorizer_function.function,
             environment={
                 "SLUICE_MIRROR": f"lambda://{self.shadow.function.function_name}",

@@ -88,6 +88,10 @@ class StreamsStack(Stack):
         self.core = platform.layer(
             self, "CoreLayer", name="core", description="sluice core dependencies"
         )
+        # aiohttp, for deployments on the `triton` runtime (scored as the API scores them).
+        self.triton = platform.layer(
+            self, "TritonLayer", name="triton", description="sluice triton runtime dependencies"
+        )
         self.artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
         self.batch_bucket = s3.Bucket.from_bucket_name(self, "BatchBucket", names.batch_bucket)
         self.table = dynamodb.TableV2.from_table_name(self, "RegistryTable", names.table)
@@ -126,7 +130,7 @@ class StreamsStack(Stack):
             handler=HANDLER,
             description=f"Scores {stream.source.kind} records for {stream.tenant}/{stream.deployment}",
             platform=platform,
-            layers=[self.core],
+            layers=[self.core, self.triton],
             memory_mb=stream.memory_mb,
             timeout=Duration.seconds(stream.timeout_s),
             environment={

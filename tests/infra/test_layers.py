@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aws_cdk import App, Stack
-from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
+from aws_cdk import App, Duration, Stack
+from aws_cdk.assertions import Template
+from infra.constructs.functions import LAYERS_DIR, FunctionPlatform, SluiceFunction
 from infra.constructs.python_layer import (
     MB,
     UNZIPPED_LIMIT_BYTES,
@@ -15,10 +16,11 @@ from infra.constructs.python_layer import (
     check_unzipped_size,
     platform_tags,
     read_excludes,
+    staged_path,
     strip_layer,
 )
 
-from tests.infra.synth import cdk_context
+from tests.infra.synth import Synthesized, cdk_context, function_by_handler
 
 
 def test_platform_tags_cover_the_runtime_glibc_down_to_manylinux2014() -> None:
@@ -116,3 +118,115 @@ def test_core_layer_really_builds_under_the_limit(
     # Bytecode only where a Python 3.14 compiled it (tests/infra/test_bytecode.py covers it).
     assert all(p.name.endswith(".cpython-314.pyc") for p in site.rglob("__pycache__/*"))
     assert layer.bytecode == bool(list(site.rglob("__pycache__/*.pyc")))
+
+
+TRITON_LAYER = "sluice triton runtime dependencies"
+
+
+def _layer_ids(template: Template, description: str) -> set[str]:
+    return {
+        logical_id
+        for logical_id, layer in template.find_resources("AWS::Lambda::LayerVersion").items()
+        if layer["Properties"].get("Description") == description
+    }
+
+
+def _layers_of(template: Template, handler: str) -> set[str]:
+    _, function = function_by_handler(template, handler)
+    return {layer["Ref"] for layer in function.get("Layers", [])}
+
+
+def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Synthesized) -> None:
+    api = full_app.template("api")
+    (triton,) = _layer_ids(api, TRITON_LAYER)
+    (core,) = _layer_ids(api, "sluice core dependencies")
+    for handler in ("api", "shadow", "websocket"):
+        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton}, handler
+    for handler in ("authorizer", "rollouts"):
+        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core}, handler
+
+    streams = full_app.template("streams")
+    (stream_triton,) = _layer_ids(streams, TRITON_LAYER)
+    stream_functions = streams.find_resources("AWS::Lambda::Function").values()
+    scorers = [f["Properties"] for f in stream_functions if f["Properties"].get("Layers")]
+    assert len(scorers) == len(full_app.config.streams)
+    for function in scorers:
+        assert {"Ref": stream_triton} in function["Layers"]
+
+    # The batch functions are near Lambda's unzipped limit: core and batch layers only.
+    batch = full_app.template("batch")
+    assert _layer_ids(batch, TRITON_LAYER) == set()
+    for function in batch.find_resources("AWS::Lambda::Function").values():
+        layers = function["Properties"].get("Layers", [])
+        assert all("Triton" not in layer["Ref"] for layer in layers)
+
+
+def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
+    """Each function's code plus all its layers, the triton layer included, is checked."""
+    context = cdk_context()
+    context["aws:cdk:bundling-stacks"] = ["Fn"]  # the function's code; the layers are sized here
+    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
+    platform = FunctionPlatform(
+        python="3.14",
+        architecture_name="x86_64",
+        log_retention_days=30,
+        retain_logs=False,
+        environment={},
+    )
+    layers_stack = Stack(app, "Layers")
+    core = platform.layer(layers_stack, "Core", name="core", description="core")
+    triton = platform.layer(layers_stack, "Triton", name="triton", description="triton")
+    core.unzipped_bytes = UNZIPPED_LIMIT_BYTES - 5 * MB
+    triton.unzipped_bytes = 12 * MB
+    function_stack = Stack(app, "Fn")
+    # The core layer alone (and the code, a few MB) fits ...
+    SluiceFunction(
+        function_stack,
+        "CoreOnly",
+        function_name="core-only",
+        handler="sluice.handlers.api.handler",
+        description="core",
+        platform=platform,
+        layers=[core],
+        memory_mb=128,
+        timeout=Duration.seconds(3),
+    )
+    # ... core and triton do not, and the message names the triton layer.
+    with pytest.raises(ValueError, match=r"triton 12\.0 MB"):
+        SluiceFunction(
+            function_stack,
+            "WithTriton",
+            function_name="with-triton",
+            handler="sluice.handlers.api.handler",
+            description="core and triton",
+            platform=platform,
+            layers=[core, triton],
+            memory_mb=128,
+            timeout=Duration.seconds(3),
+        )
+
+
+@pytest.mark.slow
+def test_triton_layer_really_builds_small_without_what_core_carries(tmp_path: Path) -> None:
+    context = cdk_context()
+    context.pop("aws:cdk:bundling-stacks")  # this test builds for real
+    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
+    stack = Stack(app, "Layers")
+    platform = FunctionPlatform(
+        python="3.14",
+        architecture_name="x86_64",
+        log_retention_days=30,
+        retain_logs=False,
+        environment={},
+    )
+    layer = platform.layer(stack, "Triton", name="triton", description="triton")
+    assert layer.unzipped_bytes is not None
+    assert 2 * MB < layer.unzipped_bytes < 20 * MB
+    site = staged_path(layer.layer) / "python"
+    for package in ("aiohttp", "aiohappyeyeballs", "aiosignal", "attr", "frozenlist", "multidict", "propcache", "yarl"):
+        assert (site / package).is_dir(), package
+    assert list(site.glob("aiohttp/*.cpython-314-x86_64-linux-gnu.so"))
+    # The core layer carries these (anyio needs idna, pydantic typing_extensions).
+    assert not (site / "idna").exists()
+    assert not list(site.glob("typing_extensions*"))
+    assert not list(site.glob("bin/*"))
