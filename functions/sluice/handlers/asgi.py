@@ -140,7 +140,8 @@ def _staged(message: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     the app knows paths from its root, the client called `/<stage>/...`."""
     headers = message["headers"]
     for i, (name, value) in enumerate(headers):
-        if (name == b"location" or name.lower() == b"location") and value.startswith(b"/") and not value.startswith(b"//"):
+        # Per response: a name of another length is never lowered (no copy per header).
+        if len(name) == 8 and name.lower() == b"location" and value.startswith(b"/") and not value.startswith(b"//"):
             prefix = url_prefix(event)
             if prefix:
                 headers = [*headers]
