@@ -50,6 +50,12 @@ PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 
 
+def upload_body(path: str) -> bool:
+    """Whether `path` is an upload's body (`UPLOAD_BODY`); asked of every request by both
+    layers, so the prefix is compared before the pattern is run."""
+    return path.startswith("/api/v1/uploads/") and UPLOAD_BODY.match(path) is not None
+
+
 def too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"request body is over {limit} bytes: send large inputs as a batch job, and large model files by artifact_uri",
@@ -74,7 +80,7 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or UPLOAD_BODY.match(scope["path"]):
+        if scope["type"] != "http" or upload_body(scope["path"]):
             await self.app(scope, receive, send)
             return
         limit = self.limit()
@@ -188,7 +194,7 @@ class Edge:
         self._rate_limit_read = False  # the settings are the container's: read on the first request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS" or UPLOAD_BODY.match(scope["path"]):
+        if scope["type"] != "http" or scope["path"] in PUBLIC or scope["method"] == "OPTIONS" or upload_body(scope["path"]):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
