@@ -30,6 +30,7 @@ Concurrency 1, every figure the median (min-max) of its repeats; subjects altern
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -37,11 +38,14 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmarks.common import REPO, machine_info
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SIZES = {"1 KiB": 1, "1 MiB": 1024, "8 MiB": 8192}  # rows of 256 float32
 TENANT = "bench"
@@ -96,19 +100,21 @@ def _timed_results() -> type:
 
         spent = 0.0
 
-        def put(self, *args: Any, **kwargs: Any) -> str:
+        @contextlib.contextmanager
+        def _counted(self) -> Iterator[None]:
             began = time.perf_counter()
             try:
-                return super().put(*args, **kwargs)
+                yield
             finally:
                 self.spent += time.perf_counter() - began
 
+        def put(self, *args: Any, **kwargs: Any) -> str:
+            with self._counted():
+                return super().put(*args, **kwargs)
+
         def read(self, *args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
+            with self._counted():
                 return super().read(*args, **kwargs)
-            finally:
-                self.spent += time.perf_counter() - began
 
         def take(self) -> float:
             spent, self.spent = self.spent, 0.0

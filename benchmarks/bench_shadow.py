@@ -11,26 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
-    PYTHON,
     REPO,
     Goal,
     alternating_latencies,
-    bench_env,
     figure,
-    free_port,
-    server,
+    local_container,
+    local_service,
 )
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 
 
 def _prepare(home: Path) -> None:
-    from sluice.domain import Principal
-    from sluice.settings import Settings
-    from sluice.wiring import Container
-
-    container = Container.from_settings(Settings(mode="local", home=home))
-    principal = Principal("default", frozenset({"admin", "predict"}), "bench")
+    container, principal = local_container(home)
     models = REPO / "models"
     container.models.push(principal, "iris", (models / "iris.onnx").read_bytes())
     container.models.push(principal, "iris", (models / "iris_forest.onnx").read_bytes())
@@ -44,20 +37,14 @@ def _prepare(home: Path) -> None:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    import httpx
-
     repeats, n = (2, 300) if quick else (5, 1000)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         _prepare(home)
-        port = free_port()
-        command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-        with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
-            key = (home / "admin-key").read_text().strip()
-            url = f"http://127.0.0.1:{port}/api/v1/predictions"
-            with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
-                p50s, p99s = alternating_latencies(client, url, ("plain", "shadowed"), ROW, repeats=repeats, n=n)
-                stats = client.get(f"http://127.0.0.1:{port}/api/v1/deployments/shadowed/stats").json()
+        with local_service(home) as (client, base):
+            url = f"{base}/api/v1/predictions"
+            p50s, p99s = alternating_latencies(client, url, ("plain", "shadowed"), ROW, repeats=repeats, n=n)
+            stats = client.get(f"{base}/api/v1/deployments/shadowed/stats").json()
     compared = stats.get("mirrors", {}).get("forest", {}).get("compared")
     figures = [
         figure(

@@ -202,6 +202,31 @@ def server(
         stop_group(proc)
 
 
+def local_container(home: Path) -> tuple[Any, Any]:
+    """A local sluice container on `home` and the default tenant's admin principal, to set
+    deployments up before `local_service` serves them (sluice imported here, not above)."""
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=home))
+    return container, Principal("default", frozenset({"admin", "predict"}), "bench")
+
+
+@contextlib.contextmanager
+def local_service(home: Path) -> Iterator[tuple[Any, str]]:
+    """`sluice serve` on `home` (1 worker, stdout quiet, log in home/serve.log) until the block
+    ends: an httpx client bearing the home's admin key, and the service's base URL."""
+    import httpx
+
+    port = free_port()
+    command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
+        key = (home / "admin-key").read_text().strip()
+        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
+            yield client, f"http://127.0.0.1:{port}"
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by process `pid` and its live descendants (a
     server's workers, Triton's backend stubs): read before and after a load, the difference is

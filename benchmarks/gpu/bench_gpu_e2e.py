@@ -119,27 +119,6 @@ class Sluice:
         self.log.close()
 
 
-def v2_binary(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
-    """The binary tensor extension's body and headers, the output asked for as binary."""
-    header = json.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "INPUT0",
-                    "shape": list(x.shape),
-                    "datatype": "FP32",
-                    "parameters": {"binary_data_size": x.nbytes},
-                }
-            ],
-            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-        }
-    ).encode()
-    return header + x.tobytes(), {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": str(len(header)),
-    }
-
-
 def check_binary(payload: bytes, headers: Any, features: int) -> None:
     """A binary answer carries OUTPUT0 as `features` float32 after its JSON header."""
     size = int(headers["Inference-Header-Content-Length"])
@@ -321,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             targets["triton_json"] = (triton_infer, {**json_headers, **plain}, v2_json(x))
             targets["sluice_json"] = (sluice_infer, {**json_headers, **bearer}, v2_json(x))
         if "binary" in encodings:
-            body, headers = v2_binary(x)
+            body, headers = base.v2_binary(x)
             for name, url, extra in (
                 ("triton_binary", triton_infer, plain),
                 ("sluice_binary", sluice_infer, bearer),

@@ -362,6 +362,28 @@ class Server:
 
 
 # 3. the clients ---------------------------------------------------------------------------
+def v2_binary(x: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    """The binary tensor extension's body and headers for `x` as INPUT0, OUTPUT0 asked for as
+    binary (also what `bench_gpu_e2e.py` sends)."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header + x.tobytes(), {
+        "Inference-Header-Content-Length": str(len(header)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
 class RawHTTP:
     """v2 inference over HTTP with binary tensors: JSON header, then raw bytes."""
 
@@ -377,25 +399,12 @@ class RawHTTP:
             self.session = self._aiohttp.ClientSession(
                 connector=self._aiohttp.TCPConnector(limit=64)
             )
-        header = json.dumps(
-            {
-                "inputs": [
-                    {
-                        "name": "INPUT0",
-                        "shape": list(x.shape),
-                        "datatype": "FP32",
-                        "parameters": {"binary_data_size": x.nbytes},
-                    }
-                ],
-                "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-            }
-        ).encode()
+        data, headers = v2_binary(x)
         async with self.session.post(
             self.url,
-            data=header + x.tobytes(),
+            data=data,
             headers={
-                "Inference-Header-Content-Length": str(len(header)),
-                "Content-Type": "application/octet-stream",
+                **headers,
                 # aiohttp asks for gzip by default, and Triton then compresses every answer:
                 # the floor asks for none, as sluice's runtime does.
                 "Accept-Encoding": "identity",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, Environment, Stack
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Match, Template
 from infra.app import build_app
 from infra.config import SluiceConfig
 
@@ -293,6 +293,23 @@ def policy_statements_of_role(template: Template, role_id: str) -> list[dict[str
 
 def role_of(function_properties: dict[str, Any]) -> str:
     return function_properties["Role"]["Fn::GetAtt"][0]
+
+
+def assert_role_policy_has(
+    app: Synthesized, component: str, handler: str, statements: list[Any]
+) -> dict[str, Any]:
+    """One IAM policy of the role of `component`'s function running `handler` holds every one
+    of `statements` (literals or Match patterns, references resolved); the function's
+    properties."""
+    _, function = function_by_handler(app.template(component), handler)
+    app.resolved(component).has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": Match.array_with([{"Ref": role_of(function)}]),
+            "PolicyDocument": {"Statement": Match.array_with(statements)},
+        },
+    )
+    return function
 
 
 def synthesize(

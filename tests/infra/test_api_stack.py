@@ -12,6 +12,7 @@ from aws_cdk.assertions import Match, Template
 from tests.infra.synth import (
     PSEUDO,
     Synthesized,
+    assert_role_policy_has,
     function_by_handler,
     policy_statements_of_role,
     properties,
@@ -206,22 +207,16 @@ def test_api_role_may_start_batch_executions_and_stop_those_it_started(
     account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
     machine = f"arn:aws:states:{region}:{account}:stateMachine:sluice-batch"
     executions = f"arn:aws:states:{region}:{account}:execution:sluice-batch:*"
-    _, api = function_by_handler(default_app.template("api"), API)
-    default_app.resolved("api").has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": Match.array_with([{"Ref": role_of(api)}]),
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        Match.object_like({"Action": "states:StartExecution", "Resource": machine}),
-                        Match.object_like(
-                            {"Action": "states:StopExecution", "Resource": executions}
-                        ),
-                    ]
-                )
-            },
-        },
+    assert_role_policy_has(
+        default_app,
+        "api",
+        API,
+        [
+            Match.object_like({"Action": "states:StartExecution", "Resource": machine}),
+            Match.object_like(
+                {"Action": "states:StopExecution", "Resource": executions}
+            ),
+        ],
     )
     # Cancelling stops the execution the orchestrator named after the job.
     job = SimpleNamespace(id="01JB2Z6Y4XKQ3V7T9M8N5P0R1S", execution=None)
@@ -320,36 +315,30 @@ def test_api_role_manages_schedules_of_its_group_and_passes_the_scheduler_role_o
     account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
     schedules = f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/*"
     role = f"arn:aws:iam::{account}:role/sluice-batch-scheduler"
-    _, api = function_by_handler(default_app.template("api"), API)
-    default_app.resolved("api").has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": Match.array_with([{"Ref": role_of(api)}]),
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        {
-                            "Action": [
-                                "scheduler:CreateSchedule",
-                                "scheduler:DeleteSchedule",
-                                "scheduler:GetSchedule",
-                                "scheduler:UpdateSchedule",
-                            ],
-                            "Effect": "Allow",
-                            "Resource": schedules,
-                        },
-                        {
-                            "Action": "iam:PassRole",
-                            "Condition": {
-                                "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
-                            },
-                            "Effect": "Allow",
-                            "Resource": role,
-                        },
-                    ]
-                )
+    api = assert_role_policy_has(
+        default_app,
+        "api",
+        API,
+        [
+            {
+                "Action": [
+                    "scheduler:CreateSchedule",
+                    "scheduler:DeleteSchedule",
+                    "scheduler:GetSchedule",
+                    "scheduler:UpdateSchedule",
+                ],
+                "Effect": "Allow",
+                "Resource": schedules,
             },
-        },
+            {
+                "Action": "iam:PassRole",
+                "Condition": {
+                    "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
+                },
+                "Effect": "Allow",
+                "Resource": role,
+            },
+        ],
     )
     variables = api["Environment"]["Variables"]
     assert variables["SLUICE_SCHEDULE_GROUP"] == "sluice-batch"

@@ -22,7 +22,13 @@ from sluice.endpoints import names as endpoint_names
 from sluice.endpoints import sagemaker, sagemaker_scaling, sagemaker_state
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
-from tests.infra.synth import PSEUDO, Synthesized, function_by_handler, role_of
+from tests.infra.synth import (
+    PSEUDO,
+    Synthesized,
+    assert_role_policy_has,
+    function_by_handler,
+    role_of,
+)
 
 API = "sluice.handlers.api.handler"
 ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
@@ -165,68 +171,62 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
 
 
 def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_app: Synthesized) -> None:
-    _, api = function_by_handler(full_app.template("api"), API)
-    full_app.resolved("api").has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": Match.array_with([{"Ref": role_of(api)}]),
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        Match.object_like(
-                            {
-                                "Action": Match.array_with(
-                                    [
-                                        "application-autoscaling:PutScalingPolicy",
-                                        "application-autoscaling:RegisterScalableTarget",
-                                    ]
-                                ),
-                                "Condition": {
-                                    "StringEquals": {
-                                        "application-autoscaling:service-namespace": "sagemaker",
-                                        "application-autoscaling:scalable-dimension": [
-                                            "sagemaker:variant:DesiredInstanceCount",
-                                            "sagemaker:inference-component:DesiredCopyCount",
-                                        ],
-                                    }
-                                },
-                            }
-                        ),
-                        Match.object_like(
-                            {
-                                "Action": Match.array_with(
-                                    ["cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"]
-                                ),
-                                "Resource": [
-                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
-                                    f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
-                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
-                                    f"TargetTracking-inference-component/{RUNTIME_ENDPOINT_PREFIX}*",
-                                    f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*",
-                                ],
-                            }
-                        ),
-                        Match.object_like(
-                            {
-                                "Action": "iam:CreateServiceLinkedRole",
-                                "Resource": (
-                                    f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/"
-                                    "sagemaker.application-autoscaling.amazonaws.com/"
-                                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
-                                ),
-                                "Condition": {
-                                    "StringEquals": {
-                                        "iam:AWSServiceName": (
-                                            "sagemaker.application-autoscaling.amazonaws.com"
-                                        )
-                                    }
-                                },
-                            }
-                        ),
-                    ]
-                )
-            },
-        },
+    assert_role_policy_has(
+        full_app,
+        "api",
+        API,
+        [
+            Match.object_like(
+                {
+                    "Action": Match.array_with(
+                        [
+                            "application-autoscaling:PutScalingPolicy",
+                            "application-autoscaling:RegisterScalableTarget",
+                        ]
+                    ),
+                    "Condition": {
+                        "StringEquals": {
+                            "application-autoscaling:service-namespace": "sagemaker",
+                            "application-autoscaling:scalable-dimension": [
+                                "sagemaker:variant:DesiredInstanceCount",
+                                "sagemaker:inference-component:DesiredCopyCount",
+                            ],
+                        }
+                    },
+                }
+            ),
+            Match.object_like(
+                {
+                    "Action": Match.array_with(
+                        ["cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"]
+                    ),
+                    "Resource": [
+                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
+                        f"TargetTracking-endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
+                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:"
+                        f"TargetTracking-inference-component/{RUNTIME_ENDPOINT_PREFIX}*",
+                        f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{RUNTIME_ENDPOINT_PREFIX}*",
+                    ],
+                }
+            ),
+            Match.object_like(
+                {
+                    "Action": "iam:CreateServiceLinkedRole",
+                    "Resource": (
+                        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/"
+                        "sagemaker.application-autoscaling.amazonaws.com/"
+                        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint"
+                    ),
+                    "Condition": {
+                        "StringEquals": {
+                            "iam:AWSServiceName": (
+                                "sagemaker.application-autoscaling.amazonaws.com"
+                            )
+                        }
+                    },
+                }
+            ),
+        ],
     )
 
 
@@ -326,24 +326,18 @@ def test_the_api_and_shadow_may_invoke_every_sluice_endpoint(
 
 
 def test_batch_score_may_invoke_every_sluice_endpoint(full_app: Synthesized) -> None:
-    _, score = function_by_handler(full_app.template("batch"), "sluice.handlers.batch.score")
-    full_app.resolved("batch").has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": Match.array_with([{"Ref": role_of(score)}]),
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        Match.object_like(
-                            {
-                                "Action": "sagemaker:InvokeEndpoint",
-                                "Resource": f"{ARN}:endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
-                            }
-                        )
-                    ]
-                )
-            },
-        },
+    assert_role_policy_has(
+        full_app,
+        "batch",
+        "sluice.handlers.batch.score",
+        [
+            Match.object_like(
+                {
+                    "Action": "sagemaker:InvokeEndpoint",
+                    "Resource": f"{ARN}:endpoint/{RUNTIME_ENDPOINT_PREFIX}*",
+                }
+            )
+        ],
     )
 
 

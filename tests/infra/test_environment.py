@@ -10,7 +10,12 @@ import pytest
 from aws_cdk.assertions import Match
 
 from sluice.settings import Settings
-from tests.infra.synth import COMPONENTS, PSEUDO, Synthesized, function_by_handler, role_of
+from tests.infra.synth import (
+    COMPONENTS,
+    PSEUDO,
+    Synthesized,
+    assert_role_policy_has,
+)
 
 PREFIX = "SLUICE_"
 API = "sluice.handlers.api.handler"
@@ -128,31 +133,25 @@ def test_the_prediction_cache_shared_tier_follows_the_config(full_app: Synthesiz
 
 
 def test_the_api_may_read_the_imports_prefix_it_is_told_about(default_app: Synthesized) -> None:
-    _, api = function_by_handler(default_app.template("api"), API)
-    default_app.resolved("api").has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": Match.array_with([{"Ref": role_of(api)}]),
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        Match.object_like(
-                            {
-                                "Action": "s3:GetObject",
-                                "Resource": Match.array_with(
-                                    [f"arn:aws:s3:::{ARTIFACTS}/imports/*"]
-                                ),
-                            }
-                        ),
-                        Match.object_like(
-                            {
-                                "Action": "s3:ListBucket",
-                                "Resource": f"arn:aws:s3:::{ARTIFACTS}",
-                                "Condition": {"StringLike": {"s3:prefix": ["imports/*"]}},
-                            }
-                        ),
-                    ]
-                )
-            },
-        },
+    assert_role_policy_has(
+        default_app,
+        "api",
+        API,
+        [
+            Match.object_like(
+                {
+                    "Action": "s3:GetObject",
+                    "Resource": Match.array_with(
+                        [f"arn:aws:s3:::{ARTIFACTS}/imports/*"]
+                    ),
+                }
+            ),
+            Match.object_like(
+                {
+                    "Action": "s3:ListBucket",
+                    "Resource": f"arn:aws:s3:::{ARTIFACTS}",
+                    "Condition": {"StringLike": {"s3:prefix": ["imports/*"]}},
+                }
+            ),
+        ],
     )

@@ -13,6 +13,7 @@ from infra.constructs.python_layer import (
     UNZIPPED_LIMIT_BYTES,
     LayerBuildError,
     PipInstall,
+    PythonLayer,
     check_unzipped_size,
     platform_tags,
     read_excludes,
@@ -74,22 +75,29 @@ def test_functions_over_the_unzipped_limit_are_refused() -> None:
         check_unzipped_size("fn", code_bytes=2 * MB, layers={"core": 131 * MB, "batch": 131 * MB})
 
 
-@pytest.mark.slow
-def test_core_layer_really_builds_under_the_limit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    context = cdk_context()
-    context.pop("aws:cdk:bundling-stacks")  # this test builds for real
-    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    stack = Stack(app, "Layers")
-    platform = FunctionPlatform(
+def _platform() -> FunctionPlatform:
+    return FunctionPlatform(
         python="3.14",
         architecture_name="x86_64",
         log_retention_days=30,
         retain_logs=False,
         environment={},
     )
-    layer = platform.layer(stack, "Core", name="core", description="core")
+
+
+def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
+    """The layer `name` of a stack bundled for real (pip on this machine), under tmp_path/cdk.out."""
+    context = cdk_context()
+    context.pop("aws:cdk:bundling-stacks")  # this test builds for real
+    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
+    return _platform().layer(Stack(app, "Layers"), construct_id, name=name, description=name)
+
+
+@pytest.mark.slow
+def test_core_layer_really_builds_under_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layer = _built_for_real(tmp_path, "Core", "core")
     assert layer.unzipped_bytes is not None
     assert 20 * MB < layer.unzipped_bytes < UNZIPPED_LIMIT_BYTES
     assert f"layer core: {layer.unzipped_bytes / MB:.1f} MB unzipped" in capsys.readouterr().out
@@ -166,13 +174,7 @@ def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
     context = cdk_context()
     context["aws:cdk:bundling-stacks"] = ["Fn"]  # the function's code; the layers are sized here
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    platform = FunctionPlatform(
-        python="3.14",
-        architecture_name="x86_64",
-        log_retention_days=30,
-        retain_logs=False,
-        environment={},
-    )
+    platform = _platform()
     layers_stack = Stack(app, "Layers")
     core = platform.layer(layers_stack, "Core", name="core", description="core")
     triton = platform.layer(layers_stack, "Triton", name="triton", description="triton")
@@ -208,18 +210,7 @@ def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_triton_layer_really_builds_small_without_what_core_carries(tmp_path: Path) -> None:
-    context = cdk_context()
-    context.pop("aws:cdk:bundling-stacks")  # this test builds for real
-    app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    stack = Stack(app, "Layers")
-    platform = FunctionPlatform(
-        python="3.14",
-        architecture_name="x86_64",
-        log_retention_days=30,
-        retain_logs=False,
-        environment={},
-    )
-    layer = platform.layer(stack, "Triton", name="triton", description="triton")
+    layer = _built_for_real(tmp_path, "Triton", "triton")
     assert layer.unzipped_bytes is not None
     assert 2 * MB < layer.unzipped_bytes < 20 * MB
     site = staged_path(layer.layer) / "python"

@@ -4,47 +4,24 @@ thread, its store the home's folder) against a container that echoes a fixed ans
 
 from __future__ import annotations
 
-import io
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.runtimes.sagemaker import SageMakerRuntime
-from sluice.storage.results import results_for
 from tests.integration.conftest import auth
-from tests.integration.traffic_fakes import add_fake
+from tests.integration.traffic_fakes import async_echo
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
-URL = "http://127.0.0.1:9"
-
-
-class Container1:
-    """A Triton container's /invocations: the v2 JSON answer for the request's rows."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
-        self.calls.append(params)
-        header = json.loads(params["Body"][: int(params["ContentType"].rsplit("=", 1)[1])])
-        rows = header["inputs"][0]["shape"][0]
-        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
-        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
-
 
 @pytest.fixture
 def runtime(demo: Container, acme: Principal) -> SageMakerRuntime:
-    runtime = SageMakerRuntime(Container1(), endpoint_url=URL, results=results_for(demo.store))
-    demo.runtimes["sagemaker"] = runtime
-    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
-    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
-    return runtime
+    return async_echo(demo, acme)[0]
 
 
 def test_an_async_deployment_answers_202_and_the_result_is_the_callers_only(

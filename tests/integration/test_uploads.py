@@ -5,7 +5,6 @@ and kept as a result when its answer is too large to send (303)."""
 
 from __future__ import annotations
 
-import io
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -14,39 +13,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.codecs.triton import encode_request
-from sluice.runtimes.sagemaker import SageMakerRuntime
-from sluice.storage.results import results_for
 from tests.integration.conftest import auth
-from tests.integration.traffic_fakes import add_fake
+from tests.integration.traffic_fakes import Echo, async_echo
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
-URL = "http://127.0.0.1:9"
-
-
-class Echo:
-    """A Triton container's /invocations: 7.0 for every row of the request (v2 JSON)."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
-        self.calls.append(params)
-        header = json.loads(params["Body"][: int(params["ContentType"].rsplit("=", 1)[1])])
-        rows = header["inputs"][0]["shape"][0]
-        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
-        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
-
 
 @pytest.fixture
 def echo(demo: Container, acme: Principal) -> Echo:
-    container = Echo()
-    demo.runtimes["sagemaker"] = SageMakerRuntime(container, endpoint_url=URL, results=results_for(demo.store))
-    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
-    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
-    return container
+    return async_echo(demo, acme)[1]
 
 
 def binary_body(rows: int) -> tuple[bytes, int]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import io
+import json
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +15,11 @@ from sluice.domain import Model, ModelVersion
 from sluice.domain.errors import BackendError, Conflict
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.runtimes.sagemaker import SageMakerRuntime
+    from sluice.wiring import Container
 
 INPUT = (TensorSpec("input", "FP32", (-1, 4)),)
 REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))
@@ -52,3 +59,31 @@ def add_fake(registry: Any, tenant: str, model: str, **config: Any) -> ModelVers
     return registry.add_version(
         ModelVersion(tenant, model, 0, "sagemaker", "fake://", "0" * 64, 0, REGRESSOR, config=config)
     )
+
+
+class Echo:
+    """A Triton container's /invocations: 7.0 for every row of the request (v2 JSON)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def invoke_endpoint(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(params)
+        header = json.loads(params["Body"][: int(params["ContentType"].rsplit("=", 1)[1])])
+        rows = header["inputs"][0]["shape"][0]
+        body = {"outputs": [{"name": "y", "datatype": "FP32", "shape": [rows, 1], "data": [7.0] * rows}]}
+        return {"Body": io.BytesIO(json.dumps(body).encode()), "ContentType": "application/json"}
+
+
+def async_echo(demo: Container, acme: Principal, url: str = "http://127.0.0.1:9") -> tuple[SageMakerRuntime, Echo]:
+    """`demo`'s sagemaker runtime in front of an `Echo` (run as the local twin runs it), and
+    acme's deployment `big` of an asynchronous endpoint at `url`."""
+    from sluice.runtimes.sagemaker import SageMakerRuntime
+    from sluice.storage.results import results_for
+
+    container = Echo()
+    runtime = SageMakerRuntime(container, endpoint_url=url, results=results_for(demo.store))
+    demo.runtimes["sagemaker"] = runtime
+    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=url, invocation="async")
+    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
+    return runtime, container

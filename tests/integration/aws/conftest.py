@@ -16,8 +16,13 @@ from tests.support import LambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from sluice.settings import Settings
 
 REGION = "eu-west-1"
+BUCKET = "sluice-artifacts"
+ENDPOINTS_ROLE = "arn:aws:iam::123456789012:role/sluice-endpoints"
 
 
 @pytest.fixture
@@ -68,3 +73,20 @@ def lambda_dispatch(aws: None, monkeypatch: pytest.MonkeyPatch) -> Callable[[str
         return received[name]
 
     return register
+
+
+def sagemaker_settings(home: Path) -> Settings:
+    """A local service at `home` that deploys SageMaker endpoints (on moto: call under `aws`),
+    its store in a new S3 bucket, its deployments read afresh on every request."""
+    from sluice.settings import Settings
+
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    return Settings(
+        mode="local",
+        home=home,
+        store=f"s3://{BUCKET}/artifacts",
+        region=REGION,
+        endpoints="sagemaker",
+        sagemaker_execution_role_arn=ENDPOINTS_ROLE,
+        deployment_cache_ttl_s=0,
+    )

@@ -30,18 +30,16 @@ from sluice.domain import Principal
 from sluice.endpoints.names import component_name, endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker import EndpointTarget, SageMakerRuntime
-from sluice.settings import Settings
 from sluice.wiring import Container
-from tests.integration.aws.conftest import REGION
+from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
+from tests.integration.aws.conftest import REGION, sagemaker_settings
 from tests.integration.conftest import auth
 from tests.integration.triton.conftest import mlp_onnx
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-BUCKET = "sluice-artifacts"
 ACCOUNT = "123456789012"
-ROLE = f"arn:aws:iam::{ACCOUNT}:role/sluice-endpoints"
 IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:25.09-py3"
 ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
 SPLIT = {
@@ -159,11 +157,7 @@ class World(SimpleNamespace):
 
 @pytest.fixture
 def world(aws: None, tmp_path: Path) -> World:
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-    settings = Settings(
-        mode="local", home=tmp_path / "home", store=f"s3://{BUCKET}/artifacts", region=REGION, endpoints="sagemaker",
-        sagemaker_execution_role_arn=ROLE, deployment_cache_ttl_s=0,
-    )  # fmt: skip
+    settings = sagemaker_settings(tmp_path / "home")
     container = Container.from_settings(settings)
     clients = {name: boto3.client(name, region_name=REGION) for name in ("sagemaker", "application-autoscaling", "cloudwatch")}
     sent: dict[str, list[dict[str, Any]]] = {}

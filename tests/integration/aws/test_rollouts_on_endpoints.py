@@ -25,17 +25,15 @@ from sluice.domain.errors import Conflict, Unprocessable
 from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.services.rollouts import RolloutService
-from sluice.settings import Settings
 from sluice.wiring import Container
-from tests.integration.aws.conftest import REGION
+from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
+from tests.integration.aws.conftest import REGION, sagemaker_settings
 from tests.integration.conftest import auth
 from tests.integration.triton.conftest import mlp_onnx
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment
 
-BUCKET = "sluice-artifacts"
-ROLE = "arn:aws:iam::123456789012:role/sluice-endpoints"
 ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
 ENDPOINT = endpoint_name("acme", "ranker")
 GATES = "error_rate<=0.01,p99_ratio<=1.5"
@@ -109,13 +107,7 @@ class World(SimpleNamespace):
 
 @pytest.fixture
 def world(aws: None, tmp_path: Path) -> World:
-    boto3.client("s3", region_name=REGION).create_bucket(
-        Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION}
-    )
-    settings = Settings(
-        mode="local", home=tmp_path / "home", store=f"s3://{BUCKET}/artifacts", region=REGION,
-        endpoints="sagemaker", sagemaker_execution_role_arn=ROLE, deployment_cache_ttl_s=0,
-    )  # fmt: skip
+    settings = sagemaker_settings(tmp_path / "home")
     container = Container.from_settings(settings)
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     sent: dict[str, list[dict[str, Any]]] = {}

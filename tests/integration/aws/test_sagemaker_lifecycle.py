@@ -21,18 +21,16 @@ from sluice.domain import Principal
 from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker import EndpointTarget
-from sluice.settings import Settings
 from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
-from tests.integration.aws.conftest import REGION
+from tests.integration.aws.conftest import BUCKET, REGION, sagemaker_settings
+from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import auth
 from tests.integration.triton.conftest import mlp_onnx
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-BUCKET = "sluice-artifacts"
-ROLE = "arn:aws:iam::123456789012:role/sluice-endpoints"
 IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:25.09-py3"
 ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
 GLOBEX = Principal("globex", frozenset({"admin", "predict"}), "test-globex")
@@ -75,18 +73,7 @@ def _params(sent: dict[str, list[dict[str, Any]]]) -> Callable[..., None]:
 
 @pytest.fixture
 def world(aws: None, tmp_path: Path) -> World:
-    boto3.client("s3", region_name=REGION).create_bucket(
-        Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION}
-    )
-    settings = Settings(
-        mode="local",
-        home=tmp_path / "home",
-        store=f"s3://{BUCKET}/artifacts",
-        region=REGION,
-        endpoints="sagemaker",
-        sagemaker_execution_role_arn=ROLE,
-        deployment_cache_ttl_s=0,
-    )
+    settings = sagemaker_settings(tmp_path / "home")
     container = Container.from_settings(settings)
     wired = build_endpoint_control(settings, container.store)
     assert isinstance(wired, SageMakerEndpoints) and (wired.role_arn, wired.region) == (ROLE, REGION)

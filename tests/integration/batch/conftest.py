@@ -17,6 +17,8 @@ from sluice.wiring import Container
 from tests.conftest import MODELS
 
 if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
 
@@ -38,6 +40,24 @@ def batch(settings: Settings, acme: Principal) -> Container:
     container = Container.from_settings(settings)
     install_demo(container, acme, MODELS)
     return container
+
+
+@pytest.fixture
+def client(batch: Container) -> TestClient:
+    """The API over `batch` (not the demo container the integration tests' `client` serves)."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+
+    return TestClient(create_app(batch))
+
+
+@pytest.fixture
+def keys(batch: Container) -> dict[str, str]:
+    """acme's predict key and globex's admin key on `batch`."""
+    _, acme = batch.keys.create("acme", ["predict"])
+    _, globex = batch.keys.create("globex", ["admin", "predict"])
+    return {"acme": acme, "globex": globex}
 
 
 def iris_rows(n: int, seed: int = 7) -> list[dict[str, Any]]:

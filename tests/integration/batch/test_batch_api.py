@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.batch.uris import local_path
 from tests.integration.batch.conftest import iris_rows, write_input
 from tests.integration.conftest import auth
@@ -17,18 +16,6 @@ from tests.integration.conftest import auth
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
-
-
-@pytest.fixture
-def client(batch: Container) -> TestClient:
-    return TestClient(create_app(batch))
-
-
-@pytest.fixture
-def keys(batch: Container) -> dict[str, str]:
-    _, acme = batch.keys.create("acme", ["predict"])
-    _, globex = batch.keys.create("globex", ["admin", "predict"])
-    return {"acme": acme, "globex": globex}
 
 
 def inbox_file(batch: Container, tenant: str, name: str, rows: int = 2500) -> str:

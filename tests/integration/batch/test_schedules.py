@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.batch.schedules import ScheduleService
 from sluice.batch.service import BatchService
 from sluice.batch.uris import local_path
@@ -197,18 +196,6 @@ def test_a_cron_schedule_follows_its_time_zone_across_a_clock_change(batch: Cont
 
 
 # Over HTTP -------------------------------------------------------------------------------
-@pytest.fixture
-def client(batch: Container) -> TestClient:
-    return TestClient(create_app(batch))
-
-
-@pytest.fixture
-def keys(batch: Container) -> dict[str, str]:
-    _, acme = batch.keys.create("acme", ["predict"])
-    _, globex = batch.keys.create("globex", ["admin", "predict"])
-    return {"acme": acme, "globex": globex}
-
-
 def body(batch: Container, **changes: Any) -> dict[str, Any]:
     return {
         "name": "nightly", "deployment": "iris", "input_uri": inbox_template(batch),
