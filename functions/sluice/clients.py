@@ -121,6 +121,12 @@ def default_clients(region: str | None = None) -> AwsClients:
         return found
 
 
+def client_from(clients: AwsClients | None, region: str | None, service: str, /, **options: Any) -> Any:
+    """`service`'s client from the factory wiring gave an adapter, else from the process's
+    factory for `region`: what an adapter's lazily built `client` asks for on first use."""
+    return (clients if clients is not None else default_clients(region)).client(service, **options)
+
+
 def forget_default_clients() -> None:
     """Drops every factory `default_clients` made, with its session and clients: the next
     adapter that asks builds new ones, with fresh credentials and connections (after a

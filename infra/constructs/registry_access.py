@@ -74,6 +74,31 @@ def session_tag_conditions() -> dict[str, dict[str, object]]:
     }
 
 
+def tenant_tagged_role(scope: Construct, caller: iam.IRole, *, description: str) -> iam.Role:
+    """`scope`'s role "Role", which `caller` may assume only with a session tagged as
+    `session_tag_conditions` asks; its policies name `${aws:PrincipalTag/tenant}`."""
+    return iam.Role(
+        scope,
+        "Role",
+        assumed_by=iam.SessionTagsPrincipal(
+            iam.PrincipalWithConditions(
+                iam.ArnPrincipal(caller.role_arn), session_tag_conditions()
+            )
+        ),
+        description=description,
+        max_session_duration=Duration.hours(1),
+    )
+
+
+def assume_tagged_statement(role: iam.IRole) -> iam.PolicyStatement:
+    """The caller's side: assume `role`, tagging the session as `session_tag_conditions` asks."""
+    return iam.PolicyStatement(
+        actions=["sts:AssumeRole", "sts:TagSession"],
+        resources=[role.role_arn],
+        conditions=session_tag_conditions(),
+    )
+
+
 class TenantRegistryRole(Construct):
     """A role whose registry access is confined to one tenant's partitions by a session tag.
 
@@ -92,25 +117,11 @@ class TenantRegistryRole(Construct):
         actions: Sequence[str],
     ) -> None:
         super().__init__(scope, id)
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.SessionTagsPrincipal(
-                iam.PrincipalWithConditions(
-                    iam.ArnPrincipal(caller.role_arn), session_tag_conditions()
-                )
-            ),
-            description="Registry access confined to the tenant named by the session tag",
-            max_session_duration=Duration.hours(1),
+        self.role = tenant_tagged_role(
+            self, caller, description="Registry access confined to the tenant named by the session tag"
         )
         tagged = f"${{aws:PrincipalTag/{TENANT_TAG}}}"
         self.role.add_to_principal_policy(
             registry_statement(table, actions, [f"T#{tagged}", f"T#{tagged}#*"])
         )
-        caller.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                resources=[self.role.role_arn],
-                conditions=session_tag_conditions(),
-            )
-        )
+        caller.add_to_principal_policy(assume_tagged_statement(self.role))

@@ -239,18 +239,9 @@ class TritonEndpoint(Construct):
             if inference_components is not None:
                 self._component(variant, inference_components, autoscaling_role)
                 continue
-            target = appscaling.ScalableTarget(
-                self,
-                f"Scaling-{variant.name}",
-                service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-                resource_id=variant_resource(endpoint_name, variant.name),
-                scalable_dimension=INSTANCES.dimension,
-                min_capacity=variant.min_instances,
-                max_capacity=variant.max_instances,
-                role=autoscaling_role,
+            self._scale_variant(
+                variant, INSTANCES, autoscaling_role, "InvocationsPerInstance", variant.target_invocations_per_instance
             )
-            target.node.add_dependency(self.endpoint)
-            self._track(target, "InvocationsPerInstance", INSTANCES, variant.target_invocations_per_instance)
 
     def _asynchronous(
         self, spec: AsyncInference, bucket: s3.IBucket, prefix: str, uploads: str | None
@@ -352,18 +343,7 @@ class TritonEndpoint(Construct):
     ) -> None:
         """Target tracking on the queue per instance, down to min_instances (0 allowed), and
         the step policy that starts an instance when requests wait and none is running."""
-        target = appscaling.ScalableTarget(
-            self,
-            f"Scaling-{variant.name}",
-            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=variant_resource(self.endpoint_name, variant.name),
-            scalable_dimension=BACKLOG.dimension,
-            min_capacity=variant.min_instances,
-            max_capacity=variant.max_instances,
-            role=role,
-        )
-        target.node.add_dependency(self.endpoint)
-        self._track(target, "BacklogPerInstance", BACKLOG, spec.backlog_per_instance)
+        target = self._scale_variant(variant, BACKLOG, role, "BacklogPerInstance", spec.backlog_per_instance)
         if variant.min_instances > 0:
             return
         assert BACKLOG.from_zero is not None
@@ -374,6 +354,25 @@ class TritonEndpoint(Construct):
             self.endpoint_name,
             description=f"Requests wait at {self.endpoint_name} and no instance runs",
         )
+
+    def _scale_variant(
+        self, variant: EndpointVariant, kind: Scalable, role: iam.IRole, id: str, target_value: float
+    ) -> appscaling.ScalableTarget:
+        """The variant's instance count between its bounds (once the endpoint is there), tracked
+        as `kind` asks."""
+        target = appscaling.ScalableTarget(
+            self,
+            f"Scaling-{variant.name}",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=variant_resource(self.endpoint_name, variant.name),
+            scalable_dimension=kind.dimension,
+            min_capacity=variant.min_instances,
+            max_capacity=variant.max_instances,
+            role=role,
+        )
+        target.node.add_dependency(self.endpoint)
+        self._track(target, id, kind, target_value)
+        return target
 
     def _track(
         self, target: appscaling.ScalableTarget, id: str, kind: Scalable, target_value: float

@@ -10,12 +10,11 @@ for tenant A cannot write a byte outside A's uploads, whatever its policy says.
 
 from __future__ import annotations
 
-from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.constructs.registry_access import TENANT_TAG, session_tag_conditions
+from infra.constructs.registry_access import TENANT_TAG, assume_tagged_statement, tenant_tagged_role
 from infra.nag import acknowledge, wildcard_resource
 
 
@@ -24,16 +23,10 @@ class UploadSignerRole(Construct):
         self, scope: Construct, id: str, *, bucket: s3.IBucket, uploads_prefix: str, caller: iam.IRole
     ) -> None:
         super().__init__(scope, id)
-        self.role = iam.Role(
+        self.role = tenant_tagged_role(
             self,
-            "Role",
-            assumed_by=iam.SessionTagsPrincipal(
-                iam.PrincipalWithConditions(
-                    iam.ArnPrincipal(caller.role_arn), session_tag_conditions()
-                )
-            ),
+            caller,
             description="Signs upload forms: puts objects under the tagged tenant's uploads prefix only",
-            max_session_duration=Duration.hours(1),
         )
         objects = bucket.arn_for_objects(
             f"{uploads_prefix}tenants/${{aws:PrincipalTag/{TENANT_TAG}}}/*"
@@ -51,11 +44,5 @@ class UploadSignerRole(Construct):
         iam.Policy(
             self,
             "Assume",
-            statements=[
-                iam.PolicyStatement(
-                    actions=["sts:AssumeRole", "sts:TagSession"],
-                    resources=[self.role.role_arn],
-                    conditions=session_tag_conditions(),
-                )
-            ],
+            statements=[assume_tagged_statement(self.role)],
         ).attach_to_role(caller)

@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.service import table_root
+from sluice.clients import client_from
 from sluice.domain.errors import Conflict, Forbidden
 
 if TYPE_CHECKING:
@@ -104,11 +105,7 @@ class GlueCatalog:
     @property
     def client(self) -> Any:
         if self._client is None:
-            if self._clients is None:
-                from sluice.clients import default_clients
-
-                self._clients = default_clients(self._region)
-            self._client = self._clients.client("glue")
+            self._client = client_from(self._clients, self._region, "glue")
         return self._client
 
     def publish(self, job: BatchJob, parts: list[str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.clients import client_from
 from sluice.domain.schedules import aws_expression
 
 if TYPE_CHECKING:
@@ -73,11 +74,7 @@ class EventBridgeSchedules:
     @property
     def client(self) -> Any:
         if self._client is None:
-            if self._clients is None:
-                from sluice.clients import default_clients
-
-                self._clients = default_clients(self._region)
-            self._client = self._clients.client("scheduler")
+            self._client = client_from(self._clients, self._region, "scheduler")
         return self._client
 
     def put(self, schedule: Schedule) -> None:

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.batch.polling import Poller
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -24,16 +25,17 @@ log = logging.getLogger(__name__)
 TEMPORARY = (".tmp", ".part", ".crdownload", ".partial", "~")
 
 
-class InboxWatcher:
+class InboxWatcher(Poller):
+    thread_name = "sluice-inbox"
+    what = "inbox scan"
+
     def __init__(self, service: BatchService, folder: Path, tenant: str, *, interval_s: float) -> None:
+        super().__init__(interval_s=interval_s)
         self.service = service
         self.folder = folder
         self.tenant = tenant
-        self.interval_s = interval_s
         self._sizes: dict[Path, tuple[int, int]] = {}  # what each file looked like last time
         self._taken: set[tuple[str, int, int]] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def scan_once(self) -> list[BatchJob]:
         """Start a job for each file that is new and has stopped changing."""
@@ -64,21 +66,9 @@ class InboxWatcher:
         self._sizes = seen
         return started
 
+    def look(self) -> object:
+        return self.scan_once()
+
     def start(self) -> threading.Thread:
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._thread = threading.Thread(target=self._loop, name="sluice-inbox", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.interval_s * 2)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.scan_once()
-            except Exception:  # the watcher outlives one bad look
-                log.exception("inbox scan failed")
-            self._stop.wait(self.interval_s)
+        return super().start()

@@ -16,13 +16,13 @@ Where the time is kept:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.batch.polling import Poller
 from sluice.batch.specs import check_template, render, zone
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
@@ -244,29 +244,15 @@ def _absolute(template: str) -> str:
     return "file://" + str(Path(template).expanduser().resolve())
 
 
-class LocalScheduler:
+class LocalScheduler(Poller):
     """`sluice serve`'s thread: every `interval_s`, start the runs that are due."""
 
+    thread_name = "sluice-schedules"
+    what = "schedule scan"
+
     def __init__(self, service: ScheduleService, *, interval_s: float) -> None:
+        super().__init__(interval_s=interval_s)
         self.service = service
-        self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self._loop, name="sluice-schedules", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(self.interval_s * 2)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.service.run_due()
-            except Exception:  # the scheduler outlives one bad look
-                log.exception("schedule scan failed")
-            self._stop.wait(self.interval_s)
+    def look(self) -> object:
+        return self.service.run_due()

@@ -8,6 +8,8 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.clients import client_from
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -77,9 +79,7 @@ class S3Capture:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from sluice.clients import default_clients
-
-            self._client = default_clients(self._region).client("s3", region=self._region)
+            self._client = client_from(None, self._region, "s3", region=self._region)
         return self._client
 
     def records(self, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:

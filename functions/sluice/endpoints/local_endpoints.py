@@ -41,6 +41,7 @@ from sluice.endpoints.control import (
 )
 
 if TYPE_CHECKING:
+    from sluice.endpoints.repository import BuiltModel
     from sluice.endpoints.triton_env import TritonEnv
     from sluice.storage import ArtifactStore
 
@@ -112,19 +113,8 @@ class LocalEndpoints:
                     max_batch_size=spec.max_batch_size,
                     gpu=False,  # the local Triton runs on the CPU whatever the instance type
                 )
-                record["variants"].append(
-                    {
-                        "name": target.variant,
-                        "label": target.label,
-                        "model": target.version.model,
-                        "version": target.version.version,
-                        "max_batch_size": built.max_batch_size,
-                        "triton_model": built.name,
-                        "weight": target.weight,
-                        "instances": spec.instance_count,
-                        "autoscaling": spec.autoscaling.to_dict() if spec.autoscaling else None,
-                    }
-                )
+                autoscaling = spec.autoscaling.to_dict() if spec.autoscaling else None
+                record["variants"].append(_variant_record(target, built, spec.instance_count, autoscaling))
             _write(folder, record)
             for variant in record["variants"]:
                 local_triton.start(
@@ -237,17 +227,7 @@ class LocalEndpoints:
         except BaseException:
             self._remove(home, [])
             raise
-        item = {
-            "name": target.variant,
-            "label": target.label,
-            "model": target.version.model,
-            "version": target.version.version,
-            "max_batch_size": built.max_batch_size,
-            "triton_model": built.name,
-            "weight": target.weight,
-            "instances": like.desired_instances or 1,
-            "autoscaling": None,
-        }
+        item = _variant_record(target, built, like.desired_instances or 1, None)
         record["variants"].append(item)
         record["updated_at"] = round(time.time(), 3)
         _write(folder, record)
@@ -303,6 +283,21 @@ class LocalEndpoints:
                 stopped.append(item["name"])
         shutil.rmtree(folder, ignore_errors=True)
         return stopped
+
+
+def _variant_record(target: DeployTarget, built: BuiltModel, instances: int, autoscaling: dict[str, Any] | None) -> dict[str, Any]:
+    """What the endpoint's record keeps of one variant."""
+    return {
+        "name": target.variant,
+        "label": target.label,
+        "model": target.version.model,
+        "version": target.version.version,
+        "max_batch_size": built.max_batch_size,
+        "triton_model": built.name,
+        "weight": target.weight,
+        "instances": instances,
+        "autoscaling": autoscaling,
+    }
 
 
 def _read(folder: Path) -> dict[str, Any] | None:

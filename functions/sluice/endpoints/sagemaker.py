@@ -62,6 +62,7 @@ from sluice.endpoints.sagemaker_support import (
     already_exists,
     aws_error,
     compute_tag,
+    described,
     error_code,
     is_missing,
     number,
@@ -345,16 +346,9 @@ class SageMakerEndpoints:
 
     def weights(self, endpoint: str) -> EndpointWeights | None:
         """Status and each live variant's desired weight: one DescribeEndpoint."""
-        from botocore.exceptions import ClientError
-
-        try:
-            found = self.sagemaker.describe_endpoint(EndpointName=endpoint)
-        except ClientError as exc:
-            if is_missing(exc):
-                return None
-            raise aws_error(exc, "describe the endpoint") from None
-        except Exception as exc:
-            raise aws_error(exc, "describe the endpoint") from None
+        found = described(self.sagemaker.describe_endpoint, "describe the endpoint", EndpointName=endpoint)
+        if found is None:
+            return None
         return EndpointWeights(
             name=endpoint,
             status=str(found.get("EndpointStatus", "")),

@@ -30,6 +30,7 @@ from sluice.endpoints.sagemaker_support import (
     TAG_VARIANT,
     aws_error,
     compute_from_tag,
+    described,
     integer,
     is_missing,
     number,
@@ -66,16 +67,9 @@ class EndpointReader:
 
     def describe(self, name: str) -> EndpointState | None:
         """The endpoint as SageMaker and Application Auto Scaling see it; None when absent."""
-        from botocore.exceptions import ClientError
-
-        try:
-            endpoint = self.sagemaker.describe_endpoint(EndpointName=name)
-        except ClientError as exc:
-            if is_missing(exc):
-                return None
-            raise aws_error(exc, "describe the endpoint") from None
-        except Exception as exc:
-            raise aws_error(exc, "describe the endpoint") from None
+        endpoint = described(self.sagemaker.describe_endpoint, "describe the endpoint", EndpointName=name)
+        if endpoint is None:
+            return None
         try:
             tags = {t["Key"]: t["Value"] for t in self._tags(endpoint["EndpointArn"])}
             config = self._config(endpoint["EndpointConfigName"])

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.endpoints.control import AsyncSpec, Autoscaling, ComponentSpec, Mode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,21 @@ def aws_error(exc: Exception, what: str) -> SluiceError:
         return Unavailable(f"SageMaker is not reachable ({what})")
     log.warning("sagemaker: %s failed", what, extra={"error_type": type(exc).__name__, "error": str(exc)[:500]})
     return BackendError(f"SageMaker failed to {what} ({type(exc).__name__})")
+
+
+def described(call: Callable[..., dict[str, Any]], what: str, **params: Any) -> dict[str, Any] | None:
+    """One describe call (`call`, a client's bound method, so callers still name the API they
+    use): None when what it names is absent, any other failure in sluice's words."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return call(**params)
+    except ClientError as exc:
+        if is_missing(exc):
+            return None
+        raise aws_error(exc, what) from None
+    except Exception as exc:
+        raise aws_error(exc, what) from None
 
 
 # what comes back ---------------------------------------------------------------------------

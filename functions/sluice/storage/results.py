@@ -188,36 +188,34 @@ class S3Results:
         )
 
     def read(self, tenant: str, uri: str) -> tuple[bytes, str | None] | None:
-        if not self.owns(tenant, uri):
-            raise Forbidden("the result lies outside the caller's results", field="result")
-        from botocore.exceptions import ClientError
-
-        key = urlsplit(uri).path.lstrip("/")
-        try:
-            response = self.store.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise BackendError("could not read the result store") from None
+        response = self._get(tenant, uri)
+        if response is None:
+            return None
         return response["Body"].read(), response.get("ContentType")
 
     def read_bounded(self, tenant: str, uri: str, max_bytes: int) -> tuple[bytes | None, str | None, int] | None:
-        if not self.owns(tenant, uri):
-            raise Forbidden("the result lies outside the caller's results", field="result")
-        from botocore.exceptions import ClientError
-
-        key = urlsplit(uri).path.lstrip("/")
-        try:
-            response = self.store.client.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise BackendError("could not read the result store") from None
+        response = self._get(tenant, uri)
+        if response is None:
+            return None
         size = int(response.get("ContentLength") or 0)
         if size > max_bytes:
             response["Body"].close()  # one request either way: the body is left unread
             return None, response.get("ContentType"), size
         return response["Body"].read(), response.get("ContentType"), size
+
+    def _get(self, tenant: str, uri: str) -> dict[str, Any] | None:
+        """GetObject on one of the tenant's results; None when it is not there."""
+        if not self.owns(tenant, uri):
+            raise Forbidden("the result lies outside the caller's results", field="result")
+        from botocore.exceptions import ClientError
+
+        key = urlsplit(uri).path.lstrip("/")
+        try:
+            return self.store.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise BackendError("could not read the result store") from None
 
     def link(self, tenant: str, uri: str, *, expires_in: int) -> str | None:
         if not self.owns(tenant, uri):
