@@ -176,11 +176,18 @@ class Roots:
         return text
 
     def describe(self, names: Iterable[str]) -> str:
-        """The roots a field admits, as an error message names them."""
+        """The roots of `names`, as an error message says them: an S3 prefix as it is, a local
+        root by name and where it lies under the home (`imports/ ($SLUICE_HOME/imports/acme/)`)."""
         said = []
         for root in self.roots:
-            if root.name in names:
-                said.append(root.uri if root.is_s3 else f"{root.name}/")
+            if root.name not in names:
+                continue
+            if root.is_s3:
+                said.append(root.uri)
+            elif self.home and _under(root.path, self.home):
+                said.append(f"{root.name}/ ({HOME_SHOWN}/{os.path.relpath(root.path, self.home)}/)")
+            else:
+                said.append(f"{root.name}/ (a folder of the server)")
         return ", ".join(dict.fromkeys(said)) or "none"
 
 

@@ -10,6 +10,7 @@ from sluice.domain import Model, ModelVersion, check_name
 from sluice.domain.errors import (
     BadRequest,
     Conflict,
+    Forbidden,
     NotFound,
     PayloadTooLarge,
     SluiceError,
@@ -122,7 +123,14 @@ class ModelService:
         """Where push by URI (and the optimizer's data) may read: the tenant's own artifacts
         (`store/…`) or a configured import prefix of its own (`imports/…`), parsed once and
         confined (see `sluice.domain.locations`); read `Location.uri`, nothing else."""
-        return confine(uri, self.roots(principal.tenant).named("store", "imports"), field=field)
+        roots = self.roots(principal.tenant)
+        try:
+            return confine(uri, roots.named("store", "imports"), field=field)
+        except Forbidden:
+            raise Forbidden(
+                f"{field} is outside what this tenant may import from: {roots.describe(('store', 'imports'))}",
+                field=field,
+            ) from None
 
     def read_import(self, principal: Principal, location: Location, *, field: str = "artifact_uri") -> bytes:
         """The bytes at a confined location; a message about it names it as the tenant sees it."""
