@@ -65,13 +65,7 @@ def sink_for(binding: Binding) -> Sink:
         from sluice.clients import default_clients
         from sluice.stream.sinks import build_sink
 
-        destination = binding.destination
-        if destination.kind == "s3":  # confined to the bound tenant's outbox, as a tenant's locations are
-            from sluice.domain.locations import confine
-
-            outbox = container().layout.roots(binding.tenant).named("outbox")
-            destination = destination.model_copy(update={"target": confine(destination.target, outbox, field="destination").uri})
-        found = _sinks[binding.destination] = build_sink(destination, default_clients(container().settings.region))
+        found = _sinks[binding.destination] = build_sink(binding.destination, default_clients(container().settings.region))
     return found
 
 
