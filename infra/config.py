@@ -498,6 +498,19 @@ class StreamDestination(_Section):
         return self
 
 
+def _check_outbox_prefix(prefix: str, tenant: str) -> None:
+    """A stream's S3 outputs lie in its tenant's outbox, parsed and compared as every location
+    a tenant names is (`sluice.domain.locations`): `outbox/acme/../globex/` is refused."""
+    from sluice.domain.errors import SluiceError
+    from sluice.domain.locations import Root, confine
+
+    bucket = "s3://sluice-batch-bucket/"  # any bucket: only the key is compared
+    try:
+        confine(bucket + prefix, (Root.of("outbox", f"{bucket}outbox/{tenant}/"),), field="prefix")
+    except SluiceError:
+        raise ValueError(f"an s3 destination's prefix lies in the tenant's outbox: outbox/{tenant}/…") from None
+
+
 class StreamConfig(_Section):
     """One source bound to one tenant's deployment, with its own function and mapping."""
 
@@ -546,6 +559,8 @@ class StreamConfig(_Section):
             raise ValueError("max_concurrency applies to SQS sources only")
         if self.destination.fifo and not self.destination.kind == "sqs":
             raise ValueError("fifo applies to SQS destinations only")
+        if self.destination.kind == "s3" and self.destination.prefix:
+            _check_outbox_prefix(self.destination.prefix, self.tenant)
         return self
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sluice.capture.reader import CaptureReader
     from sluice.capture.sinks import Sink
     from sluice.cost.service import CostService
+    from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
     from sluice.metrics import PrometheusMetrics
     from sluice.optimize.jobs import OptimizeJobs
@@ -260,6 +261,21 @@ def metrics_sink() -> PrometheusMetrics | None:
     return from_environment()
 
 
+def build_layout(settings: Settings, store: ArtifactStore) -> Layout:
+    """Where each tenant's roots lie (`sluice.domain.locations`): every location a tenant
+    names is confined to them, and every location a response names is said relative to them."""
+    from sluice.domain.locations import Layout
+
+    try:
+        batch = settings.batch_root_url
+    except ValueError:  # on AWS without a batch bucket: no batch roots
+        batch = ""
+    local = settings.mode == "local"
+    home = str(settings.home_path) if local else ""
+    imports = tuple(prefix.replace("{home}", str(settings.home_path)) for prefix in settings.import_prefixes)
+    return Layout(batch=batch, store=store.tenant_root("{tenant}"), imports=imports, home=home)
+
+
 @dataclass
 class Container:
     settings: Settings
@@ -285,12 +301,9 @@ class Container:
         self.predictions = PredictionService(
             self.registry, self.runtimes, self.settings, self.telemetry, cache=build_prediction_cache(self.settings, self.registry)
         )
+        self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
-            self.registry,
-            self.store,
-            import_prefixes=self.settings.import_prefixes_for,
-            shown_prefixes=self.settings.import_prefixes_shown,
-            triton_servers=self.settings.triton_allowlist,
+            self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.triton_allowlist
         )
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import MODELS
@@ -63,6 +64,35 @@ def test_push_by_uri_only_reads_what_the_tenant_may_import(client: TestClient, k
     sneaky = (demo.settings.home_path / "imports" / "acme" / ".." / "globex" / "m.onnx").as_uri()
     assert client.post("/api/v1/models/x/versions", json={"artifact_uri": sneaky}, headers=h).status_code in (400, 403)
     assert client.post("/api/v1/models/x/versions", json={"artifact_uri": (MODELS / "iris.onnx").as_uri()}, headers=h).status_code == 403
+
+
+@pytest.mark.parametrize("climb", ["%2e%2e", "%2E%2E", ".%2e", "%2e.", "acme/../..", "%2e%2e/%2e%2e/%2e%2e/globex"])
+def test_push_by_uri_refuses_an_encoded_climb_into_another_tenants_imports(
+    client: TestClient, keys: dict[str, str], demo: Container, climb: str
+) -> None:
+    """Finding 2 of the security review: `imports/acme/%2e%2e/globex/model.onnx` registered
+    globex's model for acme with a 201."""
+    home = demo.settings.home_path
+    (home / "imports" / "globex").mkdir(parents=True)
+    (home / "imports" / "globex" / "model.onnx").write_bytes((MODELS / "iris.onnx").read_bytes())
+    uri = (home / "imports" / "acme").as_uri() + f"/{climb}/globex/model.onnx"
+    r = client.post("/api/v1/models/stolen/versions", json={"artifact_uri": uri}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 403) and r.json()["field"] == "artifact_uri", r.text
+    assert str(home) not in r.text
+    assert client.get("/api/v1/models/stolen/versions", headers=auth(keys["acme"])).status_code == 404
+
+
+def test_a_version_names_its_artifact_by_the_tenants_root_and_push_by_uri_takes_that_name(
+    client: TestClient, keys: dict[str, str], demo: Container
+) -> None:
+    h = auth(keys["acme"])
+    version = client.get("/api/v1/models/iris/versions/1", headers=h).json()
+    assert version["artifact_uri"].startswith("store/sha256/") and version["artifact_uri"].endswith(".onnx")
+    again = client.post("/api/v1/models/iris-copy/versions", json={"artifact_uri": version["artifact_uri"]}, headers=h)
+    assert again.status_code == 201 and again.json()["sha256"] == version["sha256"], again.text
+    (demo.settings.home_path / "imports" / "acme").mkdir(parents=True)
+    missing = client.post("/api/v1/models/x/versions", json={"artifact_uri": "imports/missing.onnx"}, headers=h)
+    assert missing.status_code == 404 and missing.json()["error"] == "no file at imports/missing.onnx"
 
 
 def test_model_crud_and_errors(client: TestClient, keys: dict[str, str]) -> None:

@@ -185,6 +185,9 @@ def test_api_runs_an_optimize_job_for_its_tenant_only(client: TestClient, keys: 
     ("change", "status", "field"),
     [
         ({"data_uri": "file:///etc/passwd.csv"}, 403, "data_uri"),
+        # Finding 2 of the security review: an encoded climb into another tenant's imports.
+        ({"data_uri": "{imports}/%2e%2e/globex/d.parquet"}, 403, "data_uri"),
+        ({"data_uri": "{imports}/%2E%2E/%2e%2e/%2e%2e/registry.db"}, 403, "data_uri"),
         ({"min_agreement": 2}, 422, None),
         ({"candidates": ["int4"]}, 422, None),
         ({"register": ["original"]}, 400, "register"),
@@ -197,6 +200,8 @@ def test_api_refuses_bad_optimize_input_with_a_4xx(
     client: TestClient, keys: dict[str, str], demo: Container, change: dict, status: int, field: str | None  # type: ignore[type-arg]
 ) -> None:
     imports = (demo.settings.home_path / "imports" / "acme").as_uri()
+    (demo.settings.home_path / "imports" / "globex").mkdir(parents=True)
+    diabetes_rows(demo.settings.home_path / "imports" / "globex" / "d.parquet", 20)
     body = {"data_uri": "file:///nowhere/x.parquet"} | {k: v.replace("{imports}", imports) if isinstance(v, str) else v for k, v in change.items()}
     answer = client.post("/api/v1/models/diabetes/versions/1/optimize", json=body, headers=auth(keys["acme"]))
     assert answer.status_code == status, answer.text

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
+from sluice.wiring import Container
 from tests.integration.conftest import auth
 
 INFER = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
@@ -178,7 +179,12 @@ def test_same_names_in_two_tenants_are_different_objects(client: TestClient, key
     assert mine != theirs
 
 
-def test_push_by_uri_cannot_read_another_tenants_artifact(client: TestClient, keys: dict[str, str]) -> None:
-    acme_uri = client.get("/api/v1/models/iris/versions/1", headers=auth(keys["acme"])).json()["artifact_uri"]
-    r = client.post("/api/v1/models/stolen/versions", json={"artifact_uri": acme_uri}, headers=auth(keys["globex"]))
-    assert r.status_code == 403 and r.json()["field"] == "artifact_uri"
+def test_push_by_uri_cannot_read_another_tenants_artifact(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    shown = client.get("/api/v1/models/iris/versions/1", headers=auth(keys["acme"])).json()["artifact_uri"]
+    assert shown.startswith("store/sha256/")  # named by the tenant's root, not by the server's path
+    r = client.post("/api/v1/models/stolen/versions", json={"artifact_uri": shown}, headers=auth(keys["globex"]))
+    assert r.status_code == 404 and r.json()["field"] == "artifact_uri"  # globex's own store/…: nothing there
+    acme_uri = demo.registry.get_version("acme", "iris", 1).artifact_uri  # the server's path, guessed
+    for uri in (acme_uri, acme_uri.replace("/tenants/acme/", "/tenants/globex/%2e%2e/acme/")):
+        r = client.post("/api/v1/models/stolen/versions", json={"artifact_uri": uri}, headers=auth(keys["globex"]))
+        assert r.status_code in (400, 403) and r.json()["field"] == "artifact_uri", r.text

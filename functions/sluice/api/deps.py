@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from sluice.domain import Principal
 from sluice.domain.errors import Unauthenticated
+from sluice.domain.locations import Roots
 from sluice.wiring import Container
 
 if TYPE_CHECKING:
@@ -116,6 +117,14 @@ async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> 
 ContainerDep = Annotated[Container, Depends(get_container)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+async def get_roots(principal: PrincipalDep, container: ContainerDep) -> Roots:
+    """The caller's roots (`sluice.domain.locations`): responses name locations by them."""
+    return container.layout.roots(principal.tenant)
+
+
+RootsDep = Annotated[Roots, Depends(get_roots)]
 
 
 def parse_body(model: type[M], raw: bytes) -> M:

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+    from sluice.domain.locations import Roots
 
 
 def present(schema: type[BaseModel], obj: object, **extra: Any) -> dict[str, Any]:
@@ -24,8 +25,11 @@ def model_out(model: Model, latest: int | None = None) -> dict[str, Any]:
     return present(ModelOut, model, latest_version=latest)
 
 
-def version_out(version: ModelVersion) -> dict[str, Any]:
-    return present(VersionOut, version)
+def version_out(version: ModelVersion, roots: Roots | None = None) -> dict[str, Any]:
+    """With `roots` (the API), the artifact named relative to the tenant's roots (`store/…`)."""
+    if roots is None:
+        return present(VersionOut, version)
+    return present(VersionOut, version, artifact_uri=roots.shown(version.artifact_uri))
 
 
 def deployment_out(deployment: Deployment) -> dict[str, Any]:

@@ -14,8 +14,9 @@ All the objects of one input are of one format, which their names say (`.parquet
 name says no format. A prefix with no object, or a manifest listing none, is refused.
 
 Confinement: a job that the operator did not start (API, upload) may read only what lies in
-its tenant's inbox. The prefix itself was checked when the job was submitted (its objects lie
-under it); each object a manifest lists is checked here, against the same location.
+its tenant's inbox. The input itself was confined when the job was submitted and again by
+Plan; each object a prefix holds (a local one may be a link) and each object a manifest lists
+is confined here, to the same root, by `sluice.domain.locations`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import TYPE_CHECKING
 
 from sluice.batch.uris import is_s3, join
 from sluice.domain.errors import BadRequest, Forbidden, InvalidInput
+from sluice.domain.locations import confine
 
 if TYPE_CHECKING:
     from sluice.batch.filestore import FileStore, Stat
+    from sluice.domain.locations import Root
 
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "jsonl": "JSON Lines"}
@@ -59,7 +62,7 @@ def hidden(name: str) -> bool:
     return any(part.startswith((".", "_")) for part in name.split("/") if part)
 
 
-def list_objects(uri: str, files: FileStore, *, allowed: str | None = None) -> tuple[str, list[tuple[str, Stat]]]:
+def list_objects(uri: str, files: FileStore, *, allowed: Root | None = None) -> tuple[str, list[tuple[str, Stat]]]:
     """The format and the (non-empty) objects of a many-object input, each with its stat."""
     from sluice.batch.plan import format_of
 
@@ -69,7 +72,11 @@ def list_objects(uri: str, files: FileStore, *, allowed: str | None = None) -> t
     else:
         prefix = uri if uri.endswith("/") else uri + "/"
         names = [name for name in sorted(files.names(prefix)) if not hidden(name)]
-        uris = [_under(prefix, name) for name in names]
+        if allowed is not None:
+            where = confine(prefix, (allowed,), field="input_uri")
+            uris = [where.child(name, field="input_uri").uri for name in names]
+        else:
+            uris = [_under(prefix, name) for name in names]
         what = f"the prefix {prefix}"
     if not uris:
         raise InvalidInput(f"{what} holds no Parquet, CSV or JSON Lines object to score", field="input_uri")
@@ -97,7 +104,7 @@ def list_objects(uri: str, files: FileStore, *, allowed: str | None = None) -> t
     return next(iter(formats)), objects
 
 
-def _manifest(uri: str, files: FileStore, allowed: str | None) -> list[str]:
+def _manifest(uri: str, files: FileStore, allowed: Root | None) -> list[str]:
     import orjson
 
     stat = files.stat(uri)
@@ -119,11 +126,18 @@ def _manifest(uri: str, files: FileStore, allowed: str | None) -> list[str]:
             raise InvalidInput(
                 f"the manifest {uri} lists {entry!r}: list s3:// or file:// URIs or absolute paths", field="files"
             )
-        target = entry if is_s3(entry) else _resolved(entry)  # a local path: "..", links resolved
-        if target.endswith("/"):
-            raise InvalidInput(f"the manifest {uri} lists a prefix ({entry}): list objects", field="files")
         if allowed is not None:
-            _confine(target, allowed)
+            try:
+                target = confine(entry, (allowed,), field="files").uri
+            except Forbidden:
+                raise Forbidden(
+                    f"the manifest lists {entry}, which is outside your inbox: every object it lists must lie there",
+                    field="files",
+                ) from None
+        else:
+            target = entry if is_s3(entry) else _resolved(entry)  # a local path: "..", links resolved
+        if target.endswith("/") or entry.endswith("/"):
+            raise InvalidInput(f"the manifest {uri} lists a prefix ({entry}): list objects", field="files")
         uris.append(target)
     return list(dict.fromkeys(uris))
 
@@ -141,12 +155,3 @@ def _resolved(location: str) -> str:
 
     return local_path(location).resolve().as_uri()
 
-
-def _confine(uri: str, allowed: str) -> None:
-    if not is_s3(allowed):
-        allowed = _resolved(allowed).rstrip("/") + "/"
-    if is_s3(allowed) != is_s3(uri) or not uri.startswith(allowed) or "/../" in uri or "/./" in uri:
-        raise Forbidden(
-            f"the manifest lists {uri}, which is outside your inbox: every object it lists must lie there",
-            field="files",
-        )

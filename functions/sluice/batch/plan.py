@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.locations import confine
 
 if TYPE_CHECKING:
     from sluice.batch.filestore import FileStore, Stat
     from sluice.domain.jobs import BatchJob
+    from sluice.domain.locations import Root
     from sluice.domain.signature import Signature
 
 MAX_HEADER_BYTES = 1024 * 1024
@@ -165,12 +167,15 @@ def plan_job(
     *,
     chunk_rows: int,
     chunk_bytes: int,
-    allowed: str | None = None,
+    allowed: Root | None = None,
 ) -> Plan:
-    """`allowed`: where every object of a many-object input must lie (the tenant's inbox for
-    a job not started by the operator), as a single input must at submit."""
+    """`allowed`: where every object of the input must lie (the tenant's inbox for a job not
+    started by the operator). The input was confined at submit; it is again here, on this
+    machine's disk as it is now, and every object a prefix or manifest holds is too."""
     from sluice.batch.objects import is_many, list_objects
 
+    if allowed is not None:
+        job = replace(job, input_uri=confine(job.input_uri, (allowed,), field="input_uri").uri)
     if is_many(job.input_uri):
         fmt, objects = list_objects(job.input_uri, files, allowed=allowed)
         many = True

@@ -27,6 +27,7 @@ from sluice.batch.wire import chunk_scored, job_summary
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob
+from sluice.domain.locations import Root
 from sluice.observability import Telemetry
 from sluice.services.loop import run
 from sluice.stats.recorder import Key, StatsRecorder
@@ -92,6 +93,10 @@ class BatchPaths:
     def outbox(self, tenant: str, job_id: str) -> str:
         return f"{self.root}outbox/{tenant}/{job_id}/"
 
+    def inbox_root(self, tenant: str) -> Root:
+        """The tenant's inbox as the root its inputs are confined to (`sluice.domain.locations`)."""
+        return Root.of("inbox", self.inbox(tenant))
+
     def chunk_list(self, tenant: str, job_id: str) -> str:
         return f"{self.root}work/{tenant}/{job_id}/chunks.json"
 
@@ -118,6 +123,13 @@ class BatchRunner:
             max_request_bytes=settings.batch_max_request_bytes,
         )
 
+    def _confined_to(self, job: BatchJob) -> Root | None:
+        """Where a job's input must lie: anywhere for the operator (the CLI, and a file the
+        operator dropped in the folder `sluice serve` watches); else the tenant's inbox."""
+        if job.operator or job.source in ("cli", "inbox"):
+            return None
+        return self.paths.inbox_root(job.tenant)
+
     # Plan ---------------------------------------------------------------------------------
     def plan(self, tenant: str, job_id: str) -> dict[str, Any]:
         """Returns `{"job": <spec>, "chunks": {"bucket", "key", "uri", "count"}}`."""
@@ -134,7 +146,7 @@ class BatchRunner:
             self.files,
             chunk_rows=self.settings.batch_chunk_rows,
             chunk_bytes=self.settings.batch_chunk_bytes,
-            allowed=None if job.source == "cli" else self.paths.inbox(tenant),
+            allowed=self._confined_to(job),
         )
         uri = self.paths.chunk_list(tenant, job_id)
         body = json.dumps([c.to_dict() for c in plan.chunks], separators=(",", ":")).encode()

@@ -110,7 +110,7 @@ class ScheduleService:
             input_uri = _absolute(input_uri)
         sample = render(input_uri, datetime.now(UTC), timezone)
         if not operator or self.timer is not None:  # on AWS the state machine confines every run
-            self.batch._check_inbox(principal.tenant, sample)
+            self.batch.input_location(principal.tenant, sample)
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
         if self.timer is not None:
             from sluice.domain.schedules import aws_expression

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.batch.objects import is_manifest, is_many
 from sluice.batch.plan import format_of
-from sluice.batch.uris import as_uri, is_s3
+from sluice.batch.uris import as_uri
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import BatchJob, CatalogTarget, check_format, derived_job_id, new_job_id
+from sluice.domain.locations import Location, confine
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,11 +74,9 @@ class BatchService:
         principal.require("predict")
         check_name(deployment, field="deployment")
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
-        uri = as_uri(input_uri) if operator else input_uri
-        if not operator:
-            self._check_inbox(principal.tenant, uri)
-            if output_uri is not None:
-                raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
+        uri = as_uri(input_uri) if operator else self.input_location(principal.tenant, input_uri).uri
+        if not operator and output_uri is not None:
+            raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
         if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
             raise BadRequest("key_columns must be a list of column names", field="key_columns")
         if is_many(uri):
@@ -117,6 +116,7 @@ class BatchService:
             schedule=schedule,
             scheduled_for=scheduled_for,
             catalog=target,
+            operator=operator and source not in ("upload", "inbox"),
         )
         job = self.registry.create_job(job)
         return self._start(job) if start else job
@@ -286,15 +286,18 @@ class BatchService:
             job = self.registry.update_job(job.tenant, job.id, execution=execution)
         return job
 
-    def _check_inbox(self, tenant: str, uri: str) -> None:
-        inbox = self.paths.inbox(tenant)
-        if is_s3(inbox) != is_s3(uri) or not uri.startswith(inbox) or "/../" in uri or "/./" in uri:
-            # A local inbox is a server folder: named relative to the batch folder, not by path.
-            shown = inbox if is_s3(inbox) else f"inbox/{tenant}/ in the server's batch folder"
+    def input_location(self, tenant: str, uri: str, *, field: str = "input_uri") -> Location:
+        """A batch input a tenant names, parsed once and confined to its inbox (see
+        `sluice.domain.locations`): a prefix there holds only what is there; a manifest's
+        objects are confined by Plan, each in turn."""
+        inbox = self.paths.inbox_root(tenant)
+        try:
+            return confine(uri, (inbox,), field=field)
+        except Forbidden:
+            shown = inbox.uri if inbox.is_s3 else f"inbox/, that is inbox/{tenant}/ in the server's batch folder"
             raise Forbidden(
-                f"batch inputs must lie in your inbox ({shown}); upload the file there first",
-                field="input_uri",
-            )  # a prefix there holds only what is there; a manifest's objects are checked by Plan
+                f"batch inputs must lie in your inbox ({shown}); upload the file there first", field=field
+            ) from None
 
 
 def _error_row(orjson: Any, line: bytes) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
     from sluice.domain.jobs import BatchJob, ChunkResult
+    from sluice.domain.locations import Roots
 
 _FROM_JOB = ConfigDict(from_attributes=True)
 
@@ -165,8 +166,14 @@ class ChunkScored(WireModel):
     recorded: bool = False  # False when it was recorded before (scored twice), or the job stopped
 
 
-def job_out(job: BatchJob) -> dict[str, Any]:
-    return BatchJobOut.model_validate(job).model_dump(mode="json")
+def job_out(job: BatchJob, roots: Roots | None = None) -> dict[str, Any]:
+    """A job as a response shows it: with `roots` (the API), its locations relative to the
+    tenant's roots (`inbox/…`) and its error with no server path (see `Roots.shown`)."""
+    out = BatchJobOut.model_validate(job).model_dump(mode="json")
+    if roots is not None:
+        out["input_uri"], out["output_uri"] = roots.shown(job.input_uri), roots.shown(job.output_uri)
+        out["error"] = roots.scrub(job.error)
+    return out
 
 
 def job_summary(job: BatchJob) -> dict[str, Any]:
@@ -285,11 +292,17 @@ class ScheduleDetail(ScheduleOut):
     runs: list[ScheduleRun] = Field(default_factory=list, description="Recent runs, newest first.")
 
 
-def schedule_out(schedule: Any) -> dict[str, Any]:
-    return ScheduleOut.model_validate(schedule).model_dump(mode="json")
+def schedule_out(schedule: Any, roots: Roots | None = None) -> dict[str, Any]:
+    out = ScheduleOut.model_validate(schedule).model_dump(mode="json")
+    if roots is not None:
+        out["input_uri"] = roots.shown(schedule.input_uri)
+    return out
 
 
-def schedule_detail(view: Any) -> dict[str, Any]:
+def schedule_detail(view: Any, roots: Roots | None = None) -> dict[str, Any]:
     base = ScheduleOut.model_validate(view.schedule).model_dump()
     runs = [ScheduleRun.model_validate(j) for j in view.runs]
+    if roots is not None:
+        base["input_uri"] = roots.shown(view.schedule.input_uri)
+        runs = [run.model_copy(update={"error": roots.scrub(run.error)}) for run in runs]
     return ScheduleDetail(**base, next_run_at=view.next_run_at, runs=runs).model_dump(mode="json")

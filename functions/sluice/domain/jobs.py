@@ -117,6 +117,7 @@ class BatchJob:
     schedule: str | None = None  # the schedule that started it, when one did
     scheduled_for: float | None = None  # the scheduled time of that run
     catalog: CatalogTarget | None = None  # where a success is published as a partition
+    operator: bool = False  # started by the machine's operator (the CLI): its input is not confined
 
     @property
     def terminal(self) -> bool:

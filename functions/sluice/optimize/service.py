@@ -76,9 +76,9 @@ class OptimizeService:
         from sluice.batch.sample import read_rows
 
         principal.require("admin")
-        self.models.check_import_uri(principal, uri, field="data_uri")
-        suffix = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}[format_of(uri)]
-        data = self.store.read_external(principal.tenant, uri)
+        location = self.models.import_location(principal, uri, field="data_uri")
+        suffix = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}[format_of(location.uri)]
+        data = self.models.read_import(principal, location, field="data_uri")
         if len(data) > MAX_DATA_BYTES:
             raise BadRequest("data files above 256 MiB are not read; give a sample of rows", field="data_uri")
         with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:

@@ -13,8 +13,10 @@ from sluice.domain.errors import (
     Forbidden,
     NotFound,
     PayloadTooLarge,
+    SluiceError,
     Unprocessable,
 )
+from sluice.domain.locations import Location, Root, Roots, confine
 from sluice.domain.origins import check_origin
 from sluice.domain.policy import parse_policy, referenced_versions
 
@@ -42,16 +44,14 @@ class ModelService:
         registry: Registry,
         store: ArtifactStore,
         *,
-        import_prefixes: Callable[[str], list[str]] | None = None,
+        roots: Callable[[str], Roots] | None = None,
         triton_servers: tuple[Allowed, ...] = (),
-        shown_prefixes: Callable[[str], list[str]] | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
-        self._import_prefixes = import_prefixes or (lambda tenant: [])
+        # A tenant's roots (`sluice.domain.locations`): push by URI reads from `store` and `imports`.
+        self.roots = roots or (lambda tenant: Roots((Root.of("store", store.tenant_root(tenant)),)))
         self.triton_servers = triton_servers
-        # How a message names them: a client is never shown a server's folders.
-        self._shown_prefixes = shown_prefixes or (lambda tenant: ["the tenant's import prefixes"] if self._import_prefixes(tenant) else [])
 
     def push(
         self,
@@ -119,19 +119,28 @@ class ModelService:
             raise NotFound(f"model '{version.model}' not found", field="model")
         return self.registry.replace_version(dataclasses.replace(version, session_options=session_options))
 
-    def check_import_uri(self, principal: Principal, uri: str, *, field: str = "artifact_uri") -> None:
-        """Refuse a URI outside what the tenant may import from (its own store prefix, or a
-        configured import prefix for it)."""
-        allowed = self._import_prefixes(principal.tenant)
-        segments = uri.split("/")
-        if ".." in segments or "." in segments[3:]:
-            raise BadRequest(f"{field} must not contain '.' or '..' segments", field=field)
-        if not self.store.owns(principal.tenant, uri) and not any(uri.startswith(p) for p in allowed):
+    def import_location(self, principal: Principal, uri: str, *, field: str = "artifact_uri") -> Location:
+        """Where push by URI (and the optimizer's data) may read: the tenant's own artifacts
+        (`store/…`) or a configured import prefix of its own (`imports/…`), parsed once and
+        confined (see `sluice.domain.locations`); read `Location.uri`, nothing else."""
+        roots = self.roots(principal.tenant)
+        try:
+            return confine(uri, roots.named("store", "imports"), field=field)
+        except Forbidden:
             raise Forbidden(
-                f"{field} is outside what this tenant may import from: "
-                + (", ".join(self._shown_prefixes(principal.tenant)) if allowed else "its own artifacts"),
+                f"{field} is outside what this tenant may import from: {roots.describe(('store', 'imports'))}",
                 field=field,
-            )
+            ) from None
+
+    def read_import(self, principal: Principal, location: Location, *, field: str = "artifact_uri") -> bytes:
+        """The bytes at a confined location; a message about it names it as the tenant sees it."""
+        try:
+            return self.store.read_external(principal.tenant, location.uri)
+        except SluiceError as exc:
+            exc.message = self.roots(principal.tenant).scrub(exc.message) or exc.message
+            exc.field = field
+            exc.args = (exc.message,)
+            raise
 
     async def register_triton(
         self,
@@ -203,8 +212,8 @@ class ModelService:
         """Copy an artifact from a URI the tenant may import from (its own store prefix, or
         a configured import prefix for it) into the store, then push it."""
         principal.require("admin")
-        self.check_import_uri(principal, uri)
-        return self.push(principal, name, self.store.read_external(principal.tenant, uri), **options)
+        location = self.import_location(principal, uri)
+        return self.push(principal, name, self.read_import(principal, location), **options)
 
     def list_models(self, principal: Principal) -> list[Model]:
         return self.registry.list_models(principal.tenant)

@@ -51,4 +51,9 @@ class ArtifactStore(Protocol):
         """Whether `uri` lies in this tenant's part of the store."""
         ...
 
+    def tenant_root(self, tenant: str) -> str:
+        """The URI of this tenant's part of the store (ending in `/`): the `store` root of its
+        locations (`sluice.domain.locations`)."""
+        ...
+
     def delete(self, uri: str) -> None: ...

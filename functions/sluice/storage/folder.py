@@ -62,6 +62,9 @@ class FolderStore:
         except (Forbidden, ValueError):
             return False
 
+    def tenant_root(self, tenant: str) -> str:
+        return f"{self.root.as_uri()}/tenants/{tenant}/"
+
     def read_external(self, tenant: str, uri: str) -> bytes:
         if not uri.startswith("file://"):
             raise BadRequest("the local store reads file:// URIs only", field="artifact_uri")

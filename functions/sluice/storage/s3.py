@@ -169,6 +169,9 @@ class S3Store:
         except Forbidden:
             return False
 
+    def tenant_root(self, tenant: str) -> str:
+        return self._uri(self._tenant_root(tenant))
+
     def read_external(self, tenant: str, uri: str) -> bytes:
         if not uri.startswith("s3://"):
             raise BadRequest("the S3 store reads s3:// URIs only", field="artifact_uri")

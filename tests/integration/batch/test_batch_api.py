@@ -39,13 +39,14 @@ def test_a_job_submitted_over_http_runs_to_its_manifest(client: TestClient, keys
     assert r.status_code == 202, r.text
     created = r.json()
     assert created["status"] in ("PENDING", "RUNNING") and created["format"] == "csv" and created["output_format"] == "parquet"
-    assert created["output_uri"].endswith(f"/outbox/acme/{created['id']}/")
+    # Locations are named by the tenant's roots, never as the server's paths.
+    assert created["input_uri"] == "inbox/iris/day-1.csv" and created["output_uri"] == f"outbox/{created['id']}/"
     job = wait_done(client, keys["acme"], created["id"])
     assert job["status"] == "SUCCEEDED", job
     assert job["progress"] == {"chunks_done": job["progress"]["chunks_total"], "chunks_total": job["progress"]["chunks_total"], "rows_done": 2500, "rows_total": 2500}
     assert job["counts"] == {"rows_in": 2500, "rows_out": 2500, "rows_failed": 0}
     assert job["timings"]["finished_at"] >= job["timings"]["started_at"] >= job["timings"]["created_at"]
-    assert (local_path(job["output_uri"]) / "_SUCCESS").exists()
+    assert (local_path(batch.batch.paths.outbox("acme", job["id"])) / "_SUCCESS").exists()
     listed = client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()
     assert [j["id"] for j in listed] == [created["id"]]
     r = client.post(f"/api/v1/batch-jobs/{created['id']}/cancel", headers=auth(keys["acme"]))
@@ -119,7 +120,7 @@ def test_the_first_rows_of_a_jobs_error_files_are_served_to_its_tenant_only(
     assert len(body["rows"]) == 20  # the default
     assert [e["row"] for e in body["rows"]] == list(range(0, 2000, 100))
     assert body["rows"][0] == {"row": 0, "id": "r000000", "reason": "missing value for 'sepal_length'"}
-    assert all("/errors/part-" in f for f in body["files"]) and len(body["files"]) >= 2
+    assert all(f.startswith(f"outbox/{job['id']}/errors/part-") for f in body["files"]) and len(body["files"]) >= 2
     few = client.get(f"/api/v1/batch-jobs/{job['id']}/errors?limit=3", headers=auth(keys["acme"])).json()
     assert [e["row"] for e in few["rows"]] == [0, 100, 200] and few["files"] == body["files"][:1]
     every = client.get(f"/api/v1/batch-jobs/{job['id']}/errors?limit=100", headers=auth(keys["acme"])).json()
@@ -160,3 +161,73 @@ def test_error_rows_are_read_a_window_at_a_time_never_whole(batch: Container, ac
     out = batch.batch.error_rows(acme, job.id, limit=100)
     assert [r["row"] for r in out["rows"]] == list(range(100)) and out["truncated"] is True
     assert reads == [(0, ERROR_WINDOW)]
+
+
+# The security review's findings 1 and 9: a location is confined after decoding, and no
+# response names a server path. Each of these was admitted, or shown, before.
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "{inbox}%2e%2e/globex/iris/private.csv",
+        "{inbox}%2E%2E/globex/iris/private.csv",
+        "{inbox}.%2e/globex/iris/private.csv",
+        "{inbox}iris/%2e%2e/%2e%2e/globex/iris/private.csv",
+        "{inbox}..",
+        "{inbox}%2e%2e/%2e%2e/%2e%2e/admin-key",
+        "{path}../globex/iris/private.csv",
+        "inbox/../globex/iris/private.csv",
+    ],
+)
+def test_an_encoded_climb_out_of_the_inbox_is_refused_and_reads_nothing(
+    client: TestClient, keys: dict[str, str], batch: Container, spelling: str
+) -> None:
+    inbox_file(batch, "globex", "private.csv", rows=5)
+    home = batch.settings.home_path
+    (home / "admin-key").write_text("sk_not_yours\n")
+    inbox = batch.batch.paths.inbox("acme")
+    uri = spelling.format(inbox=inbox, path=str(local_path(inbox)) + "/")
+    r = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": uri, "format": "csv"}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 403) and r.json()["field"] == "input_uri", r.text
+    assert str(home) not in r.text and "sk_" not in r.text
+    assert batch.registry.list_jobs("acme") == []  # no job was made to read it
+
+
+def test_a_schedule_or_an_execution_naming_a_location_outside_the_inbox_is_refused(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    inbox = batch.batch.paths.inbox("acme")
+    body = {"name": "nightly", "deployment": "iris", "input_uri": inbox + "%2e%2e/globex/iris/dt={date}.csv", "expression": "rate(1 hour)"}
+    r = client.post("/api/v1/batch-schedules", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 403 and r.json()["field"] == "input_uri", r.text
+    from sluice.domain.errors import Forbidden
+
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": inbox + "iris/%2e%2e/%2e%2e/globex/iris/private.csv"}
+    with pytest.raises(Forbidden):
+        batch.batch.create_for_execution(spec, execution="arn:aws:states:eu-west-1:1:execution:m:e")
+
+
+def test_a_manifest_listing_an_encoded_climb_fails_its_job_having_read_nothing(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    import json
+
+    inbox_file(batch, "globex", "private.csv", rows=5)
+    mine = inbox_file(batch, "acme", "mine.csv", rows=5)
+    manifest = local_path(batch.batch.paths.inbox("acme")) / "iris" / "list.json"
+    manifest.write_text(json.dumps({"files": [mine, mine.replace("/inbox/acme/iris/mine.csv", "/inbox/acme/%2e%2e/globex/iris/private.csv")]}))
+    created = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": "inbox/iris/list.json"}, headers=auth(keys["acme"])).json()
+    job = wait_done(client, keys["acme"], created["id"])
+    assert job["status"] == "FAILED" and job["counts"]["rows_in"] == 0, job
+    assert "outside your inbox" in job["error"] and str(batch.settings.home_path) not in job["error"]
+
+
+def test_a_job_names_its_locations_by_root_in_every_answer_even_its_errors(
+    client: TestClient, keys: dict[str, str], batch: Container
+) -> None:
+    created = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": "inbox/iris/missing.csv"}, headers=auth(keys["acme"])).json()
+    job = wait_done(client, keys["acme"], created["id"])
+    assert job["status"] == "FAILED" and job["input_uri"] == "inbox/iris/missing.csv", job
+    assert "inbox/iris/missing.csv" in job["error"]
+    home = str(batch.settings.home_path)
+    for path in ("/api/v1/batch-jobs", f"/api/v1/batch-jobs/{job['id']}", f"/api/v1/batch-jobs/{job['id']}/errors"):
+        assert home not in client.get(path, headers=auth(keys["acme"])).text

@@ -347,12 +347,12 @@ def test_a_job_with_a_catalog_table_keeps_the_hive_layout_locally(
     assert r.status_code == 202, r.text
     created = r.json()
     assert created["catalog"] == catalog and created["output_format"] == "parquet"
-    assert created["output_uri"] == batch.batch.paths.root + f"outbox/acme/tables/iris_scores/job={created['id']}/"
+    assert created["output_uri"] == f"outbox/tables/iris_scores/job={created['id']}/"
     deadline = time.monotonic() + 30
     while client.get(f"/api/v1/batch-jobs/{created['id']}", headers=a).json()["status"] in ("PENDING", "RUNNING"):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    folder = local_path(created["output_uri"])
+    folder = local_path(batch.batch.paths.root + f"outbox/acme/tables/iris_scores/job={created['id']}/")
     assert (folder / "_SUCCESS").exists() and sorted(p.name for p in folder.glob("part-*.parquet"))
     bad = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": path.as_uri(),
                                                   "catalog": {"database": "Lake!", "table": "t"}}, headers=a)  # fmt: skip

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.deps import ContainerDep, PrincipalDep, RootsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.batch.wire import (
     ERROR_ROWS_DEFAULT,
@@ -21,7 +21,7 @@ router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors
 
 
 @router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")
-def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
     job = container.batch.submit(
         principal,
         deployment=body.deployment,
@@ -31,24 +31,24 @@ def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: C
         key_columns=body.key_columns,
         catalog=body.catalog.model_dump() if body.catalog else None,
     )
-    return JSONResponse(job_out(job), status_code=202)
+    return JSONResponse(job_out(job, roots), status_code=202)
 
 
 @router.get("", response_model=list[BatchJobOut], summary="List batch jobs, newest first")
 def list_batch_jobs(
-    principal: PrincipalDep, container: ContainerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    principal: PrincipalDep, container: ContainerDep, roots: RootsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> JSONResponse:
-    return JSONResponse([job_out(j) for j in container.batch.list(principal, limit=limit)])
+    return JSONResponse([job_out(j, roots) for j in container.batch.list(principal, limit=limit)])
 
 
 @router.get("/{job_id}", response_model=BatchJobOut, summary="Get a batch job: status, progress, counts")
-def get_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(job_out(container.batch.get(principal, job_id)))
+def get_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(job_out(container.batch.get(principal, job_id), roots))
 
 
 @router.post("/{job_id}/cancel", response_model=BatchJobOut, summary="Cancel a batch job")
-def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(job_out(container.batch.cancel(principal, job_id)))
+def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(job_out(container.batch.cancel(principal, job_id), roots))
 
 
 @router.get(
@@ -60,6 +60,8 @@ def batch_job_errors(
     job_id: str,
     principal: PrincipalDep,
     container: ContainerDep,
+    roots: RootsDep,
     limit: Annotated[int, Query(ge=1, le=ERROR_ROWS_MAX, description="How many rows, 1 to 100.")] = ERROR_ROWS_DEFAULT,
 ) -> JSONResponse:
-    return JSONResponse(container.batch.error_rows(principal, job_id, limit=limit))
+    found = container.batch.error_rows(principal, job_id, limit=limit)
+    return JSONResponse(found | {"files": [roots.shown(uri) for uri in found["files"]]})

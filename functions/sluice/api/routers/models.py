@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, ContainerDep, parse_body
+from sluice.api.deps import AdminDep, ContainerDep, RootsDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain import Model, check_name
@@ -79,6 +79,7 @@ async def push_version(
     request: Request,
     principal: AdminDep,
     container: ContainerDep,
+    roots: RootsDep,
     feature_names: str | None = Query(None, description="Comma-separated feature names (uploads)."),
 ) -> JSONResponse:
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
@@ -115,17 +116,17 @@ async def push_version(
         raise BadRequest(
             "send the ONNX file as application/octet-stream, or JSON with artifact_uri", field="content-type"
         )
-    return JSONResponse(version_out(version), status_code=201)
+    return JSONResponse(version_out(version, roots), status_code=201)
 
 
 @router.get("/{name}/versions", response_model=list[VersionOut], summary="List a model's versions")
-def list_versions(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse([version_out(v) for v in container.models.list_versions(principal, name)])
+def list_versions(name: str, principal: AdminDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse([version_out(v, roots) for v in container.models.list_versions(principal, name)])
 
 
 @router.get("/{name}/versions/{version}", response_model=VersionOut, summary="Get a version ('latest' works)")
-def get_version(name: str, version: VersionOrLatest, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(version_out(container.models.get_version(principal, name, version)))
+def get_version(name: str, version: VersionOrLatest, principal: AdminDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(version_out(container.models.get_version(principal, name, version), roots))
 
 
 @router.delete("/{name}/versions/{version}", status_code=204, summary="Delete a version no deployment uses")

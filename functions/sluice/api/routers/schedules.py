@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.deps import ContainerDep, PrincipalDep, RootsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.batch.wire import (
     ScheduleCreate,
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=e
 
 
 @router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")
-def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
     schedule = container.schedules.create(
         principal, name=body.name, deployment=body.deployment, input_uri=body.input_uri,
         expression=body.expression, timezone=body.timezone, overlap=body.overlap, format=body.format,
@@ -27,27 +27,27 @@ def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: Co
         state="PAUSED" if body.paused else "ENABLED",
         catalog=body.catalog.model_dump() if body.catalog else None,
     )  # fmt: skip
-    return JSONResponse(schedule_out(schedule), status_code=201)
+    return JSONResponse(schedule_out(schedule, roots), status_code=201)
 
 
 @router.get("", response_model=list[ScheduleOut], summary="List your batch schedules")
-def list_schedules(principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse([schedule_out(s) for s in container.schedules.list(principal)])
+def list_schedules(principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse([schedule_out(s, roots) for s in container.schedules.list(principal)])
 
 
 @router.get("/{name}", response_model=ScheduleDetail, summary="A schedule, its next run and its recent runs")
-def get_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(schedule_detail(container.schedules.show(principal, name)))
+def get_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_detail(container.schedules.show(principal, name), roots))
 
 
 @router.post("/{name}/pause", response_model=ScheduleOut, summary="Pause a schedule")
-def pause_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(schedule_out(container.schedules.pause(principal, name)))
+def pause_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_out(container.schedules.pause(principal, name), roots))
 
 
 @router.post("/{name}/resume", response_model=ScheduleOut, summary="Resume a schedule (what it missed is not run)")
-def resume_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(schedule_out(container.schedules.resume(principal, name)))
+def resume_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_out(container.schedules.resume(principal, name), roots))
 
 
 @router.delete("/{name}", status_code=204, summary="Delete a schedule (its jobs stay)")
