@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @dataclass
@@ -19,3 +24,51 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return 29_000
+
+
+class Together:
+    """A registry whose `method` each thread enters only once `parties` threads have reached
+    it: whatever a caller read before its write, every other caller read too. That is the
+    moment a guard made of a read and a later write loses (both callers pass the check, both
+    write); a guard that is one atomic write refuses one of them. A thread's later calls of
+    `method` go straight through."""
+
+    def __init__(self, registry: object, method: str, parties: int, timeout_s: float = 10.0) -> None:
+        self._registry = registry
+        self._method = method
+        self._barrier = threading.Barrier(parties, timeout=timeout_s)
+        self._waited = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._registry, name)
+        if name != self._method:
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not getattr(self._waited, "done", False):
+                self._waited.done = True
+                self._barrier.wait()
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def at_once(*calls: Callable[[], Any]) -> list[Any]:
+    """Run each call on a thread of its own, all released together: what each returned, or
+    the exception it raised, in the order given."""
+    start = threading.Barrier(len(calls))
+    outcomes: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            outcomes[index] = calls[index]()
+        except Exception as exc:  # the outcome under test
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes

@@ -12,6 +12,7 @@ from sluice.api.app import create_app
 from sluice.domain.errors import Conflict, Forbidden, Unauthenticated
 from sluice.wiring import Container
 from tests.integration.conftest import auth
+from tests.support import Together, at_once
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -68,6 +69,27 @@ def test_the_last_admin_key_of_a_tenant_cannot_be_revoked(container: Container) 
     assert client.delete(f"/api/v1/keys/{only.key_id}", headers=auth(key)).status_code == 200
     assert client.get("/api/v1/keys", headers=auth(key)).status_code == 401
     assert second.active
+
+
+def test_two_admin_keys_revoking_each_other_at_once_leave_the_tenant_one(settings: Settings) -> None:
+    """Two workers of `sluice serve`, each asked by one of the tenant's two admin keys to
+    revoke the other, and each past whatever it reads before its write (`Together`): one
+    revoke goes through, the other is a 409 naming `key_id`, and the winner's key still works."""
+    made = Container.from_settings(settings)
+    one, one_key = made.keys.create("acme", ["admin"])
+    two, two_key = made.keys.create("acme", ["admin"])
+    meeting = Together(made.registry, "revoke_api_key", parties=2)
+    first, second = (TestClient(create_app(Container(settings, meeting, made.store, made.runtimes))) for _ in range(2))  # type: ignore[arg-type]
+    answers = at_once(
+        lambda: first.delete(f"/api/v1/keys/{two.key_id}", headers=auth(one_key)),
+        lambda: second.delete(f"/api/v1/keys/{one.key_id}", headers=auth(two_key)),
+    )
+    assert sorted(r.status_code for r in answers) == [200, 409], [r.text for r in answers]
+    refused = next(r for r in answers if r.status_code == 409)
+    assert refused.json()["field"] == "key_id"
+    kept, kept_key = (one, one_key) if answers[0].status_code == 200 else (two, two_key)
+    assert [k.key_id for k in made.registry.list_api_keys("acme") if k.active] == [kept.key_id]
+    assert first.get("/api/v1/keys", headers=auth(kept_key)).status_code == 200
 
 
 def test_the_registry_file_is_readable_by_its_owner_only(container: Container) -> None:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
+from sluice.domain.errors import Unprocessable
+from sluice.registry.guards import MAX_REFS_READ
+from sluice.services.deployments import RECHECKS
+from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 from tests.integration.traffic_fakes import SleepyRuntime, add_fake
+from tests.support import Together, at_once
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
-    from sluice.wiring import Container
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 
@@ -275,6 +280,89 @@ def test_references_resolve_and_cycles_are_rejected(client: TestClient, keys: di
     r = deploy(client, key, "iris", {"kind": "ref", "deployment": "back"}, update=True)
     assert r.status_code == 422 and "cycle" in r.json()["error"] and "iris -> back -> front -> iris" in r.json()["error"]
     assert deploy(client, key, "selfish", {"kind": "ref", "deployment": "selfish"}).status_code == 422
+
+
+def test_two_updates_that_would_close_a_cycle_at_once_store_none(demo: Container, keys: dict[str, str]) -> None:
+    """p -> q and q -> p, through two workers at the same moment, each past its cycle check
+    before either writes (`Together`): one is stored, the other is checked again on what is
+    stored now and refused as the cycle it makes; both deployments still answer."""
+    key = keys["acme"]
+    meeting = Together(demo.registry, "update_deployment", parties=2)
+    first, second = (TestClient(create_app(Container(demo.settings, meeting, demo.store, demo.runtimes))) for _ in range(2))  # type: ignore[arg-type]
+    for name in ("p", "q"):
+        assert deploy(first, key, name, single("iris", 1)).status_code == 201
+    answers = at_once(
+        lambda: deploy(first, key, "p", {"kind": "ref", "deployment": "q"}, update=True),
+        lambda: deploy(second, key, "q", {"kind": "ref", "deployment": "p"}, update=True),
+    )
+    assert sorted(r.status_code for r in answers) == [200, 422], [r.text for r in answers]
+    refused = next(r for r in answers if r.status_code == 422)
+    assert refused.json()["field"] == "policy" and "cycle" in refused.json()["error"]
+    for name in ("p", "q"):
+        assert predict(first, key, name).status_code == 200
+        assert first.get(f"/v2/models/{name}", headers=auth(key)).status_code == 200
+
+
+class ChangesMeanwhile:
+    """A registry where, just before each of the first `times` updates of another deployment,
+    another writer changes `changed` (its description, a new revision): what a busy tenant's
+    admin might do between a policy's check and its write."""
+
+    def __init__(self, registry: Any, changed: str, times: int) -> None:
+        self._registry = registry
+        self._changed = changed
+        self.times = times
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._registry, name)
+
+    def update_deployment(self, deployment: Any, **kwargs: Any) -> Any:
+        if self.times and deployment.name != self._changed:
+            self.times -= 1
+            current = self._registry.get_deployment(deployment.tenant, self._changed)
+            self._registry.update_deployment(
+                replace(current, description=f"r{current.revision + 1}"), expected_revision=current.revision
+            )
+        return self._registry.update_deployment(deployment, **kwargs)
+
+
+@pytest.mark.parametrize(("times", "status"), [(1, 200), (RECHECKS, 409)])
+def test_an_update_whose_reference_changes_before_its_write_is_checked_again(
+    demo: Container, keys: dict[str, str], times: int, status: int
+) -> None:
+    """Checked again on what is stored now, it is written; a reference that changes before
+    every one of its writes leaves it a 409 naming `policy`, to try again."""
+    key = keys["acme"]
+    meanwhile = ChangesMeanwhile(demo.registry, "q", times)
+    client = TestClient(create_app(Container(demo.settings, meanwhile, demo.store, demo.runtimes)))  # type: ignore[arg-type]
+    for name in ("p", "q"):
+        assert deploy(client, key, name, single("iris", 1)).status_code == 201
+    r = deploy(client, key, "p", {"kind": "ref", "deployment": "q"}, update=True)
+    assert r.status_code == status, r.text
+    assert meanwhile.times == 0 and demo.registry.get_deployment("acme", "q").revision == 1 + times
+    history = [c.new_policy for c in demo.registry.deployment_history("acme", "p")]
+    if status == 200:
+        assert history == [single("iris", 1), {"kind": "ref", "deployment": "q"}]
+    else:
+        assert r.json()["field"] == "policy" and r.json()["code"] == "conflict"
+        assert history == [single("iris", 1)]
+
+
+def test_a_policy_reaching_more_deployments_than_one_write_can_rest_on_is_refused(demo: Container, acme: Principal) -> None:
+    def split_over(names: list[str]) -> dict[str, Any]:
+        variants = [{"name": f"v{i}", "weight": 1, "target": {"kind": "ref", "deployment": n}} for i, n in enumerate(names)]
+        return {"kind": "split", "variants": variants}
+
+    leaves = [f"leaf{i}" for i in range(MAX_REFS_READ)]
+    for name in leaves:
+        demo.deployments.create(acme, name, single("iris", 1))
+    hubs = [f"hub{i}" for i in range(MAX_REFS_READ // 16)]
+    for i, hub in enumerate(hubs):
+        demo.deployments.create(acme, hub, split_over(leaves[16 * i : 16 * (i + 1)]))
+    demo.deployments.create(acme, "most", split_over(hubs[:3] + leaves[48:61]))  # 3 hubs, 48 + 13 leaves: 64
+    with pytest.raises(Unprocessable) as refused:
+        demo.deployments.create(acme, "beyond", split_over(hubs))  # 64 leaves and their 4 hubs
+    assert refused.value.field == "policy" and str(MAX_REFS_READ) in refused.value.message
 
 
 def test_references_never_cross_tenants(client: TestClient, keys: dict[str, str]) -> None:

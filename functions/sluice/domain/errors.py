@@ -56,6 +56,11 @@ class Conflict(SluiceError):
     status, code = 409, "conflict"
 
 
+class StaleRead(Conflict):
+    """A write made on the strength of records read before it (a check's reads) found one of
+    them changed meanwhile, and was not made: decide again from a fresh read."""
+
+
 class PayloadTooLarge(SluiceError):
     status, code = 413, "payload_too_large"
 

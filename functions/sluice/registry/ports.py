@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
     from sluice.domain.schedules import Schedule
@@ -42,13 +44,23 @@ class ModelRegistry(Protocol):
 
 class DeploymentRegistry(Protocol):
     """Deployments and the history of their changes. Updates are optimistic: they name the
-    revision they replace."""
+    revision they replace. A create or an update may also rest on other deployments the
+    caller read to decide it (`refs_read`: a policy's references, followed to refuse a cycle):
+    it is stored only if each of them is still stored as it was read (same revision, same
+    `updated_at`; one deleted and created again is not the one read), checked in the same
+    atomic write. Otherwise nothing is stored and StaleRead (a Conflict, 409, naming `policy`)
+    says to decide again from a fresh read. At most `guards.MAX_REFS_READ` of them."""
 
-    def create_deployment(self, deployment: Deployment) -> Deployment: ...
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment: ...
     def get_deployment(self, tenant: str, name: str) -> Deployment: ...
     def list_deployments(self, tenant: str) -> list[Deployment]: ...
     def update_deployment(
-        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+        self,
+        deployment: Deployment,
+        *,
+        expected_revision: int,
+        note: dict[str, Any] | None = None,
+        refs_read: Iterable[Deployment] = (),
     ) -> Deployment:
         """Store `deployment` as revision `expected_revision + 1` and record the change (with
         `note`, why it was made, when a rollout made it)."""
@@ -72,8 +84,11 @@ class KeyRegistry(Protocol):
     def put_api_key(self, key: ApiKey) -> ApiKey: ...
     def get_api_key(self, key_id: str) -> ApiKey | None: ...
     def list_api_keys(self, tenant: str) -> list[ApiKey]: ...
-    def revoke_api_key(self, tenant: str, key_id: str) -> ApiKey:
-        """Revoke a key (again: a no-op returning the revoked key)."""
+    def revoke_api_key(self, tenant: str, key_id: str, *, keep_an_admin: bool = False) -> ApiKey:
+        """Revoke a key (again: a no-op returning the revoked key). With `keep_an_admin`, a
+        revoke that would leave the tenant no active admin key is refused (Conflict naming
+        `key_id`), decided in the same atomic write as the revoke: of two admin keys revoking
+        each other at once, one revoke is refused."""
         ...
 
 

@@ -1,4 +1,12 @@
-"""Deployments: the names clients call, each routing by a policy validated when saved."""
+"""Deployments: the names clients call, each routing by a policy validated when saved.
+
+A policy's checks (references resolve, no cycle, inputs agree, a cached route is
+deterministic) read the deployments it reaches; the write then rests on them
+(`refs_read`): the registry stores it only if each is still as it was read, in the same
+atomic write. When one changed meanwhile the write is checked again on what is stored now,
+so of two updates closing a cycle at once (p -> q, q -> p) one is stored and the other is
+refused as the cycle it makes (422 naming `policy`), never stored.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
-from sluice.domain.errors import BadRequest, Conflict, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, StaleRead, Unprocessable
 from sluice.domain.policy import (
     Ensemble,
     Mirror,
@@ -23,6 +31,7 @@ from sluice.domain.policy import (
     uncacheable,
     walk,
 )
+from sluice.registry.guards import MAX_REFS_READ
 from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic
@@ -38,6 +47,37 @@ if TYPE_CHECKING:
 
 MAX_GRAPH_DEPTH = 8
 KEEP: Any = object()  # `update(cache=KEEP)`: the deployment's cache setting stays as it is
+RECHECKS = 4  # checks of one change, when a deployment they read changes before the write
+
+
+class _Reads:
+    """The deployments a policy's checks read, each read once (every check sees the same
+    one), for the write to rest on."""
+
+    def __init__(self, registry: Registry, tenant: str) -> None:
+        self.registry = registry
+        self.tenant = tenant
+        self.found: dict[str, Deployment] = {}
+
+    def __call__(self, name: str) -> Deployment:
+        if name not in self.found:
+            if len(self.found) >= MAX_REFS_READ:
+                raise Unprocessable(f"policy reaches more than {MAX_REFS_READ} deployments", field="policy")
+            self.found[name] = require_found(self.registry.get_deployment, self.tenant, name, field="policy")
+        return self.found[name]
+
+
+def _rechecked(change: Callable[[], Deployment]) -> Deployment:
+    """Run `change` (read, check, write) again while its write is refused because a
+    deployment its checks read changed meanwhile: checked on what is stored now, it is
+    written or refused for what it is (a cycle: 422). After RECHECKS such refusals the
+    StaleRead itself (409 naming `policy`) tells the caller to try again."""
+    for _ in range(RECHECKS - 1):
+        try:
+            return change()
+        except StaleRead:
+            continue
+    return change()
 
 
 class DeploymentService:
@@ -54,14 +94,18 @@ class DeploymentService:
         self._before_stats = before_stats or (lambda: None)
 
     # Validation ----------------------------------------------------------------------------
-    def _validated(self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None) -> dict[str, Any]:
+    def _validated(
+        self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None
+    ) -> tuple[dict[str, Any], list[Deployment]]:
+        """The policy, checked, and the other deployments the checks read."""
         node = parse_policy(policy)
-        self._check_graph(tenant, name, node)
+        read = _Reads(self.registry, tenant)
+        self._check_graph(tenant, name, node, read)
         if cache is not None:
-            self._check_cacheable(tenant, node)
-        return policy_dict(node)
+            self._check_cacheable(node, read)
+        return policy_dict(node), list(read.found.values())
 
-    def _check_cacheable(self, tenant: str, node: Node) -> None:
+    def _check_cacheable(self, node: Node, read: _Reads) -> None:
         """A cached deployment's route must be deterministic, through its references too."""
         seen: set[str] = set()
         pending: list[tuple[str | None, Node]] = [(None, node)]
@@ -76,16 +120,14 @@ class DeploymentService:
             for ref in referenced_deployments(current):
                 if ref not in seen:
                     seen.add(ref)
-                    dep = require_found(self.registry.get_deployment, tenant, ref, field="policy")
-                    pending.append((ref, parse_policy(dep.policy)))
+                    pending.append((ref, parse_policy(read(ref).policy)))
 
-    def _check_graph(self, tenant: str, name: str, node: Node) -> None:
+    def _check_graph(self, tenant: str, name: str, node: Node, read: _Reads) -> None:
         nodes: dict[str, Node] = {name: node}
 
         def resolve(ref: str) -> Node:
             if ref not in nodes:
-                dep = require_found(self.registry.get_deployment, tenant, ref, field="policy")
-                nodes[ref] = parse_policy(dep.policy)
+                nodes[ref] = parse_policy(read(ref).policy)
             return nodes[ref]
 
         def visit(current: str, path: list[str]) -> None:
@@ -155,18 +197,22 @@ class DeploymentService:
         settings = check_cache(cache)
         captured = check_capture(capture)
         joined = check_batching(batching)
-        stored = self.registry.create_deployment(
-            Deployment(
+
+        def create() -> Deployment:
+            checked, read = self._validated(principal.tenant, name, policy, settings)
+            deployment = Deployment(
                 tenant=principal.tenant,
                 name=name,
-                policy=self._validated(principal.tenant, name, policy, settings),
+                policy=checked,
                 cache=settings,
                 batching=joined,
                 description=description,
                 updated_by=principal.subject,
                 capture=captured,
             )
-        )
+            return self.registry.create_deployment(deployment, refs_read=read)
+
+        stored = _rechecked(create)
         self._on_change(principal.tenant, name)
         return stored
 
@@ -186,8 +232,28 @@ class DeploymentService:
         """A new revision: `policy` (None keeps the current one) and `cache` (KEEP, the
         default, keeps the current setting; None turns the cache off), `capture` and `batching`
         likewise. `rollout` and `note` are the rollout controller's: a change of the policy by
-        anyone else pauses a running rollout, in the same revision."""
+        anyone else pauses a running rollout, in the same revision. A write refused because
+        a deployment the policy reaches changed meanwhile is decided again from a fresh read
+        (`_rechecked`)."""
         principal.require("admin")
+        changes = {"cache": cache, "capture": capture, "batching": batching, "rollout": rollout, "note": note}
+        stored = _rechecked(lambda: self._update(principal, name, policy, expected_revision, **changes))
+        self._on_change(principal.tenant, name)
+        return stored
+
+    def _update(
+        self,
+        principal: Principal,
+        name: str,
+        policy: dict[str, Any] | None,
+        expected_revision: int | None,
+        *,
+        cache: Any,
+        capture: Any,
+        batching: Any,
+        rollout: Any,
+        note: dict[str, Any] | None,
+    ) -> Deployment:
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
             raise Conflict(
@@ -201,9 +267,10 @@ class DeploymentService:
 
                 rollout, note = paused_by_change(rollout, principal.subject)
         joined = current.batching if batching is KEEP else check_batching(batching)
+        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings)
         updated = replace(
             current,
-            policy=self._validated(principal.tenant, name, current.policy if policy is None else policy, settings),
+            policy=checked,
             cache=settings,
             batching=joined,
             updated_at=now(),
@@ -211,9 +278,7 @@ class DeploymentService:
             rollout=rollout,
             capture=current.capture if capture is KEEP else check_capture(capture),
         )
-        stored = self.registry.update_deployment(updated, expected_revision=current.revision, note=note)
-        self._on_change(principal.tenant, name)
-        return stored
+        return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read)
 
     def promote(self, principal: Principal, name: str, mirror: str) -> Deployment:
         """Make a shadow mirror the primary. Other mirrors stay; the old primary goes."""

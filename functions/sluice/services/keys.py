@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sluice.caching import TTLCache
 from sluice.domain import SCOPES, ApiKey, Principal, check_name
-from sluice.domain.errors import BadRequest, Conflict, Forbidden, Unauthenticated
+from sluice.domain.errors import BadRequest, Forbidden, Unauthenticated
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -186,16 +186,12 @@ class KeyService:
         return self._active.put(key_id, record is not None and record.active)
 
     def revoke(self, principal: Principal, key_id: str) -> ApiKey:
-        """Revoke a key of the principal's tenant. The tenant's last active admin key stays:
-        revoking it would lock the tenant out."""
+        """Revoke a key of the principal's tenant. The tenant's last active admin key stays
+        (Conflict naming `key_id`): revoking it would lock the tenant out. The registry
+        decides that in the revoke's own atomic write, so two admin keys revoking each other
+        at once cannot both succeed."""
         principal.require("admin")
-        keys = self.registry.list_api_keys(principal.tenant)
-        target = next((k for k in keys if k.key_id == key_id), None)
-        if target is not None and target.active and "admin" in target.scopes:
-            admins = [k for k in keys if k.active and "admin" in k.scopes]
-            if len(admins) == 1:
-                raise Conflict("this is the tenant's last admin key; create another admin key first", field="key_id")
-        record = self.registry.revoke_api_key(principal.tenant, key_id)
+        record = self.registry.revoke_api_key(principal.tenant, key_id, keep_an_admin=True)
         if self.signal is not None:
             self.signal.bump()
         self._cache.clear()

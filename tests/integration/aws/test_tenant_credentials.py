@@ -143,3 +143,37 @@ def test_keys_are_created_listed_and_revoked_across_the_two_sets_of_credentials(
         assert revoked.revoked_at is not None
         assert registry.list_api_keys("acme")[0].revoked_at is not None
     assert registry.get_api_key("k1").revoked_at is not None  # the authorizer's read: own credentials
+
+
+def test_the_last_admin_key_is_kept_across_the_two_sets_of_credentials(tenant_role, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard's check rides on the listing copies (the tenant's credentials); the key item
+    the authorizer reads (the function's own) follows, and a revoke cut short between the two
+    is finished by the next one."""
+    from sluice.domain import ApiKey
+    from sluice.domain.errors import Conflict, Unavailable
+
+    arn, clients, _ = tenant_role
+    registry = DynamoRegistry(TABLE, clients=clients, region=REGION, tenant_role_arn=arn)
+    own = registry.key_table
+    send = own.send
+
+    def cut_short(operation: str, **params: Any) -> Any:
+        if operation == "update_item":
+            raise Unavailable("the registry is unavailable; try again")
+        return send(operation, **params)
+
+    with use_tenant("acme"):
+        for key_id in ("k1", "k2"):
+            registry.put_api_key(ApiKey(key_id, "acme", "f" * 64, frozenset({"admin"})))
+        monkeypatch.setattr(own, "send", cut_short)
+        with pytest.raises(Unavailable):
+            registry.revoke_api_key("acme", "k1", keep_an_admin=True)
+        monkeypatch.setattr(own, "send", send)
+        assert registry.get_api_key("k1").active  # type: ignore[union-attr]  # the caller was told it failed
+        revoked = registry.revoke_api_key("acme", "k1", keep_an_admin=True)
+        assert registry.get_api_key("k1") == revoked and not revoked.active
+        with pytest.raises(Conflict) as refused:
+            registry.revoke_api_key("acme", "k2", keep_an_admin=True)
+        assert refused.value.field == "key_id"
+        assert [k.key_id for k in registry.list_api_keys("acme") if k.active] == ["k2"]
+    assert registry.get_api_key("k2").active  # type: ignore[union-attr]

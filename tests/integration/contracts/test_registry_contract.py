@@ -7,16 +7,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from boto3.dynamodb.types import TypeSerializer
 from botocore.stub import Stubber
+from tests.support import at_once
 
 from sluice.clients import AwsClients
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
-from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, StaleRead, Unavailable
 from sluice.domain.jobs import BatchJob, ChunkResult
 from sluice.domain.schedules import Schedule
 from sluice.domain.signature import Signature, TensorSpec
@@ -326,6 +328,87 @@ def test_only_one_of_concurrent_updates_wins(registry: Registry) -> None:
     ]
 
 
+def ref(name: str) -> dict[str, Any]:
+    return {"kind": "ref", "deployment": name}
+
+
+def refs_of(policy: dict[str, Any]) -> list[str]:
+    return [policy["deployment"]] if policy["kind"] == "ref" else []
+
+
+def link(registry: Registry, tenant: str, name: str, target: str, checked: threading.Barrier) -> Deployment:
+    """What `DeploymentService.update` does to point `name` at `target`: read, refuse a cycle
+    (`target` leads back to `name`), then write on the strength of what was read. Every
+    thread is past its check before any writes (`checked`)."""
+    current = registry.get_deployment(tenant, name)
+    read: dict[str, Deployment] = {}
+    pending = [target]
+    while pending:
+        found = registry.get_deployment(tenant, pending.pop())
+        read[found.name] = found
+        if name in refs_of(found.policy):
+            raise AssertionError(f"{name} -> {target} would close a cycle")  # not with `checked` in place
+        pending += [r for r in refs_of(found.policy) if r not in read]
+    checked.wait()
+    return registry.update_deployment(
+        replace(current, policy=ref(target)), expected_revision=current.revision, refs_read=read.values()
+    )
+
+
+def cycle_in(registry: Registry, tenant: str) -> list[str] | None:
+    stored = {d.name: refs_of(d.policy) for d in registry.list_deployments(tenant)}
+    for start in stored:
+        path, current = [start], start
+        while stored.get(current):
+            current = stored[current][0]
+            if current in path:
+                return [*path, current]
+            path.append(current)
+    return None
+
+
+def test_links_written_at_once_never_close_a_cycle(registry: Registry) -> None:
+    """Rings of two or three deployments whose every link (p -> q) is checked, then written at
+    the same moment by a thread of its own, thirty times over: each check passed on what it
+    read, yet no cycle is stored; the links that rest on a read gone stale are refused."""
+    for round_ in range(30):
+        ring = [f"r{round_}-{i}" for i in range(2 + round_ % 2)]
+        for name in ring:
+            registry.create_deployment(Deployment(A, name, single("churn", 1)))
+        checked = threading.Barrier(len(ring))
+        outcomes = at_once(
+            *(partial(link, registry, A, name, ring[(i + 1) % len(ring)], checked) for i, name in enumerate(ring))
+        )
+        refused = [o for o in outcomes if not isinstance(o, Deployment)]
+        assert all(isinstance(o, StaleRead) and o.field == "policy" for o in refused), outcomes
+        assert 0 < len(refused) < len(ring), outcomes
+        assert cycle_in(registry, A) is None, cycle_in(registry, A)
+
+
+def test_a_write_resting_on_a_deployment_changed_deleted_or_created_again_is_refused(registry: Registry) -> None:
+    p = registry.create_deployment(Deployment(A, "p", single("churn", 1)))
+    q = registry.create_deployment(Deployment(A, "q", single("churn", 1)))
+
+    def point_p_at_q() -> Deployment:
+        return registry.update_deployment(replace(p, policy=ref("q")), expected_revision=1, refs_read=[q])
+
+    registry.update_deployment(replace(q, policy=single("churn", 2)), expected_revision=1)
+    raises(StaleRead, "policy", point_p_at_q)
+    registry.delete_deployment(A, "q")
+    raises(StaleRead, "policy", point_p_at_q)
+    again = registry.create_deployment(Deployment(A, "q", single("churn", 1)))
+    assert (again.revision, again.policy) == (q.revision, q.policy)  # another deployment all the same
+    raises(StaleRead, "policy", point_p_at_q)
+    raises(StaleRead, "policy", lambda: registry.create_deployment(Deployment(A, "r", ref("q")), refs_read=[q]))
+    assert registry.get_deployment(A, "p") == p
+    assert [d.name for d in registry.list_deployments(A)] == ["p", "q"]
+    assert [c.revision for c in registry.deployment_history(A, "p")] == [1]
+    # On what is stored now, both go through; the deployment written may be among what was read.
+    stored = registry.update_deployment(replace(p, policy=ref("q")), expected_revision=1, refs_read=[again, p])
+    assert stored.revision == 2 and registry.get_deployment(A, "p").policy == ref("q")
+    assert registry.create_deployment(Deployment(A, "r", ref("p")), refs_read=[stored, again]).revision == 1
+
+
 def test_history_records_every_change_old_to_new(registry: Registry) -> None:
     first = registry.create_deployment(
         Deployment(A, "scoring", single("churn", 1), updated_by="key-1")
@@ -470,6 +553,38 @@ def test_revoke_is_idempotent_and_tenant_scoped(registry: Registry) -> None:
     assert registry.get_api_key("sk_a") == revoked
     assert registry.list_api_keys(A) == [revoked]
     assert registry.revoke_api_key(A, "sk_a") == revoked
+
+
+def test_the_last_active_admin_key_is_kept_when_asked(registry: Registry) -> None:
+    registry.put_api_key(key_of("sk_a"))
+    registry.put_api_key(replace(key_of("sk_p"), scopes=frozenset({"predict"})))
+    registry.put_api_key(key_of("sk_b", tenant=B))  # another tenant's admin key does not count
+    raises(Conflict, "key_id", lambda: registry.revoke_api_key(A, "sk_a", keep_an_admin=True))
+    assert registry.get_api_key("sk_a").active  # type: ignore[union-attr]
+    assert not registry.revoke_api_key(A, "sk_p", keep_an_admin=True).active  # not an admin key
+    registry.put_api_key(key_of("sk_c"))
+    revoked = registry.revoke_api_key(A, "sk_a", keep_an_admin=True)
+    assert not revoked.active
+    assert registry.revoke_api_key(A, "sk_a", keep_an_admin=True) == revoked  # again: a no-op
+    raises(Conflict, "key_id", lambda: registry.revoke_api_key(A, "sk_c", keep_an_admin=True))
+    assert [k.key_id for k in registry.list_api_keys(A) if k.active] == ["sk_c"]
+    assert registry.get_api_key("sk_c").active  # type: ignore[union-attr]
+
+
+def test_admin_keys_revoked_all_at_once_leave_exactly_one(registry: Registry) -> None:
+    """Three admin keys of a tenant, each revoked at the same moment by a thread of its own,
+    thirty times over: two revokes go through, one is refused, one admin key stays."""
+    for round_ in range(30):
+        tenant = f"t{round_}"
+        ids = [f"sk_{round_}_{i}" for i in range(3)]
+        for key_id in ids:
+            registry.put_api_key(key_of(key_id, tenant=tenant))
+        outcomes = at_once(*(partial(registry.revoke_api_key, tenant, k, keep_an_admin=True) for k in ids))
+        refused = [o for o in outcomes if not isinstance(o, ApiKey)]
+        assert len(refused) == 1 and isinstance(refused[0], Conflict) and refused[0].field == "key_id", outcomes
+        active = [k.key_id for k in registry.list_api_keys(tenant) if k.active]
+        assert len(active) == 1, active
+        assert registry.get_api_key(active[0]).active  # type: ignore[union-attr]
 
 
 # Batch jobs -----------------------------------------------------------------------------
@@ -787,6 +902,37 @@ def test_dynamodb_update_that_lost_a_race_is_a_conflict(dynamodb: Any) -> None:
         single("churn", 1),
         single("churn", 2),
     ]
+
+
+def test_dynamodb_write_whose_reference_changed_after_the_registry_read_is_refused(dynamodb: Any) -> None:
+    """q -> p lands between the registry's own reads for p -> q and its write."""
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    p = other.create_deployment(Deployment(A, "p", single("churn", 1)))
+    q = other.create_deployment(Deployment(A, "q", single("churn", 1)))
+    registry = racing(
+        dynamodb,
+        "transact_write_items",
+        lambda: other.update_deployment(replace(q, policy=ref("p")), expected_revision=1, refs_read=[p]),
+    )
+    stale = lambda: registry.update_deployment(replace(p, policy=ref("q")), expected_revision=1, refs_read=[q])  # noqa: E731
+    raises(StaleRead, "policy", stale)
+    assert other.get_deployment(A, "p") == p
+    assert other.get_deployment(A, "q").policy == ref("p")
+
+
+def test_dynamodb_revoke_whose_other_admin_key_was_revoked_meanwhile_is_refused(dynamodb: Any) -> None:
+    """sk_b's revoke lands between the reads of sk_a's revoke (sk_b active: sk_a may go) and
+    its write."""
+    other = DynamoRegistry("sluice-registry", client=dynamodb)
+    other.put_api_key(key_of("sk_a"))
+    other.put_api_key(key_of("sk_b"))
+    registry = racing(
+        dynamodb, "transact_write_items", lambda: other.revoke_api_key(A, "sk_b", keep_an_admin=True)
+    )
+    raises(Conflict, "key_id", lambda: registry.revoke_api_key(A, "sk_a", keep_an_admin=True))
+    assert [k.key_id for k in other.list_api_keys(A) if k.active] == ["sk_a"]
+    assert other.get_api_key("sk_a").active  # type: ignore[union-attr]
+    assert not other.get_api_key("sk_b").active  # type: ignore[union-attr]
 
 
 def test_dynamodb_update_after_a_delete_and_recreate_records_the_right_old_policy(

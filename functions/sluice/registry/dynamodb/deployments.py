@@ -5,6 +5,12 @@ the history counter and the new history entry, conditioned on the counter value 
 before (and on the entry's key being free); writes to one deployment therefore serialize,
 history order is commit order even across a delete and re-create, and a write that lost a race
 is decided again from a fresh read.
+
+A write that rests on other deployments read before it (`refs_read`) carries, in the same
+transaction, a ConditionCheck on each: still there, at the revision and with the time of last
+write that were read. Two writes that each read what the other changes (p -> q and q -> p)
+cannot both commit; the one cancelled raises StaleRead, as the registry cannot decide again
+on its own what its caller's check would say now.
 """
 
 from __future__ import annotations
@@ -16,17 +22,26 @@ from sluice.domain import DeploymentChange, now
 from sluice.domain.errors import Conflict, NotFound
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, absent, condition, item, key, marshal, unmarshal
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    absent,
+    condition,
+    item,
+    key,
+    marshal,
+    unmarshal,
+)
+from sluice.registry.guards import changed_meanwhile, others_read
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from sluice.domain import Deployment
 
 
-
 class DynamoDeployments(Part):
-    def create_deployment(self, deployment: Deployment) -> Deployment:
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
         stored = replace(deployment, revision=1)
 
         def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
@@ -35,7 +50,7 @@ class DynamoDeployments(Part):
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
             return put, _recorded(stored, None)
 
-        self._change(stored.tenant, stored.name, change)
+        self._change(stored.tenant, stored.name, change, others_read(stored.name, refs_read))
         return stored
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
@@ -49,7 +64,12 @@ class DynamoDeployments(Part):
         return [DEPLOYMENT.load(d) for d in found]
 
     def update_deployment(
-        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+        self,
+        deployment: Deployment,
+        *,
+        expected_revision: int,
+        note: dict[str, Any] | None = None,
+        refs_read: Iterable[Deployment] = (),
     ) -> Deployment:
         stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
 
@@ -71,7 +91,7 @@ class DynamoDeployments(Part):
             }
             return put, _recorded(stored, current, note)
 
-        self._change(stored.tenant, stored.name, change)
+        self._change(stored.tenant, stored.name, change, others_read(stored.name, refs_read))
         return stored
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
@@ -129,12 +149,15 @@ class DynamoDeployments(Part):
         tenant: str,
         name: str,
         change: Callable[[Deployment | None], tuple[dict[str, Any], DeploymentChange]],
+        refs_read: list[Deployment] | None = None,
     ) -> None:
         """Write a deployment and its history entry at once; `change` decides from the current
-        deployment (or None) and raises NotFound/Conflict when the write must not happen."""
+        deployment (or None) and raises NotFound/Conflict when the write must not happen.
+        Each of `refs_read` must be stored still as it was read, or StaleRead."""
         history_pk = layout.deployment_pk(tenant, name)
         deployment_key = key(layout.tenant(tenant), layout.deployment_sk(name))
         counter_key = key(history_pk, layout.HISTORY_COUNTER)
+        unchanged = [self._as_read(tenant, seen) for seen in refs_read or ()]
 
         def step() -> None:
             read = self.table.send(
@@ -158,12 +181,32 @@ class DynamoDeployments(Part):
                 "Item": item(history_pk, layout.history_sk(seq + 1), CHANGE.dump(entry)),
                 **absent(),
             }
-            self.table.send(
-                "transact_write_items",
-                TransactItems=[write, {"Put": counter_write}, {"Put": entry_write}],
-            )
+            own = [write, {"Put": counter_write}, {"Put": entry_write}]
+            try:
+                self.table.send("transact_write_items", TransactItems=[*own, *unchanged])
+            except Refused as refused:
+                # Cancellation reasons come item by item, in the order sent.
+                for seen, reason in zip(refs_read or (), refused.reasons[len(own) :], strict=False):
+                    if reason == "ConditionalCheckFailed":
+                        raise changed_meanwhile(seen.name) from None
+                raise
 
         self.table.optimistic(step)
+
+    def _as_read(self, tenant: str, seen: Deployment) -> dict[str, Any]:
+        """A transaction's check that `seen` is stored still as it was read (a deployment
+        deleted and created again starts at revision 1 again, at another time)."""
+        return {
+            "ConditionCheck": {
+                "TableName": self.table.name,
+                "Key": key(layout.tenant(tenant), layout.deployment_sk(seen.name)),
+                **condition(
+                    "#rev = :rev AND #at = :at",
+                    {"#rev": "revision", "#at": "updated_at"},
+                    {":rev": seen.revision, ":at": seen.updated_at},
+                ),
+            }
+        }
 
 
 def _recorded(dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> DeploymentChange:

@@ -1,8 +1,10 @@
 """Deployments and their change history in SQLite: a deployment and its history entry are
-written in one transaction, so history order is commit order."""
+written in one transaction, so history order is commit order; the deployments a write rests
+on (`refs_read`) are compared with what is stored in that same transaction."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -10,17 +12,22 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import DeploymentChange, now
 from sluice.domain.errors import Conflict, NotFound
 from sluice.registry.codec import CHANGE, DEPLOYMENT
+from sluice.registry.guards import changed_meanwhile, others_read
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from sluice.domain import Deployment
 
 
 class SqliteDeployments(Part):
-    def create_deployment(self, deployment: Deployment) -> Deployment:
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
         stored = replace(deployment, revision=1)
+        others = others_read(stored.name, refs_read)
         try:
             with self.db.tx() as db:
+                _unchanged(db, stored.tenant, others)
                 db.execute(
                     "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, 1, ?)",
                     (stored.tenant, stored.name, DEPLOYMENT.to_json(stored)),
@@ -41,9 +48,15 @@ class SqliteDeployments(Part):
         return [DEPLOYMENT.load(d) for d in docs]
 
     def update_deployment(
-        self, deployment: Deployment, *, expected_revision: int, note: dict[str, Any] | None = None
+        self,
+        deployment: Deployment,
+        *,
+        expected_revision: int,
+        note: dict[str, Any] | None = None,
+        refs_read: Iterable[Deployment] = (),
     ) -> Deployment:
         stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
+        others = others_read(stored.name, refs_read)
         with self.db.tx() as db:
             old = _current(db, deployment.tenant, deployment.name)
             if old.revision != expected_revision:
@@ -51,6 +64,7 @@ class SqliteDeployments(Part):
                     f"deployment '{deployment.name}' is at revision {old.revision}, not {expected_revision}",
                     field="revision",
                 )
+            _unchanged(db, stored.tenant, others)
             db.execute(
                 "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",
                 (stored.revision, DEPLOYMENT.to_json(stored), stored.tenant, stored.name),
@@ -77,6 +91,17 @@ class SqliteDeployments(Part):
             "OR json_extract(doc, '$.rollout.endpoint.pending') = 1 ORDER BY tenant, name"
         ).fetchall()
         return [(tenant, name) for tenant, name in rows]
+
+
+def _unchanged(db: sqlite3.Connection, tenant: str, refs_read: list[Deployment]) -> None:
+    """StaleRead unless each deployment read is stored still as it was: same revision, same
+    time of its last write (one deleted and created again starts at revision 1 again)."""
+    for seen in refs_read:
+        row = db.execute(
+            "SELECT revision, doc FROM deployments WHERE tenant = ? AND name = ?", (tenant, seen.name)
+        ).fetchone()
+        if row is None or row[0] != seen.revision or json.loads(row[1]).get("updated_at") != seen.updated_at:
+            raise changed_meanwhile(seen.name)
 
 
 def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:

@@ -1,0 +1,55 @@
+"""The rules both registries keep inside the write they guard, so that no concurrent writer
+can get between the check and the write: what each refuses, and with which error.
+
+- The last active admin key of a tenant (`revoke_api_key(..., keep_an_admin=True)`): a revoke
+  of an active admin key goes through only if another admin key of the tenant is active when
+  it is written. SQLite checks and writes in one `BEGIN IMMEDIATE` transaction; DynamoDB's
+  revoke transaction carries a ConditionCheck that the other admin key is still not revoked,
+  so two keys revoking each other cannot both commit.
+- What a write was decided on (`create_deployment`/`update_deployment(..., refs_read=...)`):
+  the deployments the caller's checks read (a policy's references, followed to find cycles)
+  must be stored still as they were read — same revision, same time of last write, so that
+  a deployment deleted and created again does not pass for the one that was read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, StaleRead
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sluice.domain import ApiKey, Deployment
+
+# A DynamoDB transaction holds at most 100 items; a deployment write uses 3 of its own.
+MAX_REFS_READ = 64
+
+
+def is_active_admin(key: ApiKey) -> bool:
+    return key.active and "admin" in key.scopes
+
+
+def another_active_admin(keys: Iterable[ApiKey], key_id: str) -> ApiKey | None:
+    """An active admin key among `keys` (one tenant's) other than `key_id`, or None."""
+    return next((k for k in keys if k.key_id != key_id and is_active_admin(k)), None)
+
+
+def last_admin_key() -> Conflict:
+    return Conflict("this is the tenant's last admin key; create another admin key first", field="key_id")
+
+
+def others_read(name: str, refs_read: Iterable[Deployment]) -> list[Deployment]:
+    """The deployments read besides `name` itself (whose own revision the write names)."""
+    others = {d.name: d for d in refs_read if d.name != name}
+    if len(others) > MAX_REFS_READ:
+        raise ValueError(f"a write can rest on at most {MAX_REFS_READ} deployments read, not {len(others)}")
+    return list(others.values())
+
+
+def changed_meanwhile(name: str) -> StaleRead:
+    return StaleRead(
+        f"deployment '{name}', which the policy reaches, changed while the policy was checked; try again",
+        field="policy",
+    )
