@@ -1,6 +1,6 @@
 """The posted form of an upload (`POST /api/v1/uploads/{id}/body`, no API key) read as it
 streams, over raw ASGI so that what the route reads of the body is counted: malformed forms
-are 400s naming the problem with nothing logged at ERROR; nothing after the closing boundary
+are 400s naming the problem with nothing logged at WARNING or above; nothing after the closing boundary
 is read; bounds are applied as soon as the bytes pass them; a slow body is a 408; a client that
 leaves is one INFO line; and no partial body is ever kept."""
 
