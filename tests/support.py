@@ -72,3 +72,21 @@ def at_once(*calls: Callable[[], Any]) -> list[Any]:
     for thread in threads:
         thread.join()
     return outcomes
+
+
+FORM_BOUNDARY = "b0undary"
+
+
+def form_part(name: str, value: bytes, extra: str = "") -> bytes:
+    """One part of multipart/form-data, its boundary before it."""
+    return f'--{FORM_BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n'.encode() + value + b"\r\n"
+
+
+def upload_form(fields: dict[str, str], data: bytes | None, *, after: dict[str, str] | None = None) -> bytes:
+    """An upload's form as S3 takes it (multipart/form-data, boundary `FORM_BOUNDARY`): the
+    fields, the body as `file` (None: no file), any fields `after` it, the closing boundary."""
+    parts = [form_part(k, v.encode()) for k, v in fields.items()]
+    if data is not None:
+        parts.append(form_part("file", data, '; filename="body"\r\nContent-Type: application/octet-stream'))
+    parts += [form_part(k, v.encode()) for k, v in (after or {}).items()]
+    return b"".join(parts) + f"--{FORM_BOUNDARY}--\r\n".encode()

@@ -234,6 +234,21 @@ class Settings(BaseSettings):
         le=7 * 24 * 3600,
         description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted.",
     )
+    upload_body_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="`sluice serve`: seconds an upload's form (`POST /api/v1/uploads/{id}/body`, posted without "
+        "an API key) has to arrive, plus one more for every `SLUICE_UPLOAD_BODY_MIN_RATE` bytes received; a slower "
+        "client (one trickling its body) is answered 408 and cut off, and nothing of its body is kept. On AWS, S3 "
+        "takes the form.",
+    )
+    upload_body_min_rate: int = Field(
+        default=16 * 1024,
+        gt=0,
+        description="`sluice serve`: the rate an upload's form must keep up, in bytes a second: each that many "
+        "bytes received give it one more second beyond `SLUICE_UPLOAD_BODY_TIMEOUT_S`, so a client at least this "
+        "fast is never cut off.",
+    )
     upload_ttl_s: int = Field(
         default=3600,
         ge=60,

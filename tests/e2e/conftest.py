@@ -25,15 +25,13 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) -> Iterator[tuple[int, str]]:
-    """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key)."""
+    """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key). Its
+    output is piped unless `popen` says where (`stdout=` a file, to read its log)."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice.cli", "serve", "--port", str(port), *args],
         env={**env, "SLUICE_HOME": str(home)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        **popen,
+        **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen},
     )
     try:
         deadline = time.monotonic() + 60

@@ -23,6 +23,7 @@ ERROR_MEANINGS = {
     401: "Missing or invalid API key",
     403: "The key's scope or tenant does not allow this",
     404: "No such resource in this tenant",
+    408: "The body did not arrive in time; the connection is closed",
     409: "The resource is in use, exists already, or changed meanwhile",
     413: "The body is over the request size limit",
     422: "A path, query or body value does not fit the schema",

@@ -52,6 +52,12 @@ class NotFound(SluiceError):
     status, code = 404, "not_found"
 
 
+class RequestTimeout(SluiceError):
+    """A body that did not arrive in time: the connection is closed after the answer."""
+
+    status, code = 408, "request_timeout"
+
+
 class Conflict(SluiceError):
     status, code = 409, "conflict"
 

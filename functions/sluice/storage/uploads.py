@@ -160,10 +160,14 @@ class FolderUploads:
 
     def check_form(self, upload_id: str, fields: dict[str, str]) -> tuple[Path, int, int]:
         """What a posted form may write, as S3 checks a POST policy: its signature, its
-        expiry and each condition. The body's path and the least and most bytes it may hold."""
+        expiry and each condition. The body's path and the least and most bytes it may hold.
+        A form without one of the fields every form has is malformed (400), not forbidden."""
+        for name in ("key", "policy", SIGNATURE_FIELD):
+            if name not in fields:
+                raise _no_field(name)
         encoded = fields.get("policy", "")
         given = fields.get(SIGNATURE_FIELD, "")
-        if not encoded or not given or not hmac.compare_digest(self._sign(encoded), given):
+        if not (encoded and given and encoded.isascii() and given.isascii()) or not hmac.compare_digest(self._sign(encoded), given):
             raise Forbidden("the upload form's signature does not match its policy", field="policy")
         try:
             policy = json.loads(base64.b64decode(encoded, validate=True))
@@ -179,7 +183,9 @@ class FolderUploads:
                 least, most = int(condition[1]), int(condition[2])
             elif isinstance(condition, dict):
                 ((name, value),) = condition.items()
-                if fields.get(name) != value:
+                if name not in fields:
+                    raise _no_field(name)
+                if fields[name] != value:
                     raise Forbidden(f"the form's {name} does not match its policy", field=name)
         key = fields.get("key", "")
         parts = key.split("/")
@@ -200,6 +206,10 @@ class FolderUploads:
         finally:
             sink.fh.close()
             partial.unlink(missing_ok=True)
+
+
+def _no_field(name: str) -> BadRequest:
+    return BadRequest(f"the form has no `{name}` field: send the upload's fields as they are, before the file", field=name)
 
 
 class BodyWriter:
