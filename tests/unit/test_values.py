@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sluice.batch.specs import ExecutionSpec
 from sluice.domain.errors import InvalidRequest
 from sluice.domain.values import (
     EARLIEST_TIME,
@@ -165,3 +166,12 @@ def test_a_duration_ago_where_the_field_takes_one() -> None:
     # Absolute forms are read the same with or without `now`.
     assert parse_time("2026-11-26T14:00Z", field="since", now=0.0) == NOW
 
+
+def test_a_scheduled_time_reads_through_the_same_parser() -> None:
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": "s3://b/in/{date}.csv", "timezone": "Pacific/Kiritimati"}
+    assert ExecutionSpec.parse({**spec, "scheduled_time": "2026-11-26T14:00:00Z"}).input_uri == "s3://b/in/2026-11-27.csv"
+    # The last day of the year 9999 in UTC is the year 10000 at UTC+14: it used to overflow.
+    for bad in ("9999-12-31T23:00:00Z", "2026-11-26T14:00:00 ", 1e308, True):
+        with pytest.raises(InvalidRequest) as caught:
+            ExecutionSpec.parse({**spec, "scheduled_time": bad})
+        assert caught.value.field == "scheduled_time"
