@@ -18,6 +18,7 @@ from typing import Any
 from sluice.domain import check_name
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import CatalogTarget, check_format
+from sluice.domain.values import parse_time as parse_time_value
 
 PLACEHOLDERS = ("date", "hour", "minute", "year", "month", "day", "time", "timestamp")
 SPEC_FIELDS = frozenset(
@@ -84,15 +85,10 @@ def render(template: str, when: datetime, tz: str = "UTC") -> str:
     return template.format_map(values)
 
 
-def parse_time(value: str, *, field: str = "scheduled_time") -> datetime:
-    """An ISO 8601 time, as EventBridge Scheduler writes `<aws.scheduler.scheduled-time>`."""
-    if not isinstance(value, str):
-        raise BadRequest(f"{field} must be an ISO 8601 time", field=field)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadRequest(f"{field} must be an ISO 8601 time, not {value!r}", field=field) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+def parse_time(value: Any, *, field: str = "scheduled_time") -> datetime:
+    """A time as every door reads one (`sluice.domain.values.parse_time`): RFC 3339, as
+    EventBridge Scheduler writes `<aws.scheduler.scheduled-time>`, or epoch seconds."""
+    return datetime.fromtimestamp(parse_time_value(value, field=field), UTC)
 
 
 @dataclass(frozen=True, slots=True)

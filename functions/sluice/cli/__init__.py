@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SluiceError as exc:
-        where = f" [{exc.field}]" if exc.field else ""
+        # A message that starts with its field (the API's own form, `since: …`) is printed as it is.
+        where = f" [{exc.field}]" if exc.field and not exc.message.startswith(f"{exc.field}: ") else ""
         print(f"error{where}: {exc.message}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Principal
 from sluice.domain.errors import SluiceError
+from sluice.domain.values import parse_version
 
 if TYPE_CHECKING:
     import argparse
@@ -65,7 +66,8 @@ def count(text: str) -> int:
 
 
 def version_number(text: str) -> int:
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("a version is a positive integer")
-    return value
+    """A version, as every door reads it (`sluice.domain.values`)."""
+    try:
+        return parse_version(text, field="version")
+    except SluiceError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None

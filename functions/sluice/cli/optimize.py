@@ -6,16 +6,18 @@ import argparse
 from typing import TYPE_CHECKING
 
 from sluice.cli.common import get_container, operator, print_json, table
+from sluice.domain.errors import SluiceError
+from sluice.domain.values import parse_model_ref
 
 if TYPE_CHECKING:
     from typing import Any
 
 
-def _ref(text: str) -> tuple[str, str]:
-    name, _, version = text.partition(":")
-    if not name:
-        raise argparse.ArgumentTypeError("give MODEL or MODEL:VERSION (a number or 'latest')")
-    return name, version or "latest"
+def _ref(text: str) -> tuple[str, int | str]:
+    try:
+        return parse_model_ref(text, field="ref")
+    except SluiceError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _fraction(text: str) -> float:

@@ -34,7 +34,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def add_replay_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("replay", help="run a deployment's captured requests against a candidate and compare")
     p.add_argument("name", help="the deployment whose captured requests to replay")
-    p.add_argument("--since", required=True, help="ISO 8601 (UTC unless it says), or a duration ago: 2h, 30m")
+    p.add_argument("--since", required=True, help="RFC 3339 (UTC unless it names a zone), or a duration ago: 2h, 30m")
     p.add_argument("--until", default=None, help="the same forms; default now")
     p.add_argument("--against", required=True, metavar="TARGET", help="MODEL:VERSION or a deployment name")
     p.add_argument("--json", action="store_true", help="print JSON")

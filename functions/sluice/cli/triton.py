@@ -68,11 +68,10 @@ def cmd_triton_status(args: argparse.Namespace) -> int:
     return 0 if info.get("running") else 1
 
 
-def _version_ref(ref: str) -> tuple[str, str]:
-    name, _, version = ref.partition(":")
-    if not name:
-        raise BadRequest("give the version as MODEL or MODEL:VERSION (a number or 'latest')", field="version")
-    return name, version or "latest"
+def _version_ref(ref: str) -> tuple[str, int | str]:
+    from sluice.domain.values import parse_model_ref
+
+    return parse_model_ref(ref, field="version")
 
 
 def cmd_triton_repo(args: argparse.Namespace) -> int:

@@ -1,48 +1,245 @@
-"""The numbers a client may send, as one annotated type per kind of value: path parameters,
-query values and body fields all validate through these, so every door says the same thing.
+"""The values a client may send as times, versions and other whole numbers: one parser per kind,
+and one annotated type per kind that runs it. Path parameters, query values, body fields, the
+CLI's arguments and the services' own arguments all go through these, so every door takes the
+same spellings and says the same thing about the rest (a 422 naming the field).
 
-A number is written in ASCII digits (Python's `int()` also reads `٣` and `³`; a URL must not)
-and fits in 63 bits, what SQLite and DynamoDB can hold.
+Versions (and revisions) are whole numbers from 1 to 2**63 - 1, what SQLite's INTEGER and a
+64-bit DynamoDB number both hold. Written as text they are ASCII digits without sign,
+spaces or leading zeros (Python's `int()` also reads ` +٣_0 `; a URL must have one spelling);
+as JSON they are integers (`1.0` and `1e3` are floats there, and refused).
+
+Times are instants from 1970-01-01T00:00:00Z to 9999-12-30T00:00:00Z, chosen so that every
+conversion made downstream (a `datetime` in any time zone, `isoformat`, `strftime`, an hour
+added by the capture reader, SQLite REAL, a DynamoDB number) stays within what it can hold.
+A time is written as
+- RFC 3339: `2026-11-26T14:00:00Z`, `2026-11-26T15:00:00.5+01:00`; seconds and the zone may be
+  left out (`2026-11-26T14:00`: a time without a zone is UTC), `T` may be `t` or a space, and a
+  date alone is its midnight, UTC;
+- epoch seconds: a JSON number, whole or not (never NaN, an infinity, true or false); as text
+  digits would be read as a date by some and as seconds by others, so text is RFC 3339 only;
+- where the field says so, a duration ago: a number and a unit, `90s`, `30m`, `2h`, `1.5d`.
+Text is taken as written: surrounding spaces are refused, like any other character.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Any
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, StrictInt
+from pydantic import BeforeValidator, Field, StrictInt, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from sluice.domain.errors import InvalidRequest
 
 MAX_NUMBER = 2**63 - 1
-_DIGITS = re.compile(r"[0-9]{1,19}")  # [0-9], not \d: \d matches every script's digits
+EARLIEST_TIME = 0  # 1970-01-01T00:00:00Z, in epoch seconds
+LATEST_TIME = 253_402_128_000  # 9999-12-30T00:00:00Z: a day short of what `datetime` holds
+TIME_RANGE = "1970-01-01T00:00:00Z to 9999-12-30T00:00:00Z"
+
+_NUMBER = re.compile(r"[1-9][0-9]{0,18}")  # [0-9], not \d: \d matches every script's digits
+_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")  # a model's name, as `check_name` takes it
+_AGO = re.compile(r"(?P<n>[0-9]{1,12}(?:\.[0-9]{1,9})?)(?P<unit>[smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_RFC3339 = re.compile(
+    r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})"
+    r"(?:[Tt ](?P<hour>[0-9]{2}):(?P<minute>[0-9]{2})(?::(?P<second>[0-9]{2})(?:\.(?P<fraction>[0-9]{1,9}))?)?"
+    r"(?P<zone>[Zz]|[+-][0-9]{2}:[0-9]{2})?)?"
+)
+_EPOCH_START = datetime(1970, 1, 1, tzinfo=UTC)
+VERSION_FORMS = f"a whole number from 1 to {MAX_NUMBER} (digits 0-9, no sign, spaces or leading zeros)"
+TIME_FORMS = (
+    "RFC 3339 such as 2026-11-26T14:00:00Z (UTC when it names no zone) or epoch seconds as a "
+    f"JSON number, from {TIME_RANGE}"
+)
 
 
-def _whole_number(value: Any) -> Any:
+class Refused(ValueError):
+    """Why a value is not what its field takes (the message without the field's name)."""
+
+
+def shown(value: Any) -> str:
+    """A value as the client wrote it, short: for messages."""
     if isinstance(value, bool):
-        raise ValueError("must be a whole number, not true or false")
-    if isinstance(value, str):
-        if not _DIGITS.fullmatch(value):
-            raise ValueError(f"must be a whole number written in the digits 0-9, at most {MAX_NUMBER}")
-        return int(value)
-    return value
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int) and value.bit_length() > 256:  # Python writes at most 4300 digits
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _version_or_latest(value: str) -> str:
-    if value != "latest" and not 1 <= int(value) <= MAX_NUMBER:
-        raise ValueError(f"must be 'latest' or a version from 1 to {MAX_NUMBER}")
-    return value
+def _refused(value: Any, what: str) -> Refused:
+    return Refused(f"a {what} is {VERSION_FORMS}, not {shown(value)}")
 
 
-# The range comes first: after the before-validator it would not reach the JSON schema.
-# A model version's number: in a path, a query or a body.
-VersionNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER), BeforeValidator(_whole_number)]
+# Versions and other whole numbers -------------------------------------------------------------
+def _number(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise _refused(value, what)
+    number = int(value) if isinstance(value, int) or _NUMBER.fullmatch(value) else 0
+    if not 1 <= number <= MAX_NUMBER:
+        raise _refused(value, what)
+    return number
+
+
+def _number_or_latest(value: Any, what: str) -> int | Literal["latest"]:
+    if value == "latest":
+        return "latest"
+    try:
+        return _number(value, what)
+    except Refused:
+        raise Refused(f"a {what} is 'latest' or {VERSION_FORMS}, not {shown(value)}") from None
+
+
+def _model_version(value: Any, latest: bool) -> tuple[str, int | Literal["latest"]]:
+    spelled = "MODEL:VERSION" + (" or MODEL (its latest)" if latest else "")
+    if not isinstance(value, str):
+        raise Refused(f"a model version is {spelled}, such as iris:2; not {shown(value)}")
+    model, sep, number = value.partition(":")
+    if not _MODEL.fullmatch(model) or not (sep or latest):
+        raise Refused(f"{shown(value)} is not {spelled}, such as iris:2 (a model's name is 1-63 characters of a-z, 0-9, '.', '_' or '-')")
+    if not sep:
+        return model, "latest"
+    try:
+        return model, (_number_or_latest(number, "version") if latest else _number(number, "version"))
+    except Refused as exc:
+        raise Refused(f"{shown(value)} is not {spelled}: {exc}") from None
+
+
+def parse_version(value: Any, *, field: str = "version", what: str = "version") -> int:
+    """A version (or revision) number from a JSON integer or its text; else a 422 naming `field`."""
+    try:
+        return _number(value, what)
+    except Refused as exc:
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
+
+
+def parse_version_or_latest(value: Any, *, field: str = "version") -> int | Literal["latest"]:
+    """A version number, or `latest`."""
+    try:
+        return _number_or_latest(value, "version")
+    except Refused as exc:
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
+
+
+def parse_model_version(value: Any, *, field: str) -> tuple[str, int]:
+    """`MODEL:VERSION` as (model, version number)."""
+    try:
+        model, number = _model_version(value, latest=False)
+    except Refused as exc:
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
+    return model, int(number)
+
+
+def parse_model_ref(value: Any, *, field: str) -> tuple[str, int | Literal["latest"]]:
+    """`MODEL:VERSION`, `MODEL:latest`, or `MODEL` (its latest version)."""
+    try:
+        return _model_version(value, latest=True)
+    except Refused as exc:
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
+
+
+# Times ------------------------------------------------------------------------------------------
+def _rfc3339(text: str, found: re.Match[str]) -> float:
+    """Epoch seconds; compared with the range before they become a float, whose 52 bits do not
+    hold every microsecond of the year 9999."""
+    part = found.groupdict()
+    if part["year"] == "0000":  # RFC 3339 has it, `datetime` does not: before the range anyway
+        raise Refused(f"{shown(text)} is outside the times sluice takes, {TIME_RANGE}")
+    try:
+        zone = UTC
+        if part["zone"] and part["zone"] not in "Zz":
+            hours, minutes = int(part["zone"][1:3]), int(part["zone"][4:6])
+            if hours > 23 or minutes > 59:
+                raise ValueError("no such offset")
+            sign = -1 if part["zone"][0] == "-" else 1
+            zone = timezone(sign * timedelta(hours=hours, minutes=minutes))
+        when = datetime(
+            int(part["year"]), int(part["month"]), int(part["day"]),
+            int(part["hour"] or 0), int(part["minute"] or 0), int(part["second"] or 0), tzinfo=zone,
+        )  # fmt: skip
+    except ValueError:
+        raise Refused(f"{shown(text)} is not a date and time that exists (RFC 3339: seconds 00-59, offsets to 23:59)") from None
+    # Subtracted, not `.timestamp()`: an instant past year 9999 in UTC is still compared.
+    whole, fraction = (when - _EPOCH_START) // timedelta(seconds=1), (part["fraction"] or "").rstrip("0")
+    if not EARLIEST_TIME <= whole <= LATEST_TIME or (whole == LATEST_TIME and fraction):
+        raise Refused(f"{shown(text)} is outside the times sluice takes, {TIME_RANGE}")
+    return whole + float("0." + (fraction or "0"))
+
+
+def _time(value: Any, now: float | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str) or (isinstance(value, float) and not math.isfinite(value)):
+        raise Refused(f"a time is {_forms(now)}; not {shown(value)}")
+    if isinstance(value, int | float):  # an int is compared as an int: no overflow however large
+        seconds: float = value
+    elif (found := _RFC3339.fullmatch(value)) is not None:
+        seconds = _rfc3339(value, found)
+    elif now is not None and (ago := _AGO.fullmatch(value)) is not None:
+        seconds = now - float(ago["n"]) * _UNIT_S[ago["unit"]]
+    else:
+        raise Refused(f"a time is {_forms(now)}; not {shown(value)}")
+    if not EARLIEST_TIME <= seconds <= LATEST_TIME:
+        raise Refused(f"{shown(value)} is outside the times sluice takes, {TIME_RANGE}")
+    return float(seconds)
+
+
+def _forms(now: float | None) -> str:
+    return TIME_FORMS + (", or a duration ago such as 2h, 30m, 90s or 1.5d" if now is not None else "")
+
+
+def parse_time(value: Any, *, field: str, now: float | None = None) -> float:
+    """Epoch seconds from a time as a client writes it (module docstring), within the range;
+    given `now`, a duration ago too (`2h`). Anything else is a 422 naming `field`."""
+    try:
+        return _time(value, now)
+    except Refused as exc:
+        raise InvalidRequest(f"{field}: {exc}", field=field) from None
+
+
+def isoformat(seconds: float) -> str:
+    """A time in range as RFC 3339, UTC."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+# The same parsers as pydantic types -----------------------------------------------------------
+def _validator(parse: Any) -> BeforeValidator:
+    def run(value: Any) -> Any:
+        try:
+            return parse(value)
+        except Refused as exc:  # pydantic puts the field's path in front, as for its own errors
+            raise PydanticCustomError("invalid_value", "{reason}", {"reason": str(exc)}) from None
+
+    return BeforeValidator(run)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+_VERSION_INT = {"type": "integer", "minimum": 1, "maximum": MAX_NUMBER}
+_TIME_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "description": "RFC 3339 (UTC when it names no zone), or a duration ago: 2h, 30m."},
+        {"type": "number", "minimum": EARLIEST_TIME, "maximum": LATEST_TIME, "description": "Epoch seconds."},
+    ]
+}
+
+# A model version's number: in a path, a query or a body (a JSON integer, or its digits).
+VersionNumber = Annotated[int, _validator(lambda v: _number(v, "version")), WithJsonSchema(_VERSION_INT)]
 # A deployment's policy revision.
-RevisionNumber = Annotated[int, Field(ge=1, le=MAX_NUMBER), BeforeValidator(_whole_number)]
-# The same inside a policy, where only a JSON number is a number.
+RevisionNumber = Annotated[int, _validator(lambda v: _number(v, "revision")), WithJsonSchema(_VERSION_INT)]
+# The same inside a policy, where only a JSON number is a number (the range is the same).
 StrictVersionNumber = Annotated[StrictInt, Field(ge=1, le=MAX_NUMBER)]
 # A version in a path that also takes `latest`.
 VersionOrLatest = Annotated[
-    str,
-    Field(pattern=r"^(latest|[0-9]{1,19})$", description="A version number, or `latest`."),
-    AfterValidator(_version_or_latest),
+    int | Literal["latest"],
+    _validator(lambda v: _number_or_latest(v, "version")),
+    WithJsonSchema({"type": "string", "pattern": r"^(latest|[1-9][0-9]{0,18})$", "description": "A version number, or `latest`."}),
 ]
-
+# A time in a body, as epoch seconds: RFC 3339, epoch seconds, or a duration ago (`2h`).
+TimeOrAgo = Annotated[float, _validator(lambda v: _time(v, _now())), WithJsonSchema(_TIME_SCHEMA)]

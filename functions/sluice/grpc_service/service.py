@@ -23,8 +23,9 @@ from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
 from sluice.api.routers.health import _registry_answers
 from sluice.api.routers.v2 import _metadata
-from sluice.domain.errors import Accepted, BadRequest, InvalidInput, SluiceError
+from sluice.domain.errors import Accepted, BadRequest, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
+from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
@@ -79,11 +80,8 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
 
 
 def _version(text: str) -> int | None:
-    if not text:
-        return None
-    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 18:
-        raise InvalidInput(f"model_version must be a version number (1, 2, ...), got {text[:40]!r}", field="model_version")
-    return int(text)
+    """A request's version: empty is the deployment's own; else as every door reads one."""
+    return parse_version(text, field="model_version") if text else None
 
 
 def _parameter(param: Any) -> Any:

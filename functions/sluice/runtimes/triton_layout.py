@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BackendError, BadRequest
 from sluice.domain.origins import parse_origin
+from sluice.domain.values import parse_version
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,8 +66,9 @@ def check_model_name(name: str, field: str = "model_name") -> str:
 
 
 def check_model_version(value: str, field: str = "model_version") -> str:
-    if value and not (value.isascii() and value.isdigit() and len(value) <= 18):
-        raise BadRequest("a Triton model version is a positive integer", field=field)
+    """A version on a Triton server (int64 there too), as every door reads one; empty: its latest."""
+    if value:
+        parse_version(value, field=field)
     return value
 
 

@@ -19,6 +19,7 @@ from sluice.domain.errors import (
 from sluice.domain.locations import Location, Root, Roots, confine
 from sluice.domain.origins import check_origin
 from sluice.domain.policy import parse_policy, referenced_versions
+from sluice.domain.values import parse_version_or_latest
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -225,12 +226,9 @@ class ModelService:
         return self.registry.list_versions(principal.tenant, name)
 
     def get_version(self, principal: Principal, name: str, version: int | str) -> ModelVersion:
-        if version == "latest":
+        number = parse_version_or_latest(version, field="version")
+        if number == "latest":
             return self.registry.latest_version(principal.tenant, name)
-        try:
-            number = int(version)
-        except (TypeError, ValueError):
-            raise BadRequest("version must be a number or 'latest'", field="version") from None
         return self.registry.get_version(principal.tenant, name, number)
 
     def delete_model(self, principal: Principal, name: str) -> None:

@@ -14,7 +14,6 @@ absolute difference; with the captured latency and the replay's own rows per sec
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import gc
 import re
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
+from sluice.domain.values import isoformat, parse_model_version, parse_time, parse_version
 from sluice.services.loop import gc_paused
 from sluice.services.models import require_found
 from sluice.shadow.compare import compare
@@ -40,28 +40,6 @@ if TYPE_CHECKING:
     from sluice.services.predictions import PredictionService
 
 MAX_WINDOW_S = 31 * 86400
-_AGO = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_time(value: str | float | None, *, now: float, field: str) -> float:
-    """Epoch seconds from ISO 8601 (`2026-11-26T14:00`, UTC unless it says), a duration ago
-    (`2h`, `30m`), or a number of epoch seconds; None is now."""
-    if value is None or value == "":
-        return now
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
-    found = _AGO.match(text)
-    if found:
-        return now - float(found.group(1)) * _UNITS[found.group(2)]
-    try:
-        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidRequest(f"{text!r} is not a time (ISO 8601 such as 2026-11-26T14:00Z, or 2h ago as '2h')", field=field) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
 
 
 class ReplayService:
@@ -74,24 +52,24 @@ class ReplayService:
     def target(self, principal: Principal, against: str) -> tuple[str, Node]:
         """`MODEL:VERSION` or a deployment name."""
         registry = self.predictions.registry
-        model, sep, number = against.partition(":")
-        if sep:
-            if not re.match(NAME_PATTERN, model) or not (number.isascii() and number.isdigit()):
-                raise InvalidRequest(f"{against!r} is not MODEL:VERSION or a deployment name", field="against")
-            require_found(registry.get_version, principal.tenant, model, int(number), field="against")
-            return against, parse_policy({"kind": "single", "model": model, "version": int(number)}, field="against")
-        if not re.match(NAME_PATTERN, against):
+        if isinstance(against, str) and ":" in against:
+            model, number = parse_model_version(against, field="against")
+            require_found(registry.get_version, principal.tenant, model, number, field="against")
+            return against, parse_policy({"kind": "single", "model": model, "version": number}, field="against")
+        if not isinstance(against, str) or not re.match(NAME_PATTERN, against):
             raise InvalidRequest(f"{against!r} is not MODEL:VERSION or a deployment name", field="against")
         require_found(registry.get_deployment, principal.tenant, against, field="against")
         return f"deployment {against}", parse_policy({"kind": "ref", "deployment": against}, field="against")
 
     def replay(self, principal: Principal, deployment: str, *, since: Any, until: Any = None, against: str) -> dict[str, Any]:
+        """`since` and `until` as `sluice.domain.values.parse_time` reads them, a duration ago
+        included (`2h`); `until` None is now."""
         principal.require("admin")
         tenant = principal.tenant
         self.predictions.registry.get_deployment(tenant, deployment)  # this tenant's, or 404
         now = time.time()
-        start = parse_time(since, now=now, field="since")
-        end = parse_time(until, now=now, field="until")
+        start = parse_time(since, field="since", now=now)
+        end = now if until is None else parse_time(until, field="until", now=now)
         if end <= start:
             raise InvalidRequest("until must come after since", field="until")
         if end - start > MAX_WINDOW_S:
@@ -106,8 +84,8 @@ class ReplayService:
         return {
             "deployment": deployment,
             "against": label,
-            "since": dt.datetime.fromtimestamp(start, dt.UTC).isoformat(),
-            "until": dt.datetime.fromtimestamp(end, dt.UTC).isoformat(),
+            "since": isoformat(start),
+            "until": isoformat(end),
             **result,
             "seconds": round(seconds, 3),
             "rows_per_s": round(rows / seconds, 1) if seconds > 0 and rows else None,
@@ -189,7 +167,8 @@ class ReplayService:
         primary = await self._version(tenant, model, version)
         rows = sum(int(r.get("rows") or 0) for r in batch)
         if primary is None:
-            failures[f"captured version {model}:{version} is gone"] += rows
+            gone = f"captured version {model}:{version} is gone" if _is_version(version) else "unreadable record"
+            failures[gone] += rows
             counts["failed_rows"] += rows
             return
         try:
@@ -227,13 +206,24 @@ class ReplayService:
         latencies.extend(r.get("latency_ms") or 0.0 for r in batch)
 
     async def _version(self, tenant: str, model: Any, version: Any) -> ModelVersion | None:
-        key = (tenant, str(model), int(version or 0))
+        if not _is_version(version):  # as captured: read with the parser every door uses
+            return None
+        number = parse_version(version, field="version")
+        key = (tenant, str(model), number)
         if key not in self._versions:
             try:
-                self._versions[key] = await self.predictions.version_of(tenant, str(model), int(version or 0))
+                self._versions[key] = await self.predictions.version_of(tenant, str(model), number)
             except SluiceError:
                 self._versions[key] = None
         return self._versions[key]
+
+
+def _is_version(value: Any) -> bool:
+    try:
+        parse_version(value, field="version")
+    except InvalidRequest:
+        return False
+    return True
 
 
 def _why(record: dict[str, Any]) -> str:

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, InvalidRequest, SluiceError
-from sluice.domain.policy import NAME_PATTERN
 from sluice.domain.rollouts import (
     CANDIDATE,
     MAX_MIN_REQUESTS,
@@ -47,6 +46,7 @@ from sluice.domain.rollouts import (
     parse_gates,
     parse_steps,
 )
+from sluice.domain.values import parse_model_version
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic, wilson
 
@@ -94,19 +94,9 @@ class Decision:
     numbers: dict[str, Any]
 
 
-def parse_target(value: str, *, field: str = "to") -> tuple[str, int]:
-    """`MODEL:VERSION`."""
-    import re
-
-    model, sep, number = str(value).partition(":")
-    if (
-        not sep
-        or not re.match(NAME_PATTERN, model)
-        or not (number.isascii() and number.isdigit())
-        or int(number) < 1
-    ):
-        raise InvalidRequest(f"{value!r} is not MODEL:VERSION (such as iris:2)", field=field)
-    return model, int(number)
+def parse_target(value: Any, *, field: str = "to") -> tuple[str, int]:
+    """`MODEL:VERSION`, as every door reads it (`sluice.domain.values`)."""
+    return parse_model_version(value, field=field)
 
 
 def measure(counters: dict[str, dict[str, float]]) -> dict[str, Any]:

@@ -7,11 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt
 
+from sluice.domain.values import TimeOrAgo
 from sluice.types.base import WireModel
 
 
 class RolloutStart(WireModel):
-    to: str = Field(description="The candidate, MODEL:VERSION (such as iris:2).")
+    to: str = Field(description="The candidate, MODEL:VERSION (such as iris:2; a version from 1 to 2**63-1).")
     steps: str | list[float] = Field(
         default="1,5,25,50,100",
         description="Percentages of traffic for the candidate, increasing, ending with 100.",
@@ -40,9 +41,12 @@ class RolloutStart(WireModel):
 
 
 class ReplayStart(WireModel):
-    since: str | float = Field(description="ISO 8601 (UTC unless it says), a duration ago such as '2h', or epoch seconds.")
-    until: str | float | None = Field(default=None, description="The same forms; default now.")
-    against: str = Field(description="The candidate: MODEL:VERSION or a deployment name.")
+    since: TimeOrAgo = Field(
+        description="RFC 3339 (UTC when it names no zone), epoch seconds (a number), or a duration ago such as '2h'; "
+        "from 1970-01-01T00:00:00Z to 9999-12-30T00:00:00Z."
+    )
+    until: TimeOrAgo | None = Field(default=None, description="The same forms; default now.")
+    against: str = Field(description="The candidate: MODEL:VERSION (a version from 1 to 2**63-1) or a deployment name.")
 
 
 class RolloutEndpointOut(WireModel):
