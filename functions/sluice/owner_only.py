@@ -61,13 +61,20 @@ def descriptor(path: Path | str, mode: str = "wb") -> int:
     one found open to others (written by an older sluice) is made 0600 too."""
     fd = os.open(path, _FLAGS[mode] | os.O_CLOEXEC, FILE_MODE)
     try:
-        found = os.fstat(fd)
-        if found.st_mode & _OTHERS and found.st_uid == os.getuid():
-            os.fchmod(fd, stat.S_IMODE(found.st_mode) & ~_OTHERS)
+        tighten(fd)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def tighten(path: Path | str | int) -> None:
+    """A file (a path or a descriptor) open to others, and the current user's, is made the
+    owner's alone, its owner bits kept (an older sluice wrote 0644); a missing one is left."""
+    with contextlib.suppress(FileNotFoundError):  # gone, or gone meanwhile
+        found = os.stat(path)
+        if found.st_mode & _OTHERS and found.st_uid == os.getuid():
+            os.chmod(path, stat.S_IMODE(found.st_mode) & ~_OTHERS)
 
 
 def open_file(path: Path | str, mode: str = "wb") -> IO[bytes]:
@@ -141,5 +148,5 @@ def secure_home(home: Path | str) -> str | None:
 
 __all__ = [
     "EXECUTABLE_MODE", "FILE_MODE", "FOLDER_MODE", "UMASK",
-    "copy", "descriptor", "folder", "open_file", "secure_home", "umask", "write",
+    "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
 ]  # fmt: skip
