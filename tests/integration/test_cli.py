@@ -126,3 +126,25 @@ def test_predict_reads_a_body_from_a_file(capsys: pytest.CaptureFixture[str], tm
     code, out, err = run_cli(capsys, "predict", "iris", "--v2", "--file", str(v2))
     assert code == 0, err
     assert {o["name"]: o for o in json.loads(out)["outputs"]}["output_label"]["data"] == ["virginica"]
+
+
+def test_a_home_open_to_others_is_made_0700_and_said(cli_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A home an older sluice made 0755: the first command that uses it makes it 0700 and says
+    so on stderr; what the command writes is owner-only under any umask, and the caller's umask
+    is back afterwards."""
+    import os
+    import stat
+
+    cli_home.mkdir(mode=0o755)
+    cli_home.chmod(0o755)
+    previous = os.umask(0)
+    try:
+        code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+        assert os.umask(0) == 0  # restored
+    finally:
+        os.umask(previous)
+    assert code == 0 and "made 0700" in err and "0755" in err
+    modes = {p.relative_to(cli_home).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [cli_home, *cli_home.rglob("*")]}
+    assert {".", "registry.db", "artifacts/tenants/default"} <= set(modes)
+    assert modes == {name: 0o700 if (cli_home / name).is_dir() else 0o600 for name in modes}
+    assert "made 0700" not in run_cli(capsys, "models", "list")[2]  # said once

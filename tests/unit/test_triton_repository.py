@@ -132,6 +132,35 @@ def test_local_flavour_writes_model_onnx_and_model_py(tmp_path: Path) -> None:
     compile(source, "model.py", "exec")
 
 
+def test_a_local_repository_and_its_backends_are_owner_only(tmp_path: Path) -> None:
+    """What a local endpoint puts under the home: folders 0700, files 0600, the python backend's
+    stub copied executable (0700) and never with its source's mode, whatever the umask."""
+    import os
+    import stat
+
+    from sluice.endpoints.triton_env import TritonEnv, prepare_backends
+
+    wheel = tmp_path / "wheel"
+    (wheel / "python").mkdir(parents=True)
+    for name, mode in (("libtriton_python.so", 0o755), ("triton_python_backend_utils.py", 0o644), ("stub", 0o755)):
+        (wheel / "python" / name).write_bytes(b"x")
+        (wheel / "python" / name).chmod(mode)
+    env = TritonEnv(wheel, wheel / "tritonserver", wheel, wheel, "3.11", wheel / "python", wheel / "python" / "stub")
+    data = (MODELS / "diabetes_mlp.onnx").read_bytes()
+    home = tmp_path / "home"
+    previous = os.umask(0)
+    try:
+        build_model(home / "endpoints" / "ep" / "blue" / "repository", "diabetes", 1, read_signature(data), data, flavour="local")
+        prepare_backends(env, home / "triton" / "backends")
+    finally:
+        os.umask(previous)
+    modes = {p.relative_to(home).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in [home, *home.rglob("*")]}
+    executable = {"triton/backends/python/triton_python_backend_stub", "triton/backends/python/libtriton_python.so", "triton/backends/python/stub"}
+    wanted = {name: 0o700 if name in executable or (home / name).is_dir() else 0o600 for name in modes}
+    assert modes == wanted
+    assert "endpoints/ep/blue/repository/diabetes/1/model.py" in modes and "triton/backends/python/.source" in modes
+
+
 def test_zipmap_outputs_are_refused_by_name(tmp_path: Path) -> None:
     data = (MODELS / "iris.onnx").read_bytes()
     with pytest.raises(InvalidInput) as err:

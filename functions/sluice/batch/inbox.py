@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice import owner_only
 from sluice.batch.polling import Poller
 from sluice.domain.errors import SluiceError
 
@@ -70,5 +71,5 @@ class InboxWatcher(Poller):
         return self.scan_once()
 
     def start(self) -> threading.Thread:
-        self.folder.mkdir(parents=True, exist_ok=True)
+        owner_only.folder(self.folder)
         return super().start()

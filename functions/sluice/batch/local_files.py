@@ -3,17 +3,19 @@
 A local input's version is `<size>:<mtime_ns>`: a file rewritten mid-job fails its chunks
 instead of mixing two files into one output. A file appears under its name only when
 complete: it is written aside (a hidden `.tmp-` name the inbox ignores), then renamed.
-Results are files like any a tool writes: pyarrow creates them 0666 less the umask, and a
-copy takes no mode from its source (a part written in a private temporary folder).
+What a job writes is its owner's alone (`sluice.owner_only`): folders 0700, and the file
+written aside is made 0600 before pyarrow writes into it, which keeps that mode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from sluice import owner_only
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import local_path
 from sluice.domain.errors import BadRequest, NotFound
@@ -112,9 +114,10 @@ class LocalFiles:
 
     def _replace(self, uri: str, write: Callable[[str], None]) -> None:
         path = local_path(uri).absolute()
-        self.fs.create_dir(str(path.parent), recursive=True)
+        owner_only.folder(path.parent)
         tmp = str(path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}"))
         try:
+            os.close(owner_only.descriptor(tmp, "xb"))  # pyarrow would make it 0666 less the umask
             write(tmp)
             self.fs.move(tmp, str(path))  # a rename: readers see the old file or the new one
         except BaseException:

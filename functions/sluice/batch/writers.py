@@ -7,7 +7,9 @@ that could not be scored, with its number in the input, its key columns and the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any
+
+from sluice import owner_only
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,7 +32,7 @@ class PartWriter:
         self.rows = 0
         self._schema: pa.Schema | None = None
         self._writer: Any = None
-        self._file: BinaryIO | None = None
+        self._file: IO[bytes] | None = None
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
 
@@ -66,7 +68,7 @@ class PartWriter:
         elif self.format == "csv":
             self._writer = pv.CSVWriter(self.path, schema)
         else:
-            self._file = self.path.open("wb")
+            self._file = owner_only.open_file(self.path)
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -92,7 +94,7 @@ class ErrorWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.rows = 0
-        self._file: BinaryIO | None = None
+        self._file: IO[bytes] | None = None
 
     def write(self, records: list[dict[str, Any]]) -> None:
         import orjson
@@ -100,7 +102,7 @@ class ErrorWriter:
         if not records:
             return
         if self._file is None:
-            self._file = self.path.open("wb")
+            self._file = owner_only.open_file(self.path)
         self._file.write(b"".join(orjson.dumps(r, default=str) + b"\n" for r in records))
         self.rows += len(records)
 
@@ -110,7 +112,7 @@ class ErrorWriter:
         return self.rows
 
 
-def _write_jsonl(out: BinaryIO, table: pa.Table) -> None:
+def _write_jsonl(out: IO[bytes], table: pa.Table) -> None:
     import orjson
 
     out.write(b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))

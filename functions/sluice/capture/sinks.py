@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice import owner_only
 from sluice.capture.records import partition
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def line_of(record: dict[str, Any]) -> bytes:
 
 class FolderSink:
     """`<root>/tenant=T/deployment=D/dt=YYYY-MM-DD/hour=HH/part-<process>.jsonl`, appended to;
-    folders and files readable by their owner alone (the home's rule)."""
+    every folder and file its owner's alone (`sluice.owner_only`)."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
@@ -55,11 +56,8 @@ class FolderSink:
             grouped[partition(record)].append(line_of(record))
         with self._lock:
             for where, lines in grouped.items():
-                folder = self.root / where
-                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-                path = folder / self.part
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                with os.fdopen(fd, "ab") as fh:
+                folder = owner_only.folder(self.root / where)
+                with owner_only.open_file(folder / self.part, "ab") as fh:
                     fh.write(b"".join(lines))
         return 0
 

@@ -25,6 +25,7 @@ from sluice.cli.serve import add_serve_command
 from sluice.cli.stream import add_stream_command
 from sluice.cli.triton import add_triton_commands
 from sluice.domain.errors import SluiceError
+from sluice.owner_only import umask
 
 __all__ = ["build_parser", "main"]
 
@@ -47,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        # What this run writes on this machine is its user's alone, libraries' files included
+        # (SQLite's, pyarrow's, the metrics client's); `serve`'s workers inherit the umask.
+        with umask():
+            return args.func(args)
     except SluiceError as exc:
         # A message that starts with its field (the API's own form, `since: …`) is printed as it is.
         where = f" [{exc.field}]" if exc.field and not exc.message.startswith(f"{exc.field}: ") else ""

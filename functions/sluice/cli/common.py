@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice import owner_only
 from sluice.domain import Principal
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_version
@@ -18,10 +20,23 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 
+def local_home() -> Path:
+    """The home of this machine's state; one open to other users (an older sluice made it
+    0755) is made 0700 first, and the operator told so on stderr."""
+    from sluice.settings import get_settings
+
+    home = get_settings().home_path
+    said = owner_only.secure_home(home)
+    if said:
+        print(f"sluice: {said}", file=sys.stderr, flush=True)
+    return home
+
+
 def get_container() -> Container:
     # Imported here: `sluice --help` should not build (or import) the adapters.
     from sluice import wiring
 
+    local_home()
     return wiring.get_container()
 
 

@@ -24,7 +24,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import count
+from sluice.cli.common import count, get_container
 from sluice.domain.errors import BadRequest, SluiceError
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ FLAGS = {
 
 
 def _service() -> EndpointService:
-    from sluice.wiring import get_container
-
     return get_container().endpoints
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import count, get_container, operator
+from sluice import owner_only
+from sluice.cli.common import count, get_container, local_home, operator
 
 if TYPE_CHECKING:
     import argparse
@@ -23,8 +24,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.settings import get_settings
 
     settings = get_settings()
-    home = settings.home_path
-    home.mkdir(parents=True, exist_ok=True)
+    home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)
     container = get_container()
     principal = operator(args)
@@ -112,7 +112,7 @@ def _fresh_metrics_folder(home: Path) -> None:
         return
     folder = home / METRICS_DIR
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(mode=0o700)
+    owner_only.folder(folder, exist_ok=False)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
 
 

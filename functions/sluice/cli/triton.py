@@ -16,15 +16,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sluice.cli.common import count
+from sluice import owner_only
+from sluice.cli.common import count, get_container, local_home
 from sluice.domain.errors import BadRequest
 from sluice.endpoints.local_triton import DEFAULT_HTTP_PORT
 
 
 def _home() -> Path:
-    from sluice.settings import get_settings
-
-    return get_settings().home_path
+    return local_home()
 
 
 def _print_json(data: Any) -> None:
@@ -37,7 +36,7 @@ def cmd_triton_up(args: argparse.Namespace) -> int:
     home = _home()
     models = Path(args.models).expanduser() if args.models else local_triton.state_dir(home) / "models"
     if not args.models:
-        models.mkdir(parents=True, exist_ok=True)
+        owner_only.folder(models)
     env = local_triton.find_env(args.env)
     print(f"Starting Triton on {models} ...", flush=True)
     server = local_triton.start(
@@ -77,7 +76,6 @@ def _version_ref(ref: str) -> tuple[str, int | str]:
 def cmd_triton_repo(args: argparse.Namespace) -> int:
     from sluice.domain import Principal
     from sluice.endpoints.repository import TritonOptions, export_repository
-    from sluice.wiring import get_container
 
     container = get_container()
     principal = Principal(args.tenant, frozenset({"admin", "predict"}), "cli")

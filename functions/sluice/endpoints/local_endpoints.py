@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from sluice import owner_only
 from sluice.domain.errors import Conflict, NotFound
 from sluice.endpoints import local_triton
 from sluice.endpoints.control import (
@@ -91,7 +91,7 @@ class LocalEndpoints:
         env = self.env  # no environment: say so before anything is written
         folder = self.folder(spec.endpoint)
         try:
-            folder.mkdir(parents=True, exist_ok=False)
+            owner_only.folder(folder, exist_ok=False)
         except FileExistsError:
             raise Conflict(f"endpoint {spec.endpoint} is being deployed or removed; look again shortly", field="endpoint") from None
         now = round(time.time(), 3)
@@ -308,6 +308,4 @@ def _read(folder: Path) -> dict[str, Any] | None:
 
 
 def _write(folder: Path, record: dict[str, Any]) -> None:
-    tmp = folder / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, folder / RECORD)
+    owner_only.write(folder / RECORD, json.dumps(record, indent=2).encode())

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice import owner_only
 from sluice.domain.errors import Conflict, NotFound, Unavailable
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
 from sluice.endpoints.triton_env import (
@@ -89,10 +90,7 @@ def read_state(home: Path) -> LocalTriton | None:
 
 
 def _write_state(home: Path, server: LocalTriton) -> None:
-    path = _state_file(home)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(server.to_dict(), indent=2))
-    os.replace(tmp, path)
+    owner_only.write(_state_file(home), json.dumps(server.to_dict(), indent=2).encode())
 
 
 # Processes this interpreter started, so stopping one also reaps it.
@@ -222,8 +220,7 @@ def start(
         default_model = models[0]
     if default_model is not None and default_model not in models:
         raise NotFound(f"default model '{default_model}' is not in {repository} ({', '.join(models) or 'empty'})", field="default_model")
-    folder = state_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = owner_only.folder(state_dir(home))
     backends = prepare_backends(env, folder / "backends")
     log_path = folder / "server.log"
     shm_prefix = f"sluice_triton_{secrets.token_hex(4)}_"
@@ -260,7 +257,7 @@ def start(
     environ.pop("VIRTUAL_ENV", None)
     if default_model is not None:
         environ[DEFAULT_MODEL_ENV] = default_model
-    with log_path.open("wb") as log:
+    with owner_only.open_file(log_path) as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True
         )

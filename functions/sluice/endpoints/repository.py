@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from sluice import owner_only
 from sluice.codecs.triton import batchable, config_dims
 from sluice.domain.errors import InvalidInput
 
@@ -301,11 +302,11 @@ def build_model(
     config = model_config(name, signature, flavour=flavour, options=options)
     model_dir = root / name
     version_dir = model_dir / str(version_number)
-    version_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.pbtxt").write_text(config)
-    (version_dir / "model.onnx").write_bytes(onnx_bytes)
+    owner_only.folder(version_dir)
+    owner_only.write(model_dir / "config.pbtxt", config.encode())
+    owner_only.write(version_dir / "model.onnx", onnx_bytes)
     if flavour == "local":
-        (version_dir / "model.py").write_text(PYTHON_MODEL)
+        owner_only.write(version_dir / "model.py", PYTHON_MODEL.encode())
     return BuiltModel(name, model_dir, version_number, resolve_max_batch_size(signature, options), config)
 
 
@@ -349,7 +350,7 @@ def export_repository(
         return out
     import tempfile
 
-    out.parent.mkdir(parents=True, exist_ok=True)
+    owner_only.folder(out.parent)
     with tempfile.TemporaryDirectory(prefix="sluice-repository-") as tmp:
         build_repository(Path(tmp), version, store, flavour=flavour, options=options, name=name)
         partial = out.with_name(out.name + ".partial")
@@ -375,7 +376,7 @@ def write_tarball(root: Path, dest: Path | io.BufferedIOBase) -> None:
     entries = sorted(p for p in root.rglob("*") if "__pycache__" not in p.parts)
     if not any(p.name == "config.pbtxt" for p in entries):
         raise InvalidInput(f"{root} holds no <model>/config.pbtxt", field="repository")
-    target = open(dest, "wb") if isinstance(dest, (str, Path)) else dest  # noqa: SIM115
+    target = owner_only.open_file(dest) if isinstance(dest, (str, Path)) else dest
     try:
         with tarfile.open(fileobj=target, mode="w:gz", compresslevel=6) as tar:
             for path in entries:

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice import owner_only
 from sluice.domain.errors import Conflict, Unavailable
 
 ENV_VARIABLE = "SLUICE_TRITON_ENV"
@@ -101,12 +102,12 @@ def prepare_backends(env: TritonEnv, folder: Path) -> Path:
         return folder
     if target.exists():
         shutil.rmtree(target)
-    target.mkdir(parents=True)
+    owner_only.folder(target, exist_ok=False)
     for item in env.backend.iterdir():
         if item.is_file():
-            shutil.copy2(item, target / item.name)
-    shutil.copy2(env.stub, target / "triton_python_backend_stub")
-    marker.write_text(source)
+            owner_only.copy(item, target / item.name)
+    owner_only.copy(env.stub, target / "triton_python_backend_stub")  # executable: 0700
+    owner_only.write(marker, source.encode())
     return folder
 
 

@@ -16,6 +16,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from sluice import owner_only
 from sluice.caching import TTLCache
 from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Forbidden, Unauthenticated
@@ -45,8 +46,8 @@ class MarkerFile:
         import mmap
 
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        owner_only.folder(path.parent)
+        fd = owner_only.descriptor(path, "r+b")
         try:
             if os.fstat(fd).st_size < self.SIZE:
                 os.ftruncate(fd, self.SIZE)

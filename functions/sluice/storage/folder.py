@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from sluice import owner_only
 from sluice.domain.errors import BadRequest, Forbidden, NotFound
 from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
 
@@ -22,7 +21,7 @@ def path_of_file_url(url: str) -> Path:
 class FolderStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        owner_only.folder(self.root)
 
     @classmethod
     def from_url(cls, url: str) -> FolderStore:
@@ -41,11 +40,7 @@ class FolderStore:
         digest = sha256_hex(data)
         path = self.root / artifact_key(tenant, digest, suffix)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
+            owner_only.write(path, data)
         return ArtifactRef(self._uri(path), digest, len(data))
 
     def get(self, uri: str, *, sha256: str) -> bytes:

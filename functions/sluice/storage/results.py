@@ -11,13 +11,13 @@ too; any location outside it is refused, never read.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from sluice import owner_only
 from sluice.domain.errors import BackendError, Forbidden
 
 if TYPE_CHECKING:
@@ -89,14 +89,10 @@ class FolderResults:
 
     def put(self, tenant: str, result_id: str, name: str, data: bytes, *, content_type: str | None = None) -> str:
         path = self._path(tenant, result_id, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
         # Written whole, then renamed: a reader in another worker sees all of it or nothing.
-        partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-        partial.write_bytes(data)
-        os.replace(partial, path)
+        owner_only.write(path, data)
         if content_type is not None:
-            meta = path.with_name(f".{path.name}.type")
-            meta.write_text(content_type)
+            owner_only.write(path.with_name(f".{path.name}.type"), content_type.encode())
         return path.as_uri()
 
     def _local(self, uri: str) -> Path:

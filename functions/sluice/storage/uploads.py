@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice import owner_only
 from sluice.domain.errors import BackendError, BadRequest, Forbidden, NotFound, PayloadTooLarge
 from sluice.domain.uploads import UPLOAD_ID, UploadForm
 
@@ -99,11 +100,7 @@ class FolderUploads:
         return (self._dir(tenant, upload_id) / BODY).as_uri()
 
     def put_record(self, tenant: str, upload_id: str, data: bytes) -> None:
-        path = self._dir(tenant, upload_id) / RECORD
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{RECORD}.{os.getpid()}.{threading.get_ident()}")
-        partial.write_bytes(data)
-        os.replace(partial, path)
+        owner_only.write(self._dir(tenant, upload_id) / RECORD, data)
 
     def record(self, tenant: str, upload_id: str) -> bytes | None:
         try:
@@ -131,11 +128,9 @@ class FolderUploads:
         if self._key is None:
             with self._lock:
                 path = self.root / "uploads" / ".signing-key"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(FileExistsError):
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                    with os.fdopen(fd, "wb") as fh:
-                        fh.write(secrets.token_bytes(32))
+                owner_only.folder(path.parent)
+                with contextlib.suppress(FileExistsError), owner_only.open_file(path, "xb") as fh:
+                    fh.write(secrets.token_bytes(32))
                 key = path.read_bytes()
                 if len(key) != 32:  # another process is writing it this instant
                     time.sleep(0.05)
@@ -198,7 +193,7 @@ class FolderUploads:
         """A file the body is streamed into, put in place by `commit()` only, once whole and
         within bounds; writing past `most` raises PayloadTooLarge. Left without a commit (a
         client gone, an error), the partial file is removed."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        owner_only.folder(path.parent)
         partial = path.with_name(f".{BODY}.{os.getpid()}.{threading.get_ident()}")
         sink = BodyWriter(partial, path, least, most)
         try:
@@ -214,7 +209,7 @@ def _no_field(name: str) -> BadRequest:
 
 class BodyWriter:
     def __init__(self, partial: Path, path: Path, least: int, most: int) -> None:
-        self.fh = partial.open("wb")
+        self.fh = owner_only.open_file(partial)
         self.partial, self.path, self.least, self.most, self.written = partial, path, max(least, 1), most, 0
 
     def write(self, data: bytes) -> int:

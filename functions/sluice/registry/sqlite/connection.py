@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sluice import owner_only
+
 # Kept byte for byte: its digest in `user_version` tells an existing file it already has it.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS models (
@@ -66,11 +68,12 @@ CREATE TABLE IF NOT EXISTS connection_messages (
 
 def _owner_only(path: Path) -> None:
     """The file holds every tenant's key hashes: readable by its owner alone. SQLite gives its
-    -wal and -shm files the database file's mode."""
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if each.exists() and each.stat().st_mode & 0o077 and each.stat().st_uid == os.getuid():
-            each.chmod(0o600)
+    -wal and -shm files the database file's mode (those an older sluice left open to others
+    are tightened here too)."""
+    owner_only.folder(path.parent)
+    os.close(owner_only.descriptor(path, "r+b"))
+    for each in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        owner_only.tighten(each)
 
 
 def path_of_url(url: str) -> Path:
@@ -86,7 +89,6 @@ class Database:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             _owner_only(self.path)
         self._local = threading.local()
         conn = self.conn()
