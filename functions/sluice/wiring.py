@@ -389,9 +389,10 @@ class Container:
 
     @cached_property
     def optimize_jobs(self) -> OptimizeJobs:
+        """Optimize runs as jobs in the registry, which every worker reads."""
         from sluice.optimize.jobs import OptimizeJobs
 
-        return OptimizeJobs(self.optimizer)
+        return OptimizeJobs(self.registry)
 
     @cached_property
     def batch_runner(self) -> BatchRunner:

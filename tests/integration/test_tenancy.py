@@ -39,7 +39,6 @@ CASES = [
     ("GET", "/api/v1/models/{name}/versions/{version}", None),
     ("DELETE", "/api/v1/models/{name}/versions/{version}", None),
     ("POST", "/api/v1/models/{name}/versions/{version}/optimize", {"data_uri": "file:///rows.parquet"}),
-    # An optimize job lives in the process that runs it: test_optimize follows a real one across tenants.
     ("GET", "/api/v1/optimize-jobs/{job_id}", None),
     ("GET", "/api/v1/deployments/{name}", None),
     ("PUT", "/api/v1/deployments/{name}", {"model": "iris", "version": 1}),
@@ -81,6 +80,7 @@ OWN_TENANT = {
     ("POST", "/api/v1/keys"),
     ("GET", "/api/v1/batch-jobs"),
     ("POST", "/api/v1/batch-jobs"),
+    ("GET", "/api/v1/optimize-jobs"),  # tests/integration/test_optimize_jobs.py
     ("GET", "/api/v1/batch-schedules"),
     ("POST", "/api/v1/batch-schedules"),
     ("GET", "/api/v1/session"),  # the caller's own key: tests/integration/test_console.py
@@ -108,7 +108,7 @@ def test_another_tenant_gets_not_found(
     acme_key_id = keys["acme"].split("_")[1]
     acme_schedule(demo)
     path = template.format(
-        name="iris", version=1, key_id=acme_key_id, job_id=acme_batch_job(demo), result_id=acme_result(demo)
+        name="iris", version=1, key_id=acme_key_id, job_id=acme_jobs(demo), result_id=acme_result(demo)
     )
     r = client.request(method, path, json=body, headers=auth(keys["globex"]))
     assert r.status_code == 404, (path, r.text)
@@ -118,6 +118,7 @@ def test_another_tenant_gets_not_found(
     assert client.get("/api/v1/keys", headers=auth(keys["acme"])).json()[0]["revoked_at"] is None
     assert client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()[0]["status"] == "PENDING"
     assert client.get("/api/v1/batch-schedules/iris", headers=auth(keys["acme"])).json()["state"] == "ENABLED"
+    assert client.get("/api/v1/optimize-jobs/job-acme", headers=auth(keys["acme"])).json()["status"] == "RUNNING"
 
 
 def acme_result(container: Any) -> str:
@@ -155,6 +156,22 @@ def acme_batch_job(container: Any) -> str:
         job = BatchJob(id="job-acme", tenant="acme", deployment="iris", input_uri="file:///in.csv",
                        output_uri="file:///out/", format="csv", output_format="csv")  # fmt: skip
         return container.registry.create_job(job).id
+
+
+def acme_jobs(container: Any) -> str:
+    """A batch job and an optimize job of acme's under one id, the `{job_id}` of both routes
+    (records only: nothing runs them)."""
+    import time
+
+    from sluice.domain.errors import NotFound
+    from sluice.domain.optimize_jobs import OptimizeJob
+
+    job_id = acme_batch_job(container)
+    try:
+        container.registry.get_optimize_job("acme", job_id)
+    except NotFound:
+        container.registry.create_optimize_job(OptimizeJob(job_id, "acme", "iris", 1, heartbeat_at=time.time()))
+    return job_id
 
 
 def test_lists_show_only_the_callers_tenant(client: TestClient, keys: dict[str, str]) -> None:

@@ -8,6 +8,7 @@ from sluice.registry.ports import (
     JobRegistry,
     KeyRegistry,
     ModelRegistry,
+    OptimizeJobRegistry,
     Registry,
     StatsRegistry,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "JobRegistry",
     "KeyRegistry",
     "ModelRegistry",
+    "OptimizeJobRegistry",
     "Registry",
     "StatsRegistry",
 ]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
+    from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
     from sluice.domain.schedules import Schedule
 
 
@@ -113,6 +114,21 @@ class JobRegistry(Protocol):
     def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]: ...
 
 
+class OptimizeJobRegistry(Protocol):
+    """Optimize jobs, kept where every worker reads them. Status moves are checked
+    (`sluice.domain.optimize_jobs.check_optimize_move`); a finished job refuses every change
+    with Conflict. Lists come newest first."""
+
+    def create_optimize_job(self, job: OptimizeJob) -> OptimizeJob: ...
+    def get_optimize_job(self, tenant: str, job_id: str) -> OptimizeJob: ...
+    def list_optimize_jobs(self, tenant: str, *, limit: int = 100) -> list[OptimizeJob]: ...
+    def update_optimize_job(
+        self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object
+    ) -> OptimizeJob:
+        """Set `fields` (names in `sluice.domain.optimize_jobs.UPDATABLE`) and move to `status`."""
+        ...
+
+
 class StatsRegistry(Protocol):
     """Statistics: additive counters (and running maxima) per deployment revision and subject
     (`variant:<name>`, `mirror:<name>`, `member:<name>`), merged from many containers; and
@@ -162,5 +178,5 @@ class ScheduleRegistry(Protocol):
     def delete_schedule(self, tenant: str, name: str) -> None: ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, ScheduleRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, OptimizeJobRegistry, ScheduleRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

@@ -220,7 +220,13 @@ class OptimizeJobOut(WireModel):
     model: str
     version: int | str
     status: Literal["RUNNING", "SUCCEEDED", "FAILED"]
+    created_by: str = Field("", description="The key (or authorizer principal) that started it.")
     created_at: float
+    heartbeat_at: float | None = Field(None, description="The last sign of life of the worker running it.")
     finished_at: float | None = None
     error: str | None = None
-    report: dict[str, Any] | None = Field(None, description="The candidates' table, the verdict, the tuning, what was registered.")
+    report: dict[str, Any] | None = Field(
+        None,
+        description="The candidates' table, the verdict, the tuning, what was registered. A report over 256 KiB "
+        "of JSON loses its largest parts, named in `omitted`.",
+    )

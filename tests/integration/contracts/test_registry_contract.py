@@ -20,6 +20,7 @@ from sluice.clients import AwsClients
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, StaleRead, Unavailable
 from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.optimize_jobs import ERROR_CHARS, REPORT_BYTES, OptimizeJob, stored_report
 from sluice.domain.schedules import Schedule
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
@@ -670,6 +671,97 @@ def test_concurrent_chunk_scorers_add_up_exactly(registry: Registry) -> None:
     assert job.rows_in == job.rows_out + job.rows_failed
 
 
+# Optimize jobs --------------------------------------------------------------------------
+def optimize_job_of(job_id: str, tenant: str = A, created_at: float = 1.0) -> OptimizeJob:
+    return OptimizeJob(job_id, tenant, "iris", 3, created_by="key-1", worker="host-a:4242", created_at=created_at)
+
+
+REPORT = {"model": "iris", "version": 3, "candidates": [{"candidate": "graph", "p50_ms_b1": 0.125, "within_budget": True}],
+          "recommendation": {"candidate": "graph", "why": "fastest within the budget"}}  # fmt: skip
+
+
+def test_optimize_jobs_round_trip_and_list_newest_first_per_tenant(registry: Registry) -> None:
+    for i, job_id in enumerate(["opt-b", "opt-a", "opt-c"]):
+        registry.create_optimize_job(optimize_job_of(job_id, created_at=10.0 + i))
+    registry.create_optimize_job(optimize_job_of("opt-z", tenant=B))
+    assert registry.get_optimize_job(A, "opt-a") == optimize_job_of("opt-a", created_at=11.0)
+    assert [j.id for j in registry.list_optimize_jobs(A)] == ["opt-c", "opt-a", "opt-b"]
+    assert [j.id for j in registry.list_optimize_jobs(A, limit=2)] == ["opt-c", "opt-a"]
+    assert [j.id for j in registry.list_optimize_jobs(B)] == ["opt-z"]
+    assert registry.list_jobs(A) == []  # batch jobs are another aggregate
+    raises(Conflict, "id", lambda: registry.create_optimize_job(optimize_job_of("opt-a")))
+    # Another tenant's job is missing, exactly as one that never was.
+    theirs = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "opt-a"))
+    nobody = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "opt-never"))
+    assert theirs.to_dict() == {**nobody.to_dict(), "error": nobody.message.replace("opt-never", "opt-a")}
+    raises(NotFound, "job_id", lambda: registry.update_optimize_job(B, "opt-a", status="FAILED"))
+    assert registry.get_optimize_job(A, "opt-a").status == "RUNNING"
+
+
+def test_optimize_job_moves_are_checked_and_a_finished_job_stays_finished(registry: Registry) -> None:
+    registry.create_optimize_job(optimize_job_of("opt-1"))
+    beat = registry.update_optimize_job(A, "opt-1", heartbeat_at=5.0)
+    assert (beat.status, beat.heartbeat_at, beat.worker) == ("RUNNING", 5.0, "host-a:4242")
+    raises(Conflict, "status", lambda: registry.update_optimize_job(A, "opt-1", status="PENDING"))  # type: ignore[arg-type]
+    done = registry.update_optimize_job(A, "opt-1", status="SUCCEEDED", report=REPORT, finished_at=9.5)
+    assert done == replace(optimize_job_of("opt-1"), status="SUCCEEDED", heartbeat_at=5.0, report=REPORT, finished_at=9.5)
+    assert registry.get_optimize_job(A, "opt-1") == done
+    for target in ("RUNNING", "FAILED", "SUCCEEDED"):
+        raises(Conflict, "status", lambda target=target: registry.update_optimize_job(A, "opt-1", status=target))
+    raises(Conflict, "status", lambda: registry.update_optimize_job(A, "opt-1", heartbeat_at=10.0))
+    registry.create_optimize_job(optimize_job_of("opt-2"))
+    failed = registry.update_optimize_job(A, "opt-2", status="FAILED", error="the optimizer failed (MemoryError)", finished_at=3.0)
+    assert registry.get_optimize_job(A, "opt-2") == failed and failed.error == "the optimizer failed (MemoryError)"
+    with pytest.raises(ValueError, match="cannot update"):
+        registry.update_optimize_job(A, "opt-2", worker="host-b:1")  # the worker is the one that started it
+
+
+def test_only_one_of_concurrent_finishers_wins(registry: Registry) -> None:
+    registry.create_optimize_job(optimize_job_of("opt-1"))
+    start = threading.Barrier(6)
+    outcomes: list[str] = []
+
+    def finish(worker: int) -> None:
+        start.wait()
+        target = "SUCCEEDED" if worker % 2 else "FAILED"
+        try:
+            registry.update_optimize_job(A, "opt-1", status=target, error=f"worker {worker}", finished_at=float(worker))
+            outcomes.append(f"{target} {worker}")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=finish, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    (won,) = [o for o in outcomes if o != "conflict"]
+    job = registry.get_optimize_job(A, "opt-1")
+    assert f"{job.status} {int(job.finished_at or -1)}" == won and job.error == f"worker {won.split()[1]}"
+
+
+def test_what_an_optimize_job_stores_is_bounded(registry: Registry) -> None:
+    # The worst case for an item's size: many small numbers (a byte each in JSON, more in DynamoDB's maps).
+    near = {"model": "iris", "tuning": [[1] * 1000 for _ in range(120)], "note": "x" * 10_000, "nan": float("nan")}
+    registry.create_optimize_job(optimize_job_of("opt-near"))
+    stored = registry.update_optimize_job(A, "opt-near", status="SUCCEEDED", report=near).report
+    assert stored == {**near, "nan": None} and len(json.dumps(stored)) > REPORT_BYTES * 0.9
+    assert registry.get_optimize_job(A, "opt-near").report == stored
+
+    huge = {**REPORT, "candidates": [{"candidate": f"c{i}", "how": "x" * 1000} for i in range(400)],
+            "tuning": [{"vcpus": i, "p50_ms": [0.5] * 100} for i in range(200)]}  # fmt: skip
+    registry.create_optimize_job(optimize_job_of("opt-huge"))
+    kept = registry.update_optimize_job(A, "opt-huge", status="SUCCEEDED", report=huge).report
+    assert kept == stored_report(huge) and kept is not None
+    assert kept["omitted"] == ["candidates"] and kept["tuning"] == huge["tuning"]
+    assert kept["recommendation"] == REPORT["recommendation"]
+    assert registry.get_optimize_job(A, "opt-huge").report == kept
+
+    registry.create_optimize_job(optimize_job_of("opt-loud"))
+    error = registry.update_optimize_job(A, "opt-loud", status="FAILED", error="é" * 300_000).error
+    assert error is not None and len(error) == ERROR_CHARS and error.endswith("…")
+
+
 # Tenants --------------------------------------------------------------------------------
 def test_tenants_do_not_see_each_other(registry: Registry) -> None:
     registry.create_model(Model(A, "churn", description="acme's"))
@@ -880,6 +972,16 @@ def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
     assert "expires_at" in by_key[("T#acme#D#scoring#R#req-1", "ASSIGNMENT")]
     assert by_key[("T#acme#D#scoring", "SEQ")]["last_seq"] == {"N": "2"}
     assert by_key[("T#acme", "J#job-1")]["chunks_done"] == {"N": "1"}
+
+
+def test_dynamodb_keeps_an_optimize_job_in_its_tenants_partition_with_its_report_as_json(dynamodb: Any) -> None:
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry.create_optimize_job(optimize_job_of("opt-1"))
+    registry.update_optimize_job(A, "opt-1", status="SUCCEEDED", report={"p50_ms": 1.0, "rows": 3})
+    (found,) = dynamodb.scan(TableName="sluice-registry")["Items"]
+    assert (found["pk"], found["sk"]) == ({"S": "T#acme"}, {"S": "OJ#opt-1"})
+    assert json.loads(found["report"]["S"]) == {"p50_ms": 1.0, "rows": 3}
+    assert registry.get_optimize_job(A, "opt-1").report == {"p50_ms": 1.0, "rows": 3}  # 1.0 stays a float
 
 
 def racing(client: Any, operation: str, meanwhile: Callable[[], object]) -> DynamoRegistry:

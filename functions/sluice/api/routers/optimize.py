@@ -3,22 +3,19 @@ candidates for seconds to minutes, so it is a job: 202 with its id, then GET unt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Query, status
 from fastapi.concurrency import run_in_threadpool
 
 from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.presenters import present
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.errors import BadRequest
 from sluice.domain.values import VersionOrLatest
 from sluice.types.management import OptimizeCreate, OptimizeJobOut
 
 router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422))
-
-
-def _job_out(job: dict[str, Any]) -> dict[str, Any]:
-    return OptimizeJobOut.model_validate({k: v for k, v in job.items() if k != "tenant"}).model_dump(mode="json")
 
 
 @router.post(
@@ -55,12 +52,20 @@ async def start_optimize(
         calibration_rows=body.calibration_rows, evaluation_rows=body.evaluation_rows,
         timing=Timing(budget_s=body.seconds), tune=body.tune, register=tuple(body.to_register), shadow=body.shadow,
     )  # fmt: skip
-    job = container.optimize_jobs.start(
-        principal, lambda: service.run(principal, request, rows), model=name, version=source.version
-    )
-    return JSONResponse(_job_out(job), status_code=202)
+    job = await run_in_threadpool(
+        container.optimize_jobs.start,
+        principal, lambda: service.run(principal, request, rows), model=name, version=source.version,
+    )  # fmt: skip
+    return JSONResponse(present(OptimizeJobOut, job), status_code=202)
+
+
+@router.get("/optimize-jobs", response_model=list[OptimizeJobOut], summary="List optimize runs, newest first")
+def list_optimize_jobs(
+    principal: AdminDep, container: ContainerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> JSONResponse:
+    return JSONResponse([present(OptimizeJobOut, j) for j in container.optimize_jobs.list(principal, limit=limit)])
 
 
 @router.get("/optimize-jobs/{job_id}", response_model=OptimizeJobOut, summary="Follow an optimize run")
 def get_optimize_job(job_id: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(_job_out(container.optimize_jobs.get(principal, job_id)))
+    return JSONResponse(present(OptimizeJobOut, container.optimize_jobs.get(principal, job_id)))

@@ -21,6 +21,7 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
 - batch chunk: `pk=T#<tenant>#J#<job id>`, `sk=C#<index:06d>`, one per scored chunk
 - batch schedule: `pk=T#<tenant>`, `sk=SC#<name>`
+- optimize job: `pk=T#<tenant>`, `sk=OJ#<job id>`; its report is one string attribute of JSON
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ KEY_LISTING = "K#"
 JOB = "J#"
 CHUNK = "C#"
 SCHEDULE = "SC#"
+OPTIMIZE_JOB = "OJ#"
 
 
 def tenant(tenant: str) -> str:
@@ -118,3 +120,7 @@ def chunk_sk(index: int) -> str:
 
 def schedule_sk(name: str) -> str:
     return f"{SCHEDULE}{name}"
+
+
+def optimize_job_sk(job_id: str) -> str:
+    return f"{OPTIMIZE_JOB}{job_id}"

@@ -63,6 +63,10 @@ CREATE TABLE IF NOT EXISTS connection_messages (
     tenant TEXT NOT NULL, connection TEXT NOT NULL, win TEXT NOT NULL,
     n INTEGER NOT NULL, expires_at REAL NOT NULL,
     PRIMARY KEY (tenant, connection, win));
+CREATE TABLE IF NOT EXISTS optimize_jobs (
+    tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+    doc TEXT NOT NULL, PRIMARY KEY (tenant, id));
+CREATE INDEX IF NOT EXISTS optimize_jobs_by_time ON optimize_jobs (tenant, created_at);
 """
 
 

@@ -1,0 +1,67 @@
+"""Optimize jobs in SQLite: one row per job, its status and time in columns (for the checked
+move and the newest-first list), the rest its JSON document."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
+from sluice.registry.codec import OPTIMIZE_JOB
+from sluice.registry.sqlite.connection import Part
+
+if TYPE_CHECKING:
+    from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
+
+
+def _missing(job_id: str) -> NotFound:
+    return NotFound(f"optimize job '{job_id}' not found", field="job_id")
+
+
+class SqliteOptimizeJobs(Part):
+    def create_optimize_job(self, job: OptimizeJob) -> OptimizeJob:
+        job = bounded(job)
+        try:
+            with self.db.tx() as db:
+                db.execute(
+                    "INSERT INTO optimize_jobs (tenant, id, status, created_at, doc) VALUES (?, ?, ?, ?, ?)",
+                    (job.tenant, job.id, job.status, job.created_at, OPTIMIZE_JOB.to_json(job)),
+                )
+        except sqlite3.IntegrityError:
+            raise Conflict(f"optimize job '{job.id}' already exists", field="id") from None
+        return job
+
+    def get_optimize_job(self, tenant: str, job_id: str) -> OptimizeJob:
+        doc = self.db.one("SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?", tenant, job_id)
+        if doc is None:
+            raise _missing(job_id)
+        return OPTIMIZE_JOB.load(doc)
+
+    def list_optimize_jobs(self, tenant: str, *, limit: int = 100) -> list[OptimizeJob]:
+        docs = self.db.all(
+            "SELECT doc FROM optimize_jobs WHERE tenant = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            tenant, int(limit),
+        )  # fmt: skip
+        return [OPTIMIZE_JOB.load(d) for d in docs]
+
+    def update_optimize_job(
+        self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object
+    ) -> OptimizeJob:
+        unknown = set(fields) - UPDATABLE
+        if unknown:
+            raise ValueError(f"cannot update optimize job fields {sorted(unknown)}")
+        with self.db.tx() as db:
+            row = db.execute("SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
+            if row is None:
+                raise _missing(job_id)
+            current = OPTIMIZE_JOB.from_json(row[0])
+            target = status or current.status
+            check_optimize_move(job_id, current.status, target)
+            updated = bounded(replace(current, status=target, **fields))  # type: ignore[arg-type]
+            db.execute(
+                "UPDATE optimize_jobs SET status = ?, doc = ? WHERE tenant = ? AND id = ?",
+                (target, OPTIMIZE_JOB.to_json(updated), tenant, job_id),
+            )
+        return updated
