@@ -10,6 +10,7 @@ holds another tenant's object and keys that a normalising client would read as a
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.batch.local_files import LocalFiles
-from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError
+from sluice.domain.errors import BadRequest, Forbidden, SluiceError
 from sluice.domain.locations import Root, confine
 
 if TYPE_CHECKING:
@@ -158,13 +159,11 @@ def test_no_s3_spelling_fetches_a_key_outside_the_root(bucket: object) -> None:
         from sluice.batch.uris import split_s3
 
         fetched_bucket, key = split_s3(where.uri)  # the key batch's S3 reader asks for
-        assert fetched_bucket == BUCKET and key.startswith("inbox/acme/") or key == "inbox/acme/", spelling
+        assert fetched_bucket == BUCKET and key.startswith("inbox/acme/"), spelling
         assert not any(part in (".", "..") for part in key.split("/")) and "%" not in key, spelling
         admitted.append(spelling)
-        try:
+        with contextlib.suppress(SluiceError):  # nothing there (or a prefix): nothing read
             assert files.read_bytes(where.uri) != SECRET, spelling
-        except (NotFound, SluiceError):
-            pass  # nothing there (or a prefix): nothing read
 
     check()
     assert admitted
