@@ -56,7 +56,9 @@ class FunctionsConfig(_Section):
         "x86_64", description="CPU architecture of every function and of the wheels in its layers."
     )
     python: Literal["3.12", "3.13", "3.14"] = Field(
-        "3.14", description="Lambda Python runtime; layers are built for this version."
+        "3.14",
+        description="Lambda Python runtime; layers are built for this version. Each value "
+        "synthesizes: below the newest, cdk-nag's latest-runtime rules are acknowledged.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     snap_start: bool = Field(

@@ -8,6 +8,7 @@ own log group and X-Ray traces, and nothing else until a stack grants it what it
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -85,6 +86,22 @@ def retention(days: int) -> logs.RetentionDays:
     return _RETENTION[days]
 
 
+def _python_version(runtime: lambda_.Runtime) -> tuple[int, int] | None:
+    match = re.fullmatch(r"python(\d+)\.(\d+)", runtime.name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def newest_python_runtime() -> lambda_.Runtime:
+    """The newest Python runtime this aws-cdk-lib knows: the one cdk-nag's latest-runtime
+    rules (AwsSolutions-L1, Serverless-LambdaLatestVersion) want every Python function on."""
+    versions = {
+        version: runtime
+        for runtime in lambda_.Runtime.ALL
+        if (version := _python_version(runtime)) is not None
+    }
+    return versions[max(versions)]
+
+
 @dataclass(frozen=True)
 class FunctionPlatform:
     """What all functions of a deployment share: where they run and what they all read."""
@@ -102,6 +119,19 @@ class FunctionPlatform:
             "3.13": lambda_.Runtime.PYTHON_3_13,
             "3.14": lambda_.Runtime.PYTHON_3_14,
         }[self.python]
+
+    def older_runtime_reason(self) -> str | None:
+        """Why the functions may run a Python older than the newest aws-cdk-lib knows (the
+        config offers several Lambda-supported ones); None when they run the newest."""
+        newest = newest_python_runtime().name
+        if self.runtime.name == newest:
+            return None
+        return (
+            f"functions.python chose {self.runtime.name}, a runtime Lambda supports and the "
+            f"layers are built for; {newest} is newer. The config offers the older "
+            "supported runtimes on purpose, for a deployment that a dependency (or its own "
+            "code) holds back; moving up is a change of functions.python."
+        )
 
     @property
     def architecture(self) -> lambda_.Architecture:
@@ -275,6 +305,10 @@ class SluiceFunction(Construct):
             "X-Ray's PutTraceSegments and PutTelemetryRecords have no resource-level "
             "permissions; CDK grants exactly these two for active tracing.",
         )
+        older_runtime = platform.older_runtime_reason()
+        if older_runtime:
+            for rule_id in ("AwsSolutions-L1", "Serverless-LambdaLatestVersion"):
+                acknowledge(self.function, rule_id, older_runtime)
         if not invoked_async:
             acknowledge(
                 self.function,

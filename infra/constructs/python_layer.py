@@ -196,7 +196,7 @@ class PythonLayer(Construct):
             )
         platforms = platform_tags(architecture=architecture.name, python=python)
         excludes = read_excludes(requirements_dir / "exclude.txt")
-        bundler = PipInstall(
+        self.pip = bundler = PipInstall(
             name=self.name,
             requirements=requirements,
             platforms=platforms,

@@ -1,0 +1,209 @@
+"""Every Python runtime the config offers (`functions.python`) synthesizes with cdk-nag on,
+and every function and layer follows it, on either architecture.
+
+The values come from the config model itself, so a runtime added to it is tested here
+without touching this file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+import yaml
+from aws_cdk import App, Duration, Stack
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Template
+from infra.app import build_app
+from infra.config import FunctionsConfig, load_config
+from infra.constructs.functions import LAYERS_DIR, FunctionPlatform, SluiceFunction
+
+from tests.infra.synth import FULL_CONFIG, Synthesized, cdk_context
+from tests.infra.test_nag import acknowledgements
+
+PYTHONS: tuple[str, ...] = get_args(FunctionsConfig.model_fields["python"].annotation)
+ARCHITECTURES: tuple[str, ...] = get_args(FunctionsConfig.model_fields["architecture"].annotation)
+LATEST_RUNTIME_RULES = ("AwsSolutions-L1", "Serverless-LambdaLatestVersion")
+SLUICE_HANDLERS = "sluice.handlers."
+
+
+def newest_python_runtime() -> str:
+    """What cdk-nag's latest-runtime rules want: the newest Python runtime aws-cdk-lib knows."""
+    versions = {
+        tuple(int(part) for part in runtime.name.removeprefix("python").split(".")): runtime.name
+        for runtime in lambda_.Runtime.ALL
+        if runtime.name.startswith("python")
+    }
+    return versions[max(versions)]
+
+
+def test_the_values_tested_here_are_read_from_the_config_model() -> None:
+    # Were either field no longer a Literal, the tests below would be parametrized over nothing.
+    assert len(PYTHONS) > 1 and all(value.startswith("3.") for value in PYTHONS)
+    assert set(ARCHITECTURES) == {"x86_64", "arm64"}
+
+
+@pytest.fixture(scope="module", params=PYTHONS)
+def app_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The full app (every kind of function) with `-c sluice:python=<value>`, as the CLI gives
+    it; the session's full_app where that is already the value."""
+    python: str = request.param
+    full_app: Synthesized = request.getfixturevalue("full_app")
+    if full_app.config.functions.python == python:
+        return full_app
+    folder = tmp_path_factory.mktemp(f"python{python}")
+    config_file = folder / "sluice.yaml"
+    config_file.write_text(yaml.safe_dump(FULL_CONFIG))
+    context = {"sluice:config": str(config_file), "sluice:python": python}
+    outdir = folder / "cdk.out"
+    app = build_app(context=cdk_context(**context), outdir=str(outdir))
+    return Synthesized(app, load_config(config_file, context=context), outdir)
+
+
+def _sluice_functions(app: Synthesized) -> dict[str, dict[str, Any]]:
+    """Construct path -> properties of every function running sluice code, in every stack."""
+    found = {}
+    for component, stack in app.stacks.items():
+        resources = app.template(component).find_resources("AWS::Lambda::Function")
+        for logical_id, resource in resources.items():
+            props = resource["Properties"]
+            if str(props.get("Handler", "")).startswith(SLUICE_HANDLERS):
+                found[f"{stack.node.path}/{logical_id}"] = props
+    return found
+
+
+def test_every_offered_runtime_synthesizes_with_no_finding_left(app_on: Synthesized) -> None:
+    # build_app registers the AwsSolutions and Serverless packs and synth() raises on any
+    # finding neither fixed nor acknowledged, so an older runtime failed in the fixture.
+    assert {artifact.stack_name for artifact in app_on.assembly.stacks} == {
+        stack.stack_name for stack in app_on.stacks.values()
+    }
+    for plugin in app_on.validation_report()["pluginReports"]:
+        assert plugin["conclusion"] == "success", plugin["pluginName"]
+        assert plugin["violations"] == []
+
+
+def test_every_function_and_layer_runs_the_chosen_python(app_on: Synthesized) -> None:
+    runtime = f"python{app_on.config.functions.python}"
+    functions = _sluice_functions(app_on)
+    # API, authorizer, shadow, rollouts, websocket, six batch and the streams' functions.
+    assert len(functions) >= 10 + len(app_on.config.streams)
+    assert {path: props["Runtime"] for path, props in functions.items()} == {
+        path: runtime for path in functions
+    }
+    layers = [
+        layer
+        for component in app_on.stacks
+        for layer in app_on.template(component).find_resources("AWS::Lambda::LayerVersion").values()
+    ]
+    assert layers
+    for layer in layers:
+        assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
+
+
+def test_latest_runtime_rules_are_acknowledged_only_below_the_newest_runtime(
+    app_on: Synthesized,
+) -> None:
+    python = app_on.config.functions.python
+    acknowledged: dict[str, dict[str, str]] = {}
+    for path, rule_id, reason in acknowledgements(app_on.app):
+        if rule_id in LATEST_RUNTIME_RULES:
+            acknowledged.setdefault(path, {})[rule_id] = reason
+    if f"python{python}" == newest_python_runtime():
+        # On the newest runtime the rules stay armed: nothing silences them.
+        assert acknowledged == {}
+        return
+    functions = [
+        construct
+        for construct in app_on.app.node.find_all()
+        if isinstance(construct, SluiceFunction)
+    ]
+    assert len(functions) == len(_sluice_functions(app_on))
+    assert set(acknowledged) == {function.function.node.path for function in functions}
+    for path, rules in acknowledged.items():
+        assert set(rules) == set(LATEST_RUNTIME_RULES), path
+        for reason in rules.values():
+            assert f"python{python}" in reason and "functions.python" in reason, path
+
+
+@pytest.mark.parametrize(
+    ("python", "architecture"), list(itertools.product(PYTHONS, ARCHITECTURES))
+)
+def test_context_picks_the_runtime_and_architecture_functions_and_layers_follow(
+    python: str, architecture: str
+) -> None:
+    config = load_config(
+        context={"sluice:python": python, "sluice:architecture": architecture}
+    ).functions
+    assert (config.python, config.architecture) == (python, architecture)
+    platform = FunctionPlatform(
+        python=config.python,
+        architecture_name=config.architecture,
+        log_retention_days=30,
+        retain_logs=False,
+        environment={},
+    )
+    stack = Stack(App(context=cdk_context()), "Runtime")
+    layer = platform.layer(stack, "Core", name="core", description="core")
+    SluiceFunction(
+        stack,
+        "Api",
+        function_name="api",
+        handler="sluice.handlers.api.handler",
+        description="api",
+        platform=platform,
+        layers=[layer],
+        memory_mb=128,
+        timeout=Duration.seconds(3),
+    )
+    template = Template.from_stack(stack)
+    (function,) = template.find_resources("AWS::Lambda::Function").values()
+    assert function["Properties"]["Runtime"] == f"python{python}"
+    assert function["Properties"]["Architectures"] == [architecture]
+    (built,) = template.find_resources("AWS::Lambda::LayerVersion").values()
+    assert built["Properties"]["CompatibleRuntimes"] == [f"python{python}"]
+    assert built["Properties"]["CompatibleArchitectures"] == [architecture]
+    # pip fetches wheels for this Python and this CPU.
+    command = layer.pip.command(Path("out"))
+    assert command[command.index("--python-version") + 1] == python
+    wheel_arch = {"x86_64": "x86_64", "arm64": "aarch64"}[architecture]
+    assert command[command.index("--platform") + 1] == f"manylinux_2_34_{wheel_arch}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("python", "architecture"), list(itertools.product(PYTHONS, ARCHITECTURES))
+)
+def test_every_layer_finds_wheels_for_every_offered_runtime(
+    python: str, architecture: str, tmp_path: Path
+) -> None:
+    """pip resolves each layer's pins for the runtime (dry run: nothing is downloaded whole)."""
+    platform = FunctionPlatform(
+        python=python,
+        architecture_name=architecture,
+        log_retention_days=30,
+        retain_logs=False,
+        environment={},
+    )
+    stack = Stack(App(context=cdk_context()), "Layers")
+    for folder in sorted(p for p in LAYERS_DIR.iterdir() if (p / "requirements.txt").is_file()):
+        layer = platform.layer(stack, folder.name, name=folder.name, description=folder.name)
+        command = layer.pip.command(tmp_path / folder.name)
+        at = command.index("install") + 1
+        command[at:at] = ["--dry-run", "--ignore-installed", "--report", "-"]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"{folder.name}: {result.stderr[-2000:]}"
+        installed = {
+            item["metadata"]["name"].lower().replace("_", "-")
+            for item in json.loads(result.stdout)["install"]
+        }
+        pinned = {
+            line.split("==", 1)[0].strip().lower().replace("_", "-")
+            for line in (folder / "requirements.txt").read_text().splitlines()
+            if "==" in line and not line.lstrip().startswith("#")
+        }
+        assert pinned <= installed, (folder.name, pinned - installed)
