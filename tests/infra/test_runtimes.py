@@ -175,13 +175,14 @@ def test_context_picks_the_runtime_and_architecture_functions_and_layers_follow(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("python", "architecture"), list(itertools.product(PYTHONS, ARCHITECTURES))
-)
-def test_every_layer_finds_wheels_for_every_offered_runtime(
+@pytest.mark.parametrize(("python", "architecture"), [(min(PYTHONS), "arm64")])
+def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
     python: str, architecture: str, tmp_path: Path
 ) -> None:
-    """pip resolves each layer's pins for the runtime (dry run: nothing is downloaded whole)."""
+    """pip resolves each layer's pins for the oldest runtime on Graviton, where a wheel is the
+    likeliest to be missing (dry run: nothing is downloaded whole). The default runtime's layers
+    are built for real by test_layers; one resolution of each layer costs tens of seconds, so
+    the other combinations are left to that and to `make synth`."""
     platform = FunctionPlatform(
         python=python,
         architecture_name=architecture,

@@ -1,8 +1,8 @@
 """API keys: issued once in plain text, stored as a hash, checked in constant time.
 
 Revocation holds everywhere: a process caches the keys it has checked, and every lookup first
-asks a `RevocationSignal` whether any key was revoked since (locally, a marker file beside the
-registry that every worker stats; one `stat` per request). Where no signal reaches every
+asks a `RevocationSignal` whether any key was revoked since (locally, a counter in a marker
+file beside the registry that every worker maps into memory; one memory read per request). Where no signal reaches every
 container (DynamoDB on AWS), the cache's time to live is the bound, 0 by default there: each
 lookup reads the key.
 """
