@@ -489,7 +489,7 @@ def test_the_job_id_input_still_starts_an_existing_job_and_outputs_its_summary(c
     [
         (_spec(tenant="globex"), "NotFound", "deployment 'iris' not found"),
         (_spec(input_uri=f"s3://{BUCKET}/inbox/globex/iris/theirs.csv"), "Forbidden", "batch inputs must lie in your inbox"),
-        (_spec(input_uri=f"s3://{BUCKET}/inbox/acme/iris/../../globex/x.csv"), "Forbidden", "batch inputs must lie in your inbox"),
+        (_spec(input_uri=f"s3://{BUCKET}/inbox/acme/iris/../../globex/x.csv"), "BadRequest", "input_uri is not an S3 key sluice reads"),
         (_spec(input_uri="s3://someone-elses-bucket/data.csv"), "Forbidden", "batch inputs must lie in your inbox"),
         (_spec(tenant="Not A Tenant"), "BadRequest", "tenant must be"),
         (_spec(output_format="xlsx"), "BadRequest", "output_format must be one of"),
