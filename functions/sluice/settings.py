@@ -66,12 +66,15 @@ class Settings(BaseSettings):
         ),
     )
     triton_url_prefixes: list[str] = Field(
-        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*"],
+        default_factory=lambda: ["http://127.0.0.1:8100-8102", "http://localhost:8100-8102"],
         description=(
             "The Triton servers sluice may call: a tenant may register models only from these, and "
-            "every call is checked again. Entries are `scheme://host:port` (`:*` for any port), "
-            "compared on the parsed URL, never as a string prefix; JSON list in the environment. "
-            "The server calls them, so keep this to servers you run."
+            "every call is checked again. Entries are `scheme://host:port`, `scheme://host:low-high` "
+            "or `scheme://host:*` (any port), compared on the parsed URL, never as a string prefix; "
+            "JSON list in the environment. The default admits the ports of `sluice triton up` (HTTP "
+            "8100, gRPC 8101, SageMaker 8102) and no other loopback service; the local endpoints' "
+            "servers are admitted by the `sagemaker` runtime only while they run. The server calls "
+            "them, so keep this to servers you run."
         ),
     )
     region: str | None = Field(

@@ -134,6 +134,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             region=settings.region,
             endpoint_url=settings.sagemaker_endpoint_url,
             local_servers=settings.triton_url_prefixes,
+            started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,
             timeout_s=settings.request_timeout_s,
             results=results_for(store),  # asynchronous inference: inputs, records, answers
             fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
@@ -141,6 +142,17 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
 
     runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
     return runtimes
+
+
+def _started_servers(settings: Settings) -> Callable[[], list[str]]:
+    """The local endpoints twin's running servers under this home (see `sagemaker`'s `client_for`)."""
+
+    def servers() -> list[str]:
+        from sluice.endpoints.local_endpoints import started_servers
+
+        return started_servers(settings.home_path)
+
+    return servers
 
 
 def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
