@@ -300,6 +300,16 @@ class Settings(BaseSettings):
         "off. Needs the `serve` extra. Not for AWS: API Gateway usage plans throttle each tenant there "
         "(see `usage_key_prefix`).",
     )
+    max_in_flight_per_key: int = Field(
+        default_factory=lambda: 0 if _in_lambda() else 64,
+        ge=0,
+        description="`sluice serve`: requests one API key may have in flight at once in one process, HTTP "
+        "requests, WebSocket messages and gRPC calls together (a gRPC stream counts as one while it is open). "
+        "Past it a request is answered 429 with Retry-After (`too_many_in_flight`), after authentication and "
+        "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
+        "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
+        "Lambda, where a container takes one request at a time and API Gateway throttles each tenant).",
+    )
     rate_limit_storage: str = Field(
         default="memory://",
         description="Where `rate_limit` counts: `memory://` counts in each worker process (with N workers "

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.services.admission import InFlight
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
     from sluice.services.replay import ReplayService
@@ -333,6 +334,15 @@ class Container:
         self.keys = KeyService(
             self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
         )
+
+    @cached_property
+    def in_flight(self) -> InFlight | None:
+        """Requests in flight per key in this process, capped (`SLUICE_MAX_IN_FLIGHT_PER_KEY`):
+        one count for every transport the process serves; None when off (in Lambda)."""
+        from sluice.services.admission import InFlight
+
+        limit = self.settings.max_in_flight_per_key
+        return InFlight(limit) if limit else None
 
     @cached_property
     def endpoints(self) -> EndpointService:
