@@ -291,6 +291,13 @@ class Settings(BaseSettings):
         description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`); 0: off. "
         "Not on AWS: API Gateway cannot carry gRPC.",
     )
+    grpc_max_concurrent_rpcs: int = Field(
+        default=32,
+        ge=0,
+        description="`sluice serve --grpc-port`: calls the gRPC server runs at once, every key together (an "
+        "open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
+        "message of up to `max_request_bytes` and its decoding, so this bounds the gRPC process's memory. 0: no bound.",
+    )
     rate_limit: str = Field(
         default="",
         description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "

@@ -25,7 +25,7 @@ from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
 from sluice.api.routers.health import _registry_answers
 from sluice.api.routers.v2 import _metadata
-from sluice.domain.errors import Accepted, BadRequest, SluiceError
+from sluice.domain.errors import Accepted, BadRequest, PayloadTooLarge, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
@@ -199,7 +199,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         prediction = await service.predict(principal, core)
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
-        return response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+        response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+        size, limit = response.ByteSize(), self.container.settings.max_response_bytes
+        if size > limit:  # gRPC would refuse to send it, saying less
+            raise PayloadTooLarge(
+                f"the answer is {size} bytes, over the {limit} an answer may be: ask for fewer rows or outputs, or send a batch job",
+                field="outputs",
+            )
+        return response
 
 
     # Triton's extensions: the REST routes' service, its JSON read into the protobuf messages.
