@@ -310,8 +310,8 @@ class Settings(BaseSettings):
     max_in_flight_per_key: int = Field(
         default_factory=lambda: 0 if _in_lambda() else 64,
         ge=0,
-        description="`sluice serve`: requests one API key may have in flight at once in one process, HTTP "
-        "requests, WebSocket messages and gRPC calls together (a gRPC stream counts as one while it is open). "
+        description="`sluice serve`: requests one API key may have in flight at once in one process: its HTTP "
+        "requests and WebSocket messages in a worker, its gRPC calls in the gRPC process (an open stream is one). "
         "Past it a request is answered 429 with Retry-After (`too_many_in_flight`), after authentication and "
         "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
         "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
