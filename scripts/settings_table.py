@@ -21,6 +21,7 @@ SHOWN = {
     "registry": "SQLite under home",
     "store": "a folder under home",
     "auth_cache_ttl_s": "`30.0` (`0` in Lambda)",
+    "max_in_flight_per_key": "`64` (`0` in Lambda)",
     "endpoints": "local (sagemaker in aws mode)",
 }
 

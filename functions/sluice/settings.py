@@ -66,12 +66,15 @@ class Settings(BaseSettings):
         ),
     )
     triton_url_prefixes: list[str] = Field(
-        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*"],
+        default_factory=lambda: ["http://127.0.0.1:8100-8102", "http://localhost:8100-8102"],
         description=(
             "The Triton servers sluice may call: a tenant may register models only from these, and "
-            "every call is checked again. Entries are `scheme://host:port` (`:*` for any port), "
-            "compared on the parsed URL, never as a string prefix; JSON list in the environment. "
-            "The server calls them, so keep this to servers you run."
+            "every call is checked again. Entries are `scheme://host:port`, `scheme://host:low-high` "
+            "or `scheme://host:*` (any port), compared on the parsed URL, never as a string prefix; "
+            "JSON list in the environment. The default admits the ports of `sluice triton up` (HTTP "
+            "8100, gRPC 8101, SageMaker 8102) and no other loopback service; the local endpoints' "
+            "servers are admitted by the `sagemaker` runtime only while they run. The server calls "
+            "them, so keep this to servers you run."
         ),
     )
     region: str | None = Field(
@@ -288,6 +291,13 @@ class Settings(BaseSettings):
         description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`); 0: off. "
         "Not on AWS: API Gateway cannot carry gRPC.",
     )
+    grpc_max_concurrent_rpcs: int = Field(
+        default=32,
+        ge=0,
+        description="`sluice serve --grpc-port`: calls the gRPC server runs at once, every key together (an "
+        "open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
+        "message of up to `max_request_bytes` and its decoding, so this bounds the gRPC process's memory. 0: no bound.",
+    )
     rate_limit: str = Field(
         default="",
         description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "
@@ -296,6 +306,16 @@ class Settings(BaseSettings):
         "is answered 429 with Retry-After, after authentication and before its body is read. Empty: "
         "off. Needs the `serve` extra. Not for AWS: API Gateway usage plans throttle each tenant there "
         "(see `usage_key_prefix`).",
+    )
+    max_in_flight_per_key: int = Field(
+        default_factory=lambda: 0 if _in_lambda() else 64,
+        ge=0,
+        description="`sluice serve`: requests one API key may have in flight at once in one process: its HTTP "
+        "requests and WebSocket messages in a worker, its gRPC calls in the gRPC process (an open stream is one). "
+        "Past it a request is answered 429 with Retry-After (`too_many_in_flight`), after authentication and "
+        "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
+        "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
+        "Lambda, where a container takes one request at a time and API Gateway throttles each tenant).",
     )
     rate_limit_storage: str = Field(
         default="memory://",

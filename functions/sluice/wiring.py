@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.services.admission import InFlight
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
     from sluice.services.replay import ReplayService
@@ -134,6 +135,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             region=settings.region,
             endpoint_url=settings.sagemaker_endpoint_url,
             local_servers=settings.triton_url_prefixes,
+            started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,
             timeout_s=settings.request_timeout_s,
             results=results_for(store),  # asynchronous inference: inputs, records, answers
             fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
@@ -141,6 +143,17 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
 
     runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
     return runtimes
+
+
+def _started_servers(settings: Settings) -> Callable[[], list[str]]:
+    """The local endpoints twin's running servers under this home (see `sagemaker`'s `client_for`)."""
+
+    def servers() -> list[str]:
+        from sluice.endpoints.local_endpoints import started_servers
+
+        return started_servers(settings.home_path)
+
+    return servers
 
 
 def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
@@ -321,6 +334,15 @@ class Container:
         self.keys = KeyService(
             self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
         )
+
+    @cached_property
+    def in_flight(self) -> InFlight | None:
+        """Requests in flight per key in this process, capped (`SLUICE_MAX_IN_FLIGHT_PER_KEY`):
+        one count for every transport the process serves; None when off (in Lambda)."""
+        from sluice.services.admission import InFlight
+
+        limit = self.settings.max_in_flight_per_key
+        return InFlight(limit) if limit else None
 
     @cached_property
     def endpoints(self) -> EndpointService:

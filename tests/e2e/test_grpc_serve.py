@@ -1,5 +1,5 @@
 """`sluice serve --grpc-port` as a user runs it: a real process with two HTTP workers and the
-gRPC server beside them, called by Triton's own gRPC client with the printed admin key."""
+gRPC server beside them, called by Triton's own gRPC client with the saved admin key."""
 
 from __future__ import annotations
 

@@ -78,13 +78,21 @@ def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(capsys, "--tenant", "globex", "keys", "revoke", key_id)[0] == 0
 
 
-def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+def test_push_a_version_served_by_a_sagemaker_endpoint(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"endpoint_name": "sluice-iris"}')
     assert code == 0, err
     shown = json.loads(run_cli(capsys, "models", "show", "iris", "--version", "1")[1])
     assert shown["runtime"] == "sagemaker"
     code, _, err = run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"), "--runtime", "sagemaker", "--config", '{"bogus": 1}')
     assert code == 2 and "[config]" in err
+    code, _, err = run_cli(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
+    assert code == 2 and "error [triton_url]: http://127.0.0.1:1 is not an allowed server" in err  # not 8100-8102
+    from sluice.settings import get_settings
+    from sluice.wiring import get_container
+
+    monkeypatch.setenv("SLUICE_TRITON_URL_PREFIXES", '["http://127.0.0.1:1"]')  # the operator allows it
+    get_settings.cache_clear()
+    get_container.cache_clear()
     code, _, err = run_cli(capsys, "models", "register-triton", "m", "--url", "http://127.0.0.1:1")
     assert code == 2 and "error: the Triton server is not reachable" in err
 

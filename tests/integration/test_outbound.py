@@ -18,14 +18,24 @@ from starlette.routing import Route
 from sluice.api.app import create_app
 from sluice.domain.errors import BadRequest, Forbidden
 from sluice.domain.origins import check_origin, parse_allowlist
+from sluice.settings import Settings
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from sluice.wiring import Container
 
 ALLOWED = parse_allowlist(["http://127.0.0.1:*", "http://localhost:*", "https://triton.internal:8001"])
+ANY_LOOPBACK_PORT = ["http://127.0.0.1:*", "http://localhost:*"]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The servers below take free ports: here the operator admits any loopback port (the
+    default admits `sluice triton up`'s three, see the last tests)."""
+    return Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0, triton_url_prefixes=ANY_LOOPBACK_PORT)
 
 
 @pytest.mark.parametrize(
@@ -165,3 +175,35 @@ def test_bad_triton_urls_and_names_are_refused_before_any_call(
 ) -> None:
     r = _register(client, keys["acme"], url, model_name)
     assert r.status_code == status and r.json()["field"] == field
+
+
+# The default allowlist: the local Triton's own ports, no other loopback service -------------
+def test_the_default_allowlist_admits_the_local_tritons_ports_only(tmp_path: Path) -> None:
+    allowed = Settings(mode="local", home=tmp_path / "home").triton_allowlist
+    for url in ("http://127.0.0.1:8100", "http://127.0.0.1:8101", "http://localhost:8102/prefix"):
+        assert check_origin(url, allowed, field="triton_url").url() == url
+    for url in ("http://127.0.0.1:8000", "http://127.0.0.1:8099", "http://127.0.0.1:8103", "http://127.0.0.1:6379", "http://127.0.0.1"):
+        with pytest.raises(Forbidden):
+            check_origin(url, allowed, field="triton_url")
+
+
+def test_a_tenant_cannot_make_the_service_call_another_loopback_port_by_default(tmp_path: Path) -> None:
+    from sluice.demo import install_demo
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0))
+    install_demo(container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"))
+    _, key = container.keys.create("acme", ["admin", "predict"])
+    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as server, TestClient(create_app(container)) as client:
+        r = _register(client, key, f"http://127.0.0.1:{server.port}")
+    assert r.status_code == 403, r.text
+    assert r.json()["field"] == "triton_url" and r.json()["code"] == "forbidden"
+    assert server.hits == []  # refused before any call
+
+
+@pytest.mark.parametrize("entry", ["http://127.0.0.1:8102-8100", "http://127.0.0.1:0-5", "http://127.0.0.1:1-70000"])
+def test_a_port_range_is_low_to_high_within_tcp_ports(entry: str) -> None:
+    with pytest.raises(BadRequest):
+        parse_allowlist([entry], field="triton_url_prefixes")
+    assert [r.ports for r in parse_allowlist(["http://127.0.0.1:8100-8102"])] == [range(8100, 8103)]

@@ -162,3 +162,25 @@ def test_a_version_without_an_endpoint_is_a_bad_request() -> None:
     version = ModelVersion("acme", "m", 1, "sagemaker", "s3://b/m", "0" * 64, 1, SIGNATURE, config={})
     with pytest.raises(BadRequest, match="endpoint_name"):
         _infer(_runtime(FakeSageMaker()), version)
+
+
+def test_a_versions_own_server_is_called_only_if_configured_or_started_by_the_local_twin() -> None:
+    from sluice.runtimes.sagemaker import EndpointTarget
+
+    running = ["http://127.0.0.1:18102", "http://127.0.0.1:18105"]  # what the twin started and runs now
+    runtime = SageMakerRuntime(FakeSageMaker(), local_servers=["http://127.0.0.1:8102"], started_servers=lambda: running)
+    for url in ("http://127.0.0.1:8102", "http://127.0.0.1:18102"):
+        assert runtime.client_for(EndpointTarget.of(_version(endpoint_url=url))) is not None
+    for url in ("http://127.0.0.1:6379", "http://127.0.0.1:18103", "http://localhost:18102"):
+        with pytest.raises(BackendError):
+            runtime.client_for(EndpointTarget.of(_version(endpoint_url=url)))
+    running.remove("http://127.0.0.1:18105")  # that server stopped: its port is no longer admitted
+    with pytest.raises(BackendError):
+        runtime.client_for(EndpointTarget.of(_version(endpoint_url="http://127.0.0.1:18105")))
+
+
+def test_with_no_servers_configured_no_local_server_is_called() -> None:
+    from sluice.runtimes.sagemaker import EndpointTarget
+
+    with pytest.raises(BackendError):
+        SageMakerRuntime(FakeSageMaker()).client_for(EndpointTarget.of(_version(endpoint_url="http://127.0.0.1:6379")))

@@ -4,7 +4,8 @@
   but one: the local twin of an upload's S3 POST (`UPLOAD_BODY`), which bounds its own body by
   its signed form (`sluice.api.routers.uploads`).
 - `Edge` authenticates every request that needs a principal before its body is read, holds
-  each key to its rate when `SLUICE_RATE_LIMIT` is set (429 with Retry-After, body unread), and
+  each key to its rate when `SLUICE_RATE_LIMIT` is set and to its requests in flight
+  (`SLUICE_MAX_IN_FLIGHT_PER_KEY`; both 429 with Retry-After, body unread), and
   answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
   framework routing, dependency solving or second body parse on the path that must be fast.
   The same declarations document those routes in the OpenAPI document (`openapi_routes`).
@@ -28,7 +29,7 @@ from starlette.routing import compile_path
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import PayloadTooLarge
+from sluice.domain.errors import PayloadTooLarge, TooManyInFlight
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
@@ -202,6 +203,13 @@ class Edge:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
+        in_flight = container.in_flight
+        if in_flight is not None:
+            try:
+                in_flight.enter(principal.subject)  # before a byte of the body is read
+            except TooManyInFlight as exc:
+                await error_response(exc, scope["path"])(scope, receive, send)
+                return
         token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
         try:
             found = self._hot(scope) if scope["method"] == "POST" else None
@@ -213,6 +221,8 @@ class Edge:
             await self.app(scope, receive, send)
         finally:
             unbind_tenant(token)
+            if in_flight is not None:
+                in_flight.leave(principal.subject)
 
     async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),

@@ -15,6 +15,7 @@ plus `request_id`), or `{"request_id", "deployment", "version"?, "v2": <v2 infer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice.domain import Principal
+    from sluice.services.admission import InFlight
     from sluice.wiring import Container
 
 MAX_REQUEST_ID = 128
@@ -83,6 +85,7 @@ class Session:
         connection_id: str,
         headers: Mapping[str, str] | None = None,
         rate_limit: MessageRate | None = None,
+        in_flight: InFlight | None = None,
         max_message_bytes: int | None = None,
         key_checked: bool = True,
     ) -> None:
@@ -91,6 +94,7 @@ class Session:
         self.connection_id = connection_id
         self.headers = headers or {}
         self.rate_limit = rate_limit
+        self.in_flight = in_flight  # the key's requests in flight in this process (`sluice serve`)
         self.max_message_bytes = max_message_bytes or container.settings.websocket_max_message_bytes
         self.revoked = False
         # A key checked at connect still works until the revocation signal moves; a session
@@ -109,8 +113,9 @@ class Session:
             request_id = _request_id(message)
             if self.rate_limit is not None:
                 await self.rate_limit.check(self.connection_id)
-            await self._check_key()
-            return await self._predict(message, request_id)
+            with self.in_flight.held(self.principal.subject) if self.in_flight is not None else contextlib.nullcontext():
+                await self._check_key()
+                return await self._predict(message, request_id)
         except Exception as exc:
             return error_answer(exc, request_id)
 

@@ -4,6 +4,7 @@ batch schedules that are due."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from sluice import owner_only
@@ -34,7 +35,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Created owner-only: never readable by others, not even for a moment before a chmod.
         with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
             fh.write(plain + "\n")
-        print(f"Local admin key for tenant '{args.tenant}' (saved to {key_file}):\n\n    {plain}\n", flush=True)
+        _show_new_key(args.tenant, plain, key_file)
     else:
         print(f"Local admin key: {key_file}", flush=True)
     if args.demo:
@@ -68,6 +69,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             grpc.terminate()
             grpc.join(5)
     return 0
+
+
+def _show_new_key(tenant: str, plain: str, key_file: Path) -> None:
+    """The key on a terminal, once; anywhere else (a pipe, a file, a service manager's journal)
+    only where it is saved: what captures a server's output keeps it. Never through a logger."""
+    if sys.stdout.isatty():
+        print(f"Local admin key for tenant '{tenant}' (saved to {key_file}, shown this once):\n\n    {plain}\n", flush=True)
+    else:
+        print(f"Local admin key for tenant '{tenant}': saved to {key_file}, readable only by you (shown only on a terminal)", flush=True)
 
 
 def _start_grpc(host: str, port: int) -> BaseProcess | None:

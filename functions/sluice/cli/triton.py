@@ -48,7 +48,24 @@ def cmd_triton_up(args: argparse.Namespace) -> int:
     print(f"  SageMaker  {server.sagemaker_url}      (runtime `sagemaker`: endpoint_url)")
     print(f"  /invocations serves: {server.default_model or '(no default model)'}")
     print(f"  log        {server.log}")
+    _say_if_not_allowed(server.http_url, server.grpc_address)
     return 0
+
+
+def _say_if_not_allowed(http_url: str, grpc_address: str) -> None:
+    """The allowlist admits the default ports only: another port needs the operator's word."""
+    from sluice.domain.errors import SluiceError
+    from sluice.domain.origins import check_origin
+    from sluice.settings import get_settings
+
+    try:
+        check_origin(http_url, get_settings().triton_allowlist, field="triton_url")
+    except SluiceError:
+        grpc_url = f"http://{grpc_address}"
+        print(
+            f"  note       sluice calls only the Triton servers SLUICE_TRITON_URL_PREFIXES names; to register "
+            f"models from this one, add them: SLUICE_TRITON_URL_PREFIXES='[\"{http_url}\", \"{grpc_url}\"]'"
+        )
 
 
 def cmd_triton_down(args: argparse.Namespace) -> int:

@@ -27,6 +27,8 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
             " Inference-Header-Content-Length header)",
             field=f"{field}.data",
         )
+    if isinstance(data, np.ndarray) and data.dtype == dtype and datatype != "BYTES" and data.size == math.prod(shape):
+        return data.reshape(shape)  # decoded already (gRPC's contents): taken as it is, not copied
     if not isinstance(data, list):
         data = [data]
     if bools and datatype not in ("BOOL", "BYTES") and holds_bool(data):

@@ -91,6 +91,12 @@ class RateLimited(SluiceError):
         self.retry_after_s = retry_after_s
 
 
+class TooManyInFlight(RateLimited):
+    """A key with as many requests in flight as it may have at once (`sluice serve`)."""
+
+    code = "too_many_in_flight"
+
+
 class Accepted(SluiceError):
     """Not a failure: the request was queued for asynchronous inference. It travels up the
     call stack like an error so that every transport answers 202 with the result resource the

@@ -20,6 +20,7 @@ from sluice.domain.errors import BadRequest, Forbidden
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 _NUMERIC = re.compile(r"[0-9a-fx.]+")
+_PORT_RANGE = re.compile(r":(?P<low>[0-9]{1,5})-(?P<high>[0-9]{1,5})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,24 +83,31 @@ def parse_origin(url: str, *, field: str, default_scheme: str = "http") -> Origi
 class Allowed:
     scheme: str
     host: str
-    port: int | None  # None: any port
+    ports: range | None  # None: any port
 
     def admits(self, origin: Origin) -> bool:
-        return (origin.scheme, origin.host) == (self.scheme, self.host) and self.port in (None, origin.port)
+        return (origin.scheme, origin.host) == (self.scheme, self.host) and (self.ports is None or origin.port in self.ports)
 
 
 def parse_allowlist(entries: list[str], *, field: str = "allowlist") -> tuple[Allowed, ...]:
-    """Entries as `scheme://host:port`, or `scheme://host:*` for any port (a trailing `:`
-    means the same)."""
+    """Entries as `scheme://host:port`, `scheme://host:low-high` for a range of ports, or
+    `scheme://host:*` for any port (a trailing `:` means the same)."""
     out = []
     for entry in entries:
         text = entry.strip()
-        any_port = text.endswith((":*", ":"))
-        if any_port:
-            text = text.rstrip("*").rstrip(":")
-        origin = parse_origin(text, field=field)
-        explicit = urlsplit(text if "://" in text else f"http://{text}").port
-        out.append(Allowed(origin.scheme, origin.host, None if any_port else (explicit or origin.port)))
+        ports: range | None
+        span = _PORT_RANGE.search(text)
+        if span is not None:
+            low, high = int(span["low"]), int(span["high"])
+            if not 1 <= low <= high <= 65535:
+                raise BadRequest(f"'{text}': a port range is LOW-HIGH, 1 <= LOW <= HIGH <= 65535", field=field)
+            origin, ports = parse_origin(text[: span.start()], field=field), range(low, high + 1)
+        elif text.endswith((":*", ":")):
+            origin, ports = parse_origin(text.rstrip("*").rstrip(":"), field=field), None
+        else:
+            origin = parse_origin(text, field=field)
+            ports = range(origin.port, origin.port + 1)
+        out.append(Allowed(origin.scheme, origin.host, ports))
     return tuple(out)
 
 

@@ -285,6 +285,18 @@ class LocalEndpoints:
         return stopped
 
 
+def started_servers(home: Path) -> list[str]:
+    """The SageMaker URLs of the variant servers the twin started under `home` that run now:
+    the ports the `sagemaker` runtime may call besides the configured servers (they are picked
+    free when a variant starts, so no fixed allowlist can name them)."""
+    urls = []
+    for state in sorted((Path(home).expanduser() / "endpoints").glob("*/*/triton/state.json")):
+        server = local_triton.read_state(state.parent.parent)
+        if server is not None and local_triton.is_running(server.pid):
+            urls.append(server.sagemaker_url)
+    return urls
+
+
 def _variant_record(target: DeployTarget, built: BuiltModel, instances: int, autoscaling: dict[str, Any] | None) -> dict[str, Any]:
     """What the endpoint's record keeps of one variant."""
     return {

@@ -18,13 +18,14 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 
-def options(max_request_bytes: int) -> list[tuple[str, int]]:
-    # The HTTP body limit, as gRPC's own: a larger message is refused (RESOURCE_EXHAUSTED)
-    # before it is parsed.
+def options(max_request_bytes: int, max_response_bytes: int) -> list[tuple[str, int]]:
+    # The HTTP body limits, as gRPC's own: a larger message is refused (RESOURCE_EXHAUSTED)
+    # before it is parsed, and no answer larger than an HTTP one is sent (the service refuses
+    # one first, saying why).
     # No SO_REUSEPORT: a port another process holds is an error, not a silent second server.
     return [
         ("grpc.max_receive_message_length", max_request_bytes),
-        ("grpc.max_send_message_length", -1),
+        ("grpc.max_send_message_length", max_response_bytes),
         ("grpc.so_reuseport", 0),
     ]
 
@@ -36,7 +37,13 @@ async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Se
 
     from sluice.grpc_service.service import InferenceService
 
-    server = grpc.aio.server(options=options(container.settings.max_request_bytes))
+    settings = container.settings
+    # Each call may hold a message of up to the body limit and its decoding: a bound on calls
+    # at once is a bound on the memory they take (past it, RESOURCE_EXHAUSTED at once).
+    server = grpc.aio.server(
+        options=options(settings.max_request_bytes, settings.max_response_bytes),
+        maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs or None,
+    )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(container), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()

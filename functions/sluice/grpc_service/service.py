@@ -2,14 +2,16 @@
 
 Every RPC that names a model (and Triton's configuration, statistics and repository RPCs)
 authenticates first (`authorization: Bearer <key>` or
-`x-api-key` metadata, the HTTP edge's rules), binds the tenant for the registry, and then makes
-the same call the REST route makes. Server liveness, readiness and metadata need no key, as
+`x-api-key` metadata, the HTTP edge's rules), counts as one of its key's requests in flight
+while it runs (`SLUICE_MAX_IN_FLIGHT_PER_KEY`), binds the tenant for the registry, and then
+makes the same call the REST route makes. Server liveness, readiness and metadata need no key, as
 their REST twins need none. Errors are gRPC status codes with the REST API's messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -23,7 +25,7 @@ from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
 from sluice.api.routers.health import _registry_answers
 from sluice.api.routers.v2 import _metadata
-from sluice.domain.errors import Accepted, BadRequest, SluiceError
+from sluice.domain.errors import Accepted, BadRequest, PayloadTooLarge, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
@@ -94,12 +96,17 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self.container = container
         self.rate_limit = RateLimit.from_settings(container.settings)
 
-    async def _principal(self, context: ServicerContext) -> tuple[Principal, dict[str, str]]:
+    @contextlib.asynccontextmanager
+    async def _caller(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+        """The authenticated caller and its metadata, its rate counted, and the call one of
+        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
         if self.rate_limit is not None:
             await self.rate_limit.check(principal.subject)
-        return principal, metadata
+        in_flight = self.container.in_flight
+        with in_flight.held(principal.subject) if in_flight is not None else contextlib.nullcontext():
+            yield principal, metadata
 
     async def _fail(self, context: ServicerContext, exc: Exception) -> None:
         code, message, trailer = status_of(exc)
@@ -122,10 +129,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     # Models: a deployment is the protocol's model -----------------------------------------
     async def ModelMetadata(self, request: Any, context: ServicerContext) -> Any:
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-            meta = _metadata(resolved)
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+                meta = _metadata(resolved)
         except Exception as exc:
             await self._fail(context, exc)
         tensors = pb.ModelMetadataResponse.TensorMetadata
@@ -139,36 +146,38 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelReady(self, request: Any, context: ServicerContext) -> Any:
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-                runtime = self.container.runtimes.get(resolved.version.runtime)
-                if runtime is not None:
-                    await runtime.load(resolved.version)
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+                    runtime = self.container.runtimes.get(resolved.version.runtime)
+                    if runtime is not None:
+                        await runtime.load(resolved.version)
         except Exception as exc:
             await self._fail(context, exc)
         return pb.ModelReadyResponse(ready=runtime is not None)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
         try:
-            principal, metadata = await self._principal(context)
-            with use_tenant(principal.tenant):
-                return await self._infer(principal, metadata, request)
+            async with self._caller(context) as (principal, metadata):
+                with use_tenant(principal.tenant):
+                    return await self._infer(principal, metadata, request)
         except Exception as exc:
             await self._fail(context, exc)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
-        """Each request answered in turn; a failed one is an `error_message`, as Triton streams."""
-        try:
-            principal, metadata = await self._principal(context)
-        except Exception as exc:
-            await self._fail(context, exc)
-        async for request in request_iterator:
+        """Each request answered in turn; a failed one is an `error_message`, as Triton streams.
+        The stream is one of its key's requests in flight for as long as it is open."""
+        async with contextlib.AsyncExitStack() as open_call:
             try:
-                with use_tenant(principal.tenant):
-                    yield pb.ModelStreamInferResponse(infer_response=await self._infer(principal, metadata, request))
+                principal, metadata = await open_call.enter_async_context(self._caller(context))
             except Exception as exc:
-                yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
+                await self._fail(context, exc)
+            async for request in request_iterator:
+                try:
+                    with use_tenant(principal.tenant):
+                        yield pb.ModelStreamInferResponse(infer_response=await self._infer(principal, metadata, request))
+                except Exception as exc:
+                    yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
     async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
         rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
@@ -190,37 +199,44 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         prediction = await service.predict(principal, core)
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
-        return response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+        response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+        size, limit = response.ByteSize(), self.container.settings.max_response_bytes
+        if size > limit:  # gRPC would refuse to send it, saying less
+            raise PayloadTooLarge(
+                f"the answer is {size} bytes, over the {limit} an answer may be: ask for fewer rows or outputs, or send a batch job",
+                field="outputs",
+            )
+        return response
 
 
     # Triton's extensions: the REST routes' service, its JSON read into the protobuf messages.
     # Fields a Triton server's own config has and this proto lacks are dropped, not an error.
     async def ModelConfig(self, request: Any, context: ServicerContext) -> Any:
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                config = await self._extensions().config(principal, request.name, _version(request.version))
-            return json_format.ParseDict({"config": config}, pb.ModelConfigResponse(), ignore_unknown_fields=True)
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    config = await self._extensions().config(principal, request.name, _version(request.version))
+                return json_format.ParseDict({"config": config}, pb.ModelConfigResponse(), ignore_unknown_fields=True)
         except Exception as exc:
             await self._fail(context, exc)
 
     async def ModelStatistics(self, request: Any, context: ServicerContext) -> Any:
         """No name: every deployment of the tenant, as `GET /v2/models/stats`."""
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                version = _version(request.version) if request.name else None
-                stats = await self._extensions().stats(principal, request.name or None, version)
-            return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    version = _version(request.version) if request.name else None
+                    stats = await self._extensions().stats(principal, request.name or None, version)
+                return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
         except Exception as exc:
             await self._fail(context, exc)
 
     async def RepositoryIndex(self, request: Any, context: ServicerContext) -> Any:
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                entries = await self._extensions().index(principal, ready=request.ready)
-            return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    entries = await self._extensions().index(principal, ready=request.ready)
+                return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
         except Exception as exc:
             await self._fail(context, exc)
 
@@ -233,12 +249,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def _refuse_control(self, request: Any, context: ServicerContext) -> None:
         """As REST: another tenant's name, or none, is NOT_FOUND; any other is refused."""
         try:
-            principal, _ = await self._principal(context)
-            with use_tenant(principal.tenant):
-                self.container.deployments.get(principal, request.model_name)
-            raise BadRequest(
-                "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
-            )
+            async with self._caller(context) as (principal, _):
+                with use_tenant(principal.tenant):
+                    self.container.deployments.get(principal, request.model_name)
+                raise BadRequest(
+                    "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
+                )
         except Exception as exc:
             await self._fail(context, exc)
 

@@ -16,7 +16,8 @@ the version's own ONNX artifact answers through the ONNX runtime while a copy st
 
 `endpoint_url` points the same client at a local Triton's SageMaker port instead of AWS
 (for every version; or for one, as its config's `endpoint_url`, which the local endpoints
-twin sets on the versions it binds, and which must be a local server's address):
+twin sets on the versions it binds, and which must be a server of `local_servers` or one the
+twin started and that still runs):
 the request is rewritten from `/endpoints/<name>/invocations` to the container's
 `/invocations`, and the container's errors are framed as SageMaker frames them (ModelError),
 so the bytes sluice sends, and the errors it maps, are the ones it would meet on AWS.
@@ -194,7 +195,8 @@ class SageMakerRuntime:
         clients: AwsClients | None = None,
         region: str | None = None,
         endpoint_url: str | None = None,
-        local_servers: Sequence[str] = ("http://127.0.0.1:*", "http://localhost:*"),
+        local_servers: Sequence[str] = (),
+        started_servers: Callable[[], Sequence[str]] | None = None,
         binary_threshold_bytes: int = 64 * 1024,
         max_payload_bytes: int = MAX_SYNC_PAYLOAD_BYTES,
         timeout_s: float = 60.0,
@@ -213,6 +215,8 @@ class SageMakerRuntime:
         self.region = region
         self.endpoint_url = endpoint_url
         self.local_servers = parse_allowlist(list(local_servers), field="triton_url_prefixes")
+        # The local endpoints twin's servers that run now: their ports are not known in advance.
+        self.started_servers = started_servers
         self._local: dict[str, Any] = {}
         self.binary_threshold_bytes = binary_threshold_bytes
         self.max_payload_bytes = max_payload_bytes
@@ -245,9 +249,13 @@ class SageMakerRuntime:
         found = self._local.get(url)
         if found is None:
             # Versions are written by sluice's endpoint service; a server outside the allowlist
-            # (checked as scheme, host and port, not as a string prefix) is refused.
+            # and not started by the local twin (checked as scheme, host and port, not as a
+            # string prefix) is refused.
+            allowed = self.local_servers
+            if self.started_servers is not None:
+                allowed += parse_allowlist(list(self.started_servers()), field="config.endpoint_url")
             try:
-                url = check_origin(url, self.local_servers, field="config.endpoint_url").url()
+                url = check_origin(url, allowed, field="config.endpoint_url").url()
             except SluiceError:
                 raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one") from None
             found = self._local[target.endpoint_url] = build_client(

@@ -148,6 +148,12 @@ def triton_server(
         local_triton.stop(triton_home)
 
 
+def allowing(server: LocalTriton) -> list[str]:
+    """`triton_url_prefixes` admitting the session's server: it takes free ports, not the
+    default 8100-8102, so the operator names them (HTTP and gRPC), as a user of another port would."""
+    return [server.http_url, f"http://{server.grpc_address}"]
+
+
 @pytest.fixture
 def triton_versions(triton_server: LocalTriton, onnx_models: dict[str, bytes]) -> dict[str, ModelVersion]:
     """`triton` versions of both models on the local server's HTTP port."""

@@ -11,6 +11,7 @@ import pytest
 from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
+from tests.integration.triton.conftest import allowing
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,7 +26,8 @@ ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
 def test_a_triton_versions_config_is_its_servers(triton_server: LocalTriton, tmp_path: Path) -> None:
     from tests.integration.grpc.conftest import run_server
 
-    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0))
+    settings = Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0, triton_url_prefixes=allowing(triton_server))
+    container = Container.from_settings(settings)
     asyncio.run(container.models.register_triton(ACME, "mlp-t", triton_server.http_url, model_name="mlp"))
     container.deployments.create(ACME, "mlp-t", {"model": "mlp-t", "version": 1})
     _, key = container.keys.create("acme", ["predict"])

@@ -15,6 +15,7 @@ import pytest
 from sluice.domain.errors import (
     Conflict,
     DeadlineExceeded,
+    Forbidden,
     InvalidInput,
     PayloadTooLarge,
     Unavailable,
@@ -301,3 +302,32 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_triton_up_on_another_port_says_which_servers_to_allow(
+    triton_env: local_triton.TritonEnv, served_repository: Path, cli_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default allowlist holds `sluice triton up`'s own ports only: started elsewhere, it
+    prints the setting that admits it, and with that setting its models register."""
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+    from tests.integration.conftest import run_cli
+
+    port = local_triton.free_base_port()
+    code, out, _ = run_cli(capsys, "triton", "up", "--port", str(port), "--models", str(served_repository), "--default-model", "clf")
+    try:
+        assert code == 0, out
+        setting = json.loads(out.split("SLUICE_TRITON_URL_PREFIXES='", 1)[1].split("'", 1)[0])
+        assert setting == [f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"]
+        acme = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+        for allowed, registers in (([], False), (setting, True)):
+            settings = Settings(mode="local", home=cli_home, **({"triton_url_prefixes": allowed} if allowed else {}))
+            register = Container.from_settings(settings).models.register_triton(acme, "mlp", f"http://127.0.0.1:{port}", model_name="mlp")
+            if registers:
+                assert asyncio.run(register).config["url"] == f"http://127.0.0.1:{port}"
+            else:
+                with pytest.raises(Forbidden):
+                    asyncio.run(register)
+    finally:
+        assert run_cli(capsys, "triton", "down")[0] == 0

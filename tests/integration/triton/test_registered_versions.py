@@ -18,7 +18,7 @@ from sluice.services.models import read_signature
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.integration.conftest import auth
-from tests.integration.triton.conftest import SERVED_OPTIONS, in_process
+from tests.integration.triton.conftest import SERVED_OPTIONS, allowing, in_process
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,7 +31,10 @@ RNG = np.random.default_rng(7)
 
 
 def _container(tmp_path: Path, server: LocalTriton) -> Container:
-    settings = Settings(mode="local", home=tmp_path / "home", sagemaker_endpoint_url=server.sagemaker_url, deployment_cache_ttl_s=0)
+    settings = Settings(
+        mode="local", home=tmp_path / "home", sagemaker_endpoint_url=server.sagemaker_url, deployment_cache_ttl_s=0,
+        triton_url_prefixes=allowing(server),
+    )
     return Container.from_settings(settings)
 
 

@@ -1,0 +1,115 @@
+"""What one gRPC call may cost the server, through Triton's own clients against an in-process
+server: answers no larger than the response limit, calls at once bounded, typed contents
+decoded without a Python object per element, and a decoded tensor not copied again by the core
+(`benchmarks/grpc_memory.py` measures the process's memory around such calls)."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from tests.integration.grpc.conftest import run_server
+
+if TYPE_CHECKING:
+    from sluice.wiring import Container
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+from tritonclient.grpc import service_pb2 as pb  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _rows(n: int) -> Any:
+    tensor = grpcclient.InferInput("input", [n, 10], "FP32")
+    tensor.set_data_from_numpy(np.zeros((n, 10), dtype=np.float32))
+    return tensor
+
+
+def test_an_answer_over_the_response_limit_is_refused_saying_why(served: Container, keys: dict[str, str]) -> None:
+    served.settings.max_response_bytes = 64 * 1024
+    servers = run_server(served)
+    url = next(servers)
+    try:
+        client = grpcclient.InferenceServerClient(url)
+        assert client.infer("diabetes", [_rows(1000)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1000, 1)
+        with pytest.raises(InferenceServerException) as refused:  # 20,000 rows: an 80 KB answer
+            client.infer("diabetes", [_rows(20_000)], headers=auth(keys["acme"]))
+        assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert "the answer is" in refused.value.message() and "over the 65536" in refused.value.message()
+    finally:
+        servers.close()
+
+
+def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
+    served.settings.grpc_max_concurrent_rpcs = 2
+    servers = run_server(served)
+    url = next(servers)
+    streams = []
+    try:
+        for _ in range(2):  # two open streams: two calls in progress for as long as they are open
+            client = grpcclient.InferenceServerClient(url)
+            answers: list[Any] = []
+            client.start_stream(callback=lambda result, error, answers=answers: answers.append(error or result), headers=auth(keys["acme"]))
+            client.async_stream_infer("diabetes", [_rows(1)])
+            deadline = time.monotonic() + 30
+            while not answers and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert answers and not isinstance(answers[0], InferenceServerException), answers
+            streams.append(client)
+        caller = grpcclient.InferenceServerClient(url)
+        with pytest.raises(InferenceServerException) as refused:
+            caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme_predict"]))  # another key: the bound is the server's
+        assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        streams.pop().stop_stream()
+        assert caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1, 1)
+    finally:
+        for client in streams:
+            client.stop_stream()
+        servers.close()
+
+
+def test_typed_contents_take_no_python_object_per_element() -> None:
+    from sluice.grpc_service.tensors import tensors_of
+
+    values = np.arange(1_000_000, dtype=np.float32)  # 4 MB
+    request = pb.ModelInferRequest(model_name="m")
+    request.inputs.add(name="x", datatype="FP32", shape=[100_000, 10]).contents.fp32_contents.extend(values.tolist())
+    tracemalloc.start()
+    try:
+        (tensor,) = tensors_of(request)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(tensor.data, values)
+    # The array itself, and not the ~32 MB a list of a million Python floats would take on the way.
+    assert peak < 1.5 * values.nbytes, f"{peak} bytes allocated to decode {values.nbytes}"
+
+
+def test_a_decoded_tensor_is_not_copied_by_the_core() -> None:
+    from sluice.codecs.tensors import decode_tensor
+
+    data = np.frombuffer(np.arange(40, dtype=np.float32).tobytes(), dtype=np.float32)  # as gRPC's raw contents decode
+    array = decode_tensor("x", "FP32", [4, 10], data, field="inputs.x")
+    assert array.shape == (4, 10) and np.shares_memory(array, data)
+    with pytest.raises(Exception, match="has 40 values but shape"):  # a count that does not fit is still refused
+        decode_tensor("x", "FP32", [5, 10], data, field="inputs.x")
+
+
+def test_typed_contents_out_of_their_datatypes_range_are_invalid_argument(grpc_url: str, keys: dict[str, str]) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    request = pb.ModelInferRequest(model_name="iris")
+    request.inputs.add(name="input", datatype="INT8", shape=[1, 4]).contents.int_contents.extend([1, 2, 300, 4])
+    with grpc.insecure_channel(grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, metadata=tuple(auth(keys["acme"]).items()))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "out of its range" in caught.value.details()
+    assert ("sluice-field", "inputs.input") in caught.value.trailing_metadata()
