@@ -12,7 +12,7 @@ from sluice.api.app import create_app
 from sluice.handlers import snapstart
 from sluice.handlers.asgi import LambdaASGI
 from sluice.observability import get_logger, inject_lambda_context
-from sluice.services.loop import container_loop
+from sluice.inference.loop import container_loop
 
 app = create_app()
 _asgi = LambdaASGI(app)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.observability import get_logger
 from sluice.services.keys import SUBPROTOCOL, subprotocols
-from sluice.services.loop import container_loop
+from sluice.inference.loop import container_loop
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sluice.domain.results import Resolved
     from sluice.runtimes import Runtime
     from sluice.services.deployments import DeploymentService
-    from sluice.services.predictions import PredictionService
+    from sluice.inference.predictions import PredictionService
 
 PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "onnxruntime_onnx"}
 DEFAULT_MAX_BATCH_SIZE = 64  # what sluice's Triton repository builder declares by default
