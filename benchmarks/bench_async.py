@@ -226,8 +226,8 @@ def run(quick: bool) -> dict[str, Any]:
     from sluice.domain.errors import Accepted
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_repository
-    from sluice.runtimes.sagemaker import SageMakerRuntime, build_client
     from sluice.inference.results import ResultService
+    from sluice.runtimes.sagemaker import SageMakerRuntime, build_client
     from sluice.settings import Settings
     from sluice.storage.s3 import S3Store
     from sluice.wiring import Container

@@ -26,9 +26,9 @@ from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.domain.values import isoformat, parse_model_version, parse_time, parse_version
+from sluice.inference.compare import compare
 from sluice.inference.loop import gc_paused
 from sluice.services.models import require_found
-from sluice.inference.compare import compare
 from sluice.stats.verdicts import comparison
 
 if TYPE_CHECKING:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.inference.prediction_cache import PredictionCache
+from sluice.inference.predictions import PredictionService
+from sluice.inference.shadow_runner import ShadowRunner
 from sluice.observability import Telemetry
 from sluice.services.deployments import DeploymentService
 from sluice.services.keys import KeyService
 from sluice.services.models import ModelService
-from sluice.inference.prediction_cache import PredictionCache
-from sluice.inference.predictions import PredictionService
-from sluice.inference.shadow_runner import ShadowRunner
 from sluice.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -32,18 +32,18 @@ if TYPE_CHECKING:
     from sluice.cost.service import CostService
     from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
+    from sluice.inference.mirror import Mirror
+    from sluice.inference.results import ResultService
+    from sluice.inference.uploads import UploadService
     from sluice.metrics import PrometheusMetrics
     from sluice.optimize.jobs import OptimizeJobs
     from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
+    from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
-    from sluice.replay import ReplayService
-    from sluice.inference.results import ResultService
     from sluice.services.rollouts import RolloutService
-    from sluice.inference.uploads import UploadService
-    from sluice.inference.mirror import Mirror
     from sluice.storage import ArtifactStore
 
 

@@ -8,9 +8,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.handlers import snapstart
-from sluice.observability import get_logger
 from sluice.inference.loop import run
 from sluice.inference.shadow_jobs import ShadowJob
+from sluice.observability import get_logger
 
 if TYPE_CHECKING:
     from sluice.wiring import Container

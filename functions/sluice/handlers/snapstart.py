@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.observability import get_logger
 from sluice.inference.loop import run
+from sluice.observability import get_logger
 
 if TYPE_CHECKING:
     from collections.abc import Callable
