@@ -157,8 +157,8 @@ def _upload_path(
 
     from sluice.codecs.triton import encode_request
     from sluice.domain.errors import Accepted
-    from sluice.services.results import ResultService
-    from sluice.services.uploads import UploadService
+    from sluice.inference.results import ResultService
+    from sluice.inference.uploads import UploadService
     from sluice.storage.uploads import S3Uploads
 
     body = encode_request({"input": rows}, binary_inputs=True)
@@ -226,8 +226,8 @@ def run(quick: bool) -> dict[str, Any]:
     from sluice.domain.errors import Accepted
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_repository
+    from sluice.inference.results import ResultService
     from sluice.runtimes.sagemaker import SageMakerRuntime, build_client
-    from sluice.services.results import ResultService
     from sluice.settings import Settings
     from sluice.storage.s3 import S3Store
     from sluice.wiring import Container

@@ -32,7 +32,7 @@ def _prepare(home: Path, rows: int) -> Path:
     from sluice.capture.sinks import FolderSink
     from sluice.domain import Principal
     from sluice.domain.results import Answer, InferenceResult
-    from sluice.services.loop import run
+    from sluice.inference.loop import run
     from sluice.settings import Settings
     from sluice.wiring import Container
 

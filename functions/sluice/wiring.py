@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.inference.prediction_cache import PredictionCache
+from sluice.inference.predictions import PredictionService
+from sluice.inference.shadow_runner import ShadowRunner
 from sluice.observability import Telemetry
 from sluice.services.deployments import DeploymentService
 from sluice.services.keys import KeyService
 from sluice.services.models import ModelService
-from sluice.services.prediction_cache import PredictionCache
-from sluice.services.predictions import PredictionService
-from sluice.services.shadow import ShadowRunner
 from sluice.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -32,19 +32,19 @@ if TYPE_CHECKING:
     from sluice.cost.service import CostService
     from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
+    from sluice.inference.mirror import Mirror
+    from sluice.inference.results import ResultService
+    from sluice.inference.uploads import UploadService
     from sluice.metrics import PrometheusMetrics
     from sluice.optimize.jobs import OptimizeJobs
     from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
+    from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.services.admission import InFlight
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
-    from sluice.services.replay import ReplayService
-    from sluice.services.results import ResultService
     from sluice.services.rollouts import RolloutService
-    from sluice.services.uploads import UploadService
-    from sluice.shadow.mirror import Mirror
     from sluice.storage import ArtifactStore
 
 
@@ -178,11 +178,11 @@ def build_endpoint_control(settings: Settings, store: ArtifactStore) -> Endpoint
 def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
     url = settings.mirror
     if url in ("", "local"):
-        from sluice.shadow.mirror import LocalMirror
+        from sluice.inference.mirror import LocalMirror
 
         return LocalMirror(runner)
     if url.startswith("lambda://"):
-        from sluice.shadow.mirror import LambdaMirror
+        from sluice.inference.mirror import LambdaMirror
 
         return LambdaMirror.from_url(url, store, region=settings.region)
     raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
@@ -358,7 +358,7 @@ class Container:
     @cached_property
     def results(self) -> ResultService:
         """Results of asynchronous predictions, in the store beside the artifacts."""
-        from sluice.services.results import ResultService
+        from sluice.inference.results import ResultService
         from sluice.storage.results import results_for
 
         return ResultService(results_for(self.store), max_response_bytes=self.settings.max_response_bytes)
@@ -366,7 +366,7 @@ class Container:
     @cached_property
     def uploads(self) -> UploadService:
         """Uploads (`POST /api/v1/uploads`), in the store beside the artifacts."""
-        from sluice.services.uploads import UploadService
+        from sluice.inference.uploads import UploadService
         from sluice.storage.uploads import uploads_for
 
         settings = self.settings
@@ -398,7 +398,7 @@ class Container:
     def replay(self) -> ReplayService:
         """`sluice replay` and its route: captured requests against a candidate, scored
         offline through the batch runner's prediction service; built on first use."""
-        from sluice.services.replay import ReplayService
+        from sluice.replay import ReplayService
 
         return ReplayService(self.batch_runner.predictions, build_capture_reader(self.settings))
 

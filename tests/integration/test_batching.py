@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sluice.domain import BatchingSettings
 from sluice.domain.errors import BackendError, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs
-from sluice.services.batching import Batcher
+from sluice.inference.batching import Batcher
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:

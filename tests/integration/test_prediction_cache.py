@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 
 from sluice.domain.policy import Variant
 from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.inference.prediction_cache import PredictionCache
 from sluice.metrics import PrometheusMetrics
 from sluice.routing.choose import sticky_pick
-from sluice.services.prediction_cache import PredictionCache
 from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth

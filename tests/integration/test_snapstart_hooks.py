@@ -18,7 +18,7 @@ from sluice.demo import install_demo
 from sluice.domain import Principal
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.handlers import snapstart
-from sluice.services.loop import run
+from sluice.inference.loop import run
 from sluice.settings import get_settings
 from sluice.wiring import Container, get_container
 from tests.conftest import MODELS
@@ -85,7 +85,7 @@ def test_before_snapshot_loads_every_version_the_preloaded_deployments_answer_wi
 def test_preload_stops_at_its_byte_bound_and_reports_bad_entries(
     process: Container, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sluice.services.warmup import preload
+    from sluice.inference.warmup import preload
 
     sizes = {v.version: v.size_bytes for v in process.registry.list_versions("acme", "iris")}
     bound = sizes[1] + sizes[2] - 1  # v1 fits, v2 would pass the bound

@@ -9,7 +9,7 @@ import pytest
 from sluice.domain import CacheSettings, Deployment, ModelVersion, Signature, TensorSpec
 from sluice.domain.policy import parse_policy, uncacheable
 from sluice.domain.results import Answer, InferenceResult
-from sluice.services.prediction_cache import PredictionCache, answer_key, dump_answer, load_answer
+from sluice.inference.prediction_cache import PredictionCache, answer_key, dump_answer, load_answer
 
 DEP = Deployment("acme", "scoring", {}, revision=3, cache=CacheSettings(60.0, 2))
 ROUTE = (("iris", 1),)

@@ -20,8 +20,8 @@ from moto import mock_aws
 from sluice.domain import ModelVersion, Principal
 from sluice.domain.errors import Accepted, BackendError, BadRequest, NotFound, PayloadTooLarge
 from sluice.domain.signature import Signature, TensorSpec
+from sluice.inference.results import ResultService
 from sluice.runtimes.sagemaker import SageMakerRuntime
-from sluice.services.results import ResultService
 from sluice.storage.results import RECORD, FolderResults, S3Results
 from sluice.storage.s3 import S3Store
 

@@ -21,8 +21,8 @@ from sluice.domain.errors import Accepted, BadRequest, Forbidden, InvalidInput, 
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.domain.uploads import Upload
+from sluice.inference.uploads import inputs_of_upload, stored_type
 from sluice.runtimes.sagemaker import SageMakerRuntime
-from sluice.services.uploads import inputs_of_upload, stored_type
 from sluice.storage.results import S3Results
 from sluice.storage.s3 import S3Store
 from sluice.storage.uploads import FolderUploads, S3Uploads

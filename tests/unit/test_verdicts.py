@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sluice.domain.results import InferenceResult
-from sluice.shadow.compare import compare
+from sluice.inference.compare import compare
 from sluice.stats.histogram import PREFIX, bucket, percentile
 from sluice.stats.verdicts import comparison, mean_interval, traffic, wilson
 from tests.unit.test_aggregators import CLF, REG

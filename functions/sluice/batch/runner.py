@@ -28,15 +28,15 @@ from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob
 from sluice.domain.locations import Root
+from sluice.inference.loop import run
 from sluice.observability import Telemetry
-from sluice.services.loop import run
 from sluice.stats.recorder import Key, StatsRecorder
 
 if TYPE_CHECKING:
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
+    from sluice.inference.predictions import PredictionService
     from sluice.registry import JobRegistry
-    from sluice.services.predictions import PredictionService
     from sluice.settings import Settings
 
 MANIFEST = "_manifest.json"

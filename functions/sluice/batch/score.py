@@ -39,7 +39,7 @@ from sluice.domain.errors import InvalidInput
 from sluice.domain.jobs import ChunkResult
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
-from sluice.services.loop import run
+from sluice.inference.loop import run
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from sluice.batch.plan import Chunk, JobSpec
     from sluice.batch.readers import Piece
     from sluice.domain.results import Resolved
-    from sluice.services.predictions import PredictionService
+    from sluice.inference.predictions import PredictionService
 
 BYTES_PER_TEXT_VALUE = 64  # a guess for string inputs when sizing requests by bytes
 

@@ -162,7 +162,7 @@ class BatchScorer:
         return buffer.getvalue(), len(lines), errors, gave_up
 
     def _batch(self, first: int, lines: list[bytes], buffer: io.BytesIO) -> tuple[int, int]:
-        from sluice.services.loop import run
+        from sluice.inference.loop import run
         from sluice.stream.records import StreamRecord
         from sluice.stream.run import gc_paused, process
         from sluice.stream.sinks import FileSink

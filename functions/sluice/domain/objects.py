@@ -154,7 +154,7 @@ MAX_BATCH_DELAY_US = 1_000_000
 class BatchingSettings:
     """A deployment's adaptive batching: concurrent requests for the same version are joined
     into one runtime call of at most `max_batch_size` rows, a request waiting at most
-    `max_delay_us` for others to join it (`sluice.services.batching`)."""
+    `max_delay_us` for others to join it (`sluice.inference.batching`)."""
 
     max_batch_size: int
     max_delay_us: int

@@ -11,8 +11,8 @@ from typing import Any
 from sluice.api.app import create_app
 from sluice.handlers import snapstart
 from sluice.handlers.asgi import LambdaASGI
+from sluice.inference.loop import container_loop
 from sluice.observability import get_logger, inject_lambda_context
-from sluice.services.loop import container_loop
 
 app = create_app()
 _asgi = LambdaASGI(app)

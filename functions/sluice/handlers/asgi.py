@@ -5,7 +5,7 @@ and the ASGI response back into the Lambda result; `LambdaASGI` keeps exactly th
 handler classes, so the same scope and the same result, base64 and multi-value headers
 included) and replaces only the cycle in between: Mangum's runs the app with an
 `asyncio.Queue` and a state machine per request, this one with two small closures. The
-app is run as a task on the thread's kept loop (`sluice.services.loop`), as Mangum runs it
+app is run as a task on the thread's kept loop (`sluice.inference.loop`), as Mangum runs it
 on the current loop.
 
 An app that can answer some requests without the ASGI exchange (`answer_whole(scope, body)`,

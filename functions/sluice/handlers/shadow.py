@@ -8,9 +8,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.handlers import snapstart
+from sluice.inference.loop import run
+from sluice.inference.shadow_jobs import ShadowJob
 from sluice.observability import get_logger
-from sluice.services.loop import run
-from sluice.shadow.jobs import ShadowJob
 
 if TYPE_CHECKING:
     from sluice.wiring import Container

@@ -30,13 +30,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.inference.loop import run
 from sluice.observability import get_logger
-from sluice.services.loop import run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sluice.services.warmup import Warmed
+    from sluice.inference.warmup import Warmed
     from sluice.wiring import Container
 
 
@@ -66,7 +66,7 @@ def current() -> Container:
 
 def before_snapshot() -> Warmed:
     """Imports the runtimes and loads the preloaded deployments' versions."""
-    from sluice.services.warmup import preload
+    from sluice.inference.warmup import preload
 
     started = time.perf_counter()
     for prepare in state.prepare:
@@ -116,7 +116,7 @@ def after_restore() -> Container:
         # Reads every preloaded deployment again through the new clients, into the new
         # caches. It loads nothing: a version deployed after the snapshot loads on its first
         # request, as it would without SnapStart, and the restore stays short.
-        from sluice.services.warmup import preload
+        from sluice.inference.warmup import preload
 
         settings = new.settings
         try:

@@ -23,8 +23,8 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.batch.sqs_fifo_partial_processor import SqsFifoPartialProcessor
 
 from sluice.domain.errors import SluiceError
+from sluice.inference.loop import run
 from sluice.observability import get_logger, get_metrics
-from sluice.services.loop import run
 from sluice.stream.bindings import binding_for, parse_bindings
 from sluice.stream.core import Outcome, StreamScorer
 from sluice.stream.records import KAFKA, KINESIS, SQS, read_event

@@ -21,9 +21,9 @@ import base64
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from sluice.inference.loop import container_loop
 from sluice.observability import get_logger
 from sluice.services.keys import SUBPROTOCOL, subprotocols
-from sluice.services.loop import container_loop
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients

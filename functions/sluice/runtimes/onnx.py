@@ -236,7 +236,7 @@ class OnnxRuntime:
         outputs: Sequence[str] | None = None,
     ) -> InferenceResult:
         """`infer` on a worker thread whatever its size: for a call others wait on (a joined
-        batch, `sluice.services.batching`), so the loop goes on reading requests meanwhile."""
+        batch, `sluice.inference.batching`), so the loop goes on reading requests meanwhile."""
         return await asyncio.to_thread(self._run, version, inputs, outputs)
 
     async def unload(self, version: ModelVersion) -> None:

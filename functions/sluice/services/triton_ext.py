@@ -16,9 +16,9 @@ from sluice.stats.histogram import PREFIX, bucket_value
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion, Principal
     from sluice.domain.results import Resolved
+    from sluice.inference.predictions import PredictionService
     from sluice.runtimes import Runtime
     from sluice.services.deployments import DeploymentService
-    from sluice.services.predictions import PredictionService
 
 PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "onnxruntime_onnx"}
 DEFAULT_MAX_BATCH_SIZE = 64  # what sluice's Triton repository builder declares by default

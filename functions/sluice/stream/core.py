@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from sluice.domain.results import Prediction, Resolved
     from sluice.domain.signature import Signature
-    from sluice.services.predictions import PredictionService
+    from sluice.inference.predictions import PredictionService
     from sluice.stream.records import StreamRecord
 
 # Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.services.loop import gc_paused
+from sluice.inference.loop import gc_paused
 from sluice.stream.core import hold_order
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from sluice.shadow import mirror as mirror_module
-from sluice.shadow.mirror import LambdaMirror
+from sluice.inference import mirror as mirror_module
+from sluice.inference.mirror import LambdaMirror
 from sluice.storage.s3 import S3Store
 from sluice.wiring import Container
 from tests.conftest import EVENTS, MODELS

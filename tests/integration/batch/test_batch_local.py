@@ -16,7 +16,7 @@ from sluice.batch.runner import JobNotRunning
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
 from sluice.domain.errors import Unavailable
-from sluice.services.loop import run
+from sluice.inference.loop import run
 from tests.integration.batch.conftest import (
     FEATURES,
     iris_rows,

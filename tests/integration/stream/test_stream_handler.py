@@ -147,14 +147,14 @@ def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
         },
     )
     yield demo
-    from sluice.services.loop import run
+    from sluice.inference.loop import run
 
     run(demo.runtimes["triton"].close())  # the Triton client's sessions, on the handler's loop
 
 
 def _remote(container: Container, users: list[str]) -> set[int]:
     node = container.predictions.deployment_of  # the split, as the deployment holds it
-    from sluice.services.loop import run
+    from sluice.inference.loop import run
 
     split = run(node("acme", "mixed"))[1]
     return {n for n, user in enumerate(users) if sticky_pick(split.variants, user).name == "remote"}

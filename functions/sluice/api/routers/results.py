@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(
     responses={303: {"description": "The answer is large: fetch it from Location (no API key)"}},
 )
 async def get_result(result_id: str, principal: PrincipalDep, container: ContainerDep) -> Response:
-    from sluice.services.results import LargeAnswer
+    from sluice.inference.results import LargeAnswer
 
     found = await run_in_threadpool(container.results.get, principal, result_id)
     if not isinstance(found, LargeAnswer):

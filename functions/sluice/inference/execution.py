@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
+from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
-from sluice.shadow.jobs import ShadowJob
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from sluice.domain import Deployment, ModelVersion
     from sluice.domain.policy import Ensemble, Node, Ref, Shadow, Single, Split
     from sluice.domain.signature import Signature
+    from sluice.inference.batching import Batcher
     from sluice.runtimes import Runtime
-    from sluice.services.batching import Batcher
     from sluice.stats.recorder import StatsRecorder
 
 MAX_REF_DEPTH = 8

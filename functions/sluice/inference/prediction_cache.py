@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from sluice.domain import CacheSettings, Deployment, ModelVersion
     from sluice.domain.policy import Node
-    from sluice.services.execution import Call
+    from sluice.inference.execution import Call
 
 Route = tuple[Any, ...]
 MAX_ROUTE_DEPTH = 32  # deeper than any valid policy with its references

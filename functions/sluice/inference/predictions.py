@@ -33,10 +33,10 @@ from sluice.domain.errors import (
 from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved
+from sluice.inference.batching import Batcher
+from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
+from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
-from sluice.services.batching import Batcher
-from sluice.services.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
-from sluice.services.prediction_cache import answer_key, route_of
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
@@ -51,13 +51,13 @@ if TYPE_CHECKING:
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.results import Answer
     from sluice.domain.signature import Signature
+    from sluice.inference.mirror import Mirror
+    from sluice.inference.prediction_cache import PredictionCache
+    from sluice.inference.uploads import UploadService
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
-    from sluice.services.prediction_cache import PredictionCache
-    from sluice.services.uploads import UploadService
     from sluice.settings import Settings
-    from sluice.shadow.mirror import Mirror
 
 
 class PredictionService:
@@ -170,7 +170,7 @@ class PredictionService:
     ) -> PredictionRequest:
         """The request with an upload's body as its inputs; or `Accepted`, when the one version
         that answers queues the body as it lies (SageMaker asynchronous inference)."""
-        from sluice.services.uploads import inputs_of_upload
+        from sluice.inference.uploads import inputs_of_upload
 
         if self.uploads is None:
             raise NotFound("uploads are not served here", field="upload_id")

@@ -6,7 +6,7 @@ version and input layout) into inference batches of up to `batch_rows` rows, eac
 call through the policy graph (`PredictionService.run_node`, no mirrors, no live
 statistics); a batch that fails is scored again record by record, so a bad record fails
 alone. Every captured row ends scored or failed, with the reason (redacted inputs, no
-captured outputs, an error). The verdict is the shadow's (`sluice.shadow.compare` and
+captured outputs, an error). The verdict is the shadow's (`sluice.inference.compare` and
 `sluice.stats.verdicts.comparison`): label agreement with its Wilson interval, mean and max
 absolute difference; with the captured latency and the replay's own rows per second.
 """
@@ -26,9 +26,9 @@ from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.domain.values import isoformat, parse_model_version, parse_time, parse_version
-from sluice.services.loop import gc_paused
+from sluice.inference.compare import compare
+from sluice.inference.loop import gc_paused
 from sluice.services.models import require_found
-from sluice.shadow.compare import compare
 from sluice.stats.verdicts import comparison
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from sluice.capture.reader import CaptureReader
     from sluice.domain import ModelVersion, Principal
     from sluice.domain.policy import Node
-    from sluice.services.predictions import PredictionService
+    from sluice.inference.predictions import PredictionService
 
 MAX_WINDOW_S = 31 * 86400
 

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
     from sluice.domain.objects import ModelVersion
     from sluice.domain.policy import Node
+    from sluice.inference.predictions import PredictionService
     from sluice.runtimes.base import Runtime
-    from sluice.services.predictions import PredictionService
 
 # How deep a preload follows references (the request path refuses deeper ones anyway).
 _MAX_REFS = 16

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from sluice.domain.errors import SluiceError
 from sluice.domain.policy import parse_policy
 from sluice.domain.results import InferenceResult
-from sluice.shadow.compare import compare
+from sluice.inference.compare import compare
 
 if TYPE_CHECKING:
-    from sluice.services.predictions import PredictionService
-    from sluice.shadow.jobs import ShadowJob
+    from sluice.inference.predictions import PredictionService
+    from sluice.inference.shadow_jobs import ShadowJob
 
 
 class ShadowRunner:

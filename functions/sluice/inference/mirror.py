@@ -12,8 +12,8 @@ from sluice.observability import get_logger
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
-    from sluice.services.shadow import ShadowRunner
-    from sluice.shadow.jobs import ShadowJob
+    from sluice.inference.shadow_jobs import ShadowJob
+    from sluice.inference.shadow_runner import ShadowRunner
     from sluice.storage import ArtifactStore
 
 # Lambda takes up to 1 MB for an asynchronous invoke; leave room for the envelope.

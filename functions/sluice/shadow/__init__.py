@@ -1,1 +1,0 @@
-"""Shadow mirrors: the same input sent to other versions off the request path and compared."""
