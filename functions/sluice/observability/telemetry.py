@@ -56,7 +56,9 @@ class Telemetry:
         sink: PrometheusMetrics | None = None,
     ) -> None:
         if emit_metrics is None:
-            emit_metrics = "AWS_LAMBDA_FUNCTION_NAME" in os.environ or os.environ.get("SLUICE_EMF") == "1"
+            from sluice.settings import in_lambda
+
+            emit_metrics = in_lambda() or os.environ.get("SLUICE_EMF") == "1"
         self.emit_metrics = emit_metrics
         self.namespace = namespace
         self.service = service
