@@ -352,14 +352,17 @@ def waiting_reason(rollout: Rollout) -> str | None:
     return None
 
 
-def paused_by_change(rollout: Rollout, subject: str) -> tuple[Rollout, dict[str, Any]]:
-    """A policy change by someone else pauses a running rollout, in the same revision."""
-    when = time.time()
-    reason = f"paused: the policy was changed by {subject}"
-    paused = replace(rollout, state="paused", reason=reason, decided={}, updated_at=when)
-    return paused, {
+def paused(rollout: Rollout, reason: str, when: float) -> tuple[Rollout, dict[str, Any]]:
+    """The rollout held at its step, and the note of the change that holds it."""
+    held = replace(rollout, state="paused", reason=reason, decided={}, updated_at=when)
+    return held, {
         "rollout": "paused",
         "reason": reason,
         "step": rollout.step,
         "weight": rollout.weight,
     }
+
+
+def paused_by_change(rollout: Rollout, subject: str) -> tuple[Rollout, dict[str, Any]]:
+    """A policy change by someone else pauses a running rollout, in the same revision."""
+    return paused(rollout, f"paused: the policy was changed by {subject}", time.time())

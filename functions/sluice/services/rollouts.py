@@ -37,6 +37,7 @@ from sluice.domain.rollouts import (
     parse_duration,
     parse_gates,
     parse_steps,
+    paused,
     waiting_reason,
 )
 from sluice.domain.values import parse_model_version
@@ -226,18 +227,9 @@ class RolloutService:
 
     def pause(self, principal: Principal, name: str) -> Deployment:
         dep, rollout = self._active(principal, name, "pause", ("running",))
-        reason = f"paused by {principal.subject}"
-        paused = replace(
-            rollout, state="paused", reason=reason, decided={}, updated_at=self.clock()
-        )
-        note = {
-            "rollout": "paused",
-            "reason": reason,
-            "step": rollout.step,
-            "weight": rollout.weight,
-        }
+        held, note = paused(rollout, f"paused by {principal.subject}", self.clock())
         return self.deployments.update(
-            principal, name, None, expected_revision=dep.revision, rollout=paused, note=note
+            principal, name, None, expected_revision=dep.revision, rollout=held, note=note
         )
 
     def resume(self, principal: Principal, name: str) -> Deployment:
