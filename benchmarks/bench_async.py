@@ -227,7 +227,8 @@ def run(quick: bool) -> dict[str, Any]:
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_repository
     from sluice.inference.results import ResultService
-    from sluice.runtimes.sagemaker import SageMakerRuntime, build_client
+    from sluice.runtimes.sagemaker import SageMakerRuntime
+    from sluice.runtimes.sagemaker_client import build_client
     from sluice.settings import Settings
     from sluice.storage.s3 import S3Store
     from sluice.wiring import Container

@@ -15,6 +15,8 @@ import os
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.settings import in_lambda
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
@@ -171,7 +173,7 @@ def from_environment() -> PrometheusMetrics | None:
     """The process's metrics when `sluice serve` turned them on (it sets the multiprocess
     folder before any worker starts); None in Lambda and everywhere else."""
     folder = os.environ.get(MULTIPROC_ENV)
-    if not folder or "AWS_LAMBDA_FUNCTION_NAME" in os.environ:
+    if not folder or in_lambda():
         return None
     return _shared(folder)
 

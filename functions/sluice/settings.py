@@ -18,7 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 MiB = 1024 * 1024
 
 
-def _in_lambda() -> bool:
+def in_lambda() -> bool:
+    """Whether this process runs in AWS Lambda: the one place sluice asks."""
     return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
 
 
@@ -26,7 +27,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
 
     mode: Literal["local", "aws"] = Field(
-        default_factory=lambda: "aws" if _in_lambda() else "local",
+        default_factory=lambda: "aws" if in_lambda() else "local",
         description="`local` allows embedded defaults; `aws` refuses them (set automatically in Lambda).",
     )
     home: Path = Field(
@@ -308,7 +309,7 @@ class Settings(BaseSettings):
         "(see `usage_key_prefix`).",
     )
     max_in_flight_per_key: int = Field(
-        default_factory=lambda: 0 if _in_lambda() else 64,
+        default_factory=lambda: 0 if in_lambda() else 64,
         ge=0,
         description="`sluice serve`: requests one API key may have in flight at once in one process: its HTTP "
         "requests and WebSocket messages in a worker, its gRPC calls in the gRPC process (an open stream is one). "
@@ -374,7 +375,7 @@ class Settings(BaseSettings):
         "(each deployment also at most its `max_entries` answers).",
     )
     auth_cache_ttl_s: float = Field(
-        default_factory=lambda: 0.0 if _in_lambda() else 30.0,
+        default_factory=lambda: 0.0 if in_lambda() else 30.0,
         ge=0,
         description="How long a process trusts an API key it has checked. With SQLite a revoke reaches "
         "every local process at once regardless (a marker file); with DynamoDB this is the bound on "

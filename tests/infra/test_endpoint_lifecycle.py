@@ -19,7 +19,14 @@ from infra.constructs.grants import grant_invoke_endpoints
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
 from sluice.endpoints import names as endpoint_names
-from sluice.endpoints import sagemaker, sagemaker_scaling, sagemaker_state
+from sluice.endpoints import (
+    sagemaker,
+    sagemaker_scaling,
+    sagemaker_settle,
+    sagemaker_state,
+    sagemaker_teardown,
+    sagemaker_variant,
+)
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
 from tests.infra.synth import (
@@ -72,7 +79,7 @@ def _calls_of_the_lifecycle() -> set[str]:
         for client, service in CLIENTS.items()
     }
     actions: set[str] = set()
-    trees = [ast.parse(inspect.getsource(module)) for module in (sagemaker, sagemaker_state, sagemaker_scaling)]
+    trees = [ast.parse(inspect.getsource(module)) for module in (sagemaker, sagemaker_state, sagemaker_scaling, sagemaker_settle, sagemaker_variant, sagemaker_teardown)]
     for node in (n for tree in trees for n in ast.walk(tree)):
         owner = node.value.func if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) else getattr(node, "value", None)
         if (

@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.domain.errors import Conflict, InvalidRequest, Unprocessable
-from sluice.services.rollouts import CloudWatchAlarms, RolloutService
+from sluice.services.rollouts import RolloutService
+from sluice.stats.alarms import CloudWatchAlarms
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 
@@ -389,7 +390,7 @@ def test_the_api_is_tenant_scoped_and_admin_only(
 def test_the_serve_thread_looks_at_running_rollouts() -> None:
     import threading
 
-    from sluice.services.rollouts import RolloutWatcher
+    from sluice.services.rollout_watcher import RolloutWatcher
 
     looked = threading.Event()
 

@@ -14,7 +14,7 @@ from sluice.endpoints.names import (
     model_name,
     variant_name,
 )
-from sluice.services.endpoints import DeployRequest
+from sluice.services.endpoint_requests import DeployRequest
 from sluice.services.models import sagemaker_config
 
 LONGEST = "x" * 63

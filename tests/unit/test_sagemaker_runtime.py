@@ -165,7 +165,7 @@ def test_a_version_without_an_endpoint_is_a_bad_request() -> None:
 
 
 def test_a_versions_own_server_is_called_only_if_configured_or_started_by_the_local_twin() -> None:
-    from sluice.runtimes.sagemaker import EndpointTarget
+    from sluice.runtimes.sagemaker_target import EndpointTarget
 
     running = ["http://127.0.0.1:18102", "http://127.0.0.1:18105"]  # what the twin started and runs now
     runtime = SageMakerRuntime(FakeSageMaker(), local_servers=["http://127.0.0.1:8102"], started_servers=lambda: running)
@@ -180,7 +180,7 @@ def test_a_versions_own_server_is_called_only_if_configured_or_started_by_the_lo
 
 
 def test_with_no_servers_configured_no_local_server_is_called() -> None:
-    from sluice.runtimes.sagemaker import EndpointTarget
+    from sluice.runtimes.sagemaker_target import EndpointTarget
 
     with pytest.raises(BackendError):
         SageMakerRuntime(FakeSageMaker()).client_for(EndpointTarget.of(_version(endpoint_url="http://127.0.0.1:6379")))

@@ -73,7 +73,7 @@ def test_log_lines_are_powertools_own(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
     from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
-    from sluice.observability import _dumps
+    from sluice.observability.formatter import dumps as _dumps
 
     logger = get_logger()
     ours = logger.registered_formatter
@@ -117,7 +117,8 @@ def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: py
     import io
     import logging
 
-    from sluice.observability import _log_info, _sole_handler
+    from sluice.observability.formatter import log_info as _log_info
+    from sluice.observability.formatter import sole_handler as _sole_handler
 
     logger = get_logger()
     handler = logger.registered_handler

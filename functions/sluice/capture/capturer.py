@@ -9,7 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.capture.records import to_record
-from sluice.observability import emf, get_logger
+from sluice.observability import get_logger
+from sluice.observability.telemetry import emf
 
 if TYPE_CHECKING:
     import numpy as np

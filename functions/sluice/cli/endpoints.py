@@ -110,7 +110,7 @@ def parse_copies(values: list[str] | None) -> int | dict[str, int] | None:
 
 
 def deploy_request(args: argparse.Namespace) -> Any:
-    from sluice.services.endpoints import DeployRequest
+    from sluice.services.endpoint_requests import DeployRequest
 
     return DeployRequest(
         instance_type=args.instance_type,
@@ -163,7 +163,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    from sluice.services.endpoints import ScaleRequest
+    from sluice.services.endpoint_requests import ScaleRequest
 
     request = ScaleRequest(
         min_instances=args.min,

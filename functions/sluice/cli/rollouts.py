@@ -31,7 +31,9 @@ def cmd_rollout_start(args: argparse.Namespace) -> int:
 
 
 def cmd_rollout_status(args: argparse.Namespace) -> int:
-    status = get_container().rollouts.status(operator(args), args.name)
+    from sluice.api.presenters import rollout_status_out
+
+    status = rollout_status_out(*get_container().rollouts.status(operator(args), args.name))
     if args.json or status["rollout"] is None:
         print_json(status)
         return 0

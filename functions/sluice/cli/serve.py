@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     inbox = settings.batch_inbox_path
     InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s).start()
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
-    from sluice.services.rollouts import RolloutWatcher
+    from sluice.services.rollout_watcher import RolloutWatcher
 
     RolloutWatcher(container.rollouts).start()  # progressive rollouts move on this thread
     if not settings.schedule_group:  # else EventBridge Scheduler keeps the time

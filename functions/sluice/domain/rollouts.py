@@ -1,7 +1,8 @@
 """A progressive rollout: a candidate version moved into a deployment step by step, each step
 held until its gates pass on the statistics of the deployment's current revision, rolled back
 to the stable policy at once when a gate fails. Pure: the parsing and checks of what a rollout
-is made of, and the policy each step routes by. `sluice.services.rollouts` runs it.
+is made of, the policy each step routes by, and what the controller decides from a step's
+numbers (`evaluate`). `sluice.services.rollouts` runs it.
 
 Gate metrics, each measured on the counters of the deployment's current revision (a revision
 per step, so a step is judged on its own traffic only):
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import operator
 import re
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.domain.errors import InvalidRequest
@@ -266,3 +268,101 @@ def endpoint_weights(rollout: Rollout) -> dict[str, float] | None:
         out[variant] = out.get(variant, 0.0) + round((100.0 - share) * part, 6)
     out[ep.candidate] += share
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str  # hold, advance, complete, rollback; endpoint: the endpoint caught up
+    reason: str
+    numbers: dict[str, Any]
+
+
+def evaluate(rollout: Rollout, metrics: dict[str, Any], now: float) -> Decision:
+    """What the controller does with these numbers: pure, so every path is tested directly."""
+    gates = rollout.parsed_gates()
+    results = {
+        str(g): {
+            "value": metrics.get(g.metric),
+            "passes": None if metrics.get(g.metric) is None else g.passes(metrics[g.metric]),
+        }
+        for g in gates
+    }
+    numbers = {
+        "step": rollout.step,
+        "weight": rollout.weight,
+        "metrics": metrics,
+        "gates": results,
+        "min_requests": rollout.min_requests,
+    }
+    need = rollout.min_requests
+    n = metrics["candidate_requests"]
+    errors = metrics["candidate_errors"]
+    for g in gates:
+        # Failing beyond doubt before the count is reached: more errors than the gate allows
+        # even if every request still to come up to the minimum succeeded.
+        if (
+            g.metric == "error_rate"
+            and g.op in ("<=", "<")
+            and n < need
+            and not g.passes(errors / need)
+        ):
+            results[str(g)]["passes"] = False
+            return Decision(
+                "rollback",
+                f"gate {g} fails: {errors} errors already over the {need} requests a step needs",
+                numbers,
+            )
+    compared_needed = any(g.metric in ("agreement", "mean_abs_diff") for g in gates)
+    if n < need or (compared_needed and metrics["compared"] < need):
+        have = f"{n} of {need} candidate requests" + (
+            f", {metrics['compared']} of {need} comparisons" if compared_needed else ""
+        )
+        return Decision("hold", f"waiting for traffic: {have}", numbers)
+    failed = [name for name, r in results.items() if r["passes"] is False]
+    if failed:
+        return Decision("rollback", f"gate {', '.join(failed)} fails", numbers)
+    undecided = [name for name, r in results.items() if r["passes"] is None]
+    if undecided:
+        return Decision("hold", f"gate {', '.join(undecided)} has no value yet", numbers)
+    left = rollout.every_s - (now - rollout.step_started_at)
+    if left > 0:
+        return Decision("hold", f"gates pass; the step lasts {left:.0f} s more", numbers)
+    if rollout.step + 1 >= len(rollout.steps) or rollout.steps[rollout.step + 1] >= 100:
+        return Decision(
+            "complete",
+            f"gates pass at {rollout.weight:g}%: the candidate takes all traffic",
+            numbers,
+        )
+    return Decision(
+        "advance",
+        f"gates pass at {rollout.weight:g}%: on to {rollout.steps[rollout.step + 1]:g}%",
+        numbers,
+    )
+
+
+def waiting_reason(rollout: Rollout) -> str | None:
+    """Why a look holds for the endpoint, or None."""
+    ep = rollout.endpoint
+    if ep is None:
+        return None
+    if not ep.ready:
+        return f"waiting for endpoint {ep.name} to put variant {ep.candidate} in service"
+    if ep.pending:
+        return f"waiting for endpoint {ep.name} to be InService to take the weights"
+    return None
+
+
+def paused(rollout: Rollout, reason: str, when: float) -> tuple[Rollout, dict[str, Any]]:
+    """The rollout held at its step, and the note of the change that holds it."""
+    held = replace(rollout, state="paused", reason=reason, decided={}, updated_at=when)
+    return held, {
+        "rollout": "paused",
+        "reason": reason,
+        "step": rollout.step,
+        "weight": rollout.weight,
+    }
+
+
+def paused_by_change(rollout: Rollout, subject: str) -> tuple[Rollout, dict[str, Any]]:
+    """A policy change by someone else pauses a running rollout, in the same revision."""
+    return paused(rollout, f"paused: the policy was changed by {subject}", time.time())

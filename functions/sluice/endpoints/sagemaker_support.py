@@ -105,6 +105,20 @@ def aws_error(exc: Exception, what: str) -> SluiceError:
     return BackendError(f"SageMaker failed to {what} ({type(exc).__name__})")
 
 
+def create_once(call: Callable[..., Any], **params: Any) -> bool:
+    """One create call (a client's bound method); False when what it names already exists:
+    the same name is the same content, left by an earlier try or made by another look."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call(**params)
+    except ClientError as exc:
+        if already_exists(exc):
+            return False
+        raise
+    return True
+
+
 def described(call: Callable[..., dict[str, Any]], what: str, **params: Any) -> dict[str, Any] | None:
     """One describe call (`call`, a client's bound method, so callers still name the API they
     use): None when what it names is absent, any other failure in sluice's words."""

@@ -23,14 +23,14 @@ from sluice import __version__
 from sluice.api.deps import authenticate, request_id
 from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
-from sluice.api.routers.health import _registry_answers
-from sluice.api.routers.v2 import _metadata
 from sluice.domain.errors import Accepted, BadRequest, PayloadTooLarge, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
+from sluice.inference.metadata import metadata_of, ready_to_answer
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
+from sluice.services.health import registry_answers
 from sluice.services.triton_ext import TritonExtensions
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request: Any, context: ServicerContext) -> Any:
-        return pb.ServerReadyResponse(ready=await asyncio.to_thread(_registry_answers, self.container))
+        return pb.ServerReadyResponse(ready=await asyncio.to_thread(registry_answers, self.container.registry))
 
     async def ServerMetadata(self, request: Any, context: ServicerContext) -> Any:
         return pb.ServerMetadataResponse(name="sluice", version=__version__, extensions=[])
@@ -132,7 +132,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             async with self._caller(context) as (principal, _):
                 with use_tenant(principal.tenant):
                     resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-                meta = _metadata(resolved)
+                meta = metadata_of(resolved)
         except Exception as exc:
             await self._fail(context, exc)
         tensors = pb.ModelMetadataResponse.TensorMetadata
@@ -149,12 +149,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             async with self._caller(context) as (principal, _):
                 with use_tenant(principal.tenant):
                     resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-                    runtime = self.container.runtimes.get(resolved.version.runtime)
-                    if runtime is not None:
-                        await runtime.load(resolved.version)
+                    ready = await ready_to_answer(self.container.runtimes, resolved.version)
         except Exception as exc:
             await self._fail(context, exc)
-        return pb.ModelReadyResponse(ready=runtime is not None)
+        return pb.ModelReadyResponse(ready=ready)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
         try:

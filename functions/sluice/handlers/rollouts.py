@@ -27,7 +27,8 @@ logger = get_logger()
 @lru_cache(maxsize=1)
 def service() -> RolloutService:
     from sluice.clients import default_clients
-    from sluice.services.rollouts import CloudWatchAlarms, RolloutService
+    from sluice.services.rollouts import RolloutService
+    from sluice.stats.alarms import CloudWatchAlarms
     from sluice.wiring import get_container
 
     c = get_container()

@@ -23,7 +23,6 @@ plain functions, run by the tests on a simulated snapshot and restore.
 from __future__ import annotations
 
 import gc
-import os
 import random
 import sys
 import time
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.inference.loop import run
 from sluice.observability import get_logger
+from sluice.settings import in_lambda
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -142,7 +142,7 @@ def install(
         state.prepare.append(prepare)
     if on_restore is not None:
         state.on_restore.append(on_restore)
-    if "AWS_LAMBDA_FUNCTION_NAME" not in os.environ:
+    if not in_lambda():
         return False
     try:
         from snapshot_restore_py import register_after_restore, register_before_snapshot

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,7 @@ from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
+from sluice.settings import in_lambda
 from sluice.stats.recorder import StatsRecorder
 from sluice.validation import check_inputs
 
@@ -84,7 +84,7 @@ class PredictionService:
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
         # Batching joins requests one process serves at once; a Lambda environment serves one.
-        self.batcher = Batcher(enabled="AWS_LAMBDA_FUNCTION_NAME" not in os.environ)
+        self.batcher = Batcher(enabled=not in_lambda())
         self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher)
 
     # The call -----------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.origins import Allowed, check_origin
 from sluice.domain.results import InferenceResult
-from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked
+from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked, rejected_input
 from sluice.runtimes.triton_http import HttpTransport
 from sluice.runtimes.triton_layout import (
     ModelLayout,
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["ModelLayout", "TritonRuntime", "TritonTarget", "check_model_name", "check_model_version", "check_protocol"]
 
 log = logging.getLogger(__name__)
-_INPUT_NAME = re.compile(r"input '([^']+)'")
 
 
 def _role(name: str, known: Signature | None, n_outputs: int) -> OutputRole:
@@ -234,15 +232,7 @@ def _mapped(exc: Exception, transport: Any, target: TritonTarget, what: str) -> 
         status, message = answered
         log.warning("triton %s failed", what, extra={"model": target.model, "status": status, "error": message[:500]})
         if status == "400":
-            found = _INPUT_NAME.search(message)
-            if found:
-                return InvalidInput(
-                    f"the model server rejected input '{found.group(1)}' (its name, shape or datatype does not match the model)",
-                    field=f"inputs.{found.group(1)}",
-                )
-            if "batch-size" in message or "batch size" in message:
-                return InvalidInput("more rows than the model takes in one request (its max_batch_size)", field="inputs")
-            return InvalidInput("the model server rejected the request's inputs", field="inputs")
+            return rejected_input(message) or InvalidInput("the model server rejected the request's inputs", field="inputs")
         if status == "404":
             return BackendError(f"the Triton server has no model '{target.model}'")
         if status in ("429", "503"):

@@ -1,4 +1,5 @@
-"""What a Triton server answers about a model, checked before sluice trusts it.
+"""What a Triton server answers about a model, checked before sluice trusts it, and what its
+refusals of a request say (`rejected_input`).
 
 A remote server may answer anything: fields missing, wrong types, shapes of absurd rank or
 size, tensors its config does not declare. These schemas turn every such answer into a 502
@@ -7,11 +8,12 @@ that says what was wrong, never a KeyError or a 500.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sluice.domain.errors import BackendError
+from sluice.domain.errors import BackendError, InvalidInput
 
 MAX_RANK = 8
 MAX_DIM = 2**31 - 1
@@ -20,6 +22,7 @@ Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16
 Dim = Annotated[int, Field(ge=-1, le=MAX_DIM, strict=True)]
 Dims = Annotated[list[Dim], Field(max_length=MAX_RANK)]
 TensorName = Annotated[str, Field(min_length=1, max_length=256)]
+_INPUT_NAME = re.compile(r"input '([^']+)'")
 
 
 class _Answer(BaseModel):
@@ -69,3 +72,18 @@ def checked(schema: type[_Answer], answer: Any, *, what: str, model: str) -> Any
         raise BackendError(
             f"the Triton server's {what} for model '{model}' is malformed: {where}: {first['msg']}", field="triton"
         ) from None
+
+
+def rejected_input(message: str) -> InvalidInput | None:
+    """A Triton 400 (over HTTP or gRPC, or through SageMaker's port, which answers 400 for
+    every failed request) as the caller's fault, where its message says which: an input it
+    names, or more rows than the model batches; None where it says neither."""
+    found = _INPUT_NAME.search(message)
+    if found:
+        return InvalidInput(
+            f"the model server rejected input '{found.group(1)}' (its name, shape or datatype does not match the model)",
+            field=f"inputs.{found.group(1)}",
+        )
+    if "batch-size" in message or "batch size" in message:
+        return InvalidInput("more rows than the model takes in one request (its max_batch_size)", field="inputs")
+    return None

@@ -31,6 +31,7 @@ from sluice.domain.policy import (
     uncacheable,
     walk,
 )
+from sluice.domain.rollouts import paused_by_change
 from sluice.registry.guards import MAX_REFS_READ
 from sluice.routing.aggregators import check_fits
 from sluice.services.models import require_found
@@ -263,8 +264,6 @@ class DeploymentService:
         if rollout is KEEP:
             rollout = current.rollout
             if policy is not None and rollout is not None and rollout.state == "running":
-                from sluice.services.rollouts import paused_by_change
-
                 rollout, note = paused_by_change(rollout, principal.subject)
         joined = current.batching if batching is KEEP else check_batching(batching)
         checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings)

@@ -145,7 +145,7 @@ class Binder:
 
 def runtime_config(state: EndpointState, label: str, source_version: int) -> dict[str, Any]:
     """The config of the `sagemaker` version that serves the policy's variant `label` from
-    the endpoint: what `sluice.runtimes.sagemaker.EndpointTarget.of` reads."""
+    the endpoint: what `sluice.runtimes.sagemaker_target.EndpointTarget.of` reads."""
     config: dict[str, Any] = {"endpoint_name": state.name}
     if state.mode == "components":
         component = state.component(label)

@@ -14,28 +14,21 @@ sluice keeps choosing the variant and names it (`TargetVariant`, or the componen
 version a response names is the one that answered. Undeploying points the policy back at the
 source versions first, then removes the endpoint and all it used, and the bound versions.
 
-A request's options are checked against its mode before anything is made: an option of
-another mode, a minimum of 0 instances on a real-time endpoint, or an output path outside
-the tenant's results is a 422 naming the field.
+A request's options are checked against its mode before anything is made
+(`sluice.services.endpoint_requests`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import BadRequest, Conflict, NotFound, Unavailable, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
 from sluice.domain.policy import Single, Split, parse_policy, policy_dict
 from sluice.endpoints.control import (
     MAX_VARIANTS,
-    MODES,
     SCALE_TO_ZERO,
-    AsyncSpec,
     Autoscaling,
-    Capacity,
-    ComponentSpec,
     DeploySpec,
     DeployTarget,
     EndpointState,
@@ -45,6 +38,15 @@ from sluice.endpoints.control import (
 from sluice.endpoints.image_uris import check_instance_type
 from sluice.endpoints.names import endpoint_name, variant_name
 from sluice.services.endpoint_binding import SINGLE_VARIANT, Binder
+from sluice.services.endpoint_requests import (
+    DEFAULT_TARGET_INVOCATIONS,
+    MAX_INSTANCES,
+    DeployRequest,
+    ScaleRequest,
+    async_spec,
+    check_mode,
+    component_spec,
+)
 from sluice.services.models import require_found
 
 if TYPE_CHECKING:
@@ -55,78 +57,6 @@ if TYPE_CHECKING:
     from sluice.storage.results import ResultStore
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TARGET_INVOCATIONS = 100.0
-MAX_INSTANCES = 100
-# The CDK app's defaults (infra/config.py: AsyncInference, InferenceComponents), kept alike.
-DEFAULT_BACKLOG_PER_INSTANCE = 5.0
-DEFAULT_MAX_CONCURRENT_INVOCATIONS = 4
-DEFAULT_INVOCATIONS_PER_COPY = 50.0
-DEFAULT_MEMORY_MB = 4096
-SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z\-]*:sns:[a-z0-9\-]+:[0-9]{12}:[a-zA-Z0-9_.-]{1,256}$")
-ASYNC_OPTIONS = ("output_path", "success_topic", "error_topic", "create_topics", "max_concurrent_invocations", "backlog_per_instance")
-COMPONENT_OPTIONS = ("copies", "min_copies", "max_copies", "invocations_per_copy", "cpus", "memory_mb", "gpus", "fallback")
-
-
-@dataclass(frozen=True, slots=True)
-class DeployRequest:
-    instance_type: str
-    instance_count: int = 1
-    min_instances: int | None = None  # any of these three turns autoscaling on
-    max_instances: int | None = None
-    target_invocations_per_instance: float | None = None
-    triton_version: str | None = None  # default: settings.sagemaker_triton_version
-    max_batch_size: int | None = None  # default: 64 when the model has a dynamic batch axis
-    mode: str = "realtime"  # realtime, async or components
-    # mode async
-    output_path: str | None = None  # default: <the tenant's results>sagemaker
-    success_topic: str | None = None  # SNS topic ARNs, or create_topics for two of sluice's
-    error_topic: str | None = None
-    create_topics: bool = False
-    max_concurrent_invocations: int | None = None  # per instance (default 4)
-    backlog_per_instance: float | None = None  # autoscaling target (default 5)
-    # mode components
-    copies: int | dict[str, int] | None = None  # at creation: for every version, or by variant name (default 1)
-    min_copies: int | None = None  # default 0: scale to zero
-    max_copies: int | None = None  # default: the most copies asked for, at least 1
-    invocations_per_copy: float | None = None  # autoscaling target (default 50)
-    cpus: float | None = None  # what one copy needs
-    memory_mb: int | None = None  # default 4096
-    gpus: int | None = None  # default 1 on a GPU instance
-    fallback: str | None = None  # in_process: the version's ONNX artifact answers while a copy starts
-
-    def given(self, names: tuple[str, ...]) -> list[str]:
-        """The options among `names` this request sets."""
-        defaults = {f.name: f.default for f in fields(self)}
-        return [n for n in names if getattr(self, n) != defaults[n]]
-
-    def autoscaling(self) -> Autoscaling | None:
-        if self.min_instances is None and self.max_instances is None and self.target_invocations_per_instance is None:
-            return None
-        high = max(self.instance_count, self.min_instances or 1) if self.max_instances is None else self.max_instances
-        low = min(self.instance_count, high) if self.min_instances is None else self.min_instances
-        scaling = Autoscaling(low, high, self.target_invocations_per_instance or DEFAULT_TARGET_INVOCATIONS)
-        if not low <= self.instance_count <= high:
-            raise BadRequest(
-                f"instance_count ({self.instance_count}) must lie between min_instances ({low}) and max_instances ({high})",
-                field="instance_count",
-            )
-        return scaling
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleRequest:
-    min_instances: int | None = None
-    max_instances: int | None = None
-    desired_instances: int | None = None
-    target_invocations_per_instance: float | None = None
-    variant: str | None = None  # capacity changes apply to this variant; default: every variant
-    weights: dict[str, float] | None = None  # by the policy's variant name
-
-    @property
-    def scaling(self) -> bool:
-        return any(v is not None for v in (self.min_instances, self.max_instances, self.target_invocations_per_instance))
-
 
 class EndpointService:
     def __init__(
@@ -145,11 +75,11 @@ class EndpointService:
         processor = check_instance_type(request.instance_type)
         if not 1 <= request.instance_count <= MAX_INSTANCES:
             raise BadRequest(f"instance_count must be between 1 and {MAX_INSTANCES}", field="instance_count")
-        self._check_mode(request)
+        check_mode(request, self.control.kind)
         scaling = request.autoscaling() if request.mode == "realtime" else None
         targets = self._targets(principal.tenant, dep)
-        asynchronous = self._async_spec(principal.tenant, request, targets) if request.mode == "async" else None
-        components = self._component_spec(request, targets, gpu=processor == "gpu") if request.mode == "components" else None
+        asynchronous = async_spec(self.results, principal.tenant, request, targets) if request.mode == "async" else None
+        components = component_spec(request, targets, gpu=processor == "gpu") if request.mode == "components" else None
         endpoint = endpoint_name(principal.tenant, name)
         existing = self.control.describe(endpoint)
         if existing is not None:
@@ -177,141 +107,6 @@ class EndpointService:
         )
         log.info("endpoint created", extra={"tenant": principal.tenant, "deployment": name, "endpoint": endpoint, "mode": request.mode})
         return self._report(principal, dep)
-
-    # the mode's options ------------------------------------------------------------------------
-    def _check_mode(self, request: DeployRequest) -> None:
-        """The mode exists here, and no option of another mode is given."""
-        mode = request.mode
-        if mode not in MODES:
-            raise Unprocessable(f"mode is one of {list(MODES)}, not {mode!r}", field="mode")
-        if mode != "realtime" and self.control.kind == "local":
-            raise Unprocessable(
-                f"the local endpoint twin runs real-time endpoints only (its versions already send requests above "
-                f"6 MB through its asynchronous queue); deploy with mode {mode} on SageMaker (SLUICE_ENDPOINTS=sagemaker)",
-                field="mode",
-            )
-        foreign = {"realtime": ASYNC_OPTIONS + COMPONENT_OPTIONS, "async": COMPONENT_OPTIONS, "components": ASYNC_OPTIONS}[mode]
-        if mode != "realtime":
-            foreign += ("target_invocations_per_instance",)
-        for option in request.given(foreign):
-            wanted = "async" if option in ASYNC_OPTIONS else "components" if option in COMPONENT_OPTIONS else "realtime"
-            raise Unprocessable(f"{option} belongs to mode {wanted}; this deploy's mode is {mode}", field=option)
-        if mode == "realtime" and request.min_instances == 0:
-            raise Unprocessable(f"min_instances 0: {SCALE_TO_ZERO}", field="min_instances")
-
-    @staticmethod
-    def _instances(request: DeployRequest) -> tuple[int, int]:
-        """(min, max) instances of an asynchronous endpoint or of the managed instances of an
-        endpoint of components: 0 and the instance count unless given."""
-        low = 0 if request.min_instances is None else request.min_instances
-        high = max(request.instance_count, low, 1) if request.max_instances is None else request.max_instances
-        if high > MAX_INSTANCES:
-            raise Unprocessable(f"max_instances is at most {MAX_INSTANCES}", field="max_instances")
-        if low > high:
-            raise Unprocessable(f"min_instances ({low}) is above max_instances ({high})", field="min_instances")
-        if not low <= request.instance_count <= high:
-            raise Unprocessable(
-                f"instance_count ({request.instance_count}) must lie between min_instances ({low}) and max_instances ({high})",
-                field="instance_count",
-            )
-        return low, high
-
-    def _async_spec(self, tenant: str, request: DeployRequest, targets: list[DeployTarget]) -> AsyncSpec:
-        if len(targets) != 1:
-            raise Unprocessable(
-                "an asynchronous endpoint serves one version: SageMaker, not sluice, would pick among a split's "
-                "variants, so a result could not say which version answered",
-                field="mode",
-            )
-        area = self.results.area(tenant) if self.results is not None else ""
-        if not area.startswith("s3://"):
-            raise Unavailable("an asynchronous endpoint writes its answers to S3: it needs an s3:// artifact store (SLUICE_STORE)", field="store")
-        output = area + "sagemaker" if request.output_path is None else request.output_path.rstrip("/")
-        assert self.results is not None
-        if not (output.startswith("s3://") and len(output) <= 500 and self.results.owns(tenant, output + "/answer.out")):
-            raise Unprocessable(
-                f"output_path must lie under the tenant's results, {area} (the only place sluice reads answers from)",
-                field="output_path",
-            )
-        for key in ("success_topic", "error_topic"):
-            value = getattr(request, key)
-            if value is not None and not SNS_TOPIC_ARN.match(value):
-                raise Unprocessable(f"{key} must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)", field=key)
-        if request.create_topics and (request.success_topic or request.error_topic):
-            raise Unprocessable("give success_topic and error_topic, or create_topics for two new ones, not both", field="create_topics")
-        concurrency = request.max_concurrent_invocations or DEFAULT_MAX_CONCURRENT_INVOCATIONS
-        if not 1 <= concurrency <= 1000:
-            raise Unprocessable("max_concurrent_invocations is between 1 and 1000", field="max_concurrent_invocations")
-        backlog = DEFAULT_BACKLOG_PER_INSTANCE if request.backlog_per_instance is None else request.backlog_per_instance
-        if not backlog > 0:
-            raise Unprocessable("backlog_per_instance must be above 0", field="backlog_per_instance")
-        low, high = self._instances(request)
-        return AsyncSpec(
-            output_path=output,
-            failure_path=output + "-errors",
-            max_concurrent_invocations=concurrency,
-            scaling=Capacity(low, high, backlog),
-            success_topic=request.success_topic,
-            error_topic=request.error_topic,
-            create_topics=request.create_topics,
-        )
-
-    def _component_spec(self, request: DeployRequest, targets: list[DeployTarget], *, gpu: bool) -> ComponentSpec:
-        low, high = self._instances(request)
-        copies = self._copies(request.copies, targets)
-        least = 0 if request.min_copies is None else request.min_copies
-        most = max(max(copies.values()), 1) if request.max_copies is None else request.max_copies
-        if least < 0 or most < 1 or least > most:
-            raise Unprocessable(f"need 0 <= min_copies ({least}) <= max_copies ({most}), and max_copies at least 1", field="min_copies")
-        for variant, count in copies.items():
-            if not least <= count <= most:
-                raise Unprocessable(
-                    f"copies of '{variant}' ({count}) must lie between min_copies ({least}) and max_copies ({most})", field="copies"
-                )
-        target = DEFAULT_INVOCATIONS_PER_COPY if request.invocations_per_copy is None else request.invocations_per_copy
-        if not target > 0:
-            raise Unprocessable("invocations_per_copy must be above 0", field="invocations_per_copy")
-        memory = DEFAULT_MEMORY_MB if request.memory_mb is None else request.memory_mb
-        if memory < 128:
-            raise Unprocessable("memory_mb is at least 128 (what one copy needs)", field="memory_mb")
-        if request.cpus is not None and request.cpus < 0.25:
-            raise Unprocessable("cpus is at least 0.25 (cores one copy needs)", field="cpus")
-        gpus = request.gpus if request.gpus is not None else (1 if gpu else None)
-        if gpus is not None and gpus < (1 if gpu else 0):
-            raise Unprocessable("gpus is at least 1 on a GPU instance (accelerators one copy needs)", field="gpus")
-        if gpus and not gpu:
-            raise Unprocessable(f"gpus: {request.instance_type} has no GPU", field="gpus")
-        if request.fallback not in (None, "in_process"):
-            raise Unprocessable("fallback is in_process (the version's ONNX artifact answers while a copy starts)", field="fallback")
-        return ComponentSpec(
-            min_instances=low,
-            max_instances=high,
-            copies=copies,
-            memory_mb=memory,
-            cpus=request.cpus,
-            gpus=gpus or None,
-            scaling=Capacity(least, most, target),
-            fallback=request.fallback,
-        )
-
-    @staticmethod
-    def _copies(given: int | dict[str, int] | None, targets: list[DeployTarget]) -> dict[str, int]:
-        """Copies at creation by production variant: one number for every version, or by the
-        policy's variant names (the rest 1)."""
-        if given is None or isinstance(given, int):
-            count = 1 if given is None else given
-            if isinstance(count, bool) or count < 0:
-                raise Unprocessable("copies is a whole number of 0 or more", field="copies")
-            return {t.variant: count for t in targets}
-        out = {t.variant: 1 for t in targets}
-        for key, count in given.items():
-            target = next((t for t in targets if key in (t.label, t.variant)), None)
-            if target is None:
-                raise Unprocessable(f"no variant '{key}'; the deployment routes to {[t.label for t in targets]}", field=f"copies.{key}")
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise Unprocessable("copies is a whole number of 0 or more", field=f"copies.{key}")
-            out[target.variant] = count
-        return out
 
     def _targets(self, tenant: str, dep: Deployment) -> list[DeployTarget]:
         """A variant for each version the deployment routes to."""

@@ -1,5 +1,6 @@
 """Turning counters into verdicts: percentiles, agreement with a Wilson interval, and the
-mean absolute difference with a normal-approximation interval. Pure."""
+mean absolute difference with a normal-approximation interval; a rollout's gate metrics from
+them (`gate_metrics`). Pure."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.domain.rollouts import CANDIDATE, STABLE
 from sluice.stats.histogram import percentile
 
 Z95 = 1.959964
@@ -56,4 +58,29 @@ def comparison(counters: Mapping[str, float]) -> dict[str, Any]:
         "mean_abs_diff_ci95": [diff[1], diff[2]] if diff else None,
         "max_abs_diff": counters.get("diff_max"),
         "latency_ratio": round(counters.get("ratio_sum", 0) / ratio_n, 4) if ratio_n else None,
+    }
+
+
+def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The gate metrics (module docstring of `sluice.domain.rollouts`) from one revision's
+    counters, with the counts behind them."""
+    candidate = traffic(counters.get(f"variant:{CANDIDATE}", {}))
+    stable = traffic(counters.get(f"variant:{STABLE}", {}))
+    mirror_counters = counters.get(f"mirror:{CANDIDATE}", {})
+    compared = comparison(mirror_counters)
+    c99, s99 = candidate["latency_ms"]["p99"], stable["latency_ms"]["p99"]
+    labelled = mirror_counters.get("labelled", 0)
+    return {
+        "candidate_requests": candidate["requests"],
+        "candidate_errors": candidate["errors"],
+        "stable_requests": stable["requests"],
+        "compared": compared["compared"],
+        "labelled_rows": int(labelled),
+        "agreement": compared["agreement"],
+        "agreement_ci95": list(wilson(mirror_counters.get("agree", 0), labelled) or []) or None,
+        "mean_abs_diff": compared["mean_abs_diff"],
+        "error_rate": candidate["error_rate"],
+        "candidate_p99_ms": c99,
+        "stable_p99_ms": s99,
+        "p99_ratio": round(c99 / s99, 4) if c99 is not None and s99 else None,
     }

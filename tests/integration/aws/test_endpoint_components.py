@@ -29,7 +29,8 @@ from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.endpoints.names import component_name, endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
-from sluice.runtimes.sagemaker import EndpointTarget, SageMakerRuntime
+from sluice.runtimes.sagemaker import SageMakerRuntime
+from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.aws.conftest import REGION, sagemaker_settings

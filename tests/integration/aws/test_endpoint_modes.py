@@ -20,7 +20,7 @@ from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
-from sluice.runtimes.sagemaker import EndpointTarget
+from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import BUCKET, REGION, sagemaker_settings
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE

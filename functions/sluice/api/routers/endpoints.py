@@ -72,7 +72,7 @@ def _call(container: ContainerDep, method: str, *args: Any) -> Any:
 
 @router.post("/{name}/endpoint", status_code=202, summary="Deploy the deployment's versions to a SageMaker endpoint")
 async def deploy_endpoint(name: str, body: EndpointCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    from sluice.services.endpoints import DeployRequest
+    from sluice.services.endpoint_requests import DeployRequest
 
     request = DeployRequest(**body.model_dump())
     return JSONResponse(await _call(container, "deploy", principal, name, request), status_code=202)
@@ -85,7 +85,7 @@ async def endpoint_status(name: str, principal: AdminDep, container: ContainerDe
 
 @router.put("/{name}/scale", summary="Change the endpoint's autoscaling range, instance count or variant weights")
 async def scale_endpoint(name: str, body: EndpointScale, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    from sluice.services.endpoints import ScaleRequest
+    from sluice.services.endpoint_requests import ScaleRequest
 
     return JSONResponse(await _call(container, "scale", principal, name, ScaleRequest(**body.model_dump())))
 

@@ -7,17 +7,10 @@ from fastapi import APIRouter
 from sluice import __version__
 from sluice.api.deps import ContainerDep
 from sluice.api.responses import JSONResponse
+from sluice.services.health import registry_answers
 from sluice.types.v2 import MetadataServerResponse
 
 router = APIRouter(tags=["health"])
-
-
-def _registry_answers(container: ContainerDep) -> bool:
-    try:
-        container.registry.get_api_key("readiness-probe")
-    except Exception:
-        return False
-    return True
 
 
 @router.get("/healthz", summary="The process is up")
@@ -27,7 +20,7 @@ async def healthz() -> JSONResponse:
 
 @router.get("/readyz", summary="The registry answers")
 def readyz(container: ContainerDep) -> JSONResponse:
-    ready = _registry_answers(container)
+    ready = registry_answers(container.registry)
     return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)
 
 
@@ -38,7 +31,7 @@ async def v2_live() -> JSONResponse:
 
 @router.get("/v2/health/ready", summary="v2: server ready")
 def v2_ready(container: ContainerDep) -> JSONResponse:
-    ready = _registry_answers(container)
+    ready = registry_answers(container.registry)
     return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
 

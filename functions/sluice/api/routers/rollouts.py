@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from sluice.api.deps import AdminDep, ContainerDep
-from sluice.api.presenters import deployment_out
+from sluice.api.presenters import deployment_out, rollout_status_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import DeploymentOut
 from sluice.types.rollouts import ReplayStart, RolloutStart, RolloutStatus
@@ -37,7 +37,7 @@ def start_rollout(
     summary="The rollout: its step, gates, and the numbers now",
 )
 def rollout_status(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(container.rollouts.status(principal, name))
+    return JSONResponse(rollout_status_out(*container.rollouts.status(principal, name)))
 
 
 @router.post(

@@ -1,0 +1,43 @@
+"""What the Open Inference Protocol says about a model (a deployment, resolved as a request
+to it would be): its metadata, and whether it is ready. The REST routes
+(`sluice.api.routers.v2`) and the gRPC service answer with these."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sluice.domain import ModelVersion
+    from sluice.domain.results import Resolved
+    from sluice.runtimes import Runtime
+
+PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "sagemaker_triton"}
+
+
+def metadata_of(resolved: Resolved) -> dict[str, Any]:
+    """The model's metadata: the deployment's name, the answering version, its tensors."""
+    version = resolved.version
+    signature = version.signature
+
+    def tensors(specs: Any) -> list[dict[str, Any]]:
+        return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+
+    return {
+        "name": resolved.deployment.name,
+        "versions": [str(version.version)],
+        "platform": PLATFORMS.get(version.runtime, version.runtime),
+        "inputs": tensors(signature.inputs),
+        "outputs": tensors(signature.outputs),
+        "parameters": {"model": version.model, "version": version.version},
+    }
+
+
+async def ready_to_answer(runtimes: Mapping[str, Runtime], version: ModelVersion) -> bool:
+    """Ready when a runtime of the version's kind is there, which loads it first."""
+    runtime = runtimes.get(version.runtime)
+    if runtime is None:
+        return False
+    await runtime.load(version)
+    return True

@@ -1,0 +1,230 @@
+"""powertools' log line, written faster: the formatter sluice's logger uses (the same line for
+a plain record at a fraction of the cost), orjson to serialize it, and the prediction line
+written straight to powertools' handler where it is the only one (`log_info`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aws_lambda_powertools import Logger
+
+
+@lru_cache(maxsize=1)
+def formatter_class() -> type:
+    """powertools' `LambdaPowertoolsFormatter`, with the same line for a plain record (a
+    message that is a word, no arguments, no exception) at a fraction of the cost: the keys
+    that stay the same from line to line (level, location, message, service, the Lambda
+    context) are serialized once per key set and call site, the timestamp's seconds once per
+    second, and only the record's own fields per line. Any other record, or a logger
+    configured away from the defaults, takes powertools' own path."""
+    import re
+
+    from aws_lambda_powertools.logging import formatter as base
+
+    reserved = frozenset(base.RESERVED_LOG_ATTRS)
+    # A message starting with one of these may be JSON (powertools decodes it): its own path.
+    maybe_json = frozenset('{["-0123456789tfnNI \t\r\n')
+    # Keys powertools sets after a record's own fields: a record that brings one of them (or
+    # one of the fixed keys) takes powertools' path, which knows what wins.
+    late = frozenset({"message", "exception", "exception_name", "exception_notes", "stack_trace", "xray_trace_id"})
+    # Keys whose values change from one Lambda invocation to the next (powertools' decorator
+    # sets them): filled in per line, so that the rest is serialized once, not per invocation.
+    volatile = frozenset({"cold_start", "function_request_id"})
+    slot = re.compile(r'"@@sluice-(ts|\d+)@@"')
+    stamp = "ts"
+
+    class Formatter(base.LambdaPowertoolsFormatter):
+        _second = -1
+        _stamp = ("", "")
+        _version = 0
+        _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
+        _shape: list[tuple[str, Any]] | None = None  # those keys, volatile values left out
+        _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
+
+        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+            """The line's fixed keys serialized, as text pieces between the slots filled per
+            line (the timestamp, the volatile keys' values); None where this path does not know
+            a key's template. Made again when a key or a fixed value changes."""
+            keys = self.log_format
+            seen = (id(keys), self._version)
+            if seen != self._seen:
+                shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
+                if shape != self._shape:
+                    self._shape, self._plans = shape, {}
+                self._seen = seen
+            at = (levelname, func, lineno, message)
+            found = self._plans.get(at, False)
+            if found is not False:
+                return found  # type: ignore[return-value]
+            plan = None
+            if "message" in keys and "xray_trace_id" not in keys:
+                fixed: dict[str, Any] = {}
+                names: list[str] = []
+                for key, value in keys.items():
+                    if value and key in reserved:
+                        if value == "%(levelname)s":
+                            value = levelname
+                        elif value == "%(funcName)s:%(lineno)d":
+                            value = f"{func}:{lineno}"
+                        elif value == "%(asctime)s":
+                            value = f"@@sluice-{stamp}@@"
+                        else:
+                            fixed = {}
+                            break
+                    elif key == "message":
+                        value = message
+                    elif key in volatile and type(value) in (str, bool):
+                        value = f"@@sluice-{len(names)}@@"
+                        names.append(key)
+                    if value is not None:
+                        fixed[key] = value
+                if self.serialize_stacktrace:
+                    fixed.pop("stack_trace", None)  # powertools sets it to None, then drops it
+                if fixed:
+                    parts = slot.split(dumps(fixed)[:-1])
+                    plan = (tuple(parts[0::2]), tuple(p if p == stamp else names[int(p)] for p in parts[1::2]))
+            self._plans[at] = plan
+            return plan
+
+        def _asctime_of(self, created: float, msecs: float) -> str:
+            second = int(created)
+            if second != self._second:
+                parts = self.converter(created)
+                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
+                self._second = second
+            head, zone = self._stamp
+            return f"{head}{int(msecs):03d}{zone}"
+
+        def line(self, levelname: str, func: str, lineno: int, created: float, msecs: float, message: str, fields: dict[str, Any]) -> str | None:
+            """The line powertools would write for a plain record with these attributes and
+            these fields (its extras); None where only powertools' own path can tell."""
+            if (
+                not message
+                or message[0] in maybe_json
+                or self.datefmt
+                or self.use_rfc3339_iso8601
+                or base._get_context().get()
+            ):
+                return None
+            plan = self._plan(levelname, func, lineno, message)
+            if plan is None:
+                return None
+            keys = self.log_format
+            if not (keys.keys().isdisjoint(fields) and late.isdisjoint(fields)):
+                return None
+            texts, slots = plan
+            out = [texts[0]]
+            for name, text in zip(slots, texts[1:], strict=True):
+                if name == stamp:
+                    out.append(f'"{self._asctime_of(created, msecs)}"')
+                else:
+                    value = keys[name]
+                    out.append(("true" if value else "false") if value is True or value is False else dumps(value))
+                out.append(text)
+            own = {k: v for k, v in fields.items() if v is not None}
+            if own:
+                out.append(f",{dumps(own)[1:-1]}")
+            trace = self._get_latest_trace_id()
+            if trace is not None:
+                out.append(f',"xray_trace_id":{dumps(trace)}')
+            out.append("}")
+            return "".join(out)
+
+        def restructure(self, keys: dict[str, Any]) -> None:
+            """What powertools' `Logger.structure_logs(**keys)` does to a configured logger's
+            formatter (its keys cleared, then `keys` appended), in one step."""
+            fresh = dict.fromkeys(self.log_record_order)
+            fresh.update(self.keys_combined)
+            fresh.update(keys)
+            self.log_format = fresh
+            base.clear_context_keys()
+            self._version += 1
+
+        def append_keys(self, **additional_keys: Any) -> None:
+            super().append_keys(**additional_keys)
+            self._version += 1
+
+        def remove_keys(self, keys: Any) -> None:
+            super().remove_keys(keys)
+            self._version += 1
+
+        def clear_state(self) -> None:
+            super().clear_state()
+            self._version += 1
+
+        def format(self, record: Any) -> str:
+            message = record.msg
+            if not record.args and not record.exc_info and type(message) is str:
+                fields = {k: v for k, v in record.__dict__.items() if k not in reserved}
+                text = self.line(record.levelname, record.funcName, record.lineno, record.created, record.msecs, message, fields)
+                if text is not None:
+                    return text
+            return super().format(record)
+
+    return Formatter
+
+
+def dumps(record: Any) -> str:
+    global _orjson_dumps
+    if _orjson_dumps is None:
+        import orjson
+
+        _orjson_dumps = orjson.dumps
+    return _orjson_dumps(record, default=str).decode()
+
+
+_orjson_dumps: Callable[..., bytes] | None = None
+
+
+def log_info(logger: Logger, message: str, extra: dict[str, Any]) -> None:
+    """`logger.info(message, extra=extra)` for a caller that already knows INFO is on.
+
+    Where powertools' handler is the only one the line reaches (no filter, no other handler
+    on the way up), the line is formatted from the call's attributes and written by that
+    handler's stream, under its lock, with no `LogRecord` on the way: the same line. Anywhere
+    else (a test capturing records, a handler added by the host) the record goes through
+    logging as `info` sends it."""
+    std = logger._logger
+    caller = sys._getframe(1)
+    code = caller.f_code
+    handler = sole_handler(std)
+    if handler is not None:
+        now = time.time()
+        text = handler.formatter.line("INFO", code.co_name, caller.f_lineno, now, (now - int(now)) * 1000, message, extra)  # type: ignore[union-attr]
+        if text is not None:
+            handler.acquire()
+            try:
+                handler.stream.write(text + handler.terminator)
+                handler.flush()
+                return
+            except Exception:  # as StreamHandler.emit: the handler reports it
+                handler.handleError(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
+                return
+            finally:
+                handler.release()
+    std.handle(std.makeRecord(std.name, logging.INFO, code.co_filename, caller.f_lineno, message, (), None, code.co_name, extra))
+
+
+def sole_handler(std: logging.Logger) -> logging.StreamHandler | None:  # type: ignore[type-arg]
+    """powertools' stream handler when a record of `std` at INFO would reach it and nothing else."""
+    handlers = std.handlers
+    if len(handlers) != 1 or std.filters:
+        return None
+    handler = handlers[0]
+    if type(handler) is not logging.StreamHandler or handler.filters or handler.level > logging.INFO:
+        return None
+    if type(handler.formatter) is not formatter_class():
+        return None
+    parent = std.parent if std.propagate else None
+    while parent is not None:
+        if parent.handlers:
+            return None
+        parent = parent.parent if parent.propagate else None
+    return handler
