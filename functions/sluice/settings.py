@@ -132,6 +132,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body a chunk sends to a SageMaker endpoint (InvokeEndpoint takes 6 MB).",
     )
+    batch_stop_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long `sluice serve`, once told to stop, waits for a running local batch job to finish "
+        "the chunks it is scoring; the job is then recorded FAILED (the service stopped) either way.",
+    )
     streams: dict[str, Any] = Field(
         default_factory=dict,
         description=(

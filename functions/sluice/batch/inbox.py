@@ -54,6 +54,8 @@ class InboxWatcher(Poller):
             identity = (str(path.resolve()), *look)
             if identity in self._taken or self._sizes.get(path) != look:
                 continue  # taken already, or new since the last look: wait until it settles
+            if self.stopping:  # the service is stopping: the file waits for the next start
+                break
             try:
                 job = self.service.start_upload(
                     self.tenant, relative.parts[0], path.resolve().as_uri(),

@@ -13,6 +13,10 @@ two threads or more, when every chunk of a Parquet job is read as one piece (sma
 groups, or a folder of small files), two chunks are in flight, their calls on the same
 threads: one is read and written while the other's calls run, as the pieces of one large
 chunk are, and in the same memory (two pieces).
+
+When `sluice serve` stops, `shutdown` stops the local jobs: they start no more chunks, the
+chunks in flight finish and are recorded (within a grace period), and each job is recorded
+FAILED, saying the service stopped: none is left RUNNING with no thread to run it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ log = logging.getLogger(__name__)
 # store, a backend error, a timeout. Anything else (the input gone or replaced, access
 # denied, a chunk whose bytes are malformed: ChunkMalformed) fails the chunk at once.
 TRANSIENT_ERRORS = ("ChunkUnreadable", "Unavailable", "BackendError", "DeadlineExceeded")
+SERVICE_STOPPED = "ServiceStopped"  # the error of a local job the service stopped
+STOPPING = "stopping"  # a chunk left unscored as the service stops
 
 
 class Orchestrator(Protocol):
@@ -77,10 +83,17 @@ class LocalOrchestrator:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self._threads: dict[str, threading.Thread] = {}
+        self._tenants: dict[str, str] = {}
         self._lock = threading.Lock()
+        self._stopping = threading.Event()  # the service is stopping: no new job, no new chunk
+        self._hurry = threading.Event()  # and it will not wait for the chunks in flight
+        self.stopped: list[str] = []  # the jobs recorded FAILED because the service stopped
 
     def start(self, job: BatchJob) -> str | None:
         with self._lock:
+            if self._stopping.is_set():
+                self._stop_job(job.tenant, job.id, "the service stopped before the job started")
+                raise Unavailable("the service is stopping: the job was not started; submit it again", field="status")
             running = self._threads.get(job.id)
             if running is not None and running.is_alive():
                 return None
@@ -88,8 +101,42 @@ class LocalOrchestrator:
                 target=self._run_quietly, args=(job.tenant, job.id), name=f"batch-{job.id}", daemon=True
             )
             self._threads[job.id] = thread
+            self._tenants[job.id] = job.tenant
         thread.start()
         return None
+
+    def stop_starting(self) -> None:
+        """Start no job and no chunk from now on (safe from any thread; returns at once)."""
+        self._stopping.set()
+
+    def shutdown(self, grace_s: float) -> list[str]:
+        """Stop the jobs running here: no new chunk starts, the chunks in flight finish and are
+        recorded, and each job ends FAILED with the reason "the service stopped". A job still
+        scoring after `grace_s` (or after `hurry`) is recorded so at once. Returns the ids of
+        the jobs stopped so. Calling it again does no harm."""
+        self._stopping.set()
+        with self._lock:
+            running = {job_id: t for job_id, t in self._threads.items() if t.is_alive()}
+        deadline = time.monotonic() + grace_s
+        for thread in running.values():
+            while thread.is_alive() and not self._hurry.is_set() and (left := deadline - time.monotonic()) > 0:
+                thread.join(min(left, 0.2))  # short waits: a second signal may cut the grace short
+        for job_id, thread in running.items():
+            if thread.is_alive():  # its chunk took too long: what it scores from now on is not counted
+                self._stop_job(
+                    self._tenants[job_id], job_id, f"the service stopped while a chunk was still being scored after {grace_s:g} s"
+                )
+        return list(self.stopped)
+
+    def _stop_job(self, tenant: str, job_id: str, why: str) -> dict[str, Any]:
+        if job_id not in self.stopped:
+            self.stopped.append(job_id)
+        return self.runner.mark_failed(tenant, job_id, error=SERVICE_STOPPED, cause=why)
+
+    def hurry(self) -> None:
+        """Cut `shutdown`'s grace short (a second signal)."""
+        self._stopping.set()
+        self._hurry.set()
 
     def cancel(self, job: BatchJob) -> None:
         """Chunks check the job's status before they start; nothing else to stop."""
@@ -107,13 +154,15 @@ class LocalOrchestrator:
 
     def run(self, tenant: str, job_id: str, progress: ProgressCallback | None = None) -> dict[str, Any]:
         runner = self.runner
+        if self._stopping.is_set():
+            return self._stop_job(tenant, job_id, "the service stopped before the job started")
         try:
             planned = runner.plan(tenant, job_id)
         except SluiceError as exc:
             return runner.mark_failed(tenant, job_id, error=type(exc).__name__, cause=exc.message)
         spec = JobSpec.from_dict(planned["job"])
         chunks = runner.chunks(planned)
-        failures = self._score_all(spec, chunks, progress)
+        failures, left = self._score_all(spec, chunks, progress)
         if runner.registry.get_job(tenant, job_id).status == "CANCELLED":
             return runner.cancelled(tenant, job_id)
         if failures:
@@ -122,6 +171,8 @@ class LocalOrchestrator:
                 tenant, job_id, error=type(first[1]).__name__,
                 cause=f"chunk {first[0]} failed after {self.attempts} attempts: {_message(first[1])}",
             )  # fmt: skip
+        if left:  # the service is stopping: the chunks recorded stand, the job does not finish
+            return self._stop_job(tenant, job_id, "the service stopped before the job finished")
         try:
             return runner.finalize(tenant, job_id)
         except SluiceError as exc:
@@ -129,7 +180,8 @@ class LocalOrchestrator:
 
     def _score_all(
         self, spec: JobSpec, chunks: list[Chunk], progress: ProgressCallback | None
-    ) -> list[tuple[int, BaseException]]:
+    ) -> tuple[list[tuple[int, BaseException]], int]:
+        """The chunks that failed, and how many were never scored because the service is stopping."""
         total_rows = sum(c.rows for c in chunks)
         done_chunks = done_rows = 0
         failures: list[tuple[int, BaseException]] = []
@@ -139,12 +191,13 @@ class LocalOrchestrator:
         pending: dict[Future[dict[str, Any]], Chunk] = {}
         queue = list(reversed(chunks))
         stopped = False  # the job stopped running (cancelled): start no more chunks
+        left = 0  # chunks left unscored because the service is stopping
         slots, threads = (1, self.concurrency) if spec.format == "parquet" else (self.concurrency, 1)
         if threads > 1 and len(chunks) > 1 and all(c.rows <= self.runner.scorer.read_rows for c in chunks):
             slots = 2  # small Parquet chunks: one read and written while the other's calls run
         with ThreadPoolExecutor(slots, thread_name_prefix=f"score-{spec.job_id}") as pool:
             while queue or pending:
-                while queue and len(pending) < slots and not failures and not stopped:
+                while queue and len(pending) < slots and not failures and not stopped and not self._stopping.is_set():
                     chunk = queue.pop()
                     pending[pool.submit(self._score_with_retries, spec, chunk, threads)] = chunk
                 if not pending:
@@ -156,14 +209,20 @@ class LocalOrchestrator:
                     if error is not None:
                         failures.append((chunk.index, error))
                         continue
-                    if "skipped" in future.result():  # not the job's: not progress
+                    skipped = future.result().get("skipped")
+                    if skipped == STOPPING:
+                        left += 1
+                        continue
+                    if skipped:  # not the job's: not progress
                         stopped = True
                         continue
                     done_chunks += 1
                     done_rows += chunk.rows
                     if progress:
                         progress(Progress(done_chunks, len(chunks), done_rows, total_rows, len(failures)))
-        return failures
+        if self._stopping.is_set() and not stopped:
+            left += len(queue)
+        return failures, left
 
     def _score_with_retries(self, spec: JobSpec, chunk: Chunk, threads: int = 1) -> dict[str, Any]:
         for attempt in range(1, self.attempts + 1):
@@ -175,8 +234,9 @@ class LocalOrchestrator:
             except Exception:
                 if attempt == self.attempts:
                     raise
-            time.sleep(self.backoff_s * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+            if self._stopping.wait(self.backoff_s * 2 ** (attempt - 1)):
+                break  # no more tries: the chunk is left unscored, as the service stops
+        return {"index": chunk.index, "skipped": STOPPING}
 
 
 def _message(error: BaseException) -> str:

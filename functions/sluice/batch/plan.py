@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
+from sluice.codecs.lines import BOM, without_bom
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.locations import confine
 
@@ -287,7 +288,9 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
         columns = _csv_header(head[:end])
         data_start = min(end + 1, stat.size)
     else:
-        columns = _jsonl_fields(head)
+        columns = _jsonl_fields(without_bom(head))
+        if head == BOM:  # a byte order mark alone holds no line (sluice.codecs.lines)
+            return columns, []
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data_start, stat.size, chunk_bytes)]
     count = _record_starts if fmt == "csv" else _line_starts
     with ThreadPoolExecutor(COUNT_THREADS) as pool:

@@ -1,5 +1,6 @@
 """`sluice serve`'s background looks (the inbox, the schedules): a daemon thread that looks
-every `interval_s` until stopped, and outlives one bad look."""
+every `interval_s` until stopped, and outlives one bad look. Once told to stop it starts no
+new look; `stop` also waits for the one under way."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ class Poller:
         self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
         self._thread.start()
         return self._thread
+
+    @property
+    def stopping(self) -> bool:
+        """Told to stop: a look under way should start nothing more."""
+        return self._stop.is_set()
+
+    def stop_starting(self) -> None:
+        """No look starts from now on (safe from a signal handler: it only sets a flag)."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()

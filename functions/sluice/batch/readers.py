@@ -16,6 +16,7 @@ import numpy as np
 
 from sluice.batch.plan import source_of
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.lines import without_bom
 from sluice.domain.errors import BackendError, InvalidInput
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def read_chunk(
         elif spec.format == "csv":
             yield _csv(*_csv_region(files, spec, chunk), spec, chunk, feeds, columns)
         else:
-            yield _jsonl(_region(files, spec, chunk), spec, chunk, feeds, columns)
+            region = _region(files, spec, chunk)
+            yield _jsonl(without_bom(region) if chunk.start == 0 else region, spec, chunk, feeds, columns)
     except (pa.ArrowException, OSError) as exc:
         raise ChunkUnreadable(f"chunk {chunk.index} could not be read ({type(exc).__name__})") from exc
 

@@ -1,21 +1,37 @@
 """`sluice serve`: the API on this machine, with a local admin key, the batch inbox and the
-batch schedules that are due."""
+batch schedules that are due.
+
+On SIGTERM or SIGINT the background work stops starting anything (the inbox, the schedules,
+the rollout controller, new local batch jobs and chunks) while uvicorn shuts the HTTP side down
+its own way; then the local batch jobs finish the chunks they are scoring (within
+`SLUICE_BATCH_STOP_GRACE_S`) and are recorded FAILED, saying the service stopped, and the
+command exits 0. A second signal cuts the grace short. Jobs started through the API in a worker
+process are stopped the same way as that worker shuts down (`served_app`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import sys
-from typing import TYPE_CHECKING
+import threading
+from contextlib import asynccontextmanager, suppress
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
 from sluice.cli.common import count, get_container, local_home, operator
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import AsyncIterator
     from multiprocessing.process import BaseProcess
     from pathlib import Path
 
+    from sluice.api.app import SluiceApp
+    from sluice.batch.orchestrators import LocalOrchestrator, Orchestrator
     from sluice.settings import Settings
+    from sluice.wiring import Container
 
 ADMIN_KEY_FILE = "admin-key"
 METRICS_DIR = "metrics"
@@ -46,16 +62,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
     from sluice.batch.inbox import InboxWatcher
 
+    background = Background(container.batch.orchestrator, grace_s=settings.batch_stop_grace_s)
     inbox = settings.batch_inbox_path
-    InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s).start()
+    background.start(InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s))
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
     from sluice.services.rollout_watcher import RolloutWatcher
 
-    RolloutWatcher(container.rollouts).start()  # progressive rollouts move on this thread
+    background.start(RolloutWatcher(container.rollouts))  # progressive rollouts move on this thread
     if not settings.schedule_group:  # else EventBridge Scheduler keeps the time
         from sluice.batch.schedules import LocalScheduler
 
-        LocalScheduler(container.schedules, interval_s=settings.batch_schedule_poll_s).start()
+        background.start(LocalScheduler(container.schedules, interval_s=settings.batch_schedule_poll_s))
         print(f"Batch schedules: due runs start here (looked for every {settings.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
@@ -63,8 +80,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.grpc_port)
     try:
-        _run_http(args, settings, workers, GuardedHttpToolsProtocol)
+        _run_http(args, settings, workers, GuardedHttpToolsProtocol, background)
     finally:
+        stopped = background.stop()
+        if stopped:
+            print(f"Stopped {len(stopped)} local batch job(s): {', '.join(stopped)}", flush=True)
         if grpc is not None:
             grpc.terminate()
             grpc.join(5)
@@ -80,6 +100,76 @@ def _show_new_key(tenant: str, plain: str, key_file: Path) -> None:
         print(f"Local admin key for tenant '{tenant}': saved to {key_file}, readable only by you (shown only on a terminal)", flush=True)
 
 
+class Looking(Protocol):
+    """A background thread of `sluice serve` (the inbox, the schedules, the rollouts)."""
+
+    def start(self) -> object: ...
+    def stop_starting(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Background:
+    """What `sluice serve` runs beside the HTTP workers, and how it stops: first it starts
+    nothing more (`stop_starting`, which only sets flags: a signal handler may call it), then
+    the looks under way end and the local jobs finish their chunks in flight (`stop`)."""
+
+    def __init__(self, orchestrator: Orchestrator | None, *, grace_s: float) -> None:
+        self.jobs = _local_jobs(orchestrator)
+        self.grace_s = grace_s
+        self.threads: list[Looking] = []
+
+    def start(self, poller: Looking) -> None:
+        poller.start()
+        self.threads.append(poller)
+
+    def stop_starting(self) -> None:
+        for poller in self.threads:
+            poller.stop_starting()
+        if self.jobs is not None:
+            self.jobs.stop_starting()
+
+    def hurry(self) -> None:
+        """A second signal: the jobs are recorded without waiting for their chunks."""
+        self.stop_starting()
+        if self.jobs is not None:
+            self.jobs.hurry()
+
+    def stop(self) -> list[str]:
+        """Stop everything; returns the ids of the local jobs recorded FAILED as it stopped."""
+        self.stop_starting()
+        for poller in self.threads:
+            poller.stop()
+        return self.jobs.shutdown(self.grace_s) if self.jobs is not None else []
+
+
+def served_app() -> SluiceApp:
+    """The app as `sluice serve`'s HTTP worker processes run it: as a worker shuts down, the
+    batch jobs it started through the API are stopped as `Background.stop` stops the rest."""
+    from sluice.api.app import create_app
+
+    app = create_app()
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app_: Any) -> AsyncIterator[Any]:
+        async with inner(app_) as state:
+            yield state
+        container: Container | None = app.state.container  # none if no request built it
+        jobs = _local_jobs(container.orchestrator) if container is not None else None
+        if jobs is not None and container is not None:
+            await asyncio.to_thread(jobs.shutdown, container.settings.batch_stop_grace_s)
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def _local_jobs(orchestrator: Orchestrator | None) -> LocalOrchestrator | None:
+    """The orchestrator whose jobs run in this process, if it is one."""
+    from sluice.batch.orchestrators import LocalOrchestrator
+
+    return orchestrator if isinstance(orchestrator, LocalOrchestrator) else None
+
+
 def _start_grpc(host: str, port: int) -> BaseProcess | None:
     """The gRPC server, in a process of its own beside uvicorn's workers (none when port is 0)."""
     if not port:
@@ -91,23 +181,68 @@ def _start_grpc(host: str, port: int) -> BaseProcess | None:
     return start_process(host, port)
 
 
-def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type) -> None:
+def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type, background: Background) -> None:
+    """uvicorn, which shuts the HTTP side down its own way. One worker is served on a thread,
+    so that the signals come here first: the background stops starting work at once, then
+    uvicorn is told to exit as its own handlers would. Several workers are uvicorn's
+    supervisor's, and its handlers; the signals' wake-up bytes reach the background."""
     import uvicorn
 
-    uvicorn.run(
-        "sluice.api.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=workers,
-        http=protocol,  # header timeout and size bound (workers import it by name)
-        timeout_keep_alive=settings.keepalive_timeout_s,  # type: ignore[arg-type]
+    options: dict[str, Any] = {
+        "factory": True,
+        "host": args.host,
+        "port": args.port,
+        "workers": workers,
+        "http": protocol,  # header timeout and size bound (workers import it by name)
+        "timeout_keep_alive": settings.keepalive_timeout_s,
         # A WebSocket message over the limit is answered with an error message, not cut off:
         # the server's own frame limit stays above it.
-        ws_max_size=max(16 * 1024 * 1024, 2 * settings.websocket_max_message_bytes),
-        access_log=False,
-        log_level="warning",
-    )
+        "ws_max_size": max(16 * 1024 * 1024, 2 * settings.websocket_max_message_bytes),
+        "access_log": False,
+        "log_level": "warning",
+    }
+    if workers > 1:
+        _wake_on_signals(background)
+        uvicorn.run("sluice.cli.serve:served_app", **options)
+        return
+    server = uvicorn.Server(uvicorn.Config("sluice.api.app:create_app", **options))  # its jobs are `background`'s
+    signals: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            background.stop_starting()
+            server.should_exit = True
+        else:
+            background.hurry()
+            server.force_exit = True
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    http = threading.Thread(target=server.run, name="sluice-http")
+    http.start()
+    http.join()  # signals are handled while this thread waits
+    if not server.started:
+        raise SystemExit(f"the HTTP server did not start on {args.host}:{args.port}")
+
+
+def _wake_on_signals(background: Background) -> None:
+    """Every signal that has a handler writes its number to the wake-up pipe, whoever's handler
+    it is: the first SIGTERM or SIGINT stops the background starting work, a second hurries it."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)
+
+    def watch() -> None:
+        seen = 0
+        while data := os.read(read, 64):
+            for signum in data:
+                if signum in (signal.SIGTERM, signal.SIGINT):
+                    seen += 1
+                    with suppress(Exception):  # the watch must outlive a failed stop
+                        background.stop_starting() if seen == 1 else background.hurry()
+
+    threading.Thread(target=watch, name="sluice-signals", daemon=True).start()
 
 
 def _fresh_metrics_folder(home: Path) -> None:

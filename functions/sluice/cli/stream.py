@@ -3,152 +3,261 @@ twin of the stream Lambda (the same core: `sluice.stream`).
 
 Lines are read in blocks of about a mebibyte, handed on once that large or when the first line
 of a block has waited `--max-wait-ms` (so a slow producer still gets answers promptly, and a
-fast pipe is scored in large calls), and scored `--batch-lines` at a time. Every input line gives exactly one output line: a
-prediction, or `{"error": …}` for a line that can never succeed. A transient failure is
-retried a few times; a line that still fails is written as an error with `"retryable": true`
-and the exit status is 1.
+fast pipe is scored in large calls), and scored `--batch-lines` at a time. Every line read gives
+exactly one output line: a prediction, or `{"error": …}` for a line that can never succeed. A
+transient failure is retried a few times; a line that still fails is written as an error with
+`"retryable": true` and the exit status is 1.
+
+SIGTERM or SIGINT stops the reading: every line already read is still answered (in every
+worker), the summary goes to stderr and the exit status is 128 + the signal's number. A second
+signal exits at once, and the summary says how many lines read were left unaccounted for.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import queue
 import select
+import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli.common import count, get_container
+from sluice.codecs.lines import lines_of
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterable, Iterator
+
+    from sluice.stream.pipe import PipeReader
 
 RETRIES = (0.2, 1.0, 3.0)  # seconds before each new try of a transient failure
+STOPPED = "the stream stopped before the end of this line was read"
+LOST = "the worker process scoring this line ended before answering"
 
-
-BLOCK_BYTES = 1 << 20  # what one read takes, and about what one worker is handed at a time
-
-
-def read_blocks(fd: int, max_wait_s: float, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
-    """Whole lines of `fd` in blocks of about `block_bytes`: a block goes once it is that large,
-    or once its first line has waited `max_wait_s` (a slow producer still gets answers). The
-    lines stay one `bytes`: splitting them is the scorer's work, in whichever process scores."""
-    pending, rest = b"", b""
-    deadline = 0.0
-    while True:
-        if pending:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                yield pending
-                pending = b""
-                continue
-        chunk = os.read(fd, block_bytes)
-        if not chunk:
-            tail = pending + rest if rest.strip() else pending  # a last line without its newline
-            if tail:
-                yield tail
-            return
-        data = rest + chunk
-        cut = data.rfind(b"\n") + 1
-        rest = data[cut:]
-        if not cut:
-            continue
-        if not pending:
-            deadline = time.monotonic() + max_wait_s
-        pending += data[:cut]
-        if len(pending) >= block_bytes:
-            yield pending
-            pending = b""
-
-
-def lines_of(block: bytes) -> list[bytes]:
-    lines = block.split(b"\n")
-    if lines[-1] == b"":  # the newline that ends the block
-        lines.pop()
-    return lines
+Scored = tuple[bytes, int, int, int]  # a block's output lines; its lines, errors and lines given up on
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
     from sluice.settings import get_settings
+    from sluice.stream.pipe import PipeReader
 
     settings = get_settings()
     lines_per_batch = args.batch_lines or settings.stream_batch_rows
     wait_s = (settings.stream_max_wait_ms if args.max_wait_ms is None else args.max_wait_ms) / 1000
     workers = args.workers or os.cpu_count() or 1
-    blocks = read_blocks(sys.stdin.fileno(), wait_s)
+    tally = Tally(fd=sys.stdout.fileno())
+    signals = Signals(lambda signum: _exit_at_once(signum, reader, tally, signals.workers))
+    reader = PipeReader(sys.stdin.fileno(), wait_s, stop_fd=signals.fd)
+    signals.install()
     job = (args.tenant, args.deployment, lines_per_batch)
-    seen = errors = gave_up = 0
-    stdout = sys.stdout.buffer
-    with _scorers(job, workers) as score:
-        for data, lines, failed, dropped in score(_numbered(blocks)):
-            stdout.write(data)
-            stdout.flush()
-            seen, errors, gave_up = seen + lines, errors + failed, gave_up + dropped
-    if not args.quiet:
-        print(f"{seen} lines: {seen - errors - gave_up} predictions, {errors + gave_up} errors", file=sys.stderr)
-    return 1 if gave_up else 0
+    with _scorers(job, workers, signals) as score:
+        for data, _, failed, dropped in score(reader):
+            tally.write(data, failed + dropped, dropped)
+    if reader.cut:  # the last line read, answered last
+        tally.write(_error_lines(reader.lines, [reader.cut], STOPPED), 1, 1)
+    if signals.first is not None or not args.quiet:
+        print(tally.summary(reader.lines, signals.first), file=sys.stderr, flush=True)
+    if signals.first is not None:
+        return 128 + signals.first
+    return 1 if tally.gave_up else 0
 
 
-Scored = tuple[bytes, int, int, int]  # a block's output lines; its lines, errors and lines given up on
+@dataclass(slots=True)
+class Tally:
+    """What went to stdout: lines, error lines among them, and lines given up on among those."""
+
+    written: int = 0  # whole lines on stdout, counted as they go (a second signal may cut a block)
+    errors: int = 0
+    gave_up: int = 0
+    fd: int = 1
+
+    def write(self, data: bytes, errors: int, gave_up: int) -> None:
+        """A block's output lines, however many calls it takes: a write to a pipe that a signal
+        interrupts returns what it wrote so far (a buffered writer's does too, and drops the rest)."""
+        at = 0
+        while at < len(data):
+            wrote = os.write(self.fd, memoryview(data)[at:])
+            self.written += data.count(b"\n", at, at + wrote)
+            at += wrote
+        self.errors, self.gave_up = self.errors + errors, self.gave_up + gave_up
+
+    def summary(self, read: int, signum: int | None = None, *, at_once: bool = False) -> str:
+        answers = f"{self.written - self.errors} predictions, {self.errors} errors"
+        if signum is None:
+            return f"{read} lines: {answers}"
+        name = signal.Signals(signum).name
+        if not at_once:
+            return f"stopped by {name}: {read} lines read, {self.written} written ({answers})"
+        return f"stopped at once by a second {name}: {read} lines read, {self.written} written, {read - self.written} unaccounted for"
 
 
-def _numbered(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes]]:
-    """Each block with the number of its first line (counted in C: no line is split here)."""
-    first = 1
-    for block in blocks:
-        yield first, block
-        first += block.count(b"\n") + (not block.endswith(b"\n"))
+class Signals:
+    """The first SIGTERM or SIGINT makes `fd` readable for good: the reader stops, and so do the
+    pauses between retries. A second calls `at_once`. Handlers only set state and write to a
+    pipe: they may run while this thread holds any lock."""
+
+    def __init__(self, at_once: Callable[[int], None]) -> None:
+        self.first: int | None = None
+        self.workers: list[int] = []  # the worker processes' ids: a second signal ends them
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._pid = os.getpid()
+        self._at_once = at_once
+
+    @property
+    def fd(self) -> int:
+        return self._read
+
+    def install(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def stop(self) -> None:
+        """Stop reading, with or without a signal (the workers are gone)."""
+        with suppress(BlockingIOError):
+            os.write(self._write, b"\0")
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if os.getpid() != self._pid:  # a forked worker, before it ignores signals
+            return
+        if self.first is None:
+            self.first = signum
+            self.stop()
+            return
+        self._at_once(signum)
+
+
+def _exit_at_once(signum: int, reader: PipeReader, tally: Tally, workers: list[int]) -> None:
+    os.write(2, (tally.summary(reader.lines, signum, at_once=True) + "\n").encode())
+    _kill(workers)
+    os._exit(128 + signum)
+
+
+def _kill(workers: list[int]) -> None:
+    """End worker processes now (they ignore SIGTERM)."""
+    for pid in workers:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @contextmanager
-def _scorers(job: tuple[str, str, int], workers: int) -> Iterator[Any]:
+def _scorers(job: tuple[str, str, int], workers: int, signals: Signals) -> Iterator[Callable[[Iterable[tuple[int, bytes]]], Iterator[Scored]]]:
     """A function from numbered blocks to their answers in input order: this process alone
     with one worker; with several, worker processes that each hold a container and score
     whole blocks, while this one only reads the pipe and writes the answers in order."""
     if workers <= 1:
-        scorer = BatchScorer(*job)
+        scorer = BatchScorer(*job, stop_fd=signals.fd)
         try:
             yield lambda numbered: (scorer(first, block) for first, block in numbered)
         finally:
             scorer.finish()
         return
-    import multiprocessing
+    pool = Workers(job, workers, signals)
+    try:
+        yield pool.score
+    except BaseException:
+        pool.kill()
+        raise
+    pool.close()
 
-    # Forked before this process builds a container, opens a database or starts a thread, so
-    # each worker starts from a clean interpreter with sluice already imported; elsewhere spawned.
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    in_flight = threading.BoundedSemaphore(2 * workers)  # a fast pipe is not read ahead into memory
-    pool = context.Pool(workers, initializer=_start_worker, initargs=job)
 
-    def bounded(numbered: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
-        for item in numbered:
-            in_flight.acquire()
-            yield item
+class Workers:
+    """Worker processes that score blocks, answered in input order. They ignore SIGTERM and
+    SIGINT (a Ctrl-C reaches the whole process group): this process decides when they stop,
+    once every block handed to them is answered. A worker that dies fails the lines it held,
+    and every line after them, as retryable errors: nothing read goes unanswered."""
 
-    def score(numbered: Iterator[tuple[int, bytes]]) -> Iterator[Scored]:
-        for scored in pool.imap(_score_in_worker, bounded(numbered)):
-            in_flight.release()
+    def __init__(self, job: tuple[str, str, int], workers: int, signals: Signals) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # Forked before this process builds a container, opens a database or starts a thread, so
+        # each worker starts from a clean interpreter with sluice already imported; elsewhere spawned.
+        fork = sys.platform == "linux"
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        stop_fd = signals.fd if fork else None
+        self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(*job, stop_fd))
+        self.signals = signals
+        try:
+            self.pool.submit(int).result()  # every worker is forked on the first call, before any thread
+        except BaseException:
+            signals.workers = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+            self.kill()
+            raise
+        signals.workers = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+        self.in_flight = 2 * workers  # a fast pipe is not read ahead into memory
+        self.broken = False
+
+    def score(self, numbered: Iterable[tuple[int, bytes]]) -> Iterator[Scored]:
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        entries: queue.Queue[tuple[int, bytes, Future[Scored]] | BaseException | None] = queue.Queue()
+        slots = threading.BoundedSemaphore(self.in_flight)
+
+        def feed() -> None:  # reads the pipe on a thread of its own while answers are written
+            try:
+                for first, block in numbered:
+                    slots.acquire()
+                    try:
+                        future = self.pool.submit(_score_in_worker, (first, block))
+                    except BrokenProcessPool as exc:
+                        future = Future()
+                        future.set_exception(exc)
+                    entries.put((first, block, future))
+            except BaseException as exc:
+                entries.put(exc)
+            else:
+                entries.put(None)
+
+        threading.Thread(target=feed, name="sluice-stream-reader", daemon=True).start()
+        while (entry := entries.get()) is not None:
+            if isinstance(entry, BaseException):
+                raise entry
+            first, block, future = entry
+            try:
+                scored = future.result()
+            except BrokenProcessPool:
+                self.broken = True
+                self.signals.stop()  # nothing is left to score what would be read next
+                lines = lines_of(block)
+                scored = (_error_lines(first, lines, LOST), len(lines), 0, len(lines))
+            slots.release()
             yield scored
 
-    try:
-        yield score
-        pool.close()  # each worker drains its mirror and flushes its statistics as it exits
-        pool.join()
-    finally:
-        pool.terminate()
+    def close(self) -> None:
+        if self.broken:
+            self.kill()  # the pool's own clean-up would wait for workers that ignore SIGTERM
+        self.pool.shutdown(wait=not self.broken)  # each worker drains its mirror and flushes its statistics as it exits
+
+    def kill(self) -> None:
+        _kill(self.signals.workers)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _error_lines(first: int, lines: list[bytes], why: str) -> bytes:
+    """Lines that were read but will not be scored: retryable errors, in order."""
+    from sluice.stream.records import StreamRecord
+    from sluice.stream.sinks import json_lines
+
+    return json_lines([(n, _gave_up(StreamRecord(line, "stdin", n, {"line": n}), why)) for n, line in enumerate(lines, first)])
 
 
 class BatchScorer:
     """One process's share: its container, the stream core, and the retries of a batch."""
 
-    def __init__(self, tenant: str, deployment: str, batch_rows: int) -> None:
+    def __init__(self, tenant: str, deployment: str, batch_rows: int, *, stop_fd: int | None = None) -> None:
         from sluice.stream.core import StreamScorer
 
         self.container = get_container()
         self.batch_rows = batch_rows
+        self.stop_fd = stop_fd  # readable once the stream is stopping: retry no more
         self.scorer = StreamScorer(self.container.stream_predictions, tenant, deployment, batch_rows=batch_rows)
 
     def __call__(self, first: int, block: bytes) -> Scored:
@@ -176,13 +285,20 @@ class BatchScorer:
             outcomes = run(process(self.scorer, records, out))
             errors += sum(1 for o in outcomes if o.retry is None and o.failed)
             retry = [(r, o.retry) for r, o in zip(records, outcomes, strict=True) if o.retry is not None]
-            if not retry or pause is None:
+            if not retry or pause is None or not self._pause(pause):
                 break
-            time.sleep(pause)
             records = [r for r, _ in retry]
         if retry:
             out.write(records, [(n, _gave_up(r, why)) for n, (r, why) in enumerate(retry)])
         return errors, len(retry)
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait before a retry; False when the stream is stopping (give up at once instead)."""
+        if self.stop_fd is None:
+            time.sleep(seconds)
+            return True
+        stopping, _, _ = select.select([self.stop_fd], [], [], seconds)
+        return not stopping
 
     def finish(self) -> None:
         self.container.mirror.drain()  # type: ignore[union-attr]
@@ -194,16 +310,18 @@ class BatchScorer:
 _worker: BatchScorer | Exception | None = None
 
 
-def _start_worker(tenant: str, deployment: str, batch_rows: int) -> None:
+def _start_worker(tenant: str, deployment: str, batch_rows: int, stop_fd: int | None) -> None:
     from multiprocessing.util import Finalize
 
     global _worker
+    for signum in (signal.SIGTERM, signal.SIGINT):  # the first process stops the workers, in order
+        signal.signal(signum, signal.SIG_IGN)
     try:
-        _worker = BatchScorer(tenant, deployment, batch_rows)
+        _worker = BatchScorer(tenant, deployment, batch_rows, stop_fd=stop_fd)
     except Exception as exc:  # a failed initializer would be restarted forever: keep it for the first batch
         _worker = exc
         return
-    Finalize(_worker, _worker.finish, exitpriority=10)  # run as the worker exits after the pool closes
+    Finalize(_worker, _worker.finish, exitpriority=10)  # run as the worker exits after the pool shuts down
 
 
 def _score_in_worker(item: tuple[int, bytes]) -> Scored:

@@ -28,6 +28,10 @@ class RolloutWatcher:
         self._thread.start()
         return self
 
+    def stop_starting(self) -> None:
+        """No look starts from now on (it only sets a flag)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -1,0 +1,33 @@
+"""What a record of JSON Lines is, for every reader of them: a batch job's JSON Lines chunks
+and `sluice stream`'s pipe count the same records, and fail the same ones.
+
+- A record is a line: the bytes up to each newline (a `\\r` before it is whitespace), and the
+  bytes after the last newline when there are any, whatever they are.
+- A blank line (empty, or only whitespace, that last fragment included) is a record that fails;
+  it is never skipped.
+- A UTF-8 byte order mark at the very start of the input is not part of the first line. Anywhere
+  else it is a byte like any other (and the line fails as JSON).
+"""
+
+from __future__ import annotations
+
+BOM = b"\xef\xbb\xbf"
+
+
+def without_bom(start: bytes) -> bytes:
+    """The first bytes of an input, less a byte order mark."""
+    return start[len(BOM) :] if start.startswith(BOM) else start
+
+
+def lines_of(block: bytes) -> list[bytes]:
+    """The records of a block of whole lines (the newline that ends the block ends a record;
+    whatever follows it is one more)."""
+    lines = block.split(b"\n")
+    if lines[-1] == b"":  # the newline that ends the block
+        lines.pop()
+    return lines
+
+
+def count_lines(block: bytes) -> int:
+    """How many records `lines_of(block)` holds, counted in C."""
+    return block.count(b"\n") + (not block.endswith(b"\n")) if block else 0
