@@ -5,7 +5,9 @@ or the local thread pool. Each step is safe to repeat.
 - score: one chunk, recorded once in the job's progress, with the size and version of the
   part and error file it wrote.
 - plan also removes what an earlier job left in the output folder (its parts, error files,
-  manifest and `_SUCCESS`), so the folder only ever holds one job's results.
+  manifest and `_SUCCESS`), so the folder only ever holds one job's results. It does so only
+  for the job that holds the folder (`JobRegistry.create_job`): a second job into a folder
+  in use is refused when it is created, and never gets here.
 - finalize: every chunk accounted for and rows in = rows out + rows failed, at least one
   row scored when there were rows, and every part and error file still the one its chunk
   wrote (there, with the size and version Score recorded), then `_manifest.json` and
@@ -29,7 +31,7 @@ from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, NotFound, SluiceError
-from sluice.domain.jobs import ERROR_CHARS, BatchJob
+from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.loop import run
 from sluice.observability import Telemetry
@@ -142,6 +144,9 @@ class BatchRunner:
         if job.terminal:
             raise JobNotRunning(f"batch job '{job_id}' is {job.status}", field="status")
         principal = Principal(tenant, frozenset({"predict"}), f"batch:{job_id}")
+        holder = self.registry.output_holder(tenant, job.output_uri)
+        if holder not in (None, job.id):  # taken over: this job was found dead
+            raise OutputInUse(f"batch job '{holder}' now writes to this job's output folder", holder=holder)
         if not self.registry.list_chunks(tenant, job_id):
             self._clear_results(job)
         resolved = run(self.predictions.resolve(principal, job.deployment))
