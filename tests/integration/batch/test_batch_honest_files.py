@@ -171,6 +171,22 @@ def test_finalize_checks_the_version_as_well_as_the_size(batch: Container, acme:
     assert "part-00003.parquet (chunk 3, 700 rows) was replaced after it was written" in failed.value.message
 
 
+def test_a_job_cancelled_while_finalize_writes_success_leaves_no_success(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    runner = batch.batch_runner
+    write = runner.files.write_bytes
+
+    def cancel_meanwhile(uri: str, data: bytes, **kw: Any) -> None:
+        write(uri, data, **kw)
+        if uri.endswith("/_SUCCESS"):  # the moment between the marker and the status
+            batch.batch.cancel(acme, job.id)
+
+    runner.files.write_bytes = cancel_meanwhile  # type: ignore[method-assign]
+    summary = runner.finalize(acme.tenant, job.id)
+    assert summary["status"] == "CANCELLED"
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and _manifest(job)["status"] == "CANCELLED"
+
+
 # 3. The default output folder -----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "folder"),
