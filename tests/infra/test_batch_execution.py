@@ -427,6 +427,62 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
     )
 
 
+def test_finalize_fails_a_job_whose_part_was_removed_after_score(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.batch.runner import BatchRunner
+    from sluice.handlers import batch as handlers
+
+    real = BatchRunner.finalize
+
+    def after_a_part_is_removed(self: BatchRunner, tenant: str, job_id: str) -> Any:
+        cloud.s3.delete_object(Bucket=BUCKET, Key=f"outbox/{tenant}/{job_id}/part-00001.csv")
+        return real(self, tenant, job_id)
+
+    monkeypatch.setattr(BatchRunner, "finalize", after_a_part_is_removed)
+    event = cloud.upload("inbox/acme/iris/parts.csv", _csv(6000))
+    (job,) = handlers.on_upload(event, LambdaContext())["jobs"]
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "FAILED", execution
+    record = cloud.container.registry.get_job("acme", job["job_id"])
+    assert record.status == "FAILED" and record.chunks_done == record.chunks_total
+    assert "part-00001.csv (chunk 1, " in (record.error or "") and "is missing" in (record.error or ""), record.error
+    out = f"outbox/acme/{job['job_id']}/"
+    assert "Contents" not in cloud.s3.list_objects_v2(Bucket=BUCKET, Prefix=out + "_SUCCESS")
+    assert json.loads(cloud.read(out + "_manifest.json"))["status"] == "FAILED"
+    assert len(cloud.invocations["sluice-batch-mark-failed"]) == 1
+
+
+def test_a_job_whose_execution_ended_without_markfailed_reads_as_failed(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An execution stopped (or timed out) skips MarkFailed: the job's record stays RUNNING
+    until a read asks Step Functions about its execution."""
+    from sluice.domain import Principal
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/s.csv", Body=_csv(3000))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/s.csv")
+    assert planned.wait(30)
+    cloud.sfn.stop_execution(executionArn=job.execution, error="Operator", cause="stopped by hand")
+    gate.set()
+    assert cloud.finish(job.id)["status"] == "ABORTED"
+    assert cloud.container.registry.get_job("acme", job.id).status == "RUNNING"  # MarkFailed never ran
+    seen = cloud.container.batch.get(acme, job.id)
+    assert seen.status == "FAILED" and "execution ended (ABORTED)" in (seen.error or ""), seen.error
+    assert cloud.container.registry.get_job("acme", job.id).status == "FAILED"
+    assert not cloud.invocations["sluice-batch-mark-failed"]
+
+
 def _spec(**fields: Any) -> dict[str, Any]:
     return {"tenant": "acme", "deployment": "iris", "input_uri": f"s3://{BUCKET}/inbox/acme/iris/spec.csv"} | fields
 
