@@ -183,6 +183,19 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
 
 
+def test_create_job_may_describe_executions_of_the_state_machine_and_nothing_more(full_app: Synthesized) -> None:
+    """A scheduled run asks whether the run still going has an execution that ended."""
+    template = full_app.template("batch")
+    _, create_job = function_by_handler(template, "sluice.handlers.batch.create_job")
+    orchestrator = create_job["Environment"]["Variables"]["SLUICE_ORCHESTRATOR"]
+    assert orchestrator["Fn::Join"][1][0] == "stepfunctions://arn:" and orchestrator["Fn::Join"][1][-1] == ":stateMachine:sluice-batch"
+    statements = policy_statements_of_role(template, role_of(create_job))
+    states = [s for s in statements if "states:" in str(s["Action"])]
+    assert [(s["Action"], s["Resource"]["Fn::Join"][1][-1]) for s in states] == [
+        ("states:DescribeExecution", ":execution:sluice-batch:*")
+    ]
+
+
 def test_finalize_may_publish_to_the_batch_glue_database_only(full_app: Synthesized) -> None:
     template = full_app.template("batch")
     (database,) = properties(template, "AWS::Glue::Database")
