@@ -658,6 +658,44 @@ def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_mac
     assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"
 
 
+def test_a_scheduled_run_whose_execution_was_stopped_does_not_hold_back_the_next(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.domain.schedules import Schedule
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(Schedule("acme", "daily", "iris", template, "rate(1 day)"))
+    for day in ("2026-11-26", "2026-11-27"):
+        cloud.s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/dt={day}/events.csv", Body=_csv(50))
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "daily"}
+    first = cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="day-1", input=json.dumps(spec | {"scheduled_time": "2026-11-26T02:00:00Z"})
+    )["executionArn"]
+    assert planned.wait(30)
+    cloud.sfn.stop_execution(executionArn=first, error="Operator", cause="stopped by hand")  # MarkFailed never runs
+    gate.set()
+    assert cloud.finish("day-1")["status"] == "ABORTED"
+    (going,) = cloud.container.registry.list_jobs("acme")
+    assert going.status == "RUNNING"
+
+    cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="day-2", input=json.dumps(spec | {"scheduled_time": "2026-11-27T02:00:00Z"})
+    )
+    execution = cloud.finish("day-2")
+    assert execution["status"] == "SUCCEEDED" and json.loads(execution["output"])["status"] == "SUCCEEDED", execution
+    assert cloud.container.registry.get_schedule("acme", "daily").skipped == 0
+    assert cloud.container.registry.get_job("acme", going.id).status == "FAILED"
+
+
 def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: Cloud) -> None:
     glue = boto3.client("glue", region_name=REGION)
     glue.create_database(DatabaseInput={"Name": "sluice_batch"})
