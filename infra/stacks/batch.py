@@ -139,7 +139,13 @@ class BatchStack(Stack):
         )
         grant_objects(finalize, finalize.role, bucket, prefix=WORK_PREFIX, purpose="map results")
         grant_objects(
-            finalize, finalize.role, bucket, prefix=OUTBOX_PREFIX, write=True, purpose="manifests"
+            finalize,
+            finalize.role,
+            bucket,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            delete=True,  # a job cancelled while Finalize wrote its _SUCCESS gets it taken back
+            purpose="manifests",
         )
 
         # Queryable results: the one Glue database Finalize publishes job outputs to, as

@@ -174,8 +174,9 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     assert writes == ["/outbox/*"]
     assert any(s["Action"] == "sagemaker:InvokeEndpoint" for s in statements)
     # Plan clears an earlier job's results, a chunk finished after a cancel takes its files
-    # back, and a failed job leaves no _SUCCESS: each may delete under outbox/, nowhere else.
-    for purpose in ("plan", "score", "mark_failed"):
+    # back, and a failed or cancelled job leaves no _SUCCESS (MarkFailed, and Finalize when a
+    # cancel wins the race): each may delete under outbox/, nowhere else.
+    for purpose in ("plan", "score", "mark_failed", "finalize"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         statements = policy_statements_of_role(template, role_of(function))
         deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
