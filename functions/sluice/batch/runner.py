@@ -21,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
+from sluice.batch.written import as_written, not_as_written
 from sluice.domain import Principal, now
-from sluice.domain.errors import Conflict, NotFound, SluiceError
+from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.loop import run
@@ -48,8 +48,6 @@ MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
 # The names a job writes in its output folder (see score.part_name and score.error_name).
 RESULT_NAMES = re.compile(r"(?:part-\d{5}\.(?:parquet|csv|jsonl)|errors/part-\d{5}\.jsonl|_manifest\.json|_SUCCESS)")
-CHECK_THREADS = 16  # files Finalize looks at at once (one HEAD each on S3)
-SHOWN_FILES = 5  # files named in a failure, at most
 
 
 class OfflineStats(StatsRecorder):
@@ -189,7 +187,7 @@ class BatchRunner:
         job = self.registry.get_job(spec.tenant, spec.job_id)
         if job.status != "RUNNING":
             return {"index": chunk.index, "skipped": job.status}
-        result = self._as_written(self.scorer.score(spec, chunk, threads=threads))
+        result = as_written(self.files, self.scorer.score(spec, chunk, threads=threads))
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
         if recorded:  # a repeated step scored nothing new for the job
             self.predictions.telemetry.chunk(
@@ -205,18 +203,6 @@ class BatchRunner:
             return {"index": chunk.index, "skipped": job.status}
         return chunk_scored(result, recorded=False)
 
-    def _as_written(self, result: ChunkResult) -> ChunkResult:
-        """The chunk's result with the size and version of the files it wrote, as the store
-        sees them now: what Finalize checks they still are."""
-        changes: dict[str, Any] = {}
-        if result.part:
-            part = self.files.stat(result.part)
-            changes |= {"part_bytes": part.size, "part_version": part.version}
-        if result.errors:
-            errors = self.files.stat(result.errors)
-            changes |= {"errors_bytes": errors.size, "errors_version": errors.version}
-        return replace(result, **changes)
-
     # Finalize -----------------------------------------------------------------------------
     def finalize(self, tenant: str, job_id: str) -> dict[str, Any]:
         job = self.registry.get_job(tenant, job_id)
@@ -225,7 +211,7 @@ class BatchRunner:
                 raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
-        problems = _problems(job, chunks) + self._files_problems(job, chunks)
+        problems = _problems(job, chunks) + not_as_written(self.files, job, chunks)
         manifest = self._manifest(job, chunks, "FAILED" if problems else "SUCCEEDED", "; ".join(problems) or None)
         self.files.write_bytes(join(job.output_uri, MANIFEST), manifest, content_type="application/json")
         if problems:
@@ -245,40 +231,6 @@ class BatchRunner:
                     content_type="application/json",
                 )  # fmt: skip
         return job_summary(done)
-
-    def _files_problems(self, job: BatchJob, chunks: list[ChunkResult]) -> list[str]:
-        """Each part and error file the chunks recorded, looked at in the store: missing, or
-        not the size and version its chunk wrote (removed, or replaced by another writer)."""
-        expected = [
-            (c.index, uri, rows, size, version)
-            for c in chunks
-            for uri, rows, size, version in (
-                (c.part, c.rows_out, c.part_bytes, c.part_version),
-                (c.errors, c.rows_failed, c.errors_bytes, c.errors_version),
-            )
-            if uri
-        ]
-        if not expected:
-            return []
-        with ThreadPoolExecutor(min(CHECK_THREADS, len(expected)), thread_name_prefix="sluice-finalize") as pool:
-            found = list(pool.map(lambda e: self._file_problem(job, *e), expected))
-        wrong = [f for f in found if f is not None]
-        if not wrong:
-            return []
-        shown = "; ".join(wrong[:SHOWN_FILES]) + (f"; and {len(wrong) - SHOWN_FILES} more" if len(wrong) > SHOWN_FILES else "")
-        return [f"{len(wrong)} of {len(expected)} files are not as their chunks wrote them: {shown}"]
-
-    def _file_problem(self, job: BatchJob, index: int, uri: str, rows: int, size: int | None, version: str | None) -> str | None:
-        name = _relative(job.output_uri, uri)
-        try:
-            stat = self.files.stat(uri)
-        except NotFound:
-            return f"{name} (chunk {index}, {rows} rows) is missing"
-        if size is not None and stat.size != size:
-            return f"{name} (chunk {index}, {rows} rows) is {stat.size} bytes where {size} were written"
-        if version is not None and stat.version != version:
-            return f"{name} (chunk {index}, {rows} rows) was replaced after it was written"
-        return None
 
     # Mark failed --------------------------------------------------------------------------
     def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "") -> dict[str, Any]:
@@ -413,12 +365,6 @@ def _failure_message(job: BatchJob, chunks: list[ChunkResult], error: str, cause
         if missing:
             message += f" ({len(missing)} of {job.chunks_total} chunks not scored: {_listing(missing)})"
     return message
-
-
-def _relative(folder: str, uri: str) -> str:
-    """`part-00003.parquet` for a file of the job's folder (the whole URI for any other)."""
-    base = folder.rstrip("/") + "/"
-    return uri[len(base) :] if uri.startswith(base) else uri
 
 
 def _listing(indexes: list[int], limit: int = 20) -> str:

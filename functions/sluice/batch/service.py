@@ -23,11 +23,11 @@ folder may be taken.
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
 from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri
@@ -35,7 +35,6 @@ from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import (
-    ERROR_CHARS,
     BatchJob,
     CatalogTarget,
     OutputInUse,
@@ -57,7 +56,6 @@ if TYPE_CHECKING:
 ERROR_FILE = re.compile(r"part-\d{5}\.jsonl")
 ERROR_WINDOW = 64 * 1024  # read an error file this much at a time
 ERROR_READ_MAX = 1024 * 1024  # and never more than this of all of them, however long a row
-log = logging.getLogger(__name__)
 
 
 class BatchService:
@@ -73,7 +71,7 @@ class BatchService:
         self.orchestrator = orchestrator
         self.paths = paths
         self.files = files
-        self.runner = runner  # marks a dead job FAILED as MarkFailed would (manifest, no _SUCCESS)
+        self.liveness = JobLiveness(registry, orchestrator, runner)
 
     # What callers do ---------------------------------------------------------------------
     def submit(
@@ -160,34 +158,9 @@ class BatchService:
         principal.require("predict")
         return [self.settled(j) for j in self.registry.list_jobs(principal.tenant, limit=limit)]
 
-    # Liveness ------------------------------------------------------------------------------
     def settled(self, job: BatchJob, *, ask: bool = False) -> BatchJob:
-        """`job`, or, when what runs it is gone, `job` marked FAILED saying why: a process of
-        its own that stopped (`BatchJob.stopped`), or, with `ask`, a Step Functions execution
-        that ended without recording the job's outcome (one call to describe it)."""
-        if job.terminal:
-            return job
-        reason = job.stopped(now())
-        if reason is None and ask and job.execution and self.orchestrator is not None:
-            reason = self.orchestrator.ended(job)
-        if reason is None:
-            return job
-        log.warning("batch job found stopped", extra={"job": job.id, "tenant": job.tenant, "reason": reason})
-        if self.runner is not None:
-            self.runner.mark_failed(job.tenant, job.id, error=reason)
-        else:
-            with contextlib.suppress(Conflict):  # it finished meanwhile: that stands
-                self.registry.update_job(job.tenant, job.id, status="FAILED", error=reason[:ERROR_CHARS], finished_at=now())
-        return self.registry.get_job(job.tenant, job.id)
-
-    def reap_stopped(self) -> list[BatchJob]:
-        """Every unfinished job of this machine's registry whose process is gone, marked
-        FAILED (`sluice serve` looks when it starts); none where the registry cannot list
-        every tenant's jobs (DynamoDB: a job there is found when it is read)."""
-        unfinished = getattr(self.registry, "unfinished_jobs", None)
-        if unfinished is None:
-            return []
-        return [done for job in unfinished() if (done := self.settled(job)).terminal]
+        """`job`, or `job` marked FAILED when what runs it is gone (see `JobLiveness`)."""
+        return self.liveness.settled(job, ask=ask)
 
     def _create(self, job: BatchJob) -> BatchJob:
         """Store the job with the hold on its output folder; a folder held by a job found

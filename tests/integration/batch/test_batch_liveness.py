@@ -175,9 +175,9 @@ def test_a_process_of_this_home_found_dead_when_sluice_serve_starts(home: Path, 
     proc.kill()
     proc.communicate()
     container = get_container()
-    assert [j.id for j in container.batch.reap_stopped()] == [job.id]  # what `sluice serve` does first
+    assert [j.id for j in container.batch.liveness.reap_stopped()] == [job.id]  # what `sluice serve` does first
     assert container.registry.get_job("acme", job.id).status == "FAILED"
-    assert container.batch.reap_stopped() == []
+    assert container.batch.liveness.reap_stopped() == []
 
 
 START_SCHEDULED_RUN = """
