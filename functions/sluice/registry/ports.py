@@ -127,6 +127,9 @@ class JobRegistry(Protocol):
         ...
 
     def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]: ...
+    def get_chunk(self, tenant: str, job_id: str, index: int) -> ChunkResult | None:
+        """The chunk as recorded, or None when it was not."""
+        ...
 
 
 class OptimizeJobRegistry(Protocol):

@@ -599,7 +599,10 @@ def job_of(job_id: str, tenant: str = A, created_at: float = 1.0) -> BatchJob:
 
 
 def chunk_of(index: int, rows: int = 10, failed: int = 1) -> ChunkResult:
-    return ChunkResult(index, rows, rows - failed, failed, f"s3://b/out/part-{index}", None, {"churn:1": rows - failed}, 0.5)
+    return ChunkResult(
+        index, rows, rows - failed, failed, f"s3://b/out/part-{index}", None, {"churn:1": rows - failed}, 0.5,
+        part_bytes=100 * rows, part_version=f'"etag-{index}"',  # what Score saw it write
+    )  # fmt: skip
 
 
 def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
@@ -644,6 +647,8 @@ def test_chunks_count_once_even_when_scored_twice(registry: Registry) -> None:
     job = registry.get_job(A, "job-1")
     assert (job.chunks_done, job.rows_in, job.rows_out, job.rows_failed) == (2, 15, 14, 1)
     assert registry.list_chunks(A, "job-1") == [chunk_of(0), chunk_of(2, rows=5, failed=0)]
+    assert registry.get_chunk(A, "job-1", 2) == chunk_of(2, rows=5, failed=0)
+    assert registry.get_chunk(A, "job-1", 1) is None and registry.get_chunk(B, "job-1", 0) is None
     assert registry.list_chunks(B, "job-1") == []
     registry.update_job(A, "job-1", status="CANCELLED")
     assert registry.record_chunk(A, "job-1", chunk_of(1)) is False

@@ -153,3 +153,7 @@ class DynamoJobs(Part):
 
     def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]:
         return [CHUNK.load(d) for d in self.table.query(layout.chunks_pk(tenant, job_id), layout.CHUNK)]
+
+    def get_chunk(self, tenant: str, job_id: str, index: int) -> ChunkResult | None:
+        found = self.table.get(layout.chunks_pk(tenant, job_id), layout.chunk_sk(index))
+        return None if found is None else CHUNK.load(found)

@@ -129,3 +129,9 @@ class SqliteJobs(Part):
             "SELECT doc FROM batch_chunks WHERE tenant = ? AND job = ? ORDER BY chunk", tenant, job_id
         )
         return [CHUNK.load(d) for d in docs]
+
+    def get_chunk(self, tenant: str, job_id: str, index: int) -> ChunkResult | None:
+        doc = self.db.one(
+            "SELECT doc FROM batch_chunks WHERE tenant = ? AND job = ? AND chunk = ?", tenant, job_id, int(index)
+        )
+        return None if doc is None else CHUNK.load(doc)
