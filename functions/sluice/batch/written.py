@@ -36,6 +36,14 @@ def as_written(files: FileStore, result: ChunkResult) -> ChunkResult:
     return replace(result, **changes)
 
 
+def is_as_written(files: FileStore, uri: str, version: str) -> bool:
+    """The file at `uri` is there, at the version written."""
+    try:
+        return files.stat(uri).version == version
+    except NotFound:
+        return False
+
+
 def not_as_written(files: FileStore, job: BatchJob, chunks: list[ChunkResult]) -> list[str]:
     """What is wrong with the files the chunks recorded: each missing, or not the size and
     version its chunk wrote (none for a result recorded without them)."""

@@ -150,6 +150,17 @@ def test_finalize_fails_a_job_whose_part_was_removed_after_it_was_scored(batch: 
     assert not (tmp_path / "out" / "_SUCCESS").exists() and _manifest(done)["status"] == "FAILED"
 
 
+def test_a_chunk_scored_again_after_it_was_recorded_leaves_its_files_as_finalize_expects(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """A step repeated (Step Functions retrying a Score whose answer was lost) writes nothing
+    over the files its chunk recorded: Finalize finds them as they were."""
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    runner = batch.batch_runner
+    planned = json.loads(runner.files.read_bytes(runner.paths.chunk_list(acme.tenant, job.id)))
+    again = runner.score(JobSpec.from_dict(runner.plan(acme.tenant, job.id)["job"]), Chunk.from_dict(planned[2]))
+    assert again["recorded"] is False and again["rows_in"] == 700
+    assert runner.finalize(acme.tenant, job.id)["status"] == "SUCCEEDED"
+
+
 def test_finalize_fails_a_job_whose_part_was_replaced_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
     job = _scored_not_finalized(batch, acme, tmp_path)
     out = tmp_path / "out"

@@ -26,7 +26,9 @@ from fastapi.testclient import TestClient
 from sluice import cli
 from sluice.api.app import create_app
 from sluice.batch.orchestrators import LocalOrchestrator
+from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
+from sluice.batch.writers import PartWriter
 from sluice.domain.jobs import BatchJob
 from sluice.domain.liveness import STALE_AFTER_S
 from sluice.domain.schedules import Schedule
@@ -257,6 +259,47 @@ def test_a_folder_held_by_a_silent_job_is_taken_over_and_one_held_by_a_busy_job_
                            start=False, output_uri=str(tmp_path / "b"))  # fmt: skip
     assert refused.value.field == "output_uri" and refused.value.holder == "job-busy"
     assert "being written by batch job job-busy (RUNNING)" in refused.value.message
+
+
+def test_a_job_found_dead_while_still_scoring_never_touches_the_folder_its_successor_took(
+    batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process too busy to beat (a machine suspended, say) is found dead while it scores a
+    chunk, and another job takes its folder and runs to the end; when the first wakes, its
+    chunk must not write, or take back, files of the same names."""
+    out = tmp_path / "out"
+    source = write_input(tmp_path / "in.parquet", iris_rows(2100), row_group_rows=700)
+    first = batch.batch.submit(acme, deployment="iris", input_uri=str(source), operator=True, source="cli",
+                               start=False, output_uri=str(out))  # fmt: skip
+    successor: list[BatchJob] = []
+    real_score, real_close = ChunkScorer.score, PartWriter.close
+    scoring: list[tuple[str, int]] = []
+
+    def score(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        scoring.append((spec.job_id, chunk.index))
+        try:
+            return real_score(self, spec, chunk, **kw)
+        finally:
+            scoring.pop()
+
+    def close(self: PartWriter) -> int:  # the chunk is scored, its part not yet in the folder
+        if scoring[-1] == (first.id, 1) and not successor:
+            batch.registry.update_job("acme", first.id, status="FAILED", error="its process stopped")  # found silent
+            second = batch.batch.submit(acme, deployment="iris", input_uri=str(source), operator=True, source="cli",
+                                        start=False, output_uri=str(out))  # fmt: skip
+            LocalOrchestrator(batch.batch_runner, concurrency=1).run("acme", second.id)
+            successor.append(batch.registry.get_job("acme", second.id))
+        return real_close(self)
+
+    monkeypatch.setattr(ChunkScorer, "score", score)
+    monkeypatch.setattr(PartWriter, "close", close)
+    LocalOrchestrator(batch.batch_runner, concurrency=1).run("acme", first.id)  # wakes, goes on
+    (second,) = successor
+    assert second.status == "SUCCEEDED" and batch.registry.get_job("acme", first.id).status == "FAILED"
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["job"] == second.id and manifest["status"] == "SUCCEEDED" and (out / "_SUCCESS").exists()
+    for chunk in batch.registry.list_chunks("acme", second.id):
+        assert batch.batch_runner.files.stat(chunk.part).version == chunk.part_version  # type: ignore[arg-type]
 
 
 def test_the_running_process_beats_for_its_job(batch: Container, acme: Principal, tmp_path: Path) -> None:
