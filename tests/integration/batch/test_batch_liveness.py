@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient
 
 from sluice import cli
 from sluice.api.app import create_app
+from sluice.api.errors import error_content
 from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
@@ -259,6 +260,8 @@ def test_a_folder_held_by_a_silent_job_is_taken_over_and_one_held_by_a_busy_job_
                            start=False, output_uri=str(tmp_path / "b"))  # fmt: skip
     assert refused.value.field == "output_uri" and refused.value.holder == "job-busy"
     assert "being written by batch job job-busy (RUNNING)" in refused.value.message
+    status, body, _ = error_content(refused.value)  # as the API would answer it
+    assert (status, body["code"], body["field"], body["details"]) == (409, "output_in_use", "output_uri", {"job": "job-busy"})
 
 
 def test_a_job_found_dead_while_still_scoring_never_touches_the_folder_its_successor_took(
