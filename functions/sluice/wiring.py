@@ -473,7 +473,7 @@ class Container:
         runner = self.batch_runner
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
-        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files)
+        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files, runner)
 
     @cached_property
     def catalog(self) -> GlueCatalog:

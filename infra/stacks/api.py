@@ -300,16 +300,20 @@ class ApiStack(Stack):
             "Batch schedules are created at run time, one per tenant schedule, named "
             "<tenant>.<name>; only schedules in sluice's own schedule group.",
         )
-        # Cancelling a job stops its execution, which is named after the job id.
+        # Cancelling a job stops its execution, which is named after the job id; reading a
+        # job describes it, to find one that ended without MarkFailed (timed out, stopped).
         executions = executions_arn(self, names.state_machine)
         api_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["states:StopExecution"], resources=[executions])
+            iam.PolicyStatement(
+                actions=["states:StopExecution", "states:DescribeExecution"], resources=[executions]
+            )
         )
         acknowledge(
             self.api_function,
             wildcard_resource(self, executions),
-            "Cancelling a batch job stops its execution, named after the job id at run time; "
-            "only executions of the sluice batch state machine, and only StopExecution.",
+            "Cancelling a batch job stops its execution, and reading one describes it, named "
+            "after the job id at run time; only executions of the sluice batch state machine, "
+            "and only StopExecution and DescribeExecution.",
         )
 
         usage_key_prefix = f"{config.name}-api-usage-plan-key-"

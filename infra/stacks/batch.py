@@ -19,7 +19,12 @@ from constructs import Construct
 from infra.config import SluiceConfig
 from infra.constructs.batch_workflow import BatchWorkflow
 from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
-from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.grants import (
+    executions_arn,
+    grant_invoke_endpoints,
+    grant_objects,
+    state_machine_arn,
+)
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
@@ -134,7 +139,13 @@ class BatchStack(Stack):
         )
         grant_objects(finalize, finalize.role, bucket, prefix=WORK_PREFIX, purpose="map results")
         grant_objects(
-            finalize, finalize.role, bucket, prefix=OUTBOX_PREFIX, write=True, purpose="manifests"
+            finalize,
+            finalize.role,
+            bucket,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            delete=True,  # a job cancelled while Finalize wrote its _SUCCESS gets it taken back
+            purpose="manifests",
         )
 
         # Queryable results: the one Glue database Finalize publishes job outputs to, as
@@ -198,6 +209,9 @@ class BatchStack(Stack):
         # Executions started with a job specification (from the console, the AWS CLI, an
         # EventBridge rule or schedule, a parent state machine): the job is created here.
         # Registry access only: what it checks is names and prefixes, no object is read.
+        # A schedule's run asks Step Functions whether the run going is still alive (its
+        # execution may have timed out or been stopped, which skips MarkFailed): the state
+        # machine by name, as the API names it, since it refers to this function.
         create_job = SluiceFunction(
             self,
             "CreateJob",
@@ -208,10 +222,23 @@ class BatchStack(Stack):
             layers=layers,
             memory_mb=512,
             timeout=Duration.seconds(60),
-            environment=environment,
+            environment={
+                **environment,
+                "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
+            },
             reserved_concurrency=config.concurrency.batch_create_job,
         )
         grant_registry(create_job.role, table, actions=[*READ, *WRITE])
+        executions = executions_arn(self, names.state_machine)
+        create_job.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])
+        )
+        acknowledge(
+            create_job,
+            wildcard_resource(self, executions),
+            "A scheduled run describes the execution of the run still going, named after its "
+            "job at run time; only executions of the sluice batch state machine, only DescribeExecution.",
+        )
 
         self.workflow = BatchWorkflow(
             self,

@@ -193,13 +193,14 @@ def test_api_role_may_invoke_the_shadow_function_and_sluice_endpoints_only(
     assert sagemaker["Resource"]["Fn::Join"][1][-1] == ":endpoint/sluice-*"
     (start,) = [s for s in statements if s["Action"] == "states:StartExecution"]
     assert start["Resource"]["Fn::Join"][1][-1] == ":stateMachine:sluice-batch"
-    (stop,) = [s for s in statements if s["Action"] == "states:StopExecution"]
+    (stop,) = [s for s in statements if "states:StopExecution" in _as_list(s["Action"])]
+    assert sorted(stop["Action"]) == ["states:DescribeExecution", "states:StopExecution"]
     assert stop["Resource"]["Fn::Join"][1][-1] == ":execution:sluice-batch:*"
     writes = [s for s in statements if "s3:PutObject" in _as_list(s["Action"])]
     assert [w["Resource"]["Fn::Join"][1][-1] for w in writes] == ["/artifacts/*"]
 
 
-def test_api_role_may_start_batch_executions_and_stop_those_it_started(
+def test_api_role_may_start_batch_executions_and_stop_and_describe_those_it_started(
     default_app: Synthesized,
 ) -> None:
     from sluice.batch.orchestrators import StepFunctionsOrchestrator
@@ -214,7 +215,7 @@ def test_api_role_may_start_batch_executions_and_stop_those_it_started(
         [
             Match.object_like({"Action": "states:StartExecution", "Resource": machine}),
             Match.object_like(
-                {"Action": "states:StopExecution", "Resource": executions}
+                {"Action": ["states:DescribeExecution", "states:StopExecution"], "Resource": executions}
             ),
         ],
     )

@@ -427,6 +427,62 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
     )
 
 
+def test_finalize_fails_a_job_whose_part_was_removed_after_score(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.batch.runner import BatchRunner
+    from sluice.handlers import batch as handlers
+
+    real = BatchRunner.finalize
+
+    def after_a_part_is_removed(self: BatchRunner, tenant: str, job_id: str) -> Any:
+        cloud.s3.delete_object(Bucket=BUCKET, Key=f"outbox/{tenant}/{job_id}/part-00001.csv")
+        return real(self, tenant, job_id)
+
+    monkeypatch.setattr(BatchRunner, "finalize", after_a_part_is_removed)
+    event = cloud.upload("inbox/acme/iris/parts.csv", _csv(6000))
+    (job,) = handlers.on_upload(event, LambdaContext())["jobs"]
+    execution = cloud.finish(job["job_id"])
+    assert execution["status"] == "FAILED", execution
+    record = cloud.container.registry.get_job("acme", job["job_id"])
+    assert record.status == "FAILED" and record.chunks_done == record.chunks_total
+    assert "part-00001.csv (chunk 1, " in (record.error or "") and "is missing" in (record.error or ""), record.error
+    out = f"outbox/acme/{job['job_id']}/"
+    assert "Contents" not in cloud.s3.list_objects_v2(Bucket=BUCKET, Prefix=out + "_SUCCESS")
+    assert json.loads(cloud.read(out + "_manifest.json"))["status"] == "FAILED"
+    assert len(cloud.invocations["sluice-batch-mark-failed"]) == 1
+
+
+def test_a_job_whose_execution_ended_without_markfailed_reads_as_failed(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An execution stopped (or timed out) skips MarkFailed: the job's record stays RUNNING
+    until a read asks Step Functions about its execution."""
+    from sluice.domain import Principal
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/s.csv", Body=_csv(3000))
+    acme = Principal("acme", frozenset({"predict"}), "test")
+    job = cloud.container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/s.csv")
+    assert planned.wait(30)
+    cloud.sfn.stop_execution(executionArn=job.execution, error="Operator", cause="stopped by hand")
+    gate.set()
+    assert cloud.finish(job.id)["status"] == "ABORTED"
+    assert cloud.container.registry.get_job("acme", job.id).status == "RUNNING"  # MarkFailed never ran
+    seen = cloud.container.batch.get(acme, job.id)
+    assert seen.status == "FAILED" and "execution ended (ABORTED)" in (seen.error or ""), seen.error
+    assert cloud.container.registry.get_job("acme", job.id).status == "FAILED"
+    assert not cloud.invocations["sluice-batch-mark-failed"]
+
+
 def _spec(**fields: Any) -> dict[str, Any]:
     return {"tenant": "acme", "deployment": "iris", "input_uri": f"s3://{BUCKET}/inbox/acme/iris/spec.csv"} | fields
 
@@ -600,6 +656,44 @@ def test_a_scheduled_run_due_while_the_last_is_going_is_skipped_by_the_state_mac
     cloud.container.registry.update_schedule("acme", "hourly", state="PAUSED")
     cloud.sfn.start_execution(stateMachineArn=cloud.state_machine, name="run-4", input=json.dumps(spec))
     assert json.loads(cloud.finish("run-4")["output"])["reason"] == "the schedule is paused"
+
+
+def test_a_scheduled_run_whose_execution_was_stopped_does_not_hold_back_the_next(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.domain.schedules import Schedule
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
+    cloud.container.registry.create_schedule(Schedule("acme", "daily", "iris", template, "rate(1 day)"))
+    for day in ("2026-11-26", "2026-11-27"):
+        cloud.s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/dt={day}/events.csv", Body=_csv(50))
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": template, "schedule": "daily"}
+    first = cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="day-1", input=json.dumps(spec | {"scheduled_time": "2026-11-26T02:00:00Z"})
+    )["executionArn"]
+    assert planned.wait(30)
+    cloud.sfn.stop_execution(executionArn=first, error="Operator", cause="stopped by hand")  # MarkFailed never runs
+    gate.set()
+    assert cloud.finish("day-1")["status"] == "ABORTED"
+    (going,) = cloud.container.registry.list_jobs("acme")
+    assert going.status == "RUNNING"
+
+    cloud.sfn.start_execution(
+        stateMachineArn=cloud.state_machine, name="day-2", input=json.dumps(spec | {"scheduled_time": "2026-11-27T02:00:00Z"})
+    )
+    execution = cloud.finish("day-2")
+    assert execution["status"] == "SUCCEEDED" and json.loads(execution["output"])["status"] == "SUCCEEDED", execution
+    assert cloud.container.registry.get_schedule("acme", "daily").skipped == 0
+    assert cloud.container.registry.get_job("acme", going.id).status == "FAILED"
 
 
 def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: Cloud) -> None:

@@ -174,13 +174,27 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     assert writes == ["/outbox/*"]
     assert any(s["Action"] == "sagemaker:InvokeEndpoint" for s in statements)
     # Plan clears an earlier job's results, a chunk finished after a cancel takes its files
-    # back, and a failed job leaves no _SUCCESS: each may delete under outbox/, nowhere else.
-    for purpose in ("plan", "score", "mark_failed"):
+    # back, and a failed or cancelled job leaves no _SUCCESS (MarkFailed, and Finalize when a
+    # cancel wins the race): each may delete under outbox/, nowhere else.
+    for purpose in ("plan", "score", "mark_failed", "finalize"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         statements = policy_statements_of_role(template, role_of(function))
         deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
         assert deletes == ["/outbox/*"], purpose
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
+
+
+def test_create_job_may_describe_executions_of_the_state_machine_and_nothing_more(full_app: Synthesized) -> None:
+    """A scheduled run asks whether the run still going has an execution that ended."""
+    template = full_app.template("batch")
+    _, create_job = function_by_handler(template, "sluice.handlers.batch.create_job")
+    orchestrator = create_job["Environment"]["Variables"]["SLUICE_ORCHESTRATOR"]
+    assert orchestrator["Fn::Join"][1][0] == "stepfunctions://arn:" and orchestrator["Fn::Join"][1][-1] == ":stateMachine:sluice-batch"
+    statements = policy_statements_of_role(template, role_of(create_job))
+    states = [s for s in statements if "states:" in str(s["Action"])]
+    assert [(s["Action"], s["Resource"]["Fn::Join"][1][-1]) for s in states] == [
+        ("states:DescribeExecution", ":execution:sluice-batch:*")
+    ]
 
 
 def test_finalize_may_publish_to_the_batch_glue_database_only(full_app: Synthesized) -> None:

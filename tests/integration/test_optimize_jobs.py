@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.domain import Principal
-from sluice.domain.optimize_jobs import STALE_AFTER_S, OptimizeJob
+from sluice.domain.liveness import STALE_AFTER_S
+from sluice.domain.optimize_jobs import OptimizeJob
 from sluice.optimize.jobs import STOPPED, OptimizeJobs
 from sluice.registry.sqlite import SqliteRegistry
 from sluice.services.keys import split_key

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from sluice.domain.errors import Conflict
+from sluice.domain.liveness import STALE_AFTER_S
 from sluice.domain.optimize_jobs import (
     REPORT_BYTES,
-    STALE_AFTER_S,
     OptimizeJob,
     check_optimize_move,
     stored_report,

@@ -5,6 +5,12 @@ named after the job, so starting a job twice is harmless. `local` (the default o
 runs Plan, then the chunks on a thread pool (each retried a few times, as the state
 machine's Map retries them), then Finalize, or MarkFailed when something gave out.
 
+Who runs a job answers for its liveness. Locally, the process running a job names itself on
+the job and writes its heartbeat every `HEARTBEAT_S` while it runs (`sluice.domain.liveness`),
+so that any reader can tell when that process is gone. On AWS, Step Functions does:
+`ended` describes the job's execution, which MarkFailed may not have outlived (an execution
+that timed out or was stopped skips it).
+
 Locally, `concurrency` threads score a job. Text chunks (CSV, JSON Lines) are scored that
 many at a time, one thread each: parsing text is most of their work. Parquet chunks (whole
 row groups, decoded once) are scored one at a time, their inference calls on `concurrency`
@@ -21,16 +27,20 @@ FAILED, saying the service stopped: none is left RUNNING with no thread to run i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.plan import Chunk, JobSpec
-from sluice.domain.errors import SluiceError, Unavailable
+from sluice.domain.errors import Conflict, SluiceError, Unavailable
+from sluice.domain.liveness import HEARTBEAT_S, this_worker
+from sluice.domain.objects import now
+from sluice.registry.scope import use_tenant
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -52,12 +62,19 @@ STOPPING = "stopping"  # a chunk left unscored as the service stops
 
 
 class Orchestrator(Protocol):
+    keeps_heartbeat: bool  # a process of this machine runs the job, and beats for it
+
     def start(self, job: BatchJob) -> str | None:
         """Start running the job; returns the execution's id where there is one."""
         ...
 
     def cancel(self, job: BatchJob) -> None:
         """Stop what still runs of a job (its record is already CANCELLED)."""
+        ...
+
+    def ended(self, job: BatchJob) -> str | None:
+        """Why the execution running an unfinished job has ended without recording its
+        outcome, or None while it runs (or when that cannot be told)."""
         ...
 
 
@@ -75,13 +92,25 @@ ProgressCallback = Callable[[Progress], None]
 
 class LocalOrchestrator:
     """Runs jobs in this process. `start` returns at once (the job runs on a background
-    thread); `run` runs one job to its end on the calling thread, reporting progress."""
+    thread); `run` runs one job to its end on the calling thread, reporting progress, while
+    another thread keeps the job's heartbeat."""
 
-    def __init__(self, runner: BatchRunner, *, concurrency: int, attempts: int = 3, backoff_s: float = 0.5) -> None:
+    keeps_heartbeat = True
+
+    def __init__(
+        self,
+        runner: BatchRunner,
+        *,
+        concurrency: int,
+        attempts: int = 3,
+        backoff_s: float = 0.5,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
         self.runner = runner
         self.concurrency = max(1, concurrency)
         self.attempts = attempts
         self.backoff_s = backoff_s
+        self.heartbeat_s = heartbeat_s
         self._threads: dict[str, threading.Thread] = {}
         self._tenants: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -141,6 +170,9 @@ class LocalOrchestrator:
     def cancel(self, job: BatchJob) -> None:
         """Chunks check the job's status before they start; nothing else to stop."""
 
+    def ended(self, job: BatchJob) -> str | None:
+        return None  # the job's heartbeat says (BatchJob.stopped)
+
     def wait(self, job_id: str, timeout: float | None = None) -> None:
         thread = self._threads.get(job_id)
         if thread is not None:
@@ -153,6 +185,37 @@ class LocalOrchestrator:
             log.exception("batch job failed", extra={"job": job_id})
 
     def run(self, tenant: str, job_id: str, progress: ProgressCallback | None = None) -> dict[str, Any]:
+        with self._beating(tenant, job_id):
+            return self._run(tenant, job_id, progress)
+
+    @contextlib.contextmanager
+    def _beating(self, tenant: str, job_id: str) -> Iterator[None]:
+        """This process named on the job, and its heartbeat written every `heartbeat_s` on a
+        thread of its own, until the job's steps return (or the job has finished)."""
+        registry = self.runner.registry
+        with use_tenant(tenant), contextlib.suppress(Conflict):  # finished: Plan says so
+            registry.update_job(tenant, job_id, worker=this_worker(), heartbeat_at=now())
+        done = threading.Event()
+
+        def beat() -> None:
+            with use_tenant(tenant):  # a thread does not inherit the binding
+                while not done.wait(self.heartbeat_s):
+                    try:
+                        registry.update_job(tenant, job_id, heartbeat_at=now())
+                    except Conflict:  # finished, or found dead: nothing left to keep alive
+                        return
+                    except Exception:  # a registry hiccup; the next beat tries again
+                        log.warning("batch job heartbeat failed", exc_info=True, extra={"job": job_id})
+
+        beating = threading.Thread(target=beat, name=f"batch-{job_id}-beat", daemon=True)
+        beating.start()
+        try:
+            yield
+        finally:
+            done.set()
+            beating.join()
+
+    def _run(self, tenant: str, job_id: str, progress: ProgressCallback | None) -> dict[str, Any]:
         runner = self.runner
         if self._stopping.is_set():
             return self._stop_job(tenant, job_id, "the service stopped before the job started")
@@ -246,6 +309,8 @@ def _message(error: BaseException) -> str:
 class StepFunctionsOrchestrator:
     """Starts the batch state machine; the execution is named after the job."""
 
+    keeps_heartbeat = False
+
     def __init__(
         self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None, clients: AwsClients | None = None
     ) -> None:
@@ -304,3 +369,19 @@ class StepFunctionsOrchestrator:
                 raise Unavailable("the batch workflow could not be stopped; try again") from exc
         except BotoCoreError as exc:
             raise Unavailable("the batch workflow could not be stopped; try again") from exc
+
+    def ended(self, job: BatchJob) -> str | None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            execution = self.client.describe_execution(executionArn=job.execution or self.execution_arn(job))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                return "its Step Functions execution does not exist"
+            return None  # cannot tell (denied, throttled): the job stays as it is
+        except BotoCoreError:
+            return None
+        status = execution.get("status", "RUNNING")
+        if status in ("RUNNING", "PENDING_REDRIVE"):
+            return None
+        return f"its process stopped: its Step Functions execution ended ({status}) without recording the job's outcome"

@@ -2,12 +2,17 @@
 or the local thread pool. Each step is safe to repeat.
 
 - plan: the job's chunk list, written to the work area; the job goes RUNNING.
-- score: one chunk, recorded once in the job's progress.
+- score: one chunk, recorded once in the job's progress, with the size and version of the
+  part and error file it wrote; a chunk recorded before is not scored again (its files stand
+  as recorded), and a chunk whose job stopped, or lost its folder, meanwhile writes nothing.
 - plan also removes what an earlier job left in the output folder (its parts, error files,
-  manifest and `_SUCCESS`), so the folder only ever holds one job's results.
-- finalize: every chunk accounted for and rows in = rows out + rows failed, and at least one
-  row scored when there were rows, then `_manifest.json` and `_SUCCESS`, and SUCCEEDED;
-  otherwise FAILED, saying why.
+  manifest and `_SUCCESS`), so the folder only ever holds one job's results. It does so only
+  for the job that holds the folder (`JobRegistry.create_job`): a second job into a folder
+  in use is refused when it is created, and never gets here.
+- finalize: every chunk accounted for and rows in = rows out + rows failed, at least one
+  row scored when there were rows, and every part and error file still the one its chunk
+  wrote (there, with the size and version Score recorded), then `_manifest.json` and
+  `_SUCCESS`, and SUCCEEDED; otherwise FAILED, saying why.
 - mark_failed: FAILED with the error that stopped the job, and a manifest of what was done.
 - cancelled: the manifest of a job cancelled while it ran (what was recorded before).
 """
@@ -24,9 +29,10 @@ from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
+from sluice.batch.written import as_written, is_as_written, not_as_written
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
-from sluice.domain.jobs import ERROR_CHARS, BatchJob
+from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.loop import run
 from sluice.observability import Telemetry
@@ -77,6 +83,14 @@ class JobNotRunning(Conflict):
     """A step was asked to work on a job that is not running (cancelled, or finished)."""
 
     code = "job_not_running"
+
+
+class JobStopped(Exception):
+    """A chunk's job stopped running while the chunk was scored: it writes nothing."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +151,9 @@ class BatchRunner:
         if job.terminal:
             raise JobNotRunning(f"batch job '{job_id}' is {job.status}", field="status")
         principal = Principal(tenant, frozenset({"predict"}), f"batch:{job_id}")
+        holder = self.registry.output_holder(tenant, job.output_uri)
+        if holder not in (None, job.id):  # taken over: this job was found dead
+            raise OutputInUse(f"batch job '{holder}' now writes to this job's output folder", holder=holder)
         if not self.registry.list_chunks(tenant, job_id):
             self._clear_results(job)
         resolved = run(self.predictions.resolve(principal, job.deployment))
@@ -179,7 +196,14 @@ class BatchRunner:
         job = self.registry.get_job(spec.tenant, spec.job_id)
         if job.status != "RUNNING":
             return {"index": chunk.index, "skipped": job.status}
-        result = self.scorer.score(spec, chunk, threads=threads)
+        done = self.registry.get_chunk(spec.tenant, spec.job_id, chunk.index)
+        if done is not None:  # scored before (a step repeated): its files stand as recorded
+            return chunk_scored(done, recorded=False)
+        try:
+            scored = self.scorer.score(spec, chunk, threads=threads, before_writing=lambda: self._may_write(spec))
+        except JobStopped as stopped:  # stopped (or found dead) while the chunk was scored: nothing written
+            return {"index": chunk.index, "skipped": stopped.status}
+        result = as_written(self.files, scored)
         recorded = self.registry.record_chunk(spec.tenant, spec.job_id, result)
         if recorded:  # a repeated step scored nothing new for the job
             self.predictions.telemetry.chunk(
@@ -188,9 +212,10 @@ class BatchRunner:
             return chunk_scored(result, recorded=True)
         job = self.registry.get_job(spec.tenant, spec.job_id)
         if job.status != "RUNNING" and chunk.index not in {c.index for c in self.registry.list_chunks(spec.tenant, spec.job_id)}:
-            # Stopped while this chunk was scored: its files are not the job's, take them back.
-            for uri in (result.part, result.errors):
-                if uri:
+            # Stopped while this chunk was scored: its files are not the job's, take them back
+            # (those still as it wrote them: a job that took the folder since writes these names too).
+            for uri, version in ((result.part, result.part_version), (result.errors, result.errors_version)):
+                if uri and version and is_as_written(self.files, uri, version):
                     self.files.delete(uri)
             return {"index": chunk.index, "skipped": job.status}
         return chunk_scored(result, recorded=False)
@@ -203,7 +228,7 @@ class BatchRunner:
                 raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
-        problems = _problems(job, chunks)
+        problems = _problems(job, chunks) + not_as_written(self.files, job, chunks)
         manifest = self._manifest(job, chunks, "FAILED" if problems else "SUCCEEDED", "; ".join(problems) or None)
         self.files.write_bytes(join(job.output_uri, MANIFEST), manifest, content_type="application/json")
         if problems:
@@ -214,7 +239,15 @@ class BatchRunner:
         try:
             done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
         except Conflict:
-            done = self.registry.get_job(tenant, job_id)  # cancelled meanwhile: that stands
+            # Cancelled, or found dead, meanwhile: that stands, and the folder must not say otherwise.
+            done = self.registry.get_job(tenant, job_id)
+            if self._folder_is_its(done):
+                with contextlib.suppress(SluiceError):
+                    self.files.delete(join(job.output_uri, SUCCESS))
+                    self.files.write_bytes(
+                        join(job.output_uri, MANIFEST), self._manifest(done, chunks, done.status, done.error),
+                        content_type="application/json",
+                    )  # fmt: skip
         return job_summary(done)
 
     # Mark failed --------------------------------------------------------------------------
@@ -225,13 +258,14 @@ class BatchRunner:
         chunks = self.registry.list_chunks(tenant, job_id)
         message = _failure_message(job, chunks, error, cause)
         # The record in the registry is what counts; the manifest is a courtesy.
-        with contextlib.suppress(SluiceError):
-            self.files.delete(join(job.output_uri, SUCCESS))
-        with contextlib.suppress(SluiceError):
-            self.files.write_bytes(
-                join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
-                content_type="application/json",
-            )  # fmt: skip
+        if self._folder_is_its(job):
+            with contextlib.suppress(SluiceError):
+                self.files.delete(join(job.output_uri, SUCCESS))
+            with contextlib.suppress(SluiceError):
+                self.files.write_bytes(
+                    join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
+                    content_type="application/json",
+                )  # fmt: skip
         return job_summary(self._fail(job, message))
 
     # Cancelled ----------------------------------------------------------------------------
@@ -239,7 +273,7 @@ class BatchRunner:
         """The manifest of a job cancelled while it ran: what was recorded before the cancel
         (chunks that finished after it took their files back, see `score`)."""
         job = self.registry.get_job(tenant, job_id)
-        if job.status == "CANCELLED":
+        if job.status == "CANCELLED" and self._folder_is_its(job):
             chunks = self.registry.list_chunks(tenant, job_id)
             with contextlib.suppress(SluiceError):
                 self.files.delete(join(job.output_uri, SUCCESS))
@@ -249,6 +283,28 @@ class BatchRunner:
                     content_type="application/json",
                 )  # fmt: skip
         return job_summary(job)
+
+    def _may_write(self, spec: JobSpec) -> None:
+        """Raise JobStopped unless the job still runs and holds its folder: a job found dead
+        while a chunk was scored (its process too busy to beat) must not write over the files
+        of the job that took the folder since."""
+        job = self.registry.get_job(spec.tenant, spec.job_id)
+        holder = self.registry.output_holder(spec.tenant, job.output_uri)
+        if job.status != "RUNNING" or holder not in (None, job.id):  # None: a job from before holds
+            raise JobStopped(job.status)
+
+    def _folder_is_its(self, job: BatchJob) -> bool:
+        """No other job writes the job's output folder now, nor has finished there since: the
+        job holds it, or no job does and the manifest there, if any, is not another job's.
+        Only then may the job still write its manifest or remove `_SUCCESS` there."""
+        holder = self.registry.output_holder(job.tenant, job.output_uri)
+        if holder is not None:
+            return holder == job.id
+        try:
+            there = json.loads(self.files.read_bytes(join(job.output_uri, MANIFEST)))
+        except (SluiceError, OSError, ValueError):
+            return True  # no manifest (or none readable): nothing of another job's to spoil
+        return not isinstance(there, dict) or there.get("job") in (None, job.id)
 
     def _fail(self, job: BatchJob, message: str) -> BatchJob:
         try:

@@ -42,7 +42,7 @@ from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.inference.loop import run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import pyarrow as pa
 
@@ -91,7 +91,11 @@ class ChunkScorer:
                 pool = self._pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="sluice-infer")
             return pool
 
-    def score(self, spec: JobSpec, chunk: Chunk, *, threads: int = 1) -> ChunkResult:
+    def score(
+        self, spec: JobSpec, chunk: Chunk, *, threads: int = 1, before_writing: Callable[[], None] | None = None
+    ) -> ChunkResult:
+        """`before_writing` is called once the chunk is scored, before its files go into the
+        job's folder: it raises when the job may no longer write there."""
         started = time.monotonic()
         principal = Principal(spec.tenant, frozenset({"predict"}), f"batch:{spec.job_id}")
         resolved = run(self.predictions.resolve(principal, spec.deployment))
@@ -135,6 +139,8 @@ class ChunkScorer:
                 )
             part_uri = join(spec.output_uri, part_name(chunk.index, spec.output_format)) if rows_out else None
             error_uri = join(spec.output_uri, error_name(chunk.index)) if rows_failed else None
+            if before_writing is not None:
+                before_writing()
             if part_uri:
                 self.files.upload(part_uri, part.path, content_type=CONTENT_TYPES[spec.output_format])
             if error_uri:

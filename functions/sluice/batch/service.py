@@ -11,20 +11,38 @@ acts as the operator of the machine it runs on and may name any input and output
 An upload (an S3 event, or a file dropped in the local inbox) starts a job whose id derives
 from the object's identity (bucket, key, version or ETag; or path, size, mtime): the same
 upload seen twice names the same job, which then starts once.
+
+One job per output folder: a job is created holding its output folder (see
+`JobRegistry.create_job`), and a second job into a folder whose job has not finished is
+refused, naming that job. A job whose process is gone is found when it is read (`settled`):
+one run on a machine by its heartbeat (or its process, on this host, being gone), one run by
+Step Functions by its execution having ended; it is then marked FAILED, saying why, and its
+folder may be taken.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
 from sluice.batch.plan import format_of
 from sluice.batch.uris import as_uri
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
-from sluice.domain.jobs import BatchJob, CatalogTarget, check_format, derived_job_id, new_job_id
+from sluice.domain.jobs import (
+    BatchJob,
+    CatalogTarget,
+    OutputInUse,
+    check_format,
+    derived_job_id,
+    new_job_id,
+)
+from sluice.domain.liveness import this_worker
 from sluice.domain.locations import Location, confine
 
 if TYPE_CHECKING:
@@ -32,7 +50,7 @@ if TYPE_CHECKING:
 
     from sluice.batch.filestore import FileStore
     from sluice.batch.orchestrators import Orchestrator
-    from sluice.batch.runner import BatchPaths
+    from sluice.batch.runner import BatchPaths, BatchRunner
     from sluice.registry import Registry
 
 ERROR_FILE = re.compile(r"part-\d{5}\.jsonl")
@@ -42,12 +60,18 @@ ERROR_READ_MAX = 1024 * 1024  # and never more than this of all of them, however
 
 class BatchService:
     def __init__(
-        self, registry: Registry, orchestrator: Orchestrator | None, paths: BatchPaths, files: FileStore | None = None
+        self,
+        registry: Registry,
+        orchestrator: Orchestrator | None,
+        paths: BatchPaths,
+        files: FileStore | None = None,
+        runner: BatchRunner | None = None,
     ) -> None:
         self.registry = registry
         self.orchestrator = orchestrator
         self.paths = paths
         self.files = files
+        self.liveness = JobLiveness(registry, orchestrator, runner)
 
     # What callers do ---------------------------------------------------------------------
     def submit(
@@ -68,9 +92,12 @@ class BatchService:
         schedule: str | None = None,
         scheduled_for: float | None = None,
         catalog: CatalogTarget | dict[str, str] | None = None,
+        runs_here: bool = False,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
-        `operator` (the CLI) may read and write anywhere."""
+        `operator` (the CLI) may read and write anywhere. `runs_here`: this process runs the
+        job (with `start` False), and names itself on it from the start. A job into an output
+        folder that an unfinished job holds is refused (OutputInUse, naming `output_uri`)."""
         principal.require("predict")
         check_name(deployment, field="deployment")
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
@@ -118,16 +145,58 @@ class BatchService:
             catalog=target,
             operator=operator and source not in ("upload", "inbox"),
         )
-        job = self.registry.create_job(job)
+        if runs_here or (start and getattr(self.orchestrator, "keeps_heartbeat", False)):
+            job = replace(job, worker=this_worker(), heartbeat_at=now())  # a process of this machine runs it
+        job = self._create(job)
         return self._start(job) if start else job
 
     def get(self, principal: Principal, job_id: str) -> BatchJob:
         principal.require("predict")
-        return self.registry.get_job(principal.tenant, job_id)
+        return self.settled(self.registry.get_job(principal.tenant, job_id), ask=True)
 
     def list(self, principal: Principal, *, limit: int = 100) -> list[BatchJob]:
         principal.require("predict")
-        return self.registry.list_jobs(principal.tenant, limit=limit)
+        return [self.settled(j) for j in self.registry.list_jobs(principal.tenant, limit=limit)]
+
+    def settled(self, job: BatchJob, *, ask: bool = False) -> BatchJob:
+        """`job`, or `job` marked FAILED when what runs it is gone (see `JobLiveness`)."""
+        return self.liveness.settled(job, ask=ask)
+
+    def _create(self, job: BatchJob) -> BatchJob:
+        """Store the job with the hold on its output folder; a folder held by a job found
+        finished or dead (and so marked FAILED) is taken over from it."""
+        try:
+            return self.registry.create_job(job)
+        except OutputInUse as taken:
+            holder = self._holder(job.tenant, taken.holder)
+            if holder is not None and not holder.terminal:
+                raise self._in_use(job, holder) from None
+            replacing = taken.holder
+        try:
+            return self.registry.create_job(job, replacing=replacing)
+        except OutputInUse as again:  # another job took it meanwhile
+            raise self._in_use(job, self._holder(job.tenant, again.holder)) from None
+
+    def _holder(self, tenant: str, job_id: str) -> BatchJob | None:
+        try:
+            return self.settled(self.registry.get_job(tenant, job_id), ask=True)
+        except NotFound:
+            return None
+
+    def _in_use(self, job: BatchJob, holder: BatchJob | None) -> OutputInUse:
+        where = job.output_uri if job.operator else self._shown(job.output_uri)
+        if holder is None:
+            return OutputInUse(f"the output folder {where} is held by another batch job; try again", holder="")
+        how = f"sluice batch cancel {holder.id}" if job.operator else f"POST /api/v1/batch-jobs/{holder.id}/cancel"
+        return OutputInUse(
+            f"the output folder {where} is being written by batch job {holder.id} ({holder.status}): "
+            f"wait for it to finish, cancel it ({how}), or choose another output folder",
+            holder=holder.id,
+        )
+
+    def _shown(self, uri: str) -> str:
+        """A location of the batch root as a tenant sees it (`outbox/acme/job-…/`)."""
+        return uri[len(self.paths.root) :] if uri.startswith(self.paths.root) else "of this job"
 
     def error_rows(self, principal: Principal, job_id: str, *, limit: int = ERROR_ROWS_DEFAULT) -> dict[str, Any]:
         """The first `limit` rows of the job's error files (`errors/part-*.jsonl` under its
@@ -265,7 +334,7 @@ class BatchService:
         if schedule.paused:
             raise RunSkipped(name, "the schedule is paused")
         jobs = self.registry.list_jobs(tenant, limit=1000)
-        going = next((j for j in jobs if j.schedule == name and not j.terminal), None)
+        going = next((j for j in jobs if j.schedule == name and not self.settled(j, ask=True).terminal), None)
         if going is None:
             return
         if schedule.overlap == "queue":
@@ -281,7 +350,12 @@ class BatchService:
             self.registry.update_job(job.tenant, job.id, status="FAILED", finished_at=now(),
                                      error="batch jobs cannot run here: no orchestrator is configured")  # fmt: skip
             raise Unavailable("batch jobs cannot run here: SLUICE_ORCHESTRATOR is not set", field="orchestrator")
-        execution = self.orchestrator.start(job)
+        try:
+            execution = self.orchestrator.start(job)
+        except SluiceError as exc:  # never started: it must not stay PENDING, holding its folder
+            with contextlib.suppress(Conflict):
+                self.registry.update_job(job.tenant, job.id, status="FAILED", finished_at=now(), error=exc.message)
+            raise
         if execution is not None:
             job = self.registry.update_job(job.tenant, job.id, execution=execution)
         return job

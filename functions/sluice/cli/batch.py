@@ -111,7 +111,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     job = container.batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
-        source="cli", start=False,
+        source="cli", start=False, runs_here=True,
     )  # fmt: skip
     print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
     return _run_here(container, job, args.concurrency)
@@ -123,7 +123,7 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
     job = container.batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
-        source="cli", start=not local,
+        source="cli", start=not local, runs_here=local,
     )  # fmt: skip
     if local:
         print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)

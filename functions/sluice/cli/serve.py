@@ -60,6 +60,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         added = install_demo(container, principal)
         names = ", ".join(d.name for d in container.deployments.list(principal))
         print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
+    stopped = container.batch.liveness.reap_stopped()  # jobs an earlier process of this home left running
+    if stopped:
+        print(f"Batch jobs whose process had stopped, now FAILED: {', '.join(j.id for j in stopped)}", flush=True)
     from sluice.batch.inbox import InboxWatcher
 
     background = Background(container.batch.orchestrator, grace_s=settings.batch_stop_grace_s)

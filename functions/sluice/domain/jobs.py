@@ -4,6 +4,12 @@ Status moves PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED (and PENDING s
 FAILED or CANCELLED); a terminal job never changes again. Progress counters are added to
 once per chunk (`ChunkResult`), exactly once even when a chunk is scored twice, so
 `rows_in = rows_out + rows_failed` holds at every moment, not just at the end.
+
+One job per output folder: from its creation until it finishes, a job holds its
+`output_uri` in the registry, and another job into the same folder is refused (`OutputInUse`).
+A job run on a machine (not by Step Functions) names its process (`worker`) and keeps a
+heartbeat (`heartbeat_at`, see `sluice.domain.liveness`), so that a job whose process died
+is found and marked FAILED, and its folder taken over.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from sluice.domain.errors import BadRequest, Conflict
+from sluice.domain.liveness import STALE_AFTER_S, process_gone, silent
 from sluice.domain.objects import now
 
 JobStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
@@ -30,7 +37,7 @@ MOVES: dict[str, frozenset[str]] = {
 }
 # The fields `Registry.update_job` may set besides the status; counters are never set, only added.
 UPDATABLE: frozenset[str] = frozenset(
-    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format"}
+    {"chunks_total", "rows_total", "started_at", "finished_at", "error", "execution", "format", "worker", "heartbeat_at"}
 )
 ERROR_CHARS = 2000
 
@@ -42,6 +49,16 @@ def check_move(job_id: str, current: str, target: str) -> None:
         raise Conflict(f"batch job '{job_id}' is already {current}", field="status")
     if target != current and target not in MOVES[current]:
         raise Conflict(f"batch job '{job_id}' cannot go from {current} to {target}", field="status")
+
+
+class OutputInUse(Conflict):
+    """The output folder is held by another job that has not finished (`holder`, its id)."""
+
+    code = "output_in_use"
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message, field="output_uri", job=holder)
+        self.holder = holder
 
 
 def check_format(value: str, *, field: str) -> str:
@@ -118,10 +135,24 @@ class BatchJob:
     scheduled_for: float | None = None  # the scheduled time of that run
     catalog: CatalogTarget | None = None  # where a success is published as a partition
     operator: bool = False  # started by the machine's operator (the CLI): its input is not confined
+    worker: str = ""  # `<host>:<pid>` of the process that runs it here (none under Step Functions)
+    heartbeat_at: float | None = None  # that process's last sign of life
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def stopped(self, at: float) -> str | None:
+        """Why a job run by a process of its own has lost that process (it is gone from this
+        host, or silent past `STALE_AFTER_S`), or None. A job no process claims (PENDING, or
+        run by Step Functions) is never stopped by this reckoning."""
+        if self.terminal or not self.worker:
+            return None
+        if process_gone(self.worker):
+            return f"its process stopped: process {self.worker.rpartition(':')[2]} on this host is gone (it ended or was killed)"
+        if silent(self.heartbeat_at, self.created_at, at):
+            return f"its process stopped: no heartbeat for more than {STALE_AFTER_S:.0f} s (it ended, was killed, or lost the registry)"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -164,6 +195,9 @@ class BatchJob:
             schedule=data.get("schedule"),
             scheduled_for=moment("scheduled_for"),
             catalog=CatalogTarget.parse(data.get("catalog")),
+            operator=bool(data.get("operator")),
+            worker=data.get("worker") or "",
+            heartbeat_at=moment("heartbeat_at"),
         )
 
 
@@ -179,6 +213,12 @@ class ChunkResult:
     errors: str | None  # URI of the error file (None when no row failed)
     versions: dict[str, int] = field(default_factory=dict)  # "model:version" -> rows it scored
     seconds: float = 0.0
+    # What was written, as the file store saw it just after (size, and the S3 ETag or the
+    # local `<size>:<mtime_ns>`): Finalize checks each file is still that one.
+    part_bytes: int | None = None
+    part_version: str | None = None
+    errors_bytes: int | None = None
+    errors_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,4 +234,8 @@ class ChunkResult:
             errors=data.get("errors"),
             versions={str(k): int(v) for k, v in (data.get("versions") or {}).items()},
             seconds=float(data.get("seconds") or 0.0),
+            part_bytes=None if data.get("part_bytes") is None else int(data["part_bytes"]),
+            part_version=data.get("part_version"),
+            errors_bytes=None if data.get("errors_bytes") is None else int(data["errors_bytes"]),
+            errors_version=data.get("errors_version"),
         )

@@ -4,7 +4,8 @@ registry so that every worker (process, container) answers for it, not only the 
 Status moves RUNNING -> SUCCEEDED | FAILED; a finished job never changes again. The worker
 running a job (`worker`: host and process id) writes `heartbeat_at` every `HEARTBEAT_S` while
 it runs; a RUNNING job whose last sign of life is older than `STALE_AFTER_S` has lost its
-worker (`stale`), and a reader may mark it FAILED.
+worker (`stale`), and a reader may mark it FAILED. The bounds are `sluice.domain.liveness`'s,
+which batch jobs share.
 
 What is stored is bounded, so that one DynamoDB item (400 KB) always holds it: the error to
 `ERROR_CHARS`, the report to `REPORT_BYTES` of JSON (`stored_report`).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sluice.domain.errors import Conflict
+from sluice.domain.liveness import silent
 from sluice.domain.objects import now
 
 OptimizeStatus = Literal["RUNNING", "SUCCEEDED", "FAILED"]
@@ -28,9 +30,6 @@ TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED"})
 UPDATABLE: frozenset[str] = frozenset({"heartbeat_at", "finished_at", "error", "report"})
 ERROR_CHARS = 2000
 REPORT_BYTES = 256 * 1024
-HEARTBEAT_S = 10.0
-# Several missed heartbeats, not one: a worker busy measuring on a loaded machine is late, not dead.
-STALE_AFTER_S = 120.0
 
 
 def new_optimize_job_id() -> str:
@@ -67,7 +66,7 @@ class OptimizeJob:
 
     def stale(self, at: float) -> bool:
         """Running, with no sign of life from its worker for `STALE_AFTER_S` before `at`."""
-        return self.status == "RUNNING" and at - (self.heartbeat_at or self.created_at) > STALE_AFTER_S
+        return self.status == "RUNNING" and silent(self.heartbeat_at, self.created_at, at)
 
 
 def bounded(job: OptimizeJob) -> OptimizeJob:

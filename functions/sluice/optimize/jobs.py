@@ -9,14 +9,13 @@ after its last heartbeat marks it FAILED, saying why, so a caller never polls fo
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import Conflict, SluiceError
+from sluice.domain.liveness import HEARTBEAT_S, STALE_AFTER_S, this_worker
 from sluice.domain.objects import now
-from sluice.domain.optimize_jobs import HEARTBEAT_S, STALE_AFTER_S, OptimizeJob, new_optimize_job_id
+from sluice.domain.optimize_jobs import OptimizeJob, new_optimize_job_id
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 
@@ -30,10 +29,6 @@ STOPPED = (
     f"its worker stopped: no heartbeat for more than {STALE_AFTER_S:.0f} s (the process ended, "
     "or could not reach the registry); start it again"
 )
-
-
-def this_worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class OptimizeJobs:

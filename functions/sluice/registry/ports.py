@@ -95,15 +95,30 @@ class KeyRegistry(Protocol):
 
 class JobRegistry(Protocol):
     """Batch jobs and their scored chunks. Status moves are checked (`sluice.domain.jobs.MOVES`);
-    a terminal job refuses every change with Conflict. Lists come newest first."""
+    a terminal job refuses every change with Conflict. Lists come newest first.
 
-    def create_job(self, job: BatchJob) -> BatchJob: ...
+    One job per output folder: a job that is not finished holds its `output_uri` (per tenant),
+    from its creation (in the same atomic write) to its last move (which lets go of it)."""
+
+    def create_job(self, job: BatchJob, *, replacing: str | None = None) -> BatchJob:
+        """Store a new job (Conflict naming `id` if its id is taken) and, unless it is finished
+        already, the hold on its output folder. A folder another job holds refuses it with
+        OutputInUse (a Conflict naming `output_uri`, whose `holder` is that job's id), unless
+        that job is `replacing`: one the caller found finished, or dead and now FAILED, whose
+        hold passes to this job. Of two creates racing for one folder, one is refused."""
+        ...
+
+    def output_holder(self, tenant: str, output_uri: str) -> str | None:
+        """The id of the job that holds the output folder, or None."""
+        ...
+
     def get_job(self, tenant: str, job_id: str) -> BatchJob: ...
     def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]: ...
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
     ) -> BatchJob:
-        """Set `fields` (names in `sluice.domain.jobs.UPDATABLE`) and move to `status`."""
+        """Set `fields` (names in `sluice.domain.jobs.UPDATABLE`) and move to `status`; a move
+        to a terminal status lets go of the job's output folder."""
         ...
 
     def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
@@ -112,6 +127,9 @@ class JobRegistry(Protocol):
         ...
 
     def list_chunks(self, tenant: str, job_id: str) -> list[ChunkResult]: ...
+    def get_chunk(self, tenant: str, job_id: str, index: int) -> ChunkResult | None:
+        """The chunk as recorded, or None when it was not."""
+        ...
 
 
 class OptimizeJobRegistry(Protocol):

@@ -6,8 +6,10 @@ in S3 and Firehose), and answers which records it could not write: those are ret
   deduplication id derived from the input record, so a redelivered record is dropped by SQS.
 - Kinesis records take the input's partition key, so one input partition stays one output
   partition and keeps its order.
-- S3 gets one object per invocation, named by the first record's position: a retried
-  invocation overwrites it rather than writing a second copy.
+- S3 gets one object per write, named by the whole set of records it holds (the first
+  one's position, then a digest of every record's identity, in order): a batch delivered
+  again rewrites its own object with the same lines, and a different set of records (one
+  redelivered beside new ones) never overwrites another's object.
 """
 
 from __future__ import annotations
@@ -170,9 +172,14 @@ class S3Sink:
         self.prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
 
     def key_for(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> str:
+        """`<prefix><source>/<first position>-<digest>.jsonl`: the digest covers the identity
+        (source and position) of every record the object holds, in order."""
         first = records[outputs[0][0]]
         source = first.source.rsplit(":", 1)[-1].rsplit("/", 1)[-1] or "source"
-        return f"{self.prefix}{_safe(source)}/{_safe(first.label)}.jsonl"
+        # JSON of (source, position) pairs: unambiguous, and one encoder call for the batch.
+        identities = orjson.dumps([(records[index].source, records[index].position) for index, _ in outputs])
+        digest = hashlib.sha256(identities).hexdigest()[:32]
+        return f"{self.prefix}{_safe(source)}/{_safe(first.label)}-{digest}.jsonl"
 
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         if not outputs:

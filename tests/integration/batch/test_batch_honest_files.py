@@ -5,6 +5,7 @@ number grammar for CSV and JSON Lines."""
 from __future__ import annotations
 
 import json
+import os
 import random
 from decimal import Decimal
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from sluice.batch.orchestrators import TRANSIENT_ERRORS, LocalOrchestrator, Progress
 from sluice.batch.plan import Chunk, JobSpec
 from sluice.batch.readers import ChunkMalformed
+from sluice.batch.runner import JobIncomplete
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
 from tests.integration.batch.conftest import (
@@ -121,6 +123,79 @@ def test_a_second_job_into_the_same_folder_leaves_only_its_own_results(batch: Co
     third = run_job(batch, acme, failing, deployment="iris", output_uri=str(out))
     assert third.status == "FAILED"
     assert _folder(third) == {"_manifest.json", "notes.txt"} and _manifest(third)["status"] == "FAILED"
+
+
+def _scored_not_finalized(batch: Container, acme: Principal, tmp_path: Path) -> BatchJob:
+    """A job of 4 Parquet chunks, planned and every chunk scored through the runner's steps
+    (as Step Functions calls them), Finalize not called yet."""
+    path = write_input(tmp_path / "in.parquet", iris_rows(2800), row_group_rows=700)
+    job = batch.batch.submit(acme, deployment="iris", input_uri=str(path), operator=True, start=False, output_uri=str(tmp_path / "out"))
+    runner = batch.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    spec = JobSpec.from_dict(planned["job"])
+    for chunk in runner.chunks(planned):
+        assert runner.score(spec, chunk)["recorded"]
+    return batch.registry.get_job(acme.tenant, job.id)
+
+
+def test_finalize_fails_a_job_whose_part_was_removed_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    assert job.chunks_done == job.chunks_total == 4
+    (tmp_path / "out" / "part-00001.parquet").unlink()  # another writer's cleanup, say
+    with pytest.raises(JobIncomplete) as failed:
+        batch.batch_runner.finalize(acme.tenant, job.id)
+    assert "part-00001.parquet (chunk 1, 700 rows) is missing" in failed.value.message
+    done = batch.batch.get(acme, job.id)
+    assert done.status == "FAILED" and "1 of 4 files are not as their chunks wrote them" in (done.error or ""), done.error
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and _manifest(done)["status"] == "FAILED"
+
+
+def test_a_chunk_scored_again_after_it_was_recorded_leaves_its_files_as_finalize_expects(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """A step repeated (Step Functions retrying a Score whose answer was lost) writes nothing
+    over the files its chunk recorded: Finalize finds them as they were."""
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    runner = batch.batch_runner
+    planned = json.loads(runner.files.read_bytes(runner.paths.chunk_list(acme.tenant, job.id)))
+    again = runner.score(JobSpec.from_dict(runner.plan(acme.tenant, job.id)["job"]), Chunk.from_dict(planned[2]))
+    assert again["recorded"] is False and again["rows_in"] == 700
+    assert runner.finalize(acme.tenant, job.id)["status"] == "SUCCEEDED"
+
+
+def test_finalize_fails_a_job_whose_part_was_replaced_after_it_was_scored(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    out = tmp_path / "out"
+    pq.write_table(pq.read_table(out / "part-00002.parquet").slice(0, 10), out / "part-00002.parquet")  # fewer rows
+    with pytest.raises(JobIncomplete) as failed:
+        batch.batch_runner.finalize(acme.tenant, job.id)
+    assert "part-00002.parquet (chunk 2, 700 rows) is " in failed.value.message and "bytes where" in failed.value.message
+    assert batch.batch.get(acme, job.id).status == "FAILED" and not (out / "_SUCCESS").exists()
+
+
+def test_finalize_checks_the_version_as_well_as_the_size(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    part = tmp_path / "out" / "part-00003.parquet"
+    data = part.read_bytes()
+    part.write_bytes(data)  # the same size, written again: another file as far as anyone can tell
+    os.utime(part, ns=(part.stat().st_atime_ns, part.stat().st_mtime_ns + 1_000_000))
+    with pytest.raises(JobIncomplete) as failed:
+        batch.batch_runner.finalize(acme.tenant, job.id)
+    assert "part-00003.parquet (chunk 3, 700 rows) was replaced after it was written" in failed.value.message
+
+
+def test_a_job_cancelled_while_finalize_writes_success_leaves_no_success(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    job = _scored_not_finalized(batch, acme, tmp_path)
+    runner = batch.batch_runner
+    write = runner.files.write_bytes
+
+    def cancel_meanwhile(uri: str, data: bytes, **kw: Any) -> None:
+        write(uri, data, **kw)
+        if uri.endswith("/_SUCCESS"):  # the moment between the marker and the status
+            batch.batch.cancel(acme, job.id)
+
+    runner.files.write_bytes = cancel_meanwhile  # type: ignore[method-assign]
+    summary = runner.finalize(acme.tenant, job.id)
+    assert summary["status"] == "CANCELLED"
+    assert not (tmp_path / "out" / "_SUCCESS").exists() and _manifest(job)["status"] == "CANCELLED"
 
 
 # 3. The default output folder -----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from tests.support import at_once
 from sluice.clients import AwsClients
 from sluice.domain import ApiKey, Deployment, Model, ModelVersion
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError, StaleRead, Unavailable
-from sluice.domain.jobs import BatchJob, ChunkResult
+from sluice.domain.jobs import BatchJob, ChunkResult, OutputInUse
 from sluice.domain.optimize_jobs import ERROR_CHARS, REPORT_BYTES, OptimizeJob, stored_report
 from sluice.domain.schedules import Schedule
 from sluice.domain.signature import Signature, TensorSpec
@@ -598,7 +599,10 @@ def job_of(job_id: str, tenant: str = A, created_at: float = 1.0) -> BatchJob:
 
 
 def chunk_of(index: int, rows: int = 10, failed: int = 1) -> ChunkResult:
-    return ChunkResult(index, rows, rows - failed, failed, f"s3://b/out/part-{index}", None, {"churn:1": rows - failed}, 0.5)
+    return ChunkResult(
+        index, rows, rows - failed, failed, f"s3://b/out/part-{index}", None, {"churn:1": rows - failed}, 0.5,
+        part_bytes=100 * rows, part_version=f'"etag-{index}"',  # what Score saw it write
+    )  # fmt: skip
 
 
 def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
@@ -643,6 +647,8 @@ def test_chunks_count_once_even_when_scored_twice(registry: Registry) -> None:
     job = registry.get_job(A, "job-1")
     assert (job.chunks_done, job.rows_in, job.rows_out, job.rows_failed) == (2, 15, 14, 1)
     assert registry.list_chunks(A, "job-1") == [chunk_of(0), chunk_of(2, rows=5, failed=0)]
+    assert registry.get_chunk(A, "job-1", 2) == chunk_of(2, rows=5, failed=0)
+    assert registry.get_chunk(A, "job-1", 1) is None and registry.get_chunk(B, "job-1", 0) is None
     assert registry.list_chunks(B, "job-1") == []
     registry.update_job(A, "job-1", status="CANCELLED")
     assert registry.record_chunk(A, "job-1", chunk_of(1)) is False
@@ -669,6 +675,67 @@ def test_concurrent_chunk_scorers_add_up_exactly(registry: Registry) -> None:
     assert sorted(outcomes).count(True) == 12 and len(outcomes) == 24
     assert (job.chunks_done, job.rows_in, job.rows_failed) == (12, sum(range(1, 13)), 12)
     assert job.rows_in == job.rows_out + job.rows_failed
+
+
+def into(folder: str, job_id: str, tenant: str = A, **changes: Any) -> BatchJob:
+    return replace(job_of(job_id, tenant), output_uri=folder, **changes)
+
+
+SHARED = "file:///data/scored/"
+
+
+def test_a_job_holds_its_output_folder_until_it_finishes(registry: Registry) -> None:
+    registry.create_job(into(SHARED, "job-1"))
+    assert registry.output_holder(A, SHARED) == "job-1"
+    refused = raises(OutputInUse, "output_uri", lambda: registry.create_job(into(SHARED, "job-2")))
+    assert isinstance(refused, Conflict) and refused.holder == "job-1" and refused.to_dict()["details"] == {"job": "job-1"}  # type: ignore[attr-defined]
+    raises(NotFound, "job", lambda: registry.get_job(A, "job-2"))  # refused whole: no job without its folder
+    registry.create_job(into(SHARED, "job-b", tenant=B))  # another tenant's folder of the same name
+    registry.create_job(into("file:///data/other/", "job-3"))
+    registry.update_job(A, "job-1", status="RUNNING", heartbeat_at=5.0, worker="host:1")
+    assert registry.output_holder(A, SHARED) == "job-1"
+    registry.update_job(A, "job-1", status="SUCCEEDED")
+    assert registry.output_holder(A, SHARED) is None
+    registry.create_job(into(SHARED, "job-2"))  # a re-run into a finished job's folder
+    assert registry.output_holder(A, SHARED) == "job-2" and registry.output_holder(B, SHARED) == "job-b"
+    registry.create_job(into(SHARED, "job-refused", status="FAILED", error="no such deployment"))  # holds nothing
+    assert registry.output_holder(A, SHARED) == "job-2"
+    registry.update_job(A, "job-2", status="CANCELLED")
+    assert registry.output_holder(A, SHARED) is None
+
+
+def test_a_hold_passes_only_from_the_job_the_taker_names(registry: Registry) -> None:
+    registry.create_job(into(SHARED, "job-dead"))
+    caught = raises(OutputInUse, "output_uri", lambda: registry.create_job(into(SHARED, "job-2"), replacing="job-other"))
+    assert caught.holder == "job-dead"  # type: ignore[attr-defined]
+    registry.create_job(into(SHARED, "job-2"), replacing="job-dead")
+    assert registry.output_holder(A, SHARED) == "job-2"
+    registry.update_job(A, "job-dead", status="FAILED", error="its process stopped")  # lets go of nothing now
+    assert registry.output_holder(A, SHARED) == "job-2"
+    taken = raises(OutputInUse, "output_uri", lambda: registry.create_job(into(SHARED, "job-3"), replacing="job-dead"))
+    assert taken.holder == "job-2"  # type: ignore[attr-defined]  # job-dead no longer holds it
+
+
+
+def test_of_jobs_created_at_once_into_one_folder_one_holds_it(registry: Registry) -> None:
+    ids = [f"job-{n}" for n in range(6)]
+    outcomes = at_once(*(partial(registry.create_job, into(SHARED, job_id)) for job_id in ids))
+    won = [o for o in outcomes if isinstance(o, BatchJob)]
+    assert len(won) == 1, outcomes
+    refused = [o for o in outcomes if not isinstance(o, BatchJob)]
+    assert all(isinstance(o, OutputInUse) and o.holder == won[0].id for o in refused), outcomes
+    assert registry.output_holder(A, SHARED) == won[0].id
+    assert [j.id for j in registry.list_jobs(A)] == [won[0].id]
+
+
+def test_of_two_takers_replacing_one_dead_job_at_once_one_wins(registry: Registry) -> None:
+    registry.create_job(into(SHARED, "job-dead"))
+    registry.update_job(A, "job-dead", status="RUNNING")
+    outcomes = at_once(*(partial(registry.create_job, into(SHARED, f"job-{n}"), replacing="job-dead") for n in range(4)))
+    won = [o for o in outcomes if isinstance(o, BatchJob)]
+    assert len(won) == 1, outcomes
+    assert all(isinstance(o, OutputInUse) and o.holder == won[0].id for o in outcomes if o is not won[0]), outcomes
+    assert registry.output_holder(A, SHARED) == won[0].id
 
 
 # Optimize jobs --------------------------------------------------------------------------
@@ -958,6 +1025,7 @@ def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
         ("T#acme", "J#job-1"),
         ("T#acme", "K#sk_a"),
         ("T#acme", "M#churn"),
+        ("T#acme", "O#" + hashlib.sha256(b"s3://b/outbox/acme/job-1/").hexdigest()),  # the folder job-1 holds
         ("T#acme#D#scoring", "H#0000000001"),
         ("T#acme#D#scoring", "H#0000000002"),
         ("T#acme#D#scoring", "S#0000000001#variant:a"),
@@ -972,6 +1040,11 @@ def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
     assert "expires_at" in by_key[("T#acme#D#scoring#R#req-1", "ASSIGNMENT")]
     assert by_key[("T#acme#D#scoring", "SEQ")]["last_seq"] == {"N": "2"}
     assert by_key[("T#acme", "J#job-1")]["chunks_done"] == {"N": "1"}
+    hold = by_key[("T#acme", "O#" + hashlib.sha256(b"s3://b/outbox/acme/job-1/").hexdigest())]
+    assert (hold["uri"], hold["job"]) == ({"S": "s3://b/outbox/acme/job-1/"}, {"S": "job-1"})
+    registry.update_job(A, "job-1", status="SUCCEEDED")  # released: no job, and it expires
+    released = registry.table.get("T#acme", "O#" + hashlib.sha256(b"s3://b/outbox/acme/job-1/").hexdigest())
+    assert released is not None and "job" not in released and released["expires_at"] > 0
 
 
 def test_dynamodb_keeps_an_optimize_job_in_its_tenants_partition_with_its_report_as_json(dynamodb: Any) -> None:

@@ -221,6 +221,23 @@ def test_a_replayed_invocation_overwrites_its_s3_object(aws: None, bind: Bind) -
     assert len(again[key]) == 50
 
 
+def test_a_redelivered_record_in_a_new_batch_never_overwrites_an_acknowledged_output(aws: None, bind: Bind) -> None:
+    """SQS delivers [m0, m1, m2], all acknowledged; m0 comes again with m3. Both batches start
+    with m0, and every output acknowledged in either must still be in some object."""
+    s3 = _bucket()
+    handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores/"})
+    m = sqs_event(rows(4))["Records"]
+    assert handle({"Records": [m[0], m[1], m[2]]}) == {"batchItemFailures": []}
+    assert handle({"Records": [m[0], m[3]]}) == {"batchItemFailures": []}
+    objects = _objects(s3)
+    written = {line["id"] for lines in objects.values() for line in lines}
+    assert written == {"tx-0", "tx-1", "tx-2", "tx-3"}
+    assert len(objects) == 2
+    # The same batch delivered again rewrites its own object, with the same lines.
+    assert handle({"Records": [m[0], m[3]]}) == {"batchItemFailures": []}
+    assert _objects(s3) == objects
+
+
 def test_a_replayed_fifo_invocation_is_deduplicated_by_sqs(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores.fifo")
     handle = bind({"kind": "sqs", "target": url})

@@ -20,11 +20,15 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - API key listing: `pk=T#<tenant>`, `sk=K#<key id>`, a copy of the key
 - batch job: `pk=T#<tenant>`, `sk=J#<job id>`; its counters are numbers added to in place
 - batch chunk: `pk=T#<tenant>#J#<job id>`, `sk=C#<index:06d>`, one per scored chunk
+- batch output folder held: `pk=T#<tenant>`, `sk=O#<sha256 of the output URI>`; also `uri`, and
+  `job` while an unfinished job holds it (a released one has `expires_at` instead)
 - batch schedule: `pk=T#<tenant>`, `sk=SC#<name>`
 - optimize job: `pk=T#<tenant>`, `sk=OJ#<job id>`; its report is one string attribute of JSON
 """
 
 from __future__ import annotations
+
+import hashlib
 
 MODEL = "M#"
 VERSION = "V#"
@@ -40,6 +44,7 @@ MESSAGES = "N#"
 KEY_LISTING = "K#"
 JOB = "J#"
 CHUNK = "C#"
+OUTPUT = "O#"
 SCHEDULE = "SC#"
 OPTIMIZE_JOB = "OJ#"
 
@@ -116,6 +121,11 @@ def chunks_pk(tenant: str, job_id: str) -> str:
 
 def chunk_sk(index: int) -> str:
     return f"{CHUNK}{index:06d}"
+
+
+def output_sk(uri: str) -> str:
+    # A digest: a URI may be longer than a sort key may be.
+    return f"{OUTPUT}{hashlib.sha256(uri.encode()).hexdigest()}"
 
 
 def schedule_sk(name: str) -> str:

@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS batch_jobs (
     rows_out INTEGER NOT NULL DEFAULT 0, rows_failed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS batch_jobs_by_time ON batch_jobs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS batch_outputs (
+    tenant TEXT NOT NULL, uri TEXT NOT NULL, job TEXT NOT NULL, PRIMARY KEY (tenant, uri));
 CREATE TABLE IF NOT EXISTS batch_chunks (
     tenant TEXT NOT NULL, job TEXT NOT NULL, chunk INTEGER NOT NULL, doc TEXT NOT NULL,
     PRIMARY KEY (tenant, job, chunk));

@@ -1,5 +1,7 @@
 """Batch jobs and their chunks in SQLite. A job's progress counters live in columns of their
-own, added to in place; the rest of the job is its JSON document."""
+own, added to in place; the rest of the job is its JSON document. The output folder an
+unfinished job holds is a row of `batch_outputs`, written and removed in the same
+transactions as the job's creation and its last move."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import Conflict, NotFound
-from sluice.domain.jobs import UPDATABLE, check_move
+from sluice.domain.jobs import TERMINAL, UPDATABLE, OutputInUse, check_move
 from sluice.registry.codec import CHUNK, JOB, JOB_COUNTERS
 from sluice.registry.sqlite.connection import Part
 
@@ -27,7 +29,7 @@ def _job(row: tuple[Any, ...]) -> BatchJob:
 
 
 class SqliteJobs(Part):
-    def create_job(self, job: BatchJob) -> BatchJob:
+    def create_job(self, job: BatchJob, *, replacing: str | None = None) -> BatchJob:
         try:
             with self.db.tx() as db:
                 db.execute(
@@ -36,9 +38,31 @@ class SqliteJobs(Part):
                     (job.tenant, job.id, job.status, job.created_at, JOB.to_json(job),
                      *(getattr(job, c) for c in JOB_COUNTERS)),
                 )  # fmt: skip
+                if not job.terminal:
+                    held = db.execute(
+                        "SELECT job FROM batch_outputs WHERE tenant = ? AND uri = ?", (job.tenant, job.output_uri)
+                    ).fetchone()
+                    if held is not None and held[0] not in (job.id, replacing):
+                        raise OutputInUse(f"batch job '{held[0]}' writes to this output folder", holder=held[0])
+                    db.execute(
+                        "INSERT OR REPLACE INTO batch_outputs (tenant, uri, job) VALUES (?, ?, ?)",
+                        (job.tenant, job.output_uri, job.id),
+                    )
         except sqlite3.IntegrityError:
             raise Conflict(f"batch job '{job.id}' already exists", field="id") from None
         return job
+
+    def output_holder(self, tenant: str, output_uri: str) -> str | None:
+        row = self.db.conn().execute(
+            "SELECT job FROM batch_outputs WHERE tenant = ? AND uri = ?", (tenant, output_uri)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def unfinished_jobs(self) -> list[BatchJob]:
+        """Every tenant's jobs that have not finished (this file's registry only: `sluice
+        serve` looks for those whose process is gone when it starts)."""
+        rows = self.db.conn().execute(f"{_JOB} WHERE status IN ('PENDING', 'RUNNING') ORDER BY tenant, created_at").fetchall()
+        return [_job(row) for row in rows]
 
     def get_job(self, tenant: str, job_id: str) -> BatchJob:
         row = self.db.conn().execute(f"{_JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
@@ -71,6 +95,11 @@ class SqliteJobs(Part):
                 "UPDATE batch_jobs SET status = ?, doc = ? WHERE tenant = ? AND id = ?",
                 (target, JOB.to_json(updated), tenant, job_id),
             )
+            if target in TERMINAL:  # a finished job lets go of its output folder
+                db.execute(
+                    "DELETE FROM batch_outputs WHERE tenant = ? AND uri = ? AND job = ?",
+                    (tenant, current.output_uri, job_id),
+                )
         return updated
 
     def record_chunk(self, tenant: str, job_id: str, result: ChunkResult) -> bool:
@@ -100,3 +129,9 @@ class SqliteJobs(Part):
             "SELECT doc FROM batch_chunks WHERE tenant = ? AND job = ? ORDER BY chunk", tenant, job_id
         )
         return [CHUNK.load(d) for d in docs]
+
+    def get_chunk(self, tenant: str, job_id: str, index: int) -> ChunkResult | None:
+        doc = self.db.one(
+            "SELECT doc FROM batch_chunks WHERE tenant = ? AND job = ? AND chunk = ?", tenant, job_id, int(index)
+        )
+        return None if doc is None else CHUNK.load(doc)
