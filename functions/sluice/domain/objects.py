@@ -191,6 +191,11 @@ class Deployment:
     updated_by: str = ""
     rollout: Rollout | None = None  # the last progressive rollout (one at a time), see docs/rollouts.md
     capture: CaptureSettings | None = None  # data capture, off unless asked for (docs/capture.md)
+    # Which write of this name stored it, counting every create, update and delete of the name
+    # (its history's length): unlike `revision`, which starts again at 1 when a deployment is
+    # deleted and created again, it never repeats, so "stored still as it was read" compares it.
+    # 0: written before generations were kept.
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,9 @@ can get between the check and the write: what each refuses, and with which error
   so two keys revoking each other cannot both commit.
 - What a write was decided on (`create_deployment`/`update_deployment(..., refs_read=...)`):
   the deployments the caller's checks read (a policy's references, followed to find cycles)
-  must be stored still as they were read — same revision, same time of last write, so that
-  a deployment deleted and created again does not pass for the one that was read.
+  must be stored still as they were read — the same write of the name (`generation`, which
+  counts every write of the name and never repeats), so that a deployment deleted and created
+  again does not pass for the one that was read.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def others_read(name: str, refs_read: Iterable[Deployment]) -> list[Deployment]:
     if len(others) > MAX_REFS_READ:
         raise ValueError(f"a write can rest on at most {MAX_REFS_READ} deployments read, not {len(others)}")
     return list(others.values())
+
+
+def same_write(stored: Deployment, seen: Deployment) -> bool:
+    """Whether `stored` is the very write `seen` was read from: its generation (which never
+    repeats for a name), or for deployments written before generations were kept, the
+    revision and the time of the last write."""
+    if stored.generation or seen.generation:
+        return stored.generation == seen.generation
+    return (stored.revision, stored.updated_at) == (seen.revision, seen.updated_at)
 
 
 def changed_meanwhile(name: str) -> StaleRead:

@@ -42,16 +42,17 @@ if TYPE_CHECKING:
 
 class DynamoDeployments(Part):
     def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
-        stored = replace(deployment, revision=1)
+        written = [replace(deployment, revision=1)]
 
-        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+        def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is not None:
                 raise Conflict(f"deployment '{deployment.name}' already exists", field="name")
+            stored = written[0] = replace(written[0], generation=generation)
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
             return put, _recorded(stored, None)
 
-        self._change(stored.tenant, stored.name, change, others_read(stored.name, refs_read))
-        return stored
+        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
+        return written[0]
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
         found = self.table.get(layout.tenant(tenant), layout.deployment_sk(name))
@@ -71,9 +72,9 @@ class DynamoDeployments(Part):
         note: dict[str, Any] | None = None,
         refs_read: Iterable[Deployment] = (),
     ) -> Deployment:
-        stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
+        written = [replace(deployment, revision=expected_revision + 1, updated_at=now())]
 
-        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+        def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is None:
                 raise NotFound(f"deployment '{deployment.name}' not found", field="deployment")
             if current.revision != expected_revision:
@@ -82,6 +83,7 @@ class DynamoDeployments(Part):
                     f"not {expected_revision}",
                     field="revision",
                 )
+            stored = written[0] = replace(written[0], generation=generation)
             put = {
                 "Put": {
                     "TableName": self.table.name,
@@ -91,11 +93,11 @@ class DynamoDeployments(Part):
             }
             return put, _recorded(stored, current, note)
 
-        self._change(stored.tenant, stored.name, change, others_read(stored.name, refs_read))
-        return stored
+        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
+        return written[0]
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
-        def change(current: Deployment | None) -> tuple[dict[str, Any], DeploymentChange]:
+        def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is None:
                 raise NotFound(f"deployment '{name}' not found", field="deployment")
             delete = {
@@ -148,11 +150,12 @@ class DynamoDeployments(Part):
         self,
         tenant: str,
         name: str,
-        change: Callable[[Deployment | None], tuple[dict[str, Any], DeploymentChange]],
+        change: Callable[[Deployment | None, int], tuple[dict[str, Any], DeploymentChange]],
         refs_read: list[Deployment] | None = None,
     ) -> None:
         """Write a deployment and its history entry at once; `change` decides from the current
-        deployment (or None) and raises NotFound/Conflict when the write must not happen.
+        deployment (or None) and the write's generation (its history entry's number), and raises
+        NotFound/Conflict when the write must not happen.
         Each of `refs_read` must be stored still as it was read, or StaleRead."""
         history_pk = layout.deployment_pk(tenant, name)
         deployment_key = key(layout.tenant(tenant), layout.deployment_sk(name))
@@ -170,7 +173,7 @@ class DynamoDeployments(Part):
             found, counter = (r.get("Item") for r in read["Responses"])
             current = DEPLOYMENT.load(unmarshal(found)) if found else None
             seq = int(unmarshal(counter)["last_seq"]) if counter else 0
-            write, entry = change(current)
+            write, entry = change(current, seq + 1)
             counter_write = {
                 "TableName": self.table.name,
                 "Item": marshal({"pk": history_pk, "sk": layout.HISTORY_COUNTER, "last_seq": seq + 1}),
@@ -194,17 +197,23 @@ class DynamoDeployments(Part):
         self.table.optimistic(step)
 
     def _as_read(self, tenant: str, seen: Deployment) -> dict[str, Any]:
-        """A transaction's check that `seen` is stored still as it was read (a deployment
-        deleted and created again starts at revision 1 again, at another time)."""
+        """A transaction's check that `seen` is stored still as it was read: the same write of
+        its name (`generation`: a deployment deleted and created again starts at revision 1
+        again, maybe within the same millisecond), or for one written before generations were
+        kept, the same revision and time of last write (`sluice.registry.guards.same_write`)."""
+        if seen.generation:
+            check = condition("#gen = :gen", {"#gen": "generation"}, {":gen": seen.generation})
+        else:
+            check = condition(
+                "#rev = :rev AND #at = :at AND attribute_not_exists(#gen)",
+                {"#rev": "revision", "#at": "updated_at", "#gen": "generation"},
+                {":rev": seen.revision, ":at": seen.updated_at},
+            )
         return {
             "ConditionCheck": {
                 "TableName": self.table.name,
                 "Key": key(layout.tenant(tenant), layout.deployment_sk(seen.name)),
-                **condition(
-                    "#rev = :rev AND #at = :at",
-                    {"#rev": "revision", "#at": "updated_at"},
-                    {":rev": seen.revision, ":at": seen.updated_at},
-                ),
+                **check,
             }
         }
 

@@ -4,7 +4,6 @@ on (`refs_read`) are compared with what is stored in that same transaction."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import DeploymentChange, now
 from sluice.domain.errors import Conflict, NotFound
 from sluice.registry.codec import CHANGE, DEPLOYMENT
-from sluice.registry.guards import changed_meanwhile, others_read
+from sluice.registry.guards import changed_meanwhile, others_read, same_write
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -28,6 +27,7 @@ class SqliteDeployments(Part):
         try:
             with self.db.tx() as db:
                 _unchanged(db, stored.tenant, others)
+                stored = replace(stored, generation=_next_generation(db, stored.tenant, stored.name))
                 db.execute(
                     "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, 1, ?)",
                     (stored.tenant, stored.name, DEPLOYMENT.to_json(stored)),
@@ -65,6 +65,7 @@ class SqliteDeployments(Part):
                     field="revision",
                 )
             _unchanged(db, stored.tenant, others)
+            stored = replace(stored, generation=_next_generation(db, stored.tenant, stored.name))
             db.execute(
                 "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",
                 (stored.revision, DEPLOYMENT.to_json(stored), stored.tenant, stored.name),
@@ -94,14 +95,23 @@ class SqliteDeployments(Part):
 
 
 def _unchanged(db: sqlite3.Connection, tenant: str, refs_read: list[Deployment]) -> None:
-    """StaleRead unless each deployment read is stored still as it was: same revision, same
-    time of its last write (one deleted and created again starts at revision 1 again)."""
+    """StaleRead unless each deployment read is stored still as it was: the same write of its
+    name (`generation`; one deleted and created again starts at revision 1 again, within the
+    same millisecond as like as not)."""
     for seen in refs_read:
         row = db.execute(
             "SELECT revision, doc FROM deployments WHERE tenant = ? AND name = ?", (tenant, seen.name)
         ).fetchone()
-        if row is None or row[0] != seen.revision or json.loads(row[1]).get("updated_at") != seen.updated_at:
+        if row is None or not same_write(DEPLOYMENT.from_json(row[1]), seen):
             raise changed_meanwhile(seen.name)
+
+
+def _next_generation(db: sqlite3.Connection, tenant: str, name: str) -> int:
+    """The number of the write about to be recorded among every write of the name."""
+    (count,) = db.execute(
+        "SELECT COUNT(*) FROM deployment_history WHERE tenant = ? AND name = ?", (tenant, name)
+    ).fetchone()
+    return int(count) + 1
 
 
 def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
