@@ -24,7 +24,8 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.config import SluiceConfig
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.logs import retention
 from infra.constructs.python_layer import PythonLayer
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames

@@ -26,7 +26,7 @@ from constructs import Construct
 
 from infra.config import PlanLimits, SluiceConfig
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
     executions_arn,
     grant_invoke_endpoints,
@@ -36,6 +36,7 @@ from infra.constructs.grants import (
     schedules_arn,
     state_machine_arn,
 )
+from infra.constructs.logs import retention
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     DELETE,

@@ -18,8 +18,9 @@ from constructs import Construct
 
 from infra.config import SluiceConfig
 from infra.constructs.batch_workflow import BatchWorkflow
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.logs import retention
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import ResourceNames
