@@ -78,7 +78,12 @@ def build_app(
         **common,
     )
     endpoints = EndpointsStack(
-        app, f"{config.name}-endpoints", description="sluice: SageMaker Triton endpoints", **common
+        app,
+        f"{config.name}-endpoints",
+        description="sluice: SageMaker Triton endpoints",
+        env=env,
+        names=names,
+        endpoints=config.endpoints,
     )
     api = ApiStack(
         app,

@@ -49,7 +49,7 @@ from infra.constructs.registry_access import (
 from infra.constructs.upload_signer import UploadSignerRole
 from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import ResourceNames
+from infra.naming import RESULTS_PREFIX, ResourceNames
 from infra.stacks.storage import (
     ARTIFACTS_PREFIX,
     CAPTURE_ERRORS_PREFIX,
@@ -158,7 +158,11 @@ class ApiStack(Stack):
 
         # SageMaker endpoints deployed through the API: their execution role, and the calls.
         self.endpoint_lifecycle = EndpointLifecycle(
-            self, "Endpoints", model_bucket=artifacts, store_prefix=f"{ARTIFACTS_PREFIX}/"
+            self,
+            "Endpoints",
+            model_bucket=artifacts,
+            store_prefix=f"{ARTIFACTS_PREFIX}/",
+            results_prefix=RESULTS_PREFIX,
         )
 
         self.capture_stream = self._capture_stream(config, names, batch_bucket)
