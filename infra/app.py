@@ -17,12 +17,12 @@ from infra.aspects import apply_defaults
 from infra.config import DEFAULT_CONFIG, SluiceConfig, load_config
 from infra.constructs.functions import FunctionPlatform
 from infra.nag import register_checks
-from infra.naming import ResourceNames
+from infra.naming import ARTIFACTS_PREFIX, ResourceNames
 from infra.stacks.api import ApiStack
 from infra.stacks.batch import BatchStack
 from infra.stacks.endpoints import EndpointsStack
 from infra.stacks.observability import ObservabilityStack
-from infra.stacks.storage import ARTIFACTS_PREFIX, StorageStack
+from infra.stacks.storage import StorageStack
 from infra.stacks.streams import StreamsStack
 
 CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
@@ -64,18 +64,26 @@ def build_app(
     )
     common: dict[str, Any] = {"config": config, "names": names, "env": env}
 
+    endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
+
     storage = StorageStack(
         app,
         f"{config.name}-storage",
         description="sluice: artifacts and batch buckets, registry table",
-        **common,
+        env=env,
+        names=names,
+        storage=config.storage,
     )
     batch = BatchStack(
         app,
         f"{config.name}-batch",
-        platform=platform,
         description="sluice: batch inference (S3 inbox, Step Functions, scoring functions)",
-        **common,
+        env=env,
+        names=names,
+        platform=platform,
+        batch=config.batch,
+        concurrency=config.concurrency,
+        endpoint_names=endpoint_names,
     )
     endpoints = EndpointsStack(
         app,

@@ -49,14 +49,15 @@ from infra.constructs.registry_access import (
 from infra.constructs.upload_signer import UploadSignerRole
 from infra.constructs.websocket_api import WebSocketApi
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import RESULTS_PREFIX, ResourceNames
-from infra.stacks.storage import (
+from infra.naming import (
     ARTIFACTS_PREFIX,
     CAPTURE_ERRORS_PREFIX,
     CAPTURE_PREFIX,
     IMPORTS_PREFIX,
     OUTBOX_PREFIX,
+    RESULTS_PREFIX,
     UPLOADS_PREFIX,
+    ResourceNames,
 )
 
 # One JSON object per request; tenant and key id come from the authorizer, never the key.
@@ -221,7 +222,7 @@ class ApiStack(Stack):
             self,
             "UploadSigner",
             bucket=artifacts,
-            uploads_prefix=f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}",
+            uploads_prefix=UPLOADS_PREFIX,
             caller=api_role,
         )
         self.api_function.function.add_environment(

@@ -29,8 +29,7 @@ from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge
-from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, OUTBOX_PREFIX
+from infra.naming import ARTIFACTS_PREFIX, OUTBOX_PREFIX, ResourceNames
 
 HANDLER = "sluice.handlers.stream.handler"
 DLQ_REASON = (
