@@ -7,6 +7,7 @@ dependencies. cdk-nag checks every synthesis through CDK's policy validation.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from aws_cdk import App, Environment, Tags
 
 from infra.aspects import apply_defaults
-from infra.config import DEFAULT_CONFIG, SluiceConfig, load_config
+from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_config
 from infra.constructs.functions import FunctionPlatform
 from infra.nag import register_checks
 from infra.naming import ARTIFACTS_PREFIX, ResourceNames
@@ -38,6 +39,16 @@ def runtime_environment(config: SluiceConfig, names: ResourceNames) -> dict[str,
         "LOG_LEVEL": config.functions.log_level,
         "POWERTOOLS_SERVICE_NAME": "sluice",
         "POWERTOOLS_METRICS_NAMESPACE": "sluice",
+    }
+
+
+def preload_environment(functions: FunctionsConfig) -> dict[str, str]:
+    """What the SnapStart functions load before their snapshot (sluice.handlers.snapstart)."""
+    if not (functions.snap_start and functions.preload):
+        return {}
+    return {
+        "SLUICE_PRELOAD": json.dumps(functions.preload),
+        "SLUICE_PRELOAD_MAX_BYTES": str(functions.preload_max_mb * 1024 * 1024),
     }
 
 
@@ -96,9 +107,16 @@ def build_app(
     api = ApiStack(
         app,
         f"{config.name}-api",
-        platform=platform,
         description="sluice: API Gateway, API-key authorizer, API and shadow functions",
-        **common,
+        env=env,
+        names=names,
+        platform=platform,
+        api=config.api,
+        websocket=config.websocket if config.websocket.enabled else None,
+        concurrency=config.concurrency,
+        snap_start=config.functions.snap_start,
+        preload=preload_environment(config.functions),
+        endpoint_names=endpoint_names,
     )
     streams = None
     if config.streams:  # a stack only where streams are configured: none is deployed empty
