@@ -1,8 +1,10 @@
 """The CDK app: `npx cdk synth --all` / `cdk deploy --all` run this (see cdk.json).
 
-Five stacks, each a deployable component: storage, batch, endpoints, api, observability.
-They refer to each other by physical names (see naming.py), ordered by explicit
-dependencies. cdk-nag checks every synthesis through CDK's policy validation.
+Five stacks, each a deployable component: storage, batch, endpoints, api, observability, and
+streams where the config lists any. The app alone reads the config: each stack gets the
+sections and fields it uses, and hands its constructs what they use in turn. Stacks refer to
+each other by physical names (see naming.py), ordered by explicit dependencies. cdk-nag
+checks every synthesis through CDK's policy validation.
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ from infra.stacks.streams import StreamsStack
 CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
 
 
-def runtime_environment(config: SluiceConfig, names: ResourceNames) -> dict[str, str]:
+def runtime_environment(log_level: str, names: ResourceNames) -> dict[str, str]:
     """What every function reads through `sluice.settings` (and powertools)."""
     return {
         "SLUICE_MODE": "aws",
         "SLUICE_REGISTRY": f"dynamodb://{names.table}",
         "SLUICE_STORE": f"s3://{names.artifacts_bucket}/{ARTIFACTS_PREFIX}",
-        "SLUICE_LOG_LEVEL": config.functions.log_level,
-        "LOG_LEVEL": config.functions.log_level,
+        "SLUICE_LOG_LEVEL": log_level,
+        "LOG_LEVEL": log_level,
         "POWERTOOLS_SERVICE_NAME": "sluice",
         "POWERTOOLS_METRICS_NAMESPACE": "sluice",
     }
@@ -65,21 +67,20 @@ def build_app(
         config = load_config(
             Path(path), context={k: app.node.try_get_context(k) for k in CONTEXT_KEYS}
         )
-    names = ResourceNames(config.name)
+    name = config.name
+    names = ResourceNames(name)
     platform = FunctionPlatform(
         python=config.functions.python,
         architecture_name=config.functions.architecture,
         log_retention_days=config.log_retention_days,
         retain_logs=config.storage.retain_data,
-        environment=runtime_environment(config, names),
+        environment=runtime_environment(config.functions.log_level, names),
     )
-    common: dict[str, Any] = {"config": config, "names": names, "env": env}
-
     endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
 
     storage = StorageStack(
         app,
-        f"{config.name}-storage",
+        f"{name}-storage",
         description="sluice: artifacts and batch buckets, registry table",
         env=env,
         names=names,
@@ -87,7 +88,7 @@ def build_app(
     )
     batch = BatchStack(
         app,
-        f"{config.name}-batch",
+        f"{name}-batch",
         description="sluice: batch inference (S3 inbox, Step Functions, scoring functions)",
         env=env,
         names=names,
@@ -98,7 +99,7 @@ def build_app(
     )
     endpoints = EndpointsStack(
         app,
-        f"{config.name}-endpoints",
+        f"{name}-endpoints",
         description="sluice: SageMaker Triton endpoints",
         env=env,
         names=names,
@@ -106,7 +107,7 @@ def build_app(
     )
     api = ApiStack(
         app,
-        f"{config.name}-api",
+        f"{name}-api",
         description="sluice: API Gateway, API-key authorizer, API and shadow functions",
         env=env,
         names=names,
@@ -122,10 +123,13 @@ def build_app(
     if config.streams:  # a stack only where streams are configured: none is deployed empty
         streams = StreamsStack(
             app,
-            f"{config.name}-streams",
-            platform=platform,
+            f"{name}-streams",
             description="sluice: streaming inference (SQS, Kinesis, Kafka event sources)",
-            **common,
+            env=env,
+            names=names,
+            platform=platform,
+            streams=config.streams,
+            endpoint_names=endpoint_names,
         )
     function_names = [
         names.function(purpose)
@@ -145,10 +149,14 @@ def build_app(
     ]
     observability = ObservabilityStack(
         app,
-        f"{config.name}-observability",
-        function_names=function_names,
+        f"{name}-observability",
         description="sluice: dashboard and alarms",
-        **common,
+        env=env,
+        names=names,
+        alarms=config.alarms,
+        api_stage=config.api.stage_name,
+        function_names=function_names,
+        streams=streams.watched if streams is not None else [],
     )
 
     batch.add_stack_dependency(storage)
@@ -171,7 +179,9 @@ def build_app(
     ):
         Tags.of(stack).add("sluice:component", component)
 
-    apply_defaults(app, config)
+    apply_defaults(
+        app, name=name, tags=config.tags, log_retention_days=config.log_retention_days
+    )
     register_checks(app)
     return app
 

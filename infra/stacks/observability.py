@@ -17,11 +17,11 @@ from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import SluiceConfig, StreamConfig
+from infra.config import AlarmsConfig
 from infra.constructs.grants import state_machine_arn
+from infra.constructs.stream_pipeline import StreamWatch
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
-from infra.stacks.streams import dead_letter_queue_name, has_dead_letter_queue, source_queue_name
 
 METRICS_NAMESPACE = "sluice"
 FIVE_MINUTES = Duration.minutes(5)
@@ -43,15 +43,18 @@ class ObservabilityStack(Stack):
         scope: Construct,
         id: str,
         *,
-        config: SluiceConfig,
         names: ResourceNames,
+        alarms: AlarmsConfig,
+        api_stage: str,
         function_names: Sequence[str],
+        streams: Sequence[StreamWatch],
         **kwargs,
     ) -> None:
+        """`function_names`: the functions the other stacks made; `streams`: what the streams
+        stack watches (none without it); `api_stage`: the REST API's stage."""
         super().__init__(scope, id, **kwargs)
-        alarms_config = config.alarms
-        self._stream_error_percent = alarms_config.stream_error_percent
-        api_dimensions = {"ApiName": names.rest_api, "Stage": config.api.stage_name}
+        self._stream_error_percent = alarms.stream_error_percent
+        api_dimensions = {"ApiName": names.rest_api, "Stage": api_stage}
         machine_arn = state_machine_arn(self, names.state_machine)
 
         def api_metric(name: str, statistic: str) -> cw.Metric:
@@ -88,15 +91,15 @@ class ObservabilityStack(Stack):
 
         # Alarms -------------------------------------------------------------------------
         self.topic: sns.Topic | None = None
-        if alarms_config.wants_topic:
+        if alarms.wants_topic:
             self.topic = sns.Topic(
                 self,
                 "AlarmTopic",
-                topic_name=f"{config.name}-alarms",
+                topic_name=names.alarm_topic,
                 display_name="sluice alarms",
                 enforce_ssl=True,
             )
-            for index, email in enumerate(alarms_config.emails):
+            for index, email in enumerate(alarms.emails):
                 subscription = sns.Subscription(
                     self,
                     f"AlarmEmail{index}",
@@ -144,27 +147,27 @@ class ObservabilityStack(Stack):
         alarm(
             "Api5xxRate",
             error_rate,
-            threshold=alarms_config.api_5xx_percent,
-            description=f"More than {alarms_config.api_5xx_percent}% of API requests failed with 5xx",
+            threshold=alarms.api_5xx_percent,
+            description=f"More than {alarms.api_5xx_percent}% of API requests failed with 5xx",
         )
         alarm(
             "ApiLatencyP99",
             api_metric("Latency", "p99"),
-            threshold=alarms_config.api_p99_latency_ms,
+            threshold=alarms.api_p99_latency_ms,
             periods=3,
-            description=f"API p99 latency at or over {alarms_config.api_p99_latency_ms} ms for 15 minutes",
+            description=f"API p99 latency at or over {alarms.api_p99_latency_ms} ms for 15 minutes",
         )
         for function_name in function_names:
             alarm(
                 f"Errors-{function_name}",
                 lambda_metric(function_name, "Errors", "Sum"),
-                threshold=alarms_config.lambda_errors,
+                threshold=alarms.lambda_errors,
                 description=f"{function_name} is failing",
             )
             alarm(
                 f"Throttles-{function_name}",
                 lambda_metric(function_name, "Throttles", "Sum"),
-                threshold=alarms_config.lambda_throttles,
+                threshold=alarms.lambda_throttles,
                 description=f"{function_name} is throttled",
             )
         batch_failures = cw.MathExpression(
@@ -180,15 +183,15 @@ class ObservabilityStack(Stack):
         alarm(
             "BatchFailures",
             batch_failures,
-            threshold=alarms_config.batch_failures,
+            threshold=alarms.batch_failures,
             description="Batch jobs failed, timed out or were aborted",
         )
 
-        for stream in config.streams:
-            self._stream_alarms(stream, names, alarm, lambda_metric)
+        for stream in streams:
+            self._stream_alarms(stream, alarm, lambda_metric)
 
         # Dashboard ----------------------------------------------------------------------
-        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{config.name}-overview")
+        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=names.dashboard)
 
         def graph(
             title: str,
@@ -203,7 +206,7 @@ class ObservabilityStack(Stack):
 
         dashboard.add_widgets(
             cw.TextWidget(
-                markdown=f"# {config.name}\nAPI, functions, predictions per deployment, shadows and batch.",
+                markdown=f"# {names.prefix}\nAPI, functions, predictions per deployment, shadows and batch.",
                 width=24,
                 height=2,
             ),
@@ -272,27 +275,27 @@ class ObservabilityStack(Stack):
             ),
         )
 
-    def _stream_alarms(self, stream: StreamConfig, names: ResourceNames, alarm: Any, lambda_metric: Any) -> None:
+    def _stream_alarms(self, stream: StreamWatch, alarm: Any, lambda_metric: Any) -> None:
         """A stream falling behind (oldest message, iterator age, or offset lag), records in
         its dead-letter queue, and the share of its invocations that failed."""
-        function_name = names.function(f"stream-{stream.name}")
-        kind = stream.source.kind
+        function_name = stream.function_name
+        kind = stream.source_kind
 
         def queue_metric(queue: str, name: str) -> cw.Metric:
             return cw.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue}, statistic="Maximum", period=FIVE_MINUTES)
 
         if kind == "sqs":
-            behind: cw.IMetric = queue_metric(source_queue_name(names, stream), "ApproximateAgeOfOldestMessage")
+            behind: cw.IMetric = queue_metric(stream.source_queue, "ApproximateAgeOfOldestMessage")
             threshold: float = stream.iterator_age_alarm_s
         elif kind == "kinesis":
             behind, threshold = lambda_metric(function_name, "IteratorAge", "Maximum"), stream.iterator_age_alarm_s * 1000
         else:
             behind, threshold = lambda_metric(function_name, "OffsetLag", "Maximum"), stream.offset_lag_alarm
         alarm(f"StreamBehind-{stream.name}", behind, threshold=threshold, periods=3, description=f"stream {stream.name} is falling behind its source")
-        if has_dead_letter_queue(stream):
+        if stream.dead_letter_queue is not None:
             alarm(
                 f"StreamDeadLetters-{stream.name}",
-                queue_metric(dead_letter_queue_name(names, stream), "ApproximateNumberOfMessagesVisible"),
+                queue_metric(stream.dead_letter_queue, "ApproximateNumberOfMessagesVisible"),
                 threshold=1,
                 description=f"records of stream {stream.name} reached its dead-letter queue",
             )
