@@ -18,7 +18,7 @@ from aws_cdk import App, Environment, Tags
 
 from infra.aspects import apply_defaults
 from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_config
-from infra.constructs.functions import FunctionPlatform
+from infra.constructs.functions import FunctionPlatform, functions_of
 from infra.nag import register_checks
 from infra.naming import ARTIFACTS_PREFIX, ResourceNames
 from infra.stacks.api import ApiStack
@@ -131,21 +131,11 @@ def build_app(
             streams=config.streams,
             endpoint_names=endpoint_names,
         )
+    # Every function the stacks made gets its alarms and its lines on the dashboard.
     function_names = [
-        names.function(purpose)
-        for purpose in (
-            "api",
-            "authorizer",
-            "shadow",
-            "batch-create-job",
-            "batch-plan",
-            "batch-score",
-            "batch-finalize",
-            "batch-mark-failed",
-            "batch-on-upload",
-            *(f"stream-{s.name}" for s in config.streams),
-            *(["websocket"] if config.websocket.enabled else []),
-        )
+        fn.function_name
+        for stack in (api, batch, *([streams] if streams is not None else []))
+        for fn in functions_of(stack)
     ]
     observability = ObservabilityStack(
         app,

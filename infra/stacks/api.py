@@ -20,7 +20,7 @@ from infra.constructs.api_functions import (
 )
 from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, functions_of
+from infra.constructs.functions import FunctionPlatform
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.imported import ImportedStorage
 from infra.constructs.python_layer import PythonLayer
@@ -151,10 +151,6 @@ class ApiStack(Stack):
             if websocket is not None
             else None
         )
-
-    @property
-    def functions(self) -> list[SluiceFunction]:
-        return functions_of(self)
 
     def _websocket(
         self,

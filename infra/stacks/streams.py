@@ -13,7 +13,7 @@ from constructs import Construct
 from infra.config import StreamConfig
 from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, functions_of
+from infra.constructs.functions import FunctionPlatform
 from infra.constructs.imported import ImportedStorage
 from infra.constructs.stream_pipeline import StreamPipeline, StreamWatch
 from infra.naming import ResourceNames
@@ -57,10 +57,6 @@ class StreamsStack(Stack):
             )
             for stream in streams
         ]
-
-    @property
-    def functions(self) -> list[SluiceFunction]:
-        return functions_of(self)
 
     @property
     def watched(self) -> list[StreamWatch]:
