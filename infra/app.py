@@ -155,18 +155,19 @@ def build_app(
     api.add_stack_dependency(batch)  # the API starts batch executions by state machine name
     observability.add_stack_dependency(api)
     observability.add_stack_dependency(batch)
+    components = {
+        "storage": storage,
+        "batch": batch,
+        "endpoints": endpoints,
+        "api": api,
+        "observability": observability,
+    }
     if streams is not None:
         streams.add_stack_dependency(storage)
         streams.add_stack_dependency(api)  # the shadow function its mirror invokes
         observability.add_stack_dependency(streams)
-        Tags.of(streams).add("sluice:component", "streams")
-    for component, stack in (
-        ("storage", storage),
-        ("batch", batch),
-        ("endpoints", endpoints),
-        ("api", api),
-        ("observability", observability),
-    ):
+        components["streams"] = streams
+    for component, stack in components.items():
         Tags.of(stack).add("sluice:component", component)
 
     apply_defaults(

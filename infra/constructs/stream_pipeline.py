@@ -33,7 +33,7 @@ from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.queues import encrypted_queue
-from infra.constructs.registry_access import READ, WRITE, grant_registry
+from infra.constructs.registry_access import READ, WRITE, grant_registry, tenant_partitions
 from infra.nag import acknowledge
 from infra.naming import OUTBOX_PREFIX, STORE_PREFIX
 
@@ -155,8 +155,9 @@ class StreamPipeline(Construct):
         # What scoring needs, for this tenant alone: its registry partitions (deployments,
         # versions; statistics are written), model artifacts, endpoints, the shadow mirror, the
         # capture stream.
-        tenant = f"T#{stream.tenant}"
-        grant_registry(fn.role, table, actions=[*READ, *WRITE], partitions=[tenant, f"{tenant}#*"])
+        grant_registry(
+            fn.role, table, actions=[*READ, *WRITE], partitions=tenant_partitions(stream.tenant)
+        )
         grant_objects(
             fn,
             fn.role,

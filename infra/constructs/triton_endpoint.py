@@ -108,7 +108,7 @@ class TritonEndpoint(Construct):
         async_config = None
         if asynchronous is not None:
             async_config = self._asynchronous(asynchronous, model_bucket)
-        config = sagemaker.CfnEndpointConfig(
+        endpoint_config = sagemaker.CfnEndpointConfig(
             self,
             "Config",
             production_variants=production_variants,
@@ -120,7 +120,7 @@ class TritonEndpoint(Construct):
             self,
             "Endpoint",
             endpoint_name=endpoint_name,
-            endpoint_config_name=config.attr_endpoint_config_name,
+            endpoint_config_name=endpoint_config.attr_endpoint_config_name,
         )
 
         scaling = EndpointScaling(
