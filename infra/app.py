@@ -170,9 +170,7 @@ def build_app(
     for component, stack in components.items():
         Tags.of(stack).add("sluice:component", component)
 
-    apply_defaults(
-        app, name=name, tags=config.tags, log_retention_days=config.log_retention_days
-    )
+    apply_defaults(app, name=name, tags=config.tags, log_retention_days=config.log_retention_days)
     register_checks(app)
     return app
 

@@ -36,7 +36,9 @@ class ConcurrencyConfig(Section):
     batch_mark_failed: int | None = Field(5, ge=1)
     batch_on_upload: int | None = Field(10, ge=1, description="One invoke per uploaded file.")
     rollouts: int | None = Field(
-        1, ge=1, description="The rollout controller, invoked once a minute; its looks need no overlap."
+        1,
+        ge=1,
+        description="The rollout controller, invoked once a minute; its looks need no overlap.",
     )
 
     def reserved(self, purpose: str) -> int | None:

@@ -58,7 +58,9 @@ class InferenceComponents(Section):
     """Serve the variant as a SageMaker inference component on instances SageMaker manages: the
     component's copies scale to zero, and the instances with them."""
 
-    min_instances: int = Field(0, ge=0, description="ManagedInstanceScaling floor (0: scale to zero).")
+    min_instances: int = Field(
+        0, ge=0, description="ManagedInstanceScaling floor (0: scale to zero)."
+    )
     max_instances: int = Field(1, ge=1)
     copies: int = Field(1, ge=0, description="Copies of the model at creation.")
     min_copies: int = Field(0, ge=0)
@@ -66,7 +68,9 @@ class InferenceComponents(Section):
     memory_mb: int = Field(4096, ge=128, description="Memory one copy needs.")
     accelerators: int = Field(1, ge=0, description="GPUs one copy needs (0 on CPU instances).")
     target_invocations_per_copy: float = Field(
-        50, gt=0, description="Auto scaling target for SageMakerInferenceComponentInvocationsPerCopy."
+        50,
+        gt=0,
+        description="Auto scaling target for SageMakerInferenceComponentInvocationsPerCopy.",
     )
 
     @model_validator(mode="after")
@@ -102,7 +106,9 @@ class EndpointConfig(Section):
         if self.inference_components is not None and len(self.variants) != 1:
             raise ValueError("an endpoint of inference components has exactly one variant here")
         if self.inference_components is not None and self.asynchronous is not None:
-            raise ValueError("an endpoint is asynchronous or built from inference components, not both")
+            raise ValueError(
+                "an endpoint is asynchronous or built from inference components, not both"
+            )
         if self.asynchronous is None and any(v.min_instances < 1 for v in self.variants):
             raise ValueError(
                 "min_instances 0 needs an asynchronous endpoint: real-time variants keep 1"

@@ -31,7 +31,9 @@ class FunctionsConfig(Section):
         "snapshot (SLUICE_PRELOAD).",
     )
     preload_max_mb: int = Field(
-        256, ge=0, description="Bound on the artifact MiB `preload` loads (SLUICE_PRELOAD_MAX_BYTES)."
+        256,
+        ge=0,
+        description="Bound on the artifact MiB `preload` loads (SLUICE_PRELOAD_MAX_BYTES).",
     )
 
     @field_validator("preload")
@@ -79,7 +81,9 @@ class StorageConfig(Section):
         "artifacts/results/) after this; sluice stops serving them after 7 days either way.",
     )
     capture_expiry_days: int = Field(
-        30, ge=1, description="Delete captured requests under capture/ in the batch bucket after this."
+        30,
+        ge=1,
+        description="Delete captured requests under capture/ in the batch bucket after this.",
     )
     upload_expiry_days: int = Field(
         1,
@@ -98,7 +102,9 @@ class StorageConfig(Section):
     def _origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
         for origin in origins:
             if not re.fullmatch(r"https?://[^/\s*]+", origin):
-                raise ValueError(f"{origin!r} is not an origin such as https://app.example.com (no path, no wildcard)")
+                raise ValueError(
+                    f"{origin!r} is not an origin such as https://app.example.com (no path, no wildcard)"
+                )
         return origins
 
 
@@ -161,7 +167,9 @@ class WebSocketConfig(Section):
     enabled: bool = Field(False, description="Create the WebSocket API (`wss://…/<stage>`).")
     stage_name: str = Field("v1", pattern=r"^[a-zA-Z0-9_]{1,64}$")
     rate_limit: float = Field(
-        100, gt=0, description="Messages per second for the whole stage (each message is an invocation)."
+        100,
+        gt=0,
+        description="Messages per second for the whole stage (each message is an invocation).",
     )
     burst_limit: int = Field(200, gt=0)
     connection_rate_limit: str = Field(
@@ -172,10 +180,15 @@ class WebSocketConfig(Section):
     )
     memory_mb: int = Field(2048, ge=128, le=10240)
     timeout_s: int = Field(
-        29, ge=1, le=29, description="One message's budget (API Gateway's integration limit is 29 s)."
+        29,
+        ge=1,
+        le=29,
+        description="One message's budget (API Gateway's integration limit is 29 s).",
     )
     reserved_concurrency: int | None = Field(
-        50, ge=1, description="Reserved concurrency of the websocket function (null: the shared pool)."
+        50,
+        ge=1,
+        description="Reserved concurrency of the websocket function (null: the shared pool).",
     )
 
 

@@ -52,7 +52,8 @@ class StreamSource(Section):
 class StreamDestination(Section):
     kind: Literal["sqs", "kinesis", "firehose", "s3"]
     arn: str | None = Field(
-        None, description="The queue, stream or delivery stream to write to (sqs, kinesis, firehose)."
+        None,
+        description="The queue, stream or delivery stream to write to (sqs, kinesis, firehose).",
     )
     create: bool = Field(False, description="Create the queue or stream (sqs, kinesis).")
     fifo: bool = Field(False, description="A created queue is FIFO.")
@@ -66,7 +67,9 @@ class StreamDestination(Section):
     def _one_target(self) -> StreamDestination:
         if self.kind == "s3":
             if self.arn or self.create:
-                raise ValueError("an s3 destination writes under the batch bucket: give a prefix only")
+                raise ValueError(
+                    "an s3 destination writes under the batch bucket: give a prefix only"
+                )
         elif (self.arn is None) == (not self.create):
             raise ValueError(f"a {self.kind} destination needs exactly one of arn or create: true")
         if self.create and self.kind not in ("sqs", "kinesis"):
@@ -84,7 +87,9 @@ def _check_outbox_prefix(prefix: str, tenant: str) -> None:
     try:
         confine(bucket + prefix, (Root.of("outbox", f"{bucket}outbox/{tenant}/"),), field="prefix")
     except SluiceError:
-        raise ValueError(f"an s3 destination's prefix lies in the tenant's outbox: outbox/{tenant}/…") from None
+        raise ValueError(
+            f"an s3 destination's prefix lies in the tenant's outbox: outbox/{tenant}/…"
+        ) from None
 
 
 class StreamConfig(Section):

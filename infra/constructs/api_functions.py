@@ -282,7 +282,11 @@ class ApiFunction:
             purpose="push-by-URI reads model files tenants put under imports/<tenant>/",
         )
         grant_objects(
-            fn, fn.role, batch_bucket, prefix=OUTBOX_PREFIX, purpose="reading the results of batch jobs"
+            fn,
+            fn.role,
+            batch_bucket,
+            prefix=OUTBOX_PREFIX,
+            purpose="reading the results of batch jobs",
         )
         grant_objects(
             fn,

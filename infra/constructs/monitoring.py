@@ -28,7 +28,9 @@ def search(metric: str, statistic: str, label: str, *dimensions: str) -> cw.Math
     )
 
 
-def percent(part: tuple[str, cw.IMetric], whole: tuple[str, cw.IMetric], label: str) -> cw.MathExpression:
+def percent(
+    part: tuple[str, cw.IMetric], whole: tuple[str, cw.IMetric], label: str
+) -> cw.MathExpression:
     """100 * part / whole, 0 when there is no whole: a share of requests or invocations."""
     (part_name, part_metric), (whole_name, whole_metric) = part, whole
     return cw.MathExpression(
@@ -108,7 +110,11 @@ class Alarms:
         if topic_name is None:
             return
         self.topic = sns.Topic(
-            scope, "AlarmTopic", topic_name=topic_name, display_name="sluice alarms", enforce_ssl=True
+            scope,
+            "AlarmTopic",
+            topic_name=topic_name,
+            display_name="sluice alarms",
+            enforce_ssl=True,
         )
         for index, email in enumerate(emails):
             subscription = sns.Subscription(

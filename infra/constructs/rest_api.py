@@ -175,7 +175,9 @@ class RestApi:
             )
             plan.add_api_stage(stage=self.api.deployment_stage)
             key = self.api.add_api_key(
-                f"PlanKey-{tenant}", api_key_name=f"{name_prefix}{tenant}", value=f"{key_prefix}{tenant}"
+                f"PlanKey-{tenant}",
+                api_key_name=f"{name_prefix}{tenant}",
+                value=f"{key_prefix}{tenant}",
             )
             plan.add_api_key(key)
 

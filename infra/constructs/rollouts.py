@@ -90,9 +90,7 @@ class RolloutController:
         self.schedule = self._schedule(scope, function_name, controller)
 
     @staticmethod
-    def _schedule(
-        scope: Construct, name: str, controller: SluiceFunction
-    ) -> scheduler.CfnSchedule:
+    def _schedule(scope: Construct, name: str, controller: SluiceFunction) -> scheduler.CfnSchedule:
         """EventBridge Scheduler invokes the controller once a minute (asynchronously, so a
         failed look lands in the function's own dead-letter queue after Lambda's retries),
         assuming a role that may invoke that function and nothing else. No retry of a

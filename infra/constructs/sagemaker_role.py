@@ -39,7 +39,9 @@ def execution_role(scope: Construct, *, description: str) -> iam.Role:
 
 
 def allow_pulls(role: iam.Role, repositories: Sequence[str]) -> None:
-    role.add_to_policy(iam.PolicyStatement(actions=list(PULL_ACTIONS), resources=list(repositories)))
+    role.add_to_policy(
+        iam.PolicyStatement(actions=list(PULL_ACTIONS), resources=list(repositories))
+    )
 
 
 def allow_authorization_token(role: iam.Role) -> None:

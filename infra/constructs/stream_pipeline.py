@@ -204,13 +204,24 @@ class StreamPipeline(Construct):
             bucket = self._batch_bucket
 
             def grant_s3(fn: SluiceFunction) -> None:
-                grant_objects(fn, fn.role, bucket, prefix=prefix, write=True, purpose="stream outputs, one object per invocation")
+                grant_objects(
+                    fn,
+                    fn.role,
+                    bucket,
+                    prefix=prefix,
+                    write=True,
+                    purpose="stream outputs, one object per invocation",
+                )
 
             return grant_s3, f"s3://{bucket.bucket_name}/{prefix}"
         if out.kind == "sqs":
             if out.create:
-                queue: sqs.IQueue = encrypted_queue(self, "Output", fifo=out.fifo, retention_period=Duration.days(4))
-                _acknowledge_all(queue, ("AwsSolutions-SQS3", "Serverless-SQSRedrivePolicy"), OUTPUT_QUEUE_REASON)
+                queue: sqs.IQueue = encrypted_queue(
+                    self, "Output", fifo=out.fifo, retention_period=Duration.days(4)
+                )
+                _acknowledge_all(
+                    queue, ("AwsSolutions-SQS3", "Serverless-SQSRedrivePolicy"), OUTPUT_QUEUE_REASON
+                )
             else:
                 queue = sqs.Queue.from_queue_arn(self, "Output", out.arn or "")
             return self._granting("sqs:SendMessage", queue.queue_arn), queue.queue_url
@@ -227,7 +238,9 @@ class StreamPipeline(Construct):
     @staticmethod
     def _granting(action: str, resource: str) -> Callable[[SluiceFunction], None]:
         def grant(fn: SluiceFunction) -> None:
-            fn.role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=[resource]))
+            fn.role.add_to_principal_policy(
+                iam.PolicyStatement(actions=[action], resources=[resource])
+            )
 
         return grant
 
@@ -238,7 +251,11 @@ class StreamPipeline(Construct):
         if src.kind == "sqs":
             if src.create:
                 visibility = Duration.seconds(6 * stream.timeout_s)  # AWS: six times the timeout
-                redrive = sqs.DeadLetterQueue(queue=dlq, max_receive_count=stream.retry_attempts + 1) if dlq else None
+                redrive = (
+                    sqs.DeadLetterQueue(queue=dlq, max_receive_count=stream.retry_attempts + 1)
+                    if dlq
+                    else None
+                )
                 queue: sqs.IQueue = encrypted_queue(
                     self, "Source", fifo=src.fifo, visibility_timeout=visibility, queue_name=self._source_name,
                     dead_letter_queue=redrive,
@@ -266,12 +283,18 @@ class StreamPipeline(Construct):
                 if src.create
                 else kinesis.Stream.from_stream_arn(self, "Source", src.arn or "")
             )  # fmt: skip
-            return sources.KinesisEventSource(data, parallelization_factor=stream.parallelization_factor, **common)
+            return sources.KinesisEventSource(
+                data, parallelization_factor=stream.parallelization_factor, **common
+            )
         secret = (
-            secretsmanager.Secret.from_secret_complete_arn(self, "KafkaSecret", src.secret_arn) if src.secret_arn else None
+            secretsmanager.Secret.from_secret_complete_arn(self, "KafkaSecret", src.secret_arn)
+            if src.secret_arn
+            else None
         )
         if src.kind == "msk":
-            return sources.ManagedKafkaEventSource(cluster_arn=src.arn or "", topic=src.topic or "", secret=secret, **common)
+            return sources.ManagedKafkaEventSource(
+                cluster_arn=src.arn or "", topic=src.topic or "", secret=secret, **common
+            )
         return sources.SelfManagedKafkaEventSource(
             bootstrap_servers=list(src.bootstrap_servers), topic=src.topic or "", secret=secret,
             authentication_method=sources.AuthenticationMethod.SASL_SCRAM_512_AUTH, **common,

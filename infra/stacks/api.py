@@ -187,10 +187,16 @@ class ApiStack(Stack):
         self.capture.grant_put(fn.role)
         grant_registry(fn.role, storage.table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
         tenant_registry = TenantRegistryRole(
-            self, "WebSocketTenantRegistry", table=storage.table, caller=fn.role, actions=[*READ, *WRITE]
+            self,
+            "WebSocketTenantRegistry",
+            table=storage.table,
+            caller=fn.role,
+            actions=[*READ, *WRITE],
         )
         fn.function.add_environment("SLUICE_TENANT_ROLE_ARN", tenant_registry.role.role_arn)
-        grant_objects(fn, fn.role, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts")
+        grant_objects(
+            fn, fn.role, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
+        )
         grant_invoke_endpoints(fn, fn.role, endpoint_names)
         mirror.grant_invoke(fn.role)
         return ws

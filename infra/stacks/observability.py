@@ -59,7 +59,11 @@ class ObservabilityStack(Stack):
         add = self.alarms.add
         add(
             "Api5xxRate",
-            percent(("errors", metrics.api("5XXError", "Sum")), ("requests", metrics.api("Count", "Sum")), "5xx %"),
+            percent(
+                ("errors", metrics.api("5XXError", "Sum")),
+                ("requests", metrics.api("Count", "Sum")),
+                "5xx %",
+            ),
             threshold=alarms.api_5xx_percent,
             description=f"More than {alarms.api_5xx_percent}% of API requests failed with 5xx",
         )
@@ -146,7 +150,9 @@ class ObservabilityStack(Stack):
             width: int = 8,
             right: Sequence[cw.IMetric] = (),
         ) -> cw.GraphWidget:
-            return cw.GraphWidget(title=title, left=list(left), right=list(right), width=width, height=6)
+            return cw.GraphWidget(
+                title=title, left=list(left), right=list(right), width=width, height=6
+            )
 
         def per_function(metric: str, statistic: str) -> list[cw.IMetric]:
             return [metrics.function(n, metric, statistic, labelled=True) for n in function_names]
@@ -190,7 +196,10 @@ class ObservabilityStack(Stack):
             ),
             graph(
                 "Model cache",
-                [search("ModelCacheHits", "Sum", "hits"), search("ModelCacheMisses", "Sum", "misses")],
+                [
+                    search("ModelCacheHits", "Sum", "hits"),
+                    search("ModelCacheMisses", "Sum", "misses"),
+                ],
             ),
             graph(
                 "Shadow agreement per deployment and mirror",
