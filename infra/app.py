@@ -1,12 +1,15 @@
 """The CDK app: `npx cdk synth --all` / `cdk deploy --all` run this (see cdk.json).
 
-Five stacks, each a deployable component: storage, batch, endpoints, api, observability.
-They refer to each other by physical names (see naming.py), ordered by explicit
-dependencies. cdk-nag checks every synthesis through CDK's policy validation.
+Five stacks, each a deployable component: storage, batch, endpoints, api, observability, and
+streams where the config lists any. The app alone reads the config: each stack gets the
+sections and fields it uses, and hands its constructs what they use in turn. Stacks refer to
+each other by physical names (see naming.py), ordered by explicit dependencies. cdk-nag
+checks every synthesis through CDK's policy validation.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -14,30 +17,40 @@ from typing import Any
 from aws_cdk import App, Environment, Tags
 
 from infra.aspects import apply_defaults
-from infra.config import DEFAULT_CONFIG, SluiceConfig, load_config
-from infra.constructs.functions import FunctionPlatform
+from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_config
+from infra.constructs.functions import FunctionPlatform, functions_of
 from infra.nag import register_checks
-from infra.naming import ResourceNames
+from infra.naming import ARTIFACTS_PREFIX, ResourceNames
 from infra.stacks.api import ApiStack
 from infra.stacks.batch import BatchStack
 from infra.stacks.endpoints import EndpointsStack
 from infra.stacks.observability import ObservabilityStack
-from infra.stacks.storage import ARTIFACTS_PREFIX, StorageStack
+from infra.stacks.storage import StorageStack
 from infra.stacks.streams import StreamsStack
 
 CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
 
 
-def runtime_environment(config: SluiceConfig, names: ResourceNames) -> dict[str, str]:
+def runtime_environment(log_level: str, names: ResourceNames) -> dict[str, str]:
     """What every function reads through `sluice.settings` (and powertools)."""
     return {
         "SLUICE_MODE": "aws",
         "SLUICE_REGISTRY": f"dynamodb://{names.table}",
         "SLUICE_STORE": f"s3://{names.artifacts_bucket}/{ARTIFACTS_PREFIX}",
-        "SLUICE_LOG_LEVEL": config.functions.log_level,
-        "LOG_LEVEL": config.functions.log_level,
+        "SLUICE_LOG_LEVEL": log_level,
+        "LOG_LEVEL": log_level,
         "POWERTOOLS_SERVICE_NAME": "sluice",
         "POWERTOOLS_METRICS_NAMESPACE": "sluice",
+    }
+
+
+def preload_environment(functions: FunctionsConfig) -> dict[str, str]:
+    """What the SnapStart functions load before their snapshot (sluice.handlers.snapstart)."""
+    if not (functions.snap_start and functions.preload):
+        return {}
+    return {
+        "SLUICE_PRELOAD": json.dumps(functions.preload),
+        "SLUICE_PRELOAD_MAX_BYTES": str(functions.preload_max_mb * 1024 * 1024),
     }
 
 
@@ -54,70 +67,86 @@ def build_app(
         config = load_config(
             Path(path), context={k: app.node.try_get_context(k) for k in CONTEXT_KEYS}
         )
-    names = ResourceNames(config.name)
+    name = config.name
+    names = ResourceNames(name)
     platform = FunctionPlatform(
         python=config.functions.python,
         architecture_name=config.functions.architecture,
         log_retention_days=config.log_retention_days,
         retain_logs=config.storage.retain_data,
-        environment=runtime_environment(config, names),
+        environment=runtime_environment(config.functions.log_level, names),
     )
-    common: dict[str, Any] = {"config": config, "names": names, "env": env}
+    endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
 
     storage = StorageStack(
         app,
-        f"{config.name}-storage",
+        f"{name}-storage",
         description="sluice: artifacts and batch buckets, registry table",
-        **common,
+        env=env,
+        names=names,
+        storage=config.storage,
     )
     batch = BatchStack(
         app,
-        f"{config.name}-batch",
-        platform=platform,
+        f"{name}-batch",
         description="sluice: batch inference (S3 inbox, Step Functions, scoring functions)",
-        **common,
+        env=env,
+        names=names,
+        platform=platform,
+        batch=config.batch,
+        concurrency=config.concurrency,
+        endpoint_names=endpoint_names,
     )
     endpoints = EndpointsStack(
-        app, f"{config.name}-endpoints", description="sluice: SageMaker Triton endpoints", **common
+        app,
+        f"{name}-endpoints",
+        description="sluice: SageMaker Triton endpoints",
+        env=env,
+        names=names,
+        endpoints=config.endpoints,
     )
     api = ApiStack(
         app,
-        f"{config.name}-api",
-        platform=platform,
+        f"{name}-api",
         description="sluice: API Gateway, API-key authorizer, API and shadow functions",
-        **common,
+        env=env,
+        names=names,
+        platform=platform,
+        api=config.api,
+        websocket=config.websocket if config.websocket.enabled else None,
+        concurrency=config.concurrency,
+        snap_start=config.functions.snap_start,
+        preload=preload_environment(config.functions),
+        endpoint_names=endpoint_names,
     )
     streams = None
     if config.streams:  # a stack only where streams are configured: none is deployed empty
         streams = StreamsStack(
             app,
-            f"{config.name}-streams",
-            platform=platform,
+            f"{name}-streams",
             description="sluice: streaming inference (SQS, Kinesis, Kafka event sources)",
-            **common,
+            env=env,
+            names=names,
+            platform=platform,
+            streams=config.streams,
+            endpoint_names=endpoint_names,
         )
+    # Every function the stacks made gets its alarms and its lines on the dashboard.
     function_names = [
-        names.function(purpose)
-        for purpose in (
-            "api",
-            "authorizer",
-            "shadow",
-            "batch-create-job",
-            "batch-plan",
-            "batch-score",
-            "batch-finalize",
-            "batch-mark-failed",
-            "batch-on-upload",
-            *(f"stream-{s.name}" for s in config.streams),
-            *(["websocket"] if config.websocket.enabled else []),
-        )
+        fn.function_name
+        for stack in (api, batch, *([streams] if streams is not None else []))
+        for fn in functions_of(stack)
     ]
     observability = ObservabilityStack(
         app,
-        f"{config.name}-observability",
-        function_names=function_names,
+        f"{name}-observability",
         description="sluice: dashboard and alarms",
-        **common,
+        env=env,
+        names=names,
+        alarms=config.alarms,
+        api_stage=config.api.stage_name,
+        function_names=function_names,
+        streams=streams.watched if streams is not None else [],
     )
 
     batch.add_stack_dependency(storage)
@@ -126,21 +155,22 @@ def build_app(
     api.add_stack_dependency(batch)  # the API starts batch executions by state machine name
     observability.add_stack_dependency(api)
     observability.add_stack_dependency(batch)
+    components = {
+        "storage": storage,
+        "batch": batch,
+        "endpoints": endpoints,
+        "api": api,
+        "observability": observability,
+    }
     if streams is not None:
         streams.add_stack_dependency(storage)
         streams.add_stack_dependency(api)  # the shadow function its mirror invokes
         observability.add_stack_dependency(streams)
-        Tags.of(streams).add("sluice:component", "streams")
-    for component, stack in (
-        ("storage", storage),
-        ("batch", batch),
-        ("endpoints", endpoints),
-        ("api", api),
-        ("observability", observability),
-    ):
+        components["streams"] = streams
+    for component, stack in components.items():
         Tags.of(stack).add("sluice:component", component)
 
-    apply_defaults(app, config)
+    apply_defaults(app, name=name, tags=config.tags, log_retention_days=config.log_retention_days)
     register_checks(app)
     return app
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import jsii
 from aws_cdk import App, Aspects, IAspect, Tags
 from aws_cdk import aws_logs as logs
 from constructs import IConstruct
-
-from infra.config import SluiceConfig
 
 
 @jsii.implements(IAspect)
@@ -23,10 +23,14 @@ class LogRetentionDefault:
             node.retention_in_days = self.days
 
 
-def apply_defaults(app: App, config: SluiceConfig) -> None:
-    tags = Tags.of(app)
-    tags.add("project", "sluice")
-    tags.add("sluice:app", config.name)
-    for key, value in sorted(config.tags.items()):
-        tags.add(key, value)
-    Aspects.of(app).add(LogRetentionDefault(config.log_retention_days))
+def apply_defaults(
+    app: App, *, name: str, tags: Mapping[str, str], log_retention_days: int
+) -> None:
+    """The tags every resource carries (`project`, `sluice:app`, the config's own), and the
+    log retention of log groups made without one."""
+    applied = Tags.of(app)
+    applied.add("project", "sluice")
+    applied.add("sluice:app", name)
+    for key, value in sorted(tags.items()):
+        applied.add(key, value)
+    Aspects.of(app).add(LogRetentionDefault(log_retention_days))

@@ -24,14 +24,14 @@ The data each state sees (JSONPath; `result_path`s keep the execution input thro
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from infra.constructs.logs import LogRetention
 from infra.nag import acknowledge, policy_wildcards
 
 # Worth retrying: Lambda throttled the invoke, or the Lambda service itself failed.
@@ -81,8 +81,7 @@ class BatchWorkflow(Construct):
         tolerated_failure_percentage: float,
         child_execution_type: sfn.StateMachineType,
         timeout: Duration,
-        log_retention: logs.RetentionDays,
-        retain_logs: bool,
+        logs: LogRetention,
     ) -> None:
         super().__init__(scope, id)
 
@@ -204,12 +203,7 @@ class BatchWorkflow(Construct):
         for step in (plan_task, chunks, finalize_task):
             step.add_catch(failed, errors=[sfn.Errors.ALL], result_path="$.error")
 
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=log_retention,
-            removal_policy=RemovalPolicy.RETAIN if retain_logs else RemovalPolicy.DESTROY,
-        )
+        self.log_group = logs.group(self, "Logs")
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",

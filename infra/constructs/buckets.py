@@ -12,14 +12,47 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Duration
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
+
+from infra.constructs.logs import removal_policy
 
 ABORT_INCOMPLETE_UPLOADS = s3.LifecycleRule(
     id="abort-incomplete-multipart-uploads",
     abort_incomplete_multipart_upload_after=Duration.days(2),
 )
+# In a versioned bucket an expiry or delete only adds a delete marker: once the versions it
+# hid are gone (`expire_noncurrent`), this removes the markers left with nothing behind.
+REMOVE_EXPIRED_DELETE_MARKERS = s3.LifecycleRule(
+    id="remove-expired-delete-markers", expired_object_delete_marker=True
+)
+
+
+def expire(
+    days: int, *, prefix: str | None = None, id: str | None = None, noncurrent_days: int | None = None
+) -> s3.LifecycleRule:
+    """Delete objects (under `prefix`) `days` after they were written; `id` defaults to
+    `expire-<prefix>`. In a versioned bucket, `noncurrent_days` removes what the expiry hid
+    sooner than the bucket's rule for overwritten versions would."""
+    return s3.LifecycleRule(
+        id=id or f"expire-{(prefix or '').strip('/')}",
+        prefix=prefix,
+        expiration=Duration.days(days),
+        noncurrent_version_expiration=Duration.days(noncurrent_days) if noncurrent_days else None,
+    )
+
+
+def expire_noncurrent(days: int) -> s3.LifecycleRule:
+    """Delete overwritten and deleted versions `days` after they stopped being current."""
+    return s3.LifecycleRule(
+        id="expire-noncurrent-versions", noncurrent_version_expiration=Duration.days(days)
+    )
+
+
+def noncurrent_cleanup(days: int) -> list[s3.LifecycleRule]:
+    """Hidden versions go after `days`, and then the delete markers left with nothing behind."""
+    return [expire_noncurrent(days), REMOVE_EXPIRED_DELETE_MARKERS]
 
 
 class SecureBucket(Construct):
@@ -51,5 +84,5 @@ class SecureBucket(Construct):
             server_access_logs_prefix=access_logs_prefix or None,
             lifecycle_rules=[ABORT_INCOMPLETE_UPLOADS, *lifecycle_rules],
             cors=list(cors) if cors else None,
-            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            removal_policy=removal_policy(retain),
         )

@@ -32,13 +32,20 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.constructs.triton_endpoint import AUTOSCALING_ROLE
+from infra.constructs.grants import role_arn
+from infra.constructs.sagemaker_role import (
+    AUTOSCALING_ROLE,
+    SAGEMAKER,
+    allow_authorization_token,
+    allow_endpoint_logs,
+    allow_pulls,
+    execution_role,
+)
 from infra.constructs.triton_image import repository_arn
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 from sluice.endpoints.scaling import COPY_DIMENSION, VARIANT_DIMENSION
 
-SAGEMAKER = "sagemaker.amazonaws.com"
 AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 # Where SageMaker publishes an endpoint's instance metrics (CPU, GPU, memory, disk).
 INSTANCE_METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"
@@ -93,37 +100,29 @@ READ_ACTIONS = (
 
 class EndpointLifecycle(Construct):
     def __init__(
-        self, scope: Construct, id: str, *, model_bucket: s3.IBucket, store_prefix: str
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        model_bucket: s3.IBucket,
+        store_prefix: str,
+        results_prefix: str,
     ) -> None:
         """`store_prefix`: the artifact store's root in `model_bucket` (`artifacts/`); the store
-        keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it."""
+        keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it, and
+        asynchronous results under `results_prefix` + `tenants/<tenant>/`."""
         super().__init__(scope, id)
         stack = Stack.of(self)
         prefix = RUNTIME_ENDPOINT_PREFIX
 
-        self.execution_role = iam.Role(
+        self.execution_role = role = execution_role(
             self,
-            "ExecutionRole",
-            assumed_by=iam.ServicePrincipal(SAGEMAKER),
             description="Runs the Triton containers of the SageMaker endpoints the sluice API deploys",
         )
-        role = self.execution_role
         archives = model_bucket.arn_for_objects(f"{store_prefix}tenants/*/sha256/*.tar.gz")
         role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[archives]))
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=[
-                    "ecr:BatchGetImage",
-                    "ecr:GetDownloadUrlForLayer",
-                    "ecr:BatchCheckLayerAvailability",
-                ],
-                resources=[repository_arn(self)],
-            )
-        )
-        # Pulling from ECR needs an authorization token, which has no resource to scope to.
-        role.add_to_policy(
-            iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"])
-        )
+        allow_pulls(role, [repository_arn(self)])
+        allow_authorization_token(role)
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["cloudwatch:PutMetricData"],
@@ -131,30 +130,15 @@ class EndpointLifecycle(Construct):
                 conditions={"StringEquals": {"cloudwatch:namespace": INSTANCE_METRICS_NAMESPACE}},
             )
         )
-        log_groups = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=f"/aws/sagemaker/Endpoints/{prefix}*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=[
-                    "logs:CreateLogGroup",
-                    "logs:CreateLogStream",
-                    "logs:PutLogEvents",
-                    "logs:DescribeLogStreams",
-                ],
-                resources=[log_groups],
-            )
-        )
+        log_groups = allow_endpoint_logs(role, f"{prefix}*")
         # Asynchronous inference: SageMaker reads each request's input and writes its answer
         # or error under the tenant's results, as this role.
-        results = model_bucket.arn_for_objects(f"{store_prefix}results/tenants/*")
+        results = model_bucket.arn_for_objects(f"{results_prefix}tenants/*")
         role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[results])
         )
-        topics = stack.format_arn(
+        # The topics sluice makes for asynchronous endpoints (`sluice-*`).
+        self._topics = topics = stack.format_arn(
             service="sns", resource=f"{prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
         )
         role.add_to_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=[topics]))
@@ -216,12 +200,8 @@ class EndpointLifecycle(Construct):
                 f"{prefix}*",
             )
         ]
-        topics = stack.format_arn(
-            service="sns", resource=f"{prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
-        )
-        linked_role = stack.format_arn(
-            service="iam", region="", resource="role", resource_name=AUTOSCALING_ROLE
-        )
+        topics = self._topics
+        linked_role = role_arn(self, AUTOSCALING_ROLE)
         policy = iam.Policy(
             self,
             "ManagePolicy",

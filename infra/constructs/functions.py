@@ -23,22 +23,22 @@ from aws_cdk import (
     Duration,
     FileSystem,
     ILocalBundling,
-    RemovalPolicy,
     Stack,
 )
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constructs.bytecode import compile_tree, find_interpreter
+from infra.constructs.logs import LogRetention
 from infra.constructs.python_layer import (
     PythonLayer,
     check_unzipped_size,
     directory_size,
     staged_path,
 )
+from infra.constructs.queues import encrypted_queue
 from infra.nag import acknowledge
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -55,36 +55,6 @@ CODE_EXCLUDES = [
 
 # The alias API Gateway and the other callers invoke on SnapStart functions.
 LIVE_ALIAS = "live"
-
-_RETENTION = {
-    1: logs.RetentionDays.ONE_DAY,
-    3: logs.RetentionDays.THREE_DAYS,
-    5: logs.RetentionDays.FIVE_DAYS,
-    7: logs.RetentionDays.ONE_WEEK,
-    14: logs.RetentionDays.TWO_WEEKS,
-    30: logs.RetentionDays.ONE_MONTH,
-    60: logs.RetentionDays.TWO_MONTHS,
-    90: logs.RetentionDays.THREE_MONTHS,
-    120: logs.RetentionDays.FOUR_MONTHS,
-    150: logs.RetentionDays.FIVE_MONTHS,
-    180: logs.RetentionDays.SIX_MONTHS,
-    365: logs.RetentionDays.ONE_YEAR,
-    400: logs.RetentionDays.THIRTEEN_MONTHS,
-    545: logs.RetentionDays.EIGHTEEN_MONTHS,
-    731: logs.RetentionDays.TWO_YEARS,
-    1096: logs.RetentionDays.THREE_YEARS,
-    1827: logs.RetentionDays.FIVE_YEARS,
-    2192: logs.RetentionDays.SIX_YEARS,
-    2557: logs.RetentionDays.SEVEN_YEARS,
-    2922: logs.RetentionDays.EIGHT_YEARS,
-    3288: logs.RetentionDays.NINE_YEARS,
-    3653: logs.RetentionDays.TEN_YEARS,
-}
-
-
-def retention(days: int) -> logs.RetentionDays:
-    return _RETENTION[days]
-
 
 def _python_version(runtime: lambda_.Runtime) -> tuple[int, int] | None:
     match = re.fullmatch(r"python(\d+)\.(\d+)", runtime.name)
@@ -134,6 +104,10 @@ class FunctionPlatform:
         )
 
     @property
+    def logs(self) -> LogRetention:
+        return LogRetention(days=self.log_retention_days, retain=self.retain_logs)
+
+    @property
     def architecture(self) -> lambda_.Architecture:
         return (
             lambda_.Architecture.ARM_64
@@ -153,6 +127,29 @@ class FunctionPlatform:
             python=self.python,
             description=description,
             bytecode=bytecode,
+        )
+
+    def core_layer(self, scope: Construct, *, bytecode: bool = True) -> PythonLayer:
+        """The API and runtime packages, which every function imports."""
+        return self.layer(
+            scope, "CoreLayer", name="core", description="sluice core dependencies", bytecode=bytecode
+        )
+
+    def triton_layer(self, scope: Construct) -> PythonLayer:
+        """aiohttp, for the `triton` runtime: on the functions that predict (API, shadow,
+        WebSocket, streams), not in the core layer the batch functions get."""
+        return self.layer(
+            scope, "TritonLayer", name="triton", description="sluice triton runtime dependencies"
+        )
+
+    def batch_layer(self, scope: Construct) -> PythonLayer:
+        """pyarrow, for the batch functions; sources only, as their core layer (batch.py)."""
+        return self.layer(
+            scope,
+            "BatchLayer",
+            name="batch",
+            description="sluice batch dependencies",
+            bytecode=False,
         )
 
     def code(self) -> lambda_.Code:
@@ -231,28 +228,21 @@ class SluiceFunction(Construct):
         snap_start: bool = False,
     ) -> None:
         super().__init__(scope, id)
+        # The physical name, a plain string: other stacks (the dashboard, the alarms) name the
+        # function by it rather than by a reference across stacks.
+        self.function_name = function_name
         self.role = iam.Role(
             self,
             "Role",
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"Runs {handler}",
         )
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=retention(platform.log_retention_days),
-            removal_policy=RemovalPolicy.RETAIN if platform.retain_logs else RemovalPolicy.DESTROY,
-        )
+        self.log_group = platform.logs.group(self, "Logs")
         self.dead_letters: sqs.Queue | None = None
         if invoked_async:
-            self.dead_letters = sqs.Queue(
-                self,
-                "DeadLetters",
-                # SSE-KMS with the AWS-managed key (aws/sqs): no key policy to keep, and the
-                # key's use shows in CloudTrail. Lambda sends with the function's role.
-                encryption=sqs.QueueEncryption.KMS_MANAGED,
-                enforce_ssl=True,
-                retention_period=Duration.days(14),
+            # Lambda sends to it with the function's role.
+            self.dead_letters = encrypted_queue(
+                self, "DeadLetters", retention_period=Duration.days(14)
             )
             acknowledge(
                 self.dead_letters,
@@ -328,3 +318,8 @@ class SluiceFunction(Construct):
             code_bytes=directory_size(staged_path(self.function)),
             layers={name: size or 0 for name, size in sizes.items()},
         )
+
+
+def functions_of(scope: Construct) -> list[SluiceFunction]:
+    """Every sluice function under `scope` (a stack), in the order they were made."""
+    return [c for c in scope.node.find_all() if isinstance(c, SluiceFunction)]

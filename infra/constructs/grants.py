@@ -62,14 +62,20 @@ def endpoint_arns(scope: Construct, endpoint_names: Iterable[str]) -> list[str]:
     ]
 
 
+def _invocable_endpoints(owner: Construct, endpoint_names: Iterable[str]) -> tuple[str, list[str]]:
+    """(the ARN pattern of the endpoints the API deploys at run time, `sluice-*`; the ARNs of
+    the config file's endpoints, `<name>-<endpoint>`, not already among them)."""
+    runtime = endpoint_arns(owner, [f"{RUNTIME_ENDPOINT_PREFIX}*"])[0]
+    others = [n for n in endpoint_names if not n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
+    return runtime, endpoint_arns(owner, others)
+
+
 def grant_invoke_endpoints(
     owner: Construct, role: iam.IRole, endpoint_names: Iterable[str]
 ) -> None:
     """InvokeEndpoint on the endpoints the API deploys at run time (`sluice-*`) and on the
     config file's endpoints (`<name>-<endpoint>`, already among them when `name` is `sluice`)."""
-    runtime = endpoint_arns(owner, [f"{RUNTIME_ENDPOINT_PREFIX}*"])[0]
-    others = [n for n in endpoint_names if not n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
-    configured = endpoint_arns(owner, others)
+    runtime, configured = _invocable_endpoints(owner, endpoint_names)
     role.add_to_principal_policy(
         iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
     )
@@ -87,15 +93,13 @@ def grant_invoke_endpoints_async(
     """InvokeEndpointAsync on the same endpoints, for the API (asynchronous inference: the
     input is written first under the tenant's results prefix, which the object grants cover).
     A policy of its own, so that CDK does not fold it into the InvokeEndpoint statement."""
-    runtime = endpoint_arns(owner, [f"{RUNTIME_ENDPOINT_PREFIX}*"])[0]
-    others = [n for n in endpoint_names if not n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
+    runtime, configured = _invocable_endpoints(owner, endpoint_names)
     policy = iam.Policy(
         owner,
         "InvokeEndpointsAsync",
         statements=[
             iam.PolicyStatement(
-                actions=["sagemaker:InvokeEndpointAsync"],
-                resources=[runtime, *endpoint_arns(owner, others)],
+                actions=["sagemaker:InvokeEndpointAsync"], resources=[runtime, *configured]
             )
         ],
     )
@@ -105,6 +109,14 @@ def grant_invoke_endpoints_async(
         wildcard_resource(owner, runtime),
         "Endpoints the API deploys at run time are named sluice-<tenant>-<deployment>-<digest>; "
         "only InvokeEndpointAsync, and only on endpoints with that prefix.",
+    )
+
+
+def scheduler_principal(scope: Construct) -> iam.ServicePrincipal:
+    """EventBridge Scheduler, on behalf of schedules of this account only."""
+    return iam.ServicePrincipal(
+        "scheduler.amazonaws.com",
+        conditions={"StringEquals": {"aws:SourceAccount": Stack.of(scope).account}},
     )
 
 

@@ -37,6 +37,11 @@ WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem
 DELETE = ("dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
 
 
+def tenant_partitions(tenant: str) -> list[str]:
+    """The partitions of one tenant's items: `T#<tenant>` and `T#<tenant>#…`."""
+    return [f"T#{tenant}", f"T#{tenant}#*"]
+
+
 def leading_keys(patterns: Sequence[str]) -> dict[str, dict[str, list[str]]]:
     # ForAllValues: every partition key the request touches must match one pattern.
     return {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(patterns)}}
@@ -122,6 +127,6 @@ class TenantRegistryRole(Construct):
         )
         tagged = f"${{aws:PrincipalTag/{TENANT_TAG}}}"
         self.role.add_to_principal_policy(
-            registry_statement(table, actions, [f"T#{tagged}", f"T#{tagged}#*"])
+            registry_statement(table, actions, tenant_partitions(tagged))
         )
         caller.add_to_principal_policy(assume_tagged_statement(self.role))

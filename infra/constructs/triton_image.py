@@ -77,11 +77,16 @@ def image_account(scope: Construct, *, version: str) -> str:
                 f"SageMaker Triton {version} is not offered in {region}; regions: {sorted(registries)}"
             )
         return registries[region]
-    mapping_id = f"TritonImageAccounts{version.replace('.', '')}"
+    return _mapped_account(stack, f"TritonImageAccounts{version.replace('.', '')}", registries)
+
+
+def _mapped_account(stack: Stack, mapping_id: str, accounts: dict[str, str]) -> str:
+    """The account of `accounts` (region -> account) in the region the template is deployed
+    to, from a CloudFormation mapping made once per stack."""
     mapping = stack.node.try_find_child(mapping_id)
     if not isinstance(mapping, CfnMapping):
         mapping = CfnMapping(
-            stack, mapping_id, mapping={r: {"account": a} for r, a in sorted(registries.items())}
+            stack, mapping_id, mapping={r: {"account": a} for r, a in sorted(accounts.items())}
         )
     return mapping.find_in_map(Aws.REGION, "account")
 
@@ -109,13 +114,8 @@ def repository_arn(scope: Construct) -> str:
         )
     region = stack.region
     if Token.is_unresolved(region):
-        mapping_id = "TritonImageRegistryAccounts"
-        mapping = stack.node.try_find_child(mapping_id)
-        if not isinstance(mapping, CfnMapping):
-            mapping = CfnMapping(
-                stack, mapping_id, mapping={r: {"account": a} for r, a in accounts.items()}
-            )
-        region, account = Aws.REGION, mapping.find_in_map(Aws.REGION, "account")
+        region = Aws.REGION
+        account = _mapped_account(stack, "TritonImageRegistryAccounts", accounts)
     elif region in accounts:
         account = accounts[region]
     else:

@@ -16,6 +16,7 @@ from constructs import Construct
 
 from infra.constructs.registry_access import TENANT_TAG, assume_tagged_statement, tenant_tagged_role
 from infra.nag import acknowledge, wildcard_resource
+from infra.naming import tenant_prefix
 
 
 class UploadSignerRole(Construct):
@@ -28,9 +29,8 @@ class UploadSignerRole(Construct):
             caller,
             description="Signs upload forms: puts objects under the tagged tenant's uploads prefix only",
         )
-        objects = bucket.arn_for_objects(
-            f"{uploads_prefix}tenants/${{aws:PrincipalTag/{TENANT_TAG}}}/*"
-        )
+        tenant = f"${{aws:PrincipalTag/{TENANT_TAG}}}"
+        objects = bucket.arn_for_objects(f"{tenant_prefix(uploads_prefix, tenant)}*")
         self.role.add_to_principal_policy(
             iam.PolicyStatement(actions=["s3:PutObject"], resources=[objects])
         )

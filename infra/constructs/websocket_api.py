@@ -9,11 +9,10 @@ messages (every message is an invocation) and writes one access-log line per mes
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import jsii
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
@@ -23,25 +22,21 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.config import SluiceConfig
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.config import WebSocketConfig
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.logs import CALLER_FIELDS, REQUEST_FIELDS, access_log_format
 from infra.constructs.python_layer import PythonLayer
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import ResourceNames
 
-# One JSON object per message; tenant and key id come from the authorizer, never the key.
+# One JSON object per message.
 ACCESS_LOG_FIELDS = {
-    "requestId": "$context.requestId",
-    "requestTime": "$context.requestTime",
-    "ip": "$context.identity.sourceIp",
+    **REQUEST_FIELDS,
     "routeKey": "$context.routeKey",
     "eventType": "$context.eventType",
     "connectionId": "$context.connectionId",
     "status": "$context.status",
     "integrationLatency": "$context.integration.latency",
-    "tenant": "$context.authorizer.tenant",
-    "subject": "$context.authorizer.principalId",
-    "error": "$context.error.message",
+    **CALLER_FIELDS,
 }
 
 
@@ -58,7 +53,7 @@ class _AccessLogs:
 
     @property
     def format(self) -> apigw.AccessLogFormat:
-        return apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FIELDS))
+        return access_log_format(ACCESS_LOG_FIELDS)
 
 
 class WebSocketApi(Construct):
@@ -67,35 +62,35 @@ class WebSocketApi(Construct):
         scope: Construct,
         id: str,
         *,
-        config: SluiceConfig,
-        names: ResourceNames,
+        api_name: str,
+        function_name: str,
+        websocket: WebSocketConfig,
         platform: FunctionPlatform,
         layers: Sequence[PythonLayer],
         authorizer: lambda_.IFunction,
         environment: dict[str, str],
     ) -> None:
         super().__init__(scope, id)
-        ws = config.websocket
         self.function = SluiceFunction(
             self,
             "Handler",
-            function_name=names.function("websocket"),
+            function_name=function_name,
             handler="sluice.handlers.websocket.handler",
             description="Predictions over a WebSocket: answers each message on its connection",
             platform=platform,
             layers=layers,
-            memory_mb=ws.memory_mb,
-            timeout=Duration.seconds(ws.timeout_s),
-            reserved_concurrency=ws.reserved_concurrency,
+            memory_mb=websocket.memory_mb,
+            timeout=Duration.seconds(websocket.timeout_s),
+            reserved_concurrency=websocket.reserved_concurrency,
             environment=environment,
         )
         integration = integrations.WebSocketLambdaIntegration(
-            "Messages", self.function.function, timeout=Duration.seconds(ws.timeout_s)
+            "Messages", self.function.function, timeout=Duration.seconds(websocket.timeout_s)
         )
         self.api = apigwv2.WebSocketApi(
             self,
             "Api",
-            api_name=f"{config.name}-websocket",
+            api_name=api_name,
             description="sluice: predictions over a WebSocket",
             connect_route_options=apigwv2.WebSocketRouteOptions(
                 integration=integration,
@@ -108,22 +103,17 @@ class WebSocketApi(Construct):
             default_route_options=apigwv2.WebSocketRouteOptions(integration=integration),
             disconnect_route_options=apigwv2.WebSocketRouteOptions(integration=integration),
         )
-        access_logs = logs.LogGroup(
-            self,
-            "AccessLogs",
-            retention=retention(config.log_retention_days),
-            removal_policy=RemovalPolicy.RETAIN
-            if config.storage.retain_data
-            else RemovalPolicy.DESTROY,
-        )
+        access_logs = platform.logs.group(self, "AccessLogs")
         self.stage = apigwv2.WebSocketStage(
             self,
             "Stage",
             web_socket_api=self.api,
-            stage_name=ws.stage_name,
+            stage_name=websocket.stage_name,
             auto_deploy=True,
             detailed_metrics_enabled=True,
-            throttle=apigwv2.ThrottleSettings(rate_limit=ws.rate_limit, burst_limit=ws.burst_limit),
+            throttle=apigwv2.ThrottleSettings(
+                rate_limit=websocket.rate_limit, burst_limit=websocket.burst_limit
+            ),
             access_log_settings=_AccessLogs(access_logs),
         )
         # Answers go to connections of this API and stage alone: post, and close (a revoked key).
@@ -131,7 +121,7 @@ class WebSocketApi(Construct):
             Stack.of(self).format_arn(
                 service="execute-api",
                 resource=self.api.api_id,
-                resource_name=f"{ws.stage_name}/{method}/@connections/*",
+                resource_name=f"{websocket.stage_name}/{method}/@connections/*",
                 arn_format=ArnFormat.SLASH_RESOURCE_NAME,
             )
             for method in ("POST", "DELETE")

@@ -6,8 +6,9 @@ Plan -> distributed Map of Score -> Finalize, with MarkFailed on any error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from aws_cdk import Duration, Stack
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -16,19 +17,20 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from infra.config import SluiceConfig
+from infra.config import BatchConfig, ConcurrencyConfig
 from infra.constructs.batch_workflow import BatchWorkflow
-from infra.constructs.functions import FunctionPlatform, SluiceFunction, retention
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
     executions_arn,
     grant_invoke_endpoints,
     grant_objects,
+    scheduler_principal,
     state_machine_arn,
 )
+from infra.constructs.imported import ImportedStorage
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, INBOX_PREFIX, OUTBOX_PREFIX, WORK_PREFIX
+from infra.naming import INBOX_PREFIX, OUTBOX_PREFIX, STORE_PREFIX, WORK_PREFIX, ResourceNames
 
 MAP_RESULTS_PREFIX = f"{WORK_PREFIX}map-results"
 # The custom resource CDK adds to manage a bucket's event notifications (one per stack).
@@ -41,57 +43,24 @@ class BatchStack(Stack):
         scope: Construct,
         id: str,
         *,
-        config: SluiceConfig,
         names: ResourceNames,
         platform: FunctionPlatform,
+        batch: BatchConfig,
+        concurrency: ConcurrencyConfig,
+        endpoint_names: Sequence[str],
         **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
-        batch = config.batch
+        self._names, self._platform, self._concurrency = names, platform, concurrency
         # Sources only: bytecode would add 17 MB to the core layer, and the batch functions'
         # code and layers (243 MB) would pass Lambda's 262 MB. A batch cold start is paid
         # once per chunk of thousands of rows; the request functions (api.py) get bytecode.
-        core = platform.layer(
-            self,
-            "CoreLayer",
-            name="core",
-            description="sluice core dependencies",
-            bytecode=False,
-        )
-        arrow = platform.layer(
-            self,
-            "BatchLayer",
-            name="batch",
-            description="sluice batch dependencies",
-            bytecode=False,
-        )
-        layers = [core, arrow]
-        bucket = s3.Bucket.from_bucket_name(self, "BatchBucket", names.batch_bucket)
-        artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
-        table = dynamodb.TableV2.from_table_name(self, "RegistryTable", names.table)
-        endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
-        environment = {"SLUICE_BATCH_BUCKET": bucket.bucket_name}
+        self._layers = [platform.core_layer(self, bytecode=False), platform.batch_layer(self)]
+        storage = ImportedStorage(self, names)
+        bucket, self._table = storage.batch, storage.table
+        self._environment = {"SLUICE_BATCH_BUCKET": bucket.bucket_name}
 
-        def task(
-            id: str, purpose: str, *, memory_mb: int, timeout_s: int, description: str
-        ) -> SluiceFunction:
-            fn = SluiceFunction(
-                self,
-                id,
-                function_name=names.function(f"batch-{purpose}"),
-                handler=f"sluice.handlers.batch.{purpose.replace('-', '_')}",
-                description=description,
-                platform=platform,
-                layers=layers,
-                memory_mb=memory_mb,
-                timeout=Duration.seconds(timeout_s),
-                environment=environment,
-                reserved_concurrency=config.concurrency.reserved(f"batch-{purpose}"),
-            )
-            grant_registry(fn.role, table, actions=[*READ, *WRITE])
-            return fn
-
-        plan = task(
+        plan = self._task(
             "Plan",
             "plan",
             memory_mb=batch.plan_memory_mb,
@@ -108,7 +77,7 @@ class BatchStack(Stack):
             plan, plan.role, bucket, prefix=OUTBOX_PREFIX, delete=True, purpose="earlier results"
         )
 
-        score = task(
+        score = self._task(
             "Score",
             "score",
             memory_mb=batch.score_memory_mb,
@@ -126,11 +95,11 @@ class BatchStack(Stack):
             purpose="part and error files",
         )
         grant_objects(
-            score, score.role, artifacts, prefix=f"{ARTIFACTS_PREFIX}/", purpose="model artifacts"
+            score, score.role, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )
         grant_invoke_endpoints(score, score.role, endpoint_names)
 
-        finalize = task(
+        finalize = self._task(
             "Finalize",
             "finalize",
             memory_mb=1024,
@@ -147,49 +116,9 @@ class BatchStack(Stack):
             delete=True,  # a job cancelled while Finalize wrote its _SUCCESS gets it taken back
             purpose="manifests",
         )
+        self.catalog_database = self._catalog(batch.catalog_database, finalize)
 
-        # Queryable results: the one Glue database Finalize publishes job outputs to, as
-        # partitions of tables it creates on first use. Finalize may touch that database's
-        # tables and nothing else in the catalog.
-        self.catalog_database = glue.CfnDatabase(
-            self,
-            "CatalogDatabase",
-            catalog_id=self.account,
-            database_input=glue.CfnDatabase.DatabaseInputProperty(
-                name=batch.catalog_database,
-                description="sluice batch outputs: one partition (job=<id>) per successful job",
-            ),
-        )
-        finalize.function.add_environment("SLUICE_CATALOG_DATABASE", batch.catalog_database)
-        catalog_tables = self.format_arn(
-            service="glue", resource="table", resource_name=f"{batch.catalog_database}/*"
-        )
-        finalize.role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=[
-                    "glue:GetTable",
-                    "glue:CreateTable",
-                    "glue:GetPartition",
-                    "glue:CreatePartition",
-                    "glue:BatchCreatePartition",
-                ],
-                resources=[
-                    self.format_arn(service="glue", resource="catalog"),
-                    self.format_arn(
-                        service="glue", resource="database", resource_name=batch.catalog_database
-                    ),
-                    catalog_tables,
-                ],
-            )
-        )
-        acknowledge(
-            finalize.role,
-            wildcard_resource(self, catalog_tables),
-            "Finalize creates tables on first use, named after each tenant's table, and adds "
-            "partitions to them: only tables of sluice's own batch database.",
-        )
-
-        mark_failed = task(
+        mark_failed = self._task(
             "MarkFailed",
             "mark-failed",
             memory_mb=512,
@@ -212,23 +141,16 @@ class BatchStack(Stack):
         # A schedule's run asks Step Functions whether the run going is still alive (its
         # execution may have timed out or been stopped, which skips MarkFailed): the state
         # machine by name, as the API names it, since it refers to this function.
-        create_job = SluiceFunction(
-            self,
+        create_job = self._task(
             "CreateJob",
-            function_name=names.function("batch-create-job"),
-            handler="sluice.handlers.batch.create_job",
-            description="Creates the job an execution started with a job specification runs",
-            platform=platform,
-            layers=layers,
+            "create-job",
             memory_mb=512,
-            timeout=Duration.seconds(60),
+            timeout_s=60,
+            description="Creates the job an execution started with a job specification runs",
             environment={
-                **environment,
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(self, names.state_machine)}",
             },
-            reserved_concurrency=config.concurrency.batch_create_job,
         )
-        grant_registry(create_job.role, table, actions=[*READ, *WRITE])
         executions = executions_arn(self, names.state_machine)
         create_job.role.add_to_principal_policy(
             iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])
@@ -255,47 +177,22 @@ class BatchStack(Stack):
             tolerated_failure_percentage=batch.tolerated_failure_percentage,
             child_execution_type=sfn.StateMachineType[batch.child_execution_type],
             timeout=Duration.hours(batch.execution_timeout_hours),
-            log_retention=retention(config.log_retention_days),
-            retain_logs=config.storage.retain_data,
+            logs=platform.logs,
         )
         self.state_machine = self.workflow.state_machine
+        self._schedules()
 
-        # Batch schedules: the API creates and removes EventBridge Scheduler schedules in this
-        # group at run time; each one assumes this role, which may start this state machine
-        # and do nothing else, and only on behalf of schedules of this account.
-        self.schedule_group = scheduler.CfnScheduleGroup(
-            self, "ScheduleGroup", name=names.schedule_group
-        )
-        self.scheduler_role = iam.Role(
-            self,
-            "SchedulerRole",
-            role_name=names.scheduler_role,
-            description="EventBridge Scheduler starts the sluice batch state machine",
-            assumed_by=iam.ServicePrincipal(
-                "scheduler.amazonaws.com",
-                conditions={"StringEquals": {"aws:SourceAccount": self.account}},
-            ),
-        )
-        self.state_machine.grant_start_execution(self.scheduler_role)
-
-        self.on_upload = SluiceFunction(
-            self,
+        self.on_upload = self._task(
             "OnUpload",
-            function_name=names.function("batch-on-upload"),
-            handler="sluice.handlers.batch.on_upload",
-            description="Starts a batch job for a file put under inbox/",
-            platform=platform,
-            layers=layers,
+            "on-upload",
             memory_mb=512,
-            timeout=Duration.seconds(60),
+            timeout_s=60,
+            description="Starts a batch job for a file put under inbox/",
             environment={
-                **environment,
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{self.state_machine.state_machine_arn}",
             },
             invoked_async=True,
-            reserved_concurrency=config.concurrency.batch_on_upload,
         )
-        grant_registry(self.on_upload.role, table, actions=[*READ, *WRITE])
         grant_objects(
             self.on_upload, self.on_upload.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
         )
@@ -309,6 +206,91 @@ class BatchStack(Stack):
             s3.NotificationKeyFilter(prefix=INBOX_PREFIX),
         )
         self._acknowledge_notifications_handler()
+
+    def _task(
+        self,
+        id: str,
+        purpose: str,
+        *,
+        memory_mb: int,
+        timeout_s: int,
+        description: str,
+        environment: Mapping[str, str] | None = None,
+        invoked_async: bool = False,
+    ) -> SluiceFunction:
+        """`sluice.handlers.batch.<purpose>` as `<name>-batch-<purpose>`, with its reserved
+        concurrency, reading and writing tenants' registry items."""
+        fn = SluiceFunction(
+            self,
+            id,
+            function_name=self._names.function(f"batch-{purpose}"),
+            handler=f"sluice.handlers.batch.{purpose.replace('-', '_')}",
+            description=description,
+            platform=self._platform,
+            layers=self._layers,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(timeout_s),
+            environment={**self._environment, **(environment or {})},
+            invoked_async=invoked_async,
+            reserved_concurrency=self._concurrency.reserved(f"batch-{purpose}"),
+        )
+        grant_registry(fn.role, self._table, actions=[*READ, *WRITE])
+        return fn
+
+    def _catalog(self, database: str, finalize: SluiceFunction) -> glue.CfnDatabase:
+        """Queryable results: the one Glue database Finalize publishes job outputs to, as
+        partitions of tables it creates on first use. Finalize may touch that database's
+        tables and nothing else in the catalog."""
+        created = glue.CfnDatabase(
+            self,
+            "CatalogDatabase",
+            catalog_id=self.account,
+            database_input=glue.CfnDatabase.DatabaseInputProperty(
+                name=database,
+                description="sluice batch outputs: one partition (job=<id>) per successful job",
+            ),
+        )
+        finalize.function.add_environment("SLUICE_CATALOG_DATABASE", database)
+        tables = self.format_arn(service="glue", resource="table", resource_name=f"{database}/*")
+        finalize.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "glue:GetTable",
+                    "glue:CreateTable",
+                    "glue:GetPartition",
+                    "glue:CreatePartition",
+                    "glue:BatchCreatePartition",
+                ],
+                resources=[
+                    self.format_arn(service="glue", resource="catalog"),
+                    self.format_arn(service="glue", resource="database", resource_name=database),
+                    tables,
+                ],
+            )
+        )
+        acknowledge(
+            finalize.role,
+            wildcard_resource(self, tables),
+            "Finalize creates tables on first use, named after each tenant's table, and adds "
+            "partitions to them: only tables of sluice's own batch database.",
+        )
+        return created
+
+    def _schedules(self) -> None:
+        """Batch schedules: the API creates and removes EventBridge Scheduler schedules in this
+        group at run time; each one assumes this role, which may start this state machine and
+        do nothing else, and only on behalf of schedules of this account."""
+        self.schedule_group = scheduler.CfnScheduleGroup(
+            self, "ScheduleGroup", name=self._names.schedule_group
+        )
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            role_name=self._names.scheduler_role,
+            description="EventBridge Scheduler starts the sluice batch state machine",
+            assumed_by=scheduler_principal(self),
+        )
+        self.state_machine.grant_start_execution(self.scheduler_role)
 
     def _acknowledge_notifications_handler(self) -> None:
         handler = self.node.try_find_child(_NOTIFICATIONS_HANDLER_ID)

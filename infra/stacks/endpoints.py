@@ -7,25 +7,32 @@ API deploys at run time (`sluice-*`; see `grant_invoke_endpoints`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import CfnOutput, Stack
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.config import SluiceConfig
+from infra.config import EndpointConfig
+from infra.constructs.imported import ImportedStorage
 from infra.constructs.triton_endpoint import TritonEndpoint
 from infra.nag import acknowledge
 from infra.naming import ResourceNames
-from infra.stacks.storage import ARTIFACTS_PREFIX, RESULTS_PREFIX, UPLOADS_PREFIX
 
 
 class EndpointsStack(Stack):
     def __init__(
-        self, scope: Construct, id: str, *, config: SluiceConfig, names: ResourceNames, **kwargs
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        names: ResourceNames,
+        endpoints: Sequence[EndpointConfig],
+        **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
-        artifacts = s3.Bucket.from_bucket_name(self, "ArtifactsBucket", names.artifacts_bucket)
+        artifacts = ImportedStorage(self, names).artifacts
         self.endpoints: list[TritonEndpoint] = []
-        for endpoint in config.endpoints:
+        for endpoint in endpoints:
             triton = TritonEndpoint(
                 self,
                 f"Endpoint-{endpoint.name}",
@@ -34,16 +41,6 @@ class EndpointsStack(Stack):
                 variants=endpoint.variants,
                 model_bucket=artifacts,
                 asynchronous=endpoint.asynchronous,
-                results_prefix=(
-                    f"{ARTIFACTS_PREFIX}/{RESULTS_PREFIX}tenants/{endpoint.asynchronous.tenant}/"
-                    if endpoint.asynchronous is not None
-                    else None
-                ),
-                uploads_prefix=(
-                    f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}tenants/{endpoint.asynchronous.tenant}/"
-                    if endpoint.asynchronous is not None
-                    else None
-                ),
                 inference_components=endpoint.inference_components,
             )
             CfnOutput(

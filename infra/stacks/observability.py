@@ -1,5 +1,6 @@
 """One dashboard and the alarms that page: API errors and latency, Lambda errors and
-throttles, batch failures; per-deployment prediction metrics from the app's EMF output.
+throttles, batch failures, streams falling behind; per-deployment prediction metrics from the
+app's EMF output.
 
 Per-deployment series come from CloudWatch SEARCH expressions over the `sluice` namespace,
 so a new deployment shows up without redeploying this stack. (Alarms cannot use SEARCH;
@@ -9,32 +10,23 @@ they watch the API, the functions and the state machine instead.)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_cloudwatch as cw
-from aws_cdk import aws_cloudwatch_actions as cw_actions
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from infra.config import SluiceConfig, StreamConfig
+from infra.config import AlarmsConfig
 from infra.constructs.grants import state_machine_arn
-from infra.nag import acknowledge
+from infra.constructs.monitoring import Alarms, Metrics, percent, search, total
+from infra.constructs.stream_pipeline import StreamWatch
 from infra.naming import ResourceNames
-from infra.stacks.streams import dead_letter_queue_name, has_dead_letter_queue, source_queue_name
 
-METRICS_NAMESPACE = "sluice"
-FIVE_MINUTES = Duration.minutes(5)
-
-
-def search(metric: str, statistic: str, label: str, *dimensions: str) -> cw.MathExpression:
-    """One line per value of `dimensions` (dimension names are search terms) for `metric`."""
-    terms = " ".join((f'Namespace="{METRICS_NAMESPACE}"', f'MetricName="{metric}"', *dimensions))
-    return cw.MathExpression(
-        expression=f"SEARCH('{terms}', '{statistic}', 300)",
-        label=label,
-        period=FIVE_MINUTES,
-    )
+# The executions of the batch state machine that did not succeed (by the name of their metric).
+FAILED_EXECUTIONS = {
+    "failed": "ExecutionsFailed",
+    "timedOut": "ExecutionsTimedOut",
+    "aborted": "ExecutionsAborted",
+}
 
 
 class ObservabilityStack(Stack):
@@ -43,193 +35,149 @@ class ObservabilityStack(Stack):
         scope: Construct,
         id: str,
         *,
-        config: SluiceConfig,
         names: ResourceNames,
+        alarms: AlarmsConfig,
+        api_stage: str,
         function_names: Sequence[str],
+        streams: Sequence[StreamWatch],
         **kwargs,
     ) -> None:
+        """`function_names`: the functions the other stacks made; `streams`: what the streams
+        stack watches (none without it); `api_stage`: the REST API's stage."""
         super().__init__(scope, id, **kwargs)
-        alarms_config = config.alarms
-        self._stream_error_percent = alarms_config.stream_error_percent
-        api_dimensions = {"ApiName": names.rest_api, "Stage": config.api.stage_name}
-        machine_arn = state_machine_arn(self, names.state_machine)
-
-        def api_metric(name: str, statistic: str) -> cw.Metric:
-            return cw.Metric(
-                namespace="AWS/ApiGateway",
-                metric_name=name,
-                dimensions_map=api_dimensions,
-                statistic=statistic,
-                period=FIVE_MINUTES,
-            )
-
-        def lambda_metric(
-            function_name: str, name: str, statistic: str, *, labelled: bool = False
-        ) -> cw.Metric:
-            # A label turns an alarm's metric into a metric query; only graphs need one.
-            return cw.Metric(
-                namespace="AWS/Lambda",
-                metric_name=name,
-                dimensions_map={"FunctionName": function_name},
-                statistic=statistic,
-                period=FIVE_MINUTES,
-                label=function_name if labelled else None,
-            )
-
-        def batch_metric(name: str, statistic: str) -> cw.Metric:
-            return cw.Metric(
-                namespace="AWS/States",
-                metric_name=name,
-                dimensions_map={"StateMachineArn": machine_arn},
-                statistic=statistic,
-                period=FIVE_MINUTES,
-                label=name,
-            )
-
-        # Alarms -------------------------------------------------------------------------
-        self.topic: sns.Topic | None = None
-        if alarms_config.wants_topic:
-            self.topic = sns.Topic(
-                self,
-                "AlarmTopic",
-                topic_name=f"{config.name}-alarms",
-                display_name="sluice alarms",
-                enforce_ssl=True,
-            )
-            for index, email in enumerate(alarms_config.emails):
-                subscription = sns.Subscription(
-                    self,
-                    f"AlarmEmail{index}",
-                    topic=self.topic,
-                    protocol=sns.SubscriptionProtocol.EMAIL,
-                    endpoint=email,
-                )
-                acknowledge(
-                    subscription,
-                    "Serverless-SNSRedrivePolicy",
-                    "An e-mail notification of an alarm: SNS retries delivery, and the alarm's "
-                    "state and history stay in CloudWatch, so a dead-letter queue adds nothing.",
-                )
-        self.alarms: list[cw.Alarm] = []
-
-        def alarm(
-            id: str, metric: cw.IMetric, *, threshold: float, description: str, periods: int = 1
-        ) -> cw.Alarm:
-            created = cw.Alarm(
-                self,
-                id,
-                metric=metric,
-                threshold=threshold,
-                evaluation_periods=periods,
-                datapoints_to_alarm=periods,
-                alarm_description=description,
-                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-            )
-            if self.topic is not None:
-                created.add_alarm_action(cw_actions.SnsAction(self.topic))
-                created.add_ok_action(cw_actions.SnsAction(self.topic))
-            self.alarms.append(created)
-            return created
-
-        error_rate = cw.MathExpression(
-            expression="IF(requests > 0, 100 * errors / requests, 0)",
-            using_metrics={
-                "errors": api_metric("5XXError", "Sum"),
-                "requests": api_metric("Count", "Sum"),
-            },
-            label="5xx %",
-            period=FIVE_MINUTES,
+        metrics = Metrics(
+            rest_api=names.rest_api,
+            stage=api_stage,
+            state_machine_arn=state_machine_arn(self, names.state_machine),
         )
-        alarm(
+        self.alarms = Alarms(
+            self,
+            topic_name=names.alarm_topic if alarms.wants_topic else None,
+            emails=alarms.emails,
+        )
+        self.topic = self.alarms.topic
+        add = self.alarms.add
+        add(
             "Api5xxRate",
-            error_rate,
-            threshold=alarms_config.api_5xx_percent,
-            description=f"More than {alarms_config.api_5xx_percent}% of API requests failed with 5xx",
+            percent(
+                ("errors", metrics.api("5XXError", "Sum")),
+                ("requests", metrics.api("Count", "Sum")),
+                "5xx %",
+            ),
+            threshold=alarms.api_5xx_percent,
+            description=f"More than {alarms.api_5xx_percent}% of API requests failed with 5xx",
         )
-        alarm(
+        add(
             "ApiLatencyP99",
-            api_metric("Latency", "p99"),
-            threshold=alarms_config.api_p99_latency_ms,
+            metrics.api("Latency", "p99"),
+            threshold=alarms.api_p99_latency_ms,
             periods=3,
-            description=f"API p99 latency at or over {alarms_config.api_p99_latency_ms} ms for 15 minutes",
+            description=f"API p99 latency at or over {alarms.api_p99_latency_ms} ms for 15 minutes",
         )
         for function_name in function_names:
-            alarm(
+            add(
                 f"Errors-{function_name}",
-                lambda_metric(function_name, "Errors", "Sum"),
-                threshold=alarms_config.lambda_errors,
+                metrics.function(function_name, "Errors", "Sum"),
+                threshold=alarms.lambda_errors,
                 description=f"{function_name} is failing",
             )
-            alarm(
+            add(
                 f"Throttles-{function_name}",
-                lambda_metric(function_name, "Throttles", "Sum"),
-                threshold=alarms_config.lambda_throttles,
+                metrics.function(function_name, "Throttles", "Sum"),
+                threshold=alarms.lambda_throttles,
                 description=f"{function_name} is throttled",
             )
-        batch_failures = cw.MathExpression(
-            expression="failed + timedOut + aborted",
-            using_metrics={
-                "failed": batch_metric("ExecutionsFailed", "Sum"),
-                "timedOut": batch_metric("ExecutionsTimedOut", "Sum"),
-                "aborted": batch_metric("ExecutionsAborted", "Sum"),
-            },
-            label="batch jobs failed",
-            period=FIVE_MINUTES,
-        )
-        alarm(
+        add(
             "BatchFailures",
-            batch_failures,
-            threshold=alarms_config.batch_failures,
+            total(
+                {key: metrics.batch(name, "Sum") for key, name in FAILED_EXECUTIONS.items()},
+                "batch jobs failed",
+            ),
+            threshold=alarms.batch_failures,
             description="Batch jobs failed, timed out or were aborted",
         )
+        for stream in streams:
+            self._stream_alarms(stream, metrics, alarms.stream_error_percent)
+        self._dashboard(names, metrics, function_names)
 
-        for stream in config.streams:
-            self._stream_alarms(stream, names, alarm, lambda_metric)
+    def _stream_alarms(self, stream: StreamWatch, metrics: Metrics, error_percent: float) -> None:
+        """A stream falling behind (oldest message, iterator age, or offset lag), records in
+        its dead-letter queue, and the share of its invocations that failed."""
+        add, function_name = self.alarms.add, stream.function_name
+        behind: cw.IMetric
+        if stream.source_kind == "sqs":
+            behind = metrics.queue(stream.source_queue, "ApproximateAgeOfOldestMessage")
+            threshold: float = stream.iterator_age_alarm_s
+        elif stream.source_kind == "kinesis":
+            behind = metrics.function(function_name, "IteratorAge", "Maximum")
+            threshold = stream.iterator_age_alarm_s * 1000
+        else:
+            behind = metrics.function(function_name, "OffsetLag", "Maximum")
+            threshold = stream.offset_lag_alarm
+        add(
+            f"StreamBehind-{stream.name}",
+            behind,
+            threshold=threshold,
+            periods=3,
+            description=f"stream {stream.name} is falling behind its source",
+        )
+        if stream.dead_letter_queue is not None:
+            add(
+                f"StreamDeadLetters-{stream.name}",
+                metrics.queue(stream.dead_letter_queue, "ApproximateNumberOfMessagesVisible"),
+                threshold=1,
+                description=f"records of stream {stream.name} reached its dead-letter queue",
+            )
+        rate = percent(
+            ("errors", metrics.function(function_name, "Errors", "Sum")),
+            ("invocations", metrics.function(function_name, "Invocations", "Sum")),
+            f"{stream.name} errors %",
+        )
+        add(
+            f"StreamErrorRate-{stream.name}",
+            rate,
+            threshold=error_percent,
+            description=f"over {error_percent}% of stream {stream.name}'s invocations failed",
+        )
 
-        # Dashboard ----------------------------------------------------------------------
-        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=f"{config.name}-overview")
-
+    def _dashboard(
+        self, names: ResourceNames, metrics: Metrics, function_names: Sequence[str]
+    ) -> cw.Dashboard:
         def graph(
             title: str,
-            metrics: Sequence[cw.IMetric],
+            left: Sequence[cw.IMetric],
             *,
             width: int = 8,
             right: Sequence[cw.IMetric] = (),
         ) -> cw.GraphWidget:
             return cw.GraphWidget(
-                title=title, left=list(metrics), right=list(right), width=width, height=6
+                title=title, left=list(left), right=list(right), width=width, height=6
             )
 
+        def per_function(metric: str, statistic: str) -> list[cw.IMetric]:
+            return [metrics.function(n, metric, statistic, labelled=True) for n in function_names]
+
+        dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=names.dashboard)
         dashboard.add_widgets(
             cw.TextWidget(
-                markdown=f"# {config.name}\nAPI, functions, predictions per deployment, shadows and batch.",
+                markdown=f"# {names.prefix}\nAPI, functions, predictions per deployment, shadows and batch.",
                 width=24,
                 height=2,
             ),
             graph(
                 "API requests and errors",
-                [api_metric("Count", "Sum")],
-                right=[api_metric("4XXError", "Sum"), api_metric("5XXError", "Sum")],
+                [metrics.api("Count", "Sum")],
+                right=[metrics.api("4XXError", "Sum"), metrics.api("5XXError", "Sum")],
             ),
             graph(
                 "API latency (ms)",
-                [api_metric("Latency", stat) for stat in ("p50", "p90", "p99")]
-                + [api_metric("IntegrationLatency", "p99")],
+                [metrics.api("Latency", stat) for stat in ("p50", "p90", "p99")]
+                + [metrics.api("IntegrationLatency", "p99")],
             ),
-            cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=8, height=6),
-            graph(
-                "Lambda duration p99 (ms)",
-                [lambda_metric(n, "Duration", "p99", labelled=True) for n in function_names],
-            ),
-            graph(
-                "Lambda errors",
-                [lambda_metric(n, "Errors", "Sum", labelled=True) for n in function_names],
-            ),
-            graph(
-                "Lambda throttles",
-                [lambda_metric(n, "Throttles", "Sum", labelled=True) for n in function_names],
-            ),
+            cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms.created, width=8, height=6),
+            graph("Lambda duration p99 (ms)", per_function("Duration", "p99")),
+            graph("Lambda errors", per_function("Errors", "Sum")),
+            graph("Lambda throttles", per_function("Throttles", "Sum")),
             graph(
                 "Predictions per deployment",
                 [search("Predictions", "Sum", "predictions", "deployment")],
@@ -259,51 +207,13 @@ class ObservabilityStack(Stack):
             ),
             graph(
                 "Batch job duration (ms)",
-                [batch_metric("ExecutionTime", "Average"), batch_metric("ExecutionTime", "p90")],
+                [metrics.batch("ExecutionTime", "Average"), metrics.batch("ExecutionTime", "p90")],
             ),
             graph(
                 "Batch jobs",
-                [batch_metric(n, "Sum") for n in ("ExecutionsStarted", "ExecutionsSucceeded")],
-                right=[
-                    batch_metric(n, "Sum")
-                    for n in ("ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted")
-                ],
+                [metrics.batch(n, "Sum") for n in ("ExecutionsStarted", "ExecutionsSucceeded")],
+                right=[metrics.batch(n, "Sum") for n in FAILED_EXECUTIONS.values()],
                 width=16,
             ),
         )
-
-    def _stream_alarms(self, stream: StreamConfig, names: ResourceNames, alarm: Any, lambda_metric: Any) -> None:
-        """A stream falling behind (oldest message, iterator age, or offset lag), records in
-        its dead-letter queue, and the share of its invocations that failed."""
-        function_name = names.function(f"stream-{stream.name}")
-        kind = stream.source.kind
-
-        def queue_metric(queue: str, name: str) -> cw.Metric:
-            return cw.Metric(namespace="AWS/SQS", metric_name=name, dimensions_map={"QueueName": queue}, statistic="Maximum", period=FIVE_MINUTES)
-
-        if kind == "sqs":
-            behind: cw.IMetric = queue_metric(source_queue_name(names, stream), "ApproximateAgeOfOldestMessage")
-            threshold: float = stream.iterator_age_alarm_s
-        elif kind == "kinesis":
-            behind, threshold = lambda_metric(function_name, "IteratorAge", "Maximum"), stream.iterator_age_alarm_s * 1000
-        else:
-            behind, threshold = lambda_metric(function_name, "OffsetLag", "Maximum"), stream.offset_lag_alarm
-        alarm(f"StreamBehind-{stream.name}", behind, threshold=threshold, periods=3, description=f"stream {stream.name} is falling behind its source")
-        if has_dead_letter_queue(stream):
-            alarm(
-                f"StreamDeadLetters-{stream.name}",
-                queue_metric(dead_letter_queue_name(names, stream), "ApproximateNumberOfMessagesVisible"),
-                threshold=1,
-                description=f"records of stream {stream.name} reached its dead-letter queue",
-            )
-        rate = cw.MathExpression(
-            expression="IF(invocations > 0, 100 * errors / invocations, 0)",
-            using_metrics={
-                "errors": lambda_metric(function_name, "Errors", "Sum"),
-                "invocations": lambda_metric(function_name, "Invocations", "Sum"),
-            },
-            label=f"{stream.name} errors %",
-            period=FIVE_MINUTES,
-        )
-        percent = self._stream_error_percent
-        alarm(f"StreamErrorRate-{stream.name}", rate, threshold=percent, description=f"over {percent}% of stream {stream.name}'s invocations failed")
+        return dashboard

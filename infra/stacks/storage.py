@@ -6,50 +6,46 @@ when the stack is deleted unless the config says otherwise.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.config import SluiceConfig
-from infra.constructs.buckets import SecureBucket
+from infra.config import StorageConfig
+from infra.constructs.buckets import (
+    REMOVE_EXPIRED_DELETE_MARKERS,
+    SecureBucket,
+    expire,
+    expire_noncurrent,
+    noncurrent_cleanup,
+)
+from infra.constructs.logs import removal_policy
 from infra.nag import acknowledge
-from infra.naming import ResourceNames
+from infra.naming import (
+    CAPTURE_ERRORS_PREFIX,
+    CAPTURE_PREFIX,
+    INBOX_PREFIX,
+    OUTBOX_PREFIX,
+    RESULTS_PREFIX,
+    UPLOADS_PREFIX,
+    WORK_PREFIX,
+    ResourceNames,
+)
 
-ARTIFACTS_PREFIX = "artifacts"
-RESULTS_PREFIX = "results/"  # under the artifacts prefix: sluice.storage.results
-UPLOADS_PREFIX = "uploads/"  # under the artifacts prefix: sluice.storage.uploads
-# Push-by-URI reads model files from `imports/<tenant>/` in the artifacts bucket, and only there
-# (SLUICE_IMPORT_PREFIXES); tenants put them there with credentials of their own.
-IMPORTS_PREFIX = "imports/"
-INBOX_PREFIX = "inbox/"
-OUTBOX_PREFIX = "outbox/"
-WORK_PREFIX = "work/"
-# Data capture: the Firehose delivery stream writes `capture/tenant=…/deployment=…/dt=…/hour=…/`
-# and what it could not partition under `capture-errors/`.
-CAPTURE_PREFIX = "capture/"
-CAPTURE_ERRORS_PREFIX = "capture-errors/"
 TTL_ATTRIBUTE = "expires_at"
-
-
-def noncurrent_cleanup(days: int) -> list[s3.LifecycleRule]:
-    """In a versioned bucket an expiry or delete only adds a delete marker: these rules
-    remove the versions it hid after `days`, and then the markers left with nothing behind."""
-    return [
-        s3.LifecycleRule(
-            id="expire-noncurrent-versions",
-            noncurrent_version_expiration=Duration.days(days),
-        ),
-        s3.LifecycleRule(id="remove-expired-delete-markers", expired_object_delete_marker=True),
-    ]
 
 
 class StorageStack(Stack):
     def __init__(
-        self, scope: Construct, id: str, *, config: SluiceConfig, names: ResourceNames, **kwargs
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        names: ResourceNames,
+        storage: StorageConfig,
+        **kwargs,
     ) -> None:
         super().__init__(scope, id, **kwargs)
-        storage = config.storage
         retain = storage.retain_data
 
         access_logs = SecureBucket(
@@ -63,10 +59,7 @@ class StorageStack(Stack):
             retain=retain,
             access_logs=None,
             lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-access-logs",
-                    expiration=Duration.days(storage.access_log_expiry_days),
-                ),
+                expire(storage.access_log_expiry_days, id="expire-access-logs"),
                 *noncurrent_cleanup(storage.noncurrent_access_log_expiry_days),
             ],
         )
@@ -88,32 +81,24 @@ class StorageStack(Stack):
             access_logs=access_logs.bucket,
             access_logs_prefix="artifacts/",
             lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-noncurrent-versions",
-                    noncurrent_version_expiration=Duration.days(
-                        storage.noncurrent_artifact_expiry_days
-                    ),
-                ),
-                # Asynchronous predictions: inputs, records, answers and errors, per tenant
-                # under results/tenants/<tenant>/; transient, like batch files.
-                s3.LifecycleRule(
+                expire_noncurrent(storage.noncurrent_artifact_expiry_days),
+                # Transient, like batch files, and per tenant under <prefix>tenants/<tenant>/:
+                # asynchronous predictions' inputs, records, answers and errors; request
+                # bodies tenants uploaded (POST /api/v1/uploads), usable for an hour. What
+                # expiry hides goes a day later, not with the bucket's overwritten versions.
+                expire(
+                    storage.async_result_expiry_days,
+                    prefix=RESULTS_PREFIX,
                     id="expire-async-results",
-                    prefix=f"{ARTIFACTS_PREFIX}/{RESULTS_PREFIX}",
-                    expiration=Duration.days(storage.async_result_expiry_days),
-                    # The bucket is versioned: what expiry hides goes a day later, not in 90.
-                    noncurrent_version_expiration=Duration.days(1),
+                    noncurrent_days=1,
                 ),
-                # Request bodies tenants uploaded (POST /api/v1/uploads), under
-                # uploads/tenants/<tenant>/: usable for an hour, deleted after a day or more.
-                s3.LifecycleRule(
+                expire(
+                    storage.upload_expiry_days,
+                    prefix=UPLOADS_PREFIX,
                     id="expire-uploads",
-                    prefix=f"{ARTIFACTS_PREFIX}/{UPLOADS_PREFIX}",
-                    expiration=Duration.days(storage.upload_expiry_days),
-                    noncurrent_version_expiration=Duration.days(1),
+                    noncurrent_days=1,
                 ),
-                s3.LifecycleRule(
-                    id="remove-expired-delete-markers", expired_object_delete_marker=True
-                ),
+                REMOVE_EXPIRED_DELETE_MARKERS,
             ],
             # Browsers on these origins may post uploads' forms (presigned POSTs) straight
             # to the bucket; without any, only non-browser clients can.
@@ -129,43 +114,27 @@ class StorageStack(Stack):
             else None,
         ).bucket
 
+        # Inputs, outputs, work files and captured requests are transient and expire; the job
+        # record in the registry is what lasts.
+        expiring = {
+            INBOX_PREFIX: storage.inbox_expiry_days,
+            OUTBOX_PREFIX: storage.outbox_expiry_days,
+            WORK_PREFIX: storage.work_expiry_days,
+            CAPTURE_PREFIX: storage.capture_expiry_days,
+            CAPTURE_ERRORS_PREFIX: storage.capture_expiry_days,
+        }
         self.batch_bucket = SecureBucket(
             self,
             "Batch",
             bucket_name=names.batch_bucket,
-            # Inputs, outputs and work files are transient and expire; the job record in the
-            # registry is what lasts. Versioned so that a mistaken delete or overwrite of a
-            # job's results can be undone for a few days; those versions then expire.
+            # Versioned so that a mistaken delete or overwrite of a job's results can be
+            # undone for a few days; those versions then expire.
             versioned=True,
             retain=retain,
             access_logs=access_logs.bucket,
             access_logs_prefix="batch/",
             lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-inbox",
-                    prefix=INBOX_PREFIX,
-                    expiration=Duration.days(storage.inbox_expiry_days),
-                ),
-                s3.LifecycleRule(
-                    id="expire-outbox",
-                    prefix=OUTBOX_PREFIX,
-                    expiration=Duration.days(storage.outbox_expiry_days),
-                ),
-                s3.LifecycleRule(
-                    id="expire-work",
-                    prefix=WORK_PREFIX,
-                    expiration=Duration.days(storage.work_expiry_days),
-                ),
-                s3.LifecycleRule(
-                    id="expire-capture",
-                    prefix=CAPTURE_PREFIX,
-                    expiration=Duration.days(storage.capture_expiry_days),
-                ),
-                s3.LifecycleRule(
-                    id="expire-capture-errors",
-                    prefix=CAPTURE_ERRORS_PREFIX,
-                    expiration=Duration.days(storage.capture_expiry_days),
-                ),
+                *(expire(days, prefix=prefix) for prefix, days in expiring.items()),
                 *noncurrent_cleanup(storage.noncurrent_batch_expiry_days),
             ],
         ).bucket
@@ -186,5 +155,5 @@ class StorageStack(Stack):
             # CloudTrail, without a key policy for every reader to be added to.
             encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
             deletion_protection=retain,
-            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            removal_policy=removal_policy(retain),
         )

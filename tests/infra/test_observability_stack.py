@@ -18,6 +18,7 @@ FUNCTIONS = (
     "batch-finalize",
     "batch-mark-failed",
     "batch-on-upload",
+    "rollouts",
     "websocket",  # the full config turns the WebSocket API on
 )
 STREAMS = tuple(f"stream-{s['name']}" for s in FULL_CONFIG["streams"])
@@ -113,3 +114,21 @@ def test_alarms_notify_the_topic_when_configured(
     default.resource_count_is("AWS::SNS::Topic", 0)
     for alarm in properties(default, "AWS::CloudWatch::Alarm"):
         assert "AlarmActions" not in alarm
+
+
+def test_every_function_the_stacks_make_has_its_alarms(full_app: Synthesized) -> None:
+    """The app hands the observability stack the functions the other stacks made, not a list
+    of its own: none is left without alarms."""
+    made = {
+        props["FunctionName"]
+        for component in full_app.stacks
+        for props in properties(full_app.template(component), "AWS::Lambda::Function")
+        if isinstance(props.get("FunctionName"), str)  # CDK's own handlers have no name
+    }
+    watched = {
+        alarm["Dimensions"][0]["Value"]
+        for alarm in properties(full_app.template("observability"), "AWS::CloudWatch::Alarm")
+        if alarm.get("Namespace") == "AWS/Lambda" and alarm.get("MetricName") == "Throttles"
+    }
+    assert made == watched
+    assert {f"sluice-{f}" for f in FUNCTIONS + STREAMS} == made

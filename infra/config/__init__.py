@@ -1,0 +1,182 @@
+"""What a deployment of sluice looks like, read from one YAML file (`infra/sluice.yaml`).
+
+Every knob a platform engineer turns without writing CDK lives here: throttling and quotas,
+batch concurrency, retention, alarms, and the GPU endpoints. A few settings can also be
+given on the command line as CDK context (`cdk synth -c sluice:architecture=arm64`):
+`sluice:config` (another file), `sluice:architecture` and `sluice:python`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, field_validator, model_validator
+
+from infra.config.base import Section
+from infra.config.concurrency import UNRESERVED_MINIMUM, ConcurrencyConfig
+from infra.config.endpoints import (
+    AsyncInference,
+    EndpointConfig,
+    EndpointVariant,
+    InferenceComponents,
+)
+from infra.config.sections import (
+    AlarmsConfig,
+    ApiConfig,
+    BatchConfig,
+    FunctionsConfig,
+    PlanLimits,
+    StorageConfig,
+    TenantPlan,
+    WebSocketConfig,
+)
+from infra.config.streams import StreamConfig, StreamDestination, StreamSource
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "LOG_RETENTION",
+    "UNRESERVED_MINIMUM",
+    "AlarmsConfig",
+    "ApiConfig",
+    "AsyncInference",
+    "BatchConfig",
+    "ConcurrencyConfig",
+    "EndpointConfig",
+    "EndpointVariant",
+    "FunctionsConfig",
+    "InferenceComponents",
+    "PlanLimits",
+    "SluiceConfig",
+    "StorageConfig",
+    "StreamConfig",
+    "StreamDestination",
+    "StreamSource",
+    "TenantPlan",
+    "WebSocketConfig",
+    "load_config",
+]
+
+DEFAULT_CONFIG = Path(__file__).parents[1] / "sluice.yaml"
+
+# The values CloudWatch Logs accepts for a log group's retention, with the name CDK gives each
+# (`aws_logs.RetentionDays`; infra.constructs.logs reads it).
+LOG_RETENTION = {
+    1: "ONE_DAY",
+    3: "THREE_DAYS",
+    5: "FIVE_DAYS",
+    7: "ONE_WEEK",
+    14: "TWO_WEEKS",
+    30: "ONE_MONTH",
+    60: "TWO_MONTHS",
+    90: "THREE_MONTHS",
+    120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS",
+    180: "SIX_MONTHS",
+    365: "ONE_YEAR",
+    400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS",
+    731: "TWO_YEARS",
+    1096: "THREE_YEARS",
+    1827: "FIVE_YEARS",
+    2192: "SIX_YEARS",
+    2557: "SEVEN_YEARS",
+    2922: "EIGHT_YEARS",
+    3288: "NINE_YEARS",
+    3653: "TEN_YEARS",
+}
+
+
+class SluiceConfig(Section):
+    name: str = Field(
+        "sluice",
+        pattern=r"^[a-z][a-z0-9-]{0,15}$",
+        description="Prefix of stack and resource names.",
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+    log_retention_days: int = 30
+    functions: FunctionsConfig = FunctionsConfig()
+    storage: StorageConfig = StorageConfig()
+    api: ApiConfig = ApiConfig()
+    websocket: WebSocketConfig = WebSocketConfig()
+    batch: BatchConfig = BatchConfig()
+    alarms: AlarmsConfig = AlarmsConfig()
+    concurrency: ConcurrencyConfig = ConcurrencyConfig()
+    endpoints: tuple[EndpointConfig, ...] = ()
+    streams: tuple[StreamConfig, ...] = Field(
+        (), description="Event sources scored as they arrive (see docs/streaming.md)."
+    )
+
+    @field_validator("streams")
+    @classmethod
+    def _unique_streams(cls, streams: tuple[StreamConfig, ...]) -> tuple[StreamConfig, ...]:
+        if len({s.name for s in streams}) != len(streams):
+            raise ValueError("stream names must be unique")
+        return streams
+
+    @model_validator(mode="after")
+    def _stream_concurrency(self) -> SluiceConfig:
+        reserved = self.concurrency.total + sum(s.reserved_concurrency or 0 for s in self.streams)
+        room = self.concurrency.account_limit - UNRESERVED_MINIMUM
+        if self.streams and reserved > room:
+            raise ValueError(
+                f"reserved concurrency with the streams adds up to {reserved}; at most {room} "
+                "may be reserved"
+            )
+        return self
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, days: int) -> int:
+        if days not in LOG_RETENTION:
+            raise ValueError(f"log_retention_days must be one of {tuple(LOG_RETENTION)}")
+        return days
+
+    @model_validator(mode="after")
+    def _websocket_capacity(self) -> SluiceConfig:
+        reserved = self.websocket.reserved_concurrency if self.websocket.enabled else None
+        limit = self.concurrency.account_limit - UNRESERVED_MINIMUM
+        if reserved is not None and self.concurrency.total + reserved > limit:
+            raise ValueError(
+                f"reserved concurrency adds up to {self.concurrency.total + reserved} with "
+                f"websocket.reserved_concurrency, but at most {limit} may be reserved"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _score_capacity(self) -> SluiceConfig:
+        score = self.concurrency.batch_score
+        if score is not None and self.batch.max_concurrency > score:
+            raise ValueError(
+                f"batch.max_concurrency ({self.batch.max_concurrency}) exceeds "
+                f"concurrency.batch_score ({score}): the extra chunks would only be throttled"
+            )
+        return self
+
+    @field_validator("endpoints")
+    @classmethod
+    def _unique_endpoints(cls, endpoints: tuple[EndpointConfig, ...]) -> tuple[EndpointConfig, ...]:
+        if len({e.name for e in endpoints}) != len(endpoints):
+            raise ValueError("endpoint names must be unique")
+        return endpoints
+
+    def with_overrides(self, **sections: Any) -> SluiceConfig:
+        """A copy with some fields replaced, validated like the file."""
+        return SluiceConfig.model_validate(self.model_dump() | sections)
+
+
+def load_config(
+    path: Path | str = DEFAULT_CONFIG, *, context: dict[str, Any] | None = None
+) -> SluiceConfig:
+    """Read the config file, then apply the `sluice:*` context overrides."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    context = context or {}
+    functions = dict(raw.get("functions") or {})
+    if context.get("sluice:architecture"):
+        functions["architecture"] = str(context["sluice:architecture"])
+    if context.get("sluice:python"):
+        functions["python"] = str(context["sluice:python"])
+    return SluiceConfig.model_validate(raw | {"functions": functions})

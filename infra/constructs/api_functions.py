@@ -1,0 +1,353 @@
+"""The functions that answer requests: the API function, its key authorizer, and the shadow
+function the predicting functions hand shadow jobs to.
+
+Each role gets exactly what its code calls (docs/deploy-aws.md, "What the API function may
+do"). The API function reaches a tenant's registry items only through `TenantRegistryRole`,
+assumed per request, and signs upload forms as `UploadSignerRole`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.constructs.capture import CaptureTarget
+from infra.constructs.endpoint_lifecycle import EndpointLifecycle
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.grants import (
+    executions_arn,
+    grant_invoke_endpoints,
+    grant_invoke_endpoints_async,
+    grant_objects,
+    role_arn,
+    schedules_arn,
+    state_machine_arn,
+)
+from infra.constructs.python_layer import PythonLayer
+from infra.constructs.registry_access import (
+    DELETE,
+    KEY_ITEMS,
+    READ,
+    WRITE,
+    TenantRegistryRole,
+    grant_registry,
+)
+from infra.constructs.upload_signer import UploadSignerRole
+from infra.nag import acknowledge, wildcard_resource
+from infra.naming import (
+    CAPTURE_PREFIX,
+    IMPORTS_PREFIX,
+    OUTBOX_PREFIX,
+    STORE_PREFIX,
+    UPLOADS_PREFIX,
+)
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """Where a predicting function hands its shadow jobs: the shadow function, as
+    SLUICE_MIRROR names it, and the ARN it may invoke."""
+
+    target: str
+    arn: str
+
+    @classmethod
+    def named(cls, scope: Construct, function_name: str) -> Mirror:
+        """The shadow function of another stack, by name."""
+        arn = Stack.of(scope).format_arn(
+            service="lambda",
+            resource="function",
+            resource_name=function_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return cls(target=function_name, arn=arn)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"SLUICE_MIRROR": f"lambda://{self.target}"}
+
+    def grant_invoke(self, role: iam.IRole) -> None:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.arn])
+        )
+
+
+class ShadowFunction(SluiceFunction):
+    """Runs shadow mirrors off the request path (invoked asynchronously) and records agreement."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        function_name: str,
+        platform: FunctionPlatform,
+        layers: Sequence[PythonLayer],
+        memory_mb: int,
+        timeout_s: int,
+        reserved_concurrency: int | None,
+        snap_start: bool,
+        environment: Mapping[str, str],
+        table: dynamodb.ITableV2,
+        artifacts: s3.IBucket,
+        endpoint_names: Sequence[str],
+    ) -> None:
+        super().__init__(
+            scope,
+            id,
+            function_name=function_name,
+            handler="sluice.handlers.shadow.handler",
+            description="Runs shadow mirrors off the request path and records agreement",
+            platform=platform,
+            layers=layers,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(timeout_s),
+            invoked_async=True,
+            reserved_concurrency=reserved_concurrency,
+            snap_start=snap_start,
+            environment=environment,
+        )
+        grant_registry(self.role, table, actions=[*READ, *WRITE])
+        grant_objects(
+            self,
+            self.role,
+            artifacts,
+            prefix=STORE_PREFIX,
+            purpose="model artifacts and request bodies too large for an async invoke",
+        )
+        grant_invoke_endpoints(self, self.role, endpoint_names)
+
+    @property
+    def mirror(self) -> Mirror:
+        """By name, or its `live` alias when it runs from a SnapStart snapshot."""
+        target = self.function.function_name
+        if self.alias is not None:
+            target = f"{target}:{self.alias.alias_name}"
+        return Mirror(target=target, arn=self.invocable.function_arn)
+
+
+class AuthorizerFunction(SluiceFunction):
+    """Checks API keys for API Gateway (REST and WebSocket) and names the caller's usage plan:
+    `<usage_key_prefix><tenant>` for the tenants with a plan of their own."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        function_name: str,
+        platform: FunctionPlatform,
+        layers: Sequence[PythonLayer],
+        memory_mb: int,
+        reserved_concurrency: int | None,
+        usage_key_prefix: str,
+        tenants_with_plans: Sequence[str],
+        table: dynamodb.ITableV2,
+    ) -> None:
+        super().__init__(
+            scope,
+            id,
+            function_name=function_name,
+            handler="sluice.handlers.authorizer.handler",
+            description="Checks API keys for API Gateway and names the caller's usage plan",
+            platform=platform,
+            layers=layers,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(10),
+            reserved_concurrency=reserved_concurrency,
+            environment={
+                "SLUICE_USAGE_KEY_PREFIX": usage_key_prefix,
+                "SLUICE_USAGE_TENANTS": ",".join(tenants_with_plans),
+            },
+        )
+        # Keys are looked up by id before the tenant is known: K# items only, GetItem only.
+        grant_registry(self.role, table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
+
+
+@dataclass(frozen=True)
+class BatchControl:
+    """What the API starts, stops and schedules in the batch stack, by name."""
+
+    state_machine: str
+    schedule_group: str
+    scheduler_role: str
+
+
+class ApiFunction:
+    """The API function ("Handler"), with the tenant registry role ("TenantRegistry") and the
+    upload signer ("UploadSigner") it assumes, built into `scope` (the API stack)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        function_name: str,
+        platform: FunctionPlatform,
+        layers: Sequence[PythonLayer],
+        memory_mb: int,
+        timeout_s: int,
+        reserved_concurrency: int | None,
+        snap_start: bool,
+        environment: Mapping[str, str],
+        prediction_cache_shared: bool,
+        table: dynamodb.ITableV2,
+        artifacts: s3.IBucket,
+        batch_bucket: s3.IBucket,
+        mirror: Mirror,
+        capture: CaptureTarget,
+        endpoints: EndpointLifecycle,
+        endpoint_names: Sequence[str],
+        batch: BatchControl,
+    ) -> None:
+        self.function = fn = SluiceFunction(
+            scope,
+            "Handler",
+            function_name=function_name,
+            handler="sluice.handlers.api.handler",
+            description="The sluice API (FastAPI through Mangum)",
+            platform=platform,
+            layers=layers,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(timeout_s),
+            reserved_concurrency=reserved_concurrency,
+            snap_start=snap_start,
+            environment={
+                **environment,
+                **mirror.environment,
+                "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(scope, batch.state_machine)}",
+                "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
+                "SLUICE_IMPORT_PREFIXES": json.dumps(
+                    [f"s3://{artifacts.bucket_name}/{IMPORTS_PREFIX}{{tenant}}/"]
+                ),
+                "SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN": endpoints.execution_role.role_arn,
+                "SLUICE_PREDICTION_CACHE_SHARED": str(prediction_cache_shared).lower(),
+                **capture.environment,
+            },
+        )
+        role = fn.role
+        # Data capture: records of deployments that turn it on, to this one delivery stream.
+        capture.grant_put(role)
+        # The API's own credentials reach API key items alone (looked up by id, before the
+        # tenant is known; their key holds no tenant). Every tenant partition is reached per
+        # request with credentials confined to the request's tenant, below.
+        grant_registry(
+            role, table, actions=[*READ, *WRITE, "dynamodb:DeleteItem"], partitions=[KEY_ITEMS]
+        )
+        # Credentials confined to one tenant's items, for the API to use per request.
+        self.tenant_registry = TenantRegistryRole(
+            scope, "TenantRegistry", table=table, caller=role, actions=[*READ, *WRITE, *DELETE]
+        )
+        fn.function.add_environment("SLUICE_TENANT_ROLE_ARN", self.tenant_registry.role.role_arn)
+        # Uploads' presigned POSTs are signed as this role, assumed per tenant: it may put
+        # objects under that tenant's uploads prefix only (the function's own object grant
+        # below covers reading them).
+        self.upload_signer = UploadSignerRole(
+            scope, "UploadSigner", bucket=artifacts, uploads_prefix=UPLOADS_PREFIX, caller=role
+        )
+        fn.function.add_environment(
+            "SLUICE_UPLOAD_SIGNER_ROLE_ARN", self.upload_signer.role.role_arn
+        )
+        self._grant_objects(fn, artifacts, batch_bucket)
+        grant_invoke_endpoints(fn, role, endpoint_names)
+        grant_invoke_endpoints_async(fn, role, endpoint_names)
+        manage = endpoints.grant_manage(role)
+        fn.function.node.add_dependency(manage)
+        # The mirror calls the function by name, or its `live` alias under SnapStart.
+        mirror.grant_invoke(role)
+        self._grant_batch(scope, fn, batch)
+
+    @staticmethod
+    def _grant_objects(fn: SluiceFunction, artifacts: s3.IBucket, batch_bucket: s3.IBucket) -> None:
+        grant_objects(
+            fn,
+            fn.role,
+            artifacts,
+            prefix=STORE_PREFIX,
+            write=True,
+            delete=True,
+            purpose="model uploads, oversized shadow bodies, asynchronous results and uploaded request bodies",
+        )
+        grant_objects(
+            fn,
+            fn.role,
+            artifacts,
+            prefix=IMPORTS_PREFIX,
+            purpose="push-by-URI reads model files tenants put under imports/<tenant>/",
+        )
+        grant_objects(
+            fn,
+            fn.role,
+            batch_bucket,
+            prefix=OUTBOX_PREFIX,
+            purpose="reading the results of batch jobs",
+        )
+        grant_objects(
+            fn,
+            fn.role,
+            batch_bucket,
+            prefix=CAPTURE_PREFIX,
+            purpose="replay reads the captured requests of the caller's tenant",
+        )
+
+    @staticmethod
+    def _grant_batch(scope: Construct, fn: SluiceFunction, batch: BatchControl) -> None:
+        """Batch jobs: starting and stopping executions of the batch state machine, and batch
+        schedules (EventBridge Scheduler schedules in the batch stack's group, each assuming
+        the batch stack's scheduler role, passed to Scheduler and nothing else)."""
+        role = fn.role
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["states:StartExecution"],
+                resources=[state_machine_arn(scope, batch.state_machine)],
+            )
+        )
+        schedules = schedules_arn(scope, batch.schedule_group)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=[
+                    "scheduler:CreateSchedule",
+                    "scheduler:UpdateSchedule",
+                    "scheduler:DeleteSchedule",
+                    "scheduler:GetSchedule",
+                ],
+                resources=[schedules],
+            )
+        )
+        scheduler_role = role_arn(scope, batch.scheduler_role)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[scheduler_role],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            )
+        )
+        fn.function.add_environment("SLUICE_SCHEDULE_GROUP", batch.schedule_group)
+        fn.function.add_environment("SLUICE_SCHEDULER_ROLE_ARN", scheduler_role)
+        acknowledge(
+            fn,
+            wildcard_resource(scope, schedules),
+            "Batch schedules are created at run time, one per tenant schedule, named "
+            "<tenant>.<name>; only schedules in sluice's own schedule group.",
+        )
+        # Cancelling a job stops its execution, which is named after the job id; reading a
+        # job describes it, to find one that ended without MarkFailed (timed out, stopped).
+        executions = executions_arn(scope, batch.state_machine)
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["states:StopExecution", "states:DescribeExecution"], resources=[executions]
+            )
+        )
+        acknowledge(
+            fn,
+            wildcard_resource(scope, executions),
+            "Cancelling a batch job stops its execution, and reading one describes it, named "
+            "after the job id at run time; only executions of the sluice batch state machine, "
+            "and only StopExecution and DescribeExecution.",
+        )
