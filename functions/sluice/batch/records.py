@@ -55,8 +55,7 @@ class Grammar:
     """How one text format splits into records."""
 
     name: str
-    quoting: bool  # fields may be quoted, and a quoted field may hold line ends (CSV)
-    line_ends: bytes  # the bytes a record's line end is made of
+    quoting: bool  # fields may be quoted, and a quoted field may hold line ends (CSV); else \n ends a record
 
     def scanner(self, at: int, *, inside: bool = False, prev: int = NEWLINE) -> RecordScanner:
         return RecordScanner(at, inside=inside, prev=prev, quoting=self.quoting)
@@ -74,7 +73,7 @@ class Grammar:
             return lengths
         arr = np.frombuffer(data, dtype=np.uint8)
         last = stops - 1
-        ends_line = np.isin(arr[last], np.frombuffer(self.line_ends, dtype=np.uint8))
+        ends_line = (arr[last] == NEWLINE) | (arr[last] == CARRIAGE) if self.quoting else arr[last] == NEWLINE
         lengths = lengths - ends_line
         if self.quoting:  # the \r of a \r\n
             crlf = ends_line & (arr[last] == NEWLINE) & (lengths > 0) & (arr[np.maximum(last - 1, 0)] == CARRIAGE)
@@ -82,8 +81,8 @@ class Grammar:
         return lengths
 
 
-CSV = Grammar("csv", quoting=True, line_ends=b"\r\n")
-JSON_LINES = Grammar("jsonl", quoting=False, line_ends=b"\n")
+CSV = Grammar("csv", quoting=True)
+JSON_LINES = Grammar("jsonl", quoting=False)
 
 
 def grammar_of(fmt: str) -> Grammar:
@@ -324,7 +323,7 @@ def read_range(
         stops = np.append(stops, stop)  # the last record, with no line end at the end of the input
     starts = np.concatenate(([begin], stops[:-1])).astype(np.int64)
     records = Records(uri, first, len(stops), starts, stops.astype(np.int64))
-    data = bytes(buffer[begin - at : stop - at])
+    data = bytes(memoryview(buffer)[begin - at : stop - at])
     return Owned(grammar, data, begin, records, grammar.content_lengths(data, starts - begin, records.stops - begin))
 
 
