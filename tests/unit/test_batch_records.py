@@ -360,7 +360,8 @@ def object_lines(draw: st.DrawFn) -> bytes:
 def test_the_json_lines_fast_path_reads_what_the_slow_path_reads(tmp_path: Path, data: bytes) -> None:
     import pyarrow as pa
 
-    from sluice.batch.readers import _jsonl, _jsonl_by_line, _one_object_per_line, owned_by
+    from sluice.batch.json_lines import _jsonl_by_line, _one_object_per_line, read_json_lines
+    from sluice.batch.readers import owned_by
 
     path = tmp_path / "in.jsonl"
     path.write_bytes(data)
@@ -370,7 +371,7 @@ def test_the_json_lines_fast_path_reads_what_the_slow_path_reads(tmp_path: Path,
     spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "jsonl", "jsonl", "file:///out/", ("id",), tuple(columns))
     feeds = [Feed("x", ("x",), "FP64", stacked=False)]
     owned = owned_by(files, spec, chunks[0])
-    fast = _jsonl(owned, spec, chunks[0], feeds, ["id", "x"])
+    fast = read_json_lines(owned, spec, chunks[0], feeds, ["id", "x"])
     slow = _jsonl_by_line(owned, chunks[0], pa.schema([("id", pa.string()), ("x", pa.float64())]), feeds)
     assert np.equal(slow.reasons, None).all() and not slow.dropped, data
     assert _one_object_per_line(owned) and fast.reasons is None, data  # the fast path was taken
