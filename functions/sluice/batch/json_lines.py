@@ -28,7 +28,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
     records = owned.records
     n = len(records)
     check_rows(chunk, n)
-    types = arrow_types(spec, feeds, text_features=False)
+    types = arrow_types(spec, feeds, text_features=False, lists=True)
     if not n:
         return Piece(pa.table({c: pa.array([], type=types.get(c, pa.string())) for c in columns}), np.empty(0, np.int64), records=records)
     schema = pa.schema([(c, types.get(c, pa.string())) for c in columns])
@@ -143,6 +143,7 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
     from sluice.batch.columns import parse_number
 
     numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
+    listed = {name for feed in feeds if feed.width is not None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
     values: dict[str, list[Any]] = {f.name: [] for f in schema}
     rows: list[int] = []
     reasons: list[str | None] = []
@@ -175,6 +176,9 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
             elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
                 reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
                 value = None
+            elif value is not None and f.name in listed:
+                value, wrong = _numbers(value)
+                reason = reason or (wrong and f"'{f.name}' must hold a list of numbers: {wrong}")
             elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
                 value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
             elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
@@ -187,6 +191,23 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
         reasons.append(reason)
     table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
     return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped, records=owned.records)
+
+
+def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:
+    """A JSON list of numbers (or of numbers written as text) as floats, or why it is not one."""
+    from sluice.batch.columns import parse_number
+
+    if not isinstance(value, list):
+        return None, repr(str(value)[:40])
+    out: list[float | None] = []
+    for item in value:
+        if item is None or (isinstance(item, int | float) and not isinstance(item, bool)):
+            out.append(None if item is None else float(item))
+        elif isinstance(item, str) and (number := parse_number(item)) is not None:
+            out.append(number)
+        else:
+            return None, repr(str(item)[:40])
+    return out, None
 
 
 def _fits(value: Any, arrow_type: Any) -> bool:

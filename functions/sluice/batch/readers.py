@@ -176,14 +176,19 @@ def is_utf8(data: bytes) -> bool:
     return True
 
 
-def arrow_types(spec: JobSpec, feeds: list[Feed], *, text_features: bool) -> dict[str, Any]:
+def arrow_types(spec: JobSpec, feeds: list[Feed], *, text_features: bool, lists: bool = False) -> dict[str, Any]:
+    """The type each column is read as. `lists`: the format holds lists (JSON Lines), so an
+    input of `k` numbers per row is read as a list of them."""
     import pyarrow as pa
 
     types: dict[str, Any] = {}
     for feed in feeds:
         for name in feed.columns:
             numeric = V2_TO_NUMPY[feed.datatype].kind in "fiub"
-            types[name] = pa.float64() if numeric and not text_features and feed.width is None else pa.string()
+            if feed.width is not None:
+                types[name] = pa.list_(pa.float64()) if numeric and lists else pa.string()
+            else:
+                types[name] = pa.float64() if numeric and not text_features else pa.string()
     for key in spec.key_columns:
         types[key] = pa.string()  # keys of text inputs are text: "c-1041" and 1041 alike
     return types

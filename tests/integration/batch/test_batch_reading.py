@@ -259,6 +259,29 @@ def test_json_lines_give_the_records_json_loads_reads(batch: Container, acme: Pr
     _check_scored(job, scored)
 
 
+# An input of k numbers per row, as a JSON list -----------------------------------------------------
+@pytest.mark.parametrize("bad", [False, True])
+def test_json_lines_lists_feed_an_input_of_k_numbers(batch: Container, acme: Principal, tmp_path: Path, bad: bool) -> None:
+    from tests.conftest import MODELS as models
+
+    version = batch.models.push(acme, "iris-lists", (models / "iris.onnx").read_bytes(), feature_names=[])  # one input [batch, 4]
+    batch.deployments.create(acme, "iris-lists", {"kind": "single", "model": "iris-lists", "version": version.version})
+    rows = iris_rows(1200)
+    lines = [json.dumps({"id": r["id"], "input": [r[f] for f in FEATURES]}).encode() for r in rows]
+    failed: dict[int, str] = {}
+    if bad:  # each fails alone; the others are read line by line
+        lines[5] = json.dumps({"id": "short", "input": [1.0, 2.0]}).encode()
+        lines[9] = json.dumps({"id": "word", "input": [1.0, "x", 2.0, 3.0]}).encode()
+        failed = {5: "'input' must hold 4 values", 9: "'input' must hold a list of numbers: 'x'"}
+    path = tmp_path / "lists.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    job = run_job(batch, acme, path, deployment="iris-lists", key_columns=["id"])
+    assert job.status == "SUCCEEDED", job.error
+    assert (job.rows_in, job.rows_out, job.rows_failed) == (1200, 1200 - len(failed), len(failed))
+    assert {e["row"]: e["reason"] for e in read_errors(job)} == failed
+    _check_scored(job, {r["id"]: [r[f] for f in FEATURES] for i, r in enumerate(rows) if i not in failed})
+
+
 # 7. Bytes that are not UTF-8 ------------------------------------------------------------------------
 def test_a_byte_that_is_not_utf8_in_a_csv_key_or_feature_fails_its_row_alone(batch: Container, acme: Principal, tmp_path: Path) -> None:
     rows = iris_rows(2000)
