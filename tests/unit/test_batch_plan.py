@@ -13,7 +13,7 @@ from sluice.batch.columns import Feed, feed_arrays, plan_feeds
 from sluice.batch.files import Files
 from sluice.batch.outputs import prediction_columns
 from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
-from sluice.batch.readers import _region
+from sluice.batch.readers import owned_by
 from sluice.domain.errors import BadRequest, Conflict, InvalidInput
 from sluice.domain.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
 from sluice.domain.results import InferenceResult
@@ -60,7 +60,7 @@ def test_text_chunks_own_each_line_exactly_once(tmp_path: Path, seed: int) -> No
     spec = JobSpec("acme", "job-1", "d", job.input_uri, stat.version, job.format, job.format, "file:///out/", (), tuple(columns))
     seen: list[str] = []
     for chunk in chunks:
-        region = _region(files, spec, chunk).decode()
+        region = owned_by(files, spec, chunk).data.decode()
         got = region[:-1].split("\n") if region.endswith("\n") else region.split("\n")
         assert len(got) == chunk.rows
         assert chunk.first_row == len(seen)
@@ -73,10 +73,10 @@ def test_a_chunk_starting_mid_line_owns_the_next_line(tmp_path: Path) -> None:
     path.write_bytes(b"aaaa\nbbbb\ncccc\n")
     files = Files()
     spec = JobSpec("t", "j", "d", path.as_uri(), files.stat(path.as_uri()).version, "jsonl", "jsonl", "", (), ())
-    assert _region(files, spec, Chunk(0, 0, 2, 0, 6)) == b"aaaa\nbbbb\n"  # reads past its end
-    assert _region(files, spec, Chunk(1, 2, 1, 6, 15)) == b"cccc\n"  # skips the partial line
-    assert _region(files, spec, Chunk(1, 1, 1, 5, 10)) == b"bbbb\n"  # starts on a line start
-    assert _region(files, spec, Chunk(1, 0, 0, 11, 13)) == b""  # no line starts inside
+    assert owned_by(files, spec, Chunk(0, 0, 2, 0, 6)).data == b"aaaa\nbbbb\n"  # reads past its end
+    assert owned_by(files, spec, Chunk(1, 2, 1, 6, 15)).data == b"cccc\n"  # skips the partial line
+    assert owned_by(files, spec, Chunk(1, 1, 1, 5, 10)).data == b"bbbb\n"  # starts on a line start
+    assert owned_by(files, spec, Chunk(1, 0, 0, 11, 13)).data == b""  # no line starts inside
 
 
 def test_formats_come_from_the_name_and_compressed_text_is_refused() -> None:

@@ -165,7 +165,7 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = _plain(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     n = len(array)
     if array.null_count:
         blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
@@ -186,6 +186,18 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
         array = array.fill_null(0)
     values = array.to_numpy(zero_copy_only=False)
     return _as_dtype(values, name, datatype, reasons)
+
+
+def _plain(array: Any) -> Any:
+    """The values themselves: a dictionary-encoded column (as Parquet writers often store
+    text, numbers as text included) decoded, a string view made a string."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_string_view(array.type):
+        array = array.cast(pa.string())
+    return array
 
 
 def _as_dtype(values: np.ndarray, name: str, datatype: str, reasons: np.ndarray) -> np.ndarray:
@@ -272,7 +284,7 @@ def _lists(column: Any, name: str, datatype: str, width: int, reasons: np.ndarra
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = _plain(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     n = len(array)
     dtype = V2_TO_NUMPY[datatype]
     out = np.zeros((n, width), dtype=dtype)

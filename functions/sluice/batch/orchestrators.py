@@ -229,10 +229,10 @@ class LocalOrchestrator:
         if runner.registry.get_job(tenant, job_id).status == "CANCELLED":
             return runner.cancelled(tenant, job_id)
         if failures:
-            first = failures[0]
+            index, error = failures[0]
+            tried = f"after {self.attempts} attempts" if _retried(error) and self.attempts > 1 else "(not retried)"
             return runner.mark_failed(
-                tenant, job_id, error=type(first[1]).__name__,
-                cause=f"chunk {first[0]} failed after {self.attempts} attempts: {_message(first[1])}",
+                tenant, job_id, error=type(error).__name__, cause=f"chunk {index} failed {tried}: {_message(error)}",
             )  # fmt: skip
         if left:  # the service is stopping: the chunks recorded stand, the job does not finish
             return self._stop_job(tenant, job_id, "the service stopped before the job finished")
@@ -291,15 +291,18 @@ class LocalOrchestrator:
         for attempt in range(1, self.attempts + 1):
             try:
                 return self.runner.score(spec, chunk, threads=threads)
-            except SluiceError as exc:
-                if exc.status < 500 or attempt == self.attempts:
-                    raise
-            except Exception:
-                if attempt == self.attempts:
+            except Exception as exc:
+                if not _retried(exc) or attempt == self.attempts:
                     raise
             if self._stopping.wait(self.backoff_s * 2 ** (attempt - 1)):
                 break  # no more tries: the chunk is left unscored, as the service stops
         return {"index": chunk.index, "skipped": STOPPING}
+
+
+def _retried(error: BaseException) -> bool:
+    """Whether a chunk that failed so is tried again: not when the request itself is refused
+    (a malformed chunk, a missing deployment: the same bytes would fail again)."""
+    return not (isinstance(error, SluiceError) and error.status < 500)
 
 
 def _message(error: BaseException) -> str:

@@ -3,15 +3,16 @@
 - Parquet: by whole row groups, merged up to the target row count; a group larger than the
   target is a chunk of its own (a range inside a group would decode the group from its
   start again). The row count is exact from the footer.
-- CSV and JSON Lines: by byte ranges of the target size. A chunk owns the lines that *start*
-  inside its range, as Hadoop's TextInputFormat does: it skips the partial line it starts in
-  (unless it starts at the beginning of the data) and reads past its end to finish its last
-  line, so no boundary has to fall on a newline. Plan also counts the records each chunk
-  owns (one streaming pass, chunks counted in parallel), which gives every row its number in
-  the file and lets Score and Finalize prove that no row went missing. In CSV a quoted field
-  may hold line breaks: records end at the newlines outside quotes (`records.py`), each
-  range is counted for both states it may start in (inside quotes or not), and the states
-  are then chained from the first range on, so each chunk knows how it starts.
+- CSV and JSON Lines: by byte ranges of the target size, cut into records by the one record
+  grammar (`records.py`) the readers cut them by too. A chunk owns the records that *start*
+  inside its range, as Hadoop's TextInputFormat does: it skips the partial record it starts
+  in and reads past its end to finish its last one, so no boundary has to fall on a line
+  end. Plan counts the records each chunk owns (one streaming pass, chunks counted in
+  parallel), which gives every row its number in the file and lets Score and Finalize prove
+  that no row went missing. A CSV record ends at a line end (`\n`, `\r\n` or `\r`) outside
+  quoted fields: each range is counted for both states it may start in (inside quotes or
+  not), and the states are then chained from the first range on, so each chunk knows how it
+  starts. Compressed bytes are refused whatever the file's name says.
 
 An input may also be many objects (`objects.py`): a prefix (a folder) or a manifest listing
 them. Chunks never span two objects; each chunk of such an input names its object and the
@@ -24,12 +25,12 @@ state may be); the job spec that travels with every chunk stays small.
 from __future__ import annotations
 
 import io
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
-from sluice.codecs.lines import BOM, without_bom
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.locations import confine
 
@@ -275,26 +276,35 @@ def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
 
 
 # CSV and JSON Lines --------------------------------------------------------------------------
+# The first bytes of compressed files: such a file cannot be split into chunks, whatever its name.
+COMPRESSED = (
+    (re.compile(rb"\x1f\x8b"), "gzip"),
+    (re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)"), "bzip2"),
+    (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz"),
+    (re.compile(rb"PK\x03\x04"), "zip"),
+)
+
+
 def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
-    data_start = 0
-    columns: list[str] = []
+    from sluice.batch.records import count_range, data_start, first_record, grammar_of
+
+    grammar = grammar_of(fmt)
     head = _head(files, uri, stat)
+    _refuse_compressed(uri, head)
+    data = data_start(head)  # after a byte order mark
+    columns: list[str] = []
     if fmt == "csv":
-        end = head.find(b"\n")
-        if end < 0:
-            if len(head) >= MAX_HEADER_BYTES:
-                raise InvalidInput("the CSV header is longer than 1 MiB", field="input_uri")
-            end = len(head)  # a header and nothing else
-        columns = _csv_header(head[:end])
-        data_start = min(end + 1, stat.size)
+        header = first_record(files, uri, stat.version, grammar, MAX_HEADER_BYTES)
+        if header is None:
+            raise InvalidInput("the CSV header is longer than 1 MiB", field="input_uri")
+        columns = _csv_header(header[0])
+        data = header[1]
     else:
-        columns = _jsonl_fields(without_bom(head))
-        if head == BOM:  # a byte order mark alone holds no line (sluice.codecs.lines)
-            return columns, []
-    ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data_start, stat.size, chunk_bytes)]
-    count = _record_starts if fmt == "csv" else _line_starts
+        columns = _jsonl_fields(head[data:])
+    ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data, stat.size, chunk_bytes)]
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
-        counts = list(pool.map(lambda r: count(files, uri, stat.version, *r), ranges))
+        counts = list(pool.map(lambda r: count_range(files, uri, stat.version, *r, grammar, size=stat.size), ranges))
     chunks: list[Chunk] = []
     first = 0
     inside = False  # the state each range starts in: chained from the start of the data
@@ -321,54 +331,31 @@ def _head(files: FileStore, uri: str, stat: Stat) -> bytes:
     return bytes(out)
 
 
-Counted = tuple[tuple[int, int], tuple[bool, bool]]  # records owned, state at the end: per state at the start
+def _refuse_compressed(uri: str, head: bytes) -> None:
+    for magic, name in COMPRESSED:
+        if magic.match(head):
+            raise BadRequest(
+                f"{uri.rsplit('/', 1)[-1]} is compressed ({name}), whatever its name says: compressed inputs "
+                "cannot be split into chunks; upload Parquet (compressed inside) or uncompressed CSV or JSON Lines",
+                field="input_uri",
+            )
 
 
-def _line_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> Counted:
-    """How many lines start in [start, end): one per newline in [start - 1, end - 1), and
-    the line at offset 0."""
-    count = 1 if start == 0 else 0
-    for block in files.read_blocks(uri, version, max(0, start - 1), end - 1):
-        count += block.count(b"\n")
-    return (count, count), (False, False)
-
-
-def _record_starts(files: FileStore, uri: str, version: str, start: int, end: int) -> Counted:
-    """How many CSV records start in [start, end), if the range starts outside quotes and if
-    it starts inside them, and the state it ends in for each (see `records.py`)."""
-    import numpy as np
-
-    from sluice.batch.records import NEWLINE, RecordScanner
-
-    prev = next(iter(files.read_blocks(uri, version, start - 1, start)))[0]
-    scanners = (RecordScanner(start, inside=False, prev=prev), RecordScanner(start, inside=True, prev=prev))
-    counts = [int(prev == NEWLINE), 0]  # the newline just before the range ends a record, outside quotes
-
-    def feed(block: bytes, final: bool = False) -> None:
-        for state, scanner in enumerate(scanners):
-            found = scanner.feed(block, final=final)
-            counts[state] += int(np.count_nonzero(found < end - 1))
-
-    for block in files.read_blocks(uri, version, start, end):
-        feed(block)
-    tail = b""
-    if scanners[0].holding:  # a run of quotes reaches the end: it is ours, read on to its end
-        for block in files.read_blocks(uri, version, end):
-            rest = block.lstrip(b'"')
-            tail += block[: len(block) - len(rest) + 1]
-            if rest:
-                break
-    feed(tail, final=True)
-    return (counts[0], counts[1]), (scanners[0].inside, scanners[1].inside)
-
-
-def _csv_header(line: bytes) -> list[str]:
+def _csv_header(record: bytes) -> list[str]:
+    """The column names of the header record (its line end already cut off)."""
     import pyarrow as pa
     import pyarrow.csv as pv
 
-    text = line.rstrip(b"\r")
     try:
-        names = pv.read_csv(io.BytesIO(text + b"\n"), read_options=pv.ReadOptions(use_threads=False)).column_names
+        record.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("the first line of the CSV is not UTF-8 text", field="input_uri") from None
+    try:
+        names = pv.read_csv(
+            io.BytesIO(record + b"\n"),
+            read_options=pv.ReadOptions(use_threads=False),
+            parse_options=pv.ParseOptions(newlines_in_values=True),
+        ).column_names
     except pa.ArrowInvalid:
         raise InvalidInput("the first line of the CSV is not a header row", field="input_uri") from None
     names = [str(n).strip() for n in names]  # "id, bmi" names 'bmi', not ' bmi'

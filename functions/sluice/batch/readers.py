@@ -1,5 +1,9 @@
 """Read one chunk, a piece at a time: the key and feature columns of its rows, each row's
-number in the input, and the rows that did not parse at all (with why).
+number in the input, and the records that did not parse at all (with why). Every piece says
+which records it read (`records.Records`: their object, numbers and bytes), counted by the
+record grammar (`records.py`), not by the parser; a piece whose rows and failures do not
+account for exactly those records, each once, cannot be made (`RecordsUnaccounted`). Parquet
+and CSV are read here, JSON Lines in `json_lines.py`.
 
 Memory is bounded by the chunk (text formats hold their byte range) or by one read batch
 (Parquet), never by the input.
@@ -7,7 +11,10 @@ Memory is bounded by the chunk (text formats hold their byte range) or by one re
 
 from __future__ import annotations
 
+import codecs
+import csv
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.plan import source_of
+from sluice.batch.records import BOM, Owned, Records, grammar_of, read_range
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.lines import without_bom
 from sluice.domain.errors import BackendError, InvalidInput
 
 if TYPE_CHECKING:
@@ -42,12 +49,48 @@ class ChunkMalformed(InvalidInput):
     code = "chunk_malformed"
 
 
+class RecordsUnaccounted(ChunkMalformed):
+    """A reader's rows and failures are not exactly the records it read, each once: the chunk
+    fails rather than write a wrong count (the same bytes would fail again)."""
+
+    code = "records_unaccounted"
+
+
 @dataclass(slots=True)
 class Piece:
+    """Records read, and what became of each: a row of `table` (numbered in `rows`), or a
+    failure in `dropped` (row, reason, text). Made only when the two account for every record
+    of `records` exactly once."""
+
     table: pa.Table  # key and feature columns of the rows that parsed
     rows: np.ndarray  # their numbers in the input
     reasons: np.ndarray | None = None  # why a parsed row cannot be fed, if found while parsing
     dropped: list[tuple[int, str, str | None]] = field(default_factory=list)  # (row, reason, text)
+    records: Records = field(kw_only=True)  # what was read, counted by the record grammar
+
+    def __post_init__(self) -> None:
+        account(self)
+
+
+def account(piece: Piece) -> None:
+    """Check that a piece's rows and failures are its records, each exactly once."""
+    records, n = piece.records, len(piece.records)
+    rows = piece.rows
+    if piece.table.num_rows != len(rows) or (piece.reasons is not None and len(piece.reasons) != len(rows)):
+        raise RecordsUnaccounted(f"{piece.table.num_rows} rows were read with {len(rows)} row numbers")
+    if len(rows) + len(piece.dropped) != n:
+        raise RecordsUnaccounted(
+            f"{n} records were read, but {len(rows)} rows and {len(piece.dropped)} failures made of them"
+        )
+    if not n:
+        return
+    numbers = np.concatenate((rows, np.fromiter((d[0] for d in piece.dropped), np.int64, len(piece.dropped))))
+    local = numbers - records.first
+    if local.min() < 0 or local.max() >= n or np.bincount(local, minlength=n).max() > 1:
+        raise RecordsUnaccounted(
+            f"the rows and failures made of records {records.first}-{records.first + n - 1} "
+            "are not each of them once"
+        )
 
 
 def read_chunk(
@@ -59,10 +102,11 @@ def read_chunk(
         if spec.format == "parquet":
             yield from _parquet(files, spec, chunk, columns, batch_rows)
         elif spec.format == "csv":
-            yield _csv(*_csv_region(files, spec, chunk), spec, chunk, feeds, columns)
+            yield _csv(owned_by(files, spec, chunk), spec, chunk, feeds, columns)
         else:
-            region = _region(files, spec, chunk)
-            yield _jsonl(without_bom(region) if chunk.start == 0 else region, spec, chunk, feeds, columns)
+            from sluice.batch.json_lines import read_json_lines
+
+            yield read_json_lines(owned_by(files, spec, chunk), spec, chunk, feeds, columns)
     except (pa.ArrowException, OSError) as exc:
         raise ChunkUnreadable(f"chunk {chunk.index} could not be read ({type(exc).__name__})") from exc
 
@@ -92,139 +136,97 @@ def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], 
                     break
                 first, last = max(low, batch_start), min(high, at)
                 part = batch.slice(first - batch_start, last - first)
-                yield Piece(pa.Table.from_batches([part]), np.arange(first, last, dtype=np.int64))
+                records = Records(source_of(spec, chunk)[0], first, last - first)
+                yield Piece(pa.Table.from_batches([part]), np.arange(first, last, dtype=np.int64), records=records)
             group_start = group_end
 
 
 # Text ----------------------------------------------------------------------------------------
-def _region(files: FileStore, spec: JobSpec, chunk: Chunk) -> bytes:
-    """The bytes of the lines this chunk owns: those starting in [start, end)."""
+def owned_by(files: FileStore, spec: JobSpec, chunk: Chunk) -> Owned:
+    """The records a chunk owns (those starting in its byte range), read by the grammar Plan
+    counted them with."""
     assert chunk.start is not None and chunk.end is not None
-    start, end = chunk.start, chunk.end
-    origin = max(0, start - 1)
-    buffer = bytearray()
-    begin = 0 if start == 0 else None  # offset in buffer where the owned lines begin
-    finish = None
-    searched = 0
-    for block in files.read_blocks(*source_of(spec, chunk), origin):
-        buffer += block
-        if begin is None:
-            newline = buffer.find(b"\n")
-            if newline < 0:
-                continue
-            begin = newline + 1
-            if origin + begin >= end:
-                return b""  # no line starts in this range
-        # The last owned line ends at the first newline at or after end - 1.
-        look_from = max(begin, end - 1 - origin, searched)
-        newline = buffer.find(b"\n", look_from)
-        if newline >= 0:
-            finish = newline + 1
-            break
-        searched = len(buffer)
-    if begin is None:
-        return b""
-    return bytes(buffer[begin:finish])
+    uri, version = source_of(spec, chunk)
+    grammar = grammar_of(spec.format)
+    return read_range(files, uri, version, chunk.start, chunk.end, grammar, inside=chunk.quoted, first=chunk.first_row)
 
 
-def _csv_region(files: FileStore, spec: JobSpec, chunk: Chunk) -> tuple[bytes, int]:
-    """The bytes of the CSV records this chunk owns (those starting in [start, end), line
-    breaks inside quoted fields included), and how many records they hold."""
-    import numpy as np
-
-    from sluice.batch.records import NEWLINE, RecordScanner
-
-    assert chunk.start is not None and chunk.end is not None
-    start, end = chunk.start, chunk.end
-    blocks = files.read_blocks(*source_of(spec, chunk), start - 1)
-    buffer = bytearray(next(iter(blocks), b""))
-    if not buffer:
-        return b"", 0
-    prev = buffer[0]
-    del buffer[0]
-    scanner = RecordScanner(start, inside=chunk.quoted, prev=prev)
-    found: list[np.ndarray] = []
-    begin = start if prev == NEWLINE and not chunk.quoted else None
-    finish = None
-
-    def look(block: bytes, final: bool) -> int | None:
-        nonlocal begin
-        ends = scanner.feed(block, final=final)
-        if len(ends):
-            found.append(ends)
-            if begin is None:
-                begin = int(ends[0]) + 1
-            last = ends[ends >= end - 1]
-            if len(last):
-                return int(last[0]) + 1
-        return None
-
-    pending = bytes(buffer)
-    for block in blocks:
-        finish = look(pending, final=False)
-        if finish is not None:
-            break
-        buffer += block
-        pending = block
-    else:
-        finish = look(pending, final=True)
-    if begin is None or begin >= end:
-        return b"", 0  # no record starts in this range
-    stop = finish if finish is not None else start + len(buffer)
-    ends = np.concatenate(found) if found else np.empty(0, np.int64)
-    records = int(np.count_nonzero((ends >= begin) & (ends < stop)))
-    if stop > begin and (finish is None and (not ends.size or ends[-1] != stop - 1)):
-        records += 1  # the last record, with no newline at the end of the input
-    return bytes(buffer[begin - start : stop - start]), records
-
-
-def _lines(region: bytes) -> int:
-    if not region:
-        return 0
-    return region.count(b"\n") + (0 if region.endswith(b"\n") else 1)
-
-
-def _check_rows(chunk: Chunk, found: int) -> None:
+def check_rows(chunk: Chunk, found: int) -> None:
     if found != chunk.rows:
         raise ChunkUnreadable(
-            f"chunk {chunk.index} holds {found} lines where {chunk.rows} were planned"
+            f"chunk {chunk.index} holds {found} records where {chunk.rows} were planned"
         )
 
 
-def _arrow_types(spec: JobSpec, feeds: list[Feed], *, text_features: bool) -> dict[str, Any]:
+def shown(text: bytes) -> str:
+    return text[:LINE_SHOWN].decode(errors="replace")
+
+
+def is_utf8(data: bytes) -> bool:
+    """Whether bytes are UTF-8 text, checked in place (no copy)."""
+    import pyarrow as pa
+
+    if data.isascii():
+        return True
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    try:
+        pa.LargeStringArray.from_buffers(1, offsets, pa.py_buffer(data)).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def arrow_types(spec: JobSpec, feeds: list[Feed], *, text_features: bool, lists: bool = False) -> dict[str, Any]:
+    """The type each column is read as. `lists`: the format holds lists (JSON Lines), so an
+    input of `k` numbers per row is read as a list of them."""
     import pyarrow as pa
 
     types: dict[str, Any] = {}
     for feed in feeds:
         for name in feed.columns:
             numeric = V2_TO_NUMPY[feed.datatype].kind in "fiub"
-            types[name] = pa.float64() if numeric and not text_features and feed.width is None else pa.string()
+            if feed.width is not None:
+                types[name] = pa.list_(pa.float64()) if numeric and lists else pa.string()
+            else:
+                types[name] = pa.float64() if numeric and not text_features else pa.string()
     for key in spec.key_columns:
         types[key] = pa.string()  # keys of text inputs are text: "c-1041" and 1041 alike
     return types
 
 
-def _csv(region: bytes, lines: int, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
+def _csv(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
     import pyarrow as pa
     import pyarrow.csv as pv
 
-    _check_rows(chunk, lines)
-    if not lines:
-        return Piece(pa.table({c: pa.array([], type=pa.string()) for c in columns}), np.empty(0, np.int64))
+    records = owned.records
+    n = len(records)
+    check_rows(chunk, n)
+    if not n:
+        return Piece(pa.table({c: pa.array([], type=pa.string()) for c in columns}), np.empty(0, np.int64), records=records)
+    region, unfit = owned.data, {}
+    if not is_utf8(region):  # the parser needs UTF-8: the records that are not fail, or are mended
+        region, unfit = _mend_utf8(owned, list(spec.columns), set(columns))
+
+    # pyarrow skips a byte order mark at the start of what it parses: a record starting with
+    # one (U+FEFF in a field) is kept whole behind a blank line that is skipped.
+    lead = b"\n" if region.startswith(BOM) else b""
 
     def parse(text_features: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
         invalid: list[tuple[int, str]] = []
 
         def skip(row: Any) -> str:
-            invalid.append((int(row.number) - 1, row.text))
+            invalid.append((int(row.number) - 1 - len(lead), row.text))
             return "skip"
 
         table = pv.read_csv(
-            io.BytesIO(region),
-            read_options=pv.ReadOptions(column_names=list(spec.columns), use_threads=False, block_size=max(1 << 20, len(region) + 1)),
+            io.BytesIO(lead + region),
+            read_options=pv.ReadOptions(
+                column_names=list(spec.columns), use_threads=False, skip_rows=len(lead),
+                block_size=max(1 << 20, len(region) + 2),
+            ),
             parse_options=pv.ParseOptions(invalid_row_handler=skip, ignore_empty_lines=False, newlines_in_values=True),
             convert_options=pv.ConvertOptions(
-                include_columns=columns, column_types=_arrow_types(spec, feeds, text_features=text_features),
+                include_columns=columns, column_types=arrow_types(spec, feeds, text_features=text_features),
                 strings_can_be_null=True, null_values=[""],  # "nan" is NaN, not a missing value
             ),
         )  # fmt: skip
@@ -234,162 +236,73 @@ def _csv(region: bytes, lines: int, spec: JobSpec, chunk: Chunk, feeds: list[Fee
         table, invalid = parse(text_features=False)
     except pa.ArrowInvalid:
         table, invalid = parse(text_features=True)  # a value that is not a number: find which
-    if table.num_rows + len(invalid) != lines:
+    if table.num_rows + len(invalid) != n or any(
+        not 0 <= local < n or text.encode() != _mended(owned, region, local) for local, text in invalid
+    ):
         raise ChunkMalformed(
             f"chunk {chunk.index}: the CSV parser read {table.num_rows + len(invalid)} records where "
-            f"{lines} were counted; check the quoting (a field that starts with a quote ends with "
+            f"{n} were counted; check the quoting (a field that starts with a quote ends with "
             "one, and a quote inside it is written twice)",
             field="input_uri",
         )
-    keep = np.ones(lines, dtype=bool)
+    keep = np.ones(n, dtype=bool)
     dropped = []
-    for local, text in invalid:
+    for local, _ in invalid:
         keep[local] = False
-        reason = "blank line" if not text.strip() else f"expected {len(spec.columns)} fields"
-        dropped.append((chunk.first_row + local, reason, text[:LINE_SHOWN]))
-    if len(spec.columns) > 1:  # a blank line parses as one empty field: wrong for more columns
-        blank = _blank_records(region, lines)
-        if len(blank):
-            parsed = np.flatnonzero(keep)  # the table's rows, by their local number
-            in_table = np.isin(parsed, blank)
-            for local in parsed[in_table]:
-                dropped.append((chunk.first_row + int(local), "blank line", ""))
-            keep[parsed[in_table]] = False
-            table = table.filter(pa.array(~in_table))
-            dropped.sort(key=lambda d: d[0])
+        content = owned.content(local)
+        reason = "blank line" if not content.strip() else f"expected {len(spec.columns)} fields"
+        dropped.append((chunk.first_row + local, reason, shown(content)))
+    # Records the parser made rows of that fail all the same: blank ones (a blank record reads
+    # as one empty field) and those holding bytes that are not UTF-8 in a column read.
+    parsed = np.flatnonzero(keep)  # the table's rows, by their local number
+    failing = owned.lengths[parsed] == 0
+    if unfit:
+        failing |= np.isin(parsed, np.fromiter(unfit, np.int64, len(unfit)))
+    if failing.any():
+        for local in parsed[failing].tolist():
+            dropped.append((chunk.first_row + local, unfit.get(local, "blank line"), shown(owned.content(local))))
+        keep[parsed[failing]] = False
+        table = table.filter(pa.array(~failing))
+        dropped.sort(key=lambda d: d[0])
     rows = chunk.first_row + np.flatnonzero(keep)
-    return Piece(table, rows.astype(np.int64), dropped=dropped)
+    return Piece(table, rows.astype(np.int64), dropped=dropped, records=records)
 
 
-def _blank_records(region: bytes, lines: int) -> np.ndarray:
-    """The local numbers of the empty records of a region (a blank line is its own record;
-    one inside a quoted field is not a line of its own, and is not found here as blank
-    unless the record is empty, which quoting rules out)."""
-    if b"\n\n" not in region and b"\n\r\n" not in region and not region.startswith((b"\n", b"\r\n")):
-        return np.empty(0, np.int64)
-    from sluice.batch.records import RecordScanner
-
-    ends = RecordScanner(0).feed(region, final=True)
-    starts = np.concatenate(([0], ends[:-1] + 1)) if len(ends) else np.zeros(1, np.int64)
-    width = ends - starts[: len(ends)]
-    arr = np.frombuffer(region, dtype=np.uint8)
-    blank = (width == 0) | ((width == 1) & (arr[np.maximum(ends - 1, 0)] == 0x0D))
-    return np.flatnonzero(blank)[: lines]
+def _mended(owned: Owned, region: bytes, local: int) -> bytes:
+    """A record as the parser was given it (bytes that are not UTF-8 mended), its line end cut."""
+    start = owned.span(local).start
+    return region[start : start + int(owned.lengths[local])]
 
 
-def _jsonl(region: bytes, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    lines = _lines(region)
-    _check_rows(chunk, lines)
-    types = _arrow_types(spec, feeds, text_features=False)
-    if not lines:
-        return Piece(pa.table({c: pa.array([], type=types.get(c, pa.string())) for c in columns}), np.empty(0, np.int64))
-    schema = pa.schema([(c, types.get(c, pa.string())) for c in columns])
-    keys = set(spec.key_columns)
-    try:
-        # Key columns are read as they come (a number or a string) and then made text.
-        table = pj.read_json(
-            io.BytesIO(region),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(region) + 1)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=pa.schema([f for f in schema if f.name not in keys]),
-                unexpected_field_behavior="infer" if keys else "ignore",
-            ),
-        )
-        if table.num_rows == lines and _keys_as_text(table, keys):  # blank lines are skipped silently
-            table = _with_keys_as_text(table, keys, lines).select(columns)
-            return Piece(table, np.arange(chunk.first_row, chunk.first_row + lines, dtype=np.int64))
-    except pa.ArrowInvalid:
-        pass
-    return _jsonl_by_line(region, chunk, schema, feeds)
+SURROGATES = re.compile("[\udc80-\udcff]")
+WINDOW = 1 << 16
 
 
-def _keys_as_text(table: pa.Table, keys: set[str]) -> bool:
-    """Whether every key column read is a string or a whole number (else: line by line)."""
-    import pyarrow as pa
-
-    return all(
-        k not in table.column_names
-        or pa.types.is_string(t := table.schema.field(k).type) or pa.types.is_integer(t) or pa.types.is_null(t)
-        for k in keys
-    )
-
-
-def _with_keys_as_text(table: pa.Table, keys: set[str], rows: int) -> pa.Table:
-    import pyarrow as pa
-
-    for key in keys:
-        if key not in table.column_names:
-            table = table.append_column(key, pa.nulls(rows, type=pa.string()))
-        elif not pa.types.is_string(table.schema.field(key).type):
-            at = table.column_names.index(key)
-            table = table.set_column(at, key, table.column(key).cast(pa.string()))
-    return table
-
-
-def _jsonl_by_line(region: bytes, chunk: Chunk, schema: pa.Schema, feeds: list[Feed]) -> Piece:
-    """The slow path, for chunks with a line that is blank, not JSON, or holds a value of the
-    wrong type: each line on its own, so one bad line costs one row."""
-    import orjson
-    import pyarrow as pa
-
-    from sluice.batch.columns import parse_number
-
-    numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
-    values: dict[str, list[Any]] = {f.name: [] for f in schema}
-    rows: list[int] = []
-    reasons: list[str | None] = []
-    dropped: list[tuple[int, str, str | None]] = []
-    body = region[:-1] if region.endswith(b"\n") else region
-    for local, line in enumerate(body.split(b"\n")):
-        number = chunk.first_row + local
-        text = line.strip()
-        if not text:
-            dropped.append((number, "blank line", line.decode(errors="replace")))
-            continue
+def _mend_utf8(owned: Owned, names: list[str], read: set[str]) -> tuple[bytes, dict[int, str]]:
+    """The chunk's bytes with every byte that is not UTF-8 replaced by `?` (one byte for one:
+    the records and their fields stay where they are), and the records that fail for it: those
+    with such bytes in a column that is read. A record of the wrong width fails for that."""
+    assert owned.records.stops is not None
+    data = bytearray(owned.data)
+    view = memoryview(owned.data)
+    stops = owned.records.stops - owned.origin
+    unfit: dict[int, str] = {}
+    at = 0
+    while at < len(data):
         try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            dropped.append((number, "not valid JSON", line[:LINE_SHOWN].decode(errors="replace")))
+            _, used = codecs.utf_8_decode(view[at : at + WINDOW], "strict", at + WINDOW >= len(data))
+            at += used
             continue
-        if not isinstance(obj, dict):
-            dropped.append((number, "not a JSON object", line[:LINE_SHOWN].decode(errors="replace")))
-            continue
-        reason = None
-        for f in schema:
-            value = obj.get(f.name)
-            if value is not None and f.name in numeric and isinstance(value, str):
-                parsed = parse_number(value)  # numbers written as text count, as in CSV
-                if parsed is None:
-                    reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
-                value = parsed
-            elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
-                reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
-                value = None
-            elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
-                value = orjson.dumps(value).decode()  # a key (or text input) written as a number
-            elif value is not None and not _fits(value, f.type):
-                reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
-                value = None
-            values[f.name].append(value)
-        rows.append(number)
-        reasons.append(reason)
-    table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
-    return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped)
-
-
-def _fits(value: Any, arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_string(arrow_type):
-        return isinstance(value, str)
-    if pa.types.is_boolean(arrow_type):
-        return isinstance(value, bool)
-    if pa.types.is_integer(arrow_type):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if pa.types.is_floating(arrow_type):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return True
-
+        except UnicodeDecodeError as exc:
+            bad = at + exc.start
+        local = int(np.searchsorted(stops, bad, side="right"))
+        span = owned.span(local)
+        text = owned.data[span].decode("utf-8", "surrogateescape")
+        fields = next(csv.reader(io.StringIO(text, newline="")), [])
+        if len(fields) == len(names):
+            wrong = [name for name, value in zip(names, fields, strict=True) if name in read and SURROGATES.search(value)]
+            if wrong:
+                unfit[local] = f"'{wrong[0]}' is not UTF-8 text"
+        data[span] = SURROGATES.sub("?", text).encode()
+        at = span.stop
+    return bytes(data), unfit

@@ -118,7 +118,7 @@ class ChunkScorer:
             try:
                 pieces = read_chunk(self.files, spec, chunk, feeds, columns, batch_rows=self.read_rows)
                 for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
-                    rows_in += piece.table.num_rows + len(piece.dropped)
+                    rows_in += len(piece.records)  # counted by the record grammar, not the parser
                     errors.write([_dropped(number, reason, text, keys, chunk.uri) for number, reason, text in piece.dropped])
                     scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
                     while len(scoring) > 1:

@@ -1,0 +1,225 @@
+"""JSON Lines chunks: read whole by pyarrow's JSON reader where that is proven to give the
+records the line-by-line reader gives (`_one_object_per_line`), line by line otherwise, so
+one bad line costs one row."""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.batch.readers import Piece, arrow_types, check_rows, is_utf8, shown
+from sluice.batch.records import CARRIAGE
+from sluice.codecs.datatypes import V2_TO_NUMPY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sluice.batch.columns import Feed
+    from sluice.batch.plan import Chunk, JobSpec
+    from sluice.batch.records import Owned
+
+
+def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: list[str]) -> Piece:
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    records = owned.records
+    n = len(records)
+    check_rows(chunk, n)
+    types = arrow_types(spec, feeds, text_features=False, lists=True)
+    if not n:
+        return Piece(pa.table({c: pa.array([], type=types.get(c, pa.string())) for c in columns}), np.empty(0, np.int64), records=records)
+    schema = pa.schema([(c, types.get(c, pa.string())) for c in columns])
+    keys = set(spec.key_columns)
+    if _one_object_per_line(owned):
+        region = owned.data
+        try:
+            # Key columns are read as they come (a number or a string) and then made text.
+            table = pj.read_json(
+                io.BytesIO(region),
+                read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, len(region) + 1)),  # one block
+                parse_options=pj.ParseOptions(
+                    explicit_schema=pa.schema([f for f in schema if f.name not in keys]),
+                    unexpected_field_behavior="infer" if keys else "ignore",
+                ),
+            )
+        except pa.ArrowInvalid:
+            table = None
+        if table is not None and table.num_rows == n and _keys_as_text(table, keys):
+            table = _with_keys_as_text(table, keys, n).select(columns)
+            return Piece(table, records.numbers, records=records)
+    return _jsonl_by_line(owned, chunk, schema, feeds)
+
+
+OPEN, CLOSE = ord("{"), ord("}")
+DEPTH = 1024  # the deepest nesting the line-by-line parser reads (orjson's limit)
+
+
+def _one_object_per_line(owned: Owned) -> bool:
+    """Whether pyarrow's JSON reader is proven to read this chunk as the slow path does, one
+    row per line with the same values. It is when:
+
+    1. the bytes are UTF-8 (pyarrow does not check strings) and hold no `NaN` or `Inf` where
+       a value may stand (pyarrow reads NaN, Inf and Infinity, which JSON does not have), and
+       no line nests deeper than the line-by-line parser reads;
+    2. every line starts with `{` and ends with `}` (before a `\r`). A JSON string cannot hold
+       a line break, and `}` then `{` cannot follow each other inside a JSON value, so every
+       line break lies between two top-level objects: each line holds at least one;
+    3. pyarrow then reads as many rows as there are lines (checked after reading): at least
+       one object per line and as many objects as lines make exactly one per line.
+
+    (2) also keeps pyarrow's reader away from a chunk whose first value is `null`, on which
+    pyarrow 26 crashes the process (SIGSEGV)."""
+    data = owned.data
+    if not is_utf8(data) or _nan_or_infinity(data):
+        return False
+    starts = owned.records.starts
+    assert starts is not None
+    arr = np.frombuffer(data, dtype=np.uint8)
+    first = starts - owned.origin
+    lengths = owned.lengths
+    if (lengths == 0).any() or (arr[first] != OPEN).any():
+        return False
+    last = first + lengths - 1
+    last -= ((arr[last] == CARRIAGE) & (last > first)).astype(np.int64)
+    if (arr[last] != CLOSE).any():
+        return False
+    if lengths.max() > 2 * DEPTH:  # nesting d levels takes 2d bytes: count the openings of each line
+        openings = np.isin(arr, np.frombuffer(b"{[", dtype=np.uint8)).astype(np.int64)
+        if np.add.reduceat(openings, first).max() > DEPTH:
+            return False
+    return True
+
+
+def _nan_or_infinity(data: bytes) -> bool:
+    """Whether `NaN` or `Inf` may stand where a value does (after `:`, `[`, `,` or `-`), as
+    pyarrow reads them; inside a string ("Information") they are text."""
+    for word in (b"NaN", b"Inf"):
+        if word[:1] not in data:  # one byte is found far faster than three
+            continue
+        at = data.find(word)
+        while at >= 0:
+            before = data[max(0, at - 64) : at].rstrip(b" \t\r")
+            if not before or before[-1:] in (b":", b"[", b",", b"-"):
+                return True
+            at = data.find(word, at + 1)
+    return False
+
+
+def _keys_as_text(table: pa.Table, keys: set[str]) -> bool:
+    """Whether every key column read is a string or a whole number (else: line by line)."""
+    import pyarrow as pa
+
+    return all(
+        k not in table.column_names
+        or pa.types.is_string(t := table.schema.field(k).type) or pa.types.is_integer(t) or pa.types.is_null(t)
+        for k in keys
+    )
+
+
+def _with_keys_as_text(table: pa.Table, keys: set[str], rows: int) -> pa.Table:
+    import pyarrow as pa
+
+    for key in keys:
+        if key not in table.column_names:
+            table = table.append_column(key, pa.nulls(rows, type=pa.string()))
+        elif not pa.types.is_string(table.schema.field(key).type):
+            at = table.column_names.index(key)
+            table = table.set_column(at, key, table.column(key).cast(pa.string()))
+    return table
+
+
+JSON_SPACE = b" \t\r"  # what JSON calls whitespace, less the line end (never inside a line)
+
+
+def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Feed]) -> Piece:
+    """The slow path, for chunks with a line that is blank, not JSON, or holds a value of the
+    wrong type: each line on its own, so one bad line costs one row."""
+    import orjson
+    import pyarrow as pa
+
+    from sluice.batch.columns import parse_number
+
+    numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
+    listed = {name for feed in feeds if feed.width is not None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
+    values: dict[str, list[Any]] = {f.name: [] for f in schema}
+    rows: list[int] = []
+    reasons: list[str | None] = []
+    dropped: list[tuple[int, str, str | None]] = []
+    data, origin = owned.data, owned.origin
+    assert owned.records.starts is not None
+    for local, (start, length) in enumerate(zip((owned.records.starts - origin).tolist(), owned.lengths.tolist(), strict=True)):
+        number = chunk.first_row + local
+        line = data[start : start + length]
+        if not line.strip(JSON_SPACE):
+            dropped.append((number, "blank line", shown(line)))
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            reason = "not valid JSON" if is_utf8(line) else "not valid JSON (not UTF-8 text)"
+            dropped.append((number, reason, shown(line)))
+            continue
+        if not isinstance(obj, dict):
+            dropped.append((number, "not a JSON object", shown(line)))
+            continue
+        reason = None
+        for f in schema:
+            value = obj.get(f.name)
+            if value is not None and f.name in numeric and isinstance(value, str):
+                parsed = parse_number(value)  # numbers written as text count, as in CSV
+                if parsed is None:
+                    reason = reason or f"'{f.name}' is not a number: {value[:40]!r}"
+                value = parsed
+            elif value is not None and f.name in numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+                reason = reason or f"'{f.name}' is not a number: {str(value)[:40]!r}"
+                value = None
+            elif value is not None and f.name in listed:
+                value, wrong = _numbers(value)
+                reason = reason or (wrong and f"'{f.name}' must hold a list of numbers: {wrong}")
+            elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
+                value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
+            elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
+                value = orjson.dumps(value).decode()  # a key (or text input) written as a number
+            elif value is not None and not _fits(value, f.type):
+                reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
+                value = None
+            values[f.name].append(value)
+        rows.append(number)
+        reasons.append(reason)
+    table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
+    return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped, records=owned.records)
+
+
+def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:
+    """A JSON list of numbers (or of numbers written as text) as floats, or why it is not one."""
+    from sluice.batch.columns import parse_number
+
+    if not isinstance(value, list):
+        return None, repr(str(value)[:40])
+    out: list[float | None] = []
+    for item in value:
+        if item is None or (isinstance(item, int | float) and not isinstance(item, bool)):
+            out.append(None if item is None else float(item))
+        elif isinstance(item, str) and (number := parse_number(item)) is not None:
+            out.append(number)
+        else:
+            return None, repr(str(item)[:40])
+    return out, None
+
+
+def _fits(value: Any, arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type):
+        return isinstance(value, str)
+    if pa.types.is_boolean(arrow_type):
+        return isinstance(value, bool)
+    if pa.types.is_integer(arrow_type):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if pa.types.is_floating(arrow_type):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
+
