@@ -15,6 +15,19 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
 EVENTS = REPO / "events"
 
+# Folders whose tests share an expensive session fixture (a synthesized CDK app, a running
+# Triton server): under pytest-xdist (`make test` runs `-n N --dist loadgroup`) each folder's
+# tests stay on one worker, so the fixture is built once, not once per worker.
+SHARED_SESSION = {"infra": REPO / "tests" / "infra", "triton": REPO / "tests" / "integration" / "triton"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        for group, folder in SHARED_SESSION.items():
+            if path.is_relative_to(folder):
+                item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
