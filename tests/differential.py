@@ -31,10 +31,12 @@ from tests.conftest import MODELS
 
 BOM = b"\xef\xbb\xbf"
 JSON_SPACE = " \t\r\n"
-FORMATS = ("csv", "jsonl", "parquet")
 
 
 # The models ----------------------------------------------------------------------------------
+DEMO_FILES = {"iris": "iris.onnx", "diabetes": "diabetes_mlp.onnx"}
+
+
 @cache
 def session(deployment: str) -> Any:
     import onnxruntime as ort
@@ -42,9 +44,6 @@ def session(deployment: str) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     return ort.InferenceSession(str(MODELS / DEMO_FILES[deployment]), options, providers=["CPUExecutionProvider"])
-
-
-DEMO_FILES = {"iris": "iris.onnx", "diabetes": "diabetes_mlp.onnx"}
 
 
 @cache
@@ -770,31 +769,41 @@ def jsonl_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
             two_on_a_line |= after.endswith(b"}")
             line += after
         lines.append(line)
-    if two_on_a_line and "jsonl-two-objects-and-blank" in avoid and any(not line.strip() for line in lines):
+    no_blank = two_on_a_line and "jsonl-two-objects-and-blank" in avoid
+    if no_blank:
         lines = [line if line.strip() else b"{" for line in lines]  # a bad line, not a blank one
-    data = _assemble(draw, lines, bom="jsonl-bom" not in avoid, tail=True)
+    data = _assemble(draw, lines, bom="jsonl-bom" not in avoid, tail=not no_blank)
     if "jsonl-first-object-incomplete" in avoid:
         data = _complete_first_object(data, names, key)
-    if "jsonl-first-object-unterminated" in avoid and not data.endswith(b"\n"):
-        first = next((i for i, raw in enumerate(json_lines(data.removeprefix(BOM))) if isinstance(text_line(raw)[0], dict)), None)
-        if first is not None and first == len(json_lines(data.removeprefix(BOM))) - 1:
-            data += b"\n"  # see KNOWN_DEFECTS: jsonl-first-object-unterminated
+    if "jsonl-first-object-unterminated" in avoid:
+        data = _terminate_a_lone_last_object(data)
     output = draw(st.sampled_from([None, None, "csv", "jsonl", "parquet"]))
     return BatchCase("jsonl", deployment, data, key, draw(chunk_size(len(data))), output)
 
 
+def _objects(data: bytes) -> list[int]:
+    """The numbers of the lines that are JSON objects."""
+    return [i for i, raw in enumerate(json_lines(data.removeprefix(BOM))) if isinstance(text_line(raw)[0], dict)]
+
+
 def _complete_first_object(data: bytes, names: tuple[str, ...], key: str | None) -> bytes:
-    """Put a line naming every column (with null values) first, so that the first object
-    line names them all (see KNOWN_DEFECTS: jsonl-first-object-incomplete)."""
-    start = data[len(BOM) :] if data.startswith(BOM) else data
+    """Put a line naming every column (with null values) first, unless the first object line
+    names them all (see KNOWN_DEFECTS: jsonl-first-object-incomplete)."""
+    bom, start = (BOM, data[len(BOM) :]) if data.startswith(BOM) else (b"", data)
     first = {n: None for n in (*names, *([key] if key else []))}
-    for raw in json_lines(start):
-        value, _ = text_line(raw)
-        if isinstance(value, dict):
-            if all(n in value for n in first):
-                return data
-            break
-    return json.dumps(first).encode() + b"\n" + start if not data.startswith(BOM) else BOM + json.dumps(first).encode() + b"\n" + start
+    objects = _objects(start)
+    if objects and all(n in text_line(json_lines(start)[objects[0]])[0] for n in first):
+        return data
+    return bom + json.dumps(first).encode() + b"\n" + start
+
+
+def _terminate_a_lone_last_object(data: bytes) -> bytes:
+    """End the input with a newline where its first object is its last line and has none
+    (see KNOWN_DEFECTS: jsonl-first-object-unterminated)."""
+    if data.endswith(b"\n"):
+        return data
+    objects = _objects(data)
+    return data + b"\n" if objects and objects[0] == len(json_lines(data.removeprefix(BOM))) - 1 else data
 
 
 # Strategies: Parquet -----------------------------------------------------------------------------
@@ -946,6 +955,9 @@ def stream_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> StreamCase:
     deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
     lines = draw(st.lists(stream_record(deployment, avoid), max_size=8))
     data = _assemble(draw, lines, bom="stream-bom" not in avoid, tail="stream-whitespace-tail" not in avoid)
+    last = data.rpartition(b"\n")[2]
+    if "stream-whitespace-tail" in avoid and last and not last.strip():
+        data += b"\n"  # a whitespace-only line, not the last fragment
     return StreamCase(deployment, data, draw(st.sampled_from([1, 2, 3, 4096])))
 
 
