@@ -1021,6 +1021,9 @@ def same_key(expected: Any, got: Any) -> bool:
 
 
 def _close(got: Any, want: float, **tolerance: float) -> bool:
+    """Within tolerance; NaN for NaN (null in JSON, which has no NaN)."""
+    if got is None or got == "":
+        return math.isnan(want)
     number = float(got)
     return math.isclose(number, want, **tolerance) or (math.isnan(number) and math.isnan(want))
 

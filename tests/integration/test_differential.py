@@ -61,8 +61,8 @@ What a valid number is.
 - Everywhere: the number must be finite, and finite as the model's FP32 (3.4e38 at most).
 
 What comes out.
-- A valid record: ONNX Runtime's label and probabilities (iris; confidence the top one; NaN
-  where ONNX Runtime says NaN) or value (diabetes) for its rows, within 1e-4 relative. Batch
+- A valid record: ONNX Runtime's label and probabilities (iris; confidence the top one; NaN,
+  or null in JSON, where ONNX Runtime says NaN) or value (diabetes) for its rows, within 1e-4 relative. Batch
   rows carry the key column or the row number, in input order. A key of a text input is text:
   as it is (an empty CSV field and a missing value alike), a JSON whole number as its digits,
   another number by its value; the form of true/false, lists and objects is left open. A
@@ -93,6 +93,7 @@ import sys
 import tempfile
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -399,6 +400,7 @@ SETOSA = b'{"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal
 @given(case=csv_cases(avoid=AVOID))
 @budget(35)
 @example(case=BatchCase("csv", "iris", f'id,{IRIS}\n"a\nb",5.1,3.5,1.4,0.2\n"c,d", 1e0 ,+3,.5,5.\r\n\n'.encode(), key="id", chunk=7))
+@example(case=BatchCase("csv", "iris", f"{IRIS}\n3.4028235e38,5.2,3.4028235e38,0\n".encode(), output="jsonl"))  # ONNX Runtime says NaN
 def test_csv_batch_agrees_with_the_csv_module_and_onnx_runtime(home: Path, scratch: Path, case: BatchCase) -> None:
     for concurrency in (1, 2):
         check_batch_run(case, scratch, concurrency)
@@ -407,6 +409,8 @@ def test_csv_batch_agrees_with_the_csv_module_and_onnx_runtime(home: Path, scrat
 @given(case=jsonl_cases(avoid=AVOID))
 @budget(35)
 @example(case=BatchCase("jsonl", "iris", SETOSA + b"\n\n" + SETOSA[:-1] + b', "x": NaN}\n' + SETOSA + b"\r\n  ", chunk=9))
+@example(case=BatchCase("jsonl", "iris", BOM))  # nothing but a BOM: empty, refused at planning
+@example(case=BatchCase("jsonl", "iris", SETOSA.replace(b"sepal_width", b"sepal\\u005fwidth") + b"\n", output="csv"))
 def test_jsonl_batch_agrees_with_json_loads_and_onnx_runtime(home: Path, scratch: Path, case: BatchCase) -> None:
     for concurrency in (1, 2):
         check_batch_run(case, scratch, concurrency)
@@ -414,6 +418,11 @@ def test_jsonl_batch_agrees_with_json_loads_and_onnx_runtime(home: Path, scratch
 
 @given(case=parquet_cases(avoid=AVOID))
 @budget(25)
+@example(case=BatchCase("parquet", "iris", parquet_file({
+    "id": pa.array(["a", None]).dictionary_encode(), "sepal_length": pa.array([2**64 - 1, 5], pa.uint64()),
+    "sepal_width": pa.array([True, False]), "petal_length": pa.array(["+1.5e0 ", "\t2"], pa.large_string()),
+    "petal_width": pa.array([Decimal("0.200"), Decimal("1.500")], pa.decimal128(6, 3)),
+}, row_group_size=1), key="id", chunk=1, output="csv"))
 def test_parquet_batch_agrees_with_pyarrow_and_onnx_runtime(home: Path, scratch: Path, case: BatchCase) -> None:
     for concurrency in (1, 2):
         check_batch_run(case, scratch, concurrency)
@@ -421,12 +430,14 @@ def test_parquet_batch_agrees_with_pyarrow_and_onnx_runtime(home: Path, scratch:
 
 @given(case=stream_cases(avoid=AVOID))
 @budget(50)
+@example(case=StreamCase("iris", b'{"id": 123456789012345678901234567890, "features": ' + SETOSA + b'}\r\n{"batch": [[1, 2, 3, 4], ' + SETOSA + b"]}"))
 def test_sluice_stream_agrees_with_json_loads_and_onnx_runtime(home: Path, scratch: Path, case: StreamCase) -> None:
     check_stream_run(case, scratch)
 
 
 @given(case=event_cases(avoid=AVOID))
 @budget(50)
+@example(case=EventCase("iris", "sqs-fifo", (b'{"id": "a", "features": ' + SETOSA + b"}", b'{"id": "b", "inputs": [1, 2]}', b"{")))
 def test_the_stream_function_agrees_with_json_loads_and_onnx_runtime(home: Path, case: EventCase) -> None:
     check_handler_run(case)
 
