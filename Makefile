@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
+.PHONY: install serve test test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: $(STAMP) triton-env checkov-env docs console console-test chromium
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit
+
+# The data plane's differential fuzzer (tests/integration/test_differential.py) with many more
+# examples than `make test` runs (SLUICE_FUZZ_SCALE times, 10 by default), random ones, a failure
+# shrunk to a minimal example (no per-test timeout), and hypothesis's statistics.
+fuzz: $(STAMP)
+	SLUICE_FUZZ=1 $(PY) -m pytest -q --timeout=0 --hypothesis-show-statistics tests/integration/test_differential.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check functions infra tests benchmarks scripts
