@@ -274,7 +274,7 @@ def _expected_line(line: bytes) -> Any:
         return ("failed", "not a JSON object")
     key, x, reason = obj.get("id"), obj.get("x"), None
     if isinstance(key, bool) or not isinstance(key, str | int | float | None):
-        reason, key = f"'id' is not string: {str(key)[:40]!r}", None
+        key = json.dumps(key, separators=(",", ":"), ensure_ascii=False)  # a key is carried as text: its JSON
     elif isinstance(key, int) and -(2**63) <= key < 2**64:
         key = str(key)  # a whole number, as written
     elif isinstance(key, int | float):
@@ -308,7 +308,10 @@ def test_plan_and_the_json_lines_reader_give_the_lines_json_loads_reads(tmp_path
     feeds = [Feed("x", ("x",), "FP64", stacked=False)]
     try:
         total, pieces = _plan_and_read(tmp_path, "in.jsonl", data, cut, ("id",), feeds)
-    except InvalidInput as exc:  # Plan takes the fields from an object line near the start
+    except InvalidInput as exc:  # Plan takes the fields from the object lines near the start
+        if "nothing but a byte order mark" in exc.message:
+            assert data == b"\xef\xbb\xbf", data
+            return
         assert "no line near the start" in exc.message
         assert not any(_expected_line(line)[0] == "row" for line in body.split(b"\n")[:-1]), data
         return

@@ -182,8 +182,8 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
     elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
         blame(reasons, np.ones(n, dtype=bool), f"'{name}' is not a number")
         return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
-    if array.null_count:
-        array = array.fill_null(0)
+    if array.null_count:  # those rows are blamed above; any stand-in value of the column's type
+        array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
     values = array.to_numpy(zero_copy_only=False)
     return _as_dtype(values, name, datatype, reasons)
 

@@ -12,6 +12,7 @@ import numpy as np
 from sluice.batch.readers import Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.lines import names_twice
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -144,6 +145,7 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
 
     numeric = {name for feed in feeds if feed.width is None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
     listed = {name for feed in feeds if feed.width is not None and V2_TO_NUMPY[feed.datatype].kind in "fiub" for name in feed.columns}
+    features = {name for feed in feeds for name in feed.columns}
     values: dict[str, list[Any]] = {f.name: [] for f in schema}
     rows: list[int] = []
     reasons: list[str | None] = []
@@ -165,6 +167,10 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
         if not isinstance(obj, dict):
             dropped.append((number, "not a JSON object", shown(line)))
             continue
+        twice = names_twice(line, obj)
+        if twice is not None:  # which value would count is anyone's guess: the line fails
+            dropped.append((number, f"not valid JSON: an object names {twice!r} twice", shown(line)))
+            continue
         reason = None
         for f in schema:
             value = obj.get(f.name)
@@ -183,6 +189,8 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
                 value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
             elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
                 value = orjson.dumps(value).decode()  # a key (or text input) written as a number
+            elif f.name not in features and value is not None and not isinstance(value, str):
+                value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
             elif value is not None and not _fits(value, f.type):
                 reason = reason or f"'{f.name}' is not {f.type}: {str(value)[:40]!r}"
                 value = None

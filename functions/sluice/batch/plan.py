@@ -293,6 +293,8 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
     head = _head(files, uri, stat)
     _refuse_compressed(uri, head)
     data = data_start(head)  # after a byte order mark
+    if data and data >= stat.size:
+        raise InvalidInput(f"{uri} holds nothing but a byte order mark: there is nothing to score", field="input_uri")
     columns: list[str] = []
     if fmt == "csv":
         header = first_record(files, uri, stat.version, grammar, MAX_HEADER_BYTES)
@@ -301,7 +303,7 @@ def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: in
         columns = _csv_header(header[0])
         data = header[1]
     else:
-        columns = _jsonl_fields(head[data:])
+        columns = _jsonl_fields(_opening(files, uri, stat)[data:], whole=stat.size <= MAX_HEADER_BYTES)
     ranges = [(s, min(s + chunk_bytes, stat.size)) for s in range(data, stat.size, chunk_bytes)]
     with ThreadPoolExecutor(COUNT_THREADS) as pool:
         counts = list(pool.map(lambda r: count_range(files, uri, stat.version, *r, grammar, size=stat.size), ranges))
@@ -365,17 +367,31 @@ def _csv_header(record: bytes) -> list[str]:
     return names
 
 
-def _jsonl_fields(head: bytes) -> list[str]:
-    """The fields of the first object line (none when the start of the input is blank)."""
+def _opening(files: FileStore, uri: str, stat: Stat) -> bytes:
+    """The input's first MiB (all of it, when it is smaller)."""
+    return b"".join(files.read_blocks(uri, stat.version, 0, min(stat.size, MAX_HEADER_BYTES)))
+
+
+def _jsonl_fields(opening: bytes, *, whole: bool) -> list[str]:
+    """Every field the object lines of the input's opening name, in the order first seen (none
+    when those lines are blank): fields may vary by line, so a feature or key is missing
+    altogether only when no line there names it. `whole`: the opening is the whole input, so
+    its last line counts even without a newline after it."""
     import orjson
 
-    for line in head.split(b"\n")[:-1] or [head]:
+    lines = opening.split(b"\n")
+    if not whole:
+        lines = lines[:-1] or lines  # the last may be cut off
+    fields: dict[str, None] = {}
+    objects = 0
+    for line in lines:
         try:
             parsed = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue  # a bad line is an error row, not a reason to refuse the file
         if isinstance(parsed, dict):
-            return list(parsed)
-    if head.strip():
+            objects += 1
+            fields.update(dict.fromkeys(parsed))
+    if not objects and opening.strip():
         raise InvalidInput("no line near the start of the input is a JSON object", field="input_uri")
-    return []  # blank lines only: each fails as a row
+    return list(fields)  # blank lines only: each fails as a row

@@ -11,6 +11,8 @@ and `sluice stream`'s pipe count the same records, and fail the same ones.
 
 from __future__ import annotations
 
+from typing import Any
+
 BOM = b"\xef\xbb\xbf"
 
 
@@ -31,3 +33,30 @@ def lines_of(block: bytes) -> list[bytes]:
 def count_lines(block: bytes) -> int:
     """How many records `lines_of(block)` holds, counted in C."""
     return block.count(b"\n") + (not block.endswith(b"\n")) if block else 0
+
+
+def names_twice(line: bytes, parsed: dict[str, Any]) -> str | None:
+    """A name some object of the line gives twice, or None. orjson keeps the last of them
+    silently; pyarrow refuses the whole block: a line (a batch row, a stream record) naming a
+    field twice fails. A line whose colons are as many as its top-level
+    names cannot name one twice (each name needs its colon), so only the others are parsed again."""
+    if line.count(b":") <= len(parsed):
+        return None
+    import json
+
+    class Twice(Exception):
+        pass
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [name for name, _ in items]
+        if len(set(names)) != len(names):
+            raise Twice(next(n for n in names if names.count(n) > 1))
+        return dict(items)
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except Twice as twice:
+        return str(twice.args[0])
+    except ValueError:
+        return None
+    return None
