@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
+.PHONY: install serve test tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -22,9 +22,20 @@ install: $(STAMP)
 serve: $(STAMP) console
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist); the tests of a folder that shares one
+# session fixture (the CDK synth, the local Triton server) stay on one worker (tests/conftest.py).
+# TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
+
 test: $(STAMP) triton-env checkov-env docs console console-test chromium
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PYTEST)
+
+# One tier of the suite: make tier TIER=unit (or integration, e2e, infra).
+TIER ?= unit
+tier: $(STAMP) triton-env checkov-env console
+	$(PYTEST) tests/$(TIER)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q tests/unit

@@ -792,7 +792,7 @@ def test_only_one_of_concurrent_finishers_wins(registry: Registry) -> None:
         start.wait()
         target = "SUCCEEDED" if worker % 2 else "FAILED"
         try:
-            registry.update_optimize_job(A, "opt-1", status=target, error=f"worker {worker}", finished_at=float(worker))
+            registry.update_optimize_job(A, "opt-1", status=target, error=f"worker {worker}", finished_at=float(worker + 1))
             outcomes.append(f"{target} {worker}")
         except Conflict:
             outcomes.append("conflict")
@@ -804,7 +804,8 @@ def test_only_one_of_concurrent_finishers_wins(registry: Registry) -> None:
         thread.join()
     (won,) = [o for o in outcomes if o != "conflict"]
     job = registry.get_optimize_job(A, "opt-1")
-    assert f"{job.status} {int(job.finished_at or -1)}" == won and job.error == f"worker {won.split()[1]}"
+    status, worker = won.split()
+    assert (job.status, job.finished_at, job.error) == (status, float(int(worker) + 1), f"worker {worker}")
 
 
 def test_what_an_optimize_job_stores_is_bounded(registry: Registry) -> None:
