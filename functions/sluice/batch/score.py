@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
-from sluice.batch.outputs import prediction_columns
 from sluice.batch.readers import ChunkUnreadable, read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.plain import present_columns
 from sluice.domain import Principal
 from sluice.domain.errors import InvalidInput
 from sluice.domain.jobs import ChunkResult
@@ -243,7 +243,7 @@ class ChunkScorer:
         answer = prediction.answer
         kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
         out = _keys(kept, numbers[taken], spec.key_columns)
-        out.update(prediction_columns(answer.signature, answer.result, flat=spec.output_format == "csv"))
+        out.update(present_columns(answer.signature, answer.result, flat=spec.output_format == "csv"))
         if with_variant:
             out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
         return _Called(pa.table(out), answer.version.ref, None)

@@ -25,8 +25,7 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
-from sluice.api.present import who_answered
-from sluice.codecs.plain import present_rows
+from sluice.codecs.plain import present_rows, who_answered
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.policy import walk
