@@ -27,3 +27,20 @@ def lookup_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def total_model() -> bytes:
+    """`x` [-1, 2] FP32 in, `total` [1, 2] out: the column sums of the whole batch, one row
+    whatever the rows asked (a model that does not answer row by row)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axis"], ["total"], keepdims=1)],
+        "total",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [1, 2])],
+        initializer=[numpy_helper.from_array(np.array([0], dtype=np.int64), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

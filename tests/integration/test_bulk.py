@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.domain import ModelVersion
-from sluice.domain.errors import InvalidInput, NotFound, Unavailable
+from sluice.domain.errors import BackendError, InvalidInput, NotFound, Unavailable
 from sluice.inference.bulk import Error, Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.routing.choose import sticky_pick
-from tests.models import LOOKUP_TABLE, lookup_model
+from tests.models import LOOKUP_TABLE, lookup_model, total_model
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -229,6 +229,16 @@ def test_a_deployment_not_found_leaves_every_record_to_retry(demo: Container, ac
     done = run(score_many(demo.predictions, acme, "no-such-deployment", records, max_rows=10))
     (error,) = done.errors
     assert error.retry and isinstance(error.error, NotFound) and len(error) == 3 and done.calls == 0
+
+
+def test_an_answer_without_a_row_per_row_asked_fails_its_call_for_retry(demo: Container, acme: Principal) -> None:
+    """No record is given another's rows: a model that answers one row for a batch fails."""
+    demo.models.push(acme, "total", total_model())
+    demo.deployments.create(acme, "total", {"kind": "single", "model": "total", "version": 1})
+    records = Records({"x": np.ones((4, 2), dtype=np.float32)}, np.asarray([1, 3]))
+    done = run(score_many(demo.predictions, acme, "total", records, max_rows=10))
+    (error,) = done.errors
+    assert error.retry and isinstance(error.error, BackendError) and len(error) == 2 and not done.results
 
 
 def test_a_policy_node_is_run_for_the_principals_tenant(lookup: Container, acme: Principal) -> None:

@@ -25,7 +25,7 @@ objects, and a record's own outputs are views of its call's answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -122,14 +122,26 @@ class Error:
 Outcome = Result | Error
 
 
-@dataclass(slots=True)
 class Outcomes:
-    """What became of every record: `results` and `errors` together hold each record once."""
+    """What became of every record: `results` and `errors` together hold each record once
+    (`answered` and `failed` of them)."""
 
-    count: int
-    results: list[Result] = field(default_factory=list)
-    errors: list[Error] = field(default_factory=list)
-    calls: int = 0  # calls made, bisecting included
+    __slots__ = ("answered", "calls", "count", "errors", "failed", "results")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.results: list[Result] = []
+        self.errors: list[Error] = []
+        self.answered = self.failed = 0
+        self.calls = 0  # calls made, bisecting included
+
+    def _result(self, result: Result, records: int) -> None:
+        self.results.append(result)
+        self.answered += records
+
+    def _error(self, error: Error, records: int) -> None:
+        self.errors.append(error)
+        self.failed += records
 
     def by_record(self) -> list[Outcome]:
         """Each record's outcome, in the records' order (a Python object per record: for
@@ -164,24 +176,24 @@ async def score_many(
     count = len(records)
     out = Outcomes(count)
     offsets = None if records.rows is None else _offsets(records.rows)
-    if isinstance(target, str):
+    routed = isinstance(target, str) and (records.variants is not None or records.keys is not None)
+    if isinstance(target, str) and (resolved is None or routed):
         try:
             if resolved is None:
                 resolved = await predictions.resolve(principal, target)
         except Exception as exc:  # the deployment itself: every record waits for the same answer
             if not isinstance(exc, SluiceError):
                 get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
-            out.errors.append(Error(slice(0, count), exc, _retryable(exc)))
+            out._error(Error(slice(0, count), exc, _retryable(exc)), count)
             return out
-        groups = _groups(resolved.node, records, count)
-    else:
-        groups = [(None, None, slice(0, count))]
     bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry)
-    for variant, key, chosen in groups:
-        for part in _parts(chosen, offsets, max_rows):
-            await bulk.call(part, variant, key)
-    answered, failed = sum(map(len, out.results)), sum(map(len, out.errors))
-    assert answered + failed == count, f"{count} records in, {answered} answered and {failed} failed"
+    if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
+        await bulk.call(slice(0, count), None, None)
+    else:
+        for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
+            for part in _parts(chosen, offsets, max_rows):
+                await bulk.call(part, variant, key)
+    assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
     return out
 
 
@@ -195,7 +207,7 @@ def sticky_field(node: Node) -> str | None:
 class _Bulk:
     """One `score_many`: its calls, and the bisecting of a refused one."""
 
-    __slots__ = ("arrays", "mirrors", "offsets", "out", "predictions", "principal", "stop_on_retry", "stopped", "target")
+    __slots__ = ("arrays", "mirrors", "offsets", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
 
     def __init__(
         self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
@@ -203,15 +215,19 @@ class _Bulk:
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
         self.arrays, self.offsets, self.out = records.arrays, offsets, out
+        first = next(iter(records.arrays.values()), None)
+        self.rows = -1 if first is None else first.shape[0]  # every row: the arrays as they are
         self.mirrors, self.stop_on_retry = mirrors, stop_on_retry
         self.stopped: Error | None = None
 
     async def call(self, chosen: Selection, variant: str | None, key: str | None) -> None:
         if self.stopped is not None:
-            self.out.errors.append(Error(chosen, self.stopped.error, True))
+            self.out._error(Error(chosen, self.stopped.error, True), _count(chosen))
             return
         rows, offsets = _rows(chosen, self.offsets)
-        arrays = {name: array[rows] for name, array in self.arrays.items()}
+        taken = _count(rows)
+        whole = isinstance(rows, slice) and rows.start == 0 and rows.stop == self.rows
+        arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
         prediction = None
         self.out.calls += 1
         try:
@@ -225,7 +241,9 @@ class _Bulk:
                     answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
                 except TimeoutError:
                     raise DeadlineExceeded(f"no answer within {budget:g} s") from None
-            _check_rows(answer, _count(rows))
+            for name, array in answer.result.outputs.items():  # shared out by record below: one row each asked for
+                if array.ndim == 0 or array.shape[0] != taken:
+                    raise BackendError(f"output '{name}' has {array.shape[0] if array.ndim else 0} rows for {taken} asked")
         except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
             retry = _retryable(exc)
             if not isinstance(exc, SluiceError):
@@ -235,22 +253,15 @@ class _Bulk:
                     await self.call(half, variant, key)
                 return
             error = Error(chosen, exc, retry)
-            self.out.errors.append(error)
+            self.out._error(error, _count(chosen))
             if retry and self.stop_on_retry:
                 self.stopped = error
             return
-        self.out.results.append(Result(answer, prediction, chosen, rows, offsets))
+        self.out._result(Result(answer, prediction, chosen, rows, offsets), taken if offsets is None else len(offsets) - 1)
 
 
 def _retryable(exc: Exception) -> bool:
     return not (isinstance(exc, SluiceError) and exc.status in PERMANENT_STATUSES)
-
-
-def _check_rows(answer: Answer, rows: int) -> None:
-    """An answer with another number of rows than asked for cannot be shared out by record."""
-    for name, array in answer.result.outputs.items():
-        if array.ndim == 0 or array.shape[0] != rows:
-            raise BackendError(f"output '{name}' has {array.shape[0] if array.ndim else 0} rows for {rows} asked")
 
 
 # Routes ---------------------------------------------------------------------------------

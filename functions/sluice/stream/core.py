@@ -247,6 +247,8 @@ class _Layout:
 
 def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | None, full: list[_Item]) -> list[_Layout]:
     """The records by layout, the hot records' first (almost always the only one)."""
+    if not full:
+        return [_Layout(hot, full, Records(dict((stacked,))))] if stacked is not None else []
     groups: dict[tuple[Any, ...], list[_Item]] = {}
     for item in full:
         groups.setdefault(_shape(item.arrays), []).append(item)
