@@ -174,7 +174,8 @@ class ReplayService:
             for one in batch:  # each reads alone, not together (their layouts differ)
                 await self._score(principal, node, key, [one], tally)
             return
-        done = await score_many(self.predictions, principal, node, Records(inputs, np.asarray(rows)), max_rows=self.batch_rows)
+        counts = None if rows.count(1) == len(rows) else np.asarray(rows)  # None: a row each (single-row requests)
+        done = await score_many(self.predictions, principal, node, Records(inputs, counts), max_rows=self.batch_rows)
         classes = batch[0].get("classes") or {}
         for result in done.results:
             answer = result.answer
@@ -185,8 +186,9 @@ class ReplayService:
                 tally.sums[name] += value
             for name, value in most.items():
                 tally.maxes[name] = max(tally.maxes.get(name, value), value)
-            answered = [batch[i] for i in _positions(result.records)]
-            tally.counts["scored_rows"] += sum(int(r.get("rows") or 0) for r in answered)
+            chosen = result.records
+            answered = batch[chosen] if isinstance(chosen, slice) else [batch[i] for i in chosen.tolist()]
+            tally.counts["scored_rows"] += _count(result.rows)
             tally.latencies.extend(r.get("latency_ms") or 0.0 for r in answered)
         for error in done.errors:
             tally.fail(error.reason[:200], sum(rows[i] for i in _positions(error.records)))
@@ -245,6 +247,10 @@ def _readable(record: dict[str, Any], tally: _Tally) -> bool:
 
 def _positions(chosen: slice | np.ndarray) -> range | list[int]:
     return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen.tolist()
+
+
+def _count(chosen: slice | np.ndarray) -> int:
+    return chosen.stop - chosen.start if isinstance(chosen, slice) else len(chosen)
 
 
 def _is_version(value: Any) -> bool:
