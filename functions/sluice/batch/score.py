@@ -41,7 +41,7 @@ from sluice.domain import Principal
 from sluice.domain.errors import InvalidInput, SluiceError
 from sluice.domain.jobs import ChunkResult
 from sluice.domain.policy import walk
-from sluice.inference.bulk import Records, score_many
+from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 
 if TYPE_CHECKING:
@@ -217,20 +217,15 @@ class ChunkScorer:
         with_variant: bool,
     ) -> _Scored:
         """Score a share of a piece's good rows (`rows`: their places in the piece; None, every
-        row), and make the output columns of each call. A row the model refuses fails alone;
-        any other failure fails the chunk, which its orchestrator retries."""
+        row), and make the output columns of each call as it answers (this thread's Python work
+        then overlaps the other threads' inference). A row the model refuses fails alone; any
+        other failure fails the chunk, which its orchestrator retries."""
         import pyarrow as pa
 
-        records = Records({name: array[share] for name, array in arrays.items()})
-        outcomes = run(score_many(
-            self.predictions, principal, spec.deployment, records, max_rows=run_rows, mirrors=False, stop_on_retry=True
-        ))  # fmt: skip
-        for error in outcomes.errors:
-            if error.retry:
-                raise error.error
-        scored = _Scored([], [(_in_piece(e.records, share, rows), _refused(e.error)) for e in outcomes.errors])
+        scored = _Scored([], [])
         flat = spec.output_format == "csv"
-        for result in outcomes.results:
+
+        def present(result: Result) -> None:
             answer, taken = result.answer, _in_piece(result.records, share, rows)
             kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
             out = _keys(kept, numbers[taken], spec.key_columns)
@@ -238,6 +233,16 @@ class ChunkScorer:
             if with_variant:
                 out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
             scored.parts.append((pa.table(out), answer.version.ref))
+
+        records = Records({name: array[share] for name, array in arrays.items()})
+        outcomes = run(score_many(
+            self.predictions, principal, spec.deployment, records,
+            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present,
+        ))  # fmt: skip
+        for error in outcomes.errors:
+            if error.retry:
+                raise error.error
+        scored.failed = [(_in_piece(e.records, share, rows), _refused(e.error)) for e in outcomes.errors]
         return scored
 
 

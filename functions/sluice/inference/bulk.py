@@ -38,7 +38,7 @@ from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from sluice.domain import Principal
     from sluice.domain.policy import Node, Split
@@ -164,6 +164,7 @@ async def score_many(
     mirrors: bool = True,
     stop_on_retry: bool = False,
     resolved: Resolved | None = None,
+    on_result: Callable[[Result], object] | None = None,
 ) -> Outcomes:
     """Score every record for `principal`: through deployment `target` (`predict`, its
     routing, checks, statistics), or through policy node `target` (`run_node`, for
@@ -172,7 +173,9 @@ async def score_many(
     mirrors). `stop_on_retry`: once a call fails for retry, the records not yet tried are
     marked for retry too, without a call (for a driver that retries everything anyway).
     `resolved`: deployment `target` as the reader already resolved it (to decode against its
-    signature), so it is not looked up again here."""
+    signature), so it is not looked up again here. `on_result`: called with each result as
+    its call answers, before the next call (a driver that presents on this thread then
+    overlaps its presenting with other threads' inference)."""
     count = len(records)
     out = Outcomes(count)
     offsets = None if records.rows is None else _offsets(records.rows)
@@ -186,7 +189,7 @@ async def score_many(
                 get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
             out._error(Error(slice(0, count), exc, _retryable(exc)), count)
             return out
-    bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry)
+    bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result)
     if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
         await bulk.call(slice(0, count), None, None)
     else:
@@ -207,17 +210,17 @@ def sticky_field(node: Node) -> str | None:
 class _Bulk:
     """One `score_many`: its calls, and the bisecting of a refused one."""
 
-    __slots__ = ("arrays", "mirrors", "offsets", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
+    __slots__ = ("arrays", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
 
     def __init__(
         self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
-        offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool,
+        offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool, on_result: Callable[[Result], object] | None,
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
         self.arrays, self.offsets, self.out = records.arrays, offsets, out
         first = next(iter(records.arrays.values()), None)
         self.rows = -1 if first is None else first.shape[0]  # every row: the arrays as they are
-        self.mirrors, self.stop_on_retry = mirrors, stop_on_retry
+        self.mirrors, self.stop_on_retry, self.on_result = mirrors, stop_on_retry, on_result
         self.stopped: Error | None = None
 
     async def call(self, chosen: Selection, variant: str | None, key: str | None) -> None:
@@ -257,7 +260,10 @@ class _Bulk:
             if retry and self.stop_on_retry:
                 self.stopped = error
             return
-        self.out._result(Result(answer, prediction, chosen, rows, offsets), taken if offsets is None else len(offsets) - 1)
+        result = Result(answer, prediction, chosen, rows, offsets)
+        self.out._result(result, taken if offsets is None else len(offsets) - 1)
+        if self.on_result is not None:
+            self.on_result(result)
 
 
 def _retryable(exc: Exception) -> bool:
