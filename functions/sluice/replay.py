@@ -1,12 +1,13 @@
 """Replay: a deployment's captured requests run against a candidate (a version or another
 deployment) and compared with the answers they got, an offline shadow over real traffic.
 
-Captured inputs are scored as a batch job scores a chunk: records are grouped (same captured
-version and input layout) into inference batches of up to `batch_rows` rows, each batch one
-call through the policy graph (`PredictionService.run_node`, no mirrors, no live
-statistics); a batch that fails is scored again record by record, so a bad record fails
-alone. Every captured row ends scored or failed, with the reason (redacted inputs, no
-captured outputs, an error). The verdict is the shadow's (`sluice.inference.compare` and
+Captured records are read into arrays as they come, grouped by captured version, and each
+group of up to `batch_rows` rows is scored through the data plane's bulk call
+(`inference.bulk.score_many` over the candidate's policy node: `run_node`, no mirrors, no live
+statistics), which isolates a record the candidate refuses, so it fails alone. A record that
+cannot be read (a redacted value, a layout of its own) is found when its group is stacked,
+and read alone. Every captured row ends scored or failed, with the reason (redacted inputs,
+no captured outputs, an error). The verdict is the shadow's (`sluice.inference.compare` and
 `sluice.stats.verdicts.comparison`): label agreement with its Wilson interval, mean and max
 absolute difference; with the captured latency and the replay's own rows per second.
 """
@@ -26,6 +27,7 @@ from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.domain.values import isoformat, parse_model_version, parse_time, parse_version
+from sluice.inference.bulk import Records, score_many
 from sluice.inference.compare import compare
 from sluice.inference.loop import gc_paused
 from sluice.services.models import require_found
@@ -78,7 +80,7 @@ class ReplayService:
         if self.reader is None:
             raise InvalidRequest("data capture is off here: there is nothing to replay", field="deployment")
         started = time.perf_counter()
-        result = asyncio.run(self._run(tenant, node, self.reader.records(tenant, deployment, start, end)))
+        result = asyncio.run(self._run(principal, node, self.reader.records(tenant, deployment, start, end)))
         seconds = time.perf_counter() - started
         rows = result["scored_rows"]
         return {
@@ -91,16 +93,13 @@ class ReplayService:
             "rows_per_s": round(rows / seconds, 1) if seconds > 0 and rows else None,
         }
 
-    async def _run(self, tenant: str, node: Node, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-        sums: defaultdict[str, float] = defaultdict(float)
-        maxes: dict[str, float] = {}
-        failures: Counter[str] = Counter()
-        counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
-        latencies: list[float] = []
+    async def _run(self, principal: Principal, node: Node, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        tally = _Tally()
         pending: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
         pending_rows: dict[tuple[Any, Any], int] = {}
         batch_rows = self.batch_rows
         records_seen = rows_seen = failed_rows = 0
+        failures = tally.failures
 
         # The collector held off while captured records are read and scored (most of a
         # replay: thousands of small acyclic objects, freed by reference counting), and run on
@@ -134,76 +133,65 @@ class ReplayService:
                 pending_rows[key] += rows
                 if pending_rows[key] >= batch_rows:
                     del pending_rows[key]
-                    await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts, latencies)
+                    await self._score(principal, node, key, pending.pop(key), tally)
                     gc.collect(0)
             for key in list(pending):
-                await self._score(tenant, node, key, pending.pop(key), sums, maxes, failures, counts, latencies)
+                await self._score(principal, node, key, pending.pop(key), tally)
+        counts = tally.counts
         counts["records"], counts["rows"] = records_seen, rows_seen
         counts["failed_rows"] += failed_rows
-        verdict = comparison({**sums, **maxes})
+        verdict = comparison({**tally.sums, **tally.maxes})
         return {
             **counts,
             "failures": dict(failures),
             "verdict": verdict,
             "latency": {
-                "captured_p50_ms": _percentile(latencies, 50),
-                "captured_p99_ms": _percentile(latencies, 99),
+                "captured_p50_ms": _percentile(tally.latencies, 50),
+                "captured_p99_ms": _percentile(tally.latencies, 99),
             },
         }
 
-    async def _score(
-        self,
-        tenant: str,
-        node: Node,
-        key: tuple[Any, Any],
-        batch: list[dict[str, Any]],
-        sums: defaultdict[str, float],
-        maxes: dict[str, float],
-        failures: Counter[str],
-        counts: dict[str, int],
-        latencies: list[float],
-    ) -> None:
+    async def _score(self, principal: Principal, node: Node, key: tuple[Any, Any], batch: list[dict[str, Any]], tally: _Tally) -> None:
+        """One captured version's records: read into arrays, scored, compared."""
         model, version = key[0], key[1]
-        primary = await self._version(tenant, model, version)
-        rows = sum(int(r.get("rows") or 0) for r in batch)
+        primary = await self._version(principal.tenant, model, version)
+        rows = [int(r.get("rows") or 0) for r in batch]
         if primary is None:
             gone = f"captured version {model}:{version} is gone" if _is_version(version) else "unreadable record"
-            failures[gone] += rows
-            counts["failed_rows"] += rows
+            tally.fail(gone, sum(rows))
             return
         try:
-            inputs = _stacked(batch, "inputs")
-            outputs = _stacked(batch, "outputs")
-            if any(a.shape[0] != rows for a in (*inputs.values(), *outputs.values())):
-                raise ValueError("rows do not match the data")
+            inputs, outputs = _read(batch, sum(rows))
         except (ValueError, TypeError, KeyError):
-            if len(batch) > 1:
-                for one in batch:
-                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts, latencies)
+            if len(batch) == 1:
+                tally.fail(_why(batch[0]), rows[0], counted=max(rows[0], 1))
                 return
-            failures[_why(batch[0])] += max(rows, 1)
-            counts["failed_rows"] += rows
+            readable = [one for one in batch if _readable(one, tally)]
+            if len(readable) < len(batch):  # the others, together again
+                if readable:
+                    await self._score(principal, node, key, readable, tally)
+                return
+            for one in batch:  # each reads alone, not together (their layouts differ)
+                await self._score(principal, node, key, [one], tally)
             return
+        counts = None if rows.count(1) == len(rows) else np.asarray(rows)  # None: a row each (single-row requests)
+        done = await score_many(self.predictions, principal, node, Records(inputs, counts), max_rows=self.batch_rows)
         classes = batch[0].get("classes") or {}
-        budget = self.predictions.settings.request_timeout_s
-        try:
-            answer = await self.predictions.run_node(tenant, node, inputs, budget_s=budget)
-        except SluiceError as exc:
-            if len(batch) > 1:  # one bad record must not fail the others
-                for one in batch:
-                    await self._score(tenant, node, key, [one], sums, maxes, failures, counts, latencies)
-                return
-            failures[f"{exc.code}: {exc.message}"[:200]] += rows
-            counts["failed_rows"] += rows
-            return
-        got, most = compare(primary.signature, InferenceResult(outputs, classes), answer.signature, answer.result)
-        got["compared"] = len(batch)
-        for name, value in got.items():
-            sums[name] += value
-        for name, value in most.items():
-            maxes[name] = max(maxes.get(name, value), value)
-        counts["scored_rows"] += rows
-        latencies.extend(r.get("latency_ms") or 0.0 for r in batch)
+        for result in done.results:
+            answer = result.answer
+            captured = InferenceResult({name: array[result.rows] for name, array in outputs.items()}, classes)
+            got, most = compare(primary.signature, captured, answer.signature, answer.result)
+            got["compared"] = len(result)
+            for name, value in got.items():
+                tally.sums[name] += value
+            for name, value in most.items():
+                tally.maxes[name] = max(tally.maxes.get(name, value), value)
+            chosen = result.records
+            answered = batch[chosen] if isinstance(chosen, slice) else [batch[i] for i in chosen.tolist()]
+            tally.counts["scored_rows"] += _count(result.rows)
+            tally.latencies.extend(r.get("latency_ms") or 0.0 for r in answered)
+        for error in done.errors:
+            tally.fail(error.reason[:200], sum(rows[i] for i in _positions(error.records)))
 
     async def _version(self, tenant: str, model: Any, version: Any) -> ModelVersion | None:
         if not _is_version(version):  # as captured: read with the parser every door uses
@@ -216,6 +204,53 @@ class ReplayService:
             except SluiceError:
                 self._versions[key] = None
         return self._versions[key]
+
+
+class _Tally:
+    """What a replay has found so far: the comparison's sums and maxima, failures by reason,
+    rows counted, the captured latencies of the records scored."""
+
+    __slots__ = ("counts", "failures", "latencies", "maxes", "sums")
+
+    def __init__(self) -> None:
+        self.sums: defaultdict[str, float] = defaultdict(float)
+        self.maxes: dict[str, float] = {}
+        self.failures: Counter[str] = Counter()
+        self.counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
+        self.latencies: list[float] = []
+
+    def fail(self, reason: str, rows: int, *, counted: int | None = None) -> None:
+        """`rows` failed for `reason` (`counted` under it, when not `rows`)."""
+        self.failures[reason] += rows if counted is None else counted
+        self.counts["failed_rows"] += rows
+
+
+def _read(batch: list[dict[str, Any]], rows: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The records' captured inputs and outputs, stacked; raises when they do not stack."""
+    inputs = _stacked(batch, "inputs")
+    outputs = _stacked(batch, "outputs")
+    if any(a.shape[0] != rows for a in (*inputs.values(), *outputs.values())):
+        raise ValueError("rows do not match the data")
+    return inputs, outputs
+
+
+def _readable(record: dict[str, Any], tally: _Tally) -> bool:
+    """Whether a record reads alone; if not, it is counted failed, with why."""
+    rows = int(record.get("rows") or 0)
+    try:
+        _read([record], rows)
+    except (ValueError, TypeError, KeyError):
+        tally.fail(_why(record), rows, counted=max(rows, 1))
+        return False
+    return True
+
+
+def _positions(chosen: slice | np.ndarray) -> range | list[int]:
+    return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen.tolist()
+
+
+def _count(chosen: slice | np.ndarray) -> int:
+    return chosen.stop - chosen.start if isinstance(chosen, slice) else len(chosen)
 
 
 def _is_version(value: Any) -> bool:

@@ -148,7 +148,7 @@ DEFECTS: dict[str, str] = {
 }
 
 # The defects not fixed yet: their shapes are not generated, their regressions are strict xfails.
-KNOWN_DEFECTS: dict[str, str] = {name: DEFECTS[name] for name in ("duplicate-feature",)}
+KNOWN_DEFECTS: dict[str, str] = {name: DEFECTS[name] for name in ()}
 
 AVOID = frozenset(KNOWN_DEFECTS)
 

@@ -11,12 +11,10 @@ import pytest
 
 from sluice.batch.columns import Feed, feed_arrays, plan_feeds
 from sluice.batch.files import Files
-from sluice.batch.outputs import prediction_columns
 from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
 from sluice.batch.readers import owned_by
 from sluice.domain.errors import BadRequest, Conflict, InvalidInput
 from sluice.domain.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
-from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 
 IRIS = Signature(
@@ -127,21 +125,6 @@ def test_list_columns_feed_inputs_of_fixed_width_and_integers_stay_whole() -> No
     reasons = np.full(4, None, dtype=object)
     feed_arrays([ints], table, reasons)
     assert reasons[1] == "'n' must be a whole number"
-
-
-def test_classifier_outputs_become_prediction_probability_and_confidence_columns() -> None:
-    result = InferenceResult(
-        {"label": np.array(["a", "b"], dtype=object), "probabilities": np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)},
-        classes={"probabilities": ["a", "b"]},
-    )
-    columns = prediction_columns(IRIS, result, flat=False)
-    assert list(columns) == ["prediction", "probability_a", "probability_b", "confidence"]
-    assert columns["prediction"].to_pylist() == ["a", "b"]
-    assert columns["confidence"].to_numpy().tolist() == pytest.approx([0.9, 0.8])
-    vector = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 2), role="value"),))
-    values = InferenceResult({"y": np.array([[1, 2], [3, 4]], np.float32)})
-    assert list(prediction_columns(vector, values, flat=True)) == ["prediction_0", "prediction_1"]
-    assert prediction_columns(vector, values, flat=False)["prediction"].to_pylist() == [[1, 2], [3, 4]]
 
 
 def test_a_finished_job_never_moves_and_only_listed_moves_are_allowed() -> None:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.plain import arrays_from_request, present_rows
+from sluice.codecs.plain import arrays_from_request, present_columns, present_rows
 from sluice.codecs.tensors import decode_tensor, encode_tensor
 from sluice.domain.errors import InvalidInput
 from sluice.domain.results import InferenceResult
@@ -106,3 +106,46 @@ def test_regressor_rows_are_scalars_and_vectors_lists() -> None:
     sig2 = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 2), role="value"),))
     rows = present_rows(sig2, InferenceResult({"y": np.array([[1, 2]], dtype=np.float32)}))
     assert rows[0]["prediction"] == [1.0, 2.0]
+
+
+def test_classifier_columns_are_prediction_probability_and_confidence() -> None:
+    result = InferenceResult(
+        {"label": np.array(["a", "b"], dtype=object), "probs": np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)},
+        classes={"probs": ["a", "b"]},
+    )
+    columns = present_columns(IRIS, result, flat=False)
+    assert list(columns) == ["prediction", "probability_a", "probability_b", "confidence"]
+    assert columns["prediction"].to_pylist() == ["a", "b"]
+    assert columns["confidence"].to_numpy().tolist() == pytest.approx([0.9, 0.8])
+    vector = Signature(inputs=IRIS.inputs, outputs=(TensorSpec("y", "FP32", (-1, 2), role="value"),))
+    values = InferenceResult({"y": np.array([[1, 2], [3, 4]], np.float32)})
+    assert list(present_columns(vector, values, flat=True)) == ["prediction_0", "prediction_1"]
+    assert present_columns(vector, values, flat=False)["prediction"].to_pylist() == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize(
+    ("outputs", "result"),
+    [
+        (IRIS.outputs, InferenceResult({"label": np.array([1, 0]), "probs": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32)}, classes={"probs": ["no", "yes"]})),
+        ((TensorSpec("probs", "FP32", (-1, -1), role="probabilities"),), InferenceResult({"probs": np.array([[0.2, 0.8], [0.9, 0.1]], np.float32)}, classes={"probs": [3, 7]})),
+        ((TensorSpec("y", "FP32", (-1, 1), role="value"),), InferenceResult({"y": np.array([[1.5], [2.5]], np.float32)})),
+        ((TensorSpec("y", "FP32", (-1, 3), role="value"),), InferenceResult({"y": np.arange(6, dtype=np.float32).reshape(2, 3)})),
+        ((TensorSpec("y", "FP32", (-1,), role="value"), TensorSpec("z", "INT64", (-1,), role="value")), InferenceResult({"y": np.array([0.5, 1.5], np.float32), "z": np.array([4, 5])})),
+    ],
+    ids=["label", "top-class", "value", "vector", "two-values"],
+)
+def test_columns_say_what_rows_say(outputs: tuple[TensorSpec, ...], result: InferenceResult) -> None:
+    """Batch parts (columns) and JSON answers (rows) present the same answer alike."""
+    signature = Signature(inputs=IRIS.inputs, outputs=outputs)
+    rows = present_rows(signature, result)
+    columns = {name: column.to_pylist() for name, column in present_columns(signature, result, flat=False).items()}
+    for i, row in enumerate(rows):
+        prediction = row["prediction"]
+        if isinstance(prediction, dict):  # several values: a column each
+            assert {name: columns[f"prediction_{name}"][i] for name in prediction} == pytest.approx(prediction)
+        else:
+            assert columns["prediction"][i] == pytest.approx(prediction)
+        for label, p in (row.get("probabilities") or {}).items():
+            assert columns[f"probability_{label}"][i] == pytest.approx(p)
+        if "confidence" in row:
+            assert columns["confidence"][i] == pytest.approx(row["confidence"])

@@ -5,28 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sluice.codecs.plain import present_rows
+from sluice.codecs.plain import present_rows, who_answered
 from sluice.codecs.tensors import encode_tensor
 
 if TYPE_CHECKING:
     from sluice.domain.results import Prediction
-
-
-def who_answered(prediction: Prediction) -> dict[str, Any]:
-    """The model, version, variant or members that answered, and how fast: both APIs say it."""
-    answer = prediction.answer
-    who: dict[str, Any] = {
-        "model": answer.version.model,
-        "version": answer.version.version,
-        "latency_ms": prediction.latency_ms,
-    }
-    if answer.variant is not None:
-        who["variant"] = answer.variant
-    if answer.members is not None:
-        who["members"] = answer.members
-    if prediction.cached:
-        who["cached"] = True
-    return who
 
 
 def plain_body(prediction: Prediction, *, several: bool, return_probabilities: bool = True) -> dict[str, Any]:

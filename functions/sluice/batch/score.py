@@ -1,14 +1,17 @@
-"""Score one chunk: read it, check each row against the signature, infer the good rows in
-large batches through the prediction service (so splits and ensembles apply as they do
-online), and write one part file and, when a row failed, one error file.
+"""Score one chunk: read it, check each row against the signature, score the good rows
+through the data plane's bulk call (`inference.bulk.score_many`: large calls of the one
+prediction call, so splits and ensembles apply as they do online), and write one part file
+and, when a row failed, one error file.
 
-Every row read ends in exactly one of the two files; a chunk whose rows cannot be read at
-all raises, so its orchestrator retries it. Parts and error files have fixed names per
-chunk: scoring a chunk again overwrites them.
+Every row read ends in exactly one of the two files. A row the model refuses fails alone
+(the bulk call bisects its call; its neighbours are scored); a chunk whose rows cannot be
+read at all, or whose calls fail for a reason that may pass (a backend down, a timeout),
+raises, so its orchestrator retries it. Parts and error files have fixed names per chunk:
+scoring a chunk again overwrites them.
 
-With `threads` above 1, the inference calls of a chunk run on that many threads (ONNX
-Runtime, pyarrow and NumPy release the GIL), while the calling thread reads the next piece
-and writes the finished ones in order: a chunk in flight at a time, and its pieces (one
+With `threads` above 1, a piece's rows are scored in that many shares on as many threads
+(ONNX Runtime, pyarrow and NumPy release the GIL), while the calling thread reads the next
+piece and writes the finished ones in order: a chunk in flight at a time, and its pieces (one
 being scored, one being read) bound the memory, whatever the thread count.
 
 Offline, a deployment's shadow mirrors are not run (a batch job would multiply the mirror's
@@ -29,16 +32,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
-from sluice.batch.outputs import prediction_columns
 from sluice.batch.readers import ChunkUnreadable, read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.plain import present_columns
 from sluice.domain import Principal
-from sluice.domain.errors import InvalidInput
+from sluice.domain.errors import InvalidInput, SluiceError
 from sluice.domain.jobs import ChunkResult
 from sluice.domain.policy import walk
-from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 
 if TYPE_CHECKING:
@@ -125,11 +128,11 @@ class ChunkScorer:
                         _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
                 while scoring:
                     _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
-            finally:  # after a failure: calls not started yet need not run
+            finally:  # after a failure: shares not started yet need not run
                 for left in scoring:
-                    for _, calls in left.calls:
-                        if isinstance(calls, Future):
-                            calls.cancel()
+                    for share in left.shares:
+                        if isinstance(share, Future):
+                            share.cancel()
             rows_out, rows_failed = part.close(), errors.close()
             _release_arrow_memory()
             if rows_in != chunk.rows or rows_in != rows_out + rows_failed:
@@ -186,91 +189,100 @@ class ChunkScorer:
         pool: ThreadPoolExecutor | None,
         threads: int,
     ) -> _Scoring:
-        """Check a piece's rows once, and start inferring the good ones a batch at a time
-        (on the pool, or here when there is none)."""
+        """Check a piece's rows once, and start scoring the good ones (on the pool, a share per
+        thread, or here when there is none)."""
         table = piece.table
         reasons = piece.reasons.copy() if piece.reasons is not None else np.full(table.num_rows, None, dtype=object)
         arrays = feed_arrays(feeds, table, reasons)
         good = np.equal(reasons, None)
         rows = None if good.all() else np.flatnonzero(good)  # None: every row, in order
+        if rows is not None:
+            arrays = {name: array[rows] for name, array in arrays.items()}
         count = table.num_rows if rows is None else len(rows)
-        takes: list[slice | np.ndarray] = [
-            slice(at, min(at + run_rows, count)) if rows is None else rows[at : at + run_rows]
-            for at in range(0, count, run_rows)
-        ]
-        # The calls in a few runs of the event loop (one per thread), not one run per call.
-        groups = threads if pool is not None else 1
-        size = -(-len(takes) // groups) if takes else 1
-        calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]] = []
-        for at in range(0, len(takes), size):
-            group = takes[at : at + size]
-            args = (principal, spec, table, piece.rows, arrays, group, with_variant)
-            calls.append((group, pool.submit(self._calls, *args) if pool is not None else self._calls(*args)))
-        return _Scoring(piece, reasons, calls)
+        # A share of whole calls per thread, each share one `score_many` in one run of that
+        # thread's event loop (not one run per call).
+        calls = -(-count // run_rows)
+        size = -(-calls // (threads if pool is not None else 1)) * run_rows
+        shares: list[Future[_Scored] | _Scored] = []
+        for at in range(0, count, size or 1):
+            share = slice(at, min(at + size, count))
+            args = (principal, spec, table, piece.rows, rows, arrays, share, run_rows, with_variant)
+            shares.append(pool.submit(self._score_share, *args) if pool is not None else self._score_share(*args))
+        return _Scoring(piece, reasons, shares)
 
-    def _calls(
+    def _score_share(
         self,
         principal: Principal,
         spec: JobSpec,
         table: pa.Table,
         numbers: np.ndarray,
+        rows: np.ndarray | None,
         arrays: dict[str, np.ndarray],
-        takes: list[slice | np.ndarray],
+        share: slice,
+        run_rows: int,
         with_variant: bool,
-    ) -> list[_Called]:
-        """Inference calls one after another, in one run of this thread's event loop."""
-
-        async def each() -> list[_Called]:
-            return [
-                await self._call(principal, spec, table, numbers, taken, {n: a[taken] for n, a in arrays.items()}, with_variant)
-                for taken in takes
-            ]
-
-        return run(each())
-
-    async def _call(
-        self,
-        principal: Principal,
-        spec: JobSpec,
-        table: pa.Table,
-        numbers: np.ndarray,
-        taken: slice | np.ndarray,
-        inputs: dict[str, np.ndarray],
-        with_variant: bool,
-    ) -> _Called:
-        """One inference call through the prediction service, and its output columns."""
+    ) -> _Scored:
+        """Score a share of a piece's good rows (`rows`: their places in the piece; None, every
+        row), and make the output columns of each call as it answers (this thread's Python work
+        then overlaps the other threads' inference). A row the model refuses fails alone; any
+        other failure fails the chunk, which its orchestrator retries."""
         import pyarrow as pa
 
-        try:
-            request = PredictionRequest(spec.deployment, ArrayInputs(inputs), mirrors=False)
-            prediction = await self.predictions.predict(principal, request)
-        except InvalidInput as exc:  # the model refused rows that passed the signature
-            return _Called(None, None, f"the model rejected these rows: {exc.message}")
-        answer = prediction.answer
-        kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
-        out = _keys(kept, numbers[taken], spec.key_columns)
-        out.update(prediction_columns(answer.signature, answer.result, flat=spec.output_format == "csv"))
-        if with_variant:
-            out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
-        return _Called(pa.table(out), answer.version.ref, None)
+        scored = _Scored([], [])
+        flat = spec.output_format == "csv"
+
+        def present(result: Result) -> None:
+            answer, taken = result.answer, _in_piece(result.records, share, rows)
+            kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
+            out = _keys(kept, numbers[taken], spec.key_columns)
+            out.update(present_columns(answer.signature, answer.result, flat=flat))
+            if with_variant:
+                out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
+            scored.parts.append((pa.table(out), answer.version.ref))
+
+        records = Records({name: array[share] for name, array in arrays.items()})
+        outcomes = run(score_many(
+            self.predictions, principal, spec.deployment, records,
+            max_rows=run_rows, mirrors=False, stop_on_retry=True, on_result=present,
+        ))  # fmt: skip
+        for error in outcomes.errors:
+            if error.retry:
+                raise error.error
+        scored.failed = [(_in_piece(e.records, share, rows), _refused(e.error)) for e in outcomes.errors]
+        return scored
 
 
-class _Called:
-    __slots__ = ("error", "ref", "table")
+class _Scored:
+    """A share's output: a table and the version that answered per call, and the rows refused
+    (their places in the piece, and why)."""
 
-    def __init__(self, table: pa.Table | None, ref: str | None, error: str | None) -> None:
-        self.table, self.ref, self.error = table, ref, error
+    __slots__ = ("failed", "parts")
+
+    def __init__(self, parts: list[tuple[pa.Table, str]], failed: list[tuple[slice | np.ndarray, str]]) -> None:
+        self.parts, self.failed = parts, failed
 
 
 class _Scoring:
-    """A piece whose inference calls were started: its rows' reasons, and each call."""
+    """A piece whose shares were started: its rows' reasons, and each share."""
 
-    __slots__ = ("calls", "piece", "reasons")
+    __slots__ = ("piece", "reasons", "shares")
 
-    def __init__(
-        self, piece: Piece, reasons: np.ndarray, calls: list[tuple[list[slice | np.ndarray], Future[list[_Called]] | list[_Called]]]
-    ) -> None:
-        self.piece, self.reasons, self.calls = piece, reasons, calls
+    def __init__(self, piece: Piece, reasons: np.ndarray, shares: list[Future[_Scored] | _Scored]) -> None:
+        self.piece, self.reasons, self.shares = piece, reasons, shares
+
+
+def _in_piece(records: slice | np.ndarray, share: slice, rows: np.ndarray | None) -> slice | np.ndarray:
+    """A share's records as places in its piece."""
+    if isinstance(records, slice):
+        start, stop = share.start + records.start, share.start + records.stop
+        return slice(start, stop) if rows is None else rows[start:stop]
+    return records + share.start if rows is None else rows[records + share.start]
+
+
+def _refused(error: Exception) -> str:
+    if isinstance(error, InvalidInput):
+        return f"the model rejected this row: {error.message}"
+    return f"{error.code}: {error.message}" if isinstance(error, SluiceError) else str(error)
 
 
 def _finish_piece(
@@ -282,17 +294,15 @@ def _finish_piece(
     import pyarrow as pa
 
     reasons = scoring.reasons
-    for takes, calls in scoring.calls:
-        for taken, called in zip(takes, calls.result() if isinstance(calls, Future) else calls, strict=True):
-            if called.error is not None:
-                reasons[taken] = called.error
-                continue
-            assert called.table is not None and called.ref is not None
-            table = called.table
+    for share in scoring.shares:
+        scored = share.result() if isinstance(share, Future) else share
+        for taken, reason in scored.failed:
+            reasons[taken] = reason
+        for table, ref in scored.parts:
             if source is not None:
                 table = table.add_column(0, "object", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
             part.write(table)
-            versions[called.ref] += called.table.num_rows
+            versions[ref] += table.num_rows
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows

@@ -1,4 +1,5 @@
-"""Plain JSON predictions: rows and feature dicts in, labels, probabilities and values out."""
+"""Plain predictions: rows and feature dicts in; labels, probabilities and values out, as JSON
+rows (the simple JSON API, stream outputs) or as Arrow columns (batch parts), decided once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from sluice.domain.results import InferenceResult
+    import pyarrow as pa
+
+    from sluice.domain.results import InferenceResult, Prediction
     from sluice.domain.signature import Signature, TensorSpec
 
 
@@ -151,6 +154,36 @@ def _column(array: np.ndarray, n: int) -> list[Any]:
     return array.reshape(n, *array.shape[1:]).tolist()
 
 
+class _Plain:
+    """What plain predictions present of a version's answer, decided once for rows and columns
+    alike: the `prediction` (a label, the most probable class, one value or several named
+    values) and, for classifiers, each class's probability and the top one (`confidence`)."""
+
+    __slots__ = ("classes", "label", "probs", "probs_name", "values")
+
+    def __init__(self, signature: Signature, result: InferenceResult) -> None:
+        outputs = result.outputs
+        label_spec = signature.output_with_role("label")
+        prob_spec = signature.output_with_role("probabilities")
+        self.label = outputs.get(label_spec.name) if label_spec else None
+        self.probs = outputs.get(prob_spec.name) if prob_spec else None
+        self.probs_name = prob_spec.name if prob_spec else None
+        self.values = [
+            spec.name for spec in signature.outputs
+            if spec.name in outputs and spec.role not in ("label", "probabilities")
+        ]  # fmt: skip
+        self.classes: list[Any] | None = None
+        if self.probs is not None and self.probs.ndim == 2:
+            self.classes = result.classes.get(self.probs_name) if self.probs_name else None
+            if self.classes is None:
+                self.classes = list(range(self.probs.shape[1]))
+
+    @property
+    def top_class(self) -> bool:
+        """The prediction is the most probable class (no label output, no values)."""
+        return self.label is None and self.classes is not None and not self.values
+
+
 def present_rows(
     signature: Signature,
     result: InferenceResult,
@@ -160,26 +193,15 @@ def present_rows(
     """One plain-JSON dict per input row: `prediction`, and for classifiers
     `probabilities` ({label: p}) and `confidence` (the top probability)."""
     outputs = result.outputs
-    label_spec = signature.output_with_role("label")
-    prob_spec = signature.output_with_role("probabilities")
-    label = outputs.get(label_spec.name) if label_spec else None
-    probs = outputs.get(prob_spec.name) if prob_spec else None
-    values = [
-        spec.name for spec in signature.outputs
-        if spec.name in outputs and spec.role not in ("label", "probabilities")
-    ]
     n = len(next(iter(outputs.values()))) if outputs else 0
     if n == 0:
         return []
-    classes: list[Any] | None = None
-    if probs is not None and probs.ndim == 2:
-        classes = result.classes.get(prob_spec.name) if prob_spec else None
-        if classes is None:
-            classes = list(range(probs.shape[1]))
+    plain = _Plain(signature, result)
+    label, probs, classes, values = plain.label, plain.probs, plain.classes, plain.values
     if label is not None:
         predictions: list[Any] = _column(label, n)
-    elif classes is not None and not values:
-        predictions = [_scalar(classes[i]) for i in probs.argmax(axis=1).tolist()]  # type: ignore[union-attr]
+    elif plain.top_class:
+        predictions = [_scalar(classes[i]) for i in probs.argmax(axis=1).tolist()]  # type: ignore[index,union-attr]
     elif len(values) == 1:
         predictions = _column(outputs[values[0]], n)
     elif values:
@@ -193,7 +215,7 @@ def present_rows(
     confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
     if not return_probabilities:
         return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
-    maps = result.maps.get(prob_spec.name) if prob_spec else None
+    maps = result.maps.get(plain.probs_name) if plain.probs_name else None
     if maps is not None and len(maps) == n and list(maps[0]) == keys:
         # The runtime's own {label: probability} rows (string labels, in the classes' order):
         # the same values as the array's, with no dict built per row.
@@ -203,3 +225,73 @@ def present_rows(
         {"prediction": p, "probabilities": dict(zip(keys, row, strict=False)), "confidence": c}
         for p, row, c in zip(predictions, table, confidence, strict=True)
     ]
+
+
+def present_columns(signature: Signature, result: InferenceResult, *, flat: bool) -> dict[str, pa.Array]:
+    """What `present_rows` gives, a column at a time (Arrow, for batch parts): `prediction`
+    (`prediction_<name>` per value when there are several), and for classifiers one
+    `probability_<class>` column per class and `confidence`. `flat` spreads a vector per row
+    over numbered columns (`prediction_0`, …), for formats without lists (CSV)."""
+    import pyarrow as pa
+
+    outputs = result.outputs
+    plain = _Plain(signature, result)
+    label, probs, classes, values = plain.label, plain.probs, plain.classes, plain.values
+    columns: dict[str, pa.Array] = {}
+    if label is not None:
+        columns.update(_value_columns("prediction", label, flat=flat))
+    elif plain.top_class:
+        picked = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)] if len(probs) else []  # type: ignore[arg-type]
+        columns["prediction"] = pa.array([_scalar(c) for c in picked])
+    elif len(values) == 1:
+        columns.update(_value_columns("prediction", outputs[values[0]], flat=flat))
+    else:
+        for name in values:
+            columns.update(_value_columns(f"prediction_{name}", outputs[name], flat=flat))
+    if probs is not None and classes is not None:
+        for j, cls in enumerate(classes):
+            columns[f"probability_{_scalar(cls)}"] = pa.array(probs[:, j])
+        top = probs.max(axis=1) if probs.shape[1] else np.full(len(probs), np.nan, dtype=probs.dtype)
+        columns["confidence"] = pa.array(top)
+    return columns
+
+
+def _value_columns(name: str, array: np.ndarray, *, flat: bool) -> dict[str, pa.Array]:
+    import pyarrow as pa
+
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim == 1:
+        return {name: _arrow(array)}
+    rows = array.reshape(len(array), -1)
+    if flat:
+        return {f"{name}_{j}": _arrow(rows[:, j]) for j in range(rows.shape[1])}
+    width = rows.shape[1]
+    return {name: pa.FixedSizeListArray.from_arrays(_arrow(rows.reshape(-1)), width)}
+
+
+def _arrow(array: np.ndarray) -> pa.Array:
+    import pyarrow as pa
+
+    if array.dtype == object:
+        return pa.array([_scalar(v) for v in array])
+    return pa.array(array)
+
+
+def who_answered(prediction: Prediction) -> dict[str, Any]:
+    """The model, version, variant or members that answered, and how fast: every door that
+    presents a prediction says it (simple JSON, the Open Inference Protocol's parameters,
+    stream outputs)."""
+    answer = prediction.answer
+    who: dict[str, Any] = {
+        "model": answer.version.model,
+        "version": answer.version.version,
+        "latency_ms": prediction.latency_ms,
+    }
+    if answer.variant is not None:
+        who["variant"] = answer.variant
+    if answer.members is not None:
+        who["members"] = answer.members
+    if prediction.cached:
+        who["cached"] = True
+    return who

@@ -21,8 +21,8 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from sluice import __version__
 from sluice.api.deps import authenticate, request_id
-from sluice.api.present import who_answered
 from sluice.api.ratelimit import RateLimit
+from sluice.codecs.plain import who_answered
 from sluice.domain.errors import Accepted, BadRequest, PayloadTooLarge, SluiceError
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version

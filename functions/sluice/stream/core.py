@@ -1,5 +1,5 @@
-"""The stream core: decode and check each record, score the valid ones micro-batched through
-the one prediction call, and sort every record into one of three outcomes:
+"""The stream core: read each record into arrays, score them all through the data plane's bulk
+call (`inference.bulk.score_many`), and write each record's outcome as one of three:
 
 - a prediction (an output record: the input's `id`, its position, the rows as the simple JSON
   API presents them, and the deployment, model, version and variant that answered);
@@ -8,15 +8,15 @@ the one prediction call, and sort every record into one of three outcomes:
 - a retry (a transient failure: throttling, 502/503/504, a timeout, a deployment not found),
   reported to Lambda as a batch item failure, and in the end to the dead-letter destination.
 
-Records of one deployment and variant are stacked into as few `predict` calls as `batch_rows`
-allows. A sticky split's routing key is hashed here exactly as the split would, so records
-are grouped by the variant they would get alone. When a stacked call is refused as invalid,
-it is bisected until the refused records are found; the rest are still scored.
+Reading is this module's: the `{id, features}` hot path makes one tuple per record (in C) and
+one array of all their rows; any other shape takes the full decode. Grouping by route,
+calls of at most `batch_rows` rows, and finding the records a call refuses (so the rest are
+still scored) are the bulk call's.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -25,32 +25,33 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
-from sluice.api.present import who_answered
-from sluice.codecs.plain import present_rows
+from sluice.codecs.plain import present_rows, who_answered
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
-from sluice.domain.policy import walk
-from sluice.domain.requests import ArrayInputs, PredictionRequest, RowInputs, Tensor, TensorInputs
-from sluice.routing.choose import sticky_pick
+from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.inference.bulk import Records, score_many, sticky_field
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sluice.domain.results import Prediction, Resolved
+    from sluice.domain.results import Resolved
     from sluice.domain.signature import Signature
+    from sluice.inference.bulk import Outcomes
     from sluice.inference.predictions import PredictionService
     from sluice.stream.records import StreamRecord
 
 # Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
 RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
-PERMANENT_STATUSES = frozenset({400, 413, 422})
 NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
 
 
 @dataclass(slots=True)
 class Outcome:
-    output: dict[str, Any] | None = None  # a prediction or an error output; None while a retry
-    retry: str | None = None  # why it should be retried
+    """A record's outcome as written: its output (a prediction or an error output), or why it
+    is retried (then no output)."""
+
+    output: dict[str, Any] | None = None
+    retry: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -58,8 +59,7 @@ class Outcome:
 
 
 class _Item(tuple):  # type: ignore[type-arg]
-    """One record's decoded input: its arrays, or on the hot path one row of feature values.
-    A tuple: thousands are made per invocation, and a tuple is made in C."""
+    """A record the full decode read: its arrays, and the route it asks for."""
 
     __slots__ = ()
     index = property(itemgetter(0))
@@ -67,10 +67,11 @@ class _Item(tuple):  # type: ignore[type-arg]
     rows = property(itemgetter(2))
     several = property(itemgetter(3))
     arrays = property(itemgetter(4))
-    row = property(itemgetter(5))
+    variant = property(itemgetter(5))
+    key = property(itemgetter(6))
 
 
-_rows_of = itemgetter(2)  # an item's row count, read in C
+_row = itemgetter(2)  # a hot record's feature values, read in C
 
 
 class StreamScorer:
@@ -90,19 +91,23 @@ class StreamScorer:
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
             return outcomes
-        sticky = _sticky_split(resolved)
-        allowed = RECORD_KEYS | ({sticky.routing_key} if sticky else set())
+        field = sticky_field(resolved.node)
+        allowed = RECORD_KEYS | ({field} if field else set())
         signature = resolved.version.signature
         only = signature.inputs[0] if len(signature.inputs) == 1 else None
         names = only.feature_names if only is not None and only.feature_names else None
-        groups: dict[tuple[str | None, str | None], list[_Item]] = defaultdict(list)
         row_of = _row_getter(names)
         # true/false among feature numbers would stack as 1.0/0.0: such a record takes the full
         # decode, which refuses them as the API does. A substring test of the text costs far
         # less than looking at every value; an `id` that says "true" only takes the slower path.
-        true, false = ("true", "false") if records and type(records[0].body) is str else (b"true", b"false")
-        plain = groups[None, None]
-        hot = plain.append
+        # A name given twice is kept once by the parser (the last value): the hot path's
+        # records have one comma between each two members, and one more is a name given twice
+        # (or a comma in the `id`, which only takes the slower path, which looks closer).
+        text = bool(records) and type(records[0].body) is str
+        true, false, comma = ("true", "false", ",") if text else (b"true", b"false", b",")
+        hot: list[tuple[int, Any, tuple[Any, ...]]] = []  # (index, id, feature values)
+        full: list[_Item] = []
+        keep = hot.append
         width = len(names) if names else -1
         for index, record in enumerate(records):
             raw = record.body
@@ -118,25 +123,25 @@ class StreamScorer:
                     type(features) is dict and len(features) == width and len(body) <= 2
                     and (len(body) == 1 or "id" in body)
                     and true not in raw and false not in raw  # type: ignore[operator]
+                    and raw.count(comma) == width + len(body) - 2  # type: ignore[arg-type]
                 ):  # fmt: skip
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        hot(_Item((index, body.get("id"), 1, False, None, row_of(features))))
+                        keep((index, body.get("id"), row_of(features)))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
-                item = self._item(index, body, resolved, allowed)
-                group = _group(body, sticky)
+                full.append(self._item(index, raw, body, signature, allowed, field))
             except SluiceError as exc:
                 outcomes[index].output = self._error(record, record_id(record.body), exc)
-                continue
-            groups[group].append(item)
-        for (variant, routing), items in groups.items():
-            for chunk in _chunks(items, self.batch_rows):
-                await self._score_chunk(resolved, chunk, variant, routing, records, outcomes)
+        stacked = self._stack_hot(signature, hot, full, records, outcomes) if hot else None
+        for layout in _layouts(hot, stacked, full):
+            await self._score(resolved, layout, records, outcomes)
         return outcomes
 
-    # Decoding ----------------------------------------------------------------------------
-    def _item(self, index: int, body: dict[str, Any], resolved: Resolved, allowed: frozenset[str] | set[str]) -> _Item:
+    # Reading ----------------------------------------------------------------------------
+    def _item(
+        self, index: int, raw: bytes | str, body: dict[str, Any], signature: Signature, allowed: frozenset[str] | set[str], field: str | None
+    ) -> _Item:
         extra = body.keys() - allowed
         if extra:
             name = sorted(extra)[0]
@@ -144,7 +149,7 @@ class StreamScorer:
         named = body.get("deployment")
         if named is not None and named != self.deployment:
             raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
-        signature = resolved.version.signature
+        _refuse_names_given_twice(raw, body)
         features = body.get("features")
         inputs = body.get("inputs")
         if isinstance(inputs, list) and inputs and all(isinstance(t, dict) and "datatype" in t for t in inputs):
@@ -154,103 +159,122 @@ class StreamScorer:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, None))
+        key = body.get("routing_key")
+        if key is None and field:
+            key = body.get(field)
+        return _Item((index, body.get("id"), rows, "batch" in body or rows != 1, arrays, body.get("variant"), key))
 
-    def _stack(
-        self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
-    ) -> tuple[dict[str, np.ndarray], list[_Item]]:
-        """The items' rows as one array per input. When the feature rows do not stack (a
-        string among numbers, a nested list), each is decoded alone to find and refuse it."""
-        name = signature.inputs[0].name
-        rows = [item.row for item in items if item.row is not None]
-        if rows:
-            try:
-                fast = np.asarray(rows)
-                stacked = fast.dtype.kind in "iuf" and fast.ndim == 2
-            except (ValueError, TypeError):
-                stacked = False
-            if stacked and len(rows) == len(items):
-                return {name: fast}, items
-            if not stacked:
-                items = self._decode_rows(signature, items, records, outcomes)
-        parts: dict[str, list[np.ndarray]] = defaultdict(list)
-        for item in items:
-            for key, array in (item.arrays if item.arrays is not None else {name: np.asarray([item.row])}).items():
-                parts[key].append(array)
-        return {key: (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)) for key, arrays in parts.items()}, items
-
-    def _decode_rows(
-        self, signature: Signature, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]
-    ) -> list[_Item]:
-        kept = []
-        for item in items:
-            if item.row is not None:
-                try:
-                    features = _body(records[item.index].body)["features"]
-                    request = PredictionRequest(self.deployment, RowInputs(features=features))
-                    item = _Item((item.index, item.id, 1, False, self.predictions.decode(signature, request), None))
-                except SluiceError as exc:
-                    outcomes[item.index].output = self._error(records[item.index], item.id, exc)
-                    continue
-            kept.append(item)
-        return kept
-
-    # Scoring -----------------------------------------------------------------------------
-    async def _score_chunk(
-        self, resolved: Resolved, items: list[_Item], variant: str | None, routing: str | None,
+    def _stack_hot(
+        self, signature: Signature, hot: list[tuple[int, Any, tuple[Any, ...]]], full: list[_Item],
         records: Sequence[StreamRecord], outcomes: list[Outcome],
-    ) -> None:  # fmt: skip
-        arrays, items = self._stack(resolved.version.signature, items, records, outcomes)
-        if not items:
-            return
-        request = PredictionRequest(self.deployment, ArrayInputs(arrays), variant=variant, routing_key=routing)
+    ) -> tuple[str, np.ndarray] | None:  # fmt: skip
+        """The hot records' rows as one array, for the one input. When they do not stack (a
+        string among numbers, a nested list), each hot record is decoded alone, to find and
+        refuse it; the others join the full decode's records (and `hot` is emptied)."""
         try:
-            prediction = await self.predictions.predict(self.principal, request)
-        except SluiceError as exc:
-            if exc.status not in PERMANENT_STATUSES:
-                for item in items:
-                    outcomes[item.index].retry = f"{exc.code}: {exc.message}"
-                return
-            if len(items) == 1:
-                outcomes[items[0].index].output = self._error(records[items[0].index], items[0].id, exc)
-                return
-            half = len(items) // 2  # bisect: the refused records are found, the rest still scored
-            await self._score_chunk(resolved, items[:half], variant, routing, records, outcomes)
-            await self._score_chunk(resolved, items[half:], variant, routing, records, outcomes)
-            return
-        except Exception as exc:  # an unexpected failure of a backend: retried, never lost
-            for item in items:
-                outcomes[item.index].retry = f"{type(exc).__name__}: {exc}"
-            return
-        self._present(prediction, items, records, outcomes)
+            stacked = np.asarray(list(map(_row, hot)))
+            if stacked.dtype.kind in "iuf" and stacked.ndim == 2:
+                return signature.inputs[0].name, stacked
+        except (ValueError, TypeError):
+            pass
+        for index, rid, _ in hot:
+            try:
+                features = _body(records[index].body)["features"]
+                arrays = self.predictions.decode(signature, PredictionRequest(self.deployment, RowInputs(features=features)))
+            except SluiceError as exc:
+                outcomes[index].output = self._error(records[index], rid, exc)
+                continue
+            full.append(_Item((index, rid, 1, False, arrays, None, None)))
+        hot.clear()
+        return None
 
-    def _present(self, prediction: Prediction, items: list[_Item], records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
-        answer = prediction.answer
-        rows = present_rows(answer.signature, answer.result)
-        who = who_answered(prediction)
-        who.pop("latency_ms", None)  # the micro-batch's, not the record's
-        head = {"deployment": prediction.resolved.deployment.name, **who}
-        if list(map(_rows_of, items)).count(1) == len(items) == len(rows):  # one row a record (always so on the hot path)
-            for (index, rid, _, several, _, _), row in zip(items, rows, strict=True):
-                if several:
-                    row = {"predictions": [row]}
-                outcomes[index].output = {"id": rid, "source": records[index].position, **head, **row}
-            return
-        at = 0
-        for item in items:
-            position = records[item.index].position
-            if item.several:
-                out = {"id": item.id, "source": position, **head, "predictions": rows[at : at + item.rows]}
-            else:
-                out = {"id": item.id, "source": position, **head, **rows[at]}
-            at += item.rows
-            outcomes[item.index].output = out
+    # Scoring and writing ----------------------------------------------------------------
+    async def _score(self, resolved: Resolved, layout: _Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+        done = await score_many(
+            self.predictions, self.principal, self.deployment, layout.records, max_rows=self.batch_rows, resolved=resolved
+        )  # fmt: skip
+        self._write(done, layout, records, outcomes)
+
+    def _write(self, done: Outcomes, layout: _Layout, records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
+        hot, full, first = layout.hot, layout.full, len(layout.hot)
+        for error in done.errors:
+            exc = error.error
+            for position in _positions(error.records):
+                index, rid = hot[position][:2] if position < first else full[position - first][:2]
+                if error.retry:
+                    outcomes[index].retry = error.reason
+                else:
+                    outcomes[index].output = self._error(records[index], rid, exc)  # type: ignore[arg-type]  # refused: a SluiceError
+        for result in done.results:
+            prediction = result.prediction
+            assert prediction is not None  # answered by `predict`
+            answer = prediction.answer
+            rows = present_rows(answer.signature, answer.result)
+            who = who_answered(prediction)
+            who.pop("latency_ms", None)  # the call's, not the record's
+            head = {"deployment": prediction.resolved.deployment.name, **who}
+            chosen = result.records
+            if result.offsets is None and isinstance(chosen, slice) and chosen.stop <= first:  # hot records only: a row each
+                for (index, rid, _), row in zip(hot[chosen], rows, strict=True):
+                    outcomes[index].output = {"id": rid, "source": records[index].position, **head, **row}
+                continue
+            for j, position in enumerate(_positions(chosen)):
+                own = rows[result.rows_of(j)]
+                if position < first:
+                    index, rid = hot[position][:2]
+                    outcomes[index].output = {"id": rid, "source": records[index].position, **head, **own[0]}
+                    continue
+                item = full[position - first]
+                body = {"predictions": own} if item.several else own[0]
+                outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **head, **body}
 
     def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
         out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
         if exc.field:
             out["field"] = exc.field
         return out
+
+
+class _Layout:
+    """Records whose arrays stack (the same inputs, the same shape past the batch axis): the
+    hot records first, then the full decode's, as one `Records`."""
+
+    __slots__ = ("full", "hot", "records")
+
+    def __init__(self, hot: list[tuple[int, Any, Any]], full: list[_Item], records: Records) -> None:
+        self.hot, self.full, self.records = hot, full, records
+
+
+def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | None, full: list[_Item]) -> list[_Layout]:
+    """The records by layout, the hot records' first (almost always the only one)."""
+    if not full:
+        return [_Layout(hot, full, Records(dict((stacked,))))] if stacked is not None else []
+    groups: dict[tuple[Any, ...], list[_Item]] = {}
+    for item in full:
+        groups.setdefault(_shape(item.arrays), []).append(item)
+    layouts = []
+    if stacked is not None:
+        name, rows = stacked
+        layouts.append(_layout(hot, {name: [rows]}, groups.pop(((name, rows.shape[1:]),), [])))
+    layouts.extend(_layout([], {}, items) for items in groups.values())
+    return layouts
+
+
+def _shape(arrays: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    return tuple(sorted((name, array.shape[1:]) for name, array in arrays.items()))
+
+
+def _layout(hot: list[tuple[int, Any, Any]], parts: dict[str, list[np.ndarray]], items: list[_Item]) -> _Layout:
+    for item in items:
+        for name, array in item.arrays.items():
+            parts.setdefault(name, []).append(array)
+    arrays = {name: arrays[0] if len(arrays) == 1 else np.concatenate(arrays) for name, arrays in parts.items()}
+    if not items:  # hot records only: a row each, no route asked for
+        return _Layout(hot, items, Records(arrays))
+    rows = np.asarray([1] * len(hot) + [item.rows for item in items], dtype=np.intp)
+    variants = [None] * len(hot) + [item.variant for item in items] if any(item.variant is not None for item in items) else None
+    keys = [None] * len(hot) + [item.key for item in items] if any(item.key is not None for item in items) else None
+    return _Layout(hot, items, Records(arrays, rows, variants, keys))
 
 
 def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:
@@ -284,38 +308,50 @@ def record_id(raw: bytes | str) -> Any:
     return body.get("id") if isinstance(body, dict) else None
 
 
+def _refuse_names_given_twice(raw: bytes | str, body: dict[str, Any]) -> None:
+    """A record that gives a name twice in one object (`{"features": {"a": 1, "a": 2}}`) is
+    refused: the parser keeps the last value, the sender may have meant the first. Each
+    member of an object has one colon; when the text holds no more colons than the members
+    parsed, no name was dropped. Otherwise (a colon in a string, or objects in lists not
+    counted) the text is read again by a parser that sees every pair."""
+    if raw.count(":" if type(raw) is str else b":") == _members(body):  # type: ignore[arg-type]
+        return
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        names = [name for name, _ in items]
+        if len(set(names)) != len(names):
+            twice.extend(name for n, name in enumerate(names) if name in names[:n])
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except ValueError:
+        return  # read by the first parser; nothing more to learn here
+    if twice:
+        name = twice[0]
+        features = body.get("features")
+        where = f"features.{name}" if isinstance(features, dict) and name in features else (name if name in body else "body")
+        raise InvalidInput(f"'{name}' is given twice in one object of the record; give each name once", field=where)
+
+
+def _members(value: dict[str, Any]) -> int:
+    """The members of `value` and of the objects inside it, through objects and lists of
+    objects (other lists are not looked into: a lower bound, which only costs a closer look)."""
+    count = len(value)
+    for inner in value.values():
+        kind = type(inner)
+        if kind is dict:
+            count += _members(inner)
+        elif kind is list and inner and type(inner[0]) is dict:
+            count += sum(_members(x) for x in inner if type(x) is dict)
+    return count
+
+
 def _tensor(data: dict[str, Any], index: int) -> Tensor:
     try:
         return Tensor(str(data["name"]), str(data["datatype"]), tuple(int(n) for n in data["shape"]), data["data"])
     except (KeyError, TypeError, ValueError):
         raise InvalidInput("a v2 input needs name, datatype, shape (integers) and data", field=f"inputs[{index}]") from None
-
-
-def _sticky_split(resolved: Resolved) -> Any:
-    """The deployment's top split when it routes by key, so records can be grouped by variant."""
-    node = resolved.node
-    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
-        return node
-    if any(n.kind == "split" and n.routing_key for n in walk(node)):  # type: ignore[union-attr]
-        return False  # nested: group by the key itself
-    return None
-
-
-def _group(body: dict[str, Any], sticky: Any) -> tuple[str | None, str | None]:
-    """(variant, routing key) for the record's stacked call."""
-    variant = body.get("variant")
-    if variant is not None:
-        return str(variant), None
-    if sticky is None:
-        return None, None
-    key = body.get("routing_key")
-    if key is None and sticky:
-        key = body.get(sticky.routing_key)
-    if key is None:
-        return None, None
-    if sticky:
-        return sticky_pick(sticky.variants, str(key)).name, None
-    return None, str(key)
 
 
 def _row_getter(names: Sequence[str] | None) -> Any:
@@ -328,15 +364,6 @@ def _row_getter(names: Sequence[str] | None) -> Any:
     return itemgetter(*names)
 
 
-def _chunks(items: list[_Item], rows: int) -> list[list[_Item]]:
-    if sum(map(_rows_of, items)) <= rows:  # the common case: everything in one call
-        return [items]
-    out: list[list[_Item]] = [[]]
-    count = 0
-    for item in items:
-        if out[-1] and count + item.rows > rows:
-            out.append([])
-            count = 0
-        out[-1].append(item)
-        count += item.rows
-    return [chunk for chunk in out if chunk]
+def _positions(chosen: slice | np.ndarray) -> range | np.ndarray:
+    return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen.tolist()
+

@@ -360,3 +360,26 @@ def test_a_fifo_outage_holds_the_rest_of_each_affected_message_group(aws: None, 
     answer = handle(event)
     assert {f["itemIdentifier"] for f in answer["batchItemFailures"]} == {event["Records"][n]["messageId"] for n in held}
     assert sorted(o["id"] for o in _drain(sqs, url)) == sorted(set(range(12)) - held)
+
+
+@pytest.mark.parametrize("source", ["sqs", "kinesis"])  # a body as text, and as bytes
+def test_a_record_naming_a_feature_twice_is_refused_not_scored_with_the_last_value(aws: None, bind: Bind, source: str) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    features = '"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2'
+    bodies = [
+        '{"id": "feature", "features": {' + features + ', "sepal_length": 6.7}}',  # the hot path's shape
+        '{"id": "in-a-batch", "batch": [{' + features + '}, {' + features + ', "petal_width": 2.3}]}',
+        '{"id": "top", "id": "again", "features": {' + features + "}}",
+        '{"id": "a, b: c", "features": {' + features + "}}",  # a comma and a colon in a string: scored
+        *rows(3),
+    ]
+    event = sqs_event(bodies) if source == "sqs" else kinesis_event(list(bodies))
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert out["feature"]["code"] == "invalid_input" and out["feature"]["field"] == "features.sepal_length"
+    assert "'sepal_length' is given twice" in out["feature"]["error"] and "prediction" not in out["feature"]
+    assert out["in-a-batch"]["code"] == "invalid_input" and "'petal_width' is given twice" in out["in-a-batch"]["error"]
+    assert out["again"]["field"] == "id"  # the parser kept the last id; the record is refused all the same
+    assert out["a, b: c"]["prediction"] == "setosa"
+    assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]

@@ -1,0 +1,369 @@
+"""The bulk call beside the one prediction call: many records' inputs, already decoded and
+stacked, scored in as few calls as their routes allow, and one outcome for every record.
+
+    outcomes = await score_many(predictions, principal, "fraud", Records(arrays, rows), max_rows=4096)
+
+Batch, streams and replay all go through it and keep only their reading (records decoded into
+arrays) and writing (outcomes presented). It
+
+- groups the records by the route each would take alone: a variant asked for, or a sticky
+  split's routing key, hashed here as the split would hash it;
+- makes one call (`PredictionService.predict`, or `run_node` for a policy node) per group and
+  per `max_rows` rows;
+- isolates the records a call refuses (400, 413, 422: the model or the checks) by bisecting
+  it, so no other record fails with one: k refused records among n cost at most about
+  2k·log2(n/k) calls more;
+- marks the records of a call that failed otherwise (throttling, 5xx, a timeout, a deployment
+  not found, an unexpected exception) for retry, and only those;
+- and gives each record one outcome: a `Result` (the call that answered it, and which rows of
+  that answer are its own) or an `Error` (why, and whether a retry may succeed). Records in =
+  records answered + records failed, checked before it returns.
+
+Outcomes are kept per call, not per record: a batch piece of 65,536 rows is a handful of
+objects, and a record's own outputs are views of its call's answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError
+from sluice.domain.policy import walk
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.observability import get_logger
+from sluice.routing.choose import sticky_pick
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from sluice.domain import Principal
+    from sluice.domain.policy import Node, Split
+    from sluice.domain.results import Answer, Prediction, Resolved
+    from sluice.inference.predictions import PredictionService
+
+PERMANENT_STATUSES = frozenset({400, 413, 422})  # the records themselves are refused: a retry fails again
+
+Selection = slice | np.ndarray  # records (or rows): a run of them, or their positions in order
+
+
+@dataclass(slots=True)  # made per call: a frozen dataclass's __init__ costs more
+class Records:
+    """Many records' inputs, decoded: one array per input holding every record's rows, record
+    after record. `rows`: how many rows each record has (None: one each, as batch rows are).
+    `variants` and `keys`, where given, say per record which variant it asks for and its
+    routing key; they only matter to a deployment that splits."""
+
+    arrays: Mapping[str, np.ndarray]
+    rows: np.ndarray | None = None
+    variants: Sequence[str | None] | None = None
+    keys: Sequence[str | None] | None = None
+
+    def __len__(self) -> int:
+        if self.rows is not None:
+            return len(self.rows)
+        first = next(iter(self.arrays.values()), None)
+        return 0 if first is None else int(first.shape[0])
+
+
+@dataclass(slots=True)
+class Result:
+    """Records one call answered. `records`: their positions in `Records`, in the answer's
+    order; `rows`: the rows of `Records.arrays` the call took (a driver takes its own columns
+    with it: keys, captured outputs); `offsets`: where each record's rows start in the answer,
+    and where the last ends (None: one row each)."""
+
+    answer: Answer
+    prediction: Prediction | None  # the whole prediction, when the call was `predict`
+    records: Selection
+    rows: Selection
+    offsets: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return _count(self.records)
+
+    def rows_of(self, j: int) -> slice:
+        """The rows of the answer that are the `j`-th of these records' own."""
+        if self.offsets is None:
+            return slice(j, j + 1)
+        return slice(int(self.offsets[j]), int(self.offsets[j + 1]))
+
+    def outputs_of(self, j: int) -> dict[str, np.ndarray]:
+        """The `j`-th record's own outputs: views of the answer's arrays, no copy."""
+        rows = self.rows_of(j)
+        return {name: array[rows] for name, array in self.answer.result.outputs.items()}
+
+
+@dataclass(slots=True)
+class Error:
+    """Records that failed together: a call refused for a record alone, or a call that failed
+    for a reason a later try may not meet (`retry`)."""
+
+    records: Selection
+    error: Exception
+    retry: bool
+
+    def __len__(self) -> int:
+        return _count(self.records)
+
+    @property
+    def reason(self) -> str:
+        """`code: message` of a sluice error; an unexpected exception by its type only (its
+        text, logged where it was caught, is not for callers)."""
+        exc = self.error
+        if isinstance(exc, SluiceError):
+            return f"{exc.code}: {exc.message}"
+        return f"unexpected {type(exc).__name__}"
+
+
+Outcome = Result | Error
+
+
+class Outcomes:
+    """What became of every record: `results` and `errors` together hold each record once
+    (`answered` and `failed` of them)."""
+
+    __slots__ = ("answered", "calls", "count", "errors", "failed", "results")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.results: list[Result] = []
+        self.errors: list[Error] = []
+        self.answered = self.failed = 0
+        self.calls = 0  # calls made, bisecting included
+
+    def _result(self, result: Result, records: int) -> None:
+        self.results.append(result)
+        self.answered += records
+
+    def _error(self, error: Error, records: int) -> None:
+        self.errors.append(error)
+        self.failed += records
+
+    def by_record(self) -> list[Outcome]:
+        """Each record's outcome, in the records' order (a Python object per record: for
+        drivers that make one anyway, and for tests)."""
+        found: list[Outcome | None] = [None] * self.count
+        for outcome in (*self.results, *self.errors):
+            for position in _positions(outcome.records):
+                found[position] = outcome
+        assert None not in found, "a record has no outcome"
+        return found  # type: ignore[return-value]
+
+
+async def score_many(
+    predictions: PredictionService,
+    principal: Principal,
+    target: str | Node,
+    records: Records,
+    *,
+    max_rows: int,
+    mirrors: bool = True,
+    stop_on_retry: bool = False,
+    resolved: Resolved | None = None,
+    on_result: Callable[[Result], object] | None = None,
+) -> Outcomes:
+    """Score every record for `principal`: through deployment `target` (`predict`, its
+    routing, checks, statistics), or through policy node `target` (`run_node`, for
+    `principal`'s tenant: no routing by key, no mirrors). At most `max_rows` rows per call
+    (a record with more goes alone). `mirrors`: False offline (a batch job runs no shadow
+    mirrors). `stop_on_retry`: once a call fails for retry, the records not yet tried are
+    marked for retry too, without a call (for a driver that retries everything anyway).
+    `resolved`: deployment `target` as the reader already resolved it (to decode against its
+    signature), so it is not looked up again here. `on_result`: called with each result as
+    its call answers, before the next call (a driver that presents on this thread then
+    overlaps its presenting with other threads' inference)."""
+    count = len(records)
+    out = Outcomes(count)
+    offsets = None if records.rows is None else _offsets(records.rows)
+    routed = isinstance(target, str) and (records.variants is not None or records.keys is not None)
+    if isinstance(target, str) and (resolved is None or routed):
+        try:
+            if resolved is None:
+                resolved = await predictions.resolve(principal, target)
+        except Exception as exc:  # the deployment itself: every record waits for the same answer
+            if not isinstance(exc, SluiceError):
+                get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
+            out._error(Error(slice(0, count), exc, _retryable(exc)), count)
+            return out
+    bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result)
+    if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
+        await bulk.call(slice(0, count), None, None)
+    else:
+        for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
+            for part in _parts(chosen, offsets, max_rows):
+                await bulk.call(part, variant, key)
+    assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
+    return out
+
+
+def sticky_field(node: Node) -> str | None:
+    """The record field a deployment's top split reads its routing key from, when it routes
+    by key: a reader takes it from each record beside `routing_key`."""
+    split = _sticky_split(node)
+    return split.routing_key if split else None
+
+
+class _Bulk:
+    """One `score_many`: its calls, and the bisecting of a refused one."""
+
+    __slots__ = ("arrays", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
+
+    def __init__(
+        self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
+        offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool, on_result: Callable[[Result], object] | None,
+    ) -> None:  # fmt: skip
+        self.predictions, self.principal, self.target = predictions, principal, target
+        self.arrays, self.offsets, self.out = records.arrays, offsets, out
+        first = next(iter(records.arrays.values()), None)
+        self.rows = -1 if first is None else first.shape[0]  # every row: the arrays as they are
+        self.mirrors, self.stop_on_retry, self.on_result = mirrors, stop_on_retry, on_result
+        self.stopped: Error | None = None
+
+    async def call(self, chosen: Selection, variant: str | None, key: str | None) -> None:
+        if self.stopped is not None:
+            self.out._error(Error(chosen, self.stopped.error, True), _count(chosen))
+            return
+        rows, offsets = _rows(chosen, self.offsets)
+        taken = _count(rows)
+        whole = isinstance(rows, slice) and rows.start == 0 and rows.stop == self.rows
+        arrays = self.arrays if whole else {name: array[rows] for name, array in self.arrays.items()}
+        prediction = None
+        self.out.calls += 1
+        try:
+            if isinstance(self.target, str):
+                request = PredictionRequest(self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors)
+                prediction = await self.predictions.predict(self.principal, request)
+                answer = prediction.answer
+            else:
+                budget = self.predictions.settings.request_timeout_s
+                try:
+                    answer = await self.predictions.run_node(self.principal.tenant, self.target, arrays, budget_s=budget)
+                except TimeoutError:
+                    raise DeadlineExceeded(f"no answer within {budget:g} s") from None
+            for name, array in answer.result.outputs.items():  # shared out by record below: one row each asked for
+                if array.ndim == 0 or array.shape[0] != taken:
+                    raise BackendError(f"output '{name}' has {array.shape[0] if array.ndim else 0} rows for {taken} asked")
+        except Exception as exc:  # sorted below: refused (bisect), or retried; never lost
+            retry = _retryable(exc)
+            if not isinstance(exc, SluiceError):
+                get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": _count(chosen)})
+            if not retry and _count(chosen) > 1:
+                for half in _halves(chosen):
+                    await self.call(half, variant, key)
+                return
+            error = Error(chosen, exc, retry)
+            self.out._error(error, _count(chosen))
+            if retry and self.stop_on_retry:
+                self.stopped = error
+            return
+        result = Result(answer, prediction, chosen, rows, offsets)
+        self.out._result(result, taken if offsets is None else len(offsets) - 1)
+        if self.on_result is not None:
+            self.on_result(result)
+
+
+def _retryable(exc: Exception) -> bool:
+    return not (isinstance(exc, SluiceError) and exc.status in PERMANENT_STATUSES)
+
+
+# Routes ---------------------------------------------------------------------------------
+def _sticky_split(node: Node) -> Split | bool | None:
+    """The top split when it routes by key (records are grouped by the variant each would get
+    alone); False when a split further down does (records are grouped by the key itself);
+    None when no split routes by key."""
+    if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
+        return node  # type: ignore[return-value]
+    if any(n.kind == "split" and n.routing_key for n in walk(node)):  # type: ignore[union-attr]
+        return False
+    return None
+
+
+def _groups(node: Node, records: Records, count: int) -> list[tuple[str | None, str | None, Selection]]:
+    """(variant, routing key, records) per route, in the order routes first appear."""
+    whole: list[tuple[str | None, str | None, Selection]] = [(None, None, slice(0, count))]
+    if records.variants is None and records.keys is None:
+        return whole
+    sticky = _sticky_split(node)
+    variants = repeat(None) if records.variants is None else records.variants
+    keys = repeat(None) if records.keys is None else records.keys
+    routes: dict[tuple[str | None, str | None], list[int]] = {}
+    for position, variant, key in zip(range(count), variants, keys, strict=False):
+        routes.setdefault(_route(variant, key, sticky), []).append(position)
+    if len(routes) == 1:
+        (variant, key), _ = routes.popitem()
+        return [(variant, key, slice(0, count))]
+    return [(variant, key, np.asarray(positions, dtype=np.intp)) for (variant, key), positions in routes.items()]
+
+
+def _route(variant: str | None, key: Any, sticky: Split | bool | None) -> tuple[str | None, str | None]:
+    if variant is not None:
+        return str(variant), None
+    if sticky is None or key is None:
+        return None, None
+    if sticky:
+        return sticky_pick(sticky.variants, str(key)).name, None  # type: ignore[union-attr]
+    return None, str(key)
+
+
+# Selections -------------------------------------------------------------------------------
+def _offsets(rows: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(rows) + 1, dtype=np.intp)
+    np.cumsum(rows, out=offsets[1:])
+    return offsets
+
+
+def _count(chosen: Selection) -> int:
+    return chosen.stop - chosen.start if isinstance(chosen, slice) else len(chosen)
+
+
+def _positions(chosen: Selection) -> range | np.ndarray:
+    return range(chosen.start, chosen.stop) if isinstance(chosen, slice) else chosen
+
+
+def _halves(chosen: Selection) -> tuple[Selection, Selection]:
+    half = _count(chosen) // 2
+    if isinstance(chosen, slice):
+        return slice(chosen.start, chosen.start + half), slice(chosen.start + half, chosen.stop)
+    return chosen[:half], chosen[half:]
+
+
+def _rows(chosen: Selection, offsets: np.ndarray | None) -> tuple[Selection, np.ndarray | None]:
+    """The rows of the chosen records, and where each record's start among them."""
+    if offsets is None:
+        return chosen, None
+    if isinstance(chosen, slice):
+        start, stop = int(offsets[chosen.start]), int(offsets[chosen.stop])
+        return slice(start, stop), offsets[chosen.start : chosen.stop + 1] - start
+    starts, lengths = offsets[chosen], offsets[chosen + 1] - offsets[chosen]
+    local = _offsets(lengths)
+    rows = np.repeat(starts - local[:-1], lengths) + np.arange(local[-1], dtype=np.intp)
+    return rows, local
+
+
+def _parts(chosen: Selection, offsets: np.ndarray | None, max_rows: int) -> list[Selection]:
+    """The chosen records in runs of at most `max_rows` rows, in order (a record with more
+    rows than that is a run of its own)."""
+    count = _count(chosen)
+    if offsets is None:
+        if count <= max_rows:
+            return [chosen] if count else []
+        if isinstance(chosen, slice):
+            return [slice(at, min(at + max_rows, chosen.stop)) for at in range(chosen.start, chosen.stop, max_rows)]
+        return [chosen[at : at + max_rows] for at in range(0, count, max_rows)]
+    if not count:
+        return []
+    _, local = _rows(chosen, offsets)
+    assert local is not None
+    if local[-1] <= max_rows:
+        return [chosen]
+    parts: list[Selection] = []
+    at = 0
+    while at < count:
+        end = max(int(np.searchsorted(local, local[at] + max_rows, side="right")) - 1, at + 1)
+        parts.append(slice(chosen.start + at, chosen.start + end) if isinstance(chosen, slice) else chosen[at:end])
+        at = end
+    return parts

@@ -1,0 +1,282 @@
+"""The bulk call, `score_many`, on real parts: the demo container (SQLite, a folder, ONNX
+Runtime), a lookup model that ONNX Runtime itself refuses some codes of, and a Triton-served
+variant whose server is down.
+
+Every record ends as a result or an error; a record the model refuses fails alone, found in a
+bounded number of calls; a call that fails for a reason that may pass marks only its records
+for retry; records are grouped by the route each would take alone."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.domain import ModelVersion
+from sluice.domain.errors import BackendError, InvalidInput, NotFound, Unavailable
+from sluice.inference.bulk import Error, Records, Result, score_many
+from sluice.inference.loop import run
+from sluice.routing.choose import sticky_pick
+from tests.models import LOOKUP_TABLE, lookup_model, total_model
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+BAD = 99  # a code the lookup model refuses
+IRIS_ROW = [5.1, 3.5, 1.4, 0.2]
+
+
+@pytest.fixture
+def lookup(demo: Container, acme: Principal) -> Container:
+    demo.models.push(acme, "lookup", lookup_model())
+    demo.deployments.create(acme, "lookup", {"kind": "single", "model": "lookup", "version": 1})
+    return demo
+
+
+class Calls(list):  # type: ignore[type-arg]
+    """Each call `score_many` made: (rows, variant, routing key)."""
+
+
+def spy(container: Container) -> Calls:
+    calls = Calls()
+    predict = container.predictions.predict
+
+    async def counting(principal: Principal, request: Any) -> Any:
+        calls.append((next(iter(request.inputs.arrays.values())).shape[0], request.variant, request.routing_key))
+        return await predict(principal, request)
+
+    container.predictions.predict = counting  # type: ignore[method-assign]
+    return calls
+
+
+def codes(rows: list[int], bad: set[int]) -> tuple[Records, list[np.ndarray]]:
+    """Records of `rows[i]` rows each; a record in `bad` holds one code the model refuses."""
+    rng = np.random.default_rng(len(rows))
+    per_record = []
+    for i, n in enumerate(rows):
+        values = rng.integers(0, 10, size=n)
+        if i in bad:
+            values[rng.integers(0, n)] = BAD
+        per_record.append(values)
+    flat = np.concatenate(per_record) if per_record else np.zeros(0, dtype=np.int64)
+    return Records({"code": flat.reshape(-1, 1)}, np.asarray(rows, dtype=np.intp)), per_record
+
+
+def own_scores(outcome: Result, position: int) -> list[float]:
+    """The scores of one record of a result: its own rows of the call's answer."""
+    chosen = outcome.records
+    positions = list(range(chosen.start, chosen.stop)) if isinstance(chosen, slice) else chosen.tolist()
+    return outcome.outputs_of(positions.index(position))["score"][:, 0].tolist()
+
+
+def reference_parts(rows: list[int], max_rows: int) -> list[list[int]]:
+    """Records in runs of at most `max_rows` rows, in order, a larger record alone: the
+    obvious loop, to hold the bulk call's splitting to."""
+    parts: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for i, n in enumerate(rows):
+        if current and held + n > max_rows:
+            parts.append(current)
+            current, held = [], 0
+        current.append(i)
+        held += n
+    return [*parts, current] if current else parts
+
+
+def bisect_bound(n: int, bad: int) -> int:
+    """The most calls bisection makes for `bad` refused records among `n`: the first call,
+    then two for each refused call above a single record (at most min(2^d, bad) per depth)."""
+    depth = math.ceil(math.log2(n)) if n > 1 else 0
+    return 1 + 2 * sum(min(2**d, bad) for d in range(depth))
+
+
+def test_one_refused_record_among_many_fails_alone_in_a_bounded_number_of_calls(lookup: Container, acme: Principal) -> None:
+    calls = spy(lookup)
+    records, _ = codes([1] * 1000, {417})
+    done = run(score_many(lookup.predictions, acme, "lookup", records, max_rows=4096))
+    outcomes = done.by_record()
+    (error,) = done.errors
+    assert isinstance(error, Error) and not error.retry and isinstance(error.error, InvalidInput)
+    assert error.error.status == 400 and list(range(*error.records.indices(1000))) == [417]  # type: ignore[union-attr]
+    assert sum(len(r) for r in done.results) == 999
+    for i, outcome in enumerate(outcomes):
+        if i != 417:
+            assert isinstance(outcome, Result)
+    assert len(calls) == done.calls <= bisect_bound(1000, 1) == 21
+    assert calls[0] == (1000, None, None)
+
+
+def test_several_refused_records_each_fail_alone_and_records_of_many_rows_keep_their_rows(lookup: Container, acme: Principal) -> None:
+    rows = [1 + i % 3 for i in range(600)]
+    bad = {0, 5, 301, 302, 599}
+    records, values = codes(rows, bad)
+    done = run(score_many(lookup.predictions, acme, "lookup", records, max_rows=4096))
+    failed = {int(i) for e in done.errors for i in range(*e.records.indices(600))}  # type: ignore[union-attr]
+    assert failed == bad
+    assert done.calls <= bisect_bound(600, len(bad))
+    for result in done.results:
+        for j, position in enumerate(range(*result.records.indices(600))):  # type: ignore[union-attr]
+            own = result.outputs_of(j)["score"]
+            assert own[:, 0].tolist() == LOOKUP_TABLE[values[position]].tolist()
+            assert np.shares_memory(own, result.answer.result.outputs["score"])  # a view, not a copy
+    assert sum(len(r) for r in done.results) == 595
+
+
+def test_calls_hold_at_most_max_rows_and_a_larger_record_goes_alone(lookup: Container, acme: Principal) -> None:
+    calls = spy(lookup)
+    records, _ = codes([3, 3, 3, 10, 2, 2], set())
+    done = run(score_many(lookup.predictions, acme, "lookup", records, max_rows=6))
+    assert [rows for rows, _, _ in calls] == [6, 3, 10, 4]
+    assert not done.errors and sum(len(r) for r in done.results) == 6
+
+
+def test_records_are_grouped_by_the_variant_they_ask_for_and_by_the_variant_their_key_picks(demo: Container, acme: Principal) -> None:
+    demo.deployments.create(acme, "sticky", {
+        "kind": "split", "routing_key": "user",
+        "variants": [
+            {"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+            {"name": "b", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+        ],
+    })  # fmt: skip
+    split = run(demo.predictions.node_of("acme", "sticky"))
+    users = [f"user-{n}" for n in range(40)]
+    keys: list[str | None] = [*users, None, None]
+    variants: list[str | None] = [None] * 40 + ["b", "a"]
+    records = Records({"input": np.asarray([IRIS_ROW] * 42, dtype=np.float32)}, None, variants, keys)
+    calls = spy(demo)
+    done = run(score_many(demo.predictions, acme, "sticky", records, max_rows=4096))
+    assert not done.errors
+    assert sorted(calls) == [(n, v, None) for n, v in sorted([(sum(sticky_pick(split.variants, u).name == v for u in users) + 1, v) for v in "ab"])]  # type: ignore[union-attr]
+    for i, outcome in enumerate(done.by_record()):
+        assert isinstance(outcome, Result)
+        wanted = variants[i] or sticky_pick(split.variants, keys[i]).name  # type: ignore[union-attr,arg-type]
+        assert outcome.answer.variant == wanted
+
+
+def test_a_split_that_routes_by_key_further_down_is_called_once_per_key(demo: Container, acme: Principal) -> None:
+    sticky = {
+        "kind": "split", "routing_key": "user",
+        "variants": [
+            {"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+            {"name": "b", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+        ],
+    }  # fmt: skip
+    demo.deployments.create(acme, "nested", {"kind": "ensemble", "aggregator": "mean", "members": [{"name": "only", "target": sticky}]})
+    keys = ["u1", "u2", "u1", "u3", "u2"]
+    records = Records({"input": np.asarray([IRIS_ROW] * 5, dtype=np.float32)}, keys=keys)
+    calls = spy(demo)
+    done = run(score_many(demo.predictions, acme, "nested", records, max_rows=4096))
+    assert not done.errors
+    assert sorted(calls) == sorted([(2, None, "u1"), (2, None, "u2"), (1, None, "u3")])
+
+
+@pytest.fixture
+def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
+    """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
+    down (a real Triton client, a closed port)."""
+    local = demo.registry.get_version("acme", "iris", 1)
+    demo.registry.add_version(
+        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
+    )
+    demo.deployments.create(acme, "mixed", {
+        "kind": "split", "routing_key": "user",
+        "variants": [
+            {"name": "local", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
+            {"name": "remote", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
+        ],
+    })  # fmt: skip
+    yield demo
+    run(demo.runtimes["triton"].close())
+
+
+def test_a_transient_failure_marks_only_that_calls_records_for_retry(half_down: Container, acme: Principal) -> None:
+    users = [f"user-{n}" for n in range(30)]
+    split = run(half_down.predictions.node_of("acme", "mixed"))
+    remote = {n for n, u in enumerate(users) if sticky_pick(split.variants, u).name == "remote"}  # type: ignore[union-attr]
+    assert 0 < len(remote) < 30
+    records = Records({"input": np.asarray([IRIS_ROW] * 30, dtype=np.float32)}, keys=users)
+    done = run(score_many(half_down.predictions, acme, "mixed", records, max_rows=4096))
+    assert done.calls == 2  # one per variant; a transient failure is not bisected
+    (error,) = done.errors
+    assert error.retry and isinstance(error.error, Unavailable) and error.reason.startswith("unavailable: ")
+    assert set(error.records.tolist()) == remote  # type: ignore[union-attr]
+    for i, outcome in enumerate(done.by_record()):
+        assert isinstance(outcome, Error) == (i in remote)
+        if isinstance(outcome, Result):
+            assert outcome.answer.variant == "local"
+
+
+def test_after_a_transient_failure_stop_on_retry_makes_no_more_calls(half_down: Container, acme: Principal) -> None:
+    users = [f"user-{n}" for n in range(30)]
+    split = run(half_down.predictions.node_of("acme", "mixed"))
+    remote = [u for u in users if sticky_pick(split.variants, u).name == "remote"]  # type: ignore[union-attr]
+    records = Records({"input": np.asarray([IRIS_ROW] * 10, dtype=np.float32)}, keys=[remote[0]] * 10)
+    done = run(score_many(half_down.predictions, acme, "mixed", records, max_rows=3, stop_on_retry=True))
+    assert done.calls == 1 and len(done.errors) == 4 and all(e.retry for e in done.errors)
+    assert sum(len(e) for e in done.errors) == 10
+
+
+def test_a_deployment_not_found_leaves_every_record_to_retry(demo: Container, acme: Principal) -> None:
+    records = Records({"input": np.asarray([IRIS_ROW] * 3, dtype=np.float32)})
+    done = run(score_many(demo.predictions, acme, "no-such-deployment", records, max_rows=10))
+    (error,) = done.errors
+    assert error.retry and isinstance(error.error, NotFound) and len(error) == 3 and done.calls == 0
+
+
+def test_an_answer_without_a_row_per_row_asked_fails_its_call_for_retry(demo: Container, acme: Principal) -> None:
+    """No record is given another's rows: a model that answers one row for a batch fails."""
+    demo.models.push(acme, "total", total_model())
+    demo.deployments.create(acme, "total", {"kind": "single", "model": "total", "version": 1})
+    records = Records({"x": np.ones((4, 2), dtype=np.float32)}, np.asarray([1, 3]))
+    done = run(score_many(demo.predictions, acme, "total", records, max_rows=10))
+    (error,) = done.errors
+    assert error.retry and isinstance(error.error, BackendError) and len(error) == 2 and not done.results
+
+
+def test_a_policy_node_is_run_for_the_principals_tenant(lookup: Container, acme: Principal) -> None:
+    from sluice.domain.policy import parse_policy
+
+    node = parse_policy({"kind": "single", "model": "lookup", "version": 1})
+    records, values = codes([2, 1, 3], {1})
+    done = run(score_many(lookup.predictions, acme, node, records, max_rows=100))
+    assert [len(e) for e in done.errors] == [1] and not done.errors[0].retry
+    assert all(r.prediction is None for r in done.results)
+    outcomes = done.by_record()
+    for i in (0, 2):
+        assert own_scores(outcomes[i], i) == LOOKUP_TABLE[values[i]].tolist()  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_record_is_answered_with_its_own_rows_or_fails_alone(lookup: Container, acme: Principal, data: st.DataObject) -> None:
+    """Whatever the record counts, rows per record, refused records and rows per call: each
+    record once; the refused, and only they, fail (not for retry); each other record's rows
+    are the model's answer to its own codes (ONNX Runtime against a NumPy lookup); no call
+    holds more than `max_rows` rows unless one record does; calls stay within the bound."""
+    rows = data.draw(st.lists(st.integers(1, 5), max_size=60), label="rows")
+    bad = data.draw(st.sets(st.sampled_from(range(len(rows))), max_size=6) if rows else st.just(set()), label="bad")
+    max_rows = data.draw(st.integers(1, 24), label="max_rows")
+    records, values = codes(rows, bad)
+    calls = spy(lookup)
+    done = run(score_many(lookup.predictions, acme, "lookup", records, max_rows=max_rows))
+    outcomes = done.by_record()
+    assert len(outcomes) == len(rows) == sum(map(len, done.results)) + sum(map(len, done.errors))
+    for i, outcome in enumerate(outcomes):
+        if i in bad:
+            assert isinstance(outcome, Error) and not outcome.retry and isinstance(outcome.error, InvalidInput)
+            continue
+        assert isinstance(outcome, Result)
+        assert own_scores(outcome, i) == LOOKUP_TABLE[values[i]].tolist()
+    assert all(n <= max([max_rows, *rows]) for n, _, _ in calls)
+    parts = reference_parts(rows, max_rows)
+    assert done.calls == len(calls) <= sum(bisect_bound(len(part), len(bad.intersection(part))) for part in parts)
+    if not bad:
+        assert [n for n, _, _ in calls] == [sum(rows[i] for i in part) for part in parts]

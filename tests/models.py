@@ -1,0 +1,46 @@
+"""Small ONNX models built in tests, for behaviours the demo models in `models/` do not show."""
+
+from __future__ import annotations
+
+import numpy as np
+
+LOOKUP_TABLE = np.linspace(0.0, 0.9, 10, dtype=np.float32)  # what `lookup_model` answers for codes 0..9
+
+
+def lookup_model() -> bytes:
+    """`code` [-1, 1] INT64 in, `score` [-1, 1] FP32 out: `LOOKUP_TABLE[code]`. Any integer
+    fits the signature, but ONNX Runtime refuses a code outside -10..9 (Gather's bounds): a
+    value the checks accept and the model rejects, as a real model rejects one."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Squeeze", ["code", "axis"], ["codes"]),
+            helper.make_node("Gather", ["table", "codes"], ["scores"], axis=0),
+            helper.make_node("Unsqueeze", ["scores", "axis"], ["score"]),
+        ],
+        "lookup",
+        [helper.make_tensor_value_info("code", TensorProto.INT64, [None, 1])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [None, 1])],
+        initializer=[numpy_helper.from_array(LOOKUP_TABLE, "table"), numpy_helper.from_array(np.array([1], dtype=np.int64), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def total_model() -> bytes:
+    """`x` [-1, 2] FP32 in, `total` [1, 2] out: the column sums of the whole batch, one row
+    whatever the rows asked (a model that does not answer row by row)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axis"], ["total"], keepdims=1)],
+        "total",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [1, 2])],
+        initializer=[numpy_helper.from_array(np.array([0], dtype=np.int64), "axis")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
