@@ -3,6 +3,7 @@ adapters (SQLite, a folder, ONNX Runtime), the demo models, and principals of tw
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,18 +16,23 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
 EVENTS = REPO / "events"
 
-# Folders whose tests share an expensive session fixture (a synthesized CDK app, a running
-# Triton server): under pytest-xdist (`make test` runs `-n N --dist loadgroup`) each folder's
-# tests stay on one worker, so the fixture is built once, not once per worker.
+# Under pytest-xdist (`make test` runs `-n N --dist loadgroup`) a module's tests stay on one
+# worker, in order, with its module fixtures built once (a module may be a story told test by
+# test, such as the console's); and folders whose tests share an expensive session fixture (a
+# synthesized CDK app, a running Triton server) stay on one worker as a whole, so the fixture is
+# built once, not once per worker.
 SHARED_SESSION = {"infra": REPO / "tests" / "infra", "triton": REPO / "tests" / "integration" / "triton"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     for item in items:
         path = Path(str(item.fspath))
-        for group, folder in SHARED_SESSION.items():
-            if path.is_relative_to(folder):
-                item.add_marker(pytest.mark.xdist_group(group))
+        group = next((name for name, folder in SHARED_SESSION.items() if path.is_relative_to(folder)), None)
+        item.add_marker(pytest.mark.xdist_group(group or path.relative_to(REPO).as_posix()))
+    yield  # xdist's hook, on a worker, names each test's group in its id
+    if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
+        raise pytest.UsageError("pytest-xdist ignored the xdist_group marks (pytest-dev/pytest-xdist#1386): use a pytest it supports")
 
 
 @pytest.fixture
