@@ -30,16 +30,19 @@ from sluice.endpoints import (
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
 from tests.infra.synth import (
-    PSEUDO,
+    ACCOUNT,
+    REGION,
     Synthesized,
     assert_role_policy_has,
     function_by_handler,
     role_of,
+    roles_assumed_by,
+)
+from tests.infra.synth import (
+    SAGEMAKER_ARN as ARN,
 )
 
 API = "sluice.handlers.api.handler"
-ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
-ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling", "cloudwatch": "cloudwatch", "sns": "sns"}
 
@@ -104,19 +107,7 @@ def api_statements(full_app: Synthesized) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def execution_role(full_app: Synthesized) -> tuple[str, list[dict[str, Any]]]:
     """(ARN, statements) of the role SageMaker runs the API's endpoints as."""
-    template = full_app.resolved("api")
-    (role_id,) = template.find_resources(
-        "AWS::IAM::Role",
-        {
-            "Properties": {
-                "AssumeRolePolicyDocument": {
-                    "Statement": [
-                        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})
-                    ]
-                }
-            }
-        },
-    )
+    (role_id,) = roles_assumed_by(full_app.resolved("api"), "sagemaker.amazonaws.com")
     return f"arn:aws:iam::{ACCOUNT}:role/{role_id}", _statements(full_app, role_id)
 
 
