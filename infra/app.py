@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from aws_cdk import App, Environment, Tags
+from aws_cdk import App, Environment, Stack, Tags
 
 from infra.aspects import apply_defaults
 from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_config
@@ -29,6 +29,7 @@ from infra.stacks.storage import StorageStack
 from infra.stacks.streams import StreamsStack
 
 CONTEXT_KEYS = ("sluice:config", "sluice:architecture", "sluice:python")
+S = TypeVar("S", bound=Stack)
 
 
 def runtime_environment(log_level: str, names: ResourceNames) -> dict[str, str]:
@@ -76,78 +77,61 @@ def build_app(
         retain_logs=config.storage.retain_data,
         environment=runtime_environment(config.functions.log_level, names),
     )
-    endpoint_names = [names.endpoint(e.name) for e in config.endpoints]
+    # What every stack is given, and what the stacks of functions are given besides.
+    common: dict[str, Any] = {"env": env, "names": names}
+    functions: dict[str, Any] = {
+        **common,
+        "platform": platform,
+        "endpoint_names": [names.endpoint(e.name) for e in config.endpoints],
+    }
+    components: dict[str, Stack] = {}
 
-    storage = StorageStack(
-        app,
-        f"{name}-storage",
-        description="sluice: artifacts and batch buckets, registry table",
-        env=env,
-        names=names,
-        storage=config.storage,
+    def component(kind: type[S], label: str, description: str, **props: Any) -> S:
+        """The stack of one component: `<name>-<label>`, tagged `sluice:component=<label>`."""
+        stack = kind(app, f"{name}-{label}", description=f"sluice: {description}", **props)
+        components[label] = stack
+        return stack
+
+    storage = component(
+        StorageStack, "storage", "artifacts and batch buckets, registry table",
+        storage=config.storage, **common,
+    )  # fmt: skip
+    batch = component(
+        BatchStack, "batch", "batch inference (S3 inbox, Step Functions, scoring functions)",
+        batch=config.batch, concurrency=config.concurrency, **functions,
+    )  # fmt: skip
+    endpoints = component(
+        EndpointsStack, "endpoints", "SageMaker Triton endpoints", endpoints=config.endpoints, **common
     )
-    batch = BatchStack(
-        app,
-        f"{name}-batch",
-        description="sluice: batch inference (S3 inbox, Step Functions, scoring functions)",
-        env=env,
-        names=names,
-        platform=platform,
-        batch=config.batch,
-        concurrency=config.concurrency,
-        endpoint_names=endpoint_names,
-    )
-    endpoints = EndpointsStack(
-        app,
-        f"{name}-endpoints",
-        description="sluice: SageMaker Triton endpoints",
-        env=env,
-        names=names,
-        endpoints=config.endpoints,
-    )
-    api = ApiStack(
-        app,
-        f"{name}-api",
-        description="sluice: API Gateway, API-key authorizer, API and shadow functions",
-        env=env,
-        names=names,
-        platform=platform,
+    api = component(
+        ApiStack, "api", "API Gateway, API-key authorizer, API and shadow functions",
         api=config.api,
         websocket=config.websocket if config.websocket.enabled else None,
         concurrency=config.concurrency,
         snap_start=config.functions.snap_start,
         preload=preload_environment(config.functions),
-        endpoint_names=endpoint_names,
-    )
+        **functions,
+    )  # fmt: skip
     streams = None
     if config.streams:  # a stack only where streams are configured: none is deployed empty
-        streams = StreamsStack(
-            app,
-            f"{name}-streams",
-            description="sluice: streaming inference (SQS, Kinesis, Kafka event sources)",
-            env=env,
-            names=names,
-            platform=platform,
-            streams=config.streams,
-            endpoint_names=endpoint_names,
-        )
+        streams = component(
+            StreamsStack, "streams", "streaming inference (SQS, Kinesis, Kafka event sources)",
+            streams=config.streams, **functions,
+        )  # fmt: skip
     # Every function the stacks made gets its alarms and its lines on the dashboard.
     function_names = [
         fn.function_name
         for stack in (api, batch, *([streams] if streams is not None else []))
         for fn in functions_of(stack)
     ]
-    observability = ObservabilityStack(
-        app,
-        f"{name}-observability",
-        description="sluice: dashboard and alarms",
-        env=env,
-        names=names,
+    observability = component(
+        ObservabilityStack, "observability", "dashboard and alarms",
         alarms=config.alarms,
         api_stage=config.api.stage_name,
         function_names=function_names,
         streams=streams.watched if streams is not None else [],
-    )
+        **common,
+    )  # fmt: skip
 
     batch.add_stack_dependency(storage)
     endpoints.add_stack_dependency(storage)
@@ -155,20 +139,12 @@ def build_app(
     api.add_stack_dependency(batch)  # the API starts batch executions by state machine name
     observability.add_stack_dependency(api)
     observability.add_stack_dependency(batch)
-    components = {
-        "storage": storage,
-        "batch": batch,
-        "endpoints": endpoints,
-        "api": api,
-        "observability": observability,
-    }
     if streams is not None:
         streams.add_stack_dependency(storage)
         streams.add_stack_dependency(api)  # the shadow function its mirror invokes
         observability.add_stack_dependency(streams)
-        components["streams"] = streams
-    for component, stack in components.items():
-        Tags.of(stack).add("sluice:component", component)
+    for label, stack in components.items():
+        Tags.of(stack).add("sluice:component", label)
 
     apply_defaults(app, name=name, tags=config.tags, log_retention_days=config.log_retention_days)
     register_checks(app)

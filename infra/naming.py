@@ -44,74 +44,42 @@ def tenant_prefix(prefix: str, tenant: str) -> str:
     return f"{prefix}tenants/{tenant}/"
 
 
+class _Name:
+    """A name under the app's prefix, `<prefix>-<suffix>`; a bucket's also ends in the account
+    and region, since bucket names are global."""
+
+    def __init__(self, suffix: str, *, bucket: bool = False) -> None:
+        self.suffix = suffix
+        self.bucket = bucket
+
+    def __get__(self, names: ResourceNames, owner: type[ResourceNames] | None = None) -> str:
+        name = f"{names.prefix}-{self.suffix}"
+        return f"{name}-{Aws.ACCOUNT_ID}-{Aws.REGION}" if self.bucket else name
+
+
 @dataclass(frozen=True)
 class ResourceNames:
     prefix: str
 
-    def _bucket(self, purpose: str) -> str:
-        # Bucket names are global: the account and region keep them unique.
-        return f"{self.prefix}-{purpose}-{Aws.ACCOUNT_ID}-{Aws.REGION}"
-
-    @property
-    def artifacts_bucket(self) -> str:
-        return self._bucket("artifacts")
-
-    @property
-    def batch_bucket(self) -> str:
-        return self._bucket("batch")
-
-    @property
-    def access_logs_bucket(self) -> str:
-        return self._bucket("access-logs")
-
-    @property
-    def table(self) -> str:
-        return f"{self.prefix}-registry"
-
-    @property
-    def state_machine(self) -> str:
-        return f"{self.prefix}-batch"
-
-    @property
-    def schedule_group(self) -> str:
-        """The EventBridge Scheduler group the API creates batch schedules in."""
-        return f"{self.prefix}-batch"
-
-    @property
-    def scheduler_role(self) -> str:
-        """The role EventBridge Scheduler assumes to start the batch state machine."""
-        return f"{self.prefix}-batch-scheduler"
-
-    @property
-    def rest_api(self) -> str:
-        return f"{self.prefix}-api"
-
-    @property
-    def websocket_api(self) -> str:
-        return f"{self.prefix}-websocket"
-
-    @property
-    def usage_plan_prefix(self) -> str:
-        """Usage plans and their API keys are named `<prefix>-<tenant>` (`-_default`)."""
-        return f"{self.prefix}-"
-
-    @property
-    def usage_key_prefix(self) -> str:
-        """The values of the usage plans' API keys, `<this><tenant>`: the authorizer names the
-        caller's plan with one; they only name a plan and are never accepted from clients."""
-        return f"{self.prefix}-api-usage-plan-key-"
-
-    @property
-    def alarm_topic(self) -> str:
-        return f"{self.prefix}-alarms"
-
-    @property
-    def dashboard(self) -> str:
-        return f"{self.prefix}-overview"
-
-    @property
-    def capture_stream(self) -> str:
-        return f"{self.prefix}-capture"
+    artifacts_bucket = _Name("artifacts", bucket=True)
+    batch_bucket = _Name("batch", bucket=True)
+    access_logs_bucket = _Name("access-logs", bucket=True)
+    table = _Name("registry")
+    state_machine = _Name("batch")
+    # The EventBridge Scheduler group the API creates batch schedules in.
+    schedule_group = _Name("batch")
+    # The role EventBridge Scheduler assumes to start the batch state machine.
+    scheduler_role = _Name("batch-scheduler")
+    rest_api = _Name("api")
+    websocket_api = _Name("websocket")
+    # Usage plans and their API keys are named `<prefix>-<tenant>` (`-_default`).
+    usage_plan_prefix = _Name("")
+    # The values of the usage plans' API keys, `<this><tenant>`: the authorizer names the
+    # caller's plan with one; they only name a plan and are never accepted from clients.
+    usage_key_prefix = _Name("api-usage-plan-key-")
+    alarm_topic = _Name("alarms")
+    dashboard = _Name("overview")
+    capture_stream = _Name("capture")
 
     def function(self, purpose: str) -> str:
         return f"{self.prefix}-{purpose}"

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from tests.conftest import MODELS
+from tests.support import is_utf8
 
 BOM = b"\xef\xbb\xbf"
 JSON_SPACE = " \t\r\n"
@@ -967,18 +968,10 @@ def event_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> EventCase:
     source = draw(st.sampled_from(["sqs", "sqs-fifo", "kinesis"]))
     bodies = draw(st.lists(stream_record(deployment, avoid), min_size=1, max_size=10))
     if source.startswith("sqs"):  # an SQS body is text, of one character at least
-        bodies = [b for b in bodies if b and _utf8(b)] or [b"{}"]
+        bodies = [b for b in bodies if b and is_utf8(b)] or [b"{}"]
     else:  # a Kinesis record's data is one byte at least
         bodies = [b for b in bodies if b] or [b"{}"]
     return EventCase(deployment, source, tuple(bodies), draw(st.sampled_from([1, 2, 3, 4096])))
-
-
-def _utf8(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 # What a driver answered, compared --------------------------------------------------------------

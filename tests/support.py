@@ -1,13 +1,18 @@
-"""Small test doubles shared by the tiers."""
+"""Small test doubles and helpers shared by the tiers: moto credentials, a hand-moved clock,
+CLI homes, batch scoring that fails or waits on cue, deployment policies."""
 
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection, Iterator
+    from pathlib import Path
+
+    import pytest
 
 
 @dataclass
@@ -24,6 +29,120 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return 29_000
+
+
+def forget_settings() -> None:
+    """Clear this process's cached settings and container, so the next `sluice` command (or
+    handler) reads the environment again."""
+    from sluice.settings import get_settings
+    from sluice.wiring import get_container
+
+    get_settings.cache_clear()
+    get_container.cache_clear()
+
+
+@contextmanager
+def cli_environment(monkeypatch: pytest.MonkeyPatch, home: Path, **environment: str) -> Iterator[Path]:
+    """`home` (and any other `SLUICE_…` variables) for the `sluice` commands this process
+    runs, with the settings and container caches cleared before and after."""
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    forget_settings()
+    try:
+        yield home
+    finally:
+        forget_settings()
+
+
+class Clock:
+    """A clock a test moves by hand: `clock.now += 60`."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, region: str) -> None:
+    """Credentials and a region for moto, whatever the environment running the tests has."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": region,
+    }.items():
+        monkeypatch.setenv(name, value)
+
+
+class OneCallAtATime:
+    """A client whose calls run one at a time. moto's backend is not thread-safe (a transaction
+    deep-copies tables that other threads are writing), while DynamoDB runs each request
+    atomically: serializing calls, not the steps between them, keeps the races under test."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return call
+
+
+def fail_chunks(
+    monkeypatch: pytest.MonkeyPatch, error: type[Exception], message: str, *, chunks: Collection[int] | None = None
+) -> None:
+    """Batch scoring raises `error(message)` on each try of the chunks numbered in `chunks`
+    (of every chunk where None) and scores the others as it would."""
+    from sluice.batch.score import ChunkScorer
+
+    real = ChunkScorer.score
+
+    def failing(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        if chunks is None or chunk.index in chunks:
+            raise error(message)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", failing)
+
+
+def hold_chunks(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Batch scoring of each chunk sets `planned`, then waits (10 s at most) for `gate` before
+    it scores: (planned, gate)."""
+    from sluice.batch.score import ChunkScorer
+
+    planned, gate = threading.Event(), threading.Event()
+    real = ChunkScorer.score
+
+    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
+        planned.set()
+        gate.wait(10)
+        return real(self, spec, chunk, **kw)
+
+    monkeypatch.setattr(ChunkScorer, "score", held)
+    return planned, gate
+
+
+def single(model: str, version: int) -> dict[str, Any]:
+    """A deployment policy serving one model version."""
+    return {"kind": "single", "model": model, "version": version}
+
+
+def split_policy(variants: dict[str, tuple[float, dict[str, Any]]], *, routing_key: str | None = None) -> dict[str, Any]:
+    """A split policy over `{name: (weight, target)}`, sticky by `routing_key` where given."""
+    return {
+        "kind": "split",
+        **({"routing_key": routing_key} if routing_key is not None else {}),
+        "variants": [{"name": name, "weight": weight, "target": target} for name, (weight, target) in variants.items()],
+    }
 
 
 class Together:
@@ -90,3 +209,11 @@ def upload_form(fields: dict[str, str], data: bytes | None, *, after: dict[str, 
         parts.append(form_part("file", data, '; filename="body"\r\nContent-Type: application/octet-stream'))
     parts += [form_part(k, v.encode()) for k, v in (after or {}).items()]
     return b"".join(parts) + f"--{FORM_BOUNDARY}--\r\n".encode()
+
+
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -9,12 +9,12 @@ given on the command line as CDK context (`cdk synth -c sluice:architecture=arm6
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from infra.config.base import Section
+from infra.config.base import Section, names_unique
 from infra.config.concurrency import UNRESERVED_MINIMUM, ConcurrencyConfig
 from infra.config.endpoints import (
     AsyncInference,
@@ -103,17 +103,12 @@ class SluiceConfig(Section):
     batch: BatchConfig = BatchConfig()
     alarms: AlarmsConfig = AlarmsConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
-    endpoints: tuple[EndpointConfig, ...] = ()
-    streams: tuple[StreamConfig, ...] = Field(
+    endpoints: Annotated[
+        tuple[EndpointConfig, ...], names_unique("endpoint names must be unique")
+    ] = ()
+    streams: Annotated[tuple[StreamConfig, ...], names_unique("stream names must be unique")] = Field(
         (), description="Event sources scored as they arrive (see docs/streaming.md)."
     )
-
-    @field_validator("streams")
-    @classmethod
-    def _unique_streams(cls, streams: tuple[StreamConfig, ...]) -> tuple[StreamConfig, ...]:
-        if len({s.name for s in streams}) != len(streams):
-            raise ValueError("stream names must be unique")
-        return streams
 
     @model_validator(mode="after")
     def _stream_concurrency(self) -> SluiceConfig:
@@ -153,13 +148,6 @@ class SluiceConfig(Section):
                 f"concurrency.batch_score ({score}): the extra chunks would only be throttled"
             )
         return self
-
-    @field_validator("endpoints")
-    @classmethod
-    def _unique_endpoints(cls, endpoints: tuple[EndpointConfig, ...]) -> tuple[EndpointConfig, ...]:
-        if len({e.name for e in endpoints}) != len(endpoints):
-            raise ValueError("endpoint names must be unique")
-        return endpoints
 
     def with_overrides(self, **sections: Any) -> SluiceConfig:
         """A copy with some fields replaced, validated like the file."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from typing import Annotated
 
-from infra.config.base import TENANT, Section
+from pydantic import Field, model_validator
+
+from infra.config.base import TENANT, Section, names_unique
 
 _SAGEMAKER_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$"
 
@@ -87,7 +89,9 @@ class EndpointConfig(Section):
         pattern=_SAGEMAKER_NAME, description="Endpoint name, prefixed with the app name."
     )
     triton_version: str = Field("25.09", description="Version of the SageMaker Triton image.")
-    variants: tuple[EndpointVariant, ...] = Field(min_length=1, max_length=10)
+    variants: Annotated[
+        tuple[EndpointVariant, ...], names_unique("variant names must be unique within an endpoint")
+    ] = Field(min_length=1, max_length=10)
     asynchronous: AsyncInference | None = Field(
         None,
         description="Make it an asynchronous endpoint (one variant; min_instances may be 0: it "
@@ -114,10 +118,3 @@ class EndpointConfig(Section):
                 "min_instances 0 needs an asynchronous endpoint: real-time variants keep 1"
             )
         return self
-
-    @field_validator("variants")
-    @classmethod
-    def _unique_variants(cls, variants: tuple[EndpointVariant, ...]) -> tuple[EndpointVariant, ...]:
-        if len({v.name for v in variants}) != len(variants):
-            raise ValueError("variant names must be unique within an endpoint")
-        return variants

@@ -22,6 +22,7 @@ from infra.constructs.capture import CaptureTarget
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
+    Callee,
     executions_arn,
     grant_invoke_endpoints,
     grant_invoke_endpoints_async,
@@ -50,13 +51,11 @@ from infra.naming import (
 )
 
 
-@dataclass(frozen=True)
-class Mirror:
+class Mirror(Callee):
     """Where a predicting function hands its shadow jobs: the shadow function, as
     SLUICE_MIRROR names it, and the ARN it may invoke."""
 
-    target: str
-    arn: str
+    variable, scheme, action = "SLUICE_MIRROR", "lambda", "lambda:InvokeFunction"
 
     @classmethod
     def named(cls, scope: Construct, function_name: str) -> Mirror:
@@ -67,16 +66,7 @@ class Mirror:
             resource_name=function_name,
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
-        return cls(target=function_name, arn=arn)
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return {"SLUICE_MIRROR": f"lambda://{self.target}"}
-
-    def grant_invoke(self, role: iam.IRole) -> None:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.arn])
-        )
+        return cls(name=function_name, arn=arn)
 
 
 class ShadowFunction(SluiceFunction):
@@ -117,12 +107,11 @@ class ShadowFunction(SluiceFunction):
         grant_registry(self.role, table, actions=[*READ, *WRITE])
         grant_objects(
             self,
-            self.role,
             artifacts,
             prefix=STORE_PREFIX,
             purpose="model artifacts and request bodies too large for an async invoke",
         )
-        grant_invoke_endpoints(self, self.role, endpoint_names)
+        grant_invoke_endpoints(self, endpoint_names)
 
     @property
     def mirror(self) -> Mirror:
@@ -130,7 +119,7 @@ class ShadowFunction(SluiceFunction):
         target = self.function.function_name
         if self.alias is not None:
             target = f"{target}:{self.alias.alias_name}"
-        return Mirror(target=target, arn=self.invocable.function_arn)
+        return Mirror(name=target, arn=self.invocable.function_arn)
 
 
 class AuthorizerFunction(SluiceFunction):
@@ -233,7 +222,7 @@ class ApiFunction:
         )
         role = fn.role
         # Data capture: records of deployments that turn it on, to this one delivery stream.
-        capture.grant_put(role)
+        capture.grant_to(role)
         # The API's own credentials reach API key items alone (looked up by id, before the
         # tenant is known; their key holds no tenant). Every tenant partition is reached per
         # request with credentials confined to the request's tenant, below.
@@ -255,19 +244,18 @@ class ApiFunction:
             "SLUICE_UPLOAD_SIGNER_ROLE_ARN", self.upload_signer.role.role_arn
         )
         self._grant_objects(fn, artifacts, batch_bucket)
-        grant_invoke_endpoints(fn, role, endpoint_names)
-        grant_invoke_endpoints_async(fn, role, endpoint_names)
+        grant_invoke_endpoints(fn, endpoint_names)
+        grant_invoke_endpoints_async(fn, endpoint_names)
         manage = endpoints.grant_manage(role)
         fn.function.node.add_dependency(manage)
         # The mirror calls the function by name, or its `live` alias under SnapStart.
-        mirror.grant_invoke(role)
+        mirror.grant_to(role)
         self._grant_batch(scope, fn, batch)
 
     @staticmethod
     def _grant_objects(fn: SluiceFunction, artifacts: s3.IBucket, batch_bucket: s3.IBucket) -> None:
         grant_objects(
             fn,
-            fn.role,
             artifacts,
             prefix=STORE_PREFIX,
             write=True,
@@ -276,21 +264,18 @@ class ApiFunction:
         )
         grant_objects(
             fn,
-            fn.role,
             artifacts,
             prefix=IMPORTS_PREFIX,
             purpose="push-by-URI reads model files tenants put under imports/<tenant>/",
         )
         grant_objects(
             fn,
-            fn.role,
             batch_bucket,
             prefix=OUTBOX_PREFIX,
             purpose="reading the results of batch jobs",
         )
         grant_objects(
             fn,
-            fn.role,
             batch_bucket,
             prefix=CAPTURE_PREFIX,
             purpose="replay reads the captured requests of the caller's tenant",

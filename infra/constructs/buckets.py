@@ -1,8 +1,9 @@
 """An S3 bucket with the defaults every sluice bucket shares.
 
 Private (all public access blocked), TLS only, encrypted with S3-managed keys (SSE-S3),
-bucket-owner-enforced object ownership, server access logs to the log bucket, and
-incomplete multipart uploads cleaned up. SSE-S3 rather than a customer-managed KMS key:
+bucket-owner-enforced object ownership, server access logs to the log bucket, versioned (a
+mistaken overwrite or delete stays recoverable until its rules expire what it hid), and
+incomplete multipart uploads and delete markers left with nothing behind cleaned up. SSE-S3 rather than a customer-managed KMS key:
 the data is protected at rest either way, and SSE-KMS would add kms:Decrypt grants to every
 reader (SageMaker, the Step Functions item reader), a KMS request per object for batch
 chunks, and is refused outright as a target of S3 server access logs.
@@ -50,11 +51,6 @@ def expire_noncurrent(days: int) -> s3.LifecycleRule:
     )
 
 
-def noncurrent_cleanup(days: int) -> list[s3.LifecycleRule]:
-    """Hidden versions go after `days`, and then the delete markers left with nothing behind."""
-    return [expire_noncurrent(days), REMOVE_EXPIRED_DELETE_MARKERS]
-
-
 class SecureBucket(Construct):
     def __init__(
         self,
@@ -62,13 +58,14 @@ class SecureBucket(Construct):
         id: str,
         *,
         bucket_name: str,
-        versioned: bool,
         retain: bool,
         access_logs: s3.IBucket | None,
         access_logs_prefix: str = "",
         lifecycle_rules: Sequence[s3.LifecycleRule] = (),
         cors: Sequence[s3.CorsRule] | None = None,
     ) -> None:
+        """`lifecycle_rules`: the bucket's own, between the cleanup of incomplete uploads and
+        that of expired delete markers."""
         super().__init__(scope, id)
         self.bucket = s3.Bucket(
             self,
@@ -79,10 +76,10 @@ class SecureBucket(Construct):
             enforce_ssl=True,
             minimum_tls_version=1.2,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            versioned=versioned,
+            versioned=True,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix=access_logs_prefix or None,
-            lifecycle_rules=[ABORT_INCOMPLETE_UPLOADS, *lifecycle_rules],
+            lifecycle_rules=[ABORT_INCOMPLETE_UPLOADS, *lifecycle_rules, REMOVE_EXPIRED_DELETE_MARKERS],
             cors=list(cors) if cors else None,
             removal_policy=removal_policy(retain),
         )

@@ -7,8 +7,6 @@ read from each record (dynamic partitioning); the bucket's lifecycle expires the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kinesisfirehose as firehose
@@ -16,6 +14,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.aws_logs import LogStream
 from constructs import Construct
 
+from infra.constructs.grants import Callee
 from infra.constructs.logs import LogRetention
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import CAPTURE_ERRORS_PREFIX, CAPTURE_PREFIX
@@ -23,13 +22,11 @@ from infra.naming import CAPTURE_ERRORS_PREFIX, CAPTURE_PREFIX
 Stream = firehose.CfnDeliveryStream
 
 
-@dataclass(frozen=True)
-class CaptureTarget:
+class CaptureTarget(Callee):
     """The delivery stream as a function that captures sees it: its name (SLUICE_CAPTURE)
     and its ARN (to put records on)."""
 
-    name: str
-    arn: str
+    variable, scheme, action = "SLUICE_CAPTURE", "firehose", "firehose:PutRecordBatch"
 
     @classmethod
     def named(cls, scope: Construct, name: str) -> CaptureTarget:
@@ -38,15 +35,6 @@ class CaptureTarget:
             service="firehose", resource="deliverystream", resource_name=name
         )
         return cls(name=name, arn=arn)
-
-    @property
-    def environment(self) -> dict[str, str]:
-        return {"SLUICE_CAPTURE": f"firehose://{self.name}"}
-
-    def grant_put(self, role: iam.IRole) -> None:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["firehose:PutRecordBatch"], resources=[self.arn])
-        )
 
 
 class CaptureStream:

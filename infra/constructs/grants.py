@@ -3,12 +3,15 @@
 CDK's `grant_read`/`grant_write` on buckets hand out wildcard actions (`s3:GetObject*`,
 `s3:List*`, …); these name each action and confine objects to a key prefix. Each function
 that gets object access has the one unavoidable wildcard — the keys under its prefix —
-acknowledged here, where it is created.
+acknowledged here, where it is created. A grant goes to a function's own role, and its
+acknowledgement on the function.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
@@ -18,14 +21,36 @@ from constructs import Construct
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
+if TYPE_CHECKING:
+    from infra.constructs.functions import SluiceFunction
+
+@dataclass(frozen=True)
+class Callee:
+    """What a function calls with one action on its ARN and is told of by one variable, whose
+    value is `<scheme>://<name>`: a subclass names the variable, the scheme and the action."""
+
+    name: str
+    arn: str
+
+    variable: ClassVar[str]
+    scheme: ClassVar[str]
+    action: ClassVar[str]
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {self.variable: f"{self.scheme}://{self.name}"}
+
+    def grant_to(self, role: iam.IRole) -> None:
+        role.add_to_principal_policy(iam.PolicyStatement(actions=[self.action], resources=[self.arn]))
+
+
 READ_OBJECTS = ("s3:GetObject",)
 WRITE_OBJECTS = ("s3:PutObject", "s3:AbortMultipartUpload")
 DELETE_OBJECTS = ("s3:DeleteObject",)
 
 
 def grant_objects(
-    owner: Construct,
-    role: iam.IRole,
+    owner: SluiceFunction,
     bucket: s3.IBucket,
     *,
     prefix: str = "",
@@ -39,7 +64,7 @@ def grant_objects(
         *(WRITE_OBJECTS if write else ()),
         *(DELETE_OBJECTS if delete else ()),
     ]
-    objects = bucket.arn_for_objects(f"{prefix}*")
+    objects, role = bucket.arn_for_objects(f"{prefix}*"), owner.role
     role.add_to_principal_policy(iam.PolicyStatement(actions=actions, resources=[objects]))
     list_statement = iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
     if prefix:
@@ -70,13 +95,11 @@ def _invocable_endpoints(owner: Construct, endpoint_names: Iterable[str]) -> tup
     return runtime, endpoint_arns(owner, others)
 
 
-def grant_invoke_endpoints(
-    owner: Construct, role: iam.IRole, endpoint_names: Iterable[str]
-) -> None:
+def grant_invoke_endpoints(owner: SluiceFunction, endpoint_names: Iterable[str]) -> None:
     """InvokeEndpoint on the endpoints the API deploys at run time (`sluice-*`) and on the
     config file's endpoints (`<name>-<endpoint>`, already among them when `name` is `sluice`)."""
     runtime, configured = _invocable_endpoints(owner, endpoint_names)
-    role.add_to_principal_policy(
+    owner.role.add_to_principal_policy(
         iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=[runtime, *configured])
     )
     acknowledge(
@@ -87,9 +110,7 @@ def grant_invoke_endpoints(
     )
 
 
-def grant_invoke_endpoints_async(
-    owner: Construct, role: iam.IRole, endpoint_names: Iterable[str]
-) -> None:
+def grant_invoke_endpoints_async(owner: SluiceFunction, endpoint_names: Iterable[str]) -> None:
     """InvokeEndpointAsync on the same endpoints, for the API (asynchronous inference: the
     input is written first under the tenant's results prefix, which the object grants cover).
     A policy of its own, so that CDK does not fold it into the InvokeEndpoint statement."""
@@ -103,7 +124,7 @@ def grant_invoke_endpoints_async(
             )
         ],
     )
-    policy.attach_to_role(role)
+    policy.attach_to_role(owner.role)
     acknowledge(
         policy,
         wildcard_resource(owner, runtime),

@@ -160,16 +160,15 @@ class StreamPipeline(Construct):
         )
         grant_objects(
             fn,
-            fn.role,
             artifacts,
             prefix=STORE_PREFIX,
             write=True,
             purpose="model artifacts and oversized shadow bodies",
         )
-        grant_invoke_endpoints(fn, fn.role, endpoint_names)
-        mirror.grant_invoke(fn.role)
+        grant_invoke_endpoints(fn, endpoint_names)
+        mirror.grant_to(fn.role)
         # Data capture of the deployment, where it is on: the API stack's delivery stream.
-        capture.grant_put(fn.role)
+        capture.grant_to(fn.role)
         grant_destination(fn)
         fn.function.add_event_source(self._source(dlq))
         if stream.source.kind == "sqs":
@@ -206,7 +205,6 @@ class StreamPipeline(Construct):
             def grant_s3(fn: SluiceFunction) -> None:
                 grant_objects(
                     fn,
-                    fn.role,
                     bucket,
                     prefix=prefix,
                     write=True,

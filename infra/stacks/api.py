@@ -5,9 +5,9 @@ and the WebSocket API where it is on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any
 
-from aws_cdk import Stack
 from constructs import Construct
 
 from infra.config import ApiConfig, ConcurrencyConfig, WebSocketConfig
@@ -20,9 +20,7 @@ from infra.constructs.api_functions import (
 )
 from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
-from infra.constructs.imported import ImportedStorage
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     KEY_ITEMS,
@@ -34,30 +32,29 @@ from infra.constructs.registry_access import (
 from infra.constructs.rest_api import DEFAULT_PLAN, RestApi
 from infra.constructs.rollouts import RolloutController
 from infra.constructs.websocket_api import WebSocketApi
-from infra.naming import RESULTS_PREFIX, STORE_PREFIX, ResourceNames
+from infra.naming import RESULTS_PREFIX, STORE_PREFIX
+from infra.stacks.base import FunctionStack
 
 
-class ApiStack(Stack):
+class ApiStack(FunctionStack):
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        names: ResourceNames,
-        platform: FunctionPlatform,
         api: ApiConfig,
         websocket: WebSocketConfig | None,
         concurrency: ConcurrencyConfig,
         snap_start: bool,
         preload: Mapping[str, str],
-        endpoint_names: Sequence[str],
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         """`websocket`: None without the WebSocket API; `preload`: the environment that tells
-        the SnapStart functions what to load before their snapshot."""
+        the SnapStart functions what to load before their snapshot; `kwargs`: FunctionStack's
+        (names, platform, endpoint_names) and Stack's."""
         super().__init__(scope, id, **kwargs)
+        names, platform, storage = self.names, self.platform, self.storage
         core, triton = platform.core_layer(self), platform.triton_layer(self)
-        storage = ImportedStorage(self, names)
 
         self.shadow = ShadowFunction(
             self,
@@ -72,7 +69,7 @@ class ApiStack(Stack):
             environment=preload,
             table=storage.table,
             artifacts=storage.artifacts,
-            endpoint_names=endpoint_names,
+            endpoint_names=self.endpoint_names,
         )
         # SageMaker endpoints deployed through the API: their execution role, and the calls.
         self.endpoint_lifecycle = EndpointLifecycle(
@@ -102,7 +99,7 @@ class ApiStack(Stack):
             mirror=self.shadow.mirror,
             capture=self.capture,
             endpoints=self.endpoint_lifecycle,
-            endpoint_names=endpoint_names,
+            endpoint_names=self.endpoint_names,
             batch=BatchControl(
                 state_machine=names.state_machine,
                 schedule_group=names.schedule_group,
@@ -147,34 +144,26 @@ class ApiStack(Stack):
             key_prefix=names.usage_key_prefix,
         )
         self.websocket = (
-            self._websocket(websocket, names, platform, [core, triton], storage, endpoint_names)
+            self._websocket(websocket, [core, triton])
             if websocket is not None
             else None
         )
 
-    def _websocket(
-        self,
-        websocket: WebSocketConfig,
-        names: ResourceNames,
-        platform: FunctionPlatform,
-        layers: list[PythonLayer],
-        storage: ImportedStorage,
-        endpoint_names: Sequence[str],
-    ) -> WebSocketApi:
+    def _websocket(self, websocket: WebSocketConfig, layers: list[PythonLayer]) -> WebSocketApi:
         """The WebSocket API and its function, which predicts as the API function does: keys
         by id with its own credentials, a tenant's items only through a tenant role."""
         # The shadow function by its unqualified name, even under SnapStart (the API calls
         # its `live` alias).
         mirror = Mirror(
-            target=self.shadow.function.function_name, arn=self.shadow.function.function_arn
+            name=self.shadow.function.function_name, arn=self.shadow.function.function_arn
         )
         ws = WebSocketApi(
             self,
             "WebSocket",
-            api_name=names.websocket_api,
-            function_name=names.function("websocket"),
+            api_name=self.names.websocket_api,
+            function_name=self.names.function("websocket"),
             websocket=websocket,
-            platform=platform,
+            platform=self.platform,
             layers=layers,
             authorizer=self.authorizer.function,
             environment={
@@ -184,19 +173,19 @@ class ApiStack(Stack):
             },
         )
         fn = ws.function
-        self.capture.grant_put(fn.role)
-        grant_registry(fn.role, storage.table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
+        self.capture.grant_to(fn.role)
+        grant_registry(fn.role, self.storage.table, actions=["dynamodb:GetItem"], partitions=[KEY_ITEMS])
         tenant_registry = TenantRegistryRole(
             self,
             "WebSocketTenantRegistry",
-            table=storage.table,
+            table=self.storage.table,
             caller=fn.role,
             actions=[*READ, *WRITE],
         )
         fn.function.add_environment("SLUICE_TENANT_ROLE_ARN", tenant_registry.role.role_arn)
         grant_objects(
-            fn, fn.role, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
+            fn, self.storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )
-        grant_invoke_endpoints(fn, fn.role, endpoint_names)
-        mirror.grant_invoke(fn.role)
+        grant_invoke_endpoints(fn, self.endpoint_names)
+        mirror.grant_to(fn.role)
         return ws

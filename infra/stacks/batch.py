@@ -6,9 +6,10 @@ Plan -> distributed Map of Score -> Finalize, with MarkFailed on any error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_glue as glue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -19,7 +20,7 @@ from constructs import Construct
 
 from infra.config import BatchConfig, ConcurrencyConfig
 from infra.constructs.batch_workflow import BatchWorkflow
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.functions import SluiceFunction
 from infra.constructs.grants import (
     executions_arn,
     grant_invoke_endpoints,
@@ -27,36 +28,34 @@ from infra.constructs.grants import (
     scheduler_principal,
     state_machine_arn,
 )
-from infra.constructs.imported import ImportedStorage
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import INBOX_PREFIX, OUTBOX_PREFIX, STORE_PREFIX, WORK_PREFIX, ResourceNames
+from infra.naming import INBOX_PREFIX, OUTBOX_PREFIX, STORE_PREFIX, WORK_PREFIX
+from infra.stacks.base import FunctionStack
 
 MAP_RESULTS_PREFIX = f"{WORK_PREFIX}map-results"
 # The custom resource CDK adds to manage a bucket's event notifications (one per stack).
 _NOTIFICATIONS_HANDLER_ID = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
 
 
-class BatchStack(Stack):
+class BatchStack(FunctionStack):
     def __init__(
         self,
         scope: Construct,
         id: str,
         *,
-        names: ResourceNames,
-        platform: FunctionPlatform,
         batch: BatchConfig,
         concurrency: ConcurrencyConfig,
-        endpoint_names: Sequence[str],
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
+        """`kwargs`: FunctionStack's (names, platform, endpoint_names) and Stack's."""
         super().__init__(scope, id, **kwargs)
-        self._names, self._platform, self._concurrency = names, platform, concurrency
+        names, platform, storage = self.names, self.platform, self.storage
+        self._concurrency = concurrency
         # Sources only: bytecode would add 17 MB to the core layer, and the batch functions'
         # code and layers (243 MB) would pass Lambda's 262 MB. A batch cold start is paid
         # once per chunk of thousands of rows; the request functions (api.py) get bytecode.
         self._layers = [platform.core_layer(self, bytecode=False), platform.batch_layer(self)]
-        storage = ImportedStorage(self, names)
         bucket, self._table = storage.batch, storage.table
         self._environment = {"SLUICE_BATCH_BUCKET": bucket.bucket_name}
 
@@ -67,14 +66,14 @@ class BatchStack(Stack):
             timeout_s=batch.plan_timeout_s,
             description="Splits a batch input into chunks and writes the chunk list",
         )
-        grant_objects(plan, plan.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(plan, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
         grant_objects(
-            plan, plan.role, bucket, prefix=WORK_PREFIX, write=True, purpose="chunk lists"
+            plan, bucket, prefix=WORK_PREFIX, write=True, purpose="chunk lists"
         )
         # Plan clears what an earlier job left in the output folder (a job's folder holds
         # one job's results).
         grant_objects(
-            plan, plan.role, bucket, prefix=OUTBOX_PREFIX, delete=True, purpose="earlier results"
+            plan, bucket, prefix=OUTBOX_PREFIX, delete=True, purpose="earlier results"
         )
 
         score = self._task(
@@ -84,10 +83,9 @@ class BatchStack(Stack):
             timeout_s=batch.score_timeout_s,
             description="Scores one chunk: read, infer, write a part file",
         )
-        grant_objects(score, score.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(score, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
         grant_objects(
             score,
-            score.role,
             bucket,
             prefix=OUTBOX_PREFIX,
             write=True,
@@ -95,9 +93,9 @@ class BatchStack(Stack):
             purpose="part and error files",
         )
         grant_objects(
-            score, score.role, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
+            score, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )
-        grant_invoke_endpoints(score, score.role, endpoint_names)
+        grant_invoke_endpoints(score, self.endpoint_names)
 
         finalize = self._task(
             "Finalize",
@@ -106,10 +104,9 @@ class BatchStack(Stack):
             timeout_s=300,
             description="Counts the parts, writes the manifest, marks the job done",
         )
-        grant_objects(finalize, finalize.role, bucket, prefix=WORK_PREFIX, purpose="map results")
+        grant_objects(finalize, bucket, prefix=WORK_PREFIX, purpose="map results")
         grant_objects(
             finalize,
-            finalize.role,
             bucket,
             prefix=OUTBOX_PREFIX,
             write=True,
@@ -127,7 +124,6 @@ class BatchStack(Stack):
         )
         grant_objects(
             mark_failed,
-            mark_failed.role,
             bucket,
             prefix=OUTBOX_PREFIX,
             write=True,
@@ -194,7 +190,7 @@ class BatchStack(Stack):
             invoked_async=True,
         )
         grant_objects(
-            self.on_upload, self.on_upload.role, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
+            self.on_upload, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
         )
         self.state_machine.grant_start_execution(self.on_upload.function)
 
@@ -223,10 +219,10 @@ class BatchStack(Stack):
         fn = SluiceFunction(
             self,
             id,
-            function_name=self._names.function(f"batch-{purpose}"),
+            function_name=self.names.function(f"batch-{purpose}"),
             handler=f"sluice.handlers.batch.{purpose.replace('-', '_')}",
             description=description,
-            platform=self._platform,
+            platform=self.platform,
             layers=self._layers,
             memory_mb=memory_mb,
             timeout=Duration.seconds(timeout_s),
@@ -281,12 +277,12 @@ class BatchStack(Stack):
         group at run time; each one assumes this role, which may start this state machine and
         do nothing else, and only on behalf of schedules of this account."""
         self.schedule_group = scheduler.CfnScheduleGroup(
-            self, "ScheduleGroup", name=self._names.schedule_group
+            self, "ScheduleGroup", name=self.names.schedule_group
         )
         self.scheduler_role = iam.Role(
             self,
             "SchedulerRole",
-            role_name=self._names.scheduler_role,
+            role_name=self.names.scheduler_role,
             description="EventBridge Scheduler starts the sluice batch state machine",
             assumed_by=scheduler_principal(self),
         )

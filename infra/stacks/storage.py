@@ -6,19 +6,15 @@ when the stack is deleted unless the config says otherwise.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.config import StorageConfig
-from infra.constructs.buckets import (
-    REMOVE_EXPIRED_DELETE_MARKERS,
-    SecureBucket,
-    expire,
-    expire_noncurrent,
-    noncurrent_cleanup,
-)
+from infra.constructs.buckets import SecureBucket, expire, expire_noncurrent
 from infra.constructs.logs import removal_policy
 from infra.nag import acknowledge
 from infra.naming import (
@@ -52,15 +48,13 @@ class StorageStack(Stack):
             self,
             "AccessLogs",
             bucket_name=names.access_logs_bucket,
-            # Versioned so that logs deleted by mistake (or by an intruder covering tracks)
-            # stay recoverable for a while; logs are written once, so only expiry and
-            # deletes make noncurrent versions.
-            versioned=True,
+            # Logs deleted by mistake (or by an intruder covering tracks) stay recoverable for a
+            # while; logs are written once, so only expiry and deletes make noncurrent versions.
             retain=retain,
             access_logs=None,
             lifecycle_rules=[
                 expire(storage.access_log_expiry_days, id="expire-access-logs"),
-                *noncurrent_cleanup(storage.noncurrent_access_log_expiry_days),
+                expire_noncurrent(storage.noncurrent_access_log_expiry_days),
             ],
         )
         acknowledge(
@@ -70,16 +64,23 @@ class StorageStack(Stack):
             "and logging it elsewhere only moves the question.",
         )
 
-        self.artifacts_bucket = SecureBucket(
-            self,
+        def logged(id: str, bucket_name: str, **props: Any) -> s3.Bucket:
+            """A bucket whose server access logs go to the log bucket, under `<id>/`."""
+            return SecureBucket(
+                self,
+                id,
+                bucket_name=bucket_name,
+                retain=retain,
+                access_logs=access_logs.bucket,
+                access_logs_prefix=f"{id.lower()}/",
+                **props,
+            ).bucket
+
+        # Model artifacts are what predictions are made from: overwritten and deleted versions
+        # stay recoverable for a while.
+        self.artifacts_bucket = logged(
             "Artifacts",
-            bucket_name=names.artifacts_bucket,
-            # Model artifacts are what predictions are made from: keep overwritten and
-            # deleted versions recoverable for a while.
-            versioned=True,
-            retain=retain,
-            access_logs=access_logs.bucket,
-            access_logs_prefix="artifacts/",
+            names.artifacts_bucket,
             lifecycle_rules=[
                 expire_noncurrent(storage.noncurrent_artifact_expiry_days),
                 # Transient, like batch files, and per tenant under <prefix>tenants/<tenant>/:
@@ -98,7 +99,6 @@ class StorageStack(Stack):
                     id="expire-uploads",
                     noncurrent_days=1,
                 ),
-                REMOVE_EXPIRED_DELETE_MARKERS,
             ],
             # Browsers on these origins may post uploads' forms (presigned POSTs) straight
             # to the bucket; without any, only non-browser clients can.
@@ -112,10 +112,11 @@ class StorageStack(Stack):
             ]
             if storage.upload_cors_origins
             else None,
-        ).bucket
+        )
 
         # Inputs, outputs, work files and captured requests are transient and expire; the job
-        # record in the registry is what lasts.
+        # record in the registry is what lasts. A mistaken delete or overwrite of a job's
+        # results can be undone for a few days; those versions then expire.
         expiring = {
             INBOX_PREFIX: storage.inbox_expiry_days,
             OUTBOX_PREFIX: storage.outbox_expiry_days,
@@ -123,21 +124,14 @@ class StorageStack(Stack):
             CAPTURE_PREFIX: storage.capture_expiry_days,
             CAPTURE_ERRORS_PREFIX: storage.capture_expiry_days,
         }
-        self.batch_bucket = SecureBucket(
-            self,
+        self.batch_bucket = logged(
             "Batch",
-            bucket_name=names.batch_bucket,
-            # Versioned so that a mistaken delete or overwrite of a job's results can be
-            # undone for a few days; those versions then expire.
-            versioned=True,
-            retain=retain,
-            access_logs=access_logs.bucket,
-            access_logs_prefix="batch/",
+            names.batch_bucket,
             lifecycle_rules=[
                 *(expire(days, prefix=prefix) for prefix, days in expiring.items()),
-                *noncurrent_cleanup(storage.noncurrent_batch_expiry_days),
+                expire_noncurrent(storage.noncurrent_batch_expiry_days),
             ],
-        ).bucket
+        )
 
         self.table = dynamodb.TableV2(
             self,

@@ -6,35 +6,26 @@ source mapping, dead-letter queue and destination). Alarms live in the observabi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from aws_cdk import Stack
 from constructs import Construct
 
 from infra.config import StreamConfig
 from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
-from infra.constructs.functions import FunctionPlatform
-from infra.constructs.imported import ImportedStorage
 from infra.constructs.stream_pipeline import StreamPipeline, StreamWatch
-from infra.naming import ResourceNames
+from infra.stacks.base import FunctionStack
 
 
-class StreamsStack(Stack):
+class StreamsStack(FunctionStack):
     def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        names: ResourceNames,
-        platform: FunctionPlatform,
-        streams: Sequence[StreamConfig],
-        endpoint_names: Sequence[str],
-        **kwargs,
+        self, scope: Construct, id: str, *, streams: Sequence[StreamConfig], **kwargs: Any
     ) -> None:
+        """`kwargs`: FunctionStack's (names, platform, endpoint_names) and Stack's."""
         super().__init__(scope, id, **kwargs)
+        names, platform = self.names, self.platform
         # aiohttp too, for deployments on the `triton` runtime (scored as the API scores them).
         layers = [platform.core_layer(self), platform.triton_layer(self)]
-        storage = ImportedStorage(self, names)
         # The API stack's shadow function and delivery stream, by name.
         mirror = Mirror.named(self, names.function("shadow"))
         capture = CaptureTarget.named(self, names.capture_stream)
@@ -48,10 +39,10 @@ class StreamsStack(Stack):
                 dead_letter_queue_name=names.stream_dead_letter_queue(stream),
                 platform=platform,
                 layers=layers,
-                table=storage.table,
-                artifacts=storage.artifacts,
-                batch_bucket=storage.batch,
-                endpoint_names=endpoint_names,
+                table=self.storage.table,
+                artifacts=self.storage.artifacts,
+                batch_bucket=self.storage.batch,
+                endpoint_names=self.endpoint_names,
                 mirror=mirror,
                 capture=capture,
             )

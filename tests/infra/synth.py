@@ -18,10 +18,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import App, Environment, Stack
+from aws_cdk import App, Duration, Environment, Stack
 from aws_cdk.assertions import Match, Template
+from constructs import Construct
 from infra.app import build_app
 from infra.config import SluiceConfig
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.python_layer import PythonLayer
 
 REPO = Path(__file__).resolve().parents[2]
 # Where `Synthesized.resolved` deploys the templates.
@@ -31,6 +34,8 @@ PSEUDO = {
     "AWS::AccountId": "123456789012",
     "AWS::URLSuffix": "amazonaws.com",
 }
+ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
+SAGEMAKER_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"  # what the names of SageMaker's resources follow
 COMPONENTS = ("storage", "batch", "endpoints", "api", "observability")
 OPTIONAL = ("streams",)  # stacks made only where the config asks for them
 
@@ -291,6 +296,16 @@ def policy_statements_of_role(template: Template, role_id: str) -> list[dict[str
     return statements
 
 
+def roles_assumed_by(template: Template, service: str) -> list[str]:
+    """The logical IDs of the roles that `service` (`sagemaker.amazonaws.com`) may assume."""
+    trusting = Match.object_like({"Principal": {"Service": service}})
+    return list(
+        template.find_resources(
+            "AWS::IAM::Role", {"Properties": {"AssumeRolePolicyDocument": {"Statement": [trusting]}}}
+        )
+    )
+
+
 def role_of(function_properties: dict[str, Any]) -> str:
     return function_properties["Role"]["Fn::GetAtt"][0]
 
@@ -310,6 +325,23 @@ def assert_role_policy_has(
         },
     )
     return function
+
+
+def api_function(
+    scope: Construct, id: str, *, name: str, description: str, platform: FunctionPlatform, layers: list[PythonLayer]
+) -> SluiceFunction:
+    """A small function running the API handler: what a platform and layers make of one."""
+    return SluiceFunction(
+        scope,
+        id,
+        function_name=name,
+        handler="sluice.handlers.api.handler",
+        description=description,
+        platform=platform,
+        layers=layers,
+        memory_mb=128,
+        timeout=Duration.seconds(3),
+    )
 
 
 def synthesize(

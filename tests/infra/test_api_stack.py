@@ -10,7 +10,8 @@ from typing import Any
 from aws_cdk.assertions import Match, Template
 
 from tests.infra.synth import (
-    PSEUDO,
+    ACCOUNT,
+    REGION,
     Synthesized,
     assert_role_policy_has,
     function_by_handler,
@@ -205,9 +206,8 @@ def test_api_role_may_start_batch_executions_and_stop_and_describe_those_it_star
 ) -> None:
     from sluice.batch.orchestrators import StepFunctionsOrchestrator
 
-    account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
-    machine = f"arn:aws:states:{region}:{account}:stateMachine:sluice-batch"
-    executions = f"arn:aws:states:{region}:{account}:execution:sluice-batch:*"
+    machine = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:sluice-batch"
+    executions = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:sluice-batch:*"
     assert_role_policy_has(
         default_app,
         "api",
@@ -313,9 +313,8 @@ def test_api_role_manages_schedules_of_its_group_and_passes_the_scheduler_role_o
 ) -> None:
     from sluice.batch.eventbridge import schedule_name
 
-    account, region = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
-    schedules = f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/*"
-    role = f"arn:aws:iam::{account}:role/sluice-batch-scheduler"
+    schedules = f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/sluice-batch/*"
+    role = f"arn:aws:iam::{ACCOUNT}:role/sluice-batch-scheduler"
     api = assert_role_policy_has(
         default_app,
         "api",
@@ -345,7 +344,7 @@ def test_api_role_manages_schedules_of_its_group_and_passes_the_scheduler_role_o
     assert variables["SLUICE_SCHEDULE_GROUP"] == "sluice-batch"
     assert variables["SLUICE_SCHEDULER_ROLE_ARN"]["Fn::Join"][1][-1] == ":role/sluice-batch-scheduler"
     # The schedules the API makes are named so that the grant above covers them.
-    assert fnmatchcase(f"arn:aws:scheduler:{region}:{account}:schedule/sluice-batch/{schedule_name('acme', 'nightly')}", schedules)
+    assert fnmatchcase(f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/sluice-batch/{schedule_name('acme', 'nightly')}", schedules)
     assert len(schedule_name("t" * 63, "n" * 63)) <= 64
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 import zipfile
 from types import SimpleNamespace
@@ -32,7 +31,13 @@ from sluice.wiring import Container, build_runtimes
 from tests.conftest import EVENTS, MODELS
 from tests.infra.state_machines import PSEUDO_PARAMETERS, state_machine_definition
 from tests.infra.synth import function_by_handler
-from tests.support import LambdaContext
+from tests.support import (
+    LambdaContext,
+    OneCallAtATime,
+    fail_chunks,
+    fake_aws_credentials,
+    hold_chunks,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -46,25 +51,6 @@ BUCKET = f"sluice-batch-{ACCOUNT}-{REGION}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 TABLE = "sluice-registry"
 TASKS = ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload")
-
-
-class OneCallAtATime:
-    """moto's DynamoDB backend is not thread-safe; DynamoDB runs each request atomically."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attr(*args, **kwargs)
-
-        return call
 
 
 class Cloud:
@@ -101,6 +87,13 @@ class Cloud:
         obj = event["Records"][0]["s3"]["object"]
         obj.update(key=key, size=len(body), eTag=etag)
         return event
+
+    def start(self, key: str, body: bytes) -> dict[str, Any]:
+        """Put an object and hand its event to on_upload: the one job it started."""
+        from sluice.handlers import batch as handlers
+
+        (job,) = handlers.on_upload(self.upload(key, body), LambdaContext())["jobs"]
+        return job
 
     def finish(self, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
         """The execution named `job_id` (the job's, or any other name), once it has ended."""
@@ -154,9 +147,7 @@ def cloud(
     from sluice.domain import Principal
     from sluice.handlers import batch as handlers
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, REGION)
     template = default_app.json("batch")
     definition = state_machine_definition(
         template, pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT}
@@ -282,14 +273,7 @@ def test_a_chunk_that_fails_marks_the_job_failed_saying_which(
     from sluice.domain.errors import Unavailable
     from sluice.handlers import batch as handlers
 
-    real = ChunkScorer.score
-
-    def broken(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        if chunk.index == 1:
-            raise Unavailable("the endpoint is overloaded")
-        return real(self, spec, chunk, **kw)
-
-    monkeypatch.setattr(ChunkScorer, "score", broken)
+    fail_chunks(monkeypatch, Unavailable, "the endpoint is overloaded", chunks={1})
     event = cloud.upload("inbox/acme/iris/broken.csv", _csv(6000))
     (job,) = handlers.on_upload(event, LambdaContext())["jobs"]
     execution = cloud.finish(job["job_id"])
@@ -309,7 +293,6 @@ def test_a_chunk_that_fails_marks_the_job_failed_saying_which(
 def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch, error: str
 ) -> None:
-    from sluice.handlers import batch as handlers
 
     raised = _error_named(error)
     real = ChunkScorer.score
@@ -322,9 +305,7 @@ def test_a_transient_error_in_score_is_retried_and_the_job_succeeds(
         return real(self, spec, chunk, **kw)
 
     monkeypatch.setattr(ChunkScorer, "score", flaky)
-    (job,) = handlers.on_upload(
-        cloud.upload("inbox/acme/iris/flaky.csv", _csv(2000)), LambdaContext()
-    )["jobs"]
+    job = cloud.start("inbox/acme/iris/flaky.csv", _csv(2000))
     execution = cloud.finish(job["job_id"])
     assert execution["status"] == "SUCCEEDED", execution
     assert cloud.scored(0) == 2 and len(cloud.retry_waits) == 1
@@ -335,17 +316,9 @@ def test_an_error_that_is_not_transient_fails_the_chunk_at_once(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sluice.domain.errors import Forbidden
-    from sluice.handlers import batch as handlers
 
-    def denied(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        raise Forbidden("access denied to the input")
-
-    monkeypatch.setattr(ChunkScorer, "score", denied)
-    (job,) = handlers.on_upload(
-        cloud.upload("inbox/acme/iris/denied.csv", _csv(100)), LambdaContext()
-    )["jobs"]
-    assert cloud.finish(job["job_id"])["status"] == "FAILED"
-    assert cloud.scored(0) == 1 and cloud.retry_waits == []
+    fail_chunks(monkeypatch, Forbidden, "access denied to the input")
+    _fails_at_once_without_retries(cloud, "inbox/acme/iris/denied.csv")
 
 
 def test_a_malformed_chunk_fails_at_once_without_retries(
@@ -353,15 +326,13 @@ def test_a_malformed_chunk_fails_at_once_without_retries(
 ) -> None:
     """Bytes that do not parse into the records Plan counted parse the same way next time."""
     from sluice.batch.readers import ChunkMalformed
-    from sluice.handlers import batch as handlers
 
-    def malformed(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        raise ChunkMalformed("chunk 0: the CSV parser read 3 records where 2 were counted")
+    fail_chunks(monkeypatch, ChunkMalformed, "chunk 0: the CSV parser read 3 records where 2 were counted")
+    _fails_at_once_without_retries(cloud, "inbox/acme/iris/quotes.csv")
 
-    monkeypatch.setattr(ChunkScorer, "score", malformed)
-    (job,) = handlers.on_upload(
-        cloud.upload("inbox/acme/iris/quotes.csv", _csv(100)), LambdaContext()
-    )["jobs"]
+
+def _fails_at_once_without_retries(cloud: Cloud, key: str) -> None:
+    job = cloud.start(key, _csv(100))
     assert cloud.finish(job["job_id"])["status"] == "FAILED"
     assert cloud.scored(0) == 1 and cloud.retry_waits == []
 
@@ -381,9 +352,7 @@ def test_an_upload_outside_a_deployment_of_its_tenant_starts_nothing_that_runs(
     from sluice.handlers import batch as handlers
 
     # globex has no deployment 'iris': the key names the tenant, so acme's cannot be reached.
-    (job,) = handlers.on_upload(
-        cloud.upload("inbox/globex/iris/steal.csv", _csv(10)), LambdaContext()
-    )["jobs"]
+    job = cloud.start("inbox/globex/iris/steal.csv", _csv(10))
     assert job["status"] == "FAILED" and job["tenant"] == "globex"
     assert (
         cloud.container.registry.get_job("globex", job["job_id"]).error
@@ -400,15 +369,7 @@ def test_a_job_cancelled_while_its_chunks_run_stays_cancelled(
 ) -> None:
     from sluice.domain import Principal
 
-    planned, gate = threading.Event(), threading.Event()
-    real = ChunkScorer.score
-
-    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        planned.set()
-        gate.wait(10)
-        return real(self, spec, chunk, **kw)
-
-    monkeypatch.setattr(ChunkScorer, "score", held)
+    planned, gate = hold_chunks(monkeypatch)
     cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/c.csv", Body=_csv(3000))
     acme = Principal("acme", frozenset({"predict"}), "test")
     job = cloud.container.batch.submit(
@@ -460,15 +421,7 @@ def test_a_job_whose_execution_ended_without_markfailed_reads_as_failed(
     until a read asks Step Functions about its execution."""
     from sluice.domain import Principal
 
-    planned, gate = threading.Event(), threading.Event()
-    real = ChunkScorer.score
-
-    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        planned.set()
-        gate.wait(10)
-        return real(self, spec, chunk, **kw)
-
-    monkeypatch.setattr(ChunkScorer, "score", held)
+    planned, gate = hold_chunks(monkeypatch)
     cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/s.csv", Body=_csv(3000))
     acme = Principal("acme", frozenset({"predict"}), "test")
     job = cloud.container.batch.submit(acme, deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/s.csv")
@@ -663,15 +616,7 @@ def test_a_scheduled_run_whose_execution_was_stopped_does_not_hold_back_the_next
 ) -> None:
     from sluice.domain.schedules import Schedule
 
-    planned, gate = threading.Event(), threading.Event()
-    real = ChunkScorer.score
-
-    def held(self: ChunkScorer, spec: Any, chunk: Any, **kw: Any) -> Any:
-        planned.set()
-        gate.wait(10)
-        return real(self, spec, chunk, **kw)
-
-    monkeypatch.setattr(ChunkScorer, "score", held)
+    planned, gate = hold_chunks(monkeypatch)
     template = f"s3://{BUCKET}/inbox/acme/iris/dt={{date}}/events.csv"
     cloud.container.registry.create_schedule(Schedule("acme", "daily", "iris", template, "rate(1 day)"))
     for day in ("2026-11-26", "2026-11-27"):
@@ -728,10 +673,7 @@ def test_a_job_with_a_catalog_table_becomes_a_partition_athena_can_query(cloud: 
 def test_a_failed_job_never_adds_a_partition(cloud: Cloud, monkeypatch: pytest.MonkeyPatch) -> None:
     from sluice.domain.errors import Forbidden
 
-    def denied(self: ChunkScorer, spec: Any, chunk: Any) -> Any:
-        raise Forbidden("access denied to the input")
-
-    monkeypatch.setattr(ChunkScorer, "score", denied)
+    fail_chunks(monkeypatch, Forbidden, "access denied to the input")
     glue = boto3.client("glue", region_name=REGION)
     glue.create_database(DatabaseInput={"Name": "sluice_batch"})
     cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/spec.csv", Body=_csv(100))

@@ -15,6 +15,7 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Match, Template
+from constructs import Construct
 from infra.constructs.grants import grant_invoke_endpoints
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
@@ -30,16 +31,19 @@ from sluice.endpoints import (
 from sluice.endpoints.image_uris import triton_image_uri
 from sluice.storage.base import artifact_key
 from tests.infra.synth import (
-    PSEUDO,
+    ACCOUNT,
+    REGION,
     Synthesized,
     assert_role_policy_has,
     function_by_handler,
     role_of,
+    roles_assumed_by,
+)
+from tests.infra.synth import (
+    SAGEMAKER_ARN as ARN,
 )
 
 API = "sluice.handlers.api.handler"
-ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
-ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling", "cloudwatch": "cloudwatch", "sns": "sns"}
 
@@ -104,19 +108,7 @@ def api_statements(full_app: Synthesized) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def execution_role(full_app: Synthesized) -> tuple[str, list[dict[str, Any]]]:
     """(ARN, statements) of the role SageMaker runs the API's endpoints as."""
-    template = full_app.resolved("api")
-    (role_id,) = template.find_resources(
-        "AWS::IAM::Role",
-        {
-            "Properties": {
-                "AssumeRolePolicyDocument": {
-                    "Statement": [
-                        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})
-                    ]
-                }
-            }
-        },
-    )
+    (role_id,) = roles_assumed_by(full_app.resolved("api"), "sagemaker.amazonaws.com")
     return f"arn:aws:iam::{ACCOUNT}:role/{role_id}", _statements(full_app, role_id)
 
 
@@ -348,10 +340,17 @@ def test_batch_score_may_invoke_every_sluice_endpoint(full_app: Synthesized) -> 
     )
 
 
+class _RoleHolder(Construct):
+    """What grants are given to: a construct with a role of its own, as a function is."""
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+
+
 def test_endpoints_of_an_app_with_another_name_are_granted_as_well() -> None:
     stack = Stack(App(), "Grants")
-    role = iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-    grant_invoke_endpoints(stack, role, ["prod-resnet", "sluice-bert"])
+    grant_invoke_endpoints(_RoleHolder(stack, "Function"), ["prod-resnet", "sluice-bert"])  # type: ignore[arg-type]
     Template.from_stack(stack).has_resource_properties(
         "AWS::IAM::Policy",
         {

@@ -11,15 +11,16 @@ from aws_cdk.assertions import Match
 
 from sluice.settings import Settings
 from tests.infra.synth import (
+    ACCOUNT,
     COMPONENTS,
-    PSEUDO,
+    REGION,
     Synthesized,
     assert_role_policy_has,
+    roles_assumed_by,
 )
 
 PREFIX = "SLUICE_"
 API = "sluice.handlers.api.handler"
-ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 
 
@@ -80,18 +81,7 @@ def test_the_api_function_gets_what_it_needs_on_aws(
     default_app: Synthesized, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     template = default_app.resolved("api")
-    (execution_role,) = template.find_resources(
-        "AWS::IAM::Role",
-        {
-            "Properties": {
-                "AssumeRolePolicyDocument": {
-                    "Statement": [
-                        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})
-                    ]
-                }
-            }
-        },
-    )
+    (execution_role,) = roles_assumed_by(template, "sagemaker.amazonaws.com")
     expected = {
         "SLUICE_MODE": "aws",
         "SLUICE_REGISTRY": "dynamodb://sluice-registry",

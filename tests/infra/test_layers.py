@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aws_cdk import App, Duration, Stack
+from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
-from infra.constructs.functions import LAYERS_DIR, FunctionPlatform, SluiceFunction
+from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
 from infra.constructs.python_layer import (
     MB,
     UNZIPPED_LIMIT_BYTES,
@@ -21,7 +21,7 @@ from infra.constructs.python_layer import (
     strip_layer,
 )
 
-from tests.infra.synth import Synthesized, cdk_context, function_by_handler
+from tests.infra.synth import Synthesized, api_function, cdk_context, function_by_handler
 
 
 def test_platform_tags_cover_the_runtime_glibc_down_to_manylinux2014() -> None:
@@ -182,29 +182,11 @@ def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
     triton.unzipped_bytes = 12 * MB
     function_stack = Stack(app, "Fn")
     # The core layer alone (and the code, a few MB) fits ...
-    SluiceFunction(
-        function_stack,
-        "CoreOnly",
-        function_name="core-only",
-        handler="sluice.handlers.api.handler",
-        description="core",
-        platform=platform,
-        layers=[core],
-        memory_mb=128,
-        timeout=Duration.seconds(3),
-    )
+    api_function(function_stack, "CoreOnly", name="core-only", description="core", platform=platform, layers=[core])
     # ... core and triton do not, and the message names the triton layer.
     with pytest.raises(ValueError, match=r"triton 12\.0 MB"):
-        SluiceFunction(
-            function_stack,
-            "WithTriton",
-            function_name="with-triton",
-            handler="sluice.handlers.api.handler",
-            description="core and triton",
-            platform=platform,
-            layers=[core, triton],
-            memory_mb=128,
-            timeout=Duration.seconds(3),
+        api_function(
+            function_stack, "WithTriton", name="with-triton", description="core and triton", platform=platform, layers=[core, triton]
         )
 
 

@@ -15,17 +15,19 @@ import boto3
 from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from tests.infra.synth import (
-    PSEUDO,
+    ACCOUNT,
+    REGION,
     Synthesized,
     function_by_handler,
     policy_statements_of_role,
     properties,
     role_of,
 )
+from tests.infra.synth import (
+    SAGEMAKER_ARN as SAGEMAKER,
+)
 
 CONTROLLER = "sluice.handlers.rollouts.handler"
-ACCOUNT, REGION = PSEUDO["AWS::AccountId"], PSEUDO["AWS::Region"]
-SAGEMAKER = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
 
 
 def _as_list(value: Any) -> list[Any]:

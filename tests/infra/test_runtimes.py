@@ -15,14 +15,14 @@ from typing import Any, get_args
 
 import pytest
 import yaml
-from aws_cdk import App, Duration, Stack
+from aws_cdk import App, Stack
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 from infra.app import build_app
 from infra.config import FunctionsConfig, load_config
 from infra.constructs.functions import LAYERS_DIR, FunctionPlatform, SluiceFunction
 
-from tests.infra.synth import FULL_CONFIG, Synthesized, cdk_context
+from tests.infra.synth import FULL_CONFIG, Synthesized, api_function, cdk_context
 from tests.infra.test_nag import acknowledgements
 
 PYTHONS: tuple[str, ...] = get_args(FunctionsConfig.model_fields["python"].annotation)
@@ -149,17 +149,7 @@ def test_context_picks_the_runtime_and_architecture_functions_and_layers_follow(
     )
     stack = Stack(App(context=cdk_context()), "Runtime")
     layer = platform.layer(stack, "Core", name="core", description="core")
-    SluiceFunction(
-        stack,
-        "Api",
-        function_name="api",
-        handler="sluice.handlers.api.handler",
-        description="api",
-        platform=platform,
-        layers=[layer],
-        memory_mb=128,
-        timeout=Duration.seconds(3),
-    )
+    api_function(stack, "Api", name="api", description="api", platform=platform, layers=[layer])
     template = Template.from_stack(stack)
     (function,) = template.find_resources("AWS::Lambda::Function").values()
     assert function["Properties"]["Runtime"] == f"python{python}"

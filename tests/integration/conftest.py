@@ -6,11 +6,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
+from sluice.domain import ModelVersion
+from tests.support import cli_environment, single, split_policy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from sluice.domain import Principal
     from sluice.wiring import Container
 
 
@@ -18,16 +21,8 @@ if TYPE_CHECKING:
 def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh home for `sluice` commands run in this process (`run_cli`), with the settings
     and container caches cleared before and after."""
-    from sluice.settings import get_settings
-    from sluice.wiring import get_container
-
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_DEPLOYMENT_CACHE_TTL_S", "0")
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
+    with cli_environment(monkeypatch, tmp_path / "home", SLUICE_DEPLOYMENT_CACHE_TTL_S="0") as home:
+        yield home
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -46,11 +41,32 @@ def client(demo: Container) -> TestClient:
 
 @pytest.fixture
 def keys(demo: Container) -> dict[str, str]:
+    return api_keys(demo)
+
+
+def api_keys(container: Container) -> dict[str, str]:
     """Plain API keys: acme admin, acme predict-only, globex admin."""
-    _, acme_admin = demo.keys.create("acme", ["admin", "predict"])
-    _, acme_predict = demo.keys.create("acme", ["predict"])
-    _, globex_admin = demo.keys.create("globex", ["admin", "predict"])
+    _, acme_admin = container.keys.create("acme", ["admin", "predict"])
+    _, acme_predict = container.keys.create("acme", ["predict"])
+    _, globex_admin = container.keys.create("globex", ["admin", "predict"])
     return {"acme": acme_admin, "acme_predict": acme_predict, "globex": globex_admin}
+
+
+@pytest.fixture
+def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
+    """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
+    down (a real Triton client, a closed port)."""
+    local = demo.registry.get_version("acme", "iris", 1)
+    demo.registry.add_version(
+        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
+    )
+    demo.deployments.create(
+        acme, "mixed", split_policy({"local": (50, single("iris", 1)), "remote": (50, single("iris", 2))}, routing_key="user")
+    )
+    yield demo
+    from sluice.inference.loop import run
+
+    run(demo.runtimes["triton"].close())  # the Triton client's sessions, on the loop that opened them
 
 
 def auth(key: str) -> dict[str, str]:

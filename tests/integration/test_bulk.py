@@ -16,15 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.domain import ModelVersion
 from sluice.domain.errors import BackendError, InvalidInput, NotFound, Unavailable
 from sluice.inference.bulk import Error, Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.routing.choose import sticky_pick
 from tests.models import LOOKUP_TABLE, lookup_model, total_model
+from tests.support import single, split_policy
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from sluice.domain import Principal
     from sluice.wiring import Container
@@ -139,13 +138,7 @@ def test_calls_hold_at_most_max_rows_and_a_larger_record_goes_alone(lookup: Cont
 
 
 def test_records_are_grouped_by_the_variant_they_ask_for_and_by_the_variant_their_key_picks(demo: Container, acme: Principal) -> None:
-    demo.deployments.create(acme, "sticky", {
-        "kind": "split", "routing_key": "user",
-        "variants": [
-            {"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-            {"name": "b", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-        ],
-    })  # fmt: skip
+    demo.deployments.create(acme, "sticky", split_policy({"a": (50, single("iris", 1)), "b": (50, single("iris", 1))}, routing_key="user"))
     split = run(demo.predictions.node_of("acme", "sticky"))
     users = [f"user-{n}" for n in range(40)]
     keys: list[str | None] = [*users, None, None]
@@ -162,13 +155,7 @@ def test_records_are_grouped_by_the_variant_they_ask_for_and_by_the_variant_thei
 
 
 def test_a_split_that_routes_by_key_further_down_is_called_once_per_key(demo: Container, acme: Principal) -> None:
-    sticky = {
-        "kind": "split", "routing_key": "user",
-        "variants": [
-            {"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-            {"name": "b", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-        ],
-    }  # fmt: skip
+    sticky = split_policy({"a": (50, single("iris", 1)), "b": (50, single("iris", 1))}, routing_key="user")
     demo.deployments.create(acme, "nested", {"kind": "ensemble", "aggregator": "mean", "members": [{"name": "only", "target": sticky}]})
     keys = ["u1", "u2", "u1", "u3", "u2"]
     records = Records({"input": np.asarray([IRIS_ROW] * 5, dtype=np.float32)}, keys=keys)
@@ -176,25 +163,6 @@ def test_a_split_that_routes_by_key_further_down_is_called_once_per_key(demo: Co
     done = run(score_many(demo.predictions, acme, "nested", records, max_rows=4096))
     assert not done.errors
     assert sorted(calls) == sorted([(2, None, "u1"), (2, None, "u2"), (1, None, "u3")])
-
-
-@pytest.fixture
-def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
-    """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
-    down (a real Triton client, a closed port)."""
-    local = demo.registry.get_version("acme", "iris", 1)
-    demo.registry.add_version(
-        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
-    )
-    demo.deployments.create(acme, "mixed", {
-        "kind": "split", "routing_key": "user",
-        "variants": [
-            {"name": "local", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-            {"name": "remote", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
-        ],
-    })  # fmt: skip
-    yield demo
-    run(demo.runtimes["triton"].close())
 
 
 def test_a_transient_failure_marks_only_that_calls_records_for_retry(half_down: Container, acme: Principal) -> None:

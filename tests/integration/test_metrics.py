@@ -16,7 +16,8 @@ from sluice.metrics import PrometheusMetrics
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import EVENTS, MODELS, REPO
-from tests.integration.batch.conftest import iris_rows, run_job, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
+from tests.integration.batch.jobs import run_job
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:

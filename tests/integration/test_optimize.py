@@ -87,14 +87,10 @@ def test_a_classifier_of_ml_operators_says_why_candidates_do_not_apply(demo: Con
 
 def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from sluice import cli
-    from sluice.settings import get_settings
-    from sluice.wiring import get_container
     from tests.conftest import MODELS
+    from tests.support import cli_environment
 
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    try:
+    with cli_environment(monkeypatch, tmp_path / "home"):
         assert cli.main(["models", "push", "diabetes", str(MODELS / "diabetes_mlp.onnx")]) == 0
         assert cli.main(["deployments", "create", "diabetes", "--model", "diabetes"]) == 0
         data = diabetes_rows(tmp_path / "d.parquet")
@@ -122,9 +118,6 @@ def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, m
         assert cli.main(["optimize", "diabetes:1", "--data", str(tmp_path / "none.csv")]) == 2
         assert cli.main(["optimize", "diabetes:1", "--data", str(data), "--shadow", "diabetes", "--no-tune"]) == 2
         assert "--register" in capsys.readouterr().err
-    finally:
-        get_settings.cache_clear()
-        get_container.cache_clear()
 
 
 def test_the_onnx_runtime_loads_a_version_with_its_tuned_options(container: Container, acme: Principal, iris_bytes: bytes) -> None:

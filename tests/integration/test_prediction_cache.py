@@ -22,6 +22,7 @@ from sluice.routing.choose import sticky_pick
 from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
+from tests.support import single, split_policy
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -30,10 +31,6 @@ if TYPE_CHECKING:
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 OTHER_ROW = [[5.1, 3.5, 1.4, 0.2]]
 CACHE = {"ttl_s": 60, "max_entries": 100}
-
-
-def single(model: str, version: int) -> dict[str, Any]:
-    return {"kind": "single", "model": model, "version": version}
 
 
 def create(client: TestClient, key: str, name: str, policy: dict[str, Any], cache: Any = CACHE) -> Any:
@@ -177,14 +174,7 @@ def test_tenants_with_the_same_deployment_name_and_inputs_never_share(
 
 
 # Routes ----------------------------------------------------------------------------------
-SPLIT = {
-    "kind": "split",
-    "routing_key": "x-user-id",
-    "variants": [
-        {"name": "stable", "weight": 50, "target": single("iris", 1)},
-        {"name": "canary", "weight": 50, "target": single("iris", 2)},
-    ],
-}
+SPLIT = split_policy({"stable": (50, single("iris", 1)), "canary": (50, single("iris", 2))}, routing_key="x-user-id")
 
 
 def users_by_variant() -> dict[str, str]:
@@ -352,13 +342,10 @@ def test_the_shared_tier_in_sqlite_answers_another_container(settings: Settings,
 
 def test_cli_turns_the_cache_on_and_off(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from sluice import cli
-    from sluice.settings import get_settings
     from sluice.wiring import get_container
+    from tests.support import cli_environment
 
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    try:
+    with cli_environment(monkeypatch, tmp_path / "home"):
         assert cli.main(["models", "push", "iris", str(MODELS / "iris.onnx")]) == 0
         assert cli.main(["deployments", "create", "ic", "--model", "iris", "--cache-ttl", "30"]) == 0
         assert "cache: ttl 30 s, 1024 entries" in capsys.readouterr().out
@@ -372,6 +359,3 @@ def test_cli_turns_the_cache_on_and_off(tmp_path: Any, monkeypatch: pytest.Monke
         assert cli.main(["deployments", "set", "ic", "--no-cache"]) == 0
         assert "cache:" not in capsys.readouterr().out
         assert get_container().registry.get_deployment("default", "ic").cache is None
-    finally:
-        get_settings.cache_clear()
-        get_container.cache_clear()

@@ -14,6 +14,7 @@ from sluice.services.rollouts import RolloutService
 from sluice.stats.alarms import CloudWatchAlarms
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
+from tests.support import Clock
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -21,14 +22,6 @@ if TYPE_CHECKING:
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 STEPS = "1,5,25,50,100"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FiringAlarms:

@@ -17,7 +17,7 @@ from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 from tests.integration.traffic_fakes import SleepyRuntime, add_fake
-from tests.support import Together, at_once
+from tests.support import Together, at_once, single, split_policy
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -45,24 +45,13 @@ def deploy(client: TestClient, key: str, name: str, policy: dict[str, Any], *, u
     return client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=auth(key))
 
 
-def single(model: str, version: int) -> dict[str, Any]:
-    return {"kind": "single", "model": model, "version": version}
-
-
 def predict(client: TestClient, key: str, deployment: str, **extra: Any) -> Any:
     return client.post("/api/v1/predictions", json={"deployment": deployment, "inputs": ROW, **extra}, headers=auth(key))
 
 
 # Splits ---------------------------------------------------------------------------------
 def test_canary_split_is_sticky_by_routing_key_and_names_the_variant(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
-    policy = {
-        "kind": "split",
-        "routing_key": "x-user-id",
-        "variants": [
-            {"name": "stable", "weight": 80, "target": single("iris", 1)},
-            {"name": "canary", "weight": 20, "target": single("iris", 2)},
-        ],
-    }
+    policy = split_policy({"stable": (80, single("iris", 1)), "canary": (20, single("iris", 2))}, routing_key="x-user-id")
     assert deploy(client, keys["acme"], "iris-ab", policy).status_code == 201
     seen: dict[str, str] = {}
     for user in range(200):

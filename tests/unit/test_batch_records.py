@@ -26,6 +26,7 @@ from sluice.batch.plan import JobSpec, _plan_text
 from sluice.batch.readers import Piece, RecordsUnaccounted, read_chunk
 from sluice.batch.records import CSV, Records, RecordScanner
 from sluice.domain.errors import InvalidInput
+from tests.support import is_utf8
 
 PROPERTY = settings(
     max_examples=100, derandomize=True, database=None, deadline=None,
@@ -269,7 +270,7 @@ def _expected_line(line: bytes) -> Any:
     try:
         obj = _strict_json(line)
     except (ValueError, RecursionError):
-        return ("failed", "not valid JSON" if _utf8(line) else "not valid JSON (not UTF-8 text)")
+        return ("failed", "not valid JSON" if is_utf8(line) else "not valid JSON (not UTF-8 text)")
     if not isinstance(obj, dict):
         return ("failed", "not a JSON object")
     key, x, reason = obj.get("id"), obj.get("x"), None
@@ -288,14 +289,6 @@ def _expected_line(line: bytes) -> Any:
     elif x is not None:
         x = float(x)
     return ("row", {"id": key, "x": x}, reason)
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 @PROPERTY

@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.support import LambdaContext
+from tests.support import LambdaContext, fake_aws_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -27,13 +27,7 @@ ENDPOINTS_ROLE = "arn:aws:iam::123456789012:role/sluice-endpoints"
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, REGION)
     with mock_aws(config={"lambda": {"use_docker": False}, "stepfunctions": {"execute_state_machine": True}}):
         yield
 

@@ -61,19 +61,17 @@ def world(aws: None, tmp_path: Path) -> World:
     container = Container.from_settings(settings)
     calls: list[str] = []
     sent: dict[str, list[dict[str, Any]]] = {}
-    clients = {name: boto3.client(name, region_name=REGION) for name in ("sagemaker", "application-autoscaling", "cloudwatch", "sns")}
+    # The adapter's clients, by the names it takes them under.
+    clients = {
+        "sagemaker": boto3.client("sagemaker", region_name=REGION),
+        "autoscaling": boto3.client("application-autoscaling", region_name=REGION),
+        "cloudwatch": boto3.client("cloudwatch", region_name=REGION),
+        "sns": boto3.client("sns", region_name=REGION),
+    }
     for client in clients.values():
         client.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
         client.meta.events.register("before-parameter-build", lambda model, params, **_: sent.setdefault(model.name, []).append(dict(params)))
-    container.endpoint_control = SageMakerEndpoints(
-        container.store,
-        region=REGION,
-        role_arn=ROLE,
-        sagemaker=clients["sagemaker"],
-        autoscaling=clients["application-autoscaling"],
-        cloudwatch=clients["cloudwatch"],
-        sns=clients["sns"],
-    )
+    container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ROLE, **clients)
     container.models.push(ACME, "mlp", mlp_onnx(1))
     container.models.push(ACME, "mlp", mlp_onnx(2))
     _, admin = container.keys.create("acme", ["admin", "predict"])
@@ -84,10 +82,7 @@ def world(aws: None, tmp_path: Path) -> World:
         keys={"acme": admin, "globex": globex},
         calls=calls,
         sent=sent,
-        sagemaker=clients["sagemaker"],
-        autoscaling=clients["application-autoscaling"],
-        cloudwatch=clients["cloudwatch"],
-        sns=clients["sns"],
+        **clients,
     )
 
 

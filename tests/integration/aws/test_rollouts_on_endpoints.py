@@ -30,6 +30,7 @@ from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.aws.conftest import REGION, sagemaker_settings
 from tests.integration.conftest import auth
 from tests.integration.triton.conftest import mlp_onnx
+from tests.support import Clock
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment
@@ -37,14 +38,6 @@ if TYPE_CHECKING:
 ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
 ENDPOINT = endpoint_name("acme", "ranker")
 GATES = "error_rate<=0.01,p99_ratio<=1.5"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _backend() -> Any:
@@ -121,7 +114,7 @@ def world(aws: None, tmp_path: Path) -> World:
         container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker,
         autoscaling=boto3.client("application-autoscaling", region_name=REGION),
     )  # fmt: skip
-    clock = Clock()
+    clock = Clock(2_000_000.0)
     rollouts = RolloutService(container.registry, container.deployments, clock=clock, endpoints=container.endpoint_plane)
     container.rollouts = rollouts  # type: ignore[misc]
     container.models.push(ACME, "mlp", mlp_onnx(1))

@@ -25,7 +25,7 @@ from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
 from tests.integration.aws.conftest import BUCKET, REGION, sagemaker_settings
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.conftest import auth
+from tests.integration.conftest import api_keys, auth
 from tests.integration.triton.conftest import mlp_onnx
 
 if TYPE_CHECKING:
@@ -90,13 +90,11 @@ def world(aws: None, tmp_path: Path) -> World:
     )
     container.models.push(ACME, "mlp", MLP[1])
     container.models.push(ACME, "mlp", MLP[2])
-    _, acme = container.keys.create("acme", ["admin", "predict"])
-    _, acme_predict = container.keys.create("acme", ["predict"])
-    _, globex = container.keys.create("globex", ["admin", "predict"])
+    keys = api_keys(container)
     return World(
         container=container,
         client=TestClient(create_app(container)),
-        keys={"acme": acme, "acme_predict": acme_predict, "globex": globex},
+        keys=keys,
         calls=calls,
         sent=sent,
         sagemaker=sagemaker,

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.batch.uris import local_path
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:

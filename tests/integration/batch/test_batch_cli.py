@@ -11,28 +11,14 @@ import pytest
 
 from sluice import cli
 from sluice.batch.inbox import InboxWatcher
-from sluice.settings import get_settings
-from sluice.wiring import get_container
 from tests.conftest import MODELS
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from sluice.domain import Principal
     from sluice.wiring import Container
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_BATCH_CHUNK_BYTES", str(64 * 1024))
-    get_settings.cache_clear()
-    get_container.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
 
 
 def sluice(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -17,6 +17,7 @@ from sluice.batch.local_files import LocalFiles
 from sluice.batch.s3_files import S3Files
 from sluice.clients import AwsClients
 from sluice.domain.errors import BadRequest, Conflict, NotFound
+from tests.support import fake_aws_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,9 +29,7 @@ BUCKET = "sluice-files-test"
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, REGION)
     with mock_aws():
         client = boto3.client("s3", region_name=REGION)
         client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})

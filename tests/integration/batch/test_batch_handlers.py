@@ -11,11 +11,10 @@ import pytest
 from sluice.domain.jobs import BatchJob
 from sluice.handlers import batch as handlers
 from tests.conftest import EVENTS
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 from tests.support import LambdaContext
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from sluice.domain import Principal
@@ -24,14 +23,6 @@ if TYPE_CHECKING:
 
 def event(name: str, **changes: Any) -> dict[str, Any]:
     return json.loads((EVENTS / f"{name}.json").read_text()) | changes
-
-
-@pytest.fixture
-def wired(batch: Container) -> Iterator[Container]:
-    saved = handlers._container
-    handlers._container = batch
-    yield batch
-    handlers._container = saved
 
 
 def test_the_sample_events_are_what_the_handlers_read() -> None:

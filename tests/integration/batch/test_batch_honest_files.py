@@ -21,14 +21,8 @@ from sluice.batch.readers import ChunkMalformed
 from sluice.batch.runner import JobIncomplete
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
-from tests.integration.batch.conftest import (
-    FEATURES,
-    iris_rows,
-    read_errors,
-    read_parts,
-    run_job,
-    write_input,
-)
+from tests.integration.batch.inputs import FEATURES, iris_rows, write_input
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
 
 if TYPE_CHECKING:
     from sluice.domain import Principal

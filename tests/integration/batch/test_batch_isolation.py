@@ -13,7 +13,7 @@ import pytest
 
 from sluice.settings import Settings
 from sluice.wiring import Container
-from tests.integration.batch.conftest import read_errors, read_parts, run_job
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
 from tests.models import LOOKUP_TABLE, lookup_model
 
 if TYPE_CHECKING:

@@ -33,10 +33,9 @@ from sluice.batch.writers import PartWriter
 from sluice.domain.jobs import BatchJob
 from sluice.domain.liveness import STALE_AFTER_S
 from sluice.domain.schedules import Schedule
-from sluice.settings import get_settings
 from sluice.wiring import get_container
 from tests.conftest import MODELS
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
@@ -52,17 +51,11 @@ ROWS = 200_000  # a CSV of about 8 MB: over a hundred chunks of 64 KiB
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A home with iris deployed, for this process's CLI and for the processes it starts."""
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SLUICE_BATCH_CHUNK_BYTES", str(64 * 1024))
-    get_settings.cache_clear()
-    get_container.cache_clear()
+def home(home: Path) -> Path:
+    """The batch home with iris deployed, for this process's CLI and for the processes it starts."""
     assert cli.main(["--tenant", "acme", "models", "push", "iris", str(MODELS / "iris.onnx")]) == 0
     assert cli.main(["--tenant", "acme", "deployments", "create", "iris", "--model", "iris"]) == 0
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-    get_container.cache_clear()
+    return home
 
 
 def sluice(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -17,14 +17,9 @@ from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
 from sluice.domain.errors import Unavailable
 from sluice.inference.loop import run
-from tests.integration.batch.conftest import (
-    FEATURES,
-    iris_rows,
-    read_errors,
-    read_parts,
-    run_job,
-    write_input,
-)
+from tests.integration.batch.inputs import FEATURES, iris_rows, write_input
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
+from tests.support import fail_chunks
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -163,14 +158,7 @@ def test_a_chunk_failing_once_is_retried_and_counted_once(batch: Container, acme
 
 
 def test_a_chunk_that_keeps_failing_fails_the_job_naming_it(batch: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = ChunkScorer.score
-
-    def broken(self: ChunkScorer, spec: JobSpec, chunk: Chunk, **kw: Any) -> Any:
-        if chunk.index == 2:
-            raise Unavailable("the model server went away")
-        return real(self, spec, chunk, **kw)
-
-    monkeypatch.setattr(ChunkScorer, "score", broken)
+    fail_chunks(monkeypatch, Unavailable, "the model server went away", chunks={2})
     job = run_job(batch, acme, write_input(tmp_path / "in.csv", iris_rows(8000)), deployment="iris")
     assert job.status == "FAILED"
     assert "chunk 2 failed after 3 attempts: the model server went away" in (job.error or "")

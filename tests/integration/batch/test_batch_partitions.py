@@ -14,13 +14,8 @@ import pytest
 from sluice.batch.plan import JobSpec
 from sluice.batch.uris import local_path
 from sluice.domain.errors import BadRequest, Conflict
-from tests.integration.batch.conftest import (
-    iris_rows,
-    read_errors,
-    read_parts,
-    run_job,
-    write_input,
-)
+from tests.integration.batch.inputs import iris_rows, write_input
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
 
 if TYPE_CHECKING:
     from sluice.domain import Principal

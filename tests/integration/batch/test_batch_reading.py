@@ -24,12 +24,12 @@ import pytest
 import sluice
 from sluice.handlers import batch as handlers
 from tests.conftest import EVENTS, MODELS
-from tests.integration.batch.conftest import FEATURES, iris_rows, read_errors, read_parts, run_job
+from tests.integration.batch.inputs import FEATURES, iris_rows
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
 from tests.integration.batch.test_batch_s3 import s3_batch  # noqa: F401  (the fixture)
 from tests.support import LambdaContext
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
@@ -111,14 +111,6 @@ def test_a_csv_reads_every_record_whatever_its_line_ends(batch: Container, acme:
     assert job.chunks_total is not None and job.chunks_total > 1  # chunk boundaries among the line ends
     assert (job.rows_total, job.rows_in, job.rows_out, job.rows_failed) == (4000, 4000, 4000, 0)
     _check_scored(job, scored)
-
-
-@pytest.fixture
-def wired(batch: Container) -> Iterator[Container]:
-    saved = handlers._container
-    handlers._container = batch
-    yield batch
-    handlers._container = saved
 
 
 def test_a_csv_with_bare_cr_line_ends_through_the_step_functions_handlers(wired: Container, acme: Principal, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.plan import JobSpec
 from sluice.domain.errors import Conflict
 from sluice.wiring import Container
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
+from tests.support import fake_aws_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -35,9 +36,7 @@ def s3_batch(settings: Settings, acme: Principal, monkeypatch: pytest.MonkeyPatc
     from sluice.demo import install_demo
     from tests.conftest import MODELS
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, REGION)
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})

@@ -12,7 +12,7 @@ from sluice.batch.inbox import InboxWatcher
 from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.score import ChunkScorer
 from sluice.domain.errors import Unavailable
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 
 if TYPE_CHECKING:
     from pathlib import Path

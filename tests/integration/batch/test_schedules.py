@@ -15,8 +15,9 @@ from sluice.batch.service import BatchService
 from sluice.batch.uris import local_path
 from sluice.domain.errors import BadRequest
 from sluice.domain.schedules import aws_expression, latest_fire, normalize_expression
-from tests.integration.batch.conftest import iris_rows, write_input
+from tests.integration.batch.inputs import iris_rows, write_input
 from tests.integration.conftest import auth
+from tests.support import Clock, cli_environment
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
 
 def at(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
-
-
-class Clock:
-    def __init__(self, start: str) -> None:
-        self.now = at(start)
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Recorded:
@@ -53,7 +46,7 @@ class Recorded:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock("2026-11-25T12:00:00+00:00")
+    return Clock(at("2026-11-25T12:00:00+00:00"))
 
 
 @pytest.fixture
@@ -69,6 +62,12 @@ def schedules(batch: Container, recorded: Recorded, clock: Clock) -> ScheduleSer
 
 def inbox_template(batch: Container, tenant: str = "acme") -> str:
     return batch.batch.paths.inbox(tenant) + "iris/dt={date}/hour={hour}/events.csv"
+
+
+@pytest.fixture
+def hourly(batch: Container, schedules: ScheduleService, acme: Principal) -> None:
+    """acme's schedule `hourly`: iris every hour, on the inbox template."""
+    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
 
 
 def test_a_schedule_runs_when_due_once_per_scheduled_time_with_its_input_templated(
@@ -96,18 +95,14 @@ def test_a_schedule_runs_when_due_once_per_scheduled_time_with_its_input_templat
     assert view.next_run_at == at("2026-11-28T01:00:00+00:00")
 
 
-def test_runs_missed_while_the_scheduler_was_down_collapse_into_one(
-    batch: Container, schedules: ScheduleService, acme: Principal
-) -> None:
-    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+@pytest.mark.usefixtures("hourly")
+def test_runs_missed_while_the_scheduler_was_down_collapse_into_one(schedules: ScheduleService) -> None:
     (job,) = schedules.run_due(at("2026-11-25T17:30:00+00:00"))
     assert job.scheduled_for == at("2026-11-25T17:00:00+00:00")
 
 
-def test_a_run_due_while_the_last_one_is_going_is_skipped(
-    batch: Container, schedules: ScheduleService, acme: Principal
-) -> None:
-    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+@pytest.mark.usefixtures("hourly")
+def test_a_run_due_while_the_last_one_is_going_is_skipped(batch: Container, schedules: ScheduleService) -> None:
     (first,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
     assert schedules.run_due(at("2026-11-25T14:00:00+00:00")) == []  # first is still PENDING
     skipped = batch.registry.get_schedule("acme", "hourly")
@@ -136,10 +131,10 @@ def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
     assert schedules.run_due(at("2026-11-25T15:30:00+00:00")) == []
 
 
+@pytest.mark.usefixtures("hourly")
 def test_a_paused_schedule_does_not_run_and_a_resumed_one_skips_what_it_missed(
-    batch: Container, schedules: ScheduleService, clock: Clock, acme: Principal
+    schedules: ScheduleService, clock: Clock, acme: Principal
 ) -> None:
-    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
     assert schedules.pause(acme, "hourly").state == "PAUSED"
     assert schedules.run_due(at("2026-11-25T15:00:00+00:00")) == []
     assert schedules.show(acme, "hourly").next_run_at is None
@@ -266,20 +261,15 @@ def test_another_tenant_sees_none_of_a_tenants_schedules_or_their_runs(
 
 def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from sluice import cli
-    from sluice.settings import get_settings
     from sluice.wiring import get_container
     from tests.conftest import MODELS
-
-    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
-    get_settings.cache_clear()
-    get_container.cache_clear()
 
     def sluice(*args: str) -> tuple[int, str]:
         code = cli.main(["--tenant", "acme", *args])
         out, err = capsys.readouterr()
         return code, out + err
 
-    try:
+    with cli_environment(monkeypatch, tmp_path / "home"):
         assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
         assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
         template = str(tmp_path / "lake" / "dt={date}" / "x.csv")
@@ -307,19 +297,16 @@ def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert sluice("batch", "schedule", "delete", "nightly")[0] == 0
         assert registry.list_schedules("acme") == []
         assert sluice("batch", "schedule", "show", "nightly")[0] != 0
-    finally:
-        get_settings.cache_clear()
-        get_container.cache_clear()
 
 
+@pytest.mark.usefixtures("hourly")
 def test_the_local_scheduler_thread_starts_due_runs(
-    batch: Container, schedules: ScheduleService, clock: Clock, acme: Principal, recorded: Recorded
+    batch: Container, schedules: ScheduleService, clock: Clock, recorded: Recorded
 ) -> None:
     import time
 
     from sluice.batch.schedules import LocalScheduler
 
-    schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
     clock.now = at("2026-11-25T13:00:01+00:00")
     scheduler = LocalScheduler(schedules, interval_s=0.01)
     scheduler.start()

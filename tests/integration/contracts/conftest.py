@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import boto3
 import pytest
 from moto import mock_aws
+from tests.support import OneCallAtATime, fake_aws_credentials
 
 from sluice.registry.dynamodb import DynamoRegistry, create_table
 from sluice.registry.sqlite import SqliteRegistry
@@ -33,39 +33,12 @@ INBOX = "sluice-inbox"  # a bucket outside the store, for push by URI
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Fake credentials, no shared config files, and every AWS call answered by moto."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     with mock_aws():
         yield
-
-
-class OneCallAtATime:
-    """A client whose calls run one at a time. moto's backend is not thread-safe (a transaction
-    deep-copies tables that other threads are writing), while DynamoDB runs each request
-    atomically: serializing calls, not the steps between them, keeps the races under test."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attr(*args, **kwargs)
-
-        return call
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,8 +15,23 @@ pytest.importorskip("grpc", reason="needs the grpc extra")
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tritonclient.utils import InferenceServerException
+
     from sluice.domain import Principal
     from sluice.wiring import Container
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def fails(call: Any, *args: Any, **kw: Any) -> InferenceServerException:
+    """What `call` raised (it must raise Triton's client exception)."""
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException) as caught:
+        call(*args, **kw)
+    return caught.value
 
 
 def words_model() -> bytes:
@@ -46,7 +62,9 @@ def served(demo: Container, acme: Principal) -> Container:
     return demo
 
 
+@contextmanager
 def run_server(container: Container) -> Iterator[str]:
+    """The server's address while the block runs; stopped after it."""
     from sluice.grpc_service.server import start
 
     loop = asyncio.new_event_loop()
@@ -66,12 +84,12 @@ def run_server(container: Container) -> Iterator[str]:
 
 @pytest.fixture
 def grpc_url(served: Container) -> Iterator[str]:
-    yield from run_server(served)
+    with run_server(served) as url:
+        yield url
 
 
 @pytest.fixture
 def keys(served: Container) -> dict[str, str]:
-    _, acme_admin = served.keys.create("acme", ["admin", "predict"])
-    _, acme_predict = served.keys.create("acme", ["predict"])
-    _, globex_admin = served.keys.create("globex", ["admin", "predict"])
-    return {"acme": acme_admin, "acme_predict": acme_predict, "globex": globex_admin}
+    from tests.integration.conftest import api_keys
+
+    return api_keys(served)

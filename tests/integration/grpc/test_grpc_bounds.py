@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from tests.integration.grpc.conftest import run_server
+from tests.integration.grpc.conftest import auth, run_server
 
 if TYPE_CHECKING:
     from sluice.wiring import Container
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.grpc import service_pb2 as pb  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def _rows(n: int) -> Any:
@@ -34,45 +30,39 @@ def _rows(n: int) -> Any:
 
 def test_an_answer_over_the_response_limit_is_refused_saying_why(served: Container, keys: dict[str, str]) -> None:
     served.settings.max_response_bytes = 64 * 1024
-    servers = run_server(served)
-    url = next(servers)
-    try:
+    with run_server(served) as url:
         client = grpcclient.InferenceServerClient(url)
         assert client.infer("diabetes", [_rows(1000)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1000, 1)
         with pytest.raises(InferenceServerException) as refused:  # 20,000 rows: an 80 KB answer
             client.infer("diabetes", [_rows(20_000)], headers=auth(keys["acme"]))
         assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
         assert "the answer is" in refused.value.message() and "over the 65536" in refused.value.message()
-    finally:
-        servers.close()
 
 
 def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
     served.settings.grpc_max_concurrent_rpcs = 2
-    servers = run_server(served)
-    url = next(servers)
     streams = []
-    try:
-        for _ in range(2):  # two open streams: two calls in progress for as long as they are open
-            client = grpcclient.InferenceServerClient(url)
-            answers: list[Any] = []
-            client.start_stream(callback=lambda result, error, answers=answers: answers.append(error or result), headers=auth(keys["acme"]))
-            client.async_stream_infer("diabetes", [_rows(1)])
-            deadline = time.monotonic() + 30
-            while not answers and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert answers and not isinstance(answers[0], InferenceServerException), answers
-            streams.append(client)
-        caller = grpcclient.InferenceServerClient(url)
-        with pytest.raises(InferenceServerException) as refused:
-            caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme_predict"]))  # another key: the bound is the server's
-        assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
-        streams.pop().stop_stream()
-        assert caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1, 1)
-    finally:
-        for client in streams:
-            client.stop_stream()
-        servers.close()
+    with run_server(served) as url:
+        try:
+            for _ in range(2):  # two open streams: two calls in progress for as long as they are open
+                client = grpcclient.InferenceServerClient(url)
+                answers: list[Any] = []
+                client.start_stream(callback=lambda result, error, answers=answers: answers.append(error or result), headers=auth(keys["acme"]))
+                client.async_stream_infer("diabetes", [_rows(1)])
+                deadline = time.monotonic() + 30
+                while not answers and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert answers and not isinstance(answers[0], InferenceServerException), answers
+                streams.append(client)
+            caller = grpcclient.InferenceServerClient(url)
+            with pytest.raises(InferenceServerException) as refused:
+                caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme_predict"]))  # another key: the bound is the server's
+            assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            streams.pop().stop_stream()
+            assert caller.infer("diabetes", [_rows(1)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1, 1)
+        finally:
+            for client in streams:
+                client.stop_stream()
 
 
 def test_typed_contents_take_no_python_object_per_element() -> None:

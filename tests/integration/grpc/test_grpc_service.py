@@ -11,25 +11,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS
+from tests.integration.grpc.conftest import auth, fails, run_server
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
-from tritonclient.utils import InferenceServerException  # noqa: E402
 
 SETOSA, VIRGINICA = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
-def fails(call: Any, *args: Any, **kw: Any) -> InferenceServerException:
-    with pytest.raises(InferenceServerException) as caught:
-        call(*args, **kw)
-    return caught.value
 
 
 def fp32(name: str, array: np.ndarray) -> Any:
@@ -168,17 +158,11 @@ def test_other_extensions_say_unimplemented(grpc_url: str, keys: dict[str, str])
 
 
 def test_the_request_size_limit_holds(served: Container, keys: dict[str, str]) -> None:
-    from tests.integration.grpc.conftest import run_server
-
     served.settings.max_request_bytes = 64 * 1024
-    servers = run_server(served)
-    url = next(servers)
-    try:
+    with run_server(served) as url:
         client = grpcclient.InferenceServerClient(url)
         big = np.zeros((20_000, 4), dtype=np.float32)  # 320 KB
         assert fails(client.infer, "iris", [fp32("input", big)], headers=auth(keys["acme"])).status() == "StatusCode.RESOURCE_EXHAUSTED"
-    finally:
-        servers.close()
 
 
 def test_asyncio_client_and_stream(grpc_url: str, keys: dict[str, str]) -> None:

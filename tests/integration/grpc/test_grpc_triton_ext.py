@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
 from tests.conftest import MODELS
+from tests.integration.grpc.conftest import auth, fails
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
-from tritonclient.utils import InferenceServerException  # noqa: E402
-
-
-def auth(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
-def fails(call: Any, *args: Any, **kw: Any) -> InferenceServerException:
-    with pytest.raises(InferenceServerException) as caught:
-        call(*args, **kw)
-    return caught.value
 
 
 @pytest.fixture

@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from sluice.domain import ModelVersion
 from sluice.routing.choose import sticky_pick
 from tests.integration.aws.conftest import REGION
 from tests.integration.stream.conftest import kafka_event, kinesis_event, load, rows, sqs_event
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from sluice.domain import Principal
     from sluice.wiring import Container
@@ -124,32 +122,6 @@ def _count_calls(container: Container) -> list[int]:
 
     container.stream_predictions.predict = counting  # type: ignore[method-assign]
     return calls
-
-
-@pytest.fixture
-def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
-    """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
-    down (a real Triton client, a closed port)."""
-    local = demo.registry.get_version("acme", "iris", 1)
-    demo.registry.add_version(
-        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
-    )
-    demo.deployments.create(
-        acme,
-        "mixed",
-        {
-            "kind": "split",
-            "routing_key": "user",
-            "variants": [
-                {"name": "local", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}},
-                {"name": "remote", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 2}},
-            ],
-        },
-    )
-    yield demo
-    from sluice.inference.loop import run
-
-    run(demo.runtimes["triton"].close())  # the Triton client's sessions, on the handler's loop
 
 
 def _remote(container: Container, users: list[str]) -> set[int]:

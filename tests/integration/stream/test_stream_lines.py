@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.conftest import REPO
-from tests.integration.batch.conftest import read_errors, run_job
+from tests.integration.batch.jobs import read_errors, run_job
 from tests.integration.stream.conftest import SETOSA
 
 if TYPE_CHECKING:

@@ -31,13 +31,9 @@ def test_a_triton_versions_config_is_its_servers(triton_server: LocalTriton, tmp
     asyncio.run(container.models.register_triton(ACME, "mlp-t", triton_server.http_url, model_name="mlp"))
     container.deployments.create(ACME, "mlp-t", {"model": "mlp-t", "version": 1})
     _, key = container.keys.create("acme", ["predict"])
-    servers = run_server(container)
-    url = next(servers)
-    try:
+    with run_server(container) as url:
         client = grpcclient.InferenceServerClient(url)
         config = client.get_model_config("mlp-t", headers={"authorization": f"Bearer {key}"}).config
-    finally:
-        servers.close()
     # The server's config (python backend, max_batch_size 16), under the deployment's name.
     assert (config.name, config.backend, config.max_batch_size) == ("mlp-t", "python", 16)
     assert [(t.name, list(t.dims)) for t in config.input] == [("x", [8])]
