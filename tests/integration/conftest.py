@@ -56,9 +56,14 @@ def api_keys(container: Container) -> dict[str, str]:
 def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
     """`mixed`: a sticky split between iris on ONNX and a Triton-served copy whose server is
     down (a real Triton client, a closed port)."""
+    from sluice.domain.origins import parse_allowlist
+
+    closed = "http://127.0.0.1:9"
+    triton = demo.runtimes["triton"]  # admits the closed port, as an operator's allowlist would
+    triton.allowed = (*(triton.allowed or ()), *parse_allowlist([closed], field="triton_url_prefixes"))
     local = demo.registry.get_version("acme", "iris", 1)
     demo.registry.add_version(
-        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": "http://127.0.0.1:9", "model_name": "iris"})
+        ModelVersion("acme", "iris", 0, "triton", "", "0" * 64, 0, local.signature, config={"url": closed, "model_name": "iris"})
     )
     demo.deployments.create(
         acme, "mixed", split_policy({"local": (50, single("iris", 1)), "remote": (50, single("iris", 2))}, routing_key="user")
