@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
-from sluice.batch.plan import format_of
-from sluice.batch.uris import as_uri
+from sluice.batch.uris import as_uri, format_of
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
