@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
@@ -105,19 +105,9 @@ class JobSpec:
     key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tenant": self.tenant,
-            "job_id": self.job_id,
-            "deployment": self.deployment,
-            "input_uri": self.input_uri,
-            "input_version": self.input_version,
-            "format": self.format,
-            "output_format": self.output_format,
-            "output_uri": self.output_uri,
-            "key_columns": list(self.key_columns),
-            "columns": list(self.columns),
-            "key_types": dict(self.key_types),
-        }
+        data = asdict(self)
+        data["key_columns"], data["columns"] = list(self.key_columns), list(self.columns)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
