@@ -104,23 +104,13 @@ class SageMakerEndpoints:
             self._clients = default_clients(self._region)
         return self._clients
 
-    @property
-    def sagemaker(self) -> Any:
-        return self._client("sagemaker")
-
-    @property
-    def autoscaling(self) -> Any:
-        return self._client("application-autoscaling")
-
-    @property
-    def cloudwatch(self) -> Any:
-        return self._client("cloudwatch")
-
-    @property
-    def sns(self) -> Any:
-        return self._client("sns")
+    sagemaker = property(lambda self: self._client("sagemaker"))
+    autoscaling = property(lambda self: self._client("application-autoscaling"))
+    cloudwatch = property(lambda self: self._client("cloudwatch"))
+    sns = property(lambda self: self._client("sns"))
 
     def _client(self, service: str) -> Any:
+        """The client given for `service`, else the factory's, asked for once and kept."""
         if self._given[service] is None:
             self._given[service] = self.clients.client(service, region=self._region)
         return self._given[service]

@@ -20,16 +20,7 @@ from sluice.domain.jobs import TERMINAL, UPDATABLE, OutputInUse, check_move
 from sluice.domain.objects import now
 from sluice.registry.codec import CHUNK, JOB
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import (
-    Part,
-    Refused,
-    absent,
-    condition,
-    item,
-    key,
-    newest_jobs,
-    unmarshal,
-)
+from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
 from sluice.registry.refusals import check_updatable, no_job, taken
 
 if TYPE_CHECKING:
@@ -91,7 +82,7 @@ class DynamoJobs(Part):
         return JOB.load(self.found(layout.tenant(tenant), layout.job_sk(job_id), missing=no_job(job_id)))
 
     def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
-        return newest_jobs((JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)), limit)
+        return self.newest((JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)), limit)
 
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
 from sluice.registry.codec import OPTIMIZE_JOB, to_json
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, condition, item, newest_jobs
+from sluice.registry.dynamodb.table import Part, condition, item
 from sluice.registry.refusals import check_updatable, no_optimize_job, taken
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class DynamoOptimizeJobs(Part):
         return _load(self.found(layout.tenant(tenant), layout.optimize_job_sk(job_id), missing=no_optimize_job(job_id)))
 
     def list_optimize_jobs(self, tenant: str, *, limit: int = 100) -> list[OptimizeJob]:
-        return newest_jobs((_load(d) for d in self.table.query(layout.tenant(tenant), layout.OPTIMIZE_JOB)), limit)
+        return self.newest((_load(d) for d in self.table.query(layout.tenant(tenant), layout.OPTIMIZE_JOB)), limit)
 
     def update_optimize_job(
         self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object

@@ -183,6 +183,11 @@ class Part:
         except Refused:
             raise taken from None
 
+    @staticmethod
+    def newest(jobs: Iterable[Any], limit: int) -> list[Any]:
+        """Jobs newest first (by creation, then id, as SQLite lists them), at most `limit`."""
+        return sorted(jobs, key=lambda j: (j.created_at, j.id), reverse=True)[:limit]
+
     def found(self, pk: str, sk: str, *, missing: NotFound) -> dict[str, Any]:
         """The item at (pk, sk), or `missing` raised where there is none."""
         found = self.table.get(pk, sk)
@@ -218,11 +223,6 @@ def _outcome(exc: ClientError) -> Refused | SluiceError | None:
     if code in _THROTTLED or status >= 500:
         return Unavailable("the registry is unavailable; try again")
     return BackendError("the registry could not complete the request")
-
-
-def newest_jobs(jobs: Iterable[Any], limit: int) -> list[Any]:
-    """Jobs newest first (by creation, then id, as SQLite lists them), at most `limit`."""
-    return sorted(jobs, key=lambda j: (j.created_at, j.id), reverse=True)[:limit]
 
 
 def attempts() -> Iterator[int]:
