@@ -51,22 +51,16 @@ class PrometheusMetrics:
             "ml_inference_errors", "Predictions that failed, by HTTP status and error code",
             ("tenant", "deployment", "status", "code"), registry=r,
         )  # fmt: skip
-        self.cache_hits = Counter(
-            "ml_inference_model_cache_hits", "ONNX sessions found loaded, counted with the prediction that saw them",
-            ("tenant", "deployment"), registry=r,
-        )  # fmt: skip
-        self.cache_misses = Counter(
-            "ml_inference_model_cache_misses", "ONNX sessions loaded on demand, counted with the prediction that saw them",
-            ("tenant", "deployment"), registry=r,
-        )  # fmt: skip
-        self.answer_hits = Counter(
-            "ml_inference_prediction_cache_hits", "Predictions the prediction cache answered (nothing computed)",
-            ("tenant", "deployment"), registry=r,
-        )  # fmt: skip
-        self.answer_misses = Counter(
-            "ml_inference_prediction_cache_misses", "Predictions of a caching deployment computed and then kept",
-            ("tenant", "deployment"), registry=r,
-        )  # fmt: skip
+        # Per deployment: what the model cache and the prediction cache found.
+        self.cache_hits, self.cache_misses, self.answer_hits, self.answer_misses = (
+            Counter(name, doc, ("tenant", "deployment"), registry=r)
+            for name, doc in (
+                ("ml_inference_model_cache_hits", "ONNX sessions found loaded, counted with the prediction that saw them"),
+                ("ml_inference_model_cache_misses", "ONNX sessions loaded on demand, counted with the prediction that saw them"),
+                ("ml_inference_prediction_cache_hits", "Predictions the prediction cache answered (nothing computed)"),
+                ("ml_inference_prediction_cache_misses", "Predictions of a caching deployment computed and then kept"),
+            )
+        )
         self.rows = Counter(
             "ml_inference_rows_scored", "Rows scored, by online predictions and by batch jobs",
             (*PREDICTION, "source"), registry=r,

@@ -11,8 +11,9 @@ import pytest
 
 from sluice.batch.columns import Feed, feed_arrays, plan_feeds
 from sluice.batch.files import Files
-from sluice.batch.plan import Chunk, JobSpec, _plan_text, format_of, row_ranges
+from sluice.batch.plan import Chunk, JobSpec, _plan_text, row_ranges
 from sluice.batch.readers import owned_by
+from sluice.batch.uris import format_of
 from sluice.domain.errors import BadRequest, Conflict, InvalidInput
 from sluice.domain.jobs import MOVES, TERMINAL, BatchJob, check_move, derived_job_id
 from sluice.domain.signature import Signature, TensorSpec

@@ -20,7 +20,6 @@ import io
 import re
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.service import table_root
 from sluice.clients import client_from
 from sluice.domain.errors import Conflict, Forbidden
 
@@ -39,6 +38,12 @@ _PARQUET = {
     "OutputFormat": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
     "SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"},
 }
+
+
+def table_root(root: str, tenant: str, table: str) -> str:
+    """Where a catalog table's partitions lie: in the tenant's outbox, so every grant and check
+    on results applies (`<root>outbox/<tenant>/tables/<table>/job=<id>/`)."""
+    return f"{root}outbox/{tenant}/tables/{table}/"
 
 
 def glue_table_name(tenant: str, table: str) -> str:

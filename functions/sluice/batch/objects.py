@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.batch.uris import is_s3, join
+from sluice.batch.uris import format_of, is_s3, join, local_path
 from sluice.domain.errors import BadRequest, Forbidden, InvalidInput
 from sluice.domain.locations import confine
 
@@ -40,8 +40,6 @@ def is_prefix(uri: str) -> bool:
         return True
     if is_s3(uri):
         return False
-    from sluice.batch.uris import local_path
-
     return local_path(uri).is_dir()
 
 
@@ -64,8 +62,6 @@ def hidden(name: str) -> bool:
 
 def list_objects(uri: str, files: FileStore, *, allowed: Root | None = None) -> tuple[str, list[tuple[str, Stat]]]:
     """The format and the (non-empty) objects of a many-object input, each with its stat."""
-    from sluice.batch.plan import format_of
-
     if is_manifest(uri):
         uris = _manifest(uri, files, allowed)
         what = f"the manifest {uri}"
@@ -145,13 +141,9 @@ def _manifest(uri: str, files: FileStore, allowed: Root | None) -> list[str]:
 def _under(prefix: str, name: str) -> str:
     if is_s3(prefix):
         return join(prefix, name)
-    from sluice.batch.uris import local_path
-
     return (local_path(prefix).absolute() / name).as_uri()  # quoted as a file URI is
 
 
 def _resolved(location: str) -> str:
-    from sluice.batch.uris import local_path
-
     return local_path(location).resolve().as_uri()
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.plan import Chunk, JobSpec
+from sluice.clients import client_from
 from sluice.domain.errors import Conflict, SluiceError, Unavailable
 from sluice.domain.liveness import HEARTBEAT_S, this_worker
 from sluice.domain.objects import now
@@ -323,7 +324,6 @@ class StepFunctionsOrchestrator:
         self.state_machine_arn = state_machine_arn
         self.region = region or state_machine_arn.split(":")[3] or None
         self._client = client
-        self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> StepFunctionsOrchestrator:
@@ -331,13 +331,8 @@ class StepFunctionsOrchestrator:
 
     @property
     def client(self) -> SFNClient:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    from sluice.clients import default_clients
-
-                    clients = self._clients or default_clients(self.region)
-                    self._client = clients.client("stepfunctions", region=self.region)
+        if self._client is None:  # the factory builds it once, under its lock
+            self._client = client_from(self._clients, self.region, "stepfunctions", region=self.region)
         return self._client
 
     def execution_arn(self, job: BatchJob) -> str:

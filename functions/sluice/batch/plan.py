@@ -27,10 +27,12 @@ from __future__ import annotations
 import io
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
+from sluice.batch.objects import is_many, list_objects
+from sluice.batch.records import count_range, data_start, first_record, grammar_of
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.locations import confine
 
@@ -44,27 +46,6 @@ MAX_HEADER_BYTES = 1024 * 1024
 COUNT_THREADS = 8
 OBJECT_THREADS = 4  # objects of a many-object input planned at once
 OUTPUT_NAMES = ("row", "prediction", "confidence", "variant")
-SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-
-
-def format_of(uri: str) -> str:
-    """The input format its name says; compressed text is refused (it cannot be split)."""
-    name = uri.rsplit("/", 1)[-1].lower()
-    for suffix, fmt in SUFFIXES.items():
-        if name.endswith(suffix):
-            return fmt
-    if name.endswith((".gz", ".bz2", ".zst", ".zip", ".xz")):
-        raise BadRequest(
-            "compressed inputs cannot be split into chunks; upload Parquet (compressed inside) "
-            "or uncompressed CSV or JSON Lines",
-            field="input_uri",
-        )
-    raise BadRequest(
-        f"cannot tell the format of {name!r}: name it .parquet, .csv or .jsonl, or give the format",
-        field="format",
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Chunk:
     index: int
@@ -124,19 +105,9 @@ class JobSpec:
     key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tenant": self.tenant,
-            "job_id": self.job_id,
-            "deployment": self.deployment,
-            "input_uri": self.input_uri,
-            "input_version": self.input_version,
-            "format": self.format,
-            "output_format": self.output_format,
-            "output_uri": self.output_uri,
-            "key_columns": list(self.key_columns),
-            "columns": list(self.columns),
-            "key_types": dict(self.key_types),
-        }
+        data = asdict(self)
+        data["key_columns"], data["columns"] = list(self.key_columns), list(self.columns)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
@@ -174,8 +145,6 @@ def plan_job(
     """`allowed`: where every object of the input must lie (the tenant's inbox for a job not
     started by the operator). The input was confined at submit; it is again here, on this
     machine's disk as it is now, and every object a prefix or manifest holds is too."""
-    from sluice.batch.objects import is_many, list_objects
-
     if allowed is not None:
         job = replace(job, input_uri=confine(job.input_uri, (allowed,), field="input_uri").uri)
     if is_many(job.input_uri):
@@ -287,8 +256,6 @@ COMPRESSED = (
 
 
 def _plan_text(uri: str, fmt: str, stat: Stat, files: FileStore, chunk_bytes: int) -> tuple[list[str], list[Chunk]]:
-    from sluice.batch.records import count_range, data_start, first_record, grammar_of
-
     grammar = grammar_of(fmt)
     head = _head(files, uri, stat)
     _refuse_compressed(uri, head)

@@ -21,10 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.manifest import (
+    MANIFEST,
+    RESULT_NAMES,
+    SUCCESS,
+    failure_message,
+    manifest,
+    objects_of,
+    problems,
+)
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
@@ -44,12 +52,6 @@ if TYPE_CHECKING:
     from sluice.inference.predictions import PredictionService
     from sluice.registry import JobRegistry
     from sluice.settings import Settings
-
-MANIFEST = "_manifest.json"
-SUCCESS = "_SUCCESS"
-# The names a job writes in its output folder (see score.part_name and score.error_name).
-RESULT_NAMES = re.compile(r"(?:part-\d{5}\.(?:parquet|csv|jsonl)|errors/part-\d{5}\.jsonl|_manifest\.json|_SUCCESS)")
-
 
 class OfflineStats(StatsRecorder):
     """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
@@ -228,11 +230,11 @@ class BatchRunner:
                 raise JobIncomplete(job.error or f"batch job '{job_id}' failed", field="job")
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
-        problems = _problems(job, chunks) + not_as_written(self.files, job, chunks)
-        manifest = self._manifest(job, chunks, "FAILED" if problems else "SUCCEEDED", "; ".join(problems) or None)
-        self.files.write_bytes(join(job.output_uri, MANIFEST), manifest, content_type="application/json")
-        if problems:
-            error = "; ".join(problems)[:ERROR_CHARS]
+        problems_found = problems(job, chunks) + not_as_written(self.files, job, chunks)
+        written = self._manifest(job, chunks, "FAILED" if problems_found else "SUCCEEDED", "; ".join(problems_found) or None)
+        self.files.write_bytes(join(job.output_uri, MANIFEST), written, content_type="application/json")
+        if problems_found:
+            error = "; ".join(problems_found)[:ERROR_CHARS]
             self._fail(job, error)
             raise JobIncomplete(error, field="job")
         self.files.write_bytes(join(job.output_uri, SUCCESS), b"")
@@ -256,16 +258,9 @@ class BatchRunner:
         if job.terminal:
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
-        message = _failure_message(job, chunks, error, cause)
-        # The record in the registry is what counts; the manifest is a courtesy.
+        message = failure_message(job, chunks, error, cause)
         if self._folder_is_its(job):
-            with contextlib.suppress(SluiceError):
-                self.files.delete(join(job.output_uri, SUCCESS))
-            with contextlib.suppress(SluiceError):
-                self.files.write_bytes(
-                    join(job.output_uri, MANIFEST), self._manifest(job, chunks, "FAILED", message),
-                    content_type="application/json",
-                )  # fmt: skip
+            self._unfinished(job, chunks, "FAILED", message)
         return job_summary(self._fail(job, message))
 
     # Cancelled ----------------------------------------------------------------------------
@@ -274,15 +269,19 @@ class BatchRunner:
         (chunks that finished after it took their files back, see `score`)."""
         job = self.registry.get_job(tenant, job_id)
         if job.status == "CANCELLED" and self._folder_is_its(job):
-            chunks = self.registry.list_chunks(tenant, job_id)
-            with contextlib.suppress(SluiceError):
-                self.files.delete(join(job.output_uri, SUCCESS))
-            with contextlib.suppress(SluiceError):
-                self.files.write_bytes(
-                    join(job.output_uri, MANIFEST), self._manifest(job, chunks, "CANCELLED", "the job was cancelled"),
-                    content_type="application/json",
-                )  # fmt: skip
+            self._unfinished(job, self.registry.list_chunks(tenant, job_id), "CANCELLED", "the job was cancelled")
         return job_summary(job)
+
+    def _unfinished(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str) -> None:
+        """The folder of a job that did not succeed: no `_SUCCESS`, and a manifest that says
+        so. The record in the registry is what counts; the manifest is a courtesy."""
+        with contextlib.suppress(SluiceError):
+            self.files.delete(join(job.output_uri, SUCCESS))
+        with contextlib.suppress(SluiceError):
+            self.files.write_bytes(
+                join(job.output_uri, MANIFEST), self._manifest(job, chunks, status, error),
+                content_type="application/json",
+            )  # fmt: skip
 
     def _may_write(self, spec: JobSpec) -> None:
         """Raise JobStopped unless the job still runs and holds its folder: a job found dead
@@ -315,101 +314,8 @@ class BatchRunner:
             return self.registry.get_job(job.tenant, job.id)
 
     def _manifest(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str | None) -> bytes:
-        versions: dict[str, int] = {}
-        for chunk in chunks:
-            for ref, rows in chunk.versions.items():
-                versions[ref] = versions.get(ref, 0) + rows
-        document = {
-            "job": job.id,
-            "tenant": job.tenant,
-            "deployment": job.deployment,
-            "status": status,
-            "error": error,
-            "input": job.input_uri,
-            "output": job.output_uri,
-            "format": job.format,
-            "output_format": job.output_format,
-            "key_columns": list(job.key_columns),
-            "counts": {
-                "chunks": job.chunks_total,
-                "chunks_done": len(chunks),
-                "rows_total": job.rows_total,
-                "rows_in": sum(c.rows_in for c in chunks),
-                "rows_out": sum(c.rows_out for c in chunks),
-                "rows_failed": sum(c.rows_failed for c in chunks),
-            },
-            "timings": {
-                "created_at": job.created_at,
-                "started_at": job.started_at,
-                "finished_at": now(),
-                "scoring_seconds": round(sum(c.seconds for c in chunks), 3),
-            },
-            "versions": versions,
-            "parts": [{"chunk": c.index, "uri": c.part, "rows": c.rows_out} for c in chunks if c.part],
-            "errors": [{"chunk": c.index, "uri": c.errors, "rows": c.rows_failed} for c in chunks if c.errors],
-        }
-        objects = self._objects(job)
-        if objects:
-            document["objects"] = objects
-        return json.dumps(document, indent=2).encode()
-
-    def _objects(self, job: BatchJob) -> list[dict[str, Any]]:
-        """An input of many objects: each object, its rows and the chunks that read it (from
-        the chunk list; none when the input is one object or no chunk list was written)."""
-        try:
+        try:  # an input of many objects: the manifest lists them, from the chunk list
             planned = json.loads(self.files.read_bytes(self.paths.chunk_list(job.tenant, job.id)))
         except (SluiceError, OSError, ValueError):
-            return []
-        objects: dict[str, dict[str, Any]] = {}
-        for data in planned:
-            uri = data.get("uri")
-            if uri is None:
-                return []
-            entry = objects.setdefault(uri, {"uri": uri, "version": data.get("version"), "rows": 0, "chunks": []})
-            entry["rows"] += int(data["rows"])
-            entry["chunks"].append(int(data["index"]))
-        return list(objects.values())
-
-
-def _problems(job: BatchJob, chunks: list[ChunkResult]) -> list[str]:
-    problems = []
-    expected = set(range(job.chunks_total or 0))
-    missing = sorted(expected - {c.index for c in chunks})
-    if missing:
-        problems.append(f"{len(missing)} of {len(expected)} chunks not scored: {_listing(missing)}")
-    rows_in = sum(c.rows_in for c in chunks)
-    rows_out = sum(c.rows_out for c in chunks)
-    rows_failed = sum(c.rows_failed for c in chunks)
-    if rows_in != rows_out + rows_failed:
-        problems.append(f"{rows_in} rows in but {rows_out} out and {rows_failed} failed")
-    if not missing and job.rows_total is not None and rows_in != job.rows_total:
-        problems.append(f"{rows_in} rows scored of {job.rows_total} planned")
-    if not problems and rows_in and not rows_out:
-        first = min((c for c in chunks if c.errors), key=lambda c: c.index, default=None)
-        where = f"; the reasons are in {first.errors}" if first is not None else ""
-        problems.append(f"none of the {rows_in} rows could be scored{where}")
-    return problems
-
-
-def _failure_message(job: BatchJob, chunks: list[ChunkResult], error: str, cause: str) -> str:
-    """Why the job failed, in words: the error's own message, and which chunks never finished."""
-    text = cause
-    try:
-        parsed = json.loads(cause)
-        if isinstance(parsed, dict):
-            text = str(parsed.get("errorMessage") or parsed.get("Cause") or cause)
-    except ValueError:
-        pass
-    message = f"{error}: {text}" if text else error
-    if job.chunks_total:
-        missing = sorted(set(range(job.chunks_total)) - {c.index for c in chunks})
-        if missing:
-            message += f" ({len(missing)} of {job.chunks_total} chunks not scored: {_listing(missing)})"
-    return message
-
-
-def _listing(indexes: list[int], limit: int = 20) -> str:
-    shown = ", ".join(str(i) for i in indexes[:limit])
-    return shown + (f" and {len(indexes) - limit} more" if len(indexes) > limit else "")
-
-
+            planned = []  # none written
+        return manifest(job, chunks, status, error, objects_of(planned))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import split_s3
+from sluice.clients import client_from
 from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
 
 if TYPE_CHECKING:
@@ -33,17 +33,11 @@ class S3Files:
         self._clients = clients
         self._client = client
         self._region = region
-        self._lock = threading.Lock()
 
     @property
     def client(self) -> S3Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    from sluice.clients import default_clients
-
-                    clients = self._clients or default_clients(self._region)
-                    self._client = clients.client("s3", max_pool_connections=POOL)
+        if self._client is None:  # the factory builds it once, under its lock
+            self._client = client_from(self._clients, self._region, "s3", max_pool_connections=POOL)
         return self._client
 
     # Reading ----------------------------------------------------------------------------

@@ -23,8 +23,9 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
     file with none left is refused."""
     from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
     from sluice.batch.local_files import LocalFiles
-    from sluice.batch.plan import format_of, plan_job
+    from sluice.batch.plan import plan_job
     from sluice.batch.readers import read_chunk
+    from sluice.batch.uris import format_of
     from sluice.domain.jobs import BatchJob
 
     file = Path(path).resolve()

@@ -23,14 +23,15 @@ folder may be taken.
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.catalog import table_root
+from sluice.batch.error_files import first_error_rows
+from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
-from sluice.batch.plan import format_of
-from sluice.batch.uris import as_uri
+from sluice.batch.uris import as_uri, format_of
 from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
@@ -52,11 +53,6 @@ if TYPE_CHECKING:
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchPaths, BatchRunner
     from sluice.registry import Registry
-
-ERROR_FILE = re.compile(r"part-\d{5}\.jsonl")
-ERROR_WINDOW = 64 * 1024  # read an error file this much at a time
-ERROR_READ_MAX = 1024 * 1024  # and never more than this of all of them, however long a row
-
 
 class BatchService:
     def __init__(
@@ -199,49 +195,12 @@ class BatchService:
         return uri[len(self.paths.root) :] if uri.startswith(self.paths.root) else "of this job"
 
     def error_rows(self, principal: Principal, job_id: str, *, limit: int = ERROR_ROWS_DEFAULT) -> dict[str, Any]:
-        """The first `limit` rows of the job's error files (`errors/part-*.jsonl` under its
-        output URI, in chunk order), read a window at a time: never a whole file."""
-        import orjson
-
+        """The first `limit` rows of the job's error files (see `error_files.first_error_rows`)."""
         principal.require("predict")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= ERROR_ROWS_MAX:
             raise BadRequest(f"limit must be a whole number from 1 to {ERROR_ROWS_MAX}", field="limit")
         job = self.registry.get_job(principal.tenant, job_id)  # NotFound across tenants
-        out: dict[str, Any] = {"job": job.id, "rows_failed": job.rows_failed, "rows": [], "files": [], "truncated": False}
-        if self.files is None or job.rows_failed == 0:
-            return out
-        folder = job.output_uri.rstrip("/") + "/errors/"
-        try:
-            names = sorted(n for n in self.files.names(folder) if ERROR_FILE.fullmatch(n))
-        except NotFound:
-            return out
-        budget = ERROR_READ_MAX
-        rows: list[dict[str, Any]] = out["rows"]
-        for name in names:
-            if len(rows) >= limit or budget <= 0:
-                break
-            uri = folder + name
-            try:
-                stat = self.files.stat(uri)
-            except NotFound:
-                continue  # replaced by a rerun meanwhile
-            out["files"].append(uri)
-            pending, start = b"", 0
-            while len(rows) < limit and start < stat.size and budget > 0:
-                end = min(stat.size, start + ERROR_WINDOW, start + budget)
-                block = b"".join(self.files.read_blocks(uri, stat.version, start, end))
-                if not block:
-                    break
-                budget -= len(block)
-                start += len(block)
-                *lines, pending = (pending + block).split(b"\n")
-                for line in lines:
-                    if line.strip() and len(rows) < limit:
-                        rows.append(_error_row(orjson, line))
-            if pending.strip() and len(rows) < limit and start >= stat.size:
-                rows.append(_error_row(orjson, pending))  # a last line without its newline
-        out["truncated"] = len(rows) < job.rows_failed
-        return out
+        return first_error_rows(self.files, job, limit)
 
     def cancel(self, principal: Principal, job_id: str) -> BatchJob:
         principal.require("predict")
@@ -298,51 +257,8 @@ class BatchService:
 
     # Executions started with a job specification ----------------------------------------
     def create_for_execution(self, spec: dict[str, Any], *, execution: str) -> BatchJob:
-        """The job an execution started with a job specification runs: created by the first
-        call, found by every later one (the id derives from the execution's ARN, that is the
-        state machine and the execution's name, which Step Functions keeps unique). The spec
-        is held to what an API caller of that tenant may do: a deployment of the tenant, an
-        input in the tenant's inbox, results in the tenant's outbox."""
-        from sluice.batch.specs import ExecutionSpec
-
-        request = ExecutionSpec.parse(spec)
-        job_id = derived_job_id("ex", execution)
-        try:
-            job = self.registry.get_job(request.tenant, job_id)
-        except NotFound:
-            pass
-        else:
-            return job
-        if request.schedule is not None:
-            self._check_overlap(request.tenant, request.schedule)
-        principal = Principal(request.tenant, frozenset({"predict"}), "execution")
-        try:
-            return self.submit(
-                principal, deployment=request.deployment, input_uri=request.input_uri,
-                format=request.format, output_format=request.output_format,
-                key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
-                job_id=job_id, start=False, execution=execution, schedule=request.schedule,
-                scheduled_for=request.scheduled_for, catalog=request.catalog,
-            )  # fmt: skip
-        except Conflict:
-            return self.registry.get_job(request.tenant, job_id)  # the same execution, retried
-
-    def _check_overlap(self, tenant: str, name: str) -> None:
-        """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
-        or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued."""
-        schedule = self.registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
-        if schedule.paused:
-            raise RunSkipped(name, "the schedule is paused")
-        jobs = self.registry.list_jobs(tenant, limit=1000)
-        going = next((j for j in jobs if j.schedule == name and not self.settled(j, ask=True).terminal), None)
-        if going is None:
-            return
-        if schedule.overlap == "queue":
-            raise RunQueued(name, going.id)
-        self.registry.update_schedule(
-            tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now()
-        )
-        raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+        """The job an execution started with a job specification runs (see `executions`)."""
+        return job_for_execution(self, spec, execution=execution)
 
     # Helpers -------------------------------------------------------------------------------
     def _start(self, job: BatchJob) -> BatchJob:
@@ -372,36 +288,6 @@ class BatchService:
             raise Forbidden(
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first", field=field
             ) from None
-
-
-def _error_row(orjson: Any, line: bytes) -> dict[str, Any]:
-    try:
-        row = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return {"reason": "unreadable error record", "input": line.decode("utf-8", "replace")}
-    return row if isinstance(row, dict) else {"reason": "unreadable error record", "input": row}
-
-
-class RunSkipped(Exception):
-    """A scheduled run that does not happen (CreateJob says so; the execution succeeds)."""
-
-    def __init__(self, schedule: str, reason: str, *, running: str | None = None) -> None:
-        super().__init__(reason)
-        self.schedule, self.reason, self.running = schedule, reason, running
-
-
-class RunQueued(Exception):
-    """A scheduled run that waits for the run still going (`overlap: queue`)."""
-
-    def __init__(self, schedule: str, running: str) -> None:
-        super().__init__(f"waiting for run {running}")
-        self.schedule, self.running = schedule, running
-
-
-def table_root(root: str, tenant: str, table: str) -> str:
-    """Where a catalog table's partitions lie: in the tenant's outbox, so every grant and check
-    on results applies (`<root>outbox/<tenant>/tables/<table>/job=<id>/`)."""
-    return f"{root}outbox/{tenant}/tables/{table}/"
 
 
 def _uploader(tenant: str) -> Principal:

@@ -1,4 +1,5 @@
-"""Batch file URIs: `s3://bucket/key`, or `file:///path` (a plain path means the same)."""
+"""Batch file URIs: `s3://bucket/key`, or `file:///path` (a plain path means the same), and
+the input format a name says."""
 
 from __future__ import annotations
 
@@ -42,3 +43,24 @@ def join(base: str, name: str) -> str:
 
 def bucket_and_key(uri: str) -> tuple[str | None, str | None]:
     return split_s3(uri) if is_s3(uri) else (None, None)
+
+
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+def format_of(uri: str) -> str:
+    """The input format its name says; compressed text is refused (it cannot be split)."""
+    name = uri.rsplit("/", 1)[-1].lower()
+    for suffix, fmt in SUFFIXES.items():
+        if name.endswith(suffix):
+            return fmt
+    if name.endswith((".gz", ".bz2", ".zst", ".zip", ".xz")):
+        raise BadRequest(
+            "compressed inputs cannot be split into chunks; upload Parquet (compressed inside) "
+            "or uncompressed CSV or JSON Lines",
+            field="input_uri",
+        )
+    raise BadRequest(
+        f"cannot tell the format of {name!r}: name it .parquet, .csv or .jsonl, or give the format",
+        field="format",
+    )

@@ -78,9 +78,9 @@ class FirehoseSink:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from sluice.clients import default_clients
+            from sluice.clients import client_from
 
-            self._client = default_clients(self._region).client("firehose", region=self._region)
+            self._client = client_from(None, self._region, "firehose", region=self._region)
         return self._client
 
     def write(self, records: Sequence[dict[str, Any]]) -> int:

@@ -39,7 +39,7 @@ def file_columns(path: Path) -> list[str]:
     """The columns a Parquet, CSV or JSON Lines file holds (its schema, header or first row)."""
     import json
 
-    from sluice.batch.plan import format_of as data_format
+    from sluice.batch.uris import format_of as data_format
 
     fmt = data_format(path.name)
     if fmt == "parquet":

@@ -126,16 +126,11 @@ def _xgboost_booster(path: Path) -> Loaded:
 
 
 def _xgboost(booster: Any, kind: str, estimator: Any) -> Loaded:
-    import numpy as np
 
     xgb = need("xgboost", "an XGBoost booster")
 
     def predict(x: np.ndarray) -> dict[str, np.ndarray]:
-        raw = booster.predict(xgb.DMatrix(x))
-        if kind == "regressor":
-            return {"values": raw.reshape(len(x), -1)}
-        probabilities = np.column_stack([1 - raw, raw]) if raw.ndim == 1 else raw
-        return {"label": probabilities.argmax(1), "probabilities": probabilities}
+        return _boosted(booster.predict(xgb.DMatrix(x)), kind, len(x))
 
     names = list(booster.feature_names) if booster.feature_names else None
     return Loaded("xgboost", estimator if estimator is not None else booster, kind, booster.num_features(), names, predict)
@@ -154,14 +149,21 @@ def _lightgbm(booster: Any, kind: str, estimator: Any) -> Loaded:
     import numpy as np
 
     def predict(x: np.ndarray) -> dict[str, np.ndarray]:
-        raw = np.asarray(booster.predict(x))
-        if kind == "regressor":
-            return {"values": raw.reshape(len(x), -1)}
-        probabilities = np.column_stack([1 - raw, raw]) if raw.ndim == 1 else raw
-        return {"label": probabilities.argmax(1), "probabilities": probabilities}
+        return _boosted(np.asarray(booster.predict(x)), kind, len(x))
 
     names = [n for n in booster.feature_name() if not n.startswith("Column_")] or None
     return Loaded("lightgbm", estimator if estimator is not None else booster, kind, booster.num_feature(), names, predict)
+
+
+def _boosted(raw: np.ndarray, kind: str, rows: int) -> dict[str, np.ndarray]:
+    """A booster's raw predictions as the outputs checked against the ONNX model: values, or
+    a label and probabilities (a binary model's one column being the positive class's)."""
+    import numpy as np
+
+    if kind == "regressor":
+        return {"values": raw.reshape(rows, -1)}
+    probabilities = np.column_stack([1 - raw, raw]) if raw.ndim == 1 else raw
+    return {"label": probabilities.argmax(1), "probabilities": probabilities}
 
 
 # PyTorch --------------------------------------------------------------------------------------

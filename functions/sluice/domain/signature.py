@@ -13,6 +13,17 @@ DYNAMIC = -1
 OutputRole = Literal["label", "probabilities", "value"]
 
 
+def role_by_name(name: str, n_outputs: int) -> OutputRole:
+    """An output's role as its name suggests, where nothing says better: probabilities when it
+    says `prob`, the label when it says `label` beside other outputs, else a plain value."""
+    lowered = name.lower()
+    if "prob" in lowered:
+        return "probabilities"
+    if "label" in lowered and n_outputs > 1:
+        return "label"
+    return "value"
+
+
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
     name: str

@@ -93,10 +93,8 @@ class SageMakerEndpoints:
         self.role_arn = role_arn
         self.triton_version = triton_version
         self.triton_image = triton_image
-        self._sagemaker = sagemaker
-        self._autoscaling = autoscaling
-        self._cloudwatch = cloudwatch
-        self._sns = sns
+        # The clients given, by service; the others are built on first use and kept here.
+        self._given = {"sagemaker": sagemaker, "application-autoscaling": autoscaling, "cloudwatch": cloudwatch, "sns": sns}
 
     @property
     def clients(self) -> AwsClients:
@@ -106,29 +104,16 @@ class SageMakerEndpoints:
             self._clients = default_clients(self._region)
         return self._clients
 
-    @property
-    def sagemaker(self) -> Any:
-        if self._sagemaker is None:
-            self._sagemaker = self.clients.client("sagemaker", region=self._region)
-        return self._sagemaker
+    sagemaker = property(lambda self: self._client("sagemaker"))
+    autoscaling = property(lambda self: self._client("application-autoscaling"))
+    cloudwatch = property(lambda self: self._client("cloudwatch"))
+    sns = property(lambda self: self._client("sns"))
 
-    @property
-    def autoscaling(self) -> Any:
-        if self._autoscaling is None:
-            self._autoscaling = self.clients.client("application-autoscaling", region=self._region)
-        return self._autoscaling
-
-    @property
-    def cloudwatch(self) -> Any:
-        if self._cloudwatch is None:
-            self._cloudwatch = self.clients.client("cloudwatch", region=self._region)
-        return self._cloudwatch
-
-    @property
-    def sns(self) -> Any:
-        if self._sns is None:
-            self._sns = self.clients.client("sns", region=self._region)
-        return self._sns
+    def _client(self, service: str) -> Any:
+        """The client given for `service`, else the factory's, asked for once and kept."""
+        if self._given[service] is None:
+            self._given[service] = self.clients.client(service, region=self._region)
+        return self._given[service]
 
     @property
     def scaling(self) -> ScalingCalls:

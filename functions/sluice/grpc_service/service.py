@@ -108,6 +108,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         with in_flight.held(principal.subject) if in_flight is not None else contextlib.nullcontext():
             yield principal, metadata
 
+    @contextlib.asynccontextmanager
+    async def _tenant_call(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+        """`_caller`, in its tenant's scope; whatever fails, the call's status says why."""
+        try:
+            async with self._caller(context) as (principal, metadata):
+                with use_tenant(principal.tenant):
+                    yield principal, metadata
+        except Exception as exc:
+            await self._fail(context, exc)
+
     async def _fail(self, context: ServicerContext, exc: Exception) -> None:
         code, message, trailer = status_of(exc)
         await context.abort(code, message, trailing_metadata=trailer)
@@ -128,13 +138,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     # Models: a deployment is the protocol's model -----------------------------------------
     async def ModelMetadata(self, request: Any, context: ServicerContext) -> Any:
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-                meta = metadata_of(resolved)
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+            meta = metadata_of(resolved)
         tensors = pb.ModelMetadataResponse.TensorMetadata
         return pb.ModelMetadataResponse(
             name=meta["name"],
@@ -145,22 +151,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelReady(self, request: Any, context: ServicerContext) -> Any:
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
-                    ready = await ready_to_answer(self.container.runtimes, resolved.version)
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            resolved = await self.container.predictions.resolve(principal, request.name, version=_version(request.version))
+            ready = await ready_to_answer(self.container.runtimes, resolved.version)
         return pb.ModelReadyResponse(ready=ready)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
-        try:
-            async with self._caller(context) as (principal, metadata):
-                with use_tenant(principal.tenant):
-                    return await self._infer(principal, metadata, request)
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, metadata):
+            return await self._infer(principal, metadata, request)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
         """Each request answered in turn; a failed one is an `error_message`, as Triton streams.
@@ -210,33 +208,21 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     # Triton's extensions: the REST routes' service, its JSON read into the protobuf messages.
     # Fields a Triton server's own config has and this proto lacks are dropped, not an error.
     async def ModelConfig(self, request: Any, context: ServicerContext) -> Any:
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    config = await self._extensions().config(principal, request.name, _version(request.version))
-                return json_format.ParseDict({"config": config}, pb.ModelConfigResponse(), ignore_unknown_fields=True)
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            config = await self._extensions().config(principal, request.name, _version(request.version))
+            return json_format.ParseDict({"config": config}, pb.ModelConfigResponse(), ignore_unknown_fields=True)
 
     async def ModelStatistics(self, request: Any, context: ServicerContext) -> Any:
         """No name: every deployment of the tenant, as `GET /v2/models/stats`."""
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    version = _version(request.version) if request.name else None
-                    stats = await self._extensions().stats(principal, request.name or None, version)
-                return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            version = _version(request.version) if request.name else None
+            stats = await self._extensions().stats(principal, request.name or None, version)
+            return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     async def RepositoryIndex(self, request: Any, context: ServicerContext) -> Any:
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    entries = await self._extensions().index(principal, ready=request.ready)
-                return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            entries = await self._extensions().index(principal, ready=request.ready)
+            return json_format.ParseDict({"models": entries}, pb.RepositoryIndexResponse())
 
     async def RepositoryModelLoad(self, request: Any, context: ServicerContext) -> Any:
         await self._refuse_control(request, context)
@@ -246,15 +232,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _refuse_control(self, request: Any, context: ServicerContext) -> None:
         """As REST: another tenant's name, or none, is NOT_FOUND; any other is refused."""
-        try:
-            async with self._caller(context) as (principal, _):
-                with use_tenant(principal.tenant):
-                    self.container.deployments.get(principal, request.model_name)
-                raise BadRequest(
-                    "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
-                )
-        except Exception as exc:
-            await self._fail(context, exc)
+        async with self._tenant_call(context) as (principal, _):
+            self.container.deployments.get(principal, request.model_name)
+            raise BadRequest(
+                "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
+            )
 
 
 # Triton's other extensions: not served here, each said plainly.

@@ -81,7 +81,7 @@ def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Create (once) the job an execution started with a job specification runs. A spec that
     names an unknown tenant or deployment, or an input outside the tenant's inbox, raises:
     the execution fails with that error (BadRequest, NotFound, Forbidden) and its message."""
-    from sluice.batch.service import RunQueued, RunSkipped
+    from sluice.batch.executions import RunQueued, RunSkipped
 
     task = CreateJobEvent.model_validate(event)
     try:

@@ -85,9 +85,9 @@ class LambdaMirror:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from sluice.clients import default_clients
+            from sluice.clients import client_from
 
-            self._client = (self._clients or default_clients(self._region)).client("lambda", region=self._region)
+            self._client = client_from(self._clients, self._region, "lambda", region=self._region)
         return self._client
 
     def payload(self, job: ShadowJob) -> bytes:

@@ -63,28 +63,24 @@ def triton_advice(rows: list[dict[str, Any]], budget: Budget, ref: str = "MODEL:
     candidate predicts (its CPU timing says nothing about a GPU); INT8 under TensorRT needs
     the calibration the static candidate did, which the repository builder does not carry."""
     by_name = {r["candidate"]: r for r in rows}
-    fp16 = by_name.get("fp16", {})
-    static = by_name.get("int8-static", {})
+    choices = (  # (the advice, its candidate, why to use it, why not)
+        ("tensorrt_fp16", "fp16",
+         "the FP16 candidate is within the budget: build the repository with "
+         f"`sluice triton repo {ref} --flavour sagemaker --tensorrt-fp16 --out model.tar.gz`",
+         "FP16 misses the budget"),
+        ("tensorrt_int8", "int8-static",
+         "static INT8 is within the budget: push the int8-static (QDQ) candidate as its own version; "
+         "TensorRT runs its Q/DQ nodes as explicit INT8, with no calibration table to carry",
+         "static INT8 misses the budget"),
+    )  # fmt: skip
     advice: dict[str, Any] = {}
-    if fp16.get("skipped"):
-        advice["tensorrt_fp16"] = {"use": False, "why": fp16["skipped"]}
-    elif fp16:
-        ok = fp16.get("within_budget") is True
-        advice["tensorrt_fp16"] = {
-            "use": ok,
-            "why": ("the FP16 candidate is within the budget: build the repository with "
-                    f"`sluice triton repo {ref} --flavour sagemaker --tensorrt-fp16 --out model.tar.gz`") if ok else f"FP16 misses the budget: {fp16.get('note')}",
-        }  # fmt: skip
-    if static.get("skipped"):
-        advice["tensorrt_int8"] = {"use": False, "why": static["skipped"]}
-    elif static:
-        ok = static.get("within_budget") is True
-        advice["tensorrt_int8"] = {
-            "use": ok,
-            "why": ("static INT8 is within the budget: push the int8-static (QDQ) candidate as its own version; "
-                    "TensorRT runs its Q/DQ nodes as explicit INT8, with no calibration table to carry")
-                   if ok else f"static INT8 misses the budget: {static.get('note')}",
-        }  # fmt: skip
+    for key, candidate, use, miss in choices:
+        row = by_name.get(candidate, {})
+        if row.get("skipped"):
+            advice[key] = {"use": False, "why": row["skipped"]}
+        elif row:  # tried
+            ok = row.get("within_budget") is True
+            advice[key] = {"use": ok, "why": use if ok else f"{miss}: {row.get('note')}"}
     return advice
 
 

@@ -72,8 +72,8 @@ class OptimizeService:
 
     def rows_from_uri(self, principal: Principal, uri: str, version: ModelVersion, limit: int) -> dict[str, np.ndarray]:
         """Rows from a file the tenant may import (as push by URI), read by the batch readers."""
-        from sluice.batch.plan import format_of
         from sluice.batch.sample import read_rows
+        from sluice.batch.uris import format_of
 
         principal.require("admin")
         location = self.models.import_location(principal, uri, field="data_uri")

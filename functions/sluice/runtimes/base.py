@@ -1,9 +1,11 @@
-"""The runtime protocol: load, infer, unload, metadata. Policies compose these."""
+"""The runtime protocol: load, infer, unload, metadata. Policies compose these. And what a
+runtime requires of a version's config."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.domain.errors import BadRequest
 from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
@@ -36,3 +38,11 @@ class Runtime(Protocol):
     async def metadata(self, version: ModelVersion) -> Signature:
         """The signature as the backend itself reports it."""
         ...
+
+
+def required_text(config: dict[str, Any], key: str, *, needs: str) -> str:
+    """`config[key]`, which must be a non-empty string; `needs` says so where it is not."""
+    value = config.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(needs, field=f"config.{key}")
+    return value

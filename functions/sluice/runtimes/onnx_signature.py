@@ -6,7 +6,7 @@ from typing import Any
 
 from sluice.codecs.datatypes import ONNX_TO_V2
 from sluice.domain.errors import Unprocessable
-from sluice.domain.signature import DYNAMIC, OutputRole, Signature, TensorSpec
+from sluice.domain.signature import DYNAMIC, OutputRole, Signature, TensorSpec, role_by_name
 
 
 def _dims(shape: list[Any] | None) -> tuple[int, ...]:
@@ -26,12 +26,7 @@ def _element_type(onnx_type: str) -> tuple[str, bool]:
 
 
 def _output_role(name: str, datatype: str, zipmap: bool, n_outputs: int) -> OutputRole:
-    lowered = name.lower()
-    if zipmap or "prob" in lowered:
-        return "probabilities"
-    if "label" in lowered and n_outputs > 1:
-        return "label"
-    return "value"
+    return "probabilities" if zipmap else role_by_name(name, n_outputs)
 
 
 def signature_from_session(session: Any, feature_names: list[str] | None = None) -> Signature:

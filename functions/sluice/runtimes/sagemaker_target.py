@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from sluice.codecs.triton import batchable
 from sluice.domain.errors import BadRequest
+from sluice.runtimes.base import required_text
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion
@@ -34,9 +35,7 @@ class EndpointTarget:
     @classmethod
     def of(cls, version: ModelVersion) -> EndpointTarget:
         config = version.config or {}
-        name = config.get("endpoint_name")
-        if not isinstance(name, str) or not name:
-            raise BadRequest("a sagemaker version needs config.endpoint_name", field="config.endpoint_name")
+        name = required_text(config, "endpoint_name", needs="a sagemaker version needs config.endpoint_name")
         max_batch = config.get("max_batch_size")
         batched = batchable(version.signature) if max_batch is None else int(max_batch) > 0
         limit = int(max_batch) if max_batch is not None and int(max_batch) > 0 else None

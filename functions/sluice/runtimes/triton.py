@@ -28,6 +28,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.origins import Allowed, check_origin
 from sluice.domain.results import InferenceResult
+from sluice.domain.signature import role_by_name
 from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked, rejected_input
 from sluice.runtimes.triton_http import HttpTransport
 from sluice.runtimes.triton_layout import (
@@ -55,12 +56,7 @@ def _role(name: str, known: Signature | None, n_outputs: int) -> OutputRole:
     spec = known.output(name) if known is not None else None
     if spec is not None and spec.role is not None:
         return spec.role
-    lowered = name.lower()
-    if "prob" in lowered:
-        return "probabilities"
-    if "label" in lowered and n_outputs > 1:
-        return "label"
-    return "value"
+    return role_by_name(name, n_outputs)
 
 
 def _text(array: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import BackendError, BadRequest
 from sluice.domain.origins import parse_origin
 from sluice.domain.values import parse_version
+from sluice.runtimes.base import required_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,9 +39,7 @@ class TritonTarget:
     @classmethod
     def of(cls, version: ModelVersion) -> TritonTarget:
         config = version.config or {}
-        raw = config.get("url")
-        if not isinstance(raw, str) or not raw:
-            raise BadRequest("a triton version needs config.url (http://host:port)", field="config.url")
+        raw = required_text(config, "url", needs="a triton version needs config.url (http://host:port)")
         origin = parse_origin(raw, field="config.url")
         model = check_model_name(str(config.get("model_name") or version.model))
         model_version = check_model_version(str(config.get("model_version", "") or ""))
@@ -109,19 +108,18 @@ class ModelLayout:
         return (-1, *dims) if self.batched else dims
 
     def to_wire(self, name: str, array: np.ndarray) -> np.ndarray:
-        tensor = self.inputs.get(name)
-        if tensor is None or tensor.wire_dims == tensor.model_dims or not self.batched:
-            return array
-        if array.ndim == len(tensor.model_dims) + 1:
-            return array.reshape((array.shape[0], *tensor.wire_dims))
-        return array
+        return self._reshaped(self.inputs.get(name), array, to_wire=True)
 
     def from_wire(self, name: str, array: np.ndarray) -> np.ndarray:
-        tensor = self.outputs.get(name)
+        return self._reshaped(self.outputs.get(name), array, to_wire=False)
+
+    def _reshaped(self, tensor: _Tensor | None, array: np.ndarray, *, to_wire: bool) -> np.ndarray:
+        """A batch of rows in the model's dims as the wire's (a config's `reshape`), or back."""
         if tensor is None or tensor.wire_dims == tensor.model_dims or not self.batched:
             return array
-        if array.ndim == len(tensor.wire_dims) + 1:
-            return array.reshape((array.shape[0], *tensor.model_dims))
+        have, want = (tensor.model_dims, tensor.wire_dims) if to_wire else (tensor.wire_dims, tensor.model_dims)
+        if array.ndim == len(have) + 1:
+            return array.reshape((array.shape[0], *want))
         return array
 
     def model_shape(self, name: str, *, output: bool, model: str) -> tuple[int, ...]:

@@ -15,7 +15,6 @@ so the role that uses this store needs that permission for NotFound to mean what
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -81,7 +80,6 @@ class S3Store:
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._client = client
         self._presigner: Any = None
-        self._lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> S3Store:
@@ -90,12 +88,10 @@ class S3Store:
 
     @property
     def client(self) -> S3Client:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    from sluice.clients import default_clients
+        if self._client is None:  # the factory builds it once, under its lock
+            from sluice.clients import client_from
 
-                    self._client = (self._clients or default_clients(self.region)).client("s3", region=self.region)
+            self._client = client_from(self._clients, self.region, "s3", region=self.region)
         return self._client
 
     @property
@@ -103,11 +99,10 @@ class S3Store:
         """A client on the store's credentials for presigned GETs and POSTs (see
         `AwsClients.client`'s `presigning`)."""
         if self._presigner is None:
-            from sluice.clients import default_clients
+            from sluice.clients import client_from
 
             region = self.region or self.client.meta.region_name
-            clients = self._clients or default_clients(region)
-            self._presigner = clients.client("s3", region=region, presigning=True)
+            self._presigner = client_from(self._clients, region, "s3", region=region, presigning=True)
         return self._presigner
 
     def _uri(self, key: str) -> str:

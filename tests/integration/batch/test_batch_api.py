@@ -145,7 +145,7 @@ def test_error_rows_are_read_a_window_at_a_time_never_whole(batch: Container, ac
     import dataclasses
     import json
 
-    from sluice.batch.service import ERROR_WINDOW
+    from sluice.batch.error_files import ERROR_WINDOW
 
     job = batch.batch.submit(acme, deployment="iris", input_uri=inbox_file(batch, "acme", "long.csv", rows=5), start=False)
     failed = dataclasses.replace(job, rows_failed=100_000)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import DeploymentChange, now
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import (
@@ -33,6 +33,7 @@ from sluice.registry.dynamodb.table import (
     unmarshal,
 )
 from sluice.registry.guards import changed_meanwhile, others_read
+from sluice.registry.refusals import no_deployment, taken
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -46,7 +47,7 @@ class DynamoDeployments(Part):
 
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is not None:
-                raise Conflict(f"deployment '{deployment.name}' already exists", field="name")
+                raise taken("deployment", deployment.name, field="name")
             stored = written[0] = replace(written[0], generation=generation)
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
             return put, _recorded(stored, None)
@@ -55,10 +56,7 @@ class DynamoDeployments(Part):
         return written[0]
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
-        found = self.table.get(layout.tenant(tenant), layout.deployment_sk(name))
-        if found is None:
-            raise NotFound(f"deployment '{name}' not found", field="deployment")
-        return DEPLOYMENT.load(found)
+        return DEPLOYMENT.load(self.found(layout.tenant(tenant), layout.deployment_sk(name), missing=no_deployment(name)))
 
     def list_deployments(self, tenant: str) -> list[Deployment]:
         found = self.table.query(layout.tenant(tenant), layout.DEPLOYMENT)
@@ -76,7 +74,7 @@ class DynamoDeployments(Part):
 
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is None:
-                raise NotFound(f"deployment '{deployment.name}' not found", field="deployment")
+                raise no_deployment(deployment.name)
             if current.revision != expected_revision:
                 raise Conflict(
                     f"deployment '{deployment.name}' is at revision {current.revision}, "
@@ -99,7 +97,7 @@ class DynamoDeployments(Part):
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is None:
-                raise NotFound(f"deployment '{name}' not found", field="deployment")
+                raise no_deployment(name)
             delete = {
                 "Delete": {
                     "TableName": self.table.name,

@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.jobs import TERMINAL, UPDATABLE, OutputInUse, check_move
 from sluice.domain.objects import now
 from sluice.registry.codec import CHUNK, JOB
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+from sluice.registry.refusals import check_updatable, no_job, taken
 
 if TYPE_CHECKING:
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
@@ -33,12 +33,9 @@ RELEASED_KEPT_S = 3600  # a released hold lingers this long, then DynamoDB's tim
 class DynamoJobs(Part):
     def create_job(self, job: BatchJob, *, replacing: str | None = None) -> BatchJob:
         record = item(layout.tenant(job.tenant), layout.job_sk(job.id), JOB.dump(job))
-        exists = Conflict(f"batch job '{job.id}' already exists", field="id")
+        exists = taken("batch job", job.id, field="id")
         if job.terminal:  # a job refused at its start holds nothing
-            try:
-                self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
-            except Refused:
-                raise exists from None
+            self.put_new(record, taken=exists)
             return job
         free = "attribute_not_exists(#job)" + (" OR #job = :replacing" if replacing else "")
         hold = item(
@@ -82,22 +79,15 @@ class DynamoJobs(Part):
             )
 
     def get_job(self, tenant: str, job_id: str) -> BatchJob:
-        found = self.table.get(layout.tenant(tenant), layout.job_sk(job_id))
-        if found is None:
-            raise NotFound(f"batch job '{job_id}' not found", field="job")
-        return JOB.load(found)
+        return JOB.load(self.found(layout.tenant(tenant), layout.job_sk(job_id), missing=no_job(job_id)))
 
     def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
-        jobs = [JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)]
-        jobs.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-        return jobs[:limit]
+        return self.newest((JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)), limit)
 
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
     ) -> BatchJob:
-        unknown = set(fields) - UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update batch job fields {sorted(unknown)}")
+        check_updatable("batch job", fields, UPDATABLE)
 
         def step() -> BatchJob:
             current = self.get_job(tenant, job_id)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict
 from sluice.registry.codec import MODEL, VERSION
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+from sluice.registry.refusals import no_model, no_version, no_versions, taken
 
 if TYPE_CHECKING:
     from sluice.domain import Model, ModelVersion
@@ -26,17 +27,11 @@ class DynamoModels(Part):
             layout.tenant(model.tenant), layout.model_sk(model.name), MODEL.dump(model),
             uid=uuid.uuid4().hex,
         )  # fmt: skip
-        try:
-            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
-        except Refused:
-            raise Conflict(f"model '{model.name}' already exists", field="name") from None
+        self.put_new(record, taken=taken("model", model.name, field="name"))
         return model
 
     def get_model(self, tenant: str, name: str) -> Model:
-        found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
-        if found is None:
-            raise NotFound(f"model '{name}' not found", field="model")
-        return MODEL.load(found)
+        return MODEL.load(self.found(layout.tenant(tenant), layout.model_sk(name), missing=no_model(name)))
 
     def list_models(self, tenant: str) -> list[Model]:
         return [MODEL.load(d) for d in self.table.query(layout.tenant(tenant), layout.MODEL)]
@@ -45,7 +40,7 @@ class DynamoModels(Part):
         def step() -> None:
             found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
             if found is None:
-                raise NotFound(f"model '{name}' not found", field="model")
+                raise no_model(name)
             self.table.delete_all(layout.versions_pk(tenant, name), layout.VERSION)
             last = found.get("last_version")
             same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
@@ -71,7 +66,7 @@ class DynamoModels(Part):
                 **condition("attribute_exists(pk)", {"#last": "last_version"}, {":one": 1}),
             )
         except Refused:
-            raise NotFound(f"model '{version.model}' not found", field="model") from None
+            raise no_model(version.model) from None
         model = unmarshal(updated["Attributes"])
         stored = version.with_version(int(model["last_version"]))
         record = item(
@@ -94,7 +89,7 @@ class DynamoModels(Part):
             )
         except Refused as refused:
             if refused.reasons[:1] == ["ConditionalCheckFailed"]:
-                raise NotFound(f"model '{version.model}' not found", field="model") from None
+                raise no_model(version.model) from None
             raise Conflict(
                 f"model '{stored.model}' already has a version {stored.version}", field="version"
             ) from None
@@ -104,7 +99,7 @@ class DynamoModels(Part):
         found = self.table.get(layout.versions_pk(tenant, model), layout.version_sk(int(version)))
         if found is None:
             self.get_model(tenant, model)
-            raise NotFound(f"model '{model}' has no version {version}", field="version")
+            raise no_version(model, version)
         return VERSION.load(found)
 
     def latest_version(self, tenant: str, model: str) -> ModelVersion:
@@ -114,7 +109,7 @@ class DynamoModels(Part):
         newest = next(versions, None)
         if newest is None:
             self.get_model(tenant, model)
-            raise NotFound(f"model '{model}' has no versions", field="version")
+            raise no_versions(model)
         return VERSION.load(newest)
 
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:
@@ -131,7 +126,7 @@ class DynamoModels(Part):
                 **condition("attribute_exists(pk)"),
             )
         except Refused:
-            raise NotFound(f"model '{model}' has no version {version}", field="version") from None
+            raise no_version(model, version) from None
 
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         record = item(
@@ -141,5 +136,5 @@ class DynamoModels(Part):
         try:
             self.table.send("put_item", TableName=self.table.name, Item=record, **condition("attribute_exists(pk)"))
         except Refused:
-            raise NotFound(f"model '{version.model}' has no version {version.version}", field="version") from None
+            raise no_version(version.model, version.version) from None
         return version

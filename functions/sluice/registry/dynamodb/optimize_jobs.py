@@ -10,18 +10,14 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
 from sluice.registry.codec import OPTIMIZE_JOB, to_json
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item
+from sluice.registry.dynamodb.table import Part, condition, item
+from sluice.registry.refusals import check_updatable, no_optimize_job, taken
 
 if TYPE_CHECKING:
     from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
-
-
-def _missing(job_id: str) -> NotFound:
-    return NotFound(f"optimize job '{job_id}' not found", field="job_id")
 
 
 def _item(job: OptimizeJob) -> dict[str, Any]:
@@ -40,29 +36,19 @@ def _load(found: dict[str, Any]) -> OptimizeJob:
 class DynamoOptimizeJobs(Part):
     def create_optimize_job(self, job: OptimizeJob) -> OptimizeJob:
         job = bounded(job)
-        try:
-            self.table.send("put_item", TableName=self.table.name, Item=_item(job), **absent())
-        except Refused:
-            raise Conflict(f"optimize job '{job.id}' already exists", field="id") from None
+        self.put_new(_item(job), taken=taken("optimize job", job.id, field="id"))
         return job
 
     def get_optimize_job(self, tenant: str, job_id: str) -> OptimizeJob:
-        found = self.table.get(layout.tenant(tenant), layout.optimize_job_sk(job_id))
-        if found is None:
-            raise _missing(job_id)
-        return _load(found)
+        return _load(self.found(layout.tenant(tenant), layout.optimize_job_sk(job_id), missing=no_optimize_job(job_id)))
 
     def list_optimize_jobs(self, tenant: str, *, limit: int = 100) -> list[OptimizeJob]:
-        jobs = [_load(d) for d in self.table.query(layout.tenant(tenant), layout.OPTIMIZE_JOB)]
-        jobs.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-        return jobs[:limit]
+        return self.newest((_load(d) for d in self.table.query(layout.tenant(tenant), layout.OPTIMIZE_JOB)), limit)
 
     def update_optimize_job(
         self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object
     ) -> OptimizeJob:
-        unknown = set(fields) - UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update optimize job fields {sorted(unknown)}")
+        check_updatable("optimize job", fields, UPDATABLE)
 
         def step() -> OptimizeJob:
             current = self.get_optimize_job(tenant, job_id)

@@ -7,41 +7,29 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.schedules import SCHEDULE_UPDATABLE
 from sluice.registry.codec import SCHEDULE
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key
+from sluice.registry.dynamodb.table import Part, Refused, condition, item, key
+from sluice.registry.refusals import check_updatable, no_schedule, taken
 
 if TYPE_CHECKING:
     from sluice.domain.schedules import Schedule
 
 
-def _missing(name: str) -> NotFound:
-    return NotFound(f"schedule '{name}' not found", field="schedule")
-
-
 class DynamoSchedules(Part):
     def create_schedule(self, schedule: Schedule) -> Schedule:
-        try:
-            self.table.send("put_item", TableName=self.table.name, Item=self._schedule_item(schedule), **absent())
-        except Refused:
-            raise Conflict(f"schedule '{schedule.name}' already exists", field="name") from None
+        self.put_new(self._schedule_item(schedule), taken=taken("schedule", schedule.name, field="name"))
         return schedule
 
     def get_schedule(self, tenant: str, name: str) -> Schedule:
-        found = self.table.get(layout.tenant(tenant), layout.schedule_sk(name))
-        if found is None:
-            raise _missing(name)
-        return SCHEDULE.load(found)
+        return SCHEDULE.load(self.found(layout.tenant(tenant), layout.schedule_sk(name), missing=no_schedule(name)))
 
     def list_schedules(self, tenant: str) -> list[Schedule]:
         return [SCHEDULE.load(d) for d in self.table.query(layout.tenant(tenant), layout.SCHEDULE)]
 
     def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
-        unknown = set(fields) - SCHEDULE_UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update schedule fields {sorted(unknown)}")
+        check_updatable("schedule", fields, SCHEDULE_UPDATABLE)
         updated = replace(self.get_schedule(tenant, name), **fields)  # type: ignore[arg-type]
         try:
             self.table.send(
@@ -49,7 +37,7 @@ class DynamoSchedules(Part):
                 **condition("attribute_exists(pk)"),
             )  # fmt: skip
         except Refused:
-            raise _missing(name) from None
+            raise no_schedule(name) from None
         return updated
 
     def delete_schedule(self, tenant: str, name: str) -> None:
@@ -59,7 +47,7 @@ class DynamoSchedules(Part):
                 Key=key(layout.tenant(tenant), layout.schedule_sk(name)), **condition("attribute_exists(pk)"),
             )  # fmt: skip
         except Refused:
-            raise _missing(name) from None
+            raise no_schedule(name) from None
 
     def _schedule_item(self, schedule: Schedule) -> dict[str, object]:
         return item(layout.tenant(schedule.tenant), layout.schedule_sk(schedule.name), SCHEDULE.dump(schedule))

@@ -15,13 +15,14 @@ from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
     from botocore.exceptions import ClientError
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from sluice.clients import AwsClients
+    from sluice.domain.errors import Conflict, NotFound
 
 _ATTEMPTS = 8
 _BATCH = 25  # BatchWriteItem's limit
@@ -87,15 +88,10 @@ class Table:
     @property
     def client(self) -> DynamoDBClient:
         if self._client is None:
-            clients = self._clients
-            if clients is None:
-                from sluice.clients import default_clients
+            from sluice.clients import client_from
 
-                clients = default_clients(self.region)
             # The factory builds a client once, under its lock: racing threads get the same one.
-            self._client = clients.client(
-                "dynamodb", region=self.region, connect_timeout=3, read_timeout=10
-            )
+            self._client = client_from(self._clients, self.region, "dynamodb", region=self.region, connect_timeout=3, read_timeout=10)
         return self._client
 
     def send(self, operation: str, **params: Any) -> Any:
@@ -179,6 +175,25 @@ class Part:
 
     def __init__(self, table: Table) -> None:
         self.table = table
+
+    def put_new(self, record: dict[str, Any], *, taken: Conflict) -> None:
+        """An item written only where none has its key, or `taken` raised."""
+        try:
+            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+        except Refused:
+            raise taken from None
+
+    @staticmethod
+    def newest(jobs: Iterable[Any], limit: int) -> list[Any]:
+        """Jobs newest first (by creation, then id, as SQLite lists them), at most `limit`."""
+        return sorted(jobs, key=lambda j: (j.created_at, j.id), reverse=True)[:limit]
+
+    def found(self, pk: str, sk: str, *, missing: NotFound) -> dict[str, Any]:
+        """The item at (pk, sk), or `missing` raised where there is none."""
+        found = self.table.get(pk, sk)
+        if found is None:
+            raise missing
+        return found
 
 
 class Refused(Exception):

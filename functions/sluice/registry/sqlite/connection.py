@@ -9,9 +9,12 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice import owner_only
+
+if TYPE_CHECKING:
+    from sluice.domain.errors import Conflict, NotFound
 
 # Kept byte for byte: its digest in `user_version` tells an existing file it already has it.
 _SCHEMA = """
@@ -145,3 +148,18 @@ class Part:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def insert(self, sql: str, params: tuple[Any, ...], *, taken: Conflict) -> None:
+        """One row written in a transaction of its own, or `taken` raised where its key is."""
+        try:
+            with self.db.tx() as db:
+                db.execute(sql, params)
+        except sqlite3.IntegrityError:
+            raise taken from None
+
+    def found(self, sql: str, *args: Any, missing: NotFound) -> dict[str, Any]:
+        """The document `sql` selects, or `missing` raised where there is none."""
+        doc = self.db.one(sql, *args)
+        if doc is None:
+            raise missing
+        return doc

@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import DeploymentChange, now
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.guards import changed_meanwhile, others_read, same_write
+from sluice.registry.refusals import no_deployment, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -34,14 +35,12 @@ class SqliteDeployments(Part):
                 )
                 _record(db, stored, None)
         except sqlite3.IntegrityError:
-            raise Conflict(f"deployment '{deployment.name}' already exists", field="name") from None
+            raise taken("deployment", deployment.name, field="name") from None
         return stored
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
-        doc = self.db.one("SELECT doc FROM deployments WHERE tenant = ? AND name = ?", tenant, name)
-        if doc is None:
-            raise NotFound(f"deployment '{name}' not found", field="deployment")
-        return DEPLOYMENT.load(doc)
+        sql = "SELECT doc FROM deployments WHERE tenant = ? AND name = ?"
+        return DEPLOYMENT.load(self.found(sql, tenant, name, missing=no_deployment(name)))
 
     def list_deployments(self, tenant: str) -> list[Deployment]:
         docs = self.db.all("SELECT doc FROM deployments WHERE tenant = ? ORDER BY name", tenant)
@@ -119,7 +118,7 @@ def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
         "SELECT doc FROM deployments WHERE tenant = ? AND name = ?", (tenant, name)
     ).fetchone()
     if row is None:
-        raise NotFound(f"deployment '{name}' not found", field="deployment")
+        raise no_deployment(name)
     return DEPLOYMENT.from_json(row[0])
 
 

@@ -10,9 +10,9 @@ import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.jobs import TERMINAL, UPDATABLE, OutputInUse, check_move
 from sluice.registry.codec import CHUNK, JOB, JOB_COUNTERS
+from sluice.registry.refusals import check_updatable, no_job, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class SqliteJobs(Part):
                         (job.tenant, job.output_uri, job.id),
                     )
         except sqlite3.IntegrityError:
-            raise Conflict(f"batch job '{job.id}' already exists", field="id") from None
+            raise taken("batch job", job.id, field="id") from None
         return job
 
     def output_holder(self, tenant: str, output_uri: str) -> str | None:
@@ -67,7 +67,7 @@ class SqliteJobs(Part):
     def get_job(self, tenant: str, job_id: str) -> BatchJob:
         row = self.db.conn().execute(f"{_JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
         if row is None:
-            raise NotFound(f"batch job '{job_id}' not found", field="job")
+            raise no_job(job_id)
         return _job(row)
 
     def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
@@ -80,13 +80,11 @@ class SqliteJobs(Part):
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object
     ) -> BatchJob:
-        unknown = set(fields) - UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update batch job fields {sorted(unknown)}")
+        check_updatable("batch job", fields, UPDATABLE)
         with self.db.tx() as db:
             row = db.execute(f"{_JOB} WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
             if row is None:
-                raise NotFound(f"batch job '{job_id}' not found", field="job")
+                raise no_job(job_id)
             current = _job(row)
             target = status or current.status
             check_move(job_id, current.status, target)

@@ -3,7 +3,6 @@ keep the tenant an admin key checks and writes in one transaction."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -19,14 +18,11 @@ if TYPE_CHECKING:
 
 class SqliteKeys(Part):
     def put_api_key(self, key: ApiKey) -> ApiKey:
-        try:
-            with self.db.tx() as db:
-                db.execute(
-                    "INSERT INTO api_keys (key_id, tenant, doc) VALUES (?, ?, ?)",
-                    (key.key_id, key.tenant, API_KEY.to_json(key)),
-                )
-        except sqlite3.IntegrityError:
-            raise Conflict("API key id already exists", field="key_id") from None
+        self.insert(
+            "INSERT INTO api_keys (key_id, tenant, doc) VALUES (?, ?, ?)",
+            (key.key_id, key.tenant, API_KEY.to_json(key)),
+            taken=Conflict("API key id already exists", field="key_id"),
+        )
         return key
 
     def get_api_key(self, key_id: str) -> ApiKey | None:

@@ -3,11 +3,10 @@ numbers are assigned in the same transaction that stores the version, and never 
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.registry.codec import MODEL, VERSION
+from sluice.registry.refusals import no_model, no_version, no_versions, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -16,21 +15,14 @@ if TYPE_CHECKING:
 
 class SqliteModels(Part):
     def create_model(self, model: Model) -> Model:
-        try:
-            with self.db.tx() as db:
-                db.execute(
-                    "INSERT INTO models (tenant, name, doc) VALUES (?, ?, ?)",
-                    (model.tenant, model.name, MODEL.to_json(model)),
-                )
-        except sqlite3.IntegrityError:
-            raise Conflict(f"model '{model.name}' already exists", field="name") from None
+        self.insert(
+            "INSERT INTO models (tenant, name, doc) VALUES (?, ?, ?)",
+            (model.tenant, model.name, MODEL.to_json(model)), taken=taken("model", model.name, field="name"),
+        )  # fmt: skip
         return model
 
     def get_model(self, tenant: str, name: str) -> Model:
-        doc = self.db.one("SELECT doc FROM models WHERE tenant = ? AND name = ?", tenant, name)
-        if doc is None:
-            raise NotFound(f"model '{name}' not found", field="model")
-        return MODEL.load(doc)
+        return MODEL.load(self.found("SELECT doc FROM models WHERE tenant = ? AND name = ?", tenant, name, missing=no_model(name)))
 
     def list_models(self, tenant: str) -> list[Model]:
         docs = self.db.all("SELECT doc FROM models WHERE tenant = ? ORDER BY name", tenant)
@@ -40,7 +32,7 @@ class SqliteModels(Part):
         with self.db.tx() as db:
             gone = db.execute("DELETE FROM models WHERE tenant = ? AND name = ?", (tenant, name))
             if gone.rowcount == 0:
-                raise NotFound(f"model '{name}' not found", field="model")
+                raise no_model(name)
             db.execute("DELETE FROM versions WHERE tenant = ? AND model = ?", (tenant, name))
 
     def add_version(self, version: ModelVersion) -> ModelVersion:
@@ -51,7 +43,7 @@ class SqliteModels(Part):
                 (version.tenant, version.model),
             ).fetchone()
             if row is None:
-                raise NotFound(f"model '{version.model}' not found", field="model")
+                raise no_model(version.model)
             stored = version.with_version(int(row[0]))
             db.execute(
                 "INSERT INTO versions (tenant, model, version, doc) VALUES (?, ?, ?, ?)",
@@ -66,7 +58,7 @@ class SqliteModels(Part):
         )  # fmt: skip
         if doc is None:
             self.get_model(tenant, model)
-            raise NotFound(f"model '{model}' has no version {version}", field="version")
+            raise no_version(model, version)
         return VERSION.load(doc)
 
     def latest_version(self, tenant: str, model: str) -> ModelVersion:
@@ -76,7 +68,7 @@ class SqliteModels(Part):
         )  # fmt: skip
         if doc is None:
             self.get_model(tenant, model)
-            raise NotFound(f"model '{model}' has no versions", field="version")
+            raise no_versions(model)
         return VERSION.load(doc)
 
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:
@@ -93,7 +85,7 @@ class SqliteModels(Part):
                 (tenant, model, int(version)),
             )
         if gone.rowcount == 0:
-            raise NotFound(f"model '{model}' has no version {version}", field="version")
+            raise no_version(model, version)
 
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         with self.db.tx() as db:
@@ -102,5 +94,5 @@ class SqliteModels(Part):
                 (VERSION.to_json(version), version.tenant, version.model, int(version.version)),
             )
         if done.rowcount == 0:
-            raise NotFound(f"model '{version.model}' has no version {version.version}", field="version")
+            raise no_version(version.model, version.version)
         return version

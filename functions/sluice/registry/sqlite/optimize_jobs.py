@@ -3,41 +3,31 @@ move and the newest-first list), the rest its JSON document."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
 from sluice.registry.codec import OPTIMIZE_JOB
+from sluice.registry.refusals import check_updatable, no_optimize_job, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
     from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
 
 
-def _missing(job_id: str) -> NotFound:
-    return NotFound(f"optimize job '{job_id}' not found", field="job_id")
-
-
 class SqliteOptimizeJobs(Part):
     def create_optimize_job(self, job: OptimizeJob) -> OptimizeJob:
         job = bounded(job)
-        try:
-            with self.db.tx() as db:
-                db.execute(
-                    "INSERT INTO optimize_jobs (tenant, id, status, created_at, doc) VALUES (?, ?, ?, ?, ?)",
-                    (job.tenant, job.id, job.status, job.created_at, OPTIMIZE_JOB.to_json(job)),
-                )
-        except sqlite3.IntegrityError:
-            raise Conflict(f"optimize job '{job.id}' already exists", field="id") from None
+        self.insert(
+            "INSERT INTO optimize_jobs (tenant, id, status, created_at, doc) VALUES (?, ?, ?, ?, ?)",
+            (job.tenant, job.id, job.status, job.created_at, OPTIMIZE_JOB.to_json(job)),
+            taken=taken("optimize job", job.id, field="id"),
+        )
         return job
 
     def get_optimize_job(self, tenant: str, job_id: str) -> OptimizeJob:
-        doc = self.db.one("SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?", tenant, job_id)
-        if doc is None:
-            raise _missing(job_id)
-        return OPTIMIZE_JOB.load(doc)
+        sql = "SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?"
+        return OPTIMIZE_JOB.load(self.found(sql, tenant, job_id, missing=no_optimize_job(job_id)))
 
     def list_optimize_jobs(self, tenant: str, *, limit: int = 100) -> list[OptimizeJob]:
         docs = self.db.all(
@@ -49,13 +39,11 @@ class SqliteOptimizeJobs(Part):
     def update_optimize_job(
         self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object
     ) -> OptimizeJob:
-        unknown = set(fields) - UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update optimize job fields {sorted(unknown)}")
+        check_updatable("optimize job", fields, UPDATABLE)
         with self.db.tx() as db:
             row = db.execute("SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()
             if row is None:
-                raise _missing(job_id)
+                raise no_optimize_job(job_id)
             current = OPTIMIZE_JOB.from_json(row[0])
             target = status or current.status
             check_optimize_move(job_id, current.status, target)

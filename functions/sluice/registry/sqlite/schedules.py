@@ -2,40 +2,30 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.schedules import SCHEDULE_UPDATABLE
 from sluice.registry.codec import SCHEDULE
+from sluice.registry.refusals import check_updatable, no_schedule, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
     from sluice.domain.schedules import Schedule
 
 
-def _missing(name: str) -> NotFound:
-    return NotFound(f"schedule '{name}' not found", field="schedule")
-
-
 class SqliteSchedules(Part):
     def create_schedule(self, schedule: Schedule) -> Schedule:
-        try:
-            with self.db.tx() as db:
-                db.execute(
-                    "INSERT INTO batch_schedules (tenant, name, doc) VALUES (?, ?, ?)",
-                    (schedule.tenant, schedule.name, SCHEDULE.to_json(schedule)),
-                )
-        except sqlite3.IntegrityError:
-            raise Conflict(f"schedule '{schedule.name}' already exists", field="name") from None
+        self.insert(
+            "INSERT INTO batch_schedules (tenant, name, doc) VALUES (?, ?, ?)",
+            (schedule.tenant, schedule.name, SCHEDULE.to_json(schedule)),
+            taken=taken("schedule", schedule.name, field="name"),
+        )
         return schedule
 
     def get_schedule(self, tenant: str, name: str) -> Schedule:
-        doc = self.db.one("SELECT doc FROM batch_schedules WHERE tenant = ? AND name = ?", tenant, name)
-        if doc is None:
-            raise _missing(name)
-        return SCHEDULE.load(doc)
+        sql = "SELECT doc FROM batch_schedules WHERE tenant = ? AND name = ?"
+        return SCHEDULE.load(self.found(sql, tenant, name, missing=no_schedule(name)))
 
     def list_schedules(self, tenant: str) -> list[Schedule]:
         docs = self.db.all("SELECT doc FROM batch_schedules WHERE tenant = ? ORDER BY name", tenant)
@@ -48,15 +38,13 @@ class SqliteSchedules(Part):
         return [SCHEDULE.load(d) for d in docs]
 
     def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
-        unknown = set(fields) - SCHEDULE_UPDATABLE
-        if unknown:
-            raise ValueError(f"cannot update schedule fields {sorted(unknown)}")
+        check_updatable("schedule", fields, SCHEDULE_UPDATABLE)
         with self.db.tx() as db:
             row = db.execute(
                 "SELECT doc FROM batch_schedules WHERE tenant = ? AND name = ?", (tenant, name)
             ).fetchone()
             if row is None:
-                raise _missing(name)
+                raise no_schedule(name)
             updated = replace(SCHEDULE.from_json(row[0]), **fields)  # type: ignore[arg-type]
             db.execute(
                 "UPDATE batch_schedules SET doc = ? WHERE tenant = ? AND name = ?",
@@ -68,4 +56,4 @@ class SqliteSchedules(Part):
         with self.db.tx() as db:
             gone = db.execute("DELETE FROM batch_schedules WHERE tenant = ? AND name = ?", (tenant, name))
             if gone.rowcount == 0:
-                raise _missing(name)
+                raise no_schedule(name)

@@ -1,0 +1,78 @@
+"""Jobs that Step Functions executions start with a job specification (a scheduled run on
+AWS, or an execution started by hand): the job is created by the first call and found by
+every later one; a scheduled run may be skipped or held back by its schedule's `overlap`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.batch.specs import ExecutionSpec
+from sluice.domain import Principal, now
+from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.jobs import derived_job_id
+
+if TYPE_CHECKING:
+    from sluice.batch.service import BatchService
+    from sluice.domain.jobs import BatchJob
+
+
+class RunSkipped(Exception):
+    """A scheduled run that does not happen (CreateJob says so; the execution succeeds)."""
+
+    def __init__(self, schedule: str, reason: str, *, running: str | None = None) -> None:
+        super().__init__(reason)
+        self.schedule, self.reason, self.running = schedule, reason, running
+
+
+class RunQueued(Exception):
+    """A scheduled run that waits for the run still going (`overlap: queue`)."""
+
+    def __init__(self, schedule: str, running: str) -> None:
+        super().__init__(f"waiting for run {running}")
+        self.schedule, self.running = schedule, running
+
+
+def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: str) -> BatchJob:
+    """The job an execution started with a job specification runs: created by the first
+    call, found by every later one (the id derives from the execution's ARN, that is the
+    state machine and the execution's name, which Step Functions keeps unique). The spec
+    is held to what an API caller of that tenant may do: a deployment of the tenant, an
+    input in the tenant's inbox, results in the tenant's outbox."""
+    request = ExecutionSpec.parse(spec)
+    job_id = derived_job_id("ex", execution)
+    try:
+        job = batch.registry.get_job(request.tenant, job_id)
+    except NotFound:
+        pass
+    else:
+        return job
+    if request.schedule is not None:
+        _check_overlap(batch, request.tenant, request.schedule)
+    principal = Principal(request.tenant, frozenset({"predict"}), "execution")
+    try:
+        return batch.submit(
+            principal, deployment=request.deployment, input_uri=request.input_uri,
+            format=request.format, output_format=request.output_format,
+            key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
+            job_id=job_id, start=False, execution=execution, schedule=request.schedule,
+            scheduled_for=request.scheduled_for, catalog=request.catalog,
+        )  # fmt: skip
+    except Conflict:
+        return batch.registry.get_job(request.tenant, job_id)  # the same execution, retried
+
+
+def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
+    """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
+    or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued."""
+    registry = batch.registry
+    schedule = registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
+    if schedule.paused:
+        raise RunSkipped(name, "the schedule is paused")
+    jobs = registry.list_jobs(tenant, limit=1000)
+    going = next((j for j in jobs if j.schedule == name and not batch.settled(j, ask=True).terminal), None)
+    if going is None:
+        return
+    if schedule.overlap == "queue":
+        raise RunQueued(name, going.id)
+    registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())
+    raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)

@@ -1,0 +1,51 @@
+"""The registry's refusals, in the same words from every backend (one contract suite runs
+them all): what is not there, what is there already, and fields an update may not change."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import Conflict, NotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+def no_model(name: str) -> NotFound:
+    return NotFound(f"model '{name}' not found", field="model")
+
+
+def no_version(model: str, version: int) -> NotFound:
+    return NotFound(f"model '{model}' has no version {version}", field="version")
+
+
+def no_versions(model: str) -> NotFound:
+    return NotFound(f"model '{model}' has no versions", field="version")
+
+
+def no_deployment(name: str) -> NotFound:
+    return NotFound(f"deployment '{name}' not found", field="deployment")
+
+
+def no_job(job_id: str) -> NotFound:
+    return NotFound(f"batch job '{job_id}' not found", field="job")
+
+
+def no_optimize_job(job_id: str) -> NotFound:
+    return NotFound(f"optimize job '{job_id}' not found", field="job_id")
+
+
+def no_schedule(name: str) -> NotFound:
+    return NotFound(f"schedule '{name}' not found", field="schedule")
+
+
+def taken(what: str, name: str, *, field: str) -> Conflict:
+    """A create whose key is taken: `model 'iris' already exists`."""
+    return Conflict(f"{what} '{name}' already exists", field=field)
+
+
+def check_updatable(what: str, fields: Iterable[str], updatable: frozenset[str] | set[str]) -> None:
+    """Refuse (as a programming error) an update of fields that are not to change."""
+    unknown = set(fields) - updatable
+    if unknown:
+        raise ValueError(f"cannot update {what} fields {sorted(unknown)}")
