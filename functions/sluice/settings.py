@@ -23,6 +23,12 @@ def in_lambda() -> bool:
     return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
 
 
+def lambda_memory_mb() -> int | None:
+    """The memory Lambda gave this function, in MB (its CPU share follows it); None elsewhere."""
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
+    return int(memory) if memory.isdigit() else None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
 

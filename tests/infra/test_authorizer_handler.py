@@ -49,7 +49,7 @@ def test_a_valid_bearer_key_is_allowed_with_the_principal_in_context(
 ) -> None:
     record, key = keys_container.keys.create("acme", ["predict", "admin"], name="ci")
     response = authorize(
-        request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE
+        request(Authorization=f"Bearer {key}"), keys=keys_container.keys, usage=USAGE
     )
     assert effect(response) == "Allow"
     assert response["principalId"] == record.key_id
@@ -67,7 +67,7 @@ def test_x_api_key_works_and_tenants_without_a_plan_share_the_default(
     keys_container: Container,
 ) -> None:
     _, key = keys_container.keys.create("globex", ["predict"])
-    response = authorize(request(**{"X-Api-Key": key}), container=keys_container, usage=USAGE)
+    response = authorize(request(**{"X-Api-Key": key}), keys=keys_container.keys, usage=USAGE)
     assert effect(response) == "Allow"
     assert response["context"]["tenant"] == "globex"
     assert response["context"]["scopes"] == "predict"
@@ -78,7 +78,7 @@ def test_the_bearer_scheme_is_case_insensitive(keys_container: Container) -> Non
     _, key = keys_container.keys.create("acme", ["predict"])
     assert (
         effect(
-            authorize(request(authorization=f"bearer {key}"), container=keys_container, usage=USAGE)
+            authorize(request(authorization=f"bearer {key}"), keys=keys_container.keys, usage=USAGE)
         )
         == "Allow"
     )
@@ -94,7 +94,7 @@ def test_the_bearer_scheme_is_case_insensitive(keys_container: Container) -> Non
     ],
 )
 def test_a_wrong_key_is_denied(keys_container: Container, headers: dict[str, str]) -> None:
-    response = authorize(request(**headers), container=keys_container, usage=USAGE)
+    response = authorize(request(**headers), keys=keys_container.keys, usage=USAGE)
     assert effect(response) == "Deny"
     assert "context" not in response or not response["context"]
     assert "usageIdentifierKey" not in response
@@ -106,13 +106,13 @@ def test_a_revoked_key_is_denied(keys_container: Container) -> None:
     admin = Principal("acme", frozenset({"admin"}), "test-admin")
     keys_container.keys.revoke(admin, record.key_id)
     response = authorize(
-        request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE
+        request(Authorization=f"Bearer {key}"), keys=keys_container.keys, usage=USAGE
     )
     assert effect(response) == "Deny"
 
 
 def test_a_missing_header_is_denied(keys_container: Container) -> None:
-    response = authorize(request(), container=keys_container, usage=USAGE)
+    response = authorize(request(), keys=keys_container.keys, usage=USAGE)
     assert effect(response) == "Deny"
     assert response["principalId"] == "anonymous"
 
@@ -123,8 +123,8 @@ def test_the_key_never_reaches_the_logs(
     _, key = keys_container.keys.create("acme", ["predict"])
     wrong = key[:-4] + "AAAA"
     with caplog.at_level(logging.DEBUG):
-        authorize(request(Authorization=f"Bearer {wrong}"), container=keys_container, usage=USAGE)
-        authorize(request(Authorization=f"Bearer {key}"), container=keys_container, usage=USAGE)
+        authorize(request(Authorization=f"Bearer {wrong}"), keys=keys_container.keys, usage=USAGE)
+        authorize(request(Authorization=f"Bearer {key}"), keys=keys_container.keys, usage=USAGE)
     mine = [r for r in caplog.records if r.thread == threading.get_ident()]  # not other tests' mirror threads
     assert [r.getMessage() for r in mine] == ["api key rejected"]
     logged = " ".join(str(vars(record)) for record in caplog.records)

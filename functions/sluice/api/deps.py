@@ -1,4 +1,6 @@
-"""The dependencies routes declare: the container of services and the acting principal."""
+"""The dependencies routes declare: the acting principal, and each service of the container
+on its own (`ModelsDep`, `DeploymentsDep`, …), so that a route names what it uses and
+nothing else."""
 
 from __future__ import annotations
 
@@ -7,12 +9,18 @@ import os
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from sluice.domain import Principal
 from sluice.domain.errors import Unauthenticated
 from sluice.domain.locations import Roots
+from sluice.inference.predictions import PredictionService
+from sluice.services.deployments import DeploymentService
+from sluice.services.keys import KeyService
+from sluice.services.models import ModelService
+from sluice.settings import Settings
 from sluice.wiring import Container
 
 if TYPE_CHECKING:
@@ -21,12 +29,23 @@ if TYPE_CHECKING:
     from starlette.datastructures import Headers
     from starlette.types import Scope
 
+    # Built on first use: named here only as types (importing them would cost every cold start).
+    from sluice.batch.schedules import ScheduleService
+    from sluice.batch.service import BatchService
+    from sluice.cost.service import CostService
+    from sluice.inference.results import ResultService
+    from sluice.inference.uploads import UploadService
+    from sluice.observability import Telemetry
+    from sluice.optimize.jobs import OptimizeJobs
+    from sluice.optimize.service import OptimizeService
+    from sluice.registry import Registry
+    from sluice.replay import ReplayService
+    from sluice.runtimes import Runtime
+    from sluice.services.endpoints import EndpointService
+    from sluice.services.rollouts import RolloutService
+    from sluice.services.triton_ext import TritonExtensions
+
 M = TypeVar("M", bound=BaseModel)
-
-
-async def get_container(request: Request) -> Container:
-    # async: a plain `def` dependency would cost a thread hop on every request.
-    return container_of(request.app)
 
 
 def _authorizer_context(event: dict[str, Any]) -> dict[str, Any] | None:
@@ -59,10 +78,10 @@ def _bearer(headers: Headers) -> str | None:
     return header(headers, b"x-api-key") or None
 
 
-async def get_principal(request: Request, container: Annotated[Container, Depends(get_container)]) -> Principal:
+async def get_principal(request: Request) -> Principal:
     # The edge authenticated the request before its body was read.
     found = request.scope.get("sluice.principal")
-    return found if found is not None else await authenticate(request.scope, request.headers, container)
+    return found if found is not None else await authenticate(request.scope, request.headers, container_of(request.app))
 
 
 def container_of(app: Any) -> Container:
@@ -114,17 +133,130 @@ async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> 
     return principal
 
 
-ContainerDep = Annotated[Container, Depends(get_container)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 AdminDep = Annotated[Principal, Depends(get_admin)]
 
 
-async def get_roots(principal: PrincipalDep, container: ContainerDep) -> Roots:
+async def get_roots(principal: PrincipalDep, request: Request) -> Roots:
     """The caller's roots (`sluice.domain.locations`): responses name locations by them."""
-    return container.layout.roots(principal.tenant)
+    return container_of(request.app).layout.roots(principal.tenant)
 
 
 RootsDep = Annotated[Roots, Depends(get_roots)]
+
+
+# The services, one dependency each. Every one is `async` (a plain `def` dependency would
+# cost a thread hop on every request). Those the container builds with itself are read as
+# they are; those it builds on first use are built on a worker thread the first time (some
+# import and build a good deal), so that building never holds the event loop.
+
+
+async def _built(request: Request, name: str) -> Any:
+    container = container_of(request.app)
+    found = vars(container).get(name)  # what a `cached_property` has built, kept on the instance
+    return found if found is not None else await run_in_threadpool(getattr, container, name)
+
+
+async def get_settings(request: Request) -> Settings:
+    return container_of(request.app).settings
+
+
+async def get_registry(request: Request) -> Registry:
+    return container_of(request.app).registry
+
+
+async def get_runtimes(request: Request) -> dict[str, Runtime]:
+    return container_of(request.app).runtimes
+
+
+async def get_telemetry(request: Request) -> Telemetry | None:
+    return container_of(request.app).telemetry
+
+
+async def get_predictions(request: Request) -> PredictionService:
+    return container_of(request.app).predictions
+
+
+async def get_models(request: Request) -> ModelService:
+    return container_of(request.app).models
+
+
+async def get_deployments(request: Request) -> DeploymentService:
+    return container_of(request.app).deployments
+
+
+async def get_keys(request: Request) -> KeyService:
+    return container_of(request.app).keys
+
+
+async def get_triton_extensions(request: Request) -> TritonExtensions:
+    from sluice.services.triton_ext import TritonExtensions
+
+    container = container_of(request.app)
+    return TritonExtensions(container.predictions, container.deployments, container.runtimes)
+
+
+async def get_endpoints(request: Request) -> EndpointService:
+    return await _built(request, "endpoints")  # type: ignore[no-any-return]
+
+
+async def get_rollouts(request: Request) -> RolloutService:
+    return await _built(request, "rollouts")  # type: ignore[no-any-return]
+
+
+async def get_replay(request: Request) -> ReplayService:
+    return await _built(request, "replay")  # type: ignore[no-any-return]
+
+
+async def get_cost(request: Request) -> CostService:
+    return await _built(request, "cost")  # type: ignore[no-any-return]
+
+
+async def get_results(request: Request) -> ResultService:
+    return await _built(request, "results")  # type: ignore[no-any-return]
+
+
+async def get_uploads(request: Request) -> UploadService:
+    return await _built(request, "uploads")  # type: ignore[no-any-return]
+
+
+async def get_batch(request: Request) -> BatchService:
+    return await _built(request, "batch")  # type: ignore[no-any-return]
+
+
+async def get_schedules(request: Request) -> ScheduleService:
+    return await _built(request, "schedules")  # type: ignore[no-any-return]
+
+
+async def get_optimizer(request: Request) -> OptimizeService:
+    return await _built(request, "optimizer")  # type: ignore[no-any-return]
+
+
+async def get_optimize_jobs(request: Request) -> OptimizeJobs:
+    return await _built(request, "optimize_jobs")  # type: ignore[no-any-return]
+
+
+# The types of services built on first use are named as strings: FastAPI reads no further
+# than the dependency, and this module imports none of them.
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated["Registry", Depends(get_registry)]
+RuntimesDep = Annotated["dict[str, Runtime]", Depends(get_runtimes)]
+TelemetryDep = Annotated["Telemetry | None", Depends(get_telemetry)]
+PredictionsDep = Annotated[PredictionService, Depends(get_predictions)]
+ModelsDep = Annotated[ModelService, Depends(get_models)]
+DeploymentsDep = Annotated[DeploymentService, Depends(get_deployments)]
+KeysDep = Annotated[KeyService, Depends(get_keys)]
+TritonExtensionsDep = Annotated["TritonExtensions", Depends(get_triton_extensions)]
+EndpointsDep = Annotated["EndpointService", Depends(get_endpoints)]
+RolloutsDep = Annotated["RolloutService", Depends(get_rollouts)]
+ReplayDep = Annotated["ReplayService", Depends(get_replay)]
+CostDep = Annotated["CostService", Depends(get_cost)]
+ResultsDep = Annotated["ResultService", Depends(get_results)]
+UploadsDep = Annotated["UploadService", Depends(get_uploads)]
+BatchDep = Annotated["BatchService", Depends(get_batch)]
+SchedulesDep = Annotated["ScheduleService", Depends(get_schedules)]
+OptimizerDep = Annotated["OptimizeService", Depends(get_optimizer)]
+OptimizeJobsDep = Annotated["OptimizeJobs", Depends(get_optimize_jobs)]
 
 
 def parse_body(model: type[M], raw: bytes) -> M:

@@ -15,15 +15,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import count, get_container, operator, print_json, table
+from sluice.cli import pieces
+from sluice.cli.common import count, operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
 if TYPE_CHECKING:
     from sluice.batch.orchestrators import Progress
+    from sluice.batch.service import BatchService
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
-    from sluice.wiring import Container
 
 
 class ProgressBar:
@@ -75,17 +76,18 @@ def _report(job: BatchJob, seconds: float) -> int:
     return 0 if job.status == "SUCCEEDED" else 1
 
 
-def _run_here(container: Container, job: BatchJob, concurrency: int) -> int:
+def _run_here(batch: BatchService, job: BatchJob, concurrency: int) -> int:
     from sluice.batch.orchestrators import LocalOrchestrator
 
-    local = LocalOrchestrator(container.batch_runner, concurrency=concurrency or container.settings.batch_concurrency or os.cpu_count() or 1)
+    concurrency = concurrency or pieces.settings().batch_concurrency or os.cpu_count() or 1
+    local = LocalOrchestrator(pieces.batch_runner(), concurrency=concurrency)
     bar = ProgressBar()
     started = time.monotonic()
     try:
         local.run(job.tenant, job.id, progress=bar)
     finally:
         bar.close()
-    return _report(container.batch.get(_principal_of(job), job.id), time.monotonic() - started)
+    return _report(batch.get(_principal_of(job), job.id), time.monotonic() - started)
 
 
 def _principal_of(job: BatchJob) -> Principal:
@@ -107,27 +109,27 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     if not source.is_file() and not source.is_dir():
         raise SluiceError(f"no such file or folder: {source}", field="file")
     out = Path(args.out).expanduser() if args.out else default_out(source)
-    container = get_container()
-    job = container.batch.submit(
+    batch = pieces.batch()
+    job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
         source="cli", start=False, runs_here=True,
     )  # fmt: skip
     print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
-    return _run_here(container, job, args.concurrency)
+    return _run_here(batch, job, args.concurrency)
 
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:
-    container = get_container()
-    local = container.settings.orchestrator in ("", "local")
-    job = container.batch.submit(
+    local = pieces.settings().orchestrator in ("", "local")
+    batch = pieces.batch()
+    job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
         source="cli", start=not local, runs_here=local,
     )  # fmt: skip
     if local:
         print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)
-        return _run_here(container, job, 0)
+        return _run_here(batch, job, 0)
     print_json(_job_line(job) | {"execution": job.execution})
     return 0
 
@@ -135,18 +137,18 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
 def cmd_batch_status(args: argparse.Namespace) -> int:
     from sluice.batch.wire import job_out
 
-    print_json(job_out(get_container().batch.get(operator(args), args.job_id)))
+    print_json(job_out(pieces.batch().get(operator(args), args.job_id)))
     return 0
 
 
 def cmd_batch_list(args: argparse.Namespace) -> int:
-    jobs = get_container().batch.list(operator(args), limit=args.limit)
+    jobs = pieces.batch().list(operator(args), limit=args.limit)
     table([_job_line(j) for j in jobs], ["id", "status", "deployment", "chunks", "rows_in", "rows_failed", "input"])
     return 0
 
 
 def cmd_batch_cancel(args: argparse.Namespace) -> int:
-    job = get_container().batch.cancel(operator(args), args.job_id)
+    job = pieces.batch().cancel(operator(args), args.job_id)
     print(f"cancelled {job.id}")
     return 0
 

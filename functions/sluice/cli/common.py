@@ -1,5 +1,6 @@
-"""What every command group shares: the container, the operator principal, JSON arguments and
-the two ways of printing an answer (a JSON document, or a table)."""
+"""What every command group shares: the home, the operator principal, JSON arguments and the
+two ways of printing an answer (a JSON document, or a table). The services a command uses are
+in `sluice.cli.pieces`."""
 
 from __future__ import annotations
 
@@ -7,17 +8,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sluice import owner_only
 from sluice.domain import Principal
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_version
-
-if TYPE_CHECKING:
-    import argparse
-
-    from sluice.wiring import Container
 
 
 def local_home() -> Path:
@@ -30,14 +26,6 @@ def local_home() -> Path:
     if said:
         print(f"sluice: {said}", file=sys.stderr, flush=True)
     return home
-
-
-def get_container() -> Container:
-    # Imported here: `sluice --help` should not build (or import) the adapters.
-    from sluice import wiring
-
-    local_home()
-    return wiring.get_container()
 
 
 def operator(args: argparse.Namespace) -> Principal:

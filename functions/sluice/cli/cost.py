@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, operator, print_json, table
+from sluice.cli import pieces
+from sluice.cli.common import operator, print_json, table
 from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         memory_mb=args.memory_mb, architecture=args.architecture, instance_rps=instance_rps,
         latencies=latencies or None, batch_row_ms=args.batch_row_ms, sources=sources,
     )  # fmt: skip
-    service = get_container().cost
+    service = pieces.cost()
     if args.plot:
         if args.plot.suffix.lower() != ".png":
             raise BadRequest("--plot writes a PNG: name a .png file", field="plot")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.cli import pieces
 from sluice.cli.common import (
-    get_container,
     load_json_arg,
     operator,
     print_json,
@@ -18,7 +18,7 @@ from sluice.domain.errors import SluiceError
 if TYPE_CHECKING:
     import argparse
 
-    from sluice.wiring import Container
+    from sluice.services.deployments import DeploymentService
 
 STATS_COLUMNS = ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
 
@@ -26,14 +26,14 @@ STATS_COLUMNS = ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_
 DEFAULT_CACHE_ENTRIES = 1024
 
 
-def _policy_from_args(args: argparse.Namespace, container: Container) -> dict[str, Any] | None:
+def _policy_from_args(args: argparse.Namespace, service: DeploymentService) -> dict[str, Any] | None:
     if args.policy:
         return load_json_arg(args.policy, "policy")
     if not args.model and getattr(args, "keep_policy", False):
         return None
     if not args.model:
         raise SluiceError("give --model (and optionally --version) or --policy", field="model")
-    return container.deployments.resolve_shorthand(operator(args), args.model, args.version)
+    return service.resolve_shorthand(operator(args), args.model, args.version)
 
 
 def _cache_line(dep: Any) -> str:
@@ -74,17 +74,17 @@ def _asks_batching(args: argparse.Namespace) -> bool:
 
 
 def cmd_deployments_create(args: argparse.Namespace) -> int:
-    container = get_container()
+    service = pieces.deployments()
     cache = None
     if args.cache_ttl is not None or args.cache_max_entries is not None:
         if args.cache_ttl is None:
             raise SluiceError("--cache-max-entries needs --cache-ttl", field="cache.ttl_s")
         entries = args.cache_max_entries
         cache = {"ttl_s": args.cache_ttl, "max_entries": DEFAULT_CACHE_ENTRIES if entries is None else entries}
-    policy = _policy_from_args(args, container)
+    policy = _policy_from_args(args, service)
     assert policy is not None
     batching = _batching_from_args(args) if _asks_batching(args) else None
-    dep = container.deployments.create(
+    dep = service.create(
         operator(args), args.name, policy, description=args.description, cache=cache, capture=_capture_from_args(args),
         batching=batching,
     )  # fmt: skip
@@ -93,7 +93,7 @@ def cmd_deployments_create(args: argparse.Namespace) -> int:
 
 
 def cmd_deployments_set(args: argparse.Namespace) -> int:
-    container = get_container()
+    service = pieces.deployments()
     principal = operator(args)
     changes: dict[str, Any] = {}
     if args.no_cache:
@@ -101,7 +101,7 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
             raise SluiceError("--no-cache cannot go with --cache-ttl or --cache-max-entries", field="cache")
         changes["cache"] = None
     elif args.cache_ttl is not None or args.cache_max_entries is not None:
-        current = container.deployments.get(principal, args.name).cache
+        current = service.get(principal, args.name).cache
         if args.cache_ttl is None and current is None:
             raise SluiceError("the cache is off: turn it on with --cache-ttl", field="cache.ttl_s")
         entries = args.cache_max_entries
@@ -120,9 +120,9 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
             raise SluiceError("--no-batching cannot go with --batch-max-size or --batch-max-delay-us", field="batching")
         changes["batching"] = None
     elif _asks_batching(args):
-        changes["batching"] = _batching_from_args(args, container.deployments.get(principal, args.name).batching)
+        changes["batching"] = _batching_from_args(args, service.get(principal, args.name).batching)
     args.keep_policy = bool(changes)  # only the cache, the capture or batching changes
-    dep = container.deployments.update(principal, args.name, _policy_from_args(args, container), **changes)
+    dep = service.update(principal, args.name, _policy_from_args(args, service), **changes)
     print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}{_cache_line(dep)}")
     return 0
 
@@ -130,7 +130,7 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
 def cmd_deployments_list(args: argparse.Namespace) -> int:
     rows = [
         {"name": d.name, "revision": d.revision, "policy": json.dumps(d.policy)}
-        for d in get_container().deployments.list(operator(args))
+        for d in pieces.deployments().list(operator(args))
     ]
     table(rows, ["name", "revision", "policy"])
     return 0
@@ -139,16 +139,16 @@ def cmd_deployments_list(args: argparse.Namespace) -> int:
 def cmd_deployments_show(args: argparse.Namespace) -> int:
     from sluice.api.presenters import change_out, deployment_out
 
-    container = get_container()
+    service = pieces.deployments()
     principal = operator(args)
-    data = deployment_out(container.deployments.get(principal, args.name))
-    data["history"] = [change_out(c) for c in container.deployments.history(principal, args.name)]
+    data = deployment_out(service.get(principal, args.name))
+    data["history"] = [change_out(c) for c in service.history(principal, args.name)]
     print_json(data)
     return 0
 
 
 def cmd_deployments_delete(args: argparse.Namespace) -> int:
-    get_container().deployments.delete(operator(args), args.name)
+    pieces.deployments().delete(operator(args), args.name)
     print(f"deleted deployment {args.name}")
     return 0
 
@@ -173,7 +173,7 @@ def _stats_row(kind: str, name: str, s: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_deployments_stats(args: argparse.Namespace) -> int:
-    stats = get_container().deployments.stats(operator(args), args.name)
+    stats = pieces.deployments().stats(operator(args), args.name)
     if args.json:
         print_json(stats)
         return 0
@@ -192,7 +192,7 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_deployments_promote(args: argparse.Namespace) -> int:
-    dep = get_container().deployments.promote(operator(args), args.name, args.mirror)
+    dep = pieces.deployments().promote(operator(args), args.name, args.mirror)
     print(f"deployment {dep.name} revision {dep.revision} -> {json.dumps(dep.policy)}")
     return 0
 

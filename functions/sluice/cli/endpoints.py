@@ -24,7 +24,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import count, get_container
+from sluice.cli import pieces
+from sluice.cli.common import count
 from sluice.domain.errors import BadRequest, SluiceError
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ FLAGS = {
 
 
 def _service() -> EndpointService:
-    return get_container().endpoints
+    return pieces.endpoints()
 
 
 def _operator(args: argparse.Namespace) -> Principal:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, operator, table
+from sluice.cli import pieces
+from sluice.cli.common import operator, table
 
 if TYPE_CHECKING:
     import argparse
@@ -12,14 +13,14 @@ if TYPE_CHECKING:
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
-    key, plain = get_container().keys.create(args.tenant, scopes, name=args.name)
+    key, plain = pieces.keys().create(args.tenant, scopes, name=args.name)
     print(f"key id {key.key_id}, tenant {key.tenant}, scopes {','.join(sorted(key.scopes))}")
     print(f"key (shown once): {plain}")
     return 0
 
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    key = get_container().keys.revoke(operator(args), args.key_id)
+    key = pieces.keys().revoke(operator(args), args.key_id)
     print(f"revoked {key.key_id}")
     return 0
 
@@ -27,7 +28,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 def cmd_keys_list(args: argparse.Namespace) -> int:
     rows = [
         {"key_id": k.key_id, "name": k.name, "scopes": ",".join(sorted(k.scopes)), "active": k.active}
-        for k in get_container().keys.list(operator(args))
+        for k in pieces.keys().list(operator(args))
     ]
     table(rows, ["key_id", "name", "scopes", "active"])
     return 0

@@ -6,9 +6,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from sluice.cli import pieces
 from sluice.cli.common import (
     feature_names,
-    get_container,
     load_json_arg,
     operator,
     print_json,
@@ -40,7 +40,7 @@ def cmd_models_push(args: argparse.Namespace) -> int:
         data, names = converted.onnx, converted.feature_names
         agreement = f", labels agree on {converted.label_agreement:.2%}" if converted.label_agreement is not None else ""
         note = f"converted from {converted.format}, checked on {converted.sample}: max abs diff {converted.max_abs_diff:.3g}{agreement}\n"
-    version = get_container().models.push(
+    version = pieces.models().push(
         operator(args),
         args.name,
         data,
@@ -74,7 +74,7 @@ def _tolerance(text: str) -> float:
 
 def cmd_models_register_triton(args: argparse.Namespace) -> int:
     version = asyncio.run(
-        get_container().models.register_triton(
+        pieces.models().register_triton(
             operator(args), args.name, args.url, model_name=args.model_name, model_version=args.model_version or "",
             protocol=args.protocol,
             feature_names=feature_names(args.feature_names),
@@ -85,10 +85,10 @@ def cmd_models_register_triton(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    container = get_container()
+    service, registry = pieces.models(), pieces.registry()
     rows = []
-    for model in container.models.list_models(operator(args)):
-        versions = container.registry.list_versions(args.tenant, model.name)
+    for model in service.list_models(operator(args)):
+        versions = registry.list_versions(args.tenant, model.name)
         rows.append({"name": model.name, "versions": len(versions), "latest": versions[-1].version if versions else "-", "description": model.description})
     table(rows, ["name", "versions", "latest", "description"])
     return 0
@@ -97,12 +97,12 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 def cmd_models_show(args: argparse.Namespace) -> int:
     from sluice.api.presenters import version_out
 
-    container = get_container()
+    service = pieces.models()
     principal = operator(args)
     if args.version:
-        print_json(version_out(container.models.get_version(principal, args.name, args.version)))
+        print_json(version_out(service.get_version(principal, args.name, args.version)))
     else:
-        versions = container.models.list_versions(principal, args.name)
+        versions = service.list_versions(principal, args.name)
         lineage = [
             {"version": v.version, "derived_from": v.derived_from, "candidate": (v.optimization or {}).get("candidate"),
              "tool": (v.optimization or {}).get("tool")}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, operator, print_json, table
+from sluice.cli import pieces
+from sluice.cli.common import operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_model_ref
 
@@ -46,10 +47,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from sluice.optimize.report import Budget
     from sluice.optimize.service import OptimizeRequest
 
-    container = get_container()
+    service = pieces.optimizer()
     principal = operator(args)
     name, version = args.ref
-    service = container.optimizer
     source = service.version(principal, name, version)
     rows = read_rows(args.data, source.signature, limit=args.calibration_rows + args.evaluation_rows)
     register = tuple(n.strip() for n in args.register.split(",")) if args.register else ()

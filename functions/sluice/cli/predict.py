@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from sluice.cli import pieces
 from sluice.cli.common import (
     count,
-    get_container,
     load_json_arg,
     operator,
     print_json,
@@ -53,7 +53,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             given, inputs = found, RowInputs(**found)
     else:
         inputs = RowInputs(**given)
-    container = get_container()
+    predictions = pieces.predictions()
     request = PredictionRequest(
         deployment=args.deployment,
         inputs=inputs,
@@ -61,11 +61,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         variant=args.variant,
         routing_key=args.routing_key,
     )
-    prediction = asyncio.run(container.predictions.predict(operator(args), request))
-    container.mirror.drain()  # type: ignore[union-attr]  # a short-lived process: let mirrors finish
-    if container.capture is not None:
-        container.capture.drain()  # and captured requests be written
-    container.predictions.stats.flush()
+    prediction = asyncio.run(predictions.predict(operator(args), request))
+    pieces.settle()  # a short-lived process: let mirrors finish, captured requests be written
     if args.v2:
         print_json(v2_body(prediction, request_id="", wanted=None))
     else:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.cli.common import get_container, operator, print_json
+from sluice.cli import pieces
+from sluice.cli.common import operator, print_json
 
 if TYPE_CHECKING:
     import argparse
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    out = get_container().replay.replay(operator(args), args.name, since=args.since, until=args.until, against=args.against)
+    out = pieces.replays().replay(operator(args), args.name, since=args.since, until=args.until, against=args.against)
     if args.json:
         print_json(out)
         return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import count, get_container, operator, print_json
+from sluice.cli import pieces
+from sluice.cli.common import count, operator, print_json
 
 if TYPE_CHECKING:
     import argparse
@@ -21,7 +22,7 @@ def _said(verb: str, dep: Deployment) -> None:
 
 
 def cmd_rollout_start(args: argparse.Namespace) -> int:
-    dep = get_container().rollouts.start(
+    dep = pieces.rollouts().start(
         operator(args), args.name, to=args.to, steps=args.steps, every=args.every, gates=args.gate,
         min_requests=args.min_requests, alarms=args.alarm or (), routing_key=args.routing_key,
         mirror_percent=args.mirror_percent,
@@ -33,7 +34,7 @@ def cmd_rollout_start(args: argparse.Namespace) -> int:
 def cmd_rollout_status(args: argparse.Namespace) -> int:
     from sluice.api.presenters import rollout_status_out
 
-    status = rollout_status_out(*get_container().rollouts.status(operator(args), args.name))
+    status = rollout_status_out(*pieces.rollouts().status(operator(args), args.name))
     if args.json or status["rollout"] is None:
         print_json(status)
         return 0
@@ -69,7 +70,7 @@ def _command(verb: str) -> Any:
     def run(args: argparse.Namespace) -> int:
         _said(
             f"{verb}d" if verb.endswith("e") else f"{verb}ed",
-            getattr(get_container().rollouts, verb)(operator(args), args.name),
+            getattr(pieces.rollouts(), verb)(operator(args), args.name),
         )
         return 0
 

@@ -12,7 +12,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import get_container, operator, print_json, table
+from sluice.cli import pieces
+from sluice.cli.common import operator, print_json, table
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import FORMATS
 
@@ -40,7 +41,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     if args.catalog:
         database, _, table_name = args.catalog.partition(".")
         catalog = {"database": database, "table": table_name}
-    schedule = get_container().schedules.create(
+    schedule = pieces.schedules().create(
         operator(args), name=args.name, deployment=args.deployment, input_uri=args.input,
         expression=expression, timezone=args.timezone, overlap=args.overlap, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), operator=True,
@@ -51,13 +52,13 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    schedules = get_container().schedules.list(operator(args))
+    schedules = pieces.schedules().list(operator(args))
     table([_line(s) for s in schedules], ["name", "state", "expression", "timezone", "deployment", "overlap", "skipped", "input"])
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    view = get_container().schedules.show(operator(args), args.name)
+    view = pieces.schedules().show(operator(args), args.name)
     print_json(_line(view.schedule) | {"next_run": _when(view.next_run_at), "last_fire": _when(view.schedule.last_fire)})
     if not view.runs:
         print("no runs yet")
@@ -72,17 +73,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    print(f"schedule {get_container().schedules.pause(operator(args), args.name).name}: paused")
+    print(f"schedule {pieces.schedules().pause(operator(args), args.name).name}: paused")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    print(f"schedule {get_container().schedules.resume(operator(args), args.name).name}: resumed")
+    print(f"schedule {pieces.schedules().resume(operator(args), args.name).name}: resumed")
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    get_container().schedules.delete(operator(args), args.name)
+    pieces.schedules().delete(operator(args), args.name)
     print(f"schedule {args.name}: deleted (its jobs stay)")
     return 0
 

@@ -20,7 +20,8 @@ from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
-from sluice.cli.common import count, get_container, local_home, operator
+from sluice.cli import pieces
+from sluice.cli.common import count, local_home, operator
 
 if TYPE_CHECKING:
     import argparse
@@ -43,11 +44,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)
-    container = get_container()
+    keys, deployments = pieces.keys(), pieces.deployments()
     principal = operator(args)
     key_file = home / ADMIN_KEY_FILE
     if not key_file.exists():
-        _, plain = container.keys.create(args.tenant, ["admin", "predict"], name="local admin")
+        _, plain = keys.create(args.tenant, ["admin", "predict"], name="local admin")
         # Created owner-only: never readable by others, not even for a moment before a chmod.
         with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
             fh.write(plain + "\n")
@@ -57,25 +58,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.demo:
         from sluice.demo import install_demo
 
-        added = install_demo(container, principal)
-        names = ", ".join(d.name for d in container.deployments.list(principal))
+        added = install_demo(pieces.container(), principal)  # it pushes models and creates deployments
+        names = ", ".join(d.name for d in deployments.list(principal))
         print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
-    stopped = container.batch.liveness.reap_stopped()  # jobs an earlier process of this home left running
+    batch = pieces.batch()
+    stopped = batch.liveness.reap_stopped()  # jobs an earlier process of this home left running
     if stopped:
         print(f"Batch jobs whose process had stopped, now FAILED: {', '.join(j.id for j in stopped)}", flush=True)
     from sluice.batch.inbox import InboxWatcher
 
-    background = Background(container.batch.orchestrator, grace_s=settings.batch_stop_grace_s)
+    background = Background(batch.orchestrator, grace_s=settings.batch_stop_grace_s)
     inbox = settings.batch_inbox_path
-    background.start(InboxWatcher(container.batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s))
-    print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {container.batch.paths.root}outbox/)", flush=True)
+    background.start(InboxWatcher(batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s))
+    print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {batch.paths.root}outbox/)", flush=True)
     from sluice.services.rollout_watcher import RolloutWatcher
 
-    background.start(RolloutWatcher(container.rollouts))  # progressive rollouts move on this thread
+    background.start(RolloutWatcher(pieces.rollouts()))  # progressive rollouts move on this thread
     if not settings.schedule_group:  # else EventBridge Scheduler keeps the time
         from sluice.batch.schedules import LocalScheduler
 
-        background.start(LocalScheduler(container.schedules, interval_s=settings.batch_schedule_poll_s))
+        background.start(LocalScheduler(pieces.schedules(), interval_s=settings.batch_schedule_poll_s))
         print(f"Batch schedules: due runs start here (looked for every {settings.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)

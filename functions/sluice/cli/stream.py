@@ -27,7 +27,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.cli.common import count, get_container
+from sluice.cli import pieces
+from sluice.cli.common import count
 from sluice.codecs.lines import lines_of
 
 if TYPE_CHECKING:
@@ -250,15 +251,15 @@ def _error_lines(first: int, lines: list[bytes], why: str) -> bytes:
 
 
 class BatchScorer:
-    """One process's share: its container, the stream core, and the retries of a batch."""
+    """One process's share: its prediction service, the stream core, and the retries of a batch."""
 
     def __init__(self, tenant: str, deployment: str, batch_rows: int, *, stop_fd: int | None = None) -> None:
         from sluice.stream.core import StreamScorer
 
-        self.container = get_container()
+        predictions = pieces.stream_predictions()
         self.batch_rows = batch_rows
         self.stop_fd = stop_fd  # readable once the stream is stopping: retry no more
-        self.scorer = StreamScorer(self.container.stream_predictions, tenant, deployment, batch_rows=batch_rows)
+        self.scorer = StreamScorer(predictions, tenant, deployment, batch_rows=batch_rows)
 
     def __call__(self, first: int, block: bytes) -> Scored:
         """Score a block's lines, `lines_per_batch` at a time: (output, lines, errors, given up)."""
@@ -301,10 +302,7 @@ class BatchScorer:
         return not stopping
 
     def finish(self) -> None:
-        self.container.mirror.drain()  # type: ignore[union-attr]
-        if self.container.capture is not None:
-            self.container.capture.drain()
-        self.container.predictions.stats.flush()
+        pieces.settle()
 
 
 _worker: BatchScorer | Exception | None = None

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sluice import owner_only
-from sluice.cli.common import count, get_container, local_home
+from sluice.cli import pieces
+from sluice.cli.common import count, local_home
 from sluice.domain.errors import BadRequest
 from sluice.endpoints.local_triton import DEFAULT_HTTP_PORT
 
@@ -94,10 +95,10 @@ def cmd_triton_repo(args: argparse.Namespace) -> int:
     from sluice.domain import Principal
     from sluice.endpoints.repository import TritonOptions, export_repository
 
-    container = get_container()
+    models, store = pieces.models(), pieces.store()
     principal = Principal(args.tenant, frozenset({"admin", "predict"}), "cli")
     name, number = _version_ref(args.version)
-    version = container.models.get_version(principal, name, number)
+    version = models.get_version(principal, name, number)
     options = TritonOptions(
         max_batch_size=args.max_batch_size,
         preferred_batch_sizes=tuple(args.preferred_batch_size or ()),
@@ -106,7 +107,7 @@ def cmd_triton_repo(args: argparse.Namespace) -> int:
         instance_count=args.instance_count,
         tensorrt_fp16=args.tensorrt_fp16,
     )
-    out = export_repository(version, container.store, Path(args.out), flavour=args.flavour, options=options, name=args.name)
+    out = export_repository(version, store, Path(args.out), flavour=args.flavour, options=options, name=args.name)
     model = args.name or version.model
     print(f"wrote the {args.flavour} repository of {version.ref} to {out} (Triton model '{model}', version {version.version})")
     return 0

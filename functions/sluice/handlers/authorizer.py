@@ -25,7 +25,7 @@ from sluice.services.keys import presented_key, split_key
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
-    from sluice.wiring import Container
+    from sluice.services.keys import KeyService
 
 # Tenant names start with a letter or digit, so this suffix cannot collide with one.
 DEFAULT_PLAN = "_default"
@@ -64,11 +64,11 @@ def api_key_of(event: APIGatewayAuthorizerRequestEvent) -> str | None:
     return presented_key(event.headers)  # case-insensitive
 
 
-def _principal_of(key: str | None, container: Container) -> Principal | None:
+def _principal_of(key: str | None, keys: KeyService) -> Principal | None:
     principal = None
     if key is not None:
         try:
-            principal = container.keys.authenticate(key)
+            principal = keys.authenticate(key)
         except Unauthenticated:
             principal = None
     if principal is None:
@@ -90,11 +90,11 @@ def _context(principal: Principal) -> dict[str, str]:
     }
 
 
-def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, container: Container) -> dict[str, Any]:
+def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, keys: KeyService) -> dict[str, Any]:
     """A WebSocket API's `$connect`: allowed or denied on that route alone (its method ARN ends
     in `$connect`, with no HTTP method); the context rides along with every later message of
     the connection as `requestContext.authorizer`."""
-    principal = _principal_of(api_key_of(event), container)
+    principal = _principal_of(api_key_of(event), keys)
     allowed = principal is not None
     return {
         "principalId": principal.subject if principal is not None else "anonymous",
@@ -109,10 +109,10 @@ def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, container: Con
 
 
 def authorize(
-    event: APIGatewayAuthorizerRequestEvent, *, container: Container, usage: UsagePlans
+    event: APIGatewayAuthorizerRequestEvent, *, keys: KeyService, usage: UsagePlans
 ) -> dict[str, Any]:
     arn = event.parsed_arn
-    principal = _principal_of(api_key_of(event), container)
+    principal = _principal_of(api_key_of(event), keys)
     if principal is None:
         denied = APIGatewayAuthorizerResponse(
             principal_id="anonymous",
@@ -144,13 +144,10 @@ def authorize(
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from sluice.wiring import get_container
 
+    keys = get_container().keys
     if (event.get("requestContext") or {}).get("eventType") == "CONNECT":  # a WebSocket API
-        return authorize_connect(APIGatewayAuthorizerRequestEvent(event), container=get_container())
-    return authorize(
-        APIGatewayAuthorizerRequestEvent(event),
-        container=get_container(),
-        usage=_usage_plans(),
-    )
+        return authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=keys)
+    return authorize(APIGatewayAuthorizerRequestEvent(event), keys=keys, usage=_usage_plans())
 
 
 _usage: UsagePlans | None = None

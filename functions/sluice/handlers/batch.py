@@ -237,23 +237,11 @@ def _idempotent_start(context: Any) -> Any:
     if not isinstance(registry, DynamoRegistry):
         return start_upload  # the local twin: derived job ids alone keep starts single
     if _start_once is None or _start_once[0] is not registry:
-        from aws_lambda_powertools.utilities.idempotency import (
-            DynamoDBPersistenceLayer,
-            IdempotencyConfig,
-            idempotent_function,
-        )
+        from aws_lambda_powertools.utilities.idempotency import idempotent_function
 
-        persistence = DynamoDBPersistenceLayer(
-            table_name=registry.table_name,
-            key_attr="pk",
-            sort_key_attr="sk",
-            static_pk_value=IDEMPOTENCY_KEY,
-            expiry_attr="expires_at",
-            boto3_client=registry.client,
-        )
-        config = IdempotencyConfig(
-            event_key_jmespath="[bucket, key, version]", expires_after_seconds=IDEMPOTENCY_TTL_S
-        )
+        from sluice.handlers.adapters import upload_idempotency
+
+        persistence, config = upload_idempotency(registry, key=IDEMPOTENCY_KEY, expires_after_s=IDEMPOTENCY_TTL_S)
         _start_once = (
             registry,
             idempotent_function(data_keyword_argument="upload", persistence_store=persistence, config=config)(

@@ -26,16 +26,10 @@ logger = get_logger()
 
 @lru_cache(maxsize=1)
 def service() -> RolloutService:
-    from sluice.clients import default_clients
-    from sluice.services.rollouts import RolloutService
-    from sluice.stats.alarms import CloudWatchAlarms
+    from sluice.handlers.adapters import rollout_controller
     from sluice.wiring import get_container
 
-    c = get_container()
-    alarms = CloudWatchAlarms(
-        default_clients(c.settings.region).client("cloudwatch", region=c.settings.region)
-    )
-    return RolloutService(c.registry, c.deployments, alarms=alarms, endpoints=c.endpoint_plane)
+    return rollout_controller(get_container())
 
 
 @logger.inject_lambda_context(clear_state=True)

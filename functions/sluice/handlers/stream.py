@@ -62,10 +62,9 @@ def container() -> Container:
 def sink_for(binding: Binding) -> Sink:
     found = _sinks.get(binding.destination)
     if found is None:
-        from sluice.clients import default_clients
-        from sluice.stream.sinks import build_sink
+        from sluice.handlers.adapters import stream_sink
 
-        found = _sinks[binding.destination] = build_sink(binding.destination, default_clients(container().settings.region))
+        found = _sinks[binding.destination] = stream_sink(container().settings, binding.destination)
     return found
 
 

@@ -116,20 +116,17 @@ def _rate(container: Container, tenant: str) -> ConnectionRate | None:
 
 
 def _clients(container: Container) -> AwsClients:
-    from sluice.clients import default_clients
+    from sluice.handlers.adapters import clients
 
-    return default_clients(container.settings.region)
+    return clients(container.settings)
 
 
 def _management(event: dict[str, Any], clients: AwsClients) -> Any:
     """The Management API client of the API and stage the message came through."""
+    from sluice.handlers.adapters import management_api
+
     context = event["requestContext"]
-    return clients.client(
-        "apigatewaymanagementapi",
-        endpoint_url=f"https://{context['domainName']}/{context['stage']}",
-        connect_timeout=2,
-        read_timeout=5,
-    )
+    return management_api(clients, context["domainName"], context["stage"])
 
 
 def _post(management: Any, connection: str, data: bytes) -> bool:

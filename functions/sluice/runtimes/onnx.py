@@ -254,12 +254,13 @@ def machine_vcpus(settings: Settings) -> int:
     import os
 
     from sluice.domain.objects import vcpus_for_memory
+    from sluice.settings import lambda_memory_mb
 
     if settings.ort_vcpus:
         return settings.ort_vcpus
-    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
-    if memory.isdigit():
-        return vcpus_for_memory(int(memory))
+    memory = lambda_memory_mb()
+    if memory is not None:
+        return vcpus_for_memory(memory)
     return os.cpu_count() or 1
 
 

@@ -81,11 +81,11 @@ def posted(connection: str) -> list[dict[str, Any]]:
 def test_the_connect_authorizer_allows_a_key_on_connect_alone_and_puts_the_tenant_in_context(demo: Container, key: tuple[str, str]) -> None:
     key_id, plain = key
     event = with_key(load("websocket_authorizer_connect.json"), plain)
-    allowed = authorize_connect(APIGatewayAuthorizerRequestEvent(event), container=demo)
+    allowed = authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=demo.keys)
     (statement,) = allowed["policyDocument"]["Statement"]
     assert statement["Effect"] == "Allow" and statement["Resource"] == event["methodArn"]
     assert allowed["context"] == {"tenant": "acme", "scopes": "predict", "subject": key_id}
-    denied = authorize_connect(APIGatewayAuthorizerRequestEvent(with_key(load("websocket_authorizer_connect.json"), "sk_x_wrong")), container=demo)
+    denied = authorize_connect(APIGatewayAuthorizerRequestEvent(with_key(load("websocket_authorizer_connect.json"), "sk_x_wrong")), keys=demo.keys)
     assert denied["policyDocument"]["Statement"][0]["Effect"] == "Deny" and "context" not in denied
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from sluice.api.deps import ContainerDep, PrincipalDep, RootsDep
+from sluice.api.deps import BatchDep, PrincipalDep, RootsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.batch.wire import (
     ERROR_ROWS_DEFAULT,
@@ -21,8 +21,8 @@ router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors
 
 
 @router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")
-def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    job = container.batch.submit(
+def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, batch: BatchDep, roots: RootsDep) -> JSONResponse:
+    job = batch.submit(
         principal,
         deployment=body.deployment,
         input_uri=body.input_uri,
@@ -36,19 +36,19 @@ def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, container: C
 
 @router.get("", response_model=list[BatchJobOut], summary="List batch jobs, newest first")
 def list_batch_jobs(
-    principal: PrincipalDep, container: ContainerDep, roots: RootsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    principal: PrincipalDep, batch: BatchDep, roots: RootsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> JSONResponse:
-    return JSONResponse([job_out(j, roots) for j in container.batch.list(principal, limit=limit)])
+    return JSONResponse([job_out(j, roots) for j in batch.list(principal, limit=limit)])
 
 
 @router.get("/{job_id}", response_model=BatchJobOut, summary="Get a batch job: status, progress, counts")
-def get_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(job_out(container.batch.get(principal, job_id), roots))
+def get_batch_job(job_id: str, principal: PrincipalDep, batch: BatchDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(job_out(batch.get(principal, job_id), roots))
 
 
 @router.post("/{job_id}/cancel", response_model=BatchJobOut, summary="Cancel a batch job")
-def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(job_out(container.batch.cancel(principal, job_id), roots))
+def cancel_batch_job(job_id: str, principal: PrincipalDep, batch: BatchDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(job_out(batch.cancel(principal, job_id), roots))
 
 
 @router.get(
@@ -59,9 +59,9 @@ def cancel_batch_job(job_id: str, principal: PrincipalDep, container: ContainerD
 def batch_job_errors(
     job_id: str,
     principal: PrincipalDep,
-    container: ContainerDep,
+    batch: BatchDep,
     roots: RootsDep,
     limit: Annotated[int, Query(ge=1, le=ERROR_ROWS_MAX, description="How many rows, 1 to 100.")] = ERROR_ROWS_DEFAULT,
 ) -> JSONResponse:
-    found = container.batch.error_rows(principal, job_id, limit=limit)
+    found = batch.error_rows(principal, job_id, limit=limit)
     return JSONResponse(found | {"files": [roots.shown(uri) for uri in found["files"]]})

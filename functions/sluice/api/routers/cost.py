@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, CostDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses
 async def deployment_cost(
     name: str,
     principal: AdminDep,
-    container: ContainerDep,
+    cost: CostDep,
     rps: float = Query(1.0, ge=1e-6, le=1e7, description="Mean traffic, predictions per second."),
     p99_ms: float | None = Query(None, gt=0, le=3.6e6, description="Recommend the cheapest runtime with a p99 at or under this."),
     region: str = Query("us-east-1", description="The price file's region."),
@@ -34,4 +34,4 @@ async def deployment_cost(
         rps=rps, p99_ms=p99_ms, region=region, instance_type=instance_type, memory_mb=memory_mb,
         instance_rps=instance_rps, latencies=latencies,
     )  # fmt: skip
-    return JSONResponse(await run_in_threadpool(container.cost.estimate, principal, name, request))
+    return JSONResponse(await run_in_threadpool(cost.estimate, principal, name, request))

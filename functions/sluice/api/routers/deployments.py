@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from sluice.api.deps import AdminDep, ContainerDep, PrincipalDep
+from sluice.api.deps import AdminDep, DeploymentsDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.errors import BadRequest
@@ -24,7 +24,7 @@ from sluice.types.management import (
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
 
 
-def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
+def _policy(deployments: DeploymentsDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
     if isinstance(body, DeploymentUpdate) and body.policy is None and body.model is None and {"cache", "capture", "batching"} & body.model_fields_set:
         return None  # only the cache, the capture or batching changes
     if (body.policy is None) == (body.model is None):
@@ -32,34 +32,34 @@ def _policy(container: ContainerDep, principal: AdminDep, body: DeploymentCreate
     if body.policy is not None:
         return policy_dict(body.policy)
     assert body.model is not None
-    return container.deployments.resolve_shorthand(principal, body.model, body.version)
+    return deployments.resolve_shorthand(principal, body.model, body.version)
 
 
 @router.post("", response_model=DeploymentOut, status_code=201, summary="Create a deployment")
-def create_deployment(body: DeploymentCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    policy = _policy(container, principal, body)
+def create_deployment(body: DeploymentCreate, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
+    policy = _policy(deployments, principal, body)
     assert policy is not None
     cache = body.cache.model_dump() if body.cache is not None else None
     capture = body.capture.model_dump() if body.capture is not None else None
     batching = body.batching.model_dump() if body.batching is not None else None
-    deployment = container.deployments.create(
+    deployment = deployments.create(
         principal, body.name, policy, description=body.description, cache=cache, capture=capture, batching=batching
     )
     return JSONResponse(deployment_out(deployment), status_code=201)
 
 
 @router.get("", response_model=list[DeploymentOut], summary="List deployments")
-def list_deployments(principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse([deployment_out(d) for d in container.deployments.list(principal)])
+def list_deployments(principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
+    return JSONResponse([deployment_out(d) for d in deployments.list(principal)])
 
 
 @router.get("/{name}", response_model=DeploymentOut, summary="Get a deployment")
-def get_deployment(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(deployment_out(container.deployments.get(principal, name)))
+def get_deployment(name: str, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
+    return JSONResponse(deployment_out(deployments.get(principal, name)))
 
 
 @router.put("/{name}", response_model=DeploymentOut, summary="Point a deployment at a new target")
-def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     changes: dict[str, Any] = {}
     if "cache" in body.model_fields_set:  # left out: stays as it is
         changes["cache"] = body.cache.model_dump() if body.cache is not None else None
@@ -67,33 +67,33 @@ def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, co
         changes["capture"] = body.capture.model_dump() if body.capture is not None else None
     if "batching" in body.model_fields_set:
         changes["batching"] = body.batching.model_dump() if body.batching is not None else None
-    deployment = container.deployments.update(
-        principal, name, _policy(container, principal, body), expected_revision=body.revision, **changes
+    deployment = deployments.update(
+        principal, name, _policy(deployments, principal, body), expected_revision=body.revision, **changes
     )
     return JSONResponse(deployment_out(deployment))
 
 
 @router.delete("/{name}", status_code=204, summary="Delete a deployment")
-def delete_deployment(name: str, principal: AdminDep, container: ContainerDep) -> None:
-    container.deployments.delete(principal, name)
+def delete_deployment(name: str, principal: AdminDep, deployments: DeploymentsDep) -> None:
+    deployments.delete(principal, name)
 
 
 @router.get("/{name}/stats", summary="Verdicts: per variant and mirror, traffic, errors, latency, agreement")
-def deployment_stats(name: str, principal: AdminDep, container: ContainerDep, revision: RevisionNumber | None = None) -> JSONResponse:
-    return JSONResponse(container.deployments.stats(principal, name, revision=revision))
+def deployment_stats(name: str, principal: AdminDep, deployments: DeploymentsDep, revision: RevisionNumber | None = None) -> JSONResponse:
+    return JSONResponse(deployments.stats(principal, name, revision=revision))
 
 
 @router.post("/{name}/promote", response_model=DeploymentOut, summary="Make a shadow mirror the primary")
-def promote_mirror(name: str, body: Promote, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(deployment_out(container.deployments.promote(principal, name, body.mirror)))
+def promote_mirror(name: str, body: Promote, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
+    return JSONResponse(deployment_out(deployments.promote(principal, name, body.mirror)))
 
 
 @router.post("/{name}/feedback", summary="Reward the variant that answered a request (bandit splits)")
-def feedback(name: str, body: Feedback, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    variant = container.deployments.feedback(principal, name, body.request_id, body.reward)
+def feedback(name: str, body: Feedback, principal: PrincipalDep, deployments: DeploymentsDep) -> JSONResponse:
+    variant = deployments.feedback(principal, name, body.request_id, body.reward)
     return JSONResponse({"deployment": name, "request_id": body.request_id, "variant": variant, "reward": body.reward})
 
 
 @router.get("/{name}/history", response_model=list[DeploymentChangeOut], summary="Who changed the policy, when, old -> new")
-def deployment_history(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse([change_out(c) for c in container.deployments.history(principal, name)])
+def deployment_history(name: str, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
+    return JSONResponse([change_out(c) for c in deployments.history(principal, name)])

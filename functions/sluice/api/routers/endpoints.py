@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from pydantic import Field
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, EndpointsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.base import WireModel
 
@@ -66,30 +66,30 @@ class EndpointScale(WireModel):
     weights: dict[str, float] | None = Field(None, description="New weight per variant, by the policy's variant names.")
 
 
-def _call(container: ContainerDep, method: str, *args: Any) -> Any:
-    return run_in_threadpool(getattr(container.endpoints, method), *args)
+def _call(endpoints: EndpointsDep, method: str, *args: Any) -> Any:
+    return run_in_threadpool(getattr(endpoints, method), *args)
 
 
 @router.post("/{name}/endpoint", status_code=202, summary="Deploy the deployment's versions to a SageMaker endpoint")
-async def deploy_endpoint(name: str, body: EndpointCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+async def deploy_endpoint(name: str, body: EndpointCreate, principal: AdminDep, endpoints: EndpointsDep) -> JSONResponse:
     from sluice.services.endpoint_requests import DeployRequest
 
     request = DeployRequest(**body.model_dump())
-    return JSONResponse(await _call(container, "deploy", principal, name, request), status_code=202)
+    return JSONResponse(await _call(endpoints, "deploy", principal, name, request), status_code=202)
 
 
 @router.get("/{name}/endpoint", summary="The endpoint's status (Creating, InService, Failed with its reason), variants and scaling")
-async def endpoint_status(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _call(container, "status", principal, name))
+async def endpoint_status(name: str, principal: AdminDep, endpoints: EndpointsDep) -> JSONResponse:
+    return JSONResponse(await _call(endpoints, "status", principal, name))
 
 
 @router.put("/{name}/scale", summary="Change the endpoint's autoscaling range, instance count or variant weights")
-async def scale_endpoint(name: str, body: EndpointScale, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+async def scale_endpoint(name: str, body: EndpointScale, principal: AdminDep, endpoints: EndpointsDep) -> JSONResponse:
     from sluice.services.endpoint_requests import ScaleRequest
 
-    return JSONResponse(await _call(container, "scale", principal, name, ScaleRequest(**body.model_dump())))
+    return JSONResponse(await _call(endpoints, "scale", principal, name, ScaleRequest(**body.model_dump())))
 
 
 @router.delete("/{name}/endpoint", summary="Route back to the source versions, then delete autoscaling, endpoint, configs and models")
-async def undeploy_endpoint(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _call(container, "undeploy", principal, name))
+async def undeploy_endpoint(name: str, principal: AdminDep, endpoints: EndpointsDep) -> JSONResponse:
+    return JSONResponse(await _call(endpoints, "undeploy", principal, name))

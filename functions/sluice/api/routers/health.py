@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from sluice import __version__
-from sluice.api.deps import ContainerDep
+from sluice.api.deps import RegistryDep
 from sluice.api.responses import JSONResponse
 from sluice.services.health import registry_answers
 from sluice.types.v2 import MetadataServerResponse
@@ -19,8 +19,8 @@ async def healthz() -> JSONResponse:
 
 
 @router.get("/readyz", summary="The registry answers")
-def readyz(container: ContainerDep) -> JSONResponse:
-    ready = registry_answers(container.registry)
+def readyz(registry: RegistryDep) -> JSONResponse:
+    ready = registry_answers(registry)
     return JSONResponse({"status": "ok" if ready else "unavailable"}, status_code=200 if ready else 503)
 
 
@@ -30,8 +30,8 @@ async def v2_live() -> JSONResponse:
 
 
 @router.get("/v2/health/ready", summary="v2: server ready")
-def v2_ready(container: ContainerDep) -> JSONResponse:
-    ready = registry_answers(container.registry)
+def v2_ready(registry: RegistryDep) -> JSONResponse:
+    ready = registry_answers(registry)
     return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
 

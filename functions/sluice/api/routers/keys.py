@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, KeysDep
 from sluice.api.presenters import key_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import KeyCreate, KeyOut
@@ -13,16 +13,16 @@ router = APIRouter(prefix="/api/v1/keys", tags=["keys"], responses=errors(*MANAG
 
 
 @router.post("", response_model=KeyOut, status_code=201, summary="Create a key in your tenant (shown once)")
-def create_key(body: KeyCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    key, plain = container.keys.create(principal.tenant, body.scopes, name=body.name, issuer=principal)
+def create_key(body: KeyCreate, principal: AdminDep, keys: KeysDep) -> JSONResponse:
+    key, plain = keys.create(principal.tenant, body.scopes, name=body.name, issuer=principal)
     return JSONResponse(key_out(key, plain), status_code=201)
 
 
 @router.get("", response_model=list[KeyOut], summary="List your tenant's keys")
-def list_keys(principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse([key_out(k) for k in container.keys.list(principal)])
+def list_keys(principal: AdminDep, keys: KeysDep) -> JSONResponse:
+    return JSONResponse([key_out(k) for k in keys.list(principal)])
 
 
 @router.delete("/{key_id}", response_model=KeyOut, summary="Revoke a key")
-def revoke_key(key_id: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(key_out(container.keys.revoke(principal, key_id)))
+def revoke_key(key_id: str, principal: AdminDep, keys: KeysDep) -> JSONResponse:
+    return JSONResponse(key_out(keys.revoke(principal, key_id)))

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, TelemetryDep
 from sluice.api.responses import AUTHENTICATED, errors
 from sluice.domain.errors import NotFound
 
@@ -25,8 +25,8 @@ TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
         **errors(*AUTHENTICATED, _404="Metrics are off: not the local service (on AWS they are EMF)"),
     },
 )
-async def metrics(container: ContainerDep, principal: AdminDep) -> Response:
-    sink = container.telemetry.sink if container.telemetry is not None else None
+async def metrics(telemetry: TelemetryDep, principal: AdminDep) -> Response:
+    sink = telemetry.sink if telemetry is not None else None
     if sink is None:
         raise NotFound(
             "metrics are served by `sluice serve`; on AWS the same figures are CloudWatch metrics (EMF)",

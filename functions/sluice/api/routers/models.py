@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, ContainerDep, RootsDep, parse_body
+from sluice.api.deps import AdminDep, ModelsDep, RegistryDep, RootsDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain import Model, check_name
@@ -34,37 +34,37 @@ ONNX_BODY = {
 }
 
 
-def _latest(container: ContainerDep, tenant: str, name: str) -> int | None:
+def _latest(registry: RegistryDep, tenant: str, name: str) -> int | None:
     try:
-        return container.registry.latest_version(tenant, name).version
+        return registry.latest_version(tenant, name).version
     except NotFound:
         return None
 
 
 @router.post("", response_model=ModelOut, status_code=status.HTTP_201_CREATED, summary="Create a model")
-def create_model(body: ModelCreate, principal: AdminDep, container: ContainerDep) -> JSONResponse:
+def create_model(body: ModelCreate, principal: AdminDep, registry: RegistryDep) -> JSONResponse:
     check_name(body.name, field="name")
-    model = container.registry.create_model(
+    model = registry.create_model(
         Model(principal.tenant, body.name, description=body.description, created_by=principal.subject)
     )
     return JSONResponse(model_out(model), status_code=201)
 
 
 @router.get("", response_model=list[ModelOut], summary="List models")
-def list_models(principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    models = container.models.list_models(principal)
-    return JSONResponse([model_out(m, _latest(container, principal.tenant, m.name)) for m in models])
+def list_models(principal: AdminDep, models: ModelsDep, registry: RegistryDep) -> JSONResponse:
+    found = models.list_models(principal)
+    return JSONResponse([model_out(m, _latest(registry, principal.tenant, m.name)) for m in found])
 
 
 @router.get("/{name}", response_model=ModelOut, summary="Get a model")
-def get_model(name: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    model = container.models.get_model(principal, name)
-    return JSONResponse(model_out(model, _latest(container, principal.tenant, name)))
+def get_model(name: str, principal: AdminDep, models: ModelsDep, registry: RegistryDep) -> JSONResponse:
+    model = models.get_model(principal, name)
+    return JSONResponse(model_out(model, _latest(registry, principal.tenant, name)))
 
 
 @router.delete("/{name}", status_code=204, summary="Delete a model and its versions")
-def delete_model(name: str, principal: AdminDep, container: ContainerDep) -> None:
-    container.models.delete_model(principal, name)
+def delete_model(name: str, principal: AdminDep, models: ModelsDep) -> None:
+    models.delete_model(principal, name)
 
 
 @router.post(
@@ -78,7 +78,7 @@ async def push_version(
     name: str,
     request: Request,
     principal: AdminDep,
-    container: ContainerDep,
+    models: ModelsDep,
     roots: RootsDep,
     feature_names: str | None = Query(None, description="Comma-separated feature names (uploads)."),
 ) -> JSONResponse:
@@ -87,7 +87,7 @@ async def push_version(
     if content_type == "application/json":
         if b'"triton_url"' in body:
             triton = parse_body(VersionFromTriton, body)
-            version = await container.models.register_triton(
+            version = await models.register_triton(
                 principal,
                 name,
                 triton.triton_url,
@@ -100,7 +100,7 @@ async def push_version(
         else:
             spec = parse_body(VersionPushByUri, body)
             version = await run_in_threadpool(
-                container.models.push_uri,
+                models.push_uri,
                 principal,
                 name,
                 spec.artifact_uri,
@@ -111,7 +111,7 @@ async def push_version(
             )
     elif content_type in ("application/octet-stream", "application/onnx", ""):
         names = [n.strip() for n in feature_names.split(",") if n.strip()] if feature_names else None
-        version = await run_in_threadpool(container.models.push, principal, name, body, feature_names=names)
+        version = await run_in_threadpool(models.push, principal, name, body, feature_names=names)
     else:
         raise BadRequest(
             "send the ONNX file as application/octet-stream, or JSON with artifact_uri", field="content-type"
@@ -120,15 +120,15 @@ async def push_version(
 
 
 @router.get("/{name}/versions", response_model=list[VersionOut], summary="List a model's versions")
-def list_versions(name: str, principal: AdminDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse([version_out(v, roots) for v in container.models.list_versions(principal, name)])
+def list_versions(name: str, principal: AdminDep, models: ModelsDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse([version_out(v, roots) for v in models.list_versions(principal, name)])
 
 
 @router.get("/{name}/versions/{version}", response_model=VersionOut, summary="Get a version ('latest' works)")
-def get_version(name: str, version: VersionOrLatest, principal: AdminDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(version_out(container.models.get_version(principal, name, version), roots))
+def get_version(name: str, version: VersionOrLatest, principal: AdminDep, models: ModelsDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(version_out(models.get_version(principal, name, version), roots))
 
 
 @router.delete("/{name}/versions/{version}", status_code=204, summary="Delete a version no deployment uses")
-def delete_version(name: str, version: VersionNumber, principal: AdminDep, container: ContainerDep) -> None:
-    container.models.delete_version(principal, name, version)
+def delete_version(name: str, version: VersionNumber, principal: AdminDep, models: ModelsDep) -> None:
+    models.delete_version(principal, name, version)

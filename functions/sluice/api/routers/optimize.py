@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from fastapi.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, ContainerDep
+from sluice.api.deps import AdminDep, DeploymentsDep, OptimizeJobsDep, OptimizerDep
 from sluice.api.presenters import present
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.errors import BadRequest
@@ -25,14 +25,19 @@ router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGE
     summary="Build, measure and (asked) register cheaper variants of a version",
 )
 async def start_optimize(
-    name: str, version: VersionOrLatest, body: OptimizeCreate, principal: AdminDep, container: ContainerDep
+    name: str,
+    version: VersionOrLatest,
+    body: OptimizeCreate,
+    principal: AdminDep,
+    service: OptimizerDep,
+    deployments: DeploymentsDep,
+    jobs: OptimizeJobsDep,
 ) -> JSONResponse:
     from sluice.optimize.candidates import KINDS
     from sluice.optimize.measure import Timing
     from sluice.optimize.report import Budget
     from sluice.optimize.service import OptimizeRequest
 
-    service = container.optimizer
     principal.require("admin")
     unknown = sorted(set(body.to_register) - {"recommended", *KINDS} | ({"original"} & set(body.to_register)))
     if unknown:
@@ -45,7 +50,7 @@ async def start_optimize(
         service.rows_from_uri, principal, body.data_uri, source, body.calibration_rows + body.evaluation_rows
     )
     if body.shadow:
-        container.deployments.get(principal, body.shadow)
+        deployments.get(principal, body.shadow)
     request = OptimizeRequest(
         name, source.version,
         budget=Budget(body.min_agreement, body.max_abs_diff), kinds=tuple(body.candidates),
@@ -53,7 +58,7 @@ async def start_optimize(
         timing=Timing(budget_s=body.seconds), tune=body.tune, register=tuple(body.to_register), shadow=body.shadow,
     )  # fmt: skip
     job = await run_in_threadpool(
-        container.optimize_jobs.start,
+        jobs.start,
         principal, lambda: service.run(principal, request, rows), model=name, version=source.version,
     )  # fmt: skip
     return JSONResponse(present(OptimizeJobOut, job), status_code=202)
@@ -61,11 +66,11 @@ async def start_optimize(
 
 @router.get("/optimize-jobs", response_model=list[OptimizeJobOut], summary="List optimize runs, newest first")
 def list_optimize_jobs(
-    principal: AdminDep, container: ContainerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    principal: AdminDep, jobs: OptimizeJobsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> JSONResponse:
-    return JSONResponse([present(OptimizeJobOut, j) for j in container.optimize_jobs.list(principal, limit=limit)])
+    return JSONResponse([present(OptimizeJobOut, j) for j in jobs.list(principal, limit=limit)])
 
 
 @router.get("/optimize-jobs/{job_id}", response_model=OptimizeJobOut, summary="Follow an optimize run")
-def get_optimize_job(job_id: str, principal: AdminDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(present(OptimizeJobOut, container.optimize_jobs.get(principal, job_id)))
+def get_optimize_job(job_id: str, principal: AdminDep, jobs: OptimizeJobsDep) -> JSONResponse:
+    return JSONResponse(present(OptimizeJobOut, jobs.get(principal, job_id)))

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, RedirectResponse, Response
 
-from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.deps import PrincipalDep, ResultsDep
 from sluice.api.responses import JSONResponse, errors
 
 router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(400, 401, 403, 404, 422, 502))
@@ -19,10 +19,10 @@ router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(
     "presigned S3 GET on AWS (follow it without the API key: `curl -L` does), its bytes with 200 on `sluice serve`.",
     responses={303: {"description": "The answer is large: fetch it from Location (no API key)"}},
 )
-async def get_result(result_id: str, principal: PrincipalDep, container: ContainerDep) -> Response:
+async def get_result(result_id: str, principal: PrincipalDep, results: ResultsDep) -> Response:
     from sluice.inference.results import LargeAnswer
 
-    found = await run_in_threadpool(container.results.get, principal, result_id)
+    found = await run_in_threadpool(results.get, principal, result_id)
     if not isinstance(found, LargeAnswer):
         return JSONResponse(found)
     if found.url is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from sluice.api.deps import ContainerDep, PrincipalDep, RootsDep
+from sluice.api.deps import PrincipalDep, RootsDep, SchedulesDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.batch.wire import (
     ScheduleCreate,
@@ -19,8 +19,8 @@ router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=e
 
 
 @router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")
-def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    schedule = container.schedules.create(
+def create_schedule(body: ScheduleCreate, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
+    schedule = schedules.create(
         principal, name=body.name, deployment=body.deployment, input_uri=body.input_uri,
         expression=body.expression, timezone=body.timezone, overlap=body.overlap, format=body.format,
         output_format=body.output_format, key_columns=body.key_columns,
@@ -31,26 +31,26 @@ def create_schedule(body: ScheduleCreate, principal: PrincipalDep, container: Co
 
 
 @router.get("", response_model=list[ScheduleOut], summary="List your batch schedules")
-def list_schedules(principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse([schedule_out(s, roots) for s in container.schedules.list(principal)])
+def list_schedules(principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse([schedule_out(s, roots) for s in schedules.list(principal)])
 
 
 @router.get("/{name}", response_model=ScheduleDetail, summary="A schedule, its next run and its recent runs")
-def get_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(schedule_detail(container.schedules.show(principal, name), roots))
+def get_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_detail(schedules.show(principal, name), roots))
 
 
 @router.post("/{name}/pause", response_model=ScheduleOut, summary="Pause a schedule")
-def pause_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(schedule_out(container.schedules.pause(principal, name), roots))
+def pause_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_out(schedules.pause(principal, name), roots))
 
 
 @router.post("/{name}/resume", response_model=ScheduleOut, summary="Resume a schedule (what it missed is not run)")
-def resume_schedule(name: str, principal: PrincipalDep, container: ContainerDep, roots: RootsDep) -> JSONResponse:
-    return JSONResponse(schedule_out(container.schedules.resume(principal, name), roots))
+def resume_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
+    return JSONResponse(schedule_out(schedules.resume(principal, name), roots))
 
 
 @router.delete("/{name}", status_code=204, summary="Delete a schedule (its jobs stay)")
-def delete_schedule(name: str, principal: PrincipalDep, container: ContainerDep) -> Response:
-    container.schedules.delete(principal, name)
+def delete_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep) -> Response:
+    schedules.delete(principal, name)
     return Response(status_code=204)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from sluice.api.deps import ContainerDep, PrincipalDep, parse_body
+from sluice.api.deps import DeploymentsDep, PrincipalDep, TritonExtensionsDep, parse_body
 from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
 from sluice.domain.errors import BadRequest
 from sluice.domain.values import VersionNumber
-from sluice.services.triton_ext import TritonExtensions
 from sluice.types.triton import (
     ModelConfigResponse,
     ModelStatsResponse,
@@ -21,46 +20,42 @@ from sluice.types.triton import (
 router = APIRouter(tags=["v2 (Triton extensions)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
 
 
-def _extensions(container: ContainerDep) -> TritonExtensions:
-    return TritonExtensions(container.predictions, container.deployments, container.runtimes)
-
-
 @router.get("/v2/models/stats", response_model=ModelStatsResponse, summary="Triton: statistics of every deployment")
-async def all_stats(principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _extensions(container).stats(principal))
+async def all_stats(principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
+    return JSONResponse(await extensions.stats(principal))
 
 
 @router.get("/v2/models/{name}/stats", response_model=ModelStatsResponse, summary="Triton: a deployment's statistics")
-async def model_stats(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _extensions(container).stats(principal, name))
+async def model_stats(name: str, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
+    return JSONResponse(await extensions.stats(principal, name))
 
 
 @router.get("/v2/models/{name}/versions/{version}/stats", response_model=ModelStatsResponse, summary="Triton: statistics, version pinned")
-async def model_version_stats(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _extensions(container).stats(principal, name, version))
+async def model_version_stats(name: str, version: VersionNumber, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
+    return JSONResponse(await extensions.stats(principal, name, version))
 
 
 @router.get("/v2/models/{name}/config", response_model=ModelConfigResponse, summary="Triton: model configuration")
-async def model_config(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _extensions(container).config(principal, name))
+async def model_config(name: str, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
+    return JSONResponse(await extensions.config(principal, name))
 
 
 @router.get("/v2/models/{name}/versions/{version}/config", response_model=ModelConfigResponse, summary="Triton: model version configuration")
-async def model_version_config(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(await _extensions(container).config(principal, name, version))
+async def model_version_config(name: str, version: VersionNumber, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
+    return JSONResponse(await extensions.config(principal, name, version))
 
 
 @router.post("/v2/repository/index", response_model=list[RepositoryIndexEntry], summary="Triton: the tenant's deployments")
-async def repository_index(request: Request, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+async def repository_index(request: Request, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     raw = await request.body()
     body = parse_body(RepositoryIndexRequest, raw) if raw.strip() else RepositoryIndexRequest()
-    return JSONResponse(await _extensions(container).index(principal, ready=body.ready))
+    return JSONResponse(await extensions.index(principal, ready=body.ready))
 
 
 @router.post("/v2/repository/models/{name}/load", summary="Triton: explicit load (not supported)", responses=errors(400))
 @router.post("/v2/repository/models/{name}/unload", summary="Triton: explicit unload (not supported)", responses=errors(400))
-async def repository_control(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
+async def repository_control(name: str, principal: PrincipalDep, deployments: DeploymentsDep) -> JSONResponse:
     # As a Triton server without explicit model control answers: 400 with an error body.
     # sluice loads a deployment's model on its first call; deployments are managed under /api/v1.
-    container.deployments.get(principal, name)  # another tenant's name, or none: 404 first
+    deployments.get(principal, name)  # another tenant's name, or none: 404 first
     raise BadRequest("explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name")

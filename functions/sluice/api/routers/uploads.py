@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.deps import PrincipalDep, SettingsDep, UploadsDep
 from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse, errors
 from sluice.domain.errors import BadRequest, NotFound, SluiceError
@@ -30,9 +30,9 @@ router = APIRouter(prefix="/api/v1/uploads", tags=["uploads"])
     responses=errors(400, 401, 403, 404, 413, 422, 502),
     summary="Make an upload: the form that sends a large body straight to the store, for a prediction to name",
 )
-async def create_upload(body: UploadRequest, principal: PrincipalDep, container: ContainerDep, request: Request) -> JSONResponse:
+async def create_upload(body: UploadRequest, principal: PrincipalDep, uploads: UploadsDep, request: Request) -> JSONResponse:
     found = await run_in_threadpool(
-        container.uploads.create,
+        uploads.create,
         principal,
         deployment=body.deployment,
         content_type=body.content_type,
@@ -49,16 +49,15 @@ async def create_upload(body: UploadRequest, principal: PrincipalDep, container:
     responses=errors(400, 403, 404, 408, 413, 422),
     summary="sluice serve: an upload's body, as a signed form (the local twin of S3's presigned POST; no API key)",
 )
-async def receive_upload(upload_id: str, request: Request, container: ContainerDep) -> Response:
+async def receive_upload(upload_id: str, request: Request, settings: SettingsDep, uploads: UploadsDep) -> Response:
     """Read as it streams, bounded in bytes and time (`sluice.api.upload_post`); every answer
     is given here, so that one given before the body's end can close the connection."""
     from sluice.api.upload_post import ClientGone, UploadPost, read_form
     from sluice.storage.uploads import FolderUploads
 
-    settings = container.settings
     post: UploadPost | None = None
     try:
-        store = container.uploads.store
+        store = uploads.store
         if not isinstance(store, FolderUploads):
             raise NotFound("uploads are posted to the store's url the upload answered, not here", field="upload_id")
         headers = request.headers

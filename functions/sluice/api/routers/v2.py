@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from sluice.api.deps import ContainerDep, PrincipalDep
+from sluice.api.deps import PredictionsDep, PrincipalDep, RuntimesDep
 from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
 from sluice.domain.values import VersionNumber
 from sluice.inference.metadata import metadata_of, ready_to_answer
@@ -16,26 +16,32 @@ router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTH
 
 
 @router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")
-async def model_metadata(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(metadata_of(await container.predictions.resolve(principal, name)))
+async def model_metadata(name: str, principal: PrincipalDep, predictions: PredictionsDep) -> JSONResponse:
+    return JSONResponse(metadata_of(await predictions.resolve(principal, name)))
 
 
 @router.get("/v2/models/{name}/versions/{version}", response_model=MetadataModelResponse, summary="v2: model version metadata")
-async def model_version_metadata(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return JSONResponse(metadata_of(await container.predictions.resolve(principal, name, version=version)))
+async def model_version_metadata(
+    name: str, version: VersionNumber, principal: PrincipalDep, predictions: PredictionsDep
+) -> JSONResponse:
+    return JSONResponse(metadata_of(await predictions.resolve(principal, name, version=version)))
 
 
-async def _ready(name: str, version: int | None, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    resolved = await container.predictions.resolve(principal, name, version=version)
-    ready = await ready_to_answer(container.runtimes, resolved.version)
+async def _ready(
+    name: str, version: int | None, principal: PrincipalDep, predictions: PredictionsDep, runtimes: RuntimesDep
+) -> JSONResponse:
+    resolved = await predictions.resolve(principal, name, version=version)
+    ready = await ready_to_answer(runtimes, resolved.version)
     return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
 
 
 @router.get("/v2/models/{name}/ready", response_model=ModelReadyResponse, summary="v2: model ready (loads it)")
-async def model_ready(name: str, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return await _ready(name, None, principal, container)
+async def model_ready(name: str, principal: PrincipalDep, predictions: PredictionsDep, runtimes: RuntimesDep) -> JSONResponse:
+    return await _ready(name, None, principal, predictions, runtimes)
 
 
 @router.get("/v2/models/{name}/versions/{version}/ready", response_model=ModelReadyResponse, summary="v2: model version ready")
-async def model_version_ready(name: str, version: VersionNumber, principal: PrincipalDep, container: ContainerDep) -> JSONResponse:
-    return await _ready(name, version, principal, container)
+async def model_version_ready(
+    name: str, version: VersionNumber, principal: PrincipalDep, predictions: PredictionsDep, runtimes: RuntimesDep
+) -> JSONResponse:
+    return await _ready(name, version, principal, predictions, runtimes)
