@@ -325,7 +325,7 @@ def test_a_malformed_chunk_fails_at_once_without_retries(
     cloud: Cloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Bytes that do not parse into the records Plan counted parse the same way next time."""
-    from sluice.batch.readers import ChunkMalformed
+    from sluice.batch.pieces import ChunkMalformed
 
     fail_chunks(monkeypatch, ChunkMalformed, "chunk 0: the CSV parser read 3 records where 2 were counted")
     _fails_at_once_without_retries(cloud, "inbox/acme/iris/quotes.csv")

@@ -169,7 +169,7 @@ def test_requests_to_a_sagemaker_endpoint_are_sized_by_bytes() -> None:
 def test_the_errors_worth_retrying_are_sluice_server_errors() -> None:
     import sluice.domain.errors
     from sluice.batch.orchestrators import TRANSIENT_ERRORS
-    from sluice.batch.readers import ChunkUnreadable
+    from sluice.batch.pieces import ChunkUnreadable
 
     known = {cls.__name__: cls for cls in vars(sluice.domain.errors).values() if isinstance(cls, type)} | {"ChunkUnreadable": ChunkUnreadable}
     assert all(known[name].status >= 500 for name in TRANSIENT_ERRORS)

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from sluice.batch.columns import Feed, parse_number
 from sluice.batch.files import Files
+from sluice.batch.pieces import Piece, RecordsUnaccounted
 from sluice.batch.plan import JobSpec, _plan_text
-from sluice.batch.readers import Piece, RecordsUnaccounted, read_chunk
+from sluice.batch.readers import read_chunk
 from sluice.batch.records import CSV, Records, RecordScanner
 from sluice.domain.errors import InvalidInput
 from tests.support import is_utf8

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.batch.readers import Piece, arrow_types, check_rows, is_utf8, shown
+from sluice.batch.pieces import Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.lines import names_twice

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
-from sluice.batch.readers import ChunkUnreadable, read_chunk
+from sluice.batch.pieces import ChunkUnreadable
+from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
 from sluice.codecs.datatypes import V2_TO_NUMPY
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from sluice.batch.filestore import FileStore
+    from sluice.batch.pieces import Piece
     from sluice.batch.plan import Chunk, JobSpec
-    from sluice.batch.readers import Piece
     from sluice.domain.results import Resolved
     from sluice.inference.predictions import PredictionService
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import v2_of_numpy
 from sluice.domain.errors import (
     BackendError,
     DeadlineExceeded,
@@ -64,13 +63,6 @@ def _text(array: np.ndarray) -> np.ndarray:
         return array
     flat = [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for v in array.reshape(-1)]
     return np.array(flat, dtype=object).reshape(array.shape)
-
-
-def wire_datatype(name: str, array: np.ndarray) -> str:
-    try:
-        return v2_of_numpy(array.dtype)
-    except TypeError:
-        raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
 
 
 class TritonRuntime:

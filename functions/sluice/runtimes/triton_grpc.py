@@ -7,6 +7,9 @@ import asyncio
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from sluice.codecs.datatypes import v2_of_numpy
+from sluice.domain.errors import InvalidInput
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -22,6 +25,13 @@ _AS_HTTP = {
     "StatusCode.UNAVAILABLE": "unreachable",
     "StatusCode.DEADLINE_EXCEEDED": "504",
 }
+
+
+def wire_datatype(name: str, array: np.ndarray) -> str:
+    try:
+        return v2_of_numpy(array.dtype)
+    except TypeError:
+        raise InvalidInput(f"input '{name}' has dtype {array.dtype}, which Triton cannot take", field=f"inputs.{name}") from None
 
 
 class GrpcTransport:
@@ -60,8 +70,6 @@ class GrpcTransport:
         )
 
     async def infer(self, target: TritonTarget, inputs: dict[str, np.ndarray], names: list[str]) -> Any:
-        from sluice.runtimes.triton import wire_datatype
-
         grpc = self._grpc
         if grpc is None:
             import tritonclient.grpc as grpc

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.batch.orchestrators import TRANSIENT_ERRORS, LocalOrchestrator, Progress
+from sluice.batch.pieces import ChunkMalformed
 from sluice.batch.plan import Chunk, JobSpec
-from sluice.batch.readers import ChunkMalformed
 from sluice.batch.runner import JobIncomplete
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import local_path
