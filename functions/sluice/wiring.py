@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import RevocationSignal
     from sluice.services.rollouts import RolloutService
+    from sluice.settings import OnnxSettings
     from sluice.storage import ArtifactStore
 
 
@@ -57,7 +58,8 @@ def build_registry(settings: Settings) -> Registry:
     if url.startswith("dynamodb://"):
         from sluice.registry.dynamodb import DynamoRegistry
 
-        return DynamoRegistry.from_url(url, region=settings.region, tenant_role_arn=settings.tenant_role_arn)
+        adapters = settings.adapters
+        return DynamoRegistry.from_url(url, region=adapters.region, tenant_role_arn=adapters.tenant_role_arn)
     raise ValueError(f"SLUICE_REGISTRY must be sqlite:///PATH or dynamodb://TABLE, not {url!r}")
 
 
@@ -83,8 +85,145 @@ def build_store(settings: Settings) -> ArtifactStore:
     if url.startswith("s3://"):
         from sluice.storage.s3 import S3Store
 
-        return S3Store.from_url(url, region=settings.region)
+        return S3Store.from_url(url, region=settings.adapters.region)
     raise ValueError(f"SLUICE_STORE must be file:///PATH or s3://BUCKET[/PREFIX], not {url!r}")
+
+
+def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
+    """SageMaker, or the local twin (a local Triton per variant), as SLUICE_ENDPOINTS says."""
+    if settings.endpoints_kind == "sagemaker":
+        from sluice.clients import default_clients
+        from sluice.endpoints.sagemaker import SageMakerEndpoints
+
+        region, endpoints = settings.adapters.region, settings.endpoints
+        return SageMakerEndpoints(
+            store,
+            default_clients(region),
+            region=region,
+            role_arn=endpoints.sagemaker_execution_role_arn,
+            triton_version=endpoints.sagemaker_triton_version,
+            triton_image=endpoints.sagemaker_triton_image,
+        )
+    from sluice.endpoints.local_endpoints import LocalEndpoints
+
+    return LocalEndpoints(store, settings.home_path)
+
+
+def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
+    url = settings.adapters.mirror
+    if url in ("", "local"):
+        from sluice.inference.mirror import LocalMirror
+
+        return LocalMirror(runner)
+    if url.startswith("lambda://"):
+        from sluice.inference.mirror import LambdaMirror
+
+        return LambdaMirror.from_url(url, store, region=settings.adapters.region)
+    raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
+
+
+def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
+    """Data capture's sink, as SLUICE_CAPTURE says; None: off (a deployment's capture
+    setting then keeps nothing here)."""
+    url = settings.capture.capture
+    if url == "off" or (url == "" and settings.mode != "local"):
+        return None
+    from sluice.capture.capturer import Capturer
+
+    if url == "":
+        from sluice.capture.sinks import FolderSink
+
+        sink: Sink = FolderSink(settings.home_path / "capture")
+    elif url.startswith("file://"):
+        from sluice.capture.sinks import FolderSink
+        from sluice.storage.folder import path_of_file_url
+
+        sink = FolderSink(path_of_file_url(url))
+    elif url.startswith("firehose://"):
+        from sluice.capture.sinks import FirehoseSink
+
+        sink = FirehoseSink.from_url(url, region=settings.adapters.region)
+    else:
+        raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {url!r}")
+    observability = settings.observability
+    return Capturer(
+        sink, max_queue=settings.capture.capture_queue, emit_metrics=telemetry.emit_metrics,
+        namespace=observability.metrics_namespace, service=observability.service_name,
+    )  # fmt: skip
+
+
+def build_capture_reader(settings: Settings) -> CaptureReader | None:
+    """Where replay reads captured records: where SLUICE_CAPTURE writes them (a Firehose
+    stream writes under `capture/` in the batch bucket)."""
+    url = settings.capture.capture
+    if url == "off" or (url == "" and settings.mode != "local"):
+        return None
+    if url.startswith("firehose://"):
+        from sluice.capture.reader import S3Capture
+
+        bucket = settings.jobs.batch_bucket
+        if not bucket:
+            return None
+        return S3Capture(bucket, "capture/", region=settings.adapters.region)
+    from sluice.capture.reader import FolderCapture
+
+    if url.startswith("file://"):
+        from sluice.storage.folder import path_of_file_url
+
+        return FolderCapture(path_of_file_url(url))
+    return FolderCapture(settings.home_path / "capture")
+
+
+def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
+    """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
+    url = settings.jobs.orchestrator
+    if url.startswith("stepfunctions://"):
+        from sluice.batch.orchestrators import StepFunctionsOrchestrator
+
+        return StepFunctionsOrchestrator.from_url(url, region=settings.adapters.region)
+    if url == "local" or (url == "" and settings.mode == "local"):
+        from sluice.batch.orchestrators import LocalOrchestrator
+
+        return LocalOrchestrator(runner, concurrency=settings.batch.batch_concurrency or os.cpu_count() or 1)
+    if url == "":
+        return None
+    raise ValueError(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}")
+
+
+def build_prediction_cache(settings: Settings, registry: Registry) -> PredictionCache:
+    """The per-container tier always (a deployment still has to turn caching on); the shared
+    tier, the registry's own store of answers, where SLUICE_PREDICTION_CACHE_SHARED says."""
+    cache = settings.prediction_cache
+    return PredictionCache(
+        registry if cache.prediction_cache_shared else None,
+        max_entry_bytes=cache.prediction_cache_max_entry_bytes,
+        max_bytes=cache.prediction_cache_max_bytes,
+    )
+
+
+def metrics_sink() -> PrometheusMetrics | None:
+    """Prometheus series, only where `sluice serve` turned them on (`prometheus_client` is
+    imported nowhere else, and never in Lambda)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    from sluice.metrics import from_environment
+
+    return from_environment()
+
+
+def build_layout(settings: Settings, store: ArtifactStore) -> Layout:
+    """Where each tenant's roots lie (`sluice.domain.locations`): every location a tenant
+    names is confined to them, and every location a response names is said relative to them."""
+    from sluice.domain.locations import Layout
+
+    try:
+        batch = settings.batch_root_url
+    except ValueError:  # on AWS without a batch bucket: no batch roots
+        batch = ""
+    local = settings.mode == "local"
+    home = str(settings.home_path) if local else ""
+    imports = tuple(prefix.replace("{home}", str(settings.home_path)) for prefix in settings.sources.import_prefixes)
+    return Layout(batch=batch, store=store.tenant_root("{tenant}"), imports=imports, home=home)
 
 
 class Runtimes(dict):  # type: ignore[type-arg]
@@ -120,28 +259,31 @@ class Runtimes(dict):  # type: ignore[type-arg]
 def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
     from sluice.runtimes.onnx import OnnxRuntime
 
+    timeout_s = settings.predictions.request_timeout_s
+
     def triton() -> Runtime:
         from sluice.runtimes.triton import TritonRuntime
 
-        return TritonRuntime(timeout_s=settings.request_timeout_s, allowed=settings.triton_allowlist)
+        return TritonRuntime(timeout_s=timeout_s, allowed=settings.sources.triton_allowlist)
 
     def sagemaker() -> Runtime:
         from sluice.clients import default_clients
         from sluice.runtimes.sagemaker import SageMakerRuntime
         from sluice.storage.results import results_for
 
+        region = settings.adapters.region
         return SageMakerRuntime(
-            clients=default_clients(settings.region),
-            region=settings.region,
-            endpoint_url=settings.sagemaker_endpoint_url,
-            local_servers=settings.triton_url_prefixes,
+            clients=default_clients(region),
+            region=region,
+            endpoint_url=settings.endpoints.sagemaker_endpoint_url,
+            local_servers=settings.sources.triton_url_prefixes,
             started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,
-            timeout_s=settings.request_timeout_s,
+            timeout_s=timeout_s,
             results=results_for(store),  # asynchronous inference: inputs, records, answers
             fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
         )
 
-    runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings))
+    runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings.onnx))
     return runtimes
 
 
@@ -156,137 +298,20 @@ def _started_servers(settings: Settings) -> Callable[[], list[str]]:
     return servers
 
 
-def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
-    """SageMaker, or the local twin (a local Triton per variant), as SLUICE_ENDPOINTS says."""
-    if settings.endpoints_kind == "sagemaker":
-        from sluice.clients import default_clients
-        from sluice.endpoints.sagemaker import SageMakerEndpoints
+def inline_runtimes(runtimes: dict[str, Runtime], store: ArtifactStore, onnx: OnnxSettings) -> dict[str, Runtime]:
+    """These runtimes with ONNX run inline, on the very sessions `runtimes` has loaded: for
+    callers off any request loop (batch scoring threads, stream invocations), where a hop
+    to yet another thread per call costs more than it frees."""
+    from sluice.runtimes.onnx import OnnxRuntime
 
-        return SageMakerEndpoints(
-            store,
-            default_clients(settings.region),
-            region=settings.region,
-            role_arn=settings.sagemaker_execution_role_arn,
-            triton_version=settings.sagemaker_triton_version,
-            triton_image=settings.sagemaker_triton_image,
-        )
-    from sluice.endpoints.local_endpoints import LocalEndpoints
-
-    return LocalEndpoints(store, settings.home_path)
-
-
-def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner) -> Mirror:
-    url = settings.mirror
-    if url in ("", "local"):
-        from sluice.inference.mirror import LocalMirror
-
-        return LocalMirror(runner)
-    if url.startswith("lambda://"):
-        from sluice.inference.mirror import LambdaMirror
-
-        return LambdaMirror.from_url(url, store, region=settings.region)
-    raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
-
-
-def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
-    """Data capture's sink, as SLUICE_CAPTURE says; None: off (a deployment's capture
-    setting then keeps nothing here)."""
-    url = settings.capture
-    if url == "off" or (url == "" and settings.mode != "local"):
-        return None
-    from sluice.capture.capturer import Capturer
-
-    if url == "":
-        from sluice.capture.sinks import FolderSink
-
-        sink: Sink = FolderSink(settings.home_path / "capture")
-    elif url.startswith("file://"):
-        from sluice.capture.sinks import FolderSink
-        from sluice.storage.folder import path_of_file_url
-
-        sink = FolderSink(path_of_file_url(url))
-    elif url.startswith("firehose://"):
-        from sluice.capture.sinks import FirehoseSink
-
-        sink = FirehoseSink.from_url(url, region=settings.region)
-    else:
-        raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {url!r}")
-    return Capturer(
-        sink, max_queue=settings.capture_queue, emit_metrics=telemetry.emit_metrics,
-        namespace=settings.metrics_namespace, service=settings.service_name,
-    )  # fmt: skip
-
-
-def build_capture_reader(settings: Settings) -> CaptureReader | None:
-    """Where replay reads captured records: where SLUICE_CAPTURE writes them (a Firehose
-    stream writes under `capture/` in the batch bucket)."""
-    url = settings.capture
-    if url == "off" or (url == "" and settings.mode != "local"):
-        return None
-    if url.startswith("firehose://"):
-        from sluice.capture.reader import S3Capture
-
-        if not settings.batch_bucket:
-            return None
-        return S3Capture(settings.batch_bucket, "capture/", region=settings.region)
-    from sluice.capture.reader import FolderCapture
-
-    if url.startswith("file://"):
-        from sluice.storage.folder import path_of_file_url
-
-        return FolderCapture(path_of_file_url(url))
-    return FolderCapture(settings.home_path / "capture")
-
-
-def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
-    """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
-    url = settings.orchestrator
-    if url.startswith("stepfunctions://"):
-        from sluice.batch.orchestrators import StepFunctionsOrchestrator
-
-        return StepFunctionsOrchestrator.from_url(url, region=settings.region)
-    if url == "local" or (url == "" and settings.mode == "local"):
-        from sluice.batch.orchestrators import LocalOrchestrator
-
-        return LocalOrchestrator(runner, concurrency=settings.batch_concurrency or os.cpu_count() or 1)
-    if url == "":
-        return None
-    raise ValueError(f"SLUICE_ORCHESTRATOR must be local or stepfunctions://ARN, not {url!r}")
-
-
-def build_prediction_cache(settings: Settings, registry: Registry) -> PredictionCache:
-    """The per-container tier always (a deployment still has to turn caching on); the shared
-    tier, the registry's own store of answers, where SLUICE_PREDICTION_CACHE_SHARED says."""
-    return PredictionCache(
-        registry if settings.prediction_cache_shared else None,
-        max_entry_bytes=settings.prediction_cache_max_entry_bytes,
-        max_bytes=settings.prediction_cache_max_bytes,
-    )
-
-
-def metrics_sink() -> PrometheusMetrics | None:
-    """Prometheus series, only where `sluice serve` turned them on (`prometheus_client` is
-    imported nowhere else, and never in Lambda)."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return None
-    from sluice.metrics import from_environment
-
-    return from_environment()
-
-
-def build_layout(settings: Settings, store: ArtifactStore) -> Layout:
-    """Where each tenant's roots lie (`sluice.domain.locations`): every location a tenant
-    names is confined to them, and every location a response names is said relative to them."""
-    from sluice.domain.locations import Layout
-
-    try:
-        batch = settings.batch_root_url
-    except ValueError:  # on AWS without a batch bucket: no batch roots
-        batch = ""
-    local = settings.mode == "local"
-    home = str(settings.home_path) if local else ""
-    imports = tuple(prefix.replace("{home}", str(settings.home_path)) for prefix in settings.import_prefixes)
-    return Layout(batch=batch, store=store.tenant_root("{tenant}"), imports=imports, home=home)
+    online = runtimes.get("onnx")
+    if not isinstance(online, OnnxRuntime):
+        return runtimes
+    inline = OnnxRuntime(store, onnx.model_copy(update={"inline_infer_elements": 2**62}))
+    inline.cache = online.cache
+    if isinstance(runtimes, Runtimes):
+        return runtimes.replacing("onnx", inline)
+    return {**runtimes, "onnx": inline}
 
 
 @dataclass
@@ -306,17 +331,18 @@ class Container:
             onnx = self.runtimes.get("onnx")
             cache = getattr(onnx, "cache", None)
             self.telemetry = Telemetry(
-                namespace=self.settings.metrics_namespace,
-                service=self.settings.service_name,
+                namespace=self.settings.observability.metrics_namespace,
+                service=self.settings.observability.service_name,
                 cache_stats=cache.stats if cache is not None else None,
                 sink=metrics_sink(),
             )
         self.predictions = PredictionService(
-            self.registry, self.runtimes, self.settings, self.telemetry, cache=build_prediction_cache(self.settings, self.registry)
-        )
+            self.registry, self.runtimes, self.settings.predictions, self.telemetry,
+            cache=build_prediction_cache(self.settings, self.registry),
+        )  # fmt: skip
         self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
-            self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.triton_allowlist
+            self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.sources.triton_allowlist
         )
         self.shadows = ShadowRunner(self.predictions)
         if self.mirror is None:
@@ -332,7 +358,7 @@ class Container:
             before_stats=self.mirror.drain,
         )
         self.keys = KeyService(
-            self.registry, cache_ttl_s=self.settings.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
+            self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
         )
 
     @cached_property
@@ -341,7 +367,7 @@ class Container:
         one count for every transport the process serves; None when off (in Lambda)."""
         from sluice.services.admission import InFlight
 
-        limit = self.settings.max_in_flight_per_key
+        limit = self.settings.admission.max_in_flight_per_key
         return InFlight(limit) if limit else None
 
     @cached_property
@@ -361,7 +387,7 @@ class Container:
         from sluice.inference.results import ResultService
         from sluice.storage.results import results_for
 
-        return ResultService(results_for(self.store), max_response_bytes=self.settings.max_response_bytes)
+        return ResultService(results_for(self.store), max_response_bytes=self.settings.limits.max_response_bytes)
 
     @cached_property
     def uploads(self) -> UploadService:
@@ -369,9 +395,9 @@ class Container:
         from sluice.inference.uploads import UploadService
         from sluice.storage.uploads import uploads_for
 
-        settings = self.settings
-        store = uploads_for(self.store, signer_role_arn=settings.upload_signer_role_arn, region=settings.region)
-        return UploadService(self.registry, store, settings)
+        uploads = self.settings.uploads
+        store = uploads_for(self.store, signer_role_arn=uploads.upload_signer_role_arn, region=self.settings.adapters.region)
+        return UploadService(self.registry, store, uploads)
 
     @cached_property
     def cost(self) -> CostService:
@@ -407,7 +433,7 @@ class Container:
         """`sluice optimize` and its API route; built on first use."""
         from sluice.optimize.service import OptimizeService
 
-        return OptimizeService(self.models, self.deployments, self.store, self.settings)
+        return OptimizeService(self.models, self.deployments, self.store, self.settings.onnx)
 
     @cached_property
     def optimize_jobs(self) -> OptimizeJobs:
@@ -427,32 +453,23 @@ class Container:
             from sluice.clients import default_clients
 
             # A store per URI scheme, each built on first use (a local run never imports boto3).
-            self.files = Files(clients=default_clients(self.settings.region))
+            self.files = Files(clients=default_clients(self.settings.adapters.region))
         runtimes = self.inline_runtimes()
+        observability = self.settings.observability
         predictions = PredictionService(
-            self.registry, runtimes, self.settings,
+            self.registry, runtimes, self.settings.predictions,
             BatchTelemetry(
-                namespace=self.settings.metrics_namespace, service=self.settings.service_name,
+                namespace=observability.metrics_namespace, service=observability.service_name,
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
             stats=OfflineStats(self.registry),
         )
-        return BatchRunner(self.registry, predictions, self.files, self.settings, BatchPaths(self.settings.batch_root_url))
+        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, BatchPaths(self.settings.batch_root_url))
 
     def inline_runtimes(self) -> dict[str, Runtime]:
-        """These runtimes with ONNX run inline, on the very sessions the API has loaded: for
-        callers off any request loop (batch scoring threads, stream invocations), where a hop
-        to yet another thread per call costs more than it frees."""
-        from sluice.runtimes.onnx import OnnxRuntime
-
-        online = self.runtimes.get("onnx")
-        if not isinstance(online, OnnxRuntime):
-            return self.runtimes
-        inline = OnnxRuntime(self.store, self.settings.model_copy(update={"inline_infer_elements": 2**62}))
-        inline.cache = online.cache
-        if isinstance(self.runtimes, Runtimes):
-            return self.runtimes.replacing("onnx", inline)
-        return {**self.runtimes, "onnx": inline}
+        """These runtimes with ONNX run inline, on the very sessions the API has loaded (see
+        `sluice.wiring.runtimes.inline_runtimes`)."""
+        return inline_runtimes(self.runtimes, self.store, self.settings.onnx)
 
     @cached_property
     def stream_predictions(self) -> PredictionService:
@@ -460,7 +477,7 @@ class Container:
         traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
         invocation at a time holds the loop; nothing else waits on it)."""
         service = PredictionService(
-            self.registry, self.inline_runtimes(), self.settings, self.telemetry,  # type: ignore[arg-type]
+            self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
             stats=self.predictions.stats, mirror=self.mirror,
         )  # fmt: skip
         service.capture = self.capture
@@ -483,8 +500,8 @@ class Container:
 
         runner = self.batch_runner  # builds the files
         return GlueCatalog(
-            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.catalog_database or None,  # type: ignore[arg-type]
-            clients=default_clients(self.settings.region),
+            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.jobs.catalog_database or None,  # type: ignore[arg-type]
+            clients=default_clients(self.settings.adapters.region),
         )  # fmt: skip
 
     @cached_property
@@ -494,19 +511,19 @@ class Container:
         from sluice.batch.schedules import ScheduleService
 
         timer = None
-        settings = self.settings
-        if settings.schedule_group:
+        jobs = self.settings.jobs
+        if jobs.schedule_group:
             from sluice.batch.eventbridge import EventBridgeSchedules
             from sluice.clients import default_clients
 
-            if not settings.orchestrator.startswith("stepfunctions://") or not settings.scheduler_role_arn:
+            if not jobs.orchestrator.startswith("stepfunctions://") or not jobs.scheduler_role_arn:
                 raise ValueError(
                     "SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN"
                 )
             timer = EventBridgeSchedules(
-                group=settings.schedule_group, role_arn=settings.scheduler_role_arn,
-                state_machine_arn=settings.orchestrator.removeprefix("stepfunctions://"),
-                clients=default_clients(settings.region),
+                group=jobs.schedule_group, role_arn=jobs.scheduler_role_arn,
+                state_machine_arn=jobs.orchestrator.removeprefix("stepfunctions://"),
+                clients=default_clients(self.settings.adapters.region),
             )  # fmt: skip
         return ScheduleService(self.registry, self.batch, timer)
 

@@ -78,7 +78,7 @@ def _report(job: BatchJob, seconds: float) -> int:
 def _run_here(container: Container, job: BatchJob, concurrency: int) -> int:
     from sluice.batch.orchestrators import LocalOrchestrator
 
-    local = LocalOrchestrator(container.batch_runner, concurrency=concurrency or container.settings.batch_concurrency or os.cpu_count() or 1)
+    local = LocalOrchestrator(container.batch_runner, concurrency=concurrency or container.settings.batch.batch_concurrency or os.cpu_count() or 1)
     bar = ProgressBar()
     started = time.monotonic()
     try:
@@ -119,7 +119,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:
     container = get_container()
-    local = container.settings.orchestrator in ("", "local")
+    local = container.settings.jobs.orchestrator in ("", "local")
     job = container.batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,

@@ -33,7 +33,7 @@ def service() -> RolloutService:
 
     c = get_container()
     alarms = CloudWatchAlarms(
-        default_clients(c.settings.region).client("cloudwatch", region=c.settings.region)
+        default_clients(c.settings.adapters.region).client("cloudwatch", region=c.settings.adapters.region)
     )
     return RolloutService(c.registry, c.deployments, alarms=alarms, endpoints=c.endpoint_plane)
 

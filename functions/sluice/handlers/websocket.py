@@ -107,7 +107,7 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
 def _rate(container: Container, tenant: str) -> ConnectionRate | None:
     """The connection's message rate, counted in the registry: each message may reach
     another container, so no container's own count would hold."""
-    spec = container.settings.websocket_rate_limit
+    spec = container.settings.websocket.websocket_rate_limit
     if not spec:
         return None
     from sluice.services.connection_rate import ConnectionRate
@@ -118,7 +118,7 @@ def _rate(container: Container, tenant: str) -> ConnectionRate | None:
 def _clients(container: Container) -> AwsClients:
     from sluice.clients import default_clients
 
-    return default_clients(container.settings.region)
+    return default_clients(container.settings.adapters.region)
 
 
 def _management(event: dict[str, Any], clients: AwsClients) -> Any:

@@ -55,7 +55,7 @@ async def receive_upload(upload_id: str, request: Request, container: ContainerD
     from sluice.api.upload_post import ClientGone, UploadPost, read_form
     from sluice.storage.uploads import FolderUploads
 
-    settings = container.settings
+    settings = container.settings.uploads
     post: UploadPost | None = None
     try:
         store = container.uploads.store
