@@ -110,7 +110,7 @@ def test_the_api_function_gets_what_it_needs_on_aws(
     # Push-by-URI reads only from the caller's own folder under imports/.
     assert settings.import_prefixes_for("acme") == [f"s3://{ARTIFACTS}/imports/acme/"]
     assert settings.batch_root_url == f"s3://sluice-batch-{ACCOUNT}-{REGION}/"
-    assert settings.endpoints.sagemaker_execution_role_arn == expected["SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN"]
+    assert settings.endpoint_control.sagemaker_execution_role_arn == expected["SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN"]
     # The prediction cache's shared tier is a config choice, off by default.
     assert variables["SLUICE_PREDICTION_CACHE_SHARED"] == "false" and not settings.prediction_cache.prediction_cache_shared
 

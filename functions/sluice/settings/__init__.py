@@ -93,8 +93,8 @@ class Settings(BaseModel):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
-    capture: DataCaptureSettings = Field(default_factory=DataCaptureSettings)
-    endpoints: EndpointSettings = Field(default_factory=EndpointSettings)
+    data_capture: DataCaptureSettings = Field(default_factory=DataCaptureSettings)
+    endpoint_control: EndpointSettings = Field(default_factory=EndpointSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @model_validator(mode="before")
@@ -177,8 +177,8 @@ class Settings(BaseModel):
     @property
     def endpoints_kind(self) -> Literal["sagemaker", "local"]:
         """Which endpoint control plane `endpoints` names, its default filled in."""
-        if self.endpoints.endpoints:
-            return self.endpoints.endpoints
+        if self.endpoint_control.endpoints:
+            return self.endpoint_control.endpoints
         return "sagemaker" if self.mode == "aws" else "local"
 
     @property

@@ -73,7 +73,7 @@ def build_endpoint_control(settings: Settings, store: ArtifactStore) -> Endpoint
         from sluice.clients import default_clients
         from sluice.endpoints.sagemaker import SageMakerEndpoints
 
-        region, endpoints = settings.adapters.region, settings.endpoints
+        region, endpoints = settings.adapters.region, settings.endpoint_control
         return SageMakerEndpoints(
             store,
             default_clients(region),
@@ -103,7 +103,7 @@ def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner)
 def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
     """Data capture's sink, as SLUICE_CAPTURE says; None: off (a deployment's capture
     setting then keeps nothing here)."""
-    url = settings.capture.capture
+    url = settings.data_capture.capture
     if url == "off" or (url == "" and settings.mode != "local"):
         return None
     from sluice.capture.capturer import Capturer
@@ -125,7 +125,7 @@ def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
         raise ValueError(f"SLUICE_CAPTURE must be file:///PATH, firehose://STREAM or off, not {url!r}")
     observability = settings.observability
     return Capturer(
-        sink, max_queue=settings.capture.capture_queue, emit_metrics=telemetry.emit_metrics,
+        sink, max_queue=settings.data_capture.capture_queue, emit_metrics=telemetry.emit_metrics,
         namespace=observability.metrics_namespace, service=observability.service_name,
     )  # fmt: skip
 
@@ -133,7 +133,7 @@ def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:
 def build_capture_reader(settings: Settings) -> CaptureReader | None:
     """Where replay reads captured records: where SLUICE_CAPTURE writes them (a Firehose
     stream writes under `capture/` in the batch bucket)."""
-    url = settings.capture.capture
+    url = settings.data_capture.capture
     if url == "off" or (url == "" and settings.mode != "local"):
         return None
     if url.startswith("firehose://"):

@@ -62,7 +62,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
         return SageMakerRuntime(
             clients=default_clients(region),
             region=region,
-            endpoint_url=settings.endpoints.sagemaker_endpoint_url,
+            endpoint_url=settings.endpoint_control.sagemaker_endpoint_url,
             local_servers=settings.sources.triton_url_prefixes,
             started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,
             timeout_s=timeout_s,
