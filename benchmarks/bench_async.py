@@ -163,7 +163,7 @@ def _upload_path(
 
     body = encode_request({"input": rows}, binary_inputs=True)
     container.deployments.create(principal, "wide", {"kind": "single", "model": "wide", "version": 1})
-    uploads = UploadService(container.registry, S3Uploads(results.store), container.settings)
+    uploads = UploadService(container.registry, S3Uploads(results.store), container.settings.uploads)
     service = ResultService(results)
     parts: dict[str, list[float]] = {k: [] for k in ("create", "post", "submit", "queue", "fetch", "s3_in_sluice")}
     loop = asyncio.new_event_loop()

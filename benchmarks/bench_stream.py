@@ -111,7 +111,7 @@ def _child_handler(home: Path, seconds: float) -> dict[str, Any]:
     container.deployments.create(operator, "iris", {"kind": "single", "model": "iris", "version": 1})
     stream._container = container
     null = open(os.devnull, "wb")  # noqa: SIM115  (the sink of both handlers, for the whole run)
-    stream._sinks[Binding.model_validate(settings.streams["*"]).destination] = FileSink(null)
+    stream._sinks[Binding.model_validate(settings.stream.streams["*"]).destination] = FileSink(null)
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(REPO / "models/iris.onnx"), options, providers=["CPUExecutionProvider"])

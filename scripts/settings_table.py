@@ -1,6 +1,6 @@
-"""Print the settings table of docs/configuration.md from `sluice.settings.Settings`, so the
-page says what the code reads: `python scripts/settings_table.py` (a unit test checks the page
-holds exactly this table)."""
+"""Print the settings tables of docs/configuration.md from `sluice.settings.Settings`, one per
+group (what reads them), so the page says what the code reads: `python scripts/settings_table.py`
+(a unit test checks the page holds exactly these tables)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functions"))
 
 from pydantic_core import PydanticUndefined
 
-from sluice.settings import Settings
+from sluice.settings import GROUPS
 
 # Defaults that depend on where the code runs, as a reader should see them.
 SHOWN = {
@@ -43,11 +43,16 @@ def default_of(name: str, field: object) -> str:
 
 
 def table() -> str:
-    lines = ["| variable | default | meaning |", "|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
-        lines.append(f"| `SLUICE_{name.upper()}` | {default_of(name, field)} | {meaning} |")
-    return "\n".join(lines) + "\n"
+    lines: list[str] = []
+    for name, group in GROUPS.items():
+        read_by = " ".join((group.__doc__ or "").split()).removesuffix(".")
+        lines += [f"### {group.title}", "", f"{read_by}; in code, `settings.{name}`.", ""]
+        lines += ["| variable | default | meaning |", "|---|---|---|"]
+        for field_name, field in group.model_fields.items():
+            meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+            lines.append(f"| `SLUICE_{field_name.upper()}` | {default_of(field_name, field)} | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match
 
-from sluice.settings import Settings
+from sluice.settings import GROUP_OF, Settings
 from tests.infra.synth import (
     ACCOUNT,
     COMPONENTS,
@@ -55,7 +55,7 @@ def test_every_sluice_variable_is_a_setting(app_name: str, request: pytest.Fixtu
     app: Synthesized = request.getfixturevalue(app_name)
     environments = _environments(app)
     assert len(environments) >= 8  # api, authorizer, shadow, five batch functions
-    fields = set(Settings.model_fields)
+    fields = set(GROUP_OF)
     for function, variables in environments:
         unknown = [
             name
@@ -110,16 +110,16 @@ def test_the_api_function_gets_what_it_needs_on_aws(
     # Push-by-URI reads only from the caller's own folder under imports/.
     assert settings.import_prefixes_for("acme") == [f"s3://{ARTIFACTS}/imports/acme/"]
     assert settings.batch_root_url == f"s3://sluice-batch-{ACCOUNT}-{REGION}/"
-    assert settings.sagemaker_execution_role_arn == expected["SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN"]
+    assert settings.endpoint_control.sagemaker_execution_role_arn == expected["SLUICE_SAGEMAKER_EXECUTION_ROLE_ARN"]
     # The prediction cache's shared tier is a config choice, off by default.
-    assert variables["SLUICE_PREDICTION_CACHE_SHARED"] == "false" and not settings.prediction_cache_shared
+    assert variables["SLUICE_PREDICTION_CACHE_SHARED"] == "false" and not settings.prediction_cache.prediction_cache_shared
 
 
 def test_the_prediction_cache_shared_tier_follows_the_config(full_app: Synthesized, monkeypatch: pytest.MonkeyPatch) -> None:
     (api,) = full_app.resolved("api").find_resources("AWS::Lambda::Function", {"Properties": {"Handler": API}}).values()
     variables = api["Properties"]["Environment"]["Variables"]
     assert variables["SLUICE_PREDICTION_CACHE_SHARED"] == "true"
-    assert _settings_from({k: v for k, v in variables.items() if k.startswith(PREFIX)}, monkeypatch).prediction_cache_shared
+    assert _settings_from({k: v for k, v in variables.items() if k.startswith(PREFIX)}, monkeypatch).prediction_cache.prediction_cache_shared
 
 
 def test_the_api_may_read_the_imports_prefix_it_is_told_about(default_app: Synthesized) -> None:

@@ -74,7 +74,7 @@ def test_a_large_file_goes_through_an_upload_by_itself(served: tuple[str, str, E
         assert len(json.loads(out)["predictions"]) == 50
     assert len(list((demo.store.root / "uploads/tenants/acme").iterdir())) == 1  # type: ignore[attr-defined]
     # an answer too large to send is kept and followed through its 303
-    demo.settings.max_response_bytes = 256
+    demo.settings.limits.max_response_bytes = 256
     code, out, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url, "--api-key", key, "--upload-above", "10")
     assert code == 0, err
     assert len(json.loads(out)["predictions"]) == 50

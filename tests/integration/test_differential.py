@@ -240,7 +240,7 @@ def run_batch(case: BatchCase, work: Path, concurrency: int) -> BatchRun:
     from sluice import cli
     from sluice.wiring import get_container
 
-    config = get_container().settings
+    config = get_container().settings.batch
     config.batch_chunk_bytes = config.batch_chunk_rows = case.chunk
     source = work / f"input.{EXTENSIONS[case.format]}"
     source.write_bytes(case.data)
@@ -350,14 +350,14 @@ def run_handler(case: EventCase) -> tuple[dict[str, Any], list[dict[str, Any] | 
         event = kinesis_event(list(case.bodies))
         positions = [{"shard": r["eventID"].partition(":")[0], "sequence_number": r["kinesis"]["sequenceNumber"]} for r in event["Records"]]
     sink = MemorySink()
-    saved = function._container, function.sink_for, container.settings.streams, container.settings.stream_batch_rows
+    saved = function._container, function.sink_for, container.settings.stream.streams, container.settings.stream.stream_batch_rows
     function._container, function.sink_for = container, lambda binding: sink
-    container.settings.streams = {"*": {"tenant": "acme", "deployment": case.deployment, "destination": {"kind": "stdout"}}}
-    container.settings.stream_batch_rows = case.batch_rows
+    container.settings.stream.streams = {"*": {"tenant": "acme", "deployment": case.deployment, "destination": {"kind": "stdout"}}}
+    container.settings.stream.stream_batch_rows = case.batch_rows
     try:
         answer = function.handler(event, LambdaContext(function_name="sluice-stream"))
     finally:
-        function._container, function.sink_for, container.settings.streams, container.settings.stream_batch_rows = saved
+        function._container, function.sink_for, container.settings.stream.streams, container.settings.stream.stream_batch_rows = saved
     return answer, [sink.outputs.get(i) for i in range(len(case.bodies))], positions
 
 

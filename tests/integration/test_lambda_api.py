@@ -147,7 +147,7 @@ def test_a_hot_route_answers_like_the_app_does(handler: Any, demo: Container, mo
     bad["body"] = json.dumps({"deployment": "iris", "inputs": [[1.0, 2.0]]})
     assert handler(bad, LambdaContext())["statusCode"] == through_app(bad, LambdaContext())["statusCode"] == 400
     large = json.loads(json.dumps(event))
-    rows = demo.settings.max_request_bytes // 20 + 1  # each row is more than 20 bytes
+    rows = demo.settings.limits.max_request_bytes // 20 + 1  # each row is more than 20 bytes
     large["body"] = json.dumps({"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]] * rows})
     refused = handler(large, LambdaContext())
     assert refused["statusCode"] == 413 and body_of(refused)["field"] == "body"

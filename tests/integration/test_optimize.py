@@ -131,7 +131,7 @@ def test_the_onnx_runtime_loads_a_version_with_its_tuned_options(container: Cont
     assert container.registry.get_version("acme", "iris", version.version).session_options == tuned
 
     def loaded_with(settings_update: dict[str, object]) -> dict[str, object]:
-        runtime = OnnxRuntime(container.store, container.settings.model_copy(update=settings_update))
+        runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update=settings_update))
         asyncio.run(runtime.load(version))
         return runtime.cache.peek(version.sha256).options  # type: ignore[union-attr]
 
@@ -141,8 +141,8 @@ def test_the_onnx_runtime_loads_a_version_with_its_tuned_options(container: Cont
     off = {"ort_vcpus": 2, "ort_tuned_sessions": False, "ort_intra_op_threads": 3}
     assert loaded_with(off) == {"intra_op_threads": 3, "inter_op_threads": 1, "execution_mode": "sequential"}
     untuned = dataclasses.replace(version, session_options=())
-    runtime = OnnxRuntime(container.store, container.settings)
-    assert runtime.session_options(untuned)["intra_op_threads"] == container.settings.ort_intra_op_threads
+    runtime = OnnxRuntime(container.store, container.settings.onnx)
+    assert runtime.session_options(untuned)["intra_op_threads"] == container.settings.onnx.ort_intra_op_threads
 
 
 def _wait(client: TestClient, job_id: str, key: str) -> dict:  # type: ignore[type-arg]

@@ -179,7 +179,7 @@ def test_bad_triton_urls_and_names_are_refused_before_any_call(
 
 # The default allowlist: the local Triton's own ports, no other loopback service -------------
 def test_the_default_allowlist_admits_the_local_tritons_ports_only(tmp_path: Path) -> None:
-    allowed = Settings(mode="local", home=tmp_path / "home").triton_allowlist
+    allowed = Settings(mode="local", home=tmp_path / "home").sources.triton_allowlist
     for url in ("http://127.0.0.1:8100", "http://127.0.0.1:8101", "http://localhost:8102/prefix"):
         assert check_origin(url, allowed, field="triton_url").url() == url
     for url in ("http://127.0.0.1:8000", "http://127.0.0.1:8099", "http://127.0.0.1:8103", "http://127.0.0.1:6379", "http://127.0.0.1"):

@@ -316,7 +316,7 @@ def test_hits_and_misses_are_prometheus_series_per_deployment(cached: TestClient
 
 # The shared tier ---------------------------------------------------------------------------
 def test_the_shared_tier_in_sqlite_answers_another_container(settings: Settings, acme: Principal, globex: Principal) -> None:
-    shared = settings.model_copy(update={"prediction_cache_shared": True})
+    shared = settings.replace(prediction_cache_shared=True)
     first, second = Container.from_settings(shared), Container.from_settings(shared)
     version = first.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
     first.deployments.create(acme, "ic", single("iris", version.version), cache=CACHE)

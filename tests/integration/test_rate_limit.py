@@ -84,7 +84,7 @@ from sluice.api.app import create_app
 from sluice.settings import Settings
 from sluice.wiring import Container
 container = Container.from_settings(Settings(mode="local", home={str(tmp_path)!r}))
-assert container.settings.rate_limit == ""
+assert container.settings.admission.rate_limit == ""
 _, key = container.keys.create("acme", ["admin"])
 client = TestClient(create_app(container))
 statuses = {{client.get("/api/v1/models", headers={{"Authorization": "Bearer " + key}}).status_code for _ in range(200)}}

@@ -112,7 +112,7 @@ def test_a_captured_record_whose_version_is_not_one_fails_alone(demo: Container,
         r = post_json(client, keys["acme"], "/api/v1/predictions", {"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2 + i / 10]]})
         assert r.status_code == 200, r.text
     assert demo.capture is not None and demo.capture.drain()
-    files = sorted((demo.settings.home / "capture").rglob("*.jsonl"))
+    files = sorted((demo.settings.process.home / "capture").rglob("*.jsonl"))
     lines = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     assert len(lines) == 4 and all(r["version"] == 1 for r in lines)
     for record, version in zip(lines, ("x", 2**70, "1", 1), strict=True):

@@ -111,7 +111,7 @@ def app(served: Served) -> Any:
 def demo(served: Served, monkeypatch: pytest.MonkeyPatch) -> Container:
     """The module's container; settings a test changes are put back after it."""
     for name in ("upload_body_timeout_s", "upload_body_min_rate"):
-        monkeypatch.setattr(served.container.settings, name, getattr(served.container.settings, name))
+        monkeypatch.setattr(served.container.settings.uploads, name, getattr(served.container.settings.uploads, name))
     return served.container
 
 
@@ -268,7 +268,7 @@ def test_bytes_past_the_bounds_are_not_read(app: Any, demo: Container, upload: d
 
 # Time ------------------------------------------------------------------------------------------------
 def test_a_body_too_slow_is_a_408_and_nothing_is_kept(app: Any, demo: Container, upload: dict[str, Any]) -> None:
-    demo.settings.upload_body_timeout_s = 0.3
+    demo.settings.uploads.upload_body_timeout_s = 0.3
     body = form(upload["fields"], DATA)
     stalled = post(app, upload["url"], [body[:300]], length=len(body), end="stall")
     assert stalled.status == 408 and stalled.body["code"] == "request_timeout" and stalled.body["field"] == "body"
@@ -280,7 +280,7 @@ def test_a_body_too_slow_is_a_408_and_nothing_is_kept(app: Any, demo: Container,
 
 
 def test_each_byte_at_the_minimum_rate_earns_more_time(app: Any, demo: Container, upload: dict[str, Any]) -> None:
-    demo.settings.upload_body_timeout_s, demo.settings.upload_body_min_rate = 0.3, 200
+    demo.settings.uploads.upload_body_timeout_s, demo.settings.uploads.upload_body_min_rate = 0.3, 200
     body = form(upload["fields"], DATA)  # about 1.3 KB: 0.3 s plus 6.5 more at 200 bytes a second
     steady = post(app, upload["url"], [body[i : i + 100] for i in range(0, len(body), 100)], pause=0.1)  # 1000 bytes a second
     assert steady.status == 204 and kept(demo, upload) == ["body"]

@@ -84,7 +84,7 @@ def test_an_in_process_deployment_reads_and_scores_the_upload(client: TestClient
     assert again.status_code == 200
 
     # an answer over the response limit is kept as a result: 303 to it, which answers the bytes
-    demo.settings.max_response_bytes = 64
+    demo.settings.limits.max_response_bytes = 64
     kept = client.post(
         "/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme_predict"]), follow_redirects=False
     )
@@ -105,7 +105,7 @@ def test_v2_json_upload_scored_in_process(client: TestClient, keys: dict[str, st
 
 
 def test_sizes_are_refused_at_the_upload_and_at_the_form(client: TestClient, keys: dict[str, str], demo: Container) -> None:
-    over = make_upload(client, keys["acme"], deployment="iris", size=demo.settings.upload_max_bytes + 1)
+    over = make_upload(client, keys["acme"], deployment="iris", size=demo.settings.uploads.upload_max_bytes + 1)
     assert over.status_code == 413 and over.json()["field"] == "size"
     upload = make_upload(client, keys["acme"], deployment="iris", size=10).json()
     refused = post_form(client, upload, b"x" * 11)

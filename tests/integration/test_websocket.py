@@ -93,7 +93,7 @@ def test_bad_messages_are_answered_with_errors_and_the_connection_stays_open(cli
         assert shape["request_id"] == "s" and shape["status"] in (400, 422) and "field" in shape
         extra = ask(ws, {"request_id": "x", "deployment": "iris", "features": IRIS_ROW, "bogus": 1})
         assert extra["status"] == 422 and extra["field"] == "bogus"
-        limit = demo.settings.websocket_max_message_bytes
+        limit = demo.settings.websocket.websocket_max_message_bytes
         big = ask(ws, '{"deployment": "iris", "inputs": [' + "0," * limit + "0]}")
         assert big["status"] == 413 and big["code"] == "payload_too_large"
         assert ask(ws, {"action": "auth", "api_key": keys["globex"]})["field"] == "action"  # the tenant stays

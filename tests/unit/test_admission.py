@@ -40,6 +40,6 @@ def test_a_held_slot_comes_back_however_the_block_ends() -> None:
 
 
 def test_off_in_lambda_where_a_container_takes_one_request_at_a_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert Settings(mode="local", home=tmp_path).max_in_flight_per_key == 64
+    assert Settings(mode="local", home=tmp_path).admission.max_in_flight_per_key == 64
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sluice-api")
-    assert Settings(mode="local", home=tmp_path).max_in_flight_per_key == 0
+    assert Settings(mode="local", home=tmp_path).admission.max_in_flight_per_key == 0

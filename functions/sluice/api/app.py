@@ -128,7 +128,7 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
 
     def limit() -> int:
         if not known:  # settings are read once per process
-            known.append(max_request_bytes or container_of(app).settings.max_request_bytes)
+            known.append(max_request_bytes or container_of(app).settings.limits.max_request_bytes)
         return known[0]
 
     app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)

@@ -266,7 +266,7 @@ class Edge:
             return None, None, error_response(exc, scope["path"])  # type: ignore[return-value]
         scope[PRINCIPAL] = principal  # the routes behind read it (`deps.get_principal`)
         if not self._rate_limit_read:
-            self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings), True
+            self._rate_limit, self._rate_limit_read = RateLimit.from_settings(container.settings.admission), True
         if self._rate_limit is not None:
             try:
                 await self._rate_limit.check(principal.subject)
@@ -299,7 +299,7 @@ class Edge:
             scope[JSON_BOOLS] = b"true" in text or b"false" in text
             return await route.handler(container, principal, parsed, scope, headers, **path)
         except BodyTooLarge:
-            return error_response(too_large(container.settings.max_request_bytes))
+            return error_response(too_large(container.settings.limits.max_request_bytes))
         except Exception as exc:
             return error_response(exc, scope["path"])
 

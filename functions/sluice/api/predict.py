@@ -57,7 +57,7 @@ def _kept(container: Container, principal: Principal, prediction: Prediction, bo
 
 def _too_large(container: Container, size: int, binary: bool) -> bool:
     # Lambda sends a binary body base64-encoded: a third larger.
-    return (-(-size // 3) * 4 if binary else size) > container.settings.max_response_bytes
+    return (-(-size // 3) * 4 if binary else size) > container.settings.limits.max_response_bytes
 
 
 async def predict(container: Container, principal: Principal, body: PredictionBody, scope: Scope, headers: Headers) -> Response:

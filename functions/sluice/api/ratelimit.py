@@ -13,7 +13,7 @@ from sluice.domain.errors import RateLimited
 if TYPE_CHECKING:
     from limits import RateLimitItem
 
-    from sluice.settings import Settings
+    from sluice.settings import AdmissionSettings
 
 
 class RateLimit:
@@ -29,7 +29,7 @@ class RateLimit:
         self.namespace, self.what, self.field = namespace, what, field
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RateLimit | None:
+    def from_settings(cls, settings: AdmissionSettings) -> RateLimit | None:
         return cls(settings.rate_limit, settings.rate_limit_storage) if settings.rate_limit else None
 
     async def check(self, subject: str) -> None:

@@ -95,7 +95,7 @@ class Session:
         self.headers = headers or {}
         self.rate_limit = rate_limit
         self.in_flight = in_flight  # the key's requests in flight in this process (`sluice serve`)
-        self.max_message_bytes = max_message_bytes or container.settings.websocket_max_message_bytes
+        self.max_message_bytes = max_message_bytes or container.settings.websocket.websocket_max_message_bytes
         self.revoked = False
         # A key checked at connect still works until the revocation signal moves; a session
         # made per message (Lambda) checks its key before the first answer.

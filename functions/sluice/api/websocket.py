@@ -52,7 +52,7 @@ class Sockets:
 
     def rate_limit(self, container: Container) -> RateLimit | None:
         if not self._rate_limit_read:
-            spec = container.settings.websocket_rate_limit
+            spec = container.settings.websocket.websocket_rate_limit
             if spec:
                 try:
                     from sluice.api.ratelimit import RateLimit
@@ -94,7 +94,7 @@ class Sockets:
                 rate_limit=self.rate_limit(container),
                 in_flight=container.in_flight,  # each message counts against its key's cap
             )
-            await _serve(socket, session, container.settings.websocket_max_in_flight)
+            await _serve(socket, session, container.settings.websocket.websocket_max_in_flight)
         finally:
             unbind_tenant(token)
 
@@ -117,7 +117,7 @@ async def _first_message_auth(socket: WebSocket, container: Container) -> Princi
     """The key from `{"action": "auth", "api_key": …}`, the connection's first message."""
     request_id = None
     try:
-        async with asyncio.timeout(container.settings.header_timeout_s):
+        async with asyncio.timeout(container.settings.serve.header_timeout_s):
             raw = await _receive(socket)
         if raw is None:
             return None

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from sluice.domain.jobs import ChunkResult
     from sluice.inference.predictions import PredictionService
     from sluice.registry import JobRegistry
-    from sluice.settings import Settings
+    from sluice.settings import BatchSettings
 
 class OfflineStats(StatsRecorder):
     """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
@@ -123,7 +123,7 @@ class BatchRunner:
         registry: JobRegistry,
         predictions: PredictionService,
         files: FileStore,
-        settings: Settings,
+        settings: BatchSettings,
         paths: BatchPaths,
     ) -> None:
         self.registry = registry

@@ -79,7 +79,7 @@ def _report(job: BatchJob, seconds: float) -> int:
 def _run_here(batch: BatchService, job: BatchJob, concurrency: int) -> int:
     from sluice.batch.orchestrators import LocalOrchestrator
 
-    concurrency = concurrency or pieces.settings().batch_concurrency or os.cpu_count() or 1
+    concurrency = concurrency or pieces.settings().batch.batch_concurrency or os.cpu_count() or 1
     local = LocalOrchestrator(pieces.batch_runner(), concurrency=concurrency)
     bar = ProgressBar()
     started = time.monotonic()
@@ -120,7 +120,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:
-    local = pieces.settings().orchestrator in ("", "local")
+    local = pieces.settings().jobs.orchestrator in ("", "local")
     batch = pieces.batch()
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,

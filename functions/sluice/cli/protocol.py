@@ -29,7 +29,7 @@ class HeaderTooLarge(Exception):
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        settings = get_settings()
+        settings = get_settings().serve
         self.header_timeout_s = settings.header_timeout_s
         self.max_header_bytes = settings.max_header_bytes
         self.header_timer: asyncio.TimerHandle | None = None

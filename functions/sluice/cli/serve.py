@@ -67,23 +67,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Batch jobs whose process had stopped, now FAILED: {', '.join(j.id for j in stopped)}", flush=True)
     from sluice.batch.inbox import InboxWatcher
 
-    background = Background(batch.orchestrator, grace_s=settings.batch_stop_grace_s)
+    background = Background(batch.orchestrator, grace_s=settings.serve.batch_stop_grace_s)
     inbox = settings.batch_inbox_path
-    background.start(InboxWatcher(batch, inbox, args.tenant, interval_s=settings.batch_inbox_poll_s))
+    background.start(InboxWatcher(batch, inbox, args.tenant, interval_s=settings.serve.batch_inbox_poll_s))
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {batch.paths.root}outbox/)", flush=True)
     from sluice.services.rollout_watcher import RolloutWatcher
 
     background.start(RolloutWatcher(pieces.rollouts()))  # progressive rollouts move on this thread
-    if not settings.schedule_group:  # else EventBridge Scheduler keeps the time
+    if not settings.jobs.schedule_group:  # else EventBridge Scheduler keeps the time
         from sluice.batch.schedules import LocalScheduler
 
-        background.start(LocalScheduler(pieces.schedules(), interval_s=settings.batch_schedule_poll_s))
-        print(f"Batch schedules: due runs start here (looked for every {settings.batch_schedule_poll_s:g}s)", flush=True)
+        background.start(LocalScheduler(pieces.schedules(), interval_s=settings.serve.batch_schedule_poll_s))
+        print(f"Batch schedules: due runs start here (looked for every {settings.serve.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     from sluice.cli.protocol import GuardedHttpToolsProtocol
 
-    grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.grpc_port)
+    grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port)
     try:
         _run_http(args, settings, workers, GuardedHttpToolsProtocol, background)
     finally:
@@ -162,7 +162,7 @@ def served_app() -> SluiceApp:
         container: Container | None = app.state.container  # none if no request built it
         jobs = _local_jobs(container.orchestrator) if container is not None else None
         if jobs is not None and container is not None:
-            await asyncio.to_thread(jobs.shutdown, container.settings.batch_stop_grace_s)
+            await asyncio.to_thread(jobs.shutdown, container.settings.serve.batch_stop_grace_s)
 
     app.router.lifespan_context = lifespan
     return app
@@ -199,10 +199,10 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protoc
         "port": args.port,
         "workers": workers,
         "http": protocol,  # header timeout and size bound (workers import it by name)
-        "timeout_keep_alive": settings.keepalive_timeout_s,
+        "timeout_keep_alive": settings.serve.keepalive_timeout_s,
         # A WebSocket message over the limit is answered with an error message, not cut off:
         # the server's own frame limit stays above it.
-        "ws_max_size": max(16 * 1024 * 1024, 2 * settings.websocket_max_message_bytes),
+        "ws_max_size": max(16 * 1024 * 1024, 2 * settings.websocket.websocket_max_message_bytes),
         "access_log": False,
         "log_level": "warning",
     }

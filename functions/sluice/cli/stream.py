@@ -48,7 +48,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from sluice.settings import get_settings
     from sluice.stream.pipe import PipeReader
 
-    settings = get_settings()
+    settings = get_settings().stream
     lines_per_batch = args.batch_lines or settings.stream_batch_rows
     wait_s = (settings.stream_max_wait_ms if args.max_wait_ms is None else args.max_wait_ms) / 1000
     workers = args.workers or os.cpu_count() or 1

@@ -60,7 +60,7 @@ def _say_if_not_allowed(http_url: str, grpc_address: str) -> None:
     from sluice.settings import get_settings
 
     try:
-        check_origin(http_url, get_settings().triton_allowlist, field="triton_url")
+        check_origin(http_url, get_settings().sources.triton_allowlist, field="triton_url")
     except SluiceError:
         grpc_url = f"http://{grpc_address}"
         print(

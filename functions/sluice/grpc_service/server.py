@@ -41,8 +41,8 @@ async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Se
     # Each call may hold a message of up to the body limit and its decoding: a bound on calls
     # at once is a bound on the memory they take (past it, RESOURCE_EXHAUSTED at once).
     server = grpc.aio.server(
-        options=options(settings.max_request_bytes, settings.max_response_bytes),
-        maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs or None,
+        options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes),
+        maximum_concurrent_rpcs=settings.serve.grpc_max_concurrent_rpcs or None,
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(container), server)
     bound = server.add_insecure_port(f"{host}:{port}")

@@ -94,7 +94,7 @@ def _parameter(param: Any) -> Any:
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, container: Container) -> None:
         self.container = container
-        self.rate_limit = RateLimit.from_settings(container.settings)
+        self.rate_limit = RateLimit.from_settings(container.settings.admission)
 
     @contextlib.asynccontextmanager
     async def _caller(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
@@ -196,7 +196,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
-        size, limit = response.ByteSize(), self.container.settings.max_response_bytes
+        size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
             raise PayloadTooLarge(
                 f"the answer is {size} bytes, over the {limit} an answer may be: ask for fewer rows or outputs, or send a batch job",

@@ -22,7 +22,7 @@ def clients(settings: Settings) -> AwsClients:
     """The process's boto3 clients in the settings' region: one session, the same retries."""
     from sluice.clients import default_clients
 
-    return default_clients(settings.region)
+    return default_clients(settings.adapters.region)
 
 
 def rollout_controller(container: Container) -> RolloutService:
@@ -32,7 +32,7 @@ def rollout_controller(container: Container) -> RolloutService:
     from sluice.stats.alarms import CloudWatchAlarms
 
     settings = container.settings
-    alarms = CloudWatchAlarms(clients(settings).client("cloudwatch", region=settings.region))
+    alarms = CloudWatchAlarms(clients(settings).client("cloudwatch", region=settings.adapters.region))
     return RolloutService(container.registry, container.deployments, alarms=alarms, endpoints=container.endpoint_plane)
 
 

@@ -194,7 +194,7 @@ def _upload_of(record: S3EventRecord) -> dict[str, str] | None:
     bucket = record.s3.bucket.name
     key = unquote_plus(record.s3.get_object.key)
     target = inbox_target(key)
-    expected = container().settings.batch_bucket
+    expected = container().settings.jobs.batch_bucket
     created = record.event_name.startswith("ObjectCreated:")
     if target is None or not created or (expected and bucket != expected):
         logger.info("ignored upload outside the inbox", extra={"bucket": bucket, "key": key})

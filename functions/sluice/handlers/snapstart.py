@@ -72,7 +72,7 @@ def before_snapshot() -> Warmed:
     for prepare in state.prepare:
         prepare()
     container = current()
-    settings = container.settings
+    settings = container.settings.snapstart
     warmed = run(preload(container.predictions, settings.preload, max_bytes=settings.preload_max_bytes))
     state.warmed = warmed
     # What init built lives as long as the process: collect its garbage now and move the rest
@@ -112,13 +112,13 @@ def after_restore() -> Container:
     state.restores += 1
     for hook in state.on_restore:
         hook(new)
-    if new.settings.preload:
+    if new.settings.snapstart.preload:
         # Reads every preloaded deployment again through the new clients, into the new
         # caches. It loads nothing: a version deployed after the snapshot loads on its first
         # request, as it would without SnapStart, and the restore stays short.
         from sluice.inference.warmup import preload
 
-        settings = new.settings
+        settings = new.settings.snapstart
         try:
             run(preload(new.predictions, settings.preload, max_bytes=settings.preload_max_bytes, load=False))
         except Exception:  # best effort: a failed read leaves the caches to the first request

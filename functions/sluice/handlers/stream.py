@@ -77,7 +77,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def _handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
     c = container()
     kind, records = read_event(event)
-    bindings = _bindings(c.settings.streams)
+    bindings = _bindings(c.settings.stream.streams)
     sources = set(map(_source, records))
     if len(sources) == 1:  # one queue or stream an invocation (Kafka: one topic or more)
         outcomes = _score(c, bindings, sources.pop(), records)
@@ -129,7 +129,7 @@ def _score(c: Container, bindings: dict[str, Binding], source: str, records: lis
 
 
 def _score_bound(c: Container, binding: Binding, records: list[StreamRecord]) -> list[Outcome]:
-    scorer = StreamScorer(c.stream_predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream_batch_rows)
+    scorer = StreamScorer(c.stream_predictions, binding.tenant, binding.deployment, batch_rows=c.settings.stream.stream_batch_rows)
     return run(process(scorer, records, sink_for(binding)))
 
 

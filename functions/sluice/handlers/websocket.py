@@ -107,7 +107,7 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
 def _rate(container: Container, tenant: str) -> ConnectionRate | None:
     """The connection's message rate, counted in the registry: each message may reach
     another container, so no container's own count would hold."""
-    spec = container.settings.websocket_rate_limit
+    spec = container.settings.websocket.websocket_rate_limit
     if not spec:
         return None
     from sluice.services.connection_rate import ConnectionRate

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
-    from sluice.settings import Settings
+    from sluice.settings import PredictionSettings
 
 
 class PredictionService:
@@ -65,7 +65,7 @@ class PredictionService:
         self,
         registry: Registry,
         runtimes: Mapping[str, Runtime],
-        settings: Settings,
+        settings: PredictionSettings,
         telemetry: Telemetry,
         stats: StatsRecorder | None = None,
         mirror: Mirror | None = None,
@@ -174,7 +174,8 @@ class PredictionService:
 
         if self.uploads is None:
             raise NotFound("uploads are not served here", field="upload_id")
-        upload = await asyncio.to_thread(self.uploads().find, principal, given.upload_id)
+        uploads = self.uploads()
+        upload = await asyncio.to_thread(uploads.find, principal, given.upload_id)
         if upload.deployment != request.deployment:
             raise BadRequest(
                 f"upload '{upload.id}' was made for deployment '{upload.deployment}', not '{request.deployment}'", field="upload_id"
@@ -184,7 +185,7 @@ class PredictionService:
             submit = getattr(self.runtimes.get(version.runtime), "submit_upload", None)
             if submit is not None:
                 await submit(version, upload)  # raises Accepted when it queues the body
-        most = self.settings.upload_inline_max_bytes
+        most = uploads.settings.upload_inline_max_bytes
         if upload.size > most:
             raise PayloadTooLarge(
                 f"upload '{upload.id}' is {upload.size} bytes; sluice scores at most {most} bytes itself "

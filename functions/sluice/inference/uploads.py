@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.domain.requests import Inputs
     from sluice.registry import Registry
-    from sluice.settings import Settings
+    from sluice.settings import UploadSettings
     from sluice.storage.uploads import UploadStore
 
 MAX_HEADER_BYTES = 16 * 1024 * 1024  # a binary body's JSON header: names, shapes, parameters
@@ -73,7 +73,7 @@ class UploadService:
         self,
         registry: Registry,
         store: UploadStore | None,
-        settings: Settings,
+        settings: UploadSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:

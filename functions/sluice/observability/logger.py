@@ -21,7 +21,7 @@ def get_logger() -> Logger:
 
     from sluice.settings import get_settings
 
-    settings = get_settings()
+    settings = get_settings().observability
     return Logger(
         service=settings.service_name,
         level=settings.log_level,
@@ -79,5 +79,5 @@ def get_metrics() -> Metrics:
 
     from sluice.settings import get_settings
 
-    settings = get_settings()
+    settings = get_settings().observability
     return Metrics(namespace=settings.metrics_namespace, service=settings.service_name)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from sluice.domain import ModelVersion, Principal
     from sluice.services.deployments import DeploymentService
     from sluice.services.models import ModelService
-    from sluice.settings import Settings
+    from sluice.settings import OnnxSettings
     from sluice.storage import ArtifactStore
 
 MAX_DATA_BYTES = 256 * 1024 * 1024
@@ -63,7 +63,7 @@ def require_onnx() -> None:
 
 class OptimizeService:
     def __init__(
-        self, models: ModelService, deployments: DeploymentService, store: ArtifactStore, settings: Settings
+        self, models: ModelService, deployments: DeploymentService, store: ArtifactStore, settings: OnnxSettings
     ) -> None:
         self.models = models
         self.deployments = deployments

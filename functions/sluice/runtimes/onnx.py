@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from sluice.domain import ModelVersion
     from sluice.domain.signature import Signature
-    from sluice.settings import Settings
+    from sluice.settings import OnnxSettings
     from sluice.storage import ArtifactStore
 
 
@@ -161,7 +161,7 @@ class OnnxRuntime:
 
     kind = "onnx"
 
-    def __init__(self, store: ArtifactStore, settings: Settings) -> None:
+    def __init__(self, store: ArtifactStore, settings: OnnxSettings) -> None:
         self.store = store
         self.settings = settings
         self.cache = SessionCache(settings.model_cache_bytes)
@@ -249,7 +249,7 @@ class OnnxRuntime:
         return signature_from_session(entry.session)
 
 
-def machine_vcpus(settings: Settings) -> int:
+def machine_vcpus(settings: OnnxSettings) -> int:
     """The vCPUs this process may use: set, or Lambda's share for its memory, or the CPU count."""
     import os
 

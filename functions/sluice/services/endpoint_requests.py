@@ -43,7 +43,7 @@ class DeployRequest:
     min_instances: int | None = None  # any of these three turns autoscaling on
     max_instances: int | None = None
     target_invocations_per_instance: float | None = None
-    triton_version: str | None = None  # default: settings.sagemaker_triton_version
+    triton_version: str | None = None  # default: settings.endpoint_control.sagemaker_triton_version
     max_batch_size: int | None = None  # default: 64 when the model has a dynamic batch axis
     mode: str = "realtime"  # realtime, async or components
     # mode async

@@ -187,7 +187,7 @@ def test_a_connections_message_rate_holds_across_containers(aws: None, demo: Con
     from sluice.wiring import Container
 
     monkeypatch.setattr(connection_rate, "time", SimpleNamespace(time=lambda: 1_800_000_010.0))  # 50 s left in its minute
-    settings = demo.settings.model_copy(update={"websocket_rate_limit": "3/minute"})
+    settings = demo.settings.replace(websocket_rate_limit="3/minute")
     first, second = Container.from_settings(settings), Container.from_settings(settings)
     key_id, _ = key
     clients = AwsClients(region=REGION)

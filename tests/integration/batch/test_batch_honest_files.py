@@ -61,7 +61,7 @@ def test_quoted_line_breaks_across_chunk_boundaries_are_one_row_each(batch: Cont
     rows = iris_rows(3048)
     path = _csv_with_notes(tmp_path / "notes.csv", rows)
     data = path.read_bytes()
-    chunk_bytes = batch.settings.batch_chunk_bytes
+    chunk_bytes = batch.settings.batch.batch_chunk_bytes
     assert len(data) > 4 * chunk_bytes and data.count(b"\n") > 3048 + 1000
     job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
     assert job.status == "SUCCEEDED", job.error

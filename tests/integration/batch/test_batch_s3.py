@@ -40,7 +40,7 @@ def s3_batch(settings: Settings, acme: Principal, monkeypatch: pytest.MonkeyPatc
     with mock_aws():
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-        local = Container.from_settings(settings.model_copy(update={"batch_bucket": BUCKET}))
+        local = Container.from_settings(settings.replace(batch_bucket=BUCKET))
         container = Container(local.settings, local.registry, local.store, local.runtimes, files=Files(s3_client=s3))
         install_demo(container, acme, MODELS)
         yield container, s3

@@ -29,7 +29,7 @@ def _rows(n: int) -> Any:
 
 
 def test_an_answer_over_the_response_limit_is_refused_saying_why(served: Container, keys: dict[str, str]) -> None:
-    served.settings.max_response_bytes = 64 * 1024
+    served.settings.limits.max_response_bytes = 64 * 1024
     with run_server(served) as url:
         client = grpcclient.InferenceServerClient(url)
         assert client.infer("diabetes", [_rows(1000)], headers=auth(keys["acme"])).as_numpy("variable").shape == (1000, 1)
@@ -40,7 +40,7 @@ def test_an_answer_over_the_response_limit_is_refused_saying_why(served: Contain
 
 
 def test_calls_at_once_are_bounded(served: Container, keys: dict[str, str]) -> None:
-    served.settings.grpc_max_concurrent_rpcs = 2
+    served.settings.serve.grpc_max_concurrent_rpcs = 2
     streams = []
     with run_server(served) as url:
         try:

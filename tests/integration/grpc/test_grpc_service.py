@@ -158,7 +158,7 @@ def test_other_extensions_say_unimplemented(grpc_url: str, keys: dict[str, str])
 
 
 def test_the_request_size_limit_holds(served: Container, keys: dict[str, str]) -> None:
-    served.settings.max_request_bytes = 64 * 1024
+    served.settings.limits.max_request_bytes = 64 * 1024
     with run_server(served) as url:
         client = grpcclient.InferenceServerClient(url)
         big = np.zeros((20_000, 4), dtype=np.float32)  # 320 KB

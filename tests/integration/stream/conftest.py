@@ -81,15 +81,15 @@ def rows(n: int, *, start: int = 0) -> list[str]:
 def bind(demo: Container) -> Iterator[Callable[..., Callable[[dict[str, Any]], dict[str, Any]]]]:
     """`bind(destination, source="*", deployment="iris")` -> a function that runs the handler
     on an event and returns its answer."""
-    saved = stream._container, demo.settings.streams, demo.settings.stream_batch_rows
+    saved = stream._container, demo.settings.stream.streams, demo.settings.stream.stream_batch_rows
     stream._container = demo
     stream._sinks.clear()
 
     def bind(destination: dict[str, str], *, source: str = "*", deployment: str = "iris", tenant: str = "acme") -> Callable[[dict[str, Any]], dict[str, Any]]:
-        demo.settings.streams = {source: {"tenant": tenant, "deployment": deployment, "destination": destination}}
+        demo.settings.stream.streams = {source: {"tenant": tenant, "deployment": deployment, "destination": destination}}
         stream._sinks.clear()
         return lambda event: stream.handler(event, LambdaContext(function_name="sluice-stream"))
 
     yield bind
-    stream._container, demo.settings.streams, demo.settings.stream_batch_rows = saved
+    stream._container, demo.settings.stream.streams, demo.settings.stream.stream_batch_rows = saved
     stream._sinks.clear()

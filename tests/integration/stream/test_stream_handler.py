@@ -276,7 +276,7 @@ def test_many_rows_are_scored_in_calls_of_batch_rows(aws: None, bind: Bind, demo
     _sqs, _url = _queue("scores")
     handle = bind({"kind": "s3", "target": "s3://sluice-stream-out"})
     _bucket()
-    demo.settings.stream_batch_rows = 64
+    demo.settings.stream.stream_batch_rows = 64
     calls = _count_calls(demo)
     handle(kinesis_event(rows(200)))
     assert calls == [64, 64, 64, 8]

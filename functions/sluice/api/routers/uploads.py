@@ -55,14 +55,15 @@ async def receive_upload(upload_id: str, request: Request, settings: SettingsDep
     from sluice.api.upload_post import ClientGone, UploadPost, read_form
     from sluice.storage.uploads import FolderUploads
 
+    limits = settings.uploads
     post: UploadPost | None = None
     try:
         store = uploads.store
         if not isinstance(store, FolderUploads):
             raise NotFound("uploads are posted to the store's url the upload answered, not here", field="upload_id")
         headers = request.headers
-        post = UploadPost(store, upload_id, headers.get("content-type", ""), declared=headers.get("content-length"), max_upload=settings.upload_max_bytes)
-        await read_form(post, request.receive, timeout_s=settings.upload_body_timeout_s, min_rate=settings.upload_body_min_rate)
+        post = UploadPost(store, upload_id, headers.get("content-type", ""), declared=headers.get("content-length"), max_upload=limits.upload_max_bytes)
+        await read_form(post, request.receive, timeout_s=limits.upload_body_timeout_s, min_rate=limits.upload_body_min_rate)
         response: Response = Response(status_code=204)
     except ClientGone as gone:
         get_logger().info("upload body: the client went away", extra={"upload_id": upload_id, "received": gone.received})

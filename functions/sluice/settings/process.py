@@ -1,0 +1,135 @@
+"""The groups every part of the process reads: where it runs and keeps its state, which
+adapter each port gets, where models may come from, and how it logs and counts."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+def in_lambda() -> bool:
+    """Whether this process runs in AWS Lambda: the one place sluice asks."""
+    return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
+
+
+def lambda_memory_mb() -> int | None:
+    """The memory Lambda gave this function, in MB (its CPU share follows it); None elsewhere."""
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "")
+    return int(memory) if memory.isdigit() else None
+
+
+class Group(BaseSettings):
+    """A group of settings, each field read from `SLUICE_<FIELD>` (its name in capitals)."""
+
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+    title: ClassVar[str]
+
+
+class ProcessSettings(Group):
+    """Read by the wiring, for the default of nearly every adapter, and by the CLI."""
+
+    title: ClassVar[str] = "The process"
+
+    mode: Literal["local", "aws"] = Field(
+        default_factory=lambda: "aws" if in_lambda() else "local",
+        description="`local` allows embedded defaults; `aws` refuses them (set automatically in Lambda).",
+    )
+    home: Path = Field(
+        default=Path("~/.sluice"),
+        description="Folder for the embedded registry, artifact store and local state.",
+    )
+
+    @property
+    def home_path(self) -> Path:
+        return self.home.expanduser().resolve()
+
+
+class AdapterSettings(Group):
+    """Read by the wiring, which chooses each port's adapter (the local twin or the AWS
+    service) and builds it, handing every AWS adapter the region."""
+
+    title: ClassVar[str] = "Adapters"
+
+    registry: str = Field(
+        default="",
+        description="`sqlite:///path/registry.db` or `dynamodb://table-name`; empty: SQLite under home.",
+    )
+    store: str = Field(
+        default="",
+        description="`file:///path` or `s3://bucket/prefix`; empty: a folder under home.",
+    )
+    mirror: str = Field(
+        default="",
+        description="Where shadow mirrors run: `local` (a thread of this process) or `lambda://function-name`; empty: local.",
+    )
+    region: str | None = Field(
+        default=None, description="AWS region for DynamoDB/S3; defaults to the SDK's own lookup."
+    )
+    tenant_role_arn: str | None = Field(
+        default=None,
+        description=(
+            "IAM role whose registry access is confined to the tenant named by a session tag "
+            "(see sluice.registry.dynamodb.tenant_scope); set by the CDK app on the API function."
+        ),
+    )
+
+
+class SourceSettings(Group):
+    """Read by the model service, which registers models from them, and by the Triton and
+    SageMaker runtimes, which check every call against them."""
+
+    title: ClassVar[str] = "Where models come from"
+
+    import_prefixes: list[str] = Field(
+        default_factory=lambda: ["file://{home}/imports/{tenant}/"],
+        description=(
+            "URI prefixes that push-by-URI may read, `{tenant}` standing for the caller's tenant "
+            "(e.g. `s3://uploads-bucket/{tenant}/`); JSON list in the environment."
+        ),
+    )
+    triton_url_prefixes: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8100-8102", "http://localhost:8100-8102"],
+        description=(
+            "The Triton servers sluice may call: a tenant may register models only from these, and "
+            "every call is checked again. Entries are `scheme://host:port`, `scheme://host:low-high` "
+            "or `scheme://host:*` (any port), compared on the parsed URL, never as a string prefix; "
+            "JSON list in the environment. The default admits the ports of `sluice triton up` (HTTP "
+            "8100, gRPC 8101, SageMaker 8102) and no other loopback service; the local endpoints' "
+            "servers are admitted by the `sagemaker` runtime only while they run. The server calls "
+            "them, so keep this to servers you run."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _parse_triton_servers(self) -> SourceSettings:
+        from sluice.domain.errors import SluiceError
+
+        try:
+            _ = self.triton_allowlist
+        except SluiceError as exc:
+            raise ValueError(f"SLUICE_TRITON_URL_PREFIXES: {exc.message}") from None
+        return self
+
+    @cached_property
+    def triton_allowlist(self) -> tuple[Any, ...]:
+        """`triton_url_prefixes`, parsed (see `sluice.domain.origins`)."""
+        from sluice.domain.origins import parse_allowlist
+
+        return parse_allowlist(self.triton_url_prefixes, field="triton_url_prefixes")
+
+
+class ObservabilitySettings(Group):
+    """Read by the logger, the EMF metrics and data capture's counts."""
+
+    title: ClassVar[str] = "Logs and metrics"
+
+    log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
+    metrics_namespace: str = Field(default="sluice", description="CloudWatch namespace for EMF metrics.")
+    service_name: str = Field(default="sluice", description="Service name in logs, metrics and traces.")

@@ -1,0 +1,327 @@
+"""The groups of answering requests: the data plane's limits and caches, ONNX Runtime,
+uploads, admission, WebSocket connections and `sluice serve`'s connections."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from sluice.settings.process import Group, MiB, in_lambda
+
+
+class LimitSettings(Group):
+    """Read by the HTTP edge and the gRPC server (bodies) and by whatever presents an answer
+    (the routes, results of asynchronous predictions, the gRPC service)."""
+
+    title: ClassVar[str] = "Request and answer sizes"
+
+    max_request_bytes: int = Field(
+        default=6 * MiB - 64 * 1024,
+        gt=0,
+        description="Largest request body served synchronously (Lambda's 6 MB limit, less envelope).",
+    )
+    max_response_bytes: int = Field(
+        default=6 * MiB - 64 * 1024,
+        gt=0,
+        description="Largest answer sent in line (Lambda's 6 MB response limit, less envelope): a prediction "
+        "from an upload whose answer is larger is kept as a result (303 to it), and a result whose answer is "
+        "larger is answered with the answer itself (a 303 to a presigned S3 GET on AWS, its bytes locally).",
+    )
+
+
+class PredictionSettings(Group):
+    """Read by the prediction service (the one call) and, for their timeouts, the Triton and
+    SageMaker runtimes."""
+
+    title: ClassVar[str] = "Predictions"
+
+    request_timeout_s: float = Field(
+        default=25.0, gt=0, description="Budget for one prediction, below API Gateway's 29 s."
+    )
+    max_tensor_elements: int = Field(
+        default=4_000_000, gt=0, description="Largest number of elements across one request's inputs."
+    )
+    deployment_cache_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long a container trusts a deployment it has read."
+    )
+
+
+class PredictionCacheSettings(Group):
+    """Read by the wiring, which builds the prediction cache of deployments that turn it on."""
+
+    title: ClassVar[str] = "Prediction cache"
+
+    prediction_cache_shared: bool = Field(
+        default=False,
+        description="Share the prediction cache of deployments that turn it on between containers and "
+        "processes, through the registry (a SQLite table locally, DynamoDB items with a time to live on AWS). "
+        "Off: each container keeps its own answers only.",
+    )
+    prediction_cache_max_entry_bytes: int = Field(
+        default=1 << 20, ge=0, description="The largest answer (its outputs' bytes) the prediction cache keeps."
+    )
+    prediction_cache_max_bytes: int = Field(
+        default=128 << 20,
+        ge=0,
+        description="The outputs' bytes the prediction cache keeps in one process, all deployments together "
+        "(each deployment also at most its `max_entries` answers).",
+    )
+
+
+class OnnxSettings(Group):
+    """Read by the ONNX Runtime adapter, which loads and runs versions in process, and by
+    `sluice optimize`."""
+
+    title: ClassVar[str] = "ONNX Runtime"
+
+    ort_intra_op_threads: int = Field(
+        default=1, ge=0, description="ONNX Runtime intra-op threads per session (0: ORT decides)."
+    )
+    ort_inter_op_threads: int = Field(
+        default=1, ge=0, description="ONNX Runtime inter-op threads per session (0: ORT decides)."
+    )
+    ort_tuned_sessions: bool = Field(
+        default=True,
+        description=(
+            "Load a version with the session options `sluice optimize` tuned for it (threads and execution mode for "
+            "this machine's vCPUs) instead of the two settings above."
+        ),
+    )
+    ort_vcpus: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "The vCPUs a tuned version is loaded for. Default: from the Lambda function's memory (1 vCPU per 1769 MB, "
+            "6 at most), or the machine's CPU count off Lambda."
+        ),
+    )
+    model_cache_bytes: int = Field(
+        default=1024 * MiB,
+        gt=0,
+        description="Upper bound on the artifact bytes of ONNX sessions kept loaded (LRU).",
+    )
+    inline_infer_elements: int = Field(
+        default=4096,
+        ge=0,
+        description="Inputs up to this many elements run on the event loop; larger ones on a thread.",
+    )
+
+
+class SnapStartSettings(Group):
+    """Read by the SnapStart hooks of the request functions, before their snapshot."""
+
+    title: ClassVar[str] = "SnapStart"
+
+    preload: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Deployments (`tenant/name`) a Lambda with SnapStart loads before its snapshot, so a "
+            "restored container answers them without loading a model; JSON list in the environment."
+        ),
+    )
+    preload_max_bytes: int = Field(
+        default=256 * MiB,
+        ge=0,
+        description="Upper bound on the artifact bytes `preload` loads; versions beyond it load on first use.",
+    )
+
+
+class UploadSettings(Group):
+    """Read by the upload service, the route an upload's form is posted to and the wiring
+    (the signer role)."""
+
+    title: ClassVar[str] = "Uploads"
+
+    upload_max_bytes: int = Field(
+        default=1_000_000_000,
+        gt=0,
+        description="Largest upload (`POST /api/v1/uploads`): SageMaker asynchronous inference takes inputs of up to 1 GB.",
+    )
+    upload_inline_max_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        description="Largest upload the API reads to score itself (a deployment that is not on an asynchronous "
+        "SageMaker endpoint); a larger one is refused with 413: send a batch job.",
+    )
+    upload_form_ttl_s: int = Field(
+        default=900,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted.",
+    )
+    upload_body_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="`sluice serve`: seconds an upload's form (`POST /api/v1/uploads/{id}/body`, posted without "
+        "an API key) has to arrive, plus one more for every `SLUICE_UPLOAD_BODY_MIN_RATE` bytes received; a slower "
+        "client (one trickling its body) is answered 408 and cut off, and nothing of its body is kept. On AWS, S3 "
+        "takes the form.",
+    )
+    upload_body_min_rate: int = Field(
+        default=16 * 1024,
+        gt=0,
+        description="`sluice serve`: the rate an upload's form must keep up, in bytes a second: each that many "
+        "bytes received give it one more second beyond `SLUICE_UPLOAD_BODY_TIMEOUT_S`, so a client at least this "
+        "fast is never cut off.",
+    )
+    upload_ttl_s: int = Field(
+        default=3600,
+        ge=60,
+        description="How long an upload may be predicted from after it is made (as often as wanted); the "
+        "store's lifecycle deletes it a day or more later (the CDK app's `storage.upload_expiry_days`).",
+    )
+    upload_signer_role_arn: str | None = Field(
+        default=None,
+        description="The role upload forms are signed with on AWS, assumed per tenant (session tag `tenant`): "
+        "it may put objects under that tenant's uploads prefix only. Unset: signed with the function's own role.",
+    )
+
+
+class AdmissionSettings(Group):
+    """Read by the HTTP edge and the gRPC service, which count each key's requests."""
+
+    title: ClassVar[str] = "Admission"
+
+    rate_limit: str = Field(
+        default="",
+        description="`sluice serve`: requests one API key may make, in the `limits` package's notation: "
+        "`10/second`, `600/minute`, or several joined by `;` (`600/minute;20/second`: 600 a minute "
+        "with bursts of at most 20 in any second), counted in a moving window. Past it the request "
+        "is answered 429 with Retry-After, after authentication and before its body is read. Empty: "
+        "off. Needs the `serve` extra. Not for AWS: API Gateway usage plans throttle each tenant there "
+        "(see `usage_key_prefix`).",
+    )
+    max_in_flight_per_key: int = Field(
+        default_factory=lambda: 0 if in_lambda() else 64,
+        ge=0,
+        description="`sluice serve`: requests one API key may have in flight at once in one process: its HTTP "
+        "requests and WebSocket messages in a worker, its gRPC calls in the gRPC process (an open stream is one). "
+        "Past it a request is answered 429 with Retry-After (`too_many_in_flight`), after authentication and "
+        "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
+        "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
+        "Lambda, where a container takes one request at a time and API Gateway throttles each tenant).",
+    )
+    rate_limit_storage: str = Field(
+        default="memory://",
+        description="Where `rate_limit` counts: `memory://` counts in each worker process (with N workers "
+        "a key may get up to N times the limit); a `redis://host:port` URL shares the counts between "
+        "workers and machines (needs the `redis` package).",
+    )
+
+
+class AuthSettings(Group):
+    """Read by the key service (how long a checked key is trusted) and the authorizer."""
+
+    title: ClassVar[str] = "Keys and usage plans"
+
+    auth_cache_ttl_s: float = Field(
+        default_factory=lambda: 0.0 if in_lambda() else 30.0,
+        ge=0,
+        description="How long a process trusts an API key it has checked. With SQLite a revoke reaches "
+        "every local process at once regardless (a marker file); with DynamoDB this is the bound on "
+        "how long a revoked key may still work in a container (0 by default in Lambda: every lookup reads).",
+    )
+    usage_key_prefix: str = Field(
+        default="",
+        description="The authorizer's usage-plan key prefix: it returns `<prefix><tenant>` or "
+        "`<prefix>_default` as the API Gateway usage identifier; empty: none.",
+    )
+    usage_tenants: str = Field(
+        default="", description="Comma-separated tenants with a usage plan of their own (the authorizer)."
+    )
+
+
+# One or more `limits` rates: `100/second`, `600 per minute`, `10/5 seconds`, joined by `;` or `,`.
+_ONE_RATE = r"\s*[1-9][0-9]*\s*(?:/|per)\s*(?:[1-9][0-9]*\s*)?(?:second|minute|hour|day|month|year)s?\s*"
+RATE = re.compile(rf"{_ONE_RATE}(?:[;,]{_ONE_RATE})*")
+
+
+class WebSocketSettings(Group):
+    """Read by both WebSocket doors: `sluice serve`'s route and the WebSocket Lambda."""
+
+    title: ClassVar[str] = "WebSocket"
+
+    websocket_rate_limit: str = Field(
+        default="100/second",
+        description="Messages one WebSocket connection may send, in the `limits` notation of "
+        "`rate_limit`; past it a message is answered with a `rate_limited` error message and the "
+        "connection stays open. Empty: off. `sluice serve` counts a moving window in memory; the "
+        "WebSocket Lambda counts fixed windows in the registry, shared by its containers.",
+    )
+    websocket_max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="`sluice serve`: predictions of one WebSocket connection processed at once; past it "
+        "the server reads that connection's next message only when an answer has gone out.",
+    )
+    websocket_max_message_bytes: int = Field(
+        default=1 * MiB,
+        ge=1024,
+        description="Largest WebSocket message answered; a larger one gets a `payload_too_large` error "
+        "message. On AWS, API Gateway takes messages of at most 128 KB.",
+    )
+
+    @model_validator(mode="after")
+    def _check_rate(self) -> WebSocketSettings:
+        if self.websocket_rate_limit and not RATE.fullmatch(self.websocket_rate_limit):
+            # Checked by shape: `limits` is imported only once a connection opens.
+            raise ValueError(f"SLUICE_WEBSOCKET_RATE_LIMIT {self.websocket_rate_limit!r} is not a rate such as 100/second or 600/minute;20/second")
+        return self
+
+
+class ServeSettings(Group):
+    """Read by `sluice serve`: its HTTP connections, its gRPC server and the batch work it
+    runs in the background (the local inbox, schedules, stopping)."""
+
+    title: ClassVar[str] = "`sluice serve`"
+
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="`sluice serve`: seconds a client has to send a request's line and headers, counted "
+        "from the connection's opening or the request's first byte; a slower client (slowloris) is "
+        "answered 408 and cut off. On AWS, API Gateway ends slow clients itself.",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="`sluice serve`: largest request line plus headers; past it the connection is answered 431 and closed.",
+    )
+    keepalive_timeout_s: float = Field(
+        default=5.0, gt=0, description="`sluice serve`: seconds an idle connection stays open between requests."
+    )
+    grpc_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`); 0: off. "
+        "Not on AWS: API Gateway cannot carry gRPC.",
+    )
+    grpc_max_concurrent_rpcs: int = Field(
+        default=32,
+        ge=0,
+        description="`sluice serve --grpc-port`: calls the gRPC server runs at once, every key together (an "
+        "open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
+        "message of up to `max_request_bytes` and its decoding, so this bounds the gRPC process's memory. 0: no bound.",
+    )
+    batch_inbox: Path | None = Field(
+        default=None,
+        description="The folder `sluice serve` watches for batch inputs "
+        "(`<folder>/<deployment>/<file>`); empty: `inbox/` under home.",
+    )
+    batch_inbox_poll_s: float = Field(
+        default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
+    )
+    batch_schedule_poll_s: float = Field(
+        default=5.0, gt=0, description="How often `sluice serve` looks for batch schedules that are due."
+    )
+    batch_stop_grace_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long `sluice serve`, once told to stop, waits for a running local batch job to finish "
+        "the chunks it is scoring; the job is then recorded FAILED (the service stopped) either way.",
+    )

@@ -1,0 +1,49 @@
+"""The one place adapters are chosen from settings and built: once per process (once per
+Lambda cold start). `adapters` chooses each port's adapter, `runtimes` the runtimes by kind,
+`container` assembles the data plane and builds the control plane's services on first use,
+handing each the group of settings it reads. Tests build a Container with their own parts."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sluice.settings import get_settings
+from sluice.wiring.adapters import (
+    build_capture,
+    build_capture_reader,
+    build_endpoint_control,
+    build_layout,
+    build_mirror,
+    build_orchestrator,
+    build_prediction_cache,
+    build_registry,
+    build_revocation_signal,
+    build_store,
+    metrics_sink,
+)
+from sluice.wiring.container import Container
+from sluice.wiring.runtimes import Runtimes, build_runtimes, inline_runtimes
+
+__all__ = [
+    "Container",
+    "Runtimes",
+    "build_capture",
+    "build_capture_reader",
+    "build_endpoint_control",
+    "build_layout",
+    "build_mirror",
+    "build_orchestrator",
+    "build_prediction_cache",
+    "build_registry",
+    "build_revocation_signal",
+    "build_runtimes",
+    "build_store",
+    "get_container",
+    "inline_runtimes",
+    "metrics_sink",
+]
+
+
+@lru_cache(maxsize=1)
+def get_container() -> Container:
+    return Container.from_settings(get_settings())

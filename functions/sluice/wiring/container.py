@@ -1,0 +1,272 @@
+"""The container: the data plane assembled from settings at once, the control plane's
+services built on first use, each given the group of settings it reads. Tests build a
+Container with their own parts instead."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from sluice.inference.predictions import PredictionService
+from sluice.inference.shadow_runner import ShadowRunner
+from sluice.observability import Telemetry
+from sluice.services.deployments import DeploymentService
+from sluice.services.keys import KeyService
+from sluice.services.models import ModelService
+from sluice.wiring.adapters import (
+    build_capture,
+    build_capture_reader,
+    build_endpoint_control,
+    build_layout,
+    build_mirror,
+    build_orchestrator,
+    build_prediction_cache,
+    build_registry,
+    build_revocation_signal,
+    build_store,
+    metrics_sink,
+)
+from sluice.wiring.runtimes import build_runtimes, inline_runtimes
+
+if TYPE_CHECKING:
+    from sluice.batch.catalog import GlueCatalog
+    from sluice.batch.files import Files
+    from sluice.batch.orchestrators import Orchestrator
+    from sluice.batch.runner import BatchRunner
+    from sluice.batch.schedules import ScheduleService
+    from sluice.batch.service import BatchService
+    from sluice.cost.service import CostService
+    from sluice.endpoints.control import EndpointControl
+    from sluice.inference.mirror import Mirror
+    from sluice.inference.results import ResultService
+    from sluice.inference.uploads import UploadService
+    from sluice.optimize.jobs import OptimizeJobs
+    from sluice.optimize.service import OptimizeService
+    from sluice.registry import Registry
+    from sluice.replay import ReplayService
+    from sluice.runtimes import Runtime
+    from sluice.services.admission import InFlight
+    from sluice.services.endpoints import EndpointService
+    from sluice.services.rollouts import RolloutService
+    from sluice.settings import Settings
+    from sluice.storage import ArtifactStore
+
+
+@dataclass
+class Container:
+    settings: Settings
+    registry: Registry
+    store: ArtifactStore
+    runtimes: dict[str, Runtime]
+    telemetry: Telemetry | None = None
+    mirror: Mirror | None = None
+    orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
+    files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
+    endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
+
+    def __post_init__(self) -> None:
+        if self.telemetry is None:
+            onnx = self.runtimes.get("onnx")
+            cache = getattr(onnx, "cache", None)
+            self.telemetry = Telemetry(
+                namespace=self.settings.observability.metrics_namespace,
+                service=self.settings.observability.service_name,
+                cache_stats=cache.stats if cache is not None else None,
+                sink=metrics_sink(),
+            )
+        self.predictions = PredictionService(
+            self.registry, self.runtimes, self.settings.predictions, self.telemetry,
+            cache=build_prediction_cache(self.settings, self.registry),
+        )  # fmt: skip
+        self.layout = build_layout(self.settings, self.store)
+        self.models = ModelService(
+            self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.sources.triton_allowlist
+        )
+        self.shadows = ShadowRunner(self.predictions)
+        if self.mirror is None:
+            self.mirror = build_mirror(self.settings, self.store, self.shadows)
+        self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
+        self.capture = build_capture(self.settings, self.telemetry)
+        self.predictions.capture = self.capture  # and sampled requests of deployments that capture
+        self.predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
+        self.deployments = DeploymentService(
+            self.registry,
+            on_change=self.predictions.forget,
+            recorder=self.predictions.stats,
+            before_stats=self.mirror.drain,
+        )
+        self.keys = KeyService(
+            self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
+        )
+
+    @cached_property
+    def in_flight(self) -> InFlight | None:
+        """Requests in flight per key in this process, capped (`SLUICE_MAX_IN_FLIGHT_PER_KEY`):
+        one count for every transport the process serves; None when off (in Lambda)."""
+        from sluice.services.admission import InFlight
+
+        limit = self.settings.admission.max_in_flight_per_key
+        return InFlight(limit) if limit else None
+
+    @cached_property
+    def endpoints(self) -> EndpointService:
+        """Endpoints of deployments, on SageMaker or the local twin; built on first use."""
+        from sluice.services.endpoints import EndpointService
+        from sluice.storage.results import results_for
+
+        if self.endpoint_control is None:
+            self.endpoint_control = build_endpoint_control(self.settings, self.store)
+        # An asynchronous endpoint writes its answers under the tenant's results.
+        return EndpointService(self.registry, self.deployments, self.endpoint_control, results_for(self.store))
+
+    @cached_property
+    def results(self) -> ResultService:
+        """Results of asynchronous predictions, in the store beside the artifacts."""
+        from sluice.inference.results import ResultService
+        from sluice.storage.results import results_for
+
+        return ResultService(results_for(self.store), max_response_bytes=self.settings.limits.max_response_bytes)
+
+    @cached_property
+    def uploads(self) -> UploadService:
+        """Uploads (`POST /api/v1/uploads`), in the store beside the artifacts."""
+        from sluice.inference.uploads import UploadService
+        from sluice.storage.uploads import uploads_for
+
+        uploads = self.settings.uploads
+        store = uploads_for(self.store, signer_role_arn=uploads.upload_signer_role_arn, region=self.settings.adapters.region)
+        return UploadService(self.registry, store, uploads)
+
+    @cached_property
+    def cost(self) -> CostService:
+        """`sluice cost` and its route: deployments priced per runtime; built on first use."""
+        from sluice.cost.service import CostService
+
+        return CostService(self.registry, self.deployments)
+
+    @cached_property
+    def rollouts(self) -> RolloutService:
+        """Progressive rollouts and their controller; built on first use. Alarms are checked
+        where the controller runs on AWS (`sluice.handlers.rollouts`), not here. Deployments
+        bound to an endpoint have its variant weights moved through `endpoints`' control
+        plane, built only when such a rollout is looked at."""
+        from sluice.services.rollouts import RolloutService
+
+        return RolloutService(self.registry, self.deployments, endpoints=self.endpoint_plane)
+
+    def endpoint_plane(self) -> EndpointControl:
+        """The endpoint control plane (SageMaker or the local twin), built on first use."""
+        return self.endpoints.control
+
+    @cached_property
+    def replay(self) -> ReplayService:
+        """`sluice replay` and its route: captured requests against a candidate, scored
+        offline through the batch runner's prediction service; built on first use."""
+        from sluice.replay import ReplayService
+
+        return ReplayService(self.batch_runner.predictions, build_capture_reader(self.settings))
+
+    @cached_property
+    def optimizer(self) -> OptimizeService:
+        """`sluice optimize` and its API route; built on first use."""
+        from sluice.optimize.service import OptimizeService
+
+        return OptimizeService(self.models, self.deployments, self.store, self.settings.onnx)
+
+    @cached_property
+    def optimize_jobs(self) -> OptimizeJobs:
+        """Optimize runs as jobs in the registry, which every worker reads."""
+        from sluice.optimize.jobs import OptimizeJobs
+
+        return OptimizeJobs(self.registry)
+
+    @cached_property
+    def batch_runner(self) -> BatchRunner:
+        """Plan, Score and Finalize. Scoring runs through its own PredictionService (the same
+        runtimes, so loaded models are shared) whose calls stay out of live statistics."""
+        from sluice.batch.files import Files
+        from sluice.batch.runner import BatchPaths, BatchRunner, BatchTelemetry, OfflineStats
+
+        if self.files is None:
+            from sluice.clients import default_clients
+
+            # A store per URI scheme, each built on first use (a local run never imports boto3).
+            self.files = Files(clients=default_clients(self.settings.adapters.region))
+        runtimes = self.inline_runtimes()
+        observability = self.settings.observability
+        predictions = PredictionService(
+            self.registry, runtimes, self.settings.predictions,
+            BatchTelemetry(
+                namespace=observability.metrics_namespace, service=observability.service_name,
+                sink=self.telemetry.sink if self.telemetry is not None else None,
+            ),
+            stats=OfflineStats(self.registry),
+        )
+        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, BatchPaths(self.settings.batch_root_url))
+
+    def inline_runtimes(self) -> dict[str, Runtime]:
+        """These runtimes with ONNX run inline, on the very sessions the API has loaded (see
+        `sluice.wiring.runtimes.inline_runtimes`)."""
+        return inline_runtimes(self.runtimes, self.store, self.settings.onnx)
+
+    @cached_property
+    def stream_predictions(self) -> PredictionService:
+        """The prediction service of stream records (the Lambda and `sluice stream`): live
+        traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
+        invocation at a time holds the loop; nothing else waits on it)."""
+        service = PredictionService(
+            self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
+            stats=self.predictions.stats, mirror=self.mirror,
+        )  # fmt: skip
+        service.capture = self.capture
+        return service
+
+    @cached_property
+    def batch(self) -> BatchService:
+        from sluice.batch.service import BatchService
+
+        runner = self.batch_runner
+        if self.orchestrator is None:
+            self.orchestrator = build_orchestrator(self.settings, runner)
+        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files, runner)
+
+    @cached_property
+    def catalog(self) -> GlueCatalog:
+        """Where a successful job's output is published as a partition (AWS Glue)."""
+        from sluice.batch.catalog import GlueCatalog
+        from sluice.clients import default_clients
+
+        runner = self.batch_runner  # builds the files
+        return GlueCatalog(
+            runner.files, batch_root=self.settings.batch_root_url, database=self.settings.jobs.catalog_database or None,  # type: ignore[arg-type]
+            clients=default_clients(self.settings.adapters.region),
+        )  # fmt: skip
+
+    @cached_property
+    def schedules(self) -> ScheduleService:
+        """Batch schedules: kept by EventBridge Scheduler where SLUICE_SCHEDULE_GROUP is set
+        (with the state machine of SLUICE_ORCHESTRATOR as the target), else by `sluice serve`."""
+        from sluice.batch.schedules import ScheduleService
+
+        timer = None
+        jobs = self.settings.jobs
+        if jobs.schedule_group:
+            from sluice.batch.eventbridge import EventBridgeSchedules
+            from sluice.clients import default_clients
+
+            if not jobs.orchestrator.startswith("stepfunctions://") or not jobs.scheduler_role_arn:
+                raise ValueError(
+                    "SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN"
+                )
+            timer = EventBridgeSchedules(
+                group=jobs.schedule_group, role_arn=jobs.scheduler_role_arn,
+                state_machine_arn=jobs.orchestrator.removeprefix("stepfunctions://"),
+                clients=default_clients(self.settings.adapters.region),
+            )  # fmt: skip
+        return ScheduleService(self.registry, self.batch, timer)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Container:
+        store = build_store(settings)
+        return cls(settings, build_registry(settings), store, build_runtimes(settings, store))

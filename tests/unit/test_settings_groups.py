@@ -1,0 +1,42 @@
+"""Settings come in groups, one per reader; each variable is still `SLUICE_` + its field's name."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from pydantic import ValidationError
+
+from sluice.settings import GROUP_OF, GROUPS, Settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_every_variable_is_read_by_exactly_one_group() -> None:
+    assert sum(len(group.model_fields) for group in GROUPS.values()) == len(GROUP_OF)
+    assert all(group.model_config["env_prefix"] == "SLUICE_" for group in GROUPS.values())
+    assert not set(GROUPS) & set(GROUP_OF), "a group named as a setting: Settings(name=...) could not tell them apart"
+
+
+def test_a_group_reads_its_variables_and_named_fields_go_to_their_group(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SLUICE_BATCH_CHUNK_ROWS", "7")
+    monkeypatch.setenv("SLUICE_STREAMS", '{"*": {"tenant": "acme", "deployment": "iris"}}')
+    settings = Settings(mode="local", home=tmp_path, batch_infer_rows=3)
+    assert (settings.batch.batch_chunk_rows, settings.batch.batch_infer_rows) == (7, 3)
+    assert settings.stream.streams == {"*": {"tenant": "acme", "deployment": "iris"}}
+    assert settings.home_path == tmp_path.resolve() and settings.mode == "local"
+    with pytest.raises(ValidationError, match="no setting is called 'batch_rows'"):
+        Settings(batch_rows=3)
+
+
+def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> None:
+    settings = Settings(mode="local", home=tmp_path)
+    changed = settings.replace(websocket_rate_limit="3/minute", batch_bucket="bucket")
+    assert changed.websocket.websocket_rate_limit == "3/minute" and changed.batch_root_url == "s3://bucket/"
+    assert settings.websocket.websocket_rate_limit == "100/second" and settings.jobs.batch_bucket == ""
+    assert changed.onnx == settings.onnx and changed.onnx is not settings.onnx
+    with pytest.raises(ValidationError, match="SLUICE_ORCHESTRATOR"):
+        settings.replace(orchestrator="somewhere")
