@@ -344,7 +344,8 @@ def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs
 def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab: Tab, service: Service, shots: Path) -> None:
     tab = admin_tab
     service.call("POST", "/api/v1/deployments", json={"name": "iris-rollout", "policy": {"kind": "single", "model": "iris", "version": 1}})
-    service.call("POST", "/api/v1/deployments/iris-rollout/rollout", json={"to": "iris:2", "steps": [10, 50, 100], "every": "1h", "gate": "error_rate<=0.01,p99_ratio<=3", "min_requests": 20})
+    service.call("POST", "/api/v1/deployments/iris-rollout/rollout", json={"to": "iris:2", "steps": [10, 50, 100], "every": "1h", "gate": "error_rate<=0.01,p99_ratio<=100", "min_requests": 20})
+    # (a latency gate no busy test machine fails: a rollback here would end the story early)
     service.predict("iris-rollout", 60)
     tab.go("/deployments/iris-rollout", "#rollout-steps")
     assert tab.page.locator("#rollout-steps li").all_inner_texts() == ["10%", "50%", "100%"]
@@ -353,7 +354,7 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     gates = tab.page.locator("#rollout-gates tbody tr")
     assert gates.count() == 2
     assert gates.nth(0).locator("td").nth(0).inner_text() == "error_rate" and gates.nth(0).locator("td").nth(1).inner_text() == "<= 0.01"
-    assert gates.nth(1).locator("td").nth(1).inner_text() == "<= 3"
+    assert gates.nth(1).locator("td").nth(1).inner_text() == "<= 100"
     assert "Next decision" in tab.page.inner_text("#rollout-next")
     assert tab.page.locator("#rollout-decisions tr", has_text="start").count() == 1
     # The gates get values as the step's traffic comes (the section is read every 10 s).
