@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 
 
-class Poller:
+class Poller(ABC):
     """Subclasses name their thread and say what one look is; a failed look is logged (on the
     subclass's module's logger, as `<what> failed`) and the next one comes as planned."""
 
@@ -20,8 +21,9 @@ class Poller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @abstractmethod
     def look(self) -> object:
-        raise NotImplementedError
+        """One look: what it found, for the caller's tests and logs."""
 
     def start(self) -> threading.Thread:
         self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)

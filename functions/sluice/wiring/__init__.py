@@ -8,40 +8,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from sluice.settings import get_settings
-from sluice.wiring.adapters import (
-    build_capture,
-    build_capture_reader,
-    build_endpoint_control,
-    build_layout,
-    build_mirror,
-    build_orchestrator,
-    build_prediction_cache,
-    build_registry,
-    build_revocation_signal,
-    build_store,
-    metrics_sink,
-)
+from sluice.wiring.adapters import build_endpoint_control, build_store
 from sluice.wiring.container import Container
-from sluice.wiring.runtimes import Runtimes, build_runtimes, inline_runtimes
+from sluice.wiring.runtimes import build_runtimes
 
-__all__ = [
-    "Container",
-    "Runtimes",
-    "build_capture",
-    "build_capture_reader",
-    "build_endpoint_control",
-    "build_layout",
-    "build_mirror",
-    "build_orchestrator",
-    "build_prediction_cache",
-    "build_registry",
-    "build_revocation_signal",
-    "build_runtimes",
-    "build_store",
-    "get_container",
-    "inline_runtimes",
-    "metrics_sink",
-]
+# What callers build a Container from, besides settings (the rest: sluice.wiring.adapters).
+__all__ = ["Container", "build_endpoint_control", "build_runtimes", "build_store", "get_container"]
 
 
 @lru_cache(maxsize=1)
