@@ -132,10 +132,13 @@ def test_the_key_never_reaches_the_logs(
     assert secret[:-4] not in logged
 
 
-def test_usage_plans_come_from_the_environment_the_stack_sets() -> None:
-    plans = UsagePlans.from_environ(
-        {"SLUICE_USAGE_KEY_PREFIX": "p-", "SLUICE_USAGE_TENANTS": "acme,initech"}
-    )
+def test_usage_plans_come_from_the_environment_the_stack_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.settings import AuthSettings
+
+    monkeypatch.setenv("SLUICE_USAGE_KEY_PREFIX", "p-")
+    monkeypatch.setenv("SLUICE_USAGE_TENANTS", "acme,initech")
+    plans = UsagePlans.from_settings(AuthSettings())
     assert plans.key_for("initech") == "p-initech"
     assert plans.key_for("globex") == "p-_default"
-    assert UsagePlans.from_environ({}).key_for("acme") is None
+    monkeypatch.delenv("SLUICE_USAGE_KEY_PREFIX")
+    assert UsagePlans.from_settings(AuthSettings()).key_for("acme") is None

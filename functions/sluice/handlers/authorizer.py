@@ -10,8 +10,6 @@ wrong key is not counted as a Lambda error. The key itself is never logged.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +24,7 @@ from sluice.services.keys import presented_key, split_key
 if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.services.keys import KeyService
+    from sluice.settings import AuthSettings
 
 # Tenant names start with a letter or digit, so this suffix cannot collide with one.
 DEFAULT_PLAN = "_default"
@@ -44,13 +43,9 @@ class UsagePlans:
     tenants: frozenset[str] = frozenset()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> UsagePlans:
-        env = os.environ if environ is None else environ
-        tenants = env.get("SLUICE_USAGE_TENANTS", "")
-        return cls(
-            key_prefix=env.get("SLUICE_USAGE_KEY_PREFIX", ""),
-            tenants=frozenset(t for t in tenants.split(",") if t),
-        )
+    def from_settings(cls, auth: AuthSettings) -> UsagePlans:
+        """The plans the stack configured (`SLUICE_USAGE_KEY_PREFIX`, `SLUICE_USAGE_TENANTS`)."""
+        return cls(key_prefix=auth.usage_key_prefix, tenants=frozenset(t for t in auth.usage_tenants.split(",") if t))
 
     def key_for(self, tenant: str) -> str | None:
         if not self.key_prefix:
@@ -144,17 +139,8 @@ def authorize(
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     from sluice.wiring import get_container
 
-    keys = get_container().keys
+    container = get_container()
     if (event.get("requestContext") or {}).get("eventType") == "CONNECT":  # a WebSocket API
-        return authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=keys)
-    return authorize(APIGatewayAuthorizerRequestEvent(event), keys=keys, usage=_usage_plans())
-
-
-_usage: UsagePlans | None = None
-
-
-def _usage_plans() -> UsagePlans:
-    global _usage
-    if _usage is None:
-        _usage = UsagePlans.from_environ()
-    return _usage
+        return authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=container.keys)
+    usage = UsagePlans.from_settings(container.settings.auth)
+    return authorize(APIGatewayAuthorizerRequestEvent(event), keys=container.keys, usage=usage)
