@@ -392,7 +392,8 @@ def test_the_serve_thread_looks_at_running_rollouts() -> None:
             looked.set()
             raise RuntimeError("a bad look must not end the thread")
 
-    watcher = RolloutWatcher(Service(), interval_s=0.01).start()  # type: ignore[arg-type]
+    watcher = RolloutWatcher(Service(), interval_s=0.01)  # type: ignore[arg-type]
+    watcher.start()
     try:
         assert looked.wait(30)
         looked.clear()

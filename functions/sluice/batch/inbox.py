@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice import owner_only
-from sluice.batch.polling import Poller
 from sluice.domain.errors import SluiceError
+from sluice.polling import Poller
 
 if TYPE_CHECKING:
     from sluice.batch.service import BatchService

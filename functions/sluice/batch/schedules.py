@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.batch.polling import Poller
 from sluice.batch.specs import check_template, render, zone
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
@@ -34,6 +33,7 @@ from sluice.domain.schedules import (
     next_fire,
     normalize_expression,
 )
+from sluice.polling import Poller
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

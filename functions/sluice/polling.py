@@ -1,4 +1,4 @@
-"""`sluice serve`'s background looks (the inbox, the schedules): a daemon thread that looks
+"""`sluice serve`'s background looks (the inbox, the schedules, the rollouts): a daemon thread that looks
 every `interval_s` until stopped, and outlives one bad look. Once told to stop it starts no
 new look; `stop` also waits for the one under way."""
 
