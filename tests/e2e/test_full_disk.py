@@ -31,7 +31,11 @@ NO_MOUNT = 77
 DRIVER = r"""
 import os, shutil, signal, subprocess, sys, time
 disk, outside, port = sys.argv[1], sys.argv[2], sys.argv[3]
-if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", disk]).returncode:
+try:
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", disk]).returncode == 0
+except OSError:  # no mount(8)
+    mounted = False
+if not mounted:
     sys.exit(77)
 home = os.path.join(disk, "home")
 serve = subprocess.Popen(
