@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.api.app import create_app
 from sluice.metrics import PrometheusMetrics
@@ -135,7 +136,11 @@ def test_what_can_never_be_written_is_dropped_visibly(demo: Container, keys: dic
         assert r.status_code == 200, r.text
     demo.predictions.stats.close()  # the shutdown flush, refused to the end
 
-    assert demo.telemetry.sink.stats_dropped_requests.labels("acme", "iris", "deployment")._value.get() == 3  # type: ignore[union-attr]
+    metrics = client.get("/metrics", headers=auth(keys["acme"])).text
+    dropped = [
+        (s.labels, s.value) for f in text_string_to_metric_families(metrics) for s in f.samples if s.name == "ml_inference_stats_dropped_total"
+    ]
+    assert dropped == [({"tenant": "acme", "deployment": "iris", "subject": "deployment"}, 3.0)]
     formatter = get_logger().registered_formatter
     (line,) = [json.loads(formatter.format(r)) for r in caplog.records if r.getMessage() == "statistics dropped"]
     assert line["requests"] == 3
