@@ -7,18 +7,26 @@ several uvicorn workers each process writes its own files in `PROMETHEUS_MULTIPR
 
 Every series carries the tenant it belongs to, and `exposition(tenant)` shows a caller only its
 own tenant's: the deployment and model names of other tenants never leave the process.
+
+A disk too full to take a new series never fails the request that reports it, nor kills the
+worker (`allocate_before_mapping`): the figure is lost, and a warning says so.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import time
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from sluice.observability import get_logger
 from sluice.settings import in_lambda
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
+
+F = TypeVar("F", bound="Callable[..., None]")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -26,6 +34,23 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREDICTION = ("tenant", "deployment", "model", "version", "variant")
 LATENCY_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 CHUNK_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900)
+
+
+def _kept(method: F) -> F:
+    """A figure the disk cannot take (a full disk under the multiprocess files) is lost and
+    said, never raised into the request that reported it."""
+
+    @functools.wraps(method)
+    def kept(self: PrometheusMetrics, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except OSError as exc:
+            now = time.monotonic()
+            if now - self._complained >= 60.0:  # at the first, then at most once a minute
+                self._complained = now
+                get_logger().warning("metrics not written", extra={"error": repr(exc), "folder": self.multiprocess_dir})
+
+    return kept  # type: ignore[return-value]
 
 
 class PrometheusMetrics:
@@ -36,6 +61,9 @@ class PrometheusMetrics:
         from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.multiprocess_dir = multiprocess_dir
+        self._complained = -60.0
+        if multiprocess_dir:
+            allocate_before_mapping()
         # A registry of its own: two containers in one process (tests) never collide.
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -69,9 +97,15 @@ class PrometheusMetrics:
             "ml_inference_batch_duration_s", "Seconds to score one batch chunk",
             ("tenant", "deployment"), buckets=CHUNK_BUCKETS_S, registry=r,
         )  # fmt: skip
+        self.stats_dropped_requests = Counter(
+            "ml_inference_stats_dropped", "Requests (and feedback rewards) whose statistics were never written to "
+            "the registry: it refused them until the process stopped, or too many were pending",
+            ("tenant", "deployment", "subject"), registry=r,
+        )  # fmt: skip
         self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # What Telemetry reports -----------------------------------------------------------------
+    @_kept
     def prediction(
         self, fields: Mapping[str, Any], latency_ms: float, rows: int, cache: tuple[int, int] | None,
         cached: bool | None = None,
@@ -102,6 +136,7 @@ class PrometheusMetrics:
             child = self._series[key] = metric.labels(*labels)
         return child
 
+    @_kept
     def failure(self, fields: Mapping[str, Any], status: int, code: str) -> None:
         tenant, deployment = str(fields.get("tenant") or ""), str(fields.get("deployment") or "")
         if not deployment:
@@ -109,12 +144,17 @@ class PrometheusMetrics:
         self.requests.labels(tenant, deployment, "", "", "").inc()
         self.errors.labels(tenant, deployment, str(status), code).inc()
 
+    @_kept
     def chunk(self, tenant: str, deployment: str, seconds: float, versions: Mapping[str, int]) -> None:
         self.chunk_duration.labels(tenant, deployment).observe(seconds)
         for ref, rows in versions.items():
             model, _, version = ref.rpartition(":")
             if rows:
                 self.rows.labels(tenant, deployment, model, version, "", "batch").inc(rows)
+
+    @_kept
+    def stats_dropped(self, tenant: str, deployment: str, subject: str, requests: float) -> None:
+        self.stats_dropped_requests.labels(tenant, deployment, subject).inc(requests)
 
     # What a scrape reads ----------------------------------------------------------------------
     def exposition(self, tenant: str) -> bytes:
@@ -176,3 +216,60 @@ def from_environment() -> PrometheusMetrics | None:
 def _shared(folder: str) -> PrometheusMetrics:
     # One set per process: two objects over one worker's files would overwrite each other.
     return PrometheusMetrics(folder)
+
+
+def allocate_before_mapping() -> None:
+    """The client's multiprocess files given their disk blocks before it maps them.
+
+    prometheus_client grows each file with `truncate` and writes through `mmap`: a hole the
+    filesystem fills only when a page is first written, and on a full disk that write is
+    SIGBUS, which kills the worker (with one worker, the server) on the first request that
+    makes a new series. Here its file class is the client's own with one step added before
+    it creates or grows a file, `posix_fallocate`, which on a full disk raises ENOSPC: an
+    OSError that `_kept` keeps from the request. Installed once per process; where the system
+    has no `posix_fallocate`, or the client no longer has the hook, nothing changes."""
+    import errno
+
+    from prometheus_client import mmap_dict, values
+
+    base = getattr(values, "MmapedDict", None)
+    if not hasattr(os, "posix_fallocate") or base is not mmap_dict.MmapedDict or not hasattr(base, "_init_value"):
+        return  # already installed, or a client without the hook
+    initial = getattr(mmap_dict, "_INITIAL_MMAP_SIZE", 1 << 16)
+    unsupported = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
+
+    def allocate(fd: int, size: int) -> None:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in unsupported:  # a filesystem that cannot: as the client does
+                raise
+
+    class Allocated(base):  # type: ignore[misc, valid-type]
+        def __init__(self, filename: str, read_mode: bool = False) -> None:
+            if not read_mode:
+                fd = os.open(filename, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    size = os.fstat(fd).st_size
+                    try:
+                        allocate(fd, max(size, initial))
+                    except OSError:
+                        if size == 0:  # an empty file would break every scrape: none at all
+                            os.unlink(filename)
+                        raise
+                finally:
+                    os.close(fd)
+            super().__init__(filename, read_mode)
+
+        def _init_value(self, key: str) -> None:
+            # The client's own arithmetic: a length, the key padded to 8 bytes, two doubles.
+            encoded = len(key.encode("utf-8"))
+            needed = self._used + 4 + encoded + (8 - (encoded + 4) % 8) + 16
+            capacity = self._capacity
+            while needed > capacity:
+                capacity *= 2
+            if capacity > self._capacity:
+                allocate(self._f.fileno(), capacity)
+            super()._init_value(key)
+
+    values.MmapedDict = Allocated

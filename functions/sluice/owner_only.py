@@ -11,6 +11,7 @@ command holds for its whole run (`sluice serve`'s workers inherit it).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -77,9 +78,10 @@ def tighten(path: Path | str | int) -> None:
             os.chmod(path, stat.S_IMODE(found.st_mode) & ~_OTHERS)
 
 
-def open_file(path: Path | str, mode: str = "wb") -> IO[bytes]:
-    """`open(path, mode)` for writing, binary, the file the owner's alone (see `descriptor`)."""
-    return os.fdopen(descriptor(path, mode), mode)
+def open_file(path: Path | str, mode: str = "wb", *, buffering: int = -1) -> IO[bytes]:
+    """`open(path, mode)` for writing, binary, the file the owner's alone (see `descriptor`);
+    `buffering=0` for one whose lines go through `append_lines`."""
+    return os.fdopen(descriptor(path, mode), mode, buffering=buffering)
 
 
 def write(path: Path | str, data: bytes) -> Path:
@@ -97,6 +99,31 @@ def write(path: Path | str, data: bytes) -> Path:
             os.unlink(partial)
         raise
     return path
+
+
+def append_lines(fd: int, data: bytes) -> None:
+    """Whole lines (`data` ends with a newline) added at the end of the file open at `fd`,
+    never half of one: one write call where the system takes it all (as it does unless the
+    disk fills or a size limit is met), and when a write fails partway the file is cut back to
+    where it ended before, so the next lines never continue a broken one. Every JSON Lines
+    file sluice appends to goes through here. A descriptor that cannot seek (a pipe) is only
+    written: there is nothing to cut back."""
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+    except OSError:
+        start = None
+    view = memoryview(data)
+    try:
+        while view:
+            wrote = os.write(fd, view)
+            if not wrote:
+                raise OSError(errno.EIO, "a write took none of the bytes")
+            view = view[wrote:]
+    except BaseException:
+        if start is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+        raise
 
 
 def copy(source: Path | str, target: Path | str) -> Path:
@@ -148,5 +175,5 @@ def secure_home(home: Path | str) -> str | None:
 
 __all__ = [
     "EXECUTABLE_MODE", "FILE_MODE", "FOLDER_MODE", "UMASK",
-    "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
+    "append_lines", "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
 ]  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -14,6 +16,8 @@ from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from starlette.responses import Response
     from starlette.types import Receive, Scope, Send
 
@@ -111,6 +115,17 @@ class SluiceApp(FastAPI):
         return self.openapi_schema
 
 
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """At shutdown (uvicorn's, after the requests in flight are answered): the statistics this
+    process counted are written (`StatsRecorder.close`; what the registry still refuses is
+    counted as dropped). Mangum runs no lifespan: in Lambda they are flushed per invocation."""
+    yield
+    container: Container | None = app.state.container  # none if no request built one
+    if container is not None:
+        await asyncio.to_thread(container.predictions.stats.close)
+
+
 def create_app(container: Container | None = None, *, max_request_bytes: int | None = None) -> SluiceApp:
     """The app, with services from `container` or (lazily, on first request) from settings."""
     app = SluiceApp(
@@ -120,6 +135,7 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
         default_response_class=JSONResponse,
         # A slash redirect is built from the Host header, which the client controls: none.
         redirect_slashes=False,
+        lifespan=lifespan,
     )
     app.state.container = container
     errors.install(app)

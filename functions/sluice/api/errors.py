@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
-from sluice.domain.errors import Accepted, RateLimited, SluiceError
+from sluice.domain.errors import Accepted, RateLimited, SluiceError, StorageFault
 from sluice.domain.policy import KINDS
 from sluice.observability import get_logger
 
@@ -60,6 +60,8 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, Accepted):
             headers = {"Location": exc.location}
+        if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
+            get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
         return exc.status, exc.to_dict(), headers
     if isinstance(exc, RequestValidationError):
         return (*_validation(exc.errors()), None)

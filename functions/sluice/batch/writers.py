@@ -2,6 +2,7 @@
 
 Parts are Parquet, CSV or JSON Lines; error files are always JSON Lines: one object per row
 that could not be scored, with its number in the input, its key columns and the reason.
+JSON Lines are written in whole lines (`owner_only.append_lines`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class PartWriter:
         elif self.format == "csv":
             self._writer = pv.CSVWriter(self.path, schema)
         else:
-            self._file = owner_only.open_file(self.path)
+            self._file = owner_only.open_file(self.path, buffering=0)
 
     def _flush(self) -> None:
         import pyarrow as pa
@@ -102,8 +103,8 @@ class ErrorWriter:
         if not records:
             return
         if self._file is None:
-            self._file = owner_only.open_file(self.path)
-        self._file.write(b"".join(orjson.dumps(r, default=str) + b"\n" for r in records))
+            self._file = owner_only.open_file(self.path, buffering=0)
+        owner_only.append_lines(self._file.fileno(), b"".join(orjson.dumps(r, default=str) + b"\n" for r in records))
         self.rows += len(records)
 
     def close(self) -> int:
@@ -115,4 +116,4 @@ class ErrorWriter:
 def _write_jsonl(out: IO[bytes], table: pa.Table) -> None:
     import orjson
 
-    out.write(b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))
+    owner_only.append_lines(out.fileno(), b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))

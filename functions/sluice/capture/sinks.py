@@ -42,8 +42,9 @@ def line_of(record: dict[str, Any]) -> bytes:
 
 
 class FolderSink:
-    """`<root>/tenant=T/deployment=D/dt=YYYY-MM-DD/hour=HH/part-<process>.jsonl`, appended to;
-    every folder and file its owner's alone (`sluice.owner_only`)."""
+    """`<root>/tenant=T/deployment=D/dt=YYYY-MM-DD/hour=HH/part-<process>.jsonl`, appended to
+    in whole lines (a write that fails partway is cut back: `owner_only.append_lines`); every
+    folder and file its owner's alone (`sluice.owner_only`)."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
@@ -57,8 +58,11 @@ class FolderSink:
         with self._lock:
             for where, lines in grouped.items():
                 folder = owner_only.folder(self.root / where)
-                with owner_only.open_file(folder / self.part, "ab") as fh:
-                    fh.write(b"".join(lines))
+                fd = owner_only.descriptor(folder / self.part, "ab")
+                try:
+                    owner_only.append_lines(fd, b"".join(lines))
+                finally:
+                    os.close(fd)
         return 0
 
 

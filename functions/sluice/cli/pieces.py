@@ -107,9 +107,9 @@ def cost() -> CostService:
 
 def settle() -> None:
     """Before a short-lived process ends: its shadow jobs finished, its captured requests
-    written, its statistics flushed."""
+    written, its statistics flushed (what the registry refuses counted as dropped)."""
     live = container()
     live.mirror.drain()  # type: ignore[union-attr]
     if live.capture is not None:
         live.capture.drain()
-    live.predictions.stats.flush()
+    live.predictions.stats.close()

@@ -6,7 +6,12 @@ written for the caller; raw exception text from a dependency never goes into the
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 class SluiceError(Exception):
@@ -126,3 +131,76 @@ class Unavailable(SluiceError):
 
 class DeadlineExceeded(SluiceError):
     status, code = 504, "deadline_exceeded"
+
+
+class StorageFault(SluiceError):
+    """The registry or a store could not keep what was asked: its disk is full, read-only or
+    failing. The call that met it wrote nothing; what was written before stands. It is the
+    operator's to fix, not the caller's: 503 (the service cannot do this now; a client may
+    retry later, or elsewhere), with a code saying which and `details.storage` saying where."""
+
+    status, code = 503, "storage_unavailable"
+
+    def __init__(self, message: str, *, storage: str) -> None:
+        super().__init__(message, storage=storage)
+        self.storage = storage
+
+
+class StorageFull(StorageFault):
+    code = "storage_full"
+
+
+class StorageReadOnly(StorageFault):
+    code = "storage_read_only"
+
+
+class StorageFailing(StorageFault):
+    code = "storage_io_error"
+
+
+def full(storage: str) -> StorageFull:
+    return StorageFull(
+        f"the {storage}'s disk is full (or a size or quota limit was reached): nothing was written; free space, then try again",
+        storage=storage,
+    )
+
+
+def read_only(storage: str) -> StorageReadOnly:
+    return StorageReadOnly(
+        f"the {storage} cannot be written (its disk is read-only, or sluice may not write there): nothing was written",
+        storage=storage,
+    )
+
+
+def failing(storage: str) -> StorageFailing:
+    return StorageFailing(f"the {storage}'s disk failed to read or write (an I/O error)", storage=storage)
+
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_NOT_PERMITTED = {errno.EACCES, errno.EPERM}
+
+
+def storage_fault(exc: OSError, storage: str, *, writing: bool = True) -> StorageFault | None:
+    """The fault an operating system error of `storage` (the `registry`, the `artifact
+    store`…) is, or None when it is none of these (a missing file, a bad name: another error).
+    A permission refused counts as read-only only where the call was writing."""
+    if exc.errno in _FULL:
+        return full(storage)
+    if exc.errno == errno.EROFS or (writing and exc.errno in _NOT_PERMITTED):
+        return read_only(storage)
+    if exc.errno == errno.EIO:
+        return failing(storage)
+    return None
+
+
+@contextmanager
+def faults_named(storage: str, *, writing: bool = True) -> Iterator[None]:
+    """Operating system errors of a disk that is full, read-only or failing raised as the
+    `StorageFault` they are (`storage_fault`); any other error as it was."""
+    try:
+        yield
+    except OSError as exc:
+        fault = storage_fault(exc, storage, writing=writing)
+        if fault is None:
+            raise
+        raise fault from exc

@@ -75,7 +75,7 @@ class PredictionService:
         self.runtimes = runtimes
         self.settings = settings
         self.telemetry = telemetry
-        self.stats = stats or StatsRecorder(registry)
+        self.stats = stats or StatsRecorder(registry, flush_every_s=settings.stats_flush_s, on_drop=telemetry.stats_dropped)
         self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
         self.cache = cache  # answers of deployments that turned caching on; None: never cached
         self.capture: Capturer | None = None  # set by the wiring: data capture of deployments that turn it on

@@ -144,6 +144,28 @@ class Telemetry:
         if self.sink is not None:
             self.sink.chunk(tenant, deployment, seconds, versions)
 
+    def stats_dropped(self, dropped: list[tuple[tuple[str, str, int, str], float, str]]) -> None:
+        """Statistics a recorder could never write (`sluice.stats.recorder`): one error line
+        (an EMF record with `StatsDropped` where metrics are on) and, where Prometheus is on,
+        `ml_inference_stats_dropped` by tenant, deployment and subject. Each entry is a key
+        (tenant, deployment, revision, subject), the requests its counts held, and why."""
+        total = sum(weight for _, weight, _ in dropped)
+        line: dict[str, Any] = {
+            "service": self.service,
+            "requests": total,
+            "dropped": [
+                {"tenant": t, "deployment": d, "revision": r, "subject": s, "requests": w, "reason": why}
+                for (t, d, r, s), w, why in dropped[:20]
+            ],
+        }
+        if self.emit_metrics:
+            line["StatsDropped"] = total
+            line["_aws"] = emf(self.namespace, [["service"]], {"StatsDropped": (total, "Count")})
+        if self.sink is not None:
+            for (tenant, deployment, _, subject), weight, _ in dropped:
+                self.sink.stats_dropped(tenant, deployment, subject, weight)
+        get_logger().error("statistics dropped", extra=line)
+
     def shadow(self, *, fields: dict[str, Any], agreement: float | None, mean_abs_diff: float | None, latency_ratio: float | None) -> None:
         metrics = {
             name: (value, unit)

@@ -47,6 +47,16 @@ class PredictionSettings(Group):
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
     )
+    stats_flush_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="How often a process merges the statistics it counted (requests, errors, latency, "
+        "shadow comparisons: what rollout gates and `promote` decide on) into the registry: after a "
+        "request that finds them due, on a timer in a process that has gone idle (not in Lambda), and "
+        "at shutdown. A write the registry refuses is tried again at the next flush. In Lambda, counts "
+        "made since the last flush are lost if Lambda retires the environment before another "
+        "invocation: 0 flushes after every request (a registry write each).",
+    )
 
 
 class PredictionCacheSettings(Group):

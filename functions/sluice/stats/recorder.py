@@ -1,5 +1,18 @@
 """Counters kept in memory and merged into the registry in batches, so a request costs a
-few dict updates rather than a database write."""
+few dict updates rather than a database write.
+
+Nothing counted is lost without being counted as lost:
+
+- a flush takes the pending counts out, writes each key's, and puts back (merging with what
+  arrived meanwhile: sums added, maxima kept) those whose write failed, to be tried again
+  at the next flush;
+- flushes run when a request finds them due, when a read needs them, on the process's timer
+  (`sluice.stats.timer`: an idle process publishes its last counts within `flush_every_s`),
+  and at shutdown (`close`);
+- what can never be written (still failing at `close`, or beyond `max_pending` keys held
+  while the registry refuses) is dropped, and reported through `on_drop` (a log line and the
+  `ml_inference_stats_dropped` metric, `Telemetry.stats_dropped`).
+"""
 
 from __future__ import annotations
 
@@ -8,33 +21,88 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
+from sluice.stats import timer
 from sluice.stats.histogram import PREFIX, bucket
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.registry import StatsRegistry
 
 Key = tuple[str, str, int, str]  # tenant, deployment, revision, subject
+Dropped = tuple[Key, float, str]  # a key, the requests (and rewards) its dropped counts held, why
+
+MAX_PENDING = 10_000  # keys held at once (a few KB each) while the registry refuses writes
+COMPLAIN_EVERY_S = 60.0  # while writes keep failing, a warning this often (and at the first)
+TOO_MANY = "too many statistics pending while the registry refused writes"
+AT_CLOSE = "the registry refused the last write before the process stopped"
 
 
 class StatsRecorder:
-    def __init__(self, registry: StatsRegistry, *, flush_every_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        registry: StatsRegistry,
+        *,
+        flush_every_s: float = 2.0,
+        on_drop: Callable[[list[Dropped]], None] | None = None,
+        max_pending: int = MAX_PENDING,
+        timed: bool | None = None,
+    ) -> None:
+        """`timed`: flushed by the process's timer thread as well (default: everywhere but in
+        Lambda, whose environments are frozen between invocations)."""
+        if timed is None:
+            from sluice.settings import in_lambda
+
+            timed = not in_lambda()
         self.registry = registry
         self.flush_every_s = flush_every_s
+        self.on_drop = on_drop or _log_dropped
+        self.max_pending = max_pending
+        self.timed = timed
         self._sums: dict[Key, defaultdict[str, float]] = {}
         self._maxes: dict[Key, dict[str, float]] = {}
-        self._lock = threading.Lock()
+        self._lost: dict[tuple[Key, str], float] = {}
+        self._lock = threading.Lock()  # the pending counts
+        self._flushing = threading.Lock()  # one flush at a time
         self._last_flush = time.monotonic()
+        self._failing_since: float | None = None
+        self._complained = 0.0
+        self._on_timer = False
 
-    def _sums_of(self, key: Key) -> defaultdict[str, float]:
+    # Counting ---------------------------------------------------------------------------------
+    def _sums_of(self, key: Key) -> defaultdict[str, float] | None:
+        """The key's pending sums (made if need be), or None when no more keys may be held.
+        Called with the lock held, as every method below that touches the counts."""
         sums = self._sums.get(key)
         if sums is None:
+            if len(self._sums) >= self.max_pending:
+                return None
             sums = self._sums[key] = defaultdict(float)
+            self._watched()
         return sums
+
+    def _maxes_of(self, key: Key) -> dict[str, float] | None:
+        maxes = self._maxes.get(key)
+        if maxes is None:
+            if len(self._maxes) >= self.max_pending:
+                return None
+            maxes = self._maxes[key] = {}
+            self._watched()
+        return maxes
+
+    def _watched(self) -> None:
+        if self.timed and not self._on_timer:
+            self._on_timer = True
+            timer.watch(self)
 
     def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
         with self._lock:
             sums = self._sums_of(key)
+            if sums is None:
+                self._lose(key, 1, TOO_MANY)
+                return
             sums["requests"] += 1
             if ok:
                 sums[f"{PREFIX}{bucket(latency_ms)}"] += 1
@@ -46,25 +114,120 @@ class StatsRecorder:
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         with self._lock:
+            self._merge(key, sums, maxes)
+
+    def _merge(self, key: Key, sums: dict[str, float] | None, maxes: dict[str, float] | None) -> None:
+        """Counts added to what is pending: sums summed, maxima kept."""
+        if sums:
             target = self._sums_of(key)
+            if target is None:
+                self._lose(key, _weight(sums), TOO_MANY)
+                return
             for name, value in sums.items():
                 target[name] += value
-            if maxes:
-                current = self._maxes.setdefault(key, {})
-                for name, value in maxes.items():
-                    current[name] = max(current.get(name, value), value)
+        if maxes:
+            current = self._maxes_of(key)
+            if current is None:
+                self._lose(key, 0.0, TOO_MANY)
+                return
+            for name, value in maxes.items():
+                current[name] = max(current.get(name, value), value)
+
+    def _lose(self, key: Key, weight: float, reason: str) -> None:
+        self._lost[(key, reason)] = self._lost.get((key, reason), 0.0) + weight
+
+    # Flushing ---------------------------------------------------------------------------------
+    def pending(self) -> bool:
+        return bool(self._sums or self._maxes)
 
     def due(self) -> bool:
-        return bool(self._sums) and time.monotonic() - self._last_flush >= self.flush_every_s
+        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write what is pending; what the registry refuses is put back for the next flush.
+        Never raises for a refused write. True when every key was written."""
+        with self._flushing:
+            with self._lock:
+                sums, maxes = self._sums, self._maxes
+                self._sums, self._maxes = {}, {}
+                self._last_flush = time.monotonic()
+            kept: list[tuple[Key, dict[str, float] | None, dict[str, float] | None]] = []
+            error: Exception | None = None
+            for key in sums.keys() | maxes.keys():
+                # Sums, then maxima: a registry that writes them in two steps (DynamoDB) and
+                # fails between would otherwise count the sums twice once they are put back.
+                key_sums: dict[str, float] | None = dict(sums.get(key) or {}) or None
+                key_maxes = maxes.get(key) or None
+                try:
+                    if key_sums:
+                        self._write(key, key_sums, {})
+                        key_sums = None
+                    if key_maxes:
+                        self._write(key, {}, key_maxes)
+                except Exception as exc:  # any refusal: kept, to be tried again
+                    error = exc
+                    kept.append((key, key_sums, key_maxes))
+            if kept:
+                with self._lock:
+                    for key, key_sums, key_maxes in kept:
+                        self._merge(key, key_sums, key_maxes)
+            self._said(error, len(kept))
+            self._report_lost()
+            return error is None
+
+    def _write(self, key: Key, sums: dict[str, float], maxes: dict[str, float]) -> None:
+        tenant, deployment, revision, subject = key
+        with use_tenant(tenant):  # counters kept for each tenant's own requests, written as it
+            self.registry.merge_stats(tenant, deployment, revision, subject, sums, maxes)
+
+    def close(self) -> None:
+        """The shutdown flush: what is pending is written; what the registry still refuses is
+        dropped, counted and logged (`on_drop`). The recorder stays usable (counts recorded
+        after it are flushed as before), and may be closed again."""
+        self.flush()
         with self._lock:
-            sums, maxes = self._sums, self._maxes
+            for key in self._sums.keys() | self._maxes.keys():
+                self._lose(key, _weight(self._sums.get(key)), AT_CLOSE)
             self._sums, self._maxes = {}, {}
-            self._last_flush = time.monotonic()
-        for key in sums.keys() | maxes.keys():
-            tenant, deployment, revision, subject = key
-            with use_tenant(tenant):  # counters kept for each tenant's own requests, written as it
-                self.registry.merge_stats(
-                    tenant, deployment, revision, subject, dict(sums.get(key, {})), maxes.get(key, {})
-                )
+        self._report_lost()
+        timer.forget(self)
+        self._on_timer = False
+
+    def _said(self, error: Exception | None, kept: int) -> None:
+        """A warning when writes start failing, then at most every `COMPLAIN_EVERY_S`; a line
+        when they work again."""
+        now = time.monotonic()
+        if error is None:
+            if self._failing_since is not None:
+                get_logger().info("statistics written again", extra={"failing_s": round(now - self._failing_since, 1)})
+                self._failing_since = None
+            return
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._complained < COMPLAIN_EVERY_S:
+            return
+        self._complained = now
+        code = getattr(error, "code", None) or type(error).__name__
+        get_logger().warning(
+            "statistics not written: kept to try again", extra={"keys": kept, "error": code, "cause": repr(error.__cause__ or error)}
+        )
+
+    def _report_lost(self) -> None:
+        with self._lock:
+            lost, self._lost = self._lost, {}
+        if lost:
+            self.on_drop([(key, weight, reason) for (key, reason), weight in lost.items()])
+
+
+def _weight(sums: dict[str, float] | None) -> float:
+    """What a key's counts stand for: its requests, and feedback rewards (kept on their own)."""
+    if not sums:
+        return 0.0
+    return sums.get("requests", 0.0) + sums.get("reward_n", 0.0)
+
+
+def _log_dropped(dropped: list[Dropped]) -> None:
+    get_logger().error(
+        "statistics dropped",
+        extra={"requests": sum(w for _, w, _ in dropped), "keys": [{"key": list(k), "requests": w, "reason": r} for k, w, r in dropped[:20]]},
+    )

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from sluice.domain.errors import BackendError
+from sluice.domain.errors import BackendError, faults_named
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+STORAGE = "artifact store"  # what a storage fault of these stores names
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +31,12 @@ def sha256_hex(data: bytes) -> str:
 
 def artifact_key(tenant: str, digest: str, suffix: str) -> str:
     return f"tenants/{tenant}/sha256/{digest}{suffix}"
+
+
+def on_disk(*, writing: bool = True) -> AbstractContextManager[None]:
+    """A folder store's disk that is full, read-only or failing raised as the artifact store's
+    `StorageFault` (`sluice.domain.errors.faults_named`)."""
+    return faults_named(STORAGE, writing=writing)
 
 
 def verify(data: bytes, expected_sha256: str, uri: str) -> bytes:

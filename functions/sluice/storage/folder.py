@@ -1,4 +1,5 @@
-"""The embedded artifact store: a folder, written atomically."""
+"""The embedded artifact store: a folder, written atomically. A disk that is full,
+read-only or failing is raised as the domain's `StorageFault` (`on_disk`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from urllib.parse import unquote, urlparse
 
 from sluice import owner_only
 from sluice.domain.errors import BadRequest, Forbidden, NotFound
-from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
+from sluice.storage.base import ArtifactRef, artifact_key, on_disk, sha256_hex, verify
 
 
 def path_of_file_url(url: str) -> Path:
@@ -21,7 +22,8 @@ def path_of_file_url(url: str) -> Path:
 class FolderStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).expanduser().resolve()
-        owner_only.folder(self.root)
+        with on_disk():
+            owner_only.folder(self.root)
 
     @classmethod
     def from_url(cls, url: str) -> FolderStore:
@@ -40,13 +42,15 @@ class FolderStore:
         digest = sha256_hex(data)
         path = self.root / artifact_key(tenant, digest, suffix)
         if not path.exists():
-            owner_only.write(path, data)
+            with on_disk():
+                owner_only.write(path, data)
         return ArtifactRef(self._uri(path), digest, len(data))
 
     def get(self, uri: str, *, sha256: str) -> bytes:
         path = self._path(uri)
         try:
-            data = path.read_bytes()
+            with on_disk(writing=False):
+                data = path.read_bytes()
         except FileNotFoundError:
             raise NotFound(f"the artifact sha256:{sha256[:12]} is missing from the store", field="artifact_uri") from None
         return verify(data, sha256, uri)
@@ -71,4 +75,5 @@ class FolderStore:
         return path.read_bytes()
 
     def delete(self, uri: str) -> None:
-        self._path(uri).unlink(missing_ok=True)
+        with on_disk():
+            self._path(uri).unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from sluice import owner_only
 from sluice.domain.errors import BackendError, Forbidden
+from sluice.storage.base import on_disk
 
 if TYPE_CHECKING:
     from sluice.storage.s3 import S3Store
@@ -90,9 +91,10 @@ class FolderResults:
     def put(self, tenant: str, result_id: str, name: str, data: bytes, *, content_type: str | None = None) -> str:
         path = self._path(tenant, result_id, name)
         # Written whole, then renamed: a reader in another worker sees all of it or nothing.
-        owner_only.write(path, data)
-        if content_type is not None:
-            owner_only.write(path.with_name(f".{path.name}.type"), content_type.encode())
+        with on_disk():
+            owner_only.write(path, data)
+            if content_type is not None:
+                owner_only.write(path.with_name(f".{path.name}.type"), content_type.encode())
         return path.as_uri()
 
     def _local(self, uri: str) -> Path:

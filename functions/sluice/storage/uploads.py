@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice import owner_only
 from sluice.domain.errors import BackendError, BadRequest, Forbidden, NotFound, PayloadTooLarge
 from sluice.domain.uploads import UPLOAD_ID, UploadForm
+from sluice.storage.base import on_disk
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -100,7 +101,8 @@ class FolderUploads:
         return (self._dir(tenant, upload_id) / BODY).as_uri()
 
     def put_record(self, tenant: str, upload_id: str, data: bytes) -> None:
-        owner_only.write(self._dir(tenant, upload_id) / RECORD, data)
+        with on_disk():
+            owner_only.write(self._dir(tenant, upload_id) / RECORD, data)
 
     def record(self, tenant: str, upload_id: str) -> bytes | None:
         try:
@@ -193,14 +195,15 @@ class FolderUploads:
         """A file the body is streamed into, put in place by `commit()` only, once whole and
         within bounds; writing past `most` raises PayloadTooLarge. Left without a commit (a
         client gone, an error), the partial file is removed."""
-        owner_only.folder(path.parent)
-        partial = path.with_name(f".{BODY}.{os.getpid()}.{threading.get_ident()}")
-        sink = BodyWriter(partial, path, least, most)
-        try:
-            yield sink
-        finally:
-            sink.fh.close()
-            partial.unlink(missing_ok=True)
+        with on_disk():  # a full disk under the body: its folder, its writes, its commit
+            owner_only.folder(path.parent)
+            partial = path.with_name(f".{BODY}.{os.getpid()}.{threading.get_ident()}")
+            sink = BodyWriter(partial, path, least, most)
+            try:
+                yield sink
+            finally:
+                sink.fh.close()
+                partial.unlink(missing_ok=True)
 
 
 def _no_field(name: str) -> BadRequest:

@@ -1,5 +1,7 @@
 """The embedded registry's file: one SQLite database, a connection per thread, WAL for
-concurrent readers, `BEGIN IMMEDIATE` transactions for writers."""
+concurrent readers, `BEGIN IMMEDIATE` transactions for writers. A disk that is full,
+read-only or failing is raised as the domain's `StorageFault`, from every statement
+(`sluice.registry.sqlite.faults`) and from opening the file."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice import owner_only
+from sluice.domain.errors import faults_named
+from sluice.registry.sqlite.faults import STORAGE, FaultNamingConnection
 
 if TYPE_CHECKING:
     from sluice.domain.errors import Conflict, NotFound
@@ -98,7 +102,8 @@ class Database:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         if str(self.path) != ":memory:":
-            _owner_only(self.path)
+            with faults_named(STORAGE):
+                _owner_only(self.path)
         self._local = threading.local()
         conn = self.conn()
         # The schema script costs tens of milliseconds at every cold start; its digest in
@@ -111,7 +116,7 @@ class Database:
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=FaultNamingConnection)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
@@ -140,7 +145,20 @@ class Transaction:
         return self.conn
 
     def __exit__(self, exc_type: object, *_: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            try:
+                self.conn.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()  # a COMMIT that failed (a full disk) may leave it open
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        # SQLite ends a transaction itself on some errors (a full disk, an I/O error): a
+        # ROLLBACK then would fail and hide the error that ended it.
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
 
 class Part:

@@ -1,0 +1,68 @@
+"""`sluice serve` stopped by SIGTERM writes the statistics it still held: N requests answered,
+N counted, whichever worker answered them. The timer is set far off, so only the shutdown
+flush can write them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from sluice.registry.sqlite import SqliteRegistry
+from tests.conftest import REPO
+from tests.e2e.conftest import free_port
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SETOSA = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+N = 40
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_counts_of_every_answered_request_are_written_at_sigterm(tmp_path: Path, workers: int) -> None:
+    home = tmp_path / "home"
+    port = free_port()
+    env = {
+        **os.environ,
+        "SLUICE_HOME": str(home),
+        "SLUICE_STATS_FLUSH_S": "3600",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "functions"), os.environ.get("PYTHONPATH", "")]),
+    }
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.cli", "serve", "--demo", "--port", str(port), "--workers", str(workers)],
+            env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "sluice serve did not become healthy"
+            time.sleep(0.2)
+        headers = {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
+        for _ in range(N):  # a new connection each: both workers answer some
+            r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
+            assert r.status_code == 200, r.text
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stats = SqliteRegistry(home / "registry.db").read_stats("default", "iris", 1)
+    assert stats["deployment"]["requests"] == N, log.read_text()

@@ -1,0 +1,166 @@
+"""Statistics are never lost without being counted as lost: a write the registry refuses is
+put back and written once it accepts (merged with what came meanwhile), an idle process
+publishes its last counts on its timer, and what can never be written is dropped visibly (a
+metric and a log line). Real SQLite throughout, refusing by its own limits."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from sluice.api.app import create_app
+from sluice.metrics import PrometheusMetrics
+from sluice.observability import get_logger
+from sluice.registry.sqlite import SqliteRegistry
+from sluice.stats.recorder import StatsRecorder
+from sluice.wiring import Container
+from tests.conftest import MODELS
+from tests.integration.conftest import api_keys, auth
+from tests.integration.registry_limits import RegistryLimits
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+
+SETOSA = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
+KEY = ("acme", "iris", 1, "deployment")
+MIRROR = ("acme", "iris", 1, "mirror:candidate")
+
+
+@pytest.fixture
+def registry(settings: Settings) -> SqliteRegistry:
+    return SqliteRegistry(settings.home_path / "registry.db")
+
+
+def _stored(registry: SqliteRegistry, key: tuple[str, str, int, str] = KEY) -> dict[str, float]:
+    tenant, deployment, revision, subject = key
+    return registry.read_stats(tenant, deployment, revision).get(subject, {})
+
+
+def test_counts_a_read_only_registry_refused_are_written_once_it_accepts_them(registry: SqliteRegistry) -> None:
+    limits = RegistryLimits(registry)
+    recorder = StatsRecorder(registry, timed=False)
+    recorder.request(KEY, 3.0, ok=True)
+    assert recorder.flush()
+    limits.read_only()
+    for _ in range(5):
+        recorder.request(KEY, 3.0, ok=True)
+    recorder.request(KEY, 0.0, ok=False)
+    recorder.add(MIRROR, {"labelled": 4, "agree": 3}, {"diff_max": 0.25})
+    assert recorder.flush() is False  # refused: kept, not raised
+    recorder.request(KEY, 7.0, ok=True)  # while they wait, more arrive
+    recorder.add(MIRROR, {"labelled": 1, "agree": 1}, {"diff_max": 0.5})
+    assert recorder.flush() is False
+    assert _stored(registry)["requests"] == 1
+
+    limits.lift()
+    assert recorder.flush()
+    stored = _stored(registry)
+    assert (stored["requests"], stored["errors"]) == (8, 1)
+    assert stored["latency_ms_sum"] == pytest.approx(3.0 * 6 + 7.0)
+    mirror = _stored(registry, MIRROR)
+    assert (mirror["labelled"], mirror["agree"], mirror["diff_max"]) == (5, 4, 0.5)
+    assert recorder.flush() and _stored(registry)["requests"] == 8  # written once, not again
+
+
+def test_counts_a_full_registry_refused_are_written_once_it_has_room(registry: SqliteRegistry) -> None:
+    limits = RegistryLimits(registry)
+    recorder = StatsRecorder(registry, timed=False)
+    limits.full()
+    for n in range(1000):  # a new variant each flush, until the file can take no more rows
+        recorder.request(("acme", "iris", 1, f"variant:v{n:04}"), 3.0, ok=True)
+        recorder.request(KEY, 3.0, ok=True)
+        if not recorder.flush():
+            break
+    else:
+        pytest.fail("the registry never filled up")
+    recorder.request(("acme", "iris", 1, f"variant:v{n:04}"), 5.0, ok=True)  # the refused one, again
+    recorder.flush()
+
+    limits.lift()
+    assert recorder.flush()
+    counts = registry.read_stats("acme", "iris", 1)
+    assert counts["deployment"]["requests"] == n + 1
+    assert sum(c["requests"] for s, c in counts.items() if s.startswith("variant:")) == n + 2
+    assert counts[f"variant:v{n:04}"]["requests"] == 2
+
+
+def test_stats_read_while_the_registry_refuses_writes_and_no_count_is_lost(demo: Container, keys: dict[str, str]) -> None:
+    limits = RegistryLimits(demo.registry)  # type: ignore[arg-type]
+    client = TestClient(create_app(demo))
+    limits.read_only()
+    for _ in range(4):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=auth(keys["acme"]))
+        assert r.status_code == 200, r.text
+    r = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"]))  # its flush is refused
+    assert r.status_code == 200, r.text
+
+    limits.lift()
+    r = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert r.json()["overall"]["requests"] == 4
+
+
+def test_an_idle_process_publishes_its_last_counts_on_its_timer(settings: Settings, acme: Principal) -> None:
+    from sluice.demo import install_demo
+
+    container = Container.from_settings(settings.replace(stats_flush_s=1.0))
+    install_demo(container, acme, MODELS)
+    client = TestClient(create_app(container))
+    key = api_keys(container)["acme"]
+    for _ in range(10):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=auth(key))
+        assert r.status_code == 200, r.text
+    # No request comes again: only the timer can write what is pending. Another connection
+    # to the file reads what has been published.
+    reader = SqliteRegistry(settings.home_path / "registry.db")
+    deadline = time.monotonic() + 60
+    while _stored(reader).get("requests", 0) < 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _stored(reader).get("requests") == 10
+
+
+def test_what_can_never_be_written_is_dropped_visibly(demo: Container, keys: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    limits = RegistryLimits(demo.registry)  # type: ignore[arg-type]
+    client = TestClient(create_app(demo))
+    limits.read_only()
+    caplog.set_level("ERROR")
+    for _ in range(3):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=auth(keys["acme"]))
+        assert r.status_code == 200, r.text
+    demo.predictions.stats.close()  # the shutdown flush, refused to the end
+
+    metrics = client.get("/metrics", headers=auth(keys["acme"])).text
+    dropped = [
+        (s.labels, s.value) for f in text_string_to_metric_families(metrics) for s in f.samples if s.name == "ml_inference_stats_dropped_total"
+    ]
+    assert dropped == [({"tenant": "acme", "deployment": "iris", "subject": "deployment"}, 3.0)]
+    formatter = get_logger().registered_formatter
+    (line,) = [json.loads(formatter.format(r)) for r in caplog.records if r.getMessage() == "statistics dropped"]
+    assert line["requests"] == 3
+    assert line["dropped"][0] | {"reason": ""} == {"tenant": "acme", "deployment": "iris", "revision": 1, "subject": "deployment", "requests": 3, "reason": ""}
+    limits.lift()
+    r = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"]))
+    assert r.json()["overall"]["requests"] == 0  # dropped means dropped: never written later
+
+
+def test_pending_counts_are_bounded_while_the_registry_refuses(registry: SqliteRegistry) -> None:
+    limits = RegistryLimits(registry)
+    dropped: list[tuple[object, float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, max_pending=2, on_drop=dropped.extend)
+    limits.read_only()
+    for deployment in ("a", "b", "c"):
+        for _ in range(2):
+            recorder.request(("acme", deployment, 1, "deployment"), 1.0, ok=True)
+    assert recorder.flush() is False
+    assert [(key, n) for key, n, _ in dropped] == [(("acme", "c", 1, "deployment"), 2)]
+
+    limits.lift()
+    assert recorder.flush()
+    assert [_stored(registry, ("acme", d, 1, "deployment")).get("requests") for d in "abc"] == [2, 2, None]
