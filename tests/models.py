@@ -44,3 +44,41 @@ def total_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+EMBED_WEIGHTS = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -0.5]], dtype=np.float32)
+SCORE_WEIGHTS = np.array([[1.0], [2.0]], dtype=np.float32)
+
+
+def embed_model() -> bytes:
+    """`input` [-1, 4] FP32 (the iris features) in, `embedding` [-1, 2] FP32 out:
+    `input @ EMBED_WEIGHTS`. The first step of a two-model sequence."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "weights"], ["embedding"])],
+        "embed",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [None, 2])],
+        initializer=[numpy_helper.from_array(EMBED_WEIGHTS, "weights")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def score_model(input_name: str = "embedding") -> bytes:
+    """`input_name` [-1, 2] FP32 in, `score` [-1, 1] FP32 out: `x @ SCORE_WEIGHTS`. Fed by
+    `embed_model` by name (the default), or through a sequence's map (any other name)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [input_name, "weights"], ["score"])],
+        "score",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [None, 1])],
+        initializer=[numpy_helper.from_array(SCORE_WEIGHTS, "weights")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -279,7 +279,7 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
 
 def who_answered(prediction: Prediction) -> dict[str, Any]:
-    """The model, version, variant or members that answered, and how fast: every door that
+    """The model, version, variant, members, switch case or sequence steps that answered, and how fast: every door that
     presents a prediction says it (simple JSON, the Open Inference Protocol's parameters,
     stream outputs)."""
     answer = prediction.answer
@@ -292,6 +292,10 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         who["variant"] = answer.variant
     if answer.members is not None:
         who["members"] = answer.members
+    if answer.case is not None:
+        who["case"] = answer.case
+    if answer.steps is not None:
+        who["steps"] = answer.steps
     if prediction.cached:
         who["cached"] = True
     return who

@@ -5,7 +5,9 @@
              optionally a bandit that moves weight by reward;
 - `shadow`   a primary that answers and mirrors that see the same input off the request path;
 - `ensemble` members called concurrently and aggregated;
-- `ref`      another deployment of the same tenant.
+- `ref`      another deployment of the same tenant;
+- `sequence` steps run one after another, each one's outputs the next one's inputs;
+- `switch`   cases by conditions on the request (`domain.conditions`), and a default.
 
 The models are the schema: the API documents them (a discriminated union on `kind`) and
 validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
@@ -19,39 +21,28 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
-    SerializerFunctionWrapHandler,
     StrictInt,
     Tag,
     TypeAdapter,
     ValidationError,
-    model_serializer,
 )
 
+from sluice.domain.conditions import TAGS, Condition
 from sluice.domain.errors import InvalidRequest
+from sluice.domain.parts import Part as _Part
 from sluice.domain.values import StrictVersionNumber
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch")
+MIN_STEPS, MAX_STEPS = 2, 15
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-63 characters of a-z, 0-9, '.', '_' or '-'.")]
 Aggregator = Literal["mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success"]
-
-
-class _Part(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_serializer(mode="wrap")
-    def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # A policy is written back as it reads: options left out stay out (no `null`s).
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class _Node(_Part):
@@ -148,6 +139,46 @@ class Ensemble(_Node):
         return self.members[0].target.primary_single(resolve_ref)
 
 
+class Step(_Part):
+    name: Name
+    target: Node
+    map: dict[str, str] | None = Field(
+        None, description="{this step's input: the previous step's output}; inputs not named take the output of the same name."
+    )
+
+
+class Sequence(_Node):
+    kind: Literal["sequence"] = "sequence"
+    steps: tuple[Step, ...] = Field(min_length=MIN_STEPS, max_length=MAX_STEPS)
+    expose: tuple[str, ...] | None = Field(
+        None, max_length=MAX_CHILDREN, description="'step.output': intermediate outputs answered beside the last step's."
+    )
+
+    def children(self) -> list[Node]:
+        return [s.target for s in self.steps]
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.steps[0].target.primary_single(resolve_ref)
+
+
+class Case(_Part):
+    name: Name
+    when: Condition
+    target: Node
+
+
+class Switch(_Node):
+    kind: Literal["switch"] = "switch"
+    cases: tuple[Case, ...] = Field(min_length=1, max_length=MAX_CHILDREN)
+    default: Node
+
+    def children(self) -> list[Node]:
+        return [*(c.target for c in self.cases), self.default]
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.cases[0].target.primary_single(resolve_ref)
+
+
 def _kind(value: Any) -> str | None:
     if isinstance(value, dict):
         kind = value.get("kind", "single")  # a bare {"model", "version"} is a single
@@ -162,11 +193,17 @@ Node = Annotated[
         Annotated[Split, Tag("split")],
         Annotated[Shadow, Tag("shadow")],
         Annotated[Ensemble, Tag("ensemble")],
+        Annotated[Sequence, Tag("sequence")],
+        Annotated[Switch, Tag("switch")],
     ],
-    Discriminator(_kind, custom_error_type="policy_kind", custom_error_message="unknown policy kind; expected single, split, shadow, ensemble or ref"),
+    Discriminator(
+        _kind,
+        custom_error_type="policy_kind",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence or switch",
+    ),
 ]
 
-for _model in (Single, Ref, Variant, Split, Mirror, Shadow, Member, Ensemble):
+for _model in (Single, Ref, Variant, Split, Mirror, Shadow, Member, Ensemble, Step, Sequence, Case, Switch):
     _model.model_rebuild()
 
 NODE: TypeAdapter[Node] = TypeAdapter(Node)
@@ -175,7 +212,7 @@ NODE: TypeAdapter[Node] = TypeAdapter(Node)
 def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
     """A pydantic error location as the API names fields: union tags left out."""
     parts = [prefix] if prefix else []
-    parts += [str(p) for p in loc if p not in KINDS]
+    parts += [str(p) for p in loc if p not in KINDS and p not in TAGS]
     return ".".join(parts)
 
 
@@ -215,6 +252,15 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
             raise InvalidRequest(f"min_members must be between 1 and {len(node.members)}", field=f"{field}.min_members")
         for i, m in enumerate(node.members):
             check_tree(m.target, field=f"{field}.members.{i}.target", depth=depth + 1)
+    elif isinstance(node, Sequence | Switch):
+        from sluice.domain.graphs import check_graph_node
+
+        for child_field, child in check_graph_node(node, field=field):
+            check_tree(child, field=child_field, depth=depth + 1)
+
+
+def unique_names(names: list[str], field: str) -> None:
+    _unique(names, field)
 
 
 def _unique(names: list[str], field: str) -> None:
@@ -279,6 +325,8 @@ def uncacheable(node: Node, *, field: str = "policy") -> tuple[str, str] | None:
         children = [(f"{field}.members.{i}.target", m.target) for i, m in enumerate(node.members)]
     elif isinstance(node, Shadow):
         children = [(f"{field}.primary", node.primary)]  # mirrors never change the answer
+    elif isinstance(node, Sequence | Switch):
+        return field, f"the prediction cache does not cover {node.kind} nodes yet; turn the cache off"
     else:
         return None
     for child_field, child in children:

@@ -31,6 +31,7 @@ class Resolved:
     deployment: Deployment
     node: Node
     version: ModelVersion
+    answers: Signature | None = None  # what the answer holds, where the version does not say (a sequence's last step)
 
 
 @dataclass(slots=True)
@@ -42,6 +43,8 @@ class Answer:
     version: ModelVersion  # the version that answered (an ensemble: its first member that did)
     variant: str | None = None  # split choices on the way, outermost first: "canary/b"
     members: list[dict[str, Any]] | None = None  # an ensemble's report per member
+    steps: list[dict[str, Any]] | None = None  # a sequence's report per step, in order
+    case: str | list[str] | None = None  # the switch case taken; per row where rows took different ones
 
 
 @dataclass(slots=True)

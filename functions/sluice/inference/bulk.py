@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.domain.conditions import reads_routing_key
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
@@ -273,11 +274,11 @@ def _retryable(exc: Exception) -> bool:
 # Routes ---------------------------------------------------------------------------------
 def _sticky_split(node: Node) -> Split | bool | None:
     """The top split when it routes by key (records are grouped by the variant each would get
-    alone); False when a split further down does (records are grouped by the key itself);
-    None when no split routes by key."""
+    alone); False when a split further down does, or a switch's condition reads the key
+    (records are grouped by the key itself); None when nothing routes by key."""
     if node.kind == "split" and node.routing_key and node.bandit is None:  # type: ignore[union-attr]
         return node  # type: ignore[return-value]
-    if any(n.kind == "split" and n.routing_key for n in walk(node)):  # type: ignore[union-attr]
+    if any(n.kind == "split" and n.routing_key for n in walk(node)) or reads_routing_key(node):  # type: ignore[union-attr]
         return False
     return None
 

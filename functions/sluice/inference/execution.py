@@ -1,5 +1,6 @@
 """Running a policy tree: a single version on its runtime, a split's choice, a shadow's
-primary (its mirrors become jobs for later), an ensemble's members concurrently.
+primary (its mirrors become jobs for later), an ensemble's members concurrently; a sequence's
+steps and a switch's cases in `sluice.inference.graphs`.
 
 Registry reads on the way (a referenced deployment, a version, a bandit's rewards, its
 assignment) go through `Lookups`, which answers from its caches or reads in a thread: the
@@ -11,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
+from sluice.inference.graphs import run_sequence, run_switch
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
     from sluice.domain import Deployment, ModelVersion
     from sluice.domain.policy import Ensemble, Node, Ref, Shadow, Single, Split
+    from sluice.domain.requests import PredictionRequest
     from sluice.domain.signature import Signature
     from sluice.inference.batching import Batcher
     from sluice.runtimes import Runtime
@@ -56,6 +60,7 @@ class Call:
     checked: Signature | None = None  # the signature the request's inputs were checked against
     spawn_mirrors: bool = True
     mirrors: list[ShadowJob] = field(default_factory=list)
+    request: PredictionRequest | None = None  # what a switch's conditions read (None outside a request)
 
     @property
     def tenant(self) -> str:
@@ -82,6 +87,8 @@ class PolicyRunner:
             "split": self._split,
             "shadow": self._shadow,
             "ensemble": self._ensemble,
+            "sequence": partial(run_sequence, self),
+            "switch": partial(run_switch, self),
         }
 
     async def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Answer:

@@ -17,9 +17,11 @@ PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "sagem
 
 
 def metadata_of(resolved: Resolved) -> dict[str, Any]:
-    """The model's metadata: the deployment's name, the answering version, its tensors."""
+    """The model's metadata: the deployment's name, the answering version, its tensors (the
+    inputs of the policy's first step, the outputs of its answer: a sequence's last step's)."""
     version = resolved.version
     signature = version.signature
+    outputs = (resolved.answers or signature).outputs
 
     def tensors(specs: Any) -> list[dict[str, Any]]:
         return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
@@ -29,7 +31,7 @@ def metadata_of(resolved: Resolved) -> dict[str, Any]:
         "versions": [str(version.version)],
         "platform": PLATFORMS.get(version.runtime, version.runtime),
         "inputs": tensors(signature.inputs),
-        "outputs": tensors(signature.outputs),
+        "outputs": tensors(outputs),
         "parameters": {"model": version.model, "version": version.version},
     }
 

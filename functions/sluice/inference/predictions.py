@@ -34,6 +34,7 @@ from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadI
 from sluice.domain.results import Prediction, Resolved
 from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
+from sluice.inference.graphs import answer_signature
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
@@ -94,7 +95,7 @@ class PredictionService:
         if isinstance(request.inputs, UploadInputs):
             request = await self._from_upload(principal, resolved, request, request.inputs)
         signature = resolved.version.signature
-        arrays = self.decode(signature, request)
+        arrays = self.decode(signature, request, answers=resolved.answers)
         dep = resolved.deployment
         fields = {**request.log_fields, "deployment": dep.name}
         call = Call(
@@ -106,6 +107,7 @@ class PredictionService:
             outputs=request.outputs,
             checked=signature,
             spawn_mirrors=request.mirrors,
+            request=request,
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -196,8 +198,9 @@ class PredictionService:
         inputs, outputs, bools = inputs_of_upload(data, upload, given.form)
         return dataclasses.replace(request, inputs=inputs, outputs=request.outputs or outputs, json_bools=bools)
 
-    def decode(self, signature: Signature, request: PredictionRequest) -> dict[str, np.ndarray]:
-        """The request's inputs as arrays, checked against `signature`."""
+    def decode(self, signature: Signature, request: PredictionRequest, *, answers: Signature | None = None) -> dict[str, np.ndarray]:
+        """The request's inputs as arrays, checked against `signature` (the outputs asked for
+        against `answers`, where the answer is not the same version's: a sequence's)."""
         inputs = request.inputs
         declared: dict[str, str] | None = None
         if isinstance(inputs, RowInputs):
@@ -219,10 +222,11 @@ class PredictionService:
             declared = dict(inputs.datatypes) if inputs.datatypes else None
         else:
             raise BadRequest("no inputs", field="inputs")
+        gives = answers or signature
         for out in request.outputs or ():
-            if signature.output(out) is None:
+            if gives.output(out) is None:
                 raise InvalidInput(
-                    f"unknown output '{out}'; this version gives {[s.name for s in signature.outputs]}",
+                    f"unknown output '{out}'; this version gives {[s.name for s in gives.outputs]}",
                     field=f"outputs.{out}",
                 )
         return self._check(signature, arrays, datatypes=declared)
@@ -266,7 +270,9 @@ class PredictionService:
         answering = self.cached_version(tenant, first.model, first.version)  # type: ignore[union-attr]
         if answering is None:
             answering = await self.version_of(tenant, first.model, first.version)  # type: ignore[union-attr]
-        return Resolved(dep, node, answering)
+        if node.kind == "single":
+            return Resolved(dep, node, answering)
+        return Resolved(dep, node, answering, await answer_signature(self.runner, node, tenant))
 
     async def _primary(self, tenant: str, node: Node) -> Single:
         """The version whose signature describes the input: the first branch all the way

@@ -34,6 +34,7 @@ from sluice.domain.policy import (
 from sluice.domain.rollouts import paused_by_change
 from sluice.registry.guards import MAX_REFS_READ
 from sluice.routing.aggregators import check_fits
+from sluice.services.graph_checks import GraphChecks
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic
 
@@ -146,8 +147,10 @@ class DeploymentService:
         for child in walk(node):
             if isinstance(child, Single):
                 require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
-        first_inputs = signature_of(node).inputs
+        graphs = GraphChecks(signature_of, resolve)
+        graphs.check(node)
         for child in walk(node):
+            first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
             branches: list[tuple[str, Node]] = []
             if isinstance(child, Split):
                 branches = [(f"variant '{v.name}'", v.target) for v in child.variants]
@@ -155,7 +158,7 @@ class DeploymentService:
                 branches = [(f"mirror '{m.name}'", m.target) for m in child.mirrors]
             elif isinstance(child, Ensemble):
                 branches = [(f"member '{m.name}'", m.target) for m in child.members]
-                problem = check_fits(child.aggregator, [signature_of(m.target) for m in child.members])
+                problem = check_fits(child.aggregator, [graphs.answers(m.target) for m in child.members])
                 if problem:
                     raise Unprocessable(f"aggregator '{child.aggregator}' does not fit: {problem}", field="policy.aggregator")
             for label, branch in branches:
@@ -344,18 +347,22 @@ class DeploymentService:
         counters = self._read_stats(principal.tenant, name, rev)
         variants: dict[str, Any] = {}
         mirrors: dict[str, Any] = {}
+        graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
         for subject, c in sorted(counters.items()):
             kind, _, label = subject.partition(":")
             if kind == "variant":
                 variants[label] = {**traffic(c), **_reward(c)}
             elif kind == "mirror":
                 mirrors[label] = {**traffic(c), **comparison(c)}
+            elif kind in ("case", "step"):
+                graph[f"{kind}s"][label] = traffic(c)
         return {
             "deployment": name,
             "revision": rev,
             "overall": traffic(counters.get("deployment", {})),
             "variants": variants,
             "mirrors": mirrors,
+            **{name: found for name, found in graph.items() if found},
         }
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:

@@ -1,0 +1,46 @@
+"""The checks a `sequence` or a `switch` node makes on itself when a policy is parsed (what no
+field can check alone); `parse_policy` runs them. Checks against the models' signatures (a
+step's inputs are its previous step's outputs, a condition's input exists and has the type of
+its value) need the registry and live in `sluice.services.graph_checks`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.domain.conditions import MAX_CONDITION_DEPTH, comparisons
+from sluice.domain.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from sluice.domain.policy import Node, Sequence, Switch
+
+DEFAULT_CASE = "default"
+
+
+def check_graph_node(node: Sequence | Switch, *, field: str) -> list[tuple[str, Node]]:
+    """Check `node` alone; its children, with their fields, for the caller to check in turn."""
+    from sluice.domain.policy import Sequence, unique_names
+
+    if isinstance(node, Sequence):
+        unique_names([s.name for s in node.steps], f"{field}.steps")
+        if node.steps[0].map is not None:
+            raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
+        steps = {s.name: i for i, s in enumerate(node.steps)}
+        for i, exposed in enumerate(node.expose or ()):
+            step, _, output = exposed.partition(".")
+            where = f"{field}.expose.{i}"
+            if step not in steps or not output:
+                raise InvalidRequest(f"'{exposed}' is not 'step.output' with a step of this sequence ({sorted(steps)})", field=where)
+            if steps[step] == len(node.steps) - 1:
+                raise InvalidRequest(f"step '{step}' is the last: its outputs are the answer already", field=where)
+            if exposed in (node.expose or ())[:i]:
+                raise InvalidRequest(f"'{exposed}' is exposed twice", field=where)
+        return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
+    unique_names([c.name for c in node.cases], f"{field}.cases")
+    for i, case in enumerate(node.cases):
+        if case.name == DEFAULT_CASE:
+            raise InvalidRequest(f"'{DEFAULT_CASE}' names the switch's default; give this case another name", field=f"{field}.cases.{i}.name")
+        for compare, depth in comparisons(case.when):
+            if depth > MAX_CONDITION_DEPTH:
+                raise InvalidRequest(f"conditions nest at most {MAX_CONDITION_DEPTH} levels deep", field=f"{field}.cases.{i}.when")
+            del compare
+    return [*((f"{field}.cases.{i}.target", c.target) for i, c in enumerate(node.cases)), (f"{field}.default", node.default)]

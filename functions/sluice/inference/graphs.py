@@ -1,0 +1,226 @@
+"""Running the graph nodes of a policy: a `sequence` (steps one after another, each one's
+outputs the next one's inputs) and a `switch` (the case each row's conditions pick).
+
+A sequence runs under the request's one deadline: a step that does not answer before it
+fails the request naming the step, as does a step that fails. Its answer is the last step's,
+with the outputs the node exposes (`step.output`) beside it, and a report per step (model,
+version, latency). A switch decides per row (`sluice.routing.conditions`): when every row
+takes one case the request goes there whole; otherwise each case gets its own rows, the
+cases run concurrently and their answers are put back in the rows' order, so a row takes the
+same case alone as in any batch or bulk call. Statistics count each step (`step:<name>`)
+and each case (`case:<name>`) beside variants and mirrors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.conditions import comparisons, reads_inputs
+from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.graphs import DEFAULT_CASE
+from sluice.domain.policy import MAX_DEPTH
+from sluice.domain.results import Answer, InferenceResult
+from sluice.domain.signature import Signature
+from sluice.routing.conditions import Facts, decide
+
+if TYPE_CHECKING:
+    from sluice.domain.policy import Node, Sequence, Step, Switch
+    from sluice.inference.execution import Call, PolicyRunner
+
+MAX_REFS = 8
+DEADLINE_MARGIN_S = 0.002  # a step's own timeout falls just before the request's, so the step is named
+
+
+async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Signature:
+    """The signature that describes what `node` takes: its first branch's version, down
+    through references (as `PredictionService.resolve` finds it)."""
+    for _ in range(MAX_REFS * MAX_DEPTH):
+        if node.kind == "single":
+            version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
+            if version is None:
+                version = await runner.lookups.version_of(tenant, node.model, node.version)  # type: ignore[union-attr]
+            return version.signature
+        node = await runner.lookups.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
+    raise Unavailable("deployment references nest too deep to find a model version", field="policy")
+
+
+# Sequences --------------------------------------------------------------------------------
+async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+    report: list[dict[str, Any]] = []
+    exposed: dict[str, tuple[np.ndarray, Any]] = {}
+    wanted = set(node.expose or ())
+    if call.outputs:
+        wanted &= set(call.outputs)
+    dep = call.deployment
+    answer: Answer | None = None
+    feed = arrays
+    last = len(node.steps) - 1
+    for index, step in enumerate(node.steps):
+        if answer is not None:
+            feed = await _inputs_of(runner, node.steps[index - 1], step, answer, call)
+        # Only the last step answers with the outputs asked for; any step after the first has
+        # inputs nobody checked yet.
+        step_call = dataclasses.replace(call, outputs=call.outputs if index == last else None, checked=call.checked if index == 0 else None)
+        stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
+                answer = await runner.run(step.target, step_call, feed, depth + 1)
+        except TimeoutError:
+            runner.stats.request(stat_key, 0.0, ok=False)
+            raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
+        except Accepted:
+            raise
+        except SluiceError as exc:
+            runner.stats.request(stat_key, 0.0, ok=False)
+            raise _named(exc, step.name, report) from None
+        ms = (time.perf_counter() - started) * 1000
+        runner.stats.request(stat_key, ms, ok=True)
+        report.append(_step_report(step.name, answer, ms))
+        for name in sorted(wanted):
+            if name.startswith(f"{step.name}.") and index != last:
+                output = name[len(step.name) + 1 :]
+                if output in answer.result.outputs:
+                    exposed[name] = (answer.result.outputs[output], answer.signature.output(output))
+    assert answer is not None
+    if not exposed:
+        return dataclasses.replace(answer, steps=report)
+    outputs = {**answer.result.outputs, **{name: array for name, (array, _) in exposed.items()}}
+    specs = [dataclasses.replace(spec, name=name, role="value") for name, (_, spec) in exposed.items() if spec is not None]
+    signature = Signature(answer.signature.inputs, (*answer.signature.outputs, *specs), answer.signature.metadata)
+    result = InferenceResult(outputs, answer.result.classes, answer.result.maps)
+    return dataclasses.replace(answer, signature=signature, result=result, steps=report)
+
+
+async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, answer: Answer, call: Call) -> dict[str, np.ndarray]:
+    """The step's inputs: the previous step's outputs of the same names, or those its map names."""
+    signature = await input_signature(runner, step.target, call.tenant)
+    given = answer.result.outputs
+    feed: dict[str, np.ndarray] = {}
+    for spec in signature.inputs:
+        source = (step.map or {}).get(spec.name, spec.name)
+        if source not in given:
+            raise BackendError(
+                f"step '{step.name}' takes input '{spec.name}' from output '{source}' of step '{previous.name}', "
+                f"which gave {sorted(given)}",
+                field="policy",
+                step=step.name,
+            )
+        feed[spec.name] = given[source]
+    return feed
+
+
+def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceError:
+    """The step's error, its message naming the step, the steps that answered before it in its details."""
+    exc.message = f"step '{step}': {exc.message}"
+    exc.args = (exc.message,)
+    exc.details = {**exc.details, "step": step, "steps": report}
+    return exc
+
+
+def _step_report(name: str, answer: Answer, ms: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name, "model": answer.version.model, "version": answer.version.version, "latency_ms": round(ms, 3)}
+    for key in ("variant", "case", "members", "steps"):
+        value = getattr(answer, key)
+        if value is not None:
+            entry[key] = value
+    return entry
+
+
+# Switches ---------------------------------------------------------------------------------
+async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+    first = next(iter(arrays.values()), None)
+    rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
+    per_row = any(reads_inputs(case.when) for case in node.cases)
+    names: dict[str, tuple[str, ...]] = {}
+    if per_row and any(isinstance(c.column, str) for case in node.cases for c, _ in comparisons(case.when)):
+        signature = await input_signature(runner, node, call.tenant)
+        names = {spec.name: spec.feature_names or () for spec in signature.inputs}
+    request = call.request
+    facts = Facts(
+        rows=rows if per_row else 1,
+        routing_key=request.routing_key if request is not None else None,
+        headers=request.headers if request is not None else {},
+        arrays=arrays,
+        feature_names=names,
+    )
+    chosen = decide([case.when for case in node.cases], facts)
+    targets = [*((c.name, c.target) for c in node.cases), (DEFAULT_CASE, node.default)]
+    taken = np.unique(chosen)
+    if len(taken) <= 1:  # the whole request takes one case (or has no rows: the default)
+        name, target = targets[int(taken[0]) if len(taken) else -1]
+        answer = await _case(runner, call, name, target, arrays, depth, rows)
+        answer.case = name if answer.case is None else f"{name}/{answer.case}"
+        return answer
+    groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
+    answers = await asyncio.gather(
+        *(_case(runner, call, targets[i][0], targets[i][1], {k: a[at] for k, a in arrays.items()}, depth, len(at)) for i, at in groups)
+    )
+    merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups])
+    per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
+    return Answer(answers[0].signature, merged, answers[0].version, case=per_row_case)
+
+
+async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, arrays: dict[str, np.ndarray], depth: int, rows: int) -> Answer:
+    dep = call.deployment
+    stat_key = (dep.tenant, dep.name, dep.revision, f"case:{name}")
+    started = time.perf_counter()
+    try:
+        answer = await runner.run(target, call, arrays, depth + 1)
+    except SluiceError:
+        runner.stats.request(stat_key, 0.0, ok=False)
+        raise
+    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True, rows=rows)
+    return answer
+
+
+def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str]) -> InferenceResult:
+    """The cases' answers put back in the rows' order."""
+    outputs: dict[str, np.ndarray] = {}
+    for name, array in results[0].outputs.items():
+        parts = [r.outputs.get(name) for r in results]
+        if any(p is None or p.ndim == 0 or p.shape[1:] != array.shape[1:] for p in parts):
+            raise BackendError(f"the cases {cases} answer output '{name}' in different shapes: their rows cannot be put together", field="policy")
+        dtype = np.result_type(*parts) if all(p.dtype.kind not in "OUS" for p in parts) else np.dtype(object)  # type: ignore[union-attr]
+        out = np.empty((rows, *array.shape[1:]), dtype=dtype)
+        for at, part in zip(where, parts, strict=True):
+            out[at] = part
+        outputs[name] = out
+    maps: dict[str, list[dict[Any, float]]] = {}
+    for name in results[0].maps:
+        if all(name in r.maps for r in results):
+            together: list[Any] = [None] * rows
+            for at, result in zip(where, results, strict=True):
+                for row, value in zip(at.tolist(), result.maps[name], strict=True):
+                    together[row] = value
+            maps[name] = together
+    return InferenceResult(outputs, dict(results[0].classes), maps)
+
+
+async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Signature | None:
+    """What `node`'s answer holds where its first branch's version does not say it: a
+    sequence on the first branch answers with its last step's outputs (and those it
+    exposes). None when the first branch's version says it."""
+    from sluice.domain.policy import Sequence
+
+    for _ in range(MAX_REFS * MAX_DEPTH):
+        if node.kind == "single":
+            return None
+        if isinstance(node, Sequence):
+            last = node.steps[-1].target
+            signature = await answer_signature(runner, last, tenant) or await input_signature(runner, last, tenant)
+            specs = []
+            for exposed in node.expose or ():
+                step, _, output = exposed.partition(".")
+                target = next(s.target for s in node.steps if s.name == step)
+                found = (await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant)).output(output)
+                if found is not None:
+                    specs.append(dataclasses.replace(found, name=exposed, role="value"))
+            return Signature(signature.inputs, (*signature.outputs, *specs), signature.metadata) if specs else signature
+        node = await runner.lookups.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
+    return None

@@ -1,0 +1,157 @@
+"""Deciding a switch: which case each row of a request takes.
+
+Conditions are data (`sluice.domain.conditions`); here they are evaluated, vectorized, to one
+boolean per row. A request-level field (the routing key, a header) holds or not for every row
+alike; an input's value is read row by row. A row takes the first case whose condition holds,
+else the default (`len(cases)`): so a row takes the same case alone, in a request of many rows,
+or in a bulk call of many records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.conditions import AllOf, AnyOf, Compare
+from sluice.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from sluice.domain.conditions import Condition
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What conditions may read of one request."""
+
+    rows: int
+    routing_key: str | None
+    headers: Mapping[str, str]
+    arrays: Mapping[str, np.ndarray]
+    feature_names: Mapping[str, tuple[str, ...]]  # input -> the names of its last axis' columns
+
+    def header(self, name: str) -> str | None:
+        found = self.headers.get(name)
+        return found if found is not None else self.headers.get(name.lower())
+
+
+def decide(conditions: Sequence[Condition], facts: Facts) -> np.ndarray:
+    """The case each row takes: the index of the first condition that holds for it, or
+    `len(conditions)` (the default) when none does."""
+    chosen = np.full(facts.rows, len(conditions), dtype=np.intp)
+    undecided = np.ones(facts.rows, dtype=bool)
+    for index, condition in enumerate(conditions):
+        holds = holds_for(condition, facts) & undecided
+        chosen[holds] = index
+        undecided &= ~holds
+        if not undecided.any():
+            break
+    return chosen
+
+
+def holds_for(condition: Condition, facts: Facts) -> np.ndarray:
+    """One boolean per row."""
+    if isinstance(condition, AllOf):
+        out = np.ones(facts.rows, dtype=bool)
+        for term in condition.all:
+            out &= holds_for(term, facts)
+        return out
+    if isinstance(condition, AnyOf):
+        out = np.zeros(facts.rows, dtype=bool)
+        for term in condition.any:
+            out |= holds_for(term, facts)
+        return out
+    if condition.source == "inputs":
+        return _column_holds(condition, facts)
+    value = facts.routing_key if condition.source == "routing_key" else facts.header(condition.name)
+    return np.full(facts.rows, _scalar_holds(condition, value), dtype=bool)
+
+
+def _scalar_holds(compare: Compare, found: str | None) -> bool:
+    if compare.op == "exists":
+        return found is not None and found != ""
+    if found is None:
+        return compare.op == "!="
+    wanted = compare.value
+    if compare.op == "in":
+        return any(_equal(found, v) for v in wanted)  # type: ignore[union-attr]
+    if compare.op == "==":
+        return _equal(found, wanted)
+    if compare.op == "!=":
+        return not _equal(found, wanted)
+    number = _number(found)
+    if number is None:
+        return False
+    return bool(_ORDER[compare.op](number, wanted))
+
+
+def _equal(found: str, wanted: Any) -> bool:
+    if isinstance(wanted, bool):
+        return found.lower() == str(wanted).lower()
+    if isinstance(wanted, str):
+        return found == wanted
+    number = _number(found)
+    return number is not None and number == wanted
+
+
+def _number(text: str) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+_ORDER = {
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def _column_holds(compare: Compare, facts: Facts) -> np.ndarray:
+    array = facts.arrays.get(compare.name)
+    if facts.rows == 0:
+        return np.zeros(0, dtype=bool)
+    if array is None:
+        return np.zeros(facts.rows, dtype=bool) if compare.op != "!=" else np.ones(facts.rows, dtype=bool)
+    values = _values(compare, array, facts)
+    text = values.dtype.kind in "OUS"
+    if text:
+        values = np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in values], dtype=object)
+    op, wanted = compare.op, compare.value
+    if op == "exists":
+        if text:
+            return np.array([v is not None and v != "" for v in values], dtype=bool)
+        return ~np.isnan(values) if values.dtype.kind == "f" else np.ones(facts.rows, dtype=bool)
+    if op in ("==", "!=", "in"):
+        options = wanted if op == "in" else [wanted]
+        fits = [v for v in options if isinstance(v, str) == text]  # type: ignore[union-attr]
+        same = np.isin(values, np.array(fits, dtype=object if text else None)) if fits else np.zeros(facts.rows, dtype=bool)
+        return ~same if op == "!=" else same
+    if text:
+        return np.zeros(facts.rows, dtype=bool)
+    return np.asarray(_ORDER[op](values, wanted), dtype=bool)
+
+
+def _values(compare: Compare, array: np.ndarray, facts: Facts) -> np.ndarray:
+    """The compared value of each row: the input's one value per row, or a column of it."""
+    flat = array.reshape(facts.rows, -1)
+    column = compare.column
+    if isinstance(column, str):
+        names = facts.feature_names.get(compare.name, ())
+        if column not in names:
+            raise InvalidInput(f"input '{compare.name}' has no feature '{column}'", field=compare.field)
+        column = names.index(column)
+    if column is None:
+        if flat.shape[1] != 1:
+            raise InvalidInput(f"input '{compare.name}' has {flat.shape[1]} values a row: the condition needs a column", field=compare.field)
+        column = 0
+    if column >= flat.shape[1]:
+        raise InvalidInput(f"input '{compare.name}' has {flat.shape[1]} columns, not {column + 1}", field=compare.field)
+    return flat[:, column]
