@@ -67,17 +67,18 @@ def embed_model() -> bytes:
     return model.SerializeToString()
 
 
-def score_model(input_name: str = "embedding") -> bytes:
-    """`input_name` [-1, 2] FP32 in, `score` [-1, 1] FP32 out: `x @ SCORE_WEIGHTS`. Fed by
-    `embed_model` by name (the default), or through a sequence's map (any other name)."""
+def score_model(input_name: str = "embedding", width: int = 2) -> bytes:
+    """`input_name` [-1, width] FP32 in, `score` [-1, 1] FP32 out: `x @ SCORE_WEIGHTS` (width
+    2; else a column of ones). Fed by `embed_model` by name (the default), or through a
+    sequence's map (any other name)."""
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
         [helper.make_node("MatMul", [input_name, "weights"], ["score"])],
         "score",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [None, width])],
         [helper.make_tensor_value_info("score", TensorProto.FLOAT, [None, 1])],
-        initializer=[numpy_helper.from_array(SCORE_WEIGHTS, "weights")],
+        initializer=[numpy_helper.from_array(SCORE_WEIGHTS if width == 2 else np.ones((width, 1), np.float32), "weights")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

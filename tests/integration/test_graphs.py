@@ -1,0 +1,185 @@
+"""Sequences and switches end to end, on real parts: the demo container (SQLite, a folder,
+ONNX Runtime), two small ONNX models where one's output feeds the other, the demo iris models,
+through the HTTP API (simple JSON and the Open Inference Protocol) and the bulk call that batch
+jobs, streams and replay score through."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.api.app import create_app
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.inference.bulk import Records, Result, score_many
+from sluice.inference.loop import run
+from tests.integration.conftest import api_keys, auth
+from tests.models import EMBED_WEIGHTS, SCORE_WEIGHTS, embed_model, lookup_model, score_model
+from tests.conftest import MODELS
+from tests.support import single
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+CHAIN = {
+    "kind": "sequence",
+    "steps": [
+        {"name": "embed", "target": single("embed", 1)},
+        {"name": "score", "target": single("scorez", 1), "map": {"z": "embedding"}},
+    ],
+    "expose": ["embed.embedding"],
+}
+PETALS = {
+    "kind": "switch",
+    "cases": [{"name": "short", "when": {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}, "target": single("iris", 1)}],
+    "default": single("iris", 2),
+}
+REGION = {
+    "kind": "switch",
+    "cases": [
+        {"name": "eu", "when": {"any": [{"field": "headers.x-region", "op": "in", "value": ["eu", "uk"]}, {"field": "routing_key", "op": "==", "value": "eu"}]}, "target": single("iris", 1)},
+    ],
+    "default": single("iris", 2),
+}
+
+
+@pytest.fixture
+def graphs(demo: Container, acme: Principal) -> Container:
+    for name, model in [("embed", embed_model()), ("score", score_model()), ("scorez", score_model("z")), ("lookup", lookup_model()), ("score1", score_model("s", 1))]:
+        demo.models.push(acme, name, model)
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    demo.deployments.create(acme, "chain", CHAIN)
+    demo.deployments.create(acme, "petals", PETALS)
+    demo.deployments.create(acme, "region", REGION)
+    return demo
+
+
+@pytest.fixture
+def http(graphs: Container) -> tuple[TestClient, dict[str, str]]:
+    return TestClient(create_app(graphs)), auth(api_keys(graphs)["acme"])
+
+
+def expected_scores(rows: list[list[float]]) -> list[float]:
+    return (np.asarray(rows, np.float32) @ EMBED_WEIGHTS @ SCORE_WEIGHTS)[:, 0].tolist()
+
+
+def test_a_sequence_answers_with_its_last_step_and_names_every_step(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    r = client.post("/api/v1/predictions", json={"deployment": "chain", "batch": ROWS}, headers=headers)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [p["prediction"]["score"] for p in body["predictions"]] == pytest.approx(expected_scores(ROWS))
+    embedded = [p["prediction"]["embed.embedding"] for p in body["predictions"]]
+    np.testing.assert_allclose(embedded, np.asarray(ROWS, np.float32) @ EMBED_WEIGHTS, rtol=1e-6)
+    assert (body["model"], body["version"]) == ("scorez", 1)
+    assert [(s["name"], s["model"], s["version"]) for s in body["steps"]] == [("embed", "embed", 1), ("score", "scorez", 1)]
+    assert all(s["latency_ms"] >= 0 for s in body["steps"])
+
+
+def test_a_sequence_through_the_open_inference_protocol(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    meta = client.get("/v2/models/chain", headers=headers).json()
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]  # the first step's
+    assert [o["name"] for o in meta["outputs"]] == ["score", "embed.embedding"]  # the last step's, and what is exposed
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": sum(ROWS, [])}], "outputs": [{"name": "score"}]}
+    r = client.post("/v2/models/chain/infer", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert [o["name"] for o in answer["outputs"]] == ["score"]
+    assert answer["outputs"][0]["data"] == pytest.approx(expected_scores(ROWS))
+    assert [s["name"] for s in answer["parameters"]["steps"]] == ["embed", "score"]
+    plain = client.post("/v2/models/iris/infer", json=body | {"outputs": [{"name": "output_label"}]}, headers=headers).json()
+    assert set(plain["parameters"]) == {"model", "version", "latency_ms"}  # no graph: the body as before
+
+
+def test_a_failing_step_fails_the_request_naming_the_step(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    graphs.deployments.create(acme, "codes", {"kind": "sequence", "steps": [{"name": "look", "target": single("lookup", 1)}, {"name": "sum", "target": single("score1", 1), "map": {"s": "score"}}]})
+    client, headers = http
+    ok = client.post("/api/v1/predictions", json={"deployment": "codes", "inputs": [[3]]}, headers=headers)
+    assert ok.status_code == 200, ok.text
+    r = client.post("/api/v1/predictions", json={"deployment": "codes", "inputs": [[99]]}, headers=headers)  # ONNX Runtime refuses it
+    assert 400 <= r.status_code < 600
+    error = r.json()
+    assert error["error"].startswith("step 'look': ")
+    assert error["details"]["step"] == "look"
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "words"),
+    [
+        ({**CHAIN, "steps": [CHAIN["steps"][0], {"name": "score", "target": single("scorez", 1)}]}, "policy.steps.1", "takes input 'z' from output 'z'"),
+        ({**CHAIN, "steps": [CHAIN["steps"][0], {"name": "score", "target": single("scorez", 1), "map": {"y": "embedding"}}]}, "policy.steps.1.map.y", "has no input 'y'"),
+        ({**CHAIN, "steps": [CHAIN["steps"][0], {"name": "look", "target": single("lookup", 1), "map": {"code": "embedding"}}]}, "policy.steps.1.map.code", "FP32"),
+        ({**CHAIN, "expose": ["embed.nothing"]}, "policy.expose.0", "no output 'nothing'"),
+        ({**PETALS, "cases": [{**PETALS["cases"][0], "when": {"field": "inputs.input", "column": "petal_size", "op": "<", "value": 2}}]}, "policy.cases.0.when", "no feature 'petal_size'"),
+        ({**PETALS, "cases": [{**PETALS["cases"][0], "when": {"field": "inputs.input", "column": 1, "op": "==", "value": "x"}}]}, "policy.cases.0.when", "holds numbers"),
+        ({**PETALS, "cases": [{**PETALS["cases"][0], "when": {"field": "inputs.input", "op": ">", "value": 1}}]}, "policy.cases.0.when", "name a column"),
+        (
+            {"kind": "switch", "cases": [{"name": "short", "when": {"field": "inputs.input", "column": 2, "op": "<", "value": 2.5}, "target": single("embed", 1)}], "default": CHAIN},
+            "policy.default",
+            "answers ['score', 'embed.embedding'] and case 'short' answers ['embedding']",
+        ),
+        ({**REGION, "default": single("lookup", 1)}, "policy.default", "different inputs"),
+    ],
+)
+def test_a_graph_that_cannot_run_is_refused_when_saved(http: tuple[TestClient, dict[str, str]], policy: dict[str, Any], field: str, words: str) -> None:
+    client, headers = http
+    r = client.put("/api/v1/deployments/chain", json={"policy": policy}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field
+    assert words in r.json()["error"]
+
+
+def test_a_switch_by_header_or_routing_key_names_its_case_in_the_answer_and_the_statistics(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    one = {"deployment": "region", "features": dict(zip(["sepal_length", "sepal_width", "petal_length", "petal_width"], ROWS[1], strict=True))}
+    eu = client.post("/api/v1/predictions", json=one, headers={**headers, "x-region": "uk"}).json()
+    assert (eu["case"], eu["version"]) == ("eu", 1)
+    keyed = client.post("/api/v1/predictions", json=one | {"routing_key": "eu"}, headers=headers).json()
+    assert (keyed["case"], keyed["version"]) == ("eu", 1)
+    other = client.post("/api/v1/predictions", json=one, headers={**headers, "x-region": "us"}).json()
+    assert (other["case"], other["version"]) == ("default", 2)
+    stats = client.get("/api/v1/deployments/region/stats", headers=headers).json()
+    assert {name: c["requests"] for name, c in stats["cases"].items()} == {"eu": 2, "default": 1}
+
+
+def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_order(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    rows = [ROWS[1], ROWS[0], ROWS[1]]
+    r = client.post("/api/v1/predictions", json={"deployment": "petals", "batch": rows}, headers=headers)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["case"] == ["default", "short", "default"]
+    alone = [client.post("/api/v1/predictions", json={"deployment": "petals", "batch": [row]}, headers=headers).json() for row in rows]
+    assert [a["case"] for a in alone] == ["default", "short", "default"]
+    assert [p["probabilities"] for p in body["predictions"]] == [a["predictions"][0]["probabilities"] for a in alone]
+
+
+IRIS_ROWS = st.lists(st.sampled_from(ROWS + [[5.9, 3.0, 5.1, 1.8], [4.9, 3.0, 2.4, 0.2]]), min_size=1, max_size=3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.tuples(IRIS_ROWS, st.sampled_from([None, "eu", "us"])), min_size=1, max_size=8))
+def test_in_a_bulk_call_each_record_takes_the_case_it_takes_alone(graphs: Container, acme: Principal, records: list[tuple[list[list[float]], str | None]]) -> None:
+    both = {"kind": "switch", "cases": [{"name": "keyed", "when": {"field": "routing_key", "op": "==", "value": "eu"}, "target": single("iris", 1)}, *PETALS["cases"]], "default": single("iris", 2)}
+    graphs.deployments.update(acme, "petals", both)
+    flat = np.asarray([row for rows, _ in records for row in rows], np.float32)
+    bulk = Records({"input": flat}, np.asarray([len(rows) for rows, _ in records], np.intp), keys=[key for _, key in records])
+    done = run(score_many(graphs.predictions, acme, "petals", bulk, max_rows=5))
+    assert done.failed == 0
+    for position, outcome in enumerate(done.by_record()):
+        assert isinstance(outcome, Result)
+        rows, key = records[position]
+        alone = run(graphs.predictions.predict(acme, PredictionRequest("petals", ArrayInputs({"input": np.asarray(rows, np.float32)}), routing_key=key)))
+        j = list(np.arange(len(records))[outcome.records]).index(position)
+        assert outcome.outputs_of(j)["output_label"].tolist() == alone.answer.result.outputs["output_label"].tolist()
+        cases = outcome.answer.case if isinstance(outcome.answer.case, list) else [outcome.answer.case] * len(outcome.answer.result.outputs["output_label"])
+        mine = cases[outcome.rows_of(j)]
+        theirs = alone.answer.case if isinstance(alone.answer.case, list) else [alone.answer.case] * len(rows)
+        assert mine == theirs

@@ -1,0 +1,146 @@
+"""Sequence and switch nodes as data: what parsing accepts and refuses (a 4xx naming the
+field), and how a switch's conditions decide, row by row, the same for a row alone as among
+others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.domain.errors import InvalidInput, InvalidRequest
+from sluice.domain.policy import parse_policy, policy_dict, uncacheable
+from sluice.routing.conditions import Facts, decide
+
+A = {"model": "a", "version": 1}
+B = {"model": "b", "version": 1}
+
+
+def switch(*cases: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"kind": "switch", "cases": [{"name": n, "when": w, "target": A} for n, w in cases], "default": B}
+
+
+def sequence(*steps: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"kind": "sequence", "steps": list(steps), **extra}
+
+
+def refused(policy: dict[str, Any]) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_policy(policy)
+    return caught.value
+
+
+def test_a_sequence_and_a_switch_read_back_as_written() -> None:
+    written = sequence(
+        {"name": "embed", "target": {"kind": "single", **A}},
+        {"name": "score", "target": {"kind": "single", **B}, "map": {"z": "embedding"}},
+        expose=["embed.embedding"],
+    )
+    assert policy_dict(parse_policy(written)) == written
+    when = {"any": [{"field": "headers.x-region", "op": "==", "value": "eu"}, {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}]}
+    node = parse_policy(switch(("eu", when)))
+    assert policy_dict(node)["cases"][0]["when"] == when
+    assert [c.kind for c in node.children()] == ["single", "single"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "words"),
+    [
+        (sequence({"name": "a", "target": A}), "policy.steps", "at least 2"),
+        (sequence(*({"name": f"s{i}", "target": A} for i in range(16))), "policy.steps", "at most 15"),
+        (sequence({"name": "a", "target": A}, {"name": "a", "target": B}), "policy.steps.1.name", "used twice"),
+        (sequence({"name": "a", "target": A, "map": {"x": "y"}}, {"name": "b", "target": B}), "policy.steps.0.map", "first step"),
+        (sequence({"name": "a", "target": A}, {"name": "b", "target": B}, expose=["c.out"]), "policy.expose.0", "step.output"),
+        (sequence({"name": "a", "target": A}, {"name": "b", "target": B}, expose=["b.out"]), "policy.expose.0", "is the last"),
+        (switch(("x", {"field": "headers.h", "op": "<", "value": "3"})), "policy.cases.0.when", "compares with a number"),
+        (switch(("x", {"field": "headers.h", "op": "in", "value": ["a", 1]})), "policy.cases.0.when", "all strings or all numbers"),
+        (switch(("x", {"field": "headers.h", "op": "exists", "value": 1})), "policy.cases.0.when", "takes no value"),
+        (switch(("x", {"field": "headers.h", "op": "==", "value": [1]})), "policy.cases.0.when", "one value"),
+        (switch(("x", {"field": "headers.h", "op": "~=", "value": 1})), "policy.cases.0.when.op", "'=='"),
+        (switch(("x", {"field": "body.h", "op": "==", "value": 1})), "policy.cases.0.when.field", "routing_key, headers"),
+        (switch(("x", {"field": "routing_key", "column": 1, "op": "==", "value": "a"})), "policy.cases.0.when", "only for inputs"),
+        (switch(("x", {"all": [{"any": [{"all": [{"any": [{"field": "routing_key", "op": "exists"}]}]}]}]})), "policy.cases.0.when", "4 levels"),
+        (switch(("default", {"field": "routing_key", "op": "exists"})), "policy.cases.0.name", "names the switch's default"),
+        (switch(("x", {"field": "routing_key", "op": "exists"}), ("x", {"field": "routing_key", "op": "exists"})), "policy.cases.1.name", "used twice"),
+        ({"kind": "switch", "cases": [], "default": B}, "policy.cases", "at least 1"),
+    ],
+)
+def test_a_graph_node_that_cannot_work_is_refused_naming_its_field(policy: dict[str, Any], field: str, words: str) -> None:
+    error = refused(policy)
+    assert error.field == field
+    assert words in error.message
+    assert error.status == 422
+
+
+def test_graph_nodes_are_not_cached_yet() -> None:
+    node = parse_policy(switch(("x", {"field": "routing_key", "op": "exists"})))
+    assert uncacheable(node) == ("policy", "the prediction cache does not cover switch nodes yet; turn the cache off")
+
+
+def facts(arrays: dict[str, np.ndarray], *, key: str | None = None, headers: dict[str, str] | None = None) -> Facts:
+    rows = next(iter(arrays.values())).shape[0] if arrays else 1
+    return Facts(rows, key, headers or {}, arrays, {"input": ("a", "b")})
+
+
+def conditions(policy: dict[str, Any]) -> list[Any]:
+    return [c.when for c in parse_policy(policy).cases]  # type: ignore[union-attr]
+
+
+def test_request_fields_decide_for_every_row_and_are_typed() -> None:
+    policy = switch(
+        ("beta", {"field": "headers.x-beta", "op": "exists"}),
+        ("eu", {"all": [{"field": "headers.x-region", "op": "in", "value": ["eu", "uk"]}, {"field": "headers.x-tier", "op": ">=", "value": 2}]}),
+        ("keyed", {"field": "routing_key", "op": "==", "value": "user-1"}),
+    )
+    when = conditions(policy)
+    two = {"input": np.zeros((2, 2), np.float32)}
+    assert decide(when, facts(two, headers={"x-beta": "1"})).tolist() == [0, 0]
+    assert decide(when, facts(two, headers={"x-region": "uk", "x-tier": "2"})).tolist() == [1, 1]
+    assert decide(when, facts(two, headers={"x-region": "uk", "x-tier": "two"})).tolist() == [3, 3]  # not a number: no match
+    assert decide(when, facts(two, key="user-1")).tolist() == [2, 2]
+    assert decide(when, facts(two)).tolist() == [3, 3]
+
+
+def test_input_values_decide_row_by_row_by_column_name_or_index() -> None:
+    when = conditions(switch(
+        ("small", {"field": "inputs.input", "column": "b", "op": "<", "value": 1.0}),
+        ("seven", {"field": "inputs.input", "column": 0, "op": "==", "value": 7}),
+        ("missing", {"field": "inputs.input", "column": "a", "op": "!=", "value": 7}),
+    ))  # fmt: skip
+    x = np.array([[7.0, 0.5], [7.0, 5.0], [np.nan, 5.0]], dtype=np.float32)
+    assert decide(when, facts({"input": x})).tolist() == [0, 1, 2]
+    present = conditions(switch(("known", {"field": "inputs.input", "column": 0, "op": "exists"})))
+    assert decide(present, facts({"input": x})).tolist() == [0, 0, 1]  # NaN is missing
+    with pytest.raises(InvalidInput, match="no feature 'c'"):
+        decide(conditions(switch(("c", {"field": "inputs.input", "column": "c", "op": "==", "value": 1}))), facts({"input": x}))
+
+
+def test_string_inputs_compare_as_strings() -> None:
+    when = conditions(switch(("eu", {"field": "inputs.region", "op": "in", "value": ["eu", "uk"]})))
+    regions = np.array([[b"eu"], [b"us"], ["uk"]], dtype=object)
+    assert decide(when, Facts(3, None, {}, {"region": regions}, {})).tolist() == [0, 1, 0]
+
+
+ROWS = st.lists(st.tuples(st.sampled_from([-1.0, 0.0, 0.5, 2.5, 7.0, float("nan")]), st.sampled_from([-1.0, 1.0, 3.0])), min_size=1, max_size=12)
+OPS = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "exists"])
+
+
+@st.composite
+def row_conditions(draw: st.DrawFn) -> dict[str, Any]:
+    op = draw(OPS)
+    compare: dict[str, Any] = {"field": "inputs.input", "column": draw(st.sampled_from(["a", "b", 0, 1])), "op": op}
+    if op != "exists":
+        compare["value"] = draw(st.sampled_from([0, 0.5, 2.5, 7]))
+    return compare
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=ROWS, cases=st.lists(st.one_of(row_conditions(), st.builds(lambda a, b: {"any": [a, b]}, row_conditions(), row_conditions())), min_size=1, max_size=4))
+def test_a_row_takes_the_same_case_alone_and_among_others(rows: list[tuple[float, float]], cases: list[dict[str, Any]]) -> None:
+    when = conditions(switch(*((f"c{i}", c) for i, c in enumerate(cases))))
+    together = decide(when, facts({"input": np.array(rows, dtype=np.float32)}))
+    alone = [int(decide(when, facts({"input": np.array([row], dtype=np.float32)}))[0]) for row in rows]
+    assert together.tolist() == alone
