@@ -17,9 +17,9 @@ from sluice.api.app import create_app
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
+from tests.conftest import MODELS, REPO
 from tests.integration.conftest import api_keys, auth
 from tests.models import EMBED_WEIGHTS, SCORE_WEIGHTS, embed_model, lookup_model, score_model
-from tests.conftest import MODELS
 from tests.support import single
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def test_a_sequence_through_the_open_inference_protocol(http: tuple[TestClient, 
     meta = client.get("/v2/models/chain", headers=headers).json()
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]  # the first step's
     assert [o["name"] for o in meta["outputs"]] == ["score", "embed.embedding"]  # the last step's, and what is exposed
-    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": sum(ROWS, [])}], "outputs": [{"name": "score"}]}
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [x for row in ROWS for x in row]}], "outputs": [{"name": "score"}]}
     r = client.post("/v2/models/chain/infer", json=body, headers=headers)
     assert r.status_code == 200, r.text
     answer = r.json()
@@ -161,7 +161,7 @@ def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_or
     assert [p["probabilities"] for p in body["predictions"]] == [a["predictions"][0]["probabilities"] for a in alone]
 
 
-IRIS_ROWS = st.lists(st.sampled_from(ROWS + [[5.9, 3.0, 5.1, 1.8], [4.9, 3.0, 2.4, 0.2]]), min_size=1, max_size=3)
+IRIS_ROWS = st.lists(st.sampled_from([*ROWS, [5.9, 3.0, 5.1, 1.8], [4.9, 3.0, 2.4, 0.2]]), min_size=1, max_size=3)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -183,3 +183,15 @@ def test_in_a_bulk_call_each_record_takes_the_case_it_takes_alone(graphs: Contai
         mine = cases[outcome.rows_of(j)]
         theirs = alone.answer.case if isinstance(alone.answer.case, list) else [alone.answer.case] * len(rows)
         assert mine == theirs
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "examples" / "policies").glob("*.json")), ids=lambda p: p.name)
+def test_every_example_policy_saves_and_answers(graphs: Container, acme: Principal, example: Any) -> None:
+    """The examples in `examples/policies/` are saved as they are (every check of a policy
+    passes on the demo models and the two chained ones) and answer a request."""
+    import json
+
+    graphs.deployments.create(acme, example.stem, json.loads(example.read_text()))
+    request = PredictionRequest(example.stem, ArrayInputs({"input": np.asarray(ROWS, np.float32)}))
+    prediction = run(graphs.predictions.predict(acme, request))
+    assert prediction.rows == len(ROWS)

@@ -123,11 +123,3 @@ def reads_inputs(condition: Condition) -> bool:
     """True when the condition reads input values (it is then decided row by row)."""
     return any(c.source == "inputs" for c, _ in comparisons(condition))
 
-
-def reads_routing_key(node: Any) -> bool:
-    """True when a switch of the policy `node` has a condition on the routing key."""
-    from sluice.domain.policy import Switch, walk
-
-    return any(
-        c.source == "routing_key" for n in walk(node) if isinstance(n, Switch) for case in n.cases for c, _ in comparisons(case.when)
-    )

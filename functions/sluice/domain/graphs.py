@@ -18,29 +18,49 @@ DEFAULT_CASE = "default"
 
 def check_graph_node(node: Sequence | Switch, *, field: str) -> list[tuple[str, Node]]:
     """Check `node` alone; its children, with their fields, for the caller to check in turn."""
-    from sluice.domain.policy import Sequence, unique_names
+    if node.kind == "sequence":
+        return _sequence(node, field)  # type: ignore[arg-type]
+    return _switch(node, field)  # type: ignore[arg-type]
 
-    if isinstance(node, Sequence):
-        unique_names([s.name for s in node.steps], f"{field}.steps")
-        if node.steps[0].map is not None:
-            raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
-        steps = {s.name: i for i, s in enumerate(node.steps)}
-        for i, exposed in enumerate(node.expose or ()):
-            step, _, output = exposed.partition(".")
-            where = f"{field}.expose.{i}"
-            if step not in steps or not output:
-                raise InvalidRequest(f"'{exposed}' is not 'step.output' with a step of this sequence ({sorted(steps)})", field=where)
-            if steps[step] == len(node.steps) - 1:
-                raise InvalidRequest(f"step '{step}' is the last: its outputs are the answer already", field=where)
-            if exposed in (node.expose or ())[:i]:
-                raise InvalidRequest(f"'{exposed}' is exposed twice", field=where)
-        return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
+
+def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
+    unique_names([s.name for s in node.steps], f"{field}.steps")
+    if node.steps[0].map is not None:
+        raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
+    steps = {s.name: i for i, s in enumerate(node.steps)}
+    for i, exposed in enumerate(node.expose or ()):
+        step, _, output = exposed.partition(".")
+        where = f"{field}.expose.{i}"
+        if step not in steps or not output:
+            raise InvalidRequest(f"'{exposed}' is not 'step.output' with a step of this sequence ({sorted(steps)})", field=where)
+        if steps[step] == len(node.steps) - 1:
+            raise InvalidRequest(f"step '{step}' is the last: its outputs are the answer already", field=where)
+        if exposed in (node.expose or ())[:i]:
+            raise InvalidRequest(f"'{exposed}' is exposed twice", field=where)
+    return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
+
+
+def _switch(node: Switch, field: str) -> list[tuple[str, Node]]:
     unique_names([c.name for c in node.cases], f"{field}.cases")
     for i, case in enumerate(node.cases):
         if case.name == DEFAULT_CASE:
             raise InvalidRequest(f"'{DEFAULT_CASE}' names the switch's default; give this case another name", field=f"{field}.cases.{i}.name")
-        for compare, depth in comparisons(case.when):
-            if depth > MAX_CONDITION_DEPTH:
-                raise InvalidRequest(f"conditions nest at most {MAX_CONDITION_DEPTH} levels deep", field=f"{field}.cases.{i}.when")
-            del compare
+        if any(depth > MAX_CONDITION_DEPTH for _, depth in comparisons(case.when)):
+            raise InvalidRequest(f"conditions nest at most {MAX_CONDITION_DEPTH} levels deep", field=f"{field}.cases.{i}.when")
     return [*((f"{field}.cases.{i}.target", c.target) for i, c in enumerate(node.cases)), (f"{field}.default", node.default)]
+
+
+def unique_names(names: list[str], field: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidRequest(f"name '{name}' is used twice", field=f"{field}.{i}.name")
+        seen.add(name)
+
+
+def reads_routing_key(node: Node) -> bool:
+    """True when a switch in the policy `node` (references not followed) has a condition on
+    the routing key."""
+    if node.kind == "switch" and any(c.source == "routing_key" for case in node.cases for c, _ in comparisons(case.when)):  # type: ignore[union-attr]
+        return True
+    return any(reads_routing_key(child) for child in node.children())

@@ -31,6 +31,8 @@ from pydantic import (
 
 from sluice.domain.conditions import TAGS, Condition
 from sluice.domain.errors import InvalidRequest
+from sluice.domain.graphs import check_graph_node
+from sluice.domain.graphs import unique_names as _unique
 from sluice.domain.parts import Part as _Part
 from sluice.domain.values import StrictVersionNumber
 
@@ -253,22 +255,8 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
         for i, m in enumerate(node.members):
             check_tree(m.target, field=f"{field}.members.{i}.target", depth=depth + 1)
     elif isinstance(node, Sequence | Switch):
-        from sluice.domain.graphs import check_graph_node
-
         for child_field, child in check_graph_node(node, field=field):
             check_tree(child, field=child_field, depth=depth + 1)
-
-
-def unique_names(names: list[str], field: str) -> None:
-    _unique(names, field)
-
-
-def _unique(names: list[str], field: str) -> None:
-    seen: set[str] = set()
-    for i, name in enumerate(names):
-        if name in seen:
-            raise InvalidRequest(f"name '{name}' is used twice", field=f"{field}.{i}.name")
-        seen.add(name)
 
 
 def policy_dict(node: Node) -> dict[str, Any]:

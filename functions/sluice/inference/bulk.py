@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.conditions import reads_routing_key
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError
+from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.observability import get_logger

@@ -155,7 +155,8 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     if len(taken) <= 1:  # the whole request takes one case (or has no rows: the default)
         name, target = targets[int(taken[0]) if len(taken) else -1]
         answer = await _case(runner, call, name, target, arrays, depth, rows)
-        answer.case = name if answer.case is None else f"{name}/{answer.case}"
+        inner = answer.case
+        answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
     answers = await asyncio.gather(
