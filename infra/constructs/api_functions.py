@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -68,58 +69,91 @@ class Mirror(Callee):
         )
         return cls(name=function_name, arn=arn)
 
+    @classmethod
+    def invoking(cls, shadow: SluiceFunction) -> Mirror:
+        """The shadow function by name, or its `live` alias when it runs from a SnapStart
+        snapshot."""
+        target = shadow.function.function_name
+        if shadow.alias is not None:
+            target = f"{target}:{shadow.alias.alias_name}"
+        return cls(name=target, arn=shadow.invocable.function_arn)
 
-class ShadowFunction(SluiceFunction):
-    """Runs shadow mirrors off the request path (invoked asynchronously) and records agreement."""
 
-    def __init__(
+class Sizing(TypedDict):
+    """What the config chooses for one predicting function: its name, memory, timeout and
+    reserved concurrency."""
+
+    function_name: str
+    memory_mb: int
+    timeout_s: int
+    reserved_concurrency: int | None
+
+
+@dataclass(frozen=True)
+class Predicting:
+    """What the functions that predict (the API function, the shadow function) share: where
+    they run and the layers they import, SnapStart and what to load before its snapshot
+    (`preload`), the registry table and artifacts bucket they read, and the SageMaker
+    endpoints they may invoke."""
+
+    platform: FunctionPlatform
+    layers: Sequence[PythonLayer]
+    snap_start: bool
+    preload: Mapping[str, str]
+    table: dynamodb.ITableV2
+    artifacts: s3.IBucket
+    endpoint_names: Sequence[str]
+
+    def function(
         self,
         scope: Construct,
         id: str,
         *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        memory_mb: int,
-        timeout_s: int,
-        reserved_concurrency: int | None,
-        snap_start: bool,
-        environment: Mapping[str, str],
-        table: dynamodb.ITableV2,
-        artifacts: s3.IBucket,
-        endpoint_names: Sequence[str],
-    ) -> None:
-        super().__init__(
+        handler: str,
+        description: str,
+        environment: Mapping[str, str] | None = None,
+        invoked_async: bool = False,
+        **sizing: Unpack[Sizing],
+    ) -> SluiceFunction:
+        """One predicting function, its `environment` added to what it preloads."""
+        return SluiceFunction(
             scope,
             id,
-            function_name=function_name,
-            handler="sluice.handlers.shadow.handler",
-            description="Runs shadow mirrors off the request path and records agreement",
-            platform=platform,
-            layers=layers,
-            memory_mb=memory_mb,
-            timeout=Duration.seconds(timeout_s),
-            invoked_async=True,
-            reserved_concurrency=reserved_concurrency,
-            snap_start=snap_start,
-            environment=environment,
+            function_name=sizing["function_name"],
+            handler=handler,
+            description=description,
+            platform=self.platform,
+            layers=self.layers,
+            memory_mb=sizing["memory_mb"],
+            timeout=Duration.seconds(sizing["timeout_s"]),
+            invoked_async=invoked_async,
+            reserved_concurrency=sizing["reserved_concurrency"],
+            snap_start=self.snap_start,
+            environment={**self.preload, **(environment or {})},
         )
-        grant_registry(self.role, table, actions=[*READ, *WRITE])
-        grant_objects(
-            self,
-            artifacts,
-            prefix=STORE_PREFIX,
-            purpose="model artifacts and request bodies too large for an async invoke",
-        )
-        grant_invoke_endpoints(self, endpoint_names)
 
-    @property
-    def mirror(self) -> Mirror:
-        """By name, or its `live` alias when it runs from a SnapStart snapshot."""
-        target = self.function.function_name
-        if self.alias is not None:
-            target = f"{target}:{self.alias.alias_name}"
-        return Mirror(name=target, arn=self.invocable.function_arn)
+
+def shadow_function(
+    scope: Construct, id: str, predicting: Predicting, **sizing: Unpack[Sizing]
+) -> SluiceFunction:
+    """Runs shadow mirrors off the request path (invoked asynchronously) and records agreement."""
+    fn = predicting.function(
+        scope,
+        id,
+        handler="sluice.handlers.shadow.handler",
+        description="Runs shadow mirrors off the request path and records agreement",
+        invoked_async=True,
+        **sizing,
+    )
+    grant_registry(fn.role, predicting.table, actions=[*READ, *WRITE])
+    grant_objects(
+        fn,
+        predicting.artifacts,
+        prefix=STORE_PREFIX,
+        purpose="model artifacts and request bodies too large for an async invoke",
+    )
+    grant_invoke_endpoints(fn, predicting.endpoint_names)
+    return fn
 
 
 class AuthorizerFunction(SluiceFunction):
@@ -176,39 +210,23 @@ class ApiFunction:
     def __init__(
         self,
         scope: Construct,
+        predicting: Predicting,
         *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        memory_mb: int,
-        timeout_s: int,
-        reserved_concurrency: int | None,
-        snap_start: bool,
-        environment: Mapping[str, str],
         prediction_cache_shared: bool,
-        table: dynamodb.ITableV2,
-        artifacts: s3.IBucket,
         batch_bucket: s3.IBucket,
         mirror: Mirror,
         capture: CaptureTarget,
         endpoints: EndpointLifecycle,
-        endpoint_names: Sequence[str],
         batch: BatchControl,
+        **sizing: Unpack[Sizing],
     ) -> None:
-        self.function = fn = SluiceFunction(
+        table, artifacts = predicting.table, predicting.artifacts
+        self.function = fn = predicting.function(
             scope,
             "Handler",
-            function_name=function_name,
             handler="sluice.handlers.api.handler",
             description="The sluice API (FastAPI through Mangum)",
-            platform=platform,
-            layers=layers,
-            memory_mb=memory_mb,
-            timeout=Duration.seconds(timeout_s),
-            reserved_concurrency=reserved_concurrency,
-            snap_start=snap_start,
             environment={
-                **environment,
                 **mirror.environment,
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(scope, batch.state_machine)}",
                 "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
@@ -219,6 +237,7 @@ class ApiFunction:
                 "SLUICE_PREDICTION_CACHE_SHARED": str(prediction_cache_shared).lower(),
                 **capture.environment,
             },
+            **sizing,
         )
         role = fn.role
         # Data capture: records of deployments that turn it on, to this one delivery stream.
@@ -244,8 +263,8 @@ class ApiFunction:
             "SLUICE_UPLOAD_SIGNER_ROLE_ARN", self.upload_signer.role.role_arn
         )
         self._grant_objects(fn, artifacts, batch_bucket)
-        grant_invoke_endpoints(fn, endpoint_names)
-        grant_invoke_endpoints_async(fn, endpoint_names)
+        grant_invoke_endpoints(fn, predicting.endpoint_names)
+        grant_invoke_endpoints_async(fn, predicting.endpoint_names)
         manage = endpoints.grant_manage(role)
         fn.function.node.add_dependency(manage)
         # The mirror calls the function by name, or its `live` alias under SnapStart.
