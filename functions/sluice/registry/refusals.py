@@ -39,6 +39,11 @@ def no_schedule(name: str) -> NotFound:
     return NotFound(f"schedule '{name}' not found", field="schedule")
 
 
+def not_at_revision(name: str, revision: int, expected: int) -> Conflict:
+    """An update of deployment `name` that expected another revision than the stored one."""
+    return Conflict(f"deployment '{name}' is at revision {revision}, not {expected}", field="revision")
+
+
 def taken(what: str, name: str, *, field: str) -> Conflict:
     """A create whose key is taken: `model 'iris' already exists`."""
     return Conflict(f"{what} '{name}' already exists", field=field)
