@@ -9,7 +9,7 @@ assumed per request, and signs upload forms as `UploadSignerRole`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
@@ -21,7 +21,7 @@ from constructs import Construct
 
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.functions import FunctionGroup, FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
     Callee,
     executions_arn,
@@ -91,53 +91,21 @@ class Sizing(TypedDict):
 
 @dataclass(frozen=True)
 class Predicting:
-    """What the functions that predict (the API function, the shadow function) share: where
-    they run and the layers they import, SnapStart and what to load before its snapshot
-    (`preload`), the registry table and artifacts bucket they read, and the SageMaker
-    endpoints they may invoke."""
+    """What the functions that predict (the API function, the shadow function) share: how they
+    run (the core and triton layers, SnapStart and what to load before its snapshot), the
+    registry table and artifacts bucket they read, and the SageMaker endpoints they may invoke."""
 
-    platform: FunctionPlatform
-    layers: Sequence[PythonLayer]
-    snap_start: bool
-    preload: Mapping[str, str]
+    functions: FunctionGroup
     table: dynamodb.ITableV2
     artifacts: s3.IBucket
     endpoint_names: Sequence[str]
-
-    def function(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        handler: str,
-        description: str,
-        environment: Mapping[str, str] | None = None,
-        invoked_async: bool = False,
-        **sizing: Unpack[Sizing],
-    ) -> SluiceFunction:
-        """One predicting function, its `environment` added to what it preloads."""
-        return SluiceFunction(
-            scope,
-            id,
-            function_name=sizing["function_name"],
-            handler=handler,
-            description=description,
-            platform=self.platform,
-            layers=self.layers,
-            memory_mb=sizing["memory_mb"],
-            timeout=Duration.seconds(sizing["timeout_s"]),
-            invoked_async=invoked_async,
-            reserved_concurrency=sizing["reserved_concurrency"],
-            snap_start=self.snap_start,
-            environment={**self.preload, **(environment or {})},
-        )
 
 
 def shadow_function(
     scope: Construct, id: str, predicting: Predicting, **sizing: Unpack[Sizing]
 ) -> SluiceFunction:
     """Runs shadow mirrors off the request path (invoked asynchronously) and records agreement."""
-    fn = predicting.function(
+    fn = predicting.functions.function(
         scope,
         id,
         handler="sluice.handlers.shadow.handler",
@@ -221,7 +189,7 @@ class ApiFunction:
         **sizing: Unpack[Sizing],
     ) -> None:
         table, artifacts = predicting.table, predicting.artifacts
-        self.function = fn = predicting.function(
+        self.function = fn = predicting.functions.function(
             scope,
             "Handler",
             handler="sluice.handlers.api.handler",

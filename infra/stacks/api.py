@@ -21,6 +21,7 @@ from infra.constructs.api_functions import (
 )
 from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
+from infra.constructs.functions import FunctionGroup
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
@@ -58,10 +59,9 @@ class ApiStack(FunctionStack):
         core, triton = platform.core_layer(self), platform.triton_layer(self)
 
         predicting = Predicting(
-            platform=platform,
-            layers=[core, triton],
-            snap_start=snap_start,
-            preload=preload,
+            functions=FunctionGroup(
+                platform, [core, triton], environment=preload, snap_start=snap_start
+            ),
             table=storage.table,
             artifacts=storage.artifacts,
             endpoint_names=self.endpoint_names,
