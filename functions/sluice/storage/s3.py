@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from sluice.clients import LazyClient
+from sluice.clients import LazyClient, client_from
 from sluice.domain.errors import (
     BackendError,
     BadRequest,
@@ -96,8 +96,6 @@ class S3Store:
         """A client on the store's credentials for presigned GETs and POSTs (see
         `AwsClients.client`'s `presigning`)."""
         if self._presigner is None:
-            from sluice.clients import client_from
-
             region = self.region or self.client.meta.region_name
             self._presigner = client_from(self._clients, region, "s3", region=region, presigning=True)
         return self._presigner
