@@ -7,6 +7,7 @@ first use, so a Lambda that never touches a service never imports or builds its 
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,22 @@ def client_from(clients: AwsClients | None, region: str | None, service: str, /,
     """`service`'s client from the factory wiring gave an adapter, else from the process's
     factory for `region`: what an adapter's lazily built `client` asks for on first use."""
     return (clients if clients is not None else default_clients(region)).client(service, **options)
+
+
+class LazyClient:
+    """An adapter's client: the one it was given (a test's), else `client_from(clients,
+    region, service, **options)`, asked for on first use and kept. Call it for the client."""
+
+    __slots__ = ("_build", "_client")
+
+    def __init__(self, given: Any, clients: AwsClients | None, region: str | None, service: str, /, **options: Any) -> None:
+        self._client = given
+        self._build = functools.partial(client_from, clients, region, service, **options)
+
+    def __call__(self) -> Any:
+        if self._client is None:  # the factory builds it once, under its lock: racing threads get the same one
+            self._client = self._build()
+        return self._client
 
 
 def forget_default_clients() -> None:

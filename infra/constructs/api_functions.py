@@ -9,8 +9,9 @@ assumed per request, and signs upload forms as `UploadSignerRole`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -20,7 +21,7 @@ from constructs import Construct
 
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.functions import FunctionGroup, FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
     Callee,
     executions_arn,
@@ -68,58 +69,59 @@ class Mirror(Callee):
         )
         return cls(name=function_name, arn=arn)
 
+    @classmethod
+    def invoking(cls, shadow: SluiceFunction) -> Mirror:
+        """The shadow function by name, or its `live` alias when it runs from a SnapStart
+        snapshot."""
+        target = shadow.function.function_name
+        if shadow.alias is not None:
+            target = f"{target}:{shadow.alias.alias_name}"
+        return cls(name=target, arn=shadow.invocable.function_arn)
 
-class ShadowFunction(SluiceFunction):
+
+class Sizing(TypedDict):
+    """What the config chooses for one predicting function: its name, memory, timeout and
+    reserved concurrency."""
+
+    function_name: str
+    memory_mb: int
+    timeout_s: int
+    reserved_concurrency: int | None
+
+
+@dataclass(frozen=True)
+class Predicting:
+    """What the functions that predict (the API function, the shadow function) share: how they
+    run (the core and triton layers, SnapStart and what to load before its snapshot), the
+    registry table and artifacts bucket they read, and the SageMaker endpoints they may invoke."""
+
+    functions: FunctionGroup
+    table: dynamodb.ITableV2
+    artifacts: s3.IBucket
+    endpoint_names: Sequence[str]
+
+
+def shadow_function(
+    scope: Construct, id: str, predicting: Predicting, **sizing: Unpack[Sizing]
+) -> SluiceFunction:
     """Runs shadow mirrors off the request path (invoked asynchronously) and records agreement."""
-
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        memory_mb: int,
-        timeout_s: int,
-        reserved_concurrency: int | None,
-        snap_start: bool,
-        environment: Mapping[str, str],
-        table: dynamodb.ITableV2,
-        artifacts: s3.IBucket,
-        endpoint_names: Sequence[str],
-    ) -> None:
-        super().__init__(
-            scope,
-            id,
-            function_name=function_name,
-            handler="sluice.handlers.shadow.handler",
-            description="Runs shadow mirrors off the request path and records agreement",
-            platform=platform,
-            layers=layers,
-            memory_mb=memory_mb,
-            timeout=Duration.seconds(timeout_s),
-            invoked_async=True,
-            reserved_concurrency=reserved_concurrency,
-            snap_start=snap_start,
-            environment=environment,
-        )
-        grant_registry(self.role, table, actions=[*READ, *WRITE])
-        grant_objects(
-            self,
-            artifacts,
-            prefix=STORE_PREFIX,
-            purpose="model artifacts and request bodies too large for an async invoke",
-        )
-        grant_invoke_endpoints(self, endpoint_names)
-
-    @property
-    def mirror(self) -> Mirror:
-        """By name, or its `live` alias when it runs from a SnapStart snapshot."""
-        target = self.function.function_name
-        if self.alias is not None:
-            target = f"{target}:{self.alias.alias_name}"
-        return Mirror(name=target, arn=self.invocable.function_arn)
+    fn = predicting.functions.function(
+        scope,
+        id,
+        handler="sluice.handlers.shadow.handler",
+        description="Runs shadow mirrors off the request path and records agreement",
+        invoked_async=True,
+        **sizing,
+    )
+    grant_registry(fn.role, predicting.table, actions=[*READ, *WRITE])
+    grant_objects(
+        fn,
+        predicting.artifacts,
+        prefix=STORE_PREFIX,
+        purpose="model artifacts and request bodies too large for an async invoke",
+    )
+    grant_invoke_endpoints(fn, predicting.endpoint_names)
+    return fn
 
 
 class AuthorizerFunction(SluiceFunction):
@@ -176,39 +178,23 @@ class ApiFunction:
     def __init__(
         self,
         scope: Construct,
+        predicting: Predicting,
         *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        memory_mb: int,
-        timeout_s: int,
-        reserved_concurrency: int | None,
-        snap_start: bool,
-        environment: Mapping[str, str],
         prediction_cache_shared: bool,
-        table: dynamodb.ITableV2,
-        artifacts: s3.IBucket,
         batch_bucket: s3.IBucket,
         mirror: Mirror,
         capture: CaptureTarget,
         endpoints: EndpointLifecycle,
-        endpoint_names: Sequence[str],
         batch: BatchControl,
+        **sizing: Unpack[Sizing],
     ) -> None:
-        self.function = fn = SluiceFunction(
+        table, artifacts = predicting.table, predicting.artifacts
+        self.function = fn = predicting.functions.function(
             scope,
             "Handler",
-            function_name=function_name,
             handler="sluice.handlers.api.handler",
             description="The sluice API (FastAPI through Mangum)",
-            platform=platform,
-            layers=layers,
-            memory_mb=memory_mb,
-            timeout=Duration.seconds(timeout_s),
-            reserved_concurrency=reserved_concurrency,
-            snap_start=snap_start,
             environment={
-                **environment,
                 **mirror.environment,
                 "SLUICE_ORCHESTRATOR": f"stepfunctions://{state_machine_arn(scope, batch.state_machine)}",
                 "SLUICE_BATCH_BUCKET": batch_bucket.bucket_name,
@@ -219,6 +205,7 @@ class ApiFunction:
                 "SLUICE_PREDICTION_CACHE_SHARED": str(prediction_cache_shared).lower(),
                 **capture.environment,
             },
+            **sizing,
         )
         role = fn.role
         # Data capture: records of deployments that turn it on, to this one delivery stream.
@@ -244,8 +231,8 @@ class ApiFunction:
             "SLUICE_UPLOAD_SIGNER_ROLE_ARN", self.upload_signer.role.role_arn
         )
         self._grant_objects(fn, artifacts, batch_bucket)
-        grant_invoke_endpoints(fn, endpoint_names)
-        grant_invoke_endpoints_async(fn, endpoint_names)
+        grant_invoke_endpoints(fn, predicting.endpoint_names)
+        grant_invoke_endpoints_async(fn, predicting.endpoint_names)
         manage = endpoints.grant_manage(role)
         fn.function.node.add_dependency(manage)
         # The mirror calls the function by name, or its `live` alias under SnapStart.

@@ -7,6 +7,8 @@ Built into the endpoint's construct (`scope`), beside its models and config.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+
 from aws_cdk import Duration
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -42,19 +44,17 @@ COMPARISONS = {
 MISSING_DATA = {"missing": cloudwatch.TreatMissingData.MISSING}
 
 
+@dataclass(frozen=True)
 class EndpointScaling:
-    def __init__(
-        self,
-        scope: Construct,
-        *,
-        endpoint_name: str,
-        endpoint: sagemaker.CfnEndpoint,
-        role: iam.IRole,
-    ) -> None:
-        self._scope = scope
-        self._endpoint_name = endpoint_name
-        self._endpoint = endpoint
-        self._role = role
+    """What the scaling of one endpoint is built from: the endpoint's construct (`scope`), the
+    endpoint (by name, and as the resource its scalable targets wait for), and the role
+    Application Auto Scaling acts as."""
+
+    scope: Construct
+    _: KW_ONLY
+    endpoint_name: str
+    endpoint: sagemaker.CfnEndpoint
+    role: iam.IRole
 
     def instances(
         self, variant: EndpointVariant, kind: Scalable, id: str, target_value: float
@@ -62,16 +62,16 @@ class EndpointScaling:
         """The variant's instance count between its bounds (once the endpoint is there),
         tracked as `kind` asks."""
         target = appscaling.ScalableTarget(
-            self._scope,
+            self.scope,
             f"Scaling-{variant.name}",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=variant_resource(self._endpoint_name, variant.name),
+            resource_id=variant_resource(self.endpoint_name, variant.name),
             scalable_dimension=kind.dimension,
             min_capacity=variant.min_instances,
             max_capacity=variant.max_instances,
-            role=self._role,
+            role=self.role,
         )
-        target.node.add_dependency(self._endpoint)
+        target.node.add_dependency(self.endpoint)
         self._track(target, id, kind, target_value)
         return target
 
@@ -86,8 +86,8 @@ class EndpointScaling:
             target,
             "HasBacklogWithoutCapacity",
             BACKLOG.from_zero,
-            self._endpoint_name,
-            description=f"Requests wait at {self._endpoint_name} and no instance runs",
+            self.endpoint_name,
+            description=f"Requests wait at {self.endpoint_name} and no instance runs",
         )
 
     def copies(
@@ -100,14 +100,14 @@ class EndpointScaling:
         """The component's copy count between its bounds, tracked on invocations per copy,
         and a copy started when a request finds none."""
         target = appscaling.ScalableTarget(
-            self._scope,
+            self.scope,
             f"Scaling-{variant_name}",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
             resource_id=component_resource(component_name),
             scalable_dimension=COPIES.dimension,
             min_capacity=spec.min_copies,
             max_capacity=spec.max_copies,
-            role=self._role,
+            role=self.role,
         )
         target.node.add_dependency(component)
         self._track(target, "InvocationsPerCopy", COPIES, spec.target_invocations_per_copy)
@@ -136,7 +136,7 @@ class EndpointScaling:
                 "custom_metric": cloudwatch.Metric(
                     namespace=METRICS_NAMESPACE,
                     metric_name=tracking.metric,
-                    dimensions_map={tracking.dimension: self._endpoint_name},
+                    dimensions_map={tracking.dimension: self.endpoint_name},
                     statistic=tracking.statistic,
                 )
             }
@@ -160,7 +160,7 @@ class EndpointScaling:
         """What SageMaker needs to leave zero capacity: a step policy adding one, started by
         an alarm on the metric that says requests found none (target tracking cannot)."""
         from_zero = appscaling.StepScalingAction(
-            self._scope,
+            self.scope,
             f"{policy}-ScalingPolicy",
             scaling_target=target,
             adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
@@ -172,7 +172,7 @@ class EndpointScaling:
             adjustment=step["ScalingAdjustment"], lower_bound=step["MetricIntervalLowerBound"]
         )
         alarm = cloudwatch.Alarm(
-            self._scope,
+            self.scope,
             spec.alarm,
             alarm_description=description,
             metric=cloudwatch.Metric(

@@ -11,7 +11,7 @@ import functools
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +317,48 @@ class SluiceFunction(Construct):
             self.function.node.path,
             code_bytes=directory_size(staged_path(self.function)),
             layers={name: size or 0 for name, size in sizes.items()},
+        )
+
+
+@dataclass(frozen=True)
+class FunctionGroup:
+    """Functions that run alike: on `platform`, importing `layers`, with `environment` added to
+    the platform's, SnapStart on or off."""
+
+    platform: FunctionPlatform
+    layers: Sequence[PythonLayer]
+    environment: Mapping[str, str] = field(default_factory=dict)
+    snap_start: bool = False
+
+    def function(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        function_name: str,
+        handler: str,
+        description: str,
+        memory_mb: int,
+        timeout_s: int,
+        reserved_concurrency: int | None = None,
+        invoked_async: bool = False,
+        environment: Mapping[str, str] | None = None,
+    ) -> SluiceFunction:
+        """One function of the group, its own `environment` added to the group's."""
+        return SluiceFunction(
+            scope,
+            id,
+            function_name=function_name,
+            handler=handler,
+            description=description,
+            platform=self.platform,
+            layers=self.layers,
+            memory_mb=memory_mb,
+            timeout=Duration.seconds(timeout_s),
+            environment={**self.environment, **(environment or {})},
+            invoked_async=invoked_async,
+            reserved_concurrency=reserved_concurrency,
+            snap_start=self.snap_start,
         )
 
 

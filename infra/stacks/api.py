@@ -16,10 +16,12 @@ from infra.constructs.api_functions import (
     AuthorizerFunction,
     BatchControl,
     Mirror,
-    ShadowFunction,
+    Predicting,
+    shadow_function,
 )
 from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
+from infra.constructs.functions import FunctionGroup
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
@@ -56,20 +58,22 @@ class ApiStack(FunctionStack):
         names, platform, storage = self.names, self.platform, self.storage
         core, triton = platform.core_layer(self), platform.triton_layer(self)
 
-        self.shadow = ShadowFunction(
-            self,
-            "Shadow",
-            function_name=names.function("shadow"),
-            platform=platform,
-            layers=[core, triton],
-            memory_mb=api.shadow_memory_mb,
-            timeout_s=api.shadow_timeout_s,
-            reserved_concurrency=concurrency.shadow,
-            snap_start=snap_start,
-            environment=preload,
+        predicting = Predicting(
+            functions=FunctionGroup(
+                platform, [core, triton], environment=preload, snap_start=snap_start
+            ),
             table=storage.table,
             artifacts=storage.artifacts,
             endpoint_names=self.endpoint_names,
+        )
+        self.shadow = shadow_function(
+            self,
+            "Shadow",
+            predicting,
+            function_name=names.function("shadow"),
+            memory_mb=api.shadow_memory_mb,
+            timeout_s=api.shadow_timeout_s,
+            reserved_concurrency=concurrency.shadow,
         )
         # SageMaker endpoints deployed through the API: their execution role, and the calls.
         self.endpoint_lifecycle = EndpointLifecycle(
@@ -84,22 +88,16 @@ class ApiStack(FunctionStack):
         ).target
         self.api_function = ApiFunction(
             self,
+            predicting,
             function_name=names.function("api"),
-            platform=platform,
-            layers=[core, triton],
             memory_mb=api.memory_mb,
             timeout_s=api.timeout_s,
             reserved_concurrency=concurrency.api,
-            snap_start=snap_start,
-            environment=preload,
             prediction_cache_shared=api.prediction_cache_shared,
-            table=storage.table,
-            artifacts=storage.artifacts,
             batch_bucket=storage.batch,
-            mirror=self.shadow.mirror,
+            mirror=Mirror.invoking(self.shadow),
             capture=self.capture,
             endpoints=self.endpoint_lifecycle,
-            endpoint_names=self.endpoint_names,
             batch=BatchControl(
                 state_machine=names.state_machine,
                 schedule_group=names.schedule_group,

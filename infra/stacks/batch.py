@@ -7,7 +7,7 @@ Plan -> distributed Map of Score -> Finalize, with MarkFailed on any error.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from aws_cdk import Duration
 from aws_cdk import aws_glue as glue
@@ -20,7 +20,7 @@ from constructs import Construct
 
 from infra.config import BatchConfig, ConcurrencyConfig
 from infra.constructs.batch_workflow import BatchWorkflow
-from infra.constructs.functions import SluiceFunction
+from infra.constructs.functions import FunctionGroup, SluiceFunction
 from infra.constructs.grants import (
     executions_arn,
     grant_invoke_endpoints,
@@ -36,6 +36,16 @@ from infra.stacks.base import FunctionStack
 MAP_RESULTS_PREFIX = f"{WORK_PREFIX}map-results"
 # The custom resource CDK adds to manage a bucket's event notifications (one per stack).
 _NOTIFICATIONS_HANDLER_ID = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
+
+
+class TaskOptions(TypedDict):
+    """What each batch task chooses for itself."""
+
+    memory_mb: int
+    timeout_s: int
+    description: str
+    environment: NotRequired[Mapping[str, str]]
+    invoked_async: NotRequired[bool]
 
 
 class BatchStack(FunctionStack):
@@ -55,9 +65,11 @@ class BatchStack(FunctionStack):
         # Sources only: bytecode would add 17 MB to the core layer, and the batch functions'
         # code and layers (243 MB) would pass Lambda's 262 MB. A batch cold start is paid
         # once per chunk of thousands of rows; the request functions (api.py) get bytecode.
-        self._layers = [platform.core_layer(self, bytecode=False), platform.batch_layer(self)]
+        layers = [platform.core_layer(self, bytecode=False), platform.batch_layer(self)]
         bucket, self._table = storage.batch, storage.table
-        self._environment = {"SLUICE_BATCH_BUCKET": bucket.bucket_name}
+        self._functions = FunctionGroup(
+            platform, layers, environment={"SLUICE_BATCH_BUCKET": bucket.bucket_name}
+        )
 
         plan = self._task(
             "Plan",
@@ -203,32 +215,16 @@ class BatchStack(FunctionStack):
         )
         self._acknowledge_notifications_handler()
 
-    def _task(
-        self,
-        id: str,
-        purpose: str,
-        *,
-        memory_mb: int,
-        timeout_s: int,
-        description: str,
-        environment: Mapping[str, str] | None = None,
-        invoked_async: bool = False,
-    ) -> SluiceFunction:
+    def _task(self, id: str, purpose: str, **options: Unpack[TaskOptions]) -> SluiceFunction:
         """`sluice.handlers.batch.<purpose>` as `<name>-batch-<purpose>`, with its reserved
         concurrency, reading and writing tenants' registry items."""
-        fn = SluiceFunction(
+        fn = self._functions.function(
             self,
             id,
             function_name=self.names.function(f"batch-{purpose}"),
             handler=f"sluice.handlers.batch.{purpose.replace('-', '_')}",
-            description=description,
-            platform=self.platform,
-            layers=self._layers,
-            memory_mb=memory_mb,
-            timeout=Duration.seconds(timeout_s),
-            environment={**self._environment, **(environment or {})},
-            invoked_async=invoked_async,
             reserved_concurrency=self._concurrency.reserved(f"batch-{purpose}"),
+            **options,
         )
         grant_registry(fn.role, self._table, actions=[*READ, *WRITE])
         return fn

@@ -14,6 +14,7 @@ import io
 import json
 import time
 import zipfile
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -53,24 +54,15 @@ TABLE = "sluice-registry"
 TASKS = ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload")
 
 
+@dataclass(slots=True)
 class Cloud:
-    def __init__(
-        self,
-        container: Container,
-        s3: Any,
-        dynamodb: Any,
-        sfn: Any,
-        state_machine: str,
-        invocations: dict[str, list[dict[str, Any]]],
-        retry_waits: list[float],
-    ) -> None:
-        self.container = container
-        self.s3 = s3
-        self.dynamodb = dynamodb
-        self.sfn = sfn
-        self.state_machine = state_machine
-        self.invocations = invocations
-        self.retry_waits = retry_waits
+    container: Container
+    s3: Any
+    dynamodb: Any
+    sfn: Any
+    state_machine: str
+    invocations: dict[str, list[dict[str, Any]]]
+    retry_waits: list[float]
 
     def scored(self, chunk: int) -> int:
         """How many times Score was invoked for one chunk."""

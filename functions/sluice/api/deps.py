@@ -24,7 +24,7 @@ from sluice.settings import Settings
 from sluice.wiring import Container
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from starlette.datastructures import Headers
     from starlette.types import Scope
@@ -151,42 +151,37 @@ RootsDep = Annotated[Roots, Depends(get_roots)]
 # import and build a good deal), so that building never holds the event loop.
 
 
-async def _built(request: Request, name: str) -> Any:
-    container = container_of(request.app)
-    found = vars(container).get(name)  # what a `cached_property` has built, kept on the instance
-    return found if found is not None else await run_in_threadpool(getattr, container, name)
+def _with_container(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency answering with the container's `name`, which it builds with itself."""
+
+    async def dependency(request: Request) -> Any:
+        return getattr(container_of(request.app), name)
+
+    dependency.__name__ = dependency.__qualname__ = f"get_{name}"
+    return dependency
 
 
-async def get_settings(request: Request) -> Settings:
-    return container_of(request.app).settings
+def _on_first_use(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency answering with the container's `name`, which it builds on first use:
+    on a worker thread, the first time."""
+
+    async def dependency(request: Request) -> Any:
+        container = container_of(request.app)
+        found = vars(container).get(name)  # what a `cached_property` has built, kept on the instance
+        return found if found is not None else await run_in_threadpool(getattr, container, name)
+
+    dependency.__name__ = dependency.__qualname__ = f"get_{name}"
+    return dependency
 
 
-async def get_registry(request: Request) -> Registry:
-    return container_of(request.app).registry
-
-
-async def get_runtimes(request: Request) -> dict[str, Runtime]:
-    return container_of(request.app).runtimes
-
-
-async def get_telemetry(request: Request) -> Telemetry | None:
-    return container_of(request.app).telemetry
-
-
-async def get_predictions(request: Request) -> PredictionService:
-    return container_of(request.app).predictions
-
-
-async def get_models(request: Request) -> ModelService:
-    return container_of(request.app).models
-
-
-async def get_deployments(request: Request) -> DeploymentService:
-    return container_of(request.app).deployments
-
-
-async def get_keys(request: Request) -> KeyService:
-    return container_of(request.app).keys
+get_settings = _with_container("settings")
+get_registry = _with_container("registry")
+get_runtimes = _with_container("runtimes")
+get_telemetry = _with_container("telemetry")
+get_predictions = _with_container("predictions")
+get_models = _with_container("models")
+get_deployments = _with_container("deployments")
+get_keys = _with_container("keys")
 
 
 async def get_triton_extensions(request: Request) -> TritonExtensions:
@@ -196,44 +191,16 @@ async def get_triton_extensions(request: Request) -> TritonExtensions:
     return TritonExtensions(container.predictions, container.deployments, container.runtimes)
 
 
-async def get_endpoints(request: Request) -> EndpointService:
-    return await _built(request, "endpoints")  # type: ignore[no-any-return]
-
-
-async def get_rollouts(request: Request) -> RolloutService:
-    return await _built(request, "rollouts")  # type: ignore[no-any-return]
-
-
-async def get_replay(request: Request) -> ReplayService:
-    return await _built(request, "replay")  # type: ignore[no-any-return]
-
-
-async def get_cost(request: Request) -> CostService:
-    return await _built(request, "cost")  # type: ignore[no-any-return]
-
-
-async def get_results(request: Request) -> ResultService:
-    return await _built(request, "results")  # type: ignore[no-any-return]
-
-
-async def get_uploads(request: Request) -> UploadService:
-    return await _built(request, "uploads")  # type: ignore[no-any-return]
-
-
-async def get_batch(request: Request) -> BatchService:
-    return await _built(request, "batch")  # type: ignore[no-any-return]
-
-
-async def get_schedules(request: Request) -> ScheduleService:
-    return await _built(request, "schedules")  # type: ignore[no-any-return]
-
-
-async def get_optimizer(request: Request) -> OptimizeService:
-    return await _built(request, "optimizer")  # type: ignore[no-any-return]
-
-
-async def get_optimize_jobs(request: Request) -> OptimizeJobs:
-    return await _built(request, "optimize_jobs")  # type: ignore[no-any-return]
+get_endpoints = _on_first_use("endpoints")
+get_rollouts = _on_first_use("rollouts")
+get_replay = _on_first_use("replay")
+get_cost = _on_first_use("cost")
+get_results = _on_first_use("results")
+get_uploads = _on_first_use("uploads")
+get_batch = _on_first_use("batch")
+get_schedules = _on_first_use("schedules")
+get_optimizer = _on_first_use("optimizer")
+get_optimize_jobs = _on_first_use("optimize_jobs")
 
 
 # The types of services built on first use are named as strings: FastAPI reads no further

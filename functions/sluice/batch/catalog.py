@@ -20,7 +20,7 @@ import io
 import re
 from typing import TYPE_CHECKING, Any
 
-from sluice.clients import client_from
+from sluice.clients import LazyClient
 from sluice.domain.errors import Conflict, Forbidden
 
 if TYPE_CHECKING:
@@ -105,13 +105,11 @@ class GlueCatalog:
         self.files = files
         self.batch_root = batch_root
         self.database = database  # where set, the only database jobs may publish to
-        self._client, self._clients, self._region = client, clients, region
+        self._glue = LazyClient(client, clients, region, "glue")
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = client_from(self._clients, self._region, "glue")
-        return self._client
+        return self._glue()
 
     def publish(self, job: BatchJob, parts: list[str]) -> dict[str, str]:
         """Add the job's output as a partition (creating the table on first use); the same

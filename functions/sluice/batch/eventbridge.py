@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.clients import client_from
+from sluice.clients import LazyClient
 from sluice.domain.schedules import aws_expression
 
 if TYPE_CHECKING:
@@ -67,15 +67,11 @@ class EventBridgeSchedules:
         self.group = group
         self.role_arn = role_arn
         self.state_machine_arn = state_machine_arn
-        self._client = client
-        self._clients = clients
-        self._region = region
+        self._scheduler = LazyClient(client, clients, region, "scheduler")
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = client_from(self._clients, self._region, "scheduler")
-        return self._client
+        return self._scheduler()
 
     def put(self, schedule: Schedule) -> None:
         """Create the schedule, or bring an existing one in line (pause, resume)."""

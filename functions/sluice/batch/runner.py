@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.manifest import (
@@ -117,26 +117,22 @@ class BatchPaths:
         return f"{self.root}work/{tenant}/{job_id}/chunks.json"
 
 
+@dataclass(eq=False)  # no slots: tests stand in for a step of a running job
 class BatchRunner:
-    def __init__(
-        self,
-        registry: JobRegistry,
-        predictions: PredictionService,
-        files: FileStore,
-        settings: BatchSettings,
-        paths: BatchPaths,
-    ) -> None:
-        self.registry = registry
-        self.predictions = predictions
-        self.files = files
-        self.settings = settings
-        self.paths = paths
+    registry: JobRegistry
+    predictions: PredictionService
+    files: FileStore
+    settings: BatchSettings
+    paths: BatchPaths
+    scorer: ChunkScorer = field(init=False)
+
+    def __post_init__(self) -> None:
         self.scorer = ChunkScorer(
-            predictions,
-            files,
-            infer_rows=settings.batch_infer_rows,
-            read_rows=max(settings.batch_infer_rows, 65_536),
-            max_request_bytes=settings.batch_max_request_bytes,
+            self.predictions,
+            self.files,
+            infer_rows=self.settings.batch_infer_rows,
+            read_rows=max(self.settings.batch_infer_rows, 65_536),
+            max_request_bytes=self.settings.batch_max_request_bytes,
         )
 
     def _confined_to(self, job: BatchJob) -> Root | None:

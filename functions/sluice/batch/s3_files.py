@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import split_s3
-from sluice.clients import client_from
+from sluice.clients import LazyClient
 from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
 
 if TYPE_CHECKING:
@@ -30,15 +30,11 @@ POOL = 32  # scoring threads share the client
 
 class S3Files:
     def __init__(self, clients: AwsClients | None = None, *, client: S3Client | None = None, region: str | None = None) -> None:
-        self._clients = clients
-        self._client = client
-        self._region = region
+        self._s3 = LazyClient(client, clients, region, "s3", max_pool_connections=POOL)
 
     @property
     def client(self) -> S3Client:
-        if self._client is None:  # the factory builds it once, under its lock
-            self._client = client_from(self._clients, self._region, "s3", max_pool_connections=POOL)
-        return self._client
+        return self._s3()  # type: ignore[no-any-return]
 
     # Reading ----------------------------------------------------------------------------
     def stat(self, uri: str) -> Stat:

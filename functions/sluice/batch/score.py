@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,24 +68,17 @@ def error_name(index: int) -> str:
     return f"errors/part-{index:05d}.jsonl"
 
 
+@dataclass(eq=False, slots=True)
 class ChunkScorer:
-    def __init__(
-        self,
-        predictions: PredictionService,
-        files: FileStore,
-        *,
-        infer_rows: int,
-        read_rows: int,
-        max_request_bytes: int,
-    ) -> None:
-        self.predictions = predictions
-        self.files = files
-        self.infer_rows = infer_rows
-        self.read_rows = read_rows
-        self.max_request_bytes = max_request_bytes
-        # Inference threads, kept across chunks (each thread keeps its event loop).
-        self._pools: dict[int, ThreadPoolExecutor] = {}
-        self._lock = threading.Lock()
+    predictions: PredictionService
+    files: FileStore
+    _: KW_ONLY
+    infer_rows: int
+    read_rows: int
+    max_request_bytes: int
+    # Inference threads, kept across chunks (each thread keeps its event loop).
+    _pools: dict[int, ThreadPoolExecutor] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def _pool(self, threads: int) -> ThreadPoolExecutor | None:
         if threads <= 1:

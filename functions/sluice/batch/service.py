@@ -23,7 +23,7 @@ folder may be taken.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
+from dataclasses import InitVar, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.catalog import table_root
@@ -54,20 +54,17 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchPaths, BatchRunner
     from sluice.registry import Registry
 
+@dataclass(eq=False)
 class BatchService:
-    def __init__(
-        self,
-        registry: Registry,
-        orchestrator: Orchestrator | None,
-        paths: BatchPaths,
-        files: FileStore | None = None,
-        runner: BatchRunner | None = None,
-    ) -> None:
-        self.registry = registry
-        self.orchestrator = orchestrator
-        self.paths = paths
-        self.files = files
-        self.liveness = JobLiveness(registry, orchestrator, runner)
+    registry: Registry
+    orchestrator: Orchestrator | None
+    paths: BatchPaths
+    files: FileStore | None = None
+    runner: InitVar[BatchRunner | None] = None
+    liveness: JobLiveness = field(init=False)
+
+    def __post_init__(self, runner: BatchRunner | None) -> None:
+        self.liveness = JobLiveness(self.registry, self.orchestrator, runner)
 
     # What callers do ---------------------------------------------------------------------
     def submit(

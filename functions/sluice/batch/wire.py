@@ -256,6 +256,20 @@ class ScheduleCreate(WireModel):
         return _checked(check_template, value)
 
 
+def job_fields(body: BatchJobCreate | ScheduleCreate) -> dict[str, Any]:
+    """What a create body says of the jobs it runs (the deployment, the input, the formats,
+    the key columns, the catalog table), as `BatchService.submit` and `ScheduleService.create`
+    take it."""
+    return {
+        "deployment": body.deployment,
+        "input_uri": body.input_uri,
+        "format": body.format,
+        "output_format": body.output_format,
+        "key_columns": body.key_columns,
+        "catalog": body.catalog.model_dump() if body.catalog else None,
+    }
+
+
 class ScheduleOut(WireModel):
     model_config = _FROM_JOB
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice import owner_only
 from sluice.domain import Principal
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_version
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def local_home() -> Path:
@@ -66,6 +70,21 @@ def count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (ASCII digits)")
     return int(text)
+
+
+def number_between(low: float, high: float = math.inf, *, refusal: str) -> Callable[[str], float]:
+    """An argparse type: a number from `low` to `high`; `refusal` says what one outside is."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not low <= value <= high:  # NaN too
+            raise argparse.ArgumentTypeError(refusal)
+        return value
+
+    return number
 
 
 def version_number(text: str) -> int:

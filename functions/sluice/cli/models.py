@@ -10,6 +10,7 @@ from sluice.cli import pieces
 from sluice.cli.common import (
     feature_names,
     load_json_arg,
+    number_between,
     operator,
     print_json,
     table,
@@ -62,16 +63,6 @@ def _is_onnx(path: Path, fmt: str | None) -> bool:
     return SUFFIXES.get(path.suffix.lower(), "onnx") == "onnx"
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError("a tolerance is 0 or more")
-    return value
-
-
 def cmd_models_register_triton(args: argparse.Namespace) -> int:
     version = asyncio.run(
         pieces.models().register_triton(
@@ -122,7 +113,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     push.add_argument("file", help=".onnx; .joblib/.pkl (scikit-learn); .json/.ubj (XGBoost); .txt/.lgb (LightGBM); .pt (TorchScript); .pt2 (torch.export)")
     push.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="what FILE holds (default: from its name)")
     push.add_argument("--sample", help="rows to check the conversion on (.parquet, .csv, .jsonl; default: generated rows)")
-    push.add_argument("--tolerance", type=_tolerance, help="largest difference allowed, times max(1, |value|) (default 1e-4)")
+    push.add_argument("--tolerance", type=number_between(0, refusal="a tolerance is 0 or more"), help="largest difference allowed, times max(1, |value|) (default 1e-4)")
     push.add_argument("--n-features", type=int, help="features per row, when the model file does not say (TorchScript)")
     push.add_argument("--feature-names", help="comma-separated names of the input's columns")
     push.add_argument("--description", default="")

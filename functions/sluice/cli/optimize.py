@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from sluice.cli import pieces
-from sluice.cli.common import operator, print_json, table
+from sluice.cli.common import number_between, operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_model_ref
 
@@ -21,24 +21,7 @@ def _ref(text: str) -> tuple[str, int | str]:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("an agreement is between 0 and 1")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
+_NON_NEGATIVE = number_between(0, refusal="must be 0 or more")
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -95,12 +78,12 @@ def add_optimize_command(sub: argparse._SubParsersAction) -> None:  # type: igno
     cmd = sub.add_parser("optimize", help="build cheaper variants of an ONNX version, measure them, and say which to take")
     cmd.add_argument("ref", type=_ref, metavar="MODEL[:VERSION]")
     cmd.add_argument("--data", required=True, help="rows the model takes (.parquet, .csv, .jsonl): calibration, then evaluation")
-    cmd.add_argument("--min-agreement", type=_fraction, default=0.99, help="label (or top-1) agreement a candidate must keep (default 0.99)")
-    cmd.add_argument("--max-abs-diff", type=_non_negative, help="largest absolute difference allowed on any output value (default: not checked)")
+    cmd.add_argument("--min-agreement", type=number_between(0, 1, refusal="an agreement is between 0 and 1"), default=0.99, help="label (or top-1) agreement a candidate must keep (default 0.99)")
+    cmd.add_argument("--max-abs-diff", type=_NON_NEGATIVE, help="largest absolute difference allowed on any output value (default: not checked)")
     cmd.add_argument("--candidates", default="graph,int8-dynamic,int8-static,fp16", help="which to build (default: all)")
     cmd.add_argument("--calibration-rows", type=int, default=200)
     cmd.add_argument("--evaluation-rows", type=int, default=1000)
-    cmd.add_argument("--seconds", type=_non_negative, default=1.0, help="time spent measuring each latency (default 1)")
+    cmd.add_argument("--seconds", type=_NON_NEGATIVE, default=1.0, help="time spent measuring each latency (default 1)")
     cmd.add_argument("--no-tune", action="store_true", help="skip the session options sweep")
     cmd.add_argument("--register", nargs="?", const="recommended", help="push candidates as new versions: 'recommended' (the default) or names, comma-separated")
     cmd.add_argument("--shadow", metavar="DEPLOYMENT", help="mirror the best registered candidate from this deployment")

@@ -225,3 +225,14 @@ class DeploymentChange:
     old_policy: dict[str, Any] | None
     new_policy: dict[str, Any] | None
     note: dict[str, Any] | None = None  # why, when a rollout made (or paused) it: its decision and numbers
+
+    @classmethod
+    def written(cls, dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> DeploymentChange:
+        """The change that stored `dep` over `old` (None: a create)."""
+        old_policy = old.policy if old is not None else None
+        return cls(dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by, old_policy, dep.policy, note)
+
+    @classmethod
+    def deleted(cls, old: Deployment, by: str) -> DeploymentChange:
+        """The change that deleted `old`, now."""
+        return cls(old.tenant, old.name, old.revision + 1, now(), by, old.policy, None)

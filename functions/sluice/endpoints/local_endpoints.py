@@ -18,6 +18,7 @@ and per variant `<variant>/repository/` and `<variant>/triton/` (the server's st
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -71,17 +72,17 @@ class LocalEndpoints:
     ) -> None:
         self.store = store
         self.root = Path(home).expanduser() / "endpoints"
-        self._env = env
         self.env_path = env_path
         self.ready_timeout_s = ready_timeout_s
+        if env is not None:
+            self.env = env
 
-    @property
+    @functools.cached_property
     def env(self) -> TritonEnv:
-        if self._env is None:
-            from sluice.endpoints.triton_env import find_env
+        """The Triton environment given, else the one found at `env_path`, on first use."""
+        from sluice.endpoints.triton_env import find_env
 
-            self._env = find_env(self.env_path)
-        return self._env
+        return find_env(self.env_path)
 
     def folder(self, endpoint: str) -> Path:
         return self.root / endpoint

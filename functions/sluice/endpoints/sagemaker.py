@@ -29,6 +29,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from sluice.clients import LazyClient
 from sluice.domain.errors import Unavailable
 from sluice.endpoints.control import (
     Autoscaling,
@@ -88,32 +89,20 @@ class SageMakerEndpoints:
         sns: Any | None = None,
     ) -> None:
         self.store = store
-        self._clients = clients
         self._region = region
         self.role_arn = role_arn
         self.triton_version = triton_version
         self.triton_image = triton_image
-        # The clients given, by service; the others are built on first use and kept here.
-        self._given = {"sagemaker": sagemaker, "application-autoscaling": autoscaling, "cloudwatch": cloudwatch, "sns": sns}
+        # The clients given (tests'), else the factory's, each asked for on first use.
+        self._sagemaker = LazyClient(sagemaker, clients, region, "sagemaker", region=region)
+        self._autoscaling = LazyClient(autoscaling, clients, region, "application-autoscaling", region=region)
+        self._cloudwatch = LazyClient(cloudwatch, clients, region, "cloudwatch", region=region)
+        self._sns = LazyClient(sns, clients, region, "sns", region=region)
 
-    @property
-    def clients(self) -> AwsClients:
-        if self._clients is None:
-            from sluice.clients import default_clients
-
-            self._clients = default_clients(self._region)
-        return self._clients
-
-    sagemaker = property(lambda self: self._client("sagemaker"))
-    autoscaling = property(lambda self: self._client("application-autoscaling"))
-    cloudwatch = property(lambda self: self._client("cloudwatch"))
-    sns = property(lambda self: self._client("sns"))
-
-    def _client(self, service: str) -> Any:
-        """The client given for `service`, else the factory's, asked for once and kept."""
-        if self._given[service] is None:
-            self._given[service] = self.clients.client(service, region=self._region)
-        return self._given[service]
+    sagemaker = property(lambda self: self._sagemaker())
+    autoscaling = property(lambda self: self._autoscaling())
+    cloudwatch = property(lambda self: self._cloudwatch())
+    sns = property(lambda self: self._sns())
 
     @property
     def scaling(self) -> ScalingCalls:

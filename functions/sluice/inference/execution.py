@@ -24,7 +24,7 @@ from sluice.routing.aggregators import aggregate
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     import numpy as np
 
@@ -67,20 +67,16 @@ class Call:
         return self.deployment.tenant
 
 
+@dataclass(eq=False, slots=True)
 class PolicyRunner:
-    def __init__(
-        self,
-        lookups: Lookups,
-        runtimes: Mapping[str, Runtime],
-        stats: StatsRecorder,
-        check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]],
-        batcher: Batcher | None = None,
-    ) -> None:
-        self.lookups = lookups
-        self.runtimes = runtimes
-        self.stats = stats
-        self.check = check
-        self.batcher = batcher  # for deployments that turned batching on
+    lookups: Lookups
+    runtimes: Mapping[str, Runtime]
+    stats: StatsRecorder
+    check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]]
+    batcher: Batcher | None = None  # for deployments that turned batching on
+    _by_kind: dict[str, Callable[..., Awaitable[Answer]]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
         self._by_kind = {
             "single": self._single,
             "ref": self._ref,

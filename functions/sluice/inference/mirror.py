@@ -8,6 +8,7 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.clients import LazyClient
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
@@ -73,10 +74,8 @@ class LambdaMirror:
         self, function_name: str, store: ArtifactStore, *, client: Any = None, region: str | None = None, clients: AwsClients | None = None
     ) -> None:
         self.function_name = function_name
-        self._clients = clients
         self.store = store
-        self._client = client
-        self._region = region
+        self._lambda = LazyClient(client, clients, region, "lambda", region=region)
 
     @classmethod
     def from_url(cls, url: str, store: ArtifactStore, *, region: str | None = None, clients: AwsClients | None = None) -> LambdaMirror:
@@ -84,11 +83,7 @@ class LambdaMirror:
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            from sluice.clients import client_from
-
-            self._client = client_from(self._clients, self._region, "lambda", region=self._region)
-        return self._client
+        return self._lambda()
 
     def payload(self, job: ShadowJob) -> bytes:
         body = json.dumps(job.to_json()).encode()

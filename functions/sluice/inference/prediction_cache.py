@@ -18,6 +18,7 @@ import hashlib
 import json
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -117,29 +118,24 @@ def answer_key(
     return h.hexdigest()
 
 
+@dataclass(eq=False, slots=True)
 class PredictionCache:
     """The per-container tier, one TTLCache per deployment (at most its `max_entries`), all of
     them together at most `max_bytes` of outputs; and the optional shared tier. `timer` is the
     local tier's clock (monotonic), `wall` the shared tier's (epoch seconds, what DynamoDB's
     time to live reads)."""
 
-    def __init__(
-        self,
-        shared: SharedAnswers | None = None,
-        *,
-        max_entry_bytes: int = 1 << 20,
-        max_bytes: int = 128 << 20,
-        timer: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-    ) -> None:
-        self.shared = shared
-        self.max_entry_bytes = max_entry_bytes
-        self.max_bytes = max_bytes
-        self.timer = timer
-        self.wall = wall
-        self._lock = threading.Lock()
-        # Values are (answer, bytes): each tier's `currsize` is the bytes it holds.
-        self._tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, tuple[Answer, int]]]] = {}
+    shared: SharedAnswers | None = None
+    _: KW_ONLY
+    max_entry_bytes: int = 1 << 20
+    max_bytes: int = 128 << 20
+    timer: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    # Values are (answer, bytes): each tier's `currsize` is the bytes it holds.
+    _tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, tuple[Answer, int]]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def _tier(self, dep: Deployment) -> TTLCache[str, tuple[Answer, int]]:
         assert dep.cache is not None

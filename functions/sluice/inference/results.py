@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,21 +66,14 @@ class LargeAnswer:
     size: int
 
 
+@dataclass(eq=False, slots=True)
 class ResultService:
-    def __init__(
-        self,
-        store: ResultStore | None,
-        *,
-        clock: Callable[[], float] = time.time,
-        max_response_bytes: int = 6 * 1024 * 1024 - 64 * 1024,
-        link_ttl_s: int = 300,
-        ttl_s: int = 7 * 24 * 3600,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.max_response_bytes = max_response_bytes
-        self.link_ttl_s = link_ttl_s
-        self.ttl_s = ttl_s
+    store: ResultStore | None
+    _: KW_ONLY
+    clock: Callable[[], float] = time.time
+    max_response_bytes: int = 6 * 1024 * 1024 - 64 * 1024
+    link_ttl_s: int = 300
+    ttl_s: int = 7 * 24 * 3600
 
     def keep(self, tenant: str, *, model: str, version: int, body: bytes, content_type: str) -> dict[str, Any]:
         """Keep an answer too large to send as a succeeded result of its own; what the caller

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -68,19 +69,13 @@ def stored_type(content_type: str, header_size: int | None) -> tuple[str, int | 
     return f"{BINARY_JSON_CONTENT_TYPE};{HEADER_SIZE_PARAMETER}={header_size}", header_size
 
 
+@dataclass(eq=False, slots=True)
 class UploadService:
-    def __init__(
-        self,
-        registry: Registry,
-        store: UploadStore | None,
-        settings: UploadSettings,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.registry = registry
-        self.store = store
-        self.settings = settings
-        self.clock = clock
+    registry: Registry
+    store: UploadStore | None
+    settings: UploadSettings
+    _: KW_ONLY
+    clock: Callable[[], float] = time.time
 
     def _store(self) -> UploadStore:
         if self.store is None:

@@ -10,6 +10,8 @@ from sluice.domain.errors import Conflict, NotFound
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from sluice.registry.ports import ModelRegistry
+
 
 def no_model(name: str) -> NotFound:
     return NotFound(f"model '{name}' not found", field="model")
@@ -21,6 +23,13 @@ def no_version(model: str, version: int) -> NotFound:
 
 def no_versions(model: str) -> NotFound:
     return NotFound(f"model '{model}' has no versions", field="version")
+
+
+def missing_version(models: ModelRegistry, tenant: str, model: str, refusal: NotFound) -> NotFound:
+    """What a version not found answers: the model's own NotFound where the model is missing
+    too (`get_model` raises it), else `refusal`."""
+    models.get_model(tenant, model)
+    return refusal
 
 
 def no_deployment(name: str) -> NotFound:
@@ -37,6 +46,11 @@ def no_optimize_job(job_id: str) -> NotFound:
 
 def no_schedule(name: str) -> NotFound:
     return NotFound(f"schedule '{name}' not found", field="schedule")
+
+
+def not_at_revision(name: str, revision: int, expected: int) -> Conflict:
+    """An update of deployment `name` that expected another revision than the stored one."""
+    return Conflict(f"deployment '{name}' is at revision {revision}, not {expected}", field="revision")
 
 
 def taken(what: str, name: str, *, field: str) -> Conflict:

@@ -33,6 +33,7 @@ from sluice.domain.policy import (
 )
 from sluice.domain.rollouts import paused_by_change
 from sluice.registry.guards import MAX_REFS_READ
+from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
 from sluice.services.graph_checks import GraphChecks
 from sluice.services.models import require_found
@@ -260,9 +261,7 @@ class DeploymentService:
     ) -> Deployment:
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
-            raise Conflict(
-                f"deployment '{name}' is at revision {current.revision}, not {expected_revision}", field="revision"
-            )
+            raise not_at_revision(name, current.revision, expected_revision)
         settings = current.cache if cache is KEEP else check_cache(cache)
         if rollout is KEEP:
             rollout = current.rollout

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from sluice.clients import LazyClient, client_from
 from sluice.domain.errors import (
     BackendError,
     BadRequest,
@@ -78,7 +79,7 @@ class S3Store:
         self.server_side_encryption = server_side_encryption
         self.kms_key_id = kms_key_id
         self._root = f"{self.prefix}/" if self.prefix else ""
-        self._client = client
+        self._s3 = LazyClient(client, clients, region, "s3", region=region)
         self._presigner: Any = None
 
     @classmethod
@@ -88,19 +89,13 @@ class S3Store:
 
     @property
     def client(self) -> S3Client:
-        if self._client is None:  # the factory builds it once, under its lock
-            from sluice.clients import client_from
-
-            self._client = client_from(self._clients, self.region, "s3", region=self.region)
-        return self._client
+        return self._s3()  # type: ignore[no-any-return]
 
     @property
     def presigner(self) -> Any:
         """A client on the store's credentials for presigned GETs and POSTs (see
         `AwsClients.client`'s `presigning`)."""
         if self._presigner is None:
-            from sluice.clients import client_from
-
             region = self.region or self.client.meta.region_name
             self._presigner = client_from(self._clients, region, "s3", region=region, presigning=True)
         return self._presigner

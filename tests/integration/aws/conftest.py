@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sluice.settings import Settings
+    from sluice.wiring import Container
 
 REGION = "eu-west-1"
 BUCKET = "sluice-artifacts"
@@ -84,3 +85,18 @@ def sagemaker_settings(home: Path) -> Settings:
         sagemaker_execution_role_arn=ENDPOINTS_ROLE,
         deployment_cache_ttl_s=0,
     )
+
+
+@pytest.fixture
+def mlp_service(aws: None, tmp_path: Path) -> Container:
+    """The service of `sagemaker_settings` at `tmp_path/home`, with versions 1 and 2 of the
+    `mlp` model pushed for acme: what the tests of endpoints deploy."""
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+    from tests.integration.triton.conftest import mlp_onnx
+
+    container = Container.from_settings(sagemaker_settings(tmp_path / "home"))
+    acme = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+    for version in (1, 2):
+        container.models.push(acme, "mlp", mlp_onnx(version))
+    return container

@@ -17,7 +17,7 @@ import datetime as dt
 import io
 import json
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
@@ -33,12 +33,8 @@ from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION, sagemaker_settings
+from tests.integration.aws.conftest import REGION
 from tests.integration.conftest import auth
-from tests.integration.triton.conftest import mlp_onnx
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 ACCOUNT = "123456789012"
 IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:25.09-py3"
@@ -157,9 +153,8 @@ class World(SimpleNamespace):
 
 
 @pytest.fixture
-def world(aws: None, tmp_path: Path) -> World:
-    settings = sagemaker_settings(tmp_path / "home")
-    container = Container.from_settings(settings)
+def world(mlp_service: Container) -> World:
+    container = mlp_service
     clients = {name: boto3.client(name, region_name=REGION) for name in ("sagemaker", "application-autoscaling", "cloudwatch")}
     sent: dict[str, list[dict[str, Any]]] = {}
     calls: list[str] = []
@@ -177,8 +172,6 @@ def world(aws: None, tmp_path: Path) -> World:
         container.store, region=REGION, role_arn=ROLE, sagemaker=clients["sagemaker"],
         autoscaling=clients["application-autoscaling"], cloudwatch=clients["cloudwatch"], sns=object(),
     )  # fmt: skip
-    container.models.push(ACME, "mlp", mlp_onnx(1))
-    container.models.push(ACME, "mlp", mlp_onnx(2))
     container.deployments.create(ACME, "ranker", SPLIT)
     _, key = container.keys.create("acme", ["admin", "predict"])
     return World(container=container, client=TestClient(create_app(container)), key=key, account=account)

@@ -22,10 +22,9 @@ from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
-from tests.integration.aws.conftest import BUCKET, REGION, sagemaker_settings
+from tests.integration.aws.conftest import BUCKET, REGION
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import auth, run_cli
-from tests.integration.triton.conftest import mlp_onnx
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,9 +55,8 @@ class World(SimpleNamespace):
 
 
 @pytest.fixture
-def world(aws: None, tmp_path: Path) -> World:
-    settings = sagemaker_settings(tmp_path / "home")
-    container = Container.from_settings(settings)
+def world(mlp_service: Container) -> World:
+    container = mlp_service
     calls: list[str] = []
     sent: dict[str, list[dict[str, Any]]] = {}
     # The adapter's clients, by the names it takes them under.
@@ -72,8 +70,6 @@ def world(aws: None, tmp_path: Path) -> World:
         client.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
         client.meta.events.register("before-parameter-build", lambda model, params, **_: sent.setdefault(model.name, []).append(dict(params)))
     container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ROLE, **clients)
-    container.models.push(ACME, "mlp", mlp_onnx(1))
-    container.models.push(ACME, "mlp", mlp_onnx(2))
     _, admin = container.keys.create("acme", ["admin", "predict"])
     _, globex = container.keys.create("globex", ["admin", "predict"])
     return World(

@@ -10,7 +10,6 @@ endpoint as SageMaker applies it (`UpdateEndpointOnMoto`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +26,8 @@ from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.services.rollouts import RolloutService
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION, sagemaker_settings
+from tests.integration.aws.conftest import REGION
 from tests.integration.conftest import auth
-from tests.integration.triton.conftest import mlp_onnx
 from tests.support import Clock
 
 if TYPE_CHECKING:
@@ -99,9 +97,8 @@ class World(SimpleNamespace):
 
 
 @pytest.fixture
-def world(aws: None, tmp_path: Path) -> World:
-    settings = sagemaker_settings(tmp_path / "home")
-    container = Container.from_settings(settings)
+def world(mlp_service: Container) -> World:
+    container = mlp_service
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     sent: dict[str, list[dict[str, Any]]] = {}
 
@@ -117,8 +114,6 @@ def world(aws: None, tmp_path: Path) -> World:
     clock = Clock(2_000_000.0)
     rollouts = RolloutService(container.registry, container.deployments, clock=clock, endpoints=container.endpoint_plane)
     container.rollouts = rollouts  # type: ignore[misc]
-    container.models.push(ACME, "mlp", mlp_onnx(1))
-    container.models.push(ACME, "mlp", mlp_onnx(2))
     _, key = container.keys.create("acme", ["admin", "predict"])
     return World(
         container=container, client=TestClient(create_app(container)), key=key, sagemaker=sagemaker,

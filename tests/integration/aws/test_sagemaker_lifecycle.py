@@ -23,7 +23,7 @@ from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
-from tests.integration.aws.conftest import BUCKET, REGION, sagemaker_settings
+from tests.integration.aws.conftest import BUCKET, REGION
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import api_keys, auth
 from tests.integration.triton.conftest import mlp_onnx
@@ -72,10 +72,9 @@ def _params(sent: dict[str, list[dict[str, Any]]]) -> Callable[..., None]:
 
 
 @pytest.fixture
-def world(aws: None, tmp_path: Path) -> World:
-    settings = sagemaker_settings(tmp_path / "home")
-    container = Container.from_settings(settings)
-    wired = build_endpoint_control(settings, container.store)
+def world(mlp_service: Container) -> World:
+    container = mlp_service
+    wired = build_endpoint_control(container.settings, container.store)
     assert isinstance(wired, SageMakerEndpoints) and (wired.role_arn, wired.region) == (ROLE, REGION)
     calls: list[str] = []
     sent: dict[str, list[dict[str, Any]]] = {}
@@ -88,8 +87,6 @@ def world(aws: None, tmp_path: Path) -> World:
     container.endpoint_control = SageMakerEndpoints(
         container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker, autoscaling=autoscaling
     )
-    container.models.push(ACME, "mlp", MLP[1])
-    container.models.push(ACME, "mlp", MLP[2])
     keys = api_keys(container)
     return World(
         container=container,

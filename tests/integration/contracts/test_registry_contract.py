@@ -605,14 +605,22 @@ def chunk_of(index: int, rows: int = 10, failed: int = 1) -> ChunkResult:
     )  # fmt: skip
 
 
-def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
+def round_trip_and_list_newest_first(
+    job: Callable[..., Any], create: Callable[[Any], Any], get: Callable[[str, str], Any], listed: Callable[..., list[Any]]
+) -> None:
+    """What batch jobs and optimize jobs alike keep: a job reads back as it was created, and a
+    tenant's jobs list newest first, `limit` at most, another tenant's not among them."""
     for i, job_id in enumerate(["job-b", "job-a", "job-c"]):
-        registry.create_job(job_of(job_id, created_at=10.0 + i))
-    registry.create_job(job_of("job-z", tenant=B))
-    assert registry.get_job(A, "job-a") == job_of("job-a", created_at=11.0)
-    assert [j.id for j in registry.list_jobs(A)] == ["job-c", "job-a", "job-b"]
-    assert [j.id for j in registry.list_jobs(A, limit=2)] == ["job-c", "job-a"]
-    assert [j.id for j in registry.list_jobs(B)] == ["job-z"]
+        create(job(job_id, created_at=10.0 + i))
+    create(job("job-z", tenant=B))
+    assert get(A, "job-a") == job("job-a", created_at=11.0)
+    assert [j.id for j in listed(A)] == ["job-c", "job-a", "job-b"]
+    assert [j.id for j in listed(A, limit=2)] == ["job-c", "job-a"]
+    assert [j.id for j in listed(B)] == ["job-z"]
+
+
+def test_jobs_round_trip_and_list_newest_first(registry: Registry) -> None:
+    round_trip_and_list_newest_first(job_of, registry.create_job, registry.get_job, registry.list_jobs)
     raises(Conflict, "id", lambda: registry.create_job(job_of("job-a")))
     raises(NotFound, "job", lambda: registry.get_job(B, "job-a"))
     raises(NotFound, "job", lambda: registry.update_job(B, "job-a", status="CANCELLED"))
@@ -748,21 +756,17 @@ REPORT = {"model": "iris", "version": 3, "candidates": [{"candidate": "graph", "
 
 
 def test_optimize_jobs_round_trip_and_list_newest_first_per_tenant(registry: Registry) -> None:
-    for i, job_id in enumerate(["opt-b", "opt-a", "opt-c"]):
-        registry.create_optimize_job(optimize_job_of(job_id, created_at=10.0 + i))
-    registry.create_optimize_job(optimize_job_of("opt-z", tenant=B))
-    assert registry.get_optimize_job(A, "opt-a") == optimize_job_of("opt-a", created_at=11.0)
-    assert [j.id for j in registry.list_optimize_jobs(A)] == ["opt-c", "opt-a", "opt-b"]
-    assert [j.id for j in registry.list_optimize_jobs(A, limit=2)] == ["opt-c", "opt-a"]
-    assert [j.id for j in registry.list_optimize_jobs(B)] == ["opt-z"]
+    round_trip_and_list_newest_first(
+        optimize_job_of, registry.create_optimize_job, registry.get_optimize_job, registry.list_optimize_jobs
+    )
     assert registry.list_jobs(A) == []  # batch jobs are another aggregate
-    raises(Conflict, "id", lambda: registry.create_optimize_job(optimize_job_of("opt-a")))
+    raises(Conflict, "id", lambda: registry.create_optimize_job(optimize_job_of("job-a")))
     # Another tenant's job is missing, exactly as one that never was.
-    theirs = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "opt-a"))
-    nobody = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "opt-never"))
-    assert theirs.to_dict() == {**nobody.to_dict(), "error": nobody.message.replace("opt-never", "opt-a")}
-    raises(NotFound, "job_id", lambda: registry.update_optimize_job(B, "opt-a", status="FAILED"))
-    assert registry.get_optimize_job(A, "opt-a").status == "RUNNING"
+    theirs = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "job-a"))
+    nobody = raises(NotFound, "job_id", lambda: registry.get_optimize_job(B, "job-never"))
+    assert theirs.to_dict() == {**nobody.to_dict(), "error": nobody.message.replace("job-never", "job-a")}
+    raises(NotFound, "job_id", lambda: registry.update_optimize_job(B, "job-a", status="FAILED"))
+    assert registry.get_optimize_job(A, "job-a").status == "RUNNING"
 
 
 def test_optimize_job_moves_are_checked_and_a_finished_job_stays_finished(registry: Registry) -> None:

@@ -170,6 +170,16 @@ def test_a_server_that_never_answers_exceeds_the_deadline(onnx_models: dict[str,
 
 
 # the sagemaker runtime against the server's SageMaker port ---------------------------------
+def _assert_answers_as_onnxruntime(
+    runtime: SageMakerRuntime, version: ModelVersion, inputs: dict[str, np.ndarray], model: bytes
+) -> None:
+    """`runtime` answers `inputs` with ONNX Runtime's numbers for `model`; closed after."""
+    try:
+        _assert_same(asyncio.run(runtime.infer(version, inputs)).outputs, in_process(model, inputs))
+    finally:
+        runtime.close()
+
+
 @pytest.mark.parametrize(
     ("threshold", "content_type"),
     [(1 << 30, "application/json"), (0, "application/vnd.sagemaker-triton.binary+json;json-header-size=")],
@@ -186,9 +196,7 @@ def test_sagemaker_wire_formats_give_onnxruntime_numbers(
     inputs = {"features": _rows(9, 4)}
     _, sent_type = runtime.encode(sagemaker_version, inputs)
     assert sent_type.startswith(content_type)
-    got = asyncio.run(runtime.infer(sagemaker_version, inputs)).outputs
-    _assert_same(got, in_process(onnx_models["clf"], inputs))
-    runtime.close()
+    _assert_answers_as_onnxruntime(runtime, sagemaker_version, inputs, onnx_models["clf"])
 
 
 def test_sagemaker_one_megabyte_tensor_goes_binary(
@@ -199,9 +207,7 @@ def test_sagemaker_one_megabyte_tensor_goes_binary(
     body, sent_type = runtime.encode(sagemaker_version, inputs)
     assert sent_type.startswith("application/vnd.sagemaker-triton.binary+json")
     assert len(body) < 1024 * 1024 + 1024
-    got = asyncio.run(runtime.infer(sagemaker_version, inputs)).outputs
-    _assert_same(got, in_process(onnx_models["clf"], inputs))
-    runtime.close()
+    _assert_answers_as_onnxruntime(runtime, sagemaker_version, inputs, onnx_models["clf"])
 
 
 def test_sagemaker_splits_requests_above_a_known_max_batch_size(
@@ -214,9 +220,8 @@ def test_sagemaker_splits_requests_above_a_known_max_batch_size(
         "before-send.sagemaker-runtime.InvokeEndpoint", lambda request, **_: calls.append(len(request.body))
     )
     inputs = {"features": _rows(10, 4)}
-    _assert_same(asyncio.run(runtime.infer(version, inputs)).outputs, in_process(onnx_models["clf"], inputs))
+    _assert_answers_as_onnxruntime(runtime, version, inputs, onnx_models["clf"])
     assert len(calls) == 3
-    runtime.close()
 
 
 def test_sagemaker_refuses_requests_over_the_synchronous_limit(sagemaker_version: ModelVersion) -> None:

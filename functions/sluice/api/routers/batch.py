@@ -14,6 +14,7 @@ from sluice.batch.wire import (
     BatchErrorsOut,
     BatchJobCreate,
     BatchJobOut,
+    job_fields,
     job_out,
 )
 
@@ -22,15 +23,7 @@ router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors
 
 @router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")
 def create_batch_job(body: BatchJobCreate, principal: PrincipalDep, batch: BatchDep, roots: RootsDep) -> JSONResponse:
-    job = batch.submit(
-        principal,
-        deployment=body.deployment,
-        input_uri=body.input_uri,
-        format=body.format,
-        output_format=body.output_format,
-        key_columns=body.key_columns,
-        catalog=body.catalog.model_dump() if body.catalog else None,
-    )
+    job = batch.submit(principal, **job_fields(body))
     return JSONResponse(job_out(job, roots), status_code=202)
 
 

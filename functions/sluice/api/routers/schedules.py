@@ -11,6 +11,7 @@ from sluice.batch.wire import (
     ScheduleCreate,
     ScheduleDetail,
     ScheduleOut,
+    job_fields,
     schedule_detail,
     schedule_out,
 )
@@ -21,12 +22,14 @@ router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=e
 @router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")
 def create_schedule(body: ScheduleCreate, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     schedule = schedules.create(
-        principal, name=body.name, deployment=body.deployment, input_uri=body.input_uri,
-        expression=body.expression, timezone=body.timezone, overlap=body.overlap, format=body.format,
-        output_format=body.output_format, key_columns=body.key_columns,
+        principal,
+        name=body.name,
+        expression=body.expression,
+        timezone=body.timezone,
+        overlap=body.overlap,
         state="PAUSED" if body.paused else "ENABLED",
-        catalog=body.catalog.model_dump() if body.catalog else None,
-    )  # fmt: skip
+        **job_fields(body),
+    )
     return JSONResponse(schedule_out(schedule, roots), status_code=201)
 
 

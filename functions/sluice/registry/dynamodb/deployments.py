@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import DeploymentChange, now
-from sluice.domain.errors import Conflict
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import (
@@ -33,7 +32,7 @@ from sluice.registry.dynamodb.table import (
     unmarshal,
 )
 from sluice.registry.guards import changed_meanwhile, others_read
-from sluice.registry.refusals import no_deployment, taken
+from sluice.registry.refusals import no_deployment, not_at_revision, taken
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -50,7 +49,7 @@ class DynamoDeployments(Part):
                 raise taken("deployment", deployment.name, field="name")
             stored = written[0] = replace(written[0], generation=generation)
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
-            return put, _recorded(stored, None)
+            return put, DeploymentChange.written(stored, None)
 
         self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
         return written[0]
@@ -76,11 +75,7 @@ class DynamoDeployments(Part):
             if current is None:
                 raise no_deployment(deployment.name)
             if current.revision != expected_revision:
-                raise Conflict(
-                    f"deployment '{deployment.name}' is at revision {current.revision}, "
-                    f"not {expected_revision}",
-                    field="revision",
-                )
+                raise not_at_revision(deployment.name, current.revision, expected_revision)
             stored = written[0] = replace(written[0], generation=generation)
             put = {
                 "Put": {
@@ -89,7 +84,7 @@ class DynamoDeployments(Part):
                     **condition("#rev = :rev", {"#rev": "revision"}, {":rev": expected_revision}),
                 }
             }
-            return put, _recorded(stored, current, note)
+            return put, DeploymentChange.written(stored, current, note)
 
         self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
         return written[0]
@@ -105,8 +100,7 @@ class DynamoDeployments(Part):
                     **condition("#rev = :rev", {"#rev": "revision"}, {":rev": current.revision}),
                 }
             }
-            gone = DeploymentChange(tenant, name, current.revision + 1, now(), by, current.policy, None)
-            return delete, gone
+            return delete, DeploymentChange.deleted(current, by)
 
         self._change(tenant, name, change)
 
@@ -215,10 +209,3 @@ class DynamoDeployments(Part):
             }
         }
 
-
-def _recorded(dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> DeploymentChange:
-    """The change that stored `dep` over `old` (None: a create)."""
-    return DeploymentChange(
-        dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
-        old.policy if old is not None else None, dep.policy, note,
-    )  # fmt: skip

@@ -15,7 +15,7 @@ from sluice.domain.errors import Conflict
 from sluice.registry.codec import MODEL, VERSION
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
-from sluice.registry.refusals import no_model, no_version, no_versions, taken
+from sluice.registry.refusals import missing_version, no_model, no_version, no_versions, taken
 
 if TYPE_CHECKING:
     from sluice.domain import Model, ModelVersion
@@ -98,8 +98,7 @@ class DynamoModels(Part):
     def get_version(self, tenant: str, model: str, version: int) -> ModelVersion:
         found = self.table.get(layout.versions_pk(tenant, model), layout.version_sk(int(version)))
         if found is None:
-            self.get_model(tenant, model)
-            raise no_version(model, version)
+            raise missing_version(self, tenant, model, no_version(model, version))
         return VERSION.load(found)
 
     def latest_version(self, tenant: str, model: str) -> ModelVersion:
@@ -108,8 +107,7 @@ class DynamoModels(Part):
         )
         newest = next(versions, None)
         if newest is None:
-            self.get_model(tenant, model)
-            raise no_versions(model)
+            raise missing_version(self, tenant, model, no_versions(model))
         return VERSION.load(newest)
 
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:

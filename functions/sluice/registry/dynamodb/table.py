@@ -11,6 +11,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sluice.clients import LazyClient
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
 
@@ -82,17 +83,11 @@ class Table:
     ) -> None:
         self.name = name
         self.region = region
-        self._clients = clients
-        self._client = client
+        self._dynamodb = LazyClient(client, clients, region, "dynamodb", region=region, connect_timeout=3, read_timeout=10)
 
     @property
     def client(self) -> DynamoDBClient:
-        if self._client is None:
-            from sluice.clients import client_from
-
-            # The factory builds a client once, under its lock: racing threads get the same one.
-            self._client = client_from(self._clients, self.region, "dynamodb", region=self.region, connect_timeout=3, read_timeout=10)
-        return self._client
+        return self._dynamodb()  # type: ignore[no-any-return]
 
     def send(self, operation: str, **params: Any) -> Any:
         """Make one call. A write that a concurrent transaction got in the way of is tried

@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.clients import client_from
 from sluice.registry.scope import bound_tenant, use_tenant
 
 if TYPE_CHECKING:
@@ -35,25 +37,18 @@ class NoTenant(RuntimeError):
     """A registry call was made with tenant-confined credentials but no tenant bound."""
 
 
+@dataclass(eq=False, slots=True)
 class TenantCredentials:
     """A DynamoDB client per tenant, on credentials of the tenant role tagged with it."""
 
-    def __init__(
-        self,
-        role_arn: str,
-        *,
-        clients: AwsClients | None = None,
-        region: str | None = None,
-        duration_s: int = 3600,
-        max_tenants: int = 256,
-    ) -> None:
-        self.role_arn = role_arn
-        self.region = region
-        self.duration_s = duration_s
-        self.max_tenants = max_tenants
-        self._clients = clients
-        self._lock = threading.Lock()
-        self._by_tenant: OrderedDict[str, Any] = OrderedDict()
+    role_arn: str
+    _: KW_ONLY
+    clients: AwsClients | None = None
+    region: str | None = None
+    duration_s: int = 3600
+    max_tenants: int = 256
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _by_tenant: OrderedDict[str, Any] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def client(self, tenant: str) -> Any:
         if not isinstance(tenant, str) or not _TENANT.match(tenant):
@@ -71,20 +66,13 @@ class TenantCredentials:
                 self._by_tenant.popitem(last=False)
         return found
 
-    def _sts(self) -> Any:
-        if self._clients is None:
-            from sluice.clients import default_clients
-
-            self._clients = default_clients(self.region)
-        return self._clients.client("sts", region=self.region)
-
     def _build(self, tenant: str) -> Any:
         import boto3
         import botocore.session
         from botocore.config import Config
         from botocore.credentials import RefreshableCredentials
 
-        sts = self._sts()
+        sts = client_from(self.clients, self.region, "sts", region=self.region)
 
         def fetch() -> dict[str, str]:
             found = sts.assume_role(
@@ -105,7 +93,7 @@ class TenantCredentials:
         )
         core = botocore.session.get_session()
         core._credentials = credentials  # botocore's documented-by-use hook for custom refresh
-        endpoint = self._clients.endpoint_urls.get("dynamodb") if self._clients else None
+        endpoint = self.clients.endpoint_urls.get("dynamodb") if self.clients else None
         return boto3.session.Session(botocore_session=core).client(
             "dynamodb",
             region_name=self.region or sts.meta.region_name,

@@ -9,10 +9,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import DeploymentChange, now
-from sluice.domain.errors import Conflict
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.guards import changed_meanwhile, others_read, same_write
-from sluice.registry.refusals import no_deployment, taken
+from sluice.registry.refusals import no_deployment, not_at_revision, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -33,7 +32,7 @@ class SqliteDeployments(Part):
                     "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, 1, ?)",
                     (stored.tenant, stored.name, DEPLOYMENT.to_json(stored)),
                 )
-                _record(db, stored, None)
+                _append(db, DeploymentChange.written(stored, None))
         except sqlite3.IntegrityError:
             raise taken("deployment", deployment.name, field="name") from None
         return stored
@@ -59,25 +58,21 @@ class SqliteDeployments(Part):
         with self.db.tx() as db:
             old = _current(db, deployment.tenant, deployment.name)
             if old.revision != expected_revision:
-                raise Conflict(
-                    f"deployment '{deployment.name}' is at revision {old.revision}, not {expected_revision}",
-                    field="revision",
-                )
+                raise not_at_revision(deployment.name, old.revision, expected_revision)
             _unchanged(db, stored.tenant, others)
             stored = replace(stored, generation=_next_generation(db, stored.tenant, stored.name))
             db.execute(
                 "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",
                 (stored.revision, DEPLOYMENT.to_json(stored), stored.tenant, stored.name),
             )
-            _record(db, stored, old, note)
+            _append(db, DeploymentChange.written(stored, old, note))
         return stored
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
         with self.db.tx() as db:
             old = _current(db, tenant, name)
             db.execute("DELETE FROM deployments WHERE tenant = ? AND name = ?", (tenant, name))
-            change = DeploymentChange(tenant, name, old.revision + 1, now(), by, old.policy, None)
-            _append(db, change)
+            _append(db, DeploymentChange.deleted(old, by))
 
     def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
         docs = self.db.all(
@@ -120,15 +115,6 @@ def _current(db: sqlite3.Connection, tenant: str, name: str) -> Deployment:
     if row is None:
         raise no_deployment(name)
     return DEPLOYMENT.from_json(row[0])
-
-
-def _record(db: sqlite3.Connection, dep: Deployment, old: Deployment | None, note: dict[str, Any] | None = None) -> None:
-    """The change that stored `dep` over `old` (None: a create)."""
-    change = DeploymentChange(
-        dep.tenant, dep.name, dep.revision, dep.updated_at, dep.updated_by,
-        old.policy if old is not None else None, dep.policy, note,
-    )  # fmt: skip
-    _append(db, change)
 
 
 def _append(db: sqlite3.Connection, change: DeploymentChange) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.registry.codec import MODEL, VERSION
-from sluice.registry.refusals import no_model, no_version, no_versions, taken
+from sluice.registry.refusals import missing_version, no_model, no_version, no_versions, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ class SqliteModels(Part):
             tenant, model, int(version),
         )  # fmt: skip
         if doc is None:
-            self.get_model(tenant, model)
-            raise no_version(model, version)
+            raise missing_version(self, tenant, model, no_version(model, version))
         return VERSION.load(doc)
 
     def latest_version(self, tenant: str, model: str) -> ModelVersion:
@@ -67,8 +66,7 @@ class SqliteModels(Part):
             tenant, model,
         )  # fmt: skip
         if doc is None:
-            self.get_model(tenant, model)
-            raise no_versions(model)
+            raise missing_version(self, tenant, model, no_versions(model))
         return VERSION.load(doc)
 
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]:
