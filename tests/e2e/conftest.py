@@ -23,6 +23,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(url: str, proc: subprocess.Popen[Any], log: Path | None = None, *, exited: int | None = None, within_s: float = 90) -> None:
+    """Until `sluice serve` at `url` answers /healthz (or fail: it exited, saying `log`'s
+    text, or `within_s` passed). `exited`: an exit code that skips the test instead."""
+    deadline = time.monotonic() + within_s
+    while True:
+        code = proc.poll()
+        if exited is not None and code == exited:
+            pytest.skip(f"sluice serve exited {code}: {log.read_text(errors='replace') if log else ''}")
+        assert code is None, log.read_text(errors="replace") if log else f"sluice serve exited {code}"
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"sluice serve did not become healthy in {within_s:g} s"
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) -> Iterator[tuple[int, str]]:
     """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key). Its
@@ -34,18 +50,10 @@ def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) ->
         **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen},
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"sluice serve exited: {proc.stdout.read() if proc.stdout else ''}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("sluice serve did not become healthy in 60 s")
-            time.sleep(0.2)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}", proc, within_s=60)
+        except AssertionError:
+            pytest.fail(f"sluice serve did not become healthy: {proc.stdout.read() if proc.stdout and proc.poll() is not None else ''}")
         yield port, (home / "admin-key").read_text().strip()
     finally:
         proc.terminate()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_healthy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,14 +51,7 @@ def test_output_that_is_not_a_terminal_says_where_the_key_is_and_never_shows_it(
 
 
 def _wait_healthy(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, "sluice serve exited"
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return
-        assert time.monotonic() < deadline, "sluice serve did not become healthy in 60 s"
-        time.sleep(0.2)
+    wait_healthy(f"http://127.0.0.1:{port}", proc, within_s=60)
 
 
 def test_on_a_terminal_the_key_is_shown_once(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODELS, REPO
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_healthy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,19 +78,7 @@ def test_a_server_whose_disk_fills_up_answers_and_says_so(tmp_path: Path) -> Non
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            code = proc.poll()
-            if code == NO_MOUNT:
-                pytest.skip("a small filesystem cannot be mounted here")
-            assert code is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "sluice serve did not become healthy"
-            time.sleep(0.2)
+        wait_healthy(url, proc, log, exited=NO_MOUNT)  # NO_MOUNT: a small filesystem cannot be mounted here
         (tmp_path / "fill").touch()
         while not (tmp_path / "full").exists():
             assert proc.poll() is None, log.read_text()

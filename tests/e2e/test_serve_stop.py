@@ -20,7 +20,7 @@ import pytest
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import REPO
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_healthy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -63,16 +63,7 @@ def _start(home: Path, workers: int, started: list[subprocess.Popen[bytes]]) -> 
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
     started.append(proc)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        assert proc.poll() is None, (home.parent / "serve.log").read_text()
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "sluice serve did not become healthy"
-        time.sleep(0.2)
+    wait_healthy(url, proc, home.parent / "serve.log")
     return proc, url, {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
 
 

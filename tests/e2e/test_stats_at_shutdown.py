@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import TYPE_CHECKING
 
 import httpx
@@ -16,7 +15,7 @@ import pytest
 
 from sluice.registry.sqlite import SqliteRegistry
 from tests.conftest import REPO
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_healthy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,16 +42,7 @@ def test_the_counts_of_every_answered_request_are_written_at_sigterm(tmp_path: P
         )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "sluice serve did not become healthy"
-            time.sleep(0.2)
+        wait_healthy(url, proc, log)
         headers = {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
         for _ in range(N):  # a new connection each: both workers answer some
             r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
