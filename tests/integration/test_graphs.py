@@ -192,6 +192,9 @@ def test_every_example_policy_saves_and_answers(graphs: Container, acme: Princip
     import json
 
     graphs.deployments.create(acme, example.stem, json.loads(example.read_text()))
-    request = PredictionRequest(example.stem, ArrayInputs({"input": np.asarray(ROWS, np.float32)}))
+    inputs = {"input": np.asarray(ROWS, np.float32)}
+    if example.stem == "transform":  # raw fields: a length and a colour a row
+        inputs = {"length": np.asarray([5.1, 6.7], np.float32), "colour": np.asarray(["red", "teal"], dtype=object)}
+    request = PredictionRequest(example.stem, ArrayInputs(inputs))
     prediction = run(graphs.predictions.predict(acme, request))
     assert prediction.rows == len(ROWS)

@@ -27,6 +27,19 @@ def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
     unique_names([s.name for s in node.steps], f"{field}.steps")
     if node.steps[0].map is not None:
         raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
+    transforms = [i for i, s in enumerate(node.steps) if s.target.kind == "transform"]
+    if len(transforms) == len(node.steps):
+        raise InvalidRequest("a sequence runs at least one model: every step here is a transform", field=f"{field}.steps")
+    for i in transforms:
+        declares = node.steps[i].target.inputs is not None  # type: ignore[union-attr]
+        if i == 0 and not declares:
+            raise InvalidRequest("a transform that is the first step declares the inputs a caller sends", field=f"{field}.steps.0.target.inputs")
+        if i > 0 and declares:
+            raise InvalidRequest(
+                "only a first step declares inputs: a later transform takes the previous step's outputs", field=f"{field}.steps.{i}.target.inputs"
+            )
+        if i > 0 and node.steps[i].map is not None:
+            raise InvalidRequest("a transform takes every output of the previous step: it has no map", field=f"{field}.steps.{i}.map")
     steps = {s.name: i for i, s in enumerate(node.steps)}
     for i, exposed in enumerate(node.expose or ()):
         step, _, output = exposed.partition(".")
@@ -37,7 +50,7 @@ def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
             raise InvalidRequest(f"step '{step}' is the last: its outputs are the answer already", field=where)
         if exposed in (node.expose or ())[:i]:
             raise InvalidRequest(f"'{exposed}' is exposed twice", field=where)
-    return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
+    return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps) if s.target.kind != "transform"]
 
 
 def _switch(node: Switch, field: str) -> list[tuple[str, Node]]:

@@ -7,7 +7,8 @@
 - `ensemble` members called concurrently and aggregated;
 - `ref`      another deployment of the same tenant;
 - `sequence` steps run one after another, each one's outputs the next one's inputs;
-- `switch`   cases by conditions on the request (`domain.conditions`), and a default.
+- `switch`   cases by conditions on the request (`domain.conditions`), and a default;
+- `transform` declarative ops on a request's tensors, a step of a sequence (`domain.transforms`).
 
 The models are the schema: the API documents them (a discriminated union on `kind`) and
 validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
@@ -34,13 +35,15 @@ from sluice.domain.errors import InvalidRequest
 from sluice.domain.graphs import check_graph_node
 from sluice.domain.graphs import unique_names as _unique
 from sluice.domain.parts import Part as _Part
+from sluice.domain.transforms import OPS, Transform
 from sluice.domain.values import StrictVersionNumber
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform")
 MIN_STEPS, MAX_STEPS = 2, 15
+NOT_FIELDS = frozenset((*KINDS, *TAGS, *OPS))  # union tags pydantic puts in an error's location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-63 characters of a-z, 0-9, '.', '_' or '-'.")]
@@ -160,7 +163,8 @@ class Sequence(_Node):
         return [s.target for s in self.steps]
 
     def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        return self.steps[0].target.primary_single(resolve_ref)
+        first_model = next(s.target for s in self.steps if s.target.kind != "transform")  # a first transform has no version
+        return first_model.primary_single(resolve_ref)
 
 
 class Case(_Part):
@@ -197,11 +201,12 @@ Node = Annotated[
         Annotated[Ensemble, Tag("ensemble")],
         Annotated[Sequence, Tag("sequence")],
         Annotated[Switch, Tag("switch")],
+        Annotated[Transform, Tag("transform")],
     ],
     Discriminator(
         _kind,
         custom_error_type="policy_kind",
-        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence or switch",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch or transform",
     ),
 ]
 
@@ -214,7 +219,7 @@ NODE: TypeAdapter[Node] = TypeAdapter(Node)
 def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
     """A pydantic error location as the API names fields: union tags left out."""
     parts = [prefix] if prefix else []
-    parts += [str(p) for p in loc if p not in KINDS and p not in TAGS]
+    parts += [str(p) for p in loc if p not in NOT_FIELDS]
     return ".".join(parts)
 
 
@@ -257,11 +262,20 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
     elif isinstance(node, Sequence | Switch):
         for child_field, child in check_graph_node(node, field=field):
             check_tree(child, field=child_field, depth=depth + 1)
+    elif isinstance(node, Transform):
+        raise InvalidRequest("a transform runs as a step of a sequence (before or after a model)", field=field)
 
 
 def policy_dict(node: Node) -> dict[str, Any]:
     """The stored (JSON) form of a policy."""
     return NODE.dump_python(node, mode="json")
+
+
+def first_branch(node: Node) -> Node:
+    """The child whose version describes a node (not a sequence's leading transforms)."""
+    if isinstance(node, Sequence):
+        return next(s.target for s in node.steps if s.target.kind != "transform")
+    return node.children()[0]
 
 
 def walk(node: Node) -> list[Node]:

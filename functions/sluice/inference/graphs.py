@@ -26,9 +26,13 @@ from sluice.domain.graphs import DEFAULT_CASE
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
+from sluice.domain.transforms import Transform, answer_specs
 from sluice.routing.conditions import Facts, decide
+from sluice.routing.transforms import run_transform
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence as Sequence_
+
     from sluice.domain.policy import Node, Sequence, Step, Switch
     from sluice.inference.execution import Call, PolicyRunner
 
@@ -40,6 +44,8 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
     """The signature that describes what `node` takes: its first branch's version, down
     through references (as `PredictionService.resolve` finds it)."""
     for _ in range(MAX_REFS * MAX_DEPTH):
+        if isinstance(node, Transform):  # a sequence's first step: what it declares
+            return Signature(node.input_specs(), ())
         if node.kind == "single":
             version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
             if version is None:
@@ -57,37 +63,45 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     if call.outputs:
         wanted &= set(call.outputs)
     dep = call.deployment
-    answer: Answer | None = None
-    feed = arrays
+    answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
+    given, given_signature = arrays, None  # the previous step's outputs, and their signature
     last = len(node.steps) - 1
     for index, step in enumerate(node.steps):
-        if answer is not None:
-            feed = await _inputs_of(runner, node.steps[index - 1], step, answer, call)
-        # Only the last step answers with the outputs asked for; any step after the first has
-        # inputs nobody checked yet.
-        step_call = dataclasses.replace(call, outputs=call.outputs if index == last else None, checked=call.checked if index == 0 else None)
         stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
         started = time.perf_counter()
-        try:
-            async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
-                answer = await runner.run(step.target, step_call, feed, depth + 1)
-        except TimeoutError:
-            runner.stats.request(stat_key, 0.0, ok=False)
-            raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
-        except Accepted:
-            raise
-        except SluiceError as exc:
-            runner.stats.request(stat_key, 0.0, ok=False)
-            raise _named(exc, step.name, report) from None
-        ms = (time.perf_counter() - started) * 1000
-        runner.stats.request(stat_key, ms, ok=True)
-        report.append(_step_report(step.name, answer, ms))
+        if isinstance(step.target, Transform):
+            given_signature, given = _transform(step, index, given_signature, given, call.outputs if index == last else None)
+            ms = (time.perf_counter() - started) * 1000
+            runner.stats.request(stat_key, ms, ok=True)
+            report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
+            if answer is not None:
+                answer = _reshaped(answer, given_signature, given)
+        else:
+            feed = given if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+            # Only the last step answers with the outputs asked for; any step after the first has
+            # inputs nobody checked yet.
+            step_call = dataclasses.replace(call, outputs=call.outputs if index == last else None, checked=call.checked if index == 0 else None)
+            try:
+                async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
+                    answer = await runner.run(step.target, step_call, feed, depth + 1)
+            except TimeoutError:
+                runner.stats.request(stat_key, 0.0, ok=False)
+                raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
+            except Accepted:
+                raise
+            except SluiceError as exc:
+                runner.stats.request(stat_key, 0.0, ok=False)
+                raise _named(exc, step.name, report) from None
+            ms = (time.perf_counter() - started) * 1000
+            runner.stats.request(stat_key, ms, ok=True)
+            report.append(_step_report(step.name, answer, ms))
+            given, given_signature = answer.result.outputs, answer.signature
         for name in sorted(wanted):
             if name.startswith(f"{step.name}.") and index != last:
                 output = name[len(step.name) + 1 :]
-                if output in answer.result.outputs:
-                    exposed[name] = (answer.result.outputs[output], answer.signature.output(output))
-    assert answer is not None
+                if output in given:
+                    exposed[name] = (given[output], given_signature.output(output) if given_signature else None)
+    assert answer is not None  # a sequence runs at least one model (checked when parsed)
     if not exposed:
         return dataclasses.replace(answer, steps=report)
     outputs = {**answer.result.outputs, **{name: array for name, (array, _) in exposed.items()}}
@@ -97,10 +111,37 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     return dataclasses.replace(answer, signature=signature, result=result, steps=report)
 
 
-async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, answer: Answer, call: Call) -> dict[str, np.ndarray]:
+def _transform(
+    step: Step, index: int, signature: Signature | None, given: dict[str, np.ndarray], wanted: Sequence_[str] | None
+) -> tuple[Signature, dict[str, np.ndarray]]:
+    """A transform step's signature and outputs: it takes what it declares (a first step) or
+    the previous step's outputs."""
+    node: Transform = step.target  # type: ignore[assignment]
+    takes = node.input_specs() if index == 0 or signature is None else signature.outputs
+    columns: dict[int, list[int]] = {}
+    try:
+        specs = answer_specs(node, takes, field="policy", columns=columns)
+        outputs = run_transform(node, given, columns)
+    except SluiceError as exc:
+        raise _named(exc, step.name, []) from None
+    if wanted:
+        outputs = {k: v for k, v in outputs.items() if k in wanted}
+        specs = tuple(s for s in specs if s.name in outputs)
+    inputs = node.input_specs() if index == 0 or signature is None else signature.inputs
+    return Signature(inputs, specs, signature.metadata if signature else {}), outputs
+
+
+def _reshaped(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> Answer:
+    """A model's answer as a transform after it left it."""
+    result = answer.result
+    classes = {k: v for k, v in result.classes.items() if k in outputs}
+    maps = {k: v for k, v in result.maps.items() if k in outputs and outputs[k] is result.outputs.get(k)}
+    return dataclasses.replace(answer, signature=signature, result=InferenceResult(outputs, classes, maps))
+
+
+async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call) -> dict[str, np.ndarray]:
     """The step's inputs: the previous step's outputs of the same names, or those its map names."""
     signature = await input_signature(runner, step.target, call.tenant)
-    given = answer.result.outputs
     feed: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
         source = (step.map or {}).get(spec.name, spec.name)
@@ -213,13 +254,19 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
         if node.kind == "single":
             return None
         if isinstance(node, Sequence):
-            last = node.steps[-1].target
-            signature = await answer_signature(runner, last, tenant) or await input_signature(runner, last, tenant)
+            flow: list[Signature] = []
+            for i, step in enumerate(node.steps):
+                target = step.target
+                if isinstance(target, Transform):
+                    takes = target.input_specs() if i == 0 else flow[-1].outputs
+                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, answer_specs(target, takes)))
+                else:
+                    flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
+            signature = flow[-1]
             specs = []
             for exposed in node.expose or ():
-                step, _, output = exposed.partition(".")
-                target = next(s.target for s in node.steps if s.name == step)
-                found = (await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant)).output(output)
+                step_name, _, output = exposed.partition(".")
+                found = flow[next(i for i, s in enumerate(node.steps) if s.name == step_name)].output(output)
                 if found is not None:
                     specs.append(dataclasses.replace(found, name=exposed, role="value"))
             return Signature(signature.inputs, (*signature.outputs, *specs), signature.metadata) if specs else signature

@@ -29,12 +29,13 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, parse_policy, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, parse_policy, walk
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved
+from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
-from sluice.inference.graphs import answer_signature
+from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from sluice.domain.policy import Node
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.results import Answer
-    from sluice.domain.signature import Signature
     from sluice.inference.mirror import Mirror
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.uploads import UploadService
@@ -272,6 +272,9 @@ class PredictionService:
             answering = await self.version_of(tenant, first.model, first.version)  # type: ignore[union-attr]
         if node.kind == "single":
             return Resolved(dep, node, answering)
+        takes = await input_signature(self.runner, node, tenant)
+        if takes.inputs != answering.signature.inputs:  # a leading transform: the caller sends what it declares
+            answering = dataclasses.replace(answering, signature=Signature(takes.inputs, answering.signature.outputs, answering.signature.metadata))
         return Resolved(dep, node, answering, await answer_signature(self.runner, node, tenant))
 
     async def _primary(self, tenant: str, node: Node) -> Single:
@@ -281,7 +284,7 @@ class PredictionService:
         for _ in range(MAX_REF_DEPTH * MAX_DEPTH):
             if node.kind == "single":
                 return node  # type: ignore[return-value]
-            node = await self.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
+            node = await self.node_of(tenant, node.deployment) if node.kind == "ref" else first_branch(node)
         raise Unavailable("deployment references nest too deep to find a model version", field="deployment")
 
     def forget(self, tenant: str, name: str) -> None:

@@ -32,10 +32,12 @@ from sluice.domain.policy import (
     walk,
 )
 from sluice.domain.rollouts import paused_by_change
+from sluice.domain.signature import Signature
+from sluice.domain.transforms import Transform
 from sluice.registry.guards import MAX_REFS_READ
 from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
-from sluice.services.graph_checks import GraphChecks
+from sluice.services.graph_checks import GraphChecks, leading_transform
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic
 
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
 
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.policy import Node
-    from sluice.domain.signature import Signature
     from sluice.registry import Registry
     from sluice.stats.recorder import StatsRecorder
 
@@ -168,9 +169,13 @@ class DeploymentService:
 
     def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
         def signature_of(node: Node) -> Signature:
+            if isinstance(node, Transform):  # a sequence's step: what it declares (a later one takes what comes)
+                return Signature(node.input_specs(), ())
             first = primary_single(node, resolve)
             assert first is not None
-            return require_found(self.registry.get_version, tenant, first.model, first.version, field="policy").signature
+            signature = require_found(self.registry.get_version, tenant, first.model, first.version, field="policy").signature
+            leading = leading_transform(node, resolve)
+            return signature if leading is None else Signature(leading.input_specs(), signature.outputs, signature.metadata)
 
         return signature_of
 

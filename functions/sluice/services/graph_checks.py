@@ -4,6 +4,8 @@ policy is saved (`DeploymentService`): each a 422 naming the field of the policy
 - a sequence's step takes every input from the previous step's answer, an output of the same
   name or the one its `map` names, of the same datatype and a shape that fits; what it
   `expose`s is an output of that step;
+- a transform step derives what it gives from what it takes (its declared inputs, or the
+  previous step's outputs), each op checked on the way (`domain.transforms.answer_specs`);
 - a switch's cases and default take the switch's inputs; a condition on an input names one it
   has (a column within it, or one of its feature names) and compares it with a value of its
   type; a switch that decides row by row has cases that answer the same outputs (their rows
@@ -17,13 +19,15 @@ from typing import TYPE_CHECKING
 from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
+from sluice.domain.signature import Signature
+from sluice.domain.transforms import Transform, answer_specs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain.conditions import Compare
     from sluice.domain.policy import Node
-    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.domain.signature import TensorSpec
 
 MAX_HOPS = 64
 
@@ -47,6 +51,21 @@ def fields_of(node: Node, field: str = "policy") -> list[tuple[str, Node]]:
     return out
 
 
+def leading_transform(node: Node, resolve: Callable[[str], Node]) -> Transform | None:
+    """The transform a node's first branch starts with (a sequence's first step), whose
+    declared inputs are what a caller sends; None when it starts with a model."""
+    for _ in range(MAX_HOPS):
+        if isinstance(node, Transform):
+            return node
+        if isinstance(node, Ref):
+            node = resolve(node.deployment)
+        elif node.kind == "single":
+            return None
+        else:
+            node = node.children()[0]
+    return None
+
+
 class GraphChecks:
     """`takes(node)`: the signature of the version whose inputs the node takes (its first
     branch's); `resolve(name)`: a referenced deployment's policy."""
@@ -60,17 +79,16 @@ class GraphChecks:
         exposes), else its first branch's."""
         from dataclasses import replace
 
-        from sluice.domain.signature import Signature
-
         for _ in range(MAX_HOPS):
             if isinstance(node, Ref):
                 node = self.resolve(node.deployment)
             elif isinstance(node, Sequence):
-                last = self.answers(node.steps[-1].target)
+                flow = self.flow(node)
+                last = flow[-1]
                 specs = []
                 for exposed in node.expose or ():
                     step, _, output = exposed.partition(".")
-                    found = self.answers(next(s.target for s in node.steps if s.name == step)).output(output)
+                    found = flow[next(i for i, s in enumerate(node.steps) if s.name == step)].output(output)
                     if found is not None:
                         specs.append(replace(found, name=exposed, role="value"))
                 return Signature(last.inputs, (*last.outputs, *specs), last.metadata)
@@ -80,17 +98,33 @@ class GraphChecks:
                 node = node.children()[0]
         return self.takes(node)
 
+    def flow(self, node: Sequence, field: str = "policy") -> list[Signature]:
+        """What each step of a sequence answers, in order; a transform's derived (and checked)."""
+        flow: list[Signature] = []
+        for i, step in enumerate(node.steps):
+            target = step.target
+            if isinstance(target, Transform):
+                takes = target.input_specs() if i == 0 else flow[-1].outputs
+                gives = answer_specs(target, takes, field=f"{field}.steps.{i}.target")
+                flow.append(Signature(takes if i == 0 else flow[-1].inputs, gives))
+            else:
+                flow.append(self.answers(target))
+        return flow
+
     def check(self, root: Node) -> None:
-        for field, node in fields_of(root):
+        for field, node in reversed(fields_of(root)):  # inner nodes first: a refusal names the innermost field
             if isinstance(node, Sequence):
                 self._sequence(node, field)
             elif isinstance(node, Switch):
                 self._switch(node, field)
 
     def _sequence(self, node: Sequence, field: str) -> None:
+        flow = self.flow(node, field)
         for i in range(1, len(node.steps)):
             before, step = node.steps[i - 1], node.steps[i]
-            gives, takes = self.answers(before.target), self.takes(step.target)
+            if isinstance(step.target, Transform):
+                continue  # it takes every output of the previous step (checked in the flow)
+            gives, takes = flow[i - 1], self.takes(step.target)
             where = f"{field}.steps.{i}"
             mapping = step.map or {}
             for name in mapping:
@@ -115,8 +149,7 @@ class GraphChecks:
                     )
         for j, exposed in enumerate(node.expose or ()):
             step_name, _, output = exposed.partition(".")
-            target = next(s.target for s in node.steps if s.name == step_name)
-            gives = self.answers(target)
+            gives = flow[next(i for i, s in enumerate(node.steps) if s.name == step_name)]
             if gives.output(output) is None:
                 raise Unprocessable(
                     f"step '{step_name}' gives no output '{output}'; it gives {[s.name for s in gives.outputs]}", field=f"{field}.expose.{j}"

@@ -1,0 +1,119 @@
+"""Transform steps end to end: `examples/policies/transform.json` (raw fields scaled and
+encoded, a model, its score turned into a label) on the demo container and a small ONNX model,
+through simple JSON and the Open Inference Protocol, against NumPy and ONNX Runtime by hand;
+and the refusals a policy gets when saved, each naming the field at fault."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from tests.conftest import REPO
+from tests.integration.conftest import api_keys, auth
+from tests.models import score_model
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+EXAMPLE = json.loads((REPO / "examples" / "policies" / "transform.json").read_text())
+LENGTHS = [5.1, 6.0, 7.0, 4.4]
+COLOURS = ["red", "blue", "purple", "green"]
+
+
+@pytest.fixture
+def http(demo: Container, acme: Principal) -> tuple[TestClient, dict[str, str]]:
+    demo.models.push(acme, "score", score_model())
+    demo.deployments.create(acme, "labelled", EXAMPLE)
+    return TestClient(create_app(demo)), auth(api_keys(demo)["acme"])
+
+
+def by_hand(lengths: list[float], colours: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The example's work in NumPy and one ONNX Runtime call."""
+    length = np.nan_to_num(np.asarray(lengths, np.float32), nan=5.8)
+    length = (length - np.float32(5.8)) / np.float32(0.8)
+    vocabulary = ["red", "green", "blue"]
+    code = np.asarray([vocabulary.index(c) if c in vocabulary else -1 for c in colours], np.float32)
+    session = ort.InferenceSession(score_model(), providers=["CPUExecutionProvider"])
+    (score,) = session.run(None, {"embedding": np.stack([length, code], axis=1)})
+    probability = 1 / (1 + np.exp(-1.5 * score[:, 0]))
+    return probability, ["yes" if p >= 0.5 else "no" for p in probability]
+
+
+def test_raw_fields_are_scaled_encoded_scored_and_labelled_in_simple_json(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    rows = [{"length": x, "colour": c} for x, c in zip(LENGTHS, COLOURS, strict=True)]
+    r = client.post("/api/v1/predictions", json={"deployment": "labelled", "batch": rows}, headers=headers)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    probability, labels = by_hand(LENGTHS, COLOURS)
+    assert [p["prediction"] for p in body["predictions"]] == labels  # the label the last transform made
+    assert [p["probabilities"]["0"] for p in body["predictions"]] == pytest.approx(probability.tolist(), rel=1e-5)
+    assert [s["name"] for s in body["steps"]] == ["features", "score", "label"]
+    assert body["steps"][0]["kind"] == "transform" and (body["steps"][1]["model"], body["steps"][1]["version"]) == ("score", 1)
+
+
+def test_the_same_graph_through_the_open_inference_protocol(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    meta = client.get("/v2/models/labelled", headers=headers).json()
+    assert [(i["name"], i["datatype"]) for i in meta["inputs"]] == [("length", "FP32"), ("colour", "BYTES")]  # the transform's
+    assert "label" in [o["name"] for o in meta["outputs"]]
+    lengths = [5.1, 7.0, 4.4]
+    body = {
+        "inputs": [
+            {"name": "length", "datatype": "FP32", "shape": [3], "data": lengths},
+            {"name": "colour", "datatype": "BYTES", "shape": [3], "data": ["red", "purple", "green"]},
+        ],
+        "outputs": [{"name": "label"}],
+    }
+    r = client.post("/v2/models/labelled/infer", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    outputs = {o["name"]: o for o in r.json()["outputs"]}
+    assert list(outputs) == ["label"]
+    assert outputs["label"]["data"] == by_hand(lengths, ["red", "purple", "green"])[1]
+
+
+def _with(policy: dict[str, Any], step: int, **target: Any) -> dict[str, Any]:
+    steps = [dict(s) for s in policy["steps"]]
+    steps[step] = {**steps[step], "target": {**steps[step]["target"], **target}}
+    return {**policy, "steps": steps}
+
+
+FEATURE_OPS = EXAMPLE["steps"][0]["target"]["ops"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "words"),
+    [
+        (_with(EXAMPLE, 0, ops=[*FEATURE_OPS[:3], {"op": "concat", "inputs": ["length"], "output": "embedding"}]), "policy.steps.1", "does not fit"),
+        (_with(EXAMPLE, 0, ops=[{"op": "standardize", "input": "length", "mean": [1, 2], "std": 1}]), "policy.steps.0.target.ops.0.mean", "2 values"),
+        (_with(EXAMPLE, 0, ops=[{"op": "log1p", "input": "colour"}]), "policy.steps.0.target.ops.0.input", "holds BYTES"),
+        (_with(EXAMPLE, 0, ops=[{"op": "one_hot", "input": "colour", "vocabulary": [1, 2]}]), "policy.steps.0.target.ops.0.vocabulary", "vocabulary"),
+        (_with(EXAMPLE, 2, ops=[{"op": "argmax", "input": "score", "labels": ["a", "b"]}]), "policy.steps.2.target.ops.0.labels", "2 labels"),
+        (_with(EXAMPLE, 2, ops=[{"op": "platt", "input": "nothing", "a": 1, "b": 0}]), "policy.steps.2.target.ops.0.input", "no tensor 'nothing'"),
+        (_with(EXAMPLE, 0, inputs=None), "policy.steps.0.target.inputs", "declares the inputs"),
+        (_with(EXAMPLE, 0, ops=[{"op": "clip", "input": "length"}]), "policy.steps.0.target.ops.0", "min, max or both"),
+    ],
+)
+def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestClient, dict[str, str]], policy: dict[str, Any], field: str, words: str) -> None:
+    client, headers = http
+    if policy["steps"][0]["target"].get("inputs", 1) is None:
+        del policy["steps"][0]["target"]["inputs"]
+    r = client.post("/api/v1/deployments", json={"name": "bad", "policy": policy}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field, r.text
+    assert words in r.json()["error"], r.text
+
+
+def test_a_transform_alone_is_refused_naming_where_it_may_go(http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    alone = {**EXAMPLE["steps"][0]["target"]}
+    r = client.post("/api/v1/deployments", json={"name": "alone", "policy": alone}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert (r.json()["field"], "step of a sequence" in r.json()["error"]) == ("policy", True)

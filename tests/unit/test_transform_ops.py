@@ -1,0 +1,113 @@
+"""Each transform op against NumPy written by hand, and a row's answer the same alone as among
+other rows (one code path for one row and for many)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.domain.errors import InvalidRequest, Unprocessable
+from sluice.domain.policy import parse_policy
+from sluice.domain.signature import TensorSpec
+from sluice.domain.transforms import Transform, answer_specs
+from sluice.routing.transforms import run_transform, stable_bucket
+
+X = TensorSpec("x", "FP32", (-1, 3), feature_names=("a", "b", "c"))
+S = TensorSpec("s", "BYTES", (-1,))
+N = TensorSpec("n", "INT64", (-1, 1))
+SPECS = (X, S, N)
+VOCAB = ["red", "green", "blue"]
+
+
+def run(ops: list[dict[str, Any]], arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, TensorSpec]]:
+    node = Transform.model_validate({"kind": "transform", "ops": ops})
+    columns: dict[int, list[int]] = {}
+    specs = answer_specs(node, SPECS, columns=columns)
+    return run_transform(node, arrays, columns), {s.name: s for s in specs}
+
+
+def rows(x: np.ndarray) -> dict[str, np.ndarray]:
+    n = x.shape[0]
+    return {"x": x, "s": np.array([VOCAB[i % 3] if i % 4 else "other" for i in range(n)], dtype=object), "n": np.arange(n, dtype=np.int64).reshape(-1, 1) * 7}
+
+
+with_nan = st.one_of(st.floats(-1e3, 1e3, width=32), st.just(float("nan")))
+CASES: list[tuple[list[dict[str, Any]], str, Any]] = [
+    ([{"op": "select", "input": "x", "columns": ["c", 0], "output": "y"}], "y", lambda a: a["x"][:, [2, 0]]),
+    ([{"op": "fill", "input": "x", "value": 0.5}], "x", lambda a: np.nan_to_num(a["x"], nan=0.5)),
+    ([{"op": "standardize", "input": "x", "mean": [1, 2, 3], "std": 2}], "x", lambda a: (a["x"] - np.float32([1, 2, 3])) / np.float32(2)),
+    ([{"op": "min_max", "input": "x", "min": -5, "max": 5}], "x", lambda a: (a["x"] + np.float32(5)) / np.float32(10)),
+    ([{"op": "clip", "input": "x", "min": -1, "max": 1}], "x", lambda a: np.clip(a["x"], -1, 1)),
+    ([{"op": "bucketize", "input": "x", "boundaries": [-10, 0, 10]}], "x", lambda a: np.digitize(a["x"], [-10, 0, 10])),
+    ([{"op": "one_hot", "input": "s", "vocabulary": VOCAB, "unknown": "column", "output": "o"}], "o",
+     lambda a: np.array([[float(v == w) for w in VOCAB] + [float(v not in VOCAB)] for v in a["s"]], np.float32).reshape(-1, 4)),
+    ([{"op": "ordinal", "input": "s", "vocabulary": VOCAB, "output": "o"}], "o",
+     lambda a: np.array([VOCAB.index(v) if v in VOCAB else -1 for v in a["s"]], np.float32).reshape(-1, 1)),
+    ([{"op": "hash", "input": "n", "buckets": 13, "output": "h"}], "h", lambda a: np.array([[stable_bucket(int(v), 13)] for v in a["n"][:, 0]], np.int64).reshape(-1, 1)),
+    ([{"op": "concat", "inputs": ["x", "n"], "output": "z"}], "z", lambda a: np.concatenate([a["x"], a["n"].astype(np.float32)], axis=1)),
+    ([{"op": "softmax", "input": "x"}], "x", lambda a: np.exp(a["x"] - a["x"].max(1, keepdims=True)) / np.exp(a["x"] - a["x"].max(1, keepdims=True)).sum(1, keepdims=True)),
+    ([{"op": "argmax", "input": "x", "labels": ["a", "b", "c"], "output": "l"}], "l", lambda a: np.array(["a", "b", "c"], dtype=object)[np.argmax(a["x"], 1)]),
+    ([{"op": "platt", "input": "x", "a": 2, "b": -1}], "x", lambda a: 1 / (1 + np.exp(-(2 * a["x"] - 1)))),
+    ([{"op": "top_k", "input": "x", "k": 2, "indices": "i"}], "x", lambda a: -np.sort(-a["x"], axis=1)[:, :2]),
+]
+
+
+@pytest.mark.parametrize(("ops", "name", "reference"), CASES, ids=[c[0][0]["op"] for c in CASES])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_an_op_matches_numpy_and_a_row_alone_gets_its_answer_among_others(ops: list[dict[str, Any]], name: str, reference: Any, data: Any) -> None:
+    n = data.draw(st.integers(1, 12))
+    finite = ops[0]["op"] not in ("fill",)
+    values = data.draw(st.lists(st.floats(-50, 50, width=32) if finite else with_nan, min_size=3 * n, max_size=3 * n))
+    arrays = rows(np.asarray(values, np.float32).reshape(n, 3))
+    out, specs = run(ops, arrays)
+    expected = reference(arrays)
+    if out[name].dtype == object:
+        assert out[name].tolist() == expected.tolist()
+    else:
+        np.testing.assert_allclose(out[name], expected, rtol=1e-5, atol=1e-6)
+    assert out[name].shape[1:] == tuple(d for d in specs[name].shape[1:])  # the derived signature holds
+    for i in range(n):
+        alone, _ = run(ops, {k: v[i : i + 1] for k, v in arrays.items()})
+        assert alone[name].tolist() == out[name][i : i + 1].tolist()
+
+
+def test_the_hash_is_stable_across_processes() -> None:
+    assert [stable_bucket("red", 1000), stable_bucket(42, 1000)] == [stable_bucket("red", 1000), stable_bucket(42, 1000)]
+    assert stable_bucket("red", 2**31) == int.from_bytes(__import__("hashlib").blake2b(b"red", digest_size=8).digest(), "little") % 2**31
+
+
+def test_threshold_labels_a_score() -> None:
+    out, specs = run([{"op": "threshold", "input": "n", "cutoff": 7, "labels": ["low", "high"], "output": "l"}], {"n": np.array([[0], [7], [14]])})
+    assert out["l"].tolist() == ["low", "high", "high"] and specs["l"].role == "label"
+
+
+@pytest.mark.parametrize(
+    ("ops", "field"),
+    [
+        ([{"op": "select", "input": "x", "columns": ["zz"]}], "policy.ops.0.columns.0"),
+        ([{"op": "select", "input": "x", "columns": [3]}], "policy.ops.0.columns.0"),
+        ([{"op": "standardize", "input": "x", "mean": [1, 2], "std": 1}], "policy.ops.0.mean"),
+        ([{"op": "one_hot", "input": "x", "vocabulary": [1]}], "policy.ops.0.input"),
+        ([{"op": "ordinal", "input": "s", "vocabulary": [1, 2]}], "policy.ops.0.vocabulary"),
+        ([{"op": "top_k", "input": "x", "k": 4, "indices": "i"}], "policy.ops.0.k"),
+        ([{"op": "keep", "names": ["x", "nope"]}], "policy.ops.0.names"),
+        ([{"op": "rename", "input": "x", "output": "y"}, {"op": "log1p", "input": "x"}], "policy.ops.1.input"),
+    ],
+)
+def test_an_op_that_does_not_fit_its_input_names_its_field(ops: list[dict[str, Any]], field: str) -> None:
+    with pytest.raises(Unprocessable) as caught:
+        answer_specs(Transform.model_validate({"kind": "transform", "ops": ops}), SPECS)
+    assert caught.value.field == field
+
+
+def test_bad_parameters_are_refused_when_parsed_naming_the_field() -> None:
+    first = {"kind": "transform", "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 2]}], "ops": [{"op": "bucketize", "input": "x", "boundaries": [2, 1]}]}
+    policy = {"kind": "sequence", "steps": [{"name": "t", "target": first}, {"name": "m", "target": {"model": "m", "version": 1}}]}
+    with pytest.raises(InvalidRequest) as caught:
+        parse_policy(policy)
+    assert caught.value.field == "policy.steps.0.target.ops.0" and "boundaries must increase" in caught.value.message
