@@ -212,3 +212,29 @@ def test_no_connection_is_reset_by_a_burst(service: tuple[str, dict[str, str], G
         runtime.gate.set()
         statuses = [f.result() for f in futures]  # a reset would raise here
     assert statuses.count(200) == LIMIT and statuses.count(503) == 64 - LIMIT
+
+
+def test_a_slot_is_free_once_the_answer_is_sent_before_the_statistics_are_written(service: tuple[str, dict[str, str], GatedRuntime], demo: Container) -> None:
+    """A client that sends its next request as soon as it has an answer is never refused by the
+    slot its last request held while that request's statistics were still being written."""
+    base, keys, runtime = service
+    demo.settings.admission.max_predictions_in_flight = 1  # read on the first request: none yet
+    runtime.gate.set()
+    writing, release = threading.Event(), threading.Event()
+    service_ = demo.predictions
+    service_.stats.due = lambda: True  # type: ignore[method-assign]
+
+    def slow_flush() -> None:  # the response's background task, after the answer went out
+        writing.set()
+        release.wait(30)
+
+    service_.flush_stats_if_due = slow_flush  # type: ignore[method-assign]
+    try:
+        with httpx.Client(timeout=30) as client:
+            first = client.post(f"{base}/api/v1/predictions", json={"deployment": "slow", "inputs": [ROW]}, headers=auth(keys["acme"]))
+            assert first.status_code == 200
+            assert writing.wait(30)
+            second = _simple(base, keys["acme"])  # on a connection of its own: the first one's task is still running
+            assert second.status_code == 200, second.text
+    finally:
+        release.set()

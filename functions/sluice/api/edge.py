@@ -214,17 +214,31 @@ class Edge:
                 await error_response(exc, scope["path"])(scope, receive, send)
                 return
         token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
+        released = admission is None
         try:
             if found is not None:
                 route, params = found
                 response = await self._answer(route, params, container, principal, scope, headers, receive)
-                await response(scope, receive, send)
+                if not released:
+
+                    async def sending(message: Message) -> None:
+                        nonlocal released
+                        await send(message)
+                        if message["type"] == "http.response.body" and not message.get("more_body") and not released:
+                            # Answered: the slot is free before the response's background task
+                            # (statistics), as the client, free too, may send its next request.
+                            released = True
+                            admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
+
+                    await response(scope, receive, sending)
+                else:
+                    await response(scope, receive, send)
                 return
             await self.app(scope, receive, send)
         finally:
             unbind_tenant(token)
-            if admission is not None:
-                admission.leave(principal, prediction=prediction)
+            if not released:
+                admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
 
     async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),
