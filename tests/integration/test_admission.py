@@ -238,3 +238,11 @@ def test_a_slot_is_free_once_the_answer_is_sent_before_the_statistics_are_writte
             assert second.status_code == 200, second.text
     finally:
         release.set()
+
+
+def test_a_worker_of_sluice_serve_builds_its_routes_before_its_first_request() -> None:
+    """Else the first request that is not a prediction (a load balancer's health check)
+    builds them on the worker's event loop, holding up every request in flight there."""
+    from sluice.cli.serve import served_app
+
+    assert served_app()._routed

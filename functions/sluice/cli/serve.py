@@ -153,6 +153,9 @@ def served_app() -> SluiceApp:
     from sluice.api.app import create_app
 
     app = create_app()
+    # Built now, before the worker takes a request: else the first request that is not a
+    # prediction (a health check, say) builds forty routes on the event loop, under load too.
+    app.prepare()
     inner = app.router.lifespan_context
 
     @asynccontextmanager
