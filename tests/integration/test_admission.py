@@ -27,7 +27,9 @@ from websockets.sync.client import connect
 
 from sluice.api.app import create_app
 from sluice.domain.results import InferenceResult
+from sluice.metrics import PrometheusMetrics
 from tests.integration.conftest import api_keys, auth
+from tests.integration.test_metrics import value
 from tests.integration.traffic_fakes import add_fake
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ def service(demo: Container, acme: Principal, globex: Principal) -> Iterator[tup
     demo.deployments.create(acme, "slow", {"kind": "single", "model": "slow", "version": 1})
     demo.deployments.create(globex, "slow", {"kind": "single", "model": "slow", "version": 1})
     demo.deployments.create(globex, "quick", {"kind": "single", "model": "quick", "version": 1})
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]  # as `sluice serve` turns it on
     admission = demo.settings.admission
     admission.max_predictions_in_flight, admission.tenant_share, admission.max_in_flight_per_key = LIMIT, 0.5, 0
     keys = api_keys(demo)
@@ -142,7 +145,9 @@ def test_a_full_worker_answers_503_at_once_and_still_answers_health_and_metrics(
         assert httpx.get(f"{base}/readyz").status_code == 200
         assert httpx.get(f"{base}/v2/health/ready").status_code == 200
         assert httpx.get(f"{base}/api/v1/deployments", headers=auth(key)).status_code == 200
-        assert httpx.get(f"{base}/metrics", headers=auth(key)).status_code in (200, 404)  # 404: prometheus-client not installed
+        metrics = httpx.get(f"{base}/metrics", headers=auth(key))
+        assert metrics.status_code == 200
+        assert value(metrics.text, "ml_inference_refused_total", tenant="acme", code="overloaded") == 2 * LIMIT  # what to alarm on
         runtime.gate.set()
         answered = [f.result() for f in futures if f.result() not in refused]
     assert len(answered) == LIMIT and all(r.status_code == 200 for r in answered), [r.text for r in answered]

@@ -14,6 +14,7 @@ from sluice.domain.errors import Overloaded, RateLimited, TenantOverloaded, TooM
 from sluice.observability import Telemetry
 from sluice.services.admission import CONTENDED_S, Admission, Capacity, InFlight
 from sluice.settings import Settings
+from tests.unit.test_telemetry import lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -143,3 +144,14 @@ def test_admission_counts_a_key_and_a_prediction_together_and_takes_nothing_when
     with admission.held(other):
         assert admission.capacity.count() == 1  # type: ignore[union-attr]
     assert telemetry.refusals == {"overloaded": 1, "too_many_in_flight": 1}
+
+
+def test_refusals_are_logged_at_most_once_in_a_while_with_their_counts(caplog: pytest.LogCaptureFixture) -> None:
+    """A line per refusal would add to the load that caused them."""
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=False)
+    for code in ("overloaded", "overloaded", "tenant_overloaded"):
+        telemetry.refused(tenant="acme", code=code)
+    (line,) = lines(caplog)
+    assert (line["message"], line["refused"], line["level"]) == ("requests refused by admission", {"overloaded": 1}, "WARNING")
+    assert telemetry.refusals == {"overloaded": 2, "tenant_overloaded": 1}
