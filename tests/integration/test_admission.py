@@ -3,7 +3,8 @@ takes `SLUICE_MAX_PREDICTIONS_IN_FLIGHT` predictions at once and answers the res
 503, Retry-After and the error body (`overloaded`), through the simple JSON route, the v2 route
 and a WebSocket message alike, while health, readiness and metrics still answer; a tenant past
 its share gets 429 (`tenant_overloaded`) while another tenant is still served; the slots come
-back when the answers go out.
+back when the answers go out. And what a burst leaves behind: `sluice serve`'s workers build
+their routes before their first request, and give large freed blocks back to the system.
 
 The backend is made slow by a gate: the admitted predictions wait on it until the test opens it,
 so which requests are admitted does not depend on the machine's speed."""
@@ -13,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -28,6 +31,7 @@ from websockets.sync.client import connect
 from sluice.api.app import create_app
 from sluice.domain.results import InferenceResult
 from sluice.metrics import PrometheusMetrics
+from tests.conftest import REPO
 from tests.integration.conftest import api_keys, auth
 from tests.integration.test_metrics import value
 from tests.integration.traffic_fakes import add_fake
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 LIMIT = 4
+FUNCTIONS = REPO / "functions"
 ROW = [0.1, 0.2, 0.3, 0.4]
 
 
@@ -251,3 +256,34 @@ def test_a_worker_of_sluice_serve_builds_its_routes_before_its_first_request() -
     from sluice.cli.serve import served_app
 
     assert served_app()._routed
+
+
+BURST = """
+import sys
+from sluice.cli.malloc import return_large_blocks
+if sys.argv[1] == "on":
+    assert return_large_blocks()
+def rss():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+before = rss()
+large, small = [], []
+for i in range(400):  # a burst's large blocks (bodies, answers), small ones still held between them
+    large.append(bytes(100 * 1024) + bytes([i % 256]))
+    small.append(bytes(600) + bytes([i % 256]))
+del large
+print(rss() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's resident memory from /proc")
+def test_large_blocks_freed_after_a_burst_go_back_to_the_system() -> None:
+    import subprocess
+    import sys
+
+    def kept_kib(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", BURST, mode], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(FUNCTIONS)})
+        return int(done.stdout)
+
+    if not kept_kib("off") > 10 * 1024:
+        pytest.skip("this allocator gives freed blocks back by itself")
+    assert kept_kib("on") < 2 * 1024  # of the 40 MB the burst took
