@@ -20,7 +20,9 @@ Figures: the share answered 2xx, the share refused (429/503, each with Retry-Aft
 error body), p99 of the refusals and of the answered, both from the moment the request was
 sent on its connection (the server's own time) and from its scheduled time (what an open-loop
 client sees, its wait for a free connection of its pool included), the health probe's p99, the workers' memory after / before (goal <= 1.2x), connection resets (goal
-0) and client timeouts. Every figure depends on the cores the server had: 2 here, shared with
+0), requests sent and not answered within `TIMEOUT_S`, and requests never sent because every
+connection of the pool stayed busy that long (the pool carries `POOL` / latency requests a
+second: an open loop past that queues in the client). Every figure depends on the cores the server had: 2 here, shared with
 the load generators and, on a shared machine, with whatever else ran.
 """
 
@@ -160,7 +162,8 @@ def run(quick: bool) -> dict[str, Any]:
         figure("burst.memory", "workers' memory after the burst / before", "MB", "after", [after],
                reference="before", ref_values=[before], goal=GOAL_MEMORY),
         figure("burst.resets", f"burst at {FACTOR}x: connections reset (goal 0)", "count", "sluice serve", [result["resets"]]),
-        figure("burst.timeouts", f"burst at {FACTOR}x: client timeouts ({TIMEOUT_S:g} s)", "count", "sluice serve", [result["timeouts"]]),
+        figure("burst.timeouts", f"burst at {FACTOR}x: sent, no answer within {TIMEOUT_S:g} s", "count", "sluice serve", [result["timeouts"]]),
+        figure("burst.unsent", f"burst at {FACTOR}x: never sent, the pool busy for {TIMEOUT_S:g} s", "count", "sluice serve", [result["unsent"]]),
     ]
     notes = [
         f"{ROWS}-row iris request, `sluice serve --demo --workers {WORKERS}` with its default admission settings; "

@@ -46,36 +46,47 @@ class Load:
         self.by_connection: dict[str, list[float]] = {"new": [], "kept": []}  # every answer's latency
 
     async def one(self, scheduled: float) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s - (time.monotonic() - scheduled)):
+                await self.slots.acquire()
+        except TimeoutError:
+            self.failures["unsent"] += 1  # no connection free within the client's patience: never sent
+            return
+        try:
+            await self._send(scheduled)
+        finally:
+            self.slots.release()
+
+    async def _send(self, scheduled: float) -> None:
         connection = None
-        async with self.slots:
-            try:
-                async with asyncio.timeout(self.timeout_s - (time.monotonic() - scheduled)):
-                    while self.idle and self.idle[-1][2] < time.monotonic() - IDLE_S:
-                        self.idle.pop()[1].close()  # the server may be closing it: never race its keep-alive timeout
-                    fresh = not self.idle
-                    if self.idle:
-                        connection = self.idle.pop()[:2]
-                    else:
-                        try:
-                            connection = await asyncio.open_connection(self.host, self.port)
-                        except OSError:
-                            self.failures["connect"] += 1
-                            return
-                        self.opened += 1
-                    reader, writer = connection
-                    written = time.monotonic()
-                    writer.write(self.request)
-                    status, keep, head, body = await _answer(reader)
-            except TimeoutError:
-                self.failures["timeout"] += 1
-                if connection is not None:
-                    connection[1].close()
-                return
-            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-                self.failures["reset"] += 1
-                if connection is not None:
-                    connection[1].close()
-                return
+        try:
+            async with asyncio.timeout(self.timeout_s - (time.monotonic() - scheduled)):
+                while self.idle and self.idle[-1][2] < time.monotonic() - IDLE_S:
+                    self.idle.pop()[1].close()  # the server may be closing it: never race its keep-alive timeout
+                fresh = not self.idle
+                if self.idle:
+                    connection = self.idle.pop()[:2]
+                else:
+                    try:
+                        connection = await asyncio.open_connection(self.host, self.port)
+                    except OSError:
+                        self.failures["connect"] += 1
+                        return
+                    self.opened += 1
+                reader, writer = connection
+                written = time.monotonic()
+                writer.write(self.request)
+                status, keep, head, body = await _answer(reader)
+        except TimeoutError:
+            self.failures["timeout"] += 1
+            if connection is not None:
+                connection[1].close()
+            return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            self.failures["reset"] += 1
+            if connection is not None:
+                connection[1].close()
+            return
         answered = time.monotonic()
         took = (answered - scheduled) * 1e6
         wire = (answered - written) * 1e6  # from the request on the wire: the server's own time
@@ -112,7 +123,8 @@ class Load:
             "refused": len(self.latency_us["refused"]),
             "other_status": len(self.latency_us["other"]),
             "resets": self.failures["reset"],
-            "timeouts": self.failures["timeout"],
+            "timeouts": self.failures["timeout"],  # sent, and no answer within the client's patience
+            "unsent": self.failures["unsent"],  # never sent: every connection of the pool busy meanwhile
             "connect_errors": self.failures["connect"],
             "answered": answered,
             "p50_2xx_us": p(self.latency_us["2xx"], 50),
