@@ -2,9 +2,10 @@
 
 A prediction's large blocks — its body, its arrays, its answer's bytes, tens to hundreds of
 kilobytes each — come from glibc's heap, which keeps what is freed for reuse: after a burst a
-worker held on to what the burst needed (+16 to +30% over its resting size in the burst of
-`make bench`). With blocks of 64 KiB and more mapped on their own (`M_MMAP_THRESHOLD`), each
-goes back to the system as it is freed: the same burst left +5 to +7%. The cost is a map and an
+worker held on to what the burst needed (+16 to +18% over its resting size after 5-second
+bursts of `make bench`'s burst benchmark). With blocks of 64 KiB and more mapped on their own
+(`M_MMAP_THRESHOLD`), each goes back to the system as it is freed: the same bursts, run side by
+side, left +6 to +7%. The cost is a map and an
 unmap per large block, microseconds against a prediction's milliseconds.
 
 Set where glibc is the allocator and `MALLOC_MMAP_THRESHOLD_` does not already say otherwise;
