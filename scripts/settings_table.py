@@ -22,6 +22,7 @@ SHOWN = {
     "store": "a folder under home",
     "auth_cache_ttl_s": "`30.0` (`0` in Lambda)",
     "max_in_flight_per_key": "`64` (`0` in Lambda)",
+    "max_predictions_in_flight": "`32` (`0` in Lambda)",
     "endpoints": "local (sagemaker in aws mode)",
 }
 

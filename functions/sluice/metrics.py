@@ -79,6 +79,11 @@ class PrometheusMetrics:
             "ml_inference_errors", "Predictions that failed, by HTTP status and error code",
             ("tenant", "deployment", "status", "code"), registry=r,
         )  # fmt: skip
+        self.refusals = Counter(
+            "ml_inference_refused", "Requests refused before they started (`sluice serve`'s admission), by code: "
+            "overloaded (the worker at capacity, 503), tenant_overloaded (a tenant past its share, 429), "
+            "too_many_in_flight (a key past its cap, 429)", ("tenant", "code"), registry=r,
+        )  # fmt: skip
         # Per deployment: what the model cache and the prediction cache found.
         self.cache_hits, self.cache_misses, self.answer_hits, self.answer_misses = (
             Counter(name, doc, ("tenant", "deployment"), registry=r)
@@ -143,6 +148,10 @@ class PrometheusMetrics:
             return  # no deployment resolved: nothing a series could be named after
         self.requests.labels(tenant, deployment, "", "", "").inc()
         self.errors.labels(tenant, deployment, str(status), code).inc()
+
+    @_kept
+    def refused(self, tenant: str, code: str) -> None:
+        self._child(self.refusals, (tenant, code)).inc()
 
     @_kept
     def chunk(self, tenant: str, deployment: str, seconds: float, versions: Mapping[str, int]) -> None:

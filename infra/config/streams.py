@@ -115,7 +115,11 @@ class StreamConfig(Section):
     )
     bisect_on_error: bool = Field(True, description="Kinesis and Kafka: split a failing batch.")
     max_concurrency: int | None = Field(
-        None, ge=2, le=1000, description="SQS: invocations the mapping may run at once."
+        None,
+        ge=2,
+        le=1000,
+        description="SQS: invocations the mapping may run at once; default: reserved_concurrency "
+        "(more would only be throttled, and a throttled message's receive counts toward the DLQ).",
     )
     memory_mb: int = Field(2048, ge=128, le=10240)
     timeout_s: int = Field(60, ge=1, le=900)
@@ -138,8 +142,33 @@ class StreamConfig(Section):
             raise ValueError("parallelization_factor applies to Kinesis sources only")
         if self.max_concurrency and source.kind != "sqs":
             raise ValueError("max_concurrency applies to SQS sources only")
+        reserved = self.reserved_concurrency
+        if reserved is not None and self.max_concurrency and self.max_concurrency > reserved:
+            raise ValueError(
+                f"max_concurrency ({self.max_concurrency}) exceeds reserved_concurrency ({reserved}): "
+                "the extra invocations would only be throttled"
+            )
+        if reserved is not None and source.kind == "kinesis" and source.shards:
+            at_once = source.shards * self.parallelization_factor
+            if at_once > reserved:
+                raise ValueError(
+                    f"{source.shards} shards x parallelization_factor {self.parallelization_factor} "
+                    f"invoke {at_once} at once, over reserved_concurrency ({reserved}): the rest "
+                    "would only be throttled"
+                )
         if self.destination.fifo and not self.destination.kind == "sqs":
             raise ValueError("fifo applies to SQS destinations only")
         if self.destination.kind == "s3" and self.destination.prefix:
             _check_outbox_prefix(self.destination.prefix, self.tenant)
         return self
+
+    @property
+    def mapping_concurrency(self) -> int | None:
+        """The invocations an SQS mapping may run at once: `max_concurrency`, else the
+        function's reserved concurrency (SQS's floor is 2). None for other sources, whose
+        concurrency follows their shards or partitions (and the reserved concurrency caps it)."""
+        if self.source.kind != "sqs":
+            return None
+        if self.max_concurrency:
+            return self.max_concurrency
+        return max(2, self.reserved_concurrency) if self.reserved_concurrency else None

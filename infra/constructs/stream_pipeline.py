@@ -262,7 +262,7 @@ class StreamPipeline(Construct):
                 queue = sqs.Queue.from_queue_arn(self, "Source", src.arn or "")
             return sources.SqsEventSource(
                 queue, batch_size=stream.batch_size, max_batching_window=window,
-                max_concurrency=stream.max_concurrency, report_batch_item_failures=True,
+                max_concurrency=stream.mapping_concurrency, report_batch_item_failures=True,
             )  # fmt: skip
         common = {
             "batch_size": stream.batch_size,

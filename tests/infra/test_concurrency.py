@@ -67,3 +67,29 @@ def test_null_leaves_a_function_in_the_shared_pool(tmp_path) -> None:
     config = load_config(path)
     assert config.concurrency.total == 0
     assert config.concurrency.reserved("batch-score") is None
+
+
+def _stream(**fields: object) -> dict[str, object]:
+    stream = {"name": "orders", "tenant": "acme", "deployment": "fraud", "destination": {"kind": "s3"}}
+    return {**stream, "source": {"kind": "sqs", "create": True}, **fields}
+
+
+def test_an_sqs_mapping_invokes_at_most_the_stream_function_s_reserved_concurrency() -> None:
+    # Unset, the mapping would scale its pollers past the reservation; the messages it could
+    # not hand over would be throttled, each such receive counting toward the dead-letter queue.
+    (stream,) = SluiceConfig.model_validate({"streams": [_stream()]}).streams
+    assert (stream.reserved_concurrency, stream.max_concurrency, stream.mapping_concurrency) == (10, None, 10)
+    (stream,) = SluiceConfig.model_validate({"streams": [_stream(max_concurrency=4)]}).streams
+    assert stream.mapping_concurrency == 4
+    (stream,) = SluiceConfig.model_validate({"streams": [_stream(reserved_concurrency=None)]}).streams
+    assert stream.mapping_concurrency is None  # the shared pool: nothing to be throttled against
+    with pytest.raises(ValidationError, match=r"max_concurrency \(20\) exceeds reserved_concurrency \(10\)"):
+        SluiceConfig.model_validate({"streams": [_stream(max_concurrency=20)]})
+
+
+def test_a_kinesis_stream_s_shards_times_parallelization_must_fit_its_reservation() -> None:
+    source = {"kind": "kinesis", "create": True, "shards": 4}
+    with pytest.raises(ValidationError, match="invoke 12 at once, over reserved_concurrency"):
+        SluiceConfig.model_validate({"streams": [_stream(source=source, parallelization_factor=3)]})
+    (stream,) = SluiceConfig.model_validate({"streams": [_stream(source=source, parallelization_factor=2)]}).streams
+    assert stream.mapping_concurrency is None

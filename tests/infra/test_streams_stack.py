@@ -63,6 +63,7 @@ def test_every_mapping_reports_batch_item_failures_with_its_limits(streams: Temp
     orders = mappings["orders"]
     assert (orders["BatchSize"], orders["MaximumBatchingWindowInSeconds"]) == (50, 2)
     assert orders["ScalingConfig"] == {"MaximumConcurrency": 5}
+    assert mappings["payments"]["ScalingConfig"] == {"MaximumConcurrency": 10}  # unset: its reserved concurrency
     sensors = mappings["sensors"]
     assert sensors["ParallelizationFactor"] == 2
     assert sensors["MaximumRecordAgeInSeconds"] == 600

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.domain import BatchingSettings
-from sluice.domain.errors import BackendError, InvalidInput, SluiceError
+from sluice.domain.errors import BackendError, InvalidInput, Overloaded, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs
 from sluice.inference.batching import Batcher
 from tests.integration.conftest import auth
@@ -187,6 +187,43 @@ def test_while_a_call_is_under_way_the_next_batch_keeps_growing() -> None:
         return runtime.calls
 
     assert asyncio.run(go()) == [2, 3]
+
+
+def test_requests_waiting_to_be_batched_are_bounded_and_the_next_is_refused_at_once(settings: Any) -> None:
+    release = asyncio.Event()
+
+    class Runtime:
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            from sluice.domain.results import InferenceResult
+
+            await release.wait()  # a slow model
+            return InferenceResult({"y": next(iter(inputs.values()))})
+
+    class Version:
+        tenant, model, version, sha256 = "t", "m", 1, "x"
+
+    runtime, batcher = Runtime(), Batcher(max_queue=3)
+    settings_ = BatchingSettings(max_batch_size=2, max_delay_us=0)
+
+    async def one() -> Any:
+        return await batcher.infer(runtime, Version(), {"x": np.ones((1, 2), np.float32)}, None, settings_)  # type: ignore[arg-type]
+
+    async def go() -> None:
+        waiting = [asyncio.ensure_future(one()) for _ in range(3)]  # a full batch under way, one more open
+        for _ in range(3):
+            await asyncio.sleep(0)
+        with pytest.raises(Overloaded) as refused:
+            await one()  # at once, not after the others
+        assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (503, "overloaded", 1)
+        assert "waiting to be batched" in refused.value.message
+        release.set()
+        await asyncio.gather(*waiting)
+        await one()  # the queue emptied: room again
+
+    asyncio.run(go())
+    from sluice.wiring import Container
+
+    assert Container.from_settings(settings.replace(batching_max_queue=7)).predictions.batcher.max_queue == 7
 
 
 def test_in_lambda_nothing_waits(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:

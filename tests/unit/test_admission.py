@@ -1,5 +1,7 @@
-"""`InFlight`: requests in flight per key, capped; the count every transport of `sluice serve`
-goes through (the end-to-end tier drives it through a real server)."""
+"""Admission: `InFlight` (requests in flight per key, capped), `Capacity` (a process's predictions
+in flight, and each tenant's share of them while another tenant wants room) and `Admission`,
+which every transport of `sluice serve` goes through (the integration and end-to-end tiers
+drive them through real servers)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sluice.domain.errors import RateLimited, TooManyInFlight
-from sluice.services.admission import InFlight
+from sluice.domain import Principal
+from sluice.domain.errors import Overloaded, RateLimited, TenantOverloaded, TooManyInFlight
+from sluice.observability import Telemetry
+from sluice.services.admission import CONTENDED_S, Admission, Capacity, InFlight
 from sluice.settings import Settings
+from tests.unit.test_telemetry import lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,6 +45,113 @@ def test_a_held_slot_comes_back_however_the_block_ends() -> None:
 
 
 def test_off_in_lambda_where_a_container_takes_one_request_at_a_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert Settings(mode="local", home=tmp_path).admission.max_in_flight_per_key == 64
+    local = Settings(mode="local", home=tmp_path).admission
+    assert (local.max_in_flight_per_key, local.max_predictions_in_flight, local.tenant_share) == (64, 32, 0.5)
+    assert Admission.from_settings(local) is not None
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "sluice-api")
-    assert Settings(mode="local", home=tmp_path).admission.max_in_flight_per_key == 0
+    in_lambda = Settings(mode="local", home=tmp_path).admission
+    assert (in_lambda.max_in_flight_per_key, in_lambda.max_predictions_in_flight) == (0, 0)
+    assert Admission.from_settings(in_lambda) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_process_takes_its_limit_and_refuses_the_next_with_a_503_to_retry() -> None:
+    capacity = Capacity(3, 1.0)
+    for _ in range(3):
+        capacity.enter("acme")
+    with pytest.raises(Overloaded) as refused:
+        capacity.enter("globex")  # whoever asks: the process is full
+    assert (refused.value.status, refused.value.code, refused.value.retry_after_s) == (503, "overloaded", 1)
+    assert refused.value.to_dict()["details"] == {"retry_after_s": 1, "limit": 3}
+    assert (capacity.count(), capacity.count("globex"), capacity.refused) == (3, 0, 1)  # the refused one took nothing
+    capacity.leave("acme")
+    capacity.enter("globex")
+    assert (capacity.count(), capacity.count("acme"), capacity.count("globex")) == (3, 2, 1)
+
+
+def test_a_tenant_alone_may_use_every_slot() -> None:
+    capacity = Capacity(4, 0.5)
+    for _ in range(4):
+        capacity.enter("acme")  # its share is 2, but nobody else wants room
+    with pytest.raises(Overloaded):
+        capacity.enter("acme")
+
+
+def test_past_its_share_a_tenant_gets_a_429_while_another_tenant_has_predictions_in_flight() -> None:
+    capacity = Capacity(4, 0.5)
+    capacity.enter("globex")
+    capacity.enter("acme")
+    capacity.enter("acme")
+    with pytest.raises(TenantOverloaded) as refused:
+        capacity.enter("acme")
+    assert isinstance(refused.value, RateLimited)  # a 429 with Retry-After wherever RateLimited is
+    assert (refused.value.status, refused.value.code, refused.value.field, refused.value.details["limit"]) == (429, "tenant_overloaded", "tenant", 2)
+    capacity.enter("globex")  # the other tenant is still served
+    assert capacity.count() == 4
+    capacity.leave("globex")
+    capacity.leave("globex")
+    capacity.enter("acme")  # alone again: past its share
+    assert capacity.count("acme") == 3
+
+
+def test_a_tenant_turned_away_for_lack_of_room_keeps_the_one_that_filled_the_process_to_its_share() -> None:
+    clock = Clock()
+    capacity = Capacity(4, 0.5, clock=clock)
+    for _ in range(4):
+        capacity.enter("acme")
+    with pytest.raises(Overloaded):
+        capacity.enter("globex")  # no room: globex has nothing in flight, but it wants some
+    capacity.leave("acme")
+    with pytest.raises(TenantOverloaded):
+        capacity.enter("acme")  # the slot acme gave back is kept for globex
+    capacity.enter("globex")
+    assert (capacity.count("acme"), capacity.count("globex")) == (3, 1)
+    capacity.leave("globex")
+    clock.now += CONTENDED_S + 0.1  # globex has not asked again for a while: acme may take the room
+    capacity.enter("acme")
+    assert capacity.count("acme") == 4
+
+
+def test_a_share_of_one_is_first_come_first_served() -> None:
+    capacity = Capacity(2, 1.0)
+    capacity.enter("globex")
+    capacity.enter("acme")
+    with pytest.raises(Overloaded):
+        capacity.enter("acme")
+
+
+def test_admission_counts_a_key_and_a_prediction_together_and_takes_nothing_when_it_refuses() -> None:
+    telemetry = Telemetry(emit_metrics=False)
+    admission = Admission(InFlight(2), Capacity(1), telemetry=telemetry)
+    acme, other = Principal("acme", frozenset({"predict"}), "k1"), Principal("acme", frozenset({"predict"}), "k2")
+    admission.enter(acme)  # a prediction: the key and the process
+    with pytest.raises(Overloaded):
+        admission.enter(acme)
+    assert admission.per_key.count("k1") == 1  # type: ignore[union-attr]  # the refused prediction left its key's count as it was
+    admission.enter(acme, prediction=False)  # any other request: the key only, whatever the process holds
+    with pytest.raises(TooManyInFlight):
+        admission.enter(acme, prediction=False)
+    with admission.held(other, prediction=False):
+        pass
+    admission.leave(acme)
+    with admission.held(other):
+        assert admission.capacity.count() == 1  # type: ignore[union-attr]
+    assert telemetry.refusals == {"overloaded": 1, "too_many_in_flight": 1}
+
+
+def test_refusals_are_logged_at_most_once_in_a_while_with_their_counts(caplog: pytest.LogCaptureFixture) -> None:
+    """A line per refusal would add to the load that caused them."""
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=False)
+    for code in ("overloaded", "overloaded", "tenant_overloaded"):
+        telemetry.refused(tenant="acme", code=code)
+    (line,) = lines(caplog)
+    assert (line["message"], line["refused"], line["level"]) == ("requests refused by admission", {"overloaded": 1}, "WARNING")
+    assert telemetry.refusals == {"overloaded": 2, "tenant_overloaded": 1}

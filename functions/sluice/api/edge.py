@@ -5,7 +5,9 @@
   its signed form (`sluice.api.routers.uploads`).
 - `Edge` authenticates every request that needs a principal before its body is read, holds
   each key to its rate when `SLUICE_RATE_LIMIT` is set and to its requests in flight
-  (`SLUICE_MAX_IN_FLIGHT_PER_KEY`; both 429 with Retry-After, body unread), and
+  (`SLUICE_MAX_IN_FLIGHT_PER_KEY`; both 429 with Retry-After, body unread), admits a
+  prediction only while the worker has room for it (`sluice.services.admission`: 503
+  `overloaded`, or 429 `tenant_overloaded` past a tenant's share; body unread), and
   answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
   framework routing, dependency solving or second body parse on the path that must be fast.
   The same declarations document those routes in the OpenAPI document (`openapi_routes`).
@@ -29,7 +31,7 @@ from starlette.routing import compile_path
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import PayloadTooLarge, TooManyInFlight
+from sluice.domain.errors import PayloadTooLarge, SluiceError
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
@@ -203,26 +205,40 @@ class Edge:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        in_flight = container.in_flight
-        if in_flight is not None:
+        found = self._hot(scope) if scope["method"] == "POST" else None
+        admission, prediction = container.admission, found is not None
+        if admission is not None:
             try:
-                in_flight.enter(principal.subject)  # before a byte of the body is read
-            except TooManyInFlight as exc:
+                admission.enter(principal, prediction=prediction)  # before a byte of the body is read
+            except SluiceError as exc:
                 await error_response(exc, scope["path"])(scope, receive, send)
                 return
         token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
+        released = admission is None
         try:
-            found = self._hot(scope) if scope["method"] == "POST" else None
             if found is not None:
                 route, params = found
                 response = await self._answer(route, params, container, principal, scope, headers, receive)
-                await response(scope, receive, send)
+                if not released:
+
+                    async def sending(message: Message) -> None:
+                        nonlocal released
+                        await send(message)
+                        if message["type"] == "http.response.body" and not message.get("more_body") and not released:
+                            # Answered: the slot is free before the response's background task
+                            # (statistics), as the client, free too, may send its next request.
+                            released = True
+                            admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
+
+                    await response(scope, receive, sending)
+                else:
+                    await response(scope, receive, send)
                 return
             await self.app(scope, receive, send)
         finally:
             unbind_tenant(token)
-            if in_flight is not None:
-                in_flight.leave(principal.subject)
+            if not released:
+                admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
 
     async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
-from sluice.domain.errors import Accepted, RateLimited, SluiceError, StorageFault
+from sluice.domain.errors import Accepted, Overloaded, RateLimited, SluiceError, StorageFault
 from sluice.domain.policy import NOT_FIELDS
 from sluice.observability import get_logger
 
@@ -56,7 +56,7 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
     WebSocket answers (`sluice.api.socket`) are read from."""
     if isinstance(exc, SluiceError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        if isinstance(exc, RateLimited):
+        if isinstance(exc, (RateLimited, Overloaded)):
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, Accepted):
             headers = {"Location": exc.location}

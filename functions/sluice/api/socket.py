@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sluice.domain import Principal
-    from sluice.services.admission import InFlight
+    from sluice.services.admission import Admission
     from sluice.wiring import Container
 
 MAX_REQUEST_ID = 128
@@ -85,7 +85,7 @@ class Session:
         connection_id: str,
         headers: Mapping[str, str] | None = None,
         rate_limit: MessageRate | None = None,
-        in_flight: InFlight | None = None,
+        admission: Admission | None = None,
         max_message_bytes: int | None = None,
         key_checked: bool = True,
     ) -> None:
@@ -94,7 +94,7 @@ class Session:
         self.connection_id = connection_id
         self.headers = headers or {}
         self.rate_limit = rate_limit
-        self.in_flight = in_flight  # the key's requests in flight in this process (`sluice serve`)
+        self.admission = admission  # the key's requests and the process's predictions in flight (`sluice serve`)
         self.max_message_bytes = max_message_bytes or container.settings.websocket.websocket_max_message_bytes
         self.revoked = False
         # A key checked at connect still works until the revocation signal moves; a session
@@ -113,7 +113,7 @@ class Session:
             request_id = _request_id(message)
             if self.rate_limit is not None:
                 await self.rate_limit.check(self.connection_id)
-            with self.in_flight.held(self.principal.subject) if self.in_flight is not None else contextlib.nullcontext():
+            with self.admission.held(self.principal) if self.admission is not None else contextlib.nullcontext():
                 await self._check_key()
                 return await self._predict(message, request_id)
         except Exception as exc:

@@ -10,7 +10,10 @@ the first message, answered and closed with 1008). The tenant is fixed for the c
 Messages of one connection are answered concurrently, at most `SLUICE_WEBSOCKET_MAX_IN_FLIGHT`
 at once (the next message is read when one is answered), each answer carrying its request id.
 Each message in progress also counts against its key's requests in flight in this process
-(`SLUICE_MAX_IN_FLIGHT_PER_KEY`, with HTTP requests): past it, a `too_many_in_flight` answer.
+(`SLUICE_MAX_IN_FLIGHT_PER_KEY`, with HTTP requests): past it, a `too_many_in_flight` answer;
+and, as a prediction, against the worker's predictions in flight and its tenant's share
+(`SLUICE_MAX_PREDICTIONS_IN_FLIGHT`): past them, an `overloaded` (503) or `tenant_overloaded`
+(429) answer. The connection stays open either way.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ class Sockets:
                 connection_id=os.urandom(8).hex(),
                 headers=socket.headers,
                 rate_limit=self.rate_limit(container),
-                in_flight=container.in_flight,  # each message counts against its key's cap
+                admission=container.admission,  # each message is a prediction: its key's and the process's
             )
             await _serve(socket, session, container.settings.websocket.websocket_max_in_flight)
         finally:

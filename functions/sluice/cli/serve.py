@@ -39,8 +39,10 @@ METRICS_DIR = "metrics"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from sluice.cli.malloc import return_large_blocks
     from sluice.settings import get_settings
 
+    return_large_blocks()  # this process serves when there is one worker
     settings = get_settings()
     home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)
@@ -151,8 +153,13 @@ def served_app() -> SluiceApp:
     """The app as `sluice serve`'s HTTP worker processes run it: as a worker shuts down, the
     batch jobs it started through the API are stopped as `Background.stop` stops the rest."""
     from sluice.api.app import create_app
+    from sluice.cli.malloc import return_large_blocks
 
+    return_large_blocks()  # a worker's memory comes back after a burst
     app = create_app()
+    # Built now, before the worker takes a request: else the first request that is not a
+    # prediction (a health check, say) builds forty routes on the event loop, under load too.
+    app.prepare()
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -102,6 +102,13 @@ class TooManyInFlight(RateLimited):
     code = "too_many_in_flight"
 
 
+class TenantOverloaded(RateLimited):
+    """A tenant holding its share of a process's predictions in flight while another tenant
+    wants them (`sluice serve`): its own traffic is over what it may take, not the service's."""
+
+    code = "tenant_overloaded"
+
+
 class Accepted(SluiceError):
     """Not a failure: the request was queued for asynchronous inference. It travels up the
     call stack like an error so that every transport answers 202 with the result resource the
@@ -127,6 +134,18 @@ class BackendError(SluiceError):
 
 class Unavailable(SluiceError):
     status, code = 503, "unavailable"
+
+
+class Overloaded(Unavailable):
+    """Refused at once because the process has as much work as it takes (`sluice serve`'s
+    predictions in flight, a batching queue): nothing of the request was done, and it may be
+    sent again after `retry_after_s`, to this service or another."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int, field: str | None = None, **details: Any) -> None:
+        super().__init__(message, field=field, retry_after_s=retry_after_s, **details)
+        self.retry_after_s = retry_after_s
 
 
 class DeadlineExceeded(SluiceError):

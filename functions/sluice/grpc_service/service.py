@@ -4,7 +4,10 @@ Every RPC that names a model (and Triton's configuration, statistics and reposit
 authenticates first (`authorization: Bearer <key>` or
 `x-api-key` metadata, the HTTP edge's rules), counts as one of its key's requests in flight
 while it runs (`SLUICE_MAX_IN_FLIGHT_PER_KEY`), binds the tenant for the registry, and then
-makes the same call the REST route makes. Server liveness, readiness and metadata need no key, as
+makes the same call the REST route makes. Each inference (a unary call, a stream's message)
+is also one of the process's predictions in flight (`SLUICE_MAX_PREDICTIONS_IN_FLIGHT`, with
+its tenant's share): past it, UNAVAILABLE (or RESOURCE_EXHAUSTED past the tenant's share)
+with a `retry-after` trailer. Server liveness, readiness and metadata need no key, as
 their REST twins need none. Errors are gRPC status codes with the REST API's messages.
 """
 
@@ -104,8 +107,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
         if self.rate_limit is not None:
             await self.rate_limit.check(principal.subject)
-        in_flight = self.container.in_flight
-        with in_flight.held(principal.subject) if in_flight is not None else contextlib.nullcontext():
+        admission = self.container.admission
+        with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
             yield principal, metadata
 
     @contextlib.asynccontextmanager
@@ -192,10 +195,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             log_fields={"request_id": rid, "tenant": principal.tenant},
         )
         service = self.container.predictions
-        prediction = await service.predict(principal, core)
+        admission = self.container.admission  # each inference, unary or a stream's message, is one of the process's predictions
+        with admission.held(principal, key=False) if admission is not None else contextlib.nullcontext():
+            prediction = await service.predict(principal, core)
+            response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
-        response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
         size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
             raise PayloadTooLarge(

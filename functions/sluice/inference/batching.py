@@ -23,6 +23,9 @@ the runtime is shared, at the version level (`PolicyRunner._single`):
   request is then run alone, so only the one at fault fails. An output that is not one row
   per input row cannot be split: each request is then run alone too.
 - A request whose deadline passes stops waiting (504); the others still get their answers.
+- The requests waiting for a version (in its open batch and in its joined calls under way)
+  are at most `max_queue` (`SLUICE_BATCHING_MAX_QUEUE`): past it a request is refused at once
+  (503 `overloaded`, with Retry-After) rather than queued behind them.
 
 It joins requests that one process serves at the same time (`sluice serve`, its gRPC and
 WebSocket servers); a Lambda execution environment serves one request at a time, so there
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import SluiceError
+from sluice.domain.errors import Overloaded, SluiceError
 from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
@@ -46,6 +49,9 @@ if TYPE_CHECKING:
 
     from sluice.domain import BatchingSettings, ModelVersion
     from sluice.runtimes import Runtime
+
+
+RETRY_AFTER_S = 1  # a joined call takes milliseconds: a second is plenty
 
 
 @dataclass(slots=True)
@@ -70,8 +76,10 @@ class _Batch:
 class Batcher:
     """The open batches of one process, by version (see the module's text)."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, max_queue: int = 256) -> None:
         self.enabled = enabled
+        self.max_queue = max_queue  # requests waiting per version, at most
+        self._waiting: dict[tuple[Any, ...], int] = {}  # requests waiting, by version
         self._open: dict[tuple[Any, ...], _Batch] = {}
         self._busy: dict[tuple[Any, ...], int] = {}  # calls under way, by version
         self._running: set[asyncio.Task[None]] = set()  # batches under way: kept from the collector
@@ -98,6 +106,14 @@ class Batcher:
             tuple(outputs) if outputs else None,
             tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items())),
         )
+        waiting = self._waiting.get(key, 0)
+        if waiting >= self.max_queue:
+            raise Overloaded(
+                f"{waiting} requests for {version.model} version {version.version} are waiting to be batched, "
+                f"the most this worker queues: retry in {RETRY_AFTER_S} s",
+                retry_after_s=RETRY_AFTER_S,
+                limit=self.max_queue,
+            )
         loop = asyncio.get_running_loop()
         batch = self._open.get(key)
         if batch is not None and batch.rows + rows > settings.max_batch_size:
@@ -112,7 +128,15 @@ class Batcher:
         batch.rows += rows
         if batch.rows >= settings.max_batch_size:
             self._send(key, batch, full=True)
-        return await answer
+        self._waiting[key] = waiting + 1
+        try:
+            return await answer
+        finally:
+            left = self._waiting.get(key, 1) - 1
+            if left > 0:
+                self._waiting[key] = left
+            else:
+                self._waiting.pop(key, None)
 
     def _send(self, key: tuple[Any, ...], batch: _Batch, *, full: bool = False) -> None:
         """The batch leaves: now if it is full or no call for its version is under way; else

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from sluice.metrics import PrometheusMetrics
 
 
+REFUSALS_LOGGED_EVERY_S = 10.0
+
+
 def emf(
     namespace: str,
     dimension_sets: list[list[str]],
@@ -67,6 +70,9 @@ class Telemetry:
         self.predictions = 0
         self.errors = 0
         self._cache_seen = (0, 0)
+        self.refusals: dict[str, int] = {}  # requests refused by admission, by code
+        self._refusals_seen: dict[str, int] = {}  # as they stood at the last line that said so
+        self._refusals_logged: float | None = None  # when the last line said so
         self._emf_meta: dict[tuple[bool, bool | None, bool], list[dict[str, Any]]] = {}
 
     def _line(self, fields: dict[str, Any], metrics: dict[str, tuple[float, str]]) -> dict[str, Any]:
@@ -138,6 +144,24 @@ class Telemetry:
         if self.sink is not None and self.counts_requests:
             self.sink.failure(fields, status, code)
         log("prediction failed", extra=self._line(line, {metric: (1, "Count")}) if fields.get("deployment") else line)
+
+    def refused(self, *, tenant: str, code: str) -> None:
+        """A request refused before it started (`sluice serve`'s admission: `overloaded`,
+        `tenant_overloaded`, `too_many_in_flight`): counted, and logged at most once every
+        `REFUSALS_LOGGED_EVERY_S` with how many were refused since, by code (a line per refusal
+        would add to the load that caused them)."""
+        self.refusals[code] = self.refusals.get(code, 0) + 1
+        if self.sink is not None:
+            self.sink.refused(tenant, code)
+        now = time.monotonic()
+        last = self._refusals_logged
+        if last is None or now - last >= REFUSALS_LOGGED_EVERY_S:
+            since = {k: v - self._refusals_seen.get(k, 0) for k, v in self.refusals.items() if v > self._refusals_seen.get(k, 0)}
+            extra: dict[str, Any] = {"refused": since}
+            if last is not None:
+                extra["seconds"] = round(now - last, 1)
+            get_logger().warning("requests refused by admission", extra=extra)
+            self._refusals_logged, self._refusals_seen = now, dict(self.refusals)
 
     def chunk(self, *, tenant: str, deployment: str, seconds: float, versions: dict[str, int]) -> None:
         """One batch chunk scored (its handler logs it): Prometheus only, where it is on."""

@@ -1,27 +1,45 @@
-"""Admission: whether a request may start now.
+"""Admission: whether a request may start now, decided before its body is read.
 
-`InFlight` counts the requests each API key has in flight in this process and refuses one past
-a cap (`SLUICE_MAX_IN_FLIGHT_PER_KEY`), whatever carries it: the HTTP edge, the WebSocket
-route and the gRPC service all enter and leave through the same object, the container's. A
-key that holds every slot with requests it never finishes (bodies sent byte by byte, streams
-left open) holds only its own: another key still gets in.
+Three counts, all of this process, each refusing at once rather than letting work queue:
 
-One event loop does the counting (the edge, the socket route and the gRPC service run on it),
-so there is no lock: `enter` and `leave` never wait. In Lambda it is off: a container takes one
-request at a time, and API Gateway's usage plans and throttling bound each tenant.
+- `InFlight`: the requests each API key has in flight, every route (`SLUICE_MAX_IN_FLIGHT_PER_KEY`);
+  past its cap a 429 `too_many_in_flight`. A key that holds every slot with requests it never
+  finishes (bodies sent byte by byte, streams left open) holds only its own.
+- `Capacity`: the predictions the process works on at once, every key and tenant together
+  (`SLUICE_MAX_PREDICTIONS_IN_FLIGHT`); past it a 503 `overloaded`. It bounds what a worker
+  holds in memory and how long an admitted request waits behind the others: the rest are told
+  to come back (Retry-After) instead of waiting in queues until their clients give up.
+- and within it each tenant's share (`SLUICE_TENANT_SHARE`), held only while another tenant
+  wants the process too (it has predictions in flight, or was refused for lack of room in the
+  last `CONTENDED_S`): past it a 429 `tenant_overloaded`. A tenant alone may use every slot;
+  once another one shows up, the first gets no new slot above its share, so the slots it gives
+  back go to the other.
+
+`Admission` puts them together for the transports: the HTTP edge, the WebSocket route and the
+gRPC service all enter and leave through the same object, the container's. One event loop does
+the counting (the edge, the socket route and the gRPC service run on it), so there is no lock:
+`enter` and `leave` never wait. In Lambda all three are off: a container takes one request at a
+time, and API Gateway's usage plans and throttling bound each tenant.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import TooManyInFlight
+from sluice.domain.errors import Overloaded, SluiceError, TenantOverloaded, TooManyInFlight
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+
+    from sluice.domain import Principal
+    from sluice.observability import Telemetry
+    from sluice.settings import AdmissionSettings
 
 RETRY_AFTER_S = 1  # nothing says when a request ends: a second is a polite guess
+CONTENDED_S = 2.0  # a tenant refused for lack of room keeps the others to their shares this long
 
 
 class InFlight:
@@ -64,3 +82,123 @@ class InFlight:
 
     def count(self, key: str) -> int:
         return self._held.get(key, 0)
+
+
+class Capacity:
+    """Predictions in flight in this process, at most `limit`; a tenant at most `share` of
+    them while another tenant wants some (see the module's text)."""
+
+    def __init__(self, limit: int, tenant_share: float = 1.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 1:
+            raise ValueError("a process's predictions in flight are 1 or more")
+        if not 0 < tenant_share <= 1:
+            raise ValueError("a tenant's share is more than 0 and at most 1")
+        self.limit = limit
+        self.share = max(1, math.ceil(limit * tenant_share))
+        self.total = 0
+        self.refused = 0  # predictions refused since the process started, either way
+        self._held: dict[str, int] = {}
+        self._turned_away: dict[str, float] = {}  # tenants refused for lack of room, and when
+        self._clock = clock
+
+    def enter(self, tenant: str) -> None:
+        """Count one more prediction of `tenant`: TenantOverloaded (429) past its share while
+        another tenant wants room, Overloaded (503) when the process is full."""
+        held = self._held.get(tenant, 0)
+        if held >= self.share and self.share < self.limit and self._contended(tenant):
+            self.refused += 1
+            raise TenantOverloaded(
+                f"this tenant has {held} predictions in flight on this worker, its share while other tenants are "
+                "served: retry when one has been answered",
+                field="tenant",
+                retry_after_s=RETRY_AFTER_S,
+                limit=self.share,
+            )
+        if self.total >= self.limit:
+            self.refused += 1
+            self._turned_away[tenant] = self._clock()
+            raise Overloaded(
+                f"the service is at capacity ({self.limit} predictions in flight on this worker): retry in {RETRY_AFTER_S} s",
+                retry_after_s=RETRY_AFTER_S,
+                limit=self.limit,
+            )
+        self._held[tenant] = held + 1
+        self.total += 1
+
+    def leave(self, tenant: str) -> None:
+        """One prediction of `tenant` is over (answered, failed or abandoned)."""
+        held = self._held.get(tenant, 0) - 1
+        if held > 0:
+            self._held[tenant] = held
+        else:
+            self._held.pop(tenant, None)
+        self.total = max(0, self.total - 1)
+
+    def count(self, tenant: str | None = None) -> int:
+        return self.total if tenant is None else self._held.get(tenant, 0)
+
+    def _contended(self, tenant: str) -> bool:
+        """Whether another tenant wants room: it has predictions in flight here, or it was
+        turned away for lack of room in the last `CONTENDED_S`."""
+        if len(self._held) > 1:  # `tenant` holds some (it is at its share): another does too
+            return True
+        if self._turned_away:
+            since = self._clock() - CONTENDED_S
+            for other, at in list(self._turned_away.items()):
+                if at < since:
+                    del self._turned_away[other]
+                elif other != tenant:
+                    return True
+        return False
+
+
+class Admission:
+    """What every transport asks before it starts a request: its key's count (every request)
+    and, for a prediction, the process's capacity and the tenant's share. Either may be off."""
+
+    def __init__(self, per_key: InFlight | None, capacity: Capacity | None, *, telemetry: Telemetry | None = None) -> None:
+        self.per_key = per_key
+        self.capacity = capacity
+        self.telemetry = telemetry  # told of every refusal (`Telemetry.refused`)
+
+    @classmethod
+    def from_settings(cls, settings: AdmissionSettings, telemetry: Telemetry | None = None) -> Admission | None:
+        """None when every count is off (in Lambda)."""
+        per_key = InFlight(settings.max_in_flight_per_key) if settings.max_in_flight_per_key else None
+        limit = settings.max_predictions_in_flight
+        capacity = Capacity(limit, settings.tenant_share) if limit else None
+        return cls(per_key, capacity, telemetry=telemetry) if per_key is not None or capacity is not None else None
+
+    def enter(self, principal: Principal, *, key: bool = True, prediction: bool = True) -> None:
+        """Count a request of `principal`: against its key (`key`) and, for a prediction,
+        against the process and its tenant. Raises (counting nothing) when one is full."""
+        try:
+            if key and self.per_key is not None:
+                self.per_key.enter(principal.subject)
+            if prediction and self.capacity is not None:
+                try:
+                    self.capacity.enter(principal.tenant)
+                except SluiceError:
+                    if key and self.per_key is not None:
+                        self.per_key.leave(principal.subject)
+                    raise
+        except SluiceError as refused:
+            if self.telemetry is not None:
+                self.telemetry.refused(tenant=principal.tenant, code=refused.code)
+            raise
+
+    def leave(self, principal: Principal, *, key: bool = True, prediction: bool = True) -> None:
+        """The request `enter` counted is over, however it ended."""
+        if prediction and self.capacity is not None:
+            self.capacity.leave(principal.tenant)
+        if key and self.per_key is not None:
+            self.per_key.leave(principal.subject)
+
+    @contextlib.contextmanager
+    def held(self, principal: Principal, *, key: bool = True, prediction: bool = True) -> Iterator[None]:
+        """`enter`, then `leave` however the block ends."""
+        self.enter(principal, key=key, prediction=prediction)
+        try:
+            yield
+        finally:
+            self.leave(principal, key=key, prediction=prediction)

@@ -191,7 +191,8 @@ class UploadSettings(Group):
 
 
 class AdmissionSettings(Group):
-    """Read by the HTTP edge and the gRPC service, which count each key's requests."""
+    """Read by the HTTP edge, the WebSocket route and the gRPC service, which count each key's
+    requests and each process's predictions, and by the wiring (the batching queue's bound)."""
 
     title: ClassVar[str] = "Admission"
 
@@ -213,6 +214,34 @@ class AdmissionSettings(Group):
         "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
         "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
         "Lambda, where a container takes one request at a time and API Gateway throttles each tenant).",
+    )
+    max_predictions_in_flight: int = Field(
+        default_factory=lambda: 0 if in_lambda() else 32,
+        ge=0,
+        description="`sluice serve`: predictions one process works on at once, every key and tenant together: "
+        "an HTTP worker's simple-JSON and v2 predictions and WebSocket messages, the gRPC process's inference "
+        "calls. Past it a prediction is refused at once, before its body is read: 503 with Retry-After "
+        "(`overloaded`), a WebSocket error answer, gRPC UNAVAILABLE. It bounds what a worker holds (memory) and "
+        "how long an admitted request waits behind the others (latency); raise it for deployments whose "
+        "runtime answers from another machine (Triton, SageMaker), where a request in flight mostly waits. "
+        "Health, metrics, the console and management routes are never refused by it. 0: off (the default in "
+        "Lambda, where a container takes one request at a time).",
+    )
+    tenant_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="`sluice serve`: the share of `max_predictions_in_flight` one tenant may hold while another "
+        "tenant has predictions in flight in the same process or was refused for lack of room in the last "
+        "seconds; past it that tenant's prediction is answered 429 with Retry-After (`tenant_overloaded`). A "
+        "tenant alone may use every slot. 1: no share, first come first served.",
+    )
+    batching_max_queue: int = Field(
+        default=256,
+        ge=1,
+        description="Requests of one model version waiting for adaptive batching (in its open batch, or in "
+        "joined calls under way) in one process, at most; past it a request is refused at once with 503 and "
+        "Retry-After (`overloaded`) instead of queueing behind them.",
     )
     rate_limit_storage: str = Field(
         default="memory://",

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
-    from sluice.services.admission import InFlight
+    from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
@@ -90,6 +90,7 @@ class Container:
         self.capture = build_capture(self.settings, self.telemetry)
         self.predictions.capture = self.capture  # and sampled requests of deployments that capture
         self.predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
+        self.predictions.batcher.max_queue = self.settings.admission.batching_max_queue
         self.deployments = DeploymentService(
             self.registry,
             on_change=self.predictions.forget,
@@ -101,13 +102,13 @@ class Container:
         )
 
     @cached_property
-    def in_flight(self) -> InFlight | None:
-        """Requests in flight per key in this process, capped (`SLUICE_MAX_IN_FLIGHT_PER_KEY`):
-        one count for every transport the process serves; None when off (in Lambda)."""
-        from sluice.services.admission import InFlight
+    def admission(self) -> Admission | None:
+        """What this process admits (`sluice.services.admission`): each key's requests in flight
+        and the process's predictions in flight, with each tenant's share; one count for every
+        transport the process serves. None when all is off (in Lambda)."""
+        from sluice.services.admission import Admission
 
-        limit = self.settings.admission.max_in_flight_per_key
-        return InFlight(limit) if limit else None
+        return Admission.from_settings(self.settings.admission, self.telemetry)
 
     @cached_property
     def endpoints(self) -> EndpointService:

@@ -1,0 +1,70 @@
+"""Admission over gRPC, against an in-process server: each inference (a unary call, a stream's
+message) is one of the process's predictions in flight; past `SLUICE_MAX_PREDICTIONS_IN_FLIGHT`
+a unary call is UNAVAILABLE at once and a stream's message an error message, the stream staying
+open; the slot comes back with the answer."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from tests.integration.grpc.conftest import auth, fails, run_server
+from tests.integration.test_admission import GatedRuntime
+from tests.integration.traffic_fakes import add_fake
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+
+
+def _row() -> Any:
+    tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
+    return tensor
+
+
+def test_an_inference_past_the_limit_is_unavailable_at_once(served: Container, acme: Principal, keys: dict[str, str]) -> None:
+    runtime = GatedRuntime()
+    served.runtimes["sagemaker"] = runtime
+    add_fake(served.registry, "acme", "slow", gated=True)
+    served.deployments.create(acme, "slow", {"kind": "single", "model": "slow", "version": 1})
+    served.settings.admission.max_predictions_in_flight = 1
+    headers = auth(keys["acme"])
+    with run_server(served) as url, ThreadPoolExecutor(1) as pool:
+        client = grpcclient.InferenceServerClient(url)
+        held = pool.submit(client.infer, "slow", [_row()], headers=headers)
+        deadline = time.monotonic() + 20
+        while runtime.waiting < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        refused = fails(client.infer, "iris", [_iris()], headers=headers)
+        assert refused.status() == "StatusCode.UNAVAILABLE"
+        assert "at capacity" in refused.message()
+        answers: list[Any] = []
+        stream = grpcclient.InferenceServerClient(url)
+        stream.start_stream(callback=lambda result, error: answers.append(error or result), headers=headers)
+        try:
+            stream.async_stream_infer("iris", [_iris()])
+            while not answers and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert answers and "at capacity" in str(answers[0])  # an error message; the stream stays open
+            runtime.gate.set()
+            assert held.result(timeout=30).as_numpy("y").tolist() == [[1.0]]
+            stream.async_stream_infer("iris", [_iris()])
+            while len(answers) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert answers[1].as_numpy("output_label").tolist() == [b"setosa"]
+        finally:
+            stream.stop_stream()
+        assert client.infer("iris", [_iris()], headers=headers).as_numpy("output_label").tolist() == [b"setosa"]
+
+
+def _iris() -> Any:
+    tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
+    return tensor
