@@ -17,6 +17,7 @@ same vectorized code for one row and for a million.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr, model_validator
@@ -136,6 +137,11 @@ class Bucketize(_Op):
 
 class _Vocabulary(_Op):
     vocabulary: Vocabulary
+
+    @cached_property
+    def index(self) -> dict[Any, int]:
+        """Each value's position, built once per op (an op never changes)."""
+        return {v: i for i, v in enumerate(self.vocabulary)}
 
     @model_validator(mode="after")
     def _unique(self) -> _Vocabulary:
@@ -259,7 +265,28 @@ class Transform(Part):
         return None
 
     def input_specs(self) -> tuple[TensorSpec, ...]:
+        return self.declared
+
+    @cached_property
+    def declared(self) -> tuple[TensorSpec, ...]:
         return tuple(s.spec() for s in self.inputs or ())
+
+    @cached_property
+    def derived(self) -> dict[tuple[TensorSpec, ...], tuple[tuple[TensorSpec, ...], dict[int, list[int]]]]:
+        """`derive`'s answers for this node, by what it takes (a node never changes)."""
+        return {}
+
+
+def derive(node: Transform, given: tuple[TensorSpec, ...], *, field: str = "policy") -> tuple[tuple[TensorSpec, ...], dict[int, list[int]]]:
+    """`answer_specs` and its `select` columns, worked out once per node and what it takes
+    (a request pays a dictionary lookup, not the derivation)."""
+    found = node.derived.get(given)
+    if found is None:
+        columns: dict[int, list[int]] = {}
+        found = (answer_specs(node, given, field=field, columns=columns), columns)
+        if len(node.derived) < 16:  # a node takes what the step before gives: a few shapes at most
+            node.derived[given] = found
+    return found
 
 
 # Deriving what a transform gives ---------------------------------------------------------

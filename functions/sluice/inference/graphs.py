@@ -26,7 +26,7 @@ from sluice.domain.graphs import DEFAULT_CASE
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
-from sluice.domain.transforms import Transform, answer_specs
+from sluice.domain.transforms import Transform, derive
 from sluice.routing.conditions import Facts, decide
 from sluice.routing.transforms import run_transform
 
@@ -118,9 +118,8 @@ def _transform(
     the previous step's outputs."""
     node: Transform = step.target  # type: ignore[assignment]
     takes = node.input_specs() if index == 0 or signature is None else signature.outputs
-    columns: dict[int, list[int]] = {}
     try:
-        specs = answer_specs(node, takes, field="policy", columns=columns)
+        specs, columns = derive(node, takes)
         outputs = run_transform(node, given, columns)
     except SluiceError as exc:
         raise _named(exc, step.name, []) from None
@@ -259,7 +258,7 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
                 target = step.target
                 if isinstance(target, Transform):
                     takes = target.input_specs() if i == 0 else flow[-1].outputs
-                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, answer_specs(target, takes)))
+                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, derive(target, takes)[0]))
                 else:
                     flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
             signature = flow[-1]

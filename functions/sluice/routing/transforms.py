@@ -1,8 +1,9 @@
 """Running a `transform` node's ops (`sluice.domain.transforms`) on NumPy arrays.
 
 Every op is vectorized over rows: one row and a million take the same code, and a row's
-answer never depends on the rows beside it. Vocabularies and hashes look up each distinct
-value once (`np.unique`), then spread the answers over the rows.
+answer never depends on the rows beside it. A vocabulary (its index built once per op) looks
+up text a row at a time, one dictionary lookup each; numbers, and hashes, are worked out once
+per distinct value (`np.unique`), then spread over the rows.
 """
 
 from __future__ import annotations
@@ -92,23 +93,30 @@ def _distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
     """Each distinct value once (text as str) and, per row, the index of its value."""
     flat = x.reshape(-1)
     if flat.dtype == object:
-        flat = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in flat], dtype=object) if flat.size else flat
+        flat = np.array([_text(v) for v in flat], dtype=object) if flat.size else flat
         values, inverse = np.unique(flat.astype(str), return_inverse=True)
     else:
         values, inverse = np.unique(flat, return_inverse=True)
     return values.tolist(), inverse.reshape(-1)
 
 
-def _lookup(vocabulary: list[Any], x: np.ndarray) -> np.ndarray:
-    """Each row's index in the vocabulary, -1 for a value not in it."""
-    index = {v: i for i, v in enumerate(vocabulary)}
-    values, inverse = _distinct(x)
+def _lookup(op: Any, x: np.ndarray) -> np.ndarray:
+    """Each row's index in the op's vocabulary, -1 for a value not in it."""
+    index = op.index
+    flat = x.reshape(-1)
+    if flat.dtype == object:  # text: one dictionary lookup a row (each row is read as text anyway)
+        return np.fromiter((index.get(_text(v), -1) for v in flat), dtype=np.int64, count=flat.size)
+    values, inverse = _distinct(flat)
     found = np.array([index.get(v, -1) for v in values], dtype=np.int64)
     return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
 
 
+def _text(value: Any) -> str:
+    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
-    at = _lookup(op.vocabulary, x)
+    at = _lookup(op, x)
     width = len(op.vocabulary) + (op.unknown == "column")
     out = np.zeros((at.shape[0], width), dtype=np.float32)
     known = at >= 0
@@ -119,7 +127,7 @@ def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
 
 
 def _ordinal(op: Any, x: np.ndarray) -> np.ndarray:
-    at = _lookup(op.vocabulary, x)
+    at = _lookup(op, x)
     return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
 
 
