@@ -25,7 +25,10 @@ def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[
     column indices, by the op's index (`domain.transforms.answer_specs` resolves them)."""
     out = dict(arrays)
     for i, op in enumerate(node.ops):
-        if isinstance(op, Select):
+        apply = _APPLY.get(op.op)
+        if apply is not None:  # the element-wise ops: one tensor in, one out
+            out[op.target] = apply(op, _get(out, op.input))
+        elif isinstance(op, Select):
             out[op.target] = _columns(_get(out, op.input))[:, columns[i]]
         elif isinstance(op, Keep):
             out = {name: _get(out, name) for name in op.names}
@@ -36,8 +39,6 @@ def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[
         elif isinstance(op, TopK):
             values, indices = _top_k(op, _get(out, op.input))
             out[op.target], out[op.indices] = values, indices
-        else:
-            out[op.target] = _APPLY[op.op](op, _get(out, op.input))
     return out
 
 
@@ -55,13 +56,15 @@ def _floats(x: np.ndarray) -> np.ndarray:
     return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
 
 
-def _params(values: Any, x: np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=x.dtype)
+def _params(values: Any, x: np.ndarray) -> Any:
+    """Per-column values as an array of x's type; one number stays a Python number, which
+    NumPy takes in x's type (NEP 50), with no array built per request."""
+    return np.asarray(values, dtype=x.dtype) if isinstance(values, list) else values
 
 
 def _fill(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    return np.where(np.isnan(x), x.dtype.type(op.value), x)
+    return np.where(np.isnan(x), op.value, x)
 
 
 def _standardize(op: Any, x: np.ndarray) -> np.ndarray:
@@ -71,8 +74,8 @@ def _standardize(op: Any, x: np.ndarray) -> np.ndarray:
 
 def _min_max(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    low = _params(op.min, x)
-    return (x - low) / (_params(op.max, x) - low)
+    low = np.asarray(op.min, dtype=x.dtype)
+    return (x - low) / (np.asarray(op.max, dtype=x.dtype) - low)
 
 
 def _clip(op: Any, x: np.ndarray) -> np.ndarray:
@@ -105,7 +108,7 @@ def _lookup(op: Any, x: np.ndarray) -> np.ndarray:
     index = op.index
     flat = x.reshape(-1)
     if flat.dtype == object:  # text: one dictionary lookup a row (each row is read as text anyway)
-        return np.fromiter((index.get(_text(v), -1) for v in flat), dtype=np.int64, count=flat.size)
+        return np.array([index.get(v if type(v) is str else _text(v), -1) for v in flat.tolist()], dtype=np.int64)
     values, inverse = _distinct(flat)
     found = np.array([index.get(v, -1) for v in values], dtype=np.int64)
     return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
@@ -169,7 +172,7 @@ def _top_k(op: TopK, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _platt(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    return 1.0 / (1.0 + np.exp(-(x.dtype.type(op.a) * x + x.dtype.type(op.b))))
+    return 1.0 / (1.0 + np.exp(-(op.a * x + op.b)))  # Python numbers: computed in x's type (NEP 50)
 
 
 def _cast(op: Any, x: np.ndarray) -> np.ndarray:
