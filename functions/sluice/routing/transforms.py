@@ -130,6 +130,10 @@ def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
 
 
 def _ordinal(op: Any, x: np.ndarray) -> np.ndarray:
+    if x.dtype == object:  # text: each row's index, or `unknown`, straight into the answer
+        index, unknown = op.index, op.unknown
+        codes = [index.get(v if type(v) is str else _text(v), unknown) for v in x.reshape(-1).tolist()]
+        return np.array(codes, dtype=np.float32).reshape(-1, 1)
     at = _lookup(op, x)
     return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
 
@@ -161,7 +165,7 @@ def _argmax(op: Any, x: np.ndarray) -> np.ndarray:
 
 def _threshold(op: Any, x: np.ndarray) -> np.ndarray:
     above = x.reshape(-1) >= op.cutoff
-    return np.array(op.labels, dtype=object)[above.astype(np.int64)] if op.labels else above
+    return np.array(op.labels, dtype=object)[above.view(np.uint8)] if op.labels else above
 
 
 def _top_k(op: TopK, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
