@@ -78,7 +78,8 @@ def fit_node(table: pa.Table, wanted: dict[str, list[str]]) -> dict[str, Any]:
     """The transform node (JSON) with the parameters `table` gives for each op's columns."""
     import pyarrow.compute as pc
 
-    from sluice.domain.transforms import Transform, answer_specs
+    from sluice.domain.transform_specs import answer_specs
+    from sluice.domain.transforms import Transform
 
     inputs: dict[str, dict[str, Any]] = {}
     ops: list[dict[str, Any]] = []

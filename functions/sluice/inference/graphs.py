@@ -26,7 +26,8 @@ from sluice.domain.graphs import DEFAULT_CASE
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
-from sluice.domain.transforms import Transform, derive
+from sluice.domain.transform_specs import derive
+from sluice.domain.transforms import Transform
 from sluice.routing.conditions import Facts, decide
 from sluice.routing.transforms import run_transform
 

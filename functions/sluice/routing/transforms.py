@@ -22,7 +22,7 @@ from sluice.domain.transforms import Concat, Keep, Rename, Select, TopK, Transfo
 def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[int, list[int]]) -> dict[str, np.ndarray]:
     """The tensors `node` gives for `arrays` (the policy was checked when saved; a tensor that
     is missing here is the caller's fault, a 400 naming it). `columns`: each `select` op's
-    column indices, by the op's index (`domain.transforms.answer_specs` resolves them)."""
+    column indices, by the op's index (`domain.transform_specs.answer_specs` resolves them)."""
     out = dict(arrays)
     for i, op in enumerate(node.ops):
         apply = _APPLY.get(op.op)
