@@ -6,6 +6,7 @@ and the refusals a policy gets when saved, each naming the field at fault."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
-from tests.conftest import REPO
+from tests.conftest import MODELS, REPO
 from tests.integration.conftest import api_keys, auth
 from tests.models import score_model
 
@@ -117,3 +118,30 @@ def test_a_transform_alone_is_refused_naming_where_it_may_go(http: tuple[TestCli
     r = client.post("/api/v1/deployments", json={"name": "alone", "policy": alone}, headers=headers)
     assert r.status_code == 422, r.text
     assert (r.json()["field"], "step of a sequence" in r.json()["error"]) == ("policy", True)
+
+
+
+def test_a_new_revision_of_the_graph_answers_at_once(tmp_path: Path, acme: Principal) -> None:
+    """What a graph takes and answers is worked out once per policy and kept (deployments
+    kept a minute here, as a server does): a new revision (the leading transform takes `size`,
+    not `length`, and the label is worded anew) is what the next request meets."""
+    from sluice.demo import install_demo
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=60))
+    install_demo(container, acme, MODELS)
+    container.models.push(acme, "score", score_model())
+    container.deployments.create(acme, "labelled", EXAMPLE)
+    client, headers = TestClient(create_app(container)), auth(api_keys(container)["acme"])
+    rows = [{"length": x, "colour": c} for x, c in zip(LENGTHS, COLOURS, strict=True)]
+    assert client.post("/api/v1/predictions", json={"deployment": "labelled", "batch": rows}, headers=headers).status_code == 200
+    policy = json.loads(json.dumps(EXAMPLE).replace('"length"', '"size"').replace('"no", "yes"', '"low", "high"'))
+    container.deployments.update(acme, "labelled", policy)
+    r = client.post("/api/v1/predictions", json={"deployment": "labelled", "batch": rows}, headers=headers)
+    assert r.status_code == 400 and "length" in r.text, r.text
+    sized = [{"size": x, "colour": c} for x, c in zip(LENGTHS, COLOURS, strict=True)]
+    r = client.post("/api/v1/predictions", json={"deployment": "labelled", "batch": sized}, headers=headers)
+    assert r.status_code == 200, r.text
+    _, labels = by_hand(LENGTHS, COLOURS)
+    assert [p["prediction"] for p in r.json()["predictions"]] == [{"no": "low", "yes": "high"}[label] for label in labels]

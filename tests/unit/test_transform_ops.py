@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from sluice.domain.errors import InvalidRequest, Unprocessable
 from sluice.domain.policy import parse_policy
 from sluice.domain.signature import TensorSpec
-from sluice.domain.transforms import Transform, answer_specs
+from sluice.domain.transform_specs import answer_specs
+from sluice.domain.transforms import Transform
 from sluice.routing.transforms import run_transform, stable_bucket
 
 X = TensorSpec("x", "FP32", (-1, 3), feature_names=("a", "b", "c"))

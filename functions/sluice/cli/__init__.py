@@ -23,6 +23,7 @@ from sluice.cli.replay import add_replay_command
 from sluice.cli.rollouts import add_rollout_commands
 from sluice.cli.serve import add_serve_command
 from sluice.cli.stream import add_stream_command
+from sluice.cli.transforms import add_transform_commands
 from sluice.cli.triton import add_triton_commands
 from sluice.domain.errors import SluiceError
 from sluice.owner_only import umask
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (
         add_serve_command, add_model_commands, add_deployment_commands, add_predict_command,
         add_key_commands, add_batch_commands, add_stream_command, add_endpoint_commands, add_triton_commands,
-        add_optimize_command, add_cost_command, add_rollout_commands, add_replay_command,
+        add_optimize_command, add_cost_command, add_rollout_commands, add_replay_command, add_transform_commands,
     ):  # fmt: skip
         add(sub)
     return parser

@@ -101,14 +101,15 @@ def arrays_from_request(
         return {only.name: _row_array(only, items, field=where, bools=bools)}
     # Multi-input models: each feature names an input and holds one row of it.
     columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
-    for i, item in enumerate(items):
-        at = where if features is not None else f"batch.{i}"
+    for i, item in enumerate(items):  # a row's field is named only when it is refused
         if not isinstance(item, dict):
-            raise InvalidInput("each row must be an object of input name: value", field=at)
+            raise InvalidInput("each row must be an object of input name: value", field=where if features is not None else f"batch.{i}")
         for name, value in item.items():
-            if name not in columns:
+            column = columns.get(name)
+            if column is None:
+                at = where if features is not None else f"batch.{i}"
                 raise InvalidInput(f"unknown input '{name}'; this version takes {list(columns)}", field=f"{at}.{name}")
-            columns[name].append(value)
+            column.append(value)
     return {
         spec.name: _shaped_column(spec, columns[spec.name], field=f"{where}.{spec.name}")
         for spec in signature.inputs

@@ -66,6 +66,13 @@ class Call:
     def tenant(self) -> str:
         return self.deployment.tenant
 
+    def narrowed(self, outputs: Sequence[str] | None, checked: Signature | None) -> Call:
+        """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
+        return Call(
+            self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
+            self.spawn_mirrors, self.mirrors, self.request,
+        )  # fmt: skip
+
 
 @dataclass(eq=False, slots=True)
 class PolicyRunner:

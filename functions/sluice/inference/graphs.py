@@ -26,7 +26,8 @@ from sluice.domain.graphs import DEFAULT_CASE
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
-from sluice.domain.transforms import Transform, answer_specs
+from sluice.domain.transform_specs import derive
+from sluice.domain.transforms import Transform
 from sluice.routing.conditions import Facts, decide
 from sluice.routing.transforms import run_transform
 
@@ -75,12 +76,12 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             runner.stats.request(stat_key, ms, ok=True)
             report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
             if answer is not None:
-                answer = _reshaped(answer, given_signature, given)
+                _reshape(answer, given_signature, given)
         else:
             feed = given if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
             # Only the last step answers with the outputs asked for; any step after the first has
             # inputs nobody checked yet.
-            step_call = dataclasses.replace(call, outputs=call.outputs if index == last else None, checked=call.checked if index == 0 else None)
+            step_call = call.narrowed(call.outputs if index == last else None, call.checked if index == 0 else None)
             try:
                 async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
                     answer = await runner.run(step.target, step_call, feed, depth + 1)
@@ -103,7 +104,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     exposed[name] = (given[output], given_signature.output(output) if given_signature else None)
     assert answer is not None  # a sequence runs at least one model (checked when parsed)
     if not exposed:
-        return dataclasses.replace(answer, steps=report)
+        answer.steps = report  # the answer is this request's own: set in place, not copied
+        return answer
     outputs = {**answer.result.outputs, **{name: array for name, (array, _) in exposed.items()}}
     specs = [dataclasses.replace(spec, name=name, role="value") for name, (_, spec) in exposed.items() if spec is not None]
     signature = Signature(answer.signature.inputs, (*answer.signature.outputs, *specs), answer.signature.metadata)
@@ -118,9 +120,8 @@ def _transform(
     the previous step's outputs."""
     node: Transform = step.target  # type: ignore[assignment]
     takes = node.input_specs() if index == 0 or signature is None else signature.outputs
-    columns: dict[int, list[int]] = {}
     try:
-        specs = answer_specs(node, takes, field="policy", columns=columns)
+        specs, columns = derive(node, takes)
         outputs = run_transform(node, given, columns)
     except SluiceError as exc:
         raise _named(exc, step.name, []) from None
@@ -131,12 +132,12 @@ def _transform(
     return Signature(inputs, specs, signature.metadata if signature else {}), outputs
 
 
-def _reshaped(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> Answer:
-    """A model's answer as a transform after it left it."""
+def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:
+    """A model's answer (this request's own) made what a transform after it left."""
     result = answer.result
-    classes = {k: v for k, v in result.classes.items() if k in outputs}
-    maps = {k: v for k, v in result.maps.items() if k in outputs and outputs[k] is result.outputs.get(k)}
-    return dataclasses.replace(answer, signature=signature, result=InferenceResult(outputs, classes, maps))
+    classes = {k: v for k, v in result.classes.items() if k in outputs} if result.classes else {}
+    maps = {k: v for k, v in result.maps.items() if k in outputs and outputs[k] is result.outputs.get(k)} if result.maps else {}
+    answer.signature, answer.result = signature, InferenceResult(outputs, classes, maps)
 
 
 async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call) -> dict[str, np.ndarray]:
@@ -259,7 +260,7 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
                 target = step.target
                 if isinstance(target, Transform):
                     takes = target.input_specs() if i == 0 else flow[-1].outputs
-                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, answer_specs(target, takes)))
+                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, derive(target, takes)[0]))
                 else:
                     flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
             signature = flow[-1]

@@ -83,6 +83,8 @@ class PredictionService:
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
+        # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
+        self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
@@ -263,6 +265,10 @@ class PredictionService:
         # Cache hits stay synchronous: an `await` costs even when nothing waits.
         found = self._deployments.get((tenant, deployment))
         dep, node = found if found is not None else await self.deployment_of(tenant, deployment)
+        if version is None and node.kind != "single":
+            kept = self._resolved.get((tenant, deployment))
+            if kept is not None and kept.node is node:  # the same parsed policy: what it derives holds
+                return kept
         first = node if node.kind == "single" else await self._primary(tenant, node)
         if version is not None:
             # A pinned version of the primary model answers alone.
@@ -275,7 +281,10 @@ class PredictionService:
         takes = await input_signature(self.runner, node, tenant)
         if takes.inputs != answering.signature.inputs:  # a leading transform: the caller sends what it declares
             answering = dataclasses.replace(answering, signature=Signature(takes.inputs, answering.signature.outputs, answering.signature.metadata))
-        return Resolved(dep, node, answering, await answer_signature(self.runner, node, tenant))
+        resolved = Resolved(dep, node, answering, await answer_signature(self.runner, node, tenant))
+        if version is None and not any(n.kind == "ref" for n in walk(node)):  # a reference can change on its own
+            self._resolved.put((tenant, deployment), resolved)
+        return resolved
 
     async def _primary(self, tenant: str, node: Node) -> Single:
         """The version whose signature describes the input: the first branch all the way
@@ -290,6 +299,7 @@ class PredictionService:
     def forget(self, tenant: str, name: str) -> None:
         """Drop a cached deployment (and its kept answers) so this process sees a change at once."""
         self._deployments.pop((tenant, name))
+        self._resolved.pop((tenant, name))
         if self.cache is not None:
             self.cache.drop(tenant, name)
 

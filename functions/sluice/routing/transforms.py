@@ -1,8 +1,9 @@
 """Running a `transform` node's ops (`sluice.domain.transforms`) on NumPy arrays.
 
 Every op is vectorized over rows: one row and a million take the same code, and a row's
-answer never depends on the rows beside it. Vocabularies and hashes look up each distinct
-value once (`np.unique`), then spread the answers over the rows.
+answer never depends on the rows beside it. A vocabulary (its index built once per op) looks
+up text a row at a time, one dictionary lookup each; numbers, and hashes, are worked out once
+per distinct value (`np.unique`), then spread over the rows.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from sluice.domain.transforms import Concat, Keep, Rename, Select, TopK, Transfo
 def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[int, list[int]]) -> dict[str, np.ndarray]:
     """The tensors `node` gives for `arrays` (the policy was checked when saved; a tensor that
     is missing here is the caller's fault, a 400 naming it). `columns`: each `select` op's
-    column indices, by the op's index (`domain.transforms.answer_specs` resolves them)."""
+    column indices, by the op's index (`domain.transform_specs.answer_specs` resolves them)."""
     out = dict(arrays)
     for i, op in enumerate(node.ops):
-        if isinstance(op, Select):
+        apply = _APPLY.get(op.op)
+        if apply is not None:  # the element-wise ops: one tensor in, one out
+            out[op.target] = apply(op, _get(out, op.input))
+        elif isinstance(op, Select):
             out[op.target] = _columns(_get(out, op.input))[:, columns[i]]
         elif isinstance(op, Keep):
             out = {name: _get(out, name) for name in op.names}
@@ -35,8 +39,6 @@ def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[
         elif isinstance(op, TopK):
             values, indices = _top_k(op, _get(out, op.input))
             out[op.target], out[op.indices] = values, indices
-        else:
-            out[op.target] = _APPLY[op.op](op, _get(out, op.input))
     return out
 
 
@@ -54,13 +56,15 @@ def _floats(x: np.ndarray) -> np.ndarray:
     return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
 
 
-def _params(values: Any, x: np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=x.dtype)
+def _params(values: Any, x: np.ndarray) -> Any:
+    """Per-column values as an array of x's type; one number stays a Python number, which
+    NumPy takes in x's type (NEP 50), with no array built per request."""
+    return np.asarray(values, dtype=x.dtype) if isinstance(values, list) else values
 
 
 def _fill(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    return np.where(np.isnan(x), x.dtype.type(op.value), x)
+    return np.where(np.isnan(x), op.value, x)
 
 
 def _standardize(op: Any, x: np.ndarray) -> np.ndarray:
@@ -70,8 +74,8 @@ def _standardize(op: Any, x: np.ndarray) -> np.ndarray:
 
 def _min_max(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    low = _params(op.min, x)
-    return (x - low) / (_params(op.max, x) - low)
+    low = np.asarray(op.min, dtype=x.dtype)
+    return (x - low) / (np.asarray(op.max, dtype=x.dtype) - low)
 
 
 def _clip(op: Any, x: np.ndarray) -> np.ndarray:
@@ -92,23 +96,30 @@ def _distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
     """Each distinct value once (text as str) and, per row, the index of its value."""
     flat = x.reshape(-1)
     if flat.dtype == object:
-        flat = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in flat], dtype=object) if flat.size else flat
+        flat = np.array([_text(v) for v in flat], dtype=object) if flat.size else flat
         values, inverse = np.unique(flat.astype(str), return_inverse=True)
     else:
         values, inverse = np.unique(flat, return_inverse=True)
     return values.tolist(), inverse.reshape(-1)
 
 
-def _lookup(vocabulary: list[Any], x: np.ndarray) -> np.ndarray:
-    """Each row's index in the vocabulary, -1 for a value not in it."""
-    index = {v: i for i, v in enumerate(vocabulary)}
-    values, inverse = _distinct(x)
+def _lookup(op: Any, x: np.ndarray) -> np.ndarray:
+    """Each row's index in the op's vocabulary, -1 for a value not in it."""
+    index = op.index
+    flat = x.reshape(-1)
+    if flat.dtype == object:  # text: one dictionary lookup a row (each row is read as text anyway)
+        return np.array([index.get(v if type(v) is str else _text(v), -1) for v in flat.tolist()], dtype=np.int64)
+    values, inverse = _distinct(flat)
     found = np.array([index.get(v, -1) for v in values], dtype=np.int64)
     return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
 
 
+def _text(value: Any) -> str:
+    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
-    at = _lookup(op.vocabulary, x)
+    at = _lookup(op, x)
     width = len(op.vocabulary) + (op.unknown == "column")
     out = np.zeros((at.shape[0], width), dtype=np.float32)
     known = at >= 0
@@ -119,7 +130,11 @@ def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
 
 
 def _ordinal(op: Any, x: np.ndarray) -> np.ndarray:
-    at = _lookup(op.vocabulary, x)
+    if x.dtype == object:  # text: each row's index, or `unknown`, straight into the answer
+        index, unknown = op.index, op.unknown
+        codes = [index.get(v if type(v) is str else _text(v), unknown) for v in x.reshape(-1).tolist()]
+        return np.array(codes, dtype=np.float32).reshape(-1, 1)
+    at = _lookup(op, x)
     return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
 
 
@@ -150,7 +165,7 @@ def _argmax(op: Any, x: np.ndarray) -> np.ndarray:
 
 def _threshold(op: Any, x: np.ndarray) -> np.ndarray:
     above = x.reshape(-1) >= op.cutoff
-    return np.array(op.labels, dtype=object)[above.astype(np.int64)] if op.labels else above
+    return np.array(op.labels, dtype=object)[above.view(np.uint8)] if op.labels else above
 
 
 def _top_k(op: TopK, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +176,7 @@ def _top_k(op: TopK, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _platt(op: Any, x: np.ndarray) -> np.ndarray:
     x = _floats(x)
-    return 1.0 / (1.0 + np.exp(-(x.dtype.type(op.a) * x + x.dtype.type(op.b))))
+    return 1.0 / (1.0 + np.exp(-(op.a * x + op.b)))  # Python numbers: computed in x's type (NEP 50)
 
 
 def _cast(op: Any, x: np.ndarray) -> np.ndarray:

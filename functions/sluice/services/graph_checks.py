@@ -5,7 +5,7 @@ policy is saved (`DeploymentService`): each a 422 naming the field of the policy
   name or the one its `map` names, of the same datatype and a shape that fits; what it
   `expose`s is an output of that step;
 - a transform step derives what it gives from what it takes (its declared inputs, or the
-  previous step's outputs), each op checked on the way (`domain.transforms.answer_specs`);
+  previous step's outputs), each op checked on the way (`domain.transform_specs.answer_specs`);
 - a switch's cases and default take the switch's inputs; a condition on an input names one it
   has (a column within it, or one of its feature names) and compares it with a value of its
   type; a switch that decides row by row has cases that answer the same outputs (their rows
@@ -20,7 +20,8 @@ from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
 from sluice.domain.signature import Signature
-from sluice.domain.transforms import Transform, answer_specs
+from sluice.domain.transform_specs import answer_specs
+from sluice.domain.transforms import Transform
 
 if TYPE_CHECKING:
     from collections.abc import Callable
