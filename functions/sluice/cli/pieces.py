@@ -108,8 +108,4 @@ def cost() -> CostService:
 def settle() -> None:
     """Before a short-lived process ends: its shadow jobs finished, its captured requests
     written, its statistics flushed."""
-    live = container()
-    live.mirror.drain()  # type: ignore[union-attr]
-    if live.capture is not None:
-        live.capture.drain()
-    live.predictions.stats.flush()
+    container().settle(10.0)
