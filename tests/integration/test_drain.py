@@ -16,19 +16,17 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from sluice.cli.drain import stop_bound_s
 from sluice.registry.sqlite import SqliteRegistry
 from sluice.settings import ServeSettings
 from tests.conftest import REPO
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, start_sluice
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -61,27 +59,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Serve]]:
 
     def start(**settings: str) -> Serve:
         home = tmp_path / "home"
-        port, grpc_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            **settings,
-            "SLUICE_HOME": str(home),
-            "PYTHONPATH": os.pathsep.join([str(REPO / "functions"), os.environ.get("PYTHONPATH", "")]),
-        }
-        args = ["--tenant", "acme", "serve", "--demo", "--port", str(port), "--workers", "2", "--grpc-port", str(grpc_port)]
-        with (tmp_path / "serve.log").open("wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "sluice.cli", *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+        grpc_port = free_port()
+        env = {**os.environ, **settings, "PYTHONPATH": os.pathsep.join([str(REPO / "functions"), os.environ.get("PYTHONPATH", "")])}
+        argv = ["--tenant", "acme", "serve", "--demo", "--workers", "2", "--grpc-port", str(grpc_port)]
+        proc, port = start_sluice(home, env, argv, log=tmp_path / "serve.log")
         started.append(proc)
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "sluice serve did not become healthy"
-            time.sleep(0.2)
         return Serve(proc, port, grpc_port, (home / "admin-key").read_text().strip(), home)
 
     yield start
