@@ -172,6 +172,11 @@ class CutOff:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
+    def __getattr__(self, name: str) -> Any:
+        if name == "app":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.app, name)  # the app's own attributes (its state, its routes)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)

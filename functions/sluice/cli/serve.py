@@ -160,7 +160,9 @@ def served_alone() -> CutOff:
     """The app as `sluice serve --workers 1` runs it (its jobs are the background's)."""
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
+    from sluice.runtimes.triton_http import preload
 
+    preload()  # the Triton client's imports, before the first request rather than during it
     return CutOff(create_app())
 
 
@@ -170,21 +172,26 @@ def served_app() -> CutOff:
     what it recorded is written out."""
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
+    from sluice.runtimes.triton_http import preload
 
+    preload()  # the Triton client's imports, before the first request rather than during it
     app = create_app()
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
+        from sluice.api.deps import container_of
+
+        # Its services (and their imports: ONNX Runtime, the registry) built before it takes a
+        # request: else the first requests it takes wait, a burst's share of them behind it.
+        await asyncio.to_thread(container_of, app)
         orphaned = asyncio.create_task(_end_with_parent(os.getppid()))
         try:
             async with inner(app_) as state:
                 yield state
         finally:
             orphaned.cancel()
-        container: Container | None = app.state.container  # none if no request built it
-        if container is None:
-            return
+        container: Container = app.state.container
         jobs = _local_jobs(container.orchestrator)
         if jobs is not None:
             await asyncio.to_thread(jobs.shutdown, container.settings.serve.batch_stop_grace_s)

@@ -33,8 +33,8 @@ class LimitSettings(Group):
 
 
 class PredictionSettings(Group):
-    """Read by the prediction service (the one call) and, for their timeouts, the Triton and
-    SageMaker runtimes."""
+    """Read by the prediction service (the one call) and, for their timeouts and connections,
+    the Triton and SageMaker runtimes."""
 
     title: ClassVar[str] = "Predictions"
 
@@ -46,6 +46,16 @@ class PredictionSettings(Group):
     )
     deployment_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read."
+    )
+    runtime_connections: int = Field(
+        default=64,
+        ge=1,
+        description="Connections one process keeps to each server the `triton` runtime calls over HTTP, and "
+        "the `sagemaker` runtime's calls in flight at once (its connection pool and its threads); past it a "
+        "call waits for one to come free. The default is twice `sluice serve`'s predictions in flight per "
+        "process, so every admitted prediction has its connection with room for what calls a backend besides "
+        "(shadow mirrors, ensembles' members, batch scoring). Triton over gRPC multiplexes its calls on one "
+        "connection.",
     )
 
 
