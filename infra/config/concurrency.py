@@ -34,6 +34,9 @@ class ConcurrencyConfig(Section):
     )
     batch_finalize: int | None = Field(5, ge=1)
     batch_mark_failed: int | None = Field(5, ge=1)
+    batch_execution_ended: int | None = Field(
+        5, ge=1, description="One invoke per execution of the batch state machine that ends."
+    )
     batch_on_upload: int | None = Field(10, ge=1, description="One invoke per uploaded file.")
     rollouts: int | None = Field(
         1,

@@ -20,11 +20,17 @@ The data each state sees (JSONPath; `result_path`s keep the execution input thro
   execution's output (status, counts, output and manifest URIs).
 - Any error in Plan, Map or Finalize lands in `$.error` (`Error`, `Cause`); MarkFailed gets
   the whole state, then the execution fails with that error and cause.
+
+What no state records (the whole execution timed out, was stopped from outside sluice, or
+MarkFailed itself failed) its end does: an EventBridge rule sends each end of an execution of
+this state machine to `execution_ended`, which marks FAILED a job left unfinished.
 """
 
 from __future__ import annotations
 
 from aws_cdk import Duration
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -75,6 +81,7 @@ class BatchWorkflow(Construct):
         score: lambda_.IFunction,
         finalize: lambda_.IFunction,
         mark_failed: lambda_.IFunction,
+        execution_ended: lambda_.IFunction,
         work_bucket: s3.IBucket,
         map_results_prefix: str,
         max_concurrency: int,
@@ -217,6 +224,28 @@ class BatchWorkflow(Construct):
             ),
         )
         self._acknowledge_wildcards()
+        self.ended_rule = events.Rule(
+            self,
+            "ExecutionEnded",
+            description="Each end of a batch execution, for its job's record to follow",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={
+                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                    "status": ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"],
+                },
+            ),
+            targets=[targets.LambdaFunction(execution_ended)],
+        )
+        acknowledge(
+            self.ended_rule,
+            "Serverless-EventBusDLQ",
+            "Step Functions sends these events best effort, so a job's record never depends on "
+            "them alone: a read that decides on a job asks Step Functions about its execution. "
+            "The target function keeps failed invocations in its own dead-letter queue, and "
+            "EventBridge retries a delivery for 24 hours.",
+        )
 
     def _acknowledge_wildcards(self) -> None:
         """Each wildcard CDK writes into the state machine's policies, with its reason.

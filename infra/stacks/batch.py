@@ -143,6 +143,26 @@ class BatchStack(FunctionStack):
             purpose="failure reports",
         )
 
+        # The job record follows its execution's end (an EventBridge rule of BatchWorkflow):
+        # a job left unfinished by an execution that timed out, was stopped from outside, or
+        # failed where MarkFailed could not record it is FAILED, saying why.
+        execution_ended = self._task(
+            "ExecutionEnded",
+            "execution-ended",
+            memory_mb=512,
+            timeout_s=60,
+            description="Marks FAILED a batch job its ended execution left unfinished",
+            invoked_async=True,
+        )
+        grant_objects(
+            execution_ended,
+            bucket,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            delete=True,  # a failed job leaves no _SUCCESS
+            purpose="failure reports",
+        )
+
         # Executions started with a job specification (from the console, the AWS CLI, an
         # EventBridge rule or schedule, a parent state machine): the job is created here.
         # Registry access only: what it checks is names and prefixes, no object is read.
@@ -179,6 +199,7 @@ class BatchStack(FunctionStack):
             score=score.function,
             finalize=finalize.function,
             mark_failed=mark_failed.function,
+            execution_ended=execution_ended.function,
             work_bucket=bucket,
             map_results_prefix=MAP_RESULTS_PREFIX,
             max_concurrency=batch.max_concurrency,

@@ -39,6 +39,19 @@ def wait_healthy(url: str, proc: subprocess.Popen[Any], log: Path | None = None,
         time.sleep(0.2)
 
 
+def start_sluice(home: Path, env: dict[str, str], argv: list[str], *, log: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """`sluice ARGV --port PORT` (ARGV names `serve` and what goes before and after it), its
+    output to `log`, once healthy; the caller stops it. PORT: a free one by default."""
+    port = port or free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.cli", *argv, "--port", str(port)],
+            env={**env, "SLUICE_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+    return proc, port
+
+
 @contextlib.contextmanager
 def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) -> Iterator[tuple[int, str]]:
     """`sluice serve ARGS` on a free port, healthy; yields (port, the local admin key). Its

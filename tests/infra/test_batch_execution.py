@@ -428,6 +428,37 @@ def test_a_job_whose_execution_ended_without_markfailed_reads_as_failed(
     assert not cloud.invocations["sluice-batch-mark-failed"]
 
 
+def test_the_end_of_an_execution_stopped_from_outside_marks_its_job_failed_with_no_read(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same stop, and the event EventBridge then delivers (the sample's envelope, the
+    execution as Step Functions describes it): the job is FAILED, its manifest says why, and no
+    read had to ask."""
+    from sluice.domain import Principal
+    from sluice.handlers import batch as handlers
+
+    planned, gate = hold_chunks(monkeypatch)
+    cloud.s3.put_object(Bucket=BUCKET, Key="inbox/acme/iris/s.csv", Body=_csv(3000))
+    job = cloud.container.batch.submit(
+        Principal("acme", frozenset({"predict"}), "test"), deployment="iris", input_uri=f"s3://{BUCKET}/inbox/acme/iris/s.csv"
+    )
+    assert planned.wait(30)
+    cloud.sfn.stop_execution(executionArn=job.execution, error="Operator", cause="stopped by hand")
+    gate.set()
+    execution = cloud.finish(job.id)
+    assert execution["status"] == "ABORTED"
+    event = json.loads((EVENTS / "batch_execution_aborted.json").read_text())
+    event["resources"] = [execution["executionArn"]]
+    fields = ("executionArn", "stateMachineArn", "name", "status", "input", "error", "cause")
+    event["detail"].update({name: execution.get(name) for name in fields})
+    assert handlers.execution_ended(event, LambdaContext())["status"] == "FAILED"
+    record = cloud.container.registry.get_job("acme", job.id)
+    assert record.status == "FAILED" and "execution ended (ABORTED" in (record.error or ""), record.error
+    out = f"outbox/acme/{job.id}/"
+    assert json.loads(cloud.read(out + "_manifest.json"))["status"] == "FAILED"
+    assert "Contents" not in cloud.s3.list_objects_v2(Bucket=BUCKET, Prefix=out + "_SUCCESS")
+
+
 def _spec(**fields: Any) -> dict[str, Any]:
     return {"tenant": "acme", "deployment": "iris", "input_uri": f"s3://{BUCKET}/inbox/acme/iris/spec.csv"} | fields
 

@@ -161,7 +161,7 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     template = full_app.template("batch")
     layer_ids = set(template.find_resources("AWS::Lambda::LayerVersion"))
     assert len(layer_ids) == 2
-    for purpose in ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload"):
+    for purpose in ("create_job", "plan", "score", "finalize", "mark_failed", "execution_ended", "on_upload"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         assert {layer["Ref"] for layer in function["Layers"]} == layer_ids
         assert (
@@ -176,12 +176,33 @@ def test_batch_functions_have_both_layers_and_scoped_grants(full_app: Synthesize
     # Plan clears an earlier job's results, a chunk finished after a cancel takes its files
     # back, and a failed or cancelled job leaves no _SUCCESS (MarkFailed, and Finalize when a
     # cancel wins the race): each may delete under outbox/, nowhere else.
-    for purpose in ("plan", "score", "mark_failed", "finalize"):
+    for purpose in ("plan", "score", "mark_failed", "execution_ended", "finalize"):
         _, function = function_by_handler(template, f"sluice.handlers.batch.{purpose}")
         statements = policy_statements_of_role(template, role_of(function))
         deletes = [s["Resource"]["Fn::Join"][1][-1] for s in statements if "s3:DeleteObject" in s["Action"]]
         assert deletes == ["/outbox/*"], purpose
     assert score["Timeout"] == 900 and score["MemorySize"] == 3008
+
+
+def test_every_end_of_an_execution_reaches_the_handler_its_job_record_follows(full_app: Synthesized) -> None:
+    """A job whose execution ended without recording it (timed out, stopped from outside,
+    MarkFailed failed) is found by its execution's end, not left RUNNING."""
+    template = full_app.template("batch")
+    handler_id, handler = function_by_handler(template, "sluice.handlers.batch.execution_ended")
+    (machine_id,) = template.find_resources("AWS::StepFunctions::StateMachine")
+    (rule,) = properties(template, "AWS::Events::Rule")
+    assert rule["EventPattern"] == {
+        "source": ["aws.states"],
+        "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"stateMachineArn": [{"Ref": machine_id}], "status": ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]},
+    }
+    assert rule["State"] == "ENABLED"
+    assert [target["Arn"] for target in rule["Targets"]] == [{"Fn::GetAtt": [handler_id, "Arn"]}]
+    (permission,) = [p for p in properties(template, "AWS::Lambda::Permission") if p["Principal"] == "events.amazonaws.com"]
+    assert permission["FunctionName"] == {"Fn::GetAtt": [handler_id, "Arn"]} and permission["Action"] == "lambda:InvokeFunction"
+    assert "DeadLetterConfig" in handler  # an invoke that keeps failing is kept, not lost
+    statements = policy_statements_of_role(template, role_of(handler))
+    assert not [s for s in statements if "states:" in str(s["Action"])]  # the event says it all
 
 
 def test_create_job_may_describe_executions_of_the_state_machine_and_nothing_more(full_app: Synthesized) -> None:

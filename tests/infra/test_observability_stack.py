@@ -17,6 +17,7 @@ FUNCTIONS = (
     "batch-score",
     "batch-finalize",
     "batch-mark-failed",
+    "batch-execution-ended",
     "batch-on-upload",
     "rollouts",
     "websocket",  # the full config turns the WebSocket API on

@@ -1,15 +1,19 @@
 """Jobs that Step Functions executions start with a job specification (a scheduled run on
 AWS, or an execution started by hand): the job is created by the first call and found by
-every later one; a scheduled run may be skipped or held back by its schedule's `overlap`."""
+every later one; a scheduled run may be skipped or held back by its schedule's `overlap`.
+And the end of every execution of the batch state machine, as EventBridge reports it: a job
+the execution left unfinished is FAILED, saying why (`record_execution_end`)."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.specs import ExecutionSpec
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.jobs import derived_job_id
+from sluice.domain.liveness import execution_ended
 
 if TYPE_CHECKING:
     from sluice.batch.service import BatchService
@@ -76,3 +80,40 @@ def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
         raise RunQueued(name, going.id)
     registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())
     raise RunSkipped(name, f"run {going.id} is still {going.status}", running=going.id)
+
+
+def job_of_execution(execution: str, input: str | None) -> tuple[str, str] | None:
+    """(tenant, job id) of the job an execution ran, read from the input it was started with:
+    `{"job_id", "tenant"}` (the API, the S3 trigger), or a job specification, whose job's id
+    derives from the execution (`job_for_execution`). None when the input says neither."""
+    try:
+        given = json.loads(input or "")
+    except ValueError:
+        return None
+    if not isinstance(given, dict) or not isinstance(tenant := given.get("tenant"), str) or not tenant:
+        return None
+    job_id = given.get("job_id")
+    if isinstance(job_id, str) and job_id:
+        return tenant, job_id
+    return tenant, derived_job_id("ex", execution)
+
+
+def record_execution_end(
+    batch: BatchService, *, execution: str, status: str, input: str | None, error: str | None = None, cause: str | None = None
+) -> BatchJob | None:
+    """The job of an execution that ended (SUCCEEDED, FAILED, TIMED_OUT, ABORTED), marked
+    FAILED saying why when the execution left it unfinished: the whole execution timed out or
+    was stopped from outside sluice, or failed where MarkFailed could not record it. A job the
+    execution recorded (or that sluice cancelled) stays as it is. None when the execution ran
+    no job (a specification refused, a scheduled run skipped) or another execution runs it."""
+    found = job_of_execution(execution, input)
+    if found is None:
+        return None
+    tenant, job_id = found
+    try:
+        job = batch.registry.get_job(tenant, job_id)
+    except NotFound:
+        return None
+    if job.terminal or (job.execution and job.execution != execution):
+        return job
+    return batch.liveness.fail(job, execution_ended(status, error), cause or "")

@@ -44,9 +44,14 @@ class JobLiveness:
             reason = self.orchestrator.ended(job)
         if reason is None:
             return job
+        return self.fail(job, reason)
+
+    def fail(self, job: BatchJob, reason: str, cause: str = "") -> BatchJob:
+        """`job` marked FAILED saying why (and the message `cause` holds, a Lambda error's
+        included), as MarkFailed would; a job that finished meanwhile stays as it finished."""
         log.warning("batch job found stopped", extra={"job": job.id, "tenant": job.tenant, "reason": reason})
         if self.runner is not None:
-            self.runner.mark_failed(job.tenant, job.id, error=reason)
+            self.runner.mark_failed(job.tenant, job.id, error=reason, cause=cause)
         else:
             with contextlib.suppress(Conflict):  # it finished meanwhile: that stands
                 self.registry.update_job(job.tenant, job.id, status="FAILED", error=reason[:ERROR_CHARS], finished_at=now())

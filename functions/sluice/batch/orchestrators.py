@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.batch.plan import Chunk, JobSpec
 from sluice.clients import client_from
 from sluice.domain.errors import Conflict, SluiceError, Unavailable
-from sluice.domain.liveness import HEARTBEAT_S, this_worker
+from sluice.domain.liveness import HEARTBEAT_S, execution_ended, this_worker
 from sluice.domain.objects import now
 from sluice.registry.scope import use_tenant
 
@@ -382,4 +382,4 @@ class StepFunctionsOrchestrator:
         status = execution.get("status", "RUNNING")
         if status in ("RUNNING", "PENDING_REDRIVE"):
             return None
-        return f"its process stopped: its Step Functions execution ended ({status}) without recording the job's outcome"
+        return execution_ended(status, execution.get("error"))

@@ -107,9 +107,5 @@ def cost() -> CostService:
 
 def settle() -> None:
     """Before a short-lived process ends: its shadow jobs finished, its captured requests
-    written, its statistics flushed (what the registry refuses counted as dropped)."""
-    live = container()
-    live.mirror.drain()  # type: ignore[union-attr]
-    if live.capture is not None:
-        live.capture.drain()
-    live.predictions.stats.close()
+    written, its statistics flushed."""
+    container().settle(10.0)

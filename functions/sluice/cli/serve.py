@@ -1,12 +1,15 @@
 """`sluice serve`: the API on this machine, with a local admin key, the batch inbox and the
 batch schedules that are due.
 
-On SIGTERM or SIGINT the background work stops starting anything (the inbox, the schedules,
-the rollout controller, new local batch jobs and chunks) while uvicorn shuts the HTTP side down
-its own way; then the local batch jobs finish the chunks they are scoring (within
-`SLUICE_BATCH_STOP_GRACE_S`) and are recorded FAILED, saying the service stopped, and the
-command exits 0. A second signal cuts the grace short. Jobs started through the API in a worker
-process are stopped the same way as that worker shuts down (`served_app`).
+On SIGTERM or SIGINT it drains (`sluice.cli.drain`): it stops listening at once, so a new
+connection is refused; the background work stops starting anything (the inbox, the schedules,
+the rollout controller, new local batch jobs and chunks); the requests already accepted are
+answered (within `SLUICE_DRAIN_TIMEOUT_S`); the local batch jobs finish the chunks they are
+scoring (within `SLUICE_BATCH_STOP_GRACE_S`) and are recorded FAILED, saying the service
+stopped; every process writes out its statistics, captured requests and shadow comparisons;
+and the command exits 0 within `drain.stop_bound_s`. A second signal cuts the grace short.
+Jobs started through the API in a worker process are stopped the same way as that worker
+shuts down (`served_app`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
     from pathlib import Path
 
-    from sluice.api.app import SluiceApp
     from sluice.batch.orchestrators import LocalOrchestrator, Orchestrator
+    from sluice.cli.drain import CutOff, Stopping
     from sluice.settings import Settings
     from sluice.wiring import Container
 
@@ -68,8 +71,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if stopped:
         print(f"Batch jobs whose process had stopped, now FAILED: {', '.join(j.id for j in stopped)}", flush=True)
     from sluice.batch.inbox import InboxWatcher
+    from sluice.cli.drain import Stopping, stop_bound_s, stop_child
 
     background = Background(batch.orchestrator, grace_s=settings.serve.batch_stop_grace_s)
+    stopping = Stopping(background, stop_bound_s(settings.serve))
     inbox = settings.batch_inbox_path
     background.start(InboxWatcher(batch, inbox, args.tenant, interval_s=settings.serve.batch_inbox_poll_s))
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {batch.paths.root}outbox/)", flush=True)
@@ -86,15 +91,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.cli.protocol import GuardedHttpToolsProtocol
 
     grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port)
+    if grpc is not None:
+        stopping.children.append(lambda: grpc.pid)  # told with the workers: it stops listening too
     try:
-        _run_http(args, settings, workers, GuardedHttpToolsProtocol, background)
+        _run_http(args, settings, workers, GuardedHttpToolsProtocol, stopping)
     finally:
-        stopped = background.stop()
+        if grpc is not None and stopping.since is None:  # the HTTP side ended without a signal
+            grpc.terminate()
+        stopped = stopping.finish()
         if stopped:
             print(f"Stopped {len(stopped)} local batch job(s): {', '.join(stopped)}", flush=True)
         if grpc is not None:
-            grpc.terminate()
-            grpc.join(5)
+            stop_child(grpc, stopping.left_s())
+        pieces.settle()  # what this process recorded: one worker's requests, the background's
     return 0
 
 
@@ -149,13 +158,31 @@ class Background:
         return self.jobs.shutdown(self.grace_s) if self.jobs is not None else []
 
 
-def served_app() -> SluiceApp:
-    """The app as `sluice serve`'s HTTP worker processes run it: as a worker shuts down, the
-    batch jobs it started through the API are stopped as `Background.stop` stops the rest."""
+def served_alone() -> CutOff:
+    """The app as `sluice serve --workers 1` runs it (its jobs are the background's)."""
     from sluice.api.app import create_app
+    from sluice.cli.drain import CutOff
     from sluice.cli.malloc import return_large_blocks
+    from sluice.runtimes.triton_http import preload
 
     return_large_blocks()  # a worker's memory comes back after a burst
+    preload()  # the Triton client's imports, before the first request rather than during it
+    app = create_app()
+    app.prepare()  # its routes built before it takes a request (see served_app)
+    return CutOff(app)
+
+
+def served_app() -> CutOff:
+    """The app as `sluice serve`'s HTTP worker processes run it: as a worker shuts down, the
+    batch jobs it started through the API are stopped as `Background.stop` stops the rest, and
+    what it recorded is written out."""
+    from sluice.api.app import create_app
+    from sluice.cli.drain import CutOff
+    from sluice.cli.malloc import return_large_blocks
+    from sluice.runtimes.triton_http import preload
+
+    return_large_blocks()  # a worker's memory comes back after a burst
+    preload()  # the Triton client's imports, before the first request rather than during it
     app = create_app()
     # Built now, before the worker takes a request: else the first request that is not a
     # prediction (a health check, say) builds forty routes on the event loop, under load too.
@@ -164,15 +191,33 @@ def served_app() -> SluiceApp:
 
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
-        async with inner(app_) as state:
-            yield state
-        container: Container | None = app.state.container  # none if no request built it
-        jobs = _local_jobs(container.orchestrator) if container is not None else None
-        if jobs is not None and container is not None:
+        from sluice.api.deps import container_of
+
+        # Its services (and their imports: ONNX Runtime, the registry) built before it takes a
+        # request: else the first requests it takes wait, a burst's share of them behind it.
+        await asyncio.to_thread(container_of, app)
+        orphaned = asyncio.create_task(_end_with_parent(os.getppid()))
+        try:
+            async with inner(app_) as state:
+                yield state
+        finally:
+            orphaned.cancel()
+        container: Container = app.state.container
+        jobs = _local_jobs(container.orchestrator)
+        if jobs is not None:
             await asyncio.to_thread(jobs.shutdown, container.settings.serve.batch_stop_grace_s)
+        await asyncio.to_thread(container.settle)  # its statistics, captured requests, shadow jobs
 
     app.router.lifespan_context = lifespan
-    return app
+    return CutOff(app)
+
+
+async def _end_with_parent(parent: int) -> None:
+    """A worker whose `sluice serve` was killed (SIGKILL leaves it no chance to stop them)
+    drains and exits as if told to stop, rather than keep the port from a restart."""
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    signal.raise_signal(signal.SIGTERM)  # uvicorn's handler: the worker's drain
 
 
 def _local_jobs(orchestrator: Orchestrator | None) -> LocalOrchestrator | None:
@@ -193,12 +238,15 @@ def _start_grpc(host: str, port: int) -> BaseProcess | None:
     return start_process(host, port)
 
 
-def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type, background: Background) -> None:
-    """uvicorn, which shuts the HTTP side down its own way. One worker is served on a thread,
-    so that the signals come here first: the background stops starting work at once, then
-    uvicorn is told to exit as its own handlers would. Several workers are uvicorn's
-    supervisor's, and its handlers; the signals' wake-up bytes reach the background."""
+def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type, stopping: Stopping) -> None:
+    """uvicorn on a socket bound here, so that a signal stops it listening at once
+    (`sluice.cli.drain`). Several workers are uvicorn's supervisor's, with the drain's signal
+    handlers. One worker is served on a thread, so that the signals come here first: the
+    background stops starting work at once, then uvicorn is told to exit as its own handlers
+    would."""
     import uvicorn
+
+    from sluice.cli.drain import Supervisor
 
     options: dict[str, Any] = {
         "factory": True,
@@ -207,54 +255,39 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protoc
         "workers": workers,
         "http": protocol,  # header timeout and size bound (workers import it by name)
         "timeout_keep_alive": settings.serve.keepalive_timeout_s,
+        "timeout_graceful_shutdown": settings.serve.drain_timeout_s,  # then what is left is cancelled
         # A WebSocket message over the limit is answered with an error message, not cut off:
         # the server's own frame limit stays above it.
         "ws_max_size": max(16 * 1024 * 1024, 2 * settings.websocket.websocket_max_message_bytes),
         "access_log": False,
         "log_level": "warning",
     }
+    # One worker's jobs are the background's; several workers stop their own (`served_app`).
+    app = "sluice.cli.serve:served_app" if workers > 1 else "sluice.cli.serve:served_alone"
+    config = uvicorn.Config(app, **options)
+    sock = config.bind_socket()  # a port in use: uvicorn says so and exits
     if workers > 1:
-        _wake_on_signals(background)
-        uvicorn.run("sluice.cli.serve:served_app", **options)
+        Supervisor(config, [sock], stopping).run()
         return
-    server = uvicorn.Server(uvicorn.Config("sluice.api.app:create_app", **options))  # its jobs are `background`'s
-    signals: list[int] = []
+    server = uvicorn.Server(config)
+    stopping.sockets.append(sock)
 
     def on_signal(signum: int, frame: object) -> None:
-        signals.append(signum)
-        if len(signals) == 1:
-            background.stop_starting()
+        if stopping.on_signal(signum):
             server.should_exit = True
         else:
-            background.hurry()
             server.force_exit = True
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    http = threading.Thread(target=server.run, name="sluice-http")
+    http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="sluice-http", daemon=True)
     http.start()
-    http.join()  # signals are handled while this thread waits
-    if not server.started:
+    while http.is_alive() and stopping.left_s() > 0:
+        http.join(0.5)  # signals are handled between these waits
+    if http.is_alive():
+        print("The HTTP server was still draining at the stop's bound", flush=True)
+    elif not server.started:
         raise SystemExit(f"the HTTP server did not start on {args.host}:{args.port}")
-
-
-def _wake_on_signals(background: Background) -> None:
-    """Every signal that has a handler writes its number to the wake-up pipe, whoever's handler
-    it is: the first SIGTERM or SIGINT stops the background starting work, a second hurries it."""
-    read, write = os.pipe()
-    os.set_blocking(write, False)
-    signal.set_wakeup_fd(write)
-
-    def watch() -> None:
-        seen = 0
-        while data := os.read(read, 64):
-            for signum in data:
-                if signum in (signal.SIGTERM, signal.SIGINT):
-                    seen += 1
-                    with suppress(Exception):  # the watch must outlive a failed stop
-                        background.stop_starting() if seen == 1 else background.hurry()
-
-    threading.Thread(target=watch, name="sluice-signals", daemon=True).start()
 
 
 def _fresh_metrics_folder(home: Path) -> None:

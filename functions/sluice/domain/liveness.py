@@ -1,6 +1,7 @@
 """Signs of life of the process that runs a job, kept on the job in the registry, so that any
 process can tell a job at work from one whose process is gone (optimize jobs, and batch jobs
-run on a machine rather than by Step Functions).
+run on a machine rather than by Step Functions), and the words for a Step Functions execution
+that ended without recording its job's outcome.
 
 The process running a job names itself (`worker`: `<host>:<pid>`) and writes the job's
 `heartbeat_at` every `HEARTBEAT_S`. A job whose last sign of life is older than `STALE_AFTER_S`
@@ -43,3 +44,10 @@ def process_gone(worker: str) -> bool:
     except OSError:  # it exists, and belongs to someone else
         return False
     return False
+
+
+def execution_ended(status: str, error: str | None = None) -> str:
+    """Why a job whose Step Functions execution ended (`status`: SUCCEEDED, FAILED, TIMED_OUT,
+    ABORTED; `error`: the execution's error name) without recording the job's outcome is FAILED."""
+    ended = f"{status}: {error}" if error else status
+    return f"its process stopped: its Step Functions execution ended ({ended}) without recording the job's outcome"

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING
 
@@ -51,23 +52,29 @@ async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Se
 
 
 async def _serve(host: str, port: int, parent: int) -> None:
+    import signal
+
     from sluice.wiring import get_container
 
+    container = get_container()
     try:
-        server, bound = await start(get_container(), host, port)
+        server, bound = await start(container, host, port)
     except RuntimeError:  # grpcio's word for a port it cannot bind
         raise SystemExit(f"gRPC: cannot listen on {host}:{port} (in use?)") from None
     print(f"gRPC (Open Inference Protocol) on {host}:{bound}", flush=True)
+    told = asyncio.Event()  # SIGTERM: `sluice serve` drains (sluice.cli.drain)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, told.set)
     # Ends with its parent, even one killed without a chance to stop it.
-    while os.getppid() == parent:
-        await asyncio.sleep(1.0)
-    await server.stop(grace=2.0)
+    while os.getppid() == parent and not told.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(told.wait(), 1.0)
+    # It stops listening at once; the calls it accepted have the drain's time to finish.
+    await server.stop(grace=container.settings.serve.drain_timeout_s)
+    await asyncio.to_thread(container.settle)  # its statistics, captured requests, shadow jobs
 
 
 def run(host: str, port: int, parent: int) -> None:
     """The process's target (spawned, so it imports what it needs itself)."""
-    import contextlib
-
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(host, port, parent))
 

@@ -13,6 +13,10 @@
 - `finalize` (the whole state) -> the job's summary, or raises JobIncomplete; a job that
   names `catalog` is then added as a partition of that Glue table (`catalog` in the summary)
 - `mark_failed` (the whole state, with `error: {Error, Cause}`) -> the job's summary
+- `execution_ended` (EventBridge: "Step Functions Execution Status Change" of the state machine,
+  once an execution has ended) -> the job it ran, FAILED saying why if the execution left it
+  unfinished (the whole execution timed out or was stopped from outside, or MarkFailed could
+  not record the failure), so no job stays RUNNING after its execution ended
 
 Which tenant an upload acts for comes from its key: writing under `inbox/<tenant>/` is what
 IAM grants a tenant's pipeline, and the deployment is looked up in that tenant only, so an
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
 from aws_lambda_powertools.utilities.data_classes import S3Event
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.batch.plan import Chunk, JobSpec
 from sluice.observability import get_logger, get_metrics
@@ -74,6 +78,17 @@ class CreateJobEvent(_Event):
 class ChunkEvent(_Event):
     job: dict[str, Any]
     chunk: dict[str, Any]
+
+
+class ExecutionStatusChange(_Event):
+    """The `detail` of EventBridge's "Step Functions Execution Status Change": what
+    DescribeExecution says of the execution (its input absent when too large to include)."""
+
+    execution_arn: str = Field(alias="executionArn")
+    status: str
+    input: str | None = None
+    error: str | None = None
+    cause: str | None = None
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -163,6 +178,26 @@ def mark_failed(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return container().batch_runner.mark_failed(
         job.tenant, job.job_id, error=str(error.get("Error") or "Failed"), cause=str(error.get("Cause") or "")
     )
+
+
+@logger.inject_lambda_context(clear_state=True)
+def execution_ended(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
+
+    from sluice.batch.executions import record_execution_end
+
+    change = ExecutionStatusChange.model_validate(EventBridgeEvent(event).detail)
+    logger.append_keys(execution=change.execution_arn, status=change.status)
+    job = record_execution_end(
+        container().batch, execution=change.execution_arn, status=change.status, input=change.input,
+        error=change.error, cause=change.cause,
+    )  # fmt: skip
+    if job is None:
+        logger.info("batch execution ended without a job of its own")
+        return {}
+    logger.append_keys(job=job.id, tenant=job.tenant)
+    logger.info("batch execution ended", extra={"job_status": job.status})
+    return {"job_id": job.id, "tenant": job.tenant, "status": job.status}
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -86,6 +86,7 @@ class PredictionService:
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
+        self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
         self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher)
@@ -304,12 +305,24 @@ class PredictionService:
             self.cache.drop(tenant, name)
 
     async def deployment_of(self, tenant: str, name: str) -> tuple[Deployment, Node]:
+        """The deployment and its parsed policy, read at most once per `deployment_cache_ttl_s`:
+        requests that find it expired together wait on one read (on their event loop) rather
+        than each queueing its own on the loop's few threads, where the last of a burst would
+        start late."""
         key = (tenant, name)
         found = self._deployments.get(key)
-        if found is None:
-            dep = await asyncio.to_thread(self.registry.get_deployment, tenant, name)
-            found = self._deployments.put(key, (dep, parse_policy(dep.policy)))
-        return found
+        if found is not None:
+            return found
+        flight = (id(asyncio.get_running_loop()), key)
+        reading = self._reading.get(flight)
+        if reading is None:
+            reading = self._reading[flight] = asyncio.ensure_future(self._read_deployment(key))
+            reading.add_done_callback(lambda _: self._reading.pop(flight, None))
+        return await asyncio.shield(reading)
+
+    async def _read_deployment(self, key: tuple[str, str]) -> tuple[Deployment, Node]:
+        dep = await asyncio.to_thread(self.registry.get_deployment, *key)
+        return self._deployments.put(key, (dep, parse_policy(dep.policy)))
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
         return (await self.deployment_of(tenant, deployment))[1]

@@ -16,6 +16,7 @@ Lambda pays for every import.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,15 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 # compress, and both ends would pay for it on every request.
 _SESSION_HEADERS = {"Accept-Encoding": "identity"}
 _ERROR_TEXT_LIMIT = 2000
+
+
+def preload() -> None:
+    """Import aiohttp now, where it is installed: a server about to take requests (a worker of
+    `sluice serve`) pays for it as it starts rather than on its first call to Triton, where the
+    import (half a second on a small machine) would hold up every request on its event loop
+    and make a burst's requests of that worker miss the server's batch."""
+    with contextlib.suppress(ImportError):
+        import aiohttp  # noqa: F401
 
 
 class TritonHttpError(Exception):

@@ -33,8 +33,8 @@ class LimitSettings(Group):
 
 
 class PredictionSettings(Group):
-    """Read by the prediction service (the one call) and, for their timeouts, the Triton and
-    SageMaker runtimes."""
+    """Read by the prediction service (the one call) and, for their timeouts and connections,
+    the Triton and SageMaker runtimes."""
 
     title: ClassVar[str] = "Predictions"
 
@@ -56,6 +56,16 @@ class PredictionSettings(Group):
         "at shutdown. A write the registry refuses is tried again at the next flush. In Lambda, counts "
         "made since the last flush are lost if Lambda retires the environment before another "
         "invocation: 0 flushes after every request (a registry write each).",
+    )
+    runtime_connections: int = Field(
+        default=64,
+        ge=1,
+        description="Connections one process keeps to each server the `triton` runtime calls over HTTP, and "
+        "the `sagemaker` runtime's calls in flight at once (its connection pool and its threads); past it a "
+        "call waits for one to come free. The default is twice `sluice serve`'s predictions in flight per "
+        "process, so every admitted prediction has its connection with room for what calls a backend besides "
+        "(shadow mirrors, ensembles' members, batch scoring). Triton over gRPC multiplexes its calls on one "
+        "connection.",
     )
 
 
@@ -332,6 +342,16 @@ class ServeSettings(Group):
     )
     keepalive_timeout_s: float = Field(
         default=5.0, gt=0, description="`sluice serve`: seconds an idle connection stays open between requests."
+    )
+    drain_timeout_s: float = Field(
+        default=25.0,
+        gt=0,
+        description="`sluice serve`, told to stop (SIGTERM, SIGINT): it stops listening at once (a new "
+        "connection is refused, for the client to retry elsewhere), then the requests and gRPC calls it had "
+        "accepted have this long to be answered (by default the prediction budget, `request_timeout_s`); past "
+        "it they are answered 503 `unavailable`. It then writes out its statistics, captured requests and shadow comparisons and "
+        "exits: within this plus 10 s, or, while local batch jobs run, plus `batch_stop_grace_s` too; a worker "
+        "still running then is killed. See docs/operations.md.",
     )
     grpc_port: int = Field(
         default=0,

@@ -4,6 +4,7 @@ Container with their own parts instead."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
+
+
+SETTLE_S = 5.0  # what a stopping server gives its shadow jobs and captured requests
 
 
 @dataclass
@@ -266,6 +270,16 @@ class Container:
                 clients=default_clients(self.settings.adapters.region),
             )  # fmt: skip
         return ScheduleService(self.registry, self.batch, timer)
+
+    def settle(self, timeout_s: float = SETTLE_S) -> None:
+        """Before the process ends: the shadow jobs handed over finished (they record
+        statistics), the captured requests written, the statistics flushed. The first two
+        wait `timeout_s` at most, together."""
+        deadline = time.monotonic() + timeout_s
+        self.mirror.drain(timeout_s)  # type: ignore[union-attr]
+        if self.capture is not None:
+            self.capture.drain(max(0.0, deadline - time.monotonic()))
+        self.predictions.stats.close()  # what the registry still refuses: counted as dropped
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

@@ -47,11 +47,12 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     from sluice.runtimes.onnx import OnnxRuntime
 
     timeout_s = settings.predictions.request_timeout_s
+    connections = settings.predictions.runtime_connections
 
     def triton() -> Runtime:
         from sluice.runtimes.triton import TritonRuntime
 
-        return TritonRuntime(timeout_s=timeout_s, allowed=settings.sources.triton_allowlist)
+        return TritonRuntime(timeout_s=timeout_s, connections=connections, allowed=settings.sources.triton_allowlist)
 
     def sagemaker() -> Runtime:
         from sluice.clients import default_clients
@@ -66,6 +67,7 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             local_servers=settings.sources.triton_url_prefixes,
             started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,
             timeout_s=timeout_s,
+            concurrency=connections,
             results=results_for(store),  # asynchronous inference: inputs, records, answers
             fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
         )

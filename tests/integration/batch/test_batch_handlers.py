@@ -88,3 +88,86 @@ def test_mark_failed_records_the_error_the_state_machine_caught(wired: Container
     assert summary["status"] == "FAILED"
     assert summary["error"] == "States.ExceedToleratedFailureThreshold: The specified tolerance threshold was exceeded"
     assert handlers.mark_failed(failure, LambdaContext()) == summary  # a finished job stays as it is
+
+
+# The end of an execution, as EventBridge reports it ----------------------------------------
+def running_job(container: Container, job_id: str, *, execution: str | None = None) -> BatchJob:
+    """A job its execution had started: RUNNING, holding its output folder, one chunk of
+    three scored."""
+    out = f"file://{container.settings.home_path}/batch/outbox/acme/{job_id}/"
+    container.registry.create_job(BatchJob(
+        id=job_id, tenant="acme", deployment="iris", input_uri="file:///in.csv", output_uri=out,
+        format="csv", output_format="csv", status="RUNNING", execution=execution, chunks_total=3,
+    ))  # fmt: skip
+    return container.registry.get_job("acme", job_id)
+
+
+def test_the_execution_events_are_what_the_handler_reads() -> None:
+    for name, status in [("batch_execution_timed_out", "TIMED_OUT"), ("batch_execution_aborted", "ABORTED"), ("batch_execution_failed", "FAILED")]:
+        change = handlers.ExecutionStatusChange.model_validate(event(name)["detail"])
+        assert change.status == status and change.execution_arn.startswith("arn:aws:states:eu-west-1:123456789012:execution:sluice-batch:")
+        assert json.loads(change.input or "")["tenant"] == "acme"
+
+
+def test_an_execution_that_timed_out_leaves_its_job_failed_saying_so(wired: Container) -> None:
+    timed_out = event("batch_execution_timed_out")
+    job = running_job(wired, "up-3f1c9a0d2b7e4c5a6f8e", execution=timed_out["detail"]["executionArn"])
+    assert handlers.execution_ended(timed_out, LambdaContext()) == {"job_id": job.id, "tenant": "acme", "status": "FAILED"}
+    failed = wired.registry.get_job("acme", job.id)
+    assert failed.error == (
+        "its process stopped: its Step Functions execution ended (TIMED_OUT: States.Timeout) without recording "
+        "the job's outcome (3 of 3 chunks not scored: 0, 1, 2)"
+    ), failed.error
+    assert failed.finished_at is not None and wired.registry.output_holder("acme", job.output_uri) is None
+    from sluice.batch.uris import local_path
+
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    assert manifest["status"] == "FAILED" and manifest["error"] == failed.error
+    assert handlers.execution_ended(timed_out, LambdaContext())["status"] == "FAILED"  # delivered twice: no harm
+
+
+def test_a_failed_execution_says_the_error_message_never_its_stack_trace(wired: Container) -> None:
+    failure = event("batch_execution_failed")
+    job = running_job(wired, "up-3f1c9a0d2b7e4c5a6f8e", execution=failure["detail"]["executionArn"])
+    handlers.execution_ended(failure, LambdaContext())
+    error = wired.registry.get_job("acme", job.id).error or ""
+    assert error.startswith("its process stopped: its Step Functions execution ended (FAILED: Unavailable)")
+    assert ": the registry could not be reached; try again" in error and "stackTrace" not in error and "/var/task" not in error
+
+
+def test_a_stopped_scheduled_run_is_found_by_the_job_its_execution_created(wired: Container) -> None:
+    from sluice.domain.jobs import derived_job_id
+    from sluice.domain.schedules import Schedule
+
+    aborted = event("batch_execution_aborted")
+    execution = aborted["detail"]["executionArn"]
+    spec = json.loads(aborted["detail"]["input"])
+    wired.registry.create_schedule(Schedule("acme", "nightly", "iris", spec["input_uri"], "rate(1 day)"))
+    job = running_job(wired, derived_job_id("ex", execution), execution=execution)
+    assert handlers.execution_ended(aborted, LambdaContext())["status"] == "FAILED"
+    assert "execution ended (ABORTED: Operator)" in (wired.registry.get_job("acme", job.id).error or "")
+
+
+@pytest.mark.parametrize("status", ["SUCCEEDED", "FAILED", "CANCELLED"])
+def test_a_job_its_execution_recorded_stays_as_recorded(wired: Container, status: str) -> None:
+    aborted = event("batch_execution_timed_out")
+    job = running_job(wired, "up-3f1c9a0d2b7e4c5a6f8e", execution=aborted["detail"]["executionArn"])
+    wired.registry.update_job("acme", job.id, status=status, error=None if status == "SUCCEEDED" else "as recorded")
+    assert handlers.execution_ended(aborted, LambdaContext())["status"] == status
+    assert wired.registry.get_job("acme", job.id).error == (None if status == "SUCCEEDED" else "as recorded")
+
+
+def test_an_execution_without_a_job_of_its_own_changes_nothing(wired: Container) -> None:
+    timed_out = event("batch_execution_timed_out")
+    # Another execution runs the job now (the job id given again to a new execution).
+    job = running_job(wired, "up-3f1c9a0d2b7e4c5a6f8e", execution=timed_out["detail"]["executionArn"] + "-again")
+    assert handlers.execution_ended(timed_out, LambdaContext())["status"] == "RUNNING"
+    assert wired.registry.get_job("acme", job.id).status == "RUNNING"
+    # A specification refused or a scheduled run skipped: no job; a Map Run's child: no tenant.
+    for given in ({"tenant": "acme", "deployment": "iris", "input_uri": "s3://b/inbox/acme/iris/x.csv"}, {"job": {}, "chunk": {}}):
+        skipped = event("batch_execution_aborted")
+        skipped["detail"]["input"] = json.dumps(given)
+        assert handlers.execution_ended(skipped, LambdaContext()) == {}
+    unseen = event("batch_execution_aborted")
+    unseen["detail"].update(input=None, inputDetails={"included": False})  # too large to include
+    assert handlers.execution_ended(unseen, LambdaContext()) == {}

@@ -1,6 +1,7 @@
 """One job per output folder, and jobs whose process died, with real processes: a second
 `sluice batch run` into a folder in use, a run killed with SIGKILL mid-job, a schedule's run
-killed, and a job whose process went silent on another host.
+killed, `sluice serve` killed during two schedules' runs and started again, and a job whose
+process went silent on another host.
 
 A process is held mid-job with SIGSTOP before anything else is done to it: it is then alive
 and RUNNING for as long as the test needs, whatever the machine's speed."""
@@ -15,8 +16,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
-from datetime import datetime
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.csv as pv
@@ -35,12 +37,12 @@ from sluice.domain.liveness import STALE_AFTER_S
 from sluice.domain.schedules import Schedule
 from sluice.wiring import get_container
 from tests.conftest import MODELS
+from tests.e2e.conftest import start_sluice
 from tests.integration.batch.inputs import iris_rows, write_input
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from sluice.domain import Principal
     from sluice.wiring import Container
@@ -208,6 +210,88 @@ def test_a_scheduled_run_whose_process_was_killed_does_not_skip_every_later_run(
     assert container.registry.get_job("acme", killed.id).status == "FAILED"
     container.batch.orchestrator.wait(next_run.id)  # type: ignore[union-attr]
     assert container.registry.get_job("acme", next_run.id).status == "SUCCEEDED"
+
+
+def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_schedules_going_on(home: Path, tmp_path: Path) -> None:
+    """The scenario as an operator meets it: `sluice serve --workers 2` killed with SIGKILL while
+    two schedules' runs score (one schedule skips a run that would overlap, one queues it). Its
+    workers let go of the port; started again on that port, it has marked both runs FAILED,
+    saying why, before it answers; and each schedule's next run starts at its time and succeeds."""
+    env = {**os.environ, "SLUICE_BATCH_SCHEDULE_POLL_S": "0.5"}
+    argv = ["--tenant", "acme", "serve", "--workers", "2"]
+    first, port = start_sluice(home, env, argv, log=tmp_path / "serve.log")
+    try:
+        created = time.time() - 57  # every minute from then: the first run is due in 3 s
+        runs = [created + 60, created + 120]
+        write_input(tmp_path / f"in-{_hhmm(runs[0])}.csv", iris_rows(ROWS))
+        write_input(tmp_path / f"in-{_hhmm(runs[1])}.csv", iris_rows(300))
+        container = get_container()
+        for overlap in ("skip", "queue"):
+            container.registry.create_schedule(Schedule(
+                "acme", overlap, "iris", f"file://{tmp_path}/in-{{time}}.csv", "rate(1 minute)",
+                overlap=overlap, operator=True, created_at=created,  # type: ignore[arg-type]
+            ))  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(going := [j for j in container.registry.list_jobs("acme") if j.status == "RUNNING" and j.chunks_done]) < 2:
+            assert first.poll() is None and time.monotonic() < deadline, f"the runs never got going: {going}"
+            time.sleep(0.05)
+        workers = _children(first.pid)
+        first.kill()  # SIGKILL: no handler, no drain, nothing recorded
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    killed = {j.schedule: j for j in going}
+    assert {j.status for j in container.registry.list_jobs("acme")} == {"RUNNING"}  # as the process left them
+    try:
+        deadline = time.monotonic() + 30
+        while not _refused(port):  # its workers saw it gone: they drained and let go of the port
+            assert time.monotonic() < deadline, "the killed server's workers still hold its port"
+            time.sleep(0.1)
+    finally:
+        for pid in workers:  # none is left behind, whatever happened
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    again, _ = start_sluice(home, env, argv, log=tmp_path / "serve.log", port=port)
+    try:
+        for schedule, job in killed.items():  # before any read: serve looked as it started
+            stopped = container.registry.get_job("acme", job.id)
+            assert stopped.status == "FAILED", (schedule, stopped)
+            assert (stopped.error or "").startswith(f"its process stopped: process {first.pid} on this host is gone"), stopped.error
+        deadline = time.monotonic() + max(0.0, runs[1] - time.time()) + 120
+        for schedule in killed:
+            while not (nexts := [j for j in container.registry.list_jobs("acme") if j.schedule == schedule and j.scheduled_for == runs[1]]) or not nexts[0].terminal:
+                assert again.poll() is None and time.monotonic() < deadline, f"schedule {schedule}: no next run: {nexts}"
+                time.sleep(0.2)
+            assert nexts[0].status == "SUCCEEDED" and nexts[0].rows_out == 300, nexts[0]
+            assert container.registry.get_schedule("acme", schedule).skipped == 0
+    finally:
+        again.terminate()
+        again.wait(60)
+    assert "Batch jobs whose process had stopped, now FAILED: " in (tmp_path / "serve.log").read_text()
+
+
+def _hhmm(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%H%M")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 # A process on another host: only its heartbeat can tell -------------------------------------
