@@ -198,3 +198,31 @@ def test_every_example_policy_saves_and_answers(graphs: Container, acme: Princip
     request = PredictionRequest(example.stem, ArrayInputs(inputs))
     prediction = run(graphs.predictions.predict(acme, request))
     assert prediction.rows == len(ROWS)
+
+
+def test_graphs_answer_over_grpc_as_over_rest(graphs: Container) -> None:
+    """Triton's own gRPC client: a sequence's answer and exposed output, its metadata, and a
+    switch on a header read from the call's metadata, as the REST doors give them."""
+    pytest.importorskip("grpc", reason="needs the grpc extra")
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tests.integration.grpc.conftest import auth as grpc_auth
+    from tests.integration.grpc.conftest import run_server
+
+    key = grpc_auth(api_keys(graphs)["acme"])  # gRPC metadata keys are lower case
+    rows = np.asarray(ROWS, np.float32)
+    with run_server(graphs) as url:
+        client = grpcclient.InferenceServerClient(url)
+        meta = client.get_model_metadata("chain", headers=key, as_json=True)
+        assert [(i["name"], i["shape"]) for i in meta["inputs"]] == [("input", ["-1", "4"])]
+        assert [o["name"] for o in meta["outputs"]] == ["score", "embed.embedding"]
+        tensor = grpcclient.InferInput("input", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        answer = client.infer("chain", [tensor], headers=key)
+        np.testing.assert_allclose(answer.as_numpy("score")[:, 0], expected_scores(ROWS), rtol=1e-5)
+        np.testing.assert_allclose(answer.as_numpy("embed.embedding"), rows @ EMBED_WEIGHTS, rtol=1e-5)
+        assert answer.get_response().model_version == "1"  # the last step's: scorez 1
+        one = grpcclient.InferInput("input", [1, 4], "FP32")
+        one.set_data_from_numpy(rows[1:])
+        eu = client.infer("region", [one], headers={**key, "x-region": "uk"})
+        other = client.infer("region", [one], headers={**key, "x-region": "us"})
+        assert (eu.get_response().model_version, other.get_response().model_version) == ("1", "2")
