@@ -12,6 +12,7 @@ from sluice.domain.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from sluice.domain.policy import Node, Sequence, Switch
+    from sluice.domain.signature import Signature
 
 DEFAULT_CASE = "default"
 
@@ -77,3 +78,23 @@ def reads_routing_key(node: Node) -> bool:
     if node.kind == "switch" and any(c.source == "routing_key" for case in node.cases for c, _ in comparisons(case.when)):  # type: ignore[union-attr]
         return True
     return any(reads_routing_key(child) for child in node.children())
+
+
+def sequence_signature(node: Sequence, flow: list[Signature]) -> Signature:
+    """What a sequence takes and answers, given each step's signature in order (`flow`, whose
+    last carries the sequence's inputs): the last step's outputs, then each output the sequence
+    exposes (`<step>.<output>`, a value) that its step has."""
+    import dataclasses
+
+    from sluice.domain.signature import Signature as Made
+
+    last = flow[-1]
+    exposed = []
+    for name in node.expose or ():
+        step, _, output = name.partition(".")
+        found = flow[next(i for i, s in enumerate(node.steps) if s.name == step)].output(output)
+        if found is not None:
+            exposed.append(dataclasses.replace(found, name=name, role="value"))
+    if not exposed:
+        return last
+    return Made(last.inputs, (*last.outputs, *exposed), last.metadata)

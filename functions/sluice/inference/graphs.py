@@ -22,7 +22,7 @@ import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
-from sluice.domain.graphs import DEFAULT_CASE
+from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
@@ -263,13 +263,6 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
                     flow.append(Signature(takes if i == 0 else flow[-1].inputs, derive(target, takes)[0]))
                 else:
                     flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
-            signature = flow[-1]
-            specs = []
-            for exposed in node.expose or ():
-                step_name, _, output = exposed.partition(".")
-                found = flow[next(i for i, s in enumerate(node.steps) if s.name == step_name)].output(output)
-                if found is not None:
-                    specs.append(dataclasses.replace(found, name=exposed, role="value"))
-            return Signature(signature.inputs, (*signature.outputs, *specs), signature.metadata) if specs else signature
+            return sequence_signature(node, flow)
         node = await runner.lookups.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
     return None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
+from sluice.domain.graphs import sequence_signature
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import answer_specs
@@ -78,21 +79,11 @@ class GraphChecks:
     def answers(self, node: Node) -> Signature:
         """The signature of what `node` answers: a sequence's last step's (with what it
         exposes), else its first branch's."""
-        from dataclasses import replace
-
         for _ in range(MAX_HOPS):
             if isinstance(node, Ref):
                 node = self.resolve(node.deployment)
             elif isinstance(node, Sequence):
-                flow = self.flow(node)
-                last = flow[-1]
-                specs = []
-                for exposed in node.expose or ():
-                    step, _, output = exposed.partition(".")
-                    found = flow[next(i for i, s in enumerate(node.steps) if s.name == step)].output(output)
-                    if found is not None:
-                        specs.append(replace(found, name=exposed, role="value"))
-                return Signature(last.inputs, (*last.outputs, *specs), last.metadata)
+                return sequence_signature(node, self.flow(node))
             elif node.kind == "single":
                 return self.takes(node)
             else:
