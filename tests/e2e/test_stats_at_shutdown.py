@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import httpx
@@ -15,7 +13,7 @@ import pytest
 
 from sluice.registry.sqlite import SqliteRegistry
 from tests.conftest import REPO
-from tests.e2e.conftest import free_port, wait_healthy
+from tests.e2e.conftest import start_sluice
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,22 +25,15 @@ N = 40
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_counts_of_every_answered_request_are_written_at_sigterm(tmp_path: Path, workers: int) -> None:
     home = tmp_path / "home"
-    port = free_port()
     env = {
         **os.environ,
-        "SLUICE_HOME": str(home),
         "SLUICE_STATS_FLUSH_S": "3600",
         "PYTHONPATH": os.pathsep.join([str(REPO / "functions"), os.environ.get("PYTHONPATH", "")]),
     }
     log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sluice.cli", "serve", "--demo", "--port", str(port), "--workers", str(workers)],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc, port = start_sluice(home, env, ["serve", "--demo", "--workers", str(workers)], log=log)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc, log)
         headers = {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
         for _ in range(N):  # a new connection each: both workers answer some
             r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
