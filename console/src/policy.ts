@@ -1,147 +1,42 @@
-// A deployment's policy as a picture: a left-to-right tree drawn as SVG from the policy JSON.
-import { s } from "./dom";
+// A deployment's policy as the API gives it: its node types, the models it names, and the line
+// diff of two revisions. `nodes.ts` and `picture.ts` draw it.
+
+/** A switch's condition: one comparison of a request's field, or `all` / `any` of conditions. */
+export type Condition = { field: string; op: string; value?: unknown; column?: number | string | null } | { all: Condition[] } | { any: Condition[] };
+
+/** A transform's op: its name and the tensors it reads and writes (each op has fields of its own). */
+export type Op = { op: string; input?: string; output?: string | null; inputs?: string[]; names?: string[]; indices?: string; [field: string]: unknown };
 
 export type Policy =
   | { kind: "single"; model: string; version: number }
   | { kind: "ref"; deployment: string }
   | { kind: "split"; variants: { name: string; weight: number; target: Policy }[]; routing_key?: string | null; bandit?: { algorithm: string; epsilon?: number } | null }
   | { kind: "shadow"; primary: Policy; mirrors: { name: string; sample_percent: number; target: Policy }[] }
-  | { kind: "ensemble"; members: { name: string; target: Policy; weight?: number; timeout_ms?: number | null }[]; aggregator: string; min_members?: number | null };
-
-interface Box {
-  kind: string;
-  lines: string[];
-  edges: { label: string; dashed: boolean; box: Box }[];
-  href?: string;
-}
-
-function boxOf(p: Policy): Box {
-  switch (p.kind) {
-    case "single":
-      return { kind: "single", lines: [`${p.model}`, `version ${p.version}`], edges: [] };
-    case "ref":
-      return { kind: "ref", lines: ["ref", `→ ${p.deployment}`], edges: [], href: `#/deployments/${encodeURIComponent(p.deployment)}` };
-    case "split": {
-      const total = p.variants.reduce((a, v) => a + v.weight, 0) || 1;
-      const how = p.bandit ? `bandit: ${p.bandit.algorithm}` : p.routing_key ? `sticky by ${p.routing_key}` : "random";
-      return {
-        kind: "split",
-        lines: ["split", how],
-        edges: p.variants.map((v) => ({
-          label: `${v.name} · ${p.bandit ? "learned" : `${trim((100 * v.weight) / total)}%`}`,
-          dashed: false,
-          box: boxOf(v.target),
-        })),
-      };
-    }
-    case "shadow":
-      return {
-        kind: "shadow",
-        lines: ["shadow", `${p.mirrors.length} mirror${p.mirrors.length === 1 ? "" : "s"}`],
-        edges: [
-          { label: "primary · answers", dashed: false, box: boxOf(p.primary) },
-          ...p.mirrors.map((m) => ({ label: `mirror ${m.name} · ${trim(m.sample_percent)}% sampled`, dashed: true, box: boxOf(m.target) })),
-        ],
-      };
-    case "ensemble":
-      return {
-        kind: "ensemble",
-        lines: ["ensemble", `${p.aggregator}${p.min_members ? ` · min ${p.min_members}` : ""}`],
-        edges: p.members.map((m) => ({
-          label: `${m.name} · w ${trim(m.weight ?? 1)}${m.timeout_ms ? ` · ${trim(m.timeout_ms)} ms` : ""}`,
-          dashed: false,
-          box: boxOf(m.target),
-        })),
-      };
-  }
-}
-
-function trim(n: number): string {
-  return String(Math.round(n * 100) / 100);
-}
-
-const W = 150; // box width
-const H = 44; // box height
-const GAP_Y = 18;
-const CHAR = 7; // about one character's width at 12px
-
-interface Placed {
-  box: Box;
-  x: number;
-  y: number;
-}
-
-function height(b: Box): number {
-  if (!b.edges.length) return H;
-  return Math.max(H, b.edges.reduce((a, e) => a + height(e.box), 0) + GAP_Y * (b.edges.length - 1));
-}
-
-function longestLabel(b: Box): number {
-  return Math.max(0, ...b.edges.map((e) => Math.max(e.label.length, longestLabel(e.box))));
-}
-
-function depth(b: Box): number {
-  return 1 + Math.max(0, ...b.edges.map((e) => depth(e.box)));
-}
-
-/** The SVG picture of `policy`; `title` names it for screen readers. `links`: a reference
- * links to its deployment (not inside another link, such as a card). */
-export function policySvg(policy: Policy, title: string, links = true): SVGElement {
-  const root = boxOf(policy);
-  // Column pitch: a box, the curve, then the straight run that carries the longest label.
-  const COL = W + 86 + longestLabel(root) * CHAR;
-  const width = (depth(root) - 1) * COL + W + 20;
-  const total = height(root) + 20;
-  const shapes: SVGElement[] = [];
-  const place = (b: Box, x: number, top: number): Placed => {
-    const hgt = height(b);
-    const y = top + hgt / 2 - H / 2;
-    let childTop = top;
-    for (const e of b.edges) {
-      const ch = height(e.box);
-      const child = place(e.box, x + COL, childTop);
-      const x1 = x + W;
-      const y1 = y + H / 2;
-      const x2 = child.x;
-      const y2 = child.y + H / 2;
-      const mid = x1 + 40;
-      shapes.unshift(
-        s("path", { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x1 + 70},${y2} L${x2},${y2}`, class: `edge${e.dashed ? " dashed" : ""}` }),
-        s("text", { x: x1 + 76, y: y2 - 6, class: "edge-label" }, e.label),
-      );
-      childTop += ch + GAP_Y;
-    }
-    const node = [
-      s("rect", { x, y, width: W, height: H, rx: 6, class: `node ${b.kind}` }),
-      s("text", { x: x + 10, y: y + 18, class: "node-title" }, b.lines[0]),
-      s("text", { x: x + 10, y: y + 35, class: "node-sub" }, b.lines[1] ?? ""),
-    ];
-    shapes.push(...(b.href && links ? [s("a", { href: b.href, class: "node-link" }, ...node)] : node));
-    return { box: b, x, y };
-  };
-  place(root, 10, 10);
-  return s(
-    "svg",
-    { class: "policy", viewBox: `0 0 ${width} ${total}`, width, height: total, role: "img", "aria-label": title },
-    s("title", {}, title),
-    s("defs", {}),
-    ...shapes,
-  );
-}
+  | { kind: "ensemble"; members: { name: string; target: Policy; weight?: number; timeout_ms?: number | null }[]; aggregator: string; min_members?: number | null }
+  | { kind: "sequence"; steps: { name: string; target: Policy; map?: Record<string, string> | null }[]; expose?: string[] | null }
+  | { kind: "switch"; cases: { name: string; when: Condition; target: Policy }[]; default: Policy }
+  | { kind: "transform"; inputs?: { name: string; datatype: string; shape: number[] }[] | null; ops: Op[] }
+  // A step of the tenant's own code (a Lambda function's ARN, a local `module:function`). A kind
+  // this console does not know is drawn the same way: by its kind and a label.
+  | { kind: "function"; [field: string]: unknown };
 
 /** The model and version that answer first (a pinned version replaces it, as the API does). */
 export function firstModel(p: Policy): string | null {
   switch (p.kind) {
     case "single":
       return p.model;
-    case "ref":
-      return null;
     case "split":
       return firstModel(p.variants[0].target);
     case "shadow":
       return firstModel(p.primary);
     case "ensemble":
       return firstModel(p.members[0].target);
+    case "sequence": // its first step that runs a model (a first transform has no version)
+      return p.steps.map((step) => firstModel(step.target)).find((m) => m !== null) ?? null;
+    case "switch":
+      return firstModel(p.cases[0].target);
+    default: // a reference, a transform, a function or a kind not known here
+      return null;
   }
 }
 
@@ -159,6 +54,13 @@ export function modelsIn(p: Policy, out: Set<string> = new Set()): Set<string> {
       break;
     case "ensemble":
       p.members.forEach((m) => modelsIn(m.target, out));
+      break;
+    case "sequence":
+      p.steps.forEach((step) => modelsIn(step.target, out));
+      break;
+    case "switch":
+      p.cases.forEach((c) => modelsIn(c.target, out));
+      modelsIn(p.default, out);
       break;
   }
   return out;

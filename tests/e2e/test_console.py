@@ -228,6 +228,41 @@ def test_shift_weights_after_confirming(admin_tab: Tab, service: Service) -> Non
     assert weights == [50, 50]
 
 
+# A switch by region whose default is a sequence: a transform, then a model.
+IRIS_FEATURES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
+GRAPH = {
+    "kind": "switch",
+    "cases": [{"name": "europe", "when": {"field": "headers.x-region", "op": "in", "value": ["eu", "uk"]}, "target": {"kind": "single", "model": "iris", "version": 1}}],
+    "default": {"kind": "sequence", "steps": [
+        {"name": "clip", "target": {"kind": "transform", "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4], "feature_names": IRIS_FEATURES}], "ops": [{"op": "clip", "input": "input", "min": 0}]}},
+        {"name": "forest", "target": {"kind": "single", "model": "iris", "version": 2}},
+    ]},
+}  # fmt: skip
+
+
+def test_a_graphs_steps_and_cases_are_drawn_with_their_figures(admin_tab: Tab, service: Service, shots: Path) -> None:
+    tab = admin_tab
+    service.call("POST", "/api/v1/deployments", json={"name": "iris-graph", "policy": GRAPH})
+    for region in ("eu", "us", "us"):
+        service.call("POST", "/api/v1/predictions", json={"deployment": "iris-graph", "inputs": [[5.9, 3.0, 5.1, 1.8]]}, headers={"x-region": region})
+    deadline = time.monotonic() + 60  # counters from every worker, merged
+    while service.call("GET", "/api/v1/deployments/iris-graph/stats").get("steps", {}).get("forest", {}).get("requests") != 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    tab.go("/deployments/iris-graph", "#policy svg text.node-stat")
+    svg = tab.page.locator("#policy svg")
+    assert svg.locator("text.edge-label", has_text='europe: header x-region in ["eu", "uk"]').count() == 1
+    assert svg.locator("text.edge-note").all_text_contents() == ["1 req · 1 row · 0 err", "2 req · 2 rows · 0 err"]
+    for name, what in (("clip", "transform · 1 op"), ("forest", "iris · version 2")):
+        assert svg.locator("text.node-title", has_text=name).count() == 1
+        assert svg.locator("text.node-sub", has_text=what).count() == 1
+    assert svg.locator("text.node-op", has_text="clip input").count() == 1
+    assert [t.startswith("2 req · p50 ") and t.endswith(" ms · 0 err") for t in svg.locator("text.node-stat").all_text_contents()] == [True, True]
+    assert tab.page.locator("#stats-table tr", has_text="default (2 rows)").count() == 1
+    assert tab.page.locator("#stats-table tr", has_text="forest").count() == 1
+    tab.shot(shots, "graph", full_page=False)
+
+
 def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Service, shots: Path) -> None:
     tab = admin_tab
     tab.go("/models", "#models-table")

@@ -159,6 +159,9 @@ def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_or
     alone = [client.post("/api/v1/predictions", json={"deployment": "petals", "batch": [row]}, headers=headers).json() for row in rows]
     assert [a["case"] for a in alone] == ["default", "short", "default"]
     assert [p["probabilities"] for p in body["predictions"]] == [a["predictions"][0]["probabilities"] for a in alone]
+    # The statistics count each case's requests and the rows that took it (the console draws both).
+    stats = client.get("/api/v1/deployments/petals/stats", headers=headers).json()
+    assert {name: (c["requests"], c["rows"]) for name, c in stats["cases"].items()} == {"default": (3, 4), "short": (2, 2)}
 
 
 IRIS_ROWS = st.lists(st.sampled_from([*ROWS, [5.9, 3.0, 5.1, 1.8], [4.9, 3.0, 2.4, 0.2]]), min_size=1, max_size=3)

@@ -1,10 +1,12 @@
-// Deployments: each policy as a picture, its live statistics, its revisions, and the actions
-// the CLI has (promote a mirror, shift a split's weights, pin a version), each confirmed.
+// Deployments: each policy as a picture (a graph's steps and cases with their figures), its
+// live statistics, its revisions, and the actions the CLI has (promote a mirror, shift a split's weights, pin a version), each confirmed.
 import { enc, get, post, put } from "../api";
 import { LiveCharts, type Sample } from "../charts";
 import { h, mount, num, when } from "../dom";
 import type { Context } from "../main";
-import { canonical, diffLines, modelsIn, type Policy, policySvg } from "../policy";
+import type { Figures } from "../nodes";
+import { policySvg } from "../picture";
+import { canonical, diffLines, modelsIn, type Policy } from "../policy";
 import { type Decision, rolloutSection } from "./rollout";
 import { banner, confirmAction, fail, poll, pretty, table } from "../ui";
 
@@ -32,6 +34,8 @@ interface Stats {
   overall: Traffic;
   variants: Record<string, Traffic & { mean_reward?: number | null; rewards?: number }>;
   mirrors: Record<string, Traffic & { compared: number; agreement: number | null; agreement_ci95: number[] | null; mean_abs_diff: number | null; max_abs_diff: number | null }>;
+  steps?: Record<string, Figures>; // a sequence's steps, by name (a graph's only)
+  cases?: Record<string, Figures>; // a switch's cases, by name, `default` among them
 }
 
 interface Change {
@@ -70,7 +74,9 @@ export async function deploymentsPage(ctx: Context): Promise<void> {
 
 export async function deploymentPage(ctx: Context, name: string): Promise<void> {
   let dep = await get<Deployment>(`/api/v1/deployments/${enc(name)}`);
+  const drawing = h("div", { id: "policy-drawing" });
   const picture = h("div", { class: "picture", id: "policy" });
+  let lastStats: Stats | null = null; // the figures drawn beside the policy's nodes
   const actions = h("div", { class: "actions", id: "actions" });
   const statsBox = h("div", { id: "stats" });
   const historyBox = h("div", { id: "history" });
@@ -100,8 +106,16 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
 
   const showDeployment = () => {
     header.textContent = `revision ${dep.revision} · updated ${when(dep.updated_at)} by ${dep.updated_by}${dep.description ? ` · ${dep.description}` : ""}`;
-    mount(picture, policySvg(dep.policy, `policy of ${dep.name}, revision ${dep.revision}`), h("details", {}, h("summary", {}, "Policy JSON"), h("pre", {}, pretty(dep.policy))));
+    drawPolicy();
+    mount(picture, drawing, h("details", {}, h("summary", {}, "Policy JSON"), h("pre", {}, pretty(dep.policy))));
     drawActions();
+  };
+
+  // Redrawn with each sample of the statistics: their figures beside the nodes, when they are
+  // the drawn revision's.
+  const drawPolicy = () => {
+    const figures = lastStats && lastStats.revision === dep.revision ? lastStats : undefined;
+    mount(drawing, policySvg(dep.policy, `policy of ${dep.name}, revision ${dep.revision}`, true, figures));
   };
 
   const apply = async (title: string, text: string, detail: unknown, send: () => Promise<Deployment>) => {
@@ -199,6 +213,14 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
       const ci = m.agreement_ci95 ? ` [${m.agreement_ci95[0].toFixed(3)}, ${m.agreement_ci95[1].toFixed(3)}]` : "";
       rows.push(["mirror", name, String(m.requests), String(m.errors), num(m.latency_ms.p50), num(m.latency_ms.p95), num(m.latency_ms.p99), m.agreement == null ? "—" : `${m.agreement.toFixed(3)}${ci}`, "—"]);
     }
+    for (const [kind, items] of [["step", stats.steps], ["case", stats.cases]] as const) {
+      for (const [name, f] of Object.entries(items ?? {})) {
+        const what = kind === "case" && f.rows !== undefined ? `${name} (${f.rows} row${f.rows === 1 ? "" : "s"})` : name;
+        rows.push([kind, what, String(f.requests), String(f.errors), num(f.latency_ms.p50), num(f.latency_ms.p95), num(f.latency_ms.p99), "—", "—"]);
+      }
+    }
+    lastStats = stats;
+    drawPolicy();
     charts.add({ t: Date.now() / 1000, subjects });
     mount(
       statsBox,

@@ -358,8 +358,10 @@ class DeploymentService:
                 variants[label] = {**traffic(c), **_reward(c)}
             elif kind == "mirror":
                 mirrors[label] = {**traffic(c), **comparison(c)}
-            elif kind in ("case", "step"):
-                graph[f"{kind}s"][label] = traffic(c)
+            elif kind == "case":  # the rows that took it too: a switch on input values decides row by row
+                graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
+            elif kind == "step":
+                graph["steps"][label] = traffic(c)
         return {
             "deployment": name,
             "revision": rev,
