@@ -164,6 +164,8 @@ def test_a_module_function_feeds_the_model_over_http_and_in_a_bulk_call(world: W
     body = r.json()
     assert [p["prediction"] for p in body["predictions"]] == pytest.approx(by_hand(ROWS))
     assert [(s["name"], s.get("kind"), s.get("model")) for s in body["steps"]] == [("features", "function", None), ("score", None, "score")]
+    meta = world.client.get("/v2/models/local", headers=world.acme).json()  # a caller sends what the function takes
+    assert [(i["name"], i["datatype"], i["shape"]) for i in meta["inputs"]] == [("raw", "FP32", [-1, 3])]
     # The bulk call batch jobs, streams and replay score through: each record as alone.
     acme = Principal("acme", frozenset({"predict"}), "test-acme")
     flat = np.asarray([*ROWS, [0.0, 0.0, 9.0]], np.float32)
