@@ -27,6 +27,7 @@ from infra.config.sections import (
     ApiConfig,
     BatchConfig,
     FunctionsConfig,
+    GraphsConfig,
     PlanLimits,
     StorageConfig,
     TenantPlan,
@@ -46,6 +47,7 @@ __all__ = [
     "EndpointConfig",
     "EndpointVariant",
     "FunctionsConfig",
+    "GraphsConfig",
     "InferenceComponents",
     "PlanLimits",
     "SluiceConfig",
@@ -102,6 +104,7 @@ class SluiceConfig(Section):
     websocket: WebSocketConfig = WebSocketConfig()
     batch: BatchConfig = BatchConfig()
     alarms: AlarmsConfig = AlarmsConfig()
+    graphs: GraphsConfig = GraphsConfig()
     concurrency: ConcurrencyConfig = ConcurrencyConfig()
     endpoints: Annotated[
         tuple[EndpointConfig, ...], names_unique("endpoint names must be unique")

@@ -228,3 +228,53 @@ class AlarmsConfig(Section):
     @property
     def wants_topic(self) -> bool:
         return self.topic or bool(self.emails)
+
+
+LAMBDA_ARN = (
+    r"^arn:aws(-cn|-us-gov)?:lambda:[a-z]{2}(-[a-z]+)+-\d:\d{12}:function:[A-Za-z0-9_-]{1,64}"
+    r"(:(\$LATEST|[A-Za-z0-9_-]{1,128}))?$"
+)
+
+
+class TenantFunctions(Section):
+    tenant: str = Field(pattern=TENANT)
+    arns: tuple[str, ...] = Field(
+        min_length=1,
+        description="Lambda function ARNs this tenant's `function` steps may call, each compared "
+        "whole (a qualified ARN, `…:function:name:alias`, is granted alone).",
+    )
+
+    @field_validator("arns")
+    @classmethod
+    def _lambda_arns(cls, arns: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in arns:
+            if not re.fullmatch(LAMBDA_ARN, arn):
+                raise ValueError(f"{arn!r} is not a Lambda function ARN")
+        if len(set(arns)) != len(arns):
+            raise ValueError("an ARN is listed twice")
+        return arns
+
+
+class GraphsConfig(Section):
+    """Inference graphs (docs/graphs.md)."""
+
+    functions: tuple[TenantFunctions, ...] = Field(
+        (),
+        description="The tenants' own Lambda functions that `function` steps may call: the "
+        "functions that predict (API, WebSocket, shadow, batch scoring, streams) get one "
+        "`lambda:InvokeFunction` statement per ARN and the allowlist as SLUICE_FUNCTION_ARNS; "
+        "none: no statement, no variable.",
+    )
+
+    @field_validator("functions")
+    @classmethod
+    def _one_entry_per_tenant(cls, entries: tuple[TenantFunctions, ...]) -> tuple[TenantFunctions, ...]:
+        names = [e.tenant for e in entries]
+        if len(names) != len(set(names)):
+            raise ValueError("each tenant has one entry (list all its ARNs there)")
+        return entries
+
+    @property
+    def allowlist(self) -> dict[str, list[str]]:
+        """`{tenant: [ARN, …]}`, as SLUICE_FUNCTION_ARNS holds it."""
+        return {e.tenant: list(e.arns) for e in self.functions}

@@ -24,6 +24,7 @@ from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionGroup, FunctionPlatform, SluiceFunction
 from infra.constructs.grants import (
     Callee,
+    FunctionSteps,
     executions_arn,
     grant_invoke_endpoints,
     grant_invoke_endpoints_async,
@@ -93,12 +94,14 @@ class Sizing(TypedDict):
 class Predicting:
     """What the functions that predict (the API function, the shadow function) share: how they
     run (the core and triton layers, SnapStart and what to load before its snapshot), the
-    registry table and artifacts bucket they read, and the SageMaker endpoints they may invoke."""
+    registry table and artifacts bucket they read, the SageMaker endpoints they may invoke, and
+    the tenants' Lambda functions that graphs' function steps call."""
 
     functions: FunctionGroup
     table: dynamodb.ITableV2
     artifacts: s3.IBucket
     endpoint_names: Sequence[str]
+    function_steps: FunctionSteps
 
 
 def shadow_function(
@@ -121,6 +124,7 @@ def shadow_function(
         purpose="model artifacts and request bodies too large for an async invoke",
     )
     grant_invoke_endpoints(fn, predicting.endpoint_names)
+    predicting.function_steps.grant_to(fn)
     return fn
 
 
@@ -233,6 +237,7 @@ class ApiFunction:
         self._grant_objects(fn, artifacts, batch_bucket)
         grant_invoke_endpoints(fn, predicting.endpoint_names)
         grant_invoke_endpoints_async(fn, predicting.endpoint_names)
+        predicting.function_steps.grant_to(fn)
         manage = endpoints.grant_manage(role)
         fn.function.node.add_dependency(manage)
         # The mirror calls the function by name, or its `live` alias under SnapStart.

@@ -9,7 +9,9 @@ acknowledgement on the function.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -42,6 +44,34 @@ class Callee:
 
     def grant_to(self, role: iam.IRole) -> None:
         role.add_to_principal_policy(iam.PolicyStatement(actions=[self.action], resources=[self.arn]))
+
+
+@dataclass(frozen=True)
+class FunctionSteps:
+    """The tenants' own Lambda functions that graphs' `function` steps call (`graphs.functions`
+    in the config): each function that predicts may invoke exactly these, one statement per
+    ARN (a Sid each, so IAM's minimizing does not fold them into one), and is told the
+    allowlist per tenant as SLUICE_FUNCTION_ARNS, which sluice checks on every save and call.
+    None configured: no statement and no variable."""
+
+    allowlist: Mapping[str, Sequence[str]]
+
+    @property
+    def arns(self) -> list[str]:
+        return sorted({arn for arns in self.allowlist.values() for arn in arns})
+
+    @property
+    def environment(self) -> dict[str, str]:
+        if not self.allowlist:
+            return {}
+        return {"SLUICE_FUNCTION_ARNS": json.dumps({t: list(a) for t, a in sorted(self.allowlist.items())}, separators=(",", ":"))}
+
+    def grant_to(self, owner: SluiceFunction) -> None:
+        for arn in self.arns:
+            sid = "FunctionStep" + hashlib.sha256(arn.encode()).hexdigest()[:16]
+            owner.role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=["lambda:InvokeFunction"], resources=[arn]))
+        for variable, value in self.environment.items():
+            owner.function.add_environment(variable, value)
 
 
 READ_OBJECTS = ("s3:GetObject",)

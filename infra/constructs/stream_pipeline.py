@@ -30,7 +30,7 @@ from infra.config import StreamConfig
 from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.grants import FunctionSteps, grant_invoke_endpoints, grant_objects
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.queues import encrypted_queue
 from infra.constructs.registry_access import READ, WRITE, grant_registry, tenant_partitions
@@ -102,6 +102,7 @@ class StreamPipeline(Construct):
         artifacts: s3.IBucket,
         batch_bucket: s3.IBucket,
         endpoint_names: Sequence[str],
+        function_steps: FunctionSteps,
         mirror: Mirror,
         capture: CaptureTarget,
     ) -> None:
@@ -166,6 +167,7 @@ class StreamPipeline(Construct):
             purpose="model artifacts and oversized shadow bodies",
         )
         grant_invoke_endpoints(fn, endpoint_names)
+        function_steps.grant_to(fn)
         mirror.grant_to(fn.role)
         # Data capture of the deployment, where it is on: the API stack's delivery stream.
         capture.grant_to(fn.role)

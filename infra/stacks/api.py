@@ -65,6 +65,7 @@ class ApiStack(FunctionStack):
             table=storage.table,
             artifacts=storage.artifacts,
             endpoint_names=self.endpoint_names,
+            function_steps=self.function_steps,
         )
         self.shadow = shadow_function(
             self,
@@ -185,5 +186,6 @@ class ApiStack(FunctionStack):
             fn, self.storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )
         grant_invoke_endpoints(fn, self.endpoint_names)
+        self.function_steps.grant_to(fn)
         mirror.grant_to(fn.role)
         return ws

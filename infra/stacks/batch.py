@@ -108,6 +108,7 @@ class BatchStack(FunctionStack):
             score, storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )
         grant_invoke_endpoints(score, self.endpoint_names)
+        self.function_steps.grant_to(score)
 
         finalize = self._task(
             "Finalize",

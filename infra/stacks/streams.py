@@ -43,6 +43,7 @@ class StreamsStack(FunctionStack):
                 artifacts=self.storage.artifacts,
                 batch_bucket=self.storage.batch,
                 endpoint_names=self.endpoint_names,
+                function_steps=self.function_steps,
                 mirror=mirror,
                 capture=capture,
             )

@@ -2,7 +2,8 @@
 
 Two configs: the default (what `cdk deploy --all` ships: no endpoints, no alarm topic), in
 the environment the CDK CLI gives an app without credentials (a region, no account); and a
-full one (a GPU endpoint with two variants, a tenant with its own plan, an alarm topic),
+full one (a GPU endpoint with two variants, a tenant with its own plan, an alarm topic, two
+Lambda functions a tenant's graphs may call),
 environment-agnostic.
 Both apps run with cdk-nag registered exactly as the real app does, with the feature flags
 of cdk.json, and with asset bundling skipped (layers are built in test_layers.py).
@@ -39,6 +40,13 @@ SAGEMAKER_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"  # what the names of Sag
 COMPONENTS = ("storage", "batch", "endpoints", "api", "observability")
 OPTIONAL = ("streams",)  # stacks made only where the config asks for them
 
+# The tenant's own Lambda functions the full config lets graphs' function steps call: one in
+# this account and region, one alias in another account's.
+FUNCTION_STEP_ARNS = (
+    f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:acme-enrich",
+    "arn:aws:lambda:eu-west-1:210987654321:function:acme-geo:live",
+)
+
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
     "tags": {"owner": "ml-platform"},
@@ -60,6 +68,7 @@ FULL_CONFIG: dict[str, Any] = {
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9, "upload_cors_origins": ["https://app.example.com"]},
     "alarms": {"emails": ["oncall@example.com"]},
+    "graphs": {"functions": [{"tenant": "acme", "arns": list(FUNCTION_STEP_ARNS)}]},
     "streams": [
         {
             "name": "orders",

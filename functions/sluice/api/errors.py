@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import Accepted, Overloaded, RateLimited, SluiceError, StorageFault
-from sluice.domain.policy import NOT_FIELDS
+from sluice.domain.policy import policy_field
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def _field(loc: tuple[object, ...] | list[object]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     if "policy" in parts:  # a policy's union tags are not fields: policy.variants.0.weight
         at = parts.index("policy")
-        parts = parts[:at] + [p for p in parts[at:] if p not in NOT_FIELDS]
+        parts = [*parts[:at], policy_field(parts[at + 1 :], "policy")]
     return ".".join(parts) or "body"
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature
 
 DEFAULT_CASE = "default"
+STEPS_ONLY = ("transform", "function")  # kinds that run only as a sequence's step, with no model version
 
 
 def check_graph_node(node: Sequence | Switch, *, field: str) -> list[tuple[str, Node]]:
@@ -29,8 +30,8 @@ def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
     if node.steps[0].map is not None:
         raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
     transforms = [i for i, s in enumerate(node.steps) if s.target.kind == "transform"]
-    if len(transforms) == len(node.steps):
-        raise InvalidRequest("a sequence runs at least one model: every step here is a transform", field=f"{field}.steps")
+    if all(s.target.kind in STEPS_ONLY for s in node.steps):
+        raise InvalidRequest("a sequence runs at least one model: every step here is a transform or a function", field=f"{field}.steps")
     for i in transforms:
         declares = node.steps[i].target.inputs is not None  # type: ignore[union-attr]
         if i == 0 and not declares:
@@ -51,7 +52,7 @@ def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
             raise InvalidRequest(f"step '{step}' is the last: its outputs are the answer already", field=where)
         if exposed in (node.expose or ())[:i]:
             raise InvalidRequest(f"'{exposed}' is exposed twice", field=where)
-    return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps) if s.target.kind != "transform"]
+    return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps) if s.target.kind not in STEPS_ONLY]
 
 
 def _switch(node: Switch, field: str) -> list[tuple[str, Node]]:

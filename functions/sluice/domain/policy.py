@@ -8,7 +8,9 @@
 - `ref`      another deployment of the same tenant;
 - `sequence` steps run one after another, each one's outputs the next one's inputs;
 - `switch`   cases by conditions on the request (`domain.conditions`), and a default;
-- `transform` declarative ops on a request's tensors, a step of a sequence (`domain.transforms`).
+- `transform` declarative ops on a request's tensors, a step of a sequence (`domain.transforms`);
+- `function` the tenant's own code (a Lambda function, or locally a callable), a step of a
+             sequence (`domain.functions`).
 
 The models are the schema: the API documents them (a discriminated union on `kind`) and
 validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
@@ -32,7 +34,8 @@ from pydantic import (
 
 from sluice.domain.conditions import TAGS, Condition
 from sluice.domain.errors import InvalidRequest
-from sluice.domain.graphs import check_graph_node
+from sluice.domain.functions import Function
+from sluice.domain.graphs import STEPS_ONLY, check_graph_node
 from sluice.domain.graphs import unique_names as _unique
 from sluice.domain.parts import Part as _Part
 from sluice.domain.transforms import OPS, Transform
@@ -41,7 +44,7 @@ from sluice.domain.values import StrictVersionNumber
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function")
 MIN_STEPS, MAX_STEPS = 2, 15
 NOT_FIELDS = frozenset((*KINDS, *TAGS, *OPS))  # union tags pydantic puts in an error's location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -163,7 +166,7 @@ class Sequence(_Node):
         return [s.target for s in self.steps]
 
     def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        first_model = next(s.target for s in self.steps if s.target.kind != "transform")  # a first transform has no version
+        first_model = next(s.target for s in self.steps if s.target.kind not in STEPS_ONLY)  # a first transform has no version
         return first_model.primary_single(resolve_ref)
 
 
@@ -202,11 +205,12 @@ Node = Annotated[
         Annotated[Sequence, Tag("sequence")],
         Annotated[Switch, Tag("switch")],
         Annotated[Transform, Tag("transform")],
+        Annotated[Function, Tag("function")],
     ],
     Discriminator(
         _kind,
         custom_error_type="policy_kind",
-        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch or transform",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform or function",
     ),
 ]
 
@@ -217,9 +221,14 @@ NODE: TypeAdapter[Node] = TypeAdapter(Node)
 
 
 def policy_field(loc: tuple[Any, ...] | list[Any], prefix: str = "policy") -> str:
-    """A pydantic error location as the API names fields: union tags left out."""
+    """A pydantic error location as the API names fields: union tags left out (a name right
+    after a tag is a field of the tagged part, as a function node's `function` is)."""
     parts = [prefix] if prefix else []
-    parts += [str(p) for p in loc if p not in NOT_FIELDS]
+    after_tag = False
+    for p in loc:
+        after_tag = p in NOT_FIELDS and not after_tag
+        if not after_tag:
+            parts.append(str(p))
     return ".".join(parts)
 
 
@@ -262,8 +271,8 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
     elif isinstance(node, Sequence | Switch):
         for child_field, child in check_graph_node(node, field=field):
             check_tree(child, field=child_field, depth=depth + 1)
-    elif isinstance(node, Transform):
-        raise InvalidRequest("a transform runs as a step of a sequence (before or after a model)", field=field)
+    elif isinstance(node, Transform | Function):
+        raise InvalidRequest(f"a {node.kind} runs as a step of a sequence (before or after a model)", field=field)
 
 
 def policy_dict(node: Node) -> dict[str, Any]:
@@ -274,7 +283,7 @@ def policy_dict(node: Node) -> dict[str, Any]:
 def first_branch(node: Node) -> Node:
     """The child whose version describes a node (not a sequence's leading transforms)."""
     if isinstance(node, Sequence):
-        return next(s.target for s in node.steps if s.target.kind != "transform")
+        return next(s.target for s in node.steps if s.target.kind not in STEPS_ONLY)
     return node.children()[0]
 
 

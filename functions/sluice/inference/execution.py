@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature
     from sluice.inference.batching import Batcher
     from sluice.runtimes import Runtime
+    from sluice.runtimes.functions import FunctionSteps
     from sluice.stats.recorder import StatsRecorder
 
 MAX_REF_DEPTH = 8
@@ -81,6 +82,7 @@ class PolicyRunner:
     stats: StatsRecorder
     check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]]
     batcher: Batcher | None = None  # for deployments that turned batching on
+    functions: FunctionSteps | None = None  # a sequence's function steps (None: not served here)
     _by_kind: dict[str, Callable[..., Awaitable[Answer]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
@@ -47,6 +48,8 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
     for _ in range(MAX_REFS * MAX_DEPTH):
         if isinstance(node, Transform):  # a sequence's first step: what it declares
             return Signature(node.input_specs(), ())
+        if isinstance(node, Function):  # a sequence's step: what it declares
+            return node.signature
         if node.kind == "single":
             version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
             if version is None:
@@ -75,6 +78,12 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             ms = (time.perf_counter() - started) * 1000
             runner.stats.request(stat_key, ms, ok=True)
             report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
+            if answer is not None:
+                _reshape(answer, given_signature, given)
+        elif isinstance(step.target, Function):
+            feed = given if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+            given_signature, given = await _function(runner, step, call, feed, stat_key, report, given_signature, call.outputs if index == last else None)
+            report.append({"name": step.name, "kind": "function", "latency_ms": round((time.perf_counter() - started) * 1000, 3)})
             if answer is not None:
                 _reshape(answer, given_signature, given)
         else:
@@ -130,6 +139,36 @@ def _transform(
         specs = tuple(s for s in specs if s.name in outputs)
     inputs = node.input_specs() if index == 0 or signature is None else signature.inputs
     return Signature(inputs, specs, signature.metadata if signature else {}), outputs
+
+
+async def _function(
+    runner: PolicyRunner,
+    step: Step,
+    call: Call,
+    feed: dict[str, np.ndarray],
+    stat_key: Any,
+    report: list[dict[str, Any]],
+    before: Signature | None,
+    wanted: Sequence_[str] | None,
+) -> tuple[Signature, dict[str, np.ndarray]]:
+    """A function step's signature and its answer, checked against what it declares
+    (`sluice.runtimes.functions`), within its own timeout and the request's deadline. As a
+    later step the signature keeps the sequence's inputs (`before`'s), as a transform's does."""
+    node: Function = step.target  # type: ignore[assignment]
+    started = time.perf_counter()
+    try:
+        if runner.functions is None:
+            raise Unavailable("function steps are not served here", field="policy")
+        outputs = await runner.functions.call(node, call.tenant, feed, timeout_s=call.deadline - time.monotonic() - DEADLINE_MARGIN_S)
+    except SluiceError as exc:
+        runner.stats.request(stat_key, 0.0, ok=False)
+        raise _named(exc, step.name, report) from None
+    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
+    specs = node.signature.outputs
+    if wanted:
+        outputs = {k: v for k, v in outputs.items() if k in wanted}
+        specs = tuple(s for s in specs if s.name in outputs)
+    return Signature(before.inputs if before else node.signature.inputs, specs, before.metadata if before else {}), outputs
 
 
 def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:
@@ -261,6 +300,8 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
                 if isinstance(target, Transform):
                     takes = target.input_specs() if i == 0 else flow[-1].outputs
                     flow.append(Signature(takes if i == 0 else flow[-1].inputs, derive(target, takes)[0]))
+                elif isinstance(target, Function):
+                    flow.append(Signature(target.signature.inputs if i == 0 else flow[-1].inputs, target.signature.outputs))
                 else:
                     flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
             return sequence_signature(node, flow)

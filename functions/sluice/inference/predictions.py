@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
+    from sluice.runtimes.functions import FunctionSteps
     from sluice.settings import PredictionSettings
 
 
@@ -71,6 +72,7 @@ class PredictionService:
         stats: StatsRecorder | None = None,
         mirror: Mirror | None = None,
         cache: PredictionCache | None = None,
+        functions: FunctionSteps | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
@@ -89,7 +91,7 @@ class PredictionService:
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
 from sluice.domain.errors import BadRequest, Conflict, StaleRead, Unprocessable
+from sluice.domain.functions import Function
 from sluice.domain.policy import (
     Ensemble,
     Mirror,
@@ -37,7 +38,7 @@ from sluice.domain.transforms import Transform
 from sluice.registry.guards import MAX_REFS_READ
 from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
-from sluice.services.graph_checks import GraphChecks, leading_transform
+from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
 from sluice.stats.verdicts import comparison, traffic
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.policy import Node
     from sluice.registry import Registry
+    from sluice.runtimes.functions import FunctionSteps
     from sluice.stats.recorder import StatsRecorder
 
 MAX_GRAPH_DEPTH = 8
@@ -91,8 +93,10 @@ class DeploymentService:
         on_change: Callable[[str, str], None] | None = None,
         recorder: StatsRecorder | None = None,
         before_stats: Callable[[], None] | None = None,
+        functions: FunctionSteps | None = None,
     ) -> None:
         self.registry = registry
+        self.functions = functions  # who may run which function step (None: none here)
         self._on_change = on_change or (lambda tenant, name: None)
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
@@ -103,11 +107,20 @@ class DeploymentService:
     ) -> tuple[dict[str, Any], list[Deployment]]:
         """The policy, checked, and the other deployments the checks read."""
         node = parse_policy(policy)
+        self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read)
         if cache is not None:
             self._check_cacheable(node, read)
         return policy_dict(node), list(read.found.values())
+
+    def _check_functions(self, tenant: str, node: Node) -> None:
+        """Each function step names a function its tenant may run (checked again on every call)."""
+        for field, child in fields_of(node):
+            if isinstance(child, Function):
+                refused = "function steps are not served here" if self.functions is None else self.functions.refusal(child, tenant)
+                if refused is not None:
+                    raise Unprocessable(refused, field=f"{field}.function")
 
     def _check_cacheable(self, node: Node, read: _Reads) -> None:
         """A cached deployment's route must be deterministic, through its references too."""
@@ -171,6 +184,8 @@ class DeploymentService:
         def signature_of(node: Node) -> Signature:
             if isinstance(node, Transform):  # a sequence's step: what it declares (a later one takes what comes)
                 return Signature(node.input_specs(), ())
+            if isinstance(node, Function):
+                return node.signature
             first = primary_single(node, resolve)
             assert first is not None
             signature = require_found(self.registry.get_version, tenant, first.model, first.version, field="policy").signature

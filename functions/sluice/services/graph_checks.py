@@ -4,6 +4,7 @@ policy is saved (`DeploymentService`): each a 422 naming the field of the policy
 - a sequence's step takes every input from the previous step's answer, an output of the same
   name or the one its `map` names, of the same datatype and a shape that fits; what it
   `expose`s is an output of that step;
+- a function step takes and gives what it declares: its inputs are checked as a model's;
 - a transform step derives what it gives from what it takes (its declared inputs, or the
   previous step's outputs), each op checked on the way (`domain.transform_specs.answer_specs`);
 - a switch's cases and default take the switch's inputs; a condition on an input names one it
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
+from sluice.domain.functions import Function
 from sluice.domain.graphs import sequence_signature
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
 from sluice.domain.signature import Signature
@@ -53,11 +55,11 @@ def fields_of(node: Node, field: str = "policy") -> list[tuple[str, Node]]:
     return out
 
 
-def leading_transform(node: Node, resolve: Callable[[str], Node]) -> Transform | None:
-    """The transform a node's first branch starts with (a sequence's first step), whose
-    declared inputs are what a caller sends; None when it starts with a model."""
+def leading_transform(node: Node, resolve: Callable[[str], Node]) -> Transform | Function | None:
+    """The transform or function a node's first branch starts with (a sequence's first step),
+    whose declared inputs are what a caller sends; None when it starts with a model."""
     for _ in range(MAX_HOPS):
-        if isinstance(node, Transform):
+        if isinstance(node, Transform | Function):
             return node
         if isinstance(node, Ref):
             node = resolve(node.deployment)
@@ -99,6 +101,8 @@ class GraphChecks:
                 takes = target.input_specs() if i == 0 else flow[-1].outputs
                 gives = answer_specs(target, takes, field=f"{field}.steps.{i}.target")
                 flow.append(Signature(takes if i == 0 else flow[-1].inputs, gives))
+            elif isinstance(target, Function):  # what it declares; its inputs are checked as a model's are
+                flow.append(Signature(target.signature.inputs if i == 0 else flow[-1].inputs, target.signature.outputs))
             else:
                 flow.append(self.answers(target))
         return flow

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sluice.settings.functions import FunctionSettings
 from sluice.settings.jobs import (
     BatchSettings,
     DataCaptureSettings,
@@ -53,6 +54,7 @@ __all__ = [
     "BatchSettings",
     "DataCaptureSettings",
     "EndpointSettings",
+    "FunctionSettings",
     "Group",
     "JobSettings",
     "LimitSettings",
@@ -85,6 +87,7 @@ class Settings(BaseModel):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     predictions: PredictionSettings = Field(default_factory=PredictionSettings)
     prediction_cache: PredictionCacheSettings = Field(default_factory=PredictionCacheSettings)
+    functions: FunctionSettings = Field(default_factory=FunctionSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sluice.metrics import PrometheusMetrics
     from sluice.observability import Telemetry
     from sluice.registry import Registry
+    from sluice.runtimes.functions import FunctionSteps
     from sluice.services.keys import RevocationSignal
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -177,6 +178,16 @@ def build_prediction_cache(settings: Settings, registry: Registry) -> Prediction
         max_entry_bytes=cache.prediction_cache_max_entry_bytes,
         max_bytes=cache.prediction_cache_max_bytes,
     )
+
+
+def build_functions(settings: Settings) -> FunctionSteps:
+    """The function steps of graphs: Lambda functions by the tenants' allowlists, module
+    callables from the operator's folder (local mode); boto3 is built on the first invoke."""
+    from sluice.clients import default_clients
+    from sluice.runtimes.functions import FunctionSteps
+
+    region = settings.adapters.region
+    return FunctionSteps(settings.functions, mode=settings.mode, clients=default_clients(region), region=region)
 
 
 def metrics_sink() -> PrometheusMetrics | None:

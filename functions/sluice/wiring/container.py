@@ -19,6 +19,7 @@ from sluice.wiring.adapters import (
     build_capture,
     build_capture_reader,
     build_endpoint_control,
+    build_functions,
     build_layout,
     build_mirror,
     build_orchestrator,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
+    from sluice.runtimes.functions import FunctionSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
     from sluice.services.rollouts import RolloutService
@@ -68,8 +70,11 @@ class Container:
     orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
     files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
     endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
+    functions: FunctionSteps | None = None  # function steps of graphs; built from settings when not given
 
     def __post_init__(self) -> None:
+        if self.functions is None:
+            self.functions = build_functions(self.settings)
         if self.telemetry is None:
             onnx = self.runtimes.get("onnx")
             cache = getattr(onnx, "cache", None)
@@ -81,7 +86,7 @@ class Container:
             )
         self.predictions = PredictionService(
             self.registry, self.runtimes, self.settings.predictions, self.telemetry,
-            cache=build_prediction_cache(self.settings, self.registry),
+            cache=build_prediction_cache(self.settings, self.registry), functions=self.functions,
         )  # fmt: skip
         self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
@@ -100,6 +105,7 @@ class Container:
             on_change=self.predictions.forget,
             recorder=self.predictions.stats,
             before_stats=self.mirror.drain,
+            functions=self.functions,
         )
         self.keys = KeyService(
             self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
@@ -206,7 +212,7 @@ class Container:
                 namespace=observability.metrics_namespace, service=observability.service_name,
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
-            stats=OfflineStats(self.registry),
+            stats=OfflineStats(self.registry), functions=self.functions,
         )
         return BatchRunner(self.registry, predictions, self.files, self.settings.batch, BatchPaths(self.settings.batch_root_url))
 
@@ -222,7 +228,7 @@ class Container:
         invocation at a time holds the loop; nothing else waits on it)."""
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
-            stats=self.predictions.stats, mirror=self.mirror,
+            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions,
         )  # fmt: skip
         service.capture = self.capture
         return service

@@ -1,0 +1,242 @@
+"""Running `function` steps (`sluice.domain.functions`): a tenant's Lambda function, invoked
+with the step's rows, or locally a Python callable from the operator's folder.
+
+Who may call what is one rule, `FunctionSteps.refusal`, asked when a policy is saved (a 422
+naming the field) and again on every call (settings may have changed since): a Lambda ARN
+must be on the tenant's allowlist (`function_arns`); a `module:callable` is refused in aws mode
+(sluice never runs a tenant's code in its own process there), and locally must be a module
+file inside the functions folder (`functions_dir`, `{tenant}` filled in), symbolic links and
+all. Local mode accepts both kinds: a local service may call a Lambda function it is allowed.
+
+Every answer is checked against the step's declared outputs (`check_answer`); failures map as
+a runtime's do: a timeout 504, a function that fails or answers wrongly 502, throttling 503,
+an event over Lambda's limit 413.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.clients import LazyClient
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.function_payloads import decode_answer, encode_event
+from sluice.domain.errors import (
+    BackendError,
+    DeadlineExceeded,
+    Forbidden,
+    PayloadTooLarge,
+    SluiceError,
+    Unavailable,
+)
+from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
+from sluice.validation import _cast
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.clients import AwsClients
+    from sluice.domain.functions import Function
+    from sluice.settings import FunctionSettings
+
+log = logging.getLogger(__name__)
+
+
+class FunctionSteps:
+    """`client`: a Lambda client to use for every region (a test's); else one per region of
+    the ARNs called, from `clients`."""
+
+    def __init__(
+        self, settings: FunctionSettings, *, mode: str, client: Any = None, clients: AwsClients | None = None, region: str | None = None
+    ) -> None:
+        self.settings = settings
+        self.mode = mode
+        self._client = client
+        self._clients = clients
+        self._region = region
+        self._lambdas: dict[str | None, LazyClient] = {}
+        self._loaded: dict[tuple[str, int], Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    # Who may call what --------------------------------------------------------------------
+    def refusal(self, node: Function, tenant: str) -> str | None:
+        """Why `tenant` may not run `node`, or None when it may."""
+        if node.on_lambda:
+            if node.function not in self.settings.function_arns.get(tenant, ()):
+                return f"Lambda function {node.function} is not on tenant '{tenant}''s allowlist of functions (the operator's function_arns)"
+            return None
+        if self.mode == "aws":
+            return "on AWS sluice runs no tenant code in its own process: a function step names a Lambda function ARN"
+        if not self.settings.functions_dir:
+            return "module functions are off here: the operator names a folder of them (SLUICE_FUNCTIONS_DIR)"
+        return None if self._module_path(node, tenant) is not None else f"there is no module '{node.function.partition(':')[0]}' in the functions folder"
+
+    def _module_path(self, node: Function, tenant: str) -> Path | None:
+        """The module's file, inside the tenant's functions folder; None where it is not one."""
+        folder = Path(self.settings.functions_dir.replace("{tenant}", tenant)).expanduser().resolve()
+        module = MODULE_PATTERN.fullmatch(node.function)
+        if module is None:
+            return None
+        path = folder.joinpath(*module["module"].split(".")).with_suffix(".py").resolve()
+        return path if path.is_relative_to(folder) and path.is_file() else None
+
+    # Calls ---------------------------------------------------------------------------------
+    async def call(self, node: Function, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> dict[str, np.ndarray]:
+        """The function's answer to these rows, checked against its declared outputs."""
+        refused = self.refusal(node, tenant)
+        if refused is not None:
+            raise Forbidden(refused, field="policy")
+        limit = min(node.timeout_s, timeout_s)
+        try:
+            async with asyncio.timeout(max(limit, 0.0)):
+                if node.on_lambda:
+                    answer = await self._invoke(node, arrays)
+                else:
+                    answer = await asyncio.to_thread(self._run_module, node, tenant, arrays)
+        except TimeoutError:
+            raise DeadlineExceeded(f"function {node.function} gave no answer within {limit:g} s") from None
+        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        return check_answer(node, answer, rows)
+
+    def _run_module(self, node: Function, tenant: str, arrays: dict[str, np.ndarray]) -> Any:
+        path = self._module_path(node, tenant)
+        if path is None:
+            raise Forbidden(f"there is no module '{node.function.partition(':')[0]}' in the functions folder", field="policy")
+        name = node.function.partition(":")[2]
+        try:
+            function = getattr(self._module(path), name, None)
+        except Exception:
+            log.exception("function step: module failed to load", extra={"function": node.function})
+            raise BackendError(f"module of function {node.function} failed to load") from None
+        if not callable(function):
+            raise BackendError(f"module '{node.function.partition(':')[0]}' has no callable '{name}'")
+        try:
+            return function({k: v.copy() for k, v in arrays.items()})  # its own copies: it may write to them
+        except Exception as exc:
+            log.warning("function step failed", exc_info=True, extra={"function": node.function})
+            raise BackendError(f"function {node.function} failed ({type(exc).__name__})") from None
+
+    def _module(self, path: Path) -> Any:
+        """The module at `path`, loaded again when the file changes (a local service picks up an edit)."""
+        key = (str(path), path.stat().st_mtime_ns)
+        with self._lock:
+            found = self._loaded.get(key)
+            if found is None:
+                name = f"sluice_function_{hashlib.sha256(key[0].encode()).hexdigest()[:16]}"
+                spec = importlib.util.spec_from_file_location(name, path)
+                assert spec is not None and spec.loader is not None
+                found = importlib.util.module_from_spec(spec)
+                sys.modules[name] = found
+                spec.loader.exec_module(found)
+                self._loaded = {k: v for k, v in self._loaded.items() if k[0] != key[0]}
+                self._loaded[key] = found
+        return found
+
+    def _lambda(self, region: str | None) -> Any:
+        lazy = self._lambdas.get(region)
+        if lazy is None:
+            lazy = self._lambdas[region] = LazyClient(
+                self._client, self._clients, region or self._region, "lambda",
+                region=region or self._region, read_timeout=MAX_TIMEOUT_S + 5, connect_timeout=5,
+            )  # fmt: skip
+        return lazy()
+
+    async def _invoke(self, node: Function, arrays: dict[str, np.ndarray]) -> Any:
+        arrow = sum(a.nbytes for a in arrays.values()) >= self.settings.function_arrow_min_bytes
+        event = encode_event(arrays, arrow=arrow)
+        if len(event) > self.settings.function_max_payload_bytes:
+            raise PayloadTooLarge(
+                f"the rows for function {node.function} are {len(event)} bytes encoded, above Lambda's limit of "
+                f"{self.settings.function_max_payload_bytes}: send fewer rows at once (a batch job splits them)",
+                field="inputs",
+            )
+        client = self._lambda(node.region)
+        try:
+            response = await asyncio.to_thread(client.invoke, FunctionName=node.function, InvocationType="RequestResponse", Payload=event)
+            raw = response["Payload"].read()
+        except Exception as exc:
+            raise _mapped(exc, node.function) from None
+        if response.get("FunctionError"):
+            raise _function_error(raw, node.function)
+        return decode_answer(raw, what=f"function {node.function}")
+
+
+def _mapped(exc: Exception, arn: str) -> SluiceError:
+    """Lambda's and the transport's failures as sluice errors; the raw text to the log only."""
+    from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
+
+    if isinstance(exc, SluiceError):
+        return exc
+    if isinstance(exc, ReadTimeoutError):
+        return DeadlineExceeded(f"function {arn} did not answer in time")
+    if isinstance(exc, ConnectionError):
+        log.warning("function step: Lambda not reachable", extra={"function": arn, "error_type": type(exc).__name__})
+        return Unavailable("Lambda is not reachable")
+    if not isinstance(exc, ClientError):
+        log.warning("function step: invoke failed", extra={"function": arn, "error_type": type(exc).__name__, "error": str(exc)[:500]})
+        return BackendError(f"invoking function {arn} failed ({type(exc).__name__})")
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    log.warning("function step: %s", code or "error", extra={"function": arn, "error": str(exc.response.get("Error", {}).get("Message", ""))[:500]})
+    if code in ("TooManyRequestsException", "ThrottlingException", "ResourceNotReadyException", "ServiceException", "EC2ThrottledException"):
+        return Unavailable(f"function {arn} cannot be invoked right now ({code}); retry shortly")
+    if code in ("RequestTooLargeException", "InvalidRequestContentException"):
+        return PayloadTooLarge(f"Lambda refused the event for function {arn} ({code})", field="inputs")
+    if code == "ResourceNotFoundException":
+        return BackendError(f"function {arn} does not exist")
+    if code == "AccessDeniedException":
+        return BackendError(f"sluice may not invoke function {arn}: the operator grants it (graphs.functions in the deployment's config)")
+    return BackendError(f"invoking function {arn} failed ({code or 'unknown error'})")
+
+
+def _function_error(raw: bytes, arn: str) -> SluiceError:
+    """The function raised, or Lambda stopped it (its own timeout, its memory)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    kind, message = str(body.get("errorType") or "error"), str(body.get("errorMessage") or "")
+    log.warning("function step: the function failed", extra={"function": arn, "error_type": kind, "error": message[:500]})
+    if kind == "Sandbox.Timedout" or "timed out" in message.lower():
+        return DeadlineExceeded(f"function {arn} ran past its own Lambda timeout")
+    return BackendError(f"function {arn} failed ({kind[:100]})")
+
+
+def check_answer(node: Function, answer: Any, rows: int) -> dict[str, np.ndarray]:
+    """The answer as the declared outputs say (names, datatypes, shapes, `rows` rows), or a
+    BackendError saying how it differs. Values are cast to the declared datatype where no
+    value changes (an integer to a float, a float64 to FP32, a whole float to an integer)."""
+    what = f"function {node.function}"
+    if not isinstance(answer, dict) or not all(isinstance(k, str) for k in answer):
+        raise BackendError(f"{what} answered {type(answer).__name__}, not a mapping of output names to arrays")
+    declared = [s.name for s in node.outputs]
+    extra = sorted(set(answer) - set(declared))
+    if extra:
+        raise BackendError(f"{what} answered output '{extra[0]}', which it does not declare (it declares {declared})")
+    out: dict[str, np.ndarray] = {}
+    for spec in node.signature.outputs:
+        if spec.name not in answer:
+            raise BackendError(f"{what} answered no output '{spec.name}' (it answered {sorted(answer)})")
+        try:
+            array = np.asarray(answer[spec.name])
+            dtype = V2_TO_NUMPY[spec.datatype]
+            if array.dtype != dtype:
+                array = _cast(array, spec.datatype, dtype)
+        except (ValueError, TypeError, OverflowError):
+            raise BackendError(f"{what} answered output '{spec.name}' with values that are not {spec.datatype}") from None
+        fits = array.ndim == len(spec.shape) and all(w in (-1, g) for w, g in zip(spec.shape, array.shape, strict=False))
+        if not fits:
+            raise BackendError(f"{what} answered output '{spec.name}' in shape {list(array.shape)}; it declares {list(spec.shape)}")
+        if array.shape[0] != rows:
+            raise BackendError(f"{what} answered {array.shape[0]} rows of output '{spec.name}' for {rows} rows")
+        out[spec.name] = array
+    return out

@@ -1,0 +1,310 @@
+"""Function steps end to end: a sequence whose first step is the tenant's own code and whose
+second a small ONNX model, on real parts (SQLite, a folder, ONNX Runtime, the HTTP API).
+
+Locally the code is a Python module the test writes into the tenant's functions folder. On
+AWS it is a Lambda function: moto's Lambda needs Docker to invoke, so a real boto3 client
+answers through botocore's Stubber, every request checked against Lambda's own input shape,
+and the events sluice sends are read back as a handler would read them (JSON, or Arrow IPC
+with pyarrow)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.domain.requests import ArrayInputs
+from sluice.inference.bulk import Records, Result, score_many
+from sluice.inference.loop import run
+from sluice.settings import Settings
+from tests.integration.conftest import api_keys, auth
+from tests.models import score_model
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from botocore.stub import Stubber
+
+    from sluice.wiring import Container
+
+ACME_ARN = "arn:aws:lambda:eu-west-1:123456789012:function:acme-embed"
+GLOBEX_ARN = "arn:aws:lambda:eu-west-1:123456789012:function:globex-embed"
+ROWS = [[1.0, 2.0, 3.0], [4.0, -1.0, 0.5]]
+MODULE = '''
+import pathlib
+import time
+
+import numpy as np
+
+
+def embed(inputs):
+    raw = inputs["raw"]
+    return {"embedding": np.stack([raw.sum(axis=1), raw.max(axis=1)], axis=1)}  # float64: cast to FP32
+
+
+def one_row_short(inputs):
+    return {"embedding": np.zeros((len(inputs["raw"]) - 1, 2), np.float32)}
+
+
+def blocked(inputs):  # waits for the test to open the gate, so it answers after any step timeout
+    gate = pathlib.Path(__file__).with_name("gate")
+    for _ in range(2000):
+        if gate.exists():
+            break
+        time.sleep(0.005)
+    return embed(inputs)
+'''
+
+
+def embedding_of(rows: Any) -> np.ndarray:
+    raw = np.asarray(rows, np.float32)
+    return np.stack([raw.sum(axis=1), raw.max(axis=1)], axis=1).astype(np.float32)
+
+
+def by_hand(rows: Any) -> list[float]:
+    """The function's work, then the score model (`x @ [1, 2]`)."""
+    return (embedding_of(rows) @ np.array([1.0, 2.0], np.float32)).tolist()
+
+
+def chain(function: str, **extra: Any) -> dict[str, Any]:
+    step = {
+        "kind": "function",
+        "function": function,
+        "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 3]}],
+        "outputs": [{"name": "embedding", "datatype": "FP32", "shape": [-1, 2]}],
+        **extra,
+    }
+    return {"kind": "sequence", "steps": [{"name": "features", "target": step}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+
+
+class World:
+    def __init__(self, container: Container, lam: Stubber, events: list[bytes], folder: Path) -> None:
+        self.container, self.lam, self.events, self.folder = container, lam, events, folder
+        self.client = TestClient(create_app(container))
+        keys = api_keys(container)
+        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
+
+    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        """Create, or update when it exists: 200 or 201 when saved."""
+        headers = headers or self.acme
+        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
+        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r
+
+    def predict(self, name: str, rows: Any) -> Any:
+        return self.client.post("/api/v1/predictions", json={"deployment": name, "batch": [{"raw": r} for r in rows]}, headers=self.acme)
+
+    def answers(self, payload: bytes, function_error: str | None = None) -> None:
+        response: dict[str, Any] = {"StatusCode": 200, "Payload": _body(payload)}
+        if function_error:
+            response["FunctionError"] = function_error
+        self.lam.add_response("invoke", response, {"FunctionName": ACME_ARN, "InvocationType": "RequestResponse", "Payload": _any()})
+
+
+def _body(data: bytes) -> Any:
+    from botocore.response import StreamingBody
+
+    return StreamingBody(io.BytesIO(data), len(data))
+
+
+def _any() -> Any:
+    from botocore.stub import ANY
+
+    return ANY
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    import boto3
+    from botocore.stub import Stubber
+
+    from sluice.domain import Principal
+    from sluice.runtimes.functions import FunctionSteps
+    from sluice.wiring import Container
+    from sluice.wiring.adapters import build_registry, build_store
+    from sluice.wiring.runtimes import build_runtimes
+
+    home = tmp_path_factory.mktemp("functions")
+    (home / "functions" / "acme").mkdir(parents=True)
+    (home / "functions" / "globex").mkdir(parents=True)
+    (home / "functions" / "acme" / "features.py").write_text(MODULE)
+    (home / "functions" / "globex" / "secret.py").write_text("def read(inputs):\n    return inputs\n")
+    (home / "functions" / "acme" / "borrowed.py").symlink_to(home / "functions" / "globex" / "secret.py")
+    settings = Settings(
+        mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
+        functions_dir=str(home / "functions" / "{tenant}"), function_arns={"acme": [ACME_ARN], "globex": [GLOBEX_ARN]},
+        function_arrow_min_bytes=256,
+    )  # fmt: skip
+    client = boto3.client("lambda", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
+    events: list[bytes] = []
+    client.meta.events.register("provide-client-params.lambda.Invoke", lambda params, **_: events.append(params["Payload"]))
+    store = build_store(settings)
+    functions = FunctionSteps(settings.functions, mode="local", client=client)
+    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), functions=functions)
+    acme = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+    container.models.push(acme, "score", score_model())
+    container.models.push(Principal("globex", frozenset({"admin", "predict"}), "test-globex"), "score", score_model())
+    with Stubber(client) as lam:
+        yield World(container, lam, events, home / "functions")
+        lam.assert_no_pending_responses()
+
+
+def test_a_module_function_feeds_the_model_over_http_and_in_a_bulk_call(world: World) -> None:
+    from sluice.domain import Principal
+
+    assert world.save("local", chain("features:embed")).status_code in (200, 201)
+    r = world.predict("local", ROWS)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(by_hand(ROWS))
+    assert [(s["name"], s.get("kind"), s.get("model")) for s in body["steps"]] == [("features", "function", None), ("score", None, "score")]
+    meta = world.client.get("/v2/models/local", headers=world.acme).json()  # a caller sends what the function takes
+    assert [(i["name"], i["datatype"], i["shape"]) for i in meta["inputs"]] == [("raw", "FP32", [-1, 3])]
+    # The bulk call batch jobs, streams and replay score through: each record as alone.
+    acme = Principal("acme", frozenset({"predict"}), "test-acme")
+    flat = np.asarray([*ROWS, [0.0, 0.0, 9.0]], np.float32)
+    done = run(score_many(world.container.predictions, acme, "local", Records({"raw": flat}, np.asarray([2, 1], np.intp)), max_rows=8))
+    assert done.failed == 0
+    for position, (start, stop) in enumerate([(0, 2), (2, 3)]):
+        outcome = done.by_record()[position]
+        assert isinstance(outcome, Result)
+        j = list(np.arange(2)[outcome.records]).index(position)
+        assert outcome.outputs_of(j)["score"][:, 0].tolist() == pytest.approx(by_hand(flat[start:stop]))
+
+
+def test_a_lambda_function_gets_json_rows_and_large_batches_as_arrow(world: World) -> None:
+    import pyarrow as pa
+
+    assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
+    world.events.clear()
+    embedding = embedding_of(ROWS)
+    world.answers(json.dumps({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 2], "data": embedding.reshape(-1).tolist()}]}).encode())
+    r = world.predict("remote", ROWS)
+    assert r.status_code == 200, r.text
+    assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(ROWS))
+    sent = json.loads(world.events[-1])
+    assert sent["format"] == "json" and sent["inputs"] == [{"name": "raw", "datatype": "FP32", "shape": [2, 3], "data": np.asarray(ROWS, np.float32).reshape(-1).tolist()}]
+
+    many = np.random.default_rng(7).normal(size=(64, 3)).astype(np.float32)  # 768 bytes: above the threshold
+    table = pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(embedding_of(many).reshape(-1)), 2)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    world.answers(json.dumps({"format": "arrow", "arrow": base64.b64encode(sink.getvalue().to_pybytes()).decode()}).encode())
+    r = world.predict("remote", many.tolist())
+    assert r.status_code == 200, r.text
+    assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(many), rel=1e-5)
+    sent = json.loads(world.events[-1])
+    assert sent["format"] == "arrow" and "inputs" not in sent
+    got = pa.ipc.open_stream(base64.b64decode(sent["arrow"])).read_all()
+    assert np.asarray(got.column("raw").to_pylist(), np.float32).tolist() == many.tolist()
+
+
+@pytest.mark.parametrize(
+    ("answer", "function_error", "status", "words"),
+    [
+        ({"outputs": [{"name": "embedding", "datatype": "FP32", "shape": [2, 3], "data": [0.0] * 6}]}, None, 502, "shape [2, 3]; it declares [-1, 2]"),
+        ({"outputs": [{"name": "features", "datatype": "FP32", "shape": [2, 2], "data": [0.0] * 4}]}, None, 502, "output 'features', which it does not declare"),
+        ({"errorType": "KeyError", "errorMessage": "'raw' secret detail", "stackTrace": []}, "Unhandled", 502, "failed (KeyError)"),
+        ({"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out after 5.00 seconds"}, "Unhandled", 504, "ran past its own Lambda timeout"),
+        ("not a tensor map", None, 502, "not an object with 'outputs'"),
+    ],
+    ids=["shape", "undeclared-output", "function-error", "lambda-timeout", "malformed"],
+)
+def test_a_lambda_step_that_fails_or_answers_wrongly_fails_the_request_naming_the_step(
+    world: World, answer: Any, function_error: str | None, status: int, words: str
+) -> None:
+    assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
+    world.answers(json.dumps(answer).encode(), function_error)
+    r = world.predict("remote", ROWS)
+    assert r.status_code == status, r.text
+    error = r.json()
+    assert error["error"].startswith("step 'features': ") and words in error["error"], error
+    assert error["details"]["step"] == "features" and "secret detail" not in r.text
+
+
+def test_a_module_step_that_answers_late_or_wrongly_fails_naming_the_step(world: World) -> None:
+    assert world.save("short", chain("features:one_row_short")).status_code in (200, 201)
+    r = world.predict("short", ROWS)
+    assert (r.status_code, r.json()["details"]["step"]) == (502, "features"), r.text
+    assert "answered 1 rows of output 'embedding' for 2 rows" in r.json()["error"]
+
+    assert world.save("late", chain("features:blocked", timeout_s=0.2)).status_code in (200, 201)
+    try:
+        r = world.predict("late", ROWS)
+        assert r.status_code == 504, r.text
+        assert r.json()["error"] == "step 'features': function features:blocked gave no answer within 0.2 s"
+    finally:
+        (world.folder / "acme" / "gate").touch()  # the thread the step left behind ends
+
+
+@pytest.mark.parametrize(
+    ("policy", "field", "words"),
+    [
+        (chain(GLOBEX_ARN), "policy.steps.0.target.function", "not on tenant 'acme''s allowlist"),
+        (chain("secret:read"), "policy.steps.0.target.function", "no module 'secret'"),
+        (chain("borrowed:read"), "policy.steps.0.target.function", "no module 'borrowed'"),  # a link out of the folder
+        (chain("../globex/secret:read"), "policy.steps.0.target.function", "Lambda function ARN"),
+        (json.loads(json.dumps(chain("features:embed")).replace('"FP32", "shape": [-1, 2]', '"FP64", "shape": [-1, 2]')), "policy.steps.1", "it is FP64"),
+        ({"kind": "sequence", "steps": [chain("features:embed")["steps"][0], {**chain("features:embed")["steps"][0], "name": "again"}]}, "policy.steps", "at least one model"),
+    ],
+    ids=["another-tenants-arn", "another-tenants-module", "link-out-of-the-folder", "not-a-target", "signature", "no-model"],
+)
+def test_a_function_step_its_tenant_may_not_run_or_that_does_not_fit_is_refused_when_saved(
+    world: World, policy: dict[str, Any], field: str, words: str
+) -> None:
+    r = world.save("refused", policy)
+    assert r.status_code == 422, r.text
+    assert (r.json()["field"], words in r.json()["error"]) == (field, True), r.text
+
+
+def test_each_tenant_has_its_own_allowlist_and_it_is_checked_again_on_every_call(world: World) -> None:
+    from sluice.settings import FunctionSettings
+
+    assert world.save("theirs", chain(GLOBEX_ARN), world.globex).status_code in (200, 201)
+    assert world.save("theirs", chain(GLOBEX_ARN)).status_code == 422  # not acme's
+    assert world.save("remote", chain(ACME_ARN)).status_code in (200, 201)
+    steps = world.container.functions
+    assert steps is not None
+    kept = steps.settings
+    steps.settings = FunctionSettings(function_arns={"globex": [GLOBEX_ARN]})  # the operator took acme's grant away
+    try:
+        r = world.predict("remote", ROWS)
+    finally:
+        steps.settings = kept
+    assert r.status_code == 403, r.text
+    assert r.json()["details"]["step"] == "features" and "allowlist" in r.json()["error"]
+
+
+def test_on_aws_a_module_is_refused_sluice_runs_no_tenant_code_in_its_process(world: World) -> None:
+    from sluice.domain.policy import parse_policy
+    from sluice.runtimes.functions import FunctionSteps
+
+    node = parse_policy(chain("features:embed")).steps[0].target  # type: ignore[union-attr]
+    steps = FunctionSteps(world.container.settings.functions, mode="aws")
+    assert "names a Lambda function ARN" in (steps.refusal(node, "acme") or "")
+    r = run(_predict_with(world, steps))
+    assert r == 403
+
+
+async def _predict_with(world: World, steps: Any) -> int:
+    from sluice.domain import Principal
+    from sluice.domain.errors import SluiceError
+    from sluice.domain.requests import PredictionRequest
+
+    world.save("local", chain("features:embed"))
+    runner = world.container.predictions.runner
+    kept, runner.functions = runner.functions, steps
+    try:
+        await world.container.predictions.predict(Principal("acme", frozenset({"predict"}), "k"), PredictionRequest("local", ArrayInputs({"raw": np.asarray(ROWS, np.float32)})))
+    except SluiceError as exc:
+        return exc.status
+    finally:
+        runner.functions = kept
+    return 200
