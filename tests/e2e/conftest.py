@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -12,15 +11,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from tests.support import free_port
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[Any], log: Path | None = None, *, exited: int | None = None, within_s: float = 90) -> None:
