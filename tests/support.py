@@ -141,6 +141,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def connection_refused(port: int) -> bool:
+    """Whether a connection to `port` on loopback is refused (nothing listens there)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 @contextmanager
 def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
     """The ASGI `app` served by uvicorn on a thread, on loopback at `port` (a free one by
