@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +46,20 @@ def start_sluice(home: Path, env: dict[str, str], argv: list[str], *, log: Path,
         )  # fmt: skip
     wait_healthy(f"http://127.0.0.1:{port}", proc, log)
     return proc, port
+
+
+@contextlib.contextmanager
+def sigterm_after(proc: subprocess.Popen[Any], log: Path) -> Iterator[None]:
+    """The block, then SIGTERM: `sluice serve` exits 0 (else the test fails showing `log`).
+    Killed instead if the block fails."""
+    try:
+        yield
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @contextlib.contextmanager
