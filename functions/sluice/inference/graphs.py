@@ -190,6 +190,7 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
         headers=request.headers if request is not None else {},
         arrays=arrays,
         feature_names=names,
+        parameters=(request.parameters or {}) if request is not None else {},
     )
     chosen = decide([case.when for case in node.cases], facts)
     targets = [*((c.name, c.target) for c in node.cases), (DEFAULT_CASE, node.default)]
