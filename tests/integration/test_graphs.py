@@ -149,6 +149,19 @@ def test_a_switch_by_header_or_routing_key_names_its_case_in_the_answer_and_the_
     assert {name: c["requests"] for name, c in stats["cases"].items()} == {"eu": 2, "default": 1}
 
 
+def test_a_switch_on_a_request_parameter_through_simple_json_and_the_open_inference_protocol(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    urgent = {"field": "parameters.priority", "op": ">=", "value": 5}
+    graphs.deployments.create(acme, "priority", {"kind": "switch", "cases": [{"name": "urgent", "when": urgent, "target": single("iris", 1)}], "default": single("iris", 2)})
+    simple = [client.post("/api/v1/predictions", json={"deployment": "priority", "inputs": ROWS[1:], **extra}, headers=headers).json() for extra in ({"parameters": {"priority": 9}}, {})]
+    assert [(a["case"], a["version"]) for a in simple] == [("urgent", 1), ("default", 2)]
+    tensor = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROWS[1]}
+    v2 = [client.post("/v2/models/priority/infer", json={"inputs": [tensor], **extra}, headers=headers).json() for extra in ({"parameters": {"priority": 9}}, {"parameters": {"priority": 1}})]
+    assert [(a["parameters"]["case"], a["model_version"]) for a in v2] == [("urgent", "1"), ("default", "2")]
+    r = client.post("/api/v1/predictions", json={"deployment": "priority", "inputs": ROWS[1:], "parameters": {"priority": [9]}}, headers=headers)
+    assert r.status_code == 422 and r.json()["field"].startswith("parameters.priority")  # simple JSON's are strings, numbers or booleans
+
+
 def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_order(http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
     rows = [ROWS[1], ROWS[0], ROWS[1]]
@@ -226,3 +239,79 @@ def test_graphs_answer_over_grpc_as_over_rest(graphs: Container) -> None:
         eu = client.infer("region", [one], headers={**key, "x-region": "uk"})
         other = client.infer("region", [one], headers={**key, "x-region": "us"})
         assert (eu.get_response().model_version, other.get_response().model_version) == ("1", "2")
+
+
+# The prediction cache ----------------------------------------------------------------------
+CACHE = {"ttl_s": 60, "max_entries": 100}
+
+
+def test_a_cached_graph_answers_again_from_the_cache_and_any_changed_step_misses(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    calibrated = {**CHAIN, "steps": [*CHAIN["steps"], {"name": "calibrate", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "score", "mean": 0.0, "std": 2.0}]}}]}
+    graphs.deployments.create(acme, "cached", calibrated, cache=CACHE)
+
+    def ask() -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "cached", "batch": ROWS}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first, second = ask(), ask()
+    assert "cached" not in first and second["cached"] is True
+    expected = np.asarray(expected_scores(ROWS)) / 2
+    assert [p["prediction"]["score"] for p in second["predictions"]] == pytest.approx(expected.tolist())
+    assert second["predictions"] == first["predictions"] and [s["name"] for s in second["steps"]] == ["embed", "score", "calibrate"]
+    # A changed transform: a new revision, computed afresh.
+    changed = {**calibrated, "steps": [*CHAIN["steps"], {"name": "calibrate", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "score", "mean": 1.0, "std": 2.0}]}}]}
+    graphs.deployments.update(acme, "cached", changed)
+    third = ask()
+    assert "cached" not in third
+    assert [p["prediction"]["score"] for p in third["predictions"]] == pytest.approx(((np.asarray(expected_scores(ROWS)) - 1) / 2).tolist())
+    assert ask()["cached"] is True
+    # A new version of a model a step runs.
+    graphs.models.push(acme, "scorez", score_model("z"))
+    graphs.deployments.update(acme, "cached", {**changed, "steps": [changed["steps"][0], {**changed["steps"][1], "target": single("scorez", 2)}, changed["steps"][2]]})
+    fourth = ask()
+    assert "cached" not in fourth and fourth["steps"][1]["version"] == 2
+
+
+def test_a_cached_switch_keys_by_the_case_a_parameter_picks(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    tiers = {"kind": "switch", "cases": [{"name": "gold", "when": {"field": "parameters.tier", "op": "==", "value": "gold"}, "target": single("iris", 1)}], "default": single("iris", 2)}
+    graphs.deployments.create(acme, "tiers", tiers, cache=CACHE)
+
+    def ask(tier: str) -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "tiers", "inputs": ROWS[1:], "parameters": {"tier": tier}}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    gold, basic = ask("gold"), ask("basic")  # the same inputs: another case is another entry
+    assert (gold["case"], gold["version"], "cached" in basic) == ("gold", 1, False)
+    assert (basic["case"], basic["version"]) == ("default", 2)
+    again = ask("gold")
+    assert (again["cached"], again["case"], again["version"]) == (True, "gold", 1)
+
+
+def test_a_step_that_is_not_deterministic_is_refused_when_the_cache_is_on(graphs: Container, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    coin = {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": single("scorez", 1)}, {"name": "b", "weight": 1, "target": single("scorez", 1)}]}
+    policy = {**CHAIN, "steps": [CHAIN["steps"][0], {**CHAIN["steps"][1], "target": coin}]}
+    r = client.post("/api/v1/deployments", json={"name": "coin", "policy": policy, "cache": CACHE}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "policy.steps.1.target.routing_key" and "cache" in r.json()["error"]
+
+
+def test_the_shared_tier_gives_another_container_a_graphs_answer_as_computed(settings: Any, acme: Principal) -> None:
+    from sluice.wiring import Container as Made
+
+    shared = settings.replace(prediction_cache_shared=True)
+    first, second = Made.from_settings(shared), Made.from_settings(shared)
+    for name, model in [("embed", embed_model()), ("scorez", score_model("z"))]:
+        first.models.push(acme, name, model)
+    first.deployments.create(acme, "chain", CHAIN, cache=CACHE)
+    request = PredictionRequest("chain", ArrayInputs({"input": np.asarray(ROWS, np.float32)}))
+    computed = run(first.predictions.predict(acme, request))
+    kept = run(second.predictions.predict(acme, request))
+    assert kept.cached and not computed.cached
+    assert kept.answer.signature == computed.answer.signature  # the exposed output's spec with it
+    assert kept.answer.steps == computed.answer.steps
+    np.testing.assert_array_equal(kept.result.outputs["embed.embedding"], computed.result.outputs["embed.embedding"])
