@@ -98,6 +98,20 @@ def test_a_sequence_through_the_open_inference_protocol(http: tuple[TestClient, 
     assert set(plain["parameters"]) == {"model", "version", "latency_ms"}  # no graph: the body as before
 
 
+def test_the_deployment_shows_the_inputs_a_caller_sends_and_the_outputs_it_answers(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    import json
+
+    client, headers = http
+    chain = client.get("/api/v1/deployments/chain", headers=headers).json()
+    assert chain["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]  # the first step's
+    assert [o["name"] for o in chain["outputs"]] == ["score", "embed.embedding"]
+    assert chain["inputs"] == client.get("/v2/models/chain", headers=headers).json()["inputs"]
+    graphs.deployments.create(acme, "raw", json.loads((REPO / "examples" / "policies" / "transform.json").read_text()))
+    raw = client.get("/api/v1/deployments/raw", headers=headers).json()
+    assert [(i["name"], i["datatype"]) for i in raw["inputs"]] == [("length", "FP32"), ("colour", "BYTES")]  # what the transform declares
+    assert "inputs" not in client.get("/api/v1/deployments", headers=headers).json()[0]  # the list stays as it was
+
+
 def test_a_failing_step_fails_the_request_naming_the_step(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
     graphs.deployments.create(acme, "codes", {"kind": "sequence", "steps": [{"name": "look", "target": single("lookup", 1)}, {"name": "sum", "target": single("score1", 1), "map": {"s": "score"}}]})
     client, headers = http
