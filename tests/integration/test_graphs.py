@@ -329,3 +329,28 @@ def test_the_shared_tier_gives_another_container_a_graphs_answer_as_computed(set
     assert kept.answer.signature == computed.answer.signature  # the exposed output's spec with it
     assert kept.answer.steps == computed.answer.steps
     np.testing.assert_array_equal(kept.result.outputs["embed.embedding"], computed.result.outputs["embed.embedding"])
+
+
+def test_sluice_deployments_stats_prints_the_cases_taken_and_each_step(cli_home: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+
+    for name, model in [("embed", embed_model()), ("scorez", score_model("z"))]:
+        (tmp_path / f"{name}.onnx").write_bytes(model)
+        assert run_cli(capsys, "models", "push", name, str(tmp_path / f"{name}.onnx"))[0] == 0
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
+    assert run_cli(capsys, "deployments", "create", "chain", "--policy", json.dumps(CHAIN))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "petals", "--policy", json.dumps(PETALS))[0] == 0
+    assert run_cli(capsys, "predict", "chain", "--inputs", json.dumps(ROWS))[0] == 0
+    assert run_cli(capsys, "predict", "petals", "--batch", json.dumps([ROWS[1], ROWS[0], ROWS[1]]))[0] == 0
+    code, out, _ = run_cli(capsys, "deployments", "stats", "chain")
+    assert code == 0
+    steps = [line.split() for line in out.splitlines() if line.startswith("step ")]
+    assert [(s[1], s[2], s[3]) for s in steps] == [("embed", "1", "0"), ("score", "1", "0")]  # in the sequence's order
+    code, out, _ = run_cli(capsys, "deployments", "stats", "petals")
+    cases = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("case ")}
+    assert (cases["short"][2], cases["short"][4]) == ("1", "1") and (cases["default"][2], cases["default"][4]) == ("1", "2")  # requests, rows
+    shown = json.loads(run_cli(capsys, "deployments", "stats", "petals", "--json")[1])
+    assert {name: c["rows"] for name, c in shown["cases"].items()} == {"short": 1, "default": 2}
