@@ -183,6 +183,8 @@ def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_or
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["case"] == ["default", "short", "default"]
+    assert body["models"] == ["iris:2", "iris:1", "iris:2"]  # who answered each row
+    assert (body["model"], body["version"]) == ("iris", 2)  # the first row's
     alone = [client.post("/api/v1/predictions", json={"deployment": "petals", "batch": [row]}, headers=headers).json() for row in rows]
     assert [a["case"] for a in alone] == ["default", "short", "default"]
     assert [p["probabilities"] for p in body["predictions"]] == [a["predictions"][0]["probabilities"] for a in alone]

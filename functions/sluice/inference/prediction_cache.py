@@ -259,6 +259,7 @@ class PredictionCache:
             members=header.get("members"),
             steps=header.get("steps"),
             case=header.get("case"),
+            models=header.get("models"),
         )
         self.put(dep, key, answer)
         return answer
@@ -298,7 +299,7 @@ def dump_answer(answer: Answer) -> bytes:
         "outputs": specs,
     }
     if answer.steps is not None or answer.case is not None:  # a graph's: who answered, and what it answers
-        header.update(steps=answer.steps, case=answer.case)
+        header.update(steps=answer.steps, case=answer.case, models=answer.models)
     if answer.signature != answer.version.signature:  # a sequence's last step, a transform, what it exposes
         header["signature"] = answer.signature.to_dict()
     head = json.dumps(header, separators=(",", ":")).encode()

@@ -71,6 +71,11 @@ class PredictionResponse(WireModel):
     latency_ms: float
     variant: str | None = Field(None, description="The split variant(s) that answered, outermost first.")
     members: list[MemberReport] | None = Field(None, description="An ensemble's members: who answered, and how fast.")
+    case: str | list[str] | None = Field(None, description="The switch case taken; one per row where rows took different cases.")
+    models: list[str] | None = Field(
+        None, description="Where rows took different switch cases: the version that answered each row ('model:version'); model and version are the first row's."
+    )
+    steps: list[dict[str, Any]] | None = Field(None, description="A sequence's steps, in order: name, model, version (or kind transform) and latency.")
     cached: bool | None = Field(None, description="True when the prediction cache answered (nothing was computed).")
     prediction: Any = None
     probabilities: dict[str, float] | None = None
