@@ -356,3 +356,42 @@ def test_sluice_deployments_stats_prints_the_cases_taken_and_each_step(cli_home:
     assert (cases["short"][2], cases["short"][4]) == ("1", "1") and (cases["default"][2], cases["default"][4]) == ("1", "2")  # requests, rows
     shown = json.loads(run_cli(capsys, "deployments", "stats", "petals", "--json")[1])
     assert {name: c["rows"] for name, c in shown["cases"].items()} == {"short": 1, "default": 2}
+
+
+# Through the other drivers -----------------------------------------------------------------
+def test_a_graph_over_a_websocket_in_simple_json_and_v2_with_parameters(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    urgent = {"field": "parameters.priority", "op": ">=", "value": 5}
+    graphs.deployments.create(acme, "priority", {"kind": "switch", "cases": [{"name": "urgent", "when": urgent, "target": single("iris", 1)}], "default": single("iris", 2)})
+    with client.websocket_connect("/api/v1/stream", headers=headers) as ws:
+        ws.send_json({"deployment": "chain", "batch": ROWS, "request_id": "seq"})
+        chained = ws.receive_json()
+        assert [p["prediction"]["score"] for p in chained["predictions"]] == pytest.approx(expected_scores(ROWS))
+        assert [s["name"] for s in chained["steps"]] == ["embed", "score"]
+        tensor = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROWS[1]}
+        ws.send_json({"deployment": "priority", "request_id": "v2", "v2": {"inputs": [tensor], "parameters": {"priority": 7}}})
+        v2 = ws.receive_json()
+        ws.send_json({"deployment": "priority", "request_id": "plain", "inputs": ROWS[1:], "parameters": {"priority": 1}})
+        plain = ws.receive_json()
+    assert (v2["parameters"]["case"], v2["model_version"]) == ("urgent", "1")
+    assert (plain["case"], plain["version"]) == ("default", 2)
+
+
+def test_a_shadows_mirror_that_is_a_graph_and_a_replay_against_a_graph_give_the_graphs_answers(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """The mirror is embed then a transform that takes 1 from each value: against the primary
+    (embed alone) every value differs by 1, live and replayed from what was captured."""
+    client, headers = http
+    shifted = {"kind": "sequence", "steps": [{"name": "embed", "target": single("embed", 1)}, {"name": "shift", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "embedding", "mean": 1.0, "std": 1.0}]}}]}
+    policy = {"kind": "shadow", "primary": single("embed", 1), "mirrors": [{"name": "shifted", "target": shifted}]}
+    graphs.deployments.create(acme, "embedded", policy, capture={"sample_percent": 100})
+    for i in range(3):
+        r = client.post("/api/v1/predictions", json={"deployment": "embedded", "batch": ROWS, "request_id": f"e{i}"}, headers=headers)
+        assert r.status_code == 200, r.text
+    live = graphs.deployments.stats(acme, "embedded")["mirrors"]["shifted"]
+    assert (live["requests"], live["compared"], live["errors"]) == (3, 3, 0)
+    assert live["mean_abs_diff"] == pytest.approx(1.0, abs=1e-5) and live["max_abs_diff"] == pytest.approx(1.0, abs=1e-5)
+    assert graphs.capture is not None and graphs.capture.drain()
+    graphs.deployments.create(acme, "shifted", shifted)
+    out = graphs.replay.replay(acme, "embedded", since="1h", against="shifted")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"]) == (3, 6, 6, 0)
+    assert out["verdict"]["mean_abs_diff"] == pytest.approx(live["mean_abs_diff"], abs=1e-6)
