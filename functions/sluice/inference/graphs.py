@@ -206,7 +206,7 @@ def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceE
 
 def _step_report(name: str, answer: Answer, ms: float) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": name, "model": answer.version.model, "version": answer.version.version, "latency_ms": round(ms, 3)}
-    for key in ("variant", "case", "members", "steps"):
+    for key in ("variant", "case", "models", "members", "steps"):
         value = getattr(answer, key)
         if value is not None:
             entry[key] = value
@@ -229,6 +229,7 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
         headers=request.headers if request is not None else {},
         arrays=arrays,
         feature_names=names,
+        parameters=(request.parameters or {}) if request is not None else {},
     )
     chosen = decide([case.when for case in node.cases], facts)
     targets = [*((c.name, c.target) for c in node.cases), (DEFAULT_CASE, node.default)]
@@ -245,7 +246,13 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     )
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups])
     per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
-    return Answer(answers[0].signature, merged, answers[0].version, case=per_row_case)
+    models: list[Any] = [None] * rows  # who answered each row: the answer names the first row's
+    for (_, at), answer in zip(groups, answers, strict=True):
+        refs = answer.models or [answer.version.ref] * len(at)
+        for row, ref in zip(at.tolist(), refs, strict=True):
+            models[row] = ref
+    first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]
+    return Answer(first.signature, merged, first.version, case=per_row_case, models=models)
 
 
 async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, arrays: dict[str, np.ndarray], depth: int, rows: int) -> Answer:
