@@ -361,6 +361,21 @@ def test_sluice_deployments_stats_prints_the_cases_taken_and_each_step(cli_home:
     assert {name: c["rows"] for name, c in shown["cases"].items()} == {"short": 1, "default": 2}
 
 
+def test_sluice_predict_sends_parameters_a_switch_reads(cli_home: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
+    tiers = {"kind": "switch", "cases": [{"name": "gold", "when": {"all": [{"field": "parameters.tier", "op": "==", "value": "gold"}, {"field": "parameters.priority", "op": ">=", "value": 5}]}, "target": single("iris", 1)}], "default": single("iris", 2)}
+    assert run_cli(capsys, "deployments", "create", "tiers", "--policy", json.dumps(tiers))[0] == 0
+    answers = [run_cli(capsys, "predict", "tiers", "--inputs", json.dumps(ROWS[:1]), *extra) for extra in (["--param", "tier=gold", "--param", "priority=7"], ["--param", "tier=gold", "--param", "priority=2"], [])]
+    assert [json.loads(out)["version"] for _, out, _ in answers] == [1, 2, 2]
+    code, _, err = run_cli(capsys, "predict", "tiers", "--inputs", json.dumps(ROWS[:1]), "--param", "tier")
+    assert code != 0 and "NAME=VALUE" in err and "Traceback" not in err
+
+
 # Through the other drivers -----------------------------------------------------------------
 def test_a_graph_over_a_websocket_in_simple_json_and_v2_with_parameters(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
