@@ -275,7 +275,10 @@ def _arrow(array: np.ndarray) -> pa.Array:
     import pyarrow as pa
 
     if array.dtype == object:
-        return pa.array([_scalar(v) for v in array])
+        values = array.tolist()
+        if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
+            return pa.array(values)
+        return pa.array([_scalar(v) for v in values])
     return pa.array(array)
 
 
