@@ -28,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
+from sluice.api.encoding import Inflater, inflated_scope, inflating, request_coding
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.binary import HEADER, split_body
@@ -76,7 +77,9 @@ class BodyTooLarge(HTTPException):
 
 class BodyLimit:
     """Refuses a body over the limit: at once when its Content-Length says so, else as soon
-    as the bytes read pass it (a chunked body is never read to its end)."""
+    as the bytes read pass it (a chunked body is never read to its end). A compressed body
+    (`sluice.api.encoding`) is inflated as it is read, and the limit holds for what it
+    inflates to as well."""
 
     def __init__(self, app: ASGIApp, limit: Callable[[], int]) -> None:
         self.app = app
@@ -88,10 +91,18 @@ class BodyLimit:
             return
         limit = self.limit()
         declared = content_length(scope)
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > limit:
-                await error_response(too_large(limit))(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await error_response(too_large(limit))(scope, receive, send)
+            return
+        coding = request_coding(scope)
+        if coding is not None:  # inflated as read, the limit held by the inflated size
+            try:
+                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit))
+            except SluiceError as exc:
+                await error_response(exc)(scope, receive, send)
                 return
+            scope, receive = inflated_scope(scope), inflating(receive, inflater)
+        elif declared is not None:
             # The server delivers no more than a declared length: nothing left to count.
             await self.app(scope, receive, send)
             return

@@ -76,6 +76,12 @@ class PayloadTooLarge(SluiceError):
     status, code = 413, "payload_too_large"
 
 
+class UnsupportedEncoding(SluiceError):
+    """A body in a content coding the server does not read (`Content-Encoding`)."""
+
+    status, code = 415, "unsupported_media_type"
+
+
 class Unprocessable(SluiceError):
     status, code = 422, "unprocessable"
 

@@ -1,0 +1,150 @@
+"""Compressed request bodies (`Content-Encoding`), as Triton's HTTP server takes them.
+
+`gzip` and `deflate` (the zlib format RFC 9110 names; a raw deflate stream is read too) are
+inflated as they arrive, never past the body limit: the limit holds for the inflated size, so a
+small body that inflates past it is a 413 as soon as the inflated bytes pass it, never inflated
+whole. Any other coding is a 415 naming the supported ones (with `Accept-Encoding`, as RFC
+9110 asks). `identity` is no coding at all.
+
+Responses are compressed by Starlette's `GZipMiddleware` when the client accepts gzip and the
+body is large enough to gain (`sluice.api.app`); a response the edge answers whole (a Lambda
+event's hot route, never through the middleware) by `gzip_whole`, to the same rules."""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import BadRequest, UnsupportedEncoding
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from starlette.responses import Response
+    from starlette.types import Message, Receive, Scope
+
+SUPPORTED = ("gzip", "deflate")
+ACCEPTED = ", ".join(SUPPORTED)
+_DROPPED = (b"content-encoding", b"content-length")  # the inflated body has neither
+
+
+def request_coding(scope: Scope) -> str | None:
+    """The request's content coding, lowercased; None when it has none (or `identity`)."""
+    for name, value in scope["headers"]:
+        if name == b"content-encoding":
+            coding = value.decode("latin-1").strip().lower()
+            return None if coding in ("", "identity") else coding
+    return None
+
+
+def unsupported(coding: str) -> UnsupportedEncoding:
+    return UnsupportedEncoding(
+        f"unsupported content encoding '{coding}': send the body as {' or '.join(SUPPORTED)}, or uncompressed",
+        field="content-encoding",
+    )
+
+
+class Inflater:
+    """One body's inflation, bounded: `feed` each chunk, then `finish`. `too_large()` is the
+    exception to raise once the inflated bytes pass `limit`."""
+
+    def __init__(self, coding: str, limit: int, too_large: Callable[[], Exception]) -> None:
+        if coding not in SUPPORTED:
+            raise unsupported(coding)
+        self.coding, self.limit, self.too_large = coding, limit, too_large
+        self.size = 0
+        self._z: zlib._Decompress | None = None
+        self._head = b""  # a deflate body's first bytes, until two say which format it is
+
+    def _start(self, data: bytes) -> zlib._Decompress:
+        if self.coding == "gzip":
+            return zlib.decompressobj(31)
+        # zlib's two-byte header: CM 8 and a check of 31; else a raw deflate stream.
+        zlib_format = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        return zlib.decompressobj(15 if zlib_format else -15)
+
+    def feed(self, data: bytes) -> bytes:
+        if self._z is None:
+            if self.coding == "deflate" and len(self._head) + len(data) < 2:
+                self._head += data
+                return b""
+            data, self._head = self._head + data, b""
+            self._z = self._start(data)
+        try:
+            out = self._z.decompress(data, self.limit + 1 - self.size)
+        except zlib.error:
+            raise self._broken() from None
+        self.size += len(out)
+        if self.size > self.limit:
+            raise self.too_large()
+        return out
+
+    def finish(self) -> bytes:
+        head, self._head = self._head, b""
+        if self._z is None:
+            if not head:
+                return b""  # no body at all: nothing to inflate
+            self._z = self._start(head)
+        try:
+            out = self._z.decompress(head) + self._z.flush()
+        except zlib.error:
+            raise self._broken() from None
+        self.size += len(out)
+        if self.size > self.limit:
+            raise self.too_large()
+        if not self._z.eof:
+            raise self._broken("it ends before its compressed stream does")
+        if self._z.unused_data:
+            raise self._broken("it has bytes after its compressed stream")
+        return out
+
+    def _broken(self, why: str = "") -> BadRequest:
+        return BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body")
+
+
+def inflate(body: bytes, coding: str, limit: int, too_large: Callable[[], Exception]) -> bytes:
+    """A whole body (a Lambda event's) inflated under `limit`."""
+    inflater = Inflater(coding, limit, too_large)
+    return inflater.feed(body) + inflater.finish()
+
+
+def inflated_scope(scope: Scope) -> Scope:
+    """`scope` as the app behind sees the inflated body: without the coding or the length."""
+    return {**scope, "headers": [(n, v) for n, v in scope["headers"] if n not in _DROPPED]}
+
+
+def inflating(receive: Receive, inflater: Inflater) -> Receive:
+    """`receive` with each body chunk inflated; the stream's end checked on the last."""
+
+    async def inflated() -> Message:
+        message = await receive()
+        if message["type"] != "http.request":
+            return message
+        out = inflater.feed(message.get("body", b""))
+        if not message.get("more_body", False):
+            out += inflater.finish()
+        return {**message, "body": out}
+
+    return inflated
+
+
+def accepts_gzip(scope: Scope) -> bool:
+    """Whether the client accepts a gzipped response (read as `GZipMiddleware` reads it)."""
+    for name, value in scope["headers"]:
+        if name == b"accept-encoding":
+            return b"gzip" in value
+    return False
+
+
+def gzip_whole(response: Response, minimum: int, level: int) -> None:
+    """`response` (its body whole) gzipped in place when it is `minimum` bytes or more and not
+    already encoded, as `GZipMiddleware` would send it."""
+    headers = response.headers
+    if len(response.body) < minimum or "content-encoding" in headers:
+        return
+    import gzip
+
+    response.body = gzip.compress(bytes(response.body), compresslevel=level, mtime=0)
+    headers["content-length"] = str(len(response.body))
+    headers["content-encoding"] = "gzip"
+    headers.add_vary_header("Accept-Encoding")
