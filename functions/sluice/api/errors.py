@@ -19,6 +19,7 @@ from sluice.domain.errors import (
     RateLimited,
     SluiceError,
     StorageFault,
+    UnknownDeployment,
     UnsupportedEncoding,
 )
 from sluice.domain.policy import policy_field
@@ -72,7 +73,10 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             headers = {"Accept-Encoding": ACCEPTED}
         if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
             get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
-        return exc.status, exc.to_dict(), headers
+        body = exc.to_dict()
+        if isinstance(exc, UnknownDeployment) and path.startswith("/v2/"):  # the words Triton's clients test for
+            body["error"] = exc.protocol_message
+        return exc.status, body, headers
     if isinstance(exc, RequestValidationError):
         return (*_validation(exc.errors()), None)
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
