@@ -216,7 +216,10 @@ class Edge:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        found = self._hot(scope) if scope["method"] == "POST" else None
+        found = self._hot(scope)
+        if found is not None and scope["method"] != found[0].method:  # GET .../infer: as every route answers
+            await error_response(HTTPException(405, headers={"Allow": found[0].method}))(scope, receive, send)
+            return
         admission, prediction = container.admission, found is not None
         if admission is not None:
             try:
@@ -259,7 +262,7 @@ class Edge:
         if scope["method"] != "POST" or scope["path"] in PUBLIC:
             return None
         found = self._hot(scope)
-        if found is None:
+        if found is None or found[0].method != scope["method"]:
             return None
         headers = Headers(scope=scope)
         container, principal, refusal = await self._admit(scope, headers)
@@ -275,8 +278,8 @@ class Edge:
     def _hot(self, scope: Scope) -> tuple[HotRoute, dict[str, str]] | None:
         if self._routes is None:
             self._routes = self.routes()
-        for route in self._routes:
-            params = route.match("POST", scope["path"])
+        for route in self._routes:  # matched by path: the caller answers another method
+            params = route.match(route.method, scope["path"])
             if params is not None:
                 return route, params
         return None
