@@ -193,3 +193,34 @@ def test_http_request_compression_as_tritonclient_sends_it(http: TestClient, key
     result = _http_result(http.post("/v2/models/iris/infer", content=compressed, headers=headers))
     assert result.as_numpy("output_label").tolist() == [b"setosa", b"virginica"]
     assert json.loads(json.dumps(result.get_response()))["model_name"] == "iris"
+
+
+def test_tritonclient_http_over_a_socket_as_the_examples_call_it(served: Container, keys: dict[str, str]) -> None:
+    """tritonclient.http's own client on a loopback server: compressed requests both ways
+    (simple_http_infer_client's compression options), class_count (the image client's), the
+    unknown model's words (simple_http_health_metadata's check)."""
+    from tritonclient.utils import InferenceServerException
+
+    from tests.support import serving
+
+    with serving(create_app(served)) as url:
+        client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+        key = keys["acme"]
+        try:
+            for request_algorithm in ("gzip", "deflate"):
+                result = client.infer(  # a dict of its own each call: the client writes its codings into it
+                    "iris", [_iris_input(httpclient)], headers=auth(key),
+                    request_compression_algorithm=request_algorithm, response_compression_algorithm="gzip",
+                )  # fmt: skip
+                assert result.as_numpy("output_label").tolist() == [b"setosa", b"virginica"]
+            top = client.infer(
+                "iris", [_iris_input(httpclient)], headers=auth(key),
+                outputs=[httpclient.InferRequestedOutput("output_probability", class_count=1)],
+            )  # fmt: skip
+            assert [row[0].decode().split(":")[1:] for row in top.as_numpy("output_probability")] == [["0", "setosa"], ["2", "virginica"]]
+            with pytest.raises(InferenceServerException) as unknown:
+                client.get_model_metadata("wrong_model_name", headers=auth(key))
+            assert "Request for unknown model" in unknown.value.message()
+            assert set(client.get_server_metadata()["extensions"]) >= {"classification", "binary_tensor_data"}
+        finally:
+            client.close()
