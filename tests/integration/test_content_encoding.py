@@ -162,3 +162,23 @@ def test_through_api_gateway_a_gzipped_request_is_read_and_the_answer_goes_back_
     assert _labels(json.loads(gzip.decompress(base64.b64decode(response["body"])))) == ["virginica"] * 100
     refused = handler(_event("/v2/models/iris/infer", b"x", {**headers, "Content-Encoding": "br"}), LambdaContext())
     assert refused.get("statusCode") == 415
+
+
+def test_through_api_gateway_a_body_it_inflated_already_is_taken_as_it_is(handler: Any, keys: dict[str, str]) -> None:
+    """API Gateway inflates a gzip or deflate request itself where it can, passing the
+    Content-Encoding header on: the plain body is read, not refused as broken gzip."""
+    headers = {**auth(keys["acme"]), "Content-Type": "application/json"}
+    for coding in ("gzip", "deflate"):
+        response = handler(_event("/v2/models/iris/infer", json.dumps(INFER).encode(), {**headers, "Content-Encoding": coding}), LambdaContext())
+        assert response["statusCode"] == 200, response
+        body = response["body"] if not response.get("isBase64Encoded") else base64.b64decode(response["body"]).decode()
+        assert _labels(json.loads(body)) == ["setosa", "virginica"]
+    # A framework route too (the ASGI path, not the hot one).
+    index = handler(_event("/v2/repository/index", b"{}", {**headers, "Content-Encoding": "gzip"}), LambdaContext())
+    assert index["statusCode"] == 200, index
+
+
+def test_locally_a_plain_body_said_to_be_gzip_is_a_400(client: TestClient, keys: dict[str, str]) -> None:
+    """Only API Gateway inflates on the way: elsewhere a body must be what it says it is."""
+    r = client.post("/v2/models/iris/infer", content=json.dumps(INFER).encode(), headers={**auth(keys["acme"]), "Content-Encoding": "gzip"})
+    assert r.status_code == 400 and r.json()["error"].startswith("the body is not valid gzip")

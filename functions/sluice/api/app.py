@@ -13,7 +13,13 @@ from sluice import __version__
 from sluice.api import errors
 from sluice.api.deps import authenticate, container_of, known_principal
 from sluice.api.edge import BodyLimit, Edge, content_length, openapi_routes, too_large
-from sluice.api.encoding import accepts_gzip, gzip_whole, inflate, request_coding
+from sluice.api.encoding import (
+    accepts_gzip,
+    behind_api_gateway,
+    gzip_whole,
+    inflate,
+    request_coding,
+)
 from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import SluiceError
@@ -108,7 +114,7 @@ class SluiceApp(FastAPI):
         coding = request_coding(scope)
         if coding is not None:
             try:
-                body = inflate(body, coding, most, lambda: too_large(most))
+                body = inflate(body, coding, most, lambda: too_large(most), maybe_inflated=behind_api_gateway(scope))
             except SluiceError as exc:
                 return error_response(exc)
         response = await limit.app.answer_whole(scope, body)

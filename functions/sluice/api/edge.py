@@ -28,7 +28,13 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
-from sluice.api.encoding import Inflater, inflated_scope, inflating, request_coding
+from sluice.api.encoding import (
+    Inflater,
+    behind_api_gateway,
+    inflated_scope,
+    inflating,
+    request_coding,
+)
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.binary import HEADER, split_body
@@ -97,7 +103,7 @@ class BodyLimit:
         coding = request_coding(scope)
         if coding is not None:  # inflated as read, the limit held by the inflated size
             try:
-                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit))
+                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
             except SluiceError as exc:
                 await error_response(exc)(scope, receive, send)
                 return

@@ -28,6 +28,11 @@ ACCEPTED = ", ".join(SUPPORTED)
 _DROPPED = (b"content-encoding", b"content-length")  # the inflated body has neither
 
 
+def behind_api_gateway(scope: Scope) -> bool:
+    """Whether the request came in a Lambda event (Mangum's scope carries it)."""
+    return bool(scope.get("aws.event"))
+
+
 def request_coding(scope: Scope) -> str | None:
     """The request's content coding, lowercased; None when it has none (or `identity`)."""
     for name, value in scope["headers"]:
@@ -46,52 +51,74 @@ def unsupported(coding: str) -> UnsupportedEncoding:
 
 class Inflater:
     """One body's inflation, bounded: `feed` each chunk, then `finish`. `too_large()` is the
-    exception to raise once the inflated bytes pass `limit`."""
+    exception to raise once the inflated bytes pass `limit`.
 
-    def __init__(self, coding: str, limit: int, too_large: Callable[[], Exception]) -> None:
+    `maybe_inflated`: the body may have been inflated already on its way (API Gateway inflates
+    a request it can, and refuses one it cannot with its own 415, but passes the
+    `Content-Encoding` header on): a body that does not open as its coding does is then taken
+    as it is, under the same limit."""
+
+    def __init__(self, coding: str, limit: int, too_large: Callable[[], Exception], *, maybe_inflated: bool = False) -> None:
         if coding not in SUPPORTED:
             raise unsupported(coding)
         self.coding, self.limit, self.too_large = coding, limit, too_large
+        self.maybe_inflated = maybe_inflated
         self.size = 0
         self._z: zlib._Decompress | None = None
-        self._head = b""  # a deflate body's first bytes, until two say which format it is
+        self._plain = False  # taken as it is (`maybe_inflated`)
+        self._head = b""  # the body's first bytes, until two say which format it is
 
-    def _start(self, data: bytes) -> zlib._Decompress:
+    def _start(self, data: bytes) -> zlib._Decompress | None:
+        """The decompressor for a body opening with `data`; None: it is not compressed."""
         if self.coding == "gzip":
+            if self.maybe_inflated and not data.startswith(b"\x1f\x8b"):  # gzip's magic number
+                return None
             return zlib.decompressobj(31)
         # zlib's two-byte header: CM 8 and a check of 31; else a raw deflate stream.
         zlib_format = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        if self.maybe_inflated and not zlib_format:
+            return None
         return zlib.decompressobj(15 if zlib_format else -15)
 
-    def feed(self, data: bytes) -> bytes:
-        if self._z is None:
-            if self.coding == "deflate" and len(self._head) + len(data) < 2:
-                self._head += data
-                return b""
-            data, self._head = self._head + data, b""
-            self._z = self._start(data)
-        try:
-            out = self._z.decompress(data, self.limit + 1 - self.size)
-        except zlib.error:
-            raise self._broken() from None
+    def _count(self, out: bytes) -> bytes:
         self.size += len(out)
         if self.size > self.limit:
             raise self.too_large()
         return out
 
+    def feed(self, data: bytes) -> bytes:
+        if self._plain:
+            return self._count(data)
+        if self._z is None:
+            if len(self._head) + len(data) < 2:
+                self._head += data
+                return b""
+            data, self._head = self._head + data, b""
+            self._z = self._start(data)
+            if self._z is None:
+                self._plain = True
+                return self._count(data)
+        try:
+            out = self._z.decompress(data, self.limit + 1 - self.size)
+        except zlib.error:
+            raise self._broken() from None
+        return self._count(out)
+
     def finish(self) -> bytes:
         head, self._head = self._head, b""
+        if self._plain:
+            return b""
         if self._z is None:
             if not head:
                 return b""  # no body at all: nothing to inflate
             self._z = self._start(head)
+            if self._z is None:
+                self._plain = True
+                return self._count(head)
         try:
-            out = self._z.decompress(head) + self._z.flush()
+            out = self._count(self._z.decompress(head) + self._z.flush())
         except zlib.error:
             raise self._broken() from None
-        self.size += len(out)
-        if self.size > self.limit:
-            raise self.too_large()
         if not self._z.eof:
             raise self._broken("it ends before its compressed stream does")
         if self._z.unused_data:
@@ -102,9 +129,9 @@ class Inflater:
         return BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body")
 
 
-def inflate(body: bytes, coding: str, limit: int, too_large: Callable[[], Exception]) -> bytes:
+def inflate(body: bytes, coding: str, limit: int, too_large: Callable[[], Exception], *, maybe_inflated: bool = False) -> bytes:
     """A whole body (a Lambda event's) inflated under `limit`."""
-    inflater = Inflater(coding, limit, too_large)
+    inflater = Inflater(coding, limit, too_large, maybe_inflated=maybe_inflated)
     return inflater.feed(body) + inflater.finish()
 
 
