@@ -109,6 +109,10 @@ def test_responses_are_gzipped_when_accepted_and_large_enough(client: TestClient
     assert "content-encoding" not in plain.headers and plain.json()["outputs"] == r.json()["outputs"]
     small = client.get("/v2/health/live", headers={"Accept-Encoding": "gzip"})
     assert "content-encoding" not in small.headers
+    # The framework's routes too (Starlette's middleware).
+    document = client.get("/openapi.json", headers={"Accept-Encoding": "gzip"})
+    assert document.headers["content-encoding"] == "gzip" and document.json()["info"]["title"] == "sluice"
+    assert "content-encoding" not in client.get("/openapi.json", headers={"Accept-Encoding": "identity"}).headers
 
 
 def test_tritonclient_reads_a_gzipped_binary_answer(client: TestClient, keys: dict[str, str]) -> None:

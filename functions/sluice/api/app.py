@@ -7,19 +7,12 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
-from starlette.middleware.gzip import GZipMiddleware
 
 from sluice import __version__
 from sluice.api import errors
 from sluice.api.deps import authenticate, container_of, known_principal
 from sluice.api.edge import BodyLimit, Edge, content_length, openapi_routes, too_large
-from sluice.api.encoding import (
-    accepts_gzip,
-    behind_api_gateway,
-    gzip_whole,
-    inflate,
-    request_coding,
-)
+from sluice.api.encoding import behind_api_gateway, gzipping, inflate, request_coding
 from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import SluiceError
@@ -37,13 +30,6 @@ Serverless model inference. Call a **deployment** with simple JSON (`/api/v1/pre
 or the **Open Inference Protocol v2** (`/v2/models/{deployment}/infer`). Authenticate with
 `Authorization: Bearer <key>` or `x-api-key: <key>`.
 """
-
-
-# A response body from this size up is gzipped for a client that accepts it: below it the
-# header and framing outweigh the gain. zlib's own default level: most of level 9's ratio on
-# JSON numbers at a fraction of its time.
-COMPRESS_FROM = 1024
-COMPRESS_LEVEL = 6
 
 
 ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "rollouts", "cost", "endpoints", "results", "uploads", "keys", "batch", "schedules", "metrics", "session")
@@ -64,7 +50,6 @@ class SluiceApp(FastAPI):
     cold start."""
 
     edge: Any
-    limit: Any
     _routed = False
     _sockets: Any = None
 
@@ -106,7 +91,7 @@ class SluiceApp(FastAPI):
         authenticated, rate-limited, answered). None for any other request: run the app.
         Its responses are those `__call__` would send; their background tasks are the
         caller's to run."""
-        limit: BodyLimit = self.limit
+        limit: BodyLimit = self.edge
         most = limit.limit()
         declared = content_length(scope)
         if (declared is not None and (not declared.isdigit() or int(declared) > most)) or len(body) > most:
@@ -117,10 +102,7 @@ class SluiceApp(FastAPI):
                 body = inflate(body, coding, most, lambda: too_large(most), maybe_inflated=behind_api_gateway(scope))
             except SluiceError as exc:
                 return error_response(exc)
-        response = await limit.app.answer_whole(scope, body)
-        if response is not None and accepts_gzip(scope):
-            gzip_whole(response, COMPRESS_FROM, COMPRESS_LEVEL)  # as the middleware would have
-        return response
+        return await limit.app.answer_whole(scope, body)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._route()
@@ -173,8 +155,7 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
             known.append(max_request_bytes or container_of(app).settings.limits.max_request_bytes)
         return known[0]
 
-    app.limit = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
-    # Responses compressed when the client accepts gzip and the body is large enough to gain;
-    # streamed ones chunk by chunk (Starlette's middleware flushes each).
-    app.edge = GZipMiddleware(app.limit, minimum_size=COMPRESS_FROM, compresslevel=COMPRESS_LEVEL)
+    # The framework's responses gzipped by Starlette's middleware for a client that accepts it
+    # (streamed ones chunk by chunk); the hot routes' by the edge (`sluice.api.encoding`).
+    app.edge = BodyLimit(Edge(gzipping(app.framework), _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
     return app

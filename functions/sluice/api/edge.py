@@ -30,7 +30,9 @@ from starlette.routing import compile_path
 
 from sluice.api.encoding import (
     Inflater,
+    accepts_gzip,
     behind_api_gateway,
+    gzip_whole,
     inflated_scope,
     inflating,
     request_coding,
@@ -333,7 +335,10 @@ class Edge:
             # look at every value for one (JSON booleans are not numbers).
             text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
             scope[JSON_BOOLS] = b"true" in text or b"false" in text
-            return await route.handler(container, principal, parsed, scope, headers, **path)
+            response = await route.handler(container, principal, parsed, scope, headers, **path)
+            if accepts_gzip(scope):
+                await gzip_whole(response)
+            return response
         except BodyTooLarge:
             return error_response(too_large(container.settings.limits.max_request_bytes))
         except Exception as exc:
