@@ -186,3 +186,19 @@ def test_locally_a_plain_body_said_to_be_gzip_is_a_400(client: TestClient, keys:
     """Only API Gateway inflates on the way: elsewhere a body must be what it says it is."""
     r = client.post("/v2/models/iris/infer", content=json.dumps(INFER).encode(), headers={**auth(keys["acme"]), "Content-Encoding": "gzip"})
     assert r.status_code == 400 and r.json()["error"].startswith("the body is not valid gzip")
+
+
+def test_the_protocols_other_routes_are_never_gzipped(demo: Container, keys: dict[str, str], acme: Any) -> None:
+    """As Triton, which compresses inference answers alone: tritonclient.http.aio sends
+    `Accept-Encoding: gzip` (aiohttp's default) on every call but reads only an inference
+    answer compressed."""
+    for i in range(40):
+        demo.deployments.create(acme, f"iris-{i:02}", {"kind": "single", "model": "iris", "version": 1})
+    client = TestClient(create_app(demo))
+    headers = {**auth(keys["acme"]), "Accept-Encoding": "gzip, deflate, br"}
+    index = client.post("/v2/repository/index", headers=headers)
+    assert len(index.content) > 1024 and "content-encoding" not in index.headers
+    assert "content-encoding" not in client.get("/v2/models/stats", headers=headers).headers
+    # sluice's own routes are gzipped when large enough.
+    listed = client.get("/api/v1/deployments", headers=headers)
+    assert listed.status_code == 200 and listed.headers["content-encoding"] == "gzip" and "iris-39" in listed.text

@@ -172,13 +172,18 @@ def accepts_gzip(scope: Scope) -> bool:
 def gzipping(app: ASGIApp) -> ASGIApp:
     """`app` with its responses gzipped by Starlette's `GZipMiddleware` for a client that
     accepts gzip; a client that does not goes straight to `app` (the middleware costs some
-    20 µs a request even when it compresses nothing)."""
+    20 µs a request even when it compresses nothing).
+
+    Not the protocol's other `/v2` routes (metadata, configuration, statistics, the
+    repository): Triton compresses inference answers alone, and `tritonclient.http.aio` asks
+    for gzip on every call (aiohttp's default header) but reads only an inference answer's."""
     from starlette.middleware.gzip import GZipMiddleware
 
     gzipped = GZipMiddleware(app, minimum_size=COMPRESS_FROM, compresslevel=COMPRESS_LEVEL)
 
     async def choose(scope: Scope, receive: Receive, send: Send) -> None:
-        await (gzipped if scope["type"] == "http" and accepts_gzip(scope) else app)(scope, receive, send)
+        wanted = scope["type"] == "http" and accepts_gzip(scope) and not scope["path"].startswith("/v2")
+        await (gzipped if wanted else app)(scope, receive, send)
 
     return choose
 
