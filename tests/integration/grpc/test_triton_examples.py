@@ -6,6 +6,7 @@ when given, 405 for a wrong method, `last_inference`, gRPC's lowercase metadata)
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import time
@@ -224,3 +225,25 @@ def test_tritonclient_http_over_a_socket_as_the_examples_call_it(served: Contain
             assert set(client.get_server_metadata()["extensions"]) >= {"classification", "binary_tensor_data"}
         finally:
             client.close()
+        asyncio.run(_aio_calls(url.removeprefix("http://"), key))
+
+
+async def _aio_calls(url: str, key: str) -> None:
+    """simple_http_aio_infer_client's calls: aiohttp asks gzip on every call; a large answer
+    comes gzipped and is read, the metadata comes as it is, the unknown model's words hold."""
+    import tritonclient.http.aio as aioclient
+
+    async with aioclient.InferenceServerClient(url) as client:
+        rows = np.tile(ROWS, (100, 1))
+        tensor = aioclient.InferInput("input", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        result = await client.infer("iris", [tensor], headers=auth(key))
+        assert result.as_numpy("output_label").tolist() == [b"setosa", b"virginica"] * 100
+        assert (await client.get_model_metadata("iris", headers=auth(key)))["name"] == "iris"
+        assert (await client.get_model_config("iris", headers=auth(key)))["name"] == "iris"
+        try:
+            await client.infer("wrong_model_name", [tensor], headers=auth(key))
+        except aioclient.InferenceServerException as ex:
+            assert ex.message().startswith("Request for unknown model")
+        else:
+            raise AssertionError("an unknown model answered")
