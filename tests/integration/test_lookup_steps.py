@@ -233,3 +233,28 @@ def test_refusals_when_saved_name_the_field(world: World, change: Any, field: st
 def test_a_lookup_alone_is_not_a_policy(world: World) -> None:
     r = world.save("alone", fraud()["steps"][0]["target"])
     assert r.status_code == 422 and r.json()["field"] == "policy" and "step of a sequence" in r.json()["error"]
+
+
+def test_a_100k_row_batch_job_looks_up_per_chunk_in_few_store_calls(world: World, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.domain import Principal
+    from tests.integration.batch.jobs import read_parts, run_job
+
+    rows = 100_000
+    customers = [("c1", "c2", "nobody")[i % 3] for i in range(rows)]
+    amounts = np.arange(rows, dtype=np.float32) % 7
+    pq.write_table(pa.table({"customer": customers, "amount": amounts}), tmp_path / "transactions.parquet")
+    assert world.save("fraud", fraud()).status_code in (200, 201)
+    store = world.lookups.store(_lookup_of(fraud()), "acme")
+    before = store.calls
+    job = run_job(world.container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"), tmp_path / "transactions.parquet", deployment="fraud")
+    assert job.status == "SUCCEEDED" and (job.rows_out, job.rows_failed) == (rows, 0), job.error
+    least = -(-rows // world.container.settings.batch.batch_infer_rows)  # 25 inference calls of 4096 rows
+    # One store call per inference call (three customers each), never one per row; a chunk's
+    # last call may be a short one.
+    assert least <= store.calls - before <= least + (job.chunks_total or 0)
+    scores = read_parts(job).column("prediction").to_numpy()
+    table = {"c1": 10.0, "c2": 252.5, "nobody": 0.0}
+    assert scores[:6].tolist() == pytest.approx([amounts[i] + table[customers[i]] for i in range(6)])

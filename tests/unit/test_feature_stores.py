@@ -1,0 +1,123 @@
+"""The online stores of lookup steps against the services' own shapes (botocore's Stubber checks
+every request it is given against the API model): SageMaker Feature Store's BatchGetRecord,
+which moto does not model, and DynamoDB's UnprocessedKeys, which moto never returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from botocore.stub import Stubber
+
+from sluice.domain.errors import BackendError, Unavailable
+from sluice.domain.lookups import Lookup
+from sluice.inference.loop import run
+from sluice.runtimes.feature_stores import DynamoStore, SageMakerStore, epoch_seconds
+from sluice.runtimes.lookups import LookupSteps
+from sluice.settings import LookupSettings
+
+GROUP = "acme-customers"
+
+
+def _client(service: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
+
+
+def _node(store: str, table: str, **extra: Any) -> Lookup:
+    return Lookup(
+        store=store, table=table, keys={"customer_id": "customer"},
+        features=[{"name": "avg_amount", "datatype": "FP32", "default": 0.0}, {"name": "vip", "datatype": "BOOL", "default": False}],
+        **extra,
+    )  # fmt: skip
+
+
+def _record(customer: str, avg: str, vip: str, at: str) -> dict[str, Any]:
+    return {
+        "FeatureGroupName": GROUP,
+        "RecordIdentifierValueAsString": customer,
+        "Record": [{"FeatureName": "avg_amount", "ValueAsString": avg}, {"FeatureName": "vip", "ValueAsString": vip}, {"FeatureName": "event_time", "ValueAsString": at}],
+    }
+
+
+def test_a_feature_group_answers_in_calls_of_a_hundred_identifiers_with_its_event_times() -> None:
+    client = _client("sagemaker-featurestore-runtime")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": [f"sagemaker:{GROUP}"]}), mode="aws", featurestore=client, sleep=lambda s: None)
+    customers = np.array([f"c{i}" for i in range(150)] + ["c0"], dtype=object)  # 150 distinct: two calls
+    node = _node("sagemaker", GROUP, event_time_output="at")
+    with Stubber(client) as stub:
+        for chunk in (range(100), range(100, 150)):
+            ids = [f"c{i}" for i in chunk]
+            found = [_record(c, str(i), "true" if i % 2 else "0", "2026-11-27T10:00:00Z") for i, c in zip(chunk, ids, strict=True) if i != 7]
+            expected = {"Identifiers": [{"FeatureGroupName": GROUP, "RecordIdentifiersValueAsString": ids, "FeatureNames": ["avg_amount", "vip", "event_time"]}]}
+            errors = [{"FeatureGroupName": GROUP, "RecordIdentifierValueAsString": "c7", "ErrorCode": "ResourceNotFound", "ErrorMessage": "no record"}] if 0 in chunk else []
+            stub.add_response("batch_get_record", {"Records": found, "Errors": errors, "UnprocessedIdentifiers": []}, expected)
+        out, calls = run(steps.call(node, "acme", {"customer": customers}, timeout_s=5))
+        stub.assert_no_pending_responses()
+    assert calls == 2
+    assert out["avg_amount"][[1, 7, 149, 150]].tolist() == [1.0, 0.0, 149.0, 0.0]  # c7 not found: its default
+    assert out["vip"][[1, 2, 7]].tolist() == [True, False, False]
+    assert out["at"][0] == epoch_seconds("2026-11-27T10:00:00+00:00") and np.isnan(out["at"][7])
+    assert out["customer"] is customers  # what it took goes on
+
+
+def test_a_feature_group_that_refuses_a_record_fails_the_step() -> None:
+    client = _client("sagemaker-featurestore-runtime")
+    store = SageMakerStore(client, sleep=lambda s: None)
+    with Stubber(client) as stub:
+        error = {"FeatureGroupName": GROUP, "RecordIdentifierValueAsString": "c1", "ErrorCode": "AccessDeniedException", "ErrorMessage": "no"}
+        stub.add_response("batch_get_record", {"Records": [], "Errors": [error], "UnprocessedIdentifiers": []})
+        with pytest.raises(BackendError, match="refused records"):
+            store.get_many(GROUP, ["customer_id"], [("c1",)], ["avg_amount"], "event_time")
+        stub.add_client_error("batch_get_record", "ThrottlingException", "slow down")
+        with pytest.raises(Unavailable, match="throttling"):
+            store.get_many(GROUP, ["customer_id"], [("c1",)], ["avg_amount"], "event_time")
+
+
+def test_dynamodb_unprocessed_keys_are_asked_again_until_none_are_left() -> None:
+    client = _client("dynamodb")
+    slept: list[float] = []
+    store = DynamoStore(client, retries=2, sleep=slept.append)
+    names = {"#a0": "customer_id", "#a1": "avg_amount", "#a2": "event_time"}
+    keys = [{"customer_id": {"S": c}} for c in ("c1", "c2")]
+    with Stubber(client) as stub:
+        request = {"RequestItems": {"t": {"Keys": keys, "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}}
+        left = {"t": {"Keys": keys[1:], "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}
+        stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1.5"}}]}, "UnprocessedKeys": left}, request)
+        stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c2"}, "avg_amount": {"N": "2"}}]}, "UnprocessedKeys": {}}, {"RequestItems": left})
+        found = store.get_many("t", ["customer_id"], [("c1",), ("c2",)], ["avg_amount"], "event_time")
+        assert found == {("c1",): ({"avg_amount": "1.5"}, None), ("c2",): ({"avg_amount": "2"}, None)}
+        assert store.calls == 2 and slept == [0.05]
+        for _ in range(3):  # throttled every time: 503 after the retries
+            stub.add_response("batch_get_item", {"Responses": {"t": []}, "UnprocessedKeys": left}, {"RequestItems": left})
+        with pytest.raises(Unavailable, match="unprocessed after 3 calls"):
+            store.get_many("t", ["customer_id"], [("c2",)], ["avg_amount"], "event_time")
+
+
+def test_a_value_the_store_holds_that_is_not_of_the_declared_type_names_the_feature_and_entity() -> None:
+    client = _client("dynamodb")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client)
+    with Stubber(client) as stub:
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"S": "lots"}}]}})
+        with pytest.raises(BackendError, match=r"'lots' for feature 'avg_amount' of customer_id='c1'"):
+            run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
+
+
+def test_stores_are_refused_outside_the_tenants_list_and_sqlite_on_aws() -> None:
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-customers"]}, lookup_sqlite="features/{tenant}.db"), mode="aws")
+    assert steps.refusal(_node("dynamodb", "acme-customers"), "acme") is None
+    assert "tenant 'globex'" in (steps.refusal(_node("dynamodb", "acme-customers"), "globex") or "")
+    assert "may read" in (steps.refusal(_node("sagemaker", "acme-customers"), "acme") or "")  # the same name, another store
+    assert "local only" in (steps.refusal(_node("sqlite", "customers"), "acme") or "")
+    with pytest.raises(ValueError, match="not dynamodb:TABLE"):
+        LookupSettings(lookup_sources={"acme": ["s3:bucket"]})
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(1700000000, 1700000000.0), ("1700000000.5", 1700000000.5), ("2023-11-14T22:13:20Z", 1700000000.0), ("2023-11-14T22:13:20", 1700000000.0), ("soon", None), (None, None)],
+)
+def test_event_times_as_numbers_or_iso_8601(value: Any, seconds: float | None) -> None:
+    assert epoch_seconds(value) == seconds
