@@ -7,7 +7,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from tests.infra.synth import ACCOUNT, LOOKUP_FEATURE_GROUPS, LOOKUP_TABLES, REGION, policy_statements_of_role, role_of
+from tests.infra.synth import (
+    ACCOUNT,
+    LOOKUP_FEATURE_GROUPS,
+    LOOKUP_TABLES,
+    REGION,
+    policy_statements_of_role,
+    role_of,
+)
 from tests.infra.test_function_step_grants import PREDICTING, _functions
 
 if TYPE_CHECKING:
