@@ -20,6 +20,7 @@ from sluice.api.app import create_app
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.settings import Settings
+from tests.conftest import REPO
 from tests.integration.conftest import api_keys, auth
 from tests.models import score_model
 
@@ -104,6 +105,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (home / "features").mkdir()
     write_sqlite(home / "features" / "acme.db", ACME)
     write_sqlite(home / "features" / "globex.db", GLOBEX)
+    with sqlite3.connect(home / "features" / "acme.db") as db:  # the example's features, as its README says
+        db.executescript((REPO / "examples" / "features" / "customer_features.sql").read_text())
+    db.close()
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
         dynamodb.create_table(
@@ -126,6 +130,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
         for tenant in ("acme", "globex"):
             container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
+        container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
         yield World(container, lookups)
 
 
@@ -258,3 +263,22 @@ def test_a_100k_row_batch_job_looks_up_per_chunk_in_few_store_calls(world: World
     scores = read_parts(job).column("prediction").to_numpy()
     table = {"c1": 10.0, "c2": 252.5, "nobody": 0.0}
     assert scores[:6].tolist() == pytest.approx([amounts[i] + table[customers[i]] for i in range(6)])
+
+
+def test_the_fraud_example_saves_and_answers(world: World) -> None:
+    """examples/features/fraud.json on its own features file: a transaction in, the customer's
+    features looked up (a month-old record is stale: its defaults), a transform, the model, a decision."""
+    import json
+
+    assert world.save("fraud-example", json.loads((REPO / "examples" / "features" / "fraud.json").read_text())).status_code in (200, 201)
+    rows = [("c-1001", 100.0), ("c-1002", 900.0), ("c-1003", 100.0), ("c-new", 5.0)]
+    r = world.predict("fraud-example", rows)
+    assert r.status_code == 200, r.text
+    features = {"c-1001": (42.5, 0), "c-1002": (310.0, 3)}  # c-1003's record is 30 days old: max_age_s is two days
+    expected = []
+    for customer, amount in rows:
+        avg, chargebacks = features.get(customer, (0.0, 0))
+        score = np.log1p(amount) + np.log1p(avg) + chargebacks
+        expected.append("review" if 1 / (1 + np.exp(-(0.8 * score - 6.0))) >= 0.5 else "allow")
+    answers = r.json()["predictions"]
+    assert [a["prediction"] for a in answers] == expected and "review" in expected and "allow" in expected

@@ -42,7 +42,7 @@ MAX_AGE_S = 10 * 365 * 86400
 # DynamoDB table names; SageMaker feature group names; SQL identifiers, unquoted.
 TABLE_PATTERNS = {
     "dynamodb": re.compile(r"[A-Za-z0-9_.-]{3,255}"),
-    "sagemaker": re.compile(r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,63}"),
+    "sagemaker": re.compile(r"[A-Za-z0-9](?:[-_]*[A-Za-z0-9]){0,63}"),
     "sqlite": re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
 }
 Attribute = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
