@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 from sluice.domain.errors import BackendError, Unavailable
 from sluice.domain.lookups import Lookup
 from sluice.inference.loop import run
-from sluice.runtimes.feature_stores import DynamoStore, SageMakerStore, epoch_seconds
+from sluice.runtimes.feature_stores import DynamoStore, Found, SageMakerStore, epoch_seconds
 from sluice.runtimes.lookups import LookupSteps
 from sluice.settings import LookupSettings
 
@@ -88,7 +88,7 @@ def test_dynamodb_unprocessed_keys_are_asked_again_until_none_are_left() -> None
         stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1.5"}}]}, "UnprocessedKeys": left}, request)
         stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c2"}, "avg_amount": {"N": "2"}}]}, "UnprocessedKeys": {}}, {"RequestItems": left})
         found = store.get_many("t", ["customer_id"], [("c1",), ("c2",)], ["avg_amount"], "event_time")
-        assert found == {("c1",): ({"avg_amount": "1.5"}, None), ("c2",): ({"avg_amount": "2"}, None)}
+        assert found == Found([("c1",), ("c2",)], {"avg_amount": ["1.5", "2"]}, [None, None])
         assert store.calls == 2 and slept == [0.05]
         for _ in range(3):  # throttled every time: 503 after the retries
             stub.add_response("batch_get_item", {"Responses": {"t": []}, "UnprocessedKeys": left}, {"RequestItems": left})

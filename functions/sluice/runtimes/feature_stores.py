@@ -1,5 +1,7 @@
 """Online feature stores behind one small port, `FeatureStore.get_many`: the records of many
-entities in one call (up to the store's limit), each as its features' values and its event time.
+entities in one call (up to the store's limit), column by column (`Found`: the keys found, each
+feature's values and the event times, in the same order), so a chunk of thousands of rows
+costs no Python object per value beyond what the store hands back.
 
 - `DynamoStore`: a DynamoDB table keyed by the entity (BatchGetItem, 100 keys a call; the
   UnprocessedKeys asked again with backoff);
@@ -18,7 +20,9 @@ import logging
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
@@ -29,7 +33,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Key = tuple[str, ...]  # an entity's key values, as text (an integer key as its digits)
-Record = tuple[dict[str, Any], float | None]  # its features' values, its event time (epoch seconds)
+
+
+@dataclass(slots=True)
+class Found:
+    """The records found: `keys[i]`'s features are `values[name][i]` (None: missing or null),
+    its event time `times[i]` as the store holds it (`epoch_seconds` reads it)."""
+
+    keys: list[Key] = field(default_factory=list)
+    values: dict[str, list[Any]] = field(default_factory=dict)
+    times: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, features: Sequence[str]) -> Found:
+        return cls([], {f: [] for f in features}, [])
+
+    def add(self, key: Key, values: dict[str, Any], time: Any) -> None:
+        self.keys.append(key)
+        for name, column in self.values.items():
+            column.append(values.get(name))
+        self.times.append(time)
+
+    def extend(self, other: Found) -> None:
+        self.keys += other.keys
+        for name, column in self.values.items():
+            column += other.values.get(name, [None] * len(other.keys))
+        self.times += other.times
 
 
 class FeatureStore(Protocol):
@@ -37,8 +66,11 @@ class FeatureStore(Protocol):
     concurrent: bool  # whether calls may run at once
     calls: int
 
-    def get_many(self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str) -> dict[Key, Record]:
-        """The records found among `keys` (at most `max_keys`), by key; a key not found is absent."""
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        """The records found among `keys` (at most `max_keys`); a key not found is absent.
+        `key_types`: per key, `S` (text) or `N` (a number), as the key's input holds it."""
         ...
 
 
@@ -47,7 +79,7 @@ def epoch_seconds(value: Any) -> float | None:
     where it names no zone); None where it is none of these."""
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, float | int):
         return float(value)
     text = str(value).strip()
     try:
@@ -103,7 +135,7 @@ class DynamoStore(_Counted):
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
-    ) -> dict[Key, Record]:
+    ) -> Found:
         types = list(key_types) or ["S"] * len(key_names)
         names = {f"#a{i}": n for i, n in enumerate((*key_names, *features, event_time))}
         request: dict[str, Any] = {
@@ -113,7 +145,7 @@ class DynamoStore(_Counted):
                 "ExpressionAttributeNames": names,
             }
         }
-        found: dict[Key, Record] = {}
+        found = Found.of(features)
         for attempt in range(self.retries + 1):
             self._counted()
             try:
@@ -122,8 +154,7 @@ class DynamoStore(_Counted):
                 raise aws_error(exc, f"DynamoDB table '{table}'") from None
             for item in response.get("Responses", {}).get(table, ()):
                 values = {k: _plain(v) for k, v in item.items()}
-                key = tuple(str(values.get(n)) for n in key_names)
-                found[key] = ({f: values.get(f) for f in features}, epoch_seconds(values.get(event_time)))
+                found.add(tuple(str(values.get(n)) for n in key_names), values, values.get(event_time))
             request = response.get("UnprocessedKeys") or {}
             if not request:
                 return found
@@ -142,10 +173,10 @@ class SageMakerStore(_Counted):
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
-    ) -> dict[Key, Record]:
+    ) -> Found:
         wanted = list(dict.fromkeys((*features, event_time)))
         identifiers: list[dict[str, Any]] = [{"FeatureGroupName": table, "RecordIdentifiersValueAsString": [k[0] for k in keys], "FeatureNames": wanted}]
-        found: dict[Key, Record] = {}
+        found = Found.of(features)
         for attempt in range(self.retries + 1):
             self._counted()
             try:
@@ -154,7 +185,7 @@ class SageMakerStore(_Counted):
                 raise aws_error(exc, f"feature group '{table}'") from None
             for record in response.get("Records", ()):
                 values = {f["FeatureName"]: f.get("ValueAsString") for f in record.get("Record", ())}
-                found[(record["RecordIdentifierValueAsString"],)] = ({f: values.get(f) for f in features}, epoch_seconds(values.get(event_time)))
+                found.add((record["RecordIdentifierValueAsString"],), values, values.get(event_time))
             errors = [e for e in response.get("Errors", ()) if e.get("ErrorCode") != "ResourceNotFound"]  # a record not found is a miss
             if errors:
                 log.warning("lookup: BatchGetRecord errors", extra={"feature_group": table, "error": str(errors[0])[:500]})
@@ -193,7 +224,7 @@ class SqliteStore(_Counted):
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
-    ) -> dict[Key, Record]:
+    ) -> Found:
         with self._lock:
             self._counted()
             try:
@@ -209,7 +240,10 @@ class SqliteStore(_Counted):
                 read = [c for c in (*features, event_time) if c in columns]  # a column not there: a missing feature
                 cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
                 types = list(key_types) or ["S"] * len(key_names)
-                params: list[Any] = [int(v) if t == "N" else v for k in keys for v, t in zip(k, types, strict=True)]
+                if "N" in types:
+                    params: list[Any] = [int(v) if t == "N" else v for k in keys for v, t in zip(k, types, strict=True)]
+                else:
+                    params = list(chain.from_iterable(keys))
                 if len(key_names) == 1:
                     where = f'"{key_names[0]}" IN ({", ".join("?" * len(keys))})'
                 else:
@@ -221,12 +255,15 @@ class SqliteStore(_Counted):
             except sqlite3.Error as exc:
                 log.warning("lookup: SQLite failed", extra={"table": table, "error": str(exc)[:500]})
                 raise BackendError(f"reading table '{table}' of the features file failed ({type(exc).__name__})") from None
-        found: dict[Key, Record] = {}
         n = len(key_names)
-        for row in rows:
-            values = dict(zip(read, row[n:], strict=True))
-            found[tuple(str(v) for v in row[:n])] = ({f: values.get(f) for f in features}, epoch_seconds(values.get(event_time)))
-        return found
+        columns = list(zip(*rows, strict=True)) if rows else [()] * (n + len(read))
+        by_name = dict(zip(read, columns[n:], strict=True))
+        empty = [None] * len(rows)
+        return Found(
+            list(zip(*(map(str, c) for c in columns[:n]), strict=True)),
+            {f: list(by_name[f]) if f in by_name else list(empty) for f in features},
+            list(by_name.get(event_time, empty)),
+        )
 
 
 # Errors -------------------------------------------------------------------------------------

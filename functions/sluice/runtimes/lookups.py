@@ -35,12 +35,18 @@ from sluice.domain.errors import (
     InvalidInput,
     Unprocessable,
 )
-from sluice.runtimes.feature_stores import DynamoStore, SageMakerStore, SqliteStore
+from sluice.runtimes.feature_stores import (
+    DynamoStore,
+    Found,
+    SageMakerStore,
+    SqliteStore,
+    epoch_seconds,
+)
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
     from sluice.domain.lookups import Lookup
-    from sluice.runtimes.feature_stores import FeatureStore, Key, Record
+    from sluice.runtimes.feature_stores import FeatureStore, Key
     from sluice.settings import LookupSettings
 
 _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
@@ -111,28 +117,28 @@ class LookupSteps:
         features = [f.name for f in node.features]
         calls_before = store.calls
 
-        def fetch(chunk: list[Key]) -> dict[Key, Record]:
-            return store.get_many(node.table, list(node.keys), chunk, features, node.event_time, types)  # type: ignore[call-arg]
+        def fetch(chunk: list[Key]) -> Found:
+            return store.get_many(node.table, list(node.keys), chunk, features, node.event_time, types)
 
         try:
             async with asyncio.timeout(max(timeout_s, 0.0)):
-                if not chunks:
-                    parts: list[dict[Key, Record]] = []
-                elif len(chunks) == 1 or not store.concurrent:
-                    parts = await asyncio.to_thread(lambda: [fetch(c) for c in chunks])
+                if not store.concurrent:  # a local file, read here: a thread hop would cost more than the read
+                    parts: list[Found] = [fetch(c) for c in chunks]
+                elif len(chunks) == 1:
+                    parts = [await asyncio.to_thread(fetch, chunks[0])]
                 else:
                     gate = asyncio.Semaphore(self.settings.lookup_concurrency)
 
-                    async def one(chunk: list[Key]) -> dict[Key, Record]:
+                    async def one(chunk: list[Key]) -> Found:
                         async with gate:
                             return await asyncio.to_thread(fetch, chunk)
 
                     parts = list(await asyncio.gather(*(one(c) for c in chunks)))
         except TimeoutError:
             raise DeadlineExceeded(f"{node.store} '{node.table}' gave no records within the request's deadline") from None
-        found: dict[Key, Record] = {}
-        for part in parts:
-            found.update(part)
+        found = parts[0] if len(parts) == 1 else Found.of(features)
+        for part in parts if len(parts) > 1 else ():
+            found.extend(part)
         out = dict(arrays)
         out.update(_columns(node, keys, found, inverse, rows))
         return out, store.calls - calls_before
@@ -151,53 +157,71 @@ def _keys(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[list[Key], np.nd
             raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
         rows = flat.shape[0]
         if flat.dtype.kind in "OUS":
-            columns.append([v.decode() if isinstance(v, bytes) else str(v) for v in flat.tolist()])
+            values = flat.tolist()
+            if not all(type(v) is str for v in values):
+                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+            columns.append(values)
         elif flat.dtype.kind in "iu":
-            columns.append([str(v) for v in flat.tolist()])
+            columns.append(list(map(str, flat.tolist())))
         else:
             raise InvalidInput(f"input '{name}' holds lookup key '{key}': strings or integers, not {flat.dtype}", field=f"inputs.{name}")
-    index: dict[Key, int] = {}
-    together = zip(*columns, strict=True) if len(columns) > 1 else ((v,) for v in columns[0])
-    inverse = np.fromiter((index.setdefault(k, len(index)) for k in together), dtype=np.intp, count=rows)
-    return list(index), inverse, rows
+    together: list[Any] = list(zip(*columns, strict=True)) if len(columns) > 1 else columns[0]
+    distinct = list(dict.fromkeys(together))  # first seen first, at C speed
+    place = dict(zip(distinct, range(len(distinct)), strict=True))
+    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=rows)
+    keys: list[Key] = distinct if len(columns) > 1 else list(zip(distinct, strict=True))
+    return keys, inverse, rows
 
 
-def _columns(node: Lookup, keys: list[Key], found: dict[Key, Record], inverse: np.ndarray, rows: int) -> dict[str, np.ndarray]:
-    """One array per feature (and the event times), in the rows' order."""
-    now = time.time()
-    records: list[Record | None] = []
-    why: list[str] = []
-    times: list[float] = []  # a stale record's time too: the caller sees why its defaults were taken
-    for key in keys:
-        record = found.get(key)
-        times.append(math.nan if record is None or record[1] is None else record[1])
-        if record is None:
-            why.append("the entity is not in the store")
-        elif node.max_age_s is not None and (record[1] is None or now - record[1] > node.max_age_s):
-            record = None
-            why.append(f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time")
-        else:
-            why.append("the feature is missing")
-        records.append(record)
+def _columns(node: Lookup, keys: list[Key], found: Found, inverse: np.ndarray, rows: int) -> dict[str, np.ndarray]:
+    """One array per feature (and the event times), in the rows' order: each distinct key's
+    values once, then spread to its rows."""
+    if not keys:
+        return {f.name: np.empty(0, V2_TO_NUMPY[f.datatype]) for f in node.features} | (
+            {node.event_time_output: np.empty(0)} if node.event_time_output else {}
+        )
+    position = dict(zip(found.keys, range(len(found.keys)), strict=True))
+    at = list(map(position.get, keys))  # each key's place among those found; None: not found
+    seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
+    times = [math.nan if i is None or seconds[i] is None else seconds[i] for i in at]  # a stale record's too
+    if node.max_age_s is not None:  # a stale record is a missing one
+        oldest = time.time() - node.max_age_s
+        at = [None if i is None or not times[j] >= oldest else i for j, i in enumerate(at)]
     out: dict[str, np.ndarray] = {}
     for feature in node.features:
-        dtype = V2_TO_NUMPY[feature.datatype]
-        values: list[Any] = []
-        for i, record in enumerate(records):
-            value = None if record is None else record[0].get(feature.name)
-            if value is None:
-                if feature.default is None:
-                    raise _missing(node, feature.name, keys[i], why[i])
-                value = feature.default
-            else:
-                value = _cast(value, feature.datatype, node, feature.name, keys[i])
-            values.append(value)
-        unique = np.array(values, dtype=dtype) if values else np.empty(0, dtype=dtype)
-        out[feature.name] = unique[inverse] if len(unique) else np.empty(rows, dtype=dtype)
+        column = found.values[feature.name]
+        raw = [None if i is None else column[i] for i in at]
+        if None in raw:
+            if feature.default is None:
+                first = raw.index(None)
+                raise _missing(node, feature.name, keys[first], _why(node, keys[first], position, at[first]))
+            raw = [feature.default if v is None else v for v in raw]
+        unique = _array(raw, feature.datatype, node, feature.name, keys)
+        out[feature.name] = unique[inverse]
     if node.event_time_output:
-        at = np.array(times, dtype=np.float64)
-        out[node.event_time_output] = at[inverse] if len(at) else np.empty(rows)
+        out[node.event_time_output] = np.array(times, dtype=np.float64)[inverse]
     return out
+
+
+def _why(node: Lookup, key: Key, position: dict[Key, int], at: int | None) -> str:
+    if key not in position:
+        return "the entity is not in the store"
+    if at is None:
+        return f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time"
+    return "the feature is missing"
+
+
+def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list[Key]) -> np.ndarray:
+    """The values as an array of `datatype`: at once where every value is already a number
+    of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
+    first that is not one named with its entity."""
+    dtype = V2_TO_NUMPY[datatype]
+    kinds = {type(v) for v in raw}
+    if datatype in ("FP32", "FP64") and kinds <= {float, int}:
+        return np.array(raw, dtype=dtype)
+    if datatype in ("INT32", "INT64") and kinds <= {int}:
+        return np.array(raw, dtype=dtype)
+    return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
 
 
 def _cast(value: Any, datatype: str, node: Lookup, feature: str, key: Key) -> Any:
