@@ -233,7 +233,7 @@ class ChunkScorer:
             out.update(present_columns(answer.signature, answer.result, flat=flat))
             if with_variant:
                 out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
-            scored.parts.append((pa.table(out), answer.version.ref))
+            scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
 
         records = Records({name: array[share] for name, array in arrays.items()})
         outcomes = run(score_many(
@@ -253,7 +253,7 @@ class _Scored:
 
     __slots__ = ("failed", "parts")
 
-    def __init__(self, parts: list[tuple[pa.Table, str]], failed: list[tuple[slice | np.ndarray, str]]) -> None:
+    def __init__(self, parts: list[tuple[pa.Table, str | list[str]]], failed: list[tuple[slice | np.ndarray, str]]) -> None:
         self.parts, self.failed = parts, failed
 
 
@@ -297,7 +297,10 @@ def _finish_piece(
             if source is not None:
                 table = table.add_column(0, "object", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
             part.write(table)
-            versions[ref] += table.num_rows
+            if isinstance(ref, str):
+                versions[ref] += table.num_rows
+            else:
+                versions.update(ref)
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows
