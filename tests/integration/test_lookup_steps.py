@@ -282,3 +282,11 @@ def test_the_fraud_example_saves_and_answers(world: World) -> None:
         expected.append("review" if 1 / (1 + np.exp(-(0.8 * score - 6.0))) >= 0.5 else "allow")
     answers = r.json()["predictions"]
     assert [a["prediction"] for a in answers] == expected and "review" in expected and "allow" in expected
+
+
+def test_a_graph_with_a_lookup_is_not_cached(world: World) -> None:
+    """The store's values change between requests: a cached answer could be an old one."""
+    body = {"name": "cached-fraud", "policy": fraud(), "cache": {"ttl_s": 60, "max_entries": 10}}
+    r = world.client.post("/api/v1/deployments", json=body, headers=world.acme)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "policy.steps.0.target" and "lookup step is not deterministic" in r.json()["error"]

@@ -97,6 +97,8 @@ def deterministic(node: Node) -> bool:
         return True
     if kind == "function":  # a tenant's own code: only as deterministic as its author declares
         return bool(node.deterministic)  # type: ignore[union-attr]
+    if kind == "lookup":  # the store's values change between requests (and go stale)
+        return False
     return True  # single, ref, split, shadow, ensemble: not graph nodes (see `uncacheable`)
 
 
