@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from botocore.stub import Stubber
 
-from sluice.domain.errors import BackendError, Unavailable
+from sluice.domain.errors import BackendError, Unavailable, Unprocessable
 from sluice.domain.lookups import Lookup
 from sluice.inference.loop import run
 from sluice.runtimes.feature_stores import DynamoStore, Found, SageMakerStore, epoch_seconds
@@ -44,7 +44,9 @@ def _record(customer: str, avg: str, vip: str, at: str) -> dict[str, Any]:
 
 def test_a_feature_group_answers_in_calls_of_a_hundred_identifiers_with_its_event_times() -> None:
     client = _client("sagemaker-featurestore-runtime")
-    steps = LookupSteps(LookupSettings(lookup_sources={"acme": [f"sagemaker:{GROUP}"]}), mode="aws", featurestore=client, sleep=lambda s: None)
+    # One call at a time, so the Stubber's answers meet their calls in order.
+    settings = LookupSettings(lookup_sources={"acme": [f"sagemaker:{GROUP}"]}, lookup_concurrency=1)
+    steps = LookupSteps(settings, mode="aws", featurestore=client, sleep=lambda s: None)
     customers = np.array([f"c{i}" for i in range(150)] + ["c0"], dtype=object)  # 150 distinct: two calls
     node = _node("sagemaker", GROUP, event_time_output="at")
     with Stubber(client) as stub:
@@ -121,3 +123,32 @@ def test_stores_are_refused_outside_the_tenants_list_and_sqlite_on_aws() -> None
 )
 def test_event_times_as_numbers_or_iso_8601(value: Any, seconds: float | None) -> None:
     assert epoch_seconds(value) == seconds
+
+
+def test_in_lambda_each_lookup_is_an_emf_record_of_calls_and_store_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """What the observability stack's lookup error-rate alarm reads: a failed store counts, a
+    missing entity (the caller's data, a 422) does not."""
+    import json
+
+    from sluice.observability import get_logger
+
+    client = _client("dynamodb")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client, metrics_namespace="sluice")
+    node = _node("dynamodb", "acme-t")
+    strict = Lookup(store="dynamodb", table="acme-t", keys={"customer_id": "customer"}, features=[{"name": "avg_amount", "datatype": "FP32"}])
+    customers = {"customer": np.array(["c1"], dtype=object)}
+    caplog.set_level("INFO")
+    with Stubber(client) as stub:
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1"}}]}})
+        run(steps.call(node, "acme", customers, timeout_s=5))
+        stub.add_client_error("batch_get_item", "ProvisionedThroughputExceededException", "slow down")
+        with pytest.raises(Unavailable):
+            run(steps.call(node, "acme", customers, timeout_s=5))
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": []}})
+        with pytest.raises(Unprocessable):
+            run(steps.call(strict, "acme", customers, timeout_s=5))
+    formatter = get_logger().registered_formatter
+    found = [json.loads(formatter.format(r)) for r in caplog.records if r.getMessage() == "lookup"]
+    assert [(line["LookupCalls"], line["LookupErrors"], line["table"]) for line in found] == [(1, 0, "acme-t"), (1, 1, "acme-t"), (1, 0, "acme-t")]
+    meta = found[0]["_aws"]["CloudWatchMetrics"][0]
+    assert meta["Namespace"] == "sluice" and meta["Dimensions"] == [[]] and {m["Name"] for m in meta["Metrics"]} == {"LookupCalls", "LookupErrors"}

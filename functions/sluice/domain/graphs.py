@@ -97,9 +97,9 @@ def deterministic(node: Node) -> bool:
         return True
     if kind == "function":  # a tenant's own code: only as deterministic as its author declares
         return bool(node.deterministic)  # type: ignore[union-attr]
-    if kind == "lookup":  # the store's values change between requests (and go stale)
-        return False
-    return True  # single, ref, split, shadow, ensemble: not graph nodes (see `uncacheable`)
+    # A lookup: the store's values change between requests (and go stale). The others (single,
+    # ref, split, shadow, ensemble) are not graph nodes (see `uncacheable`).
+    return kind != "lookup"
 
 
 def sequence_signature(node: Sequence, flow: list[Signature]) -> Signature:

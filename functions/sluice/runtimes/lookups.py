@@ -13,7 +13,9 @@ A value that is missing (its entity, its feature, or a null), or whose record is
 `max_age_s` (or has no event time to tell), takes the feature's default; without one the
 request fails with a 422 naming the input, the key and the entity, so a batch job fails that
 record alone. A store's failure maps as a runtime's: throttling 503, a store that refuses or
-holds values that are not of the declared type 502, the deadline 504.
+holds values that are not of the declared type 502, the deadline 504. In Lambda each lookup
+writes one log line that is also an EMF record, `LookupCalls` and `LookupErrors` (a store that
+failed: 5xx), which the observability stack alarms on as a rate.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sluice.domain.errors import (
     DeadlineExceeded,
     Forbidden,
     InvalidInput,
+    SluiceError,
     Unprocessable,
 )
 from sluice.runtimes.feature_stores import (
@@ -66,8 +69,10 @@ class LookupSteps:
         dynamodb: Any = None,
         featurestore: Any = None,
         sleep: Any = time.sleep,
+        metrics_namespace: str | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics_namespace = metrics_namespace  # None: no EMF lines (locally)
         self.mode = mode
         self._dynamodb = LazyClient(dynamodb, clients, region, "dynamodb", max_pool_connections=settings.lookup_concurrency * 2)
         self._featurestore = LazyClient(featurestore, clients, region, "sagemaker-featurestore-runtime", max_pool_connections=settings.lookup_concurrency * 2)
@@ -107,6 +112,28 @@ class LookupSteps:
     # Calls ------------------------------------------------------------------------------------
     async def call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> tuple[dict[str, np.ndarray], int]:
         """What the step gives (every tensor it takes, and its features), and the store calls made."""
+        if self.metrics_namespace is None:
+            return await self._call(node, tenant, arrays, timeout_s)
+        try:
+            out, calls = await self._call(node, tenant, arrays, timeout_s)
+        except SluiceError as exc:
+            self._report(node, tenant, 0, failed=exc.status >= 500)
+            raise
+        self._report(node, tenant, calls, failed=False)
+        return out, calls
+
+    def _report(self, node: Lookup, tenant: str, calls: int, *, failed: bool) -> None:
+        from sluice.observability import get_logger
+        from sluice.observability.formatter import log_info
+        from sluice.observability.telemetry import emf
+
+        metrics = {"LookupCalls": (1.0, "Count"), "LookupErrors": (float(failed), "Count")}
+        fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": calls}
+        fields.update({name: value for name, (value, _) in metrics.items()})
+        fields["_aws"] = emf(self.metrics_namespace, [[]], metrics)  # type: ignore[arg-type]
+        log_info(get_logger(), "lookup", fields)
+
+    async def _call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], timeout_s: float) -> tuple[dict[str, np.ndarray], int]:
         refused = self.refusal(node, tenant)
         if refused is not None:
             raise Forbidden(refused, field="policy")
