@@ -132,6 +132,7 @@ def build_app(
         api_stage=config.api.stage_name,
         function_names=function_names,
         streams=streams.watched if streams is not None else [],
+        lookups=bool(config.graphs.lookups),
         **common,
     )  # fmt: skip
 

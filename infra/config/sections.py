@@ -224,6 +224,13 @@ class AlarmsConfig(Section):
     stream_error_percent: float = Field(
         5.0, gt=0, le=100, description="Share of a stream function's invocations that failed."
     )
+    lookup_error_percent: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description="Share of graphs' lookup steps whose store failed (throttled, refused, "
+        "unreachable), where `graphs.lookups` lists any store.",
+    )
 
     @property
     def wants_topic(self) -> bool:

@@ -1,6 +1,7 @@
 """Grants of graphs' lookup steps: each function that predicts may read exactly the tables and
 feature groups `graphs.lookups` lists (BatchGetItem; BatchGetRecord and GetRecord), one IAM
-statement each, and is told the list per tenant; a config without the key grants none."""
+statement each, and is told the list per tenant; an alarm watches the share of lookups whose
+store failed. A config without the key grants none and has no such alarm."""
 
 from __future__ import annotations
 
@@ -43,3 +44,19 @@ def test_without_the_key_no_store_is_granted_and_no_variable_set(default_app: Sy
     for stack in ("api", "batch"):
         text = json.dumps(default_app.json(stack))
         assert "LookupSource" not in text and "SLUICE_LOOKUP_SOURCES" not in text and "BatchGetItem" not in text
+
+
+def test_an_alarm_watches_the_lookup_error_rate_where_stores_are_listed(full_app: Synthesized, default_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
+    full_app.template("observability").has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Metrics": Match.array_with([
+                Match.object_like({"Expression": "IF(lookups > 0, 100 * errors / lookups, 0)"}),
+                Match.object_like({"Id": "errors", "MetricStat": Match.object_like({"Metric": {"MetricName": "LookupErrors", "Namespace": "sluice"}})}),
+            ]),
+            "Threshold": 5,
+        },
+    )
+    assert "LookupErrors" not in json.dumps(default_app.json("observability"))
