@@ -152,3 +152,26 @@ def test_in_lambda_each_lookup_is_an_emf_record_of_calls_and_store_failures(capl
     assert [(line["LookupCalls"], line["LookupErrors"], line["table"]) for line in found] == [(1, 0, "acme-t"), (1, 1, "acme-t"), (1, 0, "acme-t")]
     meta = found[0]["_aws"]["CloudWatchMetrics"][0]
     assert meta["Namespace"] == "sluice" and meta["Dimensions"] == [[]] and {m["Name"] for m in meta["Metrics"]} == {"LookupCalls", "LookupErrors"}
+
+
+def test_a_sqlite_table_keyed_by_two_integer_columns(tmp_path: Any) -> None:
+    """Integer keys are asked as numbers (SQLite compares INTEGER columns with numbers) and two
+    keys together; the tenant reads its own file, read-only."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "acme.db") as db:
+        db.execute("CREATE TABLE merchant_day (merchant INTEGER, day INTEGER, volume REAL, PRIMARY KEY (merchant, day))")
+        db.executemany("INSERT INTO merchant_day VALUES (?, ?, ?)", [(7, 1, 70.5), (7, 2, 72.0), (8, 1, 80.0)])
+    db.close()
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local")
+    node = Lookup(
+        store="sqlite", table="merchant_day", keys={"merchant": "m", "day": "d"},
+        features=[{"name": "volume", "datatype": "FP64", "default": -1.0}, {"name": "missing_column", "datatype": "INT32", "default": 3}],
+    )  # fmt: skip
+    arrays = {"m": np.array([7, 8, 7, 9, 7], np.int64), "d": np.array([2, 1, 2, 1, 1], np.int32)}
+    out, calls = run(steps.call(node, "acme", arrays, timeout_s=5))
+    assert calls == 1 and out["volume"].tolist() == [72.0, 80.0, 72.0, -1.0, 70.5]
+    assert out["missing_column"].tolist() == [3] * 5 and out["missing_column"].dtype == np.int32  # a column not there: its default
+    assert steps.refusal(node, "globex") is None
+    with pytest.raises(Unavailable, match="features file"):  # globex has no file of its own: nothing of acme's is read
+        run(steps.call(node, "globex", arrays, timeout_s=5))
