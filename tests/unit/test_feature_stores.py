@@ -102,7 +102,10 @@ def test_a_value_the_store_holds_that_is_not_of_the_declared_type_names_the_feat
     client = _client("dynamodb")
     steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client)
     with Stubber(client) as stub:
-        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"S": "lots"}}]}})
+        # Neither max_age_s nor event_time_output: the record's time is not read.
+        names = {"#a0": "customer_id", "#a1": "avg_amount", "#a2": "vip"}
+        asked = {"RequestItems": {"acme-t": {"Keys": [{"customer_id": {"S": "c1"}}], "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}}
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"S": "lots"}}]}}, asked)
         with pytest.raises(BackendError, match=r"'lots' for feature 'avg_amount' of customer_id='c1'"):
             run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
 

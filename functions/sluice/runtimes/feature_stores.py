@@ -70,6 +70,7 @@ class FeatureStore(Protocol):
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
         """The records found among `keys` (at most `max_keys`); a key not found is absent.
+        `event_time`: the attribute to read the record's time from ("": none wanted).
         `key_types`: per key, `S` (text) or `N` (a number), as the key's input holds it."""
         ...
 
@@ -137,7 +138,7 @@ class DynamoStore(_Counted):
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
         types = list(key_types) or ["S"] * len(key_names)
-        names = {f"#a{i}": n for i, n in enumerate((*key_names, *features, event_time))}
+        names = {f"#a{i}": n for i, n in enumerate(dict.fromkeys((*key_names, *features, *([event_time] if event_time else []))))}
         request: dict[str, Any] = {
             table: {
                 "Keys": [{n: {t: v} for n, t, v in zip(key_names, types, key, strict=True)} for key in keys],
@@ -174,7 +175,7 @@ class SageMakerStore(_Counted):
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
-        wanted = list(dict.fromkeys((*features, event_time)))
+        wanted = list(dict.fromkeys((*features, *([event_time] if event_time else []))))
         identifiers: list[dict[str, Any]] = [{"FeatureGroupName": table, "RecordIdentifiersValueAsString": [k[0] for k in keys], "FeatureNames": wanted}]
         found = Found.of(features)
         for attempt in range(self.retries + 1):
@@ -237,7 +238,7 @@ class SqliteStore(_Counted):
                 missing = [k for k in key_names if k not in columns]
                 if missing:
                     raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
-                read = [c for c in (*features, event_time) if c in columns]  # a column not there: a missing feature
+                read = [c for c in dict.fromkeys((*features, event_time)) if c in columns]  # a column not there: a missing feature
                 cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
                 types = list(key_types) or ["S"] * len(key_names)
                 if "N" in types:

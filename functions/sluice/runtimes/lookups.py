@@ -142,10 +142,11 @@ class LookupSteps:
         chunks = [keys[i : i + store.max_keys] for i in range(0, len(keys), store.max_keys)]
         types = ["S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values()]
         features = [f.name for f in node.features]
+        event_time = node.event_time if node.max_age_s is not None or node.event_time_output else ""  # read only when used
         calls_before = store.calls
 
         def fetch(chunk: list[Key]) -> Found:
-            return store.get_many(node.table, list(node.keys), chunk, features, node.event_time, types)
+            return store.get_many(node.table, list(node.keys), chunk, features, event_time, types)
 
         try:
             async with asyncio.timeout(max(timeout_s, 0.0)):
@@ -185,7 +186,7 @@ def _keys(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[list[Key], np.nd
         rows = flat.shape[0]
         if flat.dtype.kind in "OUS":
             values = flat.tolist()
-            if not all(type(v) is str for v in values):
+            if set(map(type, values)) != {str}:
                 values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
             columns.append(values)
         elif flat.dtype.kind in "iu":
@@ -243,7 +244,7 @@ def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list
     of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
     first that is not one named with its entity."""
     dtype = V2_TO_NUMPY[datatype]
-    kinds = {type(v) for v in raw}
+    kinds = set(map(type, raw))
     if datatype in ("FP32", "FP64") and kinds <= {float, int}:
         return np.array(raw, dtype=dtype)
     if datatype in ("INT32", "INT64") and kinds <= {int}:
