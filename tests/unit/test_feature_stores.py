@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from botocore.stub import Stubber
 
-from sluice.domain.errors import BackendError, Unavailable, Unprocessable
+from sluice.domain.errors import BackendError, Forbidden, Unavailable, Unprocessable
 from sluice.domain.lookups import Lookup
 from sluice.inference.loop import run
 from sluice.runtimes.feature_stores import DynamoStore, Found, SageMakerStore, epoch_seconds
@@ -116,6 +116,8 @@ def test_stores_are_refused_outside_the_tenants_list_and_sqlite_on_aws() -> None
     assert "tenant 'globex'" in (steps.refusal(_node("dynamodb", "acme-customers"), "globex") or "")
     assert "may read" in (steps.refusal(_node("sagemaker", "acme-customers"), "acme") or "")  # the same name, another store
     assert "local only" in (steps.refusal(_node("sqlite", "customers"), "acme") or "")
+    with pytest.raises(Forbidden, match="tenant 'globex'"):  # asked again on every call, not only when saved
+        run(steps.call(_node("dynamodb", "acme-customers"), "globex", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
     with pytest.raises(ValueError, match="not dynamodb:TABLE"):
         LookupSettings(lookup_sources={"acme": ["s3:bucket"]})
 
@@ -178,3 +180,11 @@ def test_a_sqlite_table_keyed_by_two_integer_columns(tmp_path: Any) -> None:
     assert steps.refusal(node, "globex") is None
     with pytest.raises(Unavailable, match="features file"):  # globex has no file of its own: nothing of acme's is read
         run(steps.call(node, "globex", arrays, timeout_s=5))
+    other = Lookup(store="sqlite", table="later", keys={"merchant": "m"}, features=[{"name": "volume", "datatype": "FP64"}])
+    with pytest.raises(BackendError, match="no table 'later'"):
+        run(steps.call(other, "acme", arrays, timeout_s=5))
+    with sqlite3.connect(tmp_path / "acme.db") as db:  # made while the service runs: read from then on
+        db.execute("CREATE TABLE later (merchant INTEGER PRIMARY KEY, volume REAL)")
+        db.executemany("INSERT INTO later VALUES (?, ?)", [(7, 1.0), (8, 2.0), (9, 3.0)])
+    db.close()
+    assert run(steps.call(other, "acme", arrays, timeout_s=5))[0]["volume"].tolist() == [1.0, 2.0, 1.0, 3.0, 1.0]

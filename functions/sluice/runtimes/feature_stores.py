@@ -232,9 +232,10 @@ class SqliteStore(_Counted):
                 db = self._connection()
                 columns = self._columns.get(table)
                 if columns is None:
-                    columns = self._columns[table] = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
-                if not columns:
-                    raise BackendError(f"the features file has no table '{table}'")
+                    columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+                    if not columns:  # not kept: the table may be made later
+                        raise BackendError(f"the features file has no table '{table}'")
+                    self._columns[table] = columns
                 missing = [k for k in key_names if k not in columns]
                 if missing:
                     raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
