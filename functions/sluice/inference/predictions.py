@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import PredictionSettings
 
 
@@ -73,6 +74,7 @@ class PredictionService:
         mirror: Mirror | None = None,
         cache: PredictionCache | None = None,
         functions: FunctionSteps | None = None,
+        lookup_steps: LookupSteps | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
@@ -91,7 +93,7 @@ class PredictionService:
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
