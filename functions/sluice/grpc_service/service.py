@@ -179,6 +179,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
     async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+        """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`)."""
+        try:
+            return await self._infer_counted(principal, metadata, request)
+        except Exception as exc:
+            await self.container.predictions.outcomes.failed(principal.tenant, request.model_name, exc)
+            raise
+
+    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
         rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in request.parameters.items()}
         wanted = tuple(out.name for out in request.outputs) or None
