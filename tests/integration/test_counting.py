@@ -18,6 +18,8 @@ from tests.integration.conftest import auth
 from tests.integration.test_metrics import value
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -164,3 +166,42 @@ def test_any_mix_of_requests_is_counted_once_each(metered: Container, keys: dict
     after = metered.deployments.stats(acme, "iris")["overall"]
     assert after["requests"] - before["requests"] == sum(seen_by_iris)
     assert after["errors"] - before["errors"] == sum(1 for s, n in zip(statuses, seen_by_iris, strict=True) if n and s >= 300)
+
+
+def test_a_prediction_past_its_keys_rate_is_counted(tmp_path: Path, acme: Principal) -> None:
+    from sluice.demo import install_demo
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+    from tests.conftest import MODELS
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", rate_limit="1/minute"))
+    install_demo(container, acme, MODELS)
+    container.telemetry.sink = sink = PrometheusMetrics()  # type: ignore[union-attr]
+    _, key = container.keys.create("acme", ["admin", "predict"])
+    client = TestClient(create_app(container))
+    body = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}]}
+    assert client.post(V2, json=body, headers=auth(key)).status_code == 200
+    assert client.post(V2, json=body, headers=auth(key)).status_code == 429
+    text = sink.exposition("acme").decode()
+    assert value(text, "ml_inference_requests_total", deployment="iris") == 2
+    assert value(text, "ml_inference_errors_total", deployment="iris", status="429", code="rate_limited") == 1
+
+
+def test_a_grpc_answer_too_large_to_send_is_counted_once(metered: Container, keys: dict[str, str], acme: Principal) -> None:
+    pytest.importorskip("grpc", reason="needs the grpc extra")
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    import numpy as np
+
+    from tests.integration.grpc.conftest import auth as grpc_auth
+    from tests.integration.grpc.conftest import fails, run_server
+
+    metered.settings.limits.max_response_bytes = 1024
+    rows = grpcclient.InferInput("input", [2000, 10], "FP32")
+    rows.set_data_from_numpy(np.zeros((2000, 10), dtype=np.float32))
+    with run_server(metered) as url:
+        client = grpcclient.InferenceServerClient(url)
+        refused = fails(client.infer, "diabetes", [rows], headers=grpc_auth(keys["acme"]))
+        assert refused.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        client.close()
+    text = metered.telemetry.sink.exposition("acme").decode()  # type: ignore[union-attr]
+    assert value(text, "ml_inference_requests_total", deployment="diabetes") == 1  # the model answered: once

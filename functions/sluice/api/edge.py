@@ -291,6 +291,9 @@ class Edge:
             try:
                 await self._rate_limit.check(principal.subject)
             except Exception as exc:
+                found = self._hot(scope) if scope["method"] == "POST" else None
+                if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)
+                    container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
                 return container, principal, error_response(exc, scope["path"])
         return container, principal, None
 

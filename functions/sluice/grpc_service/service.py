@@ -31,6 +31,7 @@ from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.inference.metadata import metadata_of, ready_to_answer
+from sluice.inference.outcomes import counted_already
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.services.health import registry_answers
@@ -100,22 +101,30 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self.rate_limit = RateLimit.from_settings(container.settings.admission)
 
     @contextlib.asynccontextmanager
-    async def _caller(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+    async def _caller(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
         """The authenticated caller and its metadata, its rate counted, and the call one of
-        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
+        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap).
+        `infer`: the model an inference names; refused here, it is counted as a request."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
-        if self.rate_limit is not None:
-            await self.rate_limit.check(principal.subject)
-        admission = self.container.admission
-        with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
-            yield principal, metadata
+        entered = False
+        try:
+            if self.rate_limit is not None:
+                await self.rate_limit.check(principal.subject)
+            admission = self.container.admission
+            with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
+                entered = True
+                yield principal, metadata
+        except SluiceError as exc:
+            if not entered and infer is not None:
+                self.container.predictions.outcomes.refused(principal.tenant, infer, exc)
+            raise
 
     @contextlib.asynccontextmanager
-    async def _tenant_call(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+    async def _tenant_call(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
         """`_caller`, in its tenant's scope; whatever fails, the call's status says why."""
         try:
-            async with self._caller(context) as (principal, metadata):
+            async with self._caller(context, infer) as (principal, metadata):
                 with use_tenant(principal.tenant):
                     yield principal, metadata
         except Exception as exc:
@@ -160,7 +169,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=ready)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
-        async with self._tenant_call(context) as (principal, metadata):
+        async with self._tenant_call(context, request.model_name) as (principal, metadata):
             return await self._infer(principal, metadata, request)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
@@ -212,10 +221,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
-            raise PayloadTooLarge(
+            # Counted once already, as the answer the model gave: not counted again.
+            raise counted_already(PayloadTooLarge(
                 f"the answer is {size} bytes, over the {limit} an answer may be: ask for fewer rows or outputs, or send a batch job",
                 field="outputs",
-            )
+            ))
         return response
 
 

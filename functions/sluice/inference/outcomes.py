@@ -71,6 +71,13 @@ def mark(exc: BaseException) -> None:
         setattr(exc, COUNTED, True)
 
 
+def counted_already(exc: SluiceError) -> SluiceError:
+    """`exc`, marked: a failure after the request was counted as answered (an answer too large
+    for its transport) is not counted a second time."""
+    mark(exc)
+    return exc
+
+
 class Outcomes:
     """The rule, for one process's predictions: `failed` (a door's, awaited: it may read the
     deployment, cached for `deployment_cache_ttl_s`) and `failed_as` (with the deployment at
