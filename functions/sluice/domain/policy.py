@@ -10,7 +10,9 @@
 - `switch`   cases by conditions on the request (`domain.conditions`), and a default;
 - `transform` declarative ops on a request's tensors, a step of a sequence (`domain.transforms`);
 - `function` the tenant's own code (a Lambda function, or locally a callable), a step of a
-             sequence (`domain.functions`).
+             sequence (`domain.functions`);
+- `lookup`   features fetched by entity key from an online store, a step of a sequence
+             (`domain.lookups`).
 
 The models are the schema: the API documents them (a discriminated union on `kind`) and
 validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
@@ -37,6 +39,7 @@ from sluice.domain.errors import InvalidRequest
 from sluice.domain.functions import Function
 from sluice.domain.graphs import STEPS_ONLY, check_graph_node, deterministic
 from sluice.domain.graphs import unique_names as _unique
+from sluice.domain.lookups import Lookup
 from sluice.domain.parts import Part as _Part
 from sluice.domain.transforms import OPS, Transform
 from sluice.domain.values import StrictVersionNumber
@@ -44,7 +47,7 @@ from sluice.domain.values import StrictVersionNumber
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup")
 MIN_STEPS, MAX_STEPS = 2, 15
 NOT_FIELDS = frozenset((*KINDS, *TAGS, *OPS))  # union tags pydantic puts in an error's location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -206,11 +209,12 @@ Node = Annotated[
         Annotated[Switch, Tag("switch")],
         Annotated[Transform, Tag("transform")],
         Annotated[Function, Tag("function")],
+        Annotated[Lookup, Tag("lookup")],
     ],
     Discriminator(
         _kind,
         custom_error_type="policy_kind",
-        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform or function",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform, function or lookup",
     ),
 ]
 
@@ -271,7 +275,7 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
     elif isinstance(node, Sequence | Switch):
         for child_field, child in check_graph_node(node, field=field):
             check_tree(child, field=child_field, depth=depth + 1)
-    elif isinstance(node, Transform | Function):
+    elif isinstance(node, Transform | Function | Lookup):
         raise InvalidRequest(f"a {node.kind} runs as a step of a sequence (before or after a model)", field=field)
 
 

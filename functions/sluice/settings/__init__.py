@@ -24,6 +24,7 @@ from sluice.settings.jobs import (
     JobSettings,
     StreamSettings,
 )
+from sluice.settings.lookups import LookupSettings
 from sluice.settings.process import (
     AdapterSettings,
     Group,
@@ -58,6 +59,7 @@ __all__ = [
     "Group",
     "JobSettings",
     "LimitSettings",
+    "LookupSettings",
     "ObservabilitySettings",
     "OnnxSettings",
     "PredictionCacheSettings",
@@ -88,6 +90,7 @@ class Settings(BaseModel):
     predictions: PredictionSettings = Field(default_factory=PredictionSettings)
     prediction_cache: PredictionCacheSettings = Field(default_factory=PredictionCacheSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
+    lookups: LookupSettings = Field(default_factory=LookupSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)

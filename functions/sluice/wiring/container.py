@@ -21,6 +21,7 @@ from sluice.wiring.adapters import (
     build_endpoint_control,
     build_functions,
     build_layout,
+    build_lookup_steps,
     build_mirror,
     build_orchestrator,
     build_prediction_cache,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
     from sluice.services.rollouts import RolloutService
@@ -71,10 +73,13 @@ class Container:
     files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
     endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
     functions: FunctionSteps | None = None  # function steps of graphs; built from settings when not given
+    lookup_steps: LookupSteps | None = None  # lookup steps of graphs; built from settings when not given
 
     def __post_init__(self) -> None:
         if self.functions is None:
             self.functions = build_functions(self.settings)
+        if self.lookup_steps is None:
+            self.lookup_steps = build_lookup_steps(self.settings)
         if self.telemetry is None:
             onnx = self.runtimes.get("onnx")
             cache = getattr(onnx, "cache", None)
@@ -86,7 +91,7 @@ class Container:
             )
         self.predictions = PredictionService(
             self.registry, self.runtimes, self.settings.predictions, self.telemetry,
-            cache=build_prediction_cache(self.settings, self.registry), functions=self.functions,
+            cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
         )  # fmt: skip
         self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
@@ -106,6 +111,7 @@ class Container:
             recorder=self.predictions.stats,
             before_stats=self.mirror.drain,
             functions=self.functions,
+            lookup_steps=self.lookup_steps,
         )
         self.keys = KeyService(
             self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
@@ -212,7 +218,7 @@ class Container:
                 namespace=observability.metrics_namespace, service=observability.service_name,
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
-            stats=OfflineStats(self.registry), functions=self.functions,
+            stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
         )
         return BatchRunner(self.registry, predictions, self.files, self.settings.batch, BatchPaths(self.settings.batch_root_url))
 
@@ -228,7 +234,7 @@ class Container:
         invocation at a time holds the loop; nothing else waits on it)."""
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
-            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions,
+            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
         )  # fmt: skip
         service.capture = self.capture
         return service
