@@ -328,7 +328,7 @@ class Edge:
             return error_response(exc)
         except Exception as exc:
             status, content, headers = error_content(exc, scope["path"])
-            await counted(container, principal, params, scope, exc, status, content["code"])
+            await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
 
 
