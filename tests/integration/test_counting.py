@@ -205,3 +205,21 @@ def test_a_grpc_answer_too_large_to_send_is_counted_once(metered: Container, key
         client.close()
     text = metered.telemetry.sink.exposition("acme").decode()  # type: ignore[union-attr]
     assert value(text, "ml_inference_requests_total", deployment="diabetes") == 1  # the model answered: once
+
+
+def test_sluice_deployments_stats_shows_the_refused_inputs(cli_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import MODELS
+    from tests.integration.conftest import run_cli
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    policy = json.dumps({"kind": "single", "model": "iris", "version": 1})
+    assert run_cli(capsys, "deployments", "create", "iris", "--policy", policy)[0] == 0
+    assert run_cli(capsys, "predict", "iris", "--inputs", json.dumps([[5.1, 3.5, 1.4, 0.2]]))[0] == 0
+    code, _, err = run_cli(capsys, "predict", "iris", "--inputs", json.dumps([[5.1, 3.5, 1.4]]))
+    assert code != 0 and "input" in err
+    code, out, _ = run_cli(capsys, "deployments", "stats", "iris")
+    header, everything = (line.split() for line in out.splitlines()[1:3])
+    shown = dict(zip([h.lower() for h in header], everything, strict=False))
+    assert (shown["requests"], shown["errors"], shown["invalid_inputs"]) == ("2", "1", "1")
+    shown = json.loads(run_cli(capsys, "deployments", "stats", "iris", "--json")[1])["overall"]
+    assert (shown["invalid_inputs"], shown["invalid_input_rate"], shown["error_rate"]) == (1, 0.5, 0.5)
