@@ -7,6 +7,8 @@ import type { Condition, Op, Policy } from "./policy";
 export interface Figures {
   requests: number;
   errors: number;
+  error_rate?: number | null;
+  invalid_input_rate?: number | null; // requests refused for their inputs, over all
   latency_ms: { p50: number | null; p95: number | null; p99: number | null };
   rows?: number; // a case's: the rows that took it (a switch decides row by row)
 }

@@ -32,7 +32,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 PREDICTION = ("tenant", "deployment", "model", "version", "variant")
-LATENCY_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+# 50 µs to 30 s, about three buckets a decade: a sub-millisecond prediction reads back through
+# `histogram_quantile` within its bucket, not as a fraction of the first millisecond.
+LATENCY_BUCKETS_MS = (
+    0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+)
 CHUNK_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900)
 
 
@@ -72,12 +76,13 @@ class PrometheusMetrics:
             PREDICTION, buckets=LATENCY_BUCKETS_MS, registry=r,
         )  # fmt: skip
         self.requests = Counter(
-            "ml_inference_requests", "Predictions asked of a deployment, answered or failed "
-            "(a failed one has empty model, version and variant)", PREDICTION, registry=r,
+            "ml_inference_requests", "Prediction requests, each counted once: answered (class 2xx) or failed "
+            "anywhere after authentication (4xx, 5xx; empty model, version and variant; an empty deployment "
+            "where the name found none)", (*PREDICTION, "class"), registry=r,
         )  # fmt: skip
         self.errors = Counter(
-            "ml_inference_errors", "Predictions that failed, by HTTP status and error code",
-            ("tenant", "deployment", "status", "code"), registry=r,
+            "ml_inference_errors", "Prediction requests that failed, by status class, HTTP status and error code",
+            ("tenant", "deployment", "class", "status", "code"), registry=r,
         )  # fmt: skip
         self.refusals = Counter(
             "ml_inference_refused", "Requests refused before they started (`sluice serve`'s admission), by code: "
@@ -117,7 +122,7 @@ class PrometheusMetrics:
     ) -> None:  # fmt: skip
         labels = _labels(fields)
         pair = labels[:2]
-        self._child(self.requests, labels).inc()
+        self._child(self.requests, (*labels, "2xx")).inc()
         if not cached:  # latency measures computing: a prediction cache hit stays out
             self._child(self.latency, labels).observe(latency_ms)
         if cached is not None:
@@ -144,10 +149,9 @@ class PrometheusMetrics:
     @_kept
     def failure(self, fields: Mapping[str, Any], status: int, code: str) -> None:
         tenant, deployment = str(fields.get("tenant") or ""), str(fields.get("deployment") or "")
-        if not deployment:
-            return  # no deployment resolved: nothing a series could be named after
-        self.requests.labels(tenant, deployment, "", "", "").inc()
-        self.errors.labels(tenant, deployment, str(status), code).inc()
+        kind = f"{status // 100}xx"
+        self._child(self.requests, (tenant, deployment, "", "", "", kind)).inc()
+        self._child(self.errors, (tenant, deployment, kind, str(status), code)).inc()
 
     @_kept
     def refused(self, tenant: str, code: str) -> None:

@@ -201,7 +201,7 @@ def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, sho
         assert time.monotonic() < deadline, tab.page.inner_text("#stats")
         service.predict("iris-shadow", 20)
         tab.page.wait_for_timeout(2500)
-    assert tab.page.locator("#stats-table tr", has_text="candidate").locator("td").nth(7).inner_text().startswith("1.000")
+    assert tab.page.locator("#stats-table tr", has_text="candidate").locator("td").nth(9).inner_text().startswith("1.000")
     tab.page.click("[data-action=promote-candidate]")
     tab.page.wait_for_selector("dialog#confirm[open]")
     assert "Promote mirror candidate?" in tab.page.inner_text("#confirm-title")

@@ -142,6 +142,9 @@ def test_a_full_worker_answers_503_at_once_and_still_answers_health_and_metrics(
         metrics = httpx.get(f"{base}/metrics", headers=auth(key))
         assert metrics.status_code == 200
         assert value(metrics.text, "ml_inference_refused_total", tenant="acme", code="overloaded") == 2 * LIMIT  # what to alarm on
+        # and each refused prediction is a request that failed, as any other failure is counted
+        assert value(metrics.text, "ml_inference_errors_total", tenant="acme", status="503", code="overloaded") == 2 * LIMIT
+        assert value(metrics.text, "ml_inference_requests_total", tenant="acme", **{"class": "5xx"}) == 2 * LIMIT
         runtime.gate.set()
         answered = [f.result() for f in futures if f.result() not in refused]
     assert len(answered) == LIMIT and all(r.status_code == 200 for r in answered), [r.text for r in answered]

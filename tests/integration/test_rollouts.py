@@ -421,3 +421,65 @@ def test_a_rollout_from_a_graph_advances_like_any_other(
     moved = rollouts.tick("acme", "iris")
     assert moved is not None and moved.action == "advance" and moved.numbers["metrics"]["agreement"] == 1.0
     assert weights(twin.deployments.get(acme, "iris").policy)["candidate"] == 5
+
+
+def test_a_candidate_whose_inputs_are_refused_is_rolled_back_by_invalid_input_rate(
+    demo: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService
+) -> None:
+    """iris:2 declares iris's signature but its graph refuses any feature of 4 or more (ONNX
+    Runtime's INVALID_ARGUMENT: a 400): every request routed to it is refused for its inputs.
+    The gate on refused inputs sees them, and rolls the candidate back."""
+    demo.models.push(acme, "iris", strict_iris())
+    stable = demo.deployments.get(acme, "iris").policy
+    start(rollouts, acme, gates="invalid_input_rate<=0.01", min_requests=100)
+    client = TestClient(create_app(demo))
+    for i in range(2):  # 2 refused: over 1% of the 100 requests the step needs, whatever comes next
+        r = client.post(
+            "/api/v1/predictions",
+            json={"deployment": "iris", "inputs": ROW, "variant": "candidate", "request_id": f"c-{i}"},
+            headers=auth(keys["acme"]),
+        )
+        assert r.status_code == 400 and r.json()["code"] == "invalid_input", r.text
+    status = client.get("/api/v1/deployments/iris/stats", headers=auth(keys["acme"])).json()
+    assert status["variants"]["candidate"]["invalid_inputs"] == 2
+    assert status["variants"]["candidate"]["invalid_input_rate"] == 1.0
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "rollback"
+    assert "invalid_input_rate<=0.01" in decision.reason and "refused inputs" in decision.reason
+    dep = demo.deployments.get(acme, "iris")
+    assert dep.policy == stable
+    assert dep.rollout is not None and dep.rollout.state == "rolled_back"
+
+
+def test_invalid_input_rate_is_a_gate_of_its_own() -> None:
+    from sluice.domain.rollouts import parse_gates
+
+    (gate,) = parse_gates("invalid_input_rate<=0.02")
+    assert gate.metric == "invalid_input_rate" and not gate.passes(0.05) and gate.passes(0.0)
+    with pytest.raises(InvalidRequest, match="given twice"):
+        parse_gates("invalid_input_rate<=0.02,invalid_input_rate<0.5")
+
+
+def strict_iris() -> bytes:
+    """iris.onnx with a lookup in front of it that fails for any input value of 4 or more
+    (a Gather out of bounds), the answer otherwise unchanged."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load_from_string((MODELS / "iris.onnx").read_bytes())
+    graph = model.graph
+    given = graph.input[0].name
+    for node in graph.node:
+        node.input[:] = ["checked" if name == given else name for name in node.input]
+    graph.initializer.extend([numpy_helper.from_array(np.zeros(4, np.float32), "table"), numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+    ahead = [
+        helper.make_node("Cast", [given], ["as_index"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["table", "as_index"], ["looked_up"], axis=0),
+        helper.make_node("Mul", ["looked_up", "zero"], ["nothing"]),
+        helper.make_node("Add", [given, "nothing"], ["checked"]),
+    ]
+    nodes = [*ahead, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model.SerializeToString()

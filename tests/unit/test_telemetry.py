@@ -49,6 +49,25 @@ def test_failures_and_shadow_comparisons_are_metrics_too(caplog: pytest.LogCaptu
     assert shadow["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment", "mirror"]]
 
 
+def test_every_request_is_an_emf_request_and_a_failure_an_error_by_code(caplog: pytest.LogCaptureFixture) -> None:
+    """Answered or failed, a request is one `Requests`; a failure is one `Errors` by deployment
+    and by deployment and code, or by service alone when no deployment was found."""
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=True)
+    telemetry.prediction(fields={"deployment": "iris", "tenant": "acme"}, latency_ms=0.3, rows=1)
+    telemetry.failure(fields={"deployment": "iris", "tenant": "acme"}, status=400, code="invalid_input")
+    telemetry.failure(fields={"deployment": "", "tenant": "acme"}, status=404, code="not_found")
+    answered, refused, unknown = lines(caplog)
+    assert answered["Requests"] == 1 and "Errors" not in answered
+    names = lambda line: {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}  # noqa: E731
+    assert "Requests" in names(answered)
+    assert (refused["Requests"], refused["Errors"], refused["ClientErrors"], refused["error"]) == (1, 1, 1, "invalid_input")
+    assert names(refused) == {"Requests", "Errors", "ClientErrors"}
+    assert refused["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment"], ["service", "deployment", "error"]]
+    assert unknown["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"], ["service", "error"]]
+    assert unknown["Errors"] == 1 and unknown["level"] == "WARNING"
+
+
 def test_prediction_cache_hits_and_misses_are_emf_metrics_and_a_hit_has_no_latency(caplog: pytest.LogCaptureFixture) -> None:
     telemetry = Telemetry(emit_metrics=True, namespace="sluice")
     caplog.set_level("INFO")

@@ -6,6 +6,7 @@ import { h, mount, num, when } from "../dom";
 import type { Context } from "../main";
 import type { Figures } from "../nodes";
 import { policySvg } from "../picture";
+import { rateCells } from "../rates";
 import { canonical, diffLines, modelsIn, type Policy } from "../policy";
 import { type Decision, rolloutSection } from "./rollout";
 import { banner, confirmAction, fail, poll, pretty, table } from "../ui";
@@ -25,6 +26,8 @@ interface Traffic {
   requests: number;
   errors: number;
   error_rate: number | null;
+  invalid_inputs?: number;
+  invalid_input_rate?: number | null;
   latency_ms: { p50: number | null; p95: number | null; p99: number | null };
 }
 
@@ -203,20 +206,20 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     const query = statsRevision ? `?revision=${statsRevision}` : "";
     const stats = await get<Stats>(`/api/v1/deployments/${enc(dep.name)}/stats${query}`);
     const subjects: Sample["subjects"] = { all: { requests: stats.overall.requests, errors: stats.overall.errors, p50: stats.overall.latency_ms.p50, p95: stats.overall.latency_ms.p95 } };
-    const rows: (Node | string)[][] = [["all", "-", String(stats.overall.requests), String(stats.overall.errors), num(stats.overall.latency_ms.p50), num(stats.overall.latency_ms.p95), num(stats.overall.latency_ms.p99), "—", "—"]];
+    const rows: (Node | string)[][] = [["all", "-", String(stats.overall.requests), String(stats.overall.errors), ...rateCells(stats.overall), num(stats.overall.latency_ms.p50), num(stats.overall.latency_ms.p95), num(stats.overall.latency_ms.p99), "—", "—"]];
     for (const [name, v] of Object.entries(stats.variants)) {
       subjects[`variant ${name}`] = { requests: v.requests, errors: v.errors, p50: v.latency_ms.p50, p95: v.latency_ms.p95 };
-      rows.push(["variant", name, String(v.requests), String(v.errors), num(v.latency_ms.p50), num(v.latency_ms.p95), num(v.latency_ms.p99), "—", v.mean_reward == null ? "—" : num(v.mean_reward, 3)]);
+      rows.push(["variant", name, String(v.requests), String(v.errors), ...rateCells(v), num(v.latency_ms.p50), num(v.latency_ms.p95), num(v.latency_ms.p99), "—", v.mean_reward == null ? "—" : num(v.mean_reward, 3)]);
     }
     for (const [name, m] of Object.entries(stats.mirrors)) {
       subjects[`mirror ${name}`] = { requests: m.requests, errors: m.errors, p50: m.latency_ms.p50, p95: m.latency_ms.p95 };
       const ci = m.agreement_ci95 ? ` [${m.agreement_ci95[0].toFixed(3)}, ${m.agreement_ci95[1].toFixed(3)}]` : "";
-      rows.push(["mirror", name, String(m.requests), String(m.errors), num(m.latency_ms.p50), num(m.latency_ms.p95), num(m.latency_ms.p99), m.agreement == null ? "—" : `${m.agreement.toFixed(3)}${ci}`, "—"]);
+      rows.push(["mirror", name, String(m.requests), String(m.errors), ...rateCells(m), num(m.latency_ms.p50), num(m.latency_ms.p95), num(m.latency_ms.p99), m.agreement == null ? "—" : `${m.agreement.toFixed(3)}${ci}`, "—"]);
     }
     for (const [kind, items] of [["step", stats.steps], ["case", stats.cases]] as const) {
       for (const [name, f] of Object.entries(items ?? {})) {
         const what = kind === "case" && f.rows !== undefined ? `${name} (${f.rows} row${f.rows === 1 ? "" : "s"})` : name;
-        rows.push([kind, what, String(f.requests), String(f.errors), num(f.latency_ms.p50), num(f.latency_ms.p95), num(f.latency_ms.p99), "—", "—"]);
+        rows.push([kind, what, String(f.requests), String(f.errors), ...rateCells(f), num(f.latency_ms.p50), num(f.latency_ms.p95), num(f.latency_ms.p99), "—", "—"]);
       }
     }
     lastStats = stats;
@@ -225,7 +228,7 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     mount(
       statsBox,
       h("p", { class: "muted" }, `Counters of revision ${stats.revision}, merged from every container; sampled every ${POLL_MS / 1000} s while this tab is visible.`),
-      table(["kind", "name", "requests", "errors", "p50 ms", "p95 ms", "p99 ms", "agreement (95% CI)", "mean reward"], rows, { id: "stats-table" }),
+      table(["kind", "name", "requests", "errors", "error rate", "refused inputs", "p50 ms", "p95 ms", "p99 ms", "agreement (95% CI)", "mean reward"], rows, { id: "stats-table" }),
     );
   };
 

@@ -37,8 +37,9 @@ from sluice.api.encoding import (
     inflating,
     request_coding,
 )
-from sluice.api.errors import error_response
+from sluice.api.errors import error_content, error_response
 from sluice.api.ratelimit import RateLimit
+from sluice.api.responses import JSONResponse
 from sluice.codecs.binary import HEADER, split_body
 from sluice.domain.errors import PayloadTooLarge, SluiceError
 from sluice.registry.scope import bind_tenant, unbind_tenant
@@ -60,6 +61,7 @@ PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v
 UPLOAD_BODY = re.compile(r"^/api/v1/uploads/[0-9a-f]{32}/body$")
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
+DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body names (failures are counted by it)
 
 
 def upload_body(path: str) -> bool:
@@ -233,6 +235,8 @@ class Edge:
             try:
                 admission.enter(principal, prediction=prediction)  # before a byte of the body is read
             except SluiceError as exc:
+                if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)
+                    container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
                 await error_response(exc, scope["path"])(scope, receive, send)
                 return
         token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
@@ -309,6 +313,9 @@ class Edge:
             try:
                 await self._rate_limit.check(principal.subject)
             except Exception as exc:
+                found = self._hot(scope) if scope["method"] == "POST" else None
+                if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)
+                    container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
                 return container, principal, error_response(exc, scope["path"])
         return container, principal, None
 
@@ -331,6 +338,7 @@ class Edge:
                 if declared is not None:
                     raw, path["binary"] = split_body(raw, declared)  # type: ignore[arg-type]
             parsed = route.body.model_validate_json(raw or b"null")
+            scope[DEPLOYMENT] = getattr(parsed, "deployment", None)
             # Whether the JSON holds a true or false anywhere: where not, decoding need not
             # look at every value for one (JSON booleans are not numbers).
             text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
@@ -340,9 +348,22 @@ class Edge:
                 await gzip_whole(response)
             return response
         except BodyTooLarge:
-            return error_response(too_large(container.settings.limits.max_request_bytes))
+            exc = too_large(container.settings.limits.max_request_bytes)
+            await counted(container, principal, params, scope, exc, 413, exc.code)
+            return error_response(exc)
         except Exception as exc:
-            return error_response(exc, scope["path"])
+            status, content, headers = error_content(exc, scope["path"])
+            await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
+            return JSONResponse(content, status_code=status, headers=headers)
+
+
+async def counted(
+    container: Container, principal: Principal, params: dict[str, str], scope: Scope, exc: Exception, status: int, code: str
+) -> None:
+    """A hot route's failure counted once, as answered (`sluice.inference.outcomes`): the
+    deployment is the path's (v2) or the parsed body's (simple JSON), where it got that far."""
+    name = params.get("name") or scope.get(DEPLOYMENT)
+    await container.predictions.outcomes.failed(principal.tenant, name, exc, status=status, code=code)
 
 
 def openapi_routes(routes: list[HotRoute]) -> list[Any]:

@@ -104,6 +104,7 @@ class Session:
 
     async def answer(self, raw: bytes | str) -> dict[str, Any]:
         request_id: str | None = None
+        message: Any = None
         try:
             if len(raw) > self.max_message_bytes:
                 raise PayloadTooLarge(
@@ -118,6 +119,9 @@ class Session:
                 await self._check_key()
                 return await self._predict(message, request_id)
         except Exception as exc:
+            if self.principal is not None:  # counted once, as answered (`sluice.inference.outcomes`)
+                name = message.get("deployment") if isinstance(message, dict) else None
+                await self.container.predictions.outcomes.failed(self.principal.tenant, name, exc)
             return error_answer(exc, request_id)
 
     async def _check_key(self) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from sluice.services.deployments import DeploymentService
 
-STATS_COLUMNS = ["kind", "name", "requests", "errors", "rows", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
+STATS_COLUMNS = ["kind", "name", "requests", "errors", "rows", "invalid_inputs", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
 
 
 DEFAULT_CACHE_ENTRIES = 1024
@@ -163,6 +163,7 @@ def _stats_row(kind: str, name: str, s: dict[str, Any]) -> dict[str, Any]:
         "requests": s["requests"],
         "errors": s["errors"],
         "rows": s.get("rows", "-"),  # a switch's case: the rows it took
+        "invalid_inputs": s.get("invalid_inputs", 0),  # refused for their inputs: `invalid_input_rate`
         "p50_ms": lat["p50"],
         "p95_ms": lat["p95"],
         "p99_ms": lat["p99"],
@@ -186,6 +187,7 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
     ]
     overall = stats["overall"]
     rows.insert(0, {"kind": "all", "name": "-", "requests": overall["requests"], "errors": overall["errors"], "rows": "-",
+                    "invalid_inputs": overall.get("invalid_inputs", 0),
                     "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
                     "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
     table(rows, STATS_COLUMNS)

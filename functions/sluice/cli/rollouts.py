@@ -56,7 +56,7 @@ def cmd_rollout_status(args: argparse.Namespace) -> int:
             at = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(now["next_decision_at"]))
             print(f"  next decision: {at} at the earliest (a failing gate rolls back at any look)")
         print(
-            f"  candidate requests {m['candidate_requests']} (errors {m['candidate_errors']}), stable requests {m['stable_requests']}, comparisons {m['compared']}"
+            f"  candidate requests {m['candidate_requests']} (errors {m['candidate_errors']}, refused inputs {m.get('candidate_invalid_inputs', 0)}), stable requests {m['stable_requests']}, comparisons {m['compared']}"
         )
         for gate, result in now["gates"].items():
             verdict = {True: "pass", False: "FAIL", None: "-"}[result["passes"]]

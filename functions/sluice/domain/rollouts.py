@@ -11,6 +11,8 @@ per step, so a step is judged on its own traffic only):
                    `agree / labelled` of the candidate mirrored on requests the stable answered;
 - `mean_abs_diff`  the mean absolute difference of probabilities (or values) in that comparison;
 - `error_rate`     `errors / requests` of the requests the candidate variant answered;
+- `invalid_input_rate`  `invalid_inputs / requests` of those: requests the candidate refused for
+                   what they carried (400, 413, 422: a signature the callers do not send);
 - `p99_ratio`      the candidate variant's p99 latency over the stable variant's.
 
 A deployment bound to a SageMaker endpoint also has its endpoint's production-variant weights
@@ -31,7 +33,9 @@ from sluice.domain.errors import InvalidRequest
 
 STATES = ("running", "paused", "completed", "rolled_back", "aborted")
 ACTIVE = ("running", "paused")
-METRICS = ("agreement", "mean_abs_diff", "error_rate", "p99_ratio")
+METRICS = ("agreement", "mean_abs_diff", "error_rate", "invalid_input_rate", "p99_ratio")
+# A rate gate that can fail beyond doubt before a step has its requests: its count.
+RATE_COUNTS = {"error_rate": "candidate_errors", "invalid_input_rate": "candidate_invalid_inputs"}
 STABLE, CANDIDATE = "stable", "candidate"  # the split's variants, and the candidate's mirror
 MIN_EVERY_S = 1.0
 MAX_EVERY_S = 7 * 24 * 3600.0
@@ -296,20 +300,16 @@ def evaluate(rollout: Rollout, metrics: dict[str, Any], now: float) -> Decision:
     }
     need = rollout.min_requests
     n = metrics["candidate_requests"]
-    errors = metrics["candidate_errors"]
     for g in gates:
-        # Failing beyond doubt before the count is reached: more errors than the gate allows
-        # even if every request still to come up to the minimum succeeded.
-        if (
-            g.metric == "error_rate"
-            and g.op in ("<=", "<")
-            and n < need
-            and not g.passes(errors / need)
-        ):
+        # Failing beyond doubt before the count is reached: more errors (or refused inputs)
+        # than the gate allows even if every request still to come up to the minimum succeeded.
+        counted = metrics.get(RATE_COUNTS.get(g.metric, ""), 0)
+        if g.metric in RATE_COUNTS and g.op in ("<=", "<") and n < need and not g.passes(counted / need):
             results[str(g)]["passes"] = False
+            what = "errors" if g.metric == "error_rate" else "refused inputs"
             return Decision(
                 "rollback",
-                f"gate {g} fails: {errors} errors already over the {need} requests a step needs",
+                f"gate {g} fails: {counted} {what} already over the {need} requests a step needs",
                 numbers,
             )
     compared_needed = any(g.metric in ("agreement", "mean_abs_diff") for g in gates)

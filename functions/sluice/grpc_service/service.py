@@ -38,6 +38,7 @@ from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.inference.metadata import EXTENSIONS, metadata_of, ready_to_answer
+from sluice.inference.outcomes import counted_already
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.services.health import registry_answers
@@ -109,9 +110,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self.rate_limit = RateLimit.from_settings(container.settings.admission)
 
     @contextlib.asynccontextmanager
-    async def _caller(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+    async def _caller(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
         """The authenticated caller and its metadata, its rate counted, and the call one of
-        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
+        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap).
+        `infer`: the model an inference names; refused here, it is counted as a request."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         try:
             principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
@@ -119,17 +121,24 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             if exc.message == MISSING_KEY:  # gRPC metadata keys are lowercase: said so
                 raise Unauthenticated(GRPC_MISSING_KEY) from None
             raise
-        if self.rate_limit is not None:
-            await self.rate_limit.check(principal.subject)
-        admission = self.container.admission
-        with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
-            yield principal, metadata
+        entered = False
+        try:
+            if self.rate_limit is not None:
+                await self.rate_limit.check(principal.subject)
+            admission = self.container.admission
+            with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
+                entered = True
+                yield principal, metadata
+        except SluiceError as exc:
+            if not entered and infer is not None:
+                self.container.predictions.outcomes.refused(principal.tenant, infer, exc)
+            raise
 
     @contextlib.asynccontextmanager
-    async def _tenant_call(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+    async def _tenant_call(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
         """`_caller`, in its tenant's scope; whatever fails, the call's status says why."""
         try:
-            async with self._caller(context) as (principal, metadata):
+            async with self._caller(context, infer) as (principal, metadata):
                 with use_tenant(principal.tenant):
                     yield principal, metadata
         except Exception as exc:
@@ -174,7 +183,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=ready)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
-        async with self._tenant_call(context) as (principal, metadata):
+        async with self._tenant_call(context, request.model_name) as (principal, metadata):
             return await self._infer(principal, metadata, request)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
@@ -193,6 +202,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                     yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
     async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+        """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`)."""
+        try:
+            return await self._infer_counted(principal, metadata, request)
+        except Exception as exc:
+            await self.container.predictions.outcomes.failed(principal.tenant, request.model_name, exc)
+            raise
+
+    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
         rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in request.parameters.items()}
         wanted = tuple(out.name for out in request.outputs) or None
@@ -219,10 +236,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
-            raise PayloadTooLarge(
+            # Counted once already, as the answer the model gave: not counted again.
+            raise counted_already(PayloadTooLarge(
                 f"the answer is {size} bytes, over the {limit} an answer may be: ask for fewer rows or outputs, or send a batch job",
                 field="outputs",
-            )
+            ))
         return response
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_sequence, run_switch
+from sluice.inference.outcomes import refused_input
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
@@ -148,8 +149,8 @@ class PolicyRunner:
         started = time.perf_counter()
         try:
             answer = await self.run(chosen.target, call, arrays, depth + 1)
-        except SluiceError:
-            self.stats.request(stat_key, 0.0, ok=False)
+        except SluiceError as error:
+            self.stats.request(stat_key, 0.0, ok=False, invalid=refused_input(error.code))
             raise
         self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
         answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"

@@ -36,6 +36,7 @@ from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.inference.graphs import answer_signature, input_signature
+from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
@@ -93,10 +94,19 @@ class PredictionService:
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
+        self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, lambda t, n: self._deployments.get((t, n)))
         self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
+        """The prediction; whatever fails in it is counted once (`sluice.inference.outcomes`)."""
+        try:
+            return await self._predict(principal, request)
+        except SluiceError as error:
+            await self.outcomes.failed(principal.tenant, request.deployment, error, fields=request.log_fields)
+            raise
+
+    async def _predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
         started = time.perf_counter()
         resolved = await self.resolve(principal, request.deployment, version=request.version)
         if isinstance(request.inputs, UploadInputs):
@@ -134,14 +144,12 @@ class PredictionService:
                 answer = await self.runner.run(resolved.node, call, arrays)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
-            self.telemetry.failure(fields=fields, status=error.status, code=error.code)
-            self.stats.request(stat_key, 0.0, ok=False)
+            self._runtime_failed(dep, fields, error)
             raise error from None
         except Accepted:
             raise  # queued for asynchronous inference: neither an answer nor a failure
         except SluiceError as error:
-            self.telemetry.failure(fields=fields, status=error.status, code=error.code)
-            self.stats.request(stat_key, 0.0, ok=False)
+            self._runtime_failed(dep, fields, error)
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
@@ -160,6 +168,11 @@ class PredictionService:
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
             self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
+
+    def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError) -> None:
+        """A failure of the run itself: counted for batch jobs' calls too, as it always was."""
+        mark(error)
+        self.outcomes.failed_as(dep.tenant, dep, error.status, error.code, fields)
 
     def _hit(
         self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray]

@@ -111,7 +111,7 @@ class Telemetry:
         if self.emit_metrics:
             # The line's metric values, and the EMF member naming them: its metadata is built
             # once per shape (variant or not, cached or not, cache figures or not) and shared.
-            line["Predictions"], line["Rows"] = 1, rows
+            line["Requests"], line["Predictions"], line["Rows"] = 1, 1, rows
             if not cached:
                 line["Latency"] = latency_ms
             if cached is not None:
@@ -126,7 +126,7 @@ class Telemetry:
         log_info(logger, "prediction", line)
 
     def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool) -> list[dict[str, Any]]:
-        metrics = {"Predictions": (1, "Count"), "Rows": (0, "Count")}
+        metrics = {"Requests": (1, "Count"), "Predictions": (1, "Count"), "Rows": (0, "Count")}
         if not cached:
             metrics["Latency"] = (0, "Milliseconds")
         if cached is not None:
@@ -137,13 +137,23 @@ class Telemetry:
         return emf(self.namespace, [dims, [*dims, "variant"]] if variant else [dims], metrics)["CloudWatchMetrics"]
 
     def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:
+        """One failed request (`sluice.inference.outcomes` decides when): its line, an EMF
+        record of `Requests`, `Errors` and `ClientErrors` or `BackendErrors` by deployment (and
+        by deployment and error code), and the Prometheus series. A failure no deployment of
+        the tenant was found for is counted by service alone."""
         self.errors += 1
         log = get_logger().warning if status < 500 else get_logger().error
         metric = "ClientErrors" if status < 500 else "BackendErrors"
         line = {**fields, "status": status, "error": code}
         if self.sink is not None and self.counts_requests:
             self.sink.failure(fields, status, code)
-        log("prediction failed", extra=self._line(line, {metric: (1, "Count")}) if fields.get("deployment") else line)
+        if self.emit_metrics:
+            dims = ["service", "deployment"] if fields.get("deployment") else ["service"]
+            metrics = {"Requests": (1, "Count"), "Errors": (1, "Count"), metric: (1, "Count")}
+            for name, (value, _) in metrics.items():
+                line[name] = value
+            line["_aws"] = emf(self.namespace, [dims, [*dims, "error"]], metrics)
+        log("prediction failed", extra=line)
 
     def refused(self, *, tenant: str, code: str) -> None:
         """A request refused before it started (`sluice serve`'s admission: `overloaded`,

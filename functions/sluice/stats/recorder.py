@@ -98,7 +98,9 @@ class StatsRecorder:
             self._on_timer = True
             timer.watch(self)
 
-    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
+    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False) -> None:
+        """One request: answered (`ok`, its latency) or failed; `invalid`: failed for the
+        inputs it carried (`invalid_inputs`, the rollout gate `invalid_input_rate`)."""
         with self._lock:
             sums = self._sums_of(key)
             if sums is None:
@@ -110,6 +112,8 @@ class StatsRecorder:
                 sums["latency_ms_sum"] += latency_ms  # Triton's statistics report total time
             else:
                 sums["errors"] += 1
+                if invalid:
+                    sums["invalid_inputs"] += 1
             if rows:
                 sums["rows"] += rows
             if key[3] == "deployment":  # the deployment's own key alone: one more write per flush, not one per subject

@@ -36,10 +36,13 @@ def mean_interval(total: float, total_sq: float, n: float, z: float = Z95) -> tu
 def traffic(counters: Mapping[str, float]) -> dict[str, Any]:
     requests = counters.get("requests", 0)
     errors = counters.get("errors", 0)
+    invalid = counters.get("invalid_inputs", 0)  # failed for what they carried (`sluice.inference.outcomes`)
     return {
         "requests": int(requests),
         "errors": int(errors),
         "error_rate": round(errors / requests, 6) if requests else None,
+        "invalid_inputs": int(invalid),
+        "invalid_input_rate": round(invalid / requests, 6) if requests else None,
         "latency_ms": {q: percentile(counters, float(q[1:])) for q in ("p50", "p95", "p99")},
     }
 
@@ -73,6 +76,7 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
     return {
         "candidate_requests": candidate["requests"],
         "candidate_errors": candidate["errors"],
+        "candidate_invalid_inputs": candidate["invalid_inputs"],
         "stable_requests": stable["requests"],
         "compared": compared["compared"],
         "labelled_rows": int(labelled),
@@ -80,6 +84,7 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
         "agreement_ci95": list(wilson(mirror_counters.get("agree", 0), labelled) or []) or None,
         "mean_abs_diff": compared["mean_abs_diff"],
         "error_rate": candidate["error_rate"],
+        "invalid_input_rate": candidate["invalid_input_rate"],
         "candidate_p99_ms": c99,
         "stable_p99_ms": s99,
         "p99_ratio": round(c99 / s99, 4) if c99 is not None and s99 else None,
