@@ -24,6 +24,7 @@ from sluice.settings.jobs import (
     JobSettings,
     StreamSettings,
 )
+from sluice.settings.precomputed import PrecomputedSettings
 from sluice.settings.process import (
     AdapterSettings,
     Group,
@@ -60,6 +61,7 @@ __all__ = [
     "LimitSettings",
     "ObservabilitySettings",
     "OnnxSettings",
+    "PrecomputedSettings",
     "PredictionCacheSettings",
     "PredictionSettings",
     "ProcessSettings",
@@ -88,6 +90,7 @@ class Settings(BaseModel):
     predictions: PredictionSettings = Field(default_factory=PredictionSettings)
     prediction_cache: PredictionCacheSettings = Field(default_factory=PredictionCacheSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
+    precomputed: PrecomputedSettings = Field(default_factory=PrecomputedSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)
