@@ -280,7 +280,7 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
 
 def who_answered(prediction: Prediction) -> dict[str, Any]:
-    """The model, version, variant, members, switch case or sequence steps that answered, and how fast: every door that
+    """The model, version, variant, members, switch case, sequence steps or precomputed source that answered, and how fast: every door that
     presents a prediction says it (simple JSON, the Open Inference Protocol's parameters,
     stream outputs)."""
     answer = prediction.answer
@@ -297,6 +297,10 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         who["case"] = answer.case
     if answer.steps is not None:
         who["steps"] = answer.steps
+    if answer.source is not None:
+        who["source"] = answer.source
+        if answer.computed_at is not None:
+            who["computed_at"] = answer.computed_at
     if prediction.cached:
         who["cached"] = True
     return who

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_sequence, run_switch
+from sluice.inference.precomputed import run_precomputed
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.signature import Signature
     from sluice.inference.batching import Batcher
+    from sluice.inference.precomputed import PrecomputedReader
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
     from sluice.stats.recorder import StatsRecorder
@@ -83,6 +85,7 @@ class PolicyRunner:
     check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]]
     batcher: Batcher | None = None  # for deployments that turned batching on
     functions: FunctionSteps | None = None  # a sequence's function steps (None: not served here)
+    precomputed: PrecomputedReader | None = None  # tables of precomputed answers (None: every row answered live)
     _by_kind: dict[str, Callable[..., Awaitable[Answer]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +97,7 @@ class PolicyRunner:
             "ensemble": self._ensemble,
             "sequence": partial(run_sequence, self),
             "switch": partial(run_switch, self),
+            "precomputed": partial(run_precomputed, self),
         }
 
     async def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Answer:

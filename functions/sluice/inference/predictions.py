@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.results import Answer
     from sluice.inference.mirror import Mirror
+    from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.uploads import UploadService
     from sluice.observability import Telemetry
@@ -73,6 +74,7 @@ class PredictionService:
         mirror: Mirror | None = None,
         cache: PredictionCache | None = None,
         functions: FunctionSteps | None = None,
+        precomputed: PrecomputedReader | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
@@ -91,7 +93,7 @@ class PredictionService:
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, precomputed)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:

@@ -40,7 +40,8 @@ from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
 from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
-from sluice.stats.verdicts import comparison, traffic
+from sluice.services.precomputed_checks import check_tables
+from sluice.stats.verdicts import comparison, fallback_rate, traffic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.policy import Node
     from sluice.registry import Registry
+    from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
     from sluice.stats.recorder import StatsRecorder
 
@@ -94,9 +96,11 @@ class DeploymentService:
         recorder: StatsRecorder | None = None,
         before_stats: Callable[[], None] | None = None,
         functions: FunctionSteps | None = None,
+        precomputed: PrecomputedStore | None = None,
     ) -> None:
         self.registry = registry
         self.functions = functions  # who may run which function step (None: none here)
+        self.precomputed = precomputed  # tables precomputed nodes read, checked against their live nodes
         self._on_change = on_change or (lambda tenant, name: None)
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
@@ -164,6 +168,7 @@ class DeploymentService:
                 require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
         graphs = GraphChecks(signature_of, resolve)
         graphs.check(node)
+        check_tables(node, graphs, self.precomputed, tenant)
         for child in walk(node):
             first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
             branches: list[tuple[str, Node]] = []
@@ -366,7 +371,7 @@ class DeploymentService:
         counters = self._read_stats(principal.tenant, name, rev)
         variants: dict[str, Any] = {}
         mirrors: dict[str, Any] = {}
-        graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
+        graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}, "sources": {}}  # a switch's cases, a sequence's steps, precomputed rows
         for subject, c in sorted(counters.items()):
             kind, _, label = subject.partition(":")
             if kind == "variant":
@@ -377,6 +382,8 @@ class DeploymentService:
                 graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
             elif kind == "step":
                 graph["steps"][label] = traffic(c)
+            elif kind == "source":  # a precomputed node's rows, by where their answers came from
+                graph["sources"][label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
         return {
             "deployment": name,
             "revision": rev,
@@ -384,6 +391,7 @@ class DeploymentService:
             "variants": variants,
             "mirrors": mirrors,
             **{name: found for name, found in graph.items() if found},
+            **fallback_rate(graph["sources"]),
         }
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:
