@@ -113,10 +113,30 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
-        source="cli", start=False, runs_here=True,
+        source="cli", start=False, runs_here=True, publish=publish_of(args),
     )  # fmt: skip
     print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
     return _run_here(batch, job, args.concurrency)
+
+
+def publish_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--publish TABLE --publish-key COLUMN [--publish-ttl SECONDS]` as a job's `publish`."""
+    if not args.publish:
+        if args.publish_key or args.publish_ttl is not None:
+            raise SluiceError("--publish-key and --publish-ttl go with --publish TABLE", field="publish")
+        return None
+    if not args.publish_key:
+        raise SluiceError("--publish needs --publish-key COLUMN: the input column holding each row's entity", field="publish.key")
+    found: dict[str, Any] = {"table": args.publish, "key": args.publish_key}
+    if args.publish_ttl is not None:
+        found["ttl_s"] = args.publish_ttl
+    return found
+
+
+def publish_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--publish", metavar="TABLE", help="once the job succeeds, serve its answers from this table of precomputed answers")
+    p.add_argument("--publish-key", metavar="COLUMN", help="the input column holding each row's entity (a row without one fails)")
+    p.add_argument("--publish-ttl", type=int, metavar="SECONDS", help="how long the published answers are kept (default: 7 days)")
 
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:
@@ -125,7 +145,7 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
-        source="cli", start=not local, runs_here=local,
+        source="cli", start=not local, runs_here=local, publish=publish_of(args),
     )  # fmt: skip
     if local:
         print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)
@@ -163,6 +183,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         p.add_argument("--format", choices=FORMATS, help="output format (default: the input's; Parquet for a folder or manifest)")
         p.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name; a folder or manifest: from its files' names, and this may not be given)")
         p.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable; default: the row number)")
+        publish_options(p)
 
     run = batch.add_parser(
         "run",
