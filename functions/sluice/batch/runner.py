@@ -73,7 +73,9 @@ class BatchTelemetry(Telemetry):
 
     counts_requests = False
 
-    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None) -> None:
+    def prediction(
+        self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None, sources: tuple[int, int] | None = None
+    ) -> None:
         self.predictions += 1
 
 

@@ -154,6 +154,9 @@ class PredictionService:
             if self.cache.shared is not None:
                 await self.cache.put_shared(dep, key, answer)
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=False)
+        elif answer.source is not None:  # a precomputed node's rows, by where they came from
+            precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
+            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, sources=(precomputed, rows - precomputed))
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
         await self._hand_off(call, latency_ms)
