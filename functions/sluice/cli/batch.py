@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import count, operator, print_json, table
+from sluice.cli.common import count, operator, print_json, publish_of, publish_options, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
@@ -117,26 +117,6 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
     return _run_here(batch, job, args.concurrency)
-
-
-def publish_of(args: argparse.Namespace) -> dict[str, Any] | None:
-    """`--publish TABLE --publish-key COLUMN [--publish-ttl SECONDS]` as a job's `publish`."""
-    if not args.publish:
-        if args.publish_key or args.publish_ttl is not None:
-            raise SluiceError("--publish-key and --publish-ttl go with --publish TABLE", field="publish")
-        return None
-    if not args.publish_key:
-        raise SluiceError("--publish needs --publish-key COLUMN: the input column holding each row's entity", field="publish.key")
-    found: dict[str, Any] = {"table": args.publish, "key": args.publish_key}
-    if args.publish_ttl is not None:
-        found["ttl_s"] = args.publish_ttl
-    return found
-
-
-def publish_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--publish", metavar="TABLE", help="once the job succeeds, serve its answers from this table of precomputed answers")
-    p.add_argument("--publish-key", metavar="COLUMN", help="the input column holding each row's entity (a row without one fails)")
-    p.add_argument("--publish-ttl", type=int, metavar="SECONDS", help="how long the published answers are kept (default: 7 days)")
 
 
 def cmd_batch_submit(args: argparse.Namespace) -> int:

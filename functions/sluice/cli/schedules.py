@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.batch import publish_of, publish_options
-from sluice.cli.common import operator, print_json, table
+from sluice.cli.common import operator, print_json, publish_of, publish_options, table
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import FORMATS
 
