@@ -40,22 +40,29 @@ if TYPE_CHECKING:
 
 
 class PrecomputedReader:
-    """The store, and each table's publication kept briefly (a miss too)."""
+    """The store, and each table's publication kept briefly (a miss too). Reads go to a thread
+    (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in
+    WAL mode: a read never waits on a writer, and takes microseconds; a thread hop would
+    cost more than the read)."""
 
     def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0) -> None:
         self.store = store
+        self.inline = bool(getattr(store, "reads_inline", False))
         self._publications: TTLCache[tuple[str, str], tuple[Publication | None, tuple[TensorSpec, ...]]] = TTLCache(publication_ttl_s)
 
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
         if kept is None:
-            found = await asyncio.to_thread(self.store.publication, tenant, table, now=time.time())
+            found = await self._read(self.store.publication, tenant, table, now=time.time())
             specs = tuple(TensorSpec.from_dict(d) for d in found.outputs) if found is not None else ()
             kept = self._publications.put((tenant, table), (found, specs))
         return kept
 
     async def answers(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
-        return await asyncio.to_thread(self.store.get_answers, tenant, table, generation, entities, now=time.time())
+        return await self._read(self.store.get_answers, tenant, table, generation, entities, now=time.time())  # type: ignore[no-any-return]
+
+    async def _read(self, call: Any, *args: Any, **kw: Any) -> Any:
+        return call(*args, **kw) if self.inline else await asyncio.to_thread(call, *args, **kw)
 
 
 async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:

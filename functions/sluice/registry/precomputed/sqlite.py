@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS publications (
 
 
 class SqlitePrecomputed:
+    reads_inline = True  # WAL: a read never waits on a writer (see `inference.precomputed.PrecomputedReader`)
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._local = threading.local()
