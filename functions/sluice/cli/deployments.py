@@ -180,7 +180,7 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
     print(f"deployment {stats['deployment']} (revision {stats['revision']})")
     rows = [
         _stats_row(kind, name, s)
-        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]))
+        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]), ("source", stats.get("sources", {})))
         for name, s in items.items()
     ]
     overall = stats["overall"]
@@ -188,6 +188,8 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
                     "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
                     "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
     table(rows, STATS_COLUMNS)
+    if "fallback_rate" in stats:  # a precomputed node's rows answered live
+        print(f"fallback rate {stats['fallback_rate']:.3f} (rows answered live: a new entity, or a stored answer too old)")
     return 0
 
 
