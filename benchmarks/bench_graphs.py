@@ -8,6 +8,10 @@ in a child process whose stdout is /dev/null, as `benchmarks.bench_cache`:
 - a two-model sequence (embed -> score) against the sum of the two models called alone through
   the same handler: goal <= 1.1x.
 
+The subjects take turns in a rotated order, a block of calls each per repeat; a figure is the
+median of the repeats' p50s with their min-max (on a shared 2-core machine, read the range).
+A batch job through the same graph is `benchmarks.bench_graph_batch`.
+
     python -m benchmarks.bench_graphs [--quick]
 """
 
@@ -112,7 +116,7 @@ def measure(repeats: int, n: int) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    repeats, n = (2, 150) if quick else (3, 400)
+    repeats, n = (2, 150) if quick else (5, 400)
     results = measure(repeats, n)
     figures = []
     for batch, runs in results.items():
@@ -126,7 +130,8 @@ def run(quick: bool) -> dict[str, Any]:
             "µs", "sequence", runs["chain"], reference="the two models called alone, summed", ref_values=runs["sum"],
             goal=Goal("<=", 1.1),
         ))  # fmt: skip
-    notes = ["In process, concurrency 1, REST events through the Lambda handler (Mangum, FastAPI); p50 of each run, median over runs."]
+    notes = [f"In process, concurrency 1, REST events through the Lambda handler (Mangum, FastAPI); p50 of each of {repeats} repeats "
+             f"of {n} calls, subjects in a rotated order; median over repeats, min-max in brackets."]
     return section("graphs", "Inference graphs: transforms and sequences", figures, notes=notes)
 
 

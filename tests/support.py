@@ -1,9 +1,12 @@
 """Small test doubles and helpers shared by the tiers: moto credentials, a hand-moved clock,
-CLI homes, batch scoring that fails or waits on cue, deployment policies."""
+CLI homes, batch scoring that fails or waits on cue, deployment policies, an ASGI app served
+on loopback."""
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -129,6 +132,43 @@ def hold_chunks(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threa
 
     monkeypatch.setattr(ChunkScorer, "score", held)
     return planned, gate
+
+
+def free_port() -> int:
+    """A port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connection_refused(port: int) -> bool:
+    """Whether a connection to `port` on loopback is refused (nothing listens there)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@contextmanager
+def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
+    """The ASGI `app` served by uvicorn on a thread, on loopback at `port` (a free one by
+    default); yields its URL once it listens, and stops it when the block ends."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def single(model: str, version: int) -> dict[str, Any]:

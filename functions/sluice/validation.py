@@ -10,6 +10,8 @@ from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from sluice.domain.signature import Signature, TensorSpec
 
 
@@ -38,11 +40,14 @@ def check_inputs(
     max_elements: int,
     datatypes: dict[str, str] | None = None,
     field: str = "inputs",
+    finite: Collection[str] = (),
 ) -> dict[str, np.ndarray]:
     """Return the arrays ready for a runtime, or raise InvalidInput naming the first problem.
 
     `datatypes` holds the v2 datatype a client declared per input: declared types must match
     exactly (as Triton requires); undeclared ones (plain JSON) are cast to the signature's.
+    `finite` names inputs that hold finite numbers by construction (a transform's outputs that
+    no op of it could make NaN or infinite): those are not looked through again.
     """
     expected = {spec.name for spec in signature.inputs}
     unexpected = sorted(set(arrays) - expected)
@@ -78,7 +83,7 @@ def check_inputs(
                 raise InvalidInput(
                     f"input '{spec.name}' must hold {spec.datatype} values", field=where
                 ) from None
-        if spec.datatype in FLOAT_TYPES and not np.isfinite(array).all():
+        if spec.datatype in FLOAT_TYPES and spec.name not in finite and not np.isfinite(array).all():
             raise InvalidInput(f"input '{spec.name}' holds NaN or infinite values", field=where)
         ready[spec.name] = array
     return ready

@@ -135,40 +135,18 @@ class BatchStack(FunctionStack):
         precomputed.grant(finalize, PUBLISH)
         self.catalog_database = self._catalog(batch.catalog_database, finalize)
 
-        mark_failed = self._task(
-            "MarkFailed",
-            "mark-failed",
-            memory_mb=512,
-            timeout_s=60,
-            description="Records why a batch job failed",
-        )
-        grant_objects(
-            mark_failed,
-            bucket,
-            prefix=OUTBOX_PREFIX,
-            write=True,
-            delete=True,  # a failed job leaves no _SUCCESS
-            purpose="failure reports",
+        mark_failed = self._failure_task(
+            "MarkFailed", "mark-failed", description="Records why a batch job failed"
         )
 
         # The job record follows its execution's end (an EventBridge rule of BatchWorkflow):
         # a job left unfinished by an execution that timed out, was stopped from outside, or
         # failed where MarkFailed could not record it is FAILED, saying why.
-        execution_ended = self._task(
+        execution_ended = self._failure_task(
             "ExecutionEnded",
             "execution-ended",
-            memory_mb=512,
-            timeout_s=60,
             description="Marks FAILED a batch job its ended execution left unfinished",
             invoked_async=True,
-        )
-        grant_objects(
-            execution_ended,
-            bucket,
-            prefix=OUTBOX_PREFIX,
-            write=True,
-            delete=True,  # a failed job leaves no _SUCCESS
-            purpose="failure reports",
         )
 
         # Executions started with a job specification (from the console, the AWS CLI, an
@@ -256,6 +234,29 @@ class BatchStack(FunctionStack):
             **options,
         )
         grant_registry(fn.role, self._table, actions=[*READ, *WRITE])
+        return fn
+
+    def _failure_task(
+        self, id: str, purpose: str, *, description: str, invoked_async: bool = False
+    ) -> SluiceFunction:
+        """A task that records a job FAILED: small and quick, it writes the job's failure
+        report under outbox/ and may take back what the job wrote there."""
+        fn = self._task(
+            id,
+            purpose,
+            memory_mb=512,
+            timeout_s=60,
+            description=description,
+            invoked_async=invoked_async,
+        )
+        grant_objects(
+            fn,
+            self.storage.batch,
+            prefix=OUTBOX_PREFIX,
+            write=True,
+            delete=True,  # a failed job leaves no _SUCCESS
+            purpose="failure reports",
+        )
         return fn
 
     def _catalog(self, database: str, finalize: SluiceFunction) -> glue.CfnDatabase:

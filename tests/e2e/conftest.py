@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import socket
+import signal
 import subprocess
 import sys
 import time
@@ -12,15 +12,11 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from tests.support import free_port
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[Any], log: Path | None = None, *, exited: int | None = None, within_s: float = 90) -> None:
@@ -50,6 +46,20 @@ def start_sluice(home: Path, env: dict[str, str], argv: list[str], *, log: Path,
         )  # fmt: skip
     wait_healthy(f"http://127.0.0.1:{port}", proc, log)
     return proc, port
+
+
+@contextlib.contextmanager
+def sigterm_after(proc: subprocess.Popen[Any], log: Path) -> Iterator[None]:
+    """The block, then SIGTERM: `sluice serve` exits 0 (else the test fails showing `log`).
+    Killed instead if the block fails."""
+    try:
+        yield
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @contextlib.contextmanager

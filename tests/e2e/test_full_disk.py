@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODELS, REPO
-from tests.e2e.conftest import free_port, wait_healthy
+from tests.e2e.conftest import free_port, sigterm_after, wait_healthy
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,7 +76,7 @@ def test_a_server_whose_disk_fills_up_answers_and_says_so(tmp_path: Path) -> Non
             env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
+    with sigterm_after(proc, log):
         wait_healthy(url, proc, log, exited=NO_MOUNT)  # NO_MOUNT: a small filesystem cannot be mounted here
         (tmp_path / "fill").touch()
         while not (tmp_path / "full").exists():
@@ -100,13 +99,6 @@ def test_a_server_whose_disk_fills_up_answers_and_says_so(tmp_path: Path) -> Non
         assert r.status_code == 200, r.text
         r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
         assert r.status_code == 200, r.text
-
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     (dropped,) = [line for line in lines if line.get("message") == "statistics dropped"]
     assert dropped["requests"] == 2  # the two predictions, which the full disk could not record

@@ -5,7 +5,6 @@ flush can write them."""
 from __future__ import annotations
 
 import os
-import signal
 from typing import TYPE_CHECKING
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 
 from sluice.registry.sqlite import SqliteRegistry
 from tests.conftest import REPO
-from tests.e2e.conftest import start_sluice
+from tests.e2e.conftest import sigterm_after, start_sluice
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,18 +31,11 @@ def test_the_counts_of_every_answered_request_are_written_at_sigterm(tmp_path: P
     }
     log = tmp_path / "serve.log"
     proc, port = start_sluice(home, env, ["serve", "--demo", "--workers", str(workers)], log=log)
-    try:
+    with sigterm_after(proc, log):
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
         for _ in range(N):  # a new connection each: both workers answer some
             r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
             assert r.status_code == 200, r.text
-
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     stats = SqliteRegistry(home / "registry.db").read_stats("default", "iris", 1)
     assert stats["deployment"]["requests"] == N, log.read_text()

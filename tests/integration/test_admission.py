@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from websockets.sync.client import connect
 
 from sluice.api.app import create_app
@@ -35,6 +33,7 @@ from tests.conftest import REPO
 from tests.integration.conftest import api_keys, auth
 from tests.integration.test_metrics import value
 from tests.integration.traffic_fakes import add_fake
+from tests.support import serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -94,21 +93,11 @@ def service(demo: Container, acme: Principal, globex: Principal) -> Iterator[tup
     admission = demo.settings.admission
     admission.max_predictions_in_flight, admission.tenant_share, admission.max_in_flight_per_key = LIMIT, 0.5, 0
     keys = api_keys(demo)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(demo), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", keys, runtime
-    finally:
-        runtime.gate.set()
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(create_app(demo)) as url:
+        try:
+            yield url, keys, runtime
+        finally:
+            runtime.gate.set()
 
 
 def _simple(base: str, key: str, deployment: str = "slow") -> httpx.Response:

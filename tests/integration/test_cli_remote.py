@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import io
 import json
-import socket
-import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import uvicorn
 
 from sluice.api.app import create_app
 from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.storage.results import results_for
 from tests.integration.conftest import run_cli
 from tests.integration.traffic_fakes import add_fake
+from tests.support import serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -50,18 +47,8 @@ def served(demo: Container, acme: Principal) -> Iterator[tuple[str, str, Echo]]:
     add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url=URL, invocation="async")
     demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
     _, key = demo.keys.create("acme", ["predict"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(demo), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", key, echo
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serving(create_app(demo)) as url:
+        yield url, key, echo
 
 
 def test_a_large_file_goes_through_an_upload_by_itself(served: tuple[str, str, Echo], tmp_path: Path, capsys: pytest.CaptureFixture[str], demo: Container) -> None:

@@ -26,7 +26,8 @@ from sluice.cli.drain import stop_bound_s
 from sluice.registry.sqlite import SqliteRegistry
 from sluice.settings import ServeSettings
 from tests.conftest import REPO
-from tests.e2e.conftest import free_port, start_sluice
+from tests.e2e.conftest import start_sluice
+from tests.support import connection_refused, free_port
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -109,14 +110,6 @@ def held(serve: Serve) -> socket.socket:
     return sock
 
 
-def refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except ConnectionRefusedError:
-        return True
-    return False
-
-
 def test_sigterm_refuses_new_connections_at_once_and_answers_and_counts_what_it_accepted(
     serve: Callable[..., Serve],
 ) -> None:
@@ -146,7 +139,7 @@ def test_sigterm_refuses_new_connections_at_once_and_answers_and_counts_what_it_
     # connections, on its HTTP port and its gRPC port.
     assert refusal.wait(60), "no connection was refused while a request was still in flight"
     deadline = time.monotonic() + 30
-    while not refused(server.grpc_port):
+    while not connection_refused(server.grpc_port):
         assert time.monotonic() < deadline, "the gRPC port still takes connections"
         time.sleep(0.05)
     assert server.proc.poll() is None  # still draining: the held request holds it

@@ -98,6 +98,20 @@ def test_a_sequence_through_the_open_inference_protocol(http: tuple[TestClient, 
     assert set(plain["parameters"]) == {"model", "version", "latency_ms"}  # no graph: the body as before
 
 
+def test_the_deployment_shows_the_inputs_a_caller_sends_and_the_outputs_it_answers(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    import json
+
+    client, headers = http
+    chain = client.get("/api/v1/deployments/chain", headers=headers).json()
+    assert chain["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]  # the first step's
+    assert [o["name"] for o in chain["outputs"]] == ["score", "embed.embedding"]
+    assert chain["inputs"] == client.get("/v2/models/chain", headers=headers).json()["inputs"]
+    graphs.deployments.create(acme, "raw", json.loads((REPO / "examples" / "policies" / "transform.json").read_text()))
+    raw = client.get("/api/v1/deployments/raw", headers=headers).json()
+    assert [(i["name"], i["datatype"]) for i in raw["inputs"]] == [("length", "FP32"), ("colour", "BYTES")]  # what the transform declares
+    assert "inputs" not in client.get("/api/v1/deployments", headers=headers).json()[0]  # the list stays as it was
+
+
 def test_a_failing_step_fails_the_request_naming_the_step(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
     graphs.deployments.create(acme, "codes", {"kind": "sequence", "steps": [{"name": "look", "target": single("lookup", 1)}, {"name": "sum", "target": single("score1", 1), "map": {"s": "score"}}]})
     client, headers = http
@@ -149,6 +163,19 @@ def test_a_switch_by_header_or_routing_key_names_its_case_in_the_answer_and_the_
     assert {name: c["requests"] for name, c in stats["cases"].items()} == {"eu": 2, "default": 1}
 
 
+def test_a_switch_on_a_request_parameter_through_simple_json_and_the_open_inference_protocol(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    urgent = {"field": "parameters.priority", "op": ">=", "value": 5}
+    graphs.deployments.create(acme, "priority", {"kind": "switch", "cases": [{"name": "urgent", "when": urgent, "target": single("iris", 1)}], "default": single("iris", 2)})
+    simple = [client.post("/api/v1/predictions", json={"deployment": "priority", "inputs": ROWS[1:], **extra}, headers=headers).json() for extra in ({"parameters": {"priority": 9}}, {})]
+    assert [(a["case"], a["version"]) for a in simple] == [("urgent", 1), ("default", 2)]
+    tensor = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROWS[1]}
+    v2 = [client.post("/v2/models/priority/infer", json={"inputs": [tensor], **extra}, headers=headers).json() for extra in ({"parameters": {"priority": 9}}, {"parameters": {"priority": 1}})]
+    assert [(a["parameters"]["case"], a["model_version"]) for a in v2] == [("urgent", "1"), ("default", "2")]
+    r = client.post("/api/v1/predictions", json={"deployment": "priority", "inputs": ROWS[1:], "parameters": {"priority": [9]}}, headers=headers)
+    assert r.status_code == 422 and r.json()["field"].startswith("parameters.priority")  # simple JSON's are strings, numbers or booleans
+
+
 def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_order(http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
     rows = [ROWS[1], ROWS[0], ROWS[1]]
@@ -156,6 +183,8 @@ def test_a_switch_on_feature_values_routes_each_row_and_puts_the_rows_back_in_or
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["case"] == ["default", "short", "default"]
+    assert body["models"] == ["iris:2", "iris:1", "iris:2"]  # who answered each row
+    assert (body["model"], body["version"]) == ("iris", 2)  # the first row's
     alone = [client.post("/api/v1/predictions", json={"deployment": "petals", "batch": [row]}, headers=headers).json() for row in rows]
     assert [a["case"] for a in alone] == ["default", "short", "default"]
     assert [p["probabilities"] for p in body["predictions"]] == [a["predictions"][0]["probabilities"] for a in alone]
@@ -231,3 +260,158 @@ def test_graphs_answer_over_grpc_as_over_rest(graphs: Container) -> None:
         eu = client.infer("region", [one], headers={**key, "x-region": "uk"})
         other = client.infer("region", [one], headers={**key, "x-region": "us"})
         assert (eu.get_response().model_version, other.get_response().model_version) == ("1", "2")
+
+
+# The prediction cache ----------------------------------------------------------------------
+CACHE = {"ttl_s": 60, "max_entries": 100}
+
+
+def test_a_cached_graph_answers_again_from_the_cache_and_any_changed_step_misses(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    calibrated = {**CHAIN, "steps": [*CHAIN["steps"], {"name": "calibrate", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "score", "mean": 0.0, "std": 2.0}]}}]}
+    graphs.deployments.create(acme, "cached", calibrated, cache=CACHE)
+
+    def ask() -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "cached", "batch": ROWS}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first, second = ask(), ask()
+    assert "cached" not in first and second["cached"] is True
+    expected = np.asarray(expected_scores(ROWS)) / 2
+    assert [p["prediction"]["score"] for p in second["predictions"]] == pytest.approx(expected.tolist())
+    assert second["predictions"] == first["predictions"] and [s["name"] for s in second["steps"]] == ["embed", "score", "calibrate"]
+    # A changed transform: a new revision, computed afresh.
+    changed = {**calibrated, "steps": [*CHAIN["steps"], {"name": "calibrate", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "score", "mean": 1.0, "std": 2.0}]}}]}
+    graphs.deployments.update(acme, "cached", changed)
+    third = ask()
+    assert "cached" not in third
+    assert [p["prediction"]["score"] for p in third["predictions"]] == pytest.approx(((np.asarray(expected_scores(ROWS)) - 1) / 2).tolist())
+    assert ask()["cached"] is True
+    # A new version of a model a step runs.
+    graphs.models.push(acme, "scorez", score_model("z"))
+    graphs.deployments.update(acme, "cached", {**changed, "steps": [changed["steps"][0], {**changed["steps"][1], "target": single("scorez", 2)}, changed["steps"][2]]})
+    fourth = ask()
+    assert "cached" not in fourth and fourth["steps"][1]["version"] == 2
+
+
+def test_a_cached_switch_keys_by_the_case_a_parameter_picks(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    tiers = {"kind": "switch", "cases": [{"name": "gold", "when": {"field": "parameters.tier", "op": "==", "value": "gold"}, "target": single("iris", 1)}], "default": single("iris", 2)}
+    graphs.deployments.create(acme, "tiers", tiers, cache=CACHE)
+
+    def ask(tier: str) -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "tiers", "inputs": ROWS[1:], "parameters": {"tier": tier}}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    gold, basic = ask("gold"), ask("basic")  # the same inputs: another case is another entry
+    assert (gold["case"], gold["version"], "cached" in basic) == ("gold", 1, False)
+    assert (basic["case"], basic["version"]) == ("default", 2)
+    again = ask("gold")
+    assert (again["cached"], again["case"], again["version"]) == (True, "gold", 1)
+
+
+def test_a_step_that_is_not_deterministic_is_refused_when_the_cache_is_on(graphs: Container, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    coin = {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": single("scorez", 1)}, {"name": "b", "weight": 1, "target": single("scorez", 1)}]}
+    policy = {**CHAIN, "steps": [CHAIN["steps"][0], {**CHAIN["steps"][1], "target": coin}]}
+    r = client.post("/api/v1/deployments", json={"name": "coin", "policy": policy, "cache": CACHE}, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "policy.steps.1.target.routing_key" and "cache" in r.json()["error"]
+
+
+def test_the_shared_tier_gives_another_container_a_graphs_answer_as_computed(settings: Any, acme: Principal) -> None:
+    from sluice.wiring import Container as Made
+
+    shared = settings.replace(prediction_cache_shared=True)
+    first, second = Made.from_settings(shared), Made.from_settings(shared)
+    for name, model in [("embed", embed_model()), ("scorez", score_model("z"))]:
+        first.models.push(acme, name, model)
+    first.deployments.create(acme, "chain", CHAIN, cache=CACHE)
+    request = PredictionRequest("chain", ArrayInputs({"input": np.asarray(ROWS, np.float32)}))
+    computed = run(first.predictions.predict(acme, request))
+    kept = run(second.predictions.predict(acme, request))
+    assert kept.cached and not computed.cached
+    assert kept.answer.signature == computed.answer.signature  # the exposed output's spec with it
+    assert kept.answer.steps == computed.answer.steps
+    np.testing.assert_array_equal(kept.result.outputs["embed.embedding"], computed.result.outputs["embed.embedding"])
+
+
+def test_sluice_deployments_stats_prints_the_cases_taken_and_each_step(cli_home: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+
+    for name, model in [("embed", embed_model()), ("scorez", score_model("z"))]:
+        (tmp_path / f"{name}.onnx").write_bytes(model)
+        assert run_cli(capsys, "models", "push", name, str(tmp_path / f"{name}.onnx"))[0] == 0
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
+    assert run_cli(capsys, "deployments", "create", "chain", "--policy", json.dumps(CHAIN))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "petals", "--policy", json.dumps(PETALS))[0] == 0
+    assert run_cli(capsys, "predict", "chain", "--inputs", json.dumps(ROWS))[0] == 0
+    assert run_cli(capsys, "predict", "petals", "--batch", json.dumps([ROWS[1], ROWS[0], ROWS[1]]))[0] == 0
+    code, out, _ = run_cli(capsys, "deployments", "stats", "chain")
+    assert code == 0
+    steps = [line.split() for line in out.splitlines() if line.startswith("step ")]
+    assert [(s[1], s[2], s[3]) for s in steps] == [("embed", "1", "0"), ("score", "1", "0")]  # in the sequence's order
+    code, out, _ = run_cli(capsys, "deployments", "stats", "petals")
+    cases = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("case ")}
+    assert (cases["short"][2], cases["short"][4]) == ("1", "1") and (cases["default"][2], cases["default"][4]) == ("1", "2")  # requests, rows
+    shown = json.loads(run_cli(capsys, "deployments", "stats", "petals", "--json")[1])
+    assert {name: c["rows"] for name, c in shown["cases"].items()} == {"short": 1, "default": 2}
+
+
+def test_sluice_predict_sends_parameters_a_switch_reads(cli_home: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris_forest.onnx"))
+    tiers = {"kind": "switch", "cases": [{"name": "gold", "when": {"all": [{"field": "parameters.tier", "op": "==", "value": "gold"}, {"field": "parameters.priority", "op": ">=", "value": 5}]}, "target": single("iris", 1)}], "default": single("iris", 2)}
+    assert run_cli(capsys, "deployments", "create", "tiers", "--policy", json.dumps(tiers))[0] == 0
+    answers = [run_cli(capsys, "predict", "tiers", "--inputs", json.dumps(ROWS[:1]), *extra) for extra in (["--param", "tier=gold", "--param", "priority=7"], ["--param", "tier=gold", "--param", "priority=2"], [])]
+    assert [json.loads(out)["version"] for _, out, _ in answers] == [1, 2, 2]
+    code, _, err = run_cli(capsys, "predict", "tiers", "--inputs", json.dumps(ROWS[:1]), "--param", "tier")
+    assert code != 0 and "NAME=VALUE" in err and "Traceback" not in err
+
+
+# Through the other drivers -----------------------------------------------------------------
+def test_a_graph_over_a_websocket_in_simple_json_and_v2_with_parameters(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    client, headers = http
+    urgent = {"field": "parameters.priority", "op": ">=", "value": 5}
+    graphs.deployments.create(acme, "priority", {"kind": "switch", "cases": [{"name": "urgent", "when": urgent, "target": single("iris", 1)}], "default": single("iris", 2)})
+    with client.websocket_connect("/api/v1/stream", headers=headers) as ws:
+        ws.send_json({"deployment": "chain", "batch": ROWS, "request_id": "seq"})
+        chained = ws.receive_json()
+        assert [p["prediction"]["score"] for p in chained["predictions"]] == pytest.approx(expected_scores(ROWS))
+        assert [s["name"] for s in chained["steps"]] == ["embed", "score"]
+        tensor = {"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROWS[1]}
+        ws.send_json({"deployment": "priority", "request_id": "v2", "v2": {"inputs": [tensor], "parameters": {"priority": 7}}})
+        v2 = ws.receive_json()
+        ws.send_json({"deployment": "priority", "request_id": "plain", "inputs": ROWS[1:], "parameters": {"priority": 1}})
+        plain = ws.receive_json()
+    assert (v2["parameters"]["case"], v2["model_version"]) == ("urgent", "1")
+    assert (plain["case"], plain["version"]) == ("default", 2)
+
+
+def test_a_shadows_mirror_that_is_a_graph_and_a_replay_against_a_graph_give_the_graphs_answers(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:
+    """The mirror is embed then a transform that takes 1 from each value: against the primary
+    (embed alone) every value differs by 1, live and replayed from what was captured."""
+    client, headers = http
+    shifted = {"kind": "sequence", "steps": [{"name": "embed", "target": single("embed", 1)}, {"name": "shift", "target": {"kind": "transform", "ops": [{"op": "standardize", "input": "embedding", "mean": 1.0, "std": 1.0}]}}]}
+    policy = {"kind": "shadow", "primary": single("embed", 1), "mirrors": [{"name": "shifted", "target": shifted}]}
+    graphs.deployments.create(acme, "embedded", policy, capture={"sample_percent": 100})
+    for i in range(3):
+        r = client.post("/api/v1/predictions", json={"deployment": "embedded", "batch": ROWS, "request_id": f"e{i}"}, headers=headers)
+        assert r.status_code == 200, r.text
+    live = graphs.deployments.stats(acme, "embedded")["mirrors"]["shifted"]
+    assert (live["requests"], live["compared"], live["errors"]) == (3, 3, 0)
+    assert live["mean_abs_diff"] == pytest.approx(1.0, abs=1e-5) and live["max_abs_diff"] == pytest.approx(1.0, abs=1e-5)
+    assert graphs.capture is not None and graphs.capture.drain()
+    graphs.deployments.create(acme, "shifted", shifted)
+    out = graphs.replay.replay(acme, "embedded", since="1h", against="shifted")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"]) == (3, 6, 6, 0)
+    assert out["verdict"]["mean_abs_diff"] == pytest.approx(live["mean_abs_diff"], abs=1e-6)

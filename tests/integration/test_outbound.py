@@ -3,13 +3,11 @@ prefix; no redirect followed; whatever a remote Triton answers becomes a 4xx or 
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, RedirectResponse
@@ -20,6 +18,7 @@ from sluice.domain.errors import BadRequest, Forbidden
 from sluice.domain.origins import check_origin, parse_allowlist
 from sluice.settings import Settings
 from tests.integration.conftest import auth
+from tests.support import free_port, serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,36 +65,25 @@ def test_allowed_urls_come_out_in_one_spelling() -> None:
 
 
 # A real HTTP server that answers as a broken or hostile Triton would ------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass
+class _Served:
+    port: int
+    hits: list[str]  # the paths it was asked for
 
 
-class _Server:
-    def __init__(self, routes: list[Route]) -> None:
-        self.port = _free_port()
-        self.hits: list[str] = []
-        app = Starlette(routes=routes)
+@contextmanager
+def _server(routes: list[Route]) -> Iterator[_Served]:
+    """A real HTTP server on loopback answering `routes`."""
+    served = _Served(free_port(), [])
+    app = Starlette(routes=routes)
 
-        async def recording(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http":
-                self.hits.append(scope["path"])
-            await app(scope, receive, send)
+    async def recording(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            served.hits.append(scope["path"])
+        await app(scope, receive, send)
 
-        self.server = uvicorn.Server(uvicorn.Config(recording, host="127.0.0.1", port=self.port, log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> _Server:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=5)
+    with serving(recording, port=served.port):
+        yield served
 
 
 def _answers(metadata: Any, config: Any) -> list[Route]:
@@ -138,25 +126,25 @@ def _register(client: TestClient, key: str, url: str, model_name: str = "m") -> 
 def test_whatever_a_remote_triton_answers_becomes_a_502_that_says_what(
     client: TestClient, keys: dict[str, str], metadata: Any, config: Any, message: str
 ) -> None:
-    with _Server(_answers(metadata, config)) as server:
+    with _server(_answers(metadata, config)) as server:
         r = _register(client, keys["acme"], f"http://127.0.0.1:{server.port}")
     assert r.status_code == 502, r.text
     assert message in r.json()["error"]
 
 
 def test_a_well_formed_remote_model_registers_with_its_url_in_one_spelling(client: TestClient, keys: dict[str, str]) -> None:
-    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as server:
+    with _server(_answers(GOOD_META, GOOD_CONFIG)) as server:
         r = _register(client, keys["acme"], f"http://LOCALHOST:{server.port}/")
     assert r.status_code == 201, r.text
     assert r.json()["signature"]["inputs"][0]["name"] == "x"
 
 
 def test_a_redirect_is_not_followed(client: TestClient, keys: dict[str, str]) -> None:
-    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as elsewhere:
+    with _server(_answers(GOOD_META, GOOD_CONFIG)) as elsewhere:
         async def away(request: Any) -> RedirectResponse:
             return RedirectResponse(f"http://127.0.0.1:{elsewhere.port}{request.url.path}", status_code=307)
 
-        with _Server([Route("/{path:path}", away)]) as redirector:
+        with _server([Route("/{path:path}", away)]) as redirector:
             r = _register(client, keys["acme"], f"http://127.0.0.1:{redirector.port}")
         assert r.status_code in (502, 503), r.text
         assert elsewhere.hits == []  # the redirect target was never called
@@ -195,7 +183,7 @@ def test_a_tenant_cannot_make_the_service_call_another_loopback_port_by_default(
     container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0))
     install_demo(container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"))
     _, key = container.keys.create("acme", ["admin", "predict"])
-    with _Server(_answers(GOOD_META, GOOD_CONFIG)) as server, TestClient(create_app(container)) as client:
+    with _server(_answers(GOOD_META, GOOD_CONFIG)) as server, TestClient(create_app(container)) as client:
         r = _register(client, key, f"http://127.0.0.1:{server.port}")
     assert r.status_code == 403, r.text
     assert r.json()["field"] == "triton_url" and r.json()["code"] == "forbidden"

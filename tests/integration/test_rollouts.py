@@ -400,3 +400,24 @@ def test_the_serve_thread_looks_at_running_rollouts() -> None:
         assert looked.wait(30)  # it went on after the failure
     finally:
         watcher.stop()
+
+
+def test_a_rollout_from_a_graph_advances_like_any_other(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    """The stable policy is a switch (a header picks its case): the rollout's revisions hold it
+    as the stable variant's primary, it answers naming its case, and the step advances."""
+    client = TestClient(create_app(twin))
+    region = {"kind": "switch", "cases": [{"name": "eu", "when": {"field": "headers.x-region", "op": "==", "value": "eu"}, "target": {"kind": "single", "model": "iris", "version": 1}}],
+              "default": {"kind": "single", "model": "iris", "version": 1}}  # fmt: skip
+    twin.deployments.update(acme, "iris", region)
+    dep = start(rollouts, acme)
+    assert dep.policy["variants"][0]["target"]["primary"] == region
+    eu = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": ROW, "variant": "stable"}, headers={**auth(keys["acme"]), "x-region": "eu"}).json()
+    assert (eu["variant"], eu["case"], eu["version"]) == ("stable", "eu", 1)
+    send(client, keys["acme"], "stable", 10)
+    send(client, keys["acme"], "candidate", 10)
+    clock.now += 600
+    moved = rollouts.tick("acme", "iris")
+    assert moved is not None and moved.action == "advance" and moved.numbers["metrics"]["agreement"] == 1.0
+    assert weights(twin.deployments.get(acme, "iris").policy)["candidate"] == 5

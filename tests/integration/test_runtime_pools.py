@@ -10,14 +10,11 @@ at once, whatever the machine's speed."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -26,6 +23,7 @@ from sluice.domain import ModelVersion
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.settings import Settings
 from sluice.wiring import build_runtimes, build_store
+from tests.support import free_port, serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -48,7 +46,7 @@ class SlowBackend:
     def __init__(self, release_at: int, wait_s: float) -> None:
         self.release_at, self.wait_s = release_at, wait_s
         self.in_flight = self.most = 0
-        self.port = _free_port()
+        self.port = free_port()
         self._enough: asyncio.Event | None = None
 
         async def infer(request: Request) -> JSONResponse:
@@ -73,36 +71,22 @@ class SlowBackend:
         async def config(request: Request) -> JSONResponse:
             return JSONResponse(CONFIG)
 
-        app = Starlette(routes=[
+        self.app = Starlette(routes=[
             Route("/v2/models/m", metadata), Route("/v2/models/m/config", config),
             Route("/v2/models/m/infer", infer, methods=["POST"]), Route("/invocations", infer, methods=["POST"]),
         ])  # fmt: skip
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> Iterator[SlowBackend]:
     release_at, wait_s = request.param
     server = SlowBackend(release_at, wait_s)
-    server.thread.start()
-    deadline = time.monotonic() + 10
-    while not server.server.started:
-        assert time.monotonic() < deadline, "the backend did not start"
-        time.sleep(0.02)
-    yield server
-    server.server.should_exit = True
-    server.thread.join(5)
+    with serving(server.app, port=server.port):
+        yield server
 
 
 def _version(runtime: str, config: dict[str, Any]) -> ModelVersion:

@@ -112,6 +112,30 @@ def test_a_transform_that_does_not_fit_is_refused_when_saved(http: tuple[TestCli
     assert words in r.json()["error"], r.text
 
 
+def test_nan_a_transform_makes_is_refused_by_the_model_step_and_rows_that_do_not_pair_up_by_the_transform(
+    http: tuple[TestClient, dict[str, str]],
+) -> None:
+    """A model fed by a transform is spared the look for NaN and infinity only where no op
+    could make them: log1p of a length at or below -1 still meets the model's check, which
+    names its step. Tensors sent with different numbers of rows are the caller's error (a 400
+    naming the transform), not a failure of the server."""
+    client, headers = http
+    logged = _with(EXAMPLE, 0, ops=[{"op": "log1p", "input": "length"}, *FEATURE_OPS[2:]])
+    assert client.post("/api/v1/deployments", json={"name": "logged", "policy": logged}, headers=headers).status_code == 201
+    rows = [{"length": 5.0, "colour": "red"}, {"length": -2.0, "colour": "blue"}]
+    r = client.post("/api/v1/predictions", json={"deployment": "logged", "batch": rows}, headers=headers)
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inputs.embedding" and "step 'score'" in r.json()["error"] and "NaN or infinite" in r.json()["error"], r.text
+    assert client.post("/api/v1/predictions", json={"deployment": "logged", "batch": rows[:1]}, headers=headers).status_code == 200
+    body = {"inputs": [
+        {"name": "length", "datatype": "FP32", "shape": [3], "data": [5.1, 7.0, 4.4]},
+        {"name": "colour", "datatype": "BYTES", "shape": [2], "data": ["red", "blue"]},
+    ]}  # fmt: skip
+    r = client.post("/v2/models/labelled/infer", json=body, headers=headers)
+    assert r.status_code == 400, r.text
+    assert "step 'features'" in r.json()["error"] and "rows" in r.json()["error"], r.text
+
+
 def test_a_transform_alone_is_refused_naming_where_it_may_go(http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
     alone = {**EXAMPLE["steps"][0]["target"]}

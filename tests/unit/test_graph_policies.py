@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidInput, InvalidRequest
+from sluice.domain.graphs import deterministic
 from sluice.domain.policy import parse_policy, policy_dict, uncacheable
 from sluice.routing.conditions import Facts, decide
 
@@ -75,9 +76,26 @@ def test_a_graph_node_that_cannot_work_is_refused_naming_its_field(policy: dict[
     assert error.status == 422
 
 
-def test_graph_nodes_are_not_cached_yet() -> None:
+def test_graph_nodes_are_deterministic_and_a_random_step_is_refused_for_the_cache_naming_it() -> None:
     node = parse_policy(switch(("x", {"field": "routing_key", "op": "exists"})))
-    assert uncacheable(node) == ("policy", "the prediction cache does not cover switch nodes yet; turn the cache off")
+    assert deterministic(node) and uncacheable(node) is None
+    coin = {"kind": "split", "variants": [{"name": "a", "weight": 1, "target": A}, {"name": "b", "weight": 1, "target": B}]}
+    chained = parse_policy(sequence({"name": "a", "target": A}, {"name": "b", "target": coin}))
+    field, reason = uncacheable(chained)  # type: ignore[misc]
+    assert field == "policy.steps.1.target.routing_key" and "at random" in reason
+    cased = parse_policy({**switch(("x", {"field": "routing_key", "op": "exists"})), "default": coin})
+    assert uncacheable(cased)[0] == "policy.default.routing_key"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_a_function_step_is_cached_only_when_its_author_declares_it_deterministic(declared: bool) -> None:
+    step = {"kind": "function", "function": "features:embed", "deterministic": declared,
+            "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}],
+            "outputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 4]}]}
+    node = parse_policy(sequence({"name": "own", "target": step}, {"name": "a", "target": A}))
+    assert deterministic(node) is declared
+    found = uncacheable(node)
+    assert (found is None) if declared else (found is not None and found[0] == "policy.steps.0.target" and "not deterministic" in found[1])
 
 
 def facts(arrays: dict[str, np.ndarray], *, key: str | None = None, headers: dict[str, str] | None = None) -> Facts:
@@ -102,6 +120,34 @@ def test_request_fields_decide_for_every_row_and_are_typed() -> None:
     assert decide(when, facts(two, headers={"x-region": "uk", "x-tier": "two"})).tolist() == [3, 3]  # not a number: no match
     assert decide(when, facts(two, key="user-1")).tolist() == [2, 2]
     assert decide(when, facts(two)).tolist() == [3, 3]
+
+
+def test_request_parameters_decide_for_every_row_by_their_type() -> None:
+    when = conditions(switch(
+        ("gold", {"field": "parameters.tier", "op": "in", "value": ["gold", "platinum"]}),
+        ("urgent", {"all": [{"field": "parameters.priority", "op": ">=", "value": 5}, {"field": "parameters.live", "op": "==", "value": True}]}),
+        ("tagged", {"field": "parameters.tags", "op": "exists"}),
+    ))  # fmt: skip
+    two = {"input": np.zeros((2, 2), np.float32)}
+
+    def taken(parameters: dict[str, Any]) -> list[int]:
+        return decide(when, Facts(2, None, {}, two, {}, parameters)).tolist()
+
+    assert taken({"tier": "gold"}) == [0, 0]
+    assert taken({"priority": 7, "live": True}) == [1, 1]
+    assert taken({"priority": 7.5, "live": False}) == [3, 3]
+    assert taken({"priority": "7", "live": "true"}) == [1, 1]  # text reads as a header's would
+    assert taken({"tier": 3, "tags": ["a"]}) == [2, 2]  # a list exists, and equals nothing
+    assert taken({}) == [3, 3]
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [("parameters.routing_key", "as the field 'routing_key'"), ("parameters.upload_id", "itself"), ("parameters.a b", "parameters.<name>")],
+)
+def test_a_parameter_sluice_reads_itself_or_a_bad_name_is_refused(field: str, words: str) -> None:
+    error = refused(switch(("x", {"field": field, "op": "exists"})))
+    assert error.field == "policy.cases.0.when.field" and words in error.message
 
 
 def test_input_values_decide_row_by_row_by_column_name_or_index() -> None:

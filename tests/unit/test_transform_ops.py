@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.errors import InvalidRequest, Unprocessable
+from sluice.domain.errors import InvalidInput, InvalidRequest, Unprocessable
 from sluice.domain.policy import parse_policy
 from sluice.domain.signature import TensorSpec
 from sluice.domain.transform_specs import answer_specs
 from sluice.domain.transforms import Transform
-from sluice.routing.transforms import run_transform, stable_bucket
+from sluice.routing.transforms import plan_of, run_transform, stable_bucket
 
 X = TensorSpec("x", "FP32", (-1, 3), feature_names=("a", "b", "c"))
 S = TensorSpec("s", "BYTES", (-1,))
@@ -112,3 +112,40 @@ def test_bad_parameters_are_refused_when_parsed_naming_the_field() -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_policy(policy)
     assert caught.value.field == "policy.steps.0.target.ops.0" and "boundaries must increase" in caught.value.message
+
+
+def test_text_is_coded_whatever_its_python_type_and_unknown_words_stay_unknown() -> None:
+    words = np.array(["red", b"blue", "teal", "teal", 7, "green"], dtype=object)
+    ops = [{"op": "ordinal", "input": "s", "vocabulary": VOCAB, "output": "o"}, {"op": "one_hot", "input": "s", "vocabulary": VOCAB, "output": "h"}]
+    for _ in range(2):  # the second time, from what the first remembered
+        out, _ = run(ops, {"s": words})
+        assert out["o"][:, 0].tolist() == [0, 2, -1, -1, -1, 1]
+        assert out["h"].tolist() == [[1, 0, 0], [0, 0, 1], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 1, 0]]
+
+
+def test_concat_of_tensors_with_different_numbers_of_rows_is_the_callers_error() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        run([{"op": "concat", "inputs": ["x", "n"], "output": "z"}], {"x": np.zeros((3, 3), np.float32), "n": np.zeros((2, 1), np.int64)})
+    assert "rows" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("ops", "checked", "finite"),
+    [
+        ([{"op": "ordinal", "input": "s", "vocabulary": VOCAB, "output": "o"}, {"op": "concat", "inputs": ["o", "n"], "output": "z"}], True, {"x", "s", "n", "o", "z"}),
+        ([{"op": "standardize", "input": "x", "mean": 0, "std": 2}], True, {"s", "n"}),  # a division may overflow
+        ([{"op": "log1p", "input": "x", "output": "y"}, {"op": "keep", "names": ["x", "y"]}], True, {"x"}),
+        ([{"op": "cast", "input": "x", "datatype": "FP64"}, {"op": "concat", "inputs": ["x"], "output": "z"}], True, {"x", "s", "n"}),  # FP64 into FP32
+        ([{"op": "fill", "input": "x", "value": float("inf")}], True, {"s", "n"}),
+        ([{"op": "select", "input": "x", "columns": [0], "output": "y"}, {"op": "one_hot", "input": "s", "vocabulary": VOCAB}], False, {"s"}),
+    ],
+)
+def test_a_plan_knows_which_outputs_are_finite_by_construction(ops: list[dict[str, Any]], checked: bool, finite: set[str]) -> None:
+    """What a model step after the transform need not look through for NaN or infinity: the
+    request's checked inputs and what ops make of them that cannot overflow; never what came
+    from a model unchecked (`checked` False)."""
+    declared = [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in SPECS]
+    node = Transform.model_validate({"kind": "transform", "inputs": declared, "ops": ops})
+    columns: dict[int, list[int]] = {}
+    answer_specs(node, SPECS, columns=columns)
+    assert plan_of(node, columns).finite[checked] == finite

@@ -78,6 +78,7 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
         json_bools=scope.get(JSON_BOOLS, True),
+        parameters=body.parameters,
     )
     prediction = await container.predictions.predict(principal, request)
     content = {
@@ -124,6 +125,7 @@ async def infer(
         request_id=rid,
         log_fields={"request_id": rid, "tenant": principal.tenant},
         json_bools=scope.get(JSON_BOOLS, True),
+        parameters=params,
     )
     prediction = await container.predictions.predict(principal, request)
     content = v2_body(prediction, request_id=rid, wanted=wanted)

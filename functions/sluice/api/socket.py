@@ -148,6 +148,7 @@ class Session:
                 headers=self.headers,
                 request_id=request_id,
                 log_fields={"request_id": request_id, "tenant": principal.tenant, "connection": self.connection_id},
+                parameters=params,
             )
             prediction = await self.container.predictions.predict(principal, request)
             return {"request_id": request_id, **v2_body(prediction, request_id=body.id or request_id, wanted=wanted)}
@@ -161,6 +162,7 @@ class Session:
             headers=self.headers,
             request_id=request_id,
             log_fields={"request_id": request_id, "tenant": principal.tenant, "connection": self.connection_id},
+            parameters=simple.parameters,
         )
         prediction = await self.container.predictions.predict(principal, request)
         shaped = plain_body(prediction, several=simple.batch is not None, return_probabilities=simple.options.return_probabilities)

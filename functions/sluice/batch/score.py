@@ -241,7 +241,7 @@ class ChunkScorer:
             out.update(present_columns(answer.signature, answer.result, flat=flat))
             if with_variant:
                 out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
-            scored.parts.append((pa.table(out), answer.version.ref))
+            scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
             if publishing is not None and entities is not None:
                 scored.published += publishing.collect(entities[taken], answer)
 
@@ -264,7 +264,10 @@ class _Scored:
     __slots__ = ("failed", "parts", "published")
 
     def __init__(
-        self, parts: list[tuple[pa.Table, str]], failed: list[tuple[slice | np.ndarray, str]], published: list[tuple[str, bytes]]
+        self,
+        parts: list[tuple[pa.Table, str | list[str]]],
+        failed: list[tuple[slice | np.ndarray, str]],
+        published: list[tuple[str, bytes]],
     ) -> None:
         self.parts, self.failed, self.published = parts, failed, published
 
@@ -317,7 +320,10 @@ def _finish_piece(
             if source is not None:
                 table = table.add_column(0, "object", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
             part.write(table)
-            versions[ref] += table.num_rows
+            if isinstance(ref, str):
+                versions[ref] += table.num_rows
+            else:
+                versions.update(ref)
     if publishing is not None:  # before the piece counts as done: a failed write fails the chunk, retried whole
         publishing.write(published)
     bad = np.flatnonzero(~np.equal(reasons, None))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from sluice.services.deployments import DeploymentService
 
-STATS_COLUMNS = ["kind", "name", "requests", "errors", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
+STATS_COLUMNS = ["kind", "name", "requests", "errors", "rows", "p50_ms", "p95_ms", "p99_ms", "agreement", "mean_abs_diff", "max_abs_diff", "mean_reward"]
 
 
 DEFAULT_CACHE_ENTRIES = 1024
@@ -162,6 +162,7 @@ def _stats_row(kind: str, name: str, s: dict[str, Any]) -> dict[str, Any]:
         "name": name,
         "requests": s["requests"],
         "errors": s["errors"],
+        "rows": s.get("rows", "-"),  # a switch's case: the rows it took
         "p50_ms": lat["p50"],
         "p95_ms": lat["p95"],
         "p99_ms": lat["p99"],
@@ -180,11 +181,11 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
     print(f"deployment {stats['deployment']} (revision {stats['revision']})")
     rows = [
         _stats_row(kind, name, s)
-        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]), ("source", stats.get("sources", {})))
+        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]), ("case", stats.get("cases", {})), ("step", stats.get("steps", {})), ("source", stats.get("sources", {})))
         for name, s in items.items()
     ]
     overall = stats["overall"]
-    rows.insert(0, {"kind": "all", "name": "-", "requests": overall["requests"], "errors": overall["errors"],
+    rows.insert(0, {"kind": "all", "name": "-", "requests": overall["requests"], "errors": overall["errors"], "rows": "-",
                     "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
                     "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
     table(rows, STATS_COLUMNS)
@@ -232,7 +233,7 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p.add_argument("name")
         p.set_defaults(func=func)
 
-    stats = deps.add_parser("stats", help="traffic, latency and shadow verdicts per variant and mirror")
+    stats = deps.add_parser("stats", help="traffic, latency and shadow verdicts per variant and mirror; a switch's cases and a sequence's steps")
     stats.add_argument("name")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(func=cmd_deployments_stats)

@@ -5,7 +5,7 @@ upload by itself (see `sluice.cli.remote`)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
 from sluice.cli.common import (
@@ -34,10 +34,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise SluiceError("give exactly one of --inputs, --features, --batch or --file", field="inputs")
     if args.v2 and path is None:
         raise SluiceError("--v2 reads an Open Inference Protocol request from --file", field="file")
+    parameters = _parameters(args.param or [])
     api = api_from(args)
     if api is not None:
         upload_above = UPLOAD_ABOVE if args.upload_above is None else args.upload_above
-        print_json(predict_remote(api, args.deployment, path=path, given=given, v2=args.v2, upload_above=upload_above, wait_s=args.wait_s))
+        answer = predict_remote(
+            api, args.deployment, path=path, given=given, v2=args.v2, upload_above=upload_above, wait_s=args.wait_s, parameters=parameters
+        )
+        print_json(answer)
         return 0
     if path is not None:
         body = load_json_arg(f"@{path}", "file")
@@ -45,12 +49,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
             from sluice.types.v2 import InferenceRequest
 
             parsed = InferenceRequest.model_validate(body)
+            parameters = {**(parsed.parameters or {}), **parameters}
             inputs: RowInputs | TensorInputs = TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in parsed.inputs))
         else:
             found = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
             if len(found) != 1:
                 raise SluiceError("--file holds a prediction body with exactly one of inputs, features or batch", field="file")
             given, inputs = found, RowInputs(**found)
+            parameters = {**(body.get("parameters") or {}), **parameters}
     else:
         inputs = RowInputs(**given)
     predictions = pieces.predictions()
@@ -60,6 +66,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         version=args.version,
         variant=args.variant,
         routing_key=args.routing_key,
+        parameters=parameters or None,
     )
     prediction = asyncio.run(predictions.predict(operator(args), request))
     pieces.settle()  # a short-lived process: let mirrors finish, captured requests be written
@@ -68,6 +75,34 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         print_json(plain_body(prediction, several="batch" in given))
     return 0
+
+
+def _parameters(given: list[str]) -> dict[str, Any]:
+    """`--param NAME=VALUE`s as a request's parameters: a number or true/false as such (JSON),
+    anything else as text; held to the API's rules for them (at most 32, strings, numbers and
+    booleans), so this process and a remote API take the same."""
+    import json
+
+    from pydantic import ValidationError
+
+    from sluice.types.api import PredictionRequest as Body
+
+    parameters: dict[str, Any] = {}
+    for item in given:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise SluiceError(f"--param takes NAME=VALUE, not {item!r}", field="param")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        parameters[name] = value if isinstance(value, bool | int | float) else text
+    try:
+        Body.model_validate({"deployment": "-", "parameters": parameters})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise SluiceError(f"--param: {first['msg']}", field=".".join(str(p) for p in first["loc"])) from None
+    return parameters
 
 
 def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -79,6 +114,9 @@ def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
     predict.add_argument("--version", type=version_number)
     predict.add_argument("--routing-key", help="sticky routing key for splits (e.g. a user id)")
     predict.add_argument("--variant", help="ask for a split's variant by name")
+    predict.add_argument(
+        "--param", action="append", metavar="NAME=VALUE", help="a request parameter a switch may read (repeatable; numbers and true/false as such)"
+    )
     predict.add_argument("--file", help="a prediction body in a file: {inputs|features|batch: ...}, or with --v2 a v2 inference request")
     predict.add_argument("--v2", action="store_true", help="--file is an Open Inference Protocol request (JSON)")
     predict.add_argument("--api", help="a sluice API to call instead of predicting in this process (or SLUICE_API_URL)")

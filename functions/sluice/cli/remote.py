@@ -160,9 +160,17 @@ def _form(fields: dict[str, str], path: Path, size: int) -> tuple[_Stream, int, 
 
 
 def predict_remote(
-    api: Api, deployment: str, *, path: Path | None, given: dict[str, Any], v2: bool, upload_above: int, wait_s: float
+    api: Api,
+    deployment: str,
+    *,
+    path: Path | None,
+    given: dict[str, Any],
+    v2: bool,
+    upload_above: int,
+    wait_s: float,
+    parameters: dict[str, Any] | None = None,
 ) -> Any:
-    """The prediction's answer, as the API presents it."""
+    """The prediction's answer, as the API presents it (with `parameters` added to the request's)."""
     route = f"/v2/models/{deployment}/infer" if v2 else "/api/v1/predictions"
     if path is not None and path.stat().st_size > upload_above:
         upload_id = api.upload(deployment, path)
@@ -175,6 +183,8 @@ def predict_remote(
             payload = {**payload, "deployment": deployment}
     else:
         payload = {"deployment": deployment, **given}
+    if parameters:
+        payload = {**payload, "parameters": {**(payload.get("parameters") or {}), **parameters}}
     status, headers, body = api.json("POST", route, payload)
     return api.outcome(status, headers, body, wait_s=wait_s)
 

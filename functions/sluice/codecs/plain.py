@@ -275,12 +275,16 @@ def _arrow(array: np.ndarray) -> pa.Array:
     import pyarrow as pa
 
     if array.dtype == object:
-        return pa.array([_scalar(v) for v in array])
+        values = array.tolist()
+        if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
+            return pa.array(values)
+        return pa.array([_scalar(v) for v in values])
     return pa.array(array)
 
 
 def who_answered(prediction: Prediction) -> dict[str, Any]:
-    """The model, version, variant, members, switch case, sequence steps or precomputed source that answered, and how fast: every door that
+    """The model, version, variant, members, switch case (per row, with each row's model, where
+    rows took different cases), sequence steps or precomputed source that answered, and how fast: every door that
     presents a prediction says it (simple JSON, the Open Inference Protocol's parameters,
     stream outputs)."""
     answer = prediction.answer
@@ -295,6 +299,8 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         who["members"] = answer.members
     if answer.case is not None:
         who["case"] = answer.case
+    if answer.models is not None:  # rows took different cases: who answered each
+        who["models"] = answer.models
     if answer.steps is not None:
         who["steps"] = answer.steps
     if answer.source is not None:
@@ -304,3 +310,23 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
     if prediction.cached:
         who["cached"] = True
     return who
+
+
+def who_of_rows(who: dict[str, Any], rows: slice) -> dict[str, Any]:
+    """`who_answered` for some rows of an answer (a stream record's): where rows took different
+    switch cases, the case and model of those rows alone, named once when they took one."""
+    cases = who.get("case")
+    if not isinstance(cases, list):
+        return who
+    out = {**who, "case": cases[rows]}
+    models = who.get("models")
+    if models is not None:
+        out["models"] = models[rows]
+        if out["models"]:
+            model, _, version = out["models"][0].rpartition(":")
+            out["model"], out["version"] = model, int(version)
+    if len(set(out["case"])) == 1:  # these rows took one case: said as a request of them alone says it
+        out["case"] = out["case"][0]
+        out.pop("models", None)
+    return out
+

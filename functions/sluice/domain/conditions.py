@@ -4,8 +4,10 @@ value by a typed operator, or joins conditions with `all` / `any`:
     {"field": "headers.x-region", "op": "==", "value": "eu"}
     {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
     {"any": [{"field": "routing_key", "op": "in", "value": ["a", "b"]}, {"field": "headers.x-beta", "op": "exists"}]}
+    {"field": "parameters.tier", "op": "==", "value": "gold"}
 
-Fields: `routing_key` (the request's routing key), `headers.<name>` (a request header), and
+Fields: `routing_key` (the request's routing key), `headers.<name>` (a request header),
+`parameters.<name>` (a request parameter: the v2 request's `parameters`, simple JSON's), and
 `inputs.<name>` (an input tensor; `column` picks a column of its last axis, by index or by
 the signature's feature name). Request-level fields hold for every row of a request; an input's
 value is read row by row, so each row takes the case it would take alone (see `inference.graphs`).
@@ -38,11 +40,18 @@ MAX_IN_VALUES = 256
 ORDERING = ("<", "<=", ">", ">=")
 Op = Literal["==", "!=", "in", "<", "<=", ">", ">=", "exists"]
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]  # noqa: UP007  (bool first: true is not 1)
-FIELD_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|inputs\.[^\s]{1,128})$"
+FIELD_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|parameters\.[A-Za-z0-9_.-]{1,64}|inputs\.[^\s]{1,128})$"
+# Parameters sluice reads itself, never a switch's: the routing key has its own field.
+RESERVED_PARAMETERS = {
+    "routing_key": "read the routing key as the field 'routing_key'",
+    "variant": "it asks a split for a variant",
+    "upload_id": "it names an upload that holds the inputs",
+    "binary_data_output": "it asks for outputs in binary",
+}
 
 
 class Compare(Part):
-    field: str = Field(description="routing_key, headers.<name> or inputs.<name>.")
+    field: str = Field(description="routing_key, headers.<name>, parameters.<name> or inputs.<name>.")
     column: Annotated[int, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
         None, description="inputs only: a column of the input's last axis, by index or feature name."
     )
@@ -53,7 +62,10 @@ class Compare(Part):
     @classmethod
     def _known(cls, value: str) -> str:
         if not re.match(FIELD_PATTERN, value):
-            raise ValueError("a condition reads routing_key, headers.<name> or inputs.<name>")
+            raise ValueError("a condition reads routing_key, headers.<name>, parameters.<name> (letters, digits, '_', '.', '-') or inputs.<name>")
+        name = value.removeprefix("parameters.")
+        if name != value and name in RESERVED_PARAMETERS:
+            raise ValueError(f"sluice reads the parameter '{name}' itself ({RESERVED_PARAMETERS[name]}): a condition cannot")
         return value
 
     @model_validator(mode="after")
@@ -79,12 +91,12 @@ class Compare(Part):
 
     @property
     def source(self) -> str:
-        """routing_key, headers or inputs."""
+        """routing_key, headers, parameters or inputs."""
         return self.field.split(".", 1)[0]
 
     @property
     def name(self) -> str:
-        """The header's or input's name."""
+        """The header's, parameter's or input's name."""
         return self.field.split(".", 1)[1] if "." in self.field else ""
 
 

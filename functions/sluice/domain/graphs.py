@@ -81,6 +81,26 @@ def reads_routing_key(node: Node) -> bool:
     return any(reads_routing_key(child) for child in node.children())
 
 
+def deterministic(node: Node) -> bool:
+    """True when a graph node gives the same answer to the same request (its inputs, and the
+    routing key, headers and parameters its conditions read), every step and case under it
+    too: the prediction cache keeps only such answers. One branch per graph kind; the policy
+    kinds that route (a split, an ensemble) are judged by `domain.policy.uncacheable`, which
+    walks the tree and asks this of every other node."""
+    kind = node.kind
+    if kind == "sequence":  # its steps one after another: deterministic when each is
+        return all(deterministic(step.target) for step in node.steps)  # type: ignore[union-attr]
+    if kind == "switch":  # its conditions read the request only; then the case's target
+        return all(deterministic(child) for child in node.children())
+    if kind == "transform":  # declarative ops on the request's tensors, no state
+        return True
+    if kind == "function":  # a tenant's own code: only as deterministic as its author declares
+        return bool(node.deterministic)  # type: ignore[union-attr]
+    # A precomputed node's answers change with each publication of its table; single, ref,
+    # split, shadow and ensemble are not graph nodes (see `uncacheable`).
+    return kind != "precomputed"
+
+
 def sequence_signature(node: Sequence, flow: list[Signature]) -> Signature:
     """What a sequence takes and answers, given each step's signature in order (`flow`, whose
     last carries the sequence's inputs): the last step's outputs, then each output the sequence

@@ -37,7 +37,7 @@ from pydantic import (
 from sluice.domain.conditions import TAGS, Condition
 from sluice.domain.errors import InvalidRequest
 from sluice.domain.functions import Function
-from sluice.domain.graphs import STEPS_ONLY, check_graph_node
+from sluice.domain.graphs import STEPS_ONLY, check_graph_node, deterministic
 from sluice.domain.graphs import unique_names as _unique
 from sluice.domain.parts import Part as _Part
 from sluice.domain.precomputed import Precomputed
@@ -343,14 +343,25 @@ def uncacheable(node: Node, *, field: str = "policy") -> tuple[str, str] | None:
         children = [(f"{field}.members.{i}.target", m.target) for i, m in enumerate(node.members)]
     elif isinstance(node, Shadow):
         children = [(f"{field}.primary", node.primary)]  # mirrors never change the answer
-    elif isinstance(node, Sequence | Switch):
-        return field, f"the prediction cache does not cover {node.kind} nodes yet; turn the cache off"
     elif isinstance(node, Precomputed):
         return field, "a precomputed node's answers change with each publication, so they are not cached; turn the cache off"
-    else:
+    elif isinstance(node, Single | Ref):
         return None
+    else:  # a graph node (a sequence, a switch, a step): each step and case, then the node itself
+        children = graph_fields(node, field)
     for child_field, child in children:
         found = uncacheable(child, field=child_field)
         if found is not None:
             return found
+    if not isinstance(node, Split | Ensemble | Shadow) and not deterministic(node):
+        return field, f"{node.kind} step is not deterministic (the same request may get another answer), so its answers cannot be cached"
     return None
+
+
+def graph_fields(node: Node, field: str) -> list[tuple[str, Node]]:
+    """A graph node's children with their fields: a sequence's steps, a switch's cases and default."""
+    if isinstance(node, Sequence):
+        return [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
+    if isinstance(node, Switch):
+        return [*((f"{field}.cases.{i}.target", c.target) for i, c in enumerate(node.cases)), (f"{field}.default", node.default)]
+    return []

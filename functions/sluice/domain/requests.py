@@ -76,6 +76,7 @@ class PredictionRequest:
     mirrors: bool = True  # False offline: a batch job does not run shadow mirrors
     log_fields: Mapping[str, Any] = field(default_factory=dict)
     json_bools: bool = True  # False: the JSON body holds no true/false (decoding need not look for them)
+    parameters: Mapping[str, Any] | None = None  # the request's parameters (v2 `parameters`, simple JSON's): a switch may read them
 
     def routing_value(self, name: str) -> str | None:
         return self.routing_key or self.headers.get(name) or None

@@ -45,6 +45,9 @@ class Answer:
     members: list[dict[str, Any]] | None = None  # an ensemble's report per member
     steps: list[dict[str, Any]] | None = None  # a sequence's report per step, in order
     case: str | list[str] | None = None  # the switch case taken; per row where rows took different ones
+    # Where rows took different cases: the version that answered each row ("model:version");
+    # `version` is then the first row's.
+    models: list[str] | None = None
     source: str | list[str] | None = None  # a precomputed node's: "precomputed" or "live"; per row where rows differ
     computed_at: float | list[float | None] | None = None  # when its stored answers were computed (epoch seconds)
 

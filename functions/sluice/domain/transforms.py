@@ -271,6 +271,11 @@ class Transform(Part):
         return tuple(s.spec() for s in self.inputs or ())
 
     @cached_property
+    def plans(self) -> dict[Any, Any]:
+        """The ops compiled to run (`sluice.routing.transforms.plan_of`), by `select` columns."""
+        return {}
+
+    @cached_property
     def derived(self) -> dict[tuple[TensorSpec, ...], tuple[tuple[TensorSpec, ...], dict[int, list[int]]]]:
         """`derive`'s answers for this node, by what it takes (a node never changes)."""
         return {}

@@ -193,6 +193,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             headers=metadata,
             request_id=rid,
             log_fields={"request_id": rid, "tenant": principal.tenant},
+            parameters=params,
         )
         service = self.container.predictions
         admission = self.container.admission  # each inference, unary or a stream's message, is one of the process's predictions

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.counting import count_down
 from sluice.domain.errors import Overloaded, SluiceError
 from sluice.domain.results import InferenceResult
 
@@ -132,11 +133,7 @@ class Batcher:
         try:
             return await answer
         finally:
-            left = self._waiting.get(key, 1) - 1
-            if left > 0:
-                self._waiting[key] = left
-            else:
-                self._waiting.pop(key, None)
+            count_down(self._waiting, key)
 
     def _send(self, key: tuple[Any, ...], batch: _Batch, *, full: bool = False) -> None:
         """The batch leaves: now if it is full or no call for its version is under way; else
@@ -161,11 +158,7 @@ class Batcher:
         try:
             await self._call(batch)
         finally:
-            left = self._busy.get(key, 1) - 1
-            if left > 0:
-                self._busy[key] = left
-            else:
-                self._busy.pop(key, None)
+            count_down(self._busy, key)
             waiting = self._open.get(key)
             if waiting is not None and waiting.due:
                 self._send(key, waiting)

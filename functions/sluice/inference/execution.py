@@ -82,7 +82,7 @@ class PolicyRunner:
     lookups: Lookups
     runtimes: Mapping[str, Runtime]
     stats: StatsRecorder
-    check: Callable[[Signature, dict[str, np.ndarray]], dict[str, np.ndarray]]
+    check: Callable[..., dict[str, np.ndarray]]  # (signature, arrays, finite=names made finite) -> arrays checked
     batcher: Batcher | None = None  # for deployments that turned batching on
     functions: FunctionSteps | None = None  # a sequence's function steps (None: not served here)
     precomputed: PrecomputedReader | None = None  # tables of precomputed answers (None: every row answered live)

@@ -30,7 +30,7 @@ from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
 from sluice.domain.transforms import Transform
 from sluice.routing.conditions import Facts, decide
-from sluice.routing.transforms import run_transform
+from sluice.routing.transforms import plan_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence as Sequence_
@@ -69,12 +69,13 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     dep = call.deployment
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
+    finite: frozenset[str] = frozenset()  # those a transform made finite by construction
     last = len(node.steps) - 1
     for index, step in enumerate(node.steps):
         stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
         started = time.perf_counter()
         if isinstance(step.target, Transform):
-            given_signature, given = _transform(step, index, given_signature, given, call.outputs if index == last else None)
+            given_signature, given, finite = _transform(step, index, given_signature, given, call.outputs if index == last else None, call)
             ms = (time.perf_counter() - started) * 1000
             runner.stats.request(stat_key, ms, ok=True)
             report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
@@ -87,11 +88,12 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             if answer is not None:
                 _reshape(answer, given_signature, given)
         else:
-            feed = given if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
-            # Only the last step answers with the outputs asked for; any step after the first has
-            # inputs nobody checked yet.
-            step_call = call.narrowed(call.outputs if index == last else None, call.checked if index == 0 else None)
+            feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+            # Only the last step answers with the outputs asked for.
+            step_call = call.narrowed(call.outputs if index == last else None, takes)
             try:
+                if index > 0:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
+                    feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
                 async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
                     answer = await runner.run(step.target, step_call, feed, depth + 1)
             except TimeoutError:
@@ -105,7 +107,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             ms = (time.perf_counter() - started) * 1000
             runner.stats.request(stat_key, ms, ok=True)
             report.append(_step_report(step.name, answer, ms))
-            given, given_signature = answer.result.outputs, answer.signature
+            given, given_signature, finite = answer.result.outputs, answer.signature, frozenset()
         for name in sorted(wanted):
             if name.startswith(f"{step.name}.") and index != last:
                 output = name[len(step.name) + 1 :]
@@ -123,22 +125,24 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
 
 
 def _transform(
-    step: Step, index: int, signature: Signature | None, given: dict[str, np.ndarray], wanted: Sequence_[str] | None
-) -> tuple[Signature, dict[str, np.ndarray]]:
+    step: Step, index: int, signature: Signature | None, given: dict[str, np.ndarray], wanted: Sequence_[str] | None, call: Call
+) -> tuple[Signature, dict[str, np.ndarray], frozenset[str]]:
     """A transform step's signature and outputs: it takes what it declares (a first step) or
-    the previous step's outputs."""
+    the previous step's outputs; and the outputs finite by construction."""
     node: Transform = step.target  # type: ignore[assignment]
     takes = node.input_specs() if index == 0 or signature is None else signature.outputs
     try:
         specs, columns = derive(node, takes)
-        outputs = run_transform(node, given, columns)
+        plan = plan_of(node, columns)
+        outputs = plan.run(given)
     except SluiceError as exc:
         raise _named(exc, step.name, []) from None
+    checked = index == 0 and call.checked is not None and call.checked.inputs == takes  # the request's inputs, checked
     if wanted:
         outputs = {k: v for k, v in outputs.items() if k in wanted}
         specs = tuple(s for s in specs if s.name in outputs)
     inputs = node.input_specs() if index == 0 or signature is None else signature.inputs
-    return Signature(inputs, specs, signature.metadata if signature else {}), outputs
+    return Signature(inputs, specs, signature.metadata if signature else {}), outputs, plan.finite[checked]
 
 
 async def _function(
@@ -179,8 +183,11 @@ def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray
     answer.signature, answer.result = signature, InferenceResult(outputs, classes, maps)
 
 
-async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call) -> dict[str, np.ndarray]:
-    """The step's inputs: the previous step's outputs of the same names, or those its map names."""
+async def _inputs_of(
+    runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call
+) -> tuple[dict[str, np.ndarray], Signature]:
+    """The step's inputs: the previous step's outputs of the same names, or those its map
+    names; and the signature they are checked against."""
     signature = await input_signature(runner, step.target, call.tenant)
     feed: dict[str, np.ndarray] = {}
     for spec in signature.inputs:
@@ -193,7 +200,7 @@ async def _inputs_of(runner: PolicyRunner, previous: Step, step: Step, given: di
                 step=step.name,
             )
         feed[spec.name] = given[source]
-    return feed
+    return feed, signature
 
 
 def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceError:
@@ -206,7 +213,7 @@ def _named(exc: SluiceError, step: str, report: list[dict[str, Any]]) -> SluiceE
 
 def _step_report(name: str, answer: Answer, ms: float) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": name, "model": answer.version.model, "version": answer.version.version, "latency_ms": round(ms, 3)}
-    for key in ("variant", "case", "members", "steps"):
+    for key in ("variant", "case", "models", "members", "steps"):
         value = getattr(answer, key)
         if value is not None:
             entry[key] = value
@@ -229,6 +236,7 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
         headers=request.headers if request is not None else {},
         arrays=arrays,
         feature_names=names,
+        parameters=(request.parameters or {}) if request is not None else {},
     )
     chosen = decide([case.when for case in node.cases], facts)
     targets = [*((c.name, c.target) for c in node.cases), (DEFAULT_CASE, node.default)]
@@ -245,7 +253,13 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     )
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups])
     per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
-    return Answer(answers[0].signature, merged, answers[0].version, case=per_row_case)
+    models: list[Any] = [None] * rows  # who answered each row: the answer names the first row's
+    for (_, at), answer in zip(groups, answers, strict=True):
+        refs = answer.models or [answer.version.ref] * len(at)
+        for row, ref in zip(at.tolist(), refs, strict=True):
+            models[row] = ref
+    first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]
+    return Answer(first.signature, merged, first.version, case=per_row_case, models=models)
 
 
 async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, arrays: dict[str, np.ndarray], depth: int, rows: int) -> Answer:

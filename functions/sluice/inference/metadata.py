@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sluice.domain import ModelVersion
+    from sluice.domain import Deployment, ModelVersion, Principal
     from sluice.domain.results import Resolved
+    from sluice.inference.predictions import PredictionService
     from sluice.runtimes import Runtime
 
 PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "sagemaker_triton"}
@@ -34,6 +35,23 @@ def metadata_of(resolved: Resolved) -> dict[str, Any]:
         "outputs": tensors(outputs),
         "parameters": {"model": version.model, "version": version.version},
     }
+
+
+async def tensors_of(predictions: PredictionService, principal: Principal, deployment: Deployment) -> dict[str, Any]:
+    """What a deployment's policy takes and answers (`inputs`, `outputs`), as its metadata
+    shows them: the deployment's GET shows them. Empty when the policy cannot be resolved
+    now (a version it names is gone): the deployment is shown all the same."""
+    from sluice.domain.errors import SluiceError
+
+    try:
+        resolved = await predictions.resolve(principal, deployment.name)
+        if resolved.deployment.revision != deployment.revision:  # kept from before a change made elsewhere
+            predictions.forget(deployment.tenant, deployment.name)
+            resolved = await predictions.resolve(principal, deployment.name)
+    except SluiceError:
+        return {}
+    shown = metadata_of(resolved)
+    return {"inputs": shown["inputs"], "outputs": shown["outputs"]}
 
 
 async def ready_to_answer(runtimes: Mapping[str, Runtime], version: ModelVersion) -> bool:

@@ -2,9 +2,12 @@
 
 An answer is kept under a key made of the tenant, the deployment and its policy revision, the
 route that would answer (every version on it, the variant a sticky split picks for the request,
-the revision of every referenced deployment), the outputs asked for, and a hash of the decoded
-input tensors (bytes, dtype, shape). A new revision or a new version therefore never meets an
-old answer. Only a deterministic route has a key (`route_of`); anything else is computed live.
+the revision of every referenced deployment, a sequence's every step, the case a switch takes
+or the request-level values its conditions read), the outputs asked for, and a hash of the
+decoded input tensors (bytes, dtype, shape). A new revision (a changed step, a new version a
+step runs) or a new version therefore never meets an old answer. Only a deterministic route
+has a key (`route_of`; a graph's steps answer `domain.graphs.deterministic`); anything else is
+computed live.
 
 Two tiers: a per-container LRU with a time to live (cachetools' TTLCache, under a lock), and,
 where the wiring gives one, a shared tier (`SharedAnswers`: the registry's table of answers,
@@ -23,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from sluice.domain.graphs import deterministic
 from sluice.domain.results import Answer, InferenceResult
+from sluice.domain.signature import Signature
 from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     from cachetools import TTLCache
 
     from sluice.domain import CacheSettings, Deployment, ModelVersion
-    from sluice.domain.policy import Node
+    from sluice.domain.policy import Node, Switch
     from sluice.inference.execution import Call
 
 Route = tuple[Any, ...]
@@ -94,9 +99,54 @@ async def route_of(
                 if not await visit(member.target, depth + 1):
                     return False
             return True
-        return False
+        if kind == "switch":
+            return await visit_switch(n, depth)  # type: ignore[arg-type]
+        if not deterministic(n):  # a step that may answer otherwise next time
+            return False
+        # A sequence's steps, a transform (its ops are the policy's, under the revision in
+        # the key): every step's route.
+        parts.append((kind,))
+        for child in n.children():
+            if not await visit(child, depth + 1):
+                return False
+        return True
+
+    async def visit_switch(n: Switch, depth: int) -> bool:
+        """The case the request takes when no condition reads its inputs; else every case's
+        route, with the request-level values the conditions read (the inputs, which decide
+        the rest, are in the key already)."""
+        from sluice.domain.conditions import comparisons, reads_inputs
+        from sluice.domain.graphs import DEFAULT_CASE
+        from sluice.routing.conditions import Facts, decide, request_value
+
+        request = call.request
+        facts = Facts(
+            rows=1,
+            routing_key=request.routing_key if request is not None else None,
+            headers=request.headers if request is not None else {},
+            arrays={},
+            feature_names={},
+            parameters=(request.parameters or {}) if request is not None else {},
+        )
+        if not any(reads_inputs(case.when) for case in n.cases):
+            index = int(decide([case.when for case in n.cases], facts)[0])
+            name, target = (n.cases[index].name, n.cases[index].target) if index < len(n.cases) else (DEFAULT_CASE, n.default)
+            parts.append(("case", name))
+            return await visit(target, depth + 1)
+        read = sorted({(c.field, _fact(request_value(c, facts))) for case in n.cases for c, _ in comparisons(case.when) if c.source != "inputs"})
+        parts.append(("switch", tuple(read)))
+        for child in n.children():
+            if not await visit(child, depth + 1):
+                return False
+        return True
 
     return tuple(parts) if await visit(node, 0) else None
+
+
+def _fact(value: Any) -> str:
+    from sluice.routing.conditions import OTHER
+
+    return "(a list or an object)" if value is OTHER else repr(value)
 
 
 def answer_key(
@@ -200,12 +250,16 @@ class PredictionCache:
         except Exception:  # the shared tier is an optimization: never fail a request for it
             get_logger().warning("prediction cache: shared read failed", exc_info=True, extra={"deployment": dep.name})
             return None
+        signature = header.get("signature")
         answer = Answer(
-            version.signature,
+            version.signature if signature is None else Signature.from_dict(signature),
             InferenceResult(outputs, {k: list(v) for k, v in header["classes"].items()}),
             version,
             variant=header.get("variant"),
             members=header.get("members"),
+            steps=header.get("steps"),
+            case=header.get("case"),
+            models=header.get("models"),
         )
         self.put(dep, key, answer)
         return answer
@@ -223,7 +277,8 @@ class PredictionCache:
 
 
 # The shared tier's form of an answer: a JSON header (who answered, each output's dtype and
-# shape; string outputs' values), then the numeric outputs' bytes in header order.
+# shape; string outputs' values; a graph's steps, case and answer signature), then the numeric
+# outputs' bytes in header order.
 def dump_answer(answer: Answer) -> bytes:
     specs: list[dict[str, Any]] = []
     tail: list[bytes] = []
@@ -243,6 +298,10 @@ def dump_answer(answer: Answer) -> bytes:
         "classes": answer.result.classes,
         "outputs": specs,
     }
+    if answer.steps is not None or answer.case is not None:  # a graph's: who answered, and what it answers
+        header.update(steps=answer.steps, case=answer.case, models=answer.models)
+    if answer.signature != answer.version.signature:  # a sequence's last step, a transform, what it exposes
+        header["signature"] = answer.signature.to_dict()
     head = json.dumps(header, separators=(",", ":")).encode()
     return len(head).to_bytes(4, "big") + head + b"".join(tail)
 

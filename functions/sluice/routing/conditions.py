@@ -1,7 +1,7 @@
 """Deciding a switch: which case each row of a request takes.
 
 Conditions are data (`sluice.domain.conditions`); here they are evaluated, vectorized, to one
-boolean per row. A request-level field (the routing key, a header) holds or not for every row
+boolean per row. A request-level field (the routing key, a header, a parameter) holds or not for every row
 alike; an input's value is read row by row. A row takes the first case whose condition holds,
 else the default (`len(cases)`): so a row takes the same case alone, in a request of many rows,
 or in a bulk call of many records.
@@ -10,7 +10,7 @@ or in a bulk call of many records.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,10 +33,26 @@ class Facts:
     headers: Mapping[str, str]
     arrays: Mapping[str, np.ndarray]
     feature_names: Mapping[str, tuple[str, ...]]  # input -> the names of its last axis' columns
+    parameters: Mapping[str, Any] = field(default_factory=dict)
 
     def header(self, name: str) -> str | None:
         found = self.headers.get(name)
         return found if found is not None else self.headers.get(name.lower())
+
+    def parameter(self, name: str) -> Any:
+        """A parameter as text, as a header reads (a number's digits, `true`/`false`); None
+        when absent; `OTHER` when it is a list or an object (it exists, and equals nothing)."""
+        found = self.parameters.get(name)
+        if found is None or isinstance(found, str):
+            return found
+        if isinstance(found, bool):
+            return "true" if found else "false"
+        if isinstance(found, int | float):
+            return repr(found)
+        return OTHER
+
+
+OTHER = object()  # a parameter's value that is not a string, a number or a boolean
 
 
 def decide(conditions: Sequence[Condition], facts: Facts) -> np.ndarray:
@@ -67,14 +83,21 @@ def holds_for(condition: Condition, facts: Facts) -> np.ndarray:
         return out
     if condition.source == "inputs":
         return _column_holds(condition, facts)
-    value = facts.routing_key if condition.source == "routing_key" else facts.header(condition.name)
-    return np.full(facts.rows, _scalar_holds(condition, value), dtype=bool)
+    return np.full(facts.rows, _scalar_holds(condition, request_value(condition, facts)), dtype=bool)
 
 
-def _scalar_holds(compare: Compare, found: str | None) -> bool:
+def request_value(compare: Compare, facts: Facts) -> Any:
+    """The request-level value a comparison reads (the routing key, a header or a parameter)."""
+    source = compare.source
+    if source == "routing_key":
+        return facts.routing_key
+    return facts.header(compare.name) if source == "headers" else facts.parameter(compare.name)
+
+
+def _scalar_holds(compare: Compare, found: Any) -> bool:
     if compare.op == "exists":
         return found is not None and found != ""
-    if found is None:
+    if found is None or found is OTHER:
         return compare.op == "!="
     wanted = compare.value
     if compare.op == "in":

@@ -1,9 +1,23 @@
 """Running a `transform` node's ops (`sluice.domain.transforms`) on NumPy arrays.
 
-Every op is vectorized over rows: one row and a million take the same code, and a row's
-answer never depends on the rows beside it. A vocabulary (its index built once per op) looks
-up text a row at a time, one dictionary lookup each; numbers, and hashes, are worked out once
-per distinct value (`np.unique`), then spread over the rows.
+A node's ops are compiled once, per node and per `select` columns, into a `Plan`: a list of
+steps, each a closure that holds its parameters already made (per-column means and spans as
+arrays of each float type, bucket boundaries, index arrays, a vocabulary's codes, labels), so
+a request pays the NumPy calls and little more (a parameter is an array of the tensor's type,
+not a Python number NumPy must type on each call). Element-wise ops that follow one another
+on one tensor (fill, standardize, min_max, clip, log1p, platt, each rewriting what the one
+before wrote) are one step. `concat` writes its parts into one array made for them.
+
+Every step is vectorized over rows: one row and a million take the same code, and a row's
+answer never depends on the rows beside it. A text vocabulary is looked up in C, one
+dictionary lookup a row (a value it does not hold is read as text once); numbers, and
+hashes, are worked out once per distinct value (`np.unique`), then spread over the rows.
+
+The plan also knows, from its ops alone, which tensors it gives hold finite numbers by
+construction (`Plan.finite`): a model fed by a transform is not made to look for NaN or
+infinity where no op could have made one, and keeps looking where one could (standardize and
+min_max divide, log1p of -1 or less, a cast or concat of FP64 into FP32, anything taken from
+a model's answer).
 """
 
 from __future__ import annotations
@@ -15,34 +29,75 @@ from typing import Any
 import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.domain.errors import InvalidRequest
-from sluice.domain.transforms import Concat, Keep, Rename, Select, TopK, Transform
+from sluice.domain.errors import InvalidInput, InvalidRequest
+from sluice.domain.transforms import Transform
+from sluice.routing.transform_finite import finite_outputs
+
+Arrays = dict[str, np.ndarray]
+Step = Callable[[Arrays], None]
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_STARTS = ("fill", "standardize", "min_max", "log1p", "platt")  # floats from any numbers
+_ELEMENT_WISE = (*_STARTS, "clip")  # clip keeps its input's type: it joins a chain, never starts one
+MAX_PLANS = 16  # a node takes what the step before gives: a few column choices at most
+MORE_CODES = 1024  # text outside a vocabulary remembered per op (a bound, whatever the traffic)
 
 
-def run_transform(node: Transform, arrays: dict[str, np.ndarray], columns: dict[int, list[int]]) -> dict[str, np.ndarray]:
+class Plan:
+    """A node's ops, compiled. `finite[checked]`: the tensors it gives that hold finite
+    numbers whatever the rows, when its inputs were checked for NaN and infinity (a first
+    step's, as the request's are) or not."""
+
+    __slots__ = ("finite", "steps")
+
+    def __init__(self, steps: list[Step], finite: dict[bool, frozenset[str]]) -> None:
+        self.steps = steps
+        self.finite = finite
+
+    def run(self, arrays: Arrays) -> Arrays:
+        out = dict(arrays)
+        for step in self.steps:
+            step(out)
+        return out
+
+
+def run_transform(node: Transform, arrays: Arrays, columns: dict[int, list[int]]) -> Arrays:
     """The tensors `node` gives for `arrays` (the policy was checked when saved; a tensor that
     is missing here is the caller's fault, a 400 naming it). `columns`: each `select` op's
     column indices, by the op's index (`domain.transform_specs.answer_specs` resolves them)."""
-    out = dict(arrays)
-    for i, op in enumerate(node.ops):
-        apply = _APPLY.get(op.op)
-        if apply is not None:  # the element-wise ops: one tensor in, one out
-            out[op.target] = apply(op, _get(out, op.input))
-        elif isinstance(op, Select):
-            out[op.target] = _columns(_get(out, op.input))[:, columns[i]]
-        elif isinstance(op, Keep):
-            out = {name: _get(out, name) for name in op.names}
-        elif isinstance(op, Concat):
-            out[op.output] = np.concatenate([_columns(_get(out, name)).astype(np.float32, copy=False) for name in op.inputs], axis=1)
-        elif isinstance(op, Rename):
-            out[op.output] = out.pop(op.input) if op.input in out else _get(out, op.input)
-        elif isinstance(op, TopK):
-            values, indices = _top_k(op, _get(out, op.input))
-            out[op.target], out[op.indices] = values, indices
-    return out
+    return plan_of(node, columns).run(arrays)
 
 
-def _get(arrays: dict[str, np.ndarray], name: str) -> np.ndarray:
+def plan_of(node: Transform, columns: dict[int, list[int]]) -> Plan:
+    key = tuple((i, tuple(c)) for i, c in columns.items()) if columns else ()
+    plan = node.plans.get(key)
+    if plan is None:
+        plan = Plan(_compile(node, columns), {True: finite_outputs(node, checked=True), False: finite_outputs(node, checked=False)})
+        if len(node.plans) < MAX_PLANS:
+            node.plans[key] = plan
+    return plan
+
+
+def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
+    steps: list[Step] = []
+    ops, i = node.ops, 0
+    while i < len(ops):
+        op = ops[i]
+        if op.op in _STARTS:  # with the element-wise ops after it that rewrite the tensor it wrote
+            chain = [op]
+            while i + len(chain) < len(ops):
+                after = ops[i + len(chain)]
+                if after.op not in _ELEMENT_WISE or after.input != chain[-1].target or after.target != after.input:
+                    break
+                chain.append(after)
+            steps.append(_chain(chain))
+            i += len(chain)
+            continue
+        steps.append(_MAKE[op.op](op, columns.get(i)))
+        i += 1
+    return steps
+
+
+def _get(arrays: Arrays, name: str) -> np.ndarray:
     if name not in arrays:
         raise InvalidRequest(f"the transform needs tensor '{name}', and the request has {sorted(arrays)}", field=f"inputs.{name}")
     return arrays[name]
@@ -53,43 +108,147 @@ def _columns(x: np.ndarray) -> np.ndarray:
 
 
 def _floats(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+    return x if x.dtype in _FLOATS else x.astype(np.float32)
 
 
-def _params(values: Any, x: np.ndarray) -> Any:
-    """Per-column values as an array of x's type; one number stays a Python number, which
-    NumPy takes in x's type (NEP 50), with no array built per request."""
-    return np.asarray(values, dtype=x.dtype) if isinstance(values, list) else values
+# Element-wise ops, one after another on one float array -------------------------------------
+def _chain(ops: list[Any]) -> Step:
+    source, target = ops[0].input, ops[-1].target
+    apply = [_ELEMENTWISE[op.op](op) for op in ops]
+
+    def step(out: Arrays) -> None:
+        y = _floats(_get(out, source))
+        for f in apply:
+            y = f(y)
+        out[target] = y
+
+    return step
 
 
-def _fill(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    return np.where(np.isnan(x), op.value, x)
+def _typed(values: Any) -> dict[np.dtype, np.ndarray]:
+    """A parameter as an array of each float type (0-d for one number): NumPy computes in the
+    tensor's type, as it does with a Python number (NEP 50), without working out a Python
+    number's type on every call."""
+    return {dtype: np.asarray(values, dtype=dtype) for dtype in _FLOATS}
 
 
-def _standardize(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    return (x - _params(op.mean, x)) / _params(op.std, x)
+def _fill(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    value = _typed(op.value)
+    return lambda y: np.where(np.isnan(y), value[y.dtype], y)
 
 
-def _min_max(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    low = np.asarray(op.min, dtype=x.dtype)
-    return (x - low) / (np.asarray(op.max, dtype=x.dtype) - low)
+def _standardize(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    mean, std = _typed(op.mean), _typed(op.std)
+    return lambda y: (y - mean[y.dtype]) / std[y.dtype]
 
 
-def _clip(op: Any, x: np.ndarray) -> np.ndarray:
-    return np.clip(x, op.min, op.max).astype(x.dtype, copy=False)
+def _min_max(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    low = _typed(op.min)
+    span = {dtype: np.asarray(op.max, dtype=dtype) - low[dtype] for dtype in _FLOATS}
+    return lambda y: (y - low[y.dtype]) / span[y.dtype]
 
 
-def _log1p(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.log1p(x)
+def _clip(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    low, high = op.min, op.max
+    return lambda y: np.clip(y, low, high)  # a float array: it stays one
 
 
-def _bucketize(op: Any, x: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.asarray(op.boundaries, dtype=np.float64), x, side="right").astype(np.int64)
+def _log1p(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    def f(y: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.log1p(y)
+
+    return f
+
+
+def _platt(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """1 / (1 + exp(-(a * x + b))), each operation in the array's type, as written."""
+    a, b, one = _typed(op.a), _typed(op.b), _typed(1.0)
+    return lambda y: one[y.dtype] / (one[y.dtype] + np.exp(-(a[y.dtype] * y + b[y.dtype])))
+
+
+_ELEMENTWISE: dict[str, Callable[[Any], Callable[[np.ndarray], np.ndarray]]] = {
+    "fill": _fill, "standardize": _standardize, "min_max": _min_max, "clip": _clip, "log1p": _log1p, "platt": _platt,
+}  # fmt: skip
+
+
+# The other ops: one step each ----------------------------------------------------------------
+def _one_in(op: Any, work: Callable[[np.ndarray], np.ndarray]) -> Step:
+    source, target = op.input, op.target
+
+    def step(out: Arrays) -> None:
+        out[target] = work(_get(out, source))
+
+    return step
+
+
+def _select(op: Any, columns: list[int] | None) -> Step:
+    at = np.asarray(columns if columns is not None else op.columns, dtype=np.intp)
+    return _one_in(op, lambda x: _columns(x)[:, at])
+
+
+def _rename(op: Any, _: Any) -> Step:
+    source, target = op.input, op.output
+
+    def step(out: Arrays) -> None:
+        out[target] = out.pop(source) if source in out else _get(out, source)
+
+    return step
+
+
+def _cast(op: Any, _: Any) -> Step:
+    dtype = V2_TO_NUMPY[op.datatype]
+    return _one_in(op, lambda x: x.astype(dtype))
+
+
+def _clip_alone(op: Any, _: Any) -> Step:
+    low, high = op.min, op.max
+    return _one_in(op, lambda x: np.clip(x, low, high).astype(x.dtype, copy=False))  # an integer input stays one
+
+
+def _bucketize(op: Any, _: Any) -> Step:
+    boundaries = np.asarray(op.boundaries, dtype=np.float64)
+    return _one_in(op, lambda x: np.searchsorted(boundaries, x, side="right").astype(np.int64, copy=False))
+
+
+class _Codes(dict):  # type: ignore[type-arg]
+    """A text vocabulary's codes by value, read in C (`codes[value]`). A value it does not
+    hold (a word outside it, bytes, a number) is read as text once and given its code or
+    `unknown`; text and bytes are remembered, up to MORE_CODES of them."""
+
+    __slots__ = ("most", "unknown")
+
+    def __init__(self, vocabulary: list[str], codes: Any, unknown: Any) -> None:
+        super().__init__(zip(vocabulary, codes, strict=True))
+        self.unknown = unknown
+        self.most = len(vocabulary) + MORE_CODES
+
+    def __missing__(self, value: Any) -> Any:
+        text = _text(value)
+        code = self.unknown if text is value else self.get(text, self.unknown)
+        if type(value) in (str, bytes) and len(self) < self.most:  # never a number: 1 == 1.0 == True
+            self[value] = code
+        return code
+
+    def lookup(self, x: np.ndarray, dtype: Any) -> np.ndarray:
+        values = x.reshape(-1).tolist()
+        try:
+            return np.fromiter(map(self.__getitem__, values), dtype=dtype, count=len(values))
+        except TypeError:  # a value that is not hashable: read as text
+            return np.array([self[_text(v)] for v in values], dtype=dtype)
+
+
+def _text(value: Any) -> str:
+    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _positions(op: Any, x: np.ndarray, text: _Codes | None) -> np.ndarray:
+    """Each row's index in the op's vocabulary, -1 for a value not in it."""
+    if text is not None and x.dtype == object:
+        return text.lookup(x, np.int64)
+    values, inverse = _distinct(x)
+    found = np.array([op.index.get(v, -1) for v in values], dtype=np.int64)
+    return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
 
 
 def _distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
@@ -103,39 +262,36 @@ def _distinct(x: np.ndarray) -> tuple[list[Any], np.ndarray]:
     return values.tolist(), inverse.reshape(-1)
 
 
-def _lookup(op: Any, x: np.ndarray) -> np.ndarray:
-    """Each row's index in the op's vocabulary, -1 for a value not in it."""
-    index = op.index
-    flat = x.reshape(-1)
-    if flat.dtype == object:  # text: one dictionary lookup a row (each row is read as text anyway)
-        return np.array([index.get(v if type(v) is str else _text(v), -1) for v in flat.tolist()], dtype=np.int64)
-    values, inverse = _distinct(flat)
-    found = np.array([index.get(v, -1) for v in values], dtype=np.int64)
-    return found[inverse] if len(values) else np.empty(0, dtype=np.int64)
+def _is_text(op: Any) -> bool:
+    return isinstance(op.vocabulary[0], str)
 
 
-def _text(value: Any) -> str:
-    return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
+def _one_hot(op: Any, _: Any) -> Step:
+    text = _Codes(op.vocabulary, range(len(op.vocabulary)), -1) if _is_text(op) else None
+    width, column = len(op.vocabulary) + (op.unknown == "column"), op.unknown == "column"
+
+    def work(x: np.ndarray) -> np.ndarray:
+        at = _positions(op, x, text)
+        out = np.zeros((at.shape[0], width), dtype=np.float32)
+        known = at >= 0
+        out[np.flatnonzero(known), at[known]] = 1.0
+        if column:
+            out[~known, -1] = 1.0
+        return out
+
+    return _one_in(op, work)
 
 
-def _one_hot(op: Any, x: np.ndarray) -> np.ndarray:
-    at = _lookup(op, x)
-    width = len(op.vocabulary) + (op.unknown == "column")
-    out = np.zeros((at.shape[0], width), dtype=np.float32)
-    known = at >= 0
-    out[np.flatnonzero(known), at[known]] = 1.0
-    if op.unknown == "column":
-        out[~known, -1] = 1.0
-    return out
+def _ordinal(op: Any, _: Any) -> Step:
+    text = _Codes(op.vocabulary, map(float, range(len(op.vocabulary))), op.unknown) if _is_text(op) else None
 
+    def work(x: np.ndarray) -> np.ndarray:
+        if text is not None and x.dtype == object:  # each row's code, or `unknown`, straight into the answer
+            return text.lookup(x, np.float32).reshape(-1, 1)
+        at = _positions(op, x, None)
+        return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
 
-def _ordinal(op: Any, x: np.ndarray) -> np.ndarray:
-    if x.dtype == object:  # text: each row's index, or `unknown`, straight into the answer
-        index, unknown = op.index, op.unknown
-        codes = [index.get(v if type(v) is str else _text(v), unknown) for v in x.reshape(-1).tolist()]
-        return np.array(codes, dtype=np.float32).reshape(-1, 1)
-    at = _lookup(op, x)
-    return np.where(at >= 0, at, op.unknown).astype(np.float32).reshape(-1, 1)
+    return _one_in(op, work)
 
 
 def stable_bucket(value: Any, buckets: int) -> int:
@@ -144,47 +300,85 @@ def stable_bucket(value: Any, buckets: int) -> int:
     return int.from_bytes(digest, "little") % buckets
 
 
-def _hash(op: Any, x: np.ndarray) -> np.ndarray:
-    values, inverse = _distinct(x)
-    found = np.array([stable_bucket(v, op.buckets) for v in values], dtype=np.int64)
-    return (found[inverse] if len(values) else np.empty(0, dtype=np.int64)).reshape(-1, 1)
+def _hash(op: Any, _: Any) -> Step:
+    def work(x: np.ndarray) -> np.ndarray:
+        values, inverse = _distinct(x)
+        found = np.array([stable_bucket(v, op.buckets) for v in values], dtype=np.int64)
+        return (found[inverse] if len(values) else np.empty(0, dtype=np.int64)).reshape(-1, 1)
+
+    return _one_in(op, work)
 
 
-def _softmax(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    e = np.exp(x - x.max(axis=-1, keepdims=True)) if x.size else x
-    return e / e.sum(axis=-1, keepdims=True) if x.size else x
+def _concat(op: Any, _: Any) -> Step:
+    """The parts side by side, made FP32 as they are put together (one NumPy call)."""
+    names, target = op.inputs, op.output
+
+    def step(out: Arrays) -> None:
+        parts = [_columns(_get(out, name)) for name in names]
+        try:
+            out[target] = np.concatenate(parts, axis=1, dtype=np.float32, casting="unsafe")
+        except ValueError:  # rows that do not pair up: tensors a caller sent with different numbers of rows
+            rows = {name: part.shape[0] for name, part in zip(names, parts, strict=True)}
+            raise InvalidInput(f"concat puts rows side by side, and its inputs have {rows} rows", field=f"inputs.{names[0]}") from None
+
+    return step
 
 
-def _argmax(op: Any, x: np.ndarray) -> np.ndarray:
-    at = np.argmax(x, axis=-1) if x.size else np.empty(0, dtype=np.int64)
-    if op.labels is None:
-        return at.astype(np.int64)
-    return np.array(op.labels, dtype=object)[at]
+def _softmax(op: Any, _: Any) -> Step:
+    def work(x: np.ndarray) -> np.ndarray:
+        x = _floats(x)
+        if not x.size:
+            return x
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    return _one_in(op, work)
 
 
-def _threshold(op: Any, x: np.ndarray) -> np.ndarray:
-    above = x.reshape(-1) >= op.cutoff
-    return np.array(op.labels, dtype=object)[above.view(np.uint8)] if op.labels else above
+def _argmax(op: Any, _: Any) -> Step:
+    labels = np.array(op.labels, dtype=object) if op.labels is not None else None
+
+    def work(x: np.ndarray) -> np.ndarray:
+        at = np.argmax(x, axis=-1) if x.size else np.empty(0, dtype=np.int64)
+        return at.astype(np.int64) if labels is None else labels[at]
+
+    return _one_in(op, work)
 
 
-def _top_k(op: TopK, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    x = _floats(x)
-    order = np.argsort(-x, axis=-1, kind="stable")[:, : op.k]
-    return np.take_along_axis(x, order, axis=-1), order.astype(np.int64)
+def _threshold(op: Any, _: Any) -> Step:
+    labels, cutoff = (np.array(op.labels, dtype=object) if op.labels else None), op.cutoff
+
+    def work(x: np.ndarray) -> np.ndarray:
+        above = x.reshape(-1) >= cutoff
+        return above if labels is None else labels[above.view(np.uint8)]
+
+    return _one_in(op, work)
 
 
-def _platt(op: Any, x: np.ndarray) -> np.ndarray:
-    x = _floats(x)
-    return 1.0 / (1.0 + np.exp(-(op.a * x + op.b)))  # Python numbers: computed in x's type (NEP 50)
+def _top_k(op: Any, _: Any) -> Step:
+    source, target, indices, k = op.input, op.target, op.indices, op.k
+
+    def step(out: Arrays) -> None:
+        x = _floats(_get(out, source))
+        order = np.argsort(-x, axis=-1, kind="stable")[:, :k]
+        out[target], out[indices] = np.take_along_axis(x, order, axis=-1), order.astype(np.int64)
+
+    return step
 
 
-def _cast(op: Any, x: np.ndarray) -> np.ndarray:
-    return x.astype(V2_TO_NUMPY[op.datatype])
+def _keep(op: Any, _: Any) -> Step:
+    names = op.names
+
+    def step(out: Arrays) -> None:
+        kept = {name: _get(out, name) for name in names}
+        out.clear()
+        out.update(kept)
+
+    return step
 
 
-_APPLY: dict[str, Callable[[Any, np.ndarray], np.ndarray]] = {
-    "cast": _cast, "fill": _fill, "standardize": _standardize, "min_max": _min_max, "clip": _clip, "log1p": _log1p,
-    "bucketize": _bucketize, "one_hot": _one_hot, "ordinal": _ordinal, "hash": _hash, "softmax": _softmax,
-    "argmax": _argmax, "threshold": _threshold, "platt": _platt,
+_MAKE: dict[str, Callable[[Any, list[int] | None], Step]] = {
+    "select": _select, "rename": _rename, "cast": _cast, "clip": _clip_alone, "bucketize": _bucketize, "one_hot": _one_hot,
+    "ordinal": _ordinal, "hash": _hash, "concat": _concat, "softmax": _softmax, "argmax": _argmax, "threshold": _threshold,
+    "top_k": _top_k, "keep": _keep,
 }  # fmt: skip

@@ -29,6 +29,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from sluice.counting import count_down
 from sluice.domain.errors import Overloaded, SluiceError, TenantOverloaded, TooManyInFlight
 
 if TYPE_CHECKING:
@@ -65,11 +66,7 @@ class InFlight:
 
     def leave(self, key: str) -> None:
         """One request of `key` is over (answered, failed or abandoned)."""
-        held = self._held.get(key, 0) - 1
-        if held > 0:
-            self._held[key] = held
-        else:
-            self._held.pop(key, None)
+        count_down(self._held, key)
 
     @contextlib.contextmanager
     def held(self, key: str) -> Iterator[None]:
@@ -127,11 +124,7 @@ class Capacity:
 
     def leave(self, tenant: str) -> None:
         """One prediction of `tenant` is over (answered, failed or abandoned)."""
-        held = self._held.get(tenant, 0) - 1
-        if held > 0:
-            self._held[tenant] = held
-        else:
-            self._held.pop(tenant, None)
+        count_down(self._held, tenant)
         self.total = max(0, self.total - 1)
 
     def count(self, tenant: str | None = None) -> int:

@@ -38,10 +38,10 @@ from sluice.domain.transforms import Transform
 from sluice.registry.guards import MAX_REFS_READ
 from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
+from sluice.services.deployment_stats import deployment_stats
 from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
 from sluice.services.precomputed_checks import check_tables
-from sluice.stats.verdicts import comparison, fallback_rate, traffic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -369,30 +369,7 @@ class DeploymentService:
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
         counters = self._read_stats(principal.tenant, name, rev)
-        variants: dict[str, Any] = {}
-        mirrors: dict[str, Any] = {}
-        graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}, "sources": {}}  # a switch's cases, a sequence's steps, precomputed rows
-        for subject, c in sorted(counters.items()):
-            kind, _, label = subject.partition(":")
-            if kind == "variant":
-                variants[label] = {**traffic(c), **_reward(c)}
-            elif kind == "mirror":
-                mirrors[label] = {**traffic(c), **comparison(c)}
-            elif kind == "case":  # the rows that took it too: a switch on input values decides row by row
-                graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
-            elif kind == "step":
-                graph["steps"][label] = traffic(c)
-            elif kind == "source":  # a precomputed node's rows, by where their answers came from
-                graph["sources"][label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
-        return {
-            "deployment": name,
-            "revision": rev,
-            "overall": traffic(counters.get("deployment", {})),
-            "variants": variants,
-            "mirrors": mirrors,
-            **{name: found for name, found in graph.items() if found},
-            **fallback_rate(graph["sources"]),
-        }
+        return deployment_stats(name, rev, counters, parse_policy(dep.policy))
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:
         """Credit `reward` (0..1) to the variant that answered `request_id`; returns its name."""
@@ -411,8 +388,3 @@ class DeploymentService:
             self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()
         return variant
-
-
-def _reward(counters: dict[str, float]) -> dict[str, Any]:
-    n = counters.get("reward_n", 0)
-    return {"rewards": int(n), "mean_reward": round(counters.get("reward_sum", 0) / n, 6)} if n else {}

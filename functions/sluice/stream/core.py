@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
-from sluice.codecs.plain import present_rows, who_answered
+from sluice.codecs.plain import present_rows, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
@@ -214,19 +214,21 @@ class StreamScorer:
             who.pop("latency_ms", None)  # the call's, not the record's
             head = {"deployment": prediction.resolved.deployment.name, **who}
             chosen = result.records
-            if result.offsets is None and isinstance(chosen, slice) and chosen.stop <= first:  # hot records only: a row each
+            mixed = isinstance(answer.case, list)  # rows took different switch cases: each record says its own
+            if result.offsets is None and isinstance(chosen, slice) and chosen.stop <= first and not mixed:  # hot records only: a row each
                 for (index, rid, _), row in zip(hot[chosen], rows, strict=True):
                     outcomes[index].output = {"id": rid, "source": records[index].position, **head, **row}
                 continue
             for j, position in enumerate(_positions(chosen)):
                 own = rows[result.rows_of(j)]
+                mine = who_of_rows(head, result.rows_of(j)) if mixed else head
                 if position < first:
                     index, rid = hot[position][:2]
-                    outcomes[index].output = {"id": rid, "source": records[index].position, **head, **own[0]}
+                    outcomes[index].output = {"id": rid, "source": records[index].position, **mine, **own[0]}
                     continue
                 item = full[position - first]
                 body = {"predictions": own} if item.several else own[0]
-                outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **head, **body}
+                outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **mine, **body}
 
     def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
         out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from sluice.domain.values import VersionNumber
 from sluice.types.base import WireModel
@@ -32,6 +32,9 @@ class PredictionRequest(WireModel):
         None, max_length=256, description="Sticky routing for splits (e.g. a user id); also read from the header the policy names."
     )
     variant: str | None = Field(None, max_length=64, description="Ask for a split's variant by name.")
+    parameters: dict[Annotated[str, Field(max_length=64)], StrictStr | StrictBool | StrictInt | StrictFloat] | None = Field(
+        None, max_length=32, description="Request parameters (strings, numbers, booleans) a switch's conditions may read (`parameters.<name>`)."
+    )
     options: PredictionOptions = Field(default_factory=PredictionOptions)
 
     model_config = {
@@ -68,6 +71,11 @@ class PredictionResponse(WireModel):
     latency_ms: float
     variant: str | None = Field(None, description="The split variant(s) that answered, outermost first.")
     members: list[MemberReport] | None = Field(None, description="An ensemble's members: who answered, and how fast.")
+    case: str | list[str] | None = Field(None, description="The switch case taken; one per row where rows took different cases.")
+    models: list[str] | None = Field(
+        None, description="Where rows took different switch cases: the version that answered each row ('model:version'); model and version are the first row's."
+    )
+    steps: list[dict[str, Any]] | None = Field(None, description="A sequence's steps, in order: name, model, version (or kind transform) and latency.")
     cached: bool | None = Field(None, description="True when the prediction cache answered (nothing was computed).")
     prediction: Any = None
     probabilities: dict[str, float] | None = None

@@ -16,6 +16,7 @@ from sluice.domain.objects import (
 from sluice.domain.policy import Node
 from sluice.domain.values import RevisionNumber, VersionNumber
 from sluice.types.base import WireModel
+from sluice.types.v2 import MetadataTensor
 
 
 class TensorSpecOut(WireModel):
@@ -151,6 +152,15 @@ class DeploymentOut(WireModel):
     created_at: float
     updated_at: float
     updated_by: str
+
+
+class DeploymentDetail(DeploymentOut):
+    """One deployment (`GET /api/v1/deployments/{name}`), with what its policy takes and answers."""
+
+    inputs: list[MetadataTensor] | None = Field(
+        None, description="The inputs a caller sends: the first step's (a leading transform's declared inputs), as the v2 model metadata shows them."
+    )
+    outputs: list[MetadataTensor] | None = Field(None, description="What the answer holds: a sequence's last step's outputs and those it exposes.")
 
 
 class DeploymentChangeOut(WireModel):

@@ -70,6 +70,27 @@ def lambda_dispatch(aws: None, monkeypatch: pytest.MonkeyPatch) -> Callable[[str
     return register
 
 
+class Recorded:
+    """What boto3 clients were asked: `calls`, each operation's name in the order made;
+    `sent`, each operation's request parameters in that order. Both are taken as a request's
+    parameters are built: a botocore Stubber answers before any other `before-call` hook."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.sent: dict[str, list[dict[str, Any]]] = {}
+
+    def watch(self, *clients: Any) -> None:
+        for client in clients:
+            client.meta.events.register("before-parameter-build", self._params)
+            client.meta.events.register("before-parameter-build", self._call)
+
+    def _call(self, model: Any, **_: Any) -> None:
+        self.calls.append(model.name)
+
+    def _params(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        self.sent.setdefault(model.name, []).append(dict(params))
+
+
 def sagemaker_settings(home: Path) -> Settings:
     """A local service at `home` that deploys SageMaker endpoints (on moto: call under `aws`),
     its store in a new S3 bucket, its deployments read afresh on every request."""

@@ -33,7 +33,7 @@ from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION
+from tests.integration.aws.conftest import REGION, Recorded
 from tests.integration.conftest import auth
 
 ACCOUNT = "123456789012"
@@ -156,12 +156,10 @@ class World(SimpleNamespace):
 def world(mlp_service: Container) -> World:
     container = mlp_service
     clients = {name: boto3.client(name, region_name=REGION) for name in ("sagemaker", "application-autoscaling", "cloudwatch")}
-    sent: dict[str, list[dict[str, Any]]] = {}
-    calls: list[str] = []
-    account = Account(sent=sent, calls=calls, tags=[])
+    recorded = Recorded()
+    account = Account(sent=recorded.sent, calls=recorded.calls, tags=[])
     for name, client in clients.items():
-        client.meta.events.register("before-parameter-build", lambda model, params, **_: sent.setdefault(model.name, []).append(dict(params)))
-        client.meta.events.register("before-parameter-build", lambda model, **_: calls.append(model.name))
+        recorded.watch(client)
         stub = Stubber(client)
         stub.activate()
         setattr(account, {"application-autoscaling": "autoscaling"}.get(name, name), stub)

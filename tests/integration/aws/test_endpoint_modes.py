@@ -22,7 +22,7 @@ from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
-from tests.integration.aws.conftest import BUCKET, REGION
+from tests.integration.aws.conftest import BUCKET, REGION, Recorded
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import auth, run_cli
 
@@ -57,8 +57,7 @@ class World(SimpleNamespace):
 @pytest.fixture
 def world(mlp_service: Container) -> World:
     container = mlp_service
-    calls: list[str] = []
-    sent: dict[str, list[dict[str, Any]]] = {}
+    recorded = Recorded()
     # The adapter's clients, by the names it takes them under.
     clients = {
         "sagemaker": boto3.client("sagemaker", region_name=REGION),
@@ -66,9 +65,7 @@ def world(mlp_service: Container) -> World:
         "cloudwatch": boto3.client("cloudwatch", region_name=REGION),
         "sns": boto3.client("sns", region_name=REGION),
     }
-    for client in clients.values():
-        client.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
-        client.meta.events.register("before-parameter-build", lambda model, params, **_: sent.setdefault(model.name, []).append(dict(params)))
+    recorded.watch(*clients.values())
     container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ROLE, **clients)
     _, admin = container.keys.create("acme", ["admin", "predict"])
     _, globex = container.keys.create("globex", ["admin", "predict"])
@@ -76,8 +73,8 @@ def world(mlp_service: Container) -> World:
         container=container,
         client=TestClient(create_app(container)),
         keys={"acme": admin, "globex": globex},
-        calls=calls,
-        sent=sent,
+        calls=recorded.calls,
+        sent=recorded.sent,
         **clients,
     )
 

@@ -26,7 +26,7 @@ from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.services.rollouts import RolloutService
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION
+from tests.integration.aws.conftest import REGION, Recorded
 from tests.integration.conftest import auth
 from tests.support import Clock
 
@@ -100,12 +100,8 @@ class World(SimpleNamespace):
 def world(mlp_service: Container) -> World:
     container = mlp_service
     sagemaker = boto3.client("sagemaker", region_name=REGION)
-    sent: dict[str, list[dict[str, Any]]] = {}
-
-    def keep(model: Any, params: dict[str, Any], **_: Any) -> None:
-        sent.setdefault(model.name, []).append(dict(params))
-
-    sagemaker.meta.events.register("before-parameter-build", keep)
+    recorded = Recorded()
+    recorded.watch(sagemaker)
     update = UpdateEndpointOnMoto(sagemaker)
     container.endpoint_control = SageMakerEndpoints(
         container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker,
@@ -117,7 +113,7 @@ def world(mlp_service: Container) -> World:
     _, key = container.keys.create("acme", ["admin", "predict"])
     return World(
         container=container, client=TestClient(create_app(container)), key=key, sagemaker=sagemaker,
-        sent=sent, rollouts=rollouts, clock=clock, update=update,
+        sent=recorded.sent, rollouts=rollouts, clock=clock, update=update,
     )  # fmt: skip
 
 

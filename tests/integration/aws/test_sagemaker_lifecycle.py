@@ -23,7 +23,7 @@ from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
-from tests.integration.aws.conftest import BUCKET, REGION
+from tests.integration.aws.conftest import BUCKET, REGION, Recorded
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import api_keys, auth
 from tests.integration.triton.conftest import mlp_onnx
@@ -57,32 +57,15 @@ class World(SimpleNamespace):
     autoscaling: Any
 
 
-def _recorder(calls: list[str]) -> Callable[..., None]:
-    def record(model: Any, **_: Any) -> None:
-        calls.append(model.name)
-
-    return record
-
-
-def _params(sent: dict[str, list[dict[str, Any]]]) -> Callable[..., None]:
-    def record(model: Any, params: dict[str, Any], **_: Any) -> None:
-        sent.setdefault(model.name, []).append(dict(params))
-
-    return record
-
-
 @pytest.fixture
 def world(mlp_service: Container) -> World:
     container = mlp_service
     wired = build_endpoint_control(container.settings, container.store)
     assert isinstance(wired, SageMakerEndpoints) and (wired.role_arn, wired.region) == (ROLE, REGION)
-    calls: list[str] = []
-    sent: dict[str, list[dict[str, Any]]] = {}
+    recorded = Recorded()
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     autoscaling = boto3.client("application-autoscaling", region_name=REGION)
-    for client in (sagemaker, autoscaling):
-        client.meta.events.register("before-call", _recorder(calls))
-        client.meta.events.register("before-parameter-build", _params(sent))
+    recorded.watch(sagemaker, autoscaling)
     # The same adapter, on clients this test watches.
     container.endpoint_control = SageMakerEndpoints(
         container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker, autoscaling=autoscaling
@@ -92,8 +75,8 @@ def world(mlp_service: Container) -> World:
         container=container,
         client=TestClient(create_app(container)),
         keys=keys,
-        calls=calls,
-        sent=sent,
+        calls=recorded.calls,
+        sent=recorded.sent,
         sagemaker=sagemaker,
         autoscaling=autoscaling,
     )

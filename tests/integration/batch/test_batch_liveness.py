@@ -40,6 +40,7 @@ from tests.conftest import MODELS
 from tests.e2e.conftest import start_sluice
 from tests.integration.batch.inputs import iris_rows, write_input
 from tests.integration.conftest import auth
+from tests.support import connection_refused
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -245,7 +246,7 @@ def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_s
     assert {j.status for j in container.registry.list_jobs("acme")} == {"RUNNING"}  # as the process left them
     try:
         deadline = time.monotonic() + 30
-        while not _refused(port):  # its workers saw it gone: they drained and let go of the port
+        while not connection_refused(port):  # its workers saw it gone: they drained and let go of the port
             assert time.monotonic() < deadline, "the killed server's workers still hold its port"
             time.sleep(0.1)
     finally:
@@ -284,14 +285,6 @@ def _children(pid: int) -> list[int]:
             if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
                 found.append(int(stat.parent.name))
     return found
-
-
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except ConnectionRefusedError:
-        return True
-    return False
 
 
 # A process on another host: only its heartbeat can tell -------------------------------------

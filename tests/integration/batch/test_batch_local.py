@@ -266,3 +266,16 @@ def test_results_are_owner_only_whatever_the_umask(batch: Container, acme: Princ
     assert {"in-out", "in-out/errors", f"home/batch/work/{acme.tenant}/{job.id}"} <= set(folders)
     assert set(folders.values()) == {0o700}, folders
     assert (work / acme.tenant / job.id / "chunks.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_switch_counts_each_row_under_the_version_that_answered_it(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    batch.models.push(acme, "iris", (Path(__file__).parents[3] / "models" / "iris_forest.onnx").read_bytes())
+    short = {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
+    batch.deployments.create(acme, "petals", {"kind": "switch", "cases": [{"name": "short", "when": short, "target": {"kind": "single", "model": "iris", "version": 1}}],
+                                              "default": {"kind": "single", "model": "iris", "version": 2}})  # fmt: skip
+    rows = iris_rows(200)
+    job = run_job(batch, acme, write_input(tmp_path / "in.parquet", rows), deployment="petals")
+    assert job.status == "SUCCEEDED", job.error
+    manifest = json.loads((local_path(job.output_uri) / "_manifest.json").read_text())
+    shorts = sum(r["petal_length"] < 2.5 for r in rows)
+    assert 0 < shorts < len(rows) and manifest["versions"] == {"iris:1": shorts, "iris:2": len(rows) - shorts}

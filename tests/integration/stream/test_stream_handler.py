@@ -355,3 +355,23 @@ def test_a_record_naming_a_feature_twice_is_refused_not_scored_with_the_last_val
     assert out["again"]["field"] == "id"  # the parser kept the last id; the record is refused all the same
     assert out["a, b: c"]["prediction"] == "setosa"
     assert [out[f"tx-{n}"]["prediction"] for n in range(3)] == ["setosa", "virginica", "setosa"]
+
+
+def test_a_switch_scores_a_stream_and_each_record_names_its_own_case_and_version(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """The SQS event of `events/` (a setosa by features, a virginica by inputs) through a switch
+    on petal length: one bulk call whose rows take different cases; each output says its own."""
+    from tests.conftest import MODELS
+    from tests.support import single
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    short = {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
+    demo.deployments.create(acme, "petals", {"kind": "switch", "cases": [{"name": "short", "when": short, "target": single("iris", 1)}], "default": single("iris", 2)})
+    sqs, url = _queue("petal-scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="petals")
+    assert handle(load("stream_sqs")) == {"batchItemFailures": []}
+    out = sorted(_drain(sqs, url), key=lambda o: o["id"])
+    assert [(o["id"], o["prediction"], o["case"], o["model"], o["version"]) for o in out] == [
+        ("tx-1", "setosa", "short", "iris", 1),
+        ("tx-2", "virginica", "default", "iris", 2),
+    ]
+    assert all("models" not in o for o in out)  # a record of one row took one case

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, DeploymentsDep, PrincipalDep
+from sluice.api.deps import AdminDep, DeploymentsDep, PredictionsDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.errors import BadRequest
@@ -15,6 +16,7 @@ from sluice.domain.values import RevisionNumber
 from sluice.types.management import (
     DeploymentChangeOut,
     DeploymentCreate,
+    DeploymentDetail,
     DeploymentOut,
     DeploymentUpdate,
     Feedback,
@@ -53,9 +55,12 @@ def list_deployments(principal: AdminDep, deployments: DeploymentsDep) -> JSONRe
     return JSONResponse([deployment_out(d) for d in deployments.list(principal)])
 
 
-@router.get("/{name}", response_model=DeploymentOut, summary="Get a deployment")
-def get_deployment(name: str, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
-    return JSONResponse(deployment_out(deployments.get(principal, name)))
+@router.get("/{name}", response_model=DeploymentDetail, summary="Get a deployment, with the inputs a caller sends and the outputs it answers")
+async def get_deployment(name: str, principal: AdminDep, deployments: DeploymentsDep, predictions: PredictionsDep) -> JSONResponse:
+    from sluice.inference.metadata import tensors_of
+
+    deployment = await run_in_threadpool(deployments.get, principal, name)
+    return JSONResponse({**deployment_out(deployment), **await tensors_of(predictions, principal, deployment)})
 
 
 @router.put("/{name}", response_model=DeploymentOut, summary="Point a deployment at a new target")

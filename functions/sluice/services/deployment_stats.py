@@ -1,0 +1,71 @@
+"""A deployment's statistics as the API and `sluice deployments stats` show them: the whole
+deployment, each split's variants (with their rewards), each shadow's mirrors (with how they
+compare), each switch's cases (with the rows they took) and each sequence's steps, in the
+policy's order; a precomputed node's rows by source, and the share answered live."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain.graphs import DEFAULT_CASE
+from sluice.domain.policy import Sequence, Switch, walk
+from sluice.stats.verdicts import comparison, fallback_rate, traffic
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sluice.domain.policy import Node
+
+
+def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[str, float]], policy: Node) -> dict[str, Any]:
+    """The counters of one revision (`subject -> counter -> value`) as the statistics read."""
+    variants: dict[str, Any] = {}
+    mirrors: dict[str, Any] = {}
+    graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
+    sources: dict[str, Any] = {}
+    for subject, c in sorted(counters.items()):
+        kind, _, label = subject.partition(":")
+        if kind == "variant":
+            variants[label] = {**traffic(c), **_reward(c)}
+        elif kind == "mirror":
+            mirrors[label] = {**traffic(c), **comparison(c)}
+        elif kind == "case":  # the rows it took too: rows of one request may take different cases
+            graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
+        elif kind == "step":
+            graph["steps"][label] = traffic(c)
+        elif kind == "source":  # a precomputed node's rows, by where their answers came from
+            sources[label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
+    if any(graph.values()):  # in the policy's order: a sequence's steps as they run
+        order: dict[str, int] = {}
+        for subject in _graph_subjects(policy):
+            order.setdefault(subject, len(order))
+        graph = {
+            kind: dict(sorted(found.items(), key=lambda item, k=kind[:-1]: order.get(f"{k}:{item[0]}", len(order))))
+            for kind, found in graph.items()
+        }
+    return {
+        "deployment": name,
+        "revision": revision,
+        "overall": traffic(counters.get("deployment", {})),
+        "variants": variants,
+        "mirrors": mirrors,
+        **{kind: found for kind, found in graph.items() if found},
+        **({"sources": sources, **fallback_rate(sources)} if sources else {}),
+    }
+
+
+def _graph_subjects(node: Node) -> list[str]:
+    """Each sequence's step (`step:<name>`) and each switch's case (`case:<name>`, then
+    `case:default`), in the policy's order."""
+    out: list[str] = []
+    for n in walk(node):
+        if isinstance(n, Sequence):
+            out += [f"step:{s.name}" for s in n.steps]
+        elif isinstance(n, Switch):
+            out += [*(f"case:{c.name}" for c in n.cases), f"case:{DEFAULT_CASE}"]
+    return out
+
+
+def _reward(counters: Mapping[str, float]) -> dict[str, Any]:
+    n = counters.get("reward_n", 0)
+    return {"rewards": int(n), "mean_reward": round(counters.get("reward_sum", 0) / n, 6)} if n else {}
