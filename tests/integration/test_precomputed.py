@@ -174,3 +174,20 @@ def predict(c: Container, principal: Principal, deployment: str, rows: np.ndarra
 
 def run_predict(c: Container, principal: Principal, request: PredictionRequest) -> Any:
     return asyncio.run(c.predictions.predict(principal, request))
+
+
+def test_a_schedule_publishes_each_run(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    """`publish` on a schedule travels to each run's job: a run here, and the job
+    specification EventBridge starts the state machine with on AWS."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.specs import ExecutionSpec
+
+    users_csv(tmp_path / "users-2026-11-28.csv", ["u1"], 0.01)
+    schedule = demo.schedules.create(
+        acme, name="nightly", deployment="diabetes", input_uri=str(tmp_path / "users-{date}.csv"), expression="cron(0 2 * * *)",
+        operator=True, publish={"table": "recs", "key": "user", "ttl_s": 3600},
+    )  # fmt: skip
+    job = demo.schedules.start_run(schedule, 1795917600.0)  # 2026-11-28 02:00 UTC
+    assert job.publish is not None and (job.publish.table, job.publish.key, job.publish.ttl_s) == ("recs", "user", 3600)
+    spec = ExecutionSpec.parse({**target_input(schedule), "scheduled_time": "2026-11-28T02:00:00Z"})
+    assert spec.publish == job.publish
