@@ -19,7 +19,7 @@ from aws_cdk import App, Environment, Stack, Tags
 from infra.aspects import apply_defaults
 from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_config
 from infra.constructs.functions import FunctionPlatform, functions_of
-from infra.constructs.grants import FunctionSteps
+from infra.constructs.grants import FunctionSteps, LookupSources
 from infra.nag import register_checks
 from infra.naming import ARTIFACTS_PREFIX, ResourceNames
 from infra.stacks.api import ApiStack
@@ -84,7 +84,7 @@ def build_app(
         **common,
         "platform": platform,
         "endpoint_names": [names.endpoint(e.name) for e in config.endpoints],
-        "function_steps": FunctionSteps(config.graphs.allowlist),
+        "function_steps": FunctionSteps(config.graphs.allowlist, LookupSources(config.graphs.lookup_sources)),
     }
     components: dict[str, Stack] = {}
 
@@ -132,6 +132,7 @@ def build_app(
         api_stage=config.api.stage_name,
         function_names=function_names,
         streams=streams.watched if streams is not None else [],
+        lookups=bool(config.graphs.lookups),
         **common,
     )  # fmt: skip
 

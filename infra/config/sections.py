@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from infra.config.base import TENANT, Section
 
@@ -231,6 +231,13 @@ class AlarmsConfig(Section):
         description="Share of precomputed nodes' rows answered live (a table that was not "
         "published, expired, or misses many entities), for three periods of 5 minutes.",
     )
+    lookup_error_percent: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description="Share of graphs' lookup steps whose store failed (throttled, refused, "
+        "unreachable), where `graphs.lookups` lists any store.",
+    )
 
     @property
     def wants_topic(self) -> bool:
@@ -262,6 +269,27 @@ class TenantFunctions(Section):
         return arns
 
 
+DYNAMODB_TABLE = r"^[A-Za-z0-9_.-]{3,255}$"
+FEATURE_GROUP = r"^[A-Za-z0-9]([-_]*[A-Za-z0-9]){0,63}$"
+
+
+class TenantLookups(Section):
+    tenant: str = Field(pattern=TENANT)
+    tables: tuple[str, ...] = Field((), description="DynamoDB tables this tenant's `lookup` steps may read.")
+    feature_groups: tuple[str, ...] = Field((), description="SageMaker feature groups this tenant's `lookup` steps may read.")
+
+    @field_validator("tables", "feature_groups")
+    @classmethod
+    def _names(cls, names: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        pattern = DYNAMODB_TABLE if info.field_name == "tables" else FEATURE_GROUP
+        for name in names:
+            if not re.fullmatch(pattern, name):
+                raise ValueError(f"{name!r} is not a {'DynamoDB table' if info.field_name == 'tables' else 'feature group'} name")
+        if len(set(names)) != len(names):
+            raise ValueError("a name is listed twice")
+        return names
+
+
 class GraphsConfig(Section):
     """Inference graphs (docs/graphs.md)."""
 
@@ -273,9 +301,17 @@ class GraphsConfig(Section):
         "none: no statement, no variable.",
     )
 
-    @field_validator("functions")
+    lookups: tuple[TenantLookups, ...] = Field(
+        (),
+        description="The online stores each tenant's `lookup` steps may read: the functions that "
+        "predict get `dynamodb:BatchGetItem` on those tables and `sagemaker:BatchGetRecord` and "
+        "`sagemaker:GetRecord` on those feature groups, one statement each, and the list as "
+        "SLUICE_LOOKUP_SOURCES; none: no statement, no variable.",
+    )
+
+    @field_validator("functions", "lookups")
     @classmethod
-    def _one_entry_per_tenant(cls, entries: tuple[TenantFunctions, ...]) -> tuple[TenantFunctions, ...]:
+    def _one_entry_per_tenant(cls, entries: tuple[TenantFunctions | TenantLookups, ...]) -> tuple[TenantFunctions | TenantLookups, ...]:
         names = [e.tenant for e in entries]
         if len(names) != len(set(names)):
             raise ValueError("each tenant has one entry (list all its ARNs there)")
@@ -285,3 +321,8 @@ class GraphsConfig(Section):
     def allowlist(self) -> dict[str, list[str]]:
         """`{tenant: [ARN, …]}`, as SLUICE_FUNCTION_ARNS holds it."""
         return {e.tenant: list(e.arns) for e in self.functions}
+
+    @property
+    def lookup_sources(self) -> dict[str, list[str]]:
+        """`{tenant: ["dynamodb:TABLE", "sagemaker:GROUP", …]}`, as SLUICE_LOOKUP_SOURCES holds it."""
+        return {e.tenant: [*(f"dynamodb:{t}" for t in e.tables), *(f"sagemaker:{g}" for g in e.feature_groups)] for e in self.lookups}

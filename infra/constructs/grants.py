@@ -55,6 +55,7 @@ class FunctionSteps:
     None configured: no statement and no variable."""
 
     allowlist: Mapping[str, Sequence[str]]
+    lookups: LookupSources | None = None  # and the online stores graphs' lookup steps read
 
     @property
     def arns(self) -> list[str]:
@@ -72,6 +73,35 @@ class FunctionSteps:
             owner.role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=["lambda:InvokeFunction"], resources=[arn]))
         for variable, value in self.environment.items():
             owner.function.add_environment(variable, value)
+        if self.lookups is not None:
+            self.lookups.grant_to(owner)
+
+
+@dataclass(frozen=True)
+class LookupSources:
+    """The online stores graphs' `lookup` steps read (`graphs.lookups` in the config), as
+    `{tenant: ["dynamodb:TABLE", "sagemaker:GROUP", …]}`: each function that predicts may read
+    exactly these — `dynamodb:BatchGetItem` on each table, `sagemaker:BatchGetRecord` and
+    `GetRecord` on each feature group (SageMaker writes its names in lower case in ARNs), one
+    statement each — and is told the list per tenant as SLUICE_LOOKUP_SOURCES, which sluice
+    checks on every save and call. None configured: no statement and no variable."""
+
+    sources: Mapping[str, Sequence[str]]
+
+    def grant_to(self, owner: SluiceFunction) -> None:
+        stack = Stack.of(owner.function)
+        for source in sorted({s for names in self.sources.values() for s in names}):
+            store, _, name = source.partition(":")
+            sid = "LookupSource" + hashlib.sha256(source.encode()).hexdigest()[:16]
+            if store == "dynamodb":
+                actions, arn = ["dynamodb:BatchGetItem"], stack.format_arn(service="dynamodb", resource="table", resource_name=name)
+            else:
+                actions = ["sagemaker:BatchGetRecord", "sagemaker:GetRecord"]
+                arn = stack.format_arn(service="sagemaker", resource="feature-group", resource_name=name.lower())
+            owner.role.add_to_principal_policy(iam.PolicyStatement(sid=sid, actions=actions, resources=[arn]))
+        if self.sources:
+            value = json.dumps({t: list(s) for t, s in sorted(self.sources.items())}, separators=(",", ":"))
+            owner.function.add_environment("SLUICE_LOOKUP_SOURCES", value)
 
 
 READ_OBJECTS = ("s3:GetObject",)

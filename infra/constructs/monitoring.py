@@ -48,6 +48,11 @@ def total(metrics: dict[str, cw.IMetric], label: str) -> cw.MathExpression:
     )
 
 
+def lookup_metric(name: str) -> cw.Metric:
+    """A lookup steps' EMF metric (`LookupCalls`, `LookupErrors`), written with no dimension."""
+    return cw.Metric(namespace=METRICS_NAMESPACE, metric_name=name, statistic="Sum", period=FIVE_MINUTES)
+
+
 class Metrics:
     """Five-minute metrics of one deployment of sluice."""
 

@@ -17,7 +17,7 @@ from constructs import Construct
 
 from infra.config import AlarmsConfig
 from infra.constructs.grants import state_machine_arn
-from infra.constructs.monitoring import Alarms, Metrics, percent, search, total
+from infra.constructs.monitoring import Alarms, Metrics, lookup_metric, percent, search, total
 from infra.constructs.stream_pipeline import StreamWatch
 from infra.naming import ResourceNames
 
@@ -40,6 +40,7 @@ class ObservabilityStack(Stack):
         api_stage: str,
         function_names: Sequence[str],
         streams: Sequence[StreamWatch],
+        lookups: bool = False,
         **kwargs,
     ) -> None:
         """`function_names`: the functions the other stacks made; `streams`: what the streams
@@ -114,6 +115,13 @@ class ObservabilityStack(Stack):
         )
         for stream in streams:
             self._stream_alarms(stream, metrics, alarms.stream_error_percent)
+        if lookups:  # graphs' lookup steps read the stores `graphs.lookups` lists
+            add(
+                "LookupErrorRate",
+                percent(("errors", lookup_metric("LookupErrors")), ("lookups", lookup_metric("LookupCalls")), "lookup errors %"),
+                threshold=alarms.lookup_error_percent,
+                description=f"More than {alarms.lookup_error_percent}% of lookup steps failed reading their store",
+            )
         self._dashboard(names, metrics, function_names)
 
     def _stream_alarms(self, stream: StreamWatch, metrics: Metrics, error_percent: float) -> None:

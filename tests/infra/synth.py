@@ -47,6 +47,10 @@ FUNCTION_STEP_ARNS = (
     "arn:aws:lambda:eu-west-1:210987654321:function:acme-geo:live",
 )
 
+# The online stores the full config lets the tenant's lookup steps read.
+LOOKUP_TABLES = ("acme-customers", "acme-merchants")
+LOOKUP_FEATURE_GROUPS = ("Acme-Customer-Features",)
+
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
     "tags": {"owner": "ml-platform"},
@@ -68,7 +72,10 @@ FULL_CONFIG: dict[str, Any] = {
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9, "upload_cors_origins": ["https://app.example.com"]},
     "alarms": {"emails": ["oncall@example.com"]},
-    "graphs": {"functions": [{"tenant": "acme", "arns": list(FUNCTION_STEP_ARNS)}]},
+    "graphs": {
+        "functions": [{"tenant": "acme", "arns": list(FUNCTION_STEP_ARNS)}],
+        "lookups": [{"tenant": "acme", "tables": list(LOOKUP_TABLES), "feature_groups": list(LOOKUP_FEATURE_GROUPS)}],
+    },
     "streams": [
         {
             "name": "orders",

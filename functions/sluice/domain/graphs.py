@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature
 
 DEFAULT_CASE = "default"
-STEPS_ONLY = ("transform", "function")  # kinds that run only as a sequence's step, with no model version
+STEPS_ONLY = ("transform", "function", "lookup")  # kinds that run only as a sequence's step, with no model version
 
 
 def check_graph_node(node: Sequence | Switch, *, field: str) -> list[tuple[str, Node]]:
@@ -29,19 +29,20 @@ def _sequence(node: Sequence, field: str) -> list[tuple[str, Node]]:
     unique_names([s.name for s in node.steps], f"{field}.steps")
     if node.steps[0].map is not None:
         raise InvalidRequest("the first step takes the request's inputs: it has no map", field=f"{field}.steps.0.map")
-    transforms = [i for i, s in enumerate(node.steps) if s.target.kind == "transform"]
+    transforms = [i for i, s in enumerate(node.steps) if s.target.kind in ("transform", "lookup")]  # take what comes before
     if all(s.target.kind in STEPS_ONLY for s in node.steps):
-        raise InvalidRequest("a sequence runs at least one model: every step here is a transform or a function", field=f"{field}.steps")
+        raise InvalidRequest("a sequence runs at least one model: every step here is a transform, a function or a lookup", field=f"{field}.steps")
     for i in transforms:
+        kind = node.steps[i].target.kind
         declares = node.steps[i].target.inputs is not None  # type: ignore[union-attr]
         if i == 0 and not declares:
-            raise InvalidRequest("a transform that is the first step declares the inputs a caller sends", field=f"{field}.steps.0.target.inputs")
+            raise InvalidRequest(f"a {kind} that is the first step declares the inputs a caller sends", field=f"{field}.steps.0.target.inputs")
         if i > 0 and declares:
             raise InvalidRequest(
-                "only a first step declares inputs: a later transform takes the previous step's outputs", field=f"{field}.steps.{i}.target.inputs"
+                f"only a first step declares inputs: a later {kind} takes the previous step's outputs", field=f"{field}.steps.{i}.target.inputs"
             )
         if i > 0 and node.steps[i].map is not None:
-            raise InvalidRequest("a transform takes every output of the previous step: it has no map", field=f"{field}.steps.{i}.map")
+            raise InvalidRequest(f"a {kind} takes every output of the previous step: it has no map", field=f"{field}.steps.{i}.map")
     steps = {s.name: i for i, s in enumerate(node.steps)}
     for i, exposed in enumerate(node.expose or ()):
         step, _, output = exposed.partition(".")
@@ -96,9 +97,10 @@ def deterministic(node: Node) -> bool:
         return True
     if kind == "function":  # a tenant's own code: only as deterministic as its author declares
         return bool(node.deterministic)  # type: ignore[union-attr]
-    # A precomputed node's answers change with each publication of its table; single, ref,
-    # split, shadow and ensemble are not graph nodes (see `uncacheable`).
-    return kind != "precomputed"
+    # A lookup: the store's values change between requests (and go stale); a precomputed node's
+    # answers change with each publication of its table. The others (single, ref, split, shadow,
+    # ensemble) are not graph nodes (see `uncacheable`).
+    return kind not in ("lookup", "precomputed")
 
 
 def sequence_signature(node: Sequence, flow: list[Signature]) -> Signature:

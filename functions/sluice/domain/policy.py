@@ -11,6 +11,8 @@
 - `transform` declarative ops on a request's tensors, a step of a sequence (`domain.transforms`);
 - `function` the tenant's own code (a Lambda function, or locally a callable), a step of a
              sequence (`domain.functions`);
+- `lookup`   features fetched by entity key from an online store, a step of a sequence
+             (`domain.lookups`);
 - `precomputed` answers a batch job published, by entity, and a live node for the rest
              (`domain.precomputed`).
 
@@ -39,6 +41,7 @@ from sluice.domain.errors import InvalidRequest
 from sluice.domain.functions import Function
 from sluice.domain.graphs import STEPS_ONLY, check_graph_node, deterministic
 from sluice.domain.graphs import unique_names as _unique
+from sluice.domain.lookups import Lookup
 from sluice.domain.parts import Part as _Part
 from sluice.domain.precomputed import Precomputed
 from sluice.domain.transforms import OPS, Transform
@@ -47,7 +50,7 @@ from sluice.domain.values import StrictVersionNumber
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "precomputed")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup", "precomputed")
 MIN_STEPS, MAX_STEPS = 2, 15
 NOT_FIELDS = frozenset((*KINDS, *TAGS, *OPS))  # union tags pydantic puts in an error's location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -209,12 +212,13 @@ Node = Annotated[
         Annotated[Switch, Tag("switch")],
         Annotated[Transform, Tag("transform")],
         Annotated[Function, Tag("function")],
+        Annotated[Lookup, Tag("lookup")],
         Annotated[Precomputed, Tag("precomputed")],
     ],
     Discriminator(
         _kind,
         custom_error_type="policy_kind",
-        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform, function or precomputed",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform, function, lookup or precomputed",
     ),
 ]
 
@@ -278,7 +282,7 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
             check_tree(child, field=child_field, depth=depth + 1)
     elif isinstance(node, Precomputed):
         check_tree(node.live, field=f"{field}.live", depth=depth + 1)
-    elif isinstance(node, Transform | Function):
+    elif isinstance(node, Transform | Function | Lookup):
         raise InvalidRequest(f"a {node.kind} runs as a step of a sequence (before or after a model)", field=field)
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.stats.recorder import StatsRecorder
 
 MAX_REF_DEPTH = 8
@@ -85,6 +86,7 @@ class PolicyRunner:
     check: Callable[..., dict[str, np.ndarray]]  # (signature, arrays, finite=names made finite) -> arrays checked
     batcher: Batcher | None = None  # for deployments that turned batching on
     functions: FunctionSteps | None = None  # a sequence's function steps (None: not served here)
+    lookup_steps: LookupSteps | None = None  # a sequence's lookup steps (None: not served here)
     precomputed: PrecomputedReader | None = None  # tables of precomputed answers (None: every row answered live)
     _by_kind: dict[str, Callable[..., Awaitable[Answer]]] = field(init=False, repr=False)
 

@@ -24,6 +24,7 @@ from sluice.domain.conditions import comparisons, reads_inputs
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
+from sluice.domain.lookups import Lookup
 from sluice.domain.policy import MAX_DEPTH
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
@@ -46,7 +47,7 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
     """The signature that describes what `node` takes: its first branch's version, down
     through references (as `PredictionService.resolve` finds it)."""
     for _ in range(MAX_REFS * MAX_DEPTH):
-        if isinstance(node, Transform):  # a sequence's first step: what it declares
+        if isinstance(node, Transform | Lookup):  # a sequence's first step: what it declares
             return Signature(node.input_specs(), ())
         if isinstance(node, Function):  # a sequence's step: what it declares
             return node.signature
@@ -79,6 +80,11 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             ms = (time.perf_counter() - started) * 1000
             runner.stats.request(stat_key, ms, ok=True)
             report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
+            if answer is not None:
+                _reshape(answer, given_signature, given)
+        elif isinstance(step.target, Lookup):
+            given_signature, given, calls = await _lookup(runner, step, index, call, given, stat_key, report, given_signature)
+            report.append({"name": step.name, "kind": "lookup", "latency_ms": round((time.perf_counter() - started) * 1000, 3), "store_calls": calls})
             if answer is not None:
                 _reshape(answer, given_signature, given)
         elif isinstance(step.target, Function):
@@ -173,6 +179,25 @@ async def _function(
         outputs = {k: v for k, v in outputs.items() if k in wanted}
         specs = tuple(s for s in specs if s.name in outputs)
     return Signature(before.inputs if before else node.signature.inputs, specs, before.metadata if before else {}), outputs
+
+
+async def _lookup(
+    runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], stat_key: Any, report: list[dict[str, Any]], before: Signature | None
+) -> tuple[Signature, dict[str, np.ndarray], int]:
+    """A lookup step's signature and what it gives (what it took, and its features), and the
+    store calls it made (`sluice.runtimes.lookups`), within the request's deadline."""
+    node: Lookup = step.target  # type: ignore[assignment]
+    started = time.perf_counter()
+    try:
+        if runner.lookup_steps is None:
+            raise Unavailable("lookup steps are not served here", field="policy")
+        outputs, calls = await runner.lookup_steps.call(node, call.tenant, given, timeout_s=call.deadline - time.monotonic() - DEADLINE_MARGIN_S)
+    except SluiceError as exc:
+        runner.stats.request(stat_key, 0.0, ok=False)
+        raise _named(exc, step.name, report) from None
+    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
+    takes = node.input_specs() if index == 0 or before is None else before.outputs
+    return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), outputs, calls
 
 
 def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:
@@ -316,6 +341,9 @@ async def answer_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sig
                     flow.append(Signature(takes if i == 0 else flow[-1].inputs, derive(target, takes)[0]))
                 elif isinstance(target, Function):
                     flow.append(Signature(target.signature.inputs if i == 0 else flow[-1].inputs, target.signature.outputs))
+                elif isinstance(target, Lookup):
+                    takes = target.input_specs() if i == 0 else flow[-1].outputs
+                    flow.append(Signature(takes if i == 0 else flow[-1].inputs, target.derive(takes)))
                 else:
                     flow.append(await answer_signature(runner, target, tenant) or await input_signature(runner, target, tenant))
             return sequence_signature(node, flow)

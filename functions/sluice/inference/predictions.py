@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import PredictionSettings
 
 
@@ -74,6 +75,7 @@ class PredictionService:
         mirror: Mirror | None = None,
         cache: PredictionCache | None = None,
         functions: FunctionSteps | None = None,
+        lookup_steps: LookupSteps | None = None,
         precomputed: PrecomputedReader | None = None,
     ) -> None:
         self.registry = registry
@@ -93,7 +95,7 @@ class PredictionService:
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, precomputed)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps, precomputed)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:

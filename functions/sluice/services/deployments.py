@@ -17,6 +17,7 @@ from sluice.domain import CacheSettings, Deployment, check_batching, check_cache
 from sluice.domain.capture import check_capture
 from sluice.domain.errors import BadRequest, Conflict, StaleRead, Unprocessable
 from sluice.domain.functions import Function
+from sluice.domain.lookups import Lookup
 from sluice.domain.policy import (
     Ensemble,
     Mirror,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.stats.recorder import StatsRecorder
 
 MAX_GRAPH_DEPTH = 8
@@ -96,10 +98,12 @@ class DeploymentService:
         recorder: StatsRecorder | None = None,
         before_stats: Callable[[], None] | None = None,
         functions: FunctionSteps | None = None,
+        lookup_steps: LookupSteps | None = None,
         precomputed: PrecomputedStore | None = None,
     ) -> None:
         self.registry = registry
         self.functions = functions  # who may run which function step (None: none here)
+        self.lookup_steps = lookup_steps  # who may read which store (None: none here)
         self.precomputed = precomputed  # tables precomputed nodes read, checked against their live nodes
         self._on_change = on_change or (lambda tenant, name: None)
         self.recorder = recorder
@@ -119,12 +123,17 @@ class DeploymentService:
         return policy_dict(node), list(read.found.values())
 
     def _check_functions(self, tenant: str, node: Node) -> None:
-        """Each function step names a function its tenant may run (checked again on every call)."""
+        """Each function step names a function its tenant may run, each lookup a store it may
+        read (checked again on every call)."""
         for field, child in fields_of(node):
             if isinstance(child, Function):
                 refused = "function steps are not served here" if self.functions is None else self.functions.refusal(child, tenant)
                 if refused is not None:
                     raise Unprocessable(refused, field=f"{field}.function")
+            elif isinstance(child, Lookup):
+                refused = "lookup steps are not served here" if self.lookup_steps is None else self.lookup_steps.refusal(child, tenant)
+                if refused is not None:
+                    raise Unprocessable(refused, field=f"{field}.table")
 
     def _check_cacheable(self, node: Node, read: _Reads) -> None:
         """A cached deployment's route must be deterministic, through its references too."""
@@ -187,7 +196,7 @@ class DeploymentService:
 
     def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
         def signature_of(node: Node) -> Signature:
-            if isinstance(node, Transform):  # a sequence's step: what it declares (a later one takes what comes)
+            if isinstance(node, Transform | Lookup):  # a sequence's step: what it declares (a later one takes what comes)
                 return Signature(node.input_specs(), ())
             if isinstance(node, Function):
                 return node.signature

@@ -5,6 +5,8 @@ policy is saved (`DeploymentService`): each a 422 naming the field of the policy
   name or the one its `map` names, of the same datatype and a shape that fits; what it
   `expose`s is an output of that step;
 - a function step takes and gives what it declares: its inputs are checked as a model's;
+- a lookup step gives what it takes and its features (and their event time, where it names an
+  output for them); each of its keys reads an input it takes, one string or integer a row;
 - a transform step derives what it gives from what it takes (its declared inputs, or the
   previous step's outputs), each op checked on the way (`domain.transform_specs.answer_specs`);
 - a switch's cases and default take the switch's inputs; a condition on an input names one it
@@ -21,6 +23,7 @@ from sluice.domain.conditions import Compare, comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import sequence_signature
+from sluice.domain.lookups import Lookup
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
 from sluice.domain.precomputed import Precomputed
 from sluice.domain.signature import Signature
@@ -57,11 +60,11 @@ def fields_of(node: Node, field: str = "policy") -> list[tuple[str, Node]]:
     return out
 
 
-def leading_transform(node: Node, resolve: Callable[[str], Node]) -> Transform | Function | None:
-    """The transform or function a node's first branch starts with (a sequence's first step),
-    whose declared inputs are what a caller sends; None when it starts with a model."""
+def leading_transform(node: Node, resolve: Callable[[str], Node]) -> Transform | Function | Lookup | None:
+    """The transform, function or lookup a node's first branch starts with (a sequence's first
+    step), whose declared inputs are what a caller sends; None when it starts with a model."""
     for _ in range(MAX_HOPS):
-        if isinstance(node, Transform | Function):
+        if isinstance(node, Transform | Function | Lookup):
             return node
         if isinstance(node, Ref):
             node = resolve(node.deployment)
@@ -103,6 +106,12 @@ class GraphChecks:
                 takes = target.input_specs() if i == 0 else flow[-1].outputs
                 gives = answer_specs(target, takes, field=f"{field}.steps.{i}.target")
                 flow.append(Signature(takes if i == 0 else flow[-1].inputs, gives))
+            elif isinstance(target, Lookup):
+                takes = target.input_specs() if i == 0 else flow[-1].outputs
+                problem = target.key_problem(takes)
+                if problem is not None:
+                    raise Unprocessable(problem[0], field=f"{field}.steps.{i}.target.keys.{problem[1]}")
+                flow.append(Signature(takes if i == 0 else flow[-1].inputs, target.derive(takes)))
             elif isinstance(target, Function):  # what it declares; its inputs are checked as a model's are
                 flow.append(Signature(target.signature.inputs if i == 0 else flow[-1].inputs, target.signature.outputs))
             else:
@@ -123,7 +132,7 @@ class GraphChecks:
         flow = self.flow(node, field)
         for i in range(1, len(node.steps)):
             before, step = node.steps[i - 1], node.steps[i]
-            if isinstance(step.target, Transform):
+            if isinstance(step.target, Transform | Lookup):
                 continue  # it takes every output of the previous step (checked in the flow)
             gives, takes = flow[i - 1], self.takes(step.target)
             where = f"{field}.steps.{i}"

@@ -24,6 +24,7 @@ from sluice.settings.jobs import (
     JobSettings,
     StreamSettings,
 )
+from sluice.settings.lookups import LookupSettings
 from sluice.settings.precomputed import PrecomputedSettings
 from sluice.settings.process import (
     AdapterSettings,
@@ -59,6 +60,7 @@ __all__ = [
     "Group",
     "JobSettings",
     "LimitSettings",
+    "LookupSettings",
     "ObservabilitySettings",
     "OnnxSettings",
     "PrecomputedSettings",
@@ -90,6 +92,7 @@ class Settings(BaseModel):
     predictions: PredictionSettings = Field(default_factory=PredictionSettings)
     prediction_cache: PredictionCacheSettings = Field(default_factory=PredictionCacheSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
+    lookups: LookupSettings = Field(default_factory=LookupSettings)
     precomputed: PrecomputedSettings = Field(default_factory=PrecomputedSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)

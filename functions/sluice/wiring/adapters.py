@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.services.keys import RevocationSignal
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -212,6 +213,18 @@ def build_functions(settings: Settings) -> FunctionSteps:
 
     region = settings.adapters.region
     return FunctionSteps(settings.functions, mode=settings.mode, clients=default_clients(region), region=region)
+
+
+def build_lookup_steps(settings: Settings) -> LookupSteps:
+    """The lookup steps of graphs: the stores each tenant may read; boto3 is built on the first call."""
+    from sluice.clients import default_clients
+    from sluice.runtimes.lookups import LookupSteps
+    from sluice.settings import in_lambda
+
+    region = settings.adapters.region
+    emf = in_lambda() or os.environ.get("SLUICE_EMF") == "1"  # as `Telemetry` decides
+    namespace = settings.observability.metrics_namespace if emf else None
+    return LookupSteps(settings.lookups, mode=settings.mode, clients=default_clients(region), region=region, metrics_namespace=namespace)
 
 
 def metrics_sink() -> PrometheusMetrics | None:

@@ -21,6 +21,7 @@ from sluice.wiring.adapters import (
     build_endpoint_control,
     build_functions,
     build_layout,
+    build_lookup_steps,
     build_mirror,
     build_orchestrator,
     build_precomputed,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
+    from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
     from sluice.services.rollouts import RolloutService
@@ -73,11 +75,14 @@ class Container:
     files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
     endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
     functions: FunctionSteps | None = None  # function steps of graphs; built from settings when not given
+    lookup_steps: LookupSteps | None = None  # lookup steps of graphs; built from settings when not given
     precomputed: PrecomputedStore | None = None  # tables of precomputed answers; built from settings when not given
 
     def __post_init__(self) -> None:
         if self.functions is None:
             self.functions = build_functions(self.settings)
+        if self.lookup_steps is None:
+            self.lookup_steps = build_lookup_steps(self.settings)
         if self.precomputed is None:
             self.precomputed = build_precomputed(self.settings, self.registry)
         reader = None
@@ -96,7 +101,8 @@ class Container:
             )
         self.predictions = PredictionService(
             self.registry, self.runtimes, self.settings.predictions, self.telemetry,
-            cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, precomputed=reader,
+            cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=reader,
         )  # fmt: skip
         self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
@@ -116,6 +122,7 @@ class Container:
             recorder=self.predictions.stats,
             before_stats=self.mirror.drain,
             functions=self.functions,
+            lookup_steps=self.lookup_steps,
             precomputed=self.precomputed,
         )
         self.keys = KeyService(
@@ -223,7 +230,8 @@ class Container:
                 namespace=observability.metrics_namespace, service=observability.service_name,
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
-            stats=OfflineStats(self.registry), functions=self.functions, precomputed=self.predictions.runner.precomputed,
+            stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=self.predictions.runner.precomputed,
         )
         paths = BatchPaths(self.settings.batch_root_url)
         return BatchRunner(self.registry, predictions, self.files, self.settings.batch, paths, self.precomputed)
@@ -240,7 +248,7 @@ class Container:
         invocation at a time holds the loop; nothing else waits on it)."""
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
-            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions,
+            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
             precomputed=self.predictions.runner.precomputed,
         )  # fmt: skip
         service.capture = self.capture

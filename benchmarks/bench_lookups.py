@@ -1,0 +1,215 @@
+"""Lookup steps: features fetched by entity key before the model (docs/features.md), in a child
+process whose stdout is /dev/null, as `benchmarks.bench_graphs`:
+
+- lookup -> transform -> model through the Lambda handler (an API Gateway REST event in, the
+  response out) against a hand-written FastAPI + Mangum handler doing the same store read (the
+  same SQLite file, the same keys, one query) and one ONNX Runtime call: p50 at batch 1 and 64,
+  goal <= 1.1x;
+- a batch job whose rows carry only the customer (the lookup fetches its features, one store
+  call per inference call) against the same job on pre-joined rows (the features already in
+  the file): rows/s, goal >= 0.5x, with the number of store calls reported.
+
+The store is the local one (a SQLite file): a DynamoDB table answers over the network, in
+calls of 100 keys made several at once, which neither side here would measure.
+
+    python -m benchmarks.bench_lookups [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, percentile, rotate, section
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+TENANT = "bench"
+BATCHES = (1, 64)
+CUSTOMERS = 10_000
+LOOKUP = {
+    "kind": "lookup", "store": "sqlite", "table": "customer_features", "keys": {"customer_id": "customer"},
+    "inputs": [{"name": "customer", "datatype": "BYTES", "shape": [-1]}, {"name": "amount", "datatype": "FP32", "shape": [-1]}],
+    "features": [{"name": "avg_amount", "datatype": "FP32", "default": 0.0}, {"name": "chargebacks", "datatype": "INT64", "default": 0}],
+}  # fmt: skip
+CONCAT = {"kind": "transform", "ops": [{"op": "concat", "inputs": ["amount", "avg_amount", "chargebacks"], "output": "features"}, {"op": "keep", "names": ["features"]}]}
+FRAUD = {"kind": "sequence", "steps": [{"name": "customer", "target": LOOKUP}, {"name": "prepare", "target": CONCAT}, {"name": "score", "target": {"kind": "single", "model": "fraud", "version": 1}}]}
+JOINED_INPUTS = [{"name": n, "datatype": d, "shape": [-1]} for n, d in (("amount", "FP32"), ("avg_amount", "FP32"), ("chargebacks", "INT64"))]
+JOINED = {"kind": "sequence", "steps": [{"name": "prepare", "target": {**CONCAT, "inputs": JOINED_INPUTS}}, FRAUD["steps"][2]]}
+
+
+def _features(path: Path) -> dict[str, tuple[float, int]]:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    table = {f"c{i}": (round(float(rng.gamma(2.0, 40.0)), 2), int(rng.poisson(0.3))) for i in range(CUSTOMERS)}
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE customer_features (customer_id TEXT PRIMARY KEY, avg_amount REAL, chargebacks INTEGER, event_time REAL)")
+        db.executemany("INSERT INTO customer_features VALUES (?, ?, ?, ?)", [(c, a, n, time.time()) for c, (a, n) in table.items()])
+    db.close()
+    return table
+
+
+def _setup(folder: Path) -> tuple[Any, Any, bytes, dict[str, tuple[float, int]]]:
+    from tests.models import score_model
+
+    from sluice.domain import Principal
+    from sluice.wiring import get_container
+
+    table = _features(folder / f"{TENANT}.db")
+    container = get_container()  # the one the Lambda handler uses too
+    operator = Principal(TENANT, frozenset({"admin", "predict"}), "bench")
+    model = score_model("features", 3)
+    container.models.push(operator, "fraud", model)
+    container.deployments.create(operator, "fraud", FRAUD)
+    container.deployments.create(operator, "joined", JOINED)
+    return container, operator, model, table
+
+
+def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int) -> dict[str, Any]:
+    import numpy as np
+    from tests.support import LambdaContext
+
+    from benchmarks.inprocess import rest_event
+    from benchmarks.peers.handwritten_lookup import make_handler
+    from sluice.handlers import api
+
+    hand = make_handler(model, str(folder / f"{TENANT}.db"))
+    context = LambdaContext()
+    rng = np.random.default_rng(0)
+
+    def timed(handler: Callable[..., Any], e: dict[str, Any], count: int) -> list[float]:
+        samples = []
+        for _ in range(count):
+            started = time.perf_counter()
+            response = handler(e, context)
+            samples.append((time.perf_counter() - started) * 1e6)
+            if response["statusCode"] != 200:
+                raise RuntimeError(f"unexpected answer: {response['statusCode']} {response['body'][:300]}")
+        return samples
+
+    results: dict[str, Any] = {}
+    for batch in BATCHES:
+        rows = [{"customer": f"c{int(i)}", "amount": round(float(a), 2)} for i, a in zip(rng.integers(0, CUSTOMERS * 1.1, batch), rng.gamma(2.0, 50.0, batch), strict=True)]
+        body = json.dumps({"deployment": "fraud", "batch": rows}).encode()
+        graph, plain = rest_event("/api/v1/predictions", body, tenant=TENANT), rest_event("/api/v1/predictions", json.dumps({"batch": rows}).encode())
+        a, b = json.loads(api.handler(graph, context)["body"]), json.loads(hand(plain, context)["body"])
+        got, want = [p["prediction"] for p in a["predictions"]], [p["prediction"] for p in b["predictions"]]
+        if not np.allclose(got, want, rtol=1e-5):
+            raise RuntimeError(f"the graph and the hand-written handler disagree: {got[:3]} / {want[:3]}")
+        calls = {"graph": lambda c, e=graph: timed(api.handler, e, c), "hand": lambda c, e=plain: timed(hand, e, c)}
+        for call in calls.values():
+            call(20)
+        runs: dict[str, list[float]] = {name: [] for name in calls}
+        for r in range(repeats):
+            for name in rotate(list(calls), r):
+                runs[name].append(percentile(calls[name](n), 50))
+        results[str(batch)] = runs
+    return results
+
+
+def _batch(container: Any, operator: Any, table: dict[str, tuple[float, int]], folder: Path, rows: int, repeats: int) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.batch.orchestrators import LocalOrchestrator
+    from sluice.domain.policy import parse_policy
+
+    rng = np.random.default_rng(5)
+    customers = [f"c{i}" for i in rng.integers(0, CUSTOMERS, rows)]
+    amounts = rng.gamma(2.0, 50.0, rows).astype(np.float32)
+    pq.write_table(pa.table({"customer": customers, "amount": amounts}), folder / "keys.parquet")
+    joined = {"amount": amounts, "avg_amount": np.asarray([table[c][0] for c in customers], np.float32), "chargebacks": np.asarray([table[c][1] for c in customers], np.int64)}
+    pq.write_table(pa.table(joined), folder / "joined.parquet")
+    store = container.lookup_steps.store(parse_policy(FRAUD).steps[0].target, TENANT)
+
+    def job(deployment: str, path: Path, run: int) -> tuple[float, int]:
+        before = store.calls
+        spec = container.batch.submit(operator, deployment=deployment, input_uri=str(path), output_uri=str(folder / f"out-{deployment}-{run}"), operator=True, source="cli", start=False)
+        started = time.perf_counter()
+        LocalOrchestrator(container.batch_runner, concurrency=1, backoff_s=0.01).run(spec.tenant, spec.id)
+        took = time.perf_counter() - started
+        done = container.registry.get_job(spec.tenant, spec.id)
+        if done.status != "SUCCEEDED" or done.rows_out != rows:
+            raise RuntimeError(f"batch job {deployment} ended {done.status}: {done.error}")
+        return rows / took, store.calls - before
+
+    job("fraud", folder / "keys.parquet", -1)  # warm the sessions and the file's pages
+    runs: dict[str, list[float]] = {"lookup": [], "joined": []}
+    calls = 0
+    for r in range(repeats):
+        for name in rotate(list(runs), r):
+            rate, made = job("fraud", folder / "keys.parquet", r) if name == "lookup" else job("joined", folder / "joined.parquet", r)
+            runs[name].append(rate)
+            calls = made if name == "lookup" else calls
+    return {"runs": runs, "store_calls": calls, "rows": rows}
+
+
+def child(out: Path, folder: Path, repeats: int, n: int, rows: int) -> None:
+    container, operator, model, table = _setup(folder)
+    results = {"latency": _latency(container, model, folder, repeats, n), "batch": _batch(container, operator, table, folder, rows, repeats)}
+    out.write_text(json.dumps(results))
+
+
+def measure(repeats: int, n: int, rows: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "lookups.json"
+        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
+        proc = subprocess.run(
+            [PYTHON, "-m", "benchmarks.bench_lookups", "--child", str(out), "--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows)],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"lookups benchmark failed: {proc.stderr[-2000:]}")
+        return json.loads(out.read_text())
+
+
+def run(quick: bool) -> dict[str, Any]:
+    repeats, n, rows = (2, 150, 50_000) if quick else (3, 400, 200_000)
+    results = measure(repeats, n, rows)
+    figures = []
+    for batch, runs in results["latency"].items():
+        figures.append(figure(
+            f"lookups.latency.b{batch}", f"lookup -> transform -> model, batch {batch}, Lambda handler: p50",
+            "µs", "sluice lookup graph", runs["graph"], reference="hand-written handler (same SQLite read, one ORT call)", ref_values=runs["hand"],
+            goal=Goal("<=", 1.1),
+        ))  # fmt: skip
+    batch = results["batch"]
+    figures.append(figure(
+        "lookups.batch", f"batch job of {batch['rows']:,} rows with a lookup ({batch['store_calls']} store calls): rows/s",
+        "rows/s", "keys only, features looked up", batch["runs"]["lookup"], reference="the same job on pre-joined rows", ref_values=batch["runs"]["joined"],
+        goal=Goal(">=", 0.5),
+    ))  # fmt: skip
+    notes = [
+        "In process, concurrency 1, REST events through the Lambda handler (Mangum, FastAPI); p50 of each run, median over runs.",
+        f"Batch jobs on the local orchestrator with one worker, Parquet in and out, {CUSTOMERS:,} customers in the SQLite file; "
+        f"the lookup made {batch['store_calls']} store calls for {batch['rows']:,} rows (one per inference call of 4,096 rows).",
+    ]
+    return section("lookups", "Lookup steps: features by entity key", figures, notes=notes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", type=Path)
+    parser.add_argument("--folder", type=Path)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.folder, args.repeats, args.n, args.rows)
+        return
+    print(json.dumps(run(args.quick), indent=2))
+
+
+if __name__ == "__main__":
+    main()

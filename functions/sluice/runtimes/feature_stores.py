@@ -1,0 +1,292 @@
+"""Online feature stores behind one small port, `FeatureStore.get_many`: the records of many
+entities in one call (up to the store's limit), column by column (`Found`: the keys found, each
+feature's values and the event times, in the same order), so a chunk of thousands of rows
+costs no Python object per value beyond what the store hands back.
+
+- `DynamoStore`: a DynamoDB table keyed by the entity (BatchGetItem, 100 keys a call; the
+  UnprocessedKeys asked again with backoff);
+- `SageMakerStore`: a SageMaker Feature Store feature group's online store (BatchGetRecord,
+  100 identifiers a call; the UnprocessedIdentifiers asked again);
+- `SqliteStore`: a table of a local SQLite file, opened read-only.
+
+Values come back as the store holds them (numbers, strings, booleans; SageMaker's as strings);
+`sluice.runtimes.lookups` casts them to the declared datatypes. Every store counts its calls
+(`calls`), which the statistics and the benchmarks report.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.domain.errors import BackendError, SluiceError, Unavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, ...]  # an entity's key values, as text (an integer key as its digits)
+
+
+@dataclass(slots=True)
+class Found:
+    """The records found: `keys[i]`'s features are `values[name][i]` (None: missing or null),
+    its event time `times[i]` as the store holds it (`epoch_seconds` reads it)."""
+
+    keys: list[Key] = field(default_factory=list)
+    values: dict[str, list[Any]] = field(default_factory=dict)
+    times: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, features: Sequence[str]) -> Found:
+        return cls([], {f: [] for f in features}, [])
+
+    def add(self, key: Key, values: dict[str, Any], time: Any) -> None:
+        self.keys.append(key)
+        for name, column in self.values.items():
+            column.append(values.get(name))
+        self.times.append(time)
+
+    def extend(self, other: Found) -> None:
+        self.keys += other.keys
+        for name, column in self.values.items():
+            column += other.values.get(name, [None] * len(other.keys))
+        self.times += other.times
+
+
+class FeatureStore(Protocol):
+    max_keys: int  # the most keys one call takes
+    concurrent: bool  # whether calls may run at once
+    calls: int
+
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        """The records found among `keys` (at most `max_keys`); a key not found is absent.
+        `event_time`: the attribute to read the record's time from ("": none wanted).
+        `key_types`: per key, `S` (text) or `N` (a number), as the key's input holds it."""
+        ...
+
+
+def epoch_seconds(value: Any) -> float | None:
+    """An event time as epoch seconds: a number, a numeric string, or an ISO-8601 time (UTC
+    where it names no zone); None where it is none of these."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float | int):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        from datetime import UTC
+
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+class _Counted:
+    max_keys = 100
+    concurrent = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._count_lock = threading.Lock()
+
+    def _counted(self) -> None:
+        with self._count_lock:
+            self.calls += 1
+
+
+# DynamoDB -----------------------------------------------------------------------------------
+def _plain(value: dict[str, Any]) -> Any:
+    """A DynamoDB attribute value as Python (numbers kept as their text: cast once, later)."""
+    kind, inner = next(iter(value.items()))
+    if kind in ("S", "N"):
+        return inner
+    if kind == "BOOL":
+        return bool(inner)
+    if kind == "NULL":
+        return None
+    return inner  # sets, lists, maps, binary: the cast refuses them with the feature named
+
+
+class DynamoStore(_Counted):
+    """`client`: a DynamoDB client (boto3's low-level one). `key_types`: per key name, `S` or `N`
+    (from the input's datatype). `sleep`: the backoff's (a test passes a no-op)."""
+
+    def __init__(self, client: Any, *, retries: int = 5, sleep: Any = time.sleep) -> None:
+        super().__init__()
+        self.client = client
+        self.retries = retries
+        self.sleep = sleep
+
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        types = list(key_types) or ["S"] * len(key_names)
+        names = {f"#a{i}": n for i, n in enumerate(dict.fromkeys((*key_names, *features, *([event_time] if event_time else []))))}
+        request: dict[str, Any] = {
+            table: {
+                "Keys": [{n: {t: v} for n, t, v in zip(key_names, types, key, strict=True)} for key in keys],
+                "ProjectionExpression": ", ".join(names),
+                "ExpressionAttributeNames": names,
+            }
+        }
+        found = Found.of(features)
+        for attempt in range(self.retries + 1):
+            self._counted()
+            try:
+                response = self.client.batch_get_item(RequestItems=request)
+            except Exception as exc:
+                raise aws_error(exc, f"DynamoDB table '{table}'") from None
+            for item in response.get("Responses", {}).get(table, ()):
+                values = {k: _plain(v) for k, v in item.items()}
+                found.add(tuple(str(values.get(n)) for n in key_names), values, values.get(event_time))
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                return found
+            if attempt < self.retries:
+                self.sleep(min(0.05 * 2**attempt, 1.0))
+        raise Unavailable(f"DynamoDB table '{table}' left keys unprocessed after {self.retries + 1} calls (throttled); retry shortly")
+
+
+# SageMaker Feature Store --------------------------------------------------------------------
+class SageMakerStore(_Counted):
+    def __init__(self, client: Any, *, retries: int = 5, sleep: Any = time.sleep) -> None:
+        super().__init__()
+        self.client = client
+        self.retries = retries
+        self.sleep = sleep
+
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        wanted = list(dict.fromkeys((*features, *([event_time] if event_time else []))))
+        identifiers: list[dict[str, Any]] = [{"FeatureGroupName": table, "RecordIdentifiersValueAsString": [k[0] for k in keys], "FeatureNames": wanted}]
+        found = Found.of(features)
+        for attempt in range(self.retries + 1):
+            self._counted()
+            try:
+                response = self.client.batch_get_record(Identifiers=identifiers)
+            except Exception as exc:
+                raise aws_error(exc, f"feature group '{table}'") from None
+            for record in response.get("Records", ()):
+                values = {f["FeatureName"]: f.get("ValueAsString") for f in record.get("Record", ())}
+                found.add((record["RecordIdentifierValueAsString"],), values, values.get(event_time))
+            errors = [e for e in response.get("Errors", ()) if e.get("ErrorCode") != "ResourceNotFound"]  # a record not found is a miss
+            if errors:
+                log.warning("lookup: BatchGetRecord errors", extra={"feature_group": table, "error": str(errors[0])[:500]})
+                raise BackendError(f"feature group '{table}' refused records ({errors[0].get('ErrorCode', 'error')})")
+            identifiers = response.get("UnprocessedIdentifiers") or []
+            if not identifiers:
+                return found
+            if attempt < self.retries:
+                self.sleep(min(0.05 * 2**attempt, 1.0))
+        raise Unavailable(f"feature group '{table}' left records unprocessed after {self.retries + 1} calls (throttled); retry shortly")
+
+
+# SQLite ---------------------------------------------------------------------------------------
+class SqliteStore(_Counted):
+    """A local file, opened read-only once and read under a lock (SQLite answers a lookup in
+    microseconds; threads would only queue)."""
+
+    max_keys = 500
+    concurrent = False
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._columns: dict[str, set[str]] = {}
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            from pathlib import Path
+
+            if not Path(self.path).is_file():
+                raise Unavailable(f"the features file for SQLite lookups is not there ({Path(self.path).name})")
+            self._db = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        return self._db
+
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        with self._lock:
+            self._counted()
+            try:
+                db = self._connection()
+                columns = self._columns.get(table)
+                if columns is None:
+                    columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+                    if not columns:  # not kept: the table may be made later
+                        raise BackendError(f"the features file has no table '{table}'")
+                    self._columns[table] = columns
+                missing = [k for k in key_names if k not in columns]
+                if missing:
+                    raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
+                read = [c for c in dict.fromkeys((*features, event_time)) if c in columns]  # a column not there: a missing feature
+                cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
+                types = list(key_types) or ["S"] * len(key_names)
+                if "N" in types:
+                    params: list[Any] = [int(v) if t == "N" else v for k in keys for v, t in zip(k, types, strict=True)]
+                else:
+                    params = list(chain.from_iterable(keys))
+                if len(key_names) == 1:
+                    where = f'"{key_names[0]}" IN ({", ".join("?" * len(keys))})'
+                else:
+                    one = "(" + ", ".join("?" * len(key_names)) + ")"
+                    where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * len(keys))})"
+                rows = db.execute(f'SELECT {cols} FROM "{table}" WHERE {where}', params).fetchall()
+            except SluiceError:
+                raise
+            except sqlite3.Error as exc:
+                log.warning("lookup: SQLite failed", extra={"table": table, "error": str(exc)[:500]})
+                raise BackendError(f"reading table '{table}' of the features file failed ({type(exc).__name__})") from None
+        n = len(key_names)
+        columns = list(zip(*rows, strict=True)) if rows else [()] * (n + len(read))
+        by_name = dict(zip(read, columns[n:], strict=True))
+        empty = [None] * len(rows)
+        return Found(
+            list(zip(*(map(str, c) for c in columns[:n]), strict=True)),
+            {f: list(by_name[f]) if f in by_name else list(empty) for f in features},
+            list(by_name.get(event_time, empty)),
+        )
+
+
+# Errors -------------------------------------------------------------------------------------
+def aws_error(exc: Exception, what: str) -> SluiceError:
+    """A store's failure as a sluice error; the raw text to the log only."""
+    from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
+
+    if isinstance(exc, SluiceError):
+        return exc
+    if isinstance(exc, ReadTimeoutError | ConnectionError):
+        log.warning("lookup: store not reachable", extra={"store": what, "error_type": type(exc).__name__})
+        return Unavailable(f"{what} is not reachable")
+    if not isinstance(exc, ClientError):
+        log.warning("lookup: call failed", extra={"store": what, "error_type": type(exc).__name__, "error": str(exc)[:500]})
+        return BackendError(f"reading {what} failed ({type(exc).__name__})")
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    log.warning("lookup: %s", code or "error", extra={"store": what, "error": str(exc.response.get("Error", {}).get("Message", ""))[:500]})
+    if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"):
+        return Unavailable(f"{what} is throttling reads ({code}); retry shortly")
+    if code in ("ResourceNotFoundException", "ResourceNotFound"):
+        return BackendError(f"{what} does not exist")
+    if code in ("AccessDeniedException", "AccessDenied"):
+        return BackendError(f"sluice may not read {what}: the operator grants it (graphs.lookups in the deployment's config)")
+    return BackendError(f"reading {what} failed ({code or 'unknown error'})")

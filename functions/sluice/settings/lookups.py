@@ -1,0 +1,60 @@
+"""The group of `lookup` steps: features fetched by entity key from an online store, each
+table or feature group held to the tenants the operator lists (a local SQLite file per tenant)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from sluice.settings.process import Group
+
+
+class LookupSettings(Group):
+    """Read by the lookup steps (`sluice.runtimes.lookups`): the deployment service, which
+    refuses a policy reading a store its tenant may not read, and the prediction service,
+    which checks again at call time and fetches"""
+
+    title: ClassVar[str] = "Lookup steps"
+
+    lookup_sources: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "The online stores each tenant's `lookup` steps may read: `{tenant: [\"dynamodb:TABLE\", "
+            "\"sagemaker:FEATURE_GROUP\", ...]}`, JSON in the environment, compared whole. Set by the CDK app "
+            "from `graphs.lookups` in `infra/sluice.yaml`, with `dynamodb:BatchGetItem` on those tables and "
+            "`sagemaker:BatchGetRecord` on those feature groups; empty: no tenant may read one."
+        ),
+    )
+    lookup_sqlite: str = Field(
+        default="",
+        description=(
+            "The SQLite file whose tables `lookup` steps with `store: sqlite` read (local mode only), opened "
+            "read-only; `{tenant}` stands for the policy's tenant (e.g. `./features/{tenant}.db`), so each "
+            "tenant reads its own file. Empty: SQLite lookups are off."
+        ),
+    )
+    lookup_concurrency: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description=(
+            "Store calls one lookup makes at once when its rows need more than one (DynamoDB's and SageMaker "
+            "Feature Store's 100 keys a call); a SQLite file is read one call after another."
+        ),
+    )
+    lookup_retries: int = Field(
+        default=5,
+        ge=0,
+        le=20,
+        description="Times a call's unprocessed keys (DynamoDB's UnprocessedKeys, throttling) are asked again, with backoff, before the step fails (503).",
+    )
+
+    @model_validator(mode="after")
+    def _parse_sources(self) -> LookupSettings:
+        for tenant, sources in self.lookup_sources.items():
+            for source in sources:
+                store, _, name = source.partition(":")
+                if store not in ("dynamodb", "sagemaker") or not name:
+                    raise ValueError(f"SLUICE_LOOKUP_SOURCES: {source!r} (tenant {tenant!r}) is not dynamodb:TABLE or sagemaker:FEATURE_GROUP")
+        return self

@@ -1,0 +1,292 @@
+"""Lookup steps end to end: a fraud graph — a transaction in, the customer's features looked up,
+a transform, a small ONNX model — on real parts (each tenant's own SQLite file, a DynamoDB table
+in moto, ONNX Runtime, the HTTP API and the bulk call batch jobs score through).
+
+SageMaker Feature Store's runtime is not modelled by moto: its store is tested in
+tests/unit/test_feature_stores.py with botocore's Stubber, every call checked against the
+service's own shapes."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.inference.bulk import Records, Result, score_many
+from sluice.inference.loop import run
+from sluice.settings import Settings
+from tests.conftest import REPO
+from tests.integration.conftest import api_keys, auth
+from tests.models import score_model
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from sluice.runtimes.lookups import LookupSteps
+    from sluice.wiring import Container
+
+TABLE = "acme-customers"
+NOW = time.time()
+# customer: (avg_amount, chargebacks, event time); c3's record is a year old; c4 has no chargebacks value.
+ACME = {"c1": (10.0, 0, NOW - 60), "c2": (250.5, 2, NOW - 3600), "c3": (40.0, 1, NOW - 365 * 86400), "c4": (5.0, None, NOW - 60)}
+GLOBEX = {"c1": (999.0, 9, NOW - 60)}
+
+
+def fraud(store: str = "sqlite", table: str = "customers", *, default: bool = True, **extra: Any) -> dict[str, Any]:
+    """customer + amount in; avg_amount and chargebacks looked up; [amount, avg, chargebacks] summed by the model."""
+    lookup = {
+        "kind": "lookup", "store": store, "table": table, "keys": {"customer_id": "customer"},
+        "inputs": [{"name": "customer", "datatype": "BYTES", "shape": [-1]}, {"name": "amount", "datatype": "FP32", "shape": [-1]}],
+        "features": [
+            {"name": "avg_amount", "datatype": "FP32", **({"default": 0.0} if default else {})},
+            {"name": "chargebacks", "datatype": "INT64", **({"default": 0} if default else {})},
+        ],
+        **extra,
+    }  # fmt: skip
+    concat = {"kind": "transform", "ops": [{"op": "concat", "inputs": ["amount", "avg_amount", "chargebacks"], "output": "features"}]}
+    return {
+        "kind": "sequence",
+        "steps": [{"name": "customer", "target": lookup}, {"name": "prepare", "target": concat}, {"name": "score", "target": {"model": "score", "version": 1}}],
+    }
+
+
+def by_hand(rows: list[tuple[str, float]], table: dict[str, tuple[Any, ...]], *, max_age_s: float | None = None) -> list[float]:
+    out = []
+    for customer, amount in rows:
+        avg, chargebacks, at = table.get(customer, (0.0, 0, None))
+        if max_age_s is not None and (at is None or NOW - at > max_age_s):
+            avg, chargebacks = 0.0, 0
+        out.append(amount + avg + (chargebacks or 0))
+    return out
+
+
+def write_sqlite(path: Path, table: dict[str, tuple[Any, ...]]) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE customers (customer_id TEXT PRIMARY KEY, avg_amount REAL, chargebacks INTEGER, event_time REAL)")
+        db.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", [(k, *v) for k, v in table.items()])
+    db.close()
+
+
+class World:
+    def __init__(self, container: Container, lookups: LookupSteps) -> None:
+        self.container, self.lookups = container, lookups
+        self.client = TestClient(create_app(container))
+        keys = api_keys(container)
+        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
+
+    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        headers = headers or self.acme
+        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
+        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r
+
+    def predict(self, name: str, rows: list[tuple[str, float]], headers: dict[str, str] | None = None, **extra: Any) -> Any:
+        batch = [{"customer": c, "amount": a} for c, a in rows]
+        return self.client.post("/api/v1/predictions", json={"deployment": name, "batch": batch, **extra}, headers=headers or self.acme)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    import boto3
+    from moto import mock_aws
+
+    from sluice.domain import Principal
+    from sluice.runtimes.lookups import LookupSteps
+    from sluice.wiring import Container
+    from sluice.wiring.adapters import build_registry, build_store
+    from sluice.wiring.runtimes import build_runtimes
+
+    home = tmp_path_factory.mktemp("lookups")
+    (home / "features").mkdir()
+    write_sqlite(home / "features" / "acme.db", ACME)
+    write_sqlite(home / "features" / "globex.db", GLOBEX)
+    with sqlite3.connect(home / "features" / "acme.db") as db:  # the example's features, as its README says
+        db.executescript((REPO / "examples" / "features" / "customer_features.sql").read_text())
+    db.close()
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
+        dynamodb.create_table(
+            TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+            KeySchema=[{"AttributeName": "customer_id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "customer_id", "AttributeType": "S"}],
+        )  # fmt: skip
+        for customer, (avg, chargebacks, at) in ACME.items():
+            item = {"customer_id": {"S": customer}, "avg_amount": {"N": str(avg)}, "event_time": {"N": str(at)}}
+            item["chargebacks"] = {"NULL": True} if chargebacks is None else {"N": str(chargebacks)}
+            dynamodb.put_item(TableName=TABLE, Item=item)
+        for i in range(300):  # many customers, for calls of 100 keys
+            dynamodb.put_item(TableName=TABLE, Item={"customer_id": {"S": f"m{i}"}, "avg_amount": {"N": str(i)}, "chargebacks": {"N": "1"}})
+        settings = Settings(
+            mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
+            lookup_sqlite=str(home / "features" / "{tenant}.db"), lookup_sources={"acme": [f"dynamodb:{TABLE}"]},
+        )  # fmt: skip
+        lookups = LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None)
+        store = build_store(settings)
+        container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
+        for tenant in ("acme", "globex"):
+            container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
+        container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
+        yield World(container, lookups)
+
+
+ROWS = [("c1", 1.0), ("c2", 2.0), ("c1", 3.0), ("nobody", 4.0)]
+
+
+def test_features_looked_up_in_sqlite_feed_the_model_in_one_store_call(world: World) -> None:
+    assert world.save("fraud", fraud()).status_code in (200, 201)
+    r = world.predict("fraud", ROWS)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(by_hand(ROWS, ACME))
+    lookup = body["steps"][0]
+    assert (lookup["name"], lookup["kind"], lookup["store_calls"]) == ("customer", "lookup", 1)  # three customers, one call
+    meta = world.client.get("/v2/models/fraud", headers=world.acme).json()  # a caller sends the transaction
+    assert [(i["name"], i["datatype"]) for i in meta["inputs"]] == [("customer", "BYTES"), ("amount", "FP32")]
+
+
+def test_the_same_graph_reads_dynamodb_in_calls_of_a_hundred_keys(world: World) -> None:
+    from sluice.domain import Principal
+
+    assert world.save("fraud-ddb", fraud("dynamodb", TABLE)).status_code in (200, 201)
+    r = world.predict("fraud-ddb", ROWS)
+    assert r.status_code == 200, r.text
+    assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(ROWS, ACME))
+    # 250 distinct customers over 400 rows, in the bulk call: three calls (100, 100, 50 keys).
+    customers = np.array([f"m{i % 250}" for i in range(400)], dtype=object)
+    amounts = np.ones(400, np.float32)
+    store = world.lookups.store(_lookup_of(fraud("dynamodb", TABLE)), "acme")
+    before = store.calls
+    acme = Principal("acme", frozenset({"predict"}), "test-acme")
+    done = run(score_many(world.container.predictions, acme, "fraud-ddb", Records({"customer": customers, "amount": amounts}), max_rows=400))
+    assert done.failed == 0 and store.calls - before == 3
+    outcome = done.by_record()[399]
+    assert isinstance(outcome, Result)
+    j = list(np.arange(400)[outcome.records]).index(399)
+    assert outcome.outputs_of(j)["score"][:, 0].tolist() == pytest.approx([1.0 + 149 + 1])  # m149: amount, avg, chargebacks
+
+
+def _lookup_of(policy: dict[str, Any]) -> Any:
+    from sluice.domain.policy import parse_policy
+
+    return parse_policy(policy).steps[0].target  # type: ignore[union-attr]
+
+
+def test_a_missing_entity_without_a_default_is_a_422_naming_the_key(world: World) -> None:
+    assert world.save("strict", fraud(default=False)).status_code in (200, 201)
+    r = world.predict("strict", [("c1", 1.0), ("nobody", 2.0)])
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["field"] == "inputs.customer" and "customer_id='nobody'" in body["error"] and "not in the store" in body["error"]
+    assert body["details"]["key"] == {"customer_id": "nobody"} and body["details"]["step"] == "customer"
+    r = world.predict("strict", [("c4", 1.0)])  # its record is there, its chargebacks are null
+    assert r.status_code == 422 and "feature 'chargebacks'" in r.json()["error"] and "customer_id='c4'" in r.json()["error"]
+    assert world.predict("strict", [("c1", 1.0), ("c2", 2.0)]).status_code == 200
+
+
+def test_stale_records_count_as_missing_and_event_times_come_back_on_request(world: World) -> None:
+    day = 86400.0
+    policy = fraud(max_age_s=day, event_time_output="customer_at")
+    policy["expose"] = ["customer.customer_at"]
+    assert world.save("fresh", policy).status_code in (200, 201)
+    rows = [("c1", 1.0), ("c3", 2.0), ("nobody", 3.0)]
+    r = world.predict("fresh", rows)
+    assert r.status_code == 200, r.text
+    predictions = r.json()["predictions"]
+    assert [p["prediction"]["score"] for p in predictions] == pytest.approx(by_hand(rows, ACME, max_age_s=day))  # c3 takes the defaults
+    times = [p["prediction"]["customer.customer_at"] for p in predictions]  # a stale record's time too: why it was not used
+    assert times[0] == pytest.approx(ACME["c1"][2]) and times[1] == pytest.approx(ACME["c3"][2]) and times[2] is None
+    strict = fraud(default=False, max_age_s=day)
+    assert world.save("fresh-strict", strict).status_code in (200, 201)
+    r = world.predict("fresh-strict", [("c3", 1.0)])
+    assert r.status_code == 422 and "older than max_age_s" in r.json()["error"]
+
+
+def test_each_tenant_reads_its_own_store(world: World) -> None:
+    assert world.save("fraud", fraud(), world.globex).status_code in (200, 201)
+    r = world.predict("fraud", [("c1", 1.0)], world.globex)  # the same table name: globex's own file
+    assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == pytest.approx(by_hand([("c1", 1.0)], GLOBEX)[0])
+    r = world.save("stolen", fraud("dynamodb", TABLE), world.globex)  # acme's table: not on globex's list
+    assert r.status_code == 422 and r.json()["field"] == "policy.steps.0.target.table" and "globex" in r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (lambda p: p["steps"][0]["target"].update(keys={"customer_id": "client"}), "policy.steps.0.target.keys.customer_id", "input 'client'"),
+        (lambda p: p["steps"][0]["target"].update(keys={"customer_id": "amount"}), "policy.steps.0.target.keys.customer_id", "string or integer"),
+        (lambda p: p["steps"][0]["target"]["features"][0].update(default="zero"), "policy.steps.0.target.features.0", "not a FP32"),
+        (lambda p: p["steps"][0]["target"].update(table="no such table"), "policy.steps.0.target", "not a sqlite table name"),
+        (lambda p: p["steps"][0]["target"].update(store="sagemaker", keys={"a": "customer", "b": "amount"}), "policy.steps.0.target", "one key"),
+        (lambda p: p["steps"][0]["target"].pop("inputs"), "policy.steps.0.target.inputs", "declares the inputs"),
+        (lambda p: p["steps"][1]["target"]["ops"][0].update(inputs=["amount", "avg_amount", "churn"]), "policy.steps.1.target.ops.0.inputs.2", "churn"),
+        (lambda p: p.update(steps=[p["steps"][0], {"name": "score", "target": {"model": "score", "version": 1}}]), "policy.steps.1", "features"),
+    ],
+)
+def test_refusals_when_saved_name_the_field(world: World, change: Any, field: str, words: str) -> None:
+    policy = fraud()
+    change(policy)
+    r = world.save("refused", policy)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field and words in r.json()["error"], r.json()
+
+
+def test_a_lookup_alone_is_not_a_policy(world: World) -> None:
+    r = world.save("alone", fraud()["steps"][0]["target"])
+    assert r.status_code == 422 and r.json()["field"] == "policy" and "step of a sequence" in r.json()["error"]
+
+
+def test_a_100k_row_batch_job_looks_up_per_chunk_in_few_store_calls(world: World, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.domain import Principal
+    from tests.integration.batch.jobs import read_parts, run_job
+
+    rows = 100_000
+    customers = [("c1", "c2", "nobody")[i % 3] for i in range(rows)]
+    amounts = np.arange(rows, dtype=np.float32) % 7
+    pq.write_table(pa.table({"customer": customers, "amount": amounts}), tmp_path / "transactions.parquet")
+    assert world.save("fraud", fraud()).status_code in (200, 201)
+    store = world.lookups.store(_lookup_of(fraud()), "acme")
+    before = store.calls
+    job = run_job(world.container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"), tmp_path / "transactions.parquet", deployment="fraud")
+    assert job.status == "SUCCEEDED" and (job.rows_out, job.rows_failed) == (rows, 0), job.error
+    least = -(-rows // world.container.settings.batch.batch_infer_rows)  # 25 inference calls of 4096 rows
+    # One store call per inference call (three customers each), never one per row; a chunk's
+    # last call may be a short one.
+    assert least <= store.calls - before <= least + (job.chunks_total or 0)
+    scores = read_parts(job).column("prediction").to_numpy()
+    table = {"c1": 10.0, "c2": 252.5, "nobody": 0.0}
+    assert scores[:6].tolist() == pytest.approx([amounts[i] + table[customers[i]] for i in range(6)])
+
+
+def test_the_fraud_example_saves_and_answers(world: World) -> None:
+    """examples/features/fraud.json on its own features file: a transaction in, the customer's
+    features looked up (a month-old record is stale: its defaults), a transform, the model, a decision."""
+    import json
+
+    assert world.save("fraud-example", json.loads((REPO / "examples" / "features" / "fraud.json").read_text())).status_code in (200, 201)
+    rows = [("c-1001", 100.0), ("c-1002", 900.0), ("c-1003", 100.0), ("c-new", 5.0)]
+    r = world.predict("fraud-example", rows)
+    assert r.status_code == 200, r.text
+    features = {"c-1001": (42.5, 0), "c-1002": (310.0, 3)}  # c-1003's record is 30 days old: max_age_s is two days
+    expected = []
+    for customer, amount in rows:
+        avg, chargebacks = features.get(customer, (0.0, 0))
+        score = np.log1p(amount) + np.log1p(avg) + chargebacks
+        expected.append("review" if 1 / (1 + np.exp(-(0.8 * score - 6.0))) >= 0.5 else "allow")
+    answers = r.json()["predictions"]
+    assert [a["prediction"] for a in answers] == expected and "review" in expected and "allow" in expected
+
+
+def test_a_graph_with_a_lookup_is_not_cached(world: World) -> None:
+    """The store's values change between requests: a cached answer could be an old one."""
+    body = {"name": "cached-fraud", "policy": fraud(), "cache": {"ttl_s": 60, "max_entries": 10}}
+    r = world.client.post("/api/v1/deployments", json=body, headers=world.acme)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "policy.steps.0.target" and "lookup step is not deterministic" in r.json()["error"]

@@ -1,0 +1,190 @@
+"""The online stores of lookup steps against the services' own shapes (botocore's Stubber checks
+every request it is given against the API model): SageMaker Feature Store's BatchGetRecord,
+which moto does not model, and DynamoDB's UnprocessedKeys, which moto never returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from botocore.stub import Stubber
+
+from sluice.domain.errors import BackendError, Forbidden, Unavailable, Unprocessable
+from sluice.domain.lookups import Lookup
+from sluice.inference.loop import run
+from sluice.runtimes.feature_stores import DynamoStore, Found, SageMakerStore, epoch_seconds
+from sluice.runtimes.lookups import LookupSteps
+from sluice.settings import LookupSettings
+
+GROUP = "acme-customers"
+
+
+def _client(service: str) -> Any:
+    import boto3
+
+    return boto3.client(service, region_name="eu-west-1", aws_access_key_id="test", aws_secret_access_key="test")
+
+
+def _node(store: str, table: str, **extra: Any) -> Lookup:
+    return Lookup(
+        store=store, table=table, keys={"customer_id": "customer"},
+        features=[{"name": "avg_amount", "datatype": "FP32", "default": 0.0}, {"name": "vip", "datatype": "BOOL", "default": False}],
+        **extra,
+    )  # fmt: skip
+
+
+def _record(customer: str, avg: str, vip: str, at: str) -> dict[str, Any]:
+    return {
+        "FeatureGroupName": GROUP,
+        "RecordIdentifierValueAsString": customer,
+        "Record": [{"FeatureName": "avg_amount", "ValueAsString": avg}, {"FeatureName": "vip", "ValueAsString": vip}, {"FeatureName": "event_time", "ValueAsString": at}],
+    }
+
+
+def test_a_feature_group_answers_in_calls_of_a_hundred_identifiers_with_its_event_times() -> None:
+    client = _client("sagemaker-featurestore-runtime")
+    # One call at a time, so the Stubber's answers meet their calls in order.
+    settings = LookupSettings(lookup_sources={"acme": [f"sagemaker:{GROUP}"]}, lookup_concurrency=1)
+    steps = LookupSteps(settings, mode="aws", featurestore=client, sleep=lambda s: None)
+    customers = np.array([f"c{i}" for i in range(150)] + ["c0"], dtype=object)  # 150 distinct: two calls
+    node = _node("sagemaker", GROUP, event_time_output="at")
+    with Stubber(client) as stub:
+        for chunk in (range(100), range(100, 150)):
+            ids = [f"c{i}" for i in chunk]
+            found = [_record(c, str(i), "true" if i % 2 else "0", "2026-11-27T10:00:00Z") for i, c in zip(chunk, ids, strict=True) if i != 7]
+            expected = {"Identifiers": [{"FeatureGroupName": GROUP, "RecordIdentifiersValueAsString": ids, "FeatureNames": ["avg_amount", "vip", "event_time"]}]}
+            errors = [{"FeatureGroupName": GROUP, "RecordIdentifierValueAsString": "c7", "ErrorCode": "ResourceNotFound", "ErrorMessage": "no record"}] if 0 in chunk else []
+            stub.add_response("batch_get_record", {"Records": found, "Errors": errors, "UnprocessedIdentifiers": []}, expected)
+        out, calls = run(steps.call(node, "acme", {"customer": customers}, timeout_s=5))
+        stub.assert_no_pending_responses()
+    assert calls == 2
+    assert out["avg_amount"][[1, 7, 149, 150]].tolist() == [1.0, 0.0, 149.0, 0.0]  # c7 not found: its default
+    assert out["vip"][[1, 2, 7]].tolist() == [True, False, False]
+    assert out["at"][0] == epoch_seconds("2026-11-27T10:00:00+00:00") and np.isnan(out["at"][7])
+    assert out["customer"] is customers  # what it took goes on
+
+
+def test_a_feature_group_that_refuses_a_record_fails_the_step() -> None:
+    client = _client("sagemaker-featurestore-runtime")
+    store = SageMakerStore(client, sleep=lambda s: None)
+    with Stubber(client) as stub:
+        error = {"FeatureGroupName": GROUP, "RecordIdentifierValueAsString": "c1", "ErrorCode": "AccessDeniedException", "ErrorMessage": "no"}
+        stub.add_response("batch_get_record", {"Records": [], "Errors": [error], "UnprocessedIdentifiers": []})
+        with pytest.raises(BackendError, match="refused records"):
+            store.get_many(GROUP, ["customer_id"], [("c1",)], ["avg_amount"], "event_time")
+        stub.add_client_error("batch_get_record", "ThrottlingException", "slow down")
+        with pytest.raises(Unavailable, match="throttling"):
+            store.get_many(GROUP, ["customer_id"], [("c1",)], ["avg_amount"], "event_time")
+
+
+def test_dynamodb_unprocessed_keys_are_asked_again_until_none_are_left() -> None:
+    client = _client("dynamodb")
+    slept: list[float] = []
+    store = DynamoStore(client, retries=2, sleep=slept.append)
+    names = {"#a0": "customer_id", "#a1": "avg_amount", "#a2": "event_time"}
+    keys = [{"customer_id": {"S": c}} for c in ("c1", "c2")]
+    with Stubber(client) as stub:
+        request = {"RequestItems": {"t": {"Keys": keys, "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}}
+        left = {"t": {"Keys": keys[1:], "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}
+        stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1.5"}}]}, "UnprocessedKeys": left}, request)
+        stub.add_response("batch_get_item", {"Responses": {"t": [{"customer_id": {"S": "c2"}, "avg_amount": {"N": "2"}}]}, "UnprocessedKeys": {}}, {"RequestItems": left})
+        found = store.get_many("t", ["customer_id"], [("c1",), ("c2",)], ["avg_amount"], "event_time")
+        assert found == Found([("c1",), ("c2",)], {"avg_amount": ["1.5", "2"]}, [None, None])
+        assert store.calls == 2 and slept == [0.05]
+        for _ in range(3):  # throttled every time: 503 after the retries
+            stub.add_response("batch_get_item", {"Responses": {"t": []}, "UnprocessedKeys": left}, {"RequestItems": left})
+        with pytest.raises(Unavailable, match="unprocessed after 3 calls"):
+            store.get_many("t", ["customer_id"], [("c2",)], ["avg_amount"], "event_time")
+
+
+def test_a_value_the_store_holds_that_is_not_of_the_declared_type_names_the_feature_and_entity() -> None:
+    client = _client("dynamodb")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client)
+    with Stubber(client) as stub:
+        # Neither max_age_s nor event_time_output: the record's time is not read.
+        names = {"#a0": "customer_id", "#a1": "avg_amount", "#a2": "vip"}
+        asked = {"RequestItems": {"acme-t": {"Keys": [{"customer_id": {"S": "c1"}}], "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}}
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"S": "lots"}}]}}, asked)
+        with pytest.raises(BackendError, match=r"'lots' for feature 'avg_amount' of customer_id='c1'"):
+            run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
+
+
+def test_stores_are_refused_outside_the_tenants_list_and_sqlite_on_aws() -> None:
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-customers"]}, lookup_sqlite="features/{tenant}.db"), mode="aws")
+    assert steps.refusal(_node("dynamodb", "acme-customers"), "acme") is None
+    assert "tenant 'globex'" in (steps.refusal(_node("dynamodb", "acme-customers"), "globex") or "")
+    assert "may read" in (steps.refusal(_node("sagemaker", "acme-customers"), "acme") or "")  # the same name, another store
+    assert "local only" in (steps.refusal(_node("sqlite", "customers"), "acme") or "")
+    with pytest.raises(Forbidden, match="tenant 'globex'"):  # asked again on every call, not only when saved
+        run(steps.call(_node("dynamodb", "acme-customers"), "globex", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
+    with pytest.raises(ValueError, match="not dynamodb:TABLE"):
+        LookupSettings(lookup_sources={"acme": ["s3:bucket"]})
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(1700000000, 1700000000.0), ("1700000000.5", 1700000000.5), ("2023-11-14T22:13:20Z", 1700000000.0), ("2023-11-14T22:13:20", 1700000000.0), ("soon", None), (None, None)],
+)
+def test_event_times_as_numbers_or_iso_8601(value: Any, seconds: float | None) -> None:
+    assert epoch_seconds(value) == seconds
+
+
+def test_in_lambda_each_lookup_is_an_emf_record_of_calls_and_store_failures(caplog: pytest.LogCaptureFixture) -> None:
+    """What the observability stack's lookup error-rate alarm reads: a failed store counts, a
+    missing entity (the caller's data, a 422) does not."""
+    import json
+
+    from sluice.observability import get_logger
+
+    client = _client("dynamodb")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client, metrics_namespace="sluice")
+    node = _node("dynamodb", "acme-t")
+    strict = Lookup(store="dynamodb", table="acme-t", keys={"customer_id": "customer"}, features=[{"name": "avg_amount", "datatype": "FP32"}])
+    customers = {"customer": np.array(["c1"], dtype=object)}
+    caplog.set_level("INFO")
+    with Stubber(client) as stub:
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1"}}]}})
+        run(steps.call(node, "acme", customers, timeout_s=5))
+        stub.add_client_error("batch_get_item", "ProvisionedThroughputExceededException", "slow down")
+        with pytest.raises(Unavailable):
+            run(steps.call(node, "acme", customers, timeout_s=5))
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": []}})
+        with pytest.raises(Unprocessable):
+            run(steps.call(strict, "acme", customers, timeout_s=5))
+    formatter = get_logger().registered_formatter
+    found = [json.loads(formatter.format(r)) for r in caplog.records if r.getMessage() == "lookup"]
+    assert [(line["LookupCalls"], line["LookupErrors"], line["table"]) for line in found] == [(1, 0, "acme-t"), (1, 1, "acme-t"), (1, 0, "acme-t")]
+    meta = found[0]["_aws"]["CloudWatchMetrics"][0]
+    assert meta["Namespace"] == "sluice" and meta["Dimensions"] == [[]] and {m["Name"] for m in meta["Metrics"]} == {"LookupCalls", "LookupErrors"}
+
+
+def test_a_sqlite_table_keyed_by_two_integer_columns(tmp_path: Any) -> None:
+    """Integer keys are asked as numbers (SQLite compares INTEGER columns with numbers) and two
+    keys together; the tenant reads its own file, read-only."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "acme.db") as db:
+        db.execute("CREATE TABLE merchant_day (merchant INTEGER, day INTEGER, volume REAL, PRIMARY KEY (merchant, day))")
+        db.executemany("INSERT INTO merchant_day VALUES (?, ?, ?)", [(7, 1, 70.5), (7, 2, 72.0), (8, 1, 80.0)])
+    db.close()
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local")
+    node = Lookup(
+        store="sqlite", table="merchant_day", keys={"merchant": "m", "day": "d"},
+        features=[{"name": "volume", "datatype": "FP64", "default": -1.0}, {"name": "missing_column", "datatype": "INT32", "default": 3}],
+    )  # fmt: skip
+    arrays = {"m": np.array([7, 8, 7, 9, 7], np.int64), "d": np.array([2, 1, 2, 1, 1], np.int32)}
+    out, calls = run(steps.call(node, "acme", arrays, timeout_s=5))
+    assert calls == 1 and out["volume"].tolist() == [72.0, 80.0, 72.0, -1.0, 70.5]
+    assert out["missing_column"].tolist() == [3] * 5 and out["missing_column"].dtype == np.int32  # a column not there: its default
+    assert steps.refusal(node, "globex") is None
+    with pytest.raises(Unavailable, match="features file"):  # globex has no file of its own: nothing of acme's is read
+        run(steps.call(node, "globex", arrays, timeout_s=5))
+    other = Lookup(store="sqlite", table="later", keys={"merchant": "m"}, features=[{"name": "volume", "datatype": "FP64"}])
+    with pytest.raises(BackendError, match="no table 'later'"):
+        run(steps.call(other, "acme", arrays, timeout_s=5))
+    with sqlite3.connect(tmp_path / "acme.db") as db:  # made while the service runs: read from then on
+        db.execute("CREATE TABLE later (merchant INTEGER PRIMARY KEY, volume REAL)")
+        db.executemany("INSERT INTO later VALUES (?, ?)", [(7, 1.0), (8, 2.0), (9, 3.0)])
+    db.close()
+    assert run(steps.call(other, "acme", arrays, timeout_s=5))[0]["volume"].tolist() == [1.0, 2.0, 1.0, 3.0, 1.0]
