@@ -175,7 +175,8 @@ def _loopback(container: Any, home: Path, cases: dict[str, Any], bodies: dict[st
         subjects = {"sluice": (http_url, grpc_url, {"Authorization": f"Bearer {key}"})}
         if triton is not None:
             subjects["Triton"] = (triton.http_url, triton.grpc_address, {})
-        clients = {who: httpx.Client(base_url=url, headers=auth, timeout=30) for who, (url, _, auth) in subjects.items()}
+        # identity: httpx asks gzip by default (and both servers would compress): the forms are measured, not zlib
+        clients = {who: httpx.Client(base_url=url, headers={**auth, "Accept-Encoding": "identity"}, timeout=30) for who, (url, _, auth) in subjects.items()}
         try:
             for repeat in range(repeats):
                 order = list(subjects) if repeat % 2 == 0 else list(reversed(subjects))
@@ -224,7 +225,7 @@ def _in_process(home: Path, cases: dict[str, Any], bodies: dict[str, Any], repea
 
     async def go() -> None:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers=auth) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={**auth, "Accept-Encoding": "identity"}) as client:
             for _ in range(repeats):
                 for case, (model, rows) in cases.items():
                     count = n if case == "1 row" else max(20, n // 4)

@@ -223,7 +223,8 @@ def local_service(home: Path) -> Iterator[tuple[Any, str]]:
     command = [PYTHON, "-m", "sluice.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=home / "serve.log", env=bench_env(SLUICE_HOME=str(home)), cwd=REPO, quiet_stdout=True):
         key = (home / "admin-key").read_text().strip()
-        with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=10) as client:
+        # identity: httpx asks gzip by default, and the serving is measured, not zlib
+        with httpx.Client(headers={"Authorization": f"Bearer {key}", "Accept-Encoding": "identity"}, timeout=10) as client:
             yield client, f"http://127.0.0.1:{port}"
 
 

@@ -79,6 +79,12 @@ def test_answers_carry_the_request_id_and_read_as_the_http_api_answers(client: T
         assert rows["request_id"] == "two" and [r["prediction"] for r in rows["predictions"]] == ["setosa", "virginica"]
         v2 = ask(ws, {"request_id": "t", "deployment": "iris", "v2": {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]}})
         assert v2["request_id"] == "t" and v2["model_name"] == "iris" and v2["outputs"]
+        top = ask(ws, {"deployment": "iris", "v2": {
+            "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}],
+            "outputs": [{"name": "output_probability", "parameters": {"classification": 1}}],
+        }})  # fmt: skip
+        (out,) = top["outputs"]  # the classification extension, as over HTTP
+        assert out["datatype"] == "BYTES" and out["shape"] == [1, 1] and out["data"][0].endswith(":0:setosa")
         assert ask(ws, SETOSA)["request_id"]  # none sent: one is made up and returned
 
 

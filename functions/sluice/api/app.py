@@ -12,8 +12,10 @@ from sluice import __version__
 from sluice.api import errors
 from sluice.api.deps import authenticate, container_of, known_principal
 from sluice.api.edge import BodyLimit, Edge, content_length, openapi_routes, too_large
+from sluice.api.encoding import behind_api_gateway, gzipping, inflate, request_coding
 from sluice.api.errors import error_response
 from sluice.api.responses import JSONResponse
+from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -94,6 +96,12 @@ class SluiceApp(FastAPI):
         declared = content_length(scope)
         if (declared is not None and (not declared.isdigit() or int(declared) > most)) or len(body) > most:
             return error_response(too_large(most))
+        coding = request_coding(scope)
+        if coding is not None:
+            try:
+                body = inflate(body, coding, most, lambda: too_large(most), maybe_inflated=behind_api_gateway(scope))
+            except SluiceError as exc:
+                return error_response(exc)
         return await limit.app.answer_whole(scope, body)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,5 +155,7 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
             known.append(max_request_bytes or container_of(app).settings.limits.max_request_bytes)
         return known[0]
 
-    app.edge = BodyLimit(Edge(app.framework, _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
+    # The framework's responses gzipped by Starlette's middleware for a client that accepts it
+    # (streamed ones chunk by chunk); the hot routes' by the edge (`sluice.api.encoding`).
+    app.edge = BodyLimit(Edge(gzipping(app.framework), _hot_routes, lambda: container_of(app), authenticate, known_principal), limit)
     return app

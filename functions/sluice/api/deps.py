@@ -69,6 +69,9 @@ def header(headers: Mapping[str, str], name: bytes) -> str | None:
     return None
 
 
+MISSING_KEY = "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+
+
 def _bearer(headers: Headers) -> str | None:
     auth = header(headers, b"authorization")
     if auth:
@@ -124,7 +127,7 @@ def principal_of(scope: Scope, headers: Headers, container: Container) -> Princi
             return Principal(str(context["tenant"]), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
     key = _bearer(headers)
     if not key:
-        raise Unauthenticated("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
+        raise Unauthenticated(MISSING_KEY)
     return container.keys.authenticate(key)
 
 

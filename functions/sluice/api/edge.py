@@ -28,6 +28,15 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
+from sluice.api.encoding import (
+    Inflater,
+    accepts_gzip,
+    behind_api_gateway,
+    gzip_whole,
+    inflated_scope,
+    inflating,
+    request_coding,
+)
 from sluice.api.errors import error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.codecs.binary import HEADER, split_body
@@ -76,7 +85,9 @@ class BodyTooLarge(HTTPException):
 
 class BodyLimit:
     """Refuses a body over the limit: at once when its Content-Length says so, else as soon
-    as the bytes read pass it (a chunked body is never read to its end)."""
+    as the bytes read pass it (a chunked body is never read to its end). A compressed body
+    (`sluice.api.encoding`) is inflated as it is read, and the limit holds for what it
+    inflates to as well."""
 
     def __init__(self, app: ASGIApp, limit: Callable[[], int]) -> None:
         self.app = app
@@ -88,10 +99,18 @@ class BodyLimit:
             return
         limit = self.limit()
         declared = content_length(scope)
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > limit:
-                await error_response(too_large(limit))(scope, receive, send)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await error_response(too_large(limit))(scope, receive, send)
+            return
+        coding = request_coding(scope)
+        if coding is not None:  # inflated as read, the limit held by the inflated size
+            try:
+                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
+            except SluiceError as exc:
+                await error_response(exc)(scope, receive, send)
                 return
+            scope, receive = inflated_scope(scope), inflating(receive, inflater)
+        elif declared is not None:
             # The server delivers no more than a declared length: nothing left to count.
             await self.app(scope, receive, send)
             return
@@ -205,7 +224,10 @@ class Edge:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        found = self._hot(scope) if scope["method"] == "POST" else None
+        found = self._hot(scope)
+        if found is not None and scope["method"] != found[0].method:  # GET .../infer: as every route answers
+            await error_response(HTTPException(405, headers={"Allow": found[0].method}))(scope, receive, send)
+            return
         admission, prediction = container.admission, found is not None
         if admission is not None:
             try:
@@ -248,7 +270,7 @@ class Edge:
         if scope["method"] != "POST" or scope["path"] in PUBLIC:
             return None
         found = self._hot(scope)
-        if found is None:
+        if found is None or found[0].method != scope["method"]:
             return None
         headers = Headers(scope=scope)
         container, principal, refusal = await self._admit(scope, headers)
@@ -264,8 +286,8 @@ class Edge:
     def _hot(self, scope: Scope) -> tuple[HotRoute, dict[str, str]] | None:
         if self._routes is None:
             self._routes = self.routes()
-        for route in self._routes:
-            params = route.match("POST", scope["path"])
+        for route in self._routes:  # matched by path: the caller answers another method
+            params = route.match(route.method, scope["path"])
             if params is not None:
                 return route, params
         return None
@@ -313,7 +335,10 @@ class Edge:
             # look at every value for one (JSON booleans are not numbers).
             text = raw if type(raw) is bytes else bytes(raw or b"")  # `in` on a memoryview compares single bytes
             scope[JSON_BOOLS] = b"true" in text or b"false" in text
-            return await route.handler(container, principal, parsed, scope, headers, **path)
+            response = await route.handler(container, principal, parsed, scope, headers, **path)
+            if accepts_gzip(scope):
+                await gzip_whole(response)
+            return response
         except BodyTooLarge:
             return error_response(too_large(container.settings.limits.max_request_bytes))
         except Exception as exc:

@@ -11,8 +11,17 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from sluice.api.encoding import ACCEPTED
 from sluice.api.responses import JSONResponse
-from sluice.domain.errors import Accepted, Overloaded, RateLimited, SluiceError, StorageFault
+from sluice.domain.errors import (
+    Accepted,
+    Overloaded,
+    RateLimited,
+    SluiceError,
+    StorageFault,
+    UnknownDeployment,
+    UnsupportedEncoding,
+)
 from sluice.domain.policy import policy_field
 from sluice.observability import get_logger
 
@@ -60,9 +69,14 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
             headers = {"Retry-After": str(exc.retry_after_s)}
         if isinstance(exc, Accepted):
             headers = {"Location": exc.location}
+        if isinstance(exc, UnsupportedEncoding):  # RFC 9110: the codings that are taken
+            headers = {"Accept-Encoding": ACCEPTED}
         if isinstance(exc, StorageFault):  # the operator's to fix: said where they look
             get_logger().error("storage fault", extra={"path": path, "code": exc.code, "storage": exc.storage, "cause": repr(exc.__cause__)})
-        return exc.status, exc.to_dict(), headers
+        body = exc.to_dict()
+        if isinstance(exc, UnknownDeployment) and path.startswith("/v2/"):  # the words Triton's clients test for
+            body["error"] = exc.protocol_message
+        return exc.status, body, headers
     if isinstance(exc, RequestValidationError):
         return (*_validation(exc.errors()), None)
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`

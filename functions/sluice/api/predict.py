@@ -20,6 +20,7 @@ from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors
 from sluice.codecs.binary import binary_outputs, decode_inputs, to_bytes
+from sluice.codecs.classification import asked
 from sluice.domain.errors import BadRequest
 from sluice.domain.requests import (
     ArrayInputs,
@@ -105,6 +106,7 @@ async def infer(
     rid = request_id(scope, headers, body.id)
     params = body.parameters or {}
     wanted = tuple(out.name for out in body.outputs) if body.outputs else None
+    classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
     upload_id = params.get("upload_id")
     if upload_id is not None:
         if body.inputs or binary is not None:
@@ -128,7 +130,7 @@ async def infer(
         parameters=params,
     )
     prediction = await container.predictions.predict(principal, request)
-    content = v2_body(prediction, request_id=rid, wanted=wanted)
+    content = v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)
     as_binary = binary_outputs(params, body.outputs)
     if upload_id is not None:
         response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)

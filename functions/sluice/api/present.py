@@ -24,21 +24,30 @@ def plain_body(prediction: Prediction, *, several: bool, return_probabilities: b
     return content
 
 
-def v2_body(prediction: Prediction, *, request_id: str, wanted: tuple[str, ...] | None) -> dict[str, Any]:
+def v2_body(
+    prediction: Prediction, *, request_id: str | None, wanted: tuple[str, ...] | None, classify: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The protocol's response; its `id` only where the request gave one, as the protocol
+    says (the request's own id is in the `x-request-id` header whatever it gave). The outputs
+    in `classify` ({name: k}) as their top k classes (`sluice.codecs.classification`)."""
     answer = prediction.answer
     outputs = []
-    for name, array in answer.result.outputs.items():
+    arrays = answer.result.outputs
+    if classify:
+        from sluice.codecs.classification import classified
+
+        arrays = classified(arrays, answer.result.classes, classify)
+    for name, array in arrays.items():
         if wanted and name not in wanted:
             continue
         tensor = encode_tensor(name, array)
         classes = answer.result.classes.get(name)
-        if classes is not None:
+        if classes is not None and not (classify and name in classify):
             tensor["parameters"] = {"classes": classes}
         outputs.append(tensor)
-    return {
-        "model_name": prediction.resolved.deployment.name,
-        "model_version": str(answer.version.version),
-        "id": request_id,
-        "parameters": who_answered(prediction),
-        "outputs": outputs,
-    }
+    body: dict[str, Any] = {"model_name": prediction.resolved.deployment.name, "model_version": str(answer.version.version)}
+    if request_id is not None:
+        body["id"] = request_id
+    body["parameters"] = who_answered(prediction)
+    body["outputs"] = outputs
+    return body

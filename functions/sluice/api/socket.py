@@ -24,6 +24,7 @@ from pydantic import Field
 
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
+from sluice.codecs.classification import asked
 from sluice.domain.errors import BadRequest, InvalidRequest, PayloadTooLarge, Unauthenticated
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.domain.values import VersionNumber
@@ -151,7 +152,8 @@ class Session:
                 parameters=params,
             )
             prediction = await self.container.predictions.predict(principal, request)
-            return {"request_id": request_id, **v2_body(prediction, request_id=body.id or request_id, wanted=wanted)}
+            classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
+            return {"request_id": request_id, **v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)}
         simple = PredictionBody.model_validate(message)
         request = PredictionRequest(
             deployment=simple.deployment,

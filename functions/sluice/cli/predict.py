@@ -71,7 +71,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     prediction = asyncio.run(predictions.predict(operator(args), request))
     pieces.settle()  # a short-lived process: let mirrors finish, captured requests be written
     if args.v2:
-        print_json(v2_body(prediction, request_id="", wanted=None))
+        print_json(v2_body(prediction, request_id=None, wanted=None))
     else:
         print_json(plain_body(prediction, several="batch" in given))
     return 0

@@ -57,6 +57,23 @@ class NotFound(SluiceError):
     status, code = 404, "not_found"
 
 
+class UnknownDeployment(NotFound):
+    """No deployment of that name in the tenant. Triton's clients test an unknown model's
+    message for Triton's words: the Open Inference Protocol's doors say it in them
+    (`protocol_message`), keeping this code and field."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"deployment '{name}' not found", field="deployment")
+        self.name = name
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:  # pickled (a process pool's) by its name
+        return UnknownDeployment, (self.name,)
+
+    @property
+    def protocol_message(self) -> str:
+        return f"Request for unknown model: '{self.name}' is not found"
+
+
 class RequestTimeout(SluiceError):
     """A body that did not arrive in time: the connection is closed after the answer."""
 
@@ -74,6 +91,12 @@ class StaleRead(Conflict):
 
 class PayloadTooLarge(SluiceError):
     status, code = 413, "payload_too_large"
+
+
+class UnsupportedEncoding(SluiceError):
+    """A body in a content coding the server does not read (`Content-Encoding`)."""
+
+    status, code = 415, "unsupported_media_type"
 
 
 class Unprocessable(SluiceError):

@@ -23,18 +23,25 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from sluice import __version__
-from sluice.api.deps import authenticate, request_id
+from sluice.api.deps import MISSING_KEY, authenticate, request_id
 from sluice.api.ratelimit import RateLimit
+from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
-from sluice.domain.errors import Accepted, BadRequest, PayloadTooLarge, SluiceError
+from sluice.domain.errors import (
+    Accepted,
+    PayloadTooLarge,
+    SluiceError,
+    Unauthenticated,
+    UnknownDeployment,
+)
 from sluice.domain.requests import PredictionRequest, TensorInputs
 from sluice.domain.values import parse_version
 from sluice.grpc_service.tensors import response_of, tensors_of
-from sluice.inference.metadata import metadata_of, ready_to_answer
+from sluice.inference.metadata import EXTENSIONS, metadata_of, ready_to_answer
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.services.health import registry_answers
-from sluice.services.triton_ext import TritonExtensions
+from sluice.services.triton_ext import TritonExtensions, control_refused
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -58,6 +65,7 @@ CODES = {
     504: Code.DEADLINE_EXCEEDED,
 }
 INTERNAL = "internal error; it has been logged"
+GRPC_MISSING_KEY = "missing API key: send 'authorization: Bearer <key>' or 'x-api-key: <key>' metadata"
 
 
 def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
@@ -79,7 +87,8 @@ def status_of(exc: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, st
         retry = exc.details.get("retry_after_s")
         if retry is not None:
             trailer.append(("retry-after", str(retry)))
-        return code, exc.message, tuple(trailer)
+        message = exc.protocol_message if isinstance(exc, UnknownDeployment) else exc.message  # Triton's words
+        return code, message, tuple(trailer)
     get_logger().exception("unhandled gRPC error")
     return Code.INTERNAL, INTERNAL, ()
 
@@ -104,7 +113,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         """The authenticated caller and its metadata, its rate counted, and the call one of
         its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-        principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
+        try:
+            principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
+        except Unauthenticated as exc:
+            if exc.message == MISSING_KEY:  # gRPC metadata keys are lowercase: said so
+                raise Unauthenticated(GRPC_MISSING_KEY) from None
+            raise
         if self.rate_limit is not None:
             await self.rate_limit.check(principal.subject)
         admission = self.container.admission
@@ -137,7 +151,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=await asyncio.to_thread(registry_answers, self.container.registry))
 
     async def ServerMetadata(self, request: Any, context: ServicerContext) -> Any:
-        return pb.ServerMetadataResponse(name="sluice", version=__version__, extensions=[])
+        return pb.ServerMetadataResponse(name="sluice", version=__version__, extensions=EXTENSIONS)
 
     # Models: a deployment is the protocol's model -----------------------------------------
     async def ModelMetadata(self, request: Any, context: ServicerContext) -> Any:
@@ -182,6 +196,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in request.parameters.items()}
         wanted = tuple(out.name for out in request.outputs) or None
+        classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in request.outputs)
         variant = params.get("variant")
         core = PredictionRequest(
             deployment=request.model_name,
@@ -199,7 +214,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         admission = self.container.admission  # each inference, unary or a stream's message, is one of the process's predictions
         with admission.held(principal, key=False) if admission is not None else contextlib.nullcontext():
             prediction = await service.predict(principal, core)
-            response = response_of(pb, prediction, request_id=rid, wanted=wanted, who=who_answered(prediction))
+            response = response_of(pb, prediction, request_id=request.id, wanted=wanted, who=who_answered(prediction), classify=classify)
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
@@ -237,12 +252,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         await self._refuse_control(request, context)
 
     async def _refuse_control(self, request: Any, context: ServicerContext) -> None:
-        """As REST: another tenant's name, or none, is NOT_FOUND; any other is refused."""
+        """As REST: another tenant's name, or none, is NOT_FOUND; any other is UNAVAILABLE,
+        as a Triton without explicit model control answers."""
         async with self._tenant_call(context) as (principal, _):
             self.container.deployments.get(principal, request.model_name)
-            raise BadRequest(
-                "explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name"
-            )
+            raise control_refused()
 
 
 # Triton's other extensions: not served here, each said plainly.

@@ -135,9 +135,17 @@ def parameter(value: Any) -> dict[str, Any]:
     return {"string_param": orjson.dumps(value).decode()}
 
 
-def response_of(pb: Any, prediction: Prediction, *, request_id: str, wanted: tuple[str, ...] | None, who: dict[str, Any]) -> Any:
-    """A `ModelInferResponse`: the outputs as raw contents, the same parameters as REST's."""
+def response_of(
+    pb: Any, prediction: Prediction, *, request_id: str, wanted: tuple[str, ...] | None, who: dict[str, Any], classify: dict[str, int] | None = None
+) -> Any:
+    """A `ModelInferResponse`: the outputs as raw contents, the same parameters as REST's; the
+    outputs in `classify` as their top k classes (`sluice.codecs.classification`)."""
     answer = prediction.answer
+    arrays = answer.result.outputs
+    if classify:
+        from sluice.codecs.classification import classified
+
+        arrays = classified(arrays, answer.result.classes, classify)
     response = pb.ModelInferResponse(
         model_name=prediction.resolved.deployment.name,
         model_version=str(answer.version.version),
@@ -145,13 +153,13 @@ def response_of(pb: Any, prediction: Prediction, *, request_id: str, wanted: tup
     )
     for key, value in who.items():
         response.parameters[key].CopyFrom(pb.InferParameter(**parameter(value)))
-    for name, array in answer.result.outputs.items():
+    for name, array in arrays.items():
         if wanted and name not in wanted:
             continue
         datatype = v2_of_numpy(array.dtype)
         output = response.outputs.add(name=name, datatype=datatype, shape=list(array.shape))
         classes = answer.result.classes.get(name)
-        if classes is not None:
+        if classes is not None and not (classify and name in classify):
             output.parameters["classes"].CopyFrom(pb.InferParameter(**parameter(classes)))
         response.raw_output_contents.append(to_bytes(array))
     return response

@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 
 PLATFORMS = {"onnx": "onnxruntime_onnx", "triton": "triton", "sagemaker": "sagemaker_triton"}
 
+# The protocol's extensions served, on both transports (`GET /v2`, gRPC's ServerMetadata), in
+# Triton's names: tensors in binary after the JSON, top-k classification of an output, the
+# model configuration, statistics and repository (the index; load and unload answered as a
+# Triton without explicit model control answers them), and request parameters.
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "parameters", "statistics")
+
 
 def metadata_of(resolved: Resolved) -> dict[str, Any]:
     """The model's metadata: the deployment's name, the answering version, its tensors (the

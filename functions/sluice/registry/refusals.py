@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict, NotFound, UnknownDeployment
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,8 +32,8 @@ def missing_version(models: ModelRegistry, tenant: str, model: str, refusal: Not
     return refusal
 
 
-def no_deployment(name: str) -> NotFound:
-    return NotFound(f"deployment '{name}' not found", field="deployment")
+def no_deployment(name: str) -> UnknownDeployment:
+    return UnknownDeployment(name)
 
 
 def no_job(job_id: str) -> NotFound:

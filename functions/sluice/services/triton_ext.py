@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.triton import batchable, config_dims
+from sluice.domain.errors import Unavailable
 from sluice.stats.histogram import PREFIX, bucket_value
+from sluice.stats.recorder import LAST_REQUEST
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion, Principal
@@ -71,7 +73,7 @@ def model_stats(name: str, version: int, counters: dict[str, float]) -> dict[str
     return {
         "name": name,
         "version": str(version),
-        "last_inference": 0,
+        "last_inference": int(counters.get(LAST_REQUEST, 0)),
         "inference_count": int(counters.get("rows", success)),
         "execution_count": int(success),
         "inference_stats": {
@@ -86,6 +88,16 @@ def model_stats(name: str, version: int, counters: dict[str, float]) -> dict[str
         },
         "batch_stats": [],
     }
+
+
+def control_refused() -> Unavailable:
+    """Explicit load / unload, refused as a Triton without explicit model control refuses it
+    (503 / UNAVAILABLE, in its words): sluice loads a deployment's model on its first call."""
+    return Unavailable(
+        "explicit model load / unload is not allowed: sluice loads a deployment's model on its first call;"
+        " deployments are managed under /api/v1/deployments",
+        field="name",
+    )
 
 
 class TritonExtensions:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 Key = tuple[str, str, int, str]  # tenant, deployment, revision, subject
 Dropped = tuple[Key, float, str]  # a key, the requests (and rewards) its dropped counts held, why
 
+LAST_REQUEST = "last_request_ms"  # a maximum: when a deployment last had a request (ms since the epoch)
 MAX_PENDING = 10_000  # keys held at once (a few KB each) while the registry refuses writes
 COMPLAIN_EVERY_S = 60.0  # while writes keep failing, a warning this often (and at the first)
 TOO_MANY = "too many statistics pending while the registry refused writes"
@@ -111,6 +112,10 @@ class StatsRecorder:
                 sums["errors"] += 1
             if rows:
                 sums["rows"] += rows
+            if key[3] == "deployment":  # the deployment's own key alone: one more write per flush, not one per subject
+                maxes = self._maxes_of(key)
+                if maxes is not None:  # later requests' times are larger: kept as a maximum
+                    maxes[LAST_REQUEST] = time.time() * 1000
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         with self._lock:

@@ -12,6 +12,8 @@ from tests.conftest import MODELS
 from tests.integration.grpc.conftest import auth, fails
 
 if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -84,12 +86,16 @@ def test_another_tenants_deployment_is_not_found(grpc_url: str, keys: dict[str, 
     assert fails(client.load_model, "globex-secret", headers=auth(keys["acme"])).status() == "StatusCode.NOT_FOUND"
 
 
-def test_load_and_unload_are_refused_as_rest_refuses(grpc_url: str, keys: dict[str, str]) -> None:
-    client = grpcclient.InferenceServerClient(grpc_url)
-    for call in (client.load_model, client.unload_model):
+def test_load_and_unload_are_refused_as_rest_refuses(grpc_url: str, keys: dict[str, str], client: TestClient) -> None:
+    """As a Triton without explicit model control refuses them: UNAVAILABLE, and 503 over REST."""
+    grpc = grpcclient.InferenceServerClient(grpc_url)
+    for call, verb in ((grpc.load_model, "load"), (grpc.unload_model, "unload")):
         refused = fails(call, "iris", headers=auth(keys["acme"]))
-        assert refused.status() == "StatusCode.INVALID_ARGUMENT"
+        assert refused.status() == "StatusCode.UNAVAILABLE"
         assert "explicit model load / unload is not allowed" in refused.message()
-    assert fails(client.load_model, "iris").status() == "StatusCode.UNAUTHENTICATED"
+        rest = client.post(f"/v2/repository/models/iris/{verb}", headers=auth(keys["acme"]))
+        assert rest.status_code == 503 and rest.json()["code"] == "unavailable", rest.text
+        assert rest.json()["error"].startswith("explicit model load / unload is not allowed")
+    assert fails(grpc.load_model, "iris").status() == "StatusCode.UNAUTHENTICATED"
     # Served as before: the model still answers after a refused unload.
-    assert client.is_model_ready("iris", headers=auth(keys["acme"]))
+    assert grpc.is_model_ready("iris", headers=auth(keys["acme"]))

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 
 from sluice.api.deps import DeploymentsDep, PrincipalDep, TritonExtensionsDep, parse_body
 from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
-from sluice.domain.errors import BadRequest
 from sluice.domain.values import VersionNumber
+from sluice.services.triton_ext import control_refused
 from sluice.types.triton import (
     ModelConfigResponse,
     ModelStatsResponse,
@@ -52,10 +52,9 @@ async def repository_index(request: Request, principal: PrincipalDep, extensions
     return JSONResponse(await extensions.index(principal, ready=body.ready))
 
 
-@router.post("/v2/repository/models/{name}/load", summary="Triton: explicit load (not supported)", responses=errors(400))
-@router.post("/v2/repository/models/{name}/unload", summary="Triton: explicit unload (not supported)", responses=errors(400))
+@router.post("/v2/repository/models/{name}/load", summary="Triton: explicit load (not supported)", responses=errors(503))
+@router.post("/v2/repository/models/{name}/unload", summary="Triton: explicit unload (not supported)", responses=errors(503))
 async def repository_control(name: str, principal: PrincipalDep, deployments: DeploymentsDep) -> JSONResponse:
-    # As a Triton server without explicit model control answers: 400 with an error body.
-    # sluice loads a deployment's model on its first call; deployments are managed under /api/v1.
+    # As a Triton server without explicit model control answers: 503 with an error body.
     deployments.get(principal, name)  # another tenant's name, or none: 404 first
-    raise BadRequest("explicit model load / unload is not allowed: deployments are managed under /api/v1/deployments", field="name")
+    raise control_refused()

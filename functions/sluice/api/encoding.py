@@ -1,0 +1,209 @@
+"""Compressed request bodies (`Content-Encoding`), as Triton's HTTP server takes them.
+
+`gzip` and `deflate` (the zlib format RFC 9110 names; a raw deflate stream is read too) are
+inflated as they arrive, never past the body limit: the limit holds for the inflated size, so a
+small body that inflates past it is a 413 as soon as the inflated bytes pass it, never inflated
+whole. Any other coding is a 415 naming the supported ones (with `Accept-Encoding`, as RFC
+9110 asks). `identity` is no coding at all.
+
+Responses are gzipped when the client accepts gzip and the body is large enough to gain: the
+framework's by Starlette's `GZipMiddleware` (`gzipping`), the hot routes' (answered whole by
+the edge, here or from a Lambda event) by `gzip_whole`, to the same rules."""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from sluice.domain.errors import BadRequest, UnsupportedEncoding
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+SUPPORTED = ("gzip", "deflate")
+# A response body from this size up is gzipped for a client that accepts it: below it the
+# header and framing outweigh the gain. zlib's own default level: most of level 9's ratio on
+# JSON numbers at a fraction of its time. From THREAD_FROM up, compressed off the event loop.
+COMPRESS_FROM = 1024
+COMPRESS_LEVEL = 6
+THREAD_FROM = 128 * 1024
+ACCEPTED = ", ".join(SUPPORTED)
+_DROPPED = (b"content-encoding", b"content-length")  # the inflated body has neither
+
+
+def behind_api_gateway(scope: Scope) -> bool:
+    """Whether the request came in a Lambda event (Mangum's scope carries it)."""
+    return bool(scope.get("aws.event"))
+
+
+def request_coding(scope: Scope) -> str | None:
+    """The request's content coding, lowercased; None when it has none (or `identity`)."""
+    for name, value in scope["headers"]:
+        if name == b"content-encoding":
+            coding = value.decode("latin-1").strip().lower()
+            return None if coding in ("", "identity") else coding
+    return None
+
+
+def unsupported(coding: str) -> UnsupportedEncoding:
+    return UnsupportedEncoding(
+        f"unsupported content encoding '{coding}': send the body as {' or '.join(SUPPORTED)}, or uncompressed",
+        field="content-encoding",
+    )
+
+
+class Inflater:
+    """One body's inflation, bounded: `feed` each chunk, then `finish`. `too_large()` is the
+    exception to raise once the inflated bytes pass `limit`.
+
+    `maybe_inflated`: the body may have been inflated already on its way (API Gateway inflates
+    a request it can, and refuses one it cannot with its own 415, but passes the
+    `Content-Encoding` header on): a body that does not open as its coding does is then taken
+    as it is, under the same limit."""
+
+    def __init__(self, coding: str, limit: int, too_large: Callable[[], Exception], *, maybe_inflated: bool = False) -> None:
+        if coding not in SUPPORTED:
+            raise unsupported(coding)
+        self.coding, self.limit, self.too_large = coding, limit, too_large
+        self.maybe_inflated = maybe_inflated
+        self.size = 0
+        self._z: zlib._Decompress | None = None
+        self._plain = False  # taken as it is (`maybe_inflated`)
+        self._head = b""  # the body's first bytes, until two say which format it is
+
+    def _start(self, data: bytes) -> zlib._Decompress | None:
+        """The decompressor for a body opening with `data`; None: it is not compressed."""
+        if self.coding == "gzip":
+            if self.maybe_inflated and not data.startswith(b"\x1f\x8b"):  # gzip's magic number
+                return None
+            return zlib.decompressobj(31)
+        # zlib's two-byte header: CM 8 and a check of 31; else a raw deflate stream.
+        zlib_format = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        if self.maybe_inflated and not zlib_format:
+            return None
+        return zlib.decompressobj(15 if zlib_format else -15)
+
+    def _count(self, out: bytes) -> bytes:
+        self.size += len(out)
+        if self.size > self.limit:
+            raise self.too_large()
+        return out
+
+    def feed(self, data: bytes) -> bytes:
+        if self._plain:
+            return self._count(data)
+        if self._z is None:
+            if len(self._head) + len(data) < 2:
+                self._head += data
+                return b""
+            data, self._head = self._head + data, b""
+            self._z = self._start(data)
+            if self._z is None:
+                self._plain = True
+                return self._count(data)
+        try:
+            out = self._z.decompress(data, self.limit + 1 - self.size)
+        except zlib.error:
+            raise self._broken() from None
+        return self._count(out)
+
+    def finish(self) -> bytes:
+        head, self._head = self._head, b""
+        if self._plain:
+            return b""
+        if self._z is None:
+            if not head:
+                return b""  # no body at all: nothing to inflate
+            self._z = self._start(head)
+            if self._z is None:
+                self._plain = True
+                return self._count(head)
+        try:
+            out = self._count(self._z.decompress(head) + self._z.flush())
+        except zlib.error:
+            raise self._broken() from None
+        if not self._z.eof:
+            raise self._broken("it ends before its compressed stream does")
+        if self._z.unused_data:
+            raise self._broken("it has bytes after its compressed stream")
+        return out
+
+    def _broken(self, why: str = "") -> BadRequest:
+        return BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body")
+
+
+def inflate(body: bytes, coding: str, limit: int, too_large: Callable[[], Exception], *, maybe_inflated: bool = False) -> bytes:
+    """A whole body (a Lambda event's) inflated under `limit`."""
+    inflater = Inflater(coding, limit, too_large, maybe_inflated=maybe_inflated)
+    return inflater.feed(body) + inflater.finish()
+
+
+def inflated_scope(scope: Scope) -> Scope:
+    """`scope` as the app behind sees the inflated body: without the coding or the length."""
+    return {**scope, "headers": [(n, v) for n, v in scope["headers"] if n not in _DROPPED]}
+
+
+def inflating(receive: Receive, inflater: Inflater) -> Receive:
+    """`receive` with each body chunk inflated; the stream's end checked on the last."""
+
+    async def inflated() -> Message:
+        message = await receive()
+        if message["type"] != "http.request":
+            return message
+        out = inflater.feed(message.get("body", b""))
+        if not message.get("more_body", False):
+            out += inflater.finish()
+        return {**message, "body": out}
+
+    return inflated
+
+
+def accepts_gzip(scope: Scope) -> bool:
+    """Whether the client accepts a gzipped response (read as `GZipMiddleware` reads it)."""
+    for name, value in scope["headers"]:
+        if name == b"accept-encoding":
+            return b"gzip" in value
+    return False
+
+
+def gzipping(app: ASGIApp) -> ASGIApp:
+    """`app` with its responses gzipped by Starlette's `GZipMiddleware` for a client that
+    accepts gzip; a client that does not goes straight to `app` (the middleware costs some
+    20 µs a request even when it compresses nothing).
+
+    Not the protocol's other `/v2` routes (metadata, configuration, statistics, the
+    repository): Triton compresses inference answers alone, and `tritonclient.http.aio` asks
+    for gzip on every call (aiohttp's default header) but reads only an inference answer's."""
+    from starlette.middleware.gzip import GZipMiddleware
+
+    gzipped = GZipMiddleware(app, minimum_size=COMPRESS_FROM, compresslevel=COMPRESS_LEVEL)
+
+    async def choose(scope: Scope, receive: Receive, send: Send) -> None:
+        wanted = scope["type"] == "http" and accepts_gzip(scope) and not scope["path"].startswith("/v2")
+        await (gzipped if wanted else app)(scope, receive, send)
+
+    return choose
+
+
+async def gzip_whole(response: Response) -> None:
+    """`response` (its body whole: a hot route's) gzipped in place when it is `COMPRESS_FROM`
+    bytes or more and not encoded already, as `GZipMiddleware` would send it; a large body
+    compressed off the event loop, as the middleware does."""
+    headers = response.headers
+    size = len(response.body)
+    if size < COMPRESS_FROM or "content-encoding" in headers:
+        return
+    import gzip
+
+    if size < THREAD_FROM:
+        response.body = gzip.compress(bytes(response.body), compresslevel=COMPRESS_LEVEL, mtime=0)
+    else:
+        from starlette.concurrency import run_in_threadpool
+
+        response.body = await run_in_threadpool(gzip.compress, bytes(response.body), COMPRESS_LEVEL, mtime=0)
+    headers["content-length"] = str(len(response.body))
+    headers["content-encoding"] = "gzip"
+    headers.add_vary_header("Accept-Encoding")

@@ -1,0 +1,75 @@
+"""The classification extension, as Triton serves it: an output asked for with
+`parameters.classification = k` (tritonclient's `class_count`) comes back as its top k
+classes, each the string `"score:index"`, or `"score:index:label"` where the answer labels the
+output's classes (a classifier's probabilities: `InferenceResult.classes`).
+
+Each row of a batch (the first dimension of an output of two or more) is classified over its
+remaining elements, best first (ties by index), giving a BYTES output of shape [rows, k]; a
+one-dimensional output is classified whole, shape [k]. k past the number of classes gives
+every class. A score is printed as C's `%f` prints it (a float) or as an integer, as Triton
+does. An output that is not numeric, or a k that is not a positive integer, is a 400 naming
+the output: never the raw tensor with a 200."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.errors import BadRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+KEY = "classification"
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(
+            f"classification of output '{name}' must be a positive integer (the number of classes to return), got {value!r}",
+            field=f"outputs.{name}.parameters.classification",
+        )
+    return value
+
+
+def asked(outputs: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict[str, int]:
+    """{output: k} for the requested outputs (name, parameters) that ask for classification."""
+    out = {}
+    for name, params in outputs:
+        if params and params.get(KEY) not in (None, 0):  # 0: tritonclient's "not asked"
+            out[name] = _count(name, params[KEY])
+    return out
+
+
+def _text(score: Any) -> str:
+    return f"{score:f}" if isinstance(score, float) else str(score)
+
+
+def classify(name: str, array: np.ndarray, k: int, labels: Sequence[Any] | None = None) -> np.ndarray:
+    """The top `k` classes of `array` as `"score:index[:label]"` strings (see the module)."""
+    if array.dtype.kind not in "iuf":
+        raise BadRequest(
+            f"output '{name}' is not numeric ({array.dtype}): classification needs scores to rank",
+            field=f"outputs.{name}.parameters.classification",
+        )
+    rows = array.reshape(array.shape[0], -1) if array.ndim >= 2 else array.reshape(1, -1)
+    k = min(k, rows.shape[1])
+    # Best first, the lower index first among equals (a stable sort of the negated scores).
+    order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
+    texts = []
+    for row, picks in zip(rows, order, strict=True):
+        for index in picks.tolist():
+            text = f"{_text(row[index].item())}:{index}"
+            if labels is not None and index < len(labels):
+                text += f":{labels[index]}"
+            texts.append(text)
+    shape = (rows.shape[0], k) if array.ndim >= 2 else (k,)
+    return np.array(texts, dtype=np.str_).reshape(shape)
+
+
+def classified(outputs: Mapping[str, np.ndarray], classes: Mapping[str, Sequence[Any]], wanted: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """`outputs` with each output in `wanted` replaced by its classification."""
+    if not wanted:
+        return dict(outputs)
+    return {name: classify(name, array, wanted[name], classes.get(name)) if name in wanted else array for name, array in outputs.items()}
