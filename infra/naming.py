@@ -65,6 +65,8 @@ class ResourceNames:
     batch_bucket = _Name("batch", bucket=True)
     access_logs_bucket = _Name("access-logs", bucket=True)
     table = _Name("registry")
+    # Tables of precomputed answers that batch jobs publish and `precomputed` nodes read.
+    precomputed_table = _Name("precomputed")
     state_machine = _Name("batch")
     # The EventBridge Scheduler group the API creates batch schedules in.
     schedule_group = _Name("batch")

@@ -224,6 +224,13 @@ class AlarmsConfig(Section):
     stream_error_percent: float = Field(
         5.0, gt=0, le=100, description="Share of a stream function's invocations that failed."
     )
+    precomputed_fallback_percent: float = Field(
+        50.0,
+        gt=0,
+        le=100,
+        description="Share of precomputed nodes' rows answered live (a table that was not "
+        "published, expired, or misses many entities), for three periods of 5 minutes.",
+    )
     lookup_error_percent: float = Field(
         5.0,
         gt=0,

@@ -33,6 +33,7 @@ from infra.constructs.grants import (
     schedules_arn,
     state_machine_arn,
 )
+from infra.constructs.precomputed import READ_ANSWERS, PrecomputedAnswers
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     DELETE,
@@ -102,6 +103,7 @@ class Predicting:
     artifacts: s3.IBucket
     endpoint_names: Sequence[str]
     function_steps: FunctionSteps
+    precomputed: PrecomputedAnswers
 
 
 def shadow_function(
@@ -125,6 +127,7 @@ def shadow_function(
     )
     grant_invoke_endpoints(fn, predicting.endpoint_names)
     predicting.function_steps.grant_to(fn)
+    predicting.precomputed.grant(fn, READ_ANSWERS)
     return fn
 
 
@@ -225,6 +228,9 @@ class ApiFunction:
             scope, "TenantRegistry", table=table, caller=role, actions=[*READ, *WRITE, *DELETE]
         )
         fn.function.add_environment("SLUICE_TENANT_ROLE_ARN", self.tenant_registry.role.role_arn)
+        # Precomputed answers: read per request through the same tenant role, never its own.
+        predicting.precomputed.grant_tenant_reads(self.tenant_registry.role)
+        predicting.precomputed.tell(fn)
         # Uploads' presigned POSTs are signed as this role, assumed per tenant: it may put
         # objects under that tenant's uploads prefix only (the function's own object grant
         # below covers reading them).

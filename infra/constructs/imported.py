@@ -30,3 +30,7 @@ class ImportedStorage:
     @cached_property
     def table(self) -> dynamodb.ITableV2:
         return dynamodb.TableV2.from_table_name(self._scope, "RegistryTable", self._names.table)
+
+    @cached_property
+    def precomputed(self) -> dynamodb.ITableV2:
+        return dynamodb.TableV2.from_table_name(self._scope, "PrecomputedTable", self._names.precomputed_table)

@@ -15,6 +15,7 @@ from constructs import Construct
 from infra.nag import acknowledge
 
 METRICS_NAMESPACE = "sluice"
+SERVICE = "sluice"  # POWERTOOLS_SERVICE_NAME, the `service` dimension of the EMF metrics
 FIVE_MINUTES = Duration.minutes(5)
 
 
@@ -78,6 +79,10 @@ class Metrics:
         return self._metric(
             "AWS/States", name, {"StateMachineArn": self._state_machine_arn}, statistic, label=name
         )
+
+    def app(self, name: str, statistic: str) -> cw.Metric:
+        """sluice's own EMF metrics, service-wide (`service` is the Powertools service name)."""
+        return self._metric(METRICS_NAMESPACE, name, {"service": SERVICE}, statistic)
 
     def queue(self, queue: str, name: str) -> cw.Metric:
         return self._metric("AWS/SQS", name, {"QueueName": queue}, "Maximum")

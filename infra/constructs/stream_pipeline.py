@@ -31,6 +31,7 @@ from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import FunctionSteps, grant_invoke_endpoints, grant_objects
+from infra.constructs.precomputed import READ_ANSWERS, PrecomputedAnswers
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.queues import encrypted_queue
 from infra.constructs.registry_access import READ, WRITE, grant_registry, tenant_partitions
@@ -105,6 +106,7 @@ class StreamPipeline(Construct):
         function_steps: FunctionSteps,
         mirror: Mirror,
         capture: CaptureTarget,
+        precomputed: PrecomputedAnswers,
     ) -> None:
         """`source_queue_name`: the created SQS source queue's (or the tenant's queue's);
         `dead_letter_queue_name`: the dead-letter queue's, where the stream has one."""
@@ -159,6 +161,7 @@ class StreamPipeline(Construct):
         grant_registry(
             fn.role, table, actions=[*READ, *WRITE], partitions=tenant_partitions(stream.tenant)
         )
+        precomputed.grant(fn, READ_ANSWERS, tenant_partitions(stream.tenant))
         grant_objects(
             fn,
             artifacts,

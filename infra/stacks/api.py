@@ -23,6 +23,7 @@ from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionGroup
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.precomputed import PrecomputedAnswers
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
     KEY_ITEMS,
@@ -66,6 +67,7 @@ class ApiStack(FunctionStack):
             artifacts=storage.artifacts,
             endpoint_names=self.endpoint_names,
             function_steps=self.function_steps,
+            precomputed=PrecomputedAnswers(storage.precomputed),
         )
         self.shadow = shadow_function(
             self,
@@ -182,6 +184,9 @@ class ApiStack(FunctionStack):
             actions=[*READ, *WRITE],
         )
         fn.function.add_environment("SLUICE_TENANT_ROLE_ARN", tenant_registry.role.role_arn)
+        precomputed = PrecomputedAnswers(self.storage.precomputed)
+        precomputed.grant_tenant_reads(tenant_registry.role)
+        precomputed.tell(fn)
         grant_objects(
             fn, self.storage.artifacts, prefix=STORE_PREFIX, purpose="model artifacts"
         )

@@ -28,6 +28,7 @@ from infra.constructs.grants import (
     scheduler_principal,
     state_machine_arn,
 )
+from infra.constructs.precomputed import PUBLISH, READ_ANSWERS, WRITE_ANSWERS, PrecomputedAnswers
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import INBOX_PREFIX, OUTBOX_PREFIX, STORE_PREFIX, WORK_PREFIX
@@ -109,6 +110,11 @@ class BatchStack(FunctionStack):
         )
         grant_invoke_endpoints(score, self.endpoint_names)
         self.function_steps.grant_to(score)
+        # Precomputed answers: Plan checks a job's `publish` can be served, Score reads (for
+        # precomputed nodes) and writes a job's answers, Finalize points the table at them.
+        precomputed = PrecomputedAnswers(storage.precomputed)
+        precomputed.tell(plan)
+        precomputed.grant(score, [*READ_ANSWERS, *WRITE_ANSWERS])
 
         finalize = self._task(
             "Finalize",
@@ -126,6 +132,7 @@ class BatchStack(FunctionStack):
             delete=True,  # a job cancelled while Finalize wrote its _SUCCESS gets it taken back
             purpose="manifests",
         )
+        precomputed.grant(finalize, PUBLISH)
         self.catalog_database = self._catalog(batch.catalog_database, finalize)
 
         mark_failed = self._failure_task(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Stack
+from aws_cdk import Duration, Stack
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
@@ -96,6 +96,22 @@ class ObservabilityStack(Stack):
             ),
             threshold=alarms.batch_failures,
             description="Batch jobs failed, timed out or were aborted",
+        )
+        add(
+            "PrecomputedFallbackRate",
+            cw.MathExpression(
+                expression="IF(stored + live > 0, 100 * live / (stored + live), 0)",
+                using_metrics={
+                    "stored": metrics.app("PrecomputedRows", "Sum"),
+                    "live": metrics.app("LiveFallbackRows", "Sum"),
+                },
+                label="fallback %",
+                period=Duration.minutes(5),
+            ),
+            threshold=alarms.precomputed_fallback_percent,
+            periods=3,
+            description=f"More than {alarms.precomputed_fallback_percent}% of precomputed nodes' rows answered live "
+            "for 15 minutes: a table not published or expired, or many entities missing",
         )
         for stream in streams:
             self._stream_alarms(stream, metrics, alarms.stream_error_percent)

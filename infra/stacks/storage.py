@@ -1,4 +1,5 @@
-"""Storage: the artifacts bucket, the batch bucket, the registry table, and the access logs.
+"""Storage: the artifacts bucket, the batch bucket, the registry table, the table of
+precomputed answers, and the access logs.
 
 Everything is private, TLS-only and encrypted at rest; the buckets and the table are kept
 when the stack is deleted unless the config says otherwise.
@@ -147,6 +148,24 @@ class StorageStack(Stack):
             time_to_live_attribute=TTL_ATTRIBUTE,
             # Encrypted with the AWS-managed key (aws/dynamodb): at rest and auditable in
             # CloudTrail, without a key policy for every reader to be added to.
+            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            deletion_protection=retain,
+            removal_policy=removal_policy(retain),
+        )
+        # Answers batch jobs publish for `precomputed` nodes: always there (on-demand, so it
+        # costs nothing unused), keyed as the registry (`T#<tenant>#P#…`) so that the tenant
+        # roles' leading-key conditions cover it; old generations leave by their time to live.
+        self.precomputed = dynamodb.TableV2(
+            self,
+            "Precomputed",
+            table_name=names.precomputed_table,
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            billing=dynamodb.Billing.on_demand(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=TTL_ATTRIBUTE,
             encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
             deletion_protection=retain,
             removal_policy=removal_policy(retain),

@@ -13,6 +13,7 @@ from constructs import Construct
 from infra.config import StreamConfig
 from infra.constructs.api_functions import Mirror
 from infra.constructs.capture import CaptureTarget
+from infra.constructs.precomputed import PrecomputedAnswers
 from infra.constructs.stream_pipeline import StreamPipeline, StreamWatch
 from infra.stacks.base import FunctionStack
 
@@ -46,6 +47,7 @@ class StreamsStack(FunctionStack):
                 function_steps=self.function_steps,
                 mirror=mirror,
                 capture=capture,
+                precomputed=PrecomputedAnswers(self.storage.precomputed),
             )
             for stream in streams
         ]

@@ -57,7 +57,8 @@ def test_alarms_cover_api_functions_and_batch(full_app: Synthesized) -> None:
     template = full_app.template("observability")
     alarms = properties(template, "AWS::CloudWatch::Alarm")
     lookups = 1  # the lookup error rate: the full config lists stores lookup steps read
-    assert len(alarms) == 2 + 2 * (len(FUNCTIONS) + len(STREAMS)) + 1 + 3 * len(STREAMS) - BROUGHT_QUEUES + lookups
+    # API 5xx and p99, errors and throttles per function, batch failures, precomputed fallback, three per stream.
+    assert len(alarms) == 2 + 2 * (len(FUNCTIONS) + len(STREAMS)) + 1 + 1 + 3 * len(STREAMS) - BROUGHT_QUEUES + lookups
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {

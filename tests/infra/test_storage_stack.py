@@ -1,6 +1,9 @@
-"""Storage: private, encrypted, TLS-only buckets with lifecycles; a PITR, TTL'd table."""
+"""Storage: private, encrypted, TLS-only buckets with lifecycles; PITR, TTL'd tables (the
+registry, precomputed answers)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match
@@ -78,11 +81,16 @@ def test_artifacts_are_versioned_and_batch_prefixes_expire(full_app: Synthesized
 
 def test_table_is_on_demand_with_pitr_ttl_and_string_keys(default_app: Synthesized) -> None:
     template = default_app.template("storage")
-    template.resource_count_is("AWS::DynamoDB::GlobalTable", 1)
+    template.resource_count_is("AWS::DynamoDB::GlobalTable", 2)  # the registry, precomputed answers
+    for name in ("sluice-registry", "sluice-precomputed"):
+        _is_on_demand_with_pitr_ttl_and_string_keys(template, name)
+
+
+def _is_on_demand_with_pitr_ttl_and_string_keys(template: Any, name: str) -> None:
     template.has_resource_properties(
         "AWS::DynamoDB::GlobalTable",
         {
-            "TableName": "sluice-registry",
+            "TableName": name,
             "BillingMode": "PAY_PER_REQUEST",
             "KeySchema": [
                 {"AttributeName": "pk", "KeyType": "HASH"},

@@ -22,7 +22,7 @@ def test_a_job_on_the_wire_groups_its_counters_and_keeps_its_own_fields_private(
         "progress": {"chunks_done": 2, "chunks_total": 3, "rows_done": 7, "rows_total": 10},
         "counts": {"rows_in": 7, "rows_out": 5, "rows_failed": 2},
         "timings": {"created_at": 1.0, "started_at": 1.5, "finished_at": 2.25},
-        "error": "boom", "schedule": None, "catalog": None,
+        "error": "boom", "schedule": None, "catalog": None, "publish": None,
     }  # fmt: skip
     assert list(job_out(JOB)) == list(BatchJobOut.model_fields)  # the documented order
     assert BatchJobOut.model_validate(job_out(JOB)).model_dump(mode="json") == job_out(JOB)  # a client reads it back

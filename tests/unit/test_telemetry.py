@@ -175,3 +175,18 @@ def test_the_lambda_context_keys_are_powertools_own() -> None:
     assert list(ours) == list(theirs) and "left_over" not in ours
     assert {k: v for k, v in ours.items() if k != "cold_start"} == {k: v for k, v in theirs.items() if k != "cold_start"}
     assert ours["function_request_id"] == LambdaContext.aws_request_id and ours["cold_start"] is False
+
+
+def test_a_precomputed_nodes_rows_by_source_are_service_wide_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    """What the fallback-rate alarm reads: rows answered from the table and live, by service alone."""
+    caplog.set_level("INFO")
+    telemetry = Telemetry(emit_metrics=True)
+    telemetry.prediction(fields={"deployment": "recs"}, latency_ms=1.0, rows=4, sources=(3, 1))
+    telemetry.prediction(fields={"deployment": "iris"}, latency_ms=1.0, rows=1)
+    sourced, plain = lines(caplog)
+    assert (sourced["PrecomputedRows"], sourced["LiveFallbackRows"]) == (3, 1)
+    per_deployment, service_wide = sourced["_aws"]["CloudWatchMetrics"]
+    assert per_deployment["Dimensions"] == [["service", "deployment"]]
+    assert service_wide["Dimensions"] == [["service"]]
+    assert {m["Name"] for m in service_wide["Metrics"]} == {"PrecomputedRows", "LiveFallbackRows"}
+    assert "PrecomputedRows" not in plain and len(plain["_aws"]["CloudWatchMetrics"]) == 1

@@ -50,6 +50,8 @@ def target_input(schedule: Schedule) -> dict[str, Any]:
         spec["output_format"] = schedule.output_format
     if schedule.catalog is not None:
         spec["catalog"] = schedule.catalog.to_dict()
+    if schedule.publish is not None:
+        spec["publish"] = schedule.publish.to_dict()
     return spec
 
 

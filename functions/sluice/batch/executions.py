@@ -59,7 +59,7 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
             format=request.format, output_format=request.output_format,
             key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
             job_id=job_id, start=False, execution=execution, schedule=request.schedule,
-            scheduled_for=request.scheduled_for, catalog=request.catalog,
+            scheduled_for=request.scheduled_for, catalog=request.catalog, publish=request.publish,
         )  # fmt: skip
     except Conflict:
         return batch.registry.get_job(request.tenant, job_id)  # the same execution, retried

@@ -34,6 +34,7 @@ from sluice.batch.columns import plan_feeds
 from sluice.batch.objects import is_many, list_objects
 from sluice.batch.records import count_range, data_start, first_record, grammar_of
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.jobs import PublishTarget
 from sluice.domain.locations import confine
 
 if TYPE_CHECKING:
@@ -103,10 +104,12 @@ class JobSpec:
     key_columns: tuple[str, ...]
     columns: tuple[str, ...]  # the input's columns: Parquet schema, CSV header, JSONL fields
     key_types: dict[str, str] = field(default_factory=dict)  # unused (key columns of text inputs are text)
+    publish: PublishTarget | None = None  # the table of precomputed answers its rows are written into
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["key_columns"], data["columns"] = list(self.key_columns), list(self.columns)
+        data["publish"] = self.publish.to_dict() if self.publish is not None else None
         return data
 
     @classmethod
@@ -123,6 +126,7 @@ class JobSpec:
             key_columns=tuple(data.get("key_columns") or ()),
             columns=tuple(data.get("columns") or ()),
             key_types=dict(data.get("key_types") or {}),
+            publish=PublishTarget.parse(data.get("publish")),
         )
 
 
@@ -197,6 +201,7 @@ def plan_job(
         key_columns=job.key_columns,
         columns=tuple(columns),
         key_types={},
+        publish=job.publish,
     )
     return Plan(spec, chunks, sum(c.rows for c in chunks))
 

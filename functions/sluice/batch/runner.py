@@ -34,6 +34,7 @@ from sluice.batch.manifest import (
     problems,
 )
 from sluice.batch.plan import Chunk, JobSpec, plan_job
+from sluice.batch.publishing import check_publish, publish_job, restore
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.domain.jobs import ChunkResult
     from sluice.inference.predictions import PredictionService
     from sluice.registry import JobRegistry
+    from sluice.registry.precomputed import PrecomputedStore
     from sluice.settings import BatchSettings
 
 class OfflineStats(StatsRecorder):
@@ -71,7 +73,9 @@ class BatchTelemetry(Telemetry):
 
     counts_requests = False
 
-    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None) -> None:
+    def prediction(
+        self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None, sources: tuple[int, int] | None = None
+    ) -> None:
         self.predictions += 1
 
 
@@ -124,6 +128,7 @@ class BatchRunner:
     files: FileStore
     settings: BatchSettings
     paths: BatchPaths
+    precomputed: PrecomputedStore | None = None  # tables of precomputed answers jobs publish into
     scorer: ChunkScorer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +138,7 @@ class BatchRunner:
             infer_rows=self.settings.batch_infer_rows,
             read_rows=max(self.settings.batch_infer_rows, 65_536),
             max_request_bytes=self.settings.batch_max_request_bytes,
+            precomputed=self.precomputed,
         )
 
     def _confined_to(self, job: BatchJob) -> Root | None:
@@ -163,6 +169,7 @@ class BatchRunner:
             chunk_bytes=self.settings.batch_chunk_bytes,
             allowed=self._confined_to(job),
         )
+        check_publish(job, self.precomputed, plan.spec.columns, plan.spec.format)
         uri = self.paths.chunk_list(tenant, job_id)
         body = json.dumps([c.to_dict() for c in plan.chunks], separators=(",", ":")).encode()
         self.files.write_bytes(uri, body, content_type="application/json")
@@ -233,10 +240,17 @@ class BatchRunner:
             error = "; ".join(problems_found)[:ERROR_CHARS]
             self._fail(job, error)
             raise JobIncomplete(error, field="job")
+        try:  # the table serves the job's answers from now on (a failure fails the job: nothing published)
+            replaced = publish_job(self.precomputed, job)
+        except SluiceError as exc:
+            self._fail(job, f"its answers could not be published: {exc.message}")
+            raise JobIncomplete(f"its answers could not be published: {exc.message}", field="publish") from None
         self.files.write_bytes(join(job.output_uri, SUCCESS), b"")
         try:
             done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
         except Conflict:
+            if job.publish is not None and self.precomputed is not None:  # it did not succeed after all
+                restore(self.precomputed, job, replaced)
             # Cancelled, or found dead, meanwhile: that stands, and the folder must not say otherwise.
             done = self.registry.get_job(tenant, job_id)
             if self._folder_is_its(done):

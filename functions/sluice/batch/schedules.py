@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.batch.specs import check_template, render, zone
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
-from sluice.domain.jobs import CatalogTarget, check_format, derived_job_id
+from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format, derived_job_id
 from sluice.domain.schedules import (
     Schedule,
     check_overlap,
@@ -90,6 +90,7 @@ class ScheduleService:
         state: str = "ENABLED",
         operator: bool = False,
         catalog: dict[str, str] | None = None,
+        publish: dict[str, Any] | None = None,
     ) -> Schedule:
         principal.require("predict")
         check_name(name, field="name")
@@ -104,6 +105,7 @@ class ScheduleService:
                 check_format(value, field=field)
         check_template(input_uri)
         target = CatalogTarget.parse(catalog)
+        published = PublishTarget.parse(publish)
         if target is not None and (output_format or "parquet") != "parquet":
             raise BadRequest("a schedule published to the catalog writes parquet (output_format)", field="output_format")
         if operator and self.timer is None:
@@ -122,7 +124,7 @@ class ScheduleService:
             format=format, output_format=output_format,
             key_columns=tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip())),
             state=state, operator=operator, created_at=self.clock(),  # type: ignore[arg-type]
-            created_by=principal.subject, catalog=target,
+            created_by=principal.subject, catalog=target, publish=published,
         )  # fmt: skip
         self.registry.create_schedule(schedule)
         if self.timer is not None:
@@ -219,7 +221,7 @@ class ScheduleService:
                 format=schedule.format, output_format=schedule.output_format,
                 key_columns=schedule.key_columns, operator=schedule.operator, source="schedule",
                 job_id=job_id, schedule=schedule.name, scheduled_for=fire,
-                catalog=schedule.catalog,
+                catalog=schedule.catalog, publish=schedule.publish,
             )  # fmt: skip
         except Conflict:
             return self.registry.get_job(schedule.tenant, job_id)

@@ -34,6 +34,7 @@ import numpy as np
 
 from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
 from sluice.batch.pieces import ChunkUnreadable
+from sluice.batch.publishing import Publishing
 from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from sluice.batch.plan import Chunk, JobSpec
     from sluice.domain.results import Resolved
     from sluice.inference.predictions import PredictionService
+    from sluice.registry.precomputed import PrecomputedStore
 
 BYTES_PER_TEXT_VALUE = 64  # a guess for string inputs when sizing requests by bytes
 
@@ -76,6 +78,7 @@ class ChunkScorer:
     infer_rows: int
     read_rows: int
     max_request_bytes: int
+    precomputed: PrecomputedStore | None = None  # where a job with `publish` writes its answers
     # Inference threads, kept across chunks (each thread keeps its event loop).
     _pools: dict[int, ThreadPoolExecutor] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -103,7 +106,8 @@ class ChunkScorer:
             available += [n for s in signature.inputs for n in (s.name, *(s.feature_names or ()))]
         feeds = plan_feeds(signature, available)
         keys = list(spec.key_columns)
-        columns = list(dict.fromkeys([*keys, *needed_columns(feeds)]))
+        publishing = Publishing(self.precomputed, spec, spec.publish) if spec.publish is not None and self.precomputed is not None else None
+        columns = list(dict.fromkeys([*keys, *([publishing.key] if publishing else []), *needed_columns(feeds)]))
         run_rows = self._rows_per_call(resolved, feeds)
         with_variant = any(node.kind == "split" for node in walk(resolved.node))
         versions: Counter[str] = Counter()
@@ -118,11 +122,11 @@ class ChunkScorer:
                 for piece in _read_ahead(pieces) if spec.format == "parquet" else pieces:
                     rows_in += len(piece.records)  # counted by the record grammar, not the parser
                     errors.write([_dropped(number, reason, text, keys, chunk.uri) for number, reason, text in piece.dropped])
-                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads))
+                    scoring.append(self._start_piece(principal, feeds, spec, piece, run_rows, with_variant, pool, threads, publishing))
                     while len(scoring) > 1:
-                        _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
+                        _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing)
                 while scoring:
-                    _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri)
+                    _finish_piece(scoring.popleft(), spec, part, errors, versions, chunk.uri, publishing)
             finally:  # after a failure: shares not started yet need not run
                 for left in scoring:
                     for share in left.shares:
@@ -183,12 +187,14 @@ class ChunkScorer:
         with_variant: bool,
         pool: ThreadPoolExecutor | None,
         threads: int,
+        publishing: Publishing | None = None,
     ) -> _Scoring:
         """Check a piece's rows once, and start scoring the good ones (on the pool, a share per
         thread, or here when there is none)."""
         table = piece.table
         reasons = piece.reasons.copy() if piece.reasons is not None else np.full(table.num_rows, None, dtype=object)
         arrays = feed_arrays(feeds, table, reasons)
+        entities = publishing.entities(table, reasons) if publishing is not None else None  # a row without one fails
         good = np.equal(reasons, None)
         rows = None if good.all() else np.flatnonzero(good)  # None: every row, in order
         if rows is not None:
@@ -201,7 +207,7 @@ class ChunkScorer:
         shares: list[Future[_Scored] | _Scored] = []
         for at in range(0, count, size or 1):
             share = slice(at, min(at + size, count))
-            args = (principal, spec, table, piece.rows, rows, arrays, share, run_rows, with_variant)
+            args = (principal, spec, table, piece.rows, rows, arrays, share, run_rows, with_variant, publishing, entities)
             shares.append(pool.submit(self._score_share, *args) if pool is not None else self._score_share(*args))
         return _Scoring(piece, reasons, shares)
 
@@ -216,6 +222,8 @@ class ChunkScorer:
         share: slice,
         run_rows: int,
         with_variant: bool,
+        publishing: Publishing | None = None,
+        entities: np.ndarray | None = None,
     ) -> _Scored:
         """Score a share of a piece's good rows (`rows`: their places in the piece; None, every
         row), and make the output columns of each call as it answers (this thread's Python work
@@ -223,7 +231,7 @@ class ChunkScorer:
         other failure fails the chunk, which its orchestrator retries."""
         import pyarrow as pa
 
-        scored = _Scored([], [])
+        scored = _Scored([], [], [])
         flat = spec.output_format == "csv"
 
         def present(result: Result) -> None:
@@ -234,6 +242,8 @@ class ChunkScorer:
             if with_variant:
                 out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
             scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
+            if publishing is not None and entities is not None:
+                scored.published += publishing.collect(entities[taken], answer)
 
         records = Records({name: array[share] for name, array in arrays.items()})
         outcomes = run(score_many(
@@ -251,10 +261,15 @@ class _Scored:
     """A share's output: a table and the version that answered per call, and the rows refused
     (their places in the piece, and why)."""
 
-    __slots__ = ("failed", "parts")
+    __slots__ = ("failed", "parts", "published")
 
-    def __init__(self, parts: list[tuple[pa.Table, str | list[str]]], failed: list[tuple[slice | np.ndarray, str]]) -> None:
-        self.parts, self.failed = parts, failed
+    def __init__(
+        self,
+        parts: list[tuple[pa.Table, str | list[str]]],
+        failed: list[tuple[slice | np.ndarray, str]],
+        published: list[tuple[str, bytes]],
+    ) -> None:
+        self.parts, self.failed, self.published = parts, failed, published
 
 
 class _Scoring:
@@ -281,7 +296,13 @@ def _refused(error: Exception) -> str:
 
 
 def _finish_piece(
-    scoring: _Scoring, spec: JobSpec, part: PartWriter, errors: ErrorWriter, versions: Counter[str], source: str | None
+    scoring: _Scoring,
+    spec: JobSpec,
+    part: PartWriter,
+    errors: ErrorWriter,
+    versions: Counter[str],
+    source: str | None,
+    publishing: Publishing | None = None,
 ) -> None:
     """Write a piece's scored rows (in order) and its failed ones, once its calls are done.
     `source`: the object the rows came from, when the input is many objects (each row then
@@ -289,8 +310,10 @@ def _finish_piece(
     import pyarrow as pa
 
     reasons = scoring.reasons
+    published: list[tuple[str, bytes]] = []
     for share in scoring.shares:
         scored = share.result() if isinstance(share, Future) else share
+        published += scored.published
         for taken, reason in scored.failed:
             reasons[taken] = reason
         for table, ref in scored.parts:
@@ -301,6 +324,8 @@ def _finish_piece(
                 versions[ref] += table.num_rows
             else:
                 versions.update(ref)
+    if publishing is not None:  # before the piece counts as done: a failed write fails the chunk, retried whole
+        publishing.write(published)
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows

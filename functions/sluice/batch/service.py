@@ -39,6 +39,7 @@ from sluice.domain.jobs import (
     BatchJob,
     CatalogTarget,
     OutputInUse,
+    PublishTarget,
     check_format,
     derived_job_id,
     new_job_id,
@@ -85,6 +86,7 @@ class BatchService:
         schedule: str | None = None,
         scheduled_for: float | None = None,
         catalog: CatalogTarget | dict[str, str] | None = None,
+        publish: PublishTarget | dict[str, Any] | None = None,
         runs_here: bool = False,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
@@ -136,6 +138,7 @@ class BatchService:
             schedule=schedule,
             scheduled_for=scheduled_for,
             catalog=target,
+            publish=PublishTarget.parse(publish),
             operator=operator and source not in ("upload", "inbox"),
         )
         if runs_here or (start and getattr(self.orchestrator, "keeps_heartbeat", False)):

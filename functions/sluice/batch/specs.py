@@ -17,7 +17,7 @@ from typing import Any
 
 from sluice.domain import check_name
 from sluice.domain.errors import BadRequest
-from sluice.domain.jobs import CatalogTarget, check_format
+from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format
 from sluice.domain.values import parse_time as parse_time_value
 
 PLACEHOLDERS = ("date", "hour", "minute", "year", "month", "day", "time", "timestamp")
@@ -33,6 +33,7 @@ SPEC_FIELDS = frozenset(
         "scheduled_time",
         "timezone",
         "catalog",
+        "publish",
         "queued_behind",  # set by the state machine while a queued run waits; ignored
     }
 )
@@ -104,6 +105,7 @@ class ExecutionSpec:
     schedule: str | None = None
     scheduled_for: float | None = None
     catalog: CatalogTarget | None = None
+    publish: PublishTarget | None = None
 
     @classmethod
     def parse(cls, data: Any) -> ExecutionSpec:
@@ -146,6 +148,7 @@ class ExecutionSpec:
             schedule=schedule,
             scheduled_for=scheduled_for,
             catalog=CatalogTarget.parse(data.get("catalog")),
+            publish=PublishTarget.parse(data.get("publish")),
         )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
+from sluice.domain.jobs import MAX_PUBLISH_TTL_S, PUBLISH_TTL_S
 from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class BatchJobCreate(WireModel):
     catalog: CatalogIn | None = Field(
         None, description="Publish the output, once the job succeeds, as a partition of this Glue table."
     )
+    publish: PublishIn | None = Field(
+        None, description="Publish the answers, once the job succeeds, into this table of precomputed answers (by the key column)."
+    )
 
     model_config = {
         "json_schema_extra": {
@@ -58,6 +62,14 @@ class BatchJobCreate(WireModel):
 class CatalogIn(WireModel):
     database: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The AWS Glue database.")
     table: str = Field(pattern=r"^[a-z0-9_]{1,128}$", description="The table, created on first use.")
+
+    model_config = {"extra": "forbid", "from_attributes": True}
+
+
+class PublishIn(WireModel):
+    table: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="The table `precomputed` nodes name.")
+    key: str = Field(min_length=1, max_length=128, description="The input column holding each row's entity (a row without one fails).")
+    ttl_s: int = Field(PUBLISH_TTL_S, ge=60, le=MAX_PUBLISH_TTL_S, description="How long the answers are kept (seconds).")
 
     model_config = {"extra": "forbid", "from_attributes": True}
 
@@ -103,6 +115,7 @@ class BatchJobOut(WireModel):
     error: str | None = None
     schedule: str | None = Field(None, description="The schedule whose run this job is, if any.")
     catalog: CatalogIn | None = Field(None, description="The Glue table a success is published to.")
+    publish: PublishIn | None = Field(None, description="The table of precomputed answers a success is published into.")
 
     model_config = _FROM_JOB
     GROUPS: ClassVar[tuple[str, ...]] = ("progress", "counts", "timings")
@@ -216,6 +229,7 @@ class ScheduleCreate(WireModel):
     key_columns: list[str] = Field(default_factory=list, max_length=16)
     paused: bool = Field(False, description="Create it paused.")
     catalog: CatalogIn | None = Field(None, description="Publish each successful run as a partition of this Glue table.")
+    publish: PublishIn | None = Field(None, description="Publish each successful run's answers into this table of precomputed answers.")
 
     model_config = {
         "json_schema_extra": {
@@ -267,6 +281,7 @@ def job_fields(body: BatchJobCreate | ScheduleCreate) -> dict[str, Any]:
         "output_format": body.output_format,
         "key_columns": body.key_columns,
         "catalog": body.catalog.model_dump() if body.catalog else None,
+        "publish": body.publish.model_dump() if body.publish else None,
     }
 
 
@@ -285,6 +300,7 @@ class ScheduleOut(WireModel):
     state: Literal["ENABLED", "PAUSED"]
     created_at: float
     catalog: CatalogIn | None = None
+    publish: PublishIn | None = None
     last_fire: float | None = Field(description="The latest scheduled time run or skipped.")
     skipped: int = Field(description="Runs skipped because the previous one was still going.")
 

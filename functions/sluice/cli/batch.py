@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import count, operator, print_json, table
+from sluice.cli.common import count, operator, print_json, publish_of, publish_options, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
@@ -113,7 +113,7 @@ def cmd_batch_run(args: argparse.Namespace) -> int:
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=str(source), format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=str(out), operator=True,
-        source="cli", start=False, runs_here=True,
+        source="cli", start=False, runs_here=True, publish=publish_of(args),
     )  # fmt: skip
     print(f"batch job {job.id}: {source} -> {out}", file=sys.stderr)
     return _run_here(batch, job, args.concurrency)
@@ -125,7 +125,7 @@ def cmd_batch_submit(args: argparse.Namespace) -> int:
     job = batch.submit(
         operator(args), deployment=args.deployment, input_uri=args.input, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), output_uri=args.out, operator=True,
-        source="cli", start=not local, runs_here=local,
+        source="cli", start=not local, runs_here=local, publish=publish_of(args),
     )  # fmt: skip
     if local:
         print(f"batch job {job.id} runs here (the orchestrator is local)", file=sys.stderr)
@@ -163,6 +163,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         p.add_argument("--format", choices=FORMATS, help="output format (default: the input's; Parquet for a folder or manifest)")
         p.add_argument("--input-format", choices=FORMATS, help="input format (default: from the file name; a folder or manifest: from its files' names, and this may not be given)")
         p.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable; default: the row number)")
+        publish_options(p)
 
     run = batch.add_parser(
         "run",

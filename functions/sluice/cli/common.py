@@ -93,3 +93,23 @@ def version_number(text: str) -> int:
         return parse_version(text, field="version")
     except SluiceError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def publish_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--publish TABLE --publish-key COLUMN [--publish-ttl SECONDS]` as a job's `publish`."""
+    if not args.publish:
+        if args.publish_key or args.publish_ttl is not None:
+            raise SluiceError("--publish-key and --publish-ttl go with --publish TABLE", field="publish")
+        return None
+    if not args.publish_key:
+        raise SluiceError("--publish needs --publish-key COLUMN: the input column holding each row's entity", field="publish.key")
+    found: dict[str, Any] = {"table": args.publish, "key": args.publish_key}
+    if args.publish_ttl is not None:
+        found["ttl_s"] = args.publish_ttl
+    return found
+
+
+def publish_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--publish", metavar="TABLE", help="once the job succeeds, serve its answers from this table of precomputed answers")
+    p.add_argument("--publish-key", metavar="COLUMN", help="the input column holding each row's entity (a row without one fails)")
+    p.add_argument("--publish-ttl", type=int, metavar="SECONDS", help="how long the published answers are kept (default: 7 days)")

@@ -182,7 +182,7 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
     print(f"deployment {stats['deployment']} (revision {stats['revision']})")
     rows = [
         _stats_row(kind, name, s)
-        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]), ("case", stats.get("cases", {})), ("step", stats.get("steps", {})))
+        for kind, items in (("variant", stats["variants"]), ("mirror", stats["mirrors"]), ("case", stats.get("cases", {})), ("step", stats.get("steps", {})), ("source", stats.get("sources", {})))
         for name, s in items.items()
     ]
     overall = stats["overall"]
@@ -191,6 +191,8 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
                     "p50_ms": overall["latency_ms"]["p50"], "p95_ms": overall["latency_ms"]["p95"], "p99_ms": overall["latency_ms"]["p99"],
                     "agreement": "-", "mean_abs_diff": "-", "max_abs_diff": "-", "mean_reward": "-"})  # fmt: skip
     table(rows, STATS_COLUMNS)
+    if "fallback_rate" in stats:  # a precomputed node's rows answered live
+        print(f"fallback rate {stats['fallback_rate']:.3f} (rows answered live: a new entity, or a stored answer too old)")
     return 0
 
 

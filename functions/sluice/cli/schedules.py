@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import operator, print_json, table
+from sluice.cli.common import operator, print_json, publish_of, publish_options, table
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import FORMATS
 
@@ -45,7 +45,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         operator(args), name=args.name, deployment=args.deployment, input_uri=args.input,
         expression=expression, timezone=args.timezone, overlap=args.overlap, format=args.input_format,
         output_format=args.format, key_columns=args.key or (), operator=True,
-        state="PAUSED" if args.paused else "ENABLED", catalog=catalog,
+        state="PAUSED" if args.paused else "ENABLED", catalog=catalog, publish=publish_of(args),
     )  # fmt: skip
     print(f"schedule {schedule.name}: {schedule.expression} ({schedule.timezone}) -> {schedule.deployment}")
     return 0
@@ -105,6 +105,7 @@ def add_schedule_commands(batch: argparse._SubParsersAction) -> None:  # type: i
     create.add_argument("--key", action="append", metavar="COLUMN", help="input column copied beside each prediction (repeatable)")
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--catalog", metavar="DATABASE.TABLE", help="publish each successful run as a partition of this Glue table (AWS)")
+    publish_options(create)
     create.set_defaults(func=cmd_create)
     listing = schedule.add_parser("list", help="the tenant's schedules")
     listing.set_defaults(func=cmd_list)

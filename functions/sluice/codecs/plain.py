@@ -284,7 +284,7 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
 def who_answered(prediction: Prediction) -> dict[str, Any]:
     """The model, version, variant, members, switch case (per row, with each row's model, where
-    rows took different cases) or sequence steps that answered, and how fast: every door that
+    rows took different cases), sequence steps or precomputed source that answered, and how fast: every door that
     presents a prediction says it (simple JSON, the Open Inference Protocol's parameters,
     stream outputs)."""
     answer = prediction.answer
@@ -303,6 +303,10 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         who["models"] = answer.models
     if answer.steps is not None:
         who["steps"] = answer.steps
+    if answer.source is not None:
+        who["source"] = answer.source
+        if answer.computed_at is not None:
+            who["computed_at"] = answer.computed_at
     if prediction.cached:
         who["cached"] = True
     return who

@@ -97,9 +97,10 @@ def deterministic(node: Node) -> bool:
         return True
     if kind == "function":  # a tenant's own code: only as deterministic as its author declares
         return bool(node.deterministic)  # type: ignore[union-attr]
-    # A lookup: the store's values change between requests (and go stale). The others (single,
-    # ref, split, shadow, ensemble) are not graph nodes (see `uncacheable`).
-    return kind != "lookup"
+    # A lookup: the store's values change between requests (and go stale); a precomputed node's
+    # answers change with each publication of its table. The others (single, ref, split, shadow,
+    # ensemble) are not graph nodes (see `uncacheable`).
+    return kind not in ("lookup", "precomputed")
 
 
 def sequence_signature(node: Sequence, flow: list[Signature]) -> Signature:

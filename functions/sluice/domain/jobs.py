@@ -107,6 +107,41 @@ class CatalogTarget:
         return {"database": self.database, "table": self.table}
 
 
+_PUBLISH_TABLE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+PUBLISH_TTL_S = 7 * 86400  # how long published answers are kept when `ttl_s` is not given
+MAX_PUBLISH_TTL_S = 366 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class PublishTarget:
+    """The table of precomputed answers a job's results are published into, by the input's
+    `key` column (one entity a row), kept `ttl_s` seconds; `precomputed` nodes read it."""
+
+    table: str
+    key: str
+    ttl_s: int = PUBLISH_TTL_S
+
+    @classmethod
+    def parse(cls, value: Any, *, field: str = "publish") -> PublishTarget | None:
+        if value is None:
+            return None
+        if isinstance(value, PublishTarget):
+            return value
+        if not isinstance(value, dict) or not {"table", "key"} <= set(value) or not set(value) <= {"table", "key", "ttl_s"}:
+            raise BadRequest(f"{field} must be an object with table, key and optionally ttl_s", field=field)
+        if not isinstance(value["table"], str) or not _PUBLISH_TABLE.fullmatch(value["table"]):
+            raise BadRequest(f"{field}.table must be 1-63 characters of a-z, 0-9, '.', '_' or '-'", field=f"{field}.table")
+        if not isinstance(value["key"], str) or not 0 < len(value["key"]) <= 128:
+            raise BadRequest(f"{field}.key must name the input column holding each row's entity", field=f"{field}.key")
+        ttl = value.get("ttl_s", PUBLISH_TTL_S)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 60 <= ttl <= MAX_PUBLISH_TTL_S:
+            raise BadRequest(f"{field}.ttl_s must be whole seconds from 60 to {MAX_PUBLISH_TTL_S}", field=f"{field}.ttl_s")
+        return cls(value["table"], value["key"], ttl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "key": self.key, "ttl_s": self.ttl_s}
+
+
 @dataclass(frozen=True, slots=True)
 class BatchJob:
     id: str
@@ -134,6 +169,7 @@ class BatchJob:
     schedule: str | None = None  # the schedule that started it, when one did
     scheduled_for: float | None = None  # the scheduled time of that run
     catalog: CatalogTarget | None = None  # where a success is published as a partition
+    publish: PublishTarget | None = None  # the table of precomputed answers a success is published into
     operator: bool = False  # started by the machine's operator (the CLI): its input is not confined
     worker: str = ""  # `<host>:<pid>` of the process that runs it here (none under Step Functions)
     heartbeat_at: float | None = None  # that process's last sign of life
@@ -195,6 +231,7 @@ class BatchJob:
             schedule=data.get("schedule"),
             scheduled_for=moment("scheduled_for"),
             catalog=CatalogTarget.parse(data.get("catalog")),
+            publish=PublishTarget.parse(data.get("publish")),
             operator=bool(data.get("operator")),
             worker=data.get("worker") or "",
             heartbeat_at=moment("heartbeat_at"),

@@ -12,7 +12,9 @@
 - `function` the tenant's own code (a Lambda function, or locally a callable), a step of a
              sequence (`domain.functions`);
 - `lookup`   features fetched by entity key from an online store, a step of a sequence
-             (`domain.lookups`).
+             (`domain.lookups`);
+- `precomputed` answers a batch job published, by entity, and a live node for the rest
+             (`domain.precomputed`).
 
 The models are the schema: the API documents them (a discriminated union on `kind`) and
 validates bodies with them. `parse_policy` adds the checks a field cannot make alone (weights
@@ -41,13 +43,14 @@ from sluice.domain.graphs import STEPS_ONLY, check_graph_node, deterministic
 from sluice.domain.graphs import unique_names as _unique
 from sluice.domain.lookups import Lookup
 from sluice.domain.parts import Part as _Part
+from sluice.domain.precomputed import Precomputed
 from sluice.domain.transforms import OPS, Transform
 from sluice.domain.values import StrictVersionNumber
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
-KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup")
+KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup", "precomputed")
 MIN_STEPS, MAX_STEPS = 2, 15
 NOT_FIELDS = frozenset((*KINDS, *TAGS, *OPS))  # union tags pydantic puts in an error's location
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
@@ -210,16 +213,18 @@ Node = Annotated[
         Annotated[Transform, Tag("transform")],
         Annotated[Function, Tag("function")],
         Annotated[Lookup, Tag("lookup")],
+        Annotated[Precomputed, Tag("precomputed")],
     ],
     Discriminator(
         _kind,
         custom_error_type="policy_kind",
-        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform, function or lookup",
+        custom_error_message="unknown policy kind; expected single, split, shadow, ensemble, ref, sequence, switch, transform, function, lookup or precomputed",
     ),
 ]
 
 for _model in (Single, Ref, Variant, Split, Mirror, Shadow, Member, Ensemble, Step, Sequence, Case, Switch):
     _model.model_rebuild()
+Precomputed.model_rebuild(_types_namespace={"Node": Node})  # `live` is any node
 
 NODE: TypeAdapter[Node] = TypeAdapter(Node)
 
@@ -275,6 +280,8 @@ def check_tree(node: Node, *, field: str = "policy", depth: int = 1) -> None:
     elif isinstance(node, Sequence | Switch):
         for child_field, child in check_graph_node(node, field=field):
             check_tree(child, field=child_field, depth=depth + 1)
+    elif isinstance(node, Precomputed):
+        check_tree(node.live, field=f"{field}.live", depth=depth + 1)
     elif isinstance(node, Transform | Function | Lookup):
         raise InvalidRequest(f"a {node.kind} runs as a step of a sequence (before or after a model)", field=field)
 
@@ -340,6 +347,8 @@ def uncacheable(node: Node, *, field: str = "policy") -> tuple[str, str] | None:
         children = [(f"{field}.members.{i}.target", m.target) for i, m in enumerate(node.members)]
     elif isinstance(node, Shadow):
         children = [(f"{field}.primary", node.primary)]  # mirrors never change the answer
+    elif isinstance(node, Precomputed):
+        return field, "a precomputed node's answers change with each publication, so they are not cached; turn the cache off"
     elif isinstance(node, Single | Ref):
         return None
     else:  # a graph node (a sequence, a switch, a step): each step and case, then the node itself

@@ -48,6 +48,8 @@ class Answer:
     # Where rows took different cases: the version that answered each row ("model:version");
     # `version` is then the first row's.
     models: list[str] | None = None
+    source: str | list[str] | None = None  # a precomputed node's: "precomputed" or "live"; per row where rows differ
+    computed_at: float | list[float | None] | None = None  # when its stored answers were computed (epoch seconds)
 
 
 @dataclass(slots=True)

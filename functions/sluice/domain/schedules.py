@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from sluice.domain.errors import BadRequest
-from sluice.domain.jobs import CatalogTarget
+from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.objects import now
 
 Overlap = Literal["skip", "queue"]
@@ -53,6 +53,7 @@ class Schedule:
     skipped: int = 0
     last_skipped_at: float | None = None
     catalog: CatalogTarget | None = None  # each run's output becomes a partition of this table
+    publish: PublishTarget | None = None  # each run's answers are published into this table of precomputed answers
 
     @property
     def paused(self) -> bool:

@@ -19,6 +19,7 @@ from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Un
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_sequence, run_switch
 from sluice.inference.outcomes import refused_input
+from sluice.inference.precomputed import run_precomputed
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.signature import Signature
     from sluice.inference.batching import Batcher
+    from sluice.inference.precomputed import PrecomputedReader
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
@@ -86,6 +88,7 @@ class PolicyRunner:
     batcher: Batcher | None = None  # for deployments that turned batching on
     functions: FunctionSteps | None = None  # a sequence's function steps (None: not served here)
     lookup_steps: LookupSteps | None = None  # a sequence's lookup steps (None: not served here)
+    precomputed: PrecomputedReader | None = None  # tables of precomputed answers (None: every row answered live)
     _by_kind: dict[str, Callable[..., Awaitable[Answer]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,7 @@ class PolicyRunner:
             "ensemble": self._ensemble,
             "sequence": partial(run_sequence, self),
             "switch": partial(run_switch, self),
+            "precomputed": partial(run_precomputed, self),
         }
 
     async def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Answer:

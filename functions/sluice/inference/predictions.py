@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.results import Answer
     from sluice.inference.mirror import Mirror
+    from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.uploads import UploadService
     from sluice.observability import Telemetry
@@ -76,6 +77,7 @@ class PredictionService:
         cache: PredictionCache | None = None,
         functions: FunctionSteps | None = None,
         lookup_steps: LookupSteps | None = None,
+        precomputed: PrecomputedReader | None = None,
     ) -> None:
         self.registry = registry
         self.runtimes = runtimes
@@ -95,7 +97,7 @@ class PredictionService:
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
         self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, lambda t, n: self._deployments.get((t, n)))
-        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps)
+        self.runner = PolicyRunner(self, runtimes, self.stats, self._check, self.batcher, functions, lookup_steps, precomputed)
 
     # The call -----------------------------------------------------------------------------
     async def predict(self, principal: Principal, request: PredictionRequest) -> Prediction:
@@ -162,6 +164,9 @@ class PredictionService:
             if self.cache.shared is not None:
                 await self.cache.put_shared(dep, key, answer)
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=False)
+        elif answer.source is not None:  # a precomputed node's rows, by where they came from
+            precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
+            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, sources=(precomputed, rows - precomputed))
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
         await self._hand_off(call, latency_ms)

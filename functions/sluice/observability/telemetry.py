@@ -95,9 +95,13 @@ class Telemetry:
         self._cache_seen = (hits, misses)
         return hits - seen_hits, misses - seen_misses
 
-    def prediction(self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None) -> None:
+    def prediction(
+        self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None, sources: tuple[int, int] | None = None
+    ) -> None:
         """`cached`: True for a prediction cache hit, False for a miss, None where the cache
-        was not asked. A hit's latency stays out of the latency metric: it measures computing."""
+        was not asked. A hit's latency stays out of the latency metric: it measures computing.
+        `sources`: a precomputed node's rows answered from its table and live, which become
+        the service-wide PrecomputedRows and LiveFallbackRows (the fallback rate's alarm)."""
         self.predictions += 1
         line = {**fields, "latency_ms": latency_ms, "rows": rows}
         if cached is not None:
@@ -123,7 +127,15 @@ class Telemetry:
             if meta is None:
                 meta = self._emf_meta[shape] = self._prediction_meta(*shape)
             line["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
+        if sources is not None:
+            line["PrecomputedRows"], line["LiveFallbackRows"] = sources
+            if self.emit_metrics:
+                line["_aws"] = {**line["_aws"], "CloudWatchMetrics": [*line["_aws"]["CloudWatchMetrics"], *self._sources_meta()]}
         log_info(logger, "prediction", line)
+
+    def _sources_meta(self) -> list[dict[str, Any]]:
+        metrics = {"PrecomputedRows": (0, "Count"), "LiveFallbackRows": (0, "Count")}
+        return emf(self.namespace, [["service"]], metrics)["CloudWatchMetrics"]
 
     def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool) -> list[dict[str, Any]]:
         metrics = {"Requests": (1, "Count"), "Predictions": (1, "Count"), "Rows": (0, "Count")}

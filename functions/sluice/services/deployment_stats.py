@@ -1,7 +1,7 @@
 """A deployment's statistics as the API and `sluice deployments stats` show them: the whole
 deployment, each split's variants (with their rewards), each shadow's mirrors (with how they
 compare), each switch's cases (with the rows they took) and each sequence's steps, in the
-policy's order."""
+policy's order; a precomputed node's rows by source, and the share answered live."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain.graphs import DEFAULT_CASE
 from sluice.domain.policy import Sequence, Switch, walk
-from sluice.stats.verdicts import comparison, traffic
+from sluice.stats.verdicts import comparison, fallback_rate, traffic
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -22,6 +22,7 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
     variants: dict[str, Any] = {}
     mirrors: dict[str, Any] = {}
     graph: dict[str, dict[str, Any]] = {"cases": {}, "steps": {}}  # a switch's cases, a sequence's steps
+    sources: dict[str, Any] = {}
     for subject, c in sorted(counters.items()):
         kind, _, label = subject.partition(":")
         if kind == "variant":
@@ -32,6 +33,8 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
             graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
         elif kind == "step":
             graph["steps"][label] = traffic(c)
+        elif kind == "source":  # a precomputed node's rows, by where their answers came from
+            sources[label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
     if any(graph.values()):  # in the policy's order: a sequence's steps as they run
         order: dict[str, int] = {}
         for subject in _graph_subjects(policy):
@@ -47,6 +50,7 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
         "variants": variants,
         "mirrors": mirrors,
         **{kind: found for kind, found in graph.items() if found},
+        **({"sources": sources, **fallback_rate(sources)} if sources else {}),
     }
 
 

@@ -42,6 +42,7 @@ from sluice.routing.aggregators import check_fits
 from sluice.services.deployment_stats import deployment_stats
 from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
+from sluice.services.precomputed_checks import check_tables
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.policy import Node
     from sluice.registry import Registry
+    from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.stats.recorder import StatsRecorder
@@ -97,10 +99,12 @@ class DeploymentService:
         before_stats: Callable[[], None] | None = None,
         functions: FunctionSteps | None = None,
         lookup_steps: LookupSteps | None = None,
+        precomputed: PrecomputedStore | None = None,
     ) -> None:
         self.registry = registry
         self.functions = functions  # who may run which function step (None: none here)
         self.lookup_steps = lookup_steps  # who may read which store (None: none here)
+        self.precomputed = precomputed  # tables precomputed nodes read, checked against their live nodes
         self._on_change = on_change or (lambda tenant, name: None)
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
@@ -173,6 +177,7 @@ class DeploymentService:
                 require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
         graphs = GraphChecks(signature_of, resolve)
         graphs.check(node)
+        check_tables(node, graphs, self.precomputed, tenant)
         for child in walk(node):
             first_inputs = signature_of(child).inputs  # a sequence's later steps take other inputs than the policy
             branches: list[tuple[str, Node]] = []

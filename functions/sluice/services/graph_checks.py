@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.domain.conditions import comparisons, reads_inputs
+from sluice.domain.conditions import Compare, comparisons, reads_inputs
 from sluice.domain.errors import Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import sequence_signature
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import Ensemble, Ref, Sequence, Shadow, Split, Switch
+from sluice.domain.precomputed import Precomputed
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import answer_specs
 from sluice.domain.transforms import Transform
@@ -32,7 +33,6 @@ from sluice.domain.transforms import Transform
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sluice.domain.conditions import Compare
     from sluice.domain.policy import Node
     from sluice.domain.signature import TensorSpec
 
@@ -52,6 +52,8 @@ def fields_of(node: Node, field: str = "policy") -> list[tuple[str, Node]]:
         children = [(f"{field}.steps.{i}.target", s.target) for i, s in enumerate(node.steps)]
     elif isinstance(node, Switch):
         children = [*((f"{field}.cases.{i}.target", c.target) for i, c in enumerate(node.cases)), (f"{field}.default", node.default)]
+    elif isinstance(node, Precomputed):
+        children = [(f"{field}.live", node.live)]
     out = [(field, node)]
     for child_field, child in children:
         out += fields_of(child, child_field)
@@ -122,6 +124,9 @@ class GraphChecks:
                 self._sequence(node, field)
             elif isinstance(node, Switch):
                 self._switch(node, field)
+            elif isinstance(node, Precomputed) and node.source == "inputs":  # the key is an input the live node takes
+                key = Compare(field=node.key, column=node.column, op="exists")
+                _check_input(key, self.takes(node.live), f"{field}.key", what="the live node's")
 
     def _sequence(self, node: Sequence, field: str) -> None:
         flow = self.flow(node, field)
@@ -191,10 +196,10 @@ def _fits(output: TensorSpec, spec: TensorSpec) -> str | None:
     return None
 
 
-def _check_input(compare: Compare, takes: Signature, where: str) -> None:
+def _check_input(compare: Compare, takes: Signature, where: str, what: str = "the switch's") -> None:
     spec = takes.input(compare.name)
     if spec is None:
-        raise Unprocessable(f"the switch's inputs are {[s.name for s in takes.inputs]}: there is no input '{compare.name}'", field=where)
+        raise Unprocessable(f"{what} inputs are {[s.name for s in takes.inputs]}: there is no input '{compare.name}'", field=where)
     width = 1
     for dim in spec.shape[1:]:
         width = -1 if dim == -1 or width == -1 else width * dim

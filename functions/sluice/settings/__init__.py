@@ -25,6 +25,7 @@ from sluice.settings.jobs import (
     StreamSettings,
 )
 from sluice.settings.lookups import LookupSettings
+from sluice.settings.precomputed import PrecomputedSettings
 from sluice.settings.process import (
     AdapterSettings,
     Group,
@@ -62,6 +63,7 @@ __all__ = [
     "LookupSettings",
     "ObservabilitySettings",
     "OnnxSettings",
+    "PrecomputedSettings",
     "PredictionCacheSettings",
     "PredictionSettings",
     "ProcessSettings",
@@ -91,6 +93,7 @@ class Settings(BaseModel):
     prediction_cache: PredictionCacheSettings = Field(default_factory=PredictionCacheSettings)
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
     lookups: LookupSettings = Field(default_factory=LookupSettings)
+    precomputed: PrecomputedSettings = Field(default_factory=PrecomputedSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)

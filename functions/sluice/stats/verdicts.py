@@ -89,3 +89,11 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
         "stable_p99_ms": s99,
         "p99_ratio": round(c99 / s99, 4) if c99 is not None and s99 else None,
     }
+
+
+def fallback_rate(sources: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A precomputed node's share of rows answered live (`sources`: each source's figures,
+    with `rows`); nothing when it answered none."""
+    live = sources.get("live", {}).get("rows", 0)
+    total = live + sources.get("precomputed", {}).get("rows", 0)
+    return {"fallback_rate": round(live / total, 6)} if total else {}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sluice.metrics import PrometheusMetrics
     from sluice.observability import Telemetry
     from sluice.registry import Registry
+    from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.services.keys import RevocationSignal
@@ -179,6 +180,29 @@ def build_prediction_cache(settings: Settings, registry: Registry) -> Prediction
         max_entry_bytes=cache.prediction_cache_max_entry_bytes,
         max_bytes=cache.prediction_cache_max_bytes,
     )
+
+
+def build_precomputed(settings: Settings, registry: Registry) -> PrecomputedStore | None:
+    """Tables of precomputed answers (`SLUICE_PRECOMPUTED_TABLE`): a DynamoDB table, reached
+    in the API as the request's tenant where the registry is (the tenant role covers both
+    tables' `T#<tenant>` keys); or SQLite, by default beside a SQLite registry."""
+    url = settings.precomputed.precomputed_table
+    if url.startswith("dynamodb://"):
+        from sluice.registry.precomputed.dynamodb import DynamoPrecomputed
+
+        region = settings.adapters.region
+        if settings.adapters.tenant_role_arn and getattr(registry, "table", None) is not None:
+            return DynamoPrecomputed.from_url(url, client=registry.table.client, region=region)  # type: ignore[attr-defined]
+        return DynamoPrecomputed.from_url(url, region=region)
+    from sluice.registry.precomputed.sqlite import SqlitePrecomputed
+
+    if url:
+        from sluice.registry.sqlite.connection import path_of_url
+
+        return SqlitePrecomputed(path_of_url(url))
+    if settings.registry_url.startswith("sqlite:///"):
+        return SqlitePrecomputed.beside(settings.registry_url)
+    return None
 
 
 def build_functions(settings: Settings) -> FunctionSteps:

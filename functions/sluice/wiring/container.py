@@ -24,6 +24,7 @@ from sluice.wiring.adapters import (
     build_lookup_steps,
     build_mirror,
     build_orchestrator,
+    build_precomputed,
     build_prediction_cache,
     build_registry,
     build_revocation_signal,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from sluice.optimize.jobs import OptimizeJobs
     from sluice.optimize.service import OptimizeService
     from sluice.registry import Registry
+    from sluice.registry.precomputed import PrecomputedStore
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
@@ -74,12 +76,20 @@ class Container:
     endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
     functions: FunctionSteps | None = None  # function steps of graphs; built from settings when not given
     lookup_steps: LookupSteps | None = None  # lookup steps of graphs; built from settings when not given
+    precomputed: PrecomputedStore | None = None  # tables of precomputed answers; built from settings when not given
 
     def __post_init__(self) -> None:
         if self.functions is None:
             self.functions = build_functions(self.settings)
         if self.lookup_steps is None:
             self.lookup_steps = build_lookup_steps(self.settings)
+        if self.precomputed is None:
+            self.precomputed = build_precomputed(self.settings, self.registry)
+        reader = None
+        if self.precomputed is not None:
+            from sluice.inference.precomputed import PrecomputedReader
+
+            reader = PrecomputedReader(self.precomputed, publication_ttl_s=self.settings.precomputed.precomputed_publication_ttl_s)
         if self.telemetry is None:
             onnx = self.runtimes.get("onnx")
             cache = getattr(onnx, "cache", None)
@@ -92,6 +102,7 @@ class Container:
         self.predictions = PredictionService(
             self.registry, self.runtimes, self.settings.predictions, self.telemetry,
             cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=reader,
         )  # fmt: skip
         self.layout = build_layout(self.settings, self.store)
         self.models = ModelService(
@@ -112,6 +123,7 @@ class Container:
             before_stats=self.mirror.drain,
             functions=self.functions,
             lookup_steps=self.lookup_steps,
+            precomputed=self.precomputed,
         )
         self.keys = KeyService(
             self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
@@ -219,8 +231,10 @@ class Container:
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
             stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=self.predictions.runner.precomputed,
         )
-        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, BatchPaths(self.settings.batch_root_url))
+        paths = BatchPaths(self.settings.batch_root_url)
+        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, paths, self.precomputed)
 
     def inline_runtimes(self) -> dict[str, Runtime]:
         """These runtimes with ONNX run inline, on the very sessions the API has loaded (see
@@ -235,6 +249,7 @@ class Container:
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
             stats=self.predictions.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=self.predictions.runner.precomputed,
         )  # fmt: skip
         service.capture = self.capture
         return service

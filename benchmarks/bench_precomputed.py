@@ -1,0 +1,171 @@
+"""Precomputed answers through the Lambda handler (an API Gateway REST event in, the response
+out), in a child process whose stdout is /dev/null, as `benchmarks.bench_cache`:
+
+- hit: a `precomputed` deployment answering a user its table holds (the answer a batch job
+  published: the table's publication kept per container, one read of the user's row) against
+  the live model's own deployment answering the same request: goal <= 0.5x for the ~10 MB MLP;
+- fallback: a user the table does not hold (one read that finds nothing, then the model)
+  against the live model's deployment: what the table costs a request it cannot answer.
+
+The table is the embedded one (SQLite beside the registry), filled as a job's chunks fill it
+(the model's answer, written under a generation, then published).
+
+    python -m benchmarks.bench_precomputed [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, percentile, rotate, section
+from benchmarks.prepare import MODELS, make_models
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+TENANT = "bench"
+SUBJECTS = ("hit", "fallback", "live")
+CASES = ("mlp_large", "diabetes")
+GOALS = {"mlp_large": Goal("<=", 0.5)}
+
+
+# the child ----------------------------------------------------------------------------------
+def _setup(name: str) -> None:
+    """`<name>` (the model alone) and `<name>-recs` (precomputed by routing key, the model
+    live), and the model's answer for user `u1` published into the table."""
+    import asyncio
+
+    import numpy as np
+
+    from sluice.codecs.stored_rows import encode_rows
+    from sluice.domain import Principal
+    from sluice.domain.requests import ArrayInputs, PredictionRequest
+    from sluice.registry.precomputed import Publication
+    from sluice.wiring import get_container
+
+    container = get_container()  # the one the Lambda handler uses too
+    operator = Principal(TENANT, frozenset({"admin", "predict"}), "bench")
+    model = MODELS[name]
+    version = container.models.push(operator, name, model.path.read_bytes())
+    live = {"kind": "single", "model": name, "version": version.version}
+    container.deployments.create(operator, name, live)
+    table = f"{name.replace('_', '-')}-recs"
+    container.deployments.create(operator, f"{name}-recs", {"kind": "precomputed", "table": table, "key": "routing_key", "live": live})
+    request = PredictionRequest(name, ArrayInputs({model.input_name: np.asarray(model.rows(1), dtype=np.float32)}))
+    answer = asyncio.run(container.predictions.predict(operator, request)).answer
+    store, now = container.precomputed, time.time()
+    assert store is not None
+    outputs = [s.to_dict() for s in answer.signature.outputs]
+    store.put_answers(TENANT, table, "job-bench", [("u1", encode_rows(answer.result.outputs, 1)[0])], computed_at=now, expires_at=now + 86400)
+    store.publish(TENANT, table, Publication("job-bench", "job-bench", name, outputs, published_at=now, rows=1), expires_at=now + 86400)
+
+
+def _calls(name: str) -> dict[str, Callable[[int], list[float]]]:
+    from tests.support import LambdaContext
+
+    from benchmarks.inprocess import rest_event
+    from sluice.handlers import api
+
+    rows = MODELS[name].rows(1)
+    context = LambdaContext()
+
+    def event(deployment: str, user: str | None) -> dict[str, Any]:
+        body = {"deployment": deployment, "inputs": rows, **({"routing_key": user} if user else {})}
+        return rest_event("/api/v1/predictions", json.dumps(body).encode(), tenant=TENANT)
+
+    def timed(e: dict[str, Any], source: str | None, count: int) -> list[float]:
+        out = []
+        for _ in range(count):
+            started = time.perf_counter()
+            response = api.handler(e, context)
+            out.append((time.perf_counter() - started) * 1e6)
+            if response["statusCode"] != 200 or (source is not None and f'"source":"{source}"' not in response["body"]):
+                raise RuntimeError(f"unexpected answer: {response['statusCode']} {response['body'][:300]}")
+        return out
+
+    hit, fallback, live = event(f"{name}-recs", "u1"), event(f"{name}-recs", "new-user"), event(name, None)
+    return {
+        "hit": lambda count: timed(hit, "precomputed", count),
+        "fallback": lambda count: timed(fallback, "live", count),
+        "live": lambda count: timed(live, None, count),
+    }
+
+
+def child(out: Path, repeats: int, n: int) -> None:
+    results: dict[str, Any] = {}
+    for name in CASES:
+        _setup(name)
+        calls = _calls(name)
+        for call in calls.values():
+            call(20)  # load the session, warm every path
+        runs: dict[str, list[float]] = {s: [] for s in SUBJECTS}
+        for r in range(repeats):
+            for subject in rotate(SUBJECTS, r):
+                runs[subject].append(percentile(calls[subject](n), 50))
+        results[name] = runs
+    out.write_text(json.dumps(results))
+
+
+# the parent ---------------------------------------------------------------------------------
+def measure(repeats: int, n: int) -> dict[str, Any]:
+    make_models()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "precomputed.json"
+        env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_DEPLOYMENT_CACHE_TTL_S="1")
+        proc = subprocess.run(
+            [PYTHON, "-m", "benchmarks.bench_precomputed", "--child", str(out), "--repeats", str(repeats), "--n", str(n)],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600, check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"precomputed benchmark failed: {proc.stderr[-2000:]}")
+        return json.loads(out.read_text())
+
+
+def run(quick: bool) -> dict[str, Any]:
+    repeats, n = (2, 150) if quick else (3, 400)
+    results = measure(repeats, n)
+    figures = []
+    for name, runs in results.items():
+        figures.append(
+            figure(
+                f"precomputed.{name}.b1.lambda.hit_vs_live",
+                f"{name}, batch 1, Lambda handler: a precomputed answer p50",
+                "µs", "hit", runs["hit"], reference="the model's own deployment (live)", ref_values=runs["live"], goal=GOALS.get(name),
+            )
+        )
+        figures.append(
+            figure(
+                f"precomputed.{name}.b1.lambda.fallback_vs_live",
+                f"{name}, batch 1, Lambda handler: a user the table does not hold p50",
+                "µs", "fallback", runs["fallback"], reference="the model's own deployment (live)", ref_values=runs["live"],
+                note="what the table costs a request it cannot answer (one read that finds nothing, then the model)",
+            )
+        )
+    notes = [
+        "In process, concurrency 1, the embedded table (SQLite beside the registry); p50 of each run, median over runs.",
+        "The publication is kept 5 s per container (SLUICE_PRECOMPUTED_PUBLICATION_TTL_S): a request reads one row.",
+    ]
+    return section("precomputed", "Precomputed answers: a stored answer against the live model", figures, notes=notes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", type=Path)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.repeats, args.n)
+        return
+    print(json.dumps(run(args.quick), indent=2))
+
+
+if __name__ == "__main__":
+    main()

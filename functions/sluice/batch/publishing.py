@@ -1,0 +1,115 @@
+"""A batch job's answers published into a table of precomputed answers (`publish: {table,
+key, ttl_s}` on the job), for `precomputed` nodes to serve.
+
+While the job runs, each chunk writes its scored rows under the job's own generation (the job
+id), keyed by each row's entity (the `key` column), in calls of the store's size, and says what
+the answers hold (`describe`); a chunk scored again writes the same items. A row whose key is
+empty fails, named in the chunk's error file: every input row is scored and published, or
+counted failed. When the job succeeds, Finalize points the table at its generation, in one
+write (`publish_job`); until then readers see the previous job's answers, and a job that
+fails, or is cancelled, is never pointed at (its rows expire with their time to live).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sluice.codecs.stored_rows import encode_rows
+from sluice.domain import now
+from sluice.domain.errors import BadRequest, Unavailable
+from sluice.domain.precomputed import entity_of
+from sluice.registry.precomputed import Publication
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from sluice.batch.plan import JobSpec
+    from sluice.domain.jobs import BatchJob, PublishTarget
+    from sluice.domain.results import Answer
+    from sluice.registry.precomputed import PrecomputedStore
+
+
+def check_publish(job: BatchJob, store: PrecomputedStore | None, columns: list[str] | tuple[str, ...], fmt: str) -> None:
+    """Refuse, when the job is planned, a `publish` this process cannot serve: no table is
+    configured, or the key column is not in the input (JSON Lines: checked row by row)."""
+    if job.publish is None:
+        return
+    if store is None:
+        raise Unavailable("publish: no table of precomputed answers is configured here (SLUICE_PRECOMPUTED_TABLE)", field="publish")
+    if fmt != "jsonl" and job.publish.key not in columns:
+        raise BadRequest(f"publish.key: the input has no column '{job.publish.key}'; its columns are {list(columns)}", field="publish.key")
+
+
+class Publishing:
+    """One chunk's answers on their way into its job's table."""
+
+    def __init__(self, store: PrecomputedStore, spec: JobSpec, target: PublishTarget) -> None:
+        self.store, self.spec, self.target = store, spec, target
+        self._described = False
+        self._lock = threading.Lock()
+        self.described: Publication | None = None
+
+    @property
+    def key(self) -> str:
+        return self.target.key
+
+    def entities(self, table: pa.Table, reasons: np.ndarray) -> np.ndarray:
+        """Each row's entity; a row without one gets its reason (it fails, named in the error file)."""
+        found = np.empty(table.num_rows, dtype=object)
+        values = table.column(self.key).to_pylist() if self.key in table.column_names else [None] * table.num_rows
+        found[:] = [entity_of(v) for v in values]
+        missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
+        reasons[missing] = f"publish key column '{self.key}' is empty on this row: it cannot be published"
+        return found
+
+    def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes]]:
+        """The rows of one call as the table stores them; the first call says what they hold."""
+        rows = len(entities)
+        if not self._described:
+            with self._lock:
+                if self.described is None:
+                    self.described = Publication(
+                        generation=self.spec.job_id, job=self.spec.job_id, deployment=self.spec.deployment,
+                        outputs=[s.to_dict() for s in answer.signature.outputs if s.name in answer.result.outputs],
+                        classes={k: list(v) for k, v in answer.result.classes.items()},
+                    )  # fmt: skip
+                self._described = True
+        return list(zip(entities.tolist(), encode_rows(answer.result.outputs, rows), strict=True))
+
+    def write(self, rows: list[tuple[str, bytes]]) -> None:
+        if not rows:
+            return
+        at = time.time()
+        t, spec = self.target, self.spec
+        self.store.put_answers(spec.tenant, t.table, spec.job_id, rows, computed_at=at, expires_at=at + t.ttl_s)
+        if self.described is not None:
+            self.store.describe(spec.tenant, t.table, self.described, expires_at=at + t.ttl_s)
+            self.described = None  # once a chunk
+
+
+def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Publication | None:
+    """Point the job's table at its answers (at its success); the publication it replaced.
+    None when the job published nothing (no row was scored)."""
+    target = job.publish
+    if target is None or store is None:
+        return None
+    found = store.described(job.tenant, target.table, job.id)
+    if found is None:
+        return None
+    at = now()
+    publication = Publication(
+        generation=job.id, job=job.id, deployment=job.deployment, outputs=found.outputs,
+        classes=found.classes, published_at=at, rows=job.rows_out,
+    )  # fmt: skip
+    return store.publish(job.tenant, target.table, publication, expires_at=at + target.ttl_s)
+
+
+def restore(store: PrecomputedStore, job: BatchJob, before: Publication | None) -> None:
+    """Put back the publication a job replaced (the job did not end SUCCEEDED after all)."""
+    if before is not None and job.publish is not None:
+        store.publish(job.tenant, job.publish.table, before, expires_at=before.published_at + job.publish.ttl_s)
+

@@ -1,0 +1,52 @@
+"""One row of an answer as a table of precomputed answers keeps it: compact JSON of
+`{output: the row's value}` (`encode_rows`), and rows read back as the arrays of an answer
+(`decode_rows`), typed by the specs of the outputs the publication names."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from sluice.domain.signature import TensorSpec
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def encode_rows(outputs: Mapping[str, np.ndarray], rows: int) -> list[bytes]:
+    """Each of the first `rows` rows of `outputs` as its own JSON document."""
+    lists = {name: array.tolist() for name, array in outputs.items() if array.ndim > 0}
+    return [
+        json.dumps({name: values[i] for name, values in lists.items()}, separators=(",", ":"), default=_plain, allow_nan=True).encode()
+        for i in range(rows)
+    ]
+
+
+def decode_rows(specs: Sequence[TensorSpec], bodies: Sequence[bytes]) -> dict[str, np.ndarray]:
+    """The rows as arrays, one per output spec, in the rows' order."""
+    rows = [json.loads(body) for body in bodies]
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        values = [row[spec.name] for row in rows]
+        if spec.datatype != "BYTES":
+            array = np.asarray(values, dtype=V2_TO_NUMPY[spec.datatype])
+        elif any(isinstance(v, list) for v in values):
+            array = np.array(values, dtype=object)
+        else:  # one string a row: a 1-D array of objects (NumPy would make fixed-width strings)
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+        out[spec.name] = array
+    return out
+

@@ -1,0 +1,115 @@
+"""A `precomputed` node: answers published by a batch job, served by entity, with a live
+node behind them for the rows the table does not answer.
+
+    {"kind": "precomputed",
+     "table": "recs",                          # the tenant's table a job published (`publish.table`)
+     "key": "inputs.user", "column": 0,        # the entity: routing_key, headers.<name> or inputs.<name>
+     "max_age_s": 86400,                       # older stored answers are not served
+     "live": {"kind": "single", "model": "recommender", "version": 3}}
+
+A row whose entity has a stored answer no older than `max_age_s` is answered from the table
+(`source: precomputed`, with the time it was computed); every other row (a new user, a stale
+answer, a table nothing was published to yet) is answered by `live`, the rows of one request in
+one call. A key read from the request (`routing_key`, a header) is one entity for every row of
+the request; a key read from an input is one entity per row. The table's answers must have the
+live node's outputs (names, datatypes, shapes): checked when the policy is saved, and again
+on every read of a new publication (a table whose answers do not fit is not served).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from sluice.domain.parts import Part
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sluice.domain.policy import Node
+    from sluice.domain.signature import TensorSpec  # resolved by `policy` once its union is built
+
+TABLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+KEY_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|inputs\.[^\s]{1,128})$"
+MAX_ENTITY_CHARS = 512  # a DynamoDB partition key holds 2048 bytes; the table's prefix takes some
+MAX_AGE_S = 366 * 86400.0
+
+
+class Precomputed(Part):
+    kind: Literal["precomputed"] = "precomputed"
+    table: str = Field(pattern=TABLE_PATTERN, description="The tenant's table of published answers (a batch job's `publish.table`).")
+    key: str = Field(description="Where the entity key is read: routing_key, headers.<name> or inputs.<name>.")
+    column: Annotated[int, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        None, description="inputs only: a column of the input's last axis, by index or feature name."
+    )
+    max_age_s: float = Field(86400.0, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Stored answers older than this are answered live.")
+    live: Node = Field(description="The node that answers the rows the table does not (any node: a model, a sequence).")
+
+    @field_validator("key")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if not re.match(KEY_PATTERN, value):
+            raise ValueError("the key is read from routing_key, headers.<name> or inputs.<name>")
+        return value
+
+    @field_validator("column")
+    @classmethod
+    def _column_of_input(cls, value: Any, info: Any) -> Any:
+        if value is not None and not str(info.data.get("key", "")).startswith("inputs."):
+            raise ValueError("'column' is only for a key read from inputs.<name>")
+        return value
+
+    @property
+    def source(self) -> str:
+        """routing_key, headers or inputs."""
+        return self.key.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        """The header's or input's name."""
+        return self.key.split(".", 1)[1] if "." in self.key else ""
+
+    def children(self) -> list[Any]:
+        return [self.live]
+
+    def primary_single(self, resolve_ref: Callable[[str], Any] | None = None) -> Any:
+        return self.live.primary_single(resolve_ref)
+
+
+def entity_of(value: Any) -> str | None:
+    """An entity key as the table stores it: a string as it is, a whole number without a
+    fraction (`7`, `7.0` and `"7"` are one entity), bytes as UTF-8; None for a missing one
+    (null, NaN, an empty string), which no stored answer can have."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value[:MAX_ENTITY_CHARS] if value else None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    item = getattr(value, "item", None)  # a NumPy scalar
+    return entity_of(item()) if callable(item) else str(value)
+
+
+def fits(stored: Iterable[TensorSpec], live: Iterable[TensorSpec]) -> str | None:
+    """Why stored answers with outputs `stored` cannot stand for the live node's (`live`):
+    names, datatypes and shapes past the rows must be the same; None when they are."""
+
+    def described(specs: Iterable[TensorSpec]) -> list[tuple[str, str, tuple[int, ...]]]:
+        return sorted((s.name, s.datatype, tuple(s.shape[1:])) for s in specs)
+
+    have, want = described(stored), described(live)
+    if have == want:
+        return None
+    return f"its answers hold {[f'{n} {d} {list(s)}' for n, d, s in have]}; the live node answers {[f'{n} {d} {list(s)}' for n, d, s in want]}"

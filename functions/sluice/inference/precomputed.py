@@ -1,0 +1,200 @@
+"""Running a `precomputed` node: the rows whose entity has a fresh answer in the table are
+answered from it, every other row by the live node, in one call for the request.
+
+Per request: the table's publication (kept `precomputed_publication_ttl_s` per container, so
+a new publication is served within that much of its job's success), then one read of the
+request's entities (`PrecomputedStore.get_answers`), then, where rows are left, one run of the
+live node on those rows alone. Rows answered both ways are put back in the request's order.
+The answer says where each row came from (`source`: `precomputed` or `live`, a list per row
+when a request mixes them) and when each stored answer was computed (`computed_at`, epoch
+seconds; null for a live row). Statistics count the rows of each source
+(`source:precomputed`, `source:live`, the latter with why: `missing` or `stale`), and
+a failure to read the table is counted and answered live (the table is a shortcut, never the
+only way to an answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.caching import TTLCache
+from sluice.codecs.stored_rows import decode_rows
+from sluice.domain.errors import Unavailable
+from sluice.domain.policy import MAX_DEPTH, first_branch
+from sluice.domain.precomputed import entity_of, fits
+from sluice.domain.results import Answer, InferenceResult
+from sluice.domain.signature import Signature, TensorSpec
+from sluice.inference.graphs import MAX_REFS, answer_signature, input_signature
+from sluice.observability import get_logger
+
+if TYPE_CHECKING:
+    from sluice.domain import ModelVersion
+    from sluice.domain.policy import Node
+    from sluice.domain.precomputed import Precomputed
+    from sluice.inference.execution import Call, PolicyRunner
+    from sluice.registry.precomputed import PrecomputedStore, Publication, Stored
+
+
+class PrecomputedReader:
+    """The store, and each table's publication kept briefly (a miss too). Reads go to a thread
+    (DynamoDB: a network call), or run inline where the store says they never wait (SQLite in
+    WAL mode: a read never waits on a writer, and takes microseconds; a thread hop would
+    cost more than the read)."""
+
+    def __init__(self, store: PrecomputedStore, *, publication_ttl_s: float = 5.0) -> None:
+        self.store = store
+        self.inline = bool(getattr(store, "reads_inline", False))
+        self._publications: TTLCache[tuple[str, str], tuple[Publication | None, tuple[TensorSpec, ...]]] = TTLCache(publication_ttl_s)
+
+    async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
+        kept = self._publications.get((tenant, table))
+        if kept is None:
+            found = await self._read(self.store.publication, tenant, table, now=time.time())
+            specs = tuple(TensorSpec.from_dict(d) for d in found.outputs) if found is not None else ()
+            kept = self._publications.put((tenant, table), (found, specs))
+        return kept
+
+    async def answers(self, tenant: str, table: str, generation: str, entities: list[str]) -> dict[str, Stored]:
+        return await self._read(self.store.get_answers, tenant, table, generation, entities, now=time.time())  # type: ignore[no-any-return]
+
+    async def _read(self, call: Any, *args: Any, **kw: Any) -> Any:
+        return call(*args, **kw) if self.inline else await asyncio.to_thread(call, *args, **kw)
+
+
+async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
+    first = next(iter(arrays.values()), None)
+    rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
+    entities = await _entities(runner, node, call, arrays, rows)
+    dep = call.deployment
+    started = time.perf_counter()
+    stored: dict[str, Stored] = {}
+    publication, specs = None, ()
+    if runner.precomputed is not None and any(e is not None for e in entities):
+        try:
+            publication, specs = await runner.precomputed.publication(call.tenant, node.table)
+            if publication is not None:
+                stored = await runner.precomputed.answers(call.tenant, node.table, publication.generation, [e for e in entities if e is not None])
+        except Exception as exc:  # the table is a shortcut: its failure answers live
+            get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
+            runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
+            publication, stored = None, {}
+    signature, version = await _live_signature(runner, node.live, call.tenant) if publication is not None else (None, None)
+    if publication is not None and signature is not None and fits(specs, signature.outputs) is not None:
+        get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
+        stored = {}
+    now = time.time()
+    hit = np.zeros(rows, dtype=bool)
+    stale = 0
+    for i, entity in enumerate(entities):
+        found = stored.get(entity) if entity is not None else None
+        if found is not None:
+            if now - found.computed_at <= node.max_age_s:
+                hit[i] = True
+            else:
+                stale += 1
+    hits = int(hit.sum())
+    read_ms = (time.perf_counter() - started) * 1000
+    if hits:
+        runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), read_ms, ok=True, rows=hits)
+    if hits == rows and rows:
+        assert signature is not None and version is not None and publication is not None
+        outputs = decode_rows(specs, [stored[e].body for e in entities])  # type: ignore[index]
+        return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in entities])  # type: ignore[index]
+    misses = np.flatnonzero(~hit)
+    live_key = (dep.tenant, dep.name, dep.revision, "source:live")
+    started = time.perf_counter()
+    feed = arrays if not hits else {k: a[misses] for k, a in arrays.items()}
+    try:
+        answer = await runner.run(node.live, call, feed, depth + 1)
+    except Exception:
+        runner.stats.request(live_key, 0.0, ok=False)
+        raise
+    runner.stats.request(live_key, (time.perf_counter() - started) * 1000, ok=True, rows=len(misses))
+    runner.stats.add(live_key, {"stale": stale, "missing": len(misses) - stale})
+    if not hits:
+        answer.source = "live"
+        return answer
+    at = np.flatnonzero(hit)
+    kept = [e for e, h in zip(entities, hit.tolist(), strict=True) if h]
+    outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
+    answer.result = _merged(rows, misses, answer.result, at, outputs, publication.classes if publication else {})
+    answer.source = ["precomputed" if h else "live" for h in hit.tolist()]
+    times: list[float | None] = [None] * rows
+    for place, entity in zip(at.tolist(), kept, strict=True):
+        times[place] = stored[entity].computed_at  # type: ignore[index]
+    answer.computed_at = times
+    return answer
+
+
+async def _entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], rows: int) -> list[str | None]:
+    """Each row's entity: the request's (routing key, a header) for every row, or a row's value of an input."""
+    request = call.request
+    if node.source == "routing_key":
+        return [entity_of(request.routing_key if request is not None else None)] * rows
+    if node.source == "headers":
+        headers = request.headers if request is not None else {}
+        value = headers.get(node.name.lower(), headers.get(node.name))
+        return [entity_of(value)] * rows
+    array = arrays.get(node.name)
+    if array is None:
+        return [None] * rows
+    column = node.column
+    if isinstance(column, str):
+        signature = await input_signature(runner, node.live, call.tenant)
+        spec = signature.input(node.name)
+        names = list(spec.feature_names or ()) if spec is not None else []
+        column = names.index(column) if column in names else None
+        if column is None:
+            return [None] * rows
+    values = array.reshape(rows, -1)[:, column] if column is not None else array.reshape(rows, -1)[:, 0]
+    return [entity_of(v) for v in values.tolist()]
+
+
+async def _live_signature(runner: PolicyRunner, node: Node, tenant: str) -> tuple[Signature, ModelVersion]:
+    """What the live node answers, and the version that describes it (a stored answer's `model`)."""
+    version = None
+    current = node
+    for _ in range(MAX_REFS * MAX_DEPTH):
+        if current.kind == "single":
+            version = runner.lookups.cached_version(tenant, current.model, current.version)  # type: ignore[union-attr]
+            if version is None:
+                version = await runner.lookups.version_of(tenant, current.model, current.version)  # type: ignore[union-attr]
+            break
+        current = await runner.lookups.node_of(tenant, current.deployment) if current.kind == "ref" else first_branch(current)  # type: ignore[union-attr]
+    if version is None:
+        raise Unavailable("deployment references nest too deep to find a model version", field="policy")
+    return (await answer_signature(runner, node, tenant) or version.signature), version
+
+
+def _stored_answer(
+    signature: Signature, version: ModelVersion, outputs: dict[str, np.ndarray], publication: Publication, call: Call, times: list[float]
+) -> Answer:
+    if call.outputs:
+        outputs = {k: v for k, v in outputs.items() if k in call.outputs}
+        signature = Signature(signature.inputs, tuple(s for s in signature.outputs if s.name in outputs), signature.metadata)
+    classes = {k: v for k, v in publication.classes.items() if k in outputs}
+    answer = Answer(signature, InferenceResult(outputs, classes), version)
+    answer.source = "precomputed"
+    answer.computed_at = times[0] if len(set(times)) == 1 else times  # type: ignore[assignment]
+    return answer
+
+
+def _merged(
+    rows: int, misses: np.ndarray, live: InferenceResult, hits: np.ndarray, stored: dict[str, np.ndarray], classes: dict[str, list[Any]]
+) -> InferenceResult:
+    """The live rows and the stored ones, back in the request's order."""
+    outputs: dict[str, np.ndarray] = {}
+    for name, array in live.outputs.items():
+        kept = stored.get(name)
+        if kept is None or array.ndim == 0:
+            raise Unavailable(f"the table's answers have no output '{name}'", field="policy.table")
+        dtype = np.result_type(array, kept) if array.dtype.kind not in "OUS" and kept.dtype.kind not in "OUS" else np.dtype(object)
+        out = np.empty((rows, *array.shape[1:]), dtype=dtype)
+        out[misses] = array
+        out[hits] = kept.reshape((len(hits), *array.shape[1:]))
+        outputs[name] = out
+    return InferenceResult(outputs, dict(live.classes) or {k: v for k, v in classes.items() if k in outputs})

@@ -1,0 +1,82 @@
+"""Tables of precomputed answers: what a batch job publishes and a `precomputed` node reads.
+
+A table is keyed by (tenant, table, generation, entity). A job writes its answers under a
+generation of its own (its id) while it runs; when it succeeds, the table's publication (its
+pointer) names that generation, in one write: readers see the previous job's answers until
+then, and never a job's that failed. Each answer and each publication carries `expires_at`;
+an expired one is never read, and the store removes it (DynamoDB's time to live, SQLite on
+publishing). Two adapters: SQLite beside the embedded registry (`sqlite`), and a DynamoDB
+table of its own whose keys live under the tenant's prefix (`dynamodb`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+MAX_GET = 100  # keys per read call (DynamoDB's BatchGetItem limit)
+MAX_PUT = 25  # items per write call (BatchWriteItem's)
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """What a table serves: the generation a successful job wrote, and what its answers hold
+    (`outputs`: the answering signature's outputs as `TensorSpec.to_dict` writes them;
+    `classes`: column labels of probability outputs)."""
+
+    generation: str
+    job: str
+    deployment: str
+    outputs: list[dict[str, Any]]
+    classes: dict[str, list[Any]] = field(default_factory=dict)
+    published_at: float = 0.0
+    rows: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Publication:
+        data = json.loads(text)
+        return cls(
+            generation=data["generation"], job=data["job"], deployment=data.get("deployment", ""),
+            outputs=list(data.get("outputs") or []), classes=dict(data.get("classes") or {}),
+            published_at=float(data.get("published_at") or 0.0), rows=int(data.get("rows") or 0),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One entity's answer: its row (`body`, see `sluice.codecs.stored_rows`), when it was computed."""
+
+    body: bytes
+    computed_at: float
+
+
+class PrecomputedStore(Protocol):
+    def publication(self, tenant: str, table: str, *, now: float) -> Publication | None:
+        """The table's publication, or None (nothing published, or it expired)."""
+
+    def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
+        """The stored answers of these entities (those that have one), in as few calls as the
+        store allows (DynamoDB: one per `MAX_GET` keys)."""
+
+    def put_answers(
+        self, tenant: str, table: str, generation: str, rows: Sequence[tuple[str, bytes]], *, computed_at: float, expires_at: float
+    ) -> None:
+        """Write answers under a generation (one call per `MAX_PUT` rows on DynamoDB); the
+        same entity written twice keeps the last (a chunk scored again writes the same)."""
+
+    def describe(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> None:
+        """Say what a generation's answers hold (written by each chunk that writes some, the same
+        each time), for the job's success to publish."""
+
+    def described(self, tenant: str, table: str, generation: str) -> Publication | None:
+        """What `describe` said of a generation, or None (no chunk wrote an answer)."""
+
+    def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
+        """Point the table at `publication`'s generation; the publication it replaces, if any."""

@@ -1,0 +1,154 @@
+"""Tables of precomputed answers in a DynamoDB table of their own (`pk`, `sk`, on-demand,
+time to live on `expires_at`), every key under the tenant's prefix so that the tenant role's
+leading-key condition (`T#<tenant>`, `T#<tenant>#*`) covers it as it covers the registry:
+
+- publication: `pk=T#<tenant>#P#<table>`, `sk=PUBLISHED`; also `doc` (JSON) and `expires_at`
+- answer: `pk=T#<tenant>#P#<table>#E#<entity>`, `sk=G#<generation>`; also `body` (bytes),
+  `at` (when computed) and `expires_at`
+- what a generation holds: `pk=T#<tenant>#P#<table>#G#<generation>`, `sk=GENERATION`; also
+  `doc` and `expires_at`
+
+An answer's partition is its entity's, so a job's writes spread over the table. Reads are
+BatchGetItem, up to 100 keys a call, eventually consistent (a publication is written after every
+answer it names, and read again every few seconds); writes are BatchWriteItem, 25 items a call,
+what DynamoDB leaves unprocessed sent again with a growing pause. Old generations are not
+deleted: their `expires_at` lets DynamoDB remove them, and a read ignores an expired item.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from sluice.registry.dynamodb.table import Table, attempts, busy, key
+from sluice.registry.precomputed import MAX_GET, MAX_PUT, Publication, Stored
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from sluice.clients import AwsClients
+
+PUBLISHED = "PUBLISHED"
+GENERATION = "GENERATION"
+
+
+def publication_pk(tenant: str, table: str) -> str:
+    return f"T#{tenant}#P#{table}"
+
+
+def answer_pk(tenant: str, table: str, entity: str) -> str:
+    return f"T#{tenant}#P#{table}#E#{entity}"
+
+
+def generation_pk(tenant: str, table: str, generation: str) -> str:
+    return f"T#{tenant}#P#{table}#G#{generation}"
+
+
+def generation_sk(generation: str) -> str:
+    return f"G#{generation}"
+
+
+class DynamoPrecomputed:
+    """The table by name and its client (a ready one, or one from `clients` on first use);
+    in the API a client whose calls go out as the request's tenant (`TenantRoutingClient`)."""
+
+    def __init__(self, table_name: str, *, clients: AwsClients | None = None, client: Any = None, region: str | None = None) -> None:
+        self.table = Table(table_name, clients=clients, client=client, region=region)
+
+    @classmethod
+    def from_url(cls, url: str, **kw: Any) -> DynamoPrecomputed:
+        from sluice.registry.dynamodb.table import table_of_url
+
+        return cls(table_of_url(url), **kw)
+
+    @property
+    def client(self) -> DynamoDBClient:
+        return self.table.client
+
+    def publication(self, tenant: str, table: str, *, now: float) -> Publication | None:
+        found = self.table.send(
+            "get_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), ConsistentRead=True
+        ).get("Item")
+        if found is None or float(found["expires_at"]["N"]) <= now:
+            return None
+        return Publication.from_json(found["doc"]["S"])
+
+    def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
+        found: dict[str, Stored] = {}
+        unique = list(dict.fromkeys(entities))
+        sk = generation_sk(generation)
+        prefix = len(answer_pk(tenant, table, ""))
+        for start in range(0, len(unique), MAX_GET):
+            pending: list[dict[str, Any]] = [key(answer_pk(tenant, table, e), sk) for e in unique[start : start + MAX_GET]]
+            for _ in attempts():
+                answered = self.table.send(
+                    "batch_get_item",
+                    RequestItems={
+                        self.table.name: {
+                            "Keys": pending,
+                            "ProjectionExpression": "pk, body, #at, expires_at",
+                            "ExpressionAttributeNames": {"#at": "at"},
+                        }
+                    },
+                )
+                for item in answered.get("Responses", {}).get(self.table.name, []):
+                    if float(item["expires_at"]["N"]) > now:
+                        found[item["pk"]["S"][prefix:]] = Stored(bytes(item["body"]["B"]), float(item["at"]["N"]))
+                pending = answered.get("UnprocessedKeys", {}).get(self.table.name, {}).get("Keys", [])
+                if not pending:
+                    break
+            else:
+                raise busy()
+        return found
+
+    def put_answers(
+        self, tenant: str, table: str, generation: str, rows: Sequence[tuple[str, bytes]], *, computed_at: float, expires_at: float
+    ) -> None:
+        sk, ttl, at = generation_sk(generation), str(math.ceil(expires_at)), repr(float(computed_at))
+        latest = dict(rows)  # one item per key in a call: DynamoDB refuses a call that names one twice
+        items = [
+            {"PutRequest": {"Item": {**key(answer_pk(tenant, table, e), sk), "body": {"B": body}, "at": {"N": at}, "expires_at": {"N": ttl}}}}
+            for e, body in latest.items()
+        ]
+        for start in range(0, len(items), MAX_PUT):
+            pending = items[start : start + MAX_PUT]
+            for _ in attempts():
+                done = self.table.send("batch_write_item", RequestItems={self.table.name: pending})
+                pending = done.get("UnprocessedItems", {}).get(self.table.name, [])
+                if not pending:
+                    break
+            else:
+                raise busy()
+
+    def describe(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> None:
+        self.table.send(
+            "put_item",
+            TableName=self.table.name,
+            Item={
+                **key(generation_pk(tenant, table, publication.generation), GENERATION),
+                "doc": {"S": publication.to_json()},
+                "expires_at": {"N": str(math.ceil(expires_at))},
+            },
+        )
+
+    def described(self, tenant: str, table: str, generation: str) -> Publication | None:
+        found = self.table.send(
+            "get_item", TableName=self.table.name, Key=key(generation_pk(tenant, table, generation), GENERATION), ConsistentRead=True
+        ).get("Item")
+        return Publication.from_json(found["doc"]["S"]) if found else None
+
+    def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
+        answered = self.table.send(
+            "put_item",
+            TableName=self.table.name,
+            Item={
+                **key(publication_pk(tenant, table), PUBLISHED),
+                "doc": {"S": publication.to_json()},
+                "expires_at": {"N": str(math.ceil(expires_at))},
+            },
+            ReturnValues="ALL_OLD",
+        )
+        before = answered.get("Attributes")
+        return Publication.from_json(before["doc"]["S"]) if before else None

@@ -1,0 +1,143 @@
+"""Tables of precomputed answers in SQLite: a file of their own beside the embedded registry
+(`precomputed.db`), so the registry's schema stays as it is. One statement reads a request's
+entities (in pieces of `MAX_GET`), one transaction writes a piece of a chunk; publishing is
+one transaction that points the table at the new generation and removes the generation it
+replaces and every expired row."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice import owner_only
+from sluice.domain.errors import faults_named
+from sluice.registry.precomputed import MAX_GET, Publication, Stored
+from sluice.registry.sqlite.faults import STORAGE, FaultNamingConnection
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS answers (
+    tenant TEXT NOT NULL, tbl TEXT NOT NULL, entity TEXT NOT NULL, generation TEXT NOT NULL,
+    body BLOB NOT NULL, computed_at REAL NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant, tbl, entity, generation));
+CREATE INDEX IF NOT EXISTS answers_by_expiry ON answers (expires_at);
+CREATE TABLE IF NOT EXISTS generations (
+    tenant TEXT NOT NULL, tbl TEXT NOT NULL, generation TEXT NOT NULL, doc TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant, tbl, generation));
+CREATE TABLE IF NOT EXISTS publications (
+    tenant TEXT NOT NULL, tbl TEXT NOT NULL, doc TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (tenant, tbl));
+"""
+
+
+class SqlitePrecomputed:
+    reads_inline = True  # WAL: a read never waits on a writer (see `inference.precomputed.PrecomputedReader`)
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._made = False  # the file and its schema, made on first use (most processes never read one)
+        self._lock = threading.Lock()
+
+    def _make(self) -> None:
+        with self._lock:
+            if self._made:
+                return
+            with faults_named(STORAGE):  # every tenant's answers: readable by the owner alone, as the registry
+                owner_only.folder(self.path.parent)
+                os.close(owner_only.descriptor(self.path, "ab"))
+                self._connect().executescript(_SCHEMA)
+            for each in (self.path.with_name(self.path.name + "-wal"), self.path.with_name(self.path.name + "-shm")):
+                owner_only.tighten(each)
+            self._made = True
+
+    @classmethod
+    def beside(cls, registry_url: str) -> SqlitePrecomputed:
+        """The file beside a `sqlite:///…/registry.db` registry."""
+        from sluice.registry.sqlite.connection import path_of_url
+
+        return cls(path_of_url(registry_url).with_name("precomputed.db"))
+
+    def _conn(self) -> sqlite3.Connection:
+        if not self._made:
+            self._make()
+        return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=FaultNamingConnection)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def publication(self, tenant: str, table: str, *, now: float) -> Publication | None:
+        row = self._conn().execute(
+            "SELECT doc FROM publications WHERE tenant = ? AND tbl = ? AND expires_at > ?", (tenant, table, now)
+        ).fetchone()
+        return Publication.from_json(row[0]) if row else None
+
+    def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
+        found: dict[str, Stored] = {}
+        unique = list(dict.fromkeys(entities))
+        for start in range(0, len(unique), MAX_GET):
+            piece = unique[start : start + MAX_GET]
+            marks = ",".join("?" * len(piece))
+            rows = self._conn().execute(
+                f"SELECT entity, body, computed_at FROM answers WHERE tenant = ? AND tbl = ? AND generation = ? "
+                f"AND expires_at > ? AND entity IN ({marks})",
+                (tenant, table, generation, now, *piece),
+            ).fetchall()
+            found.update((entity, Stored(bytes(body), float(at))) for entity, body, at in rows)
+        return found
+
+    def put_answers(
+        self, tenant: str, table: str, generation: str, rows: Sequence[tuple[str, bytes]], *, computed_at: float, expires_at: float
+    ) -> None:
+        if not rows:
+            return
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(tenant, table, entity, generation, body, computed_at, expires_at) for entity, body in rows],
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def describe(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> None:
+        self._conn().execute(
+            "INSERT OR REPLACE INTO generations VALUES (?, ?, ?, ?, ?)", (tenant, table, publication.generation, publication.to_json(), expires_at)
+        )
+
+    def described(self, tenant: str, table: str, generation: str) -> Publication | None:
+        row = self._conn().execute(
+            "SELECT doc FROM generations WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, generation)
+        ).fetchone()
+        return Publication.from_json(row[0]) if row else None
+
+    def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
+            before = Publication.from_json(row[0]) if row else None
+            conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, publication.to_json(), expires_at))
+            if before is not None and before.generation != publication.generation:
+                conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, before.generation))
+            conn.execute("DELETE FROM answers WHERE expires_at <= ?", (publication.published_at,))
+            conn.execute("DELETE FROM generations WHERE expires_at <= ?", (publication.published_at,))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return before

@@ -1,0 +1,41 @@
+"""The group of precomputed answers: the table batch jobs publish into and `precomputed`
+nodes read (`sluice.registry.precomputed`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, field_validator
+
+from sluice.settings.process import Group
+
+
+class PrecomputedSettings(Group):
+    """Read by the wiring, which builds the store for the prediction services (reading) and
+    the batch runner (publishing)."""
+
+    title: ClassVar[str] = "Precomputed answers"
+
+    precomputed_table: str = Field(
+        default="",
+        description=(
+            "Where tables of precomputed answers live: `dynamodb://TABLE` (on AWS, set by the CDK app to the "
+            "storage stack's table), or `sqlite:///PATH`; empty: a file beside a SQLite registry "
+            "(`precomputed.db`), or none beside a DynamoDB one (`precomputed` nodes then answer every row live "
+            "and `publish` is refused)."
+        ),
+    )
+    precomputed_publication_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        description=(
+            "How long a container keeps a table's publication (which job's answers it serves): a job's answers "
+            "are served within this long of its success. 0 reads it on every request (one more store call)."
+        ),
+    )
+    @field_validator("precomputed_table")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and not value.startswith(("dynamodb://", "sqlite:///")):
+            raise ValueError("SLUICE_PRECOMPUTED_TABLE must be dynamodb://TABLE or sqlite:///PATH")
+        return value

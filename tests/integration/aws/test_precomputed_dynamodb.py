@@ -1,0 +1,114 @@
+"""Tables of precomputed answers on DynamoDB (moto): every key under the tenant's prefix, with
+its time to live; reads and writes in the store's batch sizes (BatchGetItem ≤100 keys,
+BatchWriteItem ≤25 items, what comes back unprocessed sent again); and a batch job publishing
+into the table that a `precomputed` deployment then serves, over a DynamoDB registry."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import numpy as np
+from botocore.stub import Stubber
+
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.registry.dynamodb import DynamoRegistry, create_table
+from sluice.registry.precomputed import Publication
+from sluice.registry.precomputed.dynamodb import DynamoPrecomputed
+from sluice.settings import Settings
+from sluice.storage.folder import FolderStore
+from sluice.wiring import Container, build_runtimes
+from tests.conftest import MODELS
+from tests.integration.batch.jobs import run_job
+from tests.support import single
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
+
+REGISTRY, ANSWERS = "sluice-registry", "sluice-precomputed"
+OUTPUTS = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+
+
+def counted(client: Any) -> Counter[str]:
+    calls: Counter[str] = Counter()
+    client.meta.events.register("before-call.dynamodb.*", lambda model, **_: calls.update([model.name]))
+    return calls
+
+
+def test_answers_are_written_and_read_in_the_stores_batches_under_the_tenants_prefix(aws: None) -> None:
+    client = boto3.client("dynamodb")
+    create_table(client, ANSWERS)
+    store = DynamoPrecomputed(ANSWERS, client=client)
+    calls = counted(client)
+    now = time.time()
+    store.put_answers("acme", "recs", "job-1", [(f"u{i}", b'{"variable":[%d]}' % i) for i in range(60)], computed_at=now, expires_at=now + 600)
+    assert calls["BatchWriteItem"] == 3  # 25 + 25 + 10
+
+    found = store.get_answers("acme", "recs", "job-1", [f"u{i}" for i in range(150)], now=now)
+    assert calls["BatchGetItem"] == 2  # 100 + 50 keys, never one call per row
+    assert sorted(found) == sorted(f"u{i}" for i in range(60)) and found["u7"].body == b'{"variable":[7]}'
+    assert store.get_answers("acme", "recs", "job-2", ["u1"], now=now) == {}  # another generation
+    assert store.get_answers("globex", "recs", "job-1", ["u1"], now=now) == {}  # another tenant
+    assert store.get_answers("acme", "recs", "job-1", ["u1"], now=now + 601) == {}  # expired, whether or not DynamoDB removed it yet
+
+    items = client.scan(TableName=ANSWERS)["Items"]
+    assert all(i["pk"]["S"].startswith("T#acme#P#recs#E#") and i["sk"]["S"] == "G#job-1" for i in items)
+    assert all(int(i["expires_at"]["N"]) >= now + 600 for i in items)
+
+    assert store.publication("acme", "recs", now=now) is None
+    first = Publication("job-1", "job-1", "diabetes", OUTPUTS, published_at=now)
+    assert store.publish("acme", "recs", first, expires_at=now + 600) is None
+    assert store.publish("acme", "recs", Publication("job-2", "job-2", "diabetes", OUTPUTS, published_at=now), expires_at=now + 600) == first
+    assert store.publication("acme", "recs", now=now).generation == "job-2"  # type: ignore[union-attr]
+    assert store.publication("globex", "recs", now=now) is None
+
+
+def test_items_dynamodb_leaves_unprocessed_are_sent_again() -> None:
+    client = boto3.client("dynamodb", region_name="eu-west-1", aws_access_key_id="x", aws_secret_access_key="x")
+    store = DynamoPrecomputed(ANSWERS, client=client)
+    with Stubber(client) as stub:
+        left = {"PutRequest": {"Item": {"pk": {"S": "T#acme#P#recs#E#u1"}, "sk": {"S": "G#g"}, "body": {"B": b"{}"}, "at": {"N": "1.0"}, "expires_at": {"N": "100"}}}}
+        stub.add_response("batch_write_item", {"UnprocessedItems": {ANSWERS: [left]}})
+        stub.add_response("batch_write_item", {"UnprocessedItems": {}}, {"RequestItems": {ANSWERS: [left]}})
+        store.put_answers("acme", "recs", "g", [("u0", b"{}"), ("u1", b"{}")], computed_at=1.0, expires_at=100)
+        key = {"pk": {"S": "T#acme#P#recs#E#u1"}, "sk": {"S": "G#g"}}
+        stub.add_response("batch_get_item", {"Responses": {ANSWERS: []}, "UnprocessedKeys": {ANSWERS: {"Keys": [key]}}})
+        item = {**key, "body": {"B": b"{}"}, "at": {"N": "1.0"}, "expires_at": {"N": "100"}}
+        stub.add_response("batch_get_item", {"Responses": {ANSWERS: [item]}})
+        assert list(store.get_answers("acme", "recs", "g", ["u1"], now=50)) == ["u1"]
+        stub.assert_no_pending_responses()
+
+
+def test_a_job_publishes_into_dynamodb_and_a_deployment_serves_it(aws: None, tmp_path: Path, acme: Principal) -> None:
+    client = boto3.client("dynamodb")
+    create_table(client, REGISTRY)
+    create_table(client, ANSWERS)
+    settings = Settings(
+        mode="local", home=tmp_path / "home", registry=f"dynamodb://{REGISTRY}", store="", deployment_cache_ttl_s=0,
+        precomputed_table=f"dynamodb://{ANSWERS}", precomputed_publication_ttl_s=0,
+    )  # fmt: skip
+    store = FolderStore(tmp_path / "artifacts")
+    c = Container(settings, DynamoRegistry(REGISTRY, client=client), store, build_runtimes(settings, store))
+    assert isinstance(c.precomputed, DynamoPrecomputed)
+    c.models.push(acme, "diabetes", (MODELS / "diabetes_mlp.onnx").read_bytes())
+    c.deployments.create(acme, "diabetes", single("diabetes", 1))
+    c.deployments.create(acme, "recs", {"kind": "precomputed", "table": "recs", "key": "routing_key", "live": single("diabetes", 1)})
+    source = tmp_path / "users.csv"
+    source.write_text("user,age,sex,bmi,bp,s1,s2,s3,s4,s5,s6\n" + "".join(f"u{i},{','.join(['0.03'] * 10)}\n" for i in range(30)))
+    job = run_job(c, acme, source, deployment="diabetes", publish={"table": "recs", "key": "user", "ttl_s": 3600})
+    assert (job.status, job.rows_out) == ("SUCCEEDED", 30)
+
+    def ask(user: str) -> Any:
+        request = PredictionRequest("recs", ArrayInputs({"input": np.full((1, 10), 0.03, np.float32)}), routing_key=user)
+        return asyncio.run(c.predictions.predict(acme, request)).answer
+
+    hit, miss = ask("u3"), ask("u99")
+    assert (hit.source, miss.source) == ("precomputed", "live")
+    np.testing.assert_allclose(hit.result.outputs["variable"], miss.result.outputs["variable"], rtol=1e-6)  # the same features, the same model
+    published = client.get_item(TableName=ANSWERS, Key={"pk": {"S": "T#acme#P#recs"}, "sk": {"S": "PUBLISHED"}})["Item"]
+    assert job.id in published["doc"]["S"] and time.time() + 3500 < int(published["expires_at"]["N"]) <= time.time() + 3601

@@ -1,0 +1,193 @@
+"""Precomputed answers end to end on the embedded defaults: batch jobs publish the demo
+diabetes model's answers into a SQLite table beside the registry (`publish` on the job), a
+`precomputed` deployment serves them by user over HTTP, and answers live what the table does
+not hold (a new user, a stale answer). A job's answers are served from its success on, never
+before, and a job that fails publishes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.batch.plan import JobSpec
+from sluice.codecs.stored_rows import encode_rows
+from sluice.domain.errors import Unprocessable
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.registry.precomputed import Publication
+from sluice.settings import Settings
+from tests.conftest import MODELS
+from tests.integration.batch.jobs import read_errors, read_parts, run_job
+from tests.support import single
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+FEATURES = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
+RECS = {"kind": "precomputed", "table": "recs", "key": "headers.x-user-id", "max_age_s": 3600, "live": single("diabetes", 1)}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    # Every request reads the table's publication again: a publication is served at once.
+    return Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, precomputed_publication_ttl_s=0)
+
+
+@pytest.fixture
+def recs(demo: Container, acme: Principal) -> Container:
+    demo.deployments.create(acme, "recs", RECS)
+    return demo
+
+
+def users_csv(path: Path, users: list[str], level: float) -> Path:
+    """One row per user, every feature `level` (so two files score differently)."""
+    lines = [",".join(["user", *FEATURES])] + [",".join([u, *[str(level + i / 100)] * 10]) for i, u in enumerate(users)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def scored(job: Any) -> dict[str, float]:
+    """What a job's parts say each user's answer is."""
+    table = read_parts(job)
+    return dict(zip(table.column("user").to_pylist(), table.column("prediction").to_pylist(), strict=True))
+
+
+def ask(client: TestClient, key: str, user: str, deployment: str = "recs") -> dict[str, Any]:
+    response = client.post(
+        "/api/v1/predictions",
+        headers={"authorization": f"Bearer {key}", "x-user-id": user},
+        json={"deployment": deployment, "inputs": [[0.02] * 10]},
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def started(c: Container, acme: Principal, path: Path) -> tuple[str, Any]:
+    """A job planned and every chunk scored, not finalized: what a running job has written."""
+    job = c.batch.submit(
+        acme, deployment="diabetes", input_uri=str(path), operator=True, source="cli", start=False,
+        output_uri=str(path.with_suffix("")) + "-out", key_columns=["user"], publish={"table": "recs", "key": "user"},
+    )  # fmt: skip
+    runner = c.batch_runner
+    planned = runner.plan(acme.tenant, job.id)
+    spec = JobSpec.from_dict(planned["job"])
+    for chunk in runner.chunks(planned):
+        runner.score(spec, chunk)
+    return job.id, runner
+
+
+def test_a_job_publishes_its_answers_at_its_success_and_a_failed_one_publishes_nothing(recs: Container, acme: Principal, tmp_path: Path) -> None:
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    first = run_job(recs, acme, users_csv(tmp_path / "night1.csv", ["u1", "u2", ""], 0.01), deployment="diabetes", key_columns=["user"], publish={"table": "recs", "key": "user"})
+    assert (first.status, first.rows_out, first.rows_failed) == ("SUCCEEDED", 2, 1)
+    assert "publish key column 'user' is empty" in read_errors(first)[0]["reason"]  # accounted for, not dropped
+    night1 = scored(first)
+
+    answer = ask(client, key, "u1")
+    assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(night1["u1"])
+    assert time.time() - 60 < answer["computed_at"] <= time.time()
+    stats = recs.deployments.stats(acme, "recs")
+    assert stats["sources"]["precomputed"]["rows"] == 1 and "live" not in stats["sources"]  # the model never ran
+
+    job2, runner = started(recs, acme, users_csv(tmp_path / "night2.csv", ["u1", "u2"], 0.05))
+    assert ask(client, key, "u1")["prediction"] == pytest.approx(night1["u1"])  # not before its success
+    runner.finalize(acme.tenant, job2)
+    night2 = scored(recs.registry.get_job(acme.tenant, job2))
+    assert night2["u1"] != pytest.approx(night1["u1"])
+    assert ask(client, key, "u1")["prediction"] == pytest.approx(night2["u1"])
+
+    job3, runner = started(recs, acme, users_csv(tmp_path / "night3.csv", ["u1"], 0.09))
+    runner.mark_failed(acme.tenant, job3, error="States.TaskFailed")
+    assert recs.registry.get_job(acme.tenant, job3).status == "FAILED"
+    assert ask(client, key, "u1")["prediction"] == pytest.approx(night2["u1"])  # the failed job's rows are never served
+
+    new_user = ask(client, key, "u9")  # not in the table: the model answers
+    live = ask(client, key, "u9", deployment="diabetes")
+    assert new_user["source"] == "live" and "computed_at" not in new_user
+    assert new_user["prediction"] == live["prediction"]
+    sources = recs.deployments.stats(acme, "recs")["sources"]
+    assert sources["live"]["rows"] == 1 and sources["live"]["missing"] == 1
+    assert recs.deployments.stats(acme, "recs")["fallback_rate"] == pytest.approx(1 / 5)
+
+
+def test_rows_of_one_request_mix_stored_and_live_answers_in_order(demo: Container, acme: Principal) -> None:
+    """Keyed by an input's column, each row is its own entity: stored rows (made unlike any
+    the model gives) and live ones come back in the request's order; a stale row is live."""
+    rows = np.zeros((4, 10), np.float32)
+    rows[:, 0] = [1, 2, 3, 4]  # the age column: entities "1" … "4"
+    demo.deployments.create(acme, "by-age", {**RECS, "key": "inputs.input", "column": "age"})
+    live = predict(demo, acme, "diabetes", rows).result.outputs["variable"]
+    store = demo.precomputed
+    assert store is not None
+    bodies = encode_rows({"variable": live + 1000}, 4)
+    now = time.time()
+    store.put_answers("acme", "recs", "g1", [("1", bodies[0]), ("3", bodies[2])], computed_at=now, expires_at=now + 60)
+    store.put_answers("acme", "recs", "g1", [("4", bodies[3])], computed_at=now - 7200, expires_at=now + 60)  # older than max_age_s
+    outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.publish("acme", "recs", Publication("g1", "job-1", "diabetes", outputs, published_at=now), expires_at=now + 60)
+
+    answer = predict(demo, acme, "by-age", rows).answer
+    assert answer.source == ["precomputed", "live", "precomputed", "live"]
+    assert answer.computed_at == [pytest.approx(now), None, pytest.approx(now), None]
+    np.testing.assert_allclose(answer.result.outputs["variable"][:, 0], [live[0, 0] + 1000, live[1, 0], live[2, 0] + 1000, live[3, 0]], rtol=1e-6)
+    sources = demo.deployments.stats(acme, "by-age")["sources"]
+    assert (sources["precomputed"]["rows"], sources["live"]["rows"], sources["live"]["stale"]) == (2, 2, 1)
+
+
+def test_a_table_that_does_not_fit_the_live_node_is_refused_when_saved(demo: Container, acme: Principal) -> None:
+    store = demo.precomputed
+    assert store is not None
+    outputs = [{"name": "output_label", "datatype": "INT64", "shape": [-1]}]  # an iris classifier's answers
+    store.publish("acme", "irises", Publication("g1", "job-9", "iris", outputs, published_at=time.time()), expires_at=time.time() + 60)
+    with pytest.raises(Unprocessable, match="published by batch job job-9") as refused:
+        demo.deployments.create(acme, "wrong", {**RECS, "table": "irises"})
+    assert refused.value.field == "policy.table"
+    with pytest.raises(Unprocessable, match="no input 'user'") as refused:
+        demo.deployments.create(acme, "wrong", {**RECS, "key": "inputs.user"})
+    assert refused.value.field == "policy.key"
+
+
+def test_a_tenant_never_reads_another_tenants_table(demo: Container, acme: Principal, globex: Principal, tmp_path: Path) -> None:
+    demo.deployments.create(acme, "recs", RECS)
+    demo.models.push(globex, "diabetes", (MODELS / "diabetes_mlp.onnx").read_bytes())
+    demo.deployments.create(globex, "recs", RECS)  # the same table name, its own table
+    run_job(demo, acme, users_csv(tmp_path / "acme.csv", ["u1"], 0.01), deployment="diabetes", key_columns=["user"], publish={"table": "recs", "key": "user"})
+    request = PredictionRequest("recs", ArrayInputs({"input": np.full((1, 10), 0.02, np.float32)}), headers={"x-user-id": "u1"})
+    assert run_predict(demo, acme, request).answer.source == "precomputed"
+    assert run_predict(demo, globex, request).answer.source == "live"
+    store = demo.precomputed
+    assert store is not None and store.publication("globex", "recs", now=time.time()) is None
+
+
+def predict(c: Container, principal: Principal, deployment: str, rows: np.ndarray) -> Any:
+    return run_predict(c, principal, PredictionRequest(deployment, ArrayInputs({"input": rows})))
+
+
+def run_predict(c: Container, principal: Principal, request: PredictionRequest) -> Any:
+    return asyncio.run(c.predictions.predict(principal, request))
+
+
+def test_a_schedule_publishes_each_run(demo: Container, acme: Principal, tmp_path: Path) -> None:
+    """`publish` on a schedule travels to each run's job: a run here, and the job
+    specification EventBridge starts the state machine with on AWS."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.specs import ExecutionSpec
+
+    users_csv(tmp_path / "users-2026-11-28.csv", ["u1"], 0.01)
+    schedule = demo.schedules.create(
+        acme, name="nightly", deployment="diabetes", input_uri=str(tmp_path / "users-{date}.csv"), expression="cron(0 2 * * *)",
+        operator=True, publish={"table": "recs", "key": "user", "ttl_s": 3600},
+    )  # fmt: skip
+    job = demo.schedules.start_run(schedule, 1795917600.0)  # 2026-11-28 02:00 UTC
+    assert job.publish is not None and (job.publish.table, job.publish.key, job.publish.ttl_s) == ("recs", "user", 3600)
+    spec = ExecutionSpec.parse({**target_input(schedule), "scheduled_time": "2026-11-28T02:00:00Z"})
+    assert spec.publish == job.publish
