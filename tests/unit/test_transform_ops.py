@@ -96,6 +96,10 @@ def test_platt_gives_the_same_bits_as_its_formula_written_out(b: float, dtype: A
 def test_threshold_labels_a_score() -> None:
     out, specs = run([{"op": "threshold", "input": "n", "cutoff": 7, "labels": ["low", "high"], "output": "l"}], {"n": np.array([[0], [7], [14]])})
     assert out["l"].tolist() == ["low", "high", "high"] and specs["l"].role == "label"
+    # A float tensor compares in its own type: FP32 0.7 is at the cutoff 0.7, not below it.
+    x = np.array([[0.7], [0.6999], [np.inf], [-np.inf]], np.float32)
+    out, _ = run([{"op": "threshold", "input": "n", "cutoff": 0.7, "labels": ["no", "yes"], "output": "l"}], {"n": x})
+    assert out["l"].tolist() == ["yes", "no", "yes", "no"]
 
 
 @pytest.mark.parametrize(

@@ -351,10 +351,11 @@ def _argmax(op: Any, _: Any) -> Step:
 
 def _threshold(op: Any, _: Any) -> Step:
     labels, cutoff = (np.array(op.labels, dtype=object) if op.labels else None), op.cutoff
+    typed = _typed(cutoff)  # a float tensor compares in its own type, as with the number itself
 
     def work(x: np.ndarray) -> np.ndarray:
-        above = x.reshape(-1) >= cutoff
-        return above if labels is None else labels[above.view(np.uint8)]
+        above = x.reshape(-1) >= typed.get(x.dtype, cutoff)
+        return above if labels is None else labels.take(above.view(np.uint8))
 
     return _one_in(op, work)
 
