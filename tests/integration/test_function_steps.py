@@ -244,6 +244,24 @@ def test_a_module_step_that_answers_late_or_wrongly_fails_naming_the_step(world:
         (world.folder / "acme" / "gate").touch()  # the thread the step left behind ends
 
 
+
+def test_a_step_still_running_at_the_requests_deadline_fails_the_request_naming_it(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its own timeout (5 s) is far off: the request's deadline stops it, and the answer says which step was running.
+    (world.folder / "acme" / "waits.py").write_text(MODULE.replace('with_name("gate")', 'with_name("waits-gate")'))
+    monkeypatch.setattr(world.container.predictions.settings, "request_timeout_s", 0.3)
+    assert world.save("waits", chain("waits:blocked")).status_code in (200, 201)
+    try:
+        r = world.predict("waits", ROWS)
+    finally:
+        (world.folder / "acme" / "waits-gate").touch()  # the thread the step left behind ends
+    assert r.status_code == 504, r.text
+    assert r.json()["error"] == "step 'features' gave no answer within the request's deadline"
+    assert (r.json()["details"]["step"], r.json()["details"]["steps"]) == ("features", [])
+    world.container.predictions.flush_stats_if_due()
+    world.container.predictions.stats.flush()
+    stats = world.client.get("/api/v1/deployments/waits/stats", headers=world.acme).json()
+    assert {name: (c["requests"], c["errors"]) for name, c in stats["steps"].items()} == {"features": (1, 1)}
+
 @pytest.mark.parametrize(
     ("policy", "field", "words"),
     [

@@ -71,9 +71,15 @@ def expected_scores(rows: list[list[float]]) -> list[float]:
 
 def test_a_sequence_answers_with_its_last_step_and_names_every_step(http: tuple[TestClient, dict[str, str]]) -> None:
     client, headers = http
+    before = client.get("/api/v1/deployments/chain/stats", headers=headers).json().get("steps", {})  # none before a first request
     r = client.post("/api/v1/predictions", json={"deployment": "chain", "batch": ROWS}, headers=headers)
     assert r.status_code == 200, r.text
     body = r.json()
+    # The statistics count each step's answer (`sluice deployments stats`, the console).
+    after = client.get("/api/v1/deployments/chain/stats", headers=headers).json()["steps"]
+    counted = {name: (c["requests"], c["errors"]) for name, c in after.items()}
+    assert counted == {name: (before.get(name, {}).get("requests", 0) + 1, before.get(name, {}).get("errors", 0)) for name in ("embed", "score")}
+    assert all(c["latency_ms"]["p50"] is not None for c in after.values())
     assert [p["prediction"]["score"] for p in body["predictions"]] == pytest.approx(expected_scores(ROWS))
     embedded = [p["prediction"]["embed.embedding"] for p in body["predictions"]]
     np.testing.assert_allclose(embedded, np.asarray(ROWS, np.float32) @ EMBED_WEIGHTS, rtol=1e-6)

@@ -82,9 +82,24 @@ def test_the_hash_is_stable_across_processes() -> None:
     assert stable_bucket("red", 2**31) == int.from_bytes(__import__("hashlib").blake2b(b"red", digest_size=8).digest(), "little") % 2**31
 
 
+
+@pytest.mark.parametrize("b", [0, -1.25])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_platt_gives_the_same_bits_as_its_formula_written_out(b: float, dtype: Any) -> None:
+    x = np.concatenate([np.random.default_rng(3).normal(0, 20, 500), [0.0, -0.0, 1e30, -1e30, np.inf, -np.inf]]).astype(dtype).reshape(-1, 1)
+    with np.errstate(over="ignore"):
+        out, _ = run([{"op": "platt", "input": "n", "a": 1.7, "b": b, "output": "p"}], {"n": x})
+        a_, b_, one = dtype(1.7), dtype(b), dtype(1.0)
+        expected = one / (one + np.exp(-(a_ * x + b_)))
+    assert out["p"].dtype == dtype and out["p"].tobytes() == expected.tobytes()
+
 def test_threshold_labels_a_score() -> None:
     out, specs = run([{"op": "threshold", "input": "n", "cutoff": 7, "labels": ["low", "high"], "output": "l"}], {"n": np.array([[0], [7], [14]])})
     assert out["l"].tolist() == ["low", "high", "high"] and specs["l"].role == "label"
+    # A float tensor compares in its own type: FP32 0.7 is at the cutoff 0.7, not below it.
+    x = np.array([[0.7], [0.6999], [np.inf], [-np.inf]], np.float32)
+    out, _ = run([{"op": "threshold", "input": "n", "cutoff": 0.7, "labels": ["no", "yes"], "output": "l"}], {"n": x})
+    assert out["l"].tolist() == ["yes", "no", "yes", "no"]
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,9 @@ class OfflineStats(StatsRecorder):
     def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
         return None
 
+    def requests(self, samples: list[tuple[Key, float | None]]) -> None:
+        return None
+
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         return None
 

@@ -3,7 +3,7 @@ rows (the simple JSON API, stream outputs) or as Arrow columns (batch parts), de
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -221,11 +221,9 @@ def present_rows(
         # The runtime's own {label: probability} rows (string labels, in the classes' order):
         # the same values as the array's, with no dict built per row.
         return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
-    table = probs.tolist()  # type: ignore[union-attr]
-    return [
-        {"prediction": p, "probabilities": dict(zip(keys, row, strict=False)), "confidence": c}
-        for p, row, c in zip(predictions, table, confidence, strict=True)
-    ]
+    # {class: probability} a row; `zip` mapped, as a call without keywords (the faster call, once a row).
+    table = map(dict, map(zip, repeat(keys), probs.tolist()))  # type: ignore[union-attr]
+    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, table, confidence, strict=True)]
 
 
 def present_columns(signature: Signature, result: InferenceResult, *, flat: bool) -> dict[str, pa.Array]:

@@ -25,6 +25,7 @@ fit, references resolve without cycles) live in the deployments service.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -170,6 +171,11 @@ class Sequence(_Node):
 
     def children(self) -> list[Node]:
         return [s.target for s in self.steps]
+
+    @cached_property
+    def prepared(self) -> dict[Any, Any]:
+        """What running it works out once rather than per request (`sluice.inference.graphs`)."""
+        return {}
 
     def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
         first_model = next(s.target for s in self.steps if s.target.kind not in STEPS_ONLY)  # a first transform has no version

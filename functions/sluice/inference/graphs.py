@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from sluice.inference.execution import Call, PolicyRunner
 
 MAX_REFS = 8
-DEADLINE_MARGIN_S = 0.002  # a step's own timeout falls just before the request's, so the step is named
+MAX_PREPARED = 64  # what a sequence works out once, per step and per signature it takes
+DEADLINE_SLACK_S = 0.001  # a timer may fire this early (the event loop's clock resolution, and more)
 
 
 async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Signature:
@@ -64,61 +65,74 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
 async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
     report: list[dict[str, Any]] = []
     exposed: dict[str, tuple[np.ndarray, Any]] = {}
-    wanted = set(node.expose or ())
-    if call.outputs:
-        wanted &= set(call.outputs)
+    expose = _exposed(node, call.outputs)
     dep = call.deployment
+    samples: list[tuple[Any, float | None]] = []  # each step's statistics, recorded in one call
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
     finite: frozenset[str] = frozenset()  # those a transform made finite by construction
     last = len(node.steps) - 1
-    for index, step in enumerate(node.steps):
-        stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
-        started = time.perf_counter()
-        if isinstance(step.target, Transform):
-            given_signature, given, finite = _transform(step, index, given_signature, given, call.outputs if index == last else None, call)
-            ms = (time.perf_counter() - started) * 1000
-            runner.stats.request(stat_key, ms, ok=True)
-            report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
-            if answer is not None:
-                _reshape(answer, given_signature, given)
-        elif isinstance(step.target, Lookup):
-            given_signature, given, calls = await _lookup(runner, step, index, call, given, stat_key, report, given_signature)
-            report.append({"name": step.name, "kind": "lookup", "latency_ms": round((time.perf_counter() - started) * 1000, 3), "store_calls": calls})
-            if answer is not None:
-                _reshape(answer, given_signature, given)
-        elif isinstance(step.target, Function):
-            feed = given if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
-            given_signature, given = await _function(runner, step, call, feed, stat_key, report, given_signature, call.outputs if index == last else None)
-            report.append({"name": step.name, "kind": "function", "latency_ms": round((time.perf_counter() - started) * 1000, 3)})
-            if answer is not None:
-                _reshape(answer, given_signature, given)
-        else:
-            feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
-            # Only the last step answers with the outputs asked for.
-            step_call = call.narrowed(call.outputs if index == last else None, takes)
-            try:
-                if index > 0:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
-                    feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
-                async with asyncio.timeout(max(call.deadline - time.monotonic() - DEADLINE_MARGIN_S, 0.0)):
-                    answer = await runner.run(step.target, step_call, feed, depth + 1)
-            except TimeoutError:
-                runner.stats.request(stat_key, 0.0, ok=False)
-                raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
-            except Accepted:
-                raise
-            except SluiceError as exc:
-                runner.stats.request(stat_key, 0.0, ok=False)
-                raise _named(exc, step.name, report) from None
-            ms = (time.perf_counter() - started) * 1000
-            runner.stats.request(stat_key, ms, ok=True)
-            report.append(_step_report(step.name, answer, ms))
-            given, given_signature, finite = answer.result.outputs, answer.signature, frozenset()
-        for name in sorted(wanted):
-            if name.startswith(f"{step.name}.") and index != last:
-                output = name[len(step.name) + 1 :]
+    step = node.steps[0]
+    try:
+        for index, step in enumerate(node.steps):
+            stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
+            wanted = call.outputs if index == last else None  # only the last step answers with the outputs asked for
+            started = time.perf_counter()
+            if isinstance(step.target, Transform):
+                given_signature, given, finite = _transform(node, step, index, given_signature, given, wanted, call)
+                ms = (time.perf_counter() - started) * 1000
+                report.append({"name": step.name, "kind": "transform", "latency_ms": round(ms, 3)})
+                if answer is not None:
+                    _reshape(answer, given_signature, given)
+            elif isinstance(step.target, Lookup):
+                try:
+                    given_signature, given, calls = await _lookup(runner, step, index, call, given, given_signature)
+                except SluiceError as exc:
+                    samples.append((stat_key, None))
+                    raise _named(exc, step.name, report) from None
+                ms = (time.perf_counter() - started) * 1000
+                report.append({"name": step.name, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": calls})
+                if answer is not None:
+                    _reshape(answer, given_signature, given)
+            elif isinstance(step.target, Function):
+                feed = given if index == 0 else (await _inputs_of(runner, node.steps[index - 1], step, given, call))[0]
+                try:
+                    given_signature, given = await _function(runner, node, step, index, call, feed, given_signature, wanted)
+                except SluiceError as exc:
+                    samples.append((stat_key, None))
+                    raise _named(exc, step.name, report) from None
+                ms = (time.perf_counter() - started) * 1000
+                report.append({"name": step.name, "kind": "function", "latency_ms": round(ms, 3)})
+                if answer is not None:
+                    _reshape(answer, given_signature, given)
+            else:
+                feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+                try:
+                    if index > 0:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
+                        feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
+                    answer = await runner.run(step.target, call.narrowed(wanted, takes), feed, depth + 1)
+                except Accepted:
+                    raise
+                except SluiceError as exc:
+                    samples.append((stat_key, None))
+                    raise _named(exc, step.name, report) from None
+                ms = (time.perf_counter() - started) * 1000
+                report.append(_step_report(step.name, answer, ms))
+                given, given_signature, finite = answer.result.outputs, answer.signature, frozenset()
+            samples.append((stat_key, ms))
+            for name, output in expose.get(index, ()):
                 if output in given:
                     exposed[name] = (given[output], given_signature.output(output) if given_signature else None)
+    except asyncio.CancelledError:
+        # The request's one deadline (`PredictionService.predict`, `run_node`) cancels whatever
+        # step is running: the request fails naming it. Any other cancellation goes on as it is.
+        if time.monotonic() < call.deadline - DEADLINE_SLACK_S:
+            raise
+        samples.append(((dep.tenant, dep.name, dep.revision, f"step:{step.name}"), None))
+        raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
+    finally:
+        if samples:
+            runner.stats.requests(samples)
     assert answer is not None  # a sequence runs at least one model (checked when parsed)
     if not exposed:
         answer.steps = report  # the answer is this request's own: set in place, not copied
@@ -130,72 +144,106 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     return dataclasses.replace(answer, signature=signature, result=result, steps=report)
 
 
+def _kept(node: Sequence, key: tuple[Any, ...], after: Signature | None) -> Any:
+    """What `node.prepared` holds for `key`, worked out for the signature `after` (the one a
+    step took: the same object request after request while the policy and its versions hold)."""
+    found = node.prepared.get(key)
+    return found[1] if found is not None and found[0] is after else None
+
+
+def _keep(node: Sequence, key: tuple[Any, ...], after: Signature | None, value: Any) -> Any:
+    if len(node.prepared) >= MAX_PREPARED:  # bounded, whatever the signatures a step meets
+        node.prepared.clear()
+    node.prepared[key] = (after, value)
+    return value
+
+
+def _exposed(node: Sequence, outputs: Sequence_[str] | None) -> dict[int, list[tuple[str, str]]]:
+    """The intermediate outputs the answer carries (`step.output`), by step index: those the
+    node exposes, of those asked for when the request names outputs."""
+    if not node.expose:
+        return {}
+    key = ("expose", tuple(outputs) if outputs else None)
+    found = _kept(node, key, None)
+    if found is None:
+        wanted = set(node.expose) & set(outputs) if outputs else set(node.expose)
+        found = {}
+        for index, step in enumerate(node.steps[:-1]):
+            for name in sorted(wanted):
+                if name.startswith(f"{step.name}."):
+                    found.setdefault(index, []).append((name, name[len(step.name) + 1 :]))
+        _keep(node, key, None, found)
+    return found
+
+
 def _transform(
-    step: Step, index: int, signature: Signature | None, given: dict[str, np.ndarray], wanted: Sequence_[str] | None, call: Call
+    sequence: Sequence, step: Step, index: int, signature: Signature | None, given: dict[str, np.ndarray], wanted: Sequence_[str] | None, call: Call
 ) -> tuple[Signature, dict[str, np.ndarray], frozenset[str]]:
     """A transform step's signature and outputs: it takes what it declares (a first step) or
-    the previous step's outputs; and the outputs finite by construction."""
+    the previous step's outputs; and the outputs finite by construction. Its plan, the
+    signature it answers and what it keeps are worked out once per signature it takes."""
     node: Transform = step.target  # type: ignore[assignment]
     takes = node.input_specs() if index == 0 or signature is None else signature.outputs
+    checked = index == 0 and call.checked is not None and call.checked.inputs == takes  # the request's inputs, checked
+    key = ("transform", index, id(signature), tuple(wanted) if wanted else None, checked)
+    prepared = _kept(sequence, key, signature)
     try:
-        specs, columns = derive(node, takes)
-        plan = plan_of(node, columns)
+        if prepared is None:
+            specs, columns = derive(node, takes)
+            plan = plan_of(node, columns)
+            keep = frozenset(wanted) if wanted else None
+            if keep is not None:
+                specs = tuple(s for s in specs if s.name in keep)
+            inputs = node.input_specs() if index == 0 or signature is None else signature.inputs
+            answers = Signature(inputs, specs, signature.metadata if signature else {})
+            prepared = _keep(sequence, key, signature, (plan, answers, keep, plan.finite[checked]))
+        plan, answers, keep, finite = prepared
         outputs = plan.run(given)
     except SluiceError as exc:
         raise _named(exc, step.name, []) from None
-    checked = index == 0 and call.checked is not None and call.checked.inputs == takes  # the request's inputs, checked
-    if wanted:
-        outputs = {k: v for k, v in outputs.items() if k in wanted}
-        specs = tuple(s for s in specs if s.name in outputs)
-    inputs = node.input_specs() if index == 0 or signature is None else signature.inputs
-    return Signature(inputs, specs, signature.metadata if signature else {}), outputs, plan.finite[checked]
+    if keep is not None:
+        outputs = {k: v for k, v in outputs.items() if k in keep}
+    return answers, outputs, finite
 
 
 async def _function(
     runner: PolicyRunner,
+    sequence: Sequence,
     step: Step,
+    index: int,
     call: Call,
     feed: dict[str, np.ndarray],
-    stat_key: Any,
-    report: list[dict[str, Any]],
     before: Signature | None,
     wanted: Sequence_[str] | None,
 ) -> tuple[Signature, dict[str, np.ndarray]]:
     """A function step's signature and its answer, checked against what it declares
-    (`sluice.runtimes.functions`), within its own timeout and the request's deadline. As a
-    later step the signature keeps the sequence's inputs (`before`'s), as a transform's does."""
+    (`sluice.runtimes.functions`), within its own timeout (the request's deadline is the
+    sequence's). As a later step the signature keeps the sequence's inputs (`before`'s), as
+    a transform's does."""
     node: Function = step.target  # type: ignore[assignment]
-    started = time.perf_counter()
-    try:
-        if runner.functions is None:
-            raise Unavailable("function steps are not served here", field="policy")
-        outputs = await runner.functions.call(node, call.tenant, feed, timeout_s=call.deadline - time.monotonic() - DEADLINE_MARGIN_S)
-    except SluiceError as exc:
-        runner.stats.request(stat_key, 0.0, ok=False)
-        raise _named(exc, step.name, report) from None
-    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
-    specs = node.signature.outputs
+    if runner.functions is None:
+        raise Unavailable("function steps are not served here", field="policy")
+    outputs = await runner.functions.call(node, call.tenant, feed, timeout_s=node.timeout_s)
+    key = ("function", index, id(before), tuple(wanted) if wanted else None)
+    answers = _kept(sequence, key, before)
+    if answers is None:
+        specs = tuple(s for s in node.signature.outputs if s.name in wanted) if wanted else node.signature.outputs
+        answers = _keep(sequence, key, before, Signature(before.inputs if before else node.signature.inputs, specs, before.metadata if before else {}))
     if wanted:
         outputs = {k: v for k, v in outputs.items() if k in wanted}
-        specs = tuple(s for s in specs if s.name in outputs)
-    return Signature(before.inputs if before else node.signature.inputs, specs, before.metadata if before else {}), outputs
+    return answers, outputs
 
 
 async def _lookup(
-    runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], stat_key: Any, report: list[dict[str, Any]], before: Signature | None
+    runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], before: Signature | None
 ) -> tuple[Signature, dict[str, np.ndarray], int]:
     """A lookup step's signature and what it gives (what it took, and its features), and the
-    store calls it made (`sluice.runtimes.lookups`), within the request's deadline."""
+    store calls it made (`sluice.runtimes.lookups`), within the request's deadline (the
+    sequence's: it names the step when it passes)."""
     node: Lookup = step.target  # type: ignore[assignment]
-    started = time.perf_counter()
-    try:
-        if runner.lookup_steps is None:
-            raise Unavailable("lookup steps are not served here", field="policy")
-        outputs, calls = await runner.lookup_steps.call(node, call.tenant, given, timeout_s=call.deadline - time.monotonic() - DEADLINE_MARGIN_S)
-    except SluiceError as exc:
-        runner.stats.request(stat_key, 0.0, ok=False)
-        raise _named(exc, step.name, report) from None
-    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
+    if runner.lookup_steps is None:
+        raise Unavailable("lookup steps are not served here", field="policy")
+    outputs, calls = await runner.lookup_steps.call(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
     takes = node.input_specs() if index == 0 or before is None else before.outputs
     return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), outputs, calls
 

@@ -162,9 +162,13 @@ def _log1p(op: Any) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _platt(op: Any) -> Callable[[np.ndarray], np.ndarray]:
-    """1 / (1 + exp(-(a * x + b))), each operation in the array's type, as written."""
-    a, b, one = _typed(op.a), _typed(op.b), _typed(1.0)
-    return lambda y: one[y.dtype] / (one[y.dtype] + np.exp(-(a[y.dtype] * y + b[y.dtype])))
+    """1 / (1 + exp(-(a * x + b))), each operation in the array's type: as exp(-a * x - b),
+    the same bits (a negation is exact, and rounding is symmetric), one NumPy call fewer;
+    and with no `- b` where b is 0 (exp(-0) is exp(0))."""
+    a, b, one = _typed(-float(op.a)), _typed(-float(op.b)), _typed(1.0)
+    if op.b == 0:
+        return lambda y: one[y.dtype] / (one[y.dtype] + np.exp(a[y.dtype] * y))
+    return lambda y: one[y.dtype] / (one[y.dtype] + np.exp(a[y.dtype] * y + b[y.dtype]))
 
 
 _ELEMENTWISE: dict[str, Callable[[Any], Callable[[np.ndarray], np.ndarray]]] = {
@@ -347,10 +351,11 @@ def _argmax(op: Any, _: Any) -> Step:
 
 def _threshold(op: Any, _: Any) -> Step:
     labels, cutoff = (np.array(op.labels, dtype=object) if op.labels else None), op.cutoff
+    typed = _typed(cutoff)  # a float tensor compares in its own type, as with the number itself
 
     def work(x: np.ndarray) -> np.ndarray:
-        above = x.reshape(-1) >= cutoff
-        return above if labels is None else labels[above.view(np.uint8)]
+        above = x.reshape(-1) >= typed.get(x.dtype, cutoff)
+        return above if labels is None else labels.take(above.view(np.uint8))
 
     return _one_in(op, work)
 

@@ -121,6 +121,22 @@ class StatsRecorder:
                 if maxes is not None:  # later requests' times are larger: kept as a maximum
                     maxes[LAST_REQUEST] = time.time() * 1000
 
+    def requests(self, samples: list[tuple[Key, float | None]]) -> None:
+        """Several `request`s at once, under one lock (a graph's steps, once per request):
+        a latency in milliseconds counts an answer, None a failure."""
+        with self._lock:
+            for key, latency_ms in samples:
+                sums = self._sums_of(key)
+                if sums is None:
+                    self._lose(key, 1, TOO_MANY)
+                    continue
+                sums["requests"] += 1
+                if latency_ms is None:
+                    sums["errors"] += 1
+                else:
+                    sums[f"{PREFIX}{bucket(latency_ms)}"] += 1
+                    sums["latency_ms_sum"] += latency_ms
+
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         with self._lock:
             self._merge(key, sums, maxes)
