@@ -94,7 +94,7 @@ def test_repository_index_and_control(service: tuple[str, str, str]) -> None:
     assert hidden.value.status() == "404"
     with pytest.raises(InferenceServerException) as load:
         client.load_model("diabetes", headers=_auth(key))
-    assert load.value.status() == "400" and "load" in load.value.message()
+    assert load.value.status() == "503" and "load" in load.value.message()  # as Triton answers a load it does not serve
     with pytest.raises(InferenceServerException) as anonymous:
         client.get_model_repository_index()
     assert anonymous.value.status() == "401"

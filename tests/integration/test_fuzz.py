@@ -74,5 +74,9 @@ def test_no_input_gets_a_server_error_or_an_undocumented_answer(case: Any, fuzz_
         params["name"] = ("iris", "diabetes", params["name"])[zlib.crc32(params["name"].encode()) % 3]
     if "key_id" in params and (params["key_id"] == fuzz_keys["id"] or zlib.crc32(str(params["key_id"]).encode()) % 2):
         params["key_id"] = fuzz_keys["spare"]  # a real key, never the one the fuzzer calls with
-    case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_keys['plain']}"}, checks=CHECKS)
+    # Triton answers an explicit load or unload it does not serve with 503 (UNAVAILABLE), and so
+    # does sluice, documented: there a 5xx is the answer, still held to its schema.
+    refusing = case.path.endswith(("/load", "/unload"))
+    checks = [c for c in CHECKS if not (refusing and c is st_checks.not_a_server_error)]
+    case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_keys['plain']}"}, checks=checks)
 

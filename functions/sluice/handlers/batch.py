@@ -97,6 +97,7 @@ def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
     names an unknown tenant or deployment, or an input outside the tenant's inbox, raises:
     the execution fails with that error (BadRequest, NotFound, Forbidden) and its message."""
     from sluice.batch.executions import RunQueued, RunSkipped
+    from sluice.domain.errors import NotFound
 
     task = CreateJobEvent.model_validate(event)
     try:
@@ -107,6 +108,8 @@ def create_job(event: dict[str, Any], context: Any) -> dict[str, Any]:
                             "running": skipped.running}}  # fmt: skip
     except RunQueued as queued:  # the state machine waits, then asks again
         return {**task.spec, "queued_behind": queued.running}
+    except NotFound as refused:  # the execution's error is the public kind, whichever class said it
+        raise NotFound(refused.message, field=refused.field) from None
     logger.append_keys(job=job.id, tenant=job.tenant)
     logger.info("batch job for an execution", extra={"execution": task.execution, "status": job.status})
     return {"job_id": job.id, "tenant": job.tenant}
