@@ -28,6 +28,14 @@ serve: $(STAMP) console
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 
+# The suite starts hundreds of Python processes (its workers, `sluice serve` and the servers'
+# workers, the CLI, pip, checkov), each importing much the same modules: bytecode is written
+# as they go (into the virtualenvs and the __pycache__ folders git ignores), even where the
+# environment asks for none, so that each reads it rather than compiling every module it
+# imports again (a pytest worker's collection 49 CPU-s without, 13 with; a
+# process importing what `sluice serve` imports, 3.7 and 1.2).
+test tier test-fast fuzz: export PYTHONDONTWRITEBYTECODE :=
+
 test: $(STAMP) triton-env checkov-env docs console console-test chromium
 	$(VENV)/bin/lint-imports
 	$(PYTEST)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, get_args
 
@@ -171,8 +172,9 @@ def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
 ) -> None:
     """pip resolves each layer's pins for the oldest runtime on Graviton, where a wheel is the
     likeliest to be missing (dry run: nothing is downloaded whole). The default runtime's layers
-    are built for real by test_layers; one resolution of each layer costs tens of seconds, so
-    the other combinations are left to that and to `make synth`."""
+    are built for real by test_layers; one resolution of each layer costs tens of seconds, mostly
+    waiting on the index, so the layers are resolved at once, and the other combinations are left
+    to that and to `make synth`."""
     platform = FunctionPlatform(
         python=python,
         architecture_name=architecture,
@@ -181,12 +183,17 @@ def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
         environment={},
     )
     stack = Stack(App(context=cdk_context()), "Layers")
+    commands = {}
     for folder in sorted(p for p in LAYERS_DIR.iterdir() if (p / "requirements.txt").is_file()):
         layer = platform.layer(stack, folder.name, name=folder.name, description=folder.name)
         command = layer.pip.command(tmp_path / folder.name)
         at = command.index("install") + 1
         command[at:at] = ["--dry-run", "--ignore-installed", "--report", "-"]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        commands[folder] = command
+    assert len(commands) >= 3  # core, batch, triton
+    with ThreadPoolExecutor(len(commands)) as pool:
+        results = dict(zip(commands, pool.map(_run, commands.values()), strict=True))
+    for folder, result in results.items():
         assert result.returncode == 0, f"{folder.name}: {result.stderr[-2000:]}"
         installed = {
             item["metadata"]["name"].lower().replace("_", "-")
@@ -198,3 +205,7 @@ def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
             if "==" in line and not line.lstrip().startswith("#")
         }
         assert pinned <= installed, (folder.name, pinned - installed)
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, check=False)
