@@ -59,7 +59,7 @@ class OfflineStats(StatsRecorder):
     """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
     shadow verdicts describe the requests its callers make, not a file scored overnight."""
 
-    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0) -> None:
+    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False) -> None:
         return None
 
     def requests(self, samples: list[tuple[Key, float | None]]) -> None:
