@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from sluice import owner_only
 from sluice.domain.errors import faults_named
 from sluice.registry.precomputed import MAX_GET, Publication, Stored
-from sluice.registry.sqlite.faults import STORAGE, FaultNamingConnection
+from sluice.registry.sqlite.connection import thread_connection
+from sluice.registry.sqlite.faults import STORAGE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -69,13 +70,7 @@ class SqlitePrecomputed:
         return self._connect()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=FaultNamingConnection)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
+        return thread_connection(self._local, self.path)
 
     def publication(self, tenant: str, table: str, *, now: float) -> Publication | None:
         row = self._conn().execute(

@@ -114,13 +114,7 @@ class Database:
             conn.execute(f"PRAGMA user_version = {version}")
 
     def conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=FaultNamingConnection)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
+        return thread_connection(self._local, self.path)
 
     def tx(self) -> Transaction:
         return Transaction(self.conn())
@@ -181,3 +175,15 @@ class Part:
         if doc is None:
             raise missing
         return doc
+
+
+def thread_connection(local: threading.local, path: Any) -> sqlite3.Connection:
+    """This thread's connection to the file at `path` (kept on `local`), opened once: write-ahead
+    log, autocommit (transactions are explicit), storage faults named."""
+    conn = getattr(local, "conn", None)
+    if conn is None:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None, factory=FaultNamingConnection)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        local.conn = conn
+    return conn
