@@ -124,15 +124,24 @@ def _plain(value: dict[str, Any]) -> Any:
     return inner  # sets, lists, maps, binary: the cast refuses them with the feature named
 
 
-class DynamoStore(_Counted):
-    """`client`: a DynamoDB client (boto3's low-level one). `key_types`: per key name, `S` or `N`
-    (from the input's datatype). `sleep`: the backoff's (a test passes a no-op)."""
+class _Remote(_Counted):
+    """A store behind an AWS client that may leave part of a call unprocessed: asked again
+    `retries` times, with backoff (`sleep`: a test passes a no-op)."""
 
     def __init__(self, client: Any, *, retries: int = 5, sleep: Any = time.sleep) -> None:
         super().__init__()
         self.client = client
         self.retries = retries
         self.sleep = sleep
+
+    def _backoff(self, attempt: int) -> None:
+        if attempt < self.retries:
+            self.sleep(min(0.05 * 2**attempt, 1.0))
+
+
+class DynamoStore(_Remote):
+    """`client`: a DynamoDB client (boto3's low-level one). `key_types`: per key name, `S` or `N`
+    (from the input's datatype)."""
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
@@ -159,19 +168,12 @@ class DynamoStore(_Counted):
             request = response.get("UnprocessedKeys") or {}
             if not request:
                 return found
-            if attempt < self.retries:
-                self.sleep(min(0.05 * 2**attempt, 1.0))
+            self._backoff(attempt)
         raise Unavailable(f"DynamoDB table '{table}' left keys unprocessed after {self.retries + 1} calls (throttled); retry shortly")
 
 
 # SageMaker Feature Store --------------------------------------------------------------------
-class SageMakerStore(_Counted):
-    def __init__(self, client: Any, *, retries: int = 5, sleep: Any = time.sleep) -> None:
-        super().__init__()
-        self.client = client
-        self.retries = retries
-        self.sleep = sleep
-
+class SageMakerStore(_Remote):
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
@@ -194,8 +196,7 @@ class SageMakerStore(_Counted):
             identifiers = response.get("UnprocessedIdentifiers") or []
             if not identifiers:
                 return found
-            if attempt < self.retries:
-                self.sleep(min(0.05 * 2**attempt, 1.0))
+            self._backoff(attempt)
         raise Unavailable(f"feature group '{table}' left records unprocessed after {self.retries + 1} calls (throttled); retry shortly")
 
 
