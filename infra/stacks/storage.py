@@ -134,39 +134,29 @@ class StorageStack(Stack):
             ],
         )
 
-        self.table = dynamodb.TableV2(
-            self,
-            "Registry",
-            table_name=names.table,
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            billing=dynamodb.Billing.on_demand(),
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            # Idempotency records and other short-lived items carry an epoch-seconds expiry.
-            time_to_live_attribute=TTL_ATTRIBUTE,
-            # Encrypted with the AWS-managed key (aws/dynamodb): at rest and auditable in
-            # CloudTrail, without a key policy for every reader to be added to.
-            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
-            deletion_protection=retain,
-            removal_policy=removal_policy(retain),
-        )
+        # Idempotency records and other short-lived items carry an epoch-seconds expiry.
+        self.table = _keyed_table(self, "Registry", names.table, retain=retain)
         # Answers batch jobs publish for `precomputed` nodes: always there (on-demand, so it
         # costs nothing unused), keyed as the registry (`T#<tenant>#P#…`) so that the tenant
         # roles' leading-key conditions cover it; old generations leave by their time to live.
-        self.precomputed = dynamodb.TableV2(
-            self,
-            "Precomputed",
-            table_name=names.precomputed_table,
-            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
-            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
-            billing=dynamodb.Billing.on_demand(),
-            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
-                point_in_time_recovery_enabled=True
-            ),
-            time_to_live_attribute=TTL_ATTRIBUTE,
-            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
-            deletion_protection=retain,
-            removal_policy=removal_policy(retain),
-        )
+        self.precomputed = _keyed_table(self, "Precomputed", names.precomputed_table, retain=retain)
+
+
+def _keyed_table(scope: Construct, construct_id: str, table_name: str, *, retain: bool) -> dynamodb.TableV2:
+    """A table of `pk`/`sk` string keys, as the registry and the precomputed answers are: on
+    demand, point-in-time recovery, items that carry an epoch-seconds expiry (`TTL_ATTRIBUTE`),
+    encrypted with the AWS-managed key (aws/dynamodb: at rest and auditable in CloudTrail,
+    without a key policy for every reader to be added to)."""
+    return dynamodb.TableV2(
+        scope,
+        construct_id,
+        table_name=table_name,
+        partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+        sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+        billing=dynamodb.Billing.on_demand(),
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True),
+        time_to_live_attribute=TTL_ATTRIBUTE,
+        encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+        deletion_protection=retain,
+        removal_policy=removal_policy(retain),
+    )
