@@ -439,6 +439,17 @@ def test_sluice_stream_agrees_with_json_loads_and_onnx_runtime(home: Path, scrat
     check_stream_run(case, scratch)
 
 
+def test_sluice_stream_reads_its_pipe_in_a_process_holding_thousands_of_descriptors(home: Path, tmp_path: Path) -> None:
+    """A long-lived process (a server, a test run) may hold more than 1,024 descriptors, past
+    what select() can watch: the stream's own then get numbers select() refuses."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        check_stream_run(StreamCase("iris", b'{"id": 1, "features": ' + SETOSA + b"}\n"), tmp_path)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 @given(case=event_cases(avoid=AVOID))
 @budget(50)
 @example(case=EventCase("iris", "sqs-fifo", (b'{"id": "a", "features": ' + SETOSA + b"}", b'{"id": "b", "inputs": [1, 2]}', b"{")))

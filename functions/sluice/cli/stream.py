@@ -298,8 +298,9 @@ class BatchScorer:
         if self.stop_fd is None:
             time.sleep(seconds)
             return True
-        stopping, _, _ = select.select([self.stop_fd], [], [], seconds)
-        return not stopping
+        stop = select.poll()  # not select(): descriptors past a thousand are out of its range
+        stop.register(self.stop_fd, select.POLLIN)
+        return not stop.poll(seconds * 1000)
 
     def finish(self) -> None:
         pieces.settle()

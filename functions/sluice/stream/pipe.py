@@ -37,14 +37,16 @@ class PipeReader:
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         fd, stop = self.fd, self.stop_fd
-        watch = [fd] if stop is None else [fd, stop]
+        watch = select.poll()  # not select(): a process holding a thousand descriptors gets numbers past its limit
+        for each in (fd,) if stop is None else (fd, stop):
+            watch.register(each, select.POLLIN)
         pending, rest = b"", b""
         handed = 0  # lines handed on: the next block's first line is handed + 1
         deadline = 0.0
         at_start = True
         while True:
             wait = max(0.0, deadline - time.monotonic()) if pending else None
-            ready, _, _ = select.select(watch, [], [], wait)
+            ready = [each for each, _ in watch.poll(None if wait is None else wait * 1000)]
             if stop is not None and stop in ready:
                 self.stopped = True
                 if pending:
