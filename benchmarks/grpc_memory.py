@@ -156,6 +156,7 @@ def explain(mib: float) -> dict[str, Any]:
     from sluice.api.present import who_answered
     from sluice.domain.requests import PredictionRequest, TensorInputs
     from sluice.grpc_service.tensors import response_of, tensors_of
+    from sluice.grpc_service.wire import read_infer_request
 
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")  # the report alone on stdout
     rows = int(mib * MiB) // (4 * FEATURES)
@@ -183,13 +184,13 @@ def explain(mib: float) -> dict[str, Any]:
         if traced:
             tracemalloc.start()
         mark("start")
-        request = pb.ModelInferRequest.FromString(wire)
-        mark("parse the message (protobuf)")
+        request = read_infer_request(wire)
+        mark("parse the message (its raw tensors left in place)")
         tensors = tensors_of(request)
         mark("decode its tensors")
         prediction = await container.predictions.predict(principal, PredictionRequest(deployment="sum10", inputs=TensorInputs(tensors)))
         mark("predict")
-        answer = response_of(pb, prediction, request_id="r", wanted=None, who=who_answered(prediction)).SerializeToString()
+        answer = response_of(pb, prediction, request_id="r", wanted=None, who=who_answered(prediction)).serialize()
         mark("answer")
         del request, tensors, prediction, answer
         mark("all freed")

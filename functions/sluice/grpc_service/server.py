@@ -6,7 +6,7 @@ its container, all on the one port (`share_port`: `sluice.cli.grpc_workers`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import grpc.aio
@@ -31,7 +31,6 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
     """A started server on `host:port` (0: a free port); returns it and the port bound.
     `share_port`: bound with SO_REUSEPORT, beside the other workers' servers on that port."""
     import grpc.aio
-    from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
     from sluice.grpc_service.service import InferenceService
 
@@ -42,7 +41,47 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
         options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port),
         maximum_concurrent_rpcs=settings.serve.grpc_max_concurrent_rpcs or None,
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(container), server)
+    add_service(InferenceService(container), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server, bound
+
+
+def add_service(servicer: Any, server: grpc.aio.Server) -> None:
+    """The service's RPCs as tritonclient's compiled stubs declare them, but for inference
+    (unary and streamed), whose requests and answers are read and written around their
+    tensors' bytes (`sluice.grpc_service.wire`)."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
+
+    from sluice.grpc_service.wire import (
+        read_infer_request,
+        write_infer_response,
+        write_stream_response,
+    )
+
+    declared = _Declared()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, declared)
+    handlers = dict(declared.handlers)
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_infer_response
+    )
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer, request_deserializer=read_infer_request, response_serializer=write_stream_response
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(declared.service, handlers),))
+    server.add_registered_method_handlers(declared.service, handlers)
+
+
+class _Declared:
+    """Takes the handlers the compiled stubs register, to register them changed."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers come by name below
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service, self.handlers = service, handlers

@@ -197,7 +197,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             async for request in request_iterator:
                 try:
                     with use_tenant(principal.tenant):
-                        yield pb.ModelStreamInferResponse(infer_response=await self._infer(principal, metadata, request))
+                        yield await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
                     yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
@@ -234,7 +234,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             response = response_of(pb, prediction, request_id=request.id, wanted=wanted, who=who_answered(prediction), classify=classify)
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
-        size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
+        size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
             # Counted once already, as the answer the model gave: not counted again.
             raise counted_already(PayloadTooLarge(
