@@ -153,7 +153,8 @@ def response_of(
         id=request_id,
     )
     for key, value in who.items():
-        response.parameters[key].CopyFrom(pb.InferParameter(**parameter(value)))
+        ((field, set_to),) = parameter(value).items()
+        setattr(response.parameters[key], field, set_to)
     raws = []
     for name, array in arrays.items():
         if wanted and name not in wanted:
@@ -162,6 +163,7 @@ def response_of(
         output = response.outputs.add(name=name, datatype=datatype, shape=list(array.shape))
         classes = answer.result.classes.get(name)
         if classes is not None and not (classify and name in classify):
-            output.parameters["classes"].CopyFrom(pb.InferParameter(**parameter(classes)))
+            ((field, set_to),) = parameter(classes).items()
+            setattr(output.parameters["classes"], field, set_to)
         raws.append(array)
     return InferReply(response, raws)

@@ -111,23 +111,28 @@ class InferReply:
     """A `ModelInferResponse` without its raw outputs, and those outputs as buffers: written
     into the answer's bytes once, as gRPC sends it."""
 
-    __slots__ = ("message", "raws")
+    __slots__ = ("_parts", "message", "raws")
 
     def __init__(self, message: Any, arrays: list[Any]) -> None:
         self.message = message
         self.raws = [_buffer(array) for array in arrays]
+        self._parts: list[Any] | None = None
 
     def byte_size(self) -> int:
-        return self.message.ByteSize() + sum(1 + len(_length(len(raw))) + len(raw) for raw in self.raws)
+        return sum(len(part) for part in self.parts())
 
-    def _parts(self) -> list[Any]:
-        parts: list[Any] = [self.message.SerializeToString()]
-        for raw in self.raws:
-            parts += (RAW_OUTPUT_CONTENTS_TAG, _length(len(raw)), raw)
-        return parts
+    def parts(self) -> list[Any]:
+        """The answer's bytes in pieces (the message's own fields, then each raw output with its
+        tag and length), made once: the message is not to change after."""
+        if self._parts is None:
+            parts: list[Any] = [self.message.SerializeToString()]
+            for raw in self.raws:
+                parts += (RAW_OUTPUT_CONTENTS_TAG, _length(len(raw)), raw)
+            self._parts = parts
+        return self._parts
 
     def serialize(self) -> bytes:
-        return b"".join(self._parts())
+        return b"".join(self.parts())
 
     def as_message(self) -> Any:
         """The whole `ModelInferResponse` (a copy of every output: for callers that want one)."""
@@ -159,6 +164,6 @@ def write_stream_response(item: Any) -> bytes:
     a message (an error) as it is."""
     if not isinstance(item, InferReply):
         return item.SerializeToString()
-    parts = item._parts()
+    parts = item.parts()
     size = sum(len(part) for part in parts)
     return b"".join([INFER_RESPONSE_TAG, _length(size), *parts])
