@@ -32,6 +32,7 @@ from benchmarks.common import (
     figure,
     free_port,
     server,
+    tree_cpu_s,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def _prepare() -> Any:
 
 
 @contextlib.contextmanager
-def _triton(container: Any) -> Iterator[tuple[str, str]]:
+def _triton(container: Any) -> Iterator[tuple[str, str, int]]:
     from sluice.endpoints import local_triton
     from sluice.endpoints.repository import TritonOptions, build_repository
 
@@ -90,20 +91,20 @@ def _triton(container: Any) -> Iterator[tuple[str, str]]:
     local_triton.stop(home)
     started = local_triton.start(root, home=home, port=local_triton.free_base_port(), env=env)
     try:
-        yield started.http_url, started.grpc_address
+        yield started.http_url, started.grpc_address, started.pid
     finally:
         local_triton.stop(home)
 
 
 @contextlib.contextmanager
-def _sluice() -> Iterator[tuple[str, str, dict[str, str]]]:
-    """(HTTP URL, gRPC address, the key's header) of `sluice serve --workers 2 --grpc-port`."""
+def _sluice() -> Iterator[tuple[str, str, dict[str, str], int]]:
+    """(HTTP URL, gRPC address, the key's header, pid) of `sluice serve --workers 2 --grpc-port`."""
     import tritonclient.grpc as grpcclient
 
     port, grpc_port = free_port(), free_port()
     command = [PYTHON, "-m", "sluice.cli", "serve", "--port", str(port), "--workers", str(WORKERS), "--grpc-port", str(grpc_port)]
     env = bench_env(SLUICE_HOME=str(HOME))
-    with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=HOME / "serve.log", env=env, cwd=REPO, quiet_stdout=True):
+    with server(command, ready_url=f"http://127.0.0.1:{port}/healthz", log=HOME / "serve.log", env=env, cwd=REPO, quiet_stdout=True) as proc:
         address = f"127.0.0.1:{grpc_port}"
         deadline = time.monotonic() + 30
         while True:
@@ -114,7 +115,7 @@ def _sluice() -> Iterator[tuple[str, str, dict[str, str]]]:
                 raise RuntimeError("sluice's gRPC port did not open in 30 s")
             time.sleep(0.2)
         time.sleep(2.0)  # the second worker's gRPC server: its startup follows the first's
-        yield f"http://127.0.0.1:{port}", address, {"authorization": f"Bearer {(HOME / 'admin-key').read_text().strip()}"}
+        yield f"http://127.0.0.1:{port}", address, {"authorization": f"Bearer {(HOME / 'admin-key').read_text().strip()}"}, proc.pid
 
 
 def _array(model: str) -> np.ndarray:
@@ -148,7 +149,8 @@ def _check_http(url: str, headers: dict[str, str]) -> None:
 
 def _measure(subject: tuple[str, str], where: dict[str, Any], model: str, clients: int, duration_s: float) -> dict[str, Any]:
     server_name, protocol = subject
-    http_url, address, headers = where[server_name]
+    http_url, address, headers, pid = where[server_name]
+    cpu_s = tree_cpu_s(pid)
     if protocol == "http":
         result = loadgen.run_python(
             f"{http_url}/v2/models/{model}/infer", body=http_body(model),
@@ -156,6 +158,8 @@ def _measure(subject: tuple[str, str], where: dict[str, Any], model: str, client
         )  # fmt: skip
     else:
         result = grpcload.load(address, grpc_request(model), headers=headers, clients=clients, duration_s=duration_s)
+    # What the server spent on a request, whatever else the machine ran meanwhile.
+    result["server_cpu_us"] = (tree_cpu_s(pid) - cpu_s) / max(1, result["requests"]) * 1e6
     if result["errors"]:
         raise RuntimeError(f"{server_name} {protocol} {model} at {clients} clients: {result['errors']} errors")
     return result
@@ -166,8 +170,8 @@ def run(quick: bool) -> dict[str, Any]:
     container = _prepare()
     cells = [(model, clients) for clients in CLIENTS for model in ("diabetes",)] + [("mib", c) for c in MIB_CLIENTS]
     results: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
-    with _triton(container) as (triton_http, triton_grpc), _sluice() as (sluice_http, sluice_grpc, key):
-        where = {"sluice": (sluice_http, sluice_grpc, key), "triton": (triton_http, triton_grpc, {})}
+    with _triton(container) as (triton_http, triton_grpc, triton_pid), _sluice() as (sluice_http, sluice_grpc, key, sluice_pid):
+        where = {"sluice": (sluice_http, sluice_grpc, key, sluice_pid), "triton": (triton_http, triton_grpc, {}, triton_pid)}
         for name in where:
             _check_http(where[name][0], where[name][2])
         for i in range(repeats):
@@ -196,6 +200,10 @@ def _rps(results: dict[tuple[str, str, str, int], list[dict[str, Any]]], *key: A
     return [r["rps"] for r in results[key]]  # type: ignore[index]
 
 
+def _cpu(results: dict[tuple[str, str, str, int], list[dict[str, Any]]], *key: Any) -> list[float]:
+    return [r["server_cpu_us"] for r in results[key]]  # type: ignore[index]
+
+
 def _figures(results: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     figures = []
     for clients in CLIENTS:
@@ -205,6 +213,18 @@ def _figures(results: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> 
                 _rps(results, "sluice", protocol, "diabetes", clients), reference="Triton",
                 ref_values=_rps(results, "triton", protocol, "diabetes", clients), better="higher",
                 goal=Goal(">=", 1.0) if clients == 1 else None,
+            ))  # fmt: skip
+        if clients == 8:  # what a request costs the server: the machine's load does not change it much
+            for protocol, name in (("http", "HTTP (v2 JSON)"), ("grpc", "gRPC")):
+                figures.append(figure(
+                    f"protocols.{protocol}.cpu", f"{name}, 1 row: server CPU per request, 8 clients", "µs", "sluice",
+                    _cpu(results, "sluice", protocol, "diabetes", clients), reference="Triton",
+                    ref_values=_cpu(results, "triton", protocol, "diabetes", clients),
+                ))  # fmt: skip
+            figures.append(figure(
+                "protocols.grpc_vs_http.cpu", "sluice gRPC vs sluice HTTP, 1 row: server CPU per request, 8 clients", "µs",
+                "sluice gRPC", _cpu(results, "sluice", "grpc", "diabetes", clients), reference="sluice HTTP",
+                ref_values=_cpu(results, "sluice", "http", "diabetes", clients),
             ))  # fmt: skip
         if clients > 1:
             figures.append(figure(
@@ -217,6 +237,11 @@ def _figures(results: dict[tuple[str, str, str, int], list[dict[str, Any]]]) -> 
             f"protocols.mib.c{clients}", f"gRPC, 1 MiB FP32 tensor: req/s, {clients} client(s)", "req/s", "sluice",
             _rps(results, "sluice", "grpc", "mib", clients), reference="Triton",
             ref_values=_rps(results, "triton", "grpc", "mib", clients), better="higher", goal=Goal(">=", 1.0),
+        ))  # fmt: skip
+        figures.append(figure(
+            f"protocols.mib.cpu.c{clients}", f"gRPC, 1 MiB FP32 tensor: server CPU per request, {clients} client(s)", "µs",
+            "sluice", _cpu(results, "sluice", "grpc", "mib", clients), reference="Triton",
+            ref_values=_cpu(results, "triton", "grpc", "mib", clients),
         ))  # fmt: skip
         p50 = [r["p50_us"] for r in results[("sluice", "grpc", "mib", clients)]]
         ref = [r["p50_us"] for r in results[("triton", "grpc", "mib", clients)]]
