@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.settings import Settings
 from tests.conftest import REPO
-from tests.integration.conftest import api_keys, auth
+from tests.integration.conftest import Tenants
 from tests.models import score_model
 
 if TYPE_CHECKING:
@@ -73,17 +71,10 @@ def write_sqlite(path: Path, table: dict[str, tuple[Any, ...]]) -> None:
     db.close()
 
 
-class World:
+class World(Tenants):
     def __init__(self, container: Container, lookups: LookupSteps) -> None:
-        self.container, self.lookups = container, lookups
-        self.client = TestClient(create_app(container))
-        keys = api_keys(container)
-        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
-
-    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-        headers = headers or self.acme
-        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
-        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r
+        super().__init__(container)
+        self.lookups = lookups
 
     def predict(self, name: str, rows: list[tuple[str, float]], headers: dict[str, str] | None = None, **extra: Any) -> Any:
         batch = [{"customer": c, "amount": a} for c, a in rows]
