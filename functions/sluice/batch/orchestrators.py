@@ -330,7 +330,7 @@ class StepFunctionsOrchestrator:
 
     @property
     def client(self) -> SFNClient:
-        return self._sfn()
+        return self._sfn()  # type: ignore[no-any-return]
 
     def execution_arn(self, job: BatchJob) -> str:
         return self.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{job.id}"
