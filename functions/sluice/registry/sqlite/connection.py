@@ -177,6 +177,10 @@ class Part:
         return doc
 
     # Models, deployments and batch schedules: one document per (tenant, name) in `table`.
+    def added(self, table: str, tenant: str, name: str, doc: str, *, taken: Conflict) -> None:
+        """A new document of `name`, or `taken` raised where the tenant has one already."""
+        self.insert(f"INSERT INTO {table} (tenant, name, doc) VALUES (?, ?, ?)", (tenant, name, doc), taken=taken)
+
     def named(self, table: str, tenant: str, name: str, *, missing: NotFound) -> dict[str, Any]:
         """The document of `name`, or `missing` raised where there is none."""
         return self.found(f"SELECT doc FROM {table} WHERE tenant = ? AND name = ?", tenant, name, missing=missing)

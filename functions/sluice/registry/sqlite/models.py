@@ -15,10 +15,7 @@ if TYPE_CHECKING:
 
 class SqliteModels(Part):
     def create_model(self, model: Model) -> Model:
-        self.insert(
-            "INSERT INTO models (tenant, name, doc) VALUES (?, ?, ?)",
-            (model.tenant, model.name, MODEL.to_json(model)), taken=taken("model", model.name, field="name"),
-        )  # fmt: skip
+        self.added("models", model.tenant, model.name, MODEL.to_json(model), taken=taken("model", model.name, field="name"))
         return model
 
     def get_model(self, tenant: str, name: str) -> Model:

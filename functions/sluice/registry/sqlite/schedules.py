@@ -16,11 +16,10 @@ if TYPE_CHECKING:
 
 class SqliteSchedules(Part):
     def create_schedule(self, schedule: Schedule) -> Schedule:
-        self.insert(
-            "INSERT INTO batch_schedules (tenant, name, doc) VALUES (?, ?, ?)",
-            (schedule.tenant, schedule.name, SCHEDULE.to_json(schedule)),
+        self.added(
+            "batch_schedules", schedule.tenant, schedule.name, SCHEDULE.to_json(schedule),
             taken=taken("schedule", schedule.name, field="name"),
-        )
+        )  # fmt: skip
         return schedule
 
     def get_schedule(self, tenant: str, name: str) -> Schedule:
