@@ -17,7 +17,9 @@ time of its features (epoch seconds), which `max_age_s` and `event_time_output` 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,7 @@ class FeastStore(_Counted):
         self.repo_path = repo_path
         self._lock = threading.Lock()
         self._feast: Any = None
+        self._defined: dict[str, tuple[frozenset[str], float]] = {}  # view: its features, until when
 
     def _store(self) -> Any:
         if self._feast is None:
@@ -68,7 +71,7 @@ class FeastStore(_Counted):
             self._counted()
             try:
                 store = self._store()
-                defined = {f.name for f in self._view(store, table).features}
+                defined = self._features_of(store, table)
                 read = [f for f in features if f in defined]  # one the view does not define: a missing feature
                 if not read:
                     return Found(list(keys), {f: [None] * len(keys) for f in features}, [None] * len(keys))
@@ -77,20 +80,30 @@ class FeastStore(_Counted):
             except SluiceError:
                 raise
             except Exception as exc:
+                self._defined.pop(table, None)  # the view may have changed: read it again next time
                 if type(exc).__module__.startswith("botocore"):  # its DynamoDB online store's
                     raise aws_error(exc, f"Feast feature view '{table}'") from None
                 log.warning("lookup: Feast failed", extra={"feature_view": table, "error_type": type(exc).__name__, "error": str(exc)[:500]})
                 raise BackendError(f"reading Feast feature view '{table}' failed ({type(exc).__name__})") from None
         return _found(response.proto, values, keys, read, features, want_times=bool(event_time))
 
-    @staticmethod
-    def _view(store: Any, table: str) -> Any:
+    def _features_of(self, store: Any, table: str) -> frozenset[str]:
+        """The features `table` defines, kept as long as Feast keeps its registry (its
+        `cache_ttl_seconds`; 0: for good): Feast builds the view from its registry's proto on
+        every `get_feature_view`, milliseconds a call."""
         from feast.errors import FeatureViewNotFoundException
 
+        known = self._defined.get(table)
+        if known is not None and time.monotonic() < known[1]:
+            return known[0]
         try:
-            return store.get_feature_view(table, allow_registry_cache=True)
+            view = store.get_feature_view(table, allow_registry_cache=True)
         except FeatureViewNotFoundException:
             raise BackendError(f"the Feast repository has no feature view '{table}'") from None
+        ttl = getattr(store.config.registry, "cache_ttl_seconds", 600)
+        names = frozenset(f.name for f in view.features)
+        self._defined[table] = (names, time.monotonic() + ttl if ttl > 0 else math.inf)
+        return names
 
 
 def _found(proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: list[str], features: Sequence[str], *, want_times: bool) -> Found:
