@@ -115,7 +115,7 @@ def _found(proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: 
     present = [i for i in range(len(keys)) if any(s[i] != _NOT_FOUND for s in statuses)]
     found = Found([keys[i] for i in present], {}, [])
     for feature in features:
-        if feature not in index or feature not in read:
+        if feature not in read:
             found.values[feature] = [None] * len(present)
             continue
         column, status = values[feature], statuses[read.index(feature)]
