@@ -82,7 +82,7 @@ class FeastStore(_Counted):
             except Exception as exc:
                 self._defined.pop(table, None)  # the view may have changed: read it again next time
                 if type(exc).__module__.startswith("botocore"):  # its DynamoDB online store's
-                    raise aws_error(exc, f"Feast feature view '{table}'") from None
+                    raise aws_error(exc, f"the online store of Feast feature view '{table}'") from None
                 log.warning("lookup: Feast failed", extra={"feature_view": table, "error_type": type(exc).__name__, "error": str(exc)[:500]})
                 raise BackendError(f"reading Feast feature view '{table}' failed ({type(exc).__name__})") from None
         return _found(response.proto, values, keys, read, features, want_times=bool(event_time))
