@@ -26,6 +26,7 @@ from tests.integration.test_lookup_steps import (
     by_hand,
     fraud,
     fraud_example_decisions,
+    make_world,
 )
 
 if TYPE_CHECKING:
@@ -94,13 +95,8 @@ def make_repo(repo: Path, customers: dict[str, tuple[Any, ...]], *, many: int = 
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     import runpy
 
-    from sluice.domain import Principal
     from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import Settings
-    from sluice.wiring import Container
-    from sluice.wiring.adapters import build_registry, build_store
-    from sluice.wiring.runtimes import build_runtimes
-    from tests.models import score_model
 
     home = tmp_path_factory.mktemp("feast")
     acme = home / "repos" / "acme"
@@ -113,13 +109,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
         lookup_feast_repo=str(home / "repos" / "{tenant}"), lookup_sources={"acme": views, "globex": ["feast:customers"]},
     )  # fmt: skip
-    lookups = LookupSteps(settings.lookups, mode="local")
-    store = build_store(settings)
-    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
-    for tenant in ("acme", "globex"):
-        container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
-    container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
-    yield World(container, lookups)
+    yield make_world(settings, LookupSteps(settings.lookups, mode="local"))
 
 
 def _store_of(world: World, tenant: str = "acme") -> Any:

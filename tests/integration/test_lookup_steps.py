@@ -95,11 +95,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     import boto3
     from moto import mock_aws
 
-    from sluice.domain import Principal
     from sluice.runtimes.lookups import LookupSteps
-    from sluice.wiring import Container
-    from sluice.wiring.adapters import build_registry, build_store
-    from sluice.wiring.runtimes import build_runtimes
 
     home = tmp_path_factory.mktemp("lookups")
     (home / "features").mkdir()
@@ -125,13 +121,23 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
             lookup_sqlite=str(home / "features" / "{tenant}.db"), lookup_sources={"acme": [f"dynamodb:{TABLE}"]},
         )  # fmt: skip
-        lookups = LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None)
-        store = build_store(settings)
-        container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
-        for tenant in ("acme", "globex"):
-            container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
-        container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
-        yield World(container, lookups)
+        yield make_world(settings, LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None))
+
+
+def make_world(settings: Settings, lookups: LookupSteps) -> World:
+    """A local container reading through `lookups`, with the model `score` for acme and globex
+    and `fraud` for acme (the fraud example's), each summing its three features."""
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+    from sluice.wiring.adapters import build_registry, build_store
+    from sluice.wiring.runtimes import build_runtimes
+
+    store = build_store(settings)
+    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
+    for tenant in ("acme", "globex"):
+        container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
+    container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
+    return World(container, lookups)
 
 
 ROWS = [("c1", 1.0), ("c2", 2.0), ("c1", 3.0), ("nobody", 4.0)]
