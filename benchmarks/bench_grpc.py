@@ -191,6 +191,9 @@ def run(quick: bool) -> dict[str, Any]:
             "Each client on a connection of its own; the Python load generators share the machine's cores with the "
             "servers (their CPU share is in the data: loadgen_cpu). On two cores a second ONNX Runtime thread adds "
             "only 1.08x, so the figures at 8 and 32 clients measure how the servers share two cores, not how they scale.",
+            "Server CPU per request (the server's process tree, user + system, over the requests answered) is the steadier "
+            "figure on a loaded machine: there req/s also follows how many threads each server runs (Triton's C++ "
+            "front end and backend stubs, gRPC's event-engine threads), since the kernel shares the cores by thread.",
         ],
         "runs": {"|".join(map(str, k)): v for k, v in results.items()},
     }
