@@ -24,10 +24,6 @@ def _request(*arrays: np.ndarray, **fields: object) -> pb.ModelInferRequest:
     return request
 
 
-def _aligned_at(data: bytes, raw: memoryview) -> bool:
-    return np.frombuffer(raw, dtype=np.uint8).ctypes.data % 4 == 0
-
-
 @pytest.mark.parametrize("name", ["m", "mm", "mmm", "mmmm"])  # the raw contents at each offset mod 4
 def test_a_request_reads_as_protobuf_reads_it_and_its_tensors_are_views_of_the_bytes_it_came_in(name: str) -> None:
     big = np.arange(262_144, dtype=np.float32).reshape(1, -1)  # 1 MiB
@@ -45,9 +41,7 @@ def test_a_request_reads_as_protobuf_reads_it_and_its_tensors_are_views_of_the_b
     assert (read.model_name, read.id, read.parameters["routing_key"].string_param) == (name, "r-1", "k")
     first, second = tensors_of(read)
     assert np.array_equal(first.data.reshape(first.shape), big) and np.array_equal(second.data.reshape(second.shape), small)
-    assert first.data.flags.aligned  # what the model reads at full speed
-    # No copy of the megabyte where it is aligned in the message; one, aligned, where it is not.
-    assert np.shares_memory(first.data, np.frombuffer(data, dtype=np.uint8)) == _aligned_at(data, read.raw_input_contents[0])
+    assert np.shares_memory(first.data, np.frombuffer(data, dtype=np.uint8))  # no copy of the megabyte
 
 
 def test_fields_in_any_order_repeated_in_pieces_or_unknown_read_as_protobuf_merges_them() -> None:
