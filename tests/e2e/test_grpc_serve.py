@@ -63,6 +63,7 @@ def test_grpc_served_by_every_http_worker(tmp_path: Path) -> None:
         finally:
             for stream in open_streams:
                 stream.stop_stream()
+                stream.close()
     # The gRPC server ends with `sluice serve`.
     with pytest.raises(InferenceServerException):
         grpcclient.InferenceServerClient(f"127.0.0.1:{port}").is_server_live(client_timeout=2)
@@ -92,6 +93,7 @@ def _open_streams(address: str, headers: dict[str, str], tensor: object, *, want
             assert answers[0].status() == "StatusCode.RESOURCE_EXHAUSTED", answers[0]
             refused += 1
             client.stop_stream()
+            client.close()
         else:
             kept.append(client)
     return kept, refused
