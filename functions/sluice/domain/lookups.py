@@ -20,6 +20,9 @@ is older than `max_age_s` takes the feature's `default`; a feature without one f
 with a 404 naming the entity's key. The record's event time (`event_time`, epoch seconds or an
 ISO-8601 time) is given as `event_time_output` (FP64 epoch seconds, NaN where there is none)
 when the lookup names one; a sequence's `expose` puts it in the answer.
+
+`cache_ttl_s` keeps the values read for later requests and batch chunks of the same tenant
+(`sluice.runtimes.lookup_cache`), never past `max_age_s`; unset, the operator's default.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ STORES = ("dynamodb", "sagemaker", "sqlite")
 MAX_KEYS_PER_CALL = {"dynamodb": 100, "sagemaker": 100, "sqlite": 500}  # a store's limit (SQLite's: bound variables kept small)
 MAX_FEATURES = 256
 MAX_AGE_S = 10 * 365 * 86400
+MAX_CACHE_TTL_S = 86400
 # DynamoDB table names; SageMaker feature group names; SQL identifiers, unquoted.
 TABLE_PATTERNS = {
     "dynamodb": re.compile(r"[A-Za-z0-9_.-]{3,255}"),
@@ -79,6 +83,10 @@ class Lookup(Part):
     max_age_s: float | None = Field(None, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Older records count as missing.")
     event_time: Attribute = Field("event_time", description="The record's event-time attribute (feature) in the store.")
     event_time_output: Name | None = Field(None, description="A tensor of each row's event time (FP64 epoch seconds, NaN: none).")
+    cache_ttl_s: float | None = Field(
+        None, ge=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False,
+        description="Seconds values read are kept for later requests and chunks (never past max_age_s); 0: never; none: the operator's default.",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> Lookup:
