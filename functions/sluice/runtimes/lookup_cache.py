@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,37 +35,39 @@ import numpy as np
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
 
-    from sluice.runtimes.feature_stores import Key
     from sluice.runtimes.lookup_values import Values
 
 
 class _Space:
-    """One space's entries: row i is `keys[i]`, its values and its expiry; `index` maps a key
-    to its current row (a key read again gets a new row; the old one is dropped when rows are
-    compacted)."""
+    """One space's entries, sorted by their keys' hashes: `objs[i]` (the key itself, compared
+    on every hit, so two keys of one hash never answer for each other), its values and when it
+    expires."""
 
-    __slots__ = ("expires", "index", "keys", "values")
+    __slots__ = ("expires", "hashes", "objs", "values")
 
-    def __init__(self, keys: list[Key], values: Values, expires: np.ndarray) -> None:
-        self.keys, self.values, self.expires = keys, values, expires
-        self.index: dict[Key, int] = dict(zip(keys, range(len(keys)), strict=True))
+    def __init__(self, hashes: np.ndarray, objs: np.ndarray, values: Values, expires: np.ndarray) -> None:
+        self.hashes, self.objs, self.values, self.expires = hashes, objs, values, expires
 
-    def __len__(self) -> int:  # the rows held, those a key no longer points at too
-        return len(self.keys)
+    def __len__(self) -> int:
+        return len(self.hashes)
 
-    def add(self, keys: list[Key], values: Values, expires: np.ndarray, bound: int) -> _Space:
-        """This space with `keys` added (a key already here points at its new row), at most
-        `bound` rows: the newest."""
-        start = len(self.keys)
-        self.keys = self.keys + keys
-        self.values = self.values.concat(values)
-        self.expires = np.concatenate((self.expires, expires))
-        self.index.update(zip(keys, range(start, start + len(keys)), strict=True))
-        if len(self.keys) > bound or len(self.keys) > 2 * len(self.index):
-            live = np.fromiter(self.index.values(), dtype=np.intp, count=len(self.index))
-            live.sort()
-            return _Space([self.keys[i] for i in live[-bound:]], self.values.take(live[-bound:]), self.expires[live[-bound:]])
-        return self
+    def find(self, hashes: np.ndarray, objs: np.ndarray, now: float) -> np.ndarray:
+        """Each key's entry, or -1 where none is held or it expired."""
+        at = np.minimum(np.searchsorted(self.hashes, hashes), len(self.hashes) - 1)
+        held = (self.hashes[at] == hashes) & (self.expires[at] > now)
+        held[held] = self.objs[at[held]] == objs[held]
+        return np.where(held, at, -1)
+
+    def add(self, hashes: np.ndarray, objs: np.ndarray, values: Values, expires: np.ndarray, bound: int) -> _Space:
+        """This space with the entries given (the newer of two of one hash kept), at most
+        `bound`: those that expire last."""
+        every = np.concatenate((self.hashes, hashes))
+        _, last = np.unique(every[::-1], return_index=True)
+        keep = len(every) - 1 - last  # sorted by hash
+        when = np.concatenate((self.expires, expires))
+        if len(keep) > bound:
+            keep = keep[np.sort(np.argsort(when[keep], kind="stable")[-bound:])]
+        return _Space(every[keep], np.concatenate((self.objs, objs))[keep], self.values.concat(values).take(keep), when[keep])
 
 
 class FeatureCache:
@@ -80,47 +81,56 @@ class FeatureCache:
         self.clock = clock
         self._spaces: TLRUCache[Hashable, _Space] = TLRUCache(entries, _until, timer=clock, getsizeof=len)
         self._lock = threading.Lock()
+        self.hits = self.misses = 0  # entities answered here / not, since the process started
 
-    def get(self, space: Hashable, keys: list[Key]) -> tuple[np.ndarray, Values | None]:
-        """Which of `keys` are held and not expired (a mask), and their values in the keys'
-        order (None: none held)."""
+    def get(self, space: Hashable, hashes: np.ndarray, objs: np.ndarray) -> tuple[np.ndarray, Values | None]:
+        """Which of the keys (`objs`, their `hashes`: a row's each, or an entity's) are held and
+        not expired (a mask), and their values in the keys' order (None: none held)."""
         now = self.clock()
         with self._lock:
             held = self._spaces.get(space)
             if held is None:
-                return np.zeros(len(keys), bool), None
-            rows = np.fromiter(map(held.index.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+                self.misses += len(objs)
+                return np.zeros(len(objs), bool), None
+            rows = held.find(hashes, objs, now)
             hit = rows >= 0
-            hit[hit] = held.expires[rows[hit]] > now
-            if not hit.any():
-                return hit, None
-            return hit, held.values.take(rows[hit])
+            hits = int(np.count_nonzero(hit))
+            self.hits, self.misses = self.hits + hits, self.misses + len(objs) - hits
+            return hit, held.values.take(rows[hit]) if hits else None
 
-    def put(self, space: Hashable, keys: list[Key], values: Values, ttl: float, max_age_s: float | None) -> None:
-        """Keep `values` of `keys`, read from the store now, for `ttl` seconds at most, and no
-        longer than each record stays younger than `max_age_s`."""
-        if not keys:
-            return
+    def put(self, space: Hashable, hashes: np.ndarray, objs: np.ndarray, values: Values, ttl: float, max_age_s: float | None) -> None:
+        """Keep the `values` of the entities `objs`, read from the store now, for `ttl` seconds
+        at most, and no longer than each record stays younger than `max_age_s`."""
         now = self.clock()
-        expires = np.full(len(keys), now + ttl)
+        expires = np.full(len(objs), now + ttl)
         if max_age_s is not None:  # NaN (no event time) leaves the ttl: such a record is stale already
             expires = np.fmin(expires, values.times + max_age_s)
         keep = expires > now
         if not keep.all():
-            at = np.flatnonzero(keep)
-            keys, values, expires = [keys[i] for i in at], values.take(at), expires[at]
-            if not keys:
-                return
-        if len(keys) > self.entries:  # more than the whole cache holds: the last ones
-            keys, values, expires = keys[-self.entries :], values.take(slice(len(keys) - self.entries, None)), expires[-self.entries :]  # type: ignore[arg-type]
+            hashes, objs, values, expires = hashes[keep], objs[keep], values.take(keep), expires[keep]
+        if len(objs) > self.entries:  # more than the whole cache holds: the last ones
+            last = slice(len(objs) - self.entries, None)
+            hashes, objs, values, expires = hashes[last], objs[last], values.take(last), expires[last]  # type: ignore[arg-type]
+        if not len(objs):
+            return
         with self._lock:
             held = self._spaces.get(space)
-            held = _Space(keys, values, expires) if held is None else held.add(keys, values, expires, self.entries)
+            if held is None:
+                order = np.argsort(hashes, kind="stable")
+                _, last_of = np.unique(hashes[order][::-1], return_index=True)  # one entry a hash (the later)
+                at = order[len(order) - 1 - last_of]
+                held = _Space(hashes[at], objs[at], values.take(at), expires[at])
+            else:
+                held = held.add(hashes, objs, values, expires, self.entries)
             self._spaces[space] = held  # set again: the cache counts its size anew, evicting others
 
     def __len__(self) -> int:
         with self._lock:
             return int(self._spaces.currsize)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._spaces.clear()
 
 
 def _until(space: Hashable, held: _Space, now: float) -> Any:

@@ -1,9 +1,12 @@
-"""The values a lookup found for its distinct entities, column by column (`Values`): whether
-each entity is in the store, its record's event time, and each feature cast once to its
-declared datatype beside a mask of the values that are there. The store's answer (`Found`,
-lists as the store hands them back) is read into this shape once, when fetched; the feature
-cache (`sluice.runtimes.lookup_cache`) keeps it, and a request's rows are served from it with
-array operations only (`take`, `put`), whatever the number of rows.
+"""A lookup's distinct entities (`Entities`) and the values found for them, column by column
+(`Values`): whether each entity is in the store, its record's event time, and each feature
+cast once to its declared datatype beside a mask of the values that are there.
+
+The rows' keys are told apart by their hashes with numpy (one `hash` a row at C speed, then a
+sort; the keys of one hash compared, and taken one by one should two differ), not a dict per
+row; the feature cache finds rows' entries by the same hashes. The store's answer (`Found`, lists as the store hands them back) is read into `Values`
+once, when fetched; the feature cache (`sluice.runtimes.lookup_cache`) keeps that, and a
+request's rows are served from it with array operations only (`take`, `put`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.domain.errors import BackendError
+from sluice.domain.errors import BackendError, InvalidInput
 from sluice.runtimes.feature_stores import epoch_seconds
 
 if TYPE_CHECKING:
@@ -24,6 +27,72 @@ if TYPE_CHECKING:
 
 _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
+
+
+@dataclass(slots=True)
+class Entities:
+    """A call's distinct entities, first seen first: `objs` their keys as the rows hold them (a
+    string or an integer; a tuple of them for two keys), `hashes` Python's hash of each (this
+    process's), and each row's place among them (`inverse`)."""
+
+    objs: np.ndarray
+    hashes: np.ndarray
+    inverse: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.objs)
+
+
+def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's entity key (a string or an integer; a tuple of them for two keys), read from
+    the inputs the lookup's keys name, and its hash."""
+    columns: list[list[Any]] = []
+    rows, every = -1, None
+    for key, name in node.keys.items():
+        array = arrays.get(name)
+        if array is None:
+            raise InvalidInput(f"lookup key '{key}' is read from input '{name}', which the step was not given", field=f"inputs.{name}")
+        flat = array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
+        if flat.ndim != 1 or (rows >= 0 and flat.shape[0] != rows):
+            raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
+        rows = flat.shape[0]
+        if flat.dtype.kind in "OUS":
+            values = flat.tolist()
+            if set(map(type, values)) != {str}:
+                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+            elif flat.dtype.kind == "O":
+                every = flat  # the rows' own strings: no copy
+        elif flat.dtype.kind in "iu":
+            values = flat.tolist()
+        else:
+            raise InvalidInput(f"input '{name}' holds lookup key '{key}': strings or integers, not {flat.dtype}", field=f"inputs.{name}")
+        columns.append(values)
+    together: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
+    if every is None or len(columns) > 1:
+        every = np.fromiter(together, dtype=object, count=rows)
+    return every, np.fromiter(map(hash, together), dtype=np.int64, count=rows)
+
+
+def distinct(every: np.ndarray, hashes: np.ndarray) -> Entities:
+    """The distinct entities among rows' keys `every` (`hashes`: theirs)."""
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # first seen first
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    first, inverse = first[order], rank[inverse.reshape(-1)]
+    objs = every[first]
+    if bool((objs[inverse] == every).all()):
+        return Entities(objs, hashes[first], inverse)
+    together = every.tolist()  # two keys of one hash (integers can be made to): one by one
+    found = list(dict.fromkeys(together))
+    place = dict(zip(found, range(len(found)), strict=True))
+    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
+    return Entities(np.fromiter(found, dtype=object, count=len(found)), np.fromiter(map(hash, found), dtype=np.int64, count=len(found)), inverse)
+
+
+def store_keys(objs: np.ndarray) -> list[Key]:
+    """Entities' keys as a store takes them: a tuple of text (an integer as its digits)."""
+    return [tuple(v if type(v) is str else str(v) for v in k) if type(k) is tuple else (k if type(k) is str else str(k),) for k in objs.tolist()]
 
 
 @dataclass(slots=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from itertools import compress
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -32,7 +31,6 @@ from sluice.clients import LazyClient
 from sluice.domain.errors import (
     DeadlineExceeded,
     Forbidden,
-    InvalidInput,
     SluiceError,
     Unprocessable,
 )
@@ -42,7 +40,7 @@ from sluice.runtimes.feature_stores import (
     SageMakerStore,
     SqliteStore,
 )
-from sluice.runtimes.lookup_values import Values, entity, from_found
+from sluice.runtimes.lookup_values import Values, distinct, entity, from_found, keys_of, store_keys
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
@@ -177,39 +175,47 @@ class LookupSteps:
         refused = self.refusal(node, tenant)
         if refused is not None:
             raise Forbidden(refused, field="policy")
-        keys, inverse = _keys(node, arrays)
+        every, hashes = keys_of(node, arrays)
         store = self.store(node, tenant)
         event_time = node.event_time if node.max_age_s is not None or node.event_time_output else ""  # read only when used
+        types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
         ttl = self.ttl(node)
-        space = (tenant, self._store_key(node, tenant), node.table, tuple(node.keys), tuple((f.name, f.datatype) for f in node.features), event_time)
-        hit, held = self.cache.get(space, keys) if ttl > 0 and self.cache is not None and keys else (None, None)
-        wanted = keys if held is None or hit is None else list(compress(keys, ~hit))
+        cache = self.cache if ttl > 0 and len(every) else None
         calls_before = store.calls
-        fetched = await self._fetch(node, store, wanted, arrays, event_time, timeout_s) if wanted else Values.empty(node, 0)
-        if ttl > 0 and self.cache is not None:
-            self.cache.put(space, wanted, fetched, ttl, node.max_age_s)
-        if held is None or hit is None:
-            values = fetched
-        elif not wanted:
-            values = held
-        else:
-            values = Values.empty(node, len(keys))
-            values.put(hit, held)
-            values.put(~hit, fetched)
+        if cache is None:
+            entities = distinct(every, hashes)
+            values = await self._fetch(node, store, store_keys(entities.objs), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
+            objs, inverse, hits = entities.objs, entities.inverse, None
+        else:  # rows found in the cache are served from it as they are; the others' entities read
+            space = (tenant, self._store_key(node, tenant), node.table, tuple(node.keys), types, tuple((f.name, f.datatype) for f in node.features), event_time)
+            hit, held = cache.get(space, hashes, every)
+            hits = int(np.count_nonzero(hit))
+            if hits == len(every):
+                values = held
+            else:
+                missed = ~hit
+                entities = distinct(every[missed], hashes[missed])
+                fetched = await self._fetch(node, store, store_keys(entities.objs), types, event_time, timeout_s)
+                cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
+                if held is None:
+                    values = fetched.take(entities.inverse)
+                else:
+                    values = Values.empty(node, len(every))
+                    values.put(hit, held)
+                    values.put(missed, fetched.take(entities.inverse))
+            objs, inverse = every, None
         out = dict(arrays)
-        out.update(_columns(node, keys, values, inverse, self.clock()))
-        hits = len(keys) - len(wanted) if hit is not None else None
-        return Looked(out, store.calls - calls_before, hits, None if hits is None else len(wanted))
+        out.update(_columns(node, objs, values, inverse, self.clock()))
+        return Looked(out, store.calls - calls_before, hits, None if hits is None else len(every) - hits)
 
-    async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], arrays: dict[str, np.ndarray], event_time: str, timeout_s: float) -> Values:
+    async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], types: tuple[str, ...], event_time: str, timeout_s: float) -> Values:
         """The values of `keys`, read from the store in calls of its most keys (several at once
         where it allows), within the deadline."""
         chunks = [keys[i : i + store.max_keys] for i in range(0, len(keys), store.max_keys)]
-        types = ["S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values()]
         features = [f.name for f in node.features]
 
         def fetch(chunk: list[Key]) -> Found:
-            return store.get_many(node.table, list(node.keys), chunk, features, event_time, types)
+            return store.get_many(node.table, list(node.keys), chunk, features, event_time, list(types))
 
         try:
             async with asyncio.timeout(max(timeout_s, 0.0)):
@@ -233,38 +239,10 @@ class LookupSteps:
         return from_found(node, keys, found)
 
 
-def _keys(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[list[Key], np.ndarray]:
-    """The distinct keys in the order first seen, each row's place among them, and the rows."""
-    columns: list[list[str]] = []
-    rows = -1
-    for key, name in node.keys.items():
-        array = arrays.get(name)
-        if array is None:
-            raise InvalidInput(f"lookup key '{key}' is read from input '{name}', which the step was not given", field=f"inputs.{name}")
-        flat = array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
-        if flat.ndim != 1 or (rows >= 0 and flat.shape[0] != rows):
-            raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
-        rows = flat.shape[0]
-        if flat.dtype.kind in "OUS":
-            values = flat.tolist()
-            if set(map(type, values)) != {str}:
-                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
-            columns.append(values)
-        elif flat.dtype.kind in "iu":
-            columns.append(list(map(str, flat.tolist())))
-        else:
-            raise InvalidInput(f"input '{name}' holds lookup key '{key}': strings or integers, not {flat.dtype}", field=f"inputs.{name}")
-    together: list[Any] = list(zip(*columns, strict=True)) if len(columns) > 1 else columns[0]
-    distinct = list(dict.fromkeys(together))  # first seen first, at C speed
-    place = dict(zip(distinct, range(len(distinct)), strict=True))
-    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=rows)
-    keys: list[Key] = distinct if len(columns) > 1 else list(zip(distinct, strict=True))
-    return keys, inverse
-
-
-def _columns(node: Lookup, keys: list[Key], values: Values, inverse: np.ndarray, now: float) -> dict[str, np.ndarray]:
+def _columns(node: Lookup, objs: np.ndarray, values: Values, inverse: np.ndarray | None, now: float) -> dict[str, np.ndarray]:
     """One array per feature (and the event times), in the rows' order: each distinct key's
-    values once (a missing or stale one: the default, else 422), then spread to its rows."""
+    values once (a missing or stale one: the default, else 422), then spread to its rows
+    (`inverse`; None: `values` are the rows' own already)."""
     usable = values.found
     if node.max_age_s is not None:  # a stale record is a missing one (NaN, no event time: stale)
         usable = usable & (values.times >= now - node.max_age_s)
@@ -275,12 +253,12 @@ def _columns(node: Lookup, keys: list[Key], values: Values, inverse: np.ndarray,
         if not ok.all():
             if feature.default is None:
                 first = int(np.argmin(ok))
-                raise _missing(node, feature.name, keys[first], _why(node, values, first, now))
+                raise _missing(node, feature.name, store_keys(objs[first : first + 1])[0], _why(node, values, first, now))
             column = column.copy()
             column[~ok] = feature.default
-        out[feature.name] = column[inverse]
+        out[feature.name] = column if inverse is None else column[inverse]
     if node.event_time_output:  # a stale record's time too: why it was not used
-        out[node.event_time_output] = values.times[inverse]
+        out[node.event_time_output] = values.times if inverse is None else values.times[inverse]
     return out
 
 
