@@ -56,7 +56,7 @@ class LookupSettings(Group):
         le=10_000_000,
         description=(
             "The most entities whose looked-up values one process keeps between requests and between a batch "
-            "job's chunks, across all tenants and tables (roughly 150 bytes an entity plus 8 a feature); the "
+            "job's chunks, across all tenants and tables (about 100 bytes an entity plus 10 a feature, more for text); the "
             "tables least recently read go first. 0: no feature cache, whatever a lookup's `cache_ttl_s`."
         ),
     )
