@@ -122,6 +122,13 @@ class Lookup(Part):
         return f"{self.store}:{self.table}"
 
     @cached_property
+    def reads(self) -> tuple[Any, ...]:
+        """What a read of its store answers, beyond the tenant and the store: the table, the key
+        names, the features with their datatypes, and the event-time attribute read ("": none)."""
+        event_time = self.event_time if self.max_age_s is not None or self.event_time_output else ""  # read only when used
+        return (self.table, tuple(self.keys), tuple((f.name, f.datatype) for f in self.features), event_time)
+
+    @cached_property
     def gives(self) -> tuple[TensorSpec, ...]:
         """What it adds to what it takes."""
         extra = (TensorSpec(self.event_time_output, "FP64", (DYNAMIC,)),) if self.event_time_output else ()

@@ -177,7 +177,7 @@ class LookupSteps:
             raise Forbidden(refused, field="policy")
         every, hashes = keys_of(node, arrays)
         store = self.store(node, tenant)
-        event_time = node.event_time if node.max_age_s is not None or node.event_time_output else ""  # read only when used
+        event_time = node.reads[3]
         types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
         ttl = self.ttl(node)
         cache = self.cache if ttl > 0 and len(every) else None
@@ -187,7 +187,7 @@ class LookupSteps:
             values = await self._fetch(node, store, store_keys(entities.objs), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
             objs, inverse, hits = entities.objs, entities.inverse, None
         else:  # rows found in the cache are served from it as they are; the others' entities read
-            space = (tenant, self._store_key(node, tenant), node.table, tuple(node.keys), types, tuple((f.name, f.datatype) for f in node.features), event_time)
+            space = (tenant, self._store_key(node, tenant), types, *node.reads)
             hit, held = cache.get(space, hashes, every)
             hits = int(np.count_nonzero(hit))
             if hits == len(every):
