@@ -27,25 +27,36 @@ if TYPE_CHECKING:
 
 _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
+SMALL = 256  # up to this many rows a dict tells keys apart sooner than a sort
 
 
 @dataclass(slots=True)
 class Entities:
     """A call's distinct entities, first seen first: `objs` their keys as the rows hold them (a
-    string or an integer; a tuple of them for two keys), `hashes` Python's hash of each (this
-    process's), and each row's place among them (`inverse`)."""
+    string or an integer; a tuple of them for two keys), each row's place among them
+    (`inverse`), and Python's hash of each key (this process's; worked out when first asked)."""
 
     objs: np.ndarray
-    hashes: np.ndarray
     inverse: np.ndarray
+    known: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.objs)
 
+    @property
+    def hashes(self) -> np.ndarray:
+        if self.known is None:
+            self.known = hashes_of(self.objs.tolist())
+        return self.known
 
-def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+
+def hashes_of(keys: list[Any]) -> np.ndarray:
+    return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+
+
+def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[Any]]:
     """Each row's entity key (a string or an integer; a tuple of them for two keys), read from
-    the inputs the lookup's keys name, and its hash."""
+    the inputs the lookup's keys name: as an array and as a list."""
     columns: list[list[Any]] = []
     rows, every = -1, None
     for key, name in node.keys.items():
@@ -70,28 +81,33 @@ def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, np
     together: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
     if every is None or len(columns) > 1:
         every = np.fromiter(together, dtype=object, count=rows)
-    return every, np.fromiter(map(hash, together), dtype=np.int64, count=rows)
+    return every, together
 
 
-def distinct(every: np.ndarray, hashes: np.ndarray) -> Entities:
-    """The distinct entities among rows' keys `every` (`hashes`: theirs)."""
-    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # first seen first
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    first, inverse = first[order], rank[inverse.reshape(-1)]
-    objs = every[first]
-    if bool((objs[inverse] == every).all()):
-        return Entities(objs, hashes[first], inverse)
-    together = every.tolist()  # two keys of one hash (integers can be made to): one by one
-    found = list(dict.fromkeys(together))
+def distinct(every: np.ndarray, together: list[Any], hashes: np.ndarray | None = None) -> Entities:
+    """The distinct entities among rows' keys (`every`, as a list `together`; `hashes`: theirs,
+    when known)."""
+    if len(together) > SMALL:
+        hashes = hashes_of(together) if hashes is None else hashes
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # first seen first
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, inverse = first[order], rank[inverse.reshape(-1)]
+        objs = every[first]
+        if bool((objs[inverse] == every).all()):
+            return Entities(objs, inverse, hashes[first])
+    found = list(dict.fromkeys(together))  # few rows, or two keys of one hash (integers can be made to)
     place = dict(zip(found, range(len(found)), strict=True))
     inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
-    return Entities(np.fromiter(found, dtype=object, count=len(found)), np.fromiter(map(hash, found), dtype=np.int64, count=len(found)), inverse)
+    return Entities(np.fromiter(found, dtype=object, count=len(found)), inverse)
 
 
-def store_keys(objs: np.ndarray) -> list[Key]:
-    """Entities' keys as a store takes them: a tuple of text (an integer as its digits)."""
+def store_keys(objs: np.ndarray, types: tuple[str, ...] = ()) -> list[Key]:
+    """Entities' keys as a store takes them: a tuple of text (an integer as its digits).
+    `types`: the keys' (`S`: text), when known."""
+    if types == ("S",):
+        return list(zip(objs.tolist()))
     return [tuple(v if type(v) is str else str(v) for v in k) if type(k) is tuple else (k if type(k) is str else str(k),) for k in objs.tolist()]
 
 
@@ -140,20 +156,27 @@ class Values:
 def from_found(node: Lookup, keys: list[Key], found: Found) -> Values:
     """What the store found for `keys` (absent: not in the store), in the keys' order, each
     feature cast to its datatype (a value that is not one: 502 naming the feature and entity)."""
+    n = len(keys)
     position = dict(zip(found.keys, range(len(found.keys)), strict=True))
     at = list(map(position.get, keys))  # each key's place among those found; None: not found
-    seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
-    times = np.array([math.nan if i is None or seconds[i] is None else seconds[i] for i in at], dtype=np.float64)
+    if found.times.count(None) != len(found.times):
+        seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
+        times = np.array([math.nan if i is None or seconds[i] is None else seconds[i] for i in at], dtype=np.float64)
+    else:  # no event time read, or none held
+        times = np.full(n, math.nan)
+    everyone = None not in at
     columns, present = {}, {}
     for feature in node.features:
         column = found.values[feature.name]
-        raw = [None if i is None else column[i] for i in at]
-        there = np.array([v is not None for v in raw], dtype=bool)
-        if not there.all():
+        raw = column if everyone and len(column) == n and found.keys == keys else [None if i is None else column[i] for i in at]
+        if None in raw:
+            there = np.array([v is not None for v in raw], dtype=bool)
             filler = _FILLER.get(feature.datatype, 0)
             raw = [filler if v is None else v for v in raw]
+        else:
+            there = np.ones(n, dtype=bool)
         columns[feature.name], present[feature.name] = _array(raw, feature.datatype, node, feature.name, keys), there
-    return Values(np.array([i is not None for i in at], dtype=bool), times, columns, present)
+    return Values(np.ones(n, dtype=bool) if everyone else np.array([i is not None for i in at], dtype=bool), times, columns, present)
 
 
 def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list[Key]) -> np.ndarray:

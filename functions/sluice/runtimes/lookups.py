@@ -40,7 +40,15 @@ from sluice.runtimes.feature_stores import (
     SageMakerStore,
     SqliteStore,
 )
-from sluice.runtimes.lookup_values import Values, distinct, entity, from_found, keys_of, store_keys
+from sluice.runtimes.lookup_values import (
+    Values,
+    distinct,
+    entity,
+    from_found,
+    hashes_of,
+    keys_of,
+    store_keys,
+)
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
@@ -175,7 +183,7 @@ class LookupSteps:
         refused = self.refusal(node, tenant)
         if refused is not None:
             raise Forbidden(refused, field="policy")
-        every, hashes = keys_of(node, arrays)
+        every, together = keys_of(node, arrays)
         store = self.store(node, tenant)
         event_time = node.reads[3]
         types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
@@ -183,19 +191,20 @@ class LookupSteps:
         cache = self.cache if ttl > 0 and len(every) else None
         calls_before = store.calls
         if cache is None:
-            entities = distinct(every, hashes)
-            values = await self._fetch(node, store, store_keys(entities.objs), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
+            entities = distinct(every, together)
+            values = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
             objs, inverse, hits = entities.objs, entities.inverse, None
         else:  # rows found in the cache are served from it as they are; the others' entities read
             space = (tenant, self._store_key(node, tenant), types, *node.reads)
+            hashes = hashes_of(together)
             hit, held = cache.get(space, hashes, every)
             hits = int(np.count_nonzero(hit))
             if hits == len(every):
                 values = held
             else:
                 missed = ~hit
-                entities = distinct(every[missed], hashes[missed])
-                fetched = await self._fetch(node, store, store_keys(entities.objs), types, event_time, timeout_s)
+                entities = distinct(every[missed], every[missed].tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
+                fetched = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s)
                 cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
                 if held is None:
                     values = fetched.take(entities.inverse)
