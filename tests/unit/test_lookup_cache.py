@@ -148,3 +148,28 @@ def test_integer_keys_of_one_hash_never_answer_for_each_other(tmp_path: Path) ->
     assert ask(steps, cached, [1])[0] == [1.0]
     assert ask(steps, cached, [2**61, 1])[0] == [2.0, 1.0]
     assert ask(steps, node(), [1, 2**61])[0] == [1.0, 2.0]  # and without the cache
+
+
+def test_threads_sharing_a_small_cache_always_get_their_own_values(tmp_path: Path) -> None:
+    """Lookups from several threads at once, through a cache too small for their keys: entries
+    come and go while others read them, and every answer is the store's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    write(tmp_path / "acme.db", "f", {f"k{i}": (float(i), T0) for i in range(60)})
+    write(tmp_path / "globex.db", "f", {f"k{i}": (-float(i), T0) for i in range(60)})
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=25), mode="local", clock=Clock())
+    cached = node(cache_ttl_s=60)
+
+    def worker(seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        wrong = 0
+        for _ in range(20):
+            tenant = ("acme", "globex")[int(rng.integers(2))]
+            keys = [f"k{i}" for i in rng.integers(0, 60, int(rng.integers(1, 30)))]
+            sign = 1.0 if tenant == "acme" else -1.0
+            wrong += ask(steps, cached, keys, tenant)[0] != [sign * float(k[1:]) for k in keys]
+        return wrong
+
+    with ThreadPoolExecutor(3) as pool:
+        assert sum(pool.map(worker, range(3))) == 0
+    assert steps.cache is not None and len(steps.cache) <= 25 and steps.cache.hits > 0
