@@ -16,6 +16,11 @@ record alone. A store's failure maps as a runtime's: throttling 503, a store tha
 holds values that are not of the declared type 502, the deadline 504. In Lambda each lookup
 writes one log line that is also an EMF record, `LookupCalls` and `LookupErrors` (a store that
 failed: 5xx), which the observability stack alarms on as a rate.
+
+A lookup with a cache time to live (`ttl`: its `cache_ttl_s`, else the operator's default, at
+most its `max_age_s`) serves rows whose entity it read within that time from the feature cache
+(`sluice.runtimes.lookup_cache`) and reads only the others' entities; the rules above are
+applied to what the cache holds as to what the store answers.
 """
 
 from __future__ import annotations
@@ -59,8 +64,8 @@ if TYPE_CHECKING:
 
 
 class Looked(NamedTuple):
-    """A lookup's outputs, its store calls, and the distinct entities the feature cache
-    answered and those read from the store (None, None: not cached)."""
+    """A lookup's outputs, its store calls, and the rows the feature cache answered and those
+    whose entity was read from the store (None, None: not cached)."""
 
     outputs: dict[str, np.ndarray]
     store_calls: int
@@ -160,7 +165,7 @@ class LookupSteps:
 
     async def lookup(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> Looked:
         """What the step gives (every tensor it takes, and its features), the store calls made
-        and, for a cached lookup, the distinct entities the cache answered and those it did not."""
+        and, for a cached lookup, the rows the cache answered and those whose entity was read."""
         if self.metrics_namespace is None:
             return await self._call(node, tenant, arrays, timeout_s)
         try:
@@ -203,7 +208,8 @@ class LookupSteps:
                 values = held
             else:
                 missed = ~hit
-                entities = distinct(every[missed], every[missed].tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
+                rest = every[missed]
+                entities = distinct(rest, rest.tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
                 fetched = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s)
                 cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
                 if held is None:
