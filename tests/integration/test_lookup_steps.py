@@ -307,3 +307,21 @@ def test_a_cached_lookup_reports_its_hits_in_the_answer_and_the_statistics(world
     assert world.save("fraud", fraud()).status_code in (200, 201)
     plain = world.predict("fraud", ROWS).json()["steps"][0]  # a lookup that does not ask for the cache: as before
     assert plain["store_calls"] == 1 and "cache_hits" not in plain
+
+
+def test_sluice_deployments_stats_prints_a_cached_lookups_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+    from tests.support import cli_environment
+
+    write_sqlite(tmp_path / "default.db", ACME)
+    (tmp_path / "score.onnx").write_bytes(score_model("features", 3))
+    with cli_environment(monkeypatch, tmp_path / "home", SLUICE_DEPLOYMENT_CACHE_TTL_S="0", SLUICE_LOOKUP_SQLITE=str(tmp_path / "{tenant}.db")):
+        assert run_cli(capsys, "models", "push", "score", str(tmp_path / "score.onnx"))[0] == 0
+        assert run_cli(capsys, "deployments", "create", "fraud", "--policy", json.dumps(fraud(cache_ttl_s=60)))[0] == 0
+        batch = json.dumps([{"customer": c, "amount": a} for c, a in ROWS])
+        for _ in range(2):
+            assert run_cli(capsys, "predict", "fraud", "--batch", batch)[0] == 0
+        code, out, _ = run_cli(capsys, "deployments", "stats", "fraud")
+    assert code == 0 and "step customer: feature cache 4 rows hit, 4 read from the store" in out, out

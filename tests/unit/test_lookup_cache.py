@@ -16,20 +16,12 @@ from sluice.domain.lookups import Lookup
 from sluice.inference.loop import run
 from sluice.runtimes.lookups import LookupSteps
 from sluice.settings import LookupSettings
+from tests.support import Clock
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 def write(path: Path, table: str, rows: dict[Any, tuple[float, float]]) -> None:
     """rows: key -> (value, event time)."""
@@ -47,7 +39,7 @@ def node(table: str = "f", *, default: float | None = 0.0, datatype: str = "FP64
 
 @pytest.fixture
 def world(tmp_path: Path) -> tuple[LookupSteps, Clock, Path]:
-    clock = Clock()
+    clock = Clock(T0)
     steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=1000), mode="local", clock=clock)
     write(tmp_path / "acme.db", "f", {"a": (1.0, T0), "b": (2.0, T0)})
     return steps, clock, tmp_path
@@ -128,7 +120,7 @@ def test_without_the_cache_every_request_reads_the_store(tmp_path: Path) -> None
 
 def test_the_cache_holds_at_most_its_entries_and_answers_right_past_them(tmp_path: Path) -> None:
     write(tmp_path / "acme.db", "f", {f"k{i}": (float(i), T0) for i in range(12)})
-    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=5), mode="local", clock=Clock())
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=5), mode="local", clock=Clock(T0))
     assert steps.cache is not None
     for keys in ([f"k{i}" for i in range(8)], [f"k{i}" for i in range(4, 12)], ["k0", "k11", "k3"]):
         values, _ = ask(steps, node(cache_ttl_s=60), keys)
@@ -142,7 +134,7 @@ def test_integer_keys_of_one_hash_never_answer_for_each_other(tmp_path: Path) ->
     """Python hashes 1 and 2**61 alike: the cache finds entries by hash and compares the key."""
     assert hash(1) == hash(2**61)
     write(tmp_path / "acme.db", "f", {1: (1.0, T0), 2**61: (2.0, T0)})
-    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local", clock=Clock())
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local", clock=Clock(T0))
     cached = node(cache_ttl_s=60)
     assert ask(steps, cached, [2**61, 1, 2**61])[0] == [2.0, 1.0, 2.0]  # one request: told apart
     assert ask(steps, cached, [1])[0] == [1.0]
@@ -157,7 +149,7 @@ def test_threads_sharing_a_small_cache_always_get_their_own_values(tmp_path: Pat
 
     write(tmp_path / "acme.db", "f", {f"k{i}": (float(i), T0) for i in range(60)})
     write(tmp_path / "globex.db", "f", {f"k{i}": (-float(i), T0) for i in range(60)})
-    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=25), mode="local", clock=Clock())
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_cache_entries=25), mode="local", clock=Clock(T0))
     cached = node(cache_ttl_s=60)
 
     def worker(seed: int) -> int:
