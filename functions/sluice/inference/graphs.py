@@ -93,7 +93,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     raise _named(exc, step.name, report) from None
                 ms = (time.perf_counter() - started) * 1000
                 report.append(looked.report(step.name, ms))
-                if looked.cache_hits is not None:  # entities, not rows: what the cache spared the store
+                if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read
                     runner.stats.add(stat_key, {"cache_hits": looked.cache_hits, "cache_misses": looked.cache_misses})
                 if answer is not None:
                     _reshape(answer, given_signature, given)
@@ -240,8 +240,7 @@ async def _function(
 async def _lookup(
     runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], before: Signature | None
 ) -> tuple[Signature, dict[str, np.ndarray], Looked]:
-    """A lookup step's signature, what it gives (what it took, and its features) and what it did
-    (`sluice.runtimes.lookups`), within the request's deadline (the sequence's: it names the step)."""
+    """A lookup step's signature, what it gives and what it did, within the request's deadline (`sluice.runtimes.lookups`)."""
     node: Lookup = step.target  # type: ignore[assignment]
     if runner.lookup_steps is None:
         raise Unavailable("lookup steps are not served here", field="policy")
