@@ -140,6 +140,9 @@ def test_integer_keys_of_one_hash_never_answer_for_each_other(tmp_path: Path) ->
     assert ask(steps, cached, [1])[0] == [1.0]
     assert ask(steps, cached, [2**61, 1])[0] == [2.0, 1.0]
     assert ask(steps, node(), [1, 2**61])[0] == [1.0, 2.0]  # and without the cache
+    many = [1, 2**61, 1] * 100  # enough rows to be told apart by sorting their hashes: the keys compared
+    assert ask(steps, node(), many)[0] == [1.0, 2.0, 1.0] * 100
+    assert ask(steps, cached, many)[0] == [1.0, 2.0, 1.0] * 100
 
 
 def test_threads_sharing_a_small_cache_always_get_their_own_values(tmp_path: Path) -> None:
