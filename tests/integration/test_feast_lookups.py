@@ -21,12 +21,16 @@ from tests.integration.test_lookup_steps import (
     ACME,
     EXAMPLE_ROWS,
     GLOBEX,
-    ROWS,
     World,
+    answers_by_hand,
     by_hand,
+    check_staleness_and_event_times,
     fraud,
     fraud_example_decisions,
     make_world,
+    refusals_without_defaults,
+    run_fraud_job,
+    score_in_one_bulk_call,
 )
 
 if TYPE_CHECKING:
@@ -119,24 +123,15 @@ def _store_of(world: World, tenant: str = "acme") -> Any:
 
 
 def test_features_read_through_feast_feed_the_model_in_one_call(world: World) -> None:
-    assert world.save("fraud", feast_fraud()).status_code in (200, 201)
-    r = world.predict("fraud", ROWS)
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(by_hand(ROWS, ACME))
+    body = answers_by_hand(world, "fraud", feast_fraud())
     assert body["steps"][0]["store_calls"] == 1  # three customers (one unknown), one get_online_features
 
 
 def test_missing_entities_null_and_undefined_features_take_defaults_or_name_the_key(world: World) -> None:
-    assert world.save("strict", feast_fraud(default=False)).status_code in (200, 201)
-    r = world.predict("strict", [("c1", 1.0), ("nobody", 2.0)])
-    assert r.status_code == 422, r.text
-    body = r.json()
-    assert body["field"] == "inputs.customer" and "customer_id='nobody' in feast 'customers': the entity is not in the store" in body["error"]
-    assert body["details"]["key"] == {"customer_id": "nobody"}
-    r = world.predict("strict", [("c4", 1.0)])  # its record is there, its chargebacks null
-    assert r.status_code == 422 and "feature 'chargebacks'" in r.json()["error"] and "the feature is missing" in r.json()["error"]
-    assert world.predict("strict", [("c1", 1.0), ("c2", 2.0)]).status_code == 200
+    unknown, null = refusals_without_defaults(world, feast_fraud(default=False))
+    assert unknown["field"] == "inputs.customer" and "customer_id='nobody' in feast 'customers': the entity is not in the store" in unknown["error"]
+    assert unknown["details"]["key"] == {"customer_id": "nobody"}
+    assert "feature 'chargebacks'" in null["error"] and "the feature is missing" in null["error"]
     undefined = feast_fraud()  # a feature the view does not define: missing, so its default
     undefined["steps"][0]["target"]["features"].append({"name": "refunds", "datatype": "INT64", "default": 5})
     undefined["steps"][1]["target"]["ops"][0]["inputs"] = ["amount", "avg_amount", "refunds"]
@@ -146,20 +141,7 @@ def test_missing_entities_null_and_undefined_features_take_defaults_or_name_the_
 
 
 def test_feasts_event_times_decide_staleness_and_come_back_on_request(world: World) -> None:
-    day = 86400.0
-    policy = feast_fraud(max_age_s=day, event_time_output="customer_at")
-    policy["expose"] = ["customer.customer_at"]
-    assert world.save("fresh", policy).status_code in (200, 201)
-    rows = [("c1", 1.0), ("c3", 2.0), ("nobody", 3.0)]
-    r = world.predict("fresh", rows)
-    assert r.status_code == 200, r.text
-    predictions = r.json()["predictions"]
-    assert [p["prediction"]["score"] for p in predictions] == pytest.approx(by_hand(rows, ACME, max_age_s=day))  # c3: a year old
-    times = [p["prediction"]["customer.customer_at"] for p in predictions]  # Feast's SQLite online store keeps whole seconds
-    assert times[0] == pytest.approx(ACME["c1"][2], abs=1) and times[1] == pytest.approx(ACME["c3"][2], abs=1) and times[2] is None
-    assert world.save("fresh-strict", feast_fraud(default=False, max_age_s=day)).status_code in (200, 201)
-    r = world.predict("fresh-strict", [("c3", 1.0)])
-    assert r.status_code == 422 and "older than max_age_s" in r.json()["error"]
+    check_staleness_and_event_times(world, feast_fraud, within_s=1)  # Feast's SQLite online store keeps whole seconds
 
 
 def test_each_tenant_reads_its_own_repository_and_only_the_views_listed_for_it(world: World) -> None:
@@ -189,42 +171,16 @@ def test_two_entities_one_an_integer_key(world: World) -> None:
 
 
 def test_distinct_keys_go_in_calls_of_a_thousand_never_one_a_row(world: World) -> None:
-    from sluice.domain import Principal
-    from sluice.inference.bulk import Records, Result, score_many
-
     assert world.save("fraud", feast_fraud()).status_code in (200, 201)
     rows = 3000  # 2,500 distinct customers in one inference call: three store calls (1,000, 1,000, 500 keys)
     customers = np.array([f"m{i % MANY}" for i in range(rows)], dtype=object)
-    store = _store_of(world)
-    before = store.calls
-    acme = Principal("acme", frozenset({"predict"}), "test-acme")
-    done = run(score_many(world.container.predictions, acme, "fraud", Records({"customer": customers, "amount": np.ones(rows, np.float32)}), max_rows=rows))
-    assert done.failed == 0 and store.calls - before == 3
-    outcome = done.by_record()[2999]  # m499: amount 1, avg 499, chargebacks 1
-    assert isinstance(outcome, Result)
-    j = list(np.arange(rows)[outcome.records]).index(2999)
-    assert outcome.outputs_of(j)["score"][:, 0].tolist() == pytest.approx([1.0 + 499 + 1])
+    calls, last = score_in_one_bulk_call(world, "fraud", _store_of(world), customers)
+    assert calls == 3 and last == pytest.approx([1.0 + 499 + 1])  # m499: amount 1, avg 499, chargebacks 1
 
 
 def test_a_batch_job_reads_feast_once_per_inference_call(world: World, tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from sluice.domain import Principal
-    from tests.integration.batch.jobs import read_parts, run_job
-
-    rows = 20_000
-    customers = [("c1", "c2", "nobody")[i % 3] for i in range(rows)]
-    amounts = np.arange(rows, dtype=np.float32) % 7
-    pq.write_table(pa.table({"customer": customers, "amount": amounts}), tmp_path / "transactions.parquet")
-    assert world.save("fraud", feast_fraud()).status_code in (200, 201)
-    store = _store_of(world)
-    before = store.calls
-    job = run_job(world.container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"), tmp_path / "transactions.parquet", deployment="fraud")
-    assert job.status == "SUCCEEDED" and (job.rows_out, job.rows_failed) == (rows, 0), job.error
-    least = -(-rows // world.container.settings.batch.batch_infer_rows)  # 5 inference calls of 4,096 rows
-    assert least <= store.calls - before <= least + (job.chunks_total or 0)  # never one a row
-    scores = read_parts(job).column("prediction").to_numpy()
+    rows = 20_000  # 5 inference calls of 4,096 rows
+    customers, amounts, scores = run_fraud_job(world, tmp_path, feast_fraud(), rows, _store_of)
     assert scores[:6].tolist() == pytest.approx(by_hand(list(zip(customers[:6], amounts[:6].tolist(), strict=True)), ACME))
 
 
