@@ -272,22 +272,18 @@ class SqliteStore(_Counted):
 # Errors -------------------------------------------------------------------------------------
 def aws_error(exc: Exception, what: str) -> SluiceError:
     """A store's failure as a sluice error; the raw text to the log only."""
-    from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
+    from sluice.runtimes.aws_failures import aws_failure
 
     if isinstance(exc, SluiceError):
         return exc
-    if isinstance(exc, ReadTimeoutError | ConnectionError):
-        log.warning("lookup: store not reachable", extra={"store": what, "error_type": type(exc).__name__})
-        return Unavailable(f"{what} is not reachable")
-    if not isinstance(exc, ClientError):
-        log.warning("lookup: call failed", extra={"store": what, "error_type": type(exc).__name__, "error": str(exc)[:500]})
-        return BackendError(f"reading {what} failed ({type(exc).__name__})")
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    log.warning("lookup: %s", code or "error", extra={"store": what, "error": str(exc.response.get("Error", {}).get("Message", ""))[:500]})
-    if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded", "InternalServerError", "ServiceUnavailable"):
-        return Unavailable(f"{what} is throttling reads ({code}); retry shortly")
-    if code in ("ResourceNotFoundException", "ResourceNotFound"):
-        return BackendError(f"{what} does not exist")
-    if code in ("AccessDeniedException", "AccessDenied"):
-        return BackendError(f"sluice may not read {what}: the operator grants it (graphs.lookups in the deployment's config)")
-    return BackendError(f"reading {what} failed ({code or 'unknown error'})")
+    match aws_failure(exc, "lookup", store=what):
+        case ("timeout" | "unreachable", _):
+            return Unavailable(f"{what} is not reachable")
+        case ("refused", "ProvisionedThroughputExceededException" | "ThrottlingException" | "RequestLimitExceeded" | "InternalServerError" | "ServiceUnavailable" as code):
+            return Unavailable(f"{what} is throttling reads ({code}); retry shortly")
+        case ("refused", "ResourceNotFoundException" | "ResourceNotFound"):
+            return BackendError(f"{what} does not exist")
+        case ("refused", "AccessDeniedException" | "AccessDenied"):
+            return BackendError(f"sluice may not read {what}: the operator grants it (graphs.lookups in the deployment's config)")
+        case (_, code):
+            return BackendError(f"reading {what} failed ({code})")

@@ -172,29 +172,25 @@ class FunctionSteps:
 
 def _mapped(exc: Exception, arn: str) -> SluiceError:
     """Lambda's and the transport's failures as sluice errors; the raw text to the log only."""
-    from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
+    from sluice.runtimes.aws_failures import aws_failure
 
     if isinstance(exc, SluiceError):
         return exc
-    if isinstance(exc, ReadTimeoutError):
-        return DeadlineExceeded(f"function {arn} did not answer in time")
-    if isinstance(exc, ConnectionError):
-        log.warning("function step: Lambda not reachable", extra={"function": arn, "error_type": type(exc).__name__})
-        return Unavailable("Lambda is not reachable")
-    if not isinstance(exc, ClientError):
-        log.warning("function step: invoke failed", extra={"function": arn, "error_type": type(exc).__name__, "error": str(exc)[:500]})
-        return BackendError(f"invoking function {arn} failed ({type(exc).__name__})")
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    log.warning("function step: %s", code or "error", extra={"function": arn, "error": str(exc.response.get("Error", {}).get("Message", ""))[:500]})
-    if code in ("TooManyRequestsException", "ThrottlingException", "ResourceNotReadyException", "ServiceException", "EC2ThrottledException"):
-        return Unavailable(f"function {arn} cannot be invoked right now ({code}); retry shortly")
-    if code in ("RequestTooLargeException", "InvalidRequestContentException"):
-        return PayloadTooLarge(f"Lambda refused the event for function {arn} ({code})", field="inputs")
-    if code == "ResourceNotFoundException":
-        return BackendError(f"function {arn} does not exist")
-    if code == "AccessDeniedException":
-        return BackendError(f"sluice may not invoke function {arn}: the operator grants it (graphs.functions in the deployment's config)")
-    return BackendError(f"invoking function {arn} failed ({code or 'unknown error'})")
+    match aws_failure(exc, "function step", function=arn):
+        case ("timeout", _):
+            return DeadlineExceeded(f"function {arn} did not answer in time")
+        case ("unreachable", _):
+            return Unavailable("Lambda is not reachable")
+        case ("refused", "TooManyRequestsException" | "ThrottlingException" | "ResourceNotReadyException" | "ServiceException" | "EC2ThrottledException" as code):
+            return Unavailable(f"function {arn} cannot be invoked right now ({code}); retry shortly")
+        case ("refused", "RequestTooLargeException" | "InvalidRequestContentException" as code):
+            return PayloadTooLarge(f"Lambda refused the event for function {arn} ({code})", field="inputs")
+        case ("refused", "ResourceNotFoundException"):
+            return BackendError(f"function {arn} does not exist")
+        case ("refused", "AccessDeniedException"):
+            return BackendError(f"sluice may not invoke function {arn}: the operator grants it (graphs.functions in the deployment's config)")
+        case (_, code):
+            return BackendError(f"invoking function {arn} failed ({code})")
 
 
 def _function_error(raw: bytes, arn: str) -> SluiceError:
