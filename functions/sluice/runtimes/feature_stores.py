@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,22 @@ class _Remote(_Counted):
         self.retries = retries
         self.sleep = sleep
 
-    def _backoff(self, attempt: int) -> None:
-        if attempt < self.retries:
-            self.sleep(min(0.05 * 2**attempt, 1.0))
+    def _responses(self, what: str, call: Callable[[Any], dict[str, Any]], request: Any, unprocessed: str, left: str) -> Iterator[dict[str, Any]]:
+        """`call(request)`'s response, then again with what the store left unprocessed (the
+        response's `unprocessed`), with backoff, until nothing is; `what` names the store in errors."""
+        for attempt in range(self.retries + 1):
+            self._counted()
+            try:
+                response = call(request)
+            except Exception as exc:
+                raise aws_error(exc, what) from None
+            yield response
+            request = response.get(unprocessed)
+            if not request:
+                return
+            if attempt < self.retries:
+                self.sleep(min(0.05 * 2**attempt, 1.0))
+        raise Unavailable(f"{what} left {left} unprocessed after {self.retries + 1} calls (throttled); retry shortly")
 
 
 class DynamoStore(_Remote):
@@ -156,20 +169,11 @@ class DynamoStore(_Remote):
             }
         }
         found = Found.of(features)
-        for attempt in range(self.retries + 1):
-            self._counted()
-            try:
-                response = self.client.batch_get_item(RequestItems=request)
-            except Exception as exc:
-                raise aws_error(exc, f"DynamoDB table '{table}'") from None
+        for response in self._responses(f"DynamoDB table '{table}'", lambda r: self.client.batch_get_item(RequestItems=r), request, "UnprocessedKeys", "keys"):
             for item in response.get("Responses", {}).get(table, ()):
                 values = {k: _plain(v) for k, v in item.items()}
                 found.add(tuple(str(values.get(n)) for n in key_names), values, values.get(event_time))
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                return found
-            self._backoff(attempt)
-        raise Unavailable(f"DynamoDB table '{table}' left keys unprocessed after {self.retries + 1} calls (throttled); retry shortly")
+        return found
 
 
 # SageMaker Feature Store --------------------------------------------------------------------
@@ -180,12 +184,7 @@ class SageMakerStore(_Remote):
         wanted = list(dict.fromkeys((*features, *([event_time] if event_time else []))))
         identifiers: list[dict[str, Any]] = [{"FeatureGroupName": table, "RecordIdentifiersValueAsString": [k[0] for k in keys], "FeatureNames": wanted}]
         found = Found.of(features)
-        for attempt in range(self.retries + 1):
-            self._counted()
-            try:
-                response = self.client.batch_get_record(Identifiers=identifiers)
-            except Exception as exc:
-                raise aws_error(exc, f"feature group '{table}'") from None
+        for response in self._responses(f"feature group '{table}'", lambda r: self.client.batch_get_record(Identifiers=r), identifiers, "UnprocessedIdentifiers", "records"):
             for record in response.get("Records", ()):
                 values = {f["FeatureName"]: f.get("ValueAsString") for f in record.get("Record", ())}
                 found.add((record["RecordIdentifierValueAsString"],), values, values.get(event_time))
@@ -193,11 +192,7 @@ class SageMakerStore(_Remote):
             if errors:
                 log.warning("lookup: BatchGetRecord errors", extra={"feature_group": table, "error": str(errors[0])[:500]})
                 raise BackendError(f"feature group '{table}' refused records ({errors[0].get('ErrorCode', 'error')})")
-            identifiers = response.get("UnprocessedIdentifiers") or []
-            if not identifiers:
-                return found
-            self._backoff(attempt)
-        raise Unavailable(f"feature group '{table}' left records unprocessed after {self.retries + 1} calls (throttled); retry shortly")
+        return found
 
 
 # SQLite ---------------------------------------------------------------------------------------
