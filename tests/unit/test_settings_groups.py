@@ -40,3 +40,17 @@ def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> No
     assert changed.onnx == settings.onnx and changed.onnx is not settings.onnx
     with pytest.raises(ValidationError, match="SLUICE_ORCHESTRATOR"):
         settings.replace(orchestrator="somewhere")
+
+
+@pytest.mark.parametrize(
+    ("group", "setting", "good", "bad", "words"),
+    [
+        ("functions", "function_arns", "arn:aws:lambda:eu-west-1:123456789012:function:enrich", "enrich", "is not a Lambda function ARN"),
+        ("lookups", "lookup_sources", "dynamodb:customers", "redis:customers", "is not dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW"),
+    ],
+)
+def test_a_per_tenant_allowlist_names_the_setting_tenant_and_entry_it_refuses(group: str, setting: str, good: str, bad: str, words: str, tmp_path: Path) -> None:
+    assert getattr(getattr(Settings(home=tmp_path, **{setting: {"acme": [good]}}), group), setting) == {"acme": [good]}
+    with pytest.raises(ValidationError) as refused:
+        Settings(home=tmp_path, **{setting: {"acme": [good], "globex": [good, bad]}})
+    assert f"SLUICE_{setting.upper()}: {bad!r} (tenant 'globex') {words}" in str(refused.value)

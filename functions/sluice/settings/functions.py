@@ -53,8 +53,5 @@ class FunctionSettings(Group):
     def _parse_arns(self) -> FunctionSettings:
         from sluice.domain.functions import ARN_PATTERN
 
-        for tenant, arns in self.function_arns.items():
-            for arn in arns:
-                if not ARN_PATTERN.fullmatch(arn):
-                    raise ValueError(f"SLUICE_FUNCTION_ARNS: {arn!r} (tenant {tenant!r}) is not a Lambda function ARN")
+        self._check_allowlist("function_arns", lambda arn: ARN_PATTERN.fullmatch(arn) is not None, "a Lambda function ARN")
         return self

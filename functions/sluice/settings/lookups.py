@@ -87,11 +87,9 @@ class LookupSettings(Group):
 
     @model_validator(mode="after")
     def _parse_sources(self) -> LookupSettings:
-        for tenant, sources in self.lookup_sources.items():
-            for source in sources:
-                store, _, name = source.partition(":")
-                if store not in ("dynamodb", "sagemaker", "feast") or not name:
-                    raise ValueError(
-                        f"SLUICE_LOOKUP_SOURCES: {source!r} (tenant {tenant!r}) is not dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW"
-                    )
+        def valid(source: str) -> bool:
+            store, _, name = source.partition(":")
+            return store in ("dynamodb", "sagemaker", "feast") and bool(name)
+
+        self._check_allowlist("lookup_sources", valid, "dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW")
         return self

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MiB = 1024 * 1024
 
@@ -30,6 +33,14 @@ class Group(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
     title: ClassVar[str]
+
+    def _check_allowlist(self, field: str, valid: Callable[[str], bool], expected: str) -> None:
+        """Every name in a per-tenant allowlist (`{tenant: [name, ...]}`) checked by `valid`; the
+        first that is not, an error naming the setting, the tenant and what was `expected`."""
+        for tenant, names in getattr(self, field).items():
+            for name in names:
+                if not valid(name):
+                    raise ValueError(f"SLUICE_{field.upper()}: {name!r} (tenant {tenant!r}) is not {expected}")
 
 
 class ProcessSettings(Group):
