@@ -50,8 +50,8 @@ from sluice.endpoints.sagemaker_requests import (
 )
 from sluice.endpoints.sagemaker_scaling import ScalingCalls
 from sluice.endpoints.sagemaker_support import (
-    TAG_AUTOSCALING,
     EndpointSpec,
+    Tag,
     VariantSpec,
     aws_error,
     create_once,
@@ -278,7 +278,7 @@ class SageMakerEndpoints:
 
     def forget_pending_autoscaling(self, state: EndpointState) -> None:
         try:
-            self.sagemaker.delete_tags(ResourceArn=state.arn, TagKeys=[TAG_AUTOSCALING])
+            self.sagemaker.delete_tags(ResourceArn=state.arn, TagKeys=[Tag.AUTOSCALING])
         except Exception as exc:
             raise aws_error(exc, "tag the endpoint") from None
 

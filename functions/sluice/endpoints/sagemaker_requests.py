@@ -11,13 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
 from sluice.endpoints.sagemaker_support import (
     COMPONENT_VARIANT,
-    TAG_AUTOSCALING,
-    TAG_COMPONENT,
-    TAG_COMPUTE,
-    TAG_DEPLOYMENT,
-    TAG_FALLBACK,
-    TAG_TENANT,
-    TAG_TOPICS,
+    Tag,
     compute_tag,
 )
 from sluice.endpoints.scaling import ROUTING_STRATEGY
@@ -35,16 +29,16 @@ def endpoint_tags(spec: EndpointSpec) -> list[dict[str, str]]:
     if spec.asynchronous is not None:
         pending = spec.asynchronous.scaling.to_tag()
         if spec.asynchronous.create_topics:
-            tags.append({"Key": TAG_TOPICS, "Value": "created"})
+            tags.append({"Key": Tag.TOPICS, "Value": "created"})
     if spec.components is not None:
         pending = spec.components.scaling.to_tag()
-        tags.append({"Key": TAG_COMPUTE, "Value": compute_tag(spec.components)})
+        tags.append({"Key": Tag.COMPUTE, "Value": compute_tag(spec.components)})
         for v in spec.variants:
-            tags.append({"Key": TAG_COMPONENT + v.name, "Value": f"{v.model_name} {spec.components.copies[v.name]}"})
+            tags.append({"Key": Tag.COMPONENT + v.name, "Value": f"{v.model_name} {spec.components.copies[v.name]}"})
         if spec.components.fallback:
-            tags.append({"Key": TAG_FALLBACK, "Value": spec.components.fallback})
+            tags.append({"Key": Tag.FALLBACK, "Value": spec.components.fallback})
     if pending is not None:
-        tags.append({"Key": TAG_AUTOSCALING, "Value": pending})
+        tags.append({"Key": Tag.AUTOSCALING, "Value": pending})
     return tags
 
 
@@ -160,8 +154,8 @@ def component_request(state: EndpointState, name: str) -> dict[str, Any]:
         "Specification": {"ModelName": component.model_name, "ComputeResourceRequirements": dict(component.compute)},
         "RuntimeConfig": {"CopyCount": component.desired_copies or 0},
         "Tags": [
-            {"Key": TAG_TENANT, "Value": state.tenant},
-            {"Key": TAG_DEPLOYMENT, "Value": state.deployment},
+            {"Key": Tag.TENANT, "Value": state.tenant},
+            {"Key": Tag.DEPLOYMENT, "Value": state.deployment},
             {"Key": "sluice:model", "Value": f"{component.model}:{component.version}"},
         ],
     }

@@ -20,14 +20,7 @@ from sluice.endpoints.control import (
 )
 from sluice.endpoints.names import component_name
 from sluice.endpoints.sagemaker_support import (
-    TAG_AUTOSCALING,
-    TAG_COMPONENT,
-    TAG_COMPUTE,
-    TAG_DEPLOYMENT,
-    TAG_FALLBACK,
-    TAG_TENANT,
-    TAG_TOPICS,
-    TAG_VARIANT,
+    Tag,
     aws_error,
     compute_from_tag,
     described,
@@ -86,7 +79,7 @@ class EndpointReader:
         variants = []
         for planned in config.get("ProductionVariants", []):
             vname = planned["VariantName"]
-            model, version, max_batch, label = variant_tag(tags.get(TAG_VARIANT + vname), vname)
+            model, version, max_batch, label = variant_tag(tags.get(Tag.VARIANT + vname), vname)
             if mode == "components":
                 model, version, max_batch, label = "", 0, 0, vname  # the instances: the components serve
             now = live.get(vname, {})
@@ -106,7 +99,7 @@ class EndpointReader:
                     autoscaling=scaling.get(vname),
                 )
             )
-        pending = tags.get(TAG_AUTOSCALING)
+        pending = tags.get(Tag.AUTOSCALING)
         asynchronous = _async(config.get("AsyncInferenceConfig"))
         return EndpointState(
             name=name,
@@ -114,8 +107,8 @@ class EndpointReader:
             status=str(endpoint.get("EndpointStatus", "")),
             failure_reason=endpoint.get("FailureReason") or None,
             config_name=endpoint["EndpointConfigName"],
-            tenant=tags.get(TAG_TENANT, ""),
-            deployment=tags.get(TAG_DEPLOYMENT, ""),
+            tenant=tags.get(Tag.TENANT, ""),
+            deployment=tags.get(Tag.DEPLOYMENT, ""),
             variants=tuple(variants),
             pending_autoscaling=Autoscaling.from_tag(pending) if pending and mode == "realtime" else None,
             created_at=timestamp(endpoint.get("CreationTime")),
@@ -125,9 +118,9 @@ class EndpointReader:
             asynchronous=asynchronous,
             components=components,
             pending_capacity=Capacity.from_tag(pending) if mode != "realtime" else None,
-            fallback=tags.get(TAG_FALLBACK) if mode == "components" else None,
+            fallback=tags.get(Tag.FALLBACK) if mode == "components" else None,
             topics_made=tuple(
-                t for t in (asynchronous or {}).get("topics", {}).values() if t and tags.get(TAG_TOPICS) == "created"
+                t for t in (asynchronous or {}).get("topics", {}).values() if t and tags.get(Tag.TOPICS) == "created"
             ),
         )
 
@@ -144,15 +137,15 @@ class EndpointReader:
             token = page.get("NextToken")
             if not token:
                 break
-        compute = compute_from_tag(tags.get(TAG_COMPUTE))
-        planned = sorted(key.removeprefix(TAG_COMPONENT) for key in tags if key.startswith(TAG_COMPONENT))
+        compute = compute_from_tag(tags.get(Tag.COMPUTE))
+        planned = sorted(key.removeprefix(Tag.COMPONENT) for key in tags if key.startswith(Tag.COMPONENT))
         names = {variant: component_name(endpoint, variant) for variant in planned}
         scaling = self.scaling.read(COPIES, {n: component_resource(n) for n in names.values() if n in live})
         out = []
         for variant in planned:
             name = names[variant]
-            model, version, max_batch, label = variant_tag(tags.get(TAG_VARIANT + variant), variant)
-            model_name, _, copies = tags[TAG_COMPONENT + variant].partition(" ")
+            model, version, max_batch, label = variant_tag(tags.get(Tag.VARIANT + variant), variant)
+            model_name, _, copies = tags[Tag.COMPONENT + variant].partition(" ")
             state = ComponentState(
                 name=name, variant=variant, label=label, model=model, version=version, max_batch_size=max_batch,
                 model_name=model_name, status="Pending", desired_copies=int(copies) if copies.isdigit() else None,

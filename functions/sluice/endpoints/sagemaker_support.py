@@ -15,14 +15,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TAG_TENANT = "sluice:tenant"
-TAG_DEPLOYMENT = "sluice:deployment"
-TAG_AUTOSCALING = "sluice:autoscaling"  # autoscaling that waits for InService (every mode)
-TAG_VARIANT = "sluice:variant:"  # per variant: "<model> <version> <max_batch_size> <label>"
-TAG_COMPONENT = "sluice:component:"  # per variant, mode components: "<SageMaker model> <copies>"
-TAG_COMPUTE = "sluice:compute"  # mode components: "<memory MB> <cpus or -> <gpus or ->"
-TAG_FALLBACK = "sluice:fallback"  # mode components: what answers while a component has no copy
-TAG_TOPICS = "sluice:topics"  # mode async: "created" when sluice made the SNS topics (undeploy deletes them)
+
+class Tag:
+    """The keys of sluice's tags on an endpoint: the facts it reads back (`sagemaker_state`)."""
+
+    TENANT = "sluice:tenant"
+    DEPLOYMENT = "sluice:deployment"
+    AUTOSCALING = "sluice:autoscaling"  # autoscaling that waits for InService (every mode)
+    VARIANT = "sluice:variant:"  # per variant: "<model> <version> <max_batch_size> <label>"
+    COMPONENT = "sluice:component:"  # per variant, mode components: "<SageMaker model> <copies>"
+    COMPUTE = "sluice:compute"  # mode components: "<memory MB> <cpus or -> <gpus or ->"
+    FALLBACK = "sluice:fallback"  # mode components: what answers while a component has no copy
+    TOPICS = "sluice:topics"  # mode async: "created" when sluice made the SNS topics (undeploy deletes them)
+
+
 COMPONENT_VARIANT = "AllTraffic"  # the one production variant of an endpoint of components
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "ServiceUnavailable", "InternalFailure", "InternalServerError"})
 _MISSING = frozenset({"ValidationException", "ValidationError", "ResourceNotFound", "ObjectNotFoundException"})
@@ -42,7 +48,7 @@ class VariantSpec:
     weight: float
 
     def tag(self) -> dict[str, str]:
-        return {"Key": TAG_VARIANT + self.name, "Value": f"{self.model} {self.version} {self.max_batch_size} {self.label}"}
+        return {"Key": Tag.VARIANT + self.name, "Value": f"{self.model} {self.version} {self.max_batch_size} {self.label}"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class EndpointSpec:
     components: ComponentSpec | None = None
 
     def tags(self) -> list[dict[str, str]]:
-        return [{"Key": TAG_TENANT, "Value": self.tenant}, {"Key": TAG_DEPLOYMENT, "Value": self.deployment}]
+        return [{"Key": Tag.TENANT, "Value": self.tenant}, {"Key": Tag.DEPLOYMENT, "Value": self.deployment}]
 
 
 # errors ------------------------------------------------------------------------------------
