@@ -36,6 +36,13 @@ RNG = np.random.default_rng(31)
 MULTI_OUTPUTS = ["total", "twice", "positive", "wide", "small"]
 
 
+def _batched(width: int, **types: int) -> list[Any]:
+    """The value infos of tensors of shape [batch, width], by name: each its ONNX type."""
+    from onnx import helper
+
+    return [helper.make_tensor_value_info(name, kind, ["batch", width]) for name, kind in types.items()]
+
+
 def multi_onnx() -> bytes:
     from onnx import TensorProto, helper
 
@@ -48,22 +55,9 @@ def multi_onnx() -> bytes:
         helper.make_node("Cast", ["n"], ["small"], to=TensorProto.INT8),
     ]
     zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
-    return _graph_model(
-        nodes,
-        [
-            helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 3]),
-            helper.make_tensor_value_info("n", TensorProto.INT64, ["batch", 3]),
-        ],
-        [
-            helper.make_tensor_value_info("total", TensorProto.FLOAT, ["batch", 3]),
-            helper.make_tensor_value_info("twice", TensorProto.INT64, ["batch", 3]),
-            helper.make_tensor_value_info("positive", TensorProto.BOOL, ["batch", 3]),
-            helper.make_tensor_value_info("wide", TensorProto.DOUBLE, ["batch", 3]),
-            helper.make_tensor_value_info("small", TensorProto.INT8, ["batch", 3]),
-        ],
-        [zero],
-        "multi",
-    )
+    inputs = _batched(3, a=TensorProto.FLOAT, n=TensorProto.INT64)
+    outputs = _batched(3, total=TensorProto.FLOAT, twice=TensorProto.INT64, positive=TensorProto.BOOL, wide=TensorProto.DOUBLE, small=TensorProto.INT8)
+    return _graph_model(nodes, inputs, outputs, [zero], "multi")
 
 
 def half_onnx() -> bytes:
@@ -73,35 +67,16 @@ def half_onnx() -> bytes:
         helper.make_node("Add", ["h", "h"], ["doubled"]),
         helper.make_node("Cast", ["h"], ["single"], to=TensorProto.FLOAT),
     ]
-    return _graph_model(
-        nodes,
-        [helper.make_tensor_value_info("h", TensorProto.FLOAT16, ["batch", 5])],
-        [
-            helper.make_tensor_value_info("doubled", TensorProto.FLOAT16, ["batch", 5]),
-            helper.make_tensor_value_info("single", TensorProto.FLOAT, ["batch", 5]),
-        ],
-        [],
-        "half",
-    )
+    return _graph_model(nodes, _batched(5, h=TensorProto.FLOAT16), _batched(5, doubled=TensorProto.FLOAT16, single=TensorProto.FLOAT), [], "half")
 
 
 def text_onnx() -> bytes:
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("Identity", ["s"], ["echo"]), helper.make_node("Add", ["x", "x"], ["sum"])]
-    return _graph_model(
-        nodes,
-        [
-            helper.make_tensor_value_info("s", TensorProto.STRING, ["batch", 2]),
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1]),
-        ],
-        [
-            helper.make_tensor_value_info("echo", TensorProto.STRING, ["batch", 2]),
-            helper.make_tensor_value_info("sum", TensorProto.FLOAT, ["batch", 1]),
-        ],
-        [],
-        "text",
-    )
+    inputs = _batched(2, s=TensorProto.STRING) + _batched(1, x=TensorProto.FLOAT)
+    outputs = _batched(2, echo=TensorProto.STRING) + _batched(1, sum=TensorProto.FLOAT)
+    return _graph_model(nodes, inputs, outputs, [], "text")
 
 
 MODELS = {"multi": multi_onnx, "half": half_onnx, "text": text_onnx}
