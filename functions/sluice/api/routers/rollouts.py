@@ -40,29 +40,21 @@ def rollout_status(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSO
     return JSONResponse(rollout_status_out(*rollouts.status(principal, name)))
 
 
-@router.post(
-    "/{name}/rollout/pause", response_model=DeploymentOut, summary="Hold the rollout at its step"
-)
-def pause_rollout(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
-    return JSONResponse(deployment_out(rollouts.pause(principal, name)))
+def _rollout_action(action: str, summary: str) -> None:
+    """`POST /{name}/rollout/<action>`: the rollout service's `action` (pause, resume or abort)
+    on the deployment's rollout, answered with the deployment after it."""
+
+    def act(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
+        return JSONResponse(deployment_out(getattr(rollouts, action)(principal, name)))
+
+    router.add_api_route(
+        f"/{{name}}/rollout/{action}", act, methods=["POST"], response_model=DeploymentOut, summary=summary, name=f"{action}_rollout"
+    )
 
 
-@router.post(
-    "/{name}/rollout/resume",
-    response_model=DeploymentOut,
-    summary="Go on from the step it was paused at",
-)
-def resume_rollout(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
-    return JSONResponse(deployment_out(rollouts.resume(principal, name)))
-
-
-@router.post(
-    "/{name}/rollout/abort",
-    response_model=DeploymentOut,
-    summary="Stop and go back to the stable policy",
-)
-def abort_rollout(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
-    return JSONResponse(deployment_out(rollouts.abort(principal, name)))
+_rollout_action("pause", "Hold the rollout at its step")
+_rollout_action("resume", "Go on from the step it was paused at")
+_rollout_action("abort", "Stop and go back to the stable policy")
 
 
 @router.post("/{name}/replay", summary="Run captured requests against a candidate and compare (an offline shadow)")
