@@ -6,6 +6,7 @@ import queue
 import random
 import threading
 import time
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.capture.records import to_record
@@ -24,6 +25,7 @@ BATCH = 500
 GATHER_S = 0.2  # how long the writer waits for a batch to fill after its first record
 
 
+@dataclass(eq=False)
 class Capturer:
     """`offer` never blocks and never raises into the request: past `max_queue` waiting
     records a sampled one is dropped and counted (`dropped`). The drain thread writes in
@@ -32,30 +34,24 @@ class Capturer:
     Counts go out as a log line (an EMF record with `CaptureWritten`, `CaptureDropped` and
     `CaptureFailed` where metrics are on) after each batch that changed them."""
 
-    def __init__(
-        self,
-        sink: Sink,
-        *,
-        max_queue: int = DEFAULT_QUEUE,
-        batch: int = BATCH,
-        gather_s: float = GATHER_S,
-        emit_metrics: bool = False,
-        namespace: str = "sluice",
-        service: str = "sluice",
-    ) -> None:
-        self.sink = sink
-        self.batch = batch
-        self.gather_s = gather_s
-        self.emit_metrics = emit_metrics
-        self.namespace = namespace
-        self.service = service
-        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(max_queue)
+    sink: Sink
+    _: KW_ONLY
+    max_queue: int = DEFAULT_QUEUE
+    batch: int = BATCH
+    gather_s: float = GATHER_S
+    emit_metrics: bool = False
+    namespace: str = "sluice"
+    service: str = "sluice"
+    # What it has done: records sampled, written, dropped (the queue full) and failed (the sink).
+    sampled: int = field(default=0, init=False)
+    written: int = field(default=0, init=False)
+    dropped: int = field(default=0, init=False)
+    failed: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(self.max_queue)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.sampled = 0
-        self.written = 0
-        self.dropped = 0
-        self.failed = 0
         self._reported = (0, 0, 0)
 
     def offer(self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float) -> None:
