@@ -274,6 +274,11 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
     if array.dtype == object:
         values = array.tolist()
+        if values and type(values[0]) is str:  # labels: text, typed as such, with no pass over the types first
+            try:
+                return pa.array(values, type=pa.string())
+            except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all text after all
+                pass
         if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
             return pa.array(values)
         return pa.array([_scalar(v) for v in values])
