@@ -213,7 +213,8 @@ def present_rows(
     if classes is None:
         return [{"prediction": p} for p in predictions]
     keys = [str(_scalar(c)) for c in classes]
-    confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
+    width = probs.shape[1]  # type: ignore[union-attr]
+    confidence = (probs[:, 0] if width == 1 else probs.max(axis=1)).tolist() if width else [None] * n  # type: ignore[index,union-attr]
     if not return_probabilities:
         return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
     maps = result.maps.get(plain.probs_name) if plain.probs_name else None
