@@ -112,6 +112,7 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
 # check above, which names it.
 _Plan = tuple[frozenset[str], tuple[tuple[str, str, np.dtype, int, tuple[tuple[int, int], ...], bool], ...]]
 _PLANS: dict[int, tuple[tuple[TensorSpec, ...], _Plan]] = {}
+_ALL = np.logical_and.reduce  # `ndarray.all` without the Python function it goes through
 MAX_PLANS = 256  # signatures met (one per version, transform step): a bound, whatever the traffic
 
 
@@ -150,7 +151,7 @@ def _checked_at_once(
         for axis, size in fixed:
             if shape[axis] != size:
                 return None
-        if floats and name not in finite and not np.isfinite(array).all():
+        if floats and name not in finite and not _ALL(np.isfinite(array), axis=None):
             return None
         total += array.size
     if total > max_elements:
