@@ -18,18 +18,21 @@ EVENTS = REPO / "events"
 
 # Under pytest-xdist (`make test` runs `-n N --dist loadgroup`) a module's tests stay on one
 # worker, in order, with its module fixtures built once (a module may be a story told test by
-# test, such as the console's); and folders whose tests share an expensive session fixture (a
-# synthesized CDK app, a running Triton server) stay on one worker as a whole, so the fixture is
-# built once, not once per worker.
-SHARED_SESSION = {"infra": REPO / "tests" / "infra", "triton": REPO / "tests" / "integration" / "triton"}
+# test, such as the console's); and the tests that use one expensive session fixture (a
+# synthesized CDK app, a running Triton server; directly or through another fixture) stay on one
+# worker together, so the fixture is built once, not once per worker. The first fixture named
+# that a test uses decides; a test that uses none goes with its module, so the heavy tests of
+# the same folders that need none of them (layer builds, bytecode, pip resolutions) run beside
+# them on other workers.
+SHARED_SESSION = {"full_app": "infra", "default_app": "infra-default", "triton_server": "triton"}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     for item in items:
-        path = Path(str(item.fspath))
-        group = next((name for name, folder in SHARED_SESSION.items() if path.is_relative_to(folder)), None)
-        item.add_marker(pytest.mark.xdist_group(group or path.relative_to(REPO).as_posix()))
+        used = set(getattr(item, "fixturenames", ()))
+        group = next((name for fixture, name in SHARED_SESSION.items() if fixture in used), None)
+        item.add_marker(pytest.mark.xdist_group(group or Path(str(item.fspath)).relative_to(REPO).as_posix()))
     yield  # xdist's hook, on a worker, names each test's group in its id
     if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
         raise pytest.UsageError("pytest-xdist ignored the xdist_group marks (pytest-dev/pytest-xdist#1386): use a pytest it supports")

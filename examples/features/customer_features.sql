@@ -1,4 +1,6 @@
--- The online features of examples/features/fraud.json, in a tenant's SQLite file:
+-- The online features of examples/features/fraud.json, in a tenant's SQLite file, for the
+-- lookup with "store": "sqlite" (as shipped, fraud.json reads the same customers from Feast's
+-- local store: examples/features/feast/load.py):
 --   sqlite3 features/acme.db < examples/features/customer_features.sql
 --   SLUICE_LOOKUP_SQLITE='./features/{tenant}.db' sluice serve
 -- event_time: epoch seconds (or an ISO-8601 time) of the record; the lookup's max_age_s

@@ -49,11 +49,10 @@ def test_the_values_tested_here_are_read_from_the_config_model() -> None:
 
 
 @pytest.fixture(scope="module", params=PYTHONS)
-def app_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+def app_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, full_app: Synthesized) -> Synthesized:
     """The full app (every kind of function) with `-c sluice:python=<value>`, as the CLI gives
     it; the session's full_app where that is already the value."""
     python: str = request.param
-    full_app: Synthesized = request.getfixturevalue("full_app")
     if full_app.config.functions.python == python:
         return full_app
     folder = tmp_path_factory.mktemp(f"python{python}")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -76,3 +76,19 @@ def half_down(demo: Container, acme: Principal) -> Iterator[Container]:
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+class Tenants:
+    """The API of a container, called as acme or globex (admin keys from `api_keys`)."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.client = TestClient(create_app(container))
+        keys = api_keys(container)
+        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
+
+    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        """Create, or update when it exists: 200 or 201 when saved."""
+        headers = headers or self.acme
+        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
+        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r

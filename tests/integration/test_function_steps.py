@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain.requests import ArrayInputs
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.settings import Settings
-from tests.integration.conftest import api_keys, auth
+from tests.integration.conftest import Tenants
 from tests.models import score_model
 
 if TYPE_CHECKING:
@@ -84,18 +82,10 @@ def chain(function: str, **extra: Any) -> dict[str, Any]:
     return {"kind": "sequence", "steps": [{"name": "features", "target": step}, {"name": "score", "target": {"model": "score", "version": 1}}]}
 
 
-class World:
+class World(Tenants):
     def __init__(self, container: Container, lam: Stubber, events: list[bytes], folder: Path) -> None:
-        self.container, self.lam, self.events, self.folder = container, lam, events, folder
-        self.client = TestClient(create_app(container))
-        keys = api_keys(container)
-        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
-
-    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-        """Create, or update when it exists: 200 or 201 when saved."""
-        headers = headers or self.acme
-        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
-        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r
+        super().__init__(container)
+        self.lam, self.events, self.folder = lam, events, folder
 
     def predict(self, name: str, rows: Any) -> Any:
         return self.client.post("/api/v1/predictions", json={"deployment": name, "batch": [{"raw": r} for r in rows]}, headers=self.acme)

@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
 from sluice.settings import Settings
 from tests.conftest import REPO
-from tests.integration.conftest import api_keys, auth
+from tests.integration.conftest import Tenants
 from tests.models import score_model
 
 if TYPE_CHECKING:
@@ -73,17 +71,10 @@ def write_sqlite(path: Path, table: dict[str, tuple[Any, ...]]) -> None:
     db.close()
 
 
-class World:
+class World(Tenants):
     def __init__(self, container: Container, lookups: LookupSteps) -> None:
-        self.container, self.lookups = container, lookups
-        self.client = TestClient(create_app(container))
-        keys = api_keys(container)
-        self.acme, self.globex = auth(keys["acme"]), auth(keys["globex"])
-
-    def save(self, name: str, policy: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-        headers = headers or self.acme
-        r = self.client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=headers)
-        return self.client.put(f"/api/v1/deployments/{name}", json={"policy": policy}, headers=headers) if r.status_code == 409 else r
+        super().__init__(container)
+        self.lookups = lookups
 
     def predict(self, name: str, rows: list[tuple[str, float]], headers: dict[str, str] | None = None, **extra: Any) -> Any:
         batch = [{"customer": c, "amount": a} for c, a in rows]
@@ -95,11 +86,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     import boto3
     from moto import mock_aws
 
-    from sluice.domain import Principal
     from sluice.runtimes.lookups import LookupSteps
-    from sluice.wiring import Container
-    from sluice.wiring.adapters import build_registry, build_store
-    from sluice.wiring.runtimes import build_runtimes
 
     home = tmp_path_factory.mktemp("lookups")
     (home / "features").mkdir()
@@ -125,13 +112,23 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
             lookup_sqlite=str(home / "features" / "{tenant}.db"), lookup_sources={"acme": [f"dynamodb:{TABLE}"]},
         )  # fmt: skip
-        lookups = LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None)
-        store = build_store(settings)
-        container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
-        for tenant in ("acme", "globex"):
-            container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
-        container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
-        yield World(container, lookups)
+        yield make_world(settings, LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None))
+
+
+def make_world(settings: Settings, lookups: LookupSteps) -> World:
+    """A local container reading through `lookups`, with the model `score` for acme and globex
+    and `fraud` for acme (the fraud example's), each summing its three features."""
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+    from sluice.wiring.adapters import build_registry, build_store
+    from sluice.wiring.runtimes import build_runtimes
+
+    store = build_store(settings)
+    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
+    for tenant in ("acme", "globex"):
+        container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
+    container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
+    return World(container, lookups)
 
 
 ROWS = [("c1", 1.0), ("c2", 2.0), ("c1", 3.0), ("nobody", 4.0)]
@@ -266,22 +263,32 @@ def test_a_100k_row_batch_job_looks_up_per_chunk_in_few_store_calls(world: World
 
 
 def test_the_fraud_example_saves_and_answers(world: World) -> None:
-    """examples/features/fraud.json on its own features file: a transaction in, the customer's
-    features looked up (a month-old record is stale: its defaults), a transform, the model, a decision."""
+    """examples/features/fraud.json on SQLite (its Feast repository: tests/integration/test_feast_lookups.py),
+    the features of customer_features.sql: a transaction in, the customer's features looked up (a
+    month-old record is stale: its defaults), a transform, the model, a decision."""
     import json
 
-    assert world.save("fraud-example", json.loads((REPO / "examples" / "features" / "fraud.json").read_text())).status_code in (200, 201)
-    rows = [("c-1001", 100.0), ("c-1002", 900.0), ("c-1003", 100.0), ("c-new", 5.0)]
-    r = world.predict("fraud-example", rows)
+    policy = json.loads((REPO / "examples" / "features" / "fraud.json").read_text())
+    policy["steps"][0]["target"]["store"] = "sqlite"
+    assert world.save("fraud-example", policy).status_code in (200, 201)
+    r = world.predict("fraud-example", EXAMPLE_ROWS)
     assert r.status_code == 200, r.text
+    expected = fraud_example_decisions()
+    assert [a["prediction"] for a in r.json()["predictions"]] == expected and "review" in expected and "allow" in expected
+
+
+EXAMPLE_ROWS = [("c-1001", 100.0), ("c-1002", 900.0), ("c-1003", 100.0), ("c-new", 5.0)]
+
+
+def fraud_example_decisions() -> list[str]:
+    """The example's decisions for EXAMPLE_ROWS, by hand, on the example's features (SQLite's or Feast's)."""
     features = {"c-1001": (42.5, 0), "c-1002": (310.0, 3)}  # c-1003's record is 30 days old: max_age_s is two days
     expected = []
-    for customer, amount in rows:
+    for customer, amount in EXAMPLE_ROWS:
         avg, chargebacks = features.get(customer, (0.0, 0))
         score = np.log1p(amount) + np.log1p(avg) + chargebacks
         expected.append("review" if 1 / (1 + np.exp(-(0.8 * score - 6.0))) >= 0.5 else "allow")
-    answers = r.json()["predictions"]
-    assert [a["prediction"] for a in answers] == expected and "review" in expected and "allow" in expected
+    return expected
 
 
 def test_a_graph_with_a_lookup_is_not_cached(world: World) -> None:

@@ -188,3 +188,32 @@ def test_a_sqlite_table_keyed_by_two_integer_columns(tmp_path: Any) -> None:
         db.executemany("INSERT INTO later VALUES (?, ?)", [(7, 1.0), (8, 2.0), (9, 3.0)])
     db.close()
     assert run(steps.call(other, "acme", arrays, timeout_s=5))[0]["volume"].tolist() == [1.0, 2.0, 1.0, 3.0, 1.0]
+
+
+def test_feast_views_are_listed_per_tenant_and_off_without_a_repository() -> None:
+    """Feast itself is read in tests/integration/test_feast_lookups.py; these need no SDK."""
+    listed = LookupSettings(lookup_sources={"acme": ["feast:customers"]}, lookup_feast_repo="repos/{tenant}")
+    steps = LookupSteps(listed, mode="local")
+    assert steps.refusal(_node("feast", "customers"), "acme") is None
+    assert "tenant 'globex'" in (steps.refusal(_node("feast", "customers"), "globex") or "")
+    assert "may read" in (steps.refusal(_node("feast", "orders"), "acme") or "")
+    off = LookupSteps(LookupSettings(lookup_sources={"acme": ["feast:customers"]}), mode="local")
+    assert "SLUICE_LOOKUP_FEAST_REPO" in (off.refusal(_node("feast", "customers"), "acme") or "")
+    assert steps.store(_node("feast", "customers"), "acme").repo_path == "repos/acme"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="feast:FEATURE_VIEW"):
+        LookupSettings(lookup_sources={"acme": ["feast:"]})
+    with pytest.raises(ValueError, match="not a feast table name"):
+        _node("feast", "customers:avg_amount")  # a view, not a feature reference
+
+
+def test_a_feast_repository_that_is_not_there_or_an_sdk_that_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from sluice.runtimes.feast_store import FeastStore
+    from tests.conftest import REPO
+
+    with pytest.raises(Unavailable, match=r"no feature_store\.yaml"):
+        FeastStore(str(REPO / "examples")).get_many("customers", ["customer_id"], [("c1",)], ["avg_amount"], "")
+    monkeypatch.setitem(sys.modules, "feast", None)  # as where it is not installed: importing it fails
+    with pytest.raises(BackendError, match=r"pip install 'sluice\[feast\]'"):
+        FeastStore(str(REPO / "examples" / "features" / "feast")).get_many("customer_features", ["customer_id"], [("c-1",)], ["avg_amount_30d"], "")

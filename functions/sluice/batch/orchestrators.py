@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.batch.plan import Chunk, JobSpec
-from sluice.clients import client_from
+from sluice.clients import LazyClient
 from sluice.domain.errors import Conflict, SluiceError, Unavailable
 from sluice.domain.liveness import HEARTBEAT_S, execution_ended, this_worker
 from sluice.domain.objects import now
@@ -318,12 +318,11 @@ class StepFunctionsOrchestrator:
     def __init__(
         self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None, clients: AwsClients | None = None
     ) -> None:
-        self._clients = clients
         if ":stateMachine:" not in state_machine_arn:
             raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
         self.state_machine_arn = state_machine_arn
         self.region = region or state_machine_arn.split(":")[3] or None
-        self._client = client
+        self._sfn = LazyClient(client, clients, self.region, "stepfunctions", region=self.region)
 
     @classmethod
     def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> StepFunctionsOrchestrator:
@@ -331,9 +330,7 @@ class StepFunctionsOrchestrator:
 
     @property
     def client(self) -> SFNClient:
-        if self._client is None:  # the factory builds it once, under its lock
-            self._client = client_from(self._clients, self.region, "stepfunctions", region=self.region)
-        return self._client
+        return self._sfn()  # type: ignore[no-any-return]
 
     def execution_arn(self, job: BatchJob) -> str:
         return self.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{job.id}"

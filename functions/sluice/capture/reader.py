@@ -8,7 +8,7 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.clients import client_from
+from sluice.clients import LazyClient
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,14 +73,11 @@ class S3Capture:
     def __init__(self, bucket: str, prefix: str = "capture/", *, client: Any = None, region: str | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix
-        self._client = client
-        self._region = region
+        self._s3 = LazyClient(client, None, region, "s3", region=region)
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = client_from(None, self._region, "s3", region=self._region)
-        return self._client
+        return self._s3()
 
     def records(self, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
         for hour in _hours(since, until):

@@ -71,9 +71,10 @@ class FirehoseSink:
     refused are sent once more, then the write fails (counted by the capturer)."""
 
     def __init__(self, stream: str, *, client: Any = None, region: str | None = None) -> None:
+        from sluice.clients import LazyClient
+
         self.stream = stream
-        self._client = client
-        self._region = region
+        self._firehose = LazyClient(client, None, region, "firehose", region=region)
 
     @classmethod
     def from_url(cls, url: str, *, region: str | None = None) -> FirehoseSink:
@@ -81,11 +82,7 @@ class FirehoseSink:
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            from sluice.clients import client_from
-
-            self._client = client_from(None, self._region, "firehose", region=self._region)
-        return self._client
+        return self._firehose()
 
     def write(self, records: Sequence[dict[str, Any]]) -> int:
         dropped = 0

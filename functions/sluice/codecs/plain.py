@@ -286,6 +286,12 @@ def _arrow(array: np.ndarray) -> pa.Array:
     return pa.array(array)
 
 
+# What an answer says of who made it, where it says: a split's variant, an ensemble's members, a
+# switch's case (with each row's model where rows took different cases), a sequence's steps, a
+# precomputed node's source and when its stored answers were computed.
+_WHO = ("variant", "members", "case", "models", "steps", "source", "computed_at")
+
+
 def who_answered(prediction: Prediction) -> dict[str, Any]:
     """The model, version, variant, members, switch case (per row, with each row's model, where
     rows took different cases), sequence steps or precomputed source that answered, and how fast: every door that
@@ -297,20 +303,10 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
         "version": answer.version.version,
         "latency_ms": prediction.latency_ms,
     }
-    if answer.variant is not None:
-        who["variant"] = answer.variant
-    if answer.members is not None:
-        who["members"] = answer.members
-    if answer.case is not None:
-        who["case"] = answer.case
-    if answer.models is not None:  # rows took different cases: who answered each
-        who["models"] = answer.models
-    if answer.steps is not None:
-        who["steps"] = answer.steps
-    if answer.source is not None:
-        who["source"] = answer.source
-        if answer.computed_at is not None:
-            who["computed_at"] = answer.computed_at
+    for part in _WHO:
+        value = getattr(answer, part)
+        if value is not None:
+            who[part] = value
     if prediction.cached:
         who["cached"] = True
     return who

@@ -17,7 +17,7 @@ Evaluated by `sluice.routing.conditions`; checked against the signatures when a 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     Discriminator,
@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from sluice.domain.parts import Part
+from sluice.domain.parts import Part, ReadsRequest
 
 TAGS = ("comparison", "all-of", "any-of")  # the union's tags: not fields, left out of error locations
 MAX_CONDITION_DEPTH = 4
@@ -50,7 +50,9 @@ RESERVED_PARAMETERS = {
 }
 
 
-class Compare(Part):
+class Compare(ReadsRequest, Part):
+    path_field: ClassVar[str] = "field"
+
     field: str = Field(description="routing_key, headers.<name>, parameters.<name> or inputs.<name>.")
     column: Annotated[int, Field(ge=0)] | Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
         None, description="inputs only: a column of the input's last axis, by index or feature name."
@@ -88,16 +90,6 @@ class Compare(Part):
         if self.column is not None and not self.field.startswith("inputs."):
             raise ValueError("'column' is only for inputs.<name> fields")
         return self
-
-    @property
-    def source(self) -> str:
-        """routing_key, headers, parameters or inputs."""
-        return self.field.split(".", 1)[0]
-
-    @property
-    def name(self) -> str:
-        """The header's, parameter's or input's name."""
-        return self.field.split(".", 1)[1] if "." in self.field else ""
 
 
 class AllOf(Part):

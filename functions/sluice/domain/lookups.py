@@ -2,15 +2,16 @@
 entity key(s) from an online feature store, before the steps that need them.
 
     {"kind": "lookup",
-     "store": "dynamodb", "table": "acme-customers",          # or sagemaker / sqlite
+     "store": "dynamodb", "table": "acme-customers",          # or sagemaker / feast / sqlite
      "keys": {"customer_id": "customer"},                      # {the store's key: the input holding it}
      "features": [{"name": "avg_amount_30d", "datatype": "FP32", "default": 0.0},
                   {"name": "chargebacks", "datatype": "INT64"}],
      "max_age_s": 86400, "event_time_output": "customer_at"}
 
 Stores: a DynamoDB table keyed by the entity (its partition key, and a sort key for a second
-key), a SageMaker Feature Store feature group (its record identifier; one key), and locally a
-table of the tenant's own SQLite file. A lookup gives every tensor it takes, and one more per
+key), a SageMaker Feature Store feature group (its record identifier; one key), a Feast feature
+view (its entities' join keys, read through Feast's SDK from the online store the operator's
+Feast repository names), and locally a table of the tenant's own SQLite file. A lookup gives every tensor it takes, and one more per
 feature, `[-1]` (one value a row) of its declared datatype, so the next step sees them as a
 transform's outputs. Like a transform it declares its `inputs` as a sequence's first step and
 takes the previous step's outputs as a later one.
@@ -35,14 +36,18 @@ from sluice.domain.parts import Part
 from sluice.domain.signature import DYNAMIC, TensorSpec
 from sluice.domain.transforms import InputSpec, Name
 
-STORES = ("dynamodb", "sagemaker", "sqlite")
-MAX_KEYS_PER_CALL = {"dynamodb": 100, "sagemaker": 100, "sqlite": 500}  # a store's limit (SQLite's: bound variables kept small)
+STORES = ("dynamodb", "sagemaker", "feast", "sqlite")
+# A store's limit (SQLite's: bound variables kept small; Feast's: one `get_online_features` call,
+# which its online store splits as it must, DynamoDB's into BatchGetItem calls of 100).
+MAX_KEYS_PER_CALL = {"dynamodb": 100, "sagemaker": 100, "feast": 1000, "sqlite": 500}
 MAX_FEATURES = 256
 MAX_AGE_S = 10 * 365 * 86400
-# DynamoDB table names; SageMaker feature group names; SQL identifiers, unquoted.
+# DynamoDB table names; SageMaker feature group names; Feast feature view names (no `:`, which
+# separates a view from a feature in Feast's references); SQL identifiers, unquoted.
 TABLE_PATTERNS = {
     "dynamodb": re.compile(r"[A-Za-z0-9_.-]{3,255}"),
     "sagemaker": re.compile(r"[A-Za-z0-9](?:[-_]*[A-Za-z0-9]){0,63}"),
+    "feast": re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}"),
     "sqlite": re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
 }
 Attribute = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
@@ -71,13 +76,15 @@ class FeatureSpec(Part):
 
 class Lookup(Part):
     kind: Literal["lookup"] = "lookup"
-    store: Literal["dynamodb", "sagemaker", "sqlite"] = Field(description="DynamoDB table, SageMaker feature group, or (locally) SQLite table.")
-    table: str = Field(min_length=1, max_length=255, description="The table (or feature group) the tenant may read.")
+    store: Literal["dynamodb", "sagemaker", "feast", "sqlite"] = Field(
+        description="DynamoDB table, SageMaker feature group, Feast feature view, or (locally) SQLite table."
+    )
+    table: str = Field(min_length=1, max_length=255, description="The table (feature group, Feast feature view) the tenant may read.")
     keys: dict[Attribute, Name] = Field(min_length=1, max_length=2, description="{the store's key: the input tensor holding it, one a row}.")
     features: list[FeatureSpec] = Field(min_length=1, max_length=MAX_FEATURES)
     inputs: list[InputSpec] | None = Field(None, min_length=1, max_length=256, description="What a caller sends: a sequence's first step only.")
     max_age_s: float | None = Field(None, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Older records count as missing.")
-    event_time: Attribute = Field("event_time", description="The record's event-time attribute (feature) in the store.")
+    event_time: Attribute = Field("event_time", description="The record's event-time attribute (feature) in the store; Feast's own event times for `feast`.")
     event_time_output: Name | None = Field(None, description="A tensor of each row's event time (FP64 epoch seconds, NaN: none).")
 
     @model_validator(mode="after")
@@ -110,7 +117,7 @@ class Lookup(Part):
 
     @property
     def source(self) -> str:
-        """How an allowlist names what it reads: `dynamodb:TABLE`, `sagemaker:GROUP`, `sqlite:TABLE`."""
+        """How an allowlist names what it reads: `dynamodb:TABLE`, `sagemaker:GROUP`, `feast:VIEW`, `sqlite:TABLE`."""
         return f"{self.store}:{self.table}"
 
     @cached_property

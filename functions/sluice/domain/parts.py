@@ -3,7 +3,7 @@ no unknown fields, and written back as it reads (options left out stay out, no `
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -15,3 +15,21 @@ class Part(BaseModel):
     def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class ReadsRequest:
+    """A part that reads a value of the request where its field named `path_field` says:
+    routing_key, headers.<name>, parameters.<name> or inputs.<name> (a switch's condition, a
+    precomputed node's key)."""
+
+    path_field: ClassVar[str]
+
+    @property
+    def source(self) -> str:
+        """routing_key, headers, parameters or inputs."""
+        return getattr(self, self.path_field).partition(".")[0]  # type: ignore[no-any-return]
+
+    @property
+    def name(self) -> str:
+        """The header's, parameter's or input's name; empty for routing_key."""
+        return getattr(self, self.path_field).partition(".")[2]  # type: ignore[no-any-return]

@@ -62,11 +62,15 @@ Aggregator = Literal["mean", "weighted_mean", "majority", "soft_vote", "max", "m
 
 class _Node(_Part):
     """What every kind offers: its children, and the version whose signature describes its
-    input and answer (`primary_single`: a single, a shadow's primary, a split's first variant,
-    an ensemble's first member; through a reference only with a resolver)."""
+    input and answer (`primary_single`: a single; otherwise, unless a kind says, its first
+    child's: a shadow's primary, a split's first variant, an ensemble's first member, a
+    switch's first case; through a reference only with a resolver)."""
 
     def children(self) -> list[Node]:
         return []
+
+    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
+        return self.children()[0].primary_single(resolve_ref)
 
 
 class Single(_Node):
@@ -112,9 +116,6 @@ class Split(_Node):
     def children(self) -> list[Node]:
         return [v.target for v in self.variants]
 
-    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        return self.variants[0].target.primary_single(resolve_ref)
-
 
 class Mirror(_Part):
     name: Name
@@ -129,9 +130,6 @@ class Shadow(_Node):
 
     def children(self) -> list[Node]:
         return [self.primary, *(m.target for m in self.mirrors)]
-
-    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        return self.primary.primary_single(resolve_ref)
 
 
 class Member(_Part):
@@ -149,9 +147,6 @@ class Ensemble(_Node):
 
     def children(self) -> list[Node]:
         return [m.target for m in self.members]
-
-    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        return self.members[0].target.primary_single(resolve_ref)
 
 
 class Step(_Part):
@@ -195,9 +190,6 @@ class Switch(_Node):
 
     def children(self) -> list[Node]:
         return [*(c.target for c in self.cases), self.default]
-
-    def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:
-        return self.cases[0].target.primary_single(resolve_ref)
 
 
 def _kind(value: Any) -> str | None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from sluice.domain.parts import Part
+from sluice.domain.parts import Part, ReadsRequest
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -39,7 +39,9 @@ MAX_ENTITY_CHARS = 512  # a DynamoDB partition key holds 2048 bytes; the table's
 MAX_AGE_S = 366 * 86400.0
 
 
-class Precomputed(Part):
+class Precomputed(ReadsRequest, Part):
+    path_field: ClassVar[str] = "key"
+
     kind: Literal["precomputed"] = "precomputed"
     table: str = Field(pattern=TABLE_PATTERN, description="The tenant's table of published answers (a batch job's `publish.table`).")
     key: str = Field(description="Where the entity key is read: routing_key, headers.<name> or inputs.<name>.")
@@ -62,16 +64,6 @@ class Precomputed(Part):
         if value is not None and not str(info.data.get("key", "")).startswith("inputs."):
             raise ValueError("'column' is only for a key read from inputs.<name>")
         return value
-
-    @property
-    def source(self) -> str:
-        """routing_key, headers or inputs."""
-        return self.key.split(".", 1)[0]
-
-    @property
-    def name(self) -> str:
-        """The header's or input's name."""
-        return self.key.split(".", 1)[1] if "." in self.key else ""
 
     def children(self) -> list[Any]:
         return [self.live]

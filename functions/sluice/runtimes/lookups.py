@@ -6,8 +6,9 @@ once), and the features put beside the rows in the rows' order.
 Who may read what is one rule, `LookupSteps.refusal`, asked when a policy is saved (a 422 naming
 the field) and again on every call: a DynamoDB table or a feature group must be on the tenant's
 list (`lookup_sources`, set from `graphs.lookups` in the deployment's config, with the grants
-to match); a SQLite table is read from the tenant's own file (`lookup_sqlite`, `{tenant}`
-filled in), locally only.
+to match), and so must a Feast feature view, read through the operator's Feast repository
+(`lookup_feast_repo`, `{tenant}` filled in; `sluice.runtimes.feast_store`); a SQLite table is
+read from the tenant's own file (`lookup_sqlite`, `{tenant}` filled in), locally only.
 
 A value that is missing (its entity, its feature, or a null), or whose record is older than
 `max_age_s` (or has no event time to tell), takes the feature's default; without one the
@@ -89,13 +90,16 @@ class LookupSteps:
             if not self.settings.lookup_sqlite:
                 return "SQLite lookups are off here: the operator names a features file (SLUICE_LOOKUP_SQLITE)"
             return None
+        if node.store == "feast" and not self.settings.lookup_feast_repo:
+            return "Feast lookups are off here: the operator names a Feast repository (SLUICE_LOOKUP_FEAST_REPO)"
         if node.source not in self.settings.lookup_sources.get(tenant, ()):
             return f"{node.store} '{node.table}' is not among the stores tenant '{tenant}' may read (the operator's lookup_sources)"
         return None
 
     def store(self, node: Lookup, tenant: str) -> FeatureStore:
         """The store `node` reads for `tenant` (built once)."""
-        key = f"sqlite:{self.settings.lookup_sqlite.replace('{tenant}', tenant)}" if node.store == "sqlite" else node.store
+        path = {"sqlite": self.settings.lookup_sqlite, "feast": self.settings.lookup_feast_repo}.get(node.store)  # a file, a repository
+        key = node.store if path is None else f"{node.store}:{path.replace('{tenant}', tenant)}"
         with self._lock:
             found = self._stores.get(key)
             if found is None:
@@ -104,6 +108,10 @@ class LookupSteps:
                     found = DynamoStore(self._dynamodb(), retries=retries, sleep=self._sleep)
                 elif node.store == "sagemaker":
                     found = SageMakerStore(self._featurestore(), retries=retries, sleep=self._sleep)
+                elif node.store == "feast":
+                    from sluice.runtimes.feast_store import FeastStore
+
+                    found = FeastStore(key.partition(":")[2])
                 else:
                     found = SqliteStore(key.partition(":")[2])
                 self._stores[key] = found

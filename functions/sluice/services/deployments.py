@@ -77,19 +77,6 @@ class _Reads:
         return self.found[name]
 
 
-def _rechecked(change: Callable[[], Deployment]) -> Deployment:
-    """Run `change` (read, check, write) again while its write is refused because a
-    deployment its checks read changed meanwhile: checked on what is stored now, it is
-    written or refused for what it is (a cycle: 422). After RECHECKS such refusals the
-    StaleRead itself (409 naming `policy`) tells the caller to try again."""
-    for _ in range(RECHECKS - 1):
-        try:
-            return change()
-        except StaleRead:
-            continue
-    return change()
-
-
 class DeploymentService:
     def __init__(
         self,
@@ -216,6 +203,23 @@ class DeploymentService:
         return single_policy(model, version)
 
     # Changes -------------------------------------------------------------------------------
+    def _written(self, tenant: str, name: str, change: Callable[[], Deployment]) -> Deployment:
+        """Run `change` (read, check, write) again while its write is refused because a
+        deployment its checks read changed meanwhile: checked on what is stored now, it is
+        written or refused for what it is (a cycle: 422). After RECHECKS such refusals the
+        StaleRead itself (409 naming `policy`) tells the caller to try again. Once it is
+        written, whoever follows deployments is told (`on_change`)."""
+        for _ in range(RECHECKS - 1):
+            try:
+                stored = change()
+                break
+            except StaleRead:
+                continue
+        else:
+            stored = change()
+        self._on_change(tenant, name)
+        return stored
+
     def create(
         self,
         principal: Principal,
@@ -251,9 +255,7 @@ class DeploymentService:
             )
             return self.registry.create_deployment(deployment, refs_read=read)
 
-        stored = _rechecked(create)
-        self._on_change(principal.tenant, name)
-        return stored
+        return self._written(principal.tenant, name, create)
 
     def update(
         self,
@@ -273,12 +275,10 @@ class DeploymentService:
         likewise. `rollout` and `note` are the rollout controller's: a change of the policy by
         anyone else pauses a running rollout, in the same revision. A write refused because
         a deployment the policy reaches changed meanwhile is decided again from a fresh read
-        (`_rechecked`)."""
+        (`_written`)."""
         principal.require("admin")
         changes = {"cache": cache, "capture": capture, "batching": batching, "rollout": rollout, "note": note}
-        stored = _rechecked(lambda: self._update(principal, name, policy, expected_revision, **changes))
-        self._on_change(principal.tenant, name)
-        return stored
+        return self._written(principal.tenant, name, lambda: self._update(principal, name, policy, expected_revision, **changes))
 
     def _update(
         self,

@@ -1,5 +1,6 @@
 """The group of `lookup` steps: features fetched by entity key from an online store, each
-table or feature group held to the tenants the operator lists (a local SQLite file per tenant)."""
+table, feature group or Feast feature view held to the tenants the operator lists (a local
+SQLite file per tenant)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ class LookupSettings(Group):
         default_factory=dict,
         description=(
             "The online stores each tenant's `lookup` steps may read: `{tenant: [\"dynamodb:TABLE\", "
-            "\"sagemaker:FEATURE_GROUP\", ...]}`, JSON in the environment, compared whole. Set by the CDK app "
-            "from `graphs.lookups` in `infra/sluice.yaml`, with `dynamodb:BatchGetItem` on those tables and "
-            "`sagemaker:BatchGetRecord` on those feature groups; empty: no tenant may read one."
+            "\"sagemaker:FEATURE_GROUP\", \"feast:FEATURE_VIEW\", ...]}`, JSON in the environment, compared "
+            "whole. Set by the CDK app from `graphs.lookups` in `infra/sluice.yaml`, with `dynamodb:BatchGetItem` "
+            "on those tables and `sagemaker:BatchGetRecord` on those feature groups; Feast's feature views are "
+            "listed by the operator of a service that reads a Feast repository (`lookup_feast_repo`). Empty: "
+            "no tenant may read one."
         ),
     )
     lookup_sqlite: str = Field(
@@ -32,6 +35,17 @@ class LookupSettings(Group):
             "The SQLite file whose tables `lookup` steps with `store: sqlite` read (local mode only), opened "
             "read-only; `{tenant}` stands for the policy's tenant (e.g. `./features/{tenant}.db`), so each "
             "tenant reads its own file. Empty: SQLite lookups are off."
+        ),
+    )
+    lookup_feast_repo: str = Field(
+        default="",
+        description=(
+            "The Feast repository (the folder of its `feature_store.yaml`) that `lookup` steps with "
+            "`store: feast` read through Feast's SDK; `{tenant}` stands for the policy's tenant (e.g. "
+            "`./feature_repos/{tenant}`), so each tenant may have its own. Its `feature_store.yaml` decides "
+            "the online store (SQLite locally, DynamoDB on AWS) and the registry; the feature views a tenant "
+            "may read are still listed in `lookup_sources`. Needs `pip install 'sluice[feast]'`; not in the "
+            "Lambda layers. Empty: Feast lookups are off."
         ),
     )
     lookup_concurrency: int = Field(
@@ -55,6 +69,8 @@ class LookupSettings(Group):
         for tenant, sources in self.lookup_sources.items():
             for source in sources:
                 store, _, name = source.partition(":")
-                if store not in ("dynamodb", "sagemaker") or not name:
-                    raise ValueError(f"SLUICE_LOOKUP_SOURCES: {source!r} (tenant {tenant!r}) is not dynamodb:TABLE or sagemaker:FEATURE_GROUP")
+                if store not in ("dynamodb", "sagemaker", "feast") or not name:
+                    raise ValueError(
+                        f"SLUICE_LOOKUP_SOURCES: {source!r} (tenant {tenant!r}) is not dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW"
+                    )
         return self

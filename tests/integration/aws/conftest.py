@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -17,6 +18,8 @@ from tests.support import LambdaContext, fake_aws_credentials
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
+
+    from fastapi.testclient import TestClient
 
     from sluice.settings import Settings
     from sluice.wiring import Container
@@ -121,3 +124,24 @@ def mlp_service(aws: None, tmp_path: Path) -> Container:
     for version in (1, 2):
         container.models.push(acme, "mlp", mlp_onnx(version))
     return container
+
+
+class EndpointsWorld(SimpleNamespace):
+    """What a test of endpoints works with: `mlp_service` and a client of its API
+    (`on_sagemaker`), with the test's own parts beside them."""
+
+    container: Container
+    client: TestClient
+
+
+def on_sagemaker(container: Container, **clients: Any) -> TestClient:
+    """`container` (`mlp_service`) deploying endpoints through the adapter wiring builds from
+    `sagemaker_settings`, on `clients` (a test's, by the names the adapter takes them under;
+    the factory's for the others): a client of its API."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.endpoints.sagemaker import SageMakerEndpoints
+
+    container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ENDPOINTS_ROLE, **clients)
+    return TestClient(create_app(container))

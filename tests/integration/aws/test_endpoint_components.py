@@ -23,17 +23,14 @@ import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.endpoints.names import component_name, endpoint_name
-from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker import SageMakerRuntime
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION, Recorded
+from tests.integration.aws.conftest import REGION, EndpointsWorld, Recorded, on_sagemaker
 from tests.integration.conftest import auth
 
 ACCOUNT = "123456789012"
@@ -145,9 +142,7 @@ def policies(resource: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-class World(SimpleNamespace):
-    container: Container
-    client: TestClient
+class World(EndpointsWorld):
     key: str
     account: Account
 
@@ -166,13 +161,13 @@ def world(mlp_service: Container) -> World:
     clients["sagemaker"].meta.events.register(
         "before-parameter-build.sagemaker.CreateEndpoint", lambda params, **_: account.tags.extend(params["Tags"])
     )
-    container.endpoint_control = SageMakerEndpoints(
-        container.store, region=REGION, role_arn=ROLE, sagemaker=clients["sagemaker"],
-        autoscaling=clients["application-autoscaling"], cloudwatch=clients["cloudwatch"], sns=object(),
+    client = on_sagemaker(
+        container, sagemaker=clients["sagemaker"], autoscaling=clients["application-autoscaling"],
+        cloudwatch=clients["cloudwatch"], sns=object(),
     )  # fmt: skip
     container.deployments.create(ACME, "ranker", SPLIT)
     _, key = container.keys.create("acme", ["admin", "predict"])
-    return World(container=container, client=TestClient(create_app(container)), key=key, account=account)
+    return World(container=container, client=client, key=key, account=account)
 
 
 BODY = {

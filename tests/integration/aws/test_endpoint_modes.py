@@ -9,21 +9,16 @@ test_endpoint_components.py."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.endpoints.names import endpoint_name
-from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container
-from tests.integration.aws.conftest import BUCKET, REGION, Recorded
-from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
+from tests.integration.aws.conftest import BUCKET, REGION, EndpointsWorld, Recorded, on_sagemaker
 from tests.integration.conftest import auth, run_cli
 
 if TYPE_CHECKING:
@@ -42,9 +37,7 @@ SPLIT = {
 ROW = {"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}]}
 
 
-class World(SimpleNamespace):
-    container: Container
-    client: TestClient
+class World(EndpointsWorld):
     keys: dict[str, str]
     calls: list[str]  # operations, in order, across the four clients
     sent: dict[str, list[dict[str, Any]]]  # request parameters by operation
@@ -66,12 +59,12 @@ def world(mlp_service: Container) -> World:
         "sns": boto3.client("sns", region_name=REGION),
     }
     recorded.watch(*clients.values())
-    container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ROLE, **clients)
+    client = on_sagemaker(container, **clients)
     _, admin = container.keys.create("acme", ["admin", "predict"])
     _, globex = container.keys.create("globex", ["admin", "predict"])
     return World(
         container=container,
-        client=TestClient(create_app(container)),
+        client=client,
         keys={"acme": admin, "globex": globex},
         calls=recorded.calls,
         sent=recorded.sent,

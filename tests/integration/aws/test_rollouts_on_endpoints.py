@@ -16,17 +16,14 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, Unprocessable
 from sluice.endpoints.names import endpoint_name
-from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.services.rollouts import RolloutService
 from sluice.wiring import Container
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
-from tests.integration.aws.conftest import REGION, Recorded
+from tests.integration.aws.conftest import REGION, EndpointsWorld, Recorded, on_sagemaker
 from tests.integration.conftest import auth
 from tests.support import Clock
 
@@ -85,9 +82,7 @@ class UpdateEndpointOnMoto:
         self.pending = None
 
 
-class World(SimpleNamespace):
-    container: Container
-    client: TestClient
+class World(EndpointsWorld):
     key: str
     sagemaker: Any
     sent: dict[str, list[dict[str, Any]]]
@@ -103,16 +98,13 @@ def world(mlp_service: Container) -> World:
     recorded = Recorded()
     recorded.watch(sagemaker)
     update = UpdateEndpointOnMoto(sagemaker)
-    container.endpoint_control = SageMakerEndpoints(
-        container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker,
-        autoscaling=boto3.client("application-autoscaling", region_name=REGION),
-    )  # fmt: skip
+    client = on_sagemaker(container, sagemaker=sagemaker, autoscaling=boto3.client("application-autoscaling", region_name=REGION))
     clock = Clock(2_000_000.0)
     rollouts = RolloutService(container.registry, container.deployments, clock=clock, endpoints=container.endpoint_plane)
     container.rollouts = rollouts  # type: ignore[misc]
     _, key = container.keys.create("acme", ["admin", "predict"])
     return World(
-        container=container, client=TestClient(create_app(container)), key=key, sagemaker=sagemaker,
+        container=container, client=client, key=key, sagemaker=sagemaker,
         sent=recorded.sent, rollouts=rollouts, clock=clock, update=update,
     )  # fmt: skip
 

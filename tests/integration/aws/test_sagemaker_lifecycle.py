@@ -14,16 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from sluice.domain import Principal
 from sluice.endpoints.names import endpoint_name
 from sluice.endpoints.sagemaker import SageMakerEndpoints
 from sluice.runtimes.sagemaker_target import EndpointTarget
 from sluice.wiring import Container, build_endpoint_control
 from tests.conftest import REPO
-from tests.integration.aws.conftest import BUCKET, REGION, Recorded
+from tests.integration.aws.conftest import BUCKET, REGION, EndpointsWorld, Recorded, on_sagemaker
 from tests.integration.aws.conftest import ENDPOINTS_ROLE as ROLE
 from tests.integration.conftest import api_keys, auth
 from tests.integration.triton.conftest import mlp_onnx
@@ -47,9 +45,7 @@ SPLIT = {
 MLP = {1: mlp_onnx(1), 2: mlp_onnx(2)}
 
 
-class World(SimpleNamespace):
-    container: Container
-    client: TestClient
+class World(EndpointsWorld):
     keys: dict[str, str]
     calls: list[str]
     sent: dict[str, list[dict[str, Any]]]  # request parameters by operation
@@ -66,14 +62,10 @@ def world(mlp_service: Container) -> World:
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     autoscaling = boto3.client("application-autoscaling", region_name=REGION)
     recorded.watch(sagemaker, autoscaling)
-    # The same adapter, on clients this test watches.
-    container.endpoint_control = SageMakerEndpoints(
-        container.store, region=REGION, role_arn=ROLE, sagemaker=sagemaker, autoscaling=autoscaling
-    )
     keys = api_keys(container)
     return World(
         container=container,
-        client=TestClient(create_app(container)),
+        client=on_sagemaker(container, sagemaker=sagemaker, autoscaling=autoscaling),  # the same adapter, on clients this test watches
         keys=keys,
         calls=recorded.calls,
         sent=recorded.sent,

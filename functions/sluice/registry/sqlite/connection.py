@@ -176,6 +176,19 @@ class Part:
             raise missing
         return doc
 
+    # Models, deployments and batch schedules: one document per (tenant, name) in `table`.
+    def added(self, table: str, tenant: str, name: str, doc: str, *, taken: Conflict) -> None:
+        """A new document of `name`, or `taken` raised where the tenant has one already."""
+        self.insert(f"INSERT INTO {table} (tenant, name, doc) VALUES (?, ?, ?)", (tenant, name, doc), taken=taken)
+
+    def named(self, table: str, tenant: str, name: str, *, missing: NotFound) -> dict[str, Any]:
+        """The document of `name`, or `missing` raised where there is none."""
+        return self.found(f"SELECT doc FROM {table} WHERE tenant = ? AND name = ?", tenant, name, missing=missing)
+
+    def listed(self, table: str, tenant: str) -> list[dict[str, Any]]:
+        """The tenant's documents, by name."""
+        return self.db.all(f"SELECT doc FROM {table} WHERE tenant = ? ORDER BY name", tenant)
+
 
 def thread_connection(local: threading.local, path: Any) -> sqlite3.Connection:
     """This thread's connection to the file at `path` (kept on `local`), opened once: write-ahead

@@ -38,12 +38,10 @@ class SqliteDeployments(Part):
         return stored
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
-        sql = "SELECT doc FROM deployments WHERE tenant = ? AND name = ?"
-        return DEPLOYMENT.load(self.found(sql, tenant, name, missing=no_deployment(name)))
+        return DEPLOYMENT.load(self.named("deployments", tenant, name, missing=no_deployment(name)))
 
     def list_deployments(self, tenant: str) -> list[Deployment]:
-        docs = self.db.all("SELECT doc FROM deployments WHERE tenant = ? ORDER BY name", tenant)
-        return [DEPLOYMENT.load(d) for d in docs]
+        return [DEPLOYMENT.load(d) for d in self.listed("deployments", tenant)]
 
     def update_deployment(
         self,

@@ -15,18 +15,14 @@ if TYPE_CHECKING:
 
 class SqliteModels(Part):
     def create_model(self, model: Model) -> Model:
-        self.insert(
-            "INSERT INTO models (tenant, name, doc) VALUES (?, ?, ?)",
-            (model.tenant, model.name, MODEL.to_json(model)), taken=taken("model", model.name, field="name"),
-        )  # fmt: skip
+        self.added("models", model.tenant, model.name, MODEL.to_json(model), taken=taken("model", model.name, field="name"))
         return model
 
     def get_model(self, tenant: str, name: str) -> Model:
-        return MODEL.load(self.found("SELECT doc FROM models WHERE tenant = ? AND name = ?", tenant, name, missing=no_model(name)))
+        return MODEL.load(self.named("models", tenant, name, missing=no_model(name)))
 
     def list_models(self, tenant: str) -> list[Model]:
-        docs = self.db.all("SELECT doc FROM models WHERE tenant = ? ORDER BY name", tenant)
-        return [MODEL.load(d) for d in docs]
+        return [MODEL.load(d) for d in self.listed("models", tenant)]
 
     def delete_model(self, tenant: str, name: str) -> None:
         with self.db.tx() as db:

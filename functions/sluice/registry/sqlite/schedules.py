@@ -16,20 +16,17 @@ if TYPE_CHECKING:
 
 class SqliteSchedules(Part):
     def create_schedule(self, schedule: Schedule) -> Schedule:
-        self.insert(
-            "INSERT INTO batch_schedules (tenant, name, doc) VALUES (?, ?, ?)",
-            (schedule.tenant, schedule.name, SCHEDULE.to_json(schedule)),
+        self.added(
+            "batch_schedules", schedule.tenant, schedule.name, SCHEDULE.to_json(schedule),
             taken=taken("schedule", schedule.name, field="name"),
-        )
+        )  # fmt: skip
         return schedule
 
     def get_schedule(self, tenant: str, name: str) -> Schedule:
-        sql = "SELECT doc FROM batch_schedules WHERE tenant = ? AND name = ?"
-        return SCHEDULE.load(self.found(sql, tenant, name, missing=no_schedule(name)))
+        return SCHEDULE.load(self.named("batch_schedules", tenant, name, missing=no_schedule(name)))
 
     def list_schedules(self, tenant: str) -> list[Schedule]:
-        docs = self.db.all("SELECT doc FROM batch_schedules WHERE tenant = ? ORDER BY name", tenant)
-        return [SCHEDULE.load(d) for d in docs]
+        return [SCHEDULE.load(d) for d in self.listed("batch_schedules", tenant)]
 
     def all_schedules(self) -> list[Schedule]:
         """Every tenant's schedules: what the local scheduler runs (not part of the port;

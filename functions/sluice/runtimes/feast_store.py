@@ -1,0 +1,130 @@
+"""A Feast feature view as a lookup's store (`store: feast`), read through Feast's SDK: one
+`FeatureStore.get_online_features` call per batch of distinct keys (up to 1,000), never one per
+row. The repository's `feature_store.yaml` decides where the values live (its SQLite online
+store locally, its DynamoDB online store on AWS, which splits the call into BatchGetItem calls
+itself); sluice only names the repository (`lookup_feast_repo`, one per tenant with `{tenant}`).
+
+Feast is heavy (pandas, dask, SQLAlchemy: seconds to import), so it is imported on the first
+call, in the thread that makes it, never when sluice starts; a process without it answers that
+call with a 502 naming the extra to install.
+
+What a lookup reads, as the other stores give it (`Found`): an entity whose every feature Feast
+reports NOT_FOUND is absent; a feature that is null, that Feast reports outside its own TTL, or
+that the feature view does not define is missing (None); the record's time is Feast's event
+time of its features (epoch seconds), which `max_age_s` and `event_time_output` read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.runtimes.feature_stores import Found, _Counted, aws_error
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sluice.runtimes.feature_stores import Key
+
+log = logging.getLogger(__name__)
+
+_PRESENT, _NOT_FOUND = 1, 3  # feast.serving.ServingService_pb2.FieldStatus (2: null, 4: outside the view's TTL)
+
+
+class FeastStore(_Counted):
+    """`repo_path`: the folder of the repository's `feature_store.yaml`. Calls run in threads
+    (a DynamoDB online store is a network read) one at a time: Feast's registry cache and its
+    SQLite connection are shared by the FeatureStore."""
+
+    max_keys = 1000
+    concurrent = True
+
+    def __init__(self, repo_path: str) -> None:
+        super().__init__()
+        self.repo_path = repo_path
+        self._lock = threading.Lock()
+        self._feast: Any = None
+        self._defined: dict[str, tuple[frozenset[str], float]] = {}  # view: its features, until when
+
+    def _store(self) -> Any:
+        if self._feast is None:
+            if not (Path(self.repo_path) / "feature_store.yaml").is_file():
+                raise Unavailable(f"the Feast repository for lookups is not there (no feature_store.yaml in {Path(self.repo_path).name!r})")
+            try:
+                from feast import FeatureStore
+            except ImportError:
+                raise BackendError("Feast lookups need Feast's SDK in this service: pip install 'sluice[feast]'") from None
+            self._feast = FeatureStore(repo_path=self.repo_path)
+        return self._feast
+
+    def get_many(
+        self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
+    ) -> Found:
+        types = list(key_types) or ["S"] * len(key_names)
+        rows = [{n: int(v) if t == "N" else v for n, v, t in zip(key_names, key, types, strict=True)} for key in keys]
+        with self._lock:
+            self._counted()
+            try:
+                store = self._store()
+                defined = self._features_of(store, table)
+                read = [f for f in features if f in defined]  # one the view does not define: a missing feature
+                if not read:
+                    return Found(list(keys), {f: [None] * len(keys) for f in features}, [None] * len(keys))
+                response = store.get_online_features(features=[f"{table}:{f}" for f in read], entity_rows=rows, full_feature_names=False)
+                values = response.to_dict()
+            except SluiceError:
+                raise
+            except Exception as exc:
+                self._defined.pop(table, None)  # the view may have changed: read it again next time
+                if type(exc).__module__.startswith("botocore"):  # its DynamoDB online store's
+                    raise aws_error(exc, f"the online store of Feast feature view '{table}'") from None
+                log.warning("lookup: Feast failed", extra={"feature_view": table, "error_type": type(exc).__name__, "error": str(exc)[:500]})
+                raise BackendError(f"reading Feast feature view '{table}' failed ({type(exc).__name__})") from None
+        return _found(response.proto, values, keys, read, features, want_times=bool(event_time))
+
+    def _features_of(self, store: Any, table: str) -> frozenset[str]:
+        """The features `table` defines, kept as long as Feast keeps its registry (its
+        `cache_ttl_seconds`; 0: for good): Feast builds the view from its registry's proto on
+        every `get_feature_view`, milliseconds a call."""
+        from feast.errors import FeatureViewNotFoundException
+
+        known = self._defined.get(table)
+        if known is not None and time.monotonic() < known[1]:
+            return known[0]
+        try:
+            view = store.get_feature_view(table, allow_registry_cache=True)
+        except FeatureViewNotFoundException:
+            raise BackendError(f"the Feast repository has no feature view '{table}'") from None
+        ttl = getattr(store.config.registry, "cache_ttl_seconds", 600)
+        names = frozenset(f.name for f in view.features)
+        self._defined[table] = (names, time.monotonic() + ttl if ttl > 0 else math.inf)
+        return names
+
+
+def _found(proto: Any, values: dict[str, list[Any]], keys: Sequence[Key], read: list[str], features: Sequence[str], *, want_times: bool) -> Found:
+    """The entities Feast found, their features (None: null, stale by Feast's TTL, or not
+    defined) and event times, column by column in the keys' order."""
+    index = {name: i for i, name in enumerate(proto.metadata.feature_names.val)}
+    vectors = [proto.results[index[f]] for f in read]
+    statuses = [list(v.statuses) for v in vectors]
+    present = [i for i in range(len(keys)) if any(s[i] != _NOT_FOUND for s in statuses)]
+    found = Found([keys[i] for i in present], {}, [])
+    for feature in features:
+        if feature not in read:
+            found.values[feature] = [None] * len(present)
+            continue
+        column, status = values[feature], statuses[read.index(feature)]
+        found.values[feature] = [column[i] if status[i] == _PRESENT else None for i in present]
+    if want_times:
+        for i in present:
+            stamps = [v.event_timestamps[i] for v, s in zip(vectors, statuses, strict=True) if s[i] != _NOT_FOUND]
+            seconds = [t.seconds + t.nanos / 1e9 for t in stamps if t.seconds or t.nanos]
+            found.times.append(max(seconds) if seconds else None)
+    else:
+        found.times = [None] * len(present)
+    return found

@@ -1,0 +1,238 @@
+"""Lookup steps reading Feast (`store: feast`) end to end, on real Feast repositories made here:
+each tenant's own folder with a feature_store.yaml naming Feast's SQLite online store and a
+Parquet offline source, registered through Feast's SDK (what `feast apply` does) and loaded
+with `write_to_online_store`; the fraud example's repository as examples/features/feast/load.py
+makes it. One module fixture: Feast costs seconds to import and to apply."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from sluice.inference.loop import run
+from tests.conftest import REPO
+from tests.integration.test_lookup_steps import (
+    ACME,
+    EXAMPLE_ROWS,
+    GLOBEX,
+    ROWS,
+    World,
+    by_hand,
+    fraud,
+    fraud_example_decisions,
+    make_world,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+# Found, not imported: every pytest worker collects this module, and Feast takes seconds to import.
+pytestmark = pytest.mark.skipif(find_spec("feast") is None, reason="Feast's SDK comes with sluice[feast], which the dev install has")
+
+MANY = 2500  # customers m0..m2499, for calls of 1,000 keys
+
+
+def feast_fraud(**extra: Any) -> dict[str, Any]:
+    return fraud("feast", "customers", **extra)
+
+
+def make_repo(repo: Path, customers: dict[str, tuple[Any, ...]], *, many: int = 0) -> None:
+    """A Feast repository at `repo`: a `customers` view (avg_amount, chargebacks; the rows'
+    event times as given) and a `card_merchant` view keyed by two entities (an integer card,
+    a merchant), loaded into its SQLite online store."""
+    import pandas as pd
+    from feast import Entity, FeatureStore, FeatureView, Field, FileSource, ValueType
+    from feast.types import Float32, Float64, Int64
+
+    (repo / "data").mkdir(parents=True, exist_ok=True)
+    if not (repo / "feature_store.yaml").exists():
+        (repo / "feature_store.yaml").write_text(
+            "project: fraud\nregistry: data/registry.db\nprovider: local\n"
+            "online_store:\n  type: sqlite\n  path: data/online_store.db\noffline_store:\n  type: file\n"
+            "entity_key_serialization_version: 3\n"
+        )
+    ids = [*customers, *(f"m{i}" for i in range(many))]
+    rows = pd.DataFrame(
+        {
+            "customer_id": ids,
+            "avg_amount": [*(v[0] for v in customers.values()), *map(float, range(many))],
+            "chargebacks": pd.array([*(v[1] for v in customers.values()), *[1] * many], dtype="Int64"),
+            "event_timestamp": [datetime.fromtimestamp(v[2], UTC) for v in customers.values()] + [datetime.now(UTC)] * many,
+        }
+    )
+    cards = pd.DataFrame({"card_id": [7, 7, 8], "merchant_id": ["shop", "cafe", "shop"], "spend": [12.5, 3.0, 99.0], "event_timestamp": [datetime.now(UTC)] * 3})
+    rows.to_parquet(repo / "data" / "customers.parquet")
+    cards.to_parquet(repo / "data" / "cards.parquet")
+    customer = Entity(name="customer", join_keys=["customer_id"], value_type=ValueType.STRING)
+    card = Entity(name="card", join_keys=["card_id"], value_type=ValueType.INT64)
+    merchant = Entity(name="merchant", join_keys=["merchant_id"], value_type=ValueType.STRING)
+    views = [
+        FeatureView(
+            name="customers", entities=[customer], ttl=timedelta(days=3650),
+            schema=[Field(name="avg_amount", dtype=Float32), Field(name="chargebacks", dtype=Int64)],
+            source=FileSource(path=str(repo / "data" / "customers.parquet"), timestamp_field="event_timestamp"),
+        ),
+        FeatureView(
+            name="card_merchant", entities=[card, merchant], ttl=timedelta(days=1),
+            schema=[Field(name="spend", dtype=Float64)],
+            source=FileSource(path=str(repo / "data" / "cards.parquet"), timestamp_field="event_timestamp"),
+        ),
+    ]  # fmt: skip
+    store = FeatureStore(repo_path=str(repo))
+    store.apply([customer, card, merchant, *views])
+    store.write_to_online_store("customers", rows)
+    store.write_to_online_store("card_merchant", cards)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    import runpy
+
+    from sluice.runtimes.lookups import LookupSteps
+    from sluice.settings import Settings
+
+    home = tmp_path_factory.mktemp("feast")
+    acme = home / "repos" / "acme"
+    shutil.copytree(REPO / "examples" / "features" / "feast", acme, ignore=shutil.ignore_patterns("data"))
+    runpy.run_path(str(acme / "load.py"))["load"](acme)  # the example's repository, as its README says
+    make_repo(acme, ACME, many=MANY)
+    make_repo(home / "repos" / "globex", GLOBEX)
+    views = ["feast:customers", "feast:customer_features", "feast:card_merchant", "feast:not_in_the_repo"]
+    settings = Settings(
+        mode="local", home=home / "home", registry="", store="", deployment_cache_ttl_s=0,
+        lookup_feast_repo=str(home / "repos" / "{tenant}"), lookup_sources={"acme": views, "globex": ["feast:customers"]},
+    )  # fmt: skip
+    yield make_world(settings, LookupSteps(settings.lookups, mode="local"))
+
+
+def _store_of(world: World, tenant: str = "acme") -> Any:
+    from sluice.domain.policy import parse_policy
+
+    return world.lookups.store(parse_policy(feast_fraud()).steps[0].target, tenant)  # type: ignore[union-attr]
+
+
+def test_features_read_through_feast_feed_the_model_in_one_call(world: World) -> None:
+    assert world.save("fraud", feast_fraud()).status_code in (200, 201)
+    r = world.predict("fraud", ROWS)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(by_hand(ROWS, ACME))
+    assert body["steps"][0]["store_calls"] == 1  # three customers (one unknown), one get_online_features
+
+
+def test_missing_entities_null_and_undefined_features_take_defaults_or_name_the_key(world: World) -> None:
+    assert world.save("strict", feast_fraud(default=False)).status_code in (200, 201)
+    r = world.predict("strict", [("c1", 1.0), ("nobody", 2.0)])
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["field"] == "inputs.customer" and "customer_id='nobody' in feast 'customers': the entity is not in the store" in body["error"]
+    assert body["details"]["key"] == {"customer_id": "nobody"}
+    r = world.predict("strict", [("c4", 1.0)])  # its record is there, its chargebacks null
+    assert r.status_code == 422 and "feature 'chargebacks'" in r.json()["error"] and "the feature is missing" in r.json()["error"]
+    assert world.predict("strict", [("c1", 1.0), ("c2", 2.0)]).status_code == 200
+    undefined = feast_fraud()  # a feature the view does not define: missing, so its default
+    undefined["steps"][0]["target"]["features"].append({"name": "refunds", "datatype": "INT64", "default": 5})
+    undefined["steps"][1]["target"]["ops"][0]["inputs"] = ["amount", "avg_amount", "refunds"]
+    assert world.save("undefined", undefined).status_code in (200, 201)
+    r = world.predict("undefined", [("c1", 1.0)])
+    assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == pytest.approx(1.0 + 10.0 + 5)
+
+
+def test_feasts_event_times_decide_staleness_and_come_back_on_request(world: World) -> None:
+    day = 86400.0
+    policy = feast_fraud(max_age_s=day, event_time_output="customer_at")
+    policy["expose"] = ["customer.customer_at"]
+    assert world.save("fresh", policy).status_code in (200, 201)
+    rows = [("c1", 1.0), ("c3", 2.0), ("nobody", 3.0)]
+    r = world.predict("fresh", rows)
+    assert r.status_code == 200, r.text
+    predictions = r.json()["predictions"]
+    assert [p["prediction"]["score"] for p in predictions] == pytest.approx(by_hand(rows, ACME, max_age_s=day))  # c3: a year old
+    times = [p["prediction"]["customer.customer_at"] for p in predictions]  # Feast's SQLite online store keeps whole seconds
+    assert times[0] == pytest.approx(ACME["c1"][2], abs=1) and times[1] == pytest.approx(ACME["c3"][2], abs=1) and times[2] is None
+    assert world.save("fresh-strict", feast_fraud(default=False, max_age_s=day)).status_code in (200, 201)
+    r = world.predict("fresh-strict", [("c3", 1.0)])
+    assert r.status_code == 422 and "older than max_age_s" in r.json()["error"]
+
+
+def test_each_tenant_reads_its_own_repository_and_only_the_views_listed_for_it(world: World) -> None:
+    assert world.save("fraud", feast_fraud(), world.globex).status_code in (200, 201)
+    r = world.predict("fraud", [("c1", 1.0)], world.globex)  # the same view name in globex's own repository
+    assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == pytest.approx(by_hand([("c1", 1.0)], GLOBEX)[0])
+    r = world.save("stolen", fraud("feast", "card_merchant"), world.globex)  # in globex's repository too, but not on its list
+    assert r.status_code == 422 and r.json()["field"] == "policy.steps.0.target.table" and "globex" in r.json()["error"]
+
+
+def test_a_view_not_in_the_repository_is_a_502_naming_it(world: World) -> None:
+    assert world.save("nowhere", fraud("feast", "not_in_the_repo")).status_code in (200, 201)
+    r = world.predict("nowhere", [("c1", 1.0)])
+    assert r.status_code == 502 and "no feature view 'not_in_the_repo'" in r.json()["error"], r.text
+
+
+def test_two_entities_one_an_integer_key(world: World) -> None:
+    from sluice.domain.lookups import Lookup
+
+    node = Lookup.model_validate({
+        "store": "feast", "table": "card_merchant", "keys": {"card_id": "card", "merchant_id": "merchant"},
+        "features": [{"name": "spend", "datatype": "FP64", "default": -1.0}],
+    })  # fmt: skip
+    arrays = {"card": np.array([7, 8, 7, 9]), "merchant": np.array(["cafe", "shop", "shop", "shop"], dtype=object)}
+    out, calls = run(world.lookups.call(node, "acme", arrays, timeout_s=30))
+    assert out["spend"].tolist() == [3.0, 99.0, 12.5, -1.0] and calls == 1
+
+
+def test_distinct_keys_go_in_calls_of_a_thousand_never_one_a_row(world: World) -> None:
+    from sluice.domain import Principal
+    from sluice.inference.bulk import Records, Result, score_many
+
+    assert world.save("fraud", feast_fraud()).status_code in (200, 201)
+    rows = 3000  # 2,500 distinct customers in one inference call: three store calls (1,000, 1,000, 500 keys)
+    customers = np.array([f"m{i % MANY}" for i in range(rows)], dtype=object)
+    store = _store_of(world)
+    before = store.calls
+    acme = Principal("acme", frozenset({"predict"}), "test-acme")
+    done = run(score_many(world.container.predictions, acme, "fraud", Records({"customer": customers, "amount": np.ones(rows, np.float32)}), max_rows=rows))
+    assert done.failed == 0 and store.calls - before == 3
+    outcome = done.by_record()[2999]  # m499: amount 1, avg 499, chargebacks 1
+    assert isinstance(outcome, Result)
+    j = list(np.arange(rows)[outcome.records]).index(2999)
+    assert outcome.outputs_of(j)["score"][:, 0].tolist() == pytest.approx([1.0 + 499 + 1])
+
+
+def test_a_batch_job_reads_feast_once_per_inference_call(world: World, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sluice.domain import Principal
+    from tests.integration.batch.jobs import read_parts, run_job
+
+    rows = 20_000
+    customers = [("c1", "c2", "nobody")[i % 3] for i in range(rows)]
+    amounts = np.arange(rows, dtype=np.float32) % 7
+    pq.write_table(pa.table({"customer": customers, "amount": amounts}), tmp_path / "transactions.parquet")
+    assert world.save("fraud", feast_fraud()).status_code in (200, 201)
+    store = _store_of(world)
+    before = store.calls
+    job = run_job(world.container, Principal("acme", frozenset({"admin", "predict"}), "test-acme"), tmp_path / "transactions.parquet", deployment="fraud")
+    assert job.status == "SUCCEEDED" and (job.rows_out, job.rows_failed) == (rows, 0), job.error
+    least = -(-rows // world.container.settings.batch.batch_infer_rows)  # 5 inference calls of 4,096 rows
+    assert least <= store.calls - before <= least + (job.chunks_total or 0)  # never one a row
+    scores = read_parts(job).column("prediction").to_numpy()
+    assert scores[:6].tolist() == pytest.approx(by_hand(list(zip(customers[:6], amounts[:6].tolist(), strict=True)), ACME))
+
+
+def test_the_fraud_example_reads_its_feast_repository(world: World) -> None:
+    """examples/features/fraud.json as it is, on the repository examples/features/feast/load.py made."""
+    policy = json.loads((REPO / "examples" / "features" / "fraud.json").read_text())
+    assert policy["steps"][0]["target"]["store"] == "feast"
+    assert world.save("fraud-example", policy).status_code in (200, 201)
+    r = world.predict("fraud-example", EXAMPLE_ROWS)
+    assert r.status_code == 200, r.text
+    assert [a["prediction"] for a in r.json()["predictions"]] == fraud_example_decisions()
