@@ -113,6 +113,7 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
 _Plan = tuple[frozenset[str], tuple[tuple[str, str, np.dtype, int, tuple[tuple[int, int], ...], bool], ...]]
 _PLANS: dict[int, tuple[tuple[TensorSpec, ...], _Plan]] = {}
 _ALL = np.logical_and.reduce  # `ndarray.all` without the Python function it goes through
+SMALL = 4096  # up to this many values, counting them is quicker than a reduction (its set-up)
 MAX_PLANS = 256  # signatures met (one per version, transform step): a bound, whatever the traffic
 
 
@@ -151,8 +152,10 @@ def _checked_at_once(
         for axis, size in fixed:
             if shape[axis] != size:
                 return None
-        if floats and name not in finite and not _ALL(np.isfinite(array), axis=None):
-            return None
+        if floats and name not in finite:
+            ok = np.isfinite(array)
+            if not (np.count_nonzero(ok) == ok.size if ok.size <= SMALL else _ALL(ok, axis=None)):
+                return None
         total += array.size
     if total > max_elements:
         return None
