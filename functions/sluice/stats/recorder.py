@@ -125,8 +125,9 @@ class StatsRecorder:
         """Several `request`s at once, under one lock (a graph's steps, once per request):
         a latency in milliseconds counts an answer, None a failure."""
         with self._lock:
+            pending = self._sums
             for key, latency_ms in samples:
-                sums = self._sums_of(key)
+                sums = pending.get(key) or self._sums_of(key)  # a key seen before: no call
                 if sums is None:
                     self._lose(key, 1, TOO_MANY)
                     continue
