@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from sluice.domain.policy import Node, Sequence, Step, Switch
     from sluice.inference.execution import Call, PolicyRunner
+    from sluice.runtimes.lookups import Looked
 
 MAX_REFS = 8
 MAX_PREPARED = 64  # what a sequence works out once, per step and per signature it takes
@@ -87,12 +88,14 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     _reshape(answer, given_signature, given)
             elif isinstance(step.target, Lookup):
                 try:
-                    given_signature, given, calls = await _lookup(runner, step, index, call, given, given_signature)
+                    given_signature, given, looked = await _lookup(runner, step, index, call, given, given_signature)
                 except SluiceError as exc:
                     samples.append((stat_key, None))
                     raise _named(exc, step.name, report) from None
                 ms = (time.perf_counter() - started) * 1000
-                report.append({"name": step.name, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": calls})
+                report.append(looked.report(step.name, ms))
+                if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read
+                    runner.stats.add(stat_key, {"cache_hits": looked.cache_hits, "cache_misses": looked.cache_misses})
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             elif isinstance(step.target, Function):
@@ -246,16 +249,14 @@ async def _function(
 
 async def _lookup(
     runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], before: Signature | None
-) -> tuple[Signature, dict[str, np.ndarray], int]:
-    """A lookup step's signature and what it gives (what it took, and its features), and the
-    store calls it made (`sluice.runtimes.lookups`), within the request's deadline (the
-    sequence's: it names the step when it passes)."""
+) -> tuple[Signature, dict[str, np.ndarray], Looked]:
+    """A lookup step's signature, what it gives and what it did, within the request's deadline (`sluice.runtimes.lookups`)."""
     node: Lookup = step.target  # type: ignore[assignment]
     if runner.lookup_steps is None:
         raise Unavailable("lookup steps are not served here", field="policy")
-    outputs, calls = await runner.lookup_steps.call(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
+    looked = await runner.lookup_steps.lookup(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
     takes = node.input_specs() if index == 0 or before is None else before.outputs
-    return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), outputs, calls
+    return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), looked.outputs, looked
 
 
 def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:
