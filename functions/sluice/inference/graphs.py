@@ -68,7 +68,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     exposed: dict[str, tuple[np.ndarray, Any]] = {}
     expose = _exposed(node, call.outputs)
     dep = call.deployment
-    stat_keys = _stat_keys(node, dep)
+    at = ("stats", dep.tenant, dep.name, dep.revision)  # each step's statistics key, worked out once
+    stat_keys = _kept(node, at, None) or _keep(node, at, None, tuple((*at[1:], f"step:{s.name}") for s in node.steps))
     samples: list[tuple[Any, float | None]] = []  # each step's statistics, recorded in one call
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
@@ -160,15 +161,6 @@ def _keep(node: Sequence, key: tuple[Any, ...], after: Signature | None, value: 
         node.prepared.clear()
     node.prepared[key] = (after, value)
     return value
-
-
-def _stat_keys(node: Sequence, dep: Any) -> tuple[tuple[str, str, int, str], ...]:
-    """Each step's statistics key under the deployment that runs the sequence."""
-    key = ("stats", dep.tenant, dep.name, dep.revision)
-    found = _kept(node, key, None)
-    if found is None:
-        found = _keep(node, key, None, tuple((dep.tenant, dep.name, dep.revision, f"step:{step.name}") for step in node.steps))
-    return found  # type: ignore[no-any-return]
 
 
 def _exposed(node: Sequence, outputs: Sequence_[str] | None) -> dict[int, list[tuple[str, str]]]:
@@ -271,23 +263,16 @@ async def _inputs_of(
     runner: PolicyRunner, sequence: Sequence, index: int, given: dict[str, np.ndarray], call: Call
 ) -> tuple[dict[str, np.ndarray], Signature]:
     """The step's inputs: the previous step's outputs of the same names, or those its map
-    names; and the signature they are checked against (which names where, worked out once
-    per signature)."""
+    names (worked out once per signature); and the signature they are checked against."""
     step = sequence.steps[index]
     signature = await input_signature(runner, step.target, call.tenant)
-    sources = _kept(sequence, ("feed", index), signature)
-    if sources is None:
-        sources = _keep(sequence, ("feed", index), signature, tuple((spec.name, (step.map or {}).get(spec.name, spec.name)) for spec in signature.inputs))
+    sources = _kept(sequence, ("feed", index), signature) or _keep(
+        sequence, ("feed", index), signature, tuple((spec.name, (step.map or {}).get(spec.name, spec.name)) for spec in signature.inputs)
+    )
     feed: dict[str, np.ndarray] = {}
     for name, source in sources:
-        array = given.get(source)
-        if array is None:
-            raise BackendError(
-                f"step '{step.name}' takes input '{name}' from output '{source}' of step '{sequence.steps[index - 1].name}', "
-                f"which gave {sorted(given)}",
-                field="policy",
-                step=step.name,
-            )
+        if (array := given.get(source)) is None:
+            raise BackendError(f"step '{step.name}' takes input '{name}' from output '{source}' of step '{sequence.steps[index - 1].name}', which gave {sorted(given)}", field="policy", step=step.name)
         feed[name] = array
     return feed, signature
 
