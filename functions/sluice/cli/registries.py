@@ -18,14 +18,15 @@ if TYPE_CHECKING:
 def is_registry_uri(text: str) -> bool:
     from sluice.convert.mlflow_models import is_mlflow_uri
 
-    return is_mlflow_uri(text)
+    return is_mlflow_uri(text) or text.startswith("arn:")
 
 
 def push_from_registry(args: argparse.Namespace) -> int:
     if args.format not in (None, "auto"):
         raise BadRequest("--format is for a file; a registry says what its model holds", field="format")
     with tempfile.TemporaryDirectory(prefix="sluice-registry-") as tmp:
-        data, names, note, source = _from_mlflow(args, Path(tmp))
+        pushed = _from_package if args.file.startswith("arn:") else _from_mlflow
+        data, names, note, source = pushed(args, Path(tmp))
     version = pieces.models().push(
         operator(args), args.name, data, runtime=args.runtime,
         config=load_json_arg(args.config, "config") if args.config else None,
@@ -33,6 +34,30 @@ def push_from_registry(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"{note}pushed {version.model} version {version.version} (sha256 {version.sha256[:12]}, {version.size_bytes} bytes) from {args.file}")
     return 0
+
+
+def _from_package(args: argparse.Namespace, tmp: Path) -> tuple[bytes, list[str] | None, str, dict[str, Any]]:
+    from sluice.clients import AwsClients
+    from sluice.convert import sagemaker_packages as sm
+    from sluice.convert.frameworks import SUFFIXES
+
+    clients = AwsClients()
+    package = sm.describe(args.file, clients, allow_unapproved=args.allow_unapproved)
+    path = sm.model_file(package, sm.download(package, clients, tmp), tmp)
+    names = feature_names(args.feature_names)
+    said = f"{package.group} version {package.version} ({package.approval_status})"
+    if SUFFIXES.get(path.suffix.lower(), "onnx") == "onnx":
+        if args.sample or args.tolerance is not None:
+            raise BadRequest("--sample and --tolerance check a conversion; an ONNX model is pushed as it is", field="sample")
+        return path.read_bytes(), names, f"took the ONNX model of {said} as it is\n", package.source
+    from sluice.convert.check import convert
+
+    converted = convert(
+        path, sample=Path(args.sample) if args.sample else None,
+        tolerance=1e-4 if args.tolerance is None else args.tolerance, n_features=args.n_features, feature_names=names,
+    )  # fmt: skip
+    note = f"converted {said}'s {converted.format} model, checked on {converted.sample}: max abs diff {converted.max_abs_diff:.3g}\n"
+    return converted.onnx, converted.feature_names, note, package.source
 
 
 def _from_mlflow(args: argparse.Namespace, tmp: Path) -> tuple[bytes, list[str] | None, str, dict[str, Any]]:
