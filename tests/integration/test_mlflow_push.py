@@ -67,9 +67,22 @@ def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
 
         with mlflow.start_run(experiment_id=experiment):
             mlflow.pyfunc.log_model(name="model", python_model=Opaque(), pip_requirements=[], registered_model_name="opaque")
+        with mlflow.start_run(experiment_id=experiment):
+            import onnx
+            from skl2onnx import to_onnx
+
+            converted = to_onnx(sk, x.to_numpy(np.float32)[:2], target_opset={"": 17, "ai.onnx.ml": 3})
+            mlflow.onnx.log_model(onnx.load_from_string(converted.SerializeToString()), name="model",
+                                  signature=signature_of(sk, x), pip_requirements=[], registered_model_name="scorer")  # fmt: skip
         mlflow.MlflowClient().set_registered_model_alias("fraud", "champion", "2")
         mp.setenv("MLFLOW_TRACKING_URI", "")
         yield {"uri": uri, "runs": runs, "x": x, "sklearn": sk, "xgboost": xg}
+
+
+def signature_of(model: Any, x: Any) -> Any:
+    from mlflow.models import infer_signature
+
+    return infer_signature(x.head(5), model.predict(x.head(5)))
 
 
 def predictions(capsys: pytest.CaptureFixture[str], deployment: str, rows: np.ndarray) -> list[Any]:
@@ -117,6 +130,35 @@ def test_an_alias_and_a_run_resolve_to_their_version_and_run(
     rows = tracking["x"].to_numpy()[:10]
     want = tracking["xgboost"].predict(tracking["x"].head(10))
     assert np.allclose(np.asarray(predictions(capsys, "champ", rows), dtype=np.float64).ravel(), want, atol=1e-4)
+
+
+def test_an_onnx_flavor_is_pushed_as_it_is_with_the_signatures_columns(
+    capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
+) -> None:
+    code, out, err = run_cli(capsys, "models", "push", "scorer", "models:/scorer/1", "--tracking-uri", tracking["uri"])
+    assert code == 0, err
+    assert "took models:/scorer/1's onnx flavor as it is" in out
+    code, out, _ = run_cli(capsys, "models", "show", "scorer", "--version", "1")
+    version = json.loads(out)
+    assert version["signature"]["inputs"][0]["feature_names"] == NAMES
+    assert version["source"]["flavor"] == "onnx" and version["source"]["version"] == 1
+
+
+def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> None:
+    from mlflow.models import Model, ModelSignature
+    from mlflow.types import ColSpec, Schema, TensorSpec
+
+    from sluice.convert.mlflow_models import Fetched, signature_hint
+    from sluice.domain.errors import Unprocessable
+
+    def hint(inputs: Schema) -> Any:
+        model = Model(signature=ModelSignature(inputs=inputs))
+        return signature_hint(Fetched("models:/m/1", None, model, {}))  # type: ignore[arg-type]
+
+    assert hint(Schema([ColSpec("double", "a"), ColSpec("long", "b"), ColSpec("boolean", "c")])) == (["a", "b", "c"], 3)
+    assert hint(Schema([TensorSpec(np.dtype("float32"), (-1, 7))])) == (None, 7)
+    with pytest.raises(Unprocessable, match="takes column 'city' of type string"):
+        hint(Schema([ColSpec("double", "a"), ColSpec("string", "city")]))
 
 
 @pytest.mark.parametrize(
