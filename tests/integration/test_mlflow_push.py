@@ -5,6 +5,7 @@ remembers where it came from; what cannot be pushed is a message and a non-zero 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -21,18 +22,20 @@ if TYPE_CHECKING:
     from sluice.domain import Principal
     from sluice.wiring import Container
 
-pytest.importorskip("skl2onnx")
-pytest.importorskip("xgboost")
-mlflow = pytest.importorskip("mlflow")
-NAMES = ["amount", "age", "hour", "merchant_risk"]
-
+# Found, not imported: every worker collects this module, and MLflow (with pandas) costs seconds
+# to import; only the worker that runs these tests pays for it, in `tracking`.
+needs_mlflow = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("mlflow", "skl2onnx", "xgboost")), reason="needs the mlflow and convert extras"
+)
 pytestmark = pytest.mark.usefixtures("cli_home")
+NAMES = ["amount", "age", "hour", "merchant_risk"]
 
 
 @pytest.fixture(scope="module")
 def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One tracking store for the module: `fraud` version 1 (scikit-learn), version 2 (XGBoost,
     alias `champion`), and `opaque` (a python_function model only)."""
+    import mlflow
     import pandas as pd
     import xgboost
     from sklearn.linear_model import LogisticRegression
@@ -91,6 +94,7 @@ def predictions(capsys: pytest.CaptureFixture[str], deployment: str, rows: np.nd
     return [p["prediction"] for p in json.loads(out)["predictions"]]
 
 
+@needs_mlflow
 def test_a_version_is_converted_checked_on_the_input_example_and_remembers_its_source(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
 ) -> None:
@@ -110,6 +114,7 @@ def test_a_version_is_converted_checked_on_the_input_example_and_remembers_its_s
     assert predictions(capsys, "fraud", rows) == [int(c) for c in tracking["sklearn"].predict(tracking["x"].head(20))]
 
 
+@needs_mlflow
 def test_an_alias_and_a_run_resolve_to_their_version_and_run(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +137,7 @@ def test_an_alias_and_a_run_resolve_to_their_version_and_run(
     assert np.allclose(np.asarray(predictions(capsys, "champ", rows), dtype=np.float64).ravel(), want, atol=1e-4)
 
 
+@needs_mlflow
 def test_an_onnx_flavor_is_pushed_as_it_is_with_the_signatures_columns(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
 ) -> None:
@@ -144,6 +150,7 @@ def test_an_onnx_flavor_is_pushed_as_it_is_with_the_signatures_columns(
     assert version["source"]["flavor"] == "onnx" and version["source"]["version"] == 1
 
 
+@needs_mlflow
 def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> None:
     from mlflow.models import Model, ModelSignature
     from mlflow.types import ColSpec, Schema, TensorSpec
@@ -161,6 +168,7 @@ def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> Non
         hint(Schema([ColSpec("double", "a"), ColSpec("string", "city")]))
 
 
+@needs_mlflow
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
@@ -180,6 +188,7 @@ def test_what_cannot_be_pushed_is_a_message_and_a_non_zero_exit(
     assert run_cli(capsys, "models", "show", "bad")[0] == 2  # nothing was pushed
 
 
+@needs_mlflow
 def test_a_tracking_uri_mlflow_cannot_use_or_none_is_a_message(capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]) -> None:
     code, _, err = run_cli(capsys, "models", "push", "bad", "models:/fraud/1", "--tracking-uri", "nosuch://host/x")
     assert code == 2 and "nosuch://host/x" in err and "Traceback" not in err, err
