@@ -172,10 +172,10 @@ def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> Non
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
-        ("models:/nosuch/1", "models:/nosuch/1 is not in the MLflow registry"),
-        ("models:/fraud/9", "models:/fraud/9 is not in the MLflow registry"),
-        ("models:/fraud@nobody", "models:/fraud@nobody is not in the MLflow registry"),
-        ("runs:/0123456789abcdef/model", "runs:/0123456789abcdef/model is not in the MLflow registry"),
+        ("models:/nosuch/1", "models:/nosuch/1 was not found in MLflow at"),
+        ("models:/fraud/9", "models:/fraud/9 was not found in MLflow at"),
+        ("models:/fraud@nobody", "models:/fraud@nobody was not found in MLflow at"),
+        ("runs:/0123456789abcdef/model", "runs:/0123456789abcdef/model was not found in MLflow at"),
         ("models:/opaque/1", "has the flavors python_function; sluice takes a model with an onnx, sklearn, xgboost, lightgbm or pytorch flavor"),
         ("models:/fraud", "is not an MLflow model URI"),
     ],
@@ -190,8 +190,9 @@ def test_what_cannot_be_pushed_is_a_message_and_a_non_zero_exit(
 
 @needs_mlflow
 def test_a_tracking_uri_mlflow_cannot_use_or_none_is_a_message(capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]) -> None:
-    code, _, err = run_cli(capsys, "models", "push", "bad", "models:/fraud/1", "--tracking-uri", "nosuch://host/x")
+    code, _, err = run_cli(capsys, "models", "push", "bad", "models:/fraud/1", "--tracking-uri", "nosuch://alice:s3cret@host/x")
     assert code == 2 and "nosuch://host/x" in err and "Traceback" not in err, err
+    assert "s3cret" not in err  # MLflow's own message quotes the URI: sluice's does not pass its password on
     code, _, err = run_cli(capsys, "models", "push", "bad", "models:/fraud/1")
     assert code == 2 and "give --tracking-uri or set MLFLOW_TRACKING_URI" in err, err
 

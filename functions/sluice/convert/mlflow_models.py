@@ -78,6 +78,17 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
     tracking = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking:
         raise BadRequest(f"{uri} needs a tracking server: give --tracking-uri or set MLFLOW_TRACKING_URI", field="tracking_uri")
+    try:
+        return _fetch(uri, tracking, into)
+    except SluiceError as exc:  # MLflow's messages may quote the URI it was given, credentials and all
+        exc.message = exc.message.replace(tracking, without_credentials(tracking))
+        secret = urlsplit(tracking).password
+        if secret:
+            exc.message = exc.message.replace(secret, "***")
+        raise
+
+
+def _fetch(uri: str, tracking: str, into: Path) -> Fetched:
     model_uri, run_uri = _MODEL_URI.match(uri), _RUN_URI.match(uri)
     if model_uri is None and run_uri is None:
         raise BadRequest(
@@ -126,7 +137,7 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
 def _refusal(exc: Any, uri: str, shown: str) -> SluiceError:
     code = getattr(exc, "error_code", "")
     if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "INVALID_PARAMETER_VALUE") and "not" in _said(exc).lower():
-        return NotFound(f"{uri} is not in the MLflow registry at {shown}: {_said(exc)}", field="file")
+        return NotFound(f"{uri} was not found in MLflow at {shown}: {_said(exc)}", field="file")
     return BadRequest(f"MLflow at {shown} refused {uri}: {_said(exc)}", field="file")
 
 
