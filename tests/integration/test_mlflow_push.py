@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # Found, not imported: every worker collects this module, and MLflow (with pandas) costs seconds
 # to import; only the worker that runs these tests pays for it, in `tracking`.
 needs_mlflow = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("mlflow", "skl2onnx", "xgboost")), reason="needs the mlflow and convert extras"
+    not all(importlib.util.find_spec(m) for m in ("mlflow", "skops", "skl2onnx", "xgboost")), reason="needs the mlflow and convert extras"
 )
 pytestmark = pytest.mark.usefixtures("cli_home")
 NAMES = ["amount", "age", "hour", "merchant_risk"]
@@ -56,7 +56,7 @@ def tracking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         runs = {}
         with mlflow.start_run(experiment_id=experiment) as run:
             mlflow.sklearn.log_model(
-                sk, name="model", serialization_format="cloudpickle", input_example=x.head(5),
+                sk, name="model", input_example=x.head(5),  # in MLflow 3's default format, skops
                 pip_requirements=["scikit-learn"], registered_model_name="fraud",
             )  # fmt: skip
             runs["sklearn"] = run.info.run_id

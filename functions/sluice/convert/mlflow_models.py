@@ -168,8 +168,10 @@ def load(fetched: Fetched, flavor: str) -> Loaded:
     loader = importlib.import_module(f"mlflow.{flavor}")
     try:
         model = loader.load_model(str(fetched.path))
-    except ImportError as exc:
-        raise Unprocessable(f"cannot load {fetched.uri}'s {flavor} flavor: {exc}", field="file") from None
+    except SluiceError:
+        raise
+    except Exception as exc:  # a missing package, skops' untrusted types, a file of another version
+        raise Unprocessable(f"cannot load {fetched.uri}'s {flavor} flavor: {_said(exc)}", field="file") from None
     return from_object(model, fetched.uri)
 
 
