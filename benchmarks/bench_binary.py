@@ -4,13 +4,13 @@ serving the same ONNX files through the same protocol. Two requests: one row of 
 (the protocol's overhead) and a 1 MiB FP32 tensor (1024 rows of 256 into a narrow MLP the
 project's script makes, so that the model's own time does not hide the encoding's).
 
-Over loopback: `sluice serve` (1 HTTP worker and its gRPC process, an API key checked per call)
+Over loopback: `sluice serve` (1 worker serving HTTP and gRPC, an API key checked per call)
 against `tritonserver` (python backend running ONNX Runtime, 1 CPU instance, no key), each
 called by one client in turn (concurrency 1): p50 and req/s, sluice against Triton. In process:
 the ASGI app (no socket) against ONNX Runtime alone on the same input, the floor. Subjects and
 forms alternate; every figure is the median (min-max) of its repeats. Without `make
 triton-env` the Triton rows are left out with a note. (`bench_grpc` measures gRPC at
-concurrency 8.)"""
+concurrency 1, 8 and 32 with two workers.)"""
 
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ def run(quick: bool) -> dict[str, Any]:
                 ))  # fmt: skip
     notes.append(
         "concurrency 1, one client per subject in turn; sluice checks an API key per call, Triton none. "
-        "Triton: python backend running ONNX Runtime, 1 CPU instance; sluice: 1 HTTP worker and its gRPC process."
+        "Triton: python backend running ONNX Runtime, 1 CPU instance; sluice: 1 worker serving HTTP and gRPC."
     )
     return {"title": "Protocols: JSON vs binary+JSON vs gRPC, sluice beside Triton", "figures": figures, "notes": notes}
 

@@ -1,9 +1,10 @@
 """What one large gRPC infer request costs `sluice serve --grpc-port` in memory.
 
-One request of `--mib` MiB of FP32 (rows of 10 features) goes to the gRPC server process, sent
+One request of `--mib` MiB of FP32 (rows of 10 features) goes to `sluice serve --workers 1`,
+whose one process serves gRPC beside HTTP, sent
 the two ways the Open Inference Protocol allows: as
 `raw_input_contents` (what `tritonclient` sends) and as typed `fp32_contents` (a repeated
-field). Around each request the script reads the server process's resident memory from
+field). Around each request the script reads that process's resident memory from
 /proc: RSS before, RSS after, and the peak in between (VmHWM, reset before each request by
 writing 5 to /proc/<pid>/clear_refs). It then sends `--concurrent` such requests at once, to
 show what many in flight cost together. Linux only.
@@ -71,21 +72,6 @@ def _status(pid: int) -> dict[str, int]:
 
 def _reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def _grpc_process(parent: int) -> int:
-    """The gRPC server: the child `sluice serve` spawned for it (multiprocessing's spawn_main)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent and b"spawn_main" in cmdline:
-            return int(entry.name)
-    raise RuntimeError("no gRPC process under sluice serve")
 
 
 def _requests(deployment: str, rows: int, key: str) -> dict[str, Any]:
@@ -156,6 +142,7 @@ def explain(mib: float) -> dict[str, Any]:
     from sluice.api.present import who_answered
     from sluice.domain.requests import PredictionRequest, TensorInputs
     from sluice.grpc_service.tensors import response_of, tensors_of
+    from sluice.grpc_service.wire import read_infer_request
 
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")  # the report alone on stdout
     rows = int(mib * MiB) // (4 * FEATURES)
@@ -183,13 +170,13 @@ def explain(mib: float) -> dict[str, Any]:
         if traced:
             tracemalloc.start()
         mark("start")
-        request = pb.ModelInferRequest.FromString(wire)
-        mark("parse the message (protobuf)")
+        request = read_infer_request(wire)
+        mark("parse the message (its raw tensors left in place)")
         tensors = tensors_of(request)
         mark("decode its tensors")
         prediction = await container.predictions.predict(principal, PredictionRequest(deployment="sum10", inputs=TensorInputs(tensors)))
         mark("predict")
-        answer = response_of(pb, prediction, request_id="r", wanted=None, who=who_answered(prediction)).SerializeToString()
+        answer = response_of(pb, prediction, request_id="r", wanted=None, who=who_answered(prediction)).serialize()
         mark("answer")
         del request, tensors, prediction, answer
         mark("all freed")
@@ -248,7 +235,7 @@ def main() -> None:
                     if time.monotonic() > deadline:
                         raise
                 time.sleep(0.2)
-            pid = _grpc_process(proc.pid)
+            pid = proc.pid  # one worker: the command's own process serves HTTP and gRPC
             key = (home / "admin-key").read_text().strip()
             small, made = _requests(args.deployment, 2, key), _requests(args.deployment, rows, key)
             for how in ("raw", "typed"):  # the model loaded, every path imported

@@ -236,3 +236,14 @@ def test_the_fraud_example_reads_its_feast_repository(world: World) -> None:
     r = world.predict("fraud-example", EXAMPLE_ROWS)
     assert r.status_code == 200, r.text
     assert [a["prediction"] for a in r.json()["predictions"]] == fraud_example_decisions()
+
+
+def test_a_cached_feast_lookup_reads_each_tenants_repository_once(world: World) -> None:
+    """The feature cache holds Feast's values as any store's, per tenant: the same view name in
+    globex's repository is never answered from acme's entries."""
+    for headers, table in ((world.acme, ACME), (world.globex, GLOBEX), (world.acme, ACME), (world.globex, GLOBEX)):
+        assert world.save("fraud-cached", feast_fraud(cache_ttl_s=300), headers).status_code in (200, 201)
+        r = world.predict("fraud-cached", [("c1", 1.0)], headers)
+        assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == pytest.approx(by_hand([("c1", 1.0)], table)[0])
+    step = r.json()["steps"][0]
+    assert (step["store_calls"], step["cache_hits"], step["cache_misses"]) == (0, 1, 0)  # globex's second request

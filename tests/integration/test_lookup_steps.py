@@ -297,3 +297,38 @@ def test_a_graph_with_a_lookup_is_not_cached(world: World) -> None:
     r = world.client.post("/api/v1/deployments", json=body, headers=world.acme)
     assert r.status_code == 422, r.text
     assert r.json()["field"] == "policy.steps.0.target" and "lookup step is not deterministic" in r.json()["error"]
+
+
+def test_a_cached_lookup_reports_its_hits_in_the_answer_and_the_statistics(world: World) -> None:
+    assert world.save("fraud-cached", fraud(cache_ttl_s=300)).status_code in (200, 201)
+    reports = []
+    for _ in range(2):
+        r = world.predict("fraud-cached", ROWS)
+        assert r.status_code == 200, r.text
+        assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(ROWS, ACME))
+        reports.append(r.json()["steps"][0])
+    # Rows: the first request reads its three customers in one call, the second reads nothing.
+    assert [(s["store_calls"], s["cache_hits"], s["cache_misses"]) for s in reports] == [(1, 0, 4), (0, 4, 0)]
+    step = world.client.get("/api/v1/deployments/fraud-cached/stats", headers=world.acme).json()["steps"]["customer"]
+    assert (step["cache_hits"], step["cache_misses"], step["cache_hit_rate"]) == (4, 4, 0.5)
+    assert world.save("fraud", fraud()).status_code in (200, 201)
+    plain = world.predict("fraud", ROWS).json()["steps"][0]  # a lookup that does not ask for the cache: as before
+    assert plain["store_calls"] == 1 and "cache_hits" not in plain
+
+
+def test_sluice_deployments_stats_prints_a_cached_lookups_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.integration.conftest import run_cli
+    from tests.support import cli_environment
+
+    write_sqlite(tmp_path / "default.db", ACME)
+    (tmp_path / "score.onnx").write_bytes(score_model("features", 3))
+    with cli_environment(monkeypatch, tmp_path / "home", SLUICE_DEPLOYMENT_CACHE_TTL_S="0", SLUICE_LOOKUP_SQLITE=str(tmp_path / "{tenant}.db")):
+        assert run_cli(capsys, "models", "push", "score", str(tmp_path / "score.onnx"))[0] == 0
+        assert run_cli(capsys, "deployments", "create", "fraud", "--policy", json.dumps(fraud(cache_ttl_s=60)))[0] == 0
+        batch = json.dumps([{"customer": c, "amount": a} for c, a in ROWS])
+        for _ in range(2):
+            assert run_cli(capsys, "predict", "fraud", "--batch", batch)[0] == 0
+        code, out, _ = run_cli(capsys, "deployments", "stats", "fraud")
+    assert code == 0 and "step customer: feature cache 4 rows hit, 4 read from the store" in out, out

@@ -193,6 +193,9 @@ def cmd_deployments_stats(args: argparse.Namespace) -> int:
     table(rows, STATS_COLUMNS)
     if "fallback_rate" in stats:  # a precomputed node's rows answered live
         print(f"fallback rate {stats['fallback_rate']:.3f} (rows answered live: a new entity, or a stored answer too old)")
+    for name, step in stats.get("steps", {}).items():  # a cached lookup's rows, from its feature cache or the store
+        if "cache_hits" in step:
+            print(f"step {name}: feature cache {step['cache_hits']} rows hit, {step['cache_misses']} read from the store")
     return 0
 
 

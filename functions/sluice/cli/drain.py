@@ -5,9 +5,10 @@
    once. A new connection is refused (ECONNREFUSED), which a client or load balancer retries
    elsewhere, instead of waiting in the kernel's backlog to be reset when the process exits.
    (A connection whose handshake completed in that very instant, not yet taken by a worker,
-   is reset with the backlog: none of its request was read.) The workers and the gRPC
-   process are told to stop at the same moment; gRPC stops listening as it is told.
-2. What was accepted is answered: each worker (and the gRPC process) gives its requests
+   is reset with the backlog: none of its request was read.) The workers are told to stop
+   at the same moment; each worker's gRPC server stops listening as it is told
+   (`sluice.cli.grpc_workers`).
+2. What was accepted is answered: each worker gives its requests and gRPC calls
    `SLUICE_DRAIN_TIMEOUT_S`, then cancels the rest (answered 503, `CutOff`); local batch jobs finish the chunks they
    score (`SLUICE_BATCH_STOP_GRACE_S`), in the background threads at once, in a worker as it
    stops.
@@ -33,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from uvicorn.supervisors import Multiprocess
 
+from sluice.cli import grpc_workers
 from sluice.wiring.container import SETTLE_S
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
     from uvicorn import Config
@@ -69,15 +70,15 @@ class Stopping:
         self.background = background
         self.bound_s = bound_s
         self.sockets: list[socket.socket] = []
-        self.children: list[Callable[[], int | None]] = []  # the pids of processes to tell at once
         self.signals = 0
         self.since: float | None = None  # monotonic time of the first signal
         self._stopped: list[str] = []
         self._background: threading.Thread | None = None
 
     def on_signal(self, signum: int) -> bool:
-        """True for the first signal: listening stops, the children are told, the background
-        stops starting work and starts stopping; a later one hurries the background."""
+        """True for the first signal: listening stops (HTTP, and gRPC when this process serves
+        it: one worker), the background stops starting work and starts stopping; a later one
+        hurries the background."""
         self.signals += 1
         if self.signals > 1:
             self.background.hurry()
@@ -85,11 +86,7 @@ class Stopping:
         self.since = time.monotonic()
         for sock in self.sockets:
             stop_listening(sock)
-        for pid_of in self.children:
-            pid = pid_of()
-            if pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+        grpc_workers.told()
         self.background.stop_starting()
         # The local batch jobs' grace runs beside the HTTP drain, not after it.
         self._background = threading.Thread(target=self._stop_background, name="sluice-stop", daemon=True)
@@ -119,16 +116,6 @@ def stop_listening(sock: socket.socket) -> None:
     would leave the others' open)."""
     with contextlib.suppress(OSError):  # never listened, or stopped already
         sock.shutdown(socket.SHUT_RDWR)
-
-
-def stop_child(process: Any, wait_s: float) -> None:
-    """Wait for a child process told to stop (a `multiprocessing` process) for `wait_s`, then
-    kill it."""
-    process.join(wait_s)
-    if process.is_alive():
-        log.warning("%s still running at the stop's bound: killed", process.name)
-        process.kill()
-        process.join(5)
 
 
 class Supervisor(Multiprocess):

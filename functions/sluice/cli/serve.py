@@ -28,8 +28,8 @@ from sluice.cli.common import count, local_home, operator
 
 if TYPE_CHECKING:
     import argparse
+    import socket
     from collections.abc import AsyncIterator
-    from multiprocessing.process import BaseProcess
     from pathlib import Path
 
     from sluice.batch.orchestrators import LocalOrchestrator, Orchestrator
@@ -71,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if stopped:
         print(f"Batch jobs whose process had stopped, now FAILED: {', '.join(j.id for j in stopped)}", flush=True)
     from sluice.batch.inbox import InboxWatcher
-    from sluice.cli.drain import Stopping, stop_bound_s, stop_child
+    from sluice.cli.drain import Stopping, stop_bound_s
 
     background = Background(batch.orchestrator, grace_s=settings.serve.batch_stop_grace_s)
     stopping = Stopping(background, stop_bound_s(settings.serve))
@@ -90,19 +90,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
     from sluice.cli.protocol import GuardedHttpToolsProtocol
 
-    grpc = _start_grpc(args.host, args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port)
-    if grpc is not None:
-        stopping.children.append(lambda: grpc.pid)  # told with the workers: it stops listening too
+    grpc_port = args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port
+    grpc_hold = _claim_grpc(args.host, grpc_port)  # every worker serves it (sluice.cli.grpc_workers)
     try:
         _run_http(args, settings, workers, GuardedHttpToolsProtocol, stopping)
     finally:
-        if grpc is not None and stopping.since is None:  # the HTTP side ended without a signal
-            grpc.terminate()
         stopped = stopping.finish()
         if stopped:
             print(f"Stopped {len(stopped)} local batch job(s): {', '.join(stopped)}", flush=True)
-        if grpc is not None:
-            stop_child(grpc, stopping.left_s())
+        if grpc_hold is not None:
+            grpc_hold.close()
         pieces.settle()  # what this process recorded: one worker's requests, the background's
     return 0
 
@@ -169,6 +166,17 @@ def served_alone() -> CutOff:
     preload()  # the Triton client's imports, before the first request rather than during it
     app = create_app()
     app.prepare()  # its routes built before it takes a request (see served_app)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app_: Any) -> AsyncIterator[Any]:
+        from sluice.api.deps import container_of
+        from sluice.cli.grpc_workers import serving
+
+        async with serving(await asyncio.to_thread(container_of, app)), inner(app_) as state:
+            yield state
+
+    app.router.lifespan_context = lifespan
     return CutOff(app)
 
 
@@ -192,13 +200,14 @@ def served_app() -> CutOff:
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
         from sluice.api.deps import container_of
+        from sluice.cli.grpc_workers import serving
 
         # Its services (and their imports: ONNX Runtime, the registry) built before it takes a
         # request: else the first requests it takes wait, a burst's share of them behind it.
-        await asyncio.to_thread(container_of, app)
+        built = await asyncio.to_thread(container_of, app)
         orphaned = asyncio.create_task(_end_with_parent(os.getppid()))
         try:
-            async with inner(app_) as state:
+            async with serving(built), inner(app_) as state:  # its gRPC server beside its HTTP
                 yield state
         finally:
             orphaned.cancel()
@@ -227,15 +236,15 @@ def _local_jobs(orchestrator: Orchestrator | None) -> LocalOrchestrator | None:
     return orchestrator if isinstance(orchestrator, LocalOrchestrator) else None
 
 
-def _start_grpc(host: str, port: int) -> BaseProcess | None:
-    """The gRPC server, in a process of its own beside uvicorn's workers (none when port is 0)."""
+def _claim_grpc(host: str, port: int) -> socket.socket | None:
+    """The gRPC port, checked free and held for the workers (none when port is 0)."""
     if not port:
         return None
-    if port > 65535:
-        raise SystemExit(f"--grpc-port {port} is not a port (1-65535)")
-    from sluice.grpc_service.server import start_process
+    from sluice.cli.grpc_workers import claim
 
-    return start_process(host, port)
+    grpc_hold = claim(host, port)
+    print(f"gRPC (Open Inference Protocol) on {host}:{port}, in every worker", flush=True)
+    return grpc_hold
 
 
 def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type, stopping: Stopping) -> None:

@@ -21,6 +21,9 @@ is older than `max_age_s` takes the feature's `default`; a feature without one f
 with a 404 naming the entity's key. The record's event time (`event_time`, epoch seconds or an
 ISO-8601 time) is given as `event_time_output` (FP64 epoch seconds, NaN where there is none)
 when the lookup names one; a sequence's `expose` puts it in the answer.
+
+`cache_ttl_s` keeps the values read for later requests and batch chunks of the same tenant
+(`sluice.runtimes.lookup_cache`), never past `max_age_s`; unset, the operator's default.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ STORES = ("dynamodb", "sagemaker", "feast", "sqlite")
 MAX_KEYS_PER_CALL = {"dynamodb": 100, "sagemaker": 100, "feast": 1000, "sqlite": 500}
 MAX_FEATURES = 256
 MAX_AGE_S = 10 * 365 * 86400
+MAX_CACHE_TTL_S = 86400
 # DynamoDB table names; SageMaker feature group names; Feast feature view names (no `:`, which
 # separates a view from a feature in Feast's references); SQL identifiers, unquoted.
 TABLE_PATTERNS = {
@@ -86,6 +90,10 @@ class Lookup(Part):
     max_age_s: float | None = Field(None, gt=0, le=MAX_AGE_S, allow_inf_nan=False, description="Older records count as missing.")
     event_time: Attribute = Field("event_time", description="The record's event-time attribute (feature) in the store; Feast's own event times for `feast`.")
     event_time_output: Name | None = Field(None, description="A tensor of each row's event time (FP64 epoch seconds, NaN: none).")
+    cache_ttl_s: float | None = Field(
+        None, ge=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False,
+        description="Seconds values read are kept for later requests and chunks (never past max_age_s); 0: never; none: the operator's default.",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> Lookup:
@@ -119,6 +127,13 @@ class Lookup(Part):
     def source(self) -> str:
         """How an allowlist names what it reads: `dynamodb:TABLE`, `sagemaker:GROUP`, `feast:VIEW`, `sqlite:TABLE`."""
         return f"{self.store}:{self.table}"
+
+    @cached_property
+    def reads(self) -> tuple[Any, ...]:
+        """What a read of its store answers, beyond the tenant and the store: the table, the key
+        names, the features with their datatypes, and the event-time attribute read ("": none)."""
+        event_time = self.event_time if self.max_age_s is not None or self.event_time_output else ""  # read only when used
+        return (self.table, tuple(self.keys), tuple((f.name, f.datatype) for f in self.features), event_time)
 
     @cached_property
     def gives(self) -> tuple[TensorSpec, ...]:

@@ -1,40 +1,36 @@
 """The gRPC server: grpcio's asyncio server with the inference service on one port.
 
-`sluice serve --grpc-port` runs it in a process of its own beside uvicorn's workers
-(`start_process`): one event loop, one container, nothing shared with an HTTP worker's loop.
+`sluice serve --grpc-port` runs one in every HTTP worker, on the worker's event loop and with
+its container, all on the one port (`share_port`: `sluice.cli.grpc_workers`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-
     import grpc.aio
 
     from sluice.wiring import Container
 
 
-def options(max_request_bytes: int, max_response_bytes: int) -> list[tuple[str, int]]:
+def options(max_request_bytes: int, max_response_bytes: int, *, share_port: bool = False) -> list[tuple[str, int]]:
     # The HTTP body limits, as gRPC's own: a larger message is refused (RESOURCE_EXHAUSTED)
     # before it is parsed, and no answer larger than an HTTP one is sent (the service refuses
     # one first, saying why).
-    # No SO_REUSEPORT: a port another process holds is an error, not a silent second server.
+    # SO_REUSEPORT only for the workers of one `sluice serve`, which checked the port was free
+    # first: otherwise a port another process holds is an error, not a silent second server.
     return [
         ("grpc.max_receive_message_length", max_request_bytes),
         ("grpc.max_send_message_length", max_response_bytes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", 1 if share_port else 0),
     ]
 
 
-async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """A started server on `host:port` (0: a free port); returns it and the port bound."""
+async def start(container: Container, host: str, port: int, *, share_port: bool = False) -> tuple[grpc.aio.Server, int]:
+    """A started server on `host:port` (0: a free port); returns it and the port bound.
+    `share_port`: bound with SO_REUSEPORT, beside the other workers' servers on that port."""
     import grpc.aio
-    from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
     from sluice.grpc_service.service import InferenceService
 
@@ -42,47 +38,50 @@ async def start(container: Container, host: str, port: int) -> tuple[grpc.aio.Se
     # Each call may hold a message of up to the body limit and its decoding: a bound on calls
     # at once is a bound on the memory they take (past it, RESOURCE_EXHAUSTED at once).
     server = grpc.aio.server(
-        options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes),
+        options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port),
         maximum_concurrent_rpcs=settings.serve.grpc_max_concurrent_rpcs or None,
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(container), server)
+    add_service(InferenceService(container), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server, bound
 
 
-async def _serve(host: str, port: int, parent: int) -> None:
-    import signal
+def add_service(servicer: Any, server: grpc.aio.Server) -> None:
+    """The service's RPCs as tritonclient's compiled stubs declare them, but for inference
+    (unary and streamed), whose requests and answers are read and written around their
+    tensors' bytes (`sluice.grpc_service.wire`)."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
-    from sluice.wiring import get_container
+    from sluice.grpc_service.wire import (
+        read_infer_request,
+        write_infer_response,
+        write_stream_response,
+    )
 
-    container = get_container()
-    try:
-        server, bound = await start(container, host, port)
-    except RuntimeError:  # grpcio's word for a port it cannot bind
-        raise SystemExit(f"gRPC: cannot listen on {host}:{port} (in use?)") from None
-    print(f"gRPC (Open Inference Protocol) on {host}:{bound}", flush=True)
-    told = asyncio.Event()  # SIGTERM: `sluice serve` drains (sluice.cli.drain)
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, told.set)
-    # Ends with its parent, even one killed without a chance to stop it.
-    while os.getppid() == parent and not told.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(told.wait(), 1.0)
-    # It stops listening at once; the calls it accepted have the drain's time to finish.
-    await server.stop(grace=container.settings.serve.drain_timeout_s)
-    await asyncio.to_thread(container.settle)  # its statistics, captured requests, shadow jobs
-
-
-def run(host: str, port: int, parent: int) -> None:
-    """The process's target (spawned, so it imports what it needs itself)."""
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(host, port, parent))
+    declared = _Declared()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, declared)
+    handlers = dict(declared.handlers)
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, request_deserializer=read_infer_request, response_serializer=write_infer_response
+    )
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer, request_deserializer=read_infer_request, response_serializer=write_stream_response
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(declared.service, handlers),))
+    server.add_registered_method_handlers(declared.service, handlers)
 
 
-def start_process(host: str, port: int) -> BaseProcess:
-    """The gRPC server in a child process; the caller stops it when the HTTP server ends."""
-    import multiprocessing
+class _Declared:
+    """Takes the handlers the compiled stubs register, to register them changed."""
 
-    process = multiprocessing.get_context("spawn").Process(target=run, args=(host, port, os.getpid()), name="sluice-grpc", daemon=True)
-    process.start()
-    return process
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers come by name below
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service, self.handlers = service, handlers

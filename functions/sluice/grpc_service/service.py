@@ -197,7 +197,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             async for request in request_iterator:
                 try:
                     with use_tenant(principal.tenant):
-                        yield pb.ModelStreamInferResponse(infer_response=await self._infer(principal, metadata, request))
+                        yield await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
                     yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
@@ -210,15 +210,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             raise
 
     async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
-        rid = request_id({}, metadata, request.id)  # type: ignore[arg-type]
-        params = {k: _parameter(v) for k, v in request.parameters.items()}
-        wanted = tuple(out.name for out in request.outputs) or None
-        classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in request.outputs)
+        message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
+        rid = request_id({}, metadata, message.id)  # type: ignore[arg-type]
+        params = {k: _parameter(v) for k, v in message.parameters.items()}
+        wanted = tuple(out.name for out in message.outputs) or None
+        classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in message.outputs)
         variant = params.get("variant")
         core = PredictionRequest(
-            deployment=request.model_name,
+            deployment=message.model_name,
             inputs=TensorInputs(tensors_of(request)),
-            version=_version(request.model_version),
+            version=_version(message.model_version),
             outputs=wanted,
             variant=str(variant) if variant is not None else None,
             routing_key=str(params.get("routing_key") or "") or None,
@@ -231,10 +232,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         admission = self.container.admission  # each inference, unary or a stream's message, is one of the process's predictions
         with admission.held(principal, key=False) if admission is not None else contextlib.nullcontext():
             prediction = await service.predict(principal, core)
-            response = response_of(pb, prediction, request_id=request.id, wanted=wanted, who=who_answered(prediction), classify=classify)
+            response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
         if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
-        size, limit = response.ByteSize(), self.container.settings.limits.max_response_bytes
+        size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less
             # Counted once already, as the answer the model gave: not counted again.
             raise counted_already(PayloadTooLarge(

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from sluice.domain.policy import Node, Sequence, Step, Switch
     from sluice.inference.execution import Call, PolicyRunner
+    from sluice.runtimes.lookups import Looked
 
 MAX_REFS = 8
 MAX_PREPARED = 64  # what a sequence works out once, per step and per signature it takes
@@ -48,15 +49,15 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
     """The signature that describes what `node` takes: its first branch's version, down
     through references (as `PredictionService.resolve` finds it)."""
     for _ in range(MAX_REFS * MAX_DEPTH):
-        if isinstance(node, Transform | Lookup):  # a sequence's first step: what it declares
-            return Signature(node.input_specs(), ())
-        if isinstance(node, Function):  # a sequence's step: what it declares
-            return node.signature
-        if node.kind == "single":
+        if node.kind == "single":  # the common case first
             version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
             if version is None:
                 version = await runner.lookups.version_of(tenant, node.model, node.version)  # type: ignore[union-attr]
             return version.signature
+        if isinstance(node, Transform | Lookup):  # a sequence's first step: what it declares
+            return Signature(node.input_specs(), ())
+        if isinstance(node, Function):  # a sequence's step: what it declares
+            return node.signature
         node = await runner.lookups.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
     raise Unavailable("deployment references nest too deep to find a model version", field="policy")
 
@@ -67,6 +68,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     exposed: dict[str, tuple[np.ndarray, Any]] = {}
     expose = _exposed(node, call.outputs)
     dep = call.deployment
+    at = ("stats", dep.tenant, dep.name, dep.revision)  # each step's statistics key, worked out once
+    stat_keys = _kept(node, at, None) or _keep(node, at, None, tuple((*at[1:], f"step:{s.name}") for s in node.steps))
     samples: list[tuple[Any, float | None]] = []  # each step's statistics, recorded in one call
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
@@ -75,7 +78,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     step = node.steps[0]
     try:
         for index, step in enumerate(node.steps):
-            stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
+            stat_key = stat_keys[index]
             wanted = call.outputs if index == last else None  # only the last step answers with the outputs asked for
             started = time.perf_counter()
             if isinstance(step.target, Transform):
@@ -86,16 +89,18 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                     _reshape(answer, given_signature, given)
             elif isinstance(step.target, Lookup):
                 try:
-                    given_signature, given, calls = await _lookup(runner, step, index, call, given, given_signature)
+                    given_signature, given, looked = await _lookup(runner, step, index, call, given, given_signature)
                 except SluiceError as exc:
                     samples.append((stat_key, None))
                     raise _named(exc, step.name, report) from None
                 ms = (time.perf_counter() - started) * 1000
-                report.append({"name": step.name, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": calls})
+                report.append(looked.report(step.name, ms))
+                if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read
+                    runner.stats.add(stat_key, {"cache_hits": looked.cache_hits, "cache_misses": looked.cache_misses})
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             elif isinstance(step.target, Function):
-                feed = given if index == 0 else (await _inputs_of(runner, node.steps[index - 1], step, given, call))[0]
+                feed = given if index == 0 else (await _inputs_of(runner, node, index, given, call))[0]
                 try:
                     given_signature, given = await _function(runner, node, step, index, call, feed, given_signature, wanted)
                 except SluiceError as exc:
@@ -106,7 +111,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             else:
-                feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+                feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node, index, given, call)
                 try:
                     if index > 0:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
                         feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
@@ -236,16 +241,14 @@ async def _function(
 
 async def _lookup(
     runner: PolicyRunner, step: Step, index: int, call: Call, given: dict[str, np.ndarray], before: Signature | None
-) -> tuple[Signature, dict[str, np.ndarray], int]:
-    """A lookup step's signature and what it gives (what it took, and its features), and the
-    store calls it made (`sluice.runtimes.lookups`), within the request's deadline (the
-    sequence's: it names the step when it passes)."""
+) -> tuple[Signature, dict[str, np.ndarray], Looked]:
+    """A lookup step's signature, what it gives and what it did, within the request's deadline (`sluice.runtimes.lookups`)."""
     node: Lookup = step.target  # type: ignore[assignment]
     if runner.lookup_steps is None:
         raise Unavailable("lookup steps are not served here", field="policy")
-    outputs, calls = await runner.lookup_steps.call(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
+    looked = await runner.lookup_steps.lookup(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
     takes = node.input_specs() if index == 0 or before is None else before.outputs
-    return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), outputs, calls
+    return Signature(takes if index == 0 or before is None else before.inputs, node.derive(takes), before.metadata if before else {}), looked.outputs, looked
 
 
 def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:
@@ -257,22 +260,20 @@ def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray
 
 
 async def _inputs_of(
-    runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call
+    runner: PolicyRunner, sequence: Sequence, index: int, given: dict[str, np.ndarray], call: Call
 ) -> tuple[dict[str, np.ndarray], Signature]:
     """The step's inputs: the previous step's outputs of the same names, or those its map
-    names; and the signature they are checked against."""
+    names (worked out once per signature); and the signature they are checked against."""
+    step = sequence.steps[index]
     signature = await input_signature(runner, step.target, call.tenant)
+    sources = _kept(sequence, ("feed", index), signature) or _keep(
+        sequence, ("feed", index), signature, tuple((spec.name, (step.map or {}).get(spec.name, spec.name)) for spec in signature.inputs)
+    )
     feed: dict[str, np.ndarray] = {}
-    for spec in signature.inputs:
-        source = (step.map or {}).get(spec.name, spec.name)
-        if source not in given:
-            raise BackendError(
-                f"step '{step.name}' takes input '{spec.name}' from output '{source}' of step '{previous.name}', "
-                f"which gave {sorted(given)}",
-                field="policy",
-                step=step.name,
-            )
-        feed[spec.name] = given[source]
+    for name, source in sources:
+        if (array := given.get(source)) is None:
+            raise BackendError(f"step '{step.name}' takes input '{name}' from output '{source}' of step '{sequence.steps[index - 1].name}', which gave {sorted(given)}", field="policy", step=step.name)
+        feed[name] = array
     return feed, signature
 
 

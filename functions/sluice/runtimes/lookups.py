@@ -17,25 +17,26 @@ record alone. A store's failure maps as a runtime's: throttling 503, a store tha
 holds values that are not of the declared type 502, the deadline 504. In Lambda each lookup
 writes one log line that is also an EMF record, `LookupCalls` and `LookupErrors` (a store that
 failed: 5xx), which the observability stack alarms on as a rate.
+
+A lookup with a cache time to live (`ttl`: its `cache_ttl_s`, else the operator's default, at
+most its `max_age_s`) serves rows whose entity it read within that time from the feature cache
+(`sluice.runtimes.lookup_cache`) and reads only the others' entities; the rules above are
+applied to what the cache holds as to what the store answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from sluice.clients import LazyClient
-from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import (
-    BackendError,
     DeadlineExceeded,
     Forbidden,
-    InvalidInput,
     SluiceError,
     Unprocessable,
 )
@@ -44,21 +45,45 @@ from sluice.runtimes.feature_stores import (
     Found,
     SageMakerStore,
     SqliteStore,
-    epoch_seconds,
+)
+from sluice.runtimes.lookup_values import (
+    Values,
+    distinct,
+    entity,
+    from_found,
+    hashes_of,
+    keys_of,
+    store_keys,
 )
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
     from sluice.domain.lookups import Lookup
     from sluice.runtimes.feature_stores import FeatureStore, Key
+    from sluice.runtimes.lookup_cache import FeatureCache
     from sluice.settings import LookupSettings
 
-_TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
+
+class Looked(NamedTuple):
+    """A lookup's outputs, its store calls, and the rows the feature cache answered and those
+    whose entity was read from the store (None, None: not cached)."""
+
+    outputs: dict[str, np.ndarray]
+    store_calls: int
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+
+    def report(self, step: str, ms: float) -> dict[str, Any]:
+        """The step's line in the answer's `steps`."""
+        out = {"name": step, "kind": "lookup", "latency_ms": round(ms, 3), "store_calls": self.store_calls}
+        return out if self.cache_hits is None else out | {"cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
 
 
 class LookupSteps:
     """`dynamodb`/`featurestore`: clients to use (a test's); else built on first use from
-    `clients`. `sleep`: the backoff's between calls with unprocessed keys."""
+    `clients`. `sleep`: the backoff's between calls with unprocessed keys. `clock`: wall-clock
+    seconds, for `max_age_s` and the feature cache (`sluice.runtimes.lookup_cache`; none when
+    `lookup_cache_entries` is 0)."""
 
     def __init__(
         self,
@@ -71,6 +96,7 @@ class LookupSteps:
         featurestore: Any = None,
         sleep: Any = time.sleep,
         metrics_namespace: str | None = None,
+        clock: Any = time.time,
     ) -> None:
         self.settings = settings
         self.metrics_namespace = metrics_namespace  # None: no EMF lines (locally)
@@ -80,6 +106,12 @@ class LookupSteps:
         self._sleep = sleep
         self._stores: dict[str, FeatureStore] = {}
         self._lock = threading.Lock()
+        self.clock = clock
+        self.cache: FeatureCache | None = None
+        if settings.lookup_cache_entries > 0:
+            from sluice.runtimes.lookup_cache import FeatureCache
+
+            self.cache = FeatureCache(settings.lookup_cache_entries, clock)
 
     # Who may read what ----------------------------------------------------------------------
     def refusal(self, node: Lookup, tenant: str) -> str | None:
@@ -96,10 +128,14 @@ class LookupSteps:
             return f"{node.store} '{node.table}' is not among the stores tenant '{tenant}' may read (the operator's lookup_sources)"
         return None
 
+    def _store_key(self, node: Lookup, tenant: str) -> str:
+        """Which store `node` reads for `tenant`: a file or a repository of the tenant's own, or the service."""
+        path = {"sqlite": self.settings.lookup_sqlite, "feast": self.settings.lookup_feast_repo}.get(node.store)  # a file, a repository
+        return node.store if path is None else f"{node.store}:{path.replace('{tenant}', tenant)}"
+
     def store(self, node: Lookup, tenant: str) -> FeatureStore:
         """The store `node` reads for `tenant` (built once)."""
-        path = {"sqlite": self.settings.lookup_sqlite, "feast": self.settings.lookup_feast_repo}.get(node.store)  # a file, a repository
-        key = node.store if path is None else f"{node.store}:{path.replace('{tenant}', tenant)}"
+        key = self._store_key(node, tenant)
         with self._lock:
             found = self._stores.get(key)
             if found is None:
@@ -120,41 +156,90 @@ class LookupSteps:
     # Calls ------------------------------------------------------------------------------------
     async def call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> tuple[dict[str, np.ndarray], int]:
         """What the step gives (every tensor it takes, and its features), and the store calls made."""
-        if self.metrics_namespace is None:
-            return await self._call(node, tenant, arrays, timeout_s)
-        try:
-            out, calls = await self._call(node, tenant, arrays, timeout_s)
-        except SluiceError as exc:
-            self._report(node, tenant, 0, failed=exc.status >= 500)
-            raise
-        self._report(node, tenant, calls, failed=False)
-        return out, calls
+        looked = await self.lookup(node, tenant, arrays, timeout_s=timeout_s)
+        return looked.outputs, looked.store_calls
 
-    def _report(self, node: Lookup, tenant: str, calls: int, *, failed: bool) -> None:
+    def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
         from sluice.observability import get_logger
         from sluice.observability.formatter import log_info
         from sluice.observability.telemetry import emf
 
         metrics = {"LookupCalls": (1.0, "Count"), "LookupErrors": (float(failed), "Count")}
-        fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": calls}
+        if looked is not None and looked.cache_hits is not None:
+            metrics |= {"LookupCacheHits": (float(looked.cache_hits), "Count"), "LookupCacheMisses": (float(looked.cache_misses or 0), "Count")}
+        fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
         fields.update({name: value for name, (value, _) in metrics.items()})
         fields["_aws"] = emf(self.metrics_namespace, [[]], metrics)  # type: ignore[arg-type]
         log_info(get_logger(), "lookup", fields)
 
-    async def _call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], timeout_s: float) -> tuple[dict[str, np.ndarray], int]:
+    async def lookup(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> Looked:
+        """What the step gives (every tensor it takes, and its features), the store calls made
+        and, for a cached lookup, the rows the cache answered and those whose entity was read."""
+        if self.metrics_namespace is None:
+            return await self._call(node, tenant, arrays, timeout_s)
+        try:
+            looked = await self._call(node, tenant, arrays, timeout_s)
+        except SluiceError as exc:
+            self._report(node, tenant, None, failed=exc.status >= 500)
+            raise
+        self._report(node, tenant, looked, failed=False)
+        return looked
+
+    def ttl(self, node: Lookup) -> float:
+        """How long `node`'s values are kept (0: not cached): its `cache_ttl_s`, else the
+        operator's default, never past its `max_age_s`."""
+        if self.cache is None:
+            return 0.0
+        ttl = self.settings.lookup_cache_ttl_s if node.cache_ttl_s is None else node.cache_ttl_s
+        return min(ttl, node.max_age_s) if node.max_age_s is not None else ttl
+
+    async def _call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], timeout_s: float) -> Looked:
         refused = self.refusal(node, tenant)
         if refused is not None:
             raise Forbidden(refused, field="policy")
-        keys, inverse, rows = _keys(node, arrays)
+        every, together = keys_of(node, arrays)
         store = self.store(node, tenant)
-        chunks = [keys[i : i + store.max_keys] for i in range(0, len(keys), store.max_keys)]
-        types = ["S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values()]
-        features = [f.name for f in node.features]
-        event_time = node.event_time if node.max_age_s is not None or node.event_time_output else ""  # read only when used
+        event_time = node.reads[3]
+        types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
+        ttl = self.ttl(node)
+        cache = self.cache if ttl > 0 and len(every) else None
         calls_before = store.calls
+        if cache is None:
+            entities = distinct(every, together)
+            values = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
+            objs, inverse, hits = entities.objs, entities.inverse, None
+        else:  # rows found in the cache are served from it as they are; the others' entities read
+            space = (tenant, self._store_key(node, tenant), types, *node.reads)
+            hashes = hashes_of(together)
+            hit, held = cache.get(space, hashes, every)
+            hits = int(np.count_nonzero(hit))
+            if hits == len(every):
+                values = held
+            else:
+                missed = ~hit
+                rest = every[missed]
+                entities = distinct(rest, rest.tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
+                fetched = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s)
+                cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
+                if held is None:
+                    values = fetched.take(entities.inverse)
+                else:
+                    values = Values.empty(node, len(every))
+                    values.put(hit, held)
+                    values.put(missed, fetched.take(entities.inverse))
+            objs, inverse = every, None
+        out = dict(arrays)
+        out.update(_columns(node, objs, values, inverse, self.clock()))
+        return Looked(out, store.calls - calls_before, hits, None if hits is None else len(every) - hits)
+
+    async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], types: tuple[str, ...], event_time: str, timeout_s: float) -> Values:
+        """The values of `keys`, read from the store in calls of its most keys (several at once
+        where it allows), within the deadline."""
+        chunks = [keys[i : i + store.max_keys] for i in range(0, len(keys), store.max_keys)]
+        features = [f.name for f in node.features]
 
         def fetch(chunk: list[Key]) -> Found:
-            return store.get_many(node.table, list(node.keys), chunk, features, event_time, types)
+            return store.get_many(node.table, list(node.keys), chunk, features, event_time, list(types))
 
         try:
             async with asyncio.timeout(max(timeout_s, 0.0)):
@@ -175,125 +260,44 @@ class LookupSteps:
         found = parts[0] if len(parts) == 1 else Found.of(features)
         for part in parts if len(parts) > 1 else ():
             found.extend(part)
-        out = dict(arrays)
-        out.update(_columns(node, keys, found, inverse, rows))
-        return out, store.calls - calls_before
+        return from_found(node, keys, found)
 
 
-def _keys(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[list[Key], np.ndarray, int]:
-    """The distinct keys in the order first seen, each row's place among them, and the rows."""
-    columns: list[list[str]] = []
-    rows = -1
-    for key, name in node.keys.items():
-        array = arrays.get(name)
-        if array is None:
-            raise InvalidInput(f"lookup key '{key}' is read from input '{name}', which the step was not given", field=f"inputs.{name}")
-        flat = array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
-        if flat.ndim != 1 or (rows >= 0 and flat.shape[0] != rows):
-            raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
-        rows = flat.shape[0]
-        if flat.dtype.kind in "OUS":
-            values = flat.tolist()
-            if set(map(type, values)) != {str}:
-                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
-            columns.append(values)
-        elif flat.dtype.kind in "iu":
-            columns.append(list(map(str, flat.tolist())))
-        else:
-            raise InvalidInput(f"input '{name}' holds lookup key '{key}': strings or integers, not {flat.dtype}", field=f"inputs.{name}")
-    together: list[Any] = list(zip(*columns, strict=True)) if len(columns) > 1 else columns[0]
-    distinct = list(dict.fromkeys(together))  # first seen first, at C speed
-    place = dict(zip(distinct, range(len(distinct)), strict=True))
-    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=rows)
-    keys: list[Key] = distinct if len(columns) > 1 else list(zip(distinct, strict=True))
-    return keys, inverse, rows
-
-
-def _columns(node: Lookup, keys: list[Key], found: Found, inverse: np.ndarray, rows: int) -> dict[str, np.ndarray]:
+def _columns(node: Lookup, objs: np.ndarray, values: Values, inverse: np.ndarray | None, now: float) -> dict[str, np.ndarray]:
     """One array per feature (and the event times), in the rows' order: each distinct key's
-    values once, then spread to its rows."""
-    if not keys:
-        return {f.name: np.empty(0, V2_TO_NUMPY[f.datatype]) for f in node.features} | (
-            {node.event_time_output: np.empty(0)} if node.event_time_output else {}
-        )
-    position = dict(zip(found.keys, range(len(found.keys)), strict=True))
-    at = list(map(position.get, keys))  # each key's place among those found; None: not found
-    seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
-    times = [math.nan if i is None or seconds[i] is None else seconds[i] for i in at]  # a stale record's too
-    if node.max_age_s is not None:  # a stale record is a missing one
-        oldest = time.time() - node.max_age_s
-        at = [None if i is None or not times[j] >= oldest else i for j, i in enumerate(at)]
+    values once (a missing or stale one: the default, else 422), then spread to its rows
+    (`inverse`; None: `values` are the rows' own already)."""
+    usable = values.found
+    if node.max_age_s is not None:  # a stale record is a missing one (NaN, no event time: stale)
+        usable = usable & (values.times >= now - node.max_age_s)
     out: dict[str, np.ndarray] = {}
     for feature in node.features:
-        column = found.values[feature.name]
-        raw = [None if i is None else column[i] for i in at]
-        if None in raw:
+        ok = usable & values.present[feature.name]
+        column = values.columns[feature.name]
+        if not ok.all():
             if feature.default is None:
-                first = raw.index(None)
-                raise _missing(node, feature.name, keys[first], _why(node, keys[first], position, at[first]))
-            raw = [feature.default if v is None else v for v in raw]
-        unique = _array(raw, feature.datatype, node, feature.name, keys)
-        out[feature.name] = unique[inverse]
-    if node.event_time_output:
-        out[node.event_time_output] = np.array(times, dtype=np.float64)[inverse]
+                first = int(np.argmin(ok))
+                raise _missing(node, feature.name, store_keys(objs[first : first + 1])[0], _why(node, values, first, now))
+            column = column.copy()
+            column[~ok] = feature.default
+        out[feature.name] = column if inverse is None else column[inverse]
+    if node.event_time_output:  # a stale record's time too: why it was not used
+        out[node.event_time_output] = values.times if inverse is None else values.times[inverse]
     return out
 
 
-def _why(node: Lookup, key: Key, position: dict[Key, int], at: int | None) -> str:
-    if key not in position:
+def _why(node: Lookup, values: Values, at: int, now: float) -> str:
+    if not values.found[at]:
         return "the entity is not in the store"
-    if at is None:
+    if node.max_age_s is not None and not values.times[at] >= now - node.max_age_s:
         return f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time"
     return "the feature is missing"
-
-
-def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list[Key]) -> np.ndarray:
-    """The values as an array of `datatype`: at once where every value is already a number
-    of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
-    first that is not one named with its entity."""
-    dtype = V2_TO_NUMPY[datatype]
-    kinds = set(map(type, raw))
-    if datatype in ("FP32", "FP64") and kinds <= {float, int}:
-        return np.array(raw, dtype=dtype)
-    if datatype in ("INT32", "INT64") and kinds <= {int}:
-        return np.array(raw, dtype=dtype)
-    return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
-
-
-def _cast(value: Any, datatype: str, node: Lookup, feature: str, key: Key) -> Any:
-    try:
-        if datatype == "BYTES":
-            return value if isinstance(value, str) else str(value)
-        if datatype == "BOOL":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise ValueError(text)
-        if isinstance(value, bool | dict | list | set | bytes):
-            raise ValueError(value)
-        if datatype in ("INT32", "INT64"):
-            number = float(value)
-            if not number.is_integer():
-                raise ValueError(value)
-            return int(number)
-        return float(value)
-    except (ValueError, TypeError, OverflowError):
-        raise BackendError(
-            f"{node.store} '{node.table}' holds {str(value)[:40]!r} for feature '{feature}' of {_entity(node, key)}: not a {datatype} value",
-            field="policy",
-        ) from None
-
-
-def _entity(node: Lookup, key: Key) -> str:
-    return ", ".join(f"{name}={value!r}" for name, value in zip(node.keys, key, strict=True))
 
 
 def _missing(node: Lookup, feature: str, key: Key, why: str) -> Unprocessable:
     first = next(iter(node.keys.values()))
     return Unprocessable(
-        f"no value of feature '{feature}' for {_entity(node, key)} in {node.store} '{node.table}': {why}, and the feature has no default",
+        f"no value of feature '{feature}' for {entity(node, key)} in {node.store} '{node.table}': {why}, and the feature has no default",
         field=f"inputs.{first}",
         key=dict(zip(node.keys, key, strict=True)),
     )

@@ -1,7 +1,7 @@
 """A deployment's statistics as the API and `sluice deployments stats` show them: the whole
 deployment, each split's variants (with their rewards), each shadow's mirrors (with how they
-compare), each switch's cases (with the rows they took) and each sequence's steps, in the
-policy's order; a precomputed node's rows by source, and the share answered live."""
+compare), each switch's cases (with the rows they took) and each sequence's steps (a cached
+lookup's with its cache hits and misses, in rows), in the policy's order; a precomputed node's rows by source, and the share answered live."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def deployment_stats(name: str, revision: int, counters: Mapping[str, Mapping[st
             mirrors[label] = {**traffic(c), **comparison(c)}
         elif kind == "case":  # the rows it took too: rows of one request may take different cases
             graph["cases"][label] = {**traffic(c), "rows": int(c.get("rows", 0))}
-        elif kind == "step":
-            graph["steps"][label] = traffic(c)
+        elif kind == "step":  # a cached lookup's rows answered from its feature cache, and those read
+            graph["steps"][label] = {**traffic(c), **_cache(c)}
         elif kind == "source":  # a precomputed node's rows, by where their answers came from
             sources[label] = {**traffic(c), "rows": int(c.get("rows", 0)), **{k: int(c[k]) for k in ("stale", "missing") if k in c}}
     if any(graph.values()):  # in the policy's order: a sequence's steps as they run
@@ -64,6 +64,13 @@ def _graph_subjects(node: Node) -> list[str]:
         elif isinstance(n, Switch):
             out += [*(f"case:{c.name}" for c in n.cases), f"case:{DEFAULT_CASE}"]
     return out
+
+
+def _cache(counters: Mapping[str, float]) -> dict[str, Any]:
+    if "cache_hits" not in counters and "cache_misses" not in counters:
+        return {}
+    hits, misses = int(counters.get("cache_hits", 0)), int(counters.get("cache_misses", 0))
+    return {"cache_hits": hits, "cache_misses": misses, "cache_hit_rate": round(hits / (hits + misses), 6) if hits + misses else None}
 
 
 def _reward(counters: Mapping[str, float]) -> dict[str, Any]:

@@ -64,6 +64,27 @@ class LookupSettings(Group):
         description="Times a call's unprocessed keys (DynamoDB's UnprocessedKeys, throttling) are asked again, with backoff, before the step fails (503).",
     )
 
+    lookup_cache_entries: int = Field(
+        default=100_000,
+        ge=0,
+        le=10_000_000,
+        description=(
+            "The most entities whose looked-up values one process keeps between requests and between a batch "
+            "job's chunks, across all tenants and tables (about 100 bytes an entity plus 10 a feature, more for text); the "
+            "tables least recently read go first. 0: no feature cache, whatever a lookup's `cache_ttl_s`."
+        ),
+    )
+    lookup_cache_ttl_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=86_400,
+        description=(
+            "How long a lookup that does not set its own `cache_ttl_s` keeps the values it read (never past "
+            "its `max_age_s`: a record about to turn stale is read again). 0: such lookups read the store on "
+            "every request and chunk; a lookup opts in with `cache_ttl_s`, or out with `cache_ttl_s: 0`."
+        ),
+    )
+
     @model_validator(mode="after")
     def _parse_sources(self) -> LookupSettings:
         for tenant, sources in self.lookup_sources.items():

@@ -219,7 +219,7 @@ class AdmissionSettings(Group):
         default_factory=lambda: 0 if in_lambda() else 64,
         ge=0,
         description="`sluice serve`: requests one API key may have in flight at once in one process: its HTTP "
-        "requests and WebSocket messages in a worker, its gRPC calls in the gRPC process (an open stream is one). "
+        "requests, WebSocket messages and gRPC calls in a worker (an open stream is one). "
         "Past it a request is answered 429 with Retry-After (`too_many_in_flight`), after authentication and "
         "before its body is read; a WebSocket message gets that error message, a gRPC call RESOURCE_EXHAUSTED. "
         "Counted per process: with N workers a key may have up to N times as many. 0: off (the default in "
@@ -229,8 +229,7 @@ class AdmissionSettings(Group):
         default_factory=lambda: 0 if in_lambda() else 32,
         ge=0,
         description="`sluice serve`: predictions one process works on at once, every key and tenant together: "
-        "an HTTP worker's simple-JSON and v2 predictions and WebSocket messages, the gRPC process's inference "
-        "calls. Past it a prediction is refused at once, before its body is read: 503 with Retry-After "
+        "a worker's simple-JSON and v2 predictions, WebSocket messages and gRPC inference calls. Past it a prediction is refused at once, before its body is read: 503 with Retry-After "
         "(`overloaded`), a WebSocket error answer, gRPC UNAVAILABLE. It bounds what a worker holds (memory) and "
         "how long an admitted request waits behind the others (latency); raise it for deployments whose "
         "runtime answers from another machine (Triton, SageMaker), where a request in flight mostly waits. "
@@ -357,15 +356,16 @@ class ServeSettings(Group):
         default=0,
         ge=0,
         le=65535,
-        description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`); 0: off. "
-        "Not on AWS: API Gateway cannot carry gRPC.",
+        description="`sluice serve`: the port of the Open Inference Protocol over gRPC (`--grpc-port`), served by "
+        "every HTTP worker; 0: off. Not on AWS: API Gateway cannot carry gRPC.",
     )
     grpc_max_concurrent_rpcs: int = Field(
         default=32,
         ge=0,
-        description="`sluice serve --grpc-port`: calls the gRPC server runs at once, every key together (an "
-        "open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
-        "message of up to `max_request_bytes` and its decoding, so this bounds the gRPC process's memory. 0: no bound.",
+        description="`sluice serve --grpc-port`: calls one worker's gRPC server runs at once, every key together "
+        "(an open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
+        "message of up to `max_request_bytes` and its decoding, so this bounds what gRPC adds to a worker's memory. "
+        "0: no bound.",
     )
     batch_inbox: Path | None = Field(
         default=None,

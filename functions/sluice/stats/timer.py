@@ -1,7 +1,7 @@
 """The process's statistics timer: one daemon thread that flushes every recorder that has
 counts pending and is due (`StatsRecorder.flush_every_s` since its last flush), so a process
 that stops getting requests still publishes its last counts. It runs in whatever process
-records (a `sluice serve` worker, the gRPC process, a CLI command), with or without an event
+records (a `sluice serve` worker, a CLI command), with or without an event
 loop; in Lambda recorders are not put on it (a frozen environment runs no thread).
 
 A recorder is held weakly: one that is no longer used leaves the timer with it."""

@@ -1,0 +1,222 @@
+"""A lookup's distinct entities (`Entities`) and the values found for them, column by column
+(`Values`): whether each entity is in the store, its record's event time, and each feature
+cast once to its declared datatype beside a mask of the values that are there.
+
+The rows' keys are told apart by their hashes with numpy (one `hash` a row at C speed, then a
+sort; the keys of one hash compared, and taken one by one should two differ), not a dict per
+row; the feature cache finds rows' entries by the same hashes. The store's answer (`Found`, lists as the store hands them back) is read into `Values`
+once, when fetched; the feature cache (`sluice.runtimes.lookup_cache`) keeps that, and a
+request's rows are served from it with array operations only (`take`, `put`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.domain.errors import BackendError, InvalidInput
+from sluice.runtimes.feature_stores import epoch_seconds
+
+if TYPE_CHECKING:
+    from sluice.domain.lookups import Lookup
+    from sluice.runtimes.feature_stores import Found, Key
+
+_TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
+_FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
+SMALL = 256  # up to this many rows a dict tells keys apart sooner than a sort
+
+
+@dataclass(slots=True)
+class Entities:
+    """A call's distinct entities, first seen first: `objs` their keys as the rows hold them (a
+    string or an integer; a tuple of them for two keys), each row's place among them
+    (`inverse`), and Python's hash of each key (this process's; worked out when first asked)."""
+
+    objs: np.ndarray
+    inverse: np.ndarray
+    known: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.objs)
+
+    @property
+    def hashes(self) -> np.ndarray:
+        if self.known is None:
+            self.known = hashes_of(self.objs.tolist())
+        return self.known
+
+
+def hashes_of(keys: list[Any]) -> np.ndarray:
+    return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys))
+
+
+def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, list[Any]]:
+    """Each row's entity key (a string or an integer; a tuple of them for two keys), read from
+    the inputs the lookup's keys name: as an array and as a list."""
+    columns: list[list[Any]] = []
+    rows, every = -1, None
+    for key, name in node.keys.items():
+        array = arrays.get(name)
+        if array is None:
+            raise InvalidInput(f"lookup key '{key}' is read from input '{name}', which the step was not given", field=f"inputs.{name}")
+        flat = array.reshape(-1) if array.ndim == 2 and array.shape[1] == 1 else array
+        if flat.ndim != 1 or (rows >= 0 and flat.shape[0] != rows):
+            raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
+        rows = flat.shape[0]
+        if flat.dtype.kind in "OUS":
+            values = flat.tolist()
+            if set(map(type, values)) != {str}:
+                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+            elif flat.dtype.kind == "O":
+                every = flat  # the rows' own strings: no copy
+        elif flat.dtype.kind in "iu":
+            values = flat.tolist()
+        else:
+            raise InvalidInput(f"input '{name}' holds lookup key '{key}': strings or integers, not {flat.dtype}", field=f"inputs.{name}")
+        columns.append(values)
+    together: list[Any] = columns[0] if len(columns) == 1 else list(zip(*columns, strict=True))
+    if every is None or len(columns) > 1:
+        every = np.fromiter(together, dtype=object, count=rows)
+    return every, together
+
+
+def distinct(every: np.ndarray, together: list[Any], hashes: np.ndarray | None = None) -> Entities:
+    """The distinct entities among rows' keys (`every`, as a list `together`; `hashes`: theirs,
+    when known)."""
+    if len(together) > SMALL:
+        hashes = hashes_of(together) if hashes is None else hashes
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # first seen first
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, inverse = first[order], rank[inverse.reshape(-1)]
+        objs = every[first]
+        if bool((objs[inverse] == every).all()):
+            return Entities(objs, inverse, hashes[first])
+    found = list(dict.fromkeys(together))  # few rows, or two keys of one hash (integers can be made to)
+    place = dict(zip(found, range(len(found)), strict=True))
+    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
+    return Entities(np.fromiter(found, dtype=object, count=len(found)), inverse)
+
+
+def store_keys(objs: np.ndarray, types: tuple[str, ...] = ()) -> list[Key]:
+    """Entities' keys as a store takes them: a tuple of text (an integer as its digits).
+    `types`: the keys' (`S`: text), when known."""
+    if types == ("S",):
+        return list(zip(objs.tolist()))
+    return [tuple(v if type(v) is str else str(v) for v in k) if type(k) is tuple else (k if type(k) is str else str(k),) for k in objs.tolist()]
+
+
+@dataclass(slots=True)
+class Values:
+    """`found[i]`: entity i is in the store; `times[i]`: its record's event time (epoch seconds,
+    NaN: none); `columns[name][i]`: its feature, meaningful where `present[name][i]`."""
+
+    found: np.ndarray
+    times: np.ndarray
+    columns: dict[str, np.ndarray]
+    present: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+    @classmethod
+    def empty(cls, node: Lookup, n: int) -> Values:
+        return cls(
+            np.zeros(n, bool),
+            np.full(n, math.nan),
+            {f.name: np.empty(n, V2_TO_NUMPY[f.datatype]) for f in node.features},
+            {f.name: np.zeros(n, bool) for f in node.features},
+        )
+
+    def take(self, at: np.ndarray) -> Values:
+        """The entities at `at` (indices or a mask), copied."""
+        return Values(self.found[at], self.times[at], {k: v[at] for k, v in self.columns.items()}, {k: v[at] for k, v in self.present.items()})
+
+    def put(self, at: np.ndarray, other: Values) -> None:
+        """`other`'s entities placed at `at` (indices or a mask)."""
+        self.found[at], self.times[at] = other.found, other.times
+        for name, column in self.columns.items():
+            column[at] = other.columns[name]
+            self.present[name][at] = other.present[name]
+
+    def concat(self, other: Values) -> Values:
+        return Values(
+            np.concatenate((self.found, other.found)),
+            np.concatenate((self.times, other.times)),
+            {k: np.concatenate((v, other.columns[k])) for k, v in self.columns.items()},
+            {k: np.concatenate((v, other.present[k])) for k, v in self.present.items()},
+        )
+
+
+def from_found(node: Lookup, keys: list[Key], found: Found) -> Values:
+    """What the store found for `keys` (absent: not in the store), in the keys' order, each
+    feature cast to its datatype (a value that is not one: 502 naming the feature and entity)."""
+    n = len(keys)
+    position = dict(zip(found.keys, range(len(found.keys)), strict=True))
+    at = list(map(position.get, keys))  # each key's place among those found; None: not found
+    if found.times.count(None) != len(found.times):
+        seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
+        times = np.array([math.nan if i is None or seconds[i] is None else seconds[i] for i in at], dtype=np.float64)
+    else:  # no event time read, or none held
+        times = np.full(n, math.nan)
+    everyone = None not in at
+    columns, present = {}, {}
+    for feature in node.features:
+        column = found.values[feature.name]
+        raw = column if everyone and len(column) == n and found.keys == keys else [None if i is None else column[i] for i in at]
+        if None in raw:
+            there = np.array([v is not None for v in raw], dtype=bool)
+            filler = _FILLER.get(feature.datatype, 0)
+            raw = [filler if v is None else v for v in raw]
+        else:
+            there = np.ones(n, dtype=bool)
+        columns[feature.name], present[feature.name] = _array(raw, feature.datatype, node, feature.name, keys), there
+    return Values(np.ones(n, dtype=bool) if everyone else np.array([i is not None for i in at], dtype=bool), times, columns, present)
+
+
+def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list[Key]) -> np.ndarray:
+    """The values as an array of `datatype`: at once where every value is already a number
+    of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
+    first that is not one named with its entity."""
+    dtype = V2_TO_NUMPY[datatype]
+    kinds = set(map(type, raw))
+    if datatype in ("FP32", "FP64") and kinds <= {float, int}:
+        return np.array(raw, dtype=dtype)
+    if datatype in ("INT32", "INT64") and kinds <= {int}:
+        return np.array(raw, dtype=dtype)
+    return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
+
+
+def _cast(value: Any, datatype: str, node: Lookup, feature: str, key: Key) -> Any:
+    try:
+        if datatype == "BYTES":
+            return value if isinstance(value, str) else str(value)
+        if datatype == "BOOL":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE or text in _FALSE:
+                return text in _TRUE
+            raise ValueError(text)
+        if isinstance(value, bool | dict | list | set | bytes):
+            raise ValueError(value)
+        if datatype in ("INT32", "INT64"):
+            number = float(value)
+            if not number.is_integer():
+                raise ValueError(value)
+            return int(number)
+        return float(value)
+    except (ValueError, TypeError, OverflowError):
+        raise BackendError(
+            f"{node.store} '{node.table}' holds {str(value)[:40]!r} for feature '{feature}' of {entity(node, key)}: not a {datatype} value",
+            field="policy",
+        ) from None
+
+
+def entity(node: Lookup, key: Key) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in zip(node.keys, key, strict=True))
