@@ -178,6 +178,7 @@ def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> Non
         ("runs:/0123456789abcdef/model", "runs:/0123456789abcdef/model was not found in MLflow at"),
         ("models:/opaque/1", "has the flavors python_function; sluice takes a model with an onnx, sklearn, xgboost, lightgbm or pytorch flavor"),
         ("models:/fraud", "is not an MLflow model URI"),
+        ("models:/fraud/Production", "models:/fraud/Production: a version is a number (or use models:/fraud@ALIAS)"),
     ],
 )
 def test_what_cannot_be_pushed_is_a_message_and_a_non_zero_exit(
