@@ -34,6 +34,16 @@ interface Version {
   created_by: string;
   derived_from?: string | null;
   optimization?: Record<string, unknown> | null;
+  source?: Record<string, string | number | null> | null;
+}
+
+/** Where a version came from: the version it was optimized from, or the registry it was pushed from. */
+function lineage(v: Version): string {
+  if (v.derived_from) return ` · derived from ${v.derived_from}`;
+  const s = v.source;
+  if (s?.registry === "mlflow") return ` · from MLflow ${s.name ?? s.uri}${s.version != null ? ` version ${s.version}` : ""}${s.alias ? ` (@${s.alias})` : ""}${s.run_id ? `, run ${s.run_id}` : ""}`;
+  if (s?.registry === "sagemaker") return ` · from SageMaker ${s.group} version ${s.version} (${s.approval_status})`;
+  return " · pushed as is (no lineage)";
 }
 
 export async function modelsPage(ctx: Context): Promise<void> {
@@ -87,7 +97,7 @@ export async function modelPage(ctx: Context, name: string): Promise<void> {
               "p",
               { class: "muted" },
               `${bytes(v.size_bytes)} · sha256 ${v.sha256.slice(0, 12)} · pushed ${when(v.created_at)} by ${v.created_by}`,
-              h("span", { class: "lineage" }, v.derived_from ? ` · derived from ${v.derived_from}` : " · pushed as is (no lineage)"),
+              h("span", { class: "lineage" }, lineage(v)),
             ),
             v.optimization ? h("details", {}, h("summary", {}, "How it was made"), h("pre", {}, pretty(v.optimization))) : "",
             signature(v),

@@ -20,6 +20,10 @@ from sluice.domain.errors import SluiceError
 
 
 def cmd_models_push(args: argparse.Namespace) -> int:
+    from sluice.cli.registries import is_registry_uri, push_from_registry
+
+    if is_registry_uri(args.file):
+        return push_from_registry(args)
     path = Path(args.file)
     if not path.is_file():
         raise SluiceError(f"no such file: {path}", field="file")
@@ -97,7 +101,8 @@ def cmd_models_show(args: argparse.Namespace) -> int:
         lineage = [
             {"version": v.version, "derived_from": v.derived_from, "candidate": (v.optimization or {}).get("candidate"),
              "tool": (v.optimization or {}).get("tool")}
-            for v in versions if v.derived_from
+            if v.derived_from else {"version": v.version, "source": v.source}
+            for v in versions if v.derived_from or v.source
         ]  # fmt: skip
         print_json({"name": args.name, "versions": [version_out(v) for v in versions], "lineage": lineage})
     return 0
@@ -110,7 +115,14 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
         help="push a model as its next version: an ONNX file, or a scikit-learn, XGBoost, LightGBM or PyTorch model converted to ONNX here",
     )
     push.add_argument("name")
-    push.add_argument("file", help=".onnx; .joblib/.pkl (scikit-learn); .json/.ubj (XGBoost); .txt/.lgb (LightGBM); .pt (TorchScript); .pt2 (torch.export)")
+    push.add_argument(
+        "file",
+        help=".onnx; .joblib/.pkl (scikit-learn); .json/.ubj (XGBoost); .txt/.lgb (LightGBM); .pt (TorchScript); .pt2 (torch.export); "
+        "or a registry's model: models:/NAME/VERSION, models:/NAME@ALIAS, runs:/RUN_ID/PATH (MLflow), "
+        "arn:aws:sagemaker:…:model-package/GROUP/VERSION (SageMaker Model Registry); see docs/registries.md",
+    )
+    push.add_argument("--tracking-uri", help="the MLflow tracking server or store for models:/ and runs:/ (default: MLFLOW_TRACKING_URI)")
+    push.add_argument("--allow-unapproved", action="store_true", help="push a SageMaker model package that is not Approved")
     push.add_argument("--format", choices=["auto", *FORMATS], default="auto", help="what FILE holds (default: from its name)")
     push.add_argument("--sample", help="rows to check the conversion on (.parquet, .csv, .jsonl; default: generated rows)")
     push.add_argument("--tolerance", type=number_between(0, refusal="a tolerance is 0 or more"), help="largest difference allowed, times max(1, |value|) (default 1e-4)")

@@ -60,15 +60,25 @@ def convert(
     path: Path, *, fmt: str | None = None, sample: Path | None = None, tolerance: float = 1e-4,
     n_features: int | None = None, feature_names: list[str] | None = None,
 ) -> Converted:  # fmt: skip
-    from sluice.batch.sample import generated_rows, read_rows
-    from sluice.domain.signature import Signature, TensorSpec
-
     kind = format_of(path, fmt)
     if kind == "onnx":
         raise BadRequest("an ONNX file is pushed as it is", field="format")
     if not path.is_file():
         raise BadRequest(f"no such file: {path}", field="file")
     loaded = load(path, kind)
+    return convert_loaded(loaded, sample=sample, tolerance=tolerance, n_features=n_features, feature_names=feature_names)
+
+
+def convert_loaded(
+    loaded: Loaded, *, sample: Path | None = None, example: tuple[np.ndarray, str] | None = None,
+    tolerance: float = 1e-4, n_features: int | None = None, feature_names: list[str] | None = None,
+) -> Converted:  # fmt: skip
+    """Convert a loaded model and check it on `sample` (a file), else on `example` (rows and
+    where they came from: an MLflow model's logged input example), else on generated rows."""
+    from sluice.batch.sample import generated_rows, read_rows
+    from sluice.domain.signature import Signature, TensorSpec
+
+    kind = loaded.format
     names = feature_names or loaded.feature_names
     if sample is not None and names is None:
         columns = file_columns(sample)
@@ -83,6 +93,11 @@ def convert(
     if sample is not None:
         rows = read_rows(sample, signature, limit=SAMPLE_ROWS, field="sample")[INPUT]
         where = f"{rows.shape[0]} rows of {sample.name}"
+    elif example is not None:
+        rows, where = example
+        if rows.ndim != 2 or rows.shape[1] != width:
+            raise BadRequest(f"{where} has rows of shape {list(rows.shape[1:])}; the model takes {width} features", field="sample")
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
     else:
         rows = generated_rows(signature, GENERATED_ROWS, seed=0)[INPUT]
         where = f"{GENERATED_ROWS} generated rows (standard normal; give --sample for rows like yours)"

@@ -85,11 +85,29 @@ def _sklearn(path: Path) -> Loaded:
     joblib = need("joblib", "a scikit-learn model")
     need("sklearn", "a scikit-learn model")
     model = joblib.load(path)  # the user's own file, on the user's machine
+    return estimator(model, path.name)
+
+
+def from_object(model: Any, where: str) -> Loaded:
+    """A model already loaded (by MLflow's own loader, `sluice.convert.mlflow_models`): a
+    scikit-learn estimator, an XGBoost or LightGBM booster or estimator, or a torch module."""
+    module = type(model).__module__
+    if module.startswith("torch") or (hasattr(model, "state_dict") and hasattr(model, "forward")):
+        return _torch_module(model)
+    if module.startswith("xgboost") and not hasattr(model, "get_booster"):
+        return _xgboost(model, _xgboost_kind(model), None)
+    if module.startswith("lightgbm") and not hasattr(model, "booster_"):
+        return _lightgbm(model, _lightgbm_kind(model), None)
+    return estimator(model, where)
+
+
+def estimator(model: Any, where: str) -> Loaded:
+    """A scikit-learn estimator (or an XGBoost or LightGBM one, which follow its API)."""
     booster = _booster_of(model)
     if booster is not None:
         return booster
     if not hasattr(model, "predict"):
-        raise BadRequest(f"{path.name} holds a {type(model).__name__}, not a fitted model", field="file")
+        raise BadRequest(f"{where} holds a {type(model).__name__}, not a fitted model", field="file")
     classifier = hasattr(model, "predict_proba") and hasattr(model, "classes_")
     names = [str(n) for n in getattr(model, "feature_names_in_", [])] or None
 
@@ -118,11 +136,14 @@ def _xgboost_booster(path: Path) -> Loaded:
     xgb = need("xgboost", "an XGBoost booster")
     booster = xgb.Booster()
     booster.load_model(str(path))
+    return _xgboost(booster, _xgboost_kind(booster), None)
+
+
+def _xgboost_kind(booster: Any) -> str:
     import json
 
     objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
-    kind = "classifier" if objective.startswith(("binary:", "multi:")) else "regressor"
-    return _xgboost(booster, kind, None)
+    return "classifier" if objective.startswith(("binary:", "multi:")) else "regressor"
 
 
 def _xgboost(booster: Any, kind: str, estimator: Any) -> Loaded:
@@ -140,9 +161,12 @@ def _xgboost(booster: Any, kind: str, estimator: Any) -> Loaded:
 def _lightgbm_booster(path: Path) -> Loaded:
     lgb = need("lightgbm", "a LightGBM booster")
     booster = lgb.Booster(model_file=str(path))
+    return _lightgbm(booster, _lightgbm_kind(booster), None)
+
+
+def _lightgbm_kind(booster: Any) -> str:
     objective = str(booster.params.get("objective", booster.dump_model().get("objective", "")))
-    kind = "classifier" if objective.startswith(("binary", "multiclass", "multiclassova")) else "regressor"
-    return _lightgbm(booster, kind, None)
+    return "classifier" if objective.startswith(("binary", "multiclass", "multiclassova")) else "regressor"
 
 
 def _lightgbm(booster: Any, kind: str, estimator: Any) -> Loaded:
@@ -187,9 +211,23 @@ def _torch(path: Path, fmt: str) -> Loaded:
     return Loaded(fmt, module, "module", n_features, None, predict)
 
 
+def _torch_module(module: Any) -> Loaded:
+    """A live `torch.nn.Module` (MLflow's pytorch flavor): exported as TorchScript files are."""
+    torch = need("torch", "a PyTorch module")
+    module.eval()
+
+    def predict(x: np.ndarray) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            out = module(torch.from_numpy(x))
+        out = out[0] if isinstance(out, tuple | list) else out
+        return {"values": out.detach().numpy().reshape(len(x), -1)}
+
+    return Loaded("pytorch", module, "module", None, None, predict)
+
+
 # To ONNX --------------------------------------------------------------------------------------
 def to_onnx(loaded: Loaded, n_features: int, example: np.ndarray) -> bytes:
-    if loaded.format in ("torchscript", "torch-export"):
+    if loaded.format in ("torchscript", "torch-export", "pytorch"):
         return _torch_onnx(loaded, example)
     if loaded.format == "sklearn":
         skl2onnx = need("skl2onnx", "converting a scikit-learn model")
@@ -222,7 +260,7 @@ def _torch_onnx(loaded: Loaded, example: np.ndarray) -> bytes:
     x = torch.from_numpy(example[:2])
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "model.onnx"
-        if loaded.format == "torchscript":  # TorchScript goes through the TorchScript exporter
+        if loaded.format in ("torchscript", "pytorch"):  # a module goes through the TorchScript exporter
             torch.onnx.export(
                 loaded.obj, (x,), str(target), input_names=[INPUT], output_names=["output"],
                 dynamic_axes={INPUT: {0: "batch"}, "output": {0: "batch"}}, dynamo=False,

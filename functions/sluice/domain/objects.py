@@ -103,6 +103,9 @@ class ModelVersion:
     derived_from: str | None = None  # "model:version" this one was made from (`sluice optimize`)
     optimization: dict[str, Any] | None = None  # how: the candidate, its tool and its settings
     session_options: tuple[SessionTuning, ...] = ()  # tuned per machine size; the ONNX runtime applies them
+    # Where it came from when pushed from a model registry (`sluice models push NAME models:/…`
+    # or a SageMaker model package ARN): the registry, its name, version, run, alias or approval.
+    source: dict[str, Any] | None = None
 
     @property
     def ref(self) -> str:

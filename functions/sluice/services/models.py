@@ -67,6 +67,7 @@ class ModelService:
         derived_from: str | None = None,
         optimization: dict[str, Any] | None = None,
         session_options: tuple[SessionTuning, ...] = (),
+        source: dict[str, Any] | None = None,
     ) -> ModelVersion:
         """Store an ONNX artifact as the model's next version, creating the model if new.
 
@@ -108,6 +109,7 @@ class ModelService:
                 derived_from=derived_from,
                 optimization=optimization,
                 session_options=session_options,
+                source=source,
             )
         )
 

@@ -88,6 +88,11 @@ class VersionOut(WireModel):
     derived_from: str | None = Field(None, description="The version this one was made from (`model:version`), if optimized.")
     optimization: dict[str, Any] | None = Field(None, description="How it was made from `derived_from`, and how it measured.")
     session_options: list[SessionTuningOut] = Field(default_factory=list, description="ONNX Runtime settings tuned per machine size.")
+    source: dict[str, Any] | None = Field(
+        None,
+        description="Where it was pushed from: an MLflow model (tracking URI without credentials, name, version, run, alias) "
+        "or a SageMaker model package (ARN, group, version, approval status). See docs/registries.md.",
+    )
 
 
 class CacheSpec(WireModel):

@@ -417,12 +417,15 @@ def test_aws_failures_are_502_or_503_and_roll_back(world: World) -> None:
 
 # the SDK stays out of the API Lambda ----------------------------------------------------------
 def test_the_api_cold_start_does_not_import_the_sagemaker_sdk(tmp_path: Path) -> None:
-    # A stand-in SDK on the path: any import of `sagemaker` at cold start would load it.
-    (tmp_path / "sagemaker").mkdir()
-    (tmp_path / "sagemaker" / "__init__.py").write_text("")
+    # Stand-in SDKs on the path: any import of `sagemaker` (or of MLflow, which only
+    # `sluice models push models:/…` uses) at cold start would load them.
+    for sdk in ("sagemaker", "mlflow"):
+        (tmp_path / sdk).mkdir()
+        (tmp_path / sdk / "__init__.py").write_text("")
     code = (
         "import importlib.util, sys; assert importlib.util.find_spec('sagemaker') is not None; "
-        "import sluice.handlers.api; assert 'sagemaker' not in sys.modules, 'the SageMaker SDK was imported'"
+        "import sluice.handlers.api; assert 'sagemaker' not in sys.modules, 'the SageMaker SDK was imported'; "
+        "assert 'mlflow' not in sys.modules, 'MLflow was imported'"
     )
     env = {"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": REGION, "SLUICE_LOG_LEVEL": "WARNING"}
     done = subprocess.run(

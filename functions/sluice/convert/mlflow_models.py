@@ -1,0 +1,226 @@
+"""A model from an MLflow registry or run (`sluice models push NAME models:/fraud/3`), read with
+MLflow's own client: its flavors, signature and input example, and where it came from.
+
+Its ONNX flavor is taken as it is; a scikit-learn, XGBoost, LightGBM or PyTorch flavor is loaded
+by MLflow's loader for that flavor and converted by `sluice.convert.check`, on the user's machine
+(loading a pickled flavor runs code from the model, as loading the file itself would). MLflow is
+imported here only, by the functions that need it: the extra `sluice[mlflow]`, never a Lambda layer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from sluice.domain.errors import BadRequest, NotFound, SluiceError, Unprocessable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from sluice.convert.frameworks import Loaded
+
+INSTALL = "pip install 'sluice[mlflow]'"
+SCHEMES = ("models:/", "runs:/")
+# The flavors sluice takes, best first: ONNX as it is, the others through their converter.
+FLAVORS = ("onnx", "sklearn", "xgboost", "lightgbm", "pytorch")
+NUMERIC = {"double", "float", "long", "integer", "boolean"}
+_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?$")
+_RUN_URI = re.compile(r"^runs:/(?P<run>[0-9a-zA-Z-]+)/(?P<path>.+)$")
+
+
+def is_mlflow_uri(text: str) -> bool:
+    return text.startswith(SCHEMES)
+
+
+@dataclass(slots=True)
+class Fetched:
+    """An MLflow model downloaded to `path` (its MLmodel and artifacts)."""
+
+    uri: str
+    path: Path
+    model: Any  # mlflow.models.Model
+    source: dict[str, Any]
+
+
+def without_credentials(uri: str) -> str:
+    """A tracking URI as it may be stored and shown: no user, password, query or fragment."""
+    parts = urlsplit(uri)
+    netloc = parts.netloc.rpartition("@")[2]
+    if "://" in uri:  # kept as written: `sqlite:////abs/path.db` has an empty host and a path of `//abs/…`
+        return f"{parts.scheme}://{netloc}{parts.path}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _mlflow() -> Any:
+    try:
+        import mlflow
+    except ImportError:
+        from sluice.convert.frameworks import MissingConverter
+
+        raise MissingConverter(f"pushing from MLflow needs the 'mlflow-skinny' package: {INSTALL}", field="file") from None
+    return mlflow
+
+
+def _said(exc: BaseException) -> str:
+    """MLflow's message, first line (its exceptions carry a JSON-ish tail we need not show)."""
+    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return str(text).strip().splitlines()[0]
+
+
+def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
+    """Resolve `uri` on the tracking server (`tracking_uri`, else MLFLOW_TRACKING_URI) and
+    download the model into `into`. Unknown names, versions, aliases or runs are NotFound;
+    a tracking URI MLflow cannot use is a BadRequest naming it."""
+    tracking = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not tracking:
+        raise BadRequest(f"{uri} needs a tracking server: give --tracking-uri or set MLFLOW_TRACKING_URI", field="tracking_uri")
+    try:
+        return _fetch(uri, tracking, into)
+    except SluiceError as exc:  # MLflow's messages may quote the URI it was given, credentials and all
+        exc.message = exc.message.replace(tracking, without_credentials(tracking))
+        secret = urlsplit(tracking).password
+        if secret:
+            exc.message = exc.message.replace(secret, "***")
+        raise
+
+
+def _fetch(uri: str, tracking: str, into: Path) -> Fetched:
+    model_uri, run_uri = _MODEL_URI.match(uri), _RUN_URI.match(uri)
+    if model_uri is None and run_uri is None:
+        raise BadRequest(
+            f"{uri!r} is not an MLflow model URI: models:/NAME/VERSION, models:/NAME@ALIAS or runs:/RUN_ID/PATH", field="file"
+        )
+    mlflow = _mlflow()
+    from mlflow.exceptions import MlflowException
+
+    shown = without_credentials(tracking)
+    source: dict[str, Any] = {"registry": "mlflow", "uri": uri, "tracking_uri": shown, "name": None, "version": None, "run_id": None, "alias": None}
+    try:
+        client = mlflow.MlflowClient(tracking_uri=tracking, registry_uri=tracking)
+    except MlflowException as exc:
+        raise BadRequest(f"cannot use tracking URI {shown}: {_said(exc)}", field="tracking_uri") from None
+    try:
+        if model_uri is not None:
+            name, version, alias = model_uri["name"], model_uri["version"], model_uri["alias"]
+            if alias is None and not version.isdigit():
+                raise BadRequest(f"{uri}: a version is a number (or use models:/{name}@ALIAS)", field="file")
+            found = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+            source.update(name=name, version=int(found.version), run_id=found.run_id or None, alias=alias)
+            download = f"models:/{name}/{found.version}"
+        else:
+            run = client.get_run(run_uri["run"])  # type: ignore[index]
+            source.update(run_id=run.info.run_id, artifact_path=run_uri["path"])  # type: ignore[index]
+            download = uri
+    except MlflowException as exc:
+        raise _refusal(exc, uri, shown) from None
+    except SluiceError:
+        raise
+    except Exception as exc:  # a server that does not answer, a database that will not open
+        raise BadRequest(f"cannot reach the MLflow tracking server at {shown}: {_said(exc)}", field="tracking_uri") from None
+    try:
+        mlflow.set_registry_uri(tracking)
+        path = Path(mlflow.artifacts.download_artifacts(artifact_uri=download, dst_path=str(into), tracking_uri=tracking))
+        from mlflow.models import Model
+
+        model = Model.load(str(path))
+    except MlflowException as exc:
+        raise _refusal(exc, uri, shown) from None
+    except OSError as exc:
+        raise BadRequest(f"cannot read {uri}'s artifacts: {_said(exc)} (is it an MLflow model?)", field="file") from None
+    return Fetched(uri, path, model, source)
+
+
+def _refusal(exc: Any, uri: str, shown: str) -> SluiceError:
+    code = getattr(exc, "error_code", "")
+    if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "INVALID_PARAMETER_VALUE") and "not" in _said(exc).lower():
+        return NotFound(f"{uri} was not found in MLflow at {shown}: {_said(exc)}", field="file")
+    return BadRequest(f"MLflow at {shown} refused {uri}: {_said(exc)}", field="file")
+
+
+def flavor_of(fetched: Fetched) -> str:
+    flavors = fetched.model.flavors
+    for flavor in FLAVORS:
+        if flavor in flavors:
+            return flavor
+    raise Unprocessable(
+        f"{fetched.uri} has the flavors {', '.join(sorted(flavors)) or 'none'}; sluice takes a model with an "
+        f"{', '.join(FLAVORS[:-1])} or {FLAVORS[-1]} flavor",
+        field="file",
+    )
+
+
+def onnx_bytes(fetched: Fetched) -> bytes:
+    data = fetched.model.flavors["onnx"].get("data", "model.onnx")
+    return (fetched.path / data).read_bytes()
+
+
+def load(fetched: Fetched, flavor: str) -> Loaded:
+    """The flavor's model, loaded by MLflow's own loader for it, ready to convert."""
+    import importlib
+
+    from sluice.convert.frameworks import from_object, need
+
+    need({"sklearn": "sklearn", "pytorch": "torch"}.get(flavor, flavor), f"an MLflow {flavor} model")
+    loader = importlib.import_module(f"mlflow.{flavor}")
+    try:
+        model = loader.load_model(str(fetched.path))
+    except SluiceError:
+        raise
+    except Exception as exc:  # a missing package, skops' untrusted types, a file of another version
+        raise Unprocessable(f"cannot load {fetched.uri}'s {flavor} flavor: {_said(exc)}", field="file") from None
+    return from_object(model, fetched.uri)
+
+
+def signature_hint(fetched: Fetched) -> tuple[list[str] | None, int | None]:
+    """Feature names and width from MLflow's signature: a column schema's numeric columns, in
+    order, or one 2-D tensor's width. A column sluice cannot feed a float tensor is refused."""
+    signature = fetched.model.signature
+    if signature is None or signature.inputs is None:
+        return None, None
+    inputs = signature.inputs
+    if inputs.is_tensor_spec():
+        specs = inputs.inputs
+        shape = tuple(specs[0].shape) if len(specs) == 1 else ()
+        return None, (int(shape[1]) if len(shape) == 2 and shape[1] > 0 else None)
+    names: list[str] = []
+    for spec in inputs.inputs:
+        kind = str(getattr(spec.type, "name", spec.type))
+        if kind not in NUMERIC:
+            raise Unprocessable(
+                f"{fetched.uri} takes column {spec.name!r} of type {kind}; sluice feeds a model numeric columns "
+                f"({', '.join(sorted(NUMERIC))})",
+                field="signature",
+            )
+        names.append(str(spec.name) if spec.name is not None else f"f{len(names)}")
+    return names, len(names)
+
+
+def example_rows(fetched: Fetched, names: list[str] | None) -> tuple[np.ndarray, str] | None:
+    """The logged input example as float32 rows (its columns in the signature's order)."""
+    import numpy as np
+
+    if not fetched.model.saved_input_example_info:
+        return None
+    try:
+        example = fetched.model.load_input_example(str(fetched.path))
+    except Exception as exc:  # an example MLflow itself cannot read back
+        raise Unprocessable(f"cannot read {fetched.uri}'s input example: {_said(exc)}; give --sample", field="sample") from None
+    if example is None:
+        return None
+    if hasattr(example, "columns"):  # a pandas DataFrame
+        if names and set(names) <= {str(c) for c in example.columns}:
+            example = example[names]
+        rows = example.to_numpy()
+    elif isinstance(example, dict):
+        return None  # several named tensors: no rows to check one input on
+    else:
+        rows = np.asarray(example)
+    try:
+        rows = rows.astype(np.float32).reshape(len(rows), -1)
+    except (TypeError, ValueError):
+        return None
+    return rows, f"{len(rows)} rows of the logged input example"

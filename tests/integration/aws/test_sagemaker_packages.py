@@ -1,0 +1,133 @@
+"""`sluice models push NAME arn:aws:sagemaker:…:model-package/GROUP/VERSION` against moto's
+SageMaker Model Registry and S3: an Approved package's ONNX model (in a Triton repository
+tarball) is pushed with its lineage; a package pending approval is refused unless allowed;
+an unknown package, a bad ARN or model data without a model is a message and exit status 2."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import tarfile
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from tests.integration.aws.conftest import REGION
+from tests.integration.conftest import run_cli
+from tests.models import embed_model
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+BUCKET = "models-of-record"
+pytestmark = pytest.mark.usefixtures("cli_home")
+
+
+def tarball(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@functools.cache
+def sklearn_model() -> bytes:
+    joblib = pytest.importorskip("joblib")
+    pytest.importorskip("skl2onnx")
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_iris(return_X_y=True)
+    out = io.BytesIO()
+    joblib.dump(LogisticRegression(max_iter=300).fit(x, y), out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def packages(aws: None) -> Iterator[dict[str, Any]]:
+    """Group `fraud`: version 1 Approved, version 2 PendingManualApproval (both the same Triton
+    repository tarball), version 3 Approved with model data that holds no model."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    repository = tarball({"fraud/config.pbtxt": b'name: "fraud"\nbackend: "onnxruntime"\n', "fraud/1/model.onnx": embed_model()})
+    s3.put_object(Bucket=BUCKET, Key="fraud/model.tar.gz", Body=repository)
+    s3.put_object(Bucket=BUCKET, Key="empty/model.tar.gz", Body=tarball({"README.txt": b"no model here"}))
+    s3.put_object(Bucket=BUCKET, Key="sklearn/model.tar.gz", Body=tarball({"model.joblib": sklearn_model()}))
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    sagemaker.create_model_package_group(ModelPackageGroupName="fraud")
+    arns = []
+    for status, key in (("Approved", "fraud"), ("PendingManualApproval", "fraud"), ("Approved", "empty"), ("Approved", "sklearn")):
+        arns.append(
+            sagemaker.create_model_package(
+                ModelPackageGroupName="fraud",
+                ModelApprovalStatus=status,
+                InferenceSpecification={
+                    "Containers": [
+                        {
+                            "Image": "763104351884.dkr.ecr.eu-west-1.amazonaws.com/tritonserver:24.09-py3",
+                            "ModelDataUrl": f"s3://{BUCKET}/{key}/model.tar.gz",
+                            "Framework": "SKLEARN" if key == "sklearn" else "ONNX",
+                        }
+                    ],
+                    "SupportedContentTypes": ["application/json"],
+                    "SupportedResponseMIMETypes": ["application/json"],
+                },
+            )["ModelPackageArn"]
+        )
+    yield {"arns": arns}
+
+
+def test_an_approved_package_is_pushed_with_its_lineage(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    arn = packages["arns"][0]
+    assert arn.endswith(":model-package/fraud/1")
+    code, out, err = run_cli(capsys, "models", "push", "fraud", arn)
+    assert code == 0, err
+    assert "took the ONNX model of fraud version 1 (Approved) as it is" in out
+    code, out, _ = run_cli(capsys, "models", "show", "fraud", "--version", "1")
+    version = json.loads(out)
+    assert version["source"] == {
+        "registry": "sagemaker", "arn": arn, "group": "fraud", "version": 1, "approval_status": "Approved",
+        "framework": "ONNX", "model_data_url": f"s3://{BUCKET}/fraud/model.tar.gz",
+    }  # fmt: skip
+    assert version["signature"]["inputs"][0]["name"] == "input"  # read from the repository's model.onnx
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    code, out, err = run_cli(capsys, "predict", "fraud", "--inputs", json.dumps([[5.1, 3.5, 1.4, 0.2]]))
+    assert code == 0, err
+
+
+def test_a_package_pending_approval_is_refused_unless_allowed(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    arn = packages["arns"][1]
+    code, _, err = run_cli(capsys, "models", "push", "fraud", arn)
+    assert code == 2 and "is PendingManualApproval in SageMaker Model Registry" in err and "--allow-unapproved" in err, err
+    assert run_cli(capsys, "models", "show", "fraud")[0] == 2  # nothing was pushed
+    code, _, err = run_cli(capsys, "models", "push", "fraud", arn, "--allow-unapproved")
+    assert code == 0, err
+    code, out, _ = run_cli(capsys, "models", "show", "fraud")
+    assert json.loads(out)["lineage"][0]["source"]["approval_status"] == "PendingManualApproval"
+
+
+@pytest.mark.parametrize(
+    ("which", "message"),
+    [
+        ("arn:aws:sagemaker:eu-west-1:123456789012:model-package/fraud/9", "no model package arn:aws:sagemaker:eu-west-1:123456789012:model-package/fraud/9"),
+        ("arn:aws:sagemaker:eu-west-1:123456789012:model/fraud", "is not a model package version's ARN"),
+        (2, "holds no single model file sluice reads: README.txt"),
+    ],
+)
+def test_what_cannot_be_pushed_is_a_message(capsys: pytest.CaptureFixture[str], packages: dict[str, Any], which: Any, message: str) -> None:
+    arn = packages["arns"][which] if isinstance(which, int) else which
+    code, _, err = run_cli(capsys, "models", "push", "fraud", arn)
+    assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_a_scikit_learn_model_in_a_package_is_converted_and_checked(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    code, out, err = run_cli(capsys, "models", "push", "iris", packages["arns"][3])
+    assert code == 0, err
+    assert "converted fraud version 4 (Approved)'s sklearn model, checked on 256 generated rows" in out
+    code, out, _ = run_cli(capsys, "models", "show", "iris", "--version", "1")
+    assert json.loads(out)["source"]["framework"] == "SKLEARN"
