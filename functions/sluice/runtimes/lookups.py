@@ -107,6 +107,7 @@ class LookupSteps:
         self._stores: dict[str, FeatureStore] = {}
         self._lock = threading.Lock()
         self.clock = clock
+        self._emf_meta: dict[bool, list[dict[str, Any]]] = {}
         self.cache: FeatureCache | None = None
         if settings.lookup_cache_entries > 0:
             from sluice.runtimes.lookup_cache import FeatureCache
@@ -162,14 +163,19 @@ class LookupSteps:
     def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
         from sluice.observability import get_logger
         from sluice.observability.formatter import log_info
-        from sluice.observability.telemetry import emf
 
-        metrics = {"LookupCalls": (1.0, "Count"), "LookupErrors": (float(failed), "Count")}
-        if looked is not None and looked.cache_hits is not None:
-            metrics |= {"LookupCacheHits": (float(looked.cache_hits), "Count"), "LookupCacheMisses": (float(looked.cache_misses or 0), "Count")}
+        cached = looked is not None and looked.cache_hits is not None
         fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
-        fields.update({name: value for name, (value, _) in metrics.items()})
-        fields["_aws"] = emf(self.metrics_namespace, [[]], metrics)  # type: ignore[arg-type]
+        fields["LookupCalls"], fields["LookupErrors"] = 1.0, float(failed)
+        if cached:
+            fields["LookupCacheHits"], fields["LookupCacheMisses"] = float(looked.cache_hits or 0), float(looked.cache_misses or 0)  # type: ignore[union-attr]
+        meta = self._emf_meta.get(cached)
+        if meta is None:  # the record's metadata, built once per shape (cached or not)
+            from sluice.observability.telemetry import emf
+
+            names = ("LookupCalls", "LookupErrors", *(("LookupCacheHits", "LookupCacheMisses") if cached else ()))
+            meta = self._emf_meta[cached] = emf(self.metrics_namespace, [[]], dict.fromkeys(names, (0.0, "Count")))["CloudWatchMetrics"]  # type: ignore[arg-type]
+        fields["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
         log_info(get_logger(), "lookup", fields)
 
     async def lookup(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> Looked:
