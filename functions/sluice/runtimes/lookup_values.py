@@ -2,11 +2,17 @@
 (`Values`): whether each entity is in the store, its record's event time, and each feature
 cast once to its declared datatype beside a mask of the values that are there.
 
-The rows' keys are told apart by their hashes with numpy (one `hash` a row at C speed, then a
-sort; the keys of one hash compared, and taken one by one should two differ), not a dict per
-row; the feature cache finds rows' entries by the same hashes. The store's answer (`Found`, lists as the store hands them back) is read into `Values`
-once, when fetched; the feature cache (`sluice.runtimes.lookup_cache`) keeps that, and a
-request's rows are served from it with array operations only (`take`, `put`).
+For a cached lookup the rows' keys are told apart by their hashes with numpy (one `hash` a row
+at C speed, then a sort; the keys of one hash compared, and taken one by one should two
+differ), not a dict per row; the feature cache finds rows' entries by the same hashes. The
+store's answer (`Found`, lists as the store hands them back) is read into `Values` once, when
+fetched; the feature cache (`sluice.runtimes.lookup_cache`) keeps that, and a request's rows
+are served from it with array operations only (`take`, `put`).
+
+An uncached lookup keeps nothing, so it skips all that (`spread`): its distinct keys by a dict,
+the store's lists cast to one array a feature, spread to the rows only where keys repeat.
+That is what a request of a few rows costs least with (CPU time, the step alone: about 60 µs
+at batch 1 against 100 µs through `Values`).
 """
 
 from __future__ import annotations
