@@ -49,6 +49,9 @@ def check_inputs(
     `finite` names inputs that hold finite numbers by construction (a transform's outputs that
     no op of it could make NaN or infinite): those are not looked through again.
     """
+    ready = _checked_at_once(signature.inputs, arrays, max_elements, datatypes, finite)
+    if ready is not None:
+        return ready
     expected = {spec.name for spec in signature.inputs}
     unexpected = sorted(set(arrays) - expected)
     if unexpected:
@@ -102,3 +105,58 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
         if array.size and (array.min() < info.min or array.max() > info.max):
             raise OverflowError("out of range")
     return array.astype(dtype, copy=False)
+
+
+# What a request's inputs most often are (each of the signature's dtype and shape, finite):
+# checked in one pass from a plan made once per signature, every problem left to the full
+# check above, which names it.
+_Plan = tuple[frozenset[str], tuple[tuple[str, str, np.dtype, int, tuple[tuple[int, int], ...], bool], ...]]
+_PLANS: dict[int, tuple[tuple[TensorSpec, ...], _Plan]] = {}
+_ALL = np.logical_and.reduce  # `ndarray.all` without the Python function it goes through
+SMALL = 4096  # up to this many values, counting them is quicker than a reduction (its set-up)
+MAX_PLANS = 256  # signatures met (one per version, transform step): a bound, whatever the traffic
+
+
+def _plan_of(inputs: tuple[TensorSpec, ...]) -> _Plan:
+    found = _PLANS.get(id(inputs))
+    if found is not None and found[0] is inputs:
+        return found[1]
+    plan = (
+        frozenset(spec.name for spec in inputs),
+        tuple(
+            (spec.name, spec.datatype, V2_TO_NUMPY[spec.datatype], len(spec.shape),
+             tuple((axis, size) for axis, size in enumerate(spec.shape) if size != -1), spec.datatype in FLOAT_TYPES)
+            for spec in inputs
+        ),
+    )  # fmt: skip
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(inputs)] = (inputs, plan)
+    return plan
+
+
+def _checked_at_once(
+    inputs: tuple[TensorSpec, ...], arrays: dict[str, np.ndarray], max_elements: int, datatypes: dict[str, str] | None, finite: Collection[str]
+) -> dict[str, np.ndarray] | None:
+    """The arrays in the signature's order when each already is what the signature says
+    (dtype, shape, no NaN or infinity), within `max_elements`; None for anything else."""
+    names, specs = _plan_of(inputs)
+    if arrays.keys() != names:
+        return None
+    total = 0
+    for name, datatype, dtype, ndim, fixed, floats in specs:
+        array = arrays[name]
+        if array.dtype != dtype or array.ndim != ndim or (datatypes and datatypes.get(name, datatype) != datatype):
+            return None
+        shape = array.shape
+        for axis, size in fixed:
+            if shape[axis] != size:
+                return None
+        if floats and name not in finite:
+            ok = np.isfinite(array)
+            if not (np.count_nonzero(ok) == ok.size if ok.size <= SMALL else _ALL(ok, axis=None)):
+                return None
+        total += array.size
+    if total > max_elements:
+        return None
+    return {name: arrays[name] for name, *_ in specs}

@@ -173,3 +173,30 @@ def test_the_errors_worth_retrying_are_sluice_server_errors() -> None:
 
     known = {cls.__name__: cls for cls in vars(sluice.domain.errors).values() if isinstance(cls, type)} | {"ChunkUnreadable": ChunkUnreadable}
     assert all(known[name].status >= 500 for name in TRANSIENT_ERRORS)
+
+
+def test_parquet_text_features_read_as_stored_give_each_row_its_value_and_keys_stay_text(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from sluice.batch.plan import _plan_parquet
+    from sluice.batch.readers import read_chunk
+
+    colour = ["red", "teal", None, "red", "blue", "red"]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": pa.array(colour), "colour": pa.array(colour)}), path, row_group_size=4)
+    files = Files()
+    stat = files.stat(path.as_uri())
+    columns, chunks = _plan_parquet(path.as_uri(), stat, files, chunk_rows=4)
+    spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "parquet", "parquet", "file:///out/", ("id",), tuple(columns))
+    feeds = [Feed("colour", ("colour",), "BYTES", stacked=False), Feed("tag", ("id",), "BYTES", stacked=False)]
+    seen: list[object] = []
+    tags: list[object] = []
+    for chunk in chunks:  # pieces with and without a missing value, across row groups
+        for piece in read_chunk(files, spec, chunk, feeds, ["id", "colour"], batch_rows=3):
+            assert piece.table.schema.field("id").type == pa.string()  # a key column is written back as it came
+            reasons = np.full(piece.table.num_rows, None, dtype=object)
+            arrays = feed_arrays(feeds, piece.table, reasons)
+            seen += [r or v for r, v in zip(reasons.tolist(), arrays["colour"].tolist(), strict=True)]
+            tags += arrays["tag"].tolist()
+    assert seen == ["red", "teal", "missing value for 'colour'", "red", "blue", "red"]
+    assert tags == ["red", "teal", "", "red", "blue", "red"]

@@ -58,3 +58,32 @@ def test_element_limit_is_413() -> None:
     with pytest.raises(PayloadTooLarge) as err:
         check({"x": np.ones((400, 3)), "ids": np.arange(400)}, max_elements=1000)
     assert err.value.status == 413 and "batch" in err.value.message
+
+
+def typed() -> dict[str, np.ndarray]:
+    """Inputs already of the signature's dtypes (what a transform step hands a model)."""
+    return {"ids": np.array([1, 2]), "x": np.ones((2, 3), np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("arrays", "kw", "field"),
+    [
+        ({**typed(), "x": np.array([[1.0, np.nan, 2.0]], np.float32)}, {}, "inputs.x"),
+        ({**typed(), "x": np.ones((2, 4), np.float32)}, {}, "inputs.x.shape"),
+        ({"x": np.ones((2, 3), np.float32)}, {}, "inputs.ids"),
+        (typed(), {"datatypes": {"x": "FP64"}}, "inputs.x.datatype"),
+        (typed(), {"max_elements": 7}, "inputs"),
+    ],
+)
+def test_inputs_already_of_the_signature_types_are_checked_as_thoroughly(arrays: dict[str, np.ndarray], kw: dict[str, object], field: str) -> None:
+    with pytest.raises((InvalidInput, PayloadTooLarge)) as err:
+        check(arrays, **kw)
+    assert err.value.field == field
+
+
+def test_inputs_already_of_the_signature_types_come_back_in_its_order_and_finite_ones_are_not_looked_through() -> None:
+    given = typed()
+    ready = check(given)
+    assert list(ready) == ["x", "ids"] and ready["x"] is given["x"]
+    nan = {**typed(), "x": np.full((1, 3), np.nan, np.float32)}
+    assert check(nan, finite=frozenset({"x"}))["x"] is nan["x"]

@@ -163,19 +163,25 @@ def _clean_floats(feed: Feed, table: pa.Table) -> np.ndarray | None:
 def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.ndarray:
     """One value per row, as the datatype's dtype."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    if datatype == "BYTES" and chunks and all(_dictionary_text(c) for c in chunks):
+        return np.concatenate([_text_values(c) for c in chunks]) if len(chunks) > 1 else _text_values(chunks[0])
     array = _plain(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     n = len(array)
     if array.null_count:
         blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
     if datatype == "BYTES":
         if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            import pyarrow.compute as pc
+
             array = pc.cast(array, pa.string())
-        return np.asarray(array.fill_null("").to_numpy(zero_copy_only=False), dtype=object)
+        return np.asarray((array.fill_null("") if array.null_count else array).to_numpy(zero_copy_only=False), dtype=object)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         array = _parse_numbers(array, name, reasons)
     elif pa.types.is_decimal(array.type):
+        import pyarrow.compute as pc
+
         array = pc.cast(array, pa.float64(), safe=False)  # a decimal feature is a number
     elif pa.types.is_null(array.type):
         return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
@@ -186,6 +192,21 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
         array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
     values = array.to_numpy(zero_copy_only=False)
     return _as_dtype(values, name, datatype, reasons)
+
+
+def _dictionary_text(array: Any) -> bool:
+    """Text as Parquet stores it (and `readers` reads it): a dictionary of strings and an
+    index a row, none missing."""
+    import pyarrow as pa
+
+    t = array.type
+    return pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)) and not array.null_count
+
+
+def _text_values(array: Any) -> np.ndarray:
+    """A dictionary's text a row, each distinct value one Python string shared by its rows:
+    made once per value, not per row, and hashed once where a vocabulary looks it up."""
+    return array.dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[array.indices.to_numpy()]
 
 
 def _plain(array: Any) -> Any:

@@ -47,7 +47,8 @@ def read_chunk(
 
     try:
         if spec.format == "parquet":
-            yield from _parquet(files, spec, chunk, columns, batch_rows)
+            text = {c for f in feeds if f.datatype == "BYTES" for c in f.columns} - set(spec.key_columns)
+            yield from _parquet(files, spec, chunk, columns, batch_rows, text)
         elif spec.format == "csv":
             yield _csv(owned_by(files, spec, chunk), spec, chunk, feeds, columns)
         else:
@@ -57,7 +58,10 @@ def read_chunk(
 
 
 # Parquet -------------------------------------------------------------------------------------
-def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], batch_rows: int) -> Iterator[Piece]:
+def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], batch_rows: int, text: set[str]) -> Iterator[Piece]:
+    """`text`: the columns that feed text inputs (no key among them), read as Parquet stores
+    them, a dictionary and each row's index in it (`columns._text_values`), so that a row's
+    text is not made a string of its own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -65,6 +69,10 @@ def _parquet(files: FileStore, spec: JobSpec, chunk: Chunk, columns: list[str], 
     with files.open_random(*source_of(spec, chunk)) as raw:
         parquet = pq.ParquetFile(raw)
         metadata = parquet.metadata
+        schema = parquet.schema_arrow
+        text = {c for c in text if schema.get_field_index(c) >= 0 and (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))}
+        if text:
+            parquet = pq.ParquetFile(raw, metadata=metadata, read_dictionary=sorted(text))
         group_start = 0
         for group in range(metadata.num_row_groups):
             group_rows = metadata.row_group(group).num_rows

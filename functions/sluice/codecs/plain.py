@@ -213,7 +213,8 @@ def present_rows(
     if classes is None:
         return [{"prediction": p} for p in predictions]
     keys = [str(_scalar(c)) for c in classes]
-    confidence = probs.max(axis=1).tolist() if probs.shape[1] else [None] * n  # type: ignore[union-attr]
+    width = probs.shape[1]  # type: ignore[union-attr]
+    confidence = (probs[:, 0] if width == 1 else probs.max(axis=1)).tolist() if width else [None] * n  # type: ignore[index,union-attr]
     if not return_probabilities:
         return [{"prediction": p, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
     maps = result.maps.get(plain.probs_name) if plain.probs_name else None
@@ -274,6 +275,11 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
     if array.dtype == object:
         values = array.tolist()
+        if values and type(values[0]) is str:  # labels: text, typed as such, with no pass over the types first
+            try:
+                return pa.array(values, type=pa.string())
+            except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all text after all
+                pass
         if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
             return pa.array(values)
         return pa.array([_scalar(v) for v in values])

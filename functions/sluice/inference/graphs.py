@@ -49,15 +49,15 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
     """The signature that describes what `node` takes: its first branch's version, down
     through references (as `PredictionService.resolve` finds it)."""
     for _ in range(MAX_REFS * MAX_DEPTH):
-        if isinstance(node, Transform | Lookup):  # a sequence's first step: what it declares
-            return Signature(node.input_specs(), ())
-        if isinstance(node, Function):  # a sequence's step: what it declares
-            return node.signature
-        if node.kind == "single":
+        if node.kind == "single":  # the common case first
             version = runner.lookups.cached_version(tenant, node.model, node.version)  # type: ignore[union-attr]
             if version is None:
                 version = await runner.lookups.version_of(tenant, node.model, node.version)  # type: ignore[union-attr]
             return version.signature
+        if isinstance(node, Transform | Lookup):  # a sequence's first step: what it declares
+            return Signature(node.input_specs(), ())
+        if isinstance(node, Function):  # a sequence's step: what it declares
+            return node.signature
         node = await runner.lookups.node_of(tenant, node.deployment) if node.kind == "ref" else node.children()[0]  # type: ignore[union-attr]
     raise Unavailable("deployment references nest too deep to find a model version", field="policy")
 
@@ -68,6 +68,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     exposed: dict[str, tuple[np.ndarray, Any]] = {}
     expose = _exposed(node, call.outputs)
     dep = call.deployment
+    at = ("stats", dep.tenant, dep.name, dep.revision)  # each step's statistics key, worked out once
+    stat_keys = _kept(node, at, None) or _keep(node, at, None, tuple((*at[1:], f"step:{s.name}") for s in node.steps))
     samples: list[tuple[Any, float | None]] = []  # each step's statistics, recorded in one call
     answer: Answer | None = None  # the last model's answer (a transform after it reshapes it)
     given, given_signature = arrays, None  # the previous step's outputs, and their signature
@@ -76,7 +78,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     step = node.steps[0]
     try:
         for index, step in enumerate(node.steps):
-            stat_key = (dep.tenant, dep.name, dep.revision, f"step:{step.name}")
+            stat_key = stat_keys[index]
             wanted = call.outputs if index == last else None  # only the last step answers with the outputs asked for
             started = time.perf_counter()
             if isinstance(step.target, Transform):
@@ -98,7 +100,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             elif isinstance(step.target, Function):
-                feed = given if index == 0 else (await _inputs_of(runner, node.steps[index - 1], step, given, call))[0]
+                feed = given if index == 0 else (await _inputs_of(runner, node, index, given, call))[0]
                 try:
                     given_signature, given = await _function(runner, node, step, index, call, feed, given_signature, wanted)
                 except SluiceError as exc:
@@ -109,7 +111,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 if answer is not None:
                     _reshape(answer, given_signature, given)
             else:
-                feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node.steps[index - 1], step, given, call)
+                feed, takes = (given, call.checked) if index == 0 else await _inputs_of(runner, node, index, given, call)
                 try:
                     if index > 0:  # inputs nobody checked yet: here, so a refusal names the step (NaN and
                         feed = runner.check(takes, feed, finite=finite)  # infinity looked for where a step may have made them)
@@ -258,22 +260,20 @@ def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray
 
 
 async def _inputs_of(
-    runner: PolicyRunner, previous: Step, step: Step, given: dict[str, np.ndarray], call: Call
+    runner: PolicyRunner, sequence: Sequence, index: int, given: dict[str, np.ndarray], call: Call
 ) -> tuple[dict[str, np.ndarray], Signature]:
     """The step's inputs: the previous step's outputs of the same names, or those its map
-    names; and the signature they are checked against."""
+    names (worked out once per signature); and the signature they are checked against."""
+    step = sequence.steps[index]
     signature = await input_signature(runner, step.target, call.tenant)
+    sources = _kept(sequence, ("feed", index), signature) or _keep(
+        sequence, ("feed", index), signature, tuple((spec.name, (step.map or {}).get(spec.name, spec.name)) for spec in signature.inputs)
+    )
     feed: dict[str, np.ndarray] = {}
-    for spec in signature.inputs:
-        source = (step.map or {}).get(spec.name, spec.name)
-        if source not in given:
-            raise BackendError(
-                f"step '{step.name}' takes input '{spec.name}' from output '{source}' of step '{previous.name}', "
-                f"which gave {sorted(given)}",
-                field="policy",
-                step=step.name,
-            )
-        feed[spec.name] = given[source]
+    for name, source in sources:
+        if (array := given.get(source)) is None:
+            raise BackendError(f"step '{step.name}' takes input '{name}' from output '{source}' of step '{sequence.steps[index - 1].name}', which gave {sorted(given)}", field="policy", step=step.name)
+        feed[name] = array
     return feed, signature
 
 

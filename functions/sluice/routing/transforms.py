@@ -97,7 +97,7 @@ def _compile(node: Transform, columns: dict[int, list[int]]) -> list[Step]:
     return steps
 
 
-def _get(arrays: Arrays, name: str) -> np.ndarray:
+def _get(arrays: Arrays, name: str) -> np.ndarray:  # where a step's `out[name] if name in out` falls back
     if name not in arrays:
         raise InvalidRequest(f"the transform needs tensor '{name}', and the request has {sorted(arrays)}", field=f"inputs.{name}")
     return arrays[name]
@@ -117,7 +117,8 @@ def _chain(ops: list[Any]) -> Step:
     apply = [_ELEMENTWISE[op.op](op) for op in ops]
 
     def step(out: Arrays) -> None:
-        y = _floats(_get(out, source))
+        y = out[source] if source in out else _get(out, source)
+        y = y if y.dtype in _FLOATS else y.astype(np.float32)
         for f in apply:
             y = f(y)
         out[target] = y
@@ -181,7 +182,7 @@ def _one_in(op: Any, work: Callable[[np.ndarray], np.ndarray]) -> Step:
     source, target = op.input, op.target
 
     def step(out: Arrays) -> None:
-        out[target] = work(_get(out, source))
+        out[target] = work(out[source] if source in out else _get(out, source))
 
     return step
 
@@ -318,7 +319,7 @@ def _concat(op: Any, _: Any) -> Step:
     names, target = op.inputs, op.output
 
     def step(out: Arrays) -> None:
-        parts = [_columns(_get(out, name)) for name in names]
+        parts = [x.reshape(-1, 1) if (x := out[name] if name in out else _get(out, name)).ndim == 1 else x for name in names]
         try:
             out[target] = np.concatenate(parts, axis=1, dtype=np.float32, casting="unsafe")
         except ValueError:  # rows that do not pair up: tensors a caller sent with different numbers of rows

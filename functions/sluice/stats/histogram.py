@@ -11,10 +11,22 @@ FLOOR_MS = 0.01
 PREFIX = "lat_"
 
 
+_LOG_GROWTH = math.log(GROWTH)
+
+
 def bucket(latency_ms: float) -> int:
     if latency_ms <= FLOOR_MS:
         return 0
-    return 1 + int(math.log(latency_ms / FLOOR_MS, GROWTH))
+    return 1 + int(math.log(latency_ms / FLOOR_MS) / _LOG_GROWTH)  # the same division `math.log(x, GROWTH)` makes
+
+
+_NAMES = tuple(f"{PREFIX}{i}" for i in range(512))  # latencies up to days: made once
+
+
+def bucket_name(latency_ms: float) -> str:
+    """The counter a latency adds to (`lat_<bucket>`)."""
+    index = bucket(latency_ms)
+    return _NAMES[index] if index < len(_NAMES) else f"{PREFIX}{index}"
 
 
 def bucket_value(index: int) -> float:

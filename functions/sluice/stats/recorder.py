@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.stats import timer
-from sluice.stats.histogram import PREFIX, bucket
+from sluice.stats.histogram import bucket_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,7 +108,7 @@ class StatsRecorder:
                 return
             sums["requests"] += 1
             if ok:
-                sums[f"{PREFIX}{bucket(latency_ms)}"] += 1
+                sums[bucket_name(latency_ms)] += 1
                 sums["latency_ms_sum"] += latency_ms  # Triton's statistics report total time
             else:
                 sums["errors"] += 1
@@ -125,8 +125,9 @@ class StatsRecorder:
         """Several `request`s at once, under one lock (a graph's steps, once per request):
         a latency in milliseconds counts an answer, None a failure."""
         with self._lock:
+            pending = self._sums
             for key, latency_ms in samples:
-                sums = self._sums_of(key)
+                sums = pending.get(key) or self._sums_of(key)  # a key seen before: no call
                 if sums is None:
                     self._lose(key, 1, TOO_MANY)
                     continue
@@ -134,7 +135,7 @@ class StatsRecorder:
                 if latency_ms is None:
                     sums["errors"] += 1
                 else:
-                    sums[f"{PREFIX}{bucket(latency_ms)}"] += 1
+                    sums[bucket_name(latency_ms)] += 1
                     sums["latency_ms_sum"] += latency_ms
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
