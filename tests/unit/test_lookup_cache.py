@@ -145,6 +145,31 @@ def test_integer_keys_of_one_hash_never_answer_for_each_other(tmp_path: Path) ->
     assert ask(steps, cached, many)[0] == [1.0, 2.0, 1.0] * 100
 
 
+def test_with_and_without_the_cache_a_lookup_answers_alike(tmp_path: Path) -> None:
+    """The uncached path spreads the store's lists, the cached one serves arrays: the same
+    values, defaults, event times and 422s, for repeated keys, a missing entity, a null value
+    and a stale record."""
+    write(tmp_path / "acme.db", "f", {"a": (1.0, T0), "b": (2.0, T0 - 100), "n": (None, T0)})  # type: ignore[dict-item]
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local", clock=Clock(T0))
+    rows = ["a", "b", "a", "nobody", "n", "a"]
+    for extra in ({}, {"max_age_s": 50, "event_time_output": "seen"}):
+        answers = []
+        for ttl in (None, 60):  # without the cache, then with it: its first and second answers
+            for _ in range(1 if ttl is None else 2):
+                looked = ask(steps, node(**extra, **({"cache_ttl_s": ttl} if ttl else {})), rows)[1]
+                answers.append({name: [None if x != x else x for x in v.tolist()] for name, v in looked.outputs.items() if name != "k"})  # NaN: None
+        assert answers[0]["value"] == ([1.0, 2.0, 1.0, 0.0, 0.0, 1.0] if not extra else [1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+        assert answers[1:] == [answers[0], answers[0]]
+        for ttl in (None, 60):
+            strict = node(default=None, **extra, **({"cache_ttl_s": ttl} if ttl else {}))
+            for keys, words in ((["a", "nobody"], "'nobody'.*not in the store"), (["a", "n"], "'n'.*feature is missing"), (["a", "b"], "'b'.*older than max_age_s")):
+                if "older" in words and not extra:
+                    assert ask(steps, strict, keys)[0] == [1.0, 2.0]
+                    continue
+                with pytest.raises(Unprocessable, match=words):
+                    ask(steps, strict, keys)
+
+
 def test_threads_sharing_a_small_cache_always_get_their_own_values(tmp_path: Path) -> None:
     """Lookups from several threads at once, through a cache too small for their keys: entries
     come and go while others read them, and every answer is the store's."""

@@ -38,7 +38,6 @@ from sluice.domain.errors import (
     DeadlineExceeded,
     Forbidden,
     SluiceError,
-    Unprocessable,
 )
 from sluice.runtimes.feature_stores import (
     DynamoStore,
@@ -49,10 +48,11 @@ from sluice.runtimes.feature_stores import (
 from sluice.runtimes.lookup_values import (
     Values,
     distinct,
-    entity,
     from_found,
     hashes_of,
     keys_of,
+    missing,
+    spread,
     store_keys,
 )
 
@@ -107,6 +107,7 @@ class LookupSteps:
         self._stores: dict[str, FeatureStore] = {}
         self._lock = threading.Lock()
         self.clock = clock
+        self._emf_meta: dict[bool, list[dict[str, Any]]] = {}
         self.cache: FeatureCache | None = None
         if settings.lookup_cache_entries > 0:
             from sluice.runtimes.lookup_cache import FeatureCache
@@ -162,14 +163,19 @@ class LookupSteps:
     def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
         from sluice.observability import get_logger
         from sluice.observability.formatter import log_info
-        from sluice.observability.telemetry import emf
 
-        metrics = {"LookupCalls": (1.0, "Count"), "LookupErrors": (float(failed), "Count")}
-        if looked is not None and looked.cache_hits is not None:
-            metrics |= {"LookupCacheHits": (float(looked.cache_hits), "Count"), "LookupCacheMisses": (float(looked.cache_misses or 0), "Count")}
+        cached = looked is not None and looked.cache_hits is not None
         fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
-        fields.update({name: value for name, (value, _) in metrics.items()})
-        fields["_aws"] = emf(self.metrics_namespace, [[]], metrics)  # type: ignore[arg-type]
+        fields["LookupCalls"], fields["LookupErrors"] = 1.0, float(failed)
+        if cached:
+            fields["LookupCacheHits"], fields["LookupCacheMisses"] = float(looked.cache_hits or 0), float(looked.cache_misses or 0)  # type: ignore[union-attr]
+        meta = self._emf_meta.get(cached)
+        if meta is None:  # the record's metadata, built once per shape (cached or not)
+            from sluice.observability.telemetry import emf
+
+            names = ("LookupCalls", "LookupErrors", *(("LookupCacheHits", "LookupCacheMisses") if cached else ()))
+            meta = self._emf_meta[cached] = emf(self.metrics_namespace, [[]], dict.fromkeys(names, (0.0, "Count")))["CloudWatchMetrics"]  # type: ignore[arg-type]
+        fields["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
         log_info(get_logger(), "lookup", fields)
 
     async def lookup(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> Looked:
@@ -204,69 +210,76 @@ class LookupSteps:
         ttl = self.ttl(node)
         cache = self.cache if ttl > 0 and len(every) else None
         calls_before = store.calls
-        if cache is None:
-            entities = distinct(every, together)
-            values = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s) if len(entities) else Values.empty(node, 0)
-            objs, inverse, hits = entities.objs, entities.inverse, None
-        else:  # rows found in the cache are served from it as they are; the others' entities read
-            space = (tenant, self._store_key(node, tenant), types, *node.reads)
-            hashes = hashes_of(together)
-            hit, held = cache.get(space, hashes, every)
-            hits = int(np.count_nonzero(hit))
-            if hits == len(every):
-                values = held
+        if cache is None:  # the store's lists spread to the rows: no arrays kept for a cache
+            keys = list(dict.fromkeys(together))  # first seen first, at C speed
+            inverse = None  # a row a key: nothing to spread
+            if len(keys) < len(together):
+                place = dict(zip(keys, range(len(keys)), strict=True))
+                inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
+            wanted = store_keys(keys, types)
+            found = await self._fetch(node, store, wanted, types, event_time, timeout_s) if keys else Found.of([f.name for f in node.features])
+            out = dict(arrays)
+            out.update(spread(node, wanted, found, inverse, self.clock()))
+            return Looked(out, store.calls - calls_before)
+        # rows found in the cache are served from it as they are; the others' entities read
+        space = (tenant, self._store_key(node, tenant), types, *node.reads)
+        hashes = hashes_of(together)
+        hit, held = cache.get(space, hashes, every)
+        hits = int(np.count_nonzero(hit))
+        if hits == len(every):
+            values = held
+        else:
+            missed = ~hit
+            rest = every[missed]
+            entities = distinct(rest, rest.tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
+            wanted = store_keys(entities.objs.tolist(), types)
+            fetched = from_found(node, wanted, await self._fetch(node, store, wanted, types, event_time, timeout_s))
+            cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
+            if held is None:
+                values = fetched.take(entities.inverse)
             else:
-                missed = ~hit
-                rest = every[missed]
-                entities = distinct(rest, rest.tolist(), hashes[missed]) if held is not None else distinct(every, together, hashes)
-                fetched = await self._fetch(node, store, store_keys(entities.objs, types), types, event_time, timeout_s)
-                cache.put(space, entities.hashes, entities.objs, fetched, ttl, node.max_age_s)
-                if held is None:
-                    values = fetched.take(entities.inverse)
-                else:
-                    values = Values.empty(node, len(every))
-                    values.put(hit, held)
-                    values.put(missed, fetched.take(entities.inverse))
-            objs, inverse = every, None
+                values = Values.empty(node, len(every))
+                values.put(hit, held)
+                values.put(missed, fetched.take(entities.inverse))
         out = dict(arrays)
-        out.update(_columns(node, objs, values, inverse, self.clock()))
-        return Looked(out, store.calls - calls_before, hits, None if hits is None else len(every) - hits)
+        out.update(_columns(node, every, values, self.clock()))
+        return Looked(out, store.calls - calls_before, hits, len(every) - hits)
 
-    async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], types: tuple[str, ...], event_time: str, timeout_s: float) -> Values:
-        """The values of `keys`, read from the store in calls of its most keys (several at once
-        where it allows), within the deadline."""
+    async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], types: tuple[str, ...], event_time: str, timeout_s: float) -> Found:
+        """What the store holds of `keys`, read in calls of its most keys (several at once where
+        it allows), within the deadline."""
         chunks = [keys[i : i + store.max_keys] for i in range(0, len(keys), store.max_keys)]
         features = [f.name for f in node.features]
 
         def fetch(chunk: list[Key]) -> Found:
             return store.get_many(node.table, list(node.keys), chunk, features, event_time, list(types))
 
-        try:
-            async with asyncio.timeout(max(timeout_s, 0.0)):
-                if not store.concurrent:  # a local file, read here: a thread hop would cost more than the read
-                    parts: list[Found] = [fetch(c) for c in chunks]
-                elif len(chunks) == 1:
-                    parts = [await asyncio.to_thread(fetch, chunks[0])]
-                else:
-                    gate = asyncio.Semaphore(self.settings.lookup_concurrency)
+        if not store.concurrent:  # a local file, read here: a thread hop would cost more than the read, and
+            parts: list[Found] = [fetch(c) for c in chunks]  # no deadline could cut a read that never yields
+        else:
+            try:
+                async with asyncio.timeout(max(timeout_s, 0.0)):
+                    if len(chunks) == 1:
+                        parts = [await asyncio.to_thread(fetch, chunks[0])]
+                    else:
+                        gate = asyncio.Semaphore(self.settings.lookup_concurrency)
 
-                    async def one(chunk: list[Key]) -> Found:
-                        async with gate:
-                            return await asyncio.to_thread(fetch, chunk)
+                        async def one(chunk: list[Key]) -> Found:
+                            async with gate:
+                                return await asyncio.to_thread(fetch, chunk)
 
-                    parts = list(await asyncio.gather(*(one(c) for c in chunks)))
-        except TimeoutError:
-            raise DeadlineExceeded(f"{node.store} '{node.table}' gave no records within the request's deadline") from None
+                        parts = list(await asyncio.gather(*(one(c) for c in chunks)))
+            except TimeoutError:
+                raise DeadlineExceeded(f"{node.store} '{node.table}' gave no records within the request's deadline") from None
         found = parts[0] if len(parts) == 1 else Found.of(features)
         for part in parts if len(parts) > 1 else ():
             found.extend(part)
-        return from_found(node, keys, found)
+        return found
 
 
-def _columns(node: Lookup, objs: np.ndarray, values: Values, inverse: np.ndarray | None, now: float) -> dict[str, np.ndarray]:
-    """One array per feature (and the event times), in the rows' order: each distinct key's
-    values once (a missing or stale one: the default, else 422), then spread to its rows
-    (`inverse`; None: `values` are the rows' own already)."""
+def _columns(node: Lookup, objs: np.ndarray, values: Values, now: float) -> dict[str, np.ndarray]:
+    """One array per feature (and the event times) from the rows' own `values` (a cached
+    lookup's; a missing or stale one: the default, else 422)."""
     usable = values.found
     if node.max_age_s is not None:  # a stale record is a missing one (NaN, no event time: stale)
         usable = usable & (values.times >= now - node.max_age_s)
@@ -277,12 +290,12 @@ def _columns(node: Lookup, objs: np.ndarray, values: Values, inverse: np.ndarray
         if not ok.all():
             if feature.default is None:
                 first = int(np.argmin(ok))
-                raise _missing(node, feature.name, store_keys(objs[first : first + 1])[0], _why(node, values, first, now))
+                raise missing(node, feature.name, store_keys(objs[first : first + 1].tolist())[0], _why(node, values, first, now))
             column = column.copy()
             column[~ok] = feature.default
-        out[feature.name] = column if inverse is None else column[inverse]
+        out[feature.name] = column
     if node.event_time_output:  # a stale record's time too: why it was not used
-        out[node.event_time_output] = values.times if inverse is None else values.times[inverse]
+        out[node.event_time_output] = values.times
     return out
 
 
@@ -292,12 +305,3 @@ def _why(node: Lookup, values: Values, at: int, now: float) -> str:
     if node.max_age_s is not None and not values.times[at] >= now - node.max_age_s:
         return f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time"
     return "the feature is missing"
-
-
-def _missing(node: Lookup, feature: str, key: Key, why: str) -> Unprocessable:
-    first = next(iter(node.keys.values()))
-    return Unprocessable(
-        f"no value of feature '{feature}' for {entity(node, key)} in {node.store} '{node.table}': {why}, and the feature has no default",
-        field=f"inputs.{first}",
-        key=dict(zip(node.keys, key, strict=True)),
-    )
