@@ -7,6 +7,7 @@ makes it. One module fixture: Feast costs seconds to import and to apply."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import UTC, datetime, timedelta
 from importlib.util import find_spec
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from sluice.inference.loop import run
+from sluice.runtimes.feast_store import import_feast
 from tests.conftest import REPO
 from tests.integration.test_lookup_steps import (
     ACME,
@@ -102,6 +104,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import Settings
 
+    import_feast()  # before the example imports it: the worker's environment stays as it was
     home = tmp_path_factory.mktemp("feast")
     acme = home / "repos" / "acme"
     shutil.copytree(REPO / "examples" / "features" / "feast", acme, ignore=shutil.ignore_patterns("data"))
@@ -203,3 +206,11 @@ def test_a_cached_feast_lookup_reads_each_tenants_repository_once(world: World) 
         assert r.status_code == 200 and r.json()["predictions"][0]["prediction"] == pytest.approx(by_hand([("c1", 1.0)], table)[0])
     step = r.json()["steps"][0]
     assert (step["store_calls"], step["cache_hits"], step["cache_misses"]) == (0, 1, 0)  # globex's second request
+
+
+def test_importing_feast_turns_on_no_prometheus_series(world: World) -> None:
+    """Feast's import points Prometheus' multiprocess folders at a temporary folder of its own
+    where they are unset; sluice puts the environment back, so a process that never asked for
+    `/metrics` series (a CLI, a batch job, a test worker) does not start writing them."""
+    assert world is not None
+    assert not {"PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR"} & set(os.environ)

@@ -88,6 +88,20 @@ def signature_of(model: Any, x: Any) -> Any:
     return infer_signature(x.head(5), model.predict(x.head(5)))
 
 
+def pushed(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """What `sluice models push ARGS...` printed, having succeeded."""
+    code, out, err = run_cli(capsys, "models", "push", *args)
+    assert code == 0, err
+    return out
+
+
+def shown(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    """What `sluice models show ARGS...` printed, read."""
+    code, out, err = run_cli(capsys, "models", "show", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
 def predictions(capsys: pytest.CaptureFixture[str], deployment: str, rows: np.ndarray) -> list[Any]:
     code, out, err = run_cli(capsys, "predict", deployment, "--inputs", json.dumps(rows.tolist()))
     assert code == 0, err
@@ -98,12 +112,10 @@ def predictions(capsys: pytest.CaptureFixture[str], deployment: str, rows: np.nd
 def test_a_version_is_converted_checked_on_the_input_example_and_remembers_its_source(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
 ) -> None:
-    code, out, err = run_cli(capsys, "models", "push", "fraud", "models:/fraud/1", "--tracking-uri", tracking["uri"])
-    assert code == 0, err
+    out = pushed(capsys, "fraud", "models:/fraud/1", "--tracking-uri", tracking["uri"])
     assert "converted models:/fraud/1's sklearn flavor, checked on 5 rows of the logged input example" in out
     assert "labels agree on 100.00%" in out
-    code, out, _ = run_cli(capsys, "models", "show", "fraud", "--version", "1")
-    version = json.loads(out)
+    version = shown(capsys, "fraud", "--version", "1")
     assert version["signature"]["inputs"][0]["feature_names"] == NAMES  # MLflow's column schema
     assert version["source"] == {
         "registry": "mlflow", "uri": "models:/fraud/1", "tracking_uri": tracking["uri"], "name": "fraud", "version": 1,
@@ -119,18 +131,14 @@ def test_an_alias_and_a_run_resolve_to_their_version_and_run(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking["uri"])  # the environment's, as MLflow's own tools read it
-    code, out, err = run_cli(capsys, "models", "push", "champ", "models:/fraud@champion")
-    assert code == 0, err
-    assert "converted models:/fraud@champion's xgboost flavor" in out
+    assert "converted models:/fraud@champion's xgboost flavor" in pushed(capsys, "champ", "models:/fraud@champion")
     run = tracking["runs"]["xgboost"]
-    code, out, err = run_cli(capsys, "models", "push", "champ", f"runs:/{run}/model")
-    assert code == 0, err
-    code, out, _ = run_cli(capsys, "models", "show", "champ")
-    shown = json.loads(out)
-    assert [entry["source"]["alias"] for entry in shown["lineage"]] == ["champion", None]
-    assert shown["lineage"][0]["source"]["version"] == 2
-    assert [entry["source"]["run_id"] for entry in shown["lineage"]] == [run, run]
-    assert shown["lineage"][1]["source"]["artifact_path"] == "model"
+    pushed(capsys, "champ", f"runs:/{run}/model")
+    lineage = shown(capsys, "champ")["lineage"]
+    assert [entry["source"]["alias"] for entry in lineage] == ["champion", None]
+    assert lineage[0]["source"]["version"] == 2
+    assert [entry["source"]["run_id"] for entry in lineage] == [run, run]
+    assert lineage[1]["source"]["artifact_path"] == "model"
     assert run_cli(capsys, "deployments", "create", "champ", "--model", "champ")[0] == 0
     rows = tracking["x"].to_numpy()[:10]
     want = tracking["xgboost"].predict(tracking["x"].head(10))
@@ -141,11 +149,8 @@ def test_an_alias_and_a_run_resolve_to_their_version_and_run(
 def test_an_onnx_flavor_is_pushed_as_it_is_with_the_signatures_columns(
     capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
 ) -> None:
-    code, out, err = run_cli(capsys, "models", "push", "scorer", "models:/scorer/1", "--tracking-uri", tracking["uri"])
-    assert code == 0, err
-    assert "took models:/scorer/1's onnx flavor as it is" in out
-    code, out, _ = run_cli(capsys, "models", "show", "scorer", "--version", "1")
-    version = json.loads(out)
+    assert "took models:/scorer/1's onnx flavor as it is" in pushed(capsys, "scorer", "models:/scorer/1", "--tracking-uri", tracking["uri"])
+    version = shown(capsys, "scorer", "--version", "1")
     assert version["signature"]["inputs"][0]["feature_names"] == NAMES
     assert version["source"]["flavor"] == "onnx" and version["source"]["version"] == 1
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What importing Feast sets in the process's environment where it is unset (feast/metrics.py):
+# Prometheus' multiprocess folders, pointed at a temporary folder of its own. Left there, they
+# would turn on `/metrics` series in a process that never asked for them (sluice reads the
+# first, as `sluice serve` sets it) and give later child processes a folder that is gone.
+_FEAST_SETS = ("PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR")
+
 _PRESENT, _NOT_FOUND = 1, 3  # feast.serving.ServingService_pb2.FieldStatus (2: null, 4: outside the view's TTL)
+
+
+def import_feast() -> Any:
+    """The `feast` package, imported with the process's environment kept as it was."""
+    before = {name: os.environ.get(name) for name in _FEAST_SETS}
+    try:
+        import feast
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return feast
 
 
 class FeastStore(_Counted):
@@ -56,10 +77,10 @@ class FeastStore(_Counted):
             if not (Path(self.repo_path) / "feature_store.yaml").is_file():
                 raise Unavailable(f"the Feast repository for lookups is not there (no feature_store.yaml in {Path(self.repo_path).name!r})")
             try:
-                from feast import FeatureStore
+                feast = import_feast()
             except ImportError:
                 raise BackendError("Feast lookups need Feast's SDK in this service: pip install 'sluice[feast]'") from None
-            self._feast = FeatureStore(repo_path=self.repo_path)
+            self._feast = feast.FeatureStore(repo_path=self.repo_path)
         return self._feast
 
     def get_many(
