@@ -3,8 +3,8 @@ documented operation, called with generated path, query and body values by an ad
 test tenant, answers without a 5xx and as documented (status codes, content types, bodies).
 
 Bounded and reproducible: a fixed seed, derandomized, the examples and fuzzing phases only
-(the coverage phase enumerates thousands of policy shapes), CASES_PER_OPERATION each: about
-500 calls, some seconds."""
+(the coverage phase enumerates thousands of policy shapes), CASES_PER_OPERATION each
+(POLICY_CASES for the two that write a whole policy): about a thousand calls."""
 
 from __future__ import annotations
 
@@ -64,9 +64,28 @@ def served(demo: Container) -> Iterator[Container]:
     APP.state.container = None
 
 
-@schema.parametrize()
-@settings(max_examples=CASES_PER_OPERATION, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+# The two operations that take a whole policy draw their bodies from its grammar (seven node
+# kinds, nested, with patterns): schemathesis spends about three CPU-seconds generating each such
+# case, against milliseconds elsewhere, so they take fewer cases. The grammar's own properties are
+# tested where it is parsed (tests/unit/test_graph_policies.py, tests/integration/test_graphs.py).
+POLICY_WRITES = ["POST /api/v1/deployments", "PUT /api/v1/deployments/{name}"]
+POLICY_CASES = 6
+FUZZ = {"derandomize": True, "database": None, "deadline": None, "suppress_health_check": list(HealthCheck)}
+
+
+@schema.exclude(name=POLICY_WRITES).parametrize()
+@settings(max_examples=CASES_PER_OPERATION, **FUZZ)
 def test_no_input_gets_a_server_error_or_an_undocumented_answer(case: Any, fuzz_keys: dict[str, Any], served: Container) -> None:
+    call_and_validate(case, fuzz_keys)
+
+
+@schema.include(name=POLICY_WRITES).parametrize()
+@settings(max_examples=POLICY_CASES, **FUZZ)
+def test_no_policy_written_gets_a_server_error_or_an_undocumented_answer(case: Any, fuzz_keys: dict[str, Any], served: Container) -> None:
+    call_and_validate(case, fuzz_keys)
+
+
+def call_and_validate(case: Any, fuzz_keys: dict[str, Any]) -> None:
     params = case.path_parameters or {}
     # Two cases in three address the demo's real deployments and models rather than a name
     # nobody has: the rest of the route runs, not only its 404.
@@ -79,4 +98,3 @@ def test_no_input_gets_a_server_error_or_an_undocumented_answer(case: Any, fuzz_
     refusing = case.path.endswith(("/load", "/unload"))
     checks = [c for c in CHECKS if not (refusing and c is st_checks.not_a_server_error)]
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_keys['plain']}"}, checks=checks)
-
