@@ -14,6 +14,7 @@ archive is checked in `sluice.endpoints.repository_check`.
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
 from dataclasses import dataclass, field
@@ -378,7 +379,9 @@ def write_tarball(root: Path, dest: Path | io.BufferedIOBase) -> None:
         raise InvalidInput(f"{root} holds no <model>/config.pbtxt", field="repository")
     target = owner_only.open_file(dest) if isinstance(dest, (str, Path)) else dest
     try:
-        with tarfile.open(fileobj=target, mode="w:gz", compresslevel=6) as tar:
+        # gzip's header stamped with no time and no name (tarfile's "w:gz" writes the clock's
+        # second): the same repository gives the same bytes, whenever it is packed.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=target, compresslevel=6, mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
             for path in entries:
                 arcname = path.relative_to(root).as_posix()
                 if path.is_dir():
