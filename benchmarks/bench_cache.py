@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import PYTHON, REPO, Goal, bench_env, figure, percentile, rotate, section
+from benchmarks.common import Goal, bench_env, figure, rotated_p50s, run_child, section
 from benchmarks.prepare import MODELS, make_models
 
 if TYPE_CHECKING:
@@ -147,11 +146,7 @@ def child(out: Path, repeats: int, n: int) -> None:
             calls["prime"](1)  # the answer the hits will find
             for call in calls.values():
                 call(20)  # load the session, warm every path
-            runs: dict[str, list[float]] = {s: [] for s in SUBJECTS}
-            for r in range(repeats):
-                for subject in rotate(SUBJECTS, r):
-                    runs[subject].append(percentile(calls[subject](n), 50))
-            results[f"{name}/{batch}/{path}"] = runs
+            results[f"{name}/{batch}/{path}"] = rotated_p50s(calls, SUBJECTS, repeats=repeats, n=n)
     out.write_text(json.dumps(results))
 
 
@@ -159,15 +154,8 @@ def child(out: Path, repeats: int, n: int) -> None:
 def measure(repeats: int, n: int) -> dict[str, Any]:
     make_models()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cache.json"
         env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_DEPLOYMENT_CACHE_TTL_S="1")
-        proc = subprocess.run(
-            [PYTHON, "-m", "benchmarks.bench_cache", "--child", str(out), "--repeats", str(repeats), "--n", str(n)],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600, check=False,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"cache benchmark failed: {proc.stderr[-2000:]}")
-        return json.loads(out.read_text())
+        return run_child("benchmarks.bench_cache", tmp, env, "--repeats", str(repeats), "--n", str(n))
 
 
 def run(quick: bool) -> dict[str, Any]:

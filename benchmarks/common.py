@@ -283,6 +283,30 @@ def bench_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def rotated_p50s(calls: dict[str, Any], subjects: Sequence[str], *, repeats: int, n: int) -> dict[str, list[float]]:
+    """Each subject's p50 over `n` calls (`calls[subject](n)` returns the latencies), `repeats`
+    times, the subjects' order rotated each round so none always runs first."""
+    runs: dict[str, list[float]] = {subject: [] for subject in subjects}
+    for r in range(repeats):
+        for subject in rotate(subjects, r):
+            runs[subject].append(percentile(calls[subject](n), 50))
+    return runs
+
+
+def run_child(module: str, tmp: str, env: dict[str, str], *args: str, timeout_s: float = 600) -> Any:
+    """`python -m module --child OUT ARGS...` in a process of its own; what it wrote to OUT."""
+    import json
+
+    out = Path(tmp) / "child.json"
+    proc = subprocess.run(
+        [PYTHON, "-m", module, "--child", str(out), *args],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} failed: {proc.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
 def alternating_latencies(
     client: Any, url: str, names: Sequence[str], row: Any, *, repeats: int, n: int, warm: int = 50
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
