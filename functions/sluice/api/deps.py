@@ -204,6 +204,7 @@ get_batch = _on_first_use("batch")
 get_schedules = _on_first_use("schedules")
 get_optimizer = _on_first_use("optimizer")
 get_optimize_jobs = _on_first_use("optimize_jobs")
+get_monitor = _on_first_use("monitor")
 
 
 # The types of services built on first use are named as strings: FastAPI reads no further
@@ -227,6 +228,7 @@ BatchDep = Annotated["BatchService", Depends(get_batch)]
 SchedulesDep = Annotated["ScheduleService", Depends(get_schedules)]
 OptimizerDep = Annotated["OptimizeService", Depends(get_optimizer)]
 OptimizeJobsDep = Annotated["OptimizeJobs", Depends(get_optimize_jobs)]
+MonitorDep = Annotated["MonitorService", Depends(get_monitor)]
 
 
 def parse_body(model: type[M], raw: bytes) -> M:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONResponse:
     # Statistics are flushed after the response is sent, when one is due.
     service = container.predictions
-    background = BackgroundTask(service.flush_stats_if_due) if service.stats.due() else None
+    background = BackgroundTask(service.flush_stats_if_due) if service.stats_due() else None
     return JSONResponse(content, headers={"x-request-id": rid}, background=background)
 
 
@@ -152,7 +152,7 @@ def _respond_binary(container: Container, content: dict[str, Any], which: set[st
             tail.append(data)
     header = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
     service = container.predictions
-    background = BackgroundTask(service.flush_stats_if_due) if service.stats.due() else None
+    background = BackgroundTask(service.flush_stats_if_due) if service.stats_due() else None
     return Response(
         header + b"".join(tail),
         media_type="application/octet-stream",

@@ -177,7 +177,7 @@ class Session:
     def stats_due(self) -> bool:
         """Whether statistics are due a flush (`container.predictions.flush_stats_if_due`),
         which the transport runs after the answer has gone out."""
-        return self.container.predictions.stats.due()
+        return self.container.predictions.stats_due()
 
 
 def _parse(raw: bytes | str) -> dict[str, Any]:

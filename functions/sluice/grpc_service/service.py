@@ -233,7 +233,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         with admission.held(principal, key=False) if admission is not None else contextlib.nullcontext():
             prediction = await service.predict(principal, core)
             response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
-        if service.stats.due():  # flushed beside the answer, as HTTP flushes after it
+        if service.stats_due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes
         if size > limit:  # gRPC would refuse to send it, saying less

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.uploads import UploadService
+    from sluice.monitor.profiler import ProfileRecorder
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.runtimes import Runtime
@@ -87,6 +88,7 @@ class PredictionService:
         self.mirror = mirror  # set by the wiring once built (a local mirror runs through this service)
         self.cache = cache  # answers of deployments that turned caching on; None: never cached
         self.capture: Capturer | None = None  # set by the wiring: data capture of deployments that turn it on
+        self.profiles: ProfileRecorder | None = None  # set by the wiring: monitoring profiles of the traffic served
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
@@ -156,6 +158,11 @@ class PredictionService:
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows)
+        if self.profiles is not None:  # held as they are; folded into sketches off the request
+            result = answer.result
+            self.profiles.observe(
+                (dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, result.outputs, result.classes, rows
+            )
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
@@ -386,7 +393,13 @@ class PredictionService:
                 f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"
             )
 
+    def stats_due(self) -> bool:
+        """Whether statistics or monitoring profiles are due a flush."""
+        return self.stats.due() or (self.profiles is not None and self.profiles.due())
+
     def flush_stats_if_due(self) -> None:
         if self.stats.due():
             self.stats.flush()
+        if self.profiles is not None and self.profiles.due():
+            self.profiles.flush()
 

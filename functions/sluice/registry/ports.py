@@ -164,6 +164,24 @@ class StatsRegistry(Protocol):
         ...
 
 
+class MonitorRegistry(Protocol):
+    """Model monitoring: one baseline per deployment (a profile of the data it was trained on,
+    with the revision it was taken at), and the profiles of its traffic, one record per
+    flush of a process (revision, variant, the window's start in epoch seconds), merged when
+    read. Profiles are JSON-able documents (`sluice.monitor.sketches.Profile.to_dict`)."""
+
+    def put_baseline(self, tenant: str, deployment: str, baseline: dict[str, Any]) -> None:
+        """Store the deployment's baseline over any it had."""
+        ...
+
+    def get_baseline(self, tenant: str, deployment: str) -> dict[str, Any] | None: ...
+    def add_profile(self, tenant: str, deployment: str, revision: int, variant: str, window: int, profile: dict[str, Any]) -> None: ...
+    def read_profiles(self, tenant: str, deployment: str, revision: int, *, since: int = 0) -> list[tuple[str, int, dict[str, Any]]]:
+        """(variant, window, profile) of every record of the revision whose window starts at
+        `since` or later, oldest window first."""
+        ...
+
+
 class AnswerRegistry(Protocol):
     """The prediction cache's shared tier: answers (opaque bytes) by deployment and key,
     each until `expires_at` (epoch seconds). A read at `now` past it finds nothing, whether or
@@ -196,5 +214,5 @@ class ScheduleRegistry(Protocol):
     def delete_schedule(self, tenant: str, name: str) -> None: ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, OptimizeJobRegistry, ScheduleRegistry, StatsRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, OptimizeJobRegistry, ScheduleRegistry, StatsRegistry, MonitorRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

@@ -25,6 +25,7 @@ from sluice.settings.jobs import (
     StreamSettings,
 )
 from sluice.settings.lookups import LookupSettings
+from sluice.settings.monitoring import MonitorSettings
 from sluice.settings.precomputed import PrecomputedSettings
 from sluice.settings.process import (
     AdapterSettings,
@@ -61,6 +62,7 @@ __all__ = [
     "JobSettings",
     "LimitSettings",
     "LookupSettings",
+    "MonitorSettings",
     "ObservabilitySettings",
     "OnnxSettings",
     "PrecomputedSettings",
@@ -94,6 +96,7 @@ class Settings(BaseModel):
     functions: FunctionSettings = Field(default_factory=FunctionSettings)
     lookups: LookupSettings = Field(default_factory=LookupSettings)
     precomputed: PrecomputedSettings = Field(default_factory=PrecomputedSettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     onnx: OnnxSettings = Field(default_factory=OnnxSettings)
     snapstart: SnapStartSettings = Field(default_factory=SnapStartSettings)
     uploads: UploadSettings = Field(default_factory=UploadSettings)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sluice.inference.mirror import Mirror
     from sluice.inference.shadow_runner import ShadowRunner
     from sluice.metrics import PrometheusMetrics
+    from sluice.monitor.profiler import ProfileRecorder
     from sluice.observability import Telemetry
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
@@ -101,6 +102,26 @@ def build_mirror(settings: Settings, store: ArtifactStore, runner: ShadowRunner)
 
         return LambdaMirror.from_url(url, store, region=settings.adapters.region)
     raise ValueError(f"SLUICE_MIRROR must be local or lambda://FUNCTION, not {url!r}")
+
+
+def build_profiles(settings: Settings, registry: Registry) -> ProfileRecorder | None:
+    """The monitoring profiles of the traffic this process serves; None where they are off
+    (SLUICE_MONITOR_PROFILES) or Apache DataSketches is not installed (said once)."""
+    monitor = settings.monitor
+    if not monitor.monitor_profiles:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("datasketches") is None:
+        from sluice.observability import get_logger
+
+        get_logger().info("monitoring profiles are off: Apache DataSketches is not installed (sluice[monitor])")
+        return None
+    from sluice.monitor.profiler import ProfileRecorder
+
+    return ProfileRecorder(
+        registry, window_s=monitor.monitor_window_s, flush_every_s=monitor.monitor_flush_s, max_columns=monitor.monitor_max_columns
+    )
 
 
 def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:

@@ -26,6 +26,7 @@ from sluice.wiring.adapters import (
     build_orchestrator,
     build_precomputed,
     build_prediction_cache,
+    build_profiles,
     build_registry,
     build_revocation_signal,
     build_store,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
+    from sluice.services.monitoring import MonitorService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -114,6 +116,7 @@ class Container:
         self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
         self.capture = build_capture(self.settings, self.telemetry)
         self.predictions.capture = self.capture  # and sampled requests of deployments that capture
+        self.predictions.profiles = build_profiles(self.settings, self.registry)  # and monitoring profiles
         self.predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
         self.predictions.batcher.max_queue = self.settings.admission.batching_max_queue
         self.deployments = DeploymentService(
@@ -182,7 +185,16 @@ class Container:
         plane, built only when such a rollout is looked at."""
         from sluice.services.rollouts import RolloutService
 
-        return RolloutService(self.registry, self.deployments, endpoints=self.endpoint_plane)
+        return RolloutService(self.registry, self.deployments, endpoints=self.endpoint_plane, monitor=lambda: self.monitor)
+
+    @cached_property
+    def monitor(self) -> MonitorService:
+        """Model monitoring's baselines and checks; built on first use. A read first writes
+        the profiles this process holds."""
+        from sluice.services.monitoring import MonitorService
+
+        profiles = self.predictions.profiles
+        return MonitorService(self.registry, self.settings.monitor, before_read=profiles.flush if profiles is not None else None)
 
     def endpoint_plane(self) -> EndpointControl:
         """The endpoint control plane (SageMaker or the local twin), built on first use."""
@@ -252,6 +264,7 @@ class Container:
             precomputed=self.predictions.runner.precomputed,
         )  # fmt: skip
         service.capture = self.capture
+        service.profiles = self.predictions.profiles
         return service
 
     @cached_property
@@ -307,6 +320,8 @@ class Container:
         if self.capture is not None:
             self.capture.drain(max(0.0, deadline - time.monotonic()))
         self.predictions.stats.close()  # what the registry still refuses: counted as dropped
+        if self.predictions.profiles is not None:
+            self.predictions.profiles.close()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

@@ -20,6 +20,7 @@ from sluice.registry.dynamodb.deployments import DynamoDeployments
 from sluice.registry.dynamodb.jobs import DynamoJobs
 from sluice.registry.dynamodb.keys import DynamoKeys
 from sluice.registry.dynamodb.models import DynamoModels
+from sluice.registry.dynamodb.monitor import DynamoMonitor
 from sluice.registry.dynamodb.optimize_jobs import DynamoOptimizeJobs
 from sluice.registry.dynamodb.schedules import DynamoSchedules
 from sluice.registry.dynamodb.stats import ASSIGNMENT_TTL_S, DynamoStats
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["ASSIGNMENT_TTL_S", "DynamoRegistry", "create_table", "table_of_url"]
 
 
-class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoOptimizeJobs, DynamoSchedules, DynamoStats, DynamoAnswers, DynamoConnections):
+class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoOptimizeJobs, DynamoSchedules, DynamoStats, DynamoMonitor, DynamoAnswers, DynamoConnections):
     """Every aggregate over one table. The client comes from `clients` (by default the
     process's factory for `region`) on first use, or is given ready (tests)."""
 

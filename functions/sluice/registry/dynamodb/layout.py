@@ -10,6 +10,9 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - history entry: `pk=T#<tenant>#D#<name>`, `sk=H#<seq:010d>`
 - statistics: `pk=T#<tenant>#D#<name>`, `sk=S#<revision:010d>#<subject>`; also `subject` and
   one `stat:<name>` per counter
+- monitoring baseline: `pk=T#<tenant>#D#<name>`, `sk=BASELINE`; also `doc` (JSON)
+- monitoring profile: `pk=T#<tenant>#D#<name>`, `sk=P#<revision:010d>#<window:012d>#<id>`, one
+  per flush of a process; also `variant`, `doc` (JSON) and `expires_at`
 - assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
 - reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
 - cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
@@ -36,6 +39,8 @@ DEPLOYMENT = "D#"
 HISTORY = "H#"
 HISTORY_COUNTER = "SEQ"
 STATS = "S#"
+BASELINE = "BASELINE"
+PROFILE = "P#"
 ASSIGNMENT = "ASSIGNMENT"
 REWARD = "REWARD"
 ANSWER = "ANSWER"
@@ -81,6 +86,13 @@ def history_sk(seq: int) -> str:
 
 def stats_sk(revision: int, subject: str) -> str:
     return f"{STATS}{revision:010d}#{subject}"
+
+
+def profile_sk(revision: int, window: int | None = None, record: str = "") -> str:
+    """A revision's profiles (`window` None: the prefix of them all), in window order."""
+    if window is None:
+        return f"{PROFILE}{revision:010d}#"
+    return f"{PROFILE}{revision:010d}#{window:012d}#{record}"
 
 
 def assignment_pk(tenant: str, deployment: str, request_id: str) -> str:

@@ -11,6 +11,7 @@ from sluice.registry.sqlite.deployments import SqliteDeployments
 from sluice.registry.sqlite.jobs import SqliteJobs
 from sluice.registry.sqlite.keys import SqliteKeys
 from sluice.registry.sqlite.models import SqliteModels
+from sluice.registry.sqlite.monitor import SqliteMonitor
 from sluice.registry.sqlite.optimize_jobs import SqliteOptimizeJobs
 from sluice.registry.sqlite.schedules import SqliteSchedules
 from sluice.registry.sqlite.stats import SqliteStats
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteRegistry", "path_of_url"]
 
 
-class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteOptimizeJobs, SqliteSchedules, SqliteStats, SqliteAnswers, SqliteConnections):
+class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteOptimizeJobs, SqliteSchedules, SqliteStats, SqliteMonitor, SqliteAnswers, SqliteConnections):
     """Every aggregate over one database file."""
 
     def __init__(self, path: Path | str) -> None:

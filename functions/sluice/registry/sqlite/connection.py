@@ -76,6 +76,13 @@ CREATE TABLE IF NOT EXISTS optimize_jobs (
     tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
     doc TEXT NOT NULL, PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS optimize_jobs_by_time ON optimize_jobs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS monitor_baselines (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (tenant, deployment));
+CREATE TABLE IF NOT EXISTS monitor_profiles (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
+    win INTEGER NOT NULL, variant TEXT NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS monitor_profiles_by_window ON monitor_profiles (tenant, deployment, revision, win);
 """
 
 

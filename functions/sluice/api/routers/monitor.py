@@ -1,0 +1,47 @@
+"""Model monitoring (admin scope): a deployment's baseline, set from rows and read back, and
+its traffic checked against it per window (docs/monitoring.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from sluice.api.deps import AdminDep, MonitorDep, PredictionsDep, SettingsDep
+from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.domain.values import RevisionNumber
+from sluice.types.monitoring import BaselineRows
+
+router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=errors(*MANAGEMENT))
+
+
+@router.put("/{name}/baseline", summary="Set the deployment's baseline from rows of its training data")
+async def put_baseline(name: str, body: BaselineRows, principal: AdminDep, predictions: PredictionsDep, monitor: MonitorDep, settings: SettingsDep) -> JSONResponse:
+    from sluice.codecs.plain import arrays_from_request
+    from sluice.inference.baselines import baseline_profile
+
+    principal.require("admin")
+    resolved = await predictions.resolve(principal, name)
+    arrays = arrays_from_request(resolved.version.signature, inputs=body.inputs, batch=body.batch)
+    profile = await baseline_profile(
+        predictions, principal, name, arrays, max_columns=settings.monitor.monitor_max_columns, outputs=body.outputs
+    )
+    return JSONResponse(await run_in_threadpool(monitor.put_baseline, principal, name, profile, source=body.source))
+
+
+@router.get("/{name}/baseline", summary="The deployment's baseline: per column, count, missing rate, range, quantiles or top values")
+def get_baseline(name: str, principal: AdminDep, monitor: MonitorDep) -> JSONResponse:
+    return JSONResponse(monitor.baseline(principal, name))
+
+
+@router.get("/{name}/monitor", summary="Drift and data quality of the deployment's traffic against its baseline, per window")
+def monitor_status(
+    name: str,
+    principal: AdminDep,
+    monitor: MonitorDep,
+    revision: RevisionNumber | None = None,
+    variant: Annotated[str | None, Query(max_length=64, description="One variant's traffic (a split's); all of it by default.")] = None,
+    windows: Annotated[int, Query(ge=1, le=168, description="How many of the latest windows with traffic.")] = 1,
+) -> JSONResponse:
+    return JSONResponse(monitor.status(principal, name, revision=revision, variant=variant, windows=windows))

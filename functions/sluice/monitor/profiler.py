@@ -1,0 +1,173 @@
+"""The profiles of the traffic one process serves, per deployment, revision, variant and
+window, kept the way its statistics are (`sluice.stats.recorder`): in memory, written to the
+registry in batches, by the same timer.
+
+A request costs a list append under a lock: its input and output arrays are held as they are
+(never copied; nothing changes them after the answer) and folded into the window's sketches
+later, many requests at once, by the flush, or by the request that finds `fold_rows` rows
+held. A flush writes each window's profile as one record (`MonitorRegistry.add_profile`);
+reads merge the records of a window, whatever process wrote them. A write the registry refuses
+is kept and tried again at the next flush; what is still refused at `close`, or beyond
+`max_pending` windows held, is dropped and logged.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.monitor.sketches import MAX_COLUMNS, Profile
+from sluice.observability import get_logger
+from sluice.registry.scope import use_tenant
+from sluice.stats import timer
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    from sluice.domain.signature import Signature
+    from sluice.registry import MonitorRegistry
+
+Key = tuple[str, str, int, str, int]  # tenant, deployment, revision, variant, window start (epoch s)
+FOLD_ROWS = 8192
+MAX_PENDING = 1000
+
+
+@dataclass(slots=True)
+class _Held:
+    signature: Signature | None
+    parts: list[tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, Any]]] = field(default_factory=list)
+    rows: int = 0
+    profile: Profile | None = None
+
+
+class ProfileRecorder:
+    def __init__(
+        self,
+        registry: MonitorRegistry,
+        *,
+        window_s: int = 3600,
+        flush_every_s: float = 30.0,
+        max_columns: int = MAX_COLUMNS,
+        fold_rows: int = FOLD_ROWS,
+        max_pending: int = MAX_PENDING,
+        timed: bool | None = None,
+    ) -> None:
+        if timed is None:
+            from sluice.settings import in_lambda
+
+            timed = not in_lambda()
+        self.registry = registry
+        self.window_s = window_s
+        self.flush_every_s = flush_every_s
+        self.max_columns = max_columns
+        self.fold_rows = fold_rows
+        self.max_pending = max_pending
+        self.timed = timed
+        self._held: dict[Key, _Held] = {}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._on_timer = False
+        self.dropped_rows = 0
+
+    def observe(
+        self, key: tuple[str, str, int, str], signature: Signature | None, inputs: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray], classes: Mapping[str, Any], rows: int,
+    ) -> None:  # fmt: skip
+        """One answered request: `key` is (tenant, deployment, revision, variant)."""
+        window = int(time.time()) // self.window_s * self.window_s
+        full = (*key, window)
+        with self._lock:
+            held = self._held.get(full)
+            if held is None:
+                if len(self._held) >= self.max_pending:
+                    self.dropped_rows += rows
+                    return
+                held = self._held[full] = _Held(signature)
+                if self.timed and not self._on_timer:
+                    self._on_timer = True
+                    timer.watch(self)  # type: ignore[arg-type]
+            held.parts.append((inputs, outputs, classes))
+            held.rows += rows
+            fold = held.rows >= self.fold_rows
+        if fold:
+            self._fold(full)
+
+    def _fold(self, key: Key) -> None:
+        """The held requests of `key` folded into its profile (outside the lock: the sketches'
+        work is the expensive part; a key is folded by one thread at a time)."""
+        with self._lock:
+            held = self._held.get(key)
+            if held is None or not held.parts:
+                return
+            parts, held.parts, held.rows = held.parts, [], 0
+            profile = held.profile
+            held.profile = None
+        profile = profile or Profile()
+        for inputs, outputs, classes in parts:
+            profile.add_rows(inputs, outputs, held.signature, classes, max_columns=self.max_columns)
+        with self._lock:
+            now = self._held.get(key)
+            if now is None:
+                now = self._held[key] = _Held(held.signature)
+            if now.profile is None:
+                now.profile = profile
+            else:
+                profile.merge(now.profile)
+                now.profile = profile
+
+    # Flushing (the timer's interface: `due`, `flush`, `flush_every_s`) -------------------------
+    def pending(self) -> bool:
+        return bool(self._held)
+
+    def due(self) -> bool:
+        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
+
+    def flush(self) -> bool:
+        """Fold and write every window held; a refused write is kept for the next flush."""
+        with self._flushing:
+            self._last_flush = time.monotonic()
+            for key in list(self._held):
+                self._fold(key)
+            with self._lock:
+                taken, self._held = self._held, {}
+            failed: Exception | None = None
+            for key, held in taken.items():
+                if held.profile is None or not held.profile.rows:
+                    continue
+                tenant, deployment, revision, variant, window = key
+                try:
+                    with use_tenant(tenant):
+                        self.registry.add_profile(tenant, deployment, revision, variant, window, held.profile.to_dict())
+                except Exception as exc:  # kept, to be tried again
+                    failed = exc
+                    self._put_back(key, held)
+            if failed is not None:
+                get_logger().warning("profiles not written: kept to try again", extra={"error": repr(failed)})
+            return failed is None
+
+    def _put_back(self, key: Key, held: _Held) -> None:
+        with self._lock:
+            now = self._held.get(key)
+            if now is None:
+                self._held[key] = held
+            elif held.profile is not None:
+                if now.profile is None:
+                    now.profile = held.profile
+                else:
+                    now.profile.merge(held.profile)
+
+    def close(self) -> None:
+        """The shutdown flush: what the registry still refuses is dropped, and logged."""
+        self.flush()
+        with self._lock:
+            lost = sum(h.profile.rows for h in self._held.values() if h.profile is not None) + self.dropped_rows
+            self._held, self.dropped_rows = {}, 0
+        if lost:
+            get_logger().error("profiles dropped", extra={"rows": lost})
+        timer.forget(self)  # type: ignore[arg-type]
+        self._on_timer = False

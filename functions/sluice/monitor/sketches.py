@@ -1,0 +1,193 @@
+"""Profiles: per column of a deployment's inputs and outputs, the rows seen, the missing ones,
+and a mergeable sketch of the values, Apache DataSketches' KLL quantiles sketch for numbers and
+its frequent-items sketch for categories (text, booleans). Two profiles of the same columns
+merge into the profile of both streams, whatever process or window made them.
+
+A tensor is cut into columns: a `[batch]` or `[batch, 1]` tensor is one column named after it;
+a `[batch, F]` tensor is F columns named by its signature's `feature_names` (or its classes,
+for a probabilities output), else `name[j]`; wider or deeper tensors (images, embeddings past
+`max_columns`) are not profiled.
+
+datasketches is imported on first use: only the processes that profile pay for it.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sluice.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from sluice.domain.signature import Signature
+
+KLL_K = 200  # normalized rank error about 1.3% per sketch (DataSketches' figure for k=200)
+FREQUENT_LG_K = 8  # up to 192 distinct categories tracked exactly; more are approximated
+MAX_COLUMNS = 64
+NUMBER, CATEGORY = "number", "category"
+
+
+def sketches() -> Any:
+    try:
+        import datasketches
+    except ImportError as exc:  # pragma: no cover - installed with sluice[monitor]
+        raise InvalidInput(
+            "monitoring needs Apache DataSketches: pip install 'sluice[monitor]'", field="monitor"
+        ) from exc
+    return datasketches
+
+
+@dataclass(slots=True)
+class Column:
+    kind: str  # number or category
+    role: str  # input or output
+    count: int = 0  # values seen, missing ones included
+    missing: int = 0  # NaN numbers, None or empty categories
+    sketch: Any = None
+
+    def __post_init__(self) -> None:
+        if self.sketch is None:
+            ds = sketches()
+            self.sketch = ds.kll_floats_sketch(KLL_K) if self.kind == NUMBER else ds.frequent_strings_sketch(FREQUENT_LG_K)
+
+    def add(self, values: np.ndarray) -> None:
+        self.count += len(values)
+        if self.kind == NUMBER:
+            numbers = np.ascontiguousarray(values, dtype=np.float32)
+            self.missing += int(np.count_nonzero(np.isnan(numbers)))
+            self.sketch.update(numbers)  # NaN is left out by the sketch itself
+            return
+        words = np.array([_word(v) for v in values], dtype=object) if values.dtype.kind in "OSU" else values.astype(str)
+        kept = words[words != ""]
+        self.missing += len(words) - len(kept)
+        if len(kept):
+            found, counts = np.unique(kept.astype(str), return_counts=True)
+            for word, n in zip(found.tolist(), counts.tolist(), strict=True):
+                self.sketch.update(word, n)
+
+    def merge(self, other: Column) -> None:
+        self.count += other.count
+        self.missing += other.missing
+        self.sketch.merge(other.sketch)
+
+    @property
+    def seen(self) -> int:
+        return self.count - self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        body = base64.b64encode(self.sketch.serialize()).decode()
+        return {"kind": self.kind, "role": self.role, "count": self.count, "missing": self.missing, "sketch": body}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Column:
+        ds = sketches()
+        kind = data["kind"]
+        raw = base64.b64decode(data["sketch"])
+        sketch = ds.kll_floats_sketch.deserialize(raw) if kind == NUMBER else ds.frequent_strings_sketch.deserialize(raw)
+        return cls(kind, data["role"], int(data["count"]), int(data["missing"]), sketch)
+
+    def summary(self) -> dict[str, Any]:
+        """What a person reads: count, missing rate, range and quantiles, or the top categories."""
+        out: dict[str, Any] = {
+            "kind": self.kind, "role": self.role, "count": self.count,
+            "missing_rate": round(self.missing / self.count, 6) if self.count else None,
+        }  # fmt: skip
+        if self.sketch.is_empty():
+            return out
+        if self.kind == NUMBER:
+            qs = self.sketch.get_quantiles([0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99])
+            out |= {"min": float(self.sketch.get_min_value()), "max": float(self.sketch.get_max_value()),
+                    "quantiles": dict(zip(("p1", "p5", "p25", "p50", "p75", "p95", "p99"), map(float, qs), strict=True))}  # fmt: skip
+        else:
+            top = frequent(self.sketch)[:10]
+            total = self.sketch.total_weight
+            out["top"] = [{"value": v, "share": round(n / total, 6)} for v, n in top]
+        return out
+
+
+def frequent(sketch: Any) -> list[tuple[str, int]]:
+    """A frequent-items sketch's items and their estimated counts, most frequent first."""
+    ds = sketches()
+    rows = sketch.get_frequent_items(ds.frequent_items_error_type.NO_FALSE_NEGATIVES)
+    return [(row[0], int(row[1])) for row in rows]
+
+
+def _word(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+@dataclass(slots=True)
+class Profile:
+    rows: int = 0
+    columns: dict[str, Column] = field(default_factory=dict)
+
+    def add(self, role: str, named: Iterator[tuple[str, np.ndarray]]) -> None:
+        for name, values in named:
+            column = self.columns.get(name)
+            if column is None:
+                kind = NUMBER if values.dtype.kind in "fiu" else CATEGORY
+                column = self.columns[name] = Column(kind, role)
+            elif (column.kind == NUMBER) != (values.dtype.kind in "fiu"):
+                continue  # a type this column was not made for: not profiled
+            column.add(values)
+
+    def add_rows(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None,
+        signature: Signature | None, classes: Mapping[str, Sequence[Any]] | None = None, *, max_columns: int = MAX_COLUMNS,
+    ) -> None:  # fmt: skip
+        """One request's (or one file's) rows: its input tensors and, where given, the outputs."""
+        if not inputs:
+            return
+        self.rows += int(next(iter(inputs.values())).shape[0])
+        names = {s.name: s.feature_names for s in signature.inputs} if signature is not None else {}
+        self.add("input", columns_of(inputs, names, max_columns))
+        if outputs:
+            self.add("output", columns_of(outputs, dict(classes or {}), max_columns, qualify=True))
+
+    def merge(self, other: Profile) -> None:
+        self.rows += other.rows
+        for name, column in other.columns.items():
+            mine = self.columns.get(name)
+            if mine is None:
+                self.columns[name] = column
+            elif mine.kind == column.kind:
+                mine.merge(column)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "columns": {name: c.to_dict() for name, c in self.columns.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Profile:
+        return cls(int(data.get("rows", 0)), {name: Column.from_dict(c) for name, c in data.get("columns", {}).items()})
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": self.rows, "columns": {name: c.summary() for name, c in sorted(self.columns.items())}}
+
+
+def columns_of(
+    arrays: Mapping[str, np.ndarray], names: Mapping[str, Sequence[Any] | None], max_columns: int, *, qualify: bool = False
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Each tensor's columns, named (module docstring): by `names[tensor]` where it has one per
+    column, standing alone (input features) or, with `qualify`, as `tensor[name]` (an output's classes)."""
+    for tensor, array in arrays.items():
+        if not isinstance(array, np.ndarray):
+            continue
+        if array.ndim == 1:
+            yield tensor, array
+        elif array.ndim == 2 and array.shape[1] == 1:
+            yield tensor, array[:, 0]
+        elif array.ndim == 2 and array.shape[1] <= max_columns:
+            labels = names.get(tensor)
+            if labels is None or len(labels) != array.shape[1]:
+                yield from ((f"{tensor}[{j}]", array[:, j]) for j in range(array.shape[1]))
+            else:
+                yield from ((f"{tensor}[{label}]" if qualify else str(label), array[:, j]) for j, label in enumerate(labels))

@@ -1,0 +1,50 @@
+"""The group of model monitoring: the profiles each process keeps of the traffic it serves,
+and the thresholds its checks hold them to (docs/monitoring.md)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from sluice.settings.process import Group
+
+
+class MonitorSettings(Group):
+    """Read by the wiring, which builds the prediction service's profile recorder, and by the
+    monitoring checks (the route, `sluice monitor status`, the rollout gate `drift`)."""
+
+    title: ClassVar[str] = "Model monitoring"
+
+    monitor_profiles: bool = Field(
+        default=True,
+        description="Profile every answered prediction (its inputs and outputs, per deployment, revision, "
+        "variant and window) for drift and data-quality checks. Needs Apache DataSketches "
+        "(`sluice[monitor]`; in the API layer on AWS); a process without it profiles nothing and says so once.",
+    )
+    monitor_window_s: int = Field(
+        default=3600, ge=60, le=7 * 86400, description="The length of a monitoring window, in seconds: checks compare each window with the baseline."
+    )
+    monitor_flush_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How often a process writes the profiles it holds to the registry (one record per "
+        "deployment, revision, variant and window); also on a timer when idle (not in Lambda) and at shutdown.",
+    )
+    monitor_max_columns: int = Field(
+        default=64, ge=1, le=256, description="The widest `[batch, F]` tensor profiled column by column; wider ones (images, embeddings) are left out."
+    )
+    monitor_drift_threshold: float = Field(
+        default=0.2, gt=0, description="A column's drift (population stability index) above which its verdict is `drift`."
+    )
+    monitor_missing_threshold: float = Field(
+        default=0.05, gt=0, le=1, description="A rise of a column's missing rate over the baseline's above which its verdict is `missing`."
+    )
+    monitor_range_threshold: float = Field(
+        default=0.05, gt=0, le=1,
+        description="The share of a window's values outside the baseline's range (numbers), or of categories "
+        "the baseline never had, above which the verdict is `out_of_range` or `unseen_categories`.",
+    )  # fmt: skip
+    monitor_min_rows: int = Field(
+        default=500, ge=1, description="The fewest rows a window needs for drift and range verdicts (`too_few_rows` below)."
+    )
