@@ -62,7 +62,7 @@ class PrometheusMetrics:
     (`ml_inference_model_cache_hits` is read as `ml_inference_model_cache_hits_total`)."""
 
     def __init__(self, multiprocess_dir: str | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.multiprocess_dir = multiprocess_dir
         self._complained = -60.0
@@ -112,6 +112,17 @@ class PrometheusMetrics:
             "the registry: it refused them until the process stopped, or too many were pending",
             ("tenant", "deployment", "subject"), registry=r,
         )  # fmt: skip
+        # Model monitoring: the latest window's check of each deployment with a baseline, made as
+        # a scrape is answered (`sluice.services.monitoring.MonitorService.latest`).
+        self.drift = Gauge(
+            "ml_inference_drift", "A column's drift (population stability index) against the deployment's baseline "
+            "in its latest monitoring window", ("tenant", "deployment", "column"), multiprocess_mode="mostrecent", registry=r,
+        )  # fmt: skip
+        self.monitor_alerts = Gauge(
+            "ml_inference_monitor_alerts", "Columns whose verdict in the deployment's latest monitoring window is not ok "
+            "(drift, missing, out_of_range, unseen_categories, absent)", ("tenant", "deployment"),
+            multiprocess_mode="mostrecent", registry=r,
+        )  # fmt: skip
         self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # What Telemetry reports -----------------------------------------------------------------
@@ -135,6 +146,16 @@ class PrometheusMetrics:
                 self._child(self.cache_hits, pair).inc(hits)
             if misses:
                 self._child(self.cache_misses, pair).inc(misses)
+
+    @_kept
+    def monitored(self, tenant: str, deployment: str, window: Mapping[str, Any]) -> None:
+        """One deployment's latest monitoring window (`sluice.monitor.checks.check`)."""
+        alerts = 0
+        for column, found in window["columns"].items():
+            if found.get("drift") is not None:
+                self._child(self.drift, (tenant, deployment, column)).set(found["drift"])
+            alerts += found["verdict"] not in ("ok", "too_few_rows")
+        self._child(self.monitor_alerts, (tenant, deployment)).set(alerts)
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (created when first used, as before)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sluice.services.endpoints import EndpointService
     from sluice.services.keys import KeyService
     from sluice.services.models import ModelService
+    from sluice.services.monitoring import MonitorService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -109,3 +110,7 @@ def settle() -> None:
     """Before a short-lived process ends: its shadow jobs finished, its captured requests
     written, its statistics flushed."""
     container().settle(10.0)
+
+
+def monitor() -> MonitorService:
+    return container().monitor

@@ -13,7 +13,11 @@ per step, so a step is judged on its own traffic only):
 - `error_rate`     `errors / requests` of the requests the candidate variant answered;
 - `invalid_input_rate`  `invalid_inputs / requests` of those: requests the candidate refused for
                    what they carried (400, 413, 422: a signature the callers do not send);
-- `p99_ratio`      the candidate variant's p99 latency over the stable variant's.
+- `p99_ratio`      the candidate variant's p99 latency over the stable variant's;
+- `drift`          the candidate variant's worst column drift against the deployment's baseline
+                   (population stability index; `sluice.monitor.checks`), over the step's
+                   traffic: no value (the step holds) without a baseline or before the
+                   candidate has the rows a monitoring check needs.
 
 A deployment bound to a SageMaker endpoint also has its endpoint's production-variant weights
 moved (`EndpointRollout`, `endpoint_weights`): sluice routes its own requests with
@@ -33,7 +37,7 @@ from sluice.domain.errors import InvalidRequest
 
 STATES = ("running", "paused", "completed", "rolled_back", "aborted")
 ACTIVE = ("running", "paused")
-METRICS = ("agreement", "mean_abs_diff", "error_rate", "invalid_input_rate", "p99_ratio")
+METRICS = ("agreement", "mean_abs_diff", "error_rate", "invalid_input_rate", "p99_ratio", "drift")
 # A rate gate that can fail beyond doubt before a step has its requests: its count.
 RATE_COUNTS = {"error_rate": "candidate_errors", "invalid_input_rate": "candidate_invalid_inputs"}
 STABLE, CANDIDATE = "stable", "candidate"  # the split's variants, and the candidate's mirror

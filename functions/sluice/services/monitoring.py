@@ -5,6 +5,7 @@ tenant's deployment is not found."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
@@ -81,6 +82,20 @@ class MonitorService:
             "verdict": checked[0]["verdict"] if checked else "no_traffic",
             "windows": checked,
         }
+
+    def latest(self, principal: Principal) -> dict[str, dict[str, Any]]:
+        """The latest window of every deployment of the tenant that has a baseline and traffic
+        at its current revision (what `/metrics` shows as gauges)."""
+        out: dict[str, dict[str, Any]] = {}
+        if importlib.util.find_spec("datasketches") is None:
+            return out  # this process reads no sketch
+        for dep in self.registry.list_deployments(principal.tenant):
+            if self.registry.get_baseline(principal.tenant, dep.name) is None:
+                continue
+            windows = self.status(principal, dep.name)["windows"]
+            if windows:
+                out[dep.name] = windows[0]
+        return out
 
     def drift(self, tenant: str, name: str, revision: int, variant: str) -> float | None:
         """The worst column's drift of one variant's traffic over the whole revision (the rollout

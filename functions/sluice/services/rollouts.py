@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.endpoints.control import EndpointControl
     from sluice.registry import Registry
     from sluice.services.deployments import DeploymentService
+    from sluice.services.monitoring import MonitorService
     from sluice.services.rollout_endpoints import RolloutEndpoints
     from sluice.stats.alarms import Alarms
 
@@ -67,8 +68,10 @@ class RolloutService:
         clock: Callable[[], float] = time.time,
         alarms: Alarms | None = None,
         endpoints: Callable[[], EndpointControl] | None = None,
+        monitor: Callable[[], MonitorService] | None = None,
     ) -> None:
         self.registry = registry
+        self.monitor = monitor  # the `drift` gate's checks, built on first use; None: that gate has no value
         self.deployments = deployments
         self.clock = clock
         self.alarms = alarms  # None: alarms are not checked here (locally)

@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from sluice.api.deps import AdminDep, TelemetryDep
+from sluice.api.deps import AdminDep, MonitorDep, TelemetryDep
 from sluice.api.responses import AUTHENTICATED, errors
 from sluice.domain.errors import NotFound
 
@@ -25,7 +25,7 @@ TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
         **errors(*AUTHENTICATED, _404="Metrics are off: not the local service (on AWS they are EMF)"),
     },
 )
-async def metrics(telemetry: TelemetryDep, principal: AdminDep) -> Response:
+async def metrics(telemetry: TelemetryDep, principal: AdminDep, monitor: MonitorDep) -> Response:
     sink = telemetry.sink if telemetry is not None else None
     if sink is None:
         raise NotFound(
@@ -34,6 +34,9 @@ async def metrics(telemetry: TelemetryDep, principal: AdminDep) -> Response:
         )
     from sluice.metrics import CONTENT_TYPE
 
+    # The monitoring gauges: each deployment's latest window, checked now (registry reads).
+    for deployment, window in (await asyncio.to_thread(monitor.latest, principal)).items():
+        sink.monitored(principal.tenant, deployment, window)
     # Reading every worker's files is disk work: off the event loop.
     body = await asyncio.to_thread(sink.exposition, principal.tenant)
     return Response(body, media_type=CONTENT_TYPE)
