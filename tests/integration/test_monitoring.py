@@ -1,0 +1,123 @@
+"""Model monitoring through the API and the CLI, on the demo's iris: a baseline set from rows
+and read back, the traffic served profiled on the request path and checked per revision, the
+gauges at `/metrics`, each tenant's own; bad input named."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from sluice.metrics import PrometheusMetrics
+from tests.integration.conftest import auth, run_cli
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+BASE = "/api/v1/deployments/iris"
+CENTRE = np.array([5.8, 3.0, 3.7, 1.2])
+
+
+def iris_rows(n: int, seed: int, shift: float = 0.0) -> list[list[float]]:
+    rows = np.random.default_rng(seed).normal(scale=0.5, size=(n, 4)) + CENTRE
+    rows[:, 2] += shift  # petal_length
+    return rows.round(3).tolist()
+
+
+def predict(client: TestClient, key: str, rows: list[list[float]]) -> None:
+    for start in range(0, len(rows), 100):
+        r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": rows[start : start + 100]}, headers=auth(key))
+        assert r.status_code == 200, r.text
+
+
+def test_a_baseline_is_set_read_back_and_the_traffic_served_checked_against_it(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    key = keys["acme"]
+    r = client.put(f"{BASE}/baseline", json={"inputs": iris_rows(3000, 0), "source": "train.csv"}, headers=auth(key))
+    assert r.status_code == 200, r.text
+    got = client.get(f"{BASE}/baseline", headers=auth(key)).json()
+    assert got["revision"] == 1 and got["rows"] == 3000 and got["source"] == "train.csv"
+    assert got["columns"]["petal_length"]["role"] == "input"
+    assert abs(got["columns"]["petal_length"]["quantiles"]["p50"] - 3.7) < 0.1
+    assert got["columns"]["output_label"]["kind"] == "category"  # the model's answers to the rows too
+
+    predict(client, key, iris_rows(1000, 1))  # the training distribution: nothing raised
+    status = client.get(f"{BASE}/monitor", headers=auth(key)).json()
+    assert status["revision"] == 1 and status["verdict"] == "ok", status["windows"][0]["worst"]
+    assert status["windows"][0]["rows"] == 1000
+
+    client.put(BASE, json={"model": "iris", "version": 1}, headers=auth(key)).raise_for_status()  # revision 2
+    predict(client, key, iris_rows(1000, 2, shift=1.5))  # petal_length moved
+    status = client.get(f"{BASE}/monitor", headers=auth(key)).json()
+    window = status["windows"][0]
+    assert status["revision"] == 2 and status["verdict"] == "alert"
+    assert window["worst"][0] == "petal_length" and window["columns"]["petal_length"]["verdict"] in ("drift", "out_of_range")
+    assert window["columns"]["sepal_width"]["verdict"] == "ok"
+    earlier = client.get(f"{BASE}/monitor?revision=1", headers=auth(key)).json()
+    assert earlier["verdict"] == "ok"
+
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    text = client.get("/metrics", headers=auth(key)).text
+    assert 'ml_inference_drift{column="petal_length",deployment="iris",tenant="acme"}' in text
+    assert 'ml_inference_monitor_alerts{deployment="iris",tenant="acme"} ' in text
+
+
+def test_another_tenant_finds_nothing_and_bad_input_is_named(client: TestClient, keys: dict[str, str]) -> None:
+    r = client.put(f"{BASE}/baseline", json={"inputs": iris_rows(600, 0)}, headers=auth(keys["acme"]))
+    assert r.status_code == 200
+    for method, path in (("GET", f"{BASE}/baseline"), ("GET", f"{BASE}/monitor"), ("PUT", f"{BASE}/baseline")):
+        r = client.request(method, path, json={"inputs": iris_rows(5, 0)} if method == "PUT" else None, headers=auth(keys["globex"]))
+        assert r.status_code == 404, (method, path, r.text)
+    assert client.get(f"{BASE}/monitor", headers=auth(keys["acme_predict"])).status_code == 403
+    r = client.put(f"{BASE}/baseline", json={"inputs": [[1.0, 2.0]]}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 422) and r.json()["field"].startswith("inputs"), r.text
+    r = client.get(f"{BASE}/monitor?windows=0", headers=auth(keys["acme"]))
+    assert r.status_code == 422 and "windows" in r.text
+    r = client.get("/api/v1/deployments/diabetes/monitor", headers=auth(keys["acme"]))
+    assert r.status_code == 404 and r.json()["field"] == "baseline"
+
+
+def test_the_cli_makes_a_baseline_from_a_file_and_shows_the_status(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    data = tmp_path / "train.csv"
+    rows = iris_rows(800, 5)
+    data.write_text("sepal_length,sepal_width,petal_length,petal_width\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    code, out, err = run_cli(capsys, "monitor", "baseline", "iris", "--data", str(data))
+    assert code == 0, err
+    assert "800 rows from" in out and "petal_length" in out and "output_label" in out
+    code, out, _ = run_cli(capsys, "monitor", "status", "iris")
+    assert code == 0 and "no traffic profiled" in out
+    code, _, err = run_cli(capsys, "monitor", "baseline", "iris", "--data", str(tmp_path / "nope.csv"))
+    assert code == 2 and "[data]" in err
+
+
+def test_a_rollout_whose_candidate_sees_drifted_inputs_is_rolled_back_by_the_drift_gate(
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal
+) -> None:
+    from sluice.services.rollouts import RolloutService
+    from tests.conftest import MODELS
+
+    key = keys["acme"]
+    demo.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    client.put(f"{BASE}/baseline", json={"inputs": iris_rows(2000, 0)}, headers=auth(key)).raise_for_status()
+    rollouts = RolloutService(demo.registry, demo.deployments, monitor=lambda: demo.monitor)
+    rollouts.start(acme, "iris", to="iris:2", steps="10,100", every="1h", gates="drift<=0.2", min_requests=5)
+    for variant, shift in (("stable", 0.0), ("candidate", 0.0)):
+        for start in range(0, 600, 100):
+            body = {"deployment": "iris", "inputs": iris_rows(100, start, shift), "variant": variant}
+            client.post("/api/v1/predictions", json=body, headers=auth(key)).raise_for_status()
+    held = rollouts.tick("acme", "iris")
+    assert held is not None and held.action == "hold" and held.numbers["metrics"]["drift"] < 0.2  # passes; the step lasts
+    for start in range(0, 2000, 100):  # the candidate's traffic moves
+        body = {"deployment": "iris", "inputs": iris_rows(100, 100 + start, 2.0), "variant": "candidate"}
+        client.post("/api/v1/predictions", json=body, headers=auth(key)).raise_for_status()
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "rollback" and "drift<=0.2" in decision.reason

@@ -1,0 +1,84 @@
+"""Monitoring checks on data whose drift is known: a shifted feature, a feature gone missing,
+a new category, each detected and named; the training distribution itself raises nothing;
+the sketches' KS distance against scipy's exact two-sample statistic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import ks_2samp
+
+from sluice.monitor.checks import Thresholds, check
+from sluice.monitor.sketches import Profile
+
+LIMITS = Thresholds()
+
+
+def rows(rng: np.random.Generator, n: int, *, shift: float = 0.0, missing: float = 0.0, new: float = 0.0) -> dict[str, np.ndarray]:
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    x[:, 0] += shift
+    x[rng.random(n) < missing, 1] = np.nan
+    city = rng.choice(["lyon", "nice", "oslo"], size=n, p=[0.5, 0.3, 0.2]).astype(object)
+    city[rng.random(n) < new] = "rome"
+    return {"x": x, "city": city}
+
+
+def profile_of(arrays: dict[str, np.ndarray]) -> Profile:
+    profile = Profile()
+    profile.add_rows(arrays, None, None)
+    return profile
+
+
+@pytest.fixture(scope="module")
+def baseline() -> tuple[Profile, dict[str, np.ndarray]]:
+    data = rows(np.random.default_rng(7), 20_000)
+    return profile_of(data), data
+
+
+@pytest.mark.parametrize(
+    ("change", "column", "verdict"),
+    [({"shift": 1.0}, "x[0]", "drift"), ({"missing": 0.3}, "x[1]", "missing"), ({"new": 0.1}, "city", "unseen_categories")],
+)
+def test_known_drift_is_detected_and_named(baseline: tuple[Profile, dict[str, np.ndarray]], change: dict[str, float], column: str, verdict: str) -> None:
+    found = check(baseline[0], profile_of(rows(np.random.default_rng(1), 1000, **change)), LIMITS)
+    assert found["verdict"] == "alert"
+    assert found["worst"] == [column]
+    assert found["columns"][column]["verdict"] == verdict
+    others = {name: c["verdict"] for name, c in found["columns"].items() if name != column}
+    assert set(others.values()) == {"ok"}, others
+
+
+def test_the_training_distribution_raises_no_alarm_in_100_windows(baseline: tuple[Profile, dict[str, np.ndarray]]) -> None:
+    rng = np.random.default_rng(2)
+    alarms = [check(baseline[0], profile_of(rows(rng, 1000)), LIMITS) for _ in range(100)]
+    raised = [a["worst"] for a in alarms if a["verdict"] != "ok"]
+    assert raised == []  # false-alarm rate 0/100 at the default thresholds, 1000-row windows
+    assert max(a["drift"] for a in alarms) < LIMITS.drift / 2
+
+
+def test_sketch_ks_is_within_the_sketches_rank_error_of_the_exact_statistic(baseline: tuple[Profile, dict[str, np.ndarray]]) -> None:
+    from sluice.monitor.checks import ks_distance
+
+    base, data = baseline
+    rng = np.random.default_rng(3)
+    for shift in (0.0, 0.1, 0.3, 1.0):
+        window = rows(rng, 5000, shift=shift)
+        sketched = ks_distance(base.columns["x[0]"].sketch, profile_of(window).columns["x[0]"].sketch)
+        exact = ks_2samp(data["x"][:, 0], window["x"][:, 0]).statistic
+        bound = base.columns["x[0]"].sketch.normalized_rank_error(False) * 2  # each sketch's rank error
+        assert abs(sketched - exact) <= bound, (shift, sketched, exact, bound)
+
+
+def test_profiles_merge_and_round_trip_as_one_stream() -> None:
+    data = rows(np.random.default_rng(4), 4000, missing=0.1)
+    whole = profile_of(data)
+    halves = [profile_of({k: v[:2000] for k, v in data.items()}), profile_of({k: v[2000:] for k, v in data.items()})]
+    merged = Profile.from_dict(halves[0].to_dict())
+    merged.merge(Profile.from_dict(halves[1].to_dict()))
+    assert merged.rows == whole.rows == 4000
+    for name, column in whole.columns.items():
+        assert (merged.columns[name].count, merged.columns[name].missing) == (column.count, column.missing)
+    a, b = merged.summary()["columns"]["x[0]"], whole.summary()["columns"]["x[0]"]
+    assert a["min"] == b["min"] and a["max"] == b["max"]
+    assert abs(a["quantiles"]["p50"] - b["quantiles"]["p50"]) < 0.1
+    assert merged.summary()["columns"]["city"]["top"][0]["value"] == "lyon"
