@@ -55,16 +55,21 @@ class Column:
             ds = sketches()
             self.sketch = ds.kll_floats_sketch(KLL_K) if self.kind == NUMBER else ds.frequent_strings_sketch(FREQUENT_LG_K)
 
-    def add(self, values: np.ndarray) -> None:
+    def add(self, values: np.ndarray, sample: np.ndarray | None = None) -> None:
+        """Every value counted; the sketch takes those at the `sample` rows (all by default)."""
         self.count += len(values)
         if self.kind == NUMBER:
             numbers = np.ascontiguousarray(values, dtype=np.float32)
             self.missing += int(np.count_nonzero(np.isnan(numbers)))
-            self.sketch.update(numbers)  # NaN is left out by the sketch itself
+            self.sketch.update(numbers if sample is None else numbers[sample])  # NaN is left out by the sketch itself
             return
-        words = np.array([_word(v) for v in values], dtype=object) if values.dtype.kind in "OSU" else values.astype(str)
+        if values.dtype.kind in "OSU":
+            self.missing += _empty(values)
+            values = values if sample is None else values[sample]
+            words = np.array([_word(v) for v in values], dtype=object)
+        else:
+            words = (values if sample is None else values[sample]).astype(str)
         kept = words[words != ""]
-        self.missing += len(words) - len(kept)
         if len(kept):
             found, counts = np.unique(kept.astype(str), return_counts=True)
             for word, n in zip(found.tolist(), counts.tolist(), strict=True):
@@ -117,6 +122,15 @@ def frequent(sketch: Any) -> list[tuple[str, int]]:
     return [(row[0], int(row[1])) for row in rows]
 
 
+def _empty(values: np.ndarray) -> int:
+    """None or empty text among text values (object, str or bytes arrays)."""
+    if values.dtype.kind == "U":
+        return int(np.count_nonzero(values == ""))
+    if values.dtype.kind == "S":
+        return int(np.count_nonzero(values == b""))
+    return len(values) - int(np.count_nonzero(np.fromiter(map(bool, values), dtype=bool, count=len(values))))
+
+
 def _word(value: Any) -> str:
     if value is None:
         return ""
@@ -130,7 +144,7 @@ class Profile:
     rows: int = 0
     columns: dict[str, Column] = field(default_factory=dict)
 
-    def add(self, role: str, named: Iterator[tuple[str, np.ndarray]]) -> None:
+    def add(self, role: str, named: Iterator[tuple[str, np.ndarray]], sample: np.ndarray | None = None) -> None:
         for name, values in named:
             column = self.columns.get(name)
             if column is None:
@@ -138,20 +152,26 @@ class Profile:
                 column = self.columns[name] = Column(kind, role)
             elif (column.kind == NUMBER) != (values.dtype.kind in "fiu"):
                 continue  # a type this column was not made for: not profiled
-            column.add(values)
+            column.add(values, sample)
 
     def add_rows(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None,
         signature: Signature | None, classes: Mapping[str, Sequence[Any]] | None = None, *, max_columns: int = MAX_COLUMNS,
+        sample: int | None = None,
     ) -> None:  # fmt: skip
-        """One request's (or one file's) rows: its input tensors and, where given, the outputs."""
+        """Rows of input tensors and, where given, the outputs; with `sample`, every row is
+        counted and a uniform sample of that many goes into the sketches."""
         if not inputs:
             return
-        self.rows += int(next(iter(inputs.values())).shape[0])
+        n = int(next(iter(inputs.values())).shape[0])
+        self.rows += n
+        rows = None
+        if sample is not None and n > sample:
+            rows = np.sort(np.random.default_rng().choice(n, size=sample, replace=False))
         names = {s.name: s.feature_names for s in signature.inputs} if signature is not None else {}
-        self.add("input", columns_of(inputs, names, max_columns))
+        self.add("input", columns_of(inputs, names, max_columns), rows)
         if outputs:
-            self.add("output", columns_of(outputs, dict(classes or {}), max_columns, qualify=True))
+            self.add("output", columns_of(outputs, dict(classes or {}), max_columns, qualify=True), rows)
 
     def merge(self, other: Profile) -> None:
         self.rows += other.rows

@@ -1,0 +1,161 @@
+"""What monitoring profiles cost on the request path: p50 (and CPU per request) of the same
+simple-JSON prediction with the deployment's profiles on and off, at batch 1 and 64, in
+process through the HTTP edge (authentication, the hot route, the prediction, the response),
+turn about in one process. CPU per request counts every thread: the folding of held requests
+into the sketches (every `fold_rows` rows, on the request that reaches them) and the timer's
+flushes are in it, not only the append on the request. Goal (issue 32): p50 at most 1.03x.
+
+Also what a check costs: sketching 1M rows of 4 numeric columns (the baseline's work, and a
+window's), and comparing a window with its baseline.
+
+    python -m benchmarks.bench_monitor [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import REPO, Goal, figure, percentile, rotate, section
+
+SUBJECTS = ("on", "off")
+GOAL = Goal("<=", 1.03)
+
+
+def measure(home: Path, repeats: int, n: int) -> dict[str, list[float]]:
+    import httpx
+
+    from sluice.api.app import create_app
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=home))
+    operator = Principal("default", frozenset({"admin", "predict"}), "bench")
+    version = container.models.push(operator, "iris", (REPO / "models" / "iris.onnx").read_bytes())
+    container.deployments.create(operator, "iris", {"kind": "single", "model": "iris", "version": version.version})
+    _, key = container.keys.create("default", ["predict"])
+    recorder = container.predictions.profiles
+    if recorder is None:
+        raise RuntimeError("profiles are off: install sluice[monitor]")
+    rng = np.random.default_rng(0)
+    bodies = {
+        batch: [json.dumps({"deployment": "iris", "inputs": (rng.normal(size=(batch, 4)) + 4).round(2).tolist()}).encode() for _ in range(16)]
+        for batch in (1, 64)
+    }
+    results: dict[str, list[float]] = {}
+
+    async def one_round(client: httpx.AsyncClient, batch: int, count: int) -> tuple[float, float]:
+        times = []
+        cpu = time.process_time()
+        for i in range(count):
+            started = time.perf_counter()
+            r = await client.post("/api/v1/predictions", content=bodies[batch][i % 16], headers={"content-type": "application/json"})
+            times.append((time.perf_counter() - started) * 1e6)
+            if r.status_code != 200:
+                raise RuntimeError(r.text[:300])
+        return percentile(times, 50), (time.process_time() - cpu) / count * 1e6
+
+    async def go() -> None:
+        transport = httpx.ASGITransport(app=create_app(container))
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", headers={"Authorization": f"Bearer {key}"}) as client:
+            for subject in SUBJECTS:
+                container.predictions.profiles = recorder if subject == "on" else None
+                for batch in bodies:
+                    await one_round(client, batch, 50)
+            for r in range(repeats):
+                for batch in bodies:
+                    for subject in rotate(SUBJECTS, r):
+                        container.predictions.profiles = recorder if subject == "on" else None
+                        p50, cpu = await one_round(client, batch, n)
+                        results.setdefault(f"{batch}.{subject}", []).append(p50)
+                        results.setdefault(f"{batch}.{subject}.cpu", []).append(cpu)
+
+    asyncio.run(go())
+    results |= own_cost(recorder, container, repeats)
+    container.predictions.profiles = recorder
+    container.settle(1.0)
+    return results
+
+
+def own_cost(recorder: Any, container: Any, repeats: int, n: int = 20_000) -> dict[str, list[float]]:
+    """What profiling itself takes per request, µs, in a tight loop (far less swayed by a busy
+    machine than a request's p50): the append, and the folding it leads to, amortized (every
+    `fold_rows` rows); the iris version's signature and real outputs."""
+    from sluice.monitor.profiler import ProfileRecorder
+
+    version = container.registry.get_version("default", "iris", 1)
+    loop = ProfileRecorder(recorder.registry, window_s=3600, flush_every_s=3600, timed=False)
+    out: dict[str, list[float]] = {}
+    for batch in (1, 64):
+        inputs = {"input": np.random.default_rng(2).normal(size=(batch, 4)).astype(np.float32) + 4}
+        outputs = {"output_label": np.array(["setosa"] * batch, dtype=object), "output_probability": np.full((batch, 3), 1 / 3, dtype=np.float32)}
+        classes = {"output_probability": ["setosa", "versicolor", "virginica"]}
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(n // batch * 4):
+                loop.observe(("default", "iris", 1, ""), version.signature, inputs, outputs, classes, batch)
+            out.setdefault(f"{batch}.own", []).append((time.perf_counter() - started) / (n // batch * 4) * 1e6)
+            loop._held.clear()
+    return out
+
+
+def check_costs(repeats: int) -> dict[str, list[float]]:
+    from sluice.monitor.checks import Thresholds, check
+    from sluice.monitor.sketches import Profile
+
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(1_000_000, 4)).astype(np.float32)
+    out: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        started = time.perf_counter()
+        base = Profile()
+        for start in range(0, len(rows), 65536):
+            base.add_rows({"x": rows[start : start + 65536]}, None, None)
+        out.setdefault("sketch_1m_s", []).append(time.perf_counter() - started)
+        window = Profile()
+        window.add_rows({"x": rows[:20000] + 0.3}, None, None)
+        started = time.perf_counter()
+        check(base, window, Thresholds())
+        out.setdefault("check_ms", []).append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def run(quick: bool) -> dict[str, Any]:
+    repeats, n = (3, 200) if quick else (7, 600)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = measure(Path(tmp) / "home", repeats, n)
+    costs = check_costs(1 if quick else 3)
+    figures = []
+    for batch in (1, 64):
+        label = f"simple JSON, iris, batch {batch}, in process through the HTTP edge: p50"
+        figures.append(figure(f"monitor.{batch}", label, "µs", "profiles on", runs[f"{batch}.on"], reference="profiles off", ref_values=runs[f"{batch}.off"], goal=GOAL))
+        label = f"simple JSON, iris, batch {batch}: CPU per request (folding and flushes included)"
+        figures.append(figure(f"monitor.{batch}.cpu", label, "µs", "profiles on", runs[f"{batch}.on.cpu"], reference="profiles off", ref_values=runs[f"{batch}.off.cpu"]))
+    for batch in (1, 64):
+        label = f"batch {batch}: what profiling a request takes, µs (a tight loop: the append and its share of folding)"
+        figures.append(figure(f"monitor.{batch}.own", label, "µs", "profiles on", runs[f"{batch}.own"]))
+    figures.append(figure("monitor.sketch", "sketching 1M rows x 4 numeric columns (a baseline's or a window's work)", "s", "KLL k=200", costs["sketch_1m_s"]))
+    figures.append(figure("monitor.check", "checking a window against its baseline (4 columns)", "ms", "PSI, JS, KS", costs["check_ms"]))
+    notes = [
+        "Concurrency 1; p50 of each run, median over runs, on and off taking turns going first.",
+        "On: every answered request's arrays held, folded into the window's sketches every 8192 rows, written every 30 s.",
+    ]
+    return section("monitor", "Monitoring profiles on the request path: on against off", figures, notes=notes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    print(json.dumps(run(parser.parse_args().quick), indent=2))
+
+
+if __name__ == "__main__":
+    main()
