@@ -159,10 +159,8 @@ class PredictionService:
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows)
         if self.profiles is not None:  # held as they are; folded into sketches off the request
-            result = answer.result
-            self.profiles.observe(
-                (dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, result.outputs, result.classes, rows
-            )
+            out = answer.result
+            self.profiles.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, out.outputs, out.classes, rows)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
@@ -393,8 +391,7 @@ class PredictionService:
                 f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"
             )
 
-    def stats_due(self) -> bool:
-        """Whether statistics or monitoring profiles are due a flush."""
+    def stats_due(self) -> bool:  # statistics or monitoring profiles
         return self.stats.due() or (self.profiles is not None and self.profiles.due())
 
     def flush_stats_if_due(self) -> None:
