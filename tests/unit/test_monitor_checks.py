@@ -82,3 +82,18 @@ def test_profiles_merge_and_round_trip_as_one_stream() -> None:
     assert a["min"] == b["min"] and a["max"] == b["max"]
     assert abs(a["quantiles"]["p50"] - b["quantiles"]["p50"]) < 0.1
     assert merged.summary()["columns"]["city"]["top"][0]["value"] == "lyon"
+
+
+def test_held_requests_never_hold_the_tensors_profiles_leave_out() -> None:
+    """An image-sized input waits for its fold as an empty array of its rows: a process holding
+    thousands of requests between folds does not hold their pixels."""
+    from sluice.monitor.profiler import ProfileRecorder
+
+    recorder = ProfileRecorder(None, timed=False)  # type: ignore[arg-type]  # nothing is flushed here
+    image = np.zeros((2, 3, 64, 64), np.float32)
+    wide = np.zeros((2, 500), np.float32)
+    recorder.observe(("t", "d", 1, ""), None, {"image": image, "x": np.ones((2, 4))}, {"e": wide, "y": np.ones(2)}, {}, 2)
+    (held,) = recorder._held.values()
+    inputs, outputs, _ = held.parts[0]
+    assert inputs["image"].nbytes == 0 and inputs["image"].shape == (2, 0)
+    assert outputs["e"].nbytes == 0 and inputs["x"].shape == (2, 4) and outputs["y"].shape == (2,)

@@ -21,15 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.monitor.sketches import MAX_COLUMNS, Profile
+import numpy as np
+
+from sluice.monitor.sketches import MAX_COLUMNS, Profile, profiled
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.stats import timer
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    import numpy as np
 
     from sluice.domain.signature import Signature
     from sluice.registry import MonitorRegistry
@@ -50,14 +50,24 @@ class _Held:
 
 def _joined(parts: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
     """The parts' tensors joined on the batch axis, or None when they cannot be."""
-    import numpy as np
-
     if len(parts) == 1:
         return dict(parts[0])
     try:
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
     except (KeyError, ValueError):
         return None
+
+
+def _slim(arrays: Mapping[str, np.ndarray], max_columns: int) -> Mapping[str, np.ndarray]:
+    """The tensors the sketches read, held as they are; any other (an image, an embedding wider
+    than `max_columns`) left as an empty array of its rows, so that holding a fold's requests
+    never holds their large tensors."""
+    if all(not isinstance(a, np.ndarray) or profiled(a, max_columns) for a in arrays.values()):
+        return arrays
+    return {
+        name: a if not isinstance(a, np.ndarray) or profiled(a, max_columns) else np.empty((a.shape[0] if a.ndim else 1, 0), a.dtype)
+        for name, a in arrays.items()
+    }
 
 
 class ProfileRecorder:
@@ -99,6 +109,7 @@ class ProfileRecorder:
         """One answered request: `key` is (tenant, deployment, revision, variant)."""
         window = int(time.time()) // self.window_s * self.window_s
         full = (*key, window)
+        inputs, outputs = _slim(inputs, self.max_columns), _slim(outputs, self.max_columns)
         with self._lock:
             held = self._held.get(full)
             if held is None:

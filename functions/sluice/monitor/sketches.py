@@ -193,6 +193,11 @@ class Profile:
         return {"rows": self.rows, "columns": {name: c.summary() for name, c in sorted(self.columns.items())}}
 
 
+def profiled(array: np.ndarray, max_columns: int) -> bool:
+    """Whether `columns_of` reads this tensor: one value per row, or up to `max_columns` columns."""
+    return array.ndim == 1 or (array.ndim == 2 and array.shape[1] <= max_columns)
+
+
 def columns_of(
     arrays: Mapping[str, np.ndarray], names: Mapping[str, Sequence[Any] | None], max_columns: int, *, qualify: bool = False
 ) -> Iterator[tuple[str, np.ndarray]]:
