@@ -76,6 +76,10 @@ CREATE TABLE IF NOT EXISTS optimize_jobs (
     tenant TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
     doc TEXT NOT NULL, PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS optimize_jobs_by_time ON optimize_jobs (tenant, created_at);
+CREATE TABLE IF NOT EXISTS follows (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, watch TEXT NOT NULL,
+    doc TEXT NOT NULL, PRIMARY KEY (tenant, name));
+CREATE INDEX IF NOT EXISTS follows_by_watch ON follows (watch);
 """
 
 
