@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from sluice.domain.errors import InvalidRequest
 from sluice.domain.objects import now
@@ -177,3 +177,38 @@ def state_of(outcome: str) -> FollowState:
         return "failed"
     return {"pushing": "pushing", "rolling_out": "rolling_out", "completed": "completed"}.get(outcome, "waiting")  # type: ignore[return-value]
 
+
+
+@dataclass(frozen=True, slots=True)
+class PackageStateChange:
+    """EventBridge's "SageMaker Model Package State Change" event, typed: the package, its group
+    (as the ARN a binding follows) and its approval status."""
+
+    arn: str
+    group: str
+    group_arn: str
+    version: int
+    approval_status: str
+
+    @property
+    def watch(self) -> str:
+        return f"sagemaker:{self.group_arn}"
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> PackageStateChange:
+        detail = event.get("detail") if isinstance(event, dict) else None
+        if event.get("detail-type") != "SageMaker Model Package State Change" or not isinstance(detail, dict):
+            raise InvalidRequest("not a SageMaker Model Package State Change event", field="event")
+        arn = str(detail.get("ModelPackageArn", ""))
+        found = _PACKAGE.match(arn)
+        if found is None or str(detail.get("ModelPackageGroupName")) != found["group"]:
+            raise InvalidRequest(f"the event names no versioned model package ({arn!r})", field="event")
+        group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{found['group']}"
+        status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
+        return cls(arn, found["group"], group_arn, int(found["version"]), status)
+
+
+_PACKAGE = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)$"
+)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
+    from sluice.convert.follow import Follower
     from sluice.cost.service import CostService
     from sluice.endpoints.control import EndpointControl
     from sluice.inference.mirror import Mirror
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
+    from sluice.services.follows import FollowService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -183,6 +185,21 @@ class Container:
         from sluice.services.rollouts import RolloutService
 
         return RolloutService(self.registry, self.deployments, endpoints=self.endpoint_plane)
+
+    @cached_property
+    def follows(self) -> FollowService:
+        """Follow bindings: made, shown, removed, and what became of each version recorded."""
+        from sluice.services.follows import FollowService
+
+        return FollowService(self.registry, self.rollouts)
+
+    @cached_property
+    def follower(self) -> Follower:
+        """What pushes and rolls out the versions bindings follow (MLflow polls, SageMaker
+        events); built on first use."""
+        from sluice.convert.follow import Follower
+
+        return Follower(self.follows, self.models)
 
     def endpoint_plane(self) -> EndpointControl:
         """The endpoint control plane (SageMaker or the local twin), built on first use."""
