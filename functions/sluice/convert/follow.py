@@ -106,8 +106,8 @@ class Follower:
         version = str(change.version)
         if change.approval_status == REJECTED:
             return self._rejected(follow, version, change)
-        if change.approval_status != APPROVED:
-            return follow.state  # PendingManualApproval: nothing to do until it is decided
+        if change.approval_status != APPROVED or follow.seen == version:
+            return follow.state  # pending approval; or the same event delivered again
 
         def pull(tmp: Path) -> Pulled:
             from sluice.convert.registry_pull import from_package
