@@ -187,6 +187,7 @@ def test_a_package_without_a_model_or_still_pending_is_recorded_or_left(capsys: 
     assert delivered(package_event(2, "PendingManualApproval")) == {"default/fraud": "waiting"}
     assert delivered(package_event(3)) == {"default/fraud": "conversion_failed"}
     code, out, _ = run_cli(capsys, "deployments", "follow", "fraud", "--show")
+    assert code == 0
     last = json.loads(out)["history"][-1]
     assert last["outcome"] == "conversion_failed" and "holds no single model file sluice reads" in last["reason"]
     other = package_event(1)
