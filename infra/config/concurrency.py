@@ -43,6 +43,11 @@ class ConcurrencyConfig(Section):
         ge=1,
         description="The rollout controller, invoked once a minute; its looks need no overlap.",
     )
+    registry_events: int | None = Field(
+        None,
+        ge=1,
+        description="The function that pushes approved SageMaker model packages; none reserved by default.",
+    )
 
     def reserved(self, purpose: str) -> int | None:
         """The reservation of the function named `purpose` (`api`, `batch-score`, ...)."""

@@ -142,6 +142,11 @@ class ApiConfig(Section):
     )
     shadow_memory_mb: int = Field(2048, ge=128, le=10240)
     shadow_timeout_s: int = Field(120, ge=1, le=900)
+    model_data_buckets: tuple[str, ...] = Field(
+        (),
+        description="Buckets that hold the model data of the SageMaker model packages deployments follow: "
+        "the registry event function may read their objects (and no other bucket's).",
+    )
     execution_log_level: Literal["OFF", "ERROR", "INFO"] = Field(
         "OFF",
         description="API Gateway execution logs. Needs the account's API Gateway CloudWatch "

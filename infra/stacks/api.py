@@ -32,6 +32,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
+from infra.constructs.registry_events import RegistryEvents
 from infra.constructs.rest_api import DEFAULT_PLAN, RestApi
 from infra.constructs.rollouts import RolloutController
 from infra.constructs.websocket_api import WebSocketApi
@@ -128,6 +129,16 @@ class ApiStack(FunctionStack):
             table=storage.table,
             endpoints=self.endpoint_lifecycle,
         ).function
+        self.registry_events = RegistryEvents(
+            self,
+            function_name=names.function("registry-events"),
+            platform=platform,
+            layers=[core],
+            reserved_concurrency=concurrency.registry_events,
+            table=storage.table,
+            artifacts=storage.artifacts,
+            model_data_buckets=api.model_data_buckets,
+        )
         self.rest_api = RestApi(
             self,
             rest_api_name=names.rest_api,

@@ -55,6 +55,7 @@ FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
     "tags": {"owner": "ml-platform"},
     "api": {
+        "model_data_buckets": ["acme-model-data"],
         "rate_limit": 300,
         "burst_limit": 600,
         "prediction_cache_shared": True,

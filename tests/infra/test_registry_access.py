@@ -132,20 +132,28 @@ ROLLOUT_SCAN = {
     "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
     "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk", "rollout"]},
 }
+FOLLOW_SCAN = {
+    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+    "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk", "watch"]},
+}
 
 
 def _is_rollout_scan(statement: dict[str, Any]) -> bool:
     return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == ROLLOUT_SCAN
 
 
+def _is_follow_scan(statement: dict[str, Any]) -> bool:
+    return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == FOLLOW_SCAN
+
+
 def test_no_role_may_scan_or_manage_the_table(full_app: Synthesized) -> None:
-    """The one exception: the rollout controller's scan, confined to each item's keys and
-    rollout (below)."""
+    """The two exceptions: the rollout controller's scan, confined to each item's keys and
+    rollout, and the registry event function's, to each item's keys and what it watches (below)."""
     for component in ("api", "batch", "endpoints", "observability"):
         template = full_app.template(component)
         for policy in template.find_resources("AWS::IAM::Policy").values():
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-                if _is_rollout_scan(statement) or lookup_source(statement):
+                if _is_rollout_scan(statement) or _is_follow_scan(statement) or lookup_source(statement):
                     continue
                 actions = _actions(statement)
                 assert not actions & NEVER, f"{component}: {actions & NEVER}"
@@ -166,3 +174,16 @@ def test_only_the_rollout_controller_scans_and_only_keys_and_rollouts(full_app: 
     keyed = [s for s in statements if not _is_rollout_scan(s)]
     assert [_partitions(s) for s in keyed] == [["T#*"]]
     assert not _actions(keyed[0]) & {"dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+
+
+def test_the_registry_event_function_scans_keys_and_watches_only_and_reaches_tenant_items(full_app: Synthesized) -> None:
+    handler = "sluice.handlers.registry_events.handler"
+    scanners = []
+    for component in ("api", "batch", "endpoints", "observability"):
+        for policy in full_app.template(component).find_resources("AWS::IAM::Policy").values():
+            if any(_is_follow_scan(s) for s in policy["Properties"]["PolicyDocument"]["Statement"]):
+                scanners += [(component, r["Ref"]) for r in policy["Properties"]["Roles"]]
+    _, function = function_by_handler(full_app.template("api"), handler)
+    assert scanners == [("api", role_of(function))]
+    keyed = [s for s in _table_statements(full_app, "api", handler) if not _is_follow_scan(s)]
+    assert [_partitions(s) for s in keyed] == [["T#*"]]

@@ -5,6 +5,7 @@ remembers where it came from; what cannot be pushed is a message and a non-zero 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from typing import TYPE_CHECKING, Any
@@ -183,7 +184,7 @@ def test_mlflow_signatures_map_to_feature_names_or_a_width_or_a_refusal() -> Non
         ("runs:/0123456789abcdef/model", "runs:/0123456789abcdef/model was not found in MLflow at"),
         ("models:/opaque/1", "has the flavors python_function; sluice takes a model with an onnx, sklearn, xgboost, lightgbm or pytorch flavor"),
         ("models:/fraud", "is not an MLflow model URI"),
-        ("models:/fraud/Production", "models:/fraud/Production: a version is a number (or use models:/fraud@ALIAS)"),
+        ("models:/fraud/Production", "models:/fraud/Production: a version is a number or latest (or use models:/fraud@ALIAS)"),
     ],
 )
 def test_what_cannot_be_pushed_is_a_message_and_a_non_zero_exit(
@@ -218,3 +219,118 @@ def test_the_api_returns_a_versions_source(client: TestClient, keys: dict[str, s
     got = client.get("/api/v1/models/pushed/versions/1", headers={"Authorization": f"Bearer {keys['acme']}"}).json()
     assert got["source"] == source
     assert client.get("/api/v1/models/iris/versions/1", headers={"Authorization": f"Bearer {keys['acme']}"}).json()["source"] is None
+
+
+# Follow bindings ------------------------------------------------------------------------
+def register(tracking: dict[str, Any], name: str, like: str = "fraud/1") -> int:
+    """A new version of registered model `name`, made from the artifacts of `like`."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking["uri"], registry_uri=tracking["uri"])
+    model, number = like.split("/")
+    original = client.get_model_version(model, number)
+    with contextlib.suppress(mlflow.exceptions.MlflowException):  # made by an earlier call
+        client.create_registered_model(name)
+    return int(client.create_model_version(name, original.source, run_id=original.run_id).version)
+
+
+def polled(capsys: pytest.CaptureFixture[str]) -> str:
+    code, out, err = run_cli(capsys, "registries", "poll")
+    assert code == 0, out + err
+    return out
+
+
+def binding(capsys: pytest.CaptureFixture[str], deployment: str) -> dict[str, Any]:
+    code, out, err = run_cli(capsys, "deployments", "follow", deployment, "--show")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@needs_mlflow
+def test_a_followed_alias_that_moves_is_pushed_once_rolled_out_and_tagged_back(
+    capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
+) -> None:
+    import mlflow
+
+    from sluice.cli import pieces
+
+    client = mlflow.MlflowClient(tracking_uri=tracking["uri"], registry_uri=tracking["uri"])
+    first = register(tracking, "moving")
+    client.set_registered_model_alias("moving", "champion", str(first))
+    pushed(capsys, "moving", f"models:/moving/{first}", "--tracking-uri", tracking["uri"])
+    assert run_cli(capsys, "deployments", "create", "moving", "--model", "moving")[0] == 0
+    code, _, err = run_cli(
+        capsys, "deployments", "follow", "moving", "--registry", "models:/moving@champion", "--tracking-uri", tracking["uri"],
+        "--rollout", "1,50,100 every 1s gate error_rate<=0.01 min 100", "--tag-back",
+    )  # fmt: skip
+    assert code == 0, err
+    # The alias points at what the deployment serves already: nothing is pushed again.
+    assert polled(capsys) == "default/moving: completed\n"
+    assert binding(capsys, "moving")["history"][-1]["reason"] == "already pushed as moving:1, which the deployment serves already"
+
+    second = register(tracking, "moving")
+    client.set_registered_model_alias("moving", "champion", str(second))
+    stale = pieces.follows().registry.get_follow("default", "moving")  # what a second poller read
+    assert polled(capsys) == "default/moving: rolling_out\n"
+    shown_now = binding(capsys, "moving")
+    assert (shown_now["state"], shown_now["seen"]) == ("rolling_out", str(second))
+    last = shown_now["history"][-1]
+    assert last["model_version"] == 2 and "pushed as moving:2; rollout started" in last["reason"]
+    version = shown(capsys, "moving", "--version", "2")["source"]
+    assert (version["uri"], version["alias"], version["version"]) == ("models:/moving@champion", "champion", second)
+    dep = pieces.registry().get_deployment("default", "moving")
+    assert dep.rollout is not None and (dep.rollout.model, dep.rollout.version) == ("moving", 2)
+    tags = client.get_model_version("moving", str(second)).tags
+    assert tags == {"sluice.deployment": "moving", "sluice.revision": str(dep.revision)}
+
+    # A poller that read the binding before the claim is refused: the version is not pushed twice.
+    assert pieces.follower().take(stale, str(second), lambda _: pytest.fail("pulled twice"), {"registry": "none"}) == "taken elsewhere"
+    assert polled(capsys) == "default/moving: rolling_out\n"
+    assert [v["version"] for v in shown(capsys, "moving")["versions"]] == [1, 2]
+
+    # A gate that fails rolls the deployment back; the next poll records it on the binding.
+    for _ in range(2):
+        pieces.predictions().stats.request(("default", "moving", dep.revision, "variant:candidate"), 0.0, ok=False)
+    pieces.rollouts().tick("default", "moving")
+    assert polled(capsys) == "default/moving: failed\n"
+    last = binding(capsys, "moving")["history"][-1]
+    assert last["outcome"] == "rolled_back" and "gate error_rate<=0.01 fails" in last["reason"], last
+
+
+@needs_mlflow
+def test_a_version_that_cannot_be_converted_is_recorded_with_its_reason(
+    capsys: pytest.CaptureFixture[str], tracking: dict[str, Any]
+) -> None:
+    pushed(capsys, "scored", "models:/fraud/1", "--tracking-uri", tracking["uri"])
+    assert run_cli(capsys, "deployments", "create", "scored", "--model", "scored")[0] == 0
+    code, _, err = run_cli(
+        capsys, "deployments", "follow", "scored", "--registry", "models:/opaque/latest", "--tracking-uri", tracking["uri"],
+        "--rollout", "1,100 gate error_rate<=0.01",
+    )  # fmt: skip
+    assert code == 0, err
+    assert polled(capsys) == "default/scored: conversion_failed\n"
+    last = binding(capsys, "scored")["history"][-1]
+    assert last["outcome"] == "conversion_failed" and "has the flavors python_function" in last["reason"]
+    assert [v["version"] for v in shown(capsys, "scored")["versions"]] == [1]  # nothing pushed
+    assert polled(capsys) == "default/scored: failed\n"  # the same version is not tried again
+    code, out, _ = run_cli(capsys, "deployments", "follow", "--list")
+    assert "scored" in out and "conversion_failed" in out
+    assert run_cli(capsys, "deployments", "unfollow", "scored")[0] == 0
+    assert polled(capsys) == "no deployment follows a registry\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--registry", "models:/fraud/3", "--rollout", "1,100 gate error_rate<=0.01"], "is not something to follow"),
+        (["--registry", "models:/fraud@champion", "--rollout", "1,100 every soon gate error_rate<=0.01"], "is not a duration"),
+        (["--registry", "models:/fraud@champion", "--rollout", "1,100"], "is not a rollout plan"),
+        (["--registry", "models:/fraud@champion", "--rollout", "1,100 gate x>1", "--tracking-uri", "http://a:b@h"], "unknown gate metric"),
+        (["--registry", "models:/fraud@champion", "--rollout", "1,100 gate error_rate<=0.01", "--tracking-uri", "http://alice:s3cret@h"], "without credentials"),
+        (["--registry", "models:/fraud@champion", "--rollout", "1,100 gate error_rate<=0.01", "--tracking-uri", "sqlite:///x.db"], "deployment 'bound' not found"),
+        (["--show"], "deployment 'bound' follows no registry"),
+    ],
+)
+def test_a_binding_that_cannot_be_made_is_a_message(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    code, _, err = run_cli(capsys, "deployments", "follow", "bound", *args)
+    assert code == 2 and message in err and "Traceback" not in err and "s3cret" not in err, err

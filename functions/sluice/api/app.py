@@ -32,7 +32,7 @@ or the **Open Inference Protocol v2** (`/v2/models/{deployment}/infer`). Authent
 """
 
 
-ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "monitor", "rollouts", "cost", "endpoints", "results", "uploads", "keys", "batch", "schedules", "metrics", "session")
+ROUTERS = ("health", "triton_ext", "v2", "models", "optimize", "deployments", "monitor", "rollouts", "follows", "cost", "endpoints", "results", "uploads", "keys", "batch", "schedules", "metrics", "session")
 
 
 def _hot_routes() -> list[Any]:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
     from sluice.services.monitoring import MonitorService
+    from sluice.services.follows import FollowService
     from sluice.services.rollouts import RolloutService
     from sluice.services.triton_ext import TritonExtensions
 
@@ -197,6 +198,7 @@ async def get_triton_extensions(request: Request) -> TritonExtensions:
 
 get_endpoints = _on_first_use("endpoints")
 get_rollouts = _on_first_use("rollouts")
+get_follows = _on_first_use("follows")
 get_replay = _on_first_use("replay")
 get_cost = _on_first_use("cost")
 get_results = _on_first_use("results")
@@ -221,6 +223,7 @@ KeysDep = Annotated[KeyService, Depends(get_keys)]
 TritonExtensionsDep = Annotated["TritonExtensions", Depends(get_triton_extensions)]
 EndpointsDep = Annotated["EndpointService", Depends(get_endpoints)]
 RolloutsDep = Annotated["RolloutService", Depends(get_rollouts)]
+FollowsDep = Annotated["FollowService", Depends(get_follows)]
 ReplayDep = Annotated["ReplayService", Depends(get_replay)]
 CostDep = Annotated["CostService", Depends(get_cost)]
 ResultsDep = Annotated["ResultService", Depends(get_results)]

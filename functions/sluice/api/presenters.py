@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain.rollouts import endpoint_weights
+from sluice.types.follows import FollowOut
 from sluice.types.management import DeploymentChangeOut, DeploymentOut, KeyOut, ModelOut, VersionOut
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+    from sluice.domain.follows import Follow
     from sluice.domain.locations import Roots
     from sluice.domain.rollouts import Rollout
 
@@ -104,3 +106,7 @@ def rollout_endpoint_out(rollout: Rollout) -> dict[str, Any] | None:
         "applied": ep.weights,
         "before": ep.before,
     }
+
+
+def follow_out(follow: Follow) -> dict[str, Any]:
+    return present(FollowOut, follow)

@@ -15,6 +15,7 @@ from sluice.cli.batch import add_batch_commands
 from sluice.cli.cost import add_cost_command
 from sluice.cli.deployments import add_deployment_commands
 from sluice.cli.endpoints import add_endpoint_commands
+from sluice.cli.follows import add_registry_commands
 from sluice.cli.keys import add_key_commands
 from sluice.cli.models import add_model_commands
 from sluice.cli.monitor import add_monitor_commands
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_key_commands, add_batch_commands, add_stream_command, add_endpoint_commands, add_triton_commands,
         add_optimize_command, add_cost_command, add_rollout_commands, add_replay_command, add_transform_commands,
         add_monitor_commands,
+        add_registry_commands,
     ):  # fmt: skip
         add(sub)
     return parser

@@ -13,6 +13,7 @@ from sluice.cli.common import (
     table,
     version_number,
 )
+from sluice.cli.follows import add_follow_commands
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -246,3 +247,4 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
     promote.add_argument("name")
     promote.add_argument("mirror")
     promote.set_defaults(func=cmd_deployments_promote)
+    add_follow_commands(deps)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
+    from sluice.convert.follow import Follower
     from sluice.cost.service import CostService
     from sluice.inference.predictions import PredictionService
     from sluice.optimize.service import OptimizeService
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from sluice.replay import ReplayService
     from sluice.services.deployments import DeploymentService
     from sluice.services.endpoints import EndpointService
+    from sluice.services.follows import FollowService
     from sluice.services.keys import KeyService
     from sluice.services.models import ModelService
     from sluice.services.monitoring import MonitorService
@@ -88,6 +90,14 @@ def schedules() -> ScheduleService:
 
 def rollouts() -> RolloutService:
     return container().rollouts
+
+
+def follows() -> FollowService:
+    return container().follows
+
+
+def follower() -> Follower:
+    return container().follower
 
 
 def replays() -> ReplayService:

@@ -81,6 +81,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.services.rollout_watcher import RolloutWatcher
 
     background.start(RolloutWatcher(pieces.rollouts()))  # progressive rollouts move on this thread
+    if settings.follows.follow_poll_s > 0:
+        from sluice.convert.follow import FollowPoller
+
+        background.start(FollowPoller(pieces.follower(), interval_s=settings.follows.follow_poll_s))
     if not settings.jobs.schedule_group:  # else EventBridge Scheduler keeps the time
         from sluice.batch.schedules import LocalScheduler
 

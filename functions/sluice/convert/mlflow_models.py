@@ -28,7 +28,7 @@ SCHEMES = ("models:/", "runs:/")
 # The flavors sluice takes, best first: ONNX as it is, the others through their converter.
 FLAVORS = ("onnx", "sklearn", "xgboost", "lightgbm", "pytorch")
 NUMERIC = {"double", "float", "long", "integer", "boolean"}
-_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?$")
+_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?$")  # VERSION: a number or latest
 _RUN_URI = re.compile(r"^runs:/(?P<run>[0-9a-zA-Z-]+)/(?P<path>.+)$")
 
 
@@ -78,49 +78,53 @@ def fetch(uri: str, tracking_uri: str | None, into: Path) -> Fetched:
     tracking = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not tracking:
         raise BadRequest(f"{uri} needs a tracking server: give --tracking-uri or set MLFLOW_TRACKING_URI", field="tracking_uri")
-    try:
+    with scrubbed(tracking):
         return _fetch(uri, tracking, into)
-    except SluiceError as exc:  # MLflow's messages may quote the URI it was given, credentials and all
-        exc.message = exc.message.replace(tracking, without_credentials(tracking))
-        secret = urlsplit(tracking).password
-        if secret:
-            exc.message = exc.message.replace(secret, "***")
-        raise
+
+
+class scrubbed:
+    """A SluiceError raised inside says the tracking URI without its credentials: MLflow's
+    messages may quote the URI it was given, credentials and all."""
+
+    def __init__(self, tracking: str) -> None:
+        self.tracking = tracking
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, SluiceError):
+            exc.message = exc.message.replace(self.tracking, without_credentials(self.tracking))
+            secret = urlsplit(self.tracking).password
+            if secret:
+                exc.message = exc.message.replace(secret, "***")
+        return False
 
 
 def _fetch(uri: str, tracking: str, into: Path) -> Fetched:
     model_uri, run_uri = _MODEL_URI.match(uri), _RUN_URI.match(uri)
     if model_uri is None and run_uri is None:
         raise BadRequest(
-            f"{uri!r} is not an MLflow model URI: models:/NAME/VERSION, models:/NAME@ALIAS or runs:/RUN_ID/PATH", field="file"
+            f"{uri!r} is not an MLflow model URI: models:/NAME/VERSION, models:/NAME/latest, models:/NAME@ALIAS "
+            "or runs:/RUN_ID/PATH",
+            field="file",
         )
     mlflow = _mlflow()
     from mlflow.exceptions import MlflowException
 
     shown = without_credentials(tracking)
     source: dict[str, Any] = {"registry": "mlflow", "uri": uri, "tracking_uri": shown, "name": None, "version": None, "run_id": None, "alias": None}
-    try:
-        client = mlflow.MlflowClient(tracking_uri=tracking, registry_uri=tracking)
-    except MlflowException as exc:
-        raise BadRequest(f"cannot use tracking URI {shown}: {_said(exc)}", field="tracking_uri") from None
-    try:
+    with _asking(uri, shown):
+        client = _client(mlflow, tracking, shown)
         if model_uri is not None:
             name, version, alias = model_uri["name"], model_uri["version"], model_uri["alias"]
-            if alias is None and not version.isdigit():
-                raise BadRequest(f"{uri}: a version is a number (or use models:/{name}@ALIAS)", field="file")
-            found = client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+            found = _version(client, uri, name, version, alias)
             source.update(name=name, version=int(found.version), run_id=found.run_id or None, alias=alias)
             download = f"models:/{name}/{found.version}"
         else:
             run = client.get_run(run_uri["run"])  # type: ignore[index]
             source.update(run_id=run.info.run_id, artifact_path=run_uri["path"])  # type: ignore[index]
             download = uri
-    except MlflowException as exc:
-        raise _refusal(exc, uri, shown) from None
-    except SluiceError:
-        raise
-    except Exception as exc:  # a server that does not answer, a database that will not open
-        raise BadRequest(f"cannot reach the MLflow tracking server at {shown}: {_said(exc)}", field="tracking_uri") from None
     try:
         mlflow.set_registry_uri(tracking)
         path = Path(mlflow.artifacts.download_artifacts(artifact_uri=download, dst_path=str(into), tracking_uri=tracking))
@@ -132,6 +136,73 @@ def _fetch(uri: str, tracking: str, into: Path) -> Fetched:
     except OSError as exc:
         raise BadRequest(f"cannot read {uri}'s artifacts: {_said(exc)} (is it an MLflow model?)", field="file") from None
     return Fetched(uri, path, model, source)
+
+
+def _client(mlflow: Any, tracking: str, shown: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.MlflowClient(tracking_uri=tracking, registry_uri=tracking)
+    except MlflowException as exc:
+        raise BadRequest(f"cannot use tracking URI {shown}: {_said(exc)}", field="tracking_uri") from None
+
+
+def _version(client: Any, uri: str, name: str, version: str | None, alias: str | None) -> Any:
+    """The model version a `models:/` URI names: by number, by alias, or the newest (`latest`)."""
+    if alias:
+        return client.get_model_version_by_alias(name, alias)
+    if version == "latest":
+        found = client.search_model_versions(f"name = '{name}'", max_results=1, order_by=["version_number DESC"])
+        if not found:
+            raise NotFound(f"{uri}: registered model {name!r} has no versions (or does not exist)", field="file")
+        return found[0]
+    if not str(version).isdigit():
+        raise BadRequest(f"{uri}: a version is a number or latest (or use models:/{name}@ALIAS)", field="file")
+    return client.get_model_version(name, version)
+
+
+class _asking:
+    """MLflow's refusals and failures to reach it, as sluice's errors naming `uri`."""
+
+    def __init__(self, uri: str, shown: str) -> None:
+        self.uri, self.shown = uri, shown
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or isinstance(exc, SluiceError):
+            return False
+        from mlflow.exceptions import MlflowException
+
+        if isinstance(exc, MlflowException):
+            raise _refusal(exc, self.uri, self.shown) from None
+        if isinstance(exc, Exception):  # a server that does not answer, a database that will not open
+            raise BadRequest(f"cannot reach the MLflow tracking server at {self.shown}: {_said(exc)}", field="tracking_uri") from None
+        return False
+
+
+def current_version(uri: str, tracking: str) -> tuple[int, str | None]:
+    """The version (and its run) a `models:/NAME@ALIAS` or `models:/NAME/latest` points at now,
+    without downloading anything: what a follow binding polls."""
+    found = _MODEL_URI.match(uri)
+    if found is None:
+        raise BadRequest(f"{uri!r} is not an MLflow model URI", field="registry")
+    mlflow = _mlflow()
+    shown = without_credentials(tracking)
+    with scrubbed(tracking), _asking(uri, shown):
+        version = _version(_client(mlflow, tracking, shown), uri, found["name"], found["version"], found["alias"])
+        return int(version.version), version.run_id or None
+
+
+def set_tags(tracking: str, name: str, version: int, tags: dict[str, str]) -> None:
+    """Tag a registered model version (`sluice.deployment`, `sluice.revision`: what serves it)."""
+    mlflow = _mlflow()
+    uri, shown = f"models:/{name}/{version}", without_credentials(tracking)
+    with scrubbed(tracking), _asking(uri, shown):
+        client = _client(mlflow, tracking, shown)
+        for key, value in tags.items():
+            client.set_model_version_tag(name, str(version), key, value)
 
 
 def _refusal(exc: Any, uri: str, shown: str) -> SluiceError:

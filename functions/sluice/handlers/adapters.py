@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
+    from sluice.convert.follow import Follower
     from sluice.registry.dynamodb import DynamoRegistry
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
@@ -34,6 +35,14 @@ def rollout_controller(container: Container) -> RolloutService:
     settings = container.settings
     alarms = CloudWatchAlarms(clients(settings).client("cloudwatch", region=settings.adapters.region))
     return RolloutService(container.registry, container.deployments, alarms=alarms, endpoints=container.endpoint_plane)
+
+
+def follower(container: Container) -> Follower:
+    """What the registry event handler runs: the container's follow bindings, with the
+    process's clients to read model packages and their model data."""
+    from sluice.convert.follow import Follower
+
+    return Follower(container.follows, container.models, clients=clients(container.settings))
 
 
 def stream_sink(settings: Settings, destination: Destination) -> Sink:

@@ -5,6 +5,7 @@ from sluice.domain import DeploymentChange
 from sluice.registry.ports import (
     AnswerRegistry,
     DeploymentRegistry,
+    FollowRegistry,
     JobRegistry,
     KeyRegistry,
     ModelRegistry,
@@ -18,6 +19,7 @@ __all__ = [
     "AnswerRegistry",
     "DeploymentChange",
     "DeploymentRegistry",
+    "FollowRegistry",
     "JobRegistry",
     "KeyRegistry",
     "ModelRegistry",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
 from sluice.domain.errors import BadRequest
+from sluice.domain.follows import Follow
 from sluice.domain.jobs import BatchJob, ChunkResult
 from sluice.domain.optimize_jobs import OptimizeJob
 from sluice.domain.schedules import Schedule
@@ -90,6 +91,7 @@ JOB = Codec(BatchJob)
 CHUNK = Codec(ChunkResult)
 SCHEDULE = Codec(Schedule)
 OPTIMIZE_JOB = Codec(OptimizeJob)
+FOLLOW = Codec(Follow)
 
 # The progress counters of a job; stored apart from the rest so they can be added to in place.
 JOB_COUNTERS = ("chunks_done", "rows_in", "rows_out", "rows_failed")

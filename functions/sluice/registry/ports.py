@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
+    from sluice.domain.follows import Follow
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
     from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
     from sluice.domain.schedules import Schedule
@@ -214,5 +215,28 @@ class ScheduleRegistry(Protocol):
     def delete_schedule(self, tenant: str, name: str) -> None: ...
 
 
-class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, OptimizeJobRegistry, ScheduleRegistry, StatsRegistry, MonitorRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
+class FollowRegistry(Protocol):
+    """Follow bindings: at most one per deployment. Writes are conditional on the binding's
+    `revision`: an update names the revision it read, and is refused (Conflict naming
+    `revision`) when another writer got there first, so two pollers never both take a version."""
+
+    def create_follow(self, follow: Follow) -> Follow:
+        """Store a new binding at revision 1; Conflict naming `deployment` if it has one."""
+        ...
+
+    def get_follow(self, tenant: str, deployment: str) -> Follow: ...
+    def list_follows(self, tenant: str) -> list[Follow]: ...
+    def update_follow(self, follow: Follow, *, expected_revision: int) -> Follow:
+        """Store `follow` as revision `expected_revision + 1` if the stored one is at
+        `expected_revision`; NotFound if it is gone, Conflict naming `revision` if it moved."""
+        ...
+
+    def delete_follow(self, tenant: str, deployment: str) -> None: ...
+    def followers(self, watch: str | None = None) -> list[tuple[str, str]]:
+        """(tenant, deployment) of every binding in every tenant (of `watch` alone when given):
+        for the poller and the registry event handler, which act for each tenant in turn."""
+        ...
+
+
+class Registry(ModelRegistry, DeploymentRegistry, KeyRegistry, JobRegistry, OptimizeJobRegistry, ScheduleRegistry, StatsRegistry, MonitorRegistry, FollowRegistry, AnswerRegistry, ConnectionRegistry, Protocol):
     """Everything sluice stores: what `container.registry` is."""

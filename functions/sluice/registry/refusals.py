@@ -48,6 +48,15 @@ def no_schedule(name: str) -> NotFound:
     return NotFound(f"schedule '{name}' not found", field="schedule")
 
 
+def no_follow(deployment: str) -> NotFound:
+    return NotFound(f"deployment '{deployment}' follows no registry", field="deployment")
+
+
+def follow_moved(deployment: str, revision: int, expected: int) -> Conflict:
+    """A binding written meanwhile by another poller or command: decide again from a fresh read."""
+    return Conflict(f"the binding of deployment '{deployment}' is at revision {revision}, not {expected}", field="revision")
+
+
 def not_at_revision(name: str, revision: int, expected: int) -> Conflict:
     """An update of deployment `name` that expected another revision than the stored one."""
     return Conflict(f"deployment '{name}' is at revision {revision}, not {expected}", field="revision")

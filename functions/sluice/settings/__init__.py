@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sluice.settings.follows import FollowSettings
 from sluice.settings.functions import FunctionSettings
 from sluice.settings.jobs import (
     BatchSettings,
@@ -57,6 +58,7 @@ __all__ = [
     "BatchSettings",
     "DataCaptureSettings",
     "EndpointSettings",
+    "FollowSettings",
     "FunctionSettings",
     "Group",
     "JobSettings",
@@ -109,6 +111,7 @@ class Settings(BaseModel):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     data_capture: DataCaptureSettings = Field(default_factory=DataCaptureSettings)
     endpoint_control: EndpointSettings = Field(default_factory=EndpointSettings)
+    follows: FollowSettings = Field(default_factory=FollowSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @model_validator(mode="before")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
+    from sluice.convert.follow import Follower
     from sluice.cost.service import CostService
     from sluice.endpoints.control import EndpointControl
     from sluice.inference.mirror import Mirror
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
     from sluice.services.monitoring import MonitorService
+    from sluice.services.follows import FollowService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
@@ -195,6 +197,21 @@ class Container:
 
         profiles = self.predictions.profiles
         return MonitorService(self.registry, self.settings.monitor, before_read=profiles.flush if profiles is not None else None)
+
+    @cached_property
+    def follows(self) -> FollowService:
+        """Follow bindings: made, shown, removed, and what became of each version recorded."""
+        from sluice.services.follows import FollowService
+
+        return FollowService(self.registry, self.rollouts)
+
+    @cached_property
+    def follower(self) -> Follower:
+        """What pushes and rolls out the versions bindings follow (MLflow polls, SageMaker
+        events); built on first use."""
+        from sluice.convert.follow import Follower
+
+        return Follower(self.follows, self.models)
 
     def endpoint_plane(self) -> EndpointControl:
         """The endpoint control plane (SageMaker or the local twin), built on first use."""

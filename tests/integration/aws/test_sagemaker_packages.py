@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from sluice.domain.errors import InvalidRequest
 from tests.integration.aws.conftest import REGION
 from tests.integration.conftest import run_cli
 from tests.models import embed_model
@@ -131,3 +132,66 @@ def test_a_scikit_learn_model_in_a_package_is_converted_and_checked(capsys: pyte
     assert "converted fraud version 4 (Approved)'s sklearn model, checked on 256 generated rows" in out
     code, out, _ = run_cli(capsys, "models", "show", "iris", "--version", "1")
     assert json.loads(out)["source"]["framework"] == "SKLEARN"
+
+
+# Follow bindings: approvals that start rollouts -------------------------------------------
+GROUP_ARN = f"arn:aws:sagemaker:{REGION}:123456789012:model-package-group/fraud"
+
+
+def package_event(version: int, status: str = "Approved") -> dict[str, Any]:
+    """The approval event in events/, for package `version` of group `fraud` with `status`."""
+    from tests.conftest import EVENTS
+
+    event = json.loads((EVENTS / "sagemaker_model_package_approved.json").read_text())
+    arn = f"arn:aws:sagemaker:{REGION}:123456789012:model-package/fraud/{version}"
+    event["resources"] = [arn]
+    event["detail"].update(ModelPackageArn=arn, ModelPackageVersion=version, ModelApprovalStatus=status)
+    return event
+
+
+def delivered(event: dict[str, Any]) -> dict[str, str]:
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    follower.cache_clear()  # built once per process, as a Lambda's: here once per test's home
+    return handler(event, LambdaContext(function_name="sluice-registry-events"))["bindings"]  # type: ignore[no-any-return]
+
+
+def test_an_approval_pushes_and_rolls_out_once_and_a_rejection_aborts_it(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    from sluice.cli import pieces
+
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    code, _, err = run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 every 1m gate error_rate<=0.01")
+    assert code == 0, err
+    assert delivered(package_event(1)) == {"default/fraud": "rolling_out"}
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is not None and (dep.rollout.version, dep.rollout.steps) == (2, (5.0, 100.0))
+    assert pieces.registry().get_version("default", "fraud", 2).source["arn"] == packages["arns"][0]  # type: ignore[index]
+    assert delivered(package_event(1)) == {"default/fraud": "rolling_out"}  # delivered twice: pushed once
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+    assert delivered(package_event(1, "Rejected")) == {"default/fraud": "rejected"}
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is not None and dep.rollout.state == "aborted" and dep.policy == {"kind": "single", "model": "fraud", "version": 1}
+    code, out, _ = run_cli(capsys, "deployments", "follow", "fraud", "--show")
+    last = json.loads(out)["history"][-1]
+    assert (last["outcome"], last["version"], last["model_version"]) == ("rejected", "1", 2)
+    assert "is Rejected in SageMaker Model Registry; its rollout was aborted" in last["reason"]
+
+
+def test_a_package_without_a_model_or_still_pending_is_recorded_or_left(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][0])[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    assert run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 gate error_rate<=0.01")[0] == 0
+    assert delivered(package_event(2, "PendingManualApproval")) == {"default/fraud": "waiting"}
+    assert delivered(package_event(3)) == {"default/fraud": "conversion_failed"}
+    code, out, _ = run_cli(capsys, "deployments", "follow", "fraud", "--show")
+    assert code == 0
+    last = json.loads(out)["history"][-1]
+    assert last["outcome"] == "conversion_failed" and "holds no single model file sluice reads" in last["reason"]
+    other = package_event(1)
+    other["detail"].update(ModelPackageGroupName="churn", ModelPackageArn=other["detail"]["ModelPackageArn"].replace("/fraud/", "/churn/"))
+    assert delivered(other) == {}  # no binding follows that group
+    with pytest.raises(InvalidRequest, match="not a SageMaker Model Package State Change event"):
+        delivered({"detail-type": "SageMaker Endpoint State Change", "detail": {}})

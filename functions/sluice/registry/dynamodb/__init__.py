@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from sluice.registry.dynamodb.answers import DynamoAnswers
 from sluice.registry.dynamodb.connections import DynamoConnections
 from sluice.registry.dynamodb.deployments import DynamoDeployments
+from sluice.registry.dynamodb.follows import DynamoFollows
 from sluice.registry.dynamodb.jobs import DynamoJobs
 from sluice.registry.dynamodb.keys import DynamoKeys
 from sluice.registry.dynamodb.models import DynamoModels
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["ASSIGNMENT_TTL_S", "DynamoRegistry", "create_table", "table_of_url"]
 
 
-class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoOptimizeJobs, DynamoSchedules, DynamoStats, DynamoMonitor, DynamoAnswers, DynamoConnections):
+class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, DynamoOptimizeJobs, DynamoSchedules, DynamoStats, DynamoMonitor, DynamoFollows, DynamoAnswers, DynamoConnections):
     """Every aggregate over one table. The client comes from `clients` (by default the
     process's factory for `region`) on first use, or is given ready (tests)."""
 

@@ -27,6 +27,8 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
   `job` while an unfinished job holds it (a released one has `expires_at` instead)
 - batch schedule: `pk=T#<tenant>`, `sk=SC#<name>`
 - optimize job: `pk=T#<tenant>`, `sk=OJ#<job id>`; its report is one string attribute of JSON
+- follow binding: `pk=T#<tenant>`, `sk=F#<deployment>`; also `watch` (what it follows) and
+  `revision`, on which every update is conditional
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ CHUNK = "C#"
 OUTPUT = "O#"
 SCHEDULE = "SC#"
 OPTIMIZE_JOB = "OJ#"
+FOLLOW = "F#"
 
 
 def tenant(tenant: str) -> str:
@@ -146,3 +149,7 @@ def schedule_sk(name: str) -> str:
 
 def optimize_job_sk(job_id: str) -> str:
     return f"{OPTIMIZE_JOB}{job_id}"
+
+
+def follow_sk(deployment: str) -> str:
+    return f"{FOLLOW}{deployment}"

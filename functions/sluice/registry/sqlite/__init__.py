@@ -8,6 +8,7 @@ from sluice.registry.sqlite.answers import SqliteAnswers
 from sluice.registry.sqlite.connection import Database, path_of_url
 from sluice.registry.sqlite.connections import SqliteConnections
 from sluice.registry.sqlite.deployments import SqliteDeployments
+from sluice.registry.sqlite.follows import SqliteFollows
 from sluice.registry.sqlite.jobs import SqliteJobs
 from sluice.registry.sqlite.keys import SqliteKeys
 from sluice.registry.sqlite.models import SqliteModels
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["SqliteRegistry", "path_of_url"]
 
 
-class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteOptimizeJobs, SqliteSchedules, SqliteStats, SqliteMonitor, SqliteAnswers, SqliteConnections):
+class SqliteRegistry(SqliteModels, SqliteDeployments, SqliteKeys, SqliteJobs, SqliteOptimizeJobs, SqliteSchedules, SqliteStats, SqliteMonitor, SqliteFollows, SqliteAnswers, SqliteConnections):
     """Every aggregate over one database file."""
 
     def __init__(self, path: Path | str) -> None:

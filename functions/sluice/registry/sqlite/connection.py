@@ -83,6 +83,10 @@ CREATE TABLE IF NOT EXISTS monitor_profiles (
     tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
     win INTEGER NOT NULL, variant TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS monitor_profiles_by_window ON monitor_profiles (tenant, deployment, revision, win);
+CREATE TABLE IF NOT EXISTS follows (
+    tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, watch TEXT NOT NULL,
+    doc TEXT NOT NULL, PRIMARY KEY (tenant, name));
+CREATE INDEX IF NOT EXISTS follows_by_watch ON follows (watch);
 """
 
 

@@ -1,0 +1,209 @@
+"""What a follow binding does when its registry offers a new version: claim it on the binding
+(conditionally: never twice), pull it (the ONNX model as it is, or converted and checked),
+push it into the binding's model, start the binding's rollout on its deployment, and record
+each outcome, with its reason, on the binding (`sluice.services.follows`).
+
+- MLflow: `poll_once` asks the tracking server where each followed alias (or `latest`) points
+  now, with MLflow's own client; `sluice registries poll` runs it once, `sluice serve` on a
+  thread (`registry_poll_s`).
+- SageMaker Model Registry: `on_package_event` takes EventBridge's Model Package State Change
+  event (`sluice.handlers.registry_events` on AWS): an Approved package of a followed group is
+  pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.domain.errors import SluiceError
+from sluice.domain.follows import FollowEvent, PackageStateChange
+from sluice.polling import Poller
+from sluice.services.follows import acting_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.clients import AwsClients
+    from sluice.convert.registry_pull import Pulled
+    from sluice.domain.follows import Follow
+    from sluice.services.follows import FollowService
+    from sluice.services.models import ModelService
+
+logger = logging.getLogger(__name__)
+APPROVED, REJECTED = "Approved", "Rejected"
+
+
+class Follower:
+    def __init__(self, follows: FollowService, models: ModelService, *, clients: AwsClients | None = None) -> None:
+        self.follows = follows
+        self.models = models
+        self._clients = clients
+
+    @property
+    def clients(self) -> AwsClients:
+        if self._clients is None:
+            from sluice.clients import AwsClients
+
+            self._clients = AwsClients()
+        return self._clients
+
+    # MLflow -----------------------------------------------------------------------------
+    def poll_once(self) -> dict[str, str]:
+        """One look at every binding in every tenant: each rollout a binding started that has
+        ended is recorded; each MLflow alias (or `latest`) that moved is pushed and rolled out.
+        What happened, by `tenant/deployment`."""
+        done: dict[str, str] = {}
+        for tenant, deployment in self.follows.registry.followers():
+            name = f"{tenant}/{deployment}"
+            try:
+                follow = self.follows.settle(tenant, deployment)
+                done[name] = self._poll(follow) if follow.registry == "mlflow" else follow.state
+            except SluiceError as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
+                logger.warning("follow binding %s: %s", name, exc.message)
+                done[name] = f"error: {exc.message}"
+        return done
+
+    def _poll(self, follow: Follow) -> str:
+        from sluice.convert.mlflow_models import current_version
+
+        version, _ = current_version(follow.source, follow.tracking_uri or "")
+        if str(version) == follow.seen:
+            return follow.state
+        name = follow.parsed_source().name
+        from sluice.convert.mlflow_models import without_credentials
+
+        match = {"registry": "mlflow", "name": name, "version": version, "tracking_uri": without_credentials(follow.tracking_uri or "")}
+
+        def pull(tmp: Path) -> Pulled:
+            from dataclasses import replace
+
+            from sluice.convert.registry_pull import from_mlflow
+
+            pulled = from_mlflow(f"models:/{name}/{version}", follow.tracking_uri, tmp)
+            source = {**pulled.source, "uri": follow.source, "alias": follow.parsed_source().alias}
+            return replace(pulled, source=source)
+
+        return self.take(follow, str(version), pull, match)
+
+    # SageMaker Model Registry -------------------------------------------------------------
+    def on_package_event(self, event: dict[str, Any]) -> dict[str, str]:
+        """The bindings that follow the event's package group, each told of it."""
+        change = PackageStateChange.from_event(event)
+        done: dict[str, str] = {}
+        for tenant, deployment in self.follows.registry.followers(change.watch):
+            name = f"{tenant}/{deployment}"
+            try:
+                done[name] = self._package(self.follows.settle(tenant, deployment), change)
+            except SluiceError as exc:
+                logger.warning("follow binding %s: %s", name, exc.message)
+                done[name] = f"error: {exc.message}"
+        return done
+
+    def _package(self, follow: Follow, change: PackageStateChange) -> str:
+        version = str(change.version)
+        if change.approval_status == REJECTED:
+            return self._rejected(follow, version, change)
+        if change.approval_status != APPROVED or follow.seen == version:
+            return follow.state  # pending approval; or the same event delivered again
+
+        def pull(tmp: Path) -> Pulled:
+            from sluice.convert.registry_pull import from_package
+
+            return from_package(change.arn, self.clients, tmp)  # Approved only, as DescribeModelPackage says now
+
+        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn})
+
+    def _rejected(self, follow: Follow, version: str, change: PackageStateChange) -> str:
+        if any(e.version == version and e.outcome == "rejected" for e in follow.history):
+            return follow.state  # the same event again (EventBridge may deliver one change more than once)
+        reason = f"{change.arn} is Rejected in SageMaker Model Registry"
+        last = follow.last
+        if follow.seen == version and follow.state == "rolling_out" and last is not None:
+            try:
+                self.follows.rollouts.abort(acting_for(follow), follow.deployment)
+                reason += "; its rollout was aborted: back to the stable policy"
+            except SluiceError as exc:
+                reason += f"; its rollout could not be aborted: {exc.message}"
+        model_version = last.model_version if last is not None and last.version == version else None
+        self.follows.record(follow.tenant, follow.deployment, FollowEvent(version, "rejected", self.follows.clock(), reason, model_version))
+        return "rejected"
+
+    # Both -------------------------------------------------------------------------------
+    def take(self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any]) -> str:
+        """Claim `version`, pull it, push it and start the rollout; each outcome recorded. A
+        version of the binding's model that came from the same place (`match`, on its
+        source) is rolled out again rather than pushed twice; one the deployment serves
+        already is recorded as completed."""
+        claimed = self.follows.claim(follow, version)
+        if claimed is None:
+            return "taken elsewhere"
+        where = (follow.tenant, follow.deployment)
+
+        def note(outcome: str, reason: str, model_version: int | None = None, revision: int | None = None) -> str:
+            self.follows.record(*where, FollowEvent(version, outcome, self.follows.clock(), reason, model_version, revision))
+            return outcome
+
+        pulled, number = None, self._existing(follow, match)
+        if number is None:
+            try:
+                with tempfile.TemporaryDirectory(prefix="sluice-follow-") as tmp:
+                    pulled = pull(Path(tmp))
+            except SluiceError as exc:
+                return note("rejected" if exc.code == "package_not_approved" else "conversion_failed", exc.message)
+            try:
+                number = self.models.push(
+                    acting_for(follow), follow.model, pulled.data, feature_names=pulled.feature_names, source=pulled.source,
+                    description=f"followed from {follow.source} (version {version})",
+                ).version  # fmt: skip
+            except SluiceError as exc:
+                return note("push_failed", exc.message)
+        said = f"{'pushed as' if pulled is not None else 'already pushed as'} {follow.model}:{number}"
+        serving = self.follows.registry.get_deployment(follow.tenant, follow.deployment)
+        if serving.policy == {"kind": "single", "model": follow.model, "version": number}:
+            return note("completed", f"{said}, which the deployment serves already", number, serving.revision)
+        try:
+            dep = self.follows.start_rollout(claimed, number)
+        except SluiceError as exc:
+            return note("rollout_refused", f"{said}; the rollout was refused: {exc.message}", number)
+        reason = f"{said}; rollout started ({dep.rollout.reason if dep.rollout else ''})"
+        if follow.tag_back and match.get("registry") == "mlflow":
+            reason += self._tag_back(follow, match, dep.revision)
+        return note("rolling_out", reason, number, dep.revision)
+
+    def _existing(self, follow: Follow, match: dict[str, Any]) -> int | None:
+        """The newest version of the binding's model whose source matches, if any."""
+        try:
+            versions = self.models.registry.list_versions(follow.tenant, follow.model)
+        except SluiceError:  # no such model yet: the first push makes it
+            return None
+        for v in reversed(versions):
+            if v.source and all(v.source.get(k) == value for k, value in match.items()):
+                return v.version
+        return None
+
+    def _tag_back(self, follow: Follow, match: dict[str, Any], revision: int) -> str:
+        """MLflow's model version tagged with what serves it; a failure is said, not raised."""
+        from sluice.convert.mlflow_models import set_tags
+
+        tags = {"sluice.deployment": follow.deployment, "sluice.revision": str(revision)}
+        try:
+            set_tags(follow.tracking_uri or "", str(match["name"]), int(match["version"]), tags)
+        except SluiceError as exc:
+            return f"; tagging back failed: {exc.message}"
+        return f"; tagged {match['name']} version {match['version']} in MLflow"
+
+class FollowPoller(Poller):
+    """`sluice serve`'s poller of followed MLflow registries: `poll_once` every `interval_s`."""
+
+    thread_name = "sluice-follows"
+    what = "follow bindings' poll"
+
+    def __init__(self, follower: Follower, *, interval_s: float) -> None:
+        super().__init__(interval_s=interval_s)
+        self.follower = follower
+
+    def look(self) -> object:
+        return self.follower.poll_once()

@@ -1,0 +1,214 @@
+"""A follow binding: a deployment that follows a model registry. When the followed alias moves
+(MLflow `models:/NAME@ALIAS`, or `models:/NAME/latest` gains a version) or a package of the
+followed group becomes Approved (SageMaker Model Registry), sluice pushes the new version and
+starts a progressive rollout to it with the binding's plan. What became of each version the
+registry offered (pushed and rolling out, completed, rolled back by a gate, refused at
+conversion, rejected) is recorded on the binding with its reason.
+
+Pure: what a binding is, how its source and rollout plan are read, and the record of what
+happened. `sluice.services.follows` stores and records; `sluice.convert.follow` pushes.
+
+A binding is written conditionally (`revision`): the poller or event handler that takes a
+version writes its claim on the binding it read, so of two racing for the same version one
+wins and the other lets go, and the same version is never pushed twice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from sluice.domain.errors import InvalidRequest
+from sluice.domain.objects import now
+from sluice.domain.rollouts import parse_duration, parse_gates, parse_steps
+
+Registry = Literal["mlflow", "sagemaker"]
+# What a binding is doing: nothing new since the last version; pushing one (claimed); a
+# rollout it started is running; the last version's story ended (completed) or did not (failed).
+FollowState = Literal["waiting", "pushing", "rolling_out", "completed", "failed"]
+# What became of one version the registry offered.
+OUTCOMES = (
+    "pushing", "rolling_out", "completed", "rolled_back", "aborted",
+    "conversion_failed", "push_failed", "rejected", "rollout_refused",
+)  # fmt: skip
+FAILED = frozenset({"rolled_back", "aborted", "conversion_failed", "push_failed", "rejected", "rollout_refused"})
+MAX_HISTORY = 20
+MAX_REASON = 1000
+
+_MLFLOW = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<latest>latest))/?$")
+_GROUP = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"model-package-group/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})$"
+)
+_PLAN = re.compile(
+    r"^\s*(?P<steps>[0-9.,%\s]+?)\s*(?:\bevery\s+(?P<every>\S+))?\s*\bgate\s+(?P<gates>.+?)"
+    r"\s*(?:\bmin\s+(?P<min>\d+))?\s*$"
+)
+DEFAULT_EVERY = "10m"
+DEFAULT_MIN_REQUESTS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How each followed version is rolled out: `1,10,50,100 every 10m gate agreement>=0.98`
+    (`every` defaults to 10m; `min N`: candidate requests a step needs, default 100)."""
+
+    steps: tuple[float, ...]
+    every: str
+    gates: str
+    min_requests: int = DEFAULT_MIN_REQUESTS
+
+    def __str__(self) -> str:
+        steps = ",".join(f"{s:g}" for s in self.steps)
+        return f"{steps} every {self.every} gate {self.gates} min {self.min_requests}"
+
+
+def parse_plan(text: str, *, field: str = "rollout") -> Plan:
+    found = _PLAN.match(text or "")
+    if found is None:
+        raise InvalidRequest(
+            f"{text!r} is not a rollout plan such as '1,10,50,100 every 10m gate agreement>=0.98' "
+            "(STEPS [every DURATION] gate GATES [min REQUESTS])",
+            field=field,
+        )
+    steps = parse_steps(found["steps"].replace(" ", ""), field=field)
+    if steps[0] >= 100:
+        raise InvalidRequest("give at least one step below 100 before the last", field=field)
+    every = found["every"] or DEFAULT_EVERY
+    parse_duration(every, field=field)
+    gates = ",".join(str(g) for g in parse_gates(found["gates"].replace(" ", ""), field=field))
+    minimum = int(found["min"]) if found["min"] else DEFAULT_MIN_REQUESTS
+    if minimum < 1:
+        raise InvalidRequest("min must be at least 1 request", field=field)
+    return Plan(steps, every, gates, minimum)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What is followed, read from the text given: an MLflow alias or `latest`, or a SageMaker
+    model package group (by ARN)."""
+
+    registry: Registry
+    uri: str
+    name: str  # the registered model, or the package group
+    alias: str | None = None  # MLflow: the alias; None for `latest`
+    region: str | None = None  # SageMaker: the group's region
+
+    @property
+    def watch(self) -> str:
+        """What an event or a poll names: `sagemaker:<group ARN>`, or `mlflow:<uri>`."""
+        return f"{self.registry}:{self.uri}"
+
+
+def parse_source(text: str, *, field: str = "registry") -> Source:
+    text = (text or "").strip()
+    mlflow = _MLFLOW.match(text)
+    if mlflow is not None:
+        return Source("mlflow", text.rstrip("/"), mlflow["name"], alias=mlflow["alias"])
+    group = _GROUP.match(text)
+    if group is not None:
+        return Source("sagemaker", text, group["group"], region=group["region"])
+    raise InvalidRequest(
+        f"{text!r} is not something to follow: models:/NAME@ALIAS or models:/NAME/latest (MLflow), or "
+        "arn:aws:sagemaker:REGION:ACCOUNT:model-package-group/GROUP (SageMaker Model Registry)",
+        field=field,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FollowEvent:
+    """What became of one version the registry offered."""
+
+    version: str  # the registry's version (MLflow's number, the package's version)
+    outcome: str  # one of OUTCOMES
+    at: float
+    reason: str = ""
+    model_version: int | None = None  # the sluice version it was pushed as
+    revision: int | None = None  # the deployment revision the rollout started in
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    tenant: str
+    deployment: str
+    source: str  # as `parse_source` reads it
+    registry: Registry
+    model: str  # the sluice model each version is pushed into
+    plan: str  # as `parse_plan` reads it
+    watch: str  # `Source.watch`: what finds the binding from an event
+    tracking_uri: str | None = None  # MLflow: where to poll (never with credentials)
+    tag_back: bool = False  # MLflow: tag the version with the deployment and revision serving it
+    revision: int = 1  # each write adds one; a write names the revision it read
+    state: FollowState = "waiting"
+    seen: str | None = None  # the registry's version last taken (claimed)
+    history: tuple[FollowEvent, ...] = ()  # oldest first, at most MAX_HISTORY
+    created_at: float = field(default_factory=now)
+    created_by: str = ""
+    updated_at: float | None = None
+
+    @property
+    def last(self) -> FollowEvent | None:
+        return self.history[-1] if self.history else None
+
+    def parsed_source(self) -> Source:
+        return parse_source(self.source)
+
+    def parsed_plan(self) -> Plan:
+        return parse_plan(self.plan)
+
+
+def recorded(follow: Follow, event: FollowEvent, *, seen: str | None = None) -> Follow:
+    """The binding with `event` recorded as the latest (its version's last outcome replaced)."""
+    event = replace(event, reason=event.reason[:MAX_REASON])
+    kept = tuple(e for e in follow.history if not (e.version == event.version and e.outcome in ("pushing", "rolling_out")))
+    state = state_of(event.outcome)
+    return replace(
+        follow,
+        history=(*kept, event)[-MAX_HISTORY:],
+        state=state,
+        seen=follow.seen if seen is None else seen,
+        updated_at=event.at,
+    )
+
+
+def state_of(outcome: str) -> FollowState:
+    if outcome in FAILED:
+        return "failed"
+    return {"pushing": "pushing", "rolling_out": "rolling_out", "completed": "completed"}.get(outcome, "waiting")  # type: ignore[return-value]
+
+
+
+@dataclass(frozen=True, slots=True)
+class PackageStateChange:
+    """EventBridge's "SageMaker Model Package State Change" event, typed: the package, its group
+    (as the ARN a binding follows) and its approval status."""
+
+    arn: str
+    group: str
+    group_arn: str
+    version: int
+    approval_status: str
+
+    @property
+    def watch(self) -> str:
+        return f"sagemaker:{self.group_arn}"
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> PackageStateChange:
+        detail = event.get("detail") if isinstance(event, dict) else None
+        if event.get("detail-type") != "SageMaker Model Package State Change" or not isinstance(detail, dict):
+            raise InvalidRequest("not a SageMaker Model Package State Change event", field="event")
+        arn = str(detail.get("ModelPackageArn", ""))
+        found = _PACKAGE.match(arn)
+        if found is None or str(detail.get("ModelPackageGroupName")) != found["group"]:
+            raise InvalidRequest(f"the event names no versioned model package ({arn!r})", field="event")
+        group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{found['group']}"
+        status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
+        return cls(arn, found["group"], group_arn, int(found["version"]), status)
+
+
+_PACKAGE = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)$"
+)

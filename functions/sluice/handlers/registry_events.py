@@ -1,0 +1,37 @@
+"""SageMaker Model Registry's approvals on AWS: an EventBridge rule sends each "SageMaker Model
+Package State Change" event of this account here. Every follow binding of the package's group,
+in every tenant, is told of it (`Follower.on_package_event`): an Approved package is pushed (its
+ONNX model as it is: this function has no converters, so a package that needs converting is
+recorded as such on the binding) and its rollout started; a Rejected one is recorded, and the
+rollout of it aborted if one runs. EventBridge may deliver an event more than once: a binding
+takes a version once (its claim is a conditional write), so a second delivery does nothing.
+
+The function reads the package (DescribeModelPackage, on the account's package groups) and its
+model data (S3 GetObject), and writes the bound tenants' models, versions and deployments."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from sluice.observability import get_logger
+
+if TYPE_CHECKING:
+    from sluice.convert.follow import Follower
+
+logger = get_logger()
+
+
+@lru_cache(maxsize=1)
+def follower() -> Follower:
+    from sluice.handlers.adapters import follower as build
+    from sluice.wiring import get_container
+
+    return build(get_container())
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    done = follower().on_package_event(event)
+    logger.info("package state change", extra={"bindings": done})
+    return {"bindings": done}

@@ -1,0 +1,78 @@
+"""Follow bindings in DynamoDB: one item per binding in the tenant's partition
+(`pk=T#<tenant>`, `sk=F#<deployment>`), created only if absent, each update a put conditional
+on the `revision` read. Who follows what, across tenants, is a scan that reads the keys and
+`watch` alone (as the rollout controller's scan reads the keys and `rollout`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sluice.registry.codec import FOLLOW
+from sluice.registry.dynamodb import layout
+from sluice.registry.dynamodb.table import Part, Refused, condition, item, key
+from sluice.registry.refusals import follow_moved, no_follow, taken
+
+if TYPE_CHECKING:
+    from sluice.domain.follows import Follow
+
+# What the scan of `followers` reads: what the event handler's IAM policy allows it.
+SCAN_ATTRIBUTES = ("pk", "sk", "watch")
+
+
+class DynamoFollows(Part):
+    def create_follow(self, follow: Follow) -> Follow:
+        stored = replace(follow, revision=1)
+        self.put_new(self._follow_item(stored), taken=taken("follow binding of deployment", follow.deployment, field="deployment"))
+        return stored
+
+    def get_follow(self, tenant: str, deployment: str) -> Follow:
+        return FOLLOW.load(self.found(layout.tenant(tenant), layout.follow_sk(deployment), missing=no_follow(deployment)))
+
+    def list_follows(self, tenant: str) -> list[Follow]:
+        return [FOLLOW.load(d) for d in self.table.query(layout.tenant(tenant), layout.FOLLOW)]
+
+    def update_follow(self, follow: Follow, *, expected_revision: int) -> Follow:
+        stored = replace(follow, revision=expected_revision + 1)
+        try:
+            self.table.send(
+                "put_item", TableName=self.table.name, Item=self._follow_item(stored),
+                **condition("#r = :r", {"#r": "revision"}, {":r": expected_revision}),
+            )  # fmt: skip
+        except Refused:
+            now = self.table.get(layout.tenant(follow.tenant), layout.follow_sk(follow.deployment))
+            if now is None:
+                raise no_follow(follow.deployment) from None
+            raise follow_moved(follow.deployment, int(now["revision"]), expected_revision) from None
+        return stored
+
+    def delete_follow(self, tenant: str, deployment: str) -> None:
+        try:
+            self.table.send(
+                "delete_item", TableName=self.table.name,
+                Key=key(layout.tenant(tenant), layout.follow_sk(deployment)), **condition("attribute_exists(pk)"),
+            )  # fmt: skip
+        except Refused:
+            raise no_follow(deployment) from None
+
+    def followers(self, watch: str | None = None) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        wanted = {":f": {"S": layout.FOLLOW}} | ({":w": {"S": watch}} if watch is not None else {})
+        params: dict[str, Any] = {
+            "TableName": self.table.name,
+            "FilterExpression": "begins_with(sk, :f)" + (" AND #w = :w" if watch is not None else ""),
+            "ExpressionAttributeNames": {"#w": "watch"}, "ExpressionAttributeValues": wanted,
+            "ProjectionExpression": "pk, sk, #w", "Select": "SPECIFIC_ATTRIBUTES",  # what the handler's policy allows
+        }  # fmt: skip
+        while True:
+            page = self.table.send("scan", **params)
+            for record in page.get("Items", []):
+                pk, sk = record["pk"]["S"], record["sk"]["S"]
+                if pk.startswith("T#") and "#" not in pk[2:]:
+                    found.append((pk[2:], sk[len(layout.FOLLOW) :]))
+            if "LastEvaluatedKey" not in page:
+                return sorted(found)
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _follow_item(self, follow: Follow) -> dict[str, object]:
+        return item(layout.tenant(follow.tenant), layout.follow_sk(follow.deployment), FOLLOW.dump(follow))

@@ -1,0 +1,166 @@
+"""Follow bindings: made, shown and removed (admin scope), and what happened to each version
+the followed registry offered recorded on them.
+
+Every write is conditional on the revision read (`FollowRegistry.update_follow`). Taking a new
+version is a claim (`claim`): the binding moves to `pushing` with the version as `seen`, and of
+two pollers (or two deliveries of one EventBridge event) that read the same revision only one
+claim is stored; the other is refused and lets go. The pushing itself (pulling, converting,
+starting the rollout) is `sluice.convert.follow`'s, which records each outcome here.
+
+The rollout a binding started is the deployment's; `settle` reads it and records how it ended
+(completed, or rolled back with the gate that failed, or aborted), on every poll and whenever a
+binding is shown.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from sluice.domain import Principal
+from sluice.domain.errors import Conflict, InvalidRequest, NotFound
+from sluice.domain.follows import Follow, FollowEvent, parse_plan, parse_source, recorded
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.registry import Registry
+    from sluice.services.rollouts import RolloutService
+
+SETTLED = {"completed": "completed", "rolled_back": "rolled_back", "aborted": "aborted"}
+_WRITE_TRIES = 3
+
+
+def acting_for(follow: Follow) -> Principal:
+    """Who a binding's pushes and rollouts act as: an admin of its tenant, named by the binding."""
+    return Principal(follow.tenant, frozenset({"admin"}), f"follow:{follow.deployment}")
+
+
+class FollowService:
+    def __init__(self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.rollouts = rollouts
+        self.clock = clock
+
+    # Commands -------------------------------------------------------------------------
+    def follow(
+        self, principal: Principal, deployment: str, *, source: str, rollout: str, model: str | None = None,
+        tracking_uri: str | None = None, tag_back: bool = False,
+    ) -> Follow:  # fmt: skip
+        principal.require("admin")
+        parsed = parse_source(source)
+        plan = parse_plan(rollout)
+        if parsed.registry == "mlflow":
+            tracking_uri = _tracking(tracking_uri)
+        elif tracking_uri:
+            raise InvalidRequest("a tracking URI is for MLflow; SageMaker Model Registry is reached by the ARN", field="tracking_uri")
+        if tag_back and parsed.registry != "mlflow":
+            raise InvalidRequest("tagging back is for MLflow model versions", field="tag_back")
+        dep = self.registry.get_deployment(principal.tenant, deployment)
+        if model is None:
+            if dep.policy.get("kind") != "single":
+                raise InvalidRequest(
+                    f"deployment '{deployment}' routes by a {dep.policy.get('kind')} policy: name the model each new version "
+                    "is pushed into (--model)",
+                    field="model",
+                )
+            model = str(dep.policy["model"])
+        return self.registry.create_follow(
+            Follow(
+                principal.tenant, deployment, parsed.uri, parsed.registry, model, str(plan), parsed.watch,
+                tracking_uri=tracking_uri, tag_back=tag_back, created_by=principal.subject, created_at=self.clock(),
+            )
+        )  # fmt: skip
+
+    def get(self, principal: Principal, deployment: str) -> Follow:
+        principal.require("admin")
+        return self.settle(principal.tenant, deployment)
+
+    def list(self, principal: Principal) -> list[Follow]:
+        principal.require("admin")
+        return [self.settle(principal.tenant, f.deployment, f) for f in self.registry.list_follows(principal.tenant)]
+
+    def unfollow(self, principal: Principal, deployment: str) -> None:
+        principal.require("admin")
+        self.registry.delete_follow(principal.tenant, deployment)
+
+    # What the follower records --------------------------------------------------------
+    def claim(self, follow: Follow, version: str) -> Follow | None:
+        """Take `version` for pushing: stored only if the binding is still as it was read and
+        has not taken this version already; None when another poller got there first."""
+        if follow.seen == version:
+            return None
+        claimed = recorded(follow, FollowEvent(version, "pushing", self.clock()), seen=version)
+        try:
+            return self.registry.update_follow(claimed, expected_revision=follow.revision)
+        except (Conflict, NotFound):
+            return None
+
+    def record(self, tenant: str, deployment: str, event: FollowEvent) -> Follow | None:
+        """Record what became of `event.version`, on a fresh read of the binding: dropped when
+        the binding is gone or has taken another version since (that version's story goes on)."""
+        for _ in range(_WRITE_TRIES):
+            try:
+                now = self.registry.get_follow(tenant, deployment)
+                if now.seen != event.version and event.outcome != "rejected":
+                    return None
+                written = recorded(now, event)
+                if now.seen != event.version:  # a package rejected before it was taken: noted, nothing else changes
+                    written = replace(written, state=now.state)
+                return self.registry.update_follow(written, expected_revision=now.revision)
+            except NotFound:
+                return None
+            except Conflict:
+                continue
+        return None
+
+    def settle(self, tenant: str, deployment: str, follow: Follow | None = None) -> Follow:
+        """The binding, with the end of the rollout it started recorded once it has ended."""
+        follow = follow or self.registry.get_follow(tenant, deployment)
+        last = follow.last
+        if follow.state != "rolling_out" or last is None or last.model_version is None:
+            return follow
+        try:
+            dep = self.registry.get_deployment(tenant, deployment)
+        except NotFound:
+            return self._write(follow, FollowEvent(last.version, "aborted", self.clock(), "the deployment was deleted", last.model_version))
+        rollout = dep.rollout
+        if rollout is not None and (rollout.model, rollout.version) == (follow.model, last.model_version):
+            if rollout.active:
+                return follow
+            ended = FollowEvent(last.version, SETTLED.get(rollout.state, "aborted"), self.clock(), rollout.reason, last.model_version, dep.revision)
+        else:
+            now = f"{rollout.model}:{rollout.version}" if rollout is not None else "none"
+            ended = FollowEvent(
+                last.version, "aborted", self.clock(), f"the deployment's rollout was replaced (rollout now: {now})", last.model_version
+            )  # fmt: skip
+        return self._write(follow, ended)
+
+    def _write(self, follow: Follow, event: FollowEvent) -> Follow:
+        try:
+            return self.registry.update_follow(recorded(follow, event), expected_revision=follow.revision)
+        except Conflict:  # another reader settled it first
+            return self.registry.get_follow(follow.tenant, follow.deployment)
+
+    def start_rollout(self, follow: Follow, model_version: int) -> Any:
+        """The binding's plan, started on its deployment towards `model_version`."""
+        plan = follow.parsed_plan()
+        return self.rollouts.start(
+            acting_for(follow), follow.deployment, to=f"{follow.model}:{model_version}", steps=list(plan.steps),
+            every=plan.every, gates=plan.gates, min_requests=plan.min_requests,
+        )  # fmt: skip
+
+
+def _tracking(uri: str | None) -> str:
+    if not uri:
+        raise InvalidRequest("following MLflow needs its tracking URI (--tracking-uri, or MLFLOW_TRACKING_URI)", field="tracking_uri")
+    parts = urlsplit(uri)
+    if parts.username or parts.password or parts.query:
+        raise InvalidRequest(
+            "a followed tracking URI is stored: give it without credentials, and give the poller MLflow's own "
+            "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN",
+            field="tracking_uri",
+        )
+    return uri

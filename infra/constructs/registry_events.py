@@ -1,0 +1,123 @@
+"""SageMaker Model Registry's approvals start rollouts: an EventBridge rule sends each "SageMaker
+Model Package State Change" event that approves or rejects a package of this account to one
+function (sluice.handlers.registry_events), which pushes an Approved package of a group a
+deployment follows and starts its rollout, or records a Rejected one.
+
+The function may describe the account's model packages (no other SageMaker call), read the
+objects of the buckets named as holding their model data (`api.model_data_buckets`; none by
+default), write models and versions into the store, and read and write the registry's tenant
+partitions; its scan of who follows what reads the keys and `watch` of each item alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.constructs.functions import FunctionPlatform, SluiceFunction
+from infra.constructs.grants import grant_objects
+from infra.constructs.python_layer import PythonLayer
+from infra.constructs.registry_access import READ, WRITE, grant_registry
+from infra.nag import acknowledge, wildcard_resource
+from infra.naming import STORE_PREFIX
+
+# What the scan of `followers` may read: the keys of each item and what a binding watches.
+FOLLOW_SCAN_ATTRIBUTES = ("pk", "sk", "watch")
+DETAIL_TYPE = "SageMaker Model Package State Change"
+
+
+class RegistryEvents:
+    """The function ("RegistryEvents") and the rule that invokes it, built into `scope`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        function_name: str,
+        platform: FunctionPlatform,
+        layers: Sequence[PythonLayer],
+        reserved_concurrency: int | None,
+        table: dynamodb.ITableV2,
+        artifacts: s3.IBucket,
+        model_data_buckets: Sequence[str],
+    ) -> None:
+        self.function = fn = SluiceFunction(
+            scope,
+            "RegistryEvents",
+            function_name=function_name,
+            handler="sluice.handlers.registry_events.handler",
+            description="Pushes and rolls out approved SageMaker model packages that deployments follow",
+            platform=platform,
+            layers=layers,
+            memory_mb=1024,
+            timeout=Duration.minutes(5),
+            invoked_async=True,
+            reserved_concurrency=reserved_concurrency,
+        )
+        role = fn.role
+        grant_registry(role, table, actions=[*READ, *WRITE])
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Scan"],
+                resources=[table.table_arn],
+                conditions={
+                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(FOLLOW_SCAN_ATTRIBUTES)},
+                },
+            )
+        )
+        grant_objects(fn, artifacts, prefix=STORE_PREFIX, write=True, purpose="the ONNX model of each package pushed")
+        packages = Stack.of(scope).format_arn(service="sagemaker", resource="model-package", resource_name="*")
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=[packages]))
+        acknowledge(
+            fn,
+            wildcard_resource(scope, packages),
+            "Which package groups deployments follow is decided at run time (sluice deployments follow); the "
+            "function only describes model packages (versions of a group) in this account and region.",
+        )
+        for bucket in model_data_buckets:
+            objects = Stack.of(scope).format_arn(service="s3", region="", account="", resource=bucket, resource_name="*")
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
+            acknowledge(
+                fn,
+                wildcard_resource(scope, objects),
+                f"A model package's model data is wherever its training put it: the function reads objects "
+                f"in {bucket}, named in the config as holding model data, and writes nothing there.",
+            )
+        # What EventBridge could not deliver lands in a queue of its own: EventBridge cannot send
+        # to a queue under the AWS-managed KMS key the function's dead-letter queue has, so this
+        # one is encrypted by SQS itself.
+        self.undelivered = sqs.Queue(
+            scope, "ModelPackageApprovalsUndelivered", encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True, retention_period=Duration.days(14),
+        )  # fmt: skip
+        for rule in ("Serverless-SQSRedrivePolicy", "AwsSolutions-SQS3"):
+            acknowledge(
+                self.undelivered,
+                rule,
+                "This queue is the EventBridge target's dead-letter queue (cdk-nag sees only SQS redrive policies): "
+                "approvals it could not deliver land here for inspection and redrive; a DLQ behind it would only move them.",
+            )
+        self.rule = events.Rule(
+            scope,
+            "ModelPackageApprovals",
+            description="SageMaker Model Registry approvals and rejections, to the sluice follow bindings",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=[DETAIL_TYPE],
+                detail={"ModelApprovalStatus": ["Approved", "Rejected"]},
+            ),
+            targets=[
+                targets.LambdaFunction(
+                    fn.invocable, retry_attempts=2, max_event_age=Duration.hours(1), dead_letter_queue=self.undelivered
+                )
+            ],
+        )

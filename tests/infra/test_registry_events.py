@@ -1,0 +1,69 @@
+"""SageMaker Model Registry's approvals on AWS: an EventBridge rule sends approvals and
+rejections of model packages to the registry event function, whose role may describe model
+packages and read the configured model data buckets, and nothing else of SageMaker or S3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.naming import STORE_PREFIX
+
+from tests.infra.synth import (
+    ACCOUNT,
+    REGION,
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    properties,
+    role_of,
+)
+
+HANDLER = "sluice.handlers.registry_events.handler"
+
+
+def _statements(app: Synthesized) -> list[dict[str, Any]]:
+    template = app.resolved("api")
+    _, function = function_by_handler(app.template("api"), HANDLER)
+    return policy_statements_of_role(template, role_of(function))
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return action if isinstance(action, list) else [action]
+
+
+def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app: Synthesized) -> None:
+    template = full_app.resolved("api")
+    _, function = function_by_handler(full_app.template("api"), HANDLER)
+    rules = [r for r in properties(template, "AWS::Events::Rule") if r["EventPattern"].get("source") == ["aws.sagemaker"]]
+    assert [r["EventPattern"] for r in rules] == [
+        {
+            "source": ["aws.sagemaker"],
+            "detail-type": ["SageMaker Model Package State Change"],
+            "detail": {"ModelApprovalStatus": ["Approved", "Rejected"]},
+        }
+    ]
+    [target] = rules[0]["Targets"]
+    assert function["FunctionName"] in str(target["Arn"])
+    assert target["RetryPolicy"] == {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 3600}
+    # What EventBridge could not deliver: a queue it can send to (SQS's own encryption, not aws/sqs).
+    queue_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+    queue = template.find_resources("AWS::SQS::Queue")[queue_id]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in queue
+
+
+def test_the_function_may_describe_model_packages_and_read_model_data_only(full_app: Synthesized) -> None:
+    statements = _statements(full_app)
+    sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in _actions(s))]
+    assert [(_actions(s), s["Resource"]) for s in sagemaker] == [
+        (["sagemaker:DescribeModelPackage"], f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package/*")
+    ]
+    reads = [s for s in statements if _actions(s) == ["s3:GetObject"]]
+    assert [s["Resource"] for s in reads] == ["arn:aws:s3:::acme-model-data/*"]
+    # Objects elsewhere: the store's own prefix in the artifacts bucket alone.
+    objects = {
+        r for st in statements if any(a.startswith("s3:") and a != "s3:ListBucket" for a in _actions(st))
+        for r in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])
+    }  # fmt: skip
+    others = {r for r in objects if r != "arn:aws:s3:::acme-model-data/*"}
+    assert len(others) == 1 and str(others.pop()).endswith(f"/{STORE_PREFIX}*")

@@ -1,0 +1,44 @@
+"""Follow bindings through the API (admin scope, per tenant): made, shown with what became of
+each version, listed and removed; a binding that cannot be made is a 4xx naming the field."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+BODY = {"registry": "models:/iris@champion", "rollout": "1,10,100 every 10m gate agreement>=0.98", "tracking_uri": "https://mlflow.example.com"}
+
+
+def test_a_binding_is_made_shown_listed_and_removed_in_its_tenant(client: TestClient, keys: dict[str, str]) -> None:
+    made = client.post("/api/v1/deployments/iris/follow", json=BODY, headers=auth(keys["acme"]))
+    assert made.status_code == 201, made.text
+    body = made.json()
+    assert (body["registry"], body["model"], body["state"], body["history"]) == ("mlflow", "iris", "waiting", [])
+    assert body["plan"] == "1,10,100 every 10m gate agreement>=0.98 min 100"
+    assert client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme"])).json() == body
+    assert [f["deployment"] for f in client.get("/api/v1/follows", headers=auth(keys["acme"])).json()] == ["iris"]
+    assert client.get("/api/v1/follows", headers=auth(keys["globex"])).json() == []  # another tenant's
+    assert client.get("/api/v1/deployments/iris/follow", headers=auth(keys["globex"])).status_code == 404
+    assert client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme_predict"])).status_code == 403
+    again = client.post("/api/v1/deployments/iris/follow", json=BODY, headers=auth(keys["acme"]))
+    assert again.status_code == 409 and again.json()["field"] == "deployment"
+    assert client.delete("/api/v1/deployments/iris/follow", headers=auth(keys["acme"])).status_code == 204
+    gone = client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme"]))
+    assert gone.status_code == 404 and gone.json()["error"] == "deployment 'iris' follows no registry"
+
+
+def test_a_binding_that_cannot_be_made_is_a_4xx_naming_the_field(client: TestClient, keys: dict[str, str]) -> None:
+    for change, field, status in (
+        ({"rollout": "100 gate agreement>=0.98"}, "rollout", 422),
+        ({"registry": "models:/iris/3"}, "registry", 422),
+        ({"tracking_uri": "https://alice:s3cret@mlflow.example.com"}, "tracking_uri", 422),
+        ({"registry": "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/iris", "tracking_uri": None, "tag_back": True}, "tag_back", 422),
+    ):
+        answer = client.post("/api/v1/deployments/iris/follow", json={**BODY, **change}, headers=auth(keys["acme"]))
+        assert (answer.status_code, answer.json()["field"]) == (status, field), answer.text
+        assert "s3cret" not in answer.text
+    assert client.post("/api/v1/deployments/nosuch/follow", json=BODY, headers=auth(keys["acme"])).status_code == 404
