@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from sluice.replay import ReplayService
     from sluice.runtimes import Runtime
     from sluice.services.endpoints import EndpointService
-    from sluice.services.monitoring import MonitorService
     from sluice.services.follows import FollowService
+    from sluice.services.monitoring import MonitorService
     from sluice.services.rollouts import RolloutService
     from sluice.services.triton_ext import TritonExtensions
 

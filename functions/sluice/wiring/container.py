@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
     from sluice.services.endpoints import EndpointService
-    from sluice.services.monitoring import MonitorService
     from sluice.services.follows import FollowService
+    from sluice.services.monitoring import MonitorService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
     from sluice.storage import ArtifactStore
