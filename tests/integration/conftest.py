@@ -35,8 +35,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
 
 
 @pytest.fixture
-def client(demo: Container) -> TestClient:
-    return TestClient(create_app(demo))
+def client(demo: Container) -> Iterator[TestClient]:
+    """The app on the demo container, its event loop started once for all the test's requests
+    (a TestClient used outside `with` starts a thread and a loop per request), and its
+    lifespan's shutdown run at the end as uvicorn would."""
+    with TestClient(create_app(demo)) as client:
+        yield client
 
 
 @pytest.fixture
