@@ -159,18 +159,19 @@ def test_a_home_open_to_others_is_made_0700_and_said(cli_home: Path, capsys: pyt
 
 
 def test_a_command_that_predicts_nothing_builds_no_prediction_path(capsys: pytest.CaptureFixture[str]) -> None:
-    """`sluice keys` and `sluice models` start without the prediction service, its runtimes and
-    graph steps (NumPy, the policy schema, ONNX Runtime's wrapper): a third less start-up.
-    Whatever predicts still finds it all."""
+    """`sluice keys`, `sluice models` and `sluice batch list` start without the prediction
+    service, its runtimes, graph steps and the batch runner (NumPy, the policy schema, ONNX
+    Runtime's wrapper): a third less start-up. Whatever predicts still finds it all."""
     from sluice.cli import pieces
 
     assert run_cli(capsys, "keys", "create", "--scopes", "predict")[0] == 0
     assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
     assert run_cli(capsys, "models", "list")[0] == 0
+    assert run_cli(capsys, "batch", "list")[0] == 0
     container = pieces.container()
     built = container.__dict__
-    assert "keys" in built and "models" in built
-    assert "predictions" not in built and "deployments" not in built
+    assert "keys" in built and "models" in built and "batch" in built
+    assert "predictions" not in built and "deployments" not in built and "batch_runner" not in built
     assert container.functions is None and container.lookup_steps is None
     assert not dict.__contains__(container.runtimes, "onnx")  # a factory, never called
     assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0

@@ -8,6 +8,8 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.capture.capturer import Capturer
@@ -154,7 +156,7 @@ def build_capture_reader(settings: Settings) -> CaptureReader | None:
     return FolderCapture(settings.home_path / "capture")
 
 
-def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
+def build_orchestrator(settings: Settings, runner: BatchRunner | Callable[[], BatchRunner]) -> Orchestrator | None:
     """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
     url = settings.jobs.orchestrator
     if url.startswith("stepfunctions://"):

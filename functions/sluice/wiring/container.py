@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sluice.batch.catalog import GlueCatalog
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
+    from sluice.batch.paths import BatchPaths
     from sluice.batch.runner import BatchRunner
     from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
@@ -260,15 +261,9 @@ class Container:
     def batch_runner(self) -> BatchRunner:
         """Plan, Score and Finalize. Scoring runs through its own PredictionService (the same
         runtimes, so loaded models are shared) whose calls stay out of live statistics."""
-        from sluice.batch.files import Files
-        from sluice.batch.runner import BatchPaths, BatchRunner, BatchTelemetry, OfflineStats
+        from sluice.batch.runner import BatchRunner, BatchTelemetry, OfflineStats
         from sluice.inference.predictions import PredictionService
 
-        if self.files is None:
-            from sluice.clients import default_clients
-
-            # A store per URI scheme, each built on first use (a local run never imports boto3).
-            self.files = Files(clients=default_clients(self.settings.adapters.region))
         online = self.predictions  # the API's: its graph steps and precomputed answers are shared
         runtimes = self.inline_runtimes()
         observability = self.settings.observability
@@ -281,8 +276,23 @@ class Container:
             stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
             precomputed=online.runner.precomputed,
         )
-        paths = BatchPaths(self.settings.batch_root_url)
-        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, paths, self.precomputed)
+        return BatchRunner(self.registry, predictions, self.batch_files(), self.settings.batch, self.batch_paths, self.precomputed)
+
+    def batch_files(self) -> Files:
+        """Batch inputs and outputs, a store per URI scheme, each built on first use (a local
+        run never imports boto3)."""
+        if self.files is None:
+            from sluice.batch.files import Files
+            from sluice.clients import default_clients
+
+            self.files = Files(clients=default_clients(self.settings.adapters.region))
+        return self.files
+
+    @cached_property
+    def batch_paths(self) -> BatchPaths:
+        from sluice.batch.paths import BatchPaths
+
+        return BatchPaths(self.settings.batch_root_url)
 
     def inline_runtimes(self) -> dict[str, Runtime]:
         """These runtimes with ONNX run inline, on the very sessions the API has loaded (see
@@ -309,10 +319,14 @@ class Container:
     def batch(self) -> BatchService:
         from sluice.batch.service import BatchService
 
-        runner = self.batch_runner
+        # The runner (and the prediction service it scores through) is built by the first job
+        # this process runs or finds dead: listing and looking at jobs builds none.
+        def runner() -> BatchRunner:
+            return self.batch_runner
+
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
-        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files, runner)
+        return BatchService(self.registry, self.orchestrator, self.batch_paths, self.batch_files(), runner)
 
     @cached_property
     def catalog(self) -> GlueCatalog:
