@@ -13,8 +13,16 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
+# Installed with bytecode, and sluice's own modules (an editable install: outside site-packages,
+# which is all uv compiles) compiled beside them, so that a process reads bytecode rather than
+# compiling every module it imports, even where PYTHONDONTWRITEBYTECODE keeps it from writing
+# any (`sluice batch list`: 3.7 CPU-s without, 1.3 with). A module edited since is compiled
+# again in memory, as Python does whenever bytecode is older than its source.
+COMPILE := $(PY) -m compileall -q -j 0 functions/sluice
+
 $(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]'
+	$(COMPILE)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -71,7 +79,8 @@ docs-serve: $(STAMP)
 # BENCH_ARGS=--quick for a ~2-minute smoke run. wrk comes from Debian when apt-get can run (else
 # a Python load generator stands in); the Triton peer needs triton-env and is skipped without it.
 bench: $(STAMP)
-	$(UV) pip install --quiet --python $(PY) -e '.[bench]'
+	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[bench]'
+	$(COMPILE)
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }; }; } || \
 		echo "bench: wrk is not installed; the Python load generator stands in"

@@ -156,3 +156,26 @@ def test_a_home_open_to_others_is_made_0700_and_said(cli_home: Path, capsys: pyt
     assert {".", "registry.db", "artifacts/tenants/default"} <= set(modes)
     assert modes == {name: 0o700 if (cli_home / name).is_dir() else 0o600 for name in modes}
     assert "made 0700" not in run_cli(capsys, "models", "list")[2]  # said once
+
+
+def test_a_command_that_predicts_nothing_builds_no_prediction_path(capsys: pytest.CaptureFixture[str]) -> None:
+    """`sluice keys`, `sluice models` and `sluice batch list` start without the prediction
+    service, its runtimes, graph steps and the batch runner (NumPy, the policy schema, ONNX
+    Runtime's wrapper): a third less start-up. Whatever predicts still finds it all."""
+    from sluice.cli import pieces
+
+    assert run_cli(capsys, "keys", "create", "--scopes", "predict")[0] == 0
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "models", "list")[0] == 0
+    assert run_cli(capsys, "batch", "list")[0] == 0
+    container = pieces.container()
+    built = container.__dict__
+    assert "keys" in built and "models" in built and "batch" in built
+    assert "predictions" not in built and "deployments" not in built and "batch_runner" not in built
+    assert container.functions is None and container.lookup_steps is None
+    assert not dict.__contains__(container.runtimes, "onnx")  # a factory, never called
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    code, out, _ = run_cli(capsys, "predict", "iris", "--features", SETOSA)
+    assert code == 0 and json.loads(out)["prediction"] == "setosa"
+    assert "predictions" in built and dict.__contains__(container.runtimes, "onnx")
+    assert container.functions is not None and container.shadows is not None

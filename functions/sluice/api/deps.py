@@ -94,7 +94,7 @@ def container_of(app: Any) -> Container:
     if container is None:
         from sluice.wiring import get_container as build
 
-        container = app.state.container = build()
+        container = app.state.container = build().serving()  # its prediction path before its first request
     return container
 
 

@@ -19,6 +19,8 @@ from sluice.domain.errors import Conflict
 from sluice.domain.jobs import ERROR_CHARS
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.domain.jobs import BatchJob
@@ -28,10 +30,20 @@ log = logging.getLogger(__name__)
 
 
 class JobLiveness:
-    def __init__(self, registry: JobRegistry, orchestrator: Orchestrator | None, runner: BatchRunner | None = None) -> None:
+    def __init__(
+        self, registry: JobRegistry, orchestrator: Orchestrator | None, runner: BatchRunner | Callable[[], BatchRunner] | None = None
+    ) -> None:
         self.registry = registry
         self.orchestrator = orchestrator
-        self.runner = runner  # marks a dead job FAILED as MarkFailed would; else the record alone
+        # Marks a dead job FAILED as MarkFailed would (else the record alone); given as what
+        # builds it, built only when a job is found dead.
+        self._runner = runner
+
+    @property
+    def runner(self) -> BatchRunner | None:
+        if callable(self._runner):
+            self._runner = self._runner()
+        return self._runner
 
     def settled(self, job: BatchJob, *, ask: bool = False) -> BatchJob:
         """`job`, or, when what runs it is gone, `job` marked FAILED saying why: a process of

@@ -36,7 +36,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.batch.plan import Chunk, JobSpec
 from sluice.clients import LazyClient
 from sluice.domain.errors import Conflict, SluiceError, Unavailable
 from sluice.domain.liveness import HEARTBEAT_S, execution_ended, this_worker
@@ -46,6 +45,7 @@ from sluice.registry.scope import use_tenant
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
+    from sluice.batch.plan import Chunk, JobSpec
     from sluice.batch.runner import BatchRunner
     from sluice.clients import AwsClients
     from sluice.domain.jobs import BatchJob
@@ -100,14 +100,15 @@ class LocalOrchestrator:
 
     def __init__(
         self,
-        runner: BatchRunner,
+        runner: BatchRunner | Callable[[], BatchRunner],
         *,
         concurrency: int,
         attempts: int = 3,
         backoff_s: float = 0.5,
         heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
-        self.runner = runner
+        self._runner = runner  # or what builds it, on the first job (`sluice batch list` runs none)
+        self._building = threading.Lock()
         self.concurrency = max(1, concurrency)
         self.attempts = attempts
         self.backoff_s = backoff_s
@@ -118,6 +119,14 @@ class LocalOrchestrator:
         self._stopping = threading.Event()  # the service is stopping: no new job, no new chunk
         self._hurry = threading.Event()  # and it will not wait for the chunks in flight
         self.stopped: list[str] = []  # the jobs recorded FAILED because the service stopped
+
+    @property
+    def runner(self) -> BatchRunner:
+        if callable(self._runner):
+            with self._building:  # two jobs starting at once share one
+                if callable(self._runner):
+                    self._runner = self._runner()
+        return self._runner
 
     def start(self, job: BatchJob) -> str | None:
         with self._lock:
@@ -224,6 +233,8 @@ class LocalOrchestrator:
             planned = runner.plan(tenant, job_id)
         except SluiceError as exc:
             return runner.mark_failed(tenant, job_id, error=type(exc).__name__, cause=exc.message)
+        from sluice.batch.plan import JobSpec
+
         spec = JobSpec.from_dict(planned["job"])
         chunks = runner.chunks(planned)
         failures, left = self._score_all(spec, chunks, progress)

@@ -33,6 +33,7 @@ from sluice.batch.manifest import (
     objects_of,
     problems,
 )
+from sluice.batch.paths import BatchPaths
 from sluice.batch.plan import Chunk, JobSpec, plan_job
 from sluice.batch.publishing import check_publish, publish_job, restore
 from sluice.batch.score import ChunkScorer
@@ -100,28 +101,6 @@ class JobStopped(Exception):
     def __init__(self, status: str) -> None:
         super().__init__(status)
         self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPaths:
-    """Where a deployment's batch files live: `<root>inbox/<tenant>/<deployment>/…` for
-    uploads, `<root>outbox/<tenant>/<job>/` for results, `<root>work/<tenant>/<job>/` for
-    chunk lists. The root is `s3://<batch bucket>/` on AWS, a folder under the home locally."""
-
-    root: str
-
-    def inbox(self, tenant: str) -> str:
-        return f"{self.root}inbox/{tenant}/"
-
-    def outbox(self, tenant: str, job_id: str) -> str:
-        return f"{self.root}outbox/{tenant}/{job_id}/"
-
-    def inbox_root(self, tenant: str) -> Root:
-        """The tenant's inbox as the root its inputs are confined to (`sluice.domain.locations`)."""
-        return Root.of("inbox", self.inbox(tenant))
-
-    def chunk_list(self, tenant: str, job_id: str) -> str:
-        return f"{self.root}work/{tenant}/{job_id}/chunks.json"
 
 
 @dataclass(eq=False)  # no slots: tests stand in for a step of a running job

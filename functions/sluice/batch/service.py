@@ -48,11 +48,12 @@ from sluice.domain.liveness import this_worker
 from sluice.domain.locations import Location, confine
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from sluice.batch.filestore import FileStore
     from sluice.batch.orchestrators import Orchestrator
-    from sluice.batch.runner import BatchPaths, BatchRunner
+    from sluice.batch.paths import BatchPaths
+    from sluice.batch.runner import BatchRunner
     from sluice.registry import Registry
 
 @dataclass(eq=False)
@@ -61,10 +62,10 @@ class BatchService:
     orchestrator: Orchestrator | None
     paths: BatchPaths
     files: FileStore | None = None
-    runner: InitVar[BatchRunner | None] = None
+    runner: InitVar[BatchRunner | Callable[[], BatchRunner] | None] = None  # or what builds it, when a job is found dead
     liveness: JobLiveness = field(init=False)
 
-    def __post_init__(self, runner: BatchRunner | None) -> None:
+    def __post_init__(self, runner: BatchRunner | Callable[[], BatchRunner] | None) -> None:
         self.liveness = JobLiveness(self.registry, self.orchestrator, runner)
 
     # What callers do ---------------------------------------------------------------------

@@ -60,7 +60,7 @@ def current() -> Container:
     if state.container is None:
         from sluice.wiring import get_container
 
-        state.container = get_container()
+        state.container = get_container().serving()
     return state.container
 
 
@@ -102,7 +102,7 @@ def after_restore() -> Container:
     old = state.container
     forget_default_clients()
     get_container.cache_clear()
-    new = get_container()  # new registry, store, mirror and clients; empty deployment caches
+    new = get_container().serving()  # new registry, store, mirror and clients; empty deployment caches
     if old is not None:
         kept = old.runtimes.get("onnx")
         fresh = new.runtimes.get("onnx")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from sluice.inference.prediction_cache import PredictionCache
-
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.capture.capturer import Capturer
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
     from sluice.inference.mirror import Mirror
+    from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.shadow_runner import ShadowRunner
     from sluice.metrics import PrometheusMetrics
     from sluice.monitor.profiler import ProfileRecorder
@@ -176,7 +177,7 @@ def build_capture_reader(settings: Settings) -> CaptureReader | None:
     return FolderCapture(settings.home_path / "capture")
 
 
-def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator | None:
+def build_orchestrator(settings: Settings, runner: BatchRunner | Callable[[], BatchRunner]) -> Orchestrator | None:
     """Step Functions, the local thread pool, or (on AWS without a state machine) none."""
     url = settings.jobs.orchestrator
     if url.startswith("stepfunctions://"):
@@ -195,6 +196,8 @@ def build_orchestrator(settings: Settings, runner: BatchRunner) -> Orchestrator 
 def build_prediction_cache(settings: Settings, registry: Registry) -> PredictionCache:
     """The per-container tier always (a deployment still has to turn caching on); the shared
     tier, the registry's own store of answers, where SLUICE_PREDICTION_CACHE_SHARED says."""
+    from sluice.inference.prediction_cache import PredictionCache
+
     cache = settings.prediction_cache
     return PredictionCache(
         registry if cache.prediction_cache_shared else None,

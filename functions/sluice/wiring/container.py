@@ -1,5 +1,8 @@
-"""The container: the data plane assembled from settings at once, the control plane's
-services built on first use, each given the group of settings it reads. Tests build a
+"""The container: the adapters chosen from settings at once, every service built on first
+use, each given the group of settings it reads. A process builds (and imports) only what it
+asks for: an authorizer or `sluice keys` the key service, `sluice models` the model service,
+never the prediction service (NumPy, the policy schema, the runtimes' code); whatever serves
+predictions asks for it before its first request (`Container.serving`). Tests build a
 Container with their own parts instead."""
 
 from __future__ import annotations
@@ -9,12 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from sluice.inference.predictions import PredictionService
-from sluice.inference.shadow_runner import ShadowRunner
 from sluice.observability import Telemetry
-from sluice.services.deployments import DeploymentService
-from sluice.services.keys import KeyService
-from sluice.services.models import ModelService
 from sluice.wiring.adapters import (
     build_capture,
     build_capture_reader,
@@ -32,20 +30,25 @@ from sluice.wiring.adapters import (
     build_store,
     metrics_sink,
 )
-from sluice.wiring.runtimes import build_runtimes, inline_runtimes
+from sluice.wiring.runtimes import build_runtimes, inline_runtimes, session_cache_stats
 
 if TYPE_CHECKING:
     from sluice.batch.catalog import GlueCatalog
     from sluice.batch.files import Files
     from sluice.batch.orchestrators import Orchestrator
+    from sluice.batch.paths import BatchPaths
     from sluice.batch.runner import BatchRunner
     from sluice.batch.schedules import ScheduleService
     from sluice.batch.service import BatchService
+    from sluice.capture.capturer import Capturer
     from sluice.convert.follow import Follower
     from sluice.cost.service import CostService
+    from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
     from sluice.inference.mirror import Mirror
+    from sluice.inference.predictions import PredictionService
     from sluice.inference.results import ResultService
+    from sluice.inference.shadow_runner import ShadowRunner
     from sluice.inference.uploads import UploadService
     from sluice.optimize.jobs import OptimizeJobs
     from sluice.optimize.service import OptimizeService
@@ -56,8 +59,11 @@ if TYPE_CHECKING:
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
     from sluice.services.admission import Admission
+    from sluice.services.deployments import DeploymentService
     from sluice.services.endpoints import EndpointService
     from sluice.services.follows import FollowService
+    from sluice.services.keys import KeyService
+    from sluice.services.models import ModelService
     from sluice.services.monitoring import MonitorService
     from sluice.services.rollouts import RolloutService
     from sluice.settings import Settings
@@ -78,61 +84,102 @@ class Container:
     orchestrator: Orchestrator | None = None  # built on first use of `batch` when not given
     files: Files | None = None  # batch inputs and outputs, by URI scheme; built on first use when not given
     endpoint_control: EndpointControl | None = None  # built on first use of `endpoints` when not given
-    functions: FunctionSteps | None = None  # function steps of graphs; built from settings when not given
-    lookup_steps: LookupSteps | None = None  # lookup steps of graphs; built from settings when not given
+    functions: FunctionSteps | None = None  # function steps of graphs; built with the prediction service when not given
+    lookup_steps: LookupSteps | None = None  # lookup steps of graphs; built with the prediction service when not given
     precomputed: PrecomputedStore | None = None  # tables of precomputed answers; built from settings when not given
 
     def __post_init__(self) -> None:
+        if self.precomputed is None:
+            self.precomputed = build_precomputed(self.settings, self.registry)
+        if self.telemetry is None:
+            self.telemetry = Telemetry(
+                namespace=self.settings.observability.metrics_namespace,
+                service=self.settings.observability.service_name,
+                cache_stats=session_cache_stats(self.runtimes),
+                sink=metrics_sink(),
+            )
+
+    def serving(self) -> Container:
+        """The prediction path built now (and the services every request may use), so that a
+        server's first requests do not wait for it (nor its first burst, behind them)."""
+        _ = self.predictions, self.deployments, self.keys, self.layout
+        return self
+
+    @cached_property
+    def predictions(self) -> PredictionService:
+        """The prediction service, with the shadow mirror and the capture it hands work to."""
+        from sluice.inference.predictions import PredictionService
+        from sluice.inference.shadow_runner import ShadowRunner
+
         if self.functions is None:
             self.functions = build_functions(self.settings)
         if self.lookup_steps is None:
             self.lookup_steps = build_lookup_steps(self.settings)
-        if self.precomputed is None:
-            self.precomputed = build_precomputed(self.settings, self.registry)
         reader = None
         if self.precomputed is not None:
             from sluice.inference.precomputed import PrecomputedReader
 
             reader = PrecomputedReader(self.precomputed, publication_ttl_s=self.settings.precomputed.precomputed_publication_ttl_s)
-        if self.telemetry is None:
-            onnx = self.runtimes.get("onnx")
-            cache = getattr(onnx, "cache", None)
-            self.telemetry = Telemetry(
-                namespace=self.settings.observability.metrics_namespace,
-                service=self.settings.observability.service_name,
-                cache_stats=cache.stats if cache is not None else None,
-                sink=metrics_sink(),
-            )
-        self.predictions = PredictionService(
-            self.registry, self.runtimes, self.settings.predictions, self.telemetry,
+        predictions = PredictionService(
+            self.registry, self.runtimes, self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
             cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
             precomputed=reader,
         )  # fmt: skip
-        self.layout = build_layout(self.settings, self.store)
-        self.models = ModelService(
-            self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.sources.triton_allowlist
-        )
-        self.shadows = ShadowRunner(self.predictions)
+        shadows = ShadowRunner(predictions)
         if self.mirror is None:
-            self.mirror = build_mirror(self.settings, self.store, self.shadows)
-        self.predictions.mirror = self.mirror  # the core hands shadow jobs to it
-        self.capture = build_capture(self.settings, self.telemetry)
-        self.predictions.capture = self.capture  # and sampled requests of deployments that capture
-        self.predictions.profiles = build_profiles(self.settings, self.registry)  # and monitoring profiles
-        self.predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
-        self.predictions.batcher.max_queue = self.settings.admission.batching_max_queue
-        self.deployments = DeploymentService(
+            self.mirror = build_mirror(self.settings, self.store, shadows)
+        predictions.mirror = self.mirror  # the core hands shadow jobs to it
+        capture = build_capture(self.settings, self.telemetry)
+        predictions.capture = capture  # and sampled requests of deployments that capture
+        predictions.profiles = build_profiles(self.settings, self.registry)  # and monitoring profiles
+        predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
+        predictions.batcher.max_queue = self.settings.admission.batching_max_queue
+        self.__dict__.update(shadows=shadows, capture=capture)  # built with it: see below
+        return predictions
+
+    @cached_property
+    def shadows(self) -> ShadowRunner:
+        """Shadow jobs run against the prediction service (built with it)."""
+        _ = self.predictions
+        return self.__dict__["shadows"]  # type: ignore[no-any-return]
+
+    @cached_property
+    def capture(self) -> Capturer | None:
+        """Where sampled requests are captured (built with the prediction service)."""
+        _ = self.predictions
+        return self.__dict__["capture"]  # type: ignore[no-any-return]
+
+    @cached_property
+    def layout(self) -> Layout:
+        return build_layout(self.settings, self.store)
+
+    @cached_property
+    def models(self) -> ModelService:
+        from sluice.services.models import ModelService
+
+        return ModelService(self.registry, self.store, roots=self.layout.roots, triton_servers=self.settings.sources.triton_allowlist)
+
+    @cached_property
+    def deployments(self) -> DeploymentService:
+        """Deployments: a change is told to the prediction service, whose statistics they read."""
+        from sluice.services.deployments import DeploymentService
+
+        predictions = self.predictions
+        return DeploymentService(
             self.registry,
-            on_change=self.predictions.forget,
-            recorder=self.predictions.stats,
-            before_stats=self.mirror.drain,
+            on_change=predictions.forget,
+            recorder=predictions.stats,
+            before_stats=self.mirror.drain,  # type: ignore[union-attr]
             functions=self.functions,
             lookup_steps=self.lookup_steps,
             precomputed=self.precomputed,
         )
-        self.keys = KeyService(
-            self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings)
-        )
+
+    @cached_property
+    def keys(self) -> KeyService:
+        from sluice.services.keys import KeyService
+
+        return KeyService(self.registry, cache_ttl_s=self.settings.auth.auth_cache_ttl_s, signal=build_revocation_signal(self.settings))
 
     @cached_property
     def admission(self) -> Admission | None:
@@ -243,14 +290,10 @@ class Container:
     def batch_runner(self) -> BatchRunner:
         """Plan, Score and Finalize. Scoring runs through its own PredictionService (the same
         runtimes, so loaded models are shared) whose calls stay out of live statistics."""
-        from sluice.batch.files import Files
-        from sluice.batch.runner import BatchPaths, BatchRunner, BatchTelemetry, OfflineStats
+        from sluice.batch.runner import BatchRunner, BatchTelemetry, OfflineStats
+        from sluice.inference.predictions import PredictionService
 
-        if self.files is None:
-            from sluice.clients import default_clients
-
-            # A store per URI scheme, each built on first use (a local run never imports boto3).
-            self.files = Files(clients=default_clients(self.settings.adapters.region))
+        online = self.predictions  # the API's: its graph steps and precomputed answers are shared
         runtimes = self.inline_runtimes()
         observability = self.settings.observability
         predictions = PredictionService(
@@ -260,10 +303,25 @@ class Container:
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
             stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=self.predictions.runner.precomputed,
+            precomputed=online.runner.precomputed,
         )
-        paths = BatchPaths(self.settings.batch_root_url)
-        return BatchRunner(self.registry, predictions, self.files, self.settings.batch, paths, self.precomputed)
+        return BatchRunner(self.registry, predictions, self.batch_files(), self.settings.batch, self.batch_paths, self.precomputed)
+
+    def batch_files(self) -> Files:
+        """Batch inputs and outputs, a store per URI scheme, each built on first use (a local
+        run never imports boto3)."""
+        if self.files is None:
+            from sluice.batch.files import Files
+            from sluice.clients import default_clients
+
+            self.files = Files(clients=default_clients(self.settings.adapters.region))
+        return self.files
+
+    @cached_property
+    def batch_paths(self) -> BatchPaths:
+        from sluice.batch.paths import BatchPaths
+
+        return BatchPaths(self.settings.batch_root_url)
 
     def inline_runtimes(self) -> dict[str, Runtime]:
         """These runtimes with ONNX run inline, on the very sessions the API has loaded (see
@@ -275,10 +333,13 @@ class Container:
         """The prediction service of stream records (the Lambda and `sluice stream`): live
         traffic, so the same statistics and mirror as the API's, with ONNX run inline (one
         invocation at a time holds the loop; nothing else waits on it)."""
+        from sluice.inference.predictions import PredictionService
+
+        online = self.predictions  # its statistics, mirror, graph steps and precomputed answers are shared
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
-            stats=self.predictions.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=self.predictions.runner.precomputed,
+            stats=online.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
+            precomputed=online.runner.precomputed,
         )  # fmt: skip
         service.capture = self.capture
         service.profiles = self.predictions.profiles
@@ -288,10 +349,14 @@ class Container:
     def batch(self) -> BatchService:
         from sluice.batch.service import BatchService
 
-        runner = self.batch_runner
+        # The runner (and the prediction service it scores through) is built by the first job
+        # this process runs or finds dead: listing and looking at jobs builds none.
+        def runner() -> BatchRunner:
+            return self.batch_runner
+
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
-        return BatchService(self.registry, self.orchestrator, runner.paths, runner.files, runner)
+        return BatchService(self.registry, self.orchestrator, self.batch_paths, self.batch_files(), runner)
 
     @cached_property
     def catalog(self) -> GlueCatalog:
@@ -332,6 +397,8 @@ class Container:
         """Before the process ends: the shadow jobs handed over finished (they record
         statistics), the captured requests written, the statistics flushed. The first two
         wait `timeout_s` at most, together."""
+        if "predictions" not in self.__dict__:
+            return  # no prediction service built: none of them either
         deadline = time.monotonic() + timeout_s
         self.mirror.drain(timeout_s)  # type: ignore[union-attr]
         if self.capture is not None:

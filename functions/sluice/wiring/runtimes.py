@@ -1,5 +1,5 @@
-"""The runtimes by kind: ONNX Runtime in process, built at once; Triton and SageMaker, built
-the first time a version needs them."""
+"""The runtimes by kind, each built the first time something asks for it: ONNX Runtime in
+process (a command that predicts nothing never imports NumPy for it), Triton and SageMaker."""
 
 from __future__ import annotations
 
@@ -44,8 +44,6 @@ class Runtimes(dict):  # type: ignore[type-arg]
 
 
 def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtime]:
-    from sluice.runtimes.onnx import OnnxRuntime
-
     timeout_s = settings.predictions.request_timeout_s
     connections = settings.predictions.runtime_connections
 
@@ -72,8 +70,23 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
             fallback=lambda: runtimes["onnx"],  # inference components scaled to zero
         )
 
-    runtimes = Runtimes({"triton": triton, "sagemaker": sagemaker}, onnx=OnnxRuntime(store, settings.onnx))
+    def onnx() -> Runtime:
+        from sluice.runtimes.onnx import OnnxRuntime
+
+        return OnnxRuntime(store, settings.onnx)
+
+    runtimes = Runtimes({"onnx": onnx, "triton": triton, "sagemaker": sagemaker})
     return runtimes
+
+
+def session_cache_stats(runtimes: dict[str, Runtime]) -> Callable[[], dict[str, int]] | None:
+    """ONNX Runtime's session cache counts (hits, misses, …) for telemetry: read when asked,
+    the runtime built then where nothing had built it yet; None for an ONNX runtime with no
+    cache (a test's)."""
+    if isinstance(runtimes, Runtimes) and not dict.__contains__(runtimes, "onnx") and "onnx" in runtimes:
+        return lambda: runtimes["onnx"].cache.stats()  # type: ignore[attr-defined,no-any-return]
+    cache = getattr(runtimes.get("onnx"), "cache", None)
+    return cache.stats if cache is not None else None
 
 
 def _started_servers(settings: Settings) -> Callable[[], list[str]]:
