@@ -251,11 +251,11 @@ class SqliteStore(_Counted):
                 db = self._connection()
                 spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), tuple(key_types))
                 held = self._holding.current(db, spec)
-                if held is None or any((t == "S") != (k is str) for t, k in zip(key_types, held.kinds, strict=True)):
-                    return None
-                return held.rows(node, together)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
                 return None
+        if held is None or any((t == "S") != (k is str) for t, k in zip(key_types, held.kinds, strict=True)):
+            return None
+        return held.rows(node, together)  # what was current when asked; never changed, only replaced
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()

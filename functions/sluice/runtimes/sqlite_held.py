@@ -103,7 +103,7 @@ class HeldTable:
         found = Found(keys, {f.name: list(self.columns.get(f.name, empty)) for f in node.features}, list(self.columns.get(event_time, empty)))
         try:
             every = from_found(node, keys, found)
-        except SluiceError:
+        except (SluiceError, ValueError, TypeError, OverflowError):  # a value of some entity does not cast
             return None
         return every.concat(Values.empty(node, 1))  # the row of a key not held: not found
 

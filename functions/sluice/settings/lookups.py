@@ -44,8 +44,9 @@ class LookupSettings(Group):
         description=(
             "A SQLite lookup table of at most this many rows is read whole into memory once lookups have asked "
             "it for as many keys as it has rows (a batch job's chunks, many requests), and answered from there "
-            "until the file changes (about 250 bytes a row); a table whose key columns SQL compares otherwise "
-            "than text (a collation, a key of another affinity) is always read with SQL. 0: always SQL."
+            "until the file changes (about 250 bytes a row); a table a dictionary would not answer as SQL does (a "
+            "view, a collation, a key column neither TEXT nor INTEGER asked with integers, two rows of one key) is "
+            "always read with SQL. 0: always SQL."
         ),
     )
     lookup_feast_repo: str = Field(
