@@ -150,8 +150,14 @@ def formatter_class() -> type:
             self.log_format = fresh
             base.clear_context_keys()
             self._version += 1
-            # An invocation's trace id is set before it starts and holds through it: read once.
+
+        def invocation(self) -> None:
+            """An invocation starts with the keys just set: its trace id, set by Lambda before it
+            and holding through it, is read once (`invocation_over` forgets it)."""
             self._trace = (self._version, self._get_latest_trace_id())
+
+        def invocation_over(self) -> None:
+            self._trace = (-1, None)
 
         def append_keys(self, **additional_keys: Any) -> None:
             super().append_keys(**additional_keys)
