@@ -63,10 +63,10 @@ def test_a_table_asked_for_as_many_keys_as_it_has_rows_is_answered_from_memory_u
     assert (looked.store_calls, looked.cache_hits, looked.cache_misses) == (0, 4, 0)  # a cached lookup's rows answered from memory
 
 
-def _same_as_sql(path: Path, node: Lookup, arrays: dict[str, np.ndarray], types: tuple[str, ...]) -> bool:
-    """Whether a store that may hold the table answers `arrays`' keys as one that never does;
-    asked past the table's size first. True when it then holds it."""
-    held, plain = SqliteStore(str(path), 10_000), SqliteStore(str(path), 0)
+def _same_as_sql(path: Path, node: Lookup, arrays: dict[str, np.ndarray], types: tuple[str, ...], most: int = 10_000) -> bool:
+    """Whether a store that may hold the table (of at most `most` rows) answers `arrays`' keys as
+    one that never does; asked past the table's size first. True when it then holds it."""
+    held, plain = SqliteStore(str(path), most), SqliteStore(str(path), 0)
     features = [f.name for f in node.features]
     keys = [tuple(str(v) for v in k) if isinstance(k, tuple) else (str(k),) for k in zip(*(arrays[n].tolist() for n in node.keys.values()), strict=True)]
     for _ in range(3):
@@ -93,6 +93,7 @@ def test_keys_are_found_as_sql_finds_them_and_tables_sql_compares_otherwise_stay
         path = tmp_path / f"{i}.db"
         _file(path, create, rows)
         assert _same_as_sql(path, _node(), {"customer": asked}, types) is held, create
+    assert not _same_as_sql(tmp_path / "0.db", _node(), {"customer": cases[0][2]}, ("S",), most=ROWS - 1)  # more rows than the bound: SQL
 
 
 def test_a_table_of_two_key_columns_or_a_value_that_does_not_cast(tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ class Holding:
     def __init__(self, most: int) -> None:
         self.most = most
         self.asked: dict[tuple[Any, ...], int] = {}
-        self.rows: dict[str, int] = {}
+        self.rows: dict[str, tuple[int, int]] = {}  # a table's rows (up to one past `most`), by the data_version counted at
         self.held: dict[tuple[Any, ...], HeldTable | tuple[int, int]] = {}
 
     def current(self, db: sqlite3.Connection, spec: tuple[Any, ...]) -> HeldTable | None:
@@ -149,15 +149,16 @@ class Holding:
             return None
         table = spec[0]
         version = db.execute("PRAGMA data_version").fetchone()[0]
-        rows = self.rows.get(table)
-        if rows is None:  # counted up to one past the bound: a large table costs no more to count
-            rows = self.rows[table] = db.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT ?)', (self.most + 1,)).fetchone()[0]
+        counted = self.rows.get(table)
+        if counted is None or counted[0] != version:  # counted up to one past the bound: a large table costs no more to count
+            counted = self.rows[table] = (version, db.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT ?)', (self.most + 1,)).fetchone()[0])
+        rows = counted[1]
         if rows > self.most:
             self.held[spec] = (version, total)
             return None
         if total < rows:
             return None
-        held = _read(db, *spec, version)
+        held = _read(db, *spec, version, self.most)
         self.held[spec] = held if held is not None else (version, total)
         return held
 
@@ -181,8 +182,9 @@ def affinity(declared: str) -> str:
     return "NUMERIC"
 
 
-def _read(db: sqlite3.Connection, table: str, key_names: Sequence[str], read: Sequence[str], types: Sequence[str], version: int) -> HeldTable | None:
-    """The whole table by key, or None where a dictionary would not answer as SQL does."""
+def _read(db: sqlite3.Connection, table: str, key_names: Sequence[str], read: Sequence[str], types: Sequence[str], version: int, most: int) -> HeldTable | None:
+    """The whole table by key, or None where a dictionary would not answer as SQL does (or it
+    has grown past `most` rows since counted)."""
     found = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", (table,)).fetchone()
     definition = (found[0] or "").upper() if found else ""
     if not definition.startswith("CREATE TABLE") or "COLLATE" in definition:
@@ -198,7 +200,9 @@ def _read(db: sqlite3.Connection, table: str, key_names: Sequence[str], read: Se
         else:
             return None
     cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
-    rows = db.execute(f'SELECT {cols} FROM "{table}"').fetchall()
+    rows = db.execute(f'SELECT {cols} FROM "{table}" LIMIT ?', (most + 1,)).fetchall()
+    if len(rows) > most:
+        return None
     n = len(key_names)
     columns = list(zip(*rows, strict=True)) if rows else [()] * (n + len(read))
     if n == 1 and set(map(type, columns[0])) <= {kinds[0]}:  # every row's key of its kind: the common case, at C speed
