@@ -200,3 +200,26 @@ def test_parquet_text_features_read_as_stored_give_each_row_its_value_and_keys_s
             tags += arrays["tag"].tolist()
     assert seen == ["red", "teal", "missing value for 'colour'", "red", "blue", "red"]
     assert tags == ["red", "teal", "", "red", "blue", "red"]
+
+
+def test_parquet_text_read_in_pieces_smaller_than_its_row_groups_dictionary(tmp_path: Path) -> None:
+    """A piece of a row group carries the group's whole dictionary; each row still reads its own value."""
+    import pyarrow.parquet as pq
+
+    from sluice.batch.plan import _plan_parquet
+    from sluice.batch.readers import read_chunk
+
+    names = [f"c{(i * 7) % 40}" for i in range(100)]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"name": pa.array(names)}), path, row_group_size=60)
+    files = Files()
+    stat = files.stat(path.as_uri())
+    columns, chunks = _plan_parquet(path.as_uri(), stat, files, chunk_rows=100)
+    spec = JobSpec("acme", "job-1", "d", path.as_uri(), stat.version, "parquet", "parquet", "file:///out/", (), tuple(columns))
+    feeds = [Feed("name", ("name",), "BYTES", stacked=False)]
+    seen: list[object] = []
+    for chunk in chunks:
+        for piece in read_chunk(files, spec, chunk, feeds, ["name"], batch_rows=9):
+            assert len(piece.table.column("name").chunks[0].dictionary) > piece.table.num_rows
+            seen += feed_arrays(feeds, piece.table, np.full(piece.table.num_rows, None, dtype=object))["name"].tolist()
+    assert seen == names

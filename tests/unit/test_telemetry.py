@@ -156,6 +156,42 @@ def test_the_prediction_line_goes_straight_to_powertools_handler(monkeypatch: py
     assert list(fast.items()) == list(standard.items())
 
 
+def test_each_invocations_lines_carry_its_own_request_and_trace_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lambda sets the trace id before each invocation; a line written in it names that trace
+    and that invocation's request, however many lines the invocation writes; a line outside an
+    invocation names the trace id set when it is written."""
+    import io
+    import logging
+
+    from sluice.observability import inject_lambda_context
+    from sluice.observability.formatter import log_info as _log_info
+    from tests.support import LambdaContext
+
+    logger = get_logger()
+    handler = logger.registered_handler
+    monkeypatch.setattr(logging.root, "handlers", [])
+    stream, handler.stream = handler.stream, io.StringIO()
+
+    def invocation(event: object, context: object) -> None:
+        for _ in range(2):
+            _log_info(logger, "prediction", {"deployment": "iris"})
+
+    try:
+        for n in (1, 2):
+            monkeypatch.setenv("_X_AMZN_TRACE_ID", f"Root=1-trace-{n};Parent=2;Sampled=1")
+            context = LambdaContext()
+            context.aws_request_id = f"request-{n}"
+            inject_lambda_context(invocation)({}, context)
+        monkeypatch.setenv("_X_AMZN_TRACE_ID", "Root=1-trace-3;Parent=2;Sampled=1")  # outside an invocation: read per line
+        _log_info(logger, "prediction", {"deployment": "iris"})
+        lines = [json.loads(line) for line in handler.stream.getvalue().splitlines()]
+    finally:
+        handler.stream = stream
+    assert [(line["xray_trace_id"], line["function_request_id"]) for line in lines] == [
+        ("1-trace-1", "request-1"), ("1-trace-1", "request-1"), ("1-trace-2", "request-2"), ("1-trace-2", "request-2"), ("1-trace-3", "request-2"),
+    ]
+
+
 def test_the_lambda_context_keys_are_powertools_own() -> None:
     """sluice's decorator leaves the logger with the keys powertools' leaves, in its order."""
     from sluice.observability import inject_lambda_context

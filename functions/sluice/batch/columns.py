@@ -205,8 +205,15 @@ def _dictionary_text(array: Any) -> bool:
 
 def _text_values(array: Any) -> np.ndarray:
     """A dictionary's text a row, each distinct value one Python string shared by its rows:
-    made once per value, not per row, and hashed once where a vocabulary looks it up."""
-    return array.dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[array.indices.to_numpy()]
+    made once per value, not per row, and hashed once where a vocabulary looks it up. A slice
+    of a row group carries the group's whole dictionary: where it holds more values than the
+    slice has rows, only the values its rows use are made strings."""
+    indices = array.indices.to_numpy()
+    dictionary = array.dictionary
+    if len(dictionary) > len(indices):
+        used, indices = np.unique(indices, return_inverse=True)
+        dictionary = dictionary.take(used)
+    return dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[indices.reshape(-1)]
 
 
 def _plain(array: Any) -> Any:

@@ -46,6 +46,8 @@ def formatter_class() -> type:
         _version = 0
         _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
         _shape: list[tuple[str, Any]] | None = None  # those keys, volatile values left out
+        _volatile: tuple[tuple[int, int] | None, dict[str, str]] = (None, {})  # the volatile keys' values serialized, for `_seen`
+        _trace: tuple[int, str | None] = (-1, None)  # the X-Ray trace id read when the keys were set for an invocation, by version
         _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
 
         def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -120,18 +122,20 @@ def formatter_class() -> type:
             if not (keys.keys().isdisjoint(fields) and late.isdisjoint(fields)):
                 return None
             texts, slots = plan
+            seen, rendered = self._volatile
+            if seen != self._seen:  # the volatile keys' values as text, once per invocation
+                rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
+                self._volatile = (self._seen, rendered)  # type: ignore[assignment]
             out = [texts[0]]
             for name, text in zip(slots, texts[1:], strict=True):
-                if name == stamp:
-                    out.append(f'"{self._asctime_of(created, msecs)}"')
-                else:
-                    value = keys[name]
-                    out.append(("true" if value else "false") if value is True or value is False else dumps(value))
+                out.append(f'"{self._asctime_of(created, msecs)}"' if name == stamp else rendered[name])
                 out.append(text)
             own = {k: v for k, v in fields.items() if v is not None}
             if own:
                 out.append(f",{dumps(own)[1:-1]}")
-            trace = self._get_latest_trace_id()
+            version, trace = self._trace
+            if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
+                trace = self._get_latest_trace_id()
             if trace is not None:
                 out.append(f',"xray_trace_id":{dumps(trace)}')
             out.append("}")
@@ -146,6 +150,14 @@ def formatter_class() -> type:
             self.log_format = fresh
             base.clear_context_keys()
             self._version += 1
+
+        def invocation(self) -> None:
+            """An invocation starts with the keys just set: its trace id, set by Lambda before it
+            and holding through it, is read once (`invocation_over` forgets it)."""
+            self._trace = (self._version, self._get_latest_trace_id())
+
+        def invocation_over(self) -> None:
+            self._trace = (-1, None)
 
         def append_keys(self, **additional_keys: Any) -> None:
             super().append_keys(**additional_keys)

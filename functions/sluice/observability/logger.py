@@ -67,7 +67,11 @@ def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, 
                 "function_request_id": context.aws_request_id,
             }
         )
-        return handler(event, context)
+        formatter.invocation()
+        try:
+            return handler(event, context)
+        finally:
+            formatter.invocation_over()
 
     return decorate
 

@@ -30,6 +30,9 @@ from sluice.domain.errors import BackendError, SluiceError, Unavailable
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
+    from sluice.domain.lookups import Lookup
+    from sluice.runtimes.lookup_values import Values
+
 log = logging.getLogger(__name__)
 
 Key = tuple[str, ...]  # an entity's key values, as text (an integer key as its digits)
@@ -198,17 +201,22 @@ class SageMakerStore(_Remote):
 # SQLite ---------------------------------------------------------------------------------------
 class SqliteStore(_Counted):
     """A local file, opened read-only once and read under a lock (SQLite answers a lookup in
-    microseconds; threads would only queue)."""
+    microseconds; threads would only queue). A table asked for as many keys as it has rows, of
+    at most `hold_rows`, is read whole and answered from memory until the file changes
+    (`sluice.runtimes.sqlite_held`: the rule, and where it does not apply)."""
 
     max_keys = 500
     concurrent = False
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, hold_rows: int = 0) -> None:
+        from sluice.runtimes.sqlite_held import Holding
+
         super().__init__()
         self.path = path
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._columns: dict[str, set[str]] = {}
+        self._holding = Holding(hold_rows)
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -219,6 +227,36 @@ class SqliteStore(_Counted):
             self._db = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         return self._db
 
+    def _read(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str) -> list[str]:
+        """The table's columns a question reads (a column not there: a missing feature)."""
+        columns = self._columns.get(table)
+        if columns is None:
+            columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
+            if not columns:  # not kept: the table may be made later
+                raise BackendError(f"the features file has no table '{table}'")
+            self._columns[table] = columns
+        missing = [k for k in key_names if k not in columns]
+        if missing:
+            raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
+        return [c for c in dict.fromkeys((*features, event_time)) if c in columns]
+
+    def rows(self, node: Lookup, together: list[Any], key_types: Sequence[str]) -> Values | None:
+        """Each row's values straight from the table held in memory (no store call), where it
+        is held, current, and its keys are of the kinds the rows hold; else None: ask `get_many`."""
+        if not self._holding.held:
+            return None
+        event_time = node.reads[3]
+        with self._lock:
+            try:
+                db = self._connection()
+                spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), tuple(key_types))
+                held = self._holding.current(db, spec)
+            except (SluiceError, sqlite3.Error):  # `get_many` tells
+                return None
+        if held is None or any((t == "S") != (k is str) for t, k in zip(key_types, held.kinds, strict=True)):
+            return None
+        return held.rows(node, together)  # what was current when asked; never changed, only replaced
+
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
@@ -226,18 +264,12 @@ class SqliteStore(_Counted):
             self._counted()
             try:
                 db = self._connection()
-                columns = self._columns.get(table)
-                if columns is None:
-                    columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
-                    if not columns:  # not kept: the table may be made later
-                        raise BackendError(f"the features file has no table '{table}'")
-                    self._columns[table] = columns
-                missing = [k for k in key_names if k not in columns]
-                if missing:
-                    raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
-                read = [c for c in dict.fromkeys((*features, event_time)) if c in columns]  # a column not there: a missing feature
-                cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
+                read = self._read(db, table, key_names, features, event_time)
                 types = list(key_types) or ["S"] * len(key_names)
+                held = self._holding.table(db, (table, tuple(key_names), tuple(read), tuple(types)), len(keys))
+                if held is not None:
+                    return Found(*held.get_many(keys, features, event_time))
+                cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
                 if "N" in types:
                     params: list[Any] = [int(v) if t == "N" else v for k in keys for v, t in zip(k, types, strict=True)]
                 else:

@@ -150,7 +150,7 @@ class LookupSteps:
 
                     found = FeastStore(key.partition(":")[2])
                 else:
-                    found = SqliteStore(key.partition(":")[2])
+                    found = SqliteStore(key.partition(":")[2], self.settings.lookup_sqlite_hold_rows)
                 self._stores[key] = found
         return found
 
@@ -209,6 +209,11 @@ class LookupSteps:
         types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
         ttl = self.ttl(node)
         cache = self.cache if ttl > 0 and len(every) else None
+        held = store.rows(node, together, types) if isinstance(store, SqliteStore) and len(every) else None
+        if held is not None:  # a SQLite table held in memory, current: no store call, no cache needed
+            out = dict(arrays)
+            out.update(_columns(node, every, held, self.clock()))
+            return Looked(out, 0, *((len(every), 0) if cache is not None else ()))
         calls_before = store.calls
         if cache is None:  # the store's lists spread to the rows: no arrays kept for a cache
             keys = list(dict.fromkeys(together))  # first seen first, at C speed

@@ -37,6 +37,18 @@ class LookupSettings(Group):
             "tenant reads its own file. Empty: SQLite lookups are off."
         ),
     )
+    lookup_sqlite_hold_rows: int = Field(
+        default=100_000,
+        ge=0,
+        le=10_000_000,
+        description=(
+            "A SQLite lookup table of at most this many rows is read whole into memory once lookups have asked "
+            "it for as many keys as it has rows (a batch job's chunks, many requests), and answered from there "
+            "until the file changes (about 250 bytes a row); a table a dictionary would not answer as SQL does (a "
+            "view, a collation, a key column neither TEXT nor INTEGER asked with integers, two rows of one key) is "
+            "always read with SQL. 0: always SQL."
+        ),
+    )
     lookup_feast_repo: str = Field(
         default="",
         description=(
