@@ -7,6 +7,7 @@ names a field, and the server refuses exactly what the parser refuses, with its 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -41,9 +42,11 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 # Hypothesis keeps its caches outside the repository, and no example database: every run is
-# the same run (derandomized).
+# the same run (derandomized). Forty values per field and route (a few milliseconds each through
+# the whole app): the parsers are the same function behind every route, so what one route's
+# values miss another's find; SLUICE_VALUES_EXAMPLES sends more.
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "sluice-values-hypothesis")
-EXAMPLES = 100
+EXAMPLES = int(os.environ.get("SLUICE_VALUES_EXAMPLES", "40"))
 PROPERTY = settings(
     max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

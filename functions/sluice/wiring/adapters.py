@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.batch.eventbridge import EventBridgeSchedules
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.runner import BatchRunner
     from sluice.capture.capturer import Capturer
@@ -274,3 +275,21 @@ def build_layout(settings: Settings, store: ArtifactStore) -> Layout:
     home = str(settings.home_path) if local else ""
     imports = tuple(prefix.replace("{home}", str(settings.home_path)) for prefix in settings.sources.import_prefixes)
     return Layout(batch=batch, store=store.tenant_root("{tenant}"), imports=imports, home=home)
+
+
+def build_schedule_timer(settings: Settings) -> EventBridgeSchedules | None:
+    """Where batch schedules are kept: EventBridge Scheduler where SLUICE_SCHEDULE_GROUP is set
+    (with the state machine of SLUICE_ORCHESTRATOR as the target); None: by `sluice serve`."""
+    jobs = settings.jobs
+    if not jobs.schedule_group:
+        return None
+    from sluice.batch.eventbridge import EventBridgeSchedules
+    from sluice.clients import default_clients
+
+    if not jobs.orchestrator.startswith("stepfunctions://") or not jobs.scheduler_role_arn:
+        raise ValueError("SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN")
+    return EventBridgeSchedules(
+        group=jobs.schedule_group, role_arn=jobs.scheduler_role_arn,
+        state_machine_arn=jobs.orchestrator.removeprefix("stepfunctions://"),
+        clients=default_clients(settings.adapters.region),
+    )  # fmt: skip

@@ -27,6 +27,7 @@ from sluice.wiring.adapters import (
     build_profiles,
     build_registry,
     build_revocation_signal,
+    build_schedule_timer,
     build_store,
     metrics_sink,
 )
@@ -376,22 +377,7 @@ class Container:
         (with the state machine of SLUICE_ORCHESTRATOR as the target), else by `sluice serve`."""
         from sluice.batch.schedules import ScheduleService
 
-        timer = None
-        jobs = self.settings.jobs
-        if jobs.schedule_group:
-            from sluice.batch.eventbridge import EventBridgeSchedules
-            from sluice.clients import default_clients
-
-            if not jobs.orchestrator.startswith("stepfunctions://") or not jobs.scheduler_role_arn:
-                raise ValueError(
-                    "SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN"
-                )
-            timer = EventBridgeSchedules(
-                group=jobs.schedule_group, role_arn=jobs.scheduler_role_arn,
-                state_machine_arn=jobs.orchestrator.removeprefix("stepfunctions://"),
-                clients=default_clients(self.settings.adapters.region),
-            )  # fmt: skip
-        return ScheduleService(self.registry, self.batch, timer)
+        return ScheduleService(self.registry, self.batch, build_schedule_timer(self.settings))
 
     def settle(self, timeout_s: float = SETTLE_S) -> None:
         """Before the process ends: the shadow jobs handed over finished (they record
