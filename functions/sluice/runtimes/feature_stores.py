@@ -20,12 +20,13 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.runtimes.found import Found, Key, epoch_seconds
+
+__all__ = ["FeatureStore", "Found", "Key", "epoch_seconds"]  # the records' shape lives in `found`
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -34,35 +35,6 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookup_values import Values
 
 log = logging.getLogger(__name__)
-
-Key = tuple[str, ...]  # an entity's key values, as text (an integer key as its digits)
-
-
-@dataclass(slots=True)
-class Found:
-    """The records found: `keys[i]`'s features are `values[name][i]` (None: missing or null),
-    its event time `times[i]` as the store holds it (`epoch_seconds` reads it)."""
-
-    keys: list[Key] = field(default_factory=list)
-    values: dict[str, list[Any]] = field(default_factory=dict)
-    times: list[Any] = field(default_factory=list)
-
-    @classmethod
-    def of(cls, features: Sequence[str]) -> Found:
-        return cls([], {f: [] for f in features}, [])
-
-    def add(self, key: Key, values: dict[str, Any], time: Any) -> None:
-        self.keys.append(key)
-        for name, column in self.values.items():
-            column.append(values.get(name))
-        self.times.append(time)
-
-    def extend(self, other: Found) -> None:
-        self.keys += other.keys
-        for name, column in self.values.items():
-            column += other.values.get(name, [None] * len(other.keys))
-        self.times += other.times
-
 
 class FeatureStore(Protocol):
     max_keys: int  # the most keys one call takes
@@ -76,29 +48,6 @@ class FeatureStore(Protocol):
         `event_time`: the attribute to read the record's time from ("": none wanted).
         `key_types`: per key, `S` (text) or `N` (a number), as the key's input holds it."""
         ...
-
-
-def epoch_seconds(value: Any) -> float | None:
-    """An event time as epoch seconds: a number, a numeric string, or an ISO-8601 time (UTC
-    where it names no zone); None where it is none of these."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, float | int):
-        return float(value)
-    text = str(value).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        from datetime import UTC
-
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 class _Counted:

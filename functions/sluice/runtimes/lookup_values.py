@@ -25,11 +25,11 @@ import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import BackendError, InvalidInput, Unprocessable
-from sluice.runtimes.feature_stores import epoch_seconds
+from sluice.runtimes.found import epoch_seconds
 
 if TYPE_CHECKING:
     from sluice.domain.lookups import Lookup
-    from sluice.runtimes.feature_stores import Found, Key
+    from sluice.runtimes.found import Found, Key
 
 _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sluice.domain.lookups import Lookup
-    from sluice.runtimes.feature_stores import Key
+    from sluice.runtimes.found import Key
     from sluice.runtimes.lookup_values import Values
 
 FIRST_COUNT = 1024  # keys asked before a table's rows are counted, and between two looks at a file that changed
@@ -93,7 +93,7 @@ class HeldTable:
         return values.take(np.fromiter(map(self.index.__getitem__, together), dtype=np.intp, count=len(together)))
 
     def _cast(self, node: Lookup) -> Values | None:
-        from sluice.runtimes.feature_stores import Found
+        from sluice.runtimes.found import Found
         from sluice.runtimes.lookup_values import Values, from_found
 
         n = self.index.absent
