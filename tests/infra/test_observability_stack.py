@@ -20,6 +20,7 @@ FUNCTIONS = (
     "batch-execution-ended",
     "batch-on-upload",
     "rollouts",
+    "registry-events",  # SageMaker's model package approvals (deployments that follow a registry)
     "websocket",  # the full config turns the WebSocket API on
 )
 STREAMS = tuple(f"stream-{s['name']}" for s in FULL_CONFIG["streams"])
