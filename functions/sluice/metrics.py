@@ -123,6 +123,11 @@ class PrometheusMetrics:
             "(drift, missing, out_of_range, unseen_categories, absent)", ("tenant", "deployment"),
             multiprocess_mode="mostrecent", registry=r,
         )  # fmt: skip
+        self.model_quality = Gauge(
+            "ml_inference_model_quality", "The model's quality from labels posted for its predictions in the deployment's "
+            "latest window with labels (accuracy, precision, recall, auc; mae, rmse), per variant ('all': every one)",
+            ("tenant", "deployment", "variant", "metric"), multiprocess_mode="mostrecent", registry=r,
+        )  # fmt: skip
         self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # What Telemetry reports -----------------------------------------------------------------
@@ -156,6 +161,14 @@ class PrometheusMetrics:
                 self._child(self.drift, (tenant, deployment, column)).set(found["drift"])
             alerts += found["verdict"] not in ("ok", "too_few_rows")
         self._child(self.monitor_alerts, (tenant, deployment)).set(alerts)
+
+    @_kept
+    def quality(self, tenant: str, deployment: str, window: Mapping[str, Any]) -> None:
+        """One deployment's latest window with labels (`MonitorService.quality`)."""
+        for variant, found in (("all", window), *window["variants"].items()):
+            for metric in ("accuracy", "precision", "recall", "auc", "mae", "rmse"):
+                if found.get(metric) is not None:
+                    self._child(self.model_quality, (tenant, deployment, variant, metric)).set(found[metric])
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (created when first used, as before)."""

@@ -32,7 +32,8 @@ KEY_ITEMS = "K#*"
 TENANT_TAG = "tenant"
 # The calls DynamoRegistry makes; TransactGet/TransactWrite are authorized per item as
 # GetItem/PutItem/UpdateItem/DeleteItem/ConditionCheckItem.
-READ = ("dynamodb:GetItem", "dynamodb:Query")
+# BatchGetItem: ground truth finds the kept predictions of a post's request ids at once.
+READ = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
 WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem")
 DELETE = ("dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
 

@@ -48,6 +48,7 @@ CASES = [
     ("GET", "/api/v1/deployments/{name}/cost", None),
     ("POST", "/api/v1/deployments/{name}/promote", {"mirror": "m"}),
     ("POST", "/api/v1/deployments/{name}/feedback", {"request_id": "r", "reward": 1}),
+    ("POST", "/api/v1/deployments/{name}/labels", {"labels": [{"request_id": "r", "label": "setosa"}]}),
     ("POST", "/api/v1/deployments/{name}/rollout", {"to": "iris:1", "gate": "error_rate<=0.01"}),
     ("GET", "/api/v1/deployments/{name}/rollout", None),
     ("POST", "/api/v1/deployments/{name}/rollout/pause", None),

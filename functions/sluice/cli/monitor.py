@@ -1,5 +1,6 @@
-"""`sluice monitor baseline | status`: a deployment's baseline from a file of its training
-data, and its traffic checked against it (docs/monitoring.md)."""
+"""`sluice monitor baseline | status | labels`: a deployment's baseline from a file of its
+training data, its traffic checked against it, and ground truth from a file of labels by
+request id (docs/monitoring.md)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,11 @@ def cmd_monitor_status(args: argparse.Namespace) -> int:
         print_json(status)
         return 0
     base = status["baseline"]
-    print(f"deployment {status['deployment']} (revision {status['revision']}), baseline of revision {base['revision']} ({base['rows']} rows from {base['source']})")
+    said = f"baseline of revision {base['revision']} ({base['rows']} rows from {base['source']})" if base else "no baseline"
+    print(f"deployment {status['deployment']} (revision {status['revision']}), {said}")
+    _print_quality(status["quality"])
+    if base is None:
+        return 0
     if not status["windows"]:
         print("no traffic profiled at this revision yet")
         return 0
@@ -66,8 +71,43 @@ def cmd_monitor_status(args: argparse.Namespace) -> int:
     return 0
 
 
+QUALITY_COLUMNS = ["window_start", "variant", "rows", "accuracy", "precision", "recall", "auc", "mae", "rmse"]
+
+
+def _print_quality(windows: list[dict[str, Any]]) -> None:
+    if not windows:
+        print("no labels for this revision's predictions yet")
+        return
+    print("model quality from labels, per window and variant:")
+    rows = [
+        {"window_start": w["window_start"], "variant": variant, **{k: _short(found.get(k)) for k in QUALITY_COLUMNS[2:]}}
+        for w in windows for variant, found in (("all", w), *w["variants"].items())
+    ]  # fmt: skip
+    table(rows, QUALITY_COLUMNS)
+
+
+def cmd_monitor_labels(args: argparse.Namespace) -> int:
+    from sluice.batch.sample import read_rows
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.types.monitoring import MAX_LABELS
+
+    principal, monitor = operator(args), pieces.monitor()
+    wanted = Signature(inputs=(TensorSpec("request_id", "BYTES", (-1,)), TensorSpec("label", "BYTES", (-1,))), outputs=())
+    found = read_rows(args.file, wanted, limit=args.limit, field="file")
+    labels = [(str(rid), 0, label) for rid, label in zip(found["request_id"].tolist(), found["label"].tolist(), strict=True)]
+    total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0}
+    for start in range(0, len(labels), MAX_LABELS):
+        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS])
+        total = {k: total[k] + out[k] for k in total}
+    if args.json:
+        print_json({"deployment": args.name, **total})
+        return 0
+    print(f"{total['received']} labels for {args.name}: {total['matched']} matched, {total['unmatched']} unmatched, {total['duplicate']} duplicate")
+    return 0
+
+
 def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    mon = sub.add_parser("monitor", help="drift and data quality against a baseline").add_subparsers(dest="action", required=True)
+    mon = sub.add_parser("monitor", help="drift and data quality against a baseline; model quality from labels").add_subparsers(dest="action", required=True)
     baseline = mon.add_parser("baseline", help="profile a file of the deployment's training data as its baseline")
     baseline.add_argument("name", help="the deployment")
     baseline.add_argument("--data", required=True, help="a Parquet, CSV or JSON Lines file (columns as a batch job reads them)")
@@ -81,3 +121,9 @@ def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     status.add_argument("--windows", type=count, default=1, help="how many of the latest windows (default 1)")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=cmd_monitor_status)
+    labels = mon.add_parser("labels", help="post ground truth by request id from a file, joined to the predictions kept for it")
+    labels.add_argument("name", help="the deployment")
+    labels.add_argument("--file", required=True, help="a Parquet, CSV or JSON Lines file with columns request_id and label")
+    labels.add_argument("--limit", type=count, default=DEFAULT_LIMIT, help=f"read at most this many rows (default {DEFAULT_LIMIT})")
+    labels.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
+    labels.set_defaults(func=cmd_monitor_labels)

@@ -18,6 +18,10 @@ per step, so a step is judged on its own traffic only):
                    (population stability index; `sluice.monitor.checks`), over the step's
                    traffic: no value (the step holds) without a baseline or before the
                    candidate has the rows a monitoring check needs.
+- `accuracy`, `precision`, `recall`, `auc` (classifiers), `mae`, `rmse` (regressors): the
+                   candidate variant's quality from the labels posted for its predictions
+                   (`sluice.monitor.quality`) over the step's revision: no value (the step holds)
+                   before `monitor_min_labels` of them are labelled.
 
 A deployment bound to a SageMaker endpoint also has its endpoint's production-variant weights
 moved (`EndpointRollout`, `endpoint_weights`): sluice routes its own requests with
@@ -37,7 +41,8 @@ from sluice.domain.errors import InvalidRequest
 
 STATES = ("running", "paused", "completed", "rolled_back", "aborted")
 ACTIVE = ("running", "paused")
-METRICS = ("agreement", "mean_abs_diff", "error_rate", "invalid_input_rate", "p99_ratio", "drift")
+QUALITY = ("accuracy", "precision", "recall", "auc", "mae", "rmse")  # from ground truth
+METRICS = ("agreement", "mean_abs_diff", "error_rate", "invalid_input_rate", "p99_ratio", "drift", *QUALITY)
 # A rate gate that can fail beyond doubt before a step has its requests: its count.
 RATE_COUNTS = {"error_rate": "candidate_errors", "invalid_input_rate": "candidate_invalid_inputs"}
 STABLE, CANDIDATE = "stable", "candidate"  # the split's variants, and the candidate's mirror

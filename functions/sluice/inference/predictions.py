@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.uploads import UploadService
+    from sluice.monitor.kept import PredictionKeeper
     from sluice.monitor.profiler import ProfileRecorder
     from sluice.observability import Telemetry
     from sluice.registry import Registry
@@ -89,6 +90,7 @@ class PredictionService:
         self.cache = cache  # answers of deployments that turned caching on; None: never cached
         self.capture: Capturer | None = None  # set by the wiring: data capture of deployments that turn it on
         self.profiles: ProfileRecorder | None = None  # set by the wiring: monitoring profiles of the traffic served
+        self.kept: PredictionKeeper | None = None  # set by the wiring: predictions kept for ground truth
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
@@ -161,6 +163,8 @@ class PredictionService:
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
             self.profiles.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, out.outputs, out.classes, rows)
+        if self.kept is not None:  # by request id, for its ground truth (held; written by the flush)
+            self.kept.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), answer.signature, answer.result, request.request_id, rows)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
@@ -391,12 +395,11 @@ class PredictionService:
                 f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"
             )
 
-    def stats_due(self) -> bool:  # statistics or monitoring profiles
-        return self.stats.due() or (self.profiles is not None and self.profiles.due())
+    def stats_due(self) -> bool:  # statistics, monitoring profiles or kept predictions
+        return any(h is not None and h.due() for h in (self.stats, self.profiles, self.kept))
 
     def flush_stats_if_due(self) -> None:
-        if self.stats.due():
-            self.stats.flush()
-        if self.profiles is not None and self.profiles.due():
-            self.profiles.flush()
+        for held in (self.stats, self.profiles, self.kept):
+            if held is not None and held.due():
+                held.flush()
 

@@ -169,7 +169,9 @@ class MonitorRegistry(Protocol):
     """Model monitoring: one baseline per deployment (a profile of the data it was trained on,
     with the revision it was taken at), and the profiles of its traffic, one record per
     flush of a process (revision, variant, the window's start in epoch seconds), merged when
-    read. Profiles are JSON-able documents (`sluice.monitor.sketches.Profile.to_dict`)."""
+    read. Profiles are JSON-able documents (`sluice.monitor.sketches.Profile.to_dict`). For
+    ground truth, predictions kept by request id for a while, each labelled row claimed once,
+    and the labelled rows' counts appended per window like profiles."""
 
     def put_baseline(self, tenant: str, deployment: str, baseline: dict[str, Any]) -> None:
         """Store the deployment's baseline over any it had."""
@@ -180,6 +182,30 @@ class MonitorRegistry(Protocol):
     def read_profiles(self, tenant: str, deployment: str, revision: int, *, since: int = 0) -> list[tuple[str, int, dict[str, Any]]]:
         """(variant, window, profile) of every record of the revision whose window starts at
         `since` or later, oldest window first."""
+        ...
+
+    def has_baseline(self, tenant: str, deployment: str) -> bool: ...
+
+    # Ground truth: predictions kept by request id, and the labelled ones' counts per window.
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+        """Store each record (`request_id`, `revision`, `variant`, `window`, what it predicted:
+        `sluice.monitor.kept`) under its request id, over any kept before, until `expires_at`."""
+        ...
+
+    def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:
+        """The records kept for those request ids that have not expired at `now`, by id."""
+        ...
+
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
+        """Record that (request id, row) was labelled: True for each the first time only."""
+        ...
+
+    def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:
+        """Append one record of labelled counts (`{variant: Outcomes.to_dict()}`) to a window."""
+        ...
+
+    def read_outcomes(self, tenant: str, deployment: str, revision: int) -> list[tuple[int, dict[str, Any]]]:
+        """(window, outcomes) of every record of the revision, oldest window first."""
         ...
 
 

@@ -1,7 +1,9 @@
-"""Model monitoring as the API, the CLI and the rollout gate `drift` read it: a deployment's
+"""Model monitoring as the API, the CLI and the rollout gates read it: a deployment's
 baseline (stored with the revision it was taken at), and its traffic's profiles checked
-against it per window (`sluice.monitor.checks`). Every read is the caller's tenant's: another
-tenant's deployment is not found."""
+against it per window (`sluice.monitor.checks`); ground truth posted by request id, joined to
+the predictions kept for it (`sluice.monitor.kept`), and the model's quality per window and
+variant (`sluice.monitor.quality`). Every read is the caller's tenant's: another tenant's
+deployment is not found, another tenant's request ids are never found."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
-from sluice.domain.errors import NotFound
+from sluice.domain.errors import InvalidInput, NotFound
 from sluice.monitor.checks import Thresholds, check
+from sluice.monitor.quality import CLASS, Outcomes, merged
 from sluice.monitor.sketches import Profile
 
 if TYPE_CHECKING:
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
 
 
 MAX_WINDOWS = 168
+QUALITY_METRICS = ("accuracy", "precision", "recall", "auc", "mae", "rmse")
 
 
 class MonitorService:
@@ -65,22 +69,28 @@ class MonitorService:
         principal.require("admin")
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
-        doc = self._baseline(principal.tenant, name)
-        baseline = Profile.from_dict(doc)
-        found = self._windows(principal.tenant, name, rev, variant)
-        checked = [
-            {"window_start": start, "window_end": start + self.settings.monitor_window_s, **check(baseline, profile, self.limits)}
-            for start, profile in sorted(found.items(), reverse=True)[:windows]
-        ]
+        quality = self.quality(principal.tenant, name, rev, variant=variant)[:windows]
+        doc = self.registry.get_baseline(principal.tenant, name)
+        checked: list[dict[str, Any]] = []
+        if doc is None and not quality:
+            doc = self._baseline(principal.tenant, name)  # not found, saying how to make one
+        if doc is not None:
+            baseline = Profile.from_dict(doc)
+            found = self._windows(principal.tenant, name, rev, variant)
+            checked = [
+                {"window_start": start, "window_end": start + self.settings.monitor_window_s, **check(baseline, profile, self.limits)}
+                for start, profile in sorted(found.items(), reverse=True)[:windows]
+            ]
         return {
             "deployment": name,
             "revision": rev,
             "variant": variant,
-            "baseline": {"revision": doc.get("revision"), "rows": doc.get("rows"), "source": doc.get("source"), "created_at": doc.get("created_at")},
+            "baseline": None if doc is None else {k: doc.get(k) for k in ("revision", "rows", "source", "created_at")},
             "window_s": self.settings.monitor_window_s,
             "thresholds": {"drift": self.limits.drift, "missing": self.limits.missing, "out_of_range": self.limits.out_of_range, "min_rows": self.limits.min_rows},
-            "verdict": checked[0]["verdict"] if checked else "no_traffic",
+            "verdict": "no_baseline" if doc is None else checked[0]["verdict"] if checked else "no_traffic",
             "windows": checked,
+            "quality": quality,
         }
 
     def latest(self, principal: Principal) -> dict[str, dict[str, Any]]:
@@ -110,6 +120,94 @@ class MonitorService:
             return None
         return check(Profile.from_dict(doc), merged, self.limits)["drift"]
 
+    # Ground truth -------------------------------------------------------------------------------
+    def add_labels(self, principal: Principal, name: str, labels: list[tuple[str, int, Any]]) -> dict[str, Any]:
+        """Join (request id, row, label) to the predictions kept for those request ids, each
+        labelled row once, and count them in the window and variant of their prediction. An
+        id with no kept prediction (unknown, expired, another tenant's) is `unmatched`; a row
+        labelled before is a `duplicate`; a label its prediction cannot be compared with is
+        refused, naming it, before anything is counted."""
+        principal.require("predict")
+        tenant = principal.tenant
+        self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
+        if self.before_read is not None:
+            self.before_read()  # what this process holds, kept first
+        kept = self.registry.find_predictions(tenant, name, [rid for rid, _, _ in labels], now=now())
+        joined = []
+        for i, (rid, row, label) in enumerate(labels):
+            record = kept.get(rid)
+            if record is not None and row < len(record["predicted"]):
+                joined.append((rid, row, _label(record["kind"], label, f"labels[{i}].label"), record))
+        claimed = self.registry.claim_labels(tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s)
+        counts: dict[tuple[int, int], dict[str, Outcomes]] = {}
+        for (_, row, label, record), first in zip(joined, claimed, strict=True):
+            if not first:
+                continue
+            variants = counts.setdefault((int(record["revision"]), int(record["window"])), {})
+            out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
+            said = record["predicted"][row]
+            if record["kind"] == CLASS:
+                scores = record.get("scores")
+                out.add_class(label, said, scores[row] if scores else None, record.get("positive"))
+            else:
+                out.add_value(label, float(said))
+        for (revision, window), variants in sorted(counts.items()):
+            self.registry.add_outcomes(tenant, name, revision, window, {v: o.to_dict() for v, o in variants.items()})
+        matched = sum(claimed)
+        return {
+            "deployment": name, "received": len(labels), "matched": matched,
+            "unmatched": len(labels) - len(joined), "duplicate": len(joined) - matched,
+            "windows": [{"revision": r, "window_start": w, "rows": sum(o.rows for o in v.values())} for (r, w), v in sorted(counts.items())],
+        }  # fmt: skip
+
+    def quality(self, tenant: str, name: str, revision: int, *, variant: str | None = None) -> list[dict[str, Any]]:
+        """Each window of the revision with labels, newest first: the quality of all its
+        labelled predictions and of each variant's (`variant`: that variant's alone)."""
+        docs: dict[int, list[dict[str, Any]]] = {}
+        for window, doc in self.registry.read_outcomes(tenant, name, revision):
+            docs.setdefault(window, []).append(doc if variant is None else {k: v for k, v in doc.items() if k == variant})
+        out = []
+        for window, found in sorted(docs.items(), reverse=True):
+            variants = merged(found)
+            if not variants:
+                continue
+            everything = Outcomes(next(iter(variants.values())).kind)
+            for each in variants.values():
+                everything.merge(each)
+            out.append({
+                "window_start": window, "window_end": window + self.settings.monitor_window_s, **everything.metrics(),
+                "variants": {v or "default": o.metrics() for v, o in sorted(variants.items())},
+            })  # fmt: skip
+        return out
+
+    def quality_gate(self, tenant: str, name: str, revision: int, variant: str) -> dict[str, float | None]:
+        """The rollout gates' quality metrics of one variant over the whole revision; None
+        each before `monitor_min_labels` of its predictions are labelled."""
+        total: Outcomes | None = None
+        for _, doc in self.registry.read_outcomes(tenant, name, revision):
+            part = doc.get(variant)
+            if part is None:
+                continue
+            found = Outcomes.from_dict(part)
+            if total is None:
+                total = found
+            else:
+                total.merge(found)
+        if total is None or total.rows < self.settings.monitor_min_labels:
+            return dict.fromkeys(QUALITY_METRICS)
+        metrics = total.metrics()
+        return {m: metrics.get(m) for m in QUALITY_METRICS}
+
+    def latest_quality(self, principal: Principal) -> dict[str, dict[str, Any]]:
+        """The latest window with labels of every deployment of the tenant, at its current
+        revision (what `/metrics` shows as gauges)."""
+        out: dict[str, dict[str, Any]] = {}
+        for dep in self.registry.list_deployments(principal.tenant):
+            windows = self.quality(principal.tenant, dep.name, dep.revision)
+            if windows:
+                out[dep.name] = windows[0]
+        return out
+
     def _windows(self, tenant: str, name: str, revision: int, variant: str | None) -> dict[int, Profile]:
         if self.before_read is not None:
             self.before_read()
@@ -128,3 +226,21 @@ class MonitorService:
 def _baseline_out(doc: dict[str, Any], profile: Profile) -> dict[str, Any]:
     fields = ("deployment", "revision", "source", "created_at", "created_by")
     return {**{k: doc.get(k) for k in fields}, **profile.summary()}
+
+
+def _label(kind: str, label: Any, field: str) -> Any:
+    """A label as its prediction is compared with it: a class as text (a whole number as one
+    is written), a value as a finite number."""
+    if kind == CLASS:
+        if isinstance(label, float) and label.is_integer():
+            label = int(label)
+        if isinstance(label, bool | dict | list) or label is None:
+            raise InvalidInput(f"a classifier's label is a class (text or a number), not {type(label).__name__}", field=field)
+        return str(label)
+    try:
+        value = float(label)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"a regressor's label is a number, not {label!r:.40}", field=field) from None
+    if isinstance(label, bool) or value != value or value in (float("inf"), float("-inf")):
+        raise InvalidInput(f"a regressor's label is a finite number, not {label!r:.40}", field=field)
+    return value

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, SluiceError
-from sluice.domain.rollouts import CANDIDATE, Decision, Rollout, endpoint_weights, evaluate
+from sluice.domain.rollouts import CANDIDATE, QUALITY, Decision, Rollout, endpoint_weights, evaluate
 from sluice.stats.verdicts import gate_metrics
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ class RolloutController:
                 metrics = gate_metrics(service.deployments.read_stats(tenant, name, dep.revision))
                 if service.monitor is not None and any(g.metric == "drift" for g in rollout.parsed_gates()):
                     metrics["drift"] = service.monitor().drift(tenant, name, dep.revision, CANDIDATE)
+                if service.monitor is not None and any(g.metric in QUALITY for g in rollout.parsed_gates()):
+                    metrics.update(service.monitor().quality_gate(tenant, name, dep.revision, CANDIDATE))
                 decision = evaluate(rollout, metrics, now)
             if (
                 decision.action != "rollback"

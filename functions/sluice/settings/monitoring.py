@@ -3,7 +3,7 @@ and the thresholds its checks hold them to (docs/monitoring.md)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -47,4 +47,21 @@ class MonitorSettings(Group):
     )  # fmt: skip
     monitor_min_rows: int = Field(
         default=500, ge=1, description="The fewest rows a window needs for drift and range verdicts (`too_few_rows` below)."
+    )
+    monitor_keep_predictions: Literal["baseline", "all", "off"] = Field(
+        default="baseline",
+        description="Which deployments keep each answered request's prediction by its request id, for "
+        "ground truth posted later (`POST /api/v1/deployments/{name}/labels`): `baseline` (those with a "
+        "monitoring baseline), `all`, or `off`. Kept in the registry, one record per request.",
+    )
+    monitor_keep_ttl_s: int = Field(
+        default=14 * 86400, ge=3600, le=35 * 86400,
+        description="How long a kept prediction waits for its label, in seconds; a label that comes later is `unmatched`.",
+    )  # fmt: skip
+    monitor_keep_rows: int = Field(
+        default=100_000, ge=1,
+        description="The most rows one process keeps per deployment, revision, variant and monitoring window; the rest are not kept.",
+    )  # fmt: skip
+    monitor_min_labels: int = Field(
+        default=100, ge=1, description="The fewest labelled rows a rollout step needs before a quality gate (`accuracy`, `mae`, ...) has a value."
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sluice.types.base import WireModel
 
@@ -18,3 +18,27 @@ class BaselineRows(WireModel):
     batch: list[Any] | None = Field(None, description="Rows as feature objects or lists.")
     source: str = Field("api", max_length=256, description="Where the rows came from, kept with the baseline.")
     outputs: bool = Field(True, description="Profile the primary version's answers to the rows too.")
+
+
+MAX_LABELS = 10_000
+
+
+class Label(WireModel):
+    """The ground truth of one prediction, by the request id its answer carried."""
+
+    request_id: str = Field(min_length=1, max_length=128, description="The answer's `request_id` (also its `x-request-id` header).")
+    label: Any = Field(description="The true class (a classifier: text or a number) or value (a regressor: a number).")
+    row: int = Field(0, ge=0, le=1_000_000, description="The row of a request that sent several (0: the first, or only, one).")
+
+    @field_validator("label")
+    @classmethod
+    def _scalar(cls, value: Any) -> Any:
+        if not isinstance(value, str | int | float):  # (a boolean is an int: the service says what it makes of one)
+            raise ValueError("a label is text or a number")
+        if isinstance(value, str) and len(value) > 256:
+            raise ValueError("a label is at most 256 characters")
+        return value
+
+
+class Labels(WireModel):
+    labels: list[Label] = Field(min_length=1, max_length=MAX_LABELS, description=f"At most {MAX_LABELS:,} labels a post.")

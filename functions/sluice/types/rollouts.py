@@ -21,7 +21,7 @@ class RolloutStart(WireModel):
         default="10m", description="How long each step lasts at least: 30s, 10m, 1h, or seconds."
     )
     gate: str | list[str] = Field(
-        description="Gates every step must pass, such as 'agreement>=0.98,error_rate<=0.005,p99_ratio<=1.2' (metrics: agreement, mean_abs_diff, error_rate, invalid_input_rate, p99_ratio, drift)."
+        description="Gates every step must pass, such as 'agreement>=0.98,error_rate<=0.005,p99_ratio<=1.2' (metrics: agreement, mean_abs_diff, error_rate, invalid_input_rate, p99_ratio, drift, accuracy, precision, recall, auc, mae, rmse)."
     )
     min_requests: StrictInt = Field(
         default=100,

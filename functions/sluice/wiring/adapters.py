@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sluice.inference.prediction_cache import PredictionCache
     from sluice.inference.shadow_runner import ShadowRunner
     from sluice.metrics import PrometheusMetrics
+    from sluice.monitor.kept import PredictionKeeper
     from sluice.monitor.profiler import ProfileRecorder
     from sluice.observability import Telemetry
     from sluice.registry import Registry
@@ -124,6 +125,20 @@ def build_profiles(settings: Settings, registry: Registry) -> ProfileRecorder | 
     return ProfileRecorder(
         registry, window_s=monitor.monitor_window_s, flush_every_s=monitor.monitor_flush_s, max_columns=monitor.monitor_max_columns
     )
+
+
+def build_keeper(settings: Settings, registry: Registry) -> PredictionKeeper | None:
+    """The predictions this process keeps by request id for ground truth; None where off
+    (SLUICE_MONITOR_KEEP_PREDICTIONS)."""
+    monitor = settings.monitor
+    if monitor.monitor_keep_predictions == "off":
+        return None
+    from sluice.monitor.kept import PredictionKeeper
+
+    return PredictionKeeper(
+        registry, mode=monitor.monitor_keep_predictions, window_s=monitor.monitor_window_s, flush_every_s=monitor.monitor_flush_s,
+        ttl_s=monitor.monitor_keep_ttl_s, max_rows=monitor.monitor_keep_rows,
+    )  # fmt: skip
 
 
 def build_capture(settings: Settings, telemetry: Telemetry) -> Capturer | None:

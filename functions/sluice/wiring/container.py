@@ -18,6 +18,7 @@ from sluice.wiring.adapters import (
     build_capture_reader,
     build_endpoint_control,
     build_functions,
+    build_keeper,
     build_layout,
     build_lookup_steps,
     build_mirror,
@@ -133,6 +134,7 @@ class Container:
         capture = build_capture(self.settings, self.telemetry)
         predictions.capture = capture  # and sampled requests of deployments that capture
         predictions.profiles = build_profiles(self.settings, self.registry)  # and monitoring profiles
+        predictions.kept = build_keeper(self.settings, self.registry)  # and predictions kept for their labels
         predictions.uploads = lambda: self.uploads  # and inputs that are uploads, found on first use
         predictions.batcher.max_queue = self.settings.admission.batching_max_queue
         self.__dict__.update(shadows=shadows, capture=capture)  # built with it: see below
@@ -240,11 +242,11 @@ class Container:
     @cached_property
     def monitor(self) -> MonitorService:
         """Model monitoring's baselines and checks; built on first use. A read first writes
-        the profiles this process holds."""
+        the profiles and kept predictions this process holds."""
         from sluice.services.monitoring import MonitorService
 
-        profiles = self.predictions.profiles
-        return MonitorService(self.registry, self.settings.monitor, before_read=profiles.flush if profiles is not None else None)
+        held = [h for h in (self.predictions.profiles, self.predictions.kept) if h is not None]
+        return MonitorService(self.registry, self.settings.monitor, before_read=lambda: [h.flush() for h in held])
 
     @cached_property
     def follows(self) -> FollowService:
@@ -390,8 +392,9 @@ class Container:
         if self.capture is not None:
             self.capture.drain(max(0.0, deadline - time.monotonic()))
         self.predictions.stats.close()  # what the registry still refuses: counted as dropped
-        if self.predictions.profiles is not None:
-            self.predictions.profiles.close()
+        for held in (self.predictions.profiles, self.predictions.kept):
+            if held is not None:
+                held.close()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Container:

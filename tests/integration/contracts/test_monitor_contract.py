@@ -5,6 +5,7 @@ registry refuses one."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -68,3 +69,56 @@ def test_the_recorder_writes_each_window_once_and_keeps_what_was_refused(registr
     assert variant == "" and window % 3600 == 0 and profile.rows == 24
     assert profile.columns["x[2]"].count == 24 and profile.columns["y"].role == "output"
     assert recorder.flush() is True and len(registry.read_profiles(A, "iris", 1)) == 1  # nothing written twice
+
+
+def _kept(rid: str, window: int = 3600, variant: str = "") -> dict[str, Any]:
+    return {"request_id": rid, "revision": 1, "variant": variant, "window": window, "kind": "class", "predicted": ["a", "b"]}
+
+
+def test_kept_predictions_are_found_by_request_id_per_tenant_until_they_expire(registry: Registry) -> None:
+    t = time.time()
+    registry.keep_predictions(A, "iris", [_kept("r1"), _kept("r2", 7200, "candidate")], expires_at=t + 2000)
+    registry.keep_predictions(A, "iris", [_kept("old")], expires_at=t + 500)
+    found = registry.find_predictions(A, "iris", ["r1", "r2", "r1", "old", "nope"], now=t + 1000)
+    assert sorted(found) == ["r1", "r2"] and found["r2"]["window"] == 7200 and found["r2"]["variant"] == "candidate"
+    assert registry.find_predictions(B, "iris", ["r1", "r2"], now=t) == {}  # another tenant's ids: never found
+    assert registry.find_predictions(A, "wine", ["r1"], now=t) == {}
+    assert registry.find_predictions(A, "iris", ["r1"], now=t + 3000) == {}  # expired
+    many = [f"m{i}" for i in range(105)]  # more than one BatchGetItem's hundred keys
+    registry.keep_predictions(A, "iris", [_kept(rid) for rid in many], expires_at=t + 2000)
+    assert len(registry.find_predictions(A, "iris", many, now=t)) == 105
+
+
+def test_a_labelled_row_is_claimed_once_and_counts_are_appended_per_window(registry: Registry) -> None:
+    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1), ("r1", 0)], expires_at=2e9) == [True, True, False]
+    assert registry.claim_labels(A, "iris", [("r1", 1), ("r2", 0)], expires_at=2e9) == [False, True]
+    assert registry.claim_labels(B, "iris", [("r1", 0)], expires_at=2e9) == [True]
+    doc = {"": {"kind": "class", "rows": 1, "pairs": [["a", "a", 1]]}}
+    registry.add_outcomes(A, "iris", 1, 7200, doc)
+    registry.add_outcomes(A, "iris", 1, 3600, doc)
+    registry.add_outcomes(A, "iris", 1, 3600, doc)
+    registry.add_outcomes(A, "iris", 2, 3600, doc)
+    registry.add_outcomes(B, "iris", 1, 3600, doc)
+    assert [w for w, _ in registry.read_outcomes(A, "iris", 1)] == [3600, 3600, 7200]
+    assert registry.read_outcomes(A, "iris", 1)[0][1] == doc
+    assert len(registry.read_outcomes(B, "iris", 1)) == 1 and registry.read_outcomes(A, "wine", 1) == []
+
+
+def test_the_keeper_writes_for_deployments_with_a_baseline_and_caps_a_window(registry: Registry) -> None:
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor.kept import PredictionKeeper
+
+    signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    result = InferenceResult({"y": np.array([1.0, 2.0], np.float32)})
+    t = time.time() // 3600 * 3600 + 100
+    keeper = PredictionKeeper(registry, mode="baseline", max_rows=4, timed=False, clock=lambda: t)
+    for rid in ("a", "b", "c"):  # the third is past the window's four rows
+        keeper.observe((A, "iris", 1, ""), signature, result, rid, 2)
+    keeper.observe((A, "wine", 1, ""), signature, result, "w", 2)
+    keeper.observe((A, "iris", 1, ""), signature, result, None, 2)  # no request id: nothing to join a label to
+    registry.put_baseline(A, "iris", {"rows": 0, "columns": {}})
+    assert keeper.flush() is True and keeper.not_kept == 2
+    found = registry.find_predictions(A, "iris", ["a", "b", "c"], now=t)
+    assert sorted(found) == ["a", "b"] and found["a"] == {"request_id": "a", "revision": 1, "variant": "", "window": t - 100, "kind": "value", "predicted": [1.0, 2.0]}
+    assert registry.find_predictions(A, "wine", ["w"], now=t) == {}  # no baseline: not kept

@@ -37,6 +37,8 @@ async def metrics(telemetry: TelemetryDep, principal: AdminDep, monitor: Monitor
     # The monitoring gauges: each deployment's latest window, checked now (registry reads).
     for deployment, window in (await asyncio.to_thread(monitor.latest, principal)).items():
         sink.monitored(principal.tenant, deployment, window)
+    for deployment, window in (await asyncio.to_thread(monitor.latest_quality, principal)).items():
+        sink.quality(principal.tenant, deployment, window)
     # Reading every worker's files is disk work: off the event loop.
     body = await asyncio.to_thread(sink.exposition, principal.tenant)
     return Response(body, media_type=CONTENT_TYPE)

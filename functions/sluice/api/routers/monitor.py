@@ -1,5 +1,6 @@
 """Model monitoring (admin scope): a deployment's baseline, set from rows and read back, and
-its traffic checked against it per window (docs/monitoring.md)."""
+its traffic checked against it per window; ground truth posted by request id (predict scope)
+and the model's quality per window (docs/monitoring.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, MonitorDep, PredictionsDep, SettingsDep
+from sluice.api.deps import AdminDep, MonitorDep, PredictionsDep, PrincipalDep, SettingsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.values import RevisionNumber
-from sluice.types.monitoring import BaselineRows
+from sluice.types.monitoring import BaselineRows, Labels
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=errors(*MANAGEMENT))
 
@@ -35,7 +36,7 @@ def get_baseline(name: str, principal: AdminDep, monitor: MonitorDep) -> JSONRes
     return JSONResponse(monitor.baseline(principal, name))
 
 
-@router.get("/{name}/monitor", summary="Drift and data quality of the deployment's traffic against its baseline, per window")
+@router.get("/{name}/monitor", summary="Drift and data quality against the baseline, and model quality from labels, per window")
 def monitor_status(
     name: str,
     principal: AdminDep,
@@ -45,3 +46,8 @@ def monitor_status(
     windows: Annotated[int, Query(ge=1, le=168, description="How many of the latest windows with traffic.")] = 1,
 ) -> JSONResponse:
     return JSONResponse(monitor.status(principal, name, revision=revision, variant=variant, windows=windows))
+
+
+@router.post("/{name}/labels", summary="Ground truth by request id, joined to the predictions kept for it (predict scope)")
+def post_labels(name: str, body: Labels, principal: PrincipalDep, monitor: MonitorDep) -> JSONResponse:
+    return JSONResponse(monitor.add_labels(principal, name, [(x.request_id, x.row, x.label) for x in body.labels]))

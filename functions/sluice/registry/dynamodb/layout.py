@@ -13,6 +13,12 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 - monitoring baseline: `pk=T#<tenant>#D#<name>`, `sk=BASELINE`; also `doc` (JSON)
 - monitoring profile: `pk=T#<tenant>#D#<name>`, `sk=P#<revision:010d>#<window:012d>#<id>`, one
   per flush of a process; also `variant`, `doc` (JSON) and `expires_at`
+- kept prediction (ground truth): `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=PREDICTION`;
+  also `doc` (JSON) and `expires_at`
+- labelled row of it (written once, conditionally): the same pk, `sk=LABEL#<row:06d>`; also
+  `expires_at`
+- labelled counts: `pk=T#<tenant>#D#<name>`, `sk=Q#<revision:010d>#<window:012d>#<id>`, one per
+  label post and window; also `window`, `doc` (JSON) and `expires_at`
 - assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
 - reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
 - cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
@@ -43,6 +49,9 @@ HISTORY_COUNTER = "SEQ"
 STATS = "S#"
 BASELINE = "BASELINE"
 PROFILE = "P#"
+PREDICTION = "PREDICTION"
+LABEL = "LABEL#"
+OUTCOMES = "Q#"
 ASSIGNMENT = "ASSIGNMENT"
 REWARD = "REWARD"
 ANSWER = "ANSWER"
@@ -96,6 +105,17 @@ def profile_sk(revision: int, window: int | None = None, record: str = "") -> st
     if window is None:
         return f"{PROFILE}{revision:010d}#"
     return f"{PROFILE}{revision:010d}#{window:012d}#{record}"
+
+
+def outcomes_sk(revision: int, window: int | None = None, record: str = "") -> str:
+    """A revision's labelled counts (`window` None: the prefix of them all), in window order."""
+    if window is None:
+        return f"{OUTCOMES}{revision:010d}#"
+    return f"{OUTCOMES}{revision:010d}#{window:012d}#{record}"
+
+
+def label_sk(row: int) -> str:
+    return f"{LABEL}{row:06d}"
 
 
 def assignment_pk(tenant: str, deployment: str, request_id: str) -> str:

@@ -1,7 +1,10 @@
 """Monitoring baselines and profiles in DynamoDB, in the deployment's partition: the baseline
 one item (`doc`, JSON), each profile written an item of its own (a process's flush: no
 read-modify-write between containers), merged when read. Profiles carry `expires_at`
-(`PROFILE_TTL_S` after they are written) for the table's time to live."""
+(`PROFILE_TTL_S` after they are written) for the table's time to live. Ground truth's kept
+predictions live in their request's partition (found by id, many at once with BatchGetItem),
+each labelled row claimed there with a conditional put; labelled counts are appended to the
+deployment's partition like profiles."""
 
 from __future__ import annotations
 
@@ -12,9 +15,19 @@ from typing import Any
 from sluice.domain import now
 from sluice.domain.errors import PayloadTooLarge
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, item
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    absent,
+    attempts,
+    busy,
+    item,
+    key,
+    unmarshal,
+)
 
 PROFILE_TTL_S = 35 * 24 * 3600
+BATCH_GET = 100  # keys per BatchGetItem
 MAX_DOC_BYTES = 380 * 1024  # an item is at most 400 KB, keys and names included
 
 
@@ -44,3 +57,61 @@ class DynamoMonitor(Part):
     def read_profiles(self, tenant: str, deployment: str, revision: int, *, since: int = 0) -> list[tuple[str, int, dict[str, Any]]]:
         found = self.table.query(layout.deployment_pk(tenant, deployment), layout.profile_sk(revision))
         return [(str(r["variant"]), int(r["window"]), json.loads(r["doc"])) for r in found if int(r["window"]) >= since]
+
+    def has_baseline(self, tenant: str, deployment: str) -> bool:
+        found = self.table.send(
+            "get_item", TableName=self.table.name, Key=key(layout.deployment_pk(tenant, deployment), layout.BASELINE),
+            ProjectionExpression="pk", ConsistentRead=True,
+        )  # fmt: skip
+        return "Item" in found
+
+    # Ground truth: a kept prediction is an item of the request's partition (as a bandit
+    # assignment is); labelled counts are appended to the deployment's, like profiles.
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+        # One PutItem each: the API's tenant role has no BatchWriteItem (it can delete).
+        for record in records:
+            pk = layout.assignment_pk(tenant, deployment, record["request_id"])
+            self.table.send("put_item", TableName=self.table.name, Item=item(pk, layout.PREDICTION, {"doc": _doc(record, "prediction")}, expires_at=int(expires_at)))
+
+    def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:
+        ids = list(dict.fromkeys(request_ids))
+        keys = {layout.assignment_pk(tenant, deployment, rid): rid for rid in ids}
+        found: dict[str, dict[str, Any]] = {}
+        pending = [key(pk, layout.PREDICTION) for pk in keys]
+        while pending:
+            part, pending = pending[:BATCH_GET], pending[BATCH_GET:]
+            for _ in attempts():
+                answer = self.table.send("batch_get_item", RequestItems={self.table.name: {"Keys": part, "ConsistentRead": True}})
+                for raw in answer.get("Responses", {}).get(self.table.name, []):
+                    record = unmarshal(raw)
+                    if int(record.get("expires_at", 0)) > now:  # the table's TTL removes items late
+                        found[keys[record["pk"]]] = json.loads(record["doc"])
+                part = answer.get("UnprocessedKeys", {}).get(self.table.name, {}).get("Keys", [])
+                if not part:
+                    break
+            else:
+                raise busy()
+        return found
+
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
+        claimed = []
+        for request_id, row in rows:
+            record = item(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row), {}, expires_at=int(expires_at))
+            try:
+                self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+            except Refused:
+                claimed.append(False)
+            else:
+                claimed.append(True)
+        return claimed
+
+    def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:
+        record = item(
+            layout.deployment_pk(tenant, deployment), layout.outcomes_sk(revision, window, uuid.uuid4().hex),
+            {"window": window, "doc": _doc(outcomes, "labels")}, expires_at=int(now()) + PROFILE_TTL_S,
+        )  # fmt: skip
+        self.table.send("put_item", TableName=self.table.name, Item=record)
+
+    def read_outcomes(self, tenant: str, deployment: str, revision: int) -> list[tuple[int, dict[str, Any]]]:
+        found = self.table.query(layout.deployment_pk(tenant, deployment), layout.outcomes_sk(revision))
+        return [(int(r["window"]), json.loads(r["doc"])) for r in found]

@@ -83,6 +83,18 @@ CREATE TABLE IF NOT EXISTS monitor_profiles (
     tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
     win INTEGER NOT NULL, variant TEXT NOT NULL, doc TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS monitor_profiles_by_window ON monitor_profiles (tenant, deployment, revision, win);
+CREATE TABLE IF NOT EXISTS monitor_predictions (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+    expires_at REAL NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (tenant, deployment, request_id));
+CREATE INDEX IF NOT EXISTS monitor_predictions_by_expiry ON monitor_predictions (expires_at);
+CREATE TABLE IF NOT EXISTS monitor_labels (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL, row INTEGER NOT NULL,
+    expires_at REAL NOT NULL, PRIMARY KEY (tenant, deployment, request_id, row));
+CREATE INDEX IF NOT EXISTS monitor_labels_by_expiry ON monitor_labels (expires_at);
+CREATE TABLE IF NOT EXISTS monitor_outcomes (
+    tenant TEXT NOT NULL, deployment TEXT NOT NULL, revision INTEGER NOT NULL,
+    win INTEGER NOT NULL, doc TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS monitor_outcomes_by_window ON monitor_outcomes (tenant, deployment, revision, win);
 CREATE TABLE IF NOT EXISTS follows (
     tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, watch TEXT NOT NULL,
     doc TEXT NOT NULL, PRIMARY KEY (tenant, name));

@@ -1,12 +1,17 @@
 """Monitoring baselines and profiles in SQLite: a baseline document per deployment, and one
-row per profile written (merged when read)."""
+row per profile written (merged when read); for ground truth, one row per kept prediction
+(by request id, deleted once expired), one per labelled row claimed, and one per record of
+labelled counts (merged when read)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from sluice.domain import now
 from sluice.registry.sqlite.connection import Part
+
+IN_CHUNK = 500  # request ids per `IN (...)` (SQLite allows 32,766 variables; no need to near it)
 
 
 class SqliteMonitor(Part):
@@ -16,6 +21,10 @@ class SqliteMonitor(Part):
 
     def get_baseline(self, tenant: str, deployment: str) -> dict[str, Any] | None:
         return self.db.one("SELECT doc FROM monitor_baselines WHERE tenant = ? AND deployment = ?", tenant, deployment)
+
+    def has_baseline(self, tenant: str, deployment: str) -> bool:
+        sql = "SELECT 1 FROM monitor_baselines WHERE tenant = ? AND deployment = ?"
+        return self.db.conn().execute(sql, (tenant, deployment)).fetchone() is not None
 
     def add_profile(self, tenant: str, deployment: str, revision: int, variant: str, window: int, profile: dict[str, Any]) -> None:
         with self.db.tx() as db:
@@ -31,3 +40,43 @@ class SqliteMonitor(Part):
             (tenant, deployment, revision, since),
         ).fetchall()
         return [(variant, int(win), json.loads(doc)) for variant, win, doc in rows]
+
+    # Ground truth -------------------------------------------------------------------------------
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+        rows = [(tenant, deployment, r["request_id"], expires_at, json.dumps(r)) for r in records]
+        with self.db.tx() as db:
+            db.execute("DELETE FROM monitor_predictions WHERE expires_at < ?", (now(),))  # the expired, by the index
+            db.executemany("INSERT OR REPLACE INTO monitor_predictions VALUES (?, ?, ?, ?, ?)", rows)
+
+    def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        ids = list(dict.fromkeys(request_ids))
+        for start in range(0, len(ids), IN_CHUNK):
+            part = ids[start : start + IN_CHUNK]
+            marks = ",".join("?" * len(part))
+            rows = self.db.conn().execute(
+                f"SELECT request_id, doc FROM monitor_predictions WHERE tenant = ? AND deployment = ? AND expires_at > ? AND request_id IN ({marks})",
+                (tenant, deployment, now, *part),
+            ).fetchall()
+            found.update((rid, json.loads(doc)) for rid, doc in rows)
+        return found
+
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
+        claimed = []
+        with self.db.tx() as db:
+            db.execute("DELETE FROM monitor_labels WHERE expires_at < ?", (now(),))
+            for request_id, row in rows:
+                done = db.execute("INSERT OR IGNORE INTO monitor_labels VALUES (?, ?, ?, ?, ?)", (tenant, deployment, request_id, row, expires_at))
+                claimed.append(done.rowcount == 1)
+        return claimed
+
+    def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:
+        with self.db.tx() as db:
+            db.execute("INSERT INTO monitor_outcomes VALUES (?, ?, ?, ?, ?)", (tenant, deployment, revision, window, json.dumps(outcomes)))
+
+    def read_outcomes(self, tenant: str, deployment: str, revision: int) -> list[tuple[int, dict[str, Any]]]:
+        rows = self.db.conn().execute(
+            "SELECT win, doc FROM monitor_outcomes WHERE tenant = ? AND deployment = ? AND revision = ? ORDER BY win, rowid",
+            (tenant, deployment, revision),
+        ).fetchall()
+        return [(int(win), json.loads(doc)) for win, doc in rows]

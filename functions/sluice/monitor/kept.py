@@ -1,0 +1,148 @@
+"""Predictions kept for their ground truth: for each answered request with an id, what it
+predicted (`sluice.monitor.quality.predicted`), with its revision, variant and monitoring
+window, so that a label posted later (`POST /api/v1/deployments/{name}/labels`) is joined to
+it and counted in the window the prediction was made in, however late it comes.
+
+A request costs a list append under a lock (its result held as it is); the flush, on the
+statistics timer and at shutdown like profiles', turns the held answers into records and
+writes them to the registry, one per request (`MonitorRegistry.keep_predictions`), each until
+`ttl_s` has passed. Which deployments keep them is `mode`: `baseline` (those with a baseline,
+looked up once a minute per deployment at the flush, never on the request path), `all`, or
+`off`. At most `max_rows` rows per deployment, revision, variant and window are kept by one
+process; the rest are counted (`not_kept`) and left.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from sluice.monitor.quality import predicted
+from sluice.observability import get_logger
+from sluice.registry.scope import use_tenant
+from sluice.stats import timer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature
+    from sluice.registry import MonitorRegistry
+
+Key = tuple[str, str, int, str]  # tenant, deployment, revision, variant
+MAX_HELD = 100_000  # requests held unwritten (a registry refusing writes) before new ones are left
+MONITORED_TTL_S = 60.0
+
+
+class PredictionKeeper:
+    def __init__(
+        self,
+        registry: MonitorRegistry,
+        *,
+        mode: str = "baseline",
+        window_s: int = 3600,
+        flush_every_s: float = 30.0,
+        ttl_s: int = 14 * 86400,
+        max_rows: int = 100_000,
+        timed: bool | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if timed is None:
+            from sluice.settings import in_lambda
+
+            timed = not in_lambda()
+        self.registry = registry
+        self.mode = mode
+        self.window_s = window_s
+        self.flush_every_s = flush_every_s
+        self.ttl_s = ttl_s
+        self.max_rows = max_rows
+        self.timed = timed
+        self.clock = clock
+        self._held: list[tuple[Key, int, str, Signature, InferenceResult]] = []
+        self._rows: dict[tuple[Key, int], int] = {}  # rows taken per window (the cap)
+        self._monitored: dict[tuple[str, str], tuple[bool, float]] = {}
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()
+        self._last_flush = time.monotonic()
+        self._on_timer = False
+        self.not_kept = 0
+
+    def observe(self, key: Key, signature: Signature, result: InferenceResult, request_id: str | None, rows: int) -> None:
+        """One answered request (`key`: tenant, deployment, revision, variant)."""
+        if request_id is None or self.mode == "off":
+            return
+        window = int(self.clock()) // self.window_s * self.window_s
+        with self._lock:
+            taken = self._rows.get((key, window), 0)
+            if taken + rows > self.max_rows or len(self._held) >= MAX_HELD:
+                self.not_kept += rows
+                return
+            self._rows[(key, window)] = taken + rows
+            self._held.append((key, window, request_id, signature, result))
+            if self.timed and not self._on_timer:
+                self._on_timer = True
+                timer.watch(self)  # type: ignore[arg-type]
+
+    # Flushing (the timer's interface: `due`, `flush`, `flush_every_s`) -------------------------
+    def pending(self) -> bool:
+        return bool(self._held)
+
+    def due(self) -> bool:
+        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
+
+    def flush(self) -> bool:
+        """Write every request held; what the registry refuses is kept for the next flush."""
+        with self._flushing:
+            self._last_flush = time.monotonic()
+            current = int(self.clock()) // self.window_s * self.window_s
+            with self._lock:
+                taken, self._held = self._held, []
+                self._rows = {k: n for k, n in self._rows.items() if k[1] >= current}
+            groups: dict[tuple[str, str], list[tuple[Key, int, str, Signature, InferenceResult]]] = {}
+            for entry in taken:
+                groups.setdefault(entry[0][:2], []).append(entry)
+            failed: Exception | None = None
+            for (tenant, deployment), entries in groups.items():
+                try:
+                    with use_tenant(tenant):
+                        if self._keeps(tenant, deployment):
+                            records = [r for r in map(_record, entries) if r is not None]
+                            if records:
+                                self.registry.keep_predictions(tenant, deployment, records, expires_at=time.time() + self.ttl_s)
+                except Exception as exc:  # kept, to be tried again
+                    failed = exc
+                    with self._lock:
+                        self._held[:0] = entries[: max(0, MAX_HELD - len(self._held))]
+            if failed is not None:
+                get_logger().warning("kept predictions not written: held to try again", extra={"error": repr(failed)})
+            return failed is None
+
+    def _keeps(self, tenant: str, deployment: str) -> bool:
+        if self.mode == "all":
+            return True
+        now = time.monotonic()
+        found = self._monitored.get((tenant, deployment))
+        if found is None or now - found[1] > MONITORED_TTL_S:
+            found = (self.registry.has_baseline(tenant, deployment), now)
+            self._monitored[(tenant, deployment)] = found
+        return found[0]
+
+    def close(self) -> None:
+        """The shutdown flush: what the registry still refuses is dropped, and logged."""
+        self.flush()
+        with self._lock:
+            lost, self._held = len(self._held), []
+        if lost:
+            get_logger().error("kept predictions dropped", extra={"requests": lost})
+        timer.forget(self)  # type: ignore[arg-type]
+        self._on_timer = False
+
+
+def _record(entry: tuple[Key, int, str, Signature, InferenceResult]) -> dict[str, Any] | None:
+    (_, _, revision, variant), window, request_id, signature, result = entry
+    said = predicted(signature, result)
+    if said is None:
+        return None
+    return {"request_id": request_id, "revision": revision, "variant": variant, "window": window, **said}

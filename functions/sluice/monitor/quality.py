@@ -1,0 +1,184 @@
+"""Model quality from ground truth: what a prediction said, kept by request id
+(`predicted`), and, once its label arrives, the pair folded into mergeable counts per variant
+(`Outcomes`): a confusion table for classifiers (with, for two classes, how the positive
+class's scores fall for each true class), error sums for regressors. Counts written by any
+number of label posts merge into the same figures (`metrics`) as the pairs all at once.
+
+Plain NumPy: the request path and the Lambda API never import scikit-learn. AUC is the
+Mann-Whitney rank statistic over the scores binned to `SCORE_BINS` (pairs in one bin count
+half, as tied ranks do): exact when no positive and negative score fall within 1/SCORE_BINS
+of each other, and off by at most half the share of pairs that do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature
+
+CLASS, VALUE = "class", "value"
+SCORE_BINS = 1000
+MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
+
+
+def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] | None:
+    """What a request's rows predicted, JSON-able: `kind` (class or value), `predicted` (a
+    label or a number per row) and, for a two-class model, `scores` (the probability of
+    `positive`, its second class, per row). None for answers that are neither (several
+    values, vectors): their quality is not measured."""
+    outputs = result.outputs
+    label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
+    probs = outputs.get(probs_spec.name) if probs_spec else None
+    classes: list[Any] | None = None
+    if probs is not None and probs.ndim == 2:
+        classes = result.classes.get(probs_spec.name) if probs_spec else None  # type: ignore[union-attr]
+        classes = list(range(probs.shape[1])) if classes is None else classes
+    else:
+        probs = None
+    label = outputs.get(label_spec.name) if label_spec else None
+    if label is not None or classes is not None:
+        if label is not None:
+            if label.size != len(label):
+                return None
+            values = label.reshape(-1)
+        else:
+            values = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)]
+        doc: dict[str, Any] = {"kind": CLASS, "predicted": [_word(v) for v in values.tolist()]}
+        if probs is not None and probs.shape[1] == 2 and classes is not None:
+            doc["scores"] = np.round(probs[:, 1].astype(np.float64), 6).tolist()
+            doc["positive"] = _word(classes[1])
+        return doc
+    named = [spec.name for spec in signature.outputs if spec.name in outputs]
+    if len(named) != 1:
+        return None
+    value = outputs[named[0]]
+    if value.dtype.kind not in "fiub" or value.size != len(value):
+        return None
+    return {"kind": VALUE, "predicted": value.reshape(-1).astype(np.float64).tolist()}
+
+
+def _word(value: Any) -> str:
+    value = value.item() if isinstance(value, np.generic) else value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class Outcomes:
+    """One variant's labelled predictions in one window, as counts."""
+
+    kind: str
+    rows: int = 0
+    pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (actual, predicted): n
+    positive: str | None = None
+    scores: dict[str, dict[int, int]] = field(default_factory=dict)  # "pos"/"neg": {bin: n}
+    abs_error: float = 0.0
+    sq_error: float = 0.0
+    error: float = 0.0  # signed: predicted - actual
+
+    def add_class(self, actual: str, said: str, score: float | None = None, positive: str | None = None) -> None:
+        self.rows += 1
+        self.pairs[(actual, said)] = self.pairs.get((actual, said), 0) + 1
+        if score is not None and positive is not None and (self.positive in (None, positive)):
+            self.positive = positive
+            side = self.scores.setdefault("pos" if actual == positive else "neg", {})
+            b = min(int(score * SCORE_BINS), SCORE_BINS - 1) if math.isfinite(score) else 0
+            side[b] = side.get(b, 0) + 1
+
+    def add_value(self, actual: float, said: float) -> None:
+        self.rows += 1
+        diff = said - actual
+        self.abs_error += abs(diff)
+        self.sq_error += diff * diff
+        self.error += diff
+
+    def merge(self, other: Outcomes) -> None:
+        self.rows += other.rows
+        for pair, n in other.pairs.items():
+            self.pairs[pair] = self.pairs.get(pair, 0) + n
+        if other.positive is not None and self.positive in (None, other.positive):
+            self.positive = other.positive
+            for side, bins in other.scores.items():
+                mine = self.scores.setdefault(side, {})
+                for b, n in bins.items():
+                    mine[b] = mine.get(b, 0) + n
+        self.abs_error += other.abs_error
+        self.sq_error += other.sq_error
+        self.error += other.error
+
+    def to_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"kind": self.kind, "rows": self.rows}
+        if self.kind == CLASS:
+            doc["pairs"] = [[a, p, n] for (a, p), n in self.pairs.items()]
+            if self.positive is not None:
+                doc["positive"] = self.positive
+                doc["scores"] = {side: [[b, n] for b, n in bins.items()] for side, bins in self.scores.items()}
+        else:
+            doc.update(abs_error=self.abs_error, sq_error=self.sq_error, error=self.error)
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Outcomes:
+        out = cls(doc["kind"], int(doc["rows"]), positive=doc.get("positive"))
+        out.pairs = {(str(a), str(p)): int(n) for a, p, n in doc.get("pairs", [])}
+        out.scores = {side: {int(b): int(n) for b, n in bins} for side, bins in doc.get("scores", {}).items()}
+        out.abs_error, out.sq_error, out.error = (float(doc.get(k, 0.0)) for k in ("abs_error", "sq_error", "error"))
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        """rows, and accuracy, precision, recall (of the positive class for two classes, else
+        the mean over the classes seen, macro) and AUC (two classes with scores) for a
+        classifier; MAE, RMSE and bias (mean of predicted - actual) for a regressor."""
+        if not self.rows:
+            return {"rows": 0}
+        if self.kind == VALUE:
+            return {"rows": self.rows, "mae": self.abs_error / self.rows, "rmse": math.sqrt(self.sq_error / self.rows), "bias": self.error / self.rows}
+        labels = sorted({a for a, _ in self.pairs} | {p for _, p in self.pairs})
+        index = {name: i for i, name in enumerate(labels)}
+        table = np.zeros((len(labels), len(labels)), dtype=np.int64)  # actual x predicted
+        for (a, p), n in self.pairs.items():
+            table[index[a], index[p]] += n
+        hits = np.diag(table)
+        said, actual = table.sum(axis=0), table.sum(axis=1)
+        precision = np.divide(hits, said, out=np.zeros(len(labels)), where=said > 0)
+        recall = np.divide(hits, actual, out=np.zeros(len(labels)), where=actual > 0)
+        out: dict[str, Any] = {"rows": self.rows, "accuracy": float(hits.sum() / self.rows)}
+        positive = self.positive if self.positive in index else (labels[-1] if len(labels) == 2 else None)
+        if positive is not None and len(labels) <= 2:
+            out.update(precision=float(precision[index[positive]]), recall=float(recall[index[positive]]), positive=positive)
+        else:  # macro: every class that was predicted or true counts once
+            out.update(precision=float(precision.mean()), recall=float(recall.mean()))
+        out["auc"] = self.auc()
+        return out
+
+    def auc(self) -> float | None:
+        pos, neg = self.scores.get("pos"), self.scores.get("neg")
+        if not pos or not neg:
+            return None
+        p, n = np.zeros(SCORE_BINS), np.zeros(SCORE_BINS)
+        for b, c in pos.items():
+            p[b] += c
+        for b, c in neg.items():
+            n[b] += c
+        below = np.cumsum(n) - n  # negatives in lower bins than each bin
+        return float((p * (below + 0.5 * n)).sum() / (p.sum() * n.sum()))
+
+
+def merged(docs: Iterable[dict[str, Any]]) -> dict[str, Outcomes]:
+    """Documents of `{variant: Outcomes.to_dict()}` merged per variant."""
+    out: dict[str, Outcomes] = {}
+    for doc in docs:
+        for variant, part in doc.items():
+            found = Outcomes.from_dict(part)
+            if variant in out:
+                out[variant].merge(found)
+            else:
+                out[variant] = found
+    return out

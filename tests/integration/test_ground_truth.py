@@ -1,0 +1,134 @@
+"""Ground truth through the API and the CLI, on the demo's iris: labels posted by request id
+joined to the predictions kept for them, counted in the window each prediction was made in
+however late they come; a label flip shown as an accuracy drop, in the route, at `/metrics`
+and by the rollout gate `accuracy`; each tenant's own; bad input named."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.metrics import PrometheusMetrics
+from tests.integration.conftest import auth, run_cli
+from tests.integration.test_monitoring import iris_rows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+BASE = "/api/v1/deployments/iris"
+HOUR = 3600
+OTHER = {"setosa": "versicolor", "versicolor": "virginica", "virginica": "setosa"}
+
+
+def predicted(client: TestClient, key: str, rows: list[list[float]], rid: str, **extra: Any) -> list[str]:
+    body = {"deployment": "iris", "inputs": rows, "request_id": rid, **extra}
+    r = client.post("/api/v1/predictions", json=body, headers=auth(key))
+    assert r.status_code == 200 and r.json()["request_id"] == rid, r.text
+    return [p["prediction"] for p in r.json()["predictions"]]
+
+
+def labels(rid: str, said: list[str], flip_every: int = 0) -> list[dict[str, Any]]:
+    """The labels of `said`, every `flip_every`th one changed (a label flip)."""
+    return [{"request_id": rid, "row": i, "label": OTHER[s] if flip_every and i % flip_every == 0 else s} for i, s in enumerate(said)]
+
+
+def test_late_labels_land_in_their_predictions_window_and_a_label_flip_drops_accuracy(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    key = keys["acme"]
+    kept = demo.predictions.kept
+    assert kept is not None
+    kept.mode = "all"  # no baseline needed
+    now = [100 * HOUR + 5.0]
+    kept.clock = lambda: now[0]
+    early = predicted(client, key, iris_rows(100, 1), "early")
+    now[0] += 2 * HOUR  # two windows later
+    late = predicted(client, key, iris_rows(100, 2), "late")
+    r = client.post(f"{BASE}/labels", json={"labels": labels("late", late, flip_every=2)}, headers=auth(keys["acme_predict"]))
+    assert r.status_code == 200, r.text
+    assert r.json() | {"windows": None} == {"deployment": "iris", "received": 100, "matched": 100, "unmatched": 0, "duplicate": 0, "windows": None}
+    # The early window's labels come last, with an unknown id, a row past the request's, and one given twice.
+    body = [*labels("early", early), {"request_id": "nobody", "label": "setosa"}, {"request_id": "early", "row": 100, "label": "setosa"}]
+    got = client.post(f"{BASE}/labels", json={"labels": [*body, body[0]]}, headers=auth(key)).json()
+    assert (got["matched"], got["unmatched"], got["duplicate"]) == (100, 2, 1)
+    assert got["windows"] == [{"revision": 1, "window_start": 100 * HOUR, "rows": 100}]
+
+    status = client.get(f"{BASE}/monitor?windows=5", headers=auth(key)).json()
+    assert status["baseline"] is None and status["verdict"] == "no_baseline"
+    newest, oldest = status["quality"]
+    assert (newest["window_start"], oldest["window_start"]) == (102 * HOUR, 100 * HOUR)
+    assert oldest["accuracy"] == 1.0 and oldest["rows"] == 100
+    assert newest["accuracy"] == 0.5 and newest["variants"]["default"]["accuracy"] == 0.5 and newest["auc"] is None
+    again = client.post(f"{BASE}/labels", json={"labels": labels("late", late)}, headers=auth(key)).json()
+    assert again["duplicate"] == 100  # a file posted twice is counted once
+
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    text = client.get("/metrics", headers=auth(key)).text
+    assert 'ml_inference_model_quality{deployment="iris",metric="accuracy",tenant="acme",variant="all"} 0.5' in text
+
+
+def test_another_tenant_is_refused_and_bad_labels_are_named(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    kept = demo.predictions.kept
+    assert kept is not None
+    kept.mode = "all"
+    said = predicted(client, keys["acme"], iris_rows(3, 1), "mine")
+    r = client.post(f"{BASE}/labels", json={"labels": labels("mine", said)}, headers=auth(keys["globex"]))
+    assert r.status_code == 404, r.text
+    for bad, field in (
+        ({"labels": []}, "labels"),
+        ({"labels": [{"label": "setosa"}]}, "labels.0.request_id"),
+        ({"labels": [{"request_id": "mine", "label": ["setosa"]}]}, "labels.0.label"),
+        ({"labels": [{"request_id": "mine", "label": "setosa", "row": -1}]}, "labels.0.row"),
+        ({"labels": [{"request_id": "mine", "label": "setosa"}, {"request_id": "mine", "row": 1, "label": True}]}, "labels[1].label"),
+    ):
+        r = client.post(f"{BASE}/labels", json=bad, headers=auth(keys["acme"]))
+        assert r.status_code in (400, 422) and r.json()["field"] == field, (bad, r.text)
+    ok = client.post(f"{BASE}/labels", json={"labels": labels("mine", said)}, headers=auth(keys["acme"])).json()
+    assert ok["matched"] == 3  # the refused post counted nothing
+
+
+def test_a_rollout_whose_candidate_gets_flipped_labels_is_rolled_back_by_the_accuracy_gate(
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal
+) -> None:
+    from sluice.services.rollouts import RolloutService
+    from tests.conftest import MODELS
+
+    key, kept = keys["acme"], demo.predictions.kept
+    assert kept is not None
+    kept.mode = "all"
+    demo.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    rollouts = RolloutService(demo.registry, demo.deployments, monitor=lambda: demo.monitor)
+    rollouts.start(acme, "iris", to="iris:2", steps="10,100", every="1h", gates="accuracy>=0.9", min_requests=2)
+    for variant, flip in (("stable", 2), ("candidate", 0)):
+        said = predicted(client, key, iris_rows(120, 3), variant, variant=variant)
+        client.post(f"{BASE}/labels", json={"labels": labels(variant, said, flip)}, headers=auth(key)).raise_for_status()
+    held = rollouts.tick("acme", "iris")
+    assert held is not None and held.action == "hold" and held.numbers["metrics"]["accuracy"] == 1.0  # the candidate's alone
+    said = predicted(client, key, iris_rows(120, 4), "flipped", variant="candidate")
+    client.post(f"{BASE}/labels", json={"labels": labels("flipped", said, 2)}, headers=auth(key)).raise_for_status()
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "rollback" and "accuracy>=0.9" in decision.reason
+
+
+def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.cli import pieces
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    registry = pieces.monitor().registry
+    record = {"revision": 1, "variant": "", "window": 36 * HOUR, "kind": "class"}
+    registry.keep_predictions("default", "iris", [{"request_id": f"r{i}", **record, "predicted": ["setosa"]} for i in range(4)], expires_at=4e9)
+    data = tmp_path / "labels.csv"
+    data.write_text("request_id,label\nr0,setosa\nr1,setosa\nr2,virginica\nr3,setosa\nr9,setosa\n")
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data))
+    assert code == 0, err
+    assert "5 labels for iris: 4 matched, 1 unmatched, 0 duplicate" in out
+    code, out, _ = run_cli(capsys, "monitor", "status", "iris")
+    assert code == 0 and "no baseline" in out and "0.75" in out  # accuracy: three of four
+    code, _, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(tmp_path / "nope.csv"))
+    assert code == 2 and "[file]" in err

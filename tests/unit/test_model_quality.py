@@ -1,0 +1,70 @@
+"""Model quality from labelled predictions (`sluice.monitor.quality`): the counts merged from
+several label posts give scikit-learn's figures for the same pairs all at once, and what a
+prediction said is read from a classifier's or a regressor's answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.domain.results import InferenceResult
+from sluice.domain.signature import Signature, TensorSpec
+from sluice.monitor.quality import CLASS, SCORE_BINS, VALUE, Outcomes, merged, predicted
+
+metrics = pytest.importorskip("sklearn.metrics")
+
+
+def test_a_binary_classifier_in_three_posts_matches_scikit_learn() -> None:
+    rng = np.random.default_rng(3)
+    actual = rng.integers(0, 2, 3000)
+    scores = np.clip(actual * 0.25 + rng.random(3000) * 0.75, 0, 1).round(3)  # informative, not perfect
+    said = (scores >= 0.5).astype(int)
+    docs = []
+    for part in np.array_split(np.arange(3000), 3):
+        out = Outcomes(CLASS)
+        for i in part:
+            out.add_class(str(actual[i]), str(said[i]), float(scores[i]), "1")
+        docs.append({"candidate": out.to_dict()})
+    got = merged(docs)["candidate"].metrics()
+    assert got["rows"] == 3000 and got["positive"] == "1"
+    assert got["accuracy"] == pytest.approx(metrics.accuracy_score(actual, said))
+    assert got["precision"] == pytest.approx(metrics.precision_score(actual, said))
+    assert got["recall"] == pytest.approx(metrics.recall_score(actual, said))
+    # Scores on a 0.001 grid fall one to a bin: the rank statistic is exact.
+    assert got["auc"] == pytest.approx(metrics.roc_auc_score(actual, scores), abs=1e-9)
+    coarse = np.floor(rng.random(3000) * SCORE_BINS * 10) / (SCORE_BINS * 10)  # ten scores a bin: within the stated bound
+    out = Outcomes(CLASS)
+    for a, s in zip(actual, coarse, strict=True):
+        out.add_class(str(a), "0", float(s), "1")
+    assert abs(out.auc() - metrics.roc_auc_score(actual, coarse)) < 0.002  # type: ignore[operator]
+
+
+def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_errors() -> None:
+    rng = np.random.default_rng(4)
+    actual = rng.choice(["setosa", "versicolor", "virginica"], 500)
+    said = np.where(rng.random(500) < 0.7, actual, rng.choice(["setosa", "versicolor", "virginica"], 500))
+    out = Outcomes(CLASS)
+    for a, p in zip(actual, said, strict=True):
+        out.add_class(str(a), str(p))
+    got = out.metrics()
+    assert got["accuracy"] == pytest.approx(metrics.accuracy_score(actual, said))
+    assert got["precision"] == pytest.approx(metrics.precision_score(actual, said, average="macro"))
+    assert got["recall"] == pytest.approx(metrics.recall_score(actual, said, average="macro"))
+    assert got["auc"] is None
+    y, guess = rng.normal(size=400), rng.normal(size=400)
+    values = Outcomes(VALUE)
+    for a, p in zip(y, guess, strict=True):
+        values.add_value(float(a), float(p))
+    again = Outcomes.from_dict(values.to_dict()).metrics()
+    assert again["mae"] == pytest.approx(metrics.mean_absolute_error(y, guess))
+    assert again["rmse"] == pytest.approx(np.sqrt(metrics.mean_squared_error(y, guess)))
+
+
+def test_what_an_answer_predicted_is_read_by_the_outputs_roles() -> None:
+    two = Signature(inputs=(), outputs=(TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, 2), role="probabilities")))
+    result = InferenceResult({"label": np.array([0, 1]), "probs": np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)}, classes={"probs": [0, 1]})
+    assert predicted(two, result) == {"kind": CLASS, "predicted": ["0", "1"], "scores": [pytest.approx(0.1), pytest.approx(0.8)], "positive": "1"}
+    value = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1, 1)),))
+    assert predicted(value, InferenceResult({"y": np.array([[1.5], [2.0]], np.float32)})) == {"kind": VALUE, "predicted": [1.5, 2.0]}
+    wide = Signature(inputs=(), outputs=(TensorSpec("emb", "FP32", (-1, 8)),))
+    assert predicted(wide, InferenceResult({"emb": np.zeros((2, 8), np.float32)})) is None
