@@ -48,6 +48,12 @@ CASES = [
     ("GET", "/api/v1/deployments/{name}/cost", None),
     ("POST", "/api/v1/deployments/{name}/promote", {"mirror": "m"}),
     ("POST", "/api/v1/deployments/{name}/feedback", {"request_id": "r", "reward": 1}),
+    ("PUT", "/api/v1/deployments/{name}/baseline", {"inputs": [[5.1, 3.5, 1.4, 0.2]]}),
+    ("GET", "/api/v1/deployments/{name}/baseline", None),
+    ("GET", "/api/v1/deployments/{name}/monitor", None),
+    ("POST", "/api/v1/deployments/{name}/follow", {"registry": "models:/iris@champion", "rollout": "10,100 every 1m gate error_rate<=0.01", "tracking_uri": "http://mlflow.example.com"}),
+    ("GET", "/api/v1/deployments/{name}/follow", None),
+    ("DELETE", "/api/v1/deployments/{name}/follow", None),
     ("POST", "/api/v1/deployments/{name}/labels", {"labels": [{"request_id": "r", "label": "setosa"}]}),
     ("POST", "/api/v1/deployments/{name}/rollout", {"to": "iris:1", "gate": "error_rate<=0.01"}),
     ("GET", "/api/v1/deployments/{name}/rollout", None),
@@ -83,6 +89,7 @@ OWN_TENANT = {
     ("POST", "/api/v1/batch-jobs"),
     ("GET", "/api/v1/optimize-jobs"),  # tests/integration/test_optimize_jobs.py
     ("GET", "/api/v1/batch-schedules"),
+    ("GET", "/api/v1/follows"),  # tests/integration/test_follows_api.py
     ("POST", "/api/v1/batch-schedules"),
     ("GET", "/api/v1/session"),  # the caller's own key: tests/integration/test_console.py
     ("GET", "/metrics"),  # the caller's series only: tests/integration/test_metrics.py
