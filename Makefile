@@ -104,7 +104,7 @@ $(CONSOLE): console/node_modules/.package-lock.json $(CONSOLE_SOURCES)
 
 console: $(CONSOLE)
 
-# The console's pure parts (policy walking, revision diffs) under vitest; its pages are tested
+# The console's pure parts (policy walking, revision diffs, monitoring series) under vitest; its pages are tested
 # in a browser by tests/e2e/test_console.py.
 console-test: console/node_modules/.package-lock.json
 	cd console && npx --no-install vitest run

@@ -1,7 +1,7 @@
 """The web console in a real browser (Debian's Chromium, driven by Playwright) against a real
 `sluice serve --demo`: sign in, see the deployments, watch a canary's statistics appear,
-promote a shadow, try a model, follow a batch job, pause a batch schedule, and another tenant
-sees none of it.
+promote a shadow, try a model, follow a batch job, pause a batch schedule, see a drifted
+feature flagged, and another tenant sees none of it.
 
 One browser for the whole module. Screenshots go to a temporary folder, or to docs/img/
 with SLUICE_SCREENSHOTS=1 (how docs/console.md's pictures are made)."""
@@ -70,7 +70,7 @@ def _operator_key(home: Path, tenant: str, scopes: str) -> str:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     home = tmp_path_factory.mktemp("console-home")
-    env = {**os.environ, "SLUICE_BATCH_INBOX_POLL_S": "0.5"}
+    env = {**os.environ, "SLUICE_BATCH_INBOX_POLL_S": "0.5", "SLUICE_MONITOR_FLUSH_S": "1"}  # each worker's profiles written within a second
     with running_sluice(home, env, "--demo") as (port, admin):
         s = Service(f"http://127.0.0.1:{port}", home, admin)
         # A canary on iris and a shadow beside it, as the rollout guide makes them.
@@ -432,6 +432,42 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     tab.page.evaluate(SHOW)
     tab.page.wait_for_timeout(500)
     assert looks() == before + 1
+
+
+def test_a_drifted_feature_is_flagged_first_in_the_monitoring_section(admin_tab: Tab, service: Service, shots: Path) -> None:
+    import numpy as np
+
+    tab = admin_tab
+    if not tab.page.url.startswith(service.base):  # run alone
+        tab.sign_in(service.admin)
+    service.call("POST", "/api/v1/deployments", json={"name": "iris-watch", "policy": {"kind": "single", "model": "iris", "version": 1}})
+    tab.go("/deployments/iris-watch", "#no-baseline")
+    assert "sluice monitor baseline iris-watch --data" in tab.page.inner_text("#no-baseline")
+    # A baseline through the API, then traffic whose petal_length moved by four standard deviations.
+    def rows(n: int, seed: int, shift: float) -> list[list[float]]:
+        return (np.random.default_rng(seed).normal(scale=0.5, size=(n, 4)) + np.array([5.8, 3.0, 3.7 + shift, 1.2])).round(3).tolist()
+
+    service.call("PUT", "/api/v1/deployments/iris-watch/baseline", json={"inputs": rows(2000, 0, 0.0), "source": "train.csv"})
+    for start in range(0, 1000, 100):
+        service.call("POST", "/api/v1/predictions", json={"deployment": "iris-watch", "inputs": rows(100, 1 + start, 2.0)})
+    deadline = time.monotonic() + 60  # every worker's profiles written (each flushes every second)
+    while (status := service.call("GET", "/api/v1/deployments/iris-watch/monitor"))["windows"][:1] == [] or status["windows"][0]["rows"] < 1000:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert status["verdict"] == "alert"
+    tab.go("/deployments/iris-watch", "#monitor-features")
+    assert tab.page.locator("#monitor-verdict").get_attribute("data-verdict") == "alert"
+    rows_shown = tab.page.locator("#monitor-features tbody tr")
+    first = rows_shown.first
+    assert first.locator("[data-feature]").inner_text() == "petal_length"  # the worst first
+    assert first.locator("[data-verdict]").get_attribute("data-verdict") in ("drift", "out_of_range")
+    assert first.locator("svg.spark circle.over").count() == 1 and first.locator("svg.spark line.threshold").count() == 1
+    sepal = tab.page.locator("#monitor-features tr", has=tab.page.locator("[data-feature=sepal_width]"))
+    assert sepal.locator("[data-verdict]").get_attribute("data-verdict") == "ok"
+    assert sepal.locator("svg.spark circle.under").count() == 1
+    assert "train.csv" in tab.page.inner_text("#monitor-summary")
+    assert "sluice monitor labels iris-watch" in tab.page.inner_text("#no-labels")
+    tab.page.locator("#monitor").screenshot(path=str(shots / "console-monitoring.png"))
 
 
 def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:

@@ -1,5 +1,5 @@
 // Deployments: each policy as a picture (a graph's steps and cases with their figures), its
-// live statistics, its revisions, and the actions the CLI has (promote a mirror, shift a split's weights, pin a version), each confirmed.
+// live statistics, its model monitoring, its revisions, and the actions the CLI has (promote a mirror, shift a split's weights, pin a version), each confirmed.
 import { enc, get, post, put } from "../api";
 import { LiveCharts, type Sample } from "../charts";
 import { h, mount, num, when } from "../dom";
@@ -8,6 +8,7 @@ import type { Figures } from "../nodes";
 import { policySvg } from "../picture";
 import { rateCells } from "../rates";
 import { canonical, diffLines, modelsIn, type Policy } from "../policy";
+import { monitorSection } from "./monitor";
 import { type Decision, rolloutSection } from "./rollout";
 import { banner, confirmAction, fail, poll, pretty, table } from "../ui";
 
@@ -107,7 +108,9 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     refreshStats();
   });
 
+  const monitoring = monitorSection(ctx, name, () => dep.policy);
   const showDeployment = () => {
+    monitoring.refill();
     header.textContent = `revision ${dep.revision} · updated ${when(dep.updated_at)} by ${dep.updated_by}${dep.description ? ` · ${dep.description}` : ""}`;
     drawPolicy();
     mount(picture, drawing, h("details", {}, h("summary", {}, "Policy JSON"), h("pre", {}, pretty(dep.policy))));
@@ -279,9 +282,10 @@ export async function deploymentPage(ctx: Context, name: string): Promise<void> 
     h("section", {}, h("h2", {}, "Actions"), actions),
     rollout.element,
     h("section", {}, h("h2", {}, "Live statistics"), h("div", { class: "controls" }, h("label", {}, "Time range ", rangeSelect), h("label", {}, "Revision ", revisionSelect)), statsBox, charts.element),
+    monitoring.element,
     h("section", {}, h("h2", {}, "Revisions"), historyBox),
   );
   showDeployment();
-  await Promise.all([refreshHistory(), rollout.start()]);
+  await Promise.all([refreshHistory(), rollout.start(), monitoring.start()]);
   ctx.onLeave(poll(refreshStats, POLL_MS));
 }
