@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,12 +86,30 @@ def _platform() -> FunctionPlatform:
     )
 
 
-def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
+def _built_for_real(tmp_path: Path, construct_id: str, name: str, python: str = "3.14") -> PythonLayer:
     """The layer `name` of a stack bundled for real (pip on this machine), under tmp_path/cdk.out."""
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # this test builds for real
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    return _platform().layer(Stack(app, "Layers"), construct_id, name=name, description=name)
+    platform = replace(_platform(), python=python)
+    return platform.layer(Stack(app, "Layers"), construct_id, name=name, description=name)
+
+
+def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
+    stack = Stack(App(context=cdk_context()), "Layers")
+    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel
+    layer = replace(_platform(), python="3.13").monitor_layer(stack)
+    assert layer is not None and layer.name == "monitor"
+    assert read_excludes(LAYERS_DIR / "monitor" / "exclude.txt") == ["numpy", "numpy-*.dist-info", "numpy.libs", "bin"]
+
+
+@pytest.mark.slow
+def test_monitor_layer_really_builds_without_numpy_for_313(tmp_path: Path) -> None:
+    layer = _built_for_real(tmp_path, "Monitor", "monitor", python="3.13")
+    assert layer.unzipped_bytes is not None and layer.unzipped_bytes < 5 * MB
+    site = staged_path(layer.layer) / "python"
+    assert (site / "datasketches").is_dir() and list(site.glob("_datasketches*.so"))
+    assert not (site / "numpy").exists()  # the core layer's numpy is the one imported
 
 
 @pytest.mark.slow
@@ -150,7 +169,7 @@ def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Syn
     (core,) = _layer_ids(api, "sluice core dependencies")
     for handler in ("api", "shadow", "websocket"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton}, handler
-    for handler in ("authorizer", "rollouts"):
+    for handler in ("authorizer", "rollouts", "monitor"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core}, handler
 
     streams = full_app.template("streams")
