@@ -86,13 +86,12 @@ def _platform() -> FunctionPlatform:
     )
 
 
-def _built_for_real(tmp_path: Path, construct_id: str, name: str, python: str = "3.14") -> PythonLayer:
+def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
     """The layer `name` of a stack bundled for real (pip on this machine), under tmp_path/cdk.out."""
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # this test builds for real
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    platform = replace(_platform(), python=python)
-    return platform.layer(Stack(app, "Layers"), construct_id, name=name, description=name)
+    return _platform().layer(Stack(app, "Layers"), construct_id, name=name, description=name)
 
 
 def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
@@ -101,15 +100,6 @@ def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
     layer = replace(_platform(), python="3.13").monitor_layer(stack)
     assert layer is not None and layer.name == "monitor"
     assert read_excludes(LAYERS_DIR / "monitor" / "exclude.txt") == ["numpy", "numpy-*.dist-info", "numpy.libs", "bin"]
-
-
-@pytest.mark.slow
-def test_monitor_layer_really_builds_without_numpy_for_313(tmp_path: Path) -> None:
-    layer = _built_for_real(tmp_path, "Monitor", "monitor", python="3.13")
-    assert layer.unzipped_bytes is not None and layer.unzipped_bytes < 5 * MB
-    site = staged_path(layer.layer) / "python"
-    assert (site / "datasketches").is_dir() and list(site.glob("_datasketches*.so"))
-    assert not (site / "numpy").exists()  # the core layer's numpy is the one imported
 
 
 @pytest.mark.slow
