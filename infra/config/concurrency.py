@@ -43,6 +43,9 @@ class ConcurrencyConfig(Section):
         ge=1,
         description="The rollout controller, invoked once a minute; its looks need no overlap.",
     )
+    monitor: int | None = Field(
+        1, ge=1, description="Model monitoring's scheduled check, invoked once an hour; its runs need no overlap."
+    )
     registry_events: int | None = Field(
         None,
         ge=1,

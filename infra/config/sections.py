@@ -243,6 +243,23 @@ class AlarmsConfig(Section):
         description="Share of graphs' lookup steps whose store failed (throttled, refused, "
         "unreachable), where `graphs.lookups` lists any store.",
     )
+    monitor_deployments: tuple[str, ...] = Field(
+        (),
+        description="Deployments (`tenant/name`) with an alarm on model monitoring's `MonitorAlerts`: "
+        "columns whose verdict was not ok in the hourly window the scheduled check closed.",
+    )
+    monitor_alerts: int = Field(
+        1, ge=1, description="Columns alerting in a monitored deployment's window that raise its alarm."
+    )
+
+    @field_validator("monitor_deployments")
+    @classmethod
+    def _tenant_slash_deployment(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            tenant, slash, name = entry.partition("/")
+            if not (slash and re.fullmatch(TENANT, tenant) and re.fullmatch(TENANT, name)):
+                raise ValueError(f"monitor_deployments entries are tenant/deployment, not {entry!r}")
+        return value
 
     @property
     def wants_topic(self) -> bool:

@@ -55,6 +55,9 @@ CODE_EXCLUDES = [
 
 # The alias API Gateway and the other callers invoke on SnapStart functions.
 LIVE_ALIAS = "live"
+# The runtimes Apache DataSketches publishes wheels for (the monitor layer; none for 3.14).
+MONITOR_PYTHONS = ("3.12", "3.13")
+
 
 def _python_version(runtime: lambda_.Runtime) -> tuple[int, int] | None:
     match = re.fullmatch(r"python(\d+)\.(\d+)", runtime.name)
@@ -150,6 +153,16 @@ class FunctionPlatform:
             name="batch",
             description="sluice batch dependencies",
             bytecode=False,
+        )
+
+    def monitor_layer(self, scope: Construct) -> PythonLayer | None:
+        """Apache DataSketches, for model monitoring (profiles and their checks), where the
+        runtime has its wheels (3.13 and older); None on 3.14, which it publishes none for:
+        those functions profile nothing and the scheduled check reports quality alone."""
+        if self.python not in MONITOR_PYTHONS:
+            return None
+        return self.layer(
+            scope, "MonitorLayer", name="monitor", description="sluice monitoring dependencies"
         )
 
     def code(self) -> lambda_.Code:

@@ -53,6 +53,18 @@ def lookup_metric(name: str) -> cw.Metric:
     return cw.Metric(namespace=METRICS_NAMESPACE, metric_name=name, statistic="Sum", period=FIVE_MINUTES)
 
 
+def monitor_metric(name: str, tenant: str, deployment: str) -> cw.Metric:
+    """Model monitoring's hourly EMF metric of one deployment (sluice.handlers.monitor), its
+    largest value in the hour: the scheduled check writes one a window."""
+    return cw.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map={"service": SERVICE, "tenant": tenant, "deployment": deployment},
+        statistic="Maximum",
+        period=Duration.hours(1),
+    )
+
+
 class Metrics:
     """Five-minute metrics of one deployment of sluice."""
 

@@ -23,6 +23,7 @@ from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionGroup
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.monitor_schedule import MonitorSchedule
 from infra.constructs.precomputed import PrecomputedAnswers
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import (
@@ -59,10 +60,13 @@ class ApiStack(FunctionStack):
         super().__init__(scope, id, **kwargs)
         names, platform, storage = self.names, self.platform, self.storage
         core, triton = platform.core_layer(self), platform.triton_layer(self)
+        # Apache DataSketches where the runtime has it: the functions that predict profile
+        # their traffic, the scheduled check reads the profiles.
+        monitor = [layer for layer in [platform.monitor_layer(self)] if layer is not None]
 
         predicting = Predicting(
             functions=FunctionGroup(
-                platform, [core, triton], environment=preload, snap_start=snap_start
+                platform, [core, triton, *monitor], environment=preload, snap_start=snap_start
             ),
             table=storage.table,
             artifacts=storage.artifacts,
@@ -129,6 +133,14 @@ class ApiStack(FunctionStack):
             table=storage.table,
             endpoints=self.endpoint_lifecycle,
         ).function
+        self.monitor = MonitorSchedule(
+            self,
+            function_name=names.function("monitor"),
+            platform=platform,
+            layers=[core, *monitor],
+            reserved_concurrency=concurrency.monitor,
+            table=storage.table,
+        ).function
         self.registry_events = RegistryEvents(
             self,
             function_name=names.function("registry-events"),
@@ -156,7 +168,7 @@ class ApiStack(FunctionStack):
             key_prefix=names.usage_key_prefix,
         )
         self.websocket = (
-            self._websocket(websocket, [core, triton])
+            self._websocket(websocket, [core, triton, *monitor])
             if websocket is not None
             else None
         )

@@ -4,7 +4,8 @@ app's EMF output.
 
 Per-deployment series come from CloudWatch SEARCH expressions over the `sluice` namespace,
 so a new deployment shows up without redeploying this stack. (Alarms cannot use SEARCH;
-they watch the API, the functions and the state machine instead.)
+they watch the API, the functions and the state machine instead, and model monitoring's
+`MonitorAlerts` of each deployment the config names in `alarms.monitor_deployments`.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from constructs import Construct
 
 from infra.config import AlarmsConfig
 from infra.constructs.grants import state_machine_arn
-from infra.constructs.monitoring import Alarms, Metrics, lookup_metric, percent, search, total
+from infra.constructs.monitoring import (
+    Alarms,
+    Metrics,
+    lookup_metric,
+    monitor_metric,
+    percent,
+    search,
+    total,
+)
 from infra.constructs.stream_pipeline import StreamWatch
 from infra.naming import ResourceNames
 
@@ -115,6 +124,15 @@ class ObservabilityStack(Stack):
         )
         for stream in streams:
             self._stream_alarms(stream, metrics, alarms.stream_error_percent)
+        for entry in alarms.monitor_deployments:
+            tenant, _, deployment = entry.partition("/")
+            add(
+                f"MonitorAlerts-{tenant}--{deployment}",
+                monitor_metric("MonitorAlerts", tenant, deployment),
+                threshold=alarms.monitor_alerts,
+                description=f"Model monitoring: {alarms.monitor_alerts} or more columns of {entry} drifted "
+                "or lost quality in the window the hourly check closed",
+            )
         if lookups:  # graphs' lookup steps read the stores `graphs.lookups` lists
             add(
                 "LookupErrorRate",

@@ -27,6 +27,8 @@ class StreamsStack(FunctionStack):
         names, platform = self.names, self.platform
         # aiohttp too, for deployments on the `triton` runtime (scored as the API scores them).
         layers = [platform.core_layer(self), platform.triton_layer(self)]
+        # Apache DataSketches where the runtime has it: stream scoring profiles its traffic.
+        layers += [layer for layer in [platform.monitor_layer(self)] if layer is not None]
         # The API stack's shadow function and delivery stream, by name.
         mirror = Mirror.named(self, names.function("shadow"))
         capture = CaptureTarget.named(self, names.capture_stream)

@@ -72,7 +72,7 @@ FULL_CONFIG: dict[str, Any] = {
     "websocket": {"enabled": True, "rate_limit": 40, "burst_limit": 80, "connection_rate_limit": "5/second;120 per minute"},
     "batch": {"max_concurrency": 17, "tolerated_failure_percentage": 5},
     "storage": {"outbox_expiry_days": 9, "upload_cors_origins": ["https://app.example.com"]},
-    "alarms": {"emails": ["oncall@example.com"]},
+    "alarms": {"emails": ["oncall@example.com"], "monitor_deployments": ["acme/iris"]},
     "graphs": {
         "functions": [{"tenant": "acme", "arns": list(FUNCTION_STEP_ARNS)}],
         "lookups": [{"tenant": "acme", "tables": list(LOOKUP_TABLES), "feature_groups": list(LOOKUP_FEATURE_GROUPS)}],

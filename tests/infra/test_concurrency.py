@@ -21,6 +21,7 @@ HANDLERS = {
     "batch_execution_ended": ("batch", "sluice.handlers.batch.execution_ended"),
     "batch_on_upload": ("batch", "sluice.handlers.batch.on_upload"),
     "rollouts": ("api", "sluice.handlers.rollouts.handler"),
+    "monitor": ("api", "sluice.handlers.monitor.handler"),
 }
 
 
@@ -45,9 +46,9 @@ def test_reservations_must_leave_the_unreserved_minimum() -> None:
     with pytest.raises(ValidationError, match="at most 400 may be reserved"):
         _config(account_limit=500, api=300, authorizer=100)
     # Exactly the account limit less the minimum is allowed.
-    assert _config(account_limit=1000, api=704).concurrency.total == 900
+    assert _config(account_limit=1000, api=703).concurrency.total == 900
     with pytest.raises(ValidationError, match="adds up to 901"):
-        _config(account_limit=1000, api=705)
+        _config(account_limit=1000, api=704)
 
 
 def test_batch_must_reserve_less_than_the_api() -> None:

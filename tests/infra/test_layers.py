@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,14 @@ def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer
     return _platform().layer(Stack(app, "Layers"), construct_id, name=name, description=name)
 
 
+def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
+    stack = Stack(App(context=cdk_context()), "Layers")
+    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel
+    layer = replace(_platform(), python="3.13").monitor_layer(stack)
+    assert layer is not None and layer.name == "monitor"
+    assert read_excludes(LAYERS_DIR / "monitor" / "exclude.txt") == ["numpy", "numpy-*.dist-info", "numpy.libs", "bin"]
+
+
 @pytest.mark.slow
 def test_core_layer_really_builds_under_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -150,7 +159,7 @@ def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Syn
     (core,) = _layer_ids(api, "sluice core dependencies")
     for handler in ("api", "shadow", "websocket"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton}, handler
-    for handler in ("authorizer", "rollouts"):
+    for handler in ("authorizer", "rollouts", "monitor"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core}, handler
 
     streams = full_app.template("streams")

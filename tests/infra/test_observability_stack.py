@@ -20,6 +20,7 @@ FUNCTIONS = (
     "batch-execution-ended",
     "batch-on-upload",
     "rollouts",
+    "monitor",  # model monitoring's hourly check of the closed window
     "registry-events",  # SageMaker's model package approvals (deployments that follow a registry)
     "websocket",  # the full config turns the WebSocket API on
 )
@@ -58,8 +59,9 @@ def test_alarms_cover_api_functions_and_batch(full_app: Synthesized) -> None:
     template = full_app.template("observability")
     alarms = properties(template, "AWS::CloudWatch::Alarm")
     lookups = 1  # the lookup error rate: the full config lists stores lookup steps read
+    monitored = len(FULL_CONFIG["alarms"]["monitor_deployments"])  # MonitorAlerts, one per deployment named
     # API 5xx and p99, errors and throttles per function, batch failures, precomputed fallback, three per stream.
-    assert len(alarms) == 2 + 2 * (len(FUNCTIONS) + len(STREAMS)) + 1 + 1 + 3 * len(STREAMS) - BROUGHT_QUEUES + lookups
+    assert len(alarms) == 2 + 2 * (len(FUNCTIONS) + len(STREAMS)) + 1 + 1 + 3 * len(STREAMS) - BROUGHT_QUEUES + lookups + monitored
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {

@@ -48,9 +48,15 @@ def _controller_arn(app: Synthesized) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
 
 
+def _schedule(template: Any) -> dict[str, Any]:
+    """The controller's schedule (the API stack's other one is model monitoring's)."""
+    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Name"].endswith("-rollouts")]
+    return schedule
+
+
 def test_eventbridge_scheduler_invokes_the_controller_every_minute(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    (schedule,) = properties(template, "AWS::Scheduler::Schedule")
+    schedule = _schedule(template)
     assert schedule["ScheduleExpression"] == "rate(1 minute)" and schedule["State"] == "ENABLED"
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     target = schedule["Target"]
@@ -64,7 +70,7 @@ def test_eventbridge_scheduler_invokes_the_controller_every_minute(full_app: Syn
 
 def test_the_schedules_role_may_invoke_the_controller_and_nothing_else(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    (schedule,) = properties(template, "AWS::Scheduler::Schedule")
+    schedule = _schedule(template)
     role_id = schedule["Target"]["RoleArn"].rsplit("/", 1)[-1]
     role = template.find_resources("AWS::IAM::Role")[role_id]["Properties"]
     [trust] = role["AssumeRolePolicyDocument"]["Statement"]

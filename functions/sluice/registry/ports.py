@@ -185,6 +185,11 @@ class MonitorRegistry(Protocol):
         ...
 
     def has_baseline(self, tenant: str, deployment: str) -> bool: ...
+    def monitored(self) -> list[tuple[str, str]]:
+        """(tenant, deployment) of every deployment with a baseline, in every tenant (the
+        scheduled check's list; on DynamoDB a scan that reads the keys alone)."""
+        ...
+
 
     # Ground truth: predictions kept by request id, and the labelled ones' counts per window.
     def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:

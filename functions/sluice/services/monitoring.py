@@ -107,6 +107,35 @@ class MonitorService:
                 out[dep.name] = windows[0]
         return out
 
+    def window_before(self, at: float) -> int:
+        """The start of the last window closed at `at`."""
+        return (int(at) // self.settings.monitor_window_s - 1) * self.settings.monitor_window_s
+
+    def closed(self, tenant: str, name: str, *, at: float) -> dict[str, Any] | None:
+        """The last window closed at `at` (the one before the window `at` falls in) of the
+        deployment's current revision, as the scheduled check reports it: the window checked
+        against the baseline (None where this process reads no sketch, or the window had no
+        traffic) and its quality, all variants together (None without labels). None when the
+        deployment or its baseline is gone."""
+        try:
+            dep = self.registry.get_deployment(tenant, name)
+        except NotFound:
+            return None
+        doc = self.registry.get_baseline(tenant, name)
+        if doc is None:
+            return None
+        start = self.window_before(at)
+        checked = None
+        if importlib.util.find_spec("datasketches") is not None:
+            window = Profile()
+            for _, begun, profile in self.registry.read_profiles(tenant, name, dep.revision, since=start):
+                if begun == start:
+                    window.merge(Profile.from_dict(profile))
+            if window.rows:
+                checked = check(Profile.from_dict(doc), window, self.limits)
+        quality = next((q for q in self.quality(tenant, name, dep.revision) if q["window_start"] == start), None)
+        return {"deployment": name, "revision": dep.revision, "window_start": start, "check": checked, "quality": quality}
+
     def drift(self, tenant: str, name: str, revision: int, variant: str) -> float | None:
         """The worst column's drift of one variant's traffic over the whole revision (the rollout
         gate `drift`); None without a baseline, or before the traffic has `min_rows` rows."""

@@ -28,6 +28,15 @@ def test_a_baseline_is_kept_per_tenant_and_deployment_and_replaced_whole(registr
     assert registry.get_baseline(A, "wine") is None
 
 
+def test_monitored_lists_every_tenants_deployments_with_a_baseline(registry: Registry) -> None:
+    assert registry.monitored() == []
+    registry.put_baseline(B, "iris", {"revision": 1, "rows": 0, "columns": {}})
+    registry.put_baseline(A, "wine", {"revision": 1, "rows": 0, "columns": {}})
+    registry.put_baseline(A, "iris", {"revision": 1, "rows": 0, "columns": {}})
+    registry.add_profile(A, "plain", 1, "", 0, {"rows": 0, "columns": {}})  # traffic, no baseline
+    assert registry.monitored() == [(A, "iris"), (A, "wine"), (B, "iris")]
+
+
 def test_profiles_are_appended_and_read_by_revision_and_window(registry: Registry) -> None:
     doc: dict[str, Any] = {"rows": 1, "columns": {}}
     registry.add_profile(A, "iris", 2, "stable", 7200, {**doc, "rows": 2})

@@ -65,6 +65,24 @@ class DynamoMonitor(Part):
         )  # fmt: skip
         return "Item" in found
 
+    def monitored(self) -> list[tuple[str, str]]:
+        """A scan for baseline items that reads their keys alone (what the scheduled check's
+        IAM policy allows); its cost grows with the table: once a window."""
+        found: list[tuple[str, str]] = []
+        params: dict[str, Any] = {
+            "TableName": self.table.name, "FilterExpression": "sk = :b", "ExpressionAttributeValues": {":b": {"S": layout.BASELINE}},
+            "ProjectionExpression": "pk, sk", "Select": "SPECIFIC_ATTRIBUTES",
+        }  # fmt: skip
+        while True:
+            page = self.table.send("scan", **params)
+            for record in page.get("Items", []):
+                tenant, marker, name = record["pk"]["S"].removeprefix("T#").partition("#D#")
+                if marker and "#" not in tenant and name:
+                    found.append((tenant, name))
+            if "LastEvaluatedKey" not in page:
+                return sorted(found)
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     # Ground truth: a kept prediction is an item of the request's partition (as a bandit
     # assignment is); labelled counts are appended to the deployment's, like profiles.
     def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:

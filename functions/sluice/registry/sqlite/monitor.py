@@ -26,6 +26,10 @@ class SqliteMonitor(Part):
         sql = "SELECT 1 FROM monitor_baselines WHERE tenant = ? AND deployment = ?"
         return self.db.conn().execute(sql, (tenant, deployment)).fetchone() is not None
 
+    def monitored(self) -> list[tuple[str, str]]:
+        rows = self.db.conn().execute("SELECT tenant, deployment FROM monitor_baselines ORDER BY tenant, deployment").fetchall()
+        return [(str(r[0]), str(r[1])) for r in rows]
+
     def add_profile(self, tenant: str, deployment: str, revision: int, variant: str, window: int, profile: dict[str, Any]) -> None:
         with self.db.tx() as db:
             db.execute(

@@ -1,0 +1,73 @@
+"""Model monitoring's scheduled check on AWS: EventBridge Scheduler invokes it past every hour
+with the time it was scheduled for, through a role that may invoke it alone; the function may
+read the tenant partitions and scan the keys, and write nothing; the observability stack has
+an alarm on `MonitorAlerts` for each deployment the config names."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from infra.config import SluiceConfig
+from infra.constructs.registry_access import READ
+from pydantic import ValidationError
+
+from tests.infra.synth import (
+    ACCOUNT,
+    FULL_CONFIG,
+    REGION,
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    properties,
+    role_of,
+)
+
+HANDLER = "sluice.handlers.monitor.handler"
+
+
+def _function(app: Synthesized) -> tuple[str, dict[str, Any]]:
+    _, function = function_by_handler(app.template("api"), HANDLER)
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}", function
+
+
+def test_the_schedule_invokes_the_check_past_every_hour_with_its_time(full_app: Synthesized) -> None:
+    template = full_app.resolved("api")
+    arn, _ = _function(full_app)
+    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == arn]
+    assert schedule["ScheduleExpression"] == "cron(5 * * * ? *)" and schedule["ScheduleExpressionTimezone"] == "UTC"
+    assert json.loads(schedule["Target"]["Input"]) == {"time": "<aws.scheduler.scheduled-time>"}
+    role_id = schedule["Target"]["RoleArn"].rsplit("/", 1)[-1]
+    assert policy_statements_of_role(template, role_id) == [{"Action": "lambda:InvokeFunction", "Effect": "Allow", "Resource": arn}]
+
+
+def test_the_check_reads_tenant_partitions_and_scans_keys_alone(full_app: Synthesized) -> None:
+    template = full_app.resolved("api")
+    _, function = _function(full_app)
+    statements = policy_statements_of_role(template, role_of(function))
+    dynamodb = [s for s in statements if any(a.startswith("dynamodb:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
+    assert len(dynamodb) == 2
+    read, scan = sorted(dynamodb, key=lambda s: s["Action"] == "dynamodb:Scan")
+    assert sorted(read["Action"]) == sorted(READ)  # no write, no delete
+    assert read["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["T#*"]}}
+    assert scan["Action"] == "dynamodb:Scan"
+    assert scan["Condition"] == {
+        "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+        "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk"]},
+    }
+
+
+def test_an_alarm_on_monitor_alerts_per_configured_deployment(full_app: Synthesized) -> None:
+    alarms = [a for a in properties(full_app.template("observability"), "AWS::CloudWatch::Alarm") if a.get("MetricName") == "MonitorAlerts"]
+    assert len(alarms) == len(FULL_CONFIG["alarms"]["monitor_deployments"]) == 1
+    (alarm,) = alarms
+    assert alarm["Namespace"] == "sluice" and alarm["Statistic"] == "Maximum" and alarm["Period"] == 3600
+    assert sorted((d["Name"], d["Value"]) for d in alarm["Dimensions"]) == [("deployment", "iris"), ("service", "sluice"), ("tenant", "acme")]
+    assert alarm["Threshold"] == 1 and alarm["TreatMissingData"] == "notBreaching" and alarm["AlarmActions"]
+
+
+@pytest.mark.parametrize("entry", ["iris", "acme/", "acme/iris/2", "Acme/iris"])
+def test_monitor_deployments_are_tenant_slash_deployment(entry: str) -> None:
+    with pytest.raises(ValidationError, match="tenant/deployment"):
+        SluiceConfig.model_validate({**FULL_CONFIG, "alarms": {"monitor_deployments": [entry]}})
