@@ -47,9 +47,7 @@ class ConcurrencyConfig(Section):
         1, ge=1, description="Model monitoring's scheduled check, invoked once an hour; its runs need no overlap."
     )
     registry_events: int | None = Field(
-        None,
-        ge=1,
-        description="The function that pushes approved SageMaker model packages; none reserved by default.",
+        2, ge=1, description="The function that pushes approved SageMaker model packages: approvals are rare, one at a time is enough."
     )
 
     def reserved(self, purpose: str) -> int | None:

@@ -18,6 +18,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -92,11 +93,24 @@ class RegistryEvents:
                 f"A model package's model data is wherever its training put it: the function reads objects "
                 f"in {bucket}, named in the config as holding model data, and writes nothing there.",
             )
-        # What EventBridge could not deliver lands in a queue of its own: EventBridge cannot send
-        # to a queue under the AWS-managed KMS key the function's dead-letter queue has, so this
-        # one is encrypted by SQS itself.
+        # What EventBridge could not deliver lands in a queue of its own, under a key of its own:
+        # EventBridge cannot send to a queue under the AWS-managed KMS key the functions'
+        # dead-letter queues have (its key policy names no service), so this key lets EventBridge
+        # use it and nothing else (the queue's policy, which the target adds, admits this rule alone).
+        key = kms.Key(
+            scope, "ModelPackageApprovalsKey", enable_key_rotation=True,
+            description="Encrypts the SageMaker model package approvals EventBridge could not deliver to sluice",
+        )  # fmt: skip
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=["*"],  # in a key policy, "*" is this key
+                conditions={"StringEquals": {"aws:SourceAccount": Stack.of(scope).account}},
+            )
+        )
         self.undelivered = sqs.Queue(
-            scope, "ModelPackageApprovalsUndelivered", encryption=sqs.QueueEncryption.SQS_MANAGED,
+            scope, "ModelPackageApprovalsUndelivered", encryption=sqs.QueueEncryption.KMS, encryption_master_key=key,
             enforce_ssl=True, retention_period=Duration.days(14),
         )  # fmt: skip
         for rule in ("Serverless-SQSRedrivePolicy", "AwsSolutions-SQS3"):

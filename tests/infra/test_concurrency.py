@@ -22,6 +22,7 @@ HANDLERS = {
     "batch_on_upload": ("batch", "sluice.handlers.batch.on_upload"),
     "rollouts": ("api", "sluice.handlers.rollouts.handler"),
     "monitor": ("api", "sluice.handlers.monitor.handler"),
+    "registry_events": ("api", "sluice.handlers.registry_events.handler"),
 }
 
 
@@ -46,9 +47,9 @@ def test_reservations_must_leave_the_unreserved_minimum() -> None:
     with pytest.raises(ValidationError, match="at most 400 may be reserved"):
         _config(account_limit=500, api=300, authorizer=100)
     # Exactly the account limit less the minimum is allowed.
-    assert _config(account_limit=1000, api=703).concurrency.total == 900
+    assert _config(account_limit=1000, api=701).concurrency.total == 900
     with pytest.raises(ValidationError, match="adds up to 901"):
-        _config(account_limit=1000, api=704)
+        _config(account_limit=1000, api=702)
 
 
 def test_batch_must_reserve_less_than_the_api() -> None:

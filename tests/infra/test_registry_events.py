@@ -46,10 +46,15 @@ def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app
     [target] = rules[0]["Targets"]
     assert function["FunctionName"] in str(target["Arn"])
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 3600}
-    # What EventBridge could not deliver: a queue it can send to (SQS's own encryption, not aws/sqs).
+    # What EventBridge could not deliver: a queue under a key of its own, which EventBridge may
+    # use (the AWS-managed aws/sqs key's policy names no service), rotated.
     queue_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
     queue = template.find_resources("AWS::SQS::Queue")[queue_id]["Properties"]
-    assert queue["SqsManagedSseEnabled"] is True and "KmsMasterKeyId" not in queue
+    key_id = queue["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = template.find_resources("AWS::KMS::Key")[key_id]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    (events_use,) = [s for s in key["KeyPolicy"]["Statement"] if s["Principal"] == {"Service": "events.amazonaws.com"}]
+    assert set(events_use["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
 
 
 def test_the_function_may_describe_model_packages_and_read_model_data_only(full_app: Synthesized) -> None:
