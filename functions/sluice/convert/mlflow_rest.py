@@ -119,39 +119,25 @@ class MlflowRest:
             call("POST", f"{API}/model-versions/set-tag", {"name": name, "version": str(version), "key": key, "value": value})
 
     # Calls ------------------------------------------------------------------------------
-    def _caller(self, follow: Follow) -> Callable[..., dict[str, Any]]:
+    def _caller(self, follow: Follow) -> _Calls:
         """One binding's calls: its server checked, its tenant's credentials read once."""
         from sluice.domain.origins import check_origin
 
         server = check_origin(follow.tracking_uri or "", self.allowed, field="tracking_uri")
-        credentials = self.credentials(follow.tenant)
+        return _Calls(self, server, self.credentials(follow.tenant))
 
-        def call(method: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
-            body = _request(self, server, method, path, params, credentials, MAX_MLMODEL_BYTES)
-            try:
-                answer = json.loads(body)
-            except ValueError:
-                raise Unavailable(f"MLflow at {server.url()} answered {path} with something other than JSON", field="tracking_uri") from None
-            return answer if isinstance(answer, dict) else {}
-
-        call.server = server  # type: ignore[attr-defined]
-        call.credentials = credentials  # type: ignore[attr-defined]
-        return call
-
-    def _reader(self, follow: Follow, where: str, call: Any) -> Callable[[str, int], bytes]:
+    def _reader(self, follow: Follow, where: str, call: _Calls) -> Callable[[str, int], bytes]:
         """Reads a file of the model version's artifacts at `where`, at most `limit` bytes."""
-        parts = urlsplit(where)
-        server: Origin = call.server
+        parts, server = urlsplit(where), call.server
         if parts.scheme == "mlflow-artifacts":
             if parts.netloc and parts.netloc.rpartition("@")[2] not in (server.netloc, server.host):
-                raise Forbidden(f"{follow.source}'s artifacts are on another server ({parts.netloc}): sluice reads them through {server.url()} alone", field="tracking_uri")
+                raise Forbidden(
+                    f"{follow.source}'s artifacts are on another server ({parts.netloc}): sluice reads them through "
+                    f"{server.url()} alone",
+                    field="tracking_uri",
+                )
             base = parts.path.strip("/")
-
-            def proxied(name: str, limit: int) -> bytes:
-                path = f"{ARTIFACTS}/{quote(f'{base}/{name}'.strip('/'))}"
-                return _request(self, server, "GET", path, {}, call.credentials, limit)
-
-            return proxied
+            return lambda name, limit: call.raw(f"{ARTIFACTS}/{quote(f'{base}/{name}'.strip('/'))}", limit)
         if parts.scheme == "s3" and self.s3 is not None:
             return lambda name, limit: self._from_s3(parts.netloc, f"{parts.path.strip('/')}/{name}".strip("/"), limit)
         raise Unprocessable(
@@ -174,33 +160,48 @@ class MlflowRest:
         return bytes(got["Body"].read())
 
 
-def _request(rest: MlflowRest, server: Origin, method: str, path: str, params: dict[str, Any], credentials: Credentials | None, limit: int) -> bytes:
-    url, data = f"{server.url()}{path}", None
-    if method == "GET" and params:
-        url += "?" + urlencode(params)
-    elif method != "GET":
-        data = json.dumps(params).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"Accept": "application/json"})
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    if credentials is not None:
-        request.add_unredirected_header("Authorization", credentials.authorization())
-    shown = f"MLflow at {server.url()}"
+class _Calls:
+    """Calls to one checked server, with one tenant's credentials (or none)."""
 
-    def scrub(text: str) -> str:
-        return credentials.scrub(text) if credentials is not None else text
+    def __init__(self, rest: MlflowRest, server: Origin, credentials: Credentials | None) -> None:
+        self.rest, self.server, self.credentials = rest, server, credentials
 
-    try:
-        with _OPENER.open(request, timeout=rest.timeout_s) as answer:
-            body = answer.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        raise _refusal(exc, shown, path, scrub) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", None) or type(exc).__name__
-        raise Unavailable(scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri") from None
-    if len(body) > limit:
-        raise Unprocessable(f"{shown}: {path} is larger than {limit} bytes: {CONVERT}", field="file")
-    return bytes(body)
+    def __call__(self, method: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A registry call: its JSON answer."""
+        body = self.raw(path, MAX_MLMODEL_BYTES, method=method, params=params)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise Unavailable(f"MLflow at {self.server.url()} answered {path} with something other than JSON", field="tracking_uri") from None
+        return answer if isinstance(answer, dict) else {}
+
+    def raw(self, path: str, limit: int, *, method: str = "GET", params: dict[str, Any] | None = None) -> bytes:
+        """The answer's body, at most `limit` bytes."""
+        url, data = f"{self.server.url()}{path}", None
+        if method == "GET" and params:
+            url += "?" + urlencode(params)
+        elif method != "GET":
+            data = json.dumps(params or {}).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Accept": "application/json"})
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.credentials is not None:
+            request.add_unredirected_header("Authorization", self.credentials.authorization())
+        shown = f"MLflow at {self.server.url()}"
+        try:
+            with _OPENER.open(request, timeout=self.rest.timeout_s) as answer:
+                body = answer.read(limit + 1)
+        except urllib.error.HTTPError as exc:
+            raise _refusal(exc, shown, path, self.scrub) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise Unavailable(self.scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri") from None
+        if len(body) > limit:
+            raise Unprocessable(f"{shown}: {path} is larger than {limit} bytes: {CONVERT}", field="file")
+        return bytes(body)
+
+    def scrub(self, text: str) -> str:
+        return self.credentials.scrub(text) if self.credentials is not None else text
 
 
 def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable[[str], str]) -> SluiceError:
