@@ -7,24 +7,33 @@ The function may describe the account's model packages (no other SageMaker call)
 objects of the buckets named as holding their model data (`api.model_data_buckets`; none by
 default), write models and versions into the store, and read and write the registry's tenant
 partitions; its scan of who follows what reads the keys and `watch` of each item alone.
+
+EventBridge Scheduler invokes the same function every `api.follow_poll_minutes` with
+`{"poll": "follows"}`: it polls the MLflow registries deployments follow over MLflow's REST API
+(the servers `api.mlflow_tracking_servers` names alone) with each tenant's credentials from its
+Secrets Manager secret (`api.mlflow_credentials`: GetSecretValue on those secrets, no other).
+One function for both, since both need the same grants (registry, store, model data buckets);
+the schedule's role may invoke it and nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 
-from aws_cdk import Duration, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import grant_objects
+from infra.constructs.grants import grant_objects, scheduler_principal
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import READ, WRITE, grant_registry
 from infra.nag import acknowledge, wildcard_resource
@@ -49,6 +58,9 @@ class RegistryEvents:
         table: dynamodb.ITableV2,
         artifacts: s3.IBucket,
         model_data_buckets: Sequence[str],
+        poll_every_minutes: int = 0,
+        mlflow_servers: Sequence[str] = (),
+        mlflow_credentials: Mapping[str, str] | None = None,
     ) -> None:
         self.function = fn = SluiceFunction(
             scope,
@@ -135,3 +147,62 @@ class RegistryEvents:
                 )
             ],
         )
+        self.environment = mlflow_environment(mlflow_servers, mlflow_credentials or {})
+        for variable, value in self.environment.items():
+            fn.function.add_environment(variable, value)
+        for secret in secret_arns(scope, mlflow_credentials or {}):
+            # A secret's ARN ends in six random characters after its name: `-??????` matches them alone.
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secret]))
+        self.schedule = self._schedule(scope, function_name, fn, poll_every_minutes) if poll_every_minutes else None
+
+    @staticmethod
+    def _schedule(scope: Construct, name: str, fn: SluiceFunction, minutes: int) -> scheduler.CfnSchedule:
+        """EventBridge Scheduler invokes the function every `minutes` (asynchronously: a failed
+        poll lands in the function's dead-letter queue after Lambda's retries), with a role that
+        may invoke that function alone; no retry of a delivery, as for the rollout controller:
+        the next poll comes anyway."""
+        role = iam.Role(
+            scope, "FollowPollSchedulerRole", description="EventBridge Scheduler invokes the sluice follow poll",
+            assumed_by=scheduler_principal(scope),
+        )  # fmt: skip
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[fn.invocable.function_arn]))
+        return scheduler.CfnSchedule(
+            scope,
+            "FollowPollSchedule",
+            name=f"{name}-poll",
+            description="Polls the MLflow registries deployments follow, and records ended rollouts",
+            schedule_expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})",
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            state="ENABLED",
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=fn.invocable.function_arn,
+                role_arn=role.role_arn,
+                input=json.dumps({"poll": "follows"}),
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_retry_attempts=0, maximum_event_age_in_seconds=min(60 * minutes, 86400)
+                ),
+            ),
+        )
+
+
+def mlflow_environment(servers: Sequence[str], credentials: Mapping[str, str]) -> dict[str, str]:
+    """What the functions that read or check follow bindings are told of MLflow on AWS: the
+    servers they may call and, for the poll, each tenant's secret."""
+    out = {}
+    if servers:
+        out["SLUICE_MLFLOW_TRACKING_SERVERS"] = json.dumps(list(servers), separators=(",", ":"))
+    if credentials:
+        out["SLUICE_MLFLOW_CREDENTIALS_SECRETS"] = json.dumps(dict(sorted(credentials.items())), separators=(",", ":"))
+    return out
+
+
+def secret_arns(scope: Construct, credentials: Mapping[str, str]) -> list[str]:
+    """The ARN of each secret named, as GetSecretValue's resource: a full ARN as it is, a name
+    as this account's and region's secret of that name (with any suffix of six characters)."""
+    stack = Stack.of(scope)
+    return sorted({
+        secret if secret.startswith("arn:") else stack.format_arn(
+            service="secretsmanager", resource="secret", resource_name=f"{secret}-??????", arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        for secret in credentials.values()
+    })  # fmt: skip

@@ -33,7 +33,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
-from infra.constructs.registry_events import RegistryEvents
+from infra.constructs.registry_events import RegistryEvents, mlflow_environment
 from infra.constructs.rest_api import DEFAULT_PLAN, RestApi
 from infra.constructs.rollouts import RolloutController
 from infra.constructs.websocket_api import WebSocketApi
@@ -150,7 +150,13 @@ class ApiStack(FunctionStack):
             table=storage.table,
             artifacts=storage.artifacts,
             model_data_buckets=api.model_data_buckets,
+            poll_every_minutes=api.follow_poll_minutes,
+            mlflow_servers=api.mlflow_tracking_servers,
+            mlflow_credentials=api.mlflow_credentials,
         )
+        # The API checks a new binding's tracking server against the same list (no credentials).
+        for variable, value in mlflow_environment(api.mlflow_tracking_servers, {}).items():
+            self.api_function.function.add_environment(variable, value)
         self.rest_api = RestApi(
             self,
             rest_api_name=names.rest_api,

@@ -51,11 +51,17 @@ FUNCTION_STEP_ARNS = (
 LOOKUP_TABLES = ("acme-customers", "acme-merchants")
 LOOKUP_FEATURE_GROUPS = ("Acme-Customer-Features",)
 
+# A tenant's MLflow credentials named by their full ARN (the other tenant's by name).
+MLFLOW_SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mlflow/beta-AbCdEf"
+
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
     "tags": {"owner": "ml-platform"},
     "api": {
         "model_data_buckets": ["acme-model-data"],
+        "follow_poll_minutes": 2,
+        "mlflow_tracking_servers": ["https://mlflow.example.com"],
+        "mlflow_credentials": {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN},
         "rate_limit": 300,
         "burst_limit": 600,
         "prediction_cache_shared": True,

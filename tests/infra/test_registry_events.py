@@ -4,12 +4,14 @@ packages and read the configured model data buckets, and nothing else of SageMak
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from infra.naming import STORE_PREFIX
 
 from tests.infra.synth import (
     ACCOUNT,
+    MLFLOW_SECRET_ARN,
     REGION,
     Synthesized,
     function_by_handler,
@@ -19,6 +21,7 @@ from tests.infra.synth import (
 )
 
 HANDLER = "sluice.handlers.registry_events.handler"
+API_HANDLER = "sluice.handlers.api.handler"
 
 
 def _statements(app: Synthesized) -> list[dict[str, Any]]:
@@ -72,3 +75,49 @@ def test_the_function_may_describe_model_packages_and_read_model_data_only(full_
     }  # fmt: skip
     others = {r for r in objects if r != "arn:aws:s3:::acme-model-data/*"}
     assert len(others) == 1 and str(others.pop()).endswith(f"/{STORE_PREFIX}*")
+
+
+# MLflow followed on AWS: the same function polls on a schedule ------------------------------
+def _function_arn(app: Synthesized) -> str:
+    _, function = function_by_handler(app.template("api"), HANDLER)
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
+
+
+def test_a_schedule_invokes_the_function_to_poll_with_a_role_that_may_do_nothing_else(full_app: Synthesized) -> None:
+    template = full_app.resolved("api")
+    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == _function_arn(full_app)]
+    assert schedule["ScheduleExpression"] == "rate(2 minutes)" and schedule["State"] == "ENABLED"
+    assert json.loads(schedule["Target"]["Input"]) == {"poll": "follows"}
+    assert schedule["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 120}
+    role_id = schedule["Target"]["RoleArn"].rsplit("/", 1)[-1]
+    [trust] = template.find_resources("AWS::IAM::Role")[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert policy_statements_of_role(template, role_id) == [
+        {"Action": "lambda:InvokeFunction", "Effect": "Allow", "Resource": _function_arn(full_app)}
+    ]
+
+
+def test_the_function_may_read_the_configured_mlflow_secrets_and_no_other(full_app: Synthesized) -> None:
+    secrets = [s for s in _statements(full_app) if any(a.startswith("secretsmanager:") for a in _actions(s))]
+    assert all(_actions(s) == ["secretsmanager:GetSecretValue"] for s in secrets)
+    resources = sorted(r for s in secrets for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]))
+    # A secret named: its ARN with any six-character suffix (what Secrets Manager appends); one given by ARN: that ARN.
+    assert resources == [f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mlflow/acme-??????", MLFLOW_SECRET_ARN]
+    # No other function may read them.
+    template = full_app.resolved("api")
+    readers = [
+        p for p in properties(template, "AWS::IAM::Policy")
+        if any("secretsmanager:GetSecretValue" in _actions(s) for s in p["PolicyDocument"]["Statement"])
+    ]  # fmt: skip
+    assert len(readers) == 1
+
+
+def test_the_poll_is_told_the_servers_and_secrets_and_the_api_the_servers_alone(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    _, function = function_by_handler(template, HANDLER)
+    variables = function["Environment"]["Variables"]
+    assert json.loads(variables["SLUICE_MLFLOW_TRACKING_SERVERS"]) == ["https://mlflow.example.com"]
+    assert json.loads(variables["SLUICE_MLFLOW_CREDENTIALS_SECRETS"]) == {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN}
+    _, api = function_by_handler(template, API_HANDLER)
+    assert json.loads(api["Environment"]["Variables"]["SLUICE_MLFLOW_TRACKING_SERVERS"]) == ["https://mlflow.example.com"]
+    assert "SLUICE_MLFLOW_CREDENTIALS_SECRETS" not in api["Environment"]["Variables"]

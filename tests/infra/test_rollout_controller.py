@@ -48,15 +48,16 @@ def _controller_arn(app: Synthesized) -> str:
     return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
 
 
-def _schedule(template: Any) -> dict[str, Any]:
-    """The controller's schedule (the API stack's other one is model monitoring's)."""
-    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Name"].endswith("-rollouts")]
+def _schedule(app: Synthesized) -> dict[str, Any]:
+    """The one schedule that invokes the controller (the stack has others, for other functions)."""
+    template = app.resolved("api")
+    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == _controller_arn(app)]
     return schedule
 
 
 def test_eventbridge_scheduler_invokes_the_controller_every_minute(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    schedule = _schedule(template)
+    schedule = _schedule(full_app)
     assert schedule["ScheduleExpression"] == "rate(1 minute)" and schedule["State"] == "ENABLED"
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     target = schedule["Target"]
@@ -70,7 +71,7 @@ def test_eventbridge_scheduler_invokes_the_controller_every_minute(full_app: Syn
 
 def test_the_schedules_role_may_invoke_the_controller_and_nothing_else(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    schedule = _schedule(template)
+    schedule = _schedule(full_app)
     role_id = schedule["Target"]["RoleArn"].rsplit("/", 1)[-1]
     role = template.find_resources("AWS::IAM::Role")[role_id]["Properties"]
     [trust] = role["AssumeRolePolicyDocument"]["Statement"]

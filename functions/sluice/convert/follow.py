@@ -4,8 +4,9 @@ push it into the binding's model, start the binding's rollout on its deployment,
 each outcome, with its reason, on the binding (`sluice.services.follows`).
 
 - MLflow: `poll_once` asks the tracking server where each followed alias (or `latest`) points
-  now, with MLflow's own client; `sluice registries poll` runs it once, `sluice serve` on a
-  thread (`registry_poll_s`).
+  now, through an `MlflowSource`: MLflow's own client on the user's machine (`sluice registries
+  poll` once, `sluice serve` on a thread, `follow_poll_s`), MLflow's REST API on AWS
+  (`sluice.convert.mlflow_rest`, the registry event function on a schedule).
 - SageMaker Model Registry: `on_package_event` takes EventBridge's Model Package State Change
   event (`sluice.handlers.registry_events` on AWS): an Approved package of a followed group is
   pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import SluiceError
 from sluice.domain.follows import FollowEvent, PackageStateChange
@@ -36,11 +37,50 @@ logger = logging.getLogger(__name__)
 APPROVED, REJECTED = "Approved", "Rejected"
 
 
+class MlflowSource(Protocol):
+    """Where a binding's MLflow registry is read: the version its alias (or `latest`) names
+    now, that version's model as ONNX, and tags set on it."""
+
+    def current_version(self, follow: Follow) -> int: ...
+
+    def pull(self, follow: Follow, version: int, tmp: Path) -> Pulled: ...
+
+    def set_tags(self, follow: Follow, version: int, tags: dict[str, str]) -> None: ...
+
+
+class MlflowClientSource:
+    """MLflow's own client (`sluice[mlflow]`), with the tracking URI's credentials from
+    MLflow's environment variables; any flavor the converters take is converted."""
+
+    def current_version(self, follow: Follow) -> int:
+        from sluice.convert.mlflow_models import current_version
+
+        return current_version(follow.source, follow.tracking_uri or "")[0]
+
+    def pull(self, follow: Follow, version: int, tmp: Path) -> Pulled:
+        from dataclasses import replace
+
+        from sluice.convert.registry_pull import from_mlflow
+
+        source = follow.parsed_source()
+        pulled = from_mlflow(f"models:/{source.name}/{version}", follow.tracking_uri, tmp)
+        return replace(pulled, source={**pulled.source, "uri": follow.source, "alias": source.alias})
+
+    def set_tags(self, follow: Follow, version: int, tags: dict[str, str]) -> None:
+        from sluice.convert.mlflow_models import set_tags
+
+        set_tags(follow.tracking_uri or "", follow.parsed_source().name, version, tags)
+
+
 class Follower:
-    def __init__(self, follows: FollowService, models: ModelService, *, clients: AwsClients | None = None) -> None:
+    def __init__(
+        self, follows: FollowService, models: ModelService, *, clients: AwsClients | None = None,
+        mlflow: MlflowSource | None = None,
+    ) -> None:  # fmt: skip
         self.follows = follows
         self.models = models
         self._clients = clients
+        self.mlflow: MlflowSource = mlflow or MlflowClientSource()
 
     @property
     def clients(self) -> AwsClients:
@@ -67,26 +107,14 @@ class Follower:
         return done
 
     def _poll(self, follow: Follow) -> str:
-        from sluice.convert.mlflow_models import current_version
+        from sluice.convert.mlflow_models import without_credentials
 
-        version, _ = current_version(follow.source, follow.tracking_uri or "")
+        version = self.mlflow.current_version(follow)
         if str(version) == follow.seen:
             return follow.state
         name = follow.parsed_source().name
-        from sluice.convert.mlflow_models import without_credentials
-
         match = {"registry": "mlflow", "name": name, "version": version, "tracking_uri": without_credentials(follow.tracking_uri or "")}
-
-        def pull(tmp: Path) -> Pulled:
-            from dataclasses import replace
-
-            from sluice.convert.registry_pull import from_mlflow
-
-            pulled = from_mlflow(f"models:/{name}/{version}", follow.tracking_uri, tmp)
-            source = {**pulled.source, "uri": follow.source, "alias": follow.parsed_source().alias}
-            return replace(pulled, source=source)
-
-        return self.take(follow, str(version), pull, match)
+        return self.take(follow, str(version), lambda tmp: self.mlflow.pull(follow, version, tmp), match)
 
     # SageMaker Model Registry -------------------------------------------------------------
     def on_package_event(self, event: dict[str, Any]) -> dict[str, str]:
@@ -186,11 +214,9 @@ class Follower:
 
     def _tag_back(self, follow: Follow, match: dict[str, Any], revision: int) -> str:
         """MLflow's model version tagged with what serves it; a failure is said, not raised."""
-        from sluice.convert.mlflow_models import set_tags
-
         tags = {"sluice.deployment": follow.deployment, "sluice.revision": str(revision)}
         try:
-            set_tags(follow.tracking_uri or "", str(match["name"]), int(match["version"]), tags)
+            self.mlflow.set_tags(follow, int(match["version"]), tags)
         except SluiceError as exc:
             return f"; tagging back failed: {exc.message}"
         return f"; tagged {match['name']} version {match['version']} in MLflow"

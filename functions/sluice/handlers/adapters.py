@@ -39,10 +39,22 @@ def rollout_controller(container: Container) -> RolloutService:
 
 def follower(container: Container) -> Follower:
     """What the registry event handler runs: the container's follow bindings, with the
-    process's clients to read model packages and their model data."""
+    process's clients to read model packages and their model data, and MLflow read over its
+    REST API (MLflow's client is in no Lambda layer): the servers `mlflow_tracking_servers`
+    admits alone, with each tenant's credentials from its Secrets Manager secret."""
     from sluice.convert.follow import Follower
+    from sluice.convert.mlflow_credentials import SecretCredentials
+    from sluice.convert.mlflow_rest import MlflowRest
 
-    return Follower(container.follows, container.models, clients=clients(container.settings))
+    settings = container.settings
+    aws = clients(settings)
+    region = settings.adapters.region
+    mlflow = MlflowRest(
+        allowed=settings.follows.mlflow_allowlist,
+        credentials=SecretCredentials(settings.follows.mlflow_credentials_secrets, lambda: aws.client("secretsmanager", region=region)),
+        s3=lambda: aws.client("s3", region=region),
+    )
+    return Follower(container.follows, container.models, clients=aws, mlflow=mlflow)
 
 
 def stream_sink(settings: Settings, destination: Destination) -> Sink:

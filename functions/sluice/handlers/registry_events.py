@@ -6,6 +6,12 @@ recorded as such on the binding) and its rollout started; a Rejected one is reco
 rollout of it aborted if one runs. EventBridge may deliver an event more than once: a binding
 takes a version once (its claim is a conditional write), so a second delivery does nothing.
 
+A schedule invokes the same function with `{"poll": "follows"}`: every binding is looked at
+(`Follower.poll_once`), each rollout a binding started that ended is recorded, and each MLflow
+alias (or `latest`) that moved is pushed and rolled out: MLflow read over its REST API
+(`sluice.convert.mlflow_rest`), an `onnx` flavor taken as it is, any other recorded as
+`conversion_failed` (there are no converters here).
+
 The function reads the package (DescribeModelPackage, on the account's package groups) and its
 model data (S3 GetObject), and writes the bound tenants' models, versions and deployments."""
 
@@ -20,6 +26,7 @@ if TYPE_CHECKING:
     from sluice.convert.follow import Follower
 
 logger = get_logger()
+POLL = "follows"  # the schedule's input: {"poll": "follows"}
 
 
 @lru_cache(maxsize=1)
@@ -32,6 +39,10 @@ def follower() -> Follower:
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    if event.get("poll") == POLL:
+        done = follower().poll_once()
+        logger.info("follow bindings polled", extra={"bindings": done})
+        return {"bindings": done}
     done = follower().on_package_event(event)
     logger.info("package state change", extra={"bindings": done})
     return {"bindings": done}

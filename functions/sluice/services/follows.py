@@ -26,6 +26,7 @@ from sluice.domain.follows import Follow, FollowEvent, parse_plan, parse_source,
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.domain.origins import Allowed
     from sluice.registry import Registry
     from sluice.services.rollouts import RolloutService
 
@@ -39,10 +40,15 @@ def acting_for(follow: Follow) -> Principal:
 
 
 class FollowService:
-    def __init__(self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time,
+        tracking_servers: tuple[Allowed, ...] | None = None,
+    ) -> None:  # fmt: skip
         self.registry = registry
         self.rollouts = rollouts
         self.clock = clock
+        # On AWS, the MLflow servers the scheduled poll may call: a binding to another is refused.
+        self.tracking_servers = tracking_servers
 
     # Commands -------------------------------------------------------------------------
     def follow(
@@ -54,6 +60,10 @@ class FollowService:
         plan = parse_plan(rollout)
         if parsed.registry == "mlflow":
             tracking_uri = _tracking(tracking_uri)
+            if self.tracking_servers is not None:
+                from sluice.domain.origins import check_origin
+
+                check_origin(tracking_uri, self.tracking_servers, field="tracking_uri")
         elif tracking_uri:
             raise InvalidRequest("a tracking URI is for MLflow; SageMaker Model Registry is reached by the ARN", field="tracking_uri")
         if tag_back and parsed.registry != "mlflow":

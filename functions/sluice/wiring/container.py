@@ -253,7 +253,8 @@ class Container:
         """Follow bindings: made, shown, removed, and what became of each version recorded."""
         from sluice.services.follows import FollowService
 
-        return FollowService(self.registry, self.rollouts)
+        servers = self.settings.follows.mlflow_allowlist if self.settings.mode == "aws" else None
+        return FollowService(self.registry, self.rollouts, tracking_servers=servers)
 
     @cached_property
     def follower(self) -> Follower:

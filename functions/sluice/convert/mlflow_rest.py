@@ -1,0 +1,247 @@
+"""MLflow's model registry over its REST API, without MLflow's client: what the scheduled poll
+of follow bindings reads on AWS (`sluice.handlers.registry_events`), where MLflow stays out of
+the Lambda layers. The same port as the client's (`sluice.convert.follow.MlflowSource`).
+
+- Where an alias points: GET /api/2.0/mlflow/registered-models/alias; the newest version
+  (`latest`): GET /api/2.0/mlflow/model-versions/search, newest first; tagging back: POST
+  /api/2.0/mlflow/model-versions/set-tag.
+- A version's files: GET /api/2.0/mlflow/model-versions/get-download-uri, then its MLmodel and
+  the ONNX file from the tracking server's artifact proxy (`mlflow-artifacts:`, GET
+  /api/2.0/mlflow-artifacts/artifacts/<path>) or from S3 (`s3://`, the buckets the function may
+  read). Only an `onnx` flavor is taken, as it is: there are no converters here, so another
+  flavor is refused with what to do instead (push it from a machine with `sluice[convert]`).
+
+The tracking URI is checked against `mlflow_tracking_servers` before every call (scheme, host
+and port, `sluice.domain.origins`); no redirect is followed, so the credentials (a tenant's,
+`sluice.convert.mlflow_credentials`) go to that server alone, and no message repeats them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from sluice.domain.errors import (
+    BadRequest,
+    Forbidden,
+    NotFound,
+    SluiceError,
+    Unavailable,
+    Unprocessable,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from sluice.convert.mlflow_credentials import Credentials
+    from sluice.convert.registry_pull import Pulled
+    from sluice.domain.follows import Follow
+    from sluice.domain.origins import Allowed, Origin
+
+API = "/api/2.0/mlflow"
+ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"
+MAX_MLMODEL_BYTES = 1024 * 1024
+MAX_MODEL_BYTES = 256 * 1024 * 1024  # the function has 1 GiB of memory; a larger model is pushed from a machine
+CONVERT = "push it from a machine with sluice[convert] (sluice models push MODEL models:/NAME/VERSION)"
+_FLAVOR = re.compile(r"^  (?P<name>[A-Za-z0-9_.-]+):\s*$")
+_DATA = re.compile(r"^    data:\s*(?P<data>\S.*?)\s*$")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: it could carry the credentials to another server."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect())
+
+
+class MlflowRest:
+    """`MlflowSource` over REST. `credentials(tenant)`: what to send for a tenant's bindings
+    (None: nothing); `s3()`: an S3 client, for artifacts MLflow keeps in S3."""
+
+    def __init__(
+        self, *, allowed: tuple[Allowed, ...], credentials: Callable[[str], Credentials | None],
+        s3: Callable[[], Any] | None = None, timeout_s: float = 15.0, max_bytes: int = MAX_MODEL_BYTES,
+    ) -> None:  # fmt: skip
+        self.allowed = allowed
+        self.credentials = credentials
+        self.s3 = s3
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+
+    # The port ----------------------------------------------------------------------------
+    def current_version(self, follow: Follow) -> int:
+        source = follow.parsed_source()
+        call = self._caller(follow)
+        if source.alias:
+            found = call("GET", f"{API}/registered-models/alias", {"name": source.name, "alias": source.alias})
+            return int(found["model_version"]["version"])
+        query = {"filter": f"name = '{source.name}'", "max_results": 1, "order_by": "version_number DESC"}
+        versions = call("GET", f"{API}/model-versions/search", query).get("model_versions") or []
+        if not versions:
+            raise NotFound(f"{follow.source}: registered model {source.name!r} has no versions (or does not exist)", field="registry")
+        return int(versions[0]["version"])
+
+    def pull(self, follow: Follow, version: int, tmp: Path) -> Pulled:
+        from sluice.convert.mlflow_models import without_credentials
+        from sluice.convert.registry_pull import Pulled
+
+        source, call = follow.parsed_source(), self._caller(follow)
+        said = f"models:/{source.name}/{version}"
+        found = call("GET", f"{API}/model-versions/get", {"name": source.name, "version": str(version)})["model_version"]
+        where = call("GET", f"{API}/model-versions/get-download-uri", {"name": source.name, "version": str(version)})["artifact_uri"]
+        read = self._reader(follow, str(where), call)
+        flavors = read_flavors(read("MLmodel", MAX_MLMODEL_BYTES).decode("utf-8", "replace"))
+        if "onnx" not in flavors:
+            raise Unprocessable(
+                f"{said} has the flavors {', '.join(sorted(flavors)) or 'none'}; on AWS sluice takes an onnx flavor as it "
+                f"is and converts nothing: {CONVERT}",
+                field="file",
+            )
+        data = read(flavors["onnx"].get("data") or "model.onnx", self.max_bytes)
+        lineage = {
+            "registry": "mlflow", "uri": follow.source, "tracking_uri": without_credentials(follow.tracking_uri or ""),
+            "name": source.name, "version": int(version), "run_id": found.get("run_id") or None, "alias": source.alias,
+            "flavor": "onnx",
+        }  # fmt: skip
+        return Pulled(data, None, f"took {said}'s onnx flavor as it is\n", lineage)
+
+    def set_tags(self, follow: Follow, version: int, tags: dict[str, str]) -> None:
+        call, name = self._caller(follow), follow.parsed_source().name
+        for key, value in tags.items():
+            call("POST", f"{API}/model-versions/set-tag", {"name": name, "version": str(version), "key": key, "value": value})
+
+    # Calls ------------------------------------------------------------------------------
+    def _caller(self, follow: Follow) -> _Calls:
+        """One binding's calls: its server checked, its tenant's credentials read once."""
+        from sluice.domain.origins import check_origin
+
+        server = check_origin(follow.tracking_uri or "", self.allowed, field="tracking_uri")
+        return _Calls(self, server, self.credentials(follow.tenant))
+
+    def _reader(self, follow: Follow, where: str, call: _Calls) -> Callable[[str, int], bytes]:
+        """Reads a file of the model version's artifacts at `where`, at most `limit` bytes."""
+        parts, server = urlsplit(where), call.server
+        if parts.scheme == "mlflow-artifacts":
+            if parts.netloc and parts.netloc.rpartition("@")[2] not in (server.netloc, server.host):
+                raise Forbidden(
+                    f"{follow.source}'s artifacts are on another server ({parts.netloc}): sluice reads them through "
+                    f"{server.url()} alone",
+                    field="tracking_uri",
+                )
+            base = parts.path.strip("/")
+            return lambda name, limit: call.raw(f"{ARTIFACTS}/{quote(f'{base}/{name}'.strip('/'))}", limit)
+        if parts.scheme == "s3" and self.s3 is not None:
+            return lambda name, limit: self._from_s3(parts.netloc, f"{parts.path.strip('/')}/{name}".strip("/"), limit)
+        raise Unprocessable(
+            f"{follow.source}'s artifacts are at a {parts.scheme or 'local'}: location, which sluice cannot read on AWS: serve "
+            f"them through the tracking server (mlflow server --serve-artifacts) or S3, or {CONVERT}",
+            field="file",
+        )
+
+    def _from_s3(self, bucket: str, key: str, limit: int) -> bytes:
+        from botocore.exceptions import ClientError
+
+        try:
+            got = self.s3().get_object(Bucket=bucket, Key=key)  # type: ignore[misc]
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "error")
+            hint = " (is the bucket among api.model_data_buckets?)" if code in ("AccessDenied", "403") else ""
+            raise NotFound(f"cannot read s3://{bucket}/{key}: {code}{hint}", field="file") from None
+        if int(got.get("ContentLength") or 0) > limit:
+            raise Unprocessable(f"s3://{bucket}/{key} is larger than {limit} bytes: {CONVERT}", field="file")
+        return bytes(got["Body"].read())
+
+
+class _Calls:
+    """Calls to one checked server, with one tenant's credentials (or none)."""
+
+    def __init__(self, rest: MlflowRest, server: Origin, credentials: Credentials | None) -> None:
+        self.rest, self.server, self.credentials = rest, server, credentials
+
+    def __call__(self, method: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A registry call: its JSON answer."""
+        body = self.raw(path, MAX_MLMODEL_BYTES, method=method, params=params)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise Unavailable(f"MLflow at {self.server.url()} answered {path} with something other than JSON", field="tracking_uri") from None
+        return answer if isinstance(answer, dict) else {}
+
+    def raw(self, path: str, limit: int, *, method: str = "GET", params: dict[str, Any] | None = None) -> bytes:
+        """The answer's body, at most `limit` bytes."""
+        url, data = f"{self.server.url()}{path}", None
+        if method == "GET" and params:
+            url += "?" + urlencode(params)
+        elif method != "GET":
+            data = json.dumps(params or {}).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Accept": "application/json"})
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if self.credentials is not None:
+            request.add_unredirected_header("Authorization", self.credentials.authorization())
+        shown = f"MLflow at {self.server.url()}"
+        try:
+            with _OPENER.open(request, timeout=self.rest.timeout_s) as answer:
+                body = answer.read(limit + 1)
+        except urllib.error.HTTPError as exc:
+            raise _refusal(exc, shown, path, self.scrub) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise Unavailable(self.scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri") from None
+        if len(body) > limit:
+            raise Unprocessable(f"{shown}: {path} is larger than {limit} bytes: {CONVERT}", field="file")
+        return bytes(body)
+
+    def scrub(self, text: str) -> str:
+        return self.credentials.scrub(text) if self.credentials is not None else text
+
+
+def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable[[str], str]) -> SluiceError:
+    try:
+        answer = json.loads(exc.read(64 * 1024) or b"{}")
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    said = str(answer.get("message") or exc.reason or "").strip().splitlines()
+    message = scrub(f"{shown} answered {path} with {exc.code}{': ' + said[0] if said else ''}")
+    if 300 <= exc.code < 400:
+        return Forbidden(f"{message} (a redirect, which sluice does not follow: give the server's own URL)", field="tracking_uri")
+    if exc.code in (401, 403):
+        return Forbidden(f"{message} (check the tenant's MLflow credentials secret)", field="tracking_uri")
+    if exc.code == 404 or answer.get("error_code") == "RESOURCE_DOES_NOT_EXIST":
+        return NotFound(message, field="registry")
+    if exc.code < 500:
+        return BadRequest(message, field="registry")
+    return Unavailable(message, field="tracking_uri")
+
+
+def read_flavors(mlmodel: str) -> dict[str, dict[str, str]]:
+    """The flavors of an MLmodel file, as MLflow writes it (YAML in block style, a flavor two
+    spaces in under `flavors:`), with each flavor's `data` file: all sluice needs, read
+    without a YAML parser (none in the Lambda layers)."""
+    flavors: dict[str, dict[str, str]] = {}
+    inside, current = False, None
+    for line in mlmodel.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            inside, current = line.rstrip() == "flavors:", None
+            continue
+        if not inside:
+            continue
+        flavor, data = _FLAVOR.match(line), _DATA.match(line)
+        if flavor is not None:
+            current = flavor["name"]
+            flavors[current] = {}
+        elif data is not None and current is not None:
+            flavors[current]["data"] = data["data"].strip("'\"")
+    return flavors

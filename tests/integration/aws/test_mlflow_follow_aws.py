@@ -1,0 +1,324 @@
+"""MLflow followed on AWS: the registry event function, invoked by its schedule, polls a tracking
+server over MLflow's REST API (MLflow's client is in no Lambda layer). Here the server is a real
+HTTP server on loopback that speaks the endpoints sluice calls, in MLflow's response shapes
+(model versions, the alias lookup, the download URI, the artifact proxy); the tenant's
+credentials come from Secrets Manager on moto.
+
+A moved alias is pushed once and rolled out and tagged back; a flavor that needs converting is
+recorded as such; a server outside `mlflow_tracking_servers` is never called; credentials go
+in the Authorization header and nowhere else: not in a message, not in a log."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import boto3
+import pytest
+
+from tests.integration.aws.conftest import REGION
+from tests.integration.conftest import run_cli
+from tests.models import embed_model
+from tests.support import forget_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.usefixtures("cli_home")
+
+USER, PASSWORD = "sluice-bot", "pw-7f3c9e1b-never-shown"
+SECRET = "mlflow/default"
+BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+API = "/api/2.0/mlflow"
+ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"
+RUN = "5b1c0f7e9d2a4c3b8e6f1a2d3c4b5a69"
+
+# MLmodel files as MLflow writes them (mlflow.models.Model.to_yaml).
+ONNX_MLMODEL = """artifact_path: model
+flavors:
+  onnx:
+    code: null
+    data: model.onnx
+    onnx_version: 1.17.0
+    providers:
+    - CUDAExecutionProvider
+    - CPUExecutionProvider
+  python_function:
+    data: model.onnx
+    env:
+      conda: conda.yaml
+      virtualenv: python_env.yaml
+    loader_module: mlflow.onnx
+    python_version: 3.12.8
+mlflow_version: 2.19.0
+model_size_bytes: 412
+model_uuid: 0350b3aa857b47f696338f15aecb4232
+utc_time_created: '2025-01-14 09:12:44.079597'
+"""
+SKLEARN_MLMODEL = """artifact_path: model
+flavors:
+  python_function:
+    env:
+      conda: conda.yaml
+      virtualenv: python_env.yaml
+    loader_module: mlflow.sklearn
+    model_path: model.pkl
+    predict_fn: predict
+    python_version: 3.12.8
+  sklearn:
+    code: null
+    pickled_model: model.pkl
+    serialization_format: cloudpickle
+    sklearn_version: 1.6.1
+mlflow_version: 2.19.0
+"""
+
+
+class Registry:
+    """What the fake tracking server knows: model `moving`'s versions (number -> MLmodel),
+    its aliases, the requests it was sent, and the tags set."""
+
+    def __init__(self) -> None:
+        self.versions: dict[int, str] = {1: ONNX_MLMODEL}
+        self.aliases: dict[str, int] = {"champion": 1}
+        self.requests: list[tuple[str, str, str | None]] = []  # method, path, Authorization
+        self.tags: list[dict[str, Any]] = []
+        self.fail_with: tuple[int, dict[str, Any]] | None = None
+
+    def model_version(self, number: int) -> dict[str, Any]:
+        return {
+            "name": "moving", "version": str(number), "creation_timestamp": 1736845964079,
+            "last_updated_timestamp": 1736845964079, "user_id": "", "current_stage": "None", "description": "",
+            "source": f"models:/m-{number:032x}", "run_id": RUN, "status": "READY", "run_link": "",
+            "aliases": [a for a, v in self.aliases.items() if v == number],
+        }  # fmt: skip
+
+    def answer(self, method: str, path: str, query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+        if self.fail_with is not None:
+            return self.fail_with
+        if path == f"{API}/registered-models/alias" and query.get("name") == "moving":
+            if query.get("alias") in self.aliases:
+                return 200, {"model_version": self.model_version(self.aliases[query["alias"]])}
+            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Registered model alias {query.get('alias')} not found."}
+        if path == f"{API}/model-versions/search":
+            assert query == {"filter": "name = 'moving'", "max_results": "1", "order_by": "version_number DESC"}
+            return 200, {"model_versions": [self.model_version(max(self.versions))]}
+        if path in (f"{API}/model-versions/get", f"{API}/model-versions/get-download-uri"):
+            number = int(query["version"])
+            if number not in self.versions:
+                return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Model Version (name=moving, version={number}) not found"}
+            if path.endswith("get"):
+                return 200, {"model_version": self.model_version(number)}
+            return 200, {"artifact_uri": f"mlflow-artifacts:/1/models/m-{number:032x}/artifacts"}
+        if path == f"{API}/model-versions/set-tag" and method == "POST":
+            self.tags.append(body)
+            return 200, {}
+        for number, mlmodel in self.versions.items():
+            prefix = f"{ARTIFACTS}/1/models/m-{number:032x}/artifacts/"
+            if path == prefix + "MLmodel":
+                return 200, mlmodel.encode()
+            if path == prefix + "model.onnx" and "onnx:" in mlmodel:
+                return 200, embed_model()
+        return 404, {"error_code": "ENDPOINT_NOT_FOUND", "message": f"No API endpoint {path}"}
+
+
+@pytest.fixture
+def tracking(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """The fake tracking server on a free loopback port, admitted by `mlflow_tracking_servers`,
+    with tenant `default`'s credentials in a Secrets Manager secret."""
+    registry = Registry()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else {}
+            registry.requests.append((self.command, parts.path, self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != BASIC:
+                status, answer = 401, {"error_code": "UNAUTHENTICATED", "message": "You are not authenticated."}
+            else:
+                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                status, answer = registry.answer(self.command, parts.path, query, body)
+            data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    boto3.client("secretsmanager", region_name=REGION).create_secret(
+        Name=SECRET, SecretString=json.dumps({"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD})
+    )
+    monkeypatch.setenv("SLUICE_MLFLOW_TRACKING_SERVERS", json.dumps([uri]))
+    monkeypatch.setenv("SLUICE_MLFLOW_CREDENTIALS_SECRETS", json.dumps({"default": SECRET}))
+    forget_settings()
+    try:
+        yield {"uri": uri, "registry": registry}
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def scheduled_poll() -> dict[str, str]:
+    """What the schedule's invocation of the registry event function did, by binding."""
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    follower.cache_clear()  # built once per process, as a Lambda's: here once per poll
+    return handler({"poll": "follows"}, LambdaContext(function_name="sluice-registry-events"))["bindings"]  # type: ignore[no-any-return]
+
+
+def follow(capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking_uri: str, *extra: str) -> None:
+    """Model `moving` version 1 (the same ONNX model as MLflow's version 1) served by deployment
+    `moving`, which follows `models:/moving@champion`."""
+    model = tmp_path / "moving.onnx"
+    model.write_bytes(embed_model())
+    assert run_cli(capsys, "models", "push", "moving", str(model))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "moving", "--model", "moving")[0] == 0
+    code, _, err = run_cli(
+        capsys, "deployments", "follow", "moving", "--registry", "models:/moving@champion", "--tracking-uri", tracking_uri,
+        "--rollout", "1,50,100 every 1m gate error_rate<=0.01", *extra,
+    )  # fmt: skip
+    assert code == 0, err
+
+
+def history(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    code, out, err = run_cli(capsys, "deployments", "follow", "moving", "--show")
+    assert code == 0, err
+    return json.loads(out)["history"]  # type: ignore[no-any-return]
+
+
+def test_a_moved_alias_is_pushed_once_rolled_out_and_tagged_back_over_rest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    from sluice.cli import pieces
+
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"], "--tag-back")
+    registry.versions[2] = ONNX_MLMODEL
+    registry.aliases["champion"] = 2
+    assert scheduled_poll() == {"default/moving": "rolling_out"}
+    version = pieces.registry().get_version("default", "moving", 2)
+    assert version.source == {
+        "registry": "mlflow", "uri": "models:/moving@champion", "tracking_uri": tracking["uri"], "name": "moving",
+        "version": 2, "run_id": RUN, "alias": "champion", "flavor": "onnx",
+    }  # fmt: skip
+    dep = pieces.registry().get_deployment("default", "moving")
+    assert dep.rollout is not None and (dep.rollout.model, dep.rollout.version) == ("moving", 2)
+    assert registry.tags == [
+        {"name": "moving", "version": "2", "key": "sluice.deployment", "value": "moving"},
+        {"name": "moving", "version": "2", "key": "sluice.revision", "value": str(dep.revision)},
+    ]
+    last = history(capsys)[-1]
+    assert last["outcome"] == "rolling_out" and "pushed as moving:2; rollout started" in last["reason"]
+    assert "tagged moving version 2 in MLflow" in last["reason"]
+    # Every call carried the tenant's credentials, read from its secret.
+    assert registry.requests and all(auth == BASIC for _, _, auth in registry.requests)
+
+    # The next scheduled poll: the alias has not moved, nothing is fetched or pushed again.
+    before = len(registry.requests)
+    assert scheduled_poll() == {"default/moving": "rolling_out"}
+    assert [path for _, path, _ in registry.requests[before:]] == [f"{API}/registered-models/alias"]
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]
+
+
+def test_a_flavor_that_needs_converting_is_recorded_with_what_to_do(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    from sluice.cli import pieces
+
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"])
+    registry.versions[2] = SKLEARN_MLMODEL
+    registry.aliases["champion"] = 2
+    assert scheduled_poll() == {"default/moving": "conversion_failed"}
+    last = history(capsys)[-1]
+    assert last["outcome"] == "conversion_failed" and last["version"] == "2"
+    assert "has the flavors python_function, sklearn; on AWS sluice takes an onnx flavor" in last["reason"]
+    assert "push it from a machine with sluice[convert]" in last["reason"]
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1]
+    assert not any(path.endswith("model.pkl") for _, path, _ in registry.requests)  # nothing pickled fetched
+
+
+def test_a_tracking_server_not_admitted_is_never_called(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    from sluice.cli import pieces
+    from sluice.domain.errors import Forbidden
+    from sluice.services.follows import acting_for
+
+    registry: Registry = tracking["registry"]
+    other = tracking["uri"].replace("127.0.0.1", "localhost")  # the same server, by a name the list does not admit
+    follow(capsys, tmp_path, other)  # made locally, where sluice calls MLflow with its own client
+    registry.aliases["champion"] = 2
+    (outcome,) = scheduled_poll().values()
+    assert outcome.startswith("error: ") and "is not an allowed server" in outcome
+    assert registry.requests == []
+
+    # On AWS the binding is refused when made.
+    service = pieces.follows()
+    service.tracking_servers = pieces.settings().follows.mlflow_allowlist
+    binding = service.registry.get_follow("default", "moving")
+    with pytest.raises(Forbidden, match="is not an allowed server"):
+        service.follow(acting_for(binding), "moving", source="models:/moving@champion", rollout="1,100 gate error_rate<=0.01", tracking_uri=other)
+
+
+def test_credentials_are_sent_and_never_shown_in_a_message_or_a_log(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"])
+    # A server that quotes what it was sent in its error (as a proxy's debug page might).
+    registry.fail_with = (500, {"error_code": "INTERNAL_ERROR", "message": f"backend failed for {USER}:{PASSWORD} ({BASIC})"})
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("botocore").setLevel(logging.DEBUG)
+    try:
+        (outcome,) = scheduled_poll().values()
+    finally:
+        logging.getLogger("botocore").setLevel(logging.WARNING)
+    assert outcome.startswith("error: MLflow at") and "answered /api/2.0/mlflow/registered-models/alias with 500" in outcome
+    assert registry.requests[-1][2] == BASIC  # sent, in the header
+    secret_parts = (PASSWORD, BASIC.split()[1])
+    assert not any(s in outcome for s in secret_parts), outcome
+    assert "GetSecretValue" in caplog.text or "secretsmanager" in caplog.text  # the debug log was on
+    assert not any(s in caplog.text for s in secret_parts)
+
+
+def test_a_secret_is_kept_briefly_and_a_bad_one_is_refused_without_quoting_it(aws: None) -> None:
+    from sluice.convert.mlflow_credentials import SecretCredentials
+    from sluice.domain.errors import SluiceError, Unprocessable
+    from tests.support import Clock
+
+    client = boto3.client("secretsmanager", region_name=REGION)
+    client.create_secret(Name="mlflow/acme", SecretString=json.dumps({"MLFLOW_TRACKING_TOKEN": "tok-1"}))
+    client.create_secret(Name="mlflow/broken", SecretString='{"password": "pw-in-a-bad-secret"')
+    clock = Clock()
+    read = SecretCredentials({"acme": "mlflow/acme", "beta": "mlflow/broken", "gamma": "mlflow/gone"}, lambda: client, clock=clock)
+    assert read("acme").authorization() == "Bearer tok-1"  # type: ignore[union-attr]
+    client.put_secret_value(SecretId="mlflow/acme", SecretString=json.dumps({"MLFLOW_TRACKING_TOKEN": "tok-2"}))
+    clock.now += 60
+    assert read("acme").authorization() == "Bearer tok-1"  # type: ignore[union-attr]
+    clock.now += 300
+    assert read("acme").authorization() == "Bearer tok-2"  # type: ignore[union-attr]  # rotated: read again
+    assert read("nobody") is None
+    with pytest.raises(Unprocessable) as bad:
+        read("beta")
+    assert "mlflow/broken is not a JSON object with MLFLOW_TRACKING_USERNAME" in bad.value.message
+    assert "pw-in-a-bad-secret" not in bad.value.message
+    with pytest.raises(SluiceError, match="cannot read the MLflow credentials secret mlflow/gone: ResourceNotFoundException"):
+        read("gamma")
