@@ -137,6 +137,11 @@ FOLLOW_SCAN = {
     "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk", "watch"]},
 }
 
+MONITOR_SCAN = {  # which deployments have a baseline (tests/infra/test_monitor_schedule.py)
+    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+    "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk"]},
+}
+
 
 def _is_rollout_scan(statement: dict[str, Any]) -> bool:
     return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == ROLLOUT_SCAN
@@ -146,14 +151,19 @@ def _is_follow_scan(statement: dict[str, Any]) -> bool:
     return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == FOLLOW_SCAN
 
 
+def _is_monitor_scan(statement: dict[str, Any]) -> bool:
+    return _actions(statement) == {"dynamodb:Scan"} and statement.get("Condition") == MONITOR_SCAN
+
+
 def test_no_role_may_scan_or_manage_the_table(full_app: Synthesized) -> None:
-    """The two exceptions: the rollout controller's scan, confined to each item's keys and
-    rollout, and the registry event function's, to each item's keys and what it watches (below)."""
+    """The three exceptions: the rollout controller's scan, confined to each item's keys and
+    rollout, the registry event function's, to each item's keys and what it watches (below), and
+    the monitoring function's, to each item's keys."""
     for component in ("api", "batch", "endpoints", "observability"):
         template = full_app.template(component)
         for policy in template.find_resources("AWS::IAM::Policy").values():
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-                if _is_rollout_scan(statement) or _is_follow_scan(statement) or lookup_source(statement):
+                if _is_rollout_scan(statement) or _is_follow_scan(statement) or _is_monitor_scan(statement) or lookup_source(statement):
                     continue
                 actions = _actions(statement)
                 assert not actions & NEVER, f"{component}: {actions & NEVER}"
