@@ -23,7 +23,7 @@ from sluice.storage.folder import FolderStore
 from sluice.wiring import Container, build_runtimes
 from tests.conftest import MODELS
 from tests.integration.batch.jobs import run_job
-from tests.support import single
+from tests.support import OneCallAtATime, single
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -93,7 +93,7 @@ def test_a_job_publishes_into_dynamodb_and_a_deployment_serves_it(aws: None, tmp
         precomputed_table=f"dynamodb://{ANSWERS}", precomputed_publication_ttl_s=0,
     )  # fmt: skip
     store = FolderStore(tmp_path / "artifacts")
-    c = Container(settings, DynamoRegistry(REGISTRY, client=client), store, build_runtimes(settings, store))
+    c = Container(settings, DynamoRegistry(REGISTRY, client=OneCallAtATime(client)), store, build_runtimes(settings, store))
     assert isinstance(c.precomputed, DynamoPrecomputed)
     c.models.push(acme, "diabetes", (MODELS / "diabetes_mlp.onnx").read_bytes())
     c.deployments.create(acme, "diabetes", single("diabetes", 1))

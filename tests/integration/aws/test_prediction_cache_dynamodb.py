@@ -16,6 +16,7 @@ from sluice.settings import Settings
 from sluice.storage.folder import FolderStore
 from sluice.wiring import Container, build_runtimes
 from tests.conftest import MODELS
+from tests.support import OneCallAtATime
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -72,7 +73,7 @@ def test_two_containers_share_answers_through_dynamodb(aws: None, tmp_path: Path
 def test_an_item_past_its_expiry_is_not_read(aws: None) -> None:
     client = boto3.client("dynamodb")
     create_table(client, TABLE)
-    registry = DynamoRegistry(TABLE, client=client)
+    registry = DynamoRegistry(TABLE, client=OneCallAtATime(client))
     registry.put_cached_answer("acme", "ic", "k1", b"answer", expires_at=1000.4)
     assert registry.get_cached_answer("acme", "ic", "k1", now=1000.0) == b"answer"
     assert registry.get_cached_answer("acme", "ic", "k1", now=1001.0) is None  # DynamoDB may not have removed it yet

@@ -14,7 +14,7 @@ from sluice.storage.folder import FolderStore
 from sluice.wiring import Container, build_runtimes
 from tests.conftest import MODELS
 from tests.integration.aws.conftest import REGION
-from tests.support import LambdaContext
+from tests.support import LambdaContext, OneCallAtATime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,7 +30,7 @@ def cloud(aws: None, settings: Settings, acme: Principal, globex: Principal, mon
 
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     create_table(dynamodb, "sluice-registry")
-    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
     store = FolderStore(settings.home_path / "artifacts")
     container = Container(settings, registry, store, build_runtimes(settings, store))
     for who in (acme, globex):
