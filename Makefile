@@ -13,28 +13,19 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
-# Installed without compiling for the suite and the other commands (`make test` clears
-# PYTHONDONTWRITEBYTECODE, so its processes write bytecode for what they import: a small part of
-# the dependencies' ~450 MB of sources, which compiling them all at install cost the suite more
-# than a minute of its two cores).
-$(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
-	touch $(STAMP)
-
-# `make install`: with bytecode (uv compiles the whole of site-packages), and sluice's own modules
-# (an editable install: outside site-packages) compiled beside them, so that a process reads
-# bytecode rather than compiling every module it imports, even where PYTHONDONTWRITEBYTECODE keeps
-# it from writing any (`sluice batch list`: 3.7 CPU-s without, 1.3 with). A module edited since
-# is compiled again in memory, as Python does whenever bytecode is older than its source.
+# Installed with bytecode, and sluice's own modules (an editable install: outside site-packages,
+# which is all uv compiles) compiled beside them, so that a process reads bytecode rather than
+# compiling every module it imports, even where PYTHONDONTWRITEBYTECODE keeps it from writing
+# any (`sluice batch list`: 3.7 CPU-s without, 1.3 with). A module edited since is compiled
+# again in memory, as Python does whenever bytecode is older than its source.
 COMPILE := $(PY) -m compileall -q -j 0 functions/sluice
-COMPILED := $(VENV)/.compiled
 
-$(COMPILED): $(STAMP)
+$(STAMP): pyproject.toml | $(UV)
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]'
 	$(COMPILE)
-	touch $(COMPILED)
+	touch $(STAMP)
 
-install: $(COMPILED)
+install: $(STAMP)
 
 serve: $(STAMP) console
 	$(VENV)/bin/sluice serve --demo --host $(HOST) --port $(PORT)
