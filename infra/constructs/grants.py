@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from infra.nag import acknowledge, wildcard_resource
@@ -198,6 +200,36 @@ def scheduler_principal(scope: Construct) -> iam.ServicePrincipal:
     return iam.ServicePrincipal(
         "scheduler.amazonaws.com",
         conditions={"StringEquals": {"aws:SourceAccount": Stack.of(scope).account}},
+    )
+
+
+def invoke_on_schedule(
+    scope: Construct, id: str, function: lambda_.IFunction, *, name: str, who: str, description: str,
+    expression: str, input: str, retries: int, max_age_s: int, timezone: str | None = None,
+) -> scheduler.CfnSchedule:
+    """EventBridge Scheduler invokes `function` (asynchronously: a failed run lands in the
+    function's dead-letter queue after Lambda's retries) on `expression`, with `input`, assuming
+    a role (`{id}SchedulerRole`) that may invoke that function and nothing else; `who` names
+    the function in the role's description."""
+    role = iam.Role(
+        scope, f"{id}SchedulerRole", description=f"EventBridge Scheduler invokes {who}", assumed_by=scheduler_principal(scope)
+    )
+    role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[function.function_arn]))
+    return scheduler.CfnSchedule(
+        scope,
+        f"{id}Schedule",
+        name=name,
+        description=description,
+        schedule_expression=expression,
+        schedule_expression_timezone=timezone,
+        flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+        state="ENABLED",
+        target=scheduler.CfnSchedule.TargetProperty(
+            arn=function.function_arn,
+            role_arn=role.role_arn,
+            input=input,
+            retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(maximum_retry_attempts=retries, maximum_event_age_in_seconds=max_age_s),
+        ),
     )
 
 

@@ -15,14 +15,12 @@ from collections.abc import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
-from aws_cdk import aws_iam as iam
-from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import scheduler_principal
+from infra.constructs.grants import invoke_on_schedule
 from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, grant_registry
+from infra.constructs.registry_access import READ, grant_keys_scan, grant_registry
 
 # What the scan of `monitored` may read: the keys of each item.
 MONITOR_SCAN_ATTRIBUTES = ("pk", "sk")
@@ -59,48 +57,11 @@ class MonitorSchedule:
         )
         role = fn.role
         grant_registry(role, table, actions=READ)
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Scan"],
-                resources=[table.table_arn],
-                conditions={
-                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
-                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(MONITOR_SCAN_ATTRIBUTES)},
-                },
-            )
-        )
-        self.schedule = self._schedule(scope, function_name, fn)
-
-    @staticmethod
-    def _schedule(scope: Construct, name: str, fn: SluiceFunction) -> scheduler.CfnSchedule:
-        """As the rollout controller's: EventBridge Scheduler invokes the function
-        asynchronously (a failed check lands in its dead-letter queue after Lambda's retries),
-        assuming a role that may invoke that function alone. The input carries the time the
-        run was scheduled for, so a late or repeated delivery checks the same window."""
-        role = iam.Role(
-            scope,
-            "MonitorSchedulerRole",
-            description="EventBridge Scheduler invokes the sluice monitoring check",
-            assumed_by=scheduler_principal(scope),
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[fn.invocable.function_arn])
-        )
-        return scheduler.CfnSchedule(
-            scope,
-            "MonitorSchedule",
-            name=name,
-            description="Checks the monitoring window that closed, every hour",
-            schedule_expression=MONITOR_SCHEDULE,
-            schedule_expression_timezone="UTC",
-            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
-            state="ENABLED",
-            target=scheduler.CfnSchedule.TargetProperty(
-                arn=fn.invocable.function_arn,
-                role_arn=role.role_arn,
-                input='{"time": "<aws.scheduler.scheduled-time>"}',
-                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
-                    maximum_retry_attempts=2, maximum_event_age_in_seconds=900
-                ),
-            ),
-        )
+        grant_keys_scan(role, table, MONITOR_SCAN_ATTRIBUTES)
+        # The input carries the time the run was scheduled for, so a late or repeated delivery
+        # checks the same window.
+        self.schedule = invoke_on_schedule(
+            scope, "Monitor", fn.invocable, name=function_name, who="the sluice monitoring check",
+            description="Checks the monitoring window that closed, every hour", expression=MONITOR_SCHEDULE,
+            timezone="UTC", input='{"time": "<aws.scheduler.scheduled-time>"}', retries=2, max_age_s=900,
+        )  # fmt: skip

@@ -131,3 +131,19 @@ class TenantRegistryRole(Construct):
             registry_statement(table, actions, tenant_partitions(tagged))
         )
         caller.add_to_principal_policy(assume_tagged_statement(self.role))
+
+
+def grant_keys_scan(role: iam.IRole, table: dynamodb.ITableV2, attributes: Sequence[str]) -> None:
+    """A scan of the whole table that may read `attributes` of each item alone (its keys and
+    what the function looks for: no statistics, no API key hashes): how the scheduled functions
+    find the items they act on in every tenant."""
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            actions=["dynamodb:Scan"],
+            resources=[table.table_arn],
+            conditions={
+                "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                "ForAllValues:StringEquals": {"dynamodb:Attributes": list(attributes)},
+            },
+        )
+    )

@@ -28,14 +28,13 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import grant_objects, scheduler_principal
+from infra.constructs.grants import grant_objects, invoke_on_schedule
 from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, WRITE, grant_registry
+from infra.constructs.registry_access import READ, WRITE, grant_keys_scan, grant_registry
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import STORE_PREFIX
 
@@ -77,16 +76,7 @@ class RegistryEvents:
         )
         role = fn.role
         grant_registry(role, table, actions=[*READ, *WRITE])
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Scan"],
-                resources=[table.table_arn],
-                conditions={
-                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
-                    "ForAllValues:StringEquals": {"dynamodb:Attributes": list(FOLLOW_SCAN_ATTRIBUTES)},
-                },
-            )
-        )
+        grant_keys_scan(role, table, FOLLOW_SCAN_ATTRIBUTES)
         grant_objects(fn, artifacts, prefix=STORE_PREFIX, write=True, purpose="the ONNX model of each package pushed")
         packages = Stack.of(scope).format_arn(service="sagemaker", resource="model-package", resource_name="*")
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=[packages]))
@@ -153,36 +143,15 @@ class RegistryEvents:
         for secret in secret_arns(scope, mlflow_credentials or {}):
             # A secret's ARN ends in six random characters after its name: `-??????` matches them alone.
             role.add_to_principal_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secret]))
-        self.schedule = self._schedule(scope, function_name, fn, poll_every_minutes) if poll_every_minutes else None
-
-    @staticmethod
-    def _schedule(scope: Construct, name: str, fn: SluiceFunction, minutes: int) -> scheduler.CfnSchedule:
-        """EventBridge Scheduler invokes the function every `minutes` (asynchronously: a failed
-        poll lands in the function's dead-letter queue after Lambda's retries), with a role that
-        may invoke that function alone; no retry of a delivery, as for the rollout controller:
-        the next poll comes anyway."""
-        role = iam.Role(
-            scope, "FollowPollSchedulerRole", description="EventBridge Scheduler invokes the sluice follow poll",
-            assumed_by=scheduler_principal(scope),
-        )  # fmt: skip
-        role.add_to_principal_policy(iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[fn.invocable.function_arn]))
-        return scheduler.CfnSchedule(
-            scope,
-            "FollowPollSchedule",
-            name=f"{name}-poll",
+        # Every `poll_every_minutes` (none at 0); no retry of a delivery, as for the rollout
+        # controller: the next poll comes anyway.
+        minutes = poll_every_minutes
+        self.schedule = invoke_on_schedule(
+            scope, "FollowPoll", fn.invocable, name=f"{function_name}-poll", who="the sluice follow poll",
             description="Polls the MLflow registries deployments follow, and records ended rollouts",
-            schedule_expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})",
-            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
-            state="ENABLED",
-            target=scheduler.CfnSchedule.TargetProperty(
-                arn=fn.invocable.function_arn,
-                role_arn=role.role_arn,
-                input=json.dumps({"poll": "follows"}),
-                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
-                    maximum_retry_attempts=0, maximum_event_age_in_seconds=min(60 * minutes, 86400)
-                ),
-            ),
-        )
+            expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})", input=json.dumps({"poll": "follows"}),
+            retries=0, max_age_s=min(60 * minutes, 86400),
+        ) if minutes else None  # fmt: skip
 
 
 def mlflow_environment(servers: Sequence[str], credentials: Mapping[str, str]) -> dict[str, str]:

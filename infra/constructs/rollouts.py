@@ -12,14 +12,13 @@ from collections.abc import Sequence
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import scheduler_principal
+from infra.constructs.grants import invoke_on_schedule
 from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, WRITE, grant_registry
+from infra.constructs.registry_access import READ, WRITE, grant_keys_scan, grant_registry
 from infra.nag import acknowledge, wildcard_resource
 
 # What the controller's scan may read: the keys of each item and its rollout.
@@ -58,18 +57,7 @@ class RolloutController:
         grant_registry(role, table, actions=[*READ, *WRITE])
         # Which deployments have a running rollout: a scan that may read the keys and the
         # rollout of each item alone (no statistics, no API key hashes).
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Scan"],
-                resources=[table.table_arn],
-                conditions={
-                    "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
-                    "ForAllValues:StringEquals": {
-                        "dynamodb:Attributes": list(ROLLOUT_SCAN_ATTRIBUTES)
-                    },
-                },
-            )
-        )
+        grant_keys_scan(role, table, ROLLOUT_SCAN_ATTRIBUTES)
         alarms = Stack.of(scope).format_arn(
             service="cloudwatch",
             resource="alarm",
@@ -87,40 +75,10 @@ class RolloutController:
         )
         # The variant weights of the endpoints the API deploys, for deployments bound to one.
         endpoints.grant_rollout_weights(role)
-        self.schedule = self._schedule(scope, function_name, controller)
-
-    @staticmethod
-    def _schedule(scope: Construct, name: str, controller: SluiceFunction) -> scheduler.CfnSchedule:
-        """EventBridge Scheduler invokes the controller once a minute (asynchronously, so a
-        failed look lands in the function's own dead-letter queue after Lambda's retries),
-        assuming a role that may invoke that function and nothing else. No retry of a
-        delivery and no dead-letter queue of the schedule's own, as for the batch schedules:
-        the next look comes a minute later anyway."""
-        role = iam.Role(
-            scope,
-            "RolloutSchedulerRole",
-            description="EventBridge Scheduler invokes the sluice rollout controller",
-            assumed_by=scheduler_principal(scope),
-        )
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["lambda:InvokeFunction"], resources=[controller.invocable.function_arn]
-            )
-        )
-        return scheduler.CfnSchedule(
-            scope,
-            "RolloutSchedule",
-            name=name,
-            description="Looks at every running rollout once a minute",
-            schedule_expression="rate(1 minute)",
-            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
-            state="ENABLED",
-            target=scheduler.CfnSchedule.TargetProperty(
-                arn=controller.invocable.function_arn,
-                role_arn=role.role_arn,
-                input="{}",
-                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
-                    maximum_retry_attempts=0, maximum_event_age_in_seconds=60
-                ),
-            ),
-        )
+        # Once a minute; no retry of a delivery and no dead-letter queue of the schedule's own, as
+        # for the batch schedules: the next look comes a minute later anyway.
+        self.schedule = invoke_on_schedule(
+            scope, "Rollout", controller.invocable, name=function_name, who="the sluice rollout controller",
+            description="Looks at every running rollout once a minute", expression="rate(1 minute)",
+            input="{}", retries=0, max_age_s=60,
+        )  # fmt: skip
