@@ -3,10 +3,17 @@ adapters (SQLite, a folder, ONNX Runtime), the demo models, and principals of tw
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# gRPC's C core logs to the process's stderr from its own threads (an epoll error when a test
+# closes descriptors behind it, in a worker that imported grpc for an earlier test), which lands
+# in the stderr of whatever CLI command a later test runs in that worker and reads whole. Set
+# before any test imports grpc; a test that wants gRPC's logs sets it itself.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 from sluice.domain import Principal
 from sluice.settings import Settings
