@@ -10,6 +10,8 @@ from tests.integration.conftest import auth
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
+    from sluice.wiring import Container
+
 BODY = {"registry": "models:/iris@champion", "rollout": "1,10,100 every 10m gate agreement>=0.98", "tracking_uri": "https://mlflow.example.com"}
 
 
@@ -42,3 +44,17 @@ def test_a_binding_that_cannot_be_made_is_a_4xx_naming_the_field(client: TestCli
         assert (answer.status_code, answer.json()["field"]) == (status, field), answer.text
         assert "s3cret" not in answer.text
     assert client.post("/api/v1/deployments/nosuch/follow", json=BODY, headers=auth(keys["acme"])).status_code == 404
+
+
+def test_a_failing_poll_is_shown_on_the_binding_until_one_succeeds(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    from sluice.domain.errors import Forbidden
+
+    assert client.post("/api/v1/deployments/iris/follow", json=BODY, headers=auth(keys["acme"])).status_code == 201
+    refused = Forbidden("MLflow at https://mlflow.example.com answered /api/2.0/mlflow/registered-models/alias with 403", http_status=403)
+    demo.follows.note_error("acme", "iris", refused)
+    demo.follows.note_error("acme", "iris", refused)  # the next poll fails the same way
+    error = client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme"])).json()["error"]
+    assert error["kind"] == "unauthorized" and error["message"] == refused.message and error["since"] <= error["at"]
+    assert client.get("/api/v1/follows", headers=auth(keys["acme"])).json()[0]["error"] == error
+    demo.follows.note_error("acme", "iris", None)  # a poll that succeeds
+    assert client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme"])).json()["error"] is None

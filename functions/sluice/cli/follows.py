@@ -23,8 +23,9 @@ def cmd_follow(args: argparse.Namespace) -> int:
         for f in service.list(principal):
             last = f.last
             said = f"{last.version}: {last.outcome}" + (f" ({last.reason})" if last.reason else "") if last else "-"
-            rows.append({"deployment": f.deployment, "follows": f.source, "model": f.model, "state": f.state, "last": said})
-        table(rows, ["deployment", "follows", "model", "state", "last"])
+            error = f"{f.error.kind}: {f.error.message}" if f.error is not None else "-"
+            rows.append({"deployment": f.deployment, "follows": f.source, "model": f.model, "state": f.state, "last": said, "poll error": error})
+        table(rows, ["deployment", "follows", "model", "state", "last", "poll error"])
         return 0
     if not args.name:
         raise BadRequest("name the deployment (or give --list)", field="deployment")

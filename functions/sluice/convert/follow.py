@@ -93,16 +93,23 @@ class Follower:
     # MLflow -----------------------------------------------------------------------------
     def poll_once(self) -> dict[str, str]:
         """One look at every binding in every tenant: each rollout a binding started that has
-        ended is recorded; each MLflow alias (or `latest`) that moved is pushed and rolled out.
-        What happened, by `tenant/deployment`."""
+        ended is recorded; each MLflow alias (or `latest`) that moved is pushed and rolled out;
+        a claim whose lease lapsed (its poller died) is taken over. What happened, by
+        `tenant/deployment`; a failure is kept on the binding until a poll succeeds."""
         done: dict[str, str] = {}
         for tenant, deployment in self.follows.registry.followers():
             name = f"{tenant}/{deployment}"
             try:
                 follow = self.follows.settle(tenant, deployment)
-                done[name] = self._poll(follow) if follow.registry == "mlflow" else follow.state
+                if follow.registry == "mlflow":
+                    done[name] = self._poll(follow)
+                else:
+                    done[name] = self._retake_package(follow) if self.follows.lapsed(follow) else follow.state
+                if follow.error is not None:
+                    self.follows.note_error(tenant, deployment, None)
             except SluiceError as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
                 logger.warning("follow binding %s: %s", name, exc.message)
+                self.follows.note_error(tenant, deployment, exc)
                 done[name] = f"error: {exc.message}"
         return done
 
@@ -110,7 +117,7 @@ class Follower:
         from sluice.convert.mlflow_models import without_credentials
 
         version = self.mlflow.current_version(follow)
-        if str(version) == follow.seen:
+        if str(version) == follow.seen and not self.follows.lapsed(follow):
             return follow.state
         name = follow.parsed_source().name
         match = {"registry": "mlflow", "name": name, "version": version, "tracking_uri": without_credentials(follow.tracking_uri or "")}
@@ -134,7 +141,7 @@ class Follower:
         version = str(change.version)
         if change.approval_status == REJECTED:
             return self._rejected(follow, version, change)
-        if change.approval_status != APPROVED or follow.seen == version:
+        if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow)):
             return follow.state  # pending approval; or the same event delivered again
 
         def pull(tmp: Path) -> Pulled:
@@ -143,6 +150,14 @@ class Follower:
             return from_package(change.arn, self.clients, tmp)  # Approved only, as DescribeModelPackage says now
 
         return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn})
+
+    def _retake_package(self, follow: Follow) -> str:
+        """A lapsed claim of a package: taken over as its approval would be (the package read
+        again: one no longer Approved is recorded so)."""
+        group = follow.source
+        arn = f"{group.replace(':model-package-group/', ':model-package/', 1)}/{follow.seen}"
+        name = follow.parsed_source().name
+        return self._package(follow, PackageStateChange(arn, name, group, int(follow.seen or 0), APPROVED))
 
     def _rejected(self, follow: Follow, version: str, change: PackageStateChange) -> str:
         if any(e.version == version and e.outcome == "rejected" for e in follow.history):
@@ -192,6 +207,10 @@ class Follower:
         serving = self.follows.registry.get_deployment(follow.tenant, follow.deployment)
         if serving.policy == {"kind": "single", "model": follow.model, "version": number}:
             return note("completed", f"{said}, which the deployment serves already", number, serving.revision)
+        running = serving.rollout
+        if running is not None and running.active and (running.model, running.version) == (follow.model, number):
+            # A lapsed claim whose poller died after starting the rollout: it goes on.
+            return note("rolling_out", f"{said}; its rollout was running already", number, serving.revision)
         try:
             dep = self.follows.start_rollout(claimed, number)
         except SluiceError as exc:

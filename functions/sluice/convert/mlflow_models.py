@@ -27,7 +27,6 @@ INSTALL = "pip install 'sluice[mlflow]'"
 SCHEMES = ("models:/", "runs:/")
 # The flavors sluice takes, best first: ONNX as it is, the others through their converter.
 FLAVORS = ("onnx", "sklearn", "xgboost", "lightgbm", "pytorch")
-NUMERIC = {"double", "float", "long", "integer", "boolean"}
 _MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?$")  # VERSION: a number or latest
 _RUN_URI = re.compile(r"^runs:/(?P<run>[0-9a-zA-Z-]+)/(?P<path>.+)$")
 
@@ -178,7 +177,9 @@ class _asking:
         if isinstance(exc, MlflowException):
             raise _refusal(exc, self.uri, self.shown) from None
         if isinstance(exc, Exception):  # a server that does not answer, a database that will not open
-            raise BadRequest(f"cannot reach the MLflow tracking server at {self.shown}: {_said(exc)}", field="tracking_uri") from None
+            raise BadRequest(
+                f"cannot reach the MLflow tracking server at {self.shown}: {_said(exc)}", field="tracking_uri", poll_error="unreachable"
+            ) from None
         return False
 
 
@@ -205,11 +206,19 @@ def set_tags(tracking: str, name: str, version: int, tags: dict[str, str]) -> No
             client.set_model_version_tag(name, str(version), key, value)
 
 
+# MLflow's error codes, as the kind of a follow binding's kept poll error.
+_POLL_ERRORS = {
+    "UNAUTHENTICATED": "unauthorized", "PERMISSION_DENIED": "unauthorized", "INTERNAL_ERROR": "server_error",
+    "TEMPORARILY_UNAVAILABLE": "server_error",
+}  # fmt: skip
+
+
 def _refusal(exc: Any, uri: str, shown: str) -> SluiceError:
     code = getattr(exc, "error_code", "")
     if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "INVALID_PARAMETER_VALUE") and "not" in _said(exc).lower():
         return NotFound(f"{uri} was not found in MLflow at {shown}: {_said(exc)}", field="file")
-    return BadRequest(f"MLflow at {shown} refused {uri}: {_said(exc)}", field="file")
+    kind = {"poll_error": _POLL_ERRORS[code]} if code in _POLL_ERRORS else {}
+    return BadRequest(f"MLflow at {shown} refused {uri}: {_said(exc)}", field="file", **kind)
 
 
 def flavor_of(fetched: Fetched) -> str:
@@ -247,27 +256,13 @@ def load(fetched: Fetched, flavor: str) -> Loaded:
 
 
 def signature_hint(fetched: Fetched) -> tuple[list[str] | None, int | None]:
-    """Feature names and width from MLflow's signature: a column schema's numeric columns, in
-    order, or one 2-D tensor's width. A column sluice cannot feed a float tensor is refused."""
+    """Feature names and width from MLflow's signature (`sluice.convert.mlflow_signature`, the
+    mapping the REST path on AWS shares): a column schema's numeric columns, in order, or one
+    2-D tensor's width. A column sluice cannot feed a float tensor is refused."""
+    from sluice.convert.mlflow_signature import hint
+
     signature = fetched.model.signature
-    if signature is None or signature.inputs is None:
-        return None, None
-    inputs = signature.inputs
-    if inputs.is_tensor_spec():
-        specs = inputs.inputs
-        shape = tuple(specs[0].shape) if len(specs) == 1 else ()
-        return None, (int(shape[1]) if len(shape) == 2 and shape[1] > 0 else None)
-    names: list[str] = []
-    for spec in inputs.inputs:
-        kind = str(getattr(spec.type, "name", spec.type))
-        if kind not in NUMERIC:
-            raise Unprocessable(
-                f"{fetched.uri} takes column {spec.name!r} of type {kind}; sluice feeds a model numeric columns "
-                f"({', '.join(sorted(NUMERIC))})",
-                field="signature",
-            )
-        names.append(str(spec.name) if spec.name is not None else f"f{len(names)}")
-    return names, len(names)
+    return hint(signature.to_dict() if signature is not None else None, fetched.uri)
 
 
 def example_rows(fetched: Fetched, names: list[str] | None) -> tuple[np.ndarray, str] | None:

@@ -10,6 +10,11 @@ the Lambda layers. The same port as the client's (`sluice.convert.follow.MlflowS
   /api/2.0/mlflow-artifacts/artifacts/<path>) or from S3 (`s3://`, the buckets the function may
   read). Only an `onnx` flavor is taken, as it is: there are no converters here, so another
   flavor is refused with what to do instead (push it from a machine with `sluice[convert]`).
+- The MLmodel file is YAML, read by PyYAML (the registry event function's own layer); its
+  signature's columns name the model's features as MLflow's client path names them
+  (`sluice.convert.mlflow_signature`). MLflow's REST API has no other way to the signature:
+  a model version's fields carry none, and MLflow 3 leaves it out of the run's
+  `mlflow.log-model.history` tag.
 
 The tracking URI is checked against `mlflow_tracking_servers` before every call (scheme, host
 and port, `sluice.domain.origins`); no redirect is followed, so the credentials (a tenant's,
@@ -19,7 +24,6 @@ and port, `sluice.domain.origins`); no redirect is followed, so the credentials 
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -48,8 +52,6 @@ ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"
 MAX_MLMODEL_BYTES = 1024 * 1024
 MAX_MODEL_BYTES = 256 * 1024 * 1024  # the function has 1 GiB of memory; a larger model is pushed from a machine
 CONVERT = "push it from a machine with sluice[convert] (sluice models push MODEL models:/NAME/VERSION)"
-_FLAVOR = re.compile(r"^  (?P<name>[A-Za-z0-9_.-]+):\s*$")
-_DATA = re.compile(r"^    data:\s*(?P<data>\S.*?)\s*$")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -98,20 +100,25 @@ class MlflowRest:
         found = call("GET", f"{API}/model-versions/get", {"name": source.name, "version": str(version)})["model_version"]
         where = call("GET", f"{API}/model-versions/get-download-uri", {"name": source.name, "version": str(version)})["artifact_uri"]
         read = self._reader(follow, str(where), call)
-        flavors = read_flavors(read("MLmodel", MAX_MLMODEL_BYTES).decode("utf-8", "replace"))
+        mlmodel = read_mlmodel(read("MLmodel", MAX_MLMODEL_BYTES), said)
+        flavors = mlmodel.get("flavors") or {}
         if "onnx" not in flavors:
             raise Unprocessable(
                 f"{said} has the flavors {', '.join(sorted(flavors)) or 'none'}; on AWS sluice takes an onnx flavor as it "
                 f"is and converts nothing: {CONVERT}",
                 field="file",
             )
-        data = read(flavors["onnx"].get("data") or "model.onnx", self.max_bytes)
+        from sluice.convert.mlflow_signature import hint
+
+        names, _ = hint(mlmodel.get("signature"), said)
+        onnx = flavors["onnx"] if isinstance(flavors["onnx"], dict) else {}
+        data = read(str(onnx.get("data") or "model.onnx"), self.max_bytes)
         lineage = {
             "registry": "mlflow", "uri": follow.source, "tracking_uri": without_credentials(follow.tracking_uri or ""),
             "name": source.name, "version": int(version), "run_id": found.get("run_id") or None, "alias": source.alias,
             "flavor": "onnx",
         }  # fmt: skip
-        return Pulled(data, None, f"took {said}'s onnx flavor as it is\n", lineage)
+        return Pulled(data, names, f"took {said}'s onnx flavor as it is\n", lineage)
 
     def set_tags(self, follow: Follow, version: int, tags: dict[str, str]) -> None:
         call, name = self._caller(follow), follow.parsed_source().name
@@ -195,7 +202,7 @@ class _Calls:
             raise _refusal(exc, shown, path, self.scrub) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", None) or type(exc).__name__
-            raise Unavailable(self.scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri") from None
+            raise Unavailable(self.scrub(f"cannot reach {shown}: {reason}"), field="tracking_uri", poll_error="unreachable") from None
         if len(body) > limit:
             raise Unprocessable(f"{shown}: {path} is larger than {limit} bytes: {CONVERT}", field="file")
         return bytes(body)
@@ -213,35 +220,28 @@ def _refusal(exc: urllib.error.HTTPError, shown: str, path: str, scrub: Callable
         answer = {}
     said = str(answer.get("message") or exc.reason or "").strip().splitlines()
     message = scrub(f"{shown} answered {path} with {exc.code}{': ' + said[0] if said else ''}")
+    status = {"http_status": exc.code}  # what a binding's kept poll error is classed by
     if 300 <= exc.code < 400:
-        return Forbidden(f"{message} (a redirect, which sluice does not follow: give the server's own URL)", field="tracking_uri")
+        return Forbidden(f"{message} (a redirect, which sluice does not follow: give the server's own URL)", field="tracking_uri", **status)
     if exc.code in (401, 403):
-        return Forbidden(f"{message} (check the tenant's MLflow credentials secret)", field="tracking_uri")
+        return Forbidden(f"{message} (check the tenant's MLflow credentials secret)", field="tracking_uri", **status)
     if exc.code == 404 or answer.get("error_code") == "RESOURCE_DOES_NOT_EXIST":
-        return NotFound(message, field="registry")
+        return NotFound(message, field="registry", **status)
     if exc.code < 500:
-        return BadRequest(message, field="registry")
-    return Unavailable(message, field="tracking_uri")
+        return BadRequest(message, field="registry", **status)
+    return Unavailable(message, field="tracking_uri", **status)
 
 
-def read_flavors(mlmodel: str) -> dict[str, dict[str, str]]:
-    """The flavors of an MLmodel file, as MLflow writes it (YAML in block style, a flavor two
-    spaces in under `flavors:`), with each flavor's `data` file: all sluice needs, read
-    without a YAML parser (none in the Lambda layers)."""
-    flavors: dict[str, dict[str, str]] = {}
-    inside, current = False, None
-    for line in mlmodel.splitlines():
-        if not line.strip():
-            continue
-        if not line.startswith(" "):
-            inside, current = line.rstrip() == "flavors:", None
-            continue
-        if not inside:
-            continue
-        flavor, data = _FLAVOR.match(line), _DATA.match(line)
-        if flavor is not None:
-            current = flavor["name"]
-            flavors[current] = {}
-        elif data is not None and current is not None:
-            flavors[current]["data"] = data["data"].strip("'\"")
-    return flavors
+def read_mlmodel(data: bytes, said: str) -> dict[str, Any]:
+    """A model's MLmodel file (YAML, as MLflow writes it), with its `flavors` a mapping."""
+    import yaml
+
+    try:
+        # libyaml's loader where the wheel's C extension is installed; the layer ships PyYAML's own.
+        doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        shown = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unprocessable(f"{said}'s MLmodel file is not YAML MLflow wrote: {shown}", field="file") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("flavors") or {}, dict):
+        raise Unprocessable(f"{said}'s MLmodel file has no flavors: is it an MLflow model?", field="file")
+    return doc

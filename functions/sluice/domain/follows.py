@@ -11,6 +11,13 @@ happened. `sluice.services.follows` stores and records; `sluice.convert.follow` 
 A binding is written conditionally (`revision`): the poller or event handler that takes a
 version writes its claim on the binding it read, so of two racing for the same version one
 wins and the other lets go, and the same version is never pushed twice.
+
+A claim is a lease: it says when it was taken and by whom, and one older than the lease
+(`follow_lease_s`) is taken over by the next poll, on the same conditional write. That is safe
+because a version that came from the same source is rolled out again, never pushed twice.
+
+The last poll that failed (the tracking server unreachable, refusing the credentials, a 5xx)
+is kept on the binding, without credentials, until a poll succeeds.
 """
 
 from __future__ import annotations
@@ -128,6 +135,36 @@ class FollowEvent:
     revision: int | None = None  # the deployment revision the rollout started in
 
 
+# Why a poll failed, in one word (`PollError.kind`).
+POLL_ERRORS = ("unreachable", "unauthorized", "server_error", "not_found", "refused")
+
+
+@dataclass(frozen=True, slots=True)
+class PollError:
+    """The last poll of the binding's registry that failed; cleared by the next that succeeds."""
+
+    kind: str  # one of POLL_ERRORS
+    message: str  # the error, never with credentials
+    at: float  # the last poll that failed
+    since: float  # the first of the failing polls in a row, of this kind
+
+
+def poll_error_kind(status: int, details: dict[str, Any]) -> str:
+    """A poll's failure, classed: by the class its raiser named (`details["poll_error"]`), or
+    the HTTP status the registry answered (`details["http_status"]`); an error with neither is
+    `unreachable` when it is a 503 (no answer came), else by its own status."""
+    if details.get("poll_error") in POLL_ERRORS:
+        return str(details["poll_error"])
+    http = details.get("http_status")
+    if http is not None:
+        if int(http) in (401, 403):
+            return "unauthorized"
+        if int(http) == 404:
+            return "not_found"
+        return "server_error" if int(http) >= 500 else "refused"
+    return {503: "unreachable", 404: "not_found"}.get(status, "refused")
+
+
 @dataclass(frozen=True, slots=True)
 class Follow:
     tenant: str
@@ -142,6 +179,9 @@ class Follow:
     revision: int = 1  # each write adds one; a write names the revision it read
     state: FollowState = "waiting"
     seen: str | None = None  # the registry's version last taken (claimed)
+    claimed_at: float | None = None  # while `pushing`: when `seen` was claimed (the lease's start)
+    claimed_by: str | None = None  # while `pushing`: the poller that claimed it
+    error: PollError | None = None  # the last poll, if it failed
     history: tuple[FollowEvent, ...] = ()  # oldest first, at most MAX_HISTORY
     created_at: float = field(default_factory=now)
     created_by: str = ""
@@ -157,18 +197,34 @@ class Follow:
     def parsed_plan(self) -> Plan:
         return parse_plan(self.plan)
 
+    def claim_started(self) -> float | None:
+        """When the claim of a binding `pushing` was taken (a binding stored before claims
+        were timed: its `pushing` event's time); None when nothing is claimed."""
+        if self.state != "pushing":
+            return None
+        if self.claimed_at is not None:
+            return self.claimed_at
+        last = self.last
+        return last.at if last is not None and last.outcome == "pushing" else None
+
 
 def recorded(follow: Follow, event: FollowEvent, *, seen: str | None = None) -> Follow:
     """The binding with `event` recorded as the latest (its version's last outcome replaced)."""
+    replaced = [e for e in follow.history if e.version == event.version and e.outcome in ("pushing", "rolling_out")]
+    if event.outcome != "pushing" and replaced and replaced[-1].outcome == "pushing" and replaced[-1].reason:
+        event = replace(event, reason=f"{replaced[-1].reason}; {event.reason}")  # a claim taken over says so to the end
     event = replace(event, reason=event.reason[:MAX_REASON])
-    kept = tuple(e for e in follow.history if not (e.version == event.version and e.outcome in ("pushing", "rolling_out")))
+    kept = tuple(e for e in follow.history if e not in replaced)
     state = state_of(event.outcome)
+    pushing = state == "pushing"
     return replace(
         follow,
         history=(*kept, event)[-MAX_HISTORY:],
         state=state,
         seen=follow.seen if seen is None else seen,
         updated_at=event.at,
+        claimed_at=follow.claimed_at if pushing else None,
+        claimed_by=follow.claimed_by if pushing else None,
     )
 
 

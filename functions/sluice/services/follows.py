@@ -7,6 +7,11 @@ two pollers (or two deliveries of one EventBridge event) that read the same revi
 claim is stored; the other is refused and lets go. The pushing itself (pulling, converting,
 starting the rollout) is `sluice.convert.follow`'s, which records each outcome here.
 
+A claim is a lease of `lease_s` (`follow_lease_s`): a poller that died between claiming and
+recording leaves the binding `pushing`, and once its claim is older than the lease the next
+poll takes it over (`lapsed`), by the same conditional write, so of two pollers that find it
+lapsed one wins. The last poll's error is kept on the binding until a poll succeeds (`note_error`).
+
 The rollout a binding started is the deployment's; `settle` reads it and records how it ended
 (completed, or rolled back with the gate that failed, or aborted), on every poll and whenever a
 binding is shown.
@@ -14,6 +19,8 @@ binding is shown.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -21,17 +28,35 @@ from urllib.parse import urlsplit
 
 from sluice.domain import Principal
 from sluice.domain.errors import Conflict, InvalidRequest, NotFound
-from sluice.domain.follows import Follow, FollowEvent, parse_plan, parse_source, recorded
+from sluice.domain.follows import (
+    MAX_REASON,
+    Follow,
+    FollowEvent,
+    PollError,
+    parse_plan,
+    parse_source,
+    poll_error_kind,
+    recorded,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.domain.errors import SluiceError
     from sluice.domain.origins import Allowed
     from sluice.registry import Registry
     from sluice.services.rollouts import RolloutService
 
 SETTLED = {"completed": "completed", "rolled_back": "rolled_back", "aborted": "aborted"}
 _WRITE_TRIES = 3
+DEFAULT_LEASE_S = 600.0
+
+
+def poller_name() -> str:
+    """Who claims, as the binding shows it: the Lambda execution environment (its log stream),
+    or this host and process."""
+    stream = os.environ.get("AWS_LAMBDA_LOG_STREAM_NAME")
+    return f"lambda {stream}" if stream else f"{socket.gethostname()}:{os.getpid()}"
 
 
 def acting_for(follow: Follow) -> Principal:
@@ -42,11 +67,14 @@ def acting_for(follow: Follow) -> Principal:
 class FollowService:
     def __init__(
         self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time,
-        tracking_servers: tuple[Allowed, ...] | None = None,
+        tracking_servers: tuple[Allowed, ...] | None = None, lease_s: float = DEFAULT_LEASE_S,
+        poller: str | None = None,
     ) -> None:  # fmt: skip
         self.registry = registry
         self.rollouts = rollouts
         self.clock = clock
+        self.lease_s = lease_s  # how long a claim holds before the next poll may take it over
+        self.poller = poller or poller_name()
         # On AWS, the MLflow servers the scheduled poll may call: a binding to another is refused.
         self.tracking_servers = tracking_servers
 
@@ -97,12 +125,28 @@ class FollowService:
         self.registry.delete_follow(principal.tenant, deployment)
 
     # What the follower records --------------------------------------------------------
+    def lapsed(self, follow: Follow) -> bool:
+        """Whether the binding is `pushing` on a claim older than the lease: its poller died
+        (or is far slower than the lease allows), and the next poll may take it over."""
+        started = follow.claim_started()
+        return started is not None and self.clock() - started > self.lease_s
+
     def claim(self, follow: Follow, version: str) -> Follow | None:
         """Take `version` for pushing: stored only if the binding is still as it was read and
-        has not taken this version already; None when another poller got there first."""
-        if follow.seen == version:
+        has not taken this version already (unless that claim lapsed: taken over); None when
+        another poller got there first."""
+        lapsed = follow.seen == version and self.lapsed(follow)
+        if follow.seen == version and not lapsed:
             return None
-        claimed = recorded(follow, FollowEvent(version, "pushing", self.clock()), seen=version)
+        at = self.clock()
+        reason = ""
+        if lapsed:
+            reason = (
+                f"taken over from {follow.claimed_by or 'a poller'}, whose claim of {at - (follow.claim_started() or at):.0f} s "
+                f"ago outlived the lease ({self.lease_s:g} s)"
+            )
+        claimed = recorded(follow, FollowEvent(version, "pushing", at, reason), seen=version)
+        claimed = replace(claimed, claimed_at=at, claimed_by=self.poller)
         try:
             return self.registry.update_follow(claimed, expected_revision=follow.revision)
         except (Conflict, NotFound):
@@ -118,13 +162,34 @@ class FollowService:
                     return None
                 written = recorded(now, event)
                 if now.seen != event.version:  # a package rejected before it was taken: noted, nothing else changes
-                    written = replace(written, state=now.state)
+                    written = replace(written, state=now.state, claimed_at=now.claimed_at, claimed_by=now.claimed_by)
                 return self.registry.update_follow(written, expected_revision=now.revision)
             except NotFound:
                 return None
             except Conflict:
                 continue
         return None
+
+    def note_error(self, tenant: str, deployment: str, exc: SluiceError | None) -> None:
+        """Keep the poll's error on the binding (`exc`), or clear the one kept (None), on a
+        fresh read; a binding gone meanwhile is left alone."""
+        for _ in range(_WRITE_TRIES):
+            try:
+                now = self.registry.get_follow(tenant, deployment)
+                if exc is None:
+                    if now.error is None:
+                        return
+                    written = replace(now, error=None)
+                else:
+                    kind, at = poll_error_kind(exc.status, exc.details), self.clock()
+                    since = now.error.since if now.error is not None and now.error.kind == kind else at
+                    written = replace(now, error=PollError(kind, exc.message[:MAX_REASON], at, since))
+                self.registry.update_follow(written, expected_revision=now.revision)
+                return
+            except NotFound:
+                return
+            except Conflict:
+                continue
 
     def settle(self, tenant: str, deployment: str, follow: Follow | None = None) -> Follow:
         """The binding, with the end of the rollout it started recorded once it has ended."""

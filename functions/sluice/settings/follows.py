@@ -31,6 +31,18 @@ class FollowSettings(Group):
             "EventBridge events."
         ),
     )
+    follow_lease_s: float = Field(
+        default=600.0,
+        gt=0,
+        description=(
+            "How long a poller's claim of a new version holds. A binding left `pushing` by a poller that died "
+            "(between claiming a version and recording what became of it) is taken over by the first poll after "
+            "its claim is this old; a version already pushed from the same source is rolled out, never pushed "
+            "again. Give more than the longest push takes (pulling, converting and checking the model): a "
+            "slower poller's claim would be taken over while it still works. On AWS a push ends with the "
+            "registry event function's 5-minute timeout."
+        ),
+    )
     mlflow_tracking_servers: list[str] = Field(
         default_factory=list,
         description=(

@@ -37,6 +37,13 @@ class FollowEventOut(WireModel):
     revision: int | None = Field(None, description="The deployment revision its rollout started (or ended) in.")
 
 
+class PollErrorOut(WireModel):
+    kind: str = Field(description="unreachable, unauthorized (401/403), server_error (5xx), not_found or refused.")
+    message: str = Field(description="What failed, in words; never with credentials.")
+    at: float = Field(description="The last poll that failed.")
+    since: float = Field(description="The first poll of this failing run.")
+
+
 class FollowOut(WireModel):
     deployment: str
     registry: str = Field(description="mlflow or sagemaker.")
@@ -47,6 +54,11 @@ class FollowOut(WireModel):
     tag_back: bool
     state: str = Field(description="waiting, pushing, rolling_out, completed or failed (the last version's story).")
     seen: str | None = Field(None, description="The registry's version last taken.")
+    claimed_at: float | None = Field(
+        None, description="While pushing: when the version was claimed. A claim older than follow_lease_s is taken over by the next poll."
+    )
+    claimed_by: str | None = Field(None, description="While pushing: the poller that claimed it.")
+    error: PollErrorOut | None = Field(None, description="The last poll's error, kept until a poll succeeds; null when it succeeded.")
     revision: int
     history: list[FollowEventOut] = Field(description="What became of each version offered, oldest first (the last 20).")
     created_at: float

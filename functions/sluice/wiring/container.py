@@ -254,7 +254,7 @@ class Container:
         from sluice.services.follows import FollowService
 
         servers = self.settings.follows.mlflow_allowlist if self.settings.mode == "aws" else None
-        return FollowService(self.registry, self.rollouts, tracking_servers=servers)
+        return FollowService(self.registry, self.rollouts, tracking_servers=servers, lease_s=self.settings.follows.follow_lease_s)
 
     @cached_property
     def follower(self) -> Follower:

@@ -4,9 +4,11 @@ HTTP server on loopback that speaks the endpoints sluice calls, in MLflow's resp
 (model versions, the alias lookup, the download URI, the artifact proxy); the tenant's
 credentials come from Secrets Manager on moto.
 
-A moved alias is pushed once and rolled out and tagged back; a flavor that needs converting is
-recorded as such; a server outside `mlflow_tracking_servers` is never called; credentials go
-in the Authorization header and nowhere else: not in a message, not in a log."""
+A moved alias is pushed once, its signature's columns naming its features, and rolled out and
+tagged back; a flavor that needs converting is recorded as such; a server outside
+`mlflow_tracking_servers` is never called; credentials go in the Authorization header and
+nowhere else: not in a message, not in a log, not in the poll error kept on the binding. A
+claim whose poller died is finished by the first poll after its lease, once."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import base64
 import json
 import logging
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -61,6 +64,34 @@ model_size_bytes: 412
 model_uuid: 0350b3aa857b47f696338f15aecb4232
 utc_time_created: '2025-01-14 09:12:44.079597'
 """
+# An ONNX model logged with a column signature, as MLflow 3 writes it: the JSON of each part is a
+# quoted YAML scalar, folded over several lines.
+SIGNED_MLMODEL = """artifact_path: model
+flavors:
+  onnx:
+    code: null
+    data: model.onnx
+    onnx_version: 1.17.0
+    providers:
+    - CPUExecutionProvider
+is_signature_from_type_hint: false
+mlflow_version: 3.17.2
+model_id: null
+model_uuid: 90b985677cca42089485475398c7d7fb
+prompts: null
+run_id: 5b1c0f7e9d2a4c3b8e6f1a2d3c4b5a69
+signature:
+  inputs: '[{"type": "double", "name": "sepal length (cm)", "required": true}, {"type":
+    "double", "name": "sepal width (cm)", "required": true}, {"type": "double", "name":
+    "petal length (cm)", "required": true}, {"type": "double", "name": "petal width
+    (cm)", "required": true}]'
+  outputs: '[{"name": "embedding", "type": "tensor", "tensor-spec": {"dtype": "float32",
+    "shape": [-1, 2]}}]'
+  params: null
+type_hint_from_example: false
+utc_time_created: '2026-11-29 03:51:47.181660'
+"""
+IRIS = ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
 SKLEARN_MLMODEL = """artifact_path: model
 flavors:
   python_function:
@@ -167,7 +198,7 @@ def tracking(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, A
     monkeypatch.setenv("SLUICE_MLFLOW_CREDENTIALS_SECRETS", json.dumps({"default": SECRET}))
     forget_settings()
     try:
-        yield {"uri": uri, "registry": registry}
+        yield {"uri": uri, "registry": registry, "server": server}
     finally:
         server.shutdown()
         server.server_close()
@@ -183,12 +214,13 @@ def scheduled_poll() -> dict[str, str]:
     return handler({"poll": "follows"}, LambdaContext(function_name="sluice-registry-events"))["bindings"]  # type: ignore[no-any-return]
 
 
-def follow(capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking_uri: str, *extra: str) -> None:
-    """Model `moving` version 1 (the same ONNX model as MLflow's version 1) served by deployment
-    `moving`, which follows `models:/moving@champion`."""
+def follow(capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking_uri: str, *extra: str, names: list[str] | None = None) -> None:
+    """Model `moving` version 1 (the same ONNX model as MLflow's version 1, with the feature
+    `names` given) served by deployment `moving`, which follows `models:/moving@champion`."""
     model = tmp_path / "moving.onnx"
     model.write_bytes(embed_model())
-    assert run_cli(capsys, "models", "push", "moving", str(model))[0] == 0
+    named = ["--feature-names", ",".join(names)] if names else []
+    assert run_cli(capsys, "models", "push", "moving", str(model), *named)[0] == 0
     assert run_cli(capsys, "deployments", "create", "moving", "--model", "moving")[0] == 0
     code, _, err = run_cli(
         capsys, "deployments", "follow", "moving", "--registry", "models:/moving@champion", "--tracking-uri", tracking_uri,
@@ -203,14 +235,14 @@ def history(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
     return json.loads(out)["history"]  # type: ignore[no-any-return]
 
 
-def test_a_moved_alias_is_pushed_once_rolled_out_and_tagged_back_over_rest(
+def test_a_moved_alias_is_pushed_once_with_its_signatures_columns_rolled_out_and_tagged_back_over_rest(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
 ) -> None:
     from sluice.cli import pieces
 
     registry: Registry = tracking["registry"]
-    follow(capsys, tmp_path, tracking["uri"], "--tag-back")
-    registry.versions[2] = ONNX_MLMODEL
+    follow(capsys, tmp_path, tracking["uri"], "--tag-back", names=IRIS)  # a rollout's versions take the same inputs
+    registry.versions[2] = SIGNED_MLMODEL
     registry.aliases["champion"] = 2
     assert scheduled_poll() == {"default/moving": "rolling_out"}
     version = pieces.registry().get_version("default", "moving", 2)
@@ -218,6 +250,8 @@ def test_a_moved_alias_is_pushed_once_rolled_out_and_tagged_back_over_rest(
         "registry": "mlflow", "uri": "models:/moving@champion", "tracking_uri": tracking["uri"], "name": "moving",
         "version": 2, "run_id": RUN, "alias": "champion", "flavor": "onnx",
     }  # fmt: skip
+    # The MLmodel's signature names the features, as MLflow's client path names them.
+    assert version.signature.inputs[0].feature_names == tuple(IRIS)
     dep = pieces.registry().get_deployment("default", "moving")
     assert dep.rollout is not None and (dep.rollout.model, dep.rollout.version) == ("moving", 2)
     assert registry.tags == [
@@ -322,3 +356,92 @@ def test_a_secret_is_kept_briefly_and_a_bad_one_is_refused_without_quoting_it(aw
     assert "pw-in-a-bad-secret" not in bad.value.message
     with pytest.raises(SluiceError, match="cannot read the MLflow credentials secret mlflow/gone: ResourceNotFoundException"):
         read("gamma")
+
+
+def binding(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, out, err = run_cli(capsys, "deployments", "follow", "moving", "--show")
+    assert code == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def test_a_failing_poll_is_kept_on_the_binding_without_credentials_until_one_succeeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"])
+    assert binding(capsys)["error"] is None
+
+    registry.fail_with = (503, {"error_code": "TEMPORARILY_UNAVAILABLE", "message": "database is locked"})
+    scheduled_poll()
+    error = binding(capsys)["error"]
+    assert error["kind"] == "server_error" and error["since"] == error["at"]
+    assert "answered /api/2.0/mlflow/registered-models/alias with 503: database is locked" in error["message"]
+
+    # The tenant's secret now holds a password the server refuses: a 401, said without it.
+    wrong = "pw-rotated-but-wrong-91c2"
+    boto3.client("secretsmanager", region_name=REGION).put_secret_value(
+        SecretId=SECRET, SecretString=json.dumps({"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": wrong})
+    )
+    registry.fail_with = None
+    scheduled_poll()
+    shown = binding(capsys)
+    assert shown["error"]["kind"] == "unauthorized" and "with 401" in shown["error"]["message"]
+    assert "check the tenant's MLflow credentials secret" in shown["error"]["message"]
+    code, listed, _ = run_cli(capsys, "deployments", "follow", "--list")
+    assert code == 0 and "unauthorized: MLflow at" in listed
+    for said in (json.dumps(shown), listed):
+        assert wrong not in said and PASSWORD not in said and "Basic " not in said
+
+    # Put right, the next poll succeeds and the error is gone.
+    boto3.client("secretsmanager", region_name=REGION).put_secret_value(
+        SecretId=SECRET, SecretString=json.dumps({"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD})
+    )
+    (outcome,) = scheduled_poll().values()
+    assert not outcome.startswith("error") and binding(capsys)["error"] is None
+
+    # The server gone: nothing answers at its address.
+    tracking["server"].shutdown()
+    tracking["server"].server_close()
+    (outcome,) = scheduled_poll().values()
+    error = binding(capsys)["error"]
+    assert error["kind"] == "unreachable" and error["message"] in outcome and "cannot reach MLflow at" in error["message"]
+
+
+def test_a_claim_whose_poller_died_is_finished_once_by_the_first_poll_after_its_lease(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    from sluice.cli import pieces
+    from sluice.services.follows import FollowService
+
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"])
+    registry.versions[2] = ONNX_MLMODEL
+    registry.aliases["champion"] = 2
+    # A poller claims version 2, then dies before pulling it.
+    follows = pieces.follows()
+    dead = FollowService(follows.registry, follows.rollouts, poller="host-that-died:4242")
+    dead.claim(follows.registry.get_follow("default", "moving"), "2")
+
+    # Its claim is fresh: the next poll leaves it alone.
+    assert scheduled_poll() == {"default/moving": "pushing"}
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1]
+    claimed = binding(capsys)
+    assert (claimed["state"], claimed["seen"], claimed["claimed_by"]) == ("pushing", "2", "host-that-died:4242")
+
+    # Once the claim is older than the lease (10 minutes by default), the next poll takes it over.
+    stored = follows.registry.get_follow("default", "moving")
+    assert stored.claimed_at is not None
+    follows.registry.update_follow(replace(stored, claimed_at=stored.claimed_at - 601), expected_revision=stored.revision)
+    assert scheduled_poll() == {"default/moving": "rolling_out"}
+    history = binding(capsys)["history"]
+    assert [e["outcome"] for e in history] == ["rolling_out"]
+    assert history[-1]["reason"].startswith("taken over from host-that-died:4242, whose claim of ")
+    assert "s ago outlived the lease (600 s); pushed as moving:2; rollout started" in history[-1]["reason"]
+    dep = pieces.registry().get_deployment("default", "moving")
+    assert dep.rollout is not None and (dep.rollout.model, dep.rollout.version) == ("moving", 2)
+
+    # Finished once: the polls after it push nothing and start nothing.
+    for _ in range(2):
+        assert scheduled_poll() == {"default/moving": "rolling_out"}
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]
+    assert pieces.registry().get_deployment("default", "moving").revision == dep.revision

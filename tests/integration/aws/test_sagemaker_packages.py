@@ -9,6 +9,7 @@ import functools
 import io
 import json
 import tarfile
+import time
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -195,3 +196,22 @@ def test_a_package_without_a_model_or_still_pending_is_recorded_or_left(capsys: 
     assert delivered(other) == {}  # no binding follows that group
     with pytest.raises(InvalidRequest, match="not a SageMaker Model Package State Change event"):
         delivered({"detail-type": "SageMaker Endpoint State Change", "detail": {}})
+
+
+def test_a_package_claim_whose_poller_died_is_finished_once_by_the_scheduled_poll(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    from sluice.cli import pieces
+    from sluice.services.follows import FollowService
+
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    assert run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 gate error_rate<=0.01")[0] == 0
+    # The approval of version 1 was claimed 601 s ago by a function that then timed out.
+    follows = pieces.follows()
+    dead = FollowService(follows.registry, follows.rollouts, clock=lambda: time.time() - 601)
+    dead.claim(follows.registry.get_follow("default", "fraud"), "1")
+    assert delivered({"poll": "follows"}) == {"default/fraud": "rolling_out"}
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is not None and dep.rollout.version == 2
+    assert pieces.registry().get_version("default", "fraud", 2).source["arn"] == packages["arns"][0]  # type: ignore[index]
+    assert delivered({"poll": "follows"}) == {"default/fraud": "rolling_out"}  # finished once
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]

@@ -1,9 +1,12 @@
 """Follow bindings in every registry (SQLite and DynamoDB on moto): stored per tenant, found by
 what they watch across tenants, and written only on the revision read, so that of two pollers
-taking the same version one is refused."""
+taking the same version one is refused; a claim is a lease, taken over once it lapses, by one
+poller of those that find it lapsed."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -69,3 +72,41 @@ def test_followers_are_found_by_what_they_watch_across_tenants_and_deleted(regis
         with pytest.raises(NotFound) as caught:
             call()
         assert caught.value.field == "deployment"
+
+
+def test_a_claim_is_a_lease_taken_over_once_it_lapses_by_one_of_the_pollers_racing_for_it(registry: Registry) -> None:
+    from tests.support import Clock
+
+    from sluice.services.follows import FollowService
+
+    clock = Clock()
+    pollers = [FollowService(registry, None, clock=clock, lease_s=600, poller=f"host-{n}:1") for n in range(3)]  # type: ignore[arg-type]
+    read = registry.create_follow(follow_of("scoring"))
+    claimed = pollers[0].claim(read, "3")  # then host-0 dies
+    assert claimed is not None and (claimed.state, claimed.claimed_at, claimed.claimed_by) == ("pushing", clock.now, "host-0:1")
+    assert registry.get_follow(A, "scoring") == claimed
+
+    clock.now += 600  # not older than the lease yet: nobody takes it over
+    assert not pollers[1].lapsed(claimed) and pollers[1].claim(claimed, "3") is None
+    clock.now += 1
+    assert pollers[1].lapsed(claimed)
+
+    # Two pollers read the lapsed claim and race to take it over: one conditional write wins.
+    barrier = threading.Barrier(2, timeout=30)
+
+    def take(poller: FollowService) -> object:
+        barrier.wait()
+        return poller.claim(claimed, "3")
+
+    with ThreadPoolExecutor(2) as pool:
+        taken = [t for t in pool.map(take, pollers[1:]) if t is not None]
+    assert len(taken) == 1
+    stored = registry.get_follow(A, "scoring")
+    assert stored == taken[0] and stored.revision == claimed.revision + 1 and stored.claimed_at == clock.now
+    assert stored.last is not None and stored.last.reason.startswith("taken over from host-0:1, whose claim of 601 s ago")
+    assert [e.outcome for e in stored.history] == ["pushing"]
+    # The new claim is fresh; once what became of the version is recorded, no claim is left.
+    assert all(p.claim(stored, "3") is None for p in pollers)
+    done = pollers[2].record(A, "scoring", FollowEvent("3", "rolling_out", clock.now, "pushed as fraud:2", 2, 7))
+    assert done is not None and (done.state, done.claimed_at, done.claimed_by) == ("rolling_out", None, None)
+    assert done.history[-1].reason.startswith("taken over from host-0:1") and not pollers[2].lapsed(done)
