@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from infra.config.base import TENANT, Section
+from infra.config.follows import RegistryFields
 
 
 class FunctionsConfig(Section):
@@ -119,7 +120,7 @@ class TenantPlan(PlanLimits):
     tenant: str = Field(pattern=TENANT)
 
 
-class ApiConfig(Section):
+class ApiConfig(RegistryFields):
     stage_name: str = Field("v1", pattern=r"^[a-zA-Z0-9_]{1,64}$")
     rate_limit: float = Field(200, gt=0, description="Stage-wide steady-state requests per second.")
     burst_limit: int = Field(400, gt=0, description="Stage-wide burst.")
@@ -142,58 +143,11 @@ class ApiConfig(Section):
     )
     shadow_memory_mb: int = Field(2048, ge=128, le=10240)
     shadow_timeout_s: int = Field(120, ge=1, le=900)
-    model_data_buckets: tuple[str, ...] = Field(
-        (),
-        description="Buckets that hold the model data of the SageMaker model packages deployments follow: "
-        "the registry event function may read their objects (and no other bucket's).",
-    )
-    follow_poll_minutes: int = Field(
-        5,
-        ge=0,
-        le=1440,
-        description="How often the registry event function polls the follow bindings (MLflow aliases that moved "
-        "are pushed and rolled out; ended rollouts recorded); 0: no schedule.",
-    )
-    mlflow_tracking_servers: tuple[str, ...] = Field(
-        (),
-        description="The MLflow tracking servers (`https://host:port`) deployments may follow on AWS: the "
-        "scheduled poll calls these alone, and the API refuses a binding to any other.",
-    )
-    mlflow_credentials: dict[str, str] = Field(
-        {},
-        description="`{tenant: secret}`: the Secrets Manager secret (name, or full ARN) holding each tenant's "
-        "MLflow credentials (MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN, as JSON); the "
-        "registry event function may read these secrets and no other.",
-    )
     execution_log_level: Literal["OFF", "ERROR", "INFO"] = Field(
         "OFF",
         description="API Gateway execution logs. Needs the account's API Gateway CloudWatch "
         "role to be set already; access logs are always on.",
     )
-
-    @field_validator("mlflow_tracking_servers")
-    @classmethod
-    def _servers(cls, servers: tuple[str, ...]) -> tuple[str, ...]:
-        from sluice.domain.errors import SluiceError
-        from sluice.domain.origins import parse_allowlist
-
-        try:
-            parse_allowlist(list(servers), field="mlflow_tracking_servers")
-        except SluiceError as exc:
-            raise ValueError(exc.message) from None
-        return servers
-
-    @field_validator("mlflow_credentials")
-    @classmethod
-    def _secrets(cls, secrets: dict[str, str]) -> dict[str, str]:
-        from sluice.settings.follows import SECRET_ID
-
-        for tenant, secret in secrets.items():
-            if not re.fullmatch(TENANT, tenant):
-                raise ValueError(f"{tenant!r} is not a tenant's name")
-            if not re.fullmatch(SECRET_ID, secret):
-                raise ValueError(f"{secret!r} (tenant {tenant!r}) is not a secret's name or ARN")
-        return secrets
 
     @field_validator("tenants")
     @classmethod

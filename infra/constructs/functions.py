@@ -145,6 +145,13 @@ class FunctionPlatform:
             scope, "TritonLayer", name="triton", description="sluice triton runtime dependencies"
         )
 
+    def registry_layer(self, scope: Construct) -> PythonLayer:
+        """PyYAML (its pure Python loader), for the registry event function alone: it reads
+        followed MLflow versions' MLmodel files. Under 1 MB; no other function carries it."""
+        return self.layer(
+            scope, "RegistryLayer", name="registry", description="sluice registry event dependencies"
+        )
+
     def batch_layer(self, scope: Construct) -> PythonLayer:
         """pyarrow, for the batch functions; sources only, as their core layer (batch.py)."""
         return self.layer(

@@ -11,7 +11,9 @@ partitions; its scan of who follows what reads the keys and `watch` of each item
 EventBridge Scheduler invokes the same function every `api.follow_poll_minutes` with
 `{"poll": "follows"}`: it polls the MLflow registries deployments follow over MLflow's REST API
 (the servers `api.mlflow_tracking_servers` names alone) with each tenant's credentials from its
-Secrets Manager secret (`api.mlflow_credentials`: GetSecretValue on those secrets, no other).
+Secrets Manager secret (`api.mlflow_credentials`: GetSecretValue on those secrets, no other);
+a secret under a customer-managed KMS key (`api.mlflow_credentials_kms_keys`) needs kms:Decrypt
+on that key, granted through Secrets Manager alone and for those secrets alone.
 One function for both, since both need the same grants (registry, store, model data buckets);
 the schedule's role may invoke it and nothing else.
 """
@@ -60,6 +62,7 @@ class RegistryEvents:
         poll_every_minutes: int = 0,
         mlflow_servers: Sequence[str] = (),
         mlflow_credentials: Mapping[str, str] | None = None,
+        mlflow_kms_keys: Sequence[str] = (),
     ) -> None:
         self.function = fn = SluiceFunction(
             scope,
@@ -140,9 +143,12 @@ class RegistryEvents:
         self.environment = mlflow_environment(mlflow_servers, mlflow_credentials or {})
         for variable, value in self.environment.items():
             fn.function.add_environment(variable, value)
-        for secret in secret_arns(scope, mlflow_credentials or {}):
+        secrets = secret_arns(scope, mlflow_credentials or {})
+        for secret in secrets:
             # A secret's ARN ends in six random characters after its name: `-??????` matches them alone.
             role.add_to_principal_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[secret]))
+        if mlflow_kms_keys and secrets:
+            role.add_to_principal_policy(decrypt_secrets(scope, mlflow_kms_keys, secrets))
         # Every `poll_every_minutes` (none at 0); no retry of a delivery, as for the rollout
         # controller: the next poll comes anyway.
         minutes = poll_every_minutes
@@ -163,6 +169,20 @@ def mlflow_environment(servers: Sequence[str], credentials: Mapping[str, str]) -
     if credentials:
         out["SLUICE_MLFLOW_CREDENTIALS_SECRETS"] = json.dumps(dict(sorted(credentials.items())), separators=(",", ":"))
     return out
+
+
+def decrypt_secrets(scope: Construct, keys: Sequence[str], secrets: Sequence[str]) -> iam.PolicyStatement:
+    """kms:Decrypt on the customer-managed keys the secrets are under: asked by Secrets Manager
+    in this region on the function's behalf (`kms:ViaService`), for these secrets alone (Secrets
+    Manager names the secret's ARN in the encryption context of each call)."""
+    return iam.PolicyStatement(
+        actions=["kms:Decrypt"],
+        resources=sorted(set(keys)),
+        conditions={
+            "StringEquals": {"kms:ViaService": f"secretsmanager.{Stack.of(scope).region}.amazonaws.com"},
+            "StringLike": {"kms:EncryptionContext:SecretARN": list(secrets)},
+        },
+    )
 
 
 def secret_arns(scope: Construct, credentials: Mapping[str, str]) -> list[str]:

@@ -145,7 +145,7 @@ class ApiStack(FunctionStack):
             self,
             function_name=names.function("registry-events"),
             platform=platform,
-            layers=[core],
+            layers=[core, platform.registry_layer(self)],
             reserved_concurrency=concurrency.registry_events,
             table=storage.table,
             artifacts=storage.artifacts,
@@ -153,6 +153,7 @@ class ApiStack(FunctionStack):
             poll_every_minutes=api.follow_poll_minutes,
             mlflow_servers=api.mlflow_tracking_servers,
             mlflow_credentials=api.mlflow_credentials,
+            mlflow_kms_keys=api.mlflow_credentials_kms_keys,
         )
         # The API checks a new binding's tracking server against the same list (no credentials).
         for variable, value in mlflow_environment(api.mlflow_tracking_servers, {}).items():

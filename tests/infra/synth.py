@@ -53,6 +53,8 @@ LOOKUP_FEATURE_GROUPS = ("Acme-Customer-Features",)
 
 # A tenant's MLflow credentials named by their full ARN (the other tenant's by name).
 MLFLOW_SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mlflow/beta-AbCdEf"
+# The customer-managed key the tenants' MLflow secrets are encrypted under.
+MLFLOW_KMS_KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
@@ -62,6 +64,7 @@ FULL_CONFIG: dict[str, Any] = {
         "follow_poll_minutes": 2,
         "mlflow_tracking_servers": ["https://mlflow.example.com"],
         "mlflow_credentials": {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN},
+        "mlflow_credentials_kms_keys": [MLFLOW_KMS_KEY_ARN],
         "rate_limit": 300,
         "burst_limit": 600,
         "prediction_cache_shared": True,

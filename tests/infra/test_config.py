@@ -39,6 +39,14 @@ def test_an_empty_file_means_all_defaults(tmp_path: Path) -> None:
         ({"api": {"tenants": [{"tenant": "Acme!", "rate_limit": 1, "burst_limit": 1}]}}, "tenant"),
         ({"batch": {"max_concurrency": 0}}, "max_concurrency"),
         ({"typo_section": {}}, "Extra inputs are not permitted"),
+        (
+            {"api": {"mlflow_credentials": {"acme": "mlflow/acme"}, "mlflow_credentials_kms_keys": ["arn:aws:kms:us-east-1:123456789012:alias/mlflow"]}},
+            "an alias does not authorize kms:Decrypt",
+        ),
+        (
+            {"api": {"mlflow_credentials_kms_keys": ["arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"]}},
+            "name those secrets too",
+        ),
     ],
 )
 def test_mistakes_are_refused(change: dict, message: str) -> None:

@@ -11,6 +11,7 @@ from infra.naming import STORE_PREFIX
 
 from tests.infra.synth import (
     ACCOUNT,
+    MLFLOW_KMS_KEY_ARN,
     MLFLOW_SECRET_ARN,
     REGION,
     Synthesized,
@@ -110,6 +111,35 @@ def test_the_function_may_read_the_configured_mlflow_secrets_and_no_other(full_a
         if any("secretsmanager:GetSecretValue" in _actions(s) for s in p["PolicyDocument"]["Statement"])
     ]  # fmt: skip
     assert len(readers) == 1
+
+
+def test_the_function_may_decrypt_the_secrets_key_through_secrets_manager_for_those_secrets_alone(full_app: Synthesized) -> None:
+    decrypts = [s for s in _statements(full_app) if any(a.startswith("kms:") for a in _actions(s))]
+    assert decrypts == [
+        {
+            "Action": "kms:Decrypt",
+            "Effect": "Allow",
+            "Resource": MLFLOW_KMS_KEY_ARN,
+            "Condition": {
+                "StringEquals": {"kms:ViaService": f"secretsmanager.{REGION}.amazonaws.com"},
+                "StringLike": {
+                    "kms:EncryptionContext:SecretARN": [f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:mlflow/acme-??????", MLFLOW_SECRET_ARN]
+                },
+            },
+        }
+    ]
+    # No other function may use the key.
+    template = full_app.resolved("api")
+    users = [p for p in properties(template, "AWS::IAM::Policy") if MLFLOW_KMS_KEY_ARN in json.dumps(p["PolicyDocument"])]
+    assert len(users) == 1
+
+
+def test_the_function_alone_has_pyyaml_for_mlmodel_files(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    layers = {k for k, v in template.find_resources("AWS::Lambda::LayerVersion").items() if v["Properties"]["Description"] == "sluice registry event dependencies"}
+    assert len(layers) == 1
+    carriers = [f for f in template.find_resources("AWS::Lambda::Function").values() if {"Ref": next(iter(layers))} in f["Properties"].get("Layers", [])]
+    assert [f["Properties"]["Handler"] for f in carriers] == [HANDLER]
 
 
 def test_the_poll_is_told_the_servers_and_secrets_and_the_api_the_servers_alone(full_app: Synthesized) -> None:
