@@ -359,6 +359,8 @@ def test_a_secret_is_kept_briefly_and_a_bad_one_is_refused_without_quoting_it(aw
 
 
 def binding(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """`--show`'s binding (what the function logged before it, JSON on stdout as on Lambda, dropped)."""
+    capsys.readouterr()
     code, out, err = run_cli(capsys, "deployments", "follow", "moving", "--show")
     assert code == 0, err
     return json.loads(out)  # type: ignore[no-any-return]
