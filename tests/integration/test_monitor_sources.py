@@ -108,3 +108,34 @@ def test_the_cli_takes_a_baseline_from_a_job_and_checks_windows_from_capture(cli
     assert "no traffic captured" in out
     code, _, err = run_cli(capsys, "monitor", "baseline", "iris", "--from-capture", "--since", "2h")
     assert code != 0 and "[capture]" in err
+
+
+def test_the_local_closer_writes_each_ended_windows_result_to_the_batch_folder(demo: Container, acme: Principal) -> None:
+    import json
+    import time
+
+    import numpy as np
+
+    from sluice.monitor.sketches import Profile
+    from sluice.services.monitor_results import MonitorResults, WindowCloser
+
+    rng = np.random.default_rng(4)
+
+    def profile(shift: float, rows: int) -> dict[str, object]:
+        made = Profile(rows)
+        made.add("input", iter({"petal_length": rng.normal(3.7 + shift, 0.5, rows), "sepal_width": rng.normal(3, 0.5, rows)}.items()))
+        return made.to_dict()
+
+    demo.registry.put_baseline("acme", "iris", {"deployment": "iris", "revision": 1, **profile(0.0, 5000)})
+    closer = WindowCloser(MonitorResults(demo.monitor, demo.batch_files(), demo.batch_paths.root), grace_s=120)
+    ended = demo.monitor.window_before(time.time() - 120)
+    demo.registry.add_profile("acme", "iris", 1, "", ended, profile(1.0, 1000))
+    closer.look()
+    folder = demo.settings.home_path / "batch" / "monitor" / "acme" / "iris"
+    (written,) = folder.iterdir()
+    assert written.name == time.strftime("%Y-%m-%dT%H%M%SZ.json", time.gmtime(ended))
+    doc = json.loads(written.read_text())
+    assert doc["window_start"] == ended and doc["check"]["rows"] == 1000 and doc["check"]["worst"] == ["petal_length"]
+    assert written.stat().st_mode & 0o077 == 0  # owner-only, as everything sluice writes on the machine
+    written.unlink()
+    assert closer.look() == [] and not any(folder.iterdir())  # that window is written once
