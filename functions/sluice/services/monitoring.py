@@ -226,8 +226,9 @@ class MonitorService:
             out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
             said = record["predicted"][row]
             if record["kind"] == CLASS:
-                scores = record.get("scores")
-                out.add_class(label, said, scores[row] if scores else None, record.get("positive"))
+                scores, each = record.get("scores"), record.get("class_scores")
+                by_class = dict(zip(record["classes"], each[row], strict=False)) if each and record.get("classes") else None
+                out.add_class(label, said, scores[row] if scores else None, record.get("positive"), class_scores=by_class)
             else:
                 out.add_value(label, float(said))
         for (revision, window), variants in sorted(counts.items()):
