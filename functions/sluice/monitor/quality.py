@@ -1,7 +1,7 @@
 """Model quality from ground truth: what a prediction said, kept by request id
 (`predicted`), and, once its label arrives, the pair folded into mergeable counts per variant
 (`Outcomes`): a confusion table for classifiers (with, for two classes, how the positive
-class's scores fall for each true class; for three to `MAX_OVR_CLASSES`, how each class's
+class's scores fall for each true class; for three to `MAX_OVR_CLASSES` (8), how each class's
 scores fall for the rows of that class and of the others), error sums for regressors. Counts
 written by any number of label posts merge into the same figures (`metrics`) as the pairs all
 at once.
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 CLASS, VALUE = "class", "value"
 SCORE_BINS = 1000
 MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
-MAX_OVR_CLASSES = 16  # each class's scores are kept (a multi-class AUC) up to this many classes
+MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
 MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
 
 
