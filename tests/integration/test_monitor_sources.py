@@ -127,8 +127,9 @@ def test_the_local_closer_writes_each_ended_windows_result_to_the_batch_folder(d
         return made.to_dict()
 
     demo.registry.put_baseline("acme", "iris", {"deployment": "iris", "revision": 1, **profile(0.0, 5000)})
-    closer = WindowCloser(MonitorResults(demo.monitor, demo.batch_files(), demo.batch_paths.root), grace_s=120)
-    ended = demo.monitor.window_before(time.time() - 120)
+    at = time.time()
+    closer = WindowCloser(MonitorResults(demo.monitor, demo.batch_files(), demo.batch_paths.root), grace_s=120, clock=lambda: at)
+    ended = demo.monitor.window_before(at - 120)
     demo.registry.add_profile("acme", "iris", 1, "", ended, profile(1.0, 1000))
     closer.look()
     folder = demo.settings.home_path / "batch" / "monitor" / "acme" / "iris"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.polling import Poller
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from sluice.batch.filestore import FileStore
     from sluice.services.monitoring import MonitorService
@@ -71,14 +71,17 @@ class WindowCloser(Poller):
     thread_name = "sluice-monitor-windows"
     what = "monitoring windows' close"
 
-    def __init__(self, results: MonitorResults, *, interval_s: float = 60.0, grace_s: float = 120.0) -> None:
+    def __init__(
+        self, results: MonitorResults, *, interval_s: float = 60.0, grace_s: float = 120.0, clock: Callable[[], float] = time.time
+    ) -> None:
         super().__init__(interval_s=interval_s)
         self.results = results
         self.grace_s = grace_s
+        self.clock = clock
         self.last: int | None = None
 
     def look(self) -> object:
-        at = time.time() - self.grace_s
+        at = self.clock() - self.grace_s
         window = self.results.monitor.window_before(at)
         if window == self.last:
             return []
