@@ -6,7 +6,12 @@ into the sketches (every `fold_rows` rows, on the request that reaches them) and
 flushes are in it, not only the append on the request. Goal (issue 32): p50 at most 1.03x.
 
 Also what a check costs: sketching 1M rows of 4 numeric columns (the baseline's work, and a
-window's), and comparing a window with its baseline.
+window's), and comparing a window with its baseline; and what closing a window of 1M profiled
+rows costs (`close_cost`): iris's requests (batch 64) profiled by the request path's recorder
+into a local registry, flushed every 32,768 rows (about what two busy processes write in an
+hour of 30-s flushes), then the window closed as the scheduled check closes it
+(`MonitorService.closed`) in a fresh process: its seconds, and its peak RSS (VmHWM) and how far
+it rose over the process's RSS before closing (VmRSS, with sluice and DataSketches imported).
 
     python -m benchmarks.bench_monitor [--quick]
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -128,11 +135,90 @@ def check_costs(repeats: int) -> dict[str, list[float]]:
     return out
 
 
+CLOSE_ROWS = 1_000_000
+FLUSH_ROWS = 32_768
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _settings(home: Path) -> Any:
+    from sluice.settings import Settings
+
+    return Settings(mode="local", home=home, registry="", store="")
+
+
+def close_window(home: Path, at: float) -> dict[str, float]:
+    """In this (fresh) process: close the window before `at`, measured."""
+    from sluice.monitor.sketches import Profile
+    from sluice.services.monitoring import MonitorService
+    from sluice.wiring import Container
+
+    container = Container.from_settings(_settings(home))
+    monitor = MonitorService(container.registry, container.settings.monitor)
+    Profile().add_rows({"x": np.zeros(4, np.float32)}, None, None)  # DataSketches loaded
+    before = _status_kb("VmRSS")
+    started = time.perf_counter()
+    closed = monitor.closed("default", "iris", at=at)
+    seconds = time.perf_counter() - started
+    if closed is None or closed["check"] is None:
+        raise RuntimeError("the window was not checked")
+    return {"rows": closed["check"]["rows"], "seconds": seconds, "rss_before_mb": before / 1024, "peak_mb": _status_kb("VmHWM") / 1024,
+            "rise_mb": (_status_kb("VmHWM") - before) / 1024}  # fmt: skip
+
+
+def close_cost(repeats: int) -> dict[str, list[float]]:
+    """A 1M-row window profiled by the request path's recorder, then closed in a fresh process
+    `repeats` times (module docstring)."""
+    from sluice.domain import Principal
+    from sluice.monitor.profiler import ProfileRecorder
+    from sluice.monitor.sketches import Profile
+    from sluice.wiring import Container
+
+    out: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "home"
+        container = Container.from_settings(_settings(home))
+        operator = Principal("default", frozenset({"admin", "predict"}), "bench")
+        version = container.models.push(operator, "iris", (REPO / "models" / "iris.onnx").read_bytes())
+        container.deployments.create(operator, "iris", {"kind": "single", "model": "iris", "version": version.version})
+        rng = np.random.default_rng(3)
+        baseline = Profile()
+        baseline.add_rows({"input": rng.normal(size=(20_000, 4)).astype(np.float32) + 4}, None, version.signature)
+        container.registry.put_baseline("default", "iris", {"deployment": "iris", "revision": 1, **baseline.to_dict()})
+        recorder = ProfileRecorder(container.registry, window_s=3600, flush_every_s=3600, timed=False)
+        classes = {"output_probability": ["setosa", "versicolor", "virginica"]}
+        window = int(time.time()) // 3600 * 3600
+        for done in range(0, CLOSE_ROWS, 64):
+            inputs = {"input": rng.normal(size=(64, 4)).astype(np.float32) + 4.2}
+            labels = np.array(["setosa", "versicolor", "virginica"], dtype=object)[rng.integers(0, 3, 64)]
+            outputs = {"output_label": labels, "output_probability": rng.dirichlet([1, 1, 1], 64).astype(np.float32)}
+            recorder.observe(("default", "iris", 1, ""), version.signature, inputs, outputs, classes, 64)
+            if (done + 64) % FLUSH_ROWS == 0:
+                recorder.flush()
+        recorder.flush()
+        at = window + 3600 + 300  # as the schedule: five past the hour that closed it
+        for _ in range(repeats):
+            code = f"import json, sys; from pathlib import Path; from benchmarks.bench_monitor import close_window; print(json.dumps(close_window(Path({str(home)!r}), {at})))"
+            found = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+            got = json.loads(found.stdout.strip().splitlines()[-1])
+            if got["rows"] != CLOSE_ROWS:
+                raise RuntimeError(f"closed {got['rows']} rows, not {CLOSE_ROWS} (the window turned while profiling?)")
+            for name in ("seconds", "peak_mb", "rise_mb"):
+                out.setdefault(f"close.{name}", []).append(got[name])
+            out.setdefault("close.records", [len(container.registry.read_profiles("default", "iris", 1))])
+    return out
+
+
 def run(quick: bool) -> dict[str, Any]:
     repeats, n = (3, 200) if quick else (7, 600)
     with tempfile.TemporaryDirectory() as tmp:
         runs = measure(Path(tmp) / "home", repeats, n)
-    costs = check_costs(1 if quick else 3)
+    costs = check_costs(1 if quick else 3) | close_cost(1 if quick else 3)
     figures = []
     for batch in (1, 64):
         label = f"simple JSON, iris, batch {batch}, in process through the HTTP edge: p50"
@@ -144,6 +230,11 @@ def run(quick: bool) -> dict[str, Any]:
         figures.append(figure(f"monitor.{batch}.own", label, "µs", "profiles on", runs[f"{batch}.own"]))
     figures.append(figure("monitor.sketch", "sketching 1M rows x 4 numeric columns (a baseline's or a window's work)", "s", "KLL k=200", costs["sketch_1m_s"]))
     figures.append(figure("monitor.check", "checking a window against its baseline (4 columns)", "ms", "PSI, JS, KS", costs["check_ms"]))
+    flushes = int(costs["close.records"][0])
+    what = f"closing a window of 1M profiled iris rows ({flushes} flushes, 8 columns) in a fresh process"
+    figures.append(figure("monitor.close", what, "s", "MonitorService.closed", costs["close.seconds"]))
+    figures.append(figure("monitor.close.peak", what + ": peak RSS", "MB", "VmHWM", costs["close.peak_mb"]))
+    figures.append(figure("monitor.close.rise", what + ": peak RSS over the RSS before closing", "MB", "VmHWM - VmRSS", costs["close.rise_mb"]))
     notes = [
         "Concurrency 1; p50 of each run, median over runs, on and off taking turns going first.",
         "On: every answered request's arrays held, folded into the window's sketches every 8192 rows, written every 30 s.",

@@ -36,6 +36,8 @@ WORK_PREFIX = "work/"
 # Data capture: the Firehose delivery stream writes `capture/tenant=…/deployment=…/dt=…/hour=…/`
 # and what it could not partition under `capture-errors/`.
 CAPTURE_PREFIX = "capture/"
+# Model monitoring's history: `monitor/<tenant>/<deployment>/<window start>.json`.
+MONITOR_PREFIX = "monitor/"
 CAPTURE_ERRORS_PREFIX = "capture-errors/"
 
 

@@ -48,6 +48,7 @@ from infra.nag import acknowledge, wildcard_resource
 from infra.naming import (
     CAPTURE_PREFIX,
     IMPORTS_PREFIX,
+    INBOX_PREFIX,
     OUTBOX_PREFIX,
     STORE_PREFIX,
     UPLOADS_PREFIX,
@@ -277,6 +278,12 @@ class ApiFunction:
             batch_bucket,
             prefix=CAPTURE_PREFIX,
             purpose="replay reads the captured requests of the caller's tenant",
+        )
+        grant_objects(
+            fn,
+            batch_bucket,
+            prefix=INBOX_PREFIX,
+            purpose="a monitoring baseline reads a batch job's input from the tenant's inbox",
         )
 
     @staticmethod

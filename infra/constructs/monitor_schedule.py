@@ -4,9 +4,10 @@ plus time for the containers' flushes (every 30 s); it checks the window that cl
 deployment with a baseline and writes EMF metrics (`MonitorAlerts`, `MonitorDrift`, quality)
 that the observability stack's alarms watch.
 
-The function only reads: the tenant partitions' items (deployments, baselines, profiles,
-labelled counts) and a scan of the table that may read each item's keys alone (which
-deployments have a baseline). It writes nothing to the registry and calls nothing else.
+The function reads the tenant partitions' items (deployments, baselines, profiles, labelled
+counts) and a scan of the table that may read each item's keys alone (which deployments have
+a baseline). It writes nothing to the registry; it writes each window's result as JSON under
+`monitor/` in the batch bucket (encrypted as the bucket is), and calls nothing else.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.constructs.functions import FunctionPlatform, SluiceFunction
-from infra.constructs.grants import invoke_on_schedule
+from infra.constructs.grants import grant_objects, invoke_on_schedule
 from infra.constructs.python_layer import PythonLayer
 from infra.constructs.registry_access import READ, grant_keys_scan, grant_registry
+from infra.naming import MONITOR_PREFIX
 
 # What the scan of `monitored` may read: the keys of each item.
 MONITOR_SCAN_ATTRIBUTES = ("pk", "sk")
@@ -41,6 +44,7 @@ class MonitorSchedule:
         layers: Sequence[PythonLayer],
         reserved_concurrency: int | None,
         table: dynamodb.ITableV2,
+        bucket: s3.IBucket,
     ) -> None:
         self.function = fn = SluiceFunction(
             scope,
@@ -54,10 +58,12 @@ class MonitorSchedule:
             timeout=Duration.minutes(5),
             invoked_async=True,
             reserved_concurrency=reserved_concurrency,
+            environment={"SLUICE_BATCH_BUCKET": bucket.bucket_name},
         )
         role = fn.role
         grant_registry(role, table, actions=READ)
         grant_keys_scan(role, table, MONITOR_SCAN_ATTRIBUTES)
+        grant_objects(fn, bucket, prefix=MONITOR_PREFIX, write=True, purpose="each monitoring window's result, one object per deployment and window")
         # The input carries the time the run was scheduled for, so a late or repeated delivery
         # checks the same window.
         self.schedule = invoke_on_schedule(

@@ -140,6 +140,7 @@ class ApiStack(FunctionStack):
             layers=[core, *monitor],
             reserved_concurrency=concurrency.monitor,
             table=storage.table,
+            bucket=storage.batch,
         ).function
         self.registry_events = RegistryEvents(
             self,

@@ -1,6 +1,7 @@
 """Model monitoring's scheduled check on AWS: EventBridge Scheduler invokes it past every hour
 with the time it was scheduled for, through a role that may invoke it alone; the function may
-read the tenant partitions and scan the keys, and write nothing; the observability stack has
+read the tenant partitions and scan the keys, write nothing to the registry and its results
+under `monitor/` in the batch bucket alone; the observability stack has
 an alarm on `MonitorAlerts` for each deployment the config names."""
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def test_the_check_reads_tenant_partitions_and_scans_keys_alone(full_app: Synthe
         "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
         "ForAllValues:StringEquals": {"dynamodb:Attributes": ["pk", "sk"]},
     }
+    s3 = [s for s in statements if s not in dynamodb and "lambda" not in json.dumps(s["Action"])]
+    objects = [s for s in s3 if "s3:PutObject" in s["Action"]]
+    assert len(objects) == 1 and json.dumps(objects[0]["Resource"]).endswith('/monitor/*"'), objects
+    assert "s3:DeleteObject" not in json.dumps(s3)
+    assert function["Environment"]["Variables"]["SLUICE_BATCH_BUCKET"]
 
 
 def test_an_alarm_on_monitor_alerts_per_configured_deployment(full_app: Synthesized) -> None:

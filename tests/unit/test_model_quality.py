@@ -60,6 +60,32 @@ def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_erro
     assert again["rmse"] == pytest.approx(np.sqrt(metrics.mean_squared_error(y, guess)))
 
 
+def test_a_multi_class_auc_in_three_posts_is_scikit_learns_one_against_the_rest_macro() -> None:
+    classes = ["setosa", "versicolor", "virginica"]
+    rng = np.random.default_rng(5)
+    actual = rng.integers(0, 3, 1500)
+    # Informative scores on the bins' 0.001 grid, each row's summing to 1 (as scikit-learn checks).
+    raw = rng.dirichlet([1, 1, 1], 1500) + np.eye(3)[actual] * 0.6
+    grid = np.floor(raw / raw.sum(axis=1, keepdims=True) * 1000).astype(int)
+    grid[np.arange(1500), actual] += 1000 - grid.sum(axis=1)
+    scores = grid / 1000
+    said = scores.argmax(axis=1)
+    docs = []
+    for part in np.array_split(np.arange(1500), 3):
+        out = Outcomes(CLASS)
+        for i in part:
+            out.add_class(classes[actual[i]], classes[said[i]], class_scores=dict(zip(classes, scores[i].tolist(), strict=True)))
+        docs.append({"": out.to_dict()})
+    got = merged(docs)[""].metrics()
+    expected = metrics.roc_auc_score(actual, scores, multi_class="ovr", average="macro")
+    assert 0.6 < expected < 0.99 and got["auc"] == pytest.approx(expected, abs=1e-9)
+    assert got["accuracy"] == pytest.approx(metrics.accuracy_score(actual, said))
+    three = Signature(inputs=(), outputs=(TensorSpec("label", "BYTES", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, 3), role="probabilities")))
+    answer = InferenceResult({"label": np.array(["virginica"], dtype=object), "probs": np.array([[0.1, 0.2, 0.7]], np.float32)}, classes={"probs": classes})
+    kept = predicted(three, answer)
+    assert kept is not None and kept["classes"] == classes and kept["class_scores"] == [[pytest.approx(0.1), pytest.approx(0.2), pytest.approx(0.7)]]
+
+
 def test_what_an_answer_predicted_is_read_by_the_outputs_roles() -> None:
     two = Signature(inputs=(), outputs=(TensorSpec("label", "INT64", (-1,), role="label"), TensorSpec("probs", "FP32", (-1, 2), role="probabilities")))
     result = InferenceResult({"label": np.array([0, 1]), "probs": np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)}, classes={"probs": [0, 1]})

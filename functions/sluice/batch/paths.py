@@ -4,8 +4,12 @@ the commands that only list or look at jobs, use these paths without building a 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sluice.domain.locations import Root
+
+if TYPE_CHECKING:
+    from sluice.domain.jobs import BatchJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,13 @@ class BatchPaths:
     def inbox_root(self, tenant: str) -> Root:
         """The tenant's inbox as the root its inputs are confined to (`sluice.domain.locations`)."""
         return Root.of("inbox", self.inbox(tenant))
+
+    def input_root(self, job: BatchJob) -> Root | None:
+        """Where a job's input must lie: anywhere for the operator (the CLI, and a file the
+        operator dropped in the folder `sluice serve` watches); else the tenant's inbox."""
+        if job.operator or job.source in ("cli", "inbox"):
+            return None
+        return self.inbox_root(job.tenant)
 
     def chunk_list(self, tenant: str, job_id: str) -> str:
         return f"{self.root}work/{tenant}/{job_id}/chunks.json"

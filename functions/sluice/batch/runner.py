@@ -124,11 +124,7 @@ class BatchRunner:
         )
 
     def _confined_to(self, job: BatchJob) -> Root | None:
-        """Where a job's input must lie: anywhere for the operator (the CLI, and a file the
-        operator dropped in the folder `sluice serve` watches); else the tenant's inbox."""
-        if job.operator or job.source in ("cli", "inbox"):
-            return None
-        return self.paths.inbox_root(job.tenant)
+        return self.paths.input_root(job)
 
     # Plan ---------------------------------------------------------------------------------
     def plan(self, tenant: str, job_id: str) -> dict[str, Any]:

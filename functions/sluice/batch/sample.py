@@ -12,6 +12,9 @@ import numpy as np
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from sluice.batch.filestore import FileStore
+    from sluice.domain.jobs import BatchJob
+    from sluice.domain.locations import Root
     from sluice.domain.signature import Signature
 
 CHUNK_BYTES = 64 * 1024 * 1024
@@ -21,10 +24,7 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
     """Up to `limit` rows that can be fed to `signature`, from the start of the file. Rows a
     batch job would refuse (a missing value, a word where a number belongs) are skipped; a
     file with none left is refused."""
-    from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
     from sluice.batch.local_files import LocalFiles
-    from sluice.batch.plan import plan_job
-    from sluice.batch.readers import read_chunk
     from sluice.batch.uris import format_of
     from sluice.domain.jobs import BatchJob
 
@@ -33,9 +33,21 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
         raise InvalidInput(f"no such file: {path}", field=field)
     uri = file.as_uri()
     fmt = format_of(uri)
-    files = LocalFiles()
     job = BatchJob("sample", "local", "sample", uri, uri, fmt, fmt)  # type: ignore[arg-type]
-    plan = plan_job(job, signature, files, chunk_rows=max(limit, 1), chunk_bytes=CHUNK_BYTES)
+    return job_rows(job, signature, LocalFiles(), limit=limit, field=field, shown=file.name)
+
+
+def job_rows(
+    job: BatchJob, signature: Signature, files: FileStore, *, limit: int, allowed: Root | None = None, field: str = "job", shown: str | None = None
+) -> dict[str, np.ndarray]:
+    """Up to `limit` rows of a batch job's input (a file, a prefix or a manifest of many, as
+    the job reads it, confined to `allowed` as its Plan confines it), from its start, rows the
+    job would refuse skipped; an input with none left is refused, naming `field`."""
+    from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
+    from sluice.batch.plan import plan_job
+    from sluice.batch.readers import read_chunk
+
+    plan = plan_job(job, signature, files, chunk_rows=max(limit, 1), chunk_bytes=CHUNK_BYTES, allowed=allowed)
     feeds = plan_feeds(signature, plan.spec.columns)
     columns = needed_columns(feeds)
     parts: dict[str, list[np.ndarray]] = {f.input: [] for f in feeds}
@@ -54,7 +66,7 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
         if kept >= limit:
             break
     if kept == 0:
-        raise InvalidInput(f"{file.name} holds no row this model can take", field=field)
+        raise InvalidInput(f"{shown or job.input_uri} holds no row this model can take", field=field)
     return {name: np.concatenate(chunks) for name, chunks in parts.items()}
 
 

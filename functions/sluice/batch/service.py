@@ -50,10 +50,13 @@ from sluice.domain.locations import Location, confine
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import numpy as np
+
     from sluice.batch.filestore import FileStore
     from sluice.batch.orchestrators import Orchestrator
     from sluice.batch.paths import BatchPaths
     from sluice.batch.runner import BatchRunner
+    from sluice.domain.signature import Signature
     from sluice.registry import Registry
 
 @dataclass(eq=False)
@@ -150,6 +153,15 @@ class BatchService:
     def get(self, principal: Principal, job_id: str) -> BatchJob:
         principal.require("predict")
         return self.settled(self.registry.get_job(principal.tenant, job_id), ask=True)
+
+    def input_rows(self, principal: Principal, job_id: str, signature: Signature, *, limit: int) -> tuple[BatchJob, dict[str, np.ndarray]]:
+        """The job and up to `limit` rows of its input that `signature` takes, read as its
+        Plan reads them, confined where its Plan confines them (a model's baseline)."""
+        from sluice.batch.sample import job_rows
+
+        job = self.get(principal, job_id)
+        assert self.files is not None
+        return job, job_rows(job, signature, self.files, limit=limit, allowed=self.paths.input_root(job), field="job")
 
     def list(self, principal: Principal, *, limit: int = 100) -> list[BatchJob]:
         principal.require("predict")

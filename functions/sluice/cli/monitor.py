@@ -23,16 +23,23 @@ def cmd_monitor_baseline(args: argparse.Namespace) -> int:
 
     principal = operator(args)
     predictions, monitor = pieces.predictions(), pieces.monitor()
-    resolved = asyncio.run(predictions.resolve(principal, args.name))
-    arrays = read_rows(args.data, resolved.version.signature, limit=args.limit, field="data")
-    profile = asyncio.run(
-        baseline_profile(predictions, principal, args.name, arrays, max_columns=pieces.settings().monitor.monitor_max_columns, outputs=not args.inputs_only)
-    )
-    out = monitor.put_baseline(principal, args.name, profile, source=str(args.data))
+    if args.from_capture:  # the rows and the answers they got, as captured
+        out = monitor.baseline_from_capture(principal, args.name, since=args.since, until=args.until, outputs=not args.inputs_only)
+    else:
+        resolved = asyncio.run(predictions.resolve(principal, args.name))
+        signature = resolved.version.signature
+        if args.from_job:
+            job, arrays = pieces.batch().input_rows(principal, args.from_job, signature, limit=args.limit)
+            source = f"job {job.id} ({job.input_uri})"
+        else:
+            arrays, source = read_rows(args.data, signature, limit=args.limit, field="data"), str(args.data)
+        max_columns = pieces.settings().monitor.monitor_max_columns
+        profile = asyncio.run(baseline_profile(predictions, principal, args.name, arrays, max_columns=max_columns, outputs=not args.inputs_only))
+        out = monitor.put_baseline(principal, args.name, profile, source=source)
     if args.json:
         print_json(out)
         return 0
-    print(f"baseline of {args.name} (revision {out['revision']}): {out['rows']} rows from {args.data}")
+    print(f"baseline of {args.name} (revision {out['revision']}): {out['rows']} rows from {out['source']}")
     rows = [_baseline_row(name, c) for name, c in out["columns"].items()]
     table(rows, ["column", "role", "kind", "count", "missing_rate", "min", "p50", "max", "top"])
     return 0
@@ -50,7 +57,8 @@ def _short(value: Any) -> Any:
 
 
 def cmd_monitor_status(args: argparse.Namespace) -> int:
-    status = pieces.monitor().status(operator(args), args.name, variant=args.variant, windows=args.windows)
+    source = "capture" if args.from_capture else "profiles"
+    status = pieces.monitor().status(operator(args), args.name, variant=args.variant, windows=args.windows, source=source)
     if args.json:
         print_json(status)
         return 0
@@ -61,7 +69,7 @@ def cmd_monitor_status(args: argparse.Namespace) -> int:
     if base is None:
         return 0
     if not status["windows"]:
-        print("no traffic profiled at this revision yet")
+        print("no traffic captured at this revision in these windows" if args.from_capture else "no traffic profiled at this revision yet")
         return 0
     for window in status["windows"]:
         worst = ", ".join(window["worst"]) or "none"
@@ -108,17 +116,23 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
 
 def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     mon = sub.add_parser("monitor", help="drift and data quality against a baseline; model quality from labels").add_subparsers(dest="action", required=True)
-    baseline = mon.add_parser("baseline", help="profile a file of the deployment's training data as its baseline")
+    baseline = mon.add_parser("baseline", help="profile the deployment's training data (a file, a batch job's input or captured traffic) as its baseline")
     baseline.add_argument("name", help="the deployment")
-    baseline.add_argument("--data", required=True, help="a Parquet, CSV or JSON Lines file (columns as a batch job reads them)")
-    baseline.add_argument("--limit", type=count, default=DEFAULT_LIMIT, help=f"read at most this many rows (default {DEFAULT_LIMIT})")
-    baseline.add_argument("--inputs-only", action="store_true", help="do not score the rows: no output columns in the baseline")
+    whence = baseline.add_mutually_exclusive_group(required=True)
+    whence.add_argument("--data", help="a Parquet, CSV or JSON Lines file (columns as a batch job reads them)")
+    whence.add_argument("--from-job", metavar="JOB", help="a batch job's input (a file, prefix or manifest), read as the job reads it")
+    whence.add_argument("--from-capture", action="store_true", help="the deployment's captured requests from --since to --until, with their answers")
+    baseline.add_argument("--since", default="24h", help="with --from-capture: a time or a duration ago (default 24h)")
+    baseline.add_argument("--until", help="with --from-capture: a time or a duration ago (default now)")
+    baseline.add_argument("--limit", type=count, default=DEFAULT_LIMIT, help=f"read at most this many rows of a file or job (default {DEFAULT_LIMIT})")
+    baseline.add_argument("--inputs-only", action="store_true", help="no output columns in the baseline (the rows are not scored)")
     baseline.add_argument("--json", action="store_true", help="print JSON instead of a table")
     baseline.set_defaults(func=cmd_monitor_baseline)
     status = mon.add_parser("status", help="each column's drift and quality verdict in the latest windows")
     status.add_argument("name", help="the deployment")
     status.add_argument("--variant", help="one variant's traffic (a split's); all of it by default")
     status.add_argument("--windows", type=count, default=1, help="how many of the latest windows (default 1)")
+    status.add_argument("--from-capture", action="store_true", help="recompute the latest windows from captured requests, every row sketched")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=cmd_monitor_status)
     labels = mon.add_parser("labels", help="post ground truth by request id from a file, joined to the predictions kept for it")

@@ -81,6 +81,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.services.rollout_watcher import RolloutWatcher
 
     background.start(RolloutWatcher(pieces.rollouts()))  # progressive rollouts move on this thread
+    from sluice.services.monitor_results import MonitorResults, WindowCloser
+
+    assert batch.files is not None
+    background.start(WindowCloser(MonitorResults(pieces.monitor(), batch.files, batch.paths.root)))  # monitoring history
     if settings.follows.follow_poll_s > 0:
         from sluice.convert.follow import FollowPoller
 

@@ -12,7 +12,9 @@ and `deployment`:
 - `LabelledRows` (Count) and `ModelAccuracy`, `ModelPrecision`, `ModelRecall`, `ModelAuc`,
   `ModelMae`, `ModelRmse` (None) where the window's predictions have labels.
 
-The line's metadata names the window, the revision, the verdict and the worst columns. The
+The line's metadata names the window, the revision, the verdict and the worst columns. Each
+deployment's result is also written to the batch bucket as JSON, one object per deployment
+and window (`sluice.services.monitor_results`). The
 checks read sketches with Apache DataSketches; where the function's layers do not have it
 (the Python 3.14 runtime: no wheel), windows are not checked, quality is still reported, and
 the answer says so. One deployment whose check fails is logged and skipped: the others are
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.observability import get_logger, get_metrics
 
 if TYPE_CHECKING:
-    from sluice.services.monitoring import MonitorService
+    from sluice.services.monitor_results import MonitorResults
 
 logger = get_logger()
 metrics = get_metrics()
@@ -37,13 +39,15 @@ QUALITY = {"accuracy": "ModelAccuracy", "precision": "ModelPrecision", "recall":
 
 
 @lru_cache(maxsize=1)
-def service() -> MonitorService:
+def service() -> MonitorResults:
+    from sluice.services.monitor_results import MonitorResults
     from sluice.services.monitoring import MonitorService
     from sluice.wiring import get_container
 
     container = get_container()
     # No recorder to flush first: this function serves no traffic.
-    return MonitorService(container.registry, container.settings.monitor)
+    monitor = MonitorService(container.registry, container.settings.monitor)
+    return MonitorResults(monitor, container.batch_files(), container.settings.batch_root_url)
 
 
 def scheduled_time(event: dict[str, Any]) -> float:
@@ -61,14 +65,13 @@ def scheduled_time(event: dict[str, Any]) -> float:
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     import importlib.util
 
-    monitor = service()
+    results = service()
+    monitor = results.monitor
     at = scheduled_time(event)
     reported: dict[str, int] = {"deployments": 0, "checked": 0, "alerts": 0, "labelled": 0, "failed": 0}
-    for tenant, name in monitor.registry.monitored():
-        try:
-            closed = monitor.closed(tenant, name, at=at)
-        except Exception:  # one broken baseline or record must not hide every other deployment
-            logger.exception("monitoring window not checked", extra={"tenant": tenant, "deployment": name})
+    for tenant, closed, error in results.close(at):
+        if error is not None:  # one broken baseline, record or write must not hide every other deployment
+            logger.error("monitoring window not checked", exc_info=error, extra={"tenant": tenant, "deployment": closed and closed["deployment"]})
             reported["failed"] += 1
             continue
         if closed is None:

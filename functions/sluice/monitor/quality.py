@@ -1,13 +1,18 @@
 """Model quality from ground truth: what a prediction said, kept by request id
 (`predicted`), and, once its label arrives, the pair folded into mergeable counts per variant
 (`Outcomes`): a confusion table for classifiers (with, for two classes, how the positive
-class's scores fall for each true class), error sums for regressors. Counts written by any
-number of label posts merge into the same figures (`metrics`) as the pairs all at once.
+class's scores fall for each true class; for three to `MAX_OVR_CLASSES` (8), how each class's
+scores fall for the rows of that class and of the others), error sums for regressors. Counts
+written by any number of label posts merge into the same figures (`metrics`) as the pairs all
+at once.
 
 Plain NumPy: the request path and the Lambda API never import scikit-learn. AUC is the
 Mann-Whitney rank statistic over the scores binned to `SCORE_BINS` (pairs in one bin count
 half, as tied ranks do): exact when no positive and negative score fall within 1/SCORE_BINS
-of each other, and off by at most half the share of pairs that do.
+of each other, and off by at most half the share of pairs that do. A multi-class AUC is one
+class against the rest, macro-averaged over the classes with both labelled rows of their own
+and of others (scikit-learn's `roc_auc_score(multi_class="ovr", average="macro")`, which
+needs every class among the labels).
 """
 
 from __future__ import annotations
@@ -27,13 +32,17 @@ if TYPE_CHECKING:
 CLASS, VALUE = "class", "value"
 SCORE_BINS = 1000
 MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
+MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
+MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
 
 
 def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] | None:
     """What a request's rows predicted, JSON-able: `kind` (class or value), `predicted` (a
     label or a number per row) and, for a two-class model, `scores` (the probability of
-    `positive`, its second class, per row). None for answers that are neither (several
-    values, vectors): their quality is not measured."""
+    `positive`, its second class, per row); for three to `MAX_OVR_CLASSES` classes,
+    `class_scores` (each row's probabilities, for requests of at most `MAX_OVR_VALUES`) and
+    `classes`. None for answers that are
+    neither (several values, vectors): their quality is not measured."""
     outputs = result.outputs
     label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
     probs = outputs.get(probs_spec.name) if probs_spec else None
@@ -55,6 +64,9 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
         if probs is not None and probs.shape[1] == 2 and classes is not None:
             doc["scores"] = np.round(probs[:, 1].astype(np.float64), 6).tolist()
             doc["positive"] = _word(classes[1])
+        elif probs is not None and 2 < probs.shape[1] <= MAX_OVR_CLASSES and probs.size <= MAX_OVR_VALUES and classes is not None:
+            doc["class_scores"] = np.round(probs.astype(np.float64), 6).tolist()
+            doc["classes"] = [_word(c) for c in classes]
         return doc
     named = [spec.name for spec in signature.outputs if spec.name in outputs]
     if len(named) != 1:
@@ -79,17 +91,26 @@ class Outcomes:
     pairs: dict[tuple[str, str], int] = field(default_factory=dict)  # (actual, predicted): n
     positive: str | None = None
     scores: dict[str, dict[int, int]] = field(default_factory=dict)  # "pos"/"neg": {bin: n}
+    ovr: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)  # class: "pos"/"neg": {bin: n}
     abs_error: float = 0.0
     sq_error: float = 0.0
     error: float = 0.0  # signed: predicted - actual
 
-    def add_class(self, actual: str, said: str, score: float | None = None, positive: str | None = None) -> None:
+    def add_class(
+        self, actual: str, said: str, score: float | None = None, positive: str | None = None, class_scores: dict[str, float] | None = None
+    ) -> None:
+        """One labelled row; `score` of the `positive` class (two classes), or `class_scores`
+        (each class's probability, more classes)."""
         self.rows += 1
         self.pairs[(actual, said)] = self.pairs.get((actual, said), 0) + 1
         if score is not None and positive is not None and (self.positive in (None, positive)):
             self.positive = positive
             side = self.scores.setdefault("pos" if actual == positive else "neg", {})
-            b = min(int(score * SCORE_BINS), SCORE_BINS - 1) if math.isfinite(score) else 0
+            b = _bin(score)
+            side[b] = side.get(b, 0) + 1
+        for name, p in (class_scores or {}).items():
+            side = self.ovr.setdefault(name, {}).setdefault("pos" if actual == name else "neg", {})
+            b = _bin(p)
             side[b] = side.get(b, 0) + 1
 
     def add_value(self, actual: float, said: float) -> None:
@@ -109,6 +130,11 @@ class Outcomes:
                 mine = self.scores.setdefault(side, {})
                 for b, n in bins.items():
                     mine[b] = mine.get(b, 0) + n
+        for name, sides in other.ovr.items():
+            for side, bins in sides.items():
+                mine = self.ovr.setdefault(name, {}).setdefault(side, {})
+                for b, n in bins.items():
+                    mine[b] = mine.get(b, 0) + n
         self.abs_error += other.abs_error
         self.sq_error += other.sq_error
         self.error += other.error
@@ -120,6 +146,8 @@ class Outcomes:
             if self.positive is not None:
                 doc["positive"] = self.positive
                 doc["scores"] = {side: [[b, n] for b, n in bins.items()] for side, bins in self.scores.items()}
+            if self.ovr:
+                doc["ovr"] = {c: {side: [[b, n] for b, n in bins.items()] for side, bins in sides.items()} for c, sides in self.ovr.items()}
         else:
             doc.update(abs_error=self.abs_error, sq_error=self.sq_error, error=self.error)
         return doc
@@ -129,13 +157,14 @@ class Outcomes:
         out = cls(doc["kind"], int(doc["rows"]), positive=doc.get("positive"))
         out.pairs = {(str(a), str(p)): int(n) for a, p, n in doc.get("pairs", [])}
         out.scores = {side: {int(b): int(n) for b, n in bins} for side, bins in doc.get("scores", {}).items()}
+        out.ovr = {str(c): {side: {int(b): int(n) for b, n in bins} for side, bins in sides.items()} for c, sides in doc.get("ovr", {}).items()}
         out.abs_error, out.sq_error, out.error = (float(doc.get(k, 0.0)) for k in ("abs_error", "sq_error", "error"))
         return out
 
     def metrics(self) -> dict[str, Any]:
         """rows, and accuracy, precision, recall (of the positive class for two classes, else
-        the mean over the classes seen, macro) and AUC (two classes with scores) for a
-        classifier; MAE, RMSE and bias (mean of predicted - actual) for a regressor."""
+        the mean over the classes seen, macro) and AUC (two classes with scores; more classes
+        with each class's scores: one against the rest, macro) for a classifier; MAE, RMSE and bias (mean of predicted - actual) for a regressor."""
         if not self.rows:
             return {"rows": 0}
         if self.kind == VALUE:
@@ -159,16 +188,31 @@ class Outcomes:
         return out
 
     def auc(self) -> float | None:
-        pos, neg = self.scores.get("pos"), self.scores.get("neg")
-        if not pos or not neg:
-            return None
-        p, n = np.zeros(SCORE_BINS), np.zeros(SCORE_BINS)
-        for b, c in pos.items():
-            p[b] += c
-        for b, c in neg.items():
-            n[b] += c
-        below = np.cumsum(n) - n  # negatives in lower bins than each bin
-        return float((p * (below + 0.5 * n)).sum() / (p.sum() * n.sum()))
+        if self.scores:
+            return _auc(self.scores.get("pos"), self.scores.get("neg"))
+        each = [_auc(sides.get("pos"), sides.get("neg")) for sides in self.ovr.values()]
+        found = [a for a in each if a is not None]
+        return float(np.mean(found)) if found else None
+
+
+def _bin(score: float) -> int:
+    """A score's bin: [b/SCORE_BINS, (b+1)/SCORE_BINS), a score on that grid in its own bin."""
+    if not math.isfinite(score):
+        return 0
+    return min(max(math.floor(score * SCORE_BINS + 1e-9), 0), SCORE_BINS - 1)
+
+
+def _auc(pos: dict[int, int] | None, neg: dict[int, int] | None) -> float | None:
+    """The Mann-Whitney statistic of binned positive and negative scores (ties: half)."""
+    if not pos or not neg:
+        return None
+    p, n = np.zeros(SCORE_BINS), np.zeros(SCORE_BINS)
+    for b, c in pos.items():
+        p[b] += c
+    for b, c in neg.items():
+        n[b] += c
+    below = np.cumsum(n) - n  # negatives in lower bins than each bin
+    return float((p * (below + 0.5 * n)).sum() / (p.sum() * n.sum()))
 
 
 def merged(docs: Iterable[dict[str, Any]]) -> dict[str, Outcomes]:

@@ -19,23 +19,31 @@ from sluice.monitor.sketches import Profile
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sluice.capture.reader import CaptureReader
     from sluice.domain import Principal
-    from sluice.registry import DeploymentRegistry, MonitorRegistry
+    from sluice.registry import DeploymentRegistry, ModelRegistry, MonitorRegistry
     from sluice.settings import MonitorSettings
 
-    class Registry(DeploymentRegistry, MonitorRegistry): ...
+    class Registry(ModelRegistry, DeploymentRegistry, MonitorRegistry): ...
 
 
 MAX_WINDOWS = 168
+MAX_CAPTURE_S = 31 * 86400  # a baseline from capture reads at most 31 days of it (as replay does)
+PROFILES, CAPTURE = "profiles", "capture"
 QUALITY_METRICS = ("accuracy", "precision", "recall", "auc", "mae", "rmse")
 
 
 class MonitorService:
-    def __init__(self, registry: Registry, settings: MonitorSettings, *, before_read: Callable[[], object] | None = None) -> None:
-        """`before_read`: writes what this process holds (its profile recorder's flush)."""
+    def __init__(
+        self, registry: Registry, settings: MonitorSettings, *, before_read: Callable[[], object] | None = None,
+        capture: CaptureReader | None = None,
+    ) -> None:  # fmt: skip
+        """`before_read`: writes what this process holds (its profile recorder's flush);
+        `capture`: where captured requests are read back (None: capture is off here)."""
         self.registry = registry
         self.settings = settings
         self.before_read = before_read
+        self.capture = capture
         self.limits = Thresholds(
             drift=settings.monitor_drift_threshold, missing=settings.monitor_missing_threshold,
             out_of_range=settings.monitor_range_threshold, min_rows=settings.monitor_min_rows,
@@ -54,6 +62,39 @@ class MonitorService:
         doc = self._baseline(principal.tenant, name)
         return _baseline_out(doc, Profile.from_dict(doc))
 
+    def baseline_from_capture(self, principal: Principal, name: str, *, since: Any, until: Any = None, outputs: bool = True) -> dict[str, Any]:
+        """The deployment's baseline from its captured requests between `since` and `until`
+        (as `parse_time` reads them, `2h` ago included; `until` None is now), every revision
+        and variant, with the outputs they were answered (`outputs`), as its baseline."""
+        from sluice.domain.values import isoformat, parse_time
+
+        principal.require("admin")
+        self.registry.get_deployment(principal.tenant, name)  # another tenant's, or none: not found
+        at = now()
+        start = parse_time(since, field="capture.since", now=at)
+        end = at if until is None else parse_time(until, field="capture.until", now=at)
+        if end <= start:
+            raise InvalidInput("until must come after since", field="capture.until")
+        if end - start > MAX_CAPTURE_S:
+            raise InvalidInput("a baseline from capture reads at most 31 days of it", field="capture.since")
+        profile, counts = self._captured(principal.tenant, name, start, end, outputs=outputs)
+        if not profile.rows:
+            raise InvalidInput(f"no captured request of '{name}' from {isoformat(start)} to {isoformat(end)} could be read", field="capture")
+        out = self.put_baseline(principal, name, profile, source=f"capture {isoformat(start)} to {isoformat(end)}")
+        return {**out, "capture": counts}
+
+    def _captured(self, tenant: str, name: str, since: float, until: float, **kw: Any) -> tuple[Profile, dict[str, int]]:
+        from sluice.services.monitor_capture import profile_of_capture
+
+        if self.capture is None:
+            raise InvalidInput("data capture is off here: there are no captured requests to read", field="capture")
+
+        def signature_of(model: str, version: int) -> Any:
+            return self.registry.get_version(tenant, model, version).signature
+
+        records = self.capture.records(tenant, name, since, until)
+        return profile_of_capture(records, signature_of, max_columns=self.settings.monitor_max_columns, **kw)
+
     def _baseline(self, tenant: str, name: str) -> dict[str, Any]:
         self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
         doc = self.registry.get_baseline(tenant, name)
@@ -62,10 +103,15 @@ class MonitorService:
         return doc
 
     # Checks -------------------------------------------------------------------------------------
-    def status(self, principal: Principal, name: str, *, revision: int | None = None, variant: str | None = None, windows: int = 1) -> dict[str, Any]:
+    def status(
+        self, principal: Principal, name: str, *, revision: int | None = None, variant: str | None = None, windows: int = 1,
+        source: str = PROFILES,
+    ) -> dict[str, Any]:  # fmt: skip
         """The latest `windows` windows of the revision (the current one by default) with
         traffic, newest first, each checked against the baseline; `variant`: that variant's
-        traffic alone (all of it otherwise)."""
+        traffic alone (all of it otherwise). `source` `capture`: each of the latest `windows`
+        windows (the open one first) recomputed from the captured requests, every row
+        sketched (`sluice.services.monitor_capture`)."""
         principal.require("admin")
         dep = self.registry.get_deployment(principal.tenant, name)
         rev = revision or dep.revision
@@ -76,7 +122,10 @@ class MonitorService:
             doc = self._baseline(principal.tenant, name)  # not found, saying how to make one
         if doc is not None:
             baseline = Profile.from_dict(doc)
-            found = self._windows(principal.tenant, name, rev, variant)
+            if source == CAPTURE:
+                found = self._captured_windows(principal.tenant, name, rev, variant, windows)
+            else:
+                found = self._windows(principal.tenant, name, rev, variant)
             checked = [
                 {"window_start": start, "window_end": start + self.settings.monitor_window_s, **check(baseline, profile, self.limits)}
                 for start, profile in sorted(found.items(), reverse=True)[:windows]
@@ -85,6 +134,7 @@ class MonitorService:
             "deployment": name,
             "revision": rev,
             "variant": variant,
+            "source": source,
             "baseline": None if doc is None else {k: doc.get(k) for k in ("revision", "rows", "source", "created_at")},
             "window_s": self.settings.monitor_window_s,
             "thresholds": {"drift": self.limits.drift, "missing": self.limits.missing, "out_of_range": self.limits.out_of_range, "min_rows": self.limits.min_rows},
@@ -176,8 +226,9 @@ class MonitorService:
             out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
             said = record["predicted"][row]
             if record["kind"] == CLASS:
-                scores = record.get("scores")
-                out.add_class(label, said, scores[row] if scores else None, record.get("positive"))
+                scores, each = record.get("scores"), record.get("class_scores")
+                by_class = dict(zip(record["classes"], each[row], strict=False)) if each and record.get("classes") else None
+                out.add_class(label, said, scores[row] if scores else None, record.get("positive"), class_scores=by_class)
             else:
                 out.add_value(label, float(said))
         for (revision, window), variants in sorted(counts.items()):
@@ -235,6 +286,17 @@ class MonitorService:
             windows = self.quality(principal.tenant, dep.name, dep.revision)
             if windows:
                 out[dep.name] = windows[0]
+        return out
+
+    def _captured_windows(self, tenant: str, name: str, revision: int, variant: str | None, windows: int) -> dict[int, Profile]:
+        """The latest `windows` windows, the open one first, from capture; those with rows."""
+        size = self.settings.monitor_window_s
+        latest = int(now()) // size * size
+        out: dict[int, Profile] = {}
+        for start in range(latest, latest - windows * size, -size):
+            profile, _ = self._captured(tenant, name, start, start + size, revision=revision, variant=variant)
+            if profile.rows:
+                out[start] = profile
         return out
 
     def _windows(self, tenant: str, name: str, revision: int, variant: str | None) -> dict[int, Profile]:

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from sluice.types.base import WireModel
 
+MAX_JOB_ROWS = 1_000_000
+
+
+class CaptureWindow(WireModel):
+    """A window of the deployment's captured requests."""
+
+    since: str | float = Field(description="A time (RFC 3339 or epoch seconds) or a duration ago (`24h`).")
+    until: str | float | None = Field(None, description="A time or a duration ago; now by default.")
+
 
 class BaselineRows(WireModel):
-    """Rows of the data a deployment was trained on, as a prediction sends them."""
+    """The data a deployment was trained on: rows as a prediction sends them, a batch job's
+    input, or a window of its captured requests (one of them)."""
 
     inputs: list[Any] | dict[str, Any] | None = Field(
         None, description="Rows for a single-input model (a 2-D list), or named tensors {input: rows}."
     )
     batch: list[Any] | None = Field(None, description="Rows as feature objects or lists.")
+    job: str | None = Field(None, min_length=1, max_length=128, description="A batch job's id: its input, read as the job reads it.")
+    capture: CaptureWindow | None = Field(None, description="The deployment's captured requests in this window, with the answers they got.")
+    limit: int = Field(MAX_JOB_ROWS, ge=1, le=MAX_JOB_ROWS, description="With `job`: read at most this many rows.")
     source: str = Field("api", max_length=256, description="Where the rows came from, kept with the baseline.")
-    outputs: bool = Field(True, description="Profile the primary version's answers to the rows too.")
+    outputs: bool = Field(True, description="Profile the answers to the rows too.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> BaselineRows:
+        given = [k for k in ("inputs", "batch", "job", "capture") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of inputs, batch, job or capture, not {' and '.join(given)}")
+        return self
 
 
 MAX_LABELS = 10_000

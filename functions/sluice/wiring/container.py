@@ -242,11 +242,11 @@ class Container:
     @cached_property
     def monitor(self) -> MonitorService:
         """Model monitoring's baselines and checks; built on first use. A read first writes
-        the profiles and kept predictions this process holds."""
+        the profiles and kept predictions this process holds; capture is read as replay does."""
         from sluice.services.monitoring import MonitorService
 
         held = [h for h in (self.predictions.profiles, self.predictions.kept) if h is not None]
-        return MonitorService(self.registry, self.settings.monitor, before_read=lambda: [h.flush() for h in held])
+        return MonitorService(self.registry, self.settings.monitor, before_read=lambda: [h.flush() for h in held], capture=build_capture_reader(self.settings))
 
     @cached_property
     def follows(self) -> FollowService:

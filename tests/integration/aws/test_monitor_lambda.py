@@ -1,11 +1,12 @@
 """Model monitoring's scheduled function in AWS form: the handler fed the schedule's event
 (events/monitor_schedule.json) over a DynamoDB registry (moto), finding the deployments with a
-baseline by its scan and writing one EMF line per deployment for the window that closed."""
+baseline by its scan and writing one EMF line per deployment for the window that closed, and
+its result as one JSON object per deployment and window in the batch bucket (moto's S3)."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -23,9 +24,9 @@ from tests.support import LambdaContext, OneCallAtATime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from sluice.domain import Principal
-    from sluice.settings import Settings
 
 pytest.importorskip("datasketches")
 EVENT = json.loads((EVENTS / "monitor_schedule.json").read_text())
@@ -41,11 +42,20 @@ def _profile(rng: np.random.Generator, shift: float = 0.0, rows: int = 2000) -> 
     return profile.to_dict()
 
 
+BUCKET = "sluice-batch"
+
+
 @pytest.fixture
-def cloud(aws: None, settings: Settings, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
+def cloud(aws: None, tmp_path: Path, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
     from sluice import wiring
     from sluice.handlers import monitor
+    from sluice.settings import Settings
 
+    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, batch_bucket=BUCKET)
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    rule = {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}  # as the storage stack's bucket
+    s3.put_bucket_encryption(Bucket=BUCKET, ServerSideEncryptionConfiguration={"Rules": [rule]})
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     create_table(dynamodb, "sluice-registry")
     registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
@@ -109,6 +119,19 @@ def test_the_scheduled_check_writes_drift_alerts_and_quality_per_deployment(
     dims = drifted["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
     assert sorted(dims) == ["deployment", "service", "tenant"]
     assert {m["Name"] for m in drifted["_aws"]["CloudWatchMetrics"][0]["Metrics"]} >= {"MonitorAlerts", "MonitorDrift"}
+    # The history: one object per deployment and window, under the tenant's prefix, encrypted
+    # as the bucket is; a repeated delivery writes the same object again.
+    s3 = boto3.client("s3", region_name=REGION)
+    stamp = datetime.fromtimestamp(CLOSED, UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="monitor/")["Contents"])
+    assert keys == [f"monitor/acme/iris/{stamp}.json", f"monitor/globex/iris/{stamp}.json"]
+    got = s3.get_object(Bucket=BUCKET, Key=keys[0])
+    assert got["ServerSideEncryption"] == "AES256" and got["ContentType"] == "application/json"
+    doc = json.loads(got["Body"].read())
+    assert (doc["tenant"], doc["deployment"], doc["revision"], doc["window_start"], doc["window_end"]) == ("acme", "iris", 1, CLOSED, CLOSED + 3600)
+    assert doc["check"]["verdict"] == "alert" and doc["check"]["worst"] == ["petal_length"] and doc["quality"]["accuracy"] == 0.75
+    assert handler(EVENT, LambdaContext(function_name="sluice-monitor"))["deployments"] == 2
+    assert len(s3.list_objects_v2(Bucket=BUCKET, Prefix="monitor/")["Contents"]) == 2
 
 
 def test_a_baseline_left_by_a_deleted_deployment_is_skipped(cloud: Container, acme: Principal, capsys: pytest.CaptureFixture[str]) -> None:

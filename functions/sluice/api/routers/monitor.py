@@ -4,12 +4,19 @@ and the model's quality per window (docs/monitoring.md)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from sluice.api.deps import AdminDep, MonitorDep, PredictionsDep, PrincipalDep, SettingsDep
+from sluice.api.deps import (
+    AdminDep,
+    BatchDep,
+    MonitorDep,
+    PredictionsDep,
+    PrincipalDep,
+    SettingsDep,
+)
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.values import RevisionNumber
 from sluice.types.monitoring import BaselineRows, Labels
@@ -17,18 +24,29 @@ from sluice.types.monitoring import BaselineRows, Labels
 router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=errors(*MANAGEMENT))
 
 
-@router.put("/{name}/baseline", summary="Set the deployment's baseline from rows of its training data")
-async def put_baseline(name: str, body: BaselineRows, principal: AdminDep, predictions: PredictionsDep, monitor: MonitorDep, settings: SettingsDep) -> JSONResponse:
+@router.put("/{name}/baseline", summary="Set the deployment's baseline from its training data: rows, a batch job's input, or captured requests")
+async def put_baseline(
+    name: str, body: BaselineRows, principal: AdminDep, predictions: PredictionsDep, monitor: MonitorDep, settings: SettingsDep, batch: BatchDep
+) -> JSONResponse:
     from sluice.codecs.plain import arrays_from_request
     from sluice.inference.baselines import baseline_profile
 
     principal.require("admin")
+    if body.capture is not None:  # the captured rows and the answers they got
+        window = body.capture
+        out = await run_in_threadpool(monitor.baseline_from_capture, principal, name, since=window.since, until=window.until, outputs=body.outputs)
+        return JSONResponse(out)
     resolved = await predictions.resolve(principal, name)
-    arrays = arrays_from_request(resolved.version.signature, inputs=body.inputs, batch=body.batch)
+    source = body.source
+    if body.job is not None:
+        job, arrays = await run_in_threadpool(batch.input_rows, principal, body.job, resolved.version.signature, limit=body.limit)
+        source = f"job {job.id}"
+    else:
+        arrays = arrays_from_request(resolved.version.signature, inputs=body.inputs, batch=body.batch)
     profile = await baseline_profile(
         predictions, principal, name, arrays, max_columns=settings.monitor.monitor_max_columns, outputs=body.outputs
     )
-    return JSONResponse(await run_in_threadpool(monitor.put_baseline, principal, name, profile, source=body.source))
+    return JSONResponse(await run_in_threadpool(monitor.put_baseline, principal, name, profile, source=source))
 
 
 @router.get("/{name}/baseline", summary="The deployment's baseline: per column, count, missing rate, range, quantiles or top values")
@@ -44,8 +62,12 @@ def monitor_status(
     revision: RevisionNumber | None = None,
     variant: Annotated[str | None, Query(max_length=64, description="One variant's traffic (a split's); all of it by default.")] = None,
     windows: Annotated[int, Query(ge=1, le=168, description="How many of the latest windows with traffic.")] = 1,
+    source: Annotated[
+        Literal["profiles", "capture"],
+        Query(description="`capture`: the latest windows recomputed from captured requests, every row sketched."),
+    ] = "profiles",
 ) -> JSONResponse:
-    return JSONResponse(monitor.status(principal, name, revision=revision, variant=variant, windows=windows))
+    return JSONResponse(monitor.status(principal, name, revision=revision, variant=variant, windows=windows, source=source))
 
 
 @router.post("/{name}/labels", summary="Ground truth by request id, joined to the predictions kept for it (predict scope)")
