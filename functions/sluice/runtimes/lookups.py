@@ -22,6 +22,10 @@ A lookup with a cache time to live (`ttl`: its `cache_ttl_s`, else the operator'
 most its `max_age_s`) serves rows whose entity it read within that time from the feature cache
 (`sluice.runtimes.lookup_cache`) and reads only the others' entities; the rules above are
 applied to what the cache holds as to what the store answers.
+
+A batch job's Parquet text key column comes with its dictionary codes
+(`sluice.codecs.coded_text`): its distinct keys are known from the codes, not found row by row,
+and a held SQLite table maps the dictionary once (`sluice.runtimes.sqlite_held`).
 """
 
 from __future__ import annotations

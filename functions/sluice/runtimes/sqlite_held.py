@@ -14,7 +14,10 @@ of TEXT affinity (a key asked as text, or as an integer: SQLite compares the int
 or of INTEGER affinity asked with integers; and no two rows of one key. A table that is not
 held is read with SQL, as always; that decision is asked again once the file has changed.
 Values are kept as SQLite hands them back; a lookup's rows are served from them cast once per
-lookup (`rows`), or as the query's lists (`get_many`).
+lookup (`rows`), or as the query's lists (`get_many`). Rows of a text key with their dictionary
+codes (a batch job's Parquet column) find their rows through the dictionary, mapped once with
+Arrow (`pyarrow.compute.index_in`: the same binary text comparison as the query's); other keys
+one at a time in the dictionary of keys, which for a few keys is the cheaper way.
 """
 
 from __future__ import annotations
