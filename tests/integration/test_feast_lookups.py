@@ -214,3 +214,63 @@ def test_importing_feast_turns_on_no_prometheus_series(world: World) -> None:
     `/metrics` series (a CLI, a batch job, a test worker) does not start writing them."""
     assert world is not None
     assert not {"PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR"} & set(os.environ)
+
+
+@pytest.mark.skipif(find_spec("aiobotocore") is None, reason="Feast's DynamoDB online store imports aiobotocore, which sluice[feast] brings (feast[aws])")
+def test_feasts_dynamodb_online_store_on_moto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository whose feature_store.yaml names Feast's DynamoDB online store (as on AWS),
+    materialized by Feast from its offline files into DynamoDB (moto, in process), read by a
+    lookup through Feast's SDK: values, a null and an unknown entity taking their defaults, the
+    event times, one store call; a table gone is a 502 naming the view's online store."""
+    import boto3
+    import pandas as pd
+    from feast import Entity, FeatureStore, FeatureView, Field, FileSource, ValueType
+    from feast.types import Float32, Int64
+    from moto import mock_aws
+
+    from sluice.domain.errors import BackendError
+    from sluice.domain.lookups import Lookup
+    from sluice.runtimes.lookups import LookupSteps
+    from sluice.settings import LookupSettings
+    from tests.support import fake_aws_credentials
+
+    fake_aws_credentials(monkeypatch, "us-east-1")
+    repo = tmp_path / "acme"
+    (repo / "data").mkdir(parents=True)
+    (repo / "feature_store.yaml").write_text(
+        "project: fraud\nregistry: data/registry.db\nprovider: aws\n"
+        "online_store:\n  type: dynamodb\n  region: us-east-1\noffline_store:\n  type: file\n"
+        "entity_key_serialization_version: 3\n"
+    )
+    now = datetime.now(UTC).replace(microsecond=0)
+    rows = pd.DataFrame({
+        "customer_id": ["c1", "c2", "c3"], "avg_amount": [10.5, 20.0, 30.0],
+        "chargebacks": pd.array([0, 2, None], dtype="Int64"), "event_timestamp": [now - timedelta(hours=h) for h in (1, 2, 3)],
+    })  # fmt: skip
+    rows.to_parquet(repo / "data" / "customers.parquet")
+    customer = Entity(name="customer", join_keys=["customer_id"], value_type=ValueType.STRING)
+    view = FeatureView(
+        name="customers", entities=[customer], ttl=timedelta(days=30),
+        schema=[Field(name="avg_amount", dtype=Float32), Field(name="chargebacks", dtype=Int64)],
+        source=FileSource(path=str(repo / "data" / "customers.parquet"), timestamp_field="event_timestamp"),
+    )  # fmt: skip
+    node = Lookup(
+        store="feast", table="customers", keys={"customer_id": "customer"}, event_time_output="at",
+        features=[{"name": "avg_amount", "datatype": "FP32", "default": -1.0}, {"name": "chargebacks", "datatype": "INT64", "default": 9}],
+    )  # fmt: skip
+    with mock_aws():
+        feast = FeatureStore(repo_path=str(repo))
+        feast.apply([customer, view])
+        feast.materialize(now - timedelta(days=1), now + timedelta(seconds=1))
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        assert dynamodb.scan(TableName="fraud.customers", Select="COUNT")["Count"] == 3  # the values live in DynamoDB
+        steps = LookupSteps(LookupSettings(lookup_feast_repo=str(tmp_path / "{tenant}"), lookup_sources={"acme": ["feast:customers"]}), mode="local")
+        keys = np.array(["c1", "nobody", "c3", "c2"], dtype=object)
+        looked = run(steps.lookup(node, "acme", {"customer": keys}, timeout_s=30))
+        assert looked.store_calls == 1
+        assert looked.outputs["avg_amount"].tolist() == [10.5, -1.0, 30.0, 20.0] and looked.outputs["chargebacks"].tolist() == [0, 9, 9, 2]
+        at = looked.outputs["at"]
+        assert np.isnan(at[1]) and at[[0, 2, 3]].tolist() == [(now - timedelta(hours=h)).timestamp() for h in (1, 3, 2)]
+        dynamodb.delete_table(TableName="fraud.customers")
+        with pytest.raises(BackendError, match="online store of Feast feature view 'customers' does not exist"):
+            run(steps.lookup(node, "acme", {"customer": keys}, timeout_s=30))

@@ -207,13 +207,17 @@ def _text_values(array: Any) -> np.ndarray:
     """A dictionary's text a row, each distinct value one Python string shared by its rows:
     made once per value, not per row, and hashed once where a vocabulary looks it up. A slice
     of a row group carries the group's whole dictionary: where it holds more values than the
-    slice has rows, only the values its rows use are made strings."""
+    slice has rows, only the values its rows use are made strings. The rows keep their codes
+    (`CodedText`), for a lookup keyed by them to find each distinct value once."""
+    from sluice.codecs.coded_text import CodedText
+
     indices = array.indices.to_numpy()
     dictionary = array.dictionary
     if len(dictionary) > len(indices):
         used, indices = np.unique(indices, return_inverse=True)
         dictionary = dictionary.take(used)
-    return dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[indices.reshape(-1)]
+    codes = indices.reshape(-1)
+    return CodedText.of(dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[codes], codes, dictionary)
 
 
 def _plain(array: Any) -> Any:

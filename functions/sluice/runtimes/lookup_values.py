@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.coded_text import CodedText, coded
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import BackendError, InvalidInput, Unprocessable
 from sluice.runtimes.found import epoch_seconds
@@ -73,6 +74,8 @@ def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, li
         if flat.ndim != 1 or (rows >= 0 and flat.shape[0] != rows):
             raise InvalidInput(f"input '{name}' holds lookup key '{key}': one value a row", field=f"inputs.{name}")
         rows = flat.shape[0]
+        if len(node.keys) == 1 and coded(flat) is not None:  # a batch job's text column: strings all, no copy
+            return flat, flat  # type: ignore[return-value]
         if flat.dtype.kind in "OUS":
             values = flat.tolist()
             if set(map(type, values)) != {str}:
@@ -107,6 +110,21 @@ def distinct(every: np.ndarray, together: list[Any], hashes: np.ndarray | None =
     place = dict(zip(found, range(len(found)), strict=True))
     inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
     return Entities(np.fromiter(found, dtype=object, count=len(found)), inverse)
+
+
+def coded_entities(text: CodedText) -> Entities:
+    """The distinct entities among rows of text with codes (`sluice.codecs.coded_text`), first
+    seen first as `distinct` gives them, found by the rows' codes: no hash or dict a row."""
+    codes = text.codes
+    assert codes is not None
+    n, size = len(codes), len(text.dictionary)
+    first = np.full(size, n, dtype=np.intp)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.intp))  # each code's first row
+    used = np.flatnonzero(first < n)
+    used = used[np.argsort(first[used], kind="stable")]  # first seen first
+    rank = np.empty(size, dtype=np.intp)
+    rank[used] = np.arange(len(used), dtype=np.intp)
+    return Entities(np.asarray(text)[first[used]], rank[codes])
 
 
 def store_keys(objs: list[Any], types: tuple[str, ...] = ()) -> list[Key]:

@@ -22,6 +22,10 @@ A lookup with a cache time to live (`ttl`: its `cache_ttl_s`, else the operator'
 most its `max_age_s`) serves rows whose entity it read within that time from the feature cache
 (`sluice.runtimes.lookup_cache`) and reads only the others' entities; the rules above are
 applied to what the cache holds as to what the store answers.
+
+A batch job's Parquet text key column comes with its dictionary codes
+(`sluice.codecs.coded_text`): its distinct keys are known from the codes, not found row by row,
+and a held SQLite table maps the dictionary once (`sluice.runtimes.sqlite_held`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from sluice.clients import LazyClient
+from sluice.codecs.coded_text import coded
 from sluice.domain.errors import (
     DeadlineExceeded,
     Forbidden,
@@ -47,6 +52,7 @@ from sluice.runtimes.feature_stores import (
 )
 from sluice.runtimes.lookup_values import (
     Values,
+    coded_entities,
     distinct,
     from_found,
     hashes_of,
@@ -61,6 +67,7 @@ if TYPE_CHECKING:
     from sluice.domain.lookups import Lookup
     from sluice.runtimes.feature_stores import FeatureStore, Key
     from sluice.runtimes.lookup_cache import FeatureCache
+    from sluice.runtimes.lookup_values import Entities
     from sluice.settings import LookupSettings
 
 
@@ -215,12 +222,20 @@ class LookupSteps:
             out.update(_columns(node, every, held, self.clock()))
             return Looked(out, 0, *((len(every), 0) if cache is not None else ()))
         calls_before = store.calls
+        text = coded(every)  # a batch job's text column: its distinct keys known from its codes
+        if text is not None and cache is not None:
+            space = (tenant, self._store_key(node, tenant), types, *node.reads)
+            return await self._by_entity(node, store, coded_entities(text), arrays, text, (types, ttl, space), timeout_s)
         if cache is None:  # the store's lists spread to the rows: no arrays kept for a cache
-            keys = list(dict.fromkeys(together))  # first seen first, at C speed
-            inverse = None  # a row a key: nothing to spread
-            if len(keys) < len(together):
-                place = dict(zip(keys, range(len(keys)), strict=True))
-                inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
+            if text is not None:
+                entities = coded_entities(text)
+                keys, inverse = entities.objs.tolist(), entities.inverse
+            else:
+                keys = list(dict.fromkeys(together))  # first seen first, at C speed
+                inverse = None  # a row a key: nothing to spread
+                if len(keys) < len(together):
+                    place = dict(zip(keys, range(len(keys)), strict=True))
+                    inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
             wanted = store_keys(keys, types)
             found = await self._fetch(node, store, wanted, types, event_time, timeout_s) if keys else Found.of([f.name for f in node.features])
             out = dict(arrays)
@@ -248,6 +263,32 @@ class LookupSteps:
                 values.put(missed, fetched.take(entities.inverse))
         out = dict(arrays)
         out.update(_columns(node, every, values, self.clock()))
+        return Looked(out, store.calls - calls_before, hits, len(every) - hits)
+
+    async def _by_entity(
+        self, node: Lookup, store: FeatureStore, entities: Entities, arrays: dict[str, np.ndarray], every: np.ndarray, cached: tuple[Any, ...], timeout_s: float
+    ) -> Looked:
+        """A cached lookup of rows whose distinct entities are known (`entities`): the cache
+        asked once per entity, the others' read from the store, the values spread to the rows.
+        `cached`: the keys' types, the entries' time to live and the cache's space."""
+        assert self.cache is not None
+        types, ttl, space = cached
+        hit, held = self.cache.get(space, entities.hashes, entities.objs)
+        calls_before = store.calls
+        if held is not None and hit.all():
+            values = held
+        else:
+            values = Values.empty(node, len(entities))
+            if held is not None:
+                values.put(hit, held)
+            missed = ~hit
+            wanted = store_keys(entities.objs[missed].tolist(), types)
+            fetched = from_found(node, wanted, await self._fetch(node, store, wanted, types, node.reads[3], timeout_s))
+            self.cache.put(space, entities.hashes[missed], entities.objs[missed], fetched, ttl, node.max_age_s)
+            values.put(missed, fetched)
+        hits = int(np.count_nonzero(hit[entities.inverse]))  # rows answered from the cache
+        out = dict(arrays)
+        out.update(_columns(node, every, values.take(entities.inverse), self.clock()))
         return Looked(out, store.calls - calls_before, hits, len(every) - hits)
 
     async def _fetch(self, node: Lookup, store: FeatureStore, keys: list[Key], types: tuple[str, ...], event_time: str, timeout_s: float) -> Found:

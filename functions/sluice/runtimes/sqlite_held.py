@@ -14,7 +14,10 @@ of TEXT affinity (a key asked as text, or as an integer: SQLite compares the int
 or of INTEGER affinity asked with integers; and no two rows of one key. A table that is not
 held is read with SQL, as always; that decision is asked again once the file has changed.
 Values are kept as SQLite hands them back; a lookup's rows are served from them cast once per
-lookup (`rows`), or as the query's lists (`get_many`).
+lookup (`rows`), or as the query's lists (`get_many`). Rows of a text key with their dictionary
+codes (a batch job's Parquet column) find their rows through the dictionary, mapped once with
+Arrow (`pyarrow.compute.index_in`: the same binary text comparison as the query's); other keys
+one at a time in the dictionary of keys, which for a few keys is the cheaper way.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.coded_text import coded
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookup_values import Values
 
 FIRST_COUNT = 1024  # keys asked before a table's rows are counted, and between two looks at a file that changed
+SEEN = 4  # text dictionaries whose rows a held table keeps (a batch job's row groups, read in turn)
 
 
 class _Index(dict):  # type: ignore[type-arg]
@@ -55,11 +60,13 @@ class HeldTable:
     a tuple of them for two keys), the columns read as SQLite gave them, and the file's
     `data_version` when read. `kinds`: each key column's Python type (str, int)."""
 
-    __slots__ = ("casts", "columns", "index", "kinds", "version")
+    __slots__ = ("casts", "columns", "index", "keys", "kinds", "seen", "version")
 
-    def __init__(self, index: _Index, columns: dict[str, Sequence[Any]], kinds: tuple[type, ...], version: int) -> None:
+    def __init__(self, index: _Index, columns: dict[str, Sequence[Any]], kinds: tuple[type, ...], version: int, keys: Sequence[Any] = ()) -> None:
         self.index, self.columns, self.kinds, self.version = index, columns, kinds, version
         self.casts: dict[tuple[Any, ...], Values | None] = {}
+        self.keys = keys  # one text key: each row's key as read (a row whose key is not text is never found)
+        self.seen: list[tuple[Any, np.ndarray]] = []  # text dictionaries' rows (`at`), the latest first
 
     def get_many(self, keys: Sequence[Key], features: Sequence[str], event_time: str) -> tuple[list[Key], dict[str, list[Any]], list[Any]]:
         """What the `IN` query gives for `keys` (the store's text tuples): the keys found, each
@@ -90,7 +97,32 @@ class HeldTable:
             values = self.casts[node.reads] = self._cast(node)
         if values is None:
             return None
-        return values.take(np.fromiter(map(self.index.__getitem__, together), dtype=np.intp, count=len(together)))
+        return values.take(self.at(together))
+
+    def at(self, together: Sequence[Any]) -> np.ndarray:
+        """Each row's place in the table (the row after the last: not held). Text rows with
+        their codes (`sluice.codecs.coded_text`) are found by their dictionary, each distinct
+        value once (with Arrow, and kept for the next rows of the same dictionary); others one
+        key at a time."""
+        text = coded(together) if isinstance(together, np.ndarray) else None
+        if text is None or self.kinds != (str,):
+            return np.fromiter(map(self.index.__getitem__, together), dtype=np.intp, count=len(together))
+        dictionary = text.dictionary
+        for known, rows in self.seen:
+            if known is dictionary or (len(known) == len(dictionary) and known.equals(dictionary)):
+                return rows[text.codes]
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not isinstance(self.keys, pa.Array):  # made once: a row whose key is not text, null (never found)
+            self.keys = pa.array([k if type(k) is str else None for k in self.keys], type=pa.string())
+        keys = self.keys
+        if not pa.types.is_string(dictionary.type):
+            dictionary = dictionary.cast(pa.string())
+        found = pc.index_in(dictionary, options=pc.SetLookupOptions(keys, skip_nulls=True))
+        rows = found.fill_null(self.index.absent).to_numpy().astype(np.intp, copy=False)
+        self.seen = [(text.dictionary, rows), *self.seen[: SEEN - 1]]
+        return rows[text.codes]
 
     def _cast(self, node: Lookup) -> Values | None:
         from sluice.runtimes.found import Found
@@ -216,4 +248,4 @@ def _read(db: sqlite3.Connection, table: str, key_names: Sequence[str], read: Se
                 valid += 1
     if len(index) != valid:  # two rows of one key: SQL gives both, a dictionary one
         return None
-    return HeldTable(index, dict(zip(read, columns[n:], strict=True)), tuple(kinds), version)
+    return HeldTable(index, dict(zip(read, columns[n:], strict=True)), tuple(kinds), version, columns[0] if n == 1 else ())
