@@ -8,24 +8,19 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import numpy as np
 import pytest
 
 from sluice.monitor.quality import CLASS, Outcomes
 from sluice.monitor.sketches import Profile
-from sluice.registry.dynamodb import DynamoRegistry, create_table
-from sluice.storage.folder import FolderStore
-from sluice.wiring import Container, build_runtimes
+from sluice.wiring import Container
 from tests.conftest import EVENTS, MODELS
-from tests.integration.aws.conftest import REGION
-from tests.support import LambdaContext, OneCallAtATime
+from tests.support import LambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice.domain import Principal
-    from sluice.settings import Settings
 
 pytest.importorskip("datasketches")
 EVENT = json.loads((EVENTS / "monitor_schedule.json").read_text())
@@ -42,20 +37,14 @@ def _profile(rng: np.random.Generator, shift: float = 0.0, rows: int = 2000) -> 
 
 
 @pytest.fixture
-def cloud(aws: None, settings: Settings, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
-    from sluice import wiring
+def cloud(on_dynamodb: Container, acme: Principal, globex: Principal) -> Iterator[Container]:
     from sluice.handlers import monitor
 
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    create_table(dynamodb, "sluice-registry")
-    registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
-    store = FolderStore(settings.home_path / "artifacts")
-    container = Container(settings, registry, store, build_runtimes(settings, store))
+    container = on_dynamodb
     for who in (acme, globex):
         container.models.push(who, "iris", (MODELS / "iris.onnx").read_bytes())
         container.deployments.create(who, "iris", {"kind": "single", "model": "iris", "version": 1})
     container.deployments.create(acme, "plain", {"kind": "single", "model": "iris", "version": 1})  # no baseline
-    monkeypatch.setattr(wiring, "get_container", lambda: container)
     monitor.service.cache_clear()
     yield container
     monitor.service.cache_clear()
