@@ -12,17 +12,11 @@ a baseline). It writes nothing to the registry; it writes each window's result a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from aws_cdk import Duration
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import grant_objects, invoke_on_schedule
-from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, grant_keys_scan, grant_registry
+from infra.constructs.registry_access import READ, RegistryWorker
 from infra.naming import MONITOR_PREFIX
 
 # What the scan of `monitored` may read: the keys of each item.
@@ -35,39 +29,18 @@ MONITOR_SCHEDULE = "cron(5 * * * ? *)"
 class MonitorSchedule:
     """The function ("Monitor"), and the schedule and its role, built into `scope`."""
 
-    def __init__(
-        self,
-        scope: Construct,
-        *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        reserved_concurrency: int | None,
-        table: dynamodb.ITableV2,
-        bucket: s3.IBucket,
-    ) -> None:
-        self.function = fn = SluiceFunction(
-            scope,
-            "Monitor",
-            function_name=function_name,
-            handler="sluice.handlers.monitor.handler",
+    def __init__(self, scope: Construct, worker: RegistryWorker, *, bucket: s3.IBucket) -> None:
+        self.function = fn = worker.function(
+            scope, "Monitor", handler="sluice.handlers.monitor.handler",
             description="Checks every monitored deployment's closed window; EMF drift, alerts and quality",
-            platform=platform,
-            layers=layers,
-            memory_mb=1024,
-            timeout=Duration.minutes(5),
-            invoked_async=True,
-            reserved_concurrency=reserved_concurrency,
-            environment={"SLUICE_BATCH_BUCKET": bucket.bucket_name},
-        )
-        role = fn.role
-        grant_registry(role, table, actions=READ)
-        grant_keys_scan(role, table, MONITOR_SCAN_ATTRIBUTES)
+            memory_mb=1024, timeout_s=300, actions=READ, scan=MONITOR_SCAN_ATTRIBUTES,
+        )  # fmt: skip
+        fn.function.add_environment("SLUICE_BATCH_BUCKET", bucket.bucket_name)
         grant_objects(fn, bucket, prefix=MONITOR_PREFIX, write=True, purpose="each monitoring window's result, one object per deployment and window")
         # The input carries the time the run was scheduled for, so a late or repeated delivery
         # checks the same window.
         self.schedule = invoke_on_schedule(
-            scope, "Monitor", fn.invocable, name=function_name, who="the sluice monitoring check",
+            scope, "Monitor", fn.invocable, name=worker.function_name, who="the sluice monitoring check",
             description="Checks the monitoring window that closed, every hour", expression=MONITOR_SCHEDULE,
             timezone="UTC", input='{"time": "<aws.scheduler.scheduled-time>"}', retries=2, max_age_s=900,
         )  # fmt: skip

@@ -21,11 +21,14 @@ authenticated tenant for each request (`sluice.registry.scope`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+from infra.constructs.functions import FunctionGroup, SluiceFunction
 
 TENANT_ITEMS = "T#*"
 KEY_ITEMS = "K#*"
@@ -147,3 +150,31 @@ def grant_keys_scan(role: iam.IRole, table: dynamodb.ITableV2, attributes: Seque
             },
         )
     )
+
+
+@dataclass(frozen=True)
+class RegistryWorker:
+    """What the stack gives each function it runs in the background over the registry (the
+    rollout controller, the monitoring check, the registry events): its name, the group it
+    runs in (platform and layers), its reserved concurrency, and the registry's table."""
+
+    function_name: str
+    functions: FunctionGroup
+    reserved_concurrency: int | None
+    table: dynamodb.ITableV2
+
+    def function(
+        self, scope: Construct, id: str, *, handler: str, description: str, memory_mb: int,
+        timeout_s: int, actions: Sequence[str], scan: Sequence[str],
+    ) -> SluiceFunction:  # fmt: skip
+        """The function, invoked asynchronously (by a schedule or a rule: a dead-letter queue
+        holds what fails), granted `actions` on the tenant partitions and a scan of the table
+        that reads `scan`, the attributes it looks for, of each item alone."""
+        fn = self.functions.function(
+            scope, id, function_name=self.function_name, handler=handler, description=description,
+            memory_mb=memory_mb, timeout_s=timeout_s, invoked_async=True,
+            reserved_concurrency=self.reserved_concurrency,
+        )  # fmt: skip
+        grant_registry(fn.role, self.table, actions=actions)
+        grant_keys_scan(fn.role, self.table, scan)
+        return fn

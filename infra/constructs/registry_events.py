@@ -24,7 +24,6 @@ import json
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import ArnFormat, Duration, Stack
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -33,10 +32,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import grant_objects, invoke_on_schedule
-from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, WRITE, grant_keys_scan, grant_registry
+from infra.constructs.registry_access import READ, WRITE, RegistryWorker
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import STORE_PREFIX
 
@@ -51,12 +48,8 @@ class RegistryEvents:
     def __init__(
         self,
         scope: Construct,
+        worker: RegistryWorker,
         *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        reserved_concurrency: int | None,
-        table: dynamodb.ITableV2,
         artifacts: s3.IBucket,
         model_data_buckets: Sequence[str],
         poll_every_minutes: int = 0,
@@ -64,22 +57,12 @@ class RegistryEvents:
         mlflow_credentials: Mapping[str, str] | None = None,
         mlflow_kms_keys: Sequence[str] = (),
     ) -> None:
-        self.function = fn = SluiceFunction(
-            scope,
-            "RegistryEvents",
-            function_name=function_name,
-            handler="sluice.handlers.registry_events.handler",
+        self.function = fn = worker.function(
+            scope, "RegistryEvents", handler="sluice.handlers.registry_events.handler",
             description="Pushes and rolls out approved SageMaker model packages that deployments follow",
-            platform=platform,
-            layers=layers,
-            memory_mb=1024,
-            timeout=Duration.minutes(5),
-            invoked_async=True,
-            reserved_concurrency=reserved_concurrency,
-        )
+            memory_mb=1024, timeout_s=300, actions=[*READ, *WRITE], scan=FOLLOW_SCAN_ATTRIBUTES,
+        )  # fmt: skip
         role = fn.role
-        grant_registry(role, table, actions=[*READ, *WRITE])
-        grant_keys_scan(role, table, FOLLOW_SCAN_ATTRIBUTES)
         grant_objects(fn, artifacts, prefix=STORE_PREFIX, write=True, purpose="the ONNX model of each package pushed")
         packages = Stack.of(scope).format_arn(service="sagemaker", resource="model-package", resource_name="*")
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=[packages]))
@@ -153,7 +136,7 @@ class RegistryEvents:
         # controller: the next poll comes anyway.
         minutes = poll_every_minutes
         self.schedule = invoke_on_schedule(
-            scope, "FollowPoll", fn.invocable, name=f"{function_name}-poll", who="the sluice follow poll",
+            scope, "FollowPoll", fn.invocable, name=f"{worker.function_name}-poll", who="the sluice follow poll",
             description="Polls the MLflow registries deployments follow, and records ended rollouts",
             expression=f"rate({minutes} minute{'s' if minutes > 1 else ''})", input=json.dumps({"poll": "follows"}),
             retries=0, max_age_s=min(60 * minutes, 86400),

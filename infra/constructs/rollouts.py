@@ -7,18 +7,13 @@ variant weights of the endpoint a deployment is bound to with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from aws_cdk import ArnFormat, Duration, Stack
-from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
-from infra.constructs.functions import FunctionPlatform, SluiceFunction
 from infra.constructs.grants import invoke_on_schedule
-from infra.constructs.python_layer import PythonLayer
-from infra.constructs.registry_access import READ, WRITE, grant_keys_scan, grant_registry
+from infra.constructs.registry_access import READ, WRITE, RegistryWorker
 from infra.nag import acknowledge, wildcard_resource
 
 # What the controller's scan may read: the keys of each item and its rollout.
@@ -28,36 +23,16 @@ ROLLOUT_SCAN_ATTRIBUTES = ("pk", "sk", "rollout")
 class RolloutController:
     """The function ("Rollouts"), and the schedule and its role, built into `scope`."""
 
-    def __init__(
-        self,
-        scope: Construct,
-        *,
-        function_name: str,
-        platform: FunctionPlatform,
-        layers: Sequence[PythonLayer],
-        reserved_concurrency: int | None,
-        table: dynamodb.ITableV2,
-        endpoints: EndpointLifecycle,
-    ) -> None:
-        self.function = controller = SluiceFunction(
-            scope,
-            "Rollouts",
-            function_name=function_name,
-            handler="sluice.handlers.rollouts.handler",
+    def __init__(self, scope: Construct, worker: RegistryWorker, *, endpoints: EndpointLifecycle) -> None:
+        # Deployments and their statistics in every tenant: read, and changes written. Which
+        # deployments have a running rollout: a scan that may read the keys and the rollout of
+        # each item alone (no statistics, no API key hashes).
+        self.function = controller = worker.function(
+            scope, "Rollouts", handler="sluice.handlers.rollouts.handler",
             description="Advances, completes or rolls back progressive rollouts by their gates",
-            platform=platform,
-            layers=layers,
-            memory_mb=512,
-            timeout=Duration.seconds(60),
-            invoked_async=True,
-            reserved_concurrency=reserved_concurrency,
-        )
+            memory_mb=512, timeout_s=60, actions=[*READ, *WRITE], scan=ROLLOUT_SCAN_ATTRIBUTES,
+        )  # fmt: skip
         role = controller.role
-        # Deployments and their statistics in every tenant: read, and changes written.
-        grant_registry(role, table, actions=[*READ, *WRITE])
-        # Which deployments have a running rollout: a scan that may read the keys and the
-        # rollout of each item alone (no statistics, no API key hashes).
-        grant_keys_scan(role, table, ROLLOUT_SCAN_ATTRIBUTES)
         alarms = Stack.of(scope).format_arn(
             service="cloudwatch",
             resource="alarm",
@@ -78,7 +53,7 @@ class RolloutController:
         # Once a minute; no retry of a delivery and no dead-letter queue of the schedule's own, as
         # for the batch schedules: the next look comes a minute later anyway.
         self.schedule = invoke_on_schedule(
-            scope, "Rollout", controller.invocable, name=function_name, who="the sluice rollout controller",
+            scope, "Rollout", controller.invocable, name=worker.function_name, who="the sluice rollout controller",
             description="Looks at every running rollout once a minute", expression="rate(1 minute)",
             input="{}", retries=0, max_age_s=60,
         )  # fmt: skip

@@ -30,6 +30,7 @@ from infra.constructs.registry_access import (
     KEY_ITEMS,
     READ,
     WRITE,
+    RegistryWorker,
     TenantRegistryRole,
     grant_registry,
 )
@@ -125,30 +126,14 @@ class ApiStack(FunctionStack):
             table=storage.table,
         )
         self.rollouts = RolloutController(
-            self,
-            function_name=names.function("rollouts"),
-            platform=platform,
-            layers=[core],
-            reserved_concurrency=concurrency.rollouts,
-            table=storage.table,
-            endpoints=self.endpoint_lifecycle,
+            self, self._worker("rollouts", [core], concurrency.rollouts), endpoints=self.endpoint_lifecycle
         ).function
         self.monitor = MonitorSchedule(
-            self,
-            function_name=names.function("monitor"),
-            platform=platform,
-            layers=[core, *monitor],
-            reserved_concurrency=concurrency.monitor,
-            table=storage.table,
-            bucket=storage.batch,
+            self, self._worker("monitor", [core, *monitor], concurrency.monitor), bucket=storage.batch
         ).function
         self.registry_events = RegistryEvents(
             self,
-            function_name=names.function("registry-events"),
-            platform=platform,
-            layers=[core, platform.registry_layer(self)],
-            reserved_concurrency=concurrency.registry_events,
-            table=storage.table,
+            self._worker("registry-events", [core, platform.registry_layer(self)], concurrency.registry_events),
             artifacts=storage.artifacts,
             model_data_buckets=api.model_data_buckets,
             poll_every_minutes=api.follow_poll_minutes,
@@ -180,6 +165,11 @@ class ApiStack(FunctionStack):
             if websocket is not None
             else None
         )
+
+    def _worker(self, name: str, layers: list[PythonLayer], reserved_concurrency: int | None) -> RegistryWorker:
+        """What the function `name`, run in the background over the registry, is given."""
+        functions = FunctionGroup(self.platform, layers)
+        return RegistryWorker(self.names.function(name), functions, reserved_concurrency, self.storage.table)
 
     def _websocket(self, websocket: WebSocketConfig, layers: list[PythonLayer]) -> WebSocketApi:
         """The WebSocket API and its function, which predicts as the API function does: keys

@@ -336,6 +336,33 @@ def role_of(function_properties: dict[str, Any]) -> str:
     return function_properties["Role"]["Fn::GetAtt"][0]
 
 
+def as_list(value: Any) -> list[Any]:
+    """A statement's `Action` or `Resource`: one value or a list of them, as a list."""
+    return value if isinstance(value, list) else [value]
+
+
+def function_arn(app: Synthesized, handler: str, component: str = "api") -> str:
+    """The ARN of `component`'s function running `handler`, as a resolved template writes it."""
+    _, function = function_by_handler(app.template(component), handler)
+    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
+
+
+def statements_of_function(app: Synthesized, handler: str, component: str = "api") -> list[dict[str, Any]]:
+    """Every statement of the policies of the role of `component`'s function running
+    `handler`, references resolved."""
+    _, function = function_by_handler(app.template(component), handler)
+    return policy_statements_of_role(app.resolved(component), role_of(function))
+
+
+def schedule_invoking(app: Synthesized, handler: str, component: str = "api") -> dict[str, Any]:
+    """The one EventBridge Scheduler schedule that invokes `component`'s function running
+    `handler` (a stack has others, for other functions)."""
+    arn = function_arn(app, handler, component)
+    schedules = properties(app.resolved(component), "AWS::Scheduler::Schedule")
+    (schedule,) = [s for s in schedules if s["Target"]["Arn"] == arn]
+    return schedule
+
+
 def assert_role_policy_has(
     app: Synthesized, component: str, handler: str, statements: list[Any]
 ) -> dict[str, Any]:

@@ -7,7 +7,6 @@ an alarm on `MonitorAlerts` for each deployment the config names."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from infra.config import SluiceConfig
@@ -15,28 +14,23 @@ from infra.constructs.registry_access import READ
 from pydantic import ValidationError
 
 from tests.infra.synth import (
-    ACCOUNT,
     FULL_CONFIG,
-    REGION,
     Synthesized,
+    function_arn,
     function_by_handler,
     policy_statements_of_role,
     properties,
-    role_of,
+    schedule_invoking,
+    statements_of_function,
 )
 
 HANDLER = "sluice.handlers.monitor.handler"
 
 
-def _function(app: Synthesized) -> tuple[str, dict[str, Any]]:
-    _, function = function_by_handler(app.template("api"), HANDLER)
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}", function
-
-
 def test_the_schedule_invokes_the_check_past_every_hour_with_its_time(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    arn, _ = _function(full_app)
-    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == arn]
+    arn = function_arn(full_app, HANDLER)
+    schedule = schedule_invoking(full_app, HANDLER)
     assert schedule["ScheduleExpression"] == "cron(5 * * * ? *)" and schedule["ScheduleExpressionTimezone"] == "UTC"
     assert json.loads(schedule["Target"]["Input"]) == {"time": "<aws.scheduler.scheduled-time>"}
     role_id = schedule["Target"]["RoleArn"].rsplit("/", 1)[-1]
@@ -44,9 +38,7 @@ def test_the_schedule_invokes_the_check_past_every_hour_with_its_time(full_app: 
 
 
 def test_the_check_reads_tenant_partitions_and_scans_keys_alone(full_app: Synthesized) -> None:
-    template = full_app.resolved("api")
-    _, function = _function(full_app)
-    statements = policy_statements_of_role(template, role_of(function))
+    statements = statements_of_function(full_app, HANDLER)
     dynamodb = [s for s in statements if any(a.startswith("dynamodb:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert len(dynamodb) == 2
     read, scan = sorted(dynamodb, key=lambda s: s["Action"] == "dynamodb:Scan")
@@ -61,6 +53,7 @@ def test_the_check_reads_tenant_partitions_and_scans_keys_alone(full_app: Synthe
     objects = [s for s in s3 if "s3:PutObject" in s["Action"]]
     assert len(objects) == 1 and json.dumps(objects[0]["Resource"]).endswith('/monitor/*"'), objects
     assert "s3:DeleteObject" not in json.dumps(s3)
+    _, function = function_by_handler(full_app.template("api"), HANDLER)
     assert function["Environment"]["Variables"]["SLUICE_BATCH_BUCKET"]
 
 

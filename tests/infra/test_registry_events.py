@@ -15,10 +15,13 @@ from tests.infra.synth import (
     MLFLOW_SECRET_ARN,
     REGION,
     Synthesized,
+    as_list,
+    function_arn,
     function_by_handler,
     policy_statements_of_role,
     properties,
-    role_of,
+    schedule_invoking,
+    statements_of_function,
 )
 
 HANDLER = "sluice.handlers.registry_events.handler"
@@ -26,14 +29,11 @@ API_HANDLER = "sluice.handlers.api.handler"
 
 
 def _statements(app: Synthesized) -> list[dict[str, Any]]:
-    template = app.resolved("api")
-    _, function = function_by_handler(app.template("api"), HANDLER)
-    return policy_statements_of_role(template, role_of(function))
+    return statements_of_function(app, HANDLER)
 
 
 def _actions(statement: dict[str, Any]) -> list[str]:
-    action = statement["Action"]
-    return action if isinstance(action, list) else [action]
+    return as_list(statement["Action"])
 
 
 def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app: Synthesized) -> None:
@@ -80,13 +80,12 @@ def test_the_function_may_describe_model_packages_and_read_model_data_only(full_
 
 # MLflow followed on AWS: the same function polls on a schedule ------------------------------
 def _function_arn(app: Synthesized) -> str:
-    _, function = function_by_handler(app.template("api"), HANDLER)
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
+    return function_arn(app, HANDLER)
 
 
 def test_a_schedule_invokes_the_function_to_poll_with_a_role_that_may_do_nothing_else(full_app: Synthesized) -> None:
     template = full_app.resolved("api")
-    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == _function_arn(full_app)]
+    schedule = schedule_invoking(full_app, HANDLER)
     assert schedule["ScheduleExpression"] == "rate(2 minutes)" and schedule["State"] == "ENABLED"
     assert json.loads(schedule["Target"]["Input"]) == {"poll": "follows"}
     assert schedule["Target"]["RetryPolicy"] == {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 120}

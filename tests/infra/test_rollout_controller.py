@@ -18,10 +18,12 @@ from tests.infra.synth import (
     ACCOUNT,
     REGION,
     Synthesized,
-    function_by_handler,
+    as_list,
+    function_arn,
     policy_statements_of_role,
     properties,
-    role_of,
+    schedule_invoking,
+    statements_of_function,
 )
 from tests.infra.synth import (
     SAGEMAKER_ARN as SAGEMAKER,
@@ -30,29 +32,21 @@ from tests.infra.synth import (
 CONTROLLER = "sluice.handlers.rollouts.handler"
 
 
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
 def _allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
     return any(
         s["Effect"] == "Allow"
-        and any(fnmatchcase(action, a) for a in _as_list(s["Action"]))
-        and any(fnmatchcase(resource, r) for r in _as_list(s["Resource"]) if isinstance(r, str))
+        and any(fnmatchcase(action, a) for a in as_list(s["Action"]))
+        and any(fnmatchcase(resource, r) for r in as_list(s["Resource"]) if isinstance(r, str))
         for s in statements
     )
 
 
 def _controller_arn(app: Synthesized) -> str:
-    _, function = function_by_handler(app.template("api"), CONTROLLER)
-    return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function['FunctionName']}"
+    return function_arn(app, CONTROLLER)
 
 
 def _schedule(app: Synthesized) -> dict[str, Any]:
-    """The one schedule that invokes the controller (the stack has others, for other functions)."""
-    template = app.resolved("api")
-    (schedule,) = [s for s in properties(template, "AWS::Scheduler::Schedule") if s["Target"]["Arn"] == _controller_arn(app)]
-    return schedule
+    return schedule_invoking(app, CONTROLLER)
 
 
 def test_eventbridge_scheduler_invokes_the_controller_every_minute(full_app: Synthesized) -> None:
@@ -84,9 +78,7 @@ def test_the_schedules_role_may_invoke_the_controller_and_nothing_else(full_app:
 
 
 def test_the_controller_may_move_the_weights_of_sluices_own_endpoints_only(full_app: Synthesized) -> None:
-    template = full_app.resolved("api")
-    _, function = function_by_handler(full_app.template("api"), CONTROLLER)
-    statements = policy_statements_of_role(template, role_of(function))
+    statements = statements_of_function(full_app, CONTROLLER)
     bound = f"{SAGEMAKER}:endpoint/{endpoint_name('acme', 'ranker')}"
     for action in ("sagemaker:DescribeEndpoint", "sagemaker:UpdateEndpointWeightsAndCapacities"):
         assert _allowed(statements, action, bound), action

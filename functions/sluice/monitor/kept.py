@@ -14,7 +14,6 @@ process; the rest are counted (`not_kept`) and left.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,9 @@ MAX_HELD = 100_000  # requests held unwritten (a registry refusing writes) befor
 MONITORED_TTL_S = 60.0
 
 
-class PredictionKeeper:
+class PredictionKeeper(timer.Flushed):
+    registry: MonitorRegistry
+
     def __init__(
         self,
         registry: MonitorRegistry,
@@ -48,25 +49,15 @@ class PredictionKeeper:
         timed: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if timed is None:
-            from sluice.settings import in_lambda
-
-            timed = not in_lambda()
-        self.registry = registry
+        super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
         self.mode = mode
         self.window_s = window_s
-        self.flush_every_s = flush_every_s
         self.ttl_s = ttl_s
         self.max_rows = max_rows
-        self.timed = timed
         self.clock = clock
         self._held: list[tuple[Key, int, str, Signature, InferenceResult]] = []
         self._rows: dict[tuple[Key, int], int] = {}  # rows taken per window (the cap)
         self._monitored: dict[tuple[str, str], tuple[bool, float]] = {}
-        self._lock = threading.Lock()
-        self._flushing = threading.Lock()
-        self._last_flush = time.monotonic()
-        self._on_timer = False
         self.not_kept = 0
 
     def observe(self, key: Key, signature: Signature, result: InferenceResult, request_id: str | None, rows: int) -> None:
@@ -81,16 +72,11 @@ class PredictionKeeper:
                 return
             self._rows[(key, window)] = taken + rows
             self._held.append((key, window, request_id, signature, result))
-            if self.timed and not self._on_timer:
-                self._on_timer = True
-                timer.watch(self)  # type: ignore[arg-type]
+            self._watched()
 
-    # Flushing (the timer's interface: `due`, `flush`, `flush_every_s`) -------------------------
+    # Flushing (the timer's interface, `timer.Flushed`) --------------------------------------------
     def pending(self) -> bool:
         return bool(self._held)
-
-    def due(self) -> bool:
-        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
 
     def flush(self) -> bool:
         """Write every request held; what the registry refuses is kept for the next flush."""
@@ -136,8 +122,7 @@ class PredictionKeeper:
             lost, self._held = len(self._held), []
         if lost:
             get_logger().error("kept predictions dropped", extra={"requests": lost})
-        timer.forget(self)  # type: ignore[arg-type]
-        self._on_timer = False
+        self._unwatched()
 
 
 def _record(entry: tuple[Key, int, str, Signature, InferenceResult]) -> dict[str, Any] | None:

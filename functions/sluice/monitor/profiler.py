@@ -16,7 +16,6 @@ is kept and tried again at the next flush; what is still refused at `close`, or 
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,7 +69,9 @@ def _slim(arrays: Mapping[str, np.ndarray], max_columns: int) -> Mapping[str, np
     }
 
 
-class ProfileRecorder:
+class ProfileRecorder(timer.Flushed):
+    registry: MonitorRegistry
+
     def __init__(
         self,
         registry: MonitorRegistry,
@@ -83,23 +84,13 @@ class ProfileRecorder:
         max_pending: int = MAX_PENDING,
         timed: bool | None = None,
     ) -> None:
-        if timed is None:
-            from sluice.settings import in_lambda
-
-            timed = not in_lambda()
-        self.registry = registry
+        super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
         self.window_s = window_s
-        self.flush_every_s = flush_every_s
         self.max_columns = max_columns
         self.fold_rows = fold_rows
         self.sample_rows = sample_rows
         self.max_pending = max_pending
-        self.timed = timed
         self._held: dict[Key, _Held] = {}
-        self._lock = threading.Lock()
-        self._flushing = threading.Lock()
-        self._last_flush = time.monotonic()
-        self._on_timer = False
         self.dropped_rows = 0
 
     def observe(
@@ -117,9 +108,7 @@ class ProfileRecorder:
                     self.dropped_rows += rows
                     return
                 held = self._held[full] = _Held(signature)
-                if self.timed and not self._on_timer:
-                    self._on_timer = True
-                    timer.watch(self)  # type: ignore[arg-type]
+                self._watched()
             held.parts.append((inputs, outputs, classes))
             held.rows += rows
             fold = held.rows >= self.fold_rows
@@ -153,12 +142,9 @@ class ProfileRecorder:
                 profile.merge(now.profile)
                 now.profile = profile
 
-    # Flushing (the timer's interface: `due`, `flush`, `flush_every_s`) -------------------------
+    # Flushing (the timer's interface, `timer.Flushed`) --------------------------------------------
     def pending(self) -> bool:
         return bool(self._held)
-
-    def due(self) -> bool:
-        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
 
     def flush(self) -> bool:
         """Fold and write every window held; a refused write is kept for the next flush."""
@@ -202,5 +188,4 @@ class ProfileRecorder:
             self._held, self.dropped_rows = {}, 0
         if lost:
             get_logger().error("profiles dropped", extra={"rows": lost})
-        timer.forget(self)  # type: ignore[arg-type]
-        self._on_timer = False
+        self._unwatched()

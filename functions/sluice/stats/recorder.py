@@ -16,7 +16,6 @@ Nothing counted is lost without being counted as lost:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -41,7 +40,9 @@ TOO_MANY = "too many statistics pending while the registry refused writes"
 AT_CLOSE = "the registry refused the last write before the process stopped"
 
 
-class StatsRecorder:
+class StatsRecorder(timer.Flushed):
+    registry: StatsRegistry
+
     def __init__(
         self,
         registry: StatsRegistry,
@@ -51,26 +52,15 @@ class StatsRecorder:
         max_pending: int = MAX_PENDING,
         timed: bool | None = None,
     ) -> None:
-        """`timed`: flushed by the process's timer thread as well (default: everywhere but in
-        Lambda, whose environments are frozen between invocations)."""
-        if timed is None:
-            from sluice.settings import in_lambda
-
-            timed = not in_lambda()
-        self.registry = registry
-        self.flush_every_s = flush_every_s
+        """`timed`: flushed by the process's timer thread as well (`timer.Flushed`)."""
+        super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
         self.on_drop = on_drop or _log_dropped
         self.max_pending = max_pending
-        self.timed = timed
         self._sums: dict[Key, defaultdict[str, float]] = {}
         self._maxes: dict[Key, dict[str, float]] = {}
         self._lost: dict[tuple[Key, str], float] = {}
-        self._lock = threading.Lock()  # the pending counts
-        self._flushing = threading.Lock()  # one flush at a time
-        self._last_flush = time.monotonic()
         self._failing_since: float | None = None
         self._complained = 0.0
-        self._on_timer = False
 
     # Counting ---------------------------------------------------------------------------------
     def _sums_of(self, key: Key) -> defaultdict[str, float] | None:
@@ -92,11 +82,6 @@ class StatsRecorder:
             maxes = self._maxes[key] = {}
             self._watched()
         return maxes
-
-    def _watched(self) -> None:
-        if self.timed and not self._on_timer:
-            self._on_timer = True
-            timer.watch(self)
 
     def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False) -> None:
         """One request: answered (`ok`, its latency) or failed; `invalid`: failed for the
@@ -166,9 +151,6 @@ class StatsRecorder:
     def pending(self) -> bool:
         return bool(self._sums or self._maxes)
 
-    def due(self) -> bool:
-        return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
-
     def flush(self) -> bool:
         """Write what is pending; what the registry refuses is put back for the next flush.
         Never raises for a refused write. True when every key was written."""
@@ -216,8 +198,7 @@ class StatsRecorder:
                 self._lose(key, _weight(self._sums.get(key)), AT_CLOSE)
             self._sums, self._maxes = {}, {}
         self._report_lost()
-        timer.forget(self)
-        self._on_timer = False
+        self._unwatched()
 
     def _said(self, error: Exception | None, kept: int) -> None:
         """A warning when writes start failing, then at most every `COMPLAIN_EVERY_S`; a line

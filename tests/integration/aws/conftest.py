@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.support import LambdaContext, fake_aws_credentials
+from tests.support import LambdaContext, OneCallAtATime, fake_aws_credentials
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -109,6 +109,25 @@ def sagemaker_settings(home: Path) -> Settings:
         sagemaker_execution_role_arn=ENDPOINTS_ROLE,
         deployment_cache_ttl_s=0,
     )
+
+
+@pytest.fixture
+def on_dynamodb(aws: None, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Container:
+    """The service of `settings` over a DynamoDB registry (moto, one call at a time: the
+    statistics' timer thread writes too) and a folder store, the container a handler gets
+    (`wiring.get_container`): what the tests of the scheduled functions run."""
+    from sluice import wiring
+    from sluice.registry.dynamodb import DynamoRegistry, create_table
+    from sluice.storage.folder import FolderStore
+    from sluice.wiring import Container, build_runtimes
+
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    create_table(dynamodb, "sluice-registry")
+    registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
+    store = FolderStore(settings.home_path / "artifacts")
+    container = Container(settings, registry, store, build_runtimes(settings, store))
+    monkeypatch.setattr(wiring, "get_container", lambda: container)
+    return container
 
 
 @pytest.fixture

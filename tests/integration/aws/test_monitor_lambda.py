@@ -15,18 +15,17 @@ import pytest
 
 from sluice.monitor.quality import CLASS, Outcomes
 from sluice.monitor.sketches import Profile
-from sluice.registry.dynamodb import DynamoRegistry, create_table
-from sluice.storage.folder import FolderStore
-from sluice.wiring import Container, build_runtimes
+from sluice.wiring import Container
 from tests.conftest import EVENTS, MODELS
 from tests.integration.aws.conftest import REGION
-from tests.support import LambdaContext, OneCallAtATime
+from tests.support import LambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
     from sluice.domain import Principal
+    from sluice.settings import Settings
 
 pytest.importorskip("datasketches")
 EVENT = json.loads((EVENTS / "monitor_schedule.json").read_text())
@@ -46,26 +45,26 @@ BUCKET = "sluice-batch"
 
 
 @pytest.fixture
-def cloud(aws: None, tmp_path: Path, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
-    from sluice import wiring
-    from sluice.handlers import monitor
+def settings(tmp_path: Path) -> Settings:
+    """The suite's settings, with the batch bucket each window's result is written to."""
     from sluice.settings import Settings
 
-    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, batch_bucket=BUCKET)
+    return Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, batch_bucket=BUCKET)
+
+
+@pytest.fixture
+def cloud(on_dynamodb: Container, acme: Principal, globex: Principal) -> Iterator[Container]:
+    from sluice.handlers import monitor
+
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
     rule = {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}  # as the storage stack's bucket
     s3.put_bucket_encryption(Bucket=BUCKET, ServerSideEncryptionConfiguration={"Rules": [rule]})
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    create_table(dynamodb, "sluice-registry")
-    registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
-    store = FolderStore(settings.home_path / "artifacts")
-    container = Container(settings, registry, store, build_runtimes(settings, store))
+    container = on_dynamodb
     for who in (acme, globex):
         container.models.push(who, "iris", (MODELS / "iris.onnx").read_bytes())
         container.deployments.create(who, "iris", {"kind": "single", "model": "iris", "version": 1})
     container.deployments.create(acme, "plain", {"kind": "single", "model": "iris", "version": 1})  # no baseline
-    monkeypatch.setattr(wiring, "get_container", lambda: container)
     monitor.service.cache_clear()
     yield container
     monitor.service.cache_clear()

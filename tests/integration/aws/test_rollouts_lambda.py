@@ -9,35 +9,26 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from sluice.registry.dynamodb import DynamoRegistry, create_table
-from sluice.storage.folder import FolderStore
-from sluice.wiring import Container, build_runtimes
+from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.aws.conftest import REGION
-from tests.support import LambdaContext, OneCallAtATime
+from tests.support import LambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sluice.domain import Principal
-    from sluice.settings import Settings
 
 
 @pytest.fixture
-def cloud(aws: None, settings: Settings, acme: Principal, globex: Principal, monkeypatch: pytest.MonkeyPatch) -> Iterator[Container]:
-    from sluice import wiring
+def cloud(on_dynamodb: Container, acme: Principal, globex: Principal) -> Iterator[Container]:
     from sluice.handlers import rollouts
 
-    dynamodb = boto3.client("dynamodb", region_name=REGION)
-    create_table(dynamodb, "sluice-registry")
-    registry = DynamoRegistry("sluice-registry", client=OneCallAtATime(dynamodb))
-    store = FolderStore(settings.home_path / "artifacts")
-    container = Container(settings, registry, store, build_runtimes(settings, store))
+    container = on_dynamodb
     for who in (acme, globex):
         container.models.push(who, "iris", (MODELS / "iris.onnx").read_bytes())
         container.models.push(who, "iris", (MODELS / "iris_forest.onnx").read_bytes())
         container.deployments.create(who, "iris", {"kind": "single", "model": "iris", "version": 1})
-    monkeypatch.setattr(wiring, "get_container", lambda: container)
     rollouts.service.cache_clear()
     yield container
     rollouts.service.cache_clear()

@@ -19,15 +19,12 @@ from sluice.registry.dynamodb.table import (
     Part,
     Refused,
     absent,
-    attempts,
-    busy,
     item,
     key,
     unmarshal,
 )
 
 PROFILE_TTL_S = 35 * 24 * 3600
-BATCH_GET = 100  # keys per BatchGetItem
 MAX_DOC_BYTES = 380 * 1024  # an item is at most 400 KB, keys and names included
 
 
@@ -95,20 +92,10 @@ class DynamoMonitor(Part):
         ids = list(dict.fromkeys(request_ids))
         keys = {layout.assignment_pk(tenant, deployment, rid): rid for rid in ids}
         found: dict[str, dict[str, Any]] = {}
-        pending = [key(pk, layout.PREDICTION) for pk in keys]
-        while pending:
-            part, pending = pending[:BATCH_GET], pending[BATCH_GET:]
-            for _ in attempts():
-                answer = self.table.send("batch_get_item", RequestItems={self.table.name: {"Keys": part, "ConsistentRead": True}})
-                for raw in answer.get("Responses", {}).get(self.table.name, []):
-                    record = unmarshal(raw)
-                    if int(record.get("expires_at", 0)) > now:  # the table's TTL removes items late
-                        found[keys[record["pk"]]] = json.loads(record["doc"])
-                part = answer.get("UnprocessedKeys", {}).get(self.table.name, {}).get("Keys", [])
-                if not part:
-                    break
-            else:
-                raise busy()
+        for raw in self.table.get_many([key(pk, layout.PREDICTION) for pk in keys], ConsistentRead=True):
+            record = unmarshal(raw)
+            if int(record.get("expires_at", 0)) > now:  # the table's TTL removes items late
+                found[keys[record["pk"]]] = json.loads(record["doc"])
         return found
 
     def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _ATTEMPTS = 8
 _BATCH = 25  # BatchWriteItem's limit
+_GET = 100  # BatchGetItem's limit
 _THROTTLED = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -149,6 +150,21 @@ class Table:
             for _ in attempts():
                 done = self.send("batch_write_item", RequestItems={self.name: pending})
                 pending = done.get("UnprocessedItems", {}).get(self.name, [])
+                if not pending:
+                    break
+            else:
+                raise busy()
+
+    def get_many(self, keys: list[dict[str, Any]], **read: Any) -> Iterator[dict[str, Any]]:
+        """The items found of `keys` (raw, as DynamoDB answers), read `_GET` at a time by
+        BatchGetItem with `read` (`ConsistentRead`, a projection); the keys a call leaves
+        unprocessed asked again, with backoff, until none are left (else: busy)."""
+        for start in range(0, len(keys), _GET):
+            pending = keys[start : start + _GET]
+            for _ in attempts():
+                answer = self.send("batch_get_item", RequestItems={self.name: {"Keys": pending, **read}})
+                yield from answer.get("Responses", {}).get(self.name, [])
+                pending = answer.get("UnprocessedKeys", {}).get(self.name, {}).get("Keys", [])
                 if not pending:
                     break
             else:

@@ -21,7 +21,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from sluice.registry.dynamodb.table import Table, attempts, busy, key
-from sluice.registry.precomputed import MAX_GET, MAX_PUT, Publication, Stored
+from sluice.registry.precomputed import MAX_PUT, Publication, Stored
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,27 +80,11 @@ class DynamoPrecomputed:
         unique = list(dict.fromkeys(entities))
         sk = generation_sk(generation)
         prefix = len(answer_pk(tenant, table, ""))
-        for start in range(0, len(unique), MAX_GET):
-            pending: list[dict[str, Any]] = [key(answer_pk(tenant, table, e), sk) for e in unique[start : start + MAX_GET]]
-            for _ in attempts():
-                answered = self.table.send(
-                    "batch_get_item",
-                    RequestItems={
-                        self.table.name: {
-                            "Keys": pending,
-                            "ProjectionExpression": "pk, body, #at, expires_at",
-                            "ExpressionAttributeNames": {"#at": "at"},
-                        }
-                    },
-                )
-                for item in answered.get("Responses", {}).get(self.table.name, []):
-                    if float(item["expires_at"]["N"]) > now:
-                        found[item["pk"]["S"][prefix:]] = Stored(bytes(item["body"]["B"]), float(item["at"]["N"]))
-                pending = answered.get("UnprocessedKeys", {}).get(self.table.name, {}).get("Keys", [])
-                if not pending:
-                    break
-            else:
-                raise busy()
+        keys = [key(answer_pk(tenant, table, e), sk) for e in unique]
+        read = {"ProjectionExpression": "pk, body, #at, expires_at", "ExpressionAttributeNames": {"#at": "at"}}
+        for item in self.table.get_many(keys, **read):
+            if float(item["expires_at"]["N"]) > now:
+                found[item["pk"]["S"][prefix:]] = Stored(bytes(item["body"]["B"]), float(item["at"]["N"]))
         return found
 
     def put_answers(
