@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic._internal._utils import deep_update
@@ -37,6 +37,15 @@ class Group(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     title: ClassVar[str]
+    # The group's properties that parse an allowlist of origins (`_origins`): read once as the
+    # group is built, so that a setting that does not parse is refused then, by its name.
+    allowlists: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _parse_allowlists(self) -> Self:
+        for name in self.allowlists:
+            getattr(self, name)
+        return self
 
     def __init__(self, **values: Any) -> None:
         """The values given over those of the environment, merged as pydantic-settings merges
@@ -53,6 +62,17 @@ class Group(BaseSettings):
             for name in names:
                 if not valid(name):
                     raise ValueError(f"SLUICE_{field.upper()}: {name!r} (tenant {tenant!r}) is not {expected}")
+
+    def _origins(self, field: str) -> tuple[Any, ...]:
+        """The allowlist of origins in `field`, parsed (see `sluice.domain.origins`); one that
+        does not parse, an error naming the setting."""
+        from sluice.domain.errors import SluiceError
+        from sluice.domain.origins import parse_allowlist
+
+        try:
+            return parse_allowlist(getattr(self, field), field=field)
+        except SluiceError as exc:
+            raise ValueError(f"SLUICE_{field.upper()}: {exc.message}") from None
 
 
 class ProcessSettings(Group):
@@ -109,6 +129,7 @@ class SourceSettings(Group):
     SageMaker runtimes, which check every call against them."""
 
     title: ClassVar[str] = "Where models come from"
+    allowlists: ClassVar[tuple[str, ...]] = ("triton_allowlist",)
 
     import_prefixes: list[str] = Field(
         default_factory=lambda: ["file://{home}/imports/{tenant}/"],
@@ -130,22 +151,10 @@ class SourceSettings(Group):
         ),
     )
 
-    @model_validator(mode="after")
-    def _parse_triton_servers(self) -> SourceSettings:
-        from sluice.domain.errors import SluiceError
-
-        try:
-            _ = self.triton_allowlist
-        except SluiceError as exc:
-            raise ValueError(f"SLUICE_TRITON_URL_PREFIXES: {exc.message}") from None
-        return self
-
     @cached_property
     def triton_allowlist(self) -> tuple[Any, ...]:
-        """`triton_url_prefixes`, parsed (see `sluice.domain.origins`)."""
-        from sluice.domain.origins import parse_allowlist
-
-        return parse_allowlist(self.triton_url_prefixes, field="triton_url_prefixes")
+        """`triton_url_prefixes`, parsed."""
+        return self._origins("triton_url_prefixes")
 
 
 class ObservabilitySettings(Group):
