@@ -116,15 +116,7 @@ class DynamoModels(Part):
         return [VERSION.load(d) for d in found]
 
     def delete_version(self, tenant: str, model: str, version: int) -> None:
-        try:
-            self.table.send(
-                "delete_item",
-                TableName=self.table.name,
-                Key=key(layout.versions_pk(tenant, model), layout.version_sk(int(version))),
-                **condition("attribute_exists(pk)"),
-            )
-        except Refused:
-            raise no_version(model, version) from None
+        self.delete_found(layout.versions_pk(tenant, model), layout.version_sk(int(version)), missing=no_version(model, version))
 
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         record = item(
