@@ -167,6 +167,13 @@ class FunctionPlatform:
         runtime has its wheels (3.13 and older); None on 3.14, which it publishes none for:
         those functions profile nothing and the scheduled check reports quality alone."""
         if self.python not in MONITOR_PYTHONS:
+            Annotations.of(scope).add_warning_v2(
+                "sluice:monitor-without-sketches",
+                f"Python {self.python}: Apache DataSketches publishes no wheel for it, so these "
+                "functions profile no traffic and the hourly monitoring check reports model "
+                "quality without drift or data quality. Set `functions.python: \"3.13\"` in the "
+                "config for drift (docs/monitoring.md).",
+            )
             return None
         return self.layer(
             scope, "MonitorLayer", name="monitor", description="sluice monitoring dependencies"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from aws_cdk import App, Stack
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Annotations, Match, Template
 from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
 from infra.constructs.python_layer import (
     MB,
@@ -96,9 +96,11 @@ def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer
 
 def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
     stack = Stack(App(context=cdk_context()), "Layers")
-    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel
+    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel, and the synthesis says so
     layer = replace(_platform(), python="3.13").monitor_layer(stack)
     assert layer is not None and layer.name == "monitor"
+    (warning,) = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("DataSketches"))
+    assert "without drift" in str(warning.entry.data) and 'functions.python: "3.13"' in str(warning.entry.data)
     assert read_excludes(LAYERS_DIR / "monitor" / "exclude.txt") == ["numpy", "numpy-*.dist-info", "numpy.libs", "bin"]
 
 
