@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
+.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,16 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 # process importing what `sluice serve` imports, 3.7 and 1.2).
 test tier test-fast fuzz: export PYTHONDONTWRITEBYTECODE :=
 
-test: $(STAMP) triton-env checkov-env docs console console-test chromium
+# What the suite needs is built side by side (make -j): the install compiling bytecode is
+# CPU-bound while the Triton and checkov environments, npm and apt mostly wait on downloads.
+TEST_NEEDS := $(STAMP) triton-env checkov-env docs console console-test chromium
+
+test:
+	@$(MAKE) --no-print-directory -j 4 --output-sync=target test-needs
 	$(VENV)/bin/lint-imports
 	$(PYTEST)
+
+test-needs: $(TEST_NEEDS)
 
 # One tier of the suite: make tier TIER=unit (or integration, e2e, infra).
 TIER ?= unit
