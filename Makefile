@@ -37,7 +37,7 @@ TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 
 # The suite starts hundreds of Python processes (its workers, `sluice serve` and the servers'
-# workers, the CLI, pip, checkov), each importing much the same modules: bytecode is written
+# workers, the CLI, checkov), each importing much the same modules: bytecode is written
 # as they go (into the virtualenvs and the __pycache__ folders git ignores), even where the
 # environment asks for none, so that each reads it rather than compiling every module it
 # imports again (a pytest worker's collection 49 CPU-s without, 13 with; a
@@ -134,7 +134,7 @@ $(TRITON_STAMP): | $(UV)
 
 triton-env: $(TRITON_STAMP)
 
-# The CDK CLI version comes from package-lock.json; layers are built with pip, not Docker.
+# The CDK CLI version comes from package-lock.json; layers are built with uv, not Docker.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 

@@ -1,22 +1,24 @@
-"""Layers built by pip on this machine (no Docker), and Lambda's size limit."""
+"""Layers built by uv on this machine (no Docker), and Lambda's size limit."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from aws_cdk import App, Stack
 from aws_cdk.assertions import Annotations, Match, Template
+from infra.constructs import python_layer
 from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
 from infra.constructs.python_layer import (
     MB,
     UNZIPPED_LIMIT_BYTES,
     LayerBuildError,
-    PipInstall,
     PythonLayer,
+    UvInstall,
     check_unzipped_size,
-    platform_tags,
+    python_platform,
     read_excludes,
     staged_path,
     strip_layer,
@@ -25,12 +27,11 @@ from infra.constructs.python_layer import (
 from tests.infra.synth import Synthesized, api_function, cdk_context, function_by_handler
 
 
-def test_platform_tags_cover_the_runtime_glibc_down_to_manylinux2014() -> None:
-    tags = platform_tags(architecture="x86_64", python="3.14")
-    assert tags[0] == "manylinux_2_34_x86_64"
-    assert "manylinux_2_28_x86_64" in tags  # numpy and onnxruntime publish these
-    assert tags[-1] == "manylinux2014_x86_64"
-    assert platform_tags(architecture="arm64", python="3.13")[-1] == "manylinux2014_aarch64"
+def test_layers_target_the_runtimes_glibc_and_cpu() -> None:
+    # AL2023's glibc; uv accepts every older manylinux tag too (the core layer's real build
+    # below holds manylinux2014 and manylinux_2_28 wheels).
+    assert python_platform(architecture="x86_64", python="3.14") == "x86_64-manylinux_2_34"
+    assert python_platform(architecture="arm64", python="3.12") == "aarch64-manylinux_2_34"
 
 
 def test_strip_removes_tests_bytecode_and_excluded_parts(tmp_path: Path) -> None:
@@ -57,17 +58,33 @@ def test_batch_layer_excludes_are_read_from_its_folder() -> None:
     assert read_excludes(LAYERS_DIR / "core" / "exclude.txt") == []
 
 
-def test_pip_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("this is not === a requirement\n")
-    bundler = PipInstall(
+def _bundler(requirements: Path) -> UvInstall:
+    return UvInstall(
         name="broken",
         requirements=requirements,
         python="3.14",
-        platforms=platform_tags(architecture="x86_64", python="3.14"),
+        platform=python_platform(architecture="x86_64", python="3.14"),
     )
-    with pytest.raises(LayerBuildError, match="could not be built without Docker"):
-        bundler.try_bundle(str(tmp_path / "out"))
+
+
+def test_uv_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("this is not === a requirement\n")
+    with pytest.raises(LayerBuildError, match="could not be built without Docker") as raised:
+        _bundler(requirements).try_bundle(str(tmp_path / "out"))
+    # What uv said comes along, naming the requirement it could not read.
+    assert "uv said:" in str(raised.value) and "this is not === a requirement" in str(raised.value)
+
+
+def test_without_uv_synthesis_stops_and_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(python_layer, "find_uv", lambda: None)
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("cronsim==2.8\n")
+    with pytest.raises(LayerBuildError, match=r"uv is not installed .* \(the `cdk` extra has it"):
+        _bundler(requirements).try_bundle(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_functions_over_the_unzipped_limit_are_refused() -> None:
@@ -87,7 +104,7 @@ def _platform() -> FunctionPlatform:
 
 
 def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
-    """The layer `name` of a stack bundled for real (pip on this machine), under tmp_path/cdk.out."""
+    """The layer `name` of a stack bundled for real (uv on this machine), under tmp_path/cdk.out."""
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # this test builds for real
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
@@ -133,6 +150,19 @@ def test_core_layer_really_builds_under_the_limit(
     assert list(
         site.glob("onnxruntime/capi/onnxruntime_pybind11_state.cpython-314-x86_64-linux-gnu.so")
     )
+    # Every binary wheel is one Lambda's Amazon Linux loads (x86_64, glibc 2.34 or older),
+    # from manylinux2014 (pydantic-core, orjson) to onnxruntime's manylinux_2_28.
+    platforms = {
+        line.rsplit("-", 1)[1]
+        for wheel in site.glob("*.dist-info/WHEEL")
+        for line in wheel.read_text().splitlines()
+        if line.startswith("Tag:")
+    } - {"any"}
+    assert {"manylinux2014_x86_64", "manylinux_2_28_x86_64"} <= platforms
+    for tag in platforms:
+        glibc = re.fullmatch(r"manylinux(?:1|2014|_2_(\d+))_x86_64", tag)
+        assert glibc and int(glibc.group(1) or 17) <= 34, tag
+    assert not (site / ".lock").exists()  # uv's lock on the folder it installed into
     assert not [p for p in site.rglob("*") if p.name == "tests"]
     # Bytecode only where a Python 3.14 compiled it (tests/infra/test_bytecode.py covers it).
     assert all(p.name.endswith(".cpython-314.pyc") for p in site.rglob("__pycache__/*"))
