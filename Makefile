@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
+.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -37,16 +37,23 @@ TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 
 # The suite starts hundreds of Python processes (its workers, `sluice serve` and the servers'
-# workers, the CLI, pip, checkov), each importing much the same modules: bytecode is written
+# workers, the CLI, checkov), each importing much the same modules: bytecode is written
 # as they go (into the virtualenvs and the __pycache__ folders git ignores), even where the
 # environment asks for none, so that each reads it rather than compiling every module it
 # imports again (a pytest worker's collection 49 CPU-s without, 13 with; a
 # process importing what `sluice serve` imports, 3.7 and 1.2).
 test tier test-fast fuzz: export PYTHONDONTWRITEBYTECODE :=
 
-test: $(STAMP) triton-env checkov-env docs console console-test chromium
+# What the suite needs is built side by side (make -j): the install compiling bytecode is
+# CPU-bound while the Triton and checkov environments, npm and apt mostly wait on downloads.
+TEST_NEEDS := $(STAMP) triton-env checkov-env docs console console-test chromium
+
+test:
+	@$(MAKE) --no-print-directory -j 4 --output-sync=target test-needs
 	$(VENV)/bin/lint-imports
 	$(PYTEST)
+
+test-needs: $(TEST_NEEDS)
 
 # One tier of the suite: make tier TIER=unit (or integration, e2e, infra).
 TIER ?= unit
@@ -127,7 +134,7 @@ $(TRITON_STAMP): | $(UV)
 
 triton-env: $(TRITON_STAMP)
 
-# The CDK CLI version comes from package-lock.json; layers are built with pip, not Docker.
+# The CDK CLI version comes from package-lock.json; layers are built with uv, not Docker.
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 

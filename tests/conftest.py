@@ -29,7 +29,7 @@ EVENTS = REPO / "events"
 # synthesized CDK app, a running Triton server; directly or through another fixture) stay on one
 # worker together, so the fixture is built once, not once per worker. The first fixture named
 # that a test uses decides; a test that uses none goes with its module, so the heavy tests of
-# the same folders that need none of them (layer builds, bytecode, pip resolutions) run beside
+# the same folders that need none of them (layer builds, bytecode, uv resolutions) run beside
 # them on other workers.
 SHARED_SESSION = {"full_app": "infra", "default_app": "infra-default", "triton_server": "triton"}
 

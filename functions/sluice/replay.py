@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.capture.reader import capture_window
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
-from sluice.domain.values import isoformat, parse_model_version, parse_time, parse_version
+from sluice.domain.values import isoformat, parse_model_version, parse_version
 from sluice.inference.bulk import Records, score_many
 from sluice.inference.compare import compare
 from sluice.inference.loop import gc_paused
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from sluice.domain import ModelVersion, Principal
     from sluice.domain.policy import Node
     from sluice.inference.predictions import PredictionService
-
-MAX_WINDOW_S = 31 * 86400
 
 
 class ReplayService:
@@ -69,13 +68,7 @@ class ReplayService:
         principal.require("admin")
         tenant = principal.tenant
         self.predictions.registry.get_deployment(tenant, deployment)  # this tenant's, or 404
-        now = time.time()
-        start = parse_time(since, field="since", now=now)
-        end = now if until is None else parse_time(until, field="until", now=now)
-        if end <= start:
-            raise InvalidRequest("until must come after since", field="until")
-        if end - start > MAX_WINDOW_S:
-            raise InvalidRequest("a replay covers at most 31 days", field="since")
+        start, end = capture_window(since, until, now=time.time(), what="a replay")
         label, node = self.target(principal, against)
         if self.reader is None:
             raise InvalidRequest("data capture is off here: there is nothing to replay", field="deployment")

@@ -57,6 +57,8 @@ CODE_EXCLUDES = [
 LIVE_ALIAS = "live"
 # The runtimes Apache DataSketches publishes wheels for (the monitor layer; none for 3.14).
 MONITOR_PYTHONS = ("3.12", "3.13")
+# The warning a synthesis gives where the runtime is not one of them.
+MONITOR_WARNING = "sluice:monitor-without-sketches"
 
 
 def _python_version(runtime: lambda_.Runtime) -> tuple[int, int] | None:
@@ -167,6 +169,13 @@ class FunctionPlatform:
         runtime has its wheels (3.13 and older); None on 3.14, which it publishes none for:
         those functions profile nothing and the scheduled check reports quality alone."""
         if self.python not in MONITOR_PYTHONS:
+            Annotations.of(scope).add_warning_v2(
+                MONITOR_WARNING,
+                f"Python {self.python}: Apache DataSketches publishes no wheel for it, so these "
+                "functions profile no traffic and the hourly monitoring check reports model "
+                "quality without drift or data quality. Set `functions.python: \"3.13\"` in the "
+                "config for drift (docs/monitoring.md).",
+            )
             return None
         return self.layer(
             scope, "MonitorLayer", name="monitor", description="sluice monitoring dependencies"

@@ -1,15 +1,15 @@
-"""A Lambda layer built from a requirements file by pip on this machine, without Docker.
+"""A Lambda layer built from a requirements file by uv on this machine, without Docker.
 
-pip is told which platform and Python the Lambda runtime has and may use wheels only, so the
-result is what the runtime would have installed itself. CDK calls the builder through its
-local-bundling hook; when it cannot build there is no Docker fallback: synthesis stops and
-says why.
+uv is told which platform and Python the Lambda runtime has and may use wheels only, so the
+result is what the runtime would have installed itself: it resolves, environment markers and
+`Requires-Python` included, for that Python and CPU, not for the Python that runs the CDK app.
+CDK calls the builder through its local-bundling hook; when it cannot build there is no Docker
+fallback: synthesis stops and says why.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -28,27 +28,37 @@ MB = 1_000_000
 # Lambda's limit on a function's code plus all its layers, unzipped.
 UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 
-# Bumped when the way a layer is built changes, so cached builds are not reused.
-_BUILDER_VERSION = "2"
+# Bumped when the way a layer is built changes, so cached builds are not reused
+# (3: uv instead of pip).
+_BUILDER_VERSION = "3"
 # Removed from every layer before it is compiled: never imported by a function, and
 # bytecode some wheel may carry for another Python.
 _STRIPPED_DIRS = frozenset({"__pycache__", "tests", "test"})
 _STRIPPED_SUFFIXES = (".pyc", ".pyo")
 
 # The glibc of each runtime's Amazon Linux: python3.12 and later run on AL2023 (2.34).
-# pip only expands manylinux2014 to older tags, so the newer manylinux_2_x tags that numpy
-# and onnxruntime publish (2_27, 2_28) must be listed one by one.
+# uv's `<arch>-manylinux_2_34` target accepts every manylinux tag from 2_34 down to 2_17
+# (manylinux2014), such as the 2_27 and 2_28 wheels numpy and onnxruntime publish.
 _GLIBC_MINOR = {"3.12": 34, "3.13": 34, "3.14": 34}
-_PIP_ARCH = {"x86_64": "x86_64", "arm64": "aarch64"}
+_WHEEL_ARCH = {"x86_64": "x86_64", "arm64": "aarch64"}
 
 
-def platform_tags(*, architecture: str, python: str) -> list[str]:
-    """Wheel platform tags the runtime accepts, newest first."""
-    arch = _PIP_ARCH[architecture]
-    newest = _GLIBC_MINOR[python]
-    return [f"manylinux_2_{minor}_{arch}" for minor in range(newest, 16, -1)] + [
-        f"manylinux2014_{arch}"
-    ]
+def python_platform(*, architecture: str, python: str) -> str:
+    """uv's `--python-platform` for a Lambda architecture and Python runtime."""
+    return f"{_WHEEL_ARCH[architecture]}-manylinux_2_{_GLIBC_MINOR[python]}"
+
+
+def find_uv() -> str | None:
+    """The uv beside the Python that runs the CDK app (the `cdk` extra installs it), else
+    one on PATH."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return shutil.which("uv")
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        return shutil.which("uv")
 
 
 def directory_size(path: Path) -> int:
@@ -99,15 +109,15 @@ def check_unzipped_size(owner: str, *, code_bytes: int, layers: dict[str, int]) 
 
 
 @jsii.implements(ILocalBundling)
-class PipInstall:
-    """The local bundler: `pip install --target <out>/python` for the runtime's platform."""
+class UvInstall:
+    """The local bundler: `uv pip install --target <out>/python` for the runtime's platform."""
 
     def __init__(
         self,
         *,
         name: str,
         requirements: Path,
-        platforms: list[str],
+        platform: str,
         python: str,
         excludes: list[str] | None = None,
         bytecode: bool = False,
@@ -115,52 +125,66 @@ class PipInstall:
         self.name = name
         self.requirements = requirements
         self.excludes = excludes or []
-        self.platforms = platforms
+        self.platform = platform
         self.python = python
         self.bytecode = bytecode
 
-    def command(self, target: Path) -> list[str]:
-        platform_args = [arg for tag in self.platforms for arg in ("--platform", tag)]
+    def arguments(self, target: Path) -> list[str]:
+        """What follows the uv executable."""
         return [
-            sys.executable,
-            "-m",
             "pip",
             "install",
             "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
+            "--color",
+            "never",
+            # Reproducible whatever folder the app runs in: no uv.toml, and not this project's
+            # [tool.uv] (its overrides are for the dev install). The index is PyPI unless the
+            # environment names another (UV_DEFAULT_INDEX, UV_INDEX).
+            "--no-config",
+            # The interpreter uv starts from (CPython, as Lambda's; the scripts' shebangs):
+            # the Python and platform the wheels are chosen for are the two options below.
+            "--python",
+            sys.executable,
             "--target",
             str(target),
-            "--implementation",
-            "cp",
             "--python-version",
             self.python,
-            "--only-binary=:all:",
-            *platform_args,
+            "--python-platform",
+            self.platform,
+            "--only-binary",
+            ":all:",
+            # The layer's files are its own, never hard links into uv's cache.
+            "--link-mode",
+            "copy",
             "--requirement",
             str(self.requirements),
         ]
 
     def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
         # jsii passes the bundling options positionally; they hold nothing this builder needs.
-        if importlib.util.find_spec("pip") is None:
+        uv = find_uv()
+        if uv is None:
             raise LayerBuildError(
-                f"layer {self.name!r}: pip is not installed for {sys.executable}. Layers are "
-                "built with pip on this machine, never in Docker: install pip into the "
-                "environment that runs the CDK app (`make synth` does)."
+                f"layer {self.name!r}: uv is not installed for {sys.executable} nor on PATH. "
+                "Layers are built with uv on this machine, never in Docker: install uv into the "
+                "environment that runs the CDK app (the `cdk` extra has it; `make synth` does)."
             )
         target = Path(output_dir) / "python"
-        result = subprocess.run(self.command(target), capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [uv, *self.arguments(target)], capture_output=True, text=True, check=False
+        )
         if result.returncode != 0:
             detail = (result.stderr or result.stdout).strip().splitlines()[-15:]
             raise LayerBuildError(
-                f"layer {self.name!r} could not be built without Docker: pip failed on "
+                f"layer {self.name!r} could not be built without Docker: uv failed on "
                 f"{self.requirements}. Usually some requirement has no binary wheel for "
-                f"python {self.python} on {self.platforms[0]} (or an older manylinux tag), or "
+                f"python {self.python} on {self.platform} (or an older manylinux tag), or "
                 "the package index cannot be reached; layers are built from wheels only, so pin "
                 "versions that publish manylinux wheels for this runtime and architecture.\n"
-                "pip said:\n" + "\n".join(detail)
+                "uv said:\n" + "\n".join(detail)
             )
+        # uv's lock on the folder it installed into: nothing the runtime reads.
+        (target / ".lock").unlink(missing_ok=True)
         strip_layer(target, self.excludes)
         if self.bytecode:
             compile_tree(target, version=self.python, label=f"layer {self.name}")
@@ -194,12 +218,12 @@ class PythonLayer(Construct):
             raise FileNotFoundError(
                 f"layer {self.name!r} has no requirements file at {requirements}"
             )
-        platforms = platform_tags(architecture=architecture.name, python=python)
+        platform = python_platform(architecture=architecture.name, python=python)
         excludes = read_excludes(requirements_dir / "exclude.txt")
-        self.pip = bundler = PipInstall(
+        self.installer = bundler = UvInstall(
             name=self.name,
             requirements=requirements,
-            platforms=platforms,
+            platform=platform,
             python=python,
             excludes=excludes,
             bytecode=bytecode,
@@ -216,7 +240,7 @@ class PythonLayer(Construct):
                     _BUILDER_VERSION,
                     requirements.read_text(),
                     python,
-                    *platforms,
+                    platform,
                     *excludes,
                     *sorted(_STRIPPED_DIRS),
                     compiler,

@@ -1,7 +1,8 @@
-"""Layers built by pip on this machine (no Docker), and Lambda's size limit."""
+"""Layers built by uv on this machine (no Docker), and Lambda's size limit."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,17 +14,16 @@ from tests.infra.synth import Synthesized, api_function, cdk_context, function_b
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
     from infra.constructs.functions import FunctionPlatform
-    from infra.constructs.python_layer import PythonLayer
+    from infra.constructs.python_layer import PythonLayer, UvInstall
 
 
-def test_platform_tags_cover_the_runtime_glibc_down_to_manylinux2014() -> None:
-    from infra.constructs.python_layer import platform_tags
+def test_layers_target_the_runtimes_glibc_and_cpu() -> None:
+    # AL2023's glibc; uv accepts every older manylinux tag too (the core layer's real build
+    # below holds manylinux2014 and manylinux_2_28 wheels).
+    from infra.constructs.python_layer import python_platform
 
-    tags = platform_tags(architecture="x86_64", python="3.14")
-    assert tags[0] == "manylinux_2_34_x86_64"
-    assert "manylinux_2_28_x86_64" in tags  # numpy and onnxruntime publish these
-    assert tags[-1] == "manylinux2014_x86_64"
-    assert platform_tags(architecture="arm64", python="3.13")[-1] == "manylinux2014_aarch64"
+    assert python_platform(architecture="x86_64", python="3.14") == "x86_64-manylinux_2_34"
+    assert python_platform(architecture="arm64", python="3.12") == "aarch64-manylinux_2_34"
 
 
 def test_strip_removes_tests_bytecode_and_excluded_parts(tmp_path: Path) -> None:
@@ -55,19 +55,40 @@ def test_batch_layer_excludes_are_read_from_its_folder() -> None:
     assert read_excludes(LAYERS_DIR / "core" / "exclude.txt") == []
 
 
-def test_pip_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
-    from infra.constructs.python_layer import LayerBuildError, PipInstall, platform_tags
+def _bundler(requirements: Path) -> UvInstall:
+    from infra.constructs.python_layer import UvInstall, python_platform
 
-    requirements = tmp_path / "requirements.txt"
-    requirements.write_text("this is not === a requirement\n")
-    bundler = PipInstall(
+    return UvInstall(
         name="broken",
         requirements=requirements,
         python="3.14",
-        platforms=platform_tags(architecture="x86_64", python="3.14"),
+        platform=python_platform(architecture="x86_64", python="3.14"),
     )
-    with pytest.raises(LayerBuildError, match="could not be built without Docker"):
-        bundler.try_bundle(str(tmp_path / "out"))
+
+
+def test_uv_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
+    from infra.constructs.python_layer import LayerBuildError
+
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("this is not === a requirement\n")
+    with pytest.raises(LayerBuildError, match="could not be built without Docker") as raised:
+        _bundler(requirements).try_bundle(str(tmp_path / "out"))
+    # What uv said comes along, naming the requirement it could not read.
+    assert "uv said:" in str(raised.value) and "this is not === a requirement" in str(raised.value)
+
+
+def test_without_uv_synthesis_stops_and_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra.constructs import python_layer
+    from infra.constructs.python_layer import LayerBuildError
+
+    monkeypatch.setattr(python_layer, "find_uv", lambda: None)
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("cronsim==2.8\n")
+    with pytest.raises(LayerBuildError, match=r"uv is not installed .* \(the `cdk` extra has it"):
+        _bundler(requirements).try_bundle(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_functions_over_the_unzipped_limit_are_refused() -> None:
@@ -91,7 +112,7 @@ def _platform() -> FunctionPlatform:
 
 
 def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
-    """The layer `name` of a stack bundled for real (pip on this machine), under tmp_path/cdk.out."""
+    """The layer `name` of a stack bundled for real (uv on this machine), under tmp_path/cdk.out."""
     from aws_cdk import App, Stack
 
     context = cdk_context()
@@ -102,13 +123,16 @@ def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer
 
 def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
     from aws_cdk import App, Stack
+    from aws_cdk.assertions import Annotations, Match
     from infra.constructs.functions import LAYERS_DIR
     from infra.constructs.python_layer import read_excludes
 
     stack = Stack(App(context=cdk_context()), "Layers")
-    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel
+    assert _platform().monitor_layer(stack) is None  # 3.14: no wheel, and the synthesis says so
     layer = replace(_platform(), python="3.13").monitor_layer(stack)
     assert layer is not None and layer.name == "monitor"
+    (warning,) = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp("DataSketches"))
+    assert "without drift" in str(warning.entry.data) and 'functions.python: "3.13"' in str(warning.entry.data)
     assert read_excludes(LAYERS_DIR / "monitor" / "exclude.txt") == ["numpy", "numpy-*.dist-info", "numpy.libs", "bin"]
 
 
@@ -143,6 +167,19 @@ def test_core_layer_really_builds_under_the_limit(
     assert list(
         site.glob("onnxruntime/capi/onnxruntime_pybind11_state.cpython-314-x86_64-linux-gnu.so")
     )
+    # Every binary wheel is one Lambda's Amazon Linux loads (x86_64, glibc 2.34 or older),
+    # from manylinux2014 (pydantic-core, orjson) to onnxruntime's manylinux_2_28.
+    platforms = {
+        line.rsplit("-", 1)[1]
+        for wheel in site.glob("*.dist-info/WHEEL")
+        for line in wheel.read_text().splitlines()
+        if line.startswith("Tag:")
+    } - {"any"}
+    assert {"manylinux2014_x86_64", "manylinux_2_28_x86_64"} <= platforms
+    for tag in platforms:
+        glibc = re.fullmatch(r"manylinux(?:1|2014|_2_(\d+))_x86_64", tag)
+        assert glibc and int(glibc.group(1) or 17) <= 34, tag
+    assert not (site / ".lock").exists()  # uv's lock on the folder it installed into
     assert not [p for p in site.rglob("*") if p.name == "tests"]
     # Bytecode only where a Python 3.14 compiled it (tests/infra/test_bytecode.py covers it).
     assert all(p.name.endswith(".cpython-314.pyc") for p in site.rglob("__pycache__/*"))

@@ -32,6 +32,22 @@ def test_a_group_reads_its_variables_and_named_fields_go_to_their_group(
         Settings(batch_rows=3)
 
 
+def test_the_environment_is_read_again_whenever_a_variable_changes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Groups read the environment once for each set of SLUICE_* variables: set, changed,
+    # spelled in lower case or removed between two builds, each build sees it as it is.
+    monkeypatch.setenv("SLUICE_STREAMS", '{"a": {"tenant": "acme", "deployment": "iris"}}')
+    first = Settings(mode="local", home=tmp_path)
+    monkeypatch.setenv("SLUICE_STREAMS", '{"b": {"tenant": "acme", "deployment": "iris"}}')
+    monkeypatch.setenv("sluice_batch_chunk_rows", "9")
+    second = Settings(mode="local", home=tmp_path, streams={"c": {"tenant": "acme", "deployment": "iris"}})
+    assert list(first.stream.streams) == ["a"] and sorted(second.stream.streams) == ["b", "c"]  # merged, as pydantic-settings merges
+    assert (first.batch.batch_chunk_rows, second.batch.batch_chunk_rows, Settings(home=tmp_path).stream.streams.keys() == {"b"}) == (250_000, 9, True)
+    monkeypatch.delenv("sluice_batch_chunk_rows")
+    assert Settings(mode="local", home=tmp_path).batch.batch_chunk_rows == 250_000
+    first.stream.streams["a"]["tenant"] = "changed"  # a build's values are its own
+    assert Settings(mode="local", home=tmp_path).stream.streams["b"]["tenant"] == "acme"
+
+
 def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> None:
     settings = Settings(mode="local", home=tmp_path)
     changed = settings.replace(websocket_rate_limit="3/minute", batch_bucket="bucket")

@@ -372,6 +372,8 @@ def openapi_routes(routes: list[HotRoute]) -> list[Any]:
     from fastapi import Body, Path
     from fastapi.routing import APIRoute
 
+    from sluice.api.responses import documented
+
     out = []
     for route in routes:
         names = compile_path(route.path)[2]
@@ -390,7 +392,7 @@ def openapi_routes(routes: list[HotRoute]) -> list[Any]:
                 methods=[route.method],
                 response_model=route.response,
                 response_model_exclude_none=True,
-                responses=route.responses,
+                responses=documented(route.responses),  # they carry `ErrorOut` into the document
                 summary=route.summary,
                 tags=list(route.tags),
             )

@@ -37,10 +37,24 @@ AUTHENTICATED = (401, 403, 404, 413, 422)
 MANAGEMENT = (*AUTHENTICATED, 400, 409)
 
 
+# The error body as the OpenAPI document gives it, a reference rather than `"model": ErrorOut`:
+# FastAPI builds a serializer for every `responses=` entry that names a model as it builds the
+# route (some 540 of them, half the CPU of building the routers in every process that serves),
+# and reads them only to write this same reference. The schema it refers to comes into the
+# document with the routes built for the document alone (`documented`).
+ERROR_CONTENT = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+
+
 def errors(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
     """`responses=` for FastAPI: each status with the error body. `meanings` override the
     description of a status (`_409="..."`)."""
     return {
-        code: {"model": ErrorOut, "description": meanings.get(f"_{code}", ERROR_MEANINGS[code])}
+        code: {"description": meanings.get(f"_{code}", ERROR_MEANINGS[code]), "content": ERROR_CONTENT}
         for code in sorted(set(codes))
     }
+
+
+def documented(responses: dict[int | str, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """`responses` for a route built only for the OpenAPI document: its error answers name
+    `ErrorOut` as their model, so that the document carries the schema they all refer to."""
+    return {code: {"model": ErrorOut, "description": r["description"]} if r.get("content") is ERROR_CONTENT else r for code, r in responses.items()}

@@ -20,16 +20,17 @@ import io
 import re
 from typing import TYPE_CHECKING, Any
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.errors import Conflict, Forbidden
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Unpack
 
     import pyarrow as pa
 
     from sluice.batch.files import Files
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs
     from sluice.domain.jobs import BatchJob
 
 PARTITION_KEY = "job"
@@ -92,20 +93,11 @@ def _unless(code: str) -> Iterator[None]:
 
 
 class GlueCatalog:
-    def __init__(
-        self,
-        files: Files,
-        *,
-        batch_root: str,
-        database: str | None = None,
-        client: Any = None,
-        clients: AwsClients | None = None,
-        region: str | None = None,
-    ) -> None:
+    def __init__(self, files: Files, *, batch_root: str, database: str | None = None, **aws: Unpack[AwsArgs]) -> None:
         self.files = files
         self.batch_root = batch_root
         self.database = database  # where set, the only database jobs may publish to
-        self._glue = LazyClient(client, clients, region, "glue")
+        self._glue = lazy_client("glue", aws)
 
     @property
     def client(self) -> Any:

@@ -10,7 +10,7 @@ length) gets a reason, and only the other rows go on to the model.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,25 +38,11 @@ class Feed:
     trailing_axis: bool = False  # one value per row for an input shaped [batch, 1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "input": self.input,
-            "columns": list(self.columns),
-            "datatype": self.datatype,
-            "stacked": self.stacked,
-            "width": self.width,
-            "trailing_axis": self.trailing_axis,
-        }
+        return {**asdict(self), "columns": list(self.columns)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Feed:
-        return cls(
-            input=data["input"],
-            columns=tuple(data["columns"]),
-            datatype=data["datatype"],
-            stacked=bool(data["stacked"]),
-            width=data.get("width"),
-            trailing_axis=bool(data.get("trailing_axis")),
-        )
+        return cls(**{**data, "columns": tuple(data["columns"])})
 
 
 def plan_feeds(signature: Signature, available: Sequence[str]) -> list[Feed]:

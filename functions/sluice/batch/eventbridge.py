@@ -14,11 +14,13 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.schedules import aws_expression
 
 if TYPE_CHECKING:
-    from sluice.clients import AwsClients
+    from typing import Unpack
+
+    from sluice.clients import AwsArgs
     from sluice.domain.schedules import Schedule
 
 SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
@@ -56,20 +58,11 @@ def target_input(schedule: Schedule) -> dict[str, Any]:
 
 
 class EventBridgeSchedules:
-    def __init__(
-        self,
-        *,
-        group: str,
-        role_arn: str,
-        state_machine_arn: str,
-        client: Any = None,
-        clients: AwsClients | None = None,
-        region: str | None = None,
-    ) -> None:
+    def __init__(self, *, group: str, role_arn: str, state_machine_arn: str, **aws: Unpack[AwsArgs]) -> None:
         self.group = group
         self.role_arn = role_arn
         self.state_machine_arn = state_machine_arn
-        self._scheduler = LazyClient(client, clients, region, "scheduler")
+        self._scheduler = lazy_client("scheduler", aws)
 
     @property
     def client(self) -> Any:

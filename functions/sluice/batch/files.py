@@ -14,12 +14,13 @@ if TYPE_CHECKING:
     import io
     from collections.abc import Iterator
     from pathlib import Path
+    from typing import Unpack
 
     import pyarrow as pa
     from mypy_boto3_s3 import S3Client
 
     from sluice.batch.filestore import FileStore, Stat
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsSource
 
 
 class Files:
@@ -27,15 +28,9 @@ class Files:
     (a local run never imports boto3)."""
 
     def __init__(
-        self,
-        *,
-        clients: AwsClients | None = None,
-        s3_client: S3Client | None = None,
-        region: str | None = None,
-        local: FileStore | None = None,
-        s3: FileStore | None = None,
+        self, *, s3_client: S3Client | None = None, local: FileStore | None = None, s3: FileStore | None = None, **aws: Unpack[AwsSource]
     ) -> None:
-        self._clients, self._s3_client, self._region = clients, s3_client, region
+        self._s3_client, self._aws = s3_client, aws
         self._local, self._s3 = local, s3
         self._lock = threading.Lock()
 
@@ -50,7 +45,7 @@ class Files:
             if self._s3 is None:
                 from sluice.batch.s3_files import S3Files
 
-                self._s3 = S3Files(self._clients, client=self._s3_client, region=self._region)
+                self._s3 = S3Files(client=self._s3_client, **self._aws)
             return self._s3
 
     def _build_local(self) -> FileStore:

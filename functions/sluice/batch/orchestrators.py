@@ -36,18 +36,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.errors import Conflict, SluiceError, Unavailable
 from sluice.domain.liveness import HEARTBEAT_S, execution_ended, this_worker
 from sluice.domain.objects import now
 from sluice.registry.scope import use_tenant
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from mypy_boto3_stepfunctions import SFNClient
 
     from sluice.batch.plan import Chunk, JobSpec
     from sluice.batch.runner import BatchRunner
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs, AwsSource
     from sluice.domain.jobs import BatchJob
 
 log = logging.getLogger(__name__)
@@ -326,18 +328,16 @@ class StepFunctionsOrchestrator:
 
     keeps_heartbeat = False
 
-    def __init__(
-        self, state_machine_arn: str, *, client: SFNClient | None = None, region: str | None = None, clients: AwsClients | None = None
-    ) -> None:
+    def __init__(self, state_machine_arn: str, **aws: Unpack[AwsArgs]) -> None:
         if ":stateMachine:" not in state_machine_arn:
             raise ValueError(f"not a state machine ARN: {state_machine_arn!r}")
         self.state_machine_arn = state_machine_arn
-        self.region = region or state_machine_arn.split(":")[3] or None
-        self._sfn = LazyClient(client, clients, self.region, "stepfunctions", region=self.region)
+        self.region = aws.get("region") or state_machine_arn.split(":")[3] or None
+        self._sfn = lazy_client("stepfunctions", aws, region=self.region)
 
     @classmethod
-    def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> StepFunctionsOrchestrator:
-        return cls(url[len("stepfunctions://") :], region=region, clients=clients)
+    def from_url(cls, url: str, **aws: Unpack[AwsSource]) -> StepFunctionsOrchestrator:
+        return cls(url[len("stepfunctions://") :], **aws)
 
     @property
     def client(self) -> SFNClient:

@@ -70,16 +70,8 @@ class Chunk:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Chunk:
-        return cls(
-            index=int(data["index"]),
-            first_row=int(data["first_row"]),
-            rows=int(data["rows"]),
-            start=None if data.get("start") is None else int(data["start"]),
-            end=None if data.get("end") is None else int(data["end"]),
-            quoted=bool(data.get("quoted")),
-            uri=data.get("uri"),
-            version=data.get("version"),
-        )
+        """What `to_dict` wrote (a field it leaves out takes its default)."""
+        return cls(**data)
 
 
 def source_of(spec: JobSpec, chunk: Chunk) -> tuple[str, str]:
@@ -114,20 +106,11 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
-        return cls(
-            tenant=data["tenant"],
-            job_id=data["job_id"],
-            deployment=data["deployment"],
-            input_uri=data["input_uri"],
-            input_version=data["input_version"],
-            format=data["format"],
-            output_format=data["output_format"],
-            output_uri=data["output_uri"],
-            key_columns=tuple(data.get("key_columns") or ()),
-            columns=tuple(data.get("columns") or ()),
-            key_types=dict(data.get("key_types") or {}),
-            publish=PublishTarget.parse(data.get("publish")),
-        )
+        """What `to_dict` wrote; one without the fields added later takes their defaults."""
+        return cls(**{
+            **data, "key_columns": tuple(data.get("key_columns") or ()), "columns": tuple(data.get("columns") or ()),
+            "key_types": dict(data.get("key_types") or {}), "publish": PublishTarget.parse(data.get("publish")),
+        })  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,23 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import split_s3
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Unpack
 
     from mypy_boto3_s3 import S3Client
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs
 
 RANDOM_READ_AHEAD = 1024 * 1024
 POOL = 32  # scoring threads share the client
 
 
 class S3Files:
-    def __init__(self, clients: AwsClients | None = None, *, client: S3Client | None = None, region: str | None = None) -> None:
-        self._s3 = LazyClient(client, clients, region, "s3", max_pool_connections=POOL)
+    def __init__(self, **aws: Unpack[AwsArgs]) -> None:
+        self._s3 = lazy_client("s3", aws, max_pool_connections=POOL)
 
     @property
     def client(self) -> S3Client:

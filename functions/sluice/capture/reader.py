@@ -8,10 +8,36 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Unpack
+
+    from sluice.clients import AwsArgs
+    from sluice.domain.errors import SluiceError
+
+MAX_WINDOW_S = 31 * 86400  # a read of capture (a replay, a baseline) covers at most 31 days
+
+
+def capture_window(
+    since: Any, until: Any, *, now: float, what: str, field: str = "", error: type[SluiceError] | None = None
+) -> tuple[float, float]:
+    """The (start, end) of the capture `what` reads: `since` and `until` as
+    `sluice.domain.values.parse_time` reads them, a duration ago included (`2h`); `until` None
+    is `now`. `until` before `since`, or more than `MAX_WINDOW_S` after it: `error` (by default
+    a 422) naming `field` + `since` or `until`."""
+    from sluice.domain.errors import InvalidRequest
+    from sluice.domain.values import parse_time
+
+    refused = error or InvalidRequest
+    start = parse_time(since, field=f"{field}since", now=now)
+    end = now if until is None else parse_time(until, field=f"{field}until", now=now)
+    if end <= start:
+        raise refused("until must come after since", field=f"{field}until")
+    if end - start > MAX_WINDOW_S:
+        raise refused(f"{what} reads at most 31 days of capture", field=f"{field}since")
+    return start, end
 
 
 class CaptureReader(Protocol):
@@ -70,10 +96,10 @@ class FolderCapture:
 class S3Capture:
     """`s3://<bucket>/<prefix>tenant=…/deployment=…/dt=…/hour=…/<objects>`."""
 
-    def __init__(self, bucket: str, prefix: str = "capture/", *, client: Any = None, region: str | None = None) -> None:
+    def __init__(self, bucket: str, prefix: str = "capture/", **aws: Unpack[AwsArgs]) -> None:
         self.bucket = bucket
         self.prefix = prefix
-        self._s3 = LazyClient(client, None, region, "s3", region=region)
+        self._s3 = lazy_client("s3", aws, region=aws.get("region"))
 
     @property
     def client(self) -> Any:

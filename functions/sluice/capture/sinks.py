@@ -15,6 +15,9 @@ from sluice.capture.records import partition
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Unpack
+
+    from sluice.clients import AwsArgs, AwsSource
 
 # PutRecordBatch takes at most 500 records and 4 MiB a call, 1,000 KiB a record.
 FIREHOSE_BATCH_RECORDS = 500
@@ -70,15 +73,15 @@ class FirehoseSink:
     """`put_record_batch` in calls of at most 500 records and 4 MiB; records Firehose
     refused are sent once more, then the write fails (counted by the capturer)."""
 
-    def __init__(self, stream: str, *, client: Any = None, region: str | None = None) -> None:
-        from sluice.clients import LazyClient
+    def __init__(self, stream: str, **aws: Unpack[AwsArgs]) -> None:
+        from sluice.clients import lazy_client
 
         self.stream = stream
-        self._firehose = LazyClient(client, None, region, "firehose", region=region)
+        self._firehose = lazy_client("firehose", aws, region=aws.get("region"))
 
     @classmethod
-    def from_url(cls, url: str, *, region: str | None = None) -> FirehoseSink:
-        return cls(url.removeprefix("firehose://").strip("/"), region=region)
+    def from_url(cls, url: str, **aws: Unpack[AwsSource]) -> FirehoseSink:
+        return cls(url.removeprefix("firehose://").strip("/"), **aws)
 
     @property
     def client(self) -> Any:

@@ -96,12 +96,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Batch schedules: due runs start here (looked for every {settings.serve.batch_schedule_poll_s:g}s)", flush=True)
     workers = args.workers or max(1, os.cpu_count() or 1)
     print(f"Serving on http://{args.host}:{args.port} (docs: /docs), {workers} worker(s)", flush=True)
-    from sluice.cli.protocol import GuardedHttpToolsProtocol
-
     grpc_port = args.grpc_port if args.grpc_port is not None else settings.serve.grpc_port
     grpc_hold = _claim_grpc(args.host, grpc_port)  # every worker serves it (sluice.cli.grpc_workers)
     try:
-        _run_http(args, settings, workers, GuardedHttpToolsProtocol, stopping)
+        _run_http(args, settings, workers, stopping)
     finally:
         stopped = stopping.finish()
         if stopped:
@@ -168,20 +166,17 @@ def served_alone() -> CutOff:
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
     from sluice.cli.malloc import return_large_blocks
-    from sluice.runtimes.triton_http import preload
 
     return_large_blocks()  # a worker's memory comes back after a burst
-    preload()  # the Triton client's imports, before the first request rather than during it
     app = create_app()
     app.prepare()  # its routes built before it takes a request (see served_app)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
-        from sluice.api.deps import container_of
         from sluice.cli.grpc_workers import serving
 
-        async with serving(await asyncio.to_thread(container_of, app)), inner(app_) as state:
+        async with serving(await asyncio.to_thread(_ready, app)), inner(app_) as state:
             yield state
 
     app.router.lifespan_context = lifespan
@@ -195,10 +190,8 @@ def served_app() -> CutOff:
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
     from sluice.cli.malloc import return_large_blocks
-    from sluice.runtimes.triton_http import preload
 
     return_large_blocks()  # a worker's memory comes back after a burst
-    preload()  # the Triton client's imports, before the first request rather than during it
     app = create_app()
     # Built now, before the worker takes a request: else the first request that is not a
     # prediction (a health check, say) builds forty routes on the event loop, under load too.
@@ -207,12 +200,9 @@ def served_app() -> CutOff:
 
     @asynccontextmanager
     async def lifespan(app_: Any) -> AsyncIterator[Any]:
-        from sluice.api.deps import container_of
         from sluice.cli.grpc_workers import serving
 
-        # Its services (and their imports: ONNX Runtime, the registry) built before it takes a
-        # request: else the first requests it takes wait, a burst's share of them behind it.
-        built = await asyncio.to_thread(container_of, app)
+        built = await asyncio.to_thread(_ready, app)
         orphaned = asyncio.create_task(_end_with_parent(os.getppid()))
         try:
             async with serving(built), inner(app_) as state:  # its gRPC server beside its HTTP
@@ -227,6 +217,22 @@ def served_app() -> CutOff:
 
     app.router.lifespan_context = lifespan
     return CutOff(app)
+
+
+def _ready(app: Any) -> Container:
+    """A worker's services (and their imports: ONNX Runtime, the registry) built before it
+    takes a request, and the Triton client's imports where a version runs on Triton: else the
+    first requests it takes wait for them (half a second on a small machine, on its event
+    loop), a burst's share of them behind. A worker of a home with no such version does not
+    import it (a version registered later: its first call does)."""
+    from sluice.api.deps import container_of
+
+    container = container_of(app)
+    if container.registry.uses_runtime("triton"):
+        from sluice.runtimes.triton_http import preload
+
+        preload()
+    return container
 
 
 async def _end_with_parent(parent: int) -> None:
@@ -255,7 +261,7 @@ def _claim_grpc(host: str, port: int) -> socket.socket | None:
     return grpc_hold
 
 
-def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protocol: type, stopping: Stopping) -> None:
+def _run_http(args: argparse.Namespace, settings: Settings, workers: int, stopping: Stopping) -> None:
     """uvicorn on a socket bound here, so that a signal stops it listening at once
     (`sluice.cli.drain`). Several workers are uvicorn's supervisor's, with the drain's signal
     handlers. One worker is served on a thread, so that the signals come here first: the
@@ -270,7 +276,7 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, protoc
         "host": args.host,
         "port": args.port,
         "workers": workers,
-        "http": protocol,  # header timeout and size bound (workers import it by name)
+        "http": "sluice.cli.protocol:GuardedHttpToolsProtocol",  # header timeout and size bound, imported where it serves
         "timeout_keep_alive": settings.serve.keepalive_timeout_s,
         "timeout_graceful_shutdown": settings.serve.drain_timeout_s,  # then what is left is cancelled
         # A WebSocket message over the limit is answered with an error message, not cut off:

@@ -29,7 +29,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.errors import Unavailable
 from sluice.endpoints.control import (
     Autoscaling,
@@ -61,12 +61,17 @@ from sluice.endpoints.sagemaker_support import (
 from sluice.endpoints.scaling import INSTANCES, variant_resource
 
 if TYPE_CHECKING:
-    from sluice.clients import AwsClients
+    from collections.abc import Mapping
+    from typing import Unpack
+
+    from sluice.clients import AwsSource
     from sluice.storage import ArtifactStore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TRITON_VERSION = "25.09"
+# The clients the adapter calls: the name it keeps each under, and the service.
+SERVICES = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling", "cloudwatch": "cloudwatch", "sns": "sns"}
 
 
 class SageMakerEndpoints:
@@ -77,27 +82,24 @@ class SageMakerEndpoints:
     def __init__(
         self,
         store: ArtifactStore | None = None,
-        clients: AwsClients | None = None,
         *,
-        region: str | None = None,
         role_arn: str | None = None,
         triton_version: str = DEFAULT_TRITON_VERSION,
         triton_image: str | None = None,
-        sagemaker: Any | None = None,
-        autoscaling: Any | None = None,
-        cloudwatch: Any | None = None,
-        sns: Any | None = None,
+        ready: Mapping[str, Any] | None = None,
+        **aws: Unpack[AwsSource],
     ) -> None:
         self.store = store
-        self._region = region
+        self._region = aws.get("region")
         self.role_arn = role_arn
         self.triton_version = triton_version
         self.triton_image = triton_image
-        # The clients given (tests'), else the factory's, each asked for on first use.
-        self._sagemaker = LazyClient(sagemaker, clients, region, "sagemaker", region=region)
-        self._autoscaling = LazyClient(autoscaling, clients, region, "application-autoscaling", region=region)
-        self._cloudwatch = LazyClient(cloudwatch, clients, region, "cloudwatch", region=region)
-        self._sns = LazyClient(sns, clients, region, "sns", region=region)
+        # The clients in `ready` by the names of `SERVICES` (a test's), else the factory's, each
+        # asked for on first use.
+        given = ready or {}
+        self._sagemaker, self._autoscaling, self._cloudwatch, self._sns = (
+            lazy_client(service, aws, given=given.get(name), region=self._region) for name, service in SERVICES.items()
+        )
 
     sagemaker = property(lambda self: self._sagemaker())
     autoscaling = property(lambda self: self._autoscaling())

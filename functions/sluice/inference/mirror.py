@@ -8,11 +8,13 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.observability import get_logger
 
 if TYPE_CHECKING:
-    from sluice.clients import AwsClients
+    from typing import Unpack
+
+    from sluice.clients import AwsArgs, AwsSource
     from sluice.inference.shadow_jobs import ShadowJob
     from sluice.inference.shadow_runner import ShadowRunner
     from sluice.storage import ArtifactStore
@@ -70,16 +72,14 @@ class LocalMirror:
 class LambdaMirror:
     """An asynchronous invoke of the shadow handler; bodies over the limit travel through S3."""
 
-    def __init__(
-        self, function_name: str, store: ArtifactStore, *, client: Any = None, region: str | None = None, clients: AwsClients | None = None
-    ) -> None:
+    def __init__(self, function_name: str, store: ArtifactStore, **aws: Unpack[AwsArgs]) -> None:
         self.function_name = function_name
         self.store = store
-        self._lambda = LazyClient(client, clients, region, "lambda", region=region)
+        self._lambda = lazy_client("lambda", aws, region=aws.get("region"))
 
     @classmethod
-    def from_url(cls, url: str, store: ArtifactStore, *, region: str | None = None, clients: AwsClients | None = None) -> LambdaMirror:
-        return cls(url.removeprefix("lambda://"), store, region=region, clients=clients)
+    def from_url(cls, url: str, store: ArtifactStore, **aws: Unpack[AwsSource]) -> LambdaMirror:
+        return cls(url.removeprefix("lambda://"), store, **aws)
 
     @property
     def client(self) -> Any:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.monitor.sketches import merged_by
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -217,12 +219,4 @@ def _auc(pos: dict[int, int] | None, neg: dict[int, int] | None) -> float | None
 
 def merged(docs: Iterable[dict[str, Any]]) -> dict[str, Outcomes]:
     """Documents of `{variant: Outcomes.to_dict()}` merged per variant."""
-    out: dict[str, Outcomes] = {}
-    for doc in docs:
-        for variant, part in doc.items():
-            found = Outcomes.from_dict(part)
-            if variant in out:
-                out[variant].merge(found)
-            else:
-                out[variant] = found
-    return out
+    return merged_by((variant, Outcomes.from_dict(part)) for doc in docs for variant, part in doc.items())

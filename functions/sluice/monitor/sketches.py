@@ -15,16 +15,36 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import numpy as np
 
 from sluice.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from sluice.domain.signature import Signature
+
+
+class Mergeable(Protocol):
+    def merge(self, other: Self) -> None: ...
+
+
+K = TypeVar("K")
+M = TypeVar("M", bound=Mergeable)
+
+
+def merged_by(parts: Iterable[tuple[K, M]]) -> dict[K, M]:
+    """Parts read back (profiles, labelled outcomes) merged per key: the first of each key
+    kept, the others merged into it."""
+    out: dict[K, M] = {}
+    for key, part in parts:
+        if key in out:
+            out[key].merge(part)
+        else:
+            out[key] = part
+    return out
 
 KLL_K = 200  # normalized rank error about 1.3% per sketch (DataSketches' figure for k=200)
 FREQUENT_LG_K = 8  # up to 192 distinct categories tracked exactly; more are approximated

@@ -43,6 +43,11 @@ class ModelRegistry(Protocol):
         options change; nothing else a caller sees should). NotFound if it is not there."""
         ...
 
+    def uses_runtime(self, runtime: str) -> bool:
+        """Whether any version, of any tenant, runs on `runtime`: a process about to serve
+        imports that runtime's client first only where one does (`sluice serve`'s workers)."""
+        ...
+
 
 class DeploymentRegistry(Protocol):
     """Deployments and the history of their changes. Updates are optimistic: they name the

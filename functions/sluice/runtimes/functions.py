@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.function_payloads import decode_answer, encode_event
 from sluice.domain.errors import (
@@ -43,8 +43,9 @@ from sluice.validation import _cast
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Unpack
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs, LazyClient
     from sluice.domain.functions import Function
     from sluice.settings import FunctionSettings
 
@@ -55,14 +56,10 @@ class FunctionSteps:
     """`client`: a Lambda client to use for every region (a test's); else one per region of
     the ARNs called, from `clients`."""
 
-    def __init__(
-        self, settings: FunctionSettings, *, mode: str, client: Any = None, clients: AwsClients | None = None, region: str | None = None
-    ) -> None:
+    def __init__(self, settings: FunctionSettings, *, mode: str, **aws: Unpack[AwsArgs]) -> None:
         self.settings = settings
         self.mode = mode
-        self._client = client
-        self._clients = clients
-        self._region = region
+        self._aws = aws
         self._lambdas: dict[str | None, LazyClient] = {}
         self._loaded: dict[tuple[str, int], Callable[..., Any]] = {}
         self._lock = threading.Lock()
@@ -144,10 +141,8 @@ class FunctionSteps:
     def _lambda(self, region: str | None) -> Any:
         lazy = self._lambdas.get(region)
         if lazy is None:
-            lazy = self._lambdas[region] = LazyClient(
-                self._client, self._clients, region or self._region, "lambda",
-                region=region or self._region, read_timeout=MAX_TIMEOUT_S + 5, connect_timeout=5,
-            )  # fmt: skip
+            where = region or self._aws.get("region")
+            lazy = self._lambdas[region] = lazy_client("lambda", self._aws, region=where, read_timeout=MAX_TIMEOUT_S + 5, connect_timeout=5)
         return lazy()
 
     async def _invoke(self, node: Function, arrays: dict[str, np.ndarray]) -> Any:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.codecs.coded_text import coded
 from sluice.domain.errors import (
     DeadlineExceeded,
@@ -63,7 +63,9 @@ from sluice.runtimes.lookup_values import (
 )
 
 if TYPE_CHECKING:
-    from sluice.clients import AwsClients
+    from typing import Unpack
+
+    from sluice.clients import AwsSource
     from sluice.domain.lookups import Lookup
     from sluice.runtimes.feature_stores import FeatureStore, Key
     from sluice.runtimes.lookup_cache import FeatureCache
@@ -97,19 +99,18 @@ class LookupSteps:
         settings: LookupSettings,
         *,
         mode: str,
-        clients: AwsClients | None = None,
-        region: str | None = None,
         dynamodb: Any = None,
         featurestore: Any = None,
         sleep: Any = time.sleep,
         metrics_namespace: str | None = None,
         clock: Any = time.time,
+        **aws: Unpack[AwsSource],
     ) -> None:
         self.settings = settings
         self.metrics_namespace = metrics_namespace  # None: no EMF lines (locally)
         self.mode = mode
-        self._dynamodb = LazyClient(dynamodb, clients, region, "dynamodb", max_pool_connections=settings.lookup_concurrency * 2)
-        self._featurestore = LazyClient(featurestore, clients, region, "sagemaker-featurestore-runtime", max_pool_connections=settings.lookup_concurrency * 2)
+        self._dynamodb = lazy_client("dynamodb", aws, given=dynamodb, max_pool_connections=settings.lookup_concurrency * 2)
+        self._featurestore = lazy_client("sagemaker-featurestore-runtime", aws, given=featurestore, max_pool_connections=settings.lookup_concurrency * 2)
         self._sleep = sleep
         self._stores: dict[str, FeatureStore] = {}
         self._lock = threading.Lock()

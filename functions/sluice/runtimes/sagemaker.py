@@ -51,8 +51,9 @@ from sluice.runtimes.sagemaker_target import EndpointTarget
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
+    from typing import Unpack
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsSource
     from sluice.domain import ModelVersion
     from sluice.domain.signature import Signature
     from sluice.storage.results import ResultStore
@@ -74,8 +75,6 @@ class SageMakerRuntime(AsyncInference):
         self,
         client: Any | None = None,
         *,
-        clients: AwsClients | None = None,
-        region: str | None = None,
         endpoint_url: str | None = None,
         local_servers: Sequence[str] = (),
         started_servers: Callable[[], Sequence[str]] | None = None,
@@ -91,10 +90,10 @@ class SageMakerRuntime(AsyncInference):
         async_timeout_s: int = 900,
         local_async_workers: int = 2,
         fallback: Callable[[], Any] | None = None,
+        **aws: Unpack[AwsSource],
     ) -> None:
         self._client = client
-        self._clients = clients
-        self.region = region
+        self._clients, self.region = aws.get("clients"), aws.get("region")
         self.endpoint_url = endpoint_url
         self.local_servers = parse_allowlist(list(local_servers), field="triton_url_prefixes")
         # The local endpoints twin's servers that run now: their ports are not known in advance.

@@ -14,7 +14,7 @@ from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound
 from sluice.monitor.checks import Thresholds, check
 from sluice.monitor.quality import CLASS, Outcomes, merged
-from sluice.monitor.sketches import Profile
+from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 
 MAX_WINDOWS = 168
-MAX_CAPTURE_S = 31 * 86400  # a baseline from capture reads at most 31 days of it (as replay does)
 PROFILES, CAPTURE = "profiles", "capture"
 QUALITY_METRICS = ("accuracy", "precision", "recall", "auc", "mae", "rmse")
 
@@ -66,17 +65,12 @@ class MonitorService:
         """The deployment's baseline from its captured requests between `since` and `until`
         (as `parse_time` reads them, `2h` ago included; `until` None is now), every revision
         and variant, with the outputs they were answered (`outputs`), as its baseline."""
-        from sluice.domain.values import isoformat, parse_time
+        from sluice.capture.reader import capture_window
+        from sluice.domain.values import isoformat
 
         principal.require("admin")
         self.registry.get_deployment(principal.tenant, name)  # another tenant's, or none: not found
-        at = now()
-        start = parse_time(since, field="capture.since", now=at)
-        end = at if until is None else parse_time(until, field="capture.until", now=at)
-        if end <= start:
-            raise InvalidInput("until must come after since", field="capture.until")
-        if end - start > MAX_CAPTURE_S:
-            raise InvalidInput("a baseline from capture reads at most 31 days of it", field="capture.since")
+        start, end = capture_window(since, until, now=now(), what="a baseline", field="capture.", error=InvalidInput)
         profile, counts = self._captured(principal.tenant, name, start, end, outputs=outputs)
         if not profile.rows:
             raise InvalidInput(f"no captured request of '{name}' from {isoformat(start)} to {isoformat(end)} could be read", field="capture")
@@ -302,16 +296,8 @@ class MonitorService:
     def _windows(self, tenant: str, name: str, revision: int, variant: str | None) -> dict[int, Profile]:
         if self.before_read is not None:
             self.before_read()
-        windows: dict[int, Profile] = {}
-        for who, start, doc in self.registry.read_profiles(tenant, name, revision):
-            if variant is not None and who != variant:
-                continue
-            profile = Profile.from_dict(doc)
-            if start in windows:
-                windows[start].merge(profile)
-            else:
-                windows[start] = profile
-        return windows
+        found = self.registry.read_profiles(tenant, name, revision)
+        return merged_by((start, Profile.from_dict(doc)) for who, start, doc in found if variant is None or who == variant)
 
 
 def _baseline_out(doc: dict[str, Any], profile: Profile) -> dict[str, Any]:

@@ -19,6 +19,7 @@ class FollowSettings(Group):
     function on AWS, which polls when its schedule says."""
 
     title: ClassVar[str] = "Follow bindings"
+    allowlists: ClassVar[tuple[str, ...]] = ("mlflow_allowlist",)
 
     follow_poll_s: float = Field(
         default=60.0,
@@ -67,12 +68,6 @@ class FollowSettings(Group):
     def _check(self) -> FollowSettings:
         import re
 
-        from sluice.domain.errors import SluiceError
-
-        try:
-            _ = self.mlflow_allowlist
-        except SluiceError as exc:
-            raise ValueError(f"SLUICE_MLFLOW_TRACKING_SERVERS: {exc.message}") from None
         for tenant, secret in self.mlflow_credentials_secrets.items():
             if not re.fullmatch(SECRET_ID, secret):
                 raise ValueError(f"SLUICE_MLFLOW_CREDENTIALS_SECRETS: {secret!r} (tenant {tenant!r}) is not a secret's name or ARN")
@@ -80,7 +75,5 @@ class FollowSettings(Group):
 
     @cached_property
     def mlflow_allowlist(self) -> tuple[Any, ...]:
-        """`mlflow_tracking_servers`, parsed (see `sluice.domain.origins`)."""
-        from sluice.domain.origins import parse_allowlist
-
-        return parse_allowlist(self.mlflow_tracking_servers, field="mlflow_tracking_servers")
+        """`mlflow_tracking_servers`, parsed."""
+        return self._origins("mlflow_tracking_servers")

@@ -4,12 +4,13 @@ adapter each port gets, where models may come from, and how it logs and counts."
 from __future__ import annotations
 
 import os
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, model_validator
+from pydantic._internal._utils import deep_update
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,11 +29,31 @@ def lambda_memory_mb() -> int | None:
     return int(memory) if memory.isdigit() else None
 
 
+ENV_PREFIX = "SLUICE_"
+
+
 class Group(BaseSettings):
     """A group of settings, each field read from `SLUICE_<FIELD>` (its name in capitals)."""
 
-    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
     title: ClassVar[str]
+    # The group's properties that parse an allowlist of origins (`_origins`): read once as the
+    # group is built, so that a setting that does not parse is refused then, by its name.
+    allowlists: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _parse_allowlists(self) -> Self:
+        for name in self.allowlists:
+            getattr(self, name)
+        return self
+
+    def __init__(self, **values: Any) -> None:
+        """The values given over those of the environment, merged as pydantic-settings merges
+        them; the environment read by pydantic-settings' own source once for each group and
+        each set of `SLUICE_*` variables, not at every build (which cost ~0.6 ms a group, two
+        dozen of them a `Settings`, every command and test paying it)."""
+        state = _from_environment(type(self), _sluice_variables())
+        BaseModel.__init__(self, **(deep_update(state, values) if values else state))
 
     def _check_allowlist(self, field: str, valid: Callable[[str], bool], expected: str) -> None:
         """Every name in a per-tenant allowlist (`{tenant: [name, ...]}`) checked by `valid`; the
@@ -41,6 +62,17 @@ class Group(BaseSettings):
             for name in names:
                 if not valid(name):
                     raise ValueError(f"SLUICE_{field.upper()}: {name!r} (tenant {tenant!r}) is not {expected}")
+
+    def _origins(self, field: str) -> tuple[Any, ...]:
+        """The allowlist of origins in `field`, parsed (see `sluice.domain.origins`); one that
+        does not parse, an error naming the setting."""
+        from sluice.domain.errors import SluiceError
+        from sluice.domain.origins import parse_allowlist
+
+        try:
+            return parse_allowlist(getattr(self, field), field=field)
+        except SluiceError as exc:
+            raise ValueError(f"SLUICE_{field.upper()}: {exc.message}") from None
 
 
 class ProcessSettings(Group):
@@ -97,6 +129,7 @@ class SourceSettings(Group):
     SageMaker runtimes, which check every call against them."""
 
     title: ClassVar[str] = "Where models come from"
+    allowlists: ClassVar[tuple[str, ...]] = ("triton_allowlist",)
 
     import_prefixes: list[str] = Field(
         default_factory=lambda: ["file://{home}/imports/{tenant}/"],
@@ -118,22 +151,10 @@ class SourceSettings(Group):
         ),
     )
 
-    @model_validator(mode="after")
-    def _parse_triton_servers(self) -> SourceSettings:
-        from sluice.domain.errors import SluiceError
-
-        try:
-            _ = self.triton_allowlist
-        except SluiceError as exc:
-            raise ValueError(f"SLUICE_TRITON_URL_PREFIXES: {exc.message}") from None
-        return self
-
     @cached_property
     def triton_allowlist(self) -> tuple[Any, ...]:
-        """`triton_url_prefixes`, parsed (see `sluice.domain.origins`)."""
-        from sluice.domain.origins import parse_allowlist
-
-        return parse_allowlist(self.triton_url_prefixes, field="triton_url_prefixes")
+        """`triton_url_prefixes`, parsed."""
+        return self._origins("triton_url_prefixes")
 
 
 class ObservabilitySettings(Group):
@@ -144,3 +165,18 @@ class ObservabilitySettings(Group):
     log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
     metrics_namespace: str = Field(default="sluice", description="CloudWatch namespace for EMF metrics.")
     service_name: str = Field(default="sluice", description="Service name in logs, metrics and traces.")
+
+
+
+def _sluice_variables() -> tuple[tuple[str, str], ...]:
+    """The environment's variables that may name a setting (pydantic-settings matches their
+    names whatever their case)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k[: len(ENV_PREFIX)].upper() == ENV_PREFIX))
+
+
+@lru_cache(maxsize=512)
+def _from_environment(group: type[Group], variables: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """What pydantic-settings reads for `group` from the environment, which holds `variables`
+    (the key of the cache: read again when they change)."""
+    del variables
+    return EnvSettingsSource(group)()

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from sluice.clients import LazyClient, client_from
+from sluice.clients import client_from, lazy_client
 from sluice.domain.errors import (
     BackendError,
     BadRequest,
@@ -32,9 +32,11 @@ from sluice.domain.errors import (
 from sluice.storage.base import ArtifactRef, artifact_key, sha256_hex, verify
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from mypy_boto3_s3 import S3Client
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs, AwsSource
 
 _MISSING = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
 _DENIED = frozenset({"AccessDenied", "AllAccessDisabled", "403"})
@@ -62,30 +64,22 @@ def parse_s3_url(url: str) -> tuple[str, str]:
 
 class S3Store:
     def __init__(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        client: S3Client | None = None,
-        region: str | None = None,
-        server_side_encryption: str = "aws:kms",
-        kms_key_id: str | None = None,
-        clients: AwsClients | None = None,
+        self, bucket: str, prefix: str = "", *, server_side_encryption: str = "aws:kms", kms_key_id: str | None = None, **aws: Unpack[AwsArgs]
     ) -> None:
         self.bucket = bucket
-        self._clients = clients
+        self._clients = aws.get("clients")
         self.prefix = prefix.strip("/")
-        self.region = region
+        self.region = aws.get("region")
         self.server_side_encryption = server_side_encryption
         self.kms_key_id = kms_key_id
         self._root = f"{self.prefix}/" if self.prefix else ""
-        self._s3 = LazyClient(client, clients, region, "s3", region=region)
+        self._s3 = lazy_client("s3", aws, region=self.region)
         self._presigner: Any = None
 
     @classmethod
-    def from_url(cls, url: str, *, region: str | None = None, clients: AwsClients | None = None) -> S3Store:
+    def from_url(cls, url: str, **aws: Unpack[AwsSource]) -> S3Store:
         bucket, prefix = parse_s3_url(url)
-        return cls(bucket, prefix, region=region, clients=clients)
+        return cls(bucket, prefix, **aws)
 
     @property
     def client(self) -> S3Client:

@@ -77,14 +77,13 @@ def build_store(settings: Settings) -> ArtifactStore:
 def build_endpoint_control(settings: Settings, store: ArtifactStore) -> EndpointControl:
     """SageMaker, or the local twin (a local Triton per variant), as SLUICE_ENDPOINTS says."""
     if settings.endpoints_kind == "sagemaker":
-        from sluice.clients import default_clients
+        from sluice.clients import aws_for
         from sluice.endpoints.sagemaker import SageMakerEndpoints
 
-        region, endpoints = settings.adapters.region, settings.endpoint_control
+        endpoints = settings.endpoint_control
         return SageMakerEndpoints(
             store,
-            default_clients(region),
-            region=region,
+            **aws_for(settings.adapters.region),
             role_arn=endpoints.sagemaker_execution_role_arn,
             triton_version=endpoints.sagemaker_triton_version,
             triton_image=endpoints.sagemaker_triton_image,
@@ -248,23 +247,21 @@ def build_precomputed(settings: Settings, registry: Registry) -> PrecomputedStor
 def build_functions(settings: Settings) -> FunctionSteps:
     """The function steps of graphs: Lambda functions by the tenants' allowlists, module
     callables from the operator's folder (local mode); boto3 is built on the first invoke."""
-    from sluice.clients import default_clients
+    from sluice.clients import aws_for
     from sluice.runtimes.functions import FunctionSteps
 
-    region = settings.adapters.region
-    return FunctionSteps(settings.functions, mode=settings.mode, clients=default_clients(region), region=region)
+    return FunctionSteps(settings.functions, mode=settings.mode, **aws_for(settings.adapters.region))
 
 
 def build_lookup_steps(settings: Settings) -> LookupSteps:
     """The lookup steps of graphs: the stores each tenant may read; boto3 is built on the first call."""
-    from sluice.clients import default_clients
+    from sluice.clients import aws_for
     from sluice.runtimes.lookups import LookupSteps
     from sluice.settings import in_lambda
 
-    region = settings.adapters.region
     emf = in_lambda() or os.environ.get("SLUICE_EMF") == "1"  # as `Telemetry` decides
     namespace = settings.observability.metrics_namespace if emf else None
-    return LookupSteps(settings.lookups, mode=settings.mode, clients=default_clients(region), region=region, metrics_namespace=namespace)
+    return LookupSteps(settings.lookups, mode=settings.mode, metrics_namespace=namespace, **aws_for(settings.adapters.region))
 
 
 def metrics_sink() -> PrometheusMetrics | None:
@@ -299,12 +296,12 @@ def build_schedule_timer(settings: Settings) -> EventBridgeSchedules | None:
     if not jobs.schedule_group:
         return None
     from sluice.batch.eventbridge import EventBridgeSchedules
-    from sluice.clients import default_clients
+    from sluice.clients import aws_for
 
     if not jobs.orchestrator.startswith("stepfunctions://") or not jobs.scheduler_role_arn:
         raise ValueError("SLUICE_SCHEDULE_GROUP needs SLUICE_ORCHESTRATOR=stepfunctions://ARN and SLUICE_SCHEDULER_ROLE_ARN")
     return EventBridgeSchedules(
         group=jobs.schedule_group, role_arn=jobs.scheduler_role_arn,
         state_machine_arn=jobs.orchestrator.removeprefix("stepfunctions://"),
-        clients=default_clients(settings.adapters.region),
+        **aws_for(settings.adapters.region),
     )  # fmt: skip

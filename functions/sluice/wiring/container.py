@@ -316,9 +316,9 @@ class Container:
         run never imports boto3)."""
         if self.files is None:
             from sluice.batch.files import Files
-            from sluice.clients import default_clients
+            from sluice.clients import aws_for
 
-            self.files = Files(clients=default_clients(self.settings.adapters.region))
+            self.files = Files(**aws_for(self.settings.adapters.region))
         return self.files
 
     @cached_property
@@ -366,12 +366,12 @@ class Container:
     def catalog(self) -> GlueCatalog:
         """Where a successful job's output is published as a partition (AWS Glue)."""
         from sluice.batch.catalog import GlueCatalog
-        from sluice.clients import default_clients
+        from sluice.clients import aws_for
 
         runner = self.batch_runner  # builds the files
         return GlueCatalog(
             runner.files, batch_root=self.settings.batch_root_url, database=self.settings.jobs.catalog_database or None,  # type: ignore[arg-type]
-            clients=default_clients(self.settings.adapters.region),
+            **aws_for(self.settings.adapters.region),
         )  # fmt: skip
 
     @cached_property

@@ -53,14 +53,12 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
         return TritonRuntime(timeout_s=timeout_s, connections=connections, allowed=settings.sources.triton_allowlist)
 
     def sagemaker() -> Runtime:
-        from sluice.clients import default_clients
+        from sluice.clients import aws_for
         from sluice.runtimes.sagemaker import SageMakerRuntime
         from sluice.storage.results import results_for
 
-        region = settings.adapters.region
         return SageMakerRuntime(
-            clients=default_clients(region),
-            region=region,
+            **aws_for(settings.adapters.region),
             endpoint_url=settings.endpoint_control.sagemaker_endpoint_url,
             local_servers=settings.sources.triton_url_prefixes,
             started_servers=_started_servers(settings) if settings.endpoints_kind == "local" else None,

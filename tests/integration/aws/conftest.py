@@ -162,5 +162,5 @@ def on_sagemaker(container: Container, **clients: Any) -> TestClient:
     from sluice.api.app import create_app
     from sluice.endpoints.sagemaker import SageMakerEndpoints
 
-    container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ENDPOINTS_ROLE, **clients)
+    container.endpoint_control = SageMakerEndpoints(container.store, region=REGION, role_arn=ENDPOINTS_ROLE, ready=clients)
     return TestClient(create_app(container))

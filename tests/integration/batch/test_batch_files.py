@@ -108,7 +108,7 @@ def test_missing_and_non_files_say_so(tmp_path: Path) -> None:
 
 def test_s3_reads_are_pinned_to_the_planned_etag(s3: Any) -> None:
     s3.put_object(Bucket=BUCKET, Key="in/day.csv", Body=b"a,b\n1,2\n3,4\n")
-    files = S3Files(AwsClients(region=REGION))
+    files = S3Files(clients=AwsClients(region=REGION))
     uri = f"s3://{BUCKET}/in/day.csv"
     stat = files.stat(uri)
     assert stat.size == 12

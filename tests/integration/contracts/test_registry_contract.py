@@ -131,6 +131,17 @@ def test_versions_are_numbered_in_order_and_round_trip(registry: Registry) -> No
     assert registry.list_versions(A, "churn") == stored
 
 
+def test_whether_any_version_of_any_tenant_uses_a_runtime(registry: Registry) -> None:
+    registry.create_model(Model(A, "churn"))
+    registry.create_model(Model(B, "fraud"))
+    registry.add_version(version_of("churn"))
+    assert not registry.uses_runtime("triton")
+    triton = registry.add_version(version_of("fraud", tenant=B, runtime="triton", config={"url": "http://127.0.0.1:8100", "model_name": "fraud"}))
+    assert registry.uses_runtime("triton") and registry.uses_runtime("onnx")
+    registry.delete_version(B, "fraud", triton.version)
+    assert not registry.uses_runtime("triton")
+
+
 def test_lineage_and_tuned_session_options_round_trip(registry: Registry) -> None:
     from sluice.domain import SessionTuning
 

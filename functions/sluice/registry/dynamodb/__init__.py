@@ -28,9 +28,11 @@ from sluice.registry.dynamodb.stats import ASSIGNMENT_TTL_S, DynamoStats
 from sluice.registry.dynamodb.table import Table, create_table, table_of_url
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs, AwsSource
 
 __all__ = ["ASSIGNMENT_TTL_S", "DynamoRegistry", "create_table", "table_of_url"]
 
@@ -39,16 +41,8 @@ class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, Dy
     """Every aggregate over one table. The client comes from `clients` (by default the
     process's factory for `region`) on first use, or is given ready (tests)."""
 
-    def __init__(
-        self,
-        table_name: str,
-        *,
-        clients: AwsClients | None = None,
-        client: DynamoDBClient | None = None,
-        region: str | None = None,
-        tenant_role_arn: str | None = None,
-    ) -> None:
-        own = Table(table_name, clients=clients, client=client, region=region)
+    def __init__(self, table_name: str, *, tenant_role_arn: str | None = None, **aws: Unpack[AwsArgs]) -> None:
+        own = Table(table_name, **aws)
         if not tenant_role_arn:
             super().__init__(own)
             return
@@ -56,15 +50,13 @@ class DynamoRegistry(DynamoModels, DynamoDeployments, DynamoKeys, DynamoJobs, Dy
         # items (`K#…`, no tenant in their key) through the function's own.
         from sluice.registry.dynamodb.tenant_scope import TenantCredentials, TenantRoutingClient
 
-        routed = TenantRoutingClient(TenantCredentials(tenant_role_arn, clients=clients, region=region))
-        super().__init__(Table(table_name, client=routed, region=region))  # type: ignore[arg-type]
+        routed = TenantRoutingClient(TenantCredentials(tenant_role_arn, clients=aws.get("clients"), region=own.region))
+        super().__init__(Table(table_name, client=routed, region=own.region))
         self._key_table = own
 
     @classmethod
-    def from_url(
-        cls, url: str, *, region: str | None = None, clients: AwsClients | None = None, tenant_role_arn: str | None = None
-    ) -> DynamoRegistry:
-        return cls(table_of_url(url), clients=clients, region=region, tenant_role_arn=tenant_role_arn)
+    def from_url(cls, url: str, *, tenant_role_arn: str | None = None, **aws: Unpack[AwsSource]) -> DynamoRegistry:
+        return cls(table_of_url(url), tenant_role_arn=tenant_role_arn, **aws)
 
     @property
     def table_name(self) -> str:

@@ -112,7 +112,6 @@ class DynamoDeployments(Part):
         """A scan of deployment items with a running rollout, or one whose endpoint weights
         wait (the controller's own credentials; it reads the keys alone). Its cost grows with
         the table: once a minute."""
-        found: list[tuple[str, str]] = []
         params: dict[str, Any] = {
             "TableName": self.table.name,
             "FilterExpression": "begins_with(sk, :d) AND (#r.#s = :running OR #r.#e.#p = :yes)",
@@ -125,15 +124,7 @@ class DynamoDeployments(Part):
             "ProjectionExpression": "pk, sk",
             "Select": "SPECIFIC_ATTRIBUTES",  # what the controller's IAM policy allows
         }
-        while True:
-            page = self.table.send("scan", **params)
-            for record in page.get("Items", []):
-                pk, sk = record["pk"]["S"], record["sk"]["S"]
-                if pk.startswith("T#") and "#" not in pk[2:]:
-                    found.append((pk[2:], sk[len(layout.DEPLOYMENT):]))
-            if "LastEvaluatedKey" not in page:
-                return sorted(found)
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return self.scan_names(params, layout.in_tenant(layout.DEPLOYMENT))
 
     def _item(self, dep: Deployment) -> dict[str, Any]:
         return item(layout.tenant(dep.tenant), layout.deployment_sk(dep.name), DEPLOYMENT.dump(dep))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.registry.codec import FOLLOW
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, condition, item, key
+from sluice.registry.dynamodb.table import Part, Refused, condition, item
 from sluice.registry.refusals import follow_moved, no_follow, taken
 
 if TYPE_CHECKING:
@@ -47,16 +47,9 @@ class DynamoFollows(Part):
         return stored
 
     def delete_follow(self, tenant: str, deployment: str) -> None:
-        try:
-            self.table.send(
-                "delete_item", TableName=self.table.name,
-                Key=key(layout.tenant(tenant), layout.follow_sk(deployment)), **condition("attribute_exists(pk)"),
-            )  # fmt: skip
-        except Refused:
-            raise no_follow(deployment) from None
+        self.delete_found(layout.tenant(tenant), layout.follow_sk(deployment), missing=no_follow(deployment))
 
     def followers(self, watch: str | None = None) -> list[tuple[str, str]]:
-        found: list[tuple[str, str]] = []
         wanted = {":f": {"S": layout.FOLLOW}} | ({":w": {"S": watch}} if watch is not None else {})
         params: dict[str, Any] = {
             "TableName": self.table.name,
@@ -64,15 +57,7 @@ class DynamoFollows(Part):
             "ExpressionAttributeNames": {"#w": "watch"}, "ExpressionAttributeValues": wanted,
             "ProjectionExpression": "pk, sk, #w", "Select": "SPECIFIC_ATTRIBUTES",  # what the handler's policy allows
         }  # fmt: skip
-        while True:
-            page = self.table.send("scan", **params)
-            for record in page.get("Items", []):
-                pk, sk = record["pk"]["S"], record["sk"]["S"]
-                if pk.startswith("T#") and "#" not in pk[2:]:
-                    found.append((pk[2:], sk[len(layout.FOLLOW) :]))
-            if "LastEvaluatedKey" not in page:
-                return sorted(found)
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return self.scan_names(params, layout.in_tenant(layout.FOLLOW))
 
     def _follow_item(self, follow: Follow) -> dict[str, object]:
         return item(layout.tenant(follow.tenant), layout.follow_sk(follow.deployment), FOLLOW.dump(follow))

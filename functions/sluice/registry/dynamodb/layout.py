@@ -40,6 +40,10 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MODEL = "M#"
 VERSION = "V#"
@@ -69,6 +73,16 @@ FOLLOW = "F#"
 def tenant(tenant: str) -> str:
     """The tenant's partition: its models, deployments, key listings and jobs."""
     return f"T#{tenant}"
+
+
+def in_tenant(prefix: str) -> Callable[[str, str], tuple[str, str] | None]:
+    """What reads (tenant, name) from the keys of a tenant partition's item whose sort key is
+    `prefix` and the name (None for any other item)."""
+
+    def name_of(pk: str, sk: str) -> tuple[str, str] | None:
+        return (pk[2:], sk[len(prefix) :]) if pk.startswith("T#") and "#" not in pk[2:] else None
+
+    return name_of
 
 
 def model_sk(name: str) -> str:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import Conflict
 from sluice.registry.codec import MODEL, VERSION
@@ -116,15 +116,7 @@ class DynamoModels(Part):
         return [VERSION.load(d) for d in found]
 
     def delete_version(self, tenant: str, model: str, version: int) -> None:
-        try:
-            self.table.send(
-                "delete_item",
-                TableName=self.table.name,
-                Key=key(layout.versions_pk(tenant, model), layout.version_sk(int(version))),
-                **condition("attribute_exists(pk)"),
-            )
-        except Refused:
-            raise no_version(model, version) from None
+        self.delete_found(layout.versions_pk(tenant, model), layout.version_sk(int(version)), missing=no_version(model, version))
 
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         record = item(
@@ -136,3 +128,21 @@ class DynamoModels(Part):
         except Refused:
             raise no_version(version.model, version.version) from None
         return version
+
+    def uses_runtime(self, runtime: str) -> bool:
+        """A scan of version items on that runtime, their keys alone, until one is found: its
+        cost grows with the table (`sluice serve` asks once per worker, as it starts)."""
+        params: dict[str, Any] = {
+            "TableName": self.table.name,
+            "FilterExpression": "begins_with(sk, :v) AND #r = :r",
+            "ExpressionAttributeNames": {"#r": "runtime"},
+            "ExpressionAttributeValues": {":v": {"S": layout.VERSION}, ":r": {"S": runtime}},
+            "ProjectionExpression": "pk, sk", "Select": "SPECIFIC_ATTRIBUTES",
+        }  # fmt: skip
+        while True:
+            page = self.table.send("scan", **params)
+            if page.get("Items"):
+                return True
+            if "LastEvaluatedKey" not in page:
+                return False
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]

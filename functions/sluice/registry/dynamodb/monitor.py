@@ -65,20 +65,16 @@ class DynamoMonitor(Part):
     def monitored(self) -> list[tuple[str, str]]:
         """A scan for baseline items that reads their keys alone (what the scheduled check's
         IAM policy allows); its cost grows with the table: once a window."""
-        found: list[tuple[str, str]] = []
         params: dict[str, Any] = {
             "TableName": self.table.name, "FilterExpression": "sk = :b", "ExpressionAttributeValues": {":b": {"S": layout.BASELINE}},
             "ProjectionExpression": "pk, sk", "Select": "SPECIFIC_ATTRIBUTES",
         }  # fmt: skip
-        while True:
-            page = self.table.send("scan", **params)
-            for record in page.get("Items", []):
-                tenant, marker, name = record["pk"]["S"].removeprefix("T#").partition("#D#")
-                if marker and "#" not in tenant and name:
-                    found.append((tenant, name))
-            if "LastEvaluatedKey" not in page:
-                return sorted(found)
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+        def name_of(pk: str, sk: str) -> tuple[str, str] | None:
+            tenant, marker, name = pk.removeprefix("T#").partition("#D#")
+            return (tenant, name) if marker and "#" not in tenant and name else None
+
+        return self.scan_names(params, name_of)
 
     # Ground truth: a kept prediction is an item of the request's partition (as a bandit
     # assignment is); labelled counts are appended to the deployment's, like profiles.

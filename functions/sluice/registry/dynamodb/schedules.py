@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sluice.domain.schedules import SCHEDULE_UPDATABLE
 from sluice.registry.codec import SCHEDULE
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, condition, item, key
+from sluice.registry.dynamodb.table import Part, Refused, condition, item
 from sluice.registry.refusals import check_updatable, no_schedule, taken
 
 if TYPE_CHECKING:
@@ -41,13 +41,7 @@ class DynamoSchedules(Part):
         return updated
 
     def delete_schedule(self, tenant: str, name: str) -> None:
-        try:
-            self.table.send(
-                "delete_item", TableName=self.table.name,
-                Key=key(layout.tenant(tenant), layout.schedule_sk(name)), **condition("attribute_exists(pk)"),
-            )  # fmt: skip
-        except Refused:
-            raise no_schedule(name) from None
+        self.delete_found(layout.tenant(tenant), layout.schedule_sk(name), missing=no_schedule(name))
 
     def _schedule_item(self, schedule: Schedule) -> dict[str, object]:
         return item(layout.tenant(schedule.tenant), layout.schedule_sk(schedule.name), SCHEDULE.dump(schedule))

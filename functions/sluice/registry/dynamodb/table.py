@@ -11,18 +11,19 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from sluice.clients import LazyClient
+from sluice.clients import lazy_client
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from typing import Unpack
 
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
     from botocore.exceptions import ClientError
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs
     from sluice.domain.errors import Conflict, NotFound
 
 _ATTEMPTS = 8
@@ -74,17 +75,10 @@ class Table:
     """The table by name, and its client: a ready one (tests), or one from `clients` (by
     default the process's factory for `region`), built on first use."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        clients: AwsClients | None = None,
-        client: DynamoDBClient | None = None,
-        region: str | None = None,
-    ) -> None:
+    def __init__(self, name: str, **aws: Unpack[AwsArgs]) -> None:
         self.name = name
-        self.region = region
-        self._dynamodb = LazyClient(client, clients, region, "dynamodb", region=region, connect_timeout=3, read_timeout=10)
+        self.region = aws.get("region")
+        self._dynamodb = lazy_client("dynamodb", aws, region=self.region, connect_timeout=3, read_timeout=10)
 
     @property
     def client(self) -> DynamoDBClient:
@@ -205,6 +199,27 @@ class Part:
         if found is None:
             raise missing
         return found
+
+    def delete_found(self, pk: str, sk: str, *, missing: NotFound) -> None:
+        """The item at (pk, sk) deleted, or `missing` raised where there is none."""
+        try:
+            self.table.send("delete_item", TableName=self.table.name, Key=key(pk, sk), **condition("attribute_exists(pk)"))
+        except Refused:
+            raise missing from None
+
+    def scan_names(self, params: dict[str, Any], name_of: Callable[[str, str], tuple[str, str] | None]) -> list[tuple[str, str]]:
+        """Every page of a scan (`params`: what the caller's IAM policy allows it to read), as
+        the (tenant, name) `name_of` reads from each item's keys (None: not one), sorted."""
+        found: list[tuple[str, str]] = []
+        while True:
+            page = self.table.send("scan", **params)
+            for record in page.get("Items", []):
+                named = name_of(record["pk"]["S"], record["sk"]["S"])
+                if named is not None:
+                    found.append(named)
+            if "LastEvaluatedKey" not in page:
+                return sorted(found)
+            params = {**params, "ExclusiveStartKey": page["LastEvaluatedKey"]}
 
 
 class Refused(Exception):

@@ -25,10 +25,11 @@ from sluice.registry.precomputed import MAX_PUT, Publication, Stored
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Unpack
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from sluice.clients import AwsClients
+    from sluice.clients import AwsArgs
 
 PUBLISHED = "PUBLISHED"
 GENERATION = "GENERATION"
@@ -54,8 +55,8 @@ class DynamoPrecomputed:
     """The table by name and its client (a ready one, or one from `clients` on first use);
     in the API a client whose calls go out as the request's tenant (`TenantRoutingClient`)."""
 
-    def __init__(self, table_name: str, *, clients: AwsClients | None = None, client: Any = None, region: str | None = None) -> None:
-        self.table = Table(table_name, clients=clients, client=client, region=region)
+    def __init__(self, table_name: str, **aws: Unpack[AwsArgs]) -> None:
+        self.table = Table(table_name, **aws)
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> DynamoPrecomputed:

@@ -90,3 +90,7 @@ class SqliteModels(Part):
         if done.rowcount == 0:
             raise no_version(version.model, version.version)
         return version
+
+    def uses_runtime(self, runtime: str) -> bool:
+        row = self.db.conn().execute("SELECT 1 FROM versions WHERE json_extract(doc, '$.runtime') = ? LIMIT 1", (runtime,)).fetchone()
+        return row is not None
