@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from aws_cdk import Environment
 from infra.config import SluiceConfig, load_config
 
 from tests.infra.synth import FULL_CONFIG, Synthesized, synthesize
 
-# What `cdk synth` passes when no account is configured: a default region, no account.
-CLI_ENVIRONMENT = Environment(region="us-east-1")
-
 
 @pytest.fixture(scope="session")
 def default_app(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(tmp_path_factory.mktemp("default"), load_config(), env=CLI_ENVIRONMENT)
+    from aws_cdk import Environment
+
+    # What `cdk synth` passes when no account is configured: a default region, no account.
+    cli_environment = Environment(region="us-east-1")
+    return synthesize(tmp_path_factory.mktemp("default"), load_config(), env=cli_environment)
 
 
 @pytest.fixture(scope="session")

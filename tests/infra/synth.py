@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aws_cdk import App, Duration, Environment, Stack
-from aws_cdk.assertions import Match, Template
-from constructs import Construct
-from infra.app import build_app
-from infra.config import SluiceConfig
-from infra.constructs.functions import MONITOR_WARNING, FunctionPlatform, SluiceFunction
-from infra.constructs.python_layer import PythonLayer
+# aws_cdk is imported where used: every pytest-xdist worker imports this module to collect the
+# suite, and only the worker that runs the infra tests should pay for the CDK.
+if TYPE_CHECKING:
+    from aws_cdk import App, Environment, Stack
+    from aws_cdk.assertions import Template
+    from constructs import Construct
+    from infra.config import SluiceConfig
+    from infra.constructs.functions import FunctionPlatform, SluiceFunction
+    from infra.constructs.python_layer import PythonLayer
 
 REPO = Path(__file__).resolve().parents[2]
 # Where `Synthesized.resolved` deploys the templates.
@@ -230,6 +232,8 @@ class Synthesized:
         self._resolved: dict[str, Template] = {}
 
     def template(self, component: str) -> Template:
+        from aws_cdk.assertions import Template
+
         if component not in self._templates:
             self._templates[component] = Template.from_stack(self.stacks[component])
         return self._templates[component]
@@ -239,6 +243,8 @@ class Synthesized:
 
     def resolved(self, component: str) -> Template:
         """The component's template with references resolved (see `resolve_references`)."""
+        from aws_cdk.assertions import Template
+
         if component not in self._resolved:
             template = self.json(component)
             self._resolved[component] = Template.from_json(resolve_references(template, template))
@@ -251,6 +257,8 @@ class Synthesized:
         """What the validation plugins (cdk-nag's packs) found, each plugin checked to have
         concluded `success`; less the one warning sluice gives itself (on Python 3.14 monitoring
         has no drift: no DataSketches wheel), which is said to the operator, not a finding."""
+        from infra.constructs.functions import MONITOR_WARNING
+
         own = f"Annotation::{MONITOR_WARNING}"
         found = []
         for plugin in self.validation_report()["pluginReports"]:
@@ -335,6 +343,8 @@ def policy_statements_of_role(template: Template, role_id: str) -> list[dict[str
 
 def roles_assumed_by(template: Template, service: str) -> list[str]:
     """The logical IDs of the roles that `service` (`sagemaker.amazonaws.com`) may assume."""
+    from aws_cdk.assertions import Match
+
     trusting = Match.object_like({"Principal": {"Service": service}})
     return list(
         template.find_resources(
@@ -380,6 +390,8 @@ def assert_role_policy_has(
     """One IAM policy of the role of `component`'s function running `handler` holds every one
     of `statements` (literals or Match patterns, references resolved); the function's
     properties."""
+    from aws_cdk.assertions import Match
+
     _, function = function_by_handler(app.template(component), handler)
     app.resolved(component).has_resource_properties(
         "AWS::IAM::Policy",
@@ -395,6 +407,9 @@ def api_function(
     scope: Construct, id: str, *, name: str, description: str, platform: FunctionPlatform, layers: list[PythonLayer]
 ) -> SluiceFunction:
     """A small function running the API handler: what a platform and layers make of one."""
+    from aws_cdk import Duration
+    from infra.constructs.functions import SluiceFunction
+
     return SluiceFunction(
         scope,
         id,
@@ -411,5 +426,7 @@ def api_function(
 def synthesize(
     outdir: Path, config: SluiceConfig, *, env: Environment | None = None
 ) -> Synthesized:
+    from infra.app import build_app
+
     app = build_app(config=config, context=cdk_context(), outdir=str(outdir), env=env)
     return Synthesized(app, config, outdir)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from fnmatch import fnmatchcase
 from types import SimpleNamespace
-from typing import Any
-
-from aws_cdk.assertions import Match, Template
+from typing import TYPE_CHECKING, Any
 
 from tests.infra.synth import (
     ACCOUNT,
@@ -19,6 +17,9 @@ from tests.infra.synth import (
     properties,
     role_of,
 )
+
+if TYPE_CHECKING:
+    from aws_cdk.assertions import Template
 
 API = "sluice.handlers.api.handler"
 AUTHORIZER = "sluice.handlers.authorizer.handler"
@@ -103,6 +104,8 @@ def test_stage_traces_throttles_and_writes_json_access_logs(full_app: Synthesize
 
 
 def test_usage_plans_meter_each_configured_tenant_and_everyone_else(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     template = full_app.template("api")
     template.resource_count_is("AWS::ApiGateway::UsagePlan", 2)
     template.has_resource_properties(
@@ -204,6 +207,8 @@ def test_api_role_may_invoke_the_shadow_function_and_sluice_endpoints_only(
 def test_api_role_may_start_batch_executions_and_stop_and_describe_those_it_started(
     default_app: Synthesized,
 ) -> None:
+    from aws_cdk.assertions import Match
+
     from sluice.batch.orchestrators import StepFunctionsOrchestrator
 
     machine = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:sluice-batch"
@@ -225,6 +230,8 @@ def test_api_role_may_start_batch_executions_and_stop_and_describe_those_it_star
 
 
 def test_onnx_uploads_reach_the_function_as_binary(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     from sluice.api.routers.models import ONNX_BODY
 
     # Every non-JSON body POST /api/v1/models/{name}/versions takes, and application/onnx,
@@ -250,6 +257,8 @@ def test_onnx_uploads_reach_the_function_as_binary(full_app: Synthesized) -> Non
 def test_every_body_reaches_the_function_unmangled(full_app: Synthesized) -> None:
     # v2 binary tensors come from tritonclient with no Content-Type (the sync client) or
     # application/octet-stream (the asyncio one): only */* keeps both byte for byte.
+    from aws_cdk.assertions import Match
+
     full_app.template("api").has_resource_properties(
         "AWS::ApiGateway::RestApi", {"BinaryMediaTypes": Match.array_with(["*/*"])}
     )

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from aws_cdk import App, Aspects, Stack
-from aws_cdk import aws_logs as logs
-from aws_cdk.assertions import Template
-from infra.aspects import LogRetentionDefault
-
 from tests.infra.synth import COMPONENTS, Synthesized
 
 
@@ -44,6 +39,11 @@ def test_resources_carry_the_app_tags(full_app: Synthesized) -> None:
 
 
 def test_log_groups_without_retention_get_the_default() -> None:
+    from aws_cdk import App, Aspects, Stack
+    from aws_cdk import aws_logs as logs
+    from aws_cdk.assertions import Template
+    from infra.aspects import LogRetentionDefault
+
     app = App()
     stack = Stack(app, "Logs")
     logs.CfnLogGroup(stack, "Forever")

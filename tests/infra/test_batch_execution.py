@@ -1,6 +1,8 @@
 """The batch state machine the CDK app synthesizes, executed in moto: an S3 upload event starts
 a job, Step Functions runs Plan, a distributed Map of Score over the chunk list in S3, and
-Finalize, each task a sluice handler called in process, on DynamoDB and S3 in moto.
+Finalize, each task a sluice handler called in process, on DynamoDB and S3 in moto. The moto
+accounts, the demo and the functions are the module's (`world`); each test runs its own state
+machine and puts the accounts back as it found them (`cloud`).
 
 Lambda invokes are dispatched here with Lambda's own error contract: a handler that raises
 answers 200 with `FunctionError: Unhandled` and `{errorType, errorMessage}`, which is what
@@ -11,6 +13,7 @@ here the waits are recorded instead of slept.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import time
 import zipfile
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from sluice.batch.files import Files
 from sluice.batch.orchestrators import TRANSIENT_ERRORS, StepFunctionsOrchestrator
@@ -52,6 +56,53 @@ BUCKET = f"sluice-batch-{ACCOUNT}-{REGION}"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 TABLE = "sluice-registry"
 TASKS = ("create_job", "plan", "score", "finalize", "mark_failed", "on_upload")
+
+
+@dataclass(slots=True)
+class World:
+    """What the module's tests share, built once: moto's AWS with both buckets, the registry
+    table holding the demo, a role, the six batch functions dispatched to the handlers in
+    process (each invoke recorded), the synthesized definition, and Retry waits recorded. Each
+    test gets its own state machine and container on it (`cloud`), and leaves the AWS accounts
+    as the demo left them (`reset`)."""
+
+    s3: Any
+    dynamodb: Any
+    sfn: Any
+    glue: Any
+    scheduler: Any
+    role: str
+    definition: str
+    invocations: dict[str, list[dict[str, Any]]]
+    retry_waits: list[float]
+    items: list[dict[str, Any]]  # the table's items once the demo was installed
+    artifacts: set[str]  # the artifact bucket's keys then
+
+    def reset(self) -> None:
+        """The AWS accounts as the demo left them: the table's items, both buckets' objects,
+        no Glue databases and no schedule groups of a test's."""
+        table = self.table()
+        for item in table:
+            if item not in self.items:
+                self.dynamodb.delete_item(TableName=TABLE, Key={"pk": item["pk"], "sk": item["sk"]})
+        for item in self.items:
+            if item not in table:
+                self.dynamodb.put_item(TableName=TABLE, Item=item)
+        for bucket, kept in ((BUCKET, set()), (ARTIFACTS, self.artifacts)):
+            for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                extra = [{"Key": o["Key"]} for o in page.get("Contents", []) if o["Key"] not in kept]
+                if extra:
+                    self.s3.delete_objects(Bucket=bucket, Delete={"Objects": extra})
+        for database in self.glue.get_databases()["DatabaseList"]:
+            self.glue.delete_database(Name=database["Name"])
+        for group in self.scheduler.list_schedule_groups()["ScheduleGroups"]:
+            if group["Name"] != "default":
+                self.scheduler.delete_schedule_group(Name=group["Name"])
+
+    def table(self) -> list[dict[str, Any]]:
+        """Every item of the registry table."""
+        pages = self.dynamodb.get_paginator("scan").paginate(TableName=TABLE)
+        return [item for page in pages for item in page["Items"]]
 
 
 @dataclass(slots=True)
@@ -129,24 +180,36 @@ def _dispatch(
     monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
 
 
-@pytest.fixture
-def cloud(
-    default_app: Synthesized, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Cloud]:
+def _container(home: Path, state_machine: str, s3: Any, dynamodb: Any, sfn: Any) -> Container:
+    """A container on moto's AWS whose orchestrator starts `state_machine`."""
+    settings = Settings(
+        mode="aws", home=home, registry=f"dynamodb://{TABLE}", store=f"s3://{ARTIFACTS}/artifacts",
+        orchestrator=f"stepfunctions://{state_machine}", batch_bucket=BUCKET, region=REGION,
+        batch_chunk_bytes=64 * 1024, batch_chunk_rows=700, deployment_cache_ttl_s=0,
+    )  # fmt: skip
+    store = S3Store(ARTIFACTS, "artifacts", client=s3)
+    registry = DynamoRegistry(TABLE, client=OneCallAtATime(dynamodb))  # type: ignore[arg-type]
+    return Container(
+        settings, registry, store, build_runtimes(settings, store),
+        orchestrator=StepFunctionsOrchestrator(state_machine, client=sfn), files=Files(s3_client=s3),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(default_app: Synthesized, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
     from sluice.demo import install_demo
     from sluice.domain import Principal
     from sluice.handlers import batch as handlers
 
-    fake_aws_credentials(monkeypatch, REGION)
-    template = default_app.json("batch")
     definition = state_machine_definition(
-        template, pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT}
+        default_app.json("batch"), pseudo=PSEUDO_PARAMETERS | {"AWS::Region": REGION, "AWS::AccountId": ACCOUNT}
     )
-    with mock_aws(
+    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws(
         config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
     ):
+        fake_aws_credentials(monkeypatch, REGION)
         s3 = boto3.client("s3", region_name=REGION)
         for bucket in (BUCKET, ARTIFACTS):
             s3.create_bucket(
@@ -157,21 +220,11 @@ def cloud(
         iam = boto3.client("iam", region_name=REGION)
         role = iam.create_role(RoleName="sluice-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         sfn = boto3.client("stepfunctions", region_name=REGION)
-        machine = sfn.create_state_machine(
-            name="sluice-batch", definition=json.dumps(definition), roleArn=role
-        )["stateMachineArn"]
-        settings = Settings(
-            mode="aws", home=tmp_path / "home", registry=f"dynamodb://{TABLE}", store=f"s3://{ARTIFACTS}/artifacts",
-            orchestrator=f"stepfunctions://{machine}", batch_bucket=BUCKET, region=REGION,
-            batch_chunk_bytes=64 * 1024, batch_chunk_rows=700, deployment_cache_ttl_s=0,
+        home = tmp_path_factory.mktemp("demo")
+        install_demo(
+            _container(home, f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:unused", s3, dynamodb, sfn),
+            Principal("acme", frozenset({"admin", "predict"}), "test"), MODELS,
         )  # fmt: skip
-        store = S3Store(ARTIFACTS, "artifacts", client=s3)
-        registry = DynamoRegistry(TABLE, client=OneCallAtATime(dynamodb))  # type: ignore[arg-type]
-        container = Container(
-            settings, registry, store, build_runtimes(settings, store),
-            orchestrator=StepFunctionsOrchestrator(machine, client=sfn), files=Files(s3_client=s3),
-        )  # fmt: skip
-        install_demo(container, Principal("acme", frozenset({"admin", "predict"}), "test"), MODELS)
 
         code = io.BytesIO()
         with zipfile.ZipFile(code, "w") as z:
@@ -190,12 +243,45 @@ def cloud(
         _dispatch(monkeypatch, routes, invocations)
         retry_waits: list[float] = []
         monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=retry_waits.append))
-        saved = handlers._container
-        handlers._container = container
-        try:
-            yield Cloud(container, s3, dynamodb, sfn, machine, invocations, retry_waits)
-        finally:
-            handlers._container = saved
+        world = World(
+            s3, dynamodb, sfn, boto3.client("glue", region_name=REGION), boto3.client("scheduler", region_name=REGION),
+            role, json.dumps(definition), invocations, retry_waits, items=[], artifacts=set(),
+        )  # fmt: skip
+        world.items = world.table()
+        world.artifacts = {o["Key"] for o in s3.list_objects_v2(Bucket=ARTIFACTS)["Contents"]}
+        yield world
+
+
+_machines = itertools.count(1)
+
+
+@pytest.fixture
+def cloud(world: World, tmp_path: Path) -> Iterator[Cloud]:
+    """A state machine of the synthesized definition, of this test's own (so executions' names
+    and lists are the test's), and a container on it that the handlers use."""
+    from sluice.handlers import batch as handlers
+
+    machine = world.sfn.create_state_machine(
+        name=f"sluice-batch-{next(_machines)}", definition=world.definition, roleArn=world.role
+    )["stateMachineArn"]
+    container = _container(tmp_path / "home", machine, world.s3, world.dynamodb, world.sfn)
+    for calls in world.invocations.values():
+        calls.clear()
+    world.retry_waits.clear()
+    threads = len(TMP_THREADS)  # where Step Functions in moto lists the threads it starts
+    saved = handlers._container
+    handlers._container = container
+    try:
+        yield Cloud(container, world.s3, world.dynamodb, world.sfn, machine, world.invocations, world.retry_waits)
+    finally:
+        # The test's executions have ended before the next test's begin (a stopped one
+        # finishes the state it was in), on the accounts as the demo left them.
+        for thread in TMP_THREADS[threads:]:
+            thread.join(timeout=30)
+        handlers._container = saved
+        world.sfn.delete_state_machine(stateMachineArn=machine)
+        world.reset()
+    assert not any(t.is_alive() for t in TMP_THREADS[threads:]), "an execution of the test still runs"
 
 
 def _csv(rows: int, *, bad_every: int = 0) -> bytes:

@@ -10,12 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from aws_cdk import App, Stack
-from aws_cdk import aws_lambda as lambda_
 from infra.constructs import bytecode
 from infra.constructs.bytecode import compile_tree, find_interpreter
-from infra.constructs.functions import FunctionPlatform
-from infra.constructs.python_layer import staged_path
 
 from tests.infra.synth import cdk_context
 
@@ -40,10 +36,17 @@ from_assets = [m for m in list(sys.modules.values())
                if str(getattr(m, "__file__", "") or "").startswith(tuple(roots))]
 print(json.dumps({"ms": ms, "compiled": compiled, "from_assets": len(from_assets)}))
 """
-needs_runtime_python = pytest.mark.skipif(
-    find_interpreter(RUNTIME) is None,
-    reason=f"no Python {RUNTIME} on this machine to compile and import with",
-)
+
+
+@pytest.fixture
+def runtime_python() -> None:
+    """Skips the test where this machine has no Python RUNTIME (looked for when the test runs,
+    not at collection: the search starts interpreters, and every worker collects every test)."""
+    if find_interpreter(RUNTIME) is None:
+        pytest.skip(f"no Python {RUNTIME} on this machine to compile and import with")
+
+
+needs_runtime_python = pytest.mark.usefixtures("runtime_python")
 
 
 def _pyc_flags(pyc: Path) -> int:
@@ -95,6 +98,11 @@ def _writable(root: Path) -> None:
 
 def build_assets(outdir: Path, python: str = RUNTIME) -> tuple[Path, Path]:
     """The core layer and the function code, built as `cdk synth` builds them."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_lambda as lambda_
+    from infra.constructs.functions import FunctionPlatform
+    from infra.constructs.python_layer import staged_path
+
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # build for real
     app = App(context=context, outdir=str(outdir))

@@ -12,12 +12,6 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_cdk import App, Stack
-from aws_cdk import aws_iam as iam
-from aws_cdk.assertions import Match, Template
-from constructs import Construct
-from infra.constructs.grants import grant_invoke_endpoints
-from infra.naming import RUNTIME_ENDPOINT_PREFIX
 
 from sluice.endpoints import names as endpoint_names
 from sluice.endpoints import (
@@ -54,6 +48,8 @@ def _as_list(value: Any) -> list[Any]:
 
 def _statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
     """Every Allow statement of the policies on one role, references resolved."""
+    from aws_cdk.assertions import Match
+
     policies = app.resolved("api").find_resources(
         "AWS::IAM::Policy", {"Properties": {"Roles": Match.array_with([{"Ref": role_id}])}}
     )
@@ -113,6 +109,8 @@ def execution_role(full_app: Synthesized) -> tuple[str, list[dict[str, Any]]]:
 
 
 def test_every_name_the_service_makes_has_the_granted_prefix() -> None:
+    from infra.naming import RUNTIME_ENDPOINT_PREFIX
+
     endpoint = endpoint_names.endpoint_name("acme", "a-very-long-deployment-name-indeed")
     names = {
         "endpoint": endpoint,
@@ -170,6 +168,9 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
 
 
 def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+    from infra.naming import RUNTIME_ENDPOINT_PREFIX
+
     assert_role_policy_has(
         full_app,
         "api",
@@ -232,6 +233,8 @@ def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_ap
 def test_the_api_passes_the_execution_role_to_sagemaker_only(
     full_app: Synthesized, execution_role: tuple[str, list[dict[str, Any]]]
 ) -> None:
+    from aws_cdk.assertions import Match
+
     arn, _ = execution_role
     template = full_app.resolved("api")
     template.has_resource_properties(
@@ -325,6 +328,9 @@ def test_the_api_and_shadow_may_invoke_every_sluice_endpoint(
 
 
 def test_batch_score_may_invoke_every_sluice_endpoint(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+    from infra.naming import RUNTIME_ENDPOINT_PREFIX
+
     assert_role_policy_has(
         full_app,
         "batch",
@@ -340,17 +346,22 @@ def test_batch_score_may_invoke_every_sluice_endpoint(full_app: Synthesized) -> 
     )
 
 
-class _RoleHolder(Construct):
-    """What grants are given to: a construct with a role of its own, as a function is."""
-
-    def __init__(self, scope: Construct, id: str) -> None:
-        super().__init__(scope, id)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-
-
 def test_endpoints_of_an_app_with_another_name_are_granted_as_well() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Match, Template
+    from constructs import Construct
+    from infra.constructs.grants import grant_invoke_endpoints
+
+    class RoleHolder(Construct):
+        """What grants are given to: a construct with a role of its own, as a function is."""
+
+        def __init__(self, scope: Construct, id: str) -> None:
+            super().__init__(scope, id)
+            self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+
     stack = Stack(App(), "Grants")
-    grant_invoke_endpoints(_RoleHolder(stack, "Function"), ["prod-resnet", "sluice-bert"])  # type: ignore[arg-type]
+    grant_invoke_endpoints(RoleHolder(stack, "Function"), ["prod-resnet", "sluice-bert"])  # type: ignore[arg-type]
     Template.from_stack(stack).has_resource_properties(
         "AWS::IAM::Policy",
         {

@@ -6,9 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk import App, Environment, Stack
-from aws_cdk.assertions import Match
-from infra.constructs.triton_image import image_tag, load_registry, processor, triton_image
 
 from tests.infra.synth import Synthesized, properties
 
@@ -18,6 +15,8 @@ def test_no_endpoints_configured_means_no_resources(default_app: Synthesized) ->
 
 
 def test_each_variant_is_a_triton_model_served_by_one_endpoint(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     template = full_app.template("endpoints")
     models = [
         m
@@ -74,6 +73,8 @@ def test_models_wait_for_the_role_and_its_policy(full_app: Synthesized) -> None:
 
 
 def test_variants_scale_on_invocations_per_instance(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     template = full_app.template("endpoints")
     template.has_resource_properties(
         "AWS::ApplicationAutoScaling::ScalableTarget",
@@ -144,10 +145,15 @@ def test_execution_role_reads_only_the_model_archives_and_pulls_only_triton(
     ],
 )
 def test_processor_follows_the_sdk_rule(instance_type: str, expected: str) -> None:
+    from infra.constructs.triton_image import processor
+
     assert processor(instance_type) == expected
 
 
 def test_image_in_a_known_region_is_a_literal_uri() -> None:
+    from aws_cdk import App, Environment, Stack
+    from infra.constructs.triton_image import image_tag, triton_image
+
     stack = Stack(App(), "Images", env=Environment(account="111111111111", region="eu-west-1"))
     uri, repository = triton_image(stack, version="25.09", instance_type="ml.g5.xlarge")
     assert uri == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/sagemaker-tritonserver:25.09-py3"
@@ -156,6 +162,9 @@ def test_image_in_a_known_region_is_a_literal_uri() -> None:
 
 
 def test_unknown_versions_and_regions_are_refused_at_synth() -> None:
+    from aws_cdk import App, Environment, Stack
+    from infra.constructs.triton_image import load_registry, triton_image
+
     stack = Stack(App(), "Images", env=Environment(account="111111111111", region="eu-west-1"))
     with pytest.raises(ValueError, match="unknown SageMaker Triton version"):
         triton_image(stack, version="19.01", instance_type="ml.g5.xlarge")

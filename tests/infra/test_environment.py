@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Match
 
 from sluice.settings import GROUP_OF, Settings
 from tests.infra.synth import (
@@ -26,6 +25,8 @@ ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 
 def _environments(app: Synthesized) -> list[tuple[str, dict[str, Any]]]:
     """(stack/handler, resolved environment) of every function that has one."""
+    from aws_cdk.assertions import Match
+
     found = []
     for component in COMPONENTS:
         functions = app.resolved(component).find_resources(
@@ -80,6 +81,8 @@ def test_every_function_environment_makes_valid_settings(
 def test_the_api_function_gets_what_it_needs_on_aws(
     default_app: Synthesized, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from aws_cdk.assertions import Match
+
     template = default_app.resolved("api")
     (execution_role,) = roles_assumed_by(template, "sagemaker.amazonaws.com")
     expected = {
@@ -123,6 +126,8 @@ def test_the_prediction_cache_shared_tier_follows_the_config(full_app: Synthesiz
 
 
 def test_the_api_may_read_the_imports_prefix_it_is_told_about(default_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     assert_role_policy_has(
         default_app,
         "api",

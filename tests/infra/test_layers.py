@@ -5,36 +5,30 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from aws_cdk import App, Stack
-from aws_cdk.assertions import Annotations, Match, Template
-from infra.constructs import python_layer
-from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
-from infra.constructs.python_layer import (
-    MB,
-    UNZIPPED_LIMIT_BYTES,
-    LayerBuildError,
-    PythonLayer,
-    UvInstall,
-    check_unzipped_size,
-    python_platform,
-    read_excludes,
-    staged_path,
-    strip_layer,
-)
 
 from tests.infra.synth import Synthesized, api_function, cdk_context, function_by_handler
+
+if TYPE_CHECKING:
+    from aws_cdk.assertions import Template
+    from infra.constructs.functions import FunctionPlatform
+    from infra.constructs.python_layer import PythonLayer, UvInstall
 
 
 def test_layers_target_the_runtimes_glibc_and_cpu() -> None:
     # AL2023's glibc; uv accepts every older manylinux tag too (the core layer's real build
     # below holds manylinux2014 and manylinux_2_28 wheels).
+    from infra.constructs.python_layer import python_platform
+
     assert python_platform(architecture="x86_64", python="3.14") == "x86_64-manylinux_2_34"
     assert python_platform(architecture="arm64", python="3.12") == "aarch64-manylinux_2_34"
 
 
 def test_strip_removes_tests_bytecode_and_excluded_parts(tmp_path: Path) -> None:
+    from infra.constructs.python_layer import strip_layer
+
     for relative in (
         "pkg/__init__.py",
         "pkg/tests/test_x.py",
@@ -52,6 +46,9 @@ def test_strip_removes_tests_bytecode_and_excluded_parts(tmp_path: Path) -> None
 
 
 def test_batch_layer_excludes_are_read_from_its_folder() -> None:
+    from infra.constructs.functions import LAYERS_DIR
+    from infra.constructs.python_layer import read_excludes
+
     excludes = read_excludes(LAYERS_DIR / "batch" / "exclude.txt")
     assert "pyarrow/libarrow_flight.so*" in excludes
     assert not any(line.startswith("#") for line in excludes)
@@ -59,6 +56,8 @@ def test_batch_layer_excludes_are_read_from_its_folder() -> None:
 
 
 def _bundler(requirements: Path) -> UvInstall:
+    from infra.constructs.python_layer import UvInstall, python_platform
+
     return UvInstall(
         name="broken",
         requirements=requirements,
@@ -68,6 +67,8 @@ def _bundler(requirements: Path) -> UvInstall:
 
 
 def test_uv_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None:
+    from infra.constructs.python_layer import LayerBuildError
+
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("this is not === a requirement\n")
     with pytest.raises(LayerBuildError, match="could not be built without Docker") as raised:
@@ -79,6 +80,9 @@ def test_uv_failure_stops_synthesis_with_a_clear_message(tmp_path: Path) -> None
 def test_without_uv_synthesis_stops_and_says_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from infra.constructs import python_layer
+    from infra.constructs.python_layer import LayerBuildError
+
     monkeypatch.setattr(python_layer, "find_uv", lambda: None)
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("cronsim==2.8\n")
@@ -88,12 +92,16 @@ def test_without_uv_synthesis_stops_and_says_how_to_get_it(
 
 
 def test_functions_over_the_unzipped_limit_are_refused() -> None:
+    from infra.constructs.python_layer import MB, check_unzipped_size
+
     check_unzipped_size("fn", code_bytes=2 * MB, layers={"core": 130 * MB, "batch": 110 * MB})
     with pytest.raises(ValueError, match=r"over Lambda's 250 MiB \(262\.1 MB\) limit"):
         check_unzipped_size("fn", code_bytes=2 * MB, layers={"core": 131 * MB, "batch": 131 * MB})
 
 
 def _platform() -> FunctionPlatform:
+    from infra.constructs.functions import FunctionPlatform
+
     return FunctionPlatform(
         python="3.14",
         architecture_name="x86_64",
@@ -105,6 +113,8 @@ def _platform() -> FunctionPlatform:
 
 def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
     """The layer `name` of a stack bundled for real (uv on this machine), under tmp_path/cdk.out."""
+    from aws_cdk import App, Stack
+
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # this test builds for real
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
@@ -112,6 +122,11 @@ def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer
 
 
 def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk.assertions import Annotations, Match
+    from infra.constructs.functions import LAYERS_DIR
+    from infra.constructs.python_layer import read_excludes
+
     stack = Stack(App(context=cdk_context()), "Layers")
     assert _platform().monitor_layer(stack) is None  # 3.14: no wheel, and the synthesis says so
     layer = replace(_platform(), python="3.13").monitor_layer(stack)
@@ -125,6 +140,8 @@ def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
 def test_core_layer_really_builds_under_the_limit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from infra.constructs.python_layer import MB, UNZIPPED_LIMIT_BYTES
+
     layer = _built_for_real(tmp_path, "Core", "core")
     assert layer.unzipped_bytes is not None
     assert 20 * MB < layer.unzipped_bytes < UNZIPPED_LIMIT_BYTES
@@ -212,6 +229,9 @@ def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Syn
 
 def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
     """Each function's code plus all its layers, the triton layer included, is checked."""
+    from aws_cdk import App, Stack
+    from infra.constructs.python_layer import MB, UNZIPPED_LIMIT_BYTES
+
     context = cdk_context()
     context["aws:cdk:bundling-stacks"] = ["Fn"]  # the function's code; the layers are sized here
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
@@ -233,6 +253,8 @@ def test_size_check_counts_the_triton_layer(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_triton_layer_really_builds_small_without_what_core_carries(tmp_path: Path) -> None:
+    from infra.constructs.python_layer import MB, staged_path
+
     layer = _built_for_real(tmp_path, "Triton", "triton")
     assert layer.unzipped_bytes is not None
     assert 2 * MB < layer.unzipped_bytes < 20 * MB

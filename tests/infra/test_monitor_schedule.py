@@ -10,7 +10,6 @@ import json
 
 import pytest
 from infra.config import SluiceConfig
-from infra.constructs.registry_access import READ
 from pydantic import ValidationError
 
 from tests.infra.synth import (
@@ -38,6 +37,8 @@ def test_the_schedule_invokes_the_check_past_every_hour_with_its_time(full_app: 
 
 
 def test_the_check_reads_tenant_partitions_and_scans_keys_alone(full_app: Synthesized) -> None:
+    from infra.constructs.registry_access import READ
+
     statements = statements_of_function(full_app, HANDLER)
     dynamodb = [s for s in statements if any(a.startswith("dynamodb:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert len(dynamodb) == 2

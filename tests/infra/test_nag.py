@@ -4,18 +4,20 @@ left unfixed or unacknowledged, and every acknowledgement says why."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from aws_cdk import App, Stack, Validations
-from aws_cdk import aws_s3 as s3
-from constructs import IConstruct
-from infra.nag import register_checks
 
 from tests.infra.synth import Synthesized, cdk_context
+
+if TYPE_CHECKING:
+    from constructs import IConstruct
 
 
 def acknowledgements(root: IConstruct) -> Iterator[tuple[str, str, str]]:
     """(construct path, rule id, reason) for every acknowledgement in the tree."""
+    from aws_cdk import Validations
+
     key = Validations.ACKNOWLEDGED_RULES_METADATA_KEY
     for construct in root.node.find_all():
         for entry in construct.node.metadata:
@@ -43,6 +45,10 @@ def test_every_acknowledgement_gives_a_reason(
 
 
 def test_the_rule_packs_are_really_checking() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_s3 as s3
+    from infra.nag import register_checks
+
     app = App(context=cdk_context())
     stack = Stack(app, "Careless")
     s3.Bucket(stack, "Open", enforce_ssl=False)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from aws_cdk.assertions import Match
-
 from tests.infra.synth import FULL_CONFIG, Synthesized, properties
 
 FUNCTIONS = (
@@ -56,6 +54,8 @@ def test_dashboard_shows_the_app_metrics_per_deployment(full_app: Synthesized) -
 
 
 def test_alarms_cover_api_functions_and_batch(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     template = full_app.template("observability")
     alarms = properties(template, "AWS::CloudWatch::Alarm")
     lookups = 1  # the lookup error rate: the full config lists stores lookup steps read

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_cdk.assertions import Match
-
 from tests.infra.synth import Synthesized, function_by_handler, policy_statements_of_role, role_of
 
 TENANT_ONLY = ["T#${aws:PrincipalTag/tenant}", "T#${aws:PrincipalTag/tenant}#*"]
@@ -80,6 +78,8 @@ def test_batch_and_shadow_reach_tenant_items_only_and_never_delete(
 def test_the_api_reaches_key_items_itself_and_tenant_items_only_through_the_tenant_role(
     default_app: Synthesized,
 ) -> None:
+    from aws_cdk.assertions import Match
+
     (statement,) = _table_statements(default_app, "api", "sluice.handlers.api.handler")
     assert _partitions(statement) == ["K#*"]  # no T#*: another tenant's items are out of reach
     template = default_app.template("api")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infra.naming import STORE_PREFIX
-
 from tests.infra.synth import (
     ACCOUNT,
     MLFLOW_KMS_KEY_ARN,
@@ -62,6 +60,8 @@ def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app
 
 
 def test_the_function_may_describe_model_packages_and_read_model_data_only(full_app: Synthesized) -> None:
+    from infra.naming import STORE_PREFIX
+
     statements = _statements(full_app)
     sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in _actions(s))]
     assert [(_actions(s), s["Resource"]) for s in sagemaker] == [

@@ -16,13 +16,7 @@ from typing import Any, get_args
 
 import pytest
 import yaml
-from aws_cdk import App, Stack
-from aws_cdk import aws_lambda as lambda_
-from aws_cdk.assertions import Template
-from infra.app import build_app
 from infra.config import FunctionsConfig, load_config
-from infra.constructs.functions import LAYERS_DIR, FunctionPlatform, SluiceFunction
-from infra.constructs.python_layer import find_uv
 
 from tests.infra.synth import FULL_CONFIG, Synthesized, api_function, cdk_context
 from tests.infra.test_nag import acknowledgements
@@ -35,6 +29,8 @@ SLUICE_HANDLERS = "sluice.handlers."
 
 def newest_python_runtime() -> str:
     """What cdk-nag's latest-runtime rules want: the newest Python runtime aws-cdk-lib knows."""
+    from aws_cdk import aws_lambda as lambda_
+
     versions = {
         tuple(int(part) for part in runtime.name.removeprefix("python").split(".")): runtime.name
         for runtime in lambda_.Runtime.ALL
@@ -53,6 +49,8 @@ def test_the_values_tested_here_are_read_from_the_config_model() -> None:
 def app_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, full_app: Synthesized) -> Synthesized:
     """The full app (every kind of function) with `-c sluice:python=<value>`, as the CLI gives
     it; the session's full_app where that is already the value."""
+    from infra.app import build_app
+
     python: str = request.param
     if full_app.config.functions.python == python:
         return full_app
@@ -107,6 +105,8 @@ def test_every_function_and_layer_runs_the_chosen_python(app_on: Synthesized) ->
 def test_latest_runtime_rules_are_acknowledged_only_below_the_newest_runtime(
     app_on: Synthesized,
 ) -> None:
+    from infra.constructs.functions import SluiceFunction
+
     python = app_on.config.functions.python
     acknowledged: dict[str, dict[str, str]] = {}
     for path, rule_id, reason in acknowledgements(app_on.app):
@@ -135,6 +135,10 @@ def test_latest_runtime_rules_are_acknowledged_only_below_the_newest_runtime(
 def test_context_picks_the_runtime_and_architecture_functions_and_layers_follow(
     python: str, architecture: str
 ) -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk.assertions import Template
+    from infra.constructs.functions import FunctionPlatform
+
     config = load_config(
         context={"sluice:python": python, "sluice:architecture": architecture}
     ).functions
@@ -173,6 +177,10 @@ def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
     wheel for that Python and CPU fails to resolve). The default runtime's layers are built for
     real by test_layers; the resolutions mostly wait on the index, so the layers are resolved at
     once, and the other combinations are left to that and to `make synth`."""
+    from aws_cdk import App, Stack
+    from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
+    from infra.constructs.python_layer import find_uv
+
     uv = find_uv()
     assert uv is not None, "uv is in the `cdk` extra"
     platform = FunctionPlatform(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Match
 
 from tests.infra.synth import Synthesized, properties
 
@@ -52,6 +51,8 @@ def test_buckets_log_access_to_the_log_bucket(default_app: Synthesized) -> None:
 
 
 def test_artifacts_are_versioned_and_batch_prefixes_expire(full_app: Synthesized) -> None:
+    from aws_cdk.assertions import Match
+
     template = full_app.template("storage")
     template.has_resource_properties(
         "AWS::S3::Bucket",
@@ -87,6 +88,8 @@ def test_table_is_on_demand_with_pitr_ttl_and_string_keys(default_app: Synthesiz
 
 
 def _is_on_demand_with_pitr_ttl_and_string_keys(template: Any, name: str) -> None:
+    from aws_cdk.assertions import Match
+
     template.has_resource_properties(
         "AWS::DynamoDB::GlobalTable",
         {

@@ -6,10 +6,9 @@ stream)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from aws_cdk.assertions import Template
 
 from sluice.stream.bindings import parse_bindings
 from tests.infra.synth import (
@@ -18,6 +17,9 @@ from tests.infra.synth import (
     properties,
     role_of,
 )
+
+if TYPE_CHECKING:
+    from aws_cdk.assertions import Template
 
 HANDLER = "sluice.handlers.stream.handler"
 

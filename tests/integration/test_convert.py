@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,12 +20,16 @@ from tests.integration.conftest import run_cli
 if TYPE_CHECKING:
     from pathlib import Path
 
-joblib = pytest.importorskip("joblib")
-pytest.importorskip("skl2onnx")
 IRIS_NAMES = ["sepal_length", "sepal_width", "petal_length", "petal_width"]
 
-
-pytestmark = pytest.mark.usefixtures("cli_home")
+# The extra is looked for, not imported, at collection: skl2onnx imports scikit-learn, seconds
+# of CPU that every pytest-xdist worker would pay; the tests import what they use.
+pytestmark = [
+    pytest.mark.usefixtures("cli_home"),
+    pytest.mark.skipif(
+        find_spec("joblib") is None or find_spec("skl2onnx") is None, reason="needs the sklearn extra (joblib, skl2onnx)"
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +61,7 @@ def diabetes_parquet(path: Path, x: np.ndarray) -> Path:
 def test_a_scikit_learn_classifier_is_converted_checked_pushed_and_served(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
 ) -> None:
+    import joblib
     from sklearn.linear_model import LogisticRegression
 
     x, y = iris
@@ -78,6 +84,7 @@ def test_a_scikit_learn_classifier_is_converted_checked_pushed_and_served(
 def test_a_regressor_with_float32_drift_is_refused_at_tolerance_zero(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, diabetes: tuple[np.ndarray, np.ndarray]
 ) -> None:
+    import joblib
     from sklearn.ensemble import GradientBoostingRegressor
 
     x, y = diabetes
@@ -96,6 +103,7 @@ def test_a_regressor_with_float32_drift_is_refused_at_tolerance_zero(
 def test_a_sample_that_does_not_fit_the_model_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
 ) -> None:
+    import joblib
     from sklearn.linear_model import LogisticRegression
 
     x, y = iris
@@ -173,6 +181,7 @@ def test_torchscript_and_exported_programs_round_trip(capsys: pytest.CaptureFixt
 def test_a_missing_converter_is_a_message_and_a_non_zero_exit(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, iris: tuple[np.ndarray, np.ndarray]
 ) -> None:
+    import joblib
     from sklearn.linear_model import LogisticRegression
 
     x, y = iris

@@ -4,6 +4,8 @@ prediction said is read from a classifier's or a regressor's answer."""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,15 @@ from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.monitor.quality import CLASS, SCORE_BINS, VALUE, Outcomes, merged, predicted
 
-metrics = pytest.importorskip("sklearn.metrics")
+
+@pytest.fixture
+def metrics() -> ModuleType:
+    """scikit-learn's metrics, imported by the tests that compare with them (not at collection,
+    which every pytest-xdist worker does: scikit-learn costs seconds of CPU to import)."""
+    return pytest.importorskip("sklearn.metrics")
 
 
-def test_a_binary_classifier_in_three_posts_matches_scikit_learn() -> None:
+def test_a_binary_classifier_in_three_posts_matches_scikit_learn(metrics: ModuleType) -> None:
     rng = np.random.default_rng(3)
     actual = rng.integers(0, 2, 3000)
     scores = np.clip(actual * 0.25 + rng.random(3000) * 0.75, 0, 1).round(3)  # informative, not perfect
@@ -39,7 +46,7 @@ def test_a_binary_classifier_in_three_posts_matches_scikit_learn() -> None:
     assert abs(out.auc() - metrics.roc_auc_score(actual, coarse)) < 0.002  # type: ignore[operator]
 
 
-def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_errors() -> None:
+def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_errors(metrics: ModuleType) -> None:
     rng = np.random.default_rng(4)
     actual = rng.choice(["setosa", "versicolor", "virginica"], 500)
     said = np.where(rng.random(500) < 0.7, actual, rng.choice(["setosa", "versicolor", "virginica"], 500))
@@ -60,7 +67,7 @@ def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_erro
     assert again["rmse"] == pytest.approx(np.sqrt(metrics.mean_squared_error(y, guess)))
 
 
-def test_a_multi_class_auc_in_three_posts_is_scikit_learns_one_against_the_rest_macro() -> None:
+def test_a_multi_class_auc_in_three_posts_is_scikit_learns_one_against_the_rest_macro(metrics: ModuleType) -> None:
     classes = ["setosa", "versicolor", "virginica"]
     rng = np.random.default_rng(5)
     actual = rng.integers(0, 3, 1500)

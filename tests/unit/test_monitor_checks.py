@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import ks_2samp
 
 from sluice.monitor.checks import Thresholds, check
 from sluice.monitor.sketches import Profile
@@ -57,6 +56,8 @@ def test_the_training_distribution_raises_no_alarm_in_100_windows(baseline: tupl
 
 
 def test_sketch_ks_is_within_the_sketches_rank_error_of_the_exact_statistic(baseline: tuple[Profile, dict[str, np.ndarray]]) -> None:
+    from scipy.stats import ks_2samp
+
     from sluice.monitor.checks import ks_distance
 
     base, data = baseline

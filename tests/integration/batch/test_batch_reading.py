@@ -30,6 +30,7 @@ from tests.integration.batch.test_batch_s3 import s3_batch  # noqa: F401  (the f
 from tests.support import LambdaContext
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
 
     from sluice.domain import Principal
     from sluice.domain.jobs import BatchJob
@@ -343,25 +344,27 @@ def test_batch_run_refuses_compressed_bytes_named_csv_as_a_failed_job(tmp_path: 
 
 
 # On S3: the same reading through ranged GETs ---------------------------------------------------------
-def _s3_inputs() -> dict[str, bytes]:
-    rows = iris_rows(4000)
-    quoted_end = _csv_text(rows, "\n").rstrip(b"\n")
-    return {
-        "bom-and-bare-cr.csv": b"\xef\xbb\xbf" + _csv_text(rows, "\r"),
-        # the last byte is a quote: Plan reads on past a run of quotes at a range's end, and
-        # must not ask S3 for bytes past the object's end
-        "ends-in-a-quote.csv": quoted_end[: quoted_end.rindex(b",")] + b',"the end"',
-        "bom-crlf-null.jsonl": b"\xef\xbb\xbf" + b"\r\n".join(b"null" if i == 7 else _line(i % 20, id=f"j{i}") for i in range(3000)) + b"\r\n",
-    }
+# Each input made when its test runs, not at collection (every pytest-xdist worker collects).
+S3_INPUTS: dict[str, Callable[[], bytes]] = {
+    "bom-and-bare-cr.csv": lambda: b"\xef\xbb\xbf" + _csv_text(iris_rows(4000), "\r"),
+    # the last byte is a quote: Plan reads on past a run of quotes at a range's end, and
+    # must not ask S3 for bytes past the object's end
+    "ends-in-a-quote.csv": lambda: _ending_in_a_quote(_csv_text(iris_rows(4000), "\n").rstrip(b"\n")),
+    "bom-crlf-null.jsonl": lambda: b"\xef\xbb\xbf" + b"\r\n".join(b"null" if i == 7 else _line(i % 20, id=f"j{i}") for i in range(3000)) + b"\r\n",
+}
 
 
-@pytest.mark.parametrize("name", list(_s3_inputs()))
+def _ending_in_a_quote(text: bytes) -> bytes:
+    return text[: text.rindex(b",")] + b',"the end"'
+
+
+@pytest.mark.parametrize("name", list(S3_INPUTS))
 def test_text_on_s3_reads_as_python_reads_it(s3_batch: tuple[Container, Any], acme: Principal, name: str) -> None:  # noqa: F811
     from sluice.batch.orchestrators import LocalOrchestrator
     from tests.integration.batch.test_batch_s3 import BUCKET
 
     container, s3 = s3_batch
-    data = _s3_inputs()[name]
+    data = S3_INPUTS[name]()
     s3.put_object(Bucket=BUCKET, Key=f"inbox/acme/iris/{name}", Body=data)
     uri = f"s3://{BUCKET}/inbox/acme/iris/{name}"
     job = container.batch.submit(acme, deployment="iris", input_uri=uri, key_columns=["id"], output_format="parquet", start=False)
