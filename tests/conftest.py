@@ -30,14 +30,18 @@ EVENTS = REPO / "events"
 # worker together, so the fixture is built once, not once per worker. The first fixture named
 # that a test uses decides; a test that uses none goes with its module, so the heavy tests of
 # the same folders that need none of them (layer builds, bytecode, uv resolutions) run beside
-# them on other workers.
-SHARED_SESSION = {"full_app": "infra", "default_app": "infra-default", "triton_server": "triton"}
+# them on other workers. The two synthesized apps share one group: many tests read both (the
+# checkov scan, the acknowledgements, tests parametrized by the app's name), and an app built in
+# two workers is built twice (~25-45 CPU-s each).
+SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton"}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)  # a fixture named by a parameter (getfixturevalue)
+        used |= {value for value in (callspec.params.values() if callspec else ()) if isinstance(value, str)}
         group = next((name for fixture, name in SHARED_SESSION.items() if fixture in used), None)
         item.add_marker(pytest.mark.xdist_group(group or Path(str(item.fspath)).relative_to(REPO).as_posix()))
     yield  # xdist's hook, on a worker, names each test's group in its id
