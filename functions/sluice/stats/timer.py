@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import weakref
+from abc import ABC, abstractmethod
 from typing import Any
 
 from sluice.observability import get_logger
@@ -22,7 +23,7 @@ SHORTEST_TICK_S = 0.05
 LONGEST_TICK_S = 0.5
 
 
-class Flushed:
+class Flushed(ABC):
     """What a process holds in memory and writes to `registry` in batches: a request adds to
     it under `_lock`, `flush` (one at a time, under `_flushing`) writes what is held. The
     timer flushes it when it is `due` (held for `flush_every_s` since its last flush): from
@@ -42,14 +43,14 @@ class Flushed:
         self._last_flush = time.monotonic()
         self._on_timer = False
 
+    @abstractmethod
     def pending(self) -> bool:
         """Something is held, not yet written."""
-        raise NotImplementedError
 
+    @abstractmethod
     def flush(self) -> bool:
         """Write what is held; what the registry refuses is kept for the next flush. True when
         everything was written."""
-        raise NotImplementedError
 
     def due(self) -> bool:
         return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
