@@ -9,6 +9,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import pytest
+    from hypothesis.strategies import SearchStrategy
 
 
 @dataclass
@@ -257,3 +259,14 @@ def is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+@cache
+def sampled(values: tuple[Any, ...]) -> SearchStrategy[Any]:
+    """`st.sampled_from(values)`, one strategy for each tuple of values. Hypothesis validates a
+    strategy object on its first draw (and works out its label and whether it can be empty): a
+    strategy built anew inside a composite is validated at every draw, much of the cost of drawing
+    a record. The same strategy drawn the same way: the same examples."""
+    from hypothesis import strategies as st
+
+    return st.sampled_from(values)
