@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator
     from pathlib import Path
 
+    import httpx
     import pytest
     from hypothesis.strategies import SearchStrategy
 
@@ -270,3 +271,28 @@ def sampled(values: tuple[Any, ...]) -> SearchStrategy[Any]:
     from hypothesis import strategies as st
 
     return st.sampled_from(values)
+
+
+@cache
+def _tls() -> Any:
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def http_client(**options: Any) -> httpx.Client:
+    """`httpx.Client(**options)` (a connection pool of its own) with one TLS context for the
+    whole run: httpx builds one for every client, and for every `httpx.get`/`httpx.post`, by
+    loading certifi's bundle (~85 ms CPU each), which plain HTTP on loopback never uses."""
+    import httpx
+
+    return httpx.Client(verify=_tls(), **options)
+
+
+def http(method: str, url: str, **options: Any) -> httpx.Response:
+    """`httpx.request(method, url, **options)`: one request on a connection of its own, with
+    the run's TLS context (`http_client`)."""
+    with http_client() as client:
+        return client.request(method, url, **options)
