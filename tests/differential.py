@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from tests.conftest import MODELS
-from tests.support import is_utf8
+from tests.support import is_utf8, sampled
 
 BOM = b"\xef\xbb\xbf"
 JSON_SPACE = " \t\r\n"
@@ -492,19 +492,23 @@ ODD_NUMBERS = (
 )  # fmt: skip
 
 
+# Strategies of fixed arguments are built once (`sampled`, and the factories below under
+# `cache`): a strategy built anew inside a composite is validated again at every draw.
+@cache
 def finite_values() -> st.SearchStrategy[float | int]:
     return st.one_of(
-        st.sampled_from(NICE),
+        sampled(NICE),
         st.floats(-100, 100, allow_nan=False, allow_infinity=False),
         st.integers(-20, 20),
     )
 
 
+@cache
 @st.composite
 def number_text(draw: st.DrawFn) -> str:
     """A finite number, spelled one of the ways docs/batch.md allows."""
     value = draw(finite_values())
-    style = draw(st.sampled_from(["repr", "fixed", "exp", "EXP", "whole", "dot"]))
+    style = draw(sampled(("repr", "fixed", "exp", "EXP", "whole", "dot")))
     if isinstance(value, int):
         text = {"fixed": f"{value}.0", "exp": f"{value}e0", "EXP": f"{value}E+00", "dot": f"{value}."}.get(style, str(value))
     elif style == "fixed":
@@ -518,19 +522,21 @@ def number_text(draw: st.DrawFn) -> str:
     if not text.startswith("-") and draw(st.booleans()):
         text = "+" + text
     if draw(st.integers(0, 4)) == 0:
-        text = draw(st.sampled_from([" ", "\t", "  "])) + text + draw(st.sampled_from(["", " ", "\t"]))
+        text = draw(sampled((" ", "\t", "  "))) + text + draw(sampled(("", " ", "\t")))
     return text
 
 
+@cache
 @st.composite
 def cell_number(draw: st.DrawFn, messy: bool = True) -> str:
     """What a feature cell holds: a number; in a `messy` record, now and then anything a
     number is confused with."""
     if not messy or draw(st.integers(0, 9)) < 7:
         return draw(number_text())
-    return draw(st.sampled_from(ODD_NUMBERS))
+    return draw(sampled(ODD_NUMBERS))
 
 
+@cache
 def messy() -> st.SearchStrategy[bool]:
     """Whether a record's values may be wrong (one record in three): most records are clean,
     so that most are scored and compared with ONNX Runtime's answers."""
@@ -543,6 +549,7 @@ ODD_TEXT = st.text(
 )
 
 
+@cache
 def odd_keys() -> st.SearchStrategy[str]:
     return st.one_of(
         st.sampled_from(["c-1041", "1041", "", " ", "a,b", 'a"b', '"', "x\ny", "x\r\ny", "x\ry", " lead", "trail ",
@@ -554,6 +561,7 @@ def odd_keys() -> st.SearchStrategy[str]:
 NON_UTF8 = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\x80", b"\x80", b"\xfe\xff")
 
 
+@cache
 @st.composite
 def chunk_size(draw: st.DrawFn, length: int) -> int:
     """Bytes (or rows) per chunk: from one that cuts every record (at most 16 chunks) to one
@@ -582,17 +590,17 @@ def csv_cell(draw: st.DrawFn, value: bytes, *, bare_cr: bool) -> bytes:
 
 @st.composite
 def csv_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
-    deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
+    deployment = draw(sampled(("iris", "iris", "diabetes")))
     names = list(features(deployment))
-    key = draw(st.sampled_from([None, "id"]))
-    extras = draw(st.lists(st.sampled_from(["note", "extra", "id2"]), max_size=2, unique=True))
+    key = draw(sampled((None, "id")))
+    extras = draw(st.lists(sampled(("note", "extra", "id2")), max_size=2, unique=True))
     columns = draw(st.permutations([*names, *extras, *(["id"] if key else [])]))
     bare_cr = "csv-bare-cr" not in avoid
     endings = [b"\n", b"\r\n", *([b"\r"] if bare_cr else [])]
     non_utf8 = "non-utf8" not in avoid
 
     def header_name(name: str) -> bytes:
-        style = draw(st.sampled_from(["plain", "plain", "quoted", "padded", "quoted-padded"]))
+        style = draw(sampled(("plain", "plain", "quoted", "padded", "quoted-padded")))
         text = name.encode()
         if "padded" in style:
             text = b" " + text + b" "
@@ -605,7 +613,7 @@ def csv_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
             lines.append(b"")
             continue
         if shape == 1:
-            lines.append(draw(st.sampled_from([b" ", b"\t", b"  "])))
+            lines.append(draw(sampled((b" ", b"\t", b"  "))))
             continue
         cells = []
         wrong = draw(messy())
@@ -617,7 +625,7 @@ def csv_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
             else:
                 value = draw(ODD_TEXT).encode()
             if non_utf8 and wrong and column in ("id", *names) and draw(st.integers(0, 9)) == 0:
-                value += draw(st.sampled_from(NON_UTF8))
+                value += draw(sampled(NON_UTF8))
             cells.append(draw(csv_cell(value, bare_cr=bare_cr)))
         if shape == 2:  # a field too few, or too many
             cells = cells[:-1] if draw(st.booleans()) else [*cells, b"1"]
@@ -629,25 +637,26 @@ def csv_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
             data += draw(st.sampled_from(endings))
     if draw(st.integers(0, 9)) == 0:
         data = BOM + data
-    output = draw(st.sampled_from([None, None, "csv", "jsonl", "parquet"]))
+    output = draw(sampled((None, None, "csv", "jsonl", "parquet")))
     return BatchCase("csv", deployment, data, key, draw(chunk_size(len(data))), output)
 
 
 # Strategies: JSON --------------------------------------------------------------------------------
+@cache
 @st.composite
 def json_number(draw: st.DrawFn, wrong: bool = True, *, big: bool = True) -> str:
     """A JSON number token: valid (in many spellings), or where it may be `wrong`, now and then
     one JSON does not allow, one out of range, or (`big`) a whole number beyond 2**53."""
     kind = draw(st.integers(0, 9)) if wrong else 2
     if kind == 0:
-        return draw(st.sampled_from(["+1", "01", ".5", "5.", "NaN", "Infinity", "-Infinity", "0x1", "1_0", "- 1"]))
+        return draw(sampled(("+1", "01", ".5", "5.", "NaN", "Infinity", "-Infinity", "0x1", "1_0", "- 1")))
     if kind == 1:
         large = ["123456789012345678901234567890", "18446744073709551615", "9007199254740993", "-9223372036854775809"]
         return draw(st.sampled_from(["1e400", "-1e400", "1E-400", "1e39", "-0", "-0.0", "0e0", *(large if big else [])]))
     value = draw(finite_values())
     if isinstance(value, int):
         return draw(st.sampled_from([str(value), f"{value}.0", f"{value}e0", f"{value}E+0", f"{value}.000e-0"]))
-    style = draw(st.sampled_from(["repr", "exp", "fixed"]))
+    style = draw(sampled(("repr", "exp", "fixed")))
     if style == "exp":
         return f"{value:.{draw(st.integers(0, 8))}e}"
     if style == "fixed":
@@ -660,6 +669,7 @@ def json_string(text: str, *, ascii_only: bool) -> bytes:
     return json.dumps(text, ensure_ascii=ascii_only).encode()
 
 
+@cache
 @st.composite
 def json_name(draw: st.DrawFn, name: str) -> bytes:
     """A member name, now and then with a character written as a \\u escape (the same name)."""
@@ -669,6 +679,7 @@ def json_name(draw: st.DrawFn, name: str) -> bytes:
     return json.dumps(name).encode()
 
 
+@cache
 @st.composite
 def json_feature(draw: st.DrawFn, *, text_numbers: bool, non_utf8: bool, wrong: bool = True, big: bool = True) -> bytes | None:
     """A feature's value as JSON text (None: the member is left out): a number, or in a record
@@ -679,13 +690,14 @@ def json_feature(draw: st.DrawFn, *, text_numbers: bool, non_utf8: bool, wrong: 
     if kind < 25 and text_numbers:
         raw = json_string(draw(cell_number(wrong)), ascii_only=draw(st.booleans()))
         if non_utf8 and draw(st.integers(0, 5)) == 0:
-            raw = raw[:-1] + draw(st.sampled_from(NON_UTF8)) + b'"'
+            raw = raw[:-1] + draw(sampled(NON_UTF8)) + b'"'
         return raw
     if kind == 25:
         return None
-    return draw(st.sampled_from([b"null", b"true", b"false", b"[1]", b'{"v": 1}', b'""', b"[]", b'"5.1"']))
+    return draw(sampled((b"null", b"true", b"false", b"[1]", b'{"v": 1}', b'""', b"[]", b'"5.1"')))
 
 
+@cache
 @st.composite
 def json_key_value(draw: st.DrawFn, *, non_utf8: bool, scalar: bool = False) -> bytes | None:
     """A key's (or id's) value: text, a number, null, left out, or (unless `scalar`) true,
@@ -694,7 +706,7 @@ def json_key_value(draw: st.DrawFn, *, non_utf8: bool, scalar: bool = False) -> 
     if kind < 5:
         raw = json_string(draw(odd_keys()), ascii_only=draw(st.booleans()))
         if non_utf8 and draw(st.integers(0, 5)) == 0:
-            raw = raw[:-1] + draw(st.sampled_from(NON_UTF8)) + b'"'
+            raw = raw[:-1] + draw(sampled(NON_UTF8)) + b'"'
         return raw
     if kind < 7:
         return str(draw(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 10**6))).encode()
@@ -702,7 +714,7 @@ def json_key_value(draw: st.DrawFn, *, non_utf8: bool, scalar: bool = False) -> 
         return draw(json_number()).encode()
     if kind == 8:
         return None
-    return draw(st.sampled_from([b"null", b"true", b"false", b"[1, 2]", b'{"a": "b"}', b"1.5", b"-0"]))
+    return draw(sampled((b"null", b"true", b"false", b"[1, 2]", b'{"a": "b"}', b"1.5", b"-0")))
 
 
 @st.composite
@@ -715,7 +727,7 @@ def json_object(draw: st.DrawFn, members: list[tuple[str, bytes | None]], *, twi
     if doubled and draw(st.integers(0, 9)) == 0:
         name = draw(st.sampled_from(doubled))
         present.insert(draw(st.integers(0, len(present))), (name, draw(json_number()).encode()))
-    space = draw(st.sampled_from([b"", b" ", b"\t", b"  "]))
+    space = draw(sampled((b"", b" ", b"\t", b"  ")))
     parts = [draw(json_name(n)) + b":" + space + v for n, v in present]
     return b"{" + space + (b"," + space).join(parts) + space + b"}"
 
@@ -728,9 +740,9 @@ def _assemble(draw: st.DrawFn, lines: list[bytes], *, bom: bool, tail: bool) -> 
     for i, line in enumerate(lines):
         data += line
         if i < len(lines) - 1 or draw(st.integers(0, 3)):
-            data += draw(st.sampled_from(LINE_END))
+            data += draw(sampled(LINE_END))
     if tail and data.endswith(b"\n") and draw(st.integers(0, 9)) == 0:
-        data += draw(st.sampled_from([b" ", b"\t", b"\r", b"  \t"]))  # a whitespace-only last fragment
+        data += draw(sampled((b" ", b"\t", b"\r", b"  \t")))  # a whitespace-only last fragment
     if bom and draw(st.integers(0, 9)) == 0:
         data = BOM + data
     return data
@@ -741,9 +753,9 @@ OTHER_LINES = (b"", b"", b" ", b"\t", b"\r", b"1", b'"x"', b"[]", b"[1, 2]", b"t
 
 @st.composite
 def jsonl_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
-    deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
+    deployment = draw(sampled(("iris", "iris", "diabetes")))
     names = features(deployment)
-    key = draw(st.sampled_from([None, "id"]))
+    key = draw(sampled((None, "id")))
     non_utf8 = "non-utf8" not in avoid
     others = [*OTHER_LINES, *([b"null", b" null ", b"null\r"] if "jsonl-null-line" not in avoid else [])]
     lines: list[bytes] = []
@@ -761,7 +773,7 @@ def jsonl_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
         if draw(st.integers(0, 5)) == 0:
             extra = json_string(draw(ODD_TEXT), ascii_only=False)
             if non_utf8 and "jsonl-non-utf8-ignored" not in avoid and draw(st.booleans()):
-                extra = extra[:-1] + draw(st.sampled_from(NON_UTF8)) + b'"'
+                extra = extra[:-1] + draw(sampled(NON_UTF8)) + b'"'
             members.append(("note", extra))
         line = draw(json_object(members, twice=() if "duplicate-feature" in avoid else names))
         if kind == 1:  # something after the object
@@ -778,7 +790,7 @@ def jsonl_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
         data = _complete_first_object(data, names, key)
     if "jsonl-first-object-unterminated" in avoid:
         data = _terminate_a_lone_last_object(data)
-    output = draw(st.sampled_from([None, None, "csv", "jsonl", "parquet"]))
+    output = draw(sampled((None, None, "csv", "jsonl", "parquet")))
     return BatchCase("jsonl", deployment, data, key, draw(chunk_size(len(data))), output)
 
 
@@ -813,6 +825,7 @@ ODD_TYPES = ("list", "struct", "null")
 KEY_TYPES = ("string", "string", "large_string", "int64", "float64", "dictionary", "list")
 
 
+@cache
 @st.composite
 def _parquet_value(draw: st.DrawFn, kind: str, wrong: bool, avoid: Collection[str] = ()) -> Any:
     """A cell of a column of this kind; where it may be `wrong`, now and then null, NaN,
@@ -856,7 +869,7 @@ def _parquet_array(kind: str, values: list[Any]) -> pa.Array:
 
 @st.composite
 def parquet_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
-    deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
+    deployment = draw(sampled(("iris", "iris", "diabetes")))
     names = features(deployment)
     rows = draw(st.integers(0, 10))
     wrong = draw(messy())
@@ -865,10 +878,10 @@ def parquet_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
     for name in names:
         kind = draw(st.sampled_from(kinds)) if draw(st.booleans()) else "float64"
         columns[name] = _parquet_array(kind, [draw(_parquet_value(kind, wrong, avoid)) for _ in range(rows)])
-    key = draw(st.sampled_from([None, "id"]))
-    output = draw(st.sampled_from([None, None, "csv", "jsonl", "parquet"]))
+    key = draw(sampled((None, "id")))
+    output = draw(sampled((None, None, "csv", "jsonl", "parquet")))
     if key:
-        kind = draw(st.sampled_from([k for k in KEY_TYPES if not (k == "list" and output == "csv")]))
+        kind = draw(sampled(tuple(k for k in KEY_TYPES if not (k == "list" and output == "csv"))))
         if kind in ("string", "large_string", "dictionary"):
             values = [None if draw(st.integers(0, 9)) == 0 else draw(odd_keys()) for _ in range(rows)]
         elif kind == "int64":
@@ -880,7 +893,7 @@ def parquet_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
         kind_of = {"int64": "int64", "float64": "float64", "list": "list"}
         array = pa.array(values, type=pa.list_(pa.int64())) if kind == "list" else _parquet_array(kind_of.get(kind, kind), values)
         columns[key] = array
-    for extra in draw(st.lists(st.sampled_from(["note", "nested", "tags"]), max_size=2, unique=True)):
+    for extra in draw(st.lists(sampled(("note", "nested", "tags")), max_size=2, unique=True)):
         columns[extra] = (
             pa.array([{"a": [1, 2], "b": {"c": "d"}}] * rows) if extra == "nested"
             else pa.array([["x", None]] * rows) if extra == "tags"
@@ -891,7 +904,7 @@ def parquet_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> BatchCase:
     buffer = io.BytesIO()
     pq.write_table(
         table, buffer, row_group_size=draw(st.integers(1, max(rows, 1))),
-        use_dictionary=draw(st.booleans()), compression=draw(st.sampled_from(["snappy", "none", "zstd"])),
+        use_dictionary=draw(st.booleans()), compression=draw(sampled(("snappy", "none", "zstd"))),
     )  # fmt: skip
     return BatchCase("parquet", deployment, buffer.getvalue(), key, draw(st.integers(1, max(rows + 1, 1))), output)
 
@@ -904,18 +917,20 @@ def parquet_file(columns: dict[str, pa.Array | list[Any]], *, row_group_size: in
 
 
 # Strategies: stream records -----------------------------------------------------------------------
+@cache
 @st.composite
 def json_row(draw: st.DrawFn, width: int) -> bytes:
     """A row of `width` numbers; one record in three may be wrong (its length, its values)."""
     wrong = draw(messy())
     count = draw(st.sampled_from([width] * 4 + [width - 1, width + 1])) if wrong else width
     values = [
-        draw(json_number(wrong)) if not wrong or draw(st.integers(0, 9)) else draw(st.sampled_from(["null", '"5.1"', "true"]))
+        draw(json_number(wrong)) if not wrong or draw(st.integers(0, 9)) else draw(sampled(("null", '"5.1"', "true")))
         for _ in range(count)
     ]
     return b"[" + ", ".join(values).encode() + b"]"
 
 
+@cache
 @st.composite
 def stream_record(draw: st.DrawFn, deployment: str, avoid: Collection[str] = ()) -> bytes:
     """One stream record's body, mostly `{id, features}` (the hot path), and the other request
@@ -923,7 +938,7 @@ def stream_record(draw: st.DrawFn, deployment: str, avoid: Collection[str] = ())
     names = features(deployment)
     kind = draw(st.integers(0, 19))
     if kind == 0:
-        return draw(st.sampled_from([*OTHER_LINES, b"null", b'{"id": 1}', b'{"features": null}']))
+        return draw(sampled((*OTHER_LINES, b"null", b'{"id": 1}', b'{"features": null}')))
     members: list[tuple[str, bytes | None]] = [("id", draw(json_key_value(non_utf8=True)))]  # refused as a record
     if kind <= 14:
         wrong = draw(messy())
@@ -953,25 +968,25 @@ def stream_record(draw: st.DrawFn, deployment: str, avoid: Collection[str] = ())
 
 @st.composite
 def stream_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> StreamCase:
-    deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
+    deployment = draw(sampled(("iris", "iris", "diabetes")))
     lines = draw(st.lists(stream_record(deployment, avoid), max_size=8))
     data = _assemble(draw, lines, bom="stream-bom" not in avoid, tail="stream-whitespace-tail" not in avoid)
     last = data.rpartition(b"\n")[2]
     if "stream-whitespace-tail" in avoid and last and not last.strip():
         data += b"\n"  # a whitespace-only line, not the last fragment
-    return StreamCase(deployment, data, draw(st.sampled_from([1, 2, 3, 4096])))
+    return StreamCase(deployment, data, draw(sampled((1, 2, 3, 4096))))
 
 
 @st.composite
 def event_cases(draw: st.DrawFn, avoid: Collection[str] = ()) -> EventCase:
-    deployment = draw(st.sampled_from(["iris", "iris", "diabetes"]))
-    source = draw(st.sampled_from(["sqs", "sqs-fifo", "kinesis"]))
+    deployment = draw(sampled(("iris", "iris", "diabetes")))
+    source = draw(sampled(("sqs", "sqs-fifo", "kinesis")))
     bodies = draw(st.lists(stream_record(deployment, avoid), min_size=1, max_size=10))
     if source.startswith("sqs"):  # an SQS body is text, of one character at least
         bodies = [b for b in bodies if b and is_utf8(b)] or [b"{}"]
     else:  # a Kinesis record's data is one byte at least
         bodies = [b for b in bodies if b] or [b"{}"]
-    return EventCase(deployment, source, tuple(bodies), draw(st.sampled_from([1, 2, 3, 4096])))
+    return EventCase(deployment, source, tuple(bodies), draw(sampled((1, 2, 3, 4096))))
 
 
 # What a driver answered, compared --------------------------------------------------------------

@@ -9,13 +9,16 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator
     from pathlib import Path
 
+    import httpx
     import pytest
+    from hypothesis.strategies import SearchStrategy
 
 
 @dataclass
@@ -273,3 +276,39 @@ def is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+@cache
+def sampled(values: tuple[Any, ...]) -> SearchStrategy[Any]:
+    """`st.sampled_from(values)`, one strategy for each tuple of values. Hypothesis validates a
+    strategy object on its first draw (and works out its label and whether it can be empty): a
+    strategy built anew inside a composite is validated at every draw, much of the cost of drawing
+    a record. The same strategy drawn the same way: the same examples."""
+    from hypothesis import strategies as st
+
+    return st.sampled_from(values)
+
+
+@cache
+def _tls() -> Any:
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def http_client(**options: Any) -> httpx.Client:
+    """`httpx.Client(**options)` (a connection pool of its own) with one TLS context for the
+    whole run: httpx builds one for every client, and for every `httpx.get`/`httpx.post`, by
+    loading certifi's bundle (~85 ms CPU each), which plain HTTP on loopback never uses."""
+    import httpx
+
+    return httpx.Client(verify=_tls(), **options)
+
+
+def http(method: str, url: str, **options: Any) -> httpx.Response:
+    """`httpx.request(method, url, **options)`: one request on a connection of its own, with
+    the run's TLS context (`http_client`)."""
+    with http_client() as client:
+        return client.request(method, url, **options)

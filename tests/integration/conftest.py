@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from sluice.api.app import SluiceApp
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -34,13 +35,40 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, out, err
 
 
+# Apps shared from test to test, by what an app reads of its first container's settings and
+# keeps (the request limit, the WebSocket connections' rate); see `app_for`.
+_APPS: dict[tuple[int, str], SluiceApp] = {}
+
+
+def app_for(container: Container) -> SluiceApp:
+    """An app serving `container`, one per process for each request limit and WebSocket rate,
+    its container swapped from test to test (as the Lambda handler's module-level app is):
+    FastAPI builds an included router's routes on the first request that reaches them in each
+    app (up to ~0.2 CPU-s for a test's first requests), and a shared app builds them once. The
+    WebSocket rate counts each connection apart (a random id); a container with a rate limit on
+    keys gets an app of its own."""
+    settings = container.settings
+    if settings.admission.rate_limit:
+        return create_app(container)
+    key = (settings.limits.max_request_bytes, settings.websocket.websocket_rate_limit)
+    app = _APPS.get(key)
+    if app is None:
+        app = _APPS[key] = create_app(container)
+    app.state.container = container
+    return app
+
+
 @pytest.fixture
 def client(demo: Container) -> Iterator[TestClient]:
-    """The app on the demo container, its event loop started once for all the test's requests
-    (a TestClient used outside `with` starts a thread and a loop per request), and its
-    lifespan's shutdown run at the end as uvicorn would."""
-    with TestClient(create_app(demo)) as client:
-        yield client
+    """The app on the demo container (`app_for`), its event loop started once for all the
+    test's requests (a TestClient used outside `with` starts a thread and a loop per request),
+    and its lifespan's shutdown run at the end as uvicorn would."""
+    app = app_for(demo)
+    try:
+        with TestClient(app) as client:
+            yield client
+    finally:
+        app.state.container = None
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from tests.conftest import REPO
 from tests.integration.conftest import api_keys, auth
 from tests.integration.test_metrics import value
 from tests.integration.traffic_fakes import add_fake
-from tests.support import serving
+from tests.support import http, http_client, serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -101,12 +101,12 @@ def service(demo: Container, acme: Principal, globex: Principal) -> Iterator[tup
 
 
 def _simple(base: str, key: str, deployment: str = "slow") -> httpx.Response:
-    return httpx.post(f"{base}/api/v1/predictions", json={"deployment": deployment, "inputs": [ROW]}, headers=auth(key), timeout=30)
+    return http("POST", f"{base}/api/v1/predictions", json={"deployment": deployment, "inputs": [ROW]}, headers=auth(key), timeout=30)
 
 
 def _v2(base: str, key: str, deployment: str = "slow") -> httpx.Response:
     body = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": ROW}]}
-    return httpx.post(f"{base}/v2/models/{deployment}/infer", json=body, headers=auth(key), timeout=30)
+    return http("POST", f"{base}/v2/models/{deployment}/infer", json=body, headers=auth(key), timeout=30)
 
 
 def _until(condition: Any) -> None:
@@ -135,11 +135,11 @@ def test_a_full_worker_answers_503_at_once_and_still_answers_health_and_metrics(
         for response in refused:
             _refused(response, 503, "overloaded")
         # Nothing but predictions is refused: health, readiness, metrics, management reads.
-        assert httpx.get(f"{base}/healthz").status_code == 200
-        assert httpx.get(f"{base}/readyz").status_code == 200
-        assert httpx.get(f"{base}/v2/health/ready").status_code == 200
-        assert httpx.get(f"{base}/api/v1/deployments", headers=auth(key)).status_code == 200
-        metrics = httpx.get(f"{base}/metrics", headers=auth(key))
+        assert http("GET", f"{base}/healthz").status_code == 200
+        assert http("GET", f"{base}/readyz").status_code == 200
+        assert http("GET", f"{base}/v2/health/ready").status_code == 200
+        assert http("GET", f"{base}/api/v1/deployments", headers=auth(key)).status_code == 200
+        metrics = http("GET", f"{base}/metrics", headers=auth(key))
         assert metrics.status_code == 200
         assert value(metrics.text, "ml_inference_refused_total", tenant="acme", code="overloaded") == 2 * LIMIT  # what to alarm on
         # and each refused prediction is a request that failed, as any other failure is counted
@@ -204,7 +204,7 @@ def test_no_connection_is_reset_by_a_burst(service: tuple[str, dict[str, str], G
     key = keys["acme"]
 
     def one(i: int) -> int:
-        with contextlib.closing(httpx.Client(timeout=30)) as client:  # a connection of its own
+        with contextlib.closing(http_client(timeout=30)) as client:  # a connection of its own
             body = {"deployment": "slow", "inputs": [ROW]}
             return client.post(f"{base}/api/v1/predictions", json=body, headers=auth(key)).status_code
 
@@ -232,7 +232,7 @@ def test_a_slot_is_free_once_the_answer_is_sent_before_the_statistics_are_writte
 
     service_.flush_stats_if_due = slow_flush  # type: ignore[method-assign]
     try:
-        with httpx.Client(timeout=30) as client:
+        with http_client(timeout=30) as client:
             first = client.post(f"{base}/api/v1/predictions", json={"deployment": "slow", "inputs": [ROW]}, headers=auth(keys["acme"]))
             assert first.status_code == 200
             assert writing.wait(30)

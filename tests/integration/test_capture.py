@@ -13,7 +13,6 @@ import pytest
 from fastapi.testclient import TestClient
 from moto import mock_aws
 
-from sluice.api.app import create_app
 from sluice.capture.capturer import Capturer
 from sluice.capture.sinks import FirehoseSink, FolderSink
 from tests.integration.conftest import auth
@@ -74,10 +73,9 @@ def _predict(client: TestClient, key: str, n: int) -> list[dict[str, Any]]:
     return answers
 
 
-def test_every_sampled_request_is_written_with_its_metadata_and_redacted(demo: Container, acme: Principal, keys: dict[str, str], settings: Any) -> None:
+def test_every_sampled_request_is_written_with_its_metadata_and_redacted(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], settings: Any) -> None:
     assert isinstance(demo.capture.sink, FolderSink)  # type: ignore[union-attr]
     _capture_on(demo, acme)
-    client = TestClient(create_app(demo))
     _predict(client, keys["acme"], 300)
     assert demo.capture is not None and demo.capture.drain()
     assert demo.capture.counts() == {"sampled": 300, "written": 300, "dropped": 0, "failed": 0, "queued": 0}
@@ -97,11 +95,10 @@ def test_every_sampled_request_is_written_with_its_metadata_and_redacted(demo: C
     assert oct(files[0].stat().st_mode & 0o777) == "0o600"
 
 
-def test_sampling_keeps_about_the_share_asked_and_nothing_for_other_deployments(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+def test_sampling_keeps_about_the_share_asked_and_nothing_for_other_deployments(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str]) -> None:
     sink = Recording()
     demo.predictions.capture = Capturer(sink)
     _capture_on(demo, acme, {"sample_percent": 10})
-    client = TestClient(create_app(demo))
     _predict(client, keys["acme"], 400)
     r = client.post("/api/v1/predictions", json={"deployment": "diabetes", "inputs": [[0.0] * 10]}, headers=auth(keys["acme"]))
     assert r.status_code == 200
@@ -111,12 +108,11 @@ def test_sampling_keeps_about_the_share_asked_and_nothing_for_other_deployments(
     assert all("inputs" in r and "outputs" in r for r in sink.records)
 
 
-def test_a_blocked_sink_never_holds_an_answer_and_a_full_queue_drops_and_counts(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
+def test_a_blocked_sink_never_holds_an_answer_and_a_full_queue_drops_and_counts(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str]) -> None:
     sink = Blocked()
     capturer = Capturer(sink, max_queue=5, batch=2)
     demo.predictions.capture = capturer
     _capture_on(demo, acme)
-    client = TestClient(create_app(demo))
     answers = _predict(client, keys["acme"], 60)  # would never return if an answer waited on the sink
     assert all(a["prediction"] == "virginica" for a in answers)
     assert capturer.sampled == 60 and capturer.dropped >= 60 - 5 - 2
@@ -126,8 +122,7 @@ def test_a_blocked_sink_never_holds_an_answer_and_a_full_queue_drops_and_counts(
     assert len(sink.records) == capturer.written
 
 
-def test_a_failing_sink_never_touches_an_answer(demo: Container, acme: Principal, keys: dict[str, str]) -> None:
-    client = TestClient(create_app(demo))
+def test_a_failing_sink_never_touches_an_answer(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str]) -> None:
     before = _predict(client, keys["acme"], 1)[0]
     capturer = Capturer(Broken())
     demo.predictions.capture = capturer
@@ -138,8 +133,7 @@ def test_a_failing_sink_never_touches_an_answer(demo: Container, acme: Principal
     assert capturer.failed == 40 and capturer.written == 0
 
 
-def test_capture_settings_are_checked_and_name_the_field(demo: Container, keys: dict[str, str]) -> None:
-    client = TestClient(create_app(demo))
+def test_capture_settings_are_checked_and_name_the_field(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
     for capture, field in (
         ({"sample_percent": 0}, "capture.sample_percent"),
         ({"sample_percent": 101}, "capture.sample_percent"),
@@ -157,13 +151,12 @@ def test_capture_settings_are_checked_and_name_the_field(demo: Container, keys: 
     assert r.status_code == 200 and r.json()["capture"] is None
 
 
-def test_each_tenant_is_captured_under_its_own_partition(demo: Container, acme: Principal, globex: Principal, keys: dict[str, str], settings: Any) -> None:
+def test_each_tenant_is_captured_under_its_own_partition(demo: Container, client: TestClient, acme: Principal, globex: Principal, keys: dict[str, str], settings: Any) -> None:
     from tests.conftest import MODELS
 
     demo.models.push(globex, "iris", (MODELS / "iris.onnx").read_bytes())
     demo.deployments.create(globex, "iris", {"kind": "single", "model": "iris", "version": 1}, capture={"sample_percent": 100})
     _capture_on(demo, acme)
-    client = TestClient(create_app(demo))
     _predict(client, keys["acme"], 3)
     _predict(client, keys["globex"], 2)
     assert demo.capture is not None and demo.capture.drain()

@@ -41,6 +41,22 @@ def test_push_deploy_predict_switch(capsys: pytest.CaptureFixture[str]) -> None:
     assert [p["prediction"] for p in rows["predictions"]] == ["setosa", "virginica"]
 
 
+def test_the_tenant_is_read_from_the_environment_at_each_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--tenant`, else SLUICE_TENANT as it is when the command runs (the parser that reads the
+    command line is built once per process), else `default`."""
+    assert run_cli(capsys, "--tenant", "acme", "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    monkeypatch.setenv("SLUICE_TENANT", "acme")
+    assert "iris" in run_cli(capsys, "models", "list")[1]
+    monkeypatch.setenv("SLUICE_TENANT", "globex")
+    assert "iris" not in run_cli(capsys, "models", "list")[1]
+    assert "iris" in run_cli(capsys, "--tenant", "acme", "models", "list")[1]
+    monkeypatch.delenv("SLUICE_TENANT")
+    assert "iris" not in run_cli(capsys, "models", "list")[1]
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0  # the tenant `default`'s own
+    monkeypatch.setenv("SLUICE_TENANT", "default")
+    assert "iris" in run_cli(capsys, "models", "list")[1]
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import random
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from sluice.batch.plan import JobSpec, _plan_text
 from sluice.batch.readers import read_chunk
 from sluice.batch.records import CSV, Records, RecordScanner
 from sluice.domain.errors import InvalidInput
-from tests.support import is_utf8
+from tests.support import is_utf8, sampled
 
 PROPERTY = settings(
     max_examples=100, derandomize=True, database=None, deadline=None,
@@ -120,10 +121,11 @@ TEXT = st.lists(
 ).map(b"".join)
 
 
+@cache
 @st.composite
 def csv_fields(draw: st.DrawFn) -> bytes:
     text = draw(TEXT)
-    style = draw(st.sampled_from(["quoted", "plain", "after-quote"]))
+    style = draw(sampled(("quoted", "plain", "after-quote")))
     if style == "quoted":
         return b'"' + text.replace(b'"', b'""') + b'"'
     plain = text.replace(b",", b"").replace(b"\r", b"").replace(b"\n", b"").lstrip(b'"')
@@ -137,7 +139,7 @@ def csv_files(draw: st.DrawFn) -> tuple[bytes, int]:
     header = b",".join(b'"' + n + b'"' if draw(st.booleans()) else n for n in names)
     records = []
     for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["row", "row", "row", "row", "blank", "spaces", "short", "long"]))
+        kind = draw(sampled(("row", "row", "row", "row", "blank", "spaces", "short", "long")))
         count = {"row": width, "short": max(width - 1, 0), "long": width + 1}.get(kind, 0)
         record = b",".join(draw(csv_fields()) for _ in range(count)) if count else (b"  \t" if kind == "spaces" else b"")
         records.append(record)
@@ -229,22 +231,23 @@ VALUES = st.one_of(
 )
 
 
+@cache
 @st.composite
 def json_lines(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["object"] * 6 + ["blank", "spaces", "null", "scalar", "array", "two", "broken", "latin1", "nan", "deep", "bom"]))
+    kind = draw(sampled(("object",) * 6 + ("blank", "spaces", "null", "scalar", "array", "two", "broken", "latin1", "nan", "deep", "bom")))
     obj: dict[str, Any] = {}
-    for key in draw(st.lists(st.sampled_from(["id", "x", "other"]), unique=True)):
+    for key in draw(st.lists(sampled(("id", "x", "other")), unique=True)):
         obj[key] = draw(VALUES)
     text = json.dumps(obj, ensure_ascii=draw(st.booleans())).encode()
-    pad = draw(st.sampled_from([b"", b" ", b"\t", b"\r"]))
+    pad = draw(sampled((b"", b" ", b"\t", b"\r")))
     return {
-        "object": pad + text + draw(st.sampled_from([b"", b" ", b"\r"])),
+        "object": pad + text + draw(sampled((b"", b" ", b"\r"))),
         "blank": b"",
         "spaces": b" \t\r",
         "null": pad + b"null",
-        "scalar": draw(st.sampled_from([b"1", b'"s"', b"true"])),
+        "scalar": draw(sampled((b"1", b'"s"', b"true"))),
         "array": b"[" + text + b"]",
-        "two": text + draw(st.sampled_from([b" ", b"\r", b""])) + text,
+        "two": text + draw(sampled((b" ", b"\r", b""))) + text,
         "broken": text[: max(1, len(text) // 2)],
         "latin1": b'{"id": "caf\xe9", "x": 1}',
         "nan": b'{"id": "n", "x": NaN}' if draw(st.booleans()) else b'{"other": -Infinity, "x": 1}',
@@ -258,7 +261,7 @@ def jsonl_files(draw: st.DrawFn) -> bytes:
     lines = draw(st.lists(json_lines(), max_size=10))
     if draw(st.booleans()):  # a file of objects only, as most are: the fast path's ground
         lines = [json.dumps({"id": draw(VALUES), "x": draw(VALUES)}).encode() for _ in lines]
-    body = b"".join(line + draw(st.sampled_from([b"\n", b"\r\n"])) for line in lines)
+    body = b"".join(line + draw(sampled((b"\n", b"\r\n"))) for line in lines)
     if lines and draw(st.booleans()):
         body = body.rstrip(b"\n")
     return (b"\xef\xbb\xbf" if draw(st.booleans()) else b"") + body
@@ -332,23 +335,36 @@ NUMBER_TEXT = st.builds(
 )
 WORDS = st.text(max_size=8).filter(lambda t: "NaN" not in t and "Inf" not in t)  # either sends a line to the slow path
 KEYS = (WORDS, st.integers(-(2**63), 2**63 - 1))  # a file's keys are one or the other (or null)
+NUMBER_OR_NULL = st.one_of(NUMBER_TEXT, st.just("null"))
+
+
+# Strategies of fixed arguments are built once (`sampled`, and these under `cache`): a strategy
+# built anew inside a composite is validated again at every draw.
+@cache
+def _nullable(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.none(), values)
+
+
+@cache
+def _permutations(values: tuple[str, ...]) -> st.SearchStrategy[list[str]]:
+    return st.permutations(values)
 
 
 @st.composite
 def object_lines(draw: st.DrawFn) -> bytes:
     """JSON Lines of objects with a text or whole-number key and a number (written any way
     JSON allows), as most files are: the fast path's ground."""
-    other = draw(st.sampled_from([None, "text", "list"]))
-    keys = st.one_of(st.none(), draw(st.sampled_from(KEYS)))
+    other = draw(sampled((None, "text", "list")))
+    keys = _nullable(draw(sampled(KEYS)))
     lines = []
     for _ in range(draw(st.integers(1, 12))):
-        fields = {"id": json.dumps(draw(keys), ensure_ascii=draw(st.booleans())), "x": draw(st.one_of(NUMBER_TEXT, st.just("null")))}
+        fields = {"id": json.dumps(draw(keys), ensure_ascii=draw(st.booleans())), "x": draw(NUMBER_OR_NULL)}
         if other is not None:
             fields["other"] = json.dumps(draw(WORDS) if other == "text" else draw(st.lists(st.integers(0, 9), max_size=3)))
-        names = draw(st.permutations(list(fields)))[: draw(st.integers(0, len(fields)))]
-        comma, colon = draw(st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", " : ")]))
+        names = draw(_permutations(tuple(fields)))[: draw(st.integers(0, len(fields)))]
+        comma, colon = draw(sampled(((",", ":"), (", ", ": "), (" ,\t", " : "))))
         line = "{" + comma.join(f"{json.dumps(n)}{colon}{fields[n]}" for n in names) + "}"
-        lines.append(line.encode() + draw(st.sampled_from([b"", b"\r"])))
+        lines.append(line.encode() + draw(sampled((b"", b"\r"))))
     return b"".join(line + b"\n" for line in lines)
 
 

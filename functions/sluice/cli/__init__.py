@@ -8,6 +8,7 @@ in its own module and adds its subcommands to the parser built here.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -48,10 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The parser `main` reads with, built once a process (~20 ms: some 60 subcommands): a
+    process that runs several commands (tests, a script calling `main`) builds it once. The
+    tenant's default is read from the environment at each `main` instead (None: not given)."""
+    parser = build_parser()
+    parser.set_defaults(tenant=None)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     # Prediction logs are for servers; the CLI's stdout is its answer.
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
-    args = build_parser().parse_args(argv)
+    args = _parser().parse_args(argv)
+    if args.tenant is None:
+        args.tenant = os.environ.get("SLUICE_TENANT", "default")
     try:
         # What this run writes on this machine is its user's alone, libraries' files included
         # (SQLite's, pyarrow's, the metrics client's); `serve`'s workers inherit the umask.

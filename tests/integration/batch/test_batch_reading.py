@@ -147,11 +147,24 @@ def _sluice(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], env=_subprocess_env(home), capture_output=True, text=True, timeout=300, check=False)
 
 
+def _iris_home(home: Path) -> Path:
+    """A home where acme has the deployment `iris` of the model `iris`, made in this process
+    (what `sluice models push iris` and `sluice deployments create iris --model iris` make): the
+    command under test runs in a process of its own, its setup need not."""
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=home, registry="", store=""))
+    acme = Principal("acme", frozenset({"admin", "predict"}), "cli")
+    version = container.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    container.deployments.create(acme, "iris", {"kind": "single", "model": "iris", "version": version.version})
+    return home
+
+
 def test_a_json_lines_file_whose_first_line_is_null_is_scored_by_batch_run(tmp_path: Path) -> None:
     """pyarrow's JSON reader crashes the process on a chunk whose first value is `null`."""
-    home = tmp_path / "home"
-    assert _sluice(home, "models", "push", "iris", str(MODELS / "iris.onnx")).returncode == 0
-    assert _sluice(home, "deployments", "create", "iris", "--model", "iris").returncode == 0
+    home = _iris_home(tmp_path / "home")
     path = tmp_path / "nulls.jsonl"
     path.write_bytes(b"null\n" + b"\n".join(_line(i) for i in range(1, 6)) + b"\n")
     done = _sluice(home, "batch", "run", str(path), "--deployment", "iris", "--key", "id")
@@ -331,9 +344,7 @@ def test_compressed_bytes_under_a_plain_name_are_refused_as_compressed(batch: Co
 
 
 def test_batch_run_refuses_compressed_bytes_named_csv_as_a_failed_job(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    assert _sluice(home, "models", "push", "iris", str(MODELS / "iris.onnx")).returncode == 0
-    assert _sluice(home, "deployments", "create", "iris", "--model", "iris").returncode == 0
+    home = _iris_home(tmp_path / "home")
     path = tmp_path / "day.csv"
     path.write_bytes(gzip.compress(b"id,sepal_length\nx,1\n"))
     done = _sluice(home, "batch", "run", str(path), "--deployment", "iris")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -41,14 +42,42 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="module")
+def registry_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DynamoDBClient]:
+    """The registry's table on moto, made once for a module (a client and a table cost ~0.15
+    CPU-s, more than most tests): a client of it, the `aws` fixture's world around it. A test
+    that uses it leaves it empty (`emptied`)."""
+    folder = tmp_path_factory.mktemp("aws")
+    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws():
+        fake_aws_credentials(monkeypatch, REGION)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
+        monkeypatch.delenv("AWS_PROFILE", raising=False)
+        client = boto3.client("dynamodb", region_name=REGION)
+        create_table(client, TABLE)
+        yield client
+
+
+@contextmanager
+def emptied(client: DynamoDBClient) -> Iterator[DynamoDBClient]:
+    """The module's registry table, every item deleted when the test is done: the next test
+    finds it as a new one."""
+    assert not client.scan(TableName=TABLE, Select="COUNT")["Count"], "the shared table is not empty"
+    try:
+        yield client
+    finally:
+        keys = [{"pk": item["pk"], "sk": item["sk"]} for page in client.get_paginator("scan").paginate(TableName=TABLE, ProjectionExpression="pk, sk") for item in page["Items"]]
+        for at in range(0, len(keys), 25):
+            client.batch_write_item(RequestItems={TABLE: [{"DeleteRequest": {"Key": key}} for key in keys[at : at + 25]]})
+
+
 @pytest.fixture(params=["sqlite", "dynamodb"])
-def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Registry:
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
     if request.param == "sqlite":
-        return SqliteRegistry(tmp_path / "registry.db")
-    request.getfixturevalue("aws")
-    client = boto3.client("dynamodb", region_name=REGION)
-    create_table(client, TABLE)
-    return DynamoRegistry(TABLE, client=cast("DynamoDBClient", OneCallAtATime(client)))
+        yield SqliteRegistry(tmp_path / "registry.db")
+        return
+    with emptied(request.getfixturevalue("registry_table")) as client:
+        yield DynamoRegistry(TABLE, client=cast("DynamoDBClient", OneCallAtATime(client)))
 
 
 class StoreCase(Protocol):

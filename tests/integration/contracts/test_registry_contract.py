@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from decimal import Decimal
 from functools import partial
@@ -15,6 +15,7 @@ import boto3
 import pytest
 from boto3.dynamodb.types import TypeSerializer
 from botocore.stub import Stubber
+from tests.integration.contracts.conftest import emptied
 from tests.support import at_once
 
 from sluice.clients import AwsClients
@@ -1007,10 +1008,10 @@ class Meanwhile:
 
 
 @pytest.fixture
-def dynamodb(aws: None) -> Any:
-    client = boto3.client("dynamodb", region_name="us-east-1")
-    create_table(client, "sluice-registry")
-    return client
+def dynamodb(registry_table: Any) -> Iterator[Any]:
+    """The registry table on moto (the module's, empty) and a client of it."""
+    with emptied(registry_table) as client:
+        yield client
 
 
 def test_dynamodb_reads_items_of_earlier_releases(dynamodb: Any) -> None:
