@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="holds and kills processes with POSIX signals")
 
 ROWS = 200_000  # a CSV of about 8 MB: over a hundred chunks of 64 KiB
+AHEAD_S = 15.0  # a scheduled run this far ahead comes after `sluice serve` has started, been killed and started again
 
 
 @pytest.fixture
@@ -217,21 +218,28 @@ def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_s
     """The scenario as an operator meets it: `sluice serve --workers 2` killed with SIGKILL while
     two schedules' runs score (one schedule skips a run that would overlap, one queues it). Its
     workers let go of the port; started again on that port, it has marked both runs FAILED,
-    saying why, before it answers; and each schedule's next run starts at its time and succeeds."""
-    env = {**os.environ, "SLUICE_BATCH_SCHEDULE_POLL_S": "0.5"}
+    saying why, before it answers; and each schedule's next run starts at its time and succeeds.
+
+    No minute is waited for: the first server looks for due runs once, as it starts (its scan
+    interval is an hour), and the schedules, made just before it, run every minute from a
+    moment placed so that a run is due then and the next one AHEAD_S seconds later, while the
+    server is down or just back. A start slower than that runs the later time instead (missed
+    times collapse into the latest); the story holds with the time after it."""
+    big = write_input(tmp_path / "big.csv", iris_rows(ROWS))
+    created = time.time() + AHEAD_S - 120  # every minute from then: one run due now, the next in AHEAD_S
+    candidates = [created + 60, created + 120]  # what the first server's one look may start
+    for moment in candidates:
+        os.link(big, tmp_path / f"in-{_hhmm(moment)}.csv")
+    container = get_container()
+    for overlap in ("skip", "queue"):
+        container.registry.create_schedule(Schedule(
+            "acme", overlap, "iris", f"file://{tmp_path}/in-{{time}}.csv", "rate(1 minute)",
+            overlap=overlap, operator=True, created_at=created,  # type: ignore[arg-type]
+        ))  # fmt: skip
     argv = ["--tenant", "acme", "serve", "--workers", "2"]
-    first, port = start_sluice(home, env, argv, log=tmp_path / "serve.log")
+    once = {**os.environ, "SLUICE_BATCH_SCHEDULE_POLL_S": "3600"}
+    first, port = start_sluice(home, once, argv, log=tmp_path / "serve.log")
     try:
-        created = time.time() - 57  # every minute from then: the first run is due in 3 s
-        runs = [created + 60, created + 120]
-        write_input(tmp_path / f"in-{_hhmm(runs[0])}.csv", iris_rows(ROWS))
-        write_input(tmp_path / f"in-{_hhmm(runs[1])}.csv", iris_rows(300))
-        container = get_container()
-        for overlap in ("skip", "queue"):
-            container.registry.create_schedule(Schedule(
-                "acme", overlap, "iris", f"file://{tmp_path}/in-{{time}}.csv", "rate(1 minute)",
-                overlap=overlap, operator=True, created_at=created,  # type: ignore[arg-type]
-            ))  # fmt: skip
         deadline = time.monotonic() + 120
         while len(going := [j for j in container.registry.list_jobs("acme") if j.status == "RUNNING" and j.chunks_done]) < 2:
             assert first.poll() is None and time.monotonic() < deadline, f"the runs never got going: {going}"
@@ -244,6 +252,12 @@ def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_s
             first.kill()
     killed = {j.schedule: j for j in going}
     assert {j.status for j in container.registry.list_jobs("acme")} == {"RUNNING"}  # as the process left them
+    (fired,) = {j.scheduled_for for j in going}
+    assert fired in candidates, (fired, candidates)
+    runs = [fired, fired + 60]
+    following = tmp_path / f"in-{_hhmm(runs[1])}.csv"
+    following.unlink(missing_ok=True)  # (a link to the big input)
+    write_input(following, iris_rows(300))
     try:
         deadline = time.monotonic() + 30
         while not connection_refused(port):  # its workers saw it gone: they drained and let go of the port
@@ -254,7 +268,8 @@ def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_s
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    again, _ = start_sluice(home, env, argv, log=tmp_path / "serve.log", port=port)
+    env = {**os.environ, "SLUICE_BATCH_SCHEDULE_POLL_S": "0.5"}
+    again, _ = start_sluice(home, env, ["--tenant", "acme", "serve", "--workers", "1"], log=tmp_path / "serve.log", port=port)
     try:
         for schedule, job in killed.items():  # before any read: serve looked as it started
             stopped = container.registry.get_job("acme", job.id)
