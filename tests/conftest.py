@@ -33,7 +33,7 @@ EVENTS = REPO / "events"
 # them on other workers. The two synthesized apps share one group: many tests read both (the
 # checkov scan, the acknowledgements, tests parametrized by the app's name), and an app built in
 # two workers is built twice (~25-45 CPU-s each).
-SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton"}
+SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton", "demo_serve": "demo-serve"}
 
 
 @pytest.hookimpl(wrapper=True)
