@@ -69,9 +69,13 @@ def sluice(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
     return code, out, err
 
 
+def batch_args(source: Path, out: Path) -> list[str]:
+    return ["batch", "run", str(source), "--deployment", "iris", "--key", "id", "--out", str(out), "--concurrency", "1"]
+
+
 def batch_run(source: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "sluice.cli", "--tenant", "acme", "batch", "run", str(source),
-            "--deployment", "iris", "--key", "id", "--out", str(out), "--concurrency", "1"]  # fmt: skip
+    """`sluice batch run` as a process of its own (to be held, killed or found dead)."""
+    return [sys.executable, "-m", "sluice.cli", "--tenant", "acme", *batch_args(source, out)]
 
 
 def spawn(args: list[str]) -> subprocess.Popen[str]:
@@ -126,15 +130,15 @@ def rows_on_disk(out: Path) -> int:
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_part(
-    home: Path, tmp_path: Path
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = write_input(tmp_path / "big.csv", iris_rows(ROWS))
     out = tmp_path / "scored"
     first = spawn(batch_run(source, out))
     with stopped(first) as job:
-        second = subprocess.run(batch_run(source, out), capture_output=True, text=True, timeout=300, check=False)
-        assert second.returncode != 0, second.stderr[-2000:]
-        assert f"is being written by batch job {job.id} (RUNNING)" in second.stderr, second.stderr[-2000:]
+        code, _, err = sluice(capsys, *batch_args(source, out))  # the second, in this process
+        assert code != 0, err[-2000:]
+        assert f"is being written by batch job {job.id} (RUNNING)" in err, err[-2000:]
         assert [j.id for j in get_container().registry.list_jobs("acme")] == [job.id]  # refused whole
     report, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-2000:]
@@ -163,9 +167,9 @@ def test_a_run_killed_with_sigkill_reads_as_failed_and_its_folder_can_be_used_ag
     _, listed, _ = sluice(capsys, "batch", "list")
     assert job.id in listed and "FAILED" in listed and "RUNNING" not in listed
 
-    again = subprocess.run(batch_run(source, out), capture_output=True, text=True, timeout=600, check=False)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads(again.stdout)["counts"]["rows_out"] == ROWS and rows_on_disk(out) == ROWS
+    code, report, err = sluice(capsys, *batch_args(source, out))  # again, in this process
+    assert code == 0, err[-2000:]
+    assert json.loads(report)["counts"]["rows_out"] == ROWS and rows_on_disk(out) == ROWS
 
 
 def test_a_process_of_this_home_found_dead_when_sluice_serve_starts(home: Path, tmp_path: Path) -> None:
