@@ -13,15 +13,20 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
-# Installed with bytecode, and sluice's own modules (an editable install: outside site-packages,
-# which is all uv compiles) compiled beside them, so that a process reads bytecode rather than
+# Installed with bytecode for what sluice's processes import (site-packages and sluice's own
+# modules, an editable install outside it), so that a process reads bytecode rather than
 # compiling every module it imports, even where PYTHONDONTWRITEBYTECODE keeps it from writing
 # any (`sluice batch list`: 3.7 CPU-s without, 1.3 with). A module edited since is compiled
-# again in memory, as Python does whenever bytecode is older than its source.
-COMPILE := $(PY) -m compileall -q -j 0 functions/sluice
+# again in memory, as Python does whenever bytecode is older than its source. Left to compile
+# when first imported: the CDK library (196 MB of bytecode, of which `cdk synth` reads a fifth;
+# a third of the compile's CPU) and what no sluice process imports (sympy, networkx,
+# databricks' SDK, mypy, pip, setuptools, fontTools, mpmath): ~40 CPU-s less at every install.
+NO_COMPILE := /site-packages/(aws_cdk|sympy|networkx|databricks|mypy|mypyc|pip|setuptools|fontTools|mpmath)/
+COMPILE := $(PY) -m compileall -q -j 0 -x '$(NO_COMPILE)' functions/sluice \
+	$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 
 $(STAMP): pyproject.toml | $(UV)
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[dev]'
+	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
 	$(COMPILE)
 	touch $(STAMP)
 
@@ -86,7 +91,7 @@ docs-serve: $(STAMP)
 # BENCH_ARGS=--quick for a ~2-minute smoke run. wrk comes from Debian when apt-get can run (else
 # a Python load generator stands in); the Triton peer needs triton-env and is skipped without it.
 bench: $(STAMP)
-	$(UV) pip install --quiet --compile-bytecode --python $(PY) -e '.[bench]'
+	$(UV) pip install --quiet --python $(PY) -e '.[bench]'
 	$(COMPILE)
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }; }; } || \

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 GOAL_VS_TRITON = Goal(">=", 1.0)
+GOAL_BATCHED_P99 = Goal("<=", 1.1)  # p99 with adaptive batching over p99 without, same server and load
 MLSERVER_VERSION = "1.7.1"
 MLSERVER_ENV = WORK / "venv-mlserver"
 TRITON_HOME = WORK / "triton-home"
@@ -216,6 +217,13 @@ def run(quick: bool) -> list[dict[str, Any]]:
                                     figure(f"{prefix}.cpu", f"{where}: server CPU per request", "µs", who,
                                            [x["cpu_us"] for x in runs[who]], reference=label,
                                            ref_values=[x["cpu_us"] for x in runs[peer]])
+                                )  # fmt: skip
+                            if goal is not None:  # batching must not cost the tail (the runs interleave)
+                                figures.append(
+                                    figure(f"peers.{peer}.{name}.c{conc}.batched.p99_vs_unbatched",
+                                           f"{name}, {conc} conn: p99 with adaptive batching ÷ without", "µs", SLUICE_BATCHED,
+                                           [x["p99_us"] for x in runs[SLUICE_BATCHED]], reference=SLUICE,
+                                           ref_values=[x["p99_us"] for x in runs[SLUICE]], goal=GOAL_BATCHED_P99)
                                 )  # fmt: skip
             except Exception as exc:  # a peer that cannot run is reported, not fatal
                 notes.append(f"{label} did not run: {type(exc).__name__}: {str(exc)[:600]}")

@@ -18,6 +18,11 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
+from tests.support import share_botocore_data
+
+# botocore's service descriptions parsed once per worker, not once per session (see
+# share_botocore_data): collection imports botocore in every worker already (moto's fixtures).
+share_botocore_data()
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"

@@ -68,6 +68,22 @@ class Clock:
         return self.now
 
 
+def share_botocore_data() -> None:
+    """Every botocore session of this process reads AWS's service descriptions through one
+    loader. boto3 keeps them per session, and moto gives each test a new default session, as
+    sluice's client factory does for each container: parsing the JSON again (SageMaker's alone
+    is megabytes) made building a client ~0.2 CPU-s, ten times one from a warm loader. The
+    loader only reads files and keeps what it parsed, so sharing it changes nothing a client
+    does."""
+    import functools
+
+    import botocore.loaders
+    import botocore.session
+
+    if not hasattr(botocore.session.create_loader, "cache_info"):  # once
+        botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
+
+
 def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, region: str) -> None:
     """Credentials and a region for moto, whatever the environment running the tests has."""
     for name, value in {

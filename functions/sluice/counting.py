@@ -1,5 +1,5 @@
 """Counts of what is under way, by key, that keep no key with nothing under way (admission's
-requests in flight, adaptive batching's waiting requests and calls)."""
+requests in flight)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from infra.config.endpoints import (
     EndpointVariant,
     InferenceComponents,
 )
+from infra.config.managed import ManagedInstancesConfig
 from infra.config.sections import (
     AlarmsConfig,
     ApiConfig,
@@ -49,6 +50,7 @@ __all__ = [
     "FunctionsConfig",
     "GraphsConfig",
     "InferenceComponents",
+    "ManagedInstancesConfig",
     "PlanLimits",
     "SluiceConfig",
     "StorageConfig",
@@ -122,6 +124,12 @@ class SluiceConfig(Section):
                 f"reserved concurrency with the streams adds up to {reserved}; at most {room} "
                 "may be reserved"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _managed_instances(self) -> SluiceConfig:
+        if self.api.managed_instances is not None:
+            self.api.managed_instances.check(self.functions, self.api.memory_mb)
         return self
 
     @field_validator("log_retention_days")

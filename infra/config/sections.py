@@ -9,6 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from infra.config.base import TENANT, Section
 from infra.config.follows import RegistryFields
+from infra.config.managed import ManagedInstancesConfig
 
 
 class FunctionsConfig(Section):
@@ -147,6 +148,11 @@ class ApiConfig(RegistryFields):
         "OFF",
         description="API Gateway execution logs. Needs the account's API Gateway CloudWatch "
         "role to be set already; access logs are always on.",
+    )
+    managed_instances: ManagedInstancesConfig | None = Field(
+        None,
+        description="Run the API function on Lambda Managed Instances (docs/deploy-aws.md); none: "
+        "Lambda on demand.",
     )
 
     @field_validator("tenants")

@@ -6,6 +6,7 @@ and the WebSocket API where it is on.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from constructs import Construct
@@ -23,6 +24,7 @@ from infra.constructs.capture import CaptureStream
 from infra.constructs.endpoint_lifecycle import EndpointLifecycle
 from infra.constructs.functions import FunctionGroup
 from infra.constructs.grants import grant_invoke_endpoints, grant_objects
+from infra.constructs.managed_instances import ManagedInstances
 from infra.constructs.monitor_schedule import MonitorSchedule
 from infra.constructs.precomputed import PrecomputedAnswers
 from infra.constructs.python_layer import PythonLayer
@@ -95,13 +97,21 @@ class ApiStack(FunctionStack):
         self.capture = CaptureStream(
             self, stream_name=names.capture_stream, bucket=storage.batch, logs=platform.logs
         ).target
+        managed = api.managed_instances
+        # On managed instances the API function runs without SnapStart or reserved concurrency
+        # (infra/constructs/managed_instances.py); the shadow function keeps both.
+        api_predicting = (
+            predicting
+            if managed is None
+            else replace(predicting, functions=replace(predicting.functions, snap_start=False))
+        )
         self.api_function = ApiFunction(
             self,
-            predicting,
+            api_predicting,
             function_name=names.function("api"),
             memory_mb=api.memory_mb,
             timeout_s=api.timeout_s,
-            reserved_concurrency=concurrency.api,
+            reserved_concurrency=concurrency.api if managed is None else None,
             prediction_cache_shared=api.prediction_cache_shared,
             batch_bucket=storage.batch,
             mirror=Mirror.invoking(self.shadow),
@@ -113,6 +123,16 @@ class ApiStack(FunctionStack):
                 scheduler_role=names.scheduler_role,
             ),
         ).function
+        self.managed_instances = None
+        if managed is not None:
+            self.managed_instances = ManagedInstances(
+                self,
+                "ManagedInstances",
+                config=managed,
+                architecture=platform.architecture,
+                name=names.function("api"),
+            )
+            self.managed_instances.attach(self.api_function, api.memory_mb)
         self.authorizer = AuthorizerFunction(
             self,
             "Authorizer",

@@ -3,7 +3,7 @@
 Two configs: the default (what `cdk deploy --all` ships: no endpoints, no alarm topic), in
 the environment the CDK CLI gives an app without credentials (a region, no account); and a
 full one (a GPU endpoint with two variants, a tenant with its own plan, an alarm topic, two
-Lambda functions a tenant's graphs may call),
+Lambda functions a tenant's graphs may call, two deployments the SnapStart functions preload),
 environment-agnostic.
 Both apps run with cdk-nag registered exactly as the real app does, with the feature flags
 of cdk.json, and with asset bundling skipped (layers are built in test_layers.py).
@@ -61,6 +61,7 @@ MLFLOW_KMS_KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56e
 FULL_CONFIG: dict[str, Any] = {
     "name": "sluice",
     "tags": {"owner": "ml-platform"},
+    "functions": {"preload": ["acme/fraud", "acme/iris"], "preload_max_mb": 64},
     "api": {
         "model_data_buckets": ["acme-model-data"],
         "follow_poll_minutes": 2,

@@ -78,21 +78,19 @@ def test_functions_off_the_request_path_keep_plain_versions(full_app: Synthesize
             assert "SnapStart" not in props, props["Handler"]
 
 
-def test_preload_reaches_the_snapstart_functions_and_snapstart_turns_off(
-    tmp_path: Path,
-) -> None:
-    config = {
-        **FULL_CONFIG,
-        "functions": {"preload": ["acme/fraud", "acme/iris"], "preload_max_mb": 64},
-    }
-    app = synthesize(tmp_path / "on", SluiceConfig.model_validate(config))
-    template = app.template("api")
+def test_preload_reaches_the_snapstart_functions(full_app: Synthesized) -> None:
+    template = full_app.template("api")
+    assert full_app.config.functions.preload == ["acme/fraud", "acme/iris"]
     for handler in (API, SHADOW):
         variables = function_by_handler(template, handler)[1]["Environment"]["Variables"]
         assert json.loads(variables["SLUICE_PRELOAD"]) == ["acme/fraud", "acme/iris"]
         assert variables["SLUICE_PRELOAD_MAX_BYTES"] == str(64 * 1024 * 1024)
 
-    config["functions"] = {"snap_start": False, "preload": ["acme/fraud"]}
+
+def test_snapstart_turns_off_with_its_aliases_and_preload(full_app: Synthesized, tmp_path: Path) -> None:
+    # The full app, SnapStart on, has the aliases this one must not.
+    assert full_app.template("api").find_resources("AWS::Lambda::Alias")
+    config = {**FULL_CONFIG, "functions": {"snap_start": False, "preload": ["acme/fraud"]}}
     off = synthesize(tmp_path / "off", SluiceConfig.model_validate(config)).template("api")
     assert off.find_resources("AWS::Lambda::Alias") == {}
     shadow_id, _ = function_by_handler(off, SHADOW)

@@ -93,8 +93,7 @@ def test_a_runtime_failure_fails_each_joined_request_with_its_status(batched: Co
     async def broken(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
         raise BackendError("the ONNX runtime failed (Fail)")
 
-    for name in ("infer", "infer_off_loop"):  # alone and joined
-        monkeypatch.setattr(_runtime(batched), name, broken)
+    monkeypatch.setattr(_runtime(batched), "infer", broken)  # alone and joined
     got = asyncio.run(concurrently(batched, acme, [request("diabetes", [row]) for row in ROWS[:4]]))
     assert all(isinstance(e, SluiceError) and e.status == 502 for e in got)
     assert len({id(e) for e in got}) == 4  # each request its own error
@@ -107,18 +106,14 @@ def test_a_refused_joined_input_is_retried_alone_so_only_the_culprit_fails(batch
     culprit = np.float32(ROWS[2][0])
 
     async def picky(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        joined.append(next(iter(inputs.values())).shape[0])  # every call's rows: alone and joined
         if any((a[:, 0] == culprit).any() for a in inputs.values()):  # the model refuses this row
             raise InvalidInput("the model rejected the input (shape or type)", field="inputs")
         return await real(version, inputs, outputs)
 
-    async def picky_joined(version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
-        joined.append(next(iter(inputs.values())).shape[0])
-        return await picky(version, inputs, outputs)
-
     monkeypatch.setattr(runtime, "infer", picky)
-    monkeypatch.setattr(runtime, "infer_off_loop", picky_joined)
     got = asyncio.run(concurrently(batched, acme, [request("diabetes", [row]) for row in ROWS[:4]]))
-    assert joined == [4]  # one joined call, refused; then each alone
+    assert joined == [4, 1, 1, 1, 1]  # one joined call, refused; then each alone
     assert isinstance(got[2], InvalidInput) and got[2].status == 400
     assert all(not isinstance(got[i], BaseException) for i in (0, 1, 3))
 
@@ -189,6 +184,104 @@ def test_while_a_call_is_under_way_the_next_batch_keeps_growing() -> None:
     assert asyncio.run(go()) == [2, 3]
 
 
+class _Gated:
+    """A slow model for the scheduling rules: each call waits until the test lets it return,
+    and records its rows and how many calls were under way at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.under_way = self.most = 0
+        self.release = asyncio.Event()
+
+    async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        from sluice.domain.results import InferenceResult
+
+        self.calls.append(next(iter(inputs.values())).shape[0])
+        self.under_way += 1
+        self.most = max(self.most, self.under_way)
+        try:
+            await self.release.wait()
+        finally:
+            self.under_way -= 1
+        return InferenceResult({"y": next(iter(inputs.values())) * 2})
+
+
+class _Version:
+    tenant, model, version, sha256 = "t", "m", 1, "x"
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_a_version_runs_at_most_its_instances_calls_at_once_even_with_full_batches(instances: int) -> None:
+    runtime, batcher = _Gated(), Batcher()
+    settings = BatchingSettings(max_batch_size=2, max_delay_us=0, instances=instances)
+
+    async def go() -> list[Any]:
+        values = [np.full((1, 2), i, np.float32) for i in range(8)]  # four full batches at once
+        waiting = [asyncio.ensure_future(batcher.infer(runtime, _Version(), {"x": v}, None, settings)) for v in values]  # type: ignore[arg-type]
+        await _turns()
+        assert runtime.calls == [2] * instances  # the others wait for an instance
+        runtime.release.set()
+        return await asyncio.gather(*waiting)
+
+    got = asyncio.run(go())
+    assert runtime.most == instances and batcher.most_running == instances
+    assert [r.outputs["y"][0, 0] for r in got] == [2.0 * i for i in range(8)]  # each its own rows
+
+
+def test_what_queued_while_the_model_was_busy_goes_at_once_and_a_preferred_size_does_not_wait() -> None:
+    runtime, batcher = _Gated(), Batcher()
+    # A delay far longer than the test: any request that waited it out would stall the test.
+    settings = BatchingSettings(max_batch_size=8, max_delay_us=1_000_000, preferred_batch_sizes=(2,))
+
+    async def one(i: int) -> Any:
+        return await batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        first = [asyncio.ensure_future(one(i)) for i in range(2)]
+        await _turns()
+        assert runtime.calls == [2]  # the preferred size reached: it left without the delay
+        later = [asyncio.ensure_future(one(i)) for i in range(2, 5)]
+        await _turns()
+        assert runtime.calls == [2]  # queued behind the call under way
+        runtime.release.set()
+        for _ in range(20):  # bounded: a few loop turns, far less than the delay
+            await asyncio.sleep(0)
+            if len(runtime.calls) == 2:
+                break
+        assert runtime.calls == [2, 3]  # all that queued, at once: 3 is not a preferred size
+        return await asyncio.gather(*first, *later)
+
+    got = asyncio.run(go())
+    assert [r.outputs["y"][0, 0] for r in got] == [2.0 * i for i in range(5)]
+
+
+def test_a_request_that_gives_up_leaves_the_queue() -> None:
+    runtime, batcher = _Gated(), Batcher()
+    settings = BatchingSettings(max_batch_size=2, max_delay_us=0)
+
+    async def one(i: int) -> Any:
+        return await batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        first = [asyncio.ensure_future(one(i)) for i in range(2)]
+        await _turns()
+        gives_up, stays, last = (asyncio.ensure_future(one(i)) for i in range(2, 5))
+        await _turns()
+        gives_up.cancel()  # its deadline passed while the model was busy
+        await _turns()
+        runtime.release.set()
+        return await asyncio.gather(*first, stays, last)
+
+    got = asyncio.run(go())
+    assert runtime.calls == [2, 2]  # the one that left took no place in the next batch
+    assert [r.outputs["y"][0, 0] for r in got] == [0.0, 2.0, 6.0, 8.0]
+
+
 def test_requests_waiting_to_be_batched_are_bounded_and_the_next_is_refused_at_once(settings: Any) -> None:
     release = asyncio.Event()
 
@@ -255,3 +348,29 @@ def test_the_setting_is_validated_kept_and_shown(demo: Container, acme: Principa
     with pytest.raises(SluiceError) as refused:
         demo.deployments.update(acme, "iris", None, batching={"max_batch_size": 8, "max_delay_us": 1.5})
     assert refused.value.status == 422 and refused.value.field == "batching.max_delay_us"  # type: ignore[attr-defined]
+
+
+def test_preferred_sizes_and_instances_are_validated_kept_and_serve_exactly_each_request_s_rows(
+    batched: Container, acme: Principal, client: TestClient, keys: dict[str, str]
+) -> None:
+    key = keys["acme"]
+    for bad, where in (
+        ({"preferred_batch_sizes": [4, 32]}, "batching.preferred_batch_sizes"),  # above max_batch_size
+        ({"preferred_batch_sizes": [4, 4]}, "batching.preferred_batch_sizes"),
+        ({"instances": 0}, "batching.instances"),
+        ({"instances": 17}, "batching.instances"),
+    ):
+        r = client.put("/api/v1/deployments/diabetes", json={"batching": {**BATCHING, **bad}}, headers=auth(key))
+        assert r.status_code == 422 and r.json()["field"] == where, r.text
+    chosen = {**BATCHING, "preferred_batch_sizes": [8, 4], "instances": 2}
+    r = client.put("/api/v1/deployments/diabetes", json={"batching": chosen}, headers=auth(key))
+    assert r.status_code == 200 and r.json()["batching"] == {**chosen, "preferred_batch_sizes": [4, 8]}, r.text
+    assert client.get("/api/v1/deployments/diabetes", headers=auth(key)).json()["batching"]["instances"] == 2
+    # The real model: four single rows reach the preferred size 4 and leave as one call.
+    batcher = batched.predictions.batcher
+    before = batcher.calls
+    got = asyncio.run(concurrently(batched, acme, [request("diabetes", [row]) for row in ROWS[:4]]))
+    assert batcher.calls - before == 1
+    for row, prediction in zip(ROWS[:4], got, strict=True):
+        alone = asyncio.run(batched.predictions.predict(acme, request("diabetes", [row] * 4)))  # 4 rows: a preferred size
+        np.testing.assert_allclose(next(iter(outputs(prediction).values())), next(iter(outputs(alone).values()))[:1], rtol=1e-5, atol=1e-6)

@@ -121,6 +121,21 @@ def test_adaptive_batching_is_set_changed_and_turned_off_from_the_cli(capsys: py
     assert run_cli(capsys, "predict", "iris", "--features", SETOSA)[0] == 0
 
 
+def test_batching_s_preferred_sizes_and_instances_are_set_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    code, _, err = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", "--batch-instances", "2")
+    assert code == 2 and "--batch-max-size" in err
+    args = ("--batch-max-size", "64", "--batch-max-delay-us", "0", "--batch-preferred-sizes", "32,8", "--batch-instances", "2")
+    code, out, _ = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", *args)
+    assert code == 0 and "(batching: 64 rows, 0 µs, preferred 8,32, 2 instances)" in out
+    code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--batch-max-delay-us", "100")  # the others kept
+    assert code == 0 and "(batching: 64 rows, 100 µs, preferred 8,32, 2 instances)" in out
+    code, _, err = run_cli(capsys, "deployments", "set", "iris", "--batch-max-size", "16")  # 32 would be above it
+    assert code == 2 and "batching.preferred_batch_sizes" in err
+    code, out, _ = run_cli(capsys, "deployments", "set", "iris", "--batch-preferred-sizes", "", "--batch-instances", "1")
+    assert code == 0 and "(batching: 64 rows, 100 µs)" in out
+
+
 def test_predict_reads_a_body_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     run_cli(capsys, "deployments", "create", "iris", "--model", "iris")

@@ -40,10 +40,15 @@ def test_the_route_prices_every_runtime_from_the_deployments_statistics(
     assert onnx["source"] == "statistics: 5 requests"
     assert report["latency"]["sagemaker"]["source"].startswith("assumed")
     by_runtime = {o["runtime"]: o for o in report["options"]}
-    assert set(by_runtime) == {"onnx", "sagemaker", "sagemaker-async", "batch"}
+    assert set(by_runtime) == {"onnx", "lambda-managed", "sagemaker", "sagemaker-serverless", "sagemaker-async", "batch"}
     costs = [o["usd_per_million"] for o in report["options"]]
     assert costs == sorted(costs)
     assert report["recommendation"]["runtime"] == "onnx"  # the same latency for all: Lambda alone is cheapest
+    # At sustained traffic the instances' hours, spread over more requests, cost less than
+    # Lambda's GB-seconds: on demand below the break-even rate, managed instances above.
+    spans = report["cheapest_by_rate"]
+    assert [s["runtime"] for s in spans] == ["onnx", "lambda-managed"]
+    assert 20 < spans[0]["to_rps"] == spans[1]["from_rps"] < spans[1]["to_rps"]
 
 
 def test_a_benchmarks_latency_changes_the_recommendation(client: TestClient, keys: dict[str, str], demo: Container) -> None:
@@ -63,6 +68,8 @@ def test_bad_parameters_are_4xx_naming_the_field(client: TestClient, keys: dict[
         ({"region": "../../etc"}, 400, "region"),
         ({"instance_type": "ml.z9.huge", "onnx_p50_ms": 1}, 400, "instance_type"),
         ({"onnx_p99_ms": 3}, 400, "onnx_p50_ms"),
+        ({"cpu_ms": 0}, 422, "cpu_ms"),
+        ({"managed_instance_type": "ml.g5.xlarge", "onnx_p50_ms": 1}, 400, "managed_instance_type"),
     ):
         r = client.get("/api/v1/deployments/iris/cost", params=params, headers=auth(keys["acme"]))
         assert r.status_code == status and r.json()["field"] == field, (params, r.text)
@@ -81,6 +88,7 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--latency", "sagemaker=4.5/11.5", "--p99-ms", "10")
     assert code == 0, err
     assert "recommended: onnx" in out and "prices as of" in out
+    assert "cheapest at a steady rate (p99 at or under 10 ms):" in out and "req/s: lambda-managed" in out
     code, out, _ = run_cli(capsys, "cost", "iris", "--latency", "onnx=2/9", "--rps", "5", "--json")
     report = json.loads(out)
     assert report["workload"]["rps"] == 5.0 and report["latency"]["sagemaker"]["source"].startswith("assumed")

@@ -5,6 +5,7 @@ jobs, streams and replay score through."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -102,6 +103,24 @@ def test_a_sequence_through_the_open_inference_protocol(http: tuple[TestClient, 
     assert [s["name"] for s in answer["parameters"]["steps"]] == ["embed", "score"]
     plain = client.post("/v2/models/iris/infer", json=body | {"outputs": [{"name": "output_label"}]}, headers=headers).json()
     assert set(plain["parameters"]) == {"model", "version", "latency_ms"}  # no graph: the body as before
+
+
+def test_requests_one_after_another_each_get_the_outputs_they_ask_for(graphs: Container) -> None:
+    """What a sequence works out once is kept on its parsed policy, per outputs asked for: one
+    request's choice never shapes the next one's answer (the same parsed node, as a process
+    that holds its deployments runs it)."""
+    from sluice.domain.policy import parse_policy
+    from sluice.inference.execution import Call, no_routing
+
+    dep = graphs.registry.get_deployment("acme", "chain")
+    node = parse_policy(dep.policy)
+    inputs = {"input": np.asarray(ROWS, np.float32)}
+    both = ["score", "embed.embedding"]
+    for asked, answered in ((["score"], ["score"]), (None, both), (["score"], ["score"]), (both, both)):
+        call = Call(dep, time.monotonic() + 30, no_routing, outputs=asked)
+        answer = run(graphs.predictions.runner.run(node, call, inputs))
+        assert list(answer.result.outputs) == answered
+        assert [s["name"] for s in answer.steps] == ["embed", "score"]
 
 
 def test_the_deployment_shows_the_inputs_a_caller_sends_and_the_outputs_it_answers(graphs: Container, acme: Principal, http: tuple[TestClient, dict[str, str]]) -> None:

@@ -116,6 +116,8 @@ def test_cli_registers_with_lineage_shadows_and_records_tuning(tmp_path: Path, m
         assert policy["mirrors"][0]["target"] == {"kind": "single", "model": "diabetes", "version": 2}
         # Bad input: a message and a non-zero exit.
         assert cli.main(["optimize", "diabetes:1", "--data", str(tmp_path / "none.csv")]) == 2
+        # --shadow without --register is refused at once, before any candidate is built and measured.
+        monkeypatch.setattr("sluice.optimize.service.build_candidates", lambda *_, **__: pytest.fail("candidates were built"))
         assert cli.main(["optimize", "diabetes:1", "--data", str(data), "--shadow", "diabetes", "--no-tune"]) == 2
         assert "--register" in capsys.readouterr().err
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.cost import model
 from sluice.cost.prices import PRICES_DIR, load_prices, regions
@@ -73,7 +77,7 @@ def test_batch_pays_transitions_and_score_time_and_is_not_interactive() -> None:
 def test_the_recommendation_is_the_cheapest_interactive_option_meeting_the_target() -> None:
     latencies = {"onnx": model.Measured(40, 80, "s"), "sagemaker": model.Measured(4, 11, "s")}
     found = model.options(PRICES, WORK, latencies)  # 10 req/s: an instance mostly idle
-    assert {o.runtime for o in found} == {"onnx", "sagemaker", "sagemaker-async", "batch"}
+    assert {o.runtime for o in found} == {"onnx", "lambda-managed", "sagemaker", "sagemaker-serverless", "sagemaker-async", "batch"}
     assert model.recommend(found, None).runtime == "onnx"
     assert model.recommend(found, 20).runtime == "sagemaker"
     assert model.recommend(found, 5) is None
@@ -96,3 +100,72 @@ def test_a_price_file_of_ones_own_and_bad_ones(tmp_path: Path) -> None:
         with pytest.raises(BadRequest) as caught:
             load_prices(region, path)
         assert caught.value.field == field
+
+
+def test_managed_instances_pay_instance_hours_for_the_cpu_and_a_management_fee() -> None:
+    option = model.managed(PRICES, WORK, TEN_MS)
+    # 10 ms of CPU a request: a c7i.xlarge (4 vCPUs) serves 4 x 0.7 x 100 = 280 req/s; 10 req/s
+    # still pays Lambda's three instances (one per zone), $0.1785/h each, 15% fee on top.
+    assert option.instances == 3 and option.utilization == pytest.approx(10 / 840)
+    hours = 3 * 0.1785 / 36_000 * 1e6
+    assert option.breakdown == pytest.approx({"api_gateway": 3.5, "lambda_requests": 0.2, "instances": hours, "management_fee": 0.15 * hours})
+    assert "lambda_duration" not in option.breakdown  # no GB-seconds on managed instances
+    busy = model.managed(PRICES, replace(WORK, rps=1000.0), TEN_MS)
+    assert busy.instances == 4 and busy.utilization == pytest.approx(1000 / 1120)
+    # The CPU a request uses, not its wall time, sizes the fleet: half the CPU, half the instances.
+    lean = model.managed(PRICES, replace(WORK, rps=2000.0, cpu_ms=5.0), TEN_MS)
+    assert lean.instances == math.ceil(2000 / 560) == model.managed(PRICES, replace(WORK, rps=1000.0), TEN_MS).instances
+    assert model.managed(PRICES, replace(WORK, architecture="arm64"), TEN_MS).how.endswith("c7g.xlarge")
+    for kind in ("c7i.metal", "ml.g5.xlarge"):
+        with pytest.raises(BadRequest) as caught:
+            model.managed(PRICES, replace(WORK, managed_instance_type=kind), TEN_MS)
+        assert caught.value.field == "managed_instance_type"
+
+
+def test_a_serverless_endpoint_pays_its_memorys_gb_seconds_and_the_data() -> None:
+    option = model.serverless(PRICES, WORK, TEN_MS)
+    assert option.breakdown["serverless_compute"] == pytest.approx(2 * 0.010 * 1e6 * 0.00002)
+    assert option.breakdown["data_processed"] == pytest.approx(2 / 1024 / 1024 * 1e6 * 0.016)
+    assert option.usd_per_million == pytest.approx(4.033334 + 0.4 + 2 / 1024 / 1024 * 1e6 * 0.016)
+
+
+def test_the_break_even_rate_of_lambda_and_managed_instances_worked_by_hand() -> None:
+    from sluice.cost import breakeven
+
+    same = {"onnx": TEN_MS, "sagemaker": TEN_MS}
+    found = breakeven.ranges(breakeven.cheapest_at(PRICES, WORK, same, None))
+    assert [r["runtime"] for r in found] == ["onnx", "lambda-managed"]
+    # Lambda's 0.333334 $/M of GB-seconds = three instances' hours and fee spread over r req/s.
+    edge = 3 * 0.1785 * 1.15 * 1e6 / (3600 * 0.333334)
+    assert found[0]["to_rps"] == pytest.approx(edge, rel=1e-5) == pytest.approx(found[1]["from_rps"])
+    assert (found[0]["from_rps"], found[-1]["to_rps"]) == (breakeven.LOW, breakeven.HIGH)
+    # A p99 target nothing meets: one range, no runtime.
+    assert breakeven.ranges(breakeven.cheapest_at(PRICES, WORK, same, 5.0)) == [
+        {"runtime": None, "from_rps": breakeven.LOW, "to_rps": breakeven.HIGH}
+    ]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    onnx_ms=st.floats(0.5, 200), sagemaker_ms=st.floats(0.5, 200), instance_rps=st.none() | st.floats(1, 5000),
+    cpu_share=st.floats(0.05, 1), memory_mb=st.sampled_from([1024, 2048, 4096]),
+)  # fmt: skip
+def test_the_cheapest_runtime_by_rate_is_ordered_and_holds_where_it_says(
+    onnx_ms: float, sagemaker_ms: float, instance_rps: float | None, cpu_share: float, memory_mb: int
+) -> None:
+    from sluice.cost import breakeven
+
+    work = replace(WORK, instance_rps=instance_rps, memory_mb=memory_mb, cpu_ms=onnx_ms * cpu_share)
+    latencies = {"onnx": model.Measured(onnx_ms, 2 * onnx_ms, "h"), "sagemaker": model.Measured(sagemaker_ms, 2 * sagemaker_ms, "h")}
+    best = breakeven.cheapest_at(PRICES, work, latencies, None)
+    found = breakeven.ranges(best)
+    assert found[0]["from_rps"] == breakeven.LOW and found[-1]["to_rps"] == breakeven.HIGH
+    for left, right in itertools.pairwise(found):
+        assert left["to_rps"] == right["from_rps"] and left["from_rps"] < left["to_rps"]
+        assert left["runtime"] != right["runtime"]
+    for span in found:  # each range starts where its runtime is the cheapest
+        assert best(span["from_rps"]) == span["runtime"]
+    for rate in breakeven.grid():  # and every rate read holds the runtime of its range
+        [span] = [s for s in found if s["from_rps"] <= rate < s["to_rps"]] or [found[-1]]
+        assert best(rate) == span["runtime"], rate
+    assert {s["runtime"] for s in found} <= {"onnx", "lambda-managed", "sagemaker", "sagemaker-serverless", "sagemaker-async"}

@@ -43,7 +43,8 @@ def cmd_cost(args: argparse.Namespace) -> int:
     request = CostRequest(
         rps=args.rps, p99_ms=args.p99_ms, region=args.region, instance_type=args.instance_type,
         memory_mb=args.memory_mb, architecture=args.architecture, instance_rps=instance_rps,
-        latencies=latencies or None, batch_row_ms=args.batch_row_ms, sources=sources,
+        latencies=latencies or None, batch_row_ms=args.batch_row_ms, sources=sources, cpu_ms=args.cpu_ms,
+        managed_instance_type=args.managed_instance_type,
     )  # fmt: skip
     service = pieces.cost()
     if args.plot:
@@ -79,6 +80,9 @@ def _print(report: dict[str, Any], args: argparse.Namespace) -> None:
     table(rows, COLUMNS)
     best = report["recommendation"]
     print(f"recommended: {best['runtime']} ({report['why']})" if best else f"recommended: none ({report['why']})")
+    print("cheapest at a steady rate" + ("" if target is None else f" (p99 at or under {target:g} ms)") + ":")
+    for span in report["cheapest_by_rate"]:
+        print(f"  {span['from_rps']:.4g} to {span['to_rps']:.4g} req/s: {span['runtime'] or 'none meets the target'}")
     if args.plot:
         print(f"curves: {args.plot}")
 
@@ -102,6 +106,8 @@ def add_cost_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
         "--benchmark", type=Path,
         help="a GPU benchmark's JSON (benchmarks/gpu/results/): the endpoint's p50/p99 and one server's req/s",
     )  # fmt: skip
+    cost.add_argument("--cpu-ms", type=float, help="CPU a request uses, for managed instances (default: the onnx p50, an upper bound)")
+    cost.add_argument("--managed-instance-type", help="Lambda Managed Instances' EC2 type (default c7i.xlarge, arm64 c7g.xlarge)")
     cost.add_argument("--batch-row-ms", type=float, help="a batch job's time per row (default: the p50, an upper bound)")
     cost.add_argument("--plot", type=Path, help="draw cost against traffic to this PNG (needs the cost extra)")
     cost.add_argument("--json", action="store_true")

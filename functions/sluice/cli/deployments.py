@@ -40,7 +40,13 @@ def _policy_from_args(args: argparse.Namespace, service: DeploymentService) -> d
 def _cache_line(dep: Any) -> str:
     c, b = dep.cache, dep.batching
     cache = f" (cache: ttl {c.ttl_s:g} s, {c.max_entries} entries)" if c is not None else ""
-    return cache + (f" (batching: {b.max_batch_size} rows, {b.max_delay_us} µs)" if b is not None else "")
+    if b is None:
+        return cache
+    extra = "".join(
+        (f", preferred {','.join(map(str, b.preferred_batch_sizes))}" if b.preferred_batch_sizes else "",
+         f", {b.instances} instances" if b.instances != 1 else "")
+    )  # fmt: skip
+    return cache + f" (batching: {b.max_batch_size} rows, {b.max_delay_us} µs{extra})"
 
 
 def _capture_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -58,20 +64,39 @@ def _capture_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _batching_from_args(args: argparse.Namespace, current: Any = None) -> dict[str, Any] | None:
     """`--batch-max-size` and `--batch-max-delay-us`: both to turn batching on; on `set`, one
-    of them changes that value of the batching already on."""
+    of them (or `--batch-preferred-sizes`, `--batch-instances`) changes that value of the
+    batching already on, the others kept."""
     size, delay = args.batch_max_size, args.batch_max_delay_us
+    preferred, instances = args.batch_preferred_sizes, args.batch_instances
     if current is not None:
         size = current.max_batch_size if size is None else size
         delay = current.max_delay_us if delay is None else delay
+        preferred = list(current.preferred_batch_sizes) if preferred is None else preferred
+        instances = current.instances if instances is None else instances
     if size is None or delay is None:
         missing = "--batch-max-size" if size is None else "--batch-max-delay-us"
         field = "batching.max_batch_size" if size is None else "batching.max_delay_us"
         raise SluiceError(f"adaptive batching needs {missing} too", field=field)
-    return {"max_batch_size": size, "max_delay_us": delay}
+    batching: dict[str, Any] = {"max_batch_size": size, "max_delay_us": delay}
+    if preferred:
+        batching["preferred_batch_sizes"] = preferred
+    if instances is not None:
+        batching["instances"] = instances
+    return batching
+
+
+def _sizes(text: str) -> list[int]:
+    """`--batch-preferred-sizes 8,16`: whole numbers, comma-separated."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not whole numbers separated by commas: {text!r}") from None
 
 
 def _asks_batching(args: argparse.Namespace) -> bool:
-    return args.batch_max_size is not None or args.batch_max_delay_us is not None
+    return any(
+        value is not None for value in (args.batch_max_size, args.batch_max_delay_us, args.batch_preferred_sizes, args.batch_instances)
+    )
 
 
 def cmd_deployments_create(args: argparse.Namespace) -> int:
@@ -118,7 +143,7 @@ def cmd_deployments_set(args: argparse.Namespace) -> int:
         changes["capture"] = _capture_from_args(args)
     if args.no_batching:
         if _asks_batching(args):
-            raise SluiceError("--no-batching cannot go with --batch-max-size or --batch-max-delay-us", field="batching")
+            raise SluiceError("--no-batching cannot go with the --batch-… options", field="batching")
         changes["batching"] = None
     elif _asks_batching(args):
         changes["batching"] = _batching_from_args(args, service.get(principal, args.name).batching)
@@ -228,6 +253,10 @@ def add_deployment_commands(sub: argparse._SubParsersAction) -> None:  # type: i
         p.add_argument("--capture-redact", metavar="FEATURES", help="features never written, comma-separated")
         p.add_argument("--batch-max-size", type=int, metavar="ROWS", help="adaptive batching: most rows in one joined runtime call")
         p.add_argument("--batch-max-delay-us", type=int, metavar="US", help="adaptive batching: longest a request waits for others")
+        p.add_argument(
+            "--batch-preferred-sizes", type=_sizes, metavar="ROWS,…", help="adaptive batching: sizes at which a batch leaves at once"
+        )
+        p.add_argument("--batch-instances", type=int, metavar="N", help="adaptive batching: calls of a version under way at once (1)")
         if name == "set":
             p.add_argument("--no-cache", action="store_true", help="turn the prediction cache off")
             p.add_argument("--no-capture", action="store_true", help="turn data capture off")

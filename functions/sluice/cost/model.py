@@ -13,6 +13,16 @@ request price and the API function's GB-seconds while it works or waits); then:
   answer), and instance-hours: at steady traffic an instance stays up for `keepalive_s` after
   each request (alarm, scale-in cooldown), so at one request every `keepalive_s` or more it is
   up all the time; below that, for that share of the hour.
+- `lambda-managed`: the API function on Lambda Managed Instances: API Gateway and Lambda's
+  request price, then EC2 instance-hours plus Lambda's management fee on them, no GB-seconds.
+  The instances are paid for the CPU the requests use: as many as keep their vCPUs below
+  `target_utilization` at `cpu_ms` of CPU a request (the measured p50 when none is given: an
+  upper bound, the wait on the registry and the network counted as CPU), at least
+  `managed_min_instances` (Lambda starts three, one per availability zone).
+- `sagemaker-serverless`: a SageMaker serverless endpoint behind the API function: its memory's
+  GB-seconds for the model's latency on a CPU (serverless endpoints have no GPU: the onnx
+  figure), the API function waiting as long, and the payload in and out; it scales to zero, so
+  the first request after an idle spell waits a cold start (not in the p99).
 - `batch`: a Step Functions job per million rows (`transitions` state transitions per job,
   plus per chunk) and the Score functions' GB-seconds per row. Not interactive: no p99.
 
@@ -51,6 +61,11 @@ class Workload:
     keepalive_s: float = 900.0  # how long an asynchronous endpoint stays up after a request
     submit_ms: float = 50.0  # the API function's time to write the input and call InvokeEndpointAsync
     poll_ms: float = 20.0  # … and to answer one poll
+    cpu_ms: float | None = None  # CPU a request uses on managed instances; None: the measured p50
+    managed_instance_type: str | None = None  # None: c7i.xlarge (x86_64) or c7g.xlarge (arm64)
+    managed_min_instances: int = 3
+    serverless_memory_mb: int = 2048
+    payload_kb: float = 1.0  # request and answer, each (SageMaker serverless bills data processed)
     batch_memory_mb: int = 3008
     batch_chunk_rows: int = 250_000
     batch_row_ms: float | None = None  # Score's time per row; None: the measured p50 (an upper bound)
@@ -112,6 +127,22 @@ def instance_price(prices: dict[str, Any], instance_type: str) -> float:
     return float(table[instance_type])
 
 
+MANAGED_DEFAULT = {"x86_64": "c7i.xlarge", "arm64": "c7g.xlarge"}
+
+
+def instance_vcpus(instance_type: str) -> int:
+    """vCPUs of an EC2 instance of the C, M and R families Lambda Managed Instances use, from its
+    size (large: 2, xlarge: 4, 2xlarge: 8, ...)."""
+    import re
+
+    match = re.fullmatch(r"[a-z0-9-]+\.(?:(\d*)x)?(large)", instance_type)
+    if match is None:
+        from sluice.domain.errors import BadRequest
+
+        raise BadRequest(f"{instance_type}: give a C, M or R instance type (c7g.xlarge)", field="managed_instance_type")
+    return 2 if match[1] is None else 4 * int(match[1] or 1)
+
+
 def capacity(work: Workload, latency: Measured) -> float:
     """Requests per second one instance serves."""
     if work.instance_rps is not None:
@@ -162,6 +193,49 @@ def asynchronous(prices: dict[str, Any], work: Workload, latency: Measured) -> O
     )  # fmt: skip
 
 
+def managed(prices: dict[str, Any], work: Workload, latency: Measured) -> Option:
+    lmi = prices["lambda_managed_instances"]
+    kind = work.managed_instance_type or MANAGED_DEFAULT[work.architecture]
+    table = lmi["ec2_instance_hour"]
+    if kind not in table:
+        from sluice.domain.errors import BadRequest
+
+        raise BadRequest(f"no price for {kind} in the {prices['region']} price file; it has {sorted(table)} "
+                         "(add it to the file, or pass --prices)", field="managed_instance_type")  # fmt: skip
+    cpu_ms = work.cpu_ms if work.cpu_ms is not None else latency.p50_ms
+    vcpus = instance_vcpus(kind)
+    per_instance = vcpus * work.target_utilization * 1000.0 / max(cpu_ms, 0.001)
+    instances = max(work.managed_min_instances, math.ceil(work.rps / per_instance))
+    ec2 = float(table[kind]) * instances / (work.rps * 3600) * MILLION if work.rps > 0 else math.inf
+    parts = {
+        "api_gateway": prices["api_gateway"]["rest_requests_per_million"],
+        "lambda_requests": lmi["requests_per_million"],
+        "instances": ec2,
+        "management_fee": ec2 * lmi["management_fee"],
+    }
+    source = "given" if work.cpu_ms is not None else "the p50: an upper bound"
+    return Option(
+        "lambda-managed", f"the API function on Lambda Managed Instances, {kind}", sum(parts.values()), latency.p99_ms, True,
+        parts, utilization=work.rps / (instances * per_instance), instances=instances,
+        notes=(f"latency: {latency.source}", f"{cpu_ms:g} ms of CPU a request ({source}): one {kind} ({vcpus} vCPUs) "
+               f"serves {per_instance:.0f} req/s at {work.target_utilization:.0%} CPU",
+               f"at least {work.managed_min_instances} instances (one per availability zone); no scale to zero"),
+    )  # fmt: skip
+
+
+def serverless(prices: dict[str, Any], work: Workload, latency: Measured) -> Option:
+    sls = prices["sagemaker_serverless"]
+    parts = front_door(prices, work, latency.p50_ms)
+    parts["serverless_compute"] = work.serverless_memory_mb / 1024 * latency.p50_ms / 1000 * MILLION * sls["gb_second"]
+    parts["data_processed"] = 2 * work.payload_kb / (1024 * 1024) * MILLION * sls["data_processed_per_gb"]
+    return Option(
+        "sagemaker-serverless", f"SageMaker serverless endpoint, {work.serverless_memory_mb} MB", sum(parts.values()),
+        latency.p99_ms, True, parts,
+        notes=(f"latency: {latency.source} (CPU: serverless endpoints have no GPU)",
+               "scales to zero: the first request after an idle spell waits a cold start (seconds)"),
+    )  # fmt: skip
+
+
 def batch(prices: dict[str, Any], work: Workload, latency: Measured) -> Option:
     row_ms = work.batch_row_ms if work.batch_row_ms is not None else latency.p50_ms
     chunks = math.ceil(MILLION / work.batch_chunk_rows)
@@ -181,8 +255,14 @@ def batch(prices: dict[str, Any], work: Workload, latency: Measured) -> Option:
                   notes=(note, f"one job of a million rows in {chunks} chunks"))  # fmt: skip
 
 
-RUNTIMES = {"onnx": onnx, "sagemaker": realtime, "sagemaker-async": asynchronous, "batch": batch}
-LATENCY_OF = {"onnx": "onnx", "sagemaker": "sagemaker", "sagemaker-async": "sagemaker", "batch": "onnx"}
+RUNTIMES = {
+    "onnx": onnx, "lambda-managed": managed, "sagemaker": realtime, "sagemaker-serverless": serverless,
+    "sagemaker-async": asynchronous, "batch": batch,
+}  # fmt: skip
+LATENCY_OF = {
+    "onnx": "onnx", "lambda-managed": "onnx", "sagemaker": "sagemaker", "sagemaker-serverless": "onnx",
+    "sagemaker-async": "sagemaker", "batch": "onnx",
+}  # fmt: skip
 
 
 def options(prices: dict[str, Any], work: Workload, latencies: dict[str, Measured]) -> list[Option]:

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
 
 LABELS = {
     "onnx": "ONNX Runtime in Lambda",
+    "lambda-managed": "Lambda Managed Instances",
     "sagemaker": "SageMaker real-time",
+    "sagemaker-serverless": "SageMaker serverless",
     "sagemaker-async": "SageMaker async, scale to zero",
     "batch": "batch (Step Functions)",
 }

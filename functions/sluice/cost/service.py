@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from sluice.cost import model
+from sluice.cost import breakeven, model
 from sluice.cost.prices import about, load_prices
 from sluice.domain.errors import BadRequest, Unprocessable
 from sluice.domain.policy import parse_policy, referenced_versions
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # SageMaker endpoint does.
 KIND = {"onnx": "onnx", "sagemaker": "sagemaker", "triton": "sagemaker"}
 CURVE_RATES = [10 ** (e / 4) for e in range(-16, 17)]  # 1e-4 .. 1e4 req/s, 4 a decade
+# The workload's fields left out of a report when unset (each has a default the model derives).
+OPTIONAL_WORK = ("batch_row_ms", "cpu_ms", "managed_instance_type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,8 @@ class CostRequest:
     latencies: dict[str, tuple[float, float]] | None = None  # kind -> (p50, p99) given by the caller
     batch_row_ms: float | None = None
     sources: dict[str, str] | None = None  # kind -> where a given latency comes from (default "given")
+    cpu_ms: float | None = None  # CPU a request uses, for managed instances (default: the onnx p50)
+    managed_instance_type: str | None = None  # default: c7i.xlarge (x86_64) or c7g.xlarge (arm64)
 
     def check(self) -> None:
         if not 1e-6 <= self.rps <= 1e7:
@@ -49,6 +53,10 @@ class CostRequest:
             raise BadRequest("memory_mb is Lambda's: 128 to 10240", field="memory_mb")
         if self.instance_rps is not None and not 1e-3 <= self.instance_rps <= 1e7:
             raise BadRequest("instance_rps must be between 0.001 and 1e7", field="instance_rps")
+        if self.cpu_ms is not None and not 1e-3 <= self.cpu_ms <= 3.6e6:
+            raise BadRequest("cpu_ms must be between 0.001 and 3600000", field="cpu_ms")
+        if self.managed_instance_type is not None:
+            model.instance_vcpus(self.managed_instance_type)  # a C, M or R type, or a 400 naming it
         for kind, (p50, p99) in (self.latencies or {}).items():
             if kind not in ("onnx", "sagemaker"):
                 raise BadRequest(f"latencies are given for onnx or sagemaker, not {kind!r}", field="latency")
@@ -75,8 +83,10 @@ class CostService:
         work = model.Workload(
             rps=request.rps, memory_mb=request.memory_mb, architecture=request.architecture,
             instance_type=request.instance_type, instance_rps=request.instance_rps, batch_row_ms=request.batch_row_ms,
+            cpu_ms=request.cpu_ms, managed_instance_type=request.managed_instance_type,
         )  # fmt: skip
         found = model.options(prices, work, latencies)
+        by_rate = breakeven.ranges(breakeven.cheapest_at(prices, work, latencies, request.p99_ms))
         best = model.recommend(found, request.p99_ms)
         chosen = None
         if best is not None:
@@ -86,12 +96,13 @@ class CostService:
             "revision": dep.revision,
             "runs_on": kinds,
             "prices": about(prices),
-            "workload": {k: v for k, v in asdict(work).items() if not k.startswith("batch_") or v is not None},
+            "workload": {k: v for k, v in asdict(work).items() if v is not None or k not in OPTIONAL_WORK},
             "latency": {kind: asdict(m) for kind, m in latencies.items()},
             "p99_target_ms": request.p99_ms,
             "options": [o.to_dict() for o in sorted(found, key=lambda o: o.usd_per_million or math.inf)],
             "recommendation": chosen,
             "why": _why(best, request.p99_ms),
+            "cheapest_by_rate": by_rate,
         }
 
     def curves(

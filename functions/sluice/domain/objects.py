@@ -151,33 +151,62 @@ def check_cache(value: Any, *, field: str = "cache") -> CacheSettings | None:
 
 MAX_BATCH_SIZE = 1024  # rows in one joined runtime call
 MAX_BATCH_DELAY_US = 1_000_000
+MAX_BATCH_INSTANCES = 16  # calls of one version under way at once, in one process
+MAX_PREFERRED_SIZES = 16
 
 
 @dataclass(frozen=True, slots=True)
 class BatchingSettings:
     """A deployment's adaptive batching: concurrent requests for the same version are joined
-    into one runtime call of at most `max_batch_size` rows, a request waiting at most
-    `max_delay_us` for others to join it (`sluice.inference.batching`)."""
+    into one runtime call of at most `max_batch_size` rows, at most `instances` calls of the
+    version under way at once; a batch opened while an instance is free waits at most
+    `max_delay_us` for others to join it, and leaves sooner at one of `preferred_batch_sizes`
+    (`sluice.inference.batching`)."""
 
     max_batch_size: int
     max_delay_us: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    instances: int = 1
+
+
+BATCHING_KEYS = ("max_batch_size", "max_delay_us", "preferred_batch_sizes", "instances")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_batching(value: Any, *, field: str = "batching") -> BatchingSettings | None:
-    """`{"max_batch_size", "max_delay_us"}` (or settings already built, or None: off), checked."""
+    """`{"max_batch_size", "max_delay_us"}` and optionally `preferred_batch_sizes` and
+    `instances` (or settings already built, or None: off), checked."""
     if value is None or isinstance(value, BatchingSettings):
         return value
     if not isinstance(value, dict):
         raise InvalidRequest("batching must be an object with max_batch_size and max_delay_us, or null", field=field)
-    unknown = sorted(set(value) - {"max_batch_size", "max_delay_us"})
+    unknown = sorted(set(value) - set(BATCHING_KEYS))
     if unknown:
         raise InvalidRequest(f"unknown batching setting '{unknown[0]}'", field=f"{field}.{unknown[0]}")
     size, delay = value.get("max_batch_size"), value.get("max_delay_us")
-    if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_BATCH_SIZE:
+    if not _whole(size) or not 2 <= size <= MAX_BATCH_SIZE:
         raise InvalidRequest(f"max_batch_size must be a whole number from 2 to {MAX_BATCH_SIZE}", field=f"{field}.max_batch_size")
-    if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_BATCH_DELAY_US:
+    if not _whole(delay) or not 0 <= delay <= MAX_BATCH_DELAY_US:
         raise InvalidRequest(f"max_delay_us must be a whole number from 0 to {MAX_BATCH_DELAY_US}", field=f"{field}.max_delay_us")
-    return BatchingSettings(max_batch_size=size, max_delay_us=delay)
+    preferred = value.get("preferred_batch_sizes") or ()
+    if (
+        not isinstance(preferred, list | tuple)
+        or len(preferred) > MAX_PREFERRED_SIZES
+        or not all(_whole(p) and 1 <= p <= size for p in preferred)
+        or len(set(preferred)) != len(preferred)
+    ):
+        raise InvalidRequest(
+            f"preferred_batch_sizes must be at most {MAX_PREFERRED_SIZES} different whole numbers from 1 to max_batch_size ({size})",
+            field=f"{field}.preferred_batch_sizes",
+        )
+    instances = value.get("instances")
+    instances = 1 if instances is None else instances
+    if not _whole(instances) or not 1 <= instances <= MAX_BATCH_INSTANCES:
+        raise InvalidRequest(f"instances must be a whole number from 1 to {MAX_BATCH_INSTANCES}", field=f"{field}.instances")
+    return BatchingSettings(max_batch_size=size, max_delay_us=delay, preferred_batch_sizes=tuple(sorted(preferred)), instances=instances)
 
 
 @dataclass(frozen=True, slots=True)

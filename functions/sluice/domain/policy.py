@@ -169,7 +169,7 @@ class Sequence(_Node):
 
     @cached_property
     def prepared(self) -> dict[Any, Any]:
-        """What running it works out once rather than per request (`sluice.inference.graphs`)."""
+        """What running it works out once rather than per request (`sluice.inference.sequences`)."""
         return {}
 
     def primary_single(self, resolve_ref: Callable[[str], Node] | None = None) -> Single | None:

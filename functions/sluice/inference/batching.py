@@ -1,31 +1,37 @@
 """Adaptive batching: concurrent requests for the same model version joined into one runtime
-call, for the deployments that turn it on (`batching: {max_batch_size, max_delay_us}`).
+call, for the deployments that turn it on (`batching: {max_batch_size, max_delay_us, …}`), in
+the manner of Triton's dynamic batcher.
 
 It sits below the one prediction call: each request has been authenticated, resolved,
 decoded and checked against the signature, and routed, by `PredictionService.predict`, which
 also records its statistics and its log line afterwards, as for any request. Only the call to
 the runtime is shared, at the version level (`PolicyRunner._single`):
 
-- A request joins the open batch of its version (same runtime, version, outputs asked for,
-  and input dtypes and shapes past the batch axis). The first request opens it; the batch
-  leaves when it holds `max_batch_size` rows or `max_delay_us` after it opened (0: at the end
-  of the event loop's current turn, with the requests already read), whichever is first. A
-  request as large as the batch alone goes straight to the runtime.
-- While a call for the version is under way, a batch whose time is up stays open and keeps
-  taking requests until that call returns (or it is full): under load batches grow instead of
-  calls piling up, as Triton's scheduler holds requests while its instances are busy.
-- A joined call runs on a worker thread where the runtime offers one (`infer_off_loop`):
-  the loop goes on reading requests, which fill the next batch.
+- Requests queue by version (same runtime, version, outputs asked for, and input dtypes and
+  shapes past the batch axis). A version runs at most `instances` calls at once (1 by default,
+  as one Triton model instance): while they are all under way, requests queue, and when one
+  returns the next call takes at once, in arrival order, what queued meanwhile (up to
+  `max_batch_size` rows): under load the model runs back to back on batches that grew while
+  it was busy, and nothing waits for a timer.
+- A request that finds an instance free opens a batch that waits for company at most
+  `max_delay_us` (0: until the end of the event loop's current turn, with the requests
+  already read); it leaves sooner when it holds `max_batch_size` rows, when the next request
+  would not fit, or when it reaches one of `preferred_batch_sizes`. A request as large as the
+  batch on its own is a call of its own, in its turn.
+- A call runs where the runtime runs any request of its size (`Runtime.infer`; ONNX: on the
+  event loop when small, since under load a thread hop waits milliseconds for the GIL while
+  the loop is busy, else on a worker thread).
 - The joined call gets the inputs concatenated along the batch axis; each request gets back
   exactly its own rows of every output (and of a classifier's label maps).
 - A runtime failure (5xx) fails every request of the batch with that error. A refusal of the
   joined input (4xx: ONNX Runtime's shape or type check) may be one request's fault: each
   request is then run alone, so only the one at fault fails. An output that is not one row
   per input row cannot be split: each request is then run alone too.
-- A request whose deadline passes stops waiting (504); the others still get their answers.
-- The requests waiting for a version (in its open batch and in its joined calls under way)
-  are at most `max_queue` (`SLUICE_BATCHING_MAX_QUEUE`): past it a request is refused at once
-  (503 `overloaded`, with Retry-After) rather than queued behind them.
+- A request whose deadline passes stops waiting (504) and leaves the queue; the others still
+  get their answers.
+- The requests waiting for a version (queued, and in its calls under way) are at most
+  `max_queue` (`SLUICE_BATCHING_MAX_QUEUE`): past it a request is refused at once (503
+  `overloaded`, with Retry-After) rather than queued behind them.
 
 It joins requests that one process serves at the same time (`sluice serve`, its gRPC and
 WebSocket servers); a Lambda execution environment serves one request at a time, so there
@@ -36,12 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.counting import count_down
 from sluice.domain.errors import Overloaded, SluiceError
 from sluice.domain.results import InferenceResult
 
@@ -60,32 +67,34 @@ class _Member:
     inputs: dict[str, np.ndarray]
     rows: int
     answer: asyncio.Future[InferenceResult]
+    taken: bool = False  # in a call: no longer in its queue
 
 
 @dataclass(slots=True)
-class _Batch:
+class _Queue:
+    """One version's requests (for one set of outputs and input shapes) and its calls."""
+
     runtime: Runtime
     version: ModelVersion
     outputs: Sequence[str] | None
-    members: list[_Member] = field(default_factory=list)
-    rows: int = 0
-    timer: asyncio.Handle | None = None
-    due: bool = False  # its time is up, but a call for its version is under way: it leaves after that one
-    sent: bool = False
+    settings: BatchingSettings
+    members: deque[_Member] = field(default_factory=deque)
+    waiting: int = 0  # requests not answered yet: queued and in calls under way
+    running: int = 0  # calls under way
+    timer: asyncio.Handle | None = None  # the open batch's delay (an instance is free)
 
 
 class Batcher:
-    """The open batches of one process, by version (see the module's text)."""
+    """The batching queues of one process, by version (see the module's text)."""
 
     def __init__(self, *, enabled: bool = True, max_queue: int = 256) -> None:
         self.enabled = enabled
         self.max_queue = max_queue  # requests waiting per version, at most
-        self._waiting: dict[tuple[Any, ...], int] = {}  # requests waiting, by version
-        self._open: dict[tuple[Any, ...], _Batch] = {}
-        self._busy: dict[tuple[Any, ...], int] = {}  # calls under way, by version
-        self._running: set[asyncio.Task[None]] = set()  # batches under way: kept from the collector
+        self._queues: dict[tuple[Any, ...], _Queue] = {}
+        self._running: set[asyncio.Task[None]] = set()  # calls under way: kept from the collector
         self.calls = 0  # joined runtime calls made (more than one request each)
         self.joined = 0  # requests answered by those calls
+        self.most_running = 0  # the most calls one version had under way at once, since start
 
     async def infer(
         self,
@@ -96,7 +105,7 @@ class Batcher:
         settings: BatchingSettings,
     ) -> InferenceResult:
         rows = _rows(inputs)
-        if not self.enabled or rows is None or rows >= settings.max_batch_size:
+        if not self.enabled or rows is None:
             return await runtime.infer(version, inputs, outputs)
         key = (
             id(runtime),
@@ -107,78 +116,82 @@ class Batcher:
             tuple(outputs) if outputs else None,
             tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items())),
         )
-        waiting = self._waiting.get(key, 0)
-        if waiting >= self.max_queue:
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue(runtime, version, outputs, settings)
+        elif queue.waiting >= self.max_queue:
             raise Overloaded(
-                f"{waiting} requests for {version.model} version {version.version} are waiting to be batched, "
+                f"{queue.waiting} requests for {version.model} version {version.version} are waiting to be batched, "
                 f"the most this worker queues: retry in {RETRY_AFTER_S} s",
                 retry_after_s=RETRY_AFTER_S,
                 limit=self.max_queue,
             )
-        loop = asyncio.get_running_loop()
-        batch = self._open.get(key)
-        if batch is not None and batch.rows + rows > settings.max_batch_size:
-            self._send(key, batch, full=True)
-            batch = None
-        if batch is None:
-            batch = self._open[key] = _Batch(runtime, version, outputs)
-            delay = settings.max_delay_us / 1e6
-            batch.timer = loop.call_later(delay, self._send, key, batch) if delay > 0 else loop.call_soon(self._send, key, batch)
-        answer: asyncio.Future[InferenceResult] = loop.create_future()
-        batch.members.append(_Member(inputs, rows, answer))
-        batch.rows += rows
-        if batch.rows >= settings.max_batch_size:
-            self._send(key, batch, full=True)
-        self._waiting[key] = waiting + 1
+        queue.settings = settings  # the deployment's latest
+        member = _Member(inputs, rows, asyncio.get_running_loop().create_future())
+        queue.members.append(member)
+        queue.waiting += 1
         try:
-            return await answer
+            self._pump(key, queue, now=False)
+            return await member.answer
         finally:
-            count_down(self._waiting, key)
+            queue.waiting -= 1
+            if not member.taken:  # gave up waiting (deadline, cancelled): out of the queue
+                queue.members.remove(member)
+            self._drop_if_idle(key, queue)
 
-    def _send(self, key: tuple[Any, ...], batch: _Batch, *, full: bool = False) -> None:
-        """The batch leaves: now if it is full or no call for its version is under way; else
-        it stays open, taking more requests, until that call returns."""
-        if batch.sent:
-            return
-        if batch.timer is not None:
-            batch.timer.cancel()
-            batch.timer = None
-        if not full and self._busy.get(key):
-            batch.due = True
-            return
-        batch.sent = True
-        if self._open.get(key) is batch:
-            del self._open[key]
-        self._busy[key] = self._busy.get(key, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._run(key, batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+    def _pump(self, key: tuple[Any, ...], queue: _Queue, *, now: bool) -> None:
+        """Start calls while an instance is free and a batch is ready: at once when `now` (the
+        requests queued while every instance was busy, or the delay is up), else when full,
+        when the next request would not fit, or at a preferred size; else the delay starts."""
+        instances = queue.settings.instances
+        while queue.members and queue.running < instances:
+            members = _take(queue, now=now)
+            if members is None:
+                if queue.timer is None:
+                    loop = asyncio.get_running_loop()
+                    delay = queue.settings.max_delay_us / 1e6
+                    queue.timer = loop.call_later(delay, self._expire, key, queue) if delay > 0 else loop.call_soon(self._expire, key, queue)
+                return
+            if queue.timer is not None:
+                queue.timer.cancel()
+                queue.timer = None
+            queue.running += 1
+            self.most_running = max(self.most_running, queue.running)
+            task = asyncio.get_running_loop().create_task(self._run(key, queue, members))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
-    async def _run(self, key: tuple[Any, ...], batch: _Batch) -> None:
+    def _expire(self, key: tuple[Any, ...], queue: _Queue) -> None:
+        queue.timer = None
+        self._pump(key, queue, now=True)
+
+    def _drop_if_idle(self, key: tuple[Any, ...], queue: _Queue) -> None:
+        if not queue.waiting and not queue.running and not queue.members and self._queues.get(key) is queue:
+            if queue.timer is not None:
+                queue.timer.cancel()
+            del self._queues[key]
+
+    async def _run(self, key: tuple[Any, ...], queue: _Queue, members: list[_Member]) -> None:
         try:
-            await self._call(batch)
+            await self._call(queue, members)
         finally:
-            count_down(self._busy, key)
-            waiting = self._open.get(key)
-            if waiting is not None and waiting.due:
-                self._send(key, waiting)
+            queue.running -= 1
+            self._pump(key, queue, now=True)  # what queued meanwhile goes at once
+            self._drop_if_idle(key, queue)
 
-    async def _call(self, batch: _Batch) -> None:
-        members = [m for m in batch.members if not m.answer.done()]  # those still waiting
+    async def _call(self, queue: _Queue, batch: list[_Member]) -> None:
+        members = [m for m in batch if not m.answer.done()]  # those still waiting
         if not members:
             return
         if len(members) == 1:
-            await self._alone(batch, members[0])
+            await self._alone(queue, members[0])
             return
-        # A runtime that can run a call on a thread does, for a joined one: the loop goes on
-        # reading the next requests (and filling the next batch) while this one computes.
-        infer = getattr(batch.runtime, "infer_off_loop", None) or batch.runtime.infer
         try:
             joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
-            result = await infer(batch.version, joined, batch.outputs)
+            result = await queue.runtime.infer(queue.version, joined, queue.outputs)
         except SluiceError as error:
             if error.status < 500:  # the joined input refused: find whose it was
-                await asyncio.gather(*(self._alone(batch, m) for m in members))
+                await asyncio.gather(*(self._alone(queue, m) for m in members))
             else:
                 _fail(members, error)
             return
@@ -191,7 +204,7 @@ class Batcher:
             raise
         parts = split(result, [m.rows for m in members])
         if parts is None:  # not one output row per input row: each alone
-            await asyncio.gather(*(self._alone(batch, m) for m in members))
+            await asyncio.gather(*(self._alone(queue, m) for m in members))
             return
         self.calls += 1
         self.joined += len(members)
@@ -199,15 +212,46 @@ class Batcher:
             if not member.answer.done():
                 member.answer.set_result(part)
 
-    async def _alone(self, batch: _Batch, member: _Member) -> None:
+    async def _alone(self, queue: _Queue, member: _Member) -> None:
         try:
-            result = await batch.runtime.infer(batch.version, member.inputs, batch.outputs)
+            result = await queue.runtime.infer(queue.version, member.inputs, queue.outputs)
         except Exception as error:
             if not member.answer.done():
                 member.answer.set_exception(error)
             return
         if not member.answer.done():
             member.answer.set_result(result)
+
+
+def _take(queue: _Queue, *, now: bool) -> list[_Member] | None:
+    """The next batch out of `queue`, in arrival order, or None while it should wait: the
+    longest run of requests within `max_batch_size` rows (a first request larger alone); before
+    `now`, only when it is full or the next would not fit, or else up to the largest preferred
+    size it reaches."""
+    limit = queue.settings.max_batch_size
+    rows = 0
+    sizes: list[int] = []  # the rows of the requests that fit, in order
+    for member in queue.members:
+        if sizes and rows + member.rows > limit:
+            break
+        sizes.append(member.rows)
+        rows += member.rows
+        if rows >= limit:
+            break
+    count = len(sizes)
+    full = rows >= limit or count < len(queue.members)  # full, or the next does not fit
+    if not (now or full):
+        preferred = queue.settings.preferred_batch_sizes
+        reached = [n for n, total in enumerate(accumulate(sizes), 1) if total in preferred]
+        if not reached:
+            return None
+        count = reached[-1]
+    taken = []
+    for _ in range(count):
+        member = queue.members.popleft()
+        member.taken = True
+        taken.append(member)
+    return taken
 
 
 def _rows(inputs: dict[str, np.ndarray]) -> int | None:

@@ -1,6 +1,6 @@
 """Running a policy tree: a single version on its runtime, a split's choice, a shadow's
 primary (its mirrors become jobs for later), an ensemble's members concurrently; a sequence's
-steps and a switch's cases in `sluice.inference.graphs`.
+steps in `sluice.inference.sequences`, a switch's cases in `sluice.inference.graphs`.
 
 Registry reads on the way (a referenced deployment, a version, a bandit's rewards, its
 assignment) go through `Lookups`, which answers from its caches or reads in a thread: the
@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
-from sluice.inference.graphs import run_sequence, run_switch
+from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
 from sluice.inference.precomputed import run_precomputed
+from sluice.inference.sequences import run_sequence
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate

@@ -100,6 +100,8 @@ class OptimizeService:
         unknown = sorted(set(request.kinds) - set(KINDS))
         if unknown:
             raise BadRequest(f"unknown candidates {unknown}; choose from {list(KINDS)}", field="candidates")
+        if request.shadow and not request.register:  # refused before any candidate is built and measured
+            raise BadRequest("--shadow mirrors a registered candidate: give --register too", field="shadow")
         source = self.version(principal, request.model, request.version)
         original = self.store.get(source.artifact_uri, sha256=source.sha256)
         n = len(next(iter(rows.values())))
@@ -148,8 +150,6 @@ class OptimizeService:
             report["registered"] = self._register(principal, source, request, table, built, verdict, evaluation)
             if request.shadow:
                 report["shadow"] = self._shadow(principal, request.shadow, report["registered"], verdict)
-        elif request.shadow:
-            raise BadRequest("--shadow mirrors a registered candidate: give --register too", field="shadow")
         return report
 
     def _tune(self, principal: Principal, source: ModelVersion, data: bytes, rows: dict[str, np.ndarray], timing: Timing) -> list[dict[str, Any]]:

@@ -229,16 +229,6 @@ class OnnxRuntime:
             return self._run(version, inputs, outputs)
         return await asyncio.to_thread(self._run, version, inputs, outputs)
 
-    async def infer_off_loop(
-        self,
-        version: ModelVersion,
-        inputs: dict[str, np.ndarray],
-        outputs: Sequence[str] | None = None,
-    ) -> InferenceResult:
-        """`infer` on a worker thread whatever its size: for a call others wait on (a joined
-        batch, `sluice.inference.batching`), so the loop goes on reading requests meanwhile."""
-        return await asyncio.to_thread(self._run, version, inputs, outputs)
-
     async def unload(self, version: ModelVersion) -> None:
         self.cache.discard(version.sha256)
 

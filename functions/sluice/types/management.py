@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, StrictInt, field_validator, model_serializer
 
 from sluice.domain.objects import (
     MAX_BATCH_DELAY_US,
+    MAX_BATCH_INSTANCES,
     MAX_BATCH_SIZE,
     MAX_CACHE_ENTRIES,
     MAX_CACHE_TTL_S,
+    MAX_PREFERRED_SIZES,
 )
 from sluice.domain.policy import Node
 from sluice.domain.values import RevisionNumber, VersionNumber
@@ -117,8 +119,32 @@ class BatchingSpec(WireModel):
 
     max_batch_size: StrictInt = Field(ge=2, le=MAX_BATCH_SIZE, description="Most rows in one joined runtime call.")
     max_delay_us: StrictInt = Field(
-        ge=0, le=MAX_BATCH_DELAY_US, description="Longest a request waits for others to join it, in microseconds (0: only those already arrived)."
+        ge=0,
+        le=MAX_BATCH_DELAY_US,
+        description="Longest a batch opened while the model is idle waits for others to join it, in microseconds "
+        "(0: only those already arrived); requests that queued while it was busy go at once.",
     )
+    preferred_batch_sizes: list[StrictInt] | None = Field(
+        None,
+        max_length=MAX_PREFERRED_SIZES,
+        description="Rows at which a batch leaves at once rather than waiting out max_delay_us (Triton's preferred sizes); "
+        "each from 1 to max_batch_size. Left out: none.",
+    )
+    instances: StrictInt | None = Field(
+        None, ge=1, le=MAX_BATCH_INSTANCES, description="Calls of one model version under way at once, per process. Left out: 1."
+    )
+
+    # Shown as set: the two optional fields at their defaults are left out. Unannotated, so
+    # the schema stays the fields' (a return type would become the serialized schema).
+    @model_serializer(mode="wrap")
+    def _defaults_left_out(self, handler: Any):  # type: ignore[no-untyped-def]
+        data = handler(self)
+        if isinstance(data, dict):
+            if not data.get("preferred_batch_sizes"):
+                data.pop("preferred_batch_sizes", None)
+            if data.get("instances") in (None, 1):
+                data.pop("instances", None)
+        return data
 
 
 class DeploymentCreate(WireModel):

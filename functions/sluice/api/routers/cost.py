@@ -26,12 +26,14 @@ async def deployment_cost(
     onnx_p99_ms: float | None = Query(None, ge=1e-3, le=3.6e6),
     sagemaker_p50_ms: float | None = Query(None, ge=1e-3, le=3.6e6, description="Endpoint latency from a benchmark."),
     sagemaker_p99_ms: float | None = Query(None, ge=1e-3, le=3.6e6),
+    cpu_ms: float | None = Query(None, ge=1e-3, le=3.6e6, description="CPU a request uses on managed instances (default: the ONNX p50)."),
+    managed_instance_type: str | None = Query(None, max_length=32, description="Lambda Managed Instances' EC2 type (default c7i.xlarge)."),
 ) -> JSONResponse:
     from sluice.cost.service import CostRequest, given_latencies
 
     latencies = given_latencies(onnx=(onnx_p50_ms, onnx_p99_ms), sagemaker=(sagemaker_p50_ms, sagemaker_p99_ms))
     request = CostRequest(
         rps=rps, p99_ms=p99_ms, region=region, instance_type=instance_type, memory_mb=memory_mb,
-        instance_rps=instance_rps, latencies=latencies,
+        instance_rps=instance_rps, latencies=latencies, cpu_ms=cpu_ms, managed_instance_type=managed_instance_type,
     )  # fmt: skip
     return JSONResponse(await run_in_threadpool(cost.estimate, principal, name, request))
