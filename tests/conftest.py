@@ -31,14 +31,15 @@ EVENTS = REPO / "events"
 # Under pytest-xdist (`make test` runs `-n N --dist loadgroup`) a module's tests stay on one
 # worker, in order, with its module fixtures built once (a module may be a story told test by
 # test, such as the console's); and the tests that use one expensive session fixture (a
-# synthesized CDK app, a running Triton server; directly or through another fixture) stay on one
-# worker together, so the fixture is built once, not once per worker. The first fixture named
+# synthesized CDK app, a running Triton server, the e2e tier's shared `sluice serve --demo`;
+# directly or through another fixture) stay on one worker together, so the fixture is built
+# once, not once per worker. The first fixture named
 # that a test uses decides; a test that uses none goes with its module, so the heavy tests of
 # the same folders that need none of them (layer builds, bytecode, uv resolutions) run beside
 # them on other workers. The two synthesized apps share one group: many tests read both (the
 # checkov scan, the acknowledgements, tests parametrized by the app's name), and an app built in
 # two workers is built twice (~25-45 CPU-s each).
-SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton"}
+SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton", "demo_serve": "demo-serve"}
 
 
 @pytest.hookimpl(wrapper=True)

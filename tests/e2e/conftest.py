@@ -84,3 +84,19 @@ def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) ->
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def demo_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, Path]]:
+    """One `sluice serve --demo --workers 2` for the tests that only talk to it (the local
+    service, WebSocket, optimize and metrics stories): yields (port, the admin key, its home). Its tests
+    share a pytest-xdist group (tests/conftest.py), so it starts once; each leaves the demo's
+    deployments as it found them."""
+    import os
+
+    home = tmp_path_factory.mktemp("demo-serve")
+    stale = home / "metrics"
+    stale.mkdir()
+    (stale / "counter_1.db").write_bytes(b"an earlier run's series")  # for the metrics story: cleaned at start
+    with running_sluice(home, dict(os.environ), "--demo", "--workers", "2") as (port, key):
+        yield port, key, home

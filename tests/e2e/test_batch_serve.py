@@ -34,7 +34,7 @@ def test_sluice_serve_marks_failed_the_jobs_whose_process_is_gone(tmp_path: Path
             source="cli", worker=worker, heartbeat_at=time.time(),
         ))  # fmt: skip
     log = tmp_path / "serve.log"
-    with log.open("w") as out, running_sluice(home, dict(os.environ), stdout=out, stderr=subprocess.STDOUT):
+    with log.open("w") as out, running_sluice(home, dict(os.environ), "--workers", "1", stdout=out, stderr=subprocess.STDOUT):
         left = registry.get_job("acme", "job-left")  # before any read: serve looked as it started
         assert left.status == "FAILED", left
         assert (left.error or "").startswith(f"its process stopped: process {gone.pid} on this host is gone")

@@ -12,8 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -60,18 +58,19 @@ class Service:
 
 
 def _operator_key(home: Path, tenant: str, scopes: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "sluice.cli", "--tenant", tenant, "keys", "create", "--scopes", scopes, "--name", "console-test"],
-        env={**os.environ, "SLUICE_HOME": str(home)}, capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return re.search(r"key \(shown once\): (\S+)", out.stdout).group(1)  # type: ignore[union-attr]
+    """A key made on the server's machine (as `sluice keys create` makes it), in its registry."""
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    _, plain = Container.from_settings(Settings(mode="local", home=home)).keys.create(tenant, scopes.split(","), name="console-test")
+    return plain
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     home = tmp_path_factory.mktemp("console-home")
     env = {**os.environ, "SLUICE_BATCH_INBOX_POLL_S": "0.5", "SLUICE_MONITOR_FLUSH_S": "1"}  # each worker's profiles written within a second
-    with running_sluice(home, env, "--demo") as (port, admin):
+    with running_sluice(home, env, "--demo", "--workers", "1") as (port, admin):
         s = Service(f"http://127.0.0.1:{port}", home, admin)
         # A canary on iris and a shadow beside it, as the rollout guide makes them.
         s.call("POST", "/api/v1/models/iris/versions", content=(MODELS / "iris_forest.onnx").read_bytes(), headers={"content-type": "application/octet-stream"})
@@ -101,6 +100,9 @@ class Tab:
 
     def __init__(self, browser: Any, base: str) -> None:
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        # The page's clock runs as time does; a test moves it on where it would wait out a
+        # polling interval (`later`), so the page polls at once.
+        self.context.clock.install()
         self.page = self.context.new_page()
         self.page.set_default_timeout(30_000)
         self.base = base
@@ -119,6 +121,17 @@ class Tab:
     def go(self, hash: str, selector: str) -> None:
         self.page.goto(f"{self.base}/console/#{hash}")
         self.page.wait_for_selector(selector)
+
+    def later(self, ms: int, *, then_s: float = 0.5) -> None:
+        """`ms` of the page's time passed at once (its timers due by then fire), then `then_s`
+        of real time for what they started (a request, a redraw) to be seen here."""
+        self.page.clock.run_for(ms)
+        self.page.wait_for_timeout(then_s * 1000)
+
+    def polled(self, path: str, ms: int) -> None:
+        """The page's next read of `path` (a poller of interval `ms`), brought on and answered."""
+        with self.page.expect_response(lambda r: r.url.split("?")[0].endswith(path)):
+            self.page.clock.run_for(ms)
 
     def shot(self, folder: Path, name: str, full_page: bool = True) -> None:
         self.page.screenshot(path=str(folder / f"console-{name}.png"), full_page=full_page)
@@ -159,10 +172,12 @@ def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, serv
         if row.count() and int(row.locator("td").nth(2).inner_text()) > 0:
             break
         assert time.monotonic() < deadline, tab.page.inner_text("#stats")
-        tab.page.wait_for_timeout(2500)
+        tab.later(5000, then_s=1.0)  # the counters merged (every 2 s), the page's next read
     # A rate needs two samples: the chart draws a line once the page has polled twice more.
     service.predict("iris", 40)
-    tab.page.wait_for_timeout(5500)
+    for _ in range(2):
+        tab.polled("/deployments/iris/stats", 5000)
+    tab.page.locator("#charts .u-legend", has_text="variant canary").first.wait_for()
     assert tab.page.locator("#charts figure.chart").count() == 3
     assert tab.page.locator("#charts .u-legend", has_text="variant canary").count() >= 1
     assert tab.page.locator("#history-table tr", has_text="revision 2").count() == 1
@@ -185,7 +200,7 @@ def test_polling_pauses_while_the_tab_is_hidden(admin_tab: Tab) -> None:
     stats = lambda: sum("/stats" in u for u in tab.urls)  # noqa: E731
     tab.page.evaluate(HIDE)
     before = stats()
-    tab.page.wait_for_timeout(6000)  # more than one polling interval
+    tab.later(6000)  # more than one polling interval
     assert stats() == before
     tab.page.evaluate(SHOW)  # polls again at once
     tab.page.wait_for_timeout(500)
@@ -200,7 +215,7 @@ def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, sho
     while not tab.page.locator("#stats-table tr", has_text="candidate").count():
         assert time.monotonic() < deadline, tab.page.inner_text("#stats")
         service.predict("iris-shadow", 20)
-        tab.page.wait_for_timeout(2500)
+        tab.later(5000, then_s=1.0)
     assert tab.page.locator("#stats-table tr", has_text="candidate").locator("td").nth(9).inner_text().startswith("1.000")
     tab.page.click("[data-action=promote-candidate]")
     tab.page.wait_for_selector("dialog#confirm[open]")
@@ -289,7 +304,10 @@ def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, 
     staged = service.home / "patients.csv"  # written whole, then moved in: the watcher sees a complete file
     staged.write_text(",".join(columns) + "\n" + rows + "\n")
     staged.rename(inbox / "patients.csv")
-    tab.page.wait_for_selector("[data-status=SUCCEEDED]", timeout=90_000)
+    deadline = time.monotonic() + 90  # the inbox's next look, the job, the page's next read
+    while not tab.page.locator("[data-status=SUCCEEDED]").count():
+        assert time.monotonic() < deadline, tab.page.inner_text("#jobs")
+        tab.later(5000, then_s=1.0)
     row = tab.page.locator("#jobs-table tr", has_text="diabetes")
     assert re.search(r"500 in\s+500 out\s+0 failed", row.inner_text())
     assert row.locator("progress").get_attribute("value") == row.locator("progress").get_attribute("max")
@@ -365,7 +383,10 @@ def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs
     tab.page.click("#confirm-ok")
     tab.page.wait_for_selector("[data-schedule-state=ENABLED]")
     run = tab.page.locator("[data-runs=every-minute] li", has_text="SUCCEEDED").first
-    run.wait_for(timeout=100_000)
+    deadline = time.monotonic() + 100  # the next minute, then the section's next read
+    while not run.count():
+        assert time.monotonic() < deadline, tab.page.inner_text("#schedules")
+        tab.later(15_000, then_s=1.0)
     assert "40 in, 40 out, 0 failed" in run.inner_text()
     job = run.locator("[data-job-link]").get_attribute("data-job-link")
     tab.page.wait_for_selector(f"#jobs-table [data-job-row='{job}']")
@@ -397,7 +418,7 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     while tab.page.locator("[data-gate=error_rate].pass").count() == 0:
         assert time.monotonic() < deadline, tab.page.inner_text("#rollout")
         service.predict("iris-rollout", 40)
-        tab.page.wait_for_timeout(3000)
+        tab.later(10_000, then_s=1.0)
     assert gates.nth(0).locator("td").nth(2).inner_text() == "0"
     tab.page.screenshot(path=str(shots / "console-rollout.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 1020}, full_page=True)
     # Pause: cancelling the dialog changes nothing; confirming pauses it.
@@ -423,11 +444,11 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     # A running rollout is read every 10 s while the tab is visible, never while it is hidden.
     looks = lambda: sum(u.endswith("/iris-rollout/rollout") for u in tab.urls)  # noqa: E731
     before = looks()
-    tab.page.wait_for_timeout(10_500)
+    tab.polled("/iris-rollout/rollout", 10_500)
     assert looks() >= before + 1
     tab.page.evaluate(HIDE)
     before = looks()
-    tab.page.wait_for_timeout(11_000)
+    tab.later(11_000)
     assert looks() == before
     tab.page.evaluate(SHOW)
     tab.page.wait_for_timeout(500)

@@ -3,7 +3,6 @@ standard Open Inference Protocol client (tritonclient) talking to the v2 endpoin
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -12,20 +11,17 @@ import numpy as np
 import pytest
 
 from tests.conftest import MODELS
-from tests.e2e.conftest import running_sluice
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
 SETOSA = {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    home: Path = tmp_path_factory.mktemp("home")
-    with running_sluice(home, dict(os.environ), "--demo", "--workers", "2") as (port, key):
-        yield f"http://127.0.0.1:{port}", key
+@pytest.fixture
+def service(demo_serve: tuple[int, str, Path]) -> tuple[str, str]:
+    port, key, _ = demo_serve
+    return f"http://127.0.0.1:{port}", key
 
 
 def test_simple_json_over_http(service: tuple[str, str]) -> None:
@@ -131,6 +127,12 @@ def test_asyncio_client_with_bytes_tensors(service: tuple[str, str]) -> None:
 def test_push_point_and_switch_with_no_restart(service: tuple[str, str]) -> None:
     base, key = service
     h = {"Authorization": f"Bearer {key}"}
+    # A deployment of its own (the server is shared), read by the workers before the switch.
+    made = httpx.post(f"{base}/api/v1/deployments", json={"name": "iris-switch", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=h)
+    assert made.status_code == 201, made.text
+    for _ in range(10):  # a fresh connection each: both workers read it
+        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h)
+        assert r.json()["version"] == 1, r.text
     pushed = httpx.post(
         f"{base}/api/v1/models/iris/versions",
         content=(MODELS / "iris_forest.onnx").read_bytes(),
@@ -138,14 +140,14 @@ def test_push_point_and_switch_with_no_restart(service: tuple[str, str]) -> None
     )
     assert pushed.status_code == 201, pushed.text
     version = pushed.json()["version"]
-    r = httpx.put(f"{base}/api/v1/deployments/iris", json={"model": "iris", "version": version}, headers=h)
+    r = httpx.put(f"{base}/api/v1/deployments/iris-switch", json={"model": "iris", "version": version}, headers=h)
     assert r.status_code == 200
     # Each worker trusts what it read for at most the deployment cache TTL (1 s by default).
     deadline = time.monotonic() + 10
     seen: set[int] = set()
     while time.monotonic() < deadline:
         seen = {
-            httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=h).json()["version"]
+            httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h).json()["version"]
             for _ in range(10)
         }
         if seen == {version}:

@@ -1,9 +1,10 @@
-"""`/metrics` on a real `sluice serve` with two workers: each worker writes its own series, a
-scrape answered by either sums them all, and a tenant sees its own deployments only."""
+"""`/metrics` on a real `sluice serve` with two workers (the one the e2e tests share): each
+worker writes its own series, a scrape answered by either sums them all, and a tenant sees its
+own deployments only."""
 
 from __future__ import annotations
 
-import os
+import json
 from typing import TYPE_CHECKING
 
 import httpx
@@ -14,7 +15,6 @@ from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS
-from tests.e2e.conftest import running_sluice
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,51 +36,62 @@ def workers_writing(home: Path) -> set[str]:
     return {f.stem.rsplit("_", 1)[1] for f in (home / "metrics").glob("*.db")}
 
 
-def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    stale = home / "metrics"
-    stale.mkdir()
-    (stale / "counter_1.db").write_bytes(b"an earlier run's series")  # cleaned at start
-    with running_sluice(home, dict(os.environ), "--demo", "--workers", "2") as (port, key):
-        base = f"http://127.0.0.1:{port}"
-        mine = {"Authorization": f"Bearer {key}"}
-        # Another tenant, with a deployment of its own, straight in the shared registry.
-        other = Container.from_settings(Settings(mode="local", home=home))
-        globex = Principal("globex", frozenset({"admin", "predict"}), "test")
-        install_demo(other, globex, MODELS)
-        other.deployments.create(globex, "globex-secret", {"kind": "single", "model": "iris", "version": 1})
-        _, globex_key = other.keys.create("globex", ["admin", "predict"])
-        theirs = {"Authorization": f"Bearer {globex_key}"}
-        predict_only = httpx.post(f"{base}/api/v1/keys", json={"name": "predict only", "scopes": ["predict"]}, headers=mine)
-        assert predict_only.status_code == 201, predict_only.text
+def workers_counting(home: Path, deployment: str) -> set[str]:
+    """The pids whose series files count requests to `deployment` (each worker writes its own)."""
+    from prometheus_client.mmap_dict import MmapedDict
 
-        # A fresh connection per call: the kernel hands them to both workers.
-        sent = 0
-        while sent < 20 or len(workers_writing(home)) < 2:
-            r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=mine)
-            assert r.status_code == 200, r.text
-            sent += 1
-            assert sent < 400, "one worker answered every connection"
-        for _ in range(3):
-            r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "globex-secret", "features": SETOSA}, headers=theirs)
-            assert r.status_code == 200, r.text
-        assert "1" not in workers_writing(home)
+    found = set()
+    for series in (home / "metrics").glob("counter_*.db"):
+        for entry in MmapedDict.read_all_values_from_file(str(series)):
+            key, count = entry[0], entry[1]
+            if count and json.loads(key)[2].get("deployment") == deployment:
+                found.add(series.stem.rsplit("_", 1)[1])
+    return found
 
-        for _ in range(6):  # whichever worker answers the scrape, the sums are the same
-            r = httpx.get(f"{base}/metrics", headers=mine)
-            assert r.status_code == 200, r.text
-            text = r.text
-            assert value(text, "ml_inference_requests_total", tenant="default", deployment="iris") == sent
-            assert value(text, "ml_inference_latency_ms_count", tenant="default", deployment="iris", model="iris") == sent
-            assert value(text, "ml_inference_latency_ms_bucket", tenant="default", deployment="iris", le="+Inf") == sent
-            assert value(text, "ml_inference_rows_scored_total", tenant="default", deployment="iris") == sent
-            assert "globex" not in text
 
-        seen = httpx.get(f"{base}/metrics", headers=theirs).text
-        assert value(seen, "ml_inference_requests_total", tenant="globex", deployment="globex-secret") == 3
-        assert 'tenant="default"' not in seen and 'deployment="iris"' not in seen
+def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tuple[int, str, Path]) -> None:
+    port, key, home = demo_serve  # its home had an earlier run's series (`demo_serve`)
+    base = f"http://127.0.0.1:{port}"
+    mine = {"Authorization": f"Bearer {key}"}
+    # The server is shared: the counts are those of a deployment of this test's own.
+    made = httpx.post(f"{base}/api/v1/deployments", json={"name": "iris-metered", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=mine)
+    assert made.status_code == 201, made.text
+    # Another tenant, with a deployment of its own, straight in the shared registry.
+    other = Container.from_settings(Settings(mode="local", home=home))
+    globex = Principal("globex", frozenset({"admin", "predict"}), "test")
+    install_demo(other, globex, MODELS)
+    other.deployments.create(globex, "globex-secret", {"kind": "single", "model": "iris", "version": 1})
+    _, globex_key = other.keys.create("globex", ["admin", "predict"])
+    theirs = {"Authorization": f"Bearer {globex_key}"}
+    predict_only = httpx.post(f"{base}/api/v1/keys", json={"name": "predict only", "scopes": ["predict"]}, headers=mine)
+    assert predict_only.status_code == 201, predict_only.text
 
-        assert httpx.get(f"{base}/metrics").status_code == 401
-        refused = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {predict_only.json()['key']}"})
-        assert refused.status_code == 403
+    # A fresh connection per call: the kernel hands them to both workers.
+    sent = 0
+    while sent < 20 or len(workers_counting(home, "iris-metered")) < 2:
+        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-metered", "features": SETOSA}, headers=mine)
+        assert r.status_code == 200, r.text
+        sent += 1
+        assert sent < 400, "one worker answered every connection"
+    for _ in range(3):
+        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "globex-secret", "features": SETOSA}, headers=theirs)
+        assert r.status_code == 200, r.text
+    assert "1" not in workers_writing(home)
+
+    for _ in range(6):  # whichever worker answers the scrape, the sums are the same
+        r = httpx.get(f"{base}/metrics", headers=mine)
+        assert r.status_code == 200, r.text
+        text = r.text
+        assert value(text, "ml_inference_requests_total", tenant="default", deployment="iris-metered") == sent
+        assert value(text, "ml_inference_latency_ms_count", tenant="default", deployment="iris-metered", model="iris") == sent
+        assert value(text, "ml_inference_latency_ms_bucket", tenant="default", deployment="iris-metered", le="+Inf") == sent
+        assert value(text, "ml_inference_rows_scored_total", tenant="default", deployment="iris-metered") == sent
+        assert "globex" not in text
+
+    seen = httpx.get(f"{base}/metrics", headers=theirs).text
+    assert value(seen, "ml_inference_requests_total", tenant="globex", deployment="globex-secret") == 3
+    assert 'tenant="default"' not in seen and 'deployment="iris' not in seen
+
+    assert httpx.get(f"{base}/metrics").status_code == 401
+    refused = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {predict_only.json()['key']}"})
+    assert refused.status_code == 403

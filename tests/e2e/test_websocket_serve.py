@@ -6,7 +6,6 @@ call) stops an open connection."""
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -14,10 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.e2e.conftest import running_sluice
-
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from websockets.sync.client import ClientConnection
@@ -25,11 +21,10 @@ if TYPE_CHECKING:
 SETOSA = {"deployment": "iris", "features": {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}}
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
-    home: Path = tmp_path_factory.mktemp("home")
-    with running_sluice(home, dict(os.environ), "--demo", "--workers", "2") as (port, key):
-        yield port, key
+@pytest.fixture
+def service(demo_serve: tuple[int, str, Path]) -> tuple[int, str]:
+    port, key, _ = demo_serve
+    return port, key
 
 
 def ask(ws: ClientConnection, message: dict[str, Any] | str) -> dict[str, Any]:

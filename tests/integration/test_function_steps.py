@@ -109,6 +109,21 @@ def _any() -> Any:
     return ANY
 
 
+def answered_while_the_step_runs(world: World, name: str, gate: Path) -> Any:
+    """The answer to a prediction whose step is held at `gate`, then the gate opened. The
+    request's event loop stays up meanwhile, as a server's does: else the test client, closing
+    it after the answer, would wait for the thread the step left behind (up to its 10 s)."""
+    import anyio.from_thread
+
+    with anyio.from_thread.start_blocking_portal(**world.client.async_backend) as portal:
+        world.client.portal = portal
+        try:
+            return world.predict(name, ROWS)
+        finally:
+            world.client.portal = None
+            gate.touch()  # the thread the step left behind ends
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     import boto3
@@ -226,12 +241,9 @@ def test_a_module_step_that_answers_late_or_wrongly_fails_naming_the_step(world:
     assert "answered 1 rows of output 'embedding' for 2 rows" in r.json()["error"]
 
     assert world.save("late", chain("features:blocked", timeout_s=0.2)).status_code in (200, 201)
-    try:
-        r = world.predict("late", ROWS)
-        assert r.status_code == 504, r.text
-        assert r.json()["error"] == "step 'features': function features:blocked gave no answer within 0.2 s"
-    finally:
-        (world.folder / "acme" / "gate").touch()  # the thread the step left behind ends
+    r = answered_while_the_step_runs(world, "late", world.folder / "acme" / "gate")
+    assert r.status_code == 504, r.text
+    assert r.json()["error"] == "step 'features': function features:blocked gave no answer within 0.2 s"
 
 
 
@@ -240,10 +252,7 @@ def test_a_step_still_running_at_the_requests_deadline_fails_the_request_naming_
     (world.folder / "acme" / "waits.py").write_text(MODULE.replace('with_name("gate")', 'with_name("waits-gate")'))
     monkeypatch.setattr(world.container.predictions.settings, "request_timeout_s", 0.3)
     assert world.save("waits", chain("waits:blocked")).status_code in (200, 201)
-    try:
-        r = world.predict("waits", ROWS)
-    finally:
-        (world.folder / "acme" / "waits-gate").touch()  # the thread the step left behind ends
+    r = answered_while_the_step_runs(world, "waits", world.folder / "acme" / "waits-gate")
     assert r.status_code == 504, r.text
     assert r.json()["error"] == "step 'features' gave no answer within the request's deadline"
     assert (r.json()["details"]["step"], r.json()["details"]["steps"]) == ("features", [])

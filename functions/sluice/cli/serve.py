@@ -203,7 +203,7 @@ def served_app() -> CutOff:
         from sluice.cli.grpc_workers import serving
 
         built = await asyncio.to_thread(_ready, app)
-        orphaned = asyncio.create_task(_end_with_parent(os.getppid()))
+        orphaned = asyncio.create_task(_end_with_parent())
         try:
             async with serving(built), inner(app_) as state:  # its gRPC server beside its HTTP
                 yield state
@@ -235,9 +235,15 @@ def _ready(app: Any) -> Container:
     return container
 
 
-async def _end_with_parent(parent: int) -> None:
+async def _end_with_parent() -> None:
     """A worker whose `sluice serve` was killed (SIGKILL leaves it no chance to stop them)
-    drains and exits as if told to stop, rather than keep the port from a restart."""
+    drains and exits as if told to stop, rather than keep the port from a restart. Its parent
+    is the process that spawned it, known from its start: one killed while the worker still
+    started up is gone too (`os.getppid()` asked then names whatever adopted the worker)."""
+    import multiprocessing
+
+    spawner = multiprocessing.parent_process()
+    parent = spawner.pid if spawner is not None and spawner.pid is not None else os.getppid()
     while os.getppid() == parent:
         await asyncio.sleep(1.0)
     signal.raise_signal(signal.SIGTERM)  # uvicorn's handler: the worker's drain
