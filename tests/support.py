@@ -78,13 +78,11 @@ def share_botocore_data() -> None:
     is megabytes) made building a client ~0.2 CPU-s, ten times one from a warm loader. The
     loader only reads files and keeps what it parsed, so sharing it changes nothing a client
     does."""
-    import functools
-
     import botocore.loaders
     import botocore.session
 
     if not hasattr(botocore.session.create_loader, "cache_info"):  # once
-        botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
+        botocore.session.create_loader = cache(botocore.loaders.create_loader)
 
 
 def fake_aws_credentials(monkeypatch: pytest.MonkeyPatch, region: str) -> None:

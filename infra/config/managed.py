@@ -14,7 +14,7 @@ charge), not GB-seconds. What AWS requires of it, checked here rather than at de
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -24,11 +24,15 @@ if TYPE_CHECKING:
     from infra.config.sections import FunctionsConfig
 
 FIELD = "api.managed_instances"
-PYTHONS = ("3.13", "3.14")  # Lambda Managed Instances run Python 3.13 and newer
+MIN_PYTHON = (3, 13)  # Lambda Managed Instances run Python 3.13 and newer
 INSTANCE_TYPE = r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"  # c7g.xlarge, m7i.2xlarge
 # The processes one execution environment runs (one per request in flight) each import the app
 # and load the models they serve: each needs at least this much of the function's memory.
 PROCESS_MIN_MB = 256
+
+
+def _version(python: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in python.split("."))
 
 
 def graviton(instance_type: str) -> bool:
@@ -99,10 +103,11 @@ class ManagedInstancesConfig(Section):
 
     def check(self, functions: FunctionsConfig, memory_mb: int) -> None:
         """What the section requires of the rest of the config (raises ValueError)."""
-        if functions.python not in PYTHONS:
+        if _version(functions.python) < MIN_PYTHON:
+            offered = get_args(type(functions).model_fields["python"].annotation)
             raise ValueError(
-                f"{FIELD} needs functions.python {' or '.join(PYTHONS)} (Lambda Managed Instances run "
-                f"Python 3.13 and newer); functions.python is {functions.python}"
+                f"{FIELD} needs functions.python {' or '.join(v for v in offered if _version(v) >= MIN_PYTHON)} "
+                f"(Lambda Managed Instances run Python 3.13 and newer); functions.python is {functions.python}"
             )
         if memory_mb < 2048 or self.vcpus(memory_mb) < 1:
             raise ValueError(

@@ -115,14 +115,19 @@ def front_door(prices: dict[str, Any], work: Workload, duration_ms: float) -> di
 
 
 def instance_price(prices: dict[str, Any], instance_type: str) -> float:
-    table = prices["sagemaker_instance_hour"]
+    return hourly_price(prices, prices["sagemaker_instance_hour"], instance_type, field="instance_type")
+
+
+def hourly_price(prices: dict[str, Any], table: dict[str, Any], instance_type: str, *, field: str) -> float:
+    """An instance type's price an hour in `table` (a part of the price file), or a 400 naming
+    `field` and the types the file has."""
     if instance_type not in table:
         from sluice.domain.errors import BadRequest
 
         raise BadRequest(
             f"no price for {instance_type} in the {prices['region']} price file; it has {sorted(table)} "
             "(add it to the file, or pass --prices)",
-            field="instance_type",
+            field=field,
         )
     return float(table[instance_type])
 
@@ -196,17 +201,12 @@ def asynchronous(prices: dict[str, Any], work: Workload, latency: Measured) -> O
 def managed(prices: dict[str, Any], work: Workload, latency: Measured) -> Option:
     lmi = prices["lambda_managed_instances"]
     kind = work.managed_instance_type or MANAGED_DEFAULT[work.architecture]
-    table = lmi["ec2_instance_hour"]
-    if kind not in table:
-        from sluice.domain.errors import BadRequest
-
-        raise BadRequest(f"no price for {kind} in the {prices['region']} price file; it has {sorted(table)} "
-                         "(add it to the file, or pass --prices)", field="managed_instance_type")  # fmt: skip
+    hourly = hourly_price(prices, lmi["ec2_instance_hour"], kind, field="managed_instance_type")
     cpu_ms = work.cpu_ms if work.cpu_ms is not None else latency.p50_ms
     vcpus = instance_vcpus(kind)
     per_instance = vcpus * work.target_utilization * 1000.0 / max(cpu_ms, 0.001)
     instances = max(work.managed_min_instances, math.ceil(work.rps / per_instance))
-    ec2 = float(table[kind]) * instances / (work.rps * 3600) * MILLION if work.rps > 0 else math.inf
+    ec2 = hourly * instances / (work.rps * 3600) * MILLION if work.rps > 0 else math.inf
     parts = {
         "api_gateway": prices["api_gateway"]["rest_requests_per_million"],
         "lambda_requests": lmi["requests_per_million"],

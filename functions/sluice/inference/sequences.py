@@ -259,14 +259,7 @@ async def _inputs_of(
 ) -> tuple[dict[str, np.ndarray], Signature]:
     """The step's inputs: the previous step's outputs of the same names, or those its map
     names (worked out once per signature); and the signature they are checked against."""
-    target = step.target
-    if step.single:  # the common case, without a call: its version's signature
-        version = runner.lookups.cached_version(call.tenant, target.model, target.version)  # type: ignore[attr-defined]
-        if version is None:
-            version = await runner.lookups.version_of(call.tenant, target.model, target.version)  # type: ignore[attr-defined]
-        signature = version.signature
-    else:
-        signature = await input_signature(runner, target, call.tenant)
+    signature = await input_signature(runner, step.target, call.tenant)
     key = id(signature)
     sources = step.kept(key, signature)
     if sources is None:

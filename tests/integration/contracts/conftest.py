@@ -31,14 +31,20 @@ BUCKET = "sluice-artifacts"
 INBOX = "sluice-inbox"  # a bucket outside the store, for push by URI
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+@contextmanager
+def moto_world(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Iterator[None]:
     """Fake credentials, no shared config files, and every AWS call answered by moto."""
     fake_aws_credentials(monkeypatch, REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     with mock_aws():
+        yield
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    with moto_world(monkeypatch, tmp_path):
         yield
 
 
@@ -47,12 +53,7 @@ def registry_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DynamoD
     """The registry's table on moto, made once for a module (a client and a table cost ~0.15
     CPU-s, more than most tests): a client of it, the `aws` fixture's world around it. A test
     that uses it leaves it empty (`emptied`)."""
-    folder = tmp_path_factory.mktemp("aws")
-    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws():
-        fake_aws_credentials(monkeypatch, REGION)
-        monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
-        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
-        monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with pytest.MonkeyPatch.context() as monkeypatch, moto_world(monkeypatch, tmp_path_factory.mktemp("aws")):
         client = boto3.client("dynamodb", region_name=REGION)
         create_table(client, TABLE)
         yield client
