@@ -31,7 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PYTHON, REPO, WORK, bench_env, figure, free_port, rotate, tree_cpu_s, wait_http
+from benchmarks.common import (
+    PYTHON,
+    REPO,
+    WORK,
+    bench_env,
+    figure,
+    free_port,
+    rotate,
+    tree_cpu_s,
+    wait_http,
+)
 
 MODEL = REPO / "models" / "diabetes_mlp.onnx"
 ROWS = 1_000
