@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Prediction logs are for servers; the CLI's stdout is its answer.
+    # Prediction logs are for servers; the CLI's stdout is its answer, its warnings go to stderr.
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("SLUICE_LOG_STREAM", "stderr")
     args = _parser().parse_args(argv)
     if args.tenant is None:
         args.tenant = os.environ.get("SLUICE_TENANT", "default")
