@@ -129,7 +129,8 @@ CHROMIUMS := chromium chromium-headless-shell
 chromium:
 	@{ command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 || \
 		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-		{ apt-get install -y -qq $(CHROMIUMS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(CHROMIUMS) >/dev/null; }; }; } || \
+		{ apt-get install -y -qq $(CHROMIUMS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(CHROMIUMS) >/dev/null 2>&1; } || \
+		apt-get install -y -qq chromium >/dev/null; }; } || \
 		{ command -v chromium >/dev/null 2>&1 && echo "chromium-headless-shell is not installed: the console's browser tests use chromium"; } || \
 		echo "chromium is not installed: the console's browser tests will be skipped"
 
