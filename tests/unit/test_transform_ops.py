@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidInput, InvalidRequest, Unprocessable
@@ -164,103 +164,3 @@ def test_a_plan_knows_which_outputs_are_finite_by_construction(ops: list[dict[st
     columns: dict[int, list[int]] = {}
     answer_specs(node, SPECS, columns=columns)
     assert plan_of(node, columns).finite[checked] == finite
-
-
-# One row in Python numbers (`Plan.row`) against the vectorized plan -------------------------
-ROW_SPECS = (X, S, N, TensorSpec("v", "FP64", (-1,)), TensorSpec("w", "FP32", (-1,)))
-any32 = st.floats(width=32)  # NaN, infinities, subnormals, FP32's largest
-any64 = st.floats()
-parameter = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, -0.0, 1e-40, 3e38, 1.0000001]), st.integers(-(2**60), 2**60))
-
-
-@st.composite
-def row_ops(draw: Any) -> list[dict[str, Any]]:
-    """A valid transform of ops that have a row form: element-wise chains, codes, a concat,
-    labels, names (each op in or out)."""
-    ops: list[dict[str, Any]] = []
-    for name in ("x", "w", "v"):
-        for _ in range(draw(st.integers(0, 3))):
-            kind = draw(st.sampled_from(["fill", "standardize", "min_max", "platt"]))
-            low = draw(st.floats(-1e6, 1e6) if kind == "min_max" else parameter)
-            spread = draw(st.one_of(st.floats(1e-3, 1e6), st.integers(1, 2**40)) if kind == "min_max" else st.floats(1e-50, 1e6))
-            ops.append({"op": kind, "input": name, **{
-                "fill": {"value": draw(st.one_of(parameter, st.just(float("inf"))))},
-                "standardize": {"mean": low, "std": spread},
-                "min_max": {"min": low, "max": low + spread},
-                "platt": {"a": draw(parameter), "b": draw(st.one_of(st.just(0), parameter))},
-            }[kind]})  # fmt: skip
-    names = ["x", "s", "n", "v", "w"]
-    coded = draw(st.sampled_from([None, "ordinal", "one_hot"]))
-    if coded == "ordinal":
-        ops.append({"op": "ordinal", "input": "s", "vocabulary": VOCAB, "output": "o", "unknown": draw(parameter)})
-    elif coded == "one_hot":
-        ops.append({"op": "one_hot", "input": "s", "vocabulary": VOCAB, "output": "o", "unknown": draw(st.sampled_from(["zeros", "column"]))})
-    names += ["o"] if coded else []
-    if draw(st.booleans()):
-        ops.append({"op": "select", "input": "x", "columns": draw(st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=4)), "output": "y"})
-        names.append("y")
-    if draw(st.booleans()):
-        ops.append({"op": "concat", "inputs": draw(st.lists(st.sampled_from([n for n in names if n != "s"]), min_size=1, max_size=5)), "output": "z"})
-        names.append("z")
-    if draw(st.booleans()):
-        ops.append({"op": "threshold", "input": draw(st.sampled_from(["w", "v", "n"])), "cutoff": draw(parameter), "output": "t", "labels": draw(st.sampled_from([None, ["no", "yes"]]))})
-        names.append("t")
-    if draw(st.booleans()):
-        source = draw(st.sampled_from(["x", "z"] if "z" in names else ["x"]))
-        ops.append({"op": "argmax", "input": source, "output": "m", "labels": draw(st.sampled_from([None, ["a", "b", "c"]])) if source == "x" else None})
-        names.append("m")
-    if draw(st.booleans()):
-        ops.append({"op": "rename", "input": "n", "output": "k"})
-        names = ["k" if n == "n" else n for n in names]
-    if draw(st.booleans()) or not ops:
-        ops.append({"op": "keep", "names": draw(st.lists(st.sampled_from(names), min_size=1, max_size=4, unique=True))})
-    return ops
-
-
-def _same(fast: dict[str, np.ndarray], slow: dict[str, np.ndarray]) -> None:
-    assert list(fast) == list(slow)
-    for name, a in fast.items():
-        b = slow[name]
-        assert (a.dtype, a.shape) == (b.dtype, b.shape), name
-        if a.dtype.kind == "f":  # bit for bit, NaN where NaN
-            nan = np.isnan(a)
-            assert (nan == np.isnan(b)).all() and a[~nan].tobytes() == b[~nan].tobytes(), (name, a, b)
-        else:
-            assert a.tolist() == b.tolist(), name
-
-
-@settings(max_examples=80, deadline=None)
-@given(ops=row_ops(), data=st.data())
-def test_one_row_in_python_numbers_is_the_vectorized_answer_bit_for_bit(ops: list[dict[str, Any]], data: Any) -> None:
-    """Any row, alone, through the row form: what the vectorized plan gives it alone and among
-    other rows, each value's bits (and an input the row form does not take: the vectorized path)."""
-    from sluice.routing.transform_rows import Fallback, run_row
-
-    node = Transform.model_validate({"kind": "transform", "ops": ops})
-    columns: dict[int, list[int]] = {}
-    answer_specs(node, ROW_SPECS, columns=columns)
-    plan = plan_of(node, columns)
-    n = data.draw(st.integers(1, 3))
-    batch = {
-        "x": np.asarray(data.draw(st.lists(any32, min_size=3 * n, max_size=3 * n)), np.float32).reshape(n, 3),
-        "s": np.array(data.draw(st.lists(st.sampled_from([*VOCAB, "teal", b"red", 7]), min_size=n, max_size=n)), dtype=object),
-        "n": np.asarray(data.draw(st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-5, 5), min_size=n, max_size=n)), np.int64).reshape(n, 1),
-        "v": np.asarray(data.draw(st.lists(any64, min_size=n, max_size=n)), np.float64),
-        "w": np.asarray(data.draw(st.lists(any32, min_size=n, max_size=n)), np.float32),
-    }
-    with np.errstate(all="ignore"):
-        together = plan.run_rows(batch)
-        for i in range(n):
-            row = {k: v[i : i + 1] for k, v in batch.items()}
-            alone = plan.run_rows(row)
-            if plan.row is None:  # a divisor that FP32 makes 0, an `unknown` no double holds
-                event("no row form")
-                break
-            try:
-                fast = run_row(plan.row, row)
-            except Fallback:
-                event("run vectorized")
-                continue
-            _same(fast, alone)
-            _same(plan.run(row), alone)
-            _same({k: v for k, v in fast.items() if together[k].shape[:1] == (n,)}, {k: v[i : i + 1] for k, v in together.items() if v.shape[:1] == (n,)})

@@ -8,12 +8,10 @@ not a Python number NumPy must type on each call). Element-wise ops that follow 
 on one tensor (fill, standardize, min_max, clip, log1p, platt, each rewriting what the one
 before wrote) are one step. `concat` writes its parts into one array made for them.
 
-Every step is vectorized over rows, and a row's answer never depends on the rows beside it.
-A request of one row takes the plan's row form where its ops have one (`Plan.row`,
-`sluice.routing.transform_rows`): the same answer, bit for bit, in Python numbers rather than
-a dozen NumPy calls. A text vocabulary is looked up in C, one dictionary lookup a row (a value
-it does not hold is read as text once); numbers, and hashes, are worked out once per distinct
-value (`np.unique`), then spread over the rows.
+Every step is vectorized over rows: one row and a million take the same code, and a row's
+answer never depends on the rows beside it. A text vocabulary is looked up in C, one
+dictionary lookup a row (a value it does not hold is read as text once); numbers, and
+hashes, are worked out once per distinct value (`np.unique`), then spread over the rows.
 
 The plan also knows, from its ops alone, which tensors it gives hold finite numbers by
 construction (`Plan.finite`): a model fed by a transform is not made to look for NaN or
@@ -34,7 +32,6 @@ from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, InvalidRequest
 from sluice.domain.transforms import Transform
 from sluice.routing.transform_finite import finite_outputs
-from sluice.routing.transform_rows import Fallback, compile_rows, run_row
 
 Arrays = dict[str, np.ndarray]
 Step = Callable[[Arrays], None]
@@ -48,26 +45,15 @@ MORE_CODES = 1024  # text outside a vocabulary remembered per op (a bound, whate
 class Plan:
     """A node's ops, compiled. `finite[checked]`: the tensors it gives that hold finite
     numbers whatever the rows, when its inputs were checked for NaN and infinity (a first
-    step's, as the request's are) or not. `row`: the same ops for a request of one row, in
-    Python numbers (`sluice.routing.transform_rows`; None where an op has no row form)."""
+    step's, as the request's are) or not."""
 
-    __slots__ = ("finite", "row", "steps")
+    __slots__ = ("finite", "steps")
 
-    def __init__(self, steps: list[Step], finite: dict[bool, frozenset[str]], row: list[Any] | None = None) -> None:
+    def __init__(self, steps: list[Step], finite: dict[bool, frozenset[str]]) -> None:
         self.steps = steps
         self.finite = finite
-        self.row = row
 
     def run(self, arrays: Arrays) -> Arrays:
-        if self.row is not None and all(a.shape[:1] == (1,) for a in arrays.values()):
-            try:
-                return run_row(self.row, arrays)
-            except (Fallback, TypeError):  # an input the row form does not take: as any number of rows
-                pass
-        return self.run_rows(arrays)
-
-    def run_rows(self, arrays: Arrays) -> Arrays:
-        """The vectorized form, whatever the number of rows."""
         out = dict(arrays)
         for step in self.steps:
             step(out)
@@ -85,8 +71,7 @@ def plan_of(node: Transform, columns: dict[int, list[int]]) -> Plan:
     key = tuple((i, tuple(c)) for i, c in columns.items()) if columns else ()
     plan = node.plans.get(key)
     if plan is None:
-        finite = {True: finite_outputs(node, checked=True), False: finite_outputs(node, checked=False)}
-        plan = Plan(_compile(node, columns), finite, compile_rows(node.ops, columns))
+        plan = Plan(_compile(node, columns), {True: finite_outputs(node, checked=True), False: finite_outputs(node, checked=False)})
         if len(node.plans) < MAX_PLANS:
             node.plans[key] = plan
     return plan
@@ -231,7 +216,7 @@ def _bucketize(op: Any, _: Any) -> Step:
     return _one_in(op, lambda x: np.searchsorted(boundaries, x, side="right").astype(np.int64, copy=False))
 
 
-class Codes(dict):  # type: ignore[type-arg]
+class _Codes(dict):  # type: ignore[type-arg]
     """A text vocabulary's codes by value, read in C (`codes[value]`). A value it does not
     hold (a word outside it, bytes, a number) is read as text once and given its code or
     `unknown`; text and bytes are remembered, up to MORE_CODES of them."""
@@ -262,7 +247,7 @@ def _text(value: Any) -> str:
     return value if type(value) is str else value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _positions(op: Any, x: np.ndarray, text: Codes | None) -> np.ndarray:
+def _positions(op: Any, x: np.ndarray, text: _Codes | None) -> np.ndarray:
     """Each row's index in the op's vocabulary, -1 for a value not in it."""
     if text is not None and x.dtype == object:
         return text.lookup(x, np.int64)
@@ -287,7 +272,7 @@ def _is_text(op: Any) -> bool:
 
 
 def _one_hot(op: Any, _: Any) -> Step:
-    text = Codes(op.vocabulary, range(len(op.vocabulary)), -1) if _is_text(op) else None
+    text = _Codes(op.vocabulary, range(len(op.vocabulary)), -1) if _is_text(op) else None
     width, column = len(op.vocabulary) + (op.unknown == "column"), op.unknown == "column"
 
     def work(x: np.ndarray) -> np.ndarray:
@@ -303,7 +288,7 @@ def _one_hot(op: Any, _: Any) -> Step:
 
 
 def _ordinal(op: Any, _: Any) -> Step:
-    text = Codes(op.vocabulary, map(float, range(len(op.vocabulary))), op.unknown) if _is_text(op) else None
+    text = _Codes(op.vocabulary, map(float, range(len(op.vocabulary))), op.unknown) if _is_text(op) else None
 
     def work(x: np.ndarray) -> np.ndarray:
         if text is not None and x.dtype == object:  # each row's code, or `unknown`, straight into the answer
