@@ -7,7 +7,8 @@ users start many of them.
   bindings, monitoring windows) and watches the workers: the workers import the app they
   serve, and nothing of the HTTP side or the prediction path is the supervisor's to import
   (its background looks build the deployments' service only once a rollout or a follow binding
-  is there to move).
+  is there to move). Nor NumPy: the monitoring service it holds for closing windows imports it
+  where a window is checked.
 - A worker imports `sluice.cli.serve` (uvicorn's factory), hence the `sluice.cli` package: the
   other command groups are the parser's to import.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
@@ -41,7 +42,7 @@ import json, sys
 import sluice.cli.serve
 commands = [m for m in {COMMANDS!r} if m in sys.modules]
 from sluice.cli import drain, main
-drain.Supervisor.run = lambda self: print(json.dumps([commands, [m for m in {SERVING + PREDICTING!r} if m in sys.modules]]))
+drain.Supervisor.run = lambda self: print(json.dumps([commands, [m for m in {SERVING + PREDICTING + ("numpy",)!r} if m in sys.modules]]))
 sys.exit(main(["serve", "--workers", "2", "--port", "0", "--grpc-port", "0"]))
 """
 
