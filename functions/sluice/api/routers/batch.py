@@ -17,7 +17,7 @@ from sluice.batch.wire import (
     job_out,
 )
 
-router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/batch-jobs", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 
 @router.post("", response_model=BatchJobOut, status_code=202, summary="Score a file in your inbox")

@@ -23,7 +23,7 @@ from sluice.types.management import (
     Promote,
 )
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 def _policy(deployments: DeploymentsDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:

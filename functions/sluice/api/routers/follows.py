@@ -10,7 +10,7 @@ from sluice.api.presenters import follow_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.follows import FollowOut, FollowStart
 
-router = APIRouter(prefix="/api/v1", tags=["follows"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1", tags=["follows"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.post("/deployments/{name}/follow", response_model=FollowOut, status_code=201, summary="Follow a model registry")

@@ -11,7 +11,7 @@ from sluice.inference.metadata import EXTENSIONS
 from sluice.services.health import registry_answers
 from sluice.types.v2 import MetadataServerResponse
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], default_response_class=JSONResponse)
 
 
 @router.get("/healthz", summary="The process is up")

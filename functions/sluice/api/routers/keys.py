@@ -9,7 +9,7 @@ from sluice.api.presenters import key_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import KeyCreate, KeyOut
 
-router = APIRouter(prefix="/api/v1/keys", tags=["keys"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/keys", tags=["keys"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.post("", response_model=KeyOut, status_code=201, summary="Create a key in your tenant (shown once)")

@@ -19,7 +19,7 @@ from sluice.types.management import (
     VersionPushByUri,
 )
 
-router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 ONNX_BODY = {
     "requestBody": {

@@ -15,7 +15,7 @@ from sluice.domain.errors import BadRequest
 from sluice.domain.values import VersionOrLatest
 from sluice.types.management import OptimizeCreate, OptimizeJobOut
 
-router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422))
+router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422), default_response_class=JSONResponse)
 
 
 @router.post(

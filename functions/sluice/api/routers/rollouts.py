@@ -11,7 +11,7 @@ from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.management import DeploymentOut
 from sluice.types.rollouts import ReplayStart, RolloutStart, RolloutStatus
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.post(

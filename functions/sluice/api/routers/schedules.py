@@ -16,7 +16,7 @@ from sluice.batch.wire import (
     schedule_out,
 )
 
-router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 
 @router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")

@@ -9,7 +9,7 @@ from sluice.api.deps import PrincipalDep
 from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
 from sluice.types.management import SessionOut
 
-router = APIRouter(prefix="/api/v1/session", tags=["keys"], responses=errors(*AUTHENTICATED))
+router = APIRouter(prefix="/api/v1/session", tags=["keys"], responses=errors(*AUTHENTICATED), default_response_class=JSONResponse)
 
 
 @router.get("", response_model=SessionOut, summary="The tenant, key id and scopes of the key presented")

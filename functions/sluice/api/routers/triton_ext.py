@@ -17,7 +17,7 @@ from sluice.types.triton import (
     RepositoryIndexRequest,
 )
 
-router = APIRouter(tags=["v2 (Triton extensions)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
+router = APIRouter(tags=["v2 (Triton extensions)"], responses=errors(*AUTHENTICATED, 502, 503, 504), default_response_class=JSONResponse)
 
 
 @router.get("/v2/models/stats", response_model=ModelStatsResponse, summary="Triton: statistics of every deployment")

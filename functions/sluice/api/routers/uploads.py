@@ -20,7 +20,7 @@ from sluice.domain.errors import BadRequest, NotFound, SluiceError
 from sluice.observability import get_logger
 from sluice.types.api import UploadOut, UploadRequest
 
-router = APIRouter(prefix="/api/v1/uploads", tags=["uploads"])
+router = APIRouter(prefix="/api/v1/uploads", tags=["uploads"], default_response_class=JSONResponse)
 
 
 @router.post(

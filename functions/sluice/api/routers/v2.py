@@ -12,7 +12,7 @@ from sluice.domain.values import VersionNumber
 from sluice.inference.metadata import metadata_of, ready_to_answer
 from sluice.types.v2 import MetadataModelResponse, ModelReadyResponse
 
-router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
+router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTHENTICATED, 502, 503, 504), default_response_class=JSONResponse)
 
 
 @router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")
