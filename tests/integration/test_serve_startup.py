@@ -12,7 +12,9 @@ users start many of them.
 - A worker imports `sluice.cli.serve` (uvicorn's factory), hence the `sluice.cli` package: the
   other command groups are the parser's to import.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
-  schema, the graphs' steps, the API's wire models or NumPy."""
+  schema, the graphs' steps, the API's wire models or NumPy.
+- An app's routes are built once, by the routers' decorators, and `SluiceApp.prepare` (what a
+  worker runs before it takes a request) leaves nothing for the first requests to build."""
 
 from __future__ import annotations
 
@@ -20,12 +22,17 @@ import json
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests.conftest import REPO
+from tests.integration.conftest import api_keys, auth
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pytest
+
+    from sluice.wiring import Container
 
 # What serves HTTP, imported in the workers alone.
 SERVING = ("fastapi", "starlette", "sluice.api.app", "sluice.cli.protocol", "uvicorn.protocols.http.httptools_impl", "aiohttp")
@@ -73,3 +80,21 @@ def test_a_plain_command_reads_the_registry_without_the_prediction_path(tmp_path
     codes, imported = _probe(COMMAND_PROBE, tmp_path)
     assert codes == [0, 0, 0]
     assert imported == []
+
+
+def test_a_prepared_app_builds_no_route_at_its_first_requests(container: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi import routing
+    from starlette.testclient import TestClient
+
+    from sluice.api.app import create_app
+
+    key = api_keys(container)["acme"]
+    app = create_app(container)
+    app.prepare()
+    built: list[Any] = []
+    populate = routing._populate_api_route_state
+    monkeypatch.setattr(routing, "_populate_api_route_state", lambda route, *a, **kw: built.append(route) or populate(route, *a, **kw))
+    with TestClient(app) as client:
+        for path in ("/healthz", "/api/v1/models", "/api/v1/deployments", "/api/v1/batch-jobs", "/api/v1/keys"):
+            assert client.get(path, headers=auth(key)).status_code == 200, path
+    assert built == [], "the first requests built routes again"
