@@ -14,7 +14,9 @@ users start many of them.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
   schema, the graphs' steps, the API's wire models or NumPy.
 - An app's routes are built once, by the routers' decorators, and `SluiceApp.prepare` (what a
-  worker runs before it takes a request) leaves nothing for the first requests to build."""
+  worker runs before it takes a request) leaves nothing for the first requests to build. A
+  route returns its own response: FastAPI builds it no serializer, and the OpenAPI document
+  names the model of its answer all the same (`sluice.api.responses.answers`)."""
 
 from __future__ import annotations
 
@@ -98,3 +100,15 @@ def test_a_prepared_app_builds_no_route_at_its_first_requests(container: Contain
         for path in ("/healthz", "/api/v1/models", "/api/v1/deployments", "/api/v1/batch-jobs", "/api/v1/keys"):
             assert client.get(path, headers=auth(key)).status_code == 200, path
     assert built == [], "the first requests built routes again"
+    serializing = [route.path for route in app.routes if getattr(route, "response_field", None) is not None]
+    assert serializing == [], "a route that returns its own response got a serializer"
+
+
+def test_the_document_names_the_model_of_each_answer(container: Container) -> None:
+    from sluice.api.app import create_app
+
+    paths = create_app(container).openapi()["paths"]
+    answer = lambda path, method, status: paths[path][method]["responses"][status]["content"]["application/json"]["schema"]  # noqa: E731
+    assert answer("/api/v1/models", "post", "201") == {"$ref": "#/components/schemas/ModelOut"}
+    assert answer("/api/v1/models", "get", "200") == {"type": "array", "items": {"$ref": "#/components/schemas/ModelOut"}, "title": "Response List Models Api V1 Models Get"}
+    assert answer("/api/v1/deployments/{name}/rollout/pause", "post", "200") == {"$ref": "#/components/schemas/DeploymentOut"}

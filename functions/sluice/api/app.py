@@ -14,7 +14,7 @@ from sluice.api.deps import authenticate, container_of, known_principal
 from sluice.api.edge import BodyLimit, Edge, content_length, openapi_routes, too_large
 from sluice.api.encoding import behind_api_gateway, gzipping, inflate, request_coding
 from sluice.api.errors import error_response
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import JSONResponse, answered_by
 from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -39,6 +39,23 @@ def _hot_routes() -> list[Any]:
     from sluice.api.predict import hot_routes
 
     return hot_routes()
+
+
+def _documented(route: Any) -> Any:
+    """The route as the OpenAPI document reads it: where `sluice.api.responses.answers` named
+    the model of its answer, a copy carrying the response field FastAPI would have built for
+    `response_model=` (the route served keeps none)."""
+    model = answered_by(route)
+    if model is None:
+        return route
+    import copy
+
+    from fastapi.utils import create_model_field
+
+    documented = copy.copy(route)
+    documented.response_model = model
+    documented.response_field = create_model_field(name=f"Response_{route.unique_id}", type_=model, mode="serialization")
+    return documented
 
 
 class SluiceApp(FastAPI):
@@ -124,7 +141,7 @@ class SluiceApp(FastAPI):
                 title=self.title,
                 version=self.version,
                 description=self.description,
-                routes=[*openapi_routes(_hot_routes()), *self.routes],
+                routes=[*openapi_routes(_hot_routes()), *map(_documented, self.routes)],
                 separate_input_output_schemas=False,  # one schema per model: a policy reads as it is written
             )
         return self.openapi_schema
