@@ -9,10 +9,10 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import running_sluice
+from tests.support import http, http_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,7 +69,7 @@ def test_a_client_dribbling_its_headers_is_cut_off_while_others_are_served(guard
         for i in range(20):  # a header line every 0.25 s: 5 s if the server waited for them all
             time.sleep(0.25)
             if i == 1:  # a well-behaved client meanwhile
-                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+                assert http("GET", f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
             try:
                 sock.sendall(b"X-Slow-%d: y\r\n" % i)
             except OSError:
@@ -93,7 +93,7 @@ def test_headers_over_the_bound_get_431_and_a_closed_connection(guarded: tuple[i
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 8000 + b"\r\n\r\n")
         elapsed, got = _closed_after(sock, time.monotonic(), 5)
     assert got.startswith(b"HTTP/1.1 431 ") and elapsed < 1
-    assert httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"X-Fine": "a" * 1000}).status_code == 200
+    assert http("GET", f"http://127.0.0.1:{port}/healthz", headers={"X-Fine": "a" * 1000}).status_code == 200
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tuple[int, str, Path]) -> None:
@@ -113,7 +113,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tupl
 def test_a_key_past_its_rate_gets_429_until_its_window_passes(guarded: tuple[int, str, Path]) -> None:
     port, key, _ = guarded
     base, h = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=base, headers=h) as client:
+    with http_client(base_url=base, headers=h) as client:
         other = client.post("/api/v1/keys", json={"scopes": ["admin"], "name": "other"})
         assert other.status_code == 201, other.text
         statuses = [client.get("/api/v1/models").status_code for _ in range(8)]
@@ -121,7 +121,7 @@ def test_a_key_past_its_rate_gets_429_until_its_window_passes(guarded: tuple[int
         refused = client.get("/api/v1/models")
         assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
         retry = int(refused.headers["Retry-After"])
-        assert httpx.get(f"{base}/api/v1/models", headers={"x-api-key": other.json()["key"]}).status_code == 200
+        assert http("GET", f"{base}/api/v1/models", headers={"x-api-key": other.json()["key"]}).status_code == 200
         time.sleep(retry + 0.1)
         assert client.get("/api/v1/models").status_code == 200
 

@@ -14,11 +14,10 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import running_sluice
-from tests.support import FORM_BOUNDARY, upload_form
+from tests.support import FORM_BOUNDARY, http, upload_form
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,7 +37,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str
 
 
 def _upload(port: int, key: str) -> dict[str, Any]:
-    made = httpx.post(f"http://127.0.0.1:{port}/api/v1/uploads", json={"deployment": "iris", "size": 4096}, headers={"Authorization": f"Bearer {key}"})
+    made = http("POST", f"http://127.0.0.1:{port}/api/v1/uploads", json={"deployment": "iris", "size": 4096}, headers={"Authorization": f"Bearer {key}"})
     assert made.status_code == 201, made.text
     return made.json()
 
@@ -146,7 +145,7 @@ def test_nothing_after_the_closing_boundary_is_read(service: tuple[int, str, Pat
         got, closed = _rest(sock)
     assert got.startswith(b"HTTP/1.1 204 "), got[:200]
     assert closed and sent < 32 << 20, sent  # what the sockets' buffers held, no more
-    answer = httpx.post(f"http://127.0.0.1:{port}/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers={"Authorization": f"Bearer {key}"})
+    answer = http("POST", f"http://127.0.0.1:{port}/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers={"Authorization": f"Bearer {key}"})
     assert answer.status_code == 200 and len(answer.json()["predictions"]) == 8  # the body, whole and alone
     _log(log)
 
@@ -164,5 +163,5 @@ def test_a_client_gone_mid_body_is_one_info_line(service: tuple[int, str, Path])
     (line,) = [line for line in _log(log) if line.get("upload_id") == upload["upload_id"]]
     assert line["level"] == "INFO" and "went away" in line["message"] and line["received"] == len(body) // 2
     # the upload was left as it was: its form still posts, whole
-    posted = httpx.post(upload["url"], data=upload["fields"], files={"file": ("body", DATA, "application/octet-stream")})
+    posted = http("POST", upload["url"], data=upload["fields"], files={"file": ("body", DATA, "application/octet-stream")})
     assert posted.status_code == 204, posted.text
