@@ -49,6 +49,7 @@ from infra.naming import (
     CAPTURE_PREFIX,
     IMPORTS_PREFIX,
     INBOX_PREFIX,
+    MONITOR_PREFIX,
     OUTBOX_PREFIX,
     STORE_PREFIX,
     UPLOADS_PREFIX,
@@ -284,6 +285,12 @@ class ApiFunction:
             batch_bucket,
             prefix=INBOX_PREFIX,
             purpose="a monitoring baseline reads a batch job's input from the tenant's inbox",
+        )
+        grant_objects(
+            fn,
+            batch_bucket,
+            prefix=MONITOR_PREFIX,
+            purpose="the monitoring history route reads each window's kept result of the caller's tenant",
         )
 
     @staticmethod

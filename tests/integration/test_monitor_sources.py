@@ -109,6 +109,20 @@ def test_the_cli_takes_a_baseline_from_a_job_and_checks_windows_from_capture(cli
     code, _, err = run_cli(capsys, "monitor", "baseline", "iris", "--from-capture", "--since", "2h")
     assert code != 0 and "[capture]" in err
 
+    import time
+
+    from sluice.domain.values import isoformat
+    from sluice.services.monitor_results import MonitorResults
+
+    batch, closed = pieces.batch(), pieces.monitor().closed("default", "iris", at=time.time())
+    assert closed is not None and batch.files is not None
+    MonitorResults(pieces.monitor(), batch.files, batch.paths.root).write("default", closed)  # as `sluice serve` closes it
+    code, out, err = run_cli(capsys, "monitor", "history", "iris", "--since", "3h")
+    assert code == 0, err
+    assert isoformat(closed["window_start"]) in out
+    code, _, err = run_cli(capsys, "monitor", "history", "iris", "--since", "yesterday")
+    assert code != 0 and "since" in err
+
 
 def test_the_local_closer_writes_each_ended_windows_result_to_the_batch_folder(demo: Container, acme: Principal) -> None:
     import json

@@ -51,6 +51,7 @@ CASES = [
     ("PUT", "/api/v1/deployments/{name}/baseline", {"inputs": [[5.1, 3.5, 1.4, 0.2]]}),
     ("GET", "/api/v1/deployments/{name}/baseline", None),
     ("GET", "/api/v1/deployments/{name}/monitor", None),
+    ("GET", "/api/v1/deployments/{name}/monitor/history", None),
     ("POST", "/api/v1/deployments/{name}/follow", {"registry": "models:/iris@champion", "rollout": "10,100 every 1m gate error_rate<=0.01", "tracking_uri": "http://mlflow.example.com"}),
     ("GET", "/api/v1/deployments/{name}/follow", None),
     ("DELETE", "/api/v1/deployments/{name}/follow", None),

@@ -1,6 +1,6 @@
-"""`sluice monitor baseline | status | labels`: a deployment's baseline from a file of its
-training data, its traffic checked against it, and ground truth from a file of labels by
-request id (docs/monitoring.md)."""
+"""`sluice monitor baseline | status | history | labels`: a deployment's baseline from a file
+of its training data, its traffic checked against it, each closed window's kept result, and
+ground truth from a file of labels by request id (docs/monitoring.md)."""
 
 from __future__ import annotations
 
@@ -94,6 +94,42 @@ def _print_quality(windows: list[dict[str, Any]]) -> None:
     table(rows, QUALITY_COLUMNS)
 
 
+HISTORY_COLUMNS = ["window_start", "rows", "verdict", "drift", "worst", "labelled", "accuracy", "mae"]
+
+
+def cmd_monitor_history(args: argparse.Namespace) -> int:
+    import time
+
+    from sluice.domain.errors import Unavailable
+    from sluice.domain.values import isoformat
+    from sluice.services.monitor_results import MonitorResults, parse_when
+
+    batch, at = pieces.batch(), time.time()
+    since, until = parse_when(args.since, field="since", now=at), parse_when(args.until, field="until", now=at)
+    if batch.files is None:
+        raise Unavailable("no batch store here: the monitoring history is kept there", field="monitor")
+    results = MonitorResults(pieces.monitor(), batch.files, batch.paths.root)
+    out = results.history(operator(args), args.name, since=since, until=until, before=args.before, limit=args.limit)
+    if args.json:
+        print_json(out)
+        return 0
+    if not out["windows"]:
+        print(f"no closed window of {args.name} kept in that time")
+        return 0
+    rows = []
+    for w in out["windows"]:
+        checked, quality = w.get("check") or {}, w.get("quality") or {}
+        rows.append({
+            "window_start": isoformat(w["window_start"]), "rows": checked.get("rows", "-"), "verdict": checked.get("verdict", "-"),
+            "drift": _short(checked.get("drift")), "worst": ", ".join(checked.get("worst", [])[:3]) or "-",
+            "labelled": quality.get("rows", 0), "accuracy": _short(quality.get("accuracy")), "mae": _short(quality.get("mae")),
+        })  # fmt: skip
+    table(rows, HISTORY_COLUMNS)
+    if out["next"] is not None:
+        print(f"more: sluice monitor history {args.name} --before {out['next']}")
+    return 0
+
+
 def cmd_monitor_labels(args: argparse.Namespace) -> int:
     from sluice.batch.sample import read_rows
     from sluice.domain.signature import Signature, TensorSpec
@@ -135,6 +171,14 @@ def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     status.add_argument("--from-capture", action="store_true", help="recompute the latest windows from captured requests, every row sketched")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=cmd_monitor_status)
+    history = mon.add_parser("history", help="each closed window's kept result, newest first, with its quality from the labels so far")
+    history.add_argument("name", help="the deployment")
+    history.add_argument("--since", help="windows that started at or after this time, or a duration ago (24h)")
+    history.add_argument("--until", help="windows that started before this time, or a duration ago")
+    history.add_argument("--before", type=count, help="the next page: windows that started before this one (as the last page said)")
+    history.add_argument("--limit", type=count, default=24, help="windows to show (default 24, at most 168)")
+    history.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    history.set_defaults(func=cmd_monitor_history)
     labels = mon.add_parser("labels", help="post ground truth by request id from a file, joined to the predictions kept for it")
     labels.add_argument("name", help="the deployment")
     labels.add_argument("--file", required=True, help="a Parquet, CSV or JSON Lines file with columns request_id and label")

@@ -3,12 +3,17 @@ window, kept the way its statistics are (`sluice.stats.recorder`): in memory, wr
 registry in batches, by the same timer.
 
 A request costs a list append under a lock: its input and output arrays are held as they are
-(never copied; nothing changes them after the answer) and folded into the window's sketches
-later, many requests at once (their tensors joined), by the flush, or by the request that finds
-`fold_rows` rows held. Every row is counted (rows, missing values); of a fold's rows, a uniform
-sample of `sample_rows` goes into the quantile and frequency sketches (the sketches' own work,
-about 0.1 µs a value, is what profiling costs; a window of heavy traffic still gets thousands
-of sampled rows per process). A flush writes each window's profile as one record (`MonitorRegistry.add_profile`);
+(never copied; nothing changes them after the answer). The request that brings a window's held
+rows to `fold_rows` cuts them off as one group, and a background thread (`sluice-monitor-fold`,
+started when a group is cut, gone when none is left) folds the groups into the window's
+sketches in the order they were cut, many requests at once (their tensors joined); the flush
+folds what is left. Where no thread may run (Lambda, `timed` false) the cutting request folds
+them itself. Every row is counted (rows, missing values); of a group's rows, a uniform sample
+of `sample_rows` goes into the quantile and frequency sketches (the sketches' own work, about
+0.1 µs a value; a window of heavy traffic still gets thousands of sampled rows per process).
+Which rows go into which group, and in which order groups are folded, do not depend on the
+thread that folds them: the sketches are those the request path would have made folding
+inline. A flush writes each window's profile as one record (`MonitorRegistry.add_profile`);
 reads merge the records of a window, whatever process wrote them. A write the registry refuses
 is kept and tried again at the next flush; what is still refused at `close`, or beyond
 `max_pending` windows held, is dropped and logged.
@@ -16,7 +21,10 @@ is kept and tried again at the next flush; what is still refused at `close`, or 
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +42,7 @@ if TYPE_CHECKING:
     from sluice.registry import MonitorRegistry
 
 Key = tuple[str, str, int, str, int]  # tenant, deployment, revision, variant, window start (epoch s)
+Part = tuple["Mapping[str, np.ndarray]", "Mapping[str, np.ndarray]", "Mapping[str, Any]"]  # one request: inputs, outputs, classes
 FOLD_ROWS = 8192
 SAMPLE_ROWS = 1024  # of a fold's rows, those the quantile and frequency sketches take (all are counted)
 MAX_PENDING = 1000
@@ -42,9 +51,9 @@ MAX_PENDING = 1000
 @dataclass(slots=True)
 class _Held:
     signature: Signature | None
-    parts: list[tuple[Mapping[str, np.ndarray], Mapping[str, np.ndarray], Mapping[str, Any]]] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)  # the requests held since the last cut
     rows: int = 0
-    profile: Profile | None = None
+    profile: Profile | None = None  # what was folded; changed under `_folding` only
 
 
 def _joined(parts: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray] | None:
@@ -61,7 +70,10 @@ def _slim(arrays: Mapping[str, np.ndarray], max_columns: int) -> Mapping[str, np
     """The tensors the sketches read, held as they are; any other (an image, an embedding wider
     than `max_columns`) left as an empty array of its rows, so that holding a fold's requests
     never holds their large tensors."""
-    if all(not isinstance(a, np.ndarray) or profiled(a, max_columns) for a in arrays.values()):
+    for a in arrays.values():  # a plain loop: this runs on every request
+        if isinstance(a, np.ndarray) and (a.ndim == 0 or a.ndim > 2 or (a.ndim == 2 and a.shape[1] > max_columns)):
+            break  # one `profiled` leaves out
+    else:
         return arrays
     return {
         name: a if not isinstance(a, np.ndarray) or profiled(a, max_columns) else np.empty((a.shape[0] if a.ndim else 1, 0), a.dtype)
@@ -83,14 +95,23 @@ class ProfileRecorder(timer.Flushed):
         sample_rows: int | None = SAMPLE_ROWS,
         max_pending: int = MAX_PENDING,
         timed: bool | None = None,
+        background: bool | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
+        """`background`: fold cut groups on a thread of their own (default: where `timed`);
+        `rng`: what draws each group's sample (a fresh generator per group by default)."""
         super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
+        self.background = self.timed if background is None else background
+        self.rng = rng
         self.window_s = window_s
         self.max_columns = max_columns
         self.fold_rows = fold_rows
         self.sample_rows = sample_rows
         self.max_pending = max_pending
         self._held: dict[Key, _Held] = {}
+        self._ready: deque[tuple[_Held, list[Part]]] = deque()  # groups cut, to fold in this order
+        self._folding = threading.Lock()  # one fold at a time, in the order groups were cut
+        self._folder: tuple[int, threading.Thread] | None = None  # (pid, thread) folding `_ready`
         self.dropped_rows = 0
 
     def observe(
@@ -111,36 +132,49 @@ class ProfileRecorder(timer.Flushed):
                 self._watched()
             held.parts.append((inputs, outputs, classes))
             held.rows += rows
-            fold = held.rows >= self.fold_rows
-        if fold:
-            self._fold(full)
-
-    def _fold(self, key: Key) -> None:
-        """The held requests of `key` folded into its profile (outside the lock: the sketches'
-        work is the expensive part; a key is folded by one thread at a time)."""
-        with self._lock:
-            held = self._held.get(key)
-            if held is None or not held.parts:
+            if held.rows < self.fold_rows:
                 return
-            parts, held.parts, held.rows = held.parts, [], 0
-            profile = held.profile
-            held.profile = None
-        profile = profile or Profile()
+            self._ready.append((held, held.parts))  # cut: folded off this request's path
+            held.parts, held.rows = [], 0
+            thread = None
+            if self.background and (self._folder is None or self._folder[0] != os.getpid()):  # none yet, or a parent's
+                thread = threading.Thread(target=self._fold_ready, name="sluice-monitor-fold", daemon=True)
+                self._folder = (os.getpid(), thread)
+        if not self.background:
+            self._fold_ready()
+        elif thread is not None:
+            thread.start()
+
+    def _fold_ready(self) -> None:
+        """Fold the groups cut, oldest first, until none is left (the folder thread's life)."""
+        while True:
+            with self._folding:
+                with self._lock:
+                    if not self._ready:
+                        self._folder = None
+                        return
+                    held, parts = self._ready.popleft()
+                self._fold(held, parts)
+
+    def _fold(self, held: _Held, parts: list[Part]) -> None:
+        """`parts` folded into `held`'s profile (under `_folding`: outside the request's lock,
+        the sketches' work being the expensive part); a group that cannot be is dropped, logged."""
+        try:
+            self._add(held, parts)
+        except Exception:  # neither the folder thread nor a flush stops at one bad group
+            self.dropped_rows += sum(int(next(iter(p[0].values())).shape[0]) if p[0] else 0 for p in parts)
+            get_logger().exception("monitoring profile: requests not folded")
+
+    def _add(self, held: _Held, parts: list[Part]) -> None:
+        profile = held.profile or Profile()
         inputs, outputs = _joined([p[0] for p in parts]), _joined([p[1] for p in parts])
-        if inputs is not None and outputs is not None:  # one call for the whole fold
-            profile.add_rows(inputs, outputs, held.signature, parts[0][2], max_columns=self.max_columns, sample=self.sample_rows)
+        sample, rng = self.sample_rows, self.rng
+        if inputs is not None and outputs is not None:  # one call for the whole group
+            profile.add_rows(inputs, outputs, held.signature, parts[0][2], max_columns=self.max_columns, sample=sample, rng=rng)
         else:  # requests whose tensors differ in shape: one at a time
             for one_in, one_out, classes in parts:
-                profile.add_rows(one_in, one_out, held.signature, classes, max_columns=self.max_columns, sample=self.sample_rows)
-        with self._lock:
-            now = self._held.get(key)
-            if now is None:
-                now = self._held[key] = _Held(held.signature)
-            if now.profile is None:
-                now.profile = profile
-            else:
-                profile.merge(now.profile)
-                now.profile = profile
+                profile.add_rows(one_in, one_out, held.signature, classes, max_columns=self.max_columns, sample=sample, rng=rng)
+        held.profile = profile
 
     # Flushing (the timer's interface, `timer.Flushed`) --------------------------------------------
     def pending(self) -> bool:
@@ -148,12 +182,17 @@ class ProfileRecorder(timer.Flushed):
 
     def flush(self) -> bool:
         """Fold and write every window held; a refused write is kept for the next flush."""
-        with self._flushing:
+        with self._flushing, self._folding:
             self._last_flush = time.monotonic()
-            for key in list(self._held):
-                self._fold(key)
-            with self._lock:
+            with self._lock:  # what is held from here on is the next flush's
                 taken, self._held = self._held, {}
+                ready, self._ready = self._ready, deque()
+            for held, parts in ready:  # the groups cut first, in their order
+                self._fold(held, parts)
+            for held in taken.values():
+                if held.parts:
+                    self._fold(held, held.parts)
+                    held.parts, held.rows = [], 0
             failed: Exception | None = None
             for key, held in taken.items():
                 if held.profile is None or not held.profile.rows:

@@ -86,6 +86,11 @@ class Column:
         if values.dtype.kind in "OSU":
             self.missing += _empty(values)
             values = values if sample is None else values[sample]
+            tally = _tally(values)
+            if tally is not None:  # text (and None): counted by value, each distinct value made a word once
+                for word in sorted(tally):
+                    self.sketch.update(word, tally[word])
+                return
             words = np.array([_word(v) for v in values], dtype=object)
         else:
             words = (values if sample is None else values[sample]).astype(str)
@@ -143,12 +148,35 @@ def frequent(sketch: Any) -> list[tuple[str, int]]:
 
 
 def _empty(values: np.ndarray) -> int:
-    """None or empty text among text values (object, str or bytes arrays)."""
+    """None or empty text among text values (object, str or bytes arrays): what is false."""
     if values.dtype.kind == "U":
         return int(np.count_nonzero(values == ""))
     if values.dtype.kind == "S":
         return int(np.count_nonzero(values == b""))
-    return len(values) - int(np.count_nonzero(np.fromiter(map(bool, values), dtype=bool, count=len(values))))
+    return len(values) - int(np.count_nonzero(values.astype(bool)))  # each value's truth, as `bool(v)`
+
+
+TEXT = (str, bytes, type(None))
+
+
+def _tally(values: np.ndarray) -> dict[str, int] | None:
+    """The non-empty words of text values (str, bytes, None) and how often each comes, the
+    same as making each value a word and counting the words, at the cost of a hash per value;
+    None where a value is anything else (a number in an object array: made words one by one)."""
+    from collections import Counter
+
+    try:
+        found = Counter(values.tolist())
+    except TypeError:  # unhashable values
+        return None
+    if not all(type(v) in TEXT for v in found):
+        return None
+    tally: dict[str, int] = {}
+    for value, n in found.items():
+        word = _word(value)
+        if word:
+            tally[word] = tally.get(word, 0) + n
+    return tally
 
 
 def _word(value: Any) -> str:
@@ -177,17 +205,18 @@ class Profile:
     def add_rows(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray] | None,
         signature: Signature | None, classes: Mapping[str, Sequence[Any]] | None = None, *, max_columns: int = MAX_COLUMNS,
-        sample: int | None = None,
+        sample: int | None = None, rng: np.random.Generator | None = None,
     ) -> None:  # fmt: skip
         """Rows of input tensors and, where given, the outputs; with `sample`, every row is
-        counted and a uniform sample of that many goes into the sketches."""
+        counted and a uniform sample of that many (drawn by `rng`, a fresh one by default)
+        goes into the sketches."""
         if not inputs:
             return
         n = int(next(iter(inputs.values())).shape[0])
         self.rows += n
         rows = None
         if sample is not None and n > sample:
-            rows = np.sort(np.random.default_rng().choice(n, size=sample, replace=False))
+            rows = np.sort((rng or np.random.default_rng()).choice(n, size=sample, replace=False))
         names = {s.name: s.feature_names for s in signature.inputs} if signature is not None else {}
         self.add("input", columns_of(inputs, names, max_columns), rows)
         if outputs:

@@ -6,6 +6,14 @@ again (a retried schedule) writes the same document again.
 
 On AWS the scheduled monitoring function writes them; `sluice serve` has a thread
 (`WindowCloser`) that closes each window once it has ended (and the last one at its start).
+
+`history` reads them back, the caller's tenant's only, newest first, a page at a time. A
+document keeps the window as it was closed; the model quality it shows is computed when it is
+read, from the labels joined to the window's predictions so far (the registry's outcomes, which
+every label post adds to, however late), the quality written at close kept beside it as
+`quality_at_close`. Rewriting the documents as labels come was not chosen: two label posts
+for one window (two containers) would each read, change and write it, one losing the other's
+labels, and the API would need to write where only the scheduled function writes.
 """
 
 from __future__ import annotations
@@ -21,14 +29,39 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from sluice.batch.filestore import FileStore
+    from sluice.domain import Principal
     from sluice.services.monitoring import MonitorService
 
 PREFIX = "monitor/"
+STAMP = "%Y-%m-%dT%H%M%SZ"
+HISTORY_LIMIT = 24  # windows a page by default (a day of hourly windows)
+MAX_HISTORY = 168  # and at most (a week): each is one read of the batch store
 
 
 def result_uri(root: str, tenant: str, deployment: str, window_start: int) -> str:
-    stamp = dt.datetime.fromtimestamp(window_start, dt.UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    return f"{root}{PREFIX}{tenant}/{deployment}/{stamp}.json"
+    return f"{_folder(root, tenant, deployment)}{dt.datetime.fromtimestamp(window_start, dt.UTC).strftime(STAMP)}.json"
+
+
+def _folder(root: str, tenant: str, deployment: str) -> str:
+    return f"{root}{PREFIX}{tenant}/{deployment}/"
+
+
+def parse_when(text: str | None, *, field: str, now: float) -> float | None:
+    """A bound of the history as a query string or the command line gives it: epoch seconds
+    (digits), RFC 3339, or a duration ago (`24h`), as `parse_time` reads them."""
+    from sluice.domain.values import parse_time
+
+    if text is None:
+        return None
+    return parse_time(int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else text, field=field, now=now)
+
+
+def _start(name: str) -> int | None:
+    """The window start a document's name says (`2026-11-26T150000Z.json`); None for any other name."""
+    try:
+        return int(dt.datetime.strptime(name, STAMP + ".json").replace(tzinfo=dt.UTC).timestamp())
+    except ValueError:
+        return None
 
 
 class MonitorResults:
@@ -62,6 +95,35 @@ class MonitorResults:
         uri = result_uri(self.root, tenant, closed["deployment"], start)
         self.files.write_bytes(uri, json.dumps(doc, separators=(",", ":"), default=str).encode(), content_type="application/json")
         return uri
+
+    def history(
+        self, principal: Principal, name: str, *, since: float | None = None, until: float | None = None,
+        before: int | None = None, limit: int = HISTORY_LIMIT,
+    ) -> dict[str, Any]:  # fmt: skip
+        """The closed windows of the caller's tenant's deployment that started from `since` to
+        before `until` (and before `before`, the `next` of the page before), newest first, at
+        most `limit`; `next`: where the next page starts (None on the last). Each is the
+        document written at close with its quality as the labels so far make it (module docstring)."""
+        principal.require("admin")
+        tenant = principal.tenant
+        self.monitor.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
+        folder = _folder(self.root, tenant, name)
+        starts = sorted(
+            (start for start in map(_start, self.files.names(folder)) if start is not None
+             and (since is None or start >= since) and (until is None or start < until) and (before is None or start < before)),
+            reverse=True,
+        )  # fmt: skip
+        limit = max(1, min(limit, MAX_HISTORY))
+        page = starts[:limit]
+        docs = [json.loads(self.files.read_bytes(f"{folder}{dt.datetime.fromtimestamp(s, dt.UTC).strftime(STAMP)}.json")) for s in page]
+        qualities: dict[int, dict[int, dict[str, Any]]] = {}
+        for doc in docs:
+            revision = int(doc["revision"])
+            if revision not in qualities:
+                qualities[revision] = {q["window_start"]: q for q in self.monitor.quality(tenant, name, revision)}
+            doc["quality_at_close"] = doc.get("quality")
+            doc["quality"] = qualities[revision].get(int(doc["window_start"]))
+        return {"deployment": name, "windows": docs, "next": page[-1] if len(starts) > limit else None}
 
 
 class WindowCloser(Poller):

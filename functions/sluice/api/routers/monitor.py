@@ -70,6 +70,30 @@ def monitor_status(
     return JSONResponse(monitor.status(principal, name, revision=revision, variant=variant, windows=windows, source=source))
 
 
+@router.get("/{name}/monitor/history", summary="Each closed window's kept result, newest first, with its quality from the labels so far")
+def monitor_history(
+    name: str,
+    principal: AdminDep,
+    monitor: MonitorDep,
+    batch: BatchDep,
+    since: Annotated[str | None, Query(max_length=64, description="Windows that started at or after this time (RFC 3339, epoch seconds, or a duration ago: `24h`).")] = None,
+    until: Annotated[str | None, Query(max_length=64, description="Windows that started before this time (same forms).")] = None,
+    before: Annotated[int | None, Query(ge=0, description="The `next` of the page before: windows that started before it.")] = None,
+    limit: Annotated[int, Query(ge=1, le=168, description="Windows on this page.")] = 24,
+) -> JSONResponse:
+    import time
+
+    from sluice.domain.errors import Unavailable
+    from sluice.services.monitor_results import MonitorResults, parse_when
+
+    at = time.time()
+    start, end = parse_when(since, field="since", now=at), parse_when(until, field="until", now=at)
+    if batch.files is None:
+        raise Unavailable("no batch store here: the monitoring history is kept there", field="monitor")
+    results = MonitorResults(monitor, batch.files, batch.paths.root)
+    return JSONResponse(results.history(principal, name, since=start, until=end, before=before, limit=limit))
+
+
 @router.post("/{name}/labels", summary="Ground truth by request id, joined to the predictions kept for it (predict scope)")
 def post_labels(name: str, body: Labels, principal: PrincipalDep, monitor: MonitorDep) -> JSONResponse:
     return JSONResponse(monitor.add_labels(principal, name, [(x.request_id, x.row, x.label) for x in body.labels]))
