@@ -40,14 +40,11 @@ def env(demo: Container, settings: Settings) -> dict[str, str]:
     }
 
 
-FEATURES = json.dumps(SETOSA).encode()
-
-
 def _line(n: int) -> bytes:
     """Input line `n` (1-based): its id says its number; every 997th line can never succeed."""
     if n % 997 == 0:
         return b'{"id": "bad-%d", "features": {"sepal_length": 1}}\n' % n
-    return b'{"id": "tx-%d", "features": %s}\n' % (n, FEATURES)
+    return b'{"id": "tx-%d", "features": %s}\n' % (n, json.dumps(SETOSA).encode())
 
 
 def _feed(pipe: Any) -> None:
