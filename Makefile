@@ -123,9 +123,15 @@ console-test: console/node_modules/.package-lock.json
 
 # The console's browser tests (tests/e2e/test_console.py) drive Debian's Chromium, installed
 # when apt-get can run; without it they are skipped, saying why. No browser is downloaded.
+# Its old headless shell (chromium-headless-shell) is what they launch where it is installed:
+# the same pages for ~30% less of the browser's CPU than Chromium's own headless mode.
+CHROMIUMS := chromium chromium-headless-shell
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-		{ apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }; }; } || \
+	@{ command -v chromium && command -v chromium-headless-shell; } >/dev/null 2>&1 || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq $(CHROMIUMS) >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq $(CHROMIUMS) >/dev/null 2>&1; } || \
+		apt-get install -y -qq chromium >/dev/null; }; } || \
+		{ command -v chromium >/dev/null 2>&1 && echo "chromium-headless-shell is not installed: the console's browser tests use chromium"; } || \
 		echo "chromium is not installed: the console's browser tests will be skipped"
 
 # The local Triton (CPU, python backend) in its own virtualenv: nvidia-pytriton pins numpy<2.

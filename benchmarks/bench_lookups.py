@@ -16,7 +16,10 @@ batch job starts with an empty cache), with its store calls and the rows it answ
 The store is the local one (a SQLite file): a DynamoDB table answers over the network, in
 calls of 100 keys made several at once, which neither side here would measure.
 
-    python -m benchmarks.bench_lookups [--quick]
+`--cpu` times each latency call in the thread's CPU time rather than the wall clock, as
+`benchmarks.bench_graphs --cpu` does (A/B comparisons on a loaded machine).
+
+    python -m benchmarks.bench_lookups [--quick] [--cpu]
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _setup(folder: Path) -> tuple[Any, Any, bytes, dict[str, tuple[float, int]]]
     return container, operator, model, table
 
 
-def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int) -> dict[str, Any]:
+def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int, cpu: bool = False) -> dict[str, Any]:
     import numpy as np
     from tests.support import LambdaContext
 
@@ -91,13 +94,14 @@ def _latency(container: Any, model: bytes, folder: Path, repeats: int, n: int) -
     hand = make_handler(model, str(folder / f"{TENANT}.db"))
     context = LambdaContext()
     rng = np.random.default_rng(0)
+    clock = time.thread_time if cpu else time.perf_counter
 
     def timed(handler: Callable[..., Any], e: dict[str, Any], count: int) -> list[float]:
         samples = []
         for _ in range(count):
-            started = time.perf_counter()
+            started = clock()
             response = handler(e, context)
-            samples.append((time.perf_counter() - started) * 1e6)
+            samples.append((clock() - started) * 1e6)
             if response["statusCode"] != 200:
                 raise RuntimeError(f"unexpected answer: {response['statusCode']} {response['body'][:300]}")
         return samples
@@ -173,18 +177,18 @@ def _batch(container: Any, operator: Any, table: dict[str, tuple[float, int]], f
     return {"runs": runs, "store_calls": calls["lookup"], "cached_store_calls": calls["cached"], "cache_hits": seen["cached"], "distinct": distinct, "rows": rows}
 
 
-def child(out: Path, folder: Path, repeats: int, n: int, rows: int) -> None:
+def child(out: Path, folder: Path, repeats: int, n: int, rows: int, cpu: bool = False) -> None:
     container, operator, model, table = _setup(folder)
-    results = {"latency": _latency(container, model, folder, repeats, n), "batch": _batch(container, operator, table, folder, rows, repeats)}
+    results = {"latency": _latency(container, model, folder, repeats, n, cpu), "batch": _batch(container, operator, table, folder, rows, repeats)}
     out.write_text(json.dumps(results))
 
 
-def measure(repeats: int, n: int, rows: int) -> dict[str, Any]:
+def measure(repeats: int, n: int, rows: int, cpu: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "lookups.json"
         env = bench_env(SLUICE_HOME=str(Path(tmp) / "home"), SLUICE_EMF="1", SLUICE_LOOKUP_SQLITE=str(Path(tmp) / "{tenant}.db"))
         proc = subprocess.run(
-            [PYTHON, "-m", "benchmarks.bench_lookups", "--child", str(out), "--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows)],
+            [PYTHON, "-m", "benchmarks.bench_lookups", "--child", str(out), "--folder", tmp, "--repeats", str(repeats), "--n", str(n), "--rows", str(rows), *(["--cpu"] if cpu else [])],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
@@ -192,18 +196,19 @@ def measure(repeats: int, n: int, rows: int) -> dict[str, Any]:
         return json.loads(out.read_text())
 
 
-def run(quick: bool) -> dict[str, Any]:
+def run(quick: bool, cpu: bool = False) -> dict[str, Any]:
     repeats, n, rows = (2, 150, 50_000) if quick else (3, 400, 200_000)
-    results = measure(repeats, n, rows)
+    results = measure(repeats, n, rows, cpu)
+    what, tag = ("p50 of CPU time", ".cpu") if cpu else ("p50", "")
     figures = []
     hand = "hand-written handler (same SQLite read, one ORT call, no cache)"
     for batch, runs in results["latency"].items():
         figures.append(figure(
-            f"lookups.latency.b{batch}", f"lookup -> transform -> model, batch {batch}, Lambda handler, no feature cache: p50",
+            f"lookups.latency.b{batch}{tag}", f"lookup -> transform -> model, batch {batch}, Lambda handler, no feature cache: {what}",
             "µs", "sluice lookup graph", runs["graph"], reference=hand, ref_values=runs["hand"], goal=Goal("<=", 1.1),
         ))  # fmt: skip
         figures.append(figure(
-            f"lookups.latency.cached.b{batch}", f"the same with the feature cache (cache_ttl_s {CACHE_TTL_S:g}): p50",
+            f"lookups.latency.cached.b{batch}{tag}", f"the same with the feature cache (cache_ttl_s {CACHE_TTL_S:g}): {what}",
             "µs", "sluice lookup graph, cached", runs["cached"], reference=hand, ref_values=runs["hand"],
         ))  # fmt: skip
     batch = results["batch"]
@@ -218,7 +223,7 @@ def run(quick: bool) -> dict[str, Any]:
         goal=Goal(">=", 0.5),
     ))  # fmt: skip
     notes = [
-        "In process, concurrency 1, REST events through the Lambda handler (Mangum, FastAPI); p50 of each run, median over runs.",
+        f"In process, concurrency 1, REST events through the Lambda handler (Mangum, FastAPI); {what} of each run, median over runs.",
         f"Batch jobs on the local orchestrator with one worker, Parquet in and out, {CUSTOMERS:,} customers in the SQLite file; "
         f"the lookup made {batch['store_calls']} store calls for {batch['rows']:,} rows without the cache (an inference call of 4,096 rows "
         f"reads its distinct customers, 500 a call, until the table is held in memory: once asked for as many keys as it has rows, "
@@ -242,11 +247,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="time latency calls in the thread's CPU time, not the wall clock")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.folder, args.repeats, args.n, args.rows)
+        child(args.child, args.folder, args.repeats, args.n, args.rows, args.cpu)
         return
-    print(json.dumps(run(args.quick), indent=2))
+    print(json.dumps(run(args.quick, args.cpu), indent=2))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ adapters (SQLite, a folder, ONNX Runtime), the demo models, and principals of tw
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
-from tests.support import share_botocore_data
+from tests.support import run_folder, share_botocore_data
 
 # botocore's service descriptions parsed once per worker, not once per session (see
 # share_botocore_data): collection imports botocore in every worker already (moto's fixtures).
@@ -53,6 +54,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     yield  # xdist's hook, on a worker, names each test's group in its id
     if getattr(config.option, "loadgroup", False) and items and "@" not in items[0].nodeid:
         raise pytest.UsageError("pytest-xdist ignored the xdist_group marks (pytest-dev/pytest-xdist#1386): use a pytest it supports")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """What the run's workers shared (`tests.support.built_once`) removed by the first to end:
+    pytest-xdist starts no test before every worker has collected."""
+    folder = run_folder()
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,17 +4,20 @@ on loopback."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator
-    from pathlib import Path
 
     import httpx
     import pytest
@@ -310,3 +313,31 @@ def http(method: str, url: str, **options: Any) -> httpx.Response:
     the run's TLS context (`http_client`)."""
     with http_client() as client:
         return client.request(method, url, **options)
+
+
+def run_folder() -> Path | None:
+    """A folder that the pytest-xdist workers of this run share, named by the run's id (None
+    outside xdist); removed as the run ends (tests/conftest.py)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return Path(tempfile.gettempdir()) / f"sluice-tests-{run}" if run else None
+
+
+def built_once(name: str, build: Callable[[], Any]) -> Any:
+    """`build()`, a JSON value, as one process of the run built it: every pytest-xdist worker
+    collects every module, though one runs a module's tests, so what a module needs to name its
+    tests is built by the first worker to get here and read by the others (under a lock, from
+    `run_folder()`). Outside xdist, built here; either way, read back from JSON."""
+    folder = run_folder()
+    if folder is None:
+        return json.loads(json.dumps(build()))
+    import fcntl
+
+    folder.mkdir(exist_ok=True)
+    shared = folder / name
+    with (folder / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not shared.exists():
+            partial = folder / f"{name}.{os.getpid()}"
+            partial.write_text(json.dumps(build()))
+            partial.replace(shared)
+    return json.loads(shared.read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -114,6 +115,7 @@ _Plan = tuple[frozenset[str], tuple[tuple[str, str, np.dtype, int, tuple[tuple[i
 _PLANS: dict[int, tuple[tuple[TensorSpec, ...], _Plan]] = {}
 _ALL = np.logical_and.reduce  # `ndarray.all` without the Python function it goes through
 SMALL = 4096  # up to this many values, counting them is quicker than a reduction (its set-up)
+TINY = 32  # up to this many, reading them as Python floats is quicker than either
 MAX_PLANS = 256  # signatures met (one per version, transform step): a bound, whatever the traffic
 
 
@@ -153,9 +155,13 @@ def _checked_at_once(
             if shape[axis] != size:
                 return None
         if floats and name not in finite:
-            ok = np.isfinite(array)
-            if not (np.count_nonzero(ok) == ok.size if ok.size <= SMALL else _ALL(ok, axis=None)):
-                return None
+            if array.size <= TINY:  # a row or two: read as Python floats (NumPy's set-up is the cost)
+                if not all(map(isfinite, array.ravel().tolist())):
+                    return None
+            else:
+                ok = np.isfinite(array)
+                if not (np.count_nonzero(ok) == ok.size if ok.size <= SMALL else _ALL(ok, axis=None)):
+                    return None
         total += array.size
     if total > max_elements:
         return None

@@ -1,13 +1,15 @@
-"""The web console in a real browser (Debian's Chromium, driven by Playwright) against a real
+"""The web console in a real browser (Debian's Chromium, its headless shell where installed,
+driven by Playwright) against a real
 `sluice serve --demo`: sign in, see the deployments, watch a canary's statistics appear,
 promote a shadow, try a model, follow a batch job, pause a batch schedule, see a drifted
 feature flagged, and another tenant sees none of it.
 
-One browser for the whole module. Screenshots go to a temporary folder, or to docs/img/
-with SLUICE_SCREENSHOTS=1 (how docs/console.md's pictures are made)."""
+One browser for the whole module. With SLUICE_SCREENSHOTS=1 the stories take the pictures
+of docs/console.md, into docs/img/; otherwise they take none."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,13 +31,17 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT = ROOT / "functions" / "sluice" / "console" / "static" / "index.html"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Chromium's old headless shell (Debian's chromium-headless-shell, which `make chromium`
+# installs beside it) where there is one: the browser's own headless mode runs the whole browser
+# without a window, and costs more CPU for the same pages.
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium-headless-shell", "chromium"))), "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
 POLICIES = ROOT / "examples" / "policies"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install -e '.[dev]')")
+if importlib.util.find_spec("playwright") is None:  # imported where the browser starts, not at collection
+    pytest.skip("the playwright package is not installed (pip install -e '.[dev]')", allow_module_level=True)
 if not Path(CHROMIUM).exists():
     pytest.skip("Chromium is not installed (make test installs it with apt-get when it runs as root)", allow_module_level=True)
 if not BUILT.exists():
@@ -82,17 +88,19 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 @pytest.fixture(scope="module")
 def browser(service: Service) -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield chromium
         chromium.close()
 
 
 @pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if os.environ.get("SLUICE_SCREENSHOTS") == "1":
-        return ROOT / "docs" / "img"
-    return tmp_path_factory.mktemp("screenshots")
+def shots() -> Path | None:
+    """Where the pictures go: docs/img/ with SLUICE_SCREENSHOTS=1, else nowhere (a full page
+    rendered and encoded as PNG for no reader costs Chromium more than most stories' steps)."""
+    return ROOT / "docs" / "img" if os.environ.get("SLUICE_SCREENSHOTS") == "1" else None
 
 
 class Tab:
@@ -133,8 +141,15 @@ class Tab:
         with self.page.expect_response(lambda r: r.url.split("?")[0].endswith(path)):
             self.page.clock.run_for(ms)
 
-    def shot(self, folder: Path, name: str, full_page: bool = True) -> None:
-        self.page.screenshot(path=str(folder / f"console-{name}.png"), full_page=full_page)
+    def shot(self, folder: Path | None, name: str, full_page: bool = True, *, of: str | None = None, **options: Any) -> None:
+        """docs/img/console-NAME.png (`shots`): the page, or the element `of`."""
+        if folder is None:
+            return
+        path = str(folder / f"console-{name}.png")
+        if of is None:
+            self.page.screenshot(path=path, full_page=full_page, **options)
+        else:
+            self.page.locator(of).screenshot(path=path)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +159,7 @@ def admin_tab(browser: Any, service: Service) -> Iterator[Tab]:
     tab.context.close()
 
 
-def test_sign_in_shows_the_demo_deployments_as_pictures(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_sign_in_shows_the_demo_deployments_as_pictures(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.sign_in(service.admin)
     tab.page.wait_for_selector("#deployments")
@@ -162,7 +177,7 @@ def test_sign_in_shows_the_demo_deployments_as_pictures(admin_tab: Tab, service:
     tab.shot(shots, "deployments")
 
 
-def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_canarys_statistics_appear_while_predictions_come(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.go("/deployments/iris", "#stats-table")
     deadline = time.monotonic() + 60
@@ -207,7 +222,7 @@ def test_polling_pauses_while_the_tab_is_hidden(admin_tab: Tab) -> None:
     assert stats() == before + 1
 
 
-def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_promote_a_shadow_after_confirming(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.go("/deployments/iris-shadow", "#stats-table")
     # The mirror's verdict shows beside the traffic before anyone promotes it.
@@ -255,7 +270,7 @@ GRAPH = {
 }  # fmt: skip
 
 
-def test_a_graphs_steps_and_cases_are_drawn_with_their_figures(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_graphs_steps_and_cases_are_drawn_with_their_figures(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     service.call("POST", "/api/v1/deployments", json={"name": "iris-graph", "policy": GRAPH})
     for region in ("eu", "us", "us"):
@@ -278,7 +293,7 @@ def test_a_graphs_steps_and_cases_are_drawn_with_their_figures(admin_tab: Tab, s
     tab.shot(shots, "graph", full_page=False)
 
 
-def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.go("/models", "#models-table")
     tab.page.click("[data-model=iris]")
@@ -294,7 +309,7 @@ def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Ser
     tab.shot(shots, "models")
 
 
-def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.go("/batch", "#no-jobs, #jobs-table")
     inbox = service.home / "inbox" / "diabetes"
@@ -314,7 +329,7 @@ def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, 
     tab.shot(shots, "batch")
 
 
-def test_a_batch_jobs_first_error_rows_are_shown(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_batch_jobs_first_error_rows_are_shown(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     tab.go("/batch", "#jobs-table")
     inbox = service.home / "inbox" / "diabetes"
@@ -346,7 +361,7 @@ def test_a_batch_jobs_first_error_rows_are_shown(admin_tab: Tab, service: Servic
     tab.shot(shots, "batch-errors")
 
 
-def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     inbox = service.home / "batch" / "inbox" / "default" / "diabetes"
     for day in {datetime.now(ZoneInfo("Europe/Paris")).date() + timedelta(days=d) for d in (0, 1)}:  # a run just before midnight
@@ -382,8 +397,16 @@ def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs
     assert "Resume the schedule every-minute?" in tab.page.inner_text("#confirm-title")
     tab.page.click("#confirm-ok")
     tab.page.wait_for_selector("[data-schedule-state=ENABLED]")
+    # The server runs it at the next minute: waited for here, without the page (moving its
+    # clock on polls every section, over and over, for up to a minute), then its next read.
+    detail = service.call("GET", "/api/v1/batch-schedules/every-minute")
+    time.sleep(max(0.0, detail["next_run_at"] - time.time()))
+    deadline = time.monotonic() + 60
+    while not any(r["status"] == "SUCCEEDED" for r in service.call("GET", "/api/v1/batch-schedules/every-minute")["runs"]):
+        assert time.monotonic() < deadline, service.call("GET", "/api/v1/batch-schedules/every-minute")
+        time.sleep(0.5)
     run = tab.page.locator("[data-runs=every-minute] li", has_text="SUCCEEDED").first
-    deadline = time.monotonic() + 100  # the next minute, then the section's next read
+    deadline = time.monotonic() + 60  # the section's next read
     while not run.count():
         assert time.monotonic() < deadline, tab.page.inner_text("#schedules")
         tab.later(15_000, then_s=1.0)
@@ -397,7 +420,7 @@ def test_a_schedule_is_listed_paused_and_resumed_and_its_runs_lead_to_their_jobs
     tab.shot(shots, "batch-schedules")
 
 
-def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     tab = admin_tab
     service.call("POST", "/api/v1/deployments", json={"name": "iris-rollout", "policy": {"kind": "single", "model": "iris", "version": 1}})
     service.call("POST", "/api/v1/deployments/iris-rollout/rollout", json={"to": "iris:2", "steps": [10, 50, 100], "every": "1h", "gate": "error_rate<=0.01,p99_ratio<=100", "min_requests": 20})
@@ -420,7 +443,7 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
         service.predict("iris-rollout", 40)
         tab.later(10_000, then_s=1.0)
     assert gates.nth(0).locator("td").nth(2).inner_text() == "0"
-    tab.page.screenshot(path=str(shots / "console-rollout.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 1020}, full_page=True)
+    tab.shot(shots, "rollout", clip={"x": 0, "y": 0, "width": 1280, "height": 1020})
     # Pause: cancelling the dialog changes nothing; confirming pauses it.
     tab.page.click("[data-action=rollout-pause]")
     tab.page.wait_for_selector("dialog#confirm[open]")
@@ -455,7 +478,7 @@ def test_a_rollout_shows_its_steps_and_gates_and_is_paused_and_resumed(admin_tab
     assert looks() == before + 1
 
 
-def test_a_drifted_feature_is_flagged_first_in_the_monitoring_section(admin_tab: Tab, service: Service, shots: Path) -> None:
+def test_a_drifted_feature_is_flagged_first_in_the_monitoring_section(admin_tab: Tab, service: Service, shots: Path | None) -> None:
     import numpy as np
 
     tab = admin_tab
@@ -488,7 +511,7 @@ def test_a_drifted_feature_is_flagged_first_in_the_monitoring_section(admin_tab:
     assert sepal.locator("svg.spark circle.under").count() == 1
     assert "train.csv" in tab.page.inner_text("#monitor-summary")
     assert "sluice monitor labels iris-watch" in tab.page.inner_text("#no-labels")
-    tab.page.locator("#monitor").screenshot(path=str(shots / "console-monitoring.png"))
+    tab.shot(shots, "monitoring", of="#monitor")
 
 
 def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:

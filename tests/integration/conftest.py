@@ -28,8 +28,17 @@ def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """One `sluice` command in this process: its exit code, stdout and stderr."""
-    from sluice import cli
+    import logging
+    import sys
 
+    from sluice import cli
+    from sluice.observability.logger import get_logger
+
+    # The process's logger is built once and keeps the stream it was built with (an earlier
+    # test's captured and since closed one): a command's lines go to its stderr.
+    for handler in get_logger()._logger.handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.stream = sys.stderr  # not setStream: it flushes the closed one
     code = cli.main(list(args))
     out, err = capsys.readouterr()
     return code, out, err

@@ -210,3 +210,21 @@ def test_a_command_that_predicts_nothing_builds_no_prediction_path(capsys: pytes
     assert code == 0 and json.loads(out)["prediction"] == "setosa"
     assert "predictions" in built and dict.__contains__(container.runtimes, "onnx")
     assert container.functions is not None and container.shadows is not None
+
+
+def test_a_command_s_log_lines_leave_its_stdout_to_its_answer(tmp_path: Path) -> None:
+    """A failed prediction's warning line goes to the command's stderr beside the error; its
+    stdout (what a pipe reads) stays empty."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SLUICE_HOME": str(tmp_path)}
+    env.pop("SLUICE_LOG_STREAM", None)
+    env.pop("SLUICE_LOG_LEVEL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from sluice.cli import main; sys.exit(main())", "predict", "nope", "--features", "{}"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert "deployment 'nope' not found" in done.stderr and '"message":"prediction failed"' in done.stderr

@@ -24,6 +24,7 @@ from schemathesis.specs.openapi import checks as openapi_checks  # noqa: E402
 from schemathesis.specs.openapi.negative import mutations  # noqa: E402
 
 from sluice.api.app import create_app  # noqa: E402
+from tests.support import built_once  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -46,9 +47,13 @@ mutations.MAX_WALK_DEPTH = int(os.environ.get("SLUICE_FUZZ_WALK_DEPTH", "12"))
 CASES_PER_OPERATION = 15
 
 # The document is the app's own; calls go to the same app, given a fresh demo container for
-# every operation (`served`). Loading it reads no settings: /openapi.json is public.
+# every operation (`served`). Building it reads no settings: /openapi.json is public.
 APP = create_app(None, max_request_bytes=1024 * 1024)
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+# Every pytest-xdist worker collects this module, and so needs the operations to name its tests,
+# though one worker runs them: the document (FastAPI makes it from every route's models: ~2
+# CPU-s) is built by one worker of the run and read by the others (`built_once`).
+schema = schemathesis.openapi.from_dict(built_once("openapi.json", APP.openapi))
+schema.app, schema.location = APP, "/openapi.json"  # as `from_asgi` leaves them: calls go to APP
 schema.config.seed = SEED
 schema.config.phases.update(phases=["examples", "fuzzing"])
 

@@ -1,7 +1,17 @@
-"""What `sluice serve`'s supervising process imports: with several workers it parses the
-arguments, reads the settings, claims the ports, runs the background work (inbox, schedules,
-rollouts) and watches the workers, and each worker imports the app it serves. The supervisor
-importing the app, FastAPI or the HTTP protocol too paid for them once more per start."""
+"""What `sluice serve`'s processes and the CLI's commands import as they start: each process
+pays for what it imports (bytecode read, classes and pydantic models built), and the suite and
+users start many of them.
+
+- `sluice serve`'s supervising process, with several workers, parses the arguments, reads the
+  settings, claims the ports, runs the background work (inbox, schedules, rollouts, follow
+  bindings, monitoring windows) and watches the workers: the workers import the app they
+  serve, and nothing of the HTTP side or the prediction path is the supervisor's to import
+  (its background looks build the deployments' service only once a rollout or a follow binding
+  is there to move).
+- A worker imports `sluice.cli.serve` (uvicorn's factory), hence the `sluice.cli` package: the
+  other command groups are the parser's to import.
+- A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
+  schema, the graphs' steps, the API's wire models or NumPy."""
 
 from __future__ import annotations
 
@@ -18,19 +28,47 @@ if TYPE_CHECKING:
 
 # What serves HTTP, imported in the workers alone.
 SERVING = ("fastapi", "starlette", "sluice.api.app", "sluice.cli.protocol", "uvicorn.protocols.http.httptools_impl", "aiohttp")
+# The prediction path and the policy schema: a worker's (and a command's that changes a deployment).
+PREDICTING = ("sluice.inference.predictions", "sluice.services.deployments", "sluice.domain.policy", "sluice.domain.transforms", "onnxruntime")
+# The CLI's other command groups (and what they import), the parser's alone.
+COMMANDS = ("sluice.cli.batch", "sluice.cli.models", "sluice.cli.triton", "sluice.cli.stream", "sluice.endpoints.local_triton")
 
 # `sluice serve --workers 2` up to where it would start its workers: the supervisor's run is
 # replaced by a look at what the process has imported, then the command stops as on a signal.
+# First, what importing the package and the serve command's modules alone imported.
 PROBE = f"""
 import json, sys
+import sluice.cli.serve
+commands = [m for m in {COMMANDS!r} if m in sys.modules]
 from sluice.cli import drain, main
-drain.Supervisor.run = lambda self: print(json.dumps([m for m in {SERVING!r} if m in sys.modules]))
+drain.Supervisor.run = lambda self: print(json.dumps([commands, [m for m in {SERVING + PREDICTING!r} if m in sys.modules]]))
 sys.exit(main(["serve", "--workers", "2", "--port", "0", "--grpc-port", "0"]))
 """
 
+COMMAND_PROBE = f"""
+import contextlib, io, json, sys
+from sluice.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    codes = [main(argv) for argv in (["batch", "list"], ["models", "list"], ["keys", "list"])]
+heavy = ("numpy", "sluice.batch.wire", *{PREDICTING!r}, *{SERVING!r})
+print(json.dumps([codes, [m for m in heavy if m in sys.modules]]))
+"""
 
-def test_the_supervisor_of_several_workers_imports_nothing_that_serves_http(tmp_path: Path) -> None:
+
+def _probe(code: str, tmp_path: Path) -> list[list[object]]:
     env = {**os.environ, "SLUICE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO / "functions")}
-    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], done.stdout
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_supervisor_of_several_workers_imports_nothing_that_serves_http_or_predicts(tmp_path: Path) -> None:
+    commands, imported = _probe(PROBE, tmp_path)
+    assert commands == [], "a worker's import of sluice.cli.serve imported other command groups"
+    assert imported == [], "the supervisor imported what its workers serve with"
+
+
+def test_a_plain_command_reads_the_registry_without_the_prediction_path(tmp_path: Path) -> None:
+    codes, imported = _probe(COMMAND_PROBE, tmp_path)
+    assert codes == [0, 0, 0]
+    assert imported == []

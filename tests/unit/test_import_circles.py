@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.conftest import REPO
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SOURCE = REPO / "functions"
 
 
+@cache
 def _modules() -> dict[str, Path]:
     modules = {}
     for path in (SOURCE / "sluice").rglob("*.py"):
@@ -22,7 +28,26 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def _imports(modules: dict[str, Path]) -> set[tuple[str, str]]:
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of `body`, and those nested in it (in functions, classes, branches,
+    loops, handlers, cases), but none under `if TYPE_CHECKING:` (nor its `else`). An import is a
+    statement: the expressions around them need no walk."""
+    for node in body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            nested = getattr(node, field, None)
+            if isinstance(nested, list):
+                for part in nested:  # an except handler or a match case holds statements in turn
+                    yield from _statements(part.body if isinstance(part, ast.excepthandler | ast.match_case) else [part])
+
+
+@cache
+def _imports() -> frozenset[tuple[str, str]]:
+    """(importer, imported) between the modules of `functions/sluice`, parsed once for the tests."""
+    modules = _modules()
+
     def owner(name: str) -> str | None:
         while name and name not in modules:
             name = name.rpartition(".")[0]
@@ -31,16 +56,7 @@ def _imports(modules: dict[str, Path]) -> set[tuple[str, str]]:
     edges = set()
     for name, path in modules.items():
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        tree = ast.parse(path.read_text())
-        annotations = {
-            id(node)
-            for guard in ast.walk(tree)
-            if isinstance(guard, ast.If) and "TYPE_CHECKING" in ast.unparse(guard.test)
-            for node in ast.walk(guard)
-        }
-        for node in ast.walk(tree):
-            if id(node) in annotations:
-                continue
+        for node in _statements(ast.parse(path.read_text()).body):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -51,7 +67,7 @@ def _imports(modules: dict[str, Path]) -> set[tuple[str, str]]:
             else:
                 continue
             edges |= {(name, t) for t in map(owner, targets) if t and t != name and t.startswith("sluice.")}
-    return edges
+    return frozenset(edges)
 
 
 def _circles(edges: set[tuple[str, str]]) -> list[list[str]]:
@@ -94,13 +110,13 @@ def _folder(name: str, modules: dict[str, Path]) -> str:
 def test_no_two_folders_import_each_other() -> None:
     modules = _modules()
     top = {name: ".".join(name.split(".")[:2]) for name in modules}  # sluice.batch, sluice.wiring …
-    edges = {(top[a], top[b]) for a, b in _imports(modules) if top[a] != top[b]}
+    edges = {(top[a], top[b]) for a, b in _imports() if top[a] != top[b]}
     assert _circles(edges) == []
 
 
 def test_no_modules_of_one_folder_import_each_other() -> None:
     modules = _modules()
-    edges = {(a, b) for a, b in _imports(modules) if _folder(a, modules) == _folder(b, modules)}
+    edges = {(a, b) for a, b in _imports() if _folder(a, modules) == _folder(b, modules)}
     assert _circles(edges) == []
 
 

@@ -112,3 +112,21 @@ def test_a_table_of_two_key_columns_or_a_value_that_does_not_cast(tmp_path: Path
 
     with pytest.raises(BackendError, match="'three' for feature 'v' of k='c3'"):
         _ask(steps, _node(), {"customer": np.array(["c3"], dtype=object)})
+
+
+def test_lookups_of_a_few_keys_ask_the_file_nothing_more_until_they_reach_its_rows(tmp_path: Path) -> None:
+    """Counted once, a table asked for fewer keys than it has rows is read by key alone (one
+    query a lookup, no `data_version` each time); held once the keys asked reach its rows."""
+    _file(tmp_path / "acme.db", "CREATE TABLE t (k TEXT PRIMARY KEY, v REAL, n INTEGER)", [(f"c{i}", float(i), i % 3) for i in range(ROWS)])
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local")
+    node = _node()
+    _ask(steps, node, {"customer": np.array([f"c{i}" for i in range(FIRST_COUNT)], dtype=object)})  # past the first count: rows counted
+    db = steps.store(node, "acme")._connection()  # type: ignore[attr-defined]
+    said: list[str] = []
+    db.set_trace_callback(said.append)
+    for i in range(40):  # 80 keys: fewer than the 100 rows beyond FIRST_COUNT
+        assert _ask(steps, node, {"customer": np.array([f"c{i}", "nobody"], dtype=object)}) == ([float(i), -1.0], 1)
+    assert len(said) == 40 and not any("data_version" in s for s in said)
+    _ask(steps, node, {"customer": np.array([f"c{i}" for i in range(ROWS)], dtype=object)})  # the keys asked reach its rows: held
+    said.clear()
+    assert _ask(steps, node, {"customer": np.array(["c7"], dtype=object)}) == ([7.0], 0) and any("data_version" in s for s in said)

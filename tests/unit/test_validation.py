@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.domain.errors import InvalidInput, PayloadTooLarge
 from sluice.domain.signature import Signature, TensorSpec
@@ -87,3 +89,17 @@ def test_inputs_already_of_the_signature_types_come_back_in_its_order_and_finite
     assert list(ready) == ["x", "ids"] and ready["x"] is given["x"]
     nan = {**typed(), "x": np.full((1, 3), np.nan, np.float32)}
     assert check(nan, finite=frozenset({"x"}))["x"] is nan["x"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 12), data=st.data())
+def test_a_few_values_read_as_python_floats_are_refused_as_numpy_refuses_them(rows: int, data: st.DataObject) -> None:
+    """Up to 32 values are looked through as Python floats, more with NumPy: either way an
+    array is let through exactly when NumPy finds every value finite."""
+    x = np.asarray(data.draw(st.lists(st.floats(width=32), min_size=3 * rows, max_size=3 * rows)), np.float32).reshape(rows, 3)
+    given_ = {"x": x, "ids": np.arange(rows)}
+    if np.isfinite(x).all():
+        assert check(given_)["x"] is x
+    else:
+        with pytest.raises(InvalidInput, match="NaN or infinite"):
+            check(given_)

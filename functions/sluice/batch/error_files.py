@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 ERROR_FILE = re.compile(r"part-\d{5}\.jsonl")
 ERROR_WINDOW = 64 * 1024  # read an error file this much at a time
 ERROR_READ_MAX = 1024 * 1024  # and never more than this of all of them, however long a row
+ERROR_ROWS_DEFAULT = 20  # rows `GET /api/v1/batch-jobs/{id}/errors` answers unless told
+ERROR_ROWS_MAX = 100
 
 
 def first_error_rows(files: FileStore | None, job: BatchJob, limit: int) -> dict[str, Any]:

@@ -27,12 +27,11 @@ from dataclasses import InitVar, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.catalog import table_root
-from sluice.batch.error_files import first_error_rows
+from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX, first_error_rows
 from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
 from sluice.batch.uris import as_uri, format_of
-from sluice.batch.wire import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import (

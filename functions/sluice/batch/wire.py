@@ -130,9 +130,6 @@ class BatchJobOut(WireModel):
         return flat | dict.fromkeys(cls.GROUPS, data)
 
 
-ERROR_ROWS_DEFAULT = 20  # rows `GET /api/v1/batch-jobs/{id}/errors` answers unless told
-ERROR_ROWS_MAX = 100
-
 
 class BatchErrorsOut(WireModel):
     """The first rows of a job's error files (`GET /api/v1/batch-jobs/{id}/errors`)."""

@@ -12,22 +12,6 @@ import functools
 import os
 import sys
 
-from sluice.cli.batch import add_batch_commands
-from sluice.cli.cost import add_cost_command
-from sluice.cli.deployments import add_deployment_commands
-from sluice.cli.endpoints import add_endpoint_commands
-from sluice.cli.follows import add_registry_commands
-from sluice.cli.keys import add_key_commands
-from sluice.cli.models import add_model_commands
-from sluice.cli.monitor import add_monitor_commands
-from sluice.cli.optimize import add_optimize_command
-from sluice.cli.predict import add_predict_command
-from sluice.cli.replay import add_replay_command
-from sluice.cli.rollouts import add_rollout_commands
-from sluice.cli.serve import add_serve_command
-from sluice.cli.stream import add_stream_command
-from sluice.cli.transforms import add_transform_commands
-from sluice.cli.triton import add_triton_commands
 from sluice.domain.errors import SluiceError
 from sluice.owner_only import umask
 
@@ -35,6 +19,25 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The command groups imported here, not with the package: a process that imports one
+    # module of it (`sluice serve`'s workers import `sluice.cli.serve`) pays for no other.
+    from sluice.cli.batch import add_batch_commands
+    from sluice.cli.cost import add_cost_command
+    from sluice.cli.deployments import add_deployment_commands
+    from sluice.cli.endpoints import add_endpoint_commands
+    from sluice.cli.follows import add_registry_commands
+    from sluice.cli.keys import add_key_commands
+    from sluice.cli.models import add_model_commands
+    from sluice.cli.monitor import add_monitor_commands
+    from sluice.cli.optimize import add_optimize_command
+    from sluice.cli.predict import add_predict_command
+    from sluice.cli.replay import add_replay_command
+    from sluice.cli.rollouts import add_rollout_commands
+    from sluice.cli.serve import add_serve_command
+    from sluice.cli.stream import add_stream_command
+    from sluice.cli.transforms import add_transform_commands
+    from sluice.cli.triton import add_triton_commands
+
     parser = argparse.ArgumentParser(prog="sluice", description="Serverless model inference, locally and on AWS.")
     parser.add_argument("--tenant", default=os.environ.get("SLUICE_TENANT", "default"), help="tenant to act in (default: default)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -60,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Prediction logs are for servers; the CLI's stdout is its answer.
+    # Prediction logs are for servers; the CLI's stdout is its answer, its warnings go to stderr.
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("SLUICE_LOG_STREAM", "stderr")
     args = _parser().parse_args(argv)
     if args.tenant is None:
         args.tenant = os.environ.get("SLUICE_TENANT", "default")

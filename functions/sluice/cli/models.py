@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from sluice.cli import pieces
@@ -68,6 +67,8 @@ def _is_onnx(path: Path, fmt: str | None) -> bool:
 
 
 def cmd_models_register_triton(args: argparse.Namespace) -> int:
+    import asyncio
+
     version = asyncio.run(
         pieces.models().register_triton(
             operator(args), args.name, args.url, model_name=args.model_name, model_version=args.model_version or "",

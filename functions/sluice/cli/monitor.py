@@ -4,7 +4,6 @@ ground truth from a file of labels by request id (docs/monitoring.md)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
@@ -18,6 +17,8 @@ DEFAULT_LIMIT = 1_000_000
 
 
 def cmd_monitor_baseline(args: argparse.Namespace) -> int:
+    import asyncio
+
     from sluice.batch.sample import read_rows
     from sluice.inference.baselines import baseline_profile
 

@@ -4,7 +4,6 @@ upload by itself (see `sluice.cli.remote`)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    import asyncio
     from pathlib import Path
 
     from sluice.api.present import plain_body, v2_body

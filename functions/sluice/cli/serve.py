@@ -14,7 +14,6 @@ shuts down (`served_app`).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -49,7 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = get_settings()
     home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)
-    keys, deployments = pieces.keys(), pieces.deployments()
+    keys = pieces.keys()
     principal = operator(args)
     key_file = home / ADMIN_KEY_FILE
     if not key_file.exists():
@@ -64,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from sluice.demo import install_demo
 
         added = install_demo(pieces.container(), principal)  # it pushes models and creates deployments
-        names = ", ".join(d.name for d in deployments.list(principal))
+        names = ", ".join(d.name for d in pieces.deployments().list(principal))
         print(f"Demo deployments: {names}" + (f" (added {', '.join(added)})" if added else ""), flush=True)
     batch = pieces.batch()
     stopped = batch.liveness.reap_stopped()  # jobs an earlier process of this home left running
@@ -80,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"Batch inbox: {inbox}/<deployment>/<file> (results under {batch.paths.root}outbox/)", flush=True)
     from sluice.services.rollout_watcher import RolloutWatcher
 
-    background.start(RolloutWatcher(pieces.rollouts()))  # progressive rollouts move on this thread
+    background.start(RolloutWatcher(_RunningRollouts()))  # type: ignore[arg-type]  # progressive rollouts move on this thread
     from sluice.services.monitor_results import MonitorResults, WindowCloser
 
     assert batch.files is not None
@@ -88,7 +87,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.follows.follow_poll_s > 0:
         from sluice.convert.follow import FollowPoller
 
-        background.start(FollowPoller(pieces.follower(), interval_s=settings.follows.follow_poll_s))
+        background.start(FollowPoller(_Followed(), interval_s=settings.follows.follow_poll_s))  # type: ignore[arg-type]
     if not settings.jobs.schedule_group:  # else EventBridge Scheduler keeps the time
         from sluice.batch.schedules import LocalScheduler
 
@@ -117,6 +116,28 @@ def _show_new_key(tenant: str, plain: str, key_file: Path) -> None:
         print(f"Local admin key for tenant '{tenant}' (saved to {key_file}, shown this once):\n\n    {plain}\n", flush=True)
     else:
         print(f"Local admin key for tenant '{tenant}': saved to {key_file}, readable only by you (shown only on a terminal)", flush=True)
+
+
+# The background's looks at rollouts and follow bindings build their services (which reach the
+# deployments' service: the policy schema, NumPy, the prediction path) at the first rollout under
+# way or binding made: `sluice serve`'s supervisor of several workers, which serves no request,
+# otherwise never builds them.
+class _RunningRollouts:
+    """`RolloutService.run_once`, for `RolloutWatcher`."""
+
+    def run_once(self) -> dict[tuple[str, str], str]:
+        if not pieces.registry().running_rollouts():
+            return {}
+        return pieces.rollouts().run_once()
+
+
+class _Followed:
+    """`Follower.poll_once`, for `FollowPoller`."""
+
+    def poll_once(self) -> dict[str, str]:
+        if not pieces.registry().followers():
+            return {}
+        return pieces.follower().poll_once()
 
 
 class Looking(Protocol):
@@ -163,6 +184,8 @@ class Background:
 
 def served_alone() -> CutOff:
     """The app as `sluice serve --workers 1` runs it (its jobs are the background's)."""
+    import asyncio
+
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
     from sluice.cli.malloc import return_large_blocks
@@ -187,6 +210,8 @@ def served_app() -> CutOff:
     """The app as `sluice serve`'s HTTP worker processes run it: as a worker shuts down, the
     batch jobs it started through the API are stopped as `Background.stop` stops the rest, and
     what it recorded is written out."""
+    import asyncio
+
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
     from sluice.cli.malloc import return_large_blocks
@@ -240,6 +265,7 @@ async def _end_with_parent() -> None:
     drains and exits as if told to stop, rather than keep the port from a restart. Its parent
     is the process that spawned it, known from its start: one killed while the worker still
     started up is gone too (`os.getppid()` asked then names whatever adopted the worker)."""
+    import asyncio
     import multiprocessing
 
     spawner = multiprocessing.parent_process()

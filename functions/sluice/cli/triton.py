@@ -20,7 +20,7 @@ from sluice import owner_only
 from sluice.cli import pieces
 from sluice.cli.common import count, local_home
 from sluice.domain.errors import BadRequest
-from sluice.endpoints.local_triton import DEFAULT_HTTP_PORT
+from sluice.endpoints.triton_env import DEFAULT_HTTP_PORT
 
 
 def _home() -> Path:

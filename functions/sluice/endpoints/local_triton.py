@@ -27,6 +27,7 @@ from sluice import owner_only
 from sluice.domain.errors import Conflict, NotFound, Unavailable
 from sluice.endpoints.repository_check import DEFAULT_MODEL_ENV
 from sluice.endpoints.triton_env import (
+    DEFAULT_HTTP_PORT,
     TritonEnv,
     TritonPorts,
     check_ports,
@@ -37,7 +38,6 @@ from sluice.endpoints.triton_env import (
     free_base_port as free_base_port,  # for callers that start servers
 )
 
-DEFAULT_HTTP_PORT = 8100
 LOG_TAIL_LINES = 30
 _SHM = Path("/dev/shm")
 

@@ -17,6 +17,7 @@ from sluice import owner_only
 from sluice.domain.errors import Conflict, Unavailable
 
 ENV_VARIABLE = "SLUICE_TRITON_ENV"
+DEFAULT_HTTP_PORT = 8100  # `sluice triton up`'s; gRPC and SageMaker take the next two
 _SETUP_HINT = "run `make triton-env` in the sluice checkout, or point SLUICE_TRITON_ENV at such a virtualenv"
 # Run inside the Triton env's own interpreter: where the wheel put the server and its parts.
 _PROBE = """

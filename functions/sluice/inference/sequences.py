@@ -259,7 +259,9 @@ async def _inputs_of(
 ) -> tuple[dict[str, np.ndarray], Signature]:
     """The step's inputs: the previous step's outputs of the same names, or those its map
     names (worked out once per signature); and the signature they are checked against."""
-    signature = await input_signature(runner, step.target, call.tenant)
+    target = step.target
+    version = runner.lookups.cached_version(call.tenant, target.model, target.version) if target.kind == "single" else None  # type: ignore[union-attr]
+    signature = version.signature if version is not None else await input_signature(runner, target, call.tenant)
     key = id(signature)
     sources = step.kept(key, signature)
     if sources is None:

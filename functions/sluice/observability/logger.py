@@ -4,6 +4,7 @@ decorator that gives a Lambda handler's lines their context, and powertools' Met
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ def get_logger() -> Logger:
     return Logger(
         service=settings.service_name,
         level=settings.log_level,
+        stream=sys.stderr if settings.log_stream == "stderr" else sys.stdout,
         # powertools' own lines, built without its per-record costs (see `formatter_class`); orjson
         # serializes them.
         logger_formatter=formatter_class()(json_serializer=dumps),

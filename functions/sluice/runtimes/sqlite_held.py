@@ -180,8 +180,10 @@ class Holding:
         if total < FIRST_COUNT:
             return None
         table = spec[0]
-        version = db.execute("PRAGMA data_version").fetchone()[0]
         counted = self.rows.get(table)
+        if counted is not None and total < counted[1] <= self.most:  # not asked for as many keys as it had rows: the file
+            return None  # is looked at again once it has been (a lookup of a few keys pays no `data_version` query)
+        version = db.execute("PRAGMA data_version").fetchone()[0]
         if counted is None or counted[0] != version:  # counted up to one past the bound: a large table costs no more to count
             counted = self.rows[table] = (version, db.execute(f'SELECT count(*) FROM (SELECT 1 FROM "{table}" LIMIT ?)', (self.most + 1,)).fetchone()[0])
         rows = counted[1]

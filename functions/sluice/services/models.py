@@ -18,7 +18,6 @@ from sluice.domain.errors import (
 )
 from sluice.domain.locations import Location, Root, Roots, confine
 from sluice.domain.origins import check_origin
-from sluice.domain.policy import parse_policy, referenced_versions
 from sluice.domain.values import parse_version_or_latest
 
 if TYPE_CHECKING:
@@ -246,6 +245,9 @@ class ModelService:
         self.registry.delete_version(principal.tenant, name, version)
 
     def _refuse_if_deployed(self, tenant: str, model: str, version: int | None) -> None:
+        # The policy schema, imported for deletes alone: `sluice models` commands otherwise never read it.
+        from sluice.domain.policy import parse_policy, referenced_versions
+
         for deployment in self.registry.list_deployments(tenant):
             for target in referenced_versions(parse_policy(deployment.policy)):
                 if target.model == model and version in (None, target.version):

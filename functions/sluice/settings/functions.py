@@ -51,6 +51,8 @@ class FunctionSettings(Group):
 
     @model_validator(mode="after")
     def _parse_arns(self) -> FunctionSettings:
+        if not self.function_arns:  # the pattern's module (the function step's models) unimported
+            return self
         from sluice.domain.functions import ARN_PATTERN
 
         self._check_allowlist("function_arns", lambda arn: ARN_PATTERN.fullmatch(arn) is not None, "a Lambda function ARN")

@@ -163,6 +163,10 @@ class ObservabilitySettings(Group):
     title: ClassVar[str] = "Logs and metrics"
 
     log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
+    log_stream: Literal["stdout", "stderr"] = Field(
+        default="stdout",
+        description="Where the `sluice` logger writes its lines: stdout, which Lambda sends to CloudWatch Logs; the `sluice` command sets `stderr`, its stdout being its answer.",
+    )
     metrics_namespace: str = Field(default="sluice", description="CloudWatch namespace for EMF metrics.")
     service_name: str = Field(default="sluice", description="Service name in logs, metrics and traces.")
 

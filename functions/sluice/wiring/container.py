@@ -245,8 +245,16 @@ class Container:
         the profiles and kept predictions this process holds; capture is read as replay does."""
         from sluice.services.monitoring import MonitorService
 
-        held = [h for h in (self.predictions.profiles, self.predictions.kept) if h is not None]
-        return MonitorService(self.registry, self.settings.monitor, before_read=lambda: [h.flush() for h in held], capture=build_capture_reader(self.settings))
+        return MonitorService(self.registry, self.settings.monitor, before_read=self._flush_held, capture=build_capture_reader(self.settings))
+
+    def _flush_held(self) -> None:
+        """The profiles and kept predictions this process holds, written out; a process that
+        built no prediction service (`sluice serve`'s supervisor, a CLI command) holds none."""
+        if "predictions" not in self.__dict__:
+            return
+        for held in (self.predictions.profiles, self.predictions.kept):
+            if held is not None:
+                held.flush()
 
     @cached_property
     def follows(self) -> FollowService:

@@ -8,9 +8,8 @@ from fastapi import APIRouter, Query
 
 from sluice.api.deps import BatchDep, PrincipalDep, RootsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX
 from sluice.batch.wire import (
-    ERROR_ROWS_DEFAULT,
-    ERROR_ROWS_MAX,
     BatchErrorsOut,
     BatchJobCreate,
     BatchJobOut,
