@@ -43,8 +43,8 @@ def env(demo: Container, settings: Settings) -> dict[str, str]:
 @pytest.fixture
 def here(demo: Container, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The demo's home for the `sluice` commands this process runs, logging as `main` sets it
-    in a process of its own."""
-    with cli_environment(monkeypatch, settings.home_path, SLUICE_LOG_LEVEL="WARNING"):
+    in a process of its own (and put back after: `main` sets them in the environment)."""
+    with cli_environment(monkeypatch, settings.home_path, SLUICE_LOG_LEVEL="WARNING", SLUICE_LOG_STREAM="stderr"):
         yield
 
 
