@@ -158,8 +158,7 @@ def test_metrics_a_full_disk_cannot_take_are_lost_not_raised_into_the_request(tm
 
     done = subprocess.run(
         [sys.executable, "-c", METRICS, str(tmp_path)],
-        # its log lines on stdout, where they are read: an in-process `sluice` command earlier in
-        # this worker may have left SLUICE_LOG_STREAM=stderr in the environment
+        # the logger's lines on stdout, where the test reads them (a command sets stderr)
         env={**os.environ, "PYTHONPATH": str(REPO / "functions"), "SLUICE_LOG_STREAM": "stdout"},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
