@@ -35,12 +35,16 @@ EVENTS = REPO / "events"
 # synthesized CDK app, a running Triton server, the e2e tier's shared `sluice serve --demo`;
 # directly or through another fixture) stay on one worker together, so the fixture is built
 # once, not once per worker. The first fixture named
-# that a test uses decides; a test that uses none goes with its module, so the heavy tests of
-# the same folders that need none of them (layer builds, bytecode, uv resolutions) run beside
-# them on other workers. The two synthesized apps share one group: many tests read both (the
-# checkov scan, the acknowledgements, tests parametrized by the app's name), and an app built in
-# two workers is built twice (~25-45 CPU-s each).
-SHARED_SESSION = {"full_app": "infra", "default_app": "infra", "triton_server": "triton", "demo_serve": "demo-serve"}
+# that a test uses decides; a test that uses none goes with its module. The two synthesized apps
+# share one group: many tests read both (the checkov scan, the acknowledgements, tests
+# parametrized by the app's name), and an app built in two workers is built twice (~25-45 CPU-s
+# each). The tests that build CDK constructs of their own (`cdk_runtime`: the CDK's node process,
+# ~13 CPU-s in each worker that starts it) share another, so the heavy ones among them (layer
+# builds, bytecode, uv resolutions, mostly waiting on builds and the index) run beside the apps'
+# on another worker, and the CDK starts in two workers, not in all of them.
+SHARED_SESSION = {
+    "full_app": "infra", "default_app": "infra", "cdk_runtime": "cdk", "triton_server": "triton", "demo_serve": "demo-serve",
+}  # fmt: skip
 
 
 @pytest.hookimpl(wrapper=True)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.infra.synth import COMPONENTS, Synthesized
+
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
 
 
 def test_five_stacks_deploy_in_dependency_order(default_app: Synthesized) -> None:

@@ -180,6 +180,24 @@ def _dispatch(
     monkeypatch.setattr(LambdaSimpleBackend, "invoke", invoke)
 
 
+def _validate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto checks a new state machine's definition by parsing it with its ASL grammar (~70 ms of
+    ANTLR) and keeps nothing of the parse; each test creates one of the same definition, so a
+    definition found valid is not parsed again to be found valid. A definition not seen yet, or
+    one found invalid, is checked (and refused) as moto does; executions parse their own."""
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    validate = StepFunctionsParserBackend._validate_definition
+    valid: set[str] = set()
+
+    def validate_once(definition: str) -> None:
+        if definition not in valid:
+            validate(definition=definition)
+            valid.add(definition)
+
+    monkeypatch.setattr(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate_once))
+
+
 def _container(home: Path, state_machine: str, s3: Any, dynamodb: Any, sfn: Any) -> Container:
     """A container on moto's AWS whose orchestrator starts `state_machine`."""
     settings = Settings(
@@ -241,6 +259,7 @@ def world(default_app: Synthesized, tmp_path_factory: pytest.TempPathFactory) ->
             routes[props["FunctionName"]] = getattr(handlers, task)
             invocations[props["FunctionName"]] = []
         _dispatch(monkeypatch, routes, invocations)
+        _validate_once(monkeypatch)
         retry_waits: list[float] = []
         monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=retry_waits.append))
         world = World(

@@ -15,6 +15,8 @@ from infra.constructs.bytecode import compile_tree, find_interpreter
 
 from tests.infra.synth import cdk_context
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 # The runtime these tests build for: SnapStart's oldest Python, and one this machine may have.
 RUNTIME = "3.12"
 # Imported with the runtime's interpreter; counts every module compiled from source.

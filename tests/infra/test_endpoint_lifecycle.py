@@ -37,6 +37,8 @@ from tests.infra.synth import (
     SAGEMAKER_ARN as ARN,
 )
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 API = "sluice.handlers.api.handler"
 ARTIFACTS = f"sluice-artifacts-{ACCOUNT}-{REGION}"
 CLIENTS = {"sagemaker": "sagemaker", "autoscaling": "application-autoscaling", "cloudwatch": "cloudwatch", "sns": "sns"}

@@ -9,6 +9,8 @@ import pytest
 
 from tests.infra.synth import Synthesized, properties
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 
 def test_no_endpoints_configured_means_no_resources(default_app: Synthesized) -> None:
     assert default_app.json("endpoints").get("Resources", {}) == {}

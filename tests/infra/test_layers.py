@@ -11,6 +11,8 @@ import pytest
 
 from tests.infra.synth import Synthesized, api_function, cdk_context, function_by_handler
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
     from infra.constructs.functions import FunctionPlatform

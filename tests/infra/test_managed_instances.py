@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from tests.infra.synth import cdk_context, properties, resources
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 NETWORK = {"subnet_ids": ["subnet-0a1b2c3d", "subnet-4e5f6a7b"], "security_group_ids": ["sg-0a1b2c3d"]}
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.infra.synth import Synthesized, cdk_context
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 if TYPE_CHECKING:
     from constructs import IConstruct
 

@@ -21,6 +21,8 @@ from infra.config import FunctionsConfig, load_config
 from tests.infra.synth import FULL_CONFIG, Synthesized, api_function, cdk_context
 from tests.infra.test_nag import acknowledgements
 
+pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
+
 PYTHONS: tuple[str, ...] = get_args(FunctionsConfig.model_fields["python"].annotation)
 ARCHITECTURES: tuple[str, ...] = get_args(FunctionsConfig.model_fields["architecture"].annotation)
 LATEST_RUNTIME_RULES = ("AwsSolutions-L1", "Serverless-LambdaLatestVersion")
