@@ -133,6 +133,7 @@ class PredictionService:
             checked=signature,
             spawn_mirrors=request.mirrors,
             request=request,
+            samples=[],
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -161,7 +162,7 @@ class PredictionService:
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        self.stats.request(stat_key, latency_ms, ok=True, rows=rows)
+        self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
             self.profiles.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, out.outputs, out.classes, rows)
