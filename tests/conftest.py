@@ -68,6 +68,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# What `sluice.cli.main` sets in the environment of the process it runs in (its defaults for a
+# command's logs), put back after each test: a command run in a test's process must not change
+# what later tests, or the processes they start, read.
+_CLI_DEFAULTS = ("SLUICE_LOG_LEVEL", "SLUICE_LOG_STREAM")
+
+
+@pytest.fixture(autouse=True)
+def _cli_defaults_put_back() -> Iterator[None]:
+    saved = [(name, os.environ.get(name)) for name in _CLI_DEFAULTS]
+    yield
+    for name, value in saved:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0)

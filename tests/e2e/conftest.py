@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from tests.support import free_port
+from tests.support import free_port, http
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,7 +29,7 @@ def wait_healthy(url: str, proc: subprocess.Popen[Any], log: Path | None = None,
             pytest.skip(f"sluice serve exited {code}: {log.read_text(errors='replace') if log else ''}")
         assert code is None, log.read_text(errors="replace") if log else f"sluice serve exited {code}"
         with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if http("GET", f"{url}/healthz", timeout=1).status_code == 200:  # the run's TLS context: no certifi load a poll
                 return
         assert time.monotonic() < deadline, f"sluice serve did not become healthy in {within_s:g} s"
         time.sleep(0.2)
@@ -89,9 +89,10 @@ def running_sluice(home: Path, env: dict[str, str], *args: str, **popen: Any) ->
 @pytest.fixture(scope="session")
 def demo_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, Path]]:
     """One `sluice serve --demo --workers 2` for the tests that only talk to it (the local
-    service, WebSocket, optimize and metrics stories): yields (port, the admin key, its home). Its tests
-    share a pytest-xdist group (tests/conftest.py), so it starts once; each leaves the demo's
-    deployments as it found them."""
+    service, WebSocket, optimize, metrics and Triton extensions stories): yields (port, the
+    admin key, its home). Its tests share a pytest-xdist group (tests/conftest.py), so it
+    starts once; each leaves the demo's deployments as it found them (or works in a tenant of
+    its own)."""
     import os
 
     home = tmp_path_factory.mktemp("demo-serve")

@@ -13,9 +13,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import httpx
-
 from tests.e2e.conftest import free_port, wait_healthy
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,9 +23,9 @@ if TYPE_CHECKING:
 def _exercise(port: int, key: str) -> None:
     """Requests that pass, fail authentication and fail validation: what a log might tell."""
     base = f"http://127.0.0.1:{port}"
-    assert httpx.get(f"{base}/api/v1/deployments", headers={"Authorization": f"Bearer {key}"}).status_code == 200
-    assert httpx.get(f"{base}/api/v1/deployments", headers={"Authorization": f"Bearer {key}x"}).status_code == 401
-    bad = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris"}, headers={"x-api-key": key})
+    assert http("GET", f"{base}/api/v1/deployments", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert http("GET", f"{base}/api/v1/deployments", headers={"Authorization": f"Bearer {key}x"}).status_code == 401
+    bad = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris"}, headers={"x-api-key": key})
     assert bad.status_code == 400
 
 

@@ -14,11 +14,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from tests.conftest import MODELS, REPO
 from tests.e2e.conftest import free_port, sigterm_after, wait_healthy
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -84,20 +84,20 @@ def test_a_server_whose_disk_fills_up_answers_and_says_so(tmp_path: Path) -> Non
             time.sleep(0.1)
         headers = {"Authorization": f"Bearer {(tmp_path / 'admin-key').read_text().strip()}"}
 
-        r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
+        r = http("POST", f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
         assert r.status_code == 200, r.text
-        r = httpx.put(f"{url}/api/v1/deployments/iris", json={"model": "iris", "version": 1}, headers=headers, timeout=30)
+        r = http("PUT", f"{url}/api/v1/deployments/iris", json={"model": "iris", "version": 1}, headers=headers, timeout=30)
         assert r.status_code == 503, r.text
         assert (r.json()["code"], r.json()["details"]) == ("storage_full", {"storage": "registry"})
-        r = httpx.post(
+        r = http("POST", 
             f"{url}/api/v1/models/forest/versions", content=(MODELS / "iris_forest.onnx").read_bytes(),
             headers={**headers, "content-type": "application/octet-stream"}, timeout=30,
         )  # fmt: skip
         assert r.status_code == 503, r.text
         assert (r.json()["code"], r.json()["details"]) == ("storage_full", {"storage": "artifact store"})
-        r = httpx.get(f"{url}/api/v1/deployments/iris/stats", headers=headers, timeout=30)
+        r = http("GET", f"{url}/api/v1/deployments/iris/stats", headers=headers, timeout=30)
         assert r.status_code == 200, r.text
-        r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
+        r = http("POST", f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
         assert r.status_code == 200, r.text
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     (dropped,) = [line for line in lines if line.get("message") == "statistics dropped"]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.conftest import free_port, running_sluice
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,8 +22,6 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 
 def test_grpc_served_by_every_http_worker(tmp_path: Path) -> None:
-    import httpx
-
     port = free_port()
     env = {**os.environ, "SLUICE_MAX_IN_FLIGHT_PER_KEY": "1"}  # per process: one open stream fills a worker
     with running_sluice(tmp_path / "home", env, "--demo", "--workers", "2", "--grpc-port", str(port)) as (http_port, key):
@@ -43,11 +42,11 @@ def test_grpc_served_by_every_http_worker(tmp_path: Path) -> None:
         assert result.as_numpy("output_label").tolist() == [b"virginica"]
         # The same key, the same registry: a key revoked over HTTP is refused over gRPC.
         h = {"Authorization": f"Bearer {key}"}
-        made = httpx.post(f"http://127.0.0.1:{http_port}/api/v1/keys", json={"scopes": ["predict"]}, headers=h)
+        made = http("POST", f"http://127.0.0.1:{http_port}/api/v1/keys", json={"scopes": ["predict"]}, headers=h)
         assert made.status_code == 201, made.text
         other = {"authorization": f"Bearer {made.json()['key']}"}
         assert client.is_model_ready("iris", headers=other)
-        revoked = httpx.delete(f"http://127.0.0.1:{http_port}/api/v1/keys/{made.json()['key_id']}", headers=h)
+        revoked = http("DELETE", f"http://127.0.0.1:{http_port}/api/v1/keys/{made.json()['key_id']}", headers=h)
         assert revoked.status_code in (200, 204), revoked.text
         with pytest.raises(InferenceServerException) as refused:
             client.infer("iris", [tensor], headers=other)

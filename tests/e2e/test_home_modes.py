@@ -11,11 +11,11 @@ import stat
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from tests.conftest import MODELS
 from tests.e2e.conftest import running_sluice
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,7 +63,7 @@ def _until(what: str, check: Any, timeout_s: float = 60.0) -> Any:
 
 
 def _jobs_done(base: str, h: dict[str, str], count: int) -> list[dict[str, Any]] | None:
-    jobs = httpx.get(f"{base}/api/v1/batch-jobs", headers=h).json()
+    jobs = http("GET", f"{base}/api/v1/batch-jobs", headers=h).json()
     done = [j for j in jobs if j["status"] in ("SUCCEEDED", "FAILED")]
     return jobs if len(done) >= count and len(jobs) == len(done) else None
 
@@ -71,44 +71,44 @@ def _jobs_done(base: str, h: dict[str, str], count: int) -> list[dict[str, Any]]
 def tour(base: str, key: str, home: Path) -> None:
     h = {"Authorization": f"Bearer {key}"}
     # predictions, simple JSON and v2
-    r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=h)
+    r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=h)
     assert r.status_code == 200, r.text
     v2 = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 10], "data": [0.01] * 10}]}
-    assert httpx.post(f"{base}/v2/models/diabetes/infer", json=v2, headers=h).status_code == 200
+    assert http("POST", f"{base}/v2/models/diabetes/infer", json=v2, headers=h).status_code == 200
     # a model pushed, a deployment pointed at it with capture on, captured requests
-    pushed = httpx.post(
+    pushed = http("POST", 
         f"{base}/api/v1/models/iris/versions",
         content=(MODELS / "iris_forest.onnx").read_bytes(),
         headers={**h, "content-type": "application/octet-stream"},
     )
     assert pushed.status_code == 201, pushed.text
     capture = {"model": "iris", "version": pushed.json()["version"], "capture": {"sample_percent": 100}}
-    assert httpx.put(f"{base}/api/v1/deployments/iris", json=capture, headers=h).status_code == 200
+    assert http("PUT", f"{base}/api/v1/deployments/iris", json=capture, headers=h).status_code == 200
 
     def captured() -> list[Path]:
         for _ in range(5):
-            httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=h)
+            http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=h)
         return list((home / "capture").rglob("*.jsonl")) if (home / "capture").exists() else []
 
     _until("captured requests", captured)
     # an upload, its body, a prediction from it whose answer is kept as a result
     body = json.dumps({"batch": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()
-    upload = httpx.post(f"{base}/api/v1/uploads", json={"deployment": "iris", "size": len(body)}, headers=h).json()
-    posted = httpx.post(upload["url"], data=upload["fields"], files={"file": ("body", body, "application/octet-stream")})
+    upload = http("POST", f"{base}/api/v1/uploads", json={"deployment": "iris", "size": len(body)}, headers=h).json()
+    posted = http("POST", upload["url"], data=upload["fields"], files={"file": ("body", body, "application/octet-stream")})
     assert posted.status_code == 204, posted.text
-    kept = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=h)
+    kept = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=h)
     assert kept.status_code == 303, kept.text
-    assert httpx.get(f"{base}{kept.headers['location']}", headers=h).status_code == 200
+    assert http("GET", f"{base}{kept.headers['location']}", headers=h).status_code == 200
     # a key made and revoked (the revocation marker)
-    made = httpx.post(f"{base}/api/v1/keys", json={"name": "short-lived"}, headers=h)
+    made = http("POST", f"{base}/api/v1/keys", json={"name": "short-lived"}, headers=h)
     assert made.status_code == 201, made.text
-    assert httpx.delete(f"{base}/api/v1/keys/{made.json()['key_id']}", headers=h).status_code == 200
+    assert http("DELETE", f"{base}/api/v1/keys/{made.json()['key_id']}", headers=h).status_code == 200
     # a batch job through the watched inbox (the server's own thread) and one through the API
     # (a worker's), Parquet out: pyarrow writes the parts
     _user_file(home / "inbox" / "iris" / "rows.csv", ROWS)
     given = home / "batch" / "inbox" / "default" / "iris" / "rows.csv"
     _user_file(given, ROWS)
-    job = httpx.post(
+    job = http("POST", 
         f"{base}/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": given.as_uri(), "output_format": "parquet"}, headers=h
     )
     assert job.status_code == 202, job.text
@@ -117,7 +117,7 @@ def tour(base: str, key: str, home: Path) -> None:
     # schedules
     for name, expression in (("nightly", "cron(0 2 * * *)"), ("hourly", "rate(1 hours)")):
         schedule = {"name": name, "deployment": "iris", "input_uri": (home / "batch/inbox/default/iris/{date}.csv").as_uri(), "expression": expression}
-        made = httpx.post(f"{base}/api/v1/batch-schedules", json=schedule, headers=h)
+        made = http("POST", f"{base}/api/v1/batch-schedules", json=schedule, headers=h)
         assert made.status_code == 201, made.text
 
 

@@ -13,16 +13,18 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 import pytest
 from websockets.sync.client import connect
 
 from tests.e2e.conftest import free_port, running_sluice
+from tests.support import http
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    import httpx
 
 CAP = 2
 SETOSA = {"deployment": "iris", "features": {"sepal_length": 5.1, "sepal_width": 3.5, "petal_length": 1.4, "petal_width": 0.2}}
@@ -36,7 +38,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int
     env = {**os.environ, "SLUICE_MAX_IN_FLIGHT_PER_KEY": str(CAP)}
     grpc_port = free_port()
     with running_sluice(home, env, "--demo", "--workers", "1", "--grpc-port", str(grpc_port)) as (port, key):
-        made = httpx.post(f"http://127.0.0.1:{port}/api/v1/keys", json={"scopes": ["predict"]}, headers=_auth(key))
+        made = http("POST", f"http://127.0.0.1:{port}/api/v1/keys", json={"scopes": ["predict"]}, headers=_auth(key))
         assert made.status_code == 201, made.text
         yield port, grpc_port, key, made.json()["key"]
 
@@ -68,7 +70,7 @@ def _finish(sock: socket.socket) -> bytes:
 
 
 def _predict(port: int, key: str) -> httpx.Response:
-    return httpx.post(f"http://127.0.0.1:{port}/api/v1/predictions", json=SETOSA, headers=_auth(key), timeout=30)
+    return http("POST", f"http://127.0.0.1:{port}/api/v1/predictions", json=SETOSA, headers=_auth(key), timeout=30)
 
 
 def test_a_key_past_its_requests_in_flight_gets_429_and_other_keys_do_not(service: tuple[int, int, str, str]) -> None:
@@ -81,7 +83,7 @@ def test_a_key_past_its_requests_in_flight_gets_429_and_other_keys_do_not(servic
         body = refused.json()
         assert (body["code"], body["field"], body["details"]["limit"]) == ("too_many_in_flight", "key", CAP)
         # Management routes count too: any request of the key.
-        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/deployments", headers=_auth(key)).status_code == 429
+        assert http("GET", f"http://127.0.0.1:{port}/api/v1/deployments", headers=_auth(key)).status_code == 429
         assert _predict(port, other).status_code == 200  # another key's slots are its own
         # A WebSocket message of the key is a request in flight like any other: answered with
         # the error, and the connection stays open.

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 import pytest
 
 from tests.conftest import MODELS
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,7 +26,7 @@ def service(demo_serve: tuple[int, str, Path]) -> tuple[str, str]:
 
 def test_simple_json_over_http(service: tuple[str, str]) -> None:
     base, key = service
-    r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers={"Authorization": f"Bearer {key}"})
+    r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["prediction"] == "setosa" and body["model"] == "iris" and body["version"] >= 1 and body["latency_ms"] > 0
@@ -99,9 +99,9 @@ def test_asyncio_client_with_bytes_tensors(service: tuple[str, str]) -> None:
         from make_demo_models import words
     finally:
         sys.path.pop(0)
-    pushed = httpx.post(f"{base}/api/v1/models/words/versions", content=words(), headers={**h, "content-type": "application/octet-stream"})
+    pushed = http("POST", f"{base}/api/v1/models/words/versions", content=words(), headers={**h, "content-type": "application/octet-stream"})
     assert pushed.status_code == 201, pushed.text
-    made = httpx.post(f"{base}/api/v1/deployments", json={"name": "words", "model": "words"}, headers=h)
+    made = http("POST", f"{base}/api/v1/deployments", json={"name": "words", "model": "words"}, headers=h)
     assert made.status_code == 201, made.text
 
     async def talk() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -128,26 +128,26 @@ def test_push_point_and_switch_with_no_restart(service: tuple[str, str]) -> None
     base, key = service
     h = {"Authorization": f"Bearer {key}"}
     # A deployment of its own (the server is shared), read by the workers before the switch.
-    made = httpx.post(f"{base}/api/v1/deployments", json={"name": "iris-switch", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=h)
+    made = http("POST", f"{base}/api/v1/deployments", json={"name": "iris-switch", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=h)
     assert made.status_code == 201, made.text
     for _ in range(10):  # a fresh connection each: both workers read it
-        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h)
+        r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h)
         assert r.json()["version"] == 1, r.text
-    pushed = httpx.post(
+    pushed = http("POST", 
         f"{base}/api/v1/models/iris/versions",
         content=(MODELS / "iris_forest.onnx").read_bytes(),
         headers={**h, "content-type": "application/octet-stream"},
     )
     assert pushed.status_code == 201, pushed.text
     version = pushed.json()["version"]
-    r = httpx.put(f"{base}/api/v1/deployments/iris-switch", json={"model": "iris", "version": version}, headers=h)
+    r = http("PUT", f"{base}/api/v1/deployments/iris-switch", json={"model": "iris", "version": version}, headers=h)
     assert r.status_code == 200
     # Each worker trusts what it read for at most the deployment cache TTL (1 s by default).
     deadline = time.monotonic() + 10
     seen: set[int] = set()
     while time.monotonic() < deadline:
         seen = {
-            httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h).json()["version"]
+            http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris-switch", "features": SETOSA}, headers=h).json()["version"]
             for _ in range(10)
         }
         if seen == {version}:
@@ -158,8 +158,8 @@ def test_push_point_and_switch_with_no_restart(service: tuple[str, str]) -> None
 
 def test_errors_over_http_are_json(service: tuple[str, str]) -> None:
     base, key = service
-    r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris", "features": {"x": 1}}, headers={"Authorization": f"Bearer {key}"})
+    r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris", "features": {"x": 1}}, headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 400 and r.json()["field"].startswith("features.")
-    assert httpx.get(f"{base}/api/v1/models").status_code == 401
+    assert http("GET", f"{base}/api/v1/models").status_code == 401
     # The first request for the schema builds it (the policy grammar is large): give it time on a busy machine.
-    assert httpx.get(f"{base}/openapi.json", timeout=60).json()["info"]["title"] == "sluice"
+    assert http("GET", f"{base}/openapi.json", timeout=60).json()["info"]["title"] == "sluice"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.demo import install_demo
@@ -15,6 +14,7 @@ from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,7 +54,7 @@ def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tu
     base = f"http://127.0.0.1:{port}"
     mine = {"Authorization": f"Bearer {key}"}
     # The server is shared: the counts are those of a deployment of this test's own.
-    made = httpx.post(f"{base}/api/v1/deployments", json={"name": "iris-metered", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=mine)
+    made = http("POST", f"{base}/api/v1/deployments", json={"name": "iris-metered", "policy": {"kind": "single", "model": "iris", "version": 1}}, headers=mine)
     assert made.status_code == 201, made.text
     # Another tenant, with a deployment of its own, straight in the shared registry.
     other = Container.from_settings(Settings(mode="local", home=home))
@@ -63,23 +63,23 @@ def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tu
     other.deployments.create(globex, "globex-secret", {"kind": "single", "model": "iris", "version": 1})
     _, globex_key = other.keys.create("globex", ["admin", "predict"])
     theirs = {"Authorization": f"Bearer {globex_key}"}
-    predict_only = httpx.post(f"{base}/api/v1/keys", json={"name": "predict only", "scopes": ["predict"]}, headers=mine)
+    predict_only = http("POST", f"{base}/api/v1/keys", json={"name": "predict only", "scopes": ["predict"]}, headers=mine)
     assert predict_only.status_code == 201, predict_only.text
 
     # A fresh connection per call: the kernel hands them to both workers.
     sent = 0
     while sent < 20 or len(workers_counting(home, "iris-metered")) < 2:
-        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "iris-metered", "features": SETOSA}, headers=mine)
+        r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "iris-metered", "features": SETOSA}, headers=mine)
         assert r.status_code == 200, r.text
         sent += 1
         assert sent < 400, "one worker answered every connection"
     for _ in range(3):
-        r = httpx.post(f"{base}/api/v1/predictions", json={"deployment": "globex-secret", "features": SETOSA}, headers=theirs)
+        r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "globex-secret", "features": SETOSA}, headers=theirs)
         assert r.status_code == 200, r.text
     assert "1" not in workers_writing(home)
 
     for _ in range(6):  # whichever worker answers the scrape, the sums are the same
-        r = httpx.get(f"{base}/metrics", headers=mine)
+        r = http("GET", f"{base}/metrics", headers=mine)
         assert r.status_code == 200, r.text
         text = r.text
         assert value(text, "ml_inference_requests_total", tenant="default", deployment="iris-metered") == sent
@@ -88,10 +88,10 @@ def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tu
         assert value(text, "ml_inference_rows_scored_total", tenant="default", deployment="iris-metered") == sent
         assert "globex" not in text
 
-    seen = httpx.get(f"{base}/metrics", headers=theirs).text
+    seen = http("GET", f"{base}/metrics", headers=theirs).text
     assert value(seen, "ml_inference_requests_total", tenant="globex", deployment="globex-secret") == 3
     assert 'tenant="default"' not in seen and 'deployment="iris' not in seen
 
-    assert httpx.get(f"{base}/metrics").status_code == 401
-    refused = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {predict_only.json()['key']}"})
+    assert http("GET", f"{base}/metrics").status_code == 401
+    refused = http("GET", f"{base}/metrics", headers={"Authorization": f"Bearer {predict_only.json()['key']}"})
     assert refused.status_code == 403

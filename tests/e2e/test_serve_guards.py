@@ -1,29 +1,43 @@
-"""`sluice serve`'s guards against slow and oversized clients, over raw sockets to a real
+"""`sluice serve`'s guards against slow and oversized clients, over raw sockets to one real
 process: a header timeout (slowloris), a header size bound, a keep-alive timeout, the per-key
-rate limit, and the local admin key kept owner-only whatever the umask."""
+rate limit, and the local admin key kept owner-only whatever the umask; and on the upload
+form's route (`POST /api/v1/uploads/{id}/body`, no API key), a trickled body is answered 408 and
+closed at `SLUICE_UPLOAD_BODY_TIMEOUT_S`, and many at once do not stay open past it; nothing
+after the form's closing boundary is read; a client that leaves mid-body is one INFO line in
+the log, and nothing in it is an ERROR or a traceback, whatever the other guards refused.
+
+The guards' settings do not meet (each test works on a connection or key of its own), so one
+server serves them all."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import select
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import running_sluice
+from tests.support import FORM_BOUNDARY, http, http_client, upload_form
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
 HEADER_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 1.5
+DATA = json.dumps({"inputs": [[5.1, 3.5, 1.4, 0.2]] * 8}).encode()
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, Path]]:
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, Path, Path]]:
+    """(port, the admin key, the home, the server's log)."""
     home: Path = tmp_path_factory.mktemp("home")
+    log = home.parent / "serve.log"
     env = {
         **os.environ,
         "SLUICE_HOME": str(home),
@@ -31,9 +45,19 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str
         "SLUICE_MAX_HEADER_BYTES": "4096",
         "SLUICE_KEEPALIVE_TIMEOUT_S": "1",
         "SLUICE_RATE_LIMIT": "5/second",
+        "SLUICE_UPLOAD_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "SLUICE_LOG_LEVEL": "INFO",
     }
-    with running_sluice(home, env, "--workers", "1", umask=0) as (port, key):  # the admin key: owner-only regardless
-        yield port, key, home
+    # umask 0: the admin key must be owner-only regardless
+    with log.open("w") as out, running_sluice(home, env, "--demo", "--workers", "1", umask=0, stdout=out) as (port, key):
+        yield port, key, home, log
+
+
+@pytest.fixture
+def service(guarded: tuple[int, str, Path, Path]) -> tuple[int, str, Path]:
+    """(port, the admin key, the server's log), for the upload form's route."""
+    port, key, _, log = guarded
+    return port, key, log
 
 
 def _closed_after(sock: socket.socket, started: float, limit_s: float) -> tuple[float, bytes]:
@@ -60,8 +84,8 @@ def _response(sock: socket.socket) -> bytes:
     return head
 
 
-def test_a_client_dribbling_its_headers_is_cut_off_while_others_are_served(guarded: tuple[int, str, Path]) -> None:
-    port, _, _ = guarded
+def test_a_client_dribbling_its_headers_is_cut_off_while_others_are_served(guarded: tuple[int, str, Path, Path]) -> None:
+    port, _, _, _ = guarded
     with socket.create_connection(("127.0.0.1", port)) as sock:
         started = time.monotonic()
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -69,7 +93,7 @@ def test_a_client_dribbling_its_headers_is_cut_off_while_others_are_served(guard
         for i in range(20):  # a header line every 0.25 s: 5 s if the server waited for them all
             time.sleep(0.25)
             if i == 1:  # a well-behaved client meanwhile
-                assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+                assert http("GET", f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
             try:
                 sock.sendall(b"X-Slow-%d: y\r\n" % i)
             except OSError:
@@ -80,24 +104,24 @@ def test_a_client_dribbling_its_headers_is_cut_off_while_others_are_served(guard
     assert HEADER_TIMEOUT_S - 0.1 <= min(cut or elapsed, elapsed) < HEADER_TIMEOUT_S + 1.5
 
 
-def test_a_connection_that_sends_nothing_is_closed(guarded: tuple[int, str, Path]) -> None:
-    port, _, _ = guarded
+def test_a_connection_that_sends_nothing_is_closed(guarded: tuple[int, str, Path, Path]) -> None:
+    port, _, _, _ = guarded
     with socket.create_connection(("127.0.0.1", port)) as sock:
         elapsed, _ = _closed_after(sock, time.monotonic(), 5)
     assert elapsed < HEADER_TIMEOUT_S + 1.5
 
 
-def test_headers_over_the_bound_get_431_and_a_closed_connection(guarded: tuple[int, str, Path]) -> None:
-    port, _, _ = guarded
+def test_headers_over_the_bound_get_431_and_a_closed_connection(guarded: tuple[int, str, Path, Path]) -> None:
+    port, _, _, _ = guarded
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 8000 + b"\r\n\r\n")
         elapsed, got = _closed_after(sock, time.monotonic(), 5)
     assert got.startswith(b"HTTP/1.1 431 ") and elapsed < 1
-    assert httpx.get(f"http://127.0.0.1:{port}/healthz", headers={"X-Fine": "a" * 1000}).status_code == 200
+    assert http("GET", f"http://127.0.0.1:{port}/healthz", headers={"X-Fine": "a" * 1000}).status_code == 200
 
 
-def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tuple[int, str, Path]) -> None:
-    port, _, _ = guarded
+def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tuple[int, str, Path, Path]) -> None:
+    port, _, _, _ = guarded
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.settimeout(5)
@@ -110,22 +134,156 @@ def test_an_idle_keep_alive_connection_is_closed_after_its_timeout(guarded: tupl
     assert got == b"" and elapsed < 2.5  # closed idle after the 1 s keep-alive
 
 
-def test_a_key_past_its_rate_gets_429_until_its_window_passes(guarded: tuple[int, str, Path]) -> None:
-    port, key, _ = guarded
-    base, h = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=base, headers=h) as client:
-        other = client.post("/api/v1/keys", json={"scopes": ["admin"], "name": "other"})
-        assert other.status_code == 201, other.text
+def test_a_key_past_its_rate_gets_429_until_its_window_passes(guarded: tuple[int, str, Path, Path]) -> None:
+    port, key, _, _ = guarded
+    base = f"http://127.0.0.1:{port}"
+    # Keys of the test's own: the admin key's window holds the other tests' calls too.
+    made = [http("POST", f"{base}/api/v1/keys", json={"scopes": ["admin"], "name": name}, headers={"Authorization": f"Bearer {key}"}) for name in ("burst", "other")]
+    assert [m.status_code for m in made] == [201, 201], [m.text for m in made]
+    burst, other = (m.json()["key"] for m in made)
+    with http_client(base_url=base, headers={"Authorization": f"Bearer {burst}"}) as client:
         statuses = [client.get("/api/v1/models").status_code for _ in range(8)]
         assert statuses.count(429) >= 3 and statuses[:4] == [200] * 4
         refused = client.get("/api/v1/models")
         assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
         retry = int(refused.headers["Retry-After"])
-        assert httpx.get(f"{base}/api/v1/models", headers={"x-api-key": other.json()["key"]}).status_code == 200
+        assert http("GET", f"{base}/api/v1/models", headers={"x-api-key": other}).status_code == 200
         time.sleep(retry + 0.1)
         assert client.get("/api/v1/models").status_code == 200
 
 
-def test_the_admin_key_is_owner_only_whatever_the_umask(guarded: tuple[int, str, Path]) -> None:
-    _, _, home = guarded
+def test_the_admin_key_is_owner_only_whatever_the_umask(guarded: tuple[int, str, Path, Path]) -> None:
+    _, _, home, _ = guarded
     assert (home / "admin-key").stat().st_mode & 0o777 == 0o600  # served with umask 0
+
+
+# The upload form's route -----------------------------------------------------------------
+def _upload(port: int, key: str) -> dict[str, Any]:
+    made = http("POST", f"http://127.0.0.1:{port}/api/v1/uploads", json={"deployment": "iris", "size": 4096}, headers={"Authorization": f"Bearer {key}"})
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+def _head(upload: dict[str, Any], length: int | None) -> bytes:
+    path = "/" + upload["url"].split("/", 3)[3]
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    return f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={FORM_BOUNDARY}\r\n{framing}\r\n\r\n".encode()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _rest(sock: socket.socket) -> tuple[bytes, bool]:
+    """What the server still sends, and whether it then closed the connection (within 2 s)."""
+    sock.settimeout(2)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except TimeoutError:
+        return got, False
+    except ConnectionResetError:
+        pass
+    return got, True
+
+
+def _log(log: Path) -> list[dict[str, Any]]:
+    text = log.read_text()
+    assert "Traceback" not in text
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert not [line for line in lines if line.get("level") in ("ERROR", "CRITICAL") or "exception" in line], text
+    return lines
+
+
+def test_a_trickled_form_is_answered_408_and_closed_at_the_body_timeout(service: tuple[int, str, Path]) -> None:
+    port, key, log = service
+    upload = _upload(port, key)
+    body = upload_form(upload["fields"], DATA)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(_head(upload, len(body)))
+        started = time.monotonic()
+        for byte in body:  # a byte every 0.2 s: some 4 minutes for the whole form
+            if select.select([sock], [], [], 0.2)[0] or time.monotonic() - started > BODY_TIMEOUT_S + 3:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                break
+        answered = time.monotonic() - started
+        got, closed = _rest(sock)
+    assert got.startswith(b"HTTP/1.1 408 "), got[:200]
+    assert json.loads(got.partition(b"\r\n\r\n")[2])["code"] == "request_timeout"
+    assert closed and BODY_TIMEOUT_S - 0.1 <= answered < BODY_TIMEOUT_S + 1.5, answered
+    _log(log)
+
+
+def test_many_trickling_clients_do_not_stay_open_past_the_body_timeout(service: tuple[int, str, Path]) -> None:
+    port, key, log = service
+    upload = _upload(port, key)
+    body = upload_form(upload["fields"], DATA)
+    clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+    try:
+        for sock in clients:
+            sock.sendall(_head(upload, len(body)) + body[:10])
+        sent = dict.fromkeys(clients, 10)
+        answers = dict.fromkeys(clients, b"")
+        waiting = set(clients)
+        deadline = time.monotonic() + BODY_TIMEOUT_S + 2.5
+        while waiting and time.monotonic() < deadline:
+            for sock in select.select(list(waiting), [], [], 0.5)[0]:
+                try:
+                    got = sock.recv(65536)
+                except ConnectionResetError:
+                    got = b""
+                answers[sock] += got
+                if not got:
+                    waiting.discard(sock)
+            for sock in waiting:  # each trickles a byte every half second or so
+                with contextlib.suppress(OSError):
+                    sent[sock] += sock.send(body[sent[sock] : sent[sock] + 1])
+        assert not waiting, f"{len(waiting)} of {len(clients)} trickling clients still open after {BODY_TIMEOUT_S + 2.5} s"
+        assert all(answer.startswith(b"HTTP/1.1 408 ") for answer in answers.values())
+    finally:
+        for sock in clients:
+            sock.close()
+    _log(log)
+
+
+def test_nothing_after_the_closing_boundary_is_read(service: tuple[int, str, Path]) -> None:
+    port, key, log = service
+    upload = _upload(port, key)
+    junk = _chunk(b"j" * (1 << 20))
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(5)
+        sock.sendall(_head(upload, None) + _chunk(upload_form(upload["fields"], DATA)))
+        try:
+            while sent < 256 << 20 and not select.select([sock], [], [], 0)[0]:
+                sock.sendall(junk)  # chunked, with no end: 256 MiB if the server read them all
+                sent += 1 << 20
+        except OSError:  # the server answered and closed: what was not sent cannot be read
+            pass
+        got, closed = _rest(sock)
+    assert got.startswith(b"HTTP/1.1 204 "), got[:200]
+    assert closed and sent < 32 << 20, sent  # what the sockets' buffers held, no more
+    answer = http("POST", f"http://127.0.0.1:{port}/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200 and len(answer.json()["predictions"]) == 8  # the body, whole and alone
+    _log(log)
+
+
+def test_a_client_gone_mid_body_is_one_info_line(service: tuple[int, str, Path]) -> None:
+    port, key, log = service
+    upload = _upload(port, key)
+    body = upload_form(upload["fields"], DATA)
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(_head(upload, len(body)) + body[: len(body) // 2])
+        time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not [line for line in _log(log) if line.get("upload_id") == upload["upload_id"]]:
+        time.sleep(0.1)
+    (line,) = [line for line in _log(log) if line.get("upload_id") == upload["upload_id"]]
+    assert line["level"] == "INFO" and "went away" in line["message"] and line["received"] == len(body) // 2
+    # the upload was left as it was: its form still posts, whole
+    posted = http("POST", upload["url"], data=upload["fields"], files={"file": ("body", DATA, "application/octet-stream")})
+    assert posted.status_code == 204, posted.text

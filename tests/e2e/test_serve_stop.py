@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import REPO
 from tests.e2e.conftest import free_port, wait_healthy
+from tests.support import http
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,12 +28,21 @@ if TYPE_CHECKING:
 ROWS = 600_000  # at 64 KiB a chunk, a couple of hundred chunks scored one at a time
 
 
-@pytest.fixture
-def big_csv(tmp_path: Path) -> Path:
-    path = tmp_path / "flowers.csv"
+@pytest.fixture(scope="module")
+def flowers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The input, written once for the module; nothing writes to it."""
+    path = tmp_path_factory.mktemp("input") / "flowers.csv"
     with path.open("w") as out:
         out.write("id,sepal_length,sepal_width,petal_length,petal_width\n")
         out.writelines(f"r{i},5.1,3.5,1.4,0.2\n" for i in range(ROWS))
+    return path
+
+
+@pytest.fixture
+def big_csv(flowers: Path, tmp_path: Path) -> Path:
+    """The module's input, as this test's own file (a hard link: the test moves it)."""
+    path = tmp_path / "flowers.csv"
+    os.link(flowers, path)
     return path
 
 
@@ -71,7 +80,7 @@ def _running(url: str, headers: dict[str, str]) -> dict[str, object]:
     """The one job, once it is RUNNING and has recorded a chunk (it has many more to go)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        jobs = httpx.get(f"{url}/api/v1/batch-jobs", headers=headers, timeout=10).json()
+        jobs = http("GET", f"{url}/api/v1/batch-jobs", headers=headers, timeout=10).json()
         if jobs and jobs[0]["status"] == "RUNNING" and jobs[0]["progress"]["chunks_done"] >= 1:
             return jobs[0]
         assert not jobs or jobs[0]["status"] in ("PENDING", "RUNNING"), jobs[0]
@@ -92,7 +101,7 @@ def test_sigterm_records_the_running_job_failed_saying_the_service_stopped(
         inbox = home / "batch" / "inbox" / "acme" / "iris"
         inbox.mkdir(parents=True)
         big_csv.rename(inbox / "flowers.csv")
-        answer = httpx.post(f"{url}/api/v1/batch-jobs", headers=headers, json={"deployment": "iris", "input_uri": (inbox / "flowers.csv").as_uri()}, timeout=30)
+        answer = http("POST", f"{url}/api/v1/batch-jobs", headers=headers, json={"deployment": "iris", "input_uri": (inbox / "flowers.csv").as_uri()}, timeout=30)
         assert answer.status_code == 202, answer.text
     job_id = str(_running(url, headers)["id"])
 

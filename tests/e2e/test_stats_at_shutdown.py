@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-import httpx
-
 from sluice.registry.sqlite import SqliteRegistry
 from tests.conftest import REPO
 from tests.e2e.conftest import sigterm_after, start_sluice
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,7 +33,7 @@ def test_the_counts_of_every_answered_request_are_written_at_sigterm(tmp_path: P
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {(home / 'admin-key').read_text().strip()}"}
         for _ in range(N):
-            r = httpx.post(f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
+            r = http("POST", f"{url}/api/v1/predictions", json={"deployment": "iris", "features": SETOSA}, headers=headers, timeout=30)
             assert r.status_code == 200, r.text
     stats = SqliteRegistry(home / "registry.db").read_stats("default", "iris", 1)
     assert stats["deployment"]["requests"] == N, log.read_text()

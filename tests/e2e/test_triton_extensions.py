@@ -1,38 +1,41 @@
 """Triton's own extensions (model configuration, statistics, repository index) as tools call
-them: `tritonclient.http` against a real `sluice serve`, one tenant never seeing another's."""
+them: `tritonclient.http` against a real `sluice serve --demo` (the one the e2e tests share),
+one tenant never seeing another's."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
+from sluice.demo import install_demo
 from sluice.domain import Principal
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS
-from tests.e2e.conftest import running_sluice
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
+EXT = Principal("ext", frozenset({"admin", "predict"}), "test-ext")
 BETA = Principal("beta", frozenset({"admin", "predict"}), "test-beta")
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
-    home: Path = tmp_path_factory.mktemp("home")
-    env = {**os.environ, "SLUICE_MODE": "local"}
-    with running_sluice(home, env, "--demo") as (port, key):
-        # Another tenant, in the same registry: its deployment must stay out of sight.
-        other = Container.from_settings(Settings(mode="local", home=home))
-        other.models.push(BETA, "secret-model", (MODELS / "iris.onnx").read_bytes())
-        other.deployments.create(BETA, "beta-secret", {"model": "secret-model", "version": 1})
-        _, beta_key = other.keys.create("beta", ["predict"])
-        yield f"127.0.0.1:{port}", key, beta_key
+def service(demo_serve: tuple[int, str, Path]) -> tuple[str, str, str]:
+    """(the server's address, an admin key of a tenant with the demo's deployments and no
+    others, a predict key of another tenant). The server is shared: its own tenant's
+    deployments are this module's alone, written straight in the shared registry."""
+    port, _, home = demo_serve
+    registry = Container.from_settings(Settings(mode="local", home=home))
+    install_demo(registry, EXT, MODELS)
+    _, key = registry.keys.create("ext", ["admin", "predict"])
+    # Another tenant, in the same registry: its deployment must stay out of sight.
+    registry.models.push(BETA, "secret-model", (MODELS / "iris.onnx").read_bytes())
+    registry.deployments.create(BETA, "beta-secret", {"model": "secret-model", "version": 1})
+    _, beta_key = registry.keys.create("beta", ["predict"])
+    return f"127.0.0.1:{port}", key, beta_key
 
 
 def _client(url: str) -> Any:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
+
+from tests.support import http
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,10 +56,10 @@ def test_a_browser_style_connection_predicts_with_many_messages_in_flight(servic
 def test_a_key_revoked_through_the_api_stops_an_open_connection(service: tuple[int, str]) -> None:
     port, admin = service
     base, auth = f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {admin}"}
-    created = httpx.post(f"{base}/api/v1/keys", json={"scopes": ["predict"], "name": "ws"}, headers=auth).json()
+    created = http("POST", f"{base}/api/v1/keys", json={"scopes": ["predict"], "name": "ws"}, headers=auth).json()
     with connect(f"ws://127.0.0.1:{port}/api/v1/stream", additional_headers={"x-api-key": created["key"]}) as ws:
         assert ask(ws, SETOSA)["prediction"] == "setosa"
-        assert httpx.delete(f"{base}/api/v1/keys/{created['key_id']}", headers=auth).status_code == 200
+        assert http("DELETE", f"{base}/api/v1/keys/{created['key_id']}", headers=auth).status_code == 200
         stopped = ask(ws, {**SETOSA, "request_id": "after"})
         assert (stopped["request_id"], stopped["code"]) == ("after", "unauthenticated")
         with pytest.raises(ConnectionClosed) as closed:

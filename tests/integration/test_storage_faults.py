@@ -11,15 +11,15 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from fastapi.testclient import TestClient
 
-from sluice.api.app import create_app
 from tests.conftest import MODELS, REPO
 from tests.integration.conftest import auth, run_cli
 from tests.integration.registry_limits import RegistryLimits
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from fastapi.testclient import TestClient
 
     from sluice.wiring import Container
 
@@ -31,9 +31,10 @@ def _predict(client: TestClient, key: str) -> None:
     assert r.status_code == 200, r.text
 
 
-def test_a_registry_that_fills_up_is_a_503_saying_so_and_reads_and_predictions_go_on(demo: Container, keys: dict[str, str]) -> None:
+def test_a_registry_that_fills_up_is_a_503_saying_so_and_reads_and_predictions_go_on(
+    demo: Container, client: TestClient, keys: dict[str, str]
+) -> None:
     limits = RegistryLimits(demo.registry)  # type: ignore[arg-type]
-    client = TestClient(create_app(demo))
     _predict(client, keys["acme"])  # before the disk filled
     limits.full()
     for _ in range(1000):  # every write keeps a revision: the file fills up
@@ -59,9 +60,8 @@ def test_a_registry_that_fills_up_is_a_503_saying_so_and_reads_and_predictions_g
     assert stats["overall"]["requests"] == 1  # the prediction made while the disk was full, counted once it had room
 
 
-def test_a_read_only_registry_is_a_503_saying_so(demo: Container, keys: dict[str, str]) -> None:
+def test_a_read_only_registry_is_a_503_saying_so(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
     limits = RegistryLimits(demo.registry)  # type: ignore[arg-type]
-    client = TestClient(create_app(demo))
     limits.read_only()
     r = client.post("/api/v1/deployments", json={"name": "other", "model": "iris", "version": 1}, headers=auth(keys["acme"]))
     assert r.status_code == 503, r.text
@@ -117,9 +117,11 @@ def _large_model(floats: int) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def test_the_cli_says_the_artifact_store_is_full_in_one_line(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    assert _sluice(home, "models", "list").returncode == 0  # the registry made, before the limit
+def test_the_cli_says_the_artifact_store_is_full_in_one_line(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The limited push in a process of its own (the limit is a process's); the commands
+    around it in this one."""
+    home = cli_home
+    assert run_cli(capsys, "models", "list")[0] == 0  # the registry made, before the limit
     big = tmp_path / "large.onnx"
     big.write_bytes(_large_model(64 * 1024))  # 256 KiB; the registry's own files stay below the limit
     pushed = _sluice(home, "models", "push", "large", str(big), file_size_limit=128 * 1024)
@@ -128,7 +130,8 @@ def test_the_cli_says_the_artifact_store_is_full_in_one_line(tmp_path: Path) -> 
         "error: the artifact store's disk is full (or a size or quota limit was reached): nothing was written; free space, then try again\n"
     )
     assert not [p for p in (home / "artifacts").rglob("*") if p.is_file()]  # nothing half-written left
-    assert _sluice(home, "models", "push", "large", str(big)).returncode == 0
+    code, _, err = run_cli(capsys, "models", "push", "large", str(big))
+    assert code == 0, err
 
 
 # Prometheus' multiprocess files under a size limit below the first page the client maps.
@@ -155,7 +158,9 @@ def test_metrics_a_full_disk_cannot_take_are_lost_not_raised_into_the_request(tm
 
     done = subprocess.run(
         [sys.executable, "-c", METRICS, str(tmp_path)],
-        env={**os.environ, "PYTHONPATH": str(REPO / "functions")}, capture_output=True, text=True, timeout=60,
+        # the logger's lines on stdout, where the test reads them (a command sets stderr)
+        env={**os.environ, "PYTHONPATH": str(REPO / "functions"), "SLUICE_LOG_STREAM": "stdout"},
+        capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     log, _, exposition = done.stdout.partition("--- exposition ---")

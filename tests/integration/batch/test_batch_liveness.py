@@ -26,7 +26,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice import cli
-from sluice.api.app import create_app
 from sluice.api.errors import error_content
 from sluice.batch.orchestrators import LocalOrchestrator
 from sluice.batch.score import ChunkScorer
@@ -39,7 +38,7 @@ from sluice.wiring import get_container
 from tests.conftest import MODELS
 from tests.e2e.conftest import start_sluice
 from tests.integration.batch.inputs import iris_rows, write_input
-from tests.integration.conftest import auth
+from tests.integration.conftest import app_for, auth
 from tests.support import connection_refused
 
 if TYPE_CHECKING:
@@ -60,6 +59,19 @@ def home(home: Path) -> Path:
     assert cli.main(["--tenant", "acme", "models", "push", "iris", str(MODELS / "iris.onnx")]) == 0
     assert cli.main(["--tenant", "acme", "deployments", "create", "iris", "--model", "iris"]) == 0
     return home
+
+
+@pytest.fixture(scope="module")
+def big_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ROWS iris rows as CSV, written once for the module (~2 CPU-s each time): each test
+    links it where it wants it, and nothing writes to it."""
+    return write_input(tmp_path_factory.mktemp("inputs") / "big.csv", iris_rows(ROWS))
+
+
+def big_input(big_csv: Path, path: Path) -> Path:
+    """The module's big input at `path` (a hard link)."""
+    os.link(big_csv, path)
+    return path
 
 
 def sluice(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -130,9 +142,9 @@ def rows_on_disk(out: Path) -> int:
 
 
 def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_part(
-    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, big_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = write_input(tmp_path / "big.csv", iris_rows(ROWS))
+    source = big_input(big_csv, tmp_path / "big.csv")
     out = tmp_path / "scored"
     first = spawn(batch_run(source, out))
     with stopped(first) as job:
@@ -148,9 +160,9 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_keeps_every_
 
 
 def test_a_run_killed_with_sigkill_reads_as_failed_and_its_folder_can_be_used_again(
-    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    home: Path, big_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source = write_input(tmp_path / "big.csv", iris_rows(ROWS))
+    source = big_input(big_csv, tmp_path / "big.csv")
     out = tmp_path / "scored"
     proc = spawn(batch_run(source, out))
     job = mid_run(proc)
@@ -172,8 +184,8 @@ def test_a_run_killed_with_sigkill_reads_as_failed_and_its_folder_can_be_used_ag
     assert json.loads(report)["counts"]["rows_out"] == ROWS and rows_on_disk(out) == ROWS
 
 
-def test_a_process_of_this_home_found_dead_when_sluice_serve_starts(home: Path, tmp_path: Path) -> None:
-    source = write_input(tmp_path / "big.csv", iris_rows(ROWS))
+def test_a_process_of_this_home_found_dead_when_sluice_serve_starts(home: Path, big_csv: Path, tmp_path: Path) -> None:
+    source = big_input(big_csv, tmp_path / "big.csv")
     proc = spawn(batch_run(source, tmp_path / "scored"))
     job = mid_run(proc)
     proc.kill()
@@ -196,8 +208,8 @@ time.sleep(3600)
 """
 
 
-def test_a_scheduled_run_whose_process_was_killed_does_not_skip_every_later_run(home: Path, tmp_path: Path) -> None:
-    write_input(tmp_path / "in-02.csv", iris_rows(ROWS))
+def test_a_scheduled_run_whose_process_was_killed_does_not_skip_every_later_run(home: Path, big_csv: Path, tmp_path: Path) -> None:
+    big_input(big_csv, tmp_path / "in-02.csv")
     write_input(tmp_path / "in-03.csv", iris_rows(300))
     created = datetime.fromisoformat("2026-11-25T01:00:00+00:00").timestamp()
     container = get_container()
@@ -218,7 +230,9 @@ def test_a_scheduled_run_whose_process_was_killed_does_not_skip_every_later_run(
     assert container.registry.get_job("acme", next_run.id).status == "SUCCEEDED"
 
 
-def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_schedules_going_on(home: Path, tmp_path: Path) -> None:
+def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_schedules_going_on(
+    home: Path, big_csv: Path, tmp_path: Path
+) -> None:
     """The scenario as an operator meets it: `sluice serve --workers 2` killed with SIGKILL while
     two schedules' runs score (one schedule skips a run that would overlap, one queues it). Its
     workers let go of the port; started again on that port, it has marked both runs FAILED,
@@ -229,7 +243,7 @@ def test_sluice_serve_killed_mid_run_comes_back_with_its_runs_failed_and_their_s
     moment placed so that a run is due then and the next one AHEAD_S seconds later, while the
     server is down or just back. A start slower than that runs the later time instead (missed
     times collapse into the latest); the story holds with the time after it."""
-    big = write_input(tmp_path / "big.csv", iris_rows(ROWS))
+    big = big_input(big_csv, tmp_path / "big.csv")
     created = time.time() + AHEAD_S - 120  # every minute from then: one run due now, the next in AHEAD_S
     candidates = [created + 60, created + 120]  # what the first server's one look may start
     for moment in candidates:
@@ -322,11 +336,15 @@ def test_a_job_whose_process_went_silent_reads_as_failed_through_the_api(
 ) -> None:
     silent_job(batch, "job-silent", tmp_path / "a", beat_ago=STALE_AFTER_S + 5)
     silent_job(batch, "job-busy", tmp_path / "b", beat_ago=5)  # a long job whose process beats: at work
-    client = TestClient(create_app(batch))
-    dead = client.get("/api/v1/batch-jobs/job-silent", headers=auth(keys["acme"])).json()
+    app = app_for(batch)  # the worker's shared app: its routes built once
+    try:
+        with TestClient(app) as client:
+            dead = client.get("/api/v1/batch-jobs/job-silent", headers=auth(keys["acme"])).json()
+            listed = client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()
+    finally:
+        app.state.container = None
     assert dead["status"] == "FAILED" and dead["timings"]["finished_at"] is not None
     assert dead["error"].startswith(f"its process stopped: no heartbeat for more than {STALE_AFTER_S:.0f} s"), dead["error"]
-    listed = client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()
     assert {j["id"]: j["status"] for j in listed} == {"job-silent": "FAILED", "job-busy": "RUNNING"}
     assert batch.registry.output_holder("acme", (tmp_path / "a").as_uri() + "/") is None
 

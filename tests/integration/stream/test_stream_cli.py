@@ -1,20 +1,31 @@
 """`sluice stream` through a real pipe: every line accounted for, in order, errors as lines;
-a partial batch is flushed after the wait, not held until the pipe closes."""
+a partial batch is flushed after the wait, not held until the pipe closes. One worker's
+stream runs in this process (the `sluice` command's `main`, its stdin and stdout real pipes
+or files); worker processes are a `sluice stream` process's own, so those runs start one."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+import threading
+from contextlib import contextmanager, redirect_stderr
+from typing import IO, TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import REPO
 from tests.integration.stream.conftest import rows
+from tests.support import cli_environment
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from sluice.domain import Principal
     from sluice.settings import Settings
     from sluice.wiring import Container
@@ -29,63 +40,135 @@ def env(demo: Container, settings: Settings) -> dict[str, str]:
     }
 
 
+@pytest.fixture
+def here(demo: Container, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The demo's home for the `sluice` commands this process runs, logging as `main` sets it
+    in a process of its own (and put back after: `main` sets them in the environment)."""
+    with cli_environment(monkeypatch, settings.home_path, SLUICE_LOG_LEVEL="WARNING", SLUICE_LOG_STREAM="stderr"):
+        yield
+
+
 def _stream(env: dict[str, str], *args: str) -> list[str]:
     return [sys.executable, "-m", "sluice.cli", "--tenant", "acme", "stream", "--deployment", "iris", *args]
 
 
-def test_every_line_gives_one_output_line_in_order(env: dict[str, str]) -> None:
+@contextmanager
+def _stdio(stdin: int, stdout: IO[bytes]) -> Iterator[io.StringIO]:
+    """This process's stdin the pipe `stdin` reads from, its stdout `stdout`, its stderr
+    captured (yielded), and the signal handlers the command sets put back after it."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    saved = sys.stdin, sys.stdout
+    stderr = io.StringIO()
+    with os.fdopen(stdin, "rb") as reading, redirect_stderr(stderr):
+        sys.stdin, sys.stdout = reading, stdout  # type: ignore[assignment]
+        try:
+            yield stderr
+        finally:
+            sys.stdin, sys.stdout = saved
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+
+def _stream_here(out: Path, data: bytes, *args: str, deployment: str = "iris") -> tuple[int, str, str]:
+    """`sluice stream --workers 1 ARGS` in this process, fed `data` through a real pipe that a
+    thread writes and closes: (exit code, stdout, stderr)."""
+    from sluice import cli
+
+    read, write = os.pipe()
+    writer = threading.Thread(target=_write_all, args=(write, data))
+    with out.open("w+b") as stdout, _stdio(read, stdout) as stderr:
+        writer.start()
+        try:
+            code = cli.main(["--tenant", "acme", "stream", "--deployment", deployment, "--workers", "1", *args])
+        finally:
+            writer.join()
+    return code, out.read_text(), stderr.getvalue()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as pipe:
+        pipe.write(data)
+
+
+def test_every_line_gives_one_output_line_in_order(here: None, tmp_path: Path) -> None:
     lines = rows(300)
     lines[10] = "{broken"
     lines[200] = json.dumps({"id": "wide", "inputs": [[1, 2, 3, 4, 5]]})
     lines.insert(150, "")
-    done = subprocess.run(_stream(env, "--batch-lines", "64"), input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    out = [json.loads(line) for line in done.stdout.splitlines()]
+    code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", ("\n".join(lines) + "\n").encode(), "--batch-lines", "64")
+    assert code == 0, stderr
+    out = [json.loads(line) for line in stdout.splitlines()]
     assert len(out) == len(lines) == 301
     assert [o["source"]["line"] for o in out] == list(range(1, 302))
     errors = {o["source"]["line"]: o for o in out if "error" in o}
     assert set(errors) == {11, 151, 202}
     assert errors[202]["id"] == "wide" and errors[202]["field"].startswith("inputs")
     assert out[0] == {**out[0], "id": "tx-0", "prediction": "setosa", "deployment": "iris", "model": "iris", "version": 1}
-    assert "301 lines: 298 predictions, 3 errors" in done.stderr
+    assert "301 lines: 298 predictions, 3 errors" in stderr
 
 
-def test_a_partial_batch_is_answered_after_the_wait(env: dict[str, str]) -> None:
-    proc = subprocess.Popen(_stream(env, "--batch-lines", "1000", "--max-wait-ms", "20", "--quiet"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write((rows(1)[0] + "\n").encode())
-        proc.stdin.flush()
-        answer = json.loads(proc.stdout.readline())  # the pipe is still open: the wait flushed it
-        assert answer["id"] == "tx-0" and answer["prediction"] == "setosa"
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
-    finally:
-        proc.kill()
+def test_a_partial_batch_is_answered_after_the_wait(here: None) -> None:
+    """One line in, the pipe left open: its answer comes out after the wait (20 ms), while the
+    pipe is still open (a minute at most); only then is the pipe closed and the stream ends."""
+    from sluice import cli
+
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    answered: list[bytes] = []
+    client = threading.Thread(target=_one_line_then_close, args=(stdin_write, stdout_read, answered))
+    with os.fdopen(stdout_write, "wb") as stdout, _stdio(stdin_read, stdout) as stderr:
+        client.start()
+        try:
+            code = cli.main(["--tenant", "acme", "stream", "--deployment", "iris", "--workers", "1", "--batch-lines", "1000", "--max-wait-ms", "20", "--quiet"])
+        finally:
+            stdout.close()  # the end of the stream's output: the client reads to it
+            client.join(timeout=120)
+    assert code == 0, stderr.getvalue()
+    assert answered, "no answer while the pipe was open"
+    answer = json.loads(answered[0])
+    assert answer["id"] == "tx-0" and answer["prediction"] == "setosa"
+
+
+def _one_line_then_close(stdin: int, stdout: int, answered: list[bytes]) -> None:
+    """Write one line and keep the pipe open until its answer comes out (a minute at most),
+    then close it and read the stream's output to its end."""
+    with os.fdopen(stdout, "rb") as out:
+        with os.fdopen(stdin, "wb") as pipe:
+            pipe.write((rows(1)[0] + "\n").encode())
+            pipe.flush()
+            if select.select([out], [], [], 60)[0]:  # the pipe is still open: only the wait can flush it
+                answered.append(out.readline())
+        out.read()
 
 
 def test_an_unknown_deployment_exits_non_zero_with_every_line_an_error(env: dict[str, str]) -> None:
+    """Worker processes (two, whatever the machine's cores) that cannot score say so for every line."""
     args = [a if a != "iris" else "nope" for a in _stream(env)]
-    done = subprocess.run([*args, "--quiet"], input="\n".join(rows(2)) + "\n", capture_output=True, text=True, env={**env, "SLUICE_STREAM_MAX_WAIT_MS": "1"}, timeout=120)
+    done = subprocess.run(
+        [*args, "--workers", "2", "--quiet"], input="\n".join(rows(2)) + "\n", capture_output=True, text=True,
+        env={**env, "SLUICE_STREAM_MAX_WAIT_MS": "1"}, timeout=120,
+    )  # fmt: skip
     out = [json.loads(line) for line in done.stdout.splitlines()]
     assert done.returncode == 1
     assert [o["retryable"] for o in out] == [True, True] and "nope" in out[0]["error"]
 
 
-def test_worker_processes_answer_in_input_order_and_count_every_line(env: dict[str, str], demo: Container, acme: Principal) -> None:
+def test_worker_processes_answer_in_input_order_and_count_every_line(
+    env: dict[str, str], here: None, demo: Container, acme: Principal, tmp_path: Path
+) -> None:
     """Several processes score batches at once; the answers still come out in input order,
-    each worker's statistics reach the registry, and one worker gives the same answers."""
+    each worker's statistics reach the registry, and one worker (this process) gives the same
+    answers."""
     lines = rows(120)
     lines[33] = "{broken"
-    answers = {}
-    for workers in ("1", "3"):
-        done = subprocess.run(
-            _stream(env, "--batch-lines", "7", "--workers", workers), input="\n".join(lines) + "\n",
-            capture_output=True, text=True, env=env, timeout=120,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert "120 lines: 119 predictions, 1 errors" in done.stderr
-        answers[workers] = [json.loads(line) for line in done.stdout.splitlines()]
+    data = "\n".join(lines) + "\n"
+    done = subprocess.run(_stream(env, "--batch-lines", "7", "--workers", "3"), input=data, capture_output=True, text=True, env=env, timeout=120)
+    code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", data.encode(), "--batch-lines", "7")
+    answers: dict[str, list[dict[str, object]]] = {}
+    for workers, (status, out, err) in {"3": (done.returncode, done.stdout, done.stderr), "1": (code, stdout, stderr)}.items():
+        assert status == 0, err
+        assert "120 lines: 119 predictions, 1 errors" in err
+        answers[workers] = [json.loads(line) for line in out.splitlines()]
     assert answers["3"] == answers["1"]
     assert [o["source"]["line"] for o in answers["3"]] == list(range(1, 121))
     assert "error" in answers["3"][33] and answers["3"][34]["id"] == "tx-34"
