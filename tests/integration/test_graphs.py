@@ -440,3 +440,61 @@ def test_a_shadows_mirror_that_is_a_graph_and_a_replay_against_a_graph_give_the_
     out = graphs.replay.replay(acme, "embedded", since="1h", against="shifted")
     assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"]) == (3, 6, 6, 0)
     assert out["verdict"]["mean_abs_diff"] == pytest.approx(live["mean_abs_diff"], abs=1e-6)
+
+
+def test_a_re_read_of_the_same_deployment_keeps_its_parsed_policy_and_a_changed_one_is_answered_from(graphs: Container, http: tuple[TestClient, dict[str, str]]) -> None:
+    """A process re-reads a deployment whenever its copy expires (here on every request: the
+    tests' `deployment_cache_ttl_s` is 0). The same record read again keeps the policy parsed
+    before, and with it the plans the sequence worked out; a record another process changed
+    is answered from at the next read, as before."""
+    import dataclasses
+
+    client, headers = http
+    predictions = graphs.predictions
+
+    def ask() -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "chain", "batch": ROWS}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert "embed.embedding" in ask()["predictions"][0]["prediction"]
+    node = run(predictions.node_of("acme", "chain"))
+    plans, parses = dict(node.prepared), predictions.parsed.parses
+    ask()
+    assert run(predictions.node_of("acme", "chain")) is node and predictions.parsed.parses == parses
+    assert node.prepared == plans  # the very plans: nothing worked out again
+    # Another process stores a new revision: no longer exposing the embedding, the second step mapped anew.
+    dep = graphs.registry.get_deployment("acme", "chain")
+    changed = {**CHAIN, "expose": []}
+    graphs.registry.update_deployment(dataclasses.replace(dep, policy=changed), expected_revision=dep.revision)
+    body = ask()
+    assert [p["prediction"] for p in body["predictions"]] == pytest.approx(expected_scores(ROWS))  # the score alone
+    assert predictions.parsed.parses == parses + 1 and run(predictions.node_of("acme", "chain")) is not node
+
+
+def test_a_cache_turned_on_by_another_process_takes_effect_when_the_copy_expires_though_the_policy_is_the_same(graphs: Container, http: tuple[TestClient, dict[str, str]]) -> None:
+    """What `resolve` derives from a graph is kept with the deployment it was derived for: a
+    record changed in anything but its policy (here its cache turned on) is the one answered
+    from once the process's copy of the deployment expires, though its parsed policy is kept."""
+    import dataclasses
+
+    from sluice.domain.objects import check_cache
+
+    client, headers = http
+    predictions = graphs.predictions
+    predictions._deployments.ttl_s = predictions._resolved.ttl_s = 3600.0  # held until dropped below
+
+    def ask() -> dict[str, Any]:
+        r = client.post("/api/v1/predictions", json={"deployment": "chain", "batch": ROWS}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    ask()
+    node = run(predictions.node_of("acme", "chain"))
+    dep = graphs.registry.get_deployment("acme", "chain")
+    graphs.registry.update_deployment(dataclasses.replace(dep, cache=check_cache(CACHE)), expected_revision=dep.revision)
+    assert "cached" not in ask() and "cached" not in ask()  # this process's copy holds for its TTL
+    predictions._deployments.pop(("acme", "chain"))  # as the copy's TTL running out drops it
+    first, second = ask(), ask()
+    assert run(predictions.node_of("acme", "chain")) is node  # the policy did not change
+    assert "cached" not in first and second.get("cached") is True

@@ -17,13 +17,15 @@ from sluice.api.app import create_app
 from sluice.metrics import PrometheusMetrics
 from sluice.observability import get_logger
 from sluice.registry.sqlite import SqliteRegistry
-from sluice.stats.recorder import StatsRecorder
+from sluice.stats.recorder import LAST_REQUEST, StatsRecorder
 from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import api_keys, auth
 from tests.integration.registry_limits import RegistryLimits
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sluice.domain import Principal
     from sluice.settings import Settings
 
@@ -164,3 +166,27 @@ def test_pending_counts_are_bounded_while_the_registry_refuses(registry: SqliteR
     limits.lift()
     assert recorder.flush()
     assert [_stored(registry, ("acme", d, 1, "deployment")).get("requests") for d in "abc"] == [2, 2, None]
+
+
+def test_a_requests_steps_counted_with_it_in_one_call_give_the_figures_counted_apart(tmp_path: Path) -> None:
+    """A sequence's steps are counted with the deployment's own request, under one lock: the
+    figures stored are those the two calls (a step that answered, one that failed, the request)
+    store."""
+    steps = [(("acme", "chain", 1, "step:embed"), 0.4), (("acme", "chain", 1, "step:score"), 1.7), (("acme", "chain", 1, "step:score"), None)]
+    key = ("acme", "chain", 1, "deployment")
+    stored = []
+    for together in (False, True):
+        registry = SqliteRegistry(tmp_path / f"registry-{together}.db")
+        recorder = StatsRecorder(registry, timed=False)
+        for latency_ms in (2.5, 3.0):
+            if together:
+                recorder.request(key, latency_ms, ok=True, rows=2, steps=steps)
+            else:
+                recorder.requests(steps)
+                recorder.request(key, latency_ms, ok=True, rows=2)
+        assert recorder.flush()
+        figures = registry.read_stats("acme", "chain", 1)
+        assert figures["deployment"].pop(LAST_REQUEST) > 0  # a time: the one figure that differs
+        stored.append(figures)
+    assert stored[0] == stored[1]
+    assert stored[1]["step:score"]["requests"] == 4 and stored[1]["step:score"]["errors"] == 2 and stored[1]["deployment"]["rows"] == 4

@@ -46,9 +46,11 @@ from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
 from sluice.inference.loop import run
 from sluice.observability import Telemetry
-from sluice.stats.recorder import Key, StatsRecorder
+from sluice.stats.recorder import Key, Sample, StatsRecorder
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
     from sluice.inference.predictions import PredictionService
@@ -60,10 +62,10 @@ class OfflineStats(StatsRecorder):
     """Statistics that batch scoring keeps to itself: a deployment's live latency, error and
     shadow verdicts describe the requests its callers make, not a file scored overnight."""
 
-    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False) -> None:
+    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False, steps: Sequence[Sample] = ()) -> None:
         return None
 
-    def requests(self, samples: list[tuple[Key, float | None]]) -> None:
+    def requests(self, samples: Sequence[Sample]) -> None:
         return None
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:

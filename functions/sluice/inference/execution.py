@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
     from sluice.runtimes.lookups import LookupSteps
-    from sluice.stats.recorder import StatsRecorder
+    from sluice.stats.recorder import Sample, StatsRecorder
 
 MAX_REF_DEPTH = 8
 
@@ -67,6 +67,10 @@ class Call:
     spawn_mirrors: bool = True
     mirrors: list[ShadowJob] = field(default_factory=list)
     request: PredictionRequest | None = None  # what a switch's conditions read (None outside a request)
+    # The statistics of the steps of the sequence a request runs (its policy, not one inside),
+    # recorded with the deployment's own in one call once it answers (`PredictionService.predict`);
+    # None, or where it fails: the sequence records them itself.
+    samples: list[Sample] | None = None
 
     @property
     def tenant(self) -> str:
@@ -76,7 +80,7 @@ class Call:
         """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples,
         )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from sluice.domain.errors import (
     SluiceError,
     Unavailable,
 )
-from sluice.domain.policy import MAX_DEPTH, Single, first_branch, parse_policy, walk
+from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.domain.signature import Signature
@@ -37,6 +37,7 @@ from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.outcomes import Outcomes, mark
+from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.prediction_cache import answer_key, route_of
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
@@ -93,6 +94,7 @@ class PredictionService:
         self.kept: PredictionKeeper | None = None  # set by the wiring: predictions kept for ground truth
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
+        self.parsed = ParsedPolicies()  # a re-read of the same record keeps its parsed policy (and its plans)
         self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
@@ -131,6 +133,7 @@ class PredictionService:
             checked=signature,
             spawn_mirrors=request.mirrors,
             request=request,
+            samples=[],
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -159,7 +162,7 @@ class PredictionService:
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
-        self.stats.request(stat_key, latency_ms, ok=True, rows=rows)
+        self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
             self.profiles.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, out.outputs, out.classes, rows)
@@ -299,7 +302,7 @@ class PredictionService:
         dep, node = found if found is not None else await self.deployment_of(tenant, deployment)
         if version is None and node.kind != "single":
             kept = self._resolved.get((tenant, deployment))
-            if kept is not None and kept.node is node:  # the same parsed policy: what it derives holds
+            if kept is not None and kept.node is node and kept.deployment is dep:  # the same read: what it derives holds
                 return kept
         first = node if node.kind == "single" else await self._primary(tenant, node)
         if version is not None:
@@ -332,6 +335,7 @@ class PredictionService:
         """Drop a cached deployment (and its kept answers) so this process sees a change at once."""
         self._deployments.pop((tenant, name))
         self._resolved.pop((tenant, name))
+        self.parsed.forget(tenant, name)
         if self.cache is not None:
             self.cache.drop(tenant, name)
 
@@ -353,7 +357,7 @@ class PredictionService:
 
     async def _read_deployment(self, key: tuple[str, str]) -> tuple[Deployment, Node]:
         dep = await asyncio.to_thread(self.registry.get_deployment, *key)
-        return self._deployments.put(key, (dep, parse_policy(dep.policy)))
+        return self._deployments.put(key, self.parsed.of(dep))
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
         return (await self.deployment_of(tenant, deployment))[1]

@@ -3,7 +3,8 @@
 A sequence runs under the request's one deadline: a step that does not answer before it
 fails the request naming the step, as does a step that fails. Its answer is the last step's,
 with the outputs the node exposes (`step.output`) beside it, and a report per step (model,
-version, latency). Statistics count each step (`step:<name>`), in one call per request.
+version, latency). Statistics count each step (`step:<name>`): in a request's prediction,
+in the one call that counts the deployment's own (`Call.samples`); elsewhere in one of their own.
 
 What does not change from one request to the next is worked out once per parsed policy
 (a new revision is parsed anew) and kept on the node (`Sequence.prepared`): a `_Plan` per
@@ -108,6 +109,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     finite: frozenset[str] = frozenset()  # those a transform made finite by construction
     step = plan.steps[0]
     clock = time.perf_counter
+    answered = False
     try:
         for step in plan.steps:
             started = clock()
@@ -159,6 +161,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
             for name, output in step.exposes:
                 if output in given:
                     exposed[name] = (given[output], given_signature.output(output) if given_signature else None)
+        answered = True
     except asyncio.CancelledError:
         # The request's one deadline (`PredictionService.predict`, `run_node`) cancels whatever
         # step is running: the request fails naming it. Any other cancellation goes on as it is.
@@ -168,7 +171,10 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
         raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
     finally:
         if samples:
-            runner.stats.requests(samples)
+            if answered and not depth and call.samples is not None:  # with the request's own, once it answers (`Call.samples`)
+                call.samples.extend(samples)
+            else:
+                runner.stats.requests(samples)
     assert answer is not None  # a sequence runs at least one model (checked when parsed)
     if not exposed:
         answer.steps = report  # the answer is this request's own: set in place, not copied

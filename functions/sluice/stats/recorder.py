@@ -26,11 +26,12 @@ from sluice.stats import timer
 from sluice.stats.histogram import bucket_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from sluice.registry import StatsRegistry
 
 Key = tuple[str, str, int, str]  # tenant, deployment, revision, subject
+Sample = tuple[Key, float | None]  # a key and a latency in milliseconds (an answer), or None (a failure)
 Dropped = tuple[Key, float, str]  # a key, the requests (and rewards) its dropped counts held, why
 
 LAST_REQUEST = "last_request_ms"  # a maximum: when a deployment last had a request (ms since the epoch)
@@ -83,10 +84,15 @@ class StatsRecorder(timer.Flushed):
             self._watched()
         return maxes
 
-    def request(self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False) -> None:
+    def request(
+        self, key: Key, latency_ms: float, ok: bool, rows: int = 0, invalid: bool = False, steps: Sequence[Sample] = ()
+    ) -> None:
         """One request: answered (`ok`, its latency) or failed; `invalid`: failed for the
-        inputs it carried (`invalid_inputs`, the rollout gate `invalid_input_rate`)."""
+        inputs it carried (`invalid_inputs`, the rollout gate `invalid_input_rate`). `steps`:
+        the samples of its parts (a graph's steps) as `requests` takes them, under the same lock."""
         with self._lock:
+            if steps:
+                self._count(steps)
             sums = self._sums_of(key)
             if sums is None:
                 self._lose(key, 1, TOO_MANY)
@@ -106,22 +112,25 @@ class StatsRecorder(timer.Flushed):
                 if maxes is not None:  # later requests' times are larger: kept as a maximum
                     maxes[LAST_REQUEST] = time.time() * 1000
 
-    def requests(self, samples: list[tuple[Key, float | None]]) -> None:
+    def requests(self, samples: Sequence[Sample]) -> None:
         """Several `request`s at once, under one lock (a graph's steps, once per request):
         a latency in milliseconds counts an answer, None a failure."""
         with self._lock:
-            pending = self._sums
-            for key, latency_ms in samples:
-                sums = pending.get(key) or self._sums_of(key)  # a key seen before: no call
-                if sums is None:
-                    self._lose(key, 1, TOO_MANY)
-                    continue
-                sums["requests"] += 1
-                if latency_ms is None:
-                    sums["errors"] += 1
-                else:
-                    sums[bucket_name(latency_ms)] += 1
-                    sums["latency_ms_sum"] += latency_ms
+            self._count(samples)
+
+    def _count(self, samples: Sequence[Sample]) -> None:
+        pending = self._sums
+        for key, latency_ms in samples:
+            sums = pending.get(key) or self._sums_of(key)  # a key seen before: no call
+            if sums is None:
+                self._lose(key, 1, TOO_MANY)
+                continue
+            sums["requests"] += 1
+            if latency_ms is None:
+                sums["errors"] += 1
+            else:
+                sums[bucket_name(latency_ms)] += 1
+                sums["latency_ms_sum"] += latency_ms
 
     def add(self, key: Key, sums: dict[str, float], maxes: dict[str, float] | None = None) -> None:
         with self._lock:
