@@ -7,7 +7,10 @@ the processes it waited for, from spawn to exit.
   plain pyarrow + ONNX Runtime script scoring the same file (`benchmarks/plain_batch.py`);
 - `sluice serve --workers 1` and `--workers 2`: spawned, `/healthz` polled until it answers,
   then until the process tree's CPU stays still for half a second (every worker has started:
-  `/healthz` answers from the first), then SIGTERM and the exit.
+  `/healthz` answers from the first), then SIGTERM and the exit;
+- `serve 1 api`: as `serve 1`, and once healthy one request to each of several of the API's
+  routers (models, deployments, batch jobs, keys, v2 metadata), with the admin key: what a
+  worker that serves the API pays by its first requests.
 
 The polling is this process's CPU, not the subject's. Each figure is the median of its rounds,
 the subjects taking turns in a rotated order; a busy machine moves CPU time much less than
@@ -45,7 +48,8 @@ from benchmarks.common import (
 
 MODEL = REPO / "models" / "diabetes_mlp.onnx"
 ROWS = 1_000
-SUBJECTS = ("batch list", "batch run", "plain script", "serve 1", "serve 2")
+SUBJECTS = ("batch list", "batch run", "plain script", "serve 1", "serve 2", "serve 1 api")
+FIRST_REQUESTS = ("/api/v1/models", "/api/v1/deployments", "/api/v1/batch-jobs", "/api/v1/keys", "/v2/models/diabetes")
 
 
 def _env(functions: Path, home: Path) -> dict[str, str]:
@@ -85,12 +89,14 @@ def _command(argv: list[str], env: dict[str, str]) -> float:
     return _exited(process, argv)
 
 
-def _serve(workers: int, env: dict[str, str]) -> float:
+def _serve(workers: int, env: dict[str, str], *, api: bool = False) -> float:
     port = free_port()
     argv = [PYTHON, "-m", "sluice.cli", "serve", "--port", str(port), "--workers", str(workers)]
     process = subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout_s=120, proc=process)
+        if api:
+            _first_requests(port, (Path(env["SLUICE_HOME"]) / "admin-key").read_text().strip())
         before = tree_cpu_s(process.pid)
         while True:  # every worker started: the tree's CPU stays still
             time.sleep(0.5)
@@ -106,6 +112,16 @@ def _serve(workers: int, env: dict[str, str]) -> float:
             process.wait()
 
 
+def _first_requests(port: int, key: str) -> None:
+    import urllib.request
+
+    for path in FIRST_REQUESTS:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"x-api-key": key})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            if response.status != 200:
+                raise RuntimeError(f"{path}: {response.status}")
+
+
 def _subject(name: str, env: dict[str, str], work: Path, source: Path) -> float:
     sluice = [PYTHON, "-m", "sluice.cli"]
     if name == "batch list":
@@ -116,7 +132,7 @@ def _subject(name: str, env: dict[str, str], work: Path, source: Path) -> float:
         return _command([*sluice, "batch", "run", str(source), "--deployment", "diabetes", "--out", str(out), "--concurrency", "1"], env)
     if name == "plain script":
         return _command([PYTHON, "-m", "benchmarks.plain_batch", str(MODEL), str(source), str(work / "plain.parquet")], env)
-    return _serve(int(name.split()[1]), env)
+    return _serve(int(name.split()[1]), env, api=name.endswith(" api"))
 
 
 def measure(trees: dict[str, Path], rounds: int, subjects: tuple[str, ...] = SUBJECTS) -> dict[tuple[str, str], list[float]]:
@@ -154,6 +170,11 @@ def run(quick: bool) -> dict[str, Any]:
             f"sluice serve --workers {workers}", results[("sluice", f"serve {workers}")],
             note="the supervisor and its workers, every worker started before the signal",
         ))  # fmt: skip
+    figures.append(figure(
+        "startup.serve.1.api", "`sluice serve --workers 1`: start, healthy, first requests to five routers, SIGTERM, exit", "CPU s",
+        "sluice serve --workers 1, then " + ", ".join(FIRST_REQUESTS), results[("sluice", "serve 1 api")],
+        note="what a worker serving the API pays by its first requests",
+    ))  # fmt: skip
     notes = [f"{rounds} rounds after one discarded, subjects in a rotated order; user + system CPU seconds of each process and the children it waited for."]
     return {"title": "Start-up", "figures": figures, "notes": notes}
 

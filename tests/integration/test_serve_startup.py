@@ -7,11 +7,16 @@ users start many of them.
   bindings, monitoring windows) and watches the workers: the workers import the app they
   serve, and nothing of the HTTP side or the prediction path is the supervisor's to import
   (its background looks build the deployments' service only once a rollout or a follow binding
-  is there to move).
+  is there to move). Nor NumPy: the monitoring service it holds for closing windows imports it
+  where a window is checked.
 - A worker imports `sluice.cli.serve` (uvicorn's factory), hence the `sluice.cli` package: the
   other command groups are the parser's to import.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
-  schema, the graphs' steps, the API's wire models or NumPy."""
+  schema, the graphs' steps, the API's wire models or NumPy.
+- An app's routes are built once, by the routers' decorators, and `SluiceApp.prepare` (what a
+  worker runs before it takes a request) leaves nothing for the first requests to build. A
+  route returns its own response: FastAPI builds it no serializer, and the OpenAPI document
+  names the model of its answer all the same (`sluice.api.responses.answers`)."""
 
 from __future__ import annotations
 
@@ -19,12 +24,17 @@ import json
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests.conftest import REPO
+from tests.integration.conftest import api_keys, auth
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pytest
+
+    from sluice.wiring import Container
 
 # What serves HTTP, imported in the workers alone.
 SERVING = ("fastapi", "starlette", "sluice.api.app", "sluice.cli.protocol", "uvicorn.protocols.http.httptools_impl", "aiohttp")
@@ -41,7 +51,7 @@ import json, sys
 import sluice.cli.serve
 commands = [m for m in {COMMANDS!r} if m in sys.modules]
 from sluice.cli import drain, main
-drain.Supervisor.run = lambda self: print(json.dumps([commands, [m for m in {SERVING + PREDICTING!r} if m in sys.modules]]))
+drain.Supervisor.run = lambda self: print(json.dumps([commands, [m for m in {SERVING + PREDICTING + ("numpy",)!r} if m in sys.modules]]))
 sys.exit(main(["serve", "--workers", "2", "--port", "0", "--grpc-port", "0"]))
 """
 
@@ -72,3 +82,33 @@ def test_a_plain_command_reads_the_registry_without_the_prediction_path(tmp_path
     codes, imported = _probe(COMMAND_PROBE, tmp_path)
     assert codes == [0, 0, 0]
     assert imported == []
+
+
+def test_a_prepared_app_builds_no_route_at_its_first_requests(container: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi import routing
+    from starlette.testclient import TestClient
+
+    from sluice.api.app import create_app
+
+    key = api_keys(container)["acme"]
+    app = create_app(container)
+    app.prepare()
+    built: list[Any] = []
+    populate = routing._populate_api_route_state
+    monkeypatch.setattr(routing, "_populate_api_route_state", lambda route, *a, **kw: built.append(route) or populate(route, *a, **kw))
+    with TestClient(app) as client:
+        for path in ("/healthz", "/api/v1/models", "/api/v1/deployments", "/api/v1/batch-jobs", "/api/v1/keys"):
+            assert client.get(path, headers=auth(key)).status_code == 200, path
+    assert built == [], "the first requests built routes again"
+    serializing = [route.path for route in app.routes if getattr(route, "response_field", None) is not None]
+    assert serializing == [], "a route that returns its own response got a serializer"
+
+
+def test_the_document_names_the_model_of_each_answer(container: Container) -> None:
+    from sluice.api.app import create_app
+
+    paths = create_app(container).openapi()["paths"]
+    answer = lambda path, method, status: paths[path][method]["responses"][status]["content"]["application/json"]["schema"]  # noqa: E731
+    assert answer("/api/v1/models", "post", "201") == {"$ref": "#/components/schemas/ModelOut"}
+    assert answer("/api/v1/models", "get", "200") == {"type": "array", "items": {"$ref": "#/components/schemas/ModelOut"}, "title": "Response List Models Api V1 Models Get"}
+    assert answer("/api/v1/deployments/{name}/rollout/pause", "post", "200") == {"$ref": "#/components/schemas/DeploymentOut"}

@@ -25,11 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from sluice.monitor.sketches import NUMBER, frequent
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # NumPy is imported where used: sluice serve's supervisor reads these modules
+    import numpy as np
+
     from sluice.monitor.sketches import Column, Profile
 
 FLOOR = 1e-4
@@ -46,11 +46,13 @@ class Thresholds:
 
 
 def psi(p: np.ndarray, q: np.ndarray) -> float:
+    import numpy as np
     p, q = np.maximum(p, FLOOR), np.maximum(q, FLOOR)
     return float(np.sum((q - p) * np.log(q / p)))
 
 
 def js_distance(p: np.ndarray, q: np.ndarray) -> float:
+    import numpy as np
     m = (p + q) / 2
 
     def kl(a: np.ndarray) -> float:
@@ -62,11 +64,13 @@ def js_distance(p: np.ndarray, q: np.ndarray) -> float:
 
 def number_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray]:
     """Both sketches' shares in the baseline's decile bins (repeated edges merged)."""
+    import numpy as np
     edges = sorted(set(map(float, base.get_quantiles(DECILES))))
     return np.asarray(base.get_pmf(edges), dtype=float), np.asarray(window.get_pmf(edges), dtype=float)
 
 
 def ks_distance(base: Any, window: Any) -> float:
+    import numpy as np
     points = sorted(set(map(float, base.get_quantiles(PERCENTILES))) | set(map(float, window.get_quantiles(PERCENTILES))))
     points += [float(base.get_min_value()), float(base.get_max_value()), float(window.get_min_value()), float(window.get_max_value())]
     points = sorted(set(points))
@@ -78,6 +82,7 @@ def ks_distance(base: Any, window: Any) -> float:
 def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float]:
     """Shares of the baseline's categories, then one bin for every other; and the window's
     share of categories the baseline never had."""
+    import numpy as np
     known = dict(frequent(base))
     seen = dict(frequent(window))
     bt, wt = max(base.total_weight, 1), max(window.total_weight, 1)
@@ -91,6 +96,7 @@ def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float
 
 
 def check_column(base: Column, window: Column, limits: Thresholds) -> dict[str, Any]:
+    import numpy as np
     out: dict[str, Any] = {"kind": base.kind, "role": base.role, "rows": window.count}
     out["missing_rate"] = round(window.missing / window.count, 6) if window.count else None
     base_missing = base.missing / base.count if base.count else 0.0

@@ -21,10 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from sluice.monitor.sketches import merged_by
 
+# NumPy is imported where used: sluice serve's supervisor reads this module.
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -45,6 +44,7 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
     `class_scores` (each row's probabilities, for requests of at most `MAX_OVR_VALUES`) and
     `classes`. None for answers that are
     neither (several values, vectors): their quality is not measured."""
+    import numpy as np
     outputs = result.outputs
     label_spec, probs_spec = signature.output_with_role("label"), signature.output_with_role("probabilities")
     probs = outputs.get(probs_spec.name) if probs_spec else None
@@ -80,6 +80,7 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
 
 
 def _word(value: Any) -> str:
+    import numpy as np
     value = value.item() if isinstance(value, np.generic) else value
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -167,6 +168,7 @@ class Outcomes:
         """rows, and accuracy, precision, recall (of the positive class for two classes, else
         the mean over the classes seen, macro) and AUC (two classes with scores; more classes
         with each class's scores: one against the rest, macro) for a classifier; MAE, RMSE and bias (mean of predicted - actual) for a regressor."""
+        import numpy as np
         if not self.rows:
             return {"rows": 0}
         if self.kind == VALUE:
@@ -190,6 +192,7 @@ class Outcomes:
         return out
 
     def auc(self) -> float | None:
+        import numpy as np
         if self.scores:
             return _auc(self.scores.get("pos"), self.scores.get("neg"))
         each = [_auc(sides.get("pos"), sides.get("neg")) for sides in self.ovr.values()]
@@ -206,6 +209,7 @@ def _bin(score: float) -> int:
 
 def _auc(pos: dict[int, int] | None, neg: dict[int, int] | None) -> float | None:
     """The Mann-Whitney statistic of binned positive and negative scores (ties: half)."""
+    import numpy as np
     if not pos or not neg:
         return None
     p, n = np.zeros(SCORE_BINS), np.zeros(SCORE_BINS)

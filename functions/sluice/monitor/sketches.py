@@ -17,12 +17,12 @@ import base64
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
-import numpy as np
-
 from sluice.domain.errors import InvalidInput
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # NumPy is imported where used: sluice serve's supervisor reads these modules
     from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+    import numpy as np
 
     from sluice.domain.signature import Signature
 
@@ -77,6 +77,7 @@ class Column:
 
     def add(self, values: np.ndarray, sample: np.ndarray | None = None) -> None:
         """Every value counted; the sketch takes those at the `sample` rows (all by default)."""
+        import numpy as np
         self.count += len(values)
         if self.kind == NUMBER:
             numbers = np.ascontiguousarray(values, dtype=np.float32)
@@ -149,6 +150,7 @@ def frequent(sketch: Any) -> list[tuple[str, int]]:
 
 def _empty(values: np.ndarray) -> int:
     """None or empty text among text values (object, str or bytes arrays): what is false."""
+    import numpy as np
     if values.dtype.kind == "U":
         return int(np.count_nonzero(values == ""))
     if values.dtype.kind == "S":
@@ -210,6 +212,7 @@ class Profile:
         """Rows of input tensors and, where given, the outputs; with `sample`, every row is
         counted and a uniform sample of that many (drawn by `rng`, a fresh one by default)
         goes into the sketches."""
+        import numpy as np
         if not inputs:
             return
         n = int(next(iter(inputs.values())).shape[0])
@@ -252,6 +255,7 @@ def columns_of(
 ) -> Iterator[tuple[str, np.ndarray]]:
     """Each tensor's columns, named (module docstring): by `names[tensor]` where it has one per
     column, standing alone (input features) or, with `qualify`, as `tensor[name]` (an output's classes)."""
+    import numpy as np
     for tensor, array in arrays.items():
         if not isinstance(array, np.ndarray):
             continue

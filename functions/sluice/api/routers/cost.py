@@ -8,7 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 from sluice.api.deps import AdminDep, CostDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.get("/{name}/cost", summary="$ per million predictions on each runtime, and the cheapest meeting a p99 target")

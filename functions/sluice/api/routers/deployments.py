@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from sluice.api.deps import AdminDep, DeploymentsDep, PredictionsDep, PrincipalDep
 from sluice.api.presenters import change_out, deployment_out
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.domain.errors import BadRequest
 from sluice.domain.policy import policy_dict
 from sluice.domain.values import RevisionNumber
@@ -23,7 +23,7 @@ from sluice.types.management import (
     Promote,
 )
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 def _policy(deployments: DeploymentsDep, principal: AdminDep, body: DeploymentCreate | DeploymentUpdate) -> dict[str, Any] | None:
@@ -37,7 +37,8 @@ def _policy(deployments: DeploymentsDep, principal: AdminDep, body: DeploymentCr
     return deployments.resolve_shorthand(principal, body.model, body.version)
 
 
-@router.post("", response_model=DeploymentOut, status_code=201, summary="Create a deployment")
+@router.post("", status_code=201, summary="Create a deployment")
+@answers(DeploymentOut)
 def create_deployment(body: DeploymentCreate, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     policy = _policy(deployments, principal, body)
     assert policy is not None
@@ -50,12 +51,14 @@ def create_deployment(body: DeploymentCreate, principal: AdminDep, deployments: 
     return JSONResponse(deployment_out(deployment), status_code=201)
 
 
-@router.get("", response_model=list[DeploymentOut], summary="List deployments")
+@router.get("", summary="List deployments")
+@answers(list[DeploymentOut])
 def list_deployments(principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     return JSONResponse([deployment_out(d) for d in deployments.list(principal)])
 
 
-@router.get("/{name}", response_model=DeploymentDetail, summary="Get a deployment, with the inputs a caller sends and the outputs it answers")
+@router.get("/{name}", summary="Get a deployment, with the inputs a caller sends and the outputs it answers")
+@answers(DeploymentDetail)
 async def get_deployment(name: str, principal: AdminDep, deployments: DeploymentsDep, predictions: PredictionsDep) -> JSONResponse:
     from sluice.inference.metadata import tensors_of
 
@@ -63,7 +66,8 @@ async def get_deployment(name: str, principal: AdminDep, deployments: Deployment
     return JSONResponse({**deployment_out(deployment), **await tensors_of(predictions, principal, deployment)})
 
 
-@router.put("/{name}", response_model=DeploymentOut, summary="Point a deployment at a new target")
+@router.put("/{name}", summary="Point a deployment at a new target")
+@answers(DeploymentOut)
 def update_deployment(name: str, body: DeploymentUpdate, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     changes: dict[str, Any] = {}
     if "cache" in body.model_fields_set:  # left out: stays as it is
@@ -88,7 +92,8 @@ def deployment_stats(name: str, principal: AdminDep, deployments: DeploymentsDep
     return JSONResponse(deployments.stats(principal, name, revision=revision))
 
 
-@router.post("/{name}/promote", response_model=DeploymentOut, summary="Make a shadow mirror the primary")
+@router.post("/{name}/promote", summary="Make a shadow mirror the primary")
+@answers(DeploymentOut)
 def promote_mirror(name: str, body: Promote, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     return JSONResponse(deployment_out(deployments.promote(principal, name, body.mirror)))
 
@@ -99,6 +104,7 @@ def feedback(name: str, body: Feedback, principal: PrincipalDep, deployments: De
     return JSONResponse({"deployment": name, "request_id": body.request_id, "variant": variant, "reward": body.reward})
 
 
-@router.get("/{name}/history", response_model=list[DeploymentChangeOut], summary="Who changed the policy, when, old -> new")
+@router.get("/{name}/history", summary="Who changed the policy, when, old -> new")
+@answers(list[DeploymentChangeOut])
 def deployment_history(name: str, principal: AdminDep, deployments: DeploymentsDep) -> JSONResponse:
     return JSONResponse([change_out(c) for c in deployments.history(principal, name)])

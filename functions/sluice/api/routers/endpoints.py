@@ -17,7 +17,7 @@ from sluice.api.deps import AdminDep, EndpointsDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.types.base import WireModel
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/deployments", tags=["endpoints"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 
 class EndpointCreate(WireModel):

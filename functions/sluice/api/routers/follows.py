@@ -7,13 +7,14 @@ from fastapi import APIRouter, Response
 
 from sluice.api.deps import AdminDep, FollowsDep
 from sluice.api.presenters import follow_out
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.types.follows import FollowOut, FollowStart
 
-router = APIRouter(prefix="/api/v1", tags=["follows"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1", tags=["follows"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
-@router.post("/deployments/{name}/follow", response_model=FollowOut, status_code=201, summary="Follow a model registry")
+@router.post("/deployments/{name}/follow", status_code=201, summary="Follow a model registry")
+@answers(FollowOut)
 def follow(name: str, body: FollowStart, principal: AdminDep, follows: FollowsDep) -> JSONResponse:
     made = follows.follow(
         principal, name, source=body.registry, rollout=body.rollout, model=body.model,
@@ -22,7 +23,8 @@ def follow(name: str, body: FollowStart, principal: AdminDep, follows: FollowsDe
     return JSONResponse(follow_out(made), status_code=201)
 
 
-@router.get("/deployments/{name}/follow", response_model=FollowOut, summary="The binding, and what became of each version")
+@router.get("/deployments/{name}/follow", summary="The binding, and what became of each version")
+@answers(FollowOut)
 def show_follow(name: str, principal: AdminDep, follows: FollowsDep) -> JSONResponse:
     return JSONResponse(follow_out(follows.get(principal, name)))
 
@@ -33,6 +35,7 @@ def unfollow(name: str, principal: AdminDep, follows: FollowsDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/follows", response_model=list[FollowOut], summary="Every binding of your deployments")
+@router.get("/follows", summary="Every binding of your deployments")
+@answers(list[FollowOut])
 def list_follows(principal: AdminDep, follows: FollowsDep) -> JSONResponse:
     return JSONResponse([follow_out(f) for f in follows.list(principal)])

@@ -6,12 +6,12 @@ from fastapi import APIRouter
 
 from sluice import __version__
 from sluice.api.deps import RegistryDep
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import JSONResponse, answers
 from sluice.inference.metadata import EXTENSIONS
 from sluice.services.health import registry_answers
 from sluice.types.v2 import MetadataServerResponse
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], default_response_class=JSONResponse)
 
 
 @router.get("/healthz", summary="The process is up")
@@ -36,7 +36,8 @@ def v2_ready(registry: RegistryDep) -> JSONResponse:
     return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
 
-@router.get("/v2", response_model=MetadataServerResponse, summary="v2: server metadata")
+@router.get("/v2", summary="v2: server metadata")
 @router.get("/v2/", include_in_schema=False)  # the same, not a redirect: clients differ on the slash
+@answers(MetadataServerResponse)
 async def v2_server() -> JSONResponse:
     return JSONResponse({"name": "sluice", "version": __version__, "extensions": list(EXTENSIONS)})

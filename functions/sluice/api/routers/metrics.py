@@ -8,10 +8,10 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from sluice.api.deps import AdminDep, MonitorDep, TelemetryDep
-from sluice.api.responses import AUTHENTICATED, errors
+from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
 from sluice.domain.errors import NotFound
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(tags=["metrics"], default_response_class=JSONResponse)
 
 TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
 

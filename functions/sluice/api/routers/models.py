@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from sluice.api.deps import AdminDep, ModelsDep, RegistryDep, RootsDep, parse_body
 from sluice.api.presenters import model_out, version_out
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.domain import Model, check_name
 from sluice.domain.errors import BadRequest, NotFound
 from sluice.domain.values import VersionNumber, VersionOrLatest
@@ -19,7 +19,7 @@ from sluice.types.management import (
     VersionPushByUri,
 )
 
-router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 ONNX_BODY = {
     "requestBody": {
@@ -41,7 +41,8 @@ def _latest(registry: RegistryDep, tenant: str, name: str) -> int | None:
         return None
 
 
-@router.post("", response_model=ModelOut, status_code=status.HTTP_201_CREATED, summary="Create a model")
+@router.post("", status_code=status.HTTP_201_CREATED, summary="Create a model")
+@answers(ModelOut)
 def create_model(body: ModelCreate, principal: AdminDep, registry: RegistryDep) -> JSONResponse:
     check_name(body.name, field="name")
     model = registry.create_model(
@@ -50,13 +51,15 @@ def create_model(body: ModelCreate, principal: AdminDep, registry: RegistryDep) 
     return JSONResponse(model_out(model), status_code=201)
 
 
-@router.get("", response_model=list[ModelOut], summary="List models")
+@router.get("", summary="List models")
+@answers(list[ModelOut])
 def list_models(principal: AdminDep, models: ModelsDep, registry: RegistryDep) -> JSONResponse:
     found = models.list_models(principal)
     return JSONResponse([model_out(m, _latest(registry, principal.tenant, m.name)) for m in found])
 
 
-@router.get("/{name}", response_model=ModelOut, summary="Get a model")
+@router.get("/{name}", summary="Get a model")
+@answers(ModelOut)
 def get_model(name: str, principal: AdminDep, models: ModelsDep, registry: RegistryDep) -> JSONResponse:
     model = models.get_model(principal, name)
     return JSONResponse(model_out(model, _latest(registry, principal.tenant, name)))
@@ -69,11 +72,11 @@ def delete_model(name: str, principal: AdminDep, models: ModelsDep) -> None:
 
 @router.post(
     "/{name}/versions",
-    response_model=VersionOut,
     status_code=201,
     openapi_extra=ONNX_BODY,
     summary="Push a version: an ONNX file as the body, JSON naming an artifact URI, or a model on a Triton server",
 )
+@answers(VersionOut)
 async def push_version(
     name: str,
     request: Request,
@@ -119,12 +122,14 @@ async def push_version(
     return JSONResponse(version_out(version, roots), status_code=201)
 
 
-@router.get("/{name}/versions", response_model=list[VersionOut], summary="List a model's versions")
+@router.get("/{name}/versions", summary="List a model's versions")
+@answers(list[VersionOut])
 def list_versions(name: str, principal: AdminDep, models: ModelsDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse([version_out(v, roots) for v in models.list_versions(principal, name)])
 
 
-@router.get("/{name}/versions/{version}", response_model=VersionOut, summary="Get a version ('latest' works)")
+@router.get("/{name}/versions/{version}", summary="Get a version ('latest' works)")
+@answers(VersionOut)
 def get_version(name: str, version: VersionOrLatest, principal: AdminDep, models: ModelsDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse(version_out(models.get_version(principal, name, version), roots))
 

@@ -21,7 +21,7 @@ from sluice.api.responses import MANAGEMENT, JSONResponse, errors
 from sluice.domain.values import RevisionNumber
 from sluice.types.monitoring import BaselineRows, Labels
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.put("/{name}/baseline", summary="Set the deployment's baseline from its training data: rows, a batch job's input, or captured requests")

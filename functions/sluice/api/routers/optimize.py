@@ -10,20 +10,20 @@ from fastapi.concurrency import run_in_threadpool
 
 from sluice.api.deps import AdminDep, DeploymentsDep, OptimizeJobsDep, OptimizerDep
 from sluice.api.presenters import present
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.domain.errors import BadRequest
 from sluice.domain.values import VersionOrLatest
 from sluice.types.management import OptimizeCreate, OptimizeJobOut
 
-router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422))
+router = APIRouter(prefix="/api/v1", tags=["optimize"], responses=errors(*MANAGEMENT, 422), default_response_class=JSONResponse)
 
 
 @router.post(
     "/models/{name}/versions/{version}/optimize",
-    response_model=OptimizeJobOut,
     status_code=status.HTTP_202_ACCEPTED,
     summary="Build, measure and (asked) register cheaper variants of a version",
 )
+@answers(OptimizeJobOut)
 async def start_optimize(
     name: str,
     version: VersionOrLatest,
@@ -64,13 +64,15 @@ async def start_optimize(
     return JSONResponse(present(OptimizeJobOut, job), status_code=202)
 
 
-@router.get("/optimize-jobs", response_model=list[OptimizeJobOut], summary="List optimize runs, newest first")
+@router.get("/optimize-jobs", summary="List optimize runs, newest first")
+@answers(list[OptimizeJobOut])
 def list_optimize_jobs(
     principal: AdminDep, jobs: OptimizeJobsDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> JSONResponse:
     return JSONResponse([present(OptimizeJobOut, j) for j in jobs.list(principal, limit=limit)])
 
 
-@router.get("/optimize-jobs/{job_id}", response_model=OptimizeJobOut, summary="Follow an optimize run")
+@router.get("/optimize-jobs/{job_id}", summary="Follow an optimize run")
+@answers(OptimizeJobOut)
 def get_optimize_job(job_id: str, principal: AdminDep, jobs: OptimizeJobsDep) -> JSONResponse:
     return JSONResponse(present(OptimizeJobOut, jobs.get(principal, job_id)))

@@ -9,7 +9,7 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from sluice.api.deps import PrincipalDep, ResultsDep
 from sluice.api.responses import JSONResponse, errors
 
-router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(400, 401, 403, 404, 422, 502))
+router = APIRouter(prefix="/api/v1/results", tags=["results"], responses=errors(400, 401, 403, 404, 422, 502), default_response_class=JSONResponse)
 
 
 @router.get(

@@ -7,19 +7,19 @@ from fastapi import APIRouter
 
 from sluice.api.deps import AdminDep, ReplayDep, RolloutsDep
 from sluice.api.presenters import deployment_out, rollout_status_out
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.types.management import DeploymentOut
 from sluice.types.rollouts import ReplayStart, RolloutStart, RolloutStatus
 
-router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT))
+router = APIRouter(prefix="/api/v1/deployments", tags=["rollouts"], responses=errors(*MANAGEMENT), default_response_class=JSONResponse)
 
 
 @router.post(
     "/{name}/rollout",
-    response_model=DeploymentOut,
     status_code=201,
     summary="Start a progressive rollout",
 )
+@answers(DeploymentOut)
 def start_rollout(
     name: str, body: RolloutStart, principal: AdminDep, rollouts: RolloutsDep
 ) -> JSONResponse:
@@ -33,9 +33,9 @@ def start_rollout(
 
 @router.get(
     "/{name}/rollout",
-    response_model=RolloutStatus,
     summary="The rollout: its step, gates, and the numbers now",
 )
+@answers(RolloutStatus)
 def rollout_status(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
     return JSONResponse(rollout_status_out(*rollouts.status(principal, name)))
 
@@ -47,9 +47,7 @@ def _rollout_action(action: str, summary: str) -> None:
     def act(name: str, principal: AdminDep, rollouts: RolloutsDep) -> JSONResponse:
         return JSONResponse(deployment_out(getattr(rollouts, action)(principal, name)))
 
-    router.add_api_route(
-        f"/{{name}}/rollout/{action}", act, methods=["POST"], response_model=DeploymentOut, summary=summary, name=f"{action}_rollout"
-    )
+    router.add_api_route(f"/{{name}}/rollout/{action}", answers(DeploymentOut)(act), methods=["POST"], summary=summary, name=f"{action}_rollout")
 
 
 _rollout_action("pause", "Hold the rollout at its step")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from sluice.api.deps import PrincipalDep, RootsDep, SchedulesDep
-from sluice.api.responses import MANAGEMENT, JSONResponse, errors
+from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
 from sluice.batch.wire import (
     ScheduleCreate,
     ScheduleDetail,
@@ -16,10 +16,11 @@ from sluice.batch.wire import (
     schedule_out,
 )
 
-router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503))
+router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 
 
-@router.post("", response_model=ScheduleOut, status_code=201, summary="Create a batch schedule")
+@router.post("", status_code=201, summary="Create a batch schedule")
+@answers(ScheduleOut)
 def create_schedule(body: ScheduleCreate, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     schedule = schedules.create(
         principal,
@@ -33,22 +34,26 @@ def create_schedule(body: ScheduleCreate, principal: PrincipalDep, schedules: Sc
     return JSONResponse(schedule_out(schedule, roots), status_code=201)
 
 
-@router.get("", response_model=list[ScheduleOut], summary="List your batch schedules")
+@router.get("", summary="List your batch schedules")
+@answers(list[ScheduleOut])
 def list_schedules(principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse([schedule_out(s, roots) for s in schedules.list(principal)])
 
 
-@router.get("/{name}", response_model=ScheduleDetail, summary="A schedule, its next run and its recent runs")
+@router.get("/{name}", summary="A schedule, its next run and its recent runs")
+@answers(ScheduleDetail)
 def get_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse(schedule_detail(schedules.show(principal, name), roots))
 
 
-@router.post("/{name}/pause", response_model=ScheduleOut, summary="Pause a schedule")
+@router.post("/{name}/pause", summary="Pause a schedule")
+@answers(ScheduleOut)
 def pause_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse(schedule_out(schedules.pause(principal, name), roots))
 
 
-@router.post("/{name}/resume", response_model=ScheduleOut, summary="Resume a schedule (what it missed is not run)")
+@router.post("/{name}/resume", summary="Resume a schedule (what it missed is not run)")
+@answers(ScheduleOut)
 def resume_schedule(name: str, principal: PrincipalDep, schedules: SchedulesDep, roots: RootsDep) -> JSONResponse:
     return JSONResponse(schedule_out(schedules.resume(principal, name), roots))
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from sluice.api.deps import PrincipalDep
-from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
+from sluice.api.responses import AUTHENTICATED, JSONResponse, answers, errors
 from sluice.types.management import SessionOut
 
-router = APIRouter(prefix="/api/v1/session", tags=["keys"], responses=errors(*AUTHENTICATED))
+router = APIRouter(prefix="/api/v1/session", tags=["keys"], responses=errors(*AUTHENTICATED), default_response_class=JSONResponse)
 
 
-@router.get("", response_model=SessionOut, summary="The tenant, key id and scopes of the key presented")
+@router.get("", summary="The tenant, key id and scopes of the key presented")
+@answers(SessionOut)
 def session(principal: PrincipalDep) -> JSONResponse:
     return JSONResponse({"tenant": principal.tenant, "key_id": principal.subject, "scopes": sorted(principal.scopes)})

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from sluice.api.deps import DeploymentsDep, PrincipalDep, TritonExtensionsDep, parse_body
-from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
+from sluice.api.responses import AUTHENTICATED, JSONResponse, answers, errors
 from sluice.domain.values import VersionNumber
 from sluice.services.triton_ext import control_refused
 from sluice.types.triton import (
@@ -17,35 +17,41 @@ from sluice.types.triton import (
     RepositoryIndexRequest,
 )
 
-router = APIRouter(tags=["v2 (Triton extensions)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
+router = APIRouter(tags=["v2 (Triton extensions)"], responses=errors(*AUTHENTICATED, 502, 503, 504), default_response_class=JSONResponse)
 
 
-@router.get("/v2/models/stats", response_model=ModelStatsResponse, summary="Triton: statistics of every deployment")
+@router.get("/v2/models/stats", summary="Triton: statistics of every deployment")
+@answers(ModelStatsResponse)
 async def all_stats(principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     return JSONResponse(await extensions.stats(principal))
 
 
-@router.get("/v2/models/{name}/stats", response_model=ModelStatsResponse, summary="Triton: a deployment's statistics")
+@router.get("/v2/models/{name}/stats", summary="Triton: a deployment's statistics")
+@answers(ModelStatsResponse)
 async def model_stats(name: str, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     return JSONResponse(await extensions.stats(principal, name))
 
 
-@router.get("/v2/models/{name}/versions/{version}/stats", response_model=ModelStatsResponse, summary="Triton: statistics, version pinned")
+@router.get("/v2/models/{name}/versions/{version}/stats", summary="Triton: statistics, version pinned")
+@answers(ModelStatsResponse)
 async def model_version_stats(name: str, version: VersionNumber, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     return JSONResponse(await extensions.stats(principal, name, version))
 
 
-@router.get("/v2/models/{name}/config", response_model=ModelConfigResponse, summary="Triton: model configuration")
+@router.get("/v2/models/{name}/config", summary="Triton: model configuration")
+@answers(ModelConfigResponse)
 async def model_config(name: str, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     return JSONResponse(await extensions.config(principal, name))
 
 
-@router.get("/v2/models/{name}/versions/{version}/config", response_model=ModelConfigResponse, summary="Triton: model version configuration")
+@router.get("/v2/models/{name}/versions/{version}/config", summary="Triton: model version configuration")
+@answers(ModelConfigResponse)
 async def model_version_config(name: str, version: VersionNumber, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     return JSONResponse(await extensions.config(principal, name, version))
 
 
-@router.post("/v2/repository/index", response_model=list[RepositoryIndexEntry], summary="Triton: the tenant's deployments")
+@router.post("/v2/repository/index", summary="Triton: the tenant's deployments")
+@answers(list[RepositoryIndexEntry])
 async def repository_index(request: Request, principal: PrincipalDep, extensions: TritonExtensionsDep) -> JSONResponse:
     raw = await request.body()
     body = parse_body(RepositoryIndexRequest, raw) if raw.strip() else RepositoryIndexRequest()

@@ -15,21 +15,21 @@ from starlette.responses import Response
 
 from sluice.api.deps import PrincipalDep, SettingsDep, UploadsDep
 from sluice.api.errors import error_response
-from sluice.api.responses import JSONResponse, errors
+from sluice.api.responses import JSONResponse, answers, errors
 from sluice.domain.errors import BadRequest, NotFound, SluiceError
 from sluice.observability import get_logger
 from sluice.types.api import UploadOut, UploadRequest
 
-router = APIRouter(prefix="/api/v1/uploads", tags=["uploads"])
+router = APIRouter(prefix="/api/v1/uploads", tags=["uploads"], default_response_class=JSONResponse)
 
 
 @router.post(
     "",
     status_code=201,
-    response_model=UploadOut,
     responses=errors(400, 401, 403, 404, 413, 422, 502),
     summary="Make an upload: the form that sends a large body straight to the store, for a prediction to name",
 )
+@answers(UploadOut)
 async def create_upload(body: UploadRequest, principal: PrincipalDep, uploads: UploadsDep, request: Request) -> JSONResponse:
     found = await run_in_threadpool(
         uploads.create,

@@ -7,20 +7,22 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from sluice.api.deps import PredictionsDep, PrincipalDep, RuntimesDep
-from sluice.api.responses import AUTHENTICATED, JSONResponse, errors
+from sluice.api.responses import AUTHENTICATED, JSONResponse, answers, errors
 from sluice.domain.values import VersionNumber
 from sluice.inference.metadata import metadata_of, ready_to_answer
 from sluice.types.v2 import MetadataModelResponse, ModelReadyResponse
 
-router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTHENTICATED, 502, 503, 504))
+router = APIRouter(tags=["v2 (Open Inference Protocol)"], responses=errors(*AUTHENTICATED, 502, 503, 504), default_response_class=JSONResponse)
 
 
-@router.get("/v2/models/{name}", response_model=MetadataModelResponse, summary="v2: model metadata")
+@router.get("/v2/models/{name}", summary="v2: model metadata")
+@answers(MetadataModelResponse)
 async def model_metadata(name: str, principal: PrincipalDep, predictions: PredictionsDep) -> JSONResponse:
     return JSONResponse(metadata_of(await predictions.resolve(principal, name)))
 
 
-@router.get("/v2/models/{name}/versions/{version}", response_model=MetadataModelResponse, summary="v2: model version metadata")
+@router.get("/v2/models/{name}/versions/{version}", summary="v2: model version metadata")
+@answers(MetadataModelResponse)
 async def model_version_metadata(
     name: str, version: VersionNumber, principal: PrincipalDep, predictions: PredictionsDep
 ) -> JSONResponse:
@@ -35,12 +37,14 @@ async def _ready(
     return JSONResponse({"name": name, "ready": ready}, status_code=200 if ready else 503)
 
 
-@router.get("/v2/models/{name}/ready", response_model=ModelReadyResponse, summary="v2: model ready (loads it)")
+@router.get("/v2/models/{name}/ready", summary="v2: model ready (loads it)")
+@answers(ModelReadyResponse)
 async def model_ready(name: str, principal: PrincipalDep, predictions: PredictionsDep, runtimes: RuntimesDep) -> JSONResponse:
     return await _ready(name, None, principal, predictions, runtimes)
 
 
-@router.get("/v2/models/{name}/versions/{version}/ready", response_model=ModelReadyResponse, summary="v2: model version ready")
+@router.get("/v2/models/{name}/versions/{version}/ready", summary="v2: model version ready")
+@answers(ModelReadyResponse)
 async def model_version_ready(
     name: str, version: VersionNumber, principal: PrincipalDep, predictions: PredictionsDep, runtimes: RuntimesDep
 ) -> JSONResponse:
