@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium
+.PHONY: install serve test test-needs tier test-fast fuzz lint docs docs-serve bench synth clean triton-env checkov-env console console-test chromium test-rewrite
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -47,11 +47,11 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10
 # environment asks for none, so that each reads it rather than compiling every module it
 # imports again (a pytest worker's collection 49 CPU-s without, 13 with; a
 # process importing what `sluice serve` imports, 3.7 and 1.2).
-test tier test-fast fuzz: export PYTHONDONTWRITEBYTECODE :=
+test tier test-fast fuzz test-rewrite: export PYTHONDONTWRITEBYTECODE :=
 
 # What the suite needs is built side by side (make -j): the install compiling bytecode is
 # CPU-bound while the Triton and checkov environments, npm and apt mostly wait on downloads.
-TEST_NEEDS := $(STAMP) triton-env checkov-env docs console console-test chromium
+TEST_NEEDS := $(STAMP) triton-env checkov-env docs console console-test chromium test-rewrite
 
 test:
 	@$(MAKE) --no-print-directory -j 4 --output-sync=target test-needs
@@ -59,6 +59,13 @@ test:
 	$(PYTEST)
 
 test-needs: $(TEST_NEEDS)
+
+# pytest rewrites the asserts of every test module it imports (~15 CPU-s for the suite) and keeps
+# the result beside the module; in a fresh clone each of the suite's workers would rewrite them
+# all, side by side. One collection writes them while the other prerequisites build (a failed
+# collection here is left for the suite's own to report).
+test-rewrite: $(STAMP)
+	@$(PY) -m pytest --collect-only -q -p no:xdist -p no:cacheprovider >/dev/null 2>&1 || true
 
 # One tier of the suite: make tier TIER=unit (or integration, e2e, infra).
 TIER ?= unit
