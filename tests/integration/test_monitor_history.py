@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sluice.domain.values import isoformat
 from tests.integration.conftest import auth
 from tests.integration.test_ground_truth import HOUR, labels, predicted
 from tests.integration.test_monitoring import BASE, iris_rows
@@ -51,13 +52,13 @@ def test_closed_windows_are_listed_newest_first_by_page_and_follow_late_labels(c
     assert [w["window_start"] for w in got["windows"]] == [(h0 + 2) * HOUR, (h0 + 1) * HOUR] and got["next"] == (h0 + 1) * HOUR
     rest = client.get(HISTORY, params={"limit": 2, "before": got["next"]}, headers=auth(key)).json()
     assert [w["window_start"] for w in rest["windows"]] == [h0 * HOUR] and rest["next"] is None
-    since = client.get(HISTORY, params={"since": str((h0 + 1) * HOUR)}, headers=auth(key)).json()
+    since = client.get(HISTORY, params={"since": isoformat((h0 + 1) * HOUR)}, headers=auth(key)).json()
     assert [w["window_start"] for w in since["windows"]] == [(h0 + 2) * HOUR, (h0 + 1) * HOUR]
 
     # Labels for the oldest window come after it was closed: its kept result shows them.
     r = client.post(f"{BASE}/labels", json={"labels": labels(f"h{h0}", said[h0], flip_every=2)}, headers=auth(key))
     assert r.status_code == 200 and r.json()["matched"] == 20, r.text
-    (oldest,) = client.get(HISTORY, params={"until": str((h0 + 1) * HOUR)}, headers=auth(key)).json()["windows"]
+    (oldest,) = client.get(HISTORY, params={"until": isoformat((h0 + 1) * HOUR)}, headers=auth(key)).json()["windows"]
     assert oldest["window_start"] == h0 * HOUR and oldest["quality_at_close"] is None
     assert oldest["quality"]["rows"] == 20 and oldest["quality"]["accuracy"] == 0.5
 

@@ -47,13 +47,11 @@ def _folder(root: str, tenant: str, deployment: str) -> str:
 
 
 def parse_when(text: str | None, *, field: str, now: float) -> float | None:
-    """A bound of the history as a query string or the command line gives it: epoch seconds
-    (digits), RFC 3339, or a duration ago (`24h`), as `parse_time` reads them."""
+    """A bound of the history as a query string or the command line gives it, read as every
+    text time is (`parse_time`: RFC 3339 or a duration ago, `24h`); None where none is given."""
     from sluice.domain.values import parse_time
 
-    if text is None:
-        return None
-    return parse_time(int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else text, field=field, now=now)
+    return None if text is None else parse_time(text, field=field, now=now)
 
 
 def _start(name: str) -> int | None:

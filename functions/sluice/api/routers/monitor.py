@@ -76,7 +76,7 @@ def monitor_history(
     principal: AdminDep,
     monitor: MonitorDep,
     batch: BatchDep,
-    since: Annotated[str | None, Query(max_length=64, description="Windows that started at or after this time (RFC 3339, epoch seconds, or a duration ago: `24h`).")] = None,
+    since: Annotated[str | None, Query(max_length=64, description="Windows that started at or after this time (RFC 3339, or a duration ago: `24h`).")] = None,
     until: Annotated[str | None, Query(max_length=64, description="Windows that started before this time (same forms).")] = None,
     before: Annotated[int | None, Query(ge=0, description="The `next` of the page before: windows that started before it.")] = None,
     limit: Annotated[int, Query(ge=1, le=168, description="Windows on this page.")] = 24,
