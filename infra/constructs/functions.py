@@ -106,7 +106,8 @@ class FunctionPlatform:
             f"functions.python chose {self.runtime.name}, a runtime Lambda supports and the "
             f"layers are built for; {newest} is newer. The config offers the older "
             "supported runtimes on purpose, for a deployment that a dependency (or its own "
-            "code) holds back; moving up is a change of functions.python."
+            "code) holds back: the default is the newest Python Apache DataSketches publishes "
+            "wheels for (model monitoring's drift); moving up is a change of functions.python."
         )
 
     @property
