@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -258,7 +259,12 @@ def run(quick: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    print(json.dumps(run(parser.parse_args().quick), indent=2))
+    quick = parser.parse_args().quick
+    # The report alone on stdout (`> out.json`): sluice's log lines, one per prediction, go to
+    # stderr, as the `sluice` command sends them; both subjects still write every line, and
+    # the window-closing children (which inherit this) answer on their last stdout line.
+    os.environ["SLUICE_LOG_STREAM"] = "stderr"
+    print(json.dumps(run(quick), indent=2))
 
 
 if __name__ == "__main__":

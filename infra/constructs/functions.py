@@ -55,7 +55,8 @@ CODE_EXCLUDES = [
 
 # The alias API Gateway and the other callers invoke on SnapStart functions.
 LIVE_ALIAS = "live"
-# The runtimes Apache DataSketches publishes wheels for (the monitor layer; none for 3.14).
+# The runtimes Apache DataSketches publishes wheels for (the monitor layer): 3.13, the
+# default, and 3.12. None for 3.14 yet (5.2.0: cp39-cp313, no abi3).
 MONITOR_PYTHONS = ("3.12", "3.13")
 # The warning a synthesis gives where the runtime is not one of them.
 MONITOR_WARNING = "sluice:monitor-without-sketches"
@@ -105,7 +106,8 @@ class FunctionPlatform:
             f"functions.python chose {self.runtime.name}, a runtime Lambda supports and the "
             f"layers are built for; {newest} is newer. The config offers the older "
             "supported runtimes on purpose, for a deployment that a dependency (or its own "
-            "code) holds back; moving up is a change of functions.python."
+            "code) holds back: the default is the newest Python Apache DataSketches publishes "
+            "wheels for (model monitoring's drift); moving up is a change of functions.python."
         )
 
     @property
@@ -166,15 +168,16 @@ class FunctionPlatform:
 
     def monitor_layer(self, scope: Construct) -> PythonLayer | None:
         """Apache DataSketches, for model monitoring (profiles and their checks), where the
-        runtime has its wheels (3.13 and older); None on 3.14, which it publishes none for:
-        those functions profile nothing and the scheduled check reports quality alone."""
+        runtime has its wheels (3.13, the default, and 3.12); None on 3.14, which it publishes
+        none for: those functions profile nothing and the scheduled check reports quality
+        alone, and the synthesis warns (once per stack that asks)."""
         if self.python not in MONITOR_PYTHONS:
             Annotations.of(scope).add_warning_v2(
                 MONITOR_WARNING,
                 f"Python {self.python}: Apache DataSketches publishes no wheel for it, so these "
                 "functions profile no traffic and the hourly monitoring check reports model "
-                "quality without drift or data quality. Set `functions.python: \"3.13\"` in the "
-                "config for drift (docs/monitoring.md).",
+                "quality without drift or data quality. Set `functions.python: \"3.13\"` (the "
+                "default) in the config for drift (docs/monitoring.md).",
             )
             return None
         return self.layer(

@@ -256,8 +256,9 @@ class Synthesized:
 
     def findings(self) -> list[dict[str, Any]]:
         """What the validation plugins (cdk-nag's packs) found, each plugin checked to have
-        concluded `success`; less the one warning sluice gives itself (on Python 3.14 monitoring
-        has no drift: no DataSketches wheel), which is said to the operator, not a finding."""
+        concluded `success`; less the one warning sluice gives itself where `functions.python`
+        is 3.14 (monitoring without drift: no DataSketches wheel; the default, 3.13, gives none),
+        which is said to the operator, not a finding."""
         from infra.constructs.functions import MONITOR_WARNING
 
         own = f"Annotation::{MONITOR_WARNING}"

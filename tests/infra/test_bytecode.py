@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from infra.config import FunctionsConfig
 from infra.constructs import bytecode
 from infra.constructs.bytecode import compile_tree, find_interpreter
 
@@ -17,8 +18,9 @@ from tests.infra.synth import cdk_context
 
 pytestmark = pytest.mark.usefixtures("cdk_runtime")  # constructs of its own: on the CDK's worker (tests/conftest.py)
 
-# The runtime these tests build for: SnapStart's oldest Python, and one this machine may have.
-RUNTIME = "3.12"
+# The runtime these tests build for: the config's default (`functions.python`), what a
+# deployment gets unless it chooses; skipped where this machine has no such Python.
+RUNTIME: str = FunctionsConfig.model_fields["python"].default
 # Imported with the runtime's interpreter; counts every module compiled from source.
 PROBE = r"""
 import importlib._bootstrap_external as external, json, sys, time

@@ -11,19 +11,23 @@ from pydantic import ValidationError
 from tests.infra.synth import FULL_CONFIG
 
 
-def test_the_shipped_config_has_no_endpoints_and_the_latest_runtime() -> None:
+def test_the_shipped_config_has_no_endpoints_and_the_runtime_that_monitors_drift() -> None:
+    from infra.constructs.functions import MONITOR_PYTHONS
+
     config = load_config(DEFAULT_CONFIG)
     assert config.endpoints == ()
-    assert config.functions.python == "3.14"
+    # The newest Python Apache DataSketches publishes wheels for: with the defaults the
+    # functions profile their traffic and the hourly check reports drift (docs/monitoring.md).
+    assert config.functions.python == "3.13" == max(MONITOR_PYTHONS)
     assert config.functions.architecture == "x86_64"
     assert config == SluiceConfig()  # the file spells out the defaults
 
 
 def test_context_overrides_architecture_and_python(tmp_path: Path) -> None:
     config = load_config(
-        DEFAULT_CONFIG, context={"sluice:architecture": "arm64", "sluice:python": "3.13"}
+        DEFAULT_CONFIG, context={"sluice:architecture": "arm64", "sluice:python": "3.14"}
     )
-    assert (config.functions.architecture, config.functions.python) == ("arm64", "3.13")
+    assert (config.functions.architecture, config.functions.python) == ("arm64", "3.14")
 
 
 def test_an_empty_file_means_all_defaults(tmp_path: Path) -> None:

@@ -102,6 +102,9 @@ def test_functions_over_the_unzipped_limit_are_refused() -> None:
 
 
 def _platform() -> FunctionPlatform:
+    """Python 3.14, the newest runtime offered: its layers build (its wheels are the likeliest
+    to be missing), without a monitor layer. The default runtime's core layer is built, compiled
+    and imported by test_bytecode; its monitor layer below."""
     from infra.constructs.functions import FunctionPlatform
 
     return FunctionPlatform(
@@ -113,14 +116,15 @@ def _platform() -> FunctionPlatform:
     )
 
 
-def _built_for_real(tmp_path: Path, construct_id: str, name: str) -> PythonLayer:
+def _built_for_real(tmp_path: Path, construct_id: str, name: str, python: str = "3.14") -> PythonLayer:
     """The layer `name` of a stack bundled for real (uv on this machine), under tmp_path/cdk.out."""
     from aws_cdk import App, Stack
 
     context = cdk_context()
     context.pop("aws:cdk:bundling-stacks")  # this test builds for real
     app = App(context=context, outdir=str(tmp_path / "cdk.out"))
-    return _platform().layer(Stack(app, "Layers"), construct_id, name=name, description=name)
+    platform = replace(_platform(), python=python)
+    return platform.layer(Stack(app, "Layers"), construct_id, name=name, description=name)
 
 
 def test_monitor_layer_only_where_datasketches_publishes_wheels() -> None:
@@ -189,7 +193,38 @@ def test_core_layer_really_builds_under_the_limit(
     assert layer.bytecode == bool(list(site.rglob("__pycache__/*.pyc")))
 
 
+@pytest.mark.slow
+def test_monitor_layer_really_builds_for_the_default_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DataSketches' wheel for the default runtime, without the numpy the core layer carries,
+    compiled by that Python where this machine has one (else sources, and the build says so)."""
+    from infra.config import FunctionsConfig
+    from infra.constructs.bytecode import find_interpreter
+    from infra.constructs.python_layer import MB, staged_path
+
+    python: str = FunctionsConfig.model_fields["python"].default
+    layer = _built_for_real(tmp_path, "Monitor", "monitor", python=python)
+    assert layer.unzipped_bytes is not None and layer.unzipped_bytes < 5 * MB
+    site = staged_path(layer.layer) / "python"
+    tag = f"cpython-{python.replace('.', '')}"
+    assert list(site.glob("_datasketches*.so"))
+    wheel = (site / "datasketches-5.2.0.dist-info" / "WHEEL").read_text()
+    assert f"Tag: cp{python.replace('.', '')}-cp{python.replace('.', '')}-manylinux" in wheel
+    assert not (site / "numpy").exists() and not (site / "bin").exists()
+    pycs = list(site.rglob("__pycache__/*.pyc"))
+    assert layer.bytecode == bool(find_interpreter(python)) == bool(pycs)
+    assert all(p.name.endswith(f".{tag}.pyc") for p in pycs)
+    if not layer.bytecode:
+        assert f"WARNING layer monitor: no Python {python} interpreter" in capsys.readouterr().out
+
+
 TRITON_LAYER = "sluice triton runtime dependencies"
+MONITOR_LAYER = "sluice monitoring dependencies"
+# The functions that profile the traffic they answer (their profiles are what drift is
+# checked on) and the hourly check that reads the profiles.
+PROFILING = ("api", "shadow", "websocket")
+CHECKING = ("monitor",)
+# What the synthesis warns where the runtime has no DataSketches wheel (functions.py).
+NO_SKETCHES = "Apache DataSketches publishes no wheel"
 
 
 def _layer_ids(template: Template, description: str) -> set[str]:
@@ -209,9 +244,11 @@ def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Syn
     api = full_app.template("api")
     (triton,) = _layer_ids(api, TRITON_LAYER)
     (core,) = _layer_ids(api, "sluice core dependencies")
+    (monitor,) = _layer_ids(api, MONITOR_LAYER)  # the default runtime has DataSketches
     for handler in ("api", "shadow", "websocket"):
-        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton}, handler
-    for handler in ("authorizer", "rollouts", "monitor"):
+        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton, monitor}, handler
+    assert _layers_of(api, "sluice.handlers.monitor.handler") == {core, monitor}
+    for handler in ("authorizer", "rollouts"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core}, handler
 
     streams = full_app.template("streams")
@@ -269,3 +306,35 @@ def test_triton_layer_really_builds_small_without_what_core_carries(tmp_path: Pa
     assert not (site / "idna").exists()
     assert not list(site.glob("typing_extensions*"))
     assert not list(site.glob("bin/*"))
+
+
+@pytest.mark.parametrize("config", ["default", "full"])
+def test_with_the_default_runtime_the_functions_that_profile_or_check_drift_get_datasketches(
+    config: str, request: pytest.FixtureRequest
+) -> None:
+    """What `cdk deploy --all` ships (and the full config, on the same default runtime): the
+    monitor layer on every function that profiles or checks, on no other, and no warning."""
+    from aws_cdk.assertions import Annotations, Match
+
+    app: Synthesized = request.getfixturevalue(f"{config}_app")
+    assert app.config.functions.python == "3.13"
+    api = app.template("api")
+    (monitor,) = _layer_ids(api, MONITOR_LAYER)
+    functions = {
+        str(f["Properties"]["Handler"]).split(".")[2]: {layer["Ref"] for layer in f["Properties"].get("Layers", [])}
+        for f in api.find_resources("AWS::Lambda::Function").values()
+        if str(f["Properties"].get("Handler", "")).startswith("sluice.handlers.")
+    }
+    expected = {*PROFILING, *CHECKING} - (set() if app.config.websocket.enabled else {"websocket"})
+    assert {name for name, layers in functions.items() if monitor in layers} == expected
+    assert {"authorizer", "rollouts", "registry_events"} <= set(functions)  # and none of these
+    if "streams" in app.stacks:
+        streams = app.template("streams")
+        (stream_monitor,) = _layer_ids(streams, MONITOR_LAYER)
+        scorers = [f["Properties"] for f in streams.find_resources("AWS::Lambda::Function").values() if f["Properties"].get("Layers")]
+        assert scorers and all({"Ref": stream_monitor} in f["Layers"] for f in scorers)
+    # The batch functions profile nothing, and are near Lambda's unzipped limit.
+    assert _layer_ids(app.template("batch"), MONITOR_LAYER) == set()
+    for stack in app.stacks.values():
+        found = Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(NO_SKETCHES))
+        assert found == [], stack.stack_name

@@ -131,6 +131,39 @@ def test_latest_runtime_rules_are_acknowledged_only_below_the_newest_runtime(
             assert f"python{python}" in reason and "functions.python" in reason, path
 
 
+def test_drift_monitoring_follows_the_runtime_and_3_14_says_it_is_off(app_on: Synthesized) -> None:
+    """Where Apache DataSketches has a wheel (3.12, 3.13) the functions that profile or check get
+    the monitor layer; on 3.14 no function has it, and the API and streams stacks, which would
+    have built it, warn the operator (see test_layers for which functions get it)."""
+    from aws_cdk.assertions import Annotations, Match
+    from infra.constructs.functions import MONITOR_PYTHONS
+
+    from tests.infra.test_layers import MONITOR_LAYER, NO_SKETCHES
+
+    python = app_on.config.functions.python
+    with_layer = {
+        component
+        for component in app_on.stacks
+        for layer in app_on.template(component).find_resources("AWS::Lambda::LayerVersion").values()
+        if layer["Properties"].get("Description") == MONITOR_LAYER
+    }
+    warned = {
+        component
+        for component, stack in app_on.stacks.items()
+        if Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(NO_SKETCHES))
+    }
+    if python in MONITOR_PYTHONS:
+        assert (with_layer, warned) == ({"api", "streams"}, set())
+    else:
+        assert (with_layer, warned) == (set(), {"api", "streams"})
+        (message,) = [
+            m.entry.data
+            for m in app_on.assembly.get_stack_by_name(app_on.stacks["api"].stack_name).messages
+            if NO_SKETCHES in str(m.entry.data)
+        ]
+        assert f"Python {python}:" in message and 'functions.python: "3.13"' in message
+
+
 @pytest.mark.parametrize(
     ("python", "architecture"), list(itertools.product(PYTHONS, ARCHITECTURES))
 )
@@ -176,9 +209,10 @@ def test_every_layer_finds_wheels_for_the_oldest_offered_runtime(
 ) -> None:
     """uv resolves each layer's pins for the oldest runtime on Graviton, where a wheel is the
     likeliest to be missing (dry run: nothing is installed; with --only-binary a pin without a
-    wheel for that Python and CPU fails to resolve). The default runtime's layers are built for
-    real by test_layers; the resolutions mostly wait on the index, so the layers are resolved at
-    once, and the other combinations are left to that and to `make synth`."""
+    wheel for that Python and CPU fails to resolve). The default runtime's core layer is built
+    for real by test_bytecode and its monitor layer by test_layers, as are 3.14's core and
+    triton layers; the resolutions mostly wait on the index, so the layers are resolved at
+    once, and the other combinations are left to those and to `make synth`."""
     from aws_cdk import App, Stack
     from infra.constructs.functions import LAYERS_DIR, FunctionPlatform
     from infra.constructs.python_layer import find_uv
