@@ -146,7 +146,7 @@ class ApiStack(FunctionStack):
             table=storage.table,
         )
         self.rollouts = RolloutController(
-            self, self._worker("rollouts", [core], concurrency.rollouts), endpoints=self.endpoint_lifecycle
+            self, self._worker("rollouts", [core, *monitor], concurrency.rollouts), endpoints=self.endpoint_lifecycle
         ).function
         self.monitor = MonitorSchedule(
             self, self._worker("monitor", [core, *monitor], concurrency.monitor), bucket=storage.batch

@@ -220,9 +220,10 @@ def test_monitor_layer_really_builds_for_the_default_runtime(tmp_path: Path, cap
 TRITON_LAYER = "sluice triton runtime dependencies"
 MONITOR_LAYER = "sluice monitoring dependencies"
 # The functions that profile the traffic they answer (their profiles are what drift is
-# checked on) and the hourly check that reads the profiles.
+# checked on), the hourly check that reads the profiles, and the rollout controller whose
+# `drift` gate reads them.
 PROFILING = ("api", "shadow", "websocket")
-CHECKING = ("monitor",)
+CHECKING = ("monitor", "rollouts")
 # What the synthesis warns where the runtime has no DataSketches wheel (functions.py).
 NO_SKETCHES = "Apache DataSketches publishes no wheel"
 
@@ -247,9 +248,9 @@ def test_triton_layer_is_on_the_functions_that_predict_online_only(full_app: Syn
     (monitor,) = _layer_ids(api, MONITOR_LAYER)  # the default runtime has DataSketches
     for handler in ("api", "shadow", "websocket"):
         assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, triton, monitor}, handler
-    assert _layers_of(api, "sluice.handlers.monitor.handler") == {core, monitor}
-    for handler in ("authorizer", "rollouts"):
-        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core}, handler
+    for handler in CHECKING:
+        assert _layers_of(api, f"sluice.handlers.{handler}.handler") == {core, monitor}, handler
+    assert _layers_of(api, "sluice.handlers.authorizer.handler") == {core}
 
     streams = full_app.template("streams")
     (stream_triton,) = _layer_ids(streams, TRITON_LAYER)
@@ -327,7 +328,7 @@ def test_with_the_default_runtime_the_functions_that_profile_or_check_drift_get_
     }
     expected = {*PROFILING, *CHECKING} - (set() if app.config.websocket.enabled else {"websocket"})
     assert {name for name, layers in functions.items() if monitor in layers} == expected
-    assert {"authorizer", "rollouts", "registry_events"} <= set(functions)  # and none of these
+    assert {"authorizer", "registry_events"} <= set(functions)  # and none of these
     if "streams" in app.stacks:
         streams = app.template("streams")
         (stream_monitor,) = _layer_ids(streams, MONITOR_LAYER)

@@ -28,13 +28,16 @@ def clients(settings: Settings) -> AwsClients:
 
 def rollout_controller(container: Container) -> RolloutService:
     """Every tenant's rollouts, looked at with the CloudWatch alarms they name (the container's
-    own `rollouts` checks none: its looks run where no alarm is read, in `sluice serve`)."""
+    own `rollouts` checks none: its looks run where no alarm is read, in `sluice serve`) and
+    with model monitoring's drift and quality for the gates that name them."""
     from sluice.services.rollouts import RolloutService
     from sluice.stats.alarms import CloudWatchAlarms
 
     settings = container.settings
     alarms = CloudWatchAlarms(clients(settings).client("cloudwatch", region=settings.adapters.region))
-    return RolloutService(container.registry, container.deployments, alarms=alarms, endpoints=container.endpoint_plane)
+    return RolloutService(
+        container.registry, container.deployments, alarms=alarms, endpoints=container.endpoint_plane, monitor=lambda: container.monitor
+    )
 
 
 def follower(container: Container) -> Follower:

@@ -182,9 +182,10 @@ class MonitorService:
 
     def drift(self, tenant: str, name: str, revision: int, variant: str) -> float | None:
         """The worst column's drift of one variant's traffic over the whole revision (the rollout
-        gate `drift`); None without a baseline, or before the traffic has `min_rows` rows."""
+        gate `drift`); None without a baseline, before the traffic has `min_rows` rows, or where
+        this process reads no sketch (a runtime without DataSketches: the gate holds)."""
         doc = self.registry.get_baseline(tenant, name)
-        if doc is None:
+        if doc is None or importlib.util.find_spec("datasketches") is None:
             return None
         merged = Profile()
         for profile in self._windows(tenant, name, revision, variant).values():

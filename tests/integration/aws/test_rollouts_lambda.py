@@ -66,3 +66,24 @@ def test_the_scheduled_controller_rolls_back_on_a_named_alarm(cloud: Container, 
     from sluice.handlers.rollouts import service
 
     assert service().endpoints is not None and "endpoints" not in vars(cloud)
+
+
+def test_the_scheduled_controller_reads_model_quality_for_the_gates_that_name_it(cloud: Container, acme: Principal) -> None:
+    """The controller on AWS reads the candidate's labelled outcomes from the registry: a gate on
+    accuracy rolls back a candidate the labels find wrong (without model monitoring wired in,
+    the gate had no value and held the rollout for ever)."""
+    from sluice.domain.rollouts import CANDIDATE
+    from sluice.handlers.rollouts import handler
+    from sluice.monitor.quality import CLASS, Outcomes
+
+    cloud.rollouts.start(acme, "iris", to="iris:2", steps="5,100", every="1m", gates="accuracy>=0.9", min_requests=4)
+    revision = cloud.deployments.get(acme, "iris").revision
+    cloud.registry.merge_stats("acme", "iris", revision, f"variant:{CANDIDATE}", {"requests": 10}, {})
+    assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 1, "actions": {"hold": 1}}  # no labels yet
+    wrong = Outcomes(CLASS)
+    for i in range(120):  # more than the fewest labelled rows a quality gate needs (100)
+        wrong.add_class("setosa", "setosa" if i % 2 else "virginica")  # half right
+    cloud.registry.add_outcomes("acme", "iris", revision, 0, {CANDIDATE: wrong.to_dict()})
+    assert handler({}, LambdaContext(function_name="sluice-rollouts")) == {"rollouts": 1, "actions": {"rollback": 1}}
+    last = cloud.deployments.history(acme, "iris")[-1]
+    assert last.note is not None and "accuracy>=0.9" in str(last.note)
