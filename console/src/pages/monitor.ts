@@ -1,13 +1,15 @@
 // A deployment's model monitoring (`GET …/monitor`, the route `sluice monitor status` calls):
 // per feature its drift in each window as a small chart with the threshold, its verdict and
 // its data quality, the worst features first; the model's quality over the windows with
-// labels, a line per variant; all traffic or one variant's.
+// labels, a line per variant; all traffic or one variant's. Below it, the kept history of the
+// closed windows (pages/history.ts).
 import { ApiError, describe, enc, get } from "../api";
 import { h, mount, num, when } from "../dom";
 import type { Context } from "../main";
 import { featureSeries, type MonitorAnswer, qualityCells, qualitySeries } from "../monitor";
 import type { Policy } from "../policy";
 import { poll, table } from "../ui";
+import { historySection } from "./history";
 import { legend, qualityChart, spark, verdictSpan } from "./monitor-charts";
 
 const POLL_MS = 15000;
@@ -18,7 +20,9 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
   const box = h("div", { id: "monitor" });
   const variant = h("select", { id: "monitor-variant", "aria-label": "traffic" });
   const windows = h("select", { id: "monitor-windows", "aria-label": "windows" }, [24, 72, 168].map((n) => h("option", { value: n }, `last ${n} windows`)));
-  const element = h("section", {}, h("h2", {}, "Monitoring"), h("div", { class: "controls" }, h("label", {}, "Traffic ", variant), h("label", {}, "Windows ", windows)), box);
+  let threshold: number | null = null; // the drift threshold, once read
+  const history = historySection(ctx, name, () => variant.value, () => threshold);
+  const element = h("section", {}, h("h2", {}, "Monitoring"), h("div", { class: "controls" }, h("label", {}, "Traffic ", variant), h("label", {}, "Windows ", windows)), box, history.element);
 
   const fillVariants = () => {
     const p = policy();
@@ -29,6 +33,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
 
   const draw = (m: MonitorAnswer) => {
     const t = m.thresholds;
+    threshold = t.drift;
     const base = m.baseline;
     const summary = h(
       "p",
@@ -80,7 +85,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
       } else mount(box, h("p", { class: "error", id: "monitor-error" }, describe(error)));
     }
   };
-  variant.addEventListener("change", refresh);
+  variant.addEventListener("change", () => void refresh().then(history.redraw));
   windows.addEventListener("change", refresh);
 
   const start = async () => {
@@ -88,6 +93,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
     let first = true; // `start` drew it: the poller's first look is POLL_MS from now
     await refresh();
     ctx.onLeave(poll(() => (first ? void (first = false) : refresh()), POLL_MS));
+    await history.start();
   };
   return { element, start, refill: fillVariants };
 }
