@@ -513,6 +513,57 @@ def test_a_drifted_feature_is_flagged_first_in_the_monitoring_section(admin_tab:
     assert "sluice monitor labels iris-watch" in tab.page.inner_text("#no-labels")
     tab.shot(shots, "monitoring", of="#monitor")
 
+    # Its history: the windows before this one closed as `sluice serve` closes them, read back
+    # a span at a time. Oldest first: drifted as now, quiet (the baseline's own rows), nothing
+    # recorded, no traffic, and this window.
+    window_s, hour = status["window_s"], status["windows"][0]["window_start"]
+    _keep_windows(service, "iris-watch", status["revision"], now=hour, window_s=window_s, drifted=[hour - 4 * window_s], quiet=[hour - 3 * window_s], idle=[hour - window_s])
+    tab.page.reload()  # read anew (the page read the history when it opened, before these closed)
+    tab.page.wait_for_selector("#history-features")
+    cells = tab.page.locator("#history-verdicts rect")
+    assert [cells.nth(i).get_attribute("data-verdict") for i in range(cells.count())] == ["alert", "ok", "not_recorded", "no_traffic", "alert"]
+    assert cells.first.get_attribute("data-window") == str(hour - 4 * window_s)
+    assert "4 windows kept" in tab.page.inner_text("#history-summary")  # four documents on five windows
+    first = tab.page.locator("#history-features tbody tr").first
+    assert first.locator("[data-feature]").inner_text() == "petal_length"  # the worst first: alerting in two windows
+    assert first.locator("td").nth(2).inner_text() == "2"
+    assert first.locator("svg.spark circle.over").count() == 2 and first.locator("svg.spark circle.under").count() == 1
+    assert first.locator("svg.spark polyline").count() == 2  # broken where no window was checked
+    sepal = tab.page.locator("#history-features tr", has=tab.page.locator("[data-feature=sepal_width]"))
+    assert sepal.locator("td").nth(2).inner_text() == "0" and sepal.locator("svg.spark circle.over").count() == 0
+    assert tab.page.locator("#history-no-labels").count() == 1
+    with tab.page.expect_response(lambda r: "/monitor/history?" in r.url and "since=7d" in r.url):
+        tab.page.select_option("#history-span", "7d")
+    tab.page.wait_for_selector("#history-verdicts rect[data-verdict=not_recorded]")
+    tab.shot(shots, "monitoring-history", of="#monitor-history")
+
+
+def _keep_windows(service: Service, name: str, revision: int, *, now: int, window_s: int, drifted: list[int], quiet: list[int], idle: list[int]) -> None:
+    """Closed windows of `name` kept as the server keeps them (MonitorResults, in its batch
+    folder), on the server's registry: the window `now` as its traffic made it; `drifted`
+    windows profiled as that traffic was, `quiet` ones as the baseline's own rows, `idle` ones
+    without traffic."""
+    from sluice.monitor.sketches import Profile
+    from sluice.services.monitor_results import MonitorResults
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    tenant = service.call("GET", "/api/v1/session")["tenant"]
+    c = Container.from_settings(Settings(mode="local", home=service.home))
+    traffic = [(variant, profile) for variant, begun, profile in c.registry.read_profiles(tenant, name, revision, since=now) if begun == now]
+    baseline = c.registry.get_baseline(tenant, name)
+    assert traffic and baseline is not None
+    for start in drifted:
+        for variant, profile in traffic:
+            c.registry.add_profile(tenant, name, revision, variant, start, profile)
+    for start in quiet:
+        c.registry.add_profile(tenant, name, revision, traffic[0][0], start, Profile.from_dict(baseline).to_dict())
+    results = MonitorResults(c.monitor, c.batch_files(), c.batch_paths.root)
+    for start in sorted([now, *drifted, *quiet, *idle]):
+        closed = c.monitor.closed(tenant, name, at=start + window_s + 300)
+        assert closed is not None and closed["window_start"] == start and (closed["check"] is None) == (start in idle)
+        results.write(tenant, closed)
+
 
 def test_a_predict_only_key_is_told_what_it_may_not_do(browser: Any, service: Service) -> None:
     key = service.call("POST", "/api/v1/keys", json={"scopes": ["predict"], "name": "console-predict"})["key"]

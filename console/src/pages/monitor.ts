@@ -1,66 +1,18 @@
 // A deployment's model monitoring (`GET …/monitor`, the route `sluice monitor status` calls):
 // per feature its drift in each window as a small chart with the threshold, its verdict and
 // its data quality, the worst features first; the model's quality over the windows with
-// labels, a line per variant; all traffic or one variant's.
+// labels, a line per variant; all traffic or one variant's. Below it, the kept history of the
+// closed windows (pages/history.ts).
 import { ApiError, describe, enc, get } from "../api";
-import { h, mount, num, s, when } from "../dom";
+import { h, mount, num, when } from "../dom";
 import type { Context } from "../main";
-import { ALERTS, chart, type FeatureSeries, featureSeries, type MonitorAnswer, qualityCells, qualitySeries, type QualitySeries } from "../monitor";
+import { featureSeries, type MonitorAnswer, qualityCells, qualitySeries } from "../monitor";
 import type { Policy } from "../policy";
 import { poll, table } from "../ui";
+import { historySection } from "./history";
+import { legend, qualityChart, spark, verdictSpan } from "./monitor-charts";
 
 const POLL_MS = 15000;
-const COLORS = ["#3f51b5", "#e65100", "#2e7d32", "#ad1457", "#00838f", "#6d4c41", "#5e35b1", "#9e9d24"];
-const SPARK = { width: 160, height: 34 };
-const QUALITY = { width: 260, height: 90 };
-
-function verdictSpan(verdict: string, attrs: Record<string, string> = {}): HTMLElement {
-  const cls = ALERTS.has(verdict) || verdict === "alert" ? "fail" : verdict === "ok" ? "pass" : "none";
-  return h("span", { class: `verdict ${cls}`, "data-verdict": verdict, ...attrs }, verdict.replaceAll("_", " "));
-}
-
-const polyline = (run: { x: number; y: number }[], pad: number, attrs: Record<string, string>) =>
-  s("polyline", { points: run.map((p) => `${(p.x + pad).toFixed(1)},${(p.y + pad).toFixed(1)}`).join(" "), fill: "none", ...attrs });
-
-/** A feature's drift per window: the line, a dot per window (red above the threshold, its
- * window and figure on hover), and the threshold dashed. */
-function spark(f: FeatureSeries, threshold: number): SVGElement {
-  const pad = 3;
-  const c = chart(f.t, [f.drift], SPARK.width, SPARK.height, { threshold });
-  const dots = c.points[0].flatMap((point, i) => {
-    const v = f.drift[i];
-    if (point === null || v === null) return [];
-    return [s("circle", { cx: point.x + pad, cy: point.y + pad, r: 2.5, class: v > threshold ? "over" : "under" }, s("title", {}, `${when(f.t[i])}: PSI ${num(v, 3)}`))];
-  });
-  return s(
-    "svg",
-    { class: "spark", width: SPARK.width + 2 * pad, height: SPARK.height + 2 * pad, role: "img", "aria-label": `drift of ${f.name} per window` },
-    c.threshold === null ? null : s("line", { class: "threshold", x1: 0, x2: SPARK.width + 2 * pad, y1: c.threshold + pad, y2: c.threshold + pad }, s("title", {}, `threshold ${threshold}`)),
-    c.lines[0].map((run) => polyline(run, pad, { class: "drift" })),
-    dots,
-  );
-}
-
-function qualityChart(q: QualitySeries, names: string[]): HTMLElement {
-  const pad = 4;
-  const lines = names.map((v) => q.lines[v] ?? q.t.map(() => null));
-  const regressor = q.metric === "mae" || q.metric === "rmse";
-  const c = chart(q.t, lines, QUALITY.width, QUALITY.height, { floor: regressor ? 0 : 1 });
-  const svg = s(
-    "svg",
-    { class: "quality", width: QUALITY.width + 2 * pad, height: QUALITY.height + 2 * pad, role: "img", "aria-label": `${q.metric} per window` },
-    s("line", { class: "axis", x1: pad, x2: QUALITY.width + pad, y1: QUALITY.height + pad, y2: QUALITY.height + pad }),
-    c.lines.map((runs, k) => runs.map((run) => [polyline(run, pad, { stroke: COLORS[k % COLORS.length], "stroke-width": "2" }), run.map((p) => s("circle", { cx: p.x + pad, cy: p.y + pad, r: 2.5, fill: COLORS[k % COLORS.length] }))])),
-  );
-  const latest = names.map((v) => `${v} ${num(q.lines[v]?.at(-1) ?? null, 3)}`).join(" · ");
-  return h(
-    "figure",
-    { class: "chart", "data-metric": q.metric },
-    h("figcaption", {}, h("strong", {}, q.metric), ` (0 to ${num(c.top, 3)}) · latest: ${latest}`),
-    svg,
-    h("p", { class: "muted small" }, q.t.length > 1 ? `${when(q.t[0])} → ${when(q.t.at(-1))}` : when(q.t[0])),
-  );
-}
 
 /** The monitoring section of a deployment's page; `policy` gives the variants to choose from
  * (`refill` reads them again after the policy changed). */
@@ -68,7 +20,9 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
   const box = h("div", { id: "monitor" });
   const variant = h("select", { id: "monitor-variant", "aria-label": "traffic" });
   const windows = h("select", { id: "monitor-windows", "aria-label": "windows" }, [24, 72, 168].map((n) => h("option", { value: n }, `last ${n} windows`)));
-  const element = h("section", {}, h("h2", {}, "Monitoring"), h("div", { class: "controls" }, h("label", {}, "Traffic ", variant), h("label", {}, "Windows ", windows)), box);
+  let threshold: number | null = null; // the drift threshold, once read
+  const history = historySection(ctx, name, () => variant.value, () => threshold);
+  const element = h("section", {}, h("h2", {}, "Monitoring"), h("div", { class: "controls" }, h("label", {}, "Traffic ", variant), h("label", {}, "Windows ", windows)), box, history.element);
 
   const fillVariants = () => {
     const p = policy();
@@ -79,6 +33,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
 
   const draw = (m: MonitorAnswer) => {
     const t = m.thresholds;
+    threshold = t.drift;
     const base = m.baseline;
     const summary = h(
       "p",
@@ -106,7 +61,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
     const newest = m.quality[0];
     const qualityPart = quality.length
       ? [
-          h("p", { class: "legend" }, variants.map((v, k) => h("span", { class: "key" }, s("svg", { width: 14, height: 4 }, s("rect", { width: 14, height: 4, fill: COLORS[k % COLORS.length] })), ` ${v}`))),
+          legend(variants),
           h("div", { class: "charts", id: "monitor-quality" }, quality.map((q) => qualityChart(q, variants))),
           h("p", { class: "muted" }, `Latest window with labels, from ${when(newest.window_start)}:`),
           table(
@@ -130,7 +85,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
       } else mount(box, h("p", { class: "error", id: "monitor-error" }, describe(error)));
     }
   };
-  variant.addEventListener("change", refresh);
+  variant.addEventListener("change", () => void refresh().then(history.redraw));
   windows.addEventListener("change", refresh);
 
   const start = async () => {
@@ -138,6 +93,7 @@ export function monitorSection(ctx: Context, name: string, policy: () => Policy)
     let first = true; // `start` drew it: the poller's first look is POLL_MS from now
     await refresh();
     ctx.onLeave(poll(() => (first ? void (first = false) : refresh()), POLL_MS));
+    await history.start();
   };
   return { element, start, refill: fillVariants };
 }
