@@ -156,7 +156,10 @@ triton-env: $(TRITON_STAMP)
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
+# The layers carry bytecode compiled by the runtime's Python: found on this machine, else
+# installed by uv where the machine reaches its downloads (infra/constructs/bytecode.py).
 synth: $(STAMP) node_modules/.package-lock.json console
+	$(PY) -m infra.constructs.bytecode
 	npx --no-install cdk synth
 
 # checkov (tests/infra/test_checkov.py scans the synthesized templates with it) pins many

@@ -132,3 +132,50 @@ def compile_tree(root: Path, *, version: str, label: str) -> Compiled:
         flush=True,
     )
     return Compiled(interpreter=interpreter, files=files, failures=failures)
+
+
+def ensure_interpreter(version: str) -> str | None:
+    """`find_interpreter`, else one installed by `uv python install` (a CPython build uv
+    downloads, where this machine reaches its downloads): what `make synth` runs first, so
+    that the layers carry bytecode by default. None where neither gives one; the synthesis
+    then warns, as `compile_tree` says."""
+    found = find_interpreter(version)
+    if found is not None:
+        return found
+    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is None:
+        return None
+    print(f"no Python {version} on this machine for the layers' bytecode: `uv python install {version}` …", flush=True)
+    try:
+        result = subprocess.run([uv, "python", "install", version], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"uv could not install Python {version}: {e}", flush=True)
+        return None
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
+        print(f"uv could not install Python {version}: {reason}", flush=True)
+        return None
+    find_interpreter.cache_clear()
+    return find_interpreter(version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m infra.constructs.bytecode [CONFIG]`: an interpreter of the configured
+    runtime's Python (`functions.python`), found or installed; says which. Never fails: a
+    synthesis without one ships sources and warns."""
+    from infra.config import DEFAULT_CONFIG, load_config
+
+    args = sys.argv[1:] if argv is None else argv
+    version = load_config(args[0] if args else DEFAULT_CONFIG).functions.python
+    found = ensure_interpreter(version)
+    print(
+        f"layers' bytecode: Python {version} at {found}"
+        if found
+        else f"layers' bytecode: no Python {version} (the synthesis ships sources and warns)",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
