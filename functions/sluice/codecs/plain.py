@@ -4,6 +4,7 @@ rows (the simple JSON API, stream outputs) or as Arrow columns (batch parts), de
 from __future__ import annotations
 
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,6 +102,13 @@ def arrays_from_request(
         return {only.name: _row_array(only, items, field=where, bools=bools)}
     # Multi-input models: each feature names an input and holds one row of it.
     columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
+    alike = _columns_of_alike(items, columns)
+    if alike is not None:
+        return {
+            spec.name: _shaped_column(spec, column, field=f"{where}.{spec.name}")
+            for spec in signature.inputs
+            if (column := alike.get(spec.name))
+        }
     for i, item in enumerate(items):  # a row's field is named only when it is refused
         if not isinstance(item, dict):
             raise InvalidInput("each row must be an object of input name: value", field=where if features is not None else f"batch.{i}")
@@ -115,6 +123,22 @@ def arrays_from_request(
         for spec in signature.inputs
         if columns[spec.name]
     }
+
+
+def _columns_of_alike(items: list[Any], inputs: dict[str, list[Any]]) -> dict[str, list[Any]] | None:
+    """Each input's column where every row is an object with the same keys, each an input's
+    name (what a client sends, row after row): a pass in C per input rather than a Python
+    loop per row and value. None otherwise: the loop over the rows then names what is wrong.
+    A row with as many keys as the first's that holds each of the first's has the same keys."""
+    if set(map(type, items)) != {dict}:
+        return None
+    names = list(items[0])
+    if not all(map(inputs.__contains__, names)) or set(map(len, items)) != {len(names)}:
+        return None
+    try:
+        return {name: list(map(itemgetter(name), items)) for name in names}
+    except KeyError:  # a row without one of them
+        return None
 
 
 def _shaped_column(spec: TensorSpec, values: list[Any], *, field: str) -> np.ndarray:
@@ -222,9 +246,19 @@ def present_rows(
         # The runtime's own {label: probability} rows (string labels, in the classes' order):
         # the same values as the array's, with no dict built per row.
         return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
-    # {class: probability} a row; `zip` mapped, as a call without keywords (the faster call, once a row).
-    table = map(dict, map(zip, repeat(keys), probs.tolist()))  # type: ignore[union-attr]
-    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, table, confidence, strict=True)]
+    if width == 1 and len(keys) == 1:  # one class's probability (a calibrated score): the confidence too
+        key = keys[0]
+        return [{"prediction": p, "probabilities": {key: c}, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
+    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, _table(keys, probs), confidence, strict=True)]  # type: ignore[arg-type]
+
+
+def _table(keys: list[str], probs: np.ndarray) -> Any:
+    """{class: probability} a row: a dict display for two classes (built without a call),
+    else `zip` mapped, as a call without keywords (the faster call, once a row)."""
+    if len(keys) == 2 and probs.shape[1] == 2:
+        first, second = keys
+        return [{first: a, second: b} for a, b in probs.tolist()]
+    return map(dict, map(zip, repeat(keys), probs.tolist()))
 
 
 def present_columns(signature: Signature, result: InferenceResult, *, flat: bool) -> dict[str, pa.Array]:
