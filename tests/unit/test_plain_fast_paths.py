@@ -104,6 +104,16 @@ def reference_rows(signature: Signature, result: InferenceResult, *, return_prob
     return [{"prediction": x, "probabilities": row, "confidence": c} for x, row, c in zip(predictions, table, confidence, strict=True)]
 
 
+def reference_column(array: np.ndarray, n: int) -> list[Any]:
+    per_row = array.reshape(n, -1)
+    if per_row.shape[1] == 1:
+        column = per_row[:, 0].tolist()
+        if array.dtype != object or set(map(type, column)) <= plain._PLAIN:
+            return column
+        return [_scalar(x) for x in column]
+    return array.reshape(n, *array.shape[1:]).tolist()
+
+
 def outcome(make: Any) -> Any:
     """What a call gives, comparable: each array's dtype, shape and values (NaN as NaN), or
     the error's kind, message and field."""
@@ -219,3 +229,27 @@ def test_a_calibrated_score_answers_its_one_probability_and_its_confidence() -> 
         {"prediction": "no", "probabilities": {"0": 0.25}, "confidence": 0.25},
         {"prediction": "yes", "probabilities": {"0": 0.75}, "confidence": 0.75},
     ]
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+column_values = st.one_of(
+    st.lists(st.floats(width=32), min_size=1, max_size=12).map(lambda v: np.asarray(v, np.float32)),
+    st.lists(st.integers(-(2**31), 2**31), min_size=1, max_size=12).map(lambda v: np.asarray(v, np.int64)),
+    st.lists(st.sampled_from(["no", "yes", b"maybe", np.str_("x"), np.float32(0.5), 3, None]), min_size=1, max_size=12).map(_objects),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(column_values, st.data())
+def test_an_output_column_reads_as_it_did_row_by_row(values: np.ndarray, data: st.DataObject) -> None:
+    """A label, value or vector per row (any shape with the rows first) reads as before."""
+    size = values.size
+    n = data.draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0]))
+    shape = data.draw(st.sampled_from([(n, size // n), (n, size // n, 1), (size,) if n == size else (n, size // n)]))
+    array = values.reshape(shape)
+    assert repr(_column(array, n)) == repr(reference_column(array, n))

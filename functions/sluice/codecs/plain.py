@@ -170,13 +170,13 @@ def _scalar(value: Any) -> Any:
 def _column(array: np.ndarray, n: int) -> list[Any]:
     """Each row's value as plain JSON: a scalar where the row holds one element, else a list.
     One `tolist()` for the whole array rather than one NumPy call per row."""
-    per_row = array.reshape(n, -1)
-    if per_row.shape[1] == 1:
-        column = per_row[:, 0].tolist()
-        if array.dtype != object or set(map(type, column)) <= _PLAIN:  # a set of types, built in C
-            return column
-        return [_scalar(x) for x in column]
-    return array.reshape(n, *array.shape[1:]).tolist()
+    if array.size != n:
+        array.reshape(n, -1)  # refuses a size that is not a whole number of rows, as it always did
+        return array.reshape(n, *array.shape[1:]).tolist()
+    column = (array if array.ndim == 1 else array.reshape(n)).tolist()
+    if array.dtype != object or set(map(type, column)) <= _PLAIN:  # a set of types, built in C
+        return column
+    return [_scalar(x) for x in column]
 
 
 class _Plain:

@@ -133,9 +133,22 @@ def _typed(values: Any) -> dict[np.dtype, np.ndarray]:
     return {dtype: np.asarray(values, dtype=dtype) for dtype in _FLOATS}
 
 
+SMALL_FILL = 4096  # up to this many values a fill copies and sets its NaN (NumPy's set-up is the cost)
+
+
 def _fill(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """NaN made the value: in a copy where the NaN are set (a request's few rows: fewer
+    NumPy calls' set-up), else `np.where` (a batch part's many rows, NaN or not)."""
     value = _typed(op.value)
-    return lambda y: np.where(np.isnan(y), value[y.dtype], y)
+
+    def f(y: np.ndarray) -> np.ndarray:
+        if y.size > SMALL_FILL:
+            return np.where(np.isnan(y), value[y.dtype], y)
+        y = y.copy()
+        y[np.isnan(y)] = value[y.dtype]
+        return y
+
+    return f
 
 
 def _standardize(op: Any) -> Callable[[np.ndarray], np.ndarray]:
