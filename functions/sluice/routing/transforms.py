@@ -40,6 +40,7 @@ _STARTS = ("fill", "standardize", "min_max", "log1p", "platt")  # floats from an
 _ELEMENT_WISE = (*_STARTS, "clip")  # clip keeps its input's type: it joins a chain, never starts one
 MAX_PLANS = 16  # a node takes what the step before gives: a few column choices at most
 MORE_CODES = 1024  # text outside a vocabulary remembered per op (a bound, whatever the traffic)
+SMALL_FILL = 4096  # up to this many values a fill copies and sets its NaN (NumPy's set-up is the cost)
 
 
 class Plan:
@@ -133,12 +134,8 @@ def _typed(values: Any) -> dict[np.dtype, np.ndarray]:
     return {dtype: np.asarray(values, dtype=dtype) for dtype in _FLOATS}
 
 
-SMALL_FILL = 4096  # up to this many values a fill copies and sets its NaN (NumPy's set-up is the cost)
-
-
 def _fill(op: Any) -> Callable[[np.ndarray], np.ndarray]:
-    """NaN made the value: in a copy where the NaN are set (a request's few rows: fewer
-    NumPy calls' set-up), else `np.where` (a batch part's many rows, NaN or not)."""
+    """NaN made the value: set in a copy (a request's few rows), else `np.where` (many rows)."""
     value = _typed(op.value)
 
     def f(y: np.ndarray) -> np.ndarray:
