@@ -10,6 +10,7 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,7 +155,7 @@ def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
     names = [spec.name for spec in signature.inputs]
     keys = draw(st.lists(st.sampled_from([*names, "unknown"]), min_size=0, max_size=len(names) + 1, unique=True))
     rows: list[Any] = []
-    for _ in range(draw(st.integers(1, 6))):
+    for _ in range(draw(st.integers(1, 12))):
         row = {key: draw(values) for key in keys}
         odd = draw(st.sampled_from(["none"] * 6 + ["drop", "add", "reorder", "list", "text"]))
         if odd == "drop" and row:
@@ -171,13 +172,16 @@ def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject) -> None:
+@given(st.data(), st.sampled_from([1, plain.ALIKE_ROWS]))
+def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject, alike_rows: int) -> None:
+    """Whatever the number of rows from which the fast path is taken (a batch of 1 to 12 rows)."""
     signature = data.draw(signatures())
     rows = data.draw(batches(signature))
-    assert outcome(lambda: arrays_from_request(signature, batch=rows)) == outcome(lambda: reference_arrays(signature, batch=rows))
-    one = rows[0]
-    assert outcome(lambda: arrays_from_request(signature, features=one)) == outcome(lambda: reference_arrays(signature, features=one))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plain, "ALIKE_ROWS", alike_rows)
+        assert outcome(lambda: arrays_from_request(signature, batch=rows)) == outcome(lambda: reference_arrays(signature, batch=rows))
+        one = rows[0]
+        assert outcome(lambda: arrays_from_request(signature, features=one)) == outcome(lambda: reference_arrays(signature, features=one))
 
 
 def test_rows_with_the_same_keys_take_the_fast_path_and_others_do_not() -> None:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature, TensorSpec
 
 
+ALIKE_ROWS = 8  # from this many rows of objects, a column at a time (`_columns_of_alike`) costs less than the loop
+
+
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = True) -> np.ndarray:
     """`bools`: whether the JSON may hold true/false at all (False: the body was seen to hold
     none, so the values need not be looked at one by one for them)."""
@@ -102,7 +105,7 @@ def arrays_from_request(
         return {only.name: _row_array(only, items, field=where, bools=bools)}
     # Multi-input models: each feature names an input and holds one row of it.
     columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
-    alike = _columns_of_alike(items, columns)
+    alike = _columns_of_alike(items, columns) if len(items) >= ALIKE_ROWS else None
     if alike is not None:
         return {
             spec.name: _shaped_column(spec, column, field=f"{where}.{spec.name}")
