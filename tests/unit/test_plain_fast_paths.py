@@ -18,7 +18,6 @@ from sluice.codecs import plain
 from sluice.codecs.plain import (
     _column,
     _feature_row,
-    _Plain,
     _row_array,
     _scalar,
     _shaped_column,
@@ -73,12 +72,34 @@ def reference_arrays(signature: Signature, *, inputs: Any = None, features: Any 
     return {spec.name: _shaped_column(spec, columns[spec.name], field=f"{where}.{spec.name}") for spec in signature.inputs if columns[spec.name]}
 
 
+class ReferencePlain:
+    """`_Plain` as it was: the outputs' roles looked up on every answer."""
+
+    def __init__(self, signature: Signature, result: InferenceResult) -> None:
+        outputs = result.outputs
+        label_spec = signature.output_with_role("label")
+        prob_spec = signature.output_with_role("probabilities")
+        self.label = outputs.get(label_spec.name) if label_spec else None
+        self.probs = outputs.get(prob_spec.name) if prob_spec else None
+        self.probs_name = prob_spec.name if prob_spec else None
+        self.values = [spec.name for spec in signature.outputs if spec.name in outputs and spec.role not in ("label", "probabilities")]
+        self.classes: list[Any] | None = None
+        if self.probs is not None and self.probs.ndim == 2:
+            self.classes = result.classes.get(self.probs_name) if self.probs_name else None
+            if self.classes is None:
+                self.classes = list(range(self.probs.shape[1]))
+
+    @property
+    def top_class(self) -> bool:
+        return self.label is None and self.classes is not None and not self.values
+
+
 def reference_rows(signature: Signature, result: InferenceResult, *, return_probabilities: bool = True) -> list[dict[str, Any]]:
     outputs = result.outputs
     n = len(next(iter(outputs.values()))) if outputs else 0
     if n == 0:
         return []
-    p = _Plain(signature, result)
+    p = ReferencePlain(signature, result)
     label, probs, classes, values = p.label, p.probs, p.classes, p.values
     if label is not None:
         predictions: list[Any] = _column(label, n)
@@ -197,24 +218,33 @@ def test_rows_with_the_same_keys_take_the_fast_path_and_others_do_not() -> None:
 # Answers -----------------------------------------------------------------------------------
 @st.composite
 def classified(draw: st.DrawFn) -> tuple[Signature, InferenceResult]:
+    """Answers with probabilities (or not), a label (or not), values, classes named or not;
+    an output's role as a version or a sequence names it, and some outputs it names absent."""
     n = draw(st.integers(1, 5))
     width = draw(st.integers(0, 4))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     probs = np.asarray(draw(st.lists(st.lists(st.floats(0, 1, width=32), min_size=width, max_size=width), min_size=n, max_size=n)), dtype=dtype).reshape(n, width)
-    outputs = {"probability": probs}
-    specs = [TensorSpec("probability", "FP32", (-1, width), role="probabilities")]
-    if draw(st.booleans()):
-        outputs["label"] = np.asarray(draw(st.lists(st.sampled_from(["no", "yes"]), min_size=n, max_size=n)), dtype=object)
-        specs.append(TensorSpec("label", "BYTES", (-1,), role="label"))
+    arrays = {
+        "probability": probs,
+        "label": np.asarray(draw(st.lists(st.sampled_from(["no", "yes"]), min_size=n, max_size=n)), dtype=object),
+        "score": np.asarray(draw(st.lists(st.floats(-5, 5, width=32), min_size=n, max_size=n)), np.float32).reshape(n, 1),
+        "": np.arange(n, dtype=np.int64),
+    }
+    roles = st.sampled_from(["probabilities", "label", "value", None])
+    names = draw(st.lists(st.sampled_from(sorted(arrays)), min_size=1, max_size=4, unique=True))
+    specs = tuple(TensorSpec(name, "FP32", (-1,), role=draw(roles)) for name in names)
+    given_ = [name for name in names if draw(st.integers(0, 4))] or names[:1]  # an output the signature names may be absent
     classes: dict[str, list[Any]] = {}
     if draw(st.booleans()):  # named classes, maybe fewer or more than the columns, maybe alike as text (1 and "1")
         classes["probability"] = draw(st.lists(st.sampled_from(["no", "yes", 1, "1", 0]), min_size=max(width - 1, 0), max_size=width + 1))
-    return Signature((), tuple(specs)), InferenceResult(outputs, classes)
+    return Signature((), specs), InferenceResult({name: arrays[name] for name in given_}, classes)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(classified(), st.booleans())
-def test_probability_rows_are_those_built_a_row_at_a_time(answer: tuple[Signature, InferenceResult], probabilities: bool) -> None:
+def test_answer_rows_are_those_built_a_row_at_a_time(answer: tuple[Signature, InferenceResult], probabilities: bool) -> None:
+    """Probabilities, labels, values and classes present as they did, a signature's roles
+    worked out once (the second answer for the same signature reads them kept)."""
     signature, result = answer
 
     def rows(present: Any) -> Any:
@@ -223,7 +253,18 @@ def test_probability_rows_are_those_built_a_row_at_a_time(answer: tuple[Signatur
         except Exception as exc:
             return (type(exc).__name__, str(exc))
 
-    assert repr(rows(present_rows)) == repr(rows(reference_rows))
+    expected = repr(rows(reference_rows))
+    assert repr(rows(present_rows)) == expected
+    assert repr(rows(present_rows)) == expected
+
+
+def test_a_signatures_roles_are_its_own_and_kept_per_signature() -> None:
+    one = Signature((), (TensorSpec("y", "FP32", (-1,), role="value"),))
+    other = Signature((), (TensorSpec("y", "FP32", (-1,), role="label"), TensorSpec("p", "FP32", (-1, 2), role="probabilities")))
+    result = InferenceResult({"y": np.array([1.5, 2.5], np.float32), "p": np.array([[0.2, 0.8], [0.6, 0.4]], np.float32)})
+    assert [r["prediction"] for r in present_rows(one, result)] == [1.5, 2.5]
+    assert present_rows(other, result)[0] == {"prediction": 1.5, "probabilities": {"0": 0.20000000298023224, "1": 0.800000011920929}, "confidence": 0.800000011920929}
+    assert "probabilities" not in present_rows(one, result)[0]
 
 
 def test_a_calibrated_score_answers_its_one_probability_and_its_confidence() -> None:

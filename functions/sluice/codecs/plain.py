@@ -182,6 +182,25 @@ def _column(array: np.ndarray, n: int) -> list[Any]:
     return [_scalar(x) for x in column]
 
 
+_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...]]] = {}  # by signature (held: its id stays its own)
+MAX_ROLES = 64
+
+
+def _roles(signature: Signature) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """The names of a signature's label and probabilities outputs and of its other outputs,
+    worked out once per signature object (a version's, a sequence's answer: the same object
+    request after request)."""
+    found = _ROLES.get(id(signature))
+    if found is None or found[0] is not signature:
+        label = signature.output_with_role("label")
+        probs = signature.output_with_role("probabilities")
+        values = tuple(spec.name for spec in signature.outputs if spec.role not in ("label", "probabilities"))
+        if len(_ROLES) >= MAX_ROLES:  # bounded, whatever the signatures answers carry
+            _ROLES.clear()
+        found = _ROLES[id(signature)] = (signature, label.name if label else None, probs.name if probs else None, values)
+    return found[1:]  # type: ignore[return-value]
+
+
 class _Plain:
     """What plain predictions present of a version's answer, decided once for rows and columns
     alike: the `prediction` (a label, the most probable class, one value or several named
@@ -191,15 +210,11 @@ class _Plain:
 
     def __init__(self, signature: Signature, result: InferenceResult) -> None:
         outputs = result.outputs
-        label_spec = signature.output_with_role("label")
-        prob_spec = signature.output_with_role("probabilities")
-        self.label = outputs.get(label_spec.name) if label_spec else None
-        self.probs = outputs.get(prob_spec.name) if prob_spec else None
-        self.probs_name = prob_spec.name if prob_spec else None
-        self.values = [
-            spec.name for spec in signature.outputs
-            if spec.name in outputs and spec.role not in ("label", "probabilities")
-        ]  # fmt: skip
+        label_name, probs_name, values = _roles(signature)
+        self.label = outputs.get(label_name) if label_name is not None else None
+        self.probs = outputs.get(probs_name) if probs_name is not None else None
+        self.probs_name = probs_name
+        self.values = [name for name in values if name in outputs]
         self.classes: list[Any] | None = None
         if self.probs is not None and self.probs.ndim == 2:
             self.classes = result.classes.get(self.probs_name) if self.probs_name else None
