@@ -192,7 +192,7 @@ def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
     return rows
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data(), st.sampled_from([1, plain.ALIKE_ROWS]))
 def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject, alike_rows: int) -> None:
     """Whatever the number of rows from which the fast path is taken (a batch of 1 to 12 rows)."""
@@ -240,7 +240,7 @@ def classified(draw: st.DrawFn) -> tuple[Signature, InferenceResult]:
     return Signature((), specs), InferenceResult({name: arrays[name] for name in given_}, classes)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(classified(), st.booleans())
 def test_answer_rows_are_those_built_a_row_at_a_time(answer: tuple[Signature, InferenceResult], probabilities: bool) -> None:
     """Probabilities, labels, values and classes present as they did, a signature's roles
@@ -274,6 +274,10 @@ def test_a_calibrated_score_answers_its_one_probability_and_its_confidence() -> 
         {"prediction": "no", "probabilities": {"0": 0.25}, "confidence": 0.25},
         {"prediction": "yes", "probabilities": {"0": 0.75}, "confidence": 0.75},
     ]
+    unnamed = InferenceResult(result.outputs, classes={"probability": []})  # no class named for the column: none shown
+    assert [row["probabilities"] for row in present_rows(signature, unnamed)] == [{}, {}]
+    two = InferenceResult(result.outputs, classes={"probability": ["no", "yes"]})  # more classes than columns: those there are
+    assert [row["probabilities"] for row in present_rows(signature, two)] == [{"no": 0.25}, {"no": 0.75}]
 
 
 def _objects(values: list[Any]) -> np.ndarray:
