@@ -4,6 +4,7 @@ rows (the simple JSON API, stream outputs) or as Arrow columns (batch parts), de
 from __future__ import annotations
 
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +17,9 @@ if TYPE_CHECKING:
 
     from sluice.domain.results import InferenceResult, Prediction
     from sluice.domain.signature import Signature, TensorSpec
+
+
+ALIKE_ROWS = 8  # from this many rows of objects, a column at a time (`_columns_of_alike`) costs less than the loop
 
 
 def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = True) -> np.ndarray:
@@ -101,6 +105,13 @@ def arrays_from_request(
         return {only.name: _row_array(only, items, field=where, bools=bools)}
     # Multi-input models: each feature names an input and holds one row of it.
     columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
+    alike = _columns_of_alike(items, columns) if len(items) >= ALIKE_ROWS else None
+    if alike is not None:
+        return {
+            spec.name: _shaped_column(spec, column, field=f"{where}.{spec.name}")
+            for spec in signature.inputs
+            if (column := alike.get(spec.name))
+        }
     for i, item in enumerate(items):  # a row's field is named only when it is refused
         if not isinstance(item, dict):
             raise InvalidInput("each row must be an object of input name: value", field=where if features is not None else f"batch.{i}")
@@ -115,6 +126,22 @@ def arrays_from_request(
         for spec in signature.inputs
         if columns[spec.name]
     }
+
+
+def _columns_of_alike(items: list[Any], inputs: dict[str, list[Any]]) -> dict[str, list[Any]] | None:
+    """Each input's column where every row is an object with the same keys, each an input's
+    name (what a client sends, row after row): a pass in C per input rather than a Python
+    loop per row and value. None otherwise: the loop over the rows then names what is wrong.
+    A row with as many keys as the first's that holds each of the first's has the same keys."""
+    if set(map(type, items)) != {dict}:
+        return None
+    names = list(items[0])
+    if not all(map(inputs.__contains__, names)) or set(map(len, items)) != {len(names)}:
+        return None
+    try:
+        return {name: list(map(itemgetter(name), items)) for name in names}
+    except KeyError:  # a row without one of them
+        return None
 
 
 def _shaped_column(spec: TensorSpec, values: list[Any], *, field: str) -> np.ndarray:
@@ -146,13 +173,32 @@ def _scalar(value: Any) -> Any:
 def _column(array: np.ndarray, n: int) -> list[Any]:
     """Each row's value as plain JSON: a scalar where the row holds one element, else a list.
     One `tolist()` for the whole array rather than one NumPy call per row."""
-    per_row = array.reshape(n, -1)
-    if per_row.shape[1] == 1:
-        column = per_row[:, 0].tolist()
-        if array.dtype != object or set(map(type, column)) <= _PLAIN:  # a set of types, built in C
-            return column
-        return [_scalar(x) for x in column]
-    return array.reshape(n, *array.shape[1:]).tolist()
+    if array.size != n:
+        array.reshape(n, -1)  # refuses a size that is not a whole number of rows, as it always did
+        return array.reshape(n, *array.shape[1:]).tolist()
+    column = (array if array.ndim == 1 else array.reshape(n)).tolist()
+    if array.dtype != object or set(map(type, column)) <= _PLAIN:  # a set of types, built in C
+        return column
+    return [_scalar(x) for x in column]
+
+
+_ROLES: dict[int, tuple[Signature, str | None, str | None, tuple[str, ...]]] = {}  # by signature (held: its id stays its own)
+MAX_ROLES = 64
+
+
+def _roles(signature: Signature) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """The names of a signature's label and probabilities outputs and of its other outputs,
+    worked out once per signature object (a version's, a sequence's answer: the same object
+    request after request)."""
+    found = _ROLES.get(id(signature))
+    if found is None or found[0] is not signature:
+        label = signature.output_with_role("label")
+        probs = signature.output_with_role("probabilities")
+        values = tuple(spec.name for spec in signature.outputs if spec.role not in ("label", "probabilities"))
+        if len(_ROLES) >= MAX_ROLES:  # bounded, whatever the signatures answers carry
+            _ROLES.clear()
+        found = _ROLES[id(signature)] = (signature, label.name if label else None, probs.name if probs else None, values)
+    return found[1:]  # type: ignore[return-value]
 
 
 class _Plain:
@@ -164,15 +210,11 @@ class _Plain:
 
     def __init__(self, signature: Signature, result: InferenceResult) -> None:
         outputs = result.outputs
-        label_spec = signature.output_with_role("label")
-        prob_spec = signature.output_with_role("probabilities")
-        self.label = outputs.get(label_spec.name) if label_spec else None
-        self.probs = outputs.get(prob_spec.name) if prob_spec else None
-        self.probs_name = prob_spec.name if prob_spec else None
-        self.values = [
-            spec.name for spec in signature.outputs
-            if spec.name in outputs and spec.role not in ("label", "probabilities")
-        ]  # fmt: skip
+        label_name, probs_name, values = _roles(signature)
+        self.label = outputs.get(label_name) if label_name is not None else None
+        self.probs = outputs.get(probs_name) if probs_name is not None else None
+        self.probs_name = probs_name
+        self.values = [name for name in values if name in outputs]
         self.classes: list[Any] | None = None
         if self.probs is not None and self.probs.ndim == 2:
             self.classes = result.classes.get(self.probs_name) if self.probs_name else None
@@ -222,9 +264,19 @@ def present_rows(
         # The runtime's own {label: probability} rows (string labels, in the classes' order):
         # the same values as the array's, with no dict built per row.
         return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
-    # {class: probability} a row; `zip` mapped, as a call without keywords (the faster call, once a row).
-    table = map(dict, map(zip, repeat(keys), probs.tolist()))  # type: ignore[union-attr]
-    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, table, confidence, strict=True)]
+    if width == 1 and len(keys) == 1:  # one class's probability (a calibrated score): the confidence too
+        key = keys[0]
+        return [{"prediction": p, "probabilities": {key: c}, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
+    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, _table(keys, probs), confidence, strict=True)]  # type: ignore[arg-type]
+
+
+def _table(keys: list[str], probs: np.ndarray) -> Any:
+    """{class: probability} a row: a dict display for two classes (built without a call),
+    else `zip` mapped, as a call without keywords (the faster call, once a row)."""
+    if len(keys) == 2 and probs.shape[1] == 2:
+        first, second = keys
+        return [{first: a, second: b} for a, b in probs.tolist()]
+    return map(dict, map(zip, repeat(keys), probs.tolist()))
 
 
 def present_columns(signature: Signature, result: InferenceResult, *, flat: bool) -> dict[str, pa.Array]:

@@ -40,6 +40,7 @@ _STARTS = ("fill", "standardize", "min_max", "log1p", "platt")  # floats from an
 _ELEMENT_WISE = (*_STARTS, "clip")  # clip keeps its input's type: it joins a chain, never starts one
 MAX_PLANS = 16  # a node takes what the step before gives: a few column choices at most
 MORE_CODES = 1024  # text outside a vocabulary remembered per op (a bound, whatever the traffic)
+SMALL_FILL = 4096  # up to this many values a fill copies and sets its NaN (NumPy's set-up is the cost)
 
 
 class Plan:
@@ -134,8 +135,17 @@ def _typed(values: Any) -> dict[np.dtype, np.ndarray]:
 
 
 def _fill(op: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """NaN made the value: set in a copy (a request's few rows), else `np.where` (many rows)."""
     value = _typed(op.value)
-    return lambda y: np.where(np.isnan(y), value[y.dtype], y)
+
+    def f(y: np.ndarray) -> np.ndarray:
+        if y.size > SMALL_FILL:
+            return np.where(np.isnan(y), value[y.dtype], y)
+        y = y.copy()
+        y[np.isnan(y)] = value[y.dtype]
+        return y
+
+    return f
 
 
 def _standardize(op: Any) -> Callable[[np.ndarray], np.ndarray]:

@@ -1,0 +1,304 @@
+"""The plain codec's fast paths give what its general paths give: rows of objects with the
+same keys read a column at a time (`arrays_from_request`), and one or two classes'
+probabilities built without a call per row (`present_rows`). Each test generates requests
+and answers and compares them with the code as it was before the fast path, kept here as
+the oracle: the same arrays, the same answers, the same errors naming the same fields."""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.codecs import plain
+from sluice.codecs.plain import (
+    _column,
+    _feature_row,
+    _row_array,
+    _scalar,
+    _shaped_column,
+    _spec,
+    arrays_from_request,
+    present_rows,
+)
+from sluice.domain.errors import InvalidInput
+from sluice.domain.results import InferenceResult
+from sluice.domain.signature import Signature, TensorSpec
+
+
+# The oracles: the code before its fast paths --------------------------------------------------
+def reference_arrays(signature: Signature, *, inputs: Any = None, features: Any = None, batch: Any = None, bools: bool = True) -> dict[str, np.ndarray]:
+    given_ = [n for n, v in (("inputs", inputs), ("features", features), ("batch", batch)) if v is not None]
+    if len(given_) != 1:
+        raise InvalidInput("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")
+    if isinstance(inputs, dict):
+        return {name: _row_array(_spec(signature, name, "inputs"), value, field=f"inputs.{name}", bools=bools) for name, value in inputs.items()}
+    only = signature.inputs[0] if len(signature.inputs) == 1 else None
+    if inputs is not None:
+        if only is None:
+            raise InvalidInput("this version takes several inputs; give 'inputs' as an object of name: rows", field="inputs")
+        if not isinstance(inputs, list):
+            raise InvalidInput("inputs must be a list of rows or an object of name: rows", field="inputs")
+        array = _row_array(only, inputs, field="inputs", bools=bools)
+        if array.ndim == len(only.shape) - 1:
+            array = array[np.newaxis, ...]
+        return {only.name: array}
+    items = [features] if features is not None else batch
+    where = "features" if features is not None else "batch"
+    if not isinstance(items, list) or not items:
+        raise InvalidInput("batch must be a non-empty list of rows or feature objects", field="batch")
+    if only is not None and only.feature_names:
+        rows = [
+            item if isinstance(item, list) else _feature_row(only, item, field=where if features is not None else f"batch.{i}")
+            for i, item in enumerate(items)
+        ]
+        return {only.name: _row_array(only, rows, field=where, bools=bools)}
+    if only is not None and all(isinstance(item, list) for item in items):
+        return {only.name: _row_array(only, items, field=where, bools=bools)}
+    columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidInput("each row must be an object of input name: value", field=where if features is not None else f"batch.{i}")
+        for name, value in item.items():
+            column = columns.get(name)
+            if column is None:
+                at = where if features is not None else f"batch.{i}"
+                raise InvalidInput(f"unknown input '{name}'; this version takes {list(columns)}", field=f"{at}.{name}")
+            column.append(value)
+    return {spec.name: _shaped_column(spec, columns[spec.name], field=f"{where}.{spec.name}") for spec in signature.inputs if columns[spec.name]}
+
+
+class ReferencePlain:
+    """`_Plain` as it was: the outputs' roles looked up on every answer."""
+
+    def __init__(self, signature: Signature, result: InferenceResult) -> None:
+        outputs = result.outputs
+        label_spec = signature.output_with_role("label")
+        prob_spec = signature.output_with_role("probabilities")
+        self.label = outputs.get(label_spec.name) if label_spec else None
+        self.probs = outputs.get(prob_spec.name) if prob_spec else None
+        self.probs_name = prob_spec.name if prob_spec else None
+        self.values = [spec.name for spec in signature.outputs if spec.name in outputs and spec.role not in ("label", "probabilities")]
+        self.classes: list[Any] | None = None
+        if self.probs is not None and self.probs.ndim == 2:
+            self.classes = result.classes.get(self.probs_name) if self.probs_name else None
+            if self.classes is None:
+                self.classes = list(range(self.probs.shape[1]))
+
+    @property
+    def top_class(self) -> bool:
+        return self.label is None and self.classes is not None and not self.values
+
+
+def reference_rows(signature: Signature, result: InferenceResult, *, return_probabilities: bool = True) -> list[dict[str, Any]]:
+    outputs = result.outputs
+    n = len(next(iter(outputs.values()))) if outputs else 0
+    if n == 0:
+        return []
+    p = ReferencePlain(signature, result)
+    label, probs, classes, values = p.label, p.probs, p.classes, p.values
+    if label is not None:
+        predictions: list[Any] = _column(label, n)
+    elif p.top_class:
+        predictions = [_scalar(classes[i]) for i in probs.argmax(axis=1).tolist()]  # type: ignore[index,union-attr]
+    elif len(values) == 1:
+        predictions = _column(outputs[values[0]], n)
+    elif values:
+        columns = {name: _column(outputs[name], n) for name in values}
+        predictions = [{name: column[i] for name, column in columns.items()} for i in range(n)]
+    else:
+        predictions = [None] * n
+    if classes is None:
+        return [{"prediction": x} for x in predictions]
+    keys = [str(_scalar(c)) for c in classes]
+    width = probs.shape[1]  # type: ignore[union-attr]
+    confidence = (probs[:, 0] if width == 1 else probs.max(axis=1)).tolist() if width else [None] * n  # type: ignore[index,union-attr]
+    if not return_probabilities:
+        return [{"prediction": x, "confidence": c} for x, c in zip(predictions, confidence, strict=True)]
+    maps = result.maps.get(p.probs_name) if p.probs_name else None
+    if maps is not None and len(maps) == n and list(maps[0]) == keys:
+        return [{"prediction": x, "probabilities": row, "confidence": c} for x, row, c in zip(predictions, maps, confidence, strict=True)]
+    table = map(dict, map(zip, repeat(keys), probs.tolist()))  # type: ignore[union-attr]
+    return [{"prediction": x, "probabilities": row, "confidence": c} for x, row, c in zip(predictions, table, confidence, strict=True)]
+
+
+def reference_column(array: np.ndarray, n: int) -> list[Any]:
+    per_row = array.reshape(n, -1)
+    if per_row.shape[1] == 1:
+        column = per_row[:, 0].tolist()
+        if array.dtype != object or set(map(type, column)) <= plain._PLAIN:
+            return column
+        return [_scalar(x) for x in column]
+    return array.reshape(n, *array.shape[1:]).tolist()
+
+
+def outcome(make: Any) -> Any:
+    """What a call gives, comparable: each array's dtype, shape and values (NaN as NaN), or
+    the error's kind, message and field."""
+    try:
+        arrays = make()
+    except InvalidInput as exc:
+        return ("refused", exc.message, exc.field)
+    except Exception as exc:
+        return ("raised", type(exc).__name__, str(exc))
+    return [(name, a.dtype.str, a.shape, repr(a.tolist())) for name, a in arrays.items()]
+
+
+# Requests ----------------------------------------------------------------------------------
+NAMES = ("length", "colour", "count")
+DATATYPES = ("FP32", "FP64", "INT64", "BOOL", "BYTES")
+values = st.one_of(
+    st.floats(width=32, allow_nan=False),
+    st.integers(-(2**40), 2**40),
+    st.booleans(),
+    st.sampled_from(["red", "green", "", "é"]),
+    st.none(),
+    st.lists(st.floats(-10, 10, width=32), min_size=1, max_size=2),
+)
+
+
+@st.composite
+def signatures(draw: st.DrawFn) -> Signature:
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
+    shapes = st.sampled_from([(-1,), (-1, 1), (-1, 2)])
+    specs = tuple(TensorSpec(name, draw(st.sampled_from(DATATYPES)), draw(shapes)) for name in names)
+    return Signature(specs, ())
+
+
+@st.composite
+def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
+    """Mostly rows with the same keys (the fast path's), now and then one that differs: a key
+    missing, one more, an unknown one, keys in another order, a list or text for a row."""
+    names = [spec.name for spec in signature.inputs]
+    keys = draw(st.lists(st.sampled_from([*names, "unknown"]), min_size=0, max_size=len(names) + 1, unique=True))
+    rows: list[Any] = []
+    for _ in range(draw(st.integers(1, 12))):
+        row = {key: draw(values) for key in keys}
+        odd = draw(st.sampled_from(["none"] * 6 + ["drop", "add", "reorder", "list", "text"]))
+        if odd == "drop" and row:
+            row.pop(draw(st.sampled_from(sorted(row))))
+        elif odd == "add":
+            row[draw(st.sampled_from([*NAMES, "unknown"]))] = draw(values)
+        elif odd == "reorder":
+            row = dict(reversed(list(row.items())))
+        elif odd in ("list", "text"):
+            rows.append([1.0] if odd == "list" else "row")
+            continue
+        rows.append(row)
+    return rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.sampled_from([1, plain.ALIKE_ROWS]))
+def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject, alike_rows: int) -> None:
+    """Whatever the number of rows from which the fast path is taken (a batch of 1 to 12 rows)."""
+    signature = data.draw(signatures())
+    rows = data.draw(batches(signature))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plain, "ALIKE_ROWS", alike_rows)
+        assert outcome(lambda: arrays_from_request(signature, batch=rows)) == outcome(lambda: reference_arrays(signature, batch=rows))
+        one = rows[0]
+        assert outcome(lambda: arrays_from_request(signature, features=one)) == outcome(lambda: reference_arrays(signature, features=one))
+
+
+def test_rows_with_the_same_keys_take_the_fast_path_and_others_do_not() -> None:
+    names = {"length": [], "colour": []}
+    alike = [{"length": 1.0, "colour": "red"}, {"colour": "blue", "length": 2.0}]
+    assert plain._columns_of_alike(alike, names) == {"length": [1.0, 2.0], "colour": ["red", "blue"]}
+    assert plain._columns_of_alike([{"length": 1.0}, {"colour": "red"}], names) is None  # same size, other keys
+    assert plain._columns_of_alike([{"length": 1.0}, {"length": 1.0, "colour": "red"}], names) is None
+    assert plain._columns_of_alike([{"size": 1.0}], names) is None
+    assert plain._columns_of_alike([{"length": 1.0}, [1.0]], names) is None
+
+
+# Answers -----------------------------------------------------------------------------------
+@st.composite
+def classified(draw: st.DrawFn) -> tuple[Signature, InferenceResult]:
+    """Answers with probabilities (or not), a label (or not), values, classes named or not;
+    an output's role as a version or a sequence names it, and some outputs it names absent."""
+    n = draw(st.integers(1, 5))
+    width = draw(st.integers(0, 4))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    probs = np.asarray(draw(st.lists(st.lists(st.floats(0, 1, width=32), min_size=width, max_size=width), min_size=n, max_size=n)), dtype=dtype).reshape(n, width)
+    arrays = {
+        "probability": probs,
+        "label": np.asarray(draw(st.lists(st.sampled_from(["no", "yes"]), min_size=n, max_size=n)), dtype=object),
+        "score": np.asarray(draw(st.lists(st.floats(-5, 5, width=32), min_size=n, max_size=n)), np.float32).reshape(n, 1),
+        "": np.arange(n, dtype=np.int64),
+    }
+    roles = st.sampled_from(["probabilities", "label", "value", None])
+    names = draw(st.lists(st.sampled_from(sorted(arrays)), min_size=1, max_size=4, unique=True))
+    specs = tuple(TensorSpec(name, "FP32", (-1,), role=draw(roles)) for name in names)
+    given_ = [name for name in names if draw(st.integers(0, 4))] or names[:1]  # an output the signature names may be absent
+    classes: dict[str, list[Any]] = {}
+    if draw(st.booleans()):  # named classes, maybe fewer or more than the columns, maybe alike as text (1 and "1")
+        classes["probability"] = draw(st.lists(st.sampled_from(["no", "yes", 1, "1", 0]), min_size=max(width - 1, 0), max_size=width + 1))
+    return Signature((), specs), InferenceResult({name: arrays[name] for name in given_}, classes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(classified(), st.booleans())
+def test_answer_rows_are_those_built_a_row_at_a_time(answer: tuple[Signature, InferenceResult], probabilities: bool) -> None:
+    """Probabilities, labels, values and classes present as they did, a signature's roles
+    worked out once (the second answer for the same signature reads them kept)."""
+    signature, result = answer
+
+    def rows(present: Any) -> Any:
+        try:
+            return present(signature, result, return_probabilities=probabilities)
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+
+    expected = repr(rows(reference_rows))
+    assert repr(rows(present_rows)) == expected
+    assert repr(rows(present_rows)) == expected
+
+
+def test_a_signatures_roles_are_its_own_and_kept_per_signature() -> None:
+    one = Signature((), (TensorSpec("y", "FP32", (-1,), role="value"),))
+    other = Signature((), (TensorSpec("y", "FP32", (-1,), role="label"), TensorSpec("p", "FP32", (-1, 2), role="probabilities")))
+    result = InferenceResult({"y": np.array([1.5, 2.5], np.float32), "p": np.array([[0.2, 0.8], [0.6, 0.4]], np.float32)})
+    assert [r["prediction"] for r in present_rows(one, result)] == [1.5, 2.5]
+    assert present_rows(other, result)[0] == {"prediction": 1.5, "probabilities": {"0": 0.20000000298023224, "1": 0.800000011920929}, "confidence": 0.800000011920929}
+    assert "probabilities" not in present_rows(one, result)[0]
+
+
+def test_a_calibrated_score_answers_its_one_probability_and_its_confidence() -> None:
+    signature = Signature((), (TensorSpec("probability", "FP32", (-1, 1), role="probabilities"), TensorSpec("label", "BYTES", (-1,), role="label")))
+    result = InferenceResult({"probability": np.array([[0.25], [0.75]], np.float32), "label": np.array(["no", "yes"], dtype=object)})
+    assert present_rows(signature, result) == [
+        {"prediction": "no", "probabilities": {"0": 0.25}, "confidence": 0.25},
+        {"prediction": "yes", "probabilities": {"0": 0.75}, "confidence": 0.75},
+    ]
+    unnamed = InferenceResult(result.outputs, classes={"probability": []})  # no class named for the column: none shown
+    assert [row["probabilities"] for row in present_rows(signature, unnamed)] == [{}, {}]
+    two = InferenceResult(result.outputs, classes={"probability": ["no", "yes"]})  # more classes than columns: those there are
+    assert [row["probabilities"] for row in present_rows(signature, two)] == [{"no": 0.25}, {"no": 0.75}]
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
+
+
+column_values = st.one_of(
+    st.lists(st.floats(width=32), min_size=1, max_size=12).map(lambda v: np.asarray(v, np.float32)),
+    st.lists(st.integers(-(2**31), 2**31), min_size=1, max_size=12).map(lambda v: np.asarray(v, np.int64)),
+    st.lists(st.sampled_from(["no", "yes", b"maybe", np.str_("x"), np.float32(0.5), 3, None]), min_size=1, max_size=12).map(_objects),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(column_values, st.data())
+def test_an_output_column_reads_as_it_did_row_by_row(values: np.ndarray, data: st.DataObject) -> None:
+    """A label, value or vector per row (any shape with the rows first) reads as before."""
+    size = values.size
+    n = data.draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0]))
+    shape = data.draw(st.sampled_from([(n, size // n), (n, size // n, 1), (size,) if n == size else (n, size // n)]))
+    array = values.reshape(shape)
+    assert repr(_column(array, n)) == repr(reference_column(array, n))
