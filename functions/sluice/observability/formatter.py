@@ -5,6 +5,7 @@ written straight to powertools' handler where it is the only one (`log_info`).""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from functools import lru_cache
@@ -27,6 +28,7 @@ def formatter_class() -> type:
     import re
 
     from aws_lambda_powertools.logging import formatter as base
+    from aws_lambda_powertools.shared.constants import XRAY_TRACE_ID_ENV
 
     reserved = frozenset(base.RESERVED_LOG_ATTRS)
     # A message starting with one of these may be JSON (powertools decodes it): its own path.
@@ -47,20 +49,23 @@ def formatter_class() -> type:
         _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
         _shape: list[tuple[str, Any]] | None = None  # those keys, volatile values left out
         _volatile: tuple[tuple[int, int] | None, dict[str, str]] = (None, {})  # the volatile keys' values serialized, for `_seen`
-        _trace: tuple[int, str | None] = (-1, None)  # the X-Ray trace id read when the keys were set for an invocation, by version
+        _trace: tuple[int, str] = (-1, "")  # the X-Ray trace id's member (or "") read when an invocation started, by version
+        # What the last invocation's keys were made from, but for its volatile values: (version
+        # after them, powertools' default keys, function name, memory, ARN, their shape), and
+        # those keys.
+        _steady: tuple[Any, ...] | None = None
+        _raw_trace: tuple[str | None, str] = (None, "")  # the trace variable last read, and its member
+        _template: dict[str, Any] | None = None
         _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
+        _blocked: frozenset[str] = late  # fields a line of these keys leaves to powertools' path
 
         def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
             """The line's fixed keys serialized, as text pieces between the slots filled per
             line (the timestamp, the volatile keys' values); None where this path does not know
             a key's template. Made again when a key or a fixed value changes."""
             keys = self.log_format
-            seen = (id(keys), self._version)
-            if seen != self._seen:
-                shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
-                if shape != self._shape:
-                    self._shape, self._plans = shape, {}
-                self._seen = seen
+            if (id(keys), self._version) != self._seen:
+                self._reshape()
             at = (levelname, func, lineno, message)
             found = self._plans.get(at, False)
             if found is not False:
@@ -95,6 +100,14 @@ def formatter_class() -> type:
             self._plans[at] = plan
             return plan
 
+        def _reshape(self) -> None:
+            """The keys looked at anew: their plans kept while only volatile values changed."""
+            keys = self.log_format
+            shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
+            if shape != self._shape:
+                self._shape, self._plans, self._blocked = shape, {}, late.union(keys)
+            self._seen = (id(keys), self._version)
+
         def _asctime_of(self, created: float, msecs: float) -> str:
             second = int(created)
             if second != self._second:
@@ -116,14 +129,12 @@ def formatter_class() -> type:
             ):
                 return None
             plan = self._plan(levelname, func, lineno, message)
-            if plan is None:
-                return None
-            keys = self.log_format
-            if not (keys.keys().isdisjoint(fields) and late.isdisjoint(fields)):
+            if plan is None or not self._blocked.isdisjoint(fields):
                 return None
             texts, slots = plan
             seen, rendered = self._volatile
             if seen != self._seen:  # the volatile keys' values as text, once per invocation
+                keys = self.log_format
                 rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
                 self._volatile = (self._seen, rendered)  # type: ignore[assignment]
             out = [texts[0]]
@@ -135,11 +146,19 @@ def formatter_class() -> type:
                 out.append(f",{dumps(own)[1:-1]}")
             version, trace = self._trace
             if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
-                trace = self._get_latest_trace_id()
-            if trace is not None:
-                out.append(f',"xray_trace_id":{dumps(trace)}')
+                trace = self._trace_member()
+            out.append(trace)
             out.append("}")
             return "".join(out)
+
+        def _trace_member(self) -> str:
+            """The line's X-Ray member for the trace id set now (a line of a plan has no
+            `xray_trace_id` key: powertools reads the variable), rendered once per id."""
+            raw = os.environ.get(XRAY_TRACE_ID_ENV)
+            if raw != self._raw_trace[0]:
+                trace = raw.split(";")[0].replace("Root=", "") if raw else None
+                self._raw_trace = (raw, "" if trace is None else f',"xray_trace_id":{dumps(trace)}')
+            return self._raw_trace[1]
 
         def restructure(self, keys: dict[str, Any]) -> None:
             """What powertools' `Logger.structure_logs(**keys)` does to a configured logger's
@@ -154,10 +173,51 @@ def formatter_class() -> type:
         def invocation(self) -> None:
             """An invocation starts with the keys just set: its trace id, set by Lambda before it
             and holding through it, is read once (`invocation_over` forgets it)."""
-            self._trace = (self._version, self._get_latest_trace_id())
+            self._trace = (self._version, self._trace_member())
+
+        def invocation_keys(self, defaults: dict[str, Any], cold_start: bool, name: Any, memory: Any, arn: Any, request_id: Any) -> None:
+            """`restructure` with powertools' Lambda context keys, then `invocation`. Where only
+            the volatile values (cold_start, function_request_id) differ from the last
+            invocation's and no key changed since, the last keys are copied with the two values
+            set and their text rendered: the plans, made for the same fixed keys, stand."""
+            steady = self._steady
+            if (
+                steady is not None
+                and steady[0] == self._version
+                and type(request_id) is str
+                and steady[2] == name
+                and steady[3] == memory
+                and steady[4] == arn
+                and self._shape is steady[5]
+                and steady[1] == defaults
+            ):
+                fresh = self._template.copy()  # type: ignore[union-attr]
+                fresh["cold_start"] = cold_start
+                fresh["function_request_id"] = request_id
+                self.log_format = fresh
+                base.clear_context_keys()
+                self._seen = (id(fresh), self._version)
+                self._volatile = (self._seen, {"cold_start": "true" if cold_start else "false", "function_request_id": dumps(request_id)})
+            else:
+                self.restructure(
+                    {
+                        **defaults,
+                        "cold_start": cold_start,
+                        "function_name": name,
+                        "function_memory_size": memory,
+                        "function_arn": arn,
+                        "function_request_id": request_id,
+                    }
+                )
+                keys = self.log_format
+                self._reshape()  # the plans' keys are these now: a copy of them may skip this
+                vary = type(request_id) is str and type(keys.get("cold_start")) is bool and keys.get("function_request_id") is request_id
+                self._steady = (self._version, dict(defaults), name, memory, arn, self._shape) if vary else None
+                self._template = dict(keys)
+            self.invocation()
 
         def invocation_over(self) -> None:
-            self._trace = (-1, None)
+            self._trace = (-1, "")
 
         def append_keys(self, **additional_keys: Any) -> None:
             super().append_keys(**additional_keys)
