@@ -34,7 +34,7 @@ from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadI
 from sluice.domain.results import Prediction, Resolved
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
-from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
+from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
@@ -149,8 +149,7 @@ class PredictionService:
                     return self._hit(resolved, hit, started, fields, arrays)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                answer = await self.runner.run(resolved.node, call, arrays)
+            answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
             self._runtime_failed(dep, fields, error)
