@@ -399,7 +399,10 @@ class PredictionService:
             )
 
     def stats_due(self) -> bool:  # statistics, monitoring profiles or kept predictions
-        return any(h is not None and h.due() for h in (self.stats, self.profiles, self.kept))
+        for held in (self.stats, self.profiles, self.kept):  # a plain loop: asked every request
+            if held is not None and held.due():
+                return True
+        return False
 
     def flush_stats_if_due(self) -> None:
         for held in (self.stats, self.profiles, self.kept):
