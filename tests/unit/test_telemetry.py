@@ -239,13 +239,25 @@ _before_invocation = st.sampled_from(["nothing", "nothing", "nothing", "renamed"
         st.tuples(_before_invocation, st.text(min_size=1, max_size=12), st.booleans(), st.sampled_from([None, "Root=1-a;Parent=2", "Root=1-b"])),
         min_size=1,
         max_size=6,
-    )
+    ),
+    extras=st.lists(
+        st.dictionaries(
+            st.sampled_from(["rows", "deployment", "none", "latency_ms", "_aws", "timestamp", "exception"]),
+            st.one_of(st.none(), st.integers(), st.text(max_size=5), st.floats(allow_nan=False), st.booleans()),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
 )
-def test_consecutive_invocations_keys_and_lines_are_powertools_own(steps: list[tuple[str, str, bool, str | None]]) -> None:
+def test_consecutive_invocations_keys_and_lines_are_powertools_own(
+    steps: list[tuple[str, str, bool, str | None]], extras: list[dict[str, object]]
+) -> None:
     """Invocation after invocation (another request id, cold or not, another trace, keys
     appended, removed or cleared between them, the function renamed), the keys sluice's
-    decorator sets and the lines written in each invocation are those of powertools' own
-    decorator and formatter: the copy of the last invocation's keys takes only what changed."""
+    decorator sets and the lines written in each invocation (whatever their fields) are those
+    of powertools' own decorator and formatter: the copy of the last invocation's keys takes
+    only what changed, and each call site's text is made once per invocation."""
     import logging
     import os
 
@@ -260,7 +272,8 @@ def test_consecutive_invocations_keys_and_lines_are_powertools_own(steps: list[t
     ours = logger.registered_formatter
     before, trace_before, cold_before = dict(ours.log_format), os.environ.get("_X_AMZN_TRACE_ID"), powertools.is_cold_start
     std = logging.getLogger("sluice.test")
-    records = [std.makeRecord(std.name, logging.INFO, "f.py", 7, m, (), None, "fn", x) for m, x in (("prediction", {"rows": 1, "none": None}), ("other", {}))]
+    messages = ("prediction", "other", "prediction failed", "[not a word")
+    records = [std.makeRecord(std.name, logging.INFO, "f.py", 7 + i, messages[i % 4], (), None, "fn", x) for i, x in enumerate(extras)]
     for record in records:
         record.created, record.msecs = 1_700_000_000.25, 250.0
 

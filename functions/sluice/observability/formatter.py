@@ -58,6 +58,7 @@ def formatter_class() -> type:
         _template: dict[str, Any] | None = None
         _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
         _blocked: frozenset[str] = late  # fields a line of these keys leaves to powertools' path
+        _joined: tuple[Any, dict[tuple[Any, ...], tuple[str, ...]]] = (None, {})  # `_pieces` by call site, for `_seen`
 
         def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
             """The line's fixed keys serialized, as text pieces between the slots filled per
@@ -108,15 +109,6 @@ def formatter_class() -> type:
                 self._shape, self._plans, self._blocked = shape, {}, late.union(keys)
             self._seen = (id(keys), self._version)
 
-        def _asctime_of(self, created: float, msecs: float) -> str:
-            second = int(created)
-            if second != self._second:
-                parts = self.converter(created)
-                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
-                self._second = second
-            head, zone = self._stamp
-            return f"{head}{int(msecs):03d}{zone}"
-
         def line(self, levelname: str, func: str, lineno: int, created: float, msecs: float, message: str, fields: dict[str, Any]) -> str | None:
             """The line powertools would write for a plain record with these attributes and
             these fields (its extras); None where only powertools' own path can tell."""
@@ -128,28 +120,59 @@ def formatter_class() -> type:
                 or base._get_context().get()
             ):
                 return None
-            plan = self._plan(levelname, func, lineno, message)
-            if plan is None or not self._blocked.isdisjoint(fields):
+            keys = self.log_format
+            seen = self._seen
+            if seen is None or seen[0] != id(keys) or seen[1] != self._version:
+                self._reshape()
+                seen = self._seen
+            token, joined = self._joined
+            if token is not seen:  # new keys, or a new invocation's values: texts made anew
+                joined = {}
+                self._joined = (seen, joined)
+            at = (levelname, func, lineno, message)
+            pieces = joined.get(at)
+            if pieces is None:
+                pieces = joined[at] = self._pieces(levelname, func, lineno, message)
+            if not pieces or not self._blocked.isdisjoint(fields):
                 return None
+            second = int(created)
+            if second != self._second:  # the timestamp's seconds, once per second
+                parts = self.converter(created)
+                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
+                self._second = second
+            head, zone = self._stamp
+            text = f'"{head}{int(msecs):03d}{zone}"'.join(pieces)
+            own = {k: v for k, v in fields.items() if v is not None}
+            version, trace = self._trace
+            if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
+                trace = self._trace_member()
+            if own:
+                return f"{text},{dumps(own)[1:-1]}{trace}}}"
+            return f"{text}{trace}}}"
+
+        def _pieces(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, ...]:
+            """The call site's fixed keys as text with the volatile keys' values in place: the
+            pieces between the timestamps, made once per call site and invocation; () where
+            this path does not know a key's template."""
+            plan = self._plan(levelname, func, lineno, message)
+            if plan is None:
+                return ()
             texts, slots = plan
             seen, rendered = self._volatile
             if seen != self._seen:  # the volatile keys' values as text, once per invocation
                 keys = self.log_format
                 rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
                 self._volatile = (self._seen, rendered)  # type: ignore[assignment]
-            out = [texts[0]]
+            pieces: list[str] = []
+            current = [texts[0]]
             for name, text in zip(slots, texts[1:], strict=True):
-                out.append(f'"{self._asctime_of(created, msecs)}"' if name == stamp else rendered[name])
-                out.append(text)
-            own = {k: v for k, v in fields.items() if v is not None}
-            if own:
-                out.append(f",{dumps(own)[1:-1]}")
-            version, trace = self._trace
-            if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
-                trace = self._trace_member()
-            out.append(trace)
-            out.append("}")
-            return "".join(out)
+                if name == stamp:
+                    pieces.append("".join(current))
+                    current = [text]
+                else:
+                    current += (rendered[name], text)
+            pieces.append("".join(current))
+            return tuple(pieces)
 
         def _trace_member(self) -> str:
             """The line's X-Ray member for the trace id set now (a line of a plan has no
