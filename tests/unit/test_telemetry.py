@@ -236,14 +236,14 @@ _before_invocation = st.sampled_from(["nothing", "nothing", "nothing", "renamed"
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     steps=st.lists(
-        st.tuples(_before_invocation, st.text(min_size=1, max_size=12), st.booleans(), st.sampled_from([None, "Root=1-a;Parent=2", "Root=1-b"])),
+        st.tuples(_before_invocation, st.text(min_size=1, max_size=12) | st.sampled_from(["{cold_start}", "a}\x00{"]), st.booleans(), st.sampled_from([None, "Root=1-a;Parent=2", "Root=1-b"])),
         min_size=1,
         max_size=6,
     ),
     extras=st.lists(
         st.dictionaries(
             st.sampled_from(["rows", "deployment", "none", "latency_ms", "_aws", "timestamp", "exception"]),
-            st.one_of(st.none(), st.integers(), st.text(max_size=5), st.floats(allow_nan=False), st.booleans()),
+            st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats(allow_nan=False), st.booleans()),
             max_size=4,
         ),
         min_size=1,
@@ -272,7 +272,7 @@ def test_consecutive_invocations_keys_and_lines_are_powertools_own(
     ours = logger.registered_formatter
     before, trace_before, cold_before = dict(ours.log_format), os.environ.get("_X_AMZN_TRACE_ID"), powertools.is_cold_start
     std = logging.getLogger("sluice.test")
-    messages = ("prediction", "other", "prediction failed", "[not a word")
+    messages = ("prediction", "other {deployment}", "prediction failed }{", "[not a word")
     records = [std.makeRecord(std.name, logging.INFO, "f.py", 7 + i, messages[i % 4], (), None, "fn", x) for i, x in enumerate(extras)]
     for record in records:
         record.created, record.msecs = 1_700_000_000.25, 250.0

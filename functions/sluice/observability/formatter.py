@@ -56,14 +56,15 @@ def formatter_class() -> type:
         _steady: tuple[Any, ...] | None = None
         _raw_trace: tuple[str | None, str] = (None, "")  # the trace variable last read, and its member
         _template: dict[str, Any] | None = None
-        _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
+        _plans: dict[tuple[Any, ...], str | None]
         _blocked: frozenset[str] = late  # fields a line of these keys leaves to powertools' path
         _joined: tuple[Any, dict[tuple[Any, ...], tuple[str, ...]]] = (None, {})  # `_pieces` by call site, for `_seen`
 
-        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-            """The line's fixed keys serialized, as text pieces between the slots filled per
-            line (the timestamp, the volatile keys' values); None where this path does not know
-            a key's template. Made again when a key or a fixed value changes."""
+        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> str | None:
+            """The line's fixed keys serialized, as a `str.format` template with a field per
+            volatile key (`{cold_start}`) and a NUL (which JSON text never holds raw) where the
+            timestamp goes; None where this path does not know a key's template. Made again
+            when a key or a fixed value changes."""
             keys = self.log_format
             if (id(keys), self._version) != self._seen:
                 self._reshape()
@@ -97,7 +98,9 @@ def formatter_class() -> type:
                     fixed.pop("stack_trace", None)  # powertools sets it to None, then drops it
                 if fixed:
                     parts = slot.split(dumps(fixed)[:-1])
-                    plan = (tuple(parts[0::2]), tuple(p if p == stamp else names[int(p)] for p in parts[1::2]))
+                    texts = [p.replace("{", "{{").replace("}", "}}") for p in parts[0::2]]
+                    fields = ["\0" if p == stamp else f"{{{names[int(p)]}}}" for p in parts[1::2]]
+                    plan = texts[0] + "".join(f + t for f, t in zip(fields, texts[1:], strict=True))
             self._plans[at] = plan
             return plan
 
@@ -154,25 +157,15 @@ def formatter_class() -> type:
             """The call site's fixed keys as text with the volatile keys' values in place: the
             pieces between the timestamps, made once per call site and invocation; () where
             this path does not know a key's template."""
-            plan = self._plan(levelname, func, lineno, message)
-            if plan is None:
+            template = self._plan(levelname, func, lineno, message)
+            if template is None:
                 return ()
-            texts, slots = plan
             seen, rendered = self._volatile
             if seen != self._seen:  # the volatile keys' values as text, once per invocation
                 keys = self.log_format
                 rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
                 self._volatile = (self._seen, rendered)  # type: ignore[assignment]
-            pieces: list[str] = []
-            current = [texts[0]]
-            for name, text in zip(slots, texts[1:], strict=True):
-                if name == stamp:
-                    pieces.append("".join(current))
-                    current = [text]
-                else:
-                    current += (rendered[name], text)
-            pieces.append("".join(current))
-            return tuple(pieces)
+            return tuple(template.format_map(rendered).split("\0"))
 
         def _trace_member(self) -> str:
             """The line's X-Ray member for the trace id set now (a line of a plan has no
