@@ -180,7 +180,8 @@ class PredictionService:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, sources=(precomputed, rows - precomputed))
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
-        await self._hand_off(call, latency_ms)
+        if call.mirrors and self.mirror is not None:
+            await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
             self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
