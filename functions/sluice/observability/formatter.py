@@ -22,9 +22,11 @@ def formatter_class() -> type:
     """powertools' `LambdaPowertoolsFormatter`, with the same line for a plain record (a
     message that is a word, no arguments, no exception) at a fraction of the cost: the keys
     that stay the same from line to line (level, location, message, service, the Lambda
-    context) are serialized once per key set and call site, the timestamp's seconds once per
-    second, and only the record's own fields per line. Any other record, or a logger
-    configured away from the defaults, takes powertools' own path."""
+    context) are serialized once per key set and call site, the values that change from one
+    Lambda invocation to the next (cold_start, function_request_id, the trace id) once per
+    invocation and call site, the timestamp's seconds once per second, and only the record's
+    own fields per line. Any other record, or a logger configured away from the defaults,
+    takes powertools' own path."""
     import re
 
     from aws_lambda_powertools.logging import formatter as base
