@@ -61,7 +61,7 @@ def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, 
         if is_durable_context(context):
             return theirs(event, context)
         # `_is_cold_start` reads the environment; once it has said False it always will.
-        cold_start = powertools.is_cold_start and powertools._is_cold_start()
+        cold_start = powertools._is_cold_start() if powertools.is_cold_start else False
         formatter.invocation_keys(
             defaults, cold_start, context.function_name, context.memory_limit_in_mb, context.invoked_function_arn, context.aws_request_id
         )
