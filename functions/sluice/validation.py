@@ -141,15 +141,25 @@ def _checked_at_once(
     inputs: tuple[TensorSpec, ...], arrays: dict[str, np.ndarray], max_elements: int, datatypes: dict[str, str] | None, finite: Collection[str]
 ) -> dict[str, np.ndarray] | None:
     """The arrays in the signature's order when each already is what the signature says
-    (dtype, shape, no NaN or infinity), within `max_elements`; None for anything else."""
+    (dtype, shape, no NaN or infinity) or numbers cast to a float input's dtype, within
+    `max_elements`; None for anything else."""
     names, specs = _plan_of(inputs)
     if arrays.keys() != names:
         return None
     total = 0
+    cast: dict[str, np.ndarray] | None = None
     for name, datatype, dtype, ndim, fixed, floats in specs:
         array = arrays[name]
-        if array.dtype != dtype or array.ndim != ndim or (datatypes and datatypes.get(name, datatype) != datatype):
+        if array.ndim != ndim or (datatypes and datatypes.get(name, datatype) != datatype):
             return None
+        if array.dtype != dtype:
+            # Plain JSON numbers (float64, int64) for a float input: cast as the full check casts
+            # them (`_cast`), the cast values then checked as any; anything else is its own.
+            if not floats or array.dtype.kind not in "fiu" or array.size > max_elements:
+                return None
+            array = array.astype(dtype, copy=False)
+            cast = cast or {}
+            cast[name] = array
         shape = array.shape
         for axis, size in fixed:
             if shape[axis] != size:
@@ -165,4 +175,6 @@ def _checked_at_once(
         total += array.size
     if total > max_elements:
         return None
+    if cast:
+        return {name: cast.get(name, arrays[name]) for name, *_ in specs}
     return {name: arrays[name] for name, *_ in specs}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluice.observability import Telemetry, get_logger
 
@@ -226,3 +228,95 @@ def test_a_precomputed_nodes_rows_by_source_are_service_wide_metrics(caplog: pyt
     assert service_wide["Dimensions"] == [["service"]]
     assert {m["Name"] for m in service_wide["Metrics"]} == {"PrecomputedRows", "LiveFallbackRows"}
     assert "PrecomputedRows" not in plain and len(plain["_aws"]["CloudWatchMetrics"]) == 1
+
+
+_before_invocation = st.sampled_from(["nothing", "nothing", "nothing", "renamed", "appended", "removed", "cleared"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    steps=st.lists(
+        st.tuples(_before_invocation, st.text(min_size=1, max_size=12) | st.sampled_from(["{cold_start}", "a}\x00{"]), st.booleans(), st.sampled_from([None, "Root=1-a;Parent=2", "Root=1-b"])),
+        min_size=1,
+        max_size=6,
+    ),
+    extras=st.lists(
+        st.dictionaries(
+            st.sampled_from(["rows", "deployment", "none", "latency_ms", "_aws", "timestamp", "exception"]),
+            st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats(allow_nan=False), st.booleans()),
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_consecutive_invocations_keys_and_lines_are_powertools_own(
+    steps: list[tuple[str, str, bool, str | None]], extras: list[dict[str, object]]
+) -> None:
+    """Invocation after invocation (another request id, cold or not, another trace, keys
+    appended, removed or cleared between them, the function renamed), the keys sluice's
+    decorator sets and the lines written in each invocation (whatever their fields) are those
+    of powertools' own decorator and formatter: the copy of the last invocation's keys takes
+    only what changed, and each call site's text is made once per invocation."""
+    import logging
+    import os
+
+    from aws_lambda_powertools.logging import logger as powertools
+    from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+    from sluice.observability import inject_lambda_context
+    from sluice.observability.formatter import dumps as _dumps
+    from tests.support import LambdaContext
+
+    logger = get_logger()
+    ours = logger.registered_formatter
+    before, trace_before, cold_before = dict(ours.log_format), os.environ.get("_X_AMZN_TRACE_ID"), powertools.is_cold_start
+    std = logging.getLogger("sluice.test")
+    messages = ("prediction", "other {deployment}", "prediction failed }{", "[not a word")
+    records = [std.makeRecord(std.name, logging.INFO, "f.py", 7 + i, messages[i % 4], (), None, "fn", x) for i, x in enumerate(extras)]
+    for record in records:
+        record.created, record.msecs = 1_700_000_000.25, 250.0
+
+    def run(decorate: object) -> list[tuple[dict, list[str]]]:
+        seen: list[tuple[dict, list[str]]] = []
+
+        def handler(event: object, context: object) -> None:
+            keys = dict(ours.log_format)
+            theirs = LambdaPowertoolsFormatter(json_serializer=_dumps)
+            theirs.log_format = dict(keys)
+            seen.append((keys, [ours.format(r) for r in records], [theirs.format(r) for r in records]))
+
+        for action, request_id, cold, trace in steps:
+            context = LambdaContext()
+            context.aws_request_id = request_id
+            if action == "renamed":
+                context.function_name = "renamed"
+            elif action == "appended":
+                logger.append_keys(custom="v")
+            elif action == "removed":
+                logger.remove_keys(["custom", "sampling_rate"])
+            elif action == "cleared":
+                ours.clear_state()
+            if trace is None:
+                os.environ.pop("_X_AMZN_TRACE_ID", None)
+            else:
+                os.environ["_X_AMZN_TRACE_ID"] = trace
+            powertools.is_cold_start = cold
+            decorate(handler)({}, context)  # type: ignore[operator]
+        return seen
+
+    try:
+        mine = run(inject_lambda_context)
+        reference = run(lambda h: logger.inject_lambda_context(h, clear_state=True))
+    finally:
+        ours.log_format = before
+        ours.clear_state()
+        ours.log_format.update(before)
+        powertools.is_cold_start = cold_before
+        if trace_before is None:
+            os.environ.pop("_X_AMZN_TRACE_ID", None)
+        else:
+            os.environ["_X_AMZN_TRACE_ID"] = trace_before
+    for (keys, lines_, own), (expected, _, _) in zip(mine, reference, strict=True):
+        assert list(keys.items()) == list(expected.items())
+        assert lines_ == own  # the lines of these keys, as powertools' formatter writes them

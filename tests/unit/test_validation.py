@@ -103,3 +103,46 @@ def test_a_few_values_read_as_python_floats_are_refused_as_numpy_refuses_them(ro
     else:
         with pytest.raises(InvalidInput, match="NaN or infinite"):
             check(given_)
+
+
+_values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**40), 2**40), st.just(1e300))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(0, 40),
+    kind=st.sampled_from(["float64", "int64", "float32", "float16", "bool", "int32"]),
+    datatype=st.sampled_from(["FP32", "FP64", "FP16", "INT64"]),
+    width=st.sampled_from([2, 3]),
+    data=st.data(),
+)
+def test_the_one_pass_check_answers_as_the_full_check(rows: int, kind: str, datatype: str, width: int, data: st.DataObject) -> None:
+    """Whatever the inputs (plain JSON numbers to cast, values a cast overflows, the signature's
+    own dtype, another width), the one-pass check gives what the full check gives: the same
+    arrays (dtype and values, in the signature's order) or the same error."""
+    import warnings
+
+    import sluice.validation as validation
+
+    signature = Signature(inputs=(TensorSpec("x", datatype, (-1, 2)), TensorSpec("ids", "INT64", (-1,))), outputs=())
+    values = data.draw(st.lists(_values, min_size=rows * width, max_size=rows * width))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = np.asarray(values, np.float64).astype(kind).reshape(rows, width)
+    arrays = {"ids": np.arange(rows), "x": x}
+
+    def outcome(check_at_once: object) -> object:
+        saved = validation._checked_at_once
+        validation._checked_at_once = check_at_once  # type: ignore[assignment]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ready = check_inputs(signature, dict(arrays), max_elements=60)
+        except (InvalidInput, PayloadTooLarge) as error:
+            return (type(error), error.field, str(error))
+        finally:
+            validation._checked_at_once = saved
+        return [(name, a.dtype, a.shape, a.tolist()) for name, a in ready.items()]
+
+    fast, full = outcome(validation._checked_at_once), outcome(lambda *a: None)
+    assert repr(fast) == repr(full)  # repr: NaN equals NaN

@@ -123,14 +123,34 @@ def principal_of(scope: Scope, headers: Headers, container: Container) -> Princi
     if event:
         context = _authorizer_context(event)
         if context is not None:
-            scopes = context.get("scopes", "")
-            if isinstance(scopes, str):
-                scopes = scopes.replace(",", " ").split()
-            return Principal(str(context["tenant"]), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
+            return _authorized(context["tenant"], context.get("scopes", ""), context.get("subject") or context.get("principalId") or "")
     key = _bearer(headers)
     if not key:
         raise Unauthenticated(MISSING_KEY)
     return container.keys.authenticate(key)
+
+
+def _authorized(tenant: Any, scopes: Any, subject: Any) -> Principal:
+    """The principal of an authorizer's context values; the same text values (every request of
+    a caller) give the one principal made for them (immutable), not a new one per request."""
+    key = (tenant, scopes, subject)
+    cacheable = type(tenant) is str and type(scopes) is str and type(subject) is str
+    if cacheable:
+        found = _PRINCIPALS.get(key)
+        if found is not None:
+            return found
+    if isinstance(scopes, str):
+        scopes = scopes.replace(",", " ").split()
+    principal = Principal(str(tenant), frozenset(scopes), str(subject))
+    if cacheable:
+        if len(_PRINCIPALS) >= MAX_PRINCIPALS:
+            _PRINCIPALS.clear()
+        _PRINCIPALS[key] = principal
+    return principal
+
+
+MAX_PRINCIPALS = 1024  # callers seen by one container: a bound, whatever the traffic
+_PRINCIPALS: dict[tuple[str, str, str], Principal] = {}
 
 
 async def get_admin(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,7 +28,7 @@ from sluice.routing.aggregators import aggregate
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 
     import numpy as np
 
@@ -108,8 +109,10 @@ class PolicyRunner:
             "precomputed": partial(run_precomputed, self),
         }
 
-    async def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Answer:
-        return await self._by_kind[node.kind](node, call, arrays, depth)  # type: ignore[operator]
+    def run(self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int = 0) -> Coroutine[Any, Any, Answer]:
+        """The node's run, to await: its kind's coroutine itself, not one more around it (a
+        frame per node of every request)."""
+        return self._by_kind[node.kind](node, call, arrays, depth)  # type: ignore[operator,return-value]
 
     async def _single(self, node: Single, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
         version = self.lookups.cached_version(call.tenant, node.model, node.version)
@@ -247,3 +250,39 @@ def _shadow_job(call: Call, name: str, node: Node, arrays: dict[str, np.ndarray]
 
 def no_routing(_: str) -> Any:
     return None
+
+
+async def within(coro: Coroutine[Any, Any, Any], seconds: float) -> Any:
+    """`async with asyncio.timeout(seconds): return await coro`, with the timer set only once
+    `coro` first waits: a timeout fires at a wait, so a run that never waits (a model called
+    in line) ends as it would under the timer, without scheduling and cancelling one. The
+    timer, when set, ends where it would have: `seconds` after this call."""
+    when = asyncio.get_running_loop().time() + seconds
+    try:
+        waits_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    async with asyncio.timeout_at(when):
+        return await _resumed(coro, waits_on)
+
+
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], waits_on: Any) -> Generator[Any, Any, Any]:
+    """The rest of `coro`, which has yielded `waits_on` to its task, driven as `await` drives it:
+    what the task sends or throws goes to `coro`."""
+    while True:
+        try:
+            sent = yield waits_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as error:
+            try:
+                waits_on = coro.throw(error)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waits_on = coro.send(sent)
+            except StopIteration as done:
+                return done.value

@@ -34,7 +34,7 @@ from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadI
 from sluice.domain.results import Prediction, Resolved
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
-from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing
+from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
@@ -149,8 +149,7 @@ class PredictionService:
                     return self._hit(resolved, hit, started, fields, arrays)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                answer = await self.runner.run(resolved.node, call, arrays)
+            answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
             self._runtime_failed(dep, fields, error)
@@ -181,7 +180,8 @@ class PredictionService:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, sources=(precomputed, rows - precomputed))
         else:
             self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
-        await self._hand_off(call, latency_ms)
+        if call.mirrors and self.mirror is not None:
+            await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
             self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
@@ -400,7 +400,10 @@ class PredictionService:
             )
 
     def stats_due(self) -> bool:  # statistics, monitoring profiles or kept predictions
-        return any(h is not None and h.due() for h in (self.stats, self.profiles, self.kept))
+        for held in (self.stats, self.profiles, self.kept):  # a plain loop: asked every request
+            if held is not None and held.due():
+                return True
+        return False
 
     def flush_stats_if_due(self) -> None:
         for held in (self.stats, self.profiles, self.kept):

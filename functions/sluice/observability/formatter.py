@@ -5,6 +5,7 @@ written straight to powertools' handler where it is the only one (`log_info`).""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from functools import lru_cache
@@ -21,12 +22,15 @@ def formatter_class() -> type:
     """powertools' `LambdaPowertoolsFormatter`, with the same line for a plain record (a
     message that is a word, no arguments, no exception) at a fraction of the cost: the keys
     that stay the same from line to line (level, location, message, service, the Lambda
-    context) are serialized once per key set and call site, the timestamp's seconds once per
-    second, and only the record's own fields per line. Any other record, or a logger
-    configured away from the defaults, takes powertools' own path."""
+    context) are serialized once per key set and call site, the values that change from one
+    Lambda invocation to the next (cold_start, function_request_id, the trace id) once per
+    invocation and call site, the timestamp's seconds once per second, and only the record's
+    own fields per line. Any other record, or a logger configured away from the defaults,
+    takes powertools' own path."""
     import re
 
     from aws_lambda_powertools.logging import formatter as base
+    from aws_lambda_powertools.shared.constants import XRAY_TRACE_ID_ENV
 
     reserved = frozenset(base.RESERVED_LOG_ATTRS)
     # A message starting with one of these may be JSON (powertools decodes it): its own path.
@@ -47,20 +51,25 @@ def formatter_class() -> type:
         _seen: tuple[int, int] | None = None  # (id, version) of the keys last looked at
         _shape: list[tuple[str, Any]] | None = None  # those keys, volatile values left out
         _volatile: tuple[tuple[int, int] | None, dict[str, str]] = (None, {})  # the volatile keys' values serialized, for `_seen`
-        _trace: tuple[int, str | None] = (-1, None)  # the X-Ray trace id read when the keys were set for an invocation, by version
-        _plans: dict[tuple[Any, ...], tuple[tuple[str, ...], tuple[str, ...]] | None]
+        _trace: tuple[int, str] = (-1, "")  # the X-Ray trace id's member (or "") read when an invocation started, by version
+        # What the last invocation's keys were made from, but for its volatile values: (version
+        # after them, powertools' default keys, function name, memory, ARN, their shape), and
+        # those keys.
+        _steady: tuple[Any, ...] | None = None
+        _raw_trace: tuple[str | None, str] = (None, "")  # the trace variable last read, and its member
+        _template: dict[str, Any] | None = None
+        _plans: dict[tuple[Any, ...], str | None]
+        _blocked: frozenset[str] = late  # fields a line of these keys leaves to powertools' path
+        _joined: tuple[Any, dict[tuple[Any, ...], tuple[str, ...]]] = (None, {})  # `_pieces` by call site, for `_seen`
 
-        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-            """The line's fixed keys serialized, as text pieces between the slots filled per
-            line (the timestamp, the volatile keys' values); None where this path does not know
-            a key's template. Made again when a key or a fixed value changes."""
+        def _plan(self, levelname: str, func: str, lineno: int, message: str) -> str | None:
+            """The line's fixed keys serialized, as a `str.format` template with a field per
+            volatile key (`{cold_start}`) and a NUL (which JSON text never holds raw) where the
+            timestamp goes; None where this path does not know a key's template. Made again
+            when a key or a fixed value changes."""
             keys = self.log_format
-            seen = (id(keys), self._version)
-            if seen != self._seen:
-                shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
-                if shape != self._shape:
-                    self._shape, self._plans = shape, {}
-                self._seen = seen
+            if (id(keys), self._version) != self._seen:
+                self._reshape()
             at = (levelname, func, lineno, message)
             found = self._plans.get(at, False)
             if found is not False:
@@ -91,18 +100,19 @@ def formatter_class() -> type:
                     fixed.pop("stack_trace", None)  # powertools sets it to None, then drops it
                 if fixed:
                     parts = slot.split(dumps(fixed)[:-1])
-                    plan = (tuple(parts[0::2]), tuple(p if p == stamp else names[int(p)] for p in parts[1::2]))
+                    texts = [p.replace("{", "{{").replace("}", "}}") for p in parts[0::2]]
+                    fields = ["\0" if p == stamp else f"{{{names[int(p)]}}}" for p in parts[1::2]]
+                    plan = texts[0] + "".join(f + t for f, t in zip(fields, texts[1:], strict=True))
             self._plans[at] = plan
             return plan
 
-        def _asctime_of(self, created: float, msecs: float) -> str:
-            second = int(created)
-            if second != self._second:
-                parts = self.converter(created)
-                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
-                self._second = second
-            head, zone = self._stamp
-            return f"{head}{int(msecs):03d}{zone}"
+        def _reshape(self) -> None:
+            """The keys looked at anew: their plans kept while only volatile values changed."""
+            keys = self.log_format
+            shape = [(k, (type(v),) if k in volatile and type(v) in (str, bool) else v) for k, v in keys.items()]
+            if shape != self._shape:
+                self._shape, self._plans, self._blocked = shape, {}, late.union(keys)
+            self._seen = (id(keys), self._version)
 
         def line(self, levelname: str, func: str, lineno: int, created: float, msecs: float, message: str, fields: dict[str, Any]) -> str | None:
             """The line powertools would write for a plain record with these attributes and
@@ -115,31 +125,58 @@ def formatter_class() -> type:
                 or base._get_context().get()
             ):
                 return None
-            plan = self._plan(levelname, func, lineno, message)
-            if plan is None:
-                return None
             keys = self.log_format
-            if not (keys.keys().isdisjoint(fields) and late.isdisjoint(fields)):
+            seen = self._seen
+            if seen is None or seen[0] != id(keys) or seen[1] != self._version:
+                self._reshape()
+                seen = self._seen
+            token, joined = self._joined
+            if token is not seen:  # new keys, or a new invocation's values: texts made anew
+                joined = {}
+                self._joined = (seen, joined)
+            at = (levelname, func, lineno, message)
+            pieces = joined.get(at)
+            if pieces is None:
+                pieces = joined[at] = self._pieces(levelname, func, lineno, message)
+            if not pieces or not self._blocked.isdisjoint(fields):
                 return None
-            texts, slots = plan
-            seen, rendered = self._volatile
-            if seen != self._seen:  # the volatile keys' values as text, once per invocation
-                rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
-                self._volatile = (self._seen, rendered)  # type: ignore[assignment]
-            out = [texts[0]]
-            for name, text in zip(slots, texts[1:], strict=True):
-                out.append(f'"{self._asctime_of(created, msecs)}"' if name == stamp else rendered[name])
-                out.append(text)
+            second = int(created)
+            if second != self._second:  # the timestamp's seconds, once per second
+                parts = self.converter(created)
+                self._stamp = (time.strftime("%Y-%m-%d %H:%M:%S,", parts), time.strftime("%z", parts))
+                self._second = second
+            head, zone = self._stamp
+            text = f'"{head}{int(msecs):03d}{zone}"'.join(pieces)
             own = {k: v for k, v in fields.items() if v is not None}
-            if own:
-                out.append(f",{dumps(own)[1:-1]}")
             version, trace = self._trace
             if version != self._version:  # outside an invocation (or keys changed in one): read per line, as powertools does
-                trace = self._get_latest_trace_id()
-            if trace is not None:
-                out.append(f',"xray_trace_id":{dumps(trace)}')
-            out.append("}")
-            return "".join(out)
+                trace = self._trace_member()
+            if own:
+                return f"{text},{dumps(own)[1:-1]}{trace}}}"
+            return f"{text}{trace}}}"
+
+        def _pieces(self, levelname: str, func: str, lineno: int, message: str) -> tuple[str, ...]:
+            """The call site's fixed keys as text with the volatile keys' values in place: the
+            pieces between the timestamps, made once per call site and invocation; () where
+            this path does not know a key's template."""
+            template = self._plan(levelname, func, lineno, message)
+            if template is None:
+                return ()
+            seen, rendered = self._volatile
+            if seen != self._seen:  # the volatile keys' values as text, once per invocation
+                keys = self.log_format
+                rendered = {k: ("true" if v else "false") if v is True or v is False else dumps(v) for k, v in keys.items() if k in volatile}
+                self._volatile = (self._seen, rendered)  # type: ignore[assignment]
+            return tuple(template.format_map(rendered).split("\0"))
+
+        def _trace_member(self) -> str:
+            """The line's X-Ray member for the trace id set now (a line of a plan has no
+            `xray_trace_id` key: powertools reads the variable), rendered once per id."""
+            raw = os.environ.get(XRAY_TRACE_ID_ENV)
+            if raw != self._raw_trace[0]:
+                trace = raw.split(";")[0].replace("Root=", "") if raw else None
+                self._raw_trace = (raw, "" if trace is None else f',"xray_trace_id":{dumps(trace)}')
+            return self._raw_trace[1]
 
         def restructure(self, keys: dict[str, Any]) -> None:
             """What powertools' `Logger.structure_logs(**keys)` does to a configured logger's
@@ -154,10 +191,51 @@ def formatter_class() -> type:
         def invocation(self) -> None:
             """An invocation starts with the keys just set: its trace id, set by Lambda before it
             and holding through it, is read once (`invocation_over` forgets it)."""
-            self._trace = (self._version, self._get_latest_trace_id())
+            self._trace = (self._version, self._trace_member())
+
+        def invocation_keys(self, defaults: dict[str, Any], cold_start: bool, name: Any, memory: Any, arn: Any, request_id: Any) -> None:
+            """`restructure` with powertools' Lambda context keys, then `invocation`. Where only
+            the volatile values (cold_start, function_request_id) differ from the last
+            invocation's and no key changed since, the last keys are copied with the two values
+            set and their text rendered: the plans, made for the same fixed keys, stand."""
+            steady = self._steady
+            if (
+                steady is not None
+                and steady[0] == self._version
+                and type(request_id) is str
+                and steady[2] == name
+                and steady[3] == memory
+                and steady[4] == arn
+                and self._shape is steady[5]
+                and steady[1] == defaults
+            ):
+                fresh = self._template.copy()  # type: ignore[union-attr]
+                fresh["cold_start"] = cold_start
+                fresh["function_request_id"] = request_id
+                self.log_format = fresh
+                base.clear_context_keys()
+                self._seen = (id(fresh), self._version)
+                self._volatile = (self._seen, {"cold_start": "true" if cold_start else "false", "function_request_id": dumps(request_id)})
+            else:
+                self.restructure(
+                    {
+                        **defaults,
+                        "cold_start": cold_start,
+                        "function_name": name,
+                        "function_memory_size": memory,
+                        "function_arn": arn,
+                        "function_request_id": request_id,
+                    }
+                )
+                keys = self.log_format
+                self._reshape()  # the plans' keys are these now: a copy of them may skip this
+                vary = type(request_id) is str and type(keys.get("cold_start")) is bool and keys.get("function_request_id") is request_id
+                self._steady = (self._version, dict(defaults), name, memory, arn, self._shape) if vary else None
+                self._template = dict(keys)
+            self.invocation()
 
         def invocation_over(self) -> None:
-            self._trace = (-1, None)
+            self._trace = (-1, "")
 
         def append_keys(self, **additional_keys: Any) -> None:
             super().append_keys(**additional_keys)

@@ -36,7 +36,8 @@ def get_logger() -> Logger:
 def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """`get_logger().inject_lambda_context(handler, clear_state=True)` with the same keys on
     every line (cold_start, function_name, function_memory_size, function_arn,
-    function_request_id), set in one step per invocation. Where the logger uses more of
+    function_request_id), set in one step per invocation (and, while only cold_start and
+    function_request_id change from one to the next, by copying the last ones). Where the logger uses more of
     powertools than that (sampling, a log buffer, logging the event, a formatter of its own, a
     durable context) powertools' own decorator runs."""
     import functools
@@ -59,17 +60,11 @@ def inject_lambda_context(handler: Callable[[Any, Any], Any]) -> Callable[[Any, 
     def decorate(event: Any, context: Any) -> Any:
         if is_durable_context(context):
             return theirs(event, context)
-        formatter.restructure(
-            {
-                **defaults,
-                "cold_start": powertools._is_cold_start(),
-                "function_name": context.function_name,
-                "function_memory_size": context.memory_limit_in_mb,
-                "function_arn": context.invoked_function_arn,
-                "function_request_id": context.aws_request_id,
-            }
+        # `_is_cold_start` reads the environment; once it has said False it always will.
+        cold_start = powertools._is_cold_start() if powertools.is_cold_start else False
+        formatter.invocation_keys(
+            defaults, cold_start, context.function_name, context.memory_limit_in_mb, context.invoked_function_arn, context.aws_request_id
         )
-        formatter.invocation()
         try:
             return handler(event, context)
         finally:
