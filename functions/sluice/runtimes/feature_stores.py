@@ -167,6 +167,7 @@ class SqliteStore(_Counted):
         self._db: sqlite3.Connection | None = None
         self._columns: dict[str, set[str]] = {}
         self._plans: dict[tuple[Any, ...], tuple[list[str], tuple[Any, ...], str]] = {}
+        self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a held table's spec, by what a lookup reads (`rows`)
         self._holding = Holding(hold_rows)
 
     def _connection(self) -> sqlite3.Connection:
@@ -200,7 +201,13 @@ class SqliteStore(_Counted):
         with self._lock:
             try:
                 db = self._connection()
-                spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), tuple(key_types))
+                asked = (node.reads, tuple(key_types))
+                spec = self._specs.get(asked)
+                if spec is None:  # kept once `_read` has passed, as `_plan`'s
+                    spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), asked[1])
+                    if len(self._specs) >= PLANS:
+                        self._specs.clear()
+                    self._specs[asked] = spec
                 held = self._holding.current(db, spec)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
                 return None
