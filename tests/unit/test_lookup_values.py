@@ -93,17 +93,18 @@ def test_a_sqlite_store_answers_every_question_as_its_own_query(tmp_path_factory
     of their own on a fresh connection answers."""
     path = tmp_path_factory.mktemp("features") / "f.db"
     with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, amount REAL, count INTEGER)")
-        db.executemany("INSERT INTO t VALUES (?, ?, ?)", [(name, i * 1.5, i) for i, name in enumerate(NAMES) if i % 3])
+        db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, amount REAL, count INTEGER, event_time REAL)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [(name, i * 1.5, i, NOW - i) for i, name in enumerate(NAMES) if i % 3])
     db.close()
     store = SqliteStore(str(path))
-    for names in questions:
+    for at, names in enumerate(questions):
         keys = [(n,) for n in names]
-        found = store.get_many("t", ["id"], keys, ["amount", "count", "absent"], "", ("S",))
+        event_time = ("", "event_time", "no_such_column")[at % 3]
+        found = store.get_many("t", ["id"], keys, ["amount", "count", "absent"], event_time, ("S",))
         with sqlite3.connect(path) as fresh:
-            rows = fresh.execute(f"SELECT id, amount, count FROM t WHERE id IN ({', '.join('?' * len(names))})", names).fetchall()
+            rows = fresh.execute(f"SELECT id, amount, count, event_time FROM t WHERE id IN ({', '.join('?' * len(names))})", names).fetchall()
         fresh.close()
-        assert sorted(zip(found.keys, found.values["amount"], found.values["count"], found.values["absent"], strict=True)) == sorted(
-            ((i,), a, c, None) for i, a, c in rows
+        assert sorted(zip(found.keys, found.values["amount"], found.values["count"], found.values["absent"], found.times, strict=True)) == sorted(
+            ((i,), a, c, None, t if event_time == "event_time" else None) for i, a, c, t in rows
         )
     assert store.calls == len(questions)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookup_values import Values
 
 log = logging.getLogger(__name__)
+_Plan = tuple[list[str], tuple[Any, ...], str, tuple[tuple[tuple[str, int | None], ...], int | None]]  # see `SqliteStore._plan`
 PLANS = 512  # SQLite questions whose SQL a store keeps, by shape (the table, the columns, the number of keys)
 
 class FeatureStore(Protocol):
@@ -166,7 +167,7 @@ class SqliteStore(_Counted):
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._columns: dict[str, set[str]] = {}
-        self._plans: dict[tuple[Any, ...], tuple[list[str], tuple[Any, ...], str]] = {}
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a held table's spec, by what a lookup reads (`rows`)
         self._holding = Holding(hold_rows)
 
@@ -215,8 +216,9 @@ class SqliteStore(_Counted):
             return None
         return held.rows(node, together)  # what was current when asked; never changed, only replaced
 
-    def _plan(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str, types: Sequence[str], n: int) -> tuple[list[str], tuple[Any, ...], str]:
-        """The columns a question of `n` keys reads, its holding spec and its SQL, worked out
+    def _plan(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str, types: Sequence[str], n: int) -> _Plan:
+        """The columns a question of `n` keys reads, its holding spec, its SQL and where each
+        feature and the event time are in a row it gives (None: a column not there), worked out
         once per shape of question (kept only once `_read` has passed: a table or a key column
         not there is asked again each time, as it may be made later)."""
         shape = (table, tuple(key_names), tuple(features), event_time, tuple(types), n)
@@ -229,7 +231,9 @@ class SqliteStore(_Counted):
             else:
                 one = "(" + ", ".join("?" * len(key_names)) + ")"
                 where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * n)})"
-            plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}')
+            at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
+            places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
+            plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
             if len(self._plans) >= PLANS:  # a batch job's chunks ask for many counts of keys
                 self._plans.clear()
             self._plans[shape] = plan
@@ -243,7 +247,7 @@ class SqliteStore(_Counted):
             self.calls += 1  # only here, under the store's lock
             try:
                 db = self._connection()
-                read, spec, sql = self._plan(db, table, key_names, features, event_time, types, len(keys))
+                _, spec, sql, (places, when) = self._plan(db, table, key_names, features, event_time, types, len(keys))
                 held = self._holding.table(db, spec, len(keys))
                 if held is not None:
                     return Found(*held.get_many(keys, features, event_time))
@@ -259,18 +263,13 @@ class SqliteStore(_Counted):
             except sqlite3.Error as exc:
                 log.warning("lookup: SQLite failed", extra={"table": table, "error": str(exc)[:500]})
                 raise BackendError(f"reading table '{table}' of the features file failed ({type(exc).__name__})") from None
-        n = len(key_names)
         if not rows:
             return Found([], {f: [] for f in features}, [])
+        n = len(key_names)
         columns = list(zip(*rows, strict=True))
-        by_name = dict(zip(read, columns[n:], strict=True))
         found: list[Key] = [(k if type(k) is str else str(k),) for k in columns[0]] if n == 1 else list(zip(*(map(str, c) for c in columns[:n]), strict=True))
         empty = [None] * len(rows)
-        return Found(
-            found,
-            {f: list(by_name[f]) if f in by_name else list(empty) for f in features},
-            list(by_name.get(event_time, empty)),
-        )
+        return Found(found, {f: list(empty) if i is None else list(columns[i]) for f, i in places}, empty if when is None else list(columns[when]))
 
 
 # Errors -------------------------------------------------------------------------------------
