@@ -19,6 +19,7 @@ from sluice.batch.plan import JobSpec
 from sluice.codecs.stored_rows import encode_rows
 from sluice.domain.errors import Unprocessable
 from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.domain.signature import TensorSpec
 from sluice.registry.precomputed import Publication
 from sluice.settings import Settings
 from tests.conftest import MODELS
@@ -154,6 +155,37 @@ def test_a_table_that_does_not_fit_the_live_node_is_refused_when_saved(demo: Con
     with pytest.raises(Unprocessable, match="no input 'user'") as refused:
         demo.deployments.create(acme, "wrong", {**RECS, "key": "inputs.user"})
     assert refused.value.field == "policy.key"
+
+
+def test_a_publication_that_stops_fitting_the_live_node_is_answered_live_until_one_fits(recs: Container, acme: Principal) -> None:
+    """Whether a table's answers fit the live node is asked again whenever the publication
+    read changes (the answer is kept for the same publication and version): a generation of
+    another model's answers is not served, the next fitting one is."""
+    store = recs.precomputed
+    assert store is not None
+    request = PredictionRequest("recs", ArrayInputs({"input": np.full((1, 10), 0.02, np.float32)}), headers={"x-user-id": "u1"})
+    live = run_predict(recs, acme, request).answer.result.outputs["variable"]
+    now = time.time()
+    fitting = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    other = [{"name": "output_label", "datatype": "INT64", "shape": [-1]}]
+    for generation, outputs, answer in (("g1", fitting, {"variable": live + 1000}), ("g2", other, {"output_label": np.array([7])}), ("g3", fitting, {"variable": live + 2000})):
+        store.put_answers("acme", "recs", generation, [("u1", encode_rows(answer, 1)[0])], computed_at=now, expires_at=now + 60)
+        store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now), expires_at=now + 60)
+        for _ in range(2):
+            got = run_predict(recs, acme, request).answer
+            if outputs is other:
+                assert got.source == "live"
+                np.testing.assert_allclose(got.result.outputs["variable"], live, rtol=1e-6)
+            else:
+                assert got.source == "precomputed"
+                np.testing.assert_allclose(got.result.outputs["variable"], answer["variable"], rtol=1e-6)
+    reader = recs.predictions.runner.precomputed
+    assert reader is not None
+    specs, version = reader.store.publication("acme", "recs", now=time.time()), recs.registry.get_version("acme", "diabetes", 1)
+    assert specs is not None
+    kept = tuple(TensorSpec.from_dict(d) for d in specs.outputs)
+    assert reader.misfit(kept, version.signature.outputs) is None and reader.misfit(kept, version.signature.outputs) is None  # asked, then kept
+    assert "output_label" in (reader.misfit(tuple(TensorSpec.from_dict(d) for d in other), version.signature.outputs) or "")  # new specs: asked again
 
 
 def test_a_tenant_never_reads_another_tenants_table(demo: Container, acme: Principal, globex: Principal, tmp_path: Path) -> None:

@@ -49,6 +49,18 @@ class PrecomputedReader:
         self.store = store
         self.inline = bool(getattr(store, "reads_inline", False))
         self._publications: TTLCache[tuple[str, str], tuple[Publication | None, tuple[TensorSpec, ...]]] = TTLCache(publication_ttl_s)
+        self._fit: tuple[Any, Any, str | None] = ((), (), None)  # the last (stored specs, live outputs, why they do not fit)
+
+    def misfit(self, specs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> str | None:
+        """`fits(specs, outputs)`, asked again only when either changes (a publication's specs
+        are kept with it, a version's signature with the version: the same objects request
+        after request)."""
+        kept_specs, kept_outputs, why = self._fit
+        if kept_specs is specs and kept_outputs is outputs:
+            return why
+        why = fits(specs, outputs)
+        self._fit = (specs, outputs, why)
+        return why
 
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
@@ -83,7 +95,7 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
             publication, stored = None, {}
     signature, version = await _live_signature(runner, node.live, call.tenant) if publication is not None else (None, None)
-    if publication is not None and signature is not None and fits(specs, signature.outputs) is not None:
+    if publication is not None and signature is not None and runner.precomputed is not None and runner.precomputed.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
         stored = {}
     now = time.time()

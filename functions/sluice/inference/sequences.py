@@ -247,9 +247,13 @@ async def _lookup(
     if runner.lookup_steps is None:
         raise Unavailable("lookup steps are not served here", field="policy")
     looked = await runner.lookup_steps.lookup(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
-    first = step.index == 0 or before is None
-    takes = node.input_specs() if first else before.outputs  # type: ignore[union-attr]
-    return Signature(takes if first else before.inputs, node.derive(takes), before.metadata if before else {}), looked.outputs, looked  # type: ignore[union-attr]
+    key = ("lookup", id(before))
+    answers = step.kept(key, before)
+    if answers is None:  # worked out once per signature before it, as a function step's
+        first = step.index == 0 or before is None
+        takes = node.input_specs() if first else before.outputs  # type: ignore[union-attr]
+        answers = step.keep(key, before, Signature(takes if first else before.inputs, node.derive(takes), before.metadata if before else {}))  # type: ignore[union-attr]
+    return answers, looked.outputs, looked
 
 
 def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray]) -> None:

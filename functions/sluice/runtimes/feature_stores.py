@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from sluice.runtimes.lookup_values import Values
 
 log = logging.getLogger(__name__)
+_Plan = tuple[list[str], tuple[Any, ...], str, tuple[tuple[tuple[str, int | None], ...], int | None]]  # see `SqliteStore._plan`
+PLANS = 512  # SQLite questions whose SQL a store keeps, by shape (the table, the columns, the number of keys)
 
 class FeatureStore(Protocol):
     max_keys: int  # the most keys one call takes
@@ -165,6 +167,8 @@ class SqliteStore(_Counted):
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._columns: dict[str, set[str]] = {}
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a held table's spec, by what a lookup reads (`rows`)
         self._holding = Holding(hold_rows)
 
     def _connection(self) -> sqlite3.Connection:
@@ -198,7 +202,13 @@ class SqliteStore(_Counted):
         with self._lock:
             try:
                 db = self._connection()
-                spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), tuple(key_types))
+                asked = (node.reads, tuple(key_types))
+                spec = self._specs.get(asked)
+                if spec is None:  # kept once `_read` has passed, as `_plan`'s
+                    spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), asked[1])
+                    if len(self._specs) >= PLANS:
+                        self._specs.clear()
+                    self._specs[asked] = spec
                 held = self._holding.current(db, spec)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
                 return None
@@ -206,43 +216,60 @@ class SqliteStore(_Counted):
             return None
         return held.rows(node, together)  # what was current when asked; never changed, only replaced
 
+    def _plan(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str, types: Sequence[str], n: int) -> _Plan:
+        """The columns a question of `n` keys reads, its holding spec, its SQL and where each
+        feature and the event time are in a row it gives (None: a column not there), worked out
+        once per shape of question (kept only once `_read` has passed: a table or a key column
+        not there is asked again each time, as it may be made later)."""
+        shape = (table, tuple(key_names), tuple(features), event_time, tuple(types), n)
+        plan = self._plans.get(shape)
+        if plan is None:
+            read = self._read(db, table, key_names, features, event_time)
+            cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
+            if len(key_names) == 1:
+                where = f'"{key_names[0]}" IN ({", ".join("?" * n)})'
+            else:
+                one = "(" + ", ".join("?" * len(key_names)) + ")"
+                where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * n)})"
+            at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
+            places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
+            plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
+            if len(self._plans) >= PLANS:  # a batch job's chunks ask for many counts of keys
+                self._plans.clear()
+            self._plans[shape] = plan
+        return plan
+
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
+        types = key_types or ("S",) * len(key_names)
         with self._lock:
-            self._counted()
+            self.calls += 1  # only here, under the store's lock
             try:
                 db = self._connection()
-                read = self._read(db, table, key_names, features, event_time)
-                types = list(key_types) or ["S"] * len(key_names)
-                held = self._holding.table(db, (table, tuple(key_names), tuple(read), tuple(types)), len(keys))
+                _, spec, sql, (places, when) = self._plan(db, table, key_names, features, event_time, types, len(keys))
+                held = self._holding.table(db, spec, len(keys))
                 if held is not None:
                     return Found(*held.get_many(keys, features, event_time))
-                cols = ", ".join(f'"{c}"' for c in (*key_names, *read))
                 if "N" in types:
                     params: list[Any] = [int(v) if t == "N" else v for k in keys for v, t in zip(k, types, strict=True)]
+                elif len(key_names) == 1:
+                    params = [k[0] for k in keys]
                 else:
                     params = list(chain.from_iterable(keys))
-                if len(key_names) == 1:
-                    where = f'"{key_names[0]}" IN ({", ".join("?" * len(keys))})'
-                else:
-                    one = "(" + ", ".join("?" * len(key_names)) + ")"
-                    where = f"({', '.join(chr(34) + k + chr(34) for k in key_names)}) IN (VALUES {', '.join([one] * len(keys))})"
-                rows = db.execute(f'SELECT {cols} FROM "{table}" WHERE {where}', params).fetchall()
+                rows = db.execute(sql, params).fetchall()
             except SluiceError:
                 raise
             except sqlite3.Error as exc:
                 log.warning("lookup: SQLite failed", extra={"table": table, "error": str(exc)[:500]})
                 raise BackendError(f"reading table '{table}' of the features file failed ({type(exc).__name__})") from None
+        if not rows:
+            return Found([], {f: [] for f in features}, [])
         n = len(key_names)
-        columns = list(zip(*rows, strict=True)) if rows else [()] * (n + len(read))
-        by_name = dict(zip(read, columns[n:], strict=True))
+        columns = list(zip(*rows, strict=True))
+        found: list[Key] = [(k if type(k) is str else str(k),) for k in columns[0]] if n == 1 else list(zip(*(map(str, c) for c in columns[:n]), strict=True))
         empty = [None] * len(rows)
-        return Found(
-            list(zip(*(map(str, c) for c in columns[:n]), strict=True)),
-            {f: list(by_name[f]) if f in by_name else list(empty) for f in features},
-            list(by_name.get(event_time, empty)),
-        )
+        return Found(found, {f: list(empty) if i is None else list(columns[i]) for f, i in places}, empty if when is None else list(columns[when]))
 
 
 # Errors -------------------------------------------------------------------------------------

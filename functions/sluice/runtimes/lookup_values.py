@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false", "0", "0.0", "f", "no"))
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
+_NUMBERS = {"FP32": frozenset((float, int)), "FP64": frozenset((float, int)), "INT32": frozenset((int,)), "INT64": frozenset((int,))}  # taken at once
 SMALL = 256  # up to this many rows a dict tells keys apart sooner than a sort
 
 
@@ -207,27 +208,35 @@ def spread(node: Lookup, keys: list[Key], found: Found, inverse: np.ndarray | No
     """One array per feature (and the event times) in the rows' order, straight from what the
     store found for the distinct `keys` (an uncached lookup: no `Values` kept), each key's values
     spread to its rows (`inverse`; None: a row a key). The rules of missing and stale values are
-    those of the cached path (`sluice.runtimes.lookups`), worked on the store's lists."""
-    position = dict(zip(found.keys, range(len(found.keys)), strict=True))
-    at = list(map(position.get, keys))  # each key's place among those found; None: not found
+    those of the cached path (`sluice.runtimes.lookups`), worked on the store's lists.
+
+    Where the store found every key, in the keys' order, and no event time is read (a request's
+    usual answer), each feature's list is the column as it is: no place worked out per key."""
     times: list[float] | None = None
-    if node.event_time_output or node.max_age_s is not None:
-        seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
-        times = [math.nan if i is None or seconds[i] is None else seconds[i] for i in at]  # a stale record's too
-        if node.max_age_s is not None:  # a stale record is a missing one (no event time: stale)
-            oldest = now - node.max_age_s
-            at = [None if i is None or not t >= oldest else i for i, t in zip(at, times, strict=True)]
-    gaps = None in at
-    same = not gaps and found.keys == keys  # the store answered in the keys' order
+    if found.keys == keys and not (node.event_time_output or node.max_age_s is not None):
+        at: list[int | None] | None = None  # key i is found at i
+        gaps = False
+    else:
+        position = dict(zip(found.keys, range(len(found.keys)), strict=True))
+        at = list(map(position.get, keys))  # each key's place among those found; None: not found
+        if node.event_time_output or node.max_age_s is not None:
+            seconds = [t if type(t) is float else epoch_seconds(t) for t in found.times]
+            times = [math.nan if i is None or seconds[i] is None else seconds[i] for i in at]  # a stale record's too
+            if node.max_age_s is not None:  # a stale record is a missing one (no event time: stale)
+                oldest = now - node.max_age_s
+                at = [None if i is None or not t >= oldest else i for i, t in zip(at, times, strict=True)]
+        gaps = None in at
+        if not gaps and found.keys == keys:  # the store answered in the keys' order
+            at = None
     out: dict[str, np.ndarray] = {}
     for feature in node.features:
         column = found.values[feature.name]
-        raw = column if same else [None if i is None else column[i] for i in at] if gaps else [column[i] for i in at]
+        raw = column if at is None else [None if i is None else column[i] for i in at] if gaps else [column[i] for i in at]
         if None in raw:
             if feature.default is None:
                 first = raw.index(None)
-                why = "the entity is not in the store" if keys[first] not in position else (
-                    "the feature is missing" if at[first] is not None
+                why = "the entity is not in the store" if keys[first] not in found.keys else (
+                    "the feature is missing" if at is None or at[first] is not None
                     else f"its record is older than max_age_s ({node.max_age_s:g} s) or has no event time"
                 )  # fmt: skip
                 raise missing(node, feature.name, keys[first], why)
@@ -245,10 +254,8 @@ def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list
     of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
     first that is not one named with its entity."""
     dtype = V2_TO_NUMPY[datatype]
-    kinds = set(map(type, raw))
-    if datatype in ("FP32", "FP64") and kinds <= {float, int}:
-        return np.array(raw, dtype=dtype)
-    if datatype in ("INT32", "INT64") and kinds <= {int}:
+    numbers = _NUMBERS.get(datatype)
+    if numbers is not None and numbers.issuperset(map(type, raw)):
         return np.array(raw, dtype=dtype)
     return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
 

@@ -73,6 +73,10 @@ if TYPE_CHECKING:
     from sluice.settings import LookupSettings
 
 
+_TYPES = {kind: "S" if kind in "OUS" else "N" for kind in "biufcmMOSUV"}  # a key's type in the store, by its input's dtype kind
+_log: tuple[Any, Any] | None = None  # (get_logger, log_info), imported on the first lookup in Lambda
+
+
 class Looked(NamedTuple):
     """A lookup's outputs, its store calls, and the rows the feature cache answered and those
     whose entity was read from the store (None, None: not cached)."""
@@ -139,12 +143,21 @@ class LookupSteps:
 
     def _store_key(self, node: Lookup, tenant: str) -> str:
         """Which store `node` reads for `tenant`: a file or a repository of the tenant's own, or the service."""
-        path = {"sqlite": self.settings.lookup_sqlite, "feast": self.settings.lookup_feast_repo}.get(node.store)  # a file, a repository
-        return node.store if path is None else f"{node.store}:{path.replace('{tenant}', tenant)}"
+        kind = node.store
+        if kind == "sqlite":  # a file
+            path = self.settings.lookup_sqlite
+        elif kind == "feast":  # a repository
+            path = self.settings.lookup_feast_repo
+        else:
+            return kind
+        return f"{kind}:{path.replace('{tenant}', tenant)}"
 
     def store(self, node: Lookup, tenant: str) -> FeatureStore:
         """The store `node` reads for `tenant` (built once)."""
         key = self._store_key(node, tenant)
+        found = self._stores.get(key)  # built already: no lock
+        if found is not None:
+            return found
         with self._lock:
             found = self._stores.get(key)
             if found is None:
@@ -169,9 +182,13 @@ class LookupSteps:
         return looked.outputs, looked.store_calls
 
     def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
-        from sluice.observability import get_logger
-        from sluice.observability.formatter import log_info
+        global _log
+        if _log is None:
+            from sluice.observability import get_logger
+            from sluice.observability.formatter import log_info
 
+            _log = (get_logger, log_info)
+        get_logger, log_info = _log
         cached = looked is not None and looked.cache_hits is not None
         fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
         fields["LookupCalls"], fields["LookupErrors"] = 1.0, float(failed)
@@ -214,8 +231,8 @@ class LookupSteps:
         every, together = keys_of(node, arrays)
         store = self.store(node, tenant)
         event_time = node.reads[3]
-        types = tuple("S" if arrays[name].dtype.kind in "OUS" else "N" for name in node.keys.values())
-        ttl = self.ttl(node)
+        types = tuple(_TYPES[arrays[name].dtype.kind] for name in node.keys.values())
+        ttl = self.ttl(node) if self.cache is not None else 0.0
         cache = self.cache if ttl > 0 and len(every) else None
         held = store.rows(node, together, types) if isinstance(store, SqliteStore) and len(every) else None
         if held is not None:  # a SQLite table held in memory, current: no store call, no cache needed
@@ -238,7 +255,12 @@ class LookupSteps:
                     place = dict(zip(keys, range(len(keys)), strict=True))
                     inverse = np.fromiter(map(place.__getitem__, together), dtype=np.intp, count=len(together))
             wanted = store_keys(keys, types)
-            found = await self._fetch(node, store, wanted, types, event_time, timeout_s) if keys else Found.of([f.name for f in node.features])
+            if not keys:
+                found = Found.of([f.name for f in node.features])
+            elif not store.concurrent and len(wanted) <= store.max_keys:  # one call, here: no coroutine (`_fetch`)
+                found = store.get_many(node.table, list(node.keys), wanted, [f.name for f in node.features], event_time, types)
+            else:
+                found = await self._fetch(node, store, wanted, types, event_time, timeout_s)
             out = dict(arrays)
             out.update(spread(node, wanted, found, inverse, self.clock()))
             return Looked(out, store.calls - calls_before)
@@ -299,7 +321,7 @@ class LookupSteps:
         features = [f.name for f in node.features]
 
         def fetch(chunk: list[Key]) -> Found:
-            return store.get_many(node.table, list(node.keys), chunk, features, event_time, list(types))
+            return store.get_many(node.table, list(node.keys), chunk, features, event_time, types)
 
         if not store.concurrent:  # a local file, read here: a thread hop would cost more than the read, and
             parts: list[Found] = [fetch(c) for c in chunks]  # no deadline could cut a read that never yields
