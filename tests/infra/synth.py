@@ -251,6 +251,17 @@ class Synthesized:
             self._resolved[component] = Template.from_json(resolve_references(template, template))
         return self._resolved[component]
 
+    def warnings(self, component: str) -> list[str]:
+        """A stack's warnings as its cloud assembly records them (the manifest's metadata, or
+        the stack's metadata file it names), read as JSON: the CDK's `Annotations` hands each
+        back as a MetadataEntry, which jsii fails to build in a process that has not loaded
+        that module of the CDK."""
+        artifact = json.loads((self.outdir / "manifest.json").read_text())["artifacts"][self.stacks[component].artifact_id]
+        metadata = dict(artifact.get("metadata", {}))
+        if "additionalMetadataFile" in artifact:
+            metadata.update(json.loads((self.outdir / artifact["additionalMetadataFile"]).read_text()))
+        return [str(e["data"]) for entries in metadata.values() for e in entries if e["type"] == "aws:cdk:warning"]
+
     def validation_report(self) -> dict[str, Any]:
         return json.loads((self.outdir / "validation-report.json").read_text())
 

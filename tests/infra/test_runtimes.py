@@ -135,7 +135,6 @@ def test_drift_monitoring_follows_the_runtime_and_3_14_says_it_is_off(app_on: Sy
     """Where Apache DataSketches has a wheel (3.12, 3.13) the functions that profile or check get
     the monitor layer; on 3.14 no function has it, and the API and streams stacks, which would
     have built it, warn the operator (see test_layers for which functions get it)."""
-    from aws_cdk.assertions import Annotations, Match
     from infra.constructs.functions import MONITOR_PYTHONS
 
     from tests.infra.test_layers import MONITOR_LAYER, NO_SKETCHES
@@ -147,21 +146,15 @@ def test_drift_monitoring_follows_the_runtime_and_3_14_says_it_is_off(app_on: Sy
         for layer in app_on.template(component).find_resources("AWS::Lambda::LayerVersion").values()
         if layer["Properties"].get("Description") == MONITOR_LAYER
     }
-    warned = {
-        component
-        for component, stack in app_on.stacks.items()
-        if Annotations.from_stack(stack).find_warning("*", Match.string_like_regexp(NO_SKETCHES))
-    }
+    warnings = {component: [w for w in app_on.warnings(component) if NO_SKETCHES in w] for component in app_on.stacks}
+    warned = {component for component, found in warnings.items() if found}
     if python in MONITOR_PYTHONS:
         assert (with_layer, warned) == ({"api", "streams"}, set())
     else:
         assert (with_layer, warned) == (set(), {"api", "streams"})
-        (message,) = [
-            m.entry.data
-            for m in app_on.assembly.get_stack_by_name(app_on.stacks["api"].stack_name).messages
-            if NO_SKETCHES in str(m.entry.data)
-        ]
+        (message,) = warnings["api"]
         assert f"Python {python}:" in message and 'functions.python: "3.13"' in message
+
 
 
 @pytest.mark.parametrize(
