@@ -47,7 +47,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="sluice", description="Serverless model inference, locally and on AWS.")
     parser.add_argument("--tenant", default=os.environ.get("SLUICE_TENANT", "default"), help="tenant to act in (default: default)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # One command's parser names every command in its usage, as the full one does (a refusal
+    # prints the usage): the full parser's own spelling, which names the command when none is given.
+    every = None if only is None else "{" + ",".join(COMMANDS) + "}"
+    sub = parser.add_subparsers(dest="command", required=True, metavar=every)
     # The command groups imported here, not with the package: a process that imports one
     # module of it (`sluice serve`'s workers import `sluice.cli.serve`) pays for no other.
     for command, (module, add) in COMMANDS.items():
