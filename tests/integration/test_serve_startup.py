@@ -14,7 +14,7 @@ users start many of them.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
   schema, the graphs' steps, the API's wire models or NumPy.
 - `sluice batch run` imports its own command group alone, no record kind it never reads
-  (follows, schedules, optimize jobs) and scores through the batch runner's prediction service
+  (follows, schedules, optimize jobs; schedules' wire models) and scores through the batch runner's prediction service
   only: the API's (its mirror, capture and kept predictions) is never built.
 - An app's routes are built once, by the routers' decorators, and `SluiceApp.prepare` (what a
   worker runs before it takes a request) leaves nothing for the first requests to build. A
@@ -80,7 +80,7 @@ print("[]")
 NOT_BATCH_RUN = (
     "sluice.cli.models", "sluice.cli.deployments", "sluice.cli.serve", "sluice.cli.stream", "sluice.cli.triton",
     "sluice.endpoints.triton_env", "sluice.convert.frameworks",
-    "sluice.domain.follows", "sluice.domain.schedules", "sluice.domain.optimize_jobs",
+    "sluice.domain.follows", "sluice.domain.schedules", "sluice.domain.optimize_jobs", "sluice.batch.schedule_wire",
     "sluice.inference.mirror", "sluice.inference.shadow_runner", "sluice.capture.capturer", "sluice.monitor.kept",
 )  # fmt: skip
 BATCH_RUN_PROBE = f"""
