@@ -13,6 +13,9 @@ users start many of them.
   other command groups are the parser's to import.
 - A plain command (`batch list`, `models list`, `keys list`) reads the registry: not the policy
   schema, the graphs' steps, the API's wire models or NumPy.
+- `sluice batch run` imports its own command group alone, no record kind it never reads
+  (follows, schedules, optimize jobs; schedules' wire models) and scores through the batch runner's prediction service
+  only: the API's (its mirror, capture and kept predictions) is never built.
 - An app's routes are built once, by the routers' decorators, and `SluiceApp.prepare` (what a
   worker runs before it takes a request) leaves nothing for the first requests to build. A
   route returns its own response: FastAPI builds it no serializer, and the OpenAPI document
@@ -26,7 +29,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tests.conftest import REPO
+from tests.conftest import MODELS, REPO
 from tests.integration.conftest import api_keys, auth
 
 if TYPE_CHECKING:
@@ -65,9 +68,37 @@ print(json.dumps([codes, [m for m in heavy if m in sys.modules]]))
 """
 
 
-def _probe(code: str, tmp_path: Path) -> list[list[object]]:
+# A deployment of the iris model on the home, set up by another process: `batch run` alone in the probe.
+BATCH_SETUP = f"""
+from sluice.cli import main
+assert main(["models", "push", "iris", {str(MODELS / "iris.onnx")!r}]) == 0
+assert main(["deployments", "create", "iris", "--model", "iris"]) == 0
+print("[]")
+"""
+# What `batch run` must leave alone: the other command groups (and what they import), the
+# records of other kinds, the API's prediction service and what it hands work to.
+NOT_BATCH_RUN = (
+    "sluice.cli.models", "sluice.cli.deployments", "sluice.cli.serve", "sluice.cli.stream", "sluice.cli.triton",
+    "sluice.endpoints.triton_env", "sluice.convert.frameworks",
+    "sluice.domain.follows", "sluice.domain.schedules", "sluice.domain.optimize_jobs", "sluice.batch.schedule_wire",
+    "sluice.inference.mirror", "sluice.inference.shadow_runner", "sluice.capture.capturer", "sluice.monitor.kept",
+)  # fmt: skip
+BATCH_RUN_PROBE = f"""
+import contextlib, io, json, sys
+from sluice.cli import main, pieces
+source = sys.argv[1]
+with open(source, "w") as f:
+    f.write("sepal_length,sepal_width,petal_length,petal_width\\n" + "5.1,3.5,1.4,0.2\\n" * 3)
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(["batch", "run", source, "--deployment", "iris", "--concurrency", "1"])
+built = [name for name in ("predictions", "batch_runner") if name in pieces.container().__dict__]
+print(json.dumps([code, json.loads(out.getvalue())["status"], built, [m for m in {NOT_BATCH_RUN!r} if m in sys.modules]]))
+"""
+
+
+def _probe(code: str, tmp_path: Path, *args: str) -> list[list[object]]:
     env = {**os.environ, "SLUICE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO / "functions")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -81,6 +112,15 @@ def test_the_supervisor_of_several_workers_imports_nothing_that_serves_http_or_p
 def test_a_plain_command_reads_the_registry_without_the_prediction_path(tmp_path: Path) -> None:
     codes, imported = _probe(COMMAND_PROBE, tmp_path)
     assert codes == [0, 0, 0]
+    assert imported == []
+
+
+def test_batch_run_builds_and_imports_only_what_it_scores_with(tmp_path: Path) -> None:
+    """What `sluice batch run` cut from its start-up cannot come back unnoticed."""
+    _probe(BATCH_SETUP, tmp_path)
+    code, status, built, imported = _probe(BATCH_RUN_PROBE, tmp_path, str(tmp_path / "flowers.csv"))
+    assert (code, status) == (0, "SUCCEEDED")
+    assert built == ["batch_runner"], "a batch run built the API's prediction service"
     assert imported == []
 
 

@@ -18,46 +18,71 @@ from sluice.owner_only import umask
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # The command groups imported here, not with the package: a process that imports one
-    # module of it (`sluice serve`'s workers import `sluice.cli.serve`) pays for no other.
-    from sluice.cli.batch import add_batch_commands
-    from sluice.cli.cost import add_cost_command
-    from sluice.cli.deployments import add_deployment_commands
-    from sluice.cli.endpoints import add_endpoint_commands
-    from sluice.cli.follows import add_registry_commands
-    from sluice.cli.keys import add_key_commands
-    from sluice.cli.models import add_model_commands
-    from sluice.cli.monitor import add_monitor_commands
-    from sluice.cli.optimize import add_optimize_command
-    from sluice.cli.predict import add_predict_command
-    from sluice.cli.replay import add_replay_command
-    from sluice.cli.rollouts import add_rollout_commands
-    from sluice.cli.serve import add_serve_command
-    from sluice.cli.stream import add_stream_command
-    from sluice.cli.transforms import add_transform_commands
-    from sluice.cli.triton import add_triton_commands
+# Each command, the module whose function adds it to the parser, in `sluice --help`'s order.
+COMMANDS = {
+    "serve": ("serve", "add_serve_command"),
+    "models": ("models", "add_model_commands"),
+    "deployments": ("deployments", "add_deployment_commands"),
+    "predict": ("predict", "add_predict_command"),
+    "keys": ("keys", "add_key_commands"),
+    "batch": ("batch", "add_batch_commands"),
+    "stream": ("stream", "add_stream_command"),
+    "endpoints": ("endpoints", "add_endpoint_commands"),
+    "triton": ("triton", "add_triton_commands"),
+    "optimize": ("optimize", "add_optimize_command"),
+    "cost": ("cost", "add_cost_command"),
+    "rollout": ("rollouts", "add_rollout_commands"),
+    "replay": ("replay", "add_replay_command"),
+    "transforms": ("transforms", "add_transform_commands"),
+    "monitor": ("monitor", "add_monitor_commands"),
+    "registries": ("follows", "add_registry_commands"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the command `only` alone: the same arguments, the
+    same namespace, but only that command group's module imported (`sluice batch run` pays
+    for no other group's imports)."""
+    import importlib
 
     parser = argparse.ArgumentParser(prog="sluice", description="Serverless model inference, locally and on AWS.")
     parser.add_argument("--tenant", default=os.environ.get("SLUICE_TENANT", "default"), help="tenant to act in (default: default)")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for add in (
-        add_serve_command, add_model_commands, add_deployment_commands, add_predict_command,
-        add_key_commands, add_batch_commands, add_stream_command, add_endpoint_commands, add_triton_commands,
-        add_optimize_command, add_cost_command, add_rollout_commands, add_replay_command, add_transform_commands,
-        add_monitor_commands,
-        add_registry_commands,
-    ):  # fmt: skip
-        add(sub)
+    # One command's parser names every command in its usage, as the full one does (a refusal
+    # prints the usage): the full parser's own spelling, which names the command when none is given.
+    every = None if only is None else "{" + ",".join(COMMANDS) + "}"
+    sub = parser.add_subparsers(dest="command", required=True, metavar=every)
+    # The command groups imported here, not with the package: a process that imports one
+    # module of it (`sluice serve`'s workers import `sluice.cli.serve`) pays for no other.
+    for command, (module, add) in COMMANDS.items():
+        if only is None or command == only:
+            getattr(importlib.import_module(f"sluice.cli.{module}"), add)(sub)
     return parser
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` names, when it is plain to see: the first word after the global
+    options (`--tenant T`, `--tenant=T`, or a prefix of it). None for anything else (help, a
+    word that is no command, an option argparse would refuse): the full parser then reads it,
+    and answers as it always has."""
+    words = iter(argv)
+    for word in words:
+        if word in COMMANDS:
+            return word
+        name, equals, _ = word.partition("=")
+        if len(name) < 3 or not "--tenant".startswith(name):
+            return None
+        if not equals:
+            next(words, None)  # the tenant
+    return None
+
+
 @functools.cache
-def _parser() -> argparse.ArgumentParser:
-    """The parser `main` reads with, built once a process (~20 ms: some 60 subcommands): a
-    process that runs several commands (tests, a script calling `main`) builds it once. The
-    tenant's default is read from the environment at each `main` instead (None: not given)."""
-    parser = build_parser()
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser `main` reads with, built once a process (~20 ms for all some 60 subcommands;
+    a command's own group when argv names it): a process that runs several commands (tests, a
+    script calling `main`) builds each once. The tenant's default is read from the environment
+    at each `main` instead (None: not given)."""
+    parser = build_parser(only)
     parser.set_defaults(tenant=None)
     return parser
 
@@ -66,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     # Prediction logs are for servers; the CLI's stdout is its answer, its warnings go to stderr.
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
     os.environ.setdefault("SLUICE_LOG_STREAM", "stderr")
-    args = _parser().parse_args(argv)
+    args = _parser(_command_of(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     if args.tenant is None:
         args.tenant = os.environ.get("SLUICE_TENANT", "default")
     try:

@@ -9,36 +9,57 @@ for None: the DynamoDB registry leaves None attributes out.
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from dataclasses import MISSING, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
 from sluice.domain.errors import BadRequest
-from sluice.domain.follows import Follow
 from sluice.domain.jobs import BatchJob, ChunkResult
-from sluice.domain.optimize_jobs import OptimizeJob
-from sluice.domain.schedules import Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from pydantic import TypeAdapter
 
+    from sluice.domain.follows import Follow
+    from sluice.domain.optimize_jobs import OptimizeJob
+    from sluice.domain.schedules import Schedule
+
 T = TypeVar("T")
 
 
 class Codec(Generic[T]):
     """`dump` and `load` for one dataclass. The adapter is built on first use: building one
-    costs milliseconds that a cold start need not pay for types it never touches."""
+    costs milliseconds that a cold start need not pay for types it never touches. A record
+    kind that most processes never read is named instead (`Codec.of("sluice.domain.follows",
+    "Follow")`): its module is imported where a record of it is first written or read."""
 
-    def __init__(self, cls: type[T]) -> None:
-        self.cls = cls
+    def __init__(self, cls: type[T] | None = None, *, named: tuple[str, str] | None = None) -> None:
+        if cls is not None:
+            self.cls = cls
+        self._named = named
         self._adapter: TypeAdapter[tuple[T]] | None = None
         self._lock = threading.Lock()
-        self._required: tuple[str, ...] = tuple(
-            f.name for f in fields(cls)  # type: ignore[arg-type]
+
+    @classmethod
+    def of(cls, module: str, name: str) -> Codec[Any]:
+        return cls(named=(module, name))
+
+    @cached_property
+    def cls(self) -> type[T]:
+        assert self._named is not None
+        module, name = self._named
+        found: type[T] = getattr(importlib.import_module(module), name)
+        return found
+
+    @cached_property
+    def _required(self) -> tuple[str, ...]:
+        return tuple(
+            f.name for f in fields(self.cls)  # type: ignore[arg-type]
             if f.default is MISSING and f.default_factory is MISSING
         )  # fmt: skip
 
@@ -89,9 +110,10 @@ CHANGE = Codec(DeploymentChange)
 API_KEY = Codec(ApiKey)
 JOB = Codec(BatchJob)
 CHUNK = Codec(ChunkResult)
-SCHEDULE = Codec(Schedule)
-OPTIMIZE_JOB = Codec(OptimizeJob)
-FOLLOW = Codec(Follow)
+# Read by the commands and routes of their own kind only.
+SCHEDULE: Codec[Schedule] = Codec.of("sluice.domain.schedules", "Schedule")
+OPTIMIZE_JOB: Codec[OptimizeJob] = Codec.of("sluice.domain.optimize_jobs", "OptimizeJob")
+FOLLOW: Codec[Follow] = Codec.of("sluice.domain.follows", "Follow")
 
 # The progress counters of a job; stored apart from the rest so they can be added to in place.
 JOB_COUNTERS = ("chunks_done", "rows_in", "rows_out", "rows_failed")

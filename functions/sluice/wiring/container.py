@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sluice.domain.locations import Layout
     from sluice.endpoints.control import EndpointControl
     from sluice.inference.mirror import Mirror
+    from sluice.inference.precomputed import PrecomputedReader
     from sluice.inference.predictions import PredictionService
     from sluice.inference.results import ResultService
     from sluice.inference.shadow_runner import ShadowRunner
@@ -113,19 +114,11 @@ class Container:
         from sluice.inference.predictions import PredictionService
         from sluice.inference.shadow_runner import ShadowRunner
 
-        if self.functions is None:
-            self.functions = build_functions(self.settings)
-        if self.lookup_steps is None:
-            self.lookup_steps = build_lookup_steps(self.settings)
-        reader = None
-        if self.precomputed is not None:
-            from sluice.inference.precomputed import PrecomputedReader
-
-            reader = PrecomputedReader(self.precomputed, publication_ttl_s=self.settings.precomputed.precomputed_publication_ttl_s)
+        self._graph_steps()
         predictions = PredictionService(
             self.registry, self.runtimes, self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
             cache=build_prediction_cache(self.settings, self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=reader,
+            precomputed=self.precomputed_reader,
         )  # fmt: skip
         shadows = ShadowRunner(predictions)
         if self.mirror is None:
@@ -139,6 +132,23 @@ class Container:
         predictions.batcher.max_queue = self.settings.admission.batching_max_queue
         self.__dict__.update(shadows=shadows, capture=capture)  # built with it: see below
         return predictions
+
+    def _graph_steps(self) -> None:
+        """The function and lookup steps of graphs, built once for every prediction service."""
+        if self.functions is None:
+            self.functions = build_functions(self.settings)
+        if self.lookup_steps is None:
+            self.lookup_steps = build_lookup_steps(self.settings)
+
+    @cached_property
+    def precomputed_reader(self) -> PrecomputedReader | None:
+        """Precomputed answers as every prediction service of this process reads them (one
+        reader, shared: the API's, the stream's and the batch runner's)."""
+        if self.precomputed is None:
+            return None
+        from sluice.inference.precomputed import PrecomputedReader
+
+        return PrecomputedReader(self.precomputed, publication_ttl_s=self.settings.precomputed.precomputed_publication_ttl_s)
 
     @cached_property
     def shadows(self) -> ShadowRunner:
@@ -305,7 +315,10 @@ class Container:
         from sluice.batch.runner import BatchRunner, BatchTelemetry, OfflineStats
         from sluice.inference.predictions import PredictionService
 
-        online = self.predictions  # the API's: its graph steps and precomputed answers are shared
+        # The API's graph steps and precomputed answers are shared, not the API's prediction
+        # service: a batch run (`sluice batch run`, a Score task) builds no mirror, capture,
+        # cache or profiles that it would never use.
+        self._graph_steps()
         runtimes = self.inline_runtimes()
         observability = self.settings.observability
         predictions = PredictionService(
@@ -315,7 +328,7 @@ class Container:
                 sink=self.telemetry.sink if self.telemetry is not None else None,
             ),
             stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=online.runner.precomputed,
+            precomputed=self.precomputed_reader,
         )
         return BatchRunner(self.registry, predictions, self.batch_files(), self.settings.batch, self.batch_paths, self.precomputed)
 

@@ -7,14 +7,14 @@ from fastapi import APIRouter, Response
 
 from sluice.api.deps import PrincipalDep, RootsDep, SchedulesDep
 from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
-from sluice.batch.wire import (
+from sluice.batch.schedule_wire import (
     ScheduleCreate,
     ScheduleDetail,
     ScheduleOut,
-    job_fields,
     schedule_detail,
     schedule_out,
 )
+from sluice.batch.wire import job_fields
 
 router = APIRouter(prefix="/api/v1/batch-schedules", tags=["batch"], responses=errors(*MANAGEMENT, 502, 503), default_response_class=JSONResponse)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
 from sluice.registry.codec import OPTIMIZE_JOB
 from sluice.registry.refusals import check_updatable, no_optimize_job, taken
 from sluice.registry.sqlite.connection import Part
@@ -16,7 +15,11 @@ if TYPE_CHECKING:
 
 
 class SqliteOptimizeJobs(Part):
+    # The domain's rules are imported where a job is written: a process that never writes one
+    # (a batch run, a server) does not import them.
     def create_optimize_job(self, job: OptimizeJob) -> OptimizeJob:
+        from sluice.domain.optimize_jobs import bounded
+
         job = bounded(job)
         self.insert(
             "INSERT INTO optimize_jobs (tenant, id, status, created_at, doc) VALUES (?, ?, ?, ?, ?)",
@@ -39,6 +42,8 @@ class SqliteOptimizeJobs(Part):
     def update_optimize_job(
         self, tenant: str, job_id: str, *, status: OptimizeStatus | None = None, **fields: object
     ) -> OptimizeJob:
+        from sluice.domain.optimize_jobs import UPDATABLE, bounded, check_optimize_move
+
         check_updatable("optimize job", fields, UPDATABLE)
         with self.db.tx() as db:
             row = db.execute("SELECT doc FROM optimize_jobs WHERE tenant = ? AND id = ?", (tenant, job_id)).fetchone()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.domain.schedules import SCHEDULE_UPDATABLE
 from sluice.registry.codec import SCHEDULE
 from sluice.registry.refusals import check_updatable, no_schedule, taken
 from sluice.registry.sqlite.connection import Part
@@ -35,6 +34,8 @@ class SqliteSchedules(Part):
         return [SCHEDULE.load(d) for d in docs]
 
     def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
+        from sluice.domain.schedules import SCHEDULE_UPDATABLE  # where a schedule is changed
+
         check_updatable("schedule", fields, SCHEDULE_UPDATABLE)
         with self.db.tx() as db:
             row = db.execute(
