@@ -310,27 +310,12 @@ class Container:
 
     @cached_property
     def batch_runner(self) -> BatchRunner:
-        """Plan, Score and Finalize. Scoring runs through its own PredictionService (the same
-        runtimes, so loaded models are shared) whose calls stay out of live statistics."""
-        from sluice.batch.runner import BatchRunner, BatchTelemetry, OfflineStats
-        from sluice.inference.predictions import PredictionService
+        """Plan, Score and Finalize (`sluice.wiring.batch`): a prediction service of its own
+        whose calls stay out of live statistics, on the same runtimes and graph steps."""
+        from sluice.wiring.batch import build_batch_runner
 
-        # The API's graph steps and precomputed answers are shared, not the API's prediction
-        # service: a batch run (`sluice batch run`, a Score task) builds no mirror, capture,
-        # cache or profiles that it would never use.
         self._graph_steps()
-        runtimes = self.inline_runtimes()
-        observability = self.settings.observability
-        predictions = PredictionService(
-            self.registry, runtimes, self.settings.predictions,
-            BatchTelemetry(
-                namespace=observability.metrics_namespace, service=observability.service_name,
-                sink=self.telemetry.sink if self.telemetry is not None else None,
-            ),
-            stats=OfflineStats(self.registry), functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=self.precomputed_reader,
-        )
-        return BatchRunner(self.registry, predictions, self.batch_files(), self.settings.batch, self.batch_paths, self.precomputed)
+        return build_batch_runner(self)
 
     def batch_files(self) -> Files:
         """Batch inputs and outputs, a store per URI scheme, each built on first use (a local
@@ -364,7 +349,7 @@ class Container:
         service = PredictionService(
             self.registry, self.inline_runtimes(), self.settings.predictions, self.telemetry,  # type: ignore[arg-type]
             stats=online.stats, mirror=self.mirror, functions=self.functions, lookup_steps=self.lookup_steps,
-            precomputed=online.runner.precomputed,
+            precomputed=self.precomputed_reader,
         )  # fmt: skip
         service.capture = self.capture
         service.profiles = self.predictions.profiles
