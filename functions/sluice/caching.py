@@ -1,4 +1,6 @@
-"""A small time-bounded cache for what a container reads often and may see change."""
+"""Small caches for what a container works out or reads often: `keep`, the one rule of every
+dict a process keeps things in by a key it does not choose (bounded: a full dict is emptied,
+never a wrong answer, only the work done again), and a time-bounded cache for what may change."""
 
 from __future__ import annotations
 
@@ -7,6 +9,15 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def keep(items: dict[K, V], key: K, value: V, most: int) -> V:
+    """`items[key] = value`, `items` kept to `most` entries: a new key finding it full empties it
+    first (rare; cheaper than tracking order for the few thousand keys a process meets)."""
+    if key not in items and len(items) >= most:
+        items.clear()
+    items[key] = value
+    return value
 
 
 class TTLCache(Generic[K, V]):
@@ -28,9 +39,7 @@ class TTLCache(Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         if self.ttl_s <= 0:
             return value
-        if len(self._items) >= self.max_items:
-            self._items.clear()  # rare; cheaper than tracking order for a few thousand keys
-        self._items[key] = (time.monotonic() + self.ttl_s, value)
+        keep(self._items, key, (time.monotonic() + self.ttl_s, value), self.max_items)
         return value
 
     def pop(self, key: K) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sluice.caching import keep
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, PayloadTooLarge
 
@@ -131,9 +132,7 @@ def _plan_of(inputs: tuple[TensorSpec, ...]) -> _Plan:
             for spec in inputs
         ),
     )  # fmt: skip
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(inputs)] = (inputs, plan)
+    keep(_PLANS, id(inputs), (inputs, plan), MAX_PLANS)
     return plan
 
 

@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
+from sluice.caching import keep
 from sluice.domain import Principal
 from sluice.domain.errors import Unauthenticated
 from sluice.domain.locations import Roots
@@ -143,9 +144,7 @@ def _authorized(tenant: Any, scopes: Any, subject: Any) -> Principal:
         scopes = scopes.replace(",", " ").split()
     principal = Principal(str(tenant), frozenset(scopes), str(subject))
     if cacheable:
-        if len(_PRINCIPALS) >= MAX_PRINCIPALS:
-            _PRINCIPALS.clear()
-        _PRINCIPALS[key] = principal
+        keep(_PRINCIPALS, key, principal, MAX_PRINCIPALS)
     return principal
 
 

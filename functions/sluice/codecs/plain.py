@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.caching import keep
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
@@ -195,9 +196,7 @@ def _roles(signature: Signature) -> tuple[str | None, str | None, tuple[str, ...
         label = signature.output_with_role("label")
         probs = signature.output_with_role("probabilities")
         values = tuple(spec.name for spec in signature.outputs if spec.role not in ("label", "probabilities"))
-        if len(_ROLES) >= MAX_ROLES:  # bounded, whatever the signatures answers carry
-            _ROLES.clear()
-        found = _ROLES[id(signature)] = (signature, label.name if label else None, probs.name if probs else None, values)
+        found = keep(_ROLES, id(signature), (signature, label.name if label else None, probs.name if probs else None, values), MAX_ROLES)
     return found[1:]  # type: ignore[return-value]
 
 

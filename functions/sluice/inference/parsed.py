@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.caching import keep
 from sluice.domain.policy import parse_policy
 
 if TYPE_CHECKING:
@@ -44,10 +45,7 @@ class ParsedPolicies:
         return self._keep(key, (dep, node))
 
     def _keep(self, key: tuple[str, str], pair: tuple[Deployment, Node]) -> tuple[Deployment, Node]:
-        if key not in self._last and len(self._last) >= self.max_items:
-            self._last.clear()  # rare; cheaper than tracking order for a few thousand keys
-        self._last[key] = pair
-        return pair
+        return keep(self._last, key, pair, self.max_items)
 
     def forget(self, tenant: str, name: str) -> None:
         self._last.pop((tenant, name), None)

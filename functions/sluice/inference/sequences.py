@@ -22,6 +22,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from sluice.caching import keep
 from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
@@ -64,9 +65,7 @@ class _Step:
         return found[1] if found is not None and found[0] is after else None
 
     def keep(self, key: Any, after: Signature | None, value: Any) -> Any:
-        if len(self.taken) >= MAX_PREPARED:  # bounded, whatever the signatures a step meets
-            self.taken.clear()
-        self.taken[key] = (after, value)
+        keep(self.taken, key, (after, value), MAX_PREPARED)  # whatever the signatures a step meets
         return value
 
 
@@ -93,9 +92,7 @@ def _plan(node: Sequence, call: Call) -> _Plan:
     prepared = node.prepared
     plan = prepared.get(key)
     if plan is None:
-        if len(prepared) >= MAX_PREPARED:  # bounded, whatever the outputs requests ask for
-            prepared.clear()
-        plan = prepared[key] = _Plan(node, *key)
+        plan = keep(prepared, key, _Plan(node, *key), MAX_PREPARED)  # whatever the outputs requests ask for
     return plan
 
 

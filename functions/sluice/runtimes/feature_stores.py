@@ -23,6 +23,7 @@ import time
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.caching import keep
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.runtimes.found import Found, Key, epoch_seconds
 
@@ -205,10 +206,8 @@ class SqliteStore(_Counted):
                 asked = (node.reads, tuple(key_types))
                 spec = self._specs.get(asked)
                 if spec is None:  # kept once `_read` has passed, as `_plan`'s
-                    spec = (node.table, tuple(node.keys), tuple(self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)), asked[1])
-                    if len(self._specs) >= PLANS:
-                        self._specs.clear()
-                    self._specs[asked] = spec
+                    read = self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)
+                    spec = keep(self._specs, asked, (node.table, tuple(node.keys), tuple(read), asked[1]), PLANS)
                 held = self._holding.current(db, spec)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
                 return None
@@ -234,9 +233,7 @@ class SqliteStore(_Counted):
             at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
             places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
             plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
-            if len(self._plans) >= PLANS:  # a batch job's chunks ask for many counts of keys
-                self._plans.clear()
-            self._plans[shape] = plan
+            keep(self._plans, shape, plan, PLANS)  # a batch job's chunks ask for many counts of keys
         return plan
 
     def get_many(
