@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
 
@@ -34,9 +35,18 @@ def encode_rows(outputs: Mapping[str, np.ndarray], rows: int) -> list[bytes]:
     ]
 
 
+def _loads(body: bytes) -> Any:
+    """One row's JSON: orjson (several times json's speed), or json where the row holds what
+    orjson refuses (`NaN`, `Infinity`: `encode_rows` writes a float that is not finite so)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+
+
 def decode_rows(specs: Sequence[TensorSpec], bodies: Sequence[bytes]) -> dict[str, np.ndarray]:
     """The rows as arrays, one per output spec, in the rows' order."""
-    rows = [json.loads(body) for body in bodies]
+    rows = [_loads(body) for body in bodies]
     out: dict[str, np.ndarray] = {}
     for spec in specs:
         values = [row[spec.name] for row in rows]

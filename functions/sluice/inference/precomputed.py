@@ -98,25 +98,27 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     if publication is not None and signature is not None and runner.precomputed is not None and runner.precomputed.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
         stored = {}
-    now = time.time()
-    hit = np.zeros(rows, dtype=bool)
+    now, max_age = time.time(), node.max_age_s
+    hit: list[bool] = [False] * rows
     stale = 0
-    for i, entity in enumerate(entities):
-        found = stored.get(entity) if entity is not None else None
-        if found is not None:
-            if now - found.computed_at <= node.max_age_s:
-                hit[i] = True
-            else:
-                stale += 1
-    hits = int(hit.sum())
+    if stored:
+        for i, entity in enumerate(entities):
+            found = stored.get(entity) if entity is not None else None  # type: ignore[arg-type]
+            if found is not None:
+                if now - found.computed_at <= max_age:
+                    hit[i] = True
+                else:
+                    stale += 1
+    hits = hit.count(True)
     read_ms = (time.perf_counter() - started) * 1000
     if hits:
         runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), read_ms, ok=True, rows=hits)
     if hits == rows and rows:
         assert signature is not None and version is not None and publication is not None
-        outputs = decode_rows(specs, [stored[e].body for e in entities])  # type: ignore[index]
-        return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in entities])  # type: ignore[index]
-    misses = np.flatnonzero(~hit)
+        found_rows = [stored[e] for e in entities]  # type: ignore[index]
+        outputs = decode_rows(specs, [f.body for f in found_rows])
+        return _stored_answer(signature, version, outputs, publication, call, [f.computed_at for f in found_rows])
+    misses = [i for i, h in enumerate(hit) if not h]
     live_key = (dep.tenant, dep.name, dep.revision, "source:live")
     started = time.perf_counter()
     feed = arrays if not hits else {k: a[misses] for k, a in arrays.items()}
@@ -130,13 +132,13 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     if not hits:
         answer.source = "live"
         return answer
-    at = np.flatnonzero(hit)
-    kept = [e for e, h in zip(entities, hit.tolist(), strict=True) if h]
+    at = [i for i, h in enumerate(hit) if h]
+    kept = [entities[i] for i in at]
     outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
-    answer.result = _merged(rows, misses, answer.result, at, outputs, publication.classes if publication else {})
-    answer.source = ["precomputed" if h else "live" for h in hit.tolist()]
+    answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
+    answer.source = ["precomputed" if h else "live" for h in hit]
     times: list[float | None] = [None] * rows
-    for place, entity in zip(at.tolist(), kept, strict=True):
+    for place, entity in zip(at, kept, strict=True):
         times[place] = stored[entity].computed_at  # type: ignore[index]
     answer.computed_at = times
     return answer
