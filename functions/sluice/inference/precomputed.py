@@ -62,6 +62,10 @@ class PrecomputedReader:
         self._fit = (specs, outputs, why)
         return why
 
+    def kept(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]] | None:
+        """The table's publication as kept (None: not kept, or kept too long: `publication` reads it)."""
+        return self._publications.get((tenant, table))
+
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
         if kept is None:
@@ -80,16 +84,25 @@ class PrecomputedReader:
 async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
     first = next(iter(arrays.values()), None)
     rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
-    entities = await _entities(runner, node, call, arrays, rows)
+    if node.source == "routing_key":  # the usual key, without a call: the request's for every row
+        entities = [entity_of(call.request.routing_key if call.request is not None else None)] * rows
+    else:
+        entities = await _entities(runner, node, call, arrays, rows)
     dep = call.deployment
     started = time.perf_counter()
     stored: dict[str, Stored] = {}
     publication, specs = None, ()
-    if runner.precomputed is not None and any(e is not None for e in entities):
+    reader = runner.precomputed
+    if reader is not None and any(e is not None for e in entities):
         try:
-            publication, specs = await runner.precomputed.publication(call.tenant, node.table)
+            kept = reader.kept(call.tenant, node.table)
+            publication, specs = kept if kept is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
-                stored = await runner.precomputed.answers(call.tenant, node.table, publication.generation, [e for e in entities if e is not None])
+                wanted = [e for e in entities if e is not None]
+                if reader.inline:  # no thread, no coroutine: the store's read itself
+                    stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
+                else:
+                    stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
         except Exception as exc:  # the table is a shortcut: its failure answers live
             get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
