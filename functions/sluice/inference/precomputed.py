@@ -93,12 +93,12 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     stored: dict[str, Stored] = {}
     publication, specs = None, ()
     reader = runner.precomputed
-    if reader is not None and any(e is not None for e in entities):
+    wanted = [e for e in entities if e is not None]
+    if reader is not None and wanted:
         try:
             kept = reader.kept(call.tenant, node.table)
             publication, specs = kept if kept is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
-                wanted = [e for e in entities if e is not None]
                 if reader.inline:  # no thread, no coroutine: the store's read itself
                     stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
                 else:
@@ -194,6 +194,8 @@ async def _live_signature(runner: PolicyRunner, node: Node, tenant: str) -> tupl
         current = await runner.lookups.node_of(tenant, current.deployment) if current.kind == "ref" else first_branch(current)  # type: ignore[union-attr]
     if version is None:
         raise Unavailable("deployment references nest too deep to find a model version", field="policy")
+    if node.kind == "single":  # its version says what it answers (`answer_signature` would say None)
+        return version.signature, version
     return (await answer_signature(runner, node, tenant) or version.signature), version
 
 
@@ -203,10 +205,10 @@ def _stored_answer(
     if call.outputs:
         outputs = {k: v for k, v in outputs.items() if k in call.outputs}
         signature = Signature(signature.inputs, tuple(s for s in signature.outputs if s.name in outputs), signature.metadata)
-    classes = {k: v for k, v in publication.classes.items() if k in outputs}
+    classes = {k: v for k, v in publication.classes.items() if k in outputs} if publication.classes else {}
     answer = Answer(signature, InferenceResult(outputs, classes), version)
     answer.source = "precomputed"
-    answer.computed_at = times[0] if len(set(times)) == 1 else times  # type: ignore[assignment]
+    answer.computed_at = times[0] if len(times) == 1 or len(set(times)) == 1 else times  # type: ignore[assignment]
     return answer
 
 
