@@ -53,7 +53,7 @@ def _same(a: Any, b: Any) -> bool:
 
 _text = st.one_of(st.text(max_size=8), st.sampled_from(["\ud800", "a\udfffb", "é", "\x00", '"\\']))
 _leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63, max_value=2**70), st.floats(allow_nan=True, allow_infinity=True), _text
+    st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63 - 2, max_value=2**70), st.integers(min_value=-(2**70), max_value=-(2**63) + 2), st.floats(allow_nan=True, allow_infinity=True), _text
 )
 _value = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=4), max_leaves=12)
 

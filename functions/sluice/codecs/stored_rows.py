@@ -36,10 +36,11 @@ def encode_rows(outputs: Mapping[str, np.ndarray], rows: int) -> list[bytes]:
     ]
 
 
-# 19 digits in a row: maybe an integer beyond 64 bits, which orjson reads as a float where json
-# keeps it exact (a float's shortest repr has at most 17 significant digits; a run of zeros
-# before them, or digits in a string, only sends a row to json).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# A number whose whole part has 19 digits or more: maybe an integer beyond 64 bits, which orjson
+# reads as a float where json keeps it exact. A float's repr has at most 16 digits before its
+# point (an exponent from 1e16 on), any number after its point; digits in a string only send
+# a row to json.
+_LONG_DIGITS = re.compile(rb"(?<![.0-9])[0-9]{19}")
 
 
 def _loads(body: bytes) -> Any:
