@@ -85,7 +85,9 @@ class SqlitePrecomputed:
         return Publication.from_json(row[0]) if row else None
 
     def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
-        conn = self._conn()
+        conn = getattr(self._local, "conn", None) if self._made else None  # this thread's, as `_conn` finds it
+        if conn is None:
+            conn = self._conn()
         if len(entities) == 1:  # a request's one entity (the usual read): one statement, no pieces
             try:  # the connection's own naming of a disk's faults, written out (its context manager costs as much as the read)
                 rows = sqlite3.Connection.execute(conn, _GET[1], (tenant, table, generation, now, entities[0])).fetchall()
