@@ -148,3 +148,30 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> tuple[SqlitePrecomputed,
     store.put_answers("other", "recs", "g1", [("u1", b"{}")], computed_at=900.0, expires_at=2_000.0)
     return store, held
 
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # a long integer as FP16: inf, both ways
+@settings(max_examples=300, deadline=None)
+@given(
+    datatype=st.sampled_from(["FP16", "FP32", "FP64"]),
+    values=st.lists(
+        st.lists(st.one_of(st.integers(), st.integers(min_value=-(2**1100), max_value=2**1100), _floats, st.floats()), min_size=2, max_size=2),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_long_integers_in_float_outputs_read_as_json_reads_them(datatype: str, values: list[list[Any]]) -> None:
+    """A float output's row holding integers of any size (orjson reads one beyond 64 bits as a
+    float, json exactly; NumPy makes either the same float; one beyond a double's range fails
+    both ways)."""
+    bodies = [json.dumps({"output": row}, allow_nan=True).encode() for row in values]
+    specs = [TensorSpec("output", datatype, (-1, 2))]
+    try:
+        want = _json_decode_rows(specs, bodies)["output"]
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            decode_rows(specs, bodies)
+        return
+    got = decode_rows(specs, bodies)["output"]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
