@@ -96,8 +96,8 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     wanted = [e for e in entities if e is not None]
     if reader is not None and wanted:
         try:
-            kept = reader.kept(call.tenant, node.table)
-            publication, specs = kept if kept is not None else await reader.publication(call.tenant, node.table)
+            held = reader.kept(call.tenant, node.table)
+            publication, specs = held if held is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
                 if reader.inline:  # no thread, no coroutine: the store's read itself
                     stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
