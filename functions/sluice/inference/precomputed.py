@@ -91,7 +91,8 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     dep = call.deployment
     started = time.perf_counter()
     stored: dict[str, Stored] = {}
-    publication, specs = None, ()
+    publication: Publication | None = None
+    specs: tuple[TensorSpec, ...] = ()
     reader = runner.precomputed
     wanted = [e for e in entities if e is not None]
     if reader is not None and wanted:
