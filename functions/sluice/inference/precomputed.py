@@ -62,6 +62,10 @@ class PrecomputedReader:
         self._fit = (specs, outputs, why)
         return why
 
+    def kept(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]] | None:
+        """The table's publication as kept (None: not kept, or kept too long: `publication` reads it)."""
+        return self._publications.get((tenant, table))
+
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
         if kept is None:
@@ -80,16 +84,26 @@ class PrecomputedReader:
 async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
     first = next(iter(arrays.values()), None)
     rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
-    entities = await _entities(runner, node, call, arrays, rows)
+    if node.source == "routing_key":  # the usual key, without a call: the request's for every row
+        entities = [entity_of(call.request.routing_key if call.request is not None else None)] * rows
+    else:
+        entities = await _entities(runner, node, call, arrays, rows)
     dep = call.deployment
     started = time.perf_counter()
     stored: dict[str, Stored] = {}
-    publication, specs = None, ()
-    if runner.precomputed is not None and any(e is not None for e in entities):
+    publication: Publication | None = None
+    specs: tuple[TensorSpec, ...] = ()
+    reader = runner.precomputed
+    wanted = [e for e in entities if e is not None]
+    if reader is not None and wanted:
         try:
-            publication, specs = await runner.precomputed.publication(call.tenant, node.table)
+            held = reader.kept(call.tenant, node.table)
+            publication, specs = held if held is not None else await reader.publication(call.tenant, node.table)
             if publication is not None:
-                stored = await runner.precomputed.answers(call.tenant, node.table, publication.generation, [e for e in entities if e is not None])
+                if reader.inline:  # no thread, no coroutine: the store's read itself
+                    stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
+                else:
+                    stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
         except Exception as exc:  # the table is a shortcut: its failure answers live
             get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
@@ -98,25 +112,27 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     if publication is not None and signature is not None and runner.precomputed is not None and runner.precomputed.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
         stored = {}
-    now = time.time()
-    hit = np.zeros(rows, dtype=bool)
+    now, max_age = time.time(), node.max_age_s
+    hit: list[bool] = [False] * rows
     stale = 0
-    for i, entity in enumerate(entities):
-        found = stored.get(entity) if entity is not None else None
-        if found is not None:
-            if now - found.computed_at <= node.max_age_s:
-                hit[i] = True
-            else:
-                stale += 1
-    hits = int(hit.sum())
+    if stored:
+        for i, entity in enumerate(entities):
+            found = stored.get(entity) if entity is not None else None  # type: ignore[arg-type]
+            if found is not None:
+                if now - found.computed_at <= max_age:
+                    hit[i] = True
+                else:
+                    stale += 1
+    hits = hit.count(True)
     read_ms = (time.perf_counter() - started) * 1000
     if hits:
         runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), read_ms, ok=True, rows=hits)
     if hits == rows and rows:
         assert signature is not None and version is not None and publication is not None
-        outputs = decode_rows(specs, [stored[e].body for e in entities])  # type: ignore[index]
-        return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in entities])  # type: ignore[index]
-    misses = np.flatnonzero(~hit)
+        found_rows = [stored[e] for e in entities]  # type: ignore[index]
+        outputs = decode_rows(specs, [f.body for f in found_rows])
+        return _stored_answer(signature, version, outputs, publication, call, [f.computed_at for f in found_rows])
+    misses = [i for i, h in enumerate(hit) if not h]
     live_key = (dep.tenant, dep.name, dep.revision, "source:live")
     started = time.perf_counter()
     feed = arrays if not hits else {k: a[misses] for k, a in arrays.items()}
@@ -130,13 +146,13 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     if not hits:
         answer.source = "live"
         return answer
-    at = np.flatnonzero(hit)
-    kept = [e for e, h in zip(entities, hit.tolist(), strict=True) if h]
+    at = [i for i, h in enumerate(hit) if h]
+    kept = [entities[i] for i in at]
     outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
-    answer.result = _merged(rows, misses, answer.result, at, outputs, publication.classes if publication else {})
-    answer.source = ["precomputed" if h else "live" for h in hit.tolist()]
+    answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
+    answer.source = ["precomputed" if h else "live" for h in hit]
     times: list[float | None] = [None] * rows
-    for place, entity in zip(at.tolist(), kept, strict=True):
+    for place, entity in zip(at, kept, strict=True):
         times[place] = stored[entity].computed_at  # type: ignore[index]
     answer.computed_at = times
     return answer
@@ -179,6 +195,8 @@ async def _live_signature(runner: PolicyRunner, node: Node, tenant: str) -> tupl
         current = await runner.lookups.node_of(tenant, current.deployment) if current.kind == "ref" else first_branch(current)  # type: ignore[union-attr]
     if version is None:
         raise Unavailable("deployment references nest too deep to find a model version", field="policy")
+    if node.kind == "single":  # its version says what it answers (`answer_signature` would say None)
+        return version.signature, version
     return (await answer_signature(runner, node, tenant) or version.signature), version
 
 
@@ -188,10 +206,10 @@ def _stored_answer(
     if call.outputs:
         outputs = {k: v for k, v in outputs.items() if k in call.outputs}
         signature = Signature(signature.inputs, tuple(s for s in signature.outputs if s.name in outputs), signature.metadata)
-    classes = {k: v for k, v in publication.classes.items() if k in outputs}
+    classes = {k: v for k, v in publication.classes.items() if k in outputs} if publication.classes else {}
     answer = Answer(signature, InferenceResult(outputs, classes), version)
     answer.source = "precomputed"
-    answer.computed_at = times[0] if len(set(times)) == 1 else times  # type: ignore[assignment]
+    answer.computed_at = times[0] if len(times) == 1 or len(set(times)) == 1 else times  # type: ignore[assignment]
     return answer
 
 

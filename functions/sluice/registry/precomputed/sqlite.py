@@ -16,7 +16,7 @@ from sluice import owner_only
 from sluice.domain.errors import faults_named
 from sluice.registry.precomputed import MAX_GET, Publication, Stored
 from sluice.registry.sqlite.connection import thread_connection
-from sluice.registry.sqlite.faults import STORAGE
+from sluice.registry.sqlite.faults import STORAGE, sqlite_fault
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,6 +34,12 @@ CREATE TABLE IF NOT EXISTS publications (
     tenant TEXT NOT NULL, tbl TEXT NOT NULL, doc TEXT NOT NULL, expires_at REAL NOT NULL,
     PRIMARY KEY (tenant, tbl));
 """
+
+# The read of n entities (1..MAX_GET), each statement's text made once: SQLite keeps a prepared
+# statement per text, so a request's read finds its statement prepared. `body` is a BLOB and
+# `computed_at` a REAL column: read as bytes and float.
+_SELECT = "SELECT entity, body, computed_at FROM answers WHERE tenant = ? AND tbl = ? AND generation = ? AND expires_at > ? AND "
+_GET = ("", _SELECT + "entity = ?", *(_SELECT + f"entity IN ({','.join('?' * n)})" for n in range(2, MAX_GET + 1)))
 
 
 class SqlitePrecomputed:
@@ -79,17 +85,24 @@ class SqlitePrecomputed:
         return Publication.from_json(row[0]) if row else None
 
     def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
+        conn = getattr(self._local, "conn", None) if self._made else None  # this thread's, as `_conn` finds it
+        if conn is None:
+            conn = self._conn()
+        if len(entities) == 1:  # a request's one entity (the usual read): one statement, no pieces
+            try:  # the connection's own naming of a disk's faults, written out (its context manager costs as much as the read)
+                rows = sqlite3.Connection.execute(conn, _GET[1], (tenant, table, generation, now, entities[0])).fetchall()
+            except sqlite3.Error as exc:
+                fault = sqlite_fault(exc)
+                if fault is None:
+                    raise
+                raise fault from exc
+            return {entity: Stored(body, at) for entity, body, at in rows}
         found: dict[str, Stored] = {}
         unique = list(dict.fromkeys(entities))
         for start in range(0, len(unique), MAX_GET):
             piece = unique[start : start + MAX_GET]
-            marks = ",".join("?" * len(piece))
-            rows = self._conn().execute(
-                f"SELECT entity, body, computed_at FROM answers WHERE tenant = ? AND tbl = ? AND generation = ? "
-                f"AND expires_at > ? AND entity IN ({marks})",
-                (tenant, table, generation, now, *piece),
-            ).fetchall()
-            found.update((entity, Stored(bytes(body), float(at))) for entity, body, at in rows)
+            rows = conn.execute(_GET[len(piece)], (tenant, table, generation, now, *piece)).fetchall()
+            found.update((entity, Stored(body, at)) for entity, body, at in rows)
         return found
 
     def put_answers(
