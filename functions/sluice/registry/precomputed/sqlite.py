@@ -16,7 +16,7 @@ from sluice import owner_only
 from sluice.domain.errors import faults_named
 from sluice.registry.precomputed import MAX_GET, Publication, Stored
 from sluice.registry.sqlite.connection import thread_connection
-from sluice.registry.sqlite.faults import STORAGE, sqlite_fault
+from sluice.registry.sqlite.faults import STORAGE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -89,13 +89,7 @@ class SqlitePrecomputed:
         if conn is None:
             conn = self._conn()
         if len(entities) == 1:  # a request's one entity (the usual read): one statement, no pieces
-            try:  # the connection's own naming of a disk's faults, written out (its context manager costs as much as the read)
-                rows = sqlite3.Connection.execute(conn, _GET[1], (tenant, table, generation, now, entities[0])).fetchall()
-            except sqlite3.Error as exc:
-                fault = sqlite_fault(exc)
-                if fault is None:
-                    raise
-                raise fault from exc
+            rows = conn.execute(_GET[1], (tenant, table, generation, now, entities[0])).fetchall()
             return {entity: Stored(body, at) for entity, body, at in rows}
         found: dict[str, Stored] = {}
         unique = list(dict.fromkeys(entities))
