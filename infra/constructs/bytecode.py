@@ -48,14 +48,26 @@ def _version_of(candidate: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
+def find_uv() -> str | None:
+    """The uv beside the Python that runs the CDK app (the `cdk` extra installs it), else
+    one on PATH."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return shutil.which("uv")
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        return shutil.which("uv")
+
+
 def _candidates(version: str) -> list[str]:
     """Interpreters that may be `version`: on PATH, uv's managed ones, pyenv's."""
     found: list[str] = []
     on_path = shutil.which(f"python{version}")
     if on_path:
         found.append(on_path)
-    # uv on PATH, or the one installed beside the Python that runs the CDK app.
-    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    uv = find_uv()
     if uv:
         try:
             result = subprocess.run(
@@ -142,7 +154,7 @@ def ensure_interpreter(version: str) -> str | None:
     found = find_interpreter(version)
     if found is not None:
         return found
-    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    uv = find_uv()
     if uv is None:
         return None
     print(f"no Python {version} on this machine for the layers' bytecode: `uv python install {version}` …", flush=True)

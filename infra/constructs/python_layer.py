@@ -22,7 +22,7 @@ from aws_cdk import AssetHashType, BundlingOptions, ILocalBundling, Stack, Stage
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from infra.constructs.bytecode import compile_tree, find_interpreter
+from infra.constructs.bytecode import compile_tree, find_interpreter, find_uv
 
 MB = 1_000_000
 # Lambda's limit on a function's code plus all its layers, unzipped.
@@ -46,19 +46,6 @@ _WHEEL_ARCH = {"x86_64": "x86_64", "arm64": "aarch64"}
 def python_platform(*, architecture: str, python: str) -> str:
     """uv's `--python-platform` for a Lambda architecture and Python runtime."""
     return f"{_WHEEL_ARCH[architecture]}-manylinux_2_{_GLIBC_MINOR[python]}"
-
-
-def find_uv() -> str | None:
-    """The uv beside the Python that runs the CDK app (the `cdk` extra installs it), else
-    one on PATH."""
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        return shutil.which("uv")
-    try:
-        return find_uv_bin()
-    except FileNotFoundError:
-        return shutil.which("uv")
 
 
 def directory_size(path: Path) -> int:

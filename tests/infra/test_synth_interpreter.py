@@ -1,10 +1,9 @@
 """`make synth`'s first step: an interpreter of the runtime's Python for the layers' bytecode,
 found or installed by uv (infra/constructs/bytecode.py `ensure_interpreter`). uv is stood in
-for by a script on PATH: installing a real CPython needs downloads this suite does not make."""
+for by a script: installing a real CPython needs downloads this suite does not make."""
 
 from __future__ import annotations
 
-import os
 import stat
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ def uv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f'  "python find") if [ -e {marker} ]; then echo {tmp_path / "python9.7"}; else exit 2; fi ;;\n'
         f"esac\n",
     )
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(bytecode, "find_uv", lambda: str(bin_dir / "uv"))
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
     bytecode.find_interpreter.cache_clear()
     yield tmp_path

@@ -1,11 +1,13 @@
 """The plain codec's fast paths give what its general paths give: rows of objects with the
 same keys read a column at a time (`arrays_from_request`), and one or two classes'
 probabilities built without a call per row (`present_rows`). Each test generates requests
-and answers and compares them with the code as it was before the fast path, kept here as
-the oracle: the same arrays, the same answers, the same errors naming the same fields."""
+and answers and compares them with the same code made to take its general path (and an
+output column with its code as it was, kept here): the same arrays, the same answers, the
+same errors naming the same fields."""
 
 from __future__ import annotations
 
+import sys
 from itertools import repeat
 from typing import Any
 
@@ -17,11 +19,7 @@ from hypothesis import strategies as st
 from sluice.codecs import plain
 from sluice.codecs.plain import (
     _column,
-    _feature_row,
-    _row_array,
     _scalar,
-    _shaped_column,
-    _spec,
     arrays_from_request,
     present_rows,
 )
@@ -30,100 +28,20 @@ from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 
 
-# The oracles: the code before its fast paths --------------------------------------------------
-def reference_arrays(signature: Signature, *, inputs: Any = None, features: Any = None, batch: Any = None, bools: bool = True) -> dict[str, np.ndarray]:
-    given_ = [n for n, v in (("inputs", inputs), ("features", features), ("batch", batch)) if v is not None]
-    if len(given_) != 1:
-        raise InvalidInput("give exactly one of 'inputs', 'features' or 'batch'", field="inputs")
-    if isinstance(inputs, dict):
-        return {name: _row_array(_spec(signature, name, "inputs"), value, field=f"inputs.{name}", bools=bools) for name, value in inputs.items()}
-    only = signature.inputs[0] if len(signature.inputs) == 1 else None
-    if inputs is not None:
-        if only is None:
-            raise InvalidInput("this version takes several inputs; give 'inputs' as an object of name: rows", field="inputs")
-        if not isinstance(inputs, list):
-            raise InvalidInput("inputs must be a list of rows or an object of name: rows", field="inputs")
-        array = _row_array(only, inputs, field="inputs", bools=bools)
-        if array.ndim == len(only.shape) - 1:
-            array = array[np.newaxis, ...]
-        return {only.name: array}
-    items = [features] if features is not None else batch
-    where = "features" if features is not None else "batch"
-    if not isinstance(items, list) or not items:
-        raise InvalidInput("batch must be a non-empty list of rows or feature objects", field="batch")
-    if only is not None and only.feature_names:
-        rows = [
-            item if isinstance(item, list) else _feature_row(only, item, field=where if features is not None else f"batch.{i}")
-            for i, item in enumerate(items)
-        ]
-        return {only.name: _row_array(only, rows, field=where, bools=bools)}
-    if only is not None and all(isinstance(item, list) for item in items):
-        return {only.name: _row_array(only, items, field=where, bools=bools)}
-    columns: dict[str, list[Any]] = {spec.name: [] for spec in signature.inputs}
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise InvalidInput("each row must be an object of input name: value", field=where if features is not None else f"batch.{i}")
-        for name, value in item.items():
-            column = columns.get(name)
-            if column is None:
-                at = where if features is not None else f"batch.{i}"
-                raise InvalidInput(f"unknown input '{name}'; this version takes {list(columns)}", field=f"{at}.{name}")
-            column.append(value)
-    return {spec.name: _shaped_column(spec, columns[spec.name], field=f"{where}.{spec.name}") for spec in signature.inputs if columns[spec.name]}
+# The oracles: each fast path's general path ---------------------------------------------------
+def reference_arrays(signature: Signature, **request: Any) -> dict[str, np.ndarray]:
+    """`arrays_from_request` by its row-by-row loop alone (rows of objects never read a column
+    at a time)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plain, "ALIKE_ROWS", sys.maxsize)
+        return arrays_from_request(signature, **request)
 
 
-class ReferencePlain:
-    """`_Plain` as it was: the outputs' roles looked up on every answer."""
-
-    def __init__(self, signature: Signature, result: InferenceResult) -> None:
-        outputs = result.outputs
-        label_spec = signature.output_with_role("label")
-        prob_spec = signature.output_with_role("probabilities")
-        self.label = outputs.get(label_spec.name) if label_spec else None
-        self.probs = outputs.get(prob_spec.name) if prob_spec else None
-        self.probs_name = prob_spec.name if prob_spec else None
-        self.values = [spec.name for spec in signature.outputs if spec.name in outputs and spec.role not in ("label", "probabilities")]
-        self.classes: list[Any] | None = None
-        if self.probs is not None and self.probs.ndim == 2:
-            self.classes = result.classes.get(self.probs_name) if self.probs_name else None
-            if self.classes is None:
-                self.classes = list(range(self.probs.shape[1]))
-
-    @property
-    def top_class(self) -> bool:
-        return self.label is None and self.classes is not None and not self.values
-
-
-def reference_rows(signature: Signature, result: InferenceResult, *, return_probabilities: bool = True) -> list[dict[str, Any]]:
-    outputs = result.outputs
-    n = len(next(iter(outputs.values()))) if outputs else 0
-    if n == 0:
-        return []
-    p = ReferencePlain(signature, result)
-    label, probs, classes, values = p.label, p.probs, p.classes, p.values
-    if label is not None:
-        predictions: list[Any] = _column(label, n)
-    elif p.top_class:
-        predictions = [_scalar(classes[i]) for i in probs.argmax(axis=1).tolist()]  # type: ignore[index,union-attr]
-    elif len(values) == 1:
-        predictions = _column(outputs[values[0]], n)
-    elif values:
-        columns = {name: _column(outputs[name], n) for name in values}
-        predictions = [{name: column[i] for name, column in columns.items()} for i in range(n)]
-    else:
-        predictions = [None] * n
-    if classes is None:
-        return [{"prediction": x} for x in predictions]
-    keys = [str(_scalar(c)) for c in classes]
-    width = probs.shape[1]  # type: ignore[union-attr]
-    confidence = (probs[:, 0] if width == 1 else probs.max(axis=1)).tolist() if width else [None] * n  # type: ignore[index,union-attr]
-    if not return_probabilities:
-        return [{"prediction": x, "confidence": c} for x, c in zip(predictions, confidence, strict=True)]
-    maps = result.maps.get(p.probs_name) if p.probs_name else None
-    if maps is not None and len(maps) == n and list(maps[0]) == keys:
-        return [{"prediction": x, "probabilities": row, "confidence": c} for x, row, c in zip(predictions, maps, confidence, strict=True)]
-    table = map(dict, map(zip, repeat(keys), probs.tolist()))  # type: ignore[union-attr]
-    return [{"prediction": x, "probabilities": row, "confidence": c} for x, row, c in zip(predictions, table, confidence, strict=True)]
+def reference_rows(signature: Signature, result: InferenceResult, **options: Any) -> list[dict[str, Any]]:
+    """`present_rows` with each row's {class: probability} built by `zip` alone."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plain, "_table", lambda keys, probs, confidence: map(dict, map(zip, repeat(keys), probs.tolist())))
+        return present_rows(signature, result, **options)
 
 
 def reference_column(array: np.ndarray, n: int) -> list[Any]:

@@ -15,27 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.stored_rows import _loads, decode_rows, encode_rows
+from sluice.codecs.stored_rows import _loads, decode_rows, encode_rows, rows_as_arrays
 from sluice.domain.signature import TensorSpec
 from sluice.registry.precomputed import MAX_GET, Stored
 from sluice.registry.precomputed.sqlite import SqlitePrecomputed
 
 
 def _json_decode_rows(specs: list[TensorSpec], bodies: list[bytes]) -> dict[str, np.ndarray]:
-    """`decode_rows` as it was before orjson: json.loads alone."""
-    rows = [json.loads(body) for body in bodies]
-    out: dict[str, np.ndarray] = {}
-    for spec in specs:
-        values = [row[spec.name] for row in rows]
-        if spec.datatype != "BYTES":
-            array = np.asarray(values, dtype=V2_TO_NUMPY[spec.datatype])
-        elif any(isinstance(v, list) for v in values):
-            array = np.array(values, dtype=object)
-        else:
-            array = np.empty(len(values), dtype=object)
-            array[:] = values
-        out[spec.name] = array
-    return out
+    """`decode_rows` as it was before orjson: the rows parsed by json.loads alone."""
+    return rows_as_arrays(specs, [json.loads(body) for body in bodies])
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -263,15 +263,17 @@ def present_rows(
         # The runtime's own {label: probability} rows (string labels, in the classes' order):
         # the same values as the array's, with no dict built per row.
         return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, maps, confidence, strict=True)]
-    if width == 1 and len(keys) == 1:  # one class's probability (a calibrated score): the confidence too
+    table = _table(keys, probs, confidence)  # type: ignore[arg-type]
+    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, table, confidence, strict=True)]
+
+
+def _table(keys: list[str], probs: np.ndarray, confidence: list[Any]) -> Any:
+    """{class: probability} a row: one class's probability is the row's confidence (a
+    calibrated score), two classes a dict display (built without a call), else `zip` mapped,
+    as a call without keywords (the faster call, once a row)."""
+    if len(keys) == 1 and probs.shape[1] == 1:
         key = keys[0]
-        return [{"prediction": p, "probabilities": {key: c}, "confidence": c} for p, c in zip(predictions, confidence, strict=True)]
-    return [{"prediction": p, "probabilities": row, "confidence": c} for p, row, c in zip(predictions, _table(keys, probs), confidence, strict=True)]  # type: ignore[arg-type]
-
-
-def _table(keys: list[str], probs: np.ndarray) -> Any:
-    """{class: probability} a row: a dict display for two classes (built without a call),
-    else `zip` mapped, as a call without keywords (the faster call, once a row)."""
+        return [{key: c} for c in confidence]
     if len(keys) == 2 and probs.shape[1] == 2:
         first, second = keys
         return [{first: a, second: b} for a, b in probs.tolist()]

@@ -62,7 +62,11 @@ def _loads(body: bytes, exact: bool = True) -> Any:
 def decode_rows(specs: Sequence[TensorSpec], bodies: Sequence[bytes]) -> dict[str, np.ndarray]:
     """The rows as arrays, one per output spec, in the rows' order."""
     exact = not all(spec.datatype in _FLOATS for spec in specs)  # a long integer matters beyond floats
-    rows = [_loads(body, exact) for body in bodies]
+    return rows_as_arrays(specs, [_loads(body, exact) for body in bodies])
+
+
+def rows_as_arrays(specs: Sequence[TensorSpec], rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Rows read from their JSON as arrays, one per output spec, in the rows' order."""
     out: dict[str, np.ndarray] = {}
     for spec in specs:
         values = [row[spec.name] for row in rows]

@@ -62,10 +62,6 @@ class PrecomputedReader:
         self._fit = (specs, outputs, why)
         return why
 
-    def kept(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]] | None:
-        """The table's publication as kept (None: not kept, or kept too long: `publication` reads it)."""
-        return self._publications.get((tenant, table))
-
     async def publication(self, tenant: str, table: str) -> tuple[Publication | None, tuple[TensorSpec, ...]]:
         kept = self._publications.get((tenant, table))
         if kept is None:
@@ -84,10 +80,7 @@ class PrecomputedReader:
 async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
     first = next(iter(arrays.values()), None)
     rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
-    if node.source == "routing_key":  # the usual key, without a call: the request's for every row
-        entities = [entity_of(call.request.routing_key if call.request is not None else None)] * rows
-    else:
-        entities = await _entities(runner, node, call, arrays, rows)
+    entities = await _entities(runner, node, call, arrays, rows)
     dep = call.deployment
     started = time.perf_counter()
     stored: dict[str, Stored] = {}
@@ -97,19 +90,15 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     wanted = [e for e in entities if e is not None]
     if reader is not None and wanted:
         try:
-            held = reader.kept(call.tenant, node.table)
-            publication, specs = held if held is not None else await reader.publication(call.tenant, node.table)
+            publication, specs = await reader.publication(call.tenant, node.table)
             if publication is not None:
-                if reader.inline:  # no thread, no coroutine: the store's read itself
-                    stored = reader.store.get_answers(call.tenant, node.table, publication.generation, wanted, now=time.time())
-                else:
-                    stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
+                stored = await reader.answers(call.tenant, node.table, publication.generation, wanted)
         except Exception as exc:  # the table is a shortcut: its failure answers live
             get_logger().warning("precomputed table unreadable: answering live", extra={"table": node.table, "error": str(exc)[:200]})
             runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
             publication, stored = None, {}
     signature, version = await _live_signature(runner, node.live, call.tenant) if publication is not None else (None, None)
-    if publication is not None and signature is not None and runner.precomputed is not None and runner.precomputed.misfit(specs, signature.outputs) is not None:
+    if publication is not None and signature is not None and reader is not None and reader.misfit(specs, signature.outputs) is not None:
         get_logger().warning("precomputed table does not fit its live node: answering live", extra={"table": node.table})
         stored = {}
     now, max_age = time.time(), node.max_age_s

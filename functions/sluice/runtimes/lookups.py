@@ -44,6 +44,8 @@ from sluice.domain.errors import (
     Forbidden,
     SluiceError,
 )
+from sluice.observability import get_logger
+from sluice.observability.formatter import log_info
 from sluice.runtimes.feature_stores import (
     DynamoStore,
     Found,
@@ -74,7 +76,6 @@ if TYPE_CHECKING:
 
 
 _TYPES = {kind: "S" if kind in "OUS" else "N" for kind in "biufcmMOSUV"}  # a key's type in the store, by its input's dtype kind
-_log: tuple[Any, Any] | None = None  # (get_logger, log_info), imported on the first lookup in Lambda
 
 
 class Looked(NamedTuple):
@@ -182,13 +183,6 @@ class LookupSteps:
         return looked.outputs, looked.store_calls
 
     def _report(self, node: Lookup, tenant: str, looked: Looked | None, *, failed: bool) -> None:
-        global _log
-        if _log is None:
-            from sluice.observability import get_logger
-            from sluice.observability.formatter import log_info
-
-            _log = (get_logger, log_info)
-        get_logger, log_info = _log
         cached = looked is not None and looked.cache_hits is not None
         fields: dict[str, Any] = {"tenant": tenant, "store": node.store, "table": node.table, "store_calls": looked.store_calls if looked else 0}
         fields["LookupCalls"], fields["LookupErrors"] = 1.0, float(failed)

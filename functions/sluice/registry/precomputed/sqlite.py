@@ -85,12 +85,7 @@ class SqlitePrecomputed:
         return Publication.from_json(row[0]) if row else None
 
     def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
-        conn = getattr(self._local, "conn", None) if self._made else None  # this thread's, as `_conn` finds it
-        if conn is None:
-            conn = self._conn()
-        if len(entities) == 1:  # a request's one entity (the usual read): one statement, no pieces
-            rows = conn.execute(_GET[1], (tenant, table, generation, now, entities[0])).fetchall()
-            return {entity: Stored(body, at) for entity, body, at in rows}
+        conn = self._conn()
         found: dict[str, Stored] = {}
         unique = list(dict.fromkeys(entities))
         for start in range(0, len(unique), MAX_GET):
