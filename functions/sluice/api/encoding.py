@@ -12,6 +12,7 @@ the edge, here or from a Lambda event) by `gzip_whole`, to the same rules."""
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from typing import TYPE_CHECKING
 
@@ -201,9 +202,7 @@ async def gzip_whole(response: Response) -> None:
     if size < THREAD_FROM:
         response.body = gzip.compress(bytes(response.body), compresslevel=COMPRESS_LEVEL, mtime=0)
     else:
-        from starlette.concurrency import run_in_threadpool
-
-        response.body = await run_in_threadpool(gzip.compress, bytes(response.body), COMPRESS_LEVEL, mtime=0)
+        response.body = await asyncio.to_thread(gzip.compress, bytes(response.body), COMPRESS_LEVEL, mtime=0)
     headers["content-length"] = str(len(response.body))
     headers["content-encoding"] = "gzip"
     headers.add_vary_header("Accept-Encoding")

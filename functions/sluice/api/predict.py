@@ -7,12 +7,12 @@ to send in line (`max_response_bytes`) is kept as a result: 303 to it."""
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.background import BackgroundTask
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from sluice.api.deps import request_id
@@ -89,7 +89,7 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
     if body.upload_id is not None:
         raw = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
         if _too_large(container, len(raw), False):
-            return await run_in_threadpool(_kept, container, principal, prediction, raw, "application/json", rid)
+            return await asyncio.to_thread(_kept, container, principal, prediction, raw, "application/json", rid)
     return _respond(container, content, rid)
 
 
@@ -135,7 +135,7 @@ async def infer(
     if upload_id is not None:
         response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)
         if _too_large(container, len(response.body), bool(as_binary)):
-            return await run_in_threadpool(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
+            return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
         return response
     if as_binary:
         return _respond_binary(container, content, as_binary, rid)

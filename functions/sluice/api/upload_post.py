@@ -28,6 +28,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 
 from sluice.domain.errors import BadRequest, PayloadTooLarge, RequestTimeout, SluiceError
+from sluice.inline import timeout
 
 if TYPE_CHECKING:
     from starlette.types import Receive
@@ -205,7 +206,7 @@ async def read_form(post: UploadPost, receive: Receive, *, timeout_s: float, min
     started, received = loop.time(), 0
     while True:
         try:
-            async with asyncio.timeout_at(started + timeout_s + received / min_rate):
+            async with timeout(at=started + timeout_s + received / min_rate):
                 message = await receive()
         except TimeoutError:
             raise RequestTimeout(

@@ -29,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from sluice.api.errors import error_response
 from sluice.api.socket import Session, encode, error_answer
 from sluice.domain.errors import Unauthenticated
+from sluice.inline import timeout
 from sluice.registry.scope import bind_tenant, unbind_tenant
 from sluice.services.keys import SUBPROTOCOL, presented_key
 
@@ -120,7 +121,7 @@ async def _first_message_auth(socket: WebSocket, container: Container) -> Princi
     """The key from `{"action": "auth", "api_key": …}`, the connection's first message."""
     request_id = None
     try:
-        async with asyncio.timeout(container.settings.serve.header_timeout_s):
+        async with timeout(container.settings.serve.header_timeout_s):
             raw = await _receive(socket)
         if raw is None:
             return None

@@ -9,8 +9,9 @@ app is run as a task on the thread's kept loop (`sluice.inference.loop`), as Man
 on the current loop.
 
 An app that can answer some requests without the ASGI exchange (`answer_whole(scope, body)`,
-as sluice's edge answers its hot routes) is asked first: its response is translated the same
-way, and its background task run before the result is returned, as the exchange would.
+as sluice's edge answers its hot routes) is asked first, driven in line until it waits
+(`sluice.inline.run_inline`): its response is translated the same way, and its background
+task run before the result is returned, as the exchange would.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from mangum import Mangum
+
+from sluice.inference.loop import container_loop
+from sluice.inline import in_task, run_inline
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -86,13 +90,12 @@ class LambdaASGI(Mangum):
         handler = self.infer(event, context)
         scope = handler.scope
         body = handler.body
-        loop = asyncio.get_event_loop()
         if self.whole is not None and scope["type"] == "http":
-            answered = loop.run_until_complete(self._whole(scope, body))
+            answered = run_inline(container_loop(), self._whole(scope, body))  # a task only once it waits
             if answered is not None:
                 return handler(_staged(answered, event))
         cycle = _Cycle(body)
-        loop.run_until_complete(self._run(scope, cycle))
+        asyncio.get_event_loop().run_until_complete(self._run(scope, cycle))
         return handler(_staged({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)}, event))
 
     async def _whole(self, scope: dict[str, Any], body: bytes) -> dict[str, Any] | None:
@@ -104,6 +107,7 @@ class LambdaASGI(Mangum):
         if response is None:
             return None
         if response.background is not None:
+            await in_task()  # starlette runs a function in anyio's threads
             try:  # after the response, as the exchange runs it: a failure leaves the answer as sent
                 await response.background()
             except BaseException:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import types
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,12 +22,13 @@ from sluice.inference.outcomes import refused_input
 from sluice.inference.precomputed import run_precomputed
 from sluice.inference.sequences import run_sequence
 from sluice.inference.shadow_jobs import ShadowJob
+from sluice.inline import in_task, resumed, timeout
 from sluice.routing.aggregators import Answer as MemberAnswer
 from sluice.routing.aggregators import aggregate
 from sluice.routing.choose import bandit_pick, sampled, sticky_pick, weighted_pick
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 
     import numpy as np
 
@@ -125,6 +125,8 @@ class PolicyRunner:
         if call.checked is None or signature.inputs != call.checked.inputs:
             arrays = self.check(signature, arrays)
         wanted = [o for o in call.outputs if signature.output(o) is not None] if call.outputs else None
+        if not getattr(runtime, "runs_in_line", False):  # a client of its own may need a task (`sluice.inline`)
+            await in_task()
         batching = call.deployment.batching
         if batching is not None and self.batcher is not None:  # joined with concurrent requests for this version
             result = await self.batcher.infer(runtime, version, arrays, wanted or None, batching)
@@ -176,7 +178,7 @@ class PolicyRunner:
             if member.timeout_ms is not None:
                 limit = min(limit, member.timeout_ms / 1000)
             try:
-                async with asyncio.timeout(limit):
+                async with timeout(limit):
                     answer = await self.run(member.target, call, arrays, depth + 1)
                 return index, answer, None, (time.perf_counter() - started) * 1000
             except TimeoutError:
@@ -262,27 +264,5 @@ async def within(coro: Coroutine[Any, Any, Any], seconds: float) -> Any:
         waits_on = coro.send(None)
     except StopIteration as done:
         return done.value
-    async with asyncio.timeout_at(when):
-        return await _resumed(coro, waits_on)
-
-
-@types.coroutine
-def _resumed(coro: Coroutine[Any, Any, Any], waits_on: Any) -> Generator[Any, Any, Any]:
-    """The rest of `coro`, which has yielded `waits_on` to its task, driven as `await` drives it:
-    what the task sends or throws goes to `coro`."""
-    while True:
-        try:
-            sent = yield waits_on
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as error:
-            try:
-                waits_on = coro.throw(error)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                waits_on = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+    async with timeout(at=when):
+        return await resumed(coro, waits_on)

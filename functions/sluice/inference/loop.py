@@ -1,6 +1,7 @@
 """One event loop per thread, kept across calls: a Lambda container's handlers (Mangum runs the
 app on the current loop, and tasks and the clients bound to a loop survive between requests)
-and each batch scoring thread reuse theirs rather than build one per call."""
+and each batch scoring thread reuse theirs rather than build one per call (a request of the
+API's hot routes runs in line until it waits: `sluice.inline`)."""
 
 from __future__ import annotations
 

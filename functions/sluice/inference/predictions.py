@@ -39,6 +39,7 @@ from sluice.inference.graphs import answer_signature, input_signature
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.prediction_cache import answer_key, route_of
+from sluice.inline import timeout
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
 from sluice.stats.recorder import StatsRecorder
@@ -290,7 +291,7 @@ class PredictionService:
             routing=no_routing,
             spawn_mirrors=False,
         )
-        async with asyncio.timeout(budget_s):
+        async with timeout(budget_s):
             return await self.runner.run(node, call, arrays)
 
     # Resolving, cached briefly per container; a miss reads in a thread ---------------------

@@ -39,6 +39,7 @@ from sluice.domain.errors import (
     Unavailable,
 )
 from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
+from sluice.inline import timeout
 from sluice.validation import _cast
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class FunctionSteps:
             raise Forbidden(refused, field="policy")
         limit = min(node.timeout_s, timeout_s)
         try:
-            async with asyncio.timeout(max(limit, 0.0)):
+            async with timeout(max(limit, 0.0)):
                 if node.on_lambda:
                     answer = await self._invoke(node, arrays)
                 else:

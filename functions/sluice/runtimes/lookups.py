@@ -44,6 +44,7 @@ from sluice.domain.errors import (
     Forbidden,
     SluiceError,
 )
+from sluice.inline import timeout
 from sluice.observability import get_logger
 from sluice.observability.formatter import log_info
 from sluice.runtimes.feature_stores import (
@@ -321,7 +322,7 @@ class LookupSteps:
             parts: list[Found] = [fetch(c) for c in chunks]  # no deadline could cut a read that never yields
         else:
             try:
-                async with asyncio.timeout(max(timeout_s, 0.0)):
+                async with timeout(max(timeout_s, 0.0)):
                     if len(chunks) == 1:
                         parts = [await asyncio.to_thread(fetch, chunks[0])]
                     else:

@@ -160,6 +160,7 @@ class OnnxRuntime:
     """Runs ONNX versions in this process."""
 
     kind = "onnx"
+    runs_in_line = True  # no client of its own: its waits are threads (`sluice.inline`)
 
     def __init__(self, store: ArtifactStore, settings: OnnxSettings) -> None:
         self.store = store

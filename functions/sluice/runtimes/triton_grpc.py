@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.datatypes import v2_of_numpy
 from sluice.domain.errors import InvalidInput
+from sluice.inline import timeout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,7 +84,7 @@ class GrpcTransport:
         requested = [grpc.InferRequestedOutput(name) for name in names]
         call = self.client(target).infer(target.model, request, model_version=target.model_version, outputs=requested)
         # The aio client's infer takes no client deadline: the deadline is kept here.
-        async with asyncio.timeout(self.runtime.timeout_s):
+        async with timeout(self.runtime.timeout_s):
             return await call
 
     def failure(self, exc: Exception) -> tuple[str, str] | None:
