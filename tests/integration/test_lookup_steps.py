@@ -115,7 +115,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield make_world(settings, LookupSteps(settings.lookups, mode="local", dynamodb=dynamodb, sleep=lambda s: None))
 
 
-def make_world(settings: Settings, lookups: LookupSteps) -> World:
+def make_world(settings: Settings, lookups: LookupSteps, telemetry: Any = None) -> World:
     """A local container reading through `lookups`, with the model `score` for acme and globex
     and `fraud` for acme (the fraud example's), each summing its three features."""
     from sluice.domain import Principal
@@ -124,7 +124,7 @@ def make_world(settings: Settings, lookups: LookupSteps) -> World:
     from sluice.wiring.runtimes import build_runtimes
 
     store = build_store(settings)
-    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups)
+    container = Container(settings, build_registry(settings), store, build_runtimes(settings, store), lookup_steps=lookups, telemetry=telemetry)
     for tenant in ("acme", "globex"):
         container.models.push(Principal(tenant, frozenset({"admin", "predict"}), f"test-{tenant}"), "score", score_model("features", 3))
     container.models.push(Principal("acme", frozenset({"admin", "predict"}), "test-acme"), "fraud", score_model("features", 3))
@@ -361,3 +361,38 @@ def test_sluice_deployments_stats_prints_a_cached_lookups_rows(tmp_path: Path, m
             assert run_cli(capsys, "predict", "fraud", "--batch", batch)[0] == 0
         code, out, _ = run_cli(capsys, "deployments", "stats", "fraud")
     assert code == 0 and "step customer: feature cache 4 rows hit, 4 read from the store" in out, out
+
+
+def test_in_lambda_a_requests_lookups_ride_on_its_prediction_line(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One EMF record per request: its prediction line counts its lookups (`LookupCalls`, with
+    no dimension, as the lookup error-rate alarm reads them) and names their stores; a request
+    that fails after its lookup answered still counts it, in a line of its own."""
+    import json
+
+    from sluice.domain.errors import BackendError
+    from sluice.observability import Telemetry, get_logger
+    from sluice.runtimes.lookups import LookupSteps
+
+    write_sqlite(tmp_path / "acme.db", ACME)
+    settings = Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0, lookup_sqlite=str(tmp_path / "{tenant}.db"))
+    world = make_world(settings, LookupSteps(settings.lookups, mode="local", metrics_namespace="sluice"), Telemetry(emit_metrics=True, namespace="sluice"))
+    caplog.set_level("INFO")
+    answers_by_hand(world, "fraud", fraud())
+    answers_by_hand(world, "fraud-cached", fraud(cache_ttl_s=300))
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise BackendError("the model's runtime is down")
+
+    monkeypatch.setattr(world.container.runtimes["onnx"], "infer", down)
+    assert world.predict("fraud", ROWS).status_code == 502
+    formatter = get_logger().registered_formatter
+    found = [json.loads(formatter.format(r)) for r in caplog.records if r.getMessage() in ("prediction", "lookup", "prediction failed")]
+    assert [line["message"] for line in found] == ["prediction", "prediction", "lookup", "prediction failed"]
+    plain, cached, alone, failed = found
+    assert (plain["LookupCalls"], plain["LookupErrors"], plain["lookups"]) == (1, 0, [{"store": "sqlite", "table": "customers", "store_calls": 1}])
+    by_metric = {m["Name"]: d["Dimensions"] for d in plain["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    assert by_metric["LookupCalls"] == by_metric["LookupErrors"] == [[]] and by_metric["Predictions"] == [["service", "deployment"]]
+    assert (cached["LookupCacheHits"], cached["LookupCacheMisses"]) == (0, 4)
+    assert {m["Name"] for d in cached["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]} >= {"LookupCacheHits", "LookupCacheMisses"}
+    assert (alone["LookupCalls"], alone["LookupErrors"], alone["table"]) == (1, 0, "customers")
+    assert "LookupCalls" not in failed and failed["error"] == "backend_error"

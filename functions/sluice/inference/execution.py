@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from sluice.domain import Deployment, ModelVersion
+    from sluice.domain.lookups import Lookup
     from sluice.domain.policy import Ensemble, Node, Ref, Shadow, Single, Split
     from sluice.domain.requests import PredictionRequest
     from sluice.domain.signature import Signature
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from sluice.inference.precomputed import PrecomputedReader
     from sluice.runtimes import Runtime
     from sluice.runtimes.functions import FunctionSteps
-    from sluice.runtimes.lookups import LookupSteps
+    from sluice.runtimes.lookups import Looked, LookupSteps
     from sluice.stats.recorder import Sample, StatsRecorder
 
 MAX_REF_DEPTH = 8
@@ -72,6 +73,9 @@ class Call:
     # recorded with the deployment's own in one call once it answers (`PredictionService.predict`);
     # None, or where it fails: the sequence records them itself.
     samples: list[Sample] | None = None
+    # The lookup steps the request ran, reported in its prediction line rather than a line each
+    # (`LookupSteps.lookup`); None outside a request (a batch chunk's, a mirror's): a line each.
+    looked: list[tuple[Lookup, Looked]] | None = None
 
     @property
     def tenant(self) -> str:
@@ -81,7 +85,7 @@ class Call:
         """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked,
         )  # fmt: skip
 
 

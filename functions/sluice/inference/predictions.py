@@ -135,6 +135,7 @@ class PredictionService:
             spawn_mirrors=request.mirrors,
             request=request,
             samples=[],
+            looked=[],
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -153,12 +154,13 @@ class PredictionService:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
         except TimeoutError:
             error = DeadlineExceeded(f"no answer within {self.settings.request_timeout_s:g} s")
-            self._runtime_failed(dep, fields, error)
+            self._runtime_failed(dep, fields, error, call)
             raise error from None
         except Accepted:
+            self._unreported(call)
             raise  # queued for asynchronous inference: neither an answer nor a failure
         except SluiceError as error:
-            self._runtime_failed(dep, fields, error)
+            self._runtime_failed(dep, fields, error, call)
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
@@ -171,26 +173,33 @@ class PredictionService:
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
+        cached, sources = None, None
         if key is not None and self.cache is not None:
             self.cache.put(dep, key, answer)
             if self.cache.shared is not None:
                 await self.cache.put_shared(dep, key, answer)
-            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=False)
+            cached = False
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
-            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, sources=(precomputed, rows - precomputed))
-        else:
-            self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows)
+            sources = (precomputed, rows - precomputed)
+        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or ()):
+            self._unreported(call)
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
             self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
 
-    def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError) -> None:
+    def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:
         """A failure of the run itself: counted for batch jobs' calls too, as it always was."""
         mark(error)
+        self._unreported(call)
         self.outcomes.failed_as(dep.tenant, dep, error.status, error.code, fields)
+
+    def _unreported(self, call: Call) -> None:
+        """The request's lookups, where no prediction line took them: a line each."""
+        if call.looked and self.runner.lookup_steps is not None:
+            self.runner.lookup_steps.report(call.tenant, call.looked)
 
     def _hit(
         self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray]

@@ -243,7 +243,7 @@ async def _lookup(
     node: Lookup = step.target  # type: ignore[assignment]
     if runner.lookup_steps is None:
         raise Unavailable("lookup steps are not served here", field="policy")
-    looked = await runner.lookup_steps.lookup(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0))
+    looked = await runner.lookup_steps.lookup(node, call.tenant, given, timeout_s=max(call.deadline - time.monotonic(), 0.0), reports=call.looked)
     key = ("lookup", id(before))
     answers = step.kept(key, before)
     if answers is None:  # worked out once per signature before it, as a function step's

@@ -12,9 +12,11 @@ from sluice.observability.formatter import log_info
 from sluice.observability.logger import get_logger
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
+    from sluice.domain.lookups import Lookup
     from sluice.metrics import PrometheusMetrics
+    from sluice.runtimes.lookups import Looked
 
 
 REFUSALS_LOGGED_EVERY_S = 10.0
@@ -73,7 +75,7 @@ class Telemetry:
         self.refusals: dict[str, int] = {}  # requests refused by admission, by code
         self._refusals_seen: dict[str, int] = {}  # as they stood at the last line that said so
         self._refusals_logged: float | None = None  # when the last line said so
-        self._emf_meta: dict[tuple[bool, bool | None, bool], list[dict[str, Any]]] = {}
+        self._emf_meta: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
 
     def _line(self, fields: dict[str, Any], metrics: dict[str, tuple[float, str]]) -> dict[str, Any]:
         if not self.emit_metrics:
@@ -96,12 +98,23 @@ class Telemetry:
         return hits - seen_hits, misses - seen_misses
 
     def prediction(
-        self, *, fields: dict[str, Any], latency_ms: float, rows: int, cached: bool | None = None, sources: tuple[int, int] | None = None
-    ) -> None:
-        """`cached`: True for a prediction cache hit, False for a miss, None where the cache
+        self,
+        *,
+        fields: dict[str, Any],
+        latency_ms: float,
+        rows: int,
+        cached: bool | None = None,
+        sources: tuple[int, int] | None = None,
+        looked: Sequence[tuple[Lookup, Looked]] = (),
+    ) -> bool:
+        """The prediction's line (an EMF record in Lambda); False where none is written (INFO off).
+        `cached`: True for a prediction cache hit, False for a miss, None where the cache
         was not asked. A hit's latency stays out of the latency metric: it measures computing.
         `sources`: a precomputed node's rows answered from its table and live, which become
-        the service-wide PrecomputedRows and LiveFallbackRows (the fallback rate's alarm)."""
+        the service-wide PrecomputedRows and LiveFallbackRows (the fallback rate's alarm).
+        `looked`: the request's lookup steps, which become LookupCalls (and the feature cache's
+        LookupCacheHits and LookupCacheMisses) with no dimension, as a lookup's own line has them
+        (`sluice.runtimes.lookups`), and a `lookups` member naming their stores."""
         self.predictions += 1
         line = {**fields, "latency_ms": latency_ms, "rows": rows}
         if cached is not None:
@@ -111,10 +124,22 @@ class Telemetry:
             self.sink.prediction(fields, latency_ms, rows, cache, cached=cached)
         logger = get_logger()
         if not logger._logger.isEnabledFor(logging.INFO):  # powertools' std logger
-            return
+            return False
+        if sources is not None:
+            line["PrecomputedRows"], line["LiveFallbackRows"] = sources
+        lookup_cache = None
+        if looked:
+            line["lookups"] = [{"store": node.store, "table": node.table, "store_calls": one.store_calls} for node, one in looked]
+            line["LookupCalls"], line["LookupErrors"] = float(len(looked)), 0.0
+            counted = [one for _, one in looked if one.cache_hits is not None]
+            lookup_cache = bool(counted)
+            if counted:
+                line["LookupCacheHits"] = float(sum(one.cache_hits or 0 for one in counted))
+                line["LookupCacheMisses"] = float(sum(one.cache_misses or 0 for one in counted))
         if self.emit_metrics:
             # The line's metric values, and the EMF member naming them: its metadata is built
-            # once per shape (variant or not, cached or not, cache figures or not) and shared.
+            # once per shape (variant or not, cached or not, cache figures or not, sources,
+            # lookups) and shared.
             line["Requests"], line["Predictions"], line["Rows"] = 1, 1, rows
             if not cached:
                 line["Latency"] = latency_ms
@@ -122,22 +147,15 @@ class Telemetry:
                 line["PredictionCacheHits" if cached else "PredictionCacheMisses"] = 1
             if cache is not None:
                 line["ModelCacheHits"], line["ModelCacheMisses"] = cache
-            shape = (bool(fields.get("variant")), cached, cache is not None)
+            shape = (bool(fields.get("variant")), cached, cache is not None, sources is not None, lookup_cache)
             meta = self._emf_meta.get(shape)
             if meta is None:
                 meta = self._emf_meta[shape] = self._prediction_meta(*shape)
             line["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
-        if sources is not None:
-            line["PrecomputedRows"], line["LiveFallbackRows"] = sources
-            if self.emit_metrics:
-                line["_aws"] = {**line["_aws"], "CloudWatchMetrics": [*line["_aws"]["CloudWatchMetrics"], *self._sources_meta()]}
         log_info(logger, "prediction", line)
+        return True
 
-    def _sources_meta(self) -> list[dict[str, Any]]:
-        metrics = {"PrecomputedRows": (0, "Count"), "LiveFallbackRows": (0, "Count")}
-        return emf(self.namespace, [["service"]], metrics)["CloudWatchMetrics"]
-
-    def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool) -> list[dict[str, Any]]:
+    def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool, sources: bool, lookup_cache: bool | None) -> list[dict[str, Any]]:
         metrics = {"Requests": (1, "Count"), "Predictions": (1, "Count"), "Rows": (0, "Count")}
         if not cached:
             metrics["Latency"] = (0, "Milliseconds")
@@ -146,7 +164,13 @@ class Telemetry:
         if model_cache:
             metrics.update({"ModelCacheHits": (0, "Count"), "ModelCacheMisses": (0, "Count")})
         dims = ["service", "deployment"]
-        return emf(self.namespace, [dims, [*dims, "variant"]] if variant else [dims], metrics)["CloudWatchMetrics"]
+        meta = emf(self.namespace, [dims, [*dims, "variant"]] if variant else [dims], metrics)["CloudWatchMetrics"]
+        if sources:
+            meta += emf(self.namespace, [["service"]], {"PrecomputedRows": (0, "Count"), "LiveFallbackRows": (0, "Count")})["CloudWatchMetrics"]
+        if lookup_cache is not None:
+            names = ("LookupCalls", "LookupErrors", *(("LookupCacheHits", "LookupCacheMisses") if lookup_cache else ()))
+            meta += emf(self.namespace, [[]], dict.fromkeys(names, (0.0, "Count")))["CloudWatchMetrics"]
+        return meta
 
     def failure(self, *, fields: dict[str, Any], status: int, code: str) -> None:
         """One failed request (`sluice.inference.outcomes` decides when): its line, an EMF

@@ -198,9 +198,14 @@ class LookupSteps:
         fields["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
         log_info(get_logger(), "lookup", fields)
 
-    async def lookup(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float) -> Looked:
+    async def lookup(
+        self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], *, timeout_s: float, reports: list[tuple[Lookup, Looked]] | None = None
+    ) -> Looked:
         """What the step gives (every tensor it takes, and its features), the store calls made
-        and, for a cached lookup, the rows the cache answered and those whose entity was read."""
+        and, for a cached lookup, the rows the cache answered and those whose entity was read.
+        In Lambda each lookup is an EMF record of `LookupCalls` and `LookupErrors`: a line of its
+        own, or, given `reports` (a request's), one more member of the request's prediction line
+        (`sluice.observability.telemetry`), whose owner reports what no line took (`report`)."""
         if self.metrics_namespace is None:
             return await self._call(node, tenant, arrays, timeout_s)
         try:
@@ -208,8 +213,17 @@ class LookupSteps:
         except SluiceError as exc:
             self._report(node, tenant, None, failed=exc.status >= 500)
             raise
-        self._report(node, tenant, looked, failed=False)
+        if reports is not None:
+            reports.append((node, looked))
+        else:
+            self._report(node, tenant, looked, failed=False)
         return looked
+
+    def report(self, tenant: str, reports: list[tuple[Lookup, Looked]]) -> None:
+        """Lines of their own for a request's lookups that no prediction line took."""
+        if self.metrics_namespace is not None:
+            for node, looked in reports:
+                self._report(node, tenant, looked, failed=False)
 
     def ttl(self, node: Lookup) -> float:
         """How long `node`'s values are kept (0: not cached): its `cache_ttl_s`, else the
