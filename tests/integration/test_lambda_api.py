@@ -7,6 +7,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluice.wiring import Container
 from tests.conftest import EVENTS
@@ -151,3 +153,45 @@ def test_a_hot_route_answers_like_the_app_does(handler: Any, demo: Container, mo
     large["body"] = json.dumps({"deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]] * rows})
     refused = handler(large, LambdaContext())
     assert refused["statusCode"] == 413 and body_of(refused)["field"] == "body"
+
+
+# Bodies a caller might send, right and wrong: what the in-line answer must say as the app says it.
+_ROWS = st.lists(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3), st.text(max_size=2), st.none()), max_size=5), max_size=3)
+_PLAIN = st.fixed_dictionaries(
+    {"deployment": st.sampled_from(["iris", "diabetes", "nope", "", "IRIS"])},
+    optional={"inputs": _ROWS, "features": st.dictionaries(st.sampled_from(["sepal_length", "x"]), st.floats(allow_nan=False)), "version": st.integers(0, 3), "variant": st.text(max_size=3)},
+)
+_V2 = st.fixed_dictionaries(
+    {"inputs": st.lists(st.fixed_dictionaries({
+        "name": st.sampled_from(["input", "other"]), "shape": st.lists(st.integers(-1, 4), max_size=3),
+        "datatype": st.sampled_from(["FP32", "FP64", "INT64", "BYTES", "BOOL", "FP8"]), "data": _ROWS,
+    }), max_size=2)},
+    optional={"id": st.text(max_size=4), "outputs": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["output_label", "nope"])}), max_size=2)},
+)  # fmt: skip
+
+
+_EXCHANGES: dict[int, Any] = {}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.tuples(st.just("api_rest_predict.json"), st.one_of(_PLAIN, st.text(max_size=8))), st.tuples(st.just("api_rest_v2_infer.json"), _V2)))
+def test_in_line_answers_as_the_exchange_for_any_body(handler: Any, demo: Container, sent: tuple[str, Any]) -> None:
+    """A hot route's request driven in line (`sluice.inline`) answers every body, right or
+    wrong, with the status and the body the app's own ASGI exchange gives."""
+    through_app = _EXCHANGES.get(id(demo))
+    if through_app is None:  # one app per container: hypothesis calls this with the same fixtures
+        from sluice.api.app import create_app
+        from sluice.handlers.asgi import LambdaASGI
+
+        _EXCHANGES.clear()
+        through_app = _EXCHANGES[id(demo)] = LambdaASGI(create_app(demo))
+        through_app.whole = None
+    name, body = sent
+    event = load(name)
+    event["body"] = body if isinstance(body, str) else json.dumps(body)
+    direct, exchanged = handler(event, LambdaContext()), through_app(event, LambdaContext())
+    assert direct["statusCode"] == exchanged["statusCode"]
+    answered, expected = body_of(direct), body_of(exchanged)
+    if isinstance(answered, dict) and isinstance(expected, dict):
+        answered, expected = answered | {"latency_ms": 0}, expected | {"latency_ms": 0}
+    assert answered == expected
