@@ -374,3 +374,57 @@ def test_preferred_sizes_and_instances_are_validated_kept_and_serve_exactly_each
     for row, prediction in zip(ROWS[:4], got, strict=True):
         alone = asyncio.run(batched.predictions.predict(acme, request("diabetes", [row] * 4)))  # 4 rows: a preferred size
         np.testing.assert_allclose(next(iter(outputs(prediction).values())), next(iter(outputs(alone).values()))[:1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_lone_request_on_an_idle_version_makes_its_call_in_its_own_task_and_company_still_joins() -> None:
+    """With no delay, a request that finds its version idle waits out one turn of the loop; the
+    requests read in that turn join it, and where none did it calls the model itself: no task,
+    timer or future of its own (what one connection's requests pay)."""
+    runtime, batcher = _Gated(), Batcher()
+    runtime.release.set()
+    settings = BatchingSettings(max_batch_size=4, max_delay_us=0)
+    made: list[object] = []
+
+    async def one(i: int) -> Any:
+        return await batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(lambda lp, coro, **kw: made.append(coro) or asyncio.Task(coro, loop=lp, **kw))
+        alone = await one(7)
+        tasks_for_alone = len(made)
+        together = await asyncio.gather(*(one(i) for i in range(3)))  # read in one turn
+        return [alone, tasks_for_alone, together]
+
+    alone, tasks_for_alone, together = asyncio.run(go())
+    assert alone.outputs["y"][0, 0] == 14.0 and tasks_for_alone == 0
+    assert runtime.calls == [1, 3]  # the three of one turn in one call
+    assert [r.outputs["y"][0, 0] for r in together] == [0.0, 2.0, 4.0]
+
+
+def test_a_leader_that_gives_up_in_its_turn_leaves_the_requests_that_joined_it_answered() -> None:
+    runtime, batcher = _Gated(), Batcher()
+    runtime.release.set()
+    settings = BatchingSettings(max_batch_size=4, max_delay_us=0)
+
+    async def one(i: int) -> Any:
+        return await batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        leader = asyncio.ensure_future(one(1))
+        joined = [asyncio.ensure_future(one(i)) for i in (2, 3)]
+        await asyncio.sleep(0)  # the leader opened the batch, and the others joined it in its turn
+        leader.cancel()
+        done = await asyncio.wait_for(asyncio.gather(leader, *joined, return_exceptions=True), 5)  # none left waiting for ever
+        return [type(done[0]).__name__, *(r.outputs["y"][0, 0] for r in done[1:])]
+
+    assert asyncio.run(go()) == ["CancelledError", 4.0, 6.0]
+    assert runtime.calls == [2]
+
+
+@pytest.mark.parametrize(("us", "seconds"), [(0, 0.0), (100, 0.0), (499, 0.0), (500, 0.001), (1499, 0.001), (1500, 0.002), (1_000_000, 1.0)])
+def test_the_delay_is_waited_in_whole_milliseconds(us: int, seconds: float) -> None:
+    """What the loop's timers can wait: below half a millisecond, the end of the loop's turn."""
+    from sluice.inference.batching import delay_s
+
+    assert delay_s(BatchingSettings(max_batch_size=8, max_delay_us=us)) == seconds

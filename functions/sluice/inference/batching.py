@@ -17,7 +17,10 @@ the runtime is shared, at the version level (`PolicyRunner._single`):
   `max_delay_us` (0: until the end of the event loop's current turn, with the requests
   already read); it leaves sooner when it holds `max_batch_size` rows, when the next request
   would not fit, or when it reaches one of `preferred_batch_sizes`. A request as large as the
-  batch on its own is a call of its own, in its turn.
+  batch on its own is a call of its own, in its turn. The delay is waited in whole milliseconds,
+  rounded (the loop's timers count no finer). With no delay the opening request waits
+  out the turn itself and, where nobody joined it, calls the model in its own task: a lone
+  request pays one turn of the loop, not a task, a timer and a future.
 - A call runs where the runtime runs any request of its size (`Runtime.infer`; ONNX: on the
   event loop when small, since under load a thread hop waits milliseconds for the GIL while
   the loop is busy, else on a worker thread).
@@ -82,6 +85,7 @@ class _Queue:
     waiting: int = 0  # requests not answered yet: queued and in calls under way
     running: int = 0  # calls under way
     timer: asyncio.Handle | None = None  # the open batch's delay (an instance is free)
+    leading: bool = False  # a request that opened the batch waits out this turn of the loop (`Batcher._lead`)
 
 
 class Batcher:
@@ -131,6 +135,8 @@ class Batcher:
         queue.members.append(member)
         queue.waiting += 1
         try:
+            if len(queue.members) == 1 and queue.running < settings.instances and queue.timer is None and not delay_s(settings):
+                return await self._lead(key, queue, member)
             self._pump(key, queue, now=False)
             return await member.answer
         finally:
@@ -138,6 +144,36 @@ class Batcher:
             if not member.taken:  # gave up waiting (deadline, cancelled): out of the queue
                 queue.members.remove(member)
             self._drop_if_idle(key, queue)
+
+    async def _lead(self, key: tuple[Any, ...], queue: _Queue, member: _Member) -> InferenceResult:
+        """A request that finds its version idle, with no delay: it waits out this turn of the
+        event loop, in which the requests already read join it (as a timer would have had them),
+        then, where none did, makes its call itself, in its own task (no task, timer or future
+        of its own: what one connection's requests pay); else the batch goes as any other. A
+        joined call never runs in a request's task: a request that gives up stops only itself."""
+        queue.leading = True
+        try:
+            await asyncio.sleep(0)
+        except BaseException:  # gave up in its turn: the requests that joined it go without it
+            queue.leading = False
+            if not member.taken:
+                queue.members.remove(member)
+                member.taken = True  # out of the queue already
+            self._pump(key, queue, now=True)
+            raise
+        queue.leading = False
+        if member.taken or len(queue.members) != 1 or queue.running >= queue.settings.instances:
+            self._pump(key, queue, now=True)
+            return await member.answer
+        queue.members.popleft()
+        member.taken = True
+        queue.running += 1
+        self.most_running = max(self.most_running, queue.running)
+        try:
+            return await queue.runtime.infer(queue.version, member.inputs, queue.outputs)
+        finally:
+            queue.running -= 1
+            self._pump(key, queue, now=True)  # what queued meanwhile goes at once
 
     def _pump(self, key: tuple[Any, ...], queue: _Queue, *, now: bool) -> None:
         """Start calls while an instance is free and a batch is ready: at once when `now` (the
@@ -147,9 +183,9 @@ class Batcher:
         while queue.members and queue.running < instances:
             members = _take(queue, now=now)
             if members is None:
-                if queue.timer is None:
+                if queue.timer is None and not queue.leading:  # a leader takes them at its turn's end
                     loop = asyncio.get_running_loop()
-                    delay = queue.settings.max_delay_us / 1e6
+                    delay = delay_s(queue.settings)
                     queue.timer = loop.call_later(delay, self._expire, key, queue) if delay > 0 else loop.call_soon(self._expire, key, queue)
                 return
             if queue.timer is not None:
@@ -221,6 +257,12 @@ class Batcher:
             return
         if not member.answer.done():
             member.answer.set_result(result)
+
+
+def delay_s(settings: BatchingSettings) -> float:
+    """`max_delay_us` as the event loop's timers can wait it: whole milliseconds, rounded (below
+    500 µs: 0, the end of the loop's turn), on any loop as on uvloop's."""
+    return int(settings.max_delay_us / 1000 + 0.5) / 1000
 
 
 def _take(queue: _Queue, *, now: bool) -> list[_Member] | None:
