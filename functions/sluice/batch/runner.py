@@ -53,11 +53,9 @@ if TYPE_CHECKING:
 
     from sluice.batch.filestore import FileStore
     from sluice.domain.jobs import ChunkResult
-    from sluice.domain.lookups import Lookup
     from sluice.inference.predictions import PredictionService
     from sluice.registry import JobRegistry
     from sluice.registry.precomputed import PrecomputedStore
-    from sluice.runtimes.lookups import Looked
     from sluice.settings import BatchSettings
 
 class OfflineStats(StatsRecorder):
@@ -81,16 +79,7 @@ class BatchTelemetry(Telemetry):
 
     counts_requests = False
 
-    def prediction(
-        self,
-        *,
-        fields: dict[str, Any],
-        latency_ms: float,
-        rows: int,
-        cached: bool | None = None,
-        sources: tuple[int, int] | None = None,
-        looked: Sequence[tuple[Lookup, Looked]] = (),
-    ) -> bool:
+    def prediction(self, **_: Any) -> bool:
         """No line (the call's lookups write their own)."""
         self.predictions += 1
         return False
