@@ -90,12 +90,13 @@ class LambdaASGI(Mangum):
         handler = self.infer(event, context)
         scope = handler.scope
         body = handler.body
+        loop = container_loop()
         if self.whole is not None and scope["type"] == "http":
-            answered = run_inline(container_loop(), self._whole(scope, body))  # a task only once it waits
+            answered = run_inline(loop, self._whole(scope, body))  # a task only once it waits
             if answered is not None:
                 return handler(_staged(answered, event))
         cycle = _Cycle(body)
-        asyncio.get_event_loop().run_until_complete(self._run(scope, cycle))
+        loop.run_until_complete(self._run(scope, cycle))
         return handler(_staged({"status": cycle.status, "headers": cycle.headers, "body": b"".join(cycle.chunks)}, event))
 
     async def _whole(self, scope: dict[str, Any], body: bytes) -> dict[str, Any] | None:
