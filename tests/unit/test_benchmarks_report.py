@@ -106,3 +106,19 @@ def test_the_docs_include_sections_the_report_writes() -> None:
             assert 0 <= start < end, f"no {name} section"
     goals = text[text.find(section("start", "goals")) : text.find(section("end", "goals"))]
     assert "| goal | sluice | reference |" in goals
+
+
+def test_the_billed_duration_is_whole_milliseconds_rounded_up() -> None:
+    """What the SQS stream goal compares: Lambda bills at least one millisecond, in whole ones."""
+    from benchmarks.bench_stream import billed_ms
+
+    assert [billed_ms(s) for s in (0.0, 0.00022, 0.001, 0.0010001, 0.0072)] == [1.0, 1.0, 1.0, 2.0, 8.0]
+
+
+def test_the_two_worker_goal_is_the_machine_s_second_thread() -> None:
+    """The batch goal with two workers: 0.9x of what a second ONNX Runtime thread gave in the run."""
+    from benchmarks.bench_batch import SIZES, second_thread_gain
+
+    rows = SIZES[0]
+    results = {(rows, "ort1"): [(1.0, 0, 0), (1.2, 0, 0), (0.8, 0, 0)], (rows, "ort2"): [(0.9, 0, 0), (0.95, 0, 0), (1.1, 0, 0)]}
+    assert abs(second_thread_gain(results) - (rows / 0.95) / (rows / 1.0)) < 1e-9  # medians of each
