@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 
 from sluice.domain import BatchingSettings
 from sluice.domain.errors import BackendError, InvalidInput, Overloaded, SluiceError
@@ -428,3 +431,80 @@ def test_the_delay_is_waited_in_whole_milliseconds(us: int, seconds: float) -> N
     from sluice.inference.batching import delay_s
 
     assert delay_s(BatchingSettings(max_batch_size=8, max_delay_us=us)) == seconds
+
+
+_STEP = st.one_of(
+    st.tuples(st.just("arrive"), st.integers(1, 5)),  # a request of this many rows
+    st.tuples(st.just("turn"), st.integers(1, 3)),  # turns of the loop
+    st.tuples(st.just("cancel"), st.integers(0, 30)),  # the request at this place gives up
+    st.tuples(st.just("release"), st.just(0)),  # the model answers from now on
+)
+
+
+@examples(max_examples=120, deadline=None)
+@given(
+    st.lists(_STEP, max_size=25),
+    st.integers(1, 8),
+    st.sampled_from([0, 300, 1000]),
+    st.integers(1, 2),
+    st.lists(st.integers(1, 8), max_size=2),
+)
+def test_any_arrivals_get_exactly_their_own_rows_and_none_is_left_waiting(
+    steps: list[tuple[str, int]], max_batch: int, delay_us: int, instances: int, preferred: list[int]
+) -> None:
+    """Requests arriving in any turns, of any sizes, some giving up, the model slow or quick:
+    each request that stays gets exactly its own rows back, one that gives up is cancelled and
+    nothing else, no request is left waiting, and a version never has more than `instances`
+    calls under way."""
+    runtime, batcher = _Gated(), Batcher()
+    preferred_sizes = tuple(sorted({p for p in preferred if p <= max_batch}))
+    config = BatchingSettings(max_batch_size=max_batch, max_delay_us=delay_us, instances=instances, preferred_batch_sizes=preferred_sizes)
+
+    async def go() -> list[tuple[Any, Any]]:
+        sent: list[tuple[np.ndarray, asyncio.Future[Any]]] = []
+        for kind, n in steps:
+            if kind == "arrive":
+                rows = np.arange(len(sent) * 10, len(sent) * 10 + n * 2, dtype=np.float32).reshape(n, 2)
+                sent.append((rows, asyncio.ensure_future(batcher.infer(runtime, _Version(), {"x": rows}, None, config))))  # type: ignore[arg-type]
+            elif kind == "turn":
+                await _turns(n)
+            elif kind == "cancel" and sent:
+                sent[n % len(sent)][1].cancel()
+            elif kind == "release":
+                runtime.release.set()
+        runtime.release.set()
+        done = await asyncio.wait_for(asyncio.gather(*(f for _, f in sent), return_exceptions=True), 10)
+        return [(rows, answer) for (rows, _), answer in zip(sent, done, strict=True)]
+
+    for rows, answer in asyncio.run(go()):
+        if isinstance(answer, asyncio.CancelledError):
+            continue
+        assert not isinstance(answer, BaseException), answer
+        assert np.array_equal(answer.outputs["y"], rows * 2)
+    assert runtime.most <= instances
+
+
+def test_a_request_that_gives_up_behind_others_leaves_the_queue_cancelled() -> None:
+    """The queue finds the request that gave up by itself, not by comparing its arrays with
+    those of the requests before it (which failed it with a ValueError, a 500, and left it
+    queued)."""
+    runtime, batcher = _Gated(), Batcher()
+    settings = BatchingSettings(max_batch_size=2, max_delay_us=0)
+
+    async def one(i: int) -> Any:
+        return await batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        first = asyncio.ensure_future(one(0))
+        await _turns()  # the model is busy with it
+        queued = [asyncio.ensure_future(one(i)) for i in (1, 2, 3)]
+        await _turns()
+        queued[2].cancel()  # behind two others
+        await _turns()
+        runtime.release.set()
+        return await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), 5)
+
+    done = asyncio.run(go())
+    assert isinstance(done[3], asyncio.CancelledError)
+    assert [r.outputs["y"][0, 0] for r in done[:3]] == [0.0, 2.0, 4.0]
+    assert runtime.calls == [1, 2]  # the one that left is in no call

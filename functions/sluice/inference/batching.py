@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 RETRY_AFTER_S = 1  # a joined call takes milliseconds: a second is plenty
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # one by identity: the queue finds a request by itself, not by its arrays
 class _Member:
     inputs: dict[str, np.ndarray]
     rows: int
