@@ -320,3 +320,44 @@ def test_consecutive_invocations_keys_and_lines_are_powertools_own(
     for (keys, lines_, own), (expected, _, _) in zip(mine, reference, strict=True):
         assert list(keys.items()) == list(expected.items())
         assert lines_ == own  # the lines of these keys, as powertools' formatter writes them
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    variant=st.booleans(),
+    cached=st.sampled_from([None, True, False]),
+    model_cache=st.booleans(),
+    sources=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.integers(0, 5))),
+    lookups=st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.tuples(st.integers(0, 9), st.integers(0, 9)))), max_size=3),
+)
+def test_every_prediction_line_is_a_valid_emf_record(
+    caplog: pytest.LogCaptureFixture, variant: bool, cached: bool | None, model_cache: bool, sources: tuple[int, int] | None, lookups: list[tuple[int, tuple[int, int] | None]]
+) -> None:
+    """Whatever the shape (variant, prediction cache, model cache, precomputed sources, lookups
+    cached or not), each metric the line names has a number at its top level and each
+    dimension it names is a member, as CloudWatch requires of an EMF record; a shape's metadata
+    is shared by the lines of that shape only."""
+    from sluice.domain.lookups import Lookup
+    from sluice.runtimes.lookups import Looked
+
+    stats = {"hits": 3, "misses": 1}
+    telemetry = Telemetry(emit_metrics=True, namespace="sluice", cache_stats=(lambda: stats) if model_cache else None)
+    node = Lookup(store="sqlite", table="t", keys={"customer_id": "customer"}, features=[{"name": "f", "datatype": "FP32"}])
+    looked = [(node, Looked({}, calls, *(cache or ()))) for calls, cache in lookups]
+    fields = {"deployment": "d", "tenant": "acme", **({"variant": "v"} if variant else {})}  # `service`: the logger's key
+    caplog.clear()
+    caplog.set_level("INFO")
+    for _ in range(2):  # the second line of a shape reuses its metadata
+        assert telemetry.prediction(fields=dict(fields), latency_ms=1.0, rows=2, cached=cached, sources=sources, looked=looked)
+    for line in lines(caplog):
+        directives = line["_aws"]["CloudWatchMetrics"]
+        for directive in directives:
+            for metric in directive["Metrics"]:
+                assert isinstance(line[metric["Name"]], int | float), metric
+            for dimension_set in directive["Dimensions"]:
+                assert all(isinstance(line[d], str) for d in dimension_set), dimension_set
+        named = {m["Name"] for d in directives for m in d["Metrics"]}
+        assert ("LookupCalls" in named) == bool(lookups) and ("PrecomputedRows" in named) == (sources is not None)
+        assert ("Latency" in named) == (not cached)
+        if lookups:
+            assert line["LookupCalls"] == len(lookups) and [x["store_calls"] for x in line["lookups"]] == [calls for calls, _ in lookups]
