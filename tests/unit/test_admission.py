@@ -5,12 +5,20 @@ drive them through real servers)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from sluice.domain import Principal
-from sluice.domain.errors import Overloaded, RateLimited, TenantOverloaded, TooManyInFlight
+from sluice.domain.errors import (
+    Overloaded,
+    RateLimited,
+    SluiceError,
+    TenantOverloaded,
+    TooManyInFlight,
+)
 from sluice.observability import Telemetry
 from sluice.services.admission import CONTENDED_S, Admission, Capacity, InFlight
 from sluice.settings import Settings
@@ -155,3 +163,82 @@ def test_refusals_are_logged_at_most_once_in_a_while_with_their_counts(caplog: p
     (line,) = lines(caplog)
     assert (line["message"], line["refused"], line["level"]) == ("requests refused by admission", {"overloaded": 1}, "WARNING")
     assert telemetry.refusals == {"overloaded": 2, "tenant_overloaded": 1}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@settings(max_examples=200, deadline=None)
+@example(  # a tenant that filled the process, another turned away, a slot back: the first keeps to its share
+    limit=2, share=0.5, per_key=4,
+    steps=[("enter", "a", 0, True), ("enter", "a", 1, True), ("enter", "b", 0, True), ("leave", 0, 0, False), ("enter", "a", 2, True)],
+)
+@given(
+    limit=st.integers(1, 6),
+    share=st.sampled_from([0.25, 0.5, 1.0]),
+    per_key=st.integers(1, 4),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("enter"), st.sampled_from(["a", "b"]), st.integers(0, 2), st.booleans()),
+            st.tuples(st.just("leave"), st.integers(0, 40), st.just(0), st.just(False)),
+            st.tuples(st.just("wait"), st.sampled_from([0.5, 3.0]), st.just(0), st.just(False)),
+        ),
+        max_size=40,
+    ),
+)
+def test_any_enters_and_leaves_keep_every_count_and_refuse_only_by_the_rules(
+    limit: int, share: float, per_key: int, steps: list[tuple[str, Any, int, bool]]
+) -> None:
+    """Requests of any tenants and keys entering and leaving in any order, with time passing:
+    the counts are always what was admitted and not left, never above their caps; a refused
+    request counts nothing; and each refusal is the one the rules give (the key's cap, then the
+    tenant's share while another tenant wants room, then the process's limit)."""
+    clock = _Clock()
+    capacity = Capacity(limit, share, clock=clock)
+    admission = Admission(InFlight(per_key), capacity)
+    held: list[tuple[Principal, bool]] = []  # admitted and not left: (principal, prediction)
+    turned_away: dict[str, float] = {}  # the model's own record of refusals for lack of room
+    for kind, what, which, prediction in steps:
+        if kind == "wait":
+            clock.now += what
+            continue
+        if kind == "leave":
+            if held:
+                principal, was = held.pop(what % len(held))
+                admission.leave(principal, prediction=was)
+            continue
+        principal = Principal(what, frozenset({"predict"}), f"{what}-key{which}")
+        by_key = sum(1 for p, _ in held if p.subject == principal.subject)
+        mine = sum(1 for p, was in held if was and p.tenant == what)
+        total = sum(1 for _, was in held if was)
+        others = any(was and p.tenant != what for p, was in held) or any(
+            t != what and clock.now - at <= CONTENDED_S for t, at in turned_away.items()
+        )
+        if by_key >= per_key:
+            expected = "too_many_in_flight"
+        elif prediction and mine >= capacity.share and capacity.share < limit and others:
+            expected = "tenant_overloaded"
+        elif prediction and total >= limit:
+            expected = "overloaded"
+        else:
+            expected = None
+        try:
+            admission.enter(principal, prediction=prediction)
+            got = None
+        except SluiceError as refused:
+            got = refused.code
+        assert got == expected, (kind, what, which, prediction, held)
+        if got == "overloaded":
+            turned_away[what] = clock.now
+        if got is None:
+            held.append((principal, prediction))
+        assert capacity.count() == sum(1 for _, was in held if was) <= limit
+        for tenant in "ab":
+            assert capacity.count(tenant) == sum(1 for p, was in held if was and p.tenant == tenant)
+        for subject in {p.subject for p, _ in held}:
+            assert admission.per_key.count(subject) == sum(1 for p, _ in held if p.subject == subject) <= per_key  # type: ignore[union-attr]
