@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.api.app import create_app
@@ -190,3 +193,61 @@ def test_a_requests_steps_counted_with_it_in_one_call_give_the_figures_counted_a
         stored.append(figures)
     assert stored[0] == stored[1]
     assert stored[1]["step:score"]["requests"] == 4 and stored[1]["step:score"]["errors"] == 2 and stored[1]["deployment"]["rows"] == 4
+
+
+_KEYS = [("acme", "iris", 1, "deployment"), ("acme", "iris", 1, "variant:a"), ("globex", "iris", 2, "deployment")]
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("request"), st.integers(0, 2), st.booleans(), st.integers(0, 5)),  # key, answered, rows
+        st.tuples(st.just("steps"), st.integers(0, 2), st.booleans(), st.just(0)),  # a graph's step with it
+        st.tuples(st.sampled_from(["flush", "read_only", "full", "lift"]), st.just(0), st.just(False), st.just(0)),
+    ),
+    max_size=30,
+)
+
+
+@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS, max_pending=st.integers(1, 3), end_open=st.booleans())
+def test_every_request_is_written_once_or_dropped_visibly_whatever_the_registry_does(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, bool, int]], max_pending: int, end_open: bool
+) -> None:
+    """Requests counted in any order, flushes, and the registry turning read-only, full or
+    writable again in between, with a small bound on the keys held: at the close, each key's
+    requests, errors and rows are written exactly once, or reported dropped (with the requests
+    they held), never both and never neither."""
+    registry = SqliteRegistry(tmp_path_factory.mktemp("stats") / "registry.db")
+    limits = RegistryLimits(registry)
+    dropped: list[tuple[tuple[str, str, int, str], float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, max_pending=max_pending, on_drop=dropped.extend)
+    made = {key: {"requests": 0, "errors": 0, "rows": 0} for key in _KEYS}
+    for op, which, answered, rows in ops:
+        key = _KEYS[which]
+        if op == "request":
+            recorder.request(key, 2.5, ok=answered, rows=rows)
+            made[key]["requests"] += 1
+            made[key]["errors"] += not answered
+            made[key]["rows"] += rows
+        elif op == "steps":  # the deployment's own request, with a step counted in the same call
+            step = ("acme", "iris", 1, "step:score")
+            made.setdefault(step, {"requests": 0, "errors": 0, "rows": 0})
+            recorder.request(key, 1.0, ok=True, steps=[(step, None if answered else 0.5)])
+            made[key]["requests"] += 1
+            made[step]["requests"] += 1
+            made[step]["errors"] += answered
+        elif op == "flush":
+            recorder.flush()
+        else:
+            getattr(limits, op)()
+    if end_open:
+        limits.lift()
+    recorder.close()
+    limits.lift()
+    lost: dict[tuple[str, str, int, str], float] = {}
+    for key, weight, _ in dropped:
+        lost[key] = lost.get(key, 0.0) + weight
+    for key, counts in made.items():
+        stored = _stored(registry, key)
+        written = stored.get("requests", 0)
+        assert written + lost.get(key, 0) == counts["requests"], (key, stored, lost.get(key))
+        if not lost.get(key):  # nothing of it dropped: every count written, once
+            assert (stored.get("errors", 0), stored.get("rows", 0)) == (counts["errors"], counts["rows"]), (key, stored)
