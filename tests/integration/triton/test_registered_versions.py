@@ -231,3 +231,42 @@ def test_grpc_failures_map_like_http_and_the_allowlist_applies(
     assert outside.status_code == 403 and outside.json()["field"] == "triton_url"
     bad = client.post("/api/v1/models/x/versions", json={"triton_url": triton_server.http_url, "protocol": "smtp"}, headers=auth(admin))
     assert bad.status_code == 422 and bad.json()["field"] == "protocol"
+
+
+def test_through_the_lambda_handler_a_remote_runtime_gets_the_task_its_client_needs(
+    triton_server: LocalTriton, onnx_models: dict[str, bytes], tmp_path: Path
+) -> None:
+    """A Lambda request runs in line until it waits (`sluice.inline`); a runtime that is not in
+    process (Triton over aiohttp or gRPC, a SageMaker endpoint) is called from a task, which
+    its client's timers need: each answers through the Lambda adapter as through the app."""
+    import json
+
+    from sluice.handlers.asgi import LambdaASGI
+    from tests.conftest import EVENTS
+    from tests.support import LambdaContext
+
+    container = _container(tmp_path, triton_server)
+    grpc_url = f"http://{triton_server.grpc_address}"
+    lambda_app = LambdaASGI(create_app(container))
+    rows = RNG.normal(size=(3, 8)).astype(np.float32)
+    want = in_process(onnx_models["mlp"], {"x": rows})["y"]
+    with TestClient(create_app(container)) as client:
+        _, admin = container.keys.create("acme", ["admin", "predict"])
+        for name, url, protocol in (("mlp-http", triton_server.http_url, "http"), ("mlp-grpc", grpc_url, "grpc")):
+            r = client.post(f"/api/v1/models/{name}/versions", json={"triton_url": url, "model_name": "mlp", "protocol": protocol}, headers=auth(admin))
+            assert r.status_code == 201, r.text
+            container.deployments.create(ACME, name, {"model": name, "version": 1})
+    clf = container.models.push(ACME, "clf", onnx_models["clf"], runtime="sagemaker", config={"endpoint_name": "clf-endpoint", "max_batch_size": 65536})
+    container.deployments.create(ACME, "species", {"model": "clf", "version": clf.version})
+    feats = RNG.normal(size=(2, 4)).astype(np.float32)
+    event = json.loads((EVENTS / "api_rest_v2_infer.json").read_text())  # acme's authorizer context
+    answers = {}
+    for name, body in (("mlp-http", _v2(rows, "x")), ("mlp-grpc", _v2(rows, "x")), ("species", _v2(feats, "features"))):
+        sent = {**event, "path": f"/v2/models/{name}/infer", "body": json.dumps(body)}
+        sent["requestContext"] = {**event["requestContext"], "path": f"/prod/v2/models/{name}/infer"}
+        answer = lambda_app(sent, LambdaContext())
+        assert answer["statusCode"] == 200, answer["body"]
+        answers[name] = _outputs(json.loads(answer["body"]))
+    np.testing.assert_allclose(answers["mlp-http"]["y"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(answers["mlp-grpc"]["y"], answers["mlp-http"]["y"])
+    assert answers["species"]["label"].tolist() == in_process(onnx_models["clf"], {"features": feats})["label"].tolist()
