@@ -167,13 +167,9 @@ class Batcher:
             return await member.answer
         queue.members.popleft()
         member.taken = True
-        queue.running += 1
-        self.most_running = max(self.most_running, queue.running)
-        try:
-            return await queue.runtime.infer(queue.version, member.inputs, queue.outputs)
-        finally:
-            queue.running -= 1
-            self._pump(key, queue, now=True)  # what queued meanwhile goes at once
+        self._started(queue)
+        await self._run(key, queue, [member])  # its call, in its own task; the answer set as any member's
+        return await member.answer
 
     def _pump(self, key: tuple[Any, ...], queue: _Queue, *, now: bool) -> None:
         """Start calls while an instance is free and a batch is ready: at once when `now` (the
@@ -191,11 +187,14 @@ class Batcher:
             if queue.timer is not None:
                 queue.timer.cancel()
                 queue.timer = None
-            queue.running += 1
-            self.most_running = max(self.most_running, queue.running)
+            self._started(queue)
             task = asyncio.get_running_loop().create_task(self._run(key, queue, members))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+
+    def _started(self, queue: _Queue) -> None:
+        queue.running += 1
+        self.most_running = max(self.most_running, queue.running)
 
     def _expire(self, key: tuple[Any, ...], queue: _Queue) -> None:
         queue.timer = None

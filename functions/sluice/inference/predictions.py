@@ -6,7 +6,9 @@ only present what it returns.
 
 Inputs may be an upload (`UploadInputs`): found for the caller's tenant, then either handed
 as it lies to a runtime that queues it (a SageMaker asynchronous endpoint: `Accepted`), or
-read and decoded as the body of the route that named it, and predicted from as any request.
+read and decoded as the body of the route that named it, and predicted from as any request
+(`sluice.inference.uploads.request_from_upload`). Inputs become arrays in
+`sluice.inference.inputs`.
 """
 
 from __future__ import annotations
@@ -17,25 +19,21 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sluice.caching import TTLCache
-from sluice.codecs.plain import arrays_from_request
-from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import (
     Accepted,
     BadRequest,
     DeadlineExceeded,
-    InvalidInput,
-    NotFound,
-    PayloadTooLarge,
     SluiceError,
     Unavailable,
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
-from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs, UploadInputs
+from sluice.domain.requests import UploadInputs
 from sluice.domain.results import Prediction, Resolved
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing, within
 from sluice.inference.graphs import answer_signature, input_signature
+from sluice.inference.inputs import decode_inputs
 from sluice.inference.outcomes import Outcomes, mark
 from sluice.inference.parsed import ParsedPolicies
 from sluice.inference.prediction_cache import answer_key, route_of
@@ -119,7 +117,12 @@ class PredictionService:
         started = time.perf_counter()
         resolved = await self.resolve(principal, request.deployment, version=request.version)
         if isinstance(request.inputs, UploadInputs):
-            request = await self._from_upload(principal, resolved, request, request.inputs)
+            from sluice.inference.uploads import (
+                request_from_upload,  # an upload's request only: not at cold start
+            )
+
+            uploads = self.uploads() if self.uploads is not None else None
+            request = await request_from_upload(uploads, self.runtimes, principal, resolved, request, request.inputs)
         signature = resolved.version.signature
         arrays = self.decode(signature, request, answers=resolved.answers)
         dep = resolved.deployment
@@ -214,69 +217,9 @@ class PredictionService:
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         return Prediction(resolved, answer, latency_ms, 0, cached=True)
 
-    async def _from_upload(
-        self, principal: Principal, resolved: Resolved, request: PredictionRequest, given: UploadInputs
-    ) -> PredictionRequest:
-        """The request with an upload's body as its inputs; or `Accepted`, when the one version
-        that answers queues the body as it lies (SageMaker asynchronous inference)."""
-        from sluice.inference.uploads import inputs_of_upload
-
-        if self.uploads is None:
-            raise NotFound("uploads are not served here", field="upload_id")
-        uploads = self.uploads()
-        upload = await asyncio.to_thread(uploads.find, principal, given.upload_id)
-        if upload.deployment != request.deployment:
-            raise BadRequest(
-                f"upload '{upload.id}' was made for deployment '{upload.deployment}', not '{request.deployment}'", field="upload_id"
-            )
-        version = resolved.version
-        if given.form == "v2" and resolved.node.kind == "single":
-            submit = getattr(self.runtimes.get(version.runtime), "submit_upload", None)
-            if submit is not None:
-                await submit(version, upload)  # raises Accepted when it queues the body
-        most = uploads.settings.upload_inline_max_bytes
-        if upload.size > most:
-            raise PayloadTooLarge(
-                f"upload '{upload.id}' is {upload.size} bytes; sluice scores at most {most} bytes itself "
-                "(larger uploads go to SageMaker asynchronous endpoints from the v2 route): send a batch job",
-                field="upload_id",
-            )
-        data = await asyncio.to_thread(upload.read)
-        inputs, outputs, bools = inputs_of_upload(data, upload, given.form)
-        return dataclasses.replace(request, inputs=inputs, outputs=request.outputs or outputs, json_bools=bools)
-
     def decode(self, signature: Signature, request: PredictionRequest, *, answers: Signature | None = None) -> dict[str, np.ndarray]:
-        """The request's inputs as arrays, checked against `signature` (the outputs asked for
-        against `answers`, where the answer is not the same version's: a sequence's)."""
-        inputs = request.inputs
-        declared: dict[str, str] | None = None
-        if isinstance(inputs, RowInputs):
-            arrays = arrays_from_request(
-                signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools
-            )
-        elif isinstance(inputs, TensorInputs):
-            arrays, declared = {}, {}
-            for tensor in inputs.tensors:
-                where = f"inputs.{tensor.name}"
-                if tensor.name in arrays:
-                    raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
-                arrays[tensor.name] = decode_tensor(
-                    tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools
-                )
-                declared[tensor.name] = tensor.datatype
-        elif isinstance(inputs, ArrayInputs):
-            arrays = dict(inputs.arrays)
-            declared = dict(inputs.datatypes) if inputs.datatypes else None
-        else:
-            raise BadRequest("no inputs", field="inputs")
-        gives = answers or signature
-        for out in request.outputs or ():
-            if gives.output(out) is None:
-                raise InvalidInput(
-                    f"unknown output '{out}'; this version gives {[s.name for s in gives.outputs]}",
-                    field=f"outputs.{out}",
-                )
-        return self._check(signature, arrays, datatypes=declared)
+        """The request's inputs as arrays, checked against `signature` (`sluice.inference.inputs`)."""
+        return decode_inputs(signature, request, self._check, answers=answers)
 
     async def _hand_off(self, call: Call, latency_ms: float) -> None:
         """Shadow jobs go to the mirror before the response: locally a thread of its own, in

@@ -24,10 +24,11 @@ from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from sluice.domain import Principal
-    from sluice.domain.requests import Inputs
+    from sluice.domain.requests import Inputs, PredictionRequest, UploadInputs
+    from sluice.domain.results import Resolved
     from sluice.registry import Registry
     from sluice.settings import UploadSettings
     from sluice.storage.uploads import UploadStore
@@ -203,3 +204,34 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         tensors = tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in request.inputs)
         return TensorInputs(tensors), outputs, bools
     return ArrayInputs(*decode_inputs(request.inputs, memoryview(data)[size:])), outputs, bools
+
+
+async def request_from_upload(
+    uploads: UploadService | None, runtimes: Mapping[str, Any], principal: Principal, resolved: Resolved, request: PredictionRequest, given: UploadInputs
+) -> PredictionRequest:
+    """The request with an upload's body as its inputs (found for the caller's tenant only);
+    or `Accepted`, when the one version that answers queues the body as it lies (SageMaker
+    asynchronous inference: its runtime's `submit_upload`)."""
+    import asyncio
+    import dataclasses
+
+    if uploads is None:
+        raise NotFound("uploads are not served here", field="upload_id")
+    upload = await asyncio.to_thread(uploads.find, principal, given.upload_id)
+    if upload.deployment != request.deployment:
+        raise BadRequest(f"upload '{upload.id}' was made for deployment '{upload.deployment}', not '{request.deployment}'", field="upload_id")
+    version = resolved.version
+    if given.form == "v2" and resolved.node.kind == "single":
+        submit = getattr(runtimes.get(version.runtime), "submit_upload", None)
+        if submit is not None:
+            await submit(version, upload)  # raises Accepted when it queues the body
+    most = uploads.settings.upload_inline_max_bytes
+    if upload.size > most:
+        raise PayloadTooLarge(
+            f"upload '{upload.id}' is {upload.size} bytes; sluice scores at most {most} bytes itself "
+            "(larger uploads go to SageMaker asynchronous endpoints from the v2 route): send a batch job",
+            field="upload_id",
+        )
+    data = await asyncio.to_thread(upload.read)
+    inputs, outputs, bools = inputs_of_upload(data, upload, given.form)
+    return dataclasses.replace(request, inputs=inputs, outputs=request.outputs or outputs, json_bools=bools)

@@ -1,0 +1,49 @@
+"""A prediction request's inputs as arrays (`PredictionService.decode`): rows of simple JSON,
+Open Inference Protocol tensors or arrays already decoded, and the outputs asked for, checked
+against the signatures that take and answer them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.codecs.plain import arrays_from_request
+from sluice.codecs.tensors import decode_tensor
+from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+
+    from sluice.domain.requests import PredictionRequest
+    from sluice.domain.signature import Signature
+
+
+def decode_inputs(
+    signature: Signature, request: PredictionRequest, check: Callable[..., dict[str, np.ndarray]], *, answers: Signature | None = None
+) -> dict[str, np.ndarray]:
+    """The request's inputs as arrays, checked against `signature` by `check` (the outputs asked
+    for against `answers`, where the answer is not the same version's: a sequence's)."""
+    inputs = request.inputs
+    declared: dict[str, str] | None = None
+    if isinstance(inputs, RowInputs):
+        arrays = arrays_from_request(signature, inputs=inputs.inputs, features=inputs.features, batch=inputs.batch, bools=request.json_bools)
+    elif isinstance(inputs, TensorInputs):
+        arrays, declared = {}, {}
+        for tensor in inputs.tensors:
+            where = f"inputs.{tensor.name}"
+            if tensor.name in arrays:
+                raise InvalidInput(f"input '{tensor.name}' is given twice", field=where)
+            arrays[tensor.name] = decode_tensor(tensor.name, tensor.datatype, list(tensor.shape), tensor.data, field=where, bools=request.json_bools)
+            declared[tensor.name] = tensor.datatype
+    elif isinstance(inputs, ArrayInputs):
+        arrays = dict(inputs.arrays)
+        declared = dict(inputs.datatypes) if inputs.datatypes else None
+    else:
+        raise BadRequest("no inputs", field="inputs")
+    gives = answers or signature
+    for out in request.outputs or ():
+        if gives.output(out) is None:
+            raise InvalidInput(f"unknown output '{out}'; this version gives {[s.name for s in gives.outputs]}", field=f"outputs.{out}")
+    return check(signature, arrays, datatypes=declared)
