@@ -279,3 +279,43 @@ def test_large_blocks_freed_after_a_burst_go_back_to_the_system() -> None:
     if not kept_kib("off") > 10 * 1024:
         pytest.skip("this allocator gives freed blocks back by itself")
     assert kept_kib("on") < 2 * 1024  # of the 40 MB the burst took
+
+
+def test_a_request_answered_whole_is_counted_in_flight_as_any(demo: Container, acme: Principal) -> None:
+    """`answer_whole` (a request whose body is at hand: a Lambda event's) goes through the same
+    admission as the ASGI exchange where the process counts requests in flight: past the key's
+    cap, 429 at once; the slot comes back once the answer is made."""
+    runtime = GatedRuntime()
+    demo.runtimes["sagemaker"] = runtime
+    add_fake(demo.registry, "acme", "slow", gated=True)
+    demo.deployments.create(acme, "slow", {"kind": "single", "model": "slow", "version": 1})
+    demo.settings.admission.max_in_flight_per_key = 1
+    key = api_keys(demo)["acme"]
+    app = create_app(demo)
+    body = json.dumps({"deployment": "slow", "inputs": [ROW]}).encode()
+
+    def scope() -> dict[str, Any]:
+        headers = [(b"authorization", f"Bearer {key}".encode()), (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        return {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/api/v1/predictions", "raw_path": b"/api/v1/predictions", "root_path": "", "query_string": b"",
+            "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80),
+        }  # fmt: skip
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        held = asyncio.create_task(app.answer_whole(scope(), body))
+        deadline = time.monotonic() + 20
+        while runtime.waiting == 0 and time.monotonic() < deadline:  # admitted, and waiting on the gate
+            await asyncio.sleep(0.01)
+        refused = await app.answer_whole(scope(), body)
+        runtime.gate.set()
+        return refused, await held, await app.answer_whole(scope(), body)
+
+    try:
+        refused, first, after = asyncio.run(scenario())
+    finally:
+        runtime.gate.set()
+    assert refused.status_code == 429, refused.body
+    assert json.loads(refused.body)["code"] == "too_many_in_flight"
+    assert refused.headers["retry-after"] == "1"
+    assert (first.status_code, after.status_code) == (200, 200), (first.body, after.body)

@@ -231,14 +231,10 @@ class Edge:
             await error_response(HTTPException(405, headers={"Allow": found[0].method}))(scope, receive, send)
             return
         admission, prediction = container.admission, found is not None
-        if admission is not None:
-            try:
-                admission.enter(principal, prediction=prediction)  # before a byte of the body is read
-            except SluiceError as exc:
-                if found is not None:  # a prediction refused: counted (`sluice.inference.outcomes`)
-                    container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
-                await error_response(exc, scope["path"])(scope, receive, send)
-                return
+        refused = self._enter(container, principal, found, scope)  # before a byte of the body is read
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         token = bind_tenant(principal.tenant)  # the registry acts for this tenant alone
         released = admission is None
         try:
@@ -268,9 +264,10 @@ class Edge:
 
     async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),
-        through the same steps as `__call__` (authentication, rate limit, tenant binding, the
-        route) without an ASGI exchange; None when the request is not for a hot route (the
-        caller then runs the app). The response's background task is the caller's to run."""
+        through the same steps as `__call__` (authentication, rate limit, requests in flight
+        where this process counts them, tenant binding, the route) without an ASGI exchange;
+        None when the request is not for a hot route (the caller then runs the app). The
+        response's background task is the caller's to run."""
         if scope["method"] != "POST" or scope["path"] in PUBLIC:
             return None
         found = self._hot(scope)
@@ -278,6 +275,8 @@ class Edge:
             return None
         headers = Headers(scope=scope)
         container, principal, refusal = await self._admit(scope, headers)
+        if refusal is None:
+            refusal = self._enter(container, principal, found, scope)
         if refusal is not None:
             return refusal
         token = bind_tenant(principal.tenant)
@@ -286,6 +285,22 @@ class Edge:
             return await self._answer(route, params, container, principal, scope, headers, body=body)
         finally:
             unbind_tenant(token)
+            if container.admission is not None:  # answered: the slot is free as the answer goes out
+                container.admission.leave(principal, prediction=True)
+
+    def _enter(self, container: Container, principal: Principal, found: tuple[HotRoute, dict[str, str]] | None, scope: Scope) -> Response | None:
+        """The request admitted in flight (`sluice.services.admission`; nothing to admit in
+        Lambda), or its refusal (429, 503), a refused prediction counted (`sluice.inference.outcomes`)."""
+        admission = container.admission
+        if admission is None:
+            return None
+        try:
+            admission.enter(principal, prediction=found is not None)
+        except SluiceError as exc:
+            if found is not None:
+                container.predictions.outcomes.refused(principal.tenant, found[1].get("name"), exc)
+            return error_response(exc, scope["path"])
+        return None
 
     def _hot(self, scope: Scope) -> tuple[HotRoute, dict[str, str]] | None:
         if self._routes is None:
