@@ -143,6 +143,16 @@ def content_length(scope: Scope) -> str | None:
     return None
 
 
+def whole_body(body: bytes) -> Receive:
+    """A `receive` that gives `body` whole, then the client's leaving."""
+    messages = [{"type": "http.disconnect"}, {"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return messages.pop() if len(messages) > 1 else messages[0]
+
+    return receive
+
+
 async def read_body(receive: Receive) -> bytes:
     chunks = []
     while True:
@@ -262,12 +272,14 @@ class Edge:
             if not released:
                 admission.leave(principal, prediction=prediction)  # type: ignore[union-attr]
 
-    async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
+    async def answer_whole(self, scope: Scope, body: bytes, receive: Receive | None = None) -> Response | None:
         """A hot route's response when the whole body is already at hand (a Lambda event),
         through the same steps as `__call__` (authentication, rate limit, requests in flight
         where this process counts them, tenant binding, the route) without an ASGI exchange;
         None when the request is not for a hot route (the caller then runs the app). The
-        response's background task is the caller's to run."""
+        body is read from `receive` where given (a compressed body inflated as it is read,
+        once the request is admitted), else it is `body`. The response's background task is
+        the caller's to run."""
         if scope["method"] != "POST" or scope["path"] in PUBLIC:
             return None
         found = self._hot(scope)
@@ -282,7 +294,7 @@ class Edge:
         token = bind_tenant(principal.tenant)
         try:
             route, params = found
-            return await self._answer(route, params, container, principal, scope, headers, body=body)
+            return await self._answer(route, params, container, principal, scope, headers, receive, body=body)
         finally:
             unbind_tenant(token)
             if container.admission is not None:  # answered: the slot is free as the answer goes out

@@ -136,12 +136,6 @@ class Inflater:
         return BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body")
 
 
-def inflate(body: bytes, coding: str, limit: int, too_large: Callable[[], Exception], *, maybe_inflated: bool = False) -> bytes:
-    """A whole body (a Lambda event's) inflated under `limit`."""
-    inflater = Inflater(coding, limit, too_large, maybe_inflated=maybe_inflated)
-    return inflater.feed(body) + inflater.finish()
-
-
 def inflated_scope(scope: Scope) -> Scope:
     """`scope` as the app behind sees the inflated body: without the coding or the length."""
     return {**scope, "headers": [(n, v) for n, v in scope["headers"] if n not in _DROPPED]}
