@@ -1,7 +1,7 @@
 """`answer_whole` (the edge's hot routes answered with the whole body at hand, as every Lambda
 prediction is) against the app's own ASGI exchange, in a process that counts requests in
 flight: for any body, right or wrong, any credentials, any coding of the body or of the answer,
-and a key with any number of requests already in flight, the same status, the same answer (but
+any declared length, and a key with any number of requests already in flight, the same status, the same answer (but
 its latency and request id) in the same coding, and the counts left as they were found."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SETOSA = [5.1, 3.5, 1.4, 0.2]
 _RIGHT = st.sampled_from([
     ("/api/v1/predictions", {"deployment": "iris", "inputs": [SETOSA]}),
     ("/api/v1/predictions", {"deployment": "iris", "inputs": [SETOSA] * 3}),
+    ("/api/v1/predictions", {"deployment": "iris", "inputs": [SETOSA] * 40}),  # an answer past 1 KiB: gzipped where asked
     ("/v2/models/iris/infer", {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": SETOSA}]}),
 ])
 _SENT = st.fixed_dictionaries({
@@ -39,6 +40,7 @@ _SENT = st.fixed_dictionaries({
     "coding": st.sampled_from([None, None, "gzip", "deflate", "br", "gzip, but plain"]),
     "accept": st.sampled_from([None, "gzip"]),
     "held": st.integers(0, CAP),
+    "length": st.sampled_from(["declared", "declared", "absent", "past the limit", "not a number"]),
 })  # fmt: skip
 
 _APPS: dict[int, tuple[Any, dict[str, str]]] = {}
@@ -105,7 +107,8 @@ def test_answered_whole_as_through_the_exchange(demo: Container, sent: dict[str,
     raw = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
     coding = sent["coding"]
     body = gzip.compress(raw) if coding == "gzip" else zlib.compress(raw) if coding == "deflate" else raw
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    declared = {"declared": str(len(body)), "past the limit": str(demo.settings.limits.max_request_bytes + 1), "not a number": "12a"}.get(sent["length"])
+    headers = [(b"content-type", b"application/json")] + ([(b"content-length", declared.encode())] if declared is not None else [])
     key = {"wrong": "sk_nokey_nosecret", None: None}.get(sent["key"], keys.get(sent["key"] or ""))
     if key is not None:
         headers.append((b"authorization", f"Bearer {key}".encode()))
