@@ -341,3 +341,11 @@ def built_once(name: str, build: Callable[[], Any]) -> Any:
             partial.write_text(json.dumps(build()))
             partial.replace(shared)
     return json.loads(shared.read_text())
+
+
+def steady(value: Any, volatile: Collection[str] = ("latency_ms", "request_id")) -> Any:
+    """An answer without what differs between two answers of one request (its latency, its
+    id), at any depth: what two paths that must answer alike are compared on."""
+    if isinstance(value, dict):
+        return {k: steady(v, volatile) for k, v in value.items() if k not in volatile}
+    return [steady(v, volatile) for v in value] if isinstance(value, list) else value

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from sluice.api.app import create_app
 from tests.integration.conftest import api_keys
 from tests.integration.test_lambda_api import _PLAIN, _V2
+from tests.support import steady
 
 if TYPE_CHECKING:
     from sluice.wiring import Container
 
 CAP = 2  # each key's requests in flight
-VOLATILE = ("latency_ms", "request_id")
 
 SETOSA = [5.1, 3.5, 1.4, 0.2]
 _RIGHT = st.sampled_from([
@@ -84,14 +84,7 @@ def _answer(headers: dict[bytes, bytes], body: bytes) -> Any:
         answer = json.loads(body)
     except ValueError:
         return body
-    return _steady(answer)
-
-
-def _steady(value: Any) -> Any:
-    """`value` without what differs between two answers of one request (its latency, its id)."""
-    if isinstance(value, dict):
-        return {k: _steady(v) for k, v in value.items() if k not in VOLATILE}
-    return [_steady(v) for v in value] if isinstance(value, list) else value
+    return steady(answer)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -145,10 +145,10 @@ def content_length(scope: Scope) -> str | None:
 
 def whole_body(body: bytes) -> Receive:
     """A `receive` that gives `body` whole, then the client's leaving."""
-    messages = [{"type": "http.disconnect"}, {"type": "http.request", "body": body, "more_body": False}]
+    given = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive() -> Message:
-        return messages.pop() if len(messages) > 1 else messages[0]
+        return given.pop() if given else {"type": "http.disconnect"}
 
     return receive
 
