@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from pydantic import Field
+from pydantic_core import from_json
 
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
@@ -181,10 +182,12 @@ class Session:
 
 
 def _parse(raw: bytes | str) -> dict[str, Any]:
+    """A message read by the parser that reads an HTTP body (pydantic's): what one takes (NaN,
+    Infinity, integers past 64 bits), the other takes, for the same checks to refuse or answer."""
     try:
-        message = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"body: not valid JSON ({exc.msg} at character {exc.pos})", field="body") from None
+        message = from_json(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"body: not valid JSON ({exc})", field="body") from None
     if not isinstance(message, dict):
         raise InvalidRequest("body: a message is a JSON object", field="body")
     if message.get("action") == "auth":
