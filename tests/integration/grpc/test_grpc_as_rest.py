@@ -2,7 +2,8 @@
 models, keys and tensors (any name, datatype, shape, and data of the shape's length or not, any
 outputs asked for, any version) sent both ways to one container answer with the same outcome
 (gRPC's status for the REST status, as `sluice.grpc_service.service.CODES` maps them) and, when
-answered, with the same outputs."""
+answered, with the same outputs; and the same message on a gRPC stream is answered as the unary
+call (a failure as its `error_message`, with the same words)."""
 
 from __future__ import annotations
 
@@ -109,10 +110,19 @@ def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, k
     for name in request["outputs"] or ():
         message.outputs.append(pb.ModelInferRequest.InferRequestedOutputTensor(name=name))
     with grpc.insecure_channel(grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         try:
-            answer, code = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message, metadata=tuple(auth(key).items())), grpc.StatusCode.OK
+            answer, code, details = stub.ModelInfer(message, metadata=tuple(auth(key).items())), grpc.StatusCode.OK, ""
         except grpc.RpcError as exc:
-            answer, code = None, exc.code()
+            answer, code, details = None, exc.code(), exc.details()
+        try:  # the same message on a stream: answered alike, a failure as its `error_message`
+            (streamed,) = list(stub.ModelStreamInfer(iter([message]), metadata=tuple(auth(key).items())))
+        except grpc.RpcError as exc:  # the stream itself refused: its caller
+            assert (exc.code(), exc.details()) == (code, details)
+        else:
+            assert streamed.error_message == details
+            if answer is not None:
+                assert _grpc_outputs(streamed.infer_response) == _grpc_outputs(answer)
     event(f"{answered.status_code}")
     assert code == (grpc.StatusCode.OK if answered.status_code == 200 else CODES.get(answered.status_code)), answered.text
     if answer is not None:
