@@ -349,3 +349,15 @@ def steady(value: Any, volatile: Collection[str] = ("latency_ms", "request_id"))
     if isinstance(value, dict):
         return {k: steady(v, volatile) for k, v in value.items() if k not in volatile}
     return [steady(v, volatile) for v in value] if isinstance(value, list) else value
+
+
+# Numeric v2 datatypes: each one's little-endian NumPy dtype, and values of it that a test may
+# send (small, finite) by JSON, by gRPC's typed contents or as binary tensor data.
+V2_DTYPES = {"FP32": "<f4", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
+
+
+def v2_values(datatype: str) -> SearchStrategy[Any]:
+    from hypothesis import strategies as st
+
+    small = {"FP32": st.floats(-10, 10, width=32), "FP64": st.floats(-10, 10), "BOOL": st.booleans()}
+    return small.get(datatype, st.integers(-5, 5))

@@ -14,25 +14,21 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.conftest import auth
+from tests.support import V2_DTYPES, v2_values
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
 HEADER = "Inference-Header-Content-Length"
-_DTYPES = {"FP32": "<f4", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
-_VALUES = {
-    "FP32": st.floats(-10, 10, width=32), "FP64": st.floats(-10, 10), "INT64": st.integers(-5, 5),
-    "INT32": st.integers(-5, 5), "BOOL": st.booleans(),
-}  # fmt: skip
 
 
 @st.composite
 def _tensor(draw: Any) -> tuple[str, dict[str, Any]]:
     model, width = draw(st.sampled_from([("iris", 4), ("diabetes", 10)]))
-    datatype = draw(st.sampled_from(["FP32", "FP32", "FP32", *_DTYPES]))
+    datatype = draw(st.sampled_from(["FP32", "FP32", "FP32", *V2_DTYPES]))
     shape = [draw(st.integers(1, 3)), width + draw(st.sampled_from([0, 0, 0, -1, 1]))]
     count = max(math.prod(shape) + draw(st.sampled_from([0, 0, 0, 0, -1, 1])), 0)
-    return model, {"name": "input", "shape": shape, "datatype": datatype, "data": draw(st.lists(_VALUES[datatype], min_size=count, max_size=count))}
+    return model, {"name": "input", "shape": shape, "datatype": datatype, "data": draw(st.lists(v2_values(datatype), min_size=count, max_size=count))}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -41,7 +37,7 @@ def test_binary_data_answers_as_json(client: TestClient, keys: dict[str, str], s
     model, tensor = sent
     url, headers = f"/v2/models/{model}/infer", {**auth(keys["acme"]), "content-type": "application/json"}
     as_json = client.post(url, content=json.dumps({"inputs": [tensor]}), headers=headers)
-    raw = np.asarray(tensor["data"], dtype=_DTYPES[tensor["datatype"]]).tobytes()
+    raw = np.asarray(tensor["data"], dtype=V2_DTYPES[tensor["datatype"]]).tobytes()
     described = {k: v for k, v in tensor.items() if k != "data"} | {"parameters": {"binary_data_size": len(raw)}}
     header = json.dumps({"inputs": [described]}).encode()
     as_binary = client.post(url, content=header + raw, headers={**headers, "content-type": "application/octet-stream", HEADER: str(len(header))})

@@ -18,28 +18,23 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from tests.integration.grpc.conftest import auth
+from tests.support import V2_DTYPES, v2_values
 
 if TYPE_CHECKING:
     from sluice.wiring import Container
 
 pytest.importorskip("tritonclient.grpc")
 
-_VALUES = {
-    "FP32": st.floats(-10, 10, width=32), "FP64": st.floats(-10, 10), "INT64": st.integers(-5, 5),
-    "INT32": st.integers(-5, 5), "BOOL": st.booleans(),
-}  # fmt: skip
 _CONTENTS = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents", "INT32": "int_contents", "BOOL": "bool_contents"}
-_RAW = {"FP32": "<f4", "FP64": "<f8", "INT64": "<i8", "INT32": "<i4", "BOOL": "?"}
 
 
 @st.composite
 def _tensor(draw: Any) -> dict[str, Any]:
-    datatype = draw(st.sampled_from(["FP32", "FP32", "FP32", *_VALUES]))
-    shape = draw(st.sampled_from([[1, 4], [2, 4], [1, 10], [3, 10], None]) | st.lists(st.integers(0, 4), min_size=1, max_size=3))
-    shape = shape or [1, 4]
+    datatype = draw(st.sampled_from(["FP32", "FP32", "FP32", *V2_DTYPES]))
+    shape = draw(st.sampled_from([[1, 4], [2, 4], [1, 10], [3, 10]]) | st.lists(st.integers(0, 4), min_size=1, max_size=3))
     size = max(math.prod(shape) + draw(st.sampled_from([0, 0, 0, 0, -1, 1])), 0)
     name = draw(st.sampled_from(["input", "input", "input", "other"]))
-    return {"name": name, "datatype": datatype, "shape": shape, "data": draw(st.lists(_VALUES[datatype], min_size=size, max_size=size))}
+    return {"name": name, "datatype": datatype, "shape": shape, "data": draw(st.lists(v2_values(datatype), min_size=size, max_size=size))}
 
 
 _REQUEST = st.fixed_dictionaries({
@@ -51,13 +46,12 @@ _REQUEST = st.fixed_dictionaries({
 })  # fmt: skip
 
 
-
 @st.composite
 def _right(draw: Any) -> dict[str, Any]:
     """A request the model answers: its rows of FP32, of any values."""
     model, width = draw(st.sampled_from([("iris", 4), ("diabetes", 10)]))
     rows = draw(st.integers(1, 3))
-    data = draw(st.lists(_VALUES["FP32"], min_size=rows * width, max_size=rows * width))
+    data = draw(st.lists(v2_values("FP32"), min_size=rows * width, max_size=rows * width))
     outputs = draw(st.sampled_from([None, ["output_label"], ["output_probability", "output_label"]] if model == "iris" else [None, ["variable"]]))
     tensor = {"name": "input", "datatype": "FP32", "shape": [rows, width], "data": data}
     return {"model": model, "version": draw(st.sampled_from(["", "1"])), "inputs": [tensor], "outputs": outputs, "key": draw(st.sampled_from(["acme", "acme_predict"]))}
@@ -80,7 +74,7 @@ def _grpc_outputs(response: Any) -> dict[str, tuple[str, list[int], list[Any]]]:
     out = {}
     for i, o in enumerate(response.outputs):
         raw = response.raw_output_contents[i]
-        data = [b.decode() for b in deserialize_bytes_tensor(raw)] if o.datatype == "BYTES" else np.frombuffer(raw, dtype=_RAW[o.datatype]).tolist()
+        data = [b.decode() for b in deserialize_bytes_tensor(raw)] if o.datatype == "BYTES" else np.frombuffer(raw, dtype=V2_DTYPES[o.datatype]).tolist()
         out[o.name] = (o.datatype, list(o.shape), data)
     return out
 
@@ -135,4 +129,4 @@ def test_grpc_answers_as_rest_for_any_request(grpc_url: str, rest: TestClient, k
             else:
                 # JSON writes a float as its shortest text that reads back to the same value of
                 # the output's type: the same values once read as that type.
-                np.testing.assert_array_equal(np.asarray(got[name][2], dtype=_RAW[datatype]), np.asarray(data, dtype=_RAW[datatype]))
+                np.testing.assert_array_equal(np.asarray(got[name][2], dtype=V2_DTYPES[datatype]), np.asarray(data, dtype=V2_DTYPES[datatype]))
