@@ -1,0 +1,56 @@
+"""A sticky split picks by the routing key alone, however it comes: for any key, the variant
+that answers is the same whether the key is the header the policy names or the request's own
+`routing_key`, over simple JSON, v2 (its `parameters.routing_key`) and a WebSocket message."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import MODELS
+from tests.integration.conftest import api_keys, auth
+from tests.support import single, split_policy
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+ROW = [5.9, 3.0, 5.1, 1.8]
+_KEYS: dict[int, str] = {}
+_USER = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)  # a header's visible ASCII
+
+
+def _versions(client: TestClient, key: str, user: str) -> dict[str, Any]:
+    header = {**auth(key), "x-user-id": user}
+    simple = {"deployment": "split", "inputs": [ROW]}
+    v2 = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": ROW}]}
+    seen = {
+        "simple, header": client.post("/api/v1/predictions", json=simple, headers=header).json()["version"],
+        "simple, routing_key": client.post("/api/v1/predictions", json={**simple, "routing_key": user}, headers=auth(key)).json()["version"],
+        "v2, header": client.post("/v2/models/split/infer", json=v2, headers=header).json()["model_version"],
+        "v2, parameters": client.post("/v2/models/split/infer", json={**v2, "parameters": {"routing_key": user}}, headers=auth(key)).json()["model_version"],
+    }
+    with client.websocket_connect("/api/v1/stream", headers=auth(key)) as ws:
+        ws.send_json({**simple, "routing_key": user})
+        seen["websocket, routing_key"] = ws.receive_json()["version"]
+    return {k: str(v) for k, v in seen.items()}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=_USER)
+def test_the_same_key_finds_the_same_variant_everywhere(demo: Container, acme: Principal, client: TestClient, user: str) -> None:
+    key = _KEYS.get(id(demo))
+    if key is None:  # once per container: hypothesis calls this with the same fixtures
+        _KEYS.clear()
+        demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())  # iris:2 beside iris:1
+        key = _KEYS[id(demo)] = api_keys(demo)["acme"]
+        policy = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="x-user-id")
+        created = client.post("/api/v1/deployments", json={"name": "split", "policy": policy}, headers=auth(key))
+        assert created.status_code == 201, created.text
+    versions = _versions(client, key, user)
+    event(f"version {versions['simple, header']}")
+    assert len(set(versions.values())) == 1, versions
