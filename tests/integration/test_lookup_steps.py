@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sluice.inference.bulk import Records, Result, score_many
 from sluice.inference.loop import run
@@ -396,3 +398,27 @@ def test_in_lambda_a_requests_lookups_ride_on_its_prediction_line(tmp_path: Path
     assert {m["Name"] for d in cached["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]} >= {"LookupCacheHits", "LookupCacheMisses"}
     assert (alone["LookupCalls"], alone["LookupErrors"], alone["table"]) == (1, 0, "customers")
     assert "LookupCalls" not in failed and failed["error"] == "backend_error"
+
+
+_CUSTOMERS = st.sampled_from(["c1", "c1", "c2", "c3", "c4", "nobody", "someone else"])
+_SAVED: set[tuple[int, str]] = set()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(_CUSTOMERS, st.floats(0, 100, width=32)), min_size=1, max_size=12),
+    store=st.sampled_from(["sqlite", "dynamodb"]),
+    cached=st.booleans(),
+)
+def test_any_batch_is_looked_up_as_by_hand(world: World, rows: list[tuple[str, float]], store: str, cached: bool) -> None:
+    """Any batch (customers asked again within it, absent ones taking the default, a record a
+    year old, a null value), from either store, through the feature cache or not, in any order
+    of requests: the model gets what reading the table by hand gives."""
+    name = f"any-{store}-{'cached' if cached else 'plain'}"
+    if (id(world), name) not in _SAVED:
+        policy = fraud(store, TABLE if store == "dynamodb" else "customers", **({"cache_ttl_s": 300} if cached else {}))
+        assert world.save(name, policy).status_code in (200, 201)
+        _SAVED.add((id(world), name))
+    r = world.predict(name, rows)
+    assert r.status_code == 200, r.text
+    assert [p["prediction"] for p in r.json()["predictions"]] == pytest.approx(by_hand(rows, ACME), rel=1e-6)
