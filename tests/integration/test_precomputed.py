@@ -7,12 +7,16 @@ before, and a job that fails publishes nothing."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import TYPE_CHECKING, Any
 
+import hypothesis
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from sluice.api.app import create_app
 from sluice.batch.plan import JobSpec
@@ -223,3 +227,38 @@ def test_a_schedule_publishes_each_run(demo: Container, acme: Principal, tmp_pat
     assert job.publish is not None and (job.publish.table, job.publish.key, job.publish.ttl_s) == ("recs", "user", 3600)
     spec = ExecutionSpec.parse({**target_input(schedule), "scheduled_time": "2026-11-28T02:00:00Z"})
     assert spec.publish == job.publish
+
+
+_STATES = st.fixed_dictionaries({str(e): st.sampled_from(["fresh", "stale", "expired", "absent"]) for e in range(1, 7)})
+_GENERATIONS = itertools.count()
+
+
+@hypothesis.settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(states=_STATES, entities=st.lists(st.integers(1, 6), min_size=1, max_size=10))
+def test_each_row_is_its_stored_answer_while_fresh_else_live(demo: Container, acme: Principal, states: dict[str, str], entities: list[int]) -> None:
+    """For any table (each entity's answer fresh, older than `max_age_s`, past its time to live,
+    or not there) and any rows (entities asked again), each row is its stored answer where that
+    is fresh, else the live model's, in the request's order, and says which."""
+    if "by-age" not in {d.name for d in demo.deployments.list(acme)}:
+        demo.deployments.create(acme, "by-age", {**RECS, "key": "inputs.input", "column": "age"})
+    rows = np.zeros((len(entities), 10), np.float32)
+    rows[:, 0] = entities
+    live = predict(demo, acme, "diabetes", rows).result.outputs["variable"][:, 0]
+    every = np.zeros((6, 10), np.float32)
+    every[:, 0] = range(1, 7)
+    stored = encode_rows({"variable": predict(demo, acme, "diabetes", every).result.outputs["variable"] + 1000}, 6)
+    store, now, generation = demo.precomputed, time.time(), f"g{next(_GENERATIONS)}"
+    assert store is not None
+    for entity, state in states.items():
+        if state != "absent":
+            at, until = (now - 7200, now + 60) if state == "stale" else (now, now - 1 if state == "expired" else now + 60)
+            store.put_answers("acme", "recs", generation, [(entity, stored[int(entity) - 1])], computed_at=at, expires_at=until)
+    outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now), expires_at=now + 60)
+
+    answer = predict(demo, acme, "by-age", rows).answer
+    fresh = [states[str(e)] == "fresh" for e in entities]
+    sources = ["precomputed" if f else "live" for f in fresh]
+    assert answer.source == (sources[0] if len(set(sources)) == 1 else sources)  # one word where all rows agree
+    expected = [value + 1000 if f else value for value, f in zip(live, fresh, strict=True)]
+    np.testing.assert_allclose(answer.result.outputs["variable"][:, 0], expected, rtol=1e-6)
