@@ -10,27 +10,11 @@ from fastapi import FastAPI
 
 from sluice import __version__
 from sluice.api import errors
+from sluice.api.bodies import BodyLimit
 from sluice.api.deps import authenticate, container_of, known_principal
-from sluice.api.edge import (
-    BodyLimit,
-    BodyTooLarge,
-    Edge,
-    content_length,
-    openapi_routes,
-    too_large,
-    whole_body,
-)
-from sluice.api.encoding import (
-    Inflater,
-    behind_api_gateway,
-    gzipping,
-    inflated_scope,
-    inflating,
-    request_coding,
-)
-from sluice.api.errors import error_response
+from sluice.api.edge import Edge, openapi_routes
+from sluice.api.encoding import gzipping
 from sluice.api.responses import JSONResponse, answered_by
-from sluice.domain.errors import SluiceError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -126,24 +110,11 @@ class SluiceApp(FastAPI):
 
     async def answer_whole(self, scope: Scope, body: bytes) -> Response | None:
         """The response to an HTTP request whose whole body is at hand (a Lambda event) when
-        the edge answers it alone: the body limit, then `Edge.answer_whole` (a hot route:
-        authenticated, rate-limited, answered). None for any other request: run the app.
-        Its responses are those `__call__` would send, in the same order of checks (a
-        compressed body's coding refused before authentication, the body inflated only once
-        the request is admitted); their background tasks are the caller's to run."""
-        limit: BodyLimit = self.edge
-        most = limit.limit()
-        declared = content_length(scope)
-        if (declared is not None and (not declared.isdigit() or int(declared) > most)) or len(body) > most:
-            return error_response(too_large(most))
-        coding = request_coding(scope)
-        if coding is None:
-            return await limit.app.answer_whole(scope, body)
-        try:
-            inflater = Inflater(coding, most, lambda: BodyTooLarge(most), maybe_inflated=behind_api_gateway(scope))
-        except SluiceError as exc:
-            return error_response(exc)
-        return await limit.app.answer_whole(inflated_scope(scope), body, inflating(whole_body(body), inflater))
+        the edge answers it alone (`BodyLimit.answer_whole`, then `Edge.answer_whole`: a hot
+        route, authenticated, rate-limited, admitted, answered); None for any other request:
+        run the app. Its responses are those `__call__` would send; their background tasks are
+        the caller's to run."""
+        return await self.edge.answer_whole(scope, body)
 
     async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._route()

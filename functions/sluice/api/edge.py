@@ -1,8 +1,6 @@
-"""The HTTP edge: what every request meets before the framework.
+"""The HTTP edge: what every request meets before the framework, behind the body limit
+(`sluice.api.bodies.BodyLimit`).
 
-- `BodyLimit` bounds every body, declared or chunked, on every route, before anything reads it,
-  but one: the local twin of an upload's S3 POST (`UPLOAD_BODY`), which bounds its own body by
-  its signed form (`sluice.api.routers.uploads`).
 - `Edge` authenticates every request that needs a principal before its body is read, holds
   each key to its rate when `SLUICE_RATE_LIMIT` is set and to its requests in flight
   (`SLUICE_MAX_IN_FLIGHT_PER_KEY`; both 429 with Retry-After, body unread), admits a
@@ -16,9 +14,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,20 +24,13 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
-from sluice.api.encoding import (
-    Inflater,
-    accepts_gzip,
-    behind_api_gateway,
-    gzip_whole,
-    inflated_scope,
-    inflating,
-    request_coding,
-)
+from sluice.api.bodies import BodyTooLarge, read_body, too_large, upload_body
+from sluice.api.encoding import accepts_gzip, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.ratelimit import RateLimit
 from sluice.api.responses import JSONResponse
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import PayloadTooLarge, SluiceError
+from sluice.domain.errors import SluiceError
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
@@ -56,110 +45,9 @@ if TYPE_CHECKING:
 
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
 PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
-# An upload's body posted to `sluice serve`: authorized by its signed form, as S3 authorizes a
-# presigned POST, not by an API key; bounded by that form's size, not the request limit.
-UPLOAD_BODY = re.compile(r"^/api/v1/uploads/[0-9a-f]{32}/body$")
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body names (failures are counted by it)
-
-
-def upload_body(path: str) -> bool:
-    """Whether `path` is an upload's body (`UPLOAD_BODY`); asked of every request by both
-    layers, so the prefix is compared before the pattern is run."""
-    return path.startswith("/api/v1/uploads/") and UPLOAD_BODY.match(path) is not None
-
-
-def too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(
-        f"request body is over {limit} bytes: send large inputs as a batch job, and large model files by artifact_uri",
-        field="body",
-    )
-
-
-class BodyTooLarge(HTTPException):
-    """Raised by the bounded `receive` once a body passes the limit. An HTTPException, so
-    that a framework reading the body passes it on rather than calling it a parse error."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, too_large(limit).message)
-
-
-class BodyLimit:
-    """Refuses a body over the limit: at once when its Content-Length says so, else as soon
-    as the bytes read pass it (a chunked body is never read to its end). A compressed body
-    (`sluice.api.encoding`) is inflated as it is read, and the limit holds for what it
-    inflates to as well."""
-
-    def __init__(self, app: ASGIApp, limit: Callable[[], int]) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or upload_body(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        limit = self.limit()
-        declared = content_length(scope)
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await error_response(too_large(limit))(scope, receive, send)
-            return
-        coding = request_coding(scope)
-        if coding is not None:  # inflated as read, the limit held by the inflated size
-            try:
-                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
-            except SluiceError as exc:
-                await error_response(exc)(scope, receive, send)
-                return
-            scope, receive = inflated_scope(scope), inflating(receive, inflater)
-        elif declared is not None:
-            # The server delivers no more than a declared length: nothing left to count.
-            await self.app(scope, receive, send)
-            return
-        seen = 0
-
-        async def bounded() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise BodyTooLarge(limit)
-            return message
-
-        try:
-            await self.app(scope, bounded, send)
-        except BodyTooLarge:
-            # Whoever read the body had not answered yet (a framework passes the exception on
-            # before it starts a response).
-            with contextlib.suppress(RuntimeError):
-                await error_response(too_large(limit))(scope, receive, send)
-
-
-def content_length(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            return value.decode("latin-1")
-    return None
-
-
-def whole_body(body: bytes) -> Receive:
-    """A `receive` that gives `body` whole, then the client's leaving."""
-    given = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def receive() -> Message:
-        return given.pop() if given else {"type": "http.disconnect"}
-
-    return receive
-
-
-async def read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 @dataclass(frozen=True)
