@@ -34,12 +34,14 @@ from sluice.codecs.lines import lines_of
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Iterable, Iterator
+    from concurrent.futures import Future
 
     from sluice.stream.pipe import PipeReader
 
 RETRIES = (0.2, 1.0, 3.0)  # seconds before each new try of a transient failure
 STOPPED = "the stream stopped before the end of this line was read"
 LOST = "the worker process scoring this line ended before answering"
+WATCH_S = 0.25  # how often a wait for a worker's answer looks for a dead worker
 
 Scored = tuple[bytes, int, int, int]  # a block's output lines; its lines, errors and lines given up on
 
@@ -64,9 +66,13 @@ def cmd_stream(args: argparse.Namespace) -> int:
         tally.write(_error_lines(reader.lines, [reader.cut], STOPPED), 1, 1)
     if signals.first is not None or not args.quiet:
         print(tally.summary(reader.lines, signals.first), file=sys.stderr, flush=True)
+    code = 1 if tally.gave_up else 0
     if signals.first is not None:
-        return 128 + signals.first
-    return 1 if tally.gave_up else 0
+        code = 128 + signals.first
+    if signals.lost:  # every line is accounted for; the pool's own threads may never end (`Workers`)
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 @dataclass(slots=True)
@@ -106,6 +112,7 @@ class Signals:
     def __init__(self, at_once: Callable[[int], None]) -> None:
         self.first: int | None = None
         self.workers: list[int] = []  # the worker processes' ids: a second signal ends them
+        self.lost = False  # a worker died: the process ends without waiting for the pool's threads
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._pid = os.getpid()
@@ -172,7 +179,13 @@ class Workers:
     """Worker processes that score blocks, answered in input order. They ignore SIGTERM and
     SIGINT (a Ctrl-C reaches the whole process group): this process decides when they stop,
     once every block handed to them is answered. A worker that dies fails the lines it held,
-    and every line after them, as retryable errors: nothing read goes unanswered."""
+    and every line after them, as retryable errors: nothing read goes unanswered.
+
+    A worker killed while it sends an answer (an answer is a block's output, a mebibyte or so)
+    leaves half a message in the pool's result pipe: the executor's thread then waits for the
+    rest for ever, fails no future and would hold the process at exit. So a dead worker is
+    watched for beside each answer (`_answer`), and a process that lost one ends with
+    `os._exit` once every line is written (`cmd_stream`)."""
 
     def __init__(self, job: tuple[str, str, int], workers: int, signals: Signals) -> None:
         import multiprocessing
@@ -191,7 +204,9 @@ class Workers:
             signals.workers = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
             self.kill()
             raise
-        signals.workers = [p.pid for p in multiprocessing.active_children() if p.pid is not None]
+        children = multiprocessing.active_children()
+        signals.workers = [p.pid for p in children if p.pid is not None]
+        self.processes = children  # held: a worker's sentinel is readable once it has ended
         self.in_flight = 2 * workers  # a fast pipe is not read ahead into memory
         self.broken = False
 
@@ -208,9 +223,9 @@ class Workers:
                     slots.acquire()
                     try:
                         future = self.pool.submit(_score_in_worker, (first, block))
-                    except BrokenProcessPool as exc:
+                    except (BrokenProcessPool, RuntimeError) as exc:  # broken, or shut down as it broke
                         future = Future()
-                        future.set_exception(exc)
+                        future.set_exception(BrokenProcessPool(str(exc)))
                     entries.put((first, block, future))
             except BaseException as exc:
                 entries.put(exc)
@@ -222,15 +237,31 @@ class Workers:
             if isinstance(entry, BaseException):
                 raise entry
             first, block, future = entry
-            try:
-                scored = future.result()
-            except BrokenProcessPool:
-                self.broken = True
+            scored = None if self.broken else self._answer(future)
+            if scored is None:  # the worker scoring it died, or one before it did
+                self.broken = self.signals.lost = True
                 self.signals.stop()  # nothing is left to score what would be read next
                 lines = lines_of(block)
                 scored = (_error_lines(first, lines, LOST), len(lines), 0, len(lines))
             slots.release()
             yield scored
+
+    def _answer(self, future: Future[Scored]) -> Scored | None:
+        """A block's answer; None once any worker has died. The pool fails what it held, but
+        not always: a block handed over as the pool broke is never answered nor failed (the
+        executor clears its pending work while a submit it races adds to it), nor is anything
+        once its thread waits on half an answer. So a dead worker is watched for here too."""
+        from concurrent.futures.process import BrokenProcessPool
+        from multiprocessing.connection import wait
+
+        while True:
+            try:
+                return future.result(timeout=WATCH_S)
+            except TimeoutError:
+                if wait([p.sentinel for p in self.processes], timeout=0):
+                    return None
+            except BrokenProcessPool:
+                return None
 
     def close(self) -> None:
         if self.broken:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,3 +191,31 @@ def test_a_worker_that_dies_fails_its_lines_as_retryable_and_nothing_is_lost(env
     lost = outputs[first:]  # the dead worker's lines, and every line read after them
     assert all(o["retryable"] and o["code"] == "unavailable" and "worker" in o["error"] for o in lost[:-1])
     assert lost[-1]["retryable"]  # that, or the line the stop cut off
+
+
+def test_a_worker_killed_while_it_sends_an_answer_still_lets_the_stream_end(env: dict[str, str], streams: list[Stream]) -> None:
+    """An answer (a block's output) is larger than a pipe holds: a worker killed while it sends
+    one leaves half a message in the pool's result pipe, which the executor's thread then waits
+    on for ever. The stream still ends, every line accounted for."""
+    stream = Stream(env, 2)
+    streams.append(stream)
+    stream.read_until_written(2000)
+    os.kill(stream.proc.pid, signal.SIGSTOP)  # nothing reads the answers: a worker's send fills the pipe
+    try:
+        sending = None
+        for _ in range(600):
+            sending = next((pid for pid in stream.workers() if "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()), None)
+            if sending is not None:
+                break
+            time.sleep(0.05)
+        assert sending is not None, "no worker was held sending an answer"
+        os.kill(sending, signal.SIGKILL)
+    finally:
+        os.kill(stream.proc.pid, signal.SIGCONT)
+    code, err = stream.finish()
+
+    assert code == 1, err
+    outputs = _outputs(stream.out)
+    assert [o["source"]["line"] for o in outputs] == list(range(1, len(outputs) + 1))
+    lost = [o for o in outputs if o.get("retryable")]
+    assert lost and lost == outputs[-len(lost) :]  # the dead worker's lines and every line after them
