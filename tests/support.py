@@ -361,3 +361,22 @@ def v2_values(datatype: str) -> SearchStrategy[Any]:
 
     small = {"FP32": st.floats(-10, 10, width=32), "FP64": st.floats(-10, 10), "BOOL": st.booleans()}
     return small.get(datatype, st.integers(-5, 5))
+
+
+class ReadThen:
+    """A key registry that, the first time it reads key `key_id`, runs `then` after the read
+    and before the read returns: what happens while a request holds a read it is about to trust."""
+
+    def __init__(self, registry: Any, key_id: str, then: Callable[[], None]) -> None:
+        self.registry, self.key_id, self.then = registry, key_id, then
+        self.done = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.registry, name)
+
+    def get_api_key(self, key_id: str) -> Any:
+        record = self.registry.get_api_key(key_id)
+        if key_id == self.key_id and not self.done:
+            self.done = True
+            self.then()
+        return record

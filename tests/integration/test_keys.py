@@ -12,7 +12,7 @@ from sluice.api.app import create_app
 from sluice.domain.errors import Conflict, Forbidden, Unauthenticated
 from sluice.wiring import Container
 from tests.integration.conftest import auth
-from tests.support import Together, at_once
+from tests.support import ReadThen, Together, at_once
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -100,3 +100,28 @@ def test_the_registry_file_is_readable_by_its_owner_only(container: Container) -
     assert len(files) >= 2
     for found in files:
         assert stat.S_IMODE(found.stat().st_mode) == 0o600, found
+
+
+
+@pytest.mark.parametrize("check", ["authenticate", "active"])
+def test_a_key_revoked_while_a_request_reads_it_is_not_trusted_after(settings: Settings, acme: Principal, check: str) -> None:
+    """A request reads its key (active); before the read comes back, another process revokes
+    the key and another request of this process looks at the revocation signal. The key must
+    not be trusted from then on: what was read before a revocation is never cached past it."""
+    first, second = Container.from_settings(settings), Container.from_settings(settings)
+    record, key = first.keys.create("acme", ["predict"])
+    _, other = first.keys.create("acme", ["admin", "predict"])
+    keys = first.keys
+
+    def meanwhile() -> None:
+        second.keys.revoke(acme, record.key_id)  # another worker
+        assert keys.authenticate(other).tenant == "acme"  # a request here, after the revoke
+
+    keys.registry = ReadThen(keys.registry, record.key_id, meanwhile)  # type: ignore[assignment]
+    if check == "authenticate":
+        assert keys.authenticate(key).subject == record.key_id  # read before the revoke: answered
+        with pytest.raises(Unauthenticated):
+            keys.authenticate(key)
+    else:
+        assert keys.active(record.key_id) is True
+        assert keys.active(record.key_id) is False

@@ -19,6 +19,7 @@ from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 from tests.integration.test_edge import IRIS_ROW
+from tests.support import ReadThen
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -163,3 +164,16 @@ def test_a_revoke_from_another_process_reaches_the_connection(tmp_path: Path, ac
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pool.submit(other.keys.revoke, acme, key.split("_")[1]).result()
         assert ask(ws, SETOSA)["code"] == "unauthenticated"
+
+
+def test_a_key_revoked_while_the_connection_is_authenticated_stops_it_at_the_first_message(tmp_path: Path, acme: Principal) -> None:
+    """The key is read at connect (it works); before that read comes back another process
+    revokes it. The connection is open (the key was good when read), and its first message is
+    refused 401: the revocation came after the reading the connection started from."""
+    client, container, key = _limited(tmp_path, acme)
+    other = Container.from_settings(container.settings)  # another worker on the same registry
+    key_id = key.split("_")[1]
+    container.keys.registry = ReadThen(container.keys.registry, key_id, lambda: other.keys.revoke(acme, key_id))  # type: ignore[assignment]
+    with client.websocket_connect(URL, headers=auth(key)) as ws:
+        stopped = ask(ws, {**SETOSA, "request_id": "first"})
+        assert (stopped["request_id"], stopped["status"], stopped["code"]) == ("first", 401, "unauthenticated")

@@ -76,8 +76,10 @@ def encode(answer: dict[str, Any]) -> bytes:
 
 class Session:
     """One connection: its principal (fixed at connect), its rate, and whether its key still
-    works (`key_checked`: the key was just authenticated, as at connect). `answer` never raises; `revoked` turns true once the key was found revoked, and the
-    transport then closes the connection after sending the answer that says so."""
+    works (`checked_at`: the revocation signal's reading taken before the key was
+    authenticated at connect; none: the key is checked before the first answer). `answer`
+    never raises; `revoked` turns true once the key was found revoked, and the transport then
+    closes the connection after sending the answer that says so."""
 
     def __init__(
         self,
@@ -89,7 +91,7 @@ class Session:
         rate_limit: MessageRate | None = None,
         admission: Admission | None = None,
         max_message_bytes: int | None = None,
-        key_checked: bool = True,
+        checked_at: object = _UNCHECKED,
     ) -> None:
         self.container = container
         self.principal = principal
@@ -99,9 +101,10 @@ class Session:
         self.admission = admission  # the key's requests and the process's predictions in flight (`sluice serve`)
         self.max_message_bytes = max_message_bytes or container.settings.websocket.websocket_max_message_bytes
         self.revoked = False
-        # A key checked at connect still works until the revocation signal moves; a session
-        # made per message (Lambda) checks its key before the first answer.
-        self._generation: object = container.keys.generation() if key_checked else _UNCHECKED
+        # A key checked at connect still works until the revocation signal moves from the
+        # reading taken before that check (a revoke during it is seen at the first message); a
+        # session made per message (Lambda) checks its key before the first answer.
+        self._generation: object = checked_at
 
     async def answer(self, raw: bytes | str) -> dict[str, Any]:
         request_id: str | None = None

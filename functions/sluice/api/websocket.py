@@ -76,6 +76,7 @@ class Sockets:
         offered = [str(p) for p in scope.get("subprotocols") or ()]
         subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
         key = presented_key(socket.headers)
+        checked_at = container.keys.generation()  # before the key is read: a revoke from here on is seen
         principal: Principal | None = None
         if key is not None:
             try:
@@ -85,6 +86,7 @@ class Sockets:
                 return
         await socket.accept(subprotocol=subprotocol)
         if principal is None:
+            checked_at = container.keys.generation()
             principal = await _first_message_auth(socket, container)
             if principal is None:
                 return
@@ -97,6 +99,7 @@ class Sockets:
                 headers=socket.headers,
                 rate_limit=self.rate_limit(container),
                 admission=container.admission,  # each message is a prediction: its key's and the process's
+                checked_at=checked_at,
             )
             await _serve(socket, session, container.settings.websocket.websocket_max_in_flight)
         finally:

@@ -85,7 +85,7 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
     body = event.get("body") or ""
     raw: bytes | str = base64.b64decode(body) if event.get("isBase64Encoded") else body
     with use_tenant(principal.tenant):  # the registry acts for this tenant alone
-        session = Session(container, principal, connection_id=connection, key_checked=False, rate_limit=_rate(container, principal.tenant))
+        session = Session(container, principal, connection_id=connection, rate_limit=_rate(container, principal.tenant))
         answer = await session.answer(raw)
     data = encode(answer)
     if len(data) > MAX_ANSWER_BYTES:

@@ -118,9 +118,12 @@ class KeyService:
     def __init__(self, registry: KeyRegistry, *, cache_ttl_s: float = 30.0, signal: RevocationSignal | None = None) -> None:
         self.registry = registry
         self.signal = signal
-        self._cache: TTLCache[str, Principal] = TTLCache(cache_ttl_s)
-        self._active: TTLCache[str, bool] = TTLCache(cache_ttl_s)
-        self._generation = signal.current() if signal else 0
+        # What a process cached of a key, with the revocations it had seen before it read the
+        # key (`_seen`): an entry read before the latest revocation is never trusted, however
+        # the read and the revocation interleaved (threads of this process, other processes).
+        self._cache: TTLCache[str, tuple[int, Principal]] = TTLCache(cache_ttl_s)
+        self._active: TTLCache[str, tuple[int, bool]] = TTLCache(cache_ttl_s)
+        self._revoked = 0  # revocations made here, where no signal is shared
 
     def create(
         self, tenant: str, scopes: list[str] | tuple[str, ...], *, name: str = "", issuer: Principal | None = None
@@ -142,25 +145,22 @@ class KeyService:
         self.registry.put_api_key(record)
         return record, plain
 
-    def cached(self, key: str) -> Principal | None:
-        """The principal of a key checked recently, if no key was revoked since; else None
-        (then `authenticate` reads the registry)."""
-        self._follow_signal()
-        return self._cache.get(hash_key(key))
+    def _seen(self) -> int:
+        """The revocations seen so far (the shared signal's count, else this process's own)."""
+        return self.signal.current() if self.signal is not None else self._revoked
 
-    def _follow_signal(self) -> None:
-        if self.signal is not None:
-            generation = self.signal.current()
-            if generation != self._generation:  # a key was revoked somewhere: trust nothing cached
-                self._cache.clear()
-                self._active.clear()
-                self._generation = generation
+    def cached(self, key: str) -> Principal | None:
+        """The principal of a key checked recently, if no key was revoked since it was read;
+        else None (then `authenticate` reads the registry)."""
+        entry = self._cache.get(hash_key(key))
+        return entry[1] if entry is not None and entry[0] == self._seen() else None
 
     def authenticate(self, key: str) -> Principal:
-        found = self.cached(key)
-        if found is not None:
-            return found
         digest = hash_key(key)
+        seen = self._seen()  # before the read: a revocation after it makes what is read stale
+        entry = self._cache.get(digest)
+        if entry is not None and entry[0] == seen:
+            return entry[1]
         key_id = split_key(key)
         record = self.registry.get_api_key(key_id) if key_id else None
         if (
@@ -169,7 +169,9 @@ class KeyService:
             or not hmac.compare_digest(record.secret_hash, digest)
         ):
             raise Unauthenticated("invalid or revoked API key")
-        return self._cache.put(digest, Principal(record.tenant, record.scopes, record.key_id))
+        principal = Principal(record.tenant, record.scopes, record.key_id)
+        self._cache.put(digest, (seen, principal))
+        return principal
 
     def generation(self) -> int | None:
         """The revocation signal's reading (None where there is none): a long-lived connection
@@ -178,13 +180,15 @@ class KeyService:
 
     def active(self, key_id: str) -> bool:
         """Whether the key `key_id` still works (a registry read, or the cached answer of one
-        within the cache's time to live when no key was revoked since)."""
-        self._follow_signal()
-        found = self._active.get(key_id)
-        if found is not None:
-            return found
+        within the cache's time to live when no key was revoked since it was read)."""
+        seen = self._seen()
+        entry = self._active.get(key_id)
+        if entry is not None and entry[0] == seen:
+            return entry[1]
         record = self.registry.get_api_key(key_id)
-        return self._active.put(key_id, record is not None and record.active)
+        works = record is not None and record.active
+        self._active.put(key_id, (seen, works))
+        return works
 
     def revoke(self, principal: Principal, key_id: str) -> ApiKey:
         """Revoke a key of the principal's tenant. The tenant's last active admin key stays
@@ -195,7 +199,9 @@ class KeyService:
         record = self.registry.revoke_api_key(principal.tenant, key_id, keep_an_admin=True)
         if self.signal is not None:
             self.signal.bump()
-        self._cache.clear()
+        else:
+            self._revoked += 1
+        self._cache.clear()  # stale now: freed at once
         self._active.clear()
         return record
 
