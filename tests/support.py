@@ -363,20 +363,26 @@ def v2_values(datatype: str) -> SearchStrategy[Any]:
     return small.get(datatype, st.integers(-5, 5))
 
 
-class ReadThen:
-    """A key registry that, the first time it reads key `key_id`, runs `then` after the read
-    and before the read returns: what happens while a request holds a read it is about to trust."""
 
-    def __init__(self, registry: Any, key_id: str, then: Callable[[], None]) -> None:
-        self.registry, self.key_id, self.then = registry, key_id, then
+class ReadThen:
+    """A registry whose method `method`, the first time it is called with arguments `args`,
+    runs `then` after the read and before the read returns: what happens while a request holds
+    a read it is about to trust."""
+
+    def __init__(self, registry: Any, method: str, args: tuple[Any, ...], then: Callable[[], None]) -> None:
+        self.registry, self.method, self.args, self.then = registry, method, args, then
         self.done = False
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.registry, name)
+        found = getattr(self.registry, name)
+        if name != self.method:
+            return found
 
-    def get_api_key(self, key_id: str) -> Any:
-        record = self.registry.get_api_key(key_id)
-        if key_id == self.key_id and not self.done:
-            self.done = True
-            self.then()
-        return record
+        def read(*args: Any) -> Any:
+            record = found(*args)
+            if args == self.args and not self.done:
+                self.done = True
+                self.then()
+            return record
+
+        return read

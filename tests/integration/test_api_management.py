@@ -10,8 +10,12 @@ from fastapi.testclient import TestClient
 
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
+from tests.support import ReadThen
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sluice.domain import Principal
     from sluice.wiring import Container
 
 ROW = {"deployment": "iris", "inputs": [[5.9, 3.0, 5.1, 1.8]]}
@@ -168,3 +172,27 @@ def test_error_messages_name_no_server_folder(client: TestClient, keys: dict[str
     r = client.post("/api/v1/batch-jobs", json={"deployment": "iris", "input_uri": (MODELS / "iris.onnx").as_uri()}, headers=h)
     assert r.status_code == 403 and "inbox/acme/" in r.json()["error"], r.text
     assert home not in r.text
+
+
+def test_a_change_made_while_the_deployment_is_being_read_is_seen_by_the_next_request(tmp_path: Path, acme: Principal) -> None:
+    """A request reads the deployment (to be trusted for `deployment_cache_ttl_s`, here a
+    minute); before that read comes back, the deployment is changed in this process. The
+    request is answered by what it read, and the next one by the change: a read that a change
+    overtook is not kept."""
+    from sluice.api.app import create_app
+    from sluice.demo import install_demo
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=60))
+    install_demo(container, acme, MODELS)
+    container.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    client, (_, key) = TestClient(create_app(container)), container.keys.create("acme", ["admin", "predict"])
+    predictions = container.predictions
+    predictions.registry = ReadThen(  # type: ignore[assignment]
+        predictions.registry, "get_deployment", ("acme", "iris"), lambda: container.deployments.update(acme, "iris", {"kind": "single", "model": "iris", "version": 2})
+    )
+    during = client.post("/api/v1/predictions", json=ROW, headers=auth(key)).json()
+    assert during["version"] == 1  # read before the change
+    after = client.post("/api/v1/predictions", json=ROW, headers=auth(key)).json()
+    assert after["version"] == 2

@@ -117,7 +117,7 @@ def test_a_key_revoked_while_a_request_reads_it_is_not_trusted_after(settings: S
         second.keys.revoke(acme, record.key_id)  # another worker
         assert keys.authenticate(other).tenant == "acme"  # a request here, after the revoke
 
-    keys.registry = ReadThen(keys.registry, record.key_id, meanwhile)  # type: ignore[assignment]
+    keys.registry = ReadThen(keys.registry, "get_api_key", (record.key_id,), meanwhile)  # type: ignore[assignment]
     if check == "authenticate":
         assert keys.authenticate(key).subject == record.key_id  # read before the revoke: answered
         with pytest.raises(Unauthenticated):

@@ -173,7 +173,7 @@ def test_a_key_revoked_while_the_connection_is_authenticated_stops_it_at_the_fir
     client, container, key = _limited(tmp_path, acme)
     other = Container.from_settings(container.settings)  # another worker on the same registry
     key_id = key.split("_")[1]
-    container.keys.registry = ReadThen(container.keys.registry, key_id, lambda: other.keys.revoke(acme, key_id))  # type: ignore[assignment]
+    container.keys.registry = ReadThen(container.keys.registry, "get_api_key", (key_id,), lambda: other.keys.revoke(acme, key_id))  # type: ignore[assignment]
     with client.websocket_connect(URL, headers=auth(key)) as ws:
         stopped = ask(ws, {**SETOSA, "request_id": "first"})
         assert (stopped["request_id"], stopped["status"], stopped["code"]) == ("first", 401, "unauthenticated")

@@ -99,6 +99,7 @@ class PredictionService:
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
         self._reading: dict[tuple[int, tuple[str, str]], asyncio.Future[tuple[Deployment, Node]]] = {}
+        self._forgotten = 0  # changes seen here (`forget`): a read one overtook is not kept
         # Batching joins requests one process serves at once; a Lambda environment serves one.
         self.batcher = Batcher(enabled=not in_lambda())
         self.outcomes = Outcomes(telemetry, self.stats, self.deployment_of, lambda t, n: self._deployments.get((t, n)))
@@ -285,7 +286,11 @@ class PredictionService:
         raise Unavailable("deployment references nest too deep to find a model version", field="deployment")
 
     def forget(self, tenant: str, name: str) -> None:
-        """Drop a cached deployment (and its kept answers) so this process sees a change at once."""
+        """Drop a cached deployment (and its kept answers) so this process sees a change at once:
+        a read of it in flight is neither joined by a later request nor kept (`_read_deployment`)."""
+        self._forgotten += 1
+        for flight in [f for f in self._reading if f[1] == (tenant, name)]:
+            self._reading.pop(flight, None)
         self._deployments.pop((tenant, name))
         self._resolved.pop((tenant, name))
         self.parsed.forget(tenant, name)
@@ -305,12 +310,15 @@ class PredictionService:
         reading = self._reading.get(flight)
         if reading is None:
             reading = self._reading[flight] = asyncio.ensure_future(self._read_deployment(key))
-            reading.add_done_callback(lambda _: self._reading.pop(flight, None))
+            reading.add_done_callback(lambda done: self._reading.pop(flight) if self._reading.get(flight) is done else None)
         return await asyncio.shield(reading)
 
     async def _read_deployment(self, key: tuple[str, str]) -> tuple[Deployment, Node]:
-        dep = await asyncio.to_thread(self.registry.get_deployment, *key)
-        return self._deployments.put(key, self.parsed.of(dep))
+        """The deployment read, kept unless a change was made here while it was read (`forget`):
+        what that read found answers the requests that waited on it, not those after."""
+        forgotten = self._forgotten
+        found = self.parsed.of(await asyncio.to_thread(self.registry.get_deployment, *key))
+        return self._deployments.put(key, found) if self._forgotten == forgotten else found
 
     async def node_of(self, tenant: str, deployment: str) -> Node:
         return (await self.deployment_of(tenant, deployment))[1]
