@@ -38,7 +38,11 @@ class RevocationSignal(Protocol):
 class MarkerFile:
     """The signal for processes sharing a machine: a counter in a small file that every process
     maps into memory, so reading it is a memory read (no system call per request) and a
-    revoke's increment is seen by every process at once."""
+    revoke's increment is seen by every process at once.
+
+    The file's block is allocated when it is mapped: a page of a file that has none yet (a hole
+    left by `ftruncate`) is allocated at its first touch, and where the disk is full by then
+    (tmpfs) that touch is a SIGBUS that kills the process, at its first request."""
 
     SIZE = 8
 
@@ -51,9 +55,12 @@ class MarkerFile:
         try:
             if os.fstat(fd).st_size < self.SIZE:
                 os.ftruncate(fd, self.SIZE)
+            if hasattr(os, "posix_fallocate"):  # a full disk is an OSError here, not a SIGBUS later
+                os.posix_fallocate(fd, 0, self.SIZE)
             self._map = mmap.mmap(fd, self.SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
+        self.current()  # the page touched now, while it can be had
 
     def current(self) -> int:
         return int.from_bytes(self._map[: self.SIZE], "little")
