@@ -14,7 +14,6 @@ plus `request_id`), or `{"request_id", "deployment", "version"?, "v2": <v2 infer
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,9 +25,10 @@ from pydantic_core import from_json
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
 from sluice.codecs.classification import asked
-from sluice.domain.errors import BadRequest, InvalidRequest, PayloadTooLarge, Unauthenticated
+from sluice.domain.errors import BadRequest, InvalidRequest, PayloadTooLarge
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.domain.values import VersionNumber
+from sluice.services.keys import UNCHECKED, HeldKey
 from sluice.types.api import PredictionRequest as PredictionBody
 from sluice.types.base import WireModel
 from sluice.types.v2 import InferenceRequest
@@ -50,8 +50,6 @@ class MessageRate(Protocol):
     async def check(self, subject: str) -> None:
         """Count one message of the connection `subject`; RateLimited when it is over."""
         ...
-
-_UNCHECKED = object()
 
 
 class V2Message(WireModel):
@@ -91,7 +89,7 @@ class Session:
         rate_limit: MessageRate | None = None,
         admission: Admission | None = None,
         max_message_bytes: int | None = None,
-        checked_at: object = _UNCHECKED,
+        checked_at: object = UNCHECKED,
     ) -> None:
         self.container = container
         self.principal = principal
@@ -100,11 +98,10 @@ class Session:
         self.rate_limit = rate_limit
         self.admission = admission  # the key's requests and the process's predictions in flight (`sluice serve`)
         self.max_message_bytes = max_message_bytes or container.settings.websocket.websocket_max_message_bytes
-        self.revoked = False
         # A key checked at connect still works until the revocation signal moves from the
         # reading taken before that check (a revoke during it is seen at the first message); a
         # session made per message (Lambda) checks its key before the first answer.
-        self._generation: object = checked_at
+        self.key = HeldKey(container.keys, principal.subject, checked_at)
 
     async def answer(self, raw: bytes | str) -> dict[str, Any]:
         request_id: str | None = None
@@ -120,7 +117,7 @@ class Session:
             if self.rate_limit is not None:
                 await self.rate_limit.check(self.connection_id)
             with self.admission.held(self.principal) if self.admission is not None else contextlib.nullcontext():
-                await self._check_key()
+                await self.key.check()
                 return await self._predict(message, request_id)
         except Exception as exc:
             if self.principal is not None:  # counted once, as answered (`sluice.inference.outcomes`)
@@ -128,17 +125,9 @@ class Session:
                 await self.container.predictions.outcomes.failed(self.principal.tenant, name, exc)
             return error_answer(exc, request_id)
 
-    async def _check_key(self) -> None:
-        if self.revoked:
-            raise Unauthenticated("invalid or revoked API key")
-        keys = self.container.keys
-        generation = keys.generation()
-        if generation is not None and generation == self._generation:
-            return  # no key revoked anywhere since the last look: a memory read
-        if not await asyncio.to_thread(keys.active, self.principal.subject):
-            self.revoked = True
-            raise Unauthenticated("invalid or revoked API key")
-        self._generation = generation
+    @property
+    def revoked(self) -> bool:
+        return self.key.revoked
 
     async def _predict(self, message: dict[str, Any], request_id: str) -> dict[str, Any]:
         principal = self.principal

@@ -42,6 +42,7 @@ from sluice.inference.outcomes import counted_already
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.services.health import registry_answers
+from sluice.services.keys import HeldKey
 from sluice.services.triton_ext import TritonExtensions, control_refused
 
 if TYPE_CHECKING:
@@ -188,13 +189,20 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
         """Each request answered in turn; a failed one is an `error_message`, as Triton streams.
-        The stream is one of its key's requests in flight for as long as it is open."""
+        The stream is one of its key's requests in flight for as long as it is open, and its key
+        is checked again before each request: once revoked, the stream ends UNAUTHENTICATED."""
         async with contextlib.AsyncExitStack() as open_call:
+            checked_at = self.container.keys.generation()  # before the key is read
             try:
                 principal, metadata = await open_call.enter_async_context(self._caller(context))
             except Exception as exc:
                 await self._fail(context, exc)
+            key = HeldKey(self.container.keys, principal.subject, checked_at)
             async for request in request_iterator:
+                try:
+                    await key.check()
+                except Unauthenticated as exc:
+                    await self._fail(context, exc)
                 try:
                     with use_tenant(principal.tenant):
                         yield await self._infer(principal, metadata, request)  # wire.write_stream_response

@@ -215,3 +215,35 @@ class KeyService:
     def list(self, principal: Principal) -> list[ApiKey]:
         principal.require("admin")
         return self.registry.list_api_keys(principal.tenant)
+
+
+UNCHECKED = object()  # a held key's reading before its first check: checked before it is trusted
+
+
+class HeldKey:
+    """The key of a connection that outlives a request (a WebSocket, a gRPC stream), checked
+    again before each message it carries: trusted while the revocation signal has not moved
+    since the key was last found working (a memory read), else read again (`active`). Once
+    found revoked it stays so. `checked_at`: the signal's reading taken before the key was
+    authenticated when the connection opened (`KeyService.generation`); `UNCHECKED`: checked
+    before the first message."""
+
+    def __init__(self, keys: KeyService, key_id: str, checked_at: object = UNCHECKED) -> None:
+        self.keys = keys
+        self.key_id = key_id
+        self.revoked = False
+        self._generation = checked_at
+
+    async def check(self) -> None:
+        """Raises Unauthenticated once the key no longer works."""
+        import asyncio
+
+        if self.revoked:
+            raise Unauthenticated("invalid or revoked API key")
+        generation = self.keys.generation()
+        if generation is not None and generation == self._generation:
+            return  # no key revoked anywhere since the last look
+        if not await asyncio.to_thread(self.keys.active, self.key_id):
+            self.revoked = True
+            raise Unauthenticated("invalid or revoked API key")
+        self._generation = generation

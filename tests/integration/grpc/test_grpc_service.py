@@ -207,3 +207,32 @@ def test_a_prediction_cache_hit_says_so_in_the_parameters(grpc_url: str, keys: d
     assert second.get_response().parameters["cached"].bool_param is True
     np.testing.assert_array_equal(second.as_numpy("output_probability"), first.as_numpy("output_probability"))
     assert second.as_numpy("output_label").tolist() == [b"virginica"]
+
+
+def test_a_key_revoked_while_its_stream_is_open_ends_the_stream(served: Container, acme: Principal, keys: dict[str, str]) -> None:
+    """A revoke (here by another worker on the same registry) reaches an open stream at its
+    next request: the stream ends UNAUTHENTICATED; what came before was answered."""
+    import queue
+
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    from sluice.wiring import Container
+
+    _, key = served.keys.create("acme", ["predict"])
+    message = service_pb2.ModelInferRequest(model_name="iris")
+    tensor = service_pb2.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([5.1, 3.5, 1.4, 0.2])
+    message.inputs.append(tensor)
+    requests: queue.Queue[Any] = queue.Queue()
+    with run_server(served) as url, grpc.insecure_channel(url) as channel:
+        answers = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(requests.get, None), metadata=tuple(auth(key).items()))
+        requests.put(message)
+        first = next(answers)
+        assert first.error_message == "" and first.infer_response.model_name == "iris"
+        Container.from_settings(served.settings).keys.revoke(acme, key.split("_")[1])  # another worker
+        requests.put(message)
+        with pytest.raises(grpc.RpcError) as ended:
+            next(answers)
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        requests.put(None)
