@@ -94,7 +94,9 @@ class PredictionService:
         self.uploads: Callable[[], UploadService] | None = None  # set by the wiring: inputs that are uploads
         self._deployments: TTLCache[tuple[str, str], tuple[Deployment, Node]] = TTLCache(settings.deployment_cache_ttl_s)
         self.parsed = ParsedPolicies()  # a re-read of the same record keeps its parsed policy (and its plans)
-        self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(60.0)
+        # The versions the deployments name, trusted as long as the deployments: a number names
+        # another artifact once its model is deleted and made again (numbers start again at 1).
+        self._versions: TTLCache[tuple[str, str, int], ModelVersion] = TTLCache(settings.deployment_cache_ttl_s)
         # What a composite policy takes and answers, derived once per parsed policy (see `resolve`).
         self._resolved: TTLCache[tuple[str, str], Resolved] = TTLCache(settings.deployment_cache_ttl_s)
         self._rewards: TTLCache[tuple[str, str, int], dict[str, tuple[int, float]]] = TTLCache(2.0)
@@ -292,6 +294,7 @@ class PredictionService:
         for flight in [f for f in self._reading if f[1] == (tenant, name)]:
             self._reading.pop(flight, None)
         self._deployments.pop((tenant, name))
+        self._versions.clear()  # a change may point at a version made since it was read (read again: once)
         self._resolved.pop((tenant, name))
         self.parsed.forget(tenant, name)
         if self.cache is not None:

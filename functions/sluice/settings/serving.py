@@ -45,7 +45,7 @@ class PredictionSettings(Group):
         default=4_000_000, gt=0, description="Largest number of elements across one request's inputs."
     )
     deployment_cache_ttl_s: float = Field(
-        default=1.0, ge=0, description="How long a container trusts a deployment it has read."
+        default=1.0, ge=0, description="How long a container trusts a deployment it has read, and the model versions it names."
     )
     stats_flush_s: float = Field(
         default=2.0,
