@@ -215,3 +215,22 @@ def test_a_model_deleted_and_pushed_again_answers_with_its_new_version_one(clien
     after = client.post("/api/v1/predictions", json=row, headers=auth(key)).json()
     assert (after["model"], after["version"]) == ("m", 1)
     assert after["probabilities"] != before["probabilities"]  # the forest's, not the first m:1's
+
+
+def test_a_deployment_deleted_and_created_again_counts_only_its_own_traffic(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """Statistics are kept per revision: a deployment created again under a deleted one's name
+    starts from none of the old one's requests (its revisions go on from its name's writes)."""
+    key = keys["acme"]
+    row = {**ROW, "deployment": "d"}
+    assert client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).json()["revision"] == 1
+    for _ in range(3):
+        assert client.post("/api/v1/predictions", json=row, headers=auth(key)).status_code == 200
+    demo.predictions.stats.flush()
+    assert client.get("/api/v1/deployments/d/stats", headers=auth(key)).json()["overall"]["requests"] == 3
+    assert client.delete("/api/v1/deployments/d", headers=auth(key)).status_code == 204
+    again = client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).json()
+    assert again["revision"] == 3
+    stats = client.get("/api/v1/deployments/d/stats", headers=auth(key)).json()
+    assert (stats["revision"], stats["overall"]["requests"]) == (3, 0)
+    history = client.get("/api/v1/deployments/d/history", headers=auth(key)).json()
+    assert [h["revision"] for h in history] == [1, 2, 3]

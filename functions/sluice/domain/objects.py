@@ -214,6 +214,10 @@ class Deployment:
     tenant: str
     name: str
     policy: dict[str, Any]  # a routing graph, see sluice.routing
+    # Each write of the deployment is a new revision; what is counted per revision (statistics,
+    # monitoring, a rollout step's traffic) is the revision's alone. A deployment deleted and
+    # created again goes on from its name's writes (its first revision is its `generation`), so
+    # a revision never names two deployments of one name.
     revision: int = 1
     cache: CacheSettings | None = None  # off unless asked for (`check_cache`)
     batching: BatchingSettings | None = None  # off unless asked for (`check_batching`)
@@ -224,8 +228,8 @@ class Deployment:
     rollout: Rollout | None = None  # the last progressive rollout (one at a time), see docs/rollouts.md
     capture: CaptureSettings | None = None  # data capture, off unless asked for (docs/capture.md)
     # Which write of this name stored it, counting every create, update and delete of the name
-    # (its history's length): unlike `revision`, which starts again at 1 when a deployment is
-    # deleted and created again, it never repeats, so "stored still as it was read" compares it.
+    # (its history's length): it never repeats, so "stored still as it was read" compares it (a
+    # deployment created again before revisions went on from it started again at revision 1).
     # 0: written before generations were kept.
     generation: int = 0
 

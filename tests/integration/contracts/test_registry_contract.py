@@ -417,7 +417,7 @@ def test_a_write_resting_on_a_deployment_changed_deleted_or_created_again_is_ref
     registry.delete_deployment(A, "q")
     raises(StaleRead, "policy", point_p_at_q)
     again = registry.create_deployment(Deployment(A, "q", single("churn", 1)))
-    assert (again.revision, again.policy) == (q.revision, q.policy)  # another deployment all the same
+    assert again.policy == q.policy and again.revision == 4  # another deployment: its revisions go on from its name's writes
     raises(StaleRead, "policy", point_p_at_q)
     raises(StaleRead, "policy", lambda: registry.create_deployment(Deployment(A, "r", ref("q")), refs_read=[q]))
     assert registry.get_deployment(A, "p") == p
@@ -449,7 +449,7 @@ def test_history_records_every_change_old_to_new(registry: Registry) -> None:
         (2, "key-2", single("churn", 1), split(0.25)),
         (3, "key-3", split(0.25), single("churn", 2)),
         (4, "key-4", single("churn", 2), None),
-        (1, "key-5", None, single("churn", 3)),
+        (5, "key-5", None, single("churn", 3)),  # created again: its revisions go on, never repeat
     ]
     assert all(c.tenant == A and c.name == "scoring" for c in history)
     assert [c.at for c in history] == sorted(c.at for c in history)
@@ -1133,11 +1133,12 @@ def test_dynamodb_revoke_whose_other_admin_key_was_revoked_meanwhile_is_refused(
     assert not other.get_api_key("sk_b").active  # type: ignore[union-attr]
 
 
-def test_dynamodb_update_after_a_delete_and_recreate_records_the_right_old_policy(
+def test_dynamodb_update_decided_on_a_deployment_deleted_and_created_again_meanwhile_is_refused(
     dynamodb: Any,
 ) -> None:
-    """Revision 1 read, then deleted and created again at revision 1: same revision, another
-    deployment. The history counter, not the revision, tells them apart."""
+    """Revision 1 read, then deleted and created again: another deployment, at revision 3 (its
+    name's third write), so the update decided on revision 1 is refused and the history shows
+    what happened, each entry once."""
     other = DynamoRegistry("sluice-registry", client=dynamodb)
     first = other.create_deployment(Deployment(A, "scoring", single("churn", 1)))
 
@@ -1146,15 +1147,14 @@ def test_dynamodb_update_after_a_delete_and_recreate_records_the_right_old_polic
         other.create_deployment(Deployment(A, "scoring", single("churn", 2)))
 
     registry = racing(dynamodb, "transact_write_items", recreate)
-    stored = registry.update_deployment(replace(first, policy=split(0.25)), expected_revision=1)
-    assert stored.revision == 2
+    raises(Conflict, "revision", lambda: registry.update_deployment(replace(first, policy=split(0.25)), expected_revision=1))
     history = other.deployment_history(A, "scoring")
     assert [(c.revision, c.old_policy, c.new_policy) for c in history] == [
         (1, None, single("churn", 1)),
         (2, single("churn", 1), None),
-        (1, None, single("churn", 2)),
-        (2, single("churn", 2), split(0.25)),
+        (3, None, single("churn", 2)),
     ]
+    assert other.get_deployment(A, "scoring").policy == single("churn", 2)
 
 
 def test_dynamodb_version_of_a_model_deleted_meanwhile_is_not_kept(dynamodb: Any) -> None:

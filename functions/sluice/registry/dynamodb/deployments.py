@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 
 class DynamoDeployments(Part):
     def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
-        written = [replace(deployment, revision=1)]
+        written = [deployment]
 
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is not None:
                 raise taken("deployment", deployment.name, field="name")
-            stored = written[0] = replace(written[0], generation=generation)
+            stored = written[0] = replace(deployment, revision=generation, generation=generation)  # a name's revisions never repeat (`Deployment.revision`)
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
             return put, DeploymentChange.written(stored, None)
 
@@ -181,8 +181,7 @@ class DynamoDeployments(Part):
 
     def _as_read(self, tenant: str, seen: Deployment) -> dict[str, Any]:
         """A transaction's check that `seen` is stored still as it was read: the same write of
-        its name (`generation`: a deployment deleted and created again starts at revision 1
-        again, maybe within the same millisecond), or for one written before generations were
+        its name (`generation`, which never repeats), or for one written before generations were
         kept, the same revision and time of last write (`sluice.registry.guards.same_write`)."""
         if seen.generation:
             check = condition("#gen = :gen", {"#gen": "generation"}, {":gen": seen.generation})

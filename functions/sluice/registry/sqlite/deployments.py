@@ -22,15 +22,15 @@ if TYPE_CHECKING:
 
 class SqliteDeployments(Part):
     def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
-        stored = replace(deployment, revision=1)
-        others = others_read(stored.name, refs_read)
+        others = others_read(deployment.name, refs_read)
         try:
             with self.db.tx() as db:
-                _unchanged(db, stored.tenant, others)
-                stored = replace(stored, generation=_next_generation(db, stored.tenant, stored.name))
+                _unchanged(db, deployment.tenant, others)
+                generation = _next_generation(db, deployment.tenant, deployment.name)
+                stored = replace(deployment, revision=generation, generation=generation)  # a name's revisions never repeat (`Deployment.revision`)
                 db.execute(
-                    "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, 1, ?)",
-                    (stored.tenant, stored.name, DEPLOYMENT.to_json(stored)),
+                    "INSERT INTO deployments (tenant, name, revision, doc) VALUES (?, ?, ?, ?)",
+                    (stored.tenant, stored.name, stored.revision, DEPLOYMENT.to_json(stored)),
                 )
                 _append(db, DeploymentChange.written(stored, None))
         except sqlite3.IntegrityError:
@@ -88,8 +88,7 @@ class SqliteDeployments(Part):
 
 def _unchanged(db: sqlite3.Connection, tenant: str, refs_read: list[Deployment]) -> None:
     """StaleRead unless each deployment read is stored still as it was: the same write of its
-    name (`generation`; one deleted and created again starts at revision 1 again, within the
-    same millisecond as like as not)."""
+    name (`generation`, which never repeats)."""
     for seen in refs_read:
         row = db.execute(
             "SELECT revision, doc FROM deployments WHERE tenant = ? AND name = ?", (tenant, seen.name)
