@@ -234,3 +234,18 @@ def test_a_deployment_deleted_and_created_again_counts_only_its_own_traffic(clie
     assert (stats["revision"], stats["overall"]["requests"]) == (3, 0)
     history = client.get("/api/v1/deployments/d/history", headers=auth(key)).json()
     assert [h["revision"] for h in history] == [1, 2, 3]
+
+
+def test_a_deployment_deleted_takes_its_follow_binding_and_baseline_with_it(client: TestClient, keys: dict[str, str]) -> None:
+    """What is bound to a deployment goes with it: one created again under its name does not
+    start following the old one's registry (nor roll out its versions) or drift against its baseline."""
+    key = keys["acme"]
+    assert client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).status_code == 201
+    follow = {"registry": "models:/iris@champion", "rollout": "10,100 every 1m gate error_rate<=0.01", "tracking_uri": "http://mlflow.example.com"}
+    assert client.post("/api/v1/deployments/d/follow", json=follow, headers=auth(key)).status_code in (200, 201)
+    assert client.put("/api/v1/deployments/d/baseline", json={"inputs": [[5.1, 3.5, 1.4, 0.2]] * 3}, headers=auth(key)).status_code in (200, 201)
+    assert client.delete("/api/v1/deployments/d", headers=auth(key)).status_code == 204
+    assert client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).status_code == 201
+    assert client.get("/api/v1/deployments/d/follow", headers=auth(key)).status_code == 404
+    assert client.get("/api/v1/deployments/d/baseline", headers=auth(key)).status_code == 404
+    assert "d" not in [f["deployment"] for f in client.get("/api/v1/follows", headers=auth(key)).json()]

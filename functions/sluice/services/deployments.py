@@ -10,12 +10,13 @@ refused as the cycle it makes (422 naming `policy`), never stored.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
-from sluice.domain.errors import BadRequest, Conflict, StaleRead, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, NotFound, StaleRead, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import (
@@ -349,9 +350,15 @@ class DeploymentService:
         return self.registry.list_deployments(principal.tenant)
 
     def delete(self, principal: Principal, name: str) -> None:
+        """The deployment and what is bound to it (its follow binding, its monitoring
+        baseline) go; its history stays. A deployment created again under its name starts
+        with none of them (and from revisions of its own: `Deployment.revision`)."""
         principal.require("admin")
         self.registry.delete_deployment(principal.tenant, name, by=principal.subject)
         self._on_change(principal.tenant, name)
+        with contextlib.suppress(NotFound):
+            self.registry.delete_follow(principal.tenant, name)
+        self.registry.delete_baseline(principal.tenant, name)
 
     def history(self, principal: Principal, name: str) -> list[DeploymentChange]:
         changes = self.registry.deployment_history(principal.tenant, name)

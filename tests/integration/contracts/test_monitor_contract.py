@@ -26,6 +26,11 @@ def test_a_baseline_is_kept_per_tenant_and_deployment_and_replaced_whole(registr
     assert registry.get_baseline(A, "iris") == {"revision": 3, "rows": 20, "columns": {}}
     assert registry.get_baseline(B, "iris") is None
     assert registry.get_baseline(A, "wine") is None
+    registry.put_baseline(B, "iris", {"revision": 1, "rows": 5, "columns": {}})
+    registry.delete_baseline(A, "iris")  # its deployment deleted: that tenant's alone
+    assert registry.get_baseline(A, "iris") is None and not registry.has_baseline(A, "iris")
+    assert registry.get_baseline(B, "iris") == {"revision": 1, "rows": 5, "columns": {}}
+    registry.delete_baseline(A, "iris")  # none: nothing to do
 
 
 def test_monitored_lists_every_tenants_deployments_with_a_baseline(registry: Registry) -> None:

@@ -44,6 +44,9 @@ class DynamoMonitor(Part):
         found = self.table.get(layout.deployment_pk(tenant, deployment), layout.BASELINE)
         return json.loads(found["doc"]) if found else None
 
+    def delete_baseline(self, tenant: str, deployment: str) -> None:
+        self.table.send("delete_item", TableName=self.table.name, Key=key(layout.deployment_pk(tenant, deployment), layout.BASELINE))
+
     def add_profile(self, tenant: str, deployment: str, revision: int, variant: str, window: int, profile: dict[str, Any]) -> None:
         record = item(
             layout.deployment_pk(tenant, deployment), layout.profile_sk(revision, window, uuid.uuid4().hex),

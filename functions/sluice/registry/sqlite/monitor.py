@@ -22,6 +22,10 @@ class SqliteMonitor(Part):
     def get_baseline(self, tenant: str, deployment: str) -> dict[str, Any] | None:
         return self.db.one("SELECT doc FROM monitor_baselines WHERE tenant = ? AND deployment = ?", tenant, deployment)
 
+    def delete_baseline(self, tenant: str, deployment: str) -> None:
+        with self.db.tx() as db:
+            db.execute("DELETE FROM monitor_baselines WHERE tenant = ? AND deployment = ?", (tenant, deployment))
+
     def has_baseline(self, tenant: str, deployment: str) -> bool:
         sql = "SELECT 1 FROM monitor_baselines WHERE tenant = ? AND deployment = ?"
         return self.db.conn().execute(sql, (tenant, deployment)).fetchone() is not None
