@@ -209,3 +209,32 @@ def test_api_optimize_needs_the_admin_scope(client: TestClient, keys: dict[str, 
     answer = client.post("/api/v1/models/diabetes/versions/1/optimize", json=body, headers=auth(keys["acme_predict"]))
     assert answer.status_code == 403
     assert client.post("/api/v1/models/iris/versions/1/optimize", json={}, headers=auth(keys["acme"])).status_code == 422
+
+
+def test_a_model_deleted_and_made_again_while_it_is_optimized_gets_nothing_registered(
+    demo: Container, acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job optimizes `m:1`; before it registers, `m` is deleted and made again (its new
+    `m:1` another artifact). Nothing is registered into the new model, and its `m:1` stays as
+    pushed (the old one's tuned options are not written over it)."""
+    from sluice.batch.sample import read_rows
+    from sluice.domain.errors import NotFound
+    from tests.conftest import MODELS
+
+    source = demo.models.push(acme, "m", (MODELS / "diabetes_mlp.onnx").read_bytes())
+    rows = read_rows(diabetes_rows(tmp_path / "d.parquet"), source.signature, limit=400)
+    optimizer = demo.optimizer
+    register = optimizer._register
+
+    def made_again(*args: object, **kw: object) -> object:
+        demo.models.delete_model(acme, "m")
+        demo.models.push(acme, "m", (MODELS / "iris.onnx").read_bytes())
+        return register(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(optimizer, "_register", made_again)
+    request = OptimizeRequest("m", source.version, Budget(0.99, 0.5), kinds=("graph",), timing=FAST, tune=False, register=("graph",))
+    with pytest.raises(NotFound) as refused:
+        optimizer.run(acme, request, rows)
+    assert refused.value.field == "model" and "made again" in refused.value.message
+    assert [v.version for v in demo.models.list_versions(acme, "m")] == [1]
+    assert demo.models.get_version(acme, "m", 1).sha256 != source.sha256

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import BadRequest, Unavailable, Unprocessable
+from sluice.domain.errors import BadRequest, NotFound, Unavailable, Unprocessable
 from sluice.domain.policy import single_policy
 from sluice.optimize.candidates import KINDS, build_candidates
 from sluice.optimize.measure import (
@@ -172,6 +172,8 @@ class OptimizeService:
         missing = [n for n in names if n not in built]
         if missing:
             raise Unprocessable(f"no candidate {missing} was built; built: {sorted(set(built) - {'original'})}", field="register")
+        if self.models.get_version(principal, source.model, source.version).sha256 != source.sha256:
+            raise NotFound(f"model '{source.model}' was deleted and made again while {source.ref} was optimized: nothing registered", field="model")
         first = source.signature.inputs[0] if len(source.signature.inputs) == 1 else None
         features = list(first.feature_names) if first is not None and first.feature_names else None
         registered = []

@@ -39,8 +39,9 @@ class ModelRegistry(Protocol):
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]: ...
     def delete_version(self, tenant: str, model: str, version: int) -> None: ...
     def replace_version(self, version: ModelVersion) -> ModelVersion:
-        """Store `version` over the existing version of the same number (its tuned session
-        options change; nothing else a caller sees should). NotFound if it is not there."""
+        """Store `version` over the existing version of the same number and artifact (its tuned
+        session options change; nothing else a caller sees should). NotFound if it is not there,
+        or if that number now names another artifact (its model deleted and made again)."""
         ...
 
     def uses_runtime(self, runtime: str) -> bool:

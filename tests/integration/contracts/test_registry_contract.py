@@ -164,6 +164,12 @@ def test_lineage_and_tuned_session_options_round_trip(registry: Registry) -> Non
     assert registry.get_version(A, "churn", 1).sha256 == first.sha256
     assert [v.version for v in registry.list_versions(A, "churn")] == [1, 2]
     raises(NotFound, "version", lambda: registry.replace_version(replace(first, version=9)))
+    # A number that names another artifact now (the model deleted and made again) is not replaced.
+    registry.delete_model(A, "churn")
+    registry.create_model(Model(A, "churn"))
+    again = registry.add_version(replace(version_of("churn"), sha256="f" * 64))
+    raises(NotFound, "version", lambda: registry.replace_version(replace(first, session_options=tuned)))
+    assert registry.get_version(A, "churn", 1) == again
 
 
 def test_missing_versions(registry: Registry) -> None:

@@ -124,7 +124,10 @@ class DynamoModels(Part):
             VERSION.dump(version),
         )  # fmt: skip
         try:
-            self.table.send("put_item", TableName=self.table.name, Item=record, **condition("attribute_exists(pk)"))
+            self.table.send(
+                "put_item", TableName=self.table.name, Item=record,
+                **condition("attribute_exists(pk) AND #sha = :sha", {"#sha": "sha256"}, {":sha": version.sha256}),
+            )  # fmt: skip
         except Refused:
             raise no_version(version.model, version.version) from None
         return version

@@ -84,8 +84,8 @@ class SqliteModels(Part):
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         with self.db.tx() as db:
             done = db.execute(
-                "UPDATE versions SET doc = ? WHERE tenant = ? AND model = ? AND version = ?",
-                (VERSION.to_json(version), version.tenant, version.model, int(version.version)),
+                "UPDATE versions SET doc = ? WHERE tenant = ? AND model = ? AND version = ? AND json_extract(doc, '$.sha256') = ?",
+                (VERSION.to_json(version), version.tenant, version.model, int(version.version), version.sha256),
             )
         if done.rowcount == 0:
             raise no_version(version.model, version.version)
