@@ -159,10 +159,10 @@ class ScheduleService:
         self.registry.delete_schedule(principal.tenant, name)
 
     def runs(self, schedule: Schedule, limit: int = RECENT_RUNS) -> list[BatchJob]:
-        """The schedule's recent runs, newest first (`Schedule.ran`); a run whose process is
-        gone reads as FAILED, so it never holds the next run back."""
+        """The schedule's recent runs, newest first (jobs that name it); a run whose process
+        is gone reads as FAILED, so it never holds the next run back."""
         jobs = self.registry.list_jobs(schedule.tenant, limit=1000)
-        return [self.batch.settled(j) for j in jobs if schedule.ran(j)][:limit]
+        return [self.batch.settled(j) for j in jobs if j.schedule == schedule.name][:limit]
 
     # Running (locally) --------------------------------------------------------------------
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:

@@ -16,14 +16,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.objects import now
-
-if TYPE_CHECKING:
-    from sluice.domain.jobs import BatchJob
 
 Overlap = Literal["skip", "queue"]
 OVERLAPS: tuple[str, ...] = ("skip", "queue")
@@ -61,13 +58,6 @@ class Schedule:
     @property
     def paused(self) -> bool:
         return self.state == "PAUSED"
-
-    def ran(self, job: BatchJob) -> bool:
-        """Whether `job` is one of this schedule's runs: it names the schedule and is for a
-        time after the schedule was made (every fire time is; a schedule deleted before it
-        under the same name made the others)."""
-        when = job.scheduled_for if job.scheduled_for is not None else job.created_at
-        return bool(job.schedule == self.name and when > self.created_at)
 
 
 def check_overlap(value: str) -> str:
