@@ -73,7 +73,7 @@ def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
     if schedule.paused:
         raise RunSkipped(name, "the schedule is paused")
     jobs = registry.list_jobs(tenant, limit=1000)
-    going = next((j for j in jobs if j.schedule == name and not batch.settled(j, ask=True).terminal), None)
+    going = next((j for j in jobs if schedule.ran(j) and not batch.settled(j, ask=True).terminal), None)
     if going is None:
         return
     if schedule.overlap == "queue":

@@ -124,7 +124,7 @@ class ScheduleService:
             format=format, output_format=output_format,
             key_columns=tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip())),
             state=state, operator=operator, created_at=self.clock(),  # type: ignore[arg-type]
-            created_by=principal.subject, catalog=target, publish=published,
+            created_by=principal.subject, catalog=target, publish=published, made_at=now(),
         )  # fmt: skip
         self.registry.create_schedule(schedule)
         if self.timer is not None:
@@ -159,10 +159,10 @@ class ScheduleService:
         self.registry.delete_schedule(principal.tenant, name)
 
     def runs(self, schedule: Schedule, limit: int = RECENT_RUNS) -> list[BatchJob]:
-        """The schedule's recent runs, newest first (jobs that name it); a run whose process
-        is gone reads as FAILED, so it never holds the next run back."""
+        """The schedule's recent runs, newest first (`Schedule.ran`); a run whose process is
+        gone reads as FAILED, so it never holds the next run back."""
         jobs = self.registry.list_jobs(schedule.tenant, limit=1000)
-        return [self.batch.settled(j) for j in jobs if j.schedule == schedule.name][:limit]
+        return [self.batch.settled(j) for j in jobs if schedule.ran(j)][:limit]
 
     # Running (locally) --------------------------------------------------------------------
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:

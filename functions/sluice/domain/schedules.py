@@ -16,11 +16,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from sluice.domain.errors import BadRequest
 from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.objects import now
+
+if TYPE_CHECKING:
+    from sluice.domain.jobs import BatchJob
 
 Overlap = Literal["skip", "queue"]
 OVERLAPS: tuple[str, ...] = ("skip", "queue")
@@ -54,10 +57,20 @@ class Schedule:
     last_skipped_at: float | None = None
     catalog: CatalogTarget | None = None  # each run's output becomes a partition of this table
     publish: PublishTarget | None = None  # each run's answers are published into this table of precomputed answers
+    # When it was made by the wall clock (jobs are stamped by it; `created_at` is the scheduler's
+    # clock, which its fire times count from): its runs are jobs made since (`ran`). 0: made
+    # before this was kept, and every job naming it is its.
+    made_at: float = 0.0
 
     @property
     def paused(self) -> bool:
         return self.state == "PAUSED"
+
+    def ran(self, job: BatchJob) -> bool:
+        """Whether `job` is one of this schedule's runs: it names the schedule and was made
+        since the schedule was (a schedule deleted before it under the same name made the
+        others). Both times are the wall clock's, in milliseconds, as jobs are stamped."""
+        return bool(job.schedule == self.name and job.created_at > self.made_at)
 
 
 def check_overlap(value: str) -> str:

@@ -114,6 +114,22 @@ def test_a_run_due_while_the_last_one_is_going_is_skipped(batch: Container, sche
     assert next_run.scheduled_for == at("2026-11-25T15:00:00+00:00")
 
 
+@pytest.mark.usefixtures("hourly")
+def test_a_schedule_created_again_under_a_deleted_ones_name_has_none_of_its_runs(
+    batch: Container, schedules: ScheduleService, acme: Principal, clock: Clock
+) -> None:
+    """The old schedule's run still going neither holds the new one's first run back nor shows
+    among its runs: a schedule's runs are the jobs it started."""
+    (old,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))  # still PENDING
+    clock.now = at("2026-11-25T13:20:00+00:00")
+    schedules.delete(acme, "hourly")
+    again = schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
+    assert schedules.runs(again) == []
+    (first,) = schedules.run_due(at("2026-11-25T14:20:00+00:00"))
+    assert first.id != old.id and [j.id for j in schedules.runs(again)] == [first.id]
+    assert batch.registry.get_schedule("acme", "hourly").skipped == 0
+
+
 def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
     batch: Container, schedules: ScheduleService, acme: Principal
 ) -> None:
