@@ -123,14 +123,14 @@ def _machine(demo: Container, acme: Principal) -> type[RuleBasedStateMachine]:
 
         @rule(steps=STEPS, min_requests=st.integers(1, 12))
         def start(self, steps: tuple[float, ...], min_requests: int) -> None:
-            policy = self.deployment().policy
+            plan = {"to": "iris:2", "steps": ",".join(f"{s:g}" for s in steps), "every": EVERY_S, "gates": GATES, "min_requests": min_requests}
             if self.model.active:
                 with pytest.raises(Conflict):
-                    self.service.start(acme, self.name, to="iris:2", steps=",".join(f"{s:g}" for s in steps), every=EVERY_S, gates=GATES, min_requests=min_requests)
+                    self.service.start(acme, self.name, **plan)
                 return
-            if policy == CANDIDATE:  # completed before: the candidate is what it routes to already
+            if self.deployment().policy == CANDIDATE:  # completed before: it routes to the candidate already
                 return
-            self.service.start(acme, self.name, to="iris:2", steps=",".join(f"{s:g}" for s in steps), every=EVERY_S, gates=GATES, min_requests=min_requests)
+            self.service.start(acme, self.name, **plan)
             self.model = Model("running", steps, 0, min_requests, self.clock.now)
 
         @precondition(lambda self: self.model.active)

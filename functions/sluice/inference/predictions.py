@@ -291,7 +291,7 @@ class PredictionService:
         """Drop a cached deployment (and its kept answers) so this process sees a change at once:
         a read of it in flight is neither joined by a later request nor kept (`_read_deployment`)."""
         self._forgotten += 1
-        for flight in [f for f in self._reading if f[1] == (tenant, name)]:
+        for flight in [f for f in list(self._reading) if f[1] == (tenant, name)]:  # a copy: requests add to it on their loops
             self._reading.pop(flight, None)
         self._deployments.pop((tenant, name))
         self._versions.clear()  # a change may point at a version made since it was read (read again: once)
