@@ -69,8 +69,10 @@ class Schedule:
     def ran(self, job: BatchJob) -> bool:
         """Whether `job` is one of this schedule's runs: it names the schedule and was made
         since the schedule was (a schedule deleted before it under the same name made the
-        others). Both times are the wall clock's, in milliseconds, as jobs are stamped."""
-        return bool(job.schedule == self.name and job.created_at > self.made_at)
+        others). Both times are the wall clock's in milliseconds, as jobs are stamped: a run
+        made in the schedule's own millisecond is its (an old one's would have had to be made,
+        the old schedule deleted and this one made, all in that millisecond)."""
+        return bool(job.schedule == self.name and job.created_at >= self.made_at)
 
 
 def check_overlap(value: str) -> str:

@@ -3,6 +3,7 @@ is going, the API (validation, tenancy) and the CLI's verbs, on the local regist
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,7 @@ def test_a_schedule_created_again_under_a_deleted_ones_name_has_none_of_its_runs
     among its runs: a schedule's runs are the jobs it started."""
     (old,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))  # still PENDING
     clock.now = at("2026-11-25T13:20:00+00:00")
+    time.sleep(0.002)  # jobs are stamped in milliseconds: the schedule is made again in a later one (`Schedule.ran`)
     schedules.delete(acme, "hourly")
     again = schedules.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)")
     assert schedules.runs(again) == []
