@@ -54,6 +54,8 @@ def no_follow(deployment: str) -> NotFound:
 
 def follow_moved(deployment: str, revision: int, expected: int) -> Conflict:
     """A binding written meanwhile by another poller or command: decide again from a fresh read."""
+    if revision == expected:  # the same revision of another binding: this one was removed and made again
+        return Conflict(f"the binding of deployment '{deployment}' was removed and made again meanwhile", field="revision")
     return Conflict(f"the binding of deployment '{deployment}' is at revision {revision}, not {expected}", field="revision")
 
 

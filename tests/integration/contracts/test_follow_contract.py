@@ -55,6 +55,19 @@ def test_an_update_names_the_revision_it_read_and_one_of_two_racers_is_refused(r
     assert registry.get_follow(A, "scoring").state == "failed"
 
 
+def test_an_update_read_from_a_binding_removed_and_made_again_is_refused(registry: Registry) -> None:
+    """A poller read the binding; it was removed and made again (at revision 1 too, watching
+    another registry): the poller's claim is refused, never written over the new binding."""
+    read = registry.create_follow(follow_of("scoring"))
+    registry.delete_follow(A, "scoring")
+    again = registry.create_follow(replace(follow_of("scoring", GROUP), created_at=2.0))
+    assert again.revision == read.revision
+    with pytest.raises(Conflict) as caught:
+        registry.update_follow(recorded(read, FollowEvent("3", "pushing", 5.0), seen="3"), expected_revision=read.revision)
+    assert caught.value.field == "revision" and "made again" in caught.value.message
+    assert registry.get_follow(A, "scoring") == again
+
+
 def test_followers_are_found_by_what_they_watch_across_tenants_and_deleted(registry: Registry) -> None:
     registry.create_follow(follow_of("scoring", GROUP))
     registry.create_follow(follow_of("other", GROUP, tenant=B))

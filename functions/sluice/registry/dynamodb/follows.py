@@ -37,7 +37,12 @@ class DynamoFollows(Part):
         try:
             self.table.send(
                 "put_item", TableName=self.table.name, Item=self._follow_item(stored),
-                **condition("#r = :r", {"#r": "revision"}, {":r": expected_revision}),
+                # the same binding at the revision read: one made again starts at 1 too, its time of
+                # making tells it apart (none stored: a binding kept before the time was)
+                **condition(
+                    "#r = :r AND (attribute_not_exists(#c) OR #c = :c)", {"#r": "revision", "#c": "created_at"},
+                    {":r": expected_revision, ":c": follow.created_at},
+                ),
             )  # fmt: skip
         except Refused:
             now = self.table.get(layout.tenant(follow.tenant), layout.follow_sk(follow.deployment))

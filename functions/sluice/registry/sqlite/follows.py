@@ -35,11 +35,14 @@ class SqliteFollows(Part):
         stored = replace(follow, revision=expected_revision + 1)
         with self.db.tx() as db:
             row = db.execute(
-                "SELECT revision FROM follows WHERE tenant = ? AND name = ?", (follow.tenant, follow.deployment)
+                "SELECT revision, json_extract(doc, '$.created_at') FROM follows WHERE tenant = ? AND name = ?",
+                (follow.tenant, follow.deployment),
             ).fetchone()
             if row is None:
                 raise no_follow(follow.deployment)
-            if row[0] != expected_revision:
+            # A binding made again starts at revision 1 too: its time of making tells it apart
+            # (none stored: a binding kept before the time was, taken as the same).
+            if row[0] != expected_revision or (row[1] is not None and row[1] != follow.created_at):
                 raise follow_moved(follow.deployment, row[0], expected_revision)
             db.execute(
                 "UPDATE follows SET revision = ?, watch = ?, doc = ? WHERE tenant = ? AND name = ?",
