@@ -67,3 +67,23 @@ def test_closed_windows_are_listed_newest_first_by_page_and_follow_late_labels(c
     assert client.get(HISTORY, headers=auth(keys["acme_predict"])).status_code == 403  # admin scope, as the status
     bad = client.get(HISTORY, params={"since": "last tuesday"}, headers=auth(key))
     assert 400 <= bad.status_code < 500 and "since" in bad.text
+
+
+def test_a_deployment_made_again_lists_none_of_the_old_ones_windows(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """Windows are kept under the deployment's name: those closed for a deployment deleted
+    before this one was made under it are not this one's history."""
+    from sluice.services.monitor_results import MonitorResults
+
+    key = keys["acme"]
+    results = MonitorResults(demo.monitor, demo.batch_files(), demo.batch_paths.root)
+    h0 = int(time.time()) // HOUR - 10
+    made = client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).json()
+    for h in (h0, h0 + 1):
+        results.write("acme", {"deployment": "d", "revision": made["revision"], "window_start": h * HOUR, "rows": 1, "quality": None})
+    assert len(client.get("/api/v1/deployments/d/monitor/history", headers=auth(key)).json()["windows"]) == 2
+    assert client.delete("/api/v1/deployments/d", headers=auth(key)).status_code == 204
+    again = client.post("/api/v1/deployments", json={"name": "d", "model": "iris", "version": 1}, headers=auth(key)).json()
+    assert client.get("/api/v1/deployments/d/monitor/history", headers=auth(key)).json() == {"deployment": "d", "windows": [], "next": None}
+    results.write("acme", {"deployment": "d", "revision": again["revision"], "window_start": (h0 + 5) * HOUR, "rows": 1, "quality": None})
+    page = client.get("/api/v1/deployments/d/monitor/history", params={"limit": 1}, headers=auth(key)).json()
+    assert [w["window_start"] for w in page["windows"]] == [(h0 + 5) * HOUR] and page["next"] is None

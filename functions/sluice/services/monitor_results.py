@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from sluice.batch.filestore import FileStore
-    from sluice.domain import Principal
+    from sluice.domain import DeploymentChange, Principal
     from sluice.services.monitoring import MonitorService
 
 PREFIX = "monitor/"
@@ -105,6 +105,7 @@ class MonitorResults:
         principal.require("admin")
         tenant = principal.tenant
         self.monitor.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
+        first = _first_revision(self.monitor.registry.deployment_history(tenant, name))
         folder = _folder(self.root, tenant, name)
         starts = sorted(
             (start for start in map(_start, self.files.names(folder)) if start is not None
@@ -113,7 +114,14 @@ class MonitorResults:
         )  # fmt: skip
         limit = max(1, min(limit, MAX_HISTORY))
         page = starts[:limit]
-        docs = [json.loads(self.files.read_bytes(f"{folder}{dt.datetime.fromtimestamp(s, dt.UTC).strftime(STAMP)}.json")) for s in page]
+        docs = []
+        for start in page:
+            doc = self._read(folder, start)
+            if int(doc["revision"]) < first:  # a deployment's deleted before this one was made under its name: so is every older one
+                starts = []
+                break
+            docs.append(doc)
+        more = len(starts) > limit and int(self._read(folder, starts[limit])["revision"]) >= first
         qualities: dict[int, dict[int, dict[str, Any]]] = {}
         for doc in docs:
             revision = int(doc["revision"])
@@ -121,7 +129,17 @@ class MonitorResults:
                 qualities[revision] = {q["window_start"]: q for q in self.monitor.quality(tenant, name, revision)}
             doc["quality_at_close"] = doc.get("quality")
             doc["quality"] = qualities[revision].get(int(doc["window_start"]))
-        return {"deployment": name, "windows": docs, "next": page[-1] if len(starts) > limit else None}
+        return {"deployment": name, "windows": docs, "next": page[-1] if more else None}
+
+    def _read(self, folder: str, start: int) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.files.read_bytes(f"{folder}{dt.datetime.fromtimestamp(start, dt.UTC).strftime(STAMP)}.json"))
+        return doc
+
+
+def _first_revision(changes: list[DeploymentChange]) -> int:
+    """The revision this deployment was made at (its name's last creation): a window closed at
+    an earlier one was another deployment's of the same name (`Deployment.revision`)."""
+    return next((c.revision for c in reversed(changes) if c.old_policy is None and c.new_policy is not None), 1)
 
 
 class WindowCloser(Poller):
