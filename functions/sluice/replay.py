@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.capture.reader import capture_window
+from sluice.capture.reader import capture_window, deployment_records
 from sluice.domain.errors import InvalidRequest, SluiceError
 from sluice.domain.policy import NAME_PATTERN, parse_policy
 from sluice.domain.results import InferenceResult
@@ -73,7 +73,8 @@ class ReplayService:
         if self.reader is None:
             raise InvalidRequest("data capture is off here: there is nothing to replay", field="deployment")
         started = time.perf_counter()
-        result = asyncio.run(self._run(principal, node, self.reader.records(tenant, deployment, start, end)))
+        records = deployment_records(self.reader, self.predictions.registry, tenant, deployment, start, end)
+        result = asyncio.run(self._run(principal, node, records))
         seconds = time.perf_counter() - started
         rows = result["scored_rows"]
         return {

@@ -88,6 +88,24 @@ def test_every_captured_row_is_scored_or_failed_with_its_reason(shadowed: Contai
     assert out["scored_rows"] + out["failed_rows"] == out["rows"]
 
 
+def test_a_deployment_made_again_replays_none_of_the_old_ones_requests(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
+    """Capture is kept under the deployment's name: requests captured for a deployment deleted
+    before this one was made under it are not this one's, to replay or to take a baseline from."""
+    client = TestClient(create_app(shadowed))
+    _traffic(client, keys["acme"], 5)
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    assert shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")["records"] == 5
+    shadowed.deployments.delete(acme, "iris")
+    shadowed.deployments.create(acme, "iris", SINGLE, capture={"sample_percent": 100})
+    assert shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")["records"] == 0
+    r = client.put("/api/v1/deployments/iris/baseline", json={"capture": {"since": "1h"}}, headers=auth(keys["acme"]))
+    assert r.status_code == 400 and r.json()["field"] == "capture", r.text  # nothing of its own captured yet
+    rows = _traffic(client, keys["acme"], 3)
+    assert shadowed.capture.drain()
+    out = shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert (out["records"], out["rows"]) == (3, rows)
+
+
 def test_bad_replays_name_the_field(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
     with pytest.raises(Unprocessable) as missing:
         shadowed.replay.replay(acme, "iris", since="1h", against="iris:9")

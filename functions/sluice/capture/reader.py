@@ -46,6 +46,15 @@ class CaptureReader(Protocol):
         ...
 
 
+def deployment_records(reader: CaptureReader, registry: Any, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
+    """`reader.records` of the deployment now under this name: one captured at a revision
+    before it was made was another's, deleted before it (`made_at_revision`)."""
+    from sluice.domain.objects import made_at_revision
+
+    first = made_at_revision(registry.deployment_history(tenant, deployment))
+    return (r for r in reader.records(tenant, deployment, since, until) if int(r.get("revision") or first) >= first)
+
+
 def _hours(since: float, until: float) -> list[dt.datetime]:
     start = dt.datetime.fromtimestamp(since, dt.UTC).replace(minute=0, second=0, microsecond=0)
     end = dt.datetime.fromtimestamp(until, dt.UTC)

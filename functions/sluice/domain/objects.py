@@ -272,3 +272,10 @@ class DeploymentChange:
     def deleted(cls, old: Deployment, by: str) -> DeploymentChange:
         """The change that deleted `old`, now."""
         return cls(old.tenant, old.name, old.revision + 1, now(), by, old.policy, None)
+
+
+def made_at_revision(changes: list[DeploymentChange]) -> int:
+    """The revision the deployment now under a name was made at (the name's last creation in
+    its history): what was kept at an earlier revision (a closed monitoring window, a captured
+    request) was another deployment's, deleted before it (`Deployment.revision`)."""
+    return next((c.revision for c in reversed(changes) if c.old_policy is None and c.new_policy is not None), 1)

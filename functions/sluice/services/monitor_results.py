@@ -23,13 +23,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from sluice.domain.objects import made_at_revision
 from sluice.polling import Poller
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from sluice.batch.filestore import FileStore
-    from sluice.domain import DeploymentChange, Principal
+    from sluice.domain import Principal
     from sluice.services.monitoring import MonitorService
 
 PREFIX = "monitor/"
@@ -105,7 +106,7 @@ class MonitorResults:
         principal.require("admin")
         tenant = principal.tenant
         self.monitor.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
-        first = _first_revision(self.monitor.registry.deployment_history(tenant, name))
+        first = made_at_revision(self.monitor.registry.deployment_history(tenant, name))
         folder = _folder(self.root, tenant, name)
         starts = sorted(
             (start for start in map(_start, self.files.names(folder)) if start is not None
@@ -134,12 +135,6 @@ class MonitorResults:
     def _read(self, folder: str, start: int) -> dict[str, Any]:
         doc: dict[str, Any] = json.loads(self.files.read_bytes(f"{folder}{dt.datetime.fromtimestamp(start, dt.UTC).strftime(STAMP)}.json"))
         return doc
-
-
-def _first_revision(changes: list[DeploymentChange]) -> int:
-    """The revision this deployment was made at (its name's last creation): a window closed at
-    an earlier one was another deployment's of the same name (`Deployment.revision`)."""
-    return next((c.revision for c in reversed(changes) if c.old_policy is None and c.new_policy is not None), 1)
 
 
 class WindowCloser(Poller):

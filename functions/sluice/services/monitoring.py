@@ -78,6 +78,7 @@ class MonitorService:
         return {**out, "capture": counts}
 
     def _captured(self, tenant: str, name: str, since: float, until: float, **kw: Any) -> tuple[Profile, dict[str, int]]:
+        from sluice.capture.reader import deployment_records
         from sluice.services.monitor_capture import profile_of_capture
 
         if self.capture is None:
@@ -86,7 +87,7 @@ class MonitorService:
         def signature_of(model: str, version: int) -> Any:
             return self.registry.get_version(tenant, model, version).signature
 
-        records = self.capture.records(tenant, name, since, until)
+        records = deployment_records(self.capture, self.registry, tenant, name, since, until)
         return profile_of_capture(records, signature_of, max_columns=self.settings.monitor_max_columns, **kw)
 
     def _baseline(self, tenant: str, name: str) -> dict[str, Any]:
