@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.clients import lazy_client
+from sluice.domain.objects import made_at_revision
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
     from sluice.clients import AwsArgs
     from sluice.domain.errors import SluiceError
+    from sluice.registry.ports import DeploymentRegistry
 
 MAX_WINDOW_S = 31 * 86400  # a read of capture (a replay, a baseline) covers at most 31 days
 
@@ -46,11 +48,11 @@ class CaptureReader(Protocol):
         ...
 
 
-def deployment_records(reader: CaptureReader, registry: Any, tenant: str, deployment: str, since: float, until: float) -> Iterator[dict[str, Any]]:
+def deployment_records(
+    reader: CaptureReader, registry: DeploymentRegistry, tenant: str, deployment: str, since: float, until: float
+) -> Iterator[dict[str, Any]]:
     """`reader.records` of the deployment now under this name: one captured at a revision
     before it was made was another's, deleted before it (`made_at_revision`)."""
-    from sluice.domain.objects import made_at_revision
-
     first = made_at_revision(registry.deployment_history(tenant, deployment))
     return (r for r in reader.records(tenant, deployment, since, until) if int(r.get("revision") or first) >= first)
 

@@ -208,7 +208,6 @@ class Workers:
         signals.workers = [p.pid for p in children if p.pid is not None]
         self.processes = children  # held: a worker's sentinel is readable once it has ended
         self.in_flight = 2 * workers  # a fast pipe is not read ahead into memory
-        self.broken = False
 
     def score(self, numbered: Iterable[tuple[int, bytes]]) -> Iterator[Scored]:
         from concurrent.futures import Future
@@ -237,9 +236,9 @@ class Workers:
             if isinstance(entry, BaseException):
                 raise entry
             first, block, future = entry
-            scored = None if self.broken else self._answer(future)
+            scored = None if self.signals.lost else self._answer(future)
             if scored is None:  # the worker scoring it died, or one before it did
-                self.broken = self.signals.lost = True
+                self.signals.lost = True
                 self.signals.stop()  # nothing is left to score what would be read next
                 lines = lines_of(block)
                 scored = (_error_lines(first, lines, LOST), len(lines), 0, len(lines))
@@ -264,9 +263,9 @@ class Workers:
                 return None
 
     def close(self) -> None:
-        if self.broken:
+        if self.signals.lost:
             self.kill()  # the pool's own clean-up would wait for workers that ignore SIGTERM
-        self.pool.shutdown(wait=not self.broken)  # each worker drains its mirror and flushes its statistics as it exits
+        self.pool.shutdown(wait=not self.signals.lost)  # each worker drains its mirror and flushes its statistics as it exits
 
     def kill(self) -> None:
         _kill(self.signals.workers)

@@ -294,7 +294,10 @@ class PredictionService:
         for flight in [f for f in list(self._reading) if f[1] == (tenant, name)]:  # a copy: requests add to it on their loops
             self._reading.pop(flight, None)
         self._deployments.pop((tenant, name))
-        self._versions.clear()  # a change may point at a version made since it was read (read again: once)
+        # A version's number names another artifact only once nothing routes to it (its model
+        # deleted, refused while deployed, and made again): a deployment change is where this
+        # process starts routing to one, so the versions are read again from here (once each).
+        self._versions.clear()
         self._resolved.pop((tenant, name))
         self.parsed.forget(tenant, name)
         if self.cache is not None:

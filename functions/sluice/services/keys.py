@@ -14,7 +14,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from sluice import owner_only
 from sluice.caching import TTLCache
@@ -75,6 +75,7 @@ class MarkerFile:
 
 
 PREFIX = "sk_"
+T = TypeVar("T")
 
 
 def hash_key(key: str) -> str:
@@ -159,15 +160,14 @@ class KeyService:
     def cached(self, key: str) -> Principal | None:
         """The principal of a key checked recently, if no key was revoked since it was read;
         else None (then `authenticate` reads the registry)."""
-        entry = self._cache.get(hash_key(key))
-        return entry[1] if entry is not None and entry[0] == self._seen() else None
+        return _kept(self._cache, hash_key(key), self._seen())
 
     def authenticate(self, key: str) -> Principal:
         digest = hash_key(key)
         seen = self._seen()  # before the read: a revocation after it makes what is read stale
-        entry = self._cache.get(digest)
-        if entry is not None and entry[0] == seen:
-            return entry[1]
+        found = _kept(self._cache, digest, seen)
+        if found is not None:
+            return found
         key_id = split_key(key)
         record = self.registry.get_api_key(key_id) if key_id else None
         if (
@@ -189,9 +189,9 @@ class KeyService:
         """Whether the key `key_id` still works (a registry read, or the cached answer of one
         within the cache's time to live when no key was revoked since it was read)."""
         seen = self._seen()
-        entry = self._active.get(key_id)
-        if entry is not None and entry[0] == seen:
-            return entry[1]
+        found = _kept(self._active, key_id, seen)
+        if found is not None:
+            return found
         record = self.registry.get_api_key(key_id)
         works = record is not None and record.active
         self._active.put(key_id, (seen, works))
@@ -215,6 +215,12 @@ class KeyService:
     def list(self, principal: Principal) -> list[ApiKey]:
         principal.require("admin")
         return self.registry.list_api_keys(principal.tenant)
+
+
+def _kept(cache: TTLCache[str, tuple[int, T]], key: str, seen: int) -> T | None:
+    """What `cache` holds for `key` if it was read at the revocations `seen` (none since)."""
+    entry = cache.get(key)
+    return entry[1] if entry is not None and entry[0] == seen else None
 
 
 UNCHECKED = object()  # a held key's reading before its first check: checked before it is trusted
