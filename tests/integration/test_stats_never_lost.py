@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,6 +27,7 @@ from tests.integration.conftest import api_keys, auth
 from tests.integration.registry_limits import RegistryLimits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from sluice.domain import Principal
@@ -128,6 +129,39 @@ def test_an_idle_process_publishes_its_last_counts_on_its_timer(settings: Settin
     while _stored(reader).get("requests", 0) < 10 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _stored(reader).get("requests") == 10
+
+
+class _CountedWhileWriting:
+    """A registry that, while it writes the first counts, lets `meanwhile` count more (a
+    shadow job finishing while the process stops)."""
+
+    def __init__(self, registry: SqliteRegistry, meanwhile: Callable[[], None]) -> None:
+        self.registry, self.meanwhile = registry, meanwhile
+
+    def merge_stats(self, *args: Any) -> None:
+        self.registry.merge_stats(*args)
+        meanwhile, self.meanwhile = self.meanwhile, lambda: None
+        meanwhile()
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_a_count_made_while_the_shutdown_flush_writes_is_written_not_dropped(registry: SqliteRegistry, timed: bool) -> None:
+    """The registry took the close's flush: what arrived during it was never refused, so it is
+    written (by the next flush, or by the timer where the recorder is on one), never dropped."""
+    dropped: list[Any] = []
+    recorder = StatsRecorder(
+        _CountedWhileWriting(registry, lambda: recorder.request(MIRROR, 0.0, ok=False)),  # type: ignore[arg-type]
+        timed=timed, flush_every_s=0.05, on_drop=dropped.extend,
+    )  # fmt: skip
+    recorder.request(KEY, 3.0, ok=True)
+    recorder.close()
+    assert dropped == []
+    if not timed:
+        assert recorder.flush()
+    deadline = time.monotonic() + 30
+    while not _stored(registry, MIRROR) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _stored(registry, MIRROR)["errors"] == 1 and _stored(registry)["requests"] == 1
 
 
 def test_what_can_never_be_written_is_dropped_visibly(demo: Container, keys: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:

@@ -151,6 +151,22 @@ def test_a_slow_or_failing_mirror_never_delays_or_alters_the_primary(demo: Conta
     assert stats["mirrors"]["slow"]["latency_ms"]["p50"] >= 500
 
 
+def test_a_shadow_comparison_in_flight_at_shutdown_is_written_before_the_app_stops(
+    demo: Container, keys: dict[str, str], fake: SleepyRuntime
+) -> None:
+    """The app's shutdown waits for the shadow jobs handed over before it writes its
+    statistics: a mirror still running as the server stops is counted, not dropped or left."""
+    add_fake(demo.registry, "acme", "prim", value=1.0)
+    add_fake(demo.registry, "acme", "slow", value=2.0, sleep_s=0.3)
+    policy = {"kind": "shadow", "primary": single("prim", 1), "mirrors": [{"name": "slow", "target": single("slow", 1)}]}
+    with TestClient(create_app(demo)) as client:
+        assert deploy(client, keys["acme"], "sh", policy).status_code == 201
+        assert predict(client, keys["acme"], "sh").json()["prediction"] == 1.0
+    revision = demo.registry.get_deployment("acme", "sh").revision
+    written = demo.registry.read_stats("acme", "sh", revision)  # the registry itself: nothing flushed for the read
+    assert written["mirror:slow"]["requests"] == 1 and written["deployment"]["requests"] == 1
+
+
 def principal_admin() -> Principal:
     from sluice.domain import Principal
 

@@ -137,13 +137,14 @@ class SluiceApp(FastAPI):
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """At shutdown (uvicorn's, after the requests in flight are answered): the statistics this
-    process counted are written (`StatsRecorder.close`; what the registry still refuses is
-    counted as dropped). Mangum runs no lifespan: in Lambda they are flushed per invocation."""
+    """At shutdown (uvicorn's, after the requests in flight are answered): what this process
+    holds is written (`Container.settle`: the shadow jobs handed over finish first, since they
+    count statistics too; what the registry still refuses is counted as dropped). Mangum runs
+    no lifespan: in Lambda they are flushed per invocation."""
     yield
     container: Container | None = app.state.container  # none if no request built one
     if container is not None:
-        await asyncio.to_thread(container.predictions.stats.close)
+        await asyncio.to_thread(container.settle)
 
 
 def create_app(container: Container | None = None, *, max_request_bytes: int | None = None) -> SluiceApp:

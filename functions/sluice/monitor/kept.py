@@ -115,14 +115,15 @@ class PredictionKeeper(timer.Flushed):
             self._monitored[(tenant, deployment)] = found
         return found[0]
 
-    def close(self) -> None:
-        """The shutdown flush: what the registry still refuses is dropped, and logged."""
-        self.flush()
-        with self._lock:
-            lost, self._held = len(self._held), []
+    def _drop(self, *, refused: bool) -> int:
+        if not refused:
+            return 0
+        lost, self._held = len(self._held), []
+        return lost
+
+    def _dropped(self, lost: int) -> None:
         if lost:
             get_logger().error("kept predictions dropped", extra={"requests": lost})
-        self._unwatched()
 
 
 def _record(entry: tuple[Key, int, str, Signature, InferenceResult]) -> dict[str, Any] | None:

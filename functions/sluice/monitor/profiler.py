@@ -219,12 +219,13 @@ class ProfileRecorder(timer.Flushed):
                 else:
                     now.profile.merge(held.profile)
 
-    def close(self) -> None:
-        """The shutdown flush: what the registry still refuses is dropped, and logged."""
-        self.flush()
-        with self._lock:
-            lost = sum(h.profile.rows for h in self._held.values() if h.profile is not None) + self.dropped_rows
-            self._held, self.dropped_rows = {}, 0
+    def _drop(self, *, refused: bool) -> int:
+        lost, self.dropped_rows = self.dropped_rows, 0
+        if refused:
+            lost += sum(h.profile.rows for h in self._held.values() if h.profile is not None)
+            self._held = {}
+        return lost
+
+    def _dropped(self, lost: int) -> None:
         if lost:
             get_logger().error("profiles dropped", extra={"rows": lost})
-        self._unwatched()

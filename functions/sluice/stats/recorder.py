@@ -197,17 +197,14 @@ class StatsRecorder(timer.Flushed):
         with use_tenant(tenant):  # counters kept for each tenant's own requests, written as it
             self.registry.merge_stats(tenant, deployment, revision, subject, sums, maxes)
 
-    def close(self) -> None:
-        """The shutdown flush: what is pending is written; what the registry still refuses is
-        dropped, counted and logged (`on_drop`). The recorder stays usable (counts recorded
-        after it are flushed as before), and may be closed again."""
-        self.flush()
-        with self._lock:
+    def _drop(self, *, refused: bool) -> None:
+        if refused:  # what is held now will not be written
             for key in self._sums.keys() | self._maxes.keys():
                 self._lose(key, _weight(self._sums.get(key)), AT_CLOSE)
             self._sums, self._maxes = {}, {}
+
+    def _dropped(self, lost: None) -> None:
         self._report_lost()
-        self._unwatched()
 
     def _said(self, error: Exception | None, kept: int) -> None:
         """A warning when writes start failing, then at most every `COMPLAIN_EVERY_S`; a line

@@ -52,6 +52,28 @@ class Flushed(ABC):
         """Write what is held; what the registry refuses is kept for the next flush. True when
         everything was written."""
 
+    def close(self) -> None:
+        """The shutdown flush, one rule for every recorder: what is held is written; where the
+        registry refused some of it, what is held then is dropped (`_drop`), counted and
+        logged (`_dropped`). What arrives after a flush that worked (a shadow job finishing as
+        the process stops) is never dropped: it stays held, on the timer, and is written as
+        before. The recorder stays usable, and may be closed again."""
+        written = self.flush()
+        with self._lock:
+            lost = self._drop(refused=not written)
+            if not self.pending():
+                self._unwatched()
+        self._dropped(lost)
+
+    @abstractmethod
+    def _drop(self, *, refused: bool) -> Any:
+        """At `close`, under `_lock`: empty what is held where the registry `refused` it, and
+        return what is lost, for `_dropped`."""
+
+    @abstractmethod
+    def _dropped(self, lost: Any) -> None:
+        """Say what `_drop` lost (a log line, a metric); called outside `_lock`."""
+
     def due(self) -> bool:
         return self.pending() and time.monotonic() - self._last_flush >= self.flush_every_s
 
