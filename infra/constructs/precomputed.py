@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 READ_ANSWERS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
 WRITE_ANSWERS = ("dynamodb:BatchWriteItem", "dynamodb:PutItem")
-PUBLISH = ("dynamodb:GetItem", "dynamodb:PutItem")
+PUBLISH = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem")  # DeleteItem: a job withdrawn that replaced nothing
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ WRITE = ["dynamodb:BatchWriteItem", "dynamodb:PutItem"]
 OWN = {
     ("api", "sluice.handlers.shadow.handler"): READ,
     ("batch", "sluice.handlers.batch.score"): sorted(READ + WRITE),
-    ("batch", "sluice.handlers.batch.finalize"): ["dynamodb:GetItem", "dynamodb:PutItem"],
+    ("batch", "sluice.handlers.batch.finalize"): ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"],
 }
 TENANT_ROLE = {"sluice.handlers.api.handler", "sluice.handlers.websocket.handler"}
 

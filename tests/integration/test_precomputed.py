@@ -124,6 +124,62 @@ def test_a_job_publishes_its_answers_at_its_success_and_a_failed_one_publishes_n
     assert recs.deployments.stats(acme, "recs")["fallback_rate"] == pytest.approx(1 / 5)
 
 
+def test_a_job_made_before_another_that_finishes_after_it_leaves_the_later_ones_answers_served(
+    recs: Container, acme: Principal, tmp_path: Path
+) -> None:
+    """Monday's job, slow, finishes after Tuesday's: it succeeds (its files stand), and the
+    table goes on serving Tuesday's answers, never back to Monday's."""
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    monday, runner = started(recs, acme, users_csv(tmp_path / "monday.csv", ["u1"], 0.01))
+    tuesday, _ = started(recs, acme, users_csv(tmp_path / "tuesday.csv", ["u1"], 0.05))
+    runner.finalize(acme.tenant, tuesday)
+    answers = scored(recs.registry.get_job(acme.tenant, tuesday))
+    assert ask(client, key, "u1")["prediction"] == pytest.approx(answers["u1"])
+    runner.finalize(acme.tenant, monday)
+    assert recs.registry.get_job(acme.tenant, monday).status == "SUCCEEDED"
+    assert scored(recs.registry.get_job(acme.tenant, monday))["u1"] != pytest.approx(answers["u1"])
+    assert ask(client, key, "u1")["prediction"] == pytest.approx(answers["u1"])
+
+
+class CancelledAsItPublishes:
+    """The store, but a job is cancelled the moment its answers are published (before its
+    Finalize marks it SUCCEEDED): a job that did not succeed after all."""
+
+    def __init__(self, c: Container, acme: Principal) -> None:
+        self.store, self.c, self.acme = c.precomputed, c, acme
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def publish(self, tenant: str, table: str, publication: Publication, **kw: Any) -> Any:
+        before = self.store.publish(tenant, table, publication, **kw)  # type: ignore[union-attr]
+        self.c.batch.cancel(self.acme, publication.job)
+        return before
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["table-empty", "table-serving"])
+def test_a_job_cancelled_as_it_publishes_leaves_the_table_as_it_was(recs: Container, acme: Principal, tmp_path: Path, before: bool) -> None:
+    """Whether the table served nothing or another job's answers, a job found cancelled once it
+    has published is withdrawn: the table serves what it served before, those answers still
+    there to serve."""
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    served = None
+    if before:
+        first = run_job(recs, acme, users_csv(tmp_path / "first.csv", ["u1"], 0.01), deployment="diabetes", key_columns=["user"], publish={"table": "recs", "key": "user"})
+        served = scored(first)["u1"]
+    job, runner = started(recs, acme, users_csv(tmp_path / "cancelled.csv", ["u1"], 0.05))
+    runner.precomputed = CancelledAsItPublishes(recs, acme)
+    runner.finalize(acme.tenant, job)
+    assert recs.registry.get_job(acme.tenant, job).status == "CANCELLED"
+    answer = ask(client, key, "u1")
+    if served is None:
+        assert answer["source"] == "live"
+    else:
+        assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(served)
+
+
 def test_rows_of_one_request_mix_stored_and_live_answers_in_order(demo: Container, acme: Principal) -> None:
     """Keyed by an input's column, each row is its own entity: stored rows (made unlike any
     the model gives) and live ones come back in the request's order; a stale row is live."""
@@ -174,7 +230,8 @@ def test_a_publication_that_stops_fitting_the_live_node_is_answered_live_until_o
     other = [{"name": "output_label", "datatype": "INT64", "shape": [-1]}]
     for generation, outputs, answer in (("g1", fitting, {"variable": live + 1000}), ("g2", other, {"output_label": np.array([7])}), ("g3", fitting, {"variable": live + 2000})):
         store.put_answers("acme", "recs", generation, [("u1", encode_rows(answer, 1)[0])], computed_at=now, expires_at=now + 60)
-        store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now), expires_at=now + 60)
+        made = float(generation[1:])  # made in this order
+        store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now, made_at=made), expires_at=now + 60)
         for _ in range(2):
             got = run_predict(recs, acme, request).answer
             if outputs is other:
@@ -247,14 +304,15 @@ def test_each_row_is_its_stored_answer_while_fresh_else_live(demo: Container, ac
     every = np.zeros((6, 10), np.float32)
     every[:, 0] = range(1, 7)
     stored = encode_rows({"variable": predict(demo, acme, "diabetes", every).result.outputs["variable"] + 1000}, 6)
-    store, now, generation = demo.precomputed, time.time(), f"g{next(_GENERATIONS)}"
+    store, now, made = demo.precomputed, time.time(), next(_GENERATIONS)
+    generation = f"g{made}"
     assert store is not None
     for entity, state in states.items():
         if state != "absent":
             at, until = (now - 7200, now + 60) if state == "stale" else (now, now - 1 if state == "expired" else now + 60)
             store.put_answers("acme", "recs", generation, [(entity, stored[int(entity) - 1])], computed_at=at, expires_at=until)
     outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
-    store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now), expires_at=now + 60)
+    store.publish("acme", "recs", Publication(generation, f"job-{generation}", "diabetes", outputs, published_at=now, made_at=made), expires_at=now + 60)
 
     answer = predict(demo, acme, "by-age", rows).answer
     fresh = [states[str(e)] == "fresh" for e in entities]

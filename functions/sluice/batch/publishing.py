@@ -6,14 +6,18 @@ id), keyed by each row's entity (the `key` column), in calls of the store's size
 the answers hold (`describe`); a chunk scored again writes the same items. A row whose key is
 empty fails, named in the chunk's error file: every input row is scored and published, or
 counted failed. When the job succeeds, Finalize points the table at its generation, in one
-write (`publish_job`); until then readers see the previous job's answers, and a job that
-fails, or is cancelled, is never pointed at (its rows expire with their time to live).
+write (`publish_job`), unless a job made after it has published first (the table only moves
+forward); until then readers see the previous job's answers, and a job that fails, or is
+cancelled, is never pointed at (its rows expire with their time to live). Once the job's end
+stands, the generation it replaced is removed, or (it did not succeed after all) the job is
+withdrawn and the one it replaced put back (`settle`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +26,8 @@ from sluice.codecs.stored_rows import encode_rows
 from sluice.domain import now
 from sluice.domain.errors import BadRequest, Unavailable
 from sluice.domain.precomputed import entity_of
-from sluice.registry.precomputed import Publication
+from sluice.observability import get_logger
+from sluice.registry.precomputed import Publication, Superseded
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,9 +96,19 @@ class Publishing:
             self.described = None  # once a chunk
 
 
-def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Publication | None:
-    """Point the job's table at its answers (at its success); the publication it replaced.
-    None when the job published nothing (no row was scored)."""
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A job's answers served by its table, in place of `replaced` (None: nothing was)."""
+
+    table: str
+    generation: str
+    replaced: Publication | None
+
+
+def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | None:
+    """Point the job's table at its answers (at its success). None when the job published
+    nothing: no row was scored, or the table serves the answers of a job made after this one
+    (`Superseded`: those stay, and this job still succeeds; logged)."""
     target = job.publish
     if target is None or store is None:
         return None
@@ -103,13 +118,29 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Publication | 
     at = now()
     publication = Publication(
         generation=job.id, job=job.id, deployment=job.deployment, outputs=found.outputs,
-        classes=found.classes, published_at=at, rows=job.rows_out,
+        classes=found.classes, published_at=at, rows=job.rows_out, made_at=job.created_at,
     )  # fmt: skip
-    return store.publish(job.tenant, target.table, publication, expires_at=at + target.ttl_s)
+    try:
+        replaced = store.publish(job.tenant, target.table, publication, expires_at=at + target.ttl_s)
+    except Superseded as later:
+        get_logger().warning(
+            "batch job's answers not published: a job made after it published first",
+            extra={"job": job.id, "table": target.table, "served": later.current.job},
+        )
+        return None
+    return Published(target.table, job.id, replaced)
 
 
-def restore(store: PrecomputedStore, job: BatchJob, before: Publication | None) -> None:
-    """Put back the publication a job replaced (the job did not end SUCCEEDED after all)."""
-    if before is not None and job.publish is not None:
-        store.publish(job.tenant, job.publish.table, before, expires_at=before.published_at + job.publish.ttl_s)
-
+def settle(store: PrecomputedStore, job: BatchJob, published: Published, *, succeeded: bool) -> None:
+    """Once the job's end stands: a success removes the answers of the generation it replaced;
+    a job that did not succeed after all (cancelled, or found dead, meanwhile) is withdrawn, the
+    publication it replaced put back, where the table still points at it (a later job's
+    publication since stays)."""
+    before = published.replaced
+    if succeeded:
+        if before is not None and before.generation != published.generation:
+            store.retire(job.tenant, published.table, before.generation)
+        return
+    ttl_s = job.publish.ttl_s if job.publish is not None else 0.0
+    expires_at = before.published_at + ttl_s if before is not None else 0.0
+    store.withdraw(job.tenant, published.table, published.generation, put_back=before, expires_at=expires_at)

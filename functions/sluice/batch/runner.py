@@ -35,7 +35,7 @@ from sluice.batch.manifest import (
 )
 from sluice.batch.paths import BatchPaths
 from sluice.batch.plan import Chunk, JobSpec, plan_job
-from sluice.batch.publishing import check_publish, publish_job, restore
+from sluice.batch.publishing import check_publish, publish_job, settle
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
@@ -221,7 +221,7 @@ class BatchRunner:
             self._fail(job, error)
             raise JobIncomplete(error, field="job")
         try:  # the table serves the job's answers from now on (a failure fails the job: nothing published)
-            replaced = publish_job(self.precomputed, job)
+            published = publish_job(self.precomputed, job)
         except SluiceError as exc:
             self._fail(job, f"its answers could not be published: {exc.message}")
             raise JobIncomplete(f"its answers could not be published: {exc.message}", field="publish") from None
@@ -229,8 +229,8 @@ class BatchRunner:
         try:
             done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
         except Conflict:
-            if job.publish is not None and self.precomputed is not None:  # it did not succeed after all
-                restore(self.precomputed, job, replaced)
+            if published is not None and self.precomputed is not None:  # it did not succeed after all
+                settle(self.precomputed, job, published, succeeded=False)
             # Cancelled, or found dead, meanwhile: that stands, and the folder must not say otherwise.
             done = self.registry.get_job(tenant, job_id)
             if self._folder_is_its(done):
@@ -240,6 +240,10 @@ class BatchRunner:
                         join(job.output_uri, MANIFEST), self._manifest(done, chunks, done.status, done.error),
                         content_type="application/json",
                     )  # fmt: skip
+        else:
+            if published is not None and self.precomputed is not None:
+                with contextlib.suppress(SluiceError):  # else the replaced answers expire with their time to live
+                    settle(self.precomputed, job, published, succeeded=True)
         return job_summary(done)
 
     # Mark failed --------------------------------------------------------------------------

@@ -6,18 +6,23 @@ into the table that a `precomputed` deployment then serves, over a DynamoDB regi
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import hypothesis
 import numpy as np
 from botocore.stub import Stubber
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.registry.dynamodb import DynamoRegistry, create_table
-from sluice.registry.precomputed import Publication
+from sluice.registry.precomputed import Publication, Superseded
 from sluice.registry.precomputed.dynamodb import DynamoPrecomputed
+from sluice.registry.precomputed.sqlite import SqlitePrecomputed
 from sluice.settings import Settings
 from sluice.storage.folder import FolderStore
 from sluice.wiring import Container, build_runtimes
@@ -112,3 +117,56 @@ def test_a_job_publishes_into_dynamodb_and_a_deployment_serves_it(aws: None, tmp
     np.testing.assert_allclose(hit.result.outputs["variable"], miss.result.outputs["variable"], rtol=1e-6)  # the same features, the same model
     published = client.get_item(TableName=ANSWERS, Key={"pk": {"S": "T#acme#P#recs"}, "sk": {"S": "PUBLISHED"}})["Item"]
     assert job.id in published["doc"]["S"] and time.time() + 3500 < int(published["expires_at"]["N"]) <= time.time() + 3601
+
+
+_EXAMPLES = itertools.count()
+# (op, job, ttl): publish the answers of the job made `job`-th, living `ttl` ticks; or withdraw
+# that job's (the job did not succeed after all), putting back what it replaced.
+_OPS = st.lists(st.tuples(st.sampled_from(["publish", "withdraw"]), st.integers(0, 4), st.sampled_from([2, 100])), min_size=1, max_size=12)
+
+
+@hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_OPS)
+def test_a_table_serves_the_latest_made_job_whatever_order_jobs_finish_in_on_both_stores(aws: None, tmp_path: Path, ops: list[tuple[str, int, int]]) -> None:
+    """Jobs finishing in any order, some withdrawn, some publications expiring: on SQLite and on
+    DynamoDB alike, the table serves what a model of the rule says: a publication replaces the
+    one served only where that one expired or was made before it (else `Superseded`, naming
+    it), and a withdrawal puts back what the job replaced only while the job is served."""
+    client = boto3.client("dynamodb")
+    if ANSWERS not in client.list_tables()["TableNames"]:
+        create_table(client, ANSWERS)
+    table = f"recs{next(_EXAMPLES)}"
+    stores = {"sqlite": SqlitePrecomputed(tmp_path / "precomputed.db"), "dynamodb": DynamoPrecomputed(ANSWERS, client=client)}
+    served: tuple[Publication, int] | None = None  # the model: what is served, until when
+    replaced: dict[int, Publication | None] = {}  # what each job's publication replaced
+    for tick, (op, job, ttl) in enumerate(ops, start=1):
+        mine = Publication(f"g{job}", f"job-{job}", "diabetes", OUTPUTS, published_at=float(tick), made_at=1000.0 + job)
+        expected: Any
+        if op == "publish":
+            live = served is not None and served[1] > tick
+            if live and served[0].order > mine.order:  # type: ignore[index]
+                expected = ("superseded", served[0].job)  # type: ignore[index]
+            else:
+                expected = ("replaced", served[0].generation if served else None)
+                replaced[job] = served[0] if served else None
+                served = (mine, tick + ttl)
+        else:
+            put_back = replaced.get(job)
+            expected = served is not None and served[0].generation == mine.generation
+            if expected:
+                served = (put_back, int(put_back.published_at) + ttl) if put_back else None
+        for name, store in stores.items():
+            if op == "publish":
+                try:
+                    before = store.publish("acme", table, mine, expires_at=float(tick + ttl))
+                    got: Any = ("replaced", before.generation if before else None)
+                except Superseded as later:
+                    got = ("superseded", later.current.job)
+            else:
+                put_back = replaced.get(job)
+                expires = (put_back.published_at + ttl) if put_back else 0.0
+                got = store.withdraw("acme", table, mine.generation, put_back=put_back, expires_at=expires)
+            assert got == expected, (name, tick, op, job)
+            now = stores[name].publication("acme", table, now=float(tick))
+            want = served[0].generation if served is not None and served[1] > tick else None
+            assert (now.generation if now else None) == want, (name, tick, op, job)

@@ -3,9 +3,13 @@
 A table is keyed by (tenant, table, generation, entity). A job writes its answers under a
 generation of its own (its id) while it runs; when it succeeds, the table's publication (its
 pointer) names that generation, in one write: readers see the previous job's answers until
-then, and never a job's that failed. Each answer and each publication carries `expires_at`;
-an expired one is never read, and the store removes it (DynamoDB's time to live, SQLite on
-publishing). Two adapters: SQLite beside the embedded registry (`sqlite`), and a DynamoDB
+then, and never a job's that failed. The table only ever moves forward: a job made earlier
+that finishes after a later one has published does not replace the later one's answers
+(`Superseded`), and a job that turns out not to have succeeded after all is withdrawn only
+while the table still points at it (`withdraw`). The answers of a generation replaced are
+removed once the replacement stands (`retire`). Each answer and each publication carries
+`expires_at`; an expired one is never read, and the store removes it (DynamoDB's time to live,
+SQLite on publishing). Two adapters: SQLite beside the embedded registry (`sqlite`), and a DynamoDB
 table of its own whose keys live under the tenant's prefix (`dynamodb`).
 """
 
@@ -14,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from sluice.domain.errors import Conflict
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,6 +41,13 @@ class Publication:
     classes: dict[str, list[Any]] = field(default_factory=dict)
     published_at: float = 0.0
     rows: int = 0
+    made_at: float = 0.0  # when its job was made: of two jobs, the one made later is served
+
+    @property
+    def order(self) -> str:
+        """Where it stands among a table's publications: by when its job was made, then by job
+        id (two jobs made in one millisecond), as a string that sorts as they do."""
+        return f"{round(self.made_at * 1000):016d}#{self.job}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -46,7 +59,18 @@ class Publication:
             generation=data["generation"], job=data["job"], deployment=data.get("deployment", ""),
             outputs=list(data.get("outputs") or []), classes=dict(data.get("classes") or {}),
             published_at=float(data.get("published_at") or 0.0), rows=int(data.get("rows") or 0),
+            made_at=float(data.get("made_at") or 0.0),
         )  # fmt: skip
+
+
+class Superseded(Conflict):
+    """The table serves the answers of a job made later than the one publishing: they stay."""
+
+    def __init__(self, current: Publication) -> None:
+        super().__init__(
+            f"not published: the table serves the answers of job '{current.job}', made after this one", field="publish"
+        )
+        self.current = current
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,4 +103,13 @@ class PrecomputedStore(Protocol):
         """What `describe` said of a generation, or None (no chunk wrote an answer)."""
 
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
-        """Point the table at `publication`'s generation; the publication it replaces, if any."""
+        """Point the table at `publication`'s generation; the publication it replaces, if any.
+        `Superseded` where the table serves, unexpired at `publication.published_at`, one that
+        comes after it (`order`): that one stays. The same publication again replaces itself."""
+
+    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
+        """While the table points at `generation`: point it at `put_back` instead (or at
+        nothing). False, and nothing changed, where another publication has replaced it since."""
+
+    def retire(self, tenant: str, table: str, generation: str) -> None:
+        """Remove a replaced generation's answers (where the store does not let them expire)."""

@@ -2,7 +2,8 @@
 time to live on `expires_at`), every key under the tenant's prefix so that the tenant role's
 leading-key condition (`T#<tenant>`, `T#<tenant>#*`) covers it as it covers the registry:
 
-- publication: `pk=T#<tenant>#P#<table>`, `sk=PUBLISHED`; also `doc` (JSON) and `expires_at`
+- publication: `pk=T#<tenant>#P#<table>`, `sk=PUBLISHED`; also `doc` (JSON), `expires_at`, and
+  `generation` and `order` (`Publication.order`) that its conditional writes compare
 - answer: `pk=T#<tenant>#P#<table>#E#<entity>`, `sk=G#<generation>`; also `body` (bytes),
   `at` (when computed) and `expires_at`
 - what a generation holds: `pk=T#<tenant>#P#<table>#G#<generation>`, `sk=GENERATION`; also
@@ -12,7 +13,8 @@ An answer's partition is its entity's, so a job's writes spread over the table. 
 BatchGetItem, up to 100 keys a call, eventually consistent (a publication is written after every
 answer it names, and read again every few seconds); writes are BatchWriteItem, 25 items a call,
 what DynamoDB leaves unprocessed sent again with a growing pause. Old generations are not
-deleted: their `expires_at` lets DynamoDB remove them, and a read ignores an expired item.
+deleted (`retire` does nothing): their `expires_at` lets DynamoDB remove them, and a read
+ignores an expired item.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from sluice.registry.dynamodb.table import Table, attempts, busy, key
-from sluice.registry.precomputed import MAX_PUT, Publication, Stored
+from sluice.registry.dynamodb.table import Refused, Table, attempts, busy, key
+from sluice.registry.precomputed import MAX_PUT, Publication, Stored, Superseded
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -125,15 +127,52 @@ class DynamoPrecomputed:
         return Publication.from_json(found["doc"]["S"]) if found else None
 
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
-        answered = self.table.send(
-            "put_item",
-            TableName=self.table.name,
-            Item={
-                **key(publication_pk(tenant, table), PUBLISHED),
-                "doc": {"S": publication.to_json()},
-                "expires_at": {"N": str(math.ceil(expires_at))},
-            },
-            ReturnValues="ALL_OLD",
-        )
-        before = answered.get("Attributes")
-        return Publication.from_json(before["doc"]["S"]) if before else None
+        for _ in attempts():
+            try:
+                answered = self.table.send(
+                    "put_item",
+                    TableName=self.table.name,
+                    Item=self._publication_item(tenant, table, publication, expires_at),
+                    # Nothing served, or it expired, or it does not come after this one.
+                    ConditionExpression="attribute_not_exists(pk) OR expires_at <= :at OR attribute_not_exists(#o) OR #o <= :o",
+                    ExpressionAttributeNames={"#o": "order"},
+                    ExpressionAttributeValues={":at": {"N": repr(float(publication.published_at))}, ":o": {"S": publication.order}},
+                    ReturnValues="ALL_OLD",
+                )
+            except Refused:
+                current = self.publication(tenant, table, now=publication.published_at)
+                if current is not None:
+                    raise Superseded(current) from None
+                continue  # it expired or went meanwhile: try again
+            before = answered.get("Attributes")
+            return Publication.from_json(before["doc"]["S"]) if before else None
+        raise busy()
+
+    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
+        still = {
+            "ConditionExpression": "#g = :g",
+            "ExpressionAttributeNames": {"#g": "generation"},
+            "ExpressionAttributeValues": {":g": {"S": generation}},
+        }
+        try:
+            if put_back is None:
+                self.table.send("delete_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), **still)
+            else:
+                item = self._publication_item(tenant, table, put_back, expires_at)
+                self.table.send("put_item", TableName=self.table.name, Item=item, **still)
+        except Refused:
+            return False
+        return True
+
+    def retire(self, tenant: str, table: str, generation: str) -> None:
+        return None  # its items expire with their time to live
+
+    @staticmethod
+    def _publication_item(tenant: str, table: str, publication: Publication, expires_at: float) -> dict[str, Any]:
+        return {
+            **key(publication_pk(tenant, table), PUBLISHED),
+            "doc": {"S": publication.to_json()},
+            "generation": {"S": publication.generation},
+            "order": {"S": publication.order},
+            "expires_at": {"N": str(math.ceil(expires_at))},
+        }

@@ -1,11 +1,13 @@
 """Tables of precomputed answers in SQLite: a file of their own beside the embedded registry
 (`precomputed.db`), so the registry's schema stays as it is. One statement reads a request's
 entities (in pieces of `MAX_GET`), one transaction writes a piece of a chunk; publishing is
-one transaction that points the table at the new generation and removes the generation it
-replaces and every expired row."""
+one transaction that points the table at the new generation (where no later job's stands) and
+removes every expired row; a generation replaced is removed once its replacement stands
+(`retire`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -14,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from sluice import owner_only
 from sluice.domain.errors import faults_named
-from sluice.registry.precomputed import MAX_GET, Publication, Stored
+from sluice.registry.precomputed import MAX_GET, Publication, Stored, Superseded
 from sluice.registry.sqlite.connection import thread_connection
 from sluice.registry.sqlite.faults import STORAGE
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -99,17 +101,11 @@ class SqlitePrecomputed:
     ) -> None:
         if not rows:
             return
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._immediate() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(tenant, table, entity, generation, body, computed_at, expires_at) for entity, body in rows],
             )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def describe(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> None:
         self._conn().execute(
@@ -123,18 +119,46 @@ class SqlitePrecomputed:
         return Publication.from_json(row[0]) if row else None
 
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
+        with self._immediate() as conn:
+            row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
+            before = Publication.from_json(row[0]) if row else None
+            later = before is not None and row[1] > publication.published_at and before.order > publication.order
+            if later:  # never served: its answers go now
+                conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, publication.generation))
+            else:
+                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, publication.to_json(), expires_at))
+            conn.execute("DELETE FROM answers WHERE expires_at <= ?", (publication.published_at,))
+            conn.execute("DELETE FROM generations WHERE expires_at <= ?", (publication.published_at,))
+        if later:
+            raise Superseded(before)  # type: ignore[arg-type]
+        return before
+
+    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
+        with self._immediate() as conn:
+            row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
+            if row is None or Publication.from_json(row[0]).generation != generation:
+                return False
+            if put_back is None:
+                conn.execute("DELETE FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table))
+            else:
+                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, put_back.to_json(), expires_at))
+        return True
+
+    def retire(self, tenant: str, table: str, generation: str) -> None:
+        with self._immediate() as conn:
+            row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
+            if row is not None and Publication.from_json(row[0]).generation == generation:
+                return  # served again (put back meanwhile): kept
+            conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, generation))
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at its start: committed, or rolled back on any error."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
-            before = Publication.from_json(row[0]) if row else None
-            conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, publication.to_json(), expires_at))
-            if before is not None and before.generation != publication.generation:
-                conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, before.generation))
-            conn.execute("DELETE FROM answers WHERE expires_at <= ?", (publication.published_at,))
-            conn.execute("DELETE FROM generations WHERE expires_at <= ?", (publication.published_at,))
+            yield conn
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
-        return before
