@@ -57,7 +57,7 @@ class ReplayService:
             model, number = parse_model_version(against, field="against")
             require_found(registry.get_version, principal.tenant, model, number, field="against")
             return against, parse_policy({"kind": "single", "model": model, "version": number}, field="against")
-        if not isinstance(against, str) or not re.match(NAME_PATTERN, against):
+        if not isinstance(against, str) or not re.fullmatch(NAME_PATTERN, against):
             raise InvalidRequest(f"{against!r} is not MODEL:VERSION or a deployment name", field="against")
         require_found(registry.get_deployment, principal.tenant, against, field="against")
         return f"deployment {against}", parse_policy({"kind": "ref", "deployment": against}, field="against")

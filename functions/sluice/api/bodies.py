@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # An upload's body posted to `sluice serve`: authorized by its signed form, as S3 authorizes a
 # presigned POST, not by an API key; bounded by that form's size, not the request limit.
-UPLOAD_BODY = re.compile(r"^/api/v1/uploads/[0-9a-f]{32}/body$")
+UPLOAD_BODY = re.compile(r"^/api/v1/uploads/[0-9a-f]{32}/body\Z")
 
 
 def upload_body(path: str) -> bool:

@@ -27,8 +27,8 @@ INSTALL = "pip install 'sluice[mlflow]'"
 SCHEMES = ("models:/", "runs:/")
 # The flavors sluice takes, best first: ONNX as it is, the others through their converter.
 FLAVORS = ("onnx", "sklearn", "xgboost", "lightgbm", "pytorch")
-_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?$")  # VERSION: a number or latest
-_RUN_URI = re.compile(r"^runs:/(?P<run>[0-9a-zA-Z-]+)/(?P<path>.+)$")
+_MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>[^/]+)|@(?P<alias>[^/]+))/?\Z")  # VERSION: a number or latest
+_RUN_URI = re.compile(r"^runs:/(?P<run>[0-9a-zA-Z-]+)/(?P<path>.+)\Z")
 
 
 def is_mlflow_uri(text: str) -> bool:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 _ARN = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)$"
+    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)\Z"
 )
 APPROVED = "Approved"
 MAX_BYTES = 2 * 1024**3

@@ -14,7 +14,7 @@ from typing import Any
 from sluice.domain.errors import BadRequest
 
 PRICES_DIR = Path(__file__).resolve().parent / "prices"
-REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d\Z")
 REQUIRED = (
     "region", "as_of", "source", "lambda", "api_gateway", "step_functions", "s3", "sagemaker_instance_hour",
     "lambda_managed_instances", "sagemaker_serverless",

@@ -63,7 +63,7 @@ class Compare(ReadsRequest, Part):
     @field_validator("field")
     @classmethod
     def _known(cls, value: str) -> str:
-        if not re.match(FIELD_PATTERN, value):
+        if not re.fullmatch(FIELD_PATTERN, value):
             raise ValueError("a condition reads routing_key, headers.<name>, parameters.<name> (letters, digits, '_', '.', '-') or inputs.<name>")
         name = value.removeprefix("parameters.")
         if name != value and name in RESERVED_PARAMETERS:

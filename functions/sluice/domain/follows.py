@@ -43,14 +43,14 @@ FAILED = frozenset({"rolled_back", "aborted", "conversion_failed", "push_failed"
 MAX_HISTORY = 20
 MAX_REASON = 1000
 
-_MLFLOW = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<latest>latest))/?$")
+_MLFLOW = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<latest>latest))/?\Z")
 _GROUP = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package-group/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})$"
+    r"model-package-group/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})\Z"
 )
 _PLAN = re.compile(
     r"^\s*(?P<steps>[0-9.,%\s]+?)\s*(?:\bevery\s+(?P<every>\S+))?\s*\bgate\s+(?P<gates>.+?)"
-    r"\s*(?:\bmin\s+(?P<min>\d+))?\s*$"
+    r"\s*(?:\bmin\s+(?P<min>\d+))?\s*\Z"
 )
 DEFAULT_EVERY = "10m"
 DEFAULT_MIN_REQUESTS = 100
@@ -266,5 +266,5 @@ class PackageStateChange:
 
 _PACKAGE = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)$"
+    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)\Z"
 )

@@ -77,7 +77,7 @@ def derived_job_id(kind: str, *parts: str) -> str:
     return f"{kind}-{digest}"
 
 
-_CATALOG_NAME = re.compile(r"^[a-z0-9_]{1,128}$")
+_CATALOG_NAME = re.compile(r"^[a-z0-9_]{1,128}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +107,7 @@ class CatalogTarget:
         return {"database": self.database, "table": self.table}
 
 
-_PUBLISH_TABLE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_PUBLISH_TABLE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 PUBLISH_TTL_S = 7 * 86400  # how long published answers are kept when `ttl_s` is not given
 MAX_PUBLISH_TTL_S = 366 * 86400
 

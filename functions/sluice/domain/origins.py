@@ -20,7 +20,7 @@ from sluice.domain.errors import BadRequest, Forbidden
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 _NUMERIC = re.compile(r"[0-9a-fx.]+")
-_PORT_RANGE = re.compile(r":(?P<low>[0-9]{1,5})-(?P<high>[0-9]{1,5})$")
+_PORT_RANGE = re.compile(r":(?P<low>[0-9]{1,5})-(?P<high>[0-9]{1,5})\Z")
 
 
 @dataclass(frozen=True, slots=True)

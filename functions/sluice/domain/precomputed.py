@@ -54,7 +54,7 @@ class Precomputed(ReadsRequest, Part):
     @field_validator("key")
     @classmethod
     def _known(cls, value: str) -> str:
-        if not re.match(KEY_PATTERN, value):
+        if not re.fullmatch(KEY_PATTERN, value):
             raise ValueError("the key is read from routing_key, headers.<name> or inputs.<name>")
         return value
 

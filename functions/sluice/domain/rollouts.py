@@ -53,10 +53,10 @@ MAX_ALARMS = 5
 MAX_MIN_REQUESTS = 10_000_000
 
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
-_GATE = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*$")
+_GATE = re.compile(r"^\s*([a-z0-9_]+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\Z")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*\Z")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_ALARM = re.compile(r"^[A-Za-z0-9 ._\-/:#()+=@]{1,255}$")
+_ALARM = re.compile(r"^[A-Za-z0-9 ._\-/:#()+=@]{1,255}\Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,8 +30,8 @@ OVERLAPS: tuple[str, ...] = ("skip", "queue")
 ScheduleState = Literal["ENABLED", "PAUSED"]
 # The fields `Registry.update_schedule` may set.
 SCHEDULE_UPDATABLE: frozenset[str] = frozenset({"state", "last_fire", "skipped", "last_skipped_at", "updated_at"})
-_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)$")
-_CRON = re.compile(r"^cron\((.*)\)$")
+_RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)\Z")
+_CRON = re.compile(r"^cron\((.*)\)\Z")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-UPLOAD_ID = re.compile(r"^[0-9a-f]{32}$")
+UPLOAD_ID = re.compile(r"^[0-9a-f]{32}\Z")
 JSON_BODY = "application/json"
 OCTET_STREAM = "application/octet-stream"
 

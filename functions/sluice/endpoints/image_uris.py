@@ -23,7 +23,7 @@ from sluice.domain.errors import BadRequest
 FRAMEWORK = "sagemaker-tritonserver"
 REPOSITORY = "sagemaker-tritonserver"
 DEFAULT_VERSION = "25.09"
-INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+\Z")
 Processor = Literal["gpu", "cpu"]
 
 # Region -> the ECR registry account of the Triton images (one account per region in every version).

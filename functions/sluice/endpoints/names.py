@@ -15,7 +15,7 @@ import re
 
 from sluice.domain.errors import BadRequest
 
-SAGEMAKER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+SAGEMAKER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 
 
 def slug(text: str) -> str:

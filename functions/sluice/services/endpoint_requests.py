@@ -31,7 +31,7 @@ DEFAULT_BACKLOG_PER_INSTANCE = 5.0
 DEFAULT_MAX_CONCURRENT_INVOCATIONS = 4
 DEFAULT_INVOCATIONS_PER_COPY = 50.0
 DEFAULT_MEMORY_MB = 4096
-SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z\-]*:sns:[a-z0-9\-]+:[0-9]{12}:[a-zA-Z0-9_.-]{1,256}$")
+SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z\-]*:sns:[a-z0-9\-]+:[0-9]{12}:[a-zA-Z0-9_.-]{1,256}\Z")
 ASYNC_OPTIONS = ("output_path", "success_topic", "error_topic", "create_topics", "max_concurrent_invocations", "backlog_per_instance")
 COMPONENT_OPTIONS = ("copies", "min_copies", "max_copies", "invocations_per_copy", "cpus", "memory_mb", "gpus", "fallback")
 

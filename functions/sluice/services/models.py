@@ -265,16 +265,15 @@ SAGEMAKER_CONFIG_KEYS = (
 
 def sagemaker_config(config: dict[str, Any] | None) -> dict[str, Any]:
     """A `sagemaker` version's config: the endpoint it is served from, checked."""
-    import re
+    from sluice.endpoints.names import SAGEMAKER_NAME
 
     config = dict(config or {})
     unknown = sorted(set(config) - set(SAGEMAKER_CONFIG_KEYS))
     if unknown:
         raise BadRequest(f"unknown config keys {unknown}; a sagemaker version takes {list(SAGEMAKER_CONFIG_KEYS)}", field="config")
-    sagemaker_name = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
     for key in ("endpoint_name", "variant", "async_endpoint_name", "inference_component"):
         value = config.get(key)
-        if (key == "endpoint_name" or value is not None) and not (isinstance(value, str) and sagemaker_name.match(value)):
+        if (key == "endpoint_name" or value is not None) and not (isinstance(value, str) and SAGEMAKER_NAME.match(value)):
             raise BadRequest(f"config.{key} must be a SageMaker name: 1-63 letters, digits or '-'", field=f"config.{key}")
     target = config.get("target_model")
     if target is not None and (not isinstance(target, str) or not target):

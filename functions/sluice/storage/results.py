@@ -24,7 +24,7 @@ from sluice.storage.base import on_disk
 if TYPE_CHECKING:
     from sluice.storage.s3 import S3Store
 
-RESULT_ID = re.compile(r"^[0-9a-f]{32}$")
+RESULT_ID = re.compile(r"^[0-9a-f]{32}\Z")
 RECORD = "record.json"
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 RECORD = "record.json"
 BODY = "body"
 SIGNATURE_FIELD = "x-sluice-signature"
-_TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 
 
 def upload_prefix(tenant: str) -> str:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 TENANT_TAG = "tenant"
 # The tenant names sluice accepts: nothing IAM would read as a wildcard, no key separator.
-_TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_TENANT = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 __all__ = ["NoTenant", "TenantCredentials", "TenantRoutingClient", "use_tenant"]
 
 
