@@ -83,6 +83,7 @@ class DeploymentService:
         self,
         registry: Registry,
         on_change: Callable[[str, str], None] | None = None,
+        before_delete: Callable[[str, str], None] | None = None,
         recorder: StatsRecorder | None = None,
         before_stats: Callable[[], None] | None = None,
         functions: FunctionSteps | None = None,
@@ -94,6 +95,7 @@ class DeploymentService:
         self.lookup_steps = lookup_steps  # who may read which store (None: none here)
         self.precomputed = precomputed  # tables precomputed nodes read, checked against their live nodes
         self._on_change = on_change or (lambda tenant, name: None)
+        self._before_delete = before_delete or (lambda tenant, name: None)
         self.recorder = recorder
         self._before_stats = before_stats or (lambda: None)
 
@@ -352,8 +354,11 @@ class DeploymentService:
     def delete(self, principal: Principal, name: str) -> None:
         """The deployment and what is bound to it (its follow binding, its monitoring
         baseline) go; its history stays. A deployment created again under its name starts
-        with none of them (and from revisions of its own: `Deployment.revision`)."""
+        with none of them (and from revisions of its own: `Deployment.revision`). Refused
+        (`before_delete`: Conflict) while it has an endpoint: that is undeployed first."""
         principal.require("admin")
+        self.registry.get_deployment(principal.tenant, name)  # this tenant's, or 404 before anything else is asked
+        self._before_delete(principal.tenant, name)
         self.registry.delete_deployment(principal.tenant, name, by=principal.subject)
         self._on_change(principal.tenant, name)
         with contextlib.suppress(NotFound):

@@ -290,6 +290,19 @@ class EndpointService:
             return dep
         return self.deployments.update(principal, dep.name, policy_dict(node.model_copy(update={"variants": variants})), expected_revision=dep.revision)
 
+    def check_none(self, tenant: str, name: str) -> None:
+        """Conflict while deployment `name` has an endpoint (in any state): deleting the
+        deployment would leave it running and billed, and a deployment made again under the
+        name would find it as its own."""
+        endpoint = endpoint_name(tenant, name)
+        state = self.control.describe(endpoint)
+        if state is not None and state.tenant in ("", tenant):
+            raise Conflict(
+                f"deployment '{name}' has an endpoint ({endpoint}, {state.status}): undeploy it first "
+                f"(`sluice endpoints undeploy {name}`, or DELETE /api/v1/deployments/{name}/endpoint)",
+                field="deployment",
+            )
+
     # undeploy --------------------------------------------------------------------------------
     def undeploy(self, principal: Principal, name: str) -> dict[str, Any]:
         principal.require("admin")

@@ -181,6 +181,7 @@ class Container:
         return DeploymentService(
             self.registry,
             on_change=predictions.forget,
+            before_delete=lambda tenant, name: self.endpoints.check_none(tenant, name),
             recorder=predictions.stats,
             before_stats=self.mirror.drain,  # type: ignore[union-attr]
             functions=self.functions,

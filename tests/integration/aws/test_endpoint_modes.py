@@ -345,3 +345,25 @@ def test_a_rollout_on_an_async_endpoint_is_refused_naming_the_endpoint(world: Wo
     assert (r.status_code, r.json()["field"]) == (409, "endpoint"), r.text
     assert "asynchronous" in r.json()["error"]
     assert "UpdateEndpoint" not in world.calls and "UpdateEndpointWeightsAndCapacities" not in world.calls
+
+
+def test_a_deployment_with_an_endpoint_is_not_deleted_until_the_endpoint_is_undeployed(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a deployment whose endpoint runs would leave the endpoint billed with nothing to
+    route to it, and a deployment made again under the name would find it as its own: 409,
+    naming what to do, over the API and the CLI; once undeployed, the deployment goes."""
+    import sluice.wiring
+
+    monkeypatch.setattr(sluice.wiring, "get_container", lambda: world.container)
+    world.container.deployments.create(ACME, "ranker", {"model": "mlp", "version": 1})
+    assert _deploy(world, {"instance_type": "ml.g4dn.xlarge"}).status_code == 202
+    r = world.client.delete("/api/v1/deployments/ranker", headers=auth(world.keys["acme"]))
+    assert (r.status_code, r.json()["field"]) == (409, "deployment"), r.text
+    assert endpoint_name("acme", "ranker") in r.json()["error"] and "undeploy" in r.json()["error"]
+    code, _, err = run_cli(capsys, "--tenant", "acme", "deployments", "delete", "ranker")
+    assert code != 0 and "undeploy it first" in err
+    assert world.container.deployments.get(ACME, "ranker").name == "ranker"  # still there
+    assert world.client.delete("/api/v1/deployments/ranker/endpoint", headers=auth(world.keys["acme"])).status_code == 200
+    assert world.client.delete("/api/v1/deployments/ranker", headers=auth(world.keys["acme"])).status_code == 204
+    assert world.client.get("/api/v1/deployments/ranker", headers=auth(world.keys["acme"])).status_code == 404
