@@ -174,13 +174,24 @@ def aws_expression(expression: str) -> str:
 
 
 def _aws_weekdays(dow: str) -> str:
-    def one(token: str) -> str:
-        return str(int(token) % 7 + 1) if token.isdigit() else token
+    """A standard day-of-week field as EventBridge writes it: the days cronsim reads from it
+    (what a local schedule runs on: 0-7, Sunday 0 or 7, names, ranges, steps, `N#k`, `NL`),
+    numbered 1 (Sunday) to 7, listed (EventBridge has no steps in this field, and no range
+    that wraps past Saturday); `#` and `L` alone in the field, as EventBridge requires."""
+    from cronsim import CronSim
+    from cronsim.cronsim import Field
 
-    parts = []
-    for item in dow.split(","):
-        base, _, step = item.partition("/")
-        base = "-".join(one(t) for t in base.split("-"))
-        parts.append(base + (f"/{step}" if step else ""))
-    return ",".join(parts)
-
+    read = Field.DOW.parse(dow.upper())
+    marked = [item for item in read if isinstance(item, tuple)]
+    if marked:
+        if len(read) > 1:
+            raise BadRequest("expression: on AWS a day of the week with # or L stands alone in its field", field="expression")
+        day, which = marked[0]
+        return f"{day % 7 + 1}{'L' if which == CronSim.LAST else f'#{which}'}"
+    runs: list[list[int]] = []
+    for d in sorted({int(item) % 7 + 1 for item in read}):  # type: ignore[call-overload]
+        if runs and runs[-1][-1] == d - 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
