@@ -21,6 +21,7 @@ from tests.support import Together, at_once, single, split_policy
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
+    from sluice.settings import Settings
 
 ROW = [[5.9, 3.0, 5.1, 1.8]]
 
@@ -165,6 +166,23 @@ def test_a_shadow_comparison_in_flight_at_shutdown_is_written_before_the_app_sto
     revision = demo.registry.get_deployment("acme", "sh").revision
     written = demo.registry.read_stats("acme", "sh", revision)  # the registry itself: nothing flushed for the read
     assert written["mirror:slow"]["requests"] == 1 and written["deployment"]["requests"] == 1
+
+
+def test_a_mirror_that_runs_past_its_budget_is_counted_as_an_error(settings: Settings, acme: Principal) -> None:
+    """A mirror slower than the prediction budget (a hung endpoint) counts a request and an
+    error, as a refusal does: its statistics never hide it, so a verdict or a promotion sees it."""
+    c = Container.from_settings(settings.replace(request_timeout_s=0.2))
+    fake = SleepyRuntime()
+    c.runtimes[fake.kind] = fake
+    add_fake(c.registry, "acme", "prim", value=1.0)
+    add_fake(c.registry, "acme", "hung", value=2.0, sleep_s=5.0)
+    policy = {"kind": "shadow", "primary": single("prim", 1), "mirrors": [{"name": "hung", "target": single("hung", 1)}]}
+    c.deployments.create(acme, "sh", policy)
+    _, key = c.keys.create("acme", ["predict"])
+    with TestClient(create_app(c)) as client:
+        assert predict(client, key, "sh").json()["prediction"] == 1.0
+    mirror = c.deployments.stats(acme, "sh")["mirrors"]["hung"]
+    assert (mirror["requests"], mirror["errors"]) == (1, 1)
 
 
 def principal_admin() -> Principal:

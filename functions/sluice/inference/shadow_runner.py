@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import SluiceError
 from sluice.domain.policy import parse_policy
 from sluice.domain.results import InferenceResult
 from sluice.inference.compare import compare
@@ -27,7 +26,7 @@ class ShadowRunner:
             answer = await self.predictions.run_node(
                 job.tenant, parse_policy(job.node, field="mirror"), job.inputs, budget_s=self.predictions.settings.request_timeout_s
             )
-        except SluiceError:
+        except Exception:  # every failure is the mirror's error: a refusal, and running past its budget (TimeoutError) too
             stats.request(key, 0.0, ok=False)
             raise
         finally:
