@@ -185,6 +185,26 @@ def test_a_mirror_that_runs_past_its_budget_is_counted_as_an_error(settings: Set
     assert (mirror["requests"], mirror["errors"]) == (1, 1)
 
 
+def test_a_variant_that_runs_past_the_budget_counts_its_errors_for_the_rollout_gates(settings: Settings, acme: Principal) -> None:
+    """A canary that hangs: the request ends at its budget (504), and the canary's statistics
+    count each such request as its error, so an `error_rate` gate sees it fail instead of
+    seeing only the requests it answered."""
+    c = Container.from_settings(settings.replace(request_timeout_s=0.2))
+    fake = SleepyRuntime()
+    c.runtimes[fake.kind] = fake
+    add_fake(c.registry, "acme", "prim", value=1.0)
+    add_fake(c.registry, "acme", "hung", value=2.0, sleep_s=5.0)
+    c.deployments.create(acme, "sp", split_policy({"stable": (1, single("prim", 1)), "canary": (99, single("hung", 1))}))
+    _, key = c.keys.create("acme", ["predict"])
+    with TestClient(create_app(c)) as client:
+        codes = [predict(client, key, "sp").status_code for _ in range(6)]
+    variants = c.deployments.stats(acme, "sp")["variants"]
+    timed_out = codes.count(504)
+    assert timed_out and set(codes) <= {200, 504}, codes
+    assert (variants["canary"]["requests"], variants["canary"]["errors"]) == (timed_out, timed_out)
+    assert variants.get("stable", {}).get("errors", 0) == 0
+
+
 def principal_admin() -> Principal:
     from sluice.domain import Principal
 

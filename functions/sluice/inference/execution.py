@@ -20,7 +20,7 @@ from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
 from sluice.inference.precomputed import run_precomputed
-from sluice.inference.sequences import run_sequence
+from sluice.inference.sequences import DEADLINE_SLACK_S, run_sequence
 from sluice.inference.shadow_jobs import ShadowJob
 from sluice.inline import in_task, resumed, timeout
 from sluice.routing.aggregators import Answer as MemberAnswer
@@ -80,6 +80,12 @@ class Call:
     @property
     def tenant(self) -> str:
         return self.deployment.tenant
+
+    def out_of_time(self) -> bool:
+        """The request's one deadline has passed (`PredictionService.predict`, `run_node`): a
+        cancellation now is that deadline's, the error of the part it stopped, and not, say, an
+        ensemble's other members stopped once one answered."""
+        return time.monotonic() >= self.deadline - DEADLINE_SLACK_S
 
     def narrowed(self, outputs: Sequence[str] | None, checked: Signature | None) -> Call:
         """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
@@ -169,6 +175,10 @@ class PolicyRunner:
             answer = await self.run(chosen.target, call, arrays, depth + 1)
         except SluiceError as error:
             self.stats.request(stat_key, 0.0, ok=False, invalid=refused_input(error.code))
+            raise
+        except asyncio.CancelledError:
+            if call.out_of_time():  # the variant ran past the request's budget: its error, seen by rollout gates
+                self.stats.request(stat_key, 0.0, ok=False)
             raise
         self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
         answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"

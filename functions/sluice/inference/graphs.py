@@ -104,6 +104,10 @@ async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, array
     except SluiceError:
         runner.stats.request(stat_key, 0.0, ok=False)
         raise
+    except asyncio.CancelledError:
+        if call.out_of_time():  # the case ran past the request's budget: its error
+            runner.stats.request(stat_key, 0.0, ok=False)
+        raise
     runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True, rows=rows)
     return answer
 

@@ -162,7 +162,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     except asyncio.CancelledError:
         # The request's one deadline (`PredictionService.predict`, `run_node`) cancels whatever
         # step is running: the request fails naming it. Any other cancellation goes on as it is.
-        if time.monotonic() < call.deadline - DEADLINE_SLACK_S:
+        if not call.out_of_time():
             raise
         samples.append((step.stat_key, None))
         raise DeadlineExceeded(f"step '{step.name}' gave no answer within the request's deadline", step=step.name, steps=report) from None
