@@ -205,6 +205,19 @@ def test_a_variant_that_runs_past_the_budget_counts_its_errors_for_the_rollout_g
     assert variants.get("stable", {}).get("errors", 0) == 0
 
 
+def test_a_variant_whose_request_is_queued_for_asynchronous_inference_counts_no_error(demo: Container, acme: Principal, keys: dict[str, str], fake: SleepyRuntime) -> None:
+    """A request the canary's endpoint queues (202, as one above its size limit is) is neither
+    an answer nor a failure: the canary's statistics, which rollout gates read, count no error."""
+    add_fake(demo.registry, "acme", "prim", value=1.0)
+    add_fake(demo.registry, "acme", "queue", value=2.0, queued=True)
+    demo.deployments.create(acme, "sp", split_policy({"stable": (1, single("prim", 1)), "canary": (99, single("queue", 1))}))
+    with TestClient(create_app(demo)) as client:
+        codes = [predict(client, keys["acme"], "sp").status_code for _ in range(6)]
+    assert 202 in codes and set(codes) <= {200, 202}, codes
+    canary = demo.deployments.stats(acme, "sp")["variants"].get("canary", {})
+    assert canary.get("errors", 0) == 0 and canary.get("error_rate", 0) == 0
+
+
 def principal_admin() -> Principal:
     from sluice.domain import Principal
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain import Model, ModelVersion
-from sluice.domain.errors import BackendError, Conflict
+from sluice.domain.errors import Accepted, BackendError, Conflict
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 
@@ -26,7 +26,8 @@ REGRESSOR = Signature(INPUT, (TensorSpec("y", "FP32", (-1, 1), role="value"),))
 
 
 class SleepyRuntime:
-    """`config`: sleep_s (seconds before answering), fail (raise BackendError), value (the answer)."""
+    """`config`: sleep_s (seconds before answering), fail (raise BackendError), queued (answer
+    as an asynchronous endpoint does a request above its limit: Accepted), value (the answer)."""
 
     # A kind the domain names (the registry stores no other) that the local demo never uses:
     # the fake stands in for a remote endpoint, slow or failing.
@@ -43,6 +44,8 @@ class SleepyRuntime:
         await asyncio.sleep(version.config.get("sleep_s", 0.0))
         if version.config.get("fail"):
             raise BackendError(f"{version.ref} failed on purpose")
+        if version.config.get("queued"):
+            raise Accepted(f"{version.ref} queued the request", result_id="0" * 32, location=f"/api/v1/results/{'0' * 32}")
         rows = next(iter(inputs.values())).shape[0]
         return InferenceResult({"y": np.full((rows, 1), version.config.get("value", 0.0), dtype=np.float32)})
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unavailable
+from sluice.domain.errors import Accepted, BackendError, DeadlineExceeded, SluiceError, Unavailable
 from sluice.domain.results import Answer
 from sluice.inference.graphs import run_switch
 from sluice.inference.outcomes import refused_input
@@ -173,6 +173,8 @@ class PolicyRunner:
         started = time.perf_counter()
         try:
             answer = await self.run(chosen.target, call, arrays, depth + 1)
+        except Accepted:
+            raise  # queued for asynchronous inference (a request above the endpoint's limit): not an error
         except SluiceError as error:
             self.stats.request(stat_key, 0.0, ok=False, invalid=refused_input(error.code))
             raise

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.domain.errors import Accepted, BackendError, SluiceError, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -101,6 +101,8 @@ async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, array
     started = time.perf_counter()
     try:
         answer = await runner.run(target, call, arrays, depth + 1)
+    except Accepted:
+        raise  # queued for asynchronous inference: not an error
     except SluiceError:
         runner.stats.request(stat_key, 0.0, ok=False)
         raise
