@@ -29,11 +29,24 @@ BUCKET = "sluice-artifacts"
 ENDPOINTS_ROLE = "arn:aws:iam::123456789012:role/sluice-endpoints"
 
 
+def _off_the_timer() -> None:
+    """Recorders of earlier tests (a handler's cached container keeps its own) off the
+    statistics timer: moto's stubs serve every client of the process, so their flushes would
+    write into this test's backend from the timer thread, and moto is not thread-safe (a
+    transaction deep-copies the tables another thread is writing)."""
+    from sluice.stats import timer
+
+    for recorder in list(timer._timer._recorders):
+        timer.forget(recorder)
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     fake_aws_credentials(monkeypatch, REGION)
+    _off_the_timer()
     with mock_aws(config={"lambda": {"use_docker": False}, "stepfunctions": {"execute_state_machine": True}}):
         yield
+    _off_the_timer()
 
 
 @pytest.fixture
