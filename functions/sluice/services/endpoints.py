@@ -295,8 +295,8 @@ class EndpointService:
         deployment would leave it running and billed, and a deployment made again under the
         name would find it as its own."""
         endpoint = endpoint_name(tenant, name)
-        state = self.control.describe(endpoint)
-        if state is not None and state.tenant in ("", tenant):
+        state = self.control.weights(endpoint)  # one DescribeEndpoint: whether it is there, and its status
+        if state is not None:
             raise Conflict(
                 f"deployment '{name}' has an endpoint ({endpoint}, {state.status}): undeploy it first "
                 f"(`sluice endpoints undeploy {name}`, or DELETE /api/v1/deployments/{name}/endpoint)",
