@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,7 +20,6 @@ from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.policy import parse_policy
 from sluice.domain.rollouts import check_alarms
 from sluice.endpoints.image_uris import check_instance_type
-from sluice.replay import ReplayService
 from sluice.services.models import sagemaker_config
 
 if TYPE_CHECKING:
@@ -39,16 +37,6 @@ def _switch(field: str) -> Any:
     return parse_policy({"kind": "switch", "cases": [{"name": "a", "when": {"field": field, "op": "==", "value": "a"}, "target": LIVE}], "default": LIVE})
 
 
-def _replay_target(name: str) -> Any:
-    class Found:  # every deployment exists
-        def get_deployment(self, tenant: str, name: str) -> Any:
-            return SimpleNamespace(tenant=tenant, name=name)
-
-    replayer = ReplayService.__new__(ReplayService)
-    replayer.predictions = SimpleNamespace(registry=Found())  # type: ignore[assignment]
-    return replayer.target(SimpleNamespace(tenant="acme"), name)  # type: ignore[arg-type]
-
-
 # (what is checked, a valid value): each called with the value must pass, and with a line
 # break added must be refused.
 CHECKERS: dict[str, tuple[Callable[[str], Any], str]] = {
@@ -60,7 +48,6 @@ CHECKERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "switch field": (_switch, "parameters.segment"),
     "publish table": (lambda v: PublishTarget.parse({"table": v, "key": "user"}), "recs"),
     "catalog table": (lambda v: CatalogTarget.parse({"database": "sluice", "table": v}), "scores"),
-    "replay against": (_replay_target, "fraud"),
 }
 
 
