@@ -44,6 +44,7 @@ from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.jobs import ERROR_CHARS, BatchJob, OutputInUse
 from sluice.domain.locations import Root
+from sluice.inference.bulk import check_answers_in_place
 from sluice.inference.loop import run
 from sluice.observability import Telemetry
 from sluice.stats.recorder import Key, Sample, StatsRecorder
@@ -141,6 +142,7 @@ class BatchRunner:
         if not self.registry.list_chunks(tenant, job_id):
             self._clear_results(job)
         resolved = run(self.predictions.resolve(principal, job.deployment))
+        run(check_answers_in_place(self.predictions, tenant, resolved.node, what="a batch job"))
         plan = plan_job(
             job,
             resolved.version.signature,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError
+from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unprocessable
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
@@ -153,6 +153,27 @@ class Outcomes:
                 found[position] = outcome
         assert None not in found, "a record has no outcome"
         return found  # type: ignore[return-value]
+
+
+async def check_answers_in_place(predictions: PredictionService, tenant: str, node: Node, *, what: str) -> None:
+    """Refuse `what` (a batch job, a stream) over a policy whose answering versions include one
+    served by an asynchronous endpoint (`"invocation": "async"`: each request queued, answered
+    later through the results API): scoring in place would queue a SageMaker job per call that
+    nothing reads, then fail each row with "queued". A shadow's mirrors do not answer here."""
+
+    def answering(n: Node) -> list[Node]:
+        children = [n.primary] if n.kind == "shadow" else n.children()  # type: ignore[attr-defined]
+        return [n, *(m for c in children for m in answering(c))]
+
+    for single in (n for n in answering(node) if n.kind == "single"):
+        version = await predictions.version_of(tenant, single.model, single.version)  # type: ignore[attr-defined]
+        if version.runtime == "sagemaker" and version.config.get("invocation") == "async":
+            raise Unprocessable(
+                f"{what} needs answers in place, and version {version.ref} is served by an asynchronous endpoint "
+                f"({version.config.get('endpoint_name')}: each request queued, answered later); deploy a real-time "
+                "endpoint for it, or send the requests to the API and read their results",
+                field="deployment",
+            )
 
 
 async def score_many(

@@ -29,7 +29,7 @@ from sluice.codecs.plain import present_rows, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
-from sluice.inference.bulk import Records, score_many, sticky_field
+from sluice.inference.bulk import Records, check_answers_in_place, score_many, sticky_field
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,6 +87,7 @@ class StreamScorer:
         outcomes = [Outcome() for _ in records]
         try:
             resolved = await self.predictions.resolve(self.principal, self.deployment)
+            await check_answers_in_place(self.predictions, self.principal.tenant, resolved.node, what="a stream")
         except SluiceError as exc:  # the binding itself is wrong or the registry is away: retry, then DLQ
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"

@@ -367,3 +367,28 @@ def test_a_deployment_with_an_endpoint_is_not_deleted_until_the_endpoint_is_unde
     assert world.client.delete("/api/v1/deployments/ranker/endpoint", headers=auth(world.keys["acme"])).status_code == 200
     assert world.client.delete("/api/v1/deployments/ranker", headers=auth(world.keys["acme"])).status_code == 204
     assert world.client.get("/api/v1/deployments/ranker", headers=auth(world.keys["acme"])).status_code == 404
+
+
+def test_a_batch_job_or_a_stream_over_an_asynchronous_endpoint_is_refused_before_anything_is_queued(
+    world: World, queued: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    """Scoring in place through an asynchronous endpoint would queue a SageMaker job per call
+    that nothing reads, then fail every row with "queued": the job fails at its plan, and a
+    stream's records are sent back for their retry and dead-letter queue, naming the endpoint,
+    with nothing queued."""
+    import asyncio
+
+    from sluice.stream.core import StreamScorer
+    from sluice.stream.records import StreamRecord
+    from tests.integration.batch.jobs import run_job
+
+    world.container.deployments.create(ACME, "ranker", {"model": "mlp", "version": 1})
+    assert _deploy(world, {"instance_type": "ml.g4dn.xlarge", "mode": "async"}).status_code == 202
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"x": [0.5] * 8}) + "\n" for _ in range(5)))
+    job = run_job(world.container, ACME, source, deployment="ranker")
+    assert job.status == "FAILED" and "asynchronous endpoint" in (job.error or "") and job.rows_failed == 0
+    record = StreamRecord(json.dumps({"features": [0.5] * 8}), "arn:aws:sqs:us-east-1:123456789012:rows", "m-1", {"message_id": "m-1"})
+    [outcome] = asyncio.run(StreamScorer(world.container.predictions, "acme", "ranker").score([record]))
+    assert outcome.retry is not None and "asynchronous endpoint" in outcome.retry
+    assert queued == []
