@@ -168,37 +168,39 @@ def test_a_shadow_comparison_in_flight_at_shutdown_is_written_before_the_app_sto
     assert written["mirror:slow"]["requests"] == 1 and written["deployment"]["requests"] == 1
 
 
-def test_a_mirror_that_runs_past_its_budget_is_counted_as_an_error(settings: Settings, acme: Principal) -> None:
-    """A mirror slower than the prediction budget (a hung endpoint) counts a request and an
-    error, as a refusal does: its statistics never hide it, so a verdict or a promotion sees it."""
+@pytest.fixture
+def hung(settings: Settings) -> Container:
+    """A service with a 0.2 s prediction budget and two models on the fake runtime: `prim`,
+    which answers at once, and `hung`, which would answer after 5 s."""
     c = Container.from_settings(settings.replace(request_timeout_s=0.2))
     fake = SleepyRuntime()
     c.runtimes[fake.kind] = fake
     add_fake(c.registry, "acme", "prim", value=1.0)
     add_fake(c.registry, "acme", "hung", value=2.0, sleep_s=5.0)
+    return c
+
+
+def test_a_mirror_that_runs_past_its_budget_is_counted_as_an_error(hung: Container, acme: Principal) -> None:
+    """A mirror slower than the prediction budget (a hung endpoint) counts a request and an
+    error, as a refusal does: its statistics never hide it, so a verdict or a promotion sees it."""
     policy = {"kind": "shadow", "primary": single("prim", 1), "mirrors": [{"name": "hung", "target": single("hung", 1)}]}
-    c.deployments.create(acme, "sh", policy)
-    _, key = c.keys.create("acme", ["predict"])
-    with TestClient(create_app(c)) as client:
+    hung.deployments.create(acme, "sh", policy)
+    _, key = hung.keys.create("acme", ["predict"])
+    with TestClient(create_app(hung)) as client:
         assert predict(client, key, "sh").json()["prediction"] == 1.0
-    mirror = c.deployments.stats(acme, "sh")["mirrors"]["hung"]
+    mirror = hung.deployments.stats(acme, "sh")["mirrors"]["hung"]
     assert (mirror["requests"], mirror["errors"]) == (1, 1)
 
 
-def test_a_variant_that_runs_past_the_budget_counts_its_errors_for_the_rollout_gates(settings: Settings, acme: Principal) -> None:
+def test_a_variant_that_runs_past_the_budget_counts_its_errors_for_the_rollout_gates(hung: Container, acme: Principal) -> None:
     """A canary that hangs: the request ends at its budget (504), and the canary's statistics
     count each such request as its error, so an `error_rate` gate sees it fail instead of
     seeing only the requests it answered."""
-    c = Container.from_settings(settings.replace(request_timeout_s=0.2))
-    fake = SleepyRuntime()
-    c.runtimes[fake.kind] = fake
-    add_fake(c.registry, "acme", "prim", value=1.0)
-    add_fake(c.registry, "acme", "hung", value=2.0, sleep_s=5.0)
-    c.deployments.create(acme, "sp", split_policy({"stable": (1, single("prim", 1)), "canary": (99, single("hung", 1))}))
-    _, key = c.keys.create("acme", ["predict"])
-    with TestClient(create_app(c)) as client:
+    hung.deployments.create(acme, "sp", split_policy({"stable": (1, single("prim", 1)), "canary": (99, single("hung", 1))}))
+    _, key = hung.keys.create("acme", ["predict"])
+    with TestClient(create_app(hung)) as client:
         codes = [predict(client, key, "sp").status_code for _ in range(6)]
-    variants = c.deployments.stats(acme, "sp")["variants"]
+    variants = hung.deployments.stats(acme, "sp")["variants"]
     timed_out = codes.count(504)
     assert timed_out and set(codes) <= {200, 504}, codes
     assert (variants["canary"]["requests"], variants["canary"]["errors"]) == (timed_out, timed_out)

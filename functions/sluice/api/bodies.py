@@ -76,7 +76,7 @@ class BodyLimit:
         coding = request_coding(scope)
         if coding is not None:  # inflated as read, the limit held by the inflated size
             try:
-                inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
+                inflater = _inflater(scope, coding, limit)
             except SluiceError as exc:
                 await error_response(exc)(scope, receive, send)
                 return
@@ -117,10 +117,16 @@ class BodyLimit:
         if coding is None:
             return await self.app.answer_whole(scope, body)  # type: ignore[attr-defined, no-any-return]
         try:
-            inflater = Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
+            inflater = _inflater(scope, coding, limit)
         except SluiceError as exc:
             return error_response(exc)
         return await self.app.answer_whole(inflated_scope(scope), body, inflating(whole_body(body), inflater))  # type: ignore[attr-defined, no-any-return]
+
+
+def _inflater(scope: Scope, coding: str, limit: int) -> Inflater:
+    """What inflates the request's body as it is read, refusing it once it passes `limit`
+    inflated; a coding not taken is refused here (415)."""
+    return Inflater(coding, limit, lambda: BodyTooLarge(limit), maybe_inflated=behind_api_gateway(scope))
 
 
 def _over(declared: str | None, limit: int) -> bool:

@@ -103,6 +103,7 @@ class Published:
     table: str
     generation: str
     replaced: Publication | None
+    ttl_s: float  # the job's `publish.ttl_s`: what a publication put back lives
 
 
 def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | None:
@@ -128,7 +129,7 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | No
             extra={"job": job.id, "table": target.table, "served": later.current.job},
         )
         return None
-    return Published(target.table, job.id, replaced)
+    return Published(target.table, job.id, replaced, target.ttl_s)
 
 
 def settle(store: PrecomputedStore, job: BatchJob, published: Published, *, succeeded: bool) -> None:
@@ -141,6 +142,5 @@ def settle(store: PrecomputedStore, job: BatchJob, published: Published, *, succ
         if before is not None and before.generation != published.generation:
             store.retire(job.tenant, published.table, before.generation)
         return
-    ttl_s = job.publish.ttl_s if job.publish is not None else 0.0
-    expires_at = before.published_at + ttl_s if before is not None else 0.0
+    expires_at = before.published_at + published.ttl_s if before is not None else 0.0
     store.withdraw(job.tenant, published.table, published.generation, put_back=before, expires_at=expires_at)

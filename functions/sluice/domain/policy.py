@@ -296,11 +296,12 @@ def first_branch(node: Node) -> Node:
     return node.children()[0]
 
 
-def walk(node: Node) -> list[Node]:
-    """Every node of the tree, parents first."""
+def walk(node: Node, *, mirrors: bool = True) -> list[Node]:
+    """Every node of the tree, parents first; `mirrors=False`: but a shadow's mirrors (the
+    nodes that may answer)."""
     out: list[Node] = [node]
-    for child in node.children():
-        out += walk(child)
+    for child in node.children() if mirrors or not isinstance(node, Shadow) else [node.primary]:
+        out += walk(child, mirrors=mirrors)
     return out
 
 

@@ -161,11 +161,7 @@ async def check_answers_in_place(predictions: PredictionService, tenant: str, no
     later through the results API): scoring in place would queue a SageMaker job per call that
     nothing reads, then fail each row with "queued". A shadow's mirrors do not answer here."""
 
-    def answering(n: Node) -> list[Node]:
-        children = [n.primary] if n.kind == "shadow" else n.children()  # type: ignore[attr-defined]
-        return [n, *(m for c in children for m in answering(c))]
-
-    for single in (n for n in answering(node) if n.kind == "single"):
+    for single in (n for n in walk(node, mirrors=False) if n.kind == "single"):
         version = await predictions.version_of(tenant, single.model, single.version)  # type: ignore[attr-defined]
         if version.runtime == "sagemaker" and version.config.get("invocation") == "async":
             raise Unprocessable(

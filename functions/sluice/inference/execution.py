@@ -169,21 +169,33 @@ class PolicyRunner:
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
                 chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
-        stat_key = (dep.tenant, dep.name, dep.revision, f"variant:{chosen.name}")
+        answer = await self.run_counted(chosen.target, call, arrays, depth + 1, f"variant:{chosen.name}", invalid=True)
+        answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
+        return answer
+
+    async def run_counted(
+        self, node: Node, call: Call, arrays: dict[str, np.ndarray], depth: int, subject: str, *, rows: int = 0, invalid: bool = False
+    ) -> Answer:
+        """`run`, its outcome counted under the deployment's `subject` (a split's variant, a
+        switch's case; what rollout gates read): its latency (and `rows`) when it answers; an
+        error when it fails, or when the request's budget runs out in it; neither when it is
+        queued for asynchronous inference (a request above its endpoint's limit). `invalid`:
+        a refusal of the inputs counts as such (`refused_input`)."""
+        dep = call.deployment
+        stat_key = (dep.tenant, dep.name, dep.revision, subject)
         started = time.perf_counter()
         try:
-            answer = await self.run(chosen.target, call, arrays, depth + 1)
+            answer = await self.run(node, call, arrays, depth)
         except Accepted:
-            raise  # queued for asynchronous inference (a request above the endpoint's limit): not an error
+            raise
         except SluiceError as error:
-            self.stats.request(stat_key, 0.0, ok=False, invalid=refused_input(error.code))
+            self.stats.request(stat_key, 0.0, ok=False, invalid=invalid and refused_input(error.code))
             raise
         except asyncio.CancelledError:
-            if call.out_of_time():  # the variant ran past the request's budget: its error, seen by rollout gates
+            if call.out_of_time():
                 self.stats.request(stat_key, 0.0, ok=False)
             raise
-        self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True)
-        answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
+        self.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True, rows=rows)
         return answer
 
     async def _ensemble(self, node: Ensemble, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:

@@ -12,13 +12,12 @@ mirrors.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import Accepted, BackendError, SluiceError, Unavailable
+from sluice.domain.errors import BackendError, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -76,13 +75,16 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     taken = np.unique(chosen)
     if len(taken) <= 1:  # the whole request takes one case (or has no rows: the default)
         name, target = targets[int(taken[0]) if len(taken) else -1]
-        answer = await _case(runner, call, name, target, arrays, depth, rows)
+        answer = await runner.run_counted(target, call, arrays, depth + 1, f"case:{name}", rows=rows)
         inner = answer.case
         answer.case = name if inner is None else f"{name}/{inner}" if isinstance(inner, str) else [f"{name}/{c}" for c in inner]
         return answer
     groups = [(int(i), np.flatnonzero(chosen == i)) for i in taken]
     answers = await asyncio.gather(
-        *(_case(runner, call, targets[i][0], targets[i][1], {k: a[at] for k, a in arrays.items()}, depth, len(at)) for i, at in groups)
+        *(
+            runner.run_counted(targets[i][1], call, {k: a[at] for k, a in arrays.items()}, depth + 1, f"case:{targets[i][0]}", rows=len(at))
+            for i, at in groups
+        )
     )
     merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups])
     per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
@@ -93,25 +95,6 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
             models[row] = ref
     first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]
     return Answer(first.signature, merged, first.version, case=per_row_case, models=models)
-
-
-async def _case(runner: PolicyRunner, call: Call, name: str, target: Node, arrays: dict[str, np.ndarray], depth: int, rows: int) -> Answer:
-    dep = call.deployment
-    stat_key = (dep.tenant, dep.name, dep.revision, f"case:{name}")
-    started = time.perf_counter()
-    try:
-        answer = await runner.run(target, call, arrays, depth + 1)
-    except Accepted:
-        raise  # queued for asynchronous inference: not an error
-    except SluiceError:
-        runner.stats.request(stat_key, 0.0, ok=False)
-        raise
-    except asyncio.CancelledError:
-        if call.out_of_time():  # the case ran past the request's budget: its error
-            runner.stats.request(stat_key, 0.0, ok=False)
-        raise
-    runner.stats.request(stat_key, (time.perf_counter() - started) * 1000, ok=True, rows=rows)
-    return answer
 
 
 def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str]) -> InferenceResult:

@@ -82,12 +82,15 @@ class StreamScorer:
         self.deployment = deployment
         self.batch_rows = batch_rows
         self.principal = Principal(tenant, frozenset({"predict"}), f"stream:{deployment}")
+        self._in_place: object = None  # the parsed policy last found to answer in place (`check_answers_in_place`)
 
     async def score(self, records: Sequence[StreamRecord]) -> list[Outcome]:
         outcomes = [Outcome() for _ in records]
         try:
             resolved = await self.predictions.resolve(self.principal, self.deployment)
-            await check_answers_in_place(self.predictions, self.principal.tenant, resolved.node, what="a stream")
+            if resolved.node is not self._in_place:  # once per policy read, not per batch of records
+                await check_answers_in_place(self.predictions, self.principal.tenant, resolved.node, what="a stream")
+                self._in_place = resolved.node
         except SluiceError as exc:  # the binding itself is wrong or the registry is away: retry, then DLQ
             for outcome in outcomes:
                 outcome.retry = f"{exc.code}: {exc.message}"
