@@ -85,3 +85,6 @@ class Files:
 
     def names(self, folder: str) -> list[str]:
         return self.store(folder).names(folder)
+
+    def check_folder(self, folder: str) -> None:
+        self.store(folder).check_folder(folder)

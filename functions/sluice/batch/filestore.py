@@ -62,6 +62,10 @@ class FileStore(Protocol):
         """The files under the folder (or prefix) `folder`, as paths relative to it."""
         ...
 
+    def check_folder(self, folder: str) -> None:
+        """Raise BadRequest (naming `output_uri`) where `folder` cannot hold a job's files."""
+        ...
+
 
 def changed(uri: str) -> Conflict:
     return Conflict(f"{uri} changed while the job ran; upload it again to score the new file", field="input_uri")

@@ -5,6 +5,10 @@ instead of mixing two files into one output. A file appears under its name only 
 complete: it is written aside (a hidden `.tmp-` name the inbox ignores), then renamed.
 What a job writes is its owner's alone (`sluice.owner_only`): folders 0700, and the file
 written aside is made 0600 before pyarrow writes into it, which keeps that mode.
+
+Every operation answers the machine's refusals as sluice's errors (`os_errors`, as S3's are
+through `s3_errors`): a path under a file, a folder where a file goes, a denied permission or a
+full disk fails the job or the command with a message naming the path, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TYPE_CHECKING
 from sluice import owner_only
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import local_path
-from sluice.domain.errors import BadRequest, NotFound
+from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,7 +47,8 @@ class LocalFiles:
     def stat(self, uri: str) -> Stat:
         from pyarrow.fs import FileType
 
-        info = self.fs.get_file_info(_path(uri))
+        with os_errors(uri):
+            info = self.fs.get_file_info(_path(uri))
         if info.type == FileType.NotFound:
             raise NotFound(f"no file at {uri}", field="input_uri")
         if info.type != FileType.File:
@@ -56,11 +61,12 @@ class LocalFiles:
     def open_random(self, uri: str, version: str) -> pa.NativeFile:
         """A seekable file over the input, for Parquet (the caller closes it)."""
         self._check(uri, version)
-        return self.fs.open_input_file(_path(uri))
+        with os_errors(uri):
+            return self.fs.open_input_file(_path(uri))
 
     def read_blocks(self, uri: str, version: str, start: int, end: int | None = None) -> Iterator[bytes]:
         self._check(uri, version)
-        with self.fs.open_input_file(_path(uri)) as fh:
+        with os_errors(uri), self.fs.open_input_file(_path(uri)) as fh:
             fh.seek(start)
             left = None if end is None else max(0, end - start)
             while left is None or left > 0:
@@ -72,16 +78,14 @@ class LocalFiles:
                 yield block
 
     def read_bytes(self, uri: str) -> bytes:
-        try:
-            with self.fs.open_input_stream(_path(uri), compression=None) as fh:
-                return fh.readall()
-        except FileNotFoundError:
-            raise NotFound(f"no file at {uri}", field="uri") from None
+        with os_errors(uri, field="uri"), self.fs.open_input_stream(_path(uri), compression=None) as fh:
+            return fh.readall()
 
     def exists(self, uri: str) -> bool:
         from pyarrow.fs import FileType
 
-        return self.fs.get_file_info(_path(uri)).type == FileType.File
+        with os_errors(uri):
+            return self.fs.get_file_info(_path(uri)).type == FileType.File
 
     def _check(self, uri: str, version: str) -> None:
         if self.stat(uri).version != version:
@@ -95,17 +99,28 @@ class LocalFiles:
         self._replace(uri, lambda tmp: self.fs.copy_file(str(source.absolute()), tmp))
 
     def delete(self, uri: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        with os_errors(uri, field="output_uri"), contextlib.suppress(FileNotFoundError, NotADirectoryError):  # nothing there
             self.fs.delete_file(_path(uri))
 
     def names(self, folder: str) -> list[str]:
         from pyarrow.fs import FileSelector, FileType
 
         root = _path(folder).rstrip("/")
-        if self.fs.get_file_info(root).type != FileType.Directory:
-            return []
-        found = self.fs.get_file_info(FileSelector(root, recursive=True))
+        with os_errors(folder):
+            if self.fs.get_file_info(root).type != FileType.Directory:
+                return []
+            found = self.fs.get_file_info(FileSelector(root, recursive=True))
         return [info.path[len(root) + 1 :] for info in found if info.type == FileType.File]
+
+    def check_folder(self, folder: str) -> None:
+        """A folder, or nothing yet (it is made when the first file is written)."""
+        path = local_path(folder).absolute()
+        for above in (path, *path.parents):
+            with os_errors(folder, field="output_uri"):
+                if above.is_dir():
+                    return
+                if above.exists():
+                    raise BadRequest(f"{folder} cannot be a folder: {above} is a file", field="output_uri")
 
     def _write(self, path: str, data: bytes) -> None:
         # compression=None: never guess a codec from the file's name
@@ -114,16 +129,43 @@ class LocalFiles:
 
     def _replace(self, uri: str, write: Callable[[str], None]) -> None:
         path = local_path(uri).absolute()
-        owner_only.folder(path.parent)
-        tmp = str(path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}"))
-        try:
-            os.close(owner_only.descriptor(tmp, "xb"))  # pyarrow would make it 0666 less the umask
-            write(tmp)
-            self.fs.move(tmp, str(path))  # a rename: readers see the old file or the new one
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_file(tmp)
-            raise
+        with os_errors(uri, field="output_uri"):
+            owner_only.folder(path.parent)
+            tmp = str(path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}"))
+            try:
+                os.close(owner_only.descriptor(tmp, "xb"))  # pyarrow would make it 0666 less the umask
+                write(tmp)
+                self.fs.move(tmp, str(path))  # a rename: readers see the old file or the new one
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(tmp)
+                raise
+
+
+@contextlib.contextmanager
+def os_errors(uri: str, *, field: str = "input_uri") -> Iterator[None]:
+    """The machine's refusals as sluice's errors, naming `uri` (sluice's own pass through)."""
+    try:
+        yield
+    except SluiceError:
+        raise
+    except FileNotFoundError:
+        raise NotFound(f"no file at {uri}", field=field) from None
+    except PermissionError as exc:
+        raise Forbidden(f"access to {uri} is denied: {_reason(exc, uri)}", field=field) from None
+    except (NotADirectoryError, IsADirectoryError, FileExistsError) as exc:
+        raise BadRequest(f"cannot use {uri}: {_reason(exc, uri)} (a file where a folder goes, or the reverse)", field=field) from None
+    except OSError as exc:
+        if exc.errno is None:  # pyarrow's own refusal of the path ("... is a directory")
+            raise BadRequest(f"cannot use {uri}: {_reason(exc, uri)}", field=field) from None
+        raise Unavailable(f"cannot use {uri}: {_reason(exc, uri)}", field=field) from None  # a full disk, an I/O error
+
+
+def _reason(exc: OSError, uri: str) -> str:
+    """The system's words for the error; the machine's path, where pyarrow puts it, as the URI."""
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc).replace(_path(uri).rstrip("/"), uri)
 
 
 def _path(uri: str) -> str:

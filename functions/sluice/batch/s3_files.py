@@ -99,6 +99,9 @@ class S3Files:
         with s3_errors(uri):
             self.client.delete_object(Bucket=bucket, Key=key)
 
+    def check_folder(self, folder: str) -> None:
+        """A prefix: any can hold objects (an object named as the prefix stays beside them)."""
+
     def names(self, folder: str) -> list[str]:
         bucket, prefix = split_s3(folder.rstrip("/") + "/")
         found: list[str] = []

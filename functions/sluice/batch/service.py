@@ -144,6 +144,8 @@ class BatchService:
             publish=PublishTarget.parse(publish),
             operator=operator and source not in ("upload", "inbox"),
         )
+        if operator and output_uri is not None and self.files is not None:  # a folder the CLI names
+            self.files.check_folder(job.output_uri)
         if runs_here or (start and getattr(self.orchestrator, "keeps_heartbeat", False)):
             job = replace(job, worker=this_worker(), heartbeat_at=now())  # a process of this machine runs it
         job = self._create(job)

@@ -106,3 +106,44 @@ def test_batch_run_scores_a_folder_of_files(home: Path, tmp_path: Path, capsys: 
     assert code != 0 and "leave format out" in err
     code, _, err = sluice(capsys, "batch", "run", str(tmp_path / "nowhere"), "--deployment", "iris")
     assert code != 0 and "no such file or folder" in err
+
+
+def test_an_output_folder_that_is_a_file_is_refused_and_leaves_nothing_behind(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    source = write_input(tmp_path / "f.parquet", iris_rows(100))
+    (tmp_path / "taken").write_text("a file of the user's")
+    for out in ("taken", "taken/below"):
+        code, _, err = sluice(capsys, "batch", "run", str(source), "--deployment", "iris", "--out", str(tmp_path / out))
+        assert code == 2 and "output_uri" in err and f"{tmp_path / 'taken'} is a file" in err and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "a file of the user's"
+    code, out, _ = sluice(capsys, "batch", "list")
+    assert code == 0 and "job-" not in out  # nothing was created
+
+
+def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_still_works(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder taken by a file after the job was accepted: the job fails naming it, and its
+    failure (removing `_SUCCESS`, writing the manifest under a file) does not raise, then or
+    whenever a later command settles the job."""
+    from sluice.batch.local_files import LocalFiles
+
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    source = write_input(tmp_path / "f.parquet", iris_rows(100))
+    check = LocalFiles.check_folder
+
+    def taken_after_the_check(self: LocalFiles, folder: str) -> None:
+        check(self, folder)
+        (tmp_path / "res").write_text("written meanwhile")
+
+    monkeypatch.setattr(LocalFiles, "check_folder", taken_after_the_check)
+    code, out, err = sluice(capsys, "batch", "run", str(source), "--deployment", "iris", "--out", str(tmp_path / "res"))
+    report = json.loads(out)
+    assert code == 1 and report["status"] == "FAILED" and "Traceback" not in err
+    assert "res/part-00000.parquet" in report["error"] and "File exists" in report["error"]
+    assert str(tmp_path) not in report["error"].replace((tmp_path / "res").as_uri(), "")  # the machine's path said once, as the URI
+    assert (tmp_path / "res").read_text() == "written meanwhile"
+    code, out, _ = sluice(capsys, "batch", "list")
+    assert code == 0 and report["id"] in out and "FAILED" in out
