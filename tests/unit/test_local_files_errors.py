@@ -57,3 +57,10 @@ def test_what_can_be_used_is_used(tmp_path: Path) -> None:
     (tmp_path / "out" / "x").write_bytes(b"")
     with pytest.raises(BadRequest, match="is a file"):
         files.check_folder((tmp_path / "out" / "x" / "y").as_uri())
+
+
+def test_a_folder_that_cannot_be_made_is_the_outputs_fault_not_a_missing_file() -> None:
+    uri = "file:///proc/sluice-cannot-be-made/part-00000.parquet"  # the kernel's folder takes no new ones
+    with pytest.raises(BadRequest, match="cannot write") as caught:
+        LocalFiles().write_bytes(uri, b"x")
+    assert caught.value.field == "output_uri" and uri in caught.value.message

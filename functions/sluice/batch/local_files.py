@@ -144,12 +144,16 @@ class LocalFiles:
 
 @contextlib.contextmanager
 def os_errors(uri: str, *, field: str = "input_uri") -> Iterator[None]:
-    """The machine's refusals as sluice's errors, naming `uri` (sluice's own pass through)."""
+    """The machine's refusals as sluice's errors, naming `uri` (sluice's own pass through).
+    Where a file is read, a missing one is NotFound; where one is written (`output_uri`), a
+    folder that cannot be made is the path's fault."""
     try:
         yield
     except SluiceError:
         raise
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if field == "output_uri":
+            raise BadRequest(f"cannot write {uri}: {_reason(exc, uri)}", field=field) from None
         raise NotFound(f"no file at {uri}", field=field) from None
     except PermissionError as exc:
         raise Forbidden(f"access to {uri} is denied: {_reason(exc, uri)}", field=field) from None
