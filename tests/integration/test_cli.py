@@ -228,3 +228,15 @@ def test_a_command_s_log_lines_leave_its_stdout_to_its_answer(tmp_path: Path) ->
     )  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
     assert "deployment 'nope' not found" in done.stderr and '"message":"prediction failed"' in done.stderr
+
+
+@pytest.mark.parametrize("tenant", ["../escaped", "", "Acme", "sha256/.."])
+def test_the_cli_refuses_a_tenant_that_is_not_a_name_and_stores_nothing(
+    tenant: str, cli_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--tenant ../escaped` stored the model's file beside the tenants' folders, and the empty
+    tenant's in the folder of a tenant named `sha256`."""
+    code = cli.main(["--tenant", tenant, "models", "push", "m", str(MODELS / "iris.onnx")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "error [tenant]" in err
+    assert not [p for p in cli_home.parent.rglob("*") if p.is_file() and "sha256" in p.parts]

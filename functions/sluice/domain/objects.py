@@ -36,11 +36,16 @@ def now() -> float:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts as: a tenant and what it may do there."""
+    """Who a request acts as: a tenant and what it may do there. The tenant is a name
+    (`check_name`), whoever made the principal (a key, an authorizer's context, `--tenant`,
+    a job or a stream's record): it becomes a folder, a key prefix and an IAM session tag."""
 
     tenant: str
     scopes: frozenset[str]
     subject: str  # the API key id, or the authorizer's principal id
+
+    def __post_init__(self) -> None:
+        check_name(self.tenant, field="tenant")
 
     def require(self, scope: str) -> None:
         if scope not in self.scopes and "admin" not in self.scopes:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from sluice.domain.errors import BackendError, faults_named
+from sluice.domain.objects import check_name
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -30,7 +31,7 @@ def sha256_hex(data: bytes) -> str:
 
 
 def artifact_key(tenant: str, digest: str, suffix: str) -> str:
-    return f"tenants/{tenant}/sha256/{digest}{suffix}"
+    return f"tenants/{check_name(tenant, field='tenant')}/sha256/{digest}{suffix}"
 
 
 def on_disk(*, writing: bool = True) -> AbstractContextManager[None]:
