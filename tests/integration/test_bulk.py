@@ -8,6 +8,7 @@ for retry; records are grouped by the route each would take alone."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -248,3 +249,41 @@ def test_every_record_is_answered_with_its_own_rows_or_fails_alone(lookup: Conta
     assert done.calls == len(calls) <= sum(bisect_bound(len(part), len(bad.intersection(part))) for part in parts)
     if not bad:
         assert [n for n, _, _ in calls] == [sum(rows[i] for i in part) for part in parts]
+
+
+class NoAsync:
+    """InvokeEndpointAsync must not be called: a batch job or a stream reads no queued answer."""
+
+    def invoke_endpoint_async(self, **params: Any) -> dict[str, Any]:
+        raise AssertionError(f"queued for asynchronous inference: {params}")
+
+
+def test_calls_too_large_for_a_synchronous_call_are_split_never_queued(demo: Container, acme: Principal) -> None:
+    """A version whose large requests go to an asynchronous endpoint (`async_endpoint_name`):
+    a batch job's or a stream's call above the synchronous limit was queued there, answered
+    202 that nothing reads, retried and failed. It is split until each part fits, every row
+    answered in place; the same request through the API is still queued (202)."""
+    from sluice.domain.errors import Accepted
+    from sluice.domain.requests import ArrayInputs, PredictionRequest
+    from sluice.runtimes.sagemaker import SageMakerRuntime
+    from sluice.storage.results import results_for
+    from tests.integration.traffic_fakes import Echo, add_fake
+
+    echo = Echo()
+    echo.invoke_endpoint_async = NoAsync().invoke_endpoint_async  # type: ignore[attr-defined]
+    limit = 1024  # InvokeEndpoint's 6 MB, scaled down: about 50 rows of 4 FP32 values, as binary+json
+    demo.runtimes["sagemaker"] = SageMakerRuntime(
+        echo, endpoint_url="http://127.0.0.1:9", results=results_for(demo.store), max_payload_bytes=limit, binary_threshold_bytes=0
+    )
+    add_fake(demo.registry, "acme", "big", endpoint_name="big-ep", endpoint_url="http://127.0.0.1:9", async_endpoint_name="big-ep-async")
+    demo.deployments.create(acme, "big", {"kind": "single", "model": "big", "version": 1})
+    rows = np.arange(100 * 4, dtype=np.float32).reshape(100, 4)
+
+    out = run(score_many(demo.predictions, acme, "big", Records({"input": rows}), max_rows=1000))
+    assert out.answered == 100 and out.failed == 0
+    assert sum(r.answer.result.outputs["y"].shape[0] for r in out.results) == 100
+    assert echo.calls and all(len(c["Body"]) <= limit for c in echo.calls)
+    assert sum(json.loads(c["Body"][: int(c["ContentType"].rsplit("=", 1)[1])])["inputs"][0]["shape"][0] for c in echo.calls) == 100
+
+    with pytest.raises(Accepted):  # the API's caller polls its result: queued as before
+        run(demo.predictions.predict(acme, PredictionRequest("big", ArrayInputs({"input": rows}))))

@@ -266,3 +266,29 @@ def test_accepted_is_answered_as_202_with_the_result() -> None:
     assert status == 202 and headers == {"Location": "/api/v1/results/" + "a" * 32}
     assert body["status"] == "pending" and body["id"] == "a" * 32
 
+
+
+def test_a_caller_that_reads_answers_in_place_is_refused_what_would_be_queued() -> None:
+    """A batch job's or a stream's call (`ANSWERS_IN_PLACE`): too large for InvokeEndpoint is
+    refused (the caller splits it), and an asynchronous endpoint's version answers nothing;
+    neither is queued. Others' requests are queued as before."""
+    from sluice.domain.errors import Unprocessable
+    from sluice.domain.results import ANSWERS_IN_PLACE
+
+    client = EchoSageMaker()
+    runtime = SageMakerRuntime(client, results=None)
+    big = _rows(2 * MiB // 4 + 1)
+
+    async def in_place(version: ModelVersion, rows: dict[str, np.ndarray]) -> Any:
+        ANSWERS_IN_PLACE.set(True)
+        return await runtime.infer(version, rows)
+
+    with pytest.raises(PayloadTooLarge) as caught:
+        asyncio.run(in_place(_version(async_endpoint_name="m-ep-async"), big))
+    assert caught.value.field == "inputs"
+    with pytest.raises(Unprocessable, match="asynchronous endpoint"):
+        asyncio.run(in_place(_version(invocation="async"), _rows(1)))
+    assert client.calls == []
+    assert asyncio.run(in_place(_version(async_endpoint_name="m-ep-async"), _rows(2))).outputs["y"].shape == (2, 4)
+    with pytest.raises(PayloadTooLarge, match="result store"):  # not in place: queued (here: no store to queue in)
+        asyncio.run(runtime.infer(_version(async_endpoint_name="m-ep-async"), big))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,13 @@ if TYPE_CHECKING:
     from sluice.domain.objects import Deployment, ModelVersion
     from sluice.domain.policy import Node
     from sluice.domain.signature import Signature
+
+
+# True while the caller reads every answer in place and nothing reads a queued one (a batch job's
+# or a stream's calls, `sluice.inference.bulk.score_many`): a request too large for a
+# synchronous call is then refused (PayloadTooLarge, which the caller answers by splitting the
+# call), never queued for asynchronous inference. Tasks and threads started within inherit it.
+ANSWERS_IN_PLACE: ContextVar[bool] = ContextVar("sluice_answers_in_place", default=False)
 
 
 @dataclass(slots=True)

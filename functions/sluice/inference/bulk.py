@@ -31,10 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.domain.errors import BackendError, DeadlineExceeded, SluiceError, Unprocessable
+from sluice.domain.errors import (
+    Accepted,
+    BackendError,
+    DeadlineExceeded,
+    SluiceError,
+    Unprocessable,
+)
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.domain.results import ANSWERS_IN_PLACE
 from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
@@ -194,6 +201,17 @@ async def score_many(
     signature), so it is not looked up again here. `on_result`: called with each result as
     its call answers, before the next call (a driver that presents on this thread then
     overlaps its presenting with other threads' inference)."""
+    in_place = ANSWERS_IN_PLACE.set(True)  # nothing reads a queued answer: too large is split, never queued
+    try:
+        return await _score_many(predictions, principal, target, records, max_rows, mirrors, stop_on_retry, resolved, on_result)
+    finally:
+        ANSWERS_IN_PLACE.reset(in_place)
+
+
+async def _score_many(
+    predictions: PredictionService, principal: Principal, target: str | Node, records: Records, max_rows: int,
+    mirrors: bool, stop_on_retry: bool, resolved: Resolved | None, on_result: Callable[[Result], object] | None,
+) -> Outcomes:  # fmt: skip
     count = len(records)
     out = Outcomes(count)
     offsets = None if records.rows is None else _offsets(records.rows)
@@ -285,7 +303,9 @@ class _Bulk:
 
 
 def _retryable(exc: Exception) -> bool:
-    return not (isinstance(exc, SluiceError) and exc.status in PERMANENT_STATUSES)
+    """A call that may answer if tried again. Not one refused for its records, nor one queued
+    (`Accepted`: an answer nobody here reads; split, its halves are answered in place)."""
+    return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted)))
 
 
 # Routes ---------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ from sluice.codecs.triton import (
     inputs_for_wire,
     outputs_from_wire,
 )
-from sluice.domain.errors import BackendError, PayloadTooLarge, SluiceError
+from sluice.domain.errors import BackendError, PayloadTooLarge, SluiceError, Unprocessable
 from sluice.domain.origins import check_origin, parse_allowlist
-from sluice.domain.results import InferenceResult
+from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult
 from sluice.runtimes.sagemaker_async import AsyncInference
 from sluice.runtimes.sagemaker_client import build_client
 from sluice.runtimes.sagemaker_errors import NoCapacity, retrying, too_large
@@ -239,9 +239,16 @@ class SageMakerRuntime(AsyncInference):
         outputs: Sequence[str] | None,
     ) -> InferenceResult:
         wire = inputs_for_wire(inputs, version.signature, batched=target.batched)
+        queues = target.takes_async and not ANSWERS_IN_PLACE.get()  # a batch job or a stream reads no queued answer
         if target.asynchronous:
+            if not queues:
+                raise Unprocessable(
+                    f"version {version.ref} is served by an asynchronous endpoint ({target.endpoint_name}): its answers "
+                    "are queued, and this caller reads answers in place",
+                    field="deployment",
+                )
             await self._defer(version, target, wire, outputs)
-        if not target.takes_async:
+        if not queues:
             self._check_size(sum(a.nbytes for a in wire.values()))
         rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
         limit = target.max_batch_size
@@ -249,7 +256,7 @@ class SageMakerRuntime(AsyncInference):
             try:
                 encoded = self._encode(wire, outputs)
             except PayloadTooLarge:
-                if not target.takes_async:
+                if not queues:
                     raise
                 await self._defer(version, target, wire, outputs)
             decoded = await self._invoke_with_retries(target, *encoded)
