@@ -34,6 +34,33 @@ def now() -> float:
     return round(time.time(), 3)
 
 
+# What one record holds is bounded where it is written, alike in SQLite and DynamoDB, whose item
+# holds at most 400 KB: a description is a line or two; a policy's history entry holds it twice
+# (old -> new), beside the deployment's own item.
+MAX_DESCRIPTION = 1024  # characters
+MAX_POLICY_BYTES = 160 * 1024  # the policy as compact JSON (UTF-8)
+
+
+def check_description(value: Any, *, field: str = "description") -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{field} must be text", field=field)
+    if len(value) > MAX_DESCRIPTION:
+        raise BadRequest(f"{field} is {len(value):,} characters; at most {MAX_DESCRIPTION:,}", field=field)
+    return value
+
+
+def check_policy_size(policy: dict[str, Any], *, field: str = "policy") -> None:
+    import json
+
+    size = len(json.dumps(policy, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_POLICY_BYTES:
+        raise BadRequest(
+            f"the policy is {size:,} bytes as JSON; at most {MAX_POLICY_BYTES:,} (160 KiB: a deployment is one registry "
+            "record): keep large vocabularies and tables out of it (a lookup step reads a table)",
+            field=field,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who a request acts as: a tenant and what it may do there. The tenant is a name

@@ -19,6 +19,7 @@ from sluice.domain.capture import check_capture
 from sluice.domain.errors import BadRequest, Conflict, NotFound, StaleRead, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
+from sluice.domain.objects import check_description, check_policy_size
 from sluice.domain.policy import (
     Ensemble,
     Mirror,
@@ -110,7 +111,9 @@ class DeploymentService:
         self._check_graph(tenant, name, node, read)
         if cache is not None:
             self._check_cacheable(node, read)
-        return policy_dict(node), list(read.found.values())
+        checked = policy_dict(node)
+        check_policy_size(checked)
+        return checked, list(read.found.values())
 
     def _check_functions(self, tenant: str, node: Node) -> None:
         """Each function step names a function its tenant may run, each lookup a store it may
@@ -240,6 +243,7 @@ class DeploymentService:
         concurrent requests into one runtime call, None for none."""
         principal.require("admin")
         check_name(name, field="name")
+        check_description(description)
         settings = check_cache(cache)
         captured = check_capture(capture)
         joined = check_batching(batching)

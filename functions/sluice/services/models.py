@@ -17,6 +17,7 @@ from sluice.domain.errors import (
     Unprocessable,
 )
 from sluice.domain.locations import Location, Root, Roots, confine
+from sluice.domain.objects import check_description
 from sluice.domain.origins import check_origin
 from sluice.domain.values import parse_version_or_latest
 
@@ -53,6 +54,14 @@ class ModelService:
         self.roots = roots or (lambda tenant: Roots((Root.of("store", store.tenant_root(tenant)),)))
         self.triton_servers = triton_servers
 
+    def create(self, principal: Principal, name: str, description: str = "") -> Model:
+        """A model with no version yet (Conflict where the name is taken)."""
+        principal.require("admin")
+        check_name(name, field="name")
+        return self.registry.create_model(
+            Model(principal.tenant, name, description=check_description(description), created_by=principal.subject)
+        )
+
     def push(
         self,
         principal: Principal,
@@ -75,6 +84,7 @@ class ModelService:
         repository). `triton` versions are registered from their server: `register_triton`."""
         principal.require("admin")
         check_name(name, field="name")
+        check_description(description)
         if runtime == "triton":
             raise BadRequest(
                 "a triton version is registered from its server (URL and model name), not from a file",
@@ -90,9 +100,7 @@ class ModelService:
         signature = read_signature(data, feature_names)
         ref = self.store.put(principal.tenant, data, suffix=".onnx")
         with contextlib.suppress(Conflict):  # the first push creates the model
-            self.registry.create_model(
-                Model(principal.tenant, name, description=description, created_by=principal.subject)
-            )
+            self.create(principal, name, description)
         return self.registry.add_version(
             ModelVersion(
                 tenant=principal.tenant,
@@ -172,6 +180,7 @@ class ModelService:
 
         principal.require("admin")
         check_name(name, field="name")
+        check_description(description)
         origin = check_origin(url, self.triton_servers, field="triton_url")  # scheme, host, port; no user info
         config = {
             "url": origin.url(),
@@ -197,9 +206,7 @@ class ModelService:
             )
         scheme = "https" if target.ssl else "http"
         with contextlib.suppress(Conflict):
-            self.registry.create_model(
-                Model(principal.tenant, name, description=description, created_by=principal.subject)
-            )
+            self.create(principal, name, description)
         return self.registry.add_version(
             dataclasses.replace(
                 probe,

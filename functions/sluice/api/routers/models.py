@@ -8,7 +8,6 @@ from fastapi.concurrency import run_in_threadpool
 from sluice.api.deps import AdminDep, ModelsDep, RegistryDep, RootsDep, parse_body
 from sluice.api.presenters import model_out, version_out
 from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
-from sluice.domain import Model, check_name
 from sluice.domain.errors import BadRequest, NotFound
 from sluice.domain.values import VersionNumber, VersionOrLatest
 from sluice.types.management import (
@@ -43,12 +42,8 @@ def _latest(registry: RegistryDep, tenant: str, name: str) -> int | None:
 
 @router.post("", status_code=status.HTTP_201_CREATED, summary="Create a model")
 @answers(ModelOut)
-def create_model(body: ModelCreate, principal: AdminDep, registry: RegistryDep) -> JSONResponse:
-    check_name(body.name, field="name")
-    model = registry.create_model(
-        Model(principal.tenant, body.name, description=body.description, created_by=principal.subject)
-    )
-    return JSONResponse(model_out(model), status_code=201)
+def create_model(body: ModelCreate, principal: AdminDep, models: ModelsDep) -> JSONResponse:
+    return JSONResponse(model_out(models.create(principal, body.name, body.description)), status_code=201)
 
 
 @router.get("", summary="List models")

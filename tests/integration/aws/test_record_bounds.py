@@ -1,0 +1,94 @@
+"""What one registry record holds is bounded where it is written, alike in SQLite and in
+DynamoDB (an item holds at most 400 KB): a policy (its history entry holds it twice, old ->
+new) and a description. A policy with a large vocabulary was stored on this machine and
+refused on AWS with a 502; now both take the same policies and refuse the same ones, naming
+the field."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from sluice.domain import Principal
+from sluice.domain.errors import BadRequest
+from sluice.domain.objects import MAX_DESCRIPTION, MAX_POLICY_BYTES
+from sluice.domain.requests import ArrayInputs, PredictionRequest
+from sluice.inference.loop import run
+from tests.models import score_model
+
+if TYPE_CHECKING:
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+ACME = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def service(request: pytest.FixtureRequest, settings: Settings) -> Container:
+    from sluice.wiring import Container
+
+    container = request.getfixturevalue("on_dynamodb") if request.param == "dynamodb" else Container.from_settings(settings)
+    container.models.push(ACME, "scorer", score_model("features", 1))
+    return container
+
+
+def _policy(words: int, first: int = 0) -> dict[str, Any]:
+    """A colour's code from a vocabulary of `words` words, scored: the size grows with the words
+    (long ones: DynamoDB spends its time per element, and the bound is on bytes)."""
+    encode = {
+        "kind": "transform",
+        "inputs": [{"name": "colour", "datatype": "BYTES", "shape": [-1]}],
+        "ops": [
+            {"op": "ordinal", "input": "colour", "vocabulary": [f"w{i:07d}" + "-" * 120 for i in range(first, first + words)], "output": "features"},
+            {"op": "keep", "names": ["features"]},
+        ],
+    }
+    return {"kind": "sequence", "steps": [{"name": "encode", "target": encode}, {"name": "score", "target": {"kind": "single", "model": "scorer", "version": 1}}]}
+
+
+def _size(policy: dict[str, Any]) -> int:
+    """The policy as it is stored: parsed, with its defaults."""
+    from sluice.domain.policy import parse_policy, policy_dict
+
+    return len(json.dumps(policy_dict(parse_policy(policy)), separators=(",", ":")).encode())
+
+
+def _most_words() -> int:
+    """The most words whose policy, as stored, is within the bound."""
+    low, high = 1, MAX_POLICY_BYTES // 100  # a word takes more than 100 bytes
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if _size(_policy(middle)) <= MAX_POLICY_BYTES else (low, middle - 1)
+    return low
+
+
+def test_the_largest_policy_is_stored_and_changed_and_one_word_more_is_refused_in_both_registries(service: Container) -> None:
+    most = _most_words()
+    service.deployments.create(ACME, "colours", _policy(most))
+    changed = service.deployments.update(ACME, "colours", _policy(most, first=1))  # the history entry holds both
+    assert changed.revision == 2 and len(service.deployments.history(ACME, "colours")) == 2
+    for write in (lambda: service.deployments.create(ACME, "more", _policy(most + 1)), lambda: service.deployments.update(ACME, "colours", _policy(most + 1))):
+        with pytest.raises(BadRequest, match=f"at most {MAX_POLICY_BYTES:,}") as caught:
+            write()
+        assert caught.value.field == "policy"
+    assert service.deployments.get(ACME, "colours").revision == 2
+    request = PredictionRequest("colours", ArrayInputs({"colour": np.array(["w0000001" + "-" * 120, "w0000002" + "-" * 120], dtype=object)}))
+    answer = run(service.predictions.predict(ACME, request)).answer.result.outputs["score"]
+    assert answer.ravel().tolist() == [0.0, 1.0]  # the stored vocabulary, read back whole: w0000001 is its first word now
+
+
+def test_a_description_is_bounded_alike(service: Container) -> None:
+    service.models.create(ACME, "described", "d" * MAX_DESCRIPTION)
+    service.deployments.create(ACME, "described", {"kind": "single", "model": "scorer", "version": 1}, description="é" * MAX_DESCRIPTION)
+    for write in (
+        lambda: service.models.create(ACME, "longer", "d" * (MAX_DESCRIPTION + 1)),
+        lambda: service.models.push(ACME, "longer", score_model("features", 1), description="d" * (MAX_DESCRIPTION + 1)),
+        lambda: service.deployments.create(ACME, "longer", {"kind": "single", "model": "scorer", "version": 1}, description="d" * (MAX_DESCRIPTION + 1)),
+    ):
+        with pytest.raises(BadRequest) as caught:
+            write()
+        assert caught.value.field == "description"
+    assert [m.name for m in service.registry.list_models("acme")] == ["described", "scorer"]
