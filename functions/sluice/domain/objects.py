@@ -38,14 +38,16 @@ def now() -> float:
 # holds at most 400 KB: a description is a line or two; a policy's history entry holds it twice
 # (old -> new), beside the deployment's own item.
 MAX_DESCRIPTION = 1024  # characters
+MAX_LABEL = 128  # characters: an API key's name
 MAX_POLICY_BYTES = 160 * 1024  # the policy as compact JSON (UTF-8)
 
 
-def check_description(value: Any, *, field: str = "description") -> str:
+def check_description(value: Any, *, field: str = "description", most: int = MAX_DESCRIPTION) -> str:
+    """Free text a record keeps (a description, a key's name): at most `most` characters."""
     if not isinstance(value, str):
         raise BadRequest(f"{field} must be text", field=field)
-    if len(value) > MAX_DESCRIPTION:
-        raise BadRequest(f"{field} is {len(value):,} characters; at most {MAX_DESCRIPTION:,}", field=field)
+    if len(value) > most:
+        raise BadRequest(f"{field} is {len(value):,} characters; at most {most:,}", field=field)
     return value
 
 

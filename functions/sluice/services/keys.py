@@ -20,6 +20,7 @@ from sluice import owner_only
 from sluice.caching import TTLCache
 from sluice.domain import SCOPES, ApiKey, Principal, check_name
 from sluice.domain.errors import BadRequest, Forbidden, Unauthenticated
+from sluice.domain.objects import MAX_LABEL, check_description
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -139,6 +140,7 @@ class KeyService:
         """Issue a key. The plain key is returned once and never stored. An `issuer` (the
         API's caller) may only grant scopes it holds itself."""
         check_name(tenant, field="tenant")
+        check_description(name, field="name", most=MAX_LABEL)
         unknown = sorted(set(scopes) - set(SCOPES))
         if unknown or not scopes:
             raise BadRequest(f"scopes must be some of {list(SCOPES)}", field="scopes")

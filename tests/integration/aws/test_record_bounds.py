@@ -14,7 +14,7 @@ import pytest
 
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest
-from sluice.domain.objects import MAX_DESCRIPTION, MAX_POLICY_BYTES
+from sluice.domain.objects import MAX_DESCRIPTION, MAX_LABEL, MAX_POLICY_BYTES
 from sluice.domain.requests import ArrayInputs, PredictionRequest
 from sluice.inference.loop import run
 from tests.models import score_model
@@ -80,15 +80,17 @@ def test_the_largest_policy_is_stored_and_changed_and_one_word_more_is_refused_i
     assert answer.ravel().tolist() == [0.0, 1.0]  # the stored vocabulary, read back whole: w0000001 is its first word now
 
 
-def test_a_description_is_bounded_alike(service: Container) -> None:
+def test_a_description_and_a_keys_name_are_bounded_alike(service: Container) -> None:
     service.models.create(ACME, "described", "d" * MAX_DESCRIPTION)
     service.deployments.create(ACME, "described", {"kind": "single", "model": "scorer", "version": 1}, description="é" * MAX_DESCRIPTION)
     for write in (
         lambda: service.models.create(ACME, "longer", "d" * (MAX_DESCRIPTION + 1)),
         lambda: service.models.push(ACME, "longer", score_model("features", 1), description="d" * (MAX_DESCRIPTION + 1)),
         lambda: service.deployments.create(ACME, "longer", {"kind": "single", "model": "scorer", "version": 1}, description="d" * (MAX_DESCRIPTION + 1)),
+        lambda: service.keys.create("acme", ["predict"], name="k" * (MAX_LABEL + 1)),
     ):
         with pytest.raises(BadRequest) as caught:
             write()
-        assert caught.value.field == "description"
+        assert caught.value.field in ("description", "name")
+    service.keys.create("acme", ["predict"], name="k" * MAX_LABEL)
     assert [m.name for m in service.registry.list_models("acme")] == ["described", "scorer"]
