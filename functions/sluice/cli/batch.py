@@ -107,7 +107,8 @@ def default_out(source: Path) -> Path:
 def cmd_batch_run(args: argparse.Namespace) -> int:
     source = Path(args.file).expanduser()
     if not source.is_file() and not source.is_dir():
-        raise SluiceError(f"no such file or folder: {source}", field="file")
+        what = "not a file or a folder (a device, a pipe or a socket)" if source.exists() else "no such file or folder"
+        raise SluiceError(f"{what}: {source}", field="file")
     out = Path(args.out).expanduser() if args.out else default_out(source)
     batch = pieces.batch()
     job = batch.submit(

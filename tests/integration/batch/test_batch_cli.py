@@ -48,6 +48,8 @@ def test_batch_run_scores_a_file_here_with_a_progress_bar(home: Path, tmp_path: 
     assert code == 2 and "already SUCCEEDED" in err
     code, _, err = sluice(capsys, "batch", "run", str(tmp_path / "missing.csv"), "--deployment", "iris")
     assert code == 2 and "no such file" in err
+    code, _, err = sluice(capsys, "batch", "run", "/dev/null", "--deployment", "iris")
+    assert code == 2 and "not a file or a folder" in err
 
 
 def test_batch_submit_with_the_local_orchestrator_runs_the_job_here(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
