@@ -240,3 +240,37 @@ def test_the_cli_refuses_a_tenant_that_is_not_a_name_and_stores_nothing(
     _, err = capsys.readouterr()
     assert code == 2 and "error [tenant]" in err
     assert not [p for p in cli_home.parent.rglob("*") if p.is_file() and "sha256" in p.parts]
+
+
+@pytest.mark.parametrize("command", ["predict", "stream"])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(command: str, tmp_path: Path) -> None:
+    """`sluice predict … | head -c 100`, `sluice stream … | head -2`: the reader closes the pipe
+    with most of the answer unread. The command ends quietly with a shell's status for a process a
+    closed pipe stopped (128 + SIGPIPE), not a BrokenPipeError traceback and status 1."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from sluice.demo import install_demo
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+
+    install_demo(Container.from_settings(Settings(mode="local", home=tmp_path / "home")), Principal("default", frozenset({"admin"}), "t"))
+    rows = [[5.1, 3.5, 1.4, 0.2]] * 20_000
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    (tmp_path / "rows.jsonl").write_bytes(b"".join(b'{"inputs": [[5.1, 3.5, 1.4, 0.2]]}\n' for _ in rows))
+    argv = ["predict", "iris", "--batch", f"@{tmp_path / 'rows.json'}"] if command == "predict" else ["stream", "--deployment", "iris"]
+    env = {**os.environ, "SLUICE_HOME": str(tmp_path / "home")}
+    read, write = os.pipe()
+    with (tmp_path / "rows.jsonl").open("rb") as given, subprocess.Popen(
+        [sys.executable, "-c", "import sys; from sluice.cli import main; sys.exit(main())", *argv],
+        env=env, stdin=given, stdout=write, stderr=subprocess.PIPE,
+    ) as process:  # fmt: skip
+        os.close(write)
+        with os.fdopen(read, "rb") as reader:
+            assert reader.read(100)  # a little of the answer, then the reader goes away
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGPIPE, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
 
 from sluice.domain.errors import SluiceError
@@ -98,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         # What this run writes on this machine is its user's alone, libraries' files included
         # (SQLite's, pyarrow's, the metrics client's); `serve`'s workers inherit the umask.
         with umask():
-            return args.func(args)
+            code: int = args.func(args)
+            sys.stdout.flush()  # a reader that stopped reading is found here, not as the interpreter exits
+            return code
+    except BrokenPipeError:
+        # The reader went away (`sluice ... | head`): the rest of the answer goes nowhere, quietly,
+        # and the exit status is a shell's for a process a closed pipe stopped.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except SluiceError as exc:
         # A message that starts with its field (the API's own form, `since: …`) is printed as it is.
         where = f" [{exc.field}]" if exc.field and not exc.message.startswith(f"{exc.field}: ") else ""
