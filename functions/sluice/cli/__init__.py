@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             code: int = args.func(args)
             sys.stdout.flush()  # a reader that stopped reading is found here, not as the interpreter exits
             return code
+    except KeyboardInterrupt:  # Ctrl-C: what the command did so far stands; no traceback
+        print("interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     except BrokenPipeError:
         # The reader went away (`sluice ... | head`): the rest of the answer goes nowhere, quietly,
         # and the exit status is a shell's for a process a closed pipe stopped.

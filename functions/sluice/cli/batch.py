@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,8 @@ from sluice.cli import pieces
 from sluice.cli.common import count, operator, print_json, publish_of, publish_options, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
+
+INTERRUPTED = "Interrupted"  # the error of a job its `sluice batch run` was interrupted in
 
 if TYPE_CHECKING:
     from sluice.batch.orchestrators import Progress
@@ -85,6 +88,13 @@ def _run_here(batch: BatchService, job: BatchJob, concurrency: int) -> int:
     started = time.monotonic()
     try:
         local.run(job.tenant, job.id, progress=bar)
+    except KeyboardInterrupt:  # Ctrl-C: the chunks in flight have finished (the pool waits for them)
+        bar.close()
+        done = local.runner.mark_failed(  # a job already finished stays as it finished
+            job.tenant, job.id, error=INTERRUPTED, cause="the command was interrupted (SIGINT); the chunks scored are in the output"
+        )
+        code = _report(batch.get(_principal_of(job), job.id), time.monotonic() - started)
+        return code if done.get("status") == "SUCCEEDED" else 128 + signal.SIGINT
     finally:
         bar.close()
     return _report(batch.get(_principal_of(job), job.id), time.monotonic() - started)

@@ -149,3 +149,38 @@ def test_a_job_whose_folder_became_a_file_fails_with_a_reason_and_every_command_
     assert (tmp_path / "res").read_text() == "written meanwhile"
     code, out, _ = sluice(capsys, "batch", "list")
     assert code == 0 and report["id"] in out and "FAILED" in out
+
+
+def test_ctrl_c_during_batch_run_ends_the_job_with_a_reason_and_no_traceback(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT once a chunk has been scored (KeyboardInterrupt on the main thread, as Ctrl-C
+    raises it, where the command waits for its chunks): the chunks in flight finish, the job ends
+    FAILED saying it was interrupted, with what was scored recorded, and the command exits 130
+    with its report. It printed a traceback and left the job RUNNING until a later command found
+    it stopped."""
+    import signal
+
+    from sluice.batch import orchestrators
+
+    sluice(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    sluice(capsys, "deployments", "create", "iris", "--model", "iris")
+    source = write_input(tmp_path / "f.csv", iris_rows(6000))
+    waits = 0
+    real = orchestrators.wait
+
+    def interrupted_after_the_first_chunk(*args: object, **kwargs: object) -> object:
+        nonlocal waits
+        waits += 1
+        if waits == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(orchestrators, "wait", interrupted_after_the_first_chunk)
+    code, out, err = sluice(capsys, "batch", "run", str(source), "--deployment", "iris", "--concurrency", "1")
+    assert code == 128 + signal.SIGINT and "Traceback" not in err
+    report = json.loads(out)
+    assert report["status"] == "FAILED" and report["error"].startswith("Interrupted: the command was interrupted")
+    assert 1 <= report["progress"]["chunks_done"] < report["progress"]["chunks_total"]
+    code, out, err = sluice(capsys, "batch", "list")
+    assert code == 0 and "FAILED" in out and "found stopped" not in err
