@@ -36,7 +36,8 @@ class Poller(ABC):
         return self._stop.is_set()
 
     def stop_starting(self) -> None:
-        """No look starts from now on (safe from a signal handler: it only sets a flag)."""
+        """No look starts from now on (from any thread: it sets an Event, which takes a lock, so never
+        from a signal handler: `sluice.cli.drain.Stopping` calls it from a thread of its own)."""
         self._stop.set()
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -63,8 +64,15 @@ class Stoppable(Protocol):
 
 
 class Stopping:
-    """The signals' side of the drain, kept by the command's main process. `on_signal` runs in
-    a signal handler: it makes system calls and sets flags, and starts one thread."""
+    """The signals' side of the drain, kept by the command's main process.
+
+    `on_signal` runs in a signal handler, which Python may run inside another run of itself (two
+    signals at once: a supervisor's and a terminal's, `timeout` forwarding the signal pkill sent
+    it too) or inside any code of the main thread: it takes no lock. It counts the signal, stops
+    listening (system calls) and wakes a thread of its own (a byte down a pipe), which does what
+    takes locks: the background stops starting work and starts stopping, and a later signal
+    hurries it. (Setting a `threading.Event` in the handler took the event's lock: a second
+    signal landing while the first handler held it waited for itself, for ever.)"""
 
     def __init__(self, background: Stoppable, bound_s: float) -> None:
         self.background = background
@@ -72,26 +80,54 @@ class Stopping:
         self.sockets: list[socket.socket] = []
         self.signals = 0
         self.since: float | None = None  # monotonic time of the first signal
+        self._counted = itertools.count(1)  # next() is one call: a handler inside a handler counts apart
         self._stopped: list[str] = []
         self._background: threading.Thread | None = None
+        self._begin_lock = threading.Lock()  # threads only: never taken in a handler
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        threading.Thread(target=self._act, name="sluice-signals", daemon=True).start()
 
     def on_signal(self, signum: int) -> bool:
         """True for the first signal: listening stops (HTTP, and gRPC when this process serves
-        it: one worker), the background stops starting work and starts stopping; a later one
-        hurries the background."""
-        self.signals += 1
-        if self.signals > 1:
-            self.background.hurry()
-            return False
-        self.since = time.monotonic()
-        for sock in self.sockets:
-            stop_listening(sock)
-        grpc_workers.told()
-        self.background.stop_starting()
-        # The local batch jobs' grace runs beside the HTTP drain, not after it.
-        self._background = threading.Thread(target=self._stop_background, name="sluice-stop", daemon=True)
-        self._background.start()
-        return True
+        it: one worker) and the background is told to stop; a later one hurries it."""
+        count = next(self._counted)
+        self.signals = max(self.signals, count)
+        first = count == 1
+        if first:
+            self.since = time.monotonic()
+            for sock in self.sockets:
+                stop_listening(sock)
+        with contextlib.suppress(BlockingIOError, OSError):  # a full pipe holds enough wake-ups
+            os.write(self._wake_w, b"\x01" if first else b"\x02")
+        return first
+
+    def _act(self) -> None:
+        """What the signals ask, on this thread: the first begins the stop, each later one hurries it."""
+        while True:
+            try:
+                woken = os.read(self._wake_r, 64)
+            except OSError:
+                return
+            if not woken:
+                return
+            for byte in woken:
+                if byte == 1:
+                    self._begin()
+                else:
+                    self._begin()  # (its first signal's byte may be behind it in the pipe)
+                    self.background.hurry()
+
+    def _begin(self) -> None:
+        """Begin the stop, once: gRPC stops listening, the background starts nothing more, and
+        its local batch jobs' grace runs beside the HTTP drain, not after it."""
+        with self._begin_lock:
+            if self._background is not None:
+                return
+            grpc_workers.told()
+            self.background.stop_starting()
+            self._background = threading.Thread(target=self._stop_background, name="sluice-stop", daemon=True)
+            self._background.start()
 
     def _stop_background(self) -> None:
         self._stopped = self.background.stop()
@@ -105,9 +141,13 @@ class Stopping:
     def finish(self) -> list[str]:
         """Stop the background (if no signal did) and wait for it within the bound; the ids
         of the local batch jobs recorded FAILED as they stopped."""
-        if self._background is None:
+        with self._begin_lock:
+            stopping = self._background
+            if stopping is None:  # no signal: the stop runs here, and a signal now begins nothing more
+                self._background = threading.current_thread()
+        if stopping is None:
             return self.background.stop()
-        self._background.join(self.left_s())
+        stopping.join(self.left_s())
         return list(self._stopped)
 
 

@@ -150,7 +150,8 @@ class Looking(Protocol):
 
 class Background:
     """What `sluice serve` runs beside the HTTP workers, and how it stops: first it starts
-    nothing more (`stop_starting`, which only sets flags: a signal handler may call it), then
+    nothing more (`stop_starting`, which sets events: called from the drain's own thread, never
+    from a signal handler, since an event's lock is no handler's to take), then
     the looks under way end and the local jobs finish their chunks in flight (`stop`)."""
 
     def __init__(self, orchestrator: Orchestrator | None, *, grace_s: float) -> None:
