@@ -23,6 +23,8 @@ from sluice.domain.jobs import CatalogTarget, PublishTarget
 from sluice.domain.objects import now
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from sluice.domain.jobs import BatchJob
 
 Overlap = Literal["skip", "queue"]
@@ -127,15 +129,8 @@ def latest_fire(schedule: Schedule, moment: float) -> float | None:
         k = math.floor((moment - anchor) / period)
         fire = anchor + k * period
         return fire if fire > after else None
-    from zoneinfo import ZoneInfo
-
-    from cronsim import CronSim
-
-    tz = ZoneInfo(schedule.timezone)
-    line = _CRON.match(schedule.expression).group(1)  # type: ignore[union-attr]
     found = None
-    for when in CronSim(line, datetime.fromtimestamp(after, tz)):
-        stamp = when.timestamp()
+    for stamp in _cron_fires(schedule, after):
         if stamp > moment:
             break
         found = stamp
@@ -148,12 +143,28 @@ def next_fire(schedule: Schedule, moment: float) -> float:
     if period is not None:
         anchor = schedule.created_at
         return anchor + (math.floor((moment - anchor) / period) + 1) * period
+    return next(_cron_fires(schedule, moment))
+
+
+def _cron_fires(schedule: Schedule, after: float) -> Iterator[float]:
+    """The times a cron schedule fires after `after`, as EventBridge Scheduler keeps them across
+    daylight saving: the cron fields name wall-clock times in the schedule's zone; a time the
+    clocks skip (spring) does not fire that day, and a time they repeat (autumn) fires once, at
+    its first occurrence. (cronsim on zoned times fired a skipped time at the jump, and a time
+    of an hour field `*` twice in the repeated hour.)"""
     from zoneinfo import ZoneInfo
 
     from cronsim import CronSim
 
+    tz = ZoneInfo(schedule.timezone)
     line = _CRON.match(schedule.expression).group(1)  # type: ignore[union-attr]
-    return next(iter(CronSim(line, datetime.fromtimestamp(moment, ZoneInfo(schedule.timezone))))).timestamp()
+    for wall in CronSim(line, datetime.fromtimestamp(after, tz).replace(tzinfo=None)):
+        local = wall.replace(tzinfo=tz)  # fold 0: the first of a repeated time
+        if local.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:
+            continue  # in the gap the clocks skip: no such time that day
+        stamp = local.timestamp()
+        if stamp > after:
+            yield stamp
 
 
 def aws_expression(expression: str) -> str:
