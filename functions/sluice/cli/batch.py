@@ -86,17 +86,19 @@ def _run_here(batch: BatchService, job: BatchJob, concurrency: int) -> int:
     local = LocalOrchestrator(pieces.batch_runner(), concurrency=concurrency)
     bar = ProgressBar()
     started = time.monotonic()
+    interrupted = False
     try:
         local.run(job.tenant, job.id, progress=bar)
     except KeyboardInterrupt:  # Ctrl-C: the chunks in flight have finished (the pool waits for them)
+        interrupted = True
+    finally:
         bar.close()
+    if interrupted:
         done = local.runner.mark_failed(  # a job already finished stays as it finished
             job.tenant, job.id, error=INTERRUPTED, cause="the command was interrupted (SIGINT); the chunks scored are in the output"
         )
         code = _report(batch.get(_principal_of(job), job.id), time.monotonic() - started)
         return code if done.get("status") == "SUCCEEDED" else 128 + signal.SIGINT
-    finally:
-        bar.close()
     return _report(batch.get(_principal_of(job), job.id), time.monotonic() - started)
 
 
