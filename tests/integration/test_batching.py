@@ -508,3 +508,40 @@ def test_a_request_that_gives_up_behind_others_leaves_the_queue_cancelled() -> N
     assert isinstance(done[3], asyncio.CancelledError)
     assert [r.outputs["y"][0, 0] for r in done[:3]] == [0.0, 2.0, 4.0]
     assert runtime.calls == [1, 2]  # the one that left is in no call
+
+
+def test_whether_a_joined_call_may_be_queued_is_its_members_not_the_task_that_started_it() -> None:
+    """A batch job's request (which reads its answer in place) and an API request joined in one
+    call: the call runs in the task of whichever started it, so it took that task's
+    `ANSWERS_IN_PLACE`. An API request joined by a batch job's was refused where it could be
+    queued, and alone after the refusal still so. Now a joined call may be queued unless every
+    member reads in place, and a member alone calls as its own caller asked."""
+    from sluice.domain.errors import PayloadTooLarge
+    from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult
+
+    class Runtime:
+        seen: list[tuple[int, bool]] = []
+
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            rows, in_place = next(iter(inputs.values())).shape[0], ANSWERS_IN_PLACE.get()
+            self.seen.append((rows, in_place))
+            if rows > 1 and in_place:
+                raise PayloadTooLarge("too large to answer in place", field="inputs")  # as an endpoint that queues large ones
+            return InferenceResult({"y": next(iter(inputs.values())).sum(axis=1, keepdims=True)})
+
+    class Version:
+        tenant, model, version, sha256 = "t", "m", 1, "x"
+
+    runtime, batcher = Runtime(), Batcher()
+    settings = BatchingSettings(max_batch_size=8, max_delay_us=5000)
+
+    async def ask(in_place: bool, value: float) -> Any:
+        ANSWERS_IN_PLACE.set(in_place)  # this task's own caller
+        return await batcher.infer(runtime, Version(), {"x": np.full((1, 2), value, np.float32)}, None, settings)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        return await asyncio.gather(ask(True, 1.0), ask(False, 2.0), ask(True, 3.0))
+
+    got = asyncio.run(go())
+    assert [r.outputs["y"].ravel().tolist() for r in got] == [[2.0], [4.0], [6.0]]
+    assert runtime.seen[0] == (3, False)  # joined: one member may be queued, so the call may be

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.errors import Overloaded, SluiceError
-from sluice.domain.results import InferenceResult
+from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -71,6 +71,7 @@ class _Member:
     rows: int
     answer: asyncio.Future[InferenceResult]
     taken: bool = False  # in a call: no longer in its queue
+    in_place: bool = False  # its caller reads answers in place (`ANSWERS_IN_PLACE` where it asked)
 
 
 @dataclass(slots=True)
@@ -131,7 +132,7 @@ class Batcher:
                 limit=self.max_queue,
             )
         queue.settings = settings  # the deployment's latest
-        member = _Member(inputs, rows, asyncio.get_running_loop().create_future())
+        member = _Member(inputs, rows, asyncio.get_running_loop().create_future(), in_place=ANSWERS_IN_PLACE.get())
         queue.members.append(member)
         queue.waiting += 1
         try:
@@ -223,7 +224,7 @@ class Batcher:
             return
         try:
             joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
-            result = await queue.runtime.infer(queue.version, joined, queue.outputs)
+            result = await _infer(queue, joined, in_place=all(m.in_place for m in members))
         except SluiceError as error:
             if error.status < 500:  # the joined input refused: find whose it was
                 await asyncio.gather(*(self._alone(queue, m) for m in members))
@@ -249,13 +250,24 @@ class Batcher:
 
     async def _alone(self, queue: _Queue, member: _Member) -> None:
         try:
-            result = await queue.runtime.infer(queue.version, member.inputs, queue.outputs)
+            result = await _infer(queue, member.inputs, in_place=member.in_place)
         except Exception as error:
             if not member.answer.done():
                 member.answer.set_exception(error)
             return
         if not member.answer.done():
             member.answer.set_result(result)
+
+
+async def _infer(queue: _Queue, inputs: dict[str, np.ndarray], *, in_place: bool) -> InferenceResult:
+    """The runtime's call for these members, as their callers asked: a call runs in the task of
+    whichever request started it, so whether its answer may be queued is the members' own
+    (in place only where every member's caller reads answers in place)."""
+    token = ANSWERS_IN_PLACE.set(in_place)
+    try:
+        return await queue.runtime.infer(queue.version, inputs, queue.outputs)
+    finally:
+        ANSWERS_IN_PLACE.reset(token)
 
 
 def delay_s(settings: BatchingSettings) -> float:
