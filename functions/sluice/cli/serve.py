@@ -325,7 +325,13 @@ def _run_http(args: argparse.Namespace, settings: Settings, workers: int, stoppi
     if workers > 1:
         Supervisor(config, [sock], stopping).run()
         return
-    server = uvicorn.Server(config)
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[Any] | None = None) -> None:
+            await super().shutdown(sockets)
+            if self.force_exit:  # hurried (a second signal): the app's lifespan still ends, not cancelled with a traceback
+                await self.lifespan.shutdown()
+
+    server = Server(config)
     stopping.sockets.append(sock)
 
     def on_signal(signum: int, frame: object) -> None:
