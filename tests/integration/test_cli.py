@@ -274,3 +274,25 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(command: str, tmp_
         _, err = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGPIPE, err.decode()
     assert b"Traceback" not in err and b"BrokenPipeError" not in err
+
+
+def test_an_empty_sluice_home_is_the_default_home_not_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SLUICE_HOME=` (set, empty) read as the current folder: sluice made the folder the command
+    ran in its owner's alone (0700) and put its registry there. An empty home is the default."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    work, home = tmp_path / "project", tmp_path / "user"
+    work.mkdir(mode=0o755)
+    work.chmod(0o755)
+    home.mkdir()
+    env = {**os.environ, "SLUICE_HOME": "", "HOME": str(home), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from sluice.cli import main; sys.exit(main())", "models", "list"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(work.stat().st_mode) == 0o755 and list(work.iterdir()) == []
+    assert (home / ".sluice" / "registry.db").exists()

@@ -8,7 +8,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic._internal._utils import deep_update
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
@@ -30,6 +30,7 @@ def lambda_memory_mb() -> int | None:
 
 
 ENV_PREFIX = "SLUICE_"
+DEFAULT_HOME = "~/.sluice"
 
 
 class Group(BaseSettings):
@@ -85,9 +86,16 @@ class ProcessSettings(Group):
         description="`local` allows embedded defaults; `aws` refuses them (set automatically in Lambda).",
     )
     home: Path = Field(
-        default=Path("~/.sluice"),
-        description="Folder for the embedded registry, artifact store and local state.",
+        default=Path(DEFAULT_HOME),
+        description="Folder for the embedded registry, artifact store and local state (empty: the default).",
     )
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_given(cls, value: Any) -> Any:
+        """`SLUICE_HOME=` (set, empty) is the default home, as an unset one: not the current
+        folder, which sluice would make its owner's alone and fill with its registry."""
+        return DEFAULT_HOME if isinstance(value, str | Path) and not str(value).strip() else value
 
     @property
     def home_path(self) -> Path:
