@@ -70,3 +70,25 @@ def test_a_per_tenant_allowlist_names_the_setting_tenant_and_entry_it_refuses(gr
     with pytest.raises(ValidationError) as refused:
         Settings(home=tmp_path, **{setting: {"acme": [good], "globex": [good, bad]}})
     assert f"SLUICE_{setting.upper()}: {bad!r} (tenant 'globex') {words}" in str(refused.value)
+
+
+def test_no_folder_setting_reads_an_empty_value_as_the_current_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SLUICE_HOME=` or `SLUICE_BATCH_INBOX=` (set, empty): pydantic reads "" as the path `.`,
+    so the home became the folder a command ran in (made 0700, the registry put there) and
+    `sluice serve` watched it as the batch inbox, each file under it a job. Empty is the
+    default, for every setting that is a folder."""
+    from pathlib import Path
+
+    folders = [
+        (group, name)
+        for group in GROUPS.values()
+        for name, field in group.model_fields.items()
+        if "Path" in str(field.annotation)
+    ]
+    assert {name for _, name in folders} >= {"home", "batch_inbox"}
+    for group, name in folders:
+        monkeypatch.setenv(f"SLUICE_{name.upper()}", "")
+        read = getattr(group(), name)
+        assert read != Path("."), f"SLUICE_{name.upper()}= read as the current folder"
+        assert read == group.model_fields[name].default, name
+        monkeypatch.delenv(f"SLUICE_{name.upper()}")

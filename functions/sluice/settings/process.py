@@ -95,11 +95,17 @@ class ProcessSettings(Group):
     def _home_given(cls, value: Any) -> Any:
         """`SLUICE_HOME=` (set, empty) is the default home, as an unset one: not the current
         folder, which sluice would make its owner's alone and fill with its registry."""
-        return DEFAULT_HOME if isinstance(value, str | Path) and not str(value).strip() else value
+        return DEFAULT_HOME if unset_if_empty(value) is None else value
 
     @property
     def home_path(self) -> Path:
         return self.home.expanduser().resolve()
+
+
+def unset_if_empty(value: Any) -> Any:
+    """A folder setting given as an empty string (`SLUICE_X=`) is not given: pydantic reads ""
+    as the path `.`, the current folder, wherever a command happens to run."""
+    return None if isinstance(value, str) and not value.strip() else value
 
 
 class AdapterSettings(Group):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from sluice.settings.process import Group, MiB, in_lambda
+from sluice.settings.process import Group, MiB, in_lambda, unset_if_empty
 
 
 class LimitSettings(Group):
@@ -367,7 +367,7 @@ class ServeSettings(Group):
         "message of up to `max_request_bytes` and its decoding, so this bounds what gRPC adds to a worker's memory. "
         "0: no bound.",
     )
-    batch_inbox: Path | None = Field(
+    batch_inbox: Annotated[Path | None, BeforeValidator(unset_if_empty)] = Field(
         default=None,
         description="The folder `sluice serve` watches for batch inputs "
         "(`<folder>/<deployment>/<file>`); empty: `inbox/` under home.",
