@@ -92,3 +92,17 @@ def test_no_folder_setting_reads_an_empty_value_as_the_current_folder(monkeypatc
         assert read != Path("."), f"SLUICE_{name.upper()}= read as the current folder"
         assert read == group.model_fields[name].default, name
         monkeypatch.delenv(f"SLUICE_{name.upper()}")
+
+
+@pytest.mark.parametrize(("given", "read"), [("debug", "DEBUG"), (" Warning ", "WARNING"), ("", "INFO"), ("ERROR", "ERROR")])
+def test_the_log_level_is_a_level_in_any_case(given: str, read: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_LOG_LEVEL", given)
+    assert Settings().observability.log_level == read
+
+
+def test_a_log_level_that_is_no_level_is_refused_when_the_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SLUICE_LOG_LEVEL=LOUD` was taken, and failed as the logger was first made: in a Lambda
+    handler's first line, or a request's."""
+    monkeypatch.setenv("SLUICE_LOG_LEVEL", "LOUD")
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 from pydantic._internal._utils import deep_update
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
@@ -176,7 +176,9 @@ class ObservabilitySettings(Group):
 
     title: ClassVar[str] = "Logs and metrics"
 
-    log_level: str = Field(default="INFO", description="Log level of the `sluice` logger.")
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda v: (v.strip().upper() or "INFO") if isinstance(v, str) else v)
+    ] = Field(default="INFO", description="Log level of the `sluice` logger (any case; empty: INFO).")
     log_stream: Literal["stdout", "stderr"] = Field(
         default="stdout",
         description="Where the `sluice` logger writes its lines: stdout, which Lambda sends to CloudWatch Logs; the `sluice` command sets `stderr`, its stdout being its answer.",
