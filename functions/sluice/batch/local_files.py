@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from sluice import owner_only
 from sluice.batch.filestore import BLOCK, Stat, changed
 from sluice.batch.uris import local_path
-from sluice.domain.errors import BadRequest, Forbidden, NotFound, SluiceError, Unavailable
+from sluice.domain.errors import BadRequest, Forbidden, NotFound, Unavailable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -115,12 +115,10 @@ class LocalFiles:
     def check_folder(self, folder: str) -> None:
         """A folder, or nothing yet (it is made when the first file is written)."""
         path = local_path(folder).absolute()
-        for above in (path, *path.parents):
-            with os_errors(folder, field="output_uri"):
-                if above.is_dir():
-                    return
-                if above.exists():
-                    raise BadRequest(f"{folder} cannot be a folder: {above} is a file", field="output_uri")
+        with os_errors(folder, field="output_uri"):
+            above = next(p for p in (path, *path.parents) if p.exists())  # the root at the latest
+            if not above.is_dir():
+                raise BadRequest(f"{folder} cannot be a folder: {above} is a file", field="output_uri")
 
     def _write(self, path: str, data: bytes) -> None:
         # compression=None: never guess a codec from the file's name
@@ -144,13 +142,11 @@ class LocalFiles:
 
 @contextlib.contextmanager
 def os_errors(uri: str, *, field: str = "input_uri") -> Iterator[None]:
-    """The machine's refusals as sluice's errors, naming `uri` (sluice's own pass through).
+    """The machine's refusals (OSError) as sluice's errors, naming `uri`.
     Where a file is read, a missing one is NotFound; where one is written (`output_uri`), a
     folder that cannot be made is the path's fault."""
     try:
         yield
-    except SluiceError:
-        raise
     except FileNotFoundError as exc:
         if field == "output_uri":
             raise BadRequest(f"cannot write {uri}: {_reason(exc, uri)}", field=field) from None

@@ -112,10 +112,8 @@ class Stopping:
             if not woken:
                 return
             for byte in woken:
-                if byte == 1:
-                    self._begin()
-                else:
-                    self._begin()  # (its first signal's byte may be behind it in the pipe)
+                self._begin()  # once; a later signal's byte may come before the first's is read
+                if byte != 1:
                     self.background.hurry()
 
     def _begin(self) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
 
     from sluice.domain.objects import Deployment, ModelVersion
@@ -19,6 +22,16 @@ if TYPE_CHECKING:
 # synchronous call is then refused (PayloadTooLarge, which the caller answers by splitting the
 # call), never queued for asynchronous inference. Tasks and threads started within inherit it.
 ANSWERS_IN_PLACE: ContextVar[bool] = ContextVar("sluice_answers_in_place", default=False)
+
+
+@contextmanager
+def answering_in_place(in_place: bool) -> Iterator[None]:
+    """`ANSWERS_IN_PLACE` as `in_place` for the block (and what it starts), as it was after."""
+    token = ANSWERS_IN_PLACE.set(in_place)
+    try:
+        yield
+    finally:
+        ANSWERS_IN_PLACE.reset(token)
 
 
 @dataclass(slots=True)

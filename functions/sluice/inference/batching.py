@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.errors import Overloaded, SluiceError
-from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult
+from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult, answering_in_place
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -263,11 +263,8 @@ async def _infer(queue: _Queue, inputs: dict[str, np.ndarray], *, in_place: bool
     """The runtime's call for these members, as their callers asked: a call runs in the task of
     whichever request started it, so whether its answer may be queued is the members' own
     (in place only where every member's caller reads answers in place)."""
-    token = ANSWERS_IN_PLACE.set(in_place)
-    try:
+    with answering_in_place(in_place):
         return await queue.runtime.infer(queue.version, inputs, queue.outputs)
-    finally:
-        ANSWERS_IN_PLACE.reset(token)
 
 
 def delay_s(settings: BatchingSettings) -> float:

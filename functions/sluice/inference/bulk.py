@@ -41,7 +41,7 @@ from sluice.domain.errors import (
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
-from sluice.domain.results import ANSWERS_IN_PLACE
+from sluice.domain.results import answering_in_place
 from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
@@ -201,39 +201,29 @@ async def score_many(
     signature), so it is not looked up again here. `on_result`: called with each result as
     its call answers, before the next call (a driver that presents on this thread then
     overlaps its presenting with other threads' inference)."""
-    in_place = ANSWERS_IN_PLACE.set(True)  # nothing reads a queued answer: too large is split, never queued
-    try:
-        return await _score_many(predictions, principal, target, records, max_rows, mirrors, stop_on_retry, resolved, on_result)
-    finally:
-        ANSWERS_IN_PLACE.reset(in_place)
-
-
-async def _score_many(
-    predictions: PredictionService, principal: Principal, target: str | Node, records: Records, max_rows: int,
-    mirrors: bool, stop_on_retry: bool, resolved: Resolved | None, on_result: Callable[[Result], object] | None,
-) -> Outcomes:  # fmt: skip
-    count = len(records)
-    out = Outcomes(count)
-    offsets = None if records.rows is None else _offsets(records.rows)
-    routed = isinstance(target, str) and (records.variants is not None or records.keys is not None)
-    if isinstance(target, str) and (resolved is None or routed):
-        try:
-            if resolved is None:
-                resolved = await predictions.resolve(principal, target)
-        except Exception as exc:  # the deployment itself: every record waits for the same answer
-            if not isinstance(exc, SluiceError):
-                get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
-            out._error(Error(slice(0, count), exc, _retryable(exc)), count)
-            return out
-    bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result)
-    if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
-        await bulk.call(slice(0, count), None, None)
-    else:
-        for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
-            for part in _parts(chosen, offsets, max_rows):
-                await bulk.call(part, variant, key)
-    assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
-    return out
+    with answering_in_place(True):  # nothing reads a queued answer: too large is split, never queued
+        count = len(records)
+        out = Outcomes(count)
+        offsets = None if records.rows is None else _offsets(records.rows)
+        routed = isinstance(target, str) and (records.variants is not None or records.keys is not None)
+        if isinstance(target, str) and (resolved is None or routed):
+            try:
+                if resolved is None:
+                    resolved = await predictions.resolve(principal, target)
+            except Exception as exc:  # the deployment itself: every record waits for the same answer
+                if not isinstance(exc, SluiceError):
+                    get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": count})
+                out._error(Error(slice(0, count), exc, _retryable(exc)), count)
+                return out
+        bulk = _Bulk(predictions, principal, target, records, offsets, out, mirrors, stop_on_retry, on_result)
+        if not routed and offsets is None and 0 < count <= max_rows:  # the common case: one call
+            await bulk.call(slice(0, count), None, None)
+        else:
+            for variant, key, chosen in _groups(resolved.node, records, count) if routed else ((None, None, slice(0, count)),):  # type: ignore[union-attr]
+                for part in _parts(chosen, offsets, max_rows):
+                    await bulk.call(part, variant, key)
+        assert out.answered + out.failed == count, f"{count} records in, {out.answered} answered and {out.failed} failed"
+        return out
 
 
 def sticky_field(node: Node) -> str | None:
