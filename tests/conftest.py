@@ -28,6 +28,8 @@ share_botocore_data()
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
 EVENTS = REPO / "events"
+# The tracking servers the suite's follow bindings name, admitted by `settings` (never called).
+MLFLOW_SERVERS = ("https://mlflow.example.com", "http://mlflow.example.com")
 
 # Under pytest-xdist (`make test` runs `-n N --dist loadgroup`) a module's tests stay on one
 # worker, in order, with its module fixtures built once (a module may be a story told test by
@@ -87,7 +89,11 @@ def _cli_defaults_put_back() -> Iterator[None]:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0)
+    """A fresh home; the MLflow server the suite's bindings name (never called) is admitted."""
+    return Settings(
+        mode="local", home=tmp_path / "home", registry="", store="", deployment_cache_ttl_s=0,
+        mlflow_tracking_servers=list(MLFLOW_SERVERS),
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def cmd_follow(args: argparse.Namespace) -> int:
     tracking = args.tracking_uri or (os.environ.get("MLFLOW_TRACKING_URI") if args.registry.startswith("models:/") else None)
     follow = service.follow(
         principal, args.name, source=args.registry, rollout=args.rollout, model=args.model,
-        tracking_uri=tracking, tag_back=args.tag_back,
+        tracking_uri=tracking, tag_back=args.tag_back, operator=True,
     )  # fmt: skip
     print(f"deployment {follow.deployment} follows {follow.source}: each new version pushed into {follow.model}, rolled out {follow.plan}")
     return 0

@@ -73,14 +73,23 @@ class MlflowClientSource:
 
 
 class Follower:
+    """`mlflow`: where tenants' MLflow bindings are read (the admitted servers alone);
+    `operator_mlflow`: where the operator's own are (`Follow.operator`), if elsewhere."""
+
     def __init__(
-        self, follows: FollowService, models: ModelService, *, clients: AwsClients | None = None,
-        mlflow: MlflowSource | None = None,
+        self, follows: FollowService, models: ModelService, *, mlflow: MlflowSource, clients: AwsClients | None = None,
+        operator_mlflow: MlflowSource | None = None,
     ) -> None:  # fmt: skip
         self.follows = follows
         self.models = models
         self._clients = clients
-        self.mlflow: MlflowSource = mlflow or MlflowClientSource()
+        self.mlflow = mlflow
+        self.operator_mlflow = operator_mlflow or mlflow
+
+    def source(self, follow: Follow) -> MlflowSource:
+        """Where `follow` is read: as its maker may read (a tenant's binding never with the
+        operator's client, environment or credentials)."""
+        return self.operator_mlflow if follow.operator else self.mlflow
 
     @property
     def clients(self) -> AwsClients:
@@ -116,12 +125,13 @@ class Follower:
     def _poll(self, follow: Follow) -> str:
         from sluice.convert.mlflow_models import without_credentials
 
-        version = self.mlflow.current_version(follow)
+        mlflow = self.source(follow)
+        version = mlflow.current_version(follow)
         if str(version) == follow.seen and not self.follows.lapsed(follow):
             return follow.state
         name = follow.parsed_source().name
         match = {"registry": "mlflow", "name": name, "version": version, "tracking_uri": without_credentials(follow.tracking_uri or "")}
-        return self.take(follow, str(version), lambda tmp: self.mlflow.pull(follow, version, tmp), match)
+        return self.take(follow, str(version), lambda tmp: mlflow.pull(follow, version, tmp), match)
 
     # SageMaker Model Registry -------------------------------------------------------------
     def on_package_event(self, event: dict[str, Any]) -> dict[str, str]:
@@ -235,7 +245,7 @@ class Follower:
         """MLflow's model version tagged with what serves it; a failure is said, not raised."""
         tags = {"sluice.deployment": follow.deployment, "sluice.revision": str(revision)}
         try:
-            self.mlflow.set_tags(follow, int(match["version"]), tags)
+            self.source(follow).set_tags(follow, int(match["version"]), tags)
         except SluiceError as exc:
             return f"; tagging back failed: {exc.message}"
         return f"; tagged {match['name']} version {match['version']} in MLflow"

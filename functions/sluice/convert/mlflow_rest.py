@@ -66,7 +66,8 @@ _OPENER = urllib.request.build_opener(_NoRedirect())
 
 class MlflowRest:
     """`MlflowSource` over REST. `credentials(tenant)`: what to send for a tenant's bindings
-    (None: nothing); `s3()`: an S3 client, for artifacts MLflow keeps in S3."""
+    (None: nothing); `s3()`: an S3 client, for artifacts MLflow keeps in S3 (None: such
+    artifacts are refused, as off AWS, where the only credentials are the operator's)."""
 
     def __init__(
         self, *, allowed: tuple[Allowed, ...], credentials: Callable[[str], Credentials | None],
@@ -147,9 +148,12 @@ class MlflowRest:
             return lambda name, limit: call.raw(f"{ARTIFACTS}/{quote(f'{base}/{name}'.strip('/'))}", limit)
         if parts.scheme == "s3" and self.s3 is not None:
             return lambda name, limit: self._from_s3(parts.netloc, f"{parts.path.strip('/')}/{name}".strip("/"), limit)
+        where_read = "through the tracking server (mlflow server --serve-artifacts) or S3" if self.s3 is not None else (
+            "through the tracking server (mlflow server --serve-artifacts)"
+        )
         raise Unprocessable(
-            f"{follow.source}'s artifacts are at a {parts.scheme or 'local'}: location, which sluice cannot read on AWS: serve "
-            f"them through the tracking server (mlflow server --serve-artifacts) or S3, or {CONVERT}",
+            f"{follow.source}'s artifacts are at a {parts.scheme or 'local'}: location, which sluice cannot read for this "
+            f"binding: serve them {where_read}, or {CONVERT}",
             field="file",
         )
 

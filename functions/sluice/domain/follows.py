@@ -176,6 +176,10 @@ class Follow:
     watch: str  # `Source.watch`: what finds the binding from an event
     tracking_uri: str | None = None  # MLflow: where to poll (never with credentials)
     tag_back: bool = False  # MLflow: tag the version with the deployment and revision serving it
+    # Made by the machine's operator (the CLI), not by a tenant through the API: off AWS such a
+    # binding is read with MLflow's own client and the operator's environment (any tracking URI,
+    # the operator's credentials); a tenant's is read as on AWS, from admitted servers alone.
+    operator: bool = False
     revision: int = 1  # each write adds one; a write names the revision it read
     state: FollowState = "waiting"
     seen: str | None = None  # the registry's version last taken (claimed)

@@ -67,28 +67,34 @@ def acting_for(follow: Follow) -> Principal:
 class FollowService:
     def __init__(
         self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time,
-        tracking_servers: tuple[Allowed, ...] | None = None, lease_s: float = DEFAULT_LEASE_S,
-        poller: str | None = None,
+        tracking_servers: tuple[Allowed, ...] = (), operator_any_server: bool = False,
+        lease_s: float = DEFAULT_LEASE_S, poller: str | None = None,
     ) -> None:  # fmt: skip
         self.registry = registry
         self.rollouts = rollouts
         self.clock = clock
         self.lease_s = lease_s  # how long a claim holds before the next poll may take it over
         self.poller = poller or poller_name()
-        # On AWS, the MLflow servers the scheduled poll may call: a binding to another is refused.
+        # The MLflow servers a tenant's binding may name (`mlflow_tracking_servers`): the tracking
+        # URI is a URL the tenant supplies, called by sluice's poller, so it is checked when the
+        # binding is made and before every call. Off AWS the operator's own bindings (the CLI)
+        # may name any tracking URI MLflow takes (`operator_any_server`).
         self.tracking_servers = tracking_servers
+        self.operator_any_server = operator_any_server
 
     # Commands -------------------------------------------------------------------------
     def follow(
         self, principal: Principal, deployment: str, *, source: str, rollout: str, model: str | None = None,
-        tracking_uri: str | None = None, tag_back: bool = False,
+        tracking_uri: str | None = None, tag_back: bool = False, operator: bool = False,
     ) -> Follow:  # fmt: skip
+        """A binding of `deployment` to `source`. `operator`: made by the machine's operator
+        (the CLI), never by a tenant through the API."""
         principal.require("admin")
         parsed = parse_source(source)
         plan = parse_plan(rollout)
         if parsed.registry == "mlflow":
             tracking_uri = _tracking(tracking_uri)
-            if self.tracking_servers is not None:
+            if not (operator and self.operator_any_server):
                 from sluice.domain.origins import check_origin
 
                 check_origin(tracking_uri, self.tracking_servers, field="tracking_uri")
@@ -108,7 +114,8 @@ class FollowService:
         return self.registry.create_follow(
             Follow(
                 principal.tenant, deployment, parsed.uri, parsed.registry, model, str(plan), parsed.watch,
-                tracking_uri=tracking_uri, tag_back=tag_back, created_by=principal.subject, created_at=self.clock(),
+                tracking_uri=tracking_uri, tag_back=tag_back, operator=operator, created_by=principal.subject,
+                created_at=self.clock(),
             )
         )  # fmt: skip
 

@@ -1,6 +1,6 @@
 """The group of follow bindings: how often `sluice serve` polls the MLflow registries that
-deployments follow (`sluice.convert.follow`), and, on AWS, which tracking servers the
-scheduled poll may call and where it finds their credentials."""
+deployments follow (`sluice.convert.follow`), which tracking servers a tenant's binding may
+name, and, on AWS, where the scheduled poll finds each tenant's credentials."""
 
 from __future__ import annotations
 
@@ -47,10 +47,12 @@ class FollowSettings(Group):
     mlflow_tracking_servers: list[str] = Field(
         default_factory=list,
         description=(
-            "On AWS: the MLflow tracking servers the scheduled poll may call (over MLflow's REST API), as "
+            "The MLflow tracking servers a tenant's follow binding may name, read over MLflow's REST API, as "
             "`https://host:port` (or `:low-high`, `:*`), compared on the parsed URL like "
             "`triton_url_prefixes`; a binding to any other server is refused when made and never called. "
-            "Set by the CDK app from `api.mlflow_tracking_servers`; JSON list in the environment; empty: none."
+            "Off AWS the operator's own bindings (made with the CLI) may name any tracking URI MLflow takes. "
+            "Set on AWS by the CDK app from `api.mlflow_tracking_servers`; JSON list in the environment; "
+            "empty: none."
         ),
     )
     mlflow_credentials_secrets: dict[str, str] = Field(

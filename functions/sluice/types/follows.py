@@ -52,6 +52,11 @@ class FollowOut(WireModel):
     plan: str = Field(description="The rollout plan, as read.")
     tracking_uri: str | None = None
     tag_back: bool
+    operator: bool = Field(
+        False,
+        description="Made by the machine's operator (the CLI): off AWS it is read with MLflow's client and the operator's "
+        "environment; a binding made through the API is read from the admitted tracking servers alone.",
+    )
     state: str = Field(description="waiting, pushing, rolling_out, completed or failed (the last version's story).")
     seen: str | None = Field(None, description="The registry's version last taken.")
     claimed_at: float | None = Field(

@@ -272,16 +272,23 @@ class Container:
         """Follow bindings: made, shown, removed, and what became of each version recorded."""
         from sluice.services.follows import FollowService
 
-        servers = self.settings.follows.mlflow_allowlist if self.settings.mode == "aws" else None
-        return FollowService(self.registry, self.rollouts, tracking_servers=servers, lease_s=self.settings.follows.follow_lease_s)
+        settings = self.settings.follows
+        return FollowService(
+            self.registry, self.rollouts, tracking_servers=settings.mlflow_allowlist,
+            operator_any_server=self.settings.mode != "aws", lease_s=settings.follow_lease_s,
+        )  # fmt: skip
 
     @cached_property
     def follower(self) -> Follower:
         """What pushes and rolls out the versions bindings follow (MLflow polls, SageMaker
-        events); built on first use."""
-        from sluice.convert.follow import Follower
+        events); built on first use. A tenant's MLflow binding is read over MLflow's REST API
+        from the admitted servers alone, with no credentials of this process (MLflow's
+        environment is the operator's); the operator's own bindings with MLflow's client."""
+        from sluice.convert.follow import Follower, MlflowClientSource
+        from sluice.convert.mlflow_rest import MlflowRest
 
-        return Follower(self.follows, self.models)
+        tenants = MlflowRest(allowed=self.settings.follows.mlflow_allowlist, credentials=lambda tenant: None)
+        return Follower(self.follows, self.models, mlflow=tenants, operator_mlflow=MlflowClientSource())
 
     def endpoint_plane(self) -> EndpointControl:
         """The endpoint control plane (SageMaker or the local twin), built on first use."""
