@@ -100,6 +100,7 @@ class Registry:
         self.requests: list[tuple[str, str, str | None]] = []  # method, path, Authorization
         self.tags: list[dict[str, Any]] = []
         self.fail_with: tuple[int, dict[str, Any]] | None = None
+        self.artifact_uris: dict[int, str] = {}  # where a version's artifacts are, if not the artifact proxy
 
     def model_version(self, number: int) -> dict[str, Any]:
         return {
@@ -125,7 +126,7 @@ class Registry:
                 return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Model Version (name=moving, version={number}) not found"}
             if path.endswith("get"):
                 return 200, {"model_version": self.model_version(number)}
-            return 200, {"artifact_uri": f"mlflow-artifacts:/1/models/m-{number:032x}/artifacts"}
+            return 200, {"artifact_uri": self.artifact_uris.get(number, f"mlflow-artifacts:/1/models/m-{number:032x}/artifacts")}
         if path == f"{API}/model-versions/set-tag" and method == "POST":
             self.tags.append(body)
             return 200, {}

@@ -6,8 +6,9 @@ Part of the `api` section (`ApiConfig`), whose registry event function they shap
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from infra.config.base import TENANT, Section
 
@@ -16,11 +17,46 @@ KMS_KEY_ARN = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/(?:mrk-[0-9a-f]{32}|[0
 
 
 class RegistryFields(Section):
-    model_data_buckets: tuple[str, ...] = Field(
-        (),
-        description="Buckets that hold the model data of the SageMaker model packages deployments follow: "
-        "the registry event function may read their objects (and no other bucket's).",
+    follow_package_groups: dict[str, tuple[str, ...]] = Field(
+        {},
+        description="`{tenant: [GROUP, ...]}`: the SageMaker model package groups (names) each tenant's deployments "
+        "may follow; the registry event function may describe those groups' packages alone, and a binding to "
+        "another group is refused.",
     )
+    model_data_locations: dict[str, tuple[str, ...]] = Field(
+        {},
+        description="`{tenant: [s3://BUCKET/PREFIX/, ...]}`: where the model data of each tenant's followed versions "
+        "may lie (SageMaker packages' `ModelDataUrl`, MLflow's `s3://` artifacts); the registry event function may "
+        "read those prefixes alone, and reads a version's model data only under its own tenant's.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model_data_buckets" in data:
+            raise ValueError(
+                "api.model_data_buckets is now per tenant: list each tenant's S3 prefixes in api.model_data_locations "
+                "({tenant: [s3://BUCKET/PREFIX/]}) and its package groups in api.follow_package_groups, so that one "
+                "tenant's registry cannot have sluice read another's model data"
+            )
+        return data
+
+    @field_validator("follow_package_groups", "model_data_locations")
+    @classmethod
+    def _per_tenant(cls, entries: dict[str, tuple[str, ...]], info: ValidationInfo) -> dict[str, tuple[str, ...]]:
+        from sluice.settings.follows import PACKAGE_GROUP, is_s3_prefix
+
+        groups = info.field_name == "follow_package_groups"
+        for tenant, names in entries.items():
+            if not re.fullmatch(TENANT, tenant):
+                raise ValueError(f"{tenant!r} is not a tenant's name")
+            for name in names:
+                if not (re.fullmatch(PACKAGE_GROUP, name) if groups else is_s3_prefix(name)):
+                    what = "a model package group's name" if groups else "an S3 prefix (s3://BUCKET/PREFIX/)"
+                    raise ValueError(f"{name!r} (tenant {tenant!r}) is not {what}")
+            if len(set(names)) != len(names):
+                raise ValueError(f"tenant {tenant!r} lists an entry twice")
+        return entries
     follow_poll_minutes: int = Field(
         5,
         ge=0,

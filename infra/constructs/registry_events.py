@@ -3,10 +3,12 @@ Model Package State Change" event that approves or rejects a package of this acc
 function (sluice.handlers.registry_events), which pushes an Approved package of a group a
 deployment follows and starts its rollout, or records a Rejected one.
 
-The function may describe the account's model packages (no other SageMaker call), read the
-objects of the buckets named as holding their model data (`api.model_data_buckets`; none by
-default), write models and versions into the store, and read and write the registry's tenant
-partitions; its scan of who follows what reads the keys and `watch` of each item alone.
+The function may describe the packages of the groups some tenant may follow
+(`api.follow_package_groups`; no other SageMaker call), read objects under the prefixes named
+as some tenant's model data locations (`api.model_data_locations`; none by default), write
+models and versions into the store, and read and write the registry's tenant partitions; its
+scan of who follows what reads the keys and `watch` of each item alone. Which tenant may
+follow which group and read which prefix, the function checks itself (`BindingReads`).
 
 EventBridge Scheduler invokes the same function every `api.follow_poll_minutes` with
 `{"poll": "follows"}`: it polls the MLflow registries deployments follow over MLflow's REST API
@@ -14,7 +16,7 @@ EventBridge Scheduler invokes the same function every `api.follow_poll_minutes` 
 Secrets Manager secret (`api.mlflow_credentials`: GetSecretValue on those secrets, no other);
 a secret under a customer-managed KMS key (`api.mlflow_credentials_kms_keys`) needs kms:Decrypt
 on that key, granted through Secrets Manager alone and for those secrets alone.
-One function for both, since both need the same grants (registry, store, model data buckets);
+One function for both, since both need the same grants (registry, store, model data locations);
 the schedule's role may invoke it and nothing else.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_events as events
@@ -51,7 +54,8 @@ class RegistryEvents:
         worker: RegistryWorker,
         *,
         artifacts: s3.IBucket,
-        model_data_buckets: Sequence[str],
+        package_groups: Mapping[str, Sequence[str]] | None = None,
+        model_data: Mapping[str, Sequence[str]] | None = None,
         poll_every_minutes: int = 0,
         mlflow_servers: Sequence[str] = (),
         mlflow_credentials: Mapping[str, str] | None = None,
@@ -64,22 +68,29 @@ class RegistryEvents:
         )  # fmt: skip
         role = fn.role
         grant_objects(fn, artifacts, prefix=STORE_PREFIX, write=True, purpose="the ONNX model of each package pushed")
-        packages = Stack.of(scope).format_arn(service="sagemaker", resource="model-package", resource_name="*")
-        role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=[packages]))
-        acknowledge(
-            fn,
-            wildcard_resource(scope, packages),
-            "Which package groups deployments follow is decided at run time (sluice deployments follow); the "
-            "function only describes model packages (versions of a group) in this account and region.",
-        )
-        for bucket in model_data_buckets:
-            objects = Stack.of(scope).format_arn(service="s3", region="", account="", resource=bucket, resource_name="*")
+        # The packages of the groups some tenant may follow (a group's name is spelled in ARNs as
+        # given or in lower case: both are granted), and the model data prefixes some tenant's
+        # versions may lie under; which tenant may use which is checked by the function itself.
+        stack = Stack.of(scope)
+        groups = sorted({spelled for names in (package_groups or {}).values() for g in names for spelled in (g, g.lower())})
+        for group in groups:
+            packages = stack.format_arn(service="sagemaker", resource="model-package", resource_name=f"{group}/*")
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:DescribeModelPackage"], resources=[packages]))
+            acknowledge(
+                fn,
+                wildcard_resource(scope, packages),
+                f"The versions of model package group {group}, which the config lets a tenant follow, are made as "
+                "they are registered: the function describes that group's packages alone.",
+            )
+        for location in sorted({uri for uris in (model_data or {}).values() for uri in uris}):
+            bucket, _, prefix = location.removeprefix("s3://").partition("/")
+            objects = stack.format_arn(service="s3", region="", account="", resource=bucket, resource_name=f"{prefix}*")
             role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
             acknowledge(
                 fn,
                 wildcard_resource(scope, objects),
-                f"A model package's model data is wherever its training put it: the function reads objects "
-                f"in {bucket}, named in the config as holding model data, and writes nothing there.",
+                f"A followed version's model data is wherever its training put it: the function reads objects under "
+                f"{location}, named in the config as a tenant's model data location, and writes nothing there.",
             )
         # What EventBridge could not deliver lands in a queue of its own, under a key of its own:
         # EventBridge cannot send to a queue under the AWS-managed KMS key the functions'
@@ -123,7 +134,7 @@ class RegistryEvents:
                 )
             ],
         )
-        self.environment = mlflow_environment(mlflow_servers, mlflow_credentials or {})
+        self.environment = follow_environment(mlflow_servers, package_groups or {}, mlflow_credentials or {}, model_data or {})
         for variable, value in self.environment.items():
             fn.function.add_environment(variable, value)
         secrets = secret_arns(scope, mlflow_credentials or {})
@@ -143,14 +154,23 @@ class RegistryEvents:
         ) if minutes else None  # fmt: skip
 
 
-def mlflow_environment(servers: Sequence[str], credentials: Mapping[str, str]) -> dict[str, str]:
-    """What the functions that read or check follow bindings are told of MLflow on AWS: the
-    servers they may call and, for the poll, each tenant's secret."""
+def follow_environment(
+    servers: Sequence[str], package_groups: Mapping[str, Sequence[str]], credentials: Mapping[str, str] | None = None,
+    model_data: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, str]:  # fmt: skip
+    """What the functions that read or check follow bindings are told on AWS: the MLflow servers
+    and each tenant's package groups (both check a new binding), and, for the function that
+    reads, each tenant's MLflow secret and model data locations."""
+    compact: dict[str, Any] = {"separators": (",", ":")}
     out = {}
     if servers:
-        out["SLUICE_MLFLOW_TRACKING_SERVERS"] = json.dumps(list(servers), separators=(",", ":"))
+        out["SLUICE_MLFLOW_TRACKING_SERVERS"] = json.dumps(list(servers), **compact)
+    if package_groups:
+        out["SLUICE_FOLLOW_PACKAGE_GROUPS"] = json.dumps({t: list(g) for t, g in sorted(package_groups.items())}, **compact)
     if credentials:
-        out["SLUICE_MLFLOW_CREDENTIALS_SECRETS"] = json.dumps(dict(sorted(credentials.items())), separators=(",", ":"))
+        out["SLUICE_MLFLOW_CREDENTIALS_SECRETS"] = json.dumps(dict(sorted(credentials.items())), **compact)
+    if model_data:
+        out["SLUICE_MODEL_DATA_LOCATIONS"] = json.dumps({t: list(u) for t, u in sorted(model_data.items())}, **compact)
     return out
 
 

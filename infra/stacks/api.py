@@ -36,7 +36,7 @@ from infra.constructs.registry_access import (
     TenantRegistryRole,
     grant_registry,
 )
-from infra.constructs.registry_events import RegistryEvents, mlflow_environment
+from infra.constructs.registry_events import RegistryEvents, follow_environment
 from infra.constructs.rest_api import DEFAULT_PLAN, RestApi
 from infra.constructs.rollouts import RolloutController
 from infra.constructs.websocket_api import WebSocketApi
@@ -155,14 +155,15 @@ class ApiStack(FunctionStack):
             self,
             self._worker("registry-events", [core, platform.registry_layer(self)], concurrency.registry_events),
             artifacts=storage.artifacts,
-            model_data_buckets=api.model_data_buckets,
+            package_groups=api.follow_package_groups,
+            model_data=api.model_data_locations,
             poll_every_minutes=api.follow_poll_minutes,
             mlflow_servers=api.mlflow_tracking_servers,
             mlflow_credentials=api.mlflow_credentials,
             mlflow_kms_keys=api.mlflow_credentials_kms_keys,
         )
-        # The API checks a new binding's tracking server against the same list (no credentials).
-        for variable, value in mlflow_environment(api.mlflow_tracking_servers, {}).items():
+        # The API checks a new binding's tracking server and package group against the same lists.
+        for variable, value in follow_environment(api.mlflow_tracking_servers, api.follow_package_groups).items():
             self.api_function.function.add_environment(variable, value)
         self.rest_api = RestApi(
             self,

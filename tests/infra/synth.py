@@ -63,7 +63,8 @@ FULL_CONFIG: dict[str, Any] = {
     "tags": {"owner": "ml-platform"},
     "functions": {"preload": ["acme/fraud", "acme/iris"], "preload_max_mb": 64},
     "api": {
-        "model_data_buckets": ["acme-model-data"],
+        "follow_package_groups": {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]},
+        "model_data_locations": {"acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models/"]},
         "follow_poll_minutes": 2,
         "mlflow_tracking_servers": ["https://mlflow.example.com"],
         "mlflow_credentials": {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN},

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from infra.config import SluiceConfig
+from pydantic import ValidationError
+
 from tests.infra.synth import (
     ACCOUNT,
     MLFLOW_KMS_KEY_ARN,
@@ -59,23 +63,47 @@ def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app
     assert set(events_use["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
 
 
-def test_the_function_may_describe_model_packages_and_read_model_data_only(full_app: Synthesized) -> None:
+def test_the_function_may_describe_the_followed_groups_packages_and_read_the_model_data_locations_only(full_app: Synthesized) -> None:
     from infra.naming import STORE_PREFIX
 
     statements = _statements(full_app)
     sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in _actions(s))]
-    assert [(_actions(s), s["Resource"]) for s in sagemaker] == [
-        (["sagemaker:DescribeModelPackage"], f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package/*")
+    packages = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package"
+    # Each group some tenant may follow, as given and in lower case (how ARNs may spell it).
+    assert {a for s in sagemaker for a in _actions(s)} == {"sagemaker:DescribeModelPackage"}
+    assert sorted(r for s in sagemaker for r in as_list(s["Resource"])) == [
+        f"{packages}/{group}/*" for group in ("Churn-Model", "churn-model", "fraud")
     ]
+    model_data = ["arn:aws:s3:::acme-model-data/*", "arn:aws:s3:::shared-ml/acme/*", "arn:aws:s3:::shared-ml/beta/models/*"]
     reads = [s for s in statements if _actions(s) == ["s3:GetObject"]]
-    assert [s["Resource"] for s in reads] == ["arn:aws:s3:::acme-model-data/*"]
+    assert sorted(r for s in reads for r in as_list(s["Resource"])) == model_data
     # Objects elsewhere: the store's own prefix in the artifacts bucket alone.
     objects = {
         r for st in statements if any(a.startswith("s3:") and a != "s3:ListBucket" for a in _actions(st))
         for r in (st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]])
     }  # fmt: skip
-    others = {r for r in objects if r != "arn:aws:s3:::acme-model-data/*"}
+    others = objects - set(model_data)
     assert len(others) == 1 and str(others.pop()).endswith(f"/{STORE_PREFIX}*")
+
+
+def test_a_tenant_reads_only_its_own_model_data_locations_and_groups(full_app: Synthesized) -> None:
+    """The grants are the union of the tenants' (IAM cannot tell tenants apart here): the function
+    is told which tenant may read which, and checks."""
+    _, function = function_by_handler(full_app.template("api"), HANDLER)
+    variables = function["Environment"]["Variables"]
+    assert json.loads(variables["SLUICE_MODEL_DATA_LOCATIONS"]) == {
+        "acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models/"]
+    }  # fmt: skip
+    assert json.loads(variables["SLUICE_FOLLOW_PACKAGE_GROUPS"]) == {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]}
+
+
+def test_model_data_buckets_is_refused_with_where_it_went() -> None:
+    with pytest.raises(ValidationError, match=r"api\.model_data_buckets is now per tenant: list each tenant's S3 prefixes"):
+        SluiceConfig.model_validate({"api": {"model_data_buckets": ["shared-ml"]}})
+    for bad in ({"model_data_locations": {"acme": ["s3://Shared_ML/acme/"]}}, {"model_data_locations": {"acme": ["shared-ml/acme/"]}},
+                {"follow_package_groups": {"acme": ["a/b"]}}, {"follow_package_groups": {"../x": ["fraud"]}}):  # fmt: skip
+        with pytest.raises(ValidationError):
+            SluiceConfig.model_validate({"api": bad})
 
 
 # MLflow followed on AWS: the same function polls on a schedule ------------------------------
@@ -149,4 +177,6 @@ def test_the_poll_is_told_the_servers_and_secrets_and_the_api_the_servers_alone(
     assert json.loads(variables["SLUICE_MLFLOW_CREDENTIALS_SECRETS"]) == {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN}
     _, api = function_by_handler(template, API_HANDLER)
     assert json.loads(api["Environment"]["Variables"]["SLUICE_MLFLOW_TRACKING_SERVERS"]) == ["https://mlflow.example.com"]
+    assert json.loads(api["Environment"]["Variables"]["SLUICE_FOLLOW_PACKAGE_GROUPS"]) == {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]}
     assert "SLUICE_MLFLOW_CREDENTIALS_SECRETS" not in api["Environment"]["Variables"]
+    assert "SLUICE_MODEL_DATA_LOCATIONS" not in api["Environment"]["Variables"]

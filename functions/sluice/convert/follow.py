@@ -142,8 +142,9 @@ class Follower:
             name = f"{tenant}/{deployment}"
             try:
                 done[name] = self._package(self.follows.settle(tenant, deployment), change)
-            except SluiceError as exc:
+            except SluiceError as exc:  # the group not admitted for its tenant, the binding gone meanwhile
                 logger.warning("follow binding %s: %s", name, exc.message)
+                self.follows.note_error(tenant, deployment, exc)
                 done[name] = f"error: {exc.message}"
         return done
 
@@ -153,11 +154,16 @@ class Follower:
             return self._rejected(follow, version, change)
         if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow)):
             return follow.state  # pending approval; or the same event delivered again
+        reads = self.follows.may_read(follow)
+        if reads is not None:  # a tenant's binding: its group, and later its model data, as the operator lists them
+            reads.check_group(follow.tenant, follow.parsed_source())
+        model_data = None if reads is None else (lambda uri: reads.model_data_uri(follow.tenant, uri))
 
         def pull(tmp: Path) -> Pulled:
             from sluice.convert.registry_pull import from_package
 
-            return from_package(change.arn, self.clients, tmp)  # Approved only, as DescribeModelPackage says now
+            # Approved only, as DescribeModelPackage says now
+            return from_package(change.arn, self.clients, tmp, model_data=model_data)
 
         return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn})
 

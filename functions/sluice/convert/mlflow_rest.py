@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from sluice.convert.mlflow_credentials import Credentials
     from sluice.convert.registry_pull import Pulled
-    from sluice.domain.follows import Follow
+    from sluice.domain.follows import BindingReads, Follow
     from sluice.domain.origins import Allowed, Origin
 
 API = "/api/2.0/mlflow"
@@ -71,10 +71,12 @@ class MlflowRest:
 
     def __init__(
         self, *, allowed: tuple[Allowed, ...], credentials: Callable[[str], Credentials | None],
-        s3: Callable[[], Any] | None = None, timeout_s: float = 15.0, max_bytes: int = MAX_MODEL_BYTES,
+        reads: Callable[[Follow], BindingReads | None], s3: Callable[[], Any] | None = None, timeout_s: float = 15.0,
+        max_bytes: int = MAX_MODEL_BYTES,
     ) -> None:  # fmt: skip
         self.allowed = allowed
         self.credentials = credentials
+        self.reads = reads  # a binding's model data locations (`FollowService.may_read`): s3:// is read only there
         self.s3 = s3
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
@@ -147,7 +149,16 @@ class MlflowRest:
             base = parts.path.strip("/")
             return lambda name, limit: call.raw(f"{ARTIFACTS}/{quote(f'{base}/{name}'.strip('/'))}", limit)
         if parts.scheme == "s3" and self.s3 is not None:
-            return lambda name, limit: self._from_s3(parts.netloc, f"{parts.path.strip('/')}/{name}".strip("/"), limit)
+            reads = self.reads(follow)
+
+            def from_s3(name: str, limit: int) -> bytes:
+                key = f"{parts.path.strip('/')}/{name}".strip("/")
+                uri = f"s3://{parts.netloc}/{key}"
+                checked = uri if reads is None else reads.model_data_uri(follow.tenant, uri)
+                bucket, _, key = checked.removeprefix("s3://").partition("/")
+                return self._from_s3(bucket, key, limit)
+
+            return from_s3
         where_read = "through the tracking server (mlflow server --serve-artifacts) or S3" if self.s3 is not None else (
             "through the tracking server (mlflow server --serve-artifacts)"
         )
@@ -164,7 +175,7 @@ class MlflowRest:
             got = self.s3().get_object(Bucket=bucket, Key=key)  # type: ignore[misc]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "error")
-            hint = " (is the bucket among api.model_data_buckets?)" if code in ("AccessDenied", "403") else ""
+            hint = " (is it among api.model_data_locations for this tenant?)" if code in ("AccessDenied", "403") else ""
             raise NotFound(f"cannot read s3://{bucket}/{key}: {code}{hint}", field="file") from None
         if int(got.get("ContentLength") or 0) > limit:
             raise Unprocessable(f"s3://{bucket}/{key} is larger than {limit} bytes: {CONVERT}", field="file")

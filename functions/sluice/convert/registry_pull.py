@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sluice.clients import AwsClients
 
 DEFAULT_TOLERANCE = 1e-4
@@ -66,12 +68,19 @@ def from_mlflow(uri: str, tracking_uri: str | None, tmp: Path, check: Check = Ch
 
 
 def from_package(
-    arn: str, clients: AwsClients, tmp: Path, check: Check = Check(), *, allow_unapproved: bool = False
-) -> Pulled:
+    arn: str, clients: AwsClients, tmp: Path, check: Check = Check(), *, allow_unapproved: bool = False,
+    model_data: Callable[[str], str] | None = None,
+) -> Pulled:  # fmt: skip
+    """The package's model, pulled. `model_data`: the model data URL as it may be read on a
+    tenant's behalf (refusing one outside its locations); None: read where the package says."""
     from sluice.convert import sagemaker_packages as sm
     from sluice.convert.frameworks import SUFFIXES
 
     package = sm.describe(arn, clients, allow_unapproved=allow_unapproved)
+    if model_data is not None:
+        from dataclasses import replace
+
+        package = replace(package, model_data_url=model_data(package.model_data_url))
     path = sm.model_file(package, sm.download(package, clients, tmp), tmp)
     said = f"{package.group} version {package.version} ({package.approval_status})"
     if SUFFIXES.get(path.suffix.lower(), "onnx") == "onnx":

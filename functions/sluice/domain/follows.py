@@ -26,7 +26,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sluice.domain.errors import InvalidRequest
+from sluice.domain.errors import Forbidden, InvalidRequest
+from sluice.domain.locations import Root, confine
 from sluice.domain.objects import now
 from sluice.domain.rollouts import parse_duration, parse_gates, parse_steps
 
@@ -106,6 +107,43 @@ class Source:
     def watch(self) -> str:
         """What an event or a poll names: `sagemaker:<group ARN>`, or `mlflow:<uri>`."""
         return f"{self.registry}:{self.uri}"
+
+
+@dataclass(frozen=True, slots=True)
+class BindingReads:
+    """What one tenant's follow bindings may have sluice read on its behalf, as the operator
+    lists it: the SageMaker model package groups it may follow, and where its versions' model
+    data may lie (S3 prefixes). Checked when a binding is made, and again before each read,
+    whatever registry named the location (a package's `ModelDataUrl`, MLflow's artifact URI)."""
+
+    package_groups: frozenset[str] = frozenset()
+    model_data: tuple[Root, ...] = ()
+
+    def check_group(self, tenant: str, source: Source) -> None:
+        # Group names compare in any case, as the grants are made (ARNs may spell a name in lower case).
+        if source.registry == "sagemaker" and source.name.lower() not in {g.lower() for g in self.package_groups}:
+            raise Forbidden(
+                f"model package group {source.name!r} is not among the groups tenant '{tenant}' may follow "
+                "(the operator's follow_package_groups)",
+                field="registry",
+            )
+
+    def model_data_uri(self, tenant: str, uri: str) -> str:
+        """`uri` as it is read, once confined to the tenant's model data locations."""
+        from sluice.domain.errors import SluiceError
+
+        try:
+            location = confine(uri, self.model_data, field="model_data")
+            if location.is_prefix:
+                raise Forbidden(f"{uri} names a prefix, not an object", field="model_data")
+            return location.uri
+        except SluiceError as exc:
+            where = " or ".join(root.uri for root in self.model_data) or "nowhere"
+            raise Forbidden(
+                f"the model data {uri} is not read for tenant '{tenant}': its model data may lie in {where} (the "
+                f"operator's model_data_locations)" + ("" if exc.message.startswith("model_data must lie") else f"; {exc.message}"),
+                field="model_data",
+            ) from None
 
 
 def parse_source(text: str, *, field: str = "registry") -> Source:

@@ -55,7 +55,7 @@ def follower(container: Container) -> Follower:
     mlflow = MlflowRest(
         allowed=settings.follows.mlflow_allowlist,
         credentials=SecretCredentials(settings.follows.mlflow_credentials_secrets, lambda: aws.client("secretsmanager", region=region)),
-        s3=lambda: aws.client("s3", region=region),
+        s3=lambda: aws.client("s3", region=region), reads=container.follows.may_read,
     )
     return Follower(container.follows, container.models, clients=aws, mlflow=mlflow)
 

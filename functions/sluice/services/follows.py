@@ -30,6 +30,7 @@ from sluice.domain import Principal
 from sluice.domain.errors import Conflict, InvalidRequest, NotFound
 from sluice.domain.follows import (
     MAX_REASON,
+    BindingReads,
     Follow,
     FollowEvent,
     PollError,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 SETTLED = {"completed": "completed", "rolled_back": "rolled_back", "aborted": "aborted"}
 _WRITE_TRIES = 3
 DEFAULT_LEASE_S = 600.0
+NO_READS = BindingReads()  # a tenant the operator lists nothing for
 
 
 def poller_name() -> str:
@@ -67,20 +69,22 @@ def acting_for(follow: Follow) -> Principal:
 class FollowService:
     def __init__(
         self, registry: Registry, rollouts: RolloutService, *, clock: Callable[[], float] = time.time,
-        tracking_servers: tuple[Allowed, ...] = (), operator_any_server: bool = False,
-        lease_s: float = DEFAULT_LEASE_S, poller: str | None = None,
+        tracking_servers: tuple[Allowed, ...] = (), reads: Callable[[str], BindingReads] = lambda tenant: NO_READS,
+        operator_trusted: bool = False, lease_s: float = DEFAULT_LEASE_S, poller: str | None = None,
     ) -> None:  # fmt: skip
         self.registry = registry
         self.rollouts = rollouts
         self.clock = clock
         self.lease_s = lease_s  # how long a claim holds before the next poll may take it over
         self.poller = poller or poller_name()
-        # The MLflow servers a tenant's binding may name (`mlflow_tracking_servers`): the tracking
-        # URI is a URL the tenant supplies, called by sluice's poller, so it is checked when the
-        # binding is made and before every call. Off AWS the operator's own bindings (the CLI)
-        # may name any tracking URI MLflow takes (`operator_any_server`).
+        # What a tenant's binding may have sluice read on its behalf: the MLflow servers it may
+        # name (`mlflow_tracking_servers`: the tracking URI is a URL the tenant supplies, called by
+        # sluice's poller), and per tenant the SageMaker package groups it may follow and where its
+        # versions' model data may lie (`reads`). Checked when the binding is made and before every
+        # read. Off AWS the operator's own bindings (the CLI) are not held to them (`operator_trusted`).
         self.tracking_servers = tracking_servers
-        self.operator_any_server = operator_any_server
+        self.reads = reads
+        self.operator_trusted = operator_trusted
 
     # Commands -------------------------------------------------------------------------
     def follow(
@@ -92,9 +96,10 @@ class FollowService:
         principal.require("admin")
         parsed = parse_source(source)
         plan = parse_plan(rollout)
+        checked = not (operator and self.operator_trusted)
         if parsed.registry == "mlflow":
             tracking_uri = _tracking(tracking_uri)
-            if not (operator and self.operator_any_server):
+            if checked:
                 from sluice.domain.origins import check_origin
 
                 check_origin(tracking_uri, self.tracking_servers, field="tracking_uri")
@@ -102,6 +107,8 @@ class FollowService:
             raise InvalidRequest("a tracking URI is for MLflow; SageMaker Model Registry is reached by the ARN", field="tracking_uri")
         if tag_back and parsed.registry != "mlflow":
             raise InvalidRequest("tagging back is for MLflow model versions", field="tag_back")
+        if checked:
+            self.reads(principal.tenant).check_group(principal.tenant, parsed)
         dep = self.registry.get_deployment(principal.tenant, deployment)
         if model is None:
             if dep.policy.get("kind") != "single":
@@ -118,6 +125,11 @@ class FollowService:
                 created_at=self.clock(),
             )
         )  # fmt: skip
+
+    def may_read(self, follow: Follow) -> BindingReads | None:
+        """What `follow` may have sluice read for its tenant; None for the operator's own
+        binding off AWS, which is read with the operator's tools and rights."""
+        return None if follow.operator and self.operator_trusted else self.reads(follow.tenant)
 
     def get(self, principal: Principal, deployment: str) -> Follow:
         principal.require("admin")

@@ -5,12 +5,17 @@ name, and, on AWS, where the scheduled poll finds each tenant's credentials."""
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from sluice.settings.process import Group
 
+if TYPE_CHECKING:
+    from sluice.domain.follows import BindingReads
+
+# A model package group's name, as SageMaker takes it (and `sluice.domain.follows` reads an ARN).
+PACKAGE_GROUP = r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}"
 SECRET_ID = r"^(arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:)?[A-Za-z0-9/_+=.@-]{1,512}$"
 
 
@@ -66,6 +71,28 @@ class FollowSettings(Group):
         ),
     )
 
+    follow_package_groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "`{tenant: [GROUP, ...]}`: the SageMaker model package groups (by name) each tenant's follow bindings "
+            "may follow; a binding to another group is refused when made (403 naming `registry`), and an approval "
+            "of one is never pulled for it. The operator's own bindings off AWS (made with the CLI) are not held "
+            "to it. Set by the CDK app from `api.follow_package_groups`, which grants describing those groups' "
+            "packages alone; JSON in the environment; empty: none."
+        ),
+    )
+    model_data_locations: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description=(
+            "`{tenant: [\"s3://BUCKET/PREFIX/\", ...]}`: where the model data of each tenant's followed versions "
+            "may be read, on its behalf (a SageMaker package's `ModelDataUrl`, an MLflow version's `s3://` "
+            "artifacts): a version whose model data lies elsewhere is recorded as such and never read, so one "
+            "tenant's registry cannot name another's objects in a shared bucket. Compared on the parsed key, as "
+            "batch locations are. Set by the CDK app from `api.model_data_locations`, which grants reading "
+            "those prefixes alone; JSON in the environment; empty: none."
+        ),
+    )
+
     @model_validator(mode="after")
     def _check(self) -> FollowSettings:
         import re
@@ -73,9 +100,29 @@ class FollowSettings(Group):
         for tenant, secret in self.mlflow_credentials_secrets.items():
             if not re.fullmatch(SECRET_ID, secret):
                 raise ValueError(f"SLUICE_MLFLOW_CREDENTIALS_SECRETS: {secret!r} (tenant {tenant!r}) is not a secret's name or ARN")
+        self._check_allowlist("follow_package_groups", lambda g: re.fullmatch(PACKAGE_GROUP, g) is not None, "a model package group's name")
+        self._check_allowlist("model_data_locations", is_s3_prefix, "an S3 prefix (s3://BUCKET/PREFIX/)")
         return self
+
+    def reads(self, tenant: str) -> BindingReads:
+        """What `tenant`'s bindings may have sluice read on its behalf."""
+        from sluice.domain.follows import BindingReads
+        from sluice.domain.locations import Root
+
+        roots = tuple(Root.of("model-data", uri) for uri in self.model_data_locations.get(tenant, ()))
+        return BindingReads(frozenset(self.follow_package_groups.get(tenant, ())), roots)
 
     @cached_property
     def mlflow_allowlist(self) -> tuple[Any, ...]:
         """`mlflow_tracking_servers`, parsed."""
         return self._origins("mlflow_tracking_servers")
+
+
+def is_s3_prefix(uri: str) -> bool:
+    from sluice.domain.locations import Root
+
+    try:
+        Root.of("model-data", uri)
+    except ValueError:
+        return False
+    return uri.startswith("s3://")

@@ -274,8 +274,8 @@ class Container:
 
         settings = self.settings.follows
         return FollowService(
-            self.registry, self.rollouts, tracking_servers=settings.mlflow_allowlist,
-            operator_any_server=self.settings.mode != "aws", lease_s=settings.follow_lease_s,
+            self.registry, self.rollouts, tracking_servers=settings.mlflow_allowlist, reads=settings.reads,
+            operator_trusted=self.settings.mode != "aws", lease_s=settings.follow_lease_s,
         )  # fmt: skip
 
     @cached_property
@@ -287,7 +287,7 @@ class Container:
         from sluice.convert.follow import Follower, MlflowClientSource
         from sluice.convert.mlflow_rest import MlflowRest
 
-        tenants = MlflowRest(allowed=self.settings.follows.mlflow_allowlist, credentials=lambda tenant: None)
+        tenants = MlflowRest(allowed=self.settings.follows.mlflow_allowlist, credentials=lambda tenant: None, reads=self.follows.may_read)
         return Follower(self.follows, self.models, mlflow=tenants, operator_mlflow=MlflowClientSource())
 
     def endpoint_plane(self) -> EndpointControl:

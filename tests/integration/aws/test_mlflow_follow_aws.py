@@ -306,3 +306,44 @@ def test_a_claim_whose_poller_died_is_finished_once_by_the_first_poll_after_its_
         assert scheduled_poll() == {"default/moving": "rolling_out"}
     assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]
     assert pieces.registry().get_deployment("default", "moving").revision == dep.revision
+
+
+def test_a_tenants_versions_in_s3_are_read_only_under_its_model_data_locations(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow says where a version's artifacts are, and a tenant's MLflow can say anything: an
+    `s3://` location in another tenant's prefix of a bucket the function may read is refused
+    (recorded on the binding, nothing fetched), one under the tenant's own locations is read."""
+    from sluice.cli import pieces
+    from sluice.domain import Principal
+
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="shared-ml", CreateBucketConfiguration={"LocationConstraint": REGION})
+    for prefix in ("globex/m2", "default/m3"):
+        s3.put_object(Bucket="shared-ml", Key=f"{prefix}/MLmodel", Body=ONNX_MLMODEL.encode())
+        s3.put_object(Bucket="shared-ml", Key=f"{prefix}/model.onnx", Body=embed_model())
+    locations = {"default": ["s3://shared-ml/default/"], "globex": ["s3://shared-ml/globex/"]}
+    monkeypatch.setenv("SLUICE_MODEL_DATA_LOCATIONS", json.dumps(locations))
+    forget_settings()
+    model = tmp_path / "moving.onnx"
+    model.write_bytes(embed_model())
+    assert run_cli(capsys, "models", "push", "moving", str(model))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "moving", "--model", "moving")[0] == 0
+    tenant = Principal("default", frozenset({"admin"}), "key-of-default")  # a binding made through the API
+    pieces.follows().follow(
+        tenant, "moving", source="models:/moving@champion", rollout="1,50,100 every 1m gate error_rate<=0.01",
+        tracking_uri=tracking["uri"],
+    )  # fmt: skip
+    registry: Registry = tracking["registry"]
+    registry.versions[2] = registry.versions[3] = ONNX_MLMODEL
+    registry.artifact_uris.update({2: "s3://shared-ml/globex/m2", 3: "s3://shared-ml/default/m3"})
+
+    registry.aliases["champion"] = 2
+    assert scheduled_poll() == {"default/moving": "conversion_failed"}
+    last = history(capsys)[-1]
+    assert "the model data s3://shared-ml/globex/m2/MLmodel is not read for tenant 'default'" in last["reason"]
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1]
+
+    registry.aliases["champion"] = 3
+    assert scheduled_poll() == {"default/moving": "rolling_out"}
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]

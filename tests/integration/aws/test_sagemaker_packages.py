@@ -215,3 +215,45 @@ def test_a_package_claim_whose_poller_died_is_finished_once_by_the_scheduled_pol
     assert pieces.registry().get_version("default", "fraud", 2).source["arn"] == packages["arns"][0]  # type: ignore[index]
     assert delivered({"poll": "follows"}) == {"default/fraud": "rolling_out"}  # finished once
     assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+
+def test_a_tenants_binding_follows_only_its_groups_and_reads_only_its_model_data(
+    capsys: pytest.CaptureFixture[str], packages: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binding a tenant makes (the API's) is held to what the operator lists for that tenant:
+    the groups it may follow, and where its versions' model data may lie. The function's role
+    may read every tenant's locations (IAM cannot tell them apart), so the check is sluice's:
+    a package whose model data lies elsewhere (another tenant's prefix of a shared bucket) is
+    recorded and never read; an approval in a group no longer listed pulls nothing."""
+    from sluice.cli import pieces
+    from sluice.domain import Principal
+    from sluice.domain.errors import Forbidden
+    from tests.support import forget_settings
+
+    monkeypatch.setenv("SLUICE_FOLLOW_PACKAGE_GROUPS", json.dumps({"default": ["FRAUD"]}))  # names compare in any case
+    monkeypatch.setenv("SLUICE_MODEL_DATA_LOCATIONS", json.dumps({"default": [f"s3://{BUCKET}/fraud/"], "globex": [f"s3://{BUCKET}/"]}))
+    forget_settings()
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    tenant = Principal("default", frozenset({"admin"}), "key-of-default")
+    with pytest.raises(Forbidden) as refused:
+        pieces.follows().follow(tenant, "fraud", source=GROUP_ARN.replace("/fraud", "/churn"), rollout="5,100 gate error_rate<=0.01")
+    assert refused.value.field == "registry" and "'churn' is not among the groups tenant 'default' may follow" in refused.value.message
+    pieces.follows().follow(tenant, "fraud", source=GROUP_ARN, rollout="5,100 gate error_rate<=0.01")
+
+    # Version 3's model data is s3://models-of-record/empty/…: outside default's locations.
+    assert delivered(package_event(3)) == {"default/fraud": "conversion_failed"}
+    last = pieces.follows().get(tenant, "fraud").history[-1]
+    assert f"the model data s3://{BUCKET}/empty/model.tar.gz is not read for tenant 'default'" in last.reason
+    assert f"may lie in s3://{BUCKET}/fraud/" in last.reason
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1]
+    assert delivered(package_event(1)) == {"default/fraud": "rolling_out"}  # under fraud/: read
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+    # The operator stops listing the group: the next approval pulls nothing, and says why.
+    monkeypatch.setenv("SLUICE_FOLLOW_PACKAGE_GROUPS", json.dumps({"globex": ["fraud"]}))
+    forget_settings()
+    (outcome,) = delivered(package_event(4)).values()
+    assert outcome.startswith("error: model package group 'fraud' is not among the groups tenant 'default' may follow")
+    assert pieces.follows().get(tenant, "fraud").error is not None
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]

@@ -1,0 +1,41 @@
+"""What a tenant's follow bindings may have sluice read (`BindingReads`): the package groups the
+operator lists for it, in any case, and model data under its own S3 prefixes alone, whatever
+key a registry names: an admitted location is read exactly as checked, and nothing that some
+reader would take for another key (dot segments, escapes) is admitted."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.domain.errors import Forbidden
+from sluice.domain.follows import BindingReads, parse_source
+from sluice.domain.locations import Root
+
+READS = BindingReads(frozenset({"Fraud"}), (Root.of("model-data", "s3://shared-ml/acme/"), Root.of("model-data", "s3://acme-models/")))
+SEGMENT = st.one_of(st.sampled_from(["acme", "globex", "..", ".", "", "acme%2f..", "m?x", "a#b", "model.tar.gz"]), st.text(max_size=8))
+
+
+@given(bucket=st.sampled_from(["shared-ml", "acme-models", "acme-models-evil", "shared-ml2"]), segments=st.lists(SEGMENT, min_size=1, max_size=5))
+def test_model_data_is_admitted_only_under_the_tenants_prefixes_and_read_as_checked(bucket: str, segments: list[str]) -> None:
+    uri = f"s3://{bucket}/{'/'.join(segments)}"
+    plain = all(s not in ("", ".", "..") and not any(c in s for c in "%?#\\") and all(ord(c) >= 32 and ord(c) != 127 for c in s) for s in segments)
+    expected = plain and (bucket == "acme-models" or (bucket == "shared-ml" and segments[0] == "acme" and len(segments) > 1))
+    try:
+        read = READS.model_data_uri("acme", uri)
+    except Forbidden as exc:
+        assert not expected, uri
+        assert exc.field == "model_data" and uri in exc.message
+        return
+    assert expected and read == uri
+
+
+def test_a_tenant_with_no_locations_reads_nothing_and_groups_compare_in_any_case() -> None:
+    with pytest.raises(Forbidden, match="its model data may lie in nowhere"):
+        BindingReads().model_data_uri("acme", "s3://shared-ml/acme/m.onnx")
+    group = "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/{}"
+    READS.check_group("acme", parse_source(group.format("fraud")))
+    with pytest.raises(Forbidden) as refused:
+        READS.check_group("acme", parse_source(group.format("fraud-v2")))
+    assert refused.value.field == "registry"
