@@ -186,3 +186,10 @@ def test_the_operators_binding_from_the_cli_takes_any_tracking_uri(capsys: pytes
     code, out, _ = run_cli(capsys, "deployments", "follow", "moving", "--show")
     assert code == 0 and json.loads(out)["operator"] is True
 
+
+
+def test_a_tenant_cannot_say_its_binding_is_the_operators(client: TestClient, keys: dict[str, str]) -> None:
+    body = {**BODY, "tracking_uri": "sqlite:///m.db", "operator": True}
+    answer = client.post("/api/v1/deployments/iris/follow", json=body, headers=auth(keys["acme"]))
+    assert answer.status_code == 422 and answer.json()["field"] == "operator"
+    assert client.get("/api/v1/deployments/iris/follow", headers=auth(keys["acme"])).status_code == 404
