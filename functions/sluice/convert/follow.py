@@ -138,7 +138,8 @@ class Follower:
         """The bindings that follow the event's package group, each told of it."""
         change = PackageStateChange.from_event(event)
         done: dict[str, str] = {}
-        for tenant, deployment in self.follows.registry.followers(change.watch):
+        bindings = dict.fromkeys(b for watch in change.watches for b in self.follows.registry.followers(watch))
+        for tenant, deployment in bindings:
             name = f"{tenant}/{deployment}"
             try:
                 done[name] = self._package(self.follows.settle(tenant, deployment), change)
@@ -170,8 +171,10 @@ class Follower:
     def _retake_package(self, follow: Follow) -> str:
         """A lapsed claim of a package: taken over as its approval would be (the package read
         again: one no longer Approved is recorded so)."""
-        group = follow.source
-        arn = f"{group.replace(':model-package-group/', ':model-package/', 1)}/{follow.seen}"
+        from sluice.domain.follows import group_watch
+
+        group = follow.source  # the package's ARN spells the group's name in lower case, as SageMaker does
+        arn = f"{group_watch(group).replace(':model-package-group/', ':model-package/', 1)}/{follow.seen}"
         name = follow.parsed_source().name
         return self._package(follow, PackageStateChange(arn, name, group, int(follow.seen or 0), APPROVED))
 

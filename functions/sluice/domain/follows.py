@@ -105,8 +105,20 @@ class Source:
 
     @property
     def watch(self) -> str:
-        """What an event or a poll names: `sagemaker:<group ARN>`, or `mlflow:<uri>`."""
+        """What an event or a poll names: `sagemaker:<group ARN>` (the group's name in lower
+        case, as SageMaker spells it in its packages' ARNs), or `mlflow:<uri>`."""
+        if self.registry == "sagemaker":
+            return f"sagemaker:{group_watch(self.uri)}"
         return f"{self.registry}:{self.uri}"
+
+
+def group_watch(group_arn: str) -> str:
+    """A model package group's ARN with its name in lower case: SageMaker keeps a group's name
+    as given in the group's ARN and the events' `ModelPackageGroupName`, and lower-cases it in
+    its packages' ARNs, so a binding to `…/FraudModels` and an approval of
+    `…/model-package/fraudmodels/3` meet on this spelling."""
+    head, sep, name = group_arn.rpartition("/")
+    return f"{head}{sep}{name.lower()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +301,10 @@ class PackageStateChange:
     approval_status: str
 
     @property
-    def watch(self) -> str:
-        return f"sagemaker:{self.group_arn}"
+    def watches(self) -> tuple[str, ...]:
+        """What finds the bindings of the group: its spelling in lower case (`group_watch`), and
+        as the event names it, which bindings stored before watches were spelled so carry."""
+        return tuple(dict.fromkeys((f"sagemaker:{group_watch(self.group_arn)}", f"sagemaker:{self.group_arn}")))
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> PackageStateChange:
@@ -299,13 +313,16 @@ class PackageStateChange:
             raise InvalidRequest("not a SageMaker Model Package State Change event", field="event")
         arn = str(detail.get("ModelPackageArn", ""))
         found = _PACKAGE.match(arn)
-        if found is None or str(detail.get("ModelPackageGroupName")) != found["group"]:
+        # The package's ARN spells the group's name in lower case; the event's group name keeps its case.
+        group = str(detail.get("ModelPackageGroupName"))
+        if found is None or group.lower() != found["group"].lower() or _GROUP_NAME.fullmatch(group) is None:
             raise InvalidRequest(f"the event names no versioned model package ({arn!r})", field="event")
-        group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{found['group']}"
+        group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{group}"
         status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
-        return cls(arn, found["group"], group_arn, int(found["version"]), status)
+        return cls(arn, group, group_arn, int(found["version"]), status)
 
 
+_GROUP_NAME = re.compile(r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}")
 _PACKAGE = re.compile(
     r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
     r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)\Z"

@@ -257,3 +257,57 @@ def test_a_tenants_binding_follows_only_its_groups_and_reads_only_its_model_data
     assert outcome.startswith("error: model package group 'fraud' is not among the groups tenant 'default' may follow")
     assert pieces.follows().get(tenant, "fraud").error is not None
     assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+
+def test_a_group_whose_name_has_capitals_is_followed(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """SageMaker keeps a group's name as given in the group's ARN and in the event's
+    `ModelPackageGroupName`, and spells it in lower case in its packages' ARNs (moto models it
+    so): the binding to `…/FraudModels`, made with the ARN the group's creation returned, is
+    found from the approval of `…/model-package/fraudmodels/1`, and its lapsed claim retaken."""
+    from dataclasses import replace
+
+    from sluice.cli import pieces
+    from sluice.domain.follows import Follow
+    from sluice.services.follows import FollowService
+
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    group_arn = sagemaker.create_model_package_group(ModelPackageGroupName="FraudModels")["ModelPackageGroupArn"]
+    arn = sagemaker.create_model_package(
+        ModelPackageGroupName="FraudModels", ModelApprovalStatus="Approved",
+        InferenceSpecification={
+            "Containers": [{"Image": "tritonserver", "ModelDataUrl": f"s3://{BUCKET}/fraud/model.tar.gz"}],
+            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"],
+        },
+    )["ModelPackageArn"]  # fmt: skip
+    assert group_arn.endswith("/FraudModels") and arn.endswith(":model-package/fraudmodels/1")
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    for name in ("fraud", "older"):
+        assert run_cli(capsys, "deployments", "create", name, "--model", "fraud")[0] == 0
+    code, _, err = run_cli(capsys, "deployments", "follow", "fraud", "--registry", group_arn, "--rollout", "5,100 gate error_rate<=0.01")
+    assert code == 0, err
+    # A binding stored before watches were spelled in lower case carries the group's name as given.
+    registry = pieces.registry()
+    made = registry.get_follow("default", "fraud")
+    registry.create_follow(replace(made, deployment="older", watch=f"sagemaker:{group_arn}", revision=1))
+    assert isinstance(made, Follow) and made.watch.endswith("/fraudmodels")
+
+    event = package_event(1)
+    event["resources"] = [arn]
+    event["detail"].update(ModelPackageArn=arn, ModelPackageGroupName="FraudModels")
+    assert delivered(event) == {"default/fraud": "rolling_out", "default/older": "rolling_out"}
+
+    # A claim of version 2 whose poller died: the scheduled poll describes the package by the ARN SageMaker gives it.
+    second = sagemaker.create_model_package(
+        ModelPackageGroupName="FraudModels", ModelApprovalStatus="Approved",
+        InferenceSpecification={
+            "Containers": [{"Image": "tritonserver", "ModelDataUrl": f"s3://{BUCKET}/fraud/model.tar.gz"}],
+            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"],
+        },
+    )["ModelPackageArn"]  # fmt: skip
+    follows = pieces.follows()
+    dead = FollowService(follows.registry, follows.rollouts, clock=lambda: time.time() - 601)
+    dead.claim(follows.registry.get_follow("default", "fraud"), "2")
+    delivered({"poll": "follows"})  # its rollout is refused: version 1's still runs
+    last = registry.get_follow("default", "fraud").history[-1]
+    assert last.version == "2" and "pushed as fraud:3" in last.reason, last
+    assert registry.get_version("default", "fraud", 3).source["arn"] == second  # type: ignore[index]
