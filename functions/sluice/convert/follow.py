@@ -155,6 +155,9 @@ class Follower:
             return self._rejected(follow, version, change)
         if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow)):
             return follow.state  # pending approval; or the same event delivered again
+        if change.superseded(follow):
+            logger.info("follow binding %s/%s: %s approved before version %s, taken already", follow.tenant, follow.deployment, change.arn, follow.seen)
+            return f"superseded by version {follow.seen}"
         reads = self.follows.may_read(follow)
         if reads is not None:  # a tenant's binding: its group, and later its model data, as the operator lists them
             reads.check_group(follow.tenant, follow.parsed_source())
@@ -166,7 +169,7 @@ class Follower:
             # Approved only, as DescribeModelPackage says now
             return from_package(change.arn, self.clients, tmp, model_data=model_data)
 
-        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn})
+        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn}, changed_at=change.changed_at)
 
     def _retake_package(self, follow: Follow) -> str:
         """A lapsed claim of a package: taken over as its approval would be (the package read
@@ -194,12 +197,15 @@ class Follower:
         return "rejected"
 
     # Both -------------------------------------------------------------------------------
-    def take(self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any]) -> str:
+    def take(
+        self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any], *,
+        changed_at: float | None = None,
+    ) -> str:  # fmt: skip
         """Claim `version`, pull it, push it and start the rollout; each outcome recorded. A
         version of the binding's model that came from the same place (`match`, on its
         source) is rolled out again rather than pushed twice; one the deployment serves
         already is recorded as completed."""
-        claimed = self.follows.claim(follow, version)
+        claimed = self.follows.claim(follow, version, changed_at=changed_at)
         if claimed is None:
             return "taken elsewhere"
         where = (follow.tenant, follow.deployment)

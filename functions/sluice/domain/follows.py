@@ -233,6 +233,9 @@ class Follow:
     revision: int = 1  # each write adds one; a write names the revision it read
     state: FollowState = "waiting"
     seen: str | None = None  # the registry's version last taken (claimed)
+    # When the registry made the change `seen` was taken for (SageMaker: the approval event's
+    # time): an approval made before it, delivered after it, is superseded, not rolled out.
+    seen_at: float | None = None
     claimed_at: float | None = None  # while `pushing`: when `seen` was claimed (the lease's start)
     claimed_by: str | None = None  # while `pushing`: the poller that claimed it
     error: PollError | None = None  # the last poll, if it failed
@@ -299,6 +302,7 @@ class PackageStateChange:
     group_arn: str
     version: int
     approval_status: str
+    changed_at: float | None = None  # the event's `time`: when SageMaker made the change
 
     @property
     def watches(self) -> tuple[str, ...]:
@@ -319,7 +323,26 @@ class PackageStateChange:
             raise InvalidRequest(f"the event names no versioned model package ({arn!r})", field="event")
         group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{group}"
         status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
-        return cls(arn, group, group_arn, int(found["version"]), status)
+        return cls(arn, group, group_arn, int(found["version"]), status, _event_time(event.get("time")))
+
+    def superseded(self, follow: Follow) -> bool:
+        """An approval made before the one `follow` took last, delivered after it (EventBridge
+        does not keep order, and retries a delivery that failed for up to an hour)."""
+        return (
+            self.changed_at is not None and follow.seen_at is not None and follow.seen != str(self.version)
+            and self.changed_at < follow.seen_at
+        )  # fmt: skip
+
+
+def _event_time(text: object) -> float | None:
+    """An EventBridge event's `time` (`2026-03-02T09:41:27Z`) as a timestamp; None if absent or unreadable."""
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}")

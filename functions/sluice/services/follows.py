@@ -150,7 +150,7 @@ class FollowService:
         started = follow.claim_started()
         return started is not None and self.clock() - started > self.lease_s
 
-    def claim(self, follow: Follow, version: str) -> Follow | None:
+    def claim(self, follow: Follow, version: str, *, changed_at: float | None = None) -> Follow | None:
         """Take `version` for pushing: stored only if the binding is still as it was read and
         has not taken this version already (unless that claim lapsed: taken over); None when
         another poller got there first."""
@@ -165,7 +165,7 @@ class FollowService:
                 f"ago outlived the lease ({self.lease_s:g} s)"
             )
         claimed = recorded(follow, FollowEvent(version, "pushing", at, reason), seen=version)
-        claimed = replace(claimed, claimed_at=at, claimed_by=self.poller)
+        claimed = replace(claimed, claimed_at=at, claimed_by=self.poller, seen_at=changed_at if changed_at is not None else follow.seen_at)
         try:
             return self.registry.update_follow(claimed, expected_revision=follow.revision)
         except (Conflict, NotFound):

@@ -59,6 +59,11 @@ class FollowOut(WireModel):
     )
     state: str = Field(description="waiting, pushing, rolling_out, completed or failed (the last version's story).")
     seen: str | None = Field(None, description="The registry's version last taken.")
+    seen_at: float | None = Field(
+        None,
+        description="When the registry made the change that version was taken for (SageMaker: the approval's time); an "
+        "approval made before it and delivered after it is superseded, never rolled out.",
+    )
     claimed_at: float | None = Field(
         None, description="While pushing: when the version was claimed. A claim older than follow_lease_s is taken over by the next poll."
     )

@@ -311,3 +311,25 @@ def test_a_group_whose_name_has_capitals_is_followed(capsys: pytest.CaptureFixtu
     last = registry.get_follow("default", "fraud").history[-1]
     assert last.version == "2" and "pushed as fraud:3" in last.reason, last
     assert registry.get_version("default", "fraud", 3).source["arn"] == second  # type: ignore[index]
+
+
+def test_an_approval_delivered_after_a_later_one_is_superseded(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """EventBridge keeps no order and retries a failed delivery for up to an hour: version 1's
+    approval (09:00) arriving after version 3's (09:05) is not rolled out over it. Version 1
+    approved again later (a deliberate return to it) is taken."""
+    from sluice.cli import pieces
+
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    assert run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 gate error_rate<=0.01")[0] == 0
+
+    def at(version: int, time: str) -> dict[str, Any]:
+        return {**package_event(version), "time": time}
+
+    assert delivered(at(3, "2026-03-02T09:05:00Z")) == {"default/fraud": "conversion_failed"}  # taken: its model data holds no model
+    assert delivered(at(1, "2026-03-02T09:00:00Z")) == {"default/fraud": "superseded by version 3"}
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1]
+    shown = pieces.follows().registry.get_follow("default", "fraud")
+    assert (shown.seen, shown.history[-1].version) == ("3", "3")
+    assert delivered(at(1, "2026-03-02T10:30:00Z")) == {"default/fraud": "rolling_out"}
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
