@@ -122,6 +122,19 @@ def test_a_version_on_the_command_line_is_ascii_digits_within_64_bits(capsys: py
     assert "--version" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["batch", "list", "--limit"], ["monitor", "history", "iris", "--limit"], ["monitor", "status", "iris", "--windows"],
+     ["monitor", "baseline", "iris", "--data", "x.csv", "--limit"], ["monitor", "labels", "iris", "--file", "x.csv", "--limit"]],
+)  # fmt: skip
+def test_a_limit_of_zero_is_refused_rather_than_answered_as_nothing(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """`--limit 0` read no row and said the file held none, or listed no job and said there were none."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "0"])
+    assert exited.value.code == 2
+    assert f"argument {command[-1]}: '0' is not at least 1" in capsys.readouterr().err
+
+
 def test_adaptive_batching_is_set_changed_and_turned_off_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
     code, _, err = run_cli(capsys, "deployments", "create", "iris", "--model", "iris", "--batch-max-size", "64")

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import count, operator, print_json, publish_of, publish_options, table
+from sluice.cli.common import (
+    count,
+    operator,
+    positive,
+    print_json,
+    publish_of,
+    publish_options,
+    table,
+)
 from sluice.domain.errors import SluiceError
 from sluice.domain.jobs import FORMATS
 
@@ -206,7 +214,7 @@ def add_batch_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore
     status.set_defaults(func=cmd_batch_status)
 
     listing = batch.add_parser("list", help="the tenant's jobs, newest first")
-    listing.add_argument("--limit", type=count, default=20)
+    listing.add_argument("--limit", type=positive, default=20)
     listing.set_defaults(func=cmd_batch_list)
 
     cancel = batch.add_parser("cancel", help="cancel a job")

@@ -72,6 +72,14 @@ def count(text: str) -> int:
     return int(text)
 
 
+def positive(text: str) -> int:
+    """A count of at least 1 (`--limit`, `--windows`): 0 would answer nothing, as if there were nothing."""
+    value = count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not at least 1")
+    return value
+
+
 def number_between(low: float, high: float = math.inf, *, refusal: str) -> Callable[[str], float]:
     """An argparse type: a number from `low` to `high`; `refusal` says what one outside is."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
-from sluice.cli.common import count, operator, print_json, table
+from sluice.cli.common import count, operator, positive, print_json, table
 
 if TYPE_CHECKING:
     import argparse
@@ -161,14 +161,14 @@ def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     whence.add_argument("--from-capture", action="store_true", help="the deployment's captured requests from --since to --until, with their answers")
     baseline.add_argument("--since", default="24h", help="with --from-capture: a time or a duration ago (default 24h)")
     baseline.add_argument("--until", help="with --from-capture: a time or a duration ago (default now)")
-    baseline.add_argument("--limit", type=count, default=DEFAULT_LIMIT, help=f"read at most this many rows of a file or job (default {DEFAULT_LIMIT})")
+    baseline.add_argument("--limit", type=positive, default=DEFAULT_LIMIT, help=f"read at most this many rows of a file or job (default {DEFAULT_LIMIT})")
     baseline.add_argument("--inputs-only", action="store_true", help="no output columns in the baseline (the rows are not scored)")
     baseline.add_argument("--json", action="store_true", help="print JSON instead of a table")
     baseline.set_defaults(func=cmd_monitor_baseline)
     status = mon.add_parser("status", help="each column's drift and quality verdict in the latest windows")
     status.add_argument("name", help="the deployment")
     status.add_argument("--variant", help="one variant's traffic (a split's); all of it by default")
-    status.add_argument("--windows", type=count, default=1, help="how many of the latest windows (default 1)")
+    status.add_argument("--windows", type=positive, default=1, help="how many of the latest windows (default 1)")
     status.add_argument("--from-capture", action="store_true", help="recompute the latest windows from captured requests, every row sketched")
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.set_defaults(func=cmd_monitor_status)
@@ -177,12 +177,12 @@ def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     history.add_argument("--since", help="windows that started at or after this time, or a duration ago (24h)")
     history.add_argument("--until", help="windows that started before this time, or a duration ago")
     history.add_argument("--before", type=count, help="the next page: windows that started before this one (as the last page said)")
-    history.add_argument("--limit", type=count, default=24, help="windows to show (default 24, at most 168)")
+    history.add_argument("--limit", type=positive, default=24, help="windows to show (default 24, at most 168)")
     history.add_argument("--json", action="store_true", help="print JSON instead of a table")
     history.set_defaults(func=cmd_monitor_history)
     labels = mon.add_parser("labels", help="post ground truth by request id from a file, joined to the predictions kept for it")
     labels.add_argument("name", help="the deployment")
     labels.add_argument("--file", required=True, help="a Parquet, CSV or JSON Lines file with columns request_id and label")
-    labels.add_argument("--limit", type=count, default=DEFAULT_LIMIT, help=f"read at most this many rows (default {DEFAULT_LIMIT})")
+    labels.add_argument("--limit", type=positive, default=DEFAULT_LIMIT, help=f"read at most this many rows (default {DEFAULT_LIMIT})")
     labels.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
     labels.set_defaults(func=cmd_monitor_labels)
