@@ -40,6 +40,15 @@ def test_bindings_round_trip_per_tenant_and_refuse_a_second(registry: Registry) 
     assert registry.get_follow(A, "scoring").source == "models:/fraud@champion"
 
 
+def test_who_made_a_binding_and_when_its_version_was_approved_are_kept(registry: Registry) -> None:
+    """`operator` decides what a binding may read (the operator's own, or a tenant's); `seen_at`
+    whether a late approval is superseded: both must survive the store, on SQLite and DynamoDB."""
+    made = registry.create_follow(replace(follow_of("scoring", GROUP), operator=True, seen="4", seen_at=1772444487.25))
+    stored = registry.get_follow(A, "scoring")
+    assert stored == made and (stored.operator, stored.seen_at) == (True, 1772444487.25)
+    assert registry.get_follow(A, "scoring").watch == follow_of("scoring", GROUP).watch
+
+
 def test_an_update_names_the_revision_it_read_and_one_of_two_racers_is_refused(registry: Registry) -> None:
     read = registry.create_follow(follow_of("scoring"))
     event = FollowEvent("3", "pushing", 5.0)
