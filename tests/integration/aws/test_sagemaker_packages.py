@@ -272,13 +272,16 @@ def test_a_group_whose_name_has_capitals_is_followed(capsys: pytest.CaptureFixtu
 
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     group_arn = sagemaker.create_model_package_group(ModelPackageGroupName="FraudModels")["ModelPackageGroupArn"]
-    arn = sagemaker.create_model_package(
-        ModelPackageGroupName="FraudModels", ModelApprovalStatus="Approved",
-        InferenceSpecification={
-            "Containers": [{"Image": "tritonserver", "ModelDataUrl": f"s3://{BUCKET}/fraud/model.tar.gz"}],
-            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"],
-        },
-    )["ModelPackageArn"]  # fmt: skip
+    def approved() -> str:
+        return sagemaker.create_model_package(  # type: ignore[no-any-return]
+            ModelPackageGroupName="FraudModels", ModelApprovalStatus="Approved",
+            InferenceSpecification={
+                "Containers": [{"Image": "tritonserver", "ModelDataUrl": f"s3://{BUCKET}/fraud/model.tar.gz"}],
+                "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"],
+            },
+        )["ModelPackageArn"]  # fmt: skip
+
+    arn = approved()
     assert group_arn.endswith("/FraudModels") and arn.endswith(":model-package/fraudmodels/1")
     assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
     for name in ("fraud", "older"):
@@ -297,13 +300,7 @@ def test_a_group_whose_name_has_capitals_is_followed(capsys: pytest.CaptureFixtu
     assert delivered(event) == {"default/fraud": "rolling_out", "default/older": "rolling_out"}
 
     # A claim of version 2 whose poller died: the scheduled poll describes the package by the ARN SageMaker gives it.
-    second = sagemaker.create_model_package(
-        ModelPackageGroupName="FraudModels", ModelApprovalStatus="Approved",
-        InferenceSpecification={
-            "Containers": [{"Image": "tritonserver", "ModelDataUrl": f"s3://{BUCKET}/fraud/model.tar.gz"}],
-            "SupportedContentTypes": ["application/json"], "SupportedResponseMIMETypes": ["application/json"],
-        },
-    )["ModelPackageArn"]  # fmt: skip
+    second = approved()
     follows = pieces.follows()
     dead = FollowService(follows.registry, follows.rollouts, clock=lambda: time.time() - 601)
     dead.claim(follows.registry.get_follow("default", "fraud"), "2")
