@@ -39,6 +39,7 @@ from infra.constructs.grants import grant_objects, invoke_on_schedule
 from infra.constructs.registry_access import READ, WRITE, RegistryWorker
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import STORE_PREFIX
+from sluice.domain.locations import Root
 
 # What the scan of `followers` may read: the keys of each item and what a binding watches.
 FOLLOW_SCAN_ATTRIBUTES = ("pk", "sk", "watch")
@@ -82,7 +83,9 @@ class RegistryEvents:
                 f"The versions of model package group {group}, which the config lets a tenant follow, are made as "
                 "they are registered: the function describes that group's packages alone.",
             )
-        for location in sorted({uri for uris in (model_data or {}).values() for uri in uris}):
+        # Each location as the function reads it (`s3://bucket/prefix/`, the `/` added where
+        # the config left it out), so that `…/acme` grants no key of `…/acme-two/`.
+        for location in sorted({Root.of("model-data", uri).uri for uris in (model_data or {}).values() for uri in uris}):
             bucket, _, prefix = location.removeprefix("s3://").partition("/")
             objects = stack.format_arn(service="s3", region="", account="", resource=bucket, resource_name=f"{prefix}*")
             role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))

@@ -64,7 +64,7 @@ FULL_CONFIG: dict[str, Any] = {
     "functions": {"preload": ["acme/fraud", "acme/iris"], "preload_max_mb": 64},
     "api": {
         "follow_package_groups": {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]},
-        "model_data_locations": {"acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models/"]},
+        "model_data_locations": {"acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models"]},
         "follow_poll_minutes": 2,
         "mlflow_tracking_servers": ["https://mlflow.example.com"],
         "mlflow_credentials": {"acme": "mlflow/acme", "beta": MLFLOW_SECRET_ARN},

@@ -74,6 +74,7 @@ def test_the_function_may_describe_the_followed_groups_packages_and_read_the_mod
     assert sorted(r for s in sagemaker for r in as_list(s["Resource"])) == [
         f"{packages}/{group}/*" for group in ("Churn-Model", "churn-model", "fraud")
     ]
+    # beta's location is given without its last `/`: granted with it, so no key of `beta/models-other/` is.
     model_data = ["arn:aws:s3:::acme-model-data/*", "arn:aws:s3:::shared-ml/acme/*", "arn:aws:s3:::shared-ml/beta/models/*"]
     reads = [s for s in statements if _actions(s) == ["s3:GetObject"]]
     assert sorted(r for s in reads for r in as_list(s["Resource"])) == model_data
@@ -92,7 +93,7 @@ def test_a_tenant_reads_only_its_own_model_data_locations_and_groups(full_app: S
     _, function = function_by_handler(full_app.template("api"), HANDLER)
     variables = function["Environment"]["Variables"]
     assert json.loads(variables["SLUICE_MODEL_DATA_LOCATIONS"]) == {
-        "acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models/"]
+        "acme": ["s3://acme-model-data/", "s3://shared-ml/acme/"], "beta": ["s3://shared-ml/beta/models"]
     }  # fmt: skip
     assert json.loads(variables["SLUICE_FOLLOW_PACKAGE_GROUPS"]) == {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]}
 
