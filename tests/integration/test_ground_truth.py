@@ -72,6 +72,42 @@ def test_late_labels_land_in_their_predictions_window_and_a_label_flip_drops_acc
     assert 'ml_inference_model_quality{deployment="iris",metric="accuracy",tenant="acme",variant="all"} 0.5' in text
 
 
+def test_labels_whose_counts_could_not_be_written_count_when_posted_again(
+    client: TestClient, keys: dict[str, str], demo: Container, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows are claimed (each counted once), then their window's counts written: a write
+    that fails (a throttled table) lets its rows go, so the client's retry counts them rather
+    than calling them duplicates of labels that were never counted."""
+    from sluice.domain.errors import Unavailable
+
+    key = keys["acme"]
+    kept = demo.predictions.kept
+    assert kept is not None
+    kept.mode = "all"
+    now = [100 * HOUR + 5.0]
+    kept.clock = lambda: now[0]
+    early = predicted(client, key, iris_rows(10, 1), "early")
+    now[0] += 2 * HOUR
+    late = predicted(client, key, iris_rows(10, 2), "late")
+    written = demo.registry.add_outcomes
+    calls = []
+
+    def second_fails(*args: Any, **kwargs: Any) -> None:
+        calls.append(args)
+        if len(calls) == 2:
+            raise Unavailable("the table is throttled")
+        written(*args, **kwargs)
+
+    monkeypatch.setattr(demo.registry, "add_outcomes", second_fails)
+    both = [*labels("early", early), *labels("late", late)]
+    assert client.post(f"{BASE}/labels", json={"labels": both}, headers=auth(key)).status_code == 503
+    monkeypatch.setattr(demo.registry, "add_outcomes", written)
+    again = client.post(f"{BASE}/labels", json={"labels": both}, headers=auth(key)).json()
+    assert (again["matched"], again["duplicate"]) == (10, 10)  # the window written stands; the other counts now
+    quality = client.get(f"{BASE}/monitor?windows=5", headers=auth(key)).json()["quality"]
+    assert sorted(q["rows"] for q in quality) == [10, 10]
+
+
 def test_another_tenant_is_refused_and_bad_labels_are_named(client: TestClient, keys: dict[str, str], demo: Container) -> None:
     kept = demo.predictions.kept
     assert kept is not None

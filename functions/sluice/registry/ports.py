@@ -212,7 +212,13 @@ class MonitorRegistry(Protocol):
         ...
 
     def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
-        """Record that (request id, row) was labelled: True for each the first time only."""
+        """Record that (request id, row) was labelled: True for each the first time only. A call
+        that fails claims none of its rows."""
+        ...
+
+    def release_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]]) -> None:
+        """Forget that those rows were labelled (their counts could not be written): posting
+        their labels again counts them."""
         ...
 
     def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:

@@ -227,8 +227,20 @@ class MonitorService:
                 out.add_class(label, said, scores[row] if scores else None, record.get("positive"), class_scores=by_class)
             else:
                 out.add_value(label, float(said))
-        for (revision, window), variants in sorted(counts.items()):
-            self.registry.add_outcomes(tenant, name, revision, window, {v: o.to_dict() for v, o in variants.items()})
+        written: set[tuple[int, int]] = set()
+        try:
+            for (revision, window), variants in sorted(counts.items()):
+                self.registry.add_outcomes(tenant, name, revision, window, {v: o.to_dict() for v, o in variants.items()})
+                written.add((revision, window))
+        except Exception:
+            # The rows whose counts were not written are let go: posted again, they count
+            # (kept claimed, a retry would call them duplicates, and they would never count).
+            unwritten = [
+                (rid, row) for (rid, row, _, record), first in zip(joined, claimed, strict=True)
+                if first and (int(record["revision"]), int(record["window"])) not in written
+            ]  # fmt: skip
+            self.registry.release_labels(tenant, name, unwritten)
+            raise
         matched = sum(claimed)
         return {
             "deployment": name, "received": len(labels), "matched": matched,

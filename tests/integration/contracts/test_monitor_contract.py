@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pytest
 
 from sluice.monitor.profiler import ProfileRecorder
 from sluice.monitor.sketches import Profile
@@ -107,6 +108,9 @@ def test_a_labelled_row_is_claimed_once_and_counts_are_appended_per_window(regis
     assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1), ("r1", 0)], expires_at=2e9) == [True, True, False]
     assert registry.claim_labels(A, "iris", [("r1", 1), ("r2", 0)], expires_at=2e9) == [False, True]
     assert registry.claim_labels(B, "iris", [("r1", 0)], expires_at=2e9) == [True]
+    registry.release_labels(A, "iris", [("r1", 1), ("nobody", 0)])  # one whose counts were not written; one never claimed
+    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1)], expires_at=2e9) == [False, True]
+    assert registry.claim_labels(B, "iris", [("r1", 1)], expires_at=2e9) == [True]  # another tenant's rows are its own
     doc = {"": {"kind": "class", "rows": 1, "pairs": [["a", "a", 1]]}}
     registry.add_outcomes(A, "iris", 1, 7200, doc)
     registry.add_outcomes(A, "iris", 1, 3600, doc)
@@ -136,3 +140,33 @@ def test_the_keeper_writes_for_deployments_with_a_baseline_and_caps_a_window(reg
     found = registry.find_predictions(A, "iris", ["a", "b", "c"], now=t)
     assert sorted(found) == ["a", "b"] and found["a"] == {"request_id": "a", "revision": 1, "variant": "", "window": t - 100, "kind": "value", "predicted": [1.0, 2.0]}
     assert registry.find_predictions(A, "wine", ["w"], now=t) == {}  # no baseline: not kept
+
+
+def test_a_claim_that_fails_midway_claims_none_of_its_rows(registry_table: Any) -> None:
+    """DynamoDB claims row by row (the tenant role has no BatchWriteItem): a put that fails
+    after others succeeded lets those go, as SQLite's transaction rolls back, so the client's
+    retry counts every row."""
+    from botocore.exceptions import ClientError
+    from tests.integration.contracts.conftest import TABLE, emptied
+
+    from sluice.domain.errors import SluiceError
+    from sluice.registry.dynamodb import DynamoRegistry
+
+    class ThrottledAt:
+        def __init__(self, client: Any, nth: int) -> None:
+            self.client, self.nth, self.puts = client, nth, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def put_item(self, **kwargs: Any) -> Any:
+            self.puts += 1
+            if self.puts == self.nth:
+                raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "PutItem")
+            return self.client.put_item(**kwargs)
+
+    with emptied(registry_table) as client:
+        rows = [("r1", 0), ("r1", 1), ("r2", 0)]
+        with pytest.raises((ClientError, SluiceError)):  # the third put is throttled
+            DynamoRegistry(TABLE, client=ThrottledAt(client, 3)).claim_labels(A, "iris", rows, expires_at=2e9)  # type: ignore[arg-type]
+        assert DynamoRegistry(TABLE, client=client).claim_labels(A, "iris", rows, expires_at=2e9) == [True, True, True]

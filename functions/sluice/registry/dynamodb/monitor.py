@@ -98,16 +98,25 @@ class DynamoMonitor(Part):
         return found
 
     def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
-        claimed = []
-        for request_id, row in rows:
-            record = item(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row), {}, expires_at=int(expires_at))
-            try:
-                self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
-            except Refused:
-                claimed.append(False)
-            else:
-                claimed.append(True)
+        claimed: list[bool] = []
+        try:
+            for request_id, row in rows:
+                record = item(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row), {}, expires_at=int(expires_at))
+                try:
+                    self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+                except Refused:
+                    claimed.append(False)
+                else:
+                    claimed.append(True)
+        except Exception:  # throttled, unreachable: the rows claimed so far are let go, as SQLite's transaction would
+            self.release_labels(tenant, deployment, [r for r, first in zip(rows, claimed, strict=False) if first])
+            raise
         return claimed
+
+    def release_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]]) -> None:
+        for request_id, row in rows:
+            target = key(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row))
+            self.table.send("delete_item", TableName=self.table.name, Key=target)
 
     def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:
         record = item(

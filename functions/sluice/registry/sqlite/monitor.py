@@ -78,6 +78,13 @@ class SqliteMonitor(Part):
                 claimed.append(done.rowcount == 1)
         return claimed
 
+    def release_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]]) -> None:
+        with self.db.tx() as db:
+            db.executemany(
+                "DELETE FROM monitor_labels WHERE tenant = ? AND deployment = ? AND request_id = ? AND row = ?",
+                [(tenant, deployment, request_id, row) for request_id, row in rows],
+            )
+
     def add_outcomes(self, tenant: str, deployment: str, revision: int, window: int, outcomes: dict[str, Any]) -> None:
         with self.db.tx() as db:
             db.execute("INSERT INTO monitor_outcomes VALUES (?, ?, ?, ?, ?)", (tenant, deployment, revision, window, json.dumps(outcomes)))
