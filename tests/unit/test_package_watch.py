@@ -1,0 +1,47 @@
+"""A binding to a SageMaker model package group and the approvals of its packages meet whatever
+the case of the group's name: SageMaker keeps the name as given in the group's ARN and the
+event's `ModelPackageGroupName`, and lower-cases it in the package's ARN."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.domain.errors import InvalidRequest
+from sluice.domain.follows import PackageStateChange, parse_source
+from tests.conftest import EVENTS
+
+NAME = st.from_regex(r"[A-Za-z0-9](-?[A-Za-z0-9]){0,20}", fullmatch=True)
+PREFIX = "arn:aws:sagemaker:eu-west-1:123456789012"
+
+
+def approval(group: str, version: int, time: str = "2026-03-02T09:41:27Z") -> dict:
+    event = json.loads((EVENTS / "sagemaker_model_package_approved.json").read_text())
+    arn = f"{PREFIX}:model-package/{group.lower()}/{version}"  # as SageMaker spells it
+    event.update(resources=[arn], time=time)
+    event["detail"].update(ModelPackageArn=arn, ModelPackageGroupName=group, ModelPackageVersion=version)
+    return event
+
+
+@given(name=NAME, bound_as=st.sampled_from([str, str.lower, str.upper, str.swapcase]), version=st.integers(1, 10**6))
+def test_a_binding_in_any_spelling_is_found_by_its_groups_approvals(name: str, bound_as: object, version: int) -> None:
+    source = parse_source(f"{PREFIX}:model-package-group/{bound_as(name)}")  # type: ignore[operator]
+    change = PackageStateChange.from_event(approval(name, version))
+    assert source.watch in change.watches
+    assert (change.group, change.version, change.approval_status) == (name, version, "Approved")
+    assert change.changed_at == 1772444487.0
+
+
+@given(name=NAME, other=NAME)
+def test_an_approval_names_one_group(name: str, other: str) -> None:
+    """A package ARN of one group and a group name of another is no event of either."""
+    event = approval(name, 1)
+    event["detail"]["ModelPackageGroupName"] = other
+    if other.lower() == name.lower():
+        assert PackageStateChange.from_event(event).group == other
+        return
+    with pytest.raises(InvalidRequest, match="names no versioned model package"):
+        PackageStateChange.from_event(event)
