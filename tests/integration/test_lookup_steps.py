@@ -260,6 +260,25 @@ def test_each_tenant_reads_its_own_store(world: World) -> None:
     assert r.status_code == 422 and r.json()["field"] == "policy.steps.0.target.table" and "globex" in r.json()["error"]
 
 
+def test_a_features_file_every_tenant_opens_gives_each_tenant_its_listed_tables_alone(tmp_path: Path) -> None:
+    """`SLUICE_LOOKUP_SQLITE` without `{tenant}` is one file for everyone: before, any tenant's
+    lookup read any of its tables (acme's features, by globex); now a tenant reads the tables
+    `lookup_sources` lists for it, refused by name when the policy is saved."""
+    from sluice.runtimes.lookups import LookupSteps
+
+    write_sqlite(tmp_path / "shared.db", ACME)
+    for listed in ({}, {"acme": ["sqlite:customers"]}):
+        settings = Settings(
+            mode="local", home=tmp_path / f"home{len(listed)}", registry="", store="", deployment_cache_ttl_s=0,
+            lookup_sqlite=str(tmp_path / "shared.db"), lookup_sources=listed,
+        )  # fmt: skip
+        world = make_world(settings, LookupSteps(settings.lookups, mode="local"))
+        refused = world.save("fraud", fraud(), world.globex)  # the table holds acme's customers
+        assert refused.status_code == 422 and refused.json()["field"] == "policy.steps.0.target.table"
+        assert "not among the tables tenant 'globex' may read" in refused.json()["error"]
+    answers_by_hand(world, "fraud", fraud())  # acme's, listed
+
+
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [

@@ -136,7 +136,14 @@ class LookupSteps:
                 return "on AWS a lookup reads a DynamoDB table or a SageMaker feature group: SQLite lookups are local only"
             if not self.settings.lookup_sqlite:
                 return "SQLite lookups are off here: the operator names a features file (SLUICE_LOOKUP_SQLITE)"
-            return None
+            if "{tenant}" in self.settings.lookup_sqlite or node.source in self.settings.lookup_sources.get(tenant, ()):
+                return None
+            # One file every tenant's lookups open: a tenant reads the tables listed for it alone.
+            return (
+                f"sqlite '{node.table}' is not among the tables tenant '{tenant}' may read: the features file is "
+                "shared by every tenant (SLUICE_LOOKUP_SQLITE names no {tenant}), so the operator lists each "
+                "tenant's tables in lookup_sources (sqlite:TABLE)"
+            )
         if node.store == "feast" and not self.settings.lookup_feast_repo:
             return "Feast lookups are off here: the operator names a Feast repository (SLUICE_LOOKUP_FEAST_REPO)"
         if node.source not in self.settings.lookup_sources.get(tenant, ()):

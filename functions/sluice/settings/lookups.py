@@ -25,8 +25,9 @@ class LookupSettings(Group):
             "\"sagemaker:FEATURE_GROUP\", \"feast:FEATURE_VIEW\", ...]}`, JSON in the environment, compared "
             "whole. Set by the CDK app from `graphs.lookups` in `infra/sluice.yaml`, with `dynamodb:BatchGetItem` "
             "on those tables and `sagemaker:BatchGetRecord` on those feature groups; Feast's feature views are "
-            "listed by the operator of a service that reads a Feast repository (`lookup_feast_repo`). Empty: "
-            "no tenant may read one."
+            "listed by the operator of a service that reads a Feast repository (`lookup_feast_repo`), and a "
+            "SQLite table (`sqlite:TABLE`) where `lookup_sqlite` is one file for every tenant. Empty: no tenant "
+            "may read one."
         ),
     )
     lookup_sqlite: str = Field(
@@ -34,7 +35,9 @@ class LookupSettings(Group):
         description=(
             "The SQLite file whose tables `lookup` steps with `store: sqlite` read (local mode only), opened "
             "read-only; `{tenant}` stands for the policy's tenant (e.g. `./features/{tenant}.db`), so each "
-            "tenant reads its own file. Empty: SQLite lookups are off."
+            "tenant reads its own file. A path without `{tenant}` is one file every tenant's lookups open: a "
+            "tenant then reads only the tables `lookup_sources` lists for it (`sqlite:TABLE`). Empty: SQLite "
+            "lookups are off."
         ),
     )
     lookup_sqlite_hold_rows: int = Field(
@@ -101,7 +104,7 @@ class LookupSettings(Group):
     def _parse_sources(self) -> LookupSettings:
         def valid(source: str) -> bool:
             store, _, name = source.partition(":")
-            return store in ("dynamodb", "sagemaker", "feast") and bool(name)
+            return store in ("dynamodb", "sagemaker", "feast", "sqlite") and bool(name)
 
-        self._check_allowlist("lookup_sources", valid, "dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW")
+        self._check_allowlist("lookup_sources", valid, "dynamodb:TABLE, sagemaker:FEATURE_GROUP, feast:FEATURE_VIEW or sqlite:TABLE")
         return self
