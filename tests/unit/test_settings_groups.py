@@ -62,7 +62,7 @@ def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> No
     ("group", "setting", "good", "bad", "words"),
     [
         ("functions", "function_arns", "arn:aws:lambda:eu-west-1:123456789012:function:enrich", "enrich", "is not a Lambda function ARN"),
-        ("lookups", "lookup_sources", "dynamodb:customers", "redis:customers", "is not dynamodb:TABLE, sagemaker:FEATURE_GROUP or feast:FEATURE_VIEW"),
+        ("lookups", "lookup_sources", "dynamodb:customers", "redis:customers", "is not dynamodb:TABLE, sagemaker:FEATURE_GROUP, feast:FEATURE_VIEW or sqlite:TABLE"),
     ],
 )
 def test_a_per_tenant_allowlist_names_the_setting_tenant_and_entry_it_refuses(group: str, setting: str, good: str, bad: str, words: str, tmp_path: Path) -> None:
