@@ -153,7 +153,8 @@ class Follower:
         version = str(change.version)
         if change.approval_status == REJECTED:
             return self._rejected(follow, version, change)
-        if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow)):
+        again = change.approves_again(follow)  # rejected, then approved again: taken again
+        if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow) and not again):
             return follow.state  # pending approval; or the same event delivered again
         if change.superseded(follow):
             logger.info("follow binding %s/%s: %s approved before version %s, taken already", follow.tenant, follow.deployment, change.arn, follow.seen)
@@ -169,7 +170,7 @@ class Follower:
             # Approved only, as DescribeModelPackage says now
             return from_package(change.arn, self.clients, tmp, model_data=model_data)
 
-        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn}, changed_at=change.changed_at)
+        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn}, changed_at=change.changed_at, again=again)
 
     def _retake_package(self, follow: Follow) -> str:
         """A lapsed claim of a package: taken over as its approval would be (the package read
@@ -182,8 +183,11 @@ class Follower:
         return self._package(follow, PackageStateChange(arn, name, group, int(follow.seen or 0), APPROVED))
 
     def _rejected(self, follow: Follow, version: str, change: PackageStateChange) -> str:
-        if any(e.version == version and e.outcome == "rejected" for e in follow.history):
-            return follow.state  # the same event again (EventBridge may deliver one change more than once)
+        last_of = follow.last_of(version)
+        if (last_of is not None and last_of.outcome == "rejected") or change.stale(follow):
+            # The same event again (EventBridge may deliver one change more than once), or a
+            # rejection the version's approval since has undone, delivered late.
+            return follow.state
         reason = f"{change.arn} is Rejected in SageMaker Model Registry"
         last = follow.last
         if follow.seen == version and follow.state == "rolling_out" and last is not None:
@@ -199,13 +203,13 @@ class Follower:
     # Both -------------------------------------------------------------------------------
     def take(
         self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any], *,
-        changed_at: float | None = None,
+        changed_at: float | None = None, again: bool = False,
     ) -> str:  # fmt: skip
         """Claim `version`, pull it, push it and start the rollout; each outcome recorded. A
         version of the binding's model that came from the same place (`match`, on its
         source) is rolled out again rather than pushed twice; one the deployment serves
         already is recorded as completed."""
-        claimed = self.follows.claim(follow, version, changed_at=changed_at)
+        claimed = self.follows.claim(follow, version, changed_at=changed_at, again=again)
         if claimed is None:
             return "taken elsewhere"
         where = (follow.tenant, follow.deployment)

@@ -248,6 +248,10 @@ class Follow:
     def last(self) -> FollowEvent | None:
         return self.history[-1] if self.history else None
 
+    def last_of(self, version: str) -> FollowEvent | None:
+        """What became of `version` last, if the history still holds it."""
+        return next((e for e in reversed(self.history) if e.version == version), None)
+
     def parsed_source(self) -> Source:
         return parse_source(self.source)
 
@@ -324,6 +328,28 @@ class PackageStateChange:
         group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{group}"
         status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
         return cls(arn, group, group_arn, int(found["version"]), status, _event_time(event.get("time")))
+
+    def approves_again(self, follow: Follow) -> bool:
+        """The version the binding took, rejected since, approved again after (a rejection
+        undone): taken again. Its first approval delivered late, or an update of a package
+        still approved, is not (the one is older than the binding's `seen_at`, the other
+        follows no rejection)."""
+        last = follow.last_of(str(self.version))
+        return (
+            self.approval_status == "Approved" and follow.seen == str(self.version) and last is not None
+            and last.outcome == "rejected" and self._after(follow)
+        )  # fmt: skip
+
+    def stale(self, follow: Follow) -> bool:
+        """A change of the version the binding took made before the change it took it for (a
+        rejection delivered after the approval that undid it)."""
+        return (
+            follow.seen == str(self.version) and self.changed_at is not None and follow.seen_at is not None
+            and self.changed_at < follow.seen_at
+        )  # fmt: skip
+
+    def _after(self, follow: Follow) -> bool:
+        return self.changed_at is not None and follow.seen_at is not None and self.changed_at > follow.seen_at
 
     def superseded(self, follow: Follow) -> bool:
         """An approval made before the one `follow` took last, delivered after it (EventBridge

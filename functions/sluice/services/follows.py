@@ -150,12 +150,12 @@ class FollowService:
         started = follow.claim_started()
         return started is not None and self.clock() - started > self.lease_s
 
-    def claim(self, follow: Follow, version: str, *, changed_at: float | None = None) -> Follow | None:
+    def claim(self, follow: Follow, version: str, *, changed_at: float | None = None, again: bool = False) -> Follow | None:
         """Take `version` for pushing: stored only if the binding is still as it was read and
-        has not taken this version already (unless that claim lapsed: taken over); None when
-        another poller got there first."""
+        has not taken this version already (unless that claim lapsed: taken over, or `again`:
+        approved again after a rejection); None when another poller got there first."""
         lapsed = follow.seen == version and self.lapsed(follow)
-        if follow.seen == version and not lapsed:
+        if follow.seen == version and not lapsed and not again:
             return None
         at = self.clock()
         reason = ""

@@ -330,3 +330,36 @@ def test_an_approval_delivered_after_a_later_one_is_superseded(capsys: pytest.Ca
     assert (shown.seen, shown.history[-1].version) == ("3", "3")
     assert delivered(at(1, "2026-03-02T10:30:00Z")) == {"default/fraud": "rolling_out"}
     assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+
+def test_a_rejection_undone_by_a_new_approval_rolls_the_version_out_again(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """Approved (09:00), rejected by mistake (09:10: its rollout aborted), approved again
+    (09:20): the version is rolled out again. The 09:10 rejection delivered again after that
+    aborts nothing; a new rejection (09:30) does. The first approval delivered again is no
+    approval again."""
+    from sluice.cli import pieces
+
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    assert run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 gate error_rate<=0.01")[0] == 0
+
+    def at(status: str, time: str) -> dict[str, Any]:
+        return {**package_event(1, status), "time": time}
+
+    def rollout() -> str | None:
+        running = pieces.registry().get_deployment("default", "fraud").rollout
+        return None if running is None else running.state
+
+    assert delivered(at("Approved", "2026-03-02T09:00:00Z")) == {"default/fraud": "rolling_out"}
+    assert delivered(at("Rejected", "2026-03-02T09:10:00Z")) == {"default/fraud": "rejected"}
+    assert rollout() == "aborted"
+    assert delivered(at("Approved", "2026-03-02T09:00:00Z")) == {"default/fraud": "failed"}  # the first approval, again
+    assert delivered(at("Approved", "2026-03-02T09:20:00Z")) == {"default/fraud": "rolling_out"}
+    assert rollout() == "running"
+    last = pieces.follows().registry.get_follow("default", "fraud").history[-1]
+    assert (last.version, last.outcome) == ("1", "rolling_out") and "already pushed as fraud:2" in last.reason
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]  # pushed once
+    assert delivered(at("Rejected", "2026-03-02T09:10:00Z")) == {"default/fraud": "rolling_out"}  # undone already
+    assert rollout() == "running"
+    assert delivered(at("Rejected", "2026-03-02T09:30:00Z")) == {"default/fraud": "rejected"}
+    assert rollout() == "aborted"
