@@ -44,14 +44,15 @@ class RegistryFields(Section):
     @field_validator("follow_package_groups", "model_data_locations")
     @classmethod
     def _per_tenant(cls, entries: dict[str, tuple[str, ...]], info: ValidationInfo) -> dict[str, tuple[str, ...]]:
-        from sluice.settings.follows import PACKAGE_GROUP, is_s3_prefix
+        from sluice.domain.follows import GROUP_NAME
+        from sluice.settings.follows import is_s3_prefix
 
         groups = info.field_name == "follow_package_groups"
         for tenant, names in entries.items():
             if not re.fullmatch(TENANT, tenant):
                 raise ValueError(f"{tenant!r} is not a tenant's name")
             for name in names:
-                if not (re.fullmatch(PACKAGE_GROUP, name) if groups else is_s3_prefix(name)):
+                if not (re.fullmatch(GROUP_NAME, name) if groups else is_s3_prefix(name)):
                     what = "a model package group's name" if groups else "an S3 prefix (s3://BUCKET/PREFIX/)"
                     raise ValueError(f"{name!r} (tenant {tenant!r}) is not {what}")
             if len(set(names)) != len(names):

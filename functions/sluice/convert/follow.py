@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import SluiceError
-from sluice.domain.follows import FollowEvent, PackageStateChange
+from sluice.domain.follows import FollowEvent, PackageStateChange, group_watch
 from sluice.polling import Poller
 from sluice.services.follows import acting_for
 
@@ -175,8 +175,6 @@ class Follower:
     def _retake_package(self, follow: Follow) -> str:
         """A lapsed claim of a package: taken over as its approval would be (the package read
         again: one no longer Approved is recorded so)."""
-        from sluice.domain.follows import group_watch
-
         group = follow.source  # the package's ARN spells the group's name in lower case, as SageMaker does
         arn = f"{group_watch(group).replace(':model-package-group/', ':model-package/', 1)}/{follow.seen}"
         name = follow.parsed_source().name

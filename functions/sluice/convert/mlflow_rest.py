@@ -159,9 +159,7 @@ class MlflowRest:
                 return self._from_s3(bucket, key, limit)
 
             return from_s3
-        where_read = "through the tracking server (mlflow server --serve-artifacts) or S3" if self.s3 is not None else (
-            "through the tracking server (mlflow server --serve-artifacts)"
-        )
+        where_read = "through the tracking server (mlflow server --serve-artifacts)" + (" or S3" if self.s3 is not None else "")
         raise Unprocessable(
             f"{follow.source}'s artifacts are at a {parts.scheme or 'local'}: location, which sluice cannot read for this "
             f"binding: serve them {where_read}, or {CONVERT}",

@@ -25,14 +25,11 @@ from sluice.domain.errors import (
     SluiceError,
     Unprocessable,
 )
+from sluice.domain.follows import PACKAGE_ARN
 
 if TYPE_CHECKING:
     from sluice.clients import AwsClients
 
-_ARN = re.compile(
-    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)\Z"
-)
 APPROVED = "Approved"
 MAX_BYTES = 2 * 1024**3
 
@@ -65,7 +62,7 @@ class Package:
 
 
 def parse_arn(arn: str) -> re.Match[str]:
-    found = _ARN.match(arn)
+    found = PACKAGE_ARN.match(arn)
     if found is None:
         raise BadRequest(
             f"{arn!r} is not a model package version's ARN: arn:aws:sagemaker:REGION:ACCOUNT:model-package/GROUP/VERSION",

@@ -45,10 +45,11 @@ MAX_HISTORY = 20
 MAX_REASON = 1000
 
 _MLFLOW = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<latest>latest))/?\Z")
-_GROUP = re.compile(
-    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package-group/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})\Z"
-)
+# A model package group's name, as SageMaker takes it; and the ARNs of a group and of a package.
+GROUP_NAME = r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}"
+_ARN_HEAD = r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
+_GROUP = re.compile(rf"{_ARN_HEAD}model-package-group/(?P<group>{GROUP_NAME})\Z")
+PACKAGE_ARN = re.compile(rf"{_ARN_HEAD}model-package/(?P<group>{GROUP_NAME})/(?P<version>\d+)\Z")
 _PLAN = re.compile(
     r"^\s*(?P<steps>[0-9.,%\s]+?)\s*(?:\bevery\s+(?P<every>\S+))?\s*\bgate\s+(?P<gates>.+?)"
     r"\s*(?:\bmin\s+(?P<min>\d+))?\s*\Z"
@@ -320,14 +321,21 @@ class PackageStateChange:
         if event.get("detail-type") != "SageMaker Model Package State Change" or not isinstance(detail, dict):
             raise InvalidRequest("not a SageMaker Model Package State Change event", field="event")
         arn = str(detail.get("ModelPackageArn", ""))
-        found = _PACKAGE.match(arn)
+        found = PACKAGE_ARN.match(arn)
         # The package's ARN spells the group's name in lower case; the event's group name keeps its case.
         group = str(detail.get("ModelPackageGroupName"))
-        if found is None or group.lower() != found["group"].lower() or _GROUP_NAME.fullmatch(group) is None:
+        if found is None or group.lower() != found["group"].lower() or re.fullmatch(GROUP_NAME, group) is None:
             raise InvalidRequest(f"the event names no versioned model package ({arn!r})", field="event")
         group_arn = f"arn:{found['partition']}:sagemaker:{found['region']}:{found['account']}:model-package-group/{group}"
         status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
         return cls(arn, group, group_arn, int(found["version"]), status, _event_time(event.get("time")))
+
+    def _since(self, follow: Follow) -> float:
+        """This change's time less that of the change `follow` took its version for: below 0
+        made before it, above 0 after; 0 where either time is unknown."""
+        if self.changed_at is None or follow.seen_at is None:
+            return 0.0
+        return self.changed_at - follow.seen_at
 
     def approves_again(self, follow: Follow) -> bool:
         """The version the binding took, rejected since, approved again after (a rejection
@@ -337,27 +345,18 @@ class PackageStateChange:
         last = follow.last_of(str(self.version))
         return (
             self.approval_status == "Approved" and follow.seen == str(self.version) and last is not None
-            and last.outcome == "rejected" and self._after(follow)
+            and last.outcome == "rejected" and self._since(follow) > 0
         )  # fmt: skip
 
     def stale(self, follow: Follow) -> bool:
         """A change of the version the binding took made before the change it took it for (a
         rejection delivered after the approval that undid it)."""
-        return (
-            follow.seen == str(self.version) and self.changed_at is not None and follow.seen_at is not None
-            and self.changed_at < follow.seen_at
-        )  # fmt: skip
-
-    def _after(self, follow: Follow) -> bool:
-        return self.changed_at is not None and follow.seen_at is not None and self.changed_at > follow.seen_at
+        return follow.seen == str(self.version) and self._since(follow) < 0
 
     def superseded(self, follow: Follow) -> bool:
         """An approval made before the one `follow` took last, delivered after it (EventBridge
         does not keep order, and retries a delivery that failed for up to an hour)."""
-        return (
-            self.changed_at is not None and follow.seen_at is not None and follow.seen != str(self.version)
-            and self.changed_at < follow.seen_at
-        )  # fmt: skip
+        return follow.seen != str(self.version) and self._since(follow) < 0
 
 
 def _event_time(text: object) -> float | None:
@@ -371,8 +370,3 @@ def _event_time(text: object) -> float | None:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-_GROUP_NAME = re.compile(r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}")
-_PACKAGE = re.compile(
-    r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"model-package/(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})/(?P<version>\d+)\Z"
-)

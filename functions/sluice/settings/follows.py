@@ -14,8 +14,6 @@ from sluice.settings.process import Group
 if TYPE_CHECKING:
     from sluice.domain.follows import BindingReads
 
-# A model package group's name, as SageMaker takes it (and `sluice.domain.follows` reads an ARN).
-PACKAGE_GROUP = r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}"
 SECRET_ID = r"^(arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:)?[A-Za-z0-9/_+=.@-]{1,512}$"
 
 
@@ -100,7 +98,10 @@ class FollowSettings(Group):
         for tenant, secret in self.mlflow_credentials_secrets.items():
             if not re.fullmatch(SECRET_ID, secret):
                 raise ValueError(f"SLUICE_MLFLOW_CREDENTIALS_SECRETS: {secret!r} (tenant {tenant!r}) is not a secret's name or ARN")
-        self._check_allowlist("follow_package_groups", lambda g: re.fullmatch(PACKAGE_GROUP, g) is not None, "a model package group's name")
+        if self.follow_package_groups:  # the domain module only where there is a name to check: every process reads settings
+            from sluice.domain.follows import GROUP_NAME
+
+            self._check_allowlist("follow_package_groups", lambda g: re.fullmatch(GROUP_NAME, g) is not None, "a model package group's name")
         self._check_allowlist("model_data_locations", is_s3_prefix, "an S3 prefix (s3://BUCKET/PREFIX/)")
         return self
 
@@ -119,10 +120,13 @@ class FollowSettings(Group):
 
 
 def is_s3_prefix(uri: str) -> bool:
+    """`s3://BUCKET/` or `s3://BUCKET/PREFIX/` (the last `/` may be left out), as `Root.of` reads it."""
     from sluice.domain.locations import Root
 
+    if not uri.startswith("s3://"):
+        return False
     try:
         Root.of("model-data", uri)
     except ValueError:
         return False
-    return uri.startswith("s3://")
+    return True
