@@ -82,6 +82,7 @@ NOT_BATCH_RUN = (
     "sluice.endpoints.triton_env", "sluice.convert.frameworks",
     "sluice.domain.follows", "sluice.domain.schedules", "sluice.domain.optimize_jobs", "sluice.batch.schedule_wire",
     "sluice.inference.mirror", "sluice.inference.shadow_runner", "sluice.capture.capturer", "sluice.monitor.kept",
+    "pandas",  # pyarrow's to_numpy and pyarrow.array import it on first use (`sluice.codecs.arrow_numbers`)
 )  # fmt: skip
 BATCH_RUN_PROBE = f"""
 import contextlib, io, json, sys

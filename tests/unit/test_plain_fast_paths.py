@@ -21,6 +21,7 @@ from sluice.codecs.plain import (
     _column,
     _scalar,
     arrays_from_request,
+    present_columns,
     present_rows,
 )
 from sluice.domain.errors import InvalidInput
@@ -220,3 +221,27 @@ def test_an_output_column_reads_as_it_did_row_by_row(values: np.ndarray, data: s
     shape = data.draw(st.sampled_from([(n, size // n), (n, size // n, 1), (size,) if n == size else (n, size // n)]))
     array = values.reshape(shape)
     assert repr(_column(array, n)) == repr(reference_column(array, n))
+
+
+@settings(max_examples=200, deadline=None)
+@given(classified(), st.booleans())
+def test_batch_columns_are_those_pyarrow_makes_itself(answer: tuple[Signature, InferenceResult], flat: bool) -> None:
+    """A batch part's columns, made from the arrays' buffers and the labels' text without
+    pyarrow's pandas shim (`sluice.codecs.arrow_numbers`), are those `pyarrow.array` makes:
+    the same names, types and values, or the same error."""
+    import pyarrow as pa
+
+    signature, result = answer
+
+    def columns() -> Any:
+        try:
+            made = present_columns(signature, result, flat=flat)
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+        return [(name, str(column.type), column.to_pylist()) for name, column in made.items()]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plain, "from_numbers", pa.array)
+        patch.setattr(plain, "from_text", lambda values: None)
+        expected = repr(columns())
+    assert repr(columns()) == expected

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.arrow_numbers import to_numbers
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput
 
@@ -142,7 +143,7 @@ def _clean_floats(feed: Feed, table: pa.Table) -> np.ndarray | None:
         return None
     out = np.empty((table.num_rows, len(columns)), dtype=V2_TO_NUMPY[feed.datatype])
     for j, column in enumerate(columns):
-        out[:, j] = column.to_numpy()
+        out[:, j] = to_numbers(column)
     return out if np.isfinite(out).all() else None
 
 

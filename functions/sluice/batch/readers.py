@@ -32,6 +32,7 @@ from sluice.batch.pieces import (
 )
 from sluice.batch.plan import source_of
 from sluice.batch.records import BOM, Owned, Records, grammar_of, read_range
+from sluice.codecs.arrow_numbers import from_numbers
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -172,7 +173,7 @@ def _csv(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed], columns: 
         for local in parsed[failing].tolist():
             dropped.append((chunk.first_row + local, unfit.get(local, "blank line"), shown(owned.content(local))))
         keep[parsed[failing]] = False
-        table = table.filter(pa.array(~failing))
+        table = table.filter(from_numbers(~failing))
         dropped.sort(key=lambda d: d[0])
     rows = chunk.first_row + np.flatnonzero(keep)
     return Piece(table, rows.astype(np.int64), dropped=dropped, records=records)

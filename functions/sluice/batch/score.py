@@ -38,6 +38,7 @@ from sluice.batch.publishing import Publishing
 from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
+from sluice.codecs.arrow_numbers import from_numbers, text_column
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import present_columns
 from sluice.domain import Principal
@@ -236,11 +237,11 @@ class ChunkScorer:
 
         def present(result: Result) -> None:
             answer, taken = result.answer, _in_piece(result.records, share, rows)
-            kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(pa.array(taken))
+            kept = table.slice(taken.start, taken.stop - taken.start) if isinstance(taken, slice) else table.take(from_numbers(np.asarray(taken)))
             out = _keys(kept, numbers[taken], spec.key_columns)
             out.update(present_columns(answer.signature, answer.result, flat=flat))
             if with_variant:
-                out["variant"] = pa.array([answer.variant or ""] * kept.num_rows, type=pa.string())
+                out["variant"] = text_column([answer.variant or ""] * kept.num_rows)
             scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
             if publishing is not None and entities is not None:
                 scored.published += publishing.collect(entities[taken], answer)
@@ -307,7 +308,6 @@ def _finish_piece(
     """Write a piece's scored rows (in order) and its failed ones, once its calls are done.
     `source`: the object the rows came from, when the input is many objects (each row then
     names it, in an `object` column and in its error record)."""
-    import pyarrow as pa
 
     reasons = scoring.reasons
     published: list[tuple[str, bytes]] = []
@@ -318,7 +318,7 @@ def _finish_piece(
             reasons[taken] = reason
         for table, ref in scored.parts:
             if source is not None:
-                table = table.add_column(0, "object", pa.repeat(pa.scalar(source, pa.string()), table.num_rows))
+                table = table.add_column(0, "object", text_column([source] * table.num_rows))
             part.write(table)
             if isinstance(ref, str):
                 versions[ref] += table.num_rows
@@ -329,7 +329,7 @@ def _finish_piece(
     bad = np.flatnonzero(~np.equal(reasons, None))
     if len(bad):
         table, numbers = scoring.piece.table, scoring.piece.rows
-        key_values = {k: table.column(k).take(pa.array(bad)).to_pylist() for k in spec.key_columns}
+        key_values = {k: table.column(k).take(from_numbers(np.asarray(bad, np.int64))).to_pylist() for k in spec.key_columns}
         errors.write([
             {**_object(source), "row": int(numbers[i]), **{k: key_values[k][j] for k in spec.key_columns}, "reason": reasons[i]}
             for j, i in enumerate(bad)
@@ -355,11 +355,9 @@ def _release_arrow_memory() -> None:
 
 
 def _keys(table: pa.Table, rows: np.ndarray, key_columns: tuple[str, ...]) -> dict[str, Any]:
-    import pyarrow as pa
-
     if key_columns:
         return {k: table.column(k) for k in key_columns}
-    return {"row": pa.array(rows, type=pa.int64())}
+    return {"row": from_numbers(rows.astype(np.int64, copy=False))}
 
 
 def _object(source: str | None) -> dict[str, str]:

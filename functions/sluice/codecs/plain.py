@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.caching import keep
+from sluice.codecs.arrow_numbers import from_numbers, from_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
@@ -294,8 +295,14 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
     if label is not None:
         columns.update(_value_columns("prediction", label, flat=flat))
     elif plain.top_class:
-        picked = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)] if len(probs) else []  # type: ignore[arg-type]
-        columns["prediction"] = pa.array([_scalar(c) for c in picked])
+        assert probs is not None and classes is not None  # a top class is one of the probabilities' classes
+        names = [_scalar(c) for c in classes]
+        text = from_text(names) if len(probs) else None
+        if text is not None:  # the usual labels: each row's taken from the classes' own
+            columns["prediction"] = text.take(from_numbers(np.argmax(probs, axis=1).astype(np.int64)))
+        else:
+            picked = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)] if len(probs) else []  # type: ignore[arg-type]
+            columns["prediction"] = pa.array([_scalar(c) for c in picked])
     elif len(values) == 1:
         columns.update(_value_columns("prediction", outputs[values[0]], flat=flat))
     else:
@@ -303,9 +310,9 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
             columns.update(_value_columns(f"prediction_{name}", outputs[name], flat=flat))
     if probs is not None and classes is not None:
         for j, cls in enumerate(classes):
-            columns[f"probability_{_scalar(cls)}"] = pa.array(probs[:, j])
+            columns[f"probability_{_scalar(cls)}"] = from_numbers(probs[:, j])
         top = probs.max(axis=1) if probs.shape[1] else np.full(len(probs), np.nan, dtype=probs.dtype)
-        columns["confidence"] = pa.array(top)
+        columns["confidence"] = from_numbers(top)
     return columns
 
 
@@ -328,15 +335,14 @@ def _arrow(array: np.ndarray) -> pa.Array:
 
     if array.dtype == object:
         values = array.tolist()
-        if values and type(values[0]) is str:  # labels: text, typed as such, with no pass over the types first
-            try:
-                return pa.array(values, type=pa.string())
-            except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all text after all
-                pass
+        if values and type(values[0]) is str:  # labels: text, typed as such
+            text = from_text(values)
+            if text is not None:
+                return text
         if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
             return pa.array(values)
         return pa.array([_scalar(v) for v in values])
-    return pa.array(array)
+    return from_numbers(array)
 
 
 # What an answer says of who made it, where it says: a split's variant, an ensemble's members, a

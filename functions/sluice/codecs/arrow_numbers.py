@@ -1,0 +1,92 @@
+"""Arrow arrays from NumPy arrays and Python text, and NumPy arrays from Arrow arrays, without
+pyarrow's pandas shim.
+
+pyarrow's `to_numpy`, `numpy.asarray(array)` and `pyarrow.array(...)` import pandas the first
+time any of them runs where pandas is installed (to look for its types): about 0.2 CPU seconds
+that a `sluice batch run` would pay at start-up for columns that need none of it. A numeric
+array without nulls is its values buffer, read or wrapped as it is; text is its UTF-8 bytes and
+their offsets (a column of a few distinct values, a classifier's labels, encoded once per
+value); anything else (a boolean's bits, nulls, other objects) goes to pyarrow as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_DTYPES = {
+    "halffloat": np.float16, "float": np.float32, "double": np.float64,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+}  # fmt: skip  (Arrow's names of its primitive numeric types)
+_MAX_OFFSET = 2**31 - 1  # a string array's offsets are 32-bit
+
+
+def to_numbers(array: Any) -> np.ndarray:
+    """The values of an Arrow array or chunked array as NumPy: for numbers without nulls a
+    view of the buffer (one chunk) or one copy (several), else pyarrow's `to_numpy`."""
+    import pyarrow as pa
+
+    dtype = _DTYPES.get(str(array.type))
+    if dtype is None or array.null_count:
+        return array.to_numpy(zero_copy_only=False) if isinstance(array, pa.Array) else array.to_numpy()
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    if not chunks:
+        return np.empty(0, dtype)
+    size = np.dtype(dtype).itemsize
+    parts = [np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * size) if len(c) else np.empty(0, dtype) for c in chunks]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def from_numbers(values: np.ndarray) -> Any:
+    """An Arrow array of a one-dimensional NumPy array of numbers (zero-copy where it is
+    contiguous) or booleans, else `pyarrow.array`."""
+    import pyarrow as pa
+
+    if values.ndim != 1:
+        return pa.array(values)
+    if values.dtype.kind == "b":  # Arrow's booleans are bits, least significant first
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+    if values.dtype.kind in "iuf" and values.dtype.isnative:
+        flat = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, pa.py_buffer(flat)])
+    return pa.array(values)
+
+
+def from_text(values: list[Any]) -> Any | None:
+    """A string array of `values`, or None where they are not all `str` (or one cannot be
+    encoded, a lone surrogate): the caller asks pyarrow. Few distinct values (labels) are each
+    encoded once and taken by index."""
+
+    if set(map(type, values)) - {str}:
+        return None
+    distinct = list(dict.fromkeys(values))
+    try:
+        if len(distinct) * 2 > len(values):  # mostly distinct: every value encoded
+            return _strings(values)
+        strings = _strings(distinct)
+    except UnicodeEncodeError:
+        return None
+    if strings is None:
+        return None
+    place = dict(zip(distinct, range(len(distinct)), strict=True))
+    return strings.take(from_numbers(np.fromiter(map(place.__getitem__, values), np.int64, len(values))))
+
+
+def _strings(values: list[str]) -> Any | None:
+    import pyarrow as pa
+
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    if offsets[-1] > _MAX_OFFSET:  # past a string array's offsets: pyarrow's own answer
+        return None
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
+
+
+def text_column(values: list[str]) -> Any:
+    """A string array of `values`: `from_text`'s, else pyarrow's."""
+    import pyarrow as pa
+
+    text = from_text(values)
+    return text if text is not None else pa.array(values, type=pa.string())
