@@ -9,6 +9,7 @@ import itertools
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sluice.codecs.arrow_numbers import from_numbers, from_text, text_column, to_numbers
+from sluice.batch import columns
+from sluice.batch.columns import Feed, feed_arrays
+from sluice.codecs.arrow_numbers import from_numbers, from_text, text_column, to_numbers, to_text
 from tests.conftest import REPO
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
@@ -88,3 +91,81 @@ def test_making_and_reading_columns_imports_no_pandas() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "functions")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60, env=env)
     assert done.stdout.strip() == "False"
+
+
+# A batch chunk's columns, read as pyarrow reads them --------------------------------------------
+def pyarrow_to_numbers(array: Any, *, null_slots: bool = False) -> np.ndarray:
+    """`to_numbers` as it was written with pyarrow's own calls (the oracle)."""
+    if null_slots and array.null_count:
+        array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
+    return array.to_numpy(zero_copy_only=False) if isinstance(array, pa.Array) else array.to_numpy()
+
+
+def pyarrow_to_text(array: Any, *, null: str | None = None) -> np.ndarray:
+    return np.asarray((array.fill_null(null) if null is not None and array.null_count else array).to_numpy(zero_copy_only=False), dtype=object)
+
+
+COLUMN_KINDS = {
+    "int64": st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), min_size=1, max_size=12),
+    "double": st.lists(st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=12),
+    "bool": st.lists(st.one_of(st.none(), st.booleans()), min_size=1, max_size=12),
+    "string": st.lists(st.one_of(st.none(), st.sampled_from(["1.5", "x", "", "7", "nan", "-2e3"])), min_size=1, max_size=12),
+    "dictionary": st.lists(st.sampled_from(["a", "b", "é"]), min_size=1, max_size=12),
+    "list": st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-5, 5)), max_size=3)), min_size=1, max_size=12),
+}
+FEEDS = {
+    "int64": [Feed("x", ("x",), "INT64", stacked=False), Feed("x", ("x",), "FP32", stacked=False), Feed("x", ("x",), "BOOL", stacked=False)],
+    "double": [Feed("x", ("x",), "FP32", stacked=False), Feed("x", ("x",), "INT32", stacked=False), Feed("x", ("x",), "FP64", stacked=True)],
+    "bool": [Feed("x", ("x",), "BOOL", stacked=False), Feed("x", ("x",), "FP32", stacked=False)],
+    "string": [Feed("x", ("x",), "BYTES", stacked=False), Feed("x", ("x",), "FP32", stacked=False)],
+    "dictionary": [Feed("x", ("x",), "BYTES", stacked=False)],
+    "list": [Feed("x", ("x",), "FP32", stacked=False, width=2), Feed("x", ("x",), "INT64", stacked=False, width=2)],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(COLUMN_KINDS)).flatmap(lambda k: st.tuples(st.just(k), COLUMN_KINDS[k], st.sampled_from(FEEDS[k]), st.integers(0, 3))))
+def test_a_chunks_columns_are_fed_as_pyarrow_reads_them(case: tuple[str, list[Any], Feed, int]) -> None:
+    """Every kind of column a chunk holds (numbers, booleans, text, Parquet's dictionaries,
+    lists; nulls among them; a slice, as a piece of a row group is) gives the model the arrays
+    and the rows their reasons that pyarrow's own `to_numpy` and `fill_null` gave."""
+    kind, values, feed, start = case
+    column = pa.array(values).dictionary_encode() if kind == "dictionary" else pa.array(values, type=pa.list_(pa.int64()) if kind == "list" else None)
+    table = pa.table({"x": column}).slice(min(start, len(values) - 1))
+
+    def fed() -> Any:
+        reasons = np.full(table.num_rows, None, dtype=object)
+        try:
+            arrays = feed_arrays([feed], table, reasons)
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+        good = np.equal(reasons, None)
+        return [(k, v.dtype.str, v.shape, v[good].tolist()) for k, v in arrays.items()], reasons.tolist()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(columns, "to_numbers", pyarrow_to_numbers)
+        patch.setattr(columns, "to_text", pyarrow_to_text)
+        patch.setattr(columns, "from_numbers", pa.array)
+        expected = repr(fed())
+    assert repr(fed()) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays.flatmap(lambda v: st.tuples(st.just(v), st.lists(st.booleans(), min_size=len(v), max_size=len(v)))), st.integers(0, 10), st.booleans())
+def test_nulls_read_as_pyarrow_reads_them(case: tuple[np.ndarray, list[bool]], start: int, chunked: bool) -> None:
+    """With nulls (a validity bitmap at an offset): `null_slots` reads each null as 0 (False),
+    as `fill_null` did; without it, pyarrow answers."""
+    values, missing = case
+    array = pa.array(values, mask=np.asarray(missing, dtype=bool)).slice(min(start, len(values)))
+    for each in (array, pa.chunked_array([array, array]) if chunked else array):
+        for slots in (True, False):
+            read, theirs = to_numbers(each, null_slots=slots), pyarrow_to_numbers(each, null_slots=slots)
+            assert read.dtype == theirs.dtype
+            assert np.array_equal(read, theirs, equal_nan=read.dtype.kind == "f")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), text), max_size=20), st.sampled_from([None, "", "?"]))
+def test_text_read_is_what_pyarrow_reads(values: list[str | None], null: str | None) -> None:
+    array = pa.array(values, type=pa.string())
+    assert to_text(array, null=null).tolist() == pyarrow_to_text(array, null=null).tolist()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.codecs.arrow_numbers import to_numbers
+from sluice.codecs.arrow_numbers import from_numbers, to_numbers, to_text
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput
 
@@ -157,13 +157,13 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
     array = _plain(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     n = len(array)
     if array.null_count:
-        blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
+        blame(reasons, to_numbers(array.is_null()), f"missing value for '{name}'")
     if datatype == "BYTES":
         if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
             import pyarrow.compute as pc
 
             array = pc.cast(array, pa.string())
-        return np.asarray((array.fill_null("") if array.null_count else array).to_numpy(zero_copy_only=False), dtype=object)
+        return to_text(array, null="")
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         array = _parse_numbers(array, name, reasons)
     elif pa.types.is_decimal(array.type):
@@ -175,9 +175,7 @@ def _values(column: Any, name: str, datatype: str, reasons: np.ndarray) -> np.nd
     elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
         blame(reasons, np.ones(n, dtype=bool), f"'{name}' is not a number")
         return np.zeros(n, dtype=V2_TO_NUMPY[datatype])
-    if array.null_count:  # those rows are blamed above; any stand-in value of the column's type
-        array = array.fill_null(False if pa.types.is_boolean(array.type) else 0)
-    values = array.to_numpy(zero_copy_only=False)
+    values = to_numbers(array, null_slots=True)  # a null's rows are blamed above: 0 (False) stands in
     return _as_dtype(values, name, datatype, reasons)
 
 
@@ -198,13 +196,13 @@ def _text_values(array: Any) -> np.ndarray:
     (`CodedText`), for a lookup keyed by them to find each distinct value once."""
     from sluice.codecs.coded_text import CodedText
 
-    indices = array.indices.to_numpy()
+    indices = to_numbers(array.indices)
     dictionary = array.dictionary
     if len(dictionary) > len(indices):
         used, indices = np.unique(indices, return_inverse=True)
         dictionary = dictionary.take(used)
     codes = indices.reshape(-1)
-    return CodedText.of(dictionary.to_numpy(zero_copy_only=False).astype(object, copy=False)[codes], codes, dictionary)
+    return CodedText.of(to_text(dictionary)[codes], codes, dictionary)
 
 
 def _plain(array: Any) -> Any:
@@ -311,14 +309,14 @@ def _lists(column: Any, name: str, datatype: str, width: int, reasons: np.ndarra
         blame(reasons, np.ones(n, dtype=bool), f"'{name}' must hold a list of {width} values")
         return out
     if array.null_count:
-        blame(reasons, array.is_null().to_numpy(zero_copy_only=False), f"missing value for '{name}'")
-    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy(zero_copy_only=False)
+        blame(reasons, to_numbers(array.is_null()), f"missing value for '{name}'")
+    lengths = to_numbers(pc.list_value_length(array), null_slots=True)  # a missing list: 0
     wrong = lengths != width
     blame(reasons, wrong, f"'{name}' must hold {width} values")
     fits = ~wrong
     if not fits.any():
         return out
-    flat = pc.list_flatten(array.filter(pa.array(fits)))
+    flat = pc.list_flatten(array.filter(from_numbers(fits)))
     element_reasons = np.full(len(flat), None, dtype=object)
     values = _values(flat, name, datatype, element_reasons)
     element_bad = ~np.equal(element_reasons, None).reshape(-1, width)

@@ -22,20 +22,50 @@ _DTYPES = {
 _MAX_OFFSET = 2**31 - 1  # a string array's offsets are 32-bit
 
 
-def to_numbers(array: Any) -> np.ndarray:
-    """The values of an Arrow array or chunked array as NumPy: for numbers without nulls a
-    view of the buffer (one chunk) or one copy (several), else pyarrow's `to_numpy`."""
+def to_numbers(array: Any, *, null_slots: bool = False) -> np.ndarray:
+    """The values of an Arrow array or chunked array of numbers or booleans as NumPy: a view of
+    the buffer (one chunk of numbers) or one copy. A null is pyarrow's to say (`to_numpy`: NaN,
+    or objects), unless `null_slots`: then each null reads as 0 (False), for rows the caller
+    has failed already. Any other type is pyarrow's `to_numpy`."""
     import pyarrow as pa
 
-    dtype = _DTYPES.get(str(array.type))
-    if dtype is None or array.null_count:
+    name = str(array.type)
+    dtype = np.bool_ if name == "bool" else _DTYPES.get(name)
+    if dtype is None or (array.null_count and not null_slots):
         return array.to_numpy(zero_copy_only=False) if isinstance(array, pa.Array) else array.to_numpy()
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    if not chunks:
+    parts = [_chunk(c, dtype) for c in chunks if len(c)]
+    if not parts:
         return np.empty(0, dtype)
-    size = np.dtype(dtype).itemsize
-    parts = [np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * size) if len(c) else np.empty(0, dtype) for c in chunks]
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _chunk(array: Any, dtype: Any) -> np.ndarray:
+    validity, data = array.buffers()[:2]
+    n, offset = len(array), array.offset
+    if dtype is np.bool_:
+        values = _bits(data, offset, n)
+    else:
+        values = np.frombuffer(data, dtype, count=n, offset=offset * np.dtype(dtype).itemsize)
+    if array.null_count:
+        values = np.where(_bits(validity, offset, n), values, values.dtype.type(0))
+    return values
+
+
+def _bits(buffer: Any, offset: int, n: int) -> np.ndarray:
+    """A bitmap's bits `offset` to `offset + n` (Arrow's: least significant first) as booleans."""
+    return np.unpackbits(np.frombuffer(buffer, np.uint8), count=offset + n, bitorder="little")[offset:].astype(bool)
+
+
+def to_text(array: Any, *, null: str | None = None) -> np.ndarray:
+    """The values of an Arrow array of text as a NumPy array of `str` objects (`null` where
+    a value is missing)."""
+    values = array.to_pylist()
+    if null is not None and array.null_count:
+        values = [null if v is None else v for v in values]
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def from_numbers(values: np.ndarray) -> Any:
