@@ -297,7 +297,7 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
     elif plain.top_class:
         assert probs is not None and classes is not None  # a top class is one of the probabilities' classes
         names = [_scalar(c) for c in classes]
-        text = from_text(names) if len(probs) else None
+        text = from_text(names) if len(probs) and len(names) >= probs.shape[1] else None
         if text is not None:  # the usual labels: each row's taken from the classes' own
             columns["prediction"] = text.take(from_numbers(np.argmax(probs, axis=1).astype(np.int64)))
         else:
