@@ -67,6 +67,10 @@ def test_closed_windows_are_listed_newest_first_by_page_and_follow_late_labels(c
     assert client.get(HISTORY, headers=auth(keys["acme_predict"])).status_code == 403  # admin scope, as the status
     bad = client.get(HISTORY, params={"since": "last tuesday"}, headers=auth(key))
     assert 400 <= bad.status_code < 500 and "since" in bad.text
+    # A window that ends before it starts is refused, as a capture window is, not an empty page.
+    for since, until in (((h0 + 2) * HOUR, h0 * HOUR), ((h0 + 1) * HOUR, (h0 + 1) * HOUR)):
+        backwards = client.get(HISTORY, params={"since": isoformat(since), "until": isoformat(until)}, headers=auth(key))
+        assert backwards.status_code == 422 and backwards.json()["field"] == "until", backwards.text
 
 
 def test_a_deployment_made_again_lists_none_of_the_old_ones_windows(client: TestClient, keys: dict[str, str], demo: Container) -> None:
