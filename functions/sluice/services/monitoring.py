@@ -18,13 +18,14 @@ from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Protocol
 
     from sluice.capture.reader import CaptureReader
     from sluice.domain import Principal
     from sluice.registry import DeploymentRegistry, ModelRegistry, MonitorRegistry
     from sluice.settings import MonitorSettings
 
-    class Registry(ModelRegistry, DeploymentRegistry, MonitorRegistry): ...
+    class Registry(ModelRegistry, DeploymentRegistry, MonitorRegistry, Protocol): ...
 
 
 MAX_WINDOWS = 168

@@ -124,7 +124,7 @@ class Container:
         if self.mirror is None:
             self.mirror = build_mirror(self.settings, self.store, shadows)
         predictions.mirror = self.mirror  # the core hands shadow jobs to it
-        capture = build_capture(self.settings, self.telemetry)
+        capture = build_capture(self.settings, self.telemetry)  # type: ignore[arg-type]  # set in __post_init__
         predictions.capture = capture  # and sampled requests of deployments that capture
         predictions.profiles = build_profiles(self.settings, self.registry)  # and monitoring profiles
         predictions.kept = build_keeper(self.settings, self.registry)  # and predictions kept for their labels
