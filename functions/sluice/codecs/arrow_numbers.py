@@ -1,12 +1,13 @@
 """Arrow arrays from NumPy arrays and Python text, and NumPy arrays from Arrow arrays, without
 pyarrow's pandas shim.
 
-pyarrow's `to_numpy`, `numpy.asarray(array)` and `pyarrow.array(...)` import pandas the first
-time any of them runs where pandas is installed (to look for its types): about 0.2 CPU seconds
-that a `sluice batch run` would pay at start-up for columns that need none of it. A numeric
-array without nulls is its values buffer, read or wrapped as it is; text is its UTF-8 bytes and
-their offsets (a column of a few distinct values, a classifier's labels, encoded once per
-value); anything else (a boolean's bits, nulls, other objects) goes to pyarrow as before."""
+pyarrow's `to_numpy`, `numpy.asarray(array)`, `pyarrow.array(...)` and `pyarrow.scalar` import
+pandas the first time any of them runs where pandas is installed (to look for its types):
+0.2-0.3 CPU seconds that a `sluice batch run` would pay at start-up for columns that need none
+of it. Numbers are their values buffer, read or wrapped as it is; booleans and nulls their
+bitmaps; text its UTF-8 bytes and their offsets (a column of a few distinct values, a
+classifier's labels, encoded once per value) or, read, `to_pylist`. Anything else (other types,
+objects that are not text) goes to pyarrow as before."""
 
 from __future__ import annotations
 
@@ -87,7 +88,6 @@ def from_text(values: list[Any]) -> Any | None:
     """A string array of `values`, or None where they are not all `str` (or one cannot be
     encoded, a lone surrogate): the caller asks pyarrow. Few distinct values (labels) are each
     encoded once and taken by index."""
-
     if set(map(type, values)) - {str}:
         return None
     distinct = list(dict.fromkeys(values))
