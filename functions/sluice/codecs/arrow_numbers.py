@@ -21,6 +21,7 @@ _DTYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
 }  # fmt: skip  (Arrow's names of its primitive numeric types)
 _MAX_OFFSET = 2**31 - 1  # a string array's offsets are 32-bit
+_TEXT = {str, type(None)}
 
 
 def to_numbers(array: Any, *, null_slots: bool = False) -> np.ndarray:
@@ -85,10 +86,10 @@ def from_numbers(values: np.ndarray) -> Any:
 
 
 def from_text(values: list[Any]) -> Any | None:
-    """A string array of `values`, or None where they are not all `str` (or one cannot be
-    encoded, a lone surrogate): the caller asks pyarrow. Few distinct values (labels) are each
-    encoded once and taken by index."""
-    if set(map(type, values)) - {str}:
+    """A string array of `values` (None: a null), or None where one is neither `str` nor None
+    (or cannot be encoded, a lone surrogate): the caller asks pyarrow. Few distinct values
+    (labels) are each encoded once and taken by index."""
+    if set(map(type, values)) - _TEXT:
         return None
     distinct = list(dict.fromkeys(values))
     try:
@@ -103,15 +104,17 @@ def from_text(values: list[Any]) -> Any | None:
     return strings.take(from_numbers(np.fromiter(map(place.__getitem__, values), np.int64, len(values))))
 
 
-def _strings(values: list[str]) -> Any | None:
+def _strings(values: list[str | None]) -> Any | None:
     import pyarrow as pa
 
-    encoded = [v.encode() for v in values]
+    encoded = [b"" if v is None else v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
     if offsets[-1] > _MAX_OFFSET:  # past a string array's offsets: pyarrow's own answer
         return None
-    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
+    valid = np.fromiter((v is not None for v in values), bool, len(values))
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.string(), len(encoded), [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
 
 
 def text_column(values: list[str]) -> Any:

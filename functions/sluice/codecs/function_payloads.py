@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sluice.codecs.arrow_numbers import from_numbers, text_column, to_numbers
 from sluice.codecs.tensors import decode_tensor, encode_tensor
 from sluice.domain.errors import BackendError, InvalidInput
 
@@ -43,7 +44,7 @@ def to_arrow(arrays: dict[str, np.ndarray]) -> bytes:
     columns = {}
     for name, array in arrays.items():
         flat = array.reshape(-1)
-        values = pa.array(flat.tolist(), type=pa.string()) if array.dtype == object else pa.array(flat)
+        values = text_column(flat.tolist()) if array.dtype == object else from_numbers(flat)
         if array.ndim == 1:
             columns[name] = values
         else:
@@ -65,7 +66,7 @@ def from_arrow(data: bytes) -> dict[str, np.ndarray]:
         column = table.column(name).combine_chunks()
         if pa.types.is_fixed_size_list(column.type):
             values = column.flatten()
-            flat = np.asarray(values.to_pylist(), dtype=object) if _text(values.type) else values.to_numpy(zero_copy_only=False)
+            flat = np.asarray(values.to_pylist(), dtype=object) if _text(values.type) else to_numbers(values)
             out[name] = flat.reshape(len(column), column.type.list_size)
         elif pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
             rows = column.to_pylist()
@@ -75,7 +76,7 @@ def from_arrow(data: bytes) -> dict[str, np.ndarray]:
         elif _text(column.type):
             out[name] = np.asarray(column.to_pylist(), dtype=object)
         else:
-            out[name] = column.to_numpy(zero_copy_only=False)
+            out[name] = to_numbers(column)
     return out
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.arrow_numbers import text_column, to_numbers
 from sluice.codecs.coded_text import coded
 from sluice.domain.errors import SluiceError
 
@@ -115,12 +116,14 @@ class HeldTable:
         import pyarrow.compute as pc
 
         if not isinstance(self.keys, pa.Array):  # made once: a row whose key is not text, null (never found)
-            self.keys = pa.array([k if type(k) is str else None for k in self.keys], type=pa.string())
+            self.keys = text_column([k if type(k) is str else None for k in self.keys])
         keys = self.keys
         if not pa.types.is_string(dictionary.type):
             dictionary = dictionary.cast(pa.string())
         found = pc.index_in(dictionary, options=pc.SetLookupOptions(keys, skip_nulls=True))
-        rows = found.fill_null(self.index.absent).to_numpy().astype(np.intp, copy=False)
+        rows = to_numbers(found, null_slots=True).astype(np.intp)
+        if found.null_count:  # a value not among the keys: not held
+            rows[to_numbers(found.is_null())] = self.index.absent
         self.seen = [(text.dictionary, rows), *self.seen[: SEEN - 1]]
         return rows[text.codes]
 
