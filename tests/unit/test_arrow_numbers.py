@@ -87,6 +87,9 @@ def test_making_and_reading_columns_imports_no_pandas() -> None:
         "from sluice.codecs.arrow_numbers import from_numbers, from_text, to_numbers\n"
         "t = pa.table({'x': from_numbers(np.arange(5.0)), 'ok': from_numbers(np.ones(5, bool)), 'y': from_text(['a'] * 5)})\n"
         "assert to_numbers(t.column('x')).sum() == 10.0\n"
+        "from sluice.codecs.function_payloads import from_arrow, to_arrow\n"
+        "back = from_arrow(to_arrow({'x': np.ones((3, 2), np.float32), 'ok': np.ones(3, bool), 'y': np.asarray(['a', 'b', None], object)}))\n"
+        "assert back['x'].shape == (3, 2) and back['y'].tolist() == ['a', 'b', None]\n"
         "print('pandas' in sys.modules)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "functions")}
