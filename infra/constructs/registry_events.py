@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import ArnFormat, Aws, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -170,6 +170,8 @@ def follow_environment(
         out["SLUICE_MLFLOW_TRACKING_SERVERS"] = json.dumps(list(servers), **compact)
     if package_groups:
         out["SLUICE_FOLLOW_PACKAGE_GROUPS"] = json.dumps({t: list(g) for t, g in sorted(package_groups.items())}, **compact)
+        # The stack's own account and region: the only groups whose approvals its EventBridge rule sees.
+        out["SLUICE_FOLLOW_GROUP_ARN_PREFIX"] = f"arn:{Aws.PARTITION}:sagemaker:{Aws.REGION}:{Aws.ACCOUNT_ID}:model-package-group/"
     if credentials:
         out["SLUICE_MLFLOW_CREDENTIALS_SECRETS"] = json.dumps(dict(sorted(credentials.items())), **compact)
     if model_data:

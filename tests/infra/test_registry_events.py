@@ -179,5 +179,10 @@ def test_the_poll_is_told_the_servers_and_secrets_and_the_api_the_servers_alone(
     _, api = function_by_handler(template, API_HANDLER)
     assert json.loads(api["Environment"]["Variables"]["SLUICE_MLFLOW_TRACKING_SERVERS"]) == ["https://mlflow.example.com"]
     assert json.loads(api["Environment"]["Variables"]["SLUICE_FOLLOW_PACKAGE_GROUPS"]) == {"acme": ["fraud", "Churn-Model"], "beta": ["fraud"]}
+    # Both functions that check a binding's group know the stack's own account and region.
+    resolved = full_app.resolved("api")
+    for handler in (API_HANDLER, HANDLER):
+        told = function_by_handler(resolved, handler)[1]["Environment"]["Variables"]["SLUICE_FOLLOW_GROUP_ARN_PREFIX"]
+        assert told == f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:model-package-group/"
     assert "SLUICE_MLFLOW_CREDENTIALS_SECRETS" not in api["Environment"]["Variables"]
     assert "SLUICE_MODEL_DATA_LOCATIONS" not in api["Environment"]["Variables"]

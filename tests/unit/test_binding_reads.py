@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.domain.errors import Forbidden
+from sluice.domain.errors import Forbidden, InvalidRequest
 from sluice.domain.follows import BindingReads, parse_source
 from sluice.domain.locations import Root
 
@@ -40,3 +40,42 @@ def test_a_tenant_with_no_locations_reads_nothing_and_groups_compare_in_any_case
     with pytest.raises(Forbidden) as refused:
         READS.check_group("acme", parse_source(group.format("fraud-v2")))
     assert refused.value.field == "registry"
+
+
+HOME = "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/"
+HOMED = BindingReads(frozenset({"Fraud"}), (), HOME)
+
+
+@given(
+    partition=st.sampled_from(["aws", "aws-cn", "aws-us-gov"]),
+    region=st.sampled_from(["eu-west-1", "us-east-1", "eu-west-2"]),
+    account=st.sampled_from(["123456789012", "210987654321", "123456789013"]),
+    group=st.sampled_from(["Fraud", "fraud", "FRAUD", "churn"]),
+)
+def test_a_binding_follows_only_groups_of_the_stacks_own_account_and_region(partition: str, region: str, account: str, group: str) -> None:
+    """On AWS the registry's approvals reach sluice from its own account and region alone: a group
+    elsewhere is refused when the binding is made (422 naming `registry`), before its name is
+    looked up; at home, the tenant's list decides, in any case."""
+    source = parse_source(f"arn:{partition}:sagemaker:{region}:{account}:model-package-group/{group}")
+    home = (partition, region, account) == ("aws", "eu-west-1", "123456789012")
+    try:
+        HOMED.check_group("acme", source)
+    except InvalidRequest as exc:
+        assert not home and exc.field == "registry" and "123456789012" in exc.message and "eu-west-1" in exc.message
+        return
+    except Forbidden as exc:
+        assert home and group.lower() != "fraud" and exc.field == "registry"
+        return
+    assert home and group.lower() == "fraud"
+
+
+def test_the_home_prefix_is_read_from_the_settings_and_checked() -> None:
+    from pydantic import ValidationError
+
+    from sluice.settings.follows import FollowSettings
+
+    settings = FollowSettings(follow_package_groups={"acme": ["Fraud"]}, follow_group_arn_prefix=HOME)
+    assert settings.reads("acme").group_arn_prefix == HOME
+    for bad in ("arn:aws:sagemaker:eu-west-1:123:model-package-group/", "arn:aws:sagemaker:eu-west-1:123456789012:model-package/", HOME + "Fraud"):
+        with pytest.raises(ValidationError):
+            FollowSettings(follow_group_arn_prefix=bad)

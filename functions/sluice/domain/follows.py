@@ -131,8 +131,16 @@ class BindingReads:
 
     package_groups: frozenset[str] = frozenset()
     model_data: tuple[Root, ...] = ()
+    group_arn_prefix: str = ""  # the stack's account and region (`arn:...:model-package-group/`); "": any
 
     def check_group(self, tenant: str, source: Source) -> None:
+        if source.registry == "sagemaker" and self.group_arn_prefix and not source.uri.startswith(self.group_arn_prefix):
+            home = self.group_arn_prefix.split(":")
+            raise InvalidRequest(
+                f"{source.uri} is a group of another account or region: bindings follow groups of account {home[4]} in "
+                f"{home[3]}, whose approvals alone reach sluice ({self.group_arn_prefix}GROUP)",
+                field="registry",
+            )
         # Group names compare in any case, as the grants are made (ARNs may spell a name in lower case).
         if source.registry == "sagemaker" and source.name.lower() not in {g.lower() for g in self.package_groups}:
             raise Forbidden(

@@ -79,6 +79,17 @@ class FollowSettings(Group):
             "packages alone; JSON in the environment; empty: none."
         ),
     )
+    follow_group_arn_prefix: str = Field(
+        "",
+        pattern=r"^(arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:model-package-group/)?$",
+        description=(
+            "What the ARN of every package group a binding follows begins with: "
+            "`arn:PARTITION:sagemaker:REGION:ACCOUNT:model-package-group/`, the stack's own account and "
+            "region, whose approvals alone reach sluice (its EventBridge rule); a binding to a group of "
+            "another account or region is refused when made (422 naming `registry`). Set by the CDK app; "
+            "empty: any (off AWS)."
+        ),
+    )
     model_data_locations: dict[str, list[str]] = Field(
         default_factory=dict,
         description=(
@@ -111,7 +122,7 @@ class FollowSettings(Group):
         from sluice.domain.locations import Root
 
         roots = tuple(Root.of("model-data", uri) for uri in self.model_data_locations.get(tenant, ()))
-        return BindingReads(frozenset(self.follow_package_groups.get(tenant, ())), roots)
+        return BindingReads(frozenset(self.follow_package_groups.get(tenant, ())), roots, self.follow_group_arn_prefix)
 
     @cached_property
     def mlflow_allowlist(self) -> tuple[Any, ...]:

@@ -232,10 +232,16 @@ def test_a_tenants_binding_follows_only_its_groups_and_reads_only_its_model_data
 
     monkeypatch.setenv("SLUICE_FOLLOW_PACKAGE_GROUPS", json.dumps({"default": ["FRAUD"]}))  # names compare in any case
     monkeypatch.setenv("SLUICE_MODEL_DATA_LOCATIONS", json.dumps({"default": [f"s3://{BUCKET}/fraud/"], "globex": [f"s3://{BUCKET}/"]}))
+    home = GROUP_ARN[: GROUP_ARN.index("model-package-group/")] + "model-package-group/"
+    monkeypatch.setenv("SLUICE_FOLLOW_GROUP_ARN_PREFIX", home)  # the stack's account and region, as the CDK app sets it
     forget_settings()
     assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
     assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
     tenant = Principal("default", frozenset({"admin"}), "key-of-default")
+    for elsewhere in (GROUP_ARN.replace(":123456789012:", ":210987654321:"), GROUP_ARN.replace(f":{REGION}:", ":us-west-2:")):
+        with pytest.raises(InvalidRequest) as refused:  # a listed name in another account or region: its approvals never come
+            pieces.follows().follow(tenant, "fraud", source=elsewhere, rollout="5,100 gate error_rate<=0.01")
+        assert refused.value.field == "registry" and "another account or region" in refused.value.message
     with pytest.raises(Forbidden) as refused:
         pieces.follows().follow(tenant, "fraud", source=GROUP_ARN.replace("/fraud", "/churn"), rollout="5,100 gate error_rate<=0.01")
     assert refused.value.field == "registry" and "'churn' is not among the groups tenant 'default' may follow" in refused.value.message
