@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
     from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
     from sluice.domain.schedules import Schedule
+    from sluice.registry.guards import Catalog
 
 
 class ModelRegistry(Protocol):
@@ -25,8 +26,10 @@ class ModelRegistry(Protocol):
     def create_model(self, model: Model) -> Model: ...
     def get_model(self, tenant: str, name: str) -> Model: ...
     def list_models(self, tenant: str) -> list[Model]: ...
-    def delete_model(self, tenant: str, name: str) -> None:
-        """Delete a model and all of its versions."""
+    def delete_model(self, tenant: str, name: str, *, catalog: Catalog | None = None) -> None:
+        """Delete a model and all of its versions; given `catalog` (the tenant's counters read
+        before the caller's checks, `DeploymentRegistry.catalog_read`), only if no deployment
+        was written since (StaleRead otherwise: `sluice.registry.guards`)."""
         ...
 
     def add_version(self, version: ModelVersion) -> ModelVersion:
@@ -37,7 +40,10 @@ class ModelRegistry(Protocol):
     def get_version(self, tenant: str, model: str, version: int) -> ModelVersion: ...
     def latest_version(self, tenant: str, model: str) -> ModelVersion: ...
     def list_versions(self, tenant: str, model: str) -> list[ModelVersion]: ...
-    def delete_version(self, tenant: str, model: str, version: int) -> None: ...
+    def delete_version(self, tenant: str, model: str, version: int, *, catalog: Catalog | None = None) -> None:
+        """Delete one version; `catalog` as `delete_model`'s."""
+        ...
+
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         """Store `version` over the existing version of the same number and artifact (its tuned
         session options change; nothing else a caller sees should). NotFound if it is not there,
@@ -57,9 +63,16 @@ class DeploymentRegistry(Protocol):
     it is stored only if each of them is still stored as it was read (same revision, same
     `updated_at`; one deleted and created again is not the one read), checked in the same
     atomic write. Otherwise nothing is stored and StaleRead (a Conflict, 409, naming `policy`)
-    says to decide again from a fresh read. At most `guards.MAX_REFS_READ` of them."""
+    says to decide again from a fresh read. At most `guards.MAX_REFS_READ` of them. A write
+    that names the tenant's counters it read before its checks (`catalog`) is stored only if
+    no version or model was deleted since (`sluice.registry.guards`: a version in use is never
+    deleted)."""
 
-    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment: ...
+    def catalog_read(self, tenant: str) -> Catalog:
+        """The tenant's counters of deployment writes and of deletes, now."""
+        ...
+
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = (), catalog: Catalog | None = None) -> Deployment: ...
     def get_deployment(self, tenant: str, name: str) -> Deployment: ...
     def list_deployments(self, tenant: str) -> list[Deployment]: ...
     def update_deployment(
@@ -69,6 +82,7 @@ class DeploymentRegistry(Protocol):
         expected_revision: int,
         note: dict[str, Any] | None = None,
         refs_read: Iterable[Deployment] = (),
+        catalog: Catalog | None = None,
     ) -> Deployment:
         """Store `deployment` as revision `expected_revision + 1` and record the change (with
         `note`, why it was made, when a rollout made it)."""

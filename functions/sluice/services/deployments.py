@@ -249,6 +249,7 @@ class DeploymentService:
         joined = check_batching(batching)
 
         def create() -> Deployment:
+            catalog = self.registry.catalog_read(principal.tenant)  # before the checks: a version in use is never deleted
             checked, read = self._validated(principal.tenant, name, policy, settings)
             deployment = Deployment(
                 tenant=principal.tenant,
@@ -260,7 +261,7 @@ class DeploymentService:
                 updated_by=principal.subject,
                 capture=captured,
             )
-            return self.registry.create_deployment(deployment, refs_read=read)
+            return self.registry.create_deployment(deployment, refs_read=read, catalog=catalog)
 
         return self._written(principal.tenant, name, create)
 
@@ -300,6 +301,7 @@ class DeploymentService:
         rollout: Any,
         note: dict[str, Any] | None,
     ) -> Deployment:
+        catalog = self.registry.catalog_read(principal.tenant)  # before the checks: a version in use is never deleted
         current = self.registry.get_deployment(principal.tenant, name)
         if expected_revision is not None and expected_revision != current.revision:
             raise not_at_revision(name, current.revision, expected_revision)
@@ -320,7 +322,7 @@ class DeploymentService:
             rollout=rollout,
             capture=current.capture if capture is KEEP else check_capture(capture),
         )
-        return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read)
+        return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read, catalog=catalog)
 
     def promote(self, principal: Principal, name: str, mirror: str) -> Deployment:
         """Make a shadow mirror the primary. Other mirrors stay; the old primary goes."""

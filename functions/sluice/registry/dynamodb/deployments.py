@@ -25,13 +25,14 @@ from sluice.registry.dynamodb.table import (
     Part,
     Refused,
     absent,
+    catalog_step,
     condition,
     item,
     key,
     marshal,
     unmarshal,
 )
-from sluice.registry.guards import changed_meanwhile, others_read
+from sluice.registry.guards import Catalog, catalog_changed, changed_meanwhile, others_read
 from sluice.registry.refusals import no_deployment, not_at_revision, taken
 
 if TYPE_CHECKING:
@@ -41,7 +42,11 @@ if TYPE_CHECKING:
 
 
 class DynamoDeployments(Part):
-    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
+    def catalog_read(self, tenant: str) -> Catalog:
+        found = self.table.get(layout.tenant(tenant), layout.CATALOG) or {}
+        return Catalog(int(found.get("writes", 0)), int(found.get("deletes", 0)))
+
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = (), catalog: Catalog | None = None) -> Deployment:
         written = [deployment]
 
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
@@ -51,7 +56,7 @@ class DynamoDeployments(Part):
             put = {"Put": {"TableName": self.table.name, "Item": self._item(stored), **absent()}}
             return put, DeploymentChange.written(stored, None)
 
-        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
+        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read), catalog)
         return written[0]
 
     def get_deployment(self, tenant: str, name: str) -> Deployment:
@@ -68,6 +73,7 @@ class DynamoDeployments(Part):
         expected_revision: int,
         note: dict[str, Any] | None = None,
         refs_read: Iterable[Deployment] = (),
+        catalog: Catalog | None = None,
     ) -> Deployment:
         written = [replace(deployment, revision=expected_revision + 1, updated_at=now())]
 
@@ -86,7 +92,7 @@ class DynamoDeployments(Part):
             }
             return put, DeploymentChange.written(stored, current, note)
 
-        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read))
+        self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read), catalog)
         return written[0]
 
     def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
@@ -135,11 +141,13 @@ class DynamoDeployments(Part):
         name: str,
         change: Callable[[Deployment | None, int], tuple[dict[str, Any], DeploymentChange]],
         refs_read: list[Deployment] | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         """Write a deployment and its history entry at once; `change` decides from the current
         deployment (or None) and the write's generation (its history entry's number), and raises
         NotFound/Conflict when the write must not happen.
-        Each of `refs_read` must be stored still as it was read, or StaleRead."""
+        Each of `refs_read` must be stored still as it was read, and the tenant's catalog counter
+        still `catalog` (moved on by the write; None: not looked at), or StaleRead."""
         history_pk = layout.deployment_pk(tenant, name)
         deployment_key = key(layout.tenant(tenant), layout.deployment_sk(name))
         counter_key = key(history_pk, layout.HISTORY_COUNTER)
@@ -168,10 +176,14 @@ class DynamoDeployments(Part):
                 **absent(),
             }
             own = [write, {"Put": counter_write}, {"Put": entry_write}]
+            if catalog is not None:
+                own.append(catalog_step(self.table.name, layout.tenant(tenant), catalog, "writes"))
             try:
                 self.table.send("transact_write_items", TransactItems=[*own, *unchanged])
             except Refused as refused:
                 # Cancellation reasons come item by item, in the order sent.
+                if catalog is not None and refused.reasons[3:4] == ["ConditionalCheckFailed"]:
+                    raise catalog_changed("policy") from None
                 for seen, reason in zip(refs_read or (), refused.reasons[len(own) :], strict=False):
                     if reason == "ConditionalCheckFailed":
                         raise changed_meanwhile(seen.name) from None

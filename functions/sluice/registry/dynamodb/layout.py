@@ -50,6 +50,7 @@ VERSION = "V#"
 DEPLOYMENT = "D#"
 HISTORY = "H#"
 HISTORY_COUNTER = "SEQ"
+CATALOG = "CATALOG"  # in the tenant's partition: its catalog counter (`sluice.registry.guards`)
 STATS = "S#"
 BASELINE = "BASELINE"
 PROFILE = "P#"

@@ -3,7 +3,10 @@
 - `add_version` bumps the model's `last_version` with an atomic ADD, then puts the version in a
   transaction that checks the model is still the same incarnation (`uid`, new on every create).
 - `delete_model` removes the versions while the model still exists, then deletes the model only
-  if no version was added meanwhile; a failure half-way leaves the model to delete again.
+  if no version was added meanwhile; a failure half-way leaves the model to delete again. Given
+  the tenant's counters its caller read before its check (`sluice.registry.guards.Catalog`),
+  each of those deletes is a transaction that finds no deployment written since, as
+  `delete_version`'s is.
 """
 
 from __future__ import annotations
@@ -11,14 +14,26 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import Conflict
+from sluice.domain.errors import Conflict, SluiceError
 from sluice.registry.codec import MODEL, VERSION
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    absent,
+    catalog_step,
+    condition,
+    item,
+    key,
+    unmarshal,
+)
+from sluice.registry.guards import Catalog, catalog_changed
 from sluice.registry.refusals import missing_version, no_model, no_version, no_versions, taken
 
 if TYPE_CHECKING:
     from sluice.domain import Model, ModelVersion
+
+MAX_MODEL_DELETE_ROUNDS = 8  # looks at a model's versions while versions are added to it as it is deleted
 
 
 class DynamoModels(Part):
@@ -36,7 +51,11 @@ class DynamoModels(Part):
     def list_models(self, tenant: str) -> list[Model]:
         return [MODEL.load(d) for d in self.table.query(layout.tenant(tenant), layout.MODEL)]
 
-    def delete_model(self, tenant: str, name: str) -> None:
+    def delete_model(self, tenant: str, name: str, *, catalog: Catalog | None = None) -> None:
+        if catalog is not None:
+            self._delete_counted(tenant, name, catalog)
+            return
+
         def step() -> None:
             found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
             if found is None:
@@ -115,8 +134,49 @@ class DynamoModels(Part):
         found = self.table.query(layout.versions_pk(tenant, model), layout.VERSION)
         return [VERSION.load(d) for d in found]
 
-    def delete_version(self, tenant: str, model: str, version: int) -> None:
-        self.delete_found(layout.versions_pk(tenant, model), layout.version_sk(int(version)), missing=no_version(model, version))
+    def delete_version(self, tenant: str, model: str, version: int, *, catalog: Catalog | None = None) -> None:
+        if catalog is None:
+            self.delete_found(layout.versions_pk(tenant, model), layout.version_sk(int(version)), missing=no_version(model, version))
+            return
+        gone = {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, model), layout.version_sk(int(version))), **condition("attribute_exists(pk)")}}
+        self._counted(tenant, catalog, gone, "version", missing=no_version(model, version))
+
+    def _counted(self, tenant: str, catalog: Catalog, write: dict[str, Any], field: str, *, missing: SluiceError | None = None) -> bool:
+        """`write` (a delete) made in one transaction with the tenant's counter of deletes moved
+        on (`sluice.registry.guards`): StaleRead where a deployment was written since `catalog`
+        was read; `missing` raised (or False returned, without it) where `write`'s own condition
+        failed."""
+        try:
+            self.table.send("transact_write_items", TransactItems=[catalog_step(self.table.name, layout.tenant(tenant), catalog, "deletes"), write])
+        except Refused as refused:
+            if refused.reasons[:1] == ["ConditionalCheckFailed"]:
+                raise catalog_changed(field) from None
+            if missing is not None:
+                raise missing from None
+            return False
+        return True
+
+    def _delete_counted(self, tenant: str, name: str, catalog: Catalog) -> None:
+        """`delete_model` on the counters read before the caller's check: each version deleted
+        in a transaction of its own that finds no deployment written since, then the model item
+        in one that also finds no version added meanwhile (else its versions are looked at
+        again). A deployment written in between refuses the next step: StaleRead."""
+        for _ in range(MAX_MODEL_DELETE_ROUNDS):
+            found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
+            if found is None:
+                raise no_model(name)
+            for doc in list(self.table.query(layout.versions_pk(tenant, name), layout.VERSION)):
+                gone = {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, name), doc["sk"])}}
+                self._counted(tenant, catalog, gone, "model")
+            last = found.get("last_version")
+            same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
+            values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
+            model = {"Delete": {"TableName": self.table.name, "Key": key(layout.tenant(tenant), layout.model_sk(name)),
+                                **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values)}}  # fmt: skip
+            if self._counted(tenant, catalog, model, "model"):
+                return
+            # The model item changed (a version added meanwhile): its versions are looked at again.
+        raise Conflict(f"model '{name}' kept changing while it was deleted; try again", field="model")
 
     def replace_version(self, version: ModelVersion) -> ModelVersion:
         record = item(

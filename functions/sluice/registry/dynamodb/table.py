@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from sluice.clients import AwsArgs
     from sluice.domain.errors import Conflict, NotFound
+    from sluice.registry.guards import Catalog
 
 _ATTEMPTS = 8
 _BATCH = 25  # BatchWriteItem's limit
@@ -329,3 +330,20 @@ def _from_dynamo(value: Any) -> Any:
     if isinstance(value, list):
         return [_from_dynamo(v) for v in value]
     return value
+
+
+def catalog_step(table: str, tenant_pk: str, seen: Catalog, kind: str) -> dict[str, Any]:
+    """A transaction's update of the tenant's counters (`sluice.registry.guards`): `kind`'s
+    ("writes", a deployment's; "deletes", a version's or a model's) moved on, refused
+    (ConditionalCheckFailed) where the other kind's is no longer as `seen`."""
+    from sluice.registry.dynamodb.layout import CATALOG
+
+    other = "deletes" if kind == "writes" else "writes"
+    was = getattr(seen, other)
+    same = "#o = :was" if was else "attribute_not_exists(#o)"
+    return {
+        "Update": {
+            "TableName": table, "Key": key(tenant_pk, CATALOG), "UpdateExpression": "ADD #k :one",
+            **condition(same, {"#o": other, "#k": kind}, {":one": 1} | ({":was": was} if was else {})),
+        }
+    }  # fmt: skip

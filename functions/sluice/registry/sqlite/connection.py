@@ -19,6 +19,7 @@ from sluice.registry.sqlite.faults import STORAGE, FaultNamingConnection
 
 if TYPE_CHECKING:
     from sluice.domain.errors import Conflict, NotFound
+    from sluice.registry.guards import Catalog
 
 # Kept byte for byte: its digest in `user_version` tells an existing file it already has it.
 _SCHEMA = """
@@ -99,6 +100,8 @@ CREATE TABLE IF NOT EXISTS follows (
     tenant TEXT NOT NULL, name TEXT NOT NULL, revision INTEGER NOT NULL, watch TEXT NOT NULL,
     doc TEXT NOT NULL, PRIMARY KEY (tenant, name));
 CREATE INDEX IF NOT EXISTS follows_by_watch ON follows (watch);
+CREATE TABLE IF NOT EXISTS catalog (
+    tenant TEXT NOT NULL PRIMARY KEY, writes INTEGER NOT NULL DEFAULT 0, deletes INTEGER NOT NULL DEFAULT 0);
 """
 
 
@@ -223,3 +226,29 @@ def thread_connection(local: threading.local, path: Any) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         local.conn = conn
     return conn
+
+
+def read_catalog(db: sqlite3.Connection, tenant: str) -> Catalog:
+    from sluice.registry.guards import Catalog
+
+    row = db.execute("SELECT writes, deletes FROM catalog WHERE tenant = ?", (tenant,)).fetchone()
+    return Catalog(*row) if row else Catalog()
+
+
+def advance_catalog(db: sqlite3.Connection, tenant: str, seen: Catalog | None, kind: str, field: str) -> None:
+    """Inside a write's transaction (`kind`: "writes", a deployment's, or "deletes", a version's
+    or a model's): StaleRead where the other kind's counter moved since `seen`, read before the
+    caller's checks (`sluice.registry.guards`); then this kind's moved on. Nothing where `seen`
+    is None."""
+    if seen is None:
+        return
+    from sluice.registry.guards import catalog_changed
+
+    now = read_catalog(db, tenant)
+    other = "deletes" if kind == "writes" else "writes"
+    if getattr(now, other) != getattr(seen, other):
+        raise catalog_changed(field)
+    db.execute(
+        f"INSERT INTO catalog (tenant, {kind}) VALUES (?, 1) ON CONFLICT (tenant) DO UPDATE SET {kind} = {kind} + 1",
+        (tenant,),
+    )

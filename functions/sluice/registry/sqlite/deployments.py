@@ -12,20 +12,25 @@ from sluice.domain import DeploymentChange, now
 from sluice.registry.codec import CHANGE, DEPLOYMENT
 from sluice.registry.guards import changed_meanwhile, others_read, same_write
 from sluice.registry.refusals import no_deployment, not_at_revision, taken
-from sluice.registry.sqlite.connection import Part
+from sluice.registry.sqlite.connection import Part, advance_catalog, read_catalog
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from sluice.domain import Deployment
+    from sluice.registry.guards import Catalog
 
 
 class SqliteDeployments(Part):
-    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = ()) -> Deployment:
+    def catalog_read(self, tenant: str) -> Catalog:
+        return read_catalog(self.db.conn(), tenant)
+
+    def create_deployment(self, deployment: Deployment, *, refs_read: Iterable[Deployment] = (), catalog: Catalog | None = None) -> Deployment:
         others = others_read(deployment.name, refs_read)
         try:
             with self.db.tx() as db:
                 _unchanged(db, deployment.tenant, others)
+                advance_catalog(db, deployment.tenant, catalog, "writes", "policy")
                 generation = _next_generation(db, deployment.tenant, deployment.name)
                 stored = replace(deployment, revision=generation, generation=generation)  # a name's revisions never repeat (`Deployment.revision`)
                 db.execute(
@@ -50,6 +55,7 @@ class SqliteDeployments(Part):
         expected_revision: int,
         note: dict[str, Any] | None = None,
         refs_read: Iterable[Deployment] = (),
+        catalog: Catalog | None = None,
     ) -> Deployment:
         stored = replace(deployment, revision=expected_revision + 1, updated_at=now())
         others = others_read(stored.name, refs_read)
@@ -58,6 +64,7 @@ class SqliteDeployments(Part):
             if old.revision != expected_revision:
                 raise not_at_revision(deployment.name, old.revision, expected_revision)
             _unchanged(db, stored.tenant, others)
+            advance_catalog(db, stored.tenant, catalog, "writes", "policy")
             stored = replace(stored, generation=_next_generation(db, stored.tenant, stored.name))
             db.execute(
                 "UPDATE deployments SET revision = ?, doc = ? WHERE tenant = ? AND name = ?",

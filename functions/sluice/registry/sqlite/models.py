@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING
 
 from sluice.registry.codec import MODEL, VERSION
 from sluice.registry.refusals import missing_version, no_model, no_version, no_versions, taken
-from sluice.registry.sqlite.connection import Part
+from sluice.registry.sqlite.connection import Part, advance_catalog
 
 if TYPE_CHECKING:
     from sluice.domain import Model, ModelVersion
+    from sluice.registry.guards import Catalog
 
 
 class SqliteModels(Part):
@@ -24,8 +25,9 @@ class SqliteModels(Part):
     def list_models(self, tenant: str) -> list[Model]:
         return [MODEL.load(d) for d in self.listed("models", tenant)]
 
-    def delete_model(self, tenant: str, name: str) -> None:
+    def delete_model(self, tenant: str, name: str, *, catalog: Catalog | None = None) -> None:
         with self.db.tx() as db:
+            advance_catalog(db, tenant, catalog, "deletes", "model")
             gone = db.execute("DELETE FROM models WHERE tenant = ? AND name = ?", (tenant, name))
             if gone.rowcount == 0:
                 raise no_model(name)
@@ -72,8 +74,9 @@ class SqliteModels(Part):
         )
         return [VERSION.load(d) for d in docs]
 
-    def delete_version(self, tenant: str, model: str, version: int) -> None:
+    def delete_version(self, tenant: str, model: str, version: int, *, catalog: Catalog | None = None) -> None:
         with self.db.tx() as db:
+            advance_catalog(db, tenant, catalog, "deletes", "version")
             gone = db.execute(
                 "DELETE FROM versions WHERE tenant = ? AND model = ? AND version = ?",
                 (tenant, model, int(version)),
