@@ -18,8 +18,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import ModelVersion
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict, NotFound, StaleRead
 from sluice.domain.policy import Single, Split, parse_policy, policy_dict, walk
+from sluice.services.models import DELETE_RECHECKS
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment, Principal
@@ -124,13 +125,25 @@ class Binder:
         return self.deployments.update(principal, dep.name, policy_dict(restored), expected_revision=dep.revision), touched
 
     def delete_bound_versions(self, tenant: str, endpoint: str, models: set[str]) -> list[str]:
+        """The versions bound to `endpoint` that no deployment names, deleted (as a version's
+        delete is: refused where a deployment naming it was written meanwhile, then decided
+        again on what is stored now, `sluice.registry.guards`)."""
+        deleted: list[str] = []
+        for _ in range(DELETE_RECHECKS - 1):
+            try:
+                return self._delete_bound(tenant, endpoint, models, deleted)
+            except StaleRead:
+                continue
+        return self._delete_bound(tenant, endpoint, models, deleted)
+
+    def _delete_bound(self, tenant: str, endpoint: str, models: set[str], deleted: list[str]) -> list[str]:
+        catalog = self.registry.catalog_read(tenant)  # before the check
         used = {
             (n.model, n.version)
             for d in self.registry.list_deployments(tenant)
             for n in walk(parse_policy(d.policy))
             if isinstance(n, Single)
         }
-        deleted = []
         for model in sorted(models):
             try:
                 versions = self.registry.list_versions(tenant, model)
@@ -138,7 +151,7 @@ class Binder:
                 continue
             for version in versions:
                 if bound_to(version, endpoint) and (model, version.version) not in used:
-                    self.registry.delete_version(tenant, model, version.version)
+                    self.registry.delete_version(tenant, model, version.version, catalog=catalog)
                     deleted.append(version.ref)
         return deleted
 
