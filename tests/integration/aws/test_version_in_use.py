@@ -120,3 +120,25 @@ def test_writes_of_one_kind_do_not_refuse_each_other(service: Container, monkeyp
     service.deployments.delete(ACME, "second")
     service.models.delete_version(ACME, "scorer", 2)
     assert deletes.done and _versions(service) == [1]
+
+
+def test_a_model_of_many_versions_is_deleted_in_transactions_of_the_most_items(on_dynamodb: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On DynamoDB a model's versions go 99 to a transaction, each with the counters' update
+    (a transaction's 100 items), then the model item: none is left, and each step was guarded."""
+    for _ in range(150):
+        on_dynamodb.models.push(ACME, "many", score_model("features", 1))
+    client = on_dynamodb.registry.table.client  # type: ignore[attr-defined]
+    sizes: list[int] = []
+    send = client.transact_write_items
+
+    def counted(**params: Any) -> Any:
+        sizes.append(len(params["TransactItems"]))
+        return send(**params)
+
+    monkeypatch.setattr(client, "transact_write_items", counted)
+    on_dynamodb.models.delete_model(ACME, "many")
+    assert sizes == [100, 52, 2]
+    from sluice.registry.dynamodb import layout
+
+    assert "many" not in {m.name for m in on_dynamodb.registry.list_models("acme")}
+    assert not list(on_dynamodb.registry.table.query(layout.versions_pk("acme", "many"), layout.VERSION))  # type: ignore[attr-defined]

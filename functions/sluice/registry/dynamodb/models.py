@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sluice.domain import Model, ModelVersion
 
 MAX_MODEL_DELETE_ROUNDS = 8  # looks at a model's versions while versions are added to it as it is deleted
+VERSIONS_PER_DELETE = 99  # a transaction's 100 items, less the counters'
 
 
 class DynamoModels(Part):
@@ -141,13 +142,14 @@ class DynamoModels(Part):
         gone = {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, model), layout.version_sk(int(version))), **condition("attribute_exists(pk)")}}
         self._counted(tenant, catalog, gone, "version", missing=no_version(model, version))
 
-    def _counted(self, tenant: str, catalog: Catalog, write: dict[str, Any], field: str, *, missing: SluiceError | None = None) -> bool:
-        """`write` (a delete) made in one transaction with the tenant's counter of deletes moved
-        on (`sluice.registry.guards`): StaleRead where a deployment was written since `catalog`
-        was read; `missing` raised (or False returned, without it) where `write`'s own condition
-        failed."""
+    def _counted(self, tenant: str, catalog: Catalog, write: dict[str, Any] | list[dict[str, Any]], field: str, *, missing: SluiceError | None = None) -> bool:
+        """`write` (a delete, or up to 99) made in one transaction with the tenant's counter of
+        deletes moved on (`sluice.registry.guards`): StaleRead where a deployment was written
+        since `catalog` was read; `missing` raised (or False returned, without it) where a
+        write's own condition failed."""
+        writes = write if isinstance(write, list) else [write]
         try:
-            self.table.send("transact_write_items", TransactItems=[catalog_step(self.table.name, layout.tenant(tenant), catalog, "deletes"), write])
+            self.table.send("transact_write_items", TransactItems=[catalog_step(self.table.name, layout.tenant(tenant), catalog, "deletes"), *writes])
         except Refused as refused:
             if refused.reasons[:1] == ["ConditionalCheckFailed"]:
                 raise catalog_changed(field) from None
@@ -157,17 +159,20 @@ class DynamoModels(Part):
         return True
 
     def _delete_counted(self, tenant: str, name: str, catalog: Catalog) -> None:
-        """`delete_model` on the counters read before the caller's check: each version deleted
-        in a transaction of its own that finds no deployment written since, then the model item
-        in one that also finds no version added meanwhile (else its versions are looked at
+        """`delete_model` on the counters read before the caller's check: its versions deleted
+        in transactions (of up to 99) that each find no deployment written since, then the model
+        item in one that also finds no version added meanwhile (else its versions are looked at
         again). A deployment written in between refuses the next step: StaleRead."""
         for _ in range(MAX_MODEL_DELETE_ROUNDS):
             found = self.table.get(layout.tenant(tenant), layout.model_sk(name))
             if found is None:
                 raise no_model(name)
-            for doc in list(self.table.query(layout.versions_pk(tenant, name), layout.VERSION)):
-                gone = {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, name), doc["sk"])}}
-                self._counted(tenant, catalog, gone, "model")
+            gone = [
+                {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, name), doc["sk"])}}
+                for doc in self.table.query(layout.versions_pk(tenant, name), layout.VERSION)
+            ]
+            for at in range(0, len(gone), VERSIONS_PER_DELETE):  # a transaction holds 100 items: the counter's and 99
+                self._counted(tenant, catalog, gone[at : at + VERSIONS_PER_DELETE], "model")
             last = found.get("last_version")
             same = "#last = :last" if last is not None else "attribute_not_exists(#last)"
             values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
