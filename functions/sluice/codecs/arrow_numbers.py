@@ -11,6 +11,8 @@ objects that are not text) goes to pyarrow as before."""
 
 from __future__ import annotations
 
+import sys
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ _DTYPES = {
 }  # fmt: skip  (Arrow's names of its primitive numeric types)
 _MAX_OFFSET = 2**31 - 1  # a string array's offsets are 32-bit
 _TEXT = {str, type(None)}
+FEW_TEXTS = 1024  # encoded here whatever they hold (under half a millisecond): a small answer imports nothing
 
 
 def to_numbers(array: Any, *, null_slots: bool = False) -> np.ndarray:
@@ -85,16 +88,44 @@ def from_numbers(values: np.ndarray) -> Any:
     return pa.array(values)
 
 
+def pyarrow_would_import_pandas() -> bool:
+    """Whether `pyarrow.array` would import pandas now: pandas is installed and not imported
+    yet (in Lambda's layers it is not installed; once imported, it is paid for)."""
+    return "pandas" not in sys.modules and _pandas_installed()
+
+
+@cache
+def _pandas_installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("pandas") is not None
+
+
 def from_text(values: list[Any]) -> Any | None:
     """A string array of `values` (None: a null), or None where one is neither `str` nor None
-    (or cannot be encoded, a lone surrogate): the caller asks pyarrow. Few distinct values
-    (labels) are each encoded once and taken by index."""
-    if set(map(type, values)) - _TEXT:
-        return None
-    distinct = list(dict.fromkeys(values))
+    (or cannot be encoded, a lone surrogate): the caller asks pyarrow. Where `pyarrow.array`
+    would not import pandas it is pyarrow's own (faster); else, where they hold few distinct
+    values (labels, a variant's or an object's name a row), each distinct value is encoded once
+    and the rows taken by index, as are up to FEW_TEXTS values of any kind; where more are mostly
+    distinct, None too: pyarrow converts many distinct strings an order of magnitude faster than
+    they are encoded here, and its one import of pandas costs less than that from about a
+    million of them."""
+    if not pyarrow_would_import_pandas():
+        import pyarrow as pa
+
+        if set(map(type, values)) - _TEXT:
+            return None
+        try:
+            return pa.array(values, type=pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
+            return None
     try:
-        if len(distinct) * 2 > len(values):  # mostly distinct: every value encoded
-            return _strings(values)
+        distinct = list(dict.fromkeys(values))
+    except TypeError:  # unhashable: not text
+        return None
+    if set(map(type, distinct)) - _TEXT or (len(values) > FEW_TEXTS and len(distinct) * 2 > len(values)):
+        return None
+    try:
         strings = _strings(distinct)
     except UnicodeEncodeError:
         return None

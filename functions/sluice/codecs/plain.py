@@ -339,6 +339,10 @@ def _arrow(array: np.ndarray) -> pa.Array:
             text = from_text(values)
             if text is not None:
                 return text
+            try:  # many distinct values, or not all text: pyarrow's own, as it takes them
+                return pa.array(values, type=pa.string())
+            except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all text after all
+                pass
         if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C
             return pa.array(values)
         return pa.array([_scalar(v) for v in values])
