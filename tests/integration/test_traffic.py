@@ -11,8 +11,7 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.domain.errors import Unprocessable
-from sluice.registry.guards import MAX_REFS_READ
-from sluice.services.deployments import RECHECKS
+from sluice.registry.guards import MAX_REFS_READ, RECHECKS
 from sluice.wiring import Container
 from tests.conftest import MODELS
 from tests.integration.conftest import auth

@@ -243,5 +243,6 @@ def test_batch_columns_are_those_pyarrow_makes_itself(answer: tuple[Signature, I
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(plain, "from_numbers", pa.array)
         patch.setattr(plain, "from_text", lambda values: None)
+        patch.setattr(plain, "text_column", lambda values: pa.array(values, type=pa.string()))
         expected = repr(columns())
     assert repr(columns()) == expected

@@ -35,11 +35,19 @@ def capture_window(
     refused = error or InvalidRequest
     start = parse_time(since, field=f"{field}since", now=now)
     end = now if until is None else parse_time(until, field=f"{field}until", now=now)
-    if end <= start:
-        raise refused("until must come after since", field=f"{field}until")
+    check_order(start, end, field=f"{field}until", error=refused)
     if end - start > MAX_WINDOW_S:
         raise refused(f"{what} reads at most 31 days of capture", field=f"{field}since")
     return start, end
+
+
+def check_order(since: float | None, until: float | None, *, field: str = "until", error: type[SluiceError] | None = None) -> None:
+    """A window's `until` after its `since` (either open: any), or `error` (by default a 422)
+    naming `field`: a capture read's, a monitoring history's."""
+    if since is not None and until is not None and until <= since:
+        from sluice.domain.errors import InvalidRequest
+
+        raise (error or InvalidRequest)("until must come after since", field=field)
 
 
 class CaptureReader(Protocol):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.caching import keep
-from sluice.codecs.arrow_numbers import from_numbers, from_text
+from sluice.codecs.arrow_numbers import from_numbers, from_text, text_column
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
@@ -336,11 +336,8 @@ def _arrow(array: np.ndarray) -> pa.Array:
     if array.dtype == object:
         values = array.tolist()
         if values and type(values[0]) is str:  # labels: text, typed as such
-            text = from_text(values)
-            if text is not None:
-                return text
-            try:  # many distinct values, or not all text: pyarrow's own, as it takes them
-                return pa.array(values, type=pa.string())
+            try:
+                return text_column(values)
             except (pa.ArrowTypeError, pa.ArrowInvalid):  # not all text after all
                 pass
         if set(map(type, values)) <= _PLAIN:  # labels and other text as they are: converted in C

@@ -26,17 +26,19 @@ can get between the check and the write: what each refuses, and with which error
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from sluice.domain.errors import Conflict, StaleRead
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from sluice.domain import ApiKey, Deployment
 
 # A DynamoDB transaction holds at most 100 items; a deployment write uses 3 of its own.
 MAX_REFS_READ = 64
+RECHECKS = 4  # checks of one change, when what they read changes before its write
+T = TypeVar("T")
 
 
 def is_active_admin(key: ApiKey) -> bool:
@@ -86,3 +88,16 @@ class Catalog(NamedTuple):
 
 def catalog_changed(field: str) -> StaleRead:
     return StaleRead("the tenant's models or deployments changed while this was checked; try again", field=field)
+
+
+def decided_again(change: Callable[[], T]) -> T:
+    """Run `change` (read, check, write) again while its write is refused because what its
+    checks read changed meanwhile (StaleRead): checked on what is stored now, it is written or
+    refused for what it is. After RECHECKS such refusals the StaleRead itself (409) tells the
+    caller to try again."""
+    for _ in range(RECHECKS - 1):
+        try:
+            return change()
+        except StaleRead:
+            continue
+    return change()

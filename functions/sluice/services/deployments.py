@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture
-from sluice.domain.errors import BadRequest, Conflict, NotFound, StaleRead, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_description, check_policy_size
@@ -38,7 +38,7 @@ from sluice.domain.policy import (
 from sluice.domain.rollouts import paused_by_change
 from sluice.domain.signature import Signature
 from sluice.domain.transforms import Transform
-from sluice.registry.guards import MAX_REFS_READ
+from sluice.registry.guards import MAX_REFS_READ, decided_again
 from sluice.registry.refusals import not_at_revision
 from sluice.routing.aggregators import check_fits
 from sluice.services.deployment_stats import deployment_stats
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 MAX_GRAPH_DEPTH = 8
 KEEP: Any = object()  # `update(cache=KEEP)`: the deployment's cache setting stays as it is
-RECHECKS = 4  # checks of one change, when a deployment they read changes before the write
 
 
 class _Reads:
@@ -215,14 +214,7 @@ class DeploymentService:
         written or refused for what it is (a cycle: 422). After RECHECKS such refusals the
         StaleRead itself (409 naming `policy`) tells the caller to try again. Once it is
         written, whoever follows deployments is told (`on_change`)."""
-        for _ in range(RECHECKS - 1):
-            try:
-                stored = change()
-                break
-            except StaleRead:
-                continue
-        else:
-            stored = change()
+        stored = decided_again(change)
         self._on_change(tenant, name)
         return stored
 

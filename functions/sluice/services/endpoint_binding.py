@@ -18,9 +18,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import ModelVersion
-from sluice.domain.errors import Conflict, NotFound, StaleRead
+from sluice.domain.errors import Conflict, NotFound
 from sluice.domain.policy import Single, Split, parse_policy, policy_dict, walk
-from sluice.services.models import DELETE_RECHECKS
+from sluice.registry.guards import decided_again
 
 if TYPE_CHECKING:
     from sluice.domain import Deployment, Principal
@@ -128,13 +128,8 @@ class Binder:
         """The versions bound to `endpoint` that no deployment names, deleted (as a version's
         delete is: refused where a deployment naming it was written meanwhile, then decided
         again on what is stored now, `sluice.registry.guards`)."""
-        deleted: list[str] = []
-        for _ in range(DELETE_RECHECKS - 1):
-            try:
-                return self._delete_bound(tenant, endpoint, models, deleted)
-            except StaleRead:
-                continue
-        return self._delete_bound(tenant, endpoint, models, deleted)
+        deleted: list[str] = []  # across the tries: a version deleted by one is not listed by the next
+        return decided_again(lambda: self._delete_bound(tenant, endpoint, models, deleted))
 
     def _delete_bound(self, tenant: str, endpoint: str, models: set[str], deleted: list[str]) -> list[str]:
         catalog = self.registry.catalog_read(tenant)  # before the check

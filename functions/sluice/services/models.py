@@ -14,13 +14,13 @@ from sluice.domain.errors import (
     NotFound,
     PayloadTooLarge,
     SluiceError,
-    StaleRead,
     Unprocessable,
 )
 from sluice.domain.locations import Location, Root, Roots, confine
 from sluice.domain.objects import check_description
 from sluice.domain.origins import check_origin
 from sluice.domain.values import parse_version_or_latest
+from sluice.registry.guards import decided_again
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -249,7 +249,7 @@ class ModelService:
             self._refuse_if_deployed(principal.tenant, name, None)
             self.registry.delete_model(principal.tenant, name, catalog=catalog)
 
-        _decided_again(delete)
+        decided_again(delete)
 
     def delete_version(self, principal: Principal, name: str, version: int) -> None:
         principal.require("admin")
@@ -260,7 +260,7 @@ class ModelService:
             self._refuse_if_deployed(principal.tenant, name, version)
             self.registry.delete_version(principal.tenant, name, version, catalog=catalog)
 
-        _decided_again(delete)
+        decided_again(delete)
 
     def _refuse_if_deployed(self, tenant: str, model: str, version: int | None) -> None:
         # The policy schema, imported for deletes alone: `sluice models` commands otherwise never read it.
@@ -319,19 +319,3 @@ def require_found(getter: Any, *args: Any, field: str) -> Any:
     except NotFound as exc:
         raise Unprocessable(exc.message, field=field) from None
 
-
-DELETE_RECHECKS = 4  # checks of one delete, when a deployment write gets between its check and its write
-
-
-def _decided_again(delete: Callable[[], None]) -> None:
-    """Run `delete` (read, check, write) again while its write is refused because the tenant's
-    deployments or models changed after its check: checked on what is stored now, it is made or
-    refused for what it is (a version in use: 409). After DELETE_RECHECKS such refusals the
-    StaleRead itself (409) tells the caller to try again."""
-    for _ in range(DELETE_RECHECKS - 1):
-        try:
-            delete()
-            return
-        except StaleRead:
-            continue
-    delete()

@@ -104,10 +104,9 @@ class MonitorResults:
         most `limit`; `next`: where the next page starts (None on the last). Each is the
         document written at close with its quality as the labels so far make it (module docstring)."""
         principal.require("admin")
-        if since is not None and until is not None and until <= since:  # as a capture window says it (`capture_window`)
-            from sluice.domain.errors import InvalidRequest
+        from sluice.capture.reader import check_order
 
-            raise InvalidRequest("until must come after since", field="until")
+        check_order(since, until)  # as a capture window's
         tenant = principal.tenant
         self.monitor.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
         first = made_at_revision(self.monitor.registry.deployment_history(tenant, name))

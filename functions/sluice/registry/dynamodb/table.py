@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.clients import lazy_client
 from sluice.domain.errors import BackendError, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
+from sluice.registry.dynamodb.layout import CATALOG
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -336,8 +337,6 @@ def catalog_step(table: str, tenant_pk: str, seen: Catalog, kind: str) -> dict[s
     """A transaction's update of the tenant's counters (`sluice.registry.guards`): `kind`'s
     ("writes", a deployment's; "deletes", a version's or a model's) moved on, refused
     (ConditionalCheckFailed) where the other kind's is no longer as `seen`."""
-    from sluice.registry.dynamodb.layout import CATALOG
-
     other = "deletes" if kind == "writes" else "writes"
     was = getattr(seen, other)
     same = "#o = :was" if was else "attribute_not_exists(#o)"

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from sluice import owner_only
 from sluice.domain.errors import faults_named
+from sluice.registry.guards import Catalog, catalog_changed
 from sluice.registry.sqlite.faults import STORAGE, FaultNamingConnection
 
 if TYPE_CHECKING:
     from sluice.domain.errors import Conflict, NotFound
-    from sluice.registry.guards import Catalog
 
 # Kept byte for byte: its digest in `user_version` tells an existing file it already has it.
 _SCHEMA = """
@@ -229,8 +229,6 @@ def thread_connection(local: threading.local, path: Any) -> sqlite3.Connection:
 
 
 def read_catalog(db: sqlite3.Connection, tenant: str) -> Catalog:
-    from sluice.registry.guards import Catalog
-
     row = db.execute("SELECT writes, deletes FROM catalog WHERE tenant = ?", (tenant,)).fetchone()
     return Catalog(*row) if row else Catalog()
 
@@ -242,8 +240,6 @@ def advance_catalog(db: sqlite3.Connection, tenant: str, seen: Catalog | None, k
     is None."""
     if seen is None:
         return
-    from sluice.registry.guards import catalog_changed
-
     now = read_catalog(db, tenant)
     other = "deletes" if kind == "writes" else "writes"
     if getattr(now, other) != getattr(seen, other):
