@@ -13,9 +13,6 @@ import os
 import signal
 import sys
 
-from sluice.domain.errors import SluiceError
-from sluice.owner_only import umask
-
 __all__ = ["build_parser", "main"]
 
 
@@ -89,6 +86,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imported here, not with the package: `python -m sluice.cli` pauses the collector before
+    # any of sluice's own imports (`sluice.cli.__main__`).
+    from sluice.domain.errors import SluiceError
+    from sluice.owner_only import umask
+
     # Prediction logs are for servers; the CLI's stdout is its answer, its warnings go to stderr.
     os.environ.setdefault("SLUICE_LOG_LEVEL", "WARNING")
     os.environ.setdefault("SLUICE_LOG_STREAM", "stderr")

@@ -6,6 +6,10 @@ are created on the first request that needs them.
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from typing import Any
 
 from sluice.api.app import create_app
@@ -28,3 +32,6 @@ snapstart.install(
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     container_loop()
     return _asgi(event, context)
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -10,6 +10,10 @@ wrong key is not counted as a Lambda error. The key itself is never logged.
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -144,3 +148,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=container.keys)
     usage = UsagePlans.from_settings(container.settings.auth)
     return authorize(APIGatewayAuthorizerRequestEvent(event), keys=container.keys, usage=usage)
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -25,6 +25,10 @@ upload can never reach another tenant's deployment.
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
@@ -290,3 +294,6 @@ def _idempotent_start(context: Any) -> Any:
     _, start, config = _start_once
     config.register_lambda_context(context)
     return start
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

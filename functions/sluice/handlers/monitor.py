@@ -22,6 +22,10 @@ still reported."""
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 import time
 from datetime import datetime
 from functools import lru_cache
@@ -115,3 +119,6 @@ def _emit(tenant: str, closed: dict[str, Any]) -> int:
                 metrics.add_metric(name=metric, unit=MetricUnit.NoUnit, value=quality[key])
     metrics.flush_metrics()
     return alerts
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -17,6 +17,10 @@ model data (S3 GetObject), and writes the bound tenants' models, versions and de
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -46,3 +50,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     done = follower().on_package_event(event)
     logger.info("package state change", extra={"bindings": done})
     return {"bindings": done}
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -13,6 +13,10 @@ the API."""
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -39,3 +43,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     for action in done.values():
         counts[action] = counts.get(action, 0) + 1
     return {"rollouts": len(done), "actions": counts}
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

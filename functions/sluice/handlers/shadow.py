@@ -4,6 +4,10 @@ records."""
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -40,3 +44,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if "payload_uri" in event:
         c.store.delete(event["payload_uri"])
     return {"deployment": job.deployment, "mirror": job.mirror, "status": "compared"}
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -11,6 +11,10 @@ should be retried are reported back through powertools' batch processor, which s
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 from collections import defaultdict
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -164,3 +168,6 @@ def _count(outcomes: list[Outcome], retries: int) -> None:
     metrics.add_metric(name="StreamRecordRetries", unit=MetricUnit.Count, value=retries)
     metrics.flush_metrics()
     logger.info("stream batch", extra={"records": len(outcomes), "errors": errors, "retries": retries})
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -17,6 +17,10 @@ stage's throttling caps the whole API. Messages are at most 128 KB, and so is an
 
 from __future__ import annotations
 
+from sluice.startup import pause_in_lambda, started
+
+pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
+
 import base64
 import contextlib
 from typing import TYPE_CHECKING, Any
@@ -142,3 +146,6 @@ def _post(management: Any, connection: str, data: bytes) -> bool:
 def _close(management: Any, connection: str) -> None:
     with contextlib.suppress(management.exceptions.GoneException):
         management.delete_connection(ConnectionId=connection)
+
+
+started()  # the function's start-up is over: the collector back on (`sluice.startup`)

@@ -12,15 +12,12 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_v
 from pydantic._internal._utils import deep_update
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
+from sluice.startup import in_lambda
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 MiB = 1024 * 1024
-
-
-def in_lambda() -> bool:
-    """Whether this process runs in AWS Lambda: the one place sluice asks."""
-    return "AWS_LAMBDA_FUNCTION_NAME" in os.environ
 
 
 def lambda_memory_mb() -> int | None:
