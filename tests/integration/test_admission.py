@@ -251,10 +251,10 @@ def test_a_worker_of_sluice_serve_builds_its_routes_before_its_first_request() -
 
 
 BURST = """
-import sys
-from sluice.cli.malloc import return_large_blocks
+import sys, time
+from sluice.cli.malloc import give_back_after_bursts
 if sys.argv[1] == "on":
-    assert return_large_blocks()
+    assert give_back_after_bursts(every_s=0.05) and give_back_after_bursts(every_s=0.05)
 def rss():
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
 before = rss()
@@ -263,6 +263,7 @@ for i in range(400):  # a burst's large blocks (bodies, answers), small ones sti
     large.append(bytes(100 * 1024) + bytes([i % 256]))
     small.append(bytes(600) + bytes([i % 256]))
 del large
+time.sleep(0.5)  # the burst is over: a quiet moment, as after a burst
 print(rss() - before)
 """
 
@@ -279,6 +280,17 @@ def test_large_blocks_freed_after_a_burst_go_back_to_the_system() -> None:
     if not kept_kib("off") > 10 * 1024:
         pytest.skip("this allocator gives freed blocks back by itself")
     assert kept_kib("on") < 2 * 1024  # of the 40 MB the burst took
+
+
+def test_one_thread_a_process_gives_the_heap_back() -> None:
+    import threading
+
+    from sluice.cli.malloc import give_back_after_bursts, trim
+
+    if not trim():
+        pytest.skip("not glibc: nothing to give back this way")
+    assert give_back_after_bursts(every_s=60) and give_back_after_bursts(every_s=60)
+    assert [t.name for t in threading.enumerate()].count("sluice-malloc-trim") == 1
 
 
 def test_a_request_answered_whole_is_counted_in_flight_as_any(demo: Container, acme: Principal) -> None:

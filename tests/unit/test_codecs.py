@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import arrays_from_request, present_columns, present_rows
@@ -149,3 +151,25 @@ def test_columns_say_what_rows_say(outputs: tuple[TensorSpec, ...], result: Infe
             assert columns[f"probability_{label}"][i] == pytest.approx(p)
         if "confidence" in row:
             assert columns["confidence"][i] == pytest.approx(row["confidence"])
+
+
+@given(
+    datatype=st.sampled_from(["FP32", "FP64", "FP16", "INT8", "INT16", "INT32", "INT64", "UINT16", "UINT64", "BOOL"]),
+    rows=st.integers(0, 40),
+    offset=st.integers(0, 15),
+    seed=st.integers(0, 2**16),
+)
+def test_a_raw_tensor_reads_as_its_values_aligned_wherever_its_bytes_sit(datatype: str, rows: int, offset: int, seed: int) -> None:
+    """The binary tensor extension's bytes (`sluice.codecs.binary.from_bytes`) at any place in a
+    body: the same values, aligned to their size as ONNX Runtime reads fastest, the body's own
+    bytes where they are aligned already."""
+    from sluice.codecs.binary import from_bytes
+
+    dtype = V2_TO_NUMPY[datatype]
+    values = (np.random.default_rng(seed).random((rows, 3)) * 100).astype(dtype)
+    body = bytearray(offset) + values.astype(dtype.newbyteorder("<")).tobytes()
+    chunk = memoryview(bytes(body))[offset:]
+    got = from_bytes("x", datatype, [rows, 3], chunk, field="inputs.0")
+    assert got.dtype == dtype and got.flags.aligned and np.array_equal(got, values)
+    in_place = np.frombuffer(chunk, np.uint8).ctypes.data % dtype.alignment == 0 if len(chunk) else True
+    assert np.shares_memory(got, np.frombuffer(chunk, np.uint8)) == (in_place and got.size > 0)

@@ -41,10 +41,10 @@ METRICS_DIR = "metrics"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from sluice.cli.malloc import return_large_blocks
+    from sluice.cli.malloc import give_back_after_bursts
     from sluice.settings import get_settings
 
-    return_large_blocks()  # this process serves when there is one worker
+    give_back_after_bursts()  # this process serves when there is one worker
     settings = get_settings()
     home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)
@@ -189,9 +189,9 @@ def served_alone() -> CutOff:
 
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
-    from sluice.cli.malloc import return_large_blocks
+    from sluice.cli.malloc import give_back_after_bursts
 
-    return_large_blocks()  # a worker's memory comes back after a burst
+    give_back_after_bursts()  # a worker's memory comes back after a burst
     app = create_app()
     app.prepare()  # its routes built before it takes a request (see served_app)
     inner = app.router.lifespan_context
@@ -215,9 +215,9 @@ def served_app() -> CutOff:
 
     from sluice.api.app import create_app
     from sluice.cli.drain import CutOff
-    from sluice.cli.malloc import return_large_blocks
+    from sluice.cli.malloc import give_back_after_bursts
 
-    return_large_blocks()  # a worker's memory comes back after a burst
+    give_back_after_bursts()  # a worker's memory comes back after a burst
     app = create_app()
     # Built now, before the worker takes a request: else the first request that is not a
     # prediction (a health check, say) builds forty routes on the event loop, under load too.

@@ -94,7 +94,15 @@ def from_bytes(name: str, datatype: str, shape: list[int], chunk: memoryview, *,
             f"input '{name}' has {len(chunk)} bytes but shape {shape} of {datatype} needs {count * dtype.itemsize}",
             field=f"{field}.parameters.binary_data_size",
         )
-    return np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return aligned(np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).reshape(shape))
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """`array`, copied where its values are not aligned to their size: where a tensor's raw
+    bytes sit in a body or a message decides, and tritonclient's gRPC messages put them off by
+    a byte or two as often as not. ONNX Runtime reads a misaligned 1 MiB FP32 tensor in ~250 µs
+    against ~60 µs aligned; the copy takes ~25 µs (from the heap: `sluice.cli.malloc`)."""
+    return array if array.flags.aligned else array.copy()
 
 
 def _strings(name: str, chunk: memoryview, count: int, *, field: str) -> np.ndarray:
