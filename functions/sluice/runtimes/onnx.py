@@ -8,6 +8,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import chain
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,6 +53,18 @@ class _Entry:
     output_names: list[str]
     classes: dict[str, list[int | str]] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the session options it was built with
+    ns_per_element: float | None = None  # what its calls have taken, per input element (a moving average)
+
+    def timed(self, ns: int, elements: int) -> None:
+        rate = ns / max(elements, 1)
+        known = self.ns_per_element
+        self.ns_per_element = rate if known is None else known + (rate - known) * 0.25
+
+    def quick(self, elements: int, budget_us: float) -> bool:
+        """Whether a call on `elements` input values should take at most `budget_us`, as its
+        calls have taken so far (unknown before the first)."""
+        known = self.ns_per_element
+        return known is not None and known * elements <= budget_us * 1000
 
 
 class SessionCache:
@@ -80,6 +93,10 @@ class SessionCache:
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries
+
+    def loaded(self, key: str) -> _Entry | None:
+        """The entry if loaded, not counted as a hit (a look before a call that counts one)."""
+        return self._entries.get(key)
 
     def peek(self, key: str) -> _Entry | None:
         """The entry if loaded, counted as a hit; None (not counted) otherwise."""
@@ -199,10 +216,12 @@ class OnnxRuntime:
     ) -> InferenceResult:
         entry = self._entry(version)
         names = list(outputs) if outputs else entry.output_names
+        started = perf_counter_ns()
         try:
             raw = entry.session.run(names, inputs)
         except Exception as exc:
             raise _runtime_error(exc) from None
+        entry.timed(perf_counter_ns() - started, sum(a.size for a in inputs.values()))
         result = InferenceResult({})
         for name, value in zip(names, raw, strict=True):
             array, labels = as_array(name, value)
@@ -222,12 +241,15 @@ class OnnxRuntime:
         inputs: dict[str, np.ndarray],
         outputs: Sequence[str] | None = None,
     ) -> InferenceResult:
-        # Small requests run on the loop: a thread hop costs more than the model.
-        # Large ones go to a thread; ORT releases the GIL while it computes.
-        loaded = version.sha256 in self.cache
-        elements = sum(a.size for a in inputs.values())
-        if loaded and elements <= self.settings.inline_infer_elements:
-            return self._run(version, inputs, outputs)
+        # A call that takes little runs on the loop: a thread hop costs more than the model (some
+        # 100-300 µs of CPU and two context switches). Small inputs do, and large ones of a model
+        # whose calls have been quick for their size (a 1 MiB tensor summed: ~60 µs). Anything
+        # else goes to a thread, where ONNX Runtime computes without the GIL.
+        entry = self.cache.loaded(version.sha256)
+        if entry is not None:
+            elements = sum(a.size for a in inputs.values())
+            if elements <= self.settings.inline_infer_elements or entry.quick(elements, self.settings.inline_infer_us):
+                return self._run(version, inputs, outputs)
         return await asyncio.to_thread(self._run, version, inputs, outputs)
 
     async def unload(self, version: ModelVersion) -> None:

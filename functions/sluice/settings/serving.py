@@ -126,7 +126,15 @@ class OnnxSettings(Group):
     inline_infer_elements: int = Field(
         default=4096,
         ge=0,
-        description="Inputs up to this many elements run on the event loop; larger ones on a thread.",
+        description="Inputs up to this many elements run on the event loop; larger ones on a thread, unless quick (SLUICE_INLINE_INFER_US).",
+    )
+    inline_infer_us: float = Field(
+        default=200.0,
+        ge=0,
+        description=(
+            "Larger inputs run on the event loop too where the model's calls so far say this one takes at most this many "
+            "microseconds (a thread hop costs more); 0: by their size alone."
+        ),
     )
 
 
