@@ -67,3 +67,12 @@ def test_by_size_alone_where_the_budget_is_zero(container: Container, total: Mod
     settings = container.settings.onnx.model_copy(update={"inline_infer_elements": 4096, "inline_infer_us": 0})
     assert _threads(OnnxRuntime(container.store, settings), total, 131_072, 4) == [False] * 3
     assert _threads(OnnxRuntime(container.store, settings), total, 16, 4) == [True] * 3  # small: on the loop, as always
+
+
+def test_a_call_on_no_rows_says_nothing_of_a_models_rate(container: Container, total: ModelVersion) -> None:
+    """An empty input's call is the session's fixed cost: counted per element, it would send
+    every large input after it to a thread."""
+    runtime = OnnxRuntime(container.store, container.settings.onnx.model_copy(update={"inline_infer_elements": 4096, "inline_infer_us": 50_000}))
+    assert _threads(runtime, total, 131_072, 2) == [True]
+    asyncio.run(runtime.infer(total, {"x": np.ones((0, 2), np.float32)}))
+    assert _threads(runtime, total, 131_072, 2) == [True, True]

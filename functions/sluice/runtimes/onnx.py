@@ -56,7 +56,9 @@ class _Entry:
     ns_per_element: float | None = None  # what its calls have taken, per input element (a moving average)
 
     def timed(self, ns: int, elements: int) -> None:
-        rate = ns / max(elements, 1)
+        if not elements:  # an empty input's call is the session's fixed cost: no rate per element
+            return
+        rate = ns / elements
         known = self.ns_per_element
         self.ns_per_element = rate if known is None else known + (rate - known) * 0.25
 
