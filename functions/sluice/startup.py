@@ -26,8 +26,7 @@ import threading
 MOST_S = 2.0  # the longest the collector stays paused where nothing says start-up is over
 
 _lock = threading.Lock()
-_paused = False
-_timer: threading.Timer | None = None
+_timer: threading.Timer | None = None  # while a pause is in force: the timer that ends it
 
 
 def in_lambda() -> bool:
@@ -38,12 +37,11 @@ def in_lambda() -> bool:
 def pause() -> bool:
     """The collector paused until `started` (or `MOST_S` seconds); False where it was off
     already (its owner turns it back on) or is paused already."""
-    global _paused, _timer
+    global _timer
     with _lock:
-        if _paused or not gc.isenabled():
+        if _timer is not None or not gc.isenabled():
             return False
         gc.disable()
-        _paused = True
         _timer = threading.Timer(MOST_S, started)
         _timer.daemon = True
         _timer.start()
@@ -59,20 +57,19 @@ def pause_in_lambda() -> bool:
 def started() -> None:
     """Start-up is over: what it made is frozen out of the collector's passes, and the
     collector runs again. Nothing where no `pause` is in force."""
-    global _paused, _timer
+    global _timer
     with _lock:
-        if not _paused:
-            return
-        _paused = False
         timer, _timer = _timer, None
+        if timer is None:
+            return
         gc.freeze()
         gc.enable()
-    if timer is not None and timer is not threading.current_thread():
+    if timer is not threading.current_thread():
         timer.cancel()
 
 
 def paused() -> bool:
-    return _paused
+    return _timer is not None
 
 
 def exiting() -> None:
@@ -84,10 +81,10 @@ def exiting() -> None:
 
 
 def _forked() -> None:
-    global _paused, _timer, _lock
+    global _timer, _lock
     _lock = threading.Lock()  # the parent's may have been held by another thread at the fork
-    if _paused:  # frozen and on, as `started` leaves it
-        _paused, _timer = False, None
+    if _timer is not None:  # the parent's timer is not the child's: frozen and on, as `started` leaves it
+        _timer = None
         gc.freeze()
         gc.enable()
 

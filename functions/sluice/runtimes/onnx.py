@@ -214,7 +214,7 @@ class OnnxRuntime:
         return self.cache.get_or_load(version.sha256, version.size_bytes, lambda: self._load_entry(version))
 
     def _run(
-        self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None
+        self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, elements: int
     ) -> InferenceResult:
         entry = self._entry(version)
         names = list(outputs) if outputs else entry.output_names
@@ -223,7 +223,7 @@ class OnnxRuntime:
             raw = entry.session.run(names, inputs)
         except Exception as exc:
             raise _runtime_error(exc) from None
-        entry.timed(perf_counter_ns() - started, sum(a.size for a in inputs.values()))
+        entry.timed(perf_counter_ns() - started, elements)
         result = InferenceResult({})
         for name, value in zip(names, raw, strict=True):
             array, labels = as_array(name, value)
@@ -247,12 +247,11 @@ class OnnxRuntime:
         # 100-300 µs of CPU and two context switches). Small inputs do, and large ones of a model
         # whose calls have been quick for their size (a 1 MiB tensor summed: ~60 µs). Anything
         # else goes to a thread, where ONNX Runtime computes without the GIL.
+        elements = sum(a.size for a in inputs.values())
         entry = self.cache.loaded(version.sha256)
-        if entry is not None:
-            elements = sum(a.size for a in inputs.values())
-            if elements <= self.settings.inline_infer_elements or entry.quick(elements, self.settings.inline_infer_us):
-                return self._run(version, inputs, outputs)
-        return await asyncio.to_thread(self._run, version, inputs, outputs)
+        if entry is not None and (elements <= self.settings.inline_infer_elements or entry.quick(elements, self.settings.inline_infer_us)):
+            return self._run(version, inputs, outputs, elements)
+        return await asyncio.to_thread(self._run, version, inputs, outputs, elements)
 
     async def unload(self, version: ModelVersion) -> None:
         self.cache.discard(version.sha256)

@@ -318,4 +318,3 @@ def require_found(getter: Any, *args: Any, field: str) -> Any:
         return getter(*args)
     except NotFound as exc:
         raise Unprocessable(exc.message, field=field) from None
-

@@ -140,14 +140,13 @@ class DynamoModels(Part):
             self.delete_found(layout.versions_pk(tenant, model), layout.version_sk(int(version)), missing=no_version(model, version))
             return
         gone = {"Delete": {"TableName": self.table.name, "Key": key(layout.versions_pk(tenant, model), layout.version_sk(int(version))), **condition("attribute_exists(pk)")}}
-        self._counted(tenant, catalog, gone, "version", missing=no_version(model, version))
+        self._counted(tenant, catalog, [gone], "version", missing=no_version(model, version))
 
-    def _counted(self, tenant: str, catalog: Catalog, write: dict[str, Any] | list[dict[str, Any]], field: str, *, missing: SluiceError | None = None) -> bool:
-        """`write` (a delete, or up to 99) made in one transaction with the tenant's counter of
+    def _counted(self, tenant: str, catalog: Catalog, writes: list[dict[str, Any]], field: str, *, missing: SluiceError | None = None) -> bool:
+        """`writes` (deletes, up to 99) made in one transaction with the tenant's counter of
         deletes moved on (`sluice.registry.guards`): StaleRead where a deployment was written
         since `catalog` was read; `missing` raised (or False returned, without it) where a
         write's own condition failed."""
-        writes = write if isinstance(write, list) else [write]
         try:
             self.table.send("transact_write_items", TransactItems=[catalog_step(self.table.name, layout.tenant(tenant), catalog, "deletes"), *writes])
         except Refused as refused:
@@ -178,7 +177,7 @@ class DynamoModels(Part):
             values = {":uid": found["uid"]} | ({":last": last} if last is not None else {})
             model = {"Delete": {"TableName": self.table.name, "Key": key(layout.tenant(tenant), layout.model_sk(name)),
                                 **condition(f"#uid = :uid AND {same}", {"#uid": "uid", "#last": "last_version"}, values)}}  # fmt: skip
-            if self._counted(tenant, catalog, model, "model"):
+            if self._counted(tenant, catalog, [model], "model"):
                 return
             # The model item changed (a version added meanwhile): its versions are looked at again.
         raise Conflict(f"model '{name}' kept changing while it was deleted; try again", field="model")
