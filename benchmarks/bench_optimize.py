@@ -37,7 +37,7 @@ def run(quick: bool) -> dict[str, Any]:
     from sluice.services.models import read_signature
 
     make_models()
-    repeats, timing = (3, Timing(budget_s=0.3)) if quick else (5, Timing(budget_s=1.0))
+    repeats, timing = (3, Timing(budget_s=0.3)) if quick else (5, Timing(budget_s=0.5))
     figures: list[dict[str, Any]] = []
     notes: list[str] = []
     for model in MODELS.values():

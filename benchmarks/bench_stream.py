@@ -188,7 +188,7 @@ def run(quick: bool) -> dict[str, Any]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     figures: list[dict[str, Any]] = []
-    handler = _measure("handler", str(work / "home-handler"), "3" if quick else "12")
+    handler = _measure("handler", str(work / "home-handler"), "3" if quick else "6")
     for name, label in (("sqs", "SQS batch of 10"), ("kinesis", "Kinesis batch of 1,000")):
         runs = handler[name]["runs"]
         billed = name == "sqs"  # well under a millisecond: the goal is on what Lambda bills

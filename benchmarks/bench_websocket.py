@@ -108,7 +108,7 @@ def _ws_rate(url: str, key: str, duration_s: float) -> float:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    repeats, n, duration_s = (2, 300, 2.0) if quick else (3, 1000, 5.0)
+    repeats, n, duration_s = (2, 300, 2.0) if quick else (3, 1000, 3.0)
     shutil.rmtree(HOME, ignore_errors=True)
     HOME.mkdir(parents=True)
     port = free_port()

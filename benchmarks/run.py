@@ -34,7 +34,7 @@ from benchmarks.common import BENCH_DIR, PYTHON, REPO, RESULTS, bench_env, machi
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-BUDGET_S = 25 * 60
+BUDGET_S = 20 * 60
 CORE = ("inprocess", "coldstart", "http", "peers")
 
 

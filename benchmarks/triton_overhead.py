@@ -262,7 +262,7 @@ def figures(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def run(quick: bool) -> dict[str, Any]:
     """`make bench`'s entry: the figures, with the whole report beside them."""
-    report = measure(duration_s=2.0 if quick else 6.0, rows=1, repeats=3 if quick else 10, rounds=4 if quick else ROUNDS)
+    report = measure(duration_s=2.0 if quick else 4.0, rows=1, repeats=3 if quick else 10, rounds=4 if quick else ROUNDS)
     wire = report["sagemaker_wire_1MiB"]
     return {
         "title": "sluice -> Triton vs raw tritonclient and raw HTTP v2 binary -> Triton (benchmarks/triton_overhead.py)",

@@ -1,4 +1,4 @@
-"""sluice's hot routes under Granian's RSGI interface, for `benchmarks.bench_servers`: the app
+"""sluice's hot routes under Granian's RSGI interface, for `benchmarks.servers_ab`: the app
 as `sluice serve --workers 1` builds it, each request answered through `answer_whole` (the
 edge's hot routes with the whole body at hand, as a Lambda event is answered), its answer
 handed to Granian as bytes. Only the hot routes (and `/healthz`, for the benchmark to know it

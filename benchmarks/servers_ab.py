@@ -9,7 +9,7 @@ tree's CPU over the requests answered (as `benchmarks.bench_cpu_request`).
 Granian is installed on first use into `benchmarks/work/granian` (`uv pip install --target`),
 not into sluice's environment: it is measured, not used.
 
-    python -m benchmarks.bench_servers [--rounds 4] [--seconds 3] [--connections 8]
+    python -m benchmarks.servers_ab [--rounds 4] [--seconds 3] [--connections 8]
 """
 
 from __future__ import annotations
