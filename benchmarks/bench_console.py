@@ -121,7 +121,7 @@ def served(runs: int, seconds: float) -> dict[str, Any]:
 
 def run(quick: bool) -> dict[str, Any]:
     """The section `make bench` reports: what the console costs the browser and the API."""
-    result = served(3 if quick else 5, 10.0 if quick else 30.0)
+    result = served(3 if quick else 5, 10.0 if quick else 20.0)
     page, polling = result["deployments_page"], result["polling"]
     figures = [
         figure("console.first_contentful_paint", "console, deployments page: first contentful paint", "ms", "sluice console", [page["first_contentful_paint_ms"] or 0.0]),

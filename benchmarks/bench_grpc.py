@@ -166,7 +166,7 @@ def _measure(subject: tuple[str, str], where: dict[str, Any], model: str, client
 
 
 def run(quick: bool) -> dict[str, Any]:
-    repeats, duration_s = (2, 1.5) if quick else (3, 2.5)
+    repeats, duration_s = (2, 1.5) if quick else (3, 2.0)
     container = _prepare()
     cells = [(model, clients) for clients in CLIENTS for model in ("diabetes",)] + [("mib", c) for c in MIB_CLIENTS]
     results: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}

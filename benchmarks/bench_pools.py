@@ -195,7 +195,7 @@ def measure(*, slow_s: float, repeats: int) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    report = measure(slow_s=0.5, repeats=3 if quick else 5)
+    report = measure(slow_s=0.5, repeats=3)
     figures = []
     for name, times in report["seconds"].items():
         small = "pool of" in name
