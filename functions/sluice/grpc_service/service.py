@@ -40,7 +40,7 @@ from sluice.grpc_service.tensors import response_of, tensors_of
 from sluice.inference.metadata import EXTENSIONS, metadata_of, ready_to_answer
 from sluice.inference.outcomes import counted_already
 from sluice.observability import get_logger
-from sluice.registry.scope import use_tenant
+from sluice.registry.scope import bind_tenant, unbind_tenant, use_tenant
 from sluice.services.health import registry_answers
 from sluice.services.keys import HeldKey
 from sluice.services.triton_ext import TritonExtensions, control_refused
@@ -110,11 +110,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         self.container = container
         self.rate_limit = RateLimit.from_settings(container.settings.admission)
 
-    @contextlib.asynccontextmanager
-    async def _caller(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
-        """The authenticated caller and its metadata, its rate counted, and the call one of
-        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap).
-        `infer`: the model an inference names; refused here, it is counted as a request."""
+    async def _authenticated(self, context: ServicerContext) -> tuple[Principal, dict[str, str]]:
+        """The authenticated caller and its metadata (keys lowercased, text values only)."""
         metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         try:
             principal = await authenticate({}, metadata, self.container)  # type: ignore[arg-type]
@@ -122,24 +119,24 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             if exc.message == MISSING_KEY:  # gRPC metadata keys are lowercase: said so
                 raise Unauthenticated(GRPC_MISSING_KEY) from None
             raise
-        entered = False
-        try:
-            if self.rate_limit is not None:
-                await self.rate_limit.check(principal.subject)
-            admission = self.container.admission
-            with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
-                entered = True
-                yield principal, metadata
-        except SluiceError as exc:
-            if not entered and infer is not None:
-                self.container.predictions.outcomes.refused(principal.tenant, infer, exc)
-            raise
+        return principal, metadata
 
     @contextlib.asynccontextmanager
-    async def _tenant_call(self, context: ServicerContext, infer: str | None = None) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+    async def _caller(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
+        """The authenticated caller and its metadata, its rate counted, and the call one of
+        its key's requests in flight while the block runs (RESOURCE_EXHAUSTED past the cap)."""
+        principal, metadata = await self._authenticated(context)
+        if self.rate_limit is not None:
+            await self.rate_limit.check(principal.subject)
+        admission = self.container.admission
+        with admission.held(principal, prediction=False) if admission is not None else contextlib.nullcontext():
+            yield principal, metadata
+
+    @contextlib.asynccontextmanager
+    async def _tenant_call(self, context: ServicerContext) -> AsyncIterator[tuple[Principal, dict[str, str]]]:
         """`_caller`, in its tenant's scope; whatever fails, the call's status says why."""
         try:
-            async with self._caller(context, infer) as (principal, metadata):
+            async with self._caller(context) as (principal, metadata):
                 with use_tenant(principal.tenant):
                     yield principal, metadata
         except Exception as exc:
@@ -184,8 +181,29 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelReadyResponse(ready=ready)
 
     async def ModelInfer(self, request: Any, context: ServicerContext) -> Any:
-        async with self._tenant_call(context, request.model_name) as (principal, metadata):
-            return await self._infer(principal, metadata, request)
+        """`_tenant_call`'s rules written out, on the path every unary inference takes: the
+        call is one of its key's requests in flight and one of the process's predictions,
+        entered at once; refused there (or by the rate), it is counted as a request."""
+        principal, admitted = None, False
+        try:
+            principal, metadata = await self._authenticated(context)
+            if self.rate_limit is not None:
+                await self.rate_limit.check(principal.subject)
+            admission = self.container.admission
+            if admission is not None:
+                admission.enter(principal)
+            admitted = True
+            token = bind_tenant(principal.tenant)
+            try:
+                return await self._infer(principal, metadata, request, admitted=True)
+            finally:
+                unbind_tenant(token)
+                if admission is not None:
+                    admission.leave(principal)
+        except Exception as exc:
+            if principal is not None and not admitted and isinstance(exc, SluiceError):
+                self.container.predictions.outcomes.refused(principal.tenant, request.model_name, exc)
+            await self._fail(context, exc)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
         """Each request answered in turn; a failed one is an `error_message`, as Triton streams.
@@ -209,15 +227,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
                 except Exception as exc:
                     yield pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
 
-    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
-        """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`)."""
+    async def _infer(self, principal: Principal, metadata: dict[str, str], request: Any, *, admitted: bool = False) -> Any:
+        """One inference; whatever fails in it is counted once (`sluice.inference.outcomes`).
+        `admitted`: already one of the process's predictions in flight (else counted here)."""
         try:
-            return await self._infer_counted(principal, metadata, request)
+            return await self._infer_counted(principal, metadata, request, admitted)
         except Exception as exc:
             await self.container.predictions.outcomes.failed(principal.tenant, request.model_name, exc)
             raise
 
-    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any) -> Any:
+    async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id)  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}
@@ -237,10 +256,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             parameters=params,
         )
         service = self.container.predictions
-        admission = self.container.admission  # each inference, unary or a stream's message, is one of the process's predictions
-        with admission.held(principal, key=False) if admission is not None else contextlib.nullcontext():
+        # Each inference, unary or a stream's message, is one of the process's predictions.
+        admission = None if admitted else self.container.admission
+        if admission is not None:
+            admission.enter(principal, key=False)
+        try:
             prediction = await service.predict(principal, core)
             response = response_of(pb, prediction, request_id=message.id, wanted=wanted, who=who_answered(prediction), classify=classify)
+        finally:
+            if admission is not None:
+                admission.leave(principal, key=False)
         if service.stats_due():  # flushed beside the answer, as HTTP flushes after it
             asyncio.get_running_loop().run_in_executor(None, service.flush_stats_if_due)
         size, limit = response.byte_size(), self.container.settings.limits.max_response_bytes

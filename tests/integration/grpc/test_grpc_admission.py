@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.integration.grpc.conftest import auth, fails, run_server
 from tests.integration.test_admission import GatedRuntime
@@ -68,3 +70,45 @@ def _iris() -> Any:
     tensor = grpcclient.InferInput("input", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.array([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32))
     return tensor
+
+
+def _features(count: int) -> Any:
+    tensor = grpcclient.InferInput("input", [1, count], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, count), dtype=np.float32))
+    return tensor
+
+
+# Each kind of unary call: the model, its input, and the status it ends with (None: answered).
+CALLS: dict[str, tuple[str, Any, str | None]] = {
+    "answered": ("iris", _iris, None),
+    "bad shape": ("iris", lambda: _features(3), "StatusCode.INVALID_ARGUMENT"),
+    "unknown model": ("nope", _iris, "StatusCode.NOT_FOUND"),
+    "unknown version": ("iris", _iris, "StatusCode.NOT_FOUND"),
+}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted(CALLS)), min_size=1, max_size=10))
+def test_every_unary_call_gives_back_its_slots_and_is_counted_once(served: Container, acme: Principal, keys: dict[str, str], mix: list[str]) -> None:
+    """One slot for the key and one for the process: whatever a call ends with, the next one
+    is admitted (a slot kept by an earlier call would refuse it), and each is one request."""
+    from sluice.metrics import PrometheusMetrics
+    from tests.integration.test_metrics import value
+
+    served.settings.admission.max_in_flight_per_key = 1
+    served.settings.admission.max_predictions_in_flight = 1
+    served.telemetry.sink = sink = PrometheusMetrics()  # type: ignore[union-attr]
+    assert served.admission.per_key.limit == served.admission.capacity.limit == 1  # type: ignore[union-attr]
+    with run_server(served) as url:
+        client = grpcclient.InferenceServerClient(url)
+        for kind in mix:
+            model, tensor, status = CALLS[kind]
+            version = "99" if kind == "unknown version" else ""
+            if status is None:
+                assert client.infer(model, [tensor()], headers=auth(keys["acme"])).as_numpy("output_label").tolist() == [b"setosa"]
+            else:
+                assert fails(client.infer, model, [tensor()], model_version=version, headers=auth(keys["acme"])).status() == status
+    text = sink.exposition("acme").decode()
+    assert value(text, "ml_inference_requests_total") == len(mix)
+    assert value(text, "ml_inference_errors_total") == sum(1 for kind in mix if CALLS[kind][2] is not None)
+    assert value(text, "ml_inference_refused_total") == 0
