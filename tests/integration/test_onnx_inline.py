@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from tests.models import total_model
 
 from sluice.runtimes.onnx import OnnxRuntime
+from tests.models import total_model
 
 if TYPE_CHECKING:
     from sluice.domain import ModelVersion, Principal
@@ -38,9 +38,9 @@ def _threads(runtime: OnnxRuntime, version: ModelVersion, rows: int, calls: int)
                 session = entry.session
                 session_run = session.run
 
-                def run(*args: object, **kwargs: object) -> object:
+                def run(*args: object, inner: Any = session_run, **kwargs: object) -> object:
                     ran.append(threading.current_thread() is loop_thread)
-                    return session_run(*args, **kwargs)
+                    return inner(*args, **kwargs)
 
                 entry.session = type("Watched", (), {"run": staticmethod(run), "get_outputs": session.get_outputs})()
             result = await runtime.infer(version, {"x": x})

@@ -20,7 +20,15 @@ from hypothesis.extra import numpy as hnp
 
 from sluice.batch import columns
 from sluice.batch.columns import Feed, feed_arrays
-from sluice.codecs.arrow_numbers import from_numbers, from_text, text_column, to_numbers, to_text
+from sluice.codecs import arrow_numbers
+from sluice.codecs.arrow_numbers import (
+    from_numbers,
+    from_text,
+    repeated_text,
+    text_column,
+    to_numbers,
+    to_text,
+)
 from tests.conftest import REPO
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
@@ -95,6 +103,24 @@ def test_a_text_column_falls_back_to_pyarrow_as_it_would_answer() -> None:
     assert text_column(["a", "b"]).to_pylist() == ["a", "b"]
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError)):
         text_column(["\ud800"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=12), st.integers(0, 70)), min_size=1, max_size=8))
+def test_a_repeated_value_is_the_column_pyarrow_makes_of_it(asked: list[tuple[str, int]]) -> None:
+    """Whatever was asked before (a longer or shorter run of the same value, other values, the
+    kept values cleared), each answer is pyarrow's own column of that value that many times."""
+    arrow_numbers._REPEATED.clear()
+    for value, count in asked:
+        made = repeated_text(value, count)
+        made.validate(full=True)
+        assert made.type == pa.string() and len(made) == count
+        assert made.to_pylist() == [value] * count
+
+
+def test_a_repeated_value_that_cannot_be_text_fails_as_pyarrow_fails() -> None:
+    with pytest.raises((pa.ArrowInvalid, UnicodeEncodeError)):
+        repeated_text("\ud800", 3)
 
 
 def test_making_and_reading_columns_imports_no_pandas() -> None:

@@ -38,7 +38,7 @@ from sluice.batch.publishing import Publishing
 from sluice.batch.readers import read_chunk
 from sluice.batch.uris import join
 from sluice.batch.writers import CONTENT_TYPES, EXTENSIONS, ErrorWriter, PartWriter
-from sluice.codecs.arrow_numbers import from_numbers, text_column
+from sluice.codecs.arrow_numbers import from_numbers, repeated_text
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import present_columns
 from sluice.domain import Principal
@@ -241,7 +241,7 @@ class ChunkScorer:
             out = _keys(kept, numbers[taken], spec.key_columns)
             out.update(present_columns(answer.signature, answer.result, flat=flat))
             if with_variant:
-                out["variant"] = text_column([answer.variant or ""] * kept.num_rows)
+                out["variant"] = repeated_text(answer.variant or "", kept.num_rows)
             scored.parts.append((pa.table(out), answer.models or answer.version.ref))  # rows that took different cases: each row's
             if publishing is not None and entities is not None:
                 scored.published += publishing.collect(entities[taken], answer)
@@ -318,7 +318,7 @@ def _finish_piece(
             reasons[taken] = reason
         for table, ref in scored.parts:
             if source is not None:
-                table = table.add_column(0, "object", text_column([source] * table.num_rows))
+                table = table.add_column(0, "object", repeated_text(source, table.num_rows))
             part.write(table)
             if isinstance(ref, str):
                 versions[ref] += table.num_rows

@@ -148,6 +148,37 @@ def _strings(values: list[str | None]) -> Any | None:
     return pa.Array.from_buffers(pa.string(), len(encoded), [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
 
 
+def repeated_text(value: str, count: int) -> Any:
+    """A string array of `value` `count` times (each row's object or variant name, every
+    inference call of a batch job): a slice of one array kept for the value, made anew only
+    for a value not kept or a longer count (arrays are immutable: the slices share it)."""
+    kept = _REPEATED.get(value)
+    if kept is None or len(kept) < count:
+        if len(_REPEATED) >= MAX_REPEATED:
+            _REPEATED.clear()
+        kept = _REPEATED[value] = _repeated(value, count)
+    return kept.slice(0, count)
+
+
+def _repeated(value: str, count: int) -> Any:
+    """The array from its two buffers: the value's bytes `count` times, and their offsets."""
+    import numpy as np
+    import pyarrow as pa
+
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable byte): as pyarrow says
+        return text_column([value] * count)
+    if len(raw) * count > np.iinfo(np.int32).max:  # past a string array's offsets: pyarrow's own, chunked
+        return text_column([value] * count)
+    offsets = np.arange(count + 1, dtype=np.int32) * np.int32(len(raw))
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(raw * count)])
+
+
+MAX_REPEATED = 16  # values kept: a job's objects and a split's variants go by a few at a time
+_REPEATED: dict[str, Any] = {}
+
+
 def text_column(values: list[str]) -> Any:
     """A string array of `values`: `from_text`'s, else pyarrow's."""
     import pyarrow as pa
