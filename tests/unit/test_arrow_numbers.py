@@ -106,16 +106,21 @@ def test_a_text_column_falls_back_to_pyarrow_as_it_would_answer() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.text(max_size=12), st.integers(0, 70)), min_size=1, max_size=8))
-def test_a_repeated_value_is_the_column_pyarrow_makes_of_it(asked: list[tuple[str, int]]) -> None:
+@given(st.lists(st.tuples(st.text(max_size=12), st.integers(0, 70)), min_size=1, max_size=8), st.sampled_from([64, 1 << 20]))
+def test_a_repeated_value_is_the_column_pyarrow_makes_of_it(asked: list[tuple[str, int]], kept_bytes: int) -> None:
     """Whatever was asked before (a longer or shorter run of the same value, other values, the
-    kept values cleared), each answer is pyarrow's own column of that value that many times."""
+    kept values cleared, a value too large to keep), each answer is pyarrow's own column of
+    that value that many times."""
     arrow_numbers._REPEATED.clear()
-    for value, count in asked:
-        made = repeated_text(value, count)
-        made.validate(full=True)
-        assert made.type == pa.string() and len(made) == count
-        assert made.to_pylist() == [value] * count
+    before, arrow_numbers.MAX_KEPT_BYTES = arrow_numbers.MAX_KEPT_BYTES, kept_bytes
+    try:
+        for value, count in asked:
+            made = repeated_text(value, count)
+            made.validate(full=True)
+            assert made.type == pa.string() and len(made) == count
+            assert made.to_pylist() == [value] * count
+    finally:
+        arrow_numbers.MAX_KEPT_BYTES = before
 
 
 def test_a_repeated_value_that_cannot_be_text_fails_as_pyarrow_fails() -> None:

@@ -153,11 +153,14 @@ def repeated_text(value: str, count: int) -> Any:
     inference call of a batch job): a slice of one array kept for the value, made anew only
     for a value not kept or a longer count (arrays are immutable: the slices share it)."""
     kept = _REPEATED.get(value)
-    if kept is None or len(kept) < count:
+    if kept is not None and len(kept) >= count:
+        return kept.slice(0, count)
+    made = _repeated(value, count)
+    if made.nbytes <= MAX_KEPT_BYTES:  # a larger one (a long value, many rows a call) is not kept
         if len(_REPEATED) >= MAX_REPEATED:
             _REPEATED.clear()
-        kept = _REPEATED[value] = _repeated(value, count)
-    return kept.slice(0, count)
+        _REPEATED[value] = made
+    return made
 
 
 def _repeated(value: str, count: int) -> Any:
@@ -176,6 +179,7 @@ def _repeated(value: str, count: int) -> Any:
 
 
 MAX_REPEATED = 16  # values kept: a job's objects and a split's variants go by a few at a time
+MAX_KEPT_BYTES = 1 << 20  # each (4,096 rows a call, the default, of a 256-character name)
 _REPEATED: dict[str, Any] = {}
 
 
