@@ -4,10 +4,11 @@ pyarrow's pandas shim.
 pyarrow's `to_numpy`, `numpy.asarray(array)`, `pyarrow.array(...)` and `pyarrow.scalar` import
 pandas the first time any of them runs where pandas is installed (to look for its types):
 0.2-0.3 CPU seconds that a `sluice batch run` would pay at start-up for columns that need none
-of it. Numbers are their values buffer, read or wrapped as it is; booleans and nulls their
-bitmaps; text its UTF-8 bytes and their offsets (a column of a few distinct values, a
-classifier's labels, encoded once per value) or, read, `to_pylist`. Anything else (other types,
-objects that are not text) goes to pyarrow as before."""
+of it (and `Array.take` imports `pyarrow.compute`, ~30 ms: `take` here does without). Numbers
+are their values buffer, read or wrapped as it is; booleans and nulls their bitmaps; text its
+UTF-8 bytes and their offsets (a column of a few distinct values, a classifier's labels,
+encoded once per value) or, read, `to_pylist`. Anything else (other types, objects that are not
+text) goes to pyarrow as before."""
 
 from __future__ import annotations
 
@@ -132,7 +133,19 @@ def from_text(values: list[Any]) -> Any | None:
     if strings is None:
         return None
     place = dict(zip(distinct, range(len(distinct)), strict=True))
-    return strings.take(from_numbers(np.fromiter(map(place.__getitem__, values), np.int64, len(values))))
+    return take(strings, np.fromiter(map(place.__getitem__, values), np.int64, len(values)))
+
+
+def take(array: Any, positions: np.ndarray) -> Any:
+    """`array.take(positions)` (a NumPy array of integers) by Arrow's kernel, called through
+    pyarrow's compiled compute core: `Array.take` imports `pyarrow.compute`, which wraps every
+    kernel in Python on its first import (~30 ms of a process), where its core alone costs ~5."""
+    indices = from_numbers(positions.astype(np.int64, copy=False))
+    try:
+        from pyarrow._compute import call_function
+    except ImportError:  # a pyarrow that keeps its core elsewhere: the public path
+        return array.take(indices)
+    return call_function("take", [array, indices])
 
 
 def _strings(values: list[str | None]) -> Any | None:

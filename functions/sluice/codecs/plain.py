@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.caching import keep
-from sluice.codecs.arrow_numbers import from_numbers, from_text, text_column
+from sluice.codecs.arrow_numbers import from_numbers, from_text, take, text_column
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
@@ -299,7 +299,7 @@ def present_columns(signature: Signature, result: InferenceResult, *, flat: bool
         names = [_scalar(c) for c in classes]
         text = from_text(names) if len(probs) and len(names) >= probs.shape[1] else None
         if text is not None:  # the usual labels: each row's taken from the classes' own
-            columns["prediction"] = text.take(from_numbers(np.argmax(probs, axis=1).astype(np.int64)))
+            columns["prediction"] = take(text, np.argmax(probs, axis=1))
         else:
             picked = np.asarray(classes, dtype=object)[np.argmax(probs, axis=1)] if len(probs) else []  # type: ignore[arg-type]
             columns["prediction"] = pa.array([_scalar(c) for c in picked])
