@@ -197,15 +197,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
                         body = v2_body(MODELS[name])
                         # Batching and 32 connections where the goal is set; a peer without one
                         # is weighed against the plain service at 8 (the run stays under its budget).
-                        targets = {
-                            SLUICE: (f"{ours}/v2/models/{name}/infer", ours_headers, ours_pid),
-                            SLUICE_BATCHED: (f"{ours}/v2/models/{batched(name)}/infer", ours_headers, ours_pid),
-                            peer: (f"{base}/v2/models/{name}/infer", {"Content-Type": "application/json"}, peer_pid),
-                        }
-                        if goal is None:
-                            del targets[SLUICE_BATCHED]
+                        tags = {SLUICE: "", SLUICE_BATCHED: ".batched"} if goal is not None else {SLUICE: ""}
+                        targets = {who: (f"{ours}/v2/models/{batched(name) if tag else name}/infer", ours_headers, ours_pid) for who, tag in tags.items()}
+                        targets[peer] = (f"{base}/v2/models/{name}/infer", {"Content-Type": "application/json"}, peer_pid)
                         answers = {who: check_once(url, body, headers) for who, (url, headers, _) in targets.items()}
-                        for who in (w for w in (SLUICE, SLUICE_BATCHED) if w in targets):
+                        for who in tags:
                             if not _same_answer(answers[who], answers[peer]):
                                 notes.append(f"{name}: {peer} and {who} gave different outputs: {answers}")
                         for url, headers, _ in targets.values():
@@ -216,9 +212,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                                 for who in rotate(list(targets), r):
                                     url, headers, pid = targets[who]
                                     runs[who].append(measured(url, body, headers, conc, duration, pid))
-                            for who, tag in ((SLUICE_BATCHED, ".batched"), (SLUICE, "")):
-                                if who not in runs:
-                                    continue
+                            for who, tag in reversed(tags.items()):  # the batched service's figures first
                                 prefix, where = f"peers.{peer}.{name}.c{conc}{tag}", f"{name}, {conc} conn"
                                 figures += throughput_figures(prefix, where, runs[who], who, runs[peer], label, goal if tag else None)
                                 figures.append(

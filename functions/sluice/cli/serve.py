@@ -41,10 +41,8 @@ METRICS_DIR = "metrics"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from sluice.cli.malloc import give_back_after_bursts
     from sluice.settings import get_settings
 
-    give_back_after_bursts()  # this process serves when there is one worker
     settings = get_settings()
     home = owner_only.folder(local_home())
     _fresh_metrics_folder(home)

@@ -178,14 +178,13 @@ def repeated_text(value: str, count: int) -> Any:
 
 def _repeated(value: str, count: int) -> Any:
     """The array from its two buffers: the value's bytes `count` times, and their offsets."""
-    import numpy as np
     import pyarrow as pa
 
     try:
         raw = value.encode()
     except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable byte): as pyarrow says
         return text_column([value] * count)
-    if len(raw) * count > np.iinfo(np.int32).max:  # past a string array's offsets: pyarrow's own, chunked
+    if len(raw) * count > _MAX_OFFSET:  # past a string array's offsets: pyarrow's own answer
         return text_column([value] * count)
     offsets = np.arange(count + 1, dtype=np.int32) * np.int32(len(raw))
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(raw * count)])
