@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from sluice.caching import keep
 from sluice.clients import lazy_client
 from sluice.codecs.coded_text import coded
 from sluice.domain.errors import (
@@ -77,6 +78,23 @@ if TYPE_CHECKING:
 
 
 _TYPES = {kind: "S" if kind in "OUS" else "N" for kind in "biufcmMOSUV"}  # a key's type in the store, by its input's dtype kind
+_ONE_TYPE = {kind: (kind_type,) for kind, kind_type in _TYPES.items()}  # the same, as the types of a lookup of one key
+MAX_READINGS = 1024  # lookups (a policy's node, a tenant) whose `_Reading` is kept
+
+
+class _Reading(NamedTuple):
+    """What every call of one lookup node for one tenant shares, worked out on its first call
+    that may read (`LookupSteps._reading`) and kept with the settings it was worked out under:
+    the store, the inputs holding the keys, the key and feature names as the store is asked for
+    them, and the feature cache's time to live."""
+
+    node: Lookup
+    settings: LookupSettings
+    store: FeatureStore
+    inputs: tuple[str, ...]
+    key_names: tuple[str, ...]
+    features: tuple[str, ...]
+    ttl: float
 
 
 class Looked(NamedTuple):
@@ -122,6 +140,7 @@ class LookupSteps:
         self._lock = threading.Lock()
         self.clock = clock
         self._emf_meta: dict[bool, list[dict[str, Any]]] = {}
+        self._readings: dict[tuple[int, str], _Reading] = {}
         self.cache: FeatureCache | None = None
         if settings.lookup_cache_entries > 0:
             from sluice.runtimes.lookup_cache import FeatureCache
@@ -240,15 +259,26 @@ class LookupSteps:
         ttl = self.settings.lookup_cache_ttl_s if node.cache_ttl_s is None else node.cache_ttl_s
         return min(ttl, node.max_age_s) if node.max_age_s is not None else ttl
 
+    def _reading(self, node: Lookup, tenant: str) -> _Reading:
+        """`node`'s `_Reading` for `tenant`, kept while the node and the settings are the ones
+        it was worked out for (the entry holds the node: no other object takes its id)."""
+        reading = self._readings.get((id(node), tenant))
+        if reading is not None and reading.node is node and reading.settings is self.settings:
+            return reading
+        reading = _Reading(node, self.settings, self.store(node, tenant), tuple(node.keys.values()), tuple(node.keys), tuple(f.name for f in node.features), self.ttl(node))
+        return keep(self._readings, (id(node), tenant), reading, MAX_READINGS)
+
     async def _call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], timeout_s: float) -> Looked:
-        refused = self.refusal(node, tenant)
+        refused = self.refusal(node, tenant)  # every call, as the settings say now
         if refused is not None:
             raise Forbidden(refused, field="policy")
+        reading = self._reading(node, tenant)
         every, together = keys_of(node, arrays)
-        store = self.store(node, tenant)
+        store = reading.store
         event_time = node.reads[3]
-        types = tuple(_TYPES[arrays[name].dtype.kind] for name in node.keys.values())
-        ttl = self.ttl(node) if self.cache is not None else 0.0
+        inputs = reading.inputs
+        types = _ONE_TYPE[arrays[inputs[0]].dtype.kind] if len(inputs) == 1 else tuple(_TYPES[arrays[name].dtype.kind] for name in inputs)
+        ttl = reading.ttl
         cache = self.cache if ttl > 0 and len(every) else None
         held = store.rows(node, together, types) if isinstance(store, SqliteStore) and len(every) else None
         if held is not None:  # a SQLite table held in memory, current: no store call, no cache needed
@@ -274,7 +304,7 @@ class LookupSteps:
             if not keys:
                 found = Found.of([f.name for f in node.features])
             elif not store.concurrent and len(wanted) <= store.max_keys:  # one call, here: no coroutine (`_fetch`)
-                found = store.get_many(node.table, list(node.keys), wanted, [f.name for f in node.features], event_time, types)
+                found = store.get_many(node.table, reading.key_names, wanted, reading.features, event_time, types)
             else:
                 found = await self._fetch(node, store, wanted, types, event_time, timeout_s)
             out = dict(arrays)
