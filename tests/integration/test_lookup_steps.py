@@ -248,6 +248,16 @@ def test_a_missing_entity_without_a_default_is_a_422_naming_the_key(world: World
     assert "feature 'chargebacks'" in null["error"] and "customer_id='c4'" in null["error"]
 
 
+@pytest.mark.parametrize("key", [None, {"a": 1}, ["c1"], 1.5, True])
+def test_a_key_that_is_no_entity_is_a_400_naming_the_input(world: World, key: Any) -> None:
+    """A null key names no entity (and none named "None"), nor does an object, a list, a
+    fraction or a boolean: refused, never looked up as their text, defaults or not."""
+    assert world.save("fraud", fraud()).status_code in (200, 201)
+    r = world.predict("fraud", [("c1", 1.0), (key, 2.0)])
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["field"] == "inputs.customer", r.text
+
+
 def test_stale_records_count_as_missing_and_event_times_come_back_on_request(world: World) -> None:
     check_staleness_and_event_times(world, fraud)
 

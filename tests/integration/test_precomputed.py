@@ -320,3 +320,37 @@ def test_each_row_is_its_stored_answer_while_fresh_else_live(demo: Container, ac
     assert answer.source == (sources[0] if len(set(sources)) == 1 else sources)  # one word where all rows agree
     expected = [value + 1000 if f else value for value, f in zip(live, fresh, strict=True)]
     np.testing.assert_allclose(answer.result.outputs["variable"][:, 0], expected, rtol=1e-6)
+
+
+def test_an_entity_key_is_never_cut_short(recs: Container, acme: Principal, tmp_path: Path) -> None:
+    """Two keys alike in their first 1,000 characters are two entities; a key longer than
+    1,024 bytes (UTF-8, so 300 four-byte characters are) has no stored answer: its row fails
+    alone when published and is answered live when asked, as an empty key is."""
+    _, key = recs.keys.create("acme", ["predict"])
+    client = TestClient(create_app(recs))
+    alice, bob, long, emoji = "u" * 1000 + "-alice", "u" * 1000 + "-bob", "u" * 1025, "\N{GRINNING FACE}" * 300
+    job = run_job(recs, acme, users_csv(tmp_path / "long.csv", [alice, long, emoji, "u1"], 0.01), deployment="diabetes", key_columns=["user"], publish={"table": "recs", "key": "user"})
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 2, 2)
+    assert all("longer than 1024 bytes" in e["reason"] for e in read_errors(job))
+    assert [ask(client, key, u)["source"] for u in (alice, bob, long, "u1")] == ["precomputed", "live", "live", "precomputed"]
+
+
+def test_a_replaced_generation_is_served_while_a_container_may_still_point_at_it(tmp_path: Path) -> None:
+    """Locally a job's success does not take the answers it replaced from under a container
+    that read the table's publication before it: they expire a minute later, then go with the
+    next publication."""
+    from sluice.registry.precomputed.sqlite import RETIRED_KEPT_S, SqlitePrecomputed
+
+    store = SqlitePrecomputed(tmp_path / "precomputed.db")
+    now = time.time()
+    for generation, body in (("g1", b"one"), ("g2", b"two")):
+        store.put_answers("acme", "recs", generation, [("u1", body)], computed_at=now, expires_at=now + 86400)
+        store.publish("acme", "recs", Publication(generation, generation, "diabetes", [], published_at=now, made_at=now), expires_at=now + 86400)
+    store.retire("acme", "recs", "g1", now=now)
+    assert store.publication("acme", "recs", now=now).generation == "g2"  # type: ignore[union-attr]
+    assert store.get_answers("acme", "recs", "g1", ["u1"], now=now + RETIRED_KEPT_S - 1)["u1"].body == b"one"
+    assert store.get_answers("acme", "recs", "g1", ["u1"], now=now + RETIRED_KEPT_S) == {}
+    later = now + RETIRED_KEPT_S + 1
+    store.publish("acme", "recs", Publication("g3", "g3", "diabetes", [], published_at=later, made_at=later), expires_at=later + 86400)
+    left = store._conn().execute("SELECT generation FROM answers WHERE tenant = 'acme' AND tbl = 'recs'").fetchall()
+    assert left == [("g2",)]  # g1 removed with the expired rows; g3 wrote none

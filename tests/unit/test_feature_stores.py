@@ -217,3 +217,47 @@ def test_a_feast_repository_that_is_not_there_or_an_sdk_that_is_not_installed(mo
     monkeypatch.setitem(sys.modules, "feast", None)  # as where it is not installed: importing it fails
     with pytest.raises(BackendError, match=r"pip install 'sluice\[feast\]'"):
         FeastStore(str(REPO / "examples" / "features" / "feast")).get_many("customer_features", ["customer_id"], [("c-1",)], ["avg_amount_30d"], "")
+
+
+def test_a_sqlite_features_file_is_read_as_it_is_now(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A column added after the table was first read is found by the lookup that names it; a
+    file replaced by another (moved into place) is read from the path's next look, held table
+    and all, and a file removed answers 503."""
+    import os
+    import sqlite3
+
+    from sluice.runtimes import feature_stores
+
+    def make(path: Any, avg: float) -> None:
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE customers (customer_id TEXT PRIMARY KEY, avg_amount REAL)")
+            db.executemany("INSERT INTO customers VALUES (?, ?)", [(f"c{i}", avg + i) for i in range(5)])
+        db.close()
+
+    make(tmp_path / "acme.db", 100.0)
+    steps = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db"), lookup_sqlite_hold_rows=10), mode="local")
+    avg = Lookup(store="sqlite", table="customers", keys={"customer_id": "customer"}, features=[{"name": "avg_amount", "datatype": "FP64"}])
+    risk = Lookup(store="sqlite", table="customers", keys={"customer_id": "customer"}, features=[{"name": "risk", "datatype": "FP64", "default": -1.0}])
+    arrays = {"customer": np.array(["c1", "c3"], dtype=object)}
+
+    def looked(node: Lookup, name: str) -> list[float]:
+        return run(steps.call(node, "acme", arrays, timeout_s=5))[0][name].tolist()  # type: ignore[no-any-return]
+
+    assert looked(avg, "avg_amount") == [101.0, 103.0] and looked(risk, "risk") == [-1.0, -1.0]  # no such column yet: the default
+    with sqlite3.connect(tmp_path / "acme.db") as db:
+        db.execute("ALTER TABLE customers ADD COLUMN risk REAL")
+        db.execute("UPDATE customers SET risk = 7.5")
+    db.close()
+    assert looked(risk, "risk") == [7.5, 7.5]
+    every = {"customer": np.array([f"c{i}" for i in range(5)], dtype=object)}
+    for _ in range(210):  # the table asked for its first 1,024 keys, more than its rows: held in memory
+        run(steps.call(avg, "acme", every, timeout_s=5))
+    out, calls = run(steps.call(avg, "acme", arrays, timeout_s=5))
+    assert calls == 0 and out["avg_amount"].tolist() == [101.0, 103.0]
+    make(tmp_path / "new.db", 900.0)
+    os.replace(tmp_path / "new.db", tmp_path / "acme.db")
+    monkeypatch.setattr(feature_stores, "FILE_CHECK_S", 0.0)  # the path looked at on every call
+    assert looked(avg, "avg_amount") == [901.0, 903.0]
+    os.remove(tmp_path / "acme.db")
+    with pytest.raises(Unavailable, match="features file"):
+        looked(avg, "avg_amount")

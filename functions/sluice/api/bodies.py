@@ -21,6 +21,7 @@ from sluice.api.encoding import (
 )
 from sluice.api.errors import error_response
 from sluice.domain.errors import PayloadTooLarge, SluiceError
+from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -131,7 +132,10 @@ def _inflater(scope: Scope, coding: str, limit: int) -> Inflater:
 
 def _over(declared: str | None, limit: int) -> bool:
     """Whether a declared Content-Length says the body is over `limit` (or says nothing readable)."""
-    return declared is not None and (not declared.isdigit() or int(declared) > limit)
+    if declared is None:
+        return False
+    length = decimal(declared)
+    return length is None or length > limit
 
 
 def content_length(scope: Scope) -> str | None:

@@ -263,6 +263,20 @@ def parse_body(model: type[M], raw: bytes) -> M:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from None
 
 
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")  # visible ASCII, less the escape
+
+
+def id_header(rid: str) -> str:
+    """A request id as its `x-request-id` header's value: as it is where it is visible ASCII
+    (what ids are), else percent-encoded (UTF-8), so that no id a caller gives can end the
+    header or the response (CR, LF, NUL) or be refused by the server (beyond latin-1)."""
+    if rid.isascii() and rid.isprintable() and " " not in rid and "%" not in rid:
+        return rid
+    from urllib.parse import quote
+
+    return quote(rid, safe=_HEADER_SAFE)
+
+
 def request_id(scope: Scope, headers: Headers, given: str | None = None) -> str:
     """The caller's id if it sent one, else API Gateway's, else a fresh one."""
     if given:

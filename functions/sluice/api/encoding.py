@@ -157,11 +157,60 @@ def inflating(receive: Receive, inflater: Inflater) -> Receive:
 
 
 def accepts_gzip(scope: Scope) -> bool:
-    """Whether the client accepts a gzipped response (read as `GZipMiddleware` reads it)."""
-    for name, value in scope["headers"]:
-        if name == b"accept-encoding":
-            return b"gzip" in value
-    return False
+    """Whether the client accepts a gzipped response: its `Accept-Encoding` headers (all of
+    them, as one list) read as RFC 9110 reads them (`gzip_accepted`)."""
+    values = [value for name, value in scope["headers"] if name == b"accept-encoding"]
+    if not values:
+        return False
+    joined = values[0] if len(values) == 1 else b",".join(values)
+    found = _ACCEPTS.get(joined)
+    if found is None:
+        found = gzip_accepted(joined.decode("latin-1"))
+        if len(_ACCEPTS) >= MAX_ACCEPTS:
+            _ACCEPTS.clear()
+        _ACCEPTS[joined] = found
+    return found
+
+
+def gzip_accepted(value: str) -> bool:
+    """Whether an `Accept-Encoding` value accepts gzip (RFC 9110 §12.5.3): `gzip` (or its
+    alias `x-gzip`) named with a weight above 0, or, where neither is named, `*` with one.
+    `q=0` refuses; a member whose weight is not a number from 0 to 1 counts for nothing."""
+    named: float | None = None
+    anything: float | None = None
+    for member in value.split(","):
+        coding, *params = (part.strip() for part in member.split(";"))
+        coding = coding.lower()
+        if coding not in ("gzip", "x-gzip", "*"):
+            continue
+        weight = 1.0
+        for param in params:
+            key, _, given = param.partition("=")
+            if key.strip().lower() == "q":
+                weight = _weight(given.strip())
+        if weight < 0:
+            continue
+        if coding == "*":
+            anything = weight if anything is None else max(anything, weight)
+        else:
+            named = weight if named is None else max(named, weight)
+    if named is not None:
+        return named > 0
+    return anything is not None and anything > 0
+
+
+def _weight(text: str) -> float:
+    """A `q` value (`0`, `0.5`, `1.000`: at most three decimals), or -1 where it is not one."""
+    if not text or len(text) > 5 or not text.isascii() or text[0] not in "01" or (len(text) > 1 and text[1] != "."):
+        return -1.0
+    if not all(c.isdigit() for c in text[2:]):
+        return -1.0
+    weight = float(text)
+    return weight if weight <= 1 else -1.0
+
+
+_ACCEPTS: dict[bytes, bool] = {}  # what each Accept-Encoding value said (clients send a handful)
+MAX_ACCEPTS = 256
 
 
 def gzipping(app: ASGIApp) -> ASGIApp:

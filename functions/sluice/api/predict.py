@@ -15,7 +15,7 @@ import orjson
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from sluice.api.deps import request_id
+from sluice.api.deps import id_header, request_id
 from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
 from sluice.api.responses import JSONResponse, errors
@@ -46,14 +46,14 @@ def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONRes
     # Statistics are flushed after the response is sent, when one is due.
     service = container.predictions
     background = BackgroundTask(service.flush_stats_if_due) if service.stats_due() else None
-    return JSONResponse(content, headers={"x-request-id": rid}, background=background)
+    return JSONResponse(content, headers={"x-request-id": id_header(rid)}, background=background)
 
 
 def _kept(container: Container, principal: Principal, prediction: Prediction, body: bytes, media_type: str, rid: str) -> JSONResponse:
     """An answer too large to send, kept as a result: 303 to it."""
     version = prediction.answer.version
     kept = container.results.keep(principal.tenant, model=version.model, version=version.version, body=body, content_type=media_type)
-    return JSONResponse(kept, status_code=303, headers={"Location": kept["result"], "x-request-id": rid})
+    return JSONResponse(kept, status_code=303, headers={"Location": kept["result"], "x-request-id": id_header(rid)})
 
 
 def _too_large(container: Container, size: int, binary: bool) -> bool:
@@ -156,7 +156,7 @@ def _respond_binary(container: Container, content: dict[str, Any], which: set[st
     return Response(
         header + b"".join(tail),
         media_type="application/octet-stream",
-        headers={"x-request-id": rid, "inference-header-content-length": str(len(header))},
+        headers={"x-request-id": id_header(rid), "inference-header-content-length": str(len(header))},
         background=background,
     )
 

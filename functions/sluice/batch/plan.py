@@ -208,8 +208,16 @@ def _plan_parquet(uri: str, stat: Stat, files: FileStore, chunk_rows: int) -> tu
         except (pa.ArrowInvalid, OSError):
             raise InvalidInput(f"{uri} is not a Parquet file", field="input_uri") from None
     columns = list(metadata.schema.to_arrow_schema().names)
+    _once_each(columns, f"the Parquet file {uri}")
     sizes = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
     return columns, row_ranges(sizes, chunk_rows)
+
+
+def _once_each(names: list[str], what: str) -> None:
+    """Refuse an input that names a column twice: which one a feature reads could not be told."""
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidInput(f"{what} names a column twice: {twice}", field="input_uri")
 
 
 def row_ranges(group_rows: list[int], target: int) -> list[Chunk]:
@@ -316,9 +324,7 @@ def _csv_header(record: bytes) -> list[str]:
     except pa.ArrowInvalid:
         raise InvalidInput("the first line of the CSV is not a header row", field="input_uri") from None
     names = [str(n).strip() for n in names]  # "id, bmi" names 'bmi', not ' bmi'
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise InvalidInput(f"the CSV header names a column twice: {twice}", field="input_uri")
+    _once_each(names, "the CSV header")
     return names
 
 

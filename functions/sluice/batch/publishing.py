@@ -25,7 +25,7 @@ import numpy as np
 from sluice.codecs.stored_rows import encode_rows
 from sluice.domain import now
 from sluice.domain.errors import BadRequest, Unavailable
-from sluice.domain.precomputed import entity_of
+from sluice.domain.precomputed import MAX_ENTITY_BYTES, entity_of
 from sluice.observability import get_logger
 from sluice.registry.precomputed import Publication, Superseded
 
@@ -68,7 +68,7 @@ class Publishing:
         values = table.column(self.key).to_pylist() if self.key in table.column_names else [None] * table.num_rows
         found[:] = [entity_of(v) for v in values]
         missing = np.flatnonzero(np.equal(found, None) & np.equal(reasons, None))
-        reasons[missing] = f"publish key column '{self.key}' is empty on this row: it cannot be published"
+        reasons[missing] = f"publish key column '{self.key}' is empty on this row, or longer than {MAX_ENTITY_BYTES} bytes (UTF-8): it cannot be published"
         return found
 
     def collect(self, entities: np.ndarray, answer: Answer) -> list[tuple[str, bytes]]:

@@ -40,6 +40,8 @@ class PartWriter:
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if self.format == "csv":
+            table = _csv_ready(table)
         if self._schema is None:
             self._open(table.schema)
         elif table.schema != self._schema:
@@ -86,6 +88,20 @@ class PartWriter:
         if self._file is not None:
             self._file.close()
         return self.rows
+
+
+def _csv_ready(table: pa.Table) -> pa.Table:
+    """`table` with each column a CSV cannot hold (a list, a struct, a map: a key column read
+    so from Parquet) written as its values' JSON text."""
+    import json
+
+    import pyarrow as pa
+
+    for i, field in enumerate(table.schema):
+        if pa.types.is_nested(field.type):
+            text = pa.array([None if v is None else json.dumps(v, default=str, separators=(",", ":")) for v in table.column(i).to_pylist()], pa.string())
+            table = table.set_column(i, pa.field(field.name, pa.string()), text)
+    return table
 
 
 class ErrorWriter:

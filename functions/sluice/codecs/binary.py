@@ -20,6 +20,7 @@ import numpy as np
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -30,9 +31,9 @@ _LENGTH = struct.Struct("<I")
 
 def split_body(raw: bytes, declared: str) -> tuple[bytes, memoryview]:
     """The JSON header and the binary tail of a body whose header length is `declared`."""
-    if not declared.isdigit():
+    length = decimal(declared)
+    if length is None:
         raise BadRequest("Inference-Header-Content-Length must be a non-negative integer", field=HEADER)
-    length = int(declared)
     if length > len(raw):
         raise BadRequest(
             f"Inference-Header-Content-Length is {length} but the body has {len(raw)} bytes", field=HEADER
@@ -106,6 +107,8 @@ def aligned(array: np.ndarray) -> np.ndarray:
 
 
 def _strings(name: str, chunk: memoryview, count: int, *, field: str) -> np.ndarray:
+    if count * _LENGTH.size > len(chunk):  # each element takes its length's 4 bytes: nothing made for a shape the bytes cannot hold
+        raise InvalidInput(f"BYTES input '{name}' of {count} elements needs at least {count * _LENGTH.size} bytes; it has {len(chunk)}", field=field)
     out = np.empty(count, dtype=object)
     at, end = 0, len(chunk)
     for i in range(count):
@@ -138,14 +141,24 @@ def to_bytes(array: np.ndarray | list[Any]) -> bytes:
     return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
 
 
+def _flag(value: Any, field: str, unset: bool | None = False) -> bool | None:
+    """A boolean parameter: JSON true or false (`unset` where absent); anything else, such as
+    the text "false" (which would read as true), is refused naming it."""
+    if value is None:
+        return unset
+    if type(value) is not bool:
+        raise BadRequest(f"{field.rpartition('.')[2]} is true or false, not {value!r:.40}", field=field)
+    return value
+
+
 def binary_outputs(parameters: dict[str, Any] | None, outputs: Iterable[Any] | None) -> set[str] | bool:
     """Which outputs a request wants in binary: True for all of them, else a set of names
     (empty for none). A requested output's own `binary_data` overrides `binary_data_output`."""
-    every = bool((parameters or {}).get("binary_data_output"))
+    every = _flag((parameters or {}).get("binary_data_output"), "parameters.binary_data_output")
     named: set[str] = set()
     off: set[str] = set()
     for out in outputs or ():
-        flag = (out.parameters or {}).get("binary_data")
+        flag = _flag((out.parameters or {}).get("binary_data"), f"outputs.{out.name}.parameters.binary_data", unset=None)
         if flag is None:
             if every:
                 named.add(out.name)

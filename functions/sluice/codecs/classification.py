@@ -12,6 +12,7 @@ the output: never the raw tensor with a 200."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,7 +54,7 @@ def classify(name: str, array: np.ndarray, k: int, labels: Sequence[Any] | None 
             f"output '{name}' is not numeric ({array.dtype}): classification needs scores to rank",
             field=f"outputs.{name}.parameters.classification",
         )
-    rows = array.reshape(array.shape[0], -1) if array.ndim >= 2 else array.reshape(1, -1)
+    rows = array.reshape(array.shape[0], math.prod(array.shape[1:])) if array.ndim >= 2 else array.reshape(1, -1)  # `-1` cannot size a row of an empty batch
     k = min(k, rows.shape[1])
     # Best first, the lower index first among equals (a stable sort of the negated scores).
     order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]

@@ -65,6 +65,8 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
 
 
 def deserialize_bytes_tensor(data: bytes, count: int) -> np.ndarray:
+    if count * _LENGTH.size > len(data):  # each element takes its length's 4 bytes: nothing made for a shape the bytes cannot hold
+        raise BackendError("a BYTES output is shorter than its element count")
     out = np.empty(count, dtype=object)
     offset = 0
     for i in range(count):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sluice.domain.errors import BadRequest, NotFound, SluiceError, Unprocessable
+from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,7 +156,7 @@ def _version(client: Any, uri: str, name: str, version: str | None, alias: str |
         if not found:
             raise NotFound(f"{uri}: registered model {name!r} has no versions (or does not exist)", field="file")
         return found[0]
-    if not str(version).isdigit():
+    if decimal(str(version)) is None:
         raise BadRequest(f"{uri}: a version is a number or latest (or use models:/{name}@ALIAS)", field="file")
     return client.get_model_version(name, version)
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 TABLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 KEY_PATTERN = r"^(routing_key|headers\.[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}|inputs\.[^\s]{1,128})$"
-MAX_ENTITY_CHARS = 512  # a DynamoDB partition key holds 2048 bytes; the table's prefix takes some
+MAX_ENTITY_BYTES = 1024  # UTF-8: a DynamoDB partition key holds 2048 bytes; the tenant's and the table's prefix take up to 134
 MAX_AGE_S = 366 * 86400.0
 
 
@@ -75,13 +75,17 @@ class Precomputed(ReadsRequest, Part):
 def entity_of(value: Any) -> str | None:
     """An entity key as the table stores it: a string as it is, a whole number without a
     fraction (`7`, `7.0` and `"7"` are one entity), bytes as UTF-8; None for a missing one
-    (null, NaN, an empty string), which no stored answer can have."""
+    (null, NaN, an empty string) or one longer than `MAX_ENTITY_BYTES` in UTF-8, which no
+    stored answer can have (never cut short: two keys alike in their first bytes are two
+    entities)."""
     if value is None:
         return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     if isinstance(value, str):
-        return value[:MAX_ENTITY_CHARS] if value else None
+        if not value or (len(value) * 4 > MAX_ENTITY_BYTES and len(value.encode("utf-8", "surrogatepass")) > MAX_ENTITY_BYTES):
+            return None
+        return value
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):

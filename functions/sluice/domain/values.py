@@ -59,6 +59,13 @@ class Refused(ValueError):
     """Why a value is not what its field takes (the message without the field's name)."""
 
 
+def decimal(text: str, *, most: int = 18) -> int | None:
+    """The count `text` writes in ASCII digits alone, at most `most` of them (a byte count,
+    a header's length, a size parameter); None for anything else. `str.isdigit` also takes
+    `²` and `٣`, which `int` then refuses (or reads): every such count is read here."""
+    return int(text) if len(text) <= most and text.isascii() and text.isdigit() else None
+
+
 def shown(value: Any) -> str:
     """A value as the client wrote it, short: for messages."""
     if isinstance(value, bool):

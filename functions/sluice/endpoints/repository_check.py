@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sluice.domain.errors import InvalidInput
+from sluice.domain.values import decimal
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -105,7 +106,7 @@ def validate_repository_tarball(data: bytes | Path, default_model: str | None = 
                     raise InvalidInput(f"{path} is larger than 1 MiB", field="repository")
                 handle = tar.extractfile(member)
                 configs[top] = handle.read().decode("utf-8", errors="replace") if handle else ""
-            elif second.isdigit() and (len(path.parts) > 2 or member.isdir()):
+            elif decimal(second) is not None and (len(path.parts) > 2 or member.isdir()):
                 versions.setdefault(top, set()).add(second)
             elif len(path.parts) == 3 and path.parts[2] == "config.pbtxt":
                 wrapped.add(top)

@@ -361,6 +361,8 @@ class PredictionService:
 
     def _check_variant(self, node: Node, variant: str) -> None:
         names = {v.name for n in walk(node) if n.kind == "split" for v in n.variants}  # type: ignore[union-attr]
+        if type(variant) is not str:  # a v2 parameter can be any JSON value
+            raise BadRequest(f"variant names one of the deployment's variants ({sorted(names) or 'it has none'}): a string, not {type(variant).__name__}", field="variant")
         if variant not in names:
             raise BadRequest(
                 f"no variant '{variant}' in this deployment; it has {sorted(names) or 'none'}", field="variant"

@@ -22,6 +22,7 @@ from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
 from sluice.domain.uploads import OCTET_STREAM, UPLOAD_ID, Upload
+from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -51,8 +52,8 @@ def stored_type(content_type: str, header_size: int | None) -> tuple[str, int | 
         named = None
         for param in params.split(";"):
             key, _, value = param.partition("=")
-            if key.strip().lower() == HEADER_SIZE_PARAMETER and value.strip().isdigit():
-                named = int(value.strip())
+            if key.strip().lower() == HEADER_SIZE_PARAMETER and (size := decimal(value.strip())) is not None:
+                named = size
         if named is None or (header_size is not None and header_size != named):
             raise BadRequest(f"a binary+json content type names its {HEADER_SIZE_PARAMETER} (and header_size, if given, agrees)", field="content_type")
         header_size = named

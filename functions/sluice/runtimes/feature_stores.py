@@ -17,7 +17,10 @@ Values come back as the store holds them (numbers, strings, booleans; SageMaker'
 from __future__ import annotations
 
 import logging
+import math
+import os
 import sqlite3
+import stat
 import threading
 import time
 from itertools import chain
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _Plan = tuple[list[str], tuple[Any, ...], str, tuple[tuple[tuple[str, int | None], ...], int | None]]  # see `SqliteStore._plan`
 PLANS = 512  # SQLite questions whose SQL a store keeps, by shape (the table, the columns, the number of keys)
+FILE_CHECK_S = 1.0  # how often a SQLite store looks at its path again (a file replaced: opened anew)
 
 class FeatureStore(Protocol):
     max_keys: int  # the most keys one call takes
@@ -161,30 +165,60 @@ class SqliteStore(_Counted):
     concurrent = False
 
     def __init__(self, path: str, hold_rows: int = 0) -> None:
-        from sluice.runtimes.sqlite_held import Holding
-
         super().__init__()
         self.path = path
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._file: tuple[int, int] | None = None  # the (device, inode) opened
+        self._looked_at = -math.inf  # when the path was last looked at (monotonic seconds)
+        self._hold_rows = hold_rows
+        self._forget()
+
+    def _forget(self) -> None:
+        """Nothing kept of the file's tables: their columns, the questions' SQL, what is held."""
+        from sluice.runtimes.sqlite_held import Holding
+
         self._columns: dict[str, set[str]] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._specs: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # a held table's spec, by what a lookup reads (`rows`)
-        self._holding = Holding(hold_rows)
+        self._holding = Holding(self._hold_rows)
 
     def _connection(self) -> sqlite3.Connection:
-        if self._db is None:
+        """The file's connection. The path is looked at again at most every `FILE_CHECK_S`: a
+        file replaced since it was opened (another inode: a feature pipeline's new file moved
+        into place) is opened anew and nothing kept of the old one is used; a file gone is a
+        503, as one never there. Changes made to the file itself are SQLite's to tell
+        (`data_version`, the schema): seen at once."""
+        now = time.monotonic()
+        if self._db is not None and now - self._looked_at < FILE_CHECK_S:
+            return self._db
+        try:
+            found = os.stat(self.path)
+            where = (found.st_dev, found.st_ino) if stat.S_ISREG(found.st_mode) else None
+        except OSError:
+            where = None
+        if where != self._file or self._db is None:
+            if self._db is not None:
+                self._db.close()
+                self._db, self._file = None, None
+                self._forget()
+            if where is None:
+                raise Unavailable(f"the features file for SQLite lookups is not there ({os.path.basename(self.path)})")
             from pathlib import Path
 
-            if not Path(self.path).is_file():
-                raise Unavailable(f"the features file for SQLite lookups is not there ({Path(self.path).name})")
             self._db = sqlite3.connect(f"{Path(self.path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self._file = where  # looked at before it was opened: a file replaced in between is found at the next look
+        self._looked_at = now
         return self._db
 
     def _read(self, db: sqlite3.Connection, table: str, key_names: Sequence[str], features: Sequence[str], event_time: str) -> list[str]:
-        """The table's columns a question reads (a column not there: a missing feature)."""
+        """The table's columns a question reads (a column not there: a missing feature). The
+        columns are kept once read, and read again where a question names one they lack (a
+        column added since); a question that reads one no longer there fails, and `get_many`
+        then forgets them."""
+        wanted = [c for c in dict.fromkeys((*features, event_time)) if c]
         columns = self._columns.get(table)
-        if columns is None:
+        if columns is None or not columns.issuperset(wanted):
             columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
             if not columns:  # not kept: the table may be made later
                 raise BackendError(f"the features file has no table '{table}'")
@@ -192,7 +226,7 @@ class SqliteStore(_Counted):
         missing = [k for k in key_names if k not in columns]
         if missing:
             raise BackendError(f"table '{table}' has no key column '{missing[0]}'")
-        return [c for c in dict.fromkeys((*features, event_time)) if c in columns]
+        return [c for c in wanted if c in columns]
 
     def rows(self, node: Lookup, together: list[Any], key_types: Sequence[str]) -> Values | None:
         """Each row's values straight from the table held in memory (no store call), where it
@@ -205,9 +239,12 @@ class SqliteStore(_Counted):
                 db = self._connection()
                 asked = (node.reads, tuple(key_types))
                 spec = self._specs.get(asked)
-                if spec is None:  # kept once `_read` has passed, as `_plan`'s
-                    read = self._read(db, node.table, list(node.keys), [f.name for f in node.features], event_time)
-                    spec = keep(self._specs, asked, (node.table, tuple(node.keys), tuple(read), asked[1]), PLANS)
+                if spec is None:  # kept once `_read` has passed and found every column, as `_plan`'s
+                    features = [f.name for f in node.features]
+                    read = self._read(db, node.table, list(node.keys), features, event_time)
+                    spec = (node.table, tuple(node.keys), tuple(read), asked[1])
+                    if len(read) == len([c for c in dict.fromkeys((*features, event_time)) if c]):
+                        keep(self._specs, asked, spec, PLANS)
                 held = self._holding.current(db, spec)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
                 return None
@@ -233,7 +270,8 @@ class SqliteStore(_Counted):
             at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
             places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
             plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
-            keep(self._plans, shape, plan, PLANS)  # a batch job's chunks ask for many counts of keys
+            if len(read) == len([c for c in dict.fromkeys((*features, event_time)) if c]):  # a column missing: asked again, it may be added
+                keep(self._plans, shape, plan, PLANS)  # a batch job's chunks ask for many counts of keys
         return plan
 
     def get_many(
@@ -258,6 +296,7 @@ class SqliteStore(_Counted):
             except SluiceError:
                 raise
             except sqlite3.Error as exc:
+                self._forget()  # a column or a table gone since it was read: read again next time
                 log.warning("lookup: SQLite failed", extra={"table": table, "error": str(exc)[:500]})
                 raise BackendError(f"reading table '{table}' of the features file failed ({type(exc).__name__})") from None
         if not rows:

@@ -80,7 +80,7 @@ def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, li
         if flat.dtype.kind in "OUS":
             values = flat.tolist()
             if set(map(type, values)) != {str}:
-                values = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+                values = [_key_text(v, name, key, i) for i, v in enumerate(values)]
             elif flat.dtype.kind == "O":
                 every = flat  # the rows' own strings: no copy
         elif flat.dtype.kind in "iu":
@@ -92,6 +92,22 @@ def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, li
     if every is None or len(columns) > 1:
         every = np.fromiter(together, dtype=object, count=rows)
     return every, together
+
+
+def _key_text(value: Any, name: str, key: str, row: int) -> str:
+    """A text key's value as text: a string, bytes in UTF-8, or a whole number as its digits; a
+    null (no entity) or any other value is refused naming the input and the row."""
+    if type(value) is str:
+        return value
+    if type(value) is bytes:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    elif type(value) is int or (isinstance(value, np.integer) and not isinstance(value, np.bool_)):
+        return str(value)
+    what = "null: no entity" if value is None else f"{type(value).__name__} {str(value)[:40]!r}, not a string"
+    raise InvalidInput(f"input '{name}' holds lookup key '{key}': row {row} is {what}", field=f"inputs.{name}")
 
 
 def distinct(every: np.ndarray, together: list[Any], hashes: np.ndarray | None = None) -> Entities:

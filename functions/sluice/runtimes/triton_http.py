@@ -25,6 +25,7 @@ import orjson
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.triton import decode_response, encode_request
 from sluice.domain.errors import BackendError
+from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,9 +156,9 @@ class HttpTransport:
             declared = response.headers.get(HEADER_LENGTH)
         header_size = None
         if declared is not None:
-            if not declared.isdigit():
+            header_size = decimal(declared)
+            if header_size is None:
                 raise BackendError(f"the Triton server answered {HEADER_LENGTH}: {declared[:40]!r}, not a byte count")
-            header_size = int(declared)
         return HttpAnswer(decode_response(answer, header_size=header_size, copy=False, dtypes=self._wire_dtypes(answer, header_size)))
 
     def _wire_dtypes(self, answer: bytes, header_size: int | None) -> dict[str, np.dtype]:

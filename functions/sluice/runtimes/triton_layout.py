@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import BackendError, BadRequest
 from sluice.domain.origins import parse_origin
-from sluice.domain.values import parse_version
+from sluice.domain.values import decimal, parse_version
 from sluice.runtimes.base import required_text
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class ModelLayout:
 def _ints(value: Any) -> Any:
     # protobuf's JSON writes int64 as strings: dims "8" are the number 8.
     if isinstance(value, list):
-        return [int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else v for v in value]
+        return [int(v) if isinstance(v, str) and decimal(v.removeprefix("-")) is not None else v for v in value]
     return value
 
 
@@ -145,8 +145,8 @@ def json_config(answer: Any) -> Any:
     if not isinstance(answer, dict):
         return answer
     out = dict(answer)
-    if isinstance(out.get("max_batch_size"), str) and out["max_batch_size"].isdigit():
-        out["max_batch_size"] = int(out["max_batch_size"])
+    if isinstance(out.get("max_batch_size"), str) and (size := decimal(out["max_batch_size"])) is not None:
+        out["max_batch_size"] = size
     for side in ("input", "output"):
         if isinstance(out.get(side), list):
             out[side] = [_tensor_ints(t) for t in out[side]]

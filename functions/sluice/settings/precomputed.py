@@ -28,9 +28,10 @@ class PrecomputedSettings(Group):
     precomputed_publication_ttl_s: float = Field(
         default=5.0,
         ge=0,
+        le=60,  # a replaced generation's answers are kept a minute locally (`SqlitePrecomputed.retire`)
         description=(
             "How long a container keeps a table's publication (which job's answers it serves): a job's answers "
-            "are served within this long of its success. 0 reads it on every request (one more store call)."
+            "are served within this long of its success, at most 60 s. 0 reads it on every request (one more store call)."
         ),
     )
     @field_validator("precomputed_table")

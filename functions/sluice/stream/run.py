@@ -22,11 +22,17 @@ NOT_WRITTEN = "the output could not be written"
 
 async def process(scorer: StreamScorer, records: Sequence[StreamRecord], sink: Sink) -> list[Outcome]:
     """Every record ends as an output written to `sink` (a prediction or an error record) or
-    as a retry (`outcome.retry` says why)."""
+    as a retry (`outcome.retry` says why). Order is held before the write (nothing after a
+    record that will be retried is written) and again after it: a record the destination
+    refused is retried, and so are the later records of its order group, already written in
+    the same call (the destination sees them again after it: at least once)."""
     with gc_paused():
         outcomes = await scorer.score(records)
         hold_order(records, outcomes)
         outputs = [(i, o.output) for i, o in enumerate(outcomes) if o.retry is None and o.output is not None]
-        for index in sink.write(records, outputs):
+        refused = sink.write(records, outputs)
+        for index in refused:
             outcomes[index].output, outcomes[index].retry = None, NOT_WRITTEN
+        if refused:
+            hold_order(records, outcomes)
         return outcomes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from sluice.types.base import OpenWireModel, WireModel
 
@@ -36,7 +36,7 @@ class MetadataModelResponse(WireModel):
 
 class RequestInput(OpenWireModel):
     name: str
-    shape: list[int]
+    shape: list[StrictInt]  # JSON integers: `true` is not 1, "4" not 4
     datatype: str
     parameters: Parameters | None = None
     # Any: values are checked and converted in one NumPy call, not one pydantic call each.
@@ -50,7 +50,7 @@ class RequestOutput(OpenWireModel):
 
 
 class InferenceRequest(OpenWireModel):
-    id: str | None = None
+    id: str | None = Field(None, max_length=128)  # as simple JSON's request_id
     parameters: Parameters | None = None
     inputs: list[RequestInput]
     outputs: list[RequestOutput] | None = None

@@ -274,6 +274,30 @@ def test_json_lines_keys_may_be_numbers_or_text_and_stay_text(batch: Container, 
     assert again.status == "SUCCEEDED" and read_parts(again).column("id").to_pylist() == [str(i) for i in range(50)]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_feature_that_is_also_a_key_is_scored_in_every_format(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    rows: list[dict[str, Any]] = iris_rows(40)
+    job = run_job(batch, acme, write_input(tmp_path / f"in.{fmt}", rows), deployment="iris", key_columns=["sepal_length"])
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 40, 0), job.error
+    assert [float(v) for v in read_parts(job).column("sepal_length").to_pylist()] == [r["sepal_length"] for r in rows]
+
+
+def test_a_list_key_column_is_written_to_csv_as_its_json_text(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [{**r, "id": [str(i), f"r{i}"] if i % 4 else None} for i, r in enumerate(iris_rows(20))]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.list_(pa.string())), *((f, pa.float64()) for f in FEATURES)])), tmp_path / "in.parquet")
+    job = run_job(batch, acme, tmp_path / "in.parquet", deployment="iris", key_columns=["id"], output_format="csv")
+    assert (job.status, job.rows_out) == ("SUCCEEDED", 20), job.error
+    assert read_parts(job).column("id").to_pylist() == ["" if i % 4 == 0 else f'["{i}","r{i}"]' for i in range(20)]  # a null key: an empty field
+
+
+def test_a_parquet_file_naming_a_column_twice_fails_at_planning(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    columns = [pa.array([1.0, 2.0]) for _ in range(5)]
+    pq.write_table(pa.Table.from_arrays(columns, names=["sepal_length", *FEATURES]), tmp_path / "twice.parquet")
+    job = run_job(batch, acme, tmp_path / "twice.parquet", deployment="iris")
+    assert job.status == "FAILED" and job.rows_out == 0
+    assert "names a column twice: ['sepal_length']" in (job.error or ""), job.error
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_numbers_written_as_text_read_alike_in_csv_and_json_lines(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
     rows: list[dict[str, Any]] = iris_rows(12)

@@ -265,6 +265,37 @@ def test_a_tenant_cannot_be_reached_through_another_tenants_binding(aws: None, b
     assert _drain(sqs, url) == []
 
 
+def test_a_record_the_destination_refuses_is_retried_with_the_later_records_of_its_shard(aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PutRecords refuses tx-1 once (throttling, as it answers per record): tx-1 and the records
+    after it on the shard are retried, so after Lambda delivers them again the last copy of
+    each record stands in the shard's order."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import KinesisSink
+
+    kinesis = boto3.client("kinesis", region_name=REGION)
+    kinesis.create_stream(StreamName="scores", ShardCount=1)
+    refuse = {"tx-1"}
+
+    class Throttled:
+        def put_records(self, Records: list[dict[str, Any]], **target: Any) -> dict[str, Any]:
+            kept = [r for r in Records if json.loads(r["Data"])["id"] not in refuse]
+            answers = iter(kinesis.put_records(Records=kept, **target)["Records"] if kept else [])
+            out = [{"ErrorCode": "ProvisionedThroughputExceededException"} if json.loads(r["Data"])["id"] in refuse else next(answers) for r in Records]
+            refuse.clear()
+            return {"FailedRecordCount": sum("ErrorCode" in a for a in out), "Records": out}
+
+    handle = bind({"kind": "kinesis", "target": "scores"})
+    monkeypatch.setattr(stream, "sink_for", lambda binding: KinesisSink(Throttled(), "scores"))
+    event = kinesis_event(rows(4))
+    failed = [f["itemIdentifier"] for f in handle(event)["batchItemFailures"]]
+    assert failed == [r["kinesis"]["sequenceNumber"] for r in event["Records"][1:]]  # tx-1 and every record after it
+    assert handle({"Records": event["Records"][1:]}) == {"batchItemFailures": []}  # Lambda resumes the shard at tx-1
+    shard = kinesis.describe_stream(StreamName="scores")["StreamDescription"]["Shards"][0]["ShardId"]
+    it = kinesis.get_shard_iterator(StreamName="scores", ShardId=shard, ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    got = [json.loads(r["Data"])["id"] for r in kinesis.get_records(ShardIterator=it)["Records"]]
+    assert got == ["tx-0", "tx-2", "tx-3", "tx-1", "tx-2", "tx-3"]  # at least once; the last copies in order
+
+
 def test_a_destination_that_refuses_writes_turns_into_retries(aws: None, bind: Bind) -> None:
     handle = bind({"kind": "s3", "target": "s3://no-such-bucket/x"})
     event = sqs_event(rows(4))

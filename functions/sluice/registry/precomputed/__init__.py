@@ -112,4 +112,5 @@ class PrecomputedStore(Protocol):
         nothing). False, and nothing changed, where another publication has replaced it since."""
 
     def retire(self, tenant: str, table: str, generation: str) -> None:
-        """Remove a replaced generation's answers (where the store does not let them expire)."""
+        """Remove a replaced generation's answers, once no container can still be serving them
+        (where the store does not let them expire)."""

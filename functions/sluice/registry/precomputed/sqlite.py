@@ -2,8 +2,8 @@
 (`precomputed.db`), so the registry's schema stays as it is. One statement reads a request's
 entities (in pieces of `MAX_GET`), one transaction writes a piece of a chunk; publishing is
 one transaction that points the table at the new generation (where no later job's stands) and
-removes every expired row; a generation replaced is removed once its replacement stands
-(`retire`)."""
+removes every expired row; a generation replaced expires a minute after its replacement stands
+(`retire`), so a container that still serves it finds its answers meanwhile."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,8 @@ from sluice.registry.sqlite.faults import STORAGE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+
+RETIRED_KEPT_S = 60.0  # how long a replaced generation's answers outlive its replacement (`retire`)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -144,12 +147,17 @@ class SqlitePrecomputed:
                 conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, put_back.to_json(), expires_at))
         return True
 
-    def retire(self, tenant: str, table: str, generation: str) -> None:
+    def retire(self, tenant: str, table: str, generation: str, *, now: float | None = None) -> None:
+        """The replaced generation's answers expire `RETIRED_KEPT_S` from now: a container that
+        read the publication before the new one stood keeps serving them that long (at most
+        `precomputed_publication_ttl_s`), rather than finding none and answering live; the next
+        publication of any table removes them, as every expired row."""
+        at = (time.time() if now is None else now) + RETIRED_KEPT_S
         with self._immediate() as conn:
             row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
             if row is not None and Publication.from_json(row[0]).generation == generation:
                 return  # served again (put back meanwhile): kept
-            conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, generation))
+            conn.execute("UPDATE answers SET expires_at = min(expires_at, ?) WHERE tenant = ? AND tbl = ? AND generation = ?", (at, tenant, table, generation))
 
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:

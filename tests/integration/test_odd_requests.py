@@ -1,0 +1,142 @@
+"""Requests nobody on the team would write, answered as a client can read them: a 4xx naming
+the field (never a 500, a dropped connection or an allocation the body cannot pay for), or the
+answer with every value the caller gave echoed as it gave it."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.api.encoding import gzip_accepted
+from sluice.domain.values import decimal
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+ROW = [5.1, 3.5, 1.4, 0.2]
+INFER = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROW}]}
+
+
+def _binary(client: TestClient, key: str, header: dict[str, Any], tail: bytes = b"", length: str | None = None) -> Any:
+    text = json.dumps(header).encode()
+    return client.post(
+        "/v2/models/iris/infer", content=text + tail,
+        headers={**auth(key), "Inference-Header-Content-Length": length if length is not None else str(len(text))},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", [[2**26], [2**40], [2**31, 2**31]])
+def test_a_bytes_shape_the_body_cannot_hold_is_refused_before_anything_is_made(client: TestClient, keys: dict[str, str], shape: list[int]) -> None:
+    header = {"inputs": [{"name": "input", "datatype": "BYTES", "shape": shape, "parameters": {"binary_data_size": 4}}]}
+    r = _binary(client, keys["acme"], header, tail=b"\x00\x00\x00\x00")
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inputs.input" and "needs at least" in r.json()["error"]
+
+
+@pytest.mark.parametrize("length", ["\N{SUPERSCRIPT TWO}", "\N{ARABIC-INDIC DIGIT THREE}", "-1", "+5", "1e3", " 12"])
+def test_a_header_length_that_is_not_ascii_digits_is_a_400(client: TestClient, keys: dict[str, str], length: str) -> None:
+    text = json.dumps(INFER).encode()
+    r = client.post("/v2/models/iris/infer", content=text, headers={**auth(keys["acme"]), "Inference-Header-Content-Length": length.encode("utf-8")})  # type: ignore[dict-item]
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "inference-header-content-length"
+
+
+@given(text=st.text())
+def test_a_count_is_ascii_digits_alone(text: str) -> None:
+    found = decimal(text)
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        assert found == int(text)
+    else:
+        assert found is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rid=st.text(min_size=1, max_size=128))
+def test_any_request_id_is_echoed_and_its_header_reads_back_to_it(client: TestClient, keys: dict[str, str], rid: str) -> None:
+    """Control characters, CR and LF, NUL, characters beyond latin-1: the body echoes the id as
+    given, and its `x-request-id` header is the id itself or, where it could not be a header
+    value, its percent-encoding (never a header that ends the response, never a 500)."""
+    v2 = client.post("/v2/models/iris/infer", json={**INFER, "id": rid}, headers=auth(keys["acme"]))
+    simple = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": [ROW], "request_id": rid}, headers=auth(keys["acme"]))
+    for r, echoed in ((v2, "id"), (simple, "request_id")):
+        assert r.status_code == 200, r.text
+        assert r.json()[echoed] == rid
+        header = r.headers["x-request-id"]
+        assert header.isascii() and header.isprintable() and " " not in header
+        assert unquote(header) == rid
+
+
+def test_a_request_id_past_128_characters_is_a_400_naming_it(client: TestClient, keys: dict[str, str]) -> None:
+    r = client.post("/v2/models/iris/infer", json={**INFER, "id": "x" * 129}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 422) and r.json()["field"] == "id", r.text
+
+
+MEMBERS = st.tuples(
+    st.sampled_from(["gzip", "GZip", "x-gzip", "*", "br", "deflate", "identity", "gzipped"]),
+    st.sampled_from([None, "0", "0.0", "0.000", "0.5", "1", "1.0", "0.001", "2", "abc"]),
+    st.sampled_from(["", " ", "  "]),
+)
+
+
+@given(members=st.lists(MEMBERS, max_size=5))
+def test_accept_encoding_is_read_as_rfc_9110_reads_it(members: list[tuple[str, str | None, str]]) -> None:
+    """gzip is accepted when named (or as `x-gzip`) with a weight above 0, or, named by
+    neither, when `*` is; `q=0` refuses; a weight that is not one counts for nothing."""
+
+    def weight(q: str | None) -> float | None:
+        if q is None:
+            return 1.0
+        valid = q in ("0", "0.0", "0.000", "0.5", "1", "1.0", "0.001")
+        return float(q) if valid else None
+
+    named = [w for c, q, _ in members if c.lower() in ("gzip", "x-gzip") and (w := weight(q)) is not None]
+    star = [w for c, q, _ in members if c == "*" and (w := weight(q)) is not None]
+    expected = max(named) > 0 if named else bool(star) and max(star) > 0
+    header = ",".join(f"{space}{c}{'' if q is None else f'{space};{space}q={q}'}" for c, q, space in members)
+    assert gzip_accepted(header) is expected, header
+
+
+def test_a_client_that_refuses_gzip_gets_no_gzip(client: TestClient, keys: dict[str, str]) -> None:
+    rows = [ROW] * 64  # an answer large enough to be worth compressing
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [64, 4], "data": [v for r in rows for v in r]}]}
+    for value, gzipped in (("gzip", True), ("gzip;q=0", False), ("identity;q=1, gzip;q=0", False), ("*;q=0", False), ("*", True), ("deflate, gzip;q=0.5", True)):
+        r = client.post("/v2/models/iris/infer", json=body, headers={**auth(keys["acme"]), "Accept-Encoding": value})
+        assert r.status_code == 200
+        assert (r.headers.get("content-encoding") == "gzip") is gzipped, value
+
+
+@pytest.mark.parametrize("variant", [["a"], {"a": 1}, 5, True])
+def test_a_variant_that_is_not_a_name_is_a_400_naming_it(client: TestClient, keys: dict[str, str], variant: Any) -> None:
+    r = client.post("/v2/models/iris/infer", json={**INFER, "parameters": {"variant": variant}}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 422) and r.json()["field"] == "variant", r.text
+
+
+def test_classification_of_no_rows_is_no_classes(client: TestClient, keys: dict[str, str]) -> None:
+    empty = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [0, 4], "data": []}], "outputs": [{"name": "output_probability", "parameters": {"classification": 2}}]}
+    r = client.post("/v2/models/iris/infer", json=empty, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    (out,) = r.json()["outputs"]
+    assert (out["datatype"], out["shape"][0], out["data"]) == ("BYTES", 0, [])
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"parameters": {"binary_data_output": "false"}}, "parameters.binary_data_output"),
+        ({"parameters": {"binary_data_output": 1}}, "parameters.binary_data_output"),
+        ({"outputs": [{"name": "output_label", "parameters": {"binary_data": "no"}}]}, "outputs.output_label.parameters.binary_data"),
+        ({"inputs": [{"name": "input", "datatype": "FP32", "shape": [True, 4], "data": ROW}]}, "inputs.0.shape.0"),
+        ({"inputs": [{"name": "input", "datatype": "FP32", "shape": ["1", 4], "data": ROW}]}, "inputs.0.shape.0"),
+    ],
+)
+def test_a_flag_or_a_shape_of_the_wrong_json_type_is_refused_naming_it(client: TestClient, keys: dict[str, str], change: dict[str, Any], field: str) -> None:
+    """The text "false" would read as true, `true` as 1: refused, not guessed."""
+    r = client.post("/v2/models/iris/infer", json={**INFER, **change}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["field"] == field, r.text
