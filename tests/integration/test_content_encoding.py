@@ -202,3 +202,12 @@ def test_the_protocols_other_routes_are_never_gzipped(demo: Container, keys: dic
     # sluice's own routes are gzipped when large enough.
     listed = client.get("/api/v1/deployments", headers=headers)
     assert listed.status_code == 200 and listed.headers["content-encoding"] == "gzip" and "iris-39" in listed.text
+
+
+def test_two_content_encoding_fields_are_one_list_of_codings(client: TestClient, keys: dict[str, str]) -> None:
+    """`gzip` twice says the body was gzipped twice: refused as a coding not taken, never read
+    as if once."""
+    body = gzip.compress(gzip.compress(json.dumps(INFER).encode()))
+    headers = [("authorization", f"Bearer {keys['acme']}"), ("content-encoding", "gzip"), ("content-encoding", "gzip")]
+    r = client.post("/v2/models/iris/infer", content=body, headers=headers)
+    assert r.status_code == 415 and r.json()["field"] == "content-encoding", r.text

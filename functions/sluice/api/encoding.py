@@ -41,12 +41,14 @@ def behind_api_gateway(scope: Scope) -> bool:
 
 
 def request_coding(scope: Scope) -> str | None:
-    """The request's content coding, lowercased; None when it has none (or `identity`)."""
-    for name, value in scope["headers"]:
-        if name == b"content-encoding":
-            coding = value.decode("latin-1").strip().lower()
-            return None if coding in ("", "identity") else coding
-    return None
+    """The request's content coding, lowercased; None when it has none (or `identity`). Two
+    `Content-Encoding` fields are one list (RFC 9110), which names codings applied in turn,
+    as `gzip, gzip` does: refused as any coding not taken."""
+    found = [value for name, value in scope["headers"] if name == b"content-encoding"]
+    if not found:
+        return None
+    coding = b", ".join(found).decode("latin-1").strip().lower()
+    return None if coding in ("", "identity") else coding
 
 
 def unsupported(coding: str) -> UnsupportedEncoding:

@@ -20,7 +20,22 @@ class JSONResponse(_StarletteJSON):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        try:
+            return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError:
+            # Text UTF-8 cannot carry (a lone surrogate, kept from before it was refused): JSON
+            # writes it escaped, so the answer stands rather than failing every later read.
+            import json
+
+            return json.dumps(content, default=_plain, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+def _plain(value: Any) -> Any:
+    """What `json` writes for a value orjson writes natively (NumPy arrays and numbers)."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 ERROR_MEANINGS = {

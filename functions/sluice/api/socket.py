@@ -107,7 +107,7 @@ class Session:
         request_id: str | None = None
         message: Any = None
         try:
-            if len(raw) > self.max_message_bytes:
+            if _size(raw, self.max_message_bytes) > self.max_message_bytes:
                 raise PayloadTooLarge(
                     f"message is over {self.max_message_bytes} bytes: send large inputs as a batch job",
                     field="body",
@@ -171,6 +171,14 @@ class Session:
         """Whether statistics are due a flush (`container.predictions.flush_stats_if_due`),
         which the transport runs after the answer has gone out."""
         return self.container.predictions.stats_due()
+
+
+def _size(raw: bytes | str, most: int) -> int:
+    """A message's size in bytes: a text frame's as UTF-8 carried it (up to 4 bytes a
+    character), counted only where its characters alone could not settle it."""
+    if type(raw) is bytes or len(raw) > most or len(raw) * 4 <= most:
+        return len(raw)
+    return len(raw.encode("utf-8", "surrogatepass"))
 
 
 def _parse(raw: bytes | str) -> dict[str, Any]:

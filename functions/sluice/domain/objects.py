@@ -48,6 +48,11 @@ def check_description(value: Any, *, field: str = "description", most: int = MAX
         raise BadRequest(f"{field} must be text", field=field)
     if len(value) > most:
         raise BadRequest(f"{field} is {len(value):,} characters; at most {most:,}", field=field)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate (JSON's "\ud800"): no store or answer can carry it
+            raise BadRequest(f"{field} holds {value[exc.start]!r} at {exc.start}, a lone surrogate: not text", field=field) from None
     return value
 
 

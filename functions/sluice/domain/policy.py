@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (
     Discriminator,
     Field,
+    StrictFloat,
     StrictInt,
     Tag,
     TypeAdapter,
@@ -50,6 +51,7 @@ from sluice.domain.values import StrictVersionNumber
 
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
+MAX_WEIGHT = 1e9  # a weight's bound: any sum of them stays finite (1e308 twice is infinity)
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
 KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup", "precomputed")
 MIN_STEPS, MAX_STEPS = 2, 15
@@ -96,13 +98,13 @@ class Ref(_Node):
 
 class Variant(_Part):
     name: Name
-    weight: float = Field(ge=0, allow_inf_nan=False)
+    weight: StrictFloat = Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
     target: Node
 
 
 class Bandit(_Part):
     algorithm: Literal["thompson", "epsilon_greedy"]
-    epsilon: float = Field(0.1, ge=0, le=1)
+    epsilon: StrictFloat = Field(0.1, ge=0, le=1)
 
 
 class Split(_Node):
@@ -120,7 +122,7 @@ class Split(_Node):
 class Mirror(_Part):
     name: Name
     target: Node
-    sample_percent: float = Field(100.0, ge=0, le=100)
+    sample_percent: StrictFloat = Field(100.0, ge=0, le=100)
 
 
 class Shadow(_Node):
@@ -135,8 +137,8 @@ class Shadow(_Node):
 class Member(_Part):
     name: Name
     target: Node
-    weight: float = Field(1.0, ge=0, allow_inf_nan=False)
-    timeout_ms: float | None = Field(None, ge=1, allow_inf_nan=False)
+    weight: StrictFloat = Field(1.0, ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    timeout_ms: StrictFloat | None = Field(None, ge=1, allow_inf_nan=False)
 
 
 class Ensemble(_Node):

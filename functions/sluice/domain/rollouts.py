@@ -31,6 +31,7 @@ shows.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import time
@@ -69,7 +70,8 @@ class Gate:
         return bool(_OPS[self.op](value, self.threshold))
 
     def __str__(self) -> str:
-        return f"{self.metric}{self.op}{self.threshold:g}"
+        number = repr(self.threshold)  # the shortest text that reads back as the same number
+        return f"{self.metric}{self.op}{number.removesuffix('.0')}"
 
 
 def parse_gates(
@@ -96,7 +98,10 @@ def parse_gates(
             )
         if any(g.metric == metric for g in gates):
             raise InvalidRequest(f"gate metric '{metric}' is given twice", field=field)
-        gates.append(Gate(metric, op, float(number)))
+        threshold = float(number)
+        if not math.isfinite(threshold):  # 1e400 reads as infinity, which no metric is measured against
+            raise InvalidRequest(f"gate {str(part).strip()!r}: {number} is beyond what a threshold can be", field=field)
+        gates.append(Gate(metric, op, threshold))
     return tuple(gates)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import BackendError, Unavailable
+from sluice.domain.errors import BackendError, InvalidInput, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -57,6 +57,13 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     first = next(iter(arrays.values()), None)
     rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
     per_row = any(reads_inputs(case.when) for case in node.cases)
+    if per_row:  # each row goes its own way: every input must have the rows the first has
+        for name, array in arrays.items():
+            if array.ndim == 0 or array.shape[0] != rows:
+                raise InvalidInput(
+                    f"input '{name}' has {0 if array.ndim == 0 else array.shape[0]} rows and the others {rows}: a switch that decides row by row needs one row of each input per row",
+                    field=f"inputs.{name}",
+                )
     names: dict[str, tuple[str, ...]] = {}
     if per_row and any(isinstance(c.column, str) for case in node.cases for c, _ in comparisons(case.when)):
         signature = await input_signature(runner, node, call.tenant)
@@ -109,6 +116,14 @@ def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], c
         for at, part in zip(where, parts, strict=True):
             out[at] = part
         outputs[name] = out
+    for name, labels in results[0].classes.items():  # one tensor has one list of classes
+        other = next((r.classes.get(name) for r in results[1:] if list(r.classes.get(name) or ()) != list(labels)), None)
+        if other is not None or any(name not in r.classes for r in results[1:]):
+            raise BackendError(
+                f"the cases {cases} answer output '{name}' with different classes ({list(labels)[:5]}, {list(other or ())[:5]}): "
+                "their rows cannot be put in one tensor; give them models of the same classes, or decide by something other than input values",
+                field="policy",
+            )
     maps: dict[str, list[dict[Any, float]]] = {}
     for name in results[0].maps:
         if all(name in r.maps for r in results):

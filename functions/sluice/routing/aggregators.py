@@ -72,7 +72,7 @@ def aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     """Combine answers into one result shaped like the first member's outputs."""
     first = answers[0]
     weights = np.asarray([a.weight for a in answers], dtype=np.float64)
-    if how == "weighted_mean" and weights.sum() <= 0:
+    if weights.sum() <= 0:  # every member weighs 0 (or the answering ones do): they count alike
         weights = np.ones_like(weights)
     label_spec = first.signature.output_with_role("label")
     prob_spec = first.signature.output_with_role("probabilities")

@@ -155,11 +155,24 @@ def _column_holds(compare: Compare, facts: Facts) -> np.ndarray:
     if op in ("==", "!=", "in"):
         options = wanted if op == "in" else [wanted]
         fits = [v for v in options if isinstance(v, str) == text]  # type: ignore[union-attr]
-        same = np.isin(values, np.array(fits, dtype=object if text else None)) if fits else np.zeros(facts.rows, dtype=bool)
+        same = np.isin(values, _options(fits, values.dtype, text)) if fits else np.zeros(facts.rows, dtype=bool)
         return ~same if op == "!=" else same
     if text:
         return np.zeros(facts.rows, dtype=bool)
     return np.asarray(_ORDER[op](values, wanted), dtype=bool)
+
+
+def _options(fits: list[Any], dtype: np.dtype, text: bool) -> np.ndarray:
+    """The values a row may equal, as the row's own type holds them: an FP32 row of 0.2 (which
+    the caller sent as 0.2) equals 0.2, as `<=` and `>=` find it does. A value no row of that
+    type can hold (beyond its range) is left out."""
+    if text:
+        return np.array(fits, dtype=object)
+    options = np.array(fits, dtype=np.float64) if dtype.kind == "f" else np.array(fits)
+    if dtype.kind != "f" or dtype == np.float64:
+        return options
+    held = ~np.isfinite(options) | (np.abs(options) <= np.finfo(dtype).max)
+    return options[held].astype(dtype)
 
 
 def _values(compare: Compare, array: np.ndarray, facts: Facts) -> np.ndarray:

@@ -213,7 +213,22 @@ def _rename(op: Any, _: Any) -> Step:
 
 def _cast(op: Any, _: Any) -> Step:
     dtype = V2_TO_NUMPY[op.datatype]
-    return _one_in(op, lambda x: x.astype(dtype))
+    if dtype.kind not in "iu":
+        return _one_in(op, lambda x: x.astype(dtype))
+    info = np.iinfo(dtype)
+
+    def cast(x: np.ndarray) -> np.ndarray:
+        """The same values in an integer type: a value it cannot hold (past its range, NaN, an
+        infinity) is refused, never wrapped."""
+        if x.size and x.dtype.kind in "iuf" and not np.can_cast(x.dtype, dtype):
+            if x.dtype.kind == "f" and not np.isfinite(x).all():
+                raise InvalidInput(f"cast '{op.input}' to {op.datatype}: it holds NaN or an infinity, which {op.datatype} cannot", field=f"inputs.{op.input}")
+            low, high = x.min(), x.max()
+            if low < info.min or high > info.max:
+                raise InvalidInput(f"cast '{op.input}' to {op.datatype}: it holds {low.item()!r} to {high.item()!r}, past {op.datatype}'s range", field=f"inputs.{op.input}")
+        return x.astype(dtype)
+
+    return _one_in(op, cast)
 
 
 def _clip_alone(op: Any, _: Any) -> Step:

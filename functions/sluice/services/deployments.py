@@ -186,6 +186,38 @@ class DeploymentService:
                 if signature_of(branch).inputs != first_inputs:
                     raise Unprocessable(f"{label} takes different inputs from the rest of the policy", field="policy")
 
+    def _dependents(self, tenant: str, name: str) -> list[Deployment]:
+        """The tenant's deployments whose policies reach `name` through references, directly
+        or through others."""
+        deployments = {d.name: d for d in self.registry.list_deployments(tenant)}
+        refs = {n: set(referenced_deployments(parse_policy(d.policy))) for n, d in deployments.items() if n != name}
+        found: set[str] = set()
+        pending = [name]
+        while pending:
+            target = pending.pop()
+            for other, reached in refs.items():
+                if target in reached and other not in found:
+                    found.add(other)
+                    pending.append(other)
+        return [deployments[n] for n in sorted(found)]
+
+    def _check_dependents(self, tenant: str, changed: Deployment) -> None:
+        """The checks each deployment that reaches `changed` passed when it was saved (inputs
+        agree, answers fit, a cached route stays deterministic) made again on `changed`'s new
+        policy: a change that would break one is refused, naming it."""
+        for dependent in self._dependents(tenant, changed.name):
+            read = _Reads(self.registry, tenant)
+            read.found[changed.name] = changed
+            node = parse_policy(dependent.policy)
+            try:
+                self._check_graph(tenant, dependent.name, node, read)
+                if dependent.cache is not None:
+                    self._check_cacheable(node, read)
+            except (Unprocessable, BadRequest) as exc:
+                raise Unprocessable(
+                    f"deployment '{dependent.name}' references '{changed.name}' and would not hold with this policy: {exc.message}", field="policy"
+                ) from None
+
     def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
         def signature_of(node: Node) -> Signature:
             if isinstance(node, Transform | Lookup):  # a sequence's step: what it declares (a later one takes what comes)
@@ -304,6 +336,8 @@ class DeploymentService:
                 rollout, note = paused_by_change(rollout, principal.subject)
         joined = current.batching if batching is KEEP else check_batching(batching)
         checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings)
+        if policy is not None:
+            self._check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(
             current,
             policy=checked,
@@ -356,6 +390,9 @@ class DeploymentService:
         (`before_delete`: Conflict) while it has an endpoint: that is undeployed first."""
         principal.require("admin")
         self.registry.get_deployment(principal.tenant, name)  # this tenant's, or 404 before anything else is asked
+        dependents = [d.name for d in self._dependents(principal.tenant, name)]
+        if dependents:
+            raise Conflict(f"deployment '{name}' is referenced by {dependents}; point them elsewhere first", field="deployment")
         self._before_delete(principal.tenant, name)
         self.registry.delete_deployment(principal.tenant, name, by=principal.subject)
         self._on_change(principal.tenant, name)

@@ -164,6 +164,8 @@ class GraphChecks:
                 raise Unprocessable(
                     f"step '{step_name}' gives no output '{output}'; it gives {[s.name for s in gives.outputs]}", field=f"{field}.expose.{j}"
                 )
+            if flow[-1].output(exposed) is not None:  # the answer would hold two outputs of one name
+                raise Unprocessable(f"'{exposed}' is also an output of the last step: an exposed output takes a name of its own", field=f"{field}.expose.{j}")
 
     def _switch(self, node: Switch, field: str) -> None:
         takes = self.takes(node)

@@ -266,14 +266,16 @@ class ModelService:
         # The policy schema, imported for deletes alone: `sluice models` commands otherwise never read it.
         from sluice.domain.policy import parse_policy, referenced_versions
 
+        what = f"version {version} of '{model}'" if version else f"model '{model}'"
         for deployment in self.registry.list_deployments(tenant):
             for target in referenced_versions(parse_policy(deployment.policy)):
                 if target.model == model and version in (None, target.version):
-                    what = f"version {version} of '{model}'" if version else f"model '{model}'"
-                    raise Conflict(
-                        f"{what} is used by deployment '{deployment.name}'; point it elsewhere first",
-                        field="model",
-                    )
+                    raise Conflict(f"{what} is used by deployment '{deployment.name}'; point it elsewhere first", field="model")
+            rollout = deployment.rollout
+            if rollout is not None and rollout.active:  # what its rollback restores, and what it moves in
+                held = [(t.model, t.version) for t in referenced_versions(parse_policy(rollout.stable))] + [(rollout.model, rollout.version)]
+                if any(m == model and version in (None, v) for m, v in held):
+                    raise Conflict(f"{what} is held by the {rollout.state} rollout of deployment '{deployment.name}'; finish or abort it first", field="model")
 
 
 SAGEMAKER_CONFIG_KEYS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictInt, field_validator, model_serializer
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_serializer
 
 from sluice.domain.objects import (
     MAX_BATCH_DELAY_US,
@@ -100,14 +100,14 @@ class VersionOut(WireModel):
 class CacheSpec(WireModel):
     """A deployment's prediction cache (opt-in): see docs/cache.md."""
 
-    ttl_s: float = Field(gt=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False, description="Seconds an answer is kept.")
+    ttl_s: StrictFloat = Field(gt=0, le=MAX_CACHE_TTL_S, allow_inf_nan=False, description="Seconds an answer is kept.")
     max_entries: StrictInt = Field(ge=1, le=MAX_CACHE_ENTRIES, description="Answers kept per container, least recently used go first.")
 
 
 class CaptureSpec(WireModel):
     """A deployment's data capture (opt-in): see docs/capture.md."""
 
-    sample_percent: float = Field(gt=0, le=100, allow_inf_nan=False, description="Share of answered requests kept.")
+    sample_percent: StrictFloat = Field(gt=0, le=100, allow_inf_nan=False, description="Share of answered requests kept.")
     include: list[Literal["inputs", "outputs"]] = Field(
         default_factory=lambda: ["inputs", "outputs"], description="What goes with each record besides its metadata."
     )
@@ -205,7 +205,7 @@ class DeploymentChangeOut(WireModel):
 
 class Feedback(WireModel):
     request_id: str = Field(max_length=128)
-    reward: float = Field(ge=0, le=1, description="How good the answer was, 0 to 1.")
+    reward: StrictFloat = Field(ge=0, le=1, description="How good the answer was, 0 to 1.")
 
 
 class Promote(WireModel):
@@ -243,14 +243,14 @@ class OptimizeCreate(WireModel):
         description="Rows the model takes (.parquet, .csv, .jsonl), at a URI this tenant may import from "
         "(as push by URI): calibration rows first, then evaluation rows."
     )
-    min_agreement: float = Field(0.99, ge=0, le=1, description="Label (or top-1) agreement a candidate must keep.")
-    max_abs_diff: float | None = Field(None, ge=0, description="Largest absolute difference allowed on any output value.")
+    min_agreement: StrictFloat = Field(0.99, ge=0, le=1, description="Label (or top-1) agreement a candidate must keep.")
+    max_abs_diff: StrictFloat | None = Field(None, ge=0, description="Largest absolute difference allowed on any output value.")
     candidates: list[Literal["graph", "int8-dynamic", "int8-static", "fp16"]] = Field(
         default_factory=lambda: ["graph", "int8-dynamic", "int8-static", "fp16"]
     )
     calibration_rows: int = Field(200, ge=1, le=10_000)
     evaluation_rows: int = Field(1000, ge=1, le=100_000)
-    seconds: float = Field(1.0, gt=0, le=30, description="Time spent measuring each latency.")
+    seconds: StrictFloat = Field(1.0, gt=0, le=30, description="Time spent measuring each latency.")
     tune: bool = Field(True, description="Sweep session options per Lambda size and record them on the version.")
     to_register: list[str] = Field(default_factory=list, alias="register", description="Candidates to push as new versions ('recommended' for the verdict's).")
     shadow: str | None = Field(None, description="A deployment to mirror the best registered candidate from.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictInt
+from pydantic import Field, StrictFloat, StrictInt
 
 from sluice.domain.values import TimeOrAgo
 from sluice.types.base import WireModel
@@ -13,11 +13,11 @@ from sluice.types.base import WireModel
 
 class RolloutStart(WireModel):
     to: str = Field(description="The candidate, MODEL:VERSION (such as iris:2; a version from 1 to 2**63-1).")
-    steps: str | list[float] = Field(
+    steps: str | list[StrictFloat] = Field(
         default="1,5,25,50,100",
         description="Percentages of traffic for the candidate, increasing, ending with 100.",
     )
-    every: str | float = Field(
+    every: str | StrictFloat = Field(
         default="10m", description="How long each step lasts at least: 30s, 10m, 1h, or seconds."
     )
     gate: str | list[str] = Field(
@@ -34,7 +34,7 @@ class RolloutStart(WireModel):
     routing_key: str | None = Field(
         default=None, description="Sticky routing by this request field or header."
     )
-    mirror_percent: float = Field(
+    mirror_percent: StrictFloat = Field(
         default=100.0,
         description="Share of the stable's requests the candidate also sees as a mirror.",
     )

@@ -1,0 +1,126 @@
+"""Graphs given what nobody on the team would give them: casts past a type's range, equality on
+FP32 inputs, switches whose inputs disagree on rows or whose cases answer different classes,
+exposed outputs that clash with the answer's, and WebSocket text frames of many-byte
+characters. Each is answered right or refused naming what is wrong; never a wrong 200."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import auth
+from tests.models import embed_model, score_model
+from tests.support import single
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+
+def _save(client: TestClient, key: str, name: str, policy: dict[str, Any]) -> Any:
+    return client.post("/api/v1/deployments", json={"name": name, "policy": policy}, headers=auth(key))
+
+
+def _cast_then_score(datatype: str, to: str) -> dict[str, Any]:
+    ops = [{"op": "cast", "input": "a", "datatype": to, "output": "b"}, {"op": "concat", "inputs": ["b"], "output": "embedding"}, {"op": "keep", "names": ["embedding"]}]
+    transform = {"kind": "transform", "inputs": [{"name": "a", "datatype": datatype, "shape": [-1, 2]}], "ops": ops}
+    return {"kind": "sequence", "steps": [{"name": "features", "target": transform}, {"name": "score", "target": single("score", 1)}]}
+
+
+@pytest.mark.parametrize(
+    ("datatype", "to", "data", "ok"),
+    [
+        ("INT64", "INT32", [2**40, 3], False),
+        ("INT64", "INT32", [2**31 - 1, -(2**31)], True),
+        ("FP32", "INT64", [1e30, 2.7], False),
+        ("FP32", "INT32", [2.7, -3.0], True),
+    ],
+)
+def test_a_cast_holds_the_same_values_or_refuses(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str], datatype: str, to: str, data: list[float], ok: bool) -> None:
+    demo.models.push(acme, "score", score_model())
+    assert _save(client, keys["acme"], "cast", _cast_then_score(datatype, to)).status_code == 201
+    body = {"inputs": [{"name": "a", "datatype": datatype, "shape": [1, 2], "data": data}]}
+    r = client.post("/v2/models/cast/infer", json=body, headers=auth(keys["acme"]))
+    if ok:
+        assert r.status_code == 200, r.text
+        (out,) = r.json()["outputs"]
+        assert out["data"][0] == pytest.approx(float(np.asarray(data, np.float64).astype(np.int64) @ [1.0, 2.0]))
+    else:
+        assert r.status_code == 400 and r.json()["field"] == "inputs.a" and f"to {to}" in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize(("op", "value", "hit"), [("==", 0.2, True), ("in", [0.1, 0.2], True), ("!=", 0.2, False), ("<=", 0.2, True), ("==", 1e300, False), ("in", [1e300, 0.2], True)])
+def test_a_condition_reads_an_fp32_value_as_the_caller_sent_it(client: TestClient, keys: dict[str, str], op: str, value: Any, hit: bool) -> None:
+    """The caller sends 0.2 for an FP32 input: the row equals 0.2, as it is at most and at
+    least 0.2."""
+    policy = {"kind": "switch", "cases": [{"name": "hit", "when": {"field": "inputs.input", "column": "petal_width", "op": op, "value": value}, "target": single("iris", 1)}], "default": single("iris", 1)}
+    assert _save(client, keys["acme"], "eq", policy).status_code == 201
+    r = client.post("/api/v1/predictions", json={"deployment": "eq", "inputs": [[5.1, 3.5, 1.4, 0.2]]}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["case"] == ("hit" if hit else "default"), r.text
+
+
+def test_a_switch_deciding_row_by_row_needs_one_row_of_each_input_per_row(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    demo.models.push(acme, "score", score_model())
+    two = [{"name": n, "datatype": "FP32", "shape": [-1]} for n in ("a", "b")]
+    ops = [{"op": "concat", "inputs": ["a", "b"], "output": "embedding"}, {"op": "keep", "names": ["embedding"]}]
+    sequence = {"kind": "sequence", "steps": [{"name": "features", "target": {"kind": "transform", "inputs": two, "ops": ops}}, {"name": "score", "target": single("score", 1)}]}
+    policy = {"kind": "switch", "cases": [{"name": "small", "when": {"field": "inputs.a", "op": "<", "value": 1.5}, "target": sequence}], "default": sequence}
+    assert _save(client, keys["acme"], "rows", policy).status_code == 201
+    for a, b in (([1, 2], [5]), ([1], [5, 6]), ([1, 2], [1, 5, 1])):
+        body = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [len(a)], "data": a}, {"name": "b", "datatype": "FP32", "shape": [len(b)], "data": b}]}
+        r = client.post("/v2/models/rows/infer", json=body, headers=auth(keys["acme"]))
+        assert r.status_code == 400 and r.json()["field"] == "inputs.b", r.text
+    body = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [2], "data": [1, 2]}, {"name": "b", "datatype": "FP32", "shape": [2], "data": [5, 6]}]}
+    assert client.post("/v2/models/rows/infer", json=body, headers=auth(keys["acme"])).json()["outputs"][0]["data"] == pytest.approx([11.0, 14.0])
+
+
+def test_rows_whose_cases_answer_other_classes_are_not_put_in_one_tensor(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """One tensor has one list of classes: rows of a model with classes s1..s3 are not labelled
+    with iris's (a 92% s1 row read as 92% setosa)."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    data = load_iris()
+    labels = np.array([{"setosa": "s3", "versicolor": "s2", "virginica": "s1"}[n] for n in data.target_names[data.target]])
+    model = LogisticRegression(max_iter=500, random_state=0).fit(data.data.astype(np.float32), labels)
+    onnx_model = to_onnx(model, initial_types=[("input", FloatTensorType([None, 4]))], target_opset=17)
+    names = onnx_model.metadata_props.add()  # iris's inputs, named as iris's are
+    names.key, names.value = "feature_names", "sepal_length,sepal_width,petal_length,petal_width"
+    demo.models.push(acme, "relabelled", onnx_model.SerializeToString())
+    policy = {"kind": "switch", "cases": [{"name": "short", "when": {"field": "inputs.input", "column": 2, "op": "<", "value": 2.5}, "target": single("iris", 1)}], "default": single("relabelled", 1)}
+    saved = _save(client, keys["acme"], "petals", policy)
+    assert saved.status_code == 201, saved.text
+    rows = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+    r = client.post("/v2/models/petals/infer", json={"inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [v for r in rows for v in r]}]}, headers=auth(keys["acme"]))
+    assert r.status_code == 502 and r.json()["field"] == "policy" and "different classes" in r.json()["error"], r.text
+    one = client.post("/api/v1/predictions", json={"deployment": "petals", "inputs": [rows[1]]}, headers=auth(keys["acme"]))
+    assert one.status_code == 200 and one.json()["prediction"] == "s1"  # a request whose rows take one case is answered by it
+
+
+def test_an_exposed_output_may_not_take_the_name_of_one_the_answer_has(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    demo.models.push(acme, "embed", embed_model())
+    demo.models.push(acme, "score", score_model())
+    rename = {"kind": "transform", "ops": [{"op": "rename", "input": "score", "output": "embed.embedding"}]}
+    policy = {
+        "kind": "sequence", "expose": ["embed.embedding"],
+        "steps": [{"name": "embed", "target": single("embed", 1)}, {"name": "score", "target": single("score", 1)}, {"name": "post", "target": rename}],
+    }  # fmt: skip
+    r = _save(client, keys["acme"], "collide", policy)
+    assert r.status_code == 422 and r.json()["field"] == "policy.expose.0", r.text
+
+
+def test_a_websocket_text_frame_is_measured_in_bytes(demo: Container) -> None:
+    """A text frame of 300,000 four-byte characters is 1.2 MB however few characters it has:
+    over a 1 MiB limit, as the same bytes in a binary frame are."""
+    from sluice.api.socket import _size
+
+    text = "\N{GRINNING FACE}" * 300_000
+    assert _size(text, 1 << 20) == len(text.encode()) > 1 << 20
+    assert _size(text.encode(), 1 << 20) == len(text.encode())
+    assert _size("x" * 1000, 1 << 20) == 1000

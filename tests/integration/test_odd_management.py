@@ -1,0 +1,108 @@
+"""The control plane taking what nobody on the team would send: text no store can carry, numbers
+beyond what a threshold or a weight can be, booleans where numbers go, and changes that would
+break what other objects rest on (a rollout's versions, a deployment another references). Each
+is a 4xx naming the field or the object in the way, and nothing is stored."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.domain.rollouts import parse_gates
+from tests.conftest import MODELS
+from tests.integration.conftest import auth
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+LONE = "a\ud800b"  # JSON's "a\ud800b": a lone surrogate, which no UTF-8 store or answer can carry
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/keys", {"scopes": ["predict"], "name": LONE}, "name"),
+        ("/api/v1/deployments", {"name": "odd", "model": "iris", "description": LONE}, "description"),
+    ],
+)
+def test_text_with_a_lone_surrogate_is_refused_and_listings_stay_readable(client: TestClient, keys: dict[str, str], path: str, body: dict[str, Any], field: str) -> None:
+    r = client.post(path, content=json.dumps(body), headers={**auth(keys["acme"]), "content-type": "application/json"})  # "\\ud800", as JSON writes it
+    assert r.status_code == 400 and r.json()["field"] == field, r.text
+    assert client.get(path, headers=auth(keys["acme"])).status_code == 200
+
+
+def test_a_lone_surrogate_kept_from_before_is_answered_escaped(client: TestClient, keys: dict[str, str]) -> None:
+    """A record written before such text was refused is still listed: its text escaped, as
+    JSON writes it."""
+    from sluice.api.responses import JSONResponse
+
+    assert JSONResponse({"name": LONE, "n": [1, 2]}).body == b'{"name":"a\\ud800b","n":[1,2]}'
+
+
+def test_a_gate_is_judged_as_given_and_one_beyond_any_number_is_refused(client: TestClient, keys: dict[str, str]) -> None:
+    gates = parse_gates("agreement>=0.9999995,error_rate<=0.0012345678,p99_ratio<=1")
+    assert [str(g) for g in gates] == ["agreement>=0.9999995", "error_rate<=0.0012345678", "p99_ratio<=1"]
+    assert parse_gates(",".join(map(str, gates))) == gates  # what is stored reads back as the same gates
+    push = client.post("/api/v1/models/iris/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+    assert push.status_code == 201, push.text
+    r = client.post("/api/v1/deployments/iris/rollout", json={"to": "iris:2", "gate": "error_rate<=1e400"}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "gate", r.text
+
+
+def test_a_version_a_rollout_holds_cannot_be_deleted(client: TestClient, keys: dict[str, str]) -> None:
+    """A paused rollout restores version 1 when aborted and moves version 2 in when resumed:
+    neither may go while it lasts; once it is aborted, version 2 may."""
+    headers = auth(keys["acme"])
+    client.post("/api/v1/models/iris/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**headers, "content-type": "application/octet-stream"})
+    assert client.post("/api/v1/deployments/iris/rollout", json={"to": "iris:2", "gate": "error_rate<=0.5", "steps": "10,100"}, headers=headers).status_code == 201
+    assert client.put("/api/v1/deployments/iris", json={"model": "iris", "version": 2}, headers=headers).status_code == 200  # pauses it
+    r = client.delete("/api/v1/models/iris/versions/1", headers=headers)  # what an abort restores
+    assert r.status_code == 409 and "held by the paused rollout of deployment 'iris'" in r.json()["error"], r.text
+    assert client.post("/api/v1/deployments/iris/rollout/abort", headers=headers).status_code == 200  # back on version 1
+    assert client.delete("/api/v1/models/iris/versions/2", headers=headers).status_code == 204
+
+
+def test_a_deployment_another_references_keeps_what_that_one_rests_on(client: TestClient, keys: dict[str, str]) -> None:
+    headers = auth(keys["acme"])
+    assert client.post("/api/v1/deployments", json={"name": "q", "model": "iris"}, headers=headers).status_code == 201
+    split = {"kind": "split", "variants": [{"name": "a", "weight": 50, "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "weight": 50, "target": {"kind": "ref", "deployment": "q"}}]}
+    assert client.post("/api/v1/deployments", json={"name": "p", "policy": split}, headers=headers).status_code == 201
+    r = client.put("/api/v1/deployments/q", json={"model": "diabetes", "version": 1}, headers=headers)  # other inputs than p's variant a
+    assert r.status_code == 422 and r.json()["field"] == "policy" and "deployment 'p' references 'q'" in r.json()["error"], r.text
+    assert client.put("/api/v1/deployments/q", json={"policy": {"kind": "single", "model": "iris", "version": 1}}, headers=headers).status_code == 200
+    r = client.delete("/api/v1/deployments/q", headers=headers)
+    assert r.status_code == 409 and "referenced by ['p']" in r.json()["error"], r.text
+    assert client.delete("/api/v1/deployments/p", headers=headers).status_code == 204
+    assert client.delete("/api/v1/deployments/q", headers=headers).status_code == 204
+
+
+def _members(weight: Any, aggregator: str = "majority") -> dict[str, Any]:
+    single = {"kind": "single", "model": "iris", "version": 1}
+    return {"kind": "ensemble", "aggregator": aggregator, "members": [{"name": n, "target": single, "weight": weight} for n in ("a", "b")]}
+
+
+@pytest.mark.parametrize("aggregator", ["majority", "soft_vote", "weighted_mean"])
+def test_members_that_all_weigh_nothing_count_alike(client: TestClient, keys: dict[str, str], aggregator: str) -> None:
+    headers = auth(keys["acme"])
+    assert client.post("/api/v1/deployments", json={"name": "zero", "policy": _members(0, aggregator)}, headers=headers).status_code == 201
+    r = client.post("/api/v1/predictions", json={"deployment": "zero", "inputs": [[6.7, 3.0, 5.2, 2.3]]}, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["prediction"] == "virginica" and sum(r.json()["probabilities"].values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/deployments", {"name": "w", "policy": _members(True)}, "policy.members.0.weight"),
+        ("/api/v1/deployments", {"name": "w", "policy": _members(1e308)}, "policy.members.0.weight"),
+        ("/api/v1/deployments", {"name": "w", "model": "iris", "capture": {"sample_percent": True}}, "capture.sample_percent"),
+        ("/api/v1/deployments", {"name": "w", "model": "iris", "cache": {"ttl_s": True}}, "cache.ttl_s"),
+        ("/api/v1/deployments/iris/rollout", {"to": "iris:1", "gate": "error_rate<=0.1", "mirror_percent": True}, "mirror_percent"),
+    ],
+)
+def test_a_boolean_or_a_number_too_large_is_no_weight_or_share(client: TestClient, keys: dict[str, str], path: str, body: dict[str, Any], field: str) -> None:
+    """JSON true is not 1; a weight of 1e308 is no weight (two of them add up to infinity)."""
+    r = client.post(path, json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == field, r.text
