@@ -219,3 +219,19 @@ def test_concurrent_load_loses_no_sampled_record(demo: Container, acme: Principa
     assert capturer.counts() == {"sampled": 2000, "written": 2000, "dropped": 0, "failed": 0, "queued": 0}
     assert sorted(r["request_id"] for r in sink.records) == sorted(f"load-{i}" for i in range(2000))
     assert sum(r["rows"] for r in sink.records) == sum(1 + i % 3 for i in range(2000))
+
+
+def test_a_graph_redacts_the_features_its_callers_send(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], settings: Any) -> None:
+    """A sequence whose transform reads `raw` (features ssn, b, cc, d) before iris: `ssn` and
+    `cc` are left out of what is captured, found by the names the caller's input has, not by
+    the last model's. A redacted record's float32 values are written in their shortest form."""
+    step = {"kind": "transform", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["ssn", "b", "cc", "d"]}], "ops": [{"op": "rename", "input": "raw", "output": "input"}]}
+    policy = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": {"kind": "single", "model": "iris", "version": 1}}]}
+    demo.deployments.create(acme, "seq", policy, capture={"sample_percent": 100, "redact": ["ssn", "cc"]})
+    r = client.post("/api/v1/predictions", json={"deployment": "seq", "features": {"ssn": 123456789.0, "b": 3.1, "cc": 4111111.0, "d": 1.8}}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert demo.capture is not None and demo.capture.drain()
+    (line,) = [line for f in (settings.home_path / "capture").rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert "123456789" not in line and "4111111" not in line
+    record = json.loads(line)
+    assert record["inputs"]["raw"]["data"] == [None, 3.1, None, 1.8] and record["redacted"] == ["ssn", "cc"]

@@ -309,3 +309,20 @@ def test_an_empty_sluice_home_is_the_default_home_not_the_current_folder(tmp_pat
     assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(work.stat().st_mode) == 0o755 and list(work.iterdir()) == []
     assert (home / ".sluice" / "registry.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("predict", "iris", "--api", "http://127.0.0.1:1", "--api-key", "sk_x", "--features", "{}"), "no answer"),
+        (("predict", "iris", "--api", "http://127.0.0.1:1", "--api-key", "sk_x", "--file", "{list}"), "a request is an object"),
+        (("predict", "iris", "--file", "{folder}"), "Is a directory"),
+        (("deployments", "create", "x", "--policy", "@{folder}"), "Is a directory"),
+    ],
+)
+def test_a_command_that_cannot_be_done_says_why_without_a_traceback(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], said: str) -> None:
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "folder").mkdir()
+    filled = [a.replace("{list}", str(tmp_path / "list.json")).replace("{folder}", str(tmp_path / "folder")) for a in args]
+    code, _, err = run_cli(capsys, *filled)
+    assert code == 2 and said in err and "Traceback" not in err, err

@@ -121,3 +121,43 @@ def test_a_rollout_whose_candidate_sees_drifted_inputs_is_rolled_back_by_the_dri
         client.post("/api/v1/predictions", json=body, headers=auth(key)).raise_for_status()
     decision = rollouts.tick("acme", "iris")
     assert decision is not None and decision.action == "rollback" and "drift<=0.2" in decision.reason
+
+
+def test_windows_from_capture_leave_redacted_columns_unchecked_and_name_a_graphs_inputs_as_its_profiles_do(client: TestClient, keys: dict[str, str], demo: Container, acme: Principal) -> None:
+    """A redacted column is not captured, so a window from capture cannot hold it: it is left
+    out of the check (not an `absent` alert). A sequence's captured inputs are named by its
+    transform's features, as its live profiles are: a baseline from capture and the traffic
+    it was made from agree."""
+    headers = auth(keys["acme"])
+    assert client.put(BASE + "/baseline", json={"inputs": iris_rows(3000, 0)}, headers=headers).status_code == 200
+    assert client.put(BASE, json={"capture": {"sample_percent": 100, "redact": ["petal_width"]}}, headers=headers).status_code == 200
+    predict(client, keys["acme"], iris_rows(1000, 1))
+    assert demo.capture is not None and demo.capture.drain()
+    found = client.get(BASE + "/monitor?source=capture", headers=headers).json()
+    assert found["verdict"] == "ok" and "petal_width" not in found["windows"][0]["columns"], found["windows"][0]["worst"]
+
+    step = {"kind": "transform", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["f1", "f2", "f3", "f4"]}], "ops": [{"op": "rename", "input": "raw", "output": "input"}]}
+    policy = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": {"kind": "single", "model": "iris", "version": 1}}]}
+    demo.deployments.create(acme, "seq", policy, capture={"sample_percent": 100})
+    for at in range(0, 600, 100):
+        r = client.post("/api/v1/predictions", json={"deployment": "seq", "inputs": iris_rows(600, 2)[at : at + 100]}, headers=headers)
+        assert r.status_code == 200, r.text
+    assert demo.capture.drain()
+    made = client.put("/api/v1/deployments/seq/baseline", json={"capture": {"since": "1h"}}, headers=headers)
+    assert made.status_code == 200, made.text
+    assert {"f1", "f2", "f3", "f4"} <= set(made.json()["columns"]), made.json()["columns"]
+    demo.predictions.flush_stats_if_due()
+    checked = client.get("/api/v1/deployments/seq/monitor", headers=headers).json()
+    assert checked["verdict"] in ("ok", "too_few_rows"), checked
+
+
+def test_a_label_for_a_request_of_a_deleted_deployment_matches_nothing_of_the_one_made_again(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    headers = auth(keys["acme"])
+    demo.predictions.kept.mode = "all"  # type: ignore[union-attr]
+    r = client.post("/api/v1/predictions", json={"deployment": "iris", "inputs": iris_rows(3, 1), "request_id": "old-1"}, headers=headers)
+    assert r.status_code == 200
+    demo.predictions.kept.flush()  # type: ignore[union-attr]
+    assert client.delete(BASE, headers=headers).status_code == 204
+    assert client.post("/api/v1/deployments", json={"name": "iris", "model": "iris"}, headers=headers).status_code == 201
+    r = client.post(BASE + "/labels", json={"labels": [{"request_id": "old-1", "label": "setosa"}]}, headers=headers)
+    assert r.status_code == 200 and (r.json()["matched"], r.json()["unmatched"]) == (0, 1), r.text

@@ -14,11 +14,14 @@ from sluice.observability import get_logger
 from sluice.observability.telemetry import emf
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
 
     from sluice.capture.sinks import Sink
     from sluice.domain import Deployment
     from sluice.domain.results import Answer
+    from sluice.domain.signature import TensorSpec
 
 DEFAULT_QUEUE = 10_000
 BATCH = 500
@@ -54,14 +57,18 @@ class Capturer:
         self._lock = threading.Lock()
         self._reported = (0, 0, 0)
 
-    def offer(self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float) -> None:
-        """One answered request of a deployment that captures: sampled, queued, never waited on."""
+    def offer(
+        self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, inputs: Sequence[TensorSpec] | None = None
+    ) -> None:
+        """One answered request of a deployment that captures: sampled, queued, never waited on.
+        `inputs`: what its inputs were read as (a graph's, not its last model's: redaction
+        finds the features by their names there)."""
         percent = dep.capture.sample_percent  # type: ignore[union-attr]
         if percent < 100 and random.random() * 100 >= percent:
             return
         self.sampled += 1
         try:
-            self._queue.put_nowait((dep, request_id, answer, arrays, latency_ms, time.time()))
+            self._queue.put_nowait((dep, request_id, answer, arrays, latency_ms, time.time(), inputs))
         except queue.Full:
             self.dropped += 1
             return

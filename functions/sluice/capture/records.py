@@ -10,8 +10,11 @@ import numpy as np
 from sluice.codecs.datatypes import v2_of_numpy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from sluice.domain import Deployment
     from sluice.domain.results import Answer
+    from sluice.domain.signature import TensorSpec
 
 
 def _plain(array: np.ndarray) -> Any:
@@ -22,11 +25,15 @@ def _plain(array: np.ndarray) -> Any:
     return np.ascontiguousarray(array).reshape(-1)
 
 
-def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+def encode_inputs(
+    arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[str, ...], inputs: Sequence[TensorSpec] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """Each input as `{datatype, shape, data}` (data flat, row-major). A redacted feature is
-    a column of `null`s; a redacted input tensor keeps its datatype and shape only."""
+    a column of `null`s; a redacted input tensor keeps its datatype and shape only. `inputs`:
+    what the request's inputs were read as (their feature names), which for a graph is not
+    what its last model takes; the answer's signature where not given."""
     hidden = set(redact)
-    names = {spec.name: spec.feature_names for spec in answer.signature.inputs}
+    names = {spec.name: spec.feature_names for spec in (answer.signature.inputs if inputs is None else inputs)}
     out: dict[str, Any] = {}
     redacted: list[str] = []
     for name, array in arrays.items():
@@ -38,7 +45,9 @@ def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[s
         features = names.get(name) or ()
         columns = [j for j, f in enumerate(features) if f in hidden]
         if columns and array.ndim == 2 and array.shape[1] == len(features):
-            plain = _plain(array)
+            # Python floats for float32 values as their shortest text reads them (5.1, as an
+            # array of them is written, not 5.099999904632568), then the redacted nulls among them.
+            plain = array.astype(str).astype(np.float64) if array.dtype.kind == "f" and array.dtype.itemsize < 8 else _plain(array)
             data = np.asarray(plain.tolist() if isinstance(plain, np.ndarray) else plain, dtype=object).reshape(array.shape)
             data[:, columns] = None
             item["data"] = data.reshape(-1).tolist()
@@ -50,7 +59,8 @@ def encode_inputs(arrays: dict[str, np.ndarray], answer: Answer, redact: tuple[s
 
 
 def to_record(
-    dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, at: float
+    dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, at: float,
+    inputs: Sequence[TensorSpec] | None = None,
 ) -> dict[str, Any]:
     settings = dep.capture
     assert settings is not None
@@ -68,7 +78,7 @@ def to_record(
         "rows": next(iter(arrays.values())).shape[0] if arrays else 0,
     }
     if "inputs" in settings.include:
-        record["inputs"], redacted = encode_inputs(arrays, answer, settings.redact)
+        record["inputs"], redacted = encode_inputs(arrays, answer, settings.redact, inputs)
         if redacted:
             record["redacted"] = redacted
     if "outputs" in settings.include:

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f" [{exc.field}]" if exc.field and not exc.message.startswith(f"{exc.field}: ") else ""
         print(f"error{where}: {exc.message}", file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
+    except OSError as exc:  # a file not there, a folder given as a file, one not readable
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # settings that do not parse

@@ -68,6 +68,11 @@ class Api:
                 return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+        except (urllib.error.URLError, OSError) as exc:  # no answer at all: refused, no such host, timed out
+            from sluice.domain.errors import Unavailable
+
+            reason = getattr(exc, "reason", exc)
+            raise Unavailable(f"{method} {url.split('?')[0]}: no answer ({reason})", field="api") from None
 
     def json(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, str], Any]:
         data = None if payload is None else json.dumps(payload).encode()
@@ -179,6 +184,10 @@ def predict_remote(
         )
     elif path is not None:
         payload = json.loads(path.read_bytes())
+        if not isinstance(payload, dict):
+            from sluice.domain.errors import BadRequest
+
+            raise BadRequest(f"{path} holds JSON {type(payload).__name__}: a request is an object", field="file")
         if not v2:
             payload = {**payload, "deployment": deployment}
     else:

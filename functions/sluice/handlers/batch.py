@@ -209,6 +209,8 @@ def execution_ended(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 def on_upload(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from sluice.domain.errors import SluiceError
+
     uploads = S3Event(event)
     start = _idempotent_start(context)
     jobs = []
@@ -216,7 +218,13 @@ def on_upload(event: dict[str, Any], context: Any) -> dict[str, Any]:
         upload = _upload_of(record)
         if upload is None:
             continue
-        jobs.append(start(upload=upload))
+        try:
+            jobs.append(start(upload=upload))
+        except SluiceError as exc:  # an upload no job can be made for (gone since, a tenant no name can be): the others go on
+            if exc.status >= 500:
+                raise  # a store or the registry failing: the invocation is retried
+            logger.warning("upload not started", extra={"key": upload["key"], "error": exc.message, "code": exc.code})
+            jobs.append({"key": upload["key"], "status": "NOT_STARTED", "error": exc.message})
     return {"jobs": jobs}
 
 

@@ -193,7 +193,7 @@ class PredictionService:
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
-            self.capture.offer(dep, request.request_id, answer, arrays, latency_ms)
+            self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
 
     def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:

@@ -31,6 +31,19 @@ if TYPE_CHECKING:
     from sluice.storage import ArtifactStore
 
 MAX_ARTIFACT_BYTES = 2 * 1024**3
+MAX_SIGNATURE_BYTES = 256 * 1024  # a version's signature as JSON: what every registry's record holds (a DynamoDB item: 400 KB)
+
+
+def check_signature_size(signature: Any) -> None:
+    """Refuse a signature no registry record can hold, before anything is written."""
+    import json
+
+    size = len(json.dumps(signature.to_dict(), separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_SIGNATURE_BYTES:
+        raise PayloadTooLarge(
+            f"the model's signature (its inputs' and outputs' names, shapes and feature names) is {size:,} bytes as JSON; at most {MAX_SIGNATURE_BYTES:,}",
+            field="artifact",
+        )
 
 
 def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
@@ -99,6 +112,7 @@ class ModelService:
         if len(data) > MAX_ARTIFACT_BYTES:
             raise PayloadTooLarge("artifacts above 2 GiB are not supported", field="artifact")
         signature = read_signature(data, feature_names)
+        check_signature_size(signature)
         ref = self.store.put(principal.tenant, data, suffix=".onnx")
         with contextlib.suppress(Conflict):  # the first push creates the model
             self.create(principal, name, description)
@@ -205,6 +219,7 @@ class ModelService:
             signature = dataclasses.replace(
                 signature, inputs=(dataclasses.replace(signature.inputs[0], feature_names=tuple(feature_names)),)
             )
+        check_signature_size(signature)
         scheme = "https" if target.ssl else "http"
         with contextlib.suppress(Conflict):
             self.create(principal, name, description)

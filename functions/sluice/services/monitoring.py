@@ -11,7 +11,8 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
-from sluice.domain.errors import InvalidInput, NotFound
+from sluice.domain.errors import InvalidInput, NotFound, SluiceError
+from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check
 from sluice.monitor.quality import CLASS, Outcomes, merged
 from sluice.monitor.sketches import Profile, merged_by
@@ -85,11 +86,30 @@ class MonitorService:
         if self.capture is None:
             raise InvalidInput("data capture is off here: there are no captured requests to read", field="capture")
 
+        leading = self._leading(tenant, name)
+
         def signature_of(model: str, version: int) -> Any:
-            return self.registry.get_version(tenant, model, version).signature
+            """What the live profiles name the columns by: the captured version's outputs, and
+            the inputs the deployment reads (a graph's leading transform's, not its model's)."""
+            signature = self.registry.get_version(tenant, model, version).signature
+            return signature if leading is None else Signature(leading.input_specs(), signature.outputs, signature.metadata)
 
         records = deployment_records(self.capture, self.registry, tenant, name, since, until)
         return profile_of_capture(records, signature_of, max_columns=self.settings.monitor_max_columns, **kw)
+
+    def _leading(self, tenant: str, name: str) -> Any:
+        """The step before the model that reads the deployment's inputs (a transform, a lookup,
+        a function), or None: the model reads them."""
+        from sluice.domain.policy import parse_policy
+        from sluice.services.graph_checks import leading_transform
+
+        def resolve(ref: str) -> Any:
+            return parse_policy(self.registry.get_deployment(tenant, ref).policy)
+
+        try:
+            return leading_transform(parse_policy(self.registry.get_deployment(tenant, name).policy), resolve)
+        except SluiceError:  # a reference gone meanwhile: named by the model, as before
+            return None
 
     def _baseline(self, tenant: str, name: str) -> dict[str, Any]:
         self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
@@ -120,6 +140,10 @@ class MonitorService:
             baseline = Profile.from_dict(doc)
             if source == CAPTURE:
                 found = self._captured_windows(principal.tenant, name, rev, variant, windows)
+                hidden = set(dep.capture.redact) if dep.capture is not None else set()
+                if hidden:  # not captured, so never in a window from capture: not checked either
+                    kept = {k: c for k, c in baseline.columns.items() if k not in hidden and k.partition("[")[0] not in hidden}
+                    baseline = Profile(baseline.rows, kept)
             else:
                 found = self._windows(principal.tenant, name, rev, variant)
             checked = [
@@ -209,6 +233,11 @@ class MonitorService:
         if self.before_read is not None:
             self.before_read()  # what this process holds, kept first
         kept = self.registry.find_predictions(tenant, name, [rid for rid, _, _ in labels], now=now())
+        if kept:  # a prediction kept at a revision before the deployment now under the name was made was another's
+            from sluice.domain.objects import made_at_revision
+
+            first = made_at_revision(self.registry.deployment_history(tenant, name))
+            kept = {rid: record for rid, record in kept.items() if int(record["revision"]) >= first}
         joined = []
         for i, (rid, row, label) in enumerate(labels):
             record = kept.get(rid)

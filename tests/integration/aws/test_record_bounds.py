@@ -94,3 +94,37 @@ def test_a_description_and_a_keys_name_are_bounded_alike(service: Container) -> 
         assert caught.value.field in ("description", "name")
     service.keys.create("acme", ["predict"], name="k" * MAX_LABEL)
     assert [m.name for m in service.registry.list_models("acme")] == ["described", "scorer"]
+
+
+def test_a_signature_no_record_can_hold_is_refused_before_anything_is_written(service: Container) -> None:
+    """1,500 inputs and outputs of long names: a 413 naming the artifact, alike in both
+    registries, and no model left without versions."""
+    from onnx import TensorProto, helper
+
+    from sluice.domain.errors import PayloadTooLarge
+
+    names = [f"{'x' * 300}_{i}" for i in range(1500)]
+    nodes = [helper.make_node("Identity", [n], [n + "_out"]) for n in names]
+    graph = helper.make_graph(
+        nodes, "wide", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 1]) for n in names],
+        [helper.make_tensor_value_info(n + "_out", TensorProto.FLOAT, [None, 1]) for n in names],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(PayloadTooLarge, match="signature") as refused:
+        service.models.push(ACME, "wide", model.SerializeToString())
+    assert refused.value.field == "artifact"
+    assert [m.name for m in service.registry.list_models("acme")] == ["scorer"]
+
+
+def test_a_number_beyond_what_a_registry_stores_is_refused_not_a_500(service: Container) -> None:
+    """DynamoDB holds numbers of 1e-130 to 9.9e125 in magnitude: beyond them a 400, never
+    boto3's own error (SQLite holds them)."""
+    from sluice.registry.dynamodb import DynamoRegistry
+
+    policy = {"kind": "split", "variants": [{"name": "a", "weight": 1e-200, "target": {"kind": "single", "model": "scorer", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "single", "model": "scorer", "version": 1}}]}
+    if not isinstance(service.registry, DynamoRegistry):
+        assert service.deployments.create(ACME, "tiny", policy).revision == 1
+        return
+    with pytest.raises(BadRequest, match=r"1e-130 to 9\.9e125"):
+        service.deployments.create(ACME, "tiny", policy)

@@ -160,3 +160,24 @@ def test_a_manifest_on_s3_may_list_only_the_tenant_inbox(s3_batch: tuple[Contain
     assert runs["ok.json"].format == "jsonl"
     assert runs["sneaky.json"].status == "FAILED" and "outside your inbox" in (runs["sneaky.json"].error or "")
     assert "theirs.jsonl" in (runs["sneaky.json"].error or "")
+
+
+def test_an_upload_gone_before_its_event_starts_nothing_and_the_others_start(s3_batch: tuple[Container, Any], acme: Principal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
+    from sluice.handlers import batch as handlers
+    from tests.conftest import EVENTS
+    from tests.support import LambdaContext
+
+    container, s3 = s3_batch
+    monkeypatch.setattr(handlers, "_container", container)
+    _put(s3, tmp_path, "later.csv", iris_rows(10))
+    event = json.loads((EVENTS / "s3_put_inbox.json").read_text())
+    gone = copy.deepcopy(event["Records"][0])
+    gone["s3"]["bucket"]["name"], gone["s3"]["object"]["key"] = BUCKET, "inbox/acme/iris/gone.csv"
+    kept = copy.deepcopy(gone)
+    kept["s3"]["object"]["key"] = "inbox/acme/iris/later.csv"
+    jobs = handlers.on_upload({"Records": [gone, kept]}, LambdaContext())["jobs"]
+    assert jobs[0]["status"] == "NOT_STARTED" and "no object at" in jobs[0]["error"]
+    assert jobs[1]["status"] == "PENDING"
+    assert [j.input_uri for j in container.registry.list_jobs("acme", limit=10)] == [f"s3://{BUCKET}/inbox/acme/iris/later.csv"]

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sluice.clients import lazy_client
-from sluice.domain.errors import BackendError, SluiceError, Unavailable
+from sluice.domain.errors import BackendError, BadRequest, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
 from sluice.registry.dynamodb.layout import CATALOG
 
@@ -315,6 +315,8 @@ def _to_dynamo(value: Any) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise not_finite()
+        if value and not 1e-130 <= abs(value) < 1e126:  # what a DynamoDB number holds (1E-130 to 9.9E125)
+            raise BadRequest(f"the registry stores numbers of 1e-130 to 9.9e125 in magnitude, or 0: not {value!r}")
         return Decimal(repr(value))  # repr is the shortest string that reads back as the same float
     if isinstance(value, dict):
         return {k: _to_dynamo(v) for k, v in value.items()}
