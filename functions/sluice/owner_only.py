@@ -17,7 +17,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -177,3 +177,21 @@ __all__ = [
     "EXECUTABLE_MODE", "FILE_MODE", "FOLDER_MODE", "UMASK",
     "append_lines", "copy", "descriptor", "folder", "open_file", "secure_home", "tighten", "umask", "write",
 ]  # fmt: skip
+
+
+# An ONNX model names its external data by paths relative to where it is read from: bytes a
+# tenant sent are read from here, so no path in them reaches a file (ONNX Runtime refuses
+# absolute paths and `..` itself; a relative one would otherwise be read from the process's
+# working folder: an operator's home, Lambda's code).
+ONNX_EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+_empty: str | None = None
+
+
+def no_external_data(options: Any) -> Any:
+    """ONNX Runtime `options` under which a model's external data is looked for in an empty
+    folder of this process's own: a model whose weights name a file fails to load."""
+    global _empty
+    if _empty is None or not os.path.isdir(_empty) or os.listdir(_empty):
+        _empty = tempfile.mkdtemp(prefix="sluice-no-files-")  # 0700, and empty
+    options.add_session_config_entry(ONNX_EXTERNAL_DATA_FOLDER, _empty)
+    return options

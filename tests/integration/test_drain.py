@@ -82,6 +82,8 @@ def attempt(serve: Serve) -> str:
         sock = socket.create_connection(("127.0.0.1", serve.port), timeout=60)
     except ConnectionRefusedError:
         return "refused"
+    except ConnectionResetError:  # taken into the listening socket's queue as it closed, then dropped
+        return "reset"
     except OSError as exc:
         return type(exc).__name__
     with sock:

@@ -106,3 +106,39 @@ def test_a_boolean_or_a_number_too_large_is_no_weight_or_share(client: TestClien
     """JSON true is not 1; a weight of 1e308 is no weight (two of them add up to infinity)."""
     r = client.post(path, json=body, headers=auth(keys["acme"]))
     assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
+def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client: TestClient, keys: dict[str, str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX external data names a file relative to where the model is read from: the server's
+    working folder (an operator's home, Lambda's code) for bytes a tenant sent. Such a model is
+    refused when pushed, naming the artifact; nothing of the file reaches an answer."""
+    from onnx import TensorProto, helper
+
+    secret = b"aws_secret_access_key = OPERATORSECRET\n"
+    (tmp_path / "credentials").write_bytes(secret)
+    monkeypatch.chdir(tmp_path)
+    weight = TensorProto(name="W", data_type=TensorProto.UINT8, dims=[len(secret)], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "credentials"), ("offset", "0"), ("length", str(len(secret)))):
+        weight.external_data.add(key=key, value=value)
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Cast", ["W"], ["leak"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1]), helper.make_tensor_value_info("leak", TensorProto.FLOAT, [len(secret)])],
+        initializer=[weight],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    r = client.post("/api/v1/models/leaky/versions", content=model.SerializeToString(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+    assert r.status_code == 400 and r.json()["field"] == "artifact" and "external data" in r.json()["error"], r.text
+
+
+def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(client: TestClient, keys: dict[str, str]) -> None:
+    from sluice.endpoints.names import endpoint_name
+
+    pushed = client.post("/api/v1/models/sm/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**auth(keys["acme"]), "content-type": "application/octet-stream"})
+    uri = pushed.json()["artifact_uri"]
+    for name, status in ((endpoint_name("globex", "ranker"), 403), (endpoint_name("acme", "iris"), 201), ("ranker-prod", 201)):
+        r = client.post("/api/v1/models/sm/versions", json={"artifact_uri": uri, "runtime": "sagemaker", "config": {"endpoint_name": name}}, headers=auth(keys["acme"]))
+        assert r.status_code == status, (name, r.text)
+        if status == 403:
+            assert r.json()["field"] == "config.endpoint_name"

@@ -93,7 +93,7 @@ def refuse_unservable_outputs(onnx_bytes: bytes) -> None:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(onnx_bytes, owner_only.no_external_data(options), providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own untyped errors for bad graphs
         raise InvalidInput(f"not a loadable ONNX model: {type(exc).__name__}", field="artifact") from None
     for output in session.get_outputs():

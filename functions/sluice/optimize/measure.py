@@ -115,11 +115,15 @@ def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: 
     label = next((s.name for s in signature.outputs if s.role == "label"), None)
     n = len(next(iter(original.values())))
     diffs: list[np.ndarray] = []
+    unlike = 0  # values NaN or infinite in one answer and not the same in the other
     for spec in signature.outputs:
         a, b = original.get(spec.name), candidate.get(spec.name)
         if a is None or b is None or a.dtype.kind not in "fiu":
             continue
-        diffs.append(np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel())
+        a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+        finite = np.isfinite(a64) & np.isfinite(b64)
+        unlike += int(np.count_nonzero(~finite & ~((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))))
+        diffs.append(np.abs(a64[finite] - b64[finite]))  # a row the original answers NaN (a NaN input) is no difference
     result: dict[str, Any] = {"rows": n}
     agree: int | None = None
     if label is not None:
@@ -138,4 +142,6 @@ def agreement(signature: Signature, original: dict[str, np.ndarray], candidate: 
         every = np.concatenate(diffs)
         result["max_abs_diff"] = float(every.max()) if every.size else 0.0
         result["mean_abs_diff"] = float(every.mean()) if every.size else 0.0
+        if unlike:
+            result["unlike_non_finite"] = unlike
     return result

@@ -23,8 +23,10 @@ class Budget:
         if agreement is not None and agreement < self.min_agreement:
             return f"agreement {agreement:.4f} < {self.min_agreement}"
         diff = row.get("max_abs_diff")
-        if self.max_abs_diff is not None and diff is not None and diff > self.max_abs_diff:
+        if self.max_abs_diff is not None and diff is not None and not diff <= self.max_abs_diff:  # NaN: never within
             return f"max abs diff {diff:.3g} > {self.max_abs_diff}"
+        if row.get("unlike_non_finite"):
+            return f"{row['unlike_non_finite']} values NaN or infinite in one answer and not in the other"
         return None
 
 

@@ -140,7 +140,7 @@ class SageMakerStore(_Remote):
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
-        wanted = list(dict.fromkeys((*features, *([event_time] if event_time else []))))
+        wanted = _wanted(features, event_time)
         identifiers: list[dict[str, Any]] = [{"FeatureGroupName": table, "RecordIdentifiersValueAsString": [k[0] for k in keys], "FeatureNames": wanted}]
         found = Found.of(features)
         for response in self._responses(f"feature group '{table}'", lambda r: self.client.batch_get_record(Identifiers=r), identifiers, "UnprocessedIdentifiers", "records"):
@@ -216,7 +216,7 @@ class SqliteStore(_Counted):
         columns are kept once read, and read again where a question names one they lack (a
         column added since); a question that reads one no longer there fails, and `get_many`
         then forgets them."""
-        wanted = [c for c in dict.fromkeys((*features, event_time)) if c]
+        wanted = _wanted(features, event_time)
         columns = self._columns.get(table)
         if columns is None or not columns.issuperset(wanted):
             columns = {row[1] for row in db.execute(f'PRAGMA table_info("{table}")')}
@@ -243,7 +243,7 @@ class SqliteStore(_Counted):
                     features = [f.name for f in node.features]
                     read = self._read(db, node.table, list(node.keys), features, event_time)
                     spec = (node.table, tuple(node.keys), tuple(read), asked[1])
-                    if len(read) == len([c for c in dict.fromkeys((*features, event_time)) if c]):
+                    if len(read) == len(_wanted(features, event_time)):
                         keep(self._specs, asked, spec, PLANS)
                 held = self._holding.current(db, spec)
             except (SluiceError, sqlite3.Error):  # `get_many` tells
@@ -270,7 +270,7 @@ class SqliteStore(_Counted):
             at = {c: len(key_names) + i for i, c in enumerate(read)}  # each column read's place in a row
             places = (tuple((f, at.get(f)) for f in features), at.get(event_time))
             plan = (read, (table, shape[1], tuple(read), shape[4]), f'SELECT {cols} FROM "{table}" WHERE {where}', places)
-            if len(read) == len([c for c in dict.fromkeys((*features, event_time)) if c]):  # a column missing: asked again, it may be added
+            if len(read) == len(_wanted(features, event_time)):  # a column missing: asked again, it may be added
                 keep(self._plans, shape, plan, PLANS)  # a batch job's chunks ask for many counts of keys
         return plan
 
@@ -306,6 +306,11 @@ class SqliteStore(_Counted):
         found: list[Key] = [(k if type(k) is str else str(k),) for k in columns[0]] if n == 1 else list(zip(*(map(str, c) for c in columns[:n]), strict=True))
         empty = [None] * len(rows)
         return Found(found, {f: list(empty) if i is None else list(columns[i]) for f, i in places}, empty if when is None else list(columns[when]))
+
+
+def _wanted(features: Sequence[str], event_time: str) -> list[str]:
+    """The columns a question reads beside its keys: its features, then the event time ("": none)."""
+    return [c for c in dict.fromkeys((*features, event_time)) if c]
 
 
 # Errors -------------------------------------------------------------------------------------

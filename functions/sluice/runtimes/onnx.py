@@ -15,6 +15,7 @@ import numpy as np
 
 from sluice.domain.errors import BackendError, InvalidInput, PayloadTooLarge
 from sluice.domain.results import InferenceResult
+from sluice.owner_only import no_external_data
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -41,8 +42,10 @@ def build_session(
         ort.ExecutionMode.ORT_PARALLEL if execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
     )
     try:
-        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own untyped errors for bad graphs
+        return ort.InferenceSession(data, no_external_data(options), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ORT raises its own untyped errors for bad graphs (and for weights naming a file)
+        if "external data" in str(exc).lower():
+            raise InvalidInput("not a loadable ONNX model: its weights name a file (external data); send the model with its weights inside", field="artifact") from None
         raise InvalidInput(f"not a loadable ONNX model: {type(exc).__name__}", field="artifact") from None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import Model, ModelVersion, check_name
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from sluice.storage import ArtifactStore
 
 MAX_ARTIFACT_BYTES = 2 * 1024**3
+_MADE_BY_SLUICE = re.compile(r"sluice-[a-z0-9-]*-[0-9a-f]{8}(?:-|\Z)")  # `endpoint_names.endpoint_name`'s, and what hangs off it
 MAX_SIGNATURE_BYTES = 256 * 1024  # a version's signature as JSON: what every registry's record holds (a DynamoDB item: 400 KB)
 
 
@@ -107,6 +109,8 @@ class ModelService:
         if runtime not in ("onnx", "sagemaker"):
             raise BadRequest(f"runtime {runtime!r} is not available; use 'onnx', 'sagemaker' or 'triton'", field="runtime")
         config = sagemaker_config(config) if runtime == "sagemaker" else _no_config(config)
+        if runtime == "sagemaker":
+            self._refuse_others_endpoints(principal.tenant, config)
         if not data:
             raise BadRequest("the artifact is empty", field="artifact")
         if len(data) > MAX_ARTIFACT_BYTES:
@@ -276,6 +280,23 @@ class ModelService:
             self.registry.delete_version(principal.tenant, name, version, catalog=catalog)
 
         decided_again(delete)
+
+    def _refuse_others_endpoints(self, tenant: str, config: dict[str, Any]) -> None:
+        """A version may name an endpoint of its own making (the operator's), or one sluice
+        made for a deployment of its tenant; never one sluice made for another tenant's
+        (`sluice.endpoints.names`: predictable from its tenant's and deployment's names, and the
+        API's role may invoke every one of them)."""
+        from sluice.endpoints.names import endpoint_name
+
+        own: set[str] | None = None
+        for key in ("endpoint_name", "async_endpoint_name", "inference_component"):
+            name = config.get(key)
+            if not isinstance(name, str) or not _MADE_BY_SLUICE.match(name):
+                continue
+            if own is None:
+                own = {endpoint_name(tenant, d.name) for d in self.registry.list_deployments(tenant)}
+            if not any(name == made or name.startswith(made + "-") for made in own):
+                raise Forbidden(f"config.{key} '{name}' is an endpoint sluice made for a deployment of another tenant, or none", field=f"config.{key}")
 
     def _refuse_if_deployed(self, tenant: str, model: str, version: int | None) -> None:
         # The policy schema, imported for deletes alone: `sluice models` commands otherwise never read it.
