@@ -210,3 +210,22 @@ def test_a_burst_of_stop_signals_stops_the_service_within_its_bound(workers: int
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_body_that_never_arrives_is_a_408_and_holds_no_slot(serve: Callable[..., Serve]) -> None:
+    """Headers sent, the body never: answered 408 once the body timeout passes, the connection
+    closed, and the worker's prediction slots free for the next caller (as many stalled
+    requests as it has slots would otherwise hold them all, for every tenant, for ever)."""
+    server = serve(SLUICE_BODY_TIMEOUT_S="1")
+    stalled = []
+    for _ in range(2):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(server.request()[: -len(SETOSA)])  # the headers, with the body's length: no body
+        stalled.append(sock)
+    started = time.monotonic()
+    for sock in stalled:
+        answer = read_all(sock)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"connection: close" in answer.lower(), answer[:300]
+    assert time.monotonic() - started < 20
+    assert attempt(server) == "200"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -105,3 +105,31 @@ def test_a_rate_that_is_not_one_is_refused_naming_the_setting(rate: str) -> None
 def test_the_rate_limit_is_refused_on_aws_where_usage_plans_throttle() -> None:
     with pytest.raises(ValidationError, match="usage plans"):
         Settings(mode="aws", registry="dynamodb://t", store="s3://b", rate_limit="10/second")
+
+
+def test_each_message_of_a_grpc_stream_counts_against_its_keys_rate(tmp_path: Path, acme: Principal) -> None:
+    """A stream is no way around the rate: 3 a minute answers the first 3 of 6 messages and
+    refuses the rest, each with its own error, as a unary call past the rate is refused."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from tests.integration.grpc.conftest import run_server
+
+    container, key, _ = _limited(tmp_path, acme, "3/minute")
+    answers: list[Any] = []
+    with run_server(container) as url:
+        client = grpcclient.InferenceServerClient(url)
+        client.start_stream(callback=lambda result, error: answers.append(error or result), headers={"authorization": f"Bearer {key}"})
+        rows = np.asarray([[5.1, 3.5, 1.4, 0.2]], dtype=np.float32)
+        for _ in range(6):
+            tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+            tensor.set_data_from_numpy(rows)
+            client.async_stream_infer("iris", [tensor])
+        deadline = time.monotonic() + 20
+        while len(answers) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.stop_stream()
+        client.close()
+    refused = [a for a in answers if isinstance(a, Exception)]
+    assert len(answers) == 6 and len(refused) == 3, answers
+    assert all("rate" in str(a).lower() for a in refused), refused

@@ -6,6 +6,7 @@ reads it; whether streamed through the ASGI exchange or whole in a Lambda event
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from sluice.api.encoding import (
     request_coding,
 )
 from sluice.api.errors import error_response
-from sluice.domain.errors import PayloadTooLarge, SluiceError
+from sluice.domain.errors import PayloadTooLarge, RequestTimeout, SluiceError
 from sluice.domain.values import decimal
 
 if TYPE_CHECKING:
@@ -155,10 +156,41 @@ def whole_body(body: bytes) -> Receive:
     return receive
 
 
-async def read_body(receive: Receive) -> bytes:
+BODY_MIN_RATE = 16 * 1024  # bytes a second a body must keep up: each gives it a second beyond the timeout
+
+
+async def read_body(receive: Receive, timeout_s: float | None = None) -> bytes:
+    """The request's body. With `timeout_s`, it has that long to arrive, plus a second for every
+    `BODY_MIN_RATE` bytes received: past it, `RequestTimeout` (408). A part already there is
+    taken at once, with no timer: only a `receive` that waits is timed (`_within`)."""
     chunks = []
+    started: float | None = None
+    received = 0
     while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
+        if timeout_s is None:
+            message = await receive()
+        else:
+            if started is None:
+                started = asyncio.get_running_loop().time()
+            message = await _within(receive, started + timeout_s + received / BODY_MIN_RATE, received)
+        body = message.get("body", b"")
+        chunks.append(body)
+        received += len(body)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def _within(receive: Receive, deadline: float, received: int) -> Message:
+    """`await receive()`, refused past `deadline` (the loop's clock) where it has to wait."""
+    from sluice.inline import resumed, timeout
+
+    waiting = receive()
+    try:
+        waits_on = waiting.send(None)
+    except StopIteration as done:  # there already: no timer
+        return done.value  # type: ignore[no-any-return]
+    try:
+        async with timeout(at=deadline):
+            return await resumed(waiting, waits_on)  # type: ignore[no-any-return]
+    except TimeoutError:
+        raise RequestTimeout(f"the body did not arrive in time ({received} bytes did)", field="body") from None

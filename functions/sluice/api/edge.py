@@ -247,7 +247,7 @@ class Edge:
     ) -> Response:
         try:
             path = route.parse_params(params)
-            raw = body if receive is None else await read_body(receive)
+            raw = body if receive is None else await read_body(receive, container.settings.limits.body_timeout_s)
             if route.binary:
                 declared = headers.get(HEADER)
                 if declared is not None:

@@ -40,11 +40,59 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
     server = grpc.aio.server(
         options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port),
         maximum_concurrent_rpcs=settings.serve.grpc_max_concurrent_rpcs or None,
+        interceptors=[key_first(container)],
     )
     add_service(InferenceService(container), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     return server, bound
+
+
+PUBLIC = frozenset(f"/inference.GRPCInferenceService/{m}" for m in ("ServerLive", "ServerReady", "ServerMetadata"))
+
+
+def key_first(container: Container) -> Any:
+    """An interceptor that refuses a call without a working key as it opens (UNAUTHENTICATED),
+    before its message is read: a call waiting for its message already holds one of the
+    worker's `maximum_concurrent_rpcs`, and a caller with no key must hold none (calls opened
+    with no message, or none ever sent, kept every tenant's gRPC out). A key is read as the
+    HTTP edge reads it (recently checked ones from memory); the service checks it again as
+    its call runs."""
+    import asyncio
+
+    import grpc
+    import grpc.aio
+
+    from sluice.api.deps import _bearer
+    from sluice.domain.errors import Unauthenticated
+    from sluice.grpc_service.service import GRPC_MISSING_KEY
+
+    def refusal(message: str) -> Any:
+        async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+        # Streamed both ways whatever the method: the answer goes without reading a message.
+        return grpc.stream_stream_rpc_method_handler(refuse)
+
+    missing = refusal(GRPC_MISSING_KEY)
+    keys = container.keys
+
+    class KeyFirst(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+            if details.method in PUBLIC:
+                return await continuation(details)
+            metadata = {k.lower(): v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+            key = _bearer(metadata)  # type: ignore[arg-type]
+            if not key:
+                return missing
+            if keys.cached(key) is None:
+                try:
+                    await asyncio.to_thread(keys.authenticate, key)
+                except Unauthenticated as exc:
+                    return refusal(exc.message)
+            return await continuation(details)
+
+    return KeyFirst()
 
 
 def add_service(servicer: Any, server: grpc.aio.Server) -> None:

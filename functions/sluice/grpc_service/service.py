@@ -29,6 +29,7 @@ from sluice.codecs.classification import asked
 from sluice.codecs.plain import who_answered
 from sluice.domain.errors import (
     Accepted,
+    BadRequest,
     PayloadTooLarge,
     SluiceError,
     Unauthenticated,
@@ -208,7 +209,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(self, request_iterator: Any, context: ServicerContext) -> AsyncIterator[Any]:
         """Each request answered in turn; a failed one is an `error_message`, as Triton streams.
         The stream is one of its key's requests in flight for as long as it is open, and its key
-        is checked again before each request: once revoked, the stream ends UNAUTHENTICATED."""
+        is checked again before each request: once revoked, the stream ends UNAUTHENTICATED.
+        Each request counts against the key's rate (`SLUICE_RATE_LIMIT`) as a unary call does
+        (the first with the stream's opening): one past it is answered with its error."""
         async with contextlib.AsyncExitStack() as open_call:
             checked_at = self.container.keys.generation()  # before the key is read
             try:
@@ -216,12 +219,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             except Exception as exc:
                 await self._fail(context, exc)
             key = HeldKey(self.container.keys, principal.subject, checked_at)
+            counted = True  # the first request's rate was counted with the stream's opening
             async for request in request_iterator:
                 try:
                     await key.check()
                 except Unauthenticated as exc:
                     await self._fail(context, exc)
                 try:
+                    if not counted and self.rate_limit is not None:
+                        await self.rate_limit.check(principal.subject)
+                    counted = False
                     with use_tenant(principal.tenant):
                         yield await self._infer(principal, metadata, request)  # wire.write_stream_response
                 except Exception as exc:
@@ -237,6 +244,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             raise
 
     async def _infer_counted(self, principal: Principal, metadata: dict[str, str], request: Any, admitted: bool) -> Any:
+        if getattr(request, "malformed", None):
+            raise BadRequest(f"the request is not a ModelInferRequest: {request.malformed}", field="body")
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
         rid = request_id({}, metadata, message.id)  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}

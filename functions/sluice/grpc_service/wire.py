@@ -29,11 +29,12 @@ class InferRequest:
     """A `ModelInferRequest` whose `raw_input_contents` are views of the bytes it came in;
     every other field is the parsed message's."""
 
-    __slots__ = ("message", "raw_input_contents")
+    __slots__ = ("malformed", "message", "raw_input_contents")
 
-    def __init__(self, message: Any, raw_input_contents: list[memoryview]) -> None:
+    def __init__(self, message: Any, raw_input_contents: list[memoryview], malformed: str | None = None) -> None:
         self.message = message
         self.raw_input_contents = raw_input_contents
+        self.malformed = malformed  # why the bytes are no ModelInferRequest (then `message` is an empty one)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.message, name)
@@ -54,12 +55,17 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 
 def read_infer_request(data: bytes) -> InferRequest:
     """The request's deserializer (unary and stream): raw contents left in place."""
+    from google.protobuf.message import DecodeError
+
     try:
-        rest, raws = _split(data)
-    except (IndexError, ValueError):  # not what the walk expects: protobuf says what is wrong
-        message = pb.ModelInferRequest.FromString(data)
-        return InferRequest(message, [memoryview(raw) for raw in message.raw_input_contents])
-    return InferRequest(pb.ModelInferRequest.FromString(rest), raws)
+        try:
+            rest, raws = _split(data)
+        except (IndexError, ValueError):  # not what the walk expects: protobuf says what is wrong
+            message = pb.ModelInferRequest.FromString(data)
+            return InferRequest(message, [memoryview(raw) for raw in message.raw_input_contents])
+        return InferRequest(pb.ModelInferRequest.FromString(rest), raws)
+    except DecodeError as exc:  # answered INVALID_ARGUMENT by the handler (grpcio would say UNKNOWN)
+        return InferRequest(pb.ModelInferRequest(), [], malformed=str(exc)[:200] or "it does not parse")
 
 
 def _split(data: bytes) -> tuple[bytes, list[memoryview]]:

@@ -23,6 +23,13 @@ class LimitSettings(Group):
         gt=0,
         description="Largest request body served synchronously (Lambda's 6 MB limit, less envelope).",
     )
+    body_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="`sluice serve`: seconds a prediction's body has to arrive once its headers have, plus one "
+        "more for every 16 KiB received; a client that stalls or trickles is answered 408 and cut off, so it "
+        "holds no slot for long. A body already there when read costs no timer.",
+    )
     max_response_bytes: int = Field(
         default=6 * MiB - 64 * 1024,
         gt=0,

@@ -112,3 +112,33 @@ def test_every_unary_call_gives_back_its_slots_and_is_counted_once(served: Conta
     assert value(text, "ml_inference_requests_total") == len(mix)
     assert value(text, "ml_inference_errors_total") == sum(1 for kind in mix if CALLS[kind][2] is not None)
     assert value(text, "ml_inference_refused_total") == 0
+
+
+def test_calls_without_a_working_key_hold_no_slot_while_they_wait_for_their_message(served: Container, keys: dict[str, str]) -> None:
+    """Calls opened with no key (or a wrong one) and no message ever sent are refused as they
+    open, so they hold none of the worker's concurrent calls: a caller with a key is answered."""
+    import threading
+
+    import grpc
+
+    served.settings.serve.grpc_max_concurrent_rpcs = 4
+    stop = threading.Event()
+
+    def never() -> Any:
+        stop.wait()
+        return
+        yield
+
+    with run_server(served) as url, grpc.insecure_channel(url) as channel:
+        hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        held = [hold.future(never(), metadata=m) for m in [()] * 4 + [(("authorization", "Bearer sk_no_such_key"),)] * 4]
+        try:
+            for call in held:
+                assert call.exception(timeout=10).code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[union-attr]
+            client = grpcclient.InferenceServerClient(url)
+            tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.asarray([[6.7, 3.0, 5.2, 2.3]], dtype=np.float32))
+            answer = client.infer("iris", [tensor], headers={"authorization": f"Bearer {keys['acme']}"})
+            assert answer.as_numpy("output_label").tolist() == [b"virginica"]
+        finally:
+            stop.set()

@@ -103,3 +103,21 @@ def test_typed_contents_out_of_their_datatypes_range_are_invalid_argument(grpc_u
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "out of its range" in caught.value.details()
     assert ("sluice-field", "inputs.input") in caught.value.trailing_metadata()
+
+
+def test_bytes_that_are_no_request_are_an_invalid_argument_on_both_calls(grpc_url: str, keys: dict[str, str]) -> None:
+    """Not protobuf, or a field cut short: INVALID_ARGUMENT in sluice's words (grpcio alone would
+    say UNKNOWN, naming its exception); on a stream, that message's error, the stream going on."""
+    import grpc
+
+    metadata = (("authorization", f"Bearer {keys['acme']}"),)
+    plain = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    with grpc.insecure_channel(grpc_url) as channel:
+        unary = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer", **plain)
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer", **plain)
+        for data in (b"\xff\xff\xff\xff\x0f", b"\x0a\x10iris"):
+            with pytest.raises(grpc.RpcError) as refused:
+                unary(data, metadata=metadata, timeout=10)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a ModelInferRequest" in refused.value.details()
+            answers = list(stream(iter([data, data]), metadata=metadata, timeout=10))
+            assert len(answers) == 2 and all(b"not a ModelInferRequest" in a for a in answers)
