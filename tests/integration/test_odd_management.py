@@ -142,3 +142,46 @@ def test_a_version_may_not_name_an_endpoint_sluice_made_for_another_tenant(clien
         assert r.status_code == status, (name, r.text)
         if status == 403:
             assert r.json()["field"] == "config.endpoint_name"
+
+
+def test_a_majority_vote_lists_each_class_once_with_its_share(client: TestClient, keys: dict[str, str]) -> None:
+    """Rows of different labels: each class once in the answer, the winner's share the
+    members' whole weight when they agree (a label met on several rows was listed again, its
+    share written into a column of zeros)."""
+    headers = auth(keys["acme"])
+    assert client.post("/api/v1/deployments", json={"name": "vote", "policy": _members(1)}, headers=headers).status_code == 201
+    rows = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3], [5.0, 3.4, 1.5, 0.2], [5.9, 2.8, 4.3, 1.3], [6.9, 3.1, 5.4, 2.1]]
+    r = client.post("/api/v1/predictions", json={"deployment": "vote", "inputs": rows}, headers=headers)
+    assert r.status_code == 200, r.text
+    for answer, label in zip(r.json()["predictions"], ["setosa", "virginica", "setosa", "versicolor", "virginica"], strict=True):
+        assert answer["prediction"] == label and answer["probabilities"][label] == pytest.approx(1.0)
+    v2 = client.post("/v2/models/vote/infer", json={"inputs": [{"name": "input", "datatype": "FP32", "shape": [len(rows), 4], "data": [v for row in rows for v in row]}]}, headers=headers)
+    probabilities = {o["name"]: o for o in v2.json()["outputs"]}["output_probability"]
+    classes = probabilities["parameters"]["classes"]
+    assert sorted(classes) == ["setosa", "versicolor", "virginica"] and probabilities["shape"] == [5, 3]
+
+
+def test_a_rollout_refuses_a_policy_whose_names_it_would_take_for_its_own(client: TestClient, keys: dict[str, str]) -> None:
+    headers = auth(keys["acme"])
+    client.post("/api/v1/models/iris/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**headers, "content-type": "application/octet-stream"})
+    split = {"kind": "split", "variants": [{"name": n, "weight": 50, "target": {"kind": "single", "model": "iris", "version": v}} for n, v in (("stable", 1), ("candidate", 2))]}
+    assert client.put("/api/v1/deployments/iris", json={"policy": split}, headers=headers).status_code == 200
+    r = client.post("/api/v1/deployments/iris/rollout", json={"to": "iris:1", "gate": "error_rate<=0.01"}, headers=headers)
+    assert r.status_code == 409 and "rename it first" in r.json()["error"], r.text
+
+
+def test_an_upload_size_is_a_number_of_bytes(client: TestClient, keys: dict[str, str]) -> None:
+    for size in (True, "10", 1.5):
+        r = client.post("/api/v1/uploads", json={"deployment": "iris", "size": size}, headers=auth(keys["acme"]))
+        assert r.status_code == 422 and r.json()["field"] == "size", r.text
+
+
+def test_a_cron_that_never_fires_in_its_zone_is_refused() -> None:
+    """01:30 on the last Sunday of March falls where London's clocks skip, every year."""
+    from sluice.domain.errors import BadRequest
+    from sluice.domain.schedules import check_fires
+
+    with pytest.raises(BadRequest, match="never fires in Europe/London"):
+        check_fires("cron(30 1 * 3 0L)", "Europe/London", 1.8e9)
+    check_fires("cron(30 1 * 3 0L)", "UTC", 1.8e9)  # in UTC it fires
+    check_fires("cron(0 0 29 2 *)", "Europe/London", 1.8e9)  # a leap day: years away, still fires

@@ -177,3 +177,18 @@ def test_a_key_revoked_while_the_connection_is_authenticated_stops_it_at_the_fir
     with client.websocket_connect(URL, headers=auth(key)) as ws:
         stopped = ask(ws, {**SETOSA, "request_id": "first"})
         assert (stopped["request_id"], stopped["status"], stopped["code"]) == ("first", 401, "unauthenticated")
+
+
+@pytest.mark.parametrize("message", ["not json", "x" * 2_000_000], ids=["not json", "over the size"])
+def test_a_revoked_keys_next_message_is_refused_whatever_it_holds(tmp_path: Path, acme: Principal, message: str) -> None:
+    """After a revoke, a message that does not parse or is over the size is answered 401 and the
+    connection closed, as a good one is (not a 422 or 413 on a connection that stays open)."""
+    client, container, key = _limited(tmp_path, acme)
+    with client.websocket_connect(URL, headers=auth(key)) as ws:
+        assert ask(ws, SETOSA)["prediction"] == "setosa"
+        container.keys.revoke(acme, key.split("_")[1])
+        ws.send_text(message)
+        assert ws.receive_json()["code"] == "unauthenticated"
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+        assert closed.value.code == 1008

@@ -127,3 +127,17 @@ def test_all_deployments_together_stay_within_the_byte_budget() -> None:
     assert cache.get(other, "a") is None and cache.get(other, "b") is not None and cache.get(other, "d") is not None
     cache.drop("acme", "other")
     assert cache.put(wide, "c", answer())
+
+
+def test_an_answer_copied_from_the_shared_tier_goes_when_it_goes_there() -> None:
+    """Kept no longer than the shared tier keeps it (what is left of its time there), never a
+    fresh time to live of its own."""
+    now = [1000.0]
+    cache = PredictionCache(timer=lambda: now[0], wall=lambda: now[0])
+    answer = _answer({"probs": np.zeros(2, dtype=np.float32)})
+    assert cache.put(DEP, "shared", answer, expires_at=now[0] + 5)  # DEP keeps answers longer
+    assert not cache.put(DEP, "gone", _answer({"probs": np.zeros(2, dtype=np.float32)}), expires_at=now[0] - 1)
+    now[0] += 4.9
+    assert cache.get(DEP, "shared") is answer
+    now[0] += 0.2
+    assert cache.get(DEP, "shared") is None

@@ -25,7 +25,13 @@ from pydantic_core import from_json
 from sluice.api.errors import error_content
 from sluice.api.present import plain_body, v2_body
 from sluice.codecs.classification import asked
-from sluice.domain.errors import BadRequest, InvalidRequest, PayloadTooLarge
+from sluice.domain.errors import (
+    BadRequest,
+    InvalidRequest,
+    PayloadTooLarge,
+    SluiceError,
+    Unauthenticated,
+)
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.domain.values import VersionNumber
 from sluice.services.keys import UNCHECKED, HeldKey
@@ -107,6 +113,11 @@ class Session:
         request_id: str | None = None
         message: Any = None
         try:
+            try:
+                await self.key.check()  # first: a revoked key's next message is refused, whatever it holds
+            except Unauthenticated:
+                request_id = self._request_id_of(raw)  # the refusal carries the message's id where it has one
+                raise
             if _size(raw, self.max_message_bytes) > self.max_message_bytes:
                 raise PayloadTooLarge(
                     f"message is over {self.max_message_bytes} bytes: send large inputs as a batch job",
@@ -117,13 +128,21 @@ class Session:
             if self.rate_limit is not None:
                 await self.rate_limit.check(self.connection_id)
             with self.admission.held(self.principal) if self.admission is not None else contextlib.nullcontext():
-                await self.key.check()
                 return await self._predict(message, request_id)
         except Exception as exc:
             if self.principal is not None:  # counted once, as answered (`sluice.inference.outcomes`)
                 name = message.get("deployment") if isinstance(message, dict) else None
                 await self.container.predictions.outcomes.failed(self.principal.tenant, name, exc)
             return error_answer(exc, request_id)
+
+    def _request_id_of(self, raw: bytes | str) -> str | None:
+        """The message's own request id, where it is within the size limit and reads."""
+        if _size(raw, self.max_message_bytes) > self.max_message_bytes:
+            return None
+        try:
+            return _request_id(_parse(raw))
+        except SluiceError:
+            return None
 
     @property
     def revoked(self) -> bool:

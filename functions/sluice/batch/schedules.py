@@ -28,6 +28,7 @@ from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
 from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format, derived_job_id
 from sluice.domain.schedules import (
     Schedule,
+    check_fires,
     check_overlap,
     latest_fire,
     next_fire,
@@ -97,6 +98,7 @@ class ScheduleService:
         check_name(deployment, field="deployment")
         expression = normalize_expression(expression)
         zone(timezone)
+        check_fires(expression, timezone, time.time())
         check_overlap(overlap)
         if state not in ("ENABLED", "PAUSED"):
             raise BadRequest("state must be ENABLED or PAUSED", field="state")
@@ -183,6 +185,9 @@ class ScheduleService:
                 job = self._run_if_due(schedule, moment)
             except SluiceError as exc:
                 log.warning("schedule run not started", extra={"schedule": schedule.name, "error": exc.message})
+                continue
+            except Exception:  # one schedule's fault never stops the others' (every tenant's)
+                log.exception("schedule run not started", extra={"schedule": schedule.name, "tenant": schedule.tenant})
                 continue
             if job is not None:
                 started.append(job)

@@ -130,23 +130,34 @@ def latest_fire(schedule: Schedule, moment: float) -> float | None:
         fire = anchor + k * period
         return fire if fire > after else None
     found = None
-    for stamp in _cron_fires(schedule, after):
+    for stamp in _cron_fires(schedule.expression, schedule.timezone, after):
         if stamp > moment:
             break
         found = stamp
     return found
 
 
-def next_fire(schedule: Schedule, moment: float) -> float:
-    """The first scheduled time after `moment`."""
+def check_fires(expression: str, timezone: str, now: float, *, field: str = "expression") -> None:
+    """Refuse a cron that never fires in `timezone` (within `HORIZON_YEARS`): its only times
+    fall where the clocks skip (01:30 on the last Sunday of March, in London)."""
+    if period_s(expression) is None and next(_cron_fires(expression, timezone, now), None) is None:
+        raise BadRequest(f"{field}: {expression} never fires in {timezone} (its times fall where the clocks skip)", field=field)
+
+
+HORIZON_YEARS = 30  # how far a cron's next time is looked for (a leap day on a Monday: 28 years)
+
+
+def next_fire(schedule: Schedule, moment: float) -> float | None:
+    """The first scheduled time after `moment`; None where a cron fires no more within
+    `HORIZON_YEARS` (its only times fall where the clocks skip)."""
     period = period_s(schedule.expression)
     if period is not None:
         anchor = schedule.created_at
         return anchor + (math.floor((moment - anchor) / period) + 1) * period
-    return next(_cron_fires(schedule, moment))
+    return next(_cron_fires(schedule.expression, schedule.timezone, moment), None)
 
 
-def _cron_fires(schedule: Schedule, after: float) -> Iterator[float]:
+def _cron_fires(expression: str, timezone: str, after: float) -> Iterator[float]:
     """The times a cron schedule fires after `after`, as EventBridge Scheduler keeps them across
     daylight saving: the cron fields name wall-clock times in the schedule's zone; a time the
     clocks skip (spring) does not fire that day, and a time they repeat (autumn) fires once, at
@@ -156,9 +167,17 @@ def _cron_fires(schedule: Schedule, after: float) -> Iterator[float]:
 
     from cronsim import CronSim
 
-    tz = ZoneInfo(schedule.timezone)
-    line = _CRON.match(schedule.expression).group(1)  # type: ignore[union-attr]
-    for wall in CronSim(line, datetime.fromtimestamp(after, tz).replace(tzinfo=None)):
+    tz = ZoneInfo(timezone)
+    line = _CRON.match(expression).group(1)  # type: ignore[union-attr]
+    start = datetime.fromtimestamp(after, tz).replace(tzinfo=None)
+    walls = CronSim(line, start)
+    while True:
+        try:
+            wall = next(walls)
+        except (StopIteration, OverflowError, ValueError):  # past the calendar: no more times
+            return
+        if wall.year > start.year + HORIZON_YEARS:  # a time that only ever falls where the clocks skip
+            return
         local = wall.replace(tzinfo=tz)  # fold 0: the first of a repeated time
         if local.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:
             continue  # in the gap the clocks skip: no such time that day

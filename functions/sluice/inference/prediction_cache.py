@@ -9,7 +9,7 @@ step runs) or a new version therefore never meets an old answer. Only a determin
 has a key (`route_of`; a graph's steps answer `domain.graphs.deterministic`); anything else is
 computed live.
 
-Two tiers: a per-container LRU with a time to live (cachetools' TTLCache, under a lock), and,
+Two tiers: a per-container LRU with a time to live (cachetools' TLRUCache: each answer its own expiry, under a lock), and,
 where the wiring gives one, a shared tier (`SharedAnswers`: the registry's table of answers,
 SQLite locally, DynamoDB items with a TTL attribute on AWS) that other containers fill.
 """
@@ -35,7 +35,7 @@ from sluice.routing.choose import sticky_pick
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from cachetools import TTLCache
+    from cachetools import TLRUCache
 
     from sluice.domain import CacheSettings, Deployment, ModelVersion
     from sluice.domain.policy import Node, Switch
@@ -170,7 +170,7 @@ def answer_key(
 
 @dataclass(eq=False, slots=True)
 class PredictionCache:
-    """The per-container tier, one TTLCache per deployment (at most its `max_entries`), all of
+    """The per-container tier, one TLRUCache per deployment (at most its `max_entries`), all of
     them together at most `max_bytes` of outputs; and the optional shared tier. `timer` is the
     local tier's clock (monotonic), `wall` the shared tier's (epoch seconds, what DynamoDB's
     time to live reads)."""
@@ -182,19 +182,21 @@ class PredictionCache:
     timer: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    # Values are (answer, bytes): each tier's `currsize` is the bytes it holds.
-    _tiers: dict[tuple[str, str], tuple[CacheSettings, TTLCache[str, tuple[Answer, int]]]] = field(
+    # Values are (answer, bytes, expiry on `timer`): each tier's `currsize` is the bytes it
+    # holds, and each answer goes at its own expiry (one read from the shared tier at what is
+    # left of its time there, not a time to live of its own).
+    _tiers: dict[tuple[str, str], tuple[CacheSettings, TLRUCache[str, tuple[Answer, int, float]]]] = field(
         default_factory=dict, init=False, repr=False
     )
 
-    def _tier(self, dep: Deployment) -> TTLCache[str, tuple[Answer, int]]:
+    def _tier(self, dep: Deployment) -> TLRUCache[str, tuple[Answer, int, float]]:
         assert dep.cache is not None
         found = self._tiers.get((dep.tenant, dep.name))
         if found is None or found[0] != dep.cache:
-            from cachetools import TTLCache
+            from cachetools import TLRUCache
 
-            tier: TTLCache[str, tuple[Answer, int]] = TTLCache(
-                maxsize=self.max_bytes, ttl=dep.cache.ttl_s, timer=self.timer, getsizeof=lambda kept: kept[1]
+            tier: TLRUCache[str, tuple[Answer, int, float]] = TLRUCache(
+                maxsize=self.max_bytes, ttu=lambda _key, kept, _now: kept[2], timer=self.timer, getsizeof=lambda kept: kept[1]
             )
             found = self._tiers[(dep.tenant, dep.name)] = (dep.cache, tier)
         return found[1]
@@ -204,10 +206,14 @@ class PredictionCache:
             kept = self._tier(dep).get(key)
         return None if kept is None else kept[0]
 
-    def put(self, dep: Deployment, key: str, answer: Answer) -> bool:
-        """Keep `answer` here; False when it is too big to keep, or the container's budget is
-        held by other deployments' answers."""
+    def put(self, dep: Deployment, key: str, answer: Answer, *, expires_at: float | None = None) -> bool:
+        """Keep `answer` here, for the deployment's time to live or until `expires_at` (wall
+        clock: an answer of the shared tier's, kept there until then); False when it is too big
+        to keep, or the container's budget is held by other deployments' answers."""
         assert dep.cache is not None
+        left = dep.cache.ttl_s if expires_at is None else min(dep.cache.ttl_s, expires_at - self.wall())
+        if left <= 0:
+            return False
         outputs = answer.result.outputs
         size = max(sum(a.nbytes for a in outputs.values()), 1)
         if size > self.max_entry_bytes:
@@ -224,7 +230,7 @@ class PredictionCache:
                 tier.popitem()
             if self._held() + size > self.max_bytes:
                 return False
-            tier[key] = (answer, size)
+            tier[key] = (answer, size, self.timer() + left)
         return True
 
     def _held(self) -> int:
@@ -261,17 +267,17 @@ class PredictionCache:
             case=header.get("case"),
             models=header.get("models"),
         )
-        self.put(dep, key, answer)
+        expires_at = header.get("expires_at")
+        self.put(dep, key, answer, expires_at=expires_at if isinstance(expires_at, float | int) else None)
         return answer
 
     async def put_shared(self, dep: Deployment, key: str, answer: Answer) -> None:
         if self.shared is None or dep.cache is None:
             return
         try:
-            body = dump_answer(answer)
-            await asyncio.to_thread(
-                self.shared.put_cached_answer, dep.tenant, dep.name, key, body, expires_at=self.wall() + dep.cache.ttl_s
-            )
+            expires_at = self.wall() + dep.cache.ttl_s
+            body = dump_answer(answer, expires_at=expires_at)
+            await asyncio.to_thread(self.shared.put_cached_answer, dep.tenant, dep.name, key, body, expires_at=expires_at)
         except Exception:
             get_logger().warning("prediction cache: shared write failed", exc_info=True, extra={"deployment": dep.name})
 
@@ -279,7 +285,7 @@ class PredictionCache:
 # The shared tier's form of an answer: a JSON header (who answered, each output's dtype and
 # shape; string outputs' values; a graph's steps, case and answer signature), then the numeric
 # outputs' bytes in header order.
-def dump_answer(answer: Answer) -> bytes:
+def dump_answer(answer: Answer, *, expires_at: float | None = None) -> bytes:
     specs: list[dict[str, Any]] = []
     tail: list[bytes] = []
     for name, array in answer.result.outputs.items():
@@ -298,6 +304,8 @@ def dump_answer(answer: Answer) -> bytes:
         "classes": answer.result.classes,
         "outputs": specs,
     }
+    if expires_at is not None:  # when the shared tier lets it go: a container that copies it keeps it no longer
+        header["expires_at"] = expires_at
     if answer.steps is not None or answer.case is not None:  # a graph's: who answered, and what it answers
         header.update(steps=answer.steps, case=answer.case, models=answer.models)
     if answer.signature != answer.version.signature:  # a sequence's last step, a transform, what it exposes

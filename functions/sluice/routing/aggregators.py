@@ -105,9 +105,7 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
     if any(v is None for v in votes):
         raise BackendError("every member must give a label for a majority vote")
     rows = len(votes[0])  # type: ignore[arg-type]
-    classes: list[Any] = []
-    for v in votes:
-        classes += [c for c in v.tolist() if c not in classes]  # type: ignore[union-attr]
+    classes: list[Any] = list(dict.fromkeys(c for v in votes for c in v.tolist()))  # type: ignore[union-attr]  # each once, first seen first
     labels, shares = [], np.zeros((rows, len(classes)), dtype=np.float32)
     for i in range(rows):
         tally: Counter[Any] = Counter()

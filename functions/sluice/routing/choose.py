@@ -23,8 +23,11 @@ def _unit_hash(key: str, name: str) -> float:
 
 def sticky_pick(variants: Sequence[Variant], key: str) -> Variant:
     """Weighted rendezvous hashing: each variant scores `-weight / ln(h(key, variant))` and
-    the highest wins. A key keeps its variant while weights stay put, and moving weight
-    between two variants moves only the keys that must move (about the share moved)."""
+    the highest wins. A key keeps its variant while weights stay put. Moving weight between
+    the two variants of a split (a rollout's stable and candidate) moves only the keys that
+    must move, all toward the one that gained; with three or more variants about the share
+    moved changes variant, none onto one that lost weight, and some (about a fifth as many)
+    between variants whose weights did not change."""
     best, best_score = variants[0], -math.inf
     for variant in variants:
         if variant.weight <= 0:

@@ -140,6 +140,7 @@ class RolloutService:
                     f"{model}:{number} gives no label to agree on; gate on mean_abs_diff instead",
                     field="gate",
                 )
+        _refuse_names_of_its_own(dep.policy)
         candidate = {"kind": "single", "model": model, "version": number}
         if dep.policy == candidate:
             raise InvalidRequest(
@@ -330,3 +331,21 @@ class RolloutService:
 
     def run_once(self) -> dict[tuple[str, str], str]:
         return self.controller.run_once()
+
+
+def _refuse_names_of_its_own(policy: dict[str, Any]) -> None:
+    """A rollout judges the traffic of the variants and the mirror it names `stable` and
+    `candidate` (`sluice.stats.verdicts.gate_metrics`): a policy already holding a variant or
+    a mirror of one of those names would have its traffic judged as the rollout's own (another
+    version promoted on it). Refused, naming it."""
+    from sluice.domain.policy import Shadow, Split, parse_policy, walk
+    from sluice.domain.rollouts import CANDIDATE, STABLE
+
+    for node in walk(parse_policy(policy)):
+        names = [v.name for v in node.variants] if isinstance(node, Split) else [m.name for m in node.mirrors] if isinstance(node, Shadow) else []
+        taken = sorted({STABLE, CANDIDATE} & set(names))
+        if taken:
+            raise Conflict(
+                f"the deployment's policy has a variant or mirror named {taken}, which a rollout names its own: rename it first",
+                field="deployment",
+            )

@@ -95,8 +95,8 @@ class UploadRequest(WireModel):
         "application/octet-stream (the v2 binary extension: a JSON header, then raw tensors; give header_size) "
         "or application/vnd.sagemaker-triton.binary+json;json-header-size=N.",
     )
-    size: int = Field(ge=1, description="The body's length in bytes: the most the upload takes.")
-    header_size: int | None = Field(None, ge=1, description="A binary body's JSON header length (Inference-Header-Content-Length).")
+    size: StrictInt = Field(ge=1, description="The body's length in bytes: the most the upload takes.")
+    header_size: StrictInt | None = Field(None, ge=1, description="A binary body's JSON header length (Inference-Header-Content-Length).")
 
     model_config = {
         "json_schema_extra": {"examples": [{"deployment": "segmenter", "content_type": "application/json", "size": 52428800}]},
