@@ -63,6 +63,11 @@ class FunctionSteps:
     def arns(self) -> list[str]:
         return sorted({arn for arns in self.allowlist.values() for arn in arns})
 
+    def for_tenant(self, tenant: str) -> FunctionSteps:
+        """What one tenant's functions may call and read (a stream bound to it): its own alone."""
+        lookups = LookupSources({t: s for t, s in self.lookups.sources.items() if t == tenant}) if self.lookups is not None else None
+        return FunctionSteps({t: a for t, a in self.allowlist.items() if t == tenant}, lookups)
+
     @property
     def environment(self) -> dict[str, str]:
         if not self.allowlist:

@@ -165,12 +165,12 @@ class StreamPipeline(Construct):
         grant_objects(
             fn,
             artifacts,
-            prefix=STORE_PREFIX,
+            prefix=f"{STORE_PREFIX}tenants/{stream.tenant}/",  # the store's keys: `storage.base.artifact_key`
             write=True,
-            purpose="model artifacts and oversized shadow bodies",
+            purpose="the tenant's model artifacts and oversized shadow bodies",
         )
         grant_invoke_endpoints(fn, endpoint_names)
-        function_steps.grant_to(fn)
+        function_steps.for_tenant(stream.tenant).grant_to(fn)
         mirror.grant_to(fn.role)
         # Data capture of the deployment, where it is on: the API stack's delivery stream.
         capture.grant_to(fn.role)

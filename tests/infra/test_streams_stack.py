@@ -118,6 +118,11 @@ def test_grants_are_confined_to_the_tenant_and_the_destination(full_app: Synthes
     ledger = [s for s in statements("ledger") if "sqs:SendMessage" in _list(s["Action"])]
     assert ledger[0]["Resource"] == "arn:aws:sqs:us-east-1:123456789012:ledger-scores"
     assert any("kinesis:PutRecords" in _list(s["Action"]) for s in statements("sensors"))
+    for name in ("sensors", "refunds"):  # globex's: none of acme's objects, functions or stores
+        granted = json.dumps(statements(name))
+        artifacts = [json.dumps(s["Resource"]) for s in statements(name) if "s3:GetObject" in _list(s["Action"]) and "artifacts" in json.dumps(s["Resource"])]
+        assert artifacts and all("artifacts/tenants/globex/*" in r for r in artifacts), (name, artifacts)
+        assert "acme-" not in granted, name
 
 
 def test_alarms_watch_lag_dead_letters_and_error_rate(full_app: Synthesized) -> None:

@@ -236,7 +236,14 @@ def present_rows(
     """One plain-JSON dict per input row: `prediction`, and for classifiers
     `probabilities` ({label: p}) and `confidence` (the top probability)."""
     outputs = result.outputs
-    n = len(next(iter(outputs.values()))) if outputs else 0
+    try:
+        n = len(next(iter(outputs.values()))) if outputs else 0
+    except TypeError:  # a scalar answer (a 0-d output, as a server may give): one row
+        outputs = {k: np.reshape(v, (1,)) if np.ndim(v) == 0 else v for k, v in outputs.items()}
+        from sluice.domain.results import InferenceResult
+
+        result = InferenceResult(outputs, result.classes, result.maps)
+        n = 1
     if n == 0:
         return []
     plain = _Plain(signature, result)

@@ -135,13 +135,21 @@ class PolicyRunner:
         if call.checked is None or signature.inputs != call.checked.inputs:
             arrays = self.check(signature, arrays)
         wanted = [o for o in call.outputs if signature.output(o) is not None] if call.outputs else None
-        if not getattr(runtime, "runs_in_line", False):  # a client of its own may need a task (`sluice.inline`)
+        remote = not getattr(runtime, "runs_in_line", False)
+        if remote:  # a client of its own may need a task (`sluice.inline`)
             await in_task()
         batching = call.deployment.batching
-        if batching is not None and self.batcher is not None:  # joined with concurrent requests for this version
-            result = await self.batcher.infer(runtime, version, arrays, wanted or None, batching)
-        else:
-            result = await runtime.infer(version, arrays, wanted or None)
+        try:
+            if batching is not None and self.batcher is not None:  # joined with concurrent requests for this version
+                result = await self.batcher.infer(runtime, version, arrays, wanted or None, batching)
+            else:
+                result = await runtime.infer(version, arrays, wanted or None)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+            if not remote:  # this process's own model: a fault of sluice's, as it is
+                raise
+            # What a server answered and its decoding could not take (a shape that is not its
+            # data's, slices that do not join): the server's fault, not a 500 of sluice's.
+            raise BackendError(f"the model server's answer does not read as the model's outputs ({type(exc).__name__})") from None
         return Answer(signature, result, version)
 
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:

@@ -51,7 +51,7 @@ def _failure(data: bytes) -> dict[str, Any]:
     except ValueError:
         found = None
     if isinstance(found, dict) and "error" in found:
-        return {"error": str(found["error"]), "code": str(found.get("code", "backend_error"))}
+        return {"error": str(found["error"])[:2000], "code": str(found.get("code", "backend_error"))[:64]}
     return {"error": data[:2000].decode("utf-8", "replace"), "code": "model_error"}
 
 

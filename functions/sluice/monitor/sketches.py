@@ -81,6 +81,8 @@ class Column:
         self.count += len(values)
         if self.kind == NUMBER:
             numbers = np.ascontiguousarray(values, dtype=np.float32)
+            if not numbers.flags.writeable:  # a runtime's read-only answer (Triton's): the sketch takes writable buffers only
+                numbers = numbers.copy()
             self.missing += int(np.count_nonzero(np.isnan(numbers)))
             self.sketch.update(numbers if sample is None else numbers[sample])  # NaN is left out by the sketch itself
             return

@@ -127,18 +127,19 @@ class SageMakerRuntime(AsyncInference):
         url = target.endpoint_url
         if url is None or url == self.endpoint_url:
             return self.client
-        found = self._local.get(url)
+        # Versions are written by sluice's endpoint service; a server outside the allowlist and
+        # not started by the local twin (checked as scheme, host and port, not as a string
+        # prefix) is refused: on every call, as the servers the twin started come and go (a
+        # port a stopped one gave up may be another's by now). The client is kept.
+        allowed = self.local_servers
+        if self.started_servers is not None:
+            allowed += parse_allowlist(list(self.started_servers()), field="config.endpoint_url")
+        try:
+            url = check_origin(url, allowed, field="config.endpoint_url").url()
+        except SluiceError:
+            raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one") from None
+        found = self._local.get(target.endpoint_url)
         if found is None:
-            # Versions are written by sluice's endpoint service; a server outside the allowlist
-            # and not started by the local twin (checked as scheme, host and port, not as a
-            # string prefix) is refused.
-            allowed = self.local_servers
-            if self.started_servers is not None:
-                allowed += parse_allowlist(list(self.started_servers()), field="config.endpoint_url")
-            try:
-                url = check_origin(url, allowed, field="config.endpoint_url").url()
-            except SluiceError:
-                raise BackendError(f"endpoint {target.endpoint_name} names a server that is not a local one") from None
             found = self._local[target.endpoint_url] = build_client(
                 self._clients, region=self.region, endpoint_url=url, timeout_s=self.timeout_s, connections=self.concurrency
             )

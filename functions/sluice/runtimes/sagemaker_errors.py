@@ -90,7 +90,7 @@ def mapped(exc: Exception, target: EndpointTarget) -> SluiceError:
         log.warning("sagemaker: invoke failed", extra={**where, "error_type": type(exc).__name__, "error": str(exc)[:500]})
         return BackendError(f"the SageMaker client failed ({type(exc).__name__})")
     error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
+    code = str(error.get("Code", ""))[:64]  # a name of SageMaker's; no more of a server's text than that is repeated
     message = str(error.get("Message", ""))
     log.warning("sagemaker: %s", code or "error", extra={**where, "error": message[:500]})
     if code in _THROTTLING:

@@ -22,7 +22,7 @@ Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16
 Dim = Annotated[int, Field(ge=-1, le=MAX_DIM, strict=True)]
 Dims = Annotated[list[Dim], Field(max_length=MAX_RANK)]
 TensorName = Annotated[str, Field(min_length=1, max_length=256)]
-_INPUT_NAME = re.compile(r"input '([^']+)'")
+_INPUT_NAME = re.compile(r"input '([^']{1,256})'")  # a name as long as a tensor's may be: a server's longer text is not repeated
 
 
 class _Answer(BaseModel):

@@ -157,6 +157,10 @@ def async_spec(results: ResultStore | None, tenant: str, request: DeployRequest,
         value = getattr(request, key)
         if value is not None and not SNS_TOPIC_ARN.match(value):
             raise Unprocessable(f"{key} must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)", field=key)
+        if value is not None and value.rpartition(":")[2].startswith("sluice-"):
+            # sluice's own topics (the operator's alarms, every tenant's created topics), which
+            # the endpoints' role may publish to: never named by a tenant
+            raise Unprocessable(f"{key}: a topic named sluice-… is sluice's own; give a topic of your own, or create_topics", field=key)
     if request.create_topics and (request.success_topic or request.error_topic):
         raise Unprocessable("give success_topic and error_topic, or create_topics for two new ones, not both", field="create_topics")
     concurrency = request.max_concurrent_invocations or DEFAULT_MAX_CONCURRENT_INVOCATIONS

@@ -275,6 +275,7 @@ BAD = [
     ({"mode": "async", "output_path": RESULTS + "../../globex/sagemaker"}, "output_path", "tenant's results"),
     ({"mode": "async", "success_topic": "answers"}, "success_topic", "SNS topic ARN"),
     ({"mode": "async", "success_topic": TOPIC, "create_topics": True}, "create_topics", "not both"),
+    ({"mode": "async", "error_topic": f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms"}, "error_topic", "sluice's own"),
     ({"mode": "async", "min_instances": 3, "max_instances": 2}, "min_instances", "above max_instances"),
     ({"mode": "async", "instance_count": 3, "max_instances": 2}, "instance_count", "between"),
     ({"mode": "components", "copies": 5, "max_copies": 2}, "copies", "between min_copies"),
