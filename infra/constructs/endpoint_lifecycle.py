@@ -18,7 +18,8 @@ with `sluice-` (see `RUNTIME_ENDPOINT_PREFIX`), which is what these grants are s
   (`*.tar.gz`) in the artifact store, pull SageMaker's Triton image, write its endpoints'
   logs and their instance metrics, read asynchronous inputs and write asynchronous answers
   under the store's `results/tenants/` (sluice checks that each endpoint's output path is its
-  tenant's own), publish to the `sluice-*` topics, and nothing else.
+  tenant's own), publish to the `sluice-*-succeeded` and `sluice-*-failed` topics, and
+  nothing else.
 - `grant_manage(role)`: the control-plane calls above, and passing the execution role to
   SageMaker only.
 - `grant_rollout_weights(role)`: what the rollout controller does to those endpoints: read
@@ -137,11 +138,13 @@ class EndpointLifecycle(Construct):
         role.add_to_policy(
             iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[results])
         )
-        # The topics sluice makes for asynchronous endpoints (`sluice-*`).
-        self._topics = topics = stack.format_arn(
-            service="sns", resource=f"{prefix}*", arn_format=ArnFormat.NO_RESOURCE_NAME
-        )
-        role.add_to_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=[topics]))
+        # The topics sluice makes for asynchronous endpoints (`<endpoint>-succeeded|failed`):
+        # never `sluice-*` as a whole, which names the operator's alarm topic too.
+        self._topics = topics = [
+            stack.format_arn(service="sns", resource=f"{prefix}*-{outcome}", arn_format=ArnFormat.NO_RESOURCE_NAME)
+            for outcome in ("succeeded", "failed")
+        ]
+        role.add_to_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=topics))
         acknowledge(
             role,
             wildcard_resource(self, results),
@@ -149,12 +152,13 @@ class EndpointLifecycle(Construct):
             "tenant's results prefix, named at run time; sluice only deploys an asynchronous "
             "endpoint whose output path lies under its own tenant's prefix.",
         )
-        acknowledge(
-            role,
-            wildcard_resource(self, topics),
-            "The success and error topics sluice makes for the asynchronous endpoints the API "
-            "deploys, all named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
-        )
+        for topic in topics:
+            acknowledge(
+                role,
+                wildcard_resource(self, topic),
+                "The success and error topics sluice makes for the asynchronous endpoints the API "
+                "deploys, all named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
+            )
         acknowledge(
             role,
             wildcard_resource(self, archives),
@@ -229,7 +233,7 @@ class EndpointLifecycle(Construct):
                 ),
                 iam.PolicyStatement(actions=list(READ_ACTIONS), resources=["*"]),
                 iam.PolicyStatement(actions=list(ALARM_ACTIONS), resources=alarms),
-                iam.PolicyStatement(actions=list(TOPIC_ACTIONS), resources=[topics]),
+                iam.PolicyStatement(actions=list(TOPIC_ACTIONS), resources=topics),
                 # The first RegisterScalableTarget in an account creates Application Auto
                 # Scaling's service-linked role for SageMaker endpoints.
                 iam.PolicyStatement(
@@ -264,12 +268,13 @@ class EndpointLifecycle(Construct):
                 "<component>-…), and sluice its scale-from-zero alarms, <endpoint or component>-"
                 "<metric>; only those of sluice-* endpoints and components.",
             )
-        acknowledge(
-            policy,
-            wildcard_resource(self, topics),
-            "The SNS topics the API makes for an asynchronous endpoint and deletes with it, all "
-            "named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
-        )
+        for topic in topics:
+            acknowledge(
+                policy,
+                wildcard_resource(self, topic),
+                "The SNS topics the API makes for an asynchronous endpoint and deletes with it, all "
+                "named sluice-<tenant>-<deployment>-<digest>-succeeded|failed.",
+            )
         acknowledge(
             policy,
             "AwsSolutions-IAM5[Resource::*]",

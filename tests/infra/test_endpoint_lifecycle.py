@@ -167,6 +167,9 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
     assert not _allowed(api_statements, "sagemaker:DeleteInferenceComponent", f"{ARN}:inference-component/someone-elses")
     assert not _allowed(api_statements, "cloudwatch:DeleteAlarms", f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:someone-elses")
     assert not _allowed(api_statements, "sns:DeleteTopic", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
+    # The operator's alarm topic shares the prefix, not the suffix: the API cannot delete it.
+    for action in ("sns:DeleteTopic", "sns:SetTopicAttributes"):
+        assert not _allowed(api_statements, action, f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms")
 
 
 def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_app: Synthesized) -> None:
@@ -301,6 +304,7 @@ def test_the_execution_role_reads_model_archives_pulls_triton_writes_logs_and_as
     endpoint = endpoint_names.endpoint_name("acme", "iris")
     assert _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:{endpoint}-succeeded")
     assert not _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
+    assert not _allowed(statements, "sns:Publish", f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms")
     # The image the service picks for a new endpoint is one the role may pull.
     image = triton_image_uri(REGION, instance_type="ml.g5.xlarge", version="25.09", use_sdk=False)
     registry, repository = image.split(":")[0].split("/", 1)
