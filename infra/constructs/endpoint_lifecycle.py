@@ -28,6 +28,8 @@ with `sluice-` (see `RUNTIME_ENDPOINT_PREFIX`), which is what these grants are s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -46,6 +48,9 @@ from infra.constructs.triton_image import repository_arn
 from infra.nag import acknowledge, wildcard_resource
 from infra.naming import RUNTIME_ENDPOINT_PREFIX
 from sluice.endpoints.scaling import COPY_DIMENSION, VARIANT_DIMENSION
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 AUTOSCALING_SERVICE = "sagemaker.application-autoscaling.amazonaws.com"
 # Where SageMaker publishes an endpoint's instance metrics (CPU, GPU, memory, disk).
@@ -71,6 +76,14 @@ LIFECYCLE_ACTIONS = (
     "sagemaker:DeleteInferenceComponent",
     "sagemaker:AddTags",
     "sagemaker:ListTags",
+    "sagemaker:DeleteTags",
+)
+# What the API may never do to the operator's own endpoints that share the run-time prefix.
+RESERVED_DENIED = (
+    "sagemaker:CreateEndpoint",
+    "sagemaker:UpdateEndpoint",
+    "sagemaker:DeleteEndpoint",
+    "sagemaker:AddTags",
     "sagemaker:DeleteTags",
 )
 # The rollout controller moves a rollout's variant weights (sluice.services.rollout_endpoints):
@@ -108,12 +121,17 @@ class EndpointLifecycle(Construct):
         model_bucket: s3.IBucket,
         store_prefix: str,
         results_prefix: str,
+        reserved_endpoints: Sequence[str] = (),
     ) -> None:
         """`store_prefix`: the artifact store's root in `model_bucket` (`artifacts/`); the store
         keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it, and
-        asynchronous results under `results_prefix` + `tenants/<tenant>/`."""
+        asynchronous results under `results_prefix` + `tenants/<tenant>/`.
+        `reserved_endpoints`: the operator's endpoints (infra/sluice.yaml's) whose names share
+        the run-time prefix: the API may invoke and re-weight them, never replace, retag, delete
+        them or their scaling alarms (an explicit Deny, whatever the `sluice-*` grants allow)."""
         super().__init__(scope, id)
         stack = Stack.of(self)
+        self._reserved = [n for n in reserved_endpoints if n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
         prefix = RUNTIME_ENDPOINT_PREFIX
 
         self.execution_role = role = execution_role(
@@ -179,6 +197,21 @@ class EndpointLifecycle(Construct):
             "the /aws/sagemaker/Endpoints namespace by condition.",
         )
 
+    def _reserved_denials(self) -> list[iam.PolicyStatement]:
+        """The operator's endpoints out of the API's reach but for invoking and re-weighting."""
+        if not self._reserved:
+            return []
+        stack = Stack.of(self)
+        endpoints = [stack.format_arn(service="sagemaker", resource="endpoint", resource_name=n.lower()) for n in self._reserved]
+        alarms = [
+            stack.format_arn(service="cloudwatch", resource="alarm", resource_name=f"TargetTracking-endpoint/{n}/*", arn_format=ArnFormat.COLON_RESOURCE_NAME)
+            for n in self._reserved
+        ]
+        return [
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=list(RESERVED_DENIED), resources=endpoints),
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=list(ALARM_ACTIONS), resources=alarms),
+        ]
+
     def grant_manage(self, role: iam.IRole) -> iam.Policy:
         """The SageMaker, Application Auto Scaling and CloudWatch calls of the endpoint
         lifecycle, on `sluice-*` names, as a policy of its own on `role`."""
@@ -241,6 +274,7 @@ class EndpointLifecycle(Construct):
                     resources=[linked_role],
                     conditions={"StringEquals": {"iam:AWSServiceName": AUTOSCALING_SERVICE}},
                 ),
+                *self._reserved_denials(),
             ],
         )
         for arn in sagemaker:

@@ -93,6 +93,7 @@ class ApiStack(FunctionStack):
             model_bucket=storage.artifacts,
             store_prefix=STORE_PREFIX,
             results_prefix=RESULTS_PREFIX,
+            reserved_endpoints=self.endpoint_names,
         )
         self.capture = CaptureStream(
             self, stream_name=names.capture_stream, bucket=storage.batch, logs=platform.logs

@@ -49,7 +49,7 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
-    """Every Allow statement of the policies on one role, references resolved."""
+    """Every statement of the policies on one role (Allow and Deny), references resolved."""
     from aws_cdk.assertions import Match
 
     policies = app.resolved("api").find_resources(
@@ -59,17 +59,17 @@ def _statements(app: Synthesized, role_id: str) -> list[dict[str, Any]]:
         s
         for p in policies.values()
         for s in p["Properties"]["PolicyDocument"]["Statement"]
-        if s["Effect"] == "Allow"
     ]
 
 
 def _allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
-    """Whether some statement allows `action` on `resource` (ignoring conditions)."""
-    return any(
-        action in _as_list(s["Action"])
-        and any(fnmatchcase(resource, pattern) for pattern in _as_list(s["Resource"]))
-        for s in statements
-    )
+    """Whether some statement allows `action` on `resource` and none denies it (ignoring conditions)."""
+
+    def matches(s: dict[str, Any]) -> bool:
+        return action in _as_list(s["Action"]) and any(fnmatchcase(resource, pattern) for pattern in _as_list(s["Resource"]))
+
+    allowed = any(matches(s) for s in statements if s.get("Effect", "Allow") == "Allow")
+    return allowed and not any(matches(s) for s in statements if s.get("Effect") == "Deny")
 
 
 def _calls_of_the_lifecycle() -> set[str]:
@@ -167,6 +167,16 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
     assert not _allowed(api_statements, "sagemaker:DeleteInferenceComponent", f"{ARN}:inference-component/someone-elses")
     assert not _allowed(api_statements, "cloudwatch:DeleteAlarms", f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:someone-elses")
     assert not _allowed(api_statements, "sns:DeleteTopic", f"arn:aws:sns:{REGION}:{ACCOUNT}:someone-elses")
+    # The operator's own endpoint (infra/sluice.yaml's) shares the prefix: the API may invoke and
+    # re-weight it, never replace, retag or delete it, nor touch its scaling alarms.
+    reserved = f"{ARN}:endpoint/sluice-resnet"
+    assert _allowed(api_statements, "sagemaker:UpdateEndpointWeightsAndCapacities", reserved)
+    for action in ("sagemaker:DeleteEndpoint", "sagemaker:UpdateEndpoint", "sagemaker:CreateEndpoint", "sagemaker:AddTags", "sagemaker:DeleteTags"):
+        assert not _allowed(api_statements, action, reserved), action
+        assert _allowed(api_statements, action, f"{ARN}:endpoint/{endpoint}"), action  # a run-time one's still
+    scaling_alarm = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TargetTracking-endpoint/sluice-resnet/variant/primary-AlarmHigh-1f2e"
+    assert not _allowed(api_statements, "cloudwatch:DeleteAlarms", scaling_alarm)
+    assert _allowed(api_statements, "cloudwatch:DeleteAlarms", f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TargetTracking-endpoint/{endpoint}/variant/primary-AlarmHigh-1f2e")
     # The operator's alarm topic shares the prefix, not the suffix: the API cannot delete it.
     for action in ("sns:DeleteTopic", "sns:SetTopicAttributes"):
         assert not _allowed(api_statements, action, f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms")
