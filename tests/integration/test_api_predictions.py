@@ -148,3 +148,19 @@ def test_openapi_documents_both_apis(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert "/api/v1/predictions" in paths and "/v2/models/{name}/infer" in paths
     assert client.get("/docs").status_code == 200
+
+
+def test_the_docs_page_runs_only_pinned_checked_code_on_the_consoles_origin(client: TestClient) -> None:
+    """The console keeps its key in the tab's session storage: a script this origin runs could
+    read it. /docs loads one Swagger UI release, bytes checked, under a CSP; no ReDoc page."""
+    import re
+
+    page = client.get("/docs")
+    policy = page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "'unsafe-eval'" not in policy
+    scripts = re.findall(r"<script([^>]*)>", page.text)
+    external = [s for s in scripts if "src=" in s]
+    assert external and all("integrity=\"sha384-" in s and "@5." in s for s in external)  # an exact release
+    script_src = next(d for d in policy.split(";") if d.strip().startswith("script-src")).split()[1:]
+    assert all(src.startswith("'sha256-") or src.endswith("/swagger-ui-bundle.js") for src in script_src)
+    assert client.get("/redoc").status_code in (401, 404)

@@ -157,7 +157,13 @@ def create_app(container: Container | None = None, *, max_request_bytes: int | N
         # A slash redirect is built from the Host header, which the client controls: none.
         redirect_slashes=False,
         lifespan=lifespan,
+        # Swagger UI pinned and checked, on the console's origin (`sluice.api.docs_page`).
+        docs_url=None,
+        redoc_url=None,
     )
+    from sluice.api.docs_page import docs
+
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
     app.state.container = container
     errors.install(app)
 

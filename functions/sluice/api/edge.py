@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 # Routes that answer without a principal: liveness, readiness, server metadata, the docs.
-PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+PUBLIC = frozenset({"/healthz", "/readyz", "/v2", "/v2/", "/v2/health/live", "/v2/health/ready", "/docs", "/openapi.json"})
 PRINCIPAL = "sluice.principal"
 JSON_BOOLS = "sluice.json_bools"  # set by the edge for a hot route's handler: see `Edge._answer`
 DEPLOYMENT = "sluice.deployment"  # the deployment a parsed simple-JSON body names (failures are counted by it)
