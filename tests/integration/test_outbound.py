@@ -51,6 +51,9 @@ def settings(tmp_path: Path) -> Settings:
         ("https://triton.internal", Forbidden),  # port 443 is not the allowed 8001
         ("ftp://127.0.0.1:21", BadRequest),
         ("http://[::1]:8000", Forbidden),
+        ("http://localhost:0", BadRequest),  # port 0 is no port, not the scheme's default (80, admitted)
+        ("http://localhost:00000", BadRequest),
+        ("http:/localhost:9000", BadRequest),  # a scheme misspelled: not a host named http
     ],
 )
 def test_outbound_urls_that_try_to_bend_the_allowlist_are_refused(url: str, refused: type[Exception]) -> None:

@@ -63,6 +63,9 @@ UNREADABLE = [
     "http://example.com/x.csv",
     "",
     "   ",
+    "file://{home}/batch/inbox/acme/\udc80.csv",  # a lone surrogate: valid JSON, no file's name
+    "inbox/\udc80.csv",
+    "s3://bucket/inbox/\udc80.csv",
 ]
 
 

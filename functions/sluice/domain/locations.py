@@ -207,6 +207,11 @@ def confine(
         raise BadRequest(f"{field} is longer than {MAX_LOCATION} characters", field=field)
     if _CONTROL.search(text) or "\\" in text:
         raise BadRequest(f"{field} may not contain control characters or backslashes", field=field)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (valid JSON, `\udc80`): no file or key is named by it
+            raise BadRequest(f"{field} is not text: it holds a lone surrogate", field=field) from None
     scheme, sep, rest = text.partition("://")
     if sep and scheme.lower() == "s3":
         return _confine_s3(rest, roots, field=field)
@@ -268,6 +273,12 @@ def _outside(roots: tuple[Root, ...], field: str) -> Forbidden:
     return Forbidden(
         f"{field} must lie in {' or '.join(dict.fromkeys(names)) or 'none of your folders'}", field=field
     )
+
+
+def unsafe_s3_key(key: str) -> bool:
+    """An object key some reader would take for another (`_bad_key`, or a percent escape): the
+    rule for keys sluice is given whole, as its results' (`sluice.storage.results`)."""
+    return _bad_key(key, prefix=False) or "%" in key
 
 
 def _bad_key(key: str, *, prefix: bool) -> bool:

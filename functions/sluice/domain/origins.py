@@ -39,6 +39,9 @@ class Origin:
         return f"{self.scheme}://{self.netloc}{self.path}"
 
 
+_SCHEME_SLASH = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/")
+
+
 def _host(raw: str, *, field: str) -> str:
     host = raw.lower().rstrip(".") if raw else ""
     if not host:
@@ -60,12 +63,16 @@ def parse_origin(url: str, *, field: str, default_scheme: str = "http") -> Origi
     """One spelling of an http(s) URL's origin, or a 400 naming `field`."""
     if not isinstance(url, str) or not url or len(url) > 2048 or any(c.isspace() or ord(c) < 32 for c in url):
         raise BadRequest("give an http:// or https:// URL", field=field)
+    if "://" not in url and _SCHEME_SLASH.match(url):  # `http:/host`: a scheme misspelled, not a host named http
+        raise BadRequest("give an http:// or https:// URL", field=field)
     text = url if "://" in url else f"{default_scheme}://{url}"
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        raise BadRequest("the URL's port is not a number from 1 to 65535", field=field) from None
+        port = 0
+    if port == 0:  # never the scheme's default port in disguise (`:0`, `:00000`)
+        raise BadRequest("the URL's port is not a number from 1 to 65535", field=field)
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
         raise BadRequest("only http:// and https:// URLs are allowed", field=field)
@@ -76,7 +83,7 @@ def parse_origin(url: str, *, field: str, default_scheme: str = "http") -> Origi
     path = parts.path.rstrip("/")
     if any(seg in (".", "..") for seg in path.split("/")) or "%" in path:
         raise BadRequest("a URL's path may not contain '.', '..' or escapes", field=field)
-    return Origin(scheme, _host(parts.hostname or "", field=field), port or DEFAULT_PORTS[scheme], path)
+    return Origin(scheme, _host(parts.hostname or "", field=field), DEFAULT_PORTS[scheme] if port is None else port, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from sluice import owner_only
 from sluice.domain.errors import BackendError, Forbidden
+from sluice.domain.locations import unsafe_s3_key
 from sluice.storage.base import on_disk
 
 if TYPE_CHECKING:
@@ -66,10 +67,6 @@ class ResultStore(Protocol):
     def path(self, tenant: str, uri: str) -> Path | None:
         """The object's file, where it is one (a folder)."""
         ...
-
-
-def _dotted(key: str) -> bool:
-    return any(part in ("", ".", "..") for part in key.split("/")[:-1]) or key.endswith("/")
 
 
 class FolderResults:
@@ -175,15 +172,18 @@ class S3Results:
             raise BackendError(f"could not write the request to the result store ({type(exc).__name__})") from None
         return self.uri(tenant, result_id, name)
 
+    def _owned_key(self, tenant: str, uri: str) -> str | None:
+        """The key of the tenant's result that `uri` names, read literally, as S3 and SageMaker
+        read it (a URL parser would take a `?` or `#` and what follows off, and check a key
+        other than the one written); None for any other bucket, prefix or unsafe key."""
+        scheme, sep, rest = uri.partition("://")
+        bucket, _, key = rest.partition("/")
+        if scheme != "s3" or not sep or bucket != self.bucket or not key.startswith(f"{self._root}{result_prefix(tenant)}"):
+            return None
+        return None if unsafe_s3_key(key) else key
+
     def owns(self, tenant: str, uri: str) -> bool:
-        parts = urlsplit(uri)
-        key = parts.path.lstrip("/")
-        return (
-            parts.scheme == "s3"
-            and parts.netloc == self.bucket
-            and key.startswith(f"{self._root}{result_prefix(tenant)}")
-            and not _dotted(key)
-        )
+        return self._owned_key(tenant, uri) is not None
 
     def read(self, tenant: str, uri: str) -> tuple[bytes, str | None] | None:
         response = self._get(tenant, uri)
@@ -203,11 +203,11 @@ class S3Results:
 
     def _get(self, tenant: str, uri: str) -> dict[str, Any] | None:
         """GetObject on one of the tenant's results; None when it is not there."""
-        if not self.owns(tenant, uri):
+        key = self._owned_key(tenant, uri)
+        if key is None:
             raise Forbidden("the result lies outside the caller's results", field="result")
         from botocore.exceptions import ClientError
 
-        key = urlsplit(uri).path.lstrip("/")
         try:
             return self.store.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
@@ -216,9 +216,9 @@ class S3Results:
             raise BackendError("could not read the result store") from None
 
     def link(self, tenant: str, uri: str, *, expires_in: int) -> str | None:
-        if not self.owns(tenant, uri):
+        key = self._owned_key(tenant, uri)
+        if key is None:
             raise Forbidden("the result lies outside the caller's results", field="result")
-        key = urlsplit(uri).path.lstrip("/")
         try:
             return str(
                 self.store.presigner.generate_presigned_url(

@@ -273,6 +273,8 @@ BAD = [
     ({"mode": "async", "output_path": f"s3://{BUCKET}/artifacts/results/tenants/globex/sagemaker"}, "output_path", "tenant's results"),
     ({"mode": "async", "output_path": "s3://another-bucket/results/tenants/acme/sagemaker"}, "output_path", "tenant's results"),
     ({"mode": "async", "output_path": RESULTS + "../../globex/sagemaker"}, "output_path", "tenant's results"),
+    # a `..` a URL parser would hide (after `?` or `#`, or escaped): the key SageMaker writes is not the one checked
+    *(({"mode": "async", "output_path": RESULTS + odd}, "output_path", "tenant's results") for odd in ("x?/../../globex/sagemaker", "x#/../../globex/sagemaker", "x/%2e%2e/%2e%2e/globex/sagemaker")),
     ({"mode": "async", "success_topic": "answers"}, "success_topic", "SNS topic ARN"),
     ({"mode": "async", "success_topic": TOPIC, "create_topics": True}, "create_topics", "not both"),
     ({"mode": "async", "error_topic": f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms"}, "error_topic", "sluice's own"),
