@@ -33,6 +33,33 @@ def test_text_with_a_lone_surrogate_is_refused_and_listings_stay_readable(client
     assert client.get(path, headers=auth(keys["acme"])).status_code == 200
 
 
+SPOOF = "ok\r4f1c0a9e2b7d6e31  old-ci  predict  False\x1b[K\x1b[8m"  # rewrites the operator's row on a terminal
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/keys", {"scopes": ["predict"], "name": SPOOF}, "name"),
+        ("/api/v1/keys", {"scopes": ["predict"], "name": "a\u202eb"}, "name"),  # right-to-left override
+        ("/api/v1/keys", {"scopes": ["predict"], "name": "two\nlines"}, "name"),
+        ("/api/v1/deployments", {"name": "odd", "model": "iris", "description": "x\x1b]0;pwned\x07"}, "description"),
+    ],
+)
+def test_text_that_would_move_an_operators_terminal_is_refused(client: TestClient, keys: dict[str, str], path: str, body: dict[str, Any], field: str) -> None:
+    r = client.post(path, json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 400 and r.json()["field"] == field, r.text
+    described = client.post("/api/v1/deployments", json={"name": "fine", "model": "iris", "description": "line one\n\tline two"}, headers=auth(keys["acme"]))
+    assert described.status_code in (200, 201), described.text  # a description's line breaks and tabs stay
+
+
+def test_a_listing_shows_control_characters_kept_from_before_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.cli.common import table
+
+    table([{"key_id": "64ae905451067a07", "name": SPOOF}], ["key_id", "name"])
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\r" not in shown and "\\x1b[K" in shown and "64ae905451067a07" in shown
+
+
 def test_a_lone_surrogate_kept_from_before_is_answered_escaped(client: TestClient, keys: dict[str, str]) -> None:
     """A record written before such text was refused is still listed: its text escaped, as
     JSON writes it."""
@@ -185,3 +212,24 @@ def test_a_cron_that_never_fires_in_its_zone_is_refused() -> None:
         check_fires("cron(30 1 * 3 0L)", "Europe/London", 1.8e9)
     check_fires("cron(30 1 * 3 0L)", "UTC", 1.8e9)  # in UTC it fires
     check_fires("cron(0 0 29 2 *)", "Europe/London", 1.8e9)  # a leap day: years away, still fires
+
+
+def test_serve_says_when_its_saved_admin_key_acts_for_another_tenant_or_no_longer_works(demo: Any, keys: dict[str, str], tmp_path: Any) -> None:
+    """`sluice --tenant globex serve` once pointed at acme's saved key as its "Local admin key"."""
+    from sluice.cli.serve import _whose
+
+    saved = tmp_path / "admin-key"
+    saved.write_text(keys["acme"] + "\n")
+    assert _whose(demo.keys, saved, "acme") == ""
+    assert "acts for tenant 'acme', not 'globex'" in _whose(demo.keys, saved, "globex")
+    saved.write_text("sk_0123456789abcdef_nope\n")
+    assert "no longer works" in _whose(demo.keys, saved, "acme")
+
+
+def test_revoking_a_key_id_that_is_not_text_names_the_field(demo: Any, keys: dict[str, str]) -> None:
+    from sluice.domain import Principal
+    from sluice.domain.errors import BadRequest
+
+    with pytest.raises(BadRequest) as refused:
+        demo.keys.revoke(Principal("acme", frozenset({"admin"}), "cli"), "\udcff")  # what argv gives for the byte 0xff
+    assert refused.value.field == "key_id"

@@ -42,13 +42,22 @@ def print_json(data: Any) -> None:
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Rows as aligned columns; a cell's unprintable characters (a terminal's controls, kept in
+    records from before they were refused) shown escaped, never sent to the terminal."""
     if not rows:
         print("(none)")
         return
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    cells = [{c: _printable(str(r.get(c, ""))) for c in columns} for r in rows]
+    widths = {c: max(len(c), *(len(r[c]) for r in cells)) for c in columns}
     print("  ".join(c.upper().ljust(widths[c]) for c in columns))
-    for row in rows:
-        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+    for row in cells:
+        print("  ".join(row[c].ljust(widths[c]) for c in columns))
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in text)
 
 
 def load_json_arg(value: str, what: str) -> Any:

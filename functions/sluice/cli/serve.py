@@ -40,6 +40,21 @@ ADMIN_KEY_FILE = "admin-key"
 METRICS_DIR = "metrics"
 
 
+def _whose(keys: Any, key_file: Path, tenant: str) -> str:
+    """What the saved admin key is, where it is not an admin key of the tenant served: the file
+    outlives registries and `--tenant` changes, and the operator would sign in as another
+    tenant, or not at all."""
+    from sluice.domain.errors import SluiceError
+
+    try:
+        principal = keys.authenticate(key_file.read_text().strip())
+    except (OSError, SluiceError):
+        return f" (it no longer works: revoked, or made for another registry; make one with `sluice --tenant {tenant} keys create --scopes admin,predict`)"
+    if principal.tenant != tenant or "admin" not in principal.scopes:
+        return f" (it acts for tenant '{principal.tenant}', not '{tenant}': make one with `sluice --tenant {tenant} keys create --scopes admin,predict`)"
+    return ""
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from sluice.settings import get_settings
 
@@ -56,7 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             fh.write(plain + "\n")
         _show_new_key(args.tenant, plain, key_file)
     else:
-        print(f"Local admin key: {key_file}", flush=True)
+        print(f"Local admin key: {key_file}{_whose(keys, key_file, args.tenant)}", flush=True)
     if args.demo:
         from sluice.demo import install_demo
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -43,11 +44,19 @@ MAX_POLICY_BYTES = 160 * 1024  # the policy as compact JSON (UTF-8)
 
 
 def check_description(value: Any, *, field: str = "description", most: int = MAX_DESCRIPTION) -> str:
-    """Free text a record keeps (a description, a key's name): at most `most` characters."""
+    """Free text a record keeps (a description, a key's name): at most `most` characters, and
+    nothing that moves a terminal's cursor or reorders what it shows (control and format
+    characters: an operator's listing would show other rows than the registry holds); a
+    description may have line breaks and tabs, a key's name (a label, `MAX_LABEL`) not."""
     if not isinstance(value, str):
         raise BadRequest(f"{field} must be text", field=field)
     if len(value) > most:
         raise BadRequest(f"{field} is {len(value):,} characters; at most {most:,}", field=field)
+    if not value.isprintable():
+        allowed = "\n\t" if most > MAX_LABEL else ""
+        for at, char in enumerate(value):
+            if char not in allowed and unicodedata.category(char) in ("Cc", "Cf"):
+                raise BadRequest(f"{field} holds {char!r} at {at}, a control or format character", field=field)
     if not value.isascii():
         try:
             value.encode("utf-8")

@@ -205,6 +205,8 @@ class KeyService:
         decides that in the revoke's own atomic write, so two admin keys revoking each other
         at once cannot both succeed."""
         principal.require("admin")
+        if not key_id.isascii():  # bytes that are not UTF-8 (a lone surrogate) never reach the registry: no key has them
+            raise BadRequest("key_id is not a key id: key ids are hexadecimal", field="key_id")
         record = self.registry.revoke_api_key(principal.tenant, key_id, keep_an_admin=True)
         if self.signal is not None:
             self.signal.bump()
