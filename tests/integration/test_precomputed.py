@@ -286,6 +286,24 @@ def test_a_schedule_publishes_each_run(demo: Container, acme: Principal, tmp_pat
     assert spec.publish == job.publish
 
 
+def test_publishing_needs_the_admin_scope_a_predict_key_cannot_change_stored_answers(demo: Container, tmp_path: Path) -> None:
+    """A predict-only key may run jobs and schedules, not publish: a publication changes what the
+    tenant's `precomputed` deployments answer every caller, as a policy change would."""
+    from sluice.domain import Principal
+    from sluice.domain.errors import Forbidden
+
+    caller = Principal("acme", frozenset({"predict"}), "test-predict")
+    path = users_csv(tmp_path / "users.csv", ["u1"], 0.01)
+    publish = {"table": "recs", "key": "user"}
+    with pytest.raises(Forbidden) as refused:
+        demo.batch.submit(caller, deployment="diabetes", input_uri=str(path), key_columns=["user"], publish=publish, start=False)
+    assert refused.value.field == "publish"
+    with pytest.raises(Forbidden) as refused:
+        demo.schedules.create(caller, name="nightly", deployment="diabetes", input_uri="inbox/users-{date}.csv", expression="cron(0 2 * * *)", publish=publish)
+    assert refused.value.field == "publish"
+    assert demo.schedules.list(caller) == []
+
+
 _STATES = st.fixed_dictionaries({str(e): st.sampled_from(["fresh", "stale", "expired", "absent"]) for e in range(1, 7)})
 _GENERATIONS = itertools.count()
 

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sluice.batch.specs import check_template, render, zone
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
-from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format, derived_job_id
+from sluice.domain.jobs import (
+    CatalogTarget,
+    PublishTarget,
+    check_format,
+    derived_job_id,
+    require_publisher,
+)
 from sluice.domain.schedules import (
     Schedule,
     check_fires,
@@ -94,6 +100,8 @@ class ScheduleService:
         publish: dict[str, Any] | None = None,
     ) -> Schedule:
         principal.require("predict")
+        if publish is not None:
+            require_publisher(principal)
         check_name(name, field="name")
         check_name(deployment, field="deployment")
         expression = normalize_expression(expression)
@@ -218,7 +226,8 @@ class ScheduleService:
             return self.registry.get_job(schedule.tenant, job_id)
         except NotFound:
             pass
-        principal = Principal(schedule.tenant, frozenset({"predict"}), f"schedule:{schedule.name}")
+        # A publishing schedule was made with the admin scope publishing needs (`require_publisher`).
+        principal = Principal(schedule.tenant, frozenset({"predict", "admin"} if schedule.publish else {"predict"}), f"schedule:{schedule.name}")
         try:
             return self.batch.submit(
                 principal, deployment=schedule.deployment,

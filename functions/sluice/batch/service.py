@@ -42,6 +42,7 @@ from sluice.domain.jobs import (
     check_format,
     derived_job_id,
     new_job_id,
+    require_publisher,
 )
 from sluice.domain.liveness import this_worker
 from sluice.domain.locations import Location, confine
@@ -97,6 +98,8 @@ class BatchService:
         job (with `start` False), and names itself on it from the start. A job into an output
         folder that an unfinished job holds is refused (OutputInUse, naming `output_uri`)."""
         principal.require("predict")
+        if publish is not None:
+            require_publisher(principal)
         check_name(deployment, field="deployment")
         self.registry.get_deployment(principal.tenant, deployment)  # NotFound across tenants
         uri = as_uri(input_uri) if operator else self.input_location(principal.tenant, input_uri).uri

@@ -20,9 +20,9 @@ import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from sluice.domain.errors import BadRequest, Conflict
+from sluice.domain.errors import BadRequest, Conflict, Forbidden
 from sluice.domain.liveness import STALE_AFTER_S, process_gone, silent
-from sluice.domain.objects import now
+from sluice.domain.objects import Principal, now
 
 JobStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
 Format = Literal["parquet", "csv", "jsonl"]
@@ -110,6 +110,13 @@ class CatalogTarget:
 _PUBLISH_TABLE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}\Z")
 PUBLISH_TTL_S = 7 * 86400  # how long published answers are kept when `ttl_s` is not given
 MAX_PUBLISH_TTL_S = 366 * 86400
+
+
+def require_publisher(principal: Principal) -> None:
+    """Publishing writes what `precomputed` deployments answer every caller of the tenant: a
+    change to serving, as a deployment's policy is, so it needs the `admin` scope."""
+    if "admin" not in principal.scopes:
+        raise Forbidden("publishing a job's answers (publish) changes what precomputed deployments answer: it needs the 'admin' scope", field="publish")
 
 
 @dataclass(frozen=True, slots=True)
