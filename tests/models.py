@@ -83,3 +83,20 @@ def score_model(input_name: str = "embedding", width: int = 2) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def grid_model() -> bytes:
+    """`grid` [-1, 2, 2] FP32 in, `sum` [-1, 1] FP32 out: each row's sum. An input of rank 3
+    (a row is a 2x2 grid, not a list)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["grid", "axes"], ["total"], keepdims=0), helper.make_node("Unsqueeze", ["total", "one"], ["sum"])],
+        "grid",
+        [helper.make_tensor_value_info("grid", TensorProto.FLOAT, [None, 2, 2])],
+        [helper.make_tensor_value_info("sum", TensorProto.FLOAT, [None, 1])],
+        initializer=[numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "axes"), numpy_helper.from_array(np.array([1], dtype=np.int64), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

@@ -6,6 +6,7 @@ import { h, mount } from "./dom";
 import { batchPage } from "./pages/batch";
 import { deploymentPage, deploymentsPage } from "./pages/deployments";
 import { modelPage, modelsPage } from "./pages/models";
+import { route } from "./routes";
 import { banner } from "./ui";
 
 export interface Context {
@@ -87,8 +88,7 @@ async function render(): Promise<void> {
   nav.hidden = false;
   out.hidden = false;
   who.textContent = `tenant ${session.tenant} · ${session.scopes.join(", ")}`;
-  const [, page = "deployments", ...rest] = location.hash.replace(/^#/, "").split("/");
-  const arg = rest.length ? decodeURIComponent(rest.join("/")) : null;
+  const { page, arg } = route(location.hash) ?? { page: "", arg: null }; // an undecodable link names no page
   for (const link of nav.querySelectorAll("a")) link.classList.toggle("active", link.dataset.page === page);
   const context: Context = {
     session,

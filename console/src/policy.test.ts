@@ -26,6 +26,33 @@ describe("policies", () => {
     expect(firstModel({ kind: "ref", deployment: "x" })).toBeNull();
   });
 
+  it("follows a reference, a precomputed node's live one and a sequence's first model step, as the API pins a version", () => {
+    const stored: Record<string, Policy> = {
+      "forest-d": { kind: "single", model: "forest", version: 1 },
+      canary,
+      via: { kind: "ref", deployment: "forest-d" },
+    };
+    const policyOf = (name: string) => stored[name];
+    // The step that runs first answers, even through a reference: not the next step's model.
+    const seq: Policy = {
+      kind: "sequence",
+      steps: [
+        { name: "pre", target: { kind: "ref", deployment: "forest-d" } },
+        { name: "main", target: { kind: "single", model: "iris", version: 1 }, map: { input: "output_probability" } },
+      ],
+    };
+    expect(firstModel(seq, policyOf)).toBe("forest");
+    expect(firstModel(seq)).toBeNull(); // a reference that cannot be read answers with no model known here
+    expect(firstModel({ kind: "ref", deployment: "via" }, policyOf)).toBe("forest");
+    expect(firstModel({ kind: "split", variants: [{ name: "a", weight: 1, target: { kind: "ref", deployment: "canary" } }] }, policyOf)).toBe("iris");
+    const recs: Policy = { kind: "precomputed", table: "recs", key: "routing_key", live: { kind: "single", model: "recommender", version: 3 } };
+    expect(firstModel(recs)).toBe("recommender");
+    expect(firstModel({ kind: "sequence", steps: [{ name: "cached", target: recs }, ...chain.steps] })).toBe("recommender");
+    // A transform, function or lookup step has no version: the next step is the first model.
+    const steps = ["transform", "function", "lookup"].map((kind, i) => ({ name: `s${i}`, target: { kind, ops: [] } as unknown as Policy }));
+    expect(firstModel({ kind: "sequence", steps: [...steps, { name: "m", target: { kind: "ref", deployment: "via" } }, ...chain.steps] }, policyOf)).toBe("forest");
+  });
+
   it("lists every model a policy names, references left out", () => {
     expect([...modelsIn(canary)]).toEqual(["iris"]);
     expect([...modelsIn(nested)]).toEqual(["churn"]);

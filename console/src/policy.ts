@@ -16,28 +16,53 @@ export type Policy =
   | { kind: "sequence"; steps: { name: string; target: Policy; map?: Record<string, string> | null }[]; expose?: string[] | null }
   | { kind: "switch"; cases: { name: string; when: Condition; target: Policy }[]; default: Policy }
   | { kind: "transform"; inputs?: { name: string; datatype: string; shape: number[] }[] | null; ops: Op[] }
+  // Answers a batch job published, by entity; `live` answers the rest (and says what it answers).
+  | { kind: "precomputed"; table: string; key: string; column?: number | string | null; max_age_s?: number; live: Policy }
   // A step of the tenant's own code (a Lambda function's ARN, a local `module:function`). A kind
   // this console does not know is drawn the same way: by its kind and a label.
   | { kind: "function"; [field: string]: unknown };
 
-/** The model and version that answer first (a pinned version replaces it, as the API does). */
-export function firstModel(p: Policy): string | null {
-  switch (p.kind) {
-    case "single":
-      return p.model;
-    case "split":
-      return firstModel(p.variants[0].target);
-    case "shadow":
-      return firstModel(p.primary);
-    case "ensemble":
-      return firstModel(p.members[0].target);
-    case "sequence": // its first step that runs a model (a first transform has no version)
-      return p.steps.map((step) => firstModel(step.target)).find((m) => m !== null) ?? null;
-    case "switch":
-      return firstModel(p.cases[0].target);
-    default: // a reference, a transform, a function or a kind not known here
-      return null;
+// The kinds that run only as a sequence's step, with no model version (the API's `STEPS_ONLY`).
+const STEPS_ONLY: readonly string[] = ["transform", "function", "lookup"];
+const MAX_HOPS = 64; // more nodes and references than a stored policy can chain (the API refuses cycles)
+
+/** The model whose version a pinned request runs, found as the API finds it: a split's first
+ * variant, a shadow's primary, an ensemble's first member, a switch's first case, a precomputed
+ * node's live one, a sequence's first step that is not a transform, function or lookup (that
+ * step's model, even through a reference), a reference's deployment (`policyOf` gives its
+ * policy; null when it cannot be read). */
+export function firstModel(p: Policy, policyOf: (deployment: string) => Policy | undefined = () => undefined): string | null {
+  let node: Policy | undefined = p;
+  for (let hop = 0; node && hop < MAX_HOPS; hop++) {
+    switch (node.kind) {
+      case "single":
+        return node.model;
+      case "ref":
+        node = policyOf(node.deployment);
+        break;
+      case "split":
+        node = node.variants[0].target;
+        break;
+      case "shadow":
+        node = node.primary;
+        break;
+      case "ensemble":
+        node = node.members[0].target;
+        break;
+      case "sequence":
+        node = node.steps.find((step) => !STEPS_ONLY.includes(step.target.kind))?.target;
+        break;
+      case "switch":
+        node = node.cases[0].target;
+        break;
+      case "precomputed":
+        node = node.live;
+        break;
+      default: // a transform, a function or a kind not known here
+        return null;
+    }
   }
+  return null;
 }
 
 export function modelsIn(p: Policy, out: Set<string> = new Set()): Set<string> {

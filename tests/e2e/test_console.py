@@ -25,6 +25,7 @@ import pytest
 
 from tests.conftest import MODELS
 from tests.e2e.conftest import running_sluice
+from tests.models import grid_model, score_model
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -311,6 +312,40 @@ def test_models_show_signatures_and_try_it_predicts(admin_tab: Tab, service: Ser
     answer = json.loads(tab.page.inner_text("#answer"))
     assert answer["prediction"] == "virginica" and answer["version"] == 1 and set(answer["probabilities"]) == {"setosa", "versicolor", "virginica"}
     tab.shot(shots, "models")
+
+
+def test_try_it_pins_the_model_a_deployment_answers_with_and_sends_a_row_of_its_shape(admin_tab: Tab, service: Service) -> None:
+    """A sequence whose first step is a reference answers a pinned version with the referenced
+    deployment's model: Try it offers it on that model's page, not on the next step's; and a
+    rank-3 input's values, typed flat, go as one row of its shape."""
+    for model, onnx in (("grid", grid_model()), ("grid-score", score_model("sum", 1))):
+        service.call("POST", f"/api/v1/models/{model}/versions", content=onnx, headers={"content-type": "application/octet-stream"})
+    service.call("POST", "/api/v1/deployments", json={"name": "grid-d", "model": "grid"})
+    service.call("POST", "/api/v1/deployments", json={"name": "grid-chain", "policy": {"kind": "sequence", "steps": [
+        {"name": "sum", "target": {"kind": "ref", "deployment": "grid-d"}},
+        {"name": "score", "target": {"kind": "single", "model": "grid-score", "version": 1}},
+    ]}})  # fmt: skip
+    tab = admin_tab
+    tab.go("/models/grid-score", "[data-try='1']")
+    tab.page.click("[data-try='1']")
+    tab.page.wait_for_selector("#try h2")
+    assert "No deployment answers with grid-score first" in tab.page.inner_text("#try")
+    tab.go("/models/grid", "[data-try='1']")
+    tab.page.click("[data-try='1']")
+    tab.page.wait_for_selector("#try-form")
+    assert sorted(tab.page.eval_on_selector_all("#try-form select option", "os => os.map(o => o.value)")) == ["grid-chain", "grid-d"]
+    tab.page.select_option("#try-form select", "grid-chain")
+    tab.page.fill("#try-form textarea[name=grid]", "1, 2, 3, 4")
+    tab.page.click("#try-form button[type=submit]")
+    tab.page.wait_for_selector("#answer:has-text('prediction')")
+    answer = json.loads(tab.page.inner_text("#answer"))
+    assert (answer["model"], answer["version"], answer["prediction"]) == ("grid", 1, 10.0)
+
+
+def test_a_link_that_cannot_be_read_says_no_such_page(admin_tab: Tab) -> None:
+    admin_tab.go("/deployments", "#deployments")
+    admin_tab.go("/deployments/%E0%A4%A", "main:has-text('No such page.')")  # not the last page left standing
+    assert not [m for m in admin_tab.messages if "URIError" in m]
 
 
 def test_a_batch_job_is_followed_to_succeeded(admin_tab: Tab, service: Service, shots: Path | None) -> None:

@@ -4,6 +4,7 @@ import { call, enc, get } from "../api";
 import { bytes, h, mount, when } from "../dom";
 import type { Context } from "../main";
 import { firstModel, type Policy } from "../policy";
+import { nest, rowShape, rowSize } from "../tensors";
 import { fail, pretty, table } from "../ui";
 
 interface Model {
@@ -77,7 +78,9 @@ export async function modelPage(ctx: Context, name: string): Promise<void> {
     get<Version[]>(`/api/v1/models/${enc(name)}/versions`),
     get<{ name: string; policy: Policy }[]>("/api/v1/deployments"),
   ]);
-  const serving = deployments.filter((d) => firstModel(d.policy) === name).map((d) => d.name);
+  // The deployments a version pinned on answers with this model (through references, as the API follows them).
+  const policies = new Map(deployments.map((d) => [d.name, d.policy]));
+  const serving = deployments.filter((d) => firstModel(d.policy, (other) => policies.get(other)) === name).map((d) => d.name);
   const tryBox = h("section", { id: "try" });
   mount(
     ctx.main,
@@ -119,7 +122,7 @@ function tryIt(box: HTMLElement, v: Version, serving: string[]): void {
     if (t.feature_names?.length) {
       return { tensor: t, inputs: t.feature_names.map((f) => h("input", { type: "number", step: "any", required: true, name: f, "aria-label": f, value: "0" })) };
     }
-    const size = t.shape.slice(1).reduce((a, d) => a * (d > 0 ? d : 1), 1);
+    const size = rowSize(t.shape);
     return { tensor: t, inputs: h("textarea", { name: t.name, rows: 2, "aria-label": t.name, placeholder: `${size} comma-separated values` }, new Array(size).fill("0").join(", ")) };
   });
   const answer = h("pre", { id: "answer", class: "answer" });
@@ -140,26 +143,30 @@ function tryIt(box: HTMLElement, v: Version, serving: string[]): void {
   );
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const rowOf = (f: (typeof fields)[number]) =>
-      Array.isArray(f.inputs)
+    // A tensor's values as typed (flat), with the shape of one row of them.
+    const rowOf = (f: (typeof fields)[number]) => {
+      const data = Array.isArray(f.inputs)
         ? f.inputs.map((i) => Number(i.value))
         : f.inputs.value
             .split(/[\s,]+/)
             .filter(Boolean)
             .map((x) => (f.tensor.datatype === "BYTES" ? x : Number(x)));
+      return { data, shape: rowShape(f.tensor.name, f.tensor.shape, data.length) };
+    };
     try {
       let result: unknown;
       if (fields.length === 1 && Array.isArray(fields[0].inputs)) {
         const features = Object.fromEntries(fields[0].inputs.map((i) => [i.name, Number(i.value)]));
         result = await call("POST", "/api/v1/predictions", { deployment: deployment.value, version: v.version, features });
       } else if (fields.length === 1) {
-        result = await call("POST", "/api/v1/predictions", { deployment: deployment.value, version: v.version, inputs: [rowOf(fields[0])] });
+        const { data, shape } = rowOf(fields[0]);
+        result = await call("POST", "/api/v1/predictions", { deployment: deployment.value, version: v.version, inputs: [nest(data, shape)] });
       } else {
         // Several input tensors: the Open Inference Protocol names each.
         result = await call("POST", `/v2/models/${enc(deployment.value)}/versions/${v.version}/infer`, {
           inputs: fields.map((f) => {
-            const data = rowOf(f);
-            return { name: f.tensor.name, datatype: f.tensor.datatype, shape: [1, ...f.tensor.shape.slice(1).map((d) => (d > 0 ? d : data.length))], data };
+            const { data, shape } = rowOf(f);
+            return { name: f.tensor.name, datatype: f.tensor.datatype, shape: [1, ...shape], data };
           }),
         });
       }
