@@ -115,6 +115,19 @@ def test_more_categories_than_the_sketch_tracks_raise_no_false_alarm(k: int, see
     assert column["verdict"] == "ok" and column["psi"] < LIMITS.drift, column
 
 
+@settings(max_examples=15, deadline=None)
+@given(k=st.integers(193, 1000), share=st.floats(0.1, 0.5), seed=st.integers(0, 2**32 - 1))
+def test_a_new_category_among_more_than_the_sketch_tracks_is_still_unseen(k: int, share: float, seed: int) -> None:
+    """Past the sketch's capacity a category the baseline never had is still found, by being
+    more common in the window than the baseline's sketch can have let go."""
+    rng = np.random.default_rng(seed)
+    cats = np.array([f"zip{i:05d}" for i in range(k)], dtype=object)
+    window = cats[rng.integers(0, k, 20 * k)]
+    window[rng.random(window.size) < share] = "new-zip"
+    column = check(profile_of({"zip": cats[rng.integers(0, k, 50 * k)]}), profile_of({"zip": window}), LIMITS)["columns"]["zip"]
+    assert column["unseen"] == pytest.approx(share, abs=0.02) and column["verdict"] == "unseen_categories", column
+
+
 @settings(max_examples=25, deadline=None)
 @given(zeros=st.floats(0.25, 0.99), seed=st.integers(0, 2**32 - 1))
 def test_a_sparse_feature_whose_zeros_vanish_drifts(zeros: float, seed: int) -> None:

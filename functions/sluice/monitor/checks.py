@@ -95,8 +95,9 @@ def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float
     """Shares of the baseline's categories, then one bin for every other; and the window's
     share of categories the baseline never had. Past the sketch's capacity a count is known
     only within bounds (a frequent-items sketch's estimate is the upper one): each share is
-    read at the middle of its bounds, and a category is unseen only where the baseline's
-    upper bound is 0, never because the sketch let it go."""
+    read at the middle of its bounds, and a category is unseen where the baseline never
+    certainly had it and the window has it more often than the baseline can have (exactly: the
+    baseline never had it), never because the sketch let it go."""
     import numpy as np
     bt, wt = max(base.total_weight, 1), max(window.total_weight, 1)
 
@@ -108,7 +109,12 @@ def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float
     q = [count(window, n) / wt for n in names]
     p.append(max(0.0, 1 - sum(p)))
     q.append(max(0.0, 1 - sum(q)))
-    unseen = sum(count(window, name) for name, _ in frequent(window) if base.get_upper_bound(name) == 0) / wt
+    unseen = sum(
+        count(window, name)
+        for name, _ in frequent(window)
+        # never certainly in the baseline, and more common now than the baseline can have had it
+        if base.get_lower_bound(name) == 0 and window.get_lower_bound(name) / wt > base.get_upper_bound(name) / bt
+    ) / wt
     return np.asarray(p), np.asarray(q), unseen
 
 
