@@ -72,6 +72,24 @@ def test_late_labels_land_in_their_predictions_window_and_a_label_flip_drops_acc
     assert 'ml_inference_model_quality{deployment="iris",metric="accuracy",tenant="acme",variant="all"} 0.5' in text
 
 
+def test_an_answer_from_the_prediction_cache_is_labelled_like_a_computed_one(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A caller told a cached answer labels it by its request id: matched, and in the quality."""
+    key = keys["acme"]
+    assert demo.predictions.kept is not None
+    demo.predictions.kept.mode = "all"
+    r = client.put(BASE, json={"cache": {"ttl_s": 300, "max_entries": 100}}, headers=auth(key))
+    assert r.status_code == 200, r.text
+    rows = iris_rows(10, 3)
+    computed = predicted(client, key, rows, "computed")
+    body = {"deployment": "iris", "inputs": rows, "request_id": "cached"}
+    hit = client.post("/api/v1/predictions", json=body, headers=auth(key)).json()
+    assert hit["cached"] is True and [p["prediction"] for p in hit["predictions"]] == computed
+    got = client.post(f"{BASE}/labels", json={"labels": [*labels("computed", computed), *labels("cached", computed, flip_every=1)]}, headers=auth(key)).json()
+    assert (got["matched"], got["unmatched"]) == (20, 0)
+    (window,) = client.get(f"{BASE}/monitor", headers=auth(key)).json()["quality"]
+    assert window["rows"] == 20 and window["accuracy"] == 0.5  # the cached answer's labels all flipped
+
+
 def test_labels_whose_counts_could_not_be_written_count_when_posted_again(
     client: TestClient, keys: dict[str, str], demo: Container, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,6 +144,25 @@ def test_another_tenant_is_refused_and_bad_labels_are_named(client: TestClient, 
         assert r.status_code in (400, 422) and r.json()["field"] == field, (bad, r.text)
     ok = client.post(f"{BASE}/labels", json={"labels": labels("mine", said)}, headers=auth(keys["acme"])).json()
     assert ok["matched"] == 3  # the refused post counted nothing
+
+
+def test_a_regressors_label_too_large_to_measure_is_refused_and_the_window_keeps_its_rmse(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A label whose squared error would overflow the window's sums (1e200) is a 4xx naming it,
+    before anything is counted; labels up to 1e100 leave the RMSE a number."""
+    key = keys["acme"]
+    assert demo.predictions.kept is not None
+    demo.predictions.kept.mode = "all"
+    for rid in ("d1", "d2", "d3"):
+        body = {"deployment": "diabetes", "inputs": [[0.01] * 10], "request_id": rid}
+        assert client.post("/api/v1/predictions", json=body, headers=auth(key)).status_code == 200
+    url = "/api/v1/deployments/diabetes"
+    for bad in (1e200, -1e200, 10**400):
+        r = client.post(f"{url}/labels", json={"labels": [{"request_id": "d1", "label": 150.0}, {"request_id": "d2", "label": bad}]}, headers=auth(key))
+        assert r.status_code in (400, 422) and r.json()["field"] == "labels[1].label", r.text
+    got = client.post(f"{url}/labels", json={"labels": [{"request_id": rid, "label": v} for rid, v in (("d1", 150.0), ("d2", 1e100), ("d3", -1e100))]}, headers=auth(key))
+    assert got.json()["matched"] == 3, got.text  # the refused posts counted nothing
+    (window,) = client.get(f"{url}/monitor", headers=auth(key)).json()["quality"]
+    assert window["rows"] == 3 and window["rmse"] == pytest.approx(1e100 * (2 / 3) ** 0.5)
 
 
 def test_a_rollout_whose_candidate_gets_flipped_labels_is_rolled_back_by_the_accuracy_gate(

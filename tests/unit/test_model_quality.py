@@ -4,14 +4,17 @@ prediction said is read from a classifier's or a regressor's answer."""
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
-from sluice.monitor.quality import CLASS, SCORE_BINS, VALUE, Outcomes, merged, predicted
+from sluice.monitor.quality import CLASS, MAX_LABEL, SCORE_BINS, VALUE, Outcomes, merged, predicted
 
 
 @pytest.fixture
@@ -65,6 +68,19 @@ def test_a_three_class_classifier_is_macro_averaged_and_a_regressor_has_its_erro
     again = Outcomes.from_dict(values.to_dict()).metrics()
     assert again["mae"] == pytest.approx(metrics.mean_absolute_error(y, guess))
     assert again["rmse"] == pytest.approx(np.sqrt(metrics.mean_squared_error(y, guess)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-MAX_LABEL, MAX_LABEL), st.floats(width=32, allow_nan=False, allow_infinity=False)), min_size=1, max_size=50))
+def test_every_label_a_post_accepts_leaves_a_regressors_errors_numbers(pairs: list[tuple[float, float]]) -> None:
+    """Labels up to MAX_LABEL (the post refuses the rest) against any float32 prediction: no
+    sum overflows, so MAE, RMSE and bias stay numbers, merged or not."""
+    halves = [Outcomes(VALUE), Outcomes(VALUE)]
+    for i, (actual, said) in enumerate(pairs):
+        halves[i % 2].add_value(actual, said)
+    halves[0].merge(Outcomes.from_dict(halves[1].to_dict()))
+    got = halves[0].metrics()
+    assert all(math.isfinite(got[k]) for k in ("mae", "rmse", "bias")), got
 
 
 def test_a_multi_class_auc_in_three_posts_is_scikit_learns_one_against_the_rest_macro(metrics: ModuleType) -> None:

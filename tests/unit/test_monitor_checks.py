@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from sluice.monitor.checks import Thresholds, check
 from sluice.monitor.sketches import Profile
@@ -98,3 +100,53 @@ def test_held_requests_never_hold_the_tensors_profiles_leave_out() -> None:
     inputs, outputs, _ = held.parts[0]
     assert inputs["image"].nbytes == 0 and inputs["image"].shape == (2, 0)
     assert outputs["e"].nbytes == 0 and inputs["x"].shape == (2, 4) and outputs["y"].shape == (2,)
+
+
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(193, 1000), seed=st.integers(0, 2**32 - 1))
+def test_more_categories_than_the_sketch_tracks_raise_no_false_alarm(k: int, seed: int) -> None:
+    """Past the frequent-items sketch's 192 values it keeps only bounds on the rarer ones: a
+    window drawn from the baseline's own categories has none unseen and no drift."""
+    rng = np.random.default_rng(seed)
+    cats = np.array([f"zip{i:05d}" for i in range(k)], dtype=object)
+    found = check(profile_of({"zip": cats[rng.integers(0, k, 50 * k)]}), profile_of({"zip": cats[rng.integers(0, k, 20 * k)]}), LIMITS)
+    column = found["columns"]["zip"]
+    assert column["unseen"] == 0.0
+    assert column["verdict"] == "ok" and column["psi"] < LIMITS.drift, column
+
+
+@settings(max_examples=15, deadline=None)
+@given(k=st.integers(193, 1000), share=st.floats(0.1, 0.5), seed=st.integers(0, 2**32 - 1))
+def test_a_new_category_among_more_than_the_sketch_tracks_is_still_unseen(k: int, share: float, seed: int) -> None:
+    """Past the sketch's capacity a category the baseline never had is still found, by being
+    more common in the window than the baseline's sketch can have let go."""
+    rng = np.random.default_rng(seed)
+    cats = np.array([f"zip{i:05d}" for i in range(k)], dtype=object)
+    window = cats[rng.integers(0, k, 20 * k)]
+    window[rng.random(window.size) < share] = "new-zip"
+    column = check(profile_of({"zip": cats[rng.integers(0, k, 50 * k)]}), profile_of({"zip": window}), LIMITS)["columns"]["zip"]
+    assert column["unseen"] == pytest.approx(share, abs=0.02) and column["verdict"] == "unseen_categories", column
+
+
+@settings(max_examples=25, deadline=None)
+@given(zeros=st.floats(0.25, 0.99), seed=st.integers(0, 2**32 - 1))
+def test_a_sparse_feature_whose_zeros_vanish_drifts(zeros: float, seed: int) -> None:
+    """The baseline's zeros fill two deciles or more: their bin of their own sees them go."""
+    rng = np.random.default_rng(seed)
+    def sparse(n: int, share: float) -> np.ndarray:
+        return np.where(rng.random(n) < share, 0.0, rng.uniform(0, 10, n))
+    base = profile_of({"f": sparse(20_000, zeros)})
+    same = check(base, profile_of({"f": sparse(2000, zeros)}), LIMITS)["columns"]["f"]
+    gone = check(base, profile_of({"f": sparse(2000, 0.0)}), LIMITS)["columns"]["f"]
+    assert same["verdict"] == "ok", same
+    assert gone["verdict"] == "drift", gone
+
+
+@settings(max_examples=25, deadline=None)
+@given(value=st.floats(-1e6, 1e6), step=st.floats(1e-3, 1e3))
+def test_a_constant_feature_that_moves_drifts(value: float, step: float) -> None:
+    assume(np.float32(value + step) != np.float32(value))  # the sketch holds float32
+    base = profile_of({"f": np.full(5000, value)})
+    assert check(base, profile_of({"f": np.full(1000, value)}), LIMITS)["columns"]["f"]["psi"] == 0.0
+    moved = check(base, profile_of({"f": np.full(1000, value + step)}), LIMITS)["columns"]["f"]
+    assert moved["psi"] > LIMITS.drift and moved["js"] == 1.0, moved

@@ -154,7 +154,7 @@ class PredictionService:
                 if hit is None and self.cache.shared is not None:
                     hit = await self.cache.get_shared(dep, key, self.version_of)
                 if hit is not None:
-                    return self._hit(resolved, hit, started, fields, arrays)
+                    return self._hit(resolved, hit, started, fields, arrays, request.request_id)
         stat_key = (dep.tenant, dep.name, dep.revision, "deployment")
         try:
             answer = await within(self.runner.run(resolved.node, call, arrays), self.settings.request_timeout_s)
@@ -174,8 +174,7 @@ class PredictionService:
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
             self.profiles.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), signature, arrays, out.outputs, out.classes, rows)
-        if self.kept is not None:  # by request id, for its ground truth (held; written by the flush)
-            self.kept.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), answer.signature, answer.result, request.request_id, rows)
+        self._keep(dep, answer, request.request_id, rows)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
@@ -207,17 +206,26 @@ class PredictionService:
         if call.looked and self.runner.lookup_steps is not None:
             self.runner.lookup_steps.report(call.tenant, call.looked)
 
+    def _keep(self, dep: Deployment, answer: Answer, request_id: str | None, rows: int) -> None:
+        """The answer kept by request id for its ground truth (held; written by the flush),
+        computed or from the cache alike: a label is for what the caller was told."""
+        if self.kept is not None:
+            self.kept.observe((dep.tenant, dep.name, dep.revision, answer.variant or ""), answer.signature, answer.result, request_id, rows)
+
     def _hit(
-        self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray]
-    ) -> Prediction:
-        """A kept answer: no inference, no shadow jobs, no statistics sample (those count
-        live computations only); telemetry counts the request and the hit."""
+        self, resolved: Resolved, answer: Answer, started: float, fields: dict[str, Any], arrays: dict[str, np.ndarray],
+        request_id: str | None,
+    ) -> Prediction:  # fmt: skip
+        """A kept answer: no inference, no shadow jobs, no statistics sample or profile (those
+        count live computations only); telemetry counts the request and the hit, and the answer
+        is kept for its ground truth."""
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
+        self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True)
 
     def decode(self, signature: Signature, request: PredictionRequest, *, answers: Signature | None = None) -> dict[str, np.ndarray]:

@@ -4,7 +4,8 @@
 Drift, from the sketches alone:
 
 - `psi`: the population stability index over ten bins, the baseline's deciles for numbers
-  (its categories, and one bin for all others, for categories), with shares floored at 1e-4;
+  (a point mass its own bin; its categories, and one bin for all others, for categories), with
+  shares floored at 1e-4;
   the column's `drift`, the figure its verdict and the rollout gate `drift` read;
 - `js`: the Jensen-Shannon distance (base 2, 0 to 1) over the same bins;
 - `ks` (numbers): the Kolmogorov-Smirnov distance, the largest gap between the two CDFs,
@@ -14,7 +15,7 @@ Drift, from the sketches alone:
 
 Quality: `missing_change` (the window's missing rate less the baseline's), `out_of_range`
 (numbers: the share of the window's values below the baseline's minimum or above its maximum),
-`unseen` (categories: the share of the window's values the baseline never had).
+`unseen` (categories: the share of the window's values the baseline certainly never had).
 
 A column with fewer than `min_rows` values in the window gets no verdict (`too_few_rows`).
 """
@@ -63,10 +64,21 @@ def js_distance(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def number_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Both sketches' shares in the baseline's decile bins (repeated edges merged)."""
+    """Both sketches' shares in the baseline's decile bins; a value at two or more deciles (a
+    point mass: a sparse or constant feature) gets a bin of its own, so that its share moving
+    is read rather than merged away."""
     import numpy as np
-    edges = sorted(set(map(float, base.get_quantiles(DECILES))))
-    return np.asarray(base.get_pmf(edges), dtype=float), np.asarray(window.get_pmf(edges), dtype=float)
+    deciles = list(map(float, base.get_quantiles(DECILES)))
+    edges = sorted(set(deciles))
+    atoms = [e for e in edges if deciles.count(e) > 1]
+
+    def shares(sketch: Any) -> np.ndarray:
+        below = sketch.get_cdf(edges, False)[:-1]  # the share under each edge
+        upto = dict(zip(atoms, sketch.get_cdf(atoms, True)[:-1], strict=True)) if atoms else {}  # and at it, for a point mass
+        cuts = [c for e, b in zip(edges, below, strict=True) for c in ((b, upto[e]) if e in upto else (b,))]
+        return np.diff([0.0, *cuts, 1.0])
+
+    return shares(base), shares(window)
 
 
 def ks_distance(base: Any, window: Any) -> float:
@@ -81,17 +93,28 @@ def ks_distance(base: Any, window: Any) -> float:
 
 def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float]:
     """Shares of the baseline's categories, then one bin for every other; and the window's
-    share of categories the baseline never had."""
+    share of categories the baseline never had. Past the sketch's capacity a count is known
+    only within bounds (a frequent-items sketch's estimate is the upper one): each share is
+    read at the middle of its bounds, and a category is unseen where the baseline never
+    certainly had it and the window has it more often than the baseline can have (exactly: the
+    baseline never had it), never because the sketch let it go."""
     import numpy as np
-    known = dict(frequent(base))
-    seen = dict(frequent(window))
     bt, wt = max(base.total_weight, 1), max(window.total_weight, 1)
-    names = list(known)
-    p = [known[n] / bt for n in names]
-    q = [seen.get(n, 0) / wt for n in names]
+
+    def count(sketch: Any, name: str) -> float:
+        return (sketch.get_lower_bound(name) + sketch.get_upper_bound(name)) / 2
+
+    names = [name for name, _ in frequent(base)]
+    p = [count(base, n) / bt for n in names]
+    q = [count(window, n) / wt for n in names]
     p.append(max(0.0, 1 - sum(p)))
     q.append(max(0.0, 1 - sum(q)))
-    unseen = sum(n for name, n in seen.items() if name not in known) / wt
+    unseen = sum(
+        count(window, name)
+        for name, _ in frequent(window)
+        # never certainly in the baseline, and more common now than the baseline can have had it
+        if base.get_lower_bound(name) == 0 and window.get_lower_bound(name) / wt > base.get_upper_bound(name) / bt
+    ) / wt
     return np.asarray(p), np.asarray(q), unseen
 
 

@@ -35,6 +35,7 @@ SCORE_BINS = 1000
 MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
 MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
 MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
+MAX_LABEL = 1e100  # a regressor's label beyond this is refused: its squared error would overflow the window's sums
 
 
 def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] | None:

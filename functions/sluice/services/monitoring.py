@@ -14,7 +14,7 @@ from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
 from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check
-from sluice.monitor.quality import CLASS, Outcomes, merged
+from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, merged
 from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
@@ -351,7 +351,7 @@ def _baseline_out(doc: dict[str, Any], profile: Profile) -> dict[str, Any]:
 
 def _label(kind: str, label: Any, field: str) -> Any:
     """A label as its prediction is compared with it: a class as text (a whole number as one
-    is written), a value as a finite number."""
+    is written), a value as a finite number of at most `MAX_LABEL` either way."""
     if kind == CLASS:
         if isinstance(label, float) and label.is_integer():
             label = int(label)
@@ -360,8 +360,8 @@ def _label(kind: str, label: Any, field: str) -> Any:
         return str(label)
     try:
         value = float(label)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past float's range
         raise InvalidInput(f"a regressor's label is a number, not {label!r:.40}", field=field) from None
-    if isinstance(label, bool) or value != value or value in (float("inf"), float("-inf")):
-        raise InvalidInput(f"a regressor's label is a finite number, not {label!r:.40}", field=field)
+    if isinstance(label, bool) or not abs(value) <= MAX_LABEL:  # NaN and infinities too
+        raise InvalidInput(f"a regressor's label is a number from -{MAX_LABEL:g} to {MAX_LABEL:g}, not {label!r:.40}", field=field)
     return value
