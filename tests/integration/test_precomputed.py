@@ -286,6 +286,21 @@ def test_a_schedule_publishes_each_run(demo: Container, acme: Principal, tmp_pat
     assert spec.publish == job.publish
 
 
+def test_a_publishing_schedules_run_on_aws_publishes(demo: Container, acme: Principal) -> None:
+    """The scheduler starts the state machine with the schedule's specification; its job is made
+    with the admin scope publishing needs, as the schedule was."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import job_for_execution
+
+    schedule = demo.schedules.create(
+        acme, name="nightly", deployment="diabetes", input_uri="inbox/users-{date}.csv", expression="cron(0 2 * * *)",
+        publish={"table": "recs", "key": "user"},
+    )  # fmt: skip
+    spec = {**target_input(schedule), "scheduled_time": "2026-11-28T02:00:00Z"}
+    job = job_for_execution(demo.batch, spec, execution="arn:aws:states:eu-west-1:123456789012:execution:sluice-batch:nightly-1")
+    assert job.publish is not None and job.publish.table == "recs" and job.status == "PENDING"
+
+
 def test_publishing_needs_the_admin_scope_a_predict_key_cannot_change_stored_answers(demo: Container, tmp_path: Path) -> None:
     """A predict-only key may run jobs and schedules, not publish: a publication changes what the
     tenant's `precomputed` deployments answer every caller, as a policy change would."""

@@ -52,7 +52,9 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
         return job
     if request.schedule is not None:
         _check_overlap(batch, request.tenant, request.schedule)
-    principal = Principal(request.tenant, frozenset({"predict"}), "execution")
+    # Only IAM principals start executions (an operator's workflow, or the scheduler for a
+    # schedule an admin key made): a specification may publish (`require_publisher`).
+    principal = Principal(request.tenant, frozenset({"predict", "admin"} if request.publish else {"predict"}), "execution")
     try:
         return batch.submit(
             principal, deployment=request.deployment, input_uri=request.input_uri,
