@@ -372,14 +372,16 @@ def expect_record(raw: bytes, deployment: str) -> Record:
     """One stream record's body (docs/streaming.md, Records): a JSON object of `id` and exactly
     one of `features` (every feature, no other), `inputs` (rows of F numbers, or one row) or
     `batch` (rows or feature objects), with no other field than those a record may carry and
-    no other deployment than its source's. Features are JSON numbers; text, true/false and
-    null are not."""
+    no other deployment than its source's. An `id` is a string of at most 128 characters or an
+    integer within 64 bits. Features are JSON numbers; text, true/false and null are not."""
     body, why = text_line(raw)
     if why is not None:
         return Invalid(why, key=None)
     if not isinstance(body, dict):
         return Invalid("not a JSON object", key=None)
     rid = body.get("id")
+    if not _carried_id(rid):
+        return Invalid("an id that is neither text of at most 128 characters nor a 64-bit integer", key=None)
     extra = set(body) - RECORD_KEYS
     if extra:
         return Invalid(f"unknown field {sorted(extra)[0]!r}", rid)
@@ -405,6 +407,12 @@ def expect_record(raw: bytes, deployment: str) -> Record:
     if bad is not None:
         return Invalid(bad, rid)
     return Valid(np.asarray(rows, dtype=np.float32), rid, several="batch" in body or len(rows) != 1)
+
+
+def _carried_id(value: Any) -> bool:
+    if value is None or isinstance(value, str):
+        return value is None or len(value) <= 128
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value <= 2**64 - 1
 
 
 def _number(value: Any) -> float | str:
@@ -1113,12 +1121,7 @@ def check_batch(case: BatchCase, expected: Expected, run: BatchRun) -> None:
 
 
 def same_id(expected: Any, got: Any) -> bool:
-    """A stream output's id is the record's, as given: of the same JSON type and value (a number
-    beyond 2**53 by its float64 value: RFC 8259 §6 expects no more precision than that)."""
-    if isinstance(expected, bool) or isinstance(got, bool) or not isinstance(expected, int | float) or not isinstance(got, int | float):
-        return type(got) is type(expected) and got == expected
-    if max(abs(expected), abs(got)) > 2**53:
-        return float(got) == float(expected)
+    """A stream output's id is the record's, as given: of the same JSON type and value."""
     return type(got) is type(expected) and got == expected
 
 

@@ -46,8 +46,9 @@ What a record is.
   one of `features` (an object naming every feature and no other), `inputs` (rows of F
   numbers, or one such row) or `batch` (a non-empty list of such rows or feature objects);
   any other field than those a record may carry (`routing_key`, `deployment`, …) is an error,
-  and so is a `deployment` other than the source's. Each line of `sluice stream`, and each
-  SQS body or Kinesis record's data, is one record.
+  and so is a `deployment` other than the source's, and an `id` that is neither text of at
+  most 128 characters nor an integer within 64 bits (a float, true/false, a list, an object).
+  Each line of `sluice stream`, and each SQS body or Kinesis record's data, is one record.
 
 What a valid number is.
 - Batch, CSV and JSON Lines alike: a JSON number (not true/false), or text that is ASCII digits
@@ -67,9 +68,8 @@ What comes out.
   as it is (an empty CSV field and a missing value alike), a JSON whole number as its digits,
   another number by its value; the form of true/false, lists and objects is left open. A
   Parquet key keeps its value. A stream output carries the record's `id` as given (the same
-  JSON type and value; a number beyond 2**53 by its float64 value, as RFC 8259 §6 expects no
-  more precision) and its position (`source.line`; the SQS message id; the Kinesis shard and
-  sequence number).
+  JSON type and value) and its position (`source.line`; the SQS message id; the Kinesis shard
+  and sequence number).
 - An invalid record: a batch error record (its `row`, a `reason`, its key if any), or a stream
   error output (`error`, not `retryable`). The job counts rows in = rows out + rows failed, and
   SUCCEEDS (`_SUCCESS`, exit 0) unless the input has rows and none could be scored (FAILED,

@@ -25,6 +25,7 @@ import threading
 import time
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sluice.cli import pieces
@@ -33,10 +34,11 @@ from sluice.codecs.lines import lines_of
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from concurrent.futures import Future
 
     from sluice.stream.pipe import PipeReader
+    from sluice.stream.records import StreamRecord
 
 RETRIES = (0.2, 1.0, 3.0)  # seconds before each new try of a transient failure
 STOPPED = "the stream stopped before the end of this line was read"
@@ -305,9 +307,9 @@ class BatchScorer:
         from sluice.inference.loop import run
         from sluice.stream.records import StreamRecord
         from sluice.stream.run import gc_paused, process
-        from sluice.stream.sinks import FileSink
+        from sluice.stream.sinks import json_lines
 
-        out = FileSink(buffer)
+        out = _Held()
         # A trailing \r (CRLF files) is JSON whitespace: the line is parsed as it is.
         with gc_paused():
             records = [StreamRecord(line, "stdin", n, {"line": n}) for n, line in enumerate(lines, first)]
@@ -320,7 +322,10 @@ class BatchScorer:
                 break
             records = [r for r, _ in retry]
         if retry:
-            out.write(records, [(n, _gave_up(r, why)) for n, (r, why) in enumerate(retry)])
+            out.outputs.extend((r.ident, _gave_up(r, why)) for r, why in retry)
+        if retry or out.writes > 1:  # a line retried is written in its place, not after the lines that followed it
+            out.outputs.sort(key=itemgetter(0))
+        buffer.write(json_lines(out.outputs))
         return errors, len(retry)
 
     def _pause(self, seconds: float) -> bool:
@@ -334,6 +339,19 @@ class BatchScorer:
 
     def finish(self) -> None:
         pieces.settle()
+
+
+class _Held:
+    """A sink that keeps each try's outputs, by line number, for `_batch` to write in line order."""
+
+    def __init__(self) -> None:
+        self.outputs: list[tuple[int, dict[str, Any]]] = []
+        self.writes = 0
+
+    def write(self, records: Sequence[StreamRecord], outputs: Sequence[tuple[int, dict[str, Any]]]) -> set[int]:
+        self.outputs.extend((records[index].ident, output) for index, output in outputs)
+        self.writes += 1
+        return set()
 
 
 _worker: BatchScorer | Exception | None = None

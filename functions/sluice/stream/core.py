@@ -30,6 +30,7 @@ from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.inference.bulk import Records, check_answers_in_place, score_many, sticky_field
+from sluice.stream.records import NOT_BASE64
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 # Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
 RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
 NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
+ID_CHARS = 128  # as the API's request_id
+BAD_ID = f"a record's id must be a string of at most {ID_CHARS} characters or an integer within 64 bits"
 
 
 @dataclass(slots=True)
@@ -122,6 +125,9 @@ class StreamScorer:
                     body = _body(raw)  # raises, saying why
                 if type(body) is not dict:
                     raise BadRequest(NOT_AN_OBJECT, field="body")
+                rid = body.get("id")
+                if not valid_id(rid):
+                    raise BadRequest(BAD_ID, field="id")
                 features = body.get("features")
                 if (
                     type(features) is dict and len(features) == width and len(body) <= 2
@@ -130,7 +136,7 @@ class StreamScorer:
                     and raw.count(comma) == width + len(body) - 2  # type: ignore[arg-type]
                 ):  # fmt: skip
                     try:  # the hot path, `{id, features}`: one row, stacked with the others before any array is built
-                        keep((index, body.get("id"), row_of(features)))
+                        keep((index, rid, row_of(features)))
                         continue
                     except KeyError:
                         pass  # the full decode names the missing feature
@@ -297,6 +303,8 @@ def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None
 
 
 def _body(raw: bytes | str) -> dict[str, Any]:
+    if raw is NOT_BASE64:
+        raise BadRequest("a record's data is not base64", field="data")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -306,12 +314,22 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     return body
 
 
+def valid_id(value: Any) -> bool:
+    """Whether `value` may be a record's `id`, which its output carries back as given: none, a
+    string of at most `ID_CHARS` characters, or an integer within 64 bits (JSON readers and
+    writers keep no more: a larger one would come back rounded, a nested one may not encode)."""
+    kind = type(value)
+    return value is None or (kind is str and len(value) <= ID_CHARS) or (kind is int and -(2**63) <= value < 2**64)
+
+
 def record_id(raw: bytes | str) -> Any:
+    """The `id` an error output carries: the record's, when it is one (`valid_id`)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    return body.get("id") if isinstance(body, dict) else None
+    rid = body.get("id") if isinstance(body, dict) else None
+    return rid if valid_id(rid) else None
 
 
 def _refuse_names_given_twice(raw: bytes | str, body: dict[str, Any]) -> None:

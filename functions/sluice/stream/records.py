@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SQS, KINESIS, KAFKA = "sqs", "kinesis", "kafka"
-NOT_BASE64 = b"\x00not base64"  # fails to parse as JSON: the record gets an error output
+NOT_BASE64 = b"\x00not base64"  # not JSON: the core knows this object (not its bytes) and says why (`core._body`)
 
 
 @dataclass(slots=True)

@@ -2,8 +2,10 @@
 a file (the local twin's stdout). Each sink writes JSON, one record per message (one per line
 in S3 and Firehose), and answers which records it could not write: those are retried.
 
-- SQS FIFO queues get the input record's message group (or partition) as the group id and a
+- SQS FIFO queues get the input record's order key (`_group_id`) as the group id and a
   deduplication id derived from the input record, so a redelivered record is dropped by SQS.
+  So once a record of a group is refused, that group's later records are not sent either:
+  sent ahead of it, they would be dropped as duplicates when it comes again.
 - Kinesis records take the input's partition key, so one input partition stays one output
   partition and keeps its order.
 - S3 gets one object per write, named by the whole set of records it holds (the first
@@ -15,9 +17,13 @@ in S3 and Firehose), and answers which records it could not write: those are ret
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+from orjson import JSONEncodeError
+
+from sluice.stream.core import valid_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -37,21 +43,44 @@ class Sink(Protocol):
         ...
 
 
-def encode(output: dict[str, Any]) -> bytes:
-    return orjson.dumps(output, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
+_ONE = orjson.OPT_SERIALIZE_NUMPY
 _LINE = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
 
 
+def encode(output: dict[str, Any]) -> bytes:
+    """The output as JSON; one JSON cannot hold becomes its record's error output (`_unwritable`)."""
+    try:
+        return orjson.dumps(output, option=_ONE)
+    except JSONEncodeError:
+        return orjson.dumps(_unwritable(output), option=_ONE)
+
+
 def json_lines(outputs: Sequence[Output]) -> bytes:
-    """The outputs as JSON Lines. Each line is copied into one buffer as it is made: holding
-    a thousand encoder results until a join costs several times the encoding itself."""
+    """The outputs as JSON Lines, each as `encode` makes it. Each line is copied into one
+    buffer as it is made: holding a thousand encoder results until a join costs several times
+    the encoding itself."""
     buffer = bytearray()
     extend, dumps = buffer.extend, orjson.dumps
     for _, output in outputs:
-        extend(dumps(output, option=_LINE))
+        try:
+            extend(dumps(output, option=_LINE))
+        except JSONEncodeError:
+            extend(dumps(_unwritable(output), option=_LINE))
     return bytes(buffer)
+
+
+def _unwritable(output: dict[str, Any]) -> dict[str, Any]:
+    """The error output of a record whose output JSON cannot hold (a value nested past the
+    encoder's depth, one of a type it does not know): that record fails alone, never its batch.
+    It keeps the output's id only when the id rule allows it, so it encodes in turn."""
+    rid = output.get("id")
+    return {
+        "id": rid if valid_id(rid) else None,
+        "source": output.get("source"),
+        "deployment": output.get("deployment"),
+        "error": "the output holds a value JSON cannot carry",
+        "code": "internal_error",
+    }
 
 
 class FileSink:
@@ -76,21 +105,30 @@ class SqsSink:
 
     def write(self, records: Sequence[StreamRecord], outputs: Sequence[Output]) -> set[int]:
         failed: set[int] = set()
+        held: set[str] = set()  # FIFO: groups with a refused record, whose later records wait for it
         for part in _calls(records, outputs, self.COUNT, self.TOTAL, self.ITEM):
-            entries = []
-            for n, (index, body) in enumerate(part):
-                entry: dict[str, Any] = {"Id": str(n), "MessageBody": body.decode()}
+            entries, sent = [], []
+            for index, body in part:
+                entry: dict[str, Any] = {"Id": str(len(entries)), "MessageBody": body.decode()}
                 if self.fifo:
                     record = records[index]
-                    entry["MessageGroupId"] = record.key or record.order or "sluice"
+                    group = entry["MessageGroupId"] = _group_id(record)
+                    if group in held:
+                        failed.add(index)
+                        continue
                     entry["MessageDeduplicationId"] = record.dedup
                 entries.append(entry)
+                sent.append(index)
+            if not entries:
+                continue
             try:
                 answer = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+                refused = [sent[int(f["Id"])] for f in answer.get("Failed") or ()]
             except Exception:  # throttled, unreachable: every record of this call is retried
-                failed.update(index for index, _ in part)
-                continue
-            failed.update(part[int(f["Id"])][0] for f in answer.get("Failed") or ())
+                refused = sent
+            failed.update(refused)
+            if self.fifo:
+                held.update(_group_id(records[index]) for index in refused)
         return failed
 
 
@@ -207,6 +245,16 @@ def build_sink(destination: Destination, clients: AwsClients, out: BinaryIO | No
     import sys
 
     return FileSink(out or sys.stdout.buffer)
+
+
+_GROUP_ID = re.compile(r"[!-~]{1,128}")  # what SQS takes: ASCII letters, digits and punctuation
+
+
+def _group_id(record: StreamRecord) -> str:
+    """A FIFO message group: the input's order key (an SQS message group, a Kinesis partition
+    key, a Kafka record key), or the sha256 of one SQS would refuse."""
+    key = record.key or record.order or "sluice"
+    return key if _GROUP_ID.fullmatch(key) else hashlib.sha256(key.encode()).hexdigest()
 
 
 def _partition_key(record: StreamRecord) -> str:

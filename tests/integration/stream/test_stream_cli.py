@@ -174,3 +174,22 @@ def test_worker_processes_answer_in_input_order_and_count_every_line(
     assert "error" in answers["3"][33] and answers["3"][34]["id"] == "tx-34"
     stats = demo.deployments.stats(acme, "iris")
     assert stats["overall"]["requests"] >= 2 * (120 // 7), stats  # one a micro-batch, from every worker
+
+
+def test_a_line_given_up_on_is_written_in_its_place(half_down: Container, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mixed` sends some users to a Triton server that is down: their lines are retried, then
+    written as retryable errors, each in its own place among the others (not after them)."""
+    from sluice.cli import stream
+
+    monkeypatch.setattr(stream, "RETRIES", (0.0, 0.0, 0.0))  # the pauses between tries, not what is tried
+    lines = [json.dumps({"id": f"line-{n}", "user": f"user-{n}", "features": json.loads(rows(1)[0])["features"]}) for n in range(1, 13)]
+    prefixes = json.dumps(["http://127.0.0.1:9"])  # the operator admits the closed port, as `half_down` does
+    with cli_environment(monkeypatch, settings.home_path, SLUICE_LOG_LEVEL="WARNING", SLUICE_LOG_STREAM="stderr", SLUICE_TRITON_URL_PREFIXES=prefixes):
+        code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", ("\n".join(lines) + "\n").encode(), deployment="mixed")
+    out = [json.loads(line) for line in stdout.splitlines()]
+    assert code == 1, stderr
+    assert [o["source"]["line"] for o in out] == list(range(1, 13))
+    assert [o["id"] for o in out] == [f"line-{n}" for n in range(1, 13)]
+    given_up = [o["source"]["line"] for o in out if o.get("retryable")]
+    assert given_up and len(given_up) < 12 and given_up != list(range(13 - len(given_up), 13))  # some lines wait, not all last
+    assert all(o.get("variant") == "local" for o in out if not o.get("retryable"))

@@ -406,3 +406,121 @@ def test_a_switch_scores_a_stream_and_each_record_names_its_own_case_and_version
         ("tx-2", "virginica", "default", "iris", 2),
     ]
     assert all("models" not in o for o in out)  # a record of one row took one case
+
+
+IRIS = json.dumps(json.loads(rows(1)[0])["features"])
+
+
+@pytest.mark.parametrize("destination", ["sqs", "s3"])
+def test_a_record_whose_id_cannot_come_back_as_given_fails_alone(aws: None, bind: Bind, destination: str) -> None:
+    """An id nested 300 deep (JSON the reader takes and the writer cannot write), an integer
+    past 64 bits (it would come back rounded), a float, a list, true, 129 characters: each
+    record is an error naming `id`; the rest of the batch is scored, ids at the limits kept."""
+    refused = ["[" * 300 + "]" * 300, str(2**64), "1.5", "[1]", "true", json.dumps("x" * 129)]
+    kept = [json.dumps("x" * 128), str(2**64 - 1), str(-(2**63)), '""']
+    bodies = [f'{{"id": {rid}, "features": {IRIS}}}' for rid in [*refused, *kept]]
+    if destination == "sqs":
+        sqs, url = _queue("scores")
+        handle = bind({"kind": "sqs", "target": url})
+    else:
+        s3 = _bucket()
+        handle = bind({"kind": "s3", "target": "s3://sluice-stream-out/scores/"})
+    assert handle(kinesis_event([*bodies, *rows(3)])) == {"batchItemFailures": []}
+    written = _drain(sqs, url) if destination == "sqs" else [line for lines in _objects(s3).values() for line in lines]
+    out = sorted(written, key=lambda o: o["source"]["sequence_number"])
+    assert len(out) == len(bodies) + 3
+    for o in out[: len(refused)]:
+        assert (o["id"], o["code"], o["field"]) == (None, "bad_request", "id") and "prediction" not in o
+    assert [o["id"] for o in out[len(refused) :]] == [*map(json.loads, kept), "tx-0", "tx-1", "tx-2"]
+    assert all("prediction" in o for o in out[len(refused) :])
+
+
+DEEP = object()  # a list nested hundreds deep: JSON the reader takes and the writer cannot write
+
+
+def _ids() -> Any:
+    """Any JSON value as an id: (its text, the value)."""
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.integers(-(2**65), 2**65) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=140)
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+    return values.map(lambda value: (json.dumps(value), value)) | st.integers(200, 1000).map(lambda depth: ("[" * depth + "]" * depth, DEEP))
+
+
+def _kept(value: Any) -> bool:
+    """docs/streaming.md: an id is a string of at most 128 characters or an integer within 64 bits."""
+    return value is None or (isinstance(value, str) and len(value) <= 128) or (type(value) is int and -(2**63) <= value < 2**64)
+
+
+def test_every_id_comes_back_as_given_or_its_record_fails_naming_it(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever JSON a record's `id` holds, the batch is written: a record whose id the rule
+    keeps is scored and carries it back exactly; any other is an error naming `id`."""
+    import io
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(_ids(), min_size=1, max_size=4))
+    def check(ids: list[tuple[str, Any]]) -> None:
+        written = io.BytesIO()
+        monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+        assert handle(sqs_event([f'{{"id": {text}, "features": {IRIS}}}' for text, _ in ids])) == {"batchItemFailures": []}
+        out = [json.loads(line) for line in written.getvalue().splitlines()]
+        assert len(out) == len(ids)
+        for (text, value), o in zip(ids, out, strict=True):
+            if value is not DEEP and _kept(value):
+                assert o.get("prediction") == "setosa" and type(o["id"]) is type(value) and o["id"] == value, (text, o)
+            else:
+                assert "prediction" not in o and (o["id"], o["field"]) == (None, "id"), (text, o)
+
+    check()
+
+
+def test_a_fifo_group_is_not_written_past_a_refused_record(aws: None, bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO destination refuses one SendMessageBatch (throttled): tx-10..tx-19 of group
+    card-1. The group's later records (tx-20..tx-24, the next call) are not sent either, but
+    retried with them: sent now, SQS would drop them as duplicates when Lambda delivers them
+    again, and the group would read 0-9, 20-24, 10-19."""
+    from sluice.handlers import stream
+    from sluice.stream.sinks import SqsSink
+
+    sqs, url = _queue("scores.fifo")
+    calls = []
+
+    class Throttled:
+        def send_message_batch(self, **call: Any) -> dict[str, Any]:
+            calls.append(call)
+            if len(calls) == 2:
+                raise sqs.exceptions.ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "SendMessageBatch")
+            return sqs.send_message_batch(**call)
+
+    handle = bind({"kind": "sqs", "target": url})
+    monkeypatch.setattr(stream, "sink_for", lambda binding: SqsSink(Throttled(), url))
+    event = sqs_event(rows(25), fifo=True)
+    for record in event["Records"]:
+        record["attributes"]["MessageGroupId"] = "card-1"
+    failed = {f["itemIdentifier"] for f in handle(event)["batchItemFailures"]}
+    assert failed == {r["messageId"] for r in event["Records"][10:]}
+    assert len(calls) == 2  # nothing of card-1 is sent after the refused call
+    assert handle({"Records": event["Records"][10:]}) == {"batchItemFailures": []}  # Lambda delivers them again
+    assert [o["id"] for o in _drain(sqs, url)] == [f"tx-{n}" for n in range(25)]
+
+
+def test_kinesis_and_kafka_data_that_is_not_base64_is_an_error_saying_so(aws: None, bind: Bind) -> None:
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    kinesis = kinesis_event(rows(3))
+    kinesis["Records"][1]["kinesis"]["data"] = "not base64!!"
+    kafka = kafka_event(rows(2))
+    kafka["records"]["transactions-1"][0]["value"] = "%%%"
+    for event in (kinesis, kafka):
+        assert handle(event) == {"batchItemFailures": []}
+    out = _drain(sqs, url)
+    assert sorted(o["id"] for o in out if "prediction" in o) == ["tx-0", "tx-0", "tx-2"]
+    assert [(o["error"], o["field"]) for o in out if "error" in o] == [("a record's data is not base64", "data")] * 2

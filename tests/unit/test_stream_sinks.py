@@ -1,0 +1,93 @@
+"""What the stream sinks send, on a recorded SendMessageBatch (no AWS): an output JSON cannot
+hold becomes its record's error output, never a failed batch; and a FIFO message group is
+always one SQS takes, whatever the input's key."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from sluice.stream.records import StreamRecord
+from sluice.stream.sinks import FileSink, SqsSink
+
+FIFO = "https://sqs.eu-west-1.amazonaws.com/123456789012/scores.fifo"
+# The SendMessageBatch reference: 1 to 128 characters, alphanumerics and ASCII punctuation.
+SQS_GROUP = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
+
+
+class Recorded:
+    """boto3's SQS client as far as SendMessageBatch goes: every entry taken, and kept."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        self.entries.extend(Entries)
+        return {"Successful": [{"Id": e["Id"]} for e in Entries]}
+
+
+def _record(n: int, key: str | None = None) -> StreamRecord:
+    return StreamRecord(b"{}", "arn:aws:kinesis:eu-west-1:123456789012:stream/in", str(n), {"shard": "s", "sequence_number": str(n)}, "s", key)
+
+
+def _output(n: int, value: Any = "setosa") -> dict[str, Any]:
+    return {"id": f"tx-{n}", "source": {"shard": "s", "sequence_number": str(n)}, "deployment": "iris", "prediction": value}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        json.loads("[" * 300 + "]" * 300),  # nested past the encoder's depth
+        2**70,  # past 64 bits
+        "\ud800",  # a lone surrogate: not UTF-8
+        object(),
+        np.array([1, 2], dtype=object),
+    ],
+    ids=["deep", "big-int", "surrogate", "object", "object-array"],
+)
+def test_an_output_json_cannot_hold_fails_alone_in_every_sink(value: Any) -> None:
+    records = [_record(n) for n in range(3)]
+    outputs = [(0, _output(0)), (1, _output(1, value)), (2, _output(2))]
+    buffer = io.BytesIO()
+    assert FileSink(buffer).write(records, outputs) == set()  # JSON Lines: S3 and `sluice stream` too
+    client = Recorded()
+    assert SqsSink(client, FIFO).write(records, outputs) == set()
+    for lines in (buffer.getvalue().splitlines(), [e["MessageBody"] for e in client.entries]):
+        out = [json.loads(line) for line in lines]
+        assert [o["id"] for o in out] == ["tx-0", "tx-1", "tx-2"]
+        assert [o.get("prediction") for o in out] == ["setosa", None, "setosa"]
+        assert out[1]["code"] == "internal_error" and out[1]["source"] == {"shard": "s", "sequence_number": "1"}
+
+
+keys = st.text(max_size=300) | st.binary(max_size=40).map(lambda raw: raw.decode("utf-8", "replace"))
+
+
+@settings(max_examples=200)
+@given(keys)
+@example("customer " + "x" * 191)  # a Kinesis partition key may be 256 characters
+@example("größe/ü")
+@example("\x00\x01\ufffd\ufffdavro")  # a binary Kafka key, as Lambda's base64 decodes
+@example("card-1")
+@example("x" * 128)
+def test_a_fifo_message_group_is_always_one_sqs_takes_and_the_key_itself_when_it_is(key: str) -> None:
+    client = Recorded()
+    SqsSink(client, FIFO).write([_record(0, key or None)], [(0, _output(0))])
+    (entry,) = client.entries
+    assert SQS_GROUP.fullmatch(entry["MessageGroupId"]), entry["MessageGroupId"]
+    if SQS_GROUP.fullmatch(key):
+        assert entry["MessageGroupId"] == key
+    assert SQS_GROUP.fullmatch(entry["MessageDeduplicationId"])
+
+
+def test_distinct_keys_give_distinct_groups() -> None:
+    client = Recorded()
+    keys = ["größe/ü", "grösse/ü", "x" * 129, "x" * 130, "a b", "a  b"]
+    SqsSink(client, FIFO).write([_record(n, key) for n, key in enumerate(keys)], [(n, _output(n)) for n in range(len(keys))])
+    assert len({e["MessageGroupId"] for e in client.entries}) == len(keys)
