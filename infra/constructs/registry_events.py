@@ -1,7 +1,8 @@
 """SageMaker Model Registry's approvals start rollouts: an EventBridge rule sends each "SageMaker
-Model Package State Change" event that approves or rejects a package of this account to one
-function (sluice.handlers.registry_events), which pushes an Approved package of a group a
-deployment follows and starts its rollout, or records a Rejected one.
+Model Package State Change" event that approves, rejects or sets back to pending a package of
+this account to one function (sluice.handlers.registry_events), which pushes an Approved package
+of a group a deployment follows and starts its rollout, or records a Rejected one (and one taken
+before, back to pending: approved again, it is taken again).
 
 The function may describe the packages of the groups some tenant may follow
 (`api.follow_package_groups`; no other SageMaker call), read objects under the prefixes named
@@ -125,11 +126,11 @@ class RegistryEvents:
         self.rule = events.Rule(
             scope,
             "ModelPackageApprovals",
-            description="SageMaker Model Registry approvals and rejections, to the sluice follow bindings",
+            description="SageMaker Model Registry approvals, rejections and returns to pending, to the sluice follow bindings",
             event_pattern=events.EventPattern(
                 source=["aws.sagemaker"],
                 detail_type=[DETAIL_TYPE],
-                detail={"ModelApprovalStatus": ["Approved", "Rejected"]},
+                detail={"ModelApprovalStatus": ["Approved", "Rejected", "PendingManualApproval"]},
             ),
             targets=[
                 targets.LambdaFunction(

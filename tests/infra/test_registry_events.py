@@ -46,7 +46,7 @@ def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app
         {
             "source": ["aws.sagemaker"],
             "detail-type": ["SageMaker Model Package State Change"],
-            "detail": {"ModelApprovalStatus": ["Approved", "Rejected"]},
+            "detail": {"ModelApprovalStatus": ["Approved", "Rejected", "PendingManualApproval"]},  # pending: a return told from an update
         }
     ]
     [target] = rules[0]["Targets"]

@@ -39,6 +39,11 @@ def test_a_binding_that_cannot_be_made_is_a_4xx_naming_the_field(client: TestCli
         ({"registry": "models:/iris/3"}, "registry", 422),
         ({"tracking_uri": "https://alice:s3cret@mlflow.example.com"}, "tracking_uri", 422),
         ({"registry": "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/iris", "tracking_uri": None, "tag_back": True}, "tag_back", 422),
+        # What every version would then be refused for: a rollout's min_requests, a model name no push takes.
+        ({"rollout": "5,100 gate error_rate<=0.01 min 20000000"}, "rollout", 422),
+        ({"model": "Bad Name/.."}, "model", 400),
+        ({"model": ""}, "model", 400),
+        ({"tag_back": "yes"}, "tag_back", 422),
     ):
         answer = client.post("/api/v1/deployments/iris/follow", json={**BODY, **change}, headers=auth(keys["acme"]))
         assert (answer.status_code, answer.json()["field"]) == (status, field), answer.text

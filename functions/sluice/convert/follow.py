@@ -9,7 +9,9 @@ each outcome, with its reason, on the binding (`sluice.services.follows`).
   (`sluice.convert.mlflow_rest`, the registry event function on a schedule).
 - SageMaker Model Registry: `on_package_event` takes EventBridge's Model Package State Change
   event (`sluice.handlers.registry_events` on AWS): an Approved package of a followed group is
-  pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted).
+  pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted, whenever it
+  started); one taken before and back to pending approval is noted, so that approving it again
+  is told from an update of a package that stays approved (`PackageStateChange.meaning`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import SluiceError
-from sluice.domain.follows import FollowEvent, PackageStateChange, group_watch
+from sluice.domain.follows import NOTES, FollowEvent, PackageStateChange, group_watch
 from sluice.polling import Poller
 from sluice.services.follows import acting_for
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from sluice.services.models import ModelService
 
 logger = logging.getLogger(__name__)
-APPROVED, REJECTED = "Approved", "Rejected"
+APPROVED = "Approved"
 
 
 class MlflowSource(Protocol):
@@ -151,14 +153,20 @@ class Follower:
 
     def _package(self, follow: Follow, change: PackageStateChange) -> str:
         version = str(change.version)
-        if change.approval_status == REJECTED:
+        lapsed = follow.seen == version and change.approval_status == APPROVED and self.follows.lapsed(follow)
+        meaning = "approved" if lapsed else change.meaning(follow)
+        if meaning == "rejected":
             return self._rejected(follow, version, change)
-        again = change.approves_again(follow)  # rejected, then approved again: taken again
-        if change.approval_status != APPROVED or (follow.seen == version and not self.follows.lapsed(follow) and not again):
-            return follow.state  # pending approval; or the same event delivered again
-        if change.superseded(follow):
+        if meaning == "withdrawn":
+            reason = f"{change.arn} is {change.approval_status} in SageMaker Model Registry: approved again, it is taken again"
+            event = FollowEvent(version, "withdrawn", self.follows.clock(), reason, changed_at=change.changed_at)
+            self.follows.record(follow.tenant, follow.deployment, event)
+            return "withdrawn"
+        if meaning == "superseded":
             logger.info("follow binding %s/%s: %s approved before version %s, taken already", follow.tenant, follow.deployment, change.arn, follow.seen)
             return f"superseded by version {follow.seen}"
+        if meaning not in ("approved", "approved_again"):
+            return follow.state  # the same change again, one made before the last acted on, an update, pending approval
         reads = self.follows.may_read(follow)
         if reads is not None:  # a tenant's binding: its group, and later its model data, as the operator lists them
             reads.check_group(follow.tenant, follow.parsed_source())
@@ -170,7 +178,15 @@ class Follower:
             # Approved only, as DescribeModelPackage says now
             return from_package(change.arn, self.clients, tmp, model_data=model_data)
 
-        return self.take(follow, version, pull, {"registry": "sagemaker", "arn": change.arn}, changed_at=change.changed_at, again=again)
+        def approved_now() -> None:
+            from sluice.convert.sagemaker_packages import describe
+
+            describe(change.arn, self.clients)  # refused unless Approved now
+
+        return self.take(
+            follow, version, pull, {"registry": "sagemaker", "arn": change.arn}, changed_at=change.changed_at,
+            again=meaning == "approved_again", recheck=approved_now,
+        )  # fmt: skip
 
     def _retake_package(self, follow: Follow) -> str:
         """A lapsed claim of a package: taken over as its approval would be (the package read
@@ -181,32 +197,58 @@ class Follower:
         return self._package(follow, PackageStateChange(arn, name, group, int(follow.seen or 0), APPROVED))
 
     def _rejected(self, follow: Follow, version: str, change: PackageStateChange) -> str:
-        last_of = follow.last_of(version)
-        if (last_of is not None and last_of.outcome == "rejected") or change.stale(follow):
-            # The same event again (EventBridge may deliver one change more than once), or a
-            # rejection the version's approval since has undone, delivered late.
-            return follow.state
+        """Recorded, and a rollout of the package aborted: one running now, or one a push of it
+        started meanwhile (that push finds the rejection too when it records, and aborts)."""
+        number = self._existing(follow, {"registry": "sagemaker", "arn": change.arn})
         reason = f"{change.arn} is Rejected in SageMaker Model Registry"
-        last = follow.last
-        if follow.seen == version and follow.state == "rolling_out" and last is not None:
-            try:
-                self.follows.rollouts.abort(acting_for(follow), follow.deployment)
-                reason += "; its rollout was aborted: back to the stable policy"
-            except SluiceError as exc:
-                reason += f"; its rollout could not be aborted: {exc.message}"
-        model_version = last.model_version if last is not None and last.version == version else None
-        self.follows.record(follow.tenant, follow.deployment, FollowEvent(version, "rejected", self.follows.clock(), reason, model_version))
+
+        def note(said: str) -> None:
+            event = FollowEvent(version, "rejected", self.follows.clock(), said, number, changed_at=change.changed_at)
+            self.follows.record(follow.tenant, follow.deployment, event)
+
+        reason += self._abort(follow, number)
+        note(reason)
+        late = self._abort(follow, number)
+        if late:
+            note(reason + late)  # the same rejection, said more fully
         return "rejected"
+
+    def _abort(self, follow: Follow, number: int | None) -> str:
+        """The deployment's running rollout to `follow.model:number` aborted; what to add to the
+        reason ("" when none runs)."""
+        if number is None:
+            return ""
+        try:
+            running = self.follows.registry.get_deployment(follow.tenant, follow.deployment).rollout
+        except SluiceError:  # the deployment gone: nothing runs
+            return ""
+        if running is None or not running.active or (running.model, running.version) != (follow.model, number):
+            return ""
+        try:
+            self.follows.rollouts.abort(acting_for(follow), follow.deployment)
+        except SluiceError as exc:
+            return f"; its rollout could not be aborted: {exc.message}"
+        return "; its rollout was aborted: back to the stable policy"
+
+    def _overtaken(self, follow: Follow, version: str) -> FollowEvent | None:
+        """The rejection of `version` recorded while it was being taken, if one was: it stands."""
+        try:
+            last = self.follows.registry.get_follow(follow.tenant, follow.deployment).last_of(version)
+        except SluiceError:  # the binding gone meanwhile
+            return None
+        return last if last is not None and last.outcome in NOTES else None
 
     # Both -------------------------------------------------------------------------------
     def take(
         self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any], *,
-        changed_at: float | None = None, again: bool = False,
+        changed_at: float | None = None, again: bool = False, recheck: Callable[[], None] | None = None,
     ) -> str:  # fmt: skip
         """Claim `version`, pull it, push it and start the rollout; each outcome recorded. A
         version of the binding's model that came from the same place (`match`, on its
-        source) is rolled out again rather than pushed twice; one the deployment serves
-        already is recorded as completed."""
+        source) is rolled out again rather than pushed twice, once `recheck` (the registry
+        asked again: still approved?) passes; one the deployment serves already is recorded as
+        completed. A rejection recorded meanwhile stands: no rollout is started, and one just
+        started is aborted."""
         claimed = self.follows.claim(follow, version, changed_at=changed_at, again=again)
         if claimed is None:
             return "taken elsewhere"
@@ -216,13 +258,16 @@ class Follower:
             self.follows.record(*where, FollowEvent(version, outcome, self.follows.clock(), reason, model_version, revision))
             return outcome
 
+        def refused(exc: SluiceError) -> str:
+            return note("rejected" if exc.code == "package_not_approved" else "conversion_failed", exc.message)
+
         pulled, number = None, self._existing(follow, match)
         if number is None:
             try:
                 with tempfile.TemporaryDirectory(prefix="sluice-follow-") as tmp:
                     pulled = pull(Path(tmp))
             except SluiceError as exc:
-                return note("rejected" if exc.code == "package_not_approved" else "conversion_failed", exc.message)
+                return refused(exc)
             try:
                 number = self.models.push(
                     acting_for(follow), follow.model, pulled.data, feature_names=pulled.feature_names, source=pulled.source,
@@ -230,6 +275,11 @@ class Follower:
                 ).version  # fmt: skip
             except SluiceError as exc:
                 return note("push_failed", exc.message)
+        elif recheck is not None:
+            try:
+                recheck()
+            except SluiceError as exc:
+                return refused(exc)
         said = f"{'pushed as' if pulled is not None else 'already pushed as'} {follow.model}:{number}"
         serving = self.follows.registry.get_deployment(follow.tenant, follow.deployment)
         if serving.policy == {"kind": "single", "model": follow.model, "version": number}:
@@ -238,6 +288,9 @@ class Follower:
         if running is not None and running.active and (running.model, running.version) == (follow.model, number):
             # A lapsed claim whose poller died after starting the rollout: it goes on.
             return note("rolling_out", f"{said}; its rollout was running already", number, serving.revision)
+        overtaken = self._overtaken(follow, version)
+        if overtaken is not None:
+            return overtaken.outcome
         try:
             dep = self.follows.start_rollout(claimed, number)
         except SluiceError as exc:
@@ -245,7 +298,12 @@ class Follower:
         reason = f"{said}; rollout started ({dep.rollout.reason if dep.rollout else ''})"
         if follow.tag_back and match.get("registry") == "mlflow":
             reason += self._tag_back(follow, match, dep.revision)
-        return note("rolling_out", reason, number, dep.revision)
+        outcome = note("rolling_out", reason, number, dep.revision)
+        overtaken = self._overtaken(follow, version)
+        if overtaken is not None:  # rejected while its rollout was being started
+            self._abort(follow, number)
+            return overtaken.outcome
+        return outcome
 
     def _existing(self, follow: Follow, match: dict[str, Any]) -> int | None:
         """The newest version of the binding's model whose source matches, if any."""

@@ -29,18 +29,23 @@ from typing import Any, Literal
 from sluice.domain.errors import Forbidden, InvalidRequest
 from sluice.domain.locations import Root, confine
 from sluice.domain.objects import now
-from sluice.domain.rollouts import parse_duration, parse_gates, parse_steps
+from sluice.domain.rollouts import MAX_MIN_REQUESTS, parse_duration, parse_gates, parse_steps
 
 Registry = Literal["mlflow", "sagemaker"]
+ChangeMeaning = Literal["stale", "rejected", "withdrawn", "update", "superseded", "approved", "approved_again", "pending"]
 # What a binding is doing: nothing new since the last version; pushing one (claimed); a
 # rollout it started is running; the last version's story ended (completed) or did not (failed).
 FollowState = Literal["waiting", "pushing", "rolling_out", "completed", "failed"]
 # What became of one version the registry offered.
 OUTCOMES = (
     "pushing", "rolling_out", "completed", "rolled_back", "aborted",
-    "conversion_failed", "push_failed", "rejected", "rollout_refused",
+    "conversion_failed", "push_failed", "rejected", "rollout_refused", "withdrawn",
 )  # fmt: skip
 FAILED = frozenset({"rolled_back", "aborted", "conversion_failed", "push_failed", "rejected", "rollout_refused"})
+TAKING = frozenset({"pushing", "rolling_out"})  # a version's story still being told
+# What the registry said of a version, noted as it came: no longer approved (SageMaker's
+# Rejected, or PendingManualApproval again for a version taken before).
+NOTES = frozenset({"rejected", "withdrawn"})
 MAX_HISTORY = 20
 MAX_REASON = 1000
 
@@ -88,8 +93,8 @@ def parse_plan(text: str, *, field: str = "rollout") -> Plan:
     parse_duration(every, field=field)
     gates = ",".join(str(g) for g in parse_gates(found["gates"].replace(" ", ""), field=field))
     minimum = int(found["min"]) if found["min"] else DEFAULT_MIN_REQUESTS
-    if minimum < 1:
-        raise InvalidRequest("min must be at least 1 request", field=field)
+    if not 1 <= minimum <= MAX_MIN_REQUESTS:
+        raise InvalidRequest(f"min must be a whole number of requests from 1 to {MAX_MIN_REQUESTS}", field=field)
     return Plan(steps, every, gates, minimum)
 
 
@@ -192,6 +197,9 @@ class FollowEvent:
     reason: str = ""
     model_version: int | None = None  # the sluice version it was pushed as
     revision: int | None = None  # the deployment revision the rollout started in
+    # When the registry made the change this answers (SageMaker: the event's `time`): the
+    # approval a take is for, the rejection or withdrawal a note records; None when unknown.
+    changed_at: float | None = None
 
 
 # Why a poll failed, in one word (`PollError.kind`).
@@ -261,6 +269,12 @@ class Follow:
         """What became of `version` last, if the history still holds it."""
         return next((e for e in reversed(self.history) if e.version == version), None)
 
+    def taking(self, version: str) -> bool:
+        """Whether `version` is still being taken: claimed, or its rollout started, and neither
+        rejected nor another version taken since."""
+        last = self.last_of(version)
+        return self.seen == version and last is not None and last.outcome in TAKING
+
     def parsed_source(self) -> Source:
         return parse_source(self.source)
 
@@ -279,10 +293,17 @@ class Follow:
 
 
 def recorded(follow: Follow, event: FollowEvent, *, seen: str | None = None) -> Follow:
-    """The binding with `event` recorded as the latest (its version's last outcome replaced)."""
-    replaced = [e for e in follow.history if e.version == event.version and e.outcome in ("pushing", "rolling_out")]
+    """The binding with `event` recorded as the latest: it replaces its version's claim or
+    started rollout, or the note of the same registry change (said again, more fully)."""
+    replaced = [
+        e for e in follow.history
+        if e.version == event.version
+        and (e.outcome in TAKING or (event.outcome in NOTES and (e.outcome, e.changed_at) == (event.outcome, event.changed_at)))
+    ]  # fmt: skip
     if event.outcome != "pushing" and replaced and replaced[-1].outcome == "pushing" and replaced[-1].reason:
         event = replace(event, reason=f"{replaced[-1].reason}; {event.reason}")  # a claim taken over says so to the end
+    if event.changed_at is None and replaced:  # the approval a take is for, kept to the version's end
+        event = replace(event, changed_at=replaced[-1].changed_at)
     event = replace(event, reason=event.reason[:MAX_REASON])
     kept = tuple(e for e in follow.history if e not in replaced)
     state = state_of(event.outcome)
@@ -338,33 +359,49 @@ class PackageStateChange:
         status = str(detail.get("ModelApprovalStatus") or "PendingManualApproval")
         return cls(arn, group, group_arn, int(found["version"]), status, _event_time(event.get("time")))
 
-    def _since(self, follow: Follow) -> float:
-        """This change's time less that of the change `follow` took its version for: below 0
-        made before it, above 0 after; 0 where either time is unknown."""
-        if self.changed_at is None or follow.seen_at is None:
+    def _since(self, when: float | None) -> float:
+        """This change's time less `when`: below 0 made before it, above 0 after; 0 where either
+        time is unknown."""
+        if self.changed_at is None or when is None:
             return 0.0
-        return self.changed_at - follow.seen_at
+        return self.changed_at - when
 
-    def approves_again(self, follow: Follow) -> bool:
-        """The version the binding took, rejected since, approved again after (a rejection
-        undone): taken again. Its first approval delivered late, or an update of a package
-        still approved, is not (the one is older than the binding's `seen_at`, the other
-        follows no rejection)."""
-        last = follow.last_of(str(self.version))
-        return (
-            self.approval_status == "Approved" and follow.seen == str(self.version) and last is not None
-            and last.outcome == "rejected" and self._since(follow) > 0
-        )  # fmt: skip
+    def meaning(self, follow: Follow) -> ChangeMeaning:
+        """What this change is to `follow`, judged by the last change of its version the binding
+        acted on (EventBridge keeps no order, delivers a change more than once, and retries one
+        for up to an hour); the package's state now is the latest change made, not the latest
+        delivered:
 
-    def stale(self, follow: Follow) -> bool:
-        """A change of the version the binding took made before the change it took it for (a
-        rejection delivered after the approval that undid it)."""
-        return follow.seen == str(self.version) and self._since(follow) < 0
-
-    def superseded(self, follow: Follow) -> bool:
-        """An approval made before the one `follow` took last, delivered after it (EventBridge
-        does not keep order, and retries a delivery that failed for up to an hour)."""
-        return follow.seen != str(self.version) and self._since(follow) < 0
+        - `stale`: made before that change, or that change again (a rejection the version's
+          approval since undid; an approval a rejection since took back);
+        - `rejected`: a new rejection; `withdrawn`: a version taken, whose story has ended,
+          back to pending approval;
+        - `update`: an approval of a version taken and neither rejected nor withdrawn since
+          (SageMaker tells of any change to a package that stays approved);
+        - `superseded`: an approval made before the one the binding took its current version for;
+        - `approved`: a first approval; `approved_again`: one after a rejection or withdrawal;
+        - `pending`: nothing to note (a version never taken, or one whose rollout runs)."""
+        version = str(self.version)
+        last = follow.last_of(version)
+        known = last.changed_at if last is not None else None
+        if known is None and follow.seen == version:
+            known = follow.seen_at  # a binding stored before its events kept their change's time
+        since = self._since(known)
+        if since < 0:
+            return "stale"
+        if self.approval_status == "Rejected":
+            return "stale" if last is not None and last.outcome == "rejected" and since == 0 else "rejected"
+        if self.approval_status != "Approved":
+            if last is None or last.outcome in TAKING or (last.outcome == "withdrawn" and since == 0):
+                return "pending"
+            return "withdrawn"
+        if last is not None and last.outcome not in NOTES:
+            return "update"
+        if last is not None and since == 0:
+            return "stale"
+        if follow.seen != version and self._since(follow.seen_at) < 0:
+            return "superseded"
+        return "approved" if last is None else "approved_again"
 
 
 def _event_time(text: object) -> float | None:

@@ -3,8 +3,10 @@ Package State Change" event of this account here. Every follow binding of the pa
 in every tenant, is told of it (`Follower.on_package_event`): an Approved package is pushed (its
 ONNX model as it is: this function has no converters, so a package that needs converting is
 recorded as such on the binding) and its rollout started; a Rejected one is recorded, and the
-rollout of it aborted if one runs. EventBridge may deliver an event more than once: a binding
-takes a version once (its claim is a conditional write), so a second delivery does nothing.
+rollout of it aborted if one runs; one taken before and set back to pending is noted. EventBridge
+may deliver an event more than once, and in any order: a binding takes a version once (its claim
+is a conditional write), and weighs each change against the last of its version it acted on
+(`PackageStateChange.meaning`), so a second or late delivery does nothing.
 
 A schedule invokes the same function with `{"poll": "follows"}`: every binding is looked at
 (`Follower.poll_once`), each rollout a binding started that ended is recorded, and each MLflow

@@ -26,10 +26,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from sluice.domain import Principal
+from sluice.domain import Principal, check_name
 from sluice.domain.errors import Conflict, InvalidRequest, NotFound
 from sluice.domain.follows import (
     MAX_REASON,
+    NOTES,
     BindingReads,
     Follow,
     FollowEvent,
@@ -118,6 +119,7 @@ class FollowService:
                     field="model",
                 )
             model = str(dep.policy["model"])
+        check_name(model, field="model")  # as a push takes it: refused now, not at every version
         return self.registry.create_follow(
             Follow(
                 principal.tenant, deployment, parsed.uri, parsed.registry, model, str(plan), parsed.watch,
@@ -164,7 +166,7 @@ class FollowService:
                 f"taken over from {follow.claimed_by or 'a poller'}, whose claim of {at - (follow.claim_started() or at):.0f} s "
                 f"ago outlived the lease ({self.lease_s:g} s)"
             )
-        claimed = recorded(follow, FollowEvent(version, "pushing", at, reason), seen=version)
+        claimed = recorded(follow, FollowEvent(version, "pushing", at, reason, changed_at=changed_at), seen=version)
         claimed = replace(claimed, claimed_at=at, claimed_by=self.poller, seen_at=changed_at if changed_at is not None else follow.seen_at)
         try:
             return self.registry.update_follow(claimed, expected_revision=follow.revision)
@@ -172,15 +174,16 @@ class FollowService:
             return None
 
     def record(self, tenant: str, deployment: str, event: FollowEvent) -> Follow | None:
-        """Record what became of `event.version`, on a fresh read of the binding: dropped when
-        the binding is gone or has taken another version since (that version's story goes on)."""
+        """Record what became of `event.version`, on a fresh read of the binding. An outcome of
+        taking it is dropped when the binding is gone, has taken another version since (that
+        version's story goes on), or the version was rejected meanwhile (the rejection stands)."""
         for _ in range(_WRITE_TRIES):
             try:
                 now = self.registry.get_follow(tenant, deployment)
-                if now.seen != event.version and event.outcome != "rejected":
+                if event.outcome not in NOTES and not now.taking(event.version):
                     return None
                 written = recorded(now, event)
-                if now.seen != event.version:  # a package rejected before it was taken: noted, nothing else changes
+                if now.seen != event.version or event.outcome == "withdrawn":  # noted, nothing else changes
                     written = replace(written, state=now.state, claimed_at=now.claimed_at, claimed_by=now.claimed_by)
                 return self.registry.update_follow(written, expected_revision=now.revision)
             except NotFound:
@@ -213,7 +216,7 @@ class FollowService:
     def settle(self, tenant: str, deployment: str, follow: Follow | None = None) -> Follow:
         """The binding, with the end of the rollout it started recorded once it has ended."""
         follow = follow or self.registry.get_follow(tenant, deployment)
-        last = follow.last
+        last = follow.last_of(follow.seen) if follow.seen is not None else None  # notes of other versions may follow it
         if follow.state != "rolling_out" or last is None or last.model_version is None:
             return follow
         try:

@@ -3,7 +3,7 @@ the field at fault) and what is answered: the binding, and what became of each v
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from sluice.types.base import WireModel
 
@@ -21,7 +21,7 @@ class FollowStart(WireModel):
         default=None, description="The model each new version is pushed into (default: the model the deployment routes to)."
     )
     tracking_uri: str | None = Field(default=None, description="MLflow: the tracking server, without credentials.")
-    tag_back: bool = Field(
+    tag_back: StrictBool = Field(
         default=False, description="MLflow: tag each version with sluice.deployment and sluice.revision once it serves."
     )
 
@@ -29,12 +29,18 @@ class FollowStart(WireModel):
 class FollowEventOut(WireModel):
     version: str = Field(description="The registry's version (MLflow's number, the package's version).")
     outcome: str = Field(
-        description="pushing, rolling_out, completed, rolled_back, aborted, conversion_failed, push_failed, rejected or rollout_refused."
+        description="pushing, rolling_out, completed, rolled_back, aborted, conversion_failed, push_failed, rejected, rollout_refused "
+        "or withdrawn (a version taken before, back to pending approval: approved again, it is taken again)."
     )
     at: float
     reason: str = Field(description="Why, in words: the gate that failed, the conversion's error, …")
     model_version: int | None = Field(None, description="The version it was pushed as.")
     revision: int | None = Field(None, description="The deployment revision its rollout started (or ended) in.")
+    changed_at: float | None = Field(
+        None,
+        description="When the registry made the change this answers (SageMaker: the event's time): a change of the version "
+        "made before it and delivered after it is stale.",
+    )
 
 
 class PollErrorOut(WireModel):

@@ -369,3 +369,130 @@ def test_a_rejection_undone_by_a_new_approval_rolls_the_version_out_again(capsys
     assert rollout() == "running"
     assert delivered(at("Rejected", "2026-03-02T09:30:00Z")) == {"default/fraud": "rejected"}
     assert rollout() == "aborted"
+
+
+def at(version: int, status: str, time: str) -> dict[str, Any]:
+    return {**package_event(version, status), "time": f"2026-03-02T{time}:00Z"}
+
+
+def completed() -> None:
+    """The running rollout reaches its last step, as the controller finishes it; the binding shown after."""
+    from sluice.cli import pieces
+    from sluice.domain import Principal
+
+    admin = Principal("default", frozenset({"admin"}), "test")
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is not None
+    pieces.container().rollouts.finish(admin, dep, dep.rollout, "completed", "gates pass: complete", {})
+    pieces.follows().get(admin, "fraud")
+
+
+def following(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """fraud:1 serves (package 2, pushed by hand); the deployment follows the group."""
+    assert run_cli(capsys, "models", "push", "fraud", packages["arns"][1], "--allow-unapproved")[0] == 0
+    assert run_cli(capsys, "deployments", "create", "fraud", "--model", "fraud")[0] == 0
+    assert run_cli(capsys, "deployments", "follow", "fraud", "--registry", GROUP_ARN, "--rollout", "5,100 gate error_rate<=0.01")[0] == 0
+
+
+def test_an_update_of_an_older_package_still_approved_rolls_nothing_back(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """Packages 1 then 2 approved and rolled out; SageMaker then tells of a change to package 1
+    that leaves it Approved (its description, its metadata): nothing starts, while 2's rollout
+    runs or after it completed. Package 1 back to pending and approved again (a deliberate
+    return to it) is rolled out again."""
+    from sluice.cli import pieces
+
+    following(capsys, packages)
+    boto3.client("sagemaker", region_name=REGION).update_model_package(ModelPackageArn=packages["arns"][1], ModelApprovalStatus="Approved")
+
+    def serving() -> tuple[dict[str, Any], str | None]:
+        dep = pieces.registry().get_deployment("default", "fraud")
+        return dep.policy, None if dep.rollout is None else f"{dep.rollout.model}:{dep.rollout.version} {dep.rollout.state}"
+
+    assert delivered(at(1, "Approved", "09:00")) == {"default/fraud": "rolling_out"}
+    completed()
+    assert delivered(at(2, "Approved", "09:10")) == {"default/fraud": "rolling_out"}  # pushed as fraud:1 already
+    assert delivered(at(1, "Approved", "09:15")) == {"default/fraud": "rolling_out"}  # an update while 2's rollout runs
+    assert serving()[1] == "fraud:1 running"
+    completed()
+    assert pieces.registry().get_follow("default", "fraud").state == "completed"  # 2's end recorded
+    assert delivered(at(1, "Approved", "09:20")) == {"default/fraud": "completed"}
+    assert serving() == ({"kind": "single", "model": "fraud", "version": 1}, "fraud:1 completed")
+
+    assert delivered(at(1, "PendingManualApproval", "09:30")) == {"default/fraud": "withdrawn"}
+    assert delivered(at(1, "Approved", "09:40")) == {"default/fraud": "rolling_out"}
+    assert serving()[1] == "fraud:2 running"
+    last = pieces.registry().get_follow("default", "fraud").history[-1]
+    assert (last.version, last.outcome) == ("1", "rolling_out") and "already pushed as fraud:2" in last.reason
+
+
+def test_a_rejection_of_another_package_leaves_the_running_rollouts_end_to_be_recorded(
+    capsys: pytest.CaptureFixture[str], packages: dict[str, Any]
+) -> None:
+    """Package 2, never approved, is rejected while package 1's rollout runs: the rejection is
+    noted, and the rollout's end is still recorded on the binding."""
+    from sluice.cli import pieces
+
+    following(capsys, packages)
+    assert delivered(at(1, "Approved", "09:00")) == {"default/fraud": "rolling_out"}
+    assert delivered(at(2, "Rejected", "09:05")) == {"default/fraud": "rejected"}
+    assert pieces.registry().get_deployment("default", "fraud").rollout.state == "running"  # type: ignore[union-attr]
+    completed()
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert shown.state == "completed"
+    assert [(e.version, e.outcome) for e in shown.history] == [("2", "rejected"), ("1", "completed")]
+
+
+def test_a_package_rejected_while_its_approval_is_pushed_is_not_rolled_out(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """Two deliveries run at once (two invocations of the function): package 1's rejection
+    (09:01) is recorded while its approval (09:00) is still being pulled. The push goes on, and
+    no rollout of the rejected package starts."""
+    from sluice.cli import pieces
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    following(capsys, packages)
+    follower.cache_clear()
+    rejections: list[dict[str, str]] = []
+
+    def reject_meanwhile(**_: Any) -> None:
+        if not rejections:
+            boto3.client("sagemaker", region_name=REGION).update_model_package(ModelPackageArn=packages["arns"][0], ModelApprovalStatus="Rejected")
+            rejections.append(handler(at(1, "Rejected", "09:01"), LambdaContext(function_name="sluice-registry-events"))["bindings"])
+
+    follower().clients.client("s3", region=REGION).meta.events.register("before-call.s3.HeadObject", reject_meanwhile)
+    assert handler(at(1, "Approved", "09:00"), LambdaContext(function_name="sluice-registry-events"))["bindings"] == {"default/fraud": "rejected"}
+    assert rejections == [{"default/fraud": "rejected"}]
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is None and dep.policy == {"kind": "single", "model": "fraud", "version": 1}
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert shown.state == "failed" and [(e.version, e.outcome) for e in shown.history] == [("1", "rejected")]
+    assert delivered(at(1, "Rejected", "09:01")) == {"default/fraud": "failed"}  # delivered again
+
+
+def test_a_late_approval_never_rolls_out_a_package_rejected_since(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """Package 1: approved 09:00, rejected 09:10, approved 09:20, rejected 09:30 (Rejected in
+    SageMaker now). The 09:30 rejection is a new one, not the 09:10 one again; the 09:20 approval,
+    delivered last, is older than it and rolls nothing out. And before a version pushed already
+    is rolled out again, the registry is asked: an approval whose rejection has not come yet
+    finds the package Rejected."""
+    from sluice.cli import pieces
+
+    following(capsys, packages)
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+
+    def rollout() -> str | None:
+        running = pieces.registry().get_deployment("default", "fraud").rollout
+        return None if running is None else running.state
+
+    assert delivered(at(1, "Approved", "09:00")) == {"default/fraud": "rolling_out"}
+    assert delivered(at(1, "Rejected", "09:10")) == {"default/fraud": "rejected"}
+    sagemaker.update_model_package(ModelPackageArn=packages["arns"][0], ModelApprovalStatus="Rejected")
+    assert delivered(at(1, "Rejected", "09:30")) == {"default/fraud": "rejected"}
+    assert delivered(at(1, "Approved", "09:20")) == {"default/fraud": "failed"}
+    assert rollout() == "aborted"
+
+    assert delivered(at(1, "Approved", "09:40")) == {"default/fraud": "rejected"}  # its 09:50 rejection still on its way
+    assert rollout() == "aborted"
+    last = pieces.registry().get_follow("default", "fraud").history[-1]
+    assert (last.version, last.outcome) == ("1", "rejected") and "is Rejected in SageMaker Model Registry" in last.reason
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
