@@ -284,6 +284,7 @@ class ApiFunction:
             fn,
             batch_bucket,
             prefix=INBOX_PREFIX,
+            versions=True,
             purpose="a monitoring baseline reads a batch job's input from the tenant's inbox",
         )
         grant_objects(

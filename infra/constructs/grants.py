@@ -112,6 +112,7 @@ class LookupSources:
 
 
 READ_OBJECTS = ("s3:GetObject",)
+READ_VERSIONS = ("s3:GetObjectVersion",)  # a batch upload is read at the version its event named
 WRITE_OBJECTS = ("s3:PutObject", "s3:AbortMultipartUpload")
 DELETE_OBJECTS = ("s3:DeleteObject",)
 
@@ -123,11 +124,14 @@ def grant_objects(
     prefix: str = "",
     write: bool = False,
     delete: bool = False,
+    versions: bool = False,
     purpose: str,
 ) -> None:
-    """Object access under `prefix` (and listing it, so a missing key reads as 404, not 403)."""
+    """Object access under `prefix` (and listing it, so a missing key reads as 404, not 403);
+    `versions`: reading given versions of objects too."""
     actions = [
         *READ_OBJECTS,
+        *(READ_VERSIONS if versions else ()),
         *(WRITE_OBJECTS if write else ()),
         *(DELETE_OBJECTS if delete else ()),
     ]

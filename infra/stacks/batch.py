@@ -79,7 +79,7 @@ class BatchStack(FunctionStack):
             timeout_s=batch.plan_timeout_s,
             description="Splits a batch input into chunks and writes the chunk list",
         )
-        grant_objects(plan, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(plan, bucket, prefix=INBOX_PREFIX, versions=True, purpose="batch inputs")
         grant_objects(
             plan, bucket, prefix=WORK_PREFIX, write=True, purpose="chunk lists"
         )
@@ -96,7 +96,7 @@ class BatchStack(FunctionStack):
             timeout_s=batch.score_timeout_s,
             description="Scores one chunk: read, infer, write a part file",
         )
-        grant_objects(score, bucket, prefix=INBOX_PREFIX, purpose="batch inputs")
+        grant_objects(score, bucket, prefix=INBOX_PREFIX, versions=True, purpose="batch inputs")
         grant_objects(
             score,
             bucket,
@@ -209,7 +209,7 @@ class BatchStack(FunctionStack):
             invoked_async=True,
         )
         grant_objects(
-            self.on_upload, bucket, prefix=INBOX_PREFIX, purpose="batch inputs"
+            self.on_upload, bucket, prefix=INBOX_PREFIX, versions=True, purpose="batch inputs"
         )
         self.state_machine.grant_start_execution(self.on_upload.function)
 

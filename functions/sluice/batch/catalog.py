@@ -6,9 +6,9 @@ The table is created on first use, with the schema of the job's Parquet output (
 part's) and `job` as its partition key. Its location is the tenant's
 `outbox/<tenant>/tables/<table>/`, and each job writes under `job=<id>/` there (Hive style; the
 same layout locally, where no catalog is called). The Glue name of the table is
-`<tenant>__<table>` (`-` and `.` become `_`), so tenants sharing the one database Finalize may
-write in never add to each other's tables. A table of that name whose location is not this
-tenant's is refused.
+`<tenant>__<table>`, the tenant's `_`, `-` and `.` written `_u`, `_d` and `_p` (`glue_table_name`),
+so tenants sharing the one database Finalize may write in never add to each other's tables. A
+table of that name whose location is not this tenant's is refused.
 
 Athena skips files whose names start with `_` (`_manifest.json`, `_SUCCESS`).
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 from typing import TYPE_CHECKING, Any
 
 from sluice.clients import lazy_client
@@ -47,8 +46,14 @@ def table_root(root: str, tenant: str, table: str) -> str:
     return f"{root}outbox/{tenant}/tables/{table}/"
 
 
+_ESCAPES = str.maketrans({"_": "_u", "-": "_d", ".": "_p"})
+
+
 def glue_table_name(tenant: str, table: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", f"{tenant}__{table}")
+    """One Glue name per (tenant, table), within Glue's `[a-z0-9_]{1,255}`: the escaped tenant
+    has no `__` and ends in a letter or digit, so the first `__` is where its table starts (and
+    a tenant of letters and digits keeps the plain `<tenant>__<table>`)."""
+    return f"{tenant.translate(_ESCAPES)}__{table}"
 
 
 def hive_type(arrow_type: pa.DataType) -> str:

@@ -74,7 +74,7 @@ def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
     schedule = registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
     if schedule.paused:
         raise RunSkipped(name, "the schedule is paused")
-    jobs = registry.list_jobs(tenant, limit=1000)
+    jobs = registry.list_jobs(tenant, schedule=name)
     going = next((j for j in jobs if schedule.ran(j) and not batch.settled(j, ask=True).terminal), None)
     if going is None:
         return

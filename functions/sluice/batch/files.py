@@ -56,11 +56,11 @@ class Files:
                 self._local = LocalFiles()
             return self._local
 
-    def stat(self, uri: str) -> Stat:
-        return self.store(uri).stat(uri)
+    def stat(self, uri: str, version: str | None = None) -> Stat:
+        return self.store(uri).stat(uri, version)
 
-    def metadata(self, uri: str) -> dict[str, str]:
-        return self.store(uri).metadata(uri)
+    def metadata(self, uri: str, version: str | None = None) -> dict[str, str]:
+        return self.store(uri).metadata(uri, version)
 
     def open_random(self, uri: str, version: str) -> io.RawIOBase | pa.NativeFile:
         return self.store(uri).open_random(uri, version)
@@ -68,8 +68,8 @@ class Files:
     def read_blocks(self, uri: str, version: str, start: int, end: int | None = None) -> Iterator[bytes]:
         return self.store(uri).read_blocks(uri, version, start, end)
 
-    def read_bytes(self, uri: str) -> bytes:
-        return self.store(uri).read_bytes(uri)
+    def read_bytes(self, uri: str, version: str | None = None) -> bytes:
+        return self.store(uri).read_bytes(uri, version)
 
     def exists(self, uri: str) -> bool:
         return self.store(uri).exists(uri)

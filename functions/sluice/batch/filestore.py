@@ -26,13 +26,16 @@ BLOCK = 8 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class Stat:
     size: int
-    version: str  # the S3 ETag, or `<size>:<mtime_ns>` of a local file
+    version: str  # the S3 ETag (or the version id it was asked for), or `<size>:<mtime_ns>` of a local file
 
 
 class FileStore(Protocol):
-    def stat(self, uri: str) -> Stat: ...
+    def stat(self, uri: str, version: str | None = None) -> Stat:
+        """`version`: an S3 version id to look at (an upload's, see `as_uploaded`); without
+        one, or given an ETag, what is there now."""
+        ...
 
-    def metadata(self, uri: str) -> dict[str, str]:
+    def metadata(self, uri: str, version: str | None = None) -> dict[str, str]:
         """Options stored with the file (an S3 object's `x-amz-meta-*`, prefix removed)."""
         ...
 
@@ -44,8 +47,8 @@ class FileStore(Protocol):
         """The bytes from `start` to `end` (or the end of the input), in blocks."""
         ...
 
-    def read_bytes(self, uri: str) -> bytes:
-        """A small file whole (chunk lists, manifests)."""
+    def read_bytes(self, uri: str, version: str | None = None) -> bytes:
+        """A small file whole (chunk lists, manifests), at `version` where one is given."""
         ...
 
     def exists(self, uri: str) -> bool: ...
@@ -69,3 +72,17 @@ class FileStore(Protocol):
 
 def changed(uri: str) -> Conflict:
     return Conflict(f"{uri} changed while the job ran; upload it again to score the new file", field="input_uri")
+
+
+def as_uploaded(files: FileStore, uri: str, version: str | None) -> Stat:
+    """The input as its upload left it: `version` is what the upload's event named (an S3
+    version id, read even once a newer upload replaced it; or the quoted ETag, where the bucket
+    keeps no versions). An object replaced since is refused, never read in its stead."""
+    stat = files.stat(uri, version)
+    if version is not None and stat.version != version:
+        raise Conflict(
+            f"{uri} changed since its upload (another object was written under its name): "
+            "the newer object has a job of its own",
+            field="input_uri",
+        )
+    return stat

@@ -44,7 +44,7 @@ class LocalFiles:
         return self._fs
 
     # Reading ----------------------------------------------------------------------------
-    def stat(self, uri: str) -> Stat:
+    def stat(self, uri: str, version: str | None = None) -> Stat:
         from pyarrow.fs import FileType
 
         with os_errors(uri):
@@ -55,7 +55,7 @@ class LocalFiles:
             raise BadRequest(f"{uri} is not a file", field="input_uri")
         return Stat(info.size, f"{info.size}:{info.mtime_ns}")
 
-    def metadata(self, uri: str) -> dict[str, str]:
+    def metadata(self, uri: str, version: str | None = None) -> dict[str, str]:
         return {}  # a local file carries no job options
 
     def open_random(self, uri: str, version: str) -> pa.NativeFile:
@@ -77,7 +77,9 @@ class LocalFiles:
                     left -= len(block)
                 yield block
 
-    def read_bytes(self, uri: str) -> bytes:
+    def read_bytes(self, uri: str, version: str | None = None) -> bytes:
+        if version is not None:
+            self._check(uri, version)
         with os_errors(uri, field="uri"), self.fs.open_input_stream(_path(uri), compression=None) as fh:
             return fh.readall()
 

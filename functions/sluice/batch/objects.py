@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.batch.filestore import as_uploaded
 from sluice.batch.uris import format_of, is_s3, join, local_path
 from sluice.domain.errors import BadRequest, Forbidden, InvalidInput
 from sluice.domain.locations import confine
@@ -60,10 +61,13 @@ def hidden(name: str) -> bool:
     return any(part.startswith((".", "_")) for part in name.split("/") if part)
 
 
-def list_objects(uri: str, files: FileStore, *, allowed: Root | None = None) -> tuple[str, list[tuple[str, Stat]]]:
-    """The format and the (non-empty) objects of a many-object input, each with its stat."""
+def list_objects(
+    uri: str, files: FileStore, *, allowed: Root | None = None, version: str | None = None
+) -> tuple[str, list[tuple[str, Stat]]]:
+    """The format and the (non-empty) objects of a many-object input, each with its stat
+    (`version`: an uploaded manifest's, see `as_uploaded`)."""
     if is_manifest(uri):
-        uris = _manifest(uri, files, allowed)
+        uris = _manifest(uri, files, allowed, version)
         what = f"the manifest {uri}"
     else:
         prefix = uri if uri.endswith("/") else uri + "/"
@@ -100,14 +104,14 @@ def list_objects(uri: str, files: FileStore, *, allowed: Root | None = None) -> 
     return next(iter(formats)), objects
 
 
-def _manifest(uri: str, files: FileStore, allowed: Root | None) -> list[str]:
+def _manifest(uri: str, files: FileStore, allowed: Root | None, version: str | None) -> list[str]:
     import orjson
 
-    stat = files.stat(uri)
+    stat = as_uploaded(files, uri, version)
     if stat.size > MAX_MANIFEST_BYTES:
         raise InvalidInput(f"the manifest {uri} is larger than 16 MiB", field="input_uri")
     try:
-        document = orjson.loads(files.read_bytes(uri))
+        document = orjson.loads(files.read_bytes(uri, stat.version))
     except orjson.JSONDecodeError:
         raise InvalidInput(f"the manifest {uri} is not JSON", field="input_uri") from None
     listed = document.get("files") if isinstance(document, dict) else None

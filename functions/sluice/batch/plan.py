@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.columns import plan_feeds
+from sluice.batch.filestore import as_uploaded
 from sluice.batch.objects import is_many, list_objects
 from sluice.batch.records import count_range, data_start, first_record, grammar_of
 from sluice.domain.errors import BadRequest, InvalidInput
@@ -135,10 +136,10 @@ def plan_job(
     if allowed is not None:
         job = replace(job, input_uri=confine(job.input_uri, (allowed,), field="input_uri").uri)
     if is_many(job.input_uri):
-        fmt, objects = list_objects(job.input_uri, files, allowed=allowed)
+        fmt, objects = list_objects(job.input_uri, files, allowed=allowed, version=job.input_version)
         many = True
     else:
-        stat = files.stat(job.input_uri)
+        stat = as_uploaded(files, job.input_uri, job.input_version)
         if stat.size == 0:
             raise InvalidInput(f"{job.input_uri} is empty (0 bytes): there is nothing to score", field="input_uri")
         fmt, objects, many = job.format, [(job.input_uri, stat)], False

@@ -1,8 +1,10 @@
 """Batch files on S3, through boto3 (a client from `sluice.clients.AwsClients`).
 
-Every read of an input is pinned to the ETag Plan saw: ranged GETs carry `IfMatch`, so an
-object replaced mid-job answers 412 and its chunks fail (Conflict) instead of mixing two
-files into one output. Writes are whole objects: one appears only when its upload completes.
+Every read of an input is pinned to the version Plan saw: ranged GETs carry `IfMatch` with
+its ETag, so an object replaced mid-job answers 412 and its chunks fail (Conflict) instead of
+mixing two files into one output; an upload's version id (an ETag is in quotes, a version id
+never is) is read as `VersionId`, the very bytes its event announced, whatever was written over
+them since. Writes are whole objects: one appears only when its upload completes.
 """
 
 from __future__ import annotations
@@ -38,20 +40,21 @@ class S3Files:
         return self._s3()  # type: ignore[no-any-return]
 
     # Reading ----------------------------------------------------------------------------
-    def stat(self, uri: str) -> Stat:
-        bucket, key = split_s3(uri)
-        with s3_errors(uri):
-            head = self.client.head_object(Bucket=bucket, Key=key)
-        return Stat(int(head["ContentLength"]), str(head["ETag"]))
+    def stat(self, uri: str, version: str | None = None) -> Stat:
+        head = self._head(uri, version)
+        return Stat(int(head["ContentLength"]), _version_id(version).get("VersionId") or str(head["ETag"]))
 
-    def metadata(self, uri: str) -> dict[str, str]:
+    def metadata(self, uri: str, version: str | None = None) -> dict[str, str]:
+        return dict(self._head(uri, version).get("Metadata") or {})
+
+    def _head(self, uri: str, version: str | None) -> Any:
         bucket, key = split_s3(uri)
         with s3_errors(uri):
-            return dict(self.client.head_object(Bucket=bucket, Key=key).get("Metadata") or {})
+            return self.client.head_object(Bucket=bucket, Key=key, **_version_id(version))
 
     def open_random(self, uri: str, version: str) -> io.RawIOBase:
         bucket, key = split_s3(uri)
-        stat = self.stat(uri)
+        stat = self.stat(uri, version)
         if stat.version != version:
             raise changed(uri)
         return _S3RangeFile(self.client, bucket, key, stat.size, version, uri)
@@ -62,7 +65,7 @@ class S3Files:
             return
         span = f"bytes={start}-" + ("" if end is None else str(end - 1))
         with s3_errors(uri):
-            body = self.client.get_object(Bucket=bucket, Key=key, Range=span, IfMatch=version)["Body"]
+            body = self.client.get_object(Bucket=bucket, Key=key, Range=span, **_pinned(version))["Body"]
         with contextlib.closing(body):
             while True:
                 with s3_errors(uri):
@@ -71,10 +74,10 @@ class S3Files:
                     return
                 yield block
 
-    def read_bytes(self, uri: str) -> bytes:
+    def read_bytes(self, uri: str, version: str | None = None) -> bytes:
         bucket, key = split_s3(uri)
         with s3_errors(uri):
-            return self.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            return self.client.get_object(Bucket=bucket, Key=key, **(_pinned(version) if version else {}))["Body"].read()
 
     def exists(self, uri: str) -> bool:
         try:
@@ -109,6 +112,16 @@ class S3Files:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 found += [o["Key"][len(prefix) :] for o in page.get("Contents", [])]
         return found
+
+
+def _version_id(version: str | None) -> dict[str, str]:
+    """The request parameter that reads `version` when it is a version id (not an ETag)."""
+    return {} if version is None or version.startswith('"') else {"VersionId": version}
+
+
+def _pinned(version: str) -> dict[str, str]:
+    """The request parameter that holds a read to `version`: its version id, or its ETag."""
+    return _version_id(version) or {"IfMatch": version}
 
 
 class _S3RangeFile(io.RawIOBase):
@@ -152,7 +165,7 @@ class _S3RangeFile(io.RawIOBase):
             with s3_errors(self._uri):
                 self._cache = self._client.get_object(
                     Bucket=self._bucket, Key=self._key, Range=f"bytes={start}-{fetch_end - 1}",
-                    IfMatch=self._version,
+                    **_pinned(self._version),
                 )["Body"].read()  # fmt: skip
             self._cache_start = start
         offset = start - self._cache_start
@@ -181,7 +194,7 @@ def s3_errors(uri: str) -> Iterator[None]:
 def _s3_error(exc: Any, uri: str) -> SluiceError:
     code = str(exc.response.get("Error", {}).get("Code", ""))
     status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    if code in ("NoSuchKey", "NoSuchBucket", "NotFound", "404"):
+    if code in ("NoSuchKey", "NoSuchVersion", "NoSuchBucket", "NotFound", "404"):
         return NotFound(f"no object at {uri}", field="input_uri")
     if code in ("PreconditionFailed", "412") or status == 412:
         return changed(uri)

@@ -171,8 +171,8 @@ class ScheduleService:
     def runs(self, schedule: Schedule, limit: int = RECENT_RUNS) -> list[BatchJob]:
         """The schedule's recent runs, newest first (`Schedule.ran`); a run whose process is
         gone reads as FAILED, so it never holds the next run back."""
-        jobs = self.registry.list_jobs(schedule.tenant, limit=1000)
-        return [self.batch.settled(j) for j in jobs if schedule.ran(j)][:limit]
+        jobs = self.registry.list_jobs(schedule.tenant, limit=limit, schedule=schedule.name)
+        return [self.batch.settled(j) for j in jobs if schedule.ran(j)]
 
     # Running (locally) --------------------------------------------------------------------
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:

@@ -31,7 +31,7 @@ from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX, first_e
 from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
-from sluice.batch.uris import as_uri, format_of
+from sluice.batch.uris import as_uri, format_of, is_s3, split_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
 from sluice.domain.jobs import (
@@ -45,7 +45,7 @@ from sluice.domain.jobs import (
     require_publisher,
 )
 from sluice.domain.liveness import this_worker
-from sluice.domain.locations import Location, confine
+from sluice.domain.locations import Location, confine, unsafe_s3_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -92,10 +92,14 @@ class BatchService:
         catalog: CatalogTarget | dict[str, str] | None = None,
         publish: PublishTarget | dict[str, Any] | None = None,
         runs_here: bool = False,
+        input_version: str | None = None,
+        retried: bool = False,
     ) -> BatchJob:
         """Create a job and (unless `start` is False: the caller runs it) start it.
         `operator` (the CLI) may read and write anywhere. `runs_here`: this process runs the
-        job (with `start` False), and names itself on it from the start. A job into an output
+        job (with `start` False), and names itself on it from the start. `input_version`: the
+        version an upload's event named, which Plan reads (`as_uploaded`). `retried`: a failed
+        start leaves the job PENDING for the caller's retry (`_start`). A job into an output
         folder that an unfinished job holds is refused (OutputInUse, naming `output_uri`)."""
         principal.require("predict")
         if publish is not None:
@@ -138,6 +142,7 @@ class BatchService:
             format=fmt,  # type: ignore[arg-type]
             output_format=out_fmt,  # type: ignore[arg-type]
             key_columns=keys,
+            input_version=input_version,
             source=source,
             created_by=principal.subject,
             execution=execution,
@@ -152,7 +157,7 @@ class BatchService:
         if runs_here or (start and getattr(self.orchestrator, "keeps_heartbeat", False)):
             job = replace(job, worker=this_worker(), heartbeat_at=now())  # a process of this machine runs it
         job = self._create(job)
-        return self._start(job) if start else job
+        return self._start(job, retried=retried) if start else job
 
     def get(self, principal: Principal, job_id: str) -> BatchJob:
         principal.require("predict")
@@ -236,25 +241,36 @@ class BatchService:
         identity: Sequence[str],
         source: str,
         options: dict[str, str] | None = None,
+        version: str | None = None,
     ) -> BatchJob:
         """Start (once) the job for an uploaded file. A file that cannot become a job still
-        gets one, FAILED with the reason, so the uploader can see what happened. `options`
-        are the upload's own settings (S3 metadata `sluice-key-columns`, comma-separated, and
-        `sluice-output-format`)."""
+        gets one, FAILED with the reason, so the uploader can see what happened; one whose
+        start failed (the workflow unavailable) is started by the next call, the upload event's
+        retry. `options` are the upload's own settings (S3 metadata `sluice-key-columns`,
+        comma-separated, and `sluice-output-format`); `version`, the one its event named."""
         options = options or {}
         job_id = derived_job_id("up" if source == "upload" else "in", *identity)
         try:
-            return self.registry.get_job(tenant, job_id)
+            found = self.registry.get_job(tenant, job_id)
         except NotFound:
             pass
+        else:
+            return self._start(found, retried=True) if _start_failed(found) else found
         principal = _uploader(tenant)
         try:
             check_name(tenant, field="tenant")
+            if is_s3(input_uri) and unsafe_s3_key(key := split_s3(input_uri)[1]):
+                raise BadRequest(
+                    f"the object's name {key!r} is not one sluice reads: a '?', '#', '%', backslash or control "
+                    "character, or an empty, '.' or '..' segment, could be read as another object; rename it",
+                    field="input_uri",
+                )
             return self.submit(
                 principal, deployment=deployment, input_uri=input_uri, operator=True, source=source,
                 job_id=job_id, output_uri=self.paths.outbox(tenant, job_id),
                 key_columns=options.get("sluice-key-columns", "").split(","),
-                output_format=options.get("sluice-output-format") or None,
+                output_format=options.get("sluice-output-format") or None, input_version=version,
+                retried=True,
             )  # fmt: skip
         except Conflict:
             return self.registry.get_job(tenant, job_id)  # the same upload, seen twice at once
@@ -278,19 +294,26 @@ class BatchService:
         return job_for_execution(self, spec, execution=execution)
 
     # Helpers -------------------------------------------------------------------------------
-    def _start(self, job: BatchJob) -> BatchJob:
+    def _start(self, job: BatchJob, *, retried: bool = False) -> BatchJob:
+        """Start `job`. One that could not be started is FAILED (it must not stay PENDING,
+        holding its folder), unless its caller is `retried` with the same job (an upload's
+        event): it stays PENDING, saying why, for that retry to start it (a second start of the
+        execution named after the job is harmless)."""
         if self.orchestrator is None:
             self.registry.update_job(job.tenant, job.id, status="FAILED", finished_at=now(),
                                      error="batch jobs cannot run here: no orchestrator is configured")  # fmt: skip
             raise Unavailable("batch jobs cannot run here: SLUICE_ORCHESTRATOR is not set", field="orchestrator")
         try:
             execution = self.orchestrator.start(job)
-        except SluiceError as exc:  # never started: it must not stay PENDING, holding its folder
+        except SluiceError as exc:
             with contextlib.suppress(Conflict):
-                self.registry.update_job(job.tenant, job.id, status="FAILED", finished_at=now(), error=exc.message)
+                if retried:
+                    self.registry.update_job(job.tenant, job.id, error=exc.message)
+                else:
+                    self.registry.update_job(job.tenant, job.id, status="FAILED", finished_at=now(), error=exc.message)
             raise
-        if execution is not None:
-            job = self.registry.update_job(job.tenant, job.id, execution=execution)
+        if execution is not None or job.error is not None:  # the error of a start that failed before goes
+            job = self.registry.update_job(job.tenant, job.id, execution=execution, error=None)
         return job
 
     def input_location(self, tenant: str, uri: str, *, field: str = "input_uri") -> Location:
@@ -305,6 +328,11 @@ class BatchService:
             raise Forbidden(
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first", field=field
             ) from None
+
+
+def _start_failed(job: BatchJob) -> bool:
+    """An upload's job whose start failed (`_start`), still to be started."""
+    return job.status == "PENDING" and job.error is not None and job.execution is None
 
 
 def _uploader(tenant: str) -> Principal:

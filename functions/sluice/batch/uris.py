@@ -4,7 +4,6 @@ the input format a name says."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlparse
 
 from sluice.domain.errors import BadRequest
 from sluice.storage.folder import path_of_file_url
@@ -15,10 +14,11 @@ def is_s3(uri: str) -> bool:
 
 
 def split_s3(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
+    """Bucket and key, the key taken literally (as S3 takes it): `#` and `?` are part of it."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not is_s3(uri) or not bucket:
         raise BadRequest(f"not an s3://bucket/key URI: {uri!r}", field="input_uri")
-    return parsed.netloc, parsed.path.lstrip("/")
+    return bucket, key
 
 
 def local_path(uri: str) -> Path:

@@ -160,6 +160,7 @@ class BatchJob:
     output_format: Format
     key_columns: tuple[str, ...] = ()
     status: JobStatus = "PENDING"
+    input_version: str | None = None  # an upload's: the S3 version id (or quoted ETag) its event named
     source: str = "api"  # api, cli, upload (S3), inbox (local folder), execution, schedule
     created_by: str = ""
     execution: str | None = None  # the Step Functions execution ARN, when one runs it
@@ -222,6 +223,7 @@ class BatchJob:
             output_format=data["output_format"],
             key_columns=tuple(data.get("key_columns") or ()),
             status=data.get("status", "PENDING"),
+            input_version=data.get("input_version"),
             source=data.get("source", "api"),
             created_by=data.get("created_by", ""),
             execution=data.get("execution"),

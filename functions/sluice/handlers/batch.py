@@ -254,6 +254,8 @@ def _upload_of(record: S3EventRecord) -> dict[str, str] | None:
         "bucket": bucket,
         "key": key,
         "version": obj.version_id or obj.etag,
+        # What the job reads: this version id, or this ETag (quoted, as S3 answers it) where the bucket keeps no versions.
+        "read": obj.version_id or f'"{obj.etag}"',
         "tenant": target[0],
         "deployment": target[1],
     }
@@ -261,8 +263,8 @@ def _upload_of(record: S3EventRecord) -> dict[str, str] | None:
 
 def start_upload(upload: dict[str, str]) -> dict[str, Any]:
     """Start the job for one uploaded object (idempotent by itself: the job id derives
-    from bucket, key and version). The object's metadata may name key columns
-    (`x-amz-meta-sluice-key-columns: id,region`) and the output format."""
+    from bucket, key and version), which scores that version of it. The object's metadata
+    may name key columns (`x-amz-meta-sluice-key-columns: id,region`) and the output format."""
     c = container()
     uri = f"s3://{upload['bucket']}/{upload['key']}"
     job = c.batch.start_upload(
@@ -271,7 +273,8 @@ def start_upload(upload: dict[str, str]) -> dict[str, Any]:
         uri,
         identity=(upload["bucket"], upload["key"], upload["version"]),
         source="upload",
-        options=c.batch_runner.files.metadata(uri),
+        options=c.batch_runner.files.metadata(uri, upload["read"]),
+        version=upload["read"],
     )
     logger.info("batch job for upload", extra={"job": job.id, "status": job.status, "key": upload["key"]})
     return {"job_id": job.id, "tenant": job.tenant, "deployment": job.deployment, "status": job.status}

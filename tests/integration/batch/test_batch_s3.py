@@ -181,3 +181,116 @@ def test_an_upload_gone_before_its_event_starts_nothing_and_the_others_start(s3_
     assert jobs[0]["status"] == "NOT_STARTED" and "no object at" in jobs[0]["error"]
     assert jobs[1]["status"] == "PENDING"
     assert [j.input_uri for j in container.registry.list_jobs("acme", limit=10)] == [f"s3://{BUCKET}/inbox/acme/iris/later.csv"]
+
+
+class Held:
+    """Step Functions as the upload trigger sees it: each start recorded (the test runs the
+    job), the first `refusals` of them throttled."""
+
+    keeps_heartbeat = False
+
+    def __init__(self, refusals: int = 0) -> None:
+        self.refusals = refusals
+        self.started: list[str] = []
+
+    def start(self, job: Any) -> str:
+        from sluice.domain.errors import Unavailable
+
+        if self.refusals:
+            self.refusals -= 1
+            raise Unavailable("the batch workflow could not be started; try again")
+        self.started.append(job.id)
+        return f"arn:aws:states:{REGION}:123456789012:execution:sluice-batch:{job.id}"
+
+    def cancel(self, job: Any) -> None:
+        pass
+
+    def ended(self, job: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def uploads(s3_batch: tuple[Container, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Container, Any, Held]:
+    """The S3 trigger's container, on `Held` Step Functions."""
+    from sluice.handlers import batch as handlers
+
+    wired, s3 = s3_batch
+    held = Held()
+    container = Container(wired.settings, wired.registry, wired.store, wired.runtimes, files=wired.batch_runner.files, orchestrator=held)
+    monkeypatch.setattr(handlers, "_container", container)
+    return container, s3, held
+
+
+def _on_upload(key: str, head: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the bucket's notification sends for `key` (HEAD's answer gives its ETag and version)."""
+    from urllib.parse import quote_plus
+
+    from sluice.handlers import batch as handlers
+    from tests.conftest import EVENTS
+    from tests.support import LambdaContext
+
+    record = json.loads((EVENTS / "s3_put_inbox.json").read_text())["Records"][0]
+    record["s3"]["bucket"]["name"], record["s3"]["object"]["key"] = BUCKET, quote_plus(key, safe="/")
+    if head is not None:
+        record["s3"]["object"]["eTag"] = head["ETag"].strip('"')
+        if "VersionId" in head:
+            record["s3"]["object"]["versionId"] = head["VersionId"]
+    (job,) = handlers.on_upload({"Records": [record]}, LambdaContext())["jobs"]
+    return job
+
+
+def test_each_upload_to_a_versioned_key_scores_its_own_version(uploads: tuple[Container, Any, Held], tmp_path: Path) -> None:
+    container, s3, _ = uploads
+    s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    heads = []
+    for rows in (30, 10):  # a second upload lands before the first one's job runs
+        _put(s3, tmp_path, "day.csv", iris_rows(rows, seed=rows))
+        heads.append(s3.head_object(Bucket=BUCKET, Key="inbox/acme/iris/day.csv"))
+    for head, rows in zip(heads, (30, 10), strict=True):
+        job = _on_upload("inbox/acme/iris/day.csv", head)
+        LocalOrchestrator(container.batch_runner, concurrency=2).run("acme", job["job_id"])
+        done = container.registry.get_job("acme", job["job_id"])
+        assert (done.status, done.rows_in, done.rows_out) == ("SUCCEEDED", rows, rows), done.error
+
+
+def test_an_upload_replaced_before_its_job_ran_fails_saying_so(uploads: tuple[Container, Any, Held], tmp_path: Path) -> None:
+    container, s3, _ = uploads
+    _put(s3, tmp_path, "day.csv", iris_rows(30))
+    job = _on_upload("inbox/acme/iris/day.csv", s3.head_object(Bucket=BUCKET, Key="inbox/acme/iris/day.csv"))
+    _put(s3, tmp_path, "day.csv", iris_rows(10, seed=2))  # no versions kept: the first upload is gone
+    LocalOrchestrator(container.batch_runner, concurrency=2).run("acme", job["job_id"])
+    done = container.registry.get_job("acme", job["job_id"])
+    assert done.status == "FAILED" and done.rows_in == 0
+    assert "changed since its upload" in (done.error or "")
+
+
+def test_an_upload_whose_start_was_throttled_is_started_by_the_events_retry(uploads: tuple[Container, Any, Held], tmp_path: Path) -> None:
+    from sluice.domain.errors import Unavailable
+
+    container, s3, held = uploads
+    held.refusals = 1
+    _put(s3, tmp_path, "day.csv", iris_rows(20))
+    head = s3.head_object(Bucket=BUCKET, Key="inbox/acme/iris/day.csv")
+    with pytest.raises(Unavailable):  # Lambda retries the event
+        _on_upload("inbox/acme/iris/day.csv", head)
+    (waiting,) = container.registry.list_jobs("acme")
+    assert waiting.status == "PENDING" and "could not be started" in (waiting.error or "")
+    job = _on_upload("inbox/acme/iris/day.csv", head)
+    assert job["job_id"] == waiting.id and held.started == [waiting.id]
+    assert _on_upload("inbox/acme/iris/day.csv", head)["job_id"] == waiting.id and held.started == [waiting.id]
+    LocalOrchestrator(container.batch_runner, concurrency=2).run("acme", waiting.id)
+    done = container.registry.get_job("acme", waiting.id)
+    assert (done.status, done.rows_out, done.error) == ("SUCCEEDED", 20, None)
+
+
+@pytest.mark.parametrize("name", ["report#1.csv", "what?.csv", "50%.csv"])
+def test_an_upload_whose_name_could_be_read_as_another_object_gets_a_failed_job_saying_why(
+    uploads: tuple[Container, Any, Held], acme: Principal, tmp_path: Path, name: str
+) -> None:
+    container, s3, held = uploads
+    _put(s3, tmp_path, name, iris_rows(5))
+    job = _on_upload(f"inbox/acme/iris/{name}")
+    assert job["status"] == "FAILED" and held.started == []
+    (failed,) = [j for j in container.batch.list(acme) if j.id == job["job_id"]]
+    assert failed.input_uri == f"s3://{BUCKET}/inbox/acme/iris/{name}"
+    assert name in (failed.error or "") and "rename it" in (failed.error or "")

@@ -132,6 +132,31 @@ def test_a_schedule_created_again_under_a_deleted_ones_name_has_none_of_its_runs
     assert batch.registry.get_schedule("acme", "hourly").skipped == 0
 
 
+@pytest.mark.usefixtures("hourly")
+def test_a_run_going_holds_the_next_back_however_many_jobs_the_tenant_made_since(
+    batch: Container, schedules: ScheduleService
+) -> None:
+    from dataclasses import replace
+
+    from sluice.batch.eventbridge import target_input
+    from sluice.batch.executions import RunSkipped
+
+    (first,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))  # still PENDING
+    for i in range(1001):  # a pipeline's uploads meanwhile
+        batch.registry.create_job(replace(
+            first, id=f"up-{i:05d}", schedule=None, scheduled_for=None, source="upload", status="SUCCEEDED",
+            output_uri=f"{first.output_uri}up-{i:05d}/", created_at=first.created_at + 1 + i,
+        ))  # fmt: skip
+    assert schedules.run_due(at("2026-11-25T14:00:00+00:00")) == []  # here
+    schedule = batch.registry.get_schedule("acme", "hourly")
+    spec = target_input(schedule) | {"scheduled_time": "2026-11-25T15:00:00Z"}
+    with pytest.raises(RunSkipped) as skipped:  # on AWS
+        schedules.batch.create_for_execution(spec, execution="arn:aws:states:eu-west-1:1:execution:m:hourly-15")
+    assert skipped.value.running == first.id
+    assert batch.registry.get_schedule("acme", "hourly").skipped == 2
+    assert [j.id for j in schedules.runs(schedule)] == [first.id]
+
+
 def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
     batch: Container, schedules: ScheduleService, acme: Principal
 ) -> None:

@@ -930,6 +930,19 @@ def test_a_job_names_its_schedule(registry: Registry) -> None:
     assert registry.get_job(A, "job-s") == job
 
 
+def test_a_schedules_runs_are_listed_however_many_jobs_came_after(registry: Registry) -> None:
+    """`overlap: skip` looks for the run still going among the schedule's runs: the tenant's
+    newest jobs may all be uploads."""
+    run = replace(job_of("job-run", created_at=1.0), schedule="nightly", source="schedule")
+    registry.create_job(run)
+    registry.create_job(replace(job_of("job-other", created_at=1.5), schedule="hourly", source="schedule"))
+    for i in range(5):
+        registry.create_job(job_of(f"job-up-{i}", created_at=2.0 + i))
+    assert [j.id for j in registry.list_jobs(A, limit=3)] == ["job-up-4", "job-up-3", "job-up-2"]
+    assert registry.list_jobs(A, limit=3, schedule="nightly") == [run]
+    assert registry.list_jobs(B, schedule="nightly") == []
+
+
 def test_nan_and_infinity_are_refused_not_changed(registry: Registry) -> None:
     """JSON has no NaN: storing one as null (or as text) would change what the user sent."""
     registry.create_model(Model(A, "churn"))

@@ -81,8 +81,9 @@ class DynamoJobs(Part):
     def get_job(self, tenant: str, job_id: str) -> BatchJob:
         return JOB.load(self.found(layout.tenant(tenant), layout.job_sk(job_id), missing=no_job(job_id)))
 
-    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
-        return self.newest((JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB)), limit)
+    def list_jobs(self, tenant: str, *, limit: int = 100, schedule: str | None = None) -> list[BatchJob]:
+        jobs = (JOB.load(d) for d in self.table.query(layout.tenant(tenant), layout.JOB))
+        return self.newest((j for j in jobs if schedule is None or j.schedule == schedule), limit)
 
     def update_job(
         self, tenant: str, job_id: str, *, status: JobStatus | None = None, **fields: object

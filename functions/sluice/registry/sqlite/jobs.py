@@ -70,10 +70,11 @@ class SqliteJobs(Part):
             raise no_job(job_id)
         return _job(row)
 
-    def list_jobs(self, tenant: str, *, limit: int = 100) -> list[BatchJob]:
+    def list_jobs(self, tenant: str, *, limit: int = 100, schedule: str | None = None) -> list[BatchJob]:
+        named = "" if schedule is None else " AND json_extract(doc, '$.schedule') = ?"
         rows = self.db.conn().execute(
-            f"{_JOB} WHERE tenant = ? ORDER BY created_at DESC, id DESC LIMIT ?",
-            (tenant, int(limit)),
+            f"{_JOB} WHERE tenant = ?{named} ORDER BY created_at DESC, id DESC LIMIT ?",
+            (tenant, *(() if schedule is None else (schedule,)), int(limit)),
         ).fetchall()
         return [_job(row) for row in rows]
 
