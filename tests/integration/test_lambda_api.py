@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sluice.wiring import Container
 from tests.conftest import EVENTS
+from tests.integration.conftest import auth
 from tests.support import LambdaContext
 
 if TYPE_CHECKING:
@@ -195,3 +196,95 @@ def test_in_line_answers_as_the_exchange_for_any_body(handler: Any, demo: Contai
     if isinstance(answered, dict) and isinstance(expected, dict):
         answered, expected = answered | {"latency_ms": 0}, expected | {"latency_ms": 0}
     assert answered == expected
+
+
+def _with_header(name: str, event_name: str, values: list[str]) -> dict[str, Any]:
+    """An event whose client sent `name` with `values`, as API Gateway passes them: a REST
+    event's `headers` has the last, `multiValueHeaders` all; an HTTP API's joins them."""
+    event = load(event_name)
+    if "multiValueHeaders" in event:
+        event["headers"][name] = values[-1]
+        event["multiValueHeaders"][name] = values
+    else:
+        event["headers"][name.lower()] = ",".join(values)
+    return event
+
+
+def _a_port(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+_PORTISH = st.text(alphabet="0123456789:[]ab.,- ", max_size=10)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(["Host", "X-Forwarded-Port"]),
+    values=st.lists(st.one_of(_PORTISH, st.integers(1, 65535).map(str), st.just("example.com:8443")), min_size=1, max_size=2),
+    event_name=st.sampled_from(["api_rest_predict.json", "api_http_predict.json"]),
+)
+def test_a_host_or_forwarded_port_that_is_no_port_is_a_400_naming_it(handler: Any, name: str, values: list[str], event_name: str) -> None:
+    """Whatever a client sends as Host or X-Forwarded-Port, the function answers (never raises,
+    which API Gateway turns into a bare 502): the prediction where the port reads as a number,
+    else a 400 naming the header, in the result shape of the event's kind."""
+    event = _with_header(name, event_name, values)
+    response = handler(event, LambdaContext())
+    sent = event["headers"].get(name, event["headers"].get(name.lower()))
+    if "multiValueHeaders" in event:
+        sent = ", ".join(values)  # what Mangum reads: every value, joined
+    if name == "Host":  # name[:port]; without a port, the event's own X-Forwarded-Port (443)
+        readable = ":" not in sent or (sent.count(":") == 1 and _a_port(sent.split(":")[1]))
+    else:
+        readable = _a_port(sent)
+    assert response["statusCode"] == (200 if readable else 400), (sent, response)
+    if not readable:
+        assert body_of(response) | {"error": ""} == {"error": "", "code": "bad_request", "field": name.lower()}
+        assert not response["isBase64Encoded"] and "application/json" in json.dumps(response.get("headers"))
+
+
+@pytest.mark.parametrize("name", ["api_rest_predict.json", "api_http_predict.json"])
+def test_a_body_that_is_not_the_base64_its_event_says_is_a_400(handler: Any, name: str) -> None:
+    event = load(name)
+    event["isBase64Encoded"], event["body"] = True, "eyJkZ"  # five characters: no base64
+    response = handler(event, LambdaContext())
+    assert response["statusCode"] == 400, response
+    assert body_of(response)["field"] == "body" and "base64" in body_of(response)["error"]
+
+
+def _with_rows(name: str, n: int, **extra: Any) -> dict[str, Any]:
+    row = [6.7, 3.0, 5.2, 2.3]
+    event = load(name)
+    if "v2" in name:
+        event["body"] = json.dumps({"inputs": [{"name": "input", "shape": [n, 4], "datatype": "FP32", "data": row * n}]})
+    else:
+        event["body"] = json.dumps({"deployment": "iris", extra.get("field", "inputs"): [row] * n})
+    for key, value in extra.get("headers", {}).items():
+        event["headers"][key], event["multiValueHeaders"][key] = value, [value]
+    return event
+
+
+@pytest.mark.parametrize(("name", "field"), [("api_rest_predict.json", "inputs"), ("api_rest_predict.json", "batch"), ("api_rest_v2_infer.json", "inputs")])
+def test_an_answer_larger_than_a_lambda_result_carries_is_a_413_naming_the_rows(
+    handler: Any, demo: Container, client: Any, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch, name: str, field: str
+) -> None:
+    """Lambda returns no result over 6 MB (API Gateway then answers a bare 502): an answer
+    over `SLUICE_MAX_RESPONSE_BYTES` as the result carries it (its quotes escaped) is a 413
+    naming the field the rows came in. Gzipped, the same answer fits; `sluice serve` sends it
+    whole."""
+    event = _with_rows(name, 400, field=field)
+    answered = handler(event, LambdaContext())
+    assert answered["statusCode"] == 200 and not answered["isBase64Encoded"]
+    size, quotes = len(answered["body"]), answered["body"].count('"')
+    monkeypatch.setattr(demo.settings.limits, "max_response_bytes", size + quotes // 2)  # under it by its length alone
+    refused = handler(event, LambdaContext())
+    assert refused["statusCode"] == 413, refused
+    body = body_of(refused)
+    assert body["code"] == "payload_too_large" and body["field"] == field and "upload" in body["error"]
+    gzipped = handler(_with_rows(name, 400, field=field, headers={"Accept-Encoding": "gzip"}), LambdaContext())
+    assert gzipped["statusCode"] == 200 and gzipped["isBase64Encoded"]
+    served = client.post(event["path"], content=event["body"], headers={**auth(keys["acme"]), "Content-Type": "application/json", "Accept-Encoding": "identity"})
+    assert served.status_code == 200 and len(served.content) >= size - 32  # the latency's digits may differ

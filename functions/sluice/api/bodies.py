@@ -11,9 +11,8 @@ import contextlib
 import re
 from typing import TYPE_CHECKING
 
-from starlette.exceptions import HTTPException
-
 from sluice.api.encoding import (
+    BodyError,
     Inflater,
     behind_api_gateway,
     inflated_scope,
@@ -48,12 +47,12 @@ def too_large(limit: int) -> PayloadTooLarge:
     )
 
 
-class BodyTooLarge(HTTPException):
-    """Raised by the bounded `receive` once a body passes the limit. An HTTPException, so
-    that a framework reading the body passes it on rather than calling it a parse error."""
+class BodyTooLarge(BodyError):
+    """Raised by the bounded `receive` once a body passes the limit (a `BodyError`, so that a
+    framework reading the body passes it on rather than calling it a parse error)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, too_large(limit).message)
+        super().__init__(too_large(limit))
 
 
 class BodyLimit:

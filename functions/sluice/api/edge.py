@@ -8,6 +8,8 @@
   `overloaded`, or 429 `tenant_overloaded` past a tenant's share; body unread), and
   answers the hot routes (`HotRoute`: simple-JSON predictions and v2 inference) itself: no
   framework routing, dependency solving or second body parse on the path that must be fast.
+  In Lambda, an answer larger than its result may carry is refused (413) rather than left to
+  fail there, which API Gateway would answer with a bare 502.
   The same declarations document those routes in the OpenAPI document (`openapi_routes`).
   Everything else goes on to FastAPI.
 """
@@ -25,12 +27,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
 from sluice.api.bodies import BodyTooLarge, read_body, too_large, upload_body
-from sluice.api.encoding import accepts_gzip, gzip_whole
+from sluice.api.encoding import accepts_gzip, behind_api_gateway, gzip_whole
 from sluice.api.errors import error_content, error_response
 from sluice.api.ratelimit import RateLimit
-from sluice.api.responses import JSONResponse
+from sluice.api.responses import JSONResponse, lambda_size_over
 from sluice.codecs.binary import HEADER, split_body
-from sluice.domain.errors import SluiceError
+from sluice.domain.errors import PayloadTooLarge, SluiceError
 from sluice.registry.scope import bind_tenant, unbind_tenant
 
 if TYPE_CHECKING:
@@ -55,7 +57,8 @@ class HotRoute:
     """A route the edge answers. `handler(container, principal, body, scope, headers, **path)`;
     `params` types path parameters (default: a string), validated before the handler runs and
     documented as such. A `binary` route also takes a JSON header followed by raw bytes (the
-    binary tensor extension): `body` is then the header, and `binary=` the bytes after it."""
+    binary tensor extension): `body` is then the header, and `binary=` the bytes after it.
+    `rows(body)` names the field a request carries its rows in (`inputs` by default)."""
 
     method: str
     path: str
@@ -67,6 +70,7 @@ class HotRoute:
     responses: dict[int | str, dict[str, Any]] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     binary: bool = False
+    rows: Callable[[Any], str] = lambda _: "inputs"
 
     def __post_init__(self) -> None:
         regex, _, _ = compile_path(self.path)
@@ -261,6 +265,8 @@ class Edge:
             response = await route.handler(container, principal, parsed, scope, headers, **path)
             if accepts_gzip(scope):
                 await gzip_whole(response)
+            if behind_api_gateway(scope):
+                return _within_lambda(response, container.settings.limits.max_response_bytes, route.rows(parsed))
             return response
         except BodyTooLarge:
             exc = too_large(container.settings.limits.max_request_bytes)
@@ -270,6 +276,21 @@ class Edge:
             status, content, headers = error_content(exc, scope["path"])
             await counted(container, principal, params, scope, exc, status, str(content.get("code", "")))  # an Accepted (202) is no failure: not counted
             return JSONResponse(content, status_code=status, headers=headers)
+
+
+def _within_lambda(response: Response, limit: int, rows: str) -> Response:
+    """`response`, or a 413 naming `rows` where it is larger than a Lambda result may carry
+    (`lambda_size_over`). Not counted as a failure: the request was counted as answered."""
+    size = lambda_size_over(response, limit)
+    if size is None:
+        return response
+    refused = error_response(PayloadTooLarge(
+        f"the answer is {size} bytes or more as Lambda returns it, over the {limit} it may be: send the inputs as an upload "
+        "(POST /api/v1/uploads), whose answer is then kept as a result, or split them into smaller requests",
+        field=rows,
+    ))  # fmt: skip
+    refused.background = response.background  # the statistics flushed all the same
+    return refused
 
 
 async def counted(

@@ -16,7 +16,9 @@ import asyncio
 import zlib
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import BadRequest, UnsupportedEncoding
+from starlette.exceptions import HTTPException
+
+from sluice.domain.errors import BadRequest, SluiceError, UnsupportedEncoding
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,6 +58,16 @@ def unsupported(coding: str) -> UnsupportedEncoding:
         f"unsupported content encoding '{coding}': send the body as {' or '.join(SUPPORTED)}, or uncompressed",
         field="content-encoding",
     )
+
+
+class BodyError(HTTPException):
+    """`error`, found as the body is read: an HTTPException, so that a framework reading the
+    body passes it on rather than answering its own "error parsing the body"; answered as
+    `error` is (`sluice.api.errors`)."""
+
+    def __init__(self, error: SluiceError) -> None:
+        super().__init__(error.status, error.message)
+        self.error = error
 
 
 class Inflater:
@@ -134,8 +146,8 @@ class Inflater:
             raise self._broken("it has bytes after its compressed stream")
         return out
 
-    def _broken(self, why: str = "") -> BadRequest:
-        return BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body")
+    def _broken(self, why: str = "") -> BodyError:
+        return BodyError(BadRequest(f"the body is not valid {self.coding}{': ' + why if why else ''}", field="body"))
 
 
 def inflated_scope(scope: Scope) -> Scope:

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from sluice.api.encoding import ACCEPTED
+from sluice.api.encoding import ACCEPTED, BodyError
 from sluice.api.responses import JSONResponse
 from sluice.domain.errors import (
     Accepted,
@@ -63,6 +63,8 @@ def _validation(errors: Sequence[Any]) -> tuple[int, dict[str, Any]]:
 def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], dict[str, str] | None]:
     """Any exception as (status, body, headers): the table both the HTTP API and the
     WebSocket answers (`sluice.api.socket`) are read from."""
+    if isinstance(exc, BodyError):  # found as the body was read, by whatever read it
+        exc = exc.error
     if isinstance(exc, SluiceError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         if isinstance(exc, (RateLimited, Overloaded)):
@@ -83,8 +85,6 @@ def error_content(exc: Exception, path: str = "") -> tuple[int, dict[str, Any], 
         return (*_validation(exc.errors()), None)
     if isinstance(exc, ValidationError):  # a body parsed by the edge: located under `body`
         return (*_validation([{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]), None)
-    if isinstance(exc, HTTPException) and exc.status_code == 413:  # the edge's body limit
-        return 413, {"error": str(exc.detail), "code": "payload_too_large", "field": "body"}, None
     if isinstance(exc, HTTPException):
         code = HTTP_CODES.get(exc.status_code, "http_error")
         return exc.status_code, {"error": str(exc.detail), "code": code}, exc.headers

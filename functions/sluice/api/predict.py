@@ -3,7 +3,8 @@ body into the core's request, makes the one call, and presents the answer.
 
 Either may name an upload instead of carrying its inputs (`upload_id` in the simple JSON body,
 `parameters.upload_id` in a v2 request with no inputs). An answer to such a request too large
-to send in line (`max_response_bytes`) is kept as a result: 303 to it."""
+to send in line (`max_response_bytes`, counted as a Lambda result carries it) is kept as a
+result: 303 to it. Any other answer too large is refused by the edge, in Lambda alone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from sluice.api.deps import id_header, request_id
 from sluice.api.edge import JSON_BOOLS, HotRoute
 from sluice.api.present import plain_body, v2_body
-from sluice.api.responses import JSONResponse, errors
+from sluice.api.responses import JSONResponse, errors, lambda_size_over
 from sluice.codecs.binary import binary_outputs, decode_inputs, to_bytes
 from sluice.codecs.classification import asked
 from sluice.domain.errors import BadRequest
@@ -49,6 +50,14 @@ def _respond(container: Container, content: dict[str, Any], rid: str) -> JSONRes
     return JSONResponse(content, headers={"x-request-id": id_header(rid)}, background=background)
 
 
+async def _sent_or_kept(container: Container, principal: Principal, prediction: Prediction, response: Response, rid: str) -> Response:
+    """The answer to a request naming an upload: `response`, or where it is too large to send
+    in line, kept as a result: 303 to it."""
+    if lambda_size_over(response, container.settings.limits.max_response_bytes) is None:
+        return response
+    return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
+
+
 def _kept(container: Container, principal: Principal, prediction: Prediction, body: bytes, media_type: str, rid: str) -> JSONResponse:
     """An answer too large to send, kept as a result: 303 to it."""
     version = prediction.answer.version
@@ -56,9 +65,9 @@ def _kept(container: Container, principal: Principal, prediction: Prediction, bo
     return JSONResponse(kept, status_code=303, headers={"Location": kept["result"], "x-request-id": id_header(rid)})
 
 
-def _too_large(container: Container, size: int, binary: bool) -> bool:
-    # Lambda sends a binary body base64-encoded: a third larger.
-    return (-(-size // 3) * 4 if binary else size) > container.settings.limits.max_response_bytes
+def _rows(body: PredictionBody) -> str:
+    """The field a simple-JSON request carries its rows in (named when its answer is too large)."""
+    return "batch" if body.batch is not None else "features" if body.features is not None else "inputs"
 
 
 async def predict(container: Container, principal: Principal, body: PredictionBody, scope: Scope, headers: Headers) -> Response:
@@ -86,11 +95,10 @@ async def predict(container: Container, principal: Principal, body: PredictionBo
         "request_id": rid,
         **plain_body(prediction, several=body.batch is not None, return_probabilities=body.options.return_probabilities),
     }
+    response = _respond(container, content, rid)
     if body.upload_id is not None:
-        raw = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-        if _too_large(container, len(raw), False):
-            return await asyncio.to_thread(_kept, container, principal, prediction, raw, "application/json", rid)
-    return _respond(container, content, rid)
+        return await _sent_or_kept(container, principal, prediction, response, rid)
+    return response
 
 
 async def infer(
@@ -132,14 +140,10 @@ async def infer(
     prediction = await container.predictions.predict(principal, request)
     content = v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)
     as_binary = binary_outputs(params, body.outputs)
+    response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)
     if upload_id is not None:
-        response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)
-        if _too_large(container, len(response.body), bool(as_binary)):
-            return await asyncio.to_thread(_kept, container, principal, prediction, bytes(response.body), response.media_type or "application/json", rid)
-        return response
-    if as_binary:
-        return _respond_binary(container, content, as_binary, rid)
-    return _respond(container, content, rid)
+        return await _sent_or_kept(container, principal, prediction, response, rid)
+    return response
 
 
 def _respond_binary(container: Container, content: dict[str, Any], which: set[str] | bool, rid: str) -> Response:
@@ -175,7 +179,7 @@ def hot_routes() -> list[HotRoute]:
 
     v2 = ("v2 (Open Inference Protocol)",)
     return [
-        HotRoute("POST", "/api/v1/predictions", PredictionBody, PredictionResponse, predict, "Predict with a deployment", ("predictions",), ERRORS),
+        HotRoute("POST", "/api/v1/predictions", PredictionBody, PredictionResponse, predict, "Predict with a deployment", ("predictions",), ERRORS, rows=_rows),
         HotRoute("POST", "/v2/models/{name}/infer", InferenceRequest, InferenceResponse, infer, "v2: infer", v2, ERRORS, binary=True),
         HotRoute(
             "POST", "/v2/models/{name}/versions/{version}/infer", InferenceRequest, InferenceResponse, infer,

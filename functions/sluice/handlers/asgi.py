@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mangum import Mangum
 
+from sluice.domain.errors import BadRequest
 from sluice.inference.loop import container_loop
 from sluice.inline import in_task, run_inline
 
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mangum.http")  # the logger Mangum's own cycle reports to
 ERROR_HEADERS = [[b"content-type", b"text/plain; charset=utf-8"]]
+PORTS = {  # what each header Mangum reads the server's port from must be
+    "host": "the Host header is not a name with one numeric port (name:port; an IPv6 address is not taken)",
+    "x-forwarded-port": "X-Forwarded-Port is not one port number",
+}
 
 
 class _Cycle:
@@ -88,8 +93,15 @@ class LambdaASGI(Mangum):
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         handler = self.infer(event, context)
-        scope = handler.scope
-        body = handler.body
+        try:
+            scope = handler.scope
+        except ValueError:  # Mangum reads the server's port from the client's Host or X-Forwarded-Port
+            field = _port_header(event)
+            return _unreadable(self.infer(_without_headers(event), context), BadRequest(PORTS[field], field=field))
+        try:
+            body = handler.body
+        except ValueError:  # binascii.Error
+            return _unreadable(handler, BadRequest("the body is not the base64 its event says it is (isBase64Encoded)", field="body"))
         loop = container_loop()
         if self.whole is not None and scope["type"] == "http":
             answered = run_inline(loop, self._whole(scope, body))  # a task only once it waits
@@ -127,6 +139,31 @@ class LambdaASGI(Mangum):
             return
         if log.isEnabledFor(logging.INFO):
             log.info("%s %s %s", scope["method"], scope["path"], cycle.status)
+
+
+def _unreadable(handler: Any, error: BadRequest) -> dict[str, Any]:
+    """`error` (what of the event could not be translated) as `handler`, one for the event's
+    kind, answers it: the client's to fix, never the bare 502 a raised error becomes."""
+    from sluice.api.errors import error_response
+
+    response = error_response(error)
+    return handler({"status": response.status_code, "headers": response.raw_headers, "body": response.body})  # type: ignore[no-any-return]
+
+
+def _without_headers(event: dict[str, Any]) -> dict[str, Any]:
+    """`event` with no headers, whose kind a handler still infers and answers in (the HTTP API's
+    and ALB's handlers read the scope again to answer)."""
+    return {**event, **{kind: {} for kind in ("headers", "multiValueHeaders") if kind in event}}
+
+
+def _port_header(event: dict[str, Any]) -> str:
+    """Which header Mangum could not read the port from: `host` where it has a `:`, else
+    `x-forwarded-port`."""
+    for kind in ("headers", "multiValueHeaders"):
+        for name, value in (event.get(kind) or {}).items():
+            if name.lower() == "host" and ":" in str(value):
+                return "host"
+    return "x-forwarded-port"
 
 
 def url_prefix(event: dict[str, Any]) -> str:

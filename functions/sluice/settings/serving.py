@@ -33,9 +33,11 @@ class LimitSettings(Group):
     max_response_bytes: int = Field(
         default=6 * MiB - 64 * 1024,
         gt=0,
-        description="Largest answer sent in line (Lambda's 6 MB response limit, less envelope): a prediction "
-        "from an upload whose answer is larger is kept as a result (303 to it), and a result whose answer is "
-        "larger is answered with the answer itself (a 303 to a presigned S3 GET on AWS, its bytes locally).",
+        description="Largest answer sent in line (Lambda's 6 MB response limit, less envelope), counted as "
+        "Lambda's result carries it (JSON escaped, binary base64-encoded): a prediction from an upload whose "
+        "answer is larger is kept as a result (303 to it); on AWS another prediction's is a 413 (send it as an "
+        "upload); and a result whose answer is larger is answered with the answer itself (a 303 to a presigned "
+        "S3 GET on AWS, its bytes locally).",
     )
 
 
