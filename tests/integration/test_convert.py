@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.csv as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.integration.conftest import run_cli
 
@@ -192,3 +194,102 @@ def test_a_missing_converter_is_a_message_and_a_non_zero_exit(
     assert "pip install 'sluice[convert]'" in err
     code, _, err = run_cli(capsys, "models", "push", "iris", str(tmp_path / "model.bin"), "--format", "sklearn")
     assert code == 2 and "no such file" in err
+
+
+# What the check compares, for every kind of classifier ---------------------------------------
+def test_a_check_that_can_compare_nothing_refuses_the_push(capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]) -> None:
+    """XGBoost's binary:hinge predicts classes; its ONNX model answers margins (0.70, -0.49):
+    there is nothing to compare, which once passed as "max abs diff 0" and was pushed."""
+    xgb = pytest.importorskip("xgboost")
+    pytest.importorskip("onnxmltools")
+    x, y = iris
+    xgb.train({"objective": "binary:hinge", "max_depth": 2}, xgb.DMatrix(x, label=(y > 0).astype(int)), 5).save_model(tmp_path / "h.json")
+    code, out, err = run_cli(capsys, "models", "push", "h", str(tmp_path / "h.json"), "--sample", str(iris_csv(tmp_path / "s.csv", x)))
+    assert (code, out) == (2, "")
+    assert "error [file]: the ONNX model answers values where the original answers labels" in err and "nothing was pushed" in err
+    assert run_cli(capsys, "models", "list")[1].strip() == "(none)"
+
+
+def test_classifiers_without_probabilities_are_checked_on_their_labels(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
+) -> None:
+    import joblib
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.svm import LinearSVC
+
+    x, y = iris
+    sample = str(iris_csv(tmp_path / "s.csv", x))
+    svc = LinearSVC().fit(x, np.where(y > 0, 7, 3))
+    joblib.dump(svc, tmp_path / "svc.joblib")
+    joblib.dump(RidgeClassifier().fit(x, y), tmp_path / "ridge.joblib")
+    for name in ("svc", "ridge"):
+        code, out, err = run_cli(capsys, "models", "push", name, str(tmp_path / f"{name}.joblib"), "--sample", sample)
+        assert code == 0, err
+        assert "checked on 150 rows of s.csv: labels agree on 100.00%" in out  # no "max abs diff": no values compared
+    assert run_cli(capsys, "deployments", "create", "svc", "--model", "svc")[0] == 0
+    code, out, err = run_cli(capsys, "predict", "svc", "--inputs", json.dumps(x[[0, 100]].tolist()))
+    assert code == 0, err
+    assert [p["prediction"] for p in json.loads(out)["predictions"]] == svc.predict(x[[0, 100]]).tolist() == [3, 7]
+    # With labels all there is, one that differs refuses the push.
+    from sluice.convert.check import ConversionDisagrees, compare
+    from sluice.convert.frameworks import estimator, to_onnx
+
+    other = to_onnx(estimator(LinearSVC().fit(x, np.where(y > 1, 7, 3)), "other"), 4, x.astype(np.float32))
+    with pytest.raises(ConversionDisagrees, match=r"disagrees with the original on the labels of \d+ of 150 rows") as refused:
+        compare(estimator(svc, "svc"), other, x.astype(np.float32), 1e-4)
+    assert refused.value.field == "file" and refused.value.details["label_agreement"] < 0.9
+
+
+def test_boosters_a_converter_refuses_or_that_predict_classes_are_a_message_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]
+) -> None:
+    xgb = pytest.importorskip("xgboost")
+    lgb = pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    x, y = iris
+    sample = str(iris_csv(tmp_path / "s.csv", x))
+    params = {"objective": "multi:softmax", "num_class": 3, "max_depth": 2}
+    xgb.train(params, xgb.DMatrix(x, label=y), 5).save_model(tmp_path / "softmax.json")
+    code, out, err = run_cli(capsys, "models", "push", "softmax", str(tmp_path / "softmax.json"), "--sample", sample)
+    assert code == 0, err
+    assert "labels agree on 100.00%" in out
+    lgb.train({"objective": "cross_entropy", "verbose": -1}, lgb.Dataset(x, label=(y > 0).astype(int)), 5).save_model(tmp_path / "xent.txt")
+    code, out, err = run_cli(capsys, "models", "push", "xent", str(tmp_path / "xent.txt"), "--sample", sample)
+    assert (code, out) == (2, "")
+    assert "error [file]: onnxmltools cannot convert this Booster with objective 'cross_entropy' to ONNX" in err
+
+
+def test_outputs_of_other_shapes_refuse_naming_the_file(tmp_path: Path, iris: tuple[np.ndarray, np.ndarray]) -> None:
+    """A three-class original against a two-class ONNX model: a refusal, not numpy's reshape error."""
+    lgb = pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from sluice.convert.check import compare
+    from sluice.convert.frameworks import estimator, to_onnx
+    from sluice.domain.errors import BadRequest
+
+    x, y = iris
+    three = estimator(lgb.LGBMClassifier(n_estimators=3, verbose=-1).fit(x, y), "three")
+    two = to_onnx(estimator(lgb.LGBMClassifier(n_estimators=3, verbose=-1).fit(x, (y > 0).astype(int)), "two"), 4, x.astype(np.float32))
+    with pytest.raises(BadRequest, match=r"answers probabilities of shape \[150, 2\] where the original answers \[150, 3\]") as refused:
+        compare(three, two, x.astype(np.float32), 1e-4)
+    assert refused.value.field == "file"
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from([["cat", "dog"], ["b", "a", "c"], [3, 7], [-1, 10, 2], [0, 1]]))
+def test_a_lightgbm_classifiers_labels_are_its_classes(classes: list[object]) -> None:
+    """The check once compared the booster's class index (0, 1) with the ONNX model's class
+    ("dog", 7) and reported "labels agree on 0.00%" for a faithful conversion."""
+    lgb = pytest.importorskip("lightgbm")
+    pytest.importorskip("onnxmltools")
+    from sklearn.datasets import load_iris
+
+    from sluice.convert.check import compare
+    from sluice.convert.frameworks import estimator, to_onnx
+
+    x, y = load_iris(return_X_y=True)
+    labels = np.array(classes, dtype=object if isinstance(classes[0], str) else np.int64)[y % len(classes)]
+    model = lgb.LGBMClassifier(n_estimators=5, verbose=-1).fit(x, labels)
+    loaded = estimator(model, "m")
+    rows = x.astype(np.float32)
+    assert compare(loaded, to_onnx(loaded, 4, rows), rows, 1e-4)[1] == 1.0

@@ -122,6 +122,26 @@ def test_sluice_cost_prints_the_table_and_draws_the_curves(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"curves: {png}" in out
 
 
+def test_odd_cost_inputs_are_refused_naming_the_field(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No negative or NaN price, and no traceback for a malformed benchmark or price file."""
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    for row_ms in ("-5", "0", "nan", "inf"):
+        code, out, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--batch-row-ms", row_ms, "--json")
+        assert (code, out) == (2, "") and "[batch_row_ms]" in err, row_ms
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "shallow.json").write_text(json.dumps({"latency": {"concurrency_1": {"sluice_json": {"p50_ms": 4}},
+                                                                   "concurrency_16": {"sluice_json": []}}}))  # fmt: skip
+    for bench, said in (("list.json", "is an array"), ("shallow.json", "concurrency_16.sluice_json is an array")):
+        code, _, err = run_cli(capsys, "cost", "iris", "--benchmark", str(tmp_path / bench))
+        assert code == 2 and "[benchmark]" in err and said in err, err
+    prices = json.loads((REPO / "functions" / "sluice" / "cost" / "prices" / "us-east-1.json").read_text())
+    del prices["lambda"]["arm64"]
+    (tmp_path / "prices.json").write_text(json.dumps(prices))
+    code, _, err = run_cli(capsys, "cost", "iris", "--latency", "onnx=12/40", "--prices", str(tmp_path / "prices.json"), "--architecture", "arm64")
+    assert code == 2 and "[prices]" in err and "lambda.arm64.gb_second" in err
+
+
 def test_the_plot_names_the_extra_when_matplotlib_is_missing(
     cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

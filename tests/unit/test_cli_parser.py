@@ -41,3 +41,23 @@ def test_the_command_is_found_after_the_tenant_in_each_of_its_spellings() -> Non
     assert _command_of(["--ten", "acme", "rollout", "status"]) == "rollout"
     assert _command_of(["--help", "batch"]) is None  # help, and anything unclear: the full parser
     assert _command_of(["-h"]) is None and _command_of(["nope"]) is None and _command_of([]) is None
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.sampled_from(["calibration_rows", "evaluation_rows"]),
+    st.integers(-3, 3) | st.integers(9_998, 10_002) | st.integers(99_998, 100_002) | st.integers(),
+)
+def test_sluice_optimize_takes_the_row_counts_the_api_takes(field: str, rows: int) -> None:
+    """`--calibration-rows -5` once ran on rows sliced from the end; 0 ended in a library's message."""
+    from pydantic import ValidationError
+
+    from sluice.types.management import OptimizeCreate
+
+    try:
+        api = getattr(OptimizeCreate.model_validate({"data_uri": "x.csv", field: rows}), field)
+    except ValidationError:
+        api = None
+    argv = ["optimize", "m:1", "--data", "x.csv", f"--{field.replace('_', '-')}={rows}"]
+    how, read, _ = _read(_parser("optimize"), argv)
+    assert (read[field] if how == "read" else None) == api

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.cost import model
+from sluice.cost.prices import PRICES as PRICE_PATHS
 from sluice.cost.prices import PRICES_DIR, load_prices, regions
 from sluice.domain.errors import BadRequest
 
@@ -100,6 +102,35 @@ def test_a_price_file_of_ones_own_and_bad_ones(tmp_path: Path) -> None:
         with pytest.raises(BadRequest) as caught:
             load_prices(region, path)
         assert caught.value.field == field
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(PRICE_PATHS),
+    st.sampled_from([None, "0.2", -1, math.nan, math.inf, True, [0.2], {"x": 0.2}]),
+)
+def test_a_price_file_missing_or_spoiling_any_price_is_refused_naming_it(where: str, bad: object) -> None:
+    """Every price the model reads is there and a number at least 0, or the file is refused,
+    never a KeyError or a negative cost later (`--architecture arm64` reading `lambda.arm64`)."""
+    import tempfile
+
+    prices = json.loads((PRICES_DIR / "us-east-1.json").read_text())
+    *path, last = where.split(".")
+    node = prices
+    for key in path:
+        node = node[key]
+    if last == "*":
+        node[next(iter(node))] = bad
+    elif bad is None:
+        del node[last]
+    else:
+        node[last] = bad
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "p.json"
+        file.write_text(json.dumps(prices))  # NaN and Infinity too, as Python's json writes them
+        with pytest.raises(BadRequest, match=re.escape(where)) as caught:
+            load_prices("us-east-1", file)
+    assert caught.value.field == "prices"
 
 
 def test_managed_instances_pay_instance_hours_for_the_cpu_and_a_management_fee() -> None:

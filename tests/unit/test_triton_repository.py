@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.domain import ModelVersion
 from sluice.domain.errors import InvalidInput
@@ -243,14 +245,29 @@ def test_a_two_model_repository_needs_its_default_named() -> None:
         ({"repo/a/config.pbtxt": CONFIG, "repo/a/1/model.onnx": b"x"}, "extra folder"),
         ({"a/config.pbtxt": CONFIG, "a/model.onnx": b"x"}, "no numbered version folder"),
         ({"a/config.pbtxt": CONFIG.replace(b'"a"', b'"other"'), "a/1/model.onnx": b"x"}, "names the model 'other'"),
+        ({"a/config.pbtxt": CONFIG.replace(b'"a"', b"'other'"), "a/1/model.onnx": b"x"}, "names the model 'other'"),
+        ({"a/config.pbtxt": CONFIG, "a/01/model.onnx": b"x"}, "leading zero"),
         ({"a/config.pbtxt": CONFIG, "a/1/model.onnx": b"x", "README.md": b"hi"}, "file at the top"),
         ({}, "empty"),
     ],
-    ids=["absolute", "dotdot", "top-config", "wrapped", "no-version", "name-mismatch", "top-file", "empty"],
+    ids=["absolute", "dotdot", "top-config", "wrapped", "no-version", "name-mismatch", "single-quoted-mismatch",
+         "leading-zero", "top-file", "empty"],
 )
 def test_bad_layouts_are_refused_with_the_reason(files: dict[str, bytes], message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         validate_repository_tarball(_archive(files))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(st.sampled_from("0123456789+-_ a"), min_size=1, max_size=6))
+def test_a_version_folder_counts_only_as_triton_reads_one(folder: str) -> None:
+    """Triton loads `<model>/<n>/` only where n is written as a plain integer: it ignores `01`."""
+    archive = _archive({"a/config.pbtxt": CONFIG.replace(b'"a"', b"'a'"), f"a/{folder}/model.onnx": b"x"})
+    if folder.isdigit() and str(int(folder)) == folder:
+        assert validate_repository_tarball(archive).models == ("a",)
+    else:
+        with pytest.raises(InvalidInput, match="no numbered version folder"):
+            validate_repository_tarball(archive)
 
 
 def test_links_are_refused() -> None:

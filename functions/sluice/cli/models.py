@@ -34,7 +34,7 @@ def cmd_models_push(args: argparse.Namespace) -> int:
             raise SluiceError("--sample and --tolerance check a conversion; an ONNX file is pushed as it is", field="sample")
     else:
         # Converted here, on the user's machine: the service only ever takes ONNX.
-        from sluice.convert.check import convert
+        from sluice.convert.check import checked, convert
 
         converted = convert(
             path, fmt=args.format, sample=Path(args.sample) if args.sample else None,
@@ -42,8 +42,7 @@ def cmd_models_push(args: argparse.Namespace) -> int:
             n_features=args.n_features, feature_names=names,
         )  # fmt: skip
         data, names = converted.onnx, converted.feature_names
-        agreement = f", labels agree on {converted.label_agreement:.2%}" if converted.label_agreement is not None else ""
-        note = f"converted from {converted.format}, checked on {converted.sample}: max abs diff {converted.max_abs_diff:.3g}{agreement}\n"
+        note = f"converted from {converted.format}, checked on {converted.sample}: {checked(converted)}\n"
     version = pieces.models().push(
         operator(args),
         args.name,

@@ -6,11 +6,12 @@ import argparse
 from typing import TYPE_CHECKING
 
 from sluice.cli import pieces
-from sluice.cli.common import number_between, operator, print_json, table
+from sluice.cli.common import count, number_between, operator, print_json, table
 from sluice.domain.errors import SluiceError
 from sluice.domain.values import parse_model_ref
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -22,6 +23,23 @@ def _ref(text: str) -> tuple[str, int | str]:
 
 
 _NON_NEGATIVE = number_between(0, refusal="must be 0 or more")
+
+
+def _rows(name: str) -> Callable[[str], int]:
+    """A row count within the bounds the API puts on `name` (`POST /api/v1/optimize`), read
+    from its model when an argument is given: one rule for both, and no pydantic for `--help`."""
+
+    def rows(text: str) -> int:
+        from sluice.types.management import OptimizeCreate
+
+        bounds = OptimizeCreate.model_fields[name].metadata
+        low, high = next(b.ge for b in bounds if hasattr(b, "ge")), next(b.le for b in bounds if hasattr(b, "le"))
+        value = count(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not between {low} and {high}")
+        return value
+
+    return rows
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -81,8 +99,8 @@ def add_optimize_command(sub: argparse._SubParsersAction) -> None:  # type: igno
     cmd.add_argument("--min-agreement", type=number_between(0, 1, refusal="an agreement is between 0 and 1"), default=0.99, help="label (or top-1) agreement a candidate must keep (default 0.99)")
     cmd.add_argument("--max-abs-diff", type=_NON_NEGATIVE, help="largest absolute difference allowed on any output value (default: not checked)")
     cmd.add_argument("--candidates", default="graph,int8-dynamic,int8-static,fp16", help="which to build (default: all)")
-    cmd.add_argument("--calibration-rows", type=int, default=200)
-    cmd.add_argument("--evaluation-rows", type=int, default=1000)
+    cmd.add_argument("--calibration-rows", type=_rows("calibration_rows"), default=200, help="rows to calibrate int8-static on (default 200)")
+    cmd.add_argument("--evaluation-rows", type=_rows("evaluation_rows"), default=1000, help="rows to compare candidates on (default 1000)")
     cmd.add_argument("--seconds", type=_NON_NEGATIVE, default=1.0, help="time spent measuring each latency (default 1)")
     cmd.add_argument("--no-tune", action="store_true", help="skip the session options sweep")
     cmd.add_argument("--register", nargs="?", const="recommended", help="push candidates as new versions: 'recommended' (the default) or names, comma-separated")

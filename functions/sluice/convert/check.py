@@ -1,6 +1,7 @@
 """Convert a model file to ONNX and prove the conversion on sample rows before it is pushed:
 the original and the ONNX model (run by ONNX Runtime, as sluice will) must agree within a
-tolerance on every value, or the push is refused with the largest difference."""
+tolerance on every value (on every label, where labels are all a classifier answers), or the
+push is refused with the largest difference."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class Converted:
     format: str
     rows: int
     sample: str  # where the rows came from
-    max_abs_diff: float
+    max_abs_diff: float | None  # None: only labels were compared
     label_agreement: float | None
     feature_names: list[str] | None
 
@@ -106,41 +107,80 @@ def convert_loaded(
     return Converted(onnx, kind, len(rows), where, diff, agreement, names)
 
 
-def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> tuple[float, float | None]:
+def compare(loaded: Loaded, onnx: bytes, rows: np.ndarray, tolerance: float) -> tuple[float | None, float | None]:
     """Run both; raise ConversionDisagrees when a value differs by more than `tolerance`
-    times max(1, |original value|). Returns the largest absolute difference and the label agreement."""
+    times max(1, |original value|), or, where labels are all there is to compare, when one
+    label differs. Returns the largest absolute difference (None: no values compared) and the
+    label agreement. A check that can compare nothing refuses: it would prove nothing."""
     from sluice.runtimes.onnx import as_array, build_session
 
-    expected = loaded.predict(rows)
+    expected = {key: np.asarray(value) for key, value in loaded.predict(rows).items()}
     session = build_session(onnx)
     got: dict[str, np.ndarray] = {}
     for out, value in zip(session.get_outputs(), session.run(None, {INPUT: rows}), strict=True):
         array, _ = as_array(out.name, value)
         got["label" if array.ndim == 1 and array.dtype.kind in "iuOSU" else ("probabilities" if "prob" in out.name else "values")] = array
     if "values" in expected and "values" not in got:  # a regressor's one output, however it is named
-        got["values"] = next(a for a in got.values() if a.dtype.kind == "f")
-    worst, where, label_agreement = 0.0, "", None
-    for key in ("probabilities", "values"):
-        if key not in expected or key not in got:
+        found = next((a for a in got.values() if a.dtype.kind == "f"), None)
+        if found is not None:
+            got["values"] = found
+    compared = [key for key in ("probabilities", "values", "label") if key in expected and key in got]
+    if not compared:
+        raise BadRequest(
+            f"the ONNX model answers {_said(got)} where the original answers {_said(expected)}: "
+            "the conversion cannot be checked; nothing was pushed", field="file",
+        )  # fmt: skip
+    for key in compared:
+        if expected[key].shape[:1] != got[key].shape[:1] or expected[key].size != got[key].size:
+            raise BadRequest(
+                f"the ONNX model answers {key} of shape {list(got[key].shape)} where the original answers "
+                f"{list(expected[key].shape)}: the conversion cannot be checked; nothing was pushed", field="file",
+            )  # fmt: skip
+    worst: float | None = None
+    for key in compared:
+        if key == "label":
             continue
         a, b = np.asarray(expected[key], np.float64), np.asarray(got[key], np.float64).reshape(expected[key].shape)
         diff = np.abs(a - b)
         scaled = diff / np.maximum(1.0, np.abs(a))
-        if scaled.max(initial=0) > tolerance or diff.max(initial=0) > worst:
-            worst = float(diff.max(initial=0))
-            where = key
+        worst = max(worst or 0.0, float(diff.max(initial=0)))
         if scaled.max(initial=0) > tolerance:
             row = int(np.unravel_index(scaled.argmax(), scaled.shape)[0])
             raise ConversionDisagrees(
                 f"the ONNX model disagrees with the original on {key}: largest difference {worst:.6g} "
                 f"(row {row}: {a.reshape(len(a), -1)[row].tolist()[:5]} vs {b.reshape(len(b), -1)[row].tolist()[:5]}), "
                 f"above the tolerance {tolerance:g}; nothing was pushed",
-                field="tolerance", max_abs_diff=worst, output=where,
+                field="tolerance", max_abs_diff=worst, output=key,
             )  # fmt: skip
-    if "label" in expected and "label" in got:
-        want = np.asarray(expected["label"]).astype(str)
-        label_agreement = float(np.mean(want == np.asarray(got["label"]).astype(str)))
-    return worst, label_agreement
+    if "label" not in compared:
+        return worst, None
+    want, have = expected["label"], got["label"]
+    same = want.astype(np.float64) == have.astype(np.float64) if _numeric(want, have) else want.astype(str) == have.astype(str)
+    if worst is None and not same.all():  # no scores within the tolerance to excuse a label at a tie
+        row = int(np.argmin(same))
+        raise ConversionDisagrees(
+            f"the ONNX model disagrees with the original on the labels of {int((~same).sum())} of {len(same)} rows "
+            f"(row {row}: {want[row]} vs {have[row]}); nothing was pushed",
+            field="file", label_agreement=float(same.mean()), output="label",
+        )  # fmt: skip
+    return worst, float(same.mean())
+
+
+def _said(outputs: dict[str, np.ndarray]) -> str:
+    return " and ".join("labels" if k == "label" else k for k in sorted(outputs)) or "nothing"
+
+
+def _numeric(*arrays: np.ndarray) -> bool:
+    """Labels compared as numbers (a booster's 1.0 is the ONNX model's 1), else as text."""
+    return all(a.dtype.kind in "biuf" for a in arrays)
+
+
+def checked(converted: Converted) -> str:
+    """What the check found, in words: `max abs diff 2e-07, labels agree on 100.00%`."""
+    said = [] if converted.max_abs_diff is None else [f"max abs diff {converted.max_abs_diff:.3g}"]
+    if converted.label_agreement is not None:
+        said.append(f"labels agree on {converted.label_agreement:.2%}")
+    return ", ".join(said)
 
 
 def describe(converted: Converted) -> dict[str, Any]:

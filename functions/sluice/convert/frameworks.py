@@ -44,6 +44,7 @@ class Loaded:
     n_features: int | None
     feature_names: list[str] | None
     predict: Callable[[np.ndarray], dict[str, np.ndarray]]  # rows -> {"label", "probabilities", "values"}
+    objective: str | None = None  # a booster's, named when its converter refuses it
 
 
 def format_of(path: Path, given: str | None) -> str:
@@ -108,14 +109,18 @@ def estimator(model: Any, where: str) -> Loaded:
         return booster
     if not hasattr(model, "predict"):
         raise BadRequest(f"{where} holds a {type(model).__name__}, not a fitted model", field="file")
-    classifier = hasattr(model, "predict_proba") and hasattr(model, "classes_")
+    # A classifier without probabilities (LinearSVC, RidgeClassifier) is checked on its labels.
+    classifier = hasattr(model, "classes_")
+    scored = classifier and hasattr(model, "predict_proba")
     names = [str(n) for n in getattr(model, "feature_names_in_", [])] or None
 
     def predict(x: np.ndarray) -> dict[str, np.ndarray]:
         import numpy as np
 
-        if classifier:
+        if scored:
             return {"label": np.asarray(model.predict(x)), "probabilities": model.predict_proba(x)}
+        if classifier:
+            return {"label": np.asarray(model.predict(x))}
         return {"values": np.asarray(model.predict(x)).reshape(len(x), -1)}
 
     return Loaded("sklearn", model, "classifier" if classifier else "regressor",
@@ -139,22 +144,28 @@ def _xgboost_booster(path: Path) -> Loaded:
     return _xgboost(booster, _xgboost_kind(booster), None)
 
 
-def _xgboost_kind(booster: Any) -> str:
+def _xgboost_objective(booster: Any) -> str:
     import json
 
-    objective = json.loads(booster.save_config())["learner"]["objective"]["name"]
-    return "classifier" if objective.startswith(("binary:", "multi:")) else "regressor"
+    return str(json.loads(booster.save_config())["learner"]["objective"]["name"])
+
+
+def _xgboost_kind(booster: Any) -> str:
+    return "classifier" if _xgboost_objective(booster).startswith(("binary:", "multi:")) else "regressor"
 
 
 def _xgboost(booster: Any, kind: str, estimator: Any) -> Loaded:
 
     xgb = need("xgboost", "an XGBoost booster")
+    objective = _xgboost_objective(booster)
+    labels = objective in ("multi:softmax", "binary:hinge")  # these predict classes, not probabilities
 
     def predict(x: np.ndarray) -> dict[str, np.ndarray]:
-        return _boosted(booster.predict(xgb.DMatrix(x)), kind, len(x))
+        return _boosted(booster.predict(xgb.DMatrix(x)), kind, len(x), _classes(estimator), labels=labels)
 
     names = list(booster.feature_names) if booster.feature_names else None
-    return Loaded("xgboost", estimator if estimator is not None else booster, kind, booster.num_features(), names, predict)
+    obj = estimator if estimator is not None else booster
+    return Loaded("xgboost", obj, kind, booster.num_features(), names, predict, objective)
 
 
 # LightGBM -------------------------------------------------------------------------------------
@@ -164,8 +175,12 @@ def _lightgbm_booster(path: Path) -> Loaded:
     return _lightgbm(booster, _lightgbm_kind(booster), None)
 
 
+def _lightgbm_objective(booster: Any) -> str:
+    return str(booster.params.get("objective", booster.dump_model().get("objective", "")))
+
+
 def _lightgbm_kind(booster: Any) -> str:
-    objective = str(booster.params.get("objective", booster.dump_model().get("objective", "")))
+    objective = _lightgbm_objective(booster)
     return "classifier" if objective.startswith(("binary", "multiclass", "multiclassova")) else "regressor"
 
 
@@ -173,21 +188,35 @@ def _lightgbm(booster: Any, kind: str, estimator: Any) -> Loaded:
     import numpy as np
 
     def predict(x: np.ndarray) -> dict[str, np.ndarray]:
-        return _boosted(np.asarray(booster.predict(x)), kind, len(x))
+        return _boosted(np.asarray(booster.predict(x)), kind, len(x), _classes(estimator))
 
     names = [n for n in booster.feature_name() if not n.startswith("Column_")] or None
-    return Loaded("lightgbm", estimator if estimator is not None else booster, kind, booster.num_feature(), names, predict)
+    obj = estimator if estimator is not None else booster
+    return Loaded("lightgbm", obj, kind, booster.num_feature(), names, predict, _lightgbm_objective(booster))
 
 
-def _boosted(raw: np.ndarray, kind: str, rows: int) -> dict[str, np.ndarray]:
-    """A booster's raw predictions as the outputs checked against the ONNX model: values, or
-    a label and probabilities (a binary model's one column being the positive class's)."""
+def _classes(estimator: Any) -> np.ndarray | None:
+    """An estimator's classes (strings, or numbers other than 0..k-1), which its ONNX model answers."""
+    import numpy as np
+
+    classes = getattr(estimator, "classes_", None)
+    return None if classes is None else np.asarray(classes)
+
+
+def _boosted(raw: np.ndarray, kind: str, rows: int, classes: np.ndarray | None, *, labels: bool = False) -> dict[str, np.ndarray]:
+    """A booster's raw predictions as the outputs checked against the ONNX model: values, a
+    label (`labels`: the booster predicts classes), or a label and probabilities (a binary
+    model's one column being the positive class's). A label is a class of `classes` when given."""
     import numpy as np
 
     if kind == "regressor":
         return {"values": raw.reshape(rows, -1)}
+    if labels:
+        index = raw.reshape(rows).astype(np.int64)
+        return {"label": index if classes is None else classes[index]}
     probabilities = np.column_stack([1 - raw, raw]) if raw.ndim == 1 else raw
-    return {"label": probabilities.argmax(1), "probabilities": probabilities}
+    index = probabilities.argmax(1)
+    return {"label": index if classes is None else classes[index], "probabilities": probabilities}
 
 
 # PyTorch --------------------------------------------------------------------------------------
@@ -226,7 +255,25 @@ def _torch_module(module: Any) -> Loaded:
 
 
 # To ONNX --------------------------------------------------------------------------------------
+CONVERTERS = {"sklearn": "skl2onnx", "xgboost": "onnxmltools", "lightgbm": "onnxmltools"}
+
+
 def to_onnx(loaded: Loaded, n_features: int, example: np.ndarray) -> bytes:
+    """The model as ONNX. A converter refuses what it does not support (an estimator, an
+    objective) by raising whatever it likes: that is a refusal naming the model, not a traceback."""
+    try:
+        return _to_onnx(loaded, n_features, example)
+    except SluiceError:
+        raise
+    except Exception as exc:
+        objective = f" with objective '{loaded.objective}'" if loaded.objective else ""
+        raise BadRequest(
+            f"{CONVERTERS.get(loaded.format, 'torch.onnx')} cannot convert this {type(loaded.obj).__name__}{objective} "
+            f"to ONNX ({type(exc).__name__}); nothing was pushed", field="file",
+        ) from exc  # fmt: skip
+
+
+def _to_onnx(loaded: Loaded, n_features: int, example: np.ndarray) -> bytes:
     if loaded.format in ("torchscript", "torch-export", "pytorch"):
         return _torch_onnx(loaded, example)
     if loaded.format == "sklearn":

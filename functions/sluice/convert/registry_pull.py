@@ -52,18 +52,14 @@ def from_mlflow(uri: str, tracking_uri: str | None, tmp: Path, check: Check = Ch
     if flavor == "onnx":
         check.refuse_for_onnx("an ONNX flavor")
         return Pulled(mm.onnx_bytes(fetched), names, f"took {uri}'s onnx flavor as it is\n", source)
-    from sluice.convert.check import convert_loaded
+    from sluice.convert.check import checked, convert_loaded
 
     converted = convert_loaded(
         mm.load(fetched, flavor), sample=check.sample, example=None if check.sample else mm.example_rows(fetched, names),
         tolerance=DEFAULT_TOLERANCE if check.tolerance is None else check.tolerance,
         n_features=check.n_features or width, feature_names=names,
     )  # fmt: skip
-    agreement = f", labels agree on {converted.label_agreement:.2%}" if converted.label_agreement is not None else ""
-    note = (
-        f"converted {uri}'s {flavor} flavor, checked on {converted.sample}: "
-        f"max abs diff {converted.max_abs_diff:.3g}{agreement}\n"
-    )
+    note = f"converted {uri}'s {flavor} flavor, checked on {converted.sample}: {checked(converted)}\n"
     return Pulled(converted.onnx, converted.feature_names, note, source)
 
 
@@ -86,11 +82,11 @@ def from_package(
     if SUFFIXES.get(path.suffix.lower(), "onnx") == "onnx":
         check.refuse_for_onnx("an ONNX model")
         return Pulled(path.read_bytes(), check.feature_names, f"took the ONNX model of {said} as it is\n", package.source)
-    from sluice.convert.check import convert
+    from sluice.convert.check import checked, convert
 
     converted = convert(
         path, sample=check.sample, tolerance=DEFAULT_TOLERANCE if check.tolerance is None else check.tolerance,
         n_features=check.n_features, feature_names=check.feature_names,
     )  # fmt: skip
-    note = f"converted {said}'s {converted.format} model, checked on {converted.sample}: max abs diff {converted.max_abs_diff:.3g}\n"
+    note = f"converted {said}'s {converted.format} model, checked on {converted.sample}: {checked(converted)}\n"
     return Pulled(converted.onnx, converted.feature_names, note, package.source)

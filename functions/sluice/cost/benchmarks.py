@@ -23,24 +23,44 @@ class Benchmarked:
 def read_benchmark(path: str | Path) -> Benchmarked:
     path = Path(path)
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise BadRequest(f"{path} cannot be read as JSON ({type(exc).__name__})", field="benchmark") from None
-    latency = data.get("latency") or {}
-    one, sixteen = latency.get("concurrency_1") or {}, latency.get("concurrency_16") or {}
-    machine = (data.get("machine") or {}).get("nvidia_smi") or "an unnamed machine"
+    data = _object(data, path, "the file")
+    latency = _object(data.get("latency") or {}, path, "latency")
+    one = _object(latency.get("concurrency_1") or {}, path, "latency.concurrency_1")
+    sixteen = _object(latency.get("concurrency_16") or {}, path, "latency.concurrency_16")
+    machine = _object(data.get("machine") or {}, path, "machine").get("nvidia_smi") or "an unnamed machine"
     # bench_gpu_e2e.py: through `sluice serve`, binary tensors (what tritonclient sends) before JSON.
-    e2e = next((name for name in ("sluice_binary", "sluice_json") if name in one and name in sixteen), None)
+    e2e: str | None = next((name for name in ("sluice_binary", "sluice_json") if name in one and name in sixteen), None)
     if e2e is not None:
-        first, busy = one[e2e], sixteen[e2e]
-        p50, p99, rps = first["p50_ms"], first["p99_ms"], busy["rps"]
+        runtime, rps_key = e2e, "rps"
         what = f"end to end through sluice serve, {e2e.removeprefix('sluice_')}"
     elif "sluice_triton_runtime" in one and "sluice_triton_runtime" in sixteen:  # bench_gpu_triton.py
-        first, busy = one["sluice_triton_runtime"], sixteen["sluice_triton_runtime"]
-        p50, p99, rps = first["p50_ms"], first["p99_ms"], busy["throughput_rps"]
+        runtime, rps_key = "sluice_triton_runtime", "throughput_rps"
         what = "the triton runtime to the server"
     else:
         raise BadRequest(
             f"{path} is not a GPU benchmark's result (bench_gpu_e2e.py or bench_gpu_triton.py)", field="benchmark"
         )
-    return Benchmarked(float(p50), float(p99), float(rps), f"benchmark {path.name}: {what}, {machine.split(',')[0]}")
+    first = _object(one[runtime], path, f"latency.concurrency_1.{runtime}")
+    busy = _object(sixteen[runtime], path, f"latency.concurrency_16.{runtime}")
+    p50 = _number(first, "p50_ms", path, f"latency.concurrency_1.{runtime}")
+    p99 = _number(first, "p99_ms", path, f"latency.concurrency_1.{runtime}")
+    rps = _number(busy, rps_key, path, f"latency.concurrency_16.{runtime}")
+    return Benchmarked(p50, p99, rps, f"benchmark {path.name}: {what}, {str(machine).split(',')[0]}")
+
+
+def _object(value: Any, path: Path, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        said = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "null")
+        raise BadRequest(f"{path}: {where} is {said}, not an object", field="benchmark")
+    return value
+
+
+def _number(entry: dict[str, Any], key: str, path: Path, where: str) -> float:
+    """A figure the cost model reads (its range is the request's to check)."""
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(f"{path} lacks a number at {where}.{key}", field="benchmark")
+    return float(value)

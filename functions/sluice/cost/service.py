@@ -55,6 +55,8 @@ class CostRequest:
             raise BadRequest("instance_rps must be between 0.001 and 1e7", field="instance_rps")
         if self.cpu_ms is not None and not 1e-3 <= self.cpu_ms <= 3.6e6:
             raise BadRequest("cpu_ms must be between 0.001 and 3600000", field="cpu_ms")
+        if self.batch_row_ms is not None and not 1e-3 <= self.batch_row_ms <= 3.6e6:
+            raise BadRequest("batch_row_ms must be between 0.001 and 3600000", field="batch_row_ms")
         if self.managed_instance_type is not None:
             model.instance_vcpus(self.managed_instance_type)  # a C, M or R type, or a 400 naming it
         for kind, (p50, p99) in (self.latencies or {}).items():

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sluice.domain.errors import InvalidInput
-from sluice.domain.values import decimal
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 MAX_CONFIG_BYTES = 1024 * 1024
 _COMMENT = re.compile(r"#[^\n]*")
-_NAME_FIELD = re.compile(r'(?:^|\s)name\s*:\s*"([^"]*)"')
+_NAME_FIELD = re.compile(r"""(?:^|\s)name\s*:\s*(?:"([^"]*)"|'([^']*)')""")  # text format takes either quote
+_VERSION = re.compile(r"0|[1-9][0-9]{0,17}")  # Triton ignores a version folder with a leading zero ("01")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def _top_level_name(config: str) -> str | None:
         elif depth == 0:
             kept.append(char)
     match = _NAME_FIELD.search("".join(kept))
-    return match.group(1) if match else None
+    return next(g for g in match.groups() if g is not None) if match else None
 
 
 def _member_path(member: tarfile.TarInfo) -> PurePosixPath | None:
@@ -106,7 +106,7 @@ def validate_repository_tarball(data: bytes | Path, default_model: str | None = 
                     raise InvalidInput(f"{path} is larger than 1 MiB", field="repository")
                 handle = tar.extractfile(member)
                 configs[top] = handle.read().decode("utf-8", errors="replace") if handle else ""
-            elif decimal(second) is not None and (len(path.parts) > 2 or member.isdir()):
+            elif _VERSION.fullmatch(second) and (len(path.parts) > 2 or member.isdir()):
                 versions.setdefault(top, set()).add(second)
             elif len(path.parts) == 3 and path.parts[2] == "config.pbtxt":
                 wrapped.add(top)
@@ -117,7 +117,10 @@ def validate_repository_tarball(data: bytes | Path, default_model: str | None = 
             hint = " (the archive wraps the repository in an extra folder; tar its contents)" if model in wrapped else ""
             raise InvalidInput(f"model folder '{model}' has no config.pbtxt{hint}", field="repository")
         if not versions.get(model):
-            raise InvalidInput(f"model '{model}' has no numbered version folder such as {model}/1/", field="repository")
+            raise InvalidInput(
+                f"model '{model}' has no numbered version folder such as {model}/1/ (Triton ignores one with a leading zero)",
+                field="repository",
+            )
         declared = _top_level_name(configs[model])
         if declared is not None and declared != model:
             raise InvalidInput(
