@@ -108,9 +108,11 @@ def test_restored_containers_draw_their_own_split_choices(process: Container) ->
         container = snapstart.after_restore() if hooks else snapstart.current()
         return _variants(container), np.random.random(4)
 
-    # Without the after-restore hook, two containers would repeat each other's choices...
+    # Without the after-restore hook, two containers would repeat each other's draws (NumPy's
+    # global generator shows it: the module's, which splits draw from, is also drawn from by any
+    # other thread of this test process, e.g. a retry's jitter, so its repeats are not asserted)...
     plain = [restore(hooks=False) for _ in range(2)]
-    assert plain[0][0] == plain[1][0] and (plain[0][1] == plain[1][1]).all()
+    assert (plain[0][1] == plain[1][1]).all()
     # ...with it, each draws its own (48 fair coin flips agree with odds 2**-48).
     first, second = restore(hooks=True), restore(hooks=True)
     assert first[0] != second[0] and not (first[1] == second[1]).all()
