@@ -545,3 +545,158 @@ def test_whether_a_joined_call_may_be_queued_is_its_members_not_the_task_that_st
     got = asyncio.run(go())
     assert [r.outputs["y"].ravel().tolist() for r in got] == [[2.0], [4.0], [6.0]]
     assert runtime.seen[0] == (3, False)  # joined: one member may be queued, so the call may be
+
+
+def test_requests_from_threads_with_their_own_event_loops_are_each_answered_on_their_own() -> None:
+    """A local batch job's scoring threads each run an event loop and share the process's
+    batcher: a request that queued behind another thread's call was answered from that thread,
+    its own loop never woken, and it waited out its deadline (25 s a call, a job of minutes)."""
+    import threading
+    import time
+
+    from sluice.domain.results import InferenceResult
+
+    started = threading.Event()
+
+    class Runtime:
+        threads: list[str] = []
+
+        async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+            self.threads.append(threading.current_thread().name)
+            started.set()
+            await asyncio.sleep(0.3)  # a slow call: the other thread's request arrives meanwhile
+            return InferenceResult({"y": next(iter(inputs.values())) * 2})
+
+    runtime, batcher = Runtime(), Batcher()
+    settings = BatchingSettings(max_batch_size=64, max_delay_us=0)
+    answered: dict[str, tuple[float, float]] = {}
+
+    def score(value: float) -> None:
+        async def one() -> None:
+            began = time.perf_counter()
+            inputs = {"x": np.full((1, 2), value, np.float32)}
+            result = await asyncio.wait_for(batcher.infer(runtime, _Version(), inputs, None, settings), 5)  # type: ignore[arg-type]
+            answered[threading.current_thread().name] = (float(result.outputs["y"][0, 0]), time.perf_counter() - began)
+
+        asyncio.run(one())
+
+    first = threading.Thread(target=score, args=(1.0,), name="first")
+    second = threading.Thread(target=score, args=(2.0,), name="second")
+    first.start()
+    assert started.wait(5)
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert sorted(runtime.threads) == ["first", "second"]  # each request's call on its own thread's loop
+    assert answered["first"][0] == 2.0 and answered["second"][0] == 4.0
+    assert answered["second"][1] < 2  # its call's time, not its deadline
+
+
+class _Named(_Gated):
+    """A slow model with two outputs, `a` (x * 2) and `b` (x * 3): it answers those asked for,
+    in the order asked (both where none is named)."""
+
+    async def infer(self, version: Any, inputs: dict[str, np.ndarray], outputs: Any = None) -> Any:
+        from sluice.domain.results import InferenceResult
+
+        await super().infer(version, inputs, outputs)
+        x = next(iter(inputs.values()))
+        return InferenceResult({name: x * (2 if name == "a" else 3) for name in outputs or ("a", "b")})
+
+
+ASKS: list[list[str] | None] = [None, ["a"], ["b"], ["a", "b"], ["b", "a"]]
+
+
+def test_the_queue_bound_and_instances_count_every_request_for_the_version_whatever_it_asks() -> None:
+    """`SLUICE_BATCHING_MAX_QUEUE` and `instances` are the version's: requests that ask for other
+    outputs wait in queues of their own, yet count against one bound and share its instances
+    (each set of outputs had a bound and an instance of its own)."""
+    runtime, batcher = _Named(), Batcher(max_queue=3)
+    settings = BatchingSettings(max_batch_size=2, max_delay_us=0, instances=1)
+
+    async def go() -> list[Any]:
+        sent = [
+            asyncio.ensure_future(batcher.infer(runtime, _Version(), {"x": np.full((1, 2), i, np.float32)}, ASKS[i % 5], settings))  # type: ignore[arg-type]
+            for i in range(10)
+        ]
+        await _turns()
+        runtime.release.set()
+        return await asyncio.gather(*sent, return_exceptions=True)
+
+    got = asyncio.run(go())
+    assert sum(isinstance(r, Overloaded) for r in got) == 7
+    assert runtime.most == 1
+    for i, answer in enumerate(got[:3]):
+        assert list(answer.outputs) == (ASKS[i] or ["a", "b"])
+
+
+def test_a_deployment_s_delay_never_holds_another_s_requests_for_the_same_version() -> None:
+    """Two deployments of one version, one waiting up to a second for company and one never:
+    the second's request does not join the first's open batch (it waited out that second)."""
+    runtime, batcher = _Gated(), Batcher()
+    runtime.release.set()
+    slow = BatchingSettings(max_batch_size=64, max_delay_us=1_000_000)
+    fast = BatchingSettings(max_batch_size=64, max_delay_us=0)
+
+    async def go() -> Any:
+        waiting = asyncio.ensure_future(batcher.infer(runtime, _Version(), {"x": np.ones((1, 2), np.float32)}, None, slow))  # type: ignore[arg-type]
+        await _turns()
+        quick = await asyncio.wait_for(batcher.infer(runtime, _Version(), {"x": np.full((1, 2), 2, np.float32)}, None, fast), 0.5)  # type: ignore[arg-type]
+        assert not waiting.done()  # the slow deployment's batch still waits, as it asked
+        waiting.cancel()
+        return quick
+
+    assert asyncio.run(go()).outputs["y"][0, 0] == 4.0
+    assert runtime.calls == [1]
+
+
+@examples(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("arrive"), st.integers(1, 4), st.integers(0, len(ASKS) - 1), st.integers(0, 1)),
+            st.tuples(st.just("turn"), st.integers(1, 3), st.just(0), st.just(0)),
+            st.tuples(st.just("cancel"), st.integers(0, 30), st.just(0), st.just(0)),
+            st.tuples(st.just("release"), st.just(0), st.just(0), st.just(0)),
+        ),
+        max_size=25,
+    ),
+    st.integers(1, 8),
+    st.integers(1, 2),
+)
+def test_requests_asking_for_any_outputs_under_any_settings_get_their_own_answers(
+    steps: list[tuple[str, int, int, int]], max_batch: int, instances: int
+) -> None:
+    """Requests for one version asking for any outputs, in any order, under either of two
+    deployments' settings: each that stays gets exactly its own rows of exactly the outputs it
+    asked for, in its order; none is left waiting; the version never has more than `instances`
+    calls under way, whichever queues they come from."""
+    runtime, batcher = _Named(), Batcher()
+    configs = [BatchingSettings(max_batch_size=max_batch, max_delay_us=us, instances=instances) for us in (0, 1000)]
+
+    async def go() -> list[tuple[np.ndarray, list[str] | None, Any]]:
+        sent: list[tuple[np.ndarray, list[str] | None, asyncio.Future[Any]]] = []
+        for kind, n, ask, config in steps:
+            if kind == "arrive":
+                rows = np.arange(len(sent) * 10, len(sent) * 10 + n * 2, dtype=np.float32).reshape(n, 2)
+                future = asyncio.ensure_future(batcher.infer(runtime, _Version(), {"x": rows}, ASKS[ask], configs[config]))  # type: ignore[arg-type]
+                sent.append((rows, ASKS[ask], future))
+            elif kind == "turn":
+                await _turns(n)
+            elif kind == "cancel" and sent:
+                sent[n % len(sent)][2].cancel()
+            elif kind == "release":
+                runtime.release.set()
+        runtime.release.set()
+        done = await asyncio.wait_for(asyncio.gather(*(f for *_, f in sent), return_exceptions=True), 10)
+        return [(rows, ask, answer) for (rows, ask, _), answer in zip(sent, done, strict=True)]
+
+    for rows, ask, answer in asyncio.run(go()):
+        if isinstance(answer, asyncio.CancelledError):
+            continue
+        assert not isinstance(answer, BaseException), answer
+        assert list(answer.outputs) == (ask or ["a", "b"])
+        for name, array in answer.outputs.items():
+            assert np.array_equal(array, rows * (2 if name == "a" else 3))
+    assert runtime.most <= instances
+    assert not batcher._versions  # every queue let go

@@ -129,6 +129,36 @@ def test_all_deployments_together_stay_within_the_byte_budget() -> None:
     assert cache.put(wide, "c", answer())
 
 
+def test_an_answer_joined_with_others_holds_only_its_own_rows_within_the_budget() -> None:
+    """An answer of adaptive batching is its rows of the joined call's output: the cache keeps
+    them on their own, never the whole joined output, so its byte budget bounds the memory it
+    holds (it kept a 1-row answer's 40 bytes while holding a 1000-row neighbour's 40,000)."""
+    import gc
+    import tracemalloc
+
+    from sluice.inference.batching import split
+
+    cache = PredictionCache(max_entry_bytes=64, max_bytes=4096)
+    dep = Deployment("acme", "scoring", {}, revision=3, cache=CacheSettings(60.0, 1000))
+    tracemalloc.start()
+    try:
+        for i in range(20):
+            joined = InferenceResult({"probs": np.ones((1001, 10), dtype=np.float32)})  # a 1-row request joined with a 1000-row one
+            parts = split(joined, [1, 1000])
+            assert parts is not None
+            small, big = parts
+            assert cache.put(dep, f"small{i}", _answer(small.outputs))
+            assert not cache.put(dep, f"big{i}", _answer(big.outputs))  # too big to keep
+            del joined, parts, small, big
+        gc.collect()
+        arrays = tracemalloc.take_snapshot().filter_traces([tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)])
+        held = sum(stat.size for stat in arrays.statistics("filename"))
+    finally:
+        tracemalloc.stop()
+    assert all(cache.get(dep, f"small{i}") is not None for i in range(20))
+    assert held <= 4096, held
+
+
 def test_an_answer_copied_from_the_shared_tier_goes_when_it_goes_there() -> None:
     """Kept no longer than the shared tier keeps it (what is left of its time there), never a
     fresh time to live of its own."""

@@ -7,12 +7,17 @@ decoded and checked against the signature, and routed, by `PredictionService.pre
 also records its statistics and its log line afterwards, as for any request. Only the call to
 the runtime is shared, at the version level (`PolicyRunner._single`):
 
-- Requests queue by version (same runtime, version, outputs asked for, and input dtypes and
-  shapes past the batch axis). A version runs at most `instances` calls at once (1 by default,
-  as one Triton model instance): while they are all under way, requests queue, and when one
-  returns the next call takes at once, in arrival order, what queued meanwhile (up to
-  `max_batch_size` rows): under load the model runs back to back on batches that grew while
-  it was busy, and nothing waits for a timer.
+- Requests queue by version, per event loop, in queues of those that can join one call (same
+  outputs asked for, in any order; same input dtypes and shapes past the batch axis; same
+  batching settings, so one deployment's delay never holds another's requests). A version runs
+  at most `instances` calls at once (1 by default, as one Triton model instance), whichever
+  queues they come from: while they are all under way, requests queue, and when one returns
+  the next call takes at once, in arrival order, what queued meanwhile in the queue whose
+  request has waited longest (up to `max_batch_size` rows): under load the model runs back to
+  back on batches that grew while it was busy, and nothing waits for a timer.
+- A queue belongs to one event loop, and its calls run and answer there: a request is only
+  ever answered on its own loop (a local batch job's scoring threads each run one, and batch
+  apart; an answer set from another thread would never wake its loop).
 - A request that finds an instance free opens a batch that waits for company at most
   `max_delay_us` (0: until the end of the event loop's current turn, with the requests
   already read); it leaves sooner when it holds `max_batch_size` rows, when the next request
@@ -32,9 +37,9 @@ the runtime is shared, at the version level (`PolicyRunner._single`):
   per input row cannot be split: each request is then run alone too.
 - A request whose deadline passes stops waiting (504) and leaves the queue; the others still
   get their answers.
-- The requests waiting for a version (queued, and in its calls under way) are at most
-  `max_queue` (`SLUICE_BATCHING_MAX_QUEUE`): past it a request is refused at once (503
-  `overloaded`, with Retry-After) rather than queued behind them.
+- The requests waiting for a version (queued in any of its queues, and in its calls under way)
+  are at most `max_queue` (`SLUICE_BATCHING_MAX_QUEUE`): past it a request is refused at once
+  (503 `overloaded`, with Retry-After) rather than queued behind them.
 
 It joins requests that one process serves at the same time (`sluice serve`, its gRPC and
 WebSocket servers); a Lambda execution environment serves one request at a time, so there
@@ -47,7 +52,7 @@ import asyncio
 import copy
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, count
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,32 +75,46 @@ class _Member:
     inputs: dict[str, np.ndarray]
     rows: int
     answer: asyncio.Future[InferenceResult]
+    outputs: Sequence[str] | None  # as its caller asked: its answer's outputs in that order
+    arrival: int  # its place in its version's arrival order, across the version's queues
     taken: bool = False  # in a call: no longer in its queue
     in_place: bool = False  # its caller reads answers in place (`ANSWERS_IN_PLACE` where it asked)
 
 
-@dataclass(slots=True)
-class _Queue:
-    """One version's requests (for one set of outputs and input shapes) and its calls."""
+@dataclass(slots=True, eq=False)
+class _Version:
+    """One version's requests on one event loop: what `max_queue` and `instances` count,
+    whichever of its queues a request is in."""
 
-    runtime: Runtime
-    version: ModelVersion
-    outputs: Sequence[str] | None
-    settings: BatchingSettings
-    members: deque[_Member] = field(default_factory=deque)
+    key: tuple[Any, ...]
+    queues: dict[tuple[Any, ...], _Queue] = field(default_factory=dict)
     waiting: int = 0  # requests not answered yet: queued and in calls under way
     running: int = 0  # calls under way
+
+
+@dataclass(slots=True, eq=False)
+class _Queue:
+    """A version's requests that can join one call (the same outputs, input shapes and settings)."""
+
+    key: tuple[Any, ...]
+    load: _Version
+    runtime: Runtime
+    version: ModelVersion
+    outputs: Sequence[str] | None  # its first request's: what its joined calls ask for
+    settings: BatchingSettings
+    members: deque[_Member] = field(default_factory=deque)
     timer: asyncio.Handle | None = None  # the open batch's delay (an instance is free)
     leading: bool = False  # a request that opened the batch waits out this turn of the loop (`Batcher._lead`)
 
 
 class Batcher:
-    """The batching queues of one process, by version (see the module's text)."""
+    """The batching queues of one process, by event loop and version (see the module's text)."""
 
     def __init__(self, *, enabled: bool = True, max_queue: int = 256) -> None:
         self.enabled = enabled
         self.max_queue = max_queue  # requests waiting per version, at most
-        self._queues: dict[tuple[Any, ...], _Queue] = {}
+        self._versions: dict[tuple[Any, ...], _Version] = {}
+        self._arrivals = count()
         self._running: set[asyncio.Task[None]] = set()  # calls under way: kept from the collector
         self.calls = 0  # joined runtime calls made (more than one request each)
         self.joined = 0  # requests answered by those calls
@@ -112,41 +131,42 @@ class Batcher:
         rows = _rows(inputs)
         if not self.enabled or rows is None:
             return await runtime.infer(version, inputs, outputs)
-        key = (
-            id(runtime),
-            version.tenant,
-            version.model,
-            version.version,
-            version.sha256,
-            tuple(outputs) if outputs else None,
-            tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items())),
-        )
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._queues[key] = _Queue(runtime, version, outputs, settings)
-        elif queue.waiting >= self.max_queue:
+        # The loop first: a request's queue, its calls and its answer are all its own loop's.
+        loop = asyncio.get_running_loop()
+        load_key = (loop, id(runtime), version.tenant, version.model, version.version, version.sha256)
+        load = self._versions.get(load_key)
+        if load is None:
+            load = self._versions[load_key] = _Version(load_key)
+        elif load.waiting >= self.max_queue:
             raise Overloaded(
-                f"{queue.waiting} requests for {version.model} version {version.version} are waiting to be batched, "
+                f"{load.waiting} requests for {version.model} version {version.version} are waiting to be batched, "
                 f"the most this worker queues: retry in {RETRY_AFTER_S} s",
                 retry_after_s=RETRY_AFTER_S,
                 limit=self.max_queue,
             )
-        queue.settings = settings  # the deployment's latest
-        member = _Member(inputs, rows, asyncio.get_running_loop().create_future(), in_place=ANSWERS_IN_PLACE.get())
+        key = (
+            frozenset(outputs) if outputs else None,
+            tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in inputs.items())),
+            settings,
+        )
+        queue = load.queues.get(key)
+        if queue is None:
+            queue = load.queues[key] = _Queue(key, load, runtime, version, outputs, settings)
+        member = _Member(inputs, rows, loop.create_future(), outputs, next(self._arrivals), in_place=ANSWERS_IN_PLACE.get())
         queue.members.append(member)
-        queue.waiting += 1
+        load.waiting += 1
         try:
-            if len(queue.members) == 1 and queue.running < settings.instances and queue.timer is None and not delay_s(settings):
-                return await self._lead(key, queue, member)
-            self._pump(key, queue, now=False)
+            if len(queue.members) == 1 and load.running < settings.instances and queue.timer is None and not delay_s(settings):
+                return await self._lead(queue, member)
+            self._pump(queue, now=False)
             return await member.answer
         finally:
-            queue.waiting -= 1
+            load.waiting -= 1
             if not member.taken:  # gave up waiting (deadline, cancelled): out of the queue
                 queue.members.remove(member)
-            self._drop_if_idle(key, queue)
+            self._drop_if_idle(queue)
 
-    async def _lead(self, key: tuple[Any, ...], queue: _Queue, member: _Member) -> InferenceResult:
+    async def _lead(self, queue: _Queue, member: _Member) -> InferenceResult:
         """A request that finds its version idle, with no delay: it waits out this turn of the
         event loop, in which the requests already read join it (as a timer would have had them),
         then, where none did, makes its call itself, in its own task (no task, timer or future
@@ -160,60 +180,70 @@ class Batcher:
             if not member.taken:
                 queue.members.remove(member)
                 member.taken = True  # out of the queue already
-            self._pump(key, queue, now=True)
+            self._pump(queue, now=True)
             raise
         queue.leading = False
-        if member.taken or len(queue.members) != 1 or queue.running >= queue.settings.instances:
-            self._pump(key, queue, now=True)
+        if member.taken or len(queue.members) != 1 or queue.load.running >= queue.settings.instances:
+            self._pump(queue, now=True)
             return await member.answer
         queue.members.popleft()
         member.taken = True
-        self._started(queue)
-        await self._run(key, queue, [member])  # its call, in its own task; the answer set as any member's
+        self._started(queue.load)
+        await self._run(queue, [member])  # its call, in its own task; the answer set as any member's
         return await member.answer
 
-    def _pump(self, key: tuple[Any, ...], queue: _Queue, *, now: bool) -> None:
+    def _pump(self, queue: _Queue, *, now: bool) -> None:
         """Start calls while an instance is free and a batch is ready: at once when `now` (the
         requests queued while every instance was busy, or the delay is up), else when full,
         when the next request would not fit, or at a preferred size; else the delay starts."""
-        instances = queue.settings.instances
-        while queue.members and queue.running < instances:
+        load, instances = queue.load, queue.settings.instances
+        while queue.members and load.running < instances:
             members = _take(queue, now=now)
             if members is None:
                 if queue.timer is None and not queue.leading:  # a leader takes them at its turn's end
                     loop = asyncio.get_running_loop()
                     delay = delay_s(queue.settings)
-                    queue.timer = loop.call_later(delay, self._expire, key, queue) if delay > 0 else loop.call_soon(self._expire, key, queue)
+                    queue.timer = loop.call_later(delay, self._expire, queue) if delay > 0 else loop.call_soon(self._expire, queue)
                 return
             if queue.timer is not None:
                 queue.timer.cancel()
                 queue.timer = None
-            self._started(queue)
-            task = asyncio.get_running_loop().create_task(self._run(key, queue, members))
+            self._started(load)
+            task = asyncio.get_running_loop().create_task(self._run(queue, members))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _started(self, queue: _Queue) -> None:
-        queue.running += 1
-        self.most_running = max(self.most_running, queue.running)
+    def _started(self, load: _Version) -> None:
+        load.running += 1
+        self.most_running = max(self.most_running, load.running)
 
-    def _expire(self, key: tuple[Any, ...], queue: _Queue) -> None:
+    def _expire(self, queue: _Queue) -> None:
         queue.timer = None
-        self._pump(key, queue, now=True)
+        self._pump(queue, now=True)
 
-    def _drop_if_idle(self, key: tuple[Any, ...], queue: _Queue) -> None:
-        if not queue.waiting and not queue.running and not queue.members and self._queues.get(key) is queue:
+    def _drop_if_idle(self, queue: _Queue) -> None:
+        load = queue.load
+        if not queue.members and load.queues.get(queue.key) is queue:
             if queue.timer is not None:
                 queue.timer.cancel()
-            del self._queues[key]
+            del load.queues[queue.key]
+        if not load.waiting and not load.running and self._versions.get(load.key) is load:
+            del self._versions[load.key]
 
-    async def _run(self, key: tuple[Any, ...], queue: _Queue, members: list[_Member]) -> None:
+    async def _run(self, queue: _Queue, members: list[_Member]) -> None:
         try:
             await self._call(queue, members)
         finally:
-            queue.running -= 1
-            self._pump(key, queue, now=True)  # what queued meanwhile goes at once
-            self._drop_if_idle(key, queue)
+            load = queue.load
+            load.running -= 1
+            # What queued meanwhile goes at once, the queue whose request waited longest first
+            # (a batch still waiting out its delay for company is left to it).
+            waiting = [q for q in load.queues.values() if q.members and q.timer is None]
+            if len(waiting) > 1:
+                waiting.sort(key=_first_arrival)
+            for next_queue in waiting:
+                self._pump(next_queue, now=True)
+            self._drop_if_idle(queue)
 
     async def _call(self, queue: _Queue, batch: list[_Member]) -> None:
         members = [m for m in batch if not m.answer.done()]  # those still waiting
@@ -224,7 +254,7 @@ class Batcher:
             return
         try:
             joined = {name: np.concatenate([m.inputs[name] for m in members]) for name in members[0].inputs}
-            result = await _infer(queue, joined, in_place=all(m.in_place for m in members))
+            result = await _infer(queue, joined, queue.outputs, in_place=all(m.in_place for m in members))
         except SluiceError as error:
             if error.status < 500:  # the joined input refused: find whose it was
                 await asyncio.gather(*(self._alone(queue, m) for m in members))
@@ -246,11 +276,13 @@ class Batcher:
         self.joined += len(members)
         for member, part in zip(members, parts, strict=True):
             if not member.answer.done():
+                if member.outputs != queue.outputs:  # the same outputs, asked in another order
+                    part.outputs = {name: part.outputs[name] for name in member.outputs or () if name in part.outputs}
                 member.answer.set_result(part)
 
     async def _alone(self, queue: _Queue, member: _Member) -> None:
         try:
-            result = await _infer(queue, member.inputs, in_place=member.in_place)
+            result = await _infer(queue, member.inputs, member.outputs, in_place=member.in_place)
         except Exception as error:
             if not member.answer.done():
                 member.answer.set_exception(error)
@@ -259,12 +291,16 @@ class Batcher:
             member.answer.set_result(result)
 
 
-async def _infer(queue: _Queue, inputs: dict[str, np.ndarray], *, in_place: bool) -> InferenceResult:
+async def _infer(queue: _Queue, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, *, in_place: bool) -> InferenceResult:
     """The runtime's call for these members, as their callers asked: a call runs in the task of
     whichever request started it, so whether its answer may be queued is the members' own
     (in place only where every member's caller reads answers in place)."""
     with answering_in_place(in_place):
-        return await queue.runtime.infer(queue.version, inputs, queue.outputs)
+        return await queue.runtime.infer(queue.version, inputs, outputs)
+
+
+def _first_arrival(queue: _Queue) -> int:
+    return queue.members[0].arrival
 
 
 def delay_s(settings: BatchingSettings) -> float:

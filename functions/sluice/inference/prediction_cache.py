@@ -218,7 +218,9 @@ class PredictionCache:
         size = max(sum(a.nbytes for a in outputs.values()), 1)
         if size > self.max_entry_bytes:
             return False
-        for array in outputs.values():
+        for name, array in outputs.items():
+            if array.base is not None:  # a view (its rows of a joined call) keeps its whole buffer alive: keep what is counted
+                outputs[name] = array = array.copy()
             array.flags.writeable = False  # shared by every hit from now on
         with self._lock:
             tier = self._tier(dep)
