@@ -184,8 +184,11 @@ def test_a_rollout_whose_candidate_gets_flipped_labels_is_rolled_back_by_the_acc
     assert held is not None and held.action == "hold" and held.numbers["metrics"]["accuracy"] == 1.0  # the candidate's alone
     said = predicted(client, key, iris_rows(120, 4), "flipped", variant="candidate")
     client.post(f"{BASE}/labels", json={"labels": labels("flipped", said, 2)}, headers=auth(key)).raise_for_status()
+    _, now = rollouts.status(acme, "iris")  # what the next look will do, on the numbers it will read
+    assert now is not None and now["next"] == "rollback" and now["checks"][0]["passes"] is False
     decision = rollouts.tick("acme", "iris")
     assert decision is not None and decision.action == "rollback" and "accuracy>=0.9" in decision.reason
+    assert now["metrics"]["accuracy"] == decision.numbers["metrics"]["accuracy"]
 
 
 def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -119,6 +119,8 @@ def test_a_rollout_whose_candidate_sees_drifted_inputs_is_rolled_back_by_the_dri
     for start in range(0, 2000, 100):  # the candidate's traffic moves
         body = {"deployment": "iris", "inputs": iris_rows(100, 100 + start, 2.0), "variant": "candidate"}
         client.post("/api/v1/predictions", json=body, headers=auth(key)).raise_for_status()
+    _, now = rollouts.status(acme, "iris")  # what the next look will do, on the numbers it will read
+    assert now is not None and now["next"] == "rollback" and now["checks"][0]["value"] > 0.2
     decision = rollouts.tick("acme", "iris")
     assert decision is not None and decision.action == "rollback" and "drift<=0.2" in decision.reason
 

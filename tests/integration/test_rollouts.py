@@ -295,6 +295,64 @@ def test_cloudwatch_alarms_reads_alarm_states(monkeypatch: pytest.MonkeyPatch) -
         assert CloudWatchAlarms(cw).firing(["calm", "loud", "absent"]) == ["loud"]
 
 
+class BrokenAlarms:
+    def firing(self, names: Any) -> list[str]:
+        raise RuntimeError("a fault of the alarms' own")
+
+
+@pytest.mark.parametrize("broken", ["throttled", "fault"])
+def test_a_look_that_fails_never_stops_the_controllers_look_at_another_rollout(
+    twin: Container, acme: Principal, globex: Principal, clock: Clock, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """acme's rollout names an alarm that cannot be read (CloudWatch throttles the call, or the
+    port fails its own way); globex's is due to advance: it does, and acme's look is a failure
+    of its own (a refused DescribeAlarms is Unavailable, naming its code)."""
+    import boto3
+    from botocore.stub import Stubber
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    stubber = Stubber(cloudwatch)
+    stubber.add_client_error("describe_alarms", service_error_code="Throttling", http_status_code=400)
+    stubber.activate()
+    alarms = CloudWatchAlarms(cloudwatch) if broken == "throttled" else BrokenAlarms()
+    service = RolloutService(twin.registry, twin.deployments, clock=clock, alarms=alarms)
+    start(service, acme, alarms=["iris-5xx"], gates="error_rate<=0.005")
+    for _ in range(2):
+        twin.models.push(globex, "gx", (MODELS / "iris.onnx").read_bytes())
+    twin.deployments.create(globex, "gx", {"kind": "single", "model": "gx", "version": 1})
+    dep = service.start(globex, "gx", to="gx:2", steps=STEPS, every="10m", gates="error_rate<=0.005", min_requests=5)
+    for _ in range(5):
+        twin.predictions.stats.request(("globex", "gx", dep.revision, "variant:candidate"), 2.0, ok=True)
+    clock.now += 600
+    done = service.run_once()
+    assert done[("globex", "gx")] == "advance"
+    assert done[("acme", "iris")] == ("failed: cannot read the rollout's alarms: Throttling" if broken == "throttled" else "failed")
+    assert twin.deployments.get(globex, "gx").rollout.weight == 5  # type: ignore[union-attr]
+    assert twin.deployments.get(acme, "iris").rollout.state == "running"  # type: ignore[union-attr]
+
+
+def test_a_deployment_an_active_rollouts_stable_policy_refers_to_cannot_be_deleted(
+    forest: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService
+) -> None:
+    """`front` rolls out from a reference to `base`, then is set by hand (the rollout pauses):
+    `base` is still what its abort restores, so deleting it is refused, naming the rollout;
+    once the rollout is aborted, `front` answers through `base` again."""
+    client = TestClient(create_app(forest))
+    forest.deployments.create(acme, "base", {"kind": "single", "model": "iris", "version": 1})
+    forest.deployments.create(acme, "front", {"kind": "ref", "deployment": "base"})
+    rollouts.start(acme, "front", to="iris:2", steps=STEPS, every="10m", gates="error_rate<=0.01")
+    forest.deployments.update(acme, "front", {"kind": "single", "model": "iris", "version": 1})
+    r = client.delete("/api/v1/deployments/base", headers=auth(keys["acme"]))
+    assert r.status_code == 409 and r.json()["field"] == "deployment", r.text
+    assert "paused rollout of deployment 'front'" in r.json()["error"]
+    r = client.post("/api/v1/deployments/front/rollout/abort", headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["policy"] == {"kind": "ref", "deployment": "base"}, r.text
+    r = client.post("/api/v1/predictions", json={"deployment": "front", "inputs": ROW}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["version"] == 1, r.text
+
+
 def test_one_rollout_at_a_time_and_bad_input_names_the_field(
     forest: Container, acme: Principal, rollouts: RolloutService
 ) -> None:
@@ -307,7 +365,11 @@ def test_one_rollout_at_a_time_and_bad_input_names_the_field(
     with pytest.raises(Unprocessable) as missing:
         start(rollouts, acme, to="iris:9")
     assert missing.value.field == "to"
-    start(rollouts, acme)
+    forest.deployments.update(acme, "iris", None, cache={"ttl_s": 60, "max_entries": 100})
+    with pytest.raises(Unprocessable) as random_split:  # a cached deployment's split must be sticky
+        start(rollouts, acme)
+    assert random_split.value.field == "routing_key"
+    start(rollouts, acme, routing_key="x-user-id")
     with pytest.raises(Conflict) as twice:
         start(rollouts, acme)
     assert twice.value.field == "deployment"
@@ -421,6 +483,33 @@ def test_a_rollout_from_a_graph_advances_like_any_other(
     moved = rollouts.tick("acme", "iris")
     assert moved is not None and moved.action == "advance" and moved.numbers["metrics"]["agreement"] == 1.0
     assert weights(twin.deployments.get(acme, "iris").policy)["candidate"] == 5
+
+
+def test_a_rollout_judges_its_own_candidate_only_not_one_reached_through_a_reference(
+    twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    """`front` refers to `base`, whose variant and mirror are also named `candidate` (allowed
+    outside a rollout, and `base` may change at any time): the rollout of `front` counts only
+    what its own candidate answered and compared, and holds while that is nothing."""
+    client = TestClient(create_app(twin))
+    v1, v2 = ({"kind": "single", "model": "iris", "version": n} for n in (1, 2))
+    shadowed = {"kind": "shadow", "primary": v1, "mirrors": [{"name": "candidate", "target": v2}]}
+    twin.deployments.create(acme, "base", {"kind": "split", "variants": [{"name": "candidate", "weight": 100, "target": shadowed}]})
+    twin.deployments.create(acme, "front", {"kind": "ref", "deployment": "base"})
+    rollouts.start(acme, "front", to="iris:2", steps=STEPS, every="10m", gates="agreement>=0.98,error_rate<=0.005", min_requests=10)
+    for _ in range(12):
+        r = client.post("/api/v1/predictions", json={"deployment": "front", "inputs": ROW, "variant": "stable"}, headers=auth(keys["acme"]))
+        assert r.status_code == 200 and r.json()["version"] == 1, r.text
+    clock.now += 600
+    decision = rollouts.tick("acme", "front")
+    assert decision is not None and decision.action == "hold", decision
+    assert decision.reason.startswith("waiting for traffic: 0 of 10 candidate requests")
+    metrics = decision.numbers["metrics"]
+    assert (metrics["candidate_requests"], metrics["stable_requests"], metrics["compared"]) == (0, 12, 12)
+    stats = client.get("/api/v1/deployments/front/stats", headers=auth(keys["acme"])).json()
+    assert stats["variants"]["stable/@base/candidate"]["requests"] == 12  # counted by its path
+    assert stats["mirrors"]["stable/@base/candidate/candidate"]["compared"] == 12
+    assert stats["mirrors"]["stable/candidate"]["compared"] == 12  # the rollout's own
 
 
 def test_a_candidate_whose_inputs_are_refused_is_rolled_back_by_invalid_input_rate(

@@ -76,6 +76,12 @@ class Call:
     # The lookup steps the request ran, reported in its prediction line rather than a line each
     # (`LookupSteps.lookup`); None outside a request (a batch chunk's, a mirror's): a line each.
     looked: list[tuple[Lookup, Looked]] | None = None
+    # Where in the deployment's policy the walk is: the variants chosen on the way and the
+    # references followed (`@name`), joined by "/". Variants and mirrors are counted by it
+    # (`subject`), so one nested in another or reached through a reference (whose deployment
+    # changes on its own) is never counted as a variant of the same name at the top: a
+    # rollout's gates read the top's.
+    path: str = ""
 
     @property
     def tenant(self) -> str:
@@ -91,7 +97,19 @@ class Call:
         """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.path,
+        )  # fmt: skip
+
+    def subject(self, name: str) -> str:
+        """`name` (a variant's, a mirror's, a reference's) at this point of the walk."""
+        return f"{self.path}/{name}" if self.path else name
+
+    def under(self, path: str) -> Call:
+        """This call further down the policy, at `path` (a copy: an ensemble's members walk
+        their branches concurrently with one call)."""
+        return Call(
+            self.deployment, self.deadline, self.routing, self.variant, self.request_id, self.outputs, self.checked,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, path,
         )  # fmt: skip
 
 
@@ -155,14 +173,15 @@ class PolicyRunner:
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
         if depth >= MAX_REF_DEPTH:
             raise BackendError("deployment references nest too deep", field="policy")
-        return await self.run(await self.lookups.node_of(call.tenant, node.deployment), call, arrays, depth + 1)
+        node_of = await self.lookups.node_of(call.tenant, node.deployment)
+        return await self.run(node_of, call.under(call.subject(f"@{node.deployment}")), arrays, depth + 1)
 
     async def _shadow(self, node: Shadow, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
         answer = await self.run(node.primary, call, arrays, depth + 1)
         if call.spawn_mirrors:
             for mirror in node.mirrors:
                 if sampled(mirror.sample_percent):
-                    call.mirrors.append(_shadow_job(call, mirror.name, mirror.target, arrays, answer))
+                    call.mirrors.append(_shadow_job(call, call.subject(mirror.name), mirror.target, arrays, answer))
         return answer
 
     async def _split(self, node: Split, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
@@ -171,13 +190,16 @@ class PolicyRunner:
         if chosen is None:
             if node.bandit is not None:
                 rewards = await self.lookups.rewards_of(dep.tenant, dep.name, dep.revision)
+                if call.path:  # a nested split's rewards are its variants' paths'
+                    rewards = {k.removeprefix(f"{call.path}/"): r for k, r in rewards.items() if k.startswith(f"{call.path}/")}
                 chosen = bandit_pick(node.variants, node.bandit, rewards)
                 if call.request_id:
-                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, chosen.name)
+                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, call.subject(chosen.name))
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
                 chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)
-        answer = await self.run_counted(chosen.target, call, arrays, depth + 1, f"variant:{chosen.name}", invalid=True)
+        path = call.subject(chosen.name)
+        answer = await self.run_counted(chosen.target, call.under(path), arrays, depth + 1, f"variant:{path}", invalid=True)
         answer.variant = chosen.name if answer.variant is None else f"{chosen.name}/{answer.variant}"
         return answer
 

@@ -387,12 +387,17 @@ class DeploymentService:
         """The deployment and what is bound to it (its follow binding, its monitoring
         baseline) go; its history stays. A deployment created again under its name starts
         with none of them (and from revisions of its own: `Deployment.revision`). Refused
-        (`before_delete`: Conflict) while it has an endpoint: that is undeployed first."""
+        (Conflict) while another deployment or an active rollout's stable policy refers to it,
+        and (`before_delete`) while it has an endpoint: that is undeployed first."""
         principal.require("admin")
         self.registry.get_deployment(principal.tenant, name)  # this tenant's, or 404 before anything else is asked
         dependents = [d.name for d in self._dependents(principal.tenant, name)]
         if dependents:
             raise Conflict(f"deployment '{name}' is referenced by {dependents}; point them elsewhere first", field="deployment")
+        for other in self.registry.list_deployments(principal.tenant):  # what a rollback restores, as for versions
+            rollout = other.rollout
+            if rollout is not None and rollout.active and name in referenced_deployments(parse_policy(rollout.stable)):
+                raise Conflict(f"deployment '{name}' is held by the {rollout.state} rollout of deployment '{other.name}'; finish or abort it first", field="deployment")
         self._before_delete(principal.tenant, name)
         self.registry.delete_deployment(principal.tenant, name, by=principal.subject)
         self._on_change(principal.tenant, name)

@@ -67,12 +67,7 @@ class RolloutController:
                 if decision.action != "rollback":
                     return decision
             else:
-                metrics = gate_metrics(service.deployments.read_stats(tenant, name, dep.revision))
-                if service.monitor is not None and any(g.metric == "drift" for g in rollout.parsed_gates()):
-                    metrics["drift"] = service.monitor().drift(tenant, name, dep.revision, CANDIDATE)
-                if service.monitor is not None and any(g.metric in QUALITY for g in rollout.parsed_gates()):
-                    metrics.update(service.monitor().quality_gate(tenant, name, dep.revision, CANDIDATE))
-                decision = evaluate(rollout, metrics, now)
+                decision = evaluate(rollout, self.metrics(dep, rollout), now)
             if (
                 decision.action != "rollback"
                 and ep is not None
@@ -117,6 +112,19 @@ class RolloutController:
                 }
                 service.move(principal, dep, moved, moved.step_policy(), note)
             return decision
+
+    def metrics(self, dep: Deployment, rollout: Rollout) -> dict[str, Any]:
+        """Every metric the rollout's gates read at the deployment's current revision: the
+        counters' (`gate_metrics`), and drift and quality from monitoring where a gate names
+        them. A look and the status (`RolloutService.status`) judge the same numbers."""
+        service = self.service
+        metrics = gate_metrics(service.deployments.read_stats(dep.tenant, dep.name, dep.revision))
+        named = {g.metric for g in rollout.parsed_gates()}
+        if service.monitor is not None and "drift" in named:
+            metrics["drift"] = service.monitor().drift(dep.tenant, dep.name, dep.revision, CANDIDATE)
+        if service.monitor is not None and named.intersection(QUALITY):
+            metrics.update(service.monitor().quality_gate(dep.tenant, dep.name, dep.revision, CANDIDATE))
+        return metrics
 
     def _await_variant(
         self, principal: Principal, dep: Deployment, rollout: Rollout, now: float
@@ -205,6 +213,10 @@ class RolloutController:
                     extra={"tenant": tenant, "deployment": name, "error": exc.message},
                 )
                 done[(tenant, name)] = f"failed: {exc.message}"
+                continue
+            except Exception:  # a fault of its own: logged whole, and the others still looked at
+                log.exception("rollout look failed", extra={"tenant": tenant, "deployment": name})
+                done[(tenant, name)] = "failed"
                 continue
             if decision is not None:
                 done[(tenant, name)] = decision.action

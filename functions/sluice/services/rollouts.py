@@ -10,23 +10,25 @@ judged on its own traffic. What a rollout is and what each look decides is pure
 
 A deployment bound to its SageMaker endpoint (or the local twin's) has the endpoint's
 production-variant weights moved with every start, step, resume, rollback, abort and
-completion (`sluice.services.rollout_endpoints`): before the change is written, and only
-while the endpoint is InService. When it is not, the change is written all the same (sluice's
-own routing never waits; its note says the weights wait) and the rollout's endpoint weights
-are pending: each later look tries again, and the look that moves them records it as a change
-of its own, from which a running step's clock and counts start afresh. Until then a running
-rollout does not advance (it still rolls back). A rollout whose candidate had no variant on
+completion (`sluice.services.rollout_endpoints`): before the change is written (put back to
+the stored state's where that write is refused), and only while the endpoint is InService.
+When it is not, the change is written all the same (sluice's own routing never waits; its
+note says the weights wait) and the rollout's endpoint weights are pending: each later look
+tries again, and the look that moves them records it as a change of its own, from which a
+running step's clock and counts start afresh. Until then a running rollout does not advance
+(it still rolls back). A rollout whose candidate had no variant on
 the endpoint adds one at start and begins its first step once the endpoint is InService with
 it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from sluice.domain.errors import Conflict, InvalidRequest
+from sluice.domain.errors import Conflict, InvalidRequest, Unprocessable
 from sluice.domain.rollouts import (
     MAX_MIN_REQUESTS,
     Decision,
@@ -43,7 +45,6 @@ from sluice.domain.rollouts import (
 from sluice.domain.values import parse_model_version
 from sluice.services.models import require_found
 from sluice.services.rollout_controller import RolloutController
-from sluice.stats.verdicts import gate_metrics
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -180,6 +181,12 @@ class RolloutService:
             "step": 0,
             "weight": rollout.weight,
         }
+        if dep.cache is not None:  # the split's routing_key is the rollout's: named as such
+            from sluice.domain.policy import parse_policy, uncacheable
+
+            found = uncacheable(parse_policy(rollout.step_policy()))
+            if found is not None and found[0] == "policy.routing_key":
+                raise Unprocessable(found[1], field="routing_key")
         waiting = waiting_reason(rollout)
         if waiting is not None:
             rollout = replace(rollout, reason=f"started: {waiting}")
@@ -197,7 +204,7 @@ class RolloutService:
         if dep.rollout is None or not dep.rollout.active:
             return dep, None
         now = self.clock()
-        metrics = gate_metrics(self.deployments.read_stats(principal.tenant, name, dep.revision))
+        metrics = self.controller.metrics(dep, dep.rollout)
         decision = evaluate(dep.rollout, metrics, now)
         results = decision.numbers["gates"]
         running = dep.rollout.state == "running"
@@ -304,9 +311,11 @@ class RolloutService:
         note: dict[str, Any],
     ) -> Deployment:
         """Write a move of the rollout, the endpoint's weights moved first where it has them
-        (the note says whether they moved, or wait for the endpoint)."""
+        (the note says whether they moved, or wait for the endpoint). A write refused for a
+        change made in between puts the weights of the rollout as it is now back."""
         ep = rollout.endpoint
         target = endpoint_weights(rollout)
+        moved = False
         if ep is not None and self.endpoints is not None and target is not None:
             moved, status = self.endpoints.apply(ep.name, target)
             waits = not moved and status != "gone"
@@ -321,9 +330,40 @@ class RolloutService:
                 **note,
                 "endpoint": {"name": ep.name, "weights": target, "moved": moved, "status": status},
             }
-        return self.deployments.update(
-            principal, dep.name, policy, expected_revision=dep.revision, rollout=rollout, note=note
-        )
+        try:
+            return self.deployments.update(
+                principal, dep.name, policy, expected_revision=dep.revision, rollout=rollout, note=note
+            )
+        except Conflict:
+            if moved:
+                self._put_back(principal, dep.name)
+            raise
+
+    def _put_back(self, principal: Principal, name: str) -> None:
+        """The endpoint weights of the rollout as stored, on the endpoint again after a move
+        whose write was refused; where the endpoint does not take them now, they are marked
+        pending, so that the controller's looks put them on (a paused rollout's too)."""
+        assert self.endpoints is not None
+        stored = self.registry.get_deployment(principal.tenant, name)
+        rollout = stored.rollout
+        target = endpoint_weights(rollout) if rollout is not None else None
+        if rollout is None or rollout.endpoint is None or target is None:
+            return
+        ep = rollout.endpoint
+        moved, status = self.endpoints.apply(ep.name, target)
+        if moved or status == "gone" or ep.pending:
+            return
+        waiting = replace(ep, pending=True, waiting_since=self.clock())
+        note = {
+            "rollout": "endpoint",
+            "reason": f"endpoint {ep.name} ({status}) is to get the weights of this state back",
+            "endpoint": {"name": ep.name, "weights": target, "moved": False, "status": status},
+        }
+        with contextlib.suppress(Conflict):  # changed yet again: the next look reads that
+            self.deployments.update(
+                principal, name, None, expected_revision=stored.revision,
+                rollout=replace(rollout, endpoint=waiting), note=note,
+            )  # fmt: skip
 
     # The controller's looks (`sluice.services.rollout_controller`) --------------------------
     def tick(self, tenant: str, name: str) -> Decision | None:

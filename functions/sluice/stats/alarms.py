@@ -22,10 +22,21 @@ class CloudWatchAlarms:
         self.client = client
 
     def firing(self, names: Sequence[str]) -> list[str]:
+        """Refused (throttled, denied, unreachable): Unavailable, with the error's code."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from sluice.domain.errors import Unavailable
+
         if not names:
             return []
-        found = self.client.describe_alarms(
-            AlarmNames=list(names), AlarmTypes=["MetricAlarm", "CompositeAlarm"]
-        )
+        try:
+            found = self.client.describe_alarms(
+                AlarmNames=list(names), AlarmTypes=["MetricAlarm", "CompositeAlarm"]
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "error")
+            raise Unavailable(f"cannot read the rollout's alarms: {code}", field="alarms") from None
+        except BotoCoreError as exc:
+            raise Unavailable(f"cannot read the rollout's alarms: {type(exc).__name__}", field="alarms") from None
         alarms = [*found.get("MetricAlarms", []), *found.get("CompositeAlarms", [])]
         return sorted(a["AlarmName"] for a in alarms if a.get("StateValue") == "ALARM")

@@ -66,10 +66,11 @@ def comparison(counters: Mapping[str, float]) -> dict[str, Any]:
 
 def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The gate metrics (module docstring of `sluice.domain.rollouts`) from one revision's
-    counters, with the counts behind them."""
+    counters, with the counts behind them: its split's variants at the top of the policy and
+    the mirror of its stable variant, each counted by its path (`sluice.inference.execution.Call.path`)."""
     candidate = traffic(counters.get(f"variant:{CANDIDATE}", {}))
     stable = traffic(counters.get(f"variant:{STABLE}", {}))
-    mirror_counters = counters.get(f"mirror:{CANDIDATE}", {})
+    mirror_counters = counters.get(f"mirror:{STABLE}/{CANDIDATE}", {})
     compared = comparison(mirror_counters)
     c99, s99 = candidate["latency_ms"]["p99"], stable["latency_ms"]["p99"]
     labelled = mirror_counters.get("labelled", 0)

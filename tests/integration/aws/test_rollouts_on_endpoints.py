@@ -346,3 +346,23 @@ def test_a_deployment_without_an_endpoint_never_builds_the_control_plane(world: 
     dep = service.start(ACME, "plain", to="mlp:2", steps="50,100", every="1m", gates="error_rate<=0.01", min_requests=1)
     assert dep.rollout is not None and dep.rollout.endpoint is None
     assert service.run_once() == {("acme", "plain"): "hold"} and built == []
+
+
+def test_a_pause_between_the_controllers_read_and_its_write_leaves_the_endpoint_at_the_paused_step(world: World) -> None:
+    """A person pauses while the controller's look is deciding to advance: the look's write is
+    refused, and the endpoint keeps (gets back) the weights of the paused step, not the next."""
+    _deploy(world, _split(1.0, 0.0))
+    start(world, steps="1,50,100")
+    traffic(world, current(world))
+    world.clock.now += 600
+    paused: list[int] = []
+
+    def pause_first(**_: Any) -> None:  # as the controller's weights go out, a person pauses
+        if not paused:
+            paused.append(world.client.post("/api/v1/deployments/ranker/rollout/pause", headers=auth(world.key)).status_code)
+
+    world.sagemaker.meta.events.register("before-call.sagemaker.UpdateEndpointWeightsAndCapacities", pause_first)
+    assert world.rollouts.run_once() == {("acme", "ranker"): "changed meanwhile"} and paused == [200]
+    dep = current(world)
+    assert dep.rollout is not None and dep.rollout.state == "paused" and dep.rollout.weight == 1
+    assert live(world) == {"blue": 99.0, "green": 1.0} == dep.rollout.endpoint.weights  # type: ignore[union-attr]
