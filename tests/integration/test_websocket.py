@@ -122,6 +122,27 @@ def test_concurrent_messages_are_each_answered_under_their_own_id(client: TestCl
     assert all((a.get("prediction") == "setosa") == (int(rid[1:]) % 2 == 1) for rid, a in answers.items())
 
 
+@pytest.mark.parametrize("request_id", [7, "x" * 129], ids=["a number", "129 characters"])
+def test_a_request_id_that_is_not_one_is_refused_under_no_id(client: TestClient, keys: dict[str, str], request_id: Any) -> None:
+    """An id the client cannot match is never made up for it: the refusal carries `null`, as
+    for a message that does not read."""
+    with client.websocket_connect(URL, headers=auth(keys["acme"])) as ws:
+        refused = ask(ws, {**SETOSA, "request_id": request_id})
+        assert (refused["request_id"], refused["status"], refused["field"]) == (None, 422, "request_id")
+        v2 = ask(ws, {"deployment": "iris", "v2": {"id": request_id, "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}]}})
+        assert (v2["request_id"], v2["status"], v2["field"]) == (None, 422, "v2.id")
+
+
+def test_an_upload_is_refused_by_name_not_ignored(client: TestClient, keys: dict[str, str]) -> None:
+    upload = "0123456789abcdef0123456789abcdef"
+    v2 = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [5.1, 3.5, 1.4, 0.2]}], "parameters": {"upload_id": upload}}
+    with client.websocket_connect(URL, headers=auth(keys["acme"])) as ws:
+        for message in ({"request_id": "u", "deployment": "iris", "upload_id": upload}, {"request_id": "u", "deployment": "iris", "v2": v2}):
+            refused = ask(ws, message)
+            assert (refused["request_id"], refused["status"], refused["field"]) == ("u", 400, "upload_id"), refused
+            assert "HTTP" in refused["error"]
+
+
 def _limited(tmp_path: Path, acme: Principal, **settings: Any) -> tuple[TestClient, Container, str]:
     from sluice.demo import install_demo
 
@@ -141,6 +162,16 @@ def test_a_connection_past_its_message_rate_gets_an_error_and_stays_open(tmp_pat
         assert ask(ws, {**SETOSA, "request_id": "5"})["code"] == "rate_limited"  # open, still limited
     with client.websocket_connect(URL, headers=auth(key)) as ws:  # the rate is the connection's
         assert ask(ws, SETOSA)["prediction"] == "setosa"
+
+
+@pytest.mark.parametrize(("junk", "status"), [('{"request_id": "j", ', 422), ("x" * 2_000_000, 413)], ids=["not json", "over the size"])
+def test_every_message_counts_against_the_rate_whether_it_reads_or_not(tmp_path: Path, acme: Principal, junk: str, status: int) -> None:
+    client, _, key = _limited(tmp_path, acme, websocket_rate_limit="3/minute")
+    with client.websocket_connect(URL, headers=auth(key)) as ws:
+        assert [ask(ws, junk)["status"] for _ in range(3)] == [status] * 3
+        refused = ask(ws, {**SETOSA, "request_id": "good"})
+        assert (refused["request_id"], refused["code"]) == ("good", "rate_limited")
+        assert ask(ws, junk)["code"] == "rate_limited"
 
 
 def test_a_revoked_key_stops_an_open_connection(tmp_path: Path, acme: Principal) -> None:

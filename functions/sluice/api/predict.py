@@ -65,8 +65,9 @@ def _kept(container: Container, principal: Principal, prediction: Prediction, bo
     return JSONResponse(kept, status_code=303, headers={"Location": kept["result"], "x-request-id": id_header(rid)})
 
 
-def _rows(body: PredictionBody) -> str:
-    """The field a simple-JSON request carries its rows in (named when its answer is too large)."""
+def rows_field(body: PredictionBody) -> str:
+    """The field a simple-JSON request carries its rows in (named when its answer is too large;
+a WebSocket message names it alike: `sluice.api.socket.rows_field`)."""
     return "batch" if body.batch is not None else "features" if body.features is not None else "inputs"
 
 
@@ -179,7 +180,7 @@ def hot_routes() -> list[HotRoute]:
 
     v2 = ("v2 (Open Inference Protocol)",)
     return [
-        HotRoute("POST", "/api/v1/predictions", PredictionBody, PredictionResponse, predict, "Predict with a deployment", ("predictions",), ERRORS, rows=_rows),
+        HotRoute("POST", "/api/v1/predictions", PredictionBody, PredictionResponse, predict, "Predict with a deployment", ("predictions",), ERRORS, rows=rows_field),
         HotRoute("POST", "/v2/models/{name}/infer", InferenceRequest, InferenceResponse, infer, "v2: infer", v2, ERRORS, binary=True),
         HotRoute(
             "POST", "/v2/models/{name}/versions/{version}/infer", InferenceRequest, InferenceResponse, infer,

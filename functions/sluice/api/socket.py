@@ -2,9 +2,10 @@
 
 `Session.answer(raw)` is the whole of it, shared by the local route of `sluice serve`
 (`sluice.api.websocket`) and the API Gateway WebSocket Lambda (`sluice.handlers.websocket`):
-the principal is fixed when the connection opens; each message is checked (size, JSON, rate,
-the key still active, the schema), turned into the core's request, passed to the one
-prediction call, and presented as the simple JSON API (or the v2 API) presents it. Every
+the principal is fixed when the connection opens; each message is checked (the key still
+active, the rate, which counts every message, then size, JSON, the schema), turned into the
+core's request, passed to the one prediction call, and presented as the simple JSON API (or
+the v2 API) presents it. Every
 failure is an answer in the HTTP API's error body with the message's `request_id` and the
 `status` the HTTP API would have answered: a bad message never costs the connection.
 
@@ -30,7 +31,6 @@ from sluice.domain.errors import (
     InvalidRequest,
     PayloadTooLarge,
     SluiceError,
-    Unauthenticated,
 )
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.domain.values import VersionNumber
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from sluice.wiring import Container
 
 MAX_REQUEST_ID = 128
+UPLOADS_ARE_FOR_HTTP = "upload_id: uploads are for the HTTP API; over a WebSocket, send the inputs in the message"
 
 
 class MessageRate(Protocol):
@@ -115,7 +116,9 @@ class Session:
         try:
             try:
                 await self.key.check()  # first: a revoked key's next message is refused, whatever it holds
-            except Unauthenticated:
+                if self.rate_limit is not None:  # then every message counts, whether it reads or not
+                    await self.rate_limit.check(self.connection_id)
+            except SluiceError:
                 request_id = self._request_id_of(raw)  # the refusal carries the message's id where it has one
                 raise
             if _size(raw, self.max_message_bytes) > self.max_message_bytes:
@@ -125,8 +128,6 @@ class Session:
                 )
             message = _parse(raw)
             request_id = _request_id(message)
-            if self.rate_limit is not None:
-                await self.rate_limit.check(self.connection_id)
             with self.admission.held(self.principal) if self.admission is not None else contextlib.nullcontext():
                 return await self._predict(message, request_id)
         except Exception as exc:
@@ -154,6 +155,8 @@ class Session:
             wrapped = V2Message.model_validate(message)
             body = wrapped.v2
             params = body.parameters or {}
+            if params.get("upload_id") is not None:
+                raise BadRequest(UPLOADS_ARE_FOR_HTTP, field="upload_id")
             wanted = tuple(out.name for out in body.outputs) if body.outputs else None
             request = PredictionRequest(
                 deployment=wrapped.deployment,
@@ -171,6 +174,8 @@ class Session:
             classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
             return {"request_id": request_id, **v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)}
         simple = PredictionBody.model_validate(message)
+        if simple.upload_id is not None:
+            raise BadRequest(UPLOADS_ARE_FOR_HTTP, field="upload_id")
         request = PredictionRequest(
             deployment=simple.deployment,
             inputs=RowInputs(inputs=simple.inputs, features=simple.features, batch=simple.batch),
@@ -190,6 +195,18 @@ class Session:
         """Whether statistics are due a flush (`container.predictions.flush_stats_if_due`),
         which the transport runs after the answer has gone out."""
         return self.container.predictions.stats_due()
+
+
+def rows_field(raw: bytes | str) -> str:
+    """The field a message carries its rows in, named as the HTTP API names it when an answer
+    is too large to send (`v2.inputs` for a v2 message; `body` for one that is no prediction)."""
+    from sluice.api.predict import rows_field as simple_rows
+
+    try:
+        message = _parse(raw)
+        return "v2.inputs" if "v2" in message else simple_rows(PredictionBody.model_validate(message))
+    except (SluiceError, ValueError):  # pydantic's ValidationError is a ValueError
+        return "body"
 
 
 def _size(raw: bytes | str, most: int) -> int:
@@ -215,10 +232,13 @@ def _parse(raw: bytes | str) -> dict[str, Any]:
 
 
 def _request_id(message: dict[str, Any]) -> str:
-    """The message's own id (a v2 request's `id` will do), else a fresh one."""
-    given = message.get("request_id")
+    """The message's own id (a v2 request's `id` will do), else a fresh one. An id that is not
+    one is refused, naming it, with no id: a fresh one would match nothing the client sent."""
+    field, given = "request_id", message.get("request_id")
     if given is None and isinstance(message.get("v2"), dict):
-        given = message["v2"].get("id")
-    if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
-        return given
-    return os.urandom(16).hex()
+        field, given = "v2.id", message["v2"].get("id")
+    if given is None or given == "":
+        return os.urandom(16).hex()
+    if not isinstance(given, str) or len(given) > MAX_REQUEST_ID:
+        raise InvalidRequest(f"{field}: a string of at most {MAX_REQUEST_ID} characters", field=field)
+    return given

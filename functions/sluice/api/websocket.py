@@ -31,7 +31,7 @@ from sluice.api.socket import Session, encode, error_answer
 from sluice.domain.errors import Unauthenticated
 from sluice.inline import timeout
 from sluice.registry.scope import bind_tenant, unbind_tenant
-from sluice.services.keys import SUBPROTOCOL, presented_key
+from sluice.services.keys import SUBPROTOCOL, handshake_headers, presented_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -96,7 +96,7 @@ class Sockets:
                 container,
                 principal,
                 connection_id=os.urandom(8).hex(),
-                headers=socket.headers,
+                headers=handshake_headers(socket.headers),  # as the AWS Lambda gets them
                 rate_limit=self.rate_limit(container),
                 admission=container.admission,  # each message is a prediction: its key's and the process's
                 checked_at=checked_at,

@@ -14,6 +14,7 @@ from sluice.startup import pause_in_lambda, started
 
 pause_in_lambda()  # in Lambda, the collector off until this module has loaded (`sluice.startup`)
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 
 from sluice.domain.errors import Unauthenticated
-from sluice.services.keys import presented_key, split_key
+from sluice.services.keys import handshake_headers, presented_key, split_key
 
 if TYPE_CHECKING:
     from sluice.domain import Principal
@@ -91,10 +92,14 @@ def _context(principal: Principal) -> dict[str, str]:
 
 def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, keys: KeyService) -> dict[str, Any]:
     """A WebSocket API's `$connect`: allowed or denied on that route alone (its method ARN ends
-    in `$connect`, with no HTTP method); the context rides along with every later message of
-    the connection as `requestContext.authorizer`."""
+    in `$connect`, with no HTTP method); the context, with the handshake's headers as JSON
+    (`handshake_headers`), rides along with every later message of the connection as
+    `requestContext.authorizer`."""
     principal = _principal_of(api_key_of(event), keys)
     allowed = principal is not None
+    context: dict[str, str] = {}
+    if principal is not None:  # messages carry no headers: the handshake's ride with the principal
+        context = {**_context(principal), "headers": json.dumps(handshake_headers(event.headers), ensure_ascii=False)}
     return {
         "principalId": principal.subject if principal is not None else "anonymous",
         "policyDocument": {
@@ -103,7 +108,7 @@ def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, keys: KeyServi
                 {"Action": "execute-api:Invoke", "Effect": "Allow" if allowed else "Deny", "Resource": event["methodArn"]}
             ],
         },
-        **({"context": _context(principal)} if principal is not None else {}),
+        **({"context": context} if context else {}),
     }
 
 

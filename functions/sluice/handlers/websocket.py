@@ -1,9 +1,10 @@
 """The WebSocket Lambda: API Gateway WebSocket API routes `$connect`, `$default`, `$disconnect`.
 
 - `$connect` runs after the REQUEST authorizer (`sluice.handlers.authorizer.authorize_connect`)
-  allowed the key; the tenant it found rides in `requestContext.authorizer` of every later
-  message of the connection, where no client can set it. The answer accepts `sluice.v1` when
-  the client offered it (a browser's `bearer.<key>` subprotocol is never echoed).
+  allowed the key; the tenant it found, and the handshake's headers (messages carry none),
+  ride in `requestContext.authorizer` of every later message of the connection, where no
+  client can set them. The answer accepts `sluice.v1` when the client offered it (a
+  browser's `bearer.<key>` subprotocol is never echoed).
 - `$default` answers one message with `sluice.api.socket.Session`, the same core as the local
   route of `sluice serve`, and posts the answer to the connection through the API Gateway
   Management API. A client that has gone (GoneException) is no error. A key revoked since the
@@ -23,6 +24,7 @@ pause_in_lambda()  # in Lambda, the collector off until this module has loaded (
 
 import base64
 import contextlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.inference.loop import container_loop
@@ -68,6 +70,17 @@ def principal_of(event: dict[str, Any]) -> Principal | None:
     return Principal(str(tenant), frozenset(scopes), str(context.get("subject") or context.get("principalId") or ""))
 
 
+def headers_of(event: dict[str, Any]) -> dict[str, str]:
+    """The handshake's headers the `$connect` authorizer kept (`services.keys.handshake_headers`),
+    for a message to be routed as on `sluice serve`; none where it kept none."""
+    kept = ((event.get("requestContext") or {}).get("authorizer") or {}).get("headers")
+    try:
+        found = json.loads(kept) if kept else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
 def connect(event: dict[str, Any]) -> dict[str, Any]:
     if principal_of(event) is None:  # only reachable without the authorizer: refuse
         return {"statusCode": 401}
@@ -89,16 +102,18 @@ async def message(event: dict[str, Any], *, container: Container, clients: AwsCl
     body = event.get("body") or ""
     raw: bytes | str = base64.b64decode(body) if event.get("isBase64Encoded") else body
     with use_tenant(principal.tenant):  # the registry acts for this tenant alone
-        session = Session(container, principal, connection_id=connection, rate_limit=_rate(container, principal.tenant))
+        session = Session(
+            container, principal, connection_id=connection, headers=headers_of(event), rate_limit=_rate(container, principal.tenant)
+        )
         answer = await session.answer(raw)
     data = encode(answer)
     if len(data) > MAX_ANSWER_BYTES:
-        from sluice.api.socket import error_answer
+        from sluice.api.socket import error_answer, rows_field
         from sluice.domain.errors import PayloadTooLarge
 
         too_large = PayloadTooLarge(
             f"the answer is over the {MAX_ANSWER_BYTES} bytes a WebSocket message may carry: ask for fewer rows or outputs",
-            field="body",
+            field=rows_field(raw),
         )
         data = encode(error_answer(too_large, answer.get("request_id")))
     management = _management(event, clients or _clients(container))

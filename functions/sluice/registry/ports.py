@@ -7,10 +7,11 @@ Conflict, naming the field. A service types its dependency as the narrowest port
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
     from sluice.domain.follows import Follow
@@ -257,13 +258,24 @@ class AnswerRegistry(Protocol):
     def put_cached_answer(self, tenant: str, deployment: str, key: str, body: bytes, *, expires_at: float) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class MessageWindow:
+    """One fixed window of a connection's rate: its name (such as `1s#1764160000`), the
+    messages it holds, and when its count may be removed (epoch seconds)."""
+
+    name: str
+    limit: int
+    expires_at: float
+
+
 class ConnectionRegistry(Protocol):
     """Messages counted per WebSocket connection in fixed windows, shared by every container
     that answers the connection (a Lambda keeps no count between invocations)."""
 
-    def count_message(self, tenant: str, connection: str, window: str, *, limit: int, expires_at: float) -> bool:
-        """Count one message of `connection` in `window` (a name, such as `1s#1764160000`):
-        True while the window holds fewer than `limit`; False, and not counted, past it."""
+    def count_message(self, tenant: str, connection: str, windows: Sequence[MessageWindow]) -> int | None:
+        """Count one message of `connection` in every one of `windows`, or in none: None when
+        each held fewer than its limit (now counted); else the index of a full one, and the
+        message is counted nowhere (a refused message costs nothing)."""
         ...
 
 

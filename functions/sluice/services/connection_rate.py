@@ -2,10 +2,10 @@
 WebSocket Lambda: each message may reach another container).
 
 `SLUICE_WEBSOCKET_RATE_LIMIT` (`100/second`, `600 per minute;20/second`, …) is counted in
-fixed windows in the registry (`count_message`: one conditional update a rate, DynamoDB on
-AWS), so every container answering the connection sees one count. A fixed window lets a
-client send up to twice a rate across a window's edge; the local service counts a moving
-window in memory instead (`sluice.api.ratelimit`).
+fixed windows in the registry (`count_message`: every rate's window tested, then all counted,
+at once; DynamoDB on AWS), so every container answering the connection sees one count. A
+fixed window lets a client send up to twice a rate across a window's edge; the local service
+counts a moving window in memory instead (`sluice.api.ratelimit`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sluice.domain.errors import RateLimited
+from sluice.registry.ports import MessageWindow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,19 +59,24 @@ class ConnectionRate:
         self.clock = clock or time.time
 
     async def check(self, connection: str) -> None:
-        """Count one message of `connection`; RateLimited once a window is full (the message
-        is then not answered, and counts in no later window)."""
+        """Count one message of `connection` in the window of every rate; RateLimited, and
+        counted in none of them, when one is full (as on `sluice serve`: a refused message
+        costs nothing)."""
         now = self.clock()
-        for rate in self.rates:
-            index = int(now // rate.seconds)
-            ends = (index + 1) * rate.seconds
-            counted = await asyncio.to_thread(
-                self.registry.count_message, self.tenant, connection, f"{rate.seconds}s#{index}",
-                limit=rate.count, expires_at=ends + KEEP_S,
+        windows = [
+            MessageWindow(f"{rate.seconds}s#{int(now // rate.seconds)}", rate.count, self._ends(rate, now) + KEEP_S)
+            for rate in self.rates
+        ]
+        full = await asyncio.to_thread(self.registry.count_message, self.tenant, connection, windows)
+        if full is not None:
+            rate = self.rates[full]
+            wait = max(1, math.ceil(self._ends(rate, now) - now))
+            raise RateLimited(
+                f"this connection is over its rate of {rate.text}: retry in {wait} s",
+                field="connection", retry_after_s=wait, limit=rate.text,
             )  # fmt: skip
-            if not counted:
-                wait = max(1, math.ceil(ends - now))
-                raise RateLimited(
-                    f"this connection is over its rate of {rate.text}: retry in {wait} s",
-                    field="connection", retry_after_s=wait, limit=rate.text,
-                )  # fmt: skip
+
+    @staticmethod
+    def _ends(rate: Rate, now: float) -> int:
+        """When the window of `rate` that holds `now` ends (epoch seconds)."""
+        return (int(now // rate.seconds) + 1) * rate.seconds

@@ -118,6 +118,30 @@ def subprotocols(header: str | None) -> list[str]:
     return [p.strip() for p in (header or "").split(",") if p.strip()]
 
 
+KEY_HEADERS = frozenset({"authorization", "x-api-key", "sec-websocket-protocol", "cookie"})
+HANDSHAKE_HEADERS_BYTES = 4096  # as JSON: half the 8 KB an API Gateway WebSocket authorizer may answer
+
+
+def handshake_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of a WebSocket handshake that its messages are routed by (`headers.<name>`,
+    a split's sticky header), alike on `sluice serve` and behind API Gateway, where they ride
+    in the `$connect` authorizer's context: names lower-cased, the first of each name, none
+    that can carry a credential, each kept while the whole stays within
+    `HANDSHAKE_HEADERS_BYTES` as JSON."""
+    import json
+
+    kept: dict[str, str] = {}
+    room = HANDSHAKE_HEADERS_BYTES
+    for name, value in headers.items():
+        name = name.lower()
+        size = len(json.dumps([name, value], ensure_ascii=False).encode())
+        if name in KEY_HEADERS or name in kept or size > room:
+            continue
+        kept[name] = value
+        room -= size
+    return kept
+
+
 def granted(scopes: frozenset[str]) -> frozenset[str]:
     """What a key may do: admin implies every scope."""
     return frozenset(SCOPES) if "admin" in scopes else scopes

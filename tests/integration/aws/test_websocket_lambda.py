@@ -84,7 +84,9 @@ def test_the_connect_authorizer_allows_a_key_on_connect_alone_and_puts_the_tenan
     allowed = authorize_connect(APIGatewayAuthorizerRequestEvent(event), keys=demo.keys)
     (statement,) = allowed["policyDocument"]["Statement"]
     assert statement["Effect"] == "Allow" and statement["Resource"] == event["methodArn"]
+    kept = json.loads(allowed["context"].pop("headers"))
     assert allowed["context"] == {"tenant": "acme", "scopes": "predict", "subject": key_id}
+    assert kept["x-forwarded-for"] == "203.0.113.10" and "sec-websocket-protocol" not in kept  # never the key
     denied = authorize_connect(APIGatewayAuthorizerRequestEvent(with_key(load("websocket_authorizer_connect.json"), "sk_x_wrong")), keys=demo.keys)
     assert denied["policyDocument"]["Statement"][0]["Effect"] == "Deny" and "context" not in denied
 
@@ -209,3 +211,63 @@ def test_a_rate_that_is_not_one_is_refused_by_name() -> None:
     assert [(r.count, r.seconds) for r in parse_rates("100/second; 600 per 10 minutes")] == [(100, 1), (600, 600)]
     with pytest.raises(ValueError, match="'lots/second' is not a rate"):
         parse_rates("10/minute;lots/second")
+
+
+REGION_POLICY = {
+    "kind": "switch",
+    "cases": [{"name": "eu", "when": {"field": "headers.x-region", "op": "in", "value": ["eu", "uk"]}, "target": {"kind": "single", "model": "iris", "version": 1}}],
+    "default": {"kind": "single", "model": "iris", "version": 2},
+}
+
+
+def test_a_message_is_routed_by_its_handshake_headers_as_on_sluice_serve(aws: None, demo: Container, key: tuple[str, str], acme: Principal) -> None:
+    """API Gateway gives a message no headers: the `$connect` authorizer keeps the handshake's,
+    so `headers.<name>` reads as it does on the local route."""
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())  # iris:2 beside iris:1
+    demo.deployments.create(acme, "region", REGION_POLICY)
+    key_id, plain = key
+    body = json.dumps({"request_id": "r", "deployment": "region", "inputs": [[6.7, 3.0, 5.2, 2.3]]})
+    for connection, region in (("uk", "uk"), ("us", "us")):
+        handshake = with_key(load("websocket_authorizer_connect.json"), plain)
+        handshake["headers"]["X-Region"] = region
+        context = authorize_connect(APIGatewayAuthorizerRequestEvent(handshake), keys=demo.keys)["context"]
+        event = message(body, key_id=key_id, connection=connection)
+        event["requestContext"]["authorizer"].update(context)
+        route(event, container=demo, clients=AwsClients(region=REGION))
+    (uk,), (us,) = posted("uk"), posted("us")
+    assert (uk["case"], uk["version"]) == ("eu", 1)
+    assert (us["case"], us["version"]) == ("default", 2)
+
+
+def test_a_message_refused_by_one_rate_is_counted_in_no_other(aws: None, demo: Container, key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """5/minute;2/second, a burst of six in one second: two answers, and the four refused by
+    the second's rate leave the minute's with three more to answer, as on `sluice serve`."""
+    from types import SimpleNamespace
+
+    from sluice.services import connection_rate
+    from sluice.wiring import Container
+
+    now = [1_800_000_010.0]  # 50 s left in its minute
+    monkeypatch.setattr(connection_rate, "time", SimpleNamespace(time=lambda: now[0]))
+    container = Container.from_settings(demo.settings.replace(websocket_rate_limit="5/minute;2/second"))
+    key_id, _ = key
+    clients = AwsClients(region=REGION)
+    body = '{"request_id": "m%d", "deployment": "iris", "inputs": [[5.1, 3.5, 1.4, 0.2]]}'
+    for n in range(6):
+        route(message(body % n, key_id=key_id, connection="burst"), container=container, clients=clients)
+    now[0] += 2.0
+    route(message(body % 9, key_id=key_id, connection="burst"), container=container, clients=clients)
+    answers = posted("burst")
+    assert [a.get("prediction") for a in answers[:2]] == ["setosa"] * 2
+    assert all(a["code"] == "rate_limited" and "2/second" in a["error"] and a["details"]["retry_after_s"] == 1 for a in answers[2:6])
+    assert answers[6]["request_id"] == "m9" and answers[6]["prediction"] == "setosa"
+
+
+def test_an_answer_too_large_to_post_names_the_field_of_the_rows_as_http_does(aws: None, demo: Container, key: tuple[str, str]) -> None:
+    key_id, _ = key
+    rows = [[5.1, 3.5, 1.4, 0.2]] * 1200  # some 26 KB, whose answer is over 128 KB
+    route(message(json.dumps({"request_id": "big", "deployment": "iris", "inputs": rows}), key_id=key_id, connection="big"), container=demo, clients=AwsClients(region=REGION))
+    (answer,) = posted("big")
+    assert (answer["request_id"], answer["status"], answer["code"], answer["field"]) == ("big", 413, "payload_too_large", "inputs")

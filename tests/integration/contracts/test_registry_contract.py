@@ -26,6 +26,7 @@ from sluice.domain.optimize_jobs import ERROR_CHARS, REPORT_BYTES, OptimizeJob, 
 from sluice.domain.schedules import Schedule
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
+from sluice.registry.ports import MessageWindow
 from sluice.registry.sqlite import SqliteRegistry
 
 if TYPE_CHECKING:
@@ -1240,9 +1241,21 @@ def test_dynamodb_failures_become_sluice_errors_without_their_text() -> None:
 
 
 def test_messages_are_counted_per_connection_and_window_up_to_their_limit(registry: Registry) -> None:
-    counted = [registry.count_message(A, "conn-1", "1s#100", limit=3, expires_at=2000.0) for _ in range(5)]
-    assert counted == [True, True, True, False, False]
-    assert registry.count_message(A, "conn-1", "1s#101", limit=3, expires_at=2000.0)  # the next window
-    assert registry.count_message(A, "conn-2", "1s#100", limit=3, expires_at=2000.0)  # another connection
-    assert registry.count_message(B, "conn-1", "1s#100", limit=3, expires_at=2000.0)  # another tenant's
-    assert not registry.count_message(A, "conn-3", "1s#100", limit=0, expires_at=2000.0)
+    second = [MessageWindow("1s#100", 3, 2000.0)]
+    counted = [registry.count_message(A, "conn-1", second) for _ in range(5)]
+    assert counted == [None, None, None, 0, 0]
+    assert registry.count_message(A, "conn-1", [MessageWindow("1s#101", 3, 2000.0)]) is None  # the next window
+    assert registry.count_message(A, "conn-2", second) is None  # another connection
+    assert registry.count_message(B, "conn-1", second) is None  # another tenant's
+    assert registry.count_message(A, "conn-3", [MessageWindow("1s#100", 0, 2000.0)]) == 0
+
+
+def test_a_message_refused_by_one_window_is_counted_in_none(registry: Registry) -> None:
+    """5/minute;2/second: a burst of six in one second gets two answers, and the four refused
+    by the second's window leave the minute's with three messages to go."""
+    minute, seconds = MessageWindow("60s#7", 5, 2000.0), [MessageWindow(f"1s#{n}", 2, 2000.0) for n in range(420, 424)]
+    burst = [registry.count_message(A, "conn", [minute, seconds[0]]) for _ in range(6)]
+    assert burst == [None, None, 1, 1, 1, 1]
+    later = [registry.count_message(A, "conn", [minute, s]) for s in seconds[1:] for _ in range(2)]
+    assert later == [None, None, None, 0, 0, 0]  # the minute's window full at five, not before
+
