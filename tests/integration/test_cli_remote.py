@@ -4,8 +4,11 @@ answer polled until it is there, a kept answer followed through its 303."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
+import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -89,3 +92,47 @@ def test_remote_errors_name_their_field(served: tuple[str, str, Echo], tmp_path:
     assert code == 2 and "error" in err
     code, _, err = run_cli(capsys, "predict", "iris", "--file", str(body), "--api", url)
     assert code == 2 and "[api_key]" in err
+
+
+@contextmanager
+def _answering(status: int, headers: dict[str, str], body: bytes) -> Iterator[str]:
+    """An API (or a proxy before one) that answers every request alike: its URL."""
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(status)
+            for name, value in {**headers, "content-length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_answer_that_says_nothing_usable_is_an_error_never_a_success(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 200 HTML page was printed as the prediction with exit 0; a 202 without an id, or with a
+    list, ended in a traceback; a 303 to `file:///…` had the CLI read a local file."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"local": "file contents"}')
+    cases = [
+        ((200, {"content-type": "text/html"}, b"<html>hello</html>"), "error: the API answered 200 with a body that is not JSON: <html>hello</html>"),
+        ((202, {}, b'{"status": "pending"}'), "error: the API answered 202 without saying where the result will be (no Location, result or id)"),
+        ((202, {}, b"[1, 2]"), "error: the API answered 202 without saying where the result will be (no Location, result or id)"),
+        ((303, {"location": secret.as_uri()}, b"{}"), "error [api]: GET to a file URL refused: only http and https are followed"),
+    ]
+    for answer, said in cases:
+        with _answering(*answer) as url:
+            code, out, err = run_cli(capsys, "predict", "iris", "--features", '{"a": 1}', "--api", url, "--api-key", "k")
+        assert (code, out, err.strip().splitlines()[-1]) == (2, "", said)

@@ -3,6 +3,7 @@ a key past its rate gets 429 with Retry-After before its body is read, other key
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import ValidationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.api.app import create_app
-from sluice.settings import Settings
+from sluice.settings import SettingRefused, Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS, REPO
 from tests.integration.conftest import auth
@@ -98,13 +100,42 @@ print("ok")
 
 @pytest.mark.parametrize("rate", ["fast", "10/fortnight", "0/second", "10"])
 def test_a_rate_that_is_not_one_is_refused_naming_the_setting(rate: str) -> None:
-    with pytest.raises(ValidationError, match="SLUICE_RATE_LIMIT"):
+    with pytest.raises(SettingRefused, match="SLUICE_RATE_LIMIT"):
         Settings(mode="local", rate_limit=rate)
 
 
 def test_the_rate_limit_is_refused_on_aws_where_usage_plans_throttle() -> None:
-    with pytest.raises(ValidationError, match="usage plans"):
+    with pytest.raises(SettingRefused, match="usage plans"):
         Settings(mode="aws", registry="dynamodb://t", store="s3://b", rate_limit="10/second")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scheme=st.sampled_from(["reddis", "http", "memcached", "mongodb", "redis+cluster", "async+reddis", ""]),
+    password=st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters="@/?#"), min_size=1, max_size=20),
+)
+def test_a_storage_it_cannot_count_in_is_refused_by_name_without_its_password(scheme: str, password: str) -> None:
+    """`reddis://:hunter2@cache:6379` was taken: every request was then a 500, and the server's
+    output printed the URL, its password with it."""
+    url = f"{scheme}://:pw-{password}@cache.internal:6379" if scheme else f":pw-{password}@cache.internal:6379"
+    with pytest.raises(SettingRefused) as refused:
+        Settings(mode="local", rate_limit="10/second", rate_limit_storage=url)
+    assert str(refused.value).startswith("SLUICE_RATE_LIMIT_STORAGE: ") and f"pw-{password}" not in str(refused.value)
+
+
+def test_redis_counts_through_the_redis_package_and_without_it_is_refused_as_the_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """limits' asynchronous Redis storage wants coredis by default: with the `redis` package the
+    docs name, every request was a 500 ("'coredis' prerequisite not available")."""
+    from sluice.api.ratelimit import RateLimit
+
+    url = "redis://:secret@127.0.0.1:6379/0"
+    if importlib.util.find_spec("redis") is not None:
+        limit = RateLimit.from_settings(Settings(mode="local", rate_limit="10/second", rate_limit_storage=url).admission)
+        assert limit is not None and type(limit.strategy.storage.bridge).__name__ == "RedispyBridge"  # built, no server needed yet
+    monkeypatch.setitem(sys.modules, "redis", None)  # as where it is not installed
+    with pytest.raises(SettingRefused, match=r"^SLUICE_RATE_LIMIT_STORAGE: redis:// needs the `redis` package") as refused:
+        Settings(mode="local", rate_limit="10/second", rate_limit_storage=url)
+    assert "secret" not in str(refused.value)
 
 
 def test_each_message_of_a_grpc_stream_counts_against_its_keys_rate(tmp_path: Path, acme: Principal) -> None:

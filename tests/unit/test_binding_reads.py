@@ -70,12 +70,11 @@ def test_a_binding_follows_only_groups_of_the_stacks_own_account_and_region(part
 
 
 def test_the_home_prefix_is_read_from_the_settings_and_checked() -> None:
-    from pydantic import ValidationError
-
+    from sluice.settings import SettingRefused
     from sluice.settings.follows import FollowSettings
 
     settings = FollowSettings(follow_package_groups={"acme": ["Fraud"]}, follow_group_arn_prefix=HOME)
     assert settings.reads("acme").group_arn_prefix == HOME
     for bad in ("arn:aws:sagemaker:eu-west-1:123:model-package-group/", "arn:aws:sagemaker:eu-west-1:123456789012:model-package/", HOME + "Fraud"):
-        with pytest.raises(ValidationError):
+        with pytest.raises(SettingRefused, match="SLUICE_FOLLOW_GROUP_ARN_PREFIX: "):
             FollowSettings(follow_group_arn_prefix=bad)

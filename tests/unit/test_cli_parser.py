@@ -8,6 +8,7 @@ import contextlib
 import io
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +62,23 @@ def test_sluice_optimize_takes_the_row_counts_the_api_takes(field: str, rows: in
     argv = ["optimize", "m:1", "--data", "x.csv", f"--{field.replace('_', '-')}={rows}"]
     how, read, _ = _read(_parser("optimize"), argv)
     assert (read[field] if how == "read" else None) == api
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["--port", "--grpc-port"]), st.integers(0, 65535) | st.integers(65536, 10**17))
+def test_sluice_serve_takes_a_port_only_when_it_is_one(flag: str, port: int) -> None:
+    """`sluice serve --port 70000` ended in a traceback as uvicorn bound it."""
+    how, read, err = _read(_parser("serve"), ["serve", flag, str(port)])
+    if port <= 65535:
+        assert how == "read" and read[flag[2:].replace("-", "_")] == port
+    else:
+        assert how == "exit 2" and f"'{port}' is not a port (0-65535)" in err
+
+
+@pytest.mark.parametrize(("wait", "ok"), [("0", True), ("900", True), ("86400", True), ("nan", False), ("-5", False), ("inf", False), ("86401", False)])
+def test_sluice_predict_waits_a_number_of_seconds_from_none_to_a_day(wait: str, ok: bool) -> None:
+    """`--wait-s nan` polled for ever; `-5` was taken."""
+    how, read, err = _read(_parser("predict"), ["predict", "iris", "--api", "http://127.0.0.1:9", "--wait-s", wait])
+    assert (how, read["wait_s"] if ok else err.strip().splitlines()[-1]) == (
+        ("read", float(wait)) if ok else ("exit 2", "sluice predict: error: argument --wait-s: --wait-s is seconds, from 0 to 86400 (a day)")
+    )

@@ -1,17 +1,16 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from sluice.domain.errors import InvalidRequest
 from sluice.domain.policy import Single, parse_policy
-from sluice.settings import Settings
+from sluice.settings import SettingRefused, Settings
 
 
 def test_aws_mode_refuses_embedded_defaults() -> None:
-    with pytest.raises(ValidationError, match="SLUICE_REGISTRY"):
+    with pytest.raises(SettingRefused, match="SLUICE_REGISTRY"):
         Settings(mode="aws", registry="", store="s3://b")
-    with pytest.raises(ValidationError, match="SLUICE_STORE"):
+    with pytest.raises(SettingRefused, match="SLUICE_STORE"):
         Settings(mode="aws", registry="dynamodb://t", store="")
     ok = Settings(mode="aws", registry="dynamodb://t", store="s3://b/p")
     assert ok.registry_url == "dynamodb://t"

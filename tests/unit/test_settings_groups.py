@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_origin
 
 import pytest
-from pydantic import ValidationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sluice.settings import GROUP_OF, GROUPS, Settings
+from sluice.settings import GROUP_OF, GROUPS, SettingRefused, Settings
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from sluice.settings import Group
 
 
 def test_every_variable_is_read_by_exactly_one_group() -> None:
@@ -28,7 +31,7 @@ def test_a_group_reads_its_variables_and_named_fields_go_to_their_group(
     assert (settings.batch.batch_chunk_rows, settings.batch.batch_infer_rows) == (7, 3)
     assert settings.stream.streams == {"*": {"tenant": "acme", "deployment": "iris"}}
     assert settings.home_path == tmp_path.resolve() and settings.mode == "local"
-    with pytest.raises(ValidationError, match="no setting is called 'batch_rows'"):
+    with pytest.raises(SettingRefused, match="no setting is called 'batch_rows'"):
         Settings(batch_rows=3)
 
 
@@ -54,7 +57,7 @@ def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> No
     assert changed.websocket.websocket_rate_limit == "3/minute" and changed.batch_root_url == "s3://bucket/"
     assert settings.websocket.websocket_rate_limit == "100/second" and settings.jobs.batch_bucket == ""
     assert changed.onnx == settings.onnx and changed.onnx is not settings.onnx
-    with pytest.raises(ValidationError, match="SLUICE_ORCHESTRATOR"):
+    with pytest.raises(SettingRefused, match="SLUICE_ORCHESTRATOR"):
         settings.replace(orchestrator="somewhere")
 
 
@@ -67,7 +70,7 @@ def test_replace_changes_a_copy_and_checks_the_group_again(tmp_path: Path) -> No
 )
 def test_a_per_tenant_allowlist_names_the_setting_tenant_and_entry_it_refuses(group: str, setting: str, good: str, bad: str, words: str, tmp_path: Path) -> None:
     assert getattr(getattr(Settings(home=tmp_path, **{setting: {"acme": [good]}}), group), setting) == {"acme": [good]}
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(SettingRefused) as refused:
         Settings(home=tmp_path, **{setting: {"acme": [good], "globex": [good, bad]}})
     assert f"SLUICE_{setting.upper()}: {bad!r} (tenant 'globex') {words}" in str(refused.value)
 
@@ -78,6 +81,7 @@ def test_no_folder_setting_reads_an_empty_value_as_the_current_folder(monkeypatc
     `sluice serve` watched it as the batch inbox, each file under it a job. Empty is the
     default, for every setting that is a folder."""
     from pathlib import Path
+
 
     folders = [
         (group, name)
@@ -104,5 +108,66 @@ def test_a_log_level_that_is_no_level_is_refused_when_the_settings_are_read(monk
     """`SLUICE_LOG_LEVEL=LOUD` was taken, and failed as the logger was first made: in a Lambda
     handler's first line, or a request's."""
     monkeypatch.setenv("SLUICE_LOG_LEVEL", "LOUD")
-    with pytest.raises(ValidationError, match="log_level"):
+    with pytest.raises(SettingRefused, match="SLUICE_LOG_LEVEL: "):
         Settings()
+
+
+_FIELDS = [(group, name) for group in GROUPS.values() for name in group.model_fields]
+_GARBAGE = ["abc", "[1", "{", "[1]", '{"a": [1]}', "-1", "0", "1e400", "inf", "nan", "3000000000", "9" * 30, " ", "null", "true"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    field=st.sampled_from(_FIELDS),
+    value=st.sampled_from(_GARBAGE) | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+)
+def test_a_variable_that_does_not_read_is_refused_in_one_line_by_its_name(field: tuple[type[Group], str], value: str) -> None:
+    """`SLUICE_MAX_REQUEST_BYTES=abc` printed pydantic's report ("1 validation error for
+    LimitSettings", a link), `SLUICE_IMPORT_PREFIXES='[1'` "error parsing value for field
+    'import_prefixes' from source 'EnvSettingsSource'": neither named the variable."""
+    group, name = field
+    variable = f"SLUICE_{name.upper()}"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(variable, value)
+        try:
+            group()
+        except SettingRefused as exc:
+            message = str(exc)
+            assert message.startswith(variable) and "\n" not in message, message
+            assert "pydantic" not in message and "EnvSettingsSource" not in message, message
+
+
+def test_a_json_setting_set_empty_is_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docs say "empty: none" of `SLUICE_FUNCTION_ARNS`, `SLUICE_MLFLOW_TRACKING_SERVERS`…;
+    set empty, each failed every command."""
+    json_settings = [(group, name) for group, name in _FIELDS if get_origin(group.model_fields[name].annotation) in (list, dict)]
+    assert {name for _, name in json_settings} >= {"function_arns", "mlflow_tracking_servers", "import_prefixes", "streams"}
+    for group, name in json_settings:
+        monkeypatch.setenv(f"SLUICE_{name.upper()}", "")
+        assert getattr(group(), name) == group.model_fields[name].get_default(call_default_factory=True), name
+        monkeypatch.delenv(f"SLUICE_{name.upper()}")
+
+
+def test_every_float_setting_is_finite_and_every_wait_at_most_a_day(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SLUICE_BATCH_INBOX_POLL_S=1e10` (or inf) was taken: the inbox thread died at its first
+    wait (OverflowError) and so did the thread that stops `sluice serve` at SIGTERM."""
+    floats = [(group, name) for group, name in _FIELDS if group.model_fields[name].annotation is float]
+    waits = [(group, name, 1e10) for group, name in floats if name.endswith("_s")] + [(group, name, 1e13) for group, name in floats if name.endswith("_ms")]
+    assert {name for _, name, _ in waits} >= {"batch_inbox_poll_s", "batch_schedule_poll_s", "follow_poll_s", "drain_timeout_s", "stream_max_wait_ms"}
+    for group, name, too_long in [*((group, name, "inf") for group, name in floats), *((group, name, "nan") for group, name in floats), *waits]:
+        variable = f"SLUICE_{name.upper()}"
+        monkeypatch.setenv(variable, str(too_long))
+        with pytest.raises(SettingRefused, match=f"^{variable}: "):
+            group()
+        monkeypatch.delenv(variable)
+
+
+@pytest.mark.parametrize(
+    "name", ["ort_intra_op_threads", "ort_inter_op_threads", "ort_vcpus", "grpc_max_concurrent_rpcs", "max_request_bytes", "max_response_bytes"]
+)
+def test_a_number_a_c_library_is_handed_is_refused_past_what_it_holds(name: str) -> None:
+    """`SLUICE_ORT_INTRA_OP_THREADS=3000000000` made every ONNX prediction a 500, and
+    `SLUICE_GRPC_MAX_CONCURRENT_RPCS=3000000000` killed `sluice serve --grpc-port` as it started:
+    ONNX Runtime's and gRPC's options are C ints."""
+    with pytest.raises(SettingRefused, match=f"^SLUICE_{name.upper()}: "):
+        Settings(**{name: 2**31})

@@ -25,7 +25,9 @@ class RateLimit:
         self.items = parse_many(spec)
         # The edge runs on the event loop: an async storage never blocks it on a remote store.
         uri = storage if storage.startswith("async+") else f"async+{storage}"
-        self.strategy = MovingWindowRateLimiter(storage_from_string(uri))
+        # Redis through redis-py's asyncio client (the `redis` package), not limits' default, coredis.
+        options = {"implementation": "redispy"} if uri.startswith("async+redis") else {}
+        self.strategy = MovingWindowRateLimiter(storage_from_string(uri, **options))
         self.namespace, self.what, self.field = namespace, what, field
 
     @classmethod

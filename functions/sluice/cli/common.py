@@ -81,6 +81,14 @@ def count(text: str) -> int:
     return int(text)
 
 
+def port(text: str) -> int:
+    """A TCP port, 0 to 65535: a larger one would fail only as the server binds it."""
+    value = count(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return value
+
+
 def positive(text: str) -> int:
     """A count of at least 1 (`--limit`, `--windows`): 0 would answer nothing, as if there were nothing."""
     value = count(text)

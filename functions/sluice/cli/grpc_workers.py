@@ -44,8 +44,6 @@ _RUNNING: list[WorkerGrpc] = []  # this process's gRPC server, once started
 def claim(host: str, port: int) -> socket.socket:
     """In the command, before the workers start: the port checked free and held, the workers
     told where to listen. The socket is the hold: closed as the command exits."""
-    if port > 65535:
-        raise SystemExit(f"--grpc-port {port} is not a port (1-65535)")
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     with socket.socket(family, kind, proto) as probe:  # SO_REUSEADDR: only a listener refuses it
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -10,6 +10,7 @@ from sluice.cli import pieces
 from sluice.cli.common import (
     count,
     load_json_arg,
+    number_between,
     operator,
     print_json,
     version_number,
@@ -124,5 +125,10 @@ def add_predict_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
     predict.add_argument(
         "--upload-above", type=count, help=f"with --api: send a --file larger than this many bytes through an upload (default {4 * 1024 * 1024})"
     )
-    predict.add_argument("--wait-s", type=float, default=900.0, help="with --api: how long to wait for an asynchronous result")
+    predict.add_argument(
+        "--wait-s",
+        type=number_between(0, 24 * 3600, refusal="--wait-s is seconds, from 0 to 86400 (a day)"),
+        default=900.0,
+        help="with --api: how long to wait for an asynchronous result",
+    )
     predict.set_defaults(func=cmd_predict)

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from sluice.domain.errors import SluiceError
 
@@ -54,10 +54,14 @@ class Api:
         return (a.scheme, a.netloc) == (b.scheme, b.netloc)
 
     def send(self, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        """One request, redirects not followed; the API key only to the API's own origin."""
+        """One request, redirects not followed; the API key only to the API's own origin. Only
+        http and https: a redirect to `file:` (which urllib would open) is a local file."""
         import urllib.error
         import urllib.request
 
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise SluiceError(f"{method} to a {scheme or 'relative'} URL refused: only http and https are followed", field="api")
         sent = dict(headers or {})
         if self._same_origin(url):
             sent["Authorization"] = f"Bearer {self.key}"
@@ -77,7 +81,7 @@ class Api:
     def json(self, method: str, path: str, payload: Any = None) -> tuple[int, dict[str, str], Any]:
         data = None if payload is None else json.dumps(payload).encode()
         status, headers, raw = self.send(method, self.url(path), data, {"Content-Type": "application/json"} if data else None)
-        return status, headers, _decode(raw)
+        return status, headers, _decode(status, raw)
 
     def upload(self, deployment: str, path: Path) -> str:
         """Upload a JSON body from a file; its upload id."""
@@ -88,7 +92,7 @@ class Api:
         body, length, content_type = _form(made["fields"], path, size)
         status, _, raw = self.send(made.get("method", "POST"), self.url(made["url"]), body, {"Content-Type": content_type, "Content-Length": str(length)})
         if status not in (200, 201, 204):
-            raise RemoteError(status, _decode(raw) if raw.startswith(b"{") else {"error": f"the store refused the upload ({status}): {raw[:300]!r}"})
+            raise RemoteError(status, _decode(status, raw) if raw.startswith(b"{") else {"error": f"the store refused the upload ({status}): {raw[:300]!r}"})
         return str(made["upload_id"])
 
     def outcome(self, status: int, headers: dict[str, str], body: Any, *, wait_s: float) -> Any:
@@ -102,17 +106,17 @@ class Api:
                 if hops > 10:
                     raise SluiceError("too many redirects", field="result")
                 status, headers, raw = self.send("GET", self.url(headers["location"]))
-                body = _decode(raw)
+                body = _decode(status, raw)
                 continue
             pending = isinstance(body, dict) and body.get("status") == "pending"
             if status == 202 or (status == 200 and pending):
-                poll = poll or headers.get("location") or body.get("result") or f"/api/v1/results/{body['id']}"
+                poll = poll or _result_of(status, headers, body)
                 if time.monotonic() + delay > deadline:
                     raise SluiceError(f"no result within {wait_s:g} s; poll {poll} later", field="result")
                 self.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 status, headers, raw = self.send("GET", self.url(poll))
-                body = _decode(raw)
+                body = _decode(status, raw)
                 continue
             if 200 <= status < 300:
                 return body
@@ -129,11 +133,29 @@ def _no_redirects() -> Any:
     return NoRedirect
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(status: int, raw: bytes) -> Any:
+    """A body as JSON; one that is not, its text as the error (a proxy's HTML page): never a
+    success, whatever its status."""
     try:
         return json.loads(raw) if raw else None
     except ValueError:
-        return {"error": raw[:300].decode("utf-8", "replace")}
+        text = raw[:300].decode("utf-8", "replace")
+        if 200 <= status < 300:
+            raise RemoteError(status, {"error": f"the API answered {status} with a body that is not JSON: {text}"}) from None
+        return {"error": text}
+
+
+def _result_of(status: int, headers: dict[str, str], body: Any) -> str:
+    """Where an accepted prediction's result will be: its Location, its `result`, or the
+    results route of its `id`."""
+    found = body if isinstance(body, dict) else {}
+    if headers.get("location"):
+        return headers["location"]
+    if isinstance(found.get("result"), str) and found["result"]:
+        return str(found["result"])
+    if isinstance(found.get("id"), str) and found["id"]:
+        return f"/api/v1/results/{quote(found['id'], safe='')}"
+    raise RemoteError(status, {"error": f"the API answered {status} without saying where the result will be (no Location, result or id)"})
 
 
 class _Stream(io.RawIOBase):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
 from sluice.cli import pieces
-from sluice.cli.common import count, local_home, operator
+from sluice.cli.common import count, local_home, operator, port
 
 if TYPE_CHECKING:
     import argparse
@@ -384,10 +384,10 @@ def _fresh_metrics_folder(home: Path) -> None:
 def add_serve_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = sub.add_parser("serve", help="run the API on this machine")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=count, default=8000)
+    serve.add_argument("--port", type=port, default=8000)
     serve.add_argument("--workers", type=count, default=0, help="uvicorn worker processes (default: one per core)")
     serve.add_argument(
-        "--grpc-port", type=count, default=None, help="also serve the Open Inference Protocol over gRPC on this port (default: SLUICE_GRPC_PORT, 0: off)"
+        "--grpc-port", type=port, default=None, help="also serve the Open Inference Protocol over gRPC on this port (default: SLUICE_GRPC_PORT, 0: off)"
     )
     serve.add_argument("--demo", action="store_true", help="register the demo models and deployments")
     serve.set_defaults(func=cmd_serve)

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sluice.settings.follows import FollowSettings
 from sluice.settings.functions import FunctionSettings
@@ -33,9 +33,11 @@ from sluice.settings.process import (
     Group,
     ObservabilitySettings,
     ProcessSettings,
+    SettingRefused,
     SourceSettings,
     in_lambda,
     lambda_memory_mb,
+    refusal,
 )
 from sluice.settings.serving import (
     AdmissionSettings,
@@ -72,6 +74,7 @@ __all__ = [
     "PredictionSettings",
     "ProcessSettings",
     "ServeSettings",
+    "SettingRefused",
     "Settings",
     "SnapStartSettings",
     "SourceSettings",
@@ -113,6 +116,13 @@ class Settings(BaseModel):
     endpoint_control: EndpointSettings = Field(default_factory=EndpointSettings)
     follows: FollowSettings = Field(default_factory=FollowSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+
+    def __init__(self, **values: Any) -> None:
+        """Refused as a group refuses its settings: by their variables, in one line."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise refusal(exc, GROUP_OF) from None
 
     @model_validator(mode="before")
     @classmethod
@@ -157,7 +167,7 @@ class Settings(BaseModel):
                 raise ValueError(f"no setting is called {key!r}")
             named.setdefault(GROUP_OF[key], {})[key] = value
         for name, values in named.items():
-            groups[name] = GROUPS[name].model_validate({**groups[name].model_dump(), **values})
+            groups[name] = GROUPS[name](**{**groups[name].model_dump(), **values})
         return Settings(**groups)
 
     # What the groups say together ---------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from sluice.settings.process import Group
+from sluice.settings.process import Group, Seconds
 
 if TYPE_CHECKING:
     from sluice.domain.follows import BindingReads
@@ -24,7 +24,7 @@ class FollowSettings(Group):
     title: ClassVar[str] = "Follow bindings"
     allowlists: ClassVar[tuple[str, ...]] = ("mlflow_allowlist",)
 
-    follow_poll_s: float = Field(
+    follow_poll_s: Seconds = Field(
         default=60.0,
         ge=0,
         description=(
@@ -35,7 +35,7 @@ class FollowSettings(Group):
             "EventBridge events."
         ),
     )
-    follow_lease_s: float = Field(
+    follow_lease_s: Seconds = Field(
         default=600.0,
         gt=0,
         description=(

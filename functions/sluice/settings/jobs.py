@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from sluice.settings.process import Group, MiB
+from sluice.settings.process import DAY_S, Group, MiB
 
 
 class BatchSettings(Group):
@@ -87,7 +87,7 @@ class StreamSettings(Group):
         default=4096, gt=0, description="Rows per inference call at most while scoring stream records."
     )
     stream_max_wait_ms: float = Field(
-        default=50.0, ge=0, description="How long `sluice stream` holds a partial micro-batch for more lines."
+        default=50.0, ge=0, le=DAY_S * 1000, description="How long `sluice stream` holds a partial micro-batch for more lines."
     )
 
 

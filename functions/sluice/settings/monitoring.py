@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from sluice.settings.process import Group
+from sluice.settings.process import Group, Seconds
 
 
 class MonitorSettings(Group):
@@ -25,7 +25,7 @@ class MonitorSettings(Group):
     monitor_window_s: int = Field(
         default=3600, ge=60, le=7 * 86400, description="The length of a monitoring window, in seconds: checks compare each window with the baseline."
     )
-    monitor_flush_s: float = Field(
+    monitor_flush_s: Seconds = Field(
         default=30.0,
         ge=0,
         description="How often a process writes the profiles it holds to the registry (one record per "

@@ -8,16 +8,31 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic._internal._utils import deep_update
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 from sluice.startup import in_lambda
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
+
+    from pydantic.fields import FieldInfo
 
 MiB = 1024 * 1024
+DAY_S = 24 * 3600.0
+C_INT_MAX = 2**31 - 1  # what a C library's `int` holds (gRPC's options, ONNX Runtime's)
+
+Seconds = Annotated[float, Field(le=DAY_S)]
+"""A setting that a thread or a connection waits on: at most a day (every float setting is
+finite): a larger one overflows the waits of `threading` and asyncio, or never ends."""
 
 
 def lambda_memory_mb() -> int | None:
@@ -33,7 +48,8 @@ DEFAULT_HOME = "~/.sluice"
 class Group(BaseSettings):
     """A group of settings, each field read from `SLUICE_<FIELD>` (its name in capitals)."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+    # No float setting is infinite or NaN: each bounds a wait, a size or a share.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", allow_inf_nan=False)
     title: ClassVar[str]
     # The group's properties that parse an allowlist of origins (`_origins`): read once as the
     # group is built, so that a setting that does not parse is refused then, by its name.
@@ -50,8 +66,11 @@ class Group(BaseSettings):
         them; the environment read by pydantic-settings' own source once for each group and
         each set of `SLUICE_*` variables, not at every build (which cost ~0.6 ms a group, two
         dozen of them a `Settings`, every command and test paying it)."""
-        state = _from_environment(type(self), _sluice_variables())
-        BaseModel.__init__(self, **(deep_update(state, values) if values else state))
+        try:
+            state = _from_environment(type(self), _sluice_variables())
+            BaseModel.__init__(self, **(deep_update(state, values) if values else state))
+        except ValidationError as exc:
+            raise refusal(exc, type(self).model_fields) from None
 
     def _check_allowlist(self, field: str, valid: Callable[[str], bool], expected: str) -> None:
         """Every name in a per-tenant allowlist (`{tenant: [name, ...]}`) checked by `valid`; the
@@ -185,6 +204,39 @@ class ObservabilitySettings(Group):
 
 
 
+class SettingRefused(ValueError):
+    """A setting that does not parse or is out of bounds: `SLUICE_<FIELD>: what is wrong`."""
+
+
+def refusal(exc: ValidationError, fields: Collection[str]) -> SettingRefused:
+    """pydantic's report, as one line a reader acts on: each error named by its variable (the
+    first of its location's names that is one of `fields`), without pydantic's links."""
+    said = []
+    for error in exc.errors(include_url=False, include_input=False):  # an input may hold a secret
+        loc = [str(part) for part in error["loc"]]
+        named = [i for i, part in enumerate(loc) if part in fields]
+        # A validator's own words (which name the variable) without pydantic's "Value error, ".
+        message = str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+        if named and not message.startswith("SLUICE_"):
+            at = ".".join(loc[named[0] + 1 :])
+            message = f"SLUICE_{loc[named[0]].upper()}: {f'at {at}: ' if at else ''}{message}"
+        said.append(message)
+    return SettingRefused("; ".join(said))
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source, but a JSON setting (a list or a mapping) set
+    empty is its default, as an unset one, and one that is not JSON is refused by its name."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError as exc:
+            raise SettingRefused(f"SLUICE_{field_name.upper()}: not JSON ({exc})") from None
+
+
 def _sluice_variables() -> tuple[tuple[str, str], ...]:
     """The environment's variables that may name a setting (pydantic-settings matches their
     names whatever their case)."""
@@ -196,4 +248,7 @@ def _from_environment(group: type[Group], variables: tuple[tuple[str, str], ...]
     """What pydantic-settings reads for `group` from the environment, which holds `variables`
     (the key of the cache: read again when they change)."""
     del variables
-    return EnvSettingsSource(group)()
+    try:
+        return _Environment(group)()
+    except SettingsError as exc:  # pydantic-settings names the field and its source; the cause says what is wrong
+        raise (exc.__cause__ if isinstance(exc.__cause__, SettingRefused) else SettingRefused(str(exc))) from None

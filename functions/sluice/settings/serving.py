@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from sluice.settings.process import Group, MiB, in_lambda, unset_if_empty
+from sluice.settings.process import C_INT_MAX, Group, MiB, Seconds, in_lambda, unset_if_empty
 
 
 class LimitSettings(Group):
@@ -21,9 +21,10 @@ class LimitSettings(Group):
     max_request_bytes: int = Field(
         default=6 * MiB - 64 * 1024,
         gt=0,
+        le=C_INT_MAX,  # gRPC's message limit too
         description="Largest request body served synchronously (Lambda's 6 MB limit, less envelope).",
     )
-    body_timeout_s: float = Field(
+    body_timeout_s: Seconds = Field(
         default=20.0,
         gt=0,
         description="`sluice serve`: seconds a prediction's body has to arrive once its headers have, plus one "
@@ -33,6 +34,7 @@ class LimitSettings(Group):
     max_response_bytes: int = Field(
         default=6 * MiB - 64 * 1024,
         gt=0,
+        le=C_INT_MAX,  # gRPC's message limit too
         description="Largest answer sent in line (Lambda's 6 MB response limit, less envelope), counted as "
         "Lambda's result carries it (JSON escaped, binary base64-encoded): a prediction from an upload whose "
         "answer is larger is kept as a result (303 to it); on AWS another prediction's is a 413 (send it as an "
@@ -47,16 +49,16 @@ class PredictionSettings(Group):
 
     title: ClassVar[str] = "Predictions"
 
-    request_timeout_s: float = Field(
+    request_timeout_s: Seconds = Field(
         default=25.0, gt=0, description="Budget for one prediction, below API Gateway's 29 s."
     )
     max_tensor_elements: int = Field(
         default=4_000_000, gt=0, description="Largest number of elements across one request's inputs."
     )
-    deployment_cache_ttl_s: float = Field(
+    deployment_cache_ttl_s: Seconds = Field(
         default=1.0, ge=0, description="How long a container trusts a deployment it has read, and the model versions it names."
     )
-    stats_flush_s: float = Field(
+    stats_flush_s: Seconds = Field(
         default=2.0,
         ge=0,
         description="How often a process merges the statistics it counted (requests, errors, latency, "
@@ -107,10 +109,10 @@ class OnnxSettings(Group):
     title: ClassVar[str] = "ONNX Runtime"
 
     ort_intra_op_threads: int = Field(
-        default=1, ge=0, description="ONNX Runtime intra-op threads per session (0: ORT decides)."
+        default=1, ge=0, le=1024, description="ONNX Runtime intra-op threads per session (0: ORT decides; at most 1024)."
     )
     ort_inter_op_threads: int = Field(
-        default=1, ge=0, description="ONNX Runtime inter-op threads per session (0: ORT decides)."
+        default=1, ge=0, le=1024, description="ONNX Runtime inter-op threads per session (0: ORT decides; at most 1024)."
     )
     ort_tuned_sessions: bool = Field(
         default=True,
@@ -122,6 +124,7 @@ class OnnxSettings(Group):
     ort_vcpus: int | None = Field(
         default=None,
         ge=1,
+        le=1024,
         description=(
             "The vCPUs a tuned version is loaded for. Default: from the Lambda function's memory (1 vCPU per 1769 MB, "
             "6 at most), or the machine's CPU count off Lambda."
@@ -189,7 +192,7 @@ class UploadSettings(Group):
         le=7 * 24 * 3600,
         description="How long the form an upload answers (an S3 presigned POST on AWS) may be posted.",
     )
-    upload_body_timeout_s: float = Field(
+    upload_body_timeout_s: Seconds = Field(
         default=20.0,
         gt=0,
         description="`sluice serve`: seconds an upload's form (`POST /api/v1/uploads/{id}/body`, posted without "
@@ -272,9 +275,31 @@ class AdmissionSettings(Group):
     rate_limit_storage: str = Field(
         default="memory://",
         description="Where `rate_limit` counts: `memory://` counts in each worker process (with N workers "
-        "a key may get up to N times the limit); a `redis://host:port` URL shares the counts between "
-        "workers and machines (needs the `redis` package).",
+        "a key may get up to N times the limit); a `redis://[:password@]host:port[/db]` URL (or `rediss://`, "
+        "`redis+unix://`) shares the counts between workers and machines (needs the `redis` package, 5.2 or "
+        "later: `pip install redis`). Any other is refused when the settings are read.",
     )
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _check_storage(cls, value: str) -> str:
+        """A storage `RateLimit` can open, its client installed: else every request would be a 500.
+        Named by its scheme alone: the URL may hold a password."""
+        import importlib.util
+        from urllib.parse import urlsplit
+
+        scheme = urlsplit(value).scheme.removeprefix("async+")
+        if scheme not in RATE_LIMIT_STORAGES:
+            given = f"{scheme}://" if scheme else "a value without a scheme"
+            raise ValueError(f"SLUICE_RATE_LIMIT_STORAGE: {given} is not a storage sluice counts in: memory:// or redis://HOST:PORT (rediss://, redis+unix://)")
+        needs = RATE_LIMIT_STORAGES[scheme]
+        if needs and importlib.util.find_spec(needs) is None:
+            raise ValueError(f"SLUICE_RATE_LIMIT_STORAGE: {scheme}:// needs the `{needs}` package: pip install {needs}")
+        return value
+
+
+# The storages of `limits` that `RateLimit` opens (asynchronously), and the package each needs.
+RATE_LIMIT_STORAGES = {"memory": None, "redis": "redis", "rediss": "redis", "redis+unix": "redis"}
 
 
 class AuthSettings(Group):
@@ -282,7 +307,7 @@ class AuthSettings(Group):
 
     title: ClassVar[str] = "Keys and usage plans"
 
-    auth_cache_ttl_s: float = Field(
+    auth_cache_ttl_s: Seconds = Field(
         default_factory=lambda: 0.0 if in_lambda() else 30.0,
         ge=0,
         description="How long a process trusts an API key it has checked. With SQLite a revoke reaches "
@@ -344,7 +369,7 @@ class ServeSettings(Group):
 
     title: ClassVar[str] = "`sluice serve`"
 
-    header_timeout_s: float = Field(
+    header_timeout_s: Seconds = Field(
         default=10.0,
         gt=0,
         description="`sluice serve`: seconds a client has to send a request's line and headers, counted "
@@ -356,10 +381,10 @@ class ServeSettings(Group):
         ge=1024,
         description="`sluice serve`: largest request line plus headers; past it the connection is answered 431 and closed.",
     )
-    keepalive_timeout_s: float = Field(
+    keepalive_timeout_s: Seconds = Field(
         default=5.0, gt=0, description="`sluice serve`: seconds an idle connection stays open between requests."
     )
-    drain_timeout_s: float = Field(
+    drain_timeout_s: Seconds = Field(
         default=25.0,
         gt=0,
         description="`sluice serve`, told to stop (SIGTERM, SIGINT): it stops listening at once (a new "
@@ -379,6 +404,7 @@ class ServeSettings(Group):
     grpc_max_concurrent_rpcs: int = Field(
         default=32,
         ge=0,
+        le=C_INT_MAX,
         description="`sluice serve --grpc-port`: calls one worker's gRPC server runs at once, every key together "
         "(an open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
         "message of up to `max_request_bytes` and its decoding, so this bounds what gRPC adds to a worker's memory. "
@@ -389,13 +415,13 @@ class ServeSettings(Group):
         description="The folder `sluice serve` watches for batch inputs "
         "(`<folder>/<deployment>/<file>`); empty: `inbox/` under home.",
     )
-    batch_inbox_poll_s: float = Field(
+    batch_inbox_poll_s: Seconds = Field(
         default=2.0, gt=0, description="How often `sluice serve` looks in the local inbox."
     )
-    batch_schedule_poll_s: float = Field(
+    batch_schedule_poll_s: Seconds = Field(
         default=5.0, gt=0, description="How often `sluice serve` looks for batch schedules that are due."
     )
-    batch_stop_grace_s: float = Field(
+    batch_stop_grace_s: Seconds = Field(
         default=30.0,
         ge=0,
         description="How long `sluice serve`, once told to stop, waits for a running local batch job to finish "
