@@ -140,3 +140,17 @@ def test_a_flag_or_a_shape_of_the_wrong_json_type_is_refused_naming_it(client: T
     r = client.post("/v2/models/iris/infer", json={**INFER, **change}, headers=auth(keys["acme"]))
     assert r.status_code in (400, 422), r.text
     assert r.json()["field"] == field, r.text
+
+
+@pytest.mark.parametrize("k", [False, 0, 0.0, -0.0])
+def test_a_classification_of_false_or_zero_is_a_400_not_the_raw_tensor(client: TestClient, keys: dict[str, str], k: Any) -> None:
+    body = {**INFER, "outputs": [{"name": "output_probability", "parameters": {"classification": k}}]}
+    r = client.post("/v2/models/iris/infer", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "outputs.output_probability.parameters.classification"
+
+
+@pytest.mark.parametrize("ready", ["yes", 1, "true", None])
+def test_a_repository_index_ready_that_is_not_true_or_false_is_refused_naming_it(client: TestClient, keys: dict[str, str], ready: Any) -> None:
+    r = client.post("/v2/repository/index", json={"ready": ready}, headers=auth(keys["acme"]))
+    assert r.status_code in (400, 422) and r.json()["field"].endswith("ready"), r.text

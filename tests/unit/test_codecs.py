@@ -5,10 +5,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sluice.codecs.classification import asked
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import arrays_from_request, present_columns, present_rows
-from sluice.codecs.tensors import decode_tensor, encode_tensor
-from sluice.domain.errors import InvalidInput
+from sluice.codecs.tensors import decode_tensor, encode_tensor, json_data
+from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 
@@ -173,3 +174,47 @@ def test_a_raw_tensor_reads_as_its_values_aligned_wherever_its_bytes_sit(datatyp
     assert got.dtype == dtype and got.flags.aligned and np.array_equal(got, values)
     in_place = np.frombuffer(chunk, np.uint8).ctypes.data % dtype.alignment == 0 if len(chunk) else True
     assert np.shares_memory(got, np.frombuffer(chunk, np.uint8)) == (in_place and got.size > 0)
+
+
+FLOATS = st.sampled_from([np.float16, np.float32, np.float64])
+
+
+@given(
+    dtype=FLOATS,
+    values=st.lists(st.one_of(st.floats(width=16), st.sampled_from([float("nan"), float("inf"), float("-inf")])), max_size=12),
+)
+def test_a_json_float_output_reads_back_to_its_values_nan_and_infinity_included(dtype: type, values: list[float]) -> None:
+    """As Triton writes them: `NaN`, `Infinity`, `-Infinity`, which Python's json reads (orjson
+    alone would write null, and a NaN would come back as None)."""
+    import json
+
+    import orjson
+
+    array = np.array(values, dtype=dtype)
+    data = json_data("y", encode_tensor("y", array)["datatype"], array)
+    got = json.loads(orjson.dumps({"data": data}, option=orjson.OPT_SERIALIZE_NUMPY))["data"]
+    np.testing.assert_array_equal(np.array(got, dtype=dtype), array)  # NaN equals NaN here
+
+
+def test_a_bf16_output_is_named_bf16_and_refused_in_json_naming_it() -> None:
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    array = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    tensor = encode_tensor("y", array)
+    assert tensor["datatype"] == "BF16"
+    with pytest.raises(BadRequest) as err:
+        json_data("y", tensor["datatype"], tensor["data"])
+    assert err.value.field == "outputs.y" and "binary" in err.value.message
+
+
+@given(value=st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=3), st.lists(st.integers(), max_size=2)))
+def test_classification_is_a_positive_integer_or_not_asked_at_all(value: object) -> None:
+    """`false`, `0`, `0.0` are not "not asked": only a missing value is. Any other value that is
+    not a positive integer is refused naming the output, never answered with the raw tensor."""
+    if value is None:
+        assert asked([("p", {"classification": value})]) == {}
+    elif type(value) is int and value > 0:
+        assert asked([("p", {"classification": value})]) == {"p": value}
+    else:
+        with pytest.raises(BadRequest) as err:
+            asked([("p", {"classification": value})])
+        assert err.value.field == "outputs.p.parameters.classification"

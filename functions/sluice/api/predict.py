@@ -116,6 +116,7 @@ async def infer(
     params = body.parameters or {}
     wanted = tuple(out.name for out in body.outputs) if body.outputs else None
     classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
+    as_binary = binary_outputs(params, body.outputs)  # refused, if at all, before the model runs
     upload_id = params.get("upload_id")
     if upload_id is not None:
         if body.inputs or binary is not None:
@@ -130,6 +131,7 @@ async def infer(
         inputs=inputs,
         version=version,
         outputs=wanted,
+        classify=classify,
         variant=params.get("variant"),
         routing_key=str(params.get("routing_key") or "") or None,
         headers=headers,
@@ -139,8 +141,7 @@ async def infer(
         parameters=params,
     )
     prediction = await container.predictions.predict(principal, request)
-    content = v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)
-    as_binary = binary_outputs(params, body.outputs)
+    content = v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify, binary=as_binary)
     response: Response = _respond_binary(container, content, as_binary, rid) if as_binary else _respond(container, content, rid)
     if upload_id is not None:
         return await _sent_or_kept(container, principal, prediction, response, rid)

@@ -158,11 +158,13 @@ class Session:
             if params.get("upload_id") is not None:
                 raise BadRequest(UPLOADS_ARE_FOR_HTTP, field="upload_id")
             wanted = tuple(out.name for out in body.outputs) if body.outputs else None
+            classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
             request = PredictionRequest(
                 deployment=wrapped.deployment,
                 inputs=TensorInputs(tuple(Tensor(t.name, t.datatype, tuple(t.shape), t.data) for t in body.inputs)),
                 version=wrapped.version,
                 outputs=wanted,
+                classify=classify,
                 variant=params.get("variant"),
                 routing_key=str(params.get("routing_key") or "") or None,
                 headers=self.headers,
@@ -171,7 +173,6 @@ class Session:
                 parameters=params,
             )
             prediction = await self.container.predictions.predict(principal, request)
-            classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None
             return {"request_id": request_id, **v2_body(prediction, request_id=body.id, wanted=wanted, classify=classify)}
         simple = PredictionBody.model_validate(message)
         if simple.upload_id is not None:

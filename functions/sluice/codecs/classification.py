@@ -7,8 +7,10 @@ Each row of a batch (the first dimension of an output of two or more) is classif
 remaining elements, best first (ties by index), giving a BYTES output of shape [rows, k]; a
 one-dimensional output is classified whole, shape [k]. k past the number of classes gives
 every class. A score is printed as C's `%f` prints it (a float) or as an integer, as Triton
-does. An output that is not numeric, or a k that is not a positive integer, is a 400 naming
-the output: never the raw tensor with a 200."""
+does. An output that is not numeric, or a k that is not a positive integer (any value but
+none at all: `false` and `0.0` too), is a 400 naming the output: never the raw tensor with a
+200. An output's datatype is checked before the model runs (`check_rankable`), so that the
+request is refused, not answered and then refused."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.codecs.datatypes import RANKED_TYPES, v2_of_numpy
 from sluice.domain.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -38,9 +41,18 @@ def asked(outputs: Iterable[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
     """{output: k} for the requested outputs (name, parameters) that ask for classification."""
     out = {}
     for name, params in outputs:
-        if params and params.get(KEY) not in (None, 0):  # 0: tritonclient's "not asked"
+        if params and params.get(KEY) is not None:  # tritonclient sends none where not asked
             out[name] = _count(name, params[KEY])
     return out
+
+
+def check_rankable(name: str, datatype: str) -> None:
+    """Refuse classifying output `name` of `datatype` unless its scores can be ranked."""
+    if datatype not in RANKED_TYPES:
+        raise BadRequest(
+            f"output '{name}' is not numeric ({datatype}): classification needs scores to rank",
+            field=f"outputs.{name}.parameters.classification",
+        )
 
 
 def _text(score: Any) -> str:
@@ -49,11 +61,11 @@ def _text(score: Any) -> str:
 
 def classify(name: str, array: np.ndarray, k: int, labels: Sequence[Any] | None = None) -> np.ndarray:
     """The top `k` classes of `array` as `"score:index[:label]"` strings (see the module)."""
-    if array.dtype.kind not in "iuf":
-        raise BadRequest(
-            f"output '{name}' is not numeric ({array.dtype}): classification needs scores to rank",
-            field=f"outputs.{name}.parameters.classification",
-        )
+    try:
+        datatype = v2_of_numpy(array.dtype)
+    except TypeError:  # no v2 datatype at all: named as NumPy names it
+        datatype = str(array.dtype)
+    check_rankable(name, datatype)
     rows = array.reshape(array.shape[0], math.prod(array.shape[1:])) if array.ndim >= 2 else array.reshape(1, -1)  # `-1` cannot size a row of an empty batch
     k = min(k, rows.shape[1])
     # Best first, the lower index first among equals (a stable sort of the negated scores).

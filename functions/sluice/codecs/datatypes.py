@@ -6,7 +6,8 @@ from itertools import chain
 
 import numpy as np
 
-# v2 name -> NumPy dtype. BF16 is left out: NumPy has no native bfloat16.
+# v2 name -> NumPy dtype. BF16 is left out: NumPy has no native bfloat16 (an answer's BF16 is
+# `ml_dtypes.bfloat16`, which `v2_of_numpy` names; inputs stay refused).
 V2_TO_NUMPY: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -43,6 +44,8 @@ ONNX_TO_V2: dict[str, str] = {
 }
 
 FLOAT_TYPES = frozenset({"FP16", "FP32", "FP64"})
+# What a classification can rank: the numbers.
+RANKED_TYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "BF16", *FLOAT_TYPES})
 
 
 def v2_of_numpy(dtype: np.dtype) -> str:
@@ -51,7 +54,19 @@ def v2_of_numpy(dtype: np.dtype) -> str:
     try:
         return NUMPY_TO_V2[np.dtype(dtype)]
     except KeyError:
+        if dtype.kind == "V" and _is_bfloat16(dtype):
+            return "BF16"
         raise TypeError(f"no v2 datatype for numpy dtype {dtype}") from None
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether `dtype` is `ml_dtypes.bfloat16` (a Triton answer's BF16), imported only here:
+    ml_dtypes comes with tritonclient, and only such an answer needs it."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return False
+    return dtype == ml_dtypes.bfloat16
 
 
 def numpy_of_v2(datatype: str) -> np.dtype:

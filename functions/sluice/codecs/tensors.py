@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import V2_TO_NUMPY, holds_bool, v2_of_numpy
-from sluice.domain.errors import InvalidInput
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool, v2_of_numpy
+from sluice.domain.errors import BadRequest, InvalidInput
 
 
 def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True) -> np.ndarray:
@@ -65,3 +65,26 @@ def encode_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
     if datatype == "BYTES":
         data = [x.decode() if isinstance(x, bytes) else str(x) for x in data.tolist()]
     return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+
+
+def json_data(name: str, datatype: str, data: Any) -> Any:
+    """An output's flat `data` as a JSON answer writes it, as Triton does: BF16 refused (JSON
+    has no form for it: binary has), and a float output holding NaN or ±Inf written with the
+    tokens `NaN`, `Infinity`, `-Infinity`, which Python's `json` and tritonclient read (orjson
+    would write null). Only float outputs are looked at, with one NumPy call."""
+    if datatype == "BF16":
+        raise BadRequest(
+            f"output '{name}' is BF16, which JSON cannot carry: ask for it in binary (parameters.binary_data: true)",
+            field=f"outputs.{name}",
+        )
+    if datatype not in FLOAT_TYPES:
+        return data
+    finite = np.isfinite(data)
+    if finite.all():
+        return data
+    import orjson
+
+    texts = orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].split(b",")
+    for i in np.flatnonzero(~finite).tolist():
+        texts[i] = b"NaN" if np.isnan(data[i]) else b"Infinity" if data[i] > 0 else b"-Infinity"
+    return orjson.Fragment(b"[" + b",".join(texts) + b"]")

@@ -69,6 +69,7 @@ class PredictionRequest:
     inputs: Inputs
     version: int | None = None  # pin a version of the deployment's primary model
     outputs: tuple[str, ...] | None = None  # only these outputs (v2 `outputs`)
+    classify: Mapping[str, int] | None = None  # outputs asked as their top k classes: checked rankable before the model runs
     variant: str | None = None  # ask a split for a variant by name
     routing_key: str | None = None  # sticky routing; else the header the policy names
     headers: Mapping[str, str] = field(default_factory=dict)

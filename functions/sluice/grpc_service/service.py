@@ -257,6 +257,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
             inputs=TensorInputs(tensors_of(request)),
             version=_version(message.model_version),
             outputs=wanted,
+            classify=classify,
             variant=str(variant) if variant is not None else None,
             routing_key=str(params.get("routing_key") or "") or None,
             headers=metadata,

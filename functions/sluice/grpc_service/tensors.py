@@ -18,6 +18,7 @@ from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
 from sluice.domain.errors import InvalidInput
 from sluice.domain.requests import Tensor
 from sluice.grpc_service.wire import InferReply
+from sluice.inference.outcomes import presenting
 
 if TYPE_CHECKING:
     from sluice.domain.results import Prediction
@@ -143,29 +144,30 @@ def response_of(
     """A `ModelInferResponse`: the outputs as raw contents (written once, as it is sent:
     `wire.InferReply`), the same parameters as REST's; the outputs in `classify` as their top
     k classes (`sluice.codecs.classification`)."""
-    answer = prediction.answer
-    arrays = answer.result.outputs
-    if classify:
-        from sluice.codecs.classification import classified
+    with presenting():  # after `predict` counted the request answered: a refusal is not counted again
+        answer = prediction.answer
+        arrays = answer.result.outputs
+        if classify:
+            from sluice.codecs.classification import classified
 
-        arrays = classified(arrays, answer.result.classes, classify)
-    response = pb.ModelInferResponse(
-        model_name=prediction.resolved.deployment.name,
-        model_version=str(answer.version.version),
-        id=request_id,
-    )
-    for key, value in who.items():
-        ((field, set_to),) = parameter(value).items()
-        setattr(response.parameters[key], field, set_to)
-    raws = []
-    for name, array in arrays.items():
-        if wanted and name not in wanted:
-            continue
-        datatype = v2_of_numpy(array.dtype)
-        output = response.outputs.add(name=name, datatype=datatype, shape=list(array.shape))
-        classes = answer.result.classes.get(name)
-        if classes is not None and not (classify and name in classify):
-            ((field, set_to),) = parameter(classes).items()
-            setattr(output.parameters["classes"], field, set_to)
-        raws.append(array)
-    return InferReply(response, raws)
+            arrays = classified(arrays, answer.result.classes, classify)
+        response = pb.ModelInferResponse(
+            model_name=prediction.resolved.deployment.name,
+            model_version=str(answer.version.version),
+            id=request_id,
+        )
+        for key, value in who.items():
+            ((field, set_to),) = parameter(value).items()
+            setattr(response.parameters[key], field, set_to)
+        raws = []
+        for name, array in arrays.items():
+            if wanted and name not in wanted:
+                continue
+            datatype = v2_of_numpy(array.dtype)
+            output = response.outputs.add(name=name, datatype=datatype, shape=list(array.shape))
+            classes = answer.result.classes.get(name)
+            if classes is not None and not (classify and name in classify):
+                ((field, set_to),) = parameter(classes).items()
+                setattr(output.parameters["classes"], field, set_to)
+            raws.append(array)
+        return InferReply(response, raws)

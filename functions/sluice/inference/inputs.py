@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.codecs.classification import check_rankable
 from sluice.codecs.plain import arrays_from_request
 from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import BadRequest, InvalidInput
@@ -46,4 +47,8 @@ def decode_inputs(
     for out in request.outputs or ():
         if gives.output(out) is None:
             raise InvalidInput(f"unknown output '{out}'; this version gives {[s.name for s in gives.outputs]}", field=f"outputs.{out}")
+    for out in request.classify or ():  # refused before it is answered, not after (counted once)
+        spec = gives.output(out)
+        if spec is not None:
+            check_rankable(out, spec.datatype)
     return check(signature, arrays, datatypes=declared)

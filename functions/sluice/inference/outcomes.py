@@ -11,6 +11,10 @@ message) and passed authentication ends in one of two ways, and each is counted 
   before or around it. The exception is marked counted, so a failure that passes through both
   is counted by the first.
 
+What can refuse an answer's presentation is checked before `predict` counts it where the
+request tells (an output asked as classes that cannot be ranked); a refusal after the count
+(`presenting`, `counted_already`) is not counted again.
+
 A failure is counted in Prometheus (`ml_inference_requests_total` with its status class,
 `ml_inference_errors_total` by status and code), in the EMF line (`Requests`, `Errors`,
 `ClientErrors` or `BackendErrors`) and in the deployment's statistics (`requests`, `errors`,
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import Accepted, NotFound, Overloaded, RateLimited, SluiceError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from sluice.domain import Deployment
     from sluice.domain.policy import Node
@@ -76,6 +80,17 @@ def counted_already(exc: SluiceError) -> SluiceError:
     for its transport) is not counted a second time."""
     mark(exc)
     return exc
+
+
+@contextlib.contextmanager
+def presenting() -> Iterator[None]:
+    """Around writing an answer `predict` counted already: whatever refuses it there (an output
+    its wire cannot carry) is not counted a second time, as a failure."""
+    try:
+        yield
+    except Exception as exc:
+        mark(exc)
+        raise
 
 
 class Outcomes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from sluice.types.base import OpenWireModel, WireModel
 
@@ -59,7 +59,7 @@ class ModelStatsResponse(WireModel):
 
 
 class RepositoryIndexRequest(OpenWireModel):
-    ready: bool = False
+    ready: StrictBool = False  # JSON true or false: "yes" or 1 is refused, not read as true
 
 
 class RepositoryIndexEntry(WireModel):

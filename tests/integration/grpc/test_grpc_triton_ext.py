@@ -99,3 +99,25 @@ def test_load_and_unload_are_refused_as_rest_refuses(grpc_url: str, keys: dict[s
     assert fails(grpc.load_model, "iris").status() == "StatusCode.UNAUTHENTICATED"
     # Served as before: the model still answers after a refused unload.
     assert grpc.is_model_ready("iris", headers=auth(keys["acme"]))
+
+
+def test_a_request_refused_for_its_classification_is_counted_once_as_failed(grpc_url: str, keys: dict[str, str], client: TestClient) -> None:
+    """Asking classes of an output that cannot be ranked (iris's labels, BYTES) is refused on
+    every door before the model runs: a failed request, never answered and failed both."""
+    grpc = grpcclient.InferenceServerClient(grpc_url)
+    headers = auth(keys["acme"])
+    (before,) = grpc.get_inference_statistics("iris", headers=headers).model_stats
+    body = {
+        "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}],
+        "outputs": [{"name": "output_label", "parameters": {"classification": 2}}],
+    }
+    rest = client.post("/v2/models/iris/infer", json=body, headers=headers)
+    assert rest.status_code == 400 and rest.json()["field"] == "outputs.output_label.parameters.classification", rest.text
+    tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.array([[5.1, 3.5, 1.4, 0.2]], np.float32))
+    asked = [grpcclient.InferRequestedOutput("output_label", class_count=2)]
+    assert fails(grpc.infer, "iris", [tensor], outputs=asked, headers=headers).status() == "StatusCode.INVALID_ARGUMENT"
+    (after,) = grpc.get_inference_statistics("iris", headers=headers).model_stats
+    assert after.execution_count == before.execution_count
+    assert after.inference_stats.success.count == before.inference_stats.success.count
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count + 2
