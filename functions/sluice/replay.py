@@ -1,8 +1,8 @@
 """Replay: a deployment's captured requests run against a candidate (a version or another
 deployment) and compared with the answers they got, an offline shadow over real traffic.
 
-Captured records are read into arrays as they come, grouped by captured version, and each
-group of up to `batch_rows` rows is scored through the data plane's bulk call
+Captured records are read into arrays as they come, grouped by captured version and
+tensors, and each group of up to `batch_rows` rows is scored through the data plane's bulk call
 (`inference.bulk.score_many` over the candidate's policy node: `run_node`, no mirrors, no live
 statistics), which isolates a record the candidate refuses, so it fails alone. A record that
 cannot be read (a redacted value, a layout of its own) is found when its group is stacked,
@@ -89,8 +89,8 @@ class ReplayService:
 
     async def _run(self, principal: Principal, node: Node, records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         tally = _Tally()
-        pending: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
-        pending_rows: dict[tuple[Any, Any], int] = {}
+        pending: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        pending_rows: dict[tuple[Any, ...], int] = {}
         batch_rows = self.batch_rows
         records_seen = rows_seen = failed_rows = 0
         failures = tally.failures
@@ -112,13 +112,18 @@ class ReplayService:
                 elif not outputs:
                     reason = "outputs not captured"
                 if reason is not None:
-                    failures[reason] += max(rows, 1)
-                    failed_rows += rows
+                    if rows:  # a record of no rows fails none
+                        failures[reason] += rows
+                        failed_rows += rows
                     continue
-                # One version's records share their tensors' names and layout; a record that does
-                # not, or has a redacted value, is found when its batch is stacked, and is then
-                # looked at alone (no per-record check on the way: most batches are whole).
-                key = (record.get("model"), record.get("version"))
+                if not rows:  # nothing to score
+                    continue
+                # Records are stacked with those of the same version and the same tensors (a
+                # request may ask for some outputs only), so no record's tensors are left out
+                # of its batch, whatever the order. A record with a redacted value or a shape
+                # of its own is found when its batch is stacked, and is then looked at alone
+                # (no per-record check on the way: most batches are whole).
+                key = (record.get("model"), record.get("version"), _names(inputs), _names(outputs))
                 waiting = pending.get(key)
                 if waiting is None:
                     waiting = pending[key] = []
@@ -145,8 +150,8 @@ class ReplayService:
             },
         }
 
-    async def _score(self, principal: Principal, node: Node, key: tuple[Any, Any], batch: list[dict[str, Any]], tally: _Tally) -> None:
-        """One captured version's records: read into arrays, scored, compared."""
+    async def _score(self, principal: Principal, node: Node, key: tuple[Any, ...], batch: list[dict[str, Any]], tally: _Tally) -> None:
+        """One captured version's records of the same tensors: read into arrays, scored, compared."""
         model, version = key[0], key[1]
         primary = await self._version(principal.tenant, model, version)
         rows = [int(r.get("rows") or 0) for r in batch]
@@ -158,7 +163,7 @@ class ReplayService:
             inputs, outputs = _read(batch, sum(rows))
         except (ValueError, TypeError, KeyError):
             if len(batch) == 1:
-                tally.fail(_why(batch[0]), rows[0], counted=max(rows[0], 1))
+                tally.fail(_why(batch[0]), rows[0])
                 return
             readable = [one for one in batch if _readable(one, tally)]
             if len(readable) < len(batch):  # the others, together again
@@ -213,10 +218,11 @@ class _Tally:
         self.counts = {"records": 0, "rows": 0, "scored_rows": 0, "failed_rows": 0}
         self.latencies: list[float] = []
 
-    def fail(self, reason: str, rows: int, *, counted: int | None = None) -> None:
-        """`rows` failed for `reason` (`counted` under it, when not `rows`)."""
-        self.failures[reason] += rows if counted is None else counted
-        self.counts["failed_rows"] += rows
+    def fail(self, reason: str, rows: int) -> None:
+        """`rows` failed for `reason` (none: a record of no rows fails nothing)."""
+        if rows:
+            self.failures[reason] += rows
+            self.counts["failed_rows"] += rows
 
 
 def _read(batch: list[dict[str, Any]], rows: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -234,7 +240,7 @@ def _readable(record: dict[str, Any], tally: _Tally) -> bool:
     try:
         _read([record], rows)
     except (ValueError, TypeError, KeyError):
-        tally.fail(_why(record), rows, counted=max(rows, 1))
+        tally.fail(_why(record), rows)
         return False
     return True
 
@@ -253,6 +259,12 @@ def _is_version(value: Any) -> bool:
     except InvalidRequest:
         return False
     return True
+
+
+def _names(tensors: Any) -> tuple[str, ...] | None:
+    """A record's tensors by name, to group it with those of the same (None: not a mapping,
+    found unreadable when stacked)."""
+    return tuple(tensors) if tensors.__class__ is dict else None
 
 
 def _why(record: dict[str, Any]) -> str:

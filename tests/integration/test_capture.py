@@ -11,10 +11,14 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from sluice.capture.capturer import Capturer
 from sluice.capture.sinks import FirehoseSink, FolderSink
+from sluice.domain.errors import InvalidRequest
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
@@ -32,10 +36,10 @@ class Recording:
         self.records: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
-    def write(self, records: Any) -> int:
+    def write(self, records: Any) -> tuple[int, int]:
         with self.lock:
             self.records += list(records)
-        return 0
+        return 0, 0
 
 
 class Blocked:
@@ -45,14 +49,14 @@ class Blocked:
         self.release = threading.Event()
         self.records: list[dict[str, Any]] = []
 
-    def write(self, records: Any) -> int:
+    def write(self, records: Any) -> tuple[int, int]:
         self.release.wait()
         self.records += list(records)
-        return 0
+        return 0, 0
 
 
 class Broken:
-    def write(self, records: Any) -> int:
+    def write(self, records: Any) -> tuple[int, int]:
         raise OSError("disk on fire")
 
 
@@ -151,6 +155,45 @@ def test_capture_settings_are_checked_and_name_the_field(demo: Container, client
     assert r.status_code == 200 and r.json()["capture"] is None
 
 
+IRIS_NAMES = ("input", "sepal_length", "sepal_width", "petal_length", "petal_width")
+
+
+@examples(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    known=st.lists(st.sampled_from(IRIS_NAMES), max_size=3, unique=True),
+    other=st.text(min_size=1, max_size=128).filter(lambda x: x not in IRIS_NAMES) | st.sampled_from(["Petal_Width", "petal_width ", "petal-width", "petal width"]),
+    at=st.integers(0, 3),
+)
+def test_redact_names_only_the_deployments_inputs_and_features(demo: Container, acme: Principal, known: list[str], other: str, at: int) -> None:
+    """A name that is not exactly one of iris's input or features would redact nothing: it is
+    refused (422 naming its place in the list), and the setting stays as it was; the names
+    that are pass."""
+    before = demo.deployments.get(acme, "iris").capture
+    redact = [*known[:at], other, *known[at:]]
+    with pytest.raises(InvalidRequest) as refused:
+        demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100, "redact": redact})
+    assert refused.value.field == f"capture.redact.{redact.index(other)}" and "petal_width" in refused.value.message
+    assert demo.deployments.get(acme, "iris").capture == before
+    assert demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100, "redact": known}).capture.redact == tuple(known)  # type: ignore[union-attr]
+
+
+def test_redacted_names_must_fit_the_policy_they_are_saved_with(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str]) -> None:
+    """Over the API, on create and on update, and when a new policy would take other features
+    than those a kept setting redacts."""
+    single = {"kind": "single", "model": "iris", "version": 1}
+    r = client.post("/api/v1/deployments", json={"name": "other", "policy": single, "capture": {"sample_percent": 5, "redact": ["Petal_Width"]}}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "capture.redact.0", r.text
+    r = client.put("/api/v1/deployments/iris", json={"capture": {"sample_percent": 5, "redact": ["sepal_width", "petal-width"]}}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "capture.redact.1", r.text
+    _capture_on(demo, acme)  # redacts petal_width
+    step = {"kind": "transform", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["ssn", "b", "cc", "d"]}], "ops": [{"op": "rename", "input": "raw", "output": "input"}]}
+    sequence = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": single}]}
+    r = client.put("/api/v1/deployments/iris", json={"policy": sequence}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "capture.redact.0" and "'ssn'" in r.json()["error"], r.text
+    r = client.put("/api/v1/deployments/iris", json={"policy": sequence, "capture": {"sample_percent": 5, "redact": ["ssn"]}}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+
+
 def test_each_tenant_is_captured_under_its_own_partition(demo: Container, client: TestClient, acme: Principal, globex: Principal, keys: dict[str, str], settings: Any) -> None:
     from tests.conftest import MODELS
 
@@ -189,11 +232,71 @@ def test_firehose_sink_puts_record_batches(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setattr(firehose, "put_record_batch", counting)
         records = [{"request_id": f"r{i}", "tenant": "acme", "deployment": "iris", "time": "2026-11-26T15:00:00.000Z"} for i in range(1201)]
         huge = {"request_id": "huge", "tenant": "acme", "deployment": "iris", "time": "2026-11-26T15:00:00.000Z", "inputs": "x" * 1_100_000}
-        assert FirehoseSink("sluice-capture", client=firehose).write([*records, huge]) == 1  # too large: dropped
+        assert FirehoseSink("sluice-capture", client=firehose).write([*records, huge]) == (1, 0)  # too large: dropped
         assert calls == [500, 500, 201]
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="captured")["Contents"]]
         lines = [x for k in keys for x in s3.get_object(Bucket="captured", Key=k)["Body"].read().decode().splitlines() if x]
         assert sorted(json.loads(x)["request_id"] for x in lines) == sorted(f"r{i}" for i in range(1201))
+
+
+class Refusing:
+    """A Firehose client (moto's behind it) that refuses, as PutRecordBatch answers a throttled
+    put, every record whose request id is in `refused`, and raises on a call holding one in
+    `raising`."""
+
+    def __init__(self, firehose: Any, refused: set[str], raising: tuple[str, ...] = ()) -> None:
+        self.firehose, self.refused, self.raising = firehose, refused, raising
+
+    def put_record_batch(self, DeliveryStreamName: str, Records: list[dict[str, bytes]]) -> dict[str, Any]:
+        ids = [json.loads(r["Data"])["request_id"] for r in Records]
+        if any(rid in self.raising for rid in ids):
+            raise ConnectionError("the stream is unreachable")
+        kept = [r for r, rid in zip(Records, ids, strict=True) if rid not in self.refused]
+        if kept:
+            self.firehose.put_record_batch(DeliveryStreamName=DeliveryStreamName, Records=kept)
+        answers = [{"ErrorCode": "ServiceUnavailableException", "ErrorMessage": "Slow down."} if rid in self.refused else {"RecordId": rid} for rid in ids]
+        return {"FailedPutCount": sum("ErrorCode" in a for a in answers), "RequestResponses": answers}
+
+
+def _delivery_stream(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="captured")
+    firehose = boto3.client("firehose", region_name="us-east-1")
+    firehose.create_delivery_stream(
+        DeliveryStreamName="sluice-capture",
+        ExtendedS3DestinationConfiguration={"RoleARN": "arn:aws:iam::123456789012:role/firehose", "BucketARN": "arn:aws:s3:::captured", "Prefix": "capture/"},
+    )
+    return s3, firehose
+
+
+def _delivered(s3: Any) -> list[str]:
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="captured").get("Contents", [])]
+    return [json.loads(x)["request_id"] for k in keys for x in s3.get_object(Bucket="captured", Key=k)["Body"].read().decode().splitlines() if x]
+
+
+def test_records_firehose_refuses_are_counted_one_by_one(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One record refused twice among twenty: nineteen written, one failed (CaptureWritten and
+    CaptureFailed say so), not the whole batch."""
+    with mock_aws():
+        s3, firehose = _delivery_stream(monkeypatch)
+        capturer = Capturer(FirehoseSink("sluice-capture", client=Refusing(firehose, {"req-7"})), gather_s=0.5)
+        demo.predictions.capture = capturer
+        _capture_on(demo, acme)
+        _predict(client, keys["acme"], 20)
+        assert capturer.drain()
+        assert capturer.counts() == {"sampled": 20, "written": 19, "dropped": 0, "failed": 1, "queued": 0}
+        assert sorted(_delivered(s3)) == sorted(f"req-{i}" for i in range(20) if i != 7)
+
+
+def test_a_firehose_call_that_fails_does_not_stop_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    with mock_aws():
+        s3, firehose = _delivery_stream(monkeypatch)
+        records = [{"request_id": f"r{i}", "tenant": "acme", "deployment": "iris", "time": "2026-11-26T15:00:00.000Z"} for i in range(1201)]
+        sink = FirehoseSink("sluice-capture", client=Refusing(firehose, {"r1100"}, raising=("r600",)))
+        assert sink.write(records) == (0, 501)  # the second call's 500, and one refused in the third
+        assert sorted(_delivered(s3)) == sorted(f"r{i}" for i in [*range(500), *range(1000, 1201)] if i != 1100)
 
 
 def test_concurrent_load_loses_no_sampled_record(demo: Container, acme: Principal) -> None:
@@ -235,3 +338,33 @@ def test_a_graph_redacts_the_features_its_callers_send(demo: Container, client: 
     assert "123456789" not in line and "4111111" not in line
     record = json.loads(line)
     assert record["inputs"]["raw"]["data"] == [None, 3.1, None, 1.8] and record["redacted"] == ["ssn", "cc"]
+
+
+def test_redacted_features_are_not_written_through_an_exposed_step_output(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str], settings: Any) -> None:
+    """A sequence that exposes its transform's output (`prep.input`: the caller's `raw`,
+    renamed), and one more that renames that output again after the sequence: with features
+    to redact, neither is written, nor is a baseline taken from them; the model's answer is."""
+    step = {"kind": "transform", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["ssn", "b", "cc", "d"]}], "ops": [{"op": "rename", "input": "raw", "output": "input"}]}
+    inner = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": {"kind": "single", "model": "iris", "version": 1}}], "expose": ["prep.input"]}
+    outer = {"kind": "sequence", "steps": [{"name": "inner", "target": inner}, {"name": "post", "target": {"kind": "transform", "ops": [{"op": "rename", "input": "prep.input", "output": "copy"}]}}]}
+    capture = {"sample_percent": 100, "redact": ["ssn", "cc"]}
+    demo.deployments.create(acme, "seq", inner, capture=capture)
+    demo.deployments.create(acme, "wrapped", outer, capture=capture)
+    for name in ("seq", "wrapped"):
+        r = client.post("/api/v1/predictions", json={"deployment": name, "features": {"ssn": 123456789.0, "b": 3.1, "cc": 4111111.0, "d": 1.8}}, headers=auth(keys["acme"]))
+        assert r.status_code == 200, r.text
+    assert demo.capture is not None and demo.capture.drain()
+    text = "".join(f.read_text() for f in (settings.home_path / "capture").rglob("*.jsonl"))
+    assert "123456789" not in text and "4111111" not in text
+    records = {r["deployment"]: r for r in map(json.loads, text.splitlines())}
+    assert sorted(records["seq"]["outputs"]) == ["output_label", "output_probability"]
+    assert "copy" not in records["wrapped"]["outputs"]
+    r = client.put("/api/v1/deployments/seq/baseline", json={"capture": {"since": "1h"}}, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert not [c for c in r.json()["columns"] if c.startswith("prep.input")]
+    # Without features to redact, an exposed output is captured as the answer holds it.
+    demo.deployments.update(acme, "seq", None, capture={"sample_percent": 100})
+    client.post("/api/v1/predictions", json={"deployment": "seq", "features": {"ssn": 1.0, "b": 3.1, "cc": 2.0, "d": 1.8}}, headers=auth(keys["acme"]))
+    assert demo.capture.drain()
+    last = [json.loads(x) for f in (settings.home_path / "capture").rglob("*.jsonl") for x in f.read_text().splitlines()]
+    assert any("prep.input" in r["outputs"] for r in last if r["deployment"] == "seq")

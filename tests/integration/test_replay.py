@@ -11,6 +11,9 @@ import boto3
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from sluice.api.app import create_app
@@ -20,6 +23,8 @@ from tests.conftest import MODELS
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sluice.domain import Principal
     from sluice.wiring import Container
 
@@ -104,6 +109,54 @@ def test_a_deployment_made_again_replays_none_of_the_old_ones_requests(shadowed:
     assert shadowed.capture.drain()
     out = shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")
     assert (out["records"], out["rows"]) == (3, rows)
+
+
+def _v2(client: TestClient, key: str, request_id: str, rows: list[list[float]], outputs: list[str] | None = None) -> None:
+    body: dict[str, Any] = {"id": request_id, "inputs": [{"name": "input", "datatype": "FP32", "shape": [len(rows), 4], "data": [x for row in rows for x in row]}]}
+    if outputs is not None:
+        body["outputs"] = [{"name": name} for name in outputs]
+    r = client.post("/v2/models/iris/infer", json=body, headers=auth(key))
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+def mixed_outputs(shadowed: Container, keys: dict[str, str], settings: Any) -> tuple[Container, Path]:
+    """Ten captured requests of two rows, the first asking for the label only: its record has
+    fewer outputs than the others'. Returns the capture file."""
+    client = TestClient(create_app(shadowed))
+    rng = np.random.default_rng(7)
+    for i in range(10):
+        rows = rng.uniform([4.3, 2.0, 1.0, 0.1], [7.9, 4.4, 6.9, 2.5], size=(2, 4)).round(1).tolist()
+        _v2(client, keys["acme"], f"r{i}", rows, ["output_label"] if i == 0 else None)
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    (found,) = (settings.home_path / "capture").rglob("*.jsonl")
+    return shadowed, found
+
+
+@examples(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(10)))
+def test_the_verdict_is_the_same_whatever_the_order_of_the_records(mixed_outputs: tuple[Container, Path], acme: Principal, order: list[int]) -> None:
+    """Records of one version whose requests asked for different outputs: each record's
+    outputs are compared, whichever comes first."""
+    container, found = mixed_outputs
+    lines = found.read_text().splitlines(keepends=True)
+    found.write_text("".join(lines[i] for i in order))
+    out = container.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"], out["failures"]) == (10, 20, 20, 0, {})
+    found.write_text("".join(lines))
+    reference = container.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert out["verdict"] == reference["verdict"]
+    assert out["verdict"]["compared"] == 10 and out["verdict"]["mean_abs_diff"] is not None  # nine records carry probabilities
+
+
+def test_a_request_of_no_rows_fails_no_row(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:
+    client = TestClient(create_app(shadowed))
+    _v2(client, keys["acme"], "zero", [])
+    for i in range(3):
+        _v2(client, keys["acme"], f"one{i}", [[5.9, 3.0, 5.1, 1.8]])
+    assert shadowed.capture is not None and shadowed.capture.drain()
+    out = shadowed.replay.replay(acme, "iris", since="1h", against="iris:2")
+    assert (out["records"], out["rows"], out["scored_rows"], out["failed_rows"], out["failures"]) == (4, 3, 3, 0, {})
 
 
 def test_bad_replays_name_the_field(shadowed: Container, acme: Principal, keys: dict[str, str]) -> None:

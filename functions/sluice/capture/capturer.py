@@ -32,8 +32,8 @@ GATHER_S = 0.2  # how long the writer waits for a batch to fill after its first 
 class Capturer:
     """`offer` never blocks and never raises into the request: past `max_queue` waiting
     records a sampled one is dropped and counted (`dropped`). The drain thread writes in
-    batches of up to `batch`, gathered for at most `gather_s` after the first; a batch the
-    sink fails on is counted (`failed`), not retried.
+    batches of up to `batch`, gathered for at most `gather_s` after the first; records the
+    sink refuses, or all of a batch it raises on, are counted (`failed`), not retried.
     Counts go out as a log line (an EMF record with `CaptureWritten`, `CaptureDropped` and
     `CaptureFailed` where metrics are on) after each batch that changed them."""
 
@@ -58,22 +58,35 @@ class Capturer:
         self._reported = (0, 0, 0)
 
     def offer(
-        self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, inputs: Sequence[TensorSpec] | None = None
-    ) -> None:
+        self, dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float,
+        inputs: Sequence[TensorSpec] | None = None, rows: slice | None = None,
+    ) -> None:  # fmt: skip
         """One answered request of a deployment that captures: sampled, queued, never waited on.
         `inputs`: what its inputs were read as (a graph's, not its last model's: redaction
-        finds the features by their names there)."""
+        finds the features by their names there); `rows`: the request's rows of the arrays
+        and the answer, where they hold more (cut off the request path)."""
         percent = dep.capture.sample_percent  # type: ignore[union-attr]
         if percent < 100 and random.random() * 100 >= percent:
             return
         self.sampled += 1
         try:
-            self._queue.put_nowait((dep, request_id, answer, arrays, latency_ms, time.time(), inputs))
+            self._queue.put_nowait((dep, request_id, answer, arrays, latency_ms, time.time(), inputs, rows))
         except queue.Full:
             self.dropped += 1
             return
         if self._thread is None:
             self._start()
+
+    def offer_records(
+        self, dep: Deployment, ids: Sequence[Any], offsets: np.ndarray | None, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float,
+        inputs: Sequence[TensorSpec] | None = None,
+    ) -> None:  # fmt: skip
+        """A bulk call's records (a stream's), each sampled and captured as a request of its
+        own under its id, with the call's latency: `offsets`, where each one's rows start and
+        the last ends (None: a row each)."""
+        for j, rid in enumerate(ids):
+            rows = slice(j, j + 1) if offsets is None else slice(int(offsets[j]), int(offsets[j + 1]))
+            self.offer(dep, "" if rid is None else str(rid), answer, arrays, latency_ms, inputs, rows)
 
     def _start(self) -> None:
         with self._lock:
@@ -99,9 +112,10 @@ class Capturer:
     def _write(self, items: list[tuple[Any, ...]]) -> None:
         try:
             records = [to_record(*item) for item in items]
-            too_large = self.sink.write(records)
-            self.written += len(records) - too_large
+            too_large, refused = self.sink.write(records)
+            self.written += len(records) - too_large - refused
             self.dropped += too_large
+            self.failed += refused
         except Exception:
             self.failed += len(items)
             get_logger().exception("capture write failed", extra={"records": len(items)})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sluice.codecs.datatypes import v2_of_numpy
+from sluice.domain.results import InferenceResult
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,10 +62,16 @@ def encode_inputs(
 
 def to_record(
     dep: Deployment, request_id: str, answer: Answer, arrays: dict[str, np.ndarray], latency_ms: float, at: float,
-    inputs: Sequence[TensorSpec] | None = None,
+    inputs: Sequence[TensorSpec] | None = None, rows: slice | None = None,
 ) -> dict[str, Any]:
+    """`rows`: the request's own rows of `arrays` and of the answer (a record of a bulk call)."""
     settings = dep.capture
     assert settings is not None
+    if rows is not None:
+        arrays = {name: array[rows] for name, array in arrays.items()}
+        result = answer.result
+        own = {name: array[rows] for name, array in result.outputs.items()}
+        answer = dataclasses.replace(answer, result=InferenceResult(own, result.classes))
     when = dt.datetime.fromtimestamp(at, dt.UTC)
     record: dict[str, Any] = {
         "request_id": request_id,
@@ -82,13 +90,17 @@ def to_record(
         if redacted:
             record["redacted"] = redacted
     if "outputs" in settings.include:
-        outputs = answer.result.outputs
+        # An exposed step's output may be the inputs themselves, under other names: with
+        # features to redact, none is written (whatever the steps before did to the names).
+        hidden = answer.exposed if settings.redact else frozenset()
+        outputs = {name: a for name, a in answer.result.outputs.items() if name not in hidden}
         record["outputs"] = {
             name: {"datatype": v2_of_numpy(np.asarray(a).dtype), "shape": list(np.shape(a)), "data": _plain(np.asarray(a))}
             for name, a in outputs.items()
         }
-        if answer.result.classes:
-            record["classes"] = {k: [str(c) if not isinstance(c, int | float) else c for c in v] for k, v in answer.result.classes.items()}
+        classes = {k: v for k, v in answer.result.classes.items() if k in outputs}
+        if classes:
+            record["classes"] = {k: [str(c) if not isinstance(c, int | float) else c for c in v] for k, v in classes.items()}
     return record
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice import owner_only
 from sluice.capture.records import partition
+from sluice.observability import get_logger
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -26,9 +27,9 @@ FIREHOSE_RECORD_BYTES = 1000 * 1024
 
 
 class Sink(Protocol):
-    def write(self, records: Sequence[dict[str, Any]]) -> int:
-        """Write the records; returns how many were dropped (too large); raises when the
-        write failed."""
+    def write(self, records: Sequence[dict[str, Any]]) -> tuple[int, int]:
+        """Write the records; returns how many were dropped (too large) and how many failed
+        (refused), the others written; raises when the write failed as a whole."""
         ...
 
 
@@ -54,7 +55,7 @@ class FolderSink:
         self.part = f"part-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._lock = threading.Lock()
 
-    def write(self, records: Sequence[dict[str, Any]]) -> int:
+    def write(self, records: Sequence[dict[str, Any]]) -> tuple[int, int]:
         grouped: dict[str, list[bytes]] = defaultdict(list)
         for record in records:
             grouped[partition(record)].append(line_of(record))
@@ -66,12 +67,13 @@ class FolderSink:
                     owner_only.append_lines(fd, b"".join(lines))
                 finally:
                     os.close(fd)
-        return 0
+        return 0, 0
 
 
 class FirehoseSink:
     """`put_record_batch` in calls of at most 500 records and 4 MiB; records Firehose
-    refused are sent once more, then the write fails (counted by the capturer)."""
+    refused are sent once more, then counted failed, one by one; a call that raises fails its
+    records, and the next call is made all the same."""
 
     def __init__(self, stream: str, **aws: Unpack[AwsArgs]) -> None:
         from sluice.clients import lazy_client
@@ -87,8 +89,8 @@ class FirehoseSink:
     def client(self) -> Any:
         return self._firehose()
 
-    def write(self, records: Sequence[dict[str, Any]]) -> int:
-        dropped = 0
+    def write(self, records: Sequence[dict[str, Any]]) -> tuple[int, int]:
+        dropped = failed = 0
         batch: list[bytes] = []
         size = 0
         for record in records:
@@ -97,19 +99,25 @@ class FirehoseSink:
                 dropped += 1
                 continue
             if batch and (len(batch) == FIREHOSE_BATCH_RECORDS or size + len(data) > FIREHOSE_BATCH_BYTES):
-                self._put(batch)
+                failed += self._put(batch)
                 batch, size = [], 0
             batch.append(data)
             size += len(data)
         if batch:
-            self._put(batch)
-        return dropped
+            failed += self._put(batch)
+        return dropped, failed
 
-    def _put(self, batch: list[bytes]) -> None:
+    def _put(self, batch: list[bytes]) -> int:
+        """One call (and one more for the records it refused); how many records failed."""
         pending = batch
-        for _ in range(2):
-            answer = self.client.put_record_batch(DeliveryStreamName=self.stream, Records=[{"Data": d} for d in pending])
-            if not answer.get("FailedPutCount"):
-                return
-            pending = [d for d, r in zip(pending, answer["RequestResponses"], strict=True) if r.get("ErrorCode")]
-        raise RuntimeError(f"Firehose refused {len(pending)} captured records twice")
+        try:
+            for _ in range(2):
+                answer = self.client.put_record_batch(DeliveryStreamName=self.stream, Records=[{"Data": d} for d in pending])
+                if not answer.get("FailedPutCount"):
+                    return 0
+                pending = [d for d, r in zip(pending, answer["RequestResponses"], strict=True) if r.get("ErrorCode")]
+        except Exception:
+            get_logger().exception("capture: a Firehose call failed", extra={"records": len(pending)})
+            return len(pending)
+        get_logger().warning("capture: Firehose refused records twice", extra={"records": len(pending)})
+        return len(pending)

@@ -4,12 +4,18 @@ and which features are left out. Pure; `sluice.capture` does the keeping."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.domain.errors import InvalidRequest
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sluice.domain.signature import TensorSpec
+
 INCLUDES = ("inputs", "outputs")
 MAX_REDACT = 256
+SHOWN = 32  # names a refusal lists
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +56,15 @@ def check_capture(value: Any, *, field: str = "capture") -> CaptureSettings | No
         if not isinstance(item, str) or not 0 < len(item) <= 128:
             raise InvalidRequest("a redacted feature is a name of 1 to 128 characters", field=f"{field}.redact.{i}")
     return CaptureSettings(float(percent), tuple(dict.fromkeys(include)), tuple(dict.fromkeys(redact)))
+
+
+def check_redacted(settings: CaptureSettings | None, inputs: Sequence[TensorSpec], *, field: str = "capture") -> None:
+    """Each name `redact` gives is one of the deployment's `inputs` (what callers send) or one
+    of their features, exactly: a name that is neither would redact nothing."""
+    if settings is None or not settings.redact:
+        return
+    names = list(dict.fromkeys(n for spec in inputs for n in (spec.name, *(spec.feature_names or ()))))
+    for i, item in enumerate(settings.redact):
+        if item not in names:
+            listed = ", ".join(repr(n) for n in names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+            raise InvalidRequest(f"redact names {item!r}, which is no input or feature of this deployment: it takes {listed}", field=f"{field}.redact.{i}")

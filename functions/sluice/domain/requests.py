@@ -8,7 +8,7 @@ signature.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,10 @@ class PredictionRequest:
     log_fields: Mapping[str, Any] = field(default_factory=dict)
     json_bools: bool = True  # False: the JSON body holds no true/false (decoding need not look for them)
     parameters: Mapping[str, Any] | None = None  # the request's parameters (v2 `parameters`, simple JSON's): a switch may read them
+    # A bulk call's records (a stream's): each one's id, and where each one's rows start and the
+    # last ends (None: a row each). Capture keeps each record apart, under its id.
+    record_ids: Sequence[Any] | None = None
+    record_offsets: np.ndarray | None = None
 
     def routing_value(self, name: str) -> str | None:
         return self.routing_key or self.headers.get(name) or None

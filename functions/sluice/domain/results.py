@@ -71,6 +71,9 @@ class Answer:
     models: list[str] | None = None
     source: str | list[str] | None = None  # a precomputed node's: "precomputed" or "live"; per row where rows differ
     computed_at: float | list[float | None] | None = None  # when its stored answers were computed (epoch seconds)
+    # Outputs a sequence exposes from a step before its last (`<step>.<output>`), and all a step
+    # after them made: they may hold the request's inputs as they came (capture's `redact`).
+    exposed: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

@@ -63,12 +63,14 @@ class Records:
     """Many records' inputs, decoded: one array per input holding every record's rows, record
     after record. `rows`: how many rows each record has (None: one each, as batch rows are).
     `variants` and `keys`, where given, say per record which variant it asks for and its
-    routing key; they only matter to a deployment that splits."""
+    routing key; they only matter to a deployment that splits. `ids`, where given, are what
+    a deployment that captures keeps each record under."""
 
     arrays: Mapping[str, np.ndarray]
     rows: np.ndarray | None = None
     variants: Sequence[str | None] | None = None
     keys: Sequence[str | None] | None = None
+    ids: Sequence[Any] | None = None  # each record's id, where records have one: capture keeps each apart
 
     def __len__(self) -> int:
         if self.rows is not None:
@@ -236,14 +238,14 @@ def sticky_field(node: Node) -> str | None:
 class _Bulk:
     """One `score_many`: its calls, and the bisecting of a refused one."""
 
-    __slots__ = ("arrays", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
+    __slots__ = ("arrays", "ids", "mirrors", "offsets", "on_result", "out", "predictions", "principal", "rows", "stop_on_retry", "stopped", "target")
 
     def __init__(
         self, predictions: PredictionService, principal: Principal, target: str | Node, records: Records,
         offsets: np.ndarray | None, out: Outcomes, mirrors: bool, stop_on_retry: bool, on_result: Callable[[Result], object] | None,
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
-        self.arrays, self.offsets, self.out = records.arrays, offsets, out
+        self.arrays, self.offsets, self.out, self.ids = records.arrays, offsets, out, records.ids
         first = next(iter(records.arrays.values()), None)
         self.rows = -1 if first is None else first.shape[0]  # every row: the arrays as they are
         self.mirrors, self.stop_on_retry, self.on_result = mirrors, stop_on_retry, on_result
@@ -261,7 +263,10 @@ class _Bulk:
         self.out.calls += 1
         try:
             if isinstance(self.target, str):
-                request = PredictionRequest(self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors)
+                ids = None if self.ids is None else self.ids[chosen] if isinstance(chosen, slice) else [self.ids[i] for i in chosen.tolist()]
+                request = PredictionRequest(
+                    self.target, ArrayInputs(arrays), variant=variant, routing_key=key, mirrors=self.mirrors, record_ids=ids, record_offsets=offsets
+                )  # fmt: skip
                 prediction = await self.predictions.predict(self.principal, request)
                 answer = prediction.answer
             else:

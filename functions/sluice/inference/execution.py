@@ -286,7 +286,8 @@ class PolicyRunner:
             [MemberAnswer(node.members[i].name, node.members[i].weight, a.signature, a.result) for i, a in answers],
         )
         first_answer = answers[0][1]
-        return Answer(first_answer.signature, combined, first_answer.version, members=report)
+        exposed = frozenset().union(*(a.exposed for _, a in answers)).intersection(combined.outputs)  # a value may be one
+        return Answer(first_answer.signature, combined, first_answer.version, members=report, exposed=exposed)
 
 
 def _shadow_job(call: Call, name: str, node: Node, arrays: dict[str, np.ndarray], answer: Answer) -> ShadowJob:

@@ -101,7 +101,8 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
         for row, ref in zip(at.tolist(), refs, strict=True):
             models[row] = ref
     first = answers[next(g for g, (_, at) in enumerate(groups) if at[0] == 0)]
-    return Answer(first.signature, merged, first.version, case=per_row_case, models=models)
+    exposed = frozenset().union(*(a.exposed for a in answers))
+    return Answer(first.signature, merged, first.version, case=per_row_case, models=models, exposed=exposed)
 
 
 def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str]) -> InferenceResult:

@@ -192,7 +192,10 @@ class PredictionService:
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)
         if dep.capture is not None and self.capture is not None:  # sampled and queued, never waited on
-            self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)
+            if request.record_ids is None:
+                self.capture.offer(dep, request.request_id, answer, arrays, latency_ms, signature.inputs)
+            else:
+                self.capture.offer_records(dep, request.record_ids, request.record_offsets, answer, arrays, latency_ms, signature.inputs)
         return Prediction(resolved, answer, latency_ms, len(call.mirrors))
 
     def _runtime_failed(self, dep: Deployment, fields: dict[str, Any], error: SluiceError, call: Call) -> None:

@@ -180,7 +180,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
     specs = [dataclasses.replace(spec, name=name, role="value") for name, (_, spec) in exposed.items() if spec is not None]
     signature = Signature(answer.signature.inputs, (*answer.signature.outputs, *specs), answer.signature.metadata)
     result = InferenceResult(outputs, answer.result.classes, answer.result.maps)
-    return dataclasses.replace(answer, signature=signature, result=result, steps=report)
+    return dataclasses.replace(answer, signature=signature, result=result, steps=report, exposed=answer.exposed.union(exposed))
 
 
 def _transform(
@@ -259,6 +259,8 @@ def _reshape(answer: Answer, signature: Signature, outputs: dict[str, np.ndarray
     classes = {k: v for k, v in result.classes.items() if k in outputs} if result.classes else {}
     maps = {k: v for k, v in result.maps.items() if k in outputs and outputs[k] is result.outputs.get(k)} if result.maps else {}
     answer.signature, answer.result = signature, InferenceResult(outputs, classes, maps)
+    if answer.exposed:  # a nested sequence's exposed outputs went into the step: so may any of these
+        answer.exposed = frozenset(outputs)
 
 
 async def _inputs_of(

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
-from sluice.domain.capture import check_capture
+from sluice.domain.capture import check_capture, check_redacted
 from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sluice.domain import DeploymentChange, Principal
+    from sluice.domain.capture import CaptureSettings
     from sluice.domain.policy import Node
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
@@ -101,13 +102,14 @@ class DeploymentService:
 
     # Validation ----------------------------------------------------------------------------
     def _validated(
-        self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None
+        self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None, capture: CaptureSettings | None = None
     ) -> tuple[dict[str, Any], list[Deployment]]:
-        """The policy, checked, and the other deployments the checks read."""
+        """The policy, checked (with the capture settings it must fit), and the other
+        deployments the checks read."""
         node = parse_policy(policy)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
-        self._check_graph(tenant, name, node, read)
+        self._check_graph(tenant, name, node, read, capture)
         if cache is not None:
             self._check_cacheable(node, read)
         checked = policy_dict(node)
@@ -144,7 +146,7 @@ class DeploymentService:
                     seen.add(ref)
                     pending.append((ref, parse_policy(read(ref).policy)))
 
-    def _check_graph(self, tenant: str, name: str, node: Node, read: _Reads) -> None:
+    def _check_graph(self, tenant: str, name: str, node: Node, read: _Reads, capture: CaptureSettings | None = None) -> None:
         nodes: dict[str, Node] = {name: node}
 
         def resolve(ref: str) -> Node:
@@ -164,6 +166,7 @@ class DeploymentService:
 
         visit(name, [name])
         signature_of = self._signature_resolver(tenant, resolve)
+        check_redacted(capture, signature_of(node).inputs)  # named as callers name them (a leading step's)
         for child in walk(node):
             if isinstance(child, Single):
                 require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
@@ -210,7 +213,7 @@ class DeploymentService:
             read.found[changed.name] = changed
             node = parse_policy(dependent.policy)
             try:
-                self._check_graph(tenant, dependent.name, node, read)
+                self._check_graph(tenant, dependent.name, node, read, dependent.capture)
                 if dependent.cache is not None:
                     self._check_cacheable(node, read)
             except (Unprocessable, BadRequest) as exc:
@@ -274,7 +277,7 @@ class DeploymentService:
 
         def create() -> Deployment:
             catalog = self.registry.catalog_read(principal.tenant)  # before the checks: a version in use is never deleted
-            checked, read = self._validated(principal.tenant, name, policy, settings)
+            checked, read = self._validated(principal.tenant, name, policy, settings, captured)
             deployment = Deployment(
                 tenant=principal.tenant,
                 name=name,
@@ -335,7 +338,8 @@ class DeploymentService:
             if policy is not None and rollout is not None and rollout.state == "running":
                 rollout, note = paused_by_change(rollout, principal.subject)
         joined = current.batching if batching is KEEP else check_batching(batching)
-        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings)
+        captured = current.capture if capture is KEEP else check_capture(capture)
+        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured)
         if policy is not None:
             self._check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(
@@ -346,7 +350,7 @@ class DeploymentService:
             updated_at=now(),
             updated_by=principal.subject,
             rollout=rollout,
-            capture=current.capture if capture is KEEP else check_capture(capture),
+            capture=captured,
         )
         return self.registry.update_deployment(updated, expected_revision=current.revision, note=note, refs_read=read, catalog=catalog)
 

@@ -260,7 +260,7 @@ class _Layout:
 def _layouts(hot: list[tuple[int, Any, Any]], stacked: tuple[str, np.ndarray] | None, full: list[_Item]) -> list[_Layout]:
     """The records by layout, the hot records' first (almost always the only one)."""
     if not full:
-        return [_Layout(hot, full, Records(dict((stacked,))))] if stacked is not None else []
+        return [_Layout(hot, full, Records(dict((stacked,)), ids=[rid for _, rid, _ in hot]))] if stacked is not None else []
     groups: dict[tuple[Any, ...], list[_Item]] = {}
     for item in full:
         groups.setdefault(_shape(item.arrays), []).append(item)
@@ -281,12 +281,13 @@ def _layout(hot: list[tuple[int, Any, Any]], parts: dict[str, list[np.ndarray]],
         for name, array in item.arrays.items():
             parts.setdefault(name, []).append(array)
     arrays = {name: arrays[0] if len(arrays) == 1 else np.concatenate(arrays) for name, arrays in parts.items()}
+    ids = [rid for _, rid, _ in hot] + [item.id for item in items]
     if not items:  # hot records only: a row each, no route asked for
-        return _Layout(hot, items, Records(arrays))
+        return _Layout(hot, items, Records(arrays, ids=ids))
     rows = np.asarray([1] * len(hot) + [item.rows for item in items], dtype=np.intp)
     variants = [None] * len(hot) + [item.variant for item in items] if any(item.variant is not None for item in items) else None
     keys = [None] * len(hot) + [item.key for item in items] if any(item.key is not None for item in items) else None
-    return _Layout(hot, items, Records(arrays, rows, variants, keys))
+    return _Layout(hot, items, Records(arrays, rows, variants, keys, ids))
 
 
 def hold_order(records: Sequence[StreamRecord], outcomes: list[Outcome]) -> None:

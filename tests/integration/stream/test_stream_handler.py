@@ -326,6 +326,34 @@ def test_v2_and_batch_shaped_records(aws: None, bind: Bind) -> None:
 
 
 
+def _captured(demo: Container) -> list[dict[str, Any]]:
+    assert demo.capture is not None and demo.capture.drain()
+    return [json.loads(x) for f in (demo.settings.home_path / "capture").rglob("*.jsonl") for x in f.read_text().splitlines()]
+
+
+def test_a_deployment_that_captures_keeps_each_stream_record_under_its_id(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """One captured record per stream record, with its id, its own rows and its own answer,
+    however the records were scored together; and each record sampled on its own."""
+    sqs, url = _queue("scores")
+    handle = bind({"kind": "sqs", "target": url})
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 100})
+    v2 = {"id": "v2", "inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 4], "data": [5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3]}]}
+    several = {"id": "batch", "batch": [[6.7, 3.0, 5.2, 2.3]]}
+    assert handle(sqs_event([*rows(3), json.dumps(v2), json.dumps(several)])) == {"batchItemFailures": []}
+    captured = {r["request_id"]: r for r in _captured(demo)}
+    assert sorted(captured) == ["batch", "tx-0", "tx-1", "tx-2", "v2"]
+    assert [captured[i]["rows"] for i in ("tx-0", "v2", "batch")] == [1, 2, 1]
+    assert captured["v2"]["inputs"]["input"]["data"] == pytest.approx([5.1, 3.5, 1.4, 0.2, 6.7, 3.0, 5.2, 2.3])
+    assert captured["v2"]["outputs"]["output_label"]["data"] == ["setosa", "virginica"]
+    assert [captured[i]["outputs"]["output_label"]["data"] for i in ("tx-0", "tx-1", "batch")] == [["setosa"], ["virginica"], ["virginica"]]
+    demo.deployments.update(acme, "iris", None, capture={"sample_percent": 50})
+    handle(kinesis_event(rows(400, start=100)))
+    _drain(sqs, url)
+    sampled = [r for r in _captured(demo) if r["request_id"] not in captured]
+    assert 120 <= len(sampled) <= 280 and {r["rows"] for r in sampled} == {1}  # half of 400, record by record
+    assert len({r["request_id"] for r in sampled}) == len(sampled)
+
+
 def test_an_output_too_large_for_the_queue_becomes_an_error_record(aws: None, bind: Bind) -> None:
     sqs, url = _queue("scores")
     handle = bind({"kind": "sqs", "target": url})
