@@ -167,6 +167,8 @@ def connection_refused(port: int) -> bool:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:  # accepted into a listener that closed meanwhile: a caller polling looks again
+        return False
     return False
 
 
