@@ -67,17 +67,23 @@ def encode_tensor(name: str, array: np.ndarray) -> dict[str, Any]:
     return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
 
 
+_FEW = 64  # values looked at one by one in Python: NumPy's elementwise test and reduction cost more in a request
+
+
 def json_data(name: str, datatype: str, data: Any) -> Any:
     """An output's flat `data` as a JSON answer writes it, as Triton does: BF16 refused (JSON
     has no form for it: binary has), and a float output holding NaN or ±Inf written with the
     tokens `NaN`, `Infinity`, `-Infinity`, which Python's `json` and tritonclient read (orjson
-    would write null). Only float outputs are looked at, with one NumPy call."""
+    would write null). Only float outputs are looked at: a few values one by one, more with
+    NumPy (whose call overheads cost a small answer more than the values do)."""
     if datatype == "BF16":
         raise BadRequest(
             f"output '{name}' is BF16, which JSON cannot carry: ask for it in binary (parameters.binary_data: true)",
             field=f"outputs.{name}",
         )
     if datatype not in FLOAT_TYPES:
+        return data
+    if data.size <= _FEW and all(map(math.isfinite, data.tolist())):
         return data
     finite = np.isfinite(data)
     if finite.all():
