@@ -37,6 +37,8 @@ def test_a_binding_that_cannot_be_made_is_a_4xx_naming_the_field(client: TestCli
     for change, field, status in (
         ({"rollout": "100 gate agreement>=0.98"}, "rollout", 422),
         ({"registry": "models:/iris/3"}, "registry", 422),
+        ({"registry": "models:/" + "n" * 257 + "/latest"}, "registry", 422),  # longer than MLflow keeps a name
+        ({"registry": "models:/iris@" + "a" * 257}, "registry", 422),
         ({"tracking_uri": "https://alice:s3cret@mlflow.example.com"}, "tracking_uri", 422),
         ({"registry": "arn:aws:sagemaker:eu-west-1:123456789012:model-package-group/iris", "tracking_uri": None, "tag_back": True}, "tag_back", 422),
         # What every version would then be refused for: a rollout's min_requests, a model name no push takes.

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ValidationError
 
 from sluice.caching import keep
 from sluice.domain import Principal
-from sluice.domain.errors import Unauthenticated
+from sluice.domain.errors import InvalidRequest, Unauthenticated
 from sluice.domain.locations import Roots
+from sluice.domain.requests import MAX_REQUEST_ID
 from sluice.inference.predictions import PredictionService
 from sluice.services.deployments import DeploymentService
 from sluice.services.keys import KeyService
@@ -277,13 +278,16 @@ def id_header(rid: str) -> str:
     return quote(rid, safe=_HEADER_SAFE)
 
 
-def request_id(scope: Scope, headers: Headers, given: str | None = None) -> str:
-    """The caller's id if it sent one, else API Gateway's, else a fresh one."""
+def request_id(scope: Scope, headers: Headers, given: str | None = None, *, field: str = "request_id") -> str:
+    """The caller's id if it sent one (at most MAX_REQUEST_ID characters, else refused naming
+    `field`), else its header's (cut to that), else API Gateway's, else a fresh one."""
     if given:
+        if len(given) > MAX_REQUEST_ID:
+            raise InvalidRequest(f"{field}: a string of at most {MAX_REQUEST_ID} characters", field=field)
         return given
     given = header(headers, b"x-request-id")
     if given:
-        return given[:128]
+        return given[:MAX_REQUEST_ID]
     event = scope.get("aws.event")
     if event:
         rid = (event.get("requestContext") or {}).get("requestId")

@@ -112,7 +112,7 @@ async def infer(
     version: int | None = None,
     binary: memoryview | None = None,
 ) -> Response:
-    rid = request_id(scope, headers, body.id)
+    rid = request_id(scope, headers, body.id, field="id")
     params = body.parameters or {}
     wanted = tuple(out.name for out in body.outputs) if body.outputs else None
     classify = asked((out.name, out.parameters) for out in body.outputs) if body.outputs else None

@@ -32,7 +32,13 @@ from sluice.domain.errors import (
     PayloadTooLarge,
     SluiceError,
 )
-from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.domain.requests import (
+    MAX_REQUEST_ID,
+    PredictionRequest,
+    RowInputs,
+    Tensor,
+    TensorInputs,
+)
 from sluice.domain.values import VersionNumber
 from sluice.services.keys import UNCHECKED, HeldKey
 from sluice.types.api import PredictionRequest as PredictionBody
@@ -46,7 +52,6 @@ if TYPE_CHECKING:
     from sluice.services.admission import Admission
     from sluice.wiring import Container
 
-MAX_REQUEST_ID = 128
 UPLOADS_ARE_FOR_HTTP = "upload_id: uploads are for the HTTP API; over a WebSocket, send the inputs in the message"
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from sluice.batch.wire import CatalogIn, PublishIn
+from sluice.batch.wire import CatalogIn, KeyColumns, PublishIn
 from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class ScheduleCreate(WireModel):
     )
     format: Literal["parquet", "csv", "jsonl"] | None = None
     output_format: Literal["parquet", "csv", "jsonl"] | None = None
-    key_columns: list[str] = Field(default_factory=list, max_length=16)
+    key_columns: KeyColumns = Field(default_factory=list)
     paused: bool = Field(False, description="Create it paused.")
     catalog: CatalogIn | None = Field(None, description="Publish each successful run as a partition of this Glue table.")
     publish: PublishIn | None = Field(None, description="Publish each successful run's answers into this table of precomputed answers.")

@@ -29,6 +29,7 @@ from sluice.domain.jobs import (
     CatalogTarget,
     PublishTarget,
     check_format,
+    check_key_columns,
     derived_job_id,
     require_publisher,
 )
@@ -114,6 +115,7 @@ class ScheduleService:
             if value is not None:
                 check_format(value, field=field)
         check_template(input_uri)
+        keys = check_key_columns(key_columns)
         target = CatalogTarget.parse(catalog)
         published = PublishTarget.parse(publish)
         if target is not None and (output_format or "parquet") != "parquet":
@@ -132,7 +134,7 @@ class ScheduleService:
             tenant=principal.tenant, name=name, deployment=deployment, input_uri=input_uri,
             expression=expression, timezone=timezone, overlap=overlap,  # type: ignore[arg-type]
             format=format, output_format=output_format,
-            key_columns=tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip())),
+            key_columns=keys,
             state=state, operator=operator, created_at=self.clock(),  # type: ignore[arg-type]
             created_by=principal.subject, catalog=target, publish=published, made_at=now(),
         )  # fmt: skip

@@ -40,6 +40,7 @@ from sluice.domain.jobs import (
     OutputInUse,
     PublishTarget,
     check_format,
+    check_key_columns,
     derived_job_id,
     new_job_id,
     require_publisher,
@@ -109,8 +110,7 @@ class BatchService:
         uri = as_uri(input_uri) if operator else self.input_location(principal.tenant, input_uri).uri
         if not operator and output_uri is not None:
             raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
-        if not isinstance(key_columns, (list, tuple)) or not all(isinstance(k, str) for k in key_columns):
-            raise BadRequest("key_columns must be a list of column names", field="key_columns")
+        keys = check_key_columns(key_columns)
         if is_many(uri):
             # A prefix or a manifest: Plan finds the format from its objects' names.
             if source in ("upload", "inbox") and not is_manifest(uri):
@@ -125,7 +125,6 @@ class BatchService:
             fmt = check_format(format, field="format") if format else format_of(uri)
         default_out = "parquet" if catalog is not None else fmt  # a catalog table is Parquet
         out_fmt = check_format(output_format, field="output_format") if output_format else default_out
-        keys = tuple(dict.fromkeys(k.strip() for k in key_columns if k.strip()))
         job_id = job_id or new_job_id()
         target = CatalogTarget.parse(catalog)
         if target is not None:

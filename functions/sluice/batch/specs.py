@@ -17,7 +17,7 @@ from typing import Any
 
 from sluice.domain import check_name
 from sluice.domain.errors import BadRequest
-from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format
+from sluice.domain.jobs import CatalogTarget, PublishTarget, check_format, check_key_columns
 from sluice.domain.values import parse_time as parse_time_value
 
 PLACEHOLDERS = ("date", "hour", "minute", "year", "month", "day", "time", "timestamp")
@@ -125,8 +125,6 @@ class ExecutionSpec:
         keys = data.get("key_columns") or ()
         if isinstance(keys, str):
             keys = keys.split(",")
-        if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
-            raise BadRequest("key_columns must be a list of column names", field="key_columns")
         schedule = data.get("schedule")
         if schedule is not None:
             check_name(schedule, field="schedule")
@@ -144,7 +142,7 @@ class ExecutionSpec:
             input_uri=input_uri,
             format=data.get("format"),
             output_format=data.get("output_format"),
-            key_columns=tuple(k.strip() for k in keys if k.strip()),
+            key_columns=check_key_columns(keys),
             schedule=schedule,
             scheduled_for=scheduled_for,
             catalog=CatalogTarget.parse(data.get("catalog")),

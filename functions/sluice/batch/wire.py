@@ -5,11 +5,11 @@ and what the Step Functions tasks hand each other. Each is built from the domain
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, computed_field, model_validator
 
-from sluice.domain.jobs import MAX_PUBLISH_TTL_S, PUBLISH_TTL_S
+from sluice.domain.jobs import KEY_COLUMN_CHARS, MAX_KEY_COLUMNS, MAX_PUBLISH_TTL_S, PUBLISH_TTL_S
 from sluice.types.base import WireModel
 
 if TYPE_CHECKING:
@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from sluice.domain.locations import Roots
 
 _FROM_JOB = ConfigDict(from_attributes=True)
+# Checked by the services (`check_key_columns`), which the CLI calls too: a 400 naming the field.
+KeyColumns = Annotated[list[str], Field(
+    description=f"Input columns copied beside each prediction (at most {MAX_KEY_COLUMNS}, each name at most "
+    f"{KEY_COLUMN_CHARS} characters); default: the row number as `row`.",
+)]  # fmt: skip
 
 
 class BatchJobCreate(WireModel):
@@ -35,11 +40,7 @@ class BatchJobCreate(WireModel):
     output_format: Literal["parquet", "csv", "jsonl"] | None = Field(
         None, description="The format of the part files; default: the input's (Parquet for a prefix or manifest)."
     )
-    key_columns: list[str] = Field(
-        default_factory=list,
-        max_length=16,
-        description="Input columns copied beside each prediction; default: the row number as `row`.",
-    )
+    key_columns: KeyColumns = Field(default_factory=list)
     catalog: CatalogIn | None = Field(
         None, description="Publish the output, once the job succeeds, as a partition of this Glue table."
     )

@@ -50,6 +50,7 @@ MAX_HISTORY = 20
 MAX_REASON = 1000
 
 _MLFLOW = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<latest>latest))/?\Z")
+MLFLOW_NAME_CHARS = 256  # MLflow's registered model name and alias columns
 # A model package group's name, as SageMaker takes it; and the ARNs of a group and of a package.
 GROUP_NAME = r"[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62}"
 _ARN_HEAD = r"^arn:(?P<partition>aws[a-z-]*):sagemaker:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
@@ -176,6 +177,8 @@ def parse_source(text: str, *, field: str = "registry") -> Source:
     text = (text or "").strip()
     mlflow = _MLFLOW.match(text)
     if mlflow is not None:
+        if any(len(part or "") > MLFLOW_NAME_CHARS for part in (mlflow["name"], mlflow["alias"])):
+            raise InvalidRequest(f"an MLflow model's name and alias are at most {MLFLOW_NAME_CHARS} characters", field=field)
         return Source("mlflow", text.rstrip("/"), mlflow["name"], alias=mlflow["alias"])
     group = _GROUP.match(text)
     if group is not None:

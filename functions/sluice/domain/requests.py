@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+# A caller's request id, whatever door it came through: it is part of a registry key (a split's
+# assignment, a kept prediction), which DynamoDB holds to 2 KB.
+MAX_REQUEST_ID = 128
+
 
 @dataclass(frozen=True, slots=True)
 class RowInputs:

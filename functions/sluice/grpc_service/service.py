@@ -247,7 +247,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):
         if getattr(request, "malformed", None):
             raise BadRequest(f"the request is not a ModelInferRequest: {request.malformed}", field="body")
         message = request.message  # its fields; the raw contents are the request's (wire.InferRequest)
-        rid = request_id({}, metadata, message.id)  # type: ignore[arg-type]
+        rid = request_id({}, metadata, message.id, field="id")  # type: ignore[arg-type]
         params = {k: _parameter(v) for k, v in message.parameters.items()}
         wanted = tuple(out.name for out in message.outputs) or None
         classify = asked((out.name, {k: _parameter(v) for k, v in out.parameters.items()}) for out in message.outputs)

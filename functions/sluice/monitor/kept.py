@@ -9,7 +9,8 @@ writes them to the registry, one per request (`MonitorRegistry.keep_predictions`
 `ttl_s` has passed. Which deployments keep them is `mode`: `baseline` (those with a baseline,
 looked up once a minute per deployment at the flush, never on the request path), `all`, or
 `off`. At most `max_rows` rows per deployment, revision, variant and window are kept by one
-process; the rest are counted (`not_kept`) and left.
+process; the rest are counted (`not_kept`) and left. A record too large for the registry to
+store ever is counted (`too_large`), logged and left; the others are written.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class PredictionKeeper(timer.Flushed):
         self._rows: dict[tuple[Key, int], int] = {}  # rows taken per window (the cap)
         self._monitored: dict[tuple[str, str], tuple[bool, float]] = {}
         self.not_kept = 0
+        self.too_large = 0  # requests whose record the registry cannot store (DynamoDB's 400 KB item)
 
     def observe(self, key: Key, signature: Signature, result: InferenceResult, request_id: str | None, rows: int) -> None:
         """One answered request (`key`: tenant, deployment, revision, variant)."""
@@ -96,7 +98,8 @@ class PredictionKeeper(timer.Flushed):
                         if self._keeps(tenant, deployment):
                             records = [r for r in map(_record, entries) if r is not None]
                             if records:
-                                self.registry.keep_predictions(tenant, deployment, records, expires_at=time.time() + self.ttl_s)
+                                too_large = self.registry.keep_predictions(tenant, deployment, records, expires_at=time.time() + self.ttl_s)
+                                self._count_too_large(tenant, deployment, too_large)
                 except Exception as exc:  # kept, to be tried again
                     failed = exc
                     with self._lock:
@@ -104,6 +107,13 @@ class PredictionKeeper(timer.Flushed):
             if failed is not None:
                 get_logger().warning("kept predictions not written: held to try again", extra={"error": repr(failed)})
             return failed is None
+
+    def _count_too_large(self, tenant: str, deployment: str, request_ids: list[str]) -> None:
+        """Records the registry can never store are left, each counted and logged: held, they
+        would stop every later record of their deployment."""
+        self.too_large += len(request_ids)
+        for request_id in request_ids:
+            get_logger().error("kept prediction too large to store: left", extra={"tenant": tenant, "deployment": deployment, "request_id": request_id})
 
     def _keeps(self, tenant: str, deployment: str) -> bool:
         if self.mode == "all":

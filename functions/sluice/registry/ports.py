@@ -221,9 +221,10 @@ class MonitorRegistry(Protocol):
 
 
     # Ground truth: predictions kept by request id, and the labelled ones' counts per window.
-    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> list[str]:
         """Store each record (`request_id`, `revision`, `variant`, `window`, what it predicted:
-        `sluice.monitor.kept`) under its request id, over any kept before, until `expires_at`."""
+        `sluice.monitor.kept`) under its request id, over any kept before, until `expires_at`.
+        The request ids of records too large to store ever are answered, the others stored."""
         ...
 
     def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:

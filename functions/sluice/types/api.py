@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from sluice.domain.requests import MAX_REQUEST_ID
 from sluice.domain.values import VersionNumber
 from sluice.types.base import WireModel
 
@@ -27,7 +28,7 @@ class PredictionRequest(WireModel):
         None, max_length=64, description="Predict from an upload (`POST /api/v1/uploads`) holding inputs, features or batch, instead of them."
     )
     version: VersionNumber | None = Field(None, description="Pin a version of the deployment's model.")
-    request_id: str | None = Field(None, max_length=128)
+    request_id: str | None = Field(None, max_length=MAX_REQUEST_ID)
     routing_key: str | None = Field(
         None, max_length=256, description="Sticky routing for splits (e.g. a user id); also read from the header the policy names."
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, StrictInt
 
+from sluice.domain.requests import MAX_REQUEST_ID
 from sluice.types.base import OpenWireModel, WireModel
 
 Parameters = dict[str, Any]
@@ -50,7 +51,7 @@ class RequestOutput(OpenWireModel):
 
 
 class InferenceRequest(OpenWireModel):
-    id: str | None = Field(None, max_length=128)  # as simple JSON's request_id
+    id: str | None = Field(None, max_length=MAX_REQUEST_ID)  # as simple JSON's request_id
     parameters: Parameters | None = None
     inputs: list[RequestInput]
     outputs: list[RequestOutput] | None = None

@@ -245,11 +245,11 @@ def test_schedules_over_http_create_list_show_pause_resume_delete(
     client: TestClient, keys: dict[str, str], batch: Container
 ) -> None:
     a = auth(keys["acme"])
-    r = client.post("/api/v1/batch-schedules", json=body(batch, overlap="queue", key_columns=["id"]), headers=a)
+    r = client.post("/api/v1/batch-schedules", json=body(batch, overlap="queue", key_columns=["id", "k" * 128]), headers=a)
     assert r.status_code == 201, r.text
     created = r.json()
     assert created["expression"] == "cron(0 2 * * *)" and created["overlap"] == "queue"
-    assert created["state"] == "ENABLED" and created["skipped"] == 0 and created["key_columns"] == ["id"]
+    assert created["state"] == "ENABLED" and created["skipped"] == 0 and created["key_columns"] == ["id", "k" * 128]
     assert client.post("/api/v1/batch-schedules", json=body(batch), headers=a).status_code == 409
     assert [s["name"] for s in client.get("/api/v1/batch-schedules", headers=a).json()] == ["nightly"]
     shown = client.get("/api/v1/batch-schedules/nightly", headers=a).json()
@@ -275,6 +275,8 @@ def test_schedules_over_http_create_list_show_pause_resume_delete(
         ({"name": "Not a name"}, 400, "name"),
         ({"deployment": "nope"}, 404, "deployment"),
         ({"input_uri": "/etc/dt={date}/passwd"}, 403, "input_uri"),
+        ({"key_columns": ["k" * 129]}, 400, "key_columns"),  # a column's name, as `publish.key`: DynamoDB keeps 400 KB an item
+        ({"key_columns": [f"k{i}" for i in range(17)]}, 400, "key_columns"),
     ],
 )
 def test_a_bad_schedule_is_refused_naming_the_field(

@@ -142,6 +142,30 @@ def test_the_keeper_writes_for_deployments_with_a_baseline_and_caps_a_window(reg
     assert registry.find_predictions(A, "wine", ["w"], now=t) == {}  # no baseline: not kept
 
 
+def test_a_prediction_too_large_to_keep_is_left_alone_and_the_others_are_kept(registry: Registry) -> None:
+    """DynamoDB holds 400 KB an item: a 30,000-row answer cannot be kept there. It is counted
+    and left, never held to try again, so the requests before and after it keep theirs."""
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor.kept import PredictionKeeper
+
+    signature = Signature(inputs=(), outputs=(TensorSpec("y", "FP32", (-1,)),))
+    small, big = InferenceResult({"y": np.array([1.0], np.float32)}), InferenceResult({"y": np.random.default_rng(0).random(30_000).astype(np.float32)})
+    t = time.time()
+    keeper = PredictionKeeper(registry, mode="all", timed=False, clock=lambda: t)
+    for rid, result in (("before", small), ("big", big), ("after", small)):
+        keeper.observe((A, "iris", 1, ""), signature, result, rid, len(result.outputs["y"]))
+    assert keeper.flush() is True and not keeper.pending()
+    keeper.observe((A, "iris", 1, ""), signature, small, "later", 1)
+    assert keeper.flush() is True
+    found = registry.find_predictions(A, "iris", ["before", "big", "after", "later"], now=t)
+    assert {"before", "after", "later"} <= set(found)
+    assert keeper.too_large == (0 if "big" in found else 1)  # SQLite keeps any size
+    too_long = "r" * 3000  # a key DynamoDB refuses (2 KB): refused as too large, never held
+    assert registry.keep_predictions(A, "iris", [_kept(too_long), _kept("fine")], expires_at=t + 100) in ([], [too_long])
+    assert "fine" in registry.find_predictions(A, "iris", ["fine"], now=t)
+
+
 def test_a_claim_that_fails_midway_claims_none_of_its_rows(registry_table: Any) -> None:
     """DynamoDB claims row by row (the tenant role has no BatchWriteItem): a put that fails
     after others succeeded lets those go, as SQLite's transaction rolls back, so the client's

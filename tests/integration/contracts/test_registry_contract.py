@@ -1259,3 +1259,25 @@ def test_a_message_refused_by_one_window_is_counted_in_none(registry: Registry) 
     later = [registry.count_message(A, "conn", [minute, s]) for s in seconds[1:] for _ in range(2)]
     assert later == [None, None, None, 0, 0, 0]  # the minute's window full at five, not before
 
+
+
+def test_dynamodb_a_pause_made_while_the_scheduler_records_a_run_stays(dynamodb: Any) -> None:
+    """The scheduler records a run (`last_fire`) as a tenant pauses the schedule: the pause
+    lands just before the scheduler's write reaches DynamoDB, and stays (as SQLite's
+    transaction keeps it): the schedule does not fire again though the tenant was told PAUSED."""
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry.create_schedule(schedule_of("nightly"))
+    pending = [lambda: registry.update_schedule(A, "nightly", state="PAUSED")]
+
+    def pause_first(model: Any, **_: Any) -> None:
+        if model.name in ("PutItem", "UpdateItem") and pending:
+            pending.pop()()
+
+    dynamodb.meta.events.register("before-call.dynamodb.*", pause_first)
+    try:
+        recorded = registry.update_schedule(A, "nightly", last_fire=7.5)
+    finally:
+        dynamodb.meta.events.unregister("before-call.dynamodb.*", pause_first)
+    assert not pending
+    assert (recorded.state, recorded.last_fire) == ("PAUSED", 7.5)
+    assert registry.get_schedule(A, "nightly") == recorded

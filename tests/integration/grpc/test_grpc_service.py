@@ -119,6 +119,16 @@ def test_bad_inputs_are_invalid_argument_naming_the_input(grpc_url: str, keys: d
     assert "input 'input' is FP32, not FP64" in fails(client.infer, "iris", [typed], headers=auth(keys["acme"])).message()
 
 
+def test_a_request_id_is_at_most_128_characters_as_over_rest(grpc_url: str, keys: dict[str, str]) -> None:
+    """`id` is part of a registry key (a split's assignment, a kept prediction): one longer than
+    REST takes is INVALID_ARGUMENT naming it, on every registry, not a 5xx on DynamoDB alone."""
+    client = grpcclient.InferenceServerClient(grpc_url)
+    tensor = fp32("input", np.array([VIRGINICA]))
+    assert client.infer("iris", [tensor], request_id="r" * 128, headers=auth(keys["acme"])).get_response().id == "r" * 128
+    refused = fails(client.infer, "iris", [tensor], request_id="r" * 129, headers=auth(keys["acme"]))
+    assert refused.status() == "StatusCode.INVALID_ARGUMENT" and refused.message().startswith("id: ")
+
+
 def test_short_raw_content_is_refused(grpc_url: str, keys: dict[str, str]) -> None:
     from tritonclient.grpc import service_pb2 as pb
 

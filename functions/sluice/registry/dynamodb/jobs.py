@@ -20,7 +20,16 @@ from sluice.domain.jobs import TERMINAL, UPDATABLE, OutputInUse, check_move
 from sluice.domain.objects import now
 from sluice.registry.codec import CHUNK, JOB
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, unmarshal
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    absent,
+    condition,
+    item,
+    key,
+    set_fields,
+    unmarshal,
+)
 from sluice.registry.refusals import check_updatable, no_job, taken
 
 if TYPE_CHECKING:
@@ -95,18 +104,14 @@ class DynamoJobs(Part):
             target = status or current.status
             check_move(job_id, current.status, target)
             changes = {"status": target, **fields}
-            names = {f"#f{i}": name for i, name in enumerate(changes)} | {"#was": "status"}
-            values = {f":f{i}": v for i, v in enumerate(changes.values()) if v is not None}
-            sets = [f"#f{i} = :f{i}" for i, v in enumerate(changes.values()) if v is not None]
-            removes = [f"#f{i}" for i, v in enumerate(changes.values()) if v is None]
-            expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+            expression, names, values = set_fields(changes)
             updated = self.table.send(
                 "update_item",
                 TableName=self.table.name,
                 Key=key(layout.tenant(tenant), layout.job_sk(job_id)),
                 UpdateExpression=expression,
                 ReturnValues="ALL_NEW",
-                **condition("#was = :was", names, values | {":was": current.status}),
+                **condition("#was = :was", names | {"#was": "status"}, values | {":was": current.status}),
             )
             return JOB.load(unmarshal(updated["Attributes"]))
 

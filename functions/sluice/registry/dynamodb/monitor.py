@@ -26,18 +26,19 @@ from sluice.registry.dynamodb.table import (
 
 PROFILE_TTL_S = 35 * 24 * 3600
 MAX_DOC_BYTES = 380 * 1024  # an item is at most 400 KB, keys and names included
+PROFILE_ADVICE = ": profile fewer columns"
 
 
-def _doc(data: dict[str, Any], field: str) -> str:
+def _doc(data: dict[str, Any], field: str, advice: str = "") -> str:
     doc = json.dumps(data)
     if len(doc) > MAX_DOC_BYTES:
-        raise PayloadTooLarge(f"the {field} is {len(doc)} bytes; DynamoDB keeps at most {MAX_DOC_BYTES} in one item: profile fewer columns", field=field)
+        raise PayloadTooLarge(f"the {field} is {len(doc)} bytes; DynamoDB keeps at most {MAX_DOC_BYTES} in one item{advice}", field=field)
     return doc
 
 
 class DynamoMonitor(Part):
     def put_baseline(self, tenant: str, deployment: str, baseline: dict[str, Any]) -> None:
-        record = item(layout.deployment_pk(tenant, deployment), layout.BASELINE, {"doc": _doc(baseline, "baseline")})
+        record = item(layout.deployment_pk(tenant, deployment), layout.BASELINE, {"doc": _doc(baseline, "baseline", PROFILE_ADVICE)})
         self.table.send("put_item", TableName=self.table.name, Item=record)
 
     def get_baseline(self, tenant: str, deployment: str) -> dict[str, Any] | None:
@@ -50,7 +51,7 @@ class DynamoMonitor(Part):
     def add_profile(self, tenant: str, deployment: str, revision: int, variant: str, window: int, profile: dict[str, Any]) -> None:
         record = item(
             layout.deployment_pk(tenant, deployment), layout.profile_sk(revision, window, uuid.uuid4().hex),
-            {"variant": variant, "window": window, "doc": _doc(profile, "profile")}, expires_at=int(now()) + PROFILE_TTL_S,
+            {"variant": variant, "window": window, "doc": _doc(profile, "profile", PROFILE_ADVICE)}, expires_at=int(now()) + PROFILE_TTL_S,
         )  # fmt: skip
         self.table.send("put_item", TableName=self.table.name, Item=record)
 
@@ -81,11 +82,17 @@ class DynamoMonitor(Part):
 
     # Ground truth: a kept prediction is an item of the request's partition (as a bandit
     # assignment is); labelled counts are appended to the deployment's, like profiles.
-    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> list[str]:
         # One PutItem each: the API's tenant role has no BatchWriteItem (it can delete).
+        too_large: list[str] = []
         for record in records:
             pk = layout.assignment_pk(tenant, deployment, record["request_id"])
-            self.table.send("put_item", TableName=self.table.name, Item=item(pk, layout.PREDICTION, {"doc": _doc(record, "prediction")}, expires_at=int(expires_at)))
+            try:
+                doc = _doc(record, "kept prediction")
+                self.table.send("put_item", TableName=self.table.name, Item=item(pk, layout.PREDICTION, {"doc": doc}, expires_at=int(expires_at)))
+            except PayloadTooLarge:  # never storable: the others are written all the same
+                too_large.append(record["request_id"])
+        return too_large
 
     def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:
         ids = list(dict.fromkeys(request_ids))

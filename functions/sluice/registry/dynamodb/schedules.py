@@ -1,16 +1,23 @@
 """Batch schedules in DynamoDB: one item per schedule in the tenant's partition
-(`pk=T#<tenant>`, `sk=SC#<name>`). Created only if absent; an update rewrites the item only
-while it exists (a schedule deleted meanwhile stays deleted)."""
+(`pk=T#<tenant>`, `sk=SC#<name>`). Created only if absent; an update sets the fields it is
+given, only while the item exists (a schedule deleted meanwhile stays deleted)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sluice.domain.schedules import SCHEDULE_UPDATABLE
 from sluice.registry.codec import SCHEDULE
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, condition, item
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    condition,
+    item,
+    key,
+    set_fields,
+    unmarshal,
+)
 from sluice.registry.refusals import check_updatable, no_schedule, taken
 
 if TYPE_CHECKING:
@@ -29,16 +36,20 @@ class DynamoSchedules(Part):
         return [SCHEDULE.load(d) for d in self.table.query(layout.tenant(tenant), layout.SCHEDULE)]
 
     def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
+        """Only the fields given are written (as SQLite's transaction changes them): the
+        scheduler recording a run never puts back a state a tenant's pause changed meanwhile."""
         check_updatable("schedule", fields, SCHEDULE_UPDATABLE)
-        updated = replace(self.get_schedule(tenant, name), **fields)  # type: ignore[arg-type]
+        if not fields:
+            return self.get_schedule(tenant, name)
+        expression, names, values = set_fields(fields)
         try:
-            self.table.send(
-                "put_item", TableName=self.table.name, Item=self._schedule_item(updated),
-                **condition("attribute_exists(pk)"),
+            updated = self.table.send(
+                "update_item", TableName=self.table.name, Key=key(layout.tenant(tenant), layout.schedule_sk(name)),
+                UpdateExpression=expression, ReturnValues="ALL_NEW", **condition("attribute_exists(pk)", names, values),
             )  # fmt: skip
         except Refused:
             raise no_schedule(name) from None
-        return updated
+        return SCHEDULE.load(unmarshal(updated["Attributes"]))
 
     def delete_schedule(self, tenant: str, name: str) -> None:
         self.delete_found(layout.tenant(tenant), layout.schedule_sk(name), missing=no_schedule(name))

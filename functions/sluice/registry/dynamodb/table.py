@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from sluice.clients import lazy_client
-from sluice.domain.errors import BackendError, BadRequest, SluiceError, Unavailable
+from sluice.domain.errors import BackendError, BadRequest, PayloadTooLarge, SluiceError, Unavailable
 from sluice.registry.codec import not_finite
 from sluice.registry.dynamodb.layout import CATALOG
 
@@ -250,6 +250,9 @@ def _outcome(exc: ClientError) -> Refused | SluiceError | None:
         code = next(iter(failed))
     if code in _THROTTLED or status >= 500:
         return Unavailable("the registry is unavailable; try again")
+    message = exc.response.get("Error", {}).get("Message", "").lower()
+    if code == "ValidationException" and "size" in message and "exceeded" in message:  # an item's 400 KB, a key's 2 KB
+        return PayloadTooLarge("the record is larger than DynamoDB keeps in one item")
     return BackendError("the registry could not complete the request")
 
 
@@ -283,6 +286,17 @@ def condition(
     if values:
         params["ExpressionAttributeValues"] = marshal(values)
     return params
+
+
+def set_fields(fields: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """An UpdateExpression that sets each field given (removes those given as None), with its
+    names and values: the attributes not named are left as another writer left them."""
+    names = {f"#f{i}": name for i, name in enumerate(fields)}
+    values = {f":f{i}": v for i, v in enumerate(fields.values()) if v is not None}
+    sets = [f"#f{i} = :f{i}" for i, v in enumerate(fields.values()) if v is not None]
+    removes = [f"#f{i}" for i, v in enumerate(fields.values()) if v is None]
+    expression = " ".join(f"{verb} {', '.join(parts)}" for verb, parts in (("SET", sets), ("REMOVE", removes)) if parts)
+    return expression, names, values
 
 
 # Attribute values ----------------------------------------------------------------------

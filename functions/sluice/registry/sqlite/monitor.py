@@ -50,11 +50,12 @@ class SqliteMonitor(Part):
         return [(variant, int(win), json.loads(doc)) for variant, win, doc in rows]
 
     # Ground truth -------------------------------------------------------------------------------
-    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> None:
+    def keep_predictions(self, tenant: str, deployment: str, records: list[dict[str, Any]], *, expires_at: float) -> list[str]:
         rows = [(tenant, deployment, r["request_id"], expires_at, json.dumps(r)) for r in records]
         with self.db.tx() as db:
             db.execute("DELETE FROM monitor_predictions WHERE expires_at < ?", (now(),))  # the expired, by the index
             db.executemany("INSERT OR REPLACE INTO monitor_predictions VALUES (?, ?, ?, ?, ?)", rows)
+        return []  # a row holds any size
 
     def find_predictions(self, tenant: str, deployment: str, request_ids: list[str], *, now: float) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
