@@ -62,7 +62,7 @@ class PrometheusMetrics:
     (`ml_inference_model_cache_hits` is read as `ml_inference_model_cache_hits_total`)."""
 
     def __init__(self, multiprocess_dir: str | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Histogram
 
         self.multiprocess_dir = multiprocess_dir
         self._complained = -60.0
@@ -112,22 +112,6 @@ class PrometheusMetrics:
             "the registry: it refused them until the process stopped, or too many were pending",
             ("tenant", "deployment", "subject"), registry=r,
         )  # fmt: skip
-        # Model monitoring: the latest window's check of each deployment with a baseline, made as
-        # a scrape is answered (`sluice.services.monitoring.MonitorService.latest`).
-        self.drift = Gauge(
-            "ml_inference_drift", "A column's drift (population stability index) against the deployment's baseline "
-            "in its latest monitoring window", ("tenant", "deployment", "column"), multiprocess_mode="mostrecent", registry=r,
-        )  # fmt: skip
-        self.monitor_alerts = Gauge(
-            "ml_inference_monitor_alerts", "Columns whose verdict in the deployment's latest monitoring window is not ok "
-            "(drift, missing, out_of_range, unseen_categories, absent)", ("tenant", "deployment"),
-            multiprocess_mode="mostrecent", registry=r,
-        )  # fmt: skip
-        self.model_quality = Gauge(
-            "ml_inference_model_quality", "The model's quality from labels posted for its predictions in the deployment's "
-            "latest window with labels (accuracy, precision, recall, auc; mae, rmse), per variant ('all': every one)",
-            ("tenant", "deployment", "variant", "metric"), multiprocess_mode="mostrecent", registry=r,
-        )  # fmt: skip
         self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # What Telemetry reports -----------------------------------------------------------------
@@ -151,24 +135,6 @@ class PrometheusMetrics:
                 self._child(self.cache_hits, pair).inc(hits)
             if misses:
                 self._child(self.cache_misses, pair).inc(misses)
-
-    @_kept
-    def monitored(self, tenant: str, deployment: str, window: Mapping[str, Any]) -> None:
-        """One deployment's latest monitoring window (`sluice.monitor.checks.check`)."""
-        alerts = 0
-        for column, found in window["columns"].items():
-            if found.get("drift") is not None:
-                self._child(self.drift, (tenant, deployment, column)).set(found["drift"])
-            alerts += found["verdict"] not in ("ok", "too_few_rows")
-        self._child(self.monitor_alerts, (tenant, deployment)).set(alerts)
-
-    @_kept
-    def quality(self, tenant: str, deployment: str, window: Mapping[str, Any]) -> None:
-        """One deployment's latest window with labels (`MonitorService.quality`)."""
-        for variant, found in (("all", window), *window["variants"].items()):
-            for metric in ("accuracy", "precision", "recall", "auc", "mae", "rmse"):
-                if found.get(metric) is not None:
-                    self._child(self.model_quality, (tenant, deployment, variant, metric)).set(found[metric])
 
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (created when first used, as before)."""
@@ -204,8 +170,12 @@ class PrometheusMetrics:
         self.stats_dropped_requests.labels(tenant, deployment, subject).inc(requests)
 
     # What a scrape reads ----------------------------------------------------------------------
-    def exposition(self, tenant: str) -> bytes:
-        """The text exposition of `tenant`'s series alone (summed over every worker)."""
+    def exposition(
+        self, tenant: str, monitored: Mapping[str, Mapping[str, Any]] | None = None,
+        quality: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> bytes:  # fmt: skip
+        """The text exposition of `tenant`'s series alone (summed over every worker), with the
+        monitoring gauges of the latest windows given, by deployment (`_Monitoring`)."""
         from prometheus_client import CollectorRegistry, generate_latest
 
         source: Any = self.registry
@@ -216,7 +186,51 @@ class PrometheusMetrics:
             MultiProcessCollector(source, path=self.multiprocess_dir)
         shown = CollectorRegistry(auto_describe=False)
         shown.register(_TenantView(source, tenant))  # type: ignore[arg-type]
+        shown.register(_Monitoring(tenant, monitored or {}, quality or {}))  # type: ignore[arg-type]
         return generate_latest(shown)
+
+
+class _Monitoring:
+    """The model monitoring gauges of one scrape: the latest window's check of each deployment
+    with a baseline (`sluice.monitor.checks.check`) and its latest window with labels
+    (`MonitorService.quality`), read as the scrape is answered
+    (`sluice.services.monitoring.MonitorService.latest`). Built from them alone, never kept: a
+    deployment deleted, or at a revision with no window yet, has none (a gauge kept in the
+    process, or a worker's file, would show its last value until a restart)."""
+
+    def __init__(self, tenant: str, monitored: Mapping[str, Mapping[str, Any]], quality: Mapping[str, Mapping[str, Any]]) -> None:
+        self.tenant, self.monitored, self.quality = tenant, monitored, quality
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        tenant = self.tenant
+        drift = GaugeMetricFamily(
+            "ml_inference_drift", "A column's drift (population stability index) against the deployment's baseline "
+            "in its latest monitoring window", labels=("tenant", "deployment", "column"),
+        )  # fmt: skip
+        alerts = GaugeMetricFamily(
+            "ml_inference_monitor_alerts", "Columns whose verdict in the deployment's latest monitoring window is not ok "
+            "(drift, missing, out_of_range, unseen_categories, absent)", labels=("tenant", "deployment"),
+        )  # fmt: skip
+        quality = GaugeMetricFamily(
+            "ml_inference_model_quality", "The model's quality from labels posted for its predictions in the deployment's "
+            "latest window with labels (accuracy, precision, recall, auc; mae, rmse), per variant ('all': every one)",
+            labels=("tenant", "deployment", "variant", "metric"),
+        )  # fmt: skip
+        for deployment, window in self.monitored.items():
+            count = 0
+            for column, found in window["columns"].items():
+                if found.get("drift") is not None:
+                    drift.add_metric((tenant, deployment, column), found["drift"])
+                count += found["verdict"] not in ("ok", "too_few_rows")
+            alerts.add_metric((tenant, deployment), count)
+        for deployment, window in self.quality.items():
+            for variant, found in (("all", window), *window["variants"].items()):
+                for metric in ("accuracy", "precision", "recall", "auc", "mae", "rmse"):
+                    if found.get(metric) is not None:
+                        quality.add_metric((tenant, deployment, variant, metric), found[metric])
+        yield from (drift, alerts, quality)
 
 
 class _TenantView:

@@ -67,6 +67,27 @@ def test_a_baseline_is_set_read_back_and_the_traffic_served_checked_against_it(c
     assert 'ml_inference_monitor_alerts{deployment="iris",tenant="acme"} ' in text
 
 
+def test_the_gauges_go_with_the_revision_and_the_deployment_they_were_checked_for(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A scrape shows the latest window of what is deployed now: a new revision with no window
+    yet, or a deleted deployment, has no alert or drift left from before."""
+    key = keys["acme"]
+    demo.telemetry.sink = PrometheusMetrics()  # type: ignore[union-attr]
+    client.put(f"{BASE}/baseline", json={"inputs": iris_rows(600, 0)}, headers=auth(key)).raise_for_status()
+    predict(client, key, iris_rows(600, 1, shift=5.0))  # far out of range: alerts
+
+    def gauges() -> list[str]:
+        text = client.get("/metrics", headers=auth(key)).text
+        return [line for line in text.splitlines() if line.startswith(("ml_inference_monitor_alerts{", "ml_inference_drift{"))]
+
+    assert any(line.startswith('ml_inference_monitor_alerts{deployment="iris",tenant="acme"} ') and not line.endswith(" 0.0") for line in gauges())
+    client.put(BASE, json={"model": "iris", "version": 1}, headers=auth(key)).raise_for_status()  # revision 2: no window yet
+    assert gauges() == []
+    predict(client, key, iris_rows(600, 2, shift=5.0))
+    assert gauges()
+    assert client.delete(BASE, headers=auth(key)).status_code == 204
+    assert gauges() == []
+
+
 def test_another_tenant_finds_nothing_and_bad_input_is_named(client: TestClient, keys: dict[str, str]) -> None:
     r = client.put(f"{BASE}/baseline", json={"inputs": iris_rows(600, 0)}, headers=auth(keys["acme"]))
     assert r.status_code == 200

@@ -49,5 +49,6 @@ def test_concurrent_requests_for_one_key_load_it_once() -> None:
     for t in threads:
         t.join()
     assert len(loads) == 1
-    assert len({id(r) for r in results}) == 1
+    assert len({id(r) for r, _ in results}) == 1
     assert cache.misses == 1 and cache.hits == 7
+    assert sorted(loaded for _, loaded in results) == [False] * 7 + [True]  # each call knows its own

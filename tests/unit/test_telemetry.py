@@ -17,19 +17,17 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[dict]:
 
 
 def test_prediction_line_is_an_emf_record_per_deployment_and_variant(caplog: pytest.LogCaptureFixture) -> None:
-    stats = {"hits": 5, "misses": 1}
-    telemetry = Telemetry(emit_metrics=True, namespace="sluice", cache_stats=lambda: stats)
+    telemetry = Telemetry(emit_metrics=True, namespace="sluice")
     caplog.set_level("INFO")
-    telemetry.prediction(fields={"deployment": "iris", "variant": "canary", "request_id": "r1", "tenant": "acme"}, latency_ms=1.5, rows=3)
-    stats.update(hits=9, misses=1)
-    telemetry.prediction(fields={"deployment": "iris", "request_id": "r2", "tenant": "acme"}, latency_ms=2.0, rows=1)
+    telemetry.prediction(fields={"deployment": "iris", "variant": "canary", "request_id": "r1", "tenant": "acme"}, latency_ms=1.5, rows=3, sessions=[5, 1])
+    telemetry.prediction(fields={"deployment": "iris", "request_id": "r2", "tenant": "acme"}, latency_ms=2.0, rows=1, sessions=[4, 0])
     first, second = lines(caplog)
     meta = first["_aws"]["CloudWatchMetrics"][0]
     assert meta["Namespace"] == "sluice"
     assert meta["Dimensions"] == [["service", "deployment"], ["service", "deployment", "variant"]]
     assert {m["Name"] for m in meta["Metrics"]} >= {"Predictions", "Rows", "Latency", "ModelCacheHits", "ModelCacheMisses"}
     assert (first["Latency"], first["Rows"], first["deployment"], first["variant"], first["service"]) == (1.5, 3, "iris", "canary", "sluice")
-    assert (first["ModelCacheHits"], second["ModelCacheHits"], second["ModelCacheMisses"]) == (5, 4, 0)  # deltas
+    assert (first["ModelCacheHits"], second["ModelCacheHits"], second["ModelCacheMisses"]) == (5, 4, 0)  # each prediction's own
     assert second["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service", "deployment"]]
 
 
@@ -340,15 +338,14 @@ def test_every_prediction_line_is_a_valid_emf_record(
     from sluice.domain.lookups import Lookup
     from sluice.runtimes.lookups import Looked
 
-    stats = {"hits": 3, "misses": 1}
-    telemetry = Telemetry(emit_metrics=True, namespace="sluice", cache_stats=(lambda: stats) if model_cache else None)
+    telemetry = Telemetry(emit_metrics=True, namespace="sluice")
     node = Lookup(store="sqlite", table="t", keys={"customer_id": "customer"}, features=[{"name": "f", "datatype": "FP32"}])
     looked = [(node, Looked({}, calls, *(cache or ()))) for calls, cache in lookups]
     fields = {"deployment": "d", "tenant": "acme", **({"variant": "v"} if variant else {})}  # `service`: the logger's key
     caplog.clear()
     caplog.set_level("INFO")
     for _ in range(2):  # the second line of a shape reuses its metadata
-        assert telemetry.prediction(fields=dict(fields), latency_ms=1.0, rows=2, cached=cached, sources=sources, looked=looked)
+        assert telemetry.prediction(fields=dict(fields), latency_ms=1.0, rows=2, cached=cached, sources=sources, looked=looked, sessions=[3, 1] if model_cache else None)
     for line in lines(caplog):
         directives = line["_aws"]["CloudWatchMetrics"]
         for directive in directives:
@@ -361,3 +358,48 @@ def test_every_prediction_line_is_a_valid_emf_record(
         assert ("Latency" in named) == (not cached)
         if lookups:
             assert line["LookupCalls"] == len(lookups) and [x["store_calls"] for x in line["lookups"]] == [calls for calls, _ in lookups]
+
+
+@settings(max_examples=20, deadline=None)
+@given(level=st.sampled_from(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]), sources=st.booleans(), model_cache=st.booleans())
+def test_the_emf_metrics_are_written_whatever_the_log_level(level: str, sources: bool, model_cache: bool) -> None:
+    """SLUICE_LOG_LEVEL decides the log lines, not the metrics: with INFO (or WARNING) off, an
+    answered request, a failure and a shadow comparison are still EMF records of the same
+    figures (Requests, the fallback rows the alarm reads, ...), without the log line's other
+    fields."""
+    import io
+    import logging
+
+    std = get_logger()._logger
+    handler = get_logger().registered_handler
+
+    def extracted(at: str) -> tuple[dict[str, float], list[dict]]:
+        telemetry = Telemetry(emit_metrics=True, namespace="sluice")
+        fields = {"deployment": "recs", "tenant": "acme", "request_id": "r1"}
+        stream, handler.stream, was = handler.stream, io.StringIO(), std.level
+        std.setLevel(at)
+        try:
+            for _ in range(3):
+                telemetry.prediction(fields=dict(fields), latency_ms=2.0, rows=4, sources=(3, 1) if sources else None, sessions=[1, 0] if model_cache else None)
+            telemetry.failure(fields=dict(fields), status=400, code="invalid_input")
+            telemetry.failure(fields=dict(fields), status=502, code="backend")
+            telemetry.shadow(fields={"deployment": "recs", "mirror": "m"}, agreement=0.5, mean_abs_diff=None, latency_ratio=1.0)
+            written = [json.loads(line) for line in handler.stream.getvalue().splitlines()]
+        finally:
+            handler.stream, _ = stream, std.setLevel(was)
+        sums: dict[str, float] = {}
+        for line in written:
+            for directive in line["_aws"]["CloudWatchMetrics"]:
+                for dimension_set in directive["Dimensions"]:
+                    assert all(isinstance(line[d], str) for d in dimension_set), dimension_set
+                for metric in directive["Metrics"]:
+                    sums[metric["Name"]] = sums.get(metric["Name"], 0) + line[metric["Name"]]
+        return sums, written
+
+    expected, _ = extracted("INFO")
+    got, written = extracted(level)
+    assert got == expected and expected["Requests"] == 5 and expected["Errors"] == 2
+    assert ("LiveFallbackRows" in got) == sources and ("ModelCacheHits" in got) == model_cache
+    alone = [line for line in written if logging.getLevelName(line["level"]) < logging.getLevelName(level)]  # the level drops their lines
+    assert len(alone) == {"WARNING": 4, "ERROR": 5, "CRITICAL": 6}.get(level, 0)
+    assert not any("request_id" in line or "latency_ms" in line for line in alone)  # the metrics alone

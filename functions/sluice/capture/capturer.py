@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
 import threading
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.capture.records import to_record
 from sluice.observability import get_logger
-from sluice.observability.telemetry import emf
+from sluice.observability.telemetry import emf, write
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -135,7 +136,7 @@ class Capturer:
             metrics = {"CaptureWritten": (written, "Count"), "CaptureDropped": (dropped, "Count"), "CaptureFailed": (failed, "Count")}
             line.update({name: value for name, (value, _) in metrics.items()})
             line["_aws"] = emf(self.namespace, [["service"]], metrics)
-        get_logger().info("capture", extra=line)
+        write(logging.INFO, "capture", line)
 
     def drain(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued record is written or failed (tests, short-lived processes)."""

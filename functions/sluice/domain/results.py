@@ -42,6 +42,9 @@ class InferenceResult:
     # Those maps as the runtime gave them, one {label: probability} per row, where it kept
     # them: plain JSON presents them as they are rather than rebuild them from the array.
     maps: dict[str, list[dict[Any, float]]] = field(default_factory=dict)
+    # The ONNX session this call ran on: False found in this process's cache, True loaded for
+    # it; None where no session of this process ran it (a model server's call).
+    loaded: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -373,6 +373,7 @@ def split(result: InferenceResult, rows: list[int]) -> list[InferenceResult] | N
             )
         )
         start = stop
+    parts[0].loaded = result.loaded  # the joined call's one session lookup: its first member's
     return parts
 
 

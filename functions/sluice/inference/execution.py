@@ -76,6 +76,9 @@ class Call:
     # The lookup steps the request ran, reported in its prediction line rather than a line each
     # (`LookupSteps.lookup`); None outside a request (a batch chunk's, a mirror's): a line each.
     looked: list[tuple[Lookup, Looked]] | None = None
+    # The ONNX sessions the request's calls found loaded and loaded ([hits, misses]), reported
+    # on its prediction line; None outside a request.
+    sessions: list[int] | None = None
     # Where in the deployment's policy the walk is: the variants chosen on the way and the
     # references followed (`@name`), joined by "/". Variants and mirrors are counted by it
     # (`subject`), so one nested in another or reached through a reference (whose deployment
@@ -97,7 +100,7 @@ class Call:
         """This call for one step of a graph (`dataclasses.replace`, without its cost per request)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, outputs, checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.path,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, self.path,
         )  # fmt: skip
 
     def subject(self, name: str) -> str:
@@ -109,7 +112,7 @@ class Call:
         their branches concurrently with one call)."""
         return Call(
             self.deployment, self.deadline, self.routing, self.variant, self.request_id, self.outputs, self.checked,
-            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, path,
+            self.spawn_mirrors, self.mirrors, self.request, self.samples, self.looked, self.sessions, path,
         )  # fmt: skip
 
 
@@ -168,6 +171,8 @@ class PolicyRunner:
             # What a server answered and its decoding could not take (a shape that is not its
             # data's, slices that do not join): the server's fault, not a 500 of sluice's.
             raise BackendError(f"the model server's answer does not read as the model's outputs ({type(exc).__name__})") from None
+        if result.loaded is not None and call.sessions is not None:
+            call.sessions[result.loaded] += 1  # [hits, misses]
         return Answer(signature, result, version)
 
     async def _ref(self, node: Ref, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:

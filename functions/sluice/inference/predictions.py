@@ -142,6 +142,7 @@ class PredictionService:
             request=request,
             samples=[],
             looked=[],
+            sessions=[0, 0],
         )
         if request.variant is not None:
             self._check_variant(resolved.node, request.variant)
@@ -187,7 +188,7 @@ class PredictionService:
         elif answer.source is not None:  # a precomputed node's rows, by where they came from
             precomputed = answer.source.count("precomputed") if isinstance(answer.source, list) else rows * (answer.source == "precomputed")
             sources = (precomputed, rows - precomputed)
-        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or ()):
+        if not self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=cached, sources=sources, looked=call.looked or (), sessions=call.sessions):
             self._unreported(call)
         if call.mirrors and self.mirror is not None:
             await self._hand_off(call, latency_ms)

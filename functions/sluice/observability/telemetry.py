@@ -12,7 +12,7 @@ from sluice.observability.formatter import log_info
 from sluice.observability.logger import get_logger
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
     from sluice.domain.lookups import Lookup
     from sluice.metrics import PrometheusMetrics
@@ -42,6 +42,37 @@ def emf(
     }
 
 
+def write(level: int, message: str, line: dict[str, Any]) -> None:
+    """`line` logged at `level`; where the logger's level drops it, its EMF record is written
+    still, as its metrics alone (`metrics_only`): an alarm's figures are not a log line's to
+    drop (SLUICE_LOG_LEVEL=WARNING would otherwise silence every answered request's)."""
+    logger = get_logger()
+    if logger._logger.isEnabledFor(level):
+        method = logger.info if level <= logging.INFO else logger.warning if level < logging.ERROR else logger.error
+        method(message, extra=line, stacklevel=3)  # the location: write's caller
+    elif "_aws" in line:
+        log_info(logger, message, metrics_only(line))
+
+
+def metrics_only(line: dict[str, Any]) -> dict[str, Any]:
+    """An EMF line's record alone: the values of the metrics it names, the dimensions they are
+    counted by and the `_aws` member (the logger adds `service`); the line itself unless it is
+    one (no `_aws`)."""
+    aws = line.get("_aws")
+    if aws is None:
+        return line
+    kept: dict[str, Any] = {}
+    for directive in aws["CloudWatchMetrics"]:
+        for dimensions in directive["Dimensions"]:
+            for name in dimensions:
+                if name in line:
+                    kept[name] = line[name]
+        for metric in directive["Metrics"]:
+            kept[metric["Name"]] = line[metric["Name"]]
+    kept["_aws"] = aws
+    return kept
+
+
 class Telemetry:
     """What sluice reports about each prediction: one structured log line per prediction that,
     in Lambda (or with SLUICE_EMF=1), is also an EMF record with the prediction's metrics per
@@ -57,7 +88,6 @@ class Telemetry:
         emit_metrics: bool | None = None,
         namespace: str = "sluice",
         service: str = "sluice",
-        cache_stats: Callable[[], dict[str, int]] | None = None,
         sink: PrometheusMetrics | None = None,
     ) -> None:
         if emit_metrics is None:
@@ -67,11 +97,9 @@ class Telemetry:
         self.emit_metrics = emit_metrics
         self.namespace = namespace
         self.service = service
-        self.cache_stats = cache_stats
         self.sink = sink
         self.predictions = 0
         self.errors = 0
-        self._cache_seen = (0, 0)
         self.refusals: dict[str, int] = {}  # requests refused by admission, by code
         self._refusals_seen: dict[str, int] = {}  # as they stood at the last line that said so
         self._refusals_logged: float | None = None  # when the last line said so
@@ -87,16 +115,6 @@ class Telemetry:
         fields["_aws"] = emf(self.namespace, sets, metrics)
         return fields
 
-    def _cache_delta(self) -> tuple[int, int] | None:
-        """ONNX session cache hits and misses since the last prediction that asked."""
-        if self.cache_stats is None:
-            return None
-        stats = self.cache_stats()
-        hits, misses = stats["hits"], stats["misses"]
-        seen_hits, seen_misses = self._cache_seen
-        self._cache_seen = (hits, misses)
-        return hits - seen_hits, misses - seen_misses
-
     def prediction(
         self,
         *,
@@ -106,25 +124,29 @@ class Telemetry:
         cached: bool | None = None,
         sources: tuple[int, int] | None = None,
         looked: Sequence[tuple[Lookup, Looked]] = (),
+        sessions: Sequence[int] | None = None,
     ) -> bool:
-        """The prediction's line (an EMF record in Lambda); False where none is written (INFO off).
+        """The prediction's line (an EMF record in Lambda); with INFO off, its metrics alone
+        (`metrics_only`), and False where nothing is written (no metrics either).
         `cached`: True for a prediction cache hit, False for a miss, None where the cache
         was not asked. A hit's latency stays out of the latency metric: it measures computing.
         `sources`: a precomputed node's rows answered from its table and live, which become
         the service-wide PrecomputedRows and LiveFallbackRows (the fallback rate's alarm).
         `looked`: the request's lookup steps, which become LookupCalls (and the feature cache's
         LookupCacheHits and LookupCacheMisses) with no dimension, as a lookup's own line has them
-        (`sluice.runtimes.lookups`), and a `lookups` member naming their stores."""
+        (`sluice.runtimes.lookups`), and a `lookups` member naming their stores.
+        `sessions`: the ONNX sessions the prediction's own calls found loaded and loaded
+        (ModelCacheHits, ModelCacheMisses); None where it made none (a prediction cache hit)."""
         self.predictions += 1
+        if self.sink is not None:
+            self.sink.prediction(fields, latency_ms, rows, sessions, cached=cached)
+        logger = get_logger()
+        info = logger._logger.isEnabledFor(logging.INFO)  # powertools' std logger
+        if not info and not self.emit_metrics:
+            return False
         line = {**fields, "latency_ms": latency_ms, "rows": rows}
         if cached is not None:
             line["cached"] = cached
-        cache = self._cache_delta() if self.emit_metrics or self.sink is not None else None
-        if self.sink is not None:
-            self.sink.prediction(fields, latency_ms, rows, cache, cached=cached)
-        logger = get_logger()
-        if not logger._logger.isEnabledFor(logging.INFO):  # powertools' std logger
-            return False
         if sources is not None:
             line["PrecomputedRows"], line["LiveFallbackRows"] = sources
         lookup_cache = None
@@ -145,14 +167,14 @@ class Telemetry:
                 line["Latency"] = latency_ms
             if cached is not None:
                 line["PredictionCacheHits" if cached else "PredictionCacheMisses"] = 1
-            if cache is not None:
-                line["ModelCacheHits"], line["ModelCacheMisses"] = cache
-            shape = (bool(fields.get("variant")), cached, cache is not None, sources is not None, lookup_cache)
+            if sessions is not None:
+                line["ModelCacheHits"], line["ModelCacheMisses"] = sessions
+            shape = (bool(fields.get("variant")), cached, sessions is not None, sources is not None, lookup_cache)
             meta = self._emf_meta.get(shape)
             if meta is None:
                 meta = self._emf_meta[shape] = self._prediction_meta(*shape)
             line["_aws"] = {"Timestamp": int(time.time() * 1000), "CloudWatchMetrics": meta}
-        log_info(logger, "prediction", line)
+        log_info(logger, "prediction", line if info else metrics_only(line))
         return True
 
     def _prediction_meta(self, variant: bool, cached: bool | None, model_cache: bool, sources: bool, lookup_cache: bool | None) -> list[dict[str, Any]]:
@@ -178,7 +200,6 @@ class Telemetry:
         by deployment and error code), and the Prometheus series. A failure no deployment of
         the tenant was found for is counted by service alone."""
         self.errors += 1
-        log = get_logger().warning if status < 500 else get_logger().error
         metric = "ClientErrors" if status < 500 else "BackendErrors"
         line = {**fields, "status": status, "error": code}
         if self.sink is not None and self.counts_requests:
@@ -189,7 +210,7 @@ class Telemetry:
             for name, (value, _) in metrics.items():
                 line[name] = value
             line["_aws"] = emf(self.namespace, [dims, [*dims, "error"]], metrics)
-        log("prediction failed", extra=line)
+        write(logging.WARNING if status < 500 else logging.ERROR, "prediction failed", line)
 
     def refused(self, *, tenant: str, code: str) -> None:
         """A request refused before it started (`sluice serve`'s admission: `overloaded`,
@@ -234,7 +255,7 @@ class Telemetry:
         if self.sink is not None:
             for (tenant, deployment, _, subject), weight, _ in dropped:
                 self.sink.stats_dropped(tenant, deployment, subject, weight)
-        get_logger().error("statistics dropped", extra=line)
+        write(logging.ERROR, "statistics dropped", line)
 
     def shadow(self, *, fields: dict[str, Any], agreement: float | None, mean_abs_diff: float | None, latency_ratio: float | None) -> None:
         metrics = {
@@ -251,4 +272,4 @@ class Telemetry:
             for name, (value, _) in metrics.items():
                 line[name] = value
             line["_aws"] = emf(self.namespace, [["service", "deployment", "mirror"]], metrics)
-        get_logger().info("shadow comparison", extra=line)
+        write(logging.INFO, "shadow comparison", line)

@@ -112,10 +112,12 @@ class SessionCache:
                 self.hits += 1
             return entry
 
-    def get_or_load(self, key: str, size: int, load: Callable[[], _Entry]) -> _Entry:
+    def get_or_load(self, key: str, size: int, load: Callable[[], _Entry]) -> tuple[_Entry, bool]:
+        """The entry, and whether this call loaded it (a miss) rather than found it (a hit):
+        each call's own lookup, which telemetry counts with the prediction that made it."""
         entry = self.peek(key)
         if entry is not None:
-            return entry
+            return entry, False
         if size > self.max_bytes:
             raise PayloadTooLarge(
                 f"model artifact is {size} bytes, above the session cache bound of {self.max_bytes}",
@@ -126,7 +128,7 @@ class SessionCache:
         with key_lock:
             entry = self.peek(key)
             if entry is not None:
-                return entry
+                return entry, False
             entry = load()
             with self._lock:
                 self.misses += 1
@@ -137,7 +139,7 @@ class SessionCache:
                     self._bytes -= old.size
                     self.evictions += 1
                 self._loading.pop(key, None)
-            return entry
+            return entry, True
 
     def adopt(self, other: SessionCache) -> None:
         """Takes the sessions `other` holds (a container rebuilt after a SnapStart restore keeps
@@ -213,13 +215,13 @@ class OnnxRuntime:
         session = build_session(data, **options)
         return _Entry(session, len(data), [o.name for o in session.get_outputs()], options=options)
 
-    def _entry(self, version: ModelVersion) -> _Entry:
+    def _entry(self, version: ModelVersion) -> tuple[_Entry, bool]:
         return self.cache.get_or_load(version.sha256, version.size_bytes, lambda: self._load_entry(version))
 
     def _run(
         self, version: ModelVersion, inputs: dict[str, np.ndarray], outputs: Sequence[str] | None, elements: int
     ) -> InferenceResult:
-        entry = self._entry(version)
+        entry, loaded = self._entry(version)
         names = list(outputs) if outputs else entry.output_names
         started = perf_counter_ns()
         try:
@@ -227,7 +229,7 @@ class OnnxRuntime:
         except Exception as exc:
             raise _runtime_error(exc) from None
         entry.timed(perf_counter_ns() - started, elements)
-        result = InferenceResult({})
+        result = InferenceResult({}, loaded=loaded)
         for name, value in zip(names, raw, strict=True):
             array, labels = as_array(name, value)
             result.outputs[name] = array
@@ -262,7 +264,7 @@ class OnnxRuntime:
     async def metadata(self, version: ModelVersion) -> Signature:
         from sluice.runtimes.onnx_signature import signature_from_session
 
-        entry = await asyncio.to_thread(self._entry, version)
+        entry, _ = await asyncio.to_thread(self._entry, version)
         return signature_from_session(entry.session)
 
 

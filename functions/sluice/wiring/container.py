@@ -32,7 +32,7 @@ from sluice.wiring.adapters import (
     build_store,
     metrics_sink,
 )
-from sluice.wiring.runtimes import build_runtimes, inline_runtimes, session_cache_stats
+from sluice.wiring.runtimes import build_runtimes, inline_runtimes
 
 if TYPE_CHECKING:
     from sluice.batch.catalog import GlueCatalog
@@ -98,7 +98,6 @@ class Container:
             self.telemetry = Telemetry(
                 namespace=self.settings.observability.metrics_namespace,
                 service=self.settings.observability.service_name,
-                cache_stats=session_cache_stats(self.runtimes),
                 sink=metrics_sink(),
             )
 

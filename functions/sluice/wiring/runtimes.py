@@ -77,16 +77,6 @@ def build_runtimes(settings: Settings, store: ArtifactStore) -> dict[str, Runtim
     return runtimes
 
 
-def session_cache_stats(runtimes: dict[str, Runtime]) -> Callable[[], dict[str, int]] | None:
-    """ONNX Runtime's session cache counts (hits, misses, …) for telemetry: read when asked,
-    the runtime built then where nothing had built it yet; None for an ONNX runtime with no
-    cache (a test's)."""
-    if isinstance(runtimes, Runtimes) and not dict.__contains__(runtimes, "onnx") and "onnx" in runtimes:
-        return lambda: runtimes["onnx"].cache.stats()  # type: ignore[attr-defined,no-any-return]
-    cache = getattr(runtimes.get("onnx"), "cache", None)
-    return cache.stats if cache is not None else None
-
-
 def _started_servers(settings: Settings) -> Callable[[], list[str]]:
     """The local endpoints twin's running servers under this home (see `sagemaker`'s `client_for`)."""
 

@@ -35,10 +35,8 @@ async def metrics(telemetry: TelemetryDep, principal: AdminDep, monitor: Monitor
     from sluice.metrics import CONTENT_TYPE
 
     # The monitoring gauges: each deployment's latest window, checked now (registry reads).
-    for deployment, window in (await asyncio.to_thread(monitor.latest, principal)).items():
-        sink.monitored(principal.tenant, deployment, window)
-    for deployment, window in (await asyncio.to_thread(monitor.latest_quality, principal)).items():
-        sink.quality(principal.tenant, deployment, window)
+    monitored = await asyncio.to_thread(monitor.latest, principal)
+    quality = await asyncio.to_thread(monitor.latest_quality, principal)
     # Reading every worker's files is disk work: off the event loop.
-    body = await asyncio.to_thread(sink.exposition, principal.tenant)
+    body = await asyncio.to_thread(sink.exposition, principal.tenant, monitored, quality)
     return Response(body, media_type=CONTENT_TYPE)
