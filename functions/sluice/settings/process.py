@@ -194,7 +194,11 @@ class ObservabilitySettings(Group):
 
     log_level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(lambda v: (v.strip().upper() or "INFO") if isinstance(v, str) else v)
-    ] = Field(default="INFO", description="Log level of the `sluice` logger (any case; empty: INFO).")
+    ] = Field(default="INFO", description=(
+        "Log level of the `sluice` logger (any case; empty: INFO). Above INFO, each prediction's, failure's and shadow "
+        "comparison's EMF metrics are still written, as a line with the metrics and their dimensions alone: alarms see "
+        "the same figures at any level."
+    ))
     log_stream: Literal["stdout", "stderr"] = Field(
         default="stdout",
         description="Where the `sluice` logger writes its lines: stdout, which Lambda sends to CloudWatch Logs; the `sluice` command sets `stderr`, its stdout being its answer.",
