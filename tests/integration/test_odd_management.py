@@ -8,14 +8,23 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from sluice.domain.errors import BadRequest
+from sluice.domain.objects import check_description
 from sluice.domain.rollouts import parse_gates
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from fastapi.testclient import TestClient
+
+    from sluice.wiring import Container
 
 LONE = "a\ud800b"  # JSON's "a\ud800b": a lone surrogate, which no UTF-8 store or answer can carry
 
@@ -42,6 +51,7 @@ SPOOF = "ok\r4f1c0a9e2b7d6e31  old-ci  predict  False\x1b[K\x1b[8m"  # rewrites 
         ("/api/v1/keys", {"scopes": ["predict"], "name": SPOOF}, "name"),
         ("/api/v1/keys", {"scopes": ["predict"], "name": "a\u202eb"}, "name"),  # right-to-left override
         ("/api/v1/keys", {"scopes": ["predict"], "name": "two\nlines"}, "name"),
+        ("/api/v1/keys", {"scopes": ["predict"], "name": "two\r\nlines"}, "name"),  # a name is one line
         ("/api/v1/deployments", {"name": "odd", "model": "iris", "description": "x\x1b]0;pwned\x07"}, "description"),
     ],
 )
@@ -50,6 +60,60 @@ def test_text_that_would_move_an_operators_terminal_is_refused(client: TestClien
     assert r.status_code == 400 and r.json()["field"] == field, r.text
     described = client.post("/api/v1/deployments", json={"name": "fine", "model": "iris", "description": "line one\n\tline two"}, headers=auth(keys["acme"]))
     assert described.status_code in (200, 201), described.text  # a description's line breaks and tabs stay
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/deployments", {"name": "crlf", "model": "iris", "description": "line one\r\nline two"}),  # a textarea's line break
+        ("/api/v1/deployments", {"name": "persian", "model": "iris", "description": "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"}),  # ZWNJ
+        ("/api/v1/keys", {"scopes": ["predict"], "name": "ci \U0001f469\u200d\U0001f4bb"}),  # an emoji joined by ZWJ
+        ("/api/v1/keys", {"scopes": ["predict"], "name": "pre\u00addict"}),  # a soft hyphen
+    ],
+)
+def test_ordinary_text_with_joiners_or_a_windows_line_break_is_kept(client: TestClient, keys: dict[str, str], path: str, body: dict[str, Any]) -> None:
+    r = client.post(path, json=body, headers=auth(keys["acme"]))
+    assert r.status_code in (200, 201), r.text
+    assert r.json()["description" if "description" in body else "name"] == body.get("description", body["name"])
+
+
+# Text a person writes: any character but a control, a lone surrogate or a bidi control, with
+# line breaks (LF or CRLF) and tabs between.
+_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_WORDS = st.text(st.characters(exclude_categories=("Cc", "Cs"), exclude_characters=_BIDI), max_size=12)
+_PROSE = st.lists(st.tuples(_WORDS, st.sampled_from(["\n", "\r\n", "\t", " "])), max_size=6).map(lambda parts: "".join(w + b for w, b in parts))
+_SPOOFING = st.sampled_from([chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\n\t"] + list(_BIDI))
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@given(text=_PROSE)
+def test_a_description_keeps_any_text_a_person_writes(text: str) -> None:
+    assert check_description(text) == text
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@given(before=_PROSE, char=_SPOOFING, after=_PROSE)
+def test_a_control_or_bidi_character_is_refused_where_it_stands(before: str, char: str, after: str) -> None:
+    """Anything that moves a terminal's cursor or reorders what it shows (a bare CR among them)
+    is refused, naming the field and where it stands."""
+    hypothesis.assume(not (char == "\r" and after.startswith("\n")))
+    with pytest.raises(BadRequest) as refused:
+        check_description(before + char + after)
+    assert refused.value.field == "description" and f" at {len(before)}," in refused.value.message
+
+
+def test_serve_reads_its_saved_admin_key_past_a_byte_order_mark_and_any_bytes(demo: Container, tmp_path: Path) -> None:
+    """`sluice serve` says what its saved admin key is; a key saved by a Windows editor (with a
+    byte-order mark and CRLF) still works, and a file that is not text is a key that no longer
+    works, never a reason not to start."""
+    from sluice.cli.serve import _whose
+
+    _, plain = demo.keys.create("acme", ["admin", "predict"])
+    saved = tmp_path / "admin-key"
+    saved.write_bytes(b"\xef\xbb\xbf" + plain.encode() + b"\r\n")
+    assert _whose(demo.keys, saved, "acme") == ""
+    saved.write_bytes(b"sk_\xff\xfe\n")
+    assert "no longer works" in _whose(demo.keys, saved, "acme")
 
 
 def test_a_listing_shows_control_characters_kept_from_before_escaped(capsys: pytest.CaptureFixture[str]) -> None:

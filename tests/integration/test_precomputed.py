@@ -319,6 +319,25 @@ def test_publishing_needs_the_admin_scope_a_predict_key_cannot_change_stored_ans
     assert demo.schedules.list(caller) == []
 
 
+def test_a_predict_key_cannot_resume_a_paused_publishing_schedule(demo: Container, acme: Principal) -> None:
+    """Resuming a schedule with `publish` makes its runs publish again: it needs the admin scope,
+    as making it does, and the schedule stays paused, starting no run."""
+    from sluice.domain import Principal
+    from sluice.domain.errors import Forbidden
+
+    caller = Principal("acme", frozenset({"predict"}), "test-predict")
+    demo.schedules.create(
+        acme, name="nightly", deployment="diabetes", input_uri="inbox/users-{date}.csv", expression="rate(1 hour)",
+        publish={"table": "recs", "key": "user"}, state="PAUSED",
+    )  # fmt: skip
+    with pytest.raises(Forbidden) as refused:
+        demo.schedules.resume(caller, "nightly")
+    assert refused.value.field == "publish"
+    schedule = demo.schedules.show(caller, "nightly").schedule
+    assert schedule.paused and demo.schedules.run_due(time.time() + 2 * 3600, [schedule]) == []
+    assert demo.schedules.resume(acme, "nightly").state == "ENABLED"
+
+
 _STATES = st.fixed_dictionaries({str(e): st.sampled_from(["fresh", "stale", "expired", "absent"]) for e in range(1, 7)})
 _GENERATIONS = itertools.count()
 

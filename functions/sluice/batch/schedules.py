@@ -246,6 +246,8 @@ class ScheduleService:
     def _set_state(self, principal: Principal, name: str, state: str) -> Schedule:
         principal.require("predict")
         current = self.registry.get_schedule(principal.tenant, name)
+        if state == "ENABLED" and current.publish is not None:
+            require_publisher(principal)  # its runs would publish again, as if it were made anew
         fields: dict[str, Any] = {"state": state, "updated_at": now()}
         if state == "ENABLED" and current.paused:
             fields["last_fire"] = self.clock()  # a resumed schedule does not run what it missed

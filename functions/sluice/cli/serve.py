@@ -46,9 +46,9 @@ def _whose(keys: Any, key_file: Path, tenant: str) -> str:
     tenant, or not at all."""
     from sluice.domain.errors import SluiceError
 
-    try:
-        principal = keys.authenticate(key_file.read_text().strip())
-    except (OSError, SluiceError):
+    try:  # utf-8-sig: an editor on Windows may have saved it with a byte-order mark
+        principal = keys.authenticate(key_file.read_text(encoding="utf-8-sig").strip())
+    except (OSError, ValueError, SluiceError):  # ValueError: bytes that are not UTF-8
         return f" (it no longer works: revoked, or made for another registry; make one with `sluice --tenant {tenant} keys create --scopes admin,predict`)"
     if principal.tenant != tenant or "admin" not in principal.scopes:
         return f" (it acts for tenant '{principal.tenant}', not '{tenant}': make one with `sluice --tenant {tenant} keys create --scopes admin,predict`)"

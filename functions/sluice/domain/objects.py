@@ -43,20 +43,27 @@ MAX_LABEL = 128  # characters: an API key's name
 MAX_POLICY_BYTES = 160 * 1024  # the policy as compact JSON (UTF-8)
 
 
+# The bidi embeddings, overrides and isolates: they reorder the text shown after them. Other format
+# characters are ordinary text (the joiners in emoji and in Persian or Hindi words, a soft hyphen).
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def check_description(value: Any, *, field: str = "description", most: int = MAX_DESCRIPTION) -> str:
     """Free text a record keeps (a description, a key's name): at most `most` characters, and
-    nothing that moves a terminal's cursor or reorders what it shows (control and format
-    characters: an operator's listing would show other rows than the registry holds); a
-    description may have line breaks and tabs, a key's name (a label, `MAX_LABEL`) not."""
+    nothing that moves a terminal's cursor or reorders what it shows (C0 and C1 controls, bidi
+    controls: an operator's listing would show other rows than the registry holds); a
+    description may have line breaks (LF or CRLF) and tabs, a key's name (a label, `MAX_LABEL`) not."""
     if not isinstance(value, str):
         raise BadRequest(f"{field} must be text", field=field)
     if len(value) > most:
         raise BadRequest(f"{field} is {len(value):,} characters; at most {most:,}", field=field)
     if not value.isprintable():
-        allowed = "\n\t" if most > MAX_LABEL else ""
+        lines = most > MAX_LABEL
         for at, char in enumerate(value):
-            if char not in allowed and unicodedata.category(char) in ("Cc", "Cf"):
-                raise BadRequest(f"{field} holds {char!r} at {at}, a control or format character", field=field)
+            if char in _BIDI_CONTROLS:
+                raise BadRequest(f"{field} holds {char!r} at {at}, a bidi control: it reorders the text shown", field=field)
+            if unicodedata.category(char) == "Cc" and not (lines and (char in "\n\t" or value.startswith("\r\n", at))):
+                raise BadRequest(f"{field} holds {char!r} at {at}, a control character", field=field)
     if not value.isascii():
         try:
             value.encode("utf-8")
