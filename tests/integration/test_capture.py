@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -18,6 +19,7 @@ from moto import mock_aws
 
 from sluice.capture.capturer import Capturer
 from sluice.capture.sinks import FirehoseSink, FolderSink
+from sluice.domain.capture import CaptureSettings
 from sluice.domain.errors import InvalidRequest
 from tests.integration.conftest import auth
 
@@ -192,6 +194,28 @@ def test_redacted_names_must_fit_the_policy_they_are_saved_with(demo: Container,
     assert r.status_code == 422 and r.json()["field"] == "capture.redact.0" and "'ssn'" in r.json()["error"], r.text
     r = client.put("/api/v1/deployments/iris", json={"policy": sequence, "capture": {"sample_percent": 5, "redact": ["ssn"]}}, headers=auth(keys["acme"]))
     assert r.status_code == 200, r.text
+
+
+def test_a_stored_name_that_matches_nothing_blocks_no_change_that_keeps_it(demo: Container, client: TestClient, acme: Principal, keys: dict[str, str]) -> None:
+    """Older releases stored any name: one that matches none of a deployment's inputs (it
+    redacted nothing then either) stays through changes that do not give it again, to the
+    deployment or to one that references it; given again it is refused, and a change that takes
+    away a name that did match still is, for a deployment that references the changed one too."""
+    single = {"kind": "single", "model": "iris", "version": 1}
+    demo.deployments.create(acme, "front", {"kind": "ref", "deployment": "iris"})
+    for name, redact in (("iris", ("zip",)), ("front", ("zip", "petal_width"))):  # as an older release stored them
+        stored = demo.registry.get_deployment("acme", name)
+        demo.registry.update_deployment(replace(stored, capture=CaptureSettings(100.0, redact=redact)), expected_revision=stored.revision)
+    same_inputs = {"kind": "split", "variants": [{"name": "a", "weight": 50, "target": single}, {"name": "b", "weight": 50, "target": single}]}
+    for body in ({"cache": None}, {"policy": single}, {"policy": same_inputs}, {"batching": None}):
+        r = client.put("/api/v1/deployments/iris", json=body, headers=auth(keys["acme"]))
+        assert r.status_code == 200 and r.json()["capture"]["redact"] == ["zip"], (body, r.text)
+    r = client.put("/api/v1/deployments/iris", json={"capture": {"sample_percent": 5, "redact": ["zip"]}}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "capture.redact.0", r.text
+    step = {"kind": "transform", "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1, 4], "feature_names": ["ssn", "b", "cc", "d"]}], "ops": [{"op": "rename", "input": "raw", "output": "input"}]}
+    sequence = {"kind": "sequence", "steps": [{"name": "prep", "target": step}, {"name": "model", "target": single}]}
+    r = client.put("/api/v1/deployments/iris", json={"policy": sequence}, headers=auth(keys["acme"]))
+    assert r.status_code == 422 and r.json()["field"] == "policy" and "'front'" in r.json()["error"] and "'petal_width'" in r.json()["error"], r.text
 
 
 def test_each_tenant_is_captured_under_its_own_partition(demo: Container, client: TestClient, acme: Principal, globex: Principal, keys: dict[str, str], settings: Any) -> None:

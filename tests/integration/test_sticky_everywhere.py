@@ -1,6 +1,7 @@
 """A sticky split picks by the routing key alone, however it comes: for any key, the variant
-that answers is the same whether the key is the header the policy names or the request's own
-`routing_key`, over simple JSON, v2 (its `parameters.routing_key`) and a WebSocket message."""
+that answers is the same whether the key is the header the policy names (in whatever case the
+client spells it) or the request's own `routing_key`, over simple JSON, v2 (its
+`parameters.routing_key`) and a WebSocket message (the header its handshake carried)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ if TYPE_CHECKING:
 ROW = [5.9, 3.0, 5.1, 1.8]
 _KEYS: dict[int, str] = {}
 _USER = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)  # a header's visible ASCII
+_SPELLING = st.sampled_from(["x-user-id", "X-User-Id", "X-USER-ID"])  # the policy names X-User-Id
 
 
-def _versions(client: TestClient, key: str, user: str) -> dict[str, Any]:
-    header = {**auth(key), "x-user-id": user}
+def _versions(client: TestClient, key: str, user: str, spelling: str) -> dict[str, Any]:
+    header = {**auth(key), spelling: user}
     simple = {"deployment": "split", "inputs": [ROW]}
     v2 = {"inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": ROW}]}
     seen = {
@@ -37,20 +39,23 @@ def _versions(client: TestClient, key: str, user: str) -> dict[str, Any]:
     with client.websocket_connect("/api/v1/stream", headers=auth(key)) as ws:
         ws.send_json({**simple, "routing_key": user})
         seen["websocket, routing_key"] = ws.receive_json()["version"]
+    with client.websocket_connect("/api/v1/stream", headers=header) as ws:
+        ws.send_json(simple)
+        seen["websocket, handshake header"] = ws.receive_json()["version"]
     return {k: str(v) for k, v in seen.items()}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(user=_USER)
-def test_the_same_key_finds_the_same_variant_everywhere(demo: Container, acme: Principal, client: TestClient, user: str) -> None:
+@given(user=_USER, spelling=_SPELLING)
+def test_the_same_key_finds_the_same_variant_everywhere(demo: Container, acme: Principal, client: TestClient, user: str, spelling: str) -> None:
     key = _KEYS.get(id(demo))
     if key is None:  # once per container: hypothesis calls this with the same fixtures
         _KEYS.clear()
         demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())  # iris:2 beside iris:1
         key = _KEYS[id(demo)] = api_keys(demo)["acme"]
-        policy = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="x-user-id")
+        policy = split_policy({"stable": (50.0, single("iris", 1)), "canary": (50.0, single("iris", 2))}, routing_key="X-User-Id")
         created = client.post("/api/v1/deployments", json={"name": "split", "policy": policy}, headers=auth(key))
         assert created.status_code == 201, created.text
-    versions = _versions(client, key, user)
+    versions = _versions(client, key, user, spelling)
     event(f"version {versions['simple, header']}")
     assert len(set(versions.values())) == 1, versions

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.domain.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from sluice.domain.signature import TensorSpec
 
@@ -58,13 +58,33 @@ def check_capture(value: Any, *, field: str = "capture") -> CaptureSettings | No
     return CaptureSettings(float(percent), tuple(dict.fromkeys(include)), tuple(dict.fromkeys(redact)))
 
 
-def check_redacted(settings: CaptureSettings | None, inputs: Sequence[TensorSpec], *, field: str = "capture") -> None:
+def check_redacted(
+    settings: CaptureSettings | None,
+    inputs: Sequence[TensorSpec],
+    *,
+    before: Callable[[], Sequence[TensorSpec]] | None = None,
+    field: str = "capture",
+) -> None:
     """Each name `redact` gives is one of the deployment's `inputs` (what callers send) or one
-    of their features, exactly: a name that is neither would redact nothing."""
+    of their features, exactly: a name that is neither would redact nothing. `before`, for a
+    setting kept through a change of what the deployment routes to, gives the inputs it had
+    until then: only a name the change takes away is refused, not one that already matched
+    nothing (older releases stored any name), which would block every later change."""
     if settings is None or not settings.redact:
         return
-    names = list(dict.fromkeys(n for spec in inputs for n in (spec.name, *(spec.feature_names or ()))))
+    names = _names(inputs)
+    earlier: list[str] | None = None
     for i, item in enumerate(settings.redact):
-        if item not in names:
-            listed = ", ".join(repr(n) for n in names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
-            raise InvalidRequest(f"redact names {item!r}, which is no input or feature of this deployment: it takes {listed}", field=f"{field}.redact.{i}")
+        if item in names:
+            continue
+        if before is not None:
+            earlier = _names(before()) if earlier is None else earlier
+            if item not in earlier:
+                continue
+        listed = ", ".join(repr(n) for n in names[:SHOWN]) + (", ..." if len(names) > SHOWN else "")
+        raise InvalidRequest(f"redact names {item!r}, which is no input or feature of this deployment: it takes {listed}", field=f"{field}.redact.{i}")
+
+
+def _names(inputs: Sequence[TensorSpec]) -> list[str]:
+    """The inputs' names and their features', each once."""
+    return list(dict.fromkeys(n for spec in inputs for n in (spec.name, *(spec.feature_names or ()))))

@@ -67,6 +67,14 @@ class UploadInputs:
 Inputs = RowInputs | TensorInputs | ArrayInputs | UploadInputs
 
 
+def header_of(headers: Mapping[str, str], name: str) -> str | None:
+    """A request's header `name` however a policy spells it: every door hands headers over
+    as a mapping that ignores case (HTTP) or with names lower-cased (a WebSocket handshake's,
+    gRPC metadata)."""
+    found = headers.get(name)
+    return found if found is not None else headers.get(name.lower())
+
+
 @dataclass(slots=True)  # built on every request: a frozen dataclass's __init__ costs more
 class PredictionRequest:
     deployment: str
@@ -88,4 +96,4 @@ class PredictionRequest:
     record_offsets: np.ndarray | None = None
 
     def routing_value(self, name: str) -> str | None:
-        return self.routing_key or self.headers.get(name) or None
+        return self.routing_key or header_of(self.headers, name) or None

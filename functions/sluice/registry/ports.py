@@ -274,9 +274,9 @@ class ConnectionRegistry(Protocol):
     that answers the connection (a Lambda keeps no count between invocations)."""
 
     def count_message(self, tenant: str, connection: str, windows: Sequence[MessageWindow]) -> int | None:
-        """Count one message of `connection` in every one of `windows`, or in none: None when
-        each held fewer than its limit (now counted); else the index of a full one, and the
-        message is counted nowhere (a refused message costs nothing)."""
+        """Count one message of `connection` in every one of `windows` (each named once), or
+        in none: None when each held fewer than its limit (now counted); else the index of a
+        full one, and the message is counted nowhere (a refused message costs nothing)."""
         ...
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from sluice.domain.conditions import AllOf, AnyOf, Compare
 from sluice.domain.errors import InvalidInput
+from sluice.domain.requests import header_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -36,8 +37,7 @@ class Facts:
     parameters: Mapping[str, Any] = field(default_factory=dict)
 
     def header(self, name: str) -> str | None:
-        found = self.headers.get(name)
-        return found if found is not None else self.headers.get(name.lower())
+        return header_of(self.headers, name)
 
     def parameter(self, name: str) -> Any:
         """A parameter as text, as a header reads (a number's digits, `true`/`false`); None

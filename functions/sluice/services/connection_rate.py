@@ -38,15 +38,19 @@ class Rate:
 
 
 def parse_rates(spec: str) -> list[Rate]:
-    """The rates of a `limits`-style spec; ValueError naming the part that is not one."""
-    rates = []
+    """The rates of a `limits`-style spec, one a window length (two of one length would share
+    a window and count each message twice in it: the lower binds); ValueError naming the
+    part that is not one."""
+    rates: dict[int, Rate] = {}
     for part in re.split(r"[;,]", spec):
         found = _RATE.fullmatch(part)
         if found is None:
             raise ValueError(f"{part.strip()!r} is not a rate such as 100/second or 600 per minute")
         count, every, unit = found.groups()
-        rates.append(Rate(int(count), int(every or 1) * SECONDS[unit], part.strip()))
-    return rates
+        rate = Rate(int(count), int(every or 1) * SECONDS[unit], part.strip())
+        if rate.seconds not in rates or rate.count < rates[rate.seconds].count:
+            rates[rate.seconds] = rate
+    return list(rates.values())
 
 
 class ConnectionRate:

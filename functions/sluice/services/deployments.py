@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.capture import CaptureSettings
     from sluice.domain.policy import Node
+    from sluice.domain.signature import TensorSpec
     from sluice.registry import Registry
     from sluice.registry.precomputed import PrecomputedStore
     from sluice.runtimes.functions import FunctionSteps
@@ -79,6 +80,17 @@ class _Reads:
         return self.found[name]
 
 
+def _resolver(read: _Reads, nodes: dict[str, Node]) -> Callable[[str], Node]:
+    """A deployment's policy by name, parsed once (`nodes`: those known already)."""
+
+    def resolve(ref: str) -> Node:
+        if ref not in nodes:
+            nodes[ref] = parse_policy(read(ref).policy)
+        return nodes[ref]
+
+    return resolve
+
+
 class DeploymentService:
     def __init__(
         self,
@@ -102,14 +114,21 @@ class DeploymentService:
 
     # Validation ----------------------------------------------------------------------------
     def _validated(
-        self, tenant: str, name: str, policy: Any, cache: CacheSettings | None = None, capture: CaptureSettings | None = None
+        self,
+        tenant: str,
+        name: str,
+        policy: Any,
+        cache: CacheSettings | None = None,
+        capture: CaptureSettings | None = None,
+        kept_with: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], list[Deployment]]:
-        """The policy, checked (with the capture settings it must fit), and the other
+        """The policy, checked (with the capture settings it must fit: `kept_with`, the stored
+        policy they were kept with, or None for settings given now), and the other
         deployments the checks read."""
         node = parse_policy(policy)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
-        self._check_graph(tenant, name, node, read, capture)
+        self._check_graph(tenant, name, node, read, capture, kept_with)
         if cache is not None:
             self._check_cacheable(node, read)
         checked = policy_dict(node)
@@ -146,13 +165,10 @@ class DeploymentService:
                     seen.add(ref)
                     pending.append((ref, parse_policy(read(ref).policy)))
 
-    def _check_graph(self, tenant: str, name: str, node: Node, read: _Reads, capture: CaptureSettings | None = None) -> None:
-        nodes: dict[str, Node] = {name: node}
-
-        def resolve(ref: str) -> Node:
-            if ref not in nodes:
-                nodes[ref] = parse_policy(read(ref).policy)
-            return nodes[ref]
+    def _check_graph(
+        self, tenant: str, name: str, node: Node, read: _Reads, capture: CaptureSettings | None = None, kept_with: dict[str, Any] | None = None
+    ) -> None:
+        resolve = _resolver(read, {name: node})
 
         def visit(current: str, path: list[str]) -> None:
             if len(path) > MAX_GRAPH_DEPTH:
@@ -166,7 +182,8 @@ class DeploymentService:
 
         visit(name, [name])
         signature_of = self._signature_resolver(tenant, resolve)
-        check_redacted(capture, signature_of(node).inputs)  # named as callers name them (a leading step's)
+        before = None if kept_with is None else lambda: self._stored_inputs(tenant, kept_with)
+        check_redacted(capture, signature_of(node).inputs, before=before)  # named as callers name them (a leading step's)
         for child in walk(node):
             if isinstance(child, Single):
                 require_found(self.registry.get_version, tenant, child.model, child.version, field="policy")
@@ -213,13 +230,19 @@ class DeploymentService:
             read.found[changed.name] = changed
             node = parse_policy(dependent.policy)
             try:
-                self._check_graph(tenant, dependent.name, node, read, dependent.capture)
+                self._check_graph(tenant, dependent.name, node, read, dependent.capture, dependent.policy)
                 if dependent.cache is not None:
                     self._check_cacheable(node, read)
             except (Unprocessable, BadRequest) as exc:
                 raise Unprocessable(
                     f"deployment '{dependent.name}' references '{changed.name}' and would not hold with this policy: {exc.message}", field="policy"
                 ) from None
+
+    def _stored_inputs(self, tenant: str, policy: dict[str, Any]) -> tuple[TensorSpec, ...]:
+        """The inputs `policy` takes through the deployments it reaches as they are stored
+        (before the change being checked)."""
+        resolve = _resolver(_Reads(self.registry, tenant), {})
+        return self._signature_resolver(tenant, resolve)(parse_policy(policy)).inputs
 
     def _signature_resolver(self, tenant: str, resolve: Callable[[str], Node]) -> Callable[[Node], Signature]:
         def signature_of(node: Node) -> Signature:
@@ -339,7 +362,8 @@ class DeploymentService:
                 rollout, note = paused_by_change(rollout, principal.subject)
         joined = current.batching if batching is KEEP else check_batching(batching)
         captured = current.capture if capture is KEEP else check_capture(capture)
-        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured)
+        kept_with = current.policy if capture is KEEP else None
+        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with)
         if policy is not None:
             self._check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(

@@ -15,6 +15,8 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
     APIGatewayAuthorizerRequestEvent,
 )
 from botocore.stub import Stubber
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sluice.clients import AwsClients
 from sluice.handlers.authorizer import authorize_connect
@@ -211,6 +213,23 @@ def test_a_rate_that_is_not_one_is_refused_by_name() -> None:
     assert [(r.count, r.seconds) for r in parse_rates("100/second; 600 per 10 minutes")] == [(100, 1), (600, 600)]
     with pytest.raises(ValueError, match="'lots/second' is not a rate"):
         parse_rates("10/minute;lots/second")
+
+
+_PART = st.tuples(st.integers(1, 10**6), st.sampled_from(["", "1 ", "2 ", "60 "]), st.sampled_from(["second", "seconds", "minute", "hour"]))
+
+
+@given(parts=st.lists(_PART, min_size=1, max_size=6))
+def test_each_window_length_is_one_rate_at_its_lowest_count(parts: list[tuple[int, str, str]]) -> None:
+    """A window is counted once a message, whatever rates share its length: the lowest binds."""
+    from sluice.services.connection_rate import SECONDS, parse_rates
+
+    spec = ";".join(f"{count} per {every}{unit}" for count, every, unit in parts)
+    lowest: dict[int, int] = {}
+    for count, every, unit in parts:
+        seconds = int(every or 1) * SECONDS[unit.rstrip("s")]
+        lowest[seconds] = min(count, lowest.get(seconds, count))
+    assert {r.seconds: r.count for r in parse_rates(spec)} == lowest
+    assert len(parse_rates(spec)) == len(lowest)
 
 
 REGION_POLICY = {

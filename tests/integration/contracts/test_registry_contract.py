@@ -28,6 +28,7 @@ from sluice.domain.signature import Signature, TensorSpec
 from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
 from sluice.registry.ports import MessageWindow
 from sluice.registry.sqlite import SqliteRegistry
+from sluice.services.connection_rate import ConnectionRate
 
 if TYPE_CHECKING:
     from sluice.registry import Registry
@@ -1258,6 +1259,25 @@ def test_a_message_refused_by_one_window_is_counted_in_none(registry: Registry) 
     assert burst == [None, None, 1, 1, 1, 1]
     later = [registry.count_message(A, "conn", [minute, s]) for s in seconds[1:] for _ in range(2)]
     assert later == [None, None, None, 0, 0, 0]  # the minute's window full at five, not before
+
+
+@pytest.mark.parametrize("spec", ["5/second;10 per 1 second", "10/second;5 per 1 second"])
+def test_two_rates_of_one_window_length_count_each_message_once(registry: Registry, spec: str) -> None:
+    """Both rates fall in one window: a burst in one second gets the lower rate's five answers
+    (on DynamoDB a transaction naming the window twice failed every message; SQLite counted
+    each twice), then refusals that name it."""
+    import asyncio
+
+    rate = ConnectionRate(registry, spec, A, clock=lambda: 1_000_000.2)
+    answered: list[str] = []
+    for _ in range(7):
+        try:
+            asyncio.run(rate.check("conn"))
+            answered.append("answered")
+        except SluiceError as refused:  # a 502 on DynamoDB before
+            answered.append(f"{refused.status} {refused.message}")
+    assert answered[:5] == ["answered"] * 5
+    assert all(a.startswith("429 ") and "over its rate of 5" in a for a in answered[5:]), answered
 
 
 
