@@ -1,16 +1,18 @@
 """`/metrics` on a real `sluice serve` with two workers (the one the e2e tests share): each
-worker writes its own series, a scrape answered by either sums them all, and a tenant sees its
-own deployments only."""
+worker writes its own series (its tallies, within `FLUSH_S`), a scrape answered by either sums
+them all, and a tenant sees its own deployments only."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.demo import install_demo
 from sluice.domain import Principal
+from sluice.metrics import FLUSH_S
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS
@@ -29,6 +31,18 @@ def value(text: str, name: str, **labels: str) -> float:
         for s in family.samples
         if s.name == name and set(labels.items()) <= set(s.labels.items())
     )
+
+
+def scraped(base: str, headers: dict[str, str], name: str, want: float, **labels: str) -> str:
+    """A scrape whose `name` reads `want`: every worker's tallies are in the files within
+    `FLUSH_S` of the last prediction (the worker answering adds its own at once)."""
+    deadline = time.monotonic() + FLUSH_S * 10
+    while True:
+        r = http("GET", f"{base}/metrics", headers=headers)
+        assert r.status_code == 200, r.text
+        if value(r.text, name, **labels) == want or time.monotonic() > deadline:
+            return r.text
+        time.sleep(FLUSH_S / 10)
 
 
 def workers_writing(home: Path) -> set[str]:
@@ -73,11 +87,14 @@ def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tu
         assert r.status_code == 200, r.text
         sent += 1
         assert sent < 400, "one worker answered every connection"
+        if sent >= 20:  # the workers' tallies reach their files within FLUSH_S
+            time.sleep(FLUSH_S / 20)
     for _ in range(3):
         r = http("POST", f"{base}/api/v1/predictions", json={"deployment": "globex-secret", "features": SETOSA}, headers=theirs)
         assert r.status_code == 200, r.text
     assert "1" not in workers_writing(home)
 
+    scraped(base, mine, "ml_inference_requests_total", sent, tenant="default", deployment="iris-metered")
     for _ in range(6):  # whichever worker answers the scrape, the sums are the same
         r = http("GET", f"{base}/metrics", headers=mine)
         assert r.status_code == 200, r.text
@@ -88,7 +105,7 @@ def test_metrics_sum_the_workers_and_show_the_callers_tenant_only(demo_serve: tu
         assert value(text, "ml_inference_rows_scored_total", tenant="default", deployment="iris-metered") == sent
         assert "globex" not in text
 
-    seen = http("GET", f"{base}/metrics", headers=theirs).text
+    seen = scraped(base, theirs, "ml_inference_requests_total", 3, tenant="globex", deployment="globex-secret")
     assert value(seen, "ml_inference_requests_total", tenant="globex", deployment="globex-secret") == 3
     assert 'tenant="default"' not in seen and 'deployment="iris' not in seen
 

@@ -145,7 +145,8 @@ hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
 metrics = PrometheusMetrics(sys.argv[1])
 fields = {"tenant": "acme", "deployment": "iris", "model": "iris", "version": 1}
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-metrics.prediction(fields, 2.0, 1, None)  # the disk cannot take it: lost, not raised
+metrics.prediction(fields, 2.0, 1, None)
+metrics.flush()  # the disk cannot take it: lost, not raised
 resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
 metrics.prediction(fields, 2.0, 1, None)
 print("--- exposition ---")
