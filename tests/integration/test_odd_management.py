@@ -6,6 +6,7 @@ is a 4xx naming the field or the object in the way, and nothing is stored."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import hypothesis
@@ -18,6 +19,7 @@ from sluice.domain.objects import check_description
 from sluice.domain.rollouts import parse_gates
 from tests.conftest import MODELS
 from tests.integration.conftest import auth
+from tests.support import single
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -197,6 +199,29 @@ def test_a_boolean_or_a_number_too_large_is_no_weight_or_share(client: TestClien
     """JSON true is not 1; a weight of 1e308 is no weight (two of them add up to infinity)."""
     r = client.post(path, json=body, headers=auth(keys["acme"]))
     assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
+def test_a_weight_stored_before_its_bound_still_serves_and_holds_up_nothing_else(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
+    """A split stored when a weight had no bound (5e9) reads, answers and takes a change of its
+    other settings; the tenant's other deployments change and go as before. Written again, a
+    policy with it is refused naming the weight."""
+    headers = auth(keys["acme"])
+    split = {"kind": "split", "variants": [{"name": n, "weight": 1, "target": single("iris", 1)} for n in ("a", "b")]}
+    assert client.post("/api/v1/deployments", json={"name": "old", "policy": split}, headers=headers).status_code == 201
+    stored = demo.registry.get_deployment("acme", "old")
+    before = json.loads(json.dumps(stored.policy))
+    before["variants"][0]["weight"] = 5e9
+    demo.registry.update_deployment(replace(stored, policy=before), expected_revision=stored.revision)
+    r = client.post("/api/v1/predictions", json={"deployment": "old", "inputs": [[5.1, 3.5, 1.4, 0.2]]}, headers=headers)
+    assert r.status_code == 200, r.text
+    r = client.get("/api/v1/deployments/old", headers=headers)
+    assert r.status_code == 200 and r.json()["policy"]["variants"][0]["weight"] == 5e9, r.text
+    assert client.get("/api/v1/deployments/old/history", headers=headers).status_code == 200
+    assert client.put("/api/v1/deployments/old", json={"capture": {"sample_percent": 10}}, headers=headers).status_code == 200
+    assert client.put("/api/v1/deployments/iris", json={"policy": single("iris", 1)}, headers=headers).status_code == 200
+    assert client.delete("/api/v1/deployments/diabetes", headers=headers).status_code == 204
+    r = client.put("/api/v1/deployments/old", json={"policy": before}, headers=headers)
+    assert r.status_code == 422 and r.json()["field"] == "policy.variants.0.weight", r.text
 
 
 def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client: TestClient, keys: dict[str, str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

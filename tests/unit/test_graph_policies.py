@@ -4,6 +4,8 @@ others."""
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -190,3 +192,29 @@ def test_a_row_takes_the_same_case_alone_and_among_others(rows: list[tuple[float
     together = decide(when, facts({"input": np.array(rows, dtype=np.float32)}))
     alone = [int(decide(when, facts({"input": np.array([row], dtype=np.float32)}))[0]) for row in rows]
     assert together.tolist() == alone
+
+
+PAST_EVERY_FLOAT = st.integers(min_value=2**1024, max_value=10**400).flatmap(lambda n: st.sampled_from([n, -n]))
+COMPARED = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=PAST_EVERY_FLOAT,
+    op=st.sampled_from([*COMPARED, "in"]),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    rows=st.lists(st.floats(allow_nan=False, width=16), min_size=1, max_size=6),
+)
+def test_an_integer_past_every_float_is_compared_exactly_with_input_and_parameter_values(value: int, op: str, dtype: type, rows: list[float]) -> None:
+    """A policy may hold an integer of hundreds of digits (JSON has no bound): a float row, or a
+    number parameter, compares with it as Python compares them (it equals none), never a 500.
+    (An infinite parameter is no number: it is left to the input rows.)"""
+    wanted: Any = [value, 0.5] if op == "in" else value
+    x = np.array([[r, 0.0] for r in rows], dtype=dtype)
+    expected = [(r == 0.5) if op == "in" else COMPARED[op](float(r), value) for r in x[:, 0].tolist()]
+    when = conditions(switch(("hit", {"field": "inputs.input", "column": 0, "op": op, "value": wanted})))
+    assert decide(when, facts({"input": x})).tolist() == [0 if e else 1 for e in expected]
+    by_parameter = conditions(switch(("hit", {"field": "parameters.p", "op": op, "value": wanted})))
+    for row, e in zip(x[:, 0].tolist(), expected, strict=True):
+        if math.isfinite(row):
+            assert decide(by_parameter, Facts(1, None, {}, {}, {}, {"p": row})).tolist() == [0 if e else 1]

@@ -52,6 +52,9 @@ from sluice.domain.values import StrictVersionNumber
 MAX_DEPTH = 4
 MAX_CHILDREN = 16
 MAX_WEIGHT = 1e9  # a weight's bound: any sum of them stays finite (1e308 twice is infinity)
+# Checked where a policy is written (`DeploymentService`), not here: a policy stored before the
+# bound still reads, serves and can be changed. The schema shows it all the same.
+Weight = Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False, json_schema_extra={"maximum": MAX_WEIGHT})]
 AGGREGATORS = ("mean", "weighted_mean", "majority", "soft_vote", "max", "median", "first_success")
 KINDS = ("single", "ref", "split", "shadow", "ensemble", "sequence", "switch", "transform", "function", "lookup", "precomputed")
 MIN_STEPS, MAX_STEPS = 2, 15
@@ -98,7 +101,7 @@ class Ref(_Node):
 
 class Variant(_Part):
     name: Name
-    weight: StrictFloat = Field(ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    weight: Weight
     target: Node
 
 
@@ -137,7 +140,7 @@ class Shadow(_Node):
 class Member(_Part):
     name: Name
     target: Node
-    weight: StrictFloat = Field(1.0, ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    weight: Weight = 1.0
     timeout_ms: StrictFloat | None = Field(None, ge=1, allow_inf_nan=False)
 
 

@@ -99,8 +99,8 @@ def to_json(data: Any) -> str:
         raise not_finite() from None
 
 
-def not_finite() -> BadRequest:
-    return BadRequest("the registry cannot store NaN or infinite numbers")
+def not_finite(field: str | None = None) -> BadRequest:
+    return BadRequest("the registry cannot store NaN or infinite numbers", field=field)
 
 
 MODEL = Codec(Model)

@@ -10,6 +10,8 @@ or in a bulk call of many records.
 from __future__ import annotations
 
 import math
+import operator
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from sluice.domain.errors import InvalidInput
 from sluice.domain.requests import header_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from sluice.domain.conditions import Condition
 
@@ -129,11 +131,12 @@ def _number(text: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-_ORDER = {
-    "<": np.less,
-    "<=": np.less_equal,
-    ">": np.greater,
-    ">=": np.greater_equal,
+# Python's operators: on arrays they are NumPy's; on a float and an int they are exact.
+_ORDER: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
 }
 
 
@@ -159,20 +162,21 @@ def _column_holds(compare: Compare, facts: Facts) -> np.ndarray:
         return ~same if op == "!=" else same
     if text:
         return np.zeros(facts.rows, dtype=bool)
+    if values.dtype.kind == "f" and isinstance(wanted, int) and abs(wanted) > sys.float_info.max:  # an integer past every float: NumPy cannot convert it
+        values = values.astype(object)  # so Python compares, exactly
     return np.asarray(_ORDER[op](values, wanted), dtype=bool)
 
 
 def _options(fits: list[Any], dtype: np.dtype, text: bool) -> np.ndarray:
     """The values a row may equal, as the row's own type holds them: an FP32 row of 0.2 (which
     the caller sent as 0.2) equals 0.2, as `<=` and `>=` find it does. A value no row of that
-    type can hold (beyond its range) is left out."""
+    type can hold (beyond its range: 1e39 for FP32, an integer of 400 digits for any) is left out."""
     if text:
         return np.array(fits, dtype=object)
-    options = np.array(fits, dtype=np.float64) if dtype.kind == "f" else np.array(fits)
-    if dtype.kind != "f" or dtype == np.float64:
-        return options
-    held = ~np.isfinite(options) | (np.abs(options) <= np.finfo(dtype).max)
-    return options[held].astype(dtype)
+    if dtype.kind != "f":
+        return np.array(fits)
+    most = float(np.finfo(dtype).max)
+    return np.array([v for v in fits if abs(v) <= most or abs(v) == math.inf], dtype=dtype)
 
 
 def _values(compare: Compare, array: np.ndarray, facts: Facts) -> np.ndarray:

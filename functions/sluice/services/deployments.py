@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture, check_redacted
-from sluice.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
+from sluice.domain.errors import BadRequest, Conflict, InvalidRequest, NotFound, Unprocessable
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_description, check_policy_size
 from sluice.domain.policy import (
+    MAX_WEIGHT,
     Ensemble,
     Mirror,
     Ref,
@@ -121,11 +122,16 @@ class DeploymentService:
         cache: CacheSettings | None = None,
         capture: CaptureSettings | None = None,
         kept_with: dict[str, Any] | None = None,
+        *,
+        kept: bool = False,
     ) -> tuple[dict[str, Any], list[Deployment]]:
         """The policy, checked (with the capture settings it must fit: `kept_with`, the stored
         policy they were kept with, or None for settings given now), and the other
-        deployments the checks read."""
+        deployments the checks read. `kept`: the stored policy, unchanged, held to the rules
+        it was written under (a weight stored before MAX_WEIGHT was one stays)."""
         node = parse_policy(policy)
+        if not kept:
+            _check_weights(node)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -363,7 +369,7 @@ class DeploymentService:
         joined = current.batching if batching is KEEP else check_batching(batching)
         captured = current.capture if capture is KEEP else check_capture(capture)
         kept_with = current.policy if capture is KEEP else None
-        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with)
+        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with, kept=policy is None)
         if policy is not None:
             self._check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(
@@ -477,3 +483,17 @@ class DeploymentService:
             self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()
         return variant
+
+
+def _check_weights(node: Node) -> None:
+    """A policy written weighs each variant and member at most MAX_WEIGHT (the sum of any of
+    them stays finite)."""
+    for field, child in fields_of(node):
+        weights: list[tuple[str, float]] = []
+        if isinstance(child, Split):
+            weights = [(f"{field}.variants.{i}.weight", v.weight) for i, v in enumerate(child.variants)]
+        elif isinstance(child, Ensemble):
+            weights = [(f"{field}.members.{i}.weight", m.weight) for i, m in enumerate(child.members)]
+        for where, weight in weights:
+            if weight > MAX_WEIGHT:
+                raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)

@@ -117,14 +117,26 @@ def test_a_signature_no_record_can_hold_is_refused_before_anything_is_written(se
     assert [m.name for m in service.registry.list_models("acme")] == ["scorer"]
 
 
-def test_a_number_beyond_what_a_registry_stores_is_refused_not_a_500(service: Container) -> None:
-    """DynamoDB holds numbers of 1e-130 to 9.9e125 in magnitude: beyond them a 400, never
-    boto3's own error (SQLite holds them)."""
+SCORER = {"kind": "single", "model": "scorer", "version": 1}
+
+
+@pytest.mark.parametrize(
+    ("policy", "options", "field"),
+    [
+        ({"kind": "split", "variants": [{"name": "a", "weight": 1e-200, "target": SCORER}, {"name": "b", "weight": 1, "target": SCORER}]}, {}, "policy.variants.0.weight"),
+        ({"kind": "switch", "cases": [{"name": "a", "when": {"field": "parameters.p", "op": "==", "value": 10**400}, "target": SCORER}], "default": SCORER}, {}, "policy.cases.0.when.value"),
+        (SCORER, {"capture": {"sample_percent": 1e-200}}, "capture.sample_percent"),
+        (SCORER, {"cache": {"ttl_s": 1e-200, "max_entries": 10}}, "cache.ttl_s"),
+    ],
+)
+def test_a_number_beyond_what_a_registry_stores_is_refused_not_a_500(service: Container, policy: dict[str, Any], options: dict[str, Any], field: str) -> None:
+    """DynamoDB holds numbers of 1e-130 to 9.9e125 in magnitude and 38 digits: beyond them a
+    400 naming the field, never boto3's own error (SQLite holds them)."""
     from sluice.registry.dynamodb import DynamoRegistry
 
-    policy = {"kind": "split", "variants": [{"name": "a", "weight": 1e-200, "target": {"kind": "single", "model": "scorer", "version": 1}}, {"name": "b", "weight": 1, "target": {"kind": "single", "model": "scorer", "version": 1}}]}
     if not isinstance(service.registry, DynamoRegistry):
-        assert service.deployments.create(ACME, "tiny", policy).revision == 1
+        assert service.deployments.create(ACME, "tiny", policy, **options).revision == 1
         return
-    with pytest.raises(BadRequest, match=r"1e-130 to 9\.9e125"):
-        service.deployments.create(ACME, "tiny", policy)
+    with pytest.raises(BadRequest, match=r"the registry stores") as refused:
+        service.deployments.create(ACME, "tiny", policy, **options)
+    assert refused.value.field == field

@@ -317,7 +317,7 @@ def item(pk: str, sk: str, record: dict[str, Any], **extra: Any) -> dict[str, An
 
 def marshal(fields: dict[str, Any]) -> dict[str, Any]:
     serializer, _ = _types()
-    return {k: serializer.serialize(_to_dynamo(v)) for k, v in fields.items()}
+    return {k: serializer.serialize(_to_dynamo(v, k)) for k, v in fields.items()}
 
 
 def unmarshal(attributes: dict[str, Any]) -> dict[str, Any]:
@@ -325,17 +325,21 @@ def unmarshal(attributes: dict[str, Any]) -> dict[str, Any]:
     return {k: _from_dynamo(deserializer.deserialize(v)) for k, v in attributes.items()}
 
 
-def _to_dynamo(value: Any) -> Any:
+def _to_dynamo(value: Any, field: str) -> Any:
+    """`value` as boto3 writes it; a number DynamoDB cannot hold is a 400 naming `field`, its
+    place in the record (a record's attributes are named as the API names them: `policy.…`)."""
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise not_finite()
+            raise not_finite(field)
         if value and not 1e-130 <= abs(value) < 1e126:  # what a DynamoDB number holds (1E-130 to 9.9E125)
-            raise BadRequest(f"the registry stores numbers of 1e-130 to 9.9e125 in magnitude, or 0: not {value!r}")
+            raise BadRequest(f"{field}: the registry stores numbers of 1e-130 to 9.9e125 in magnitude, or 0: not {value!r}", field=field)
         return Decimal(repr(value))  # repr is the shortest string that reads back as the same float
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**38:  # 38 digits, as boto3 writes them
+        raise BadRequest(f"{field}: the registry stores integers of at most 38 digits, not one of {len(str(abs(value)))}", field=field)
     if isinstance(value, dict):
-        return {k: _to_dynamo(v) for k, v in value.items()}
+        return {k: _to_dynamo(v, f"{field}.{k}") for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_to_dynamo(v) for v in value]
+        return [_to_dynamo(v, f"{field}.{i}") for i, v in enumerate(value)]
     return value
 
 
