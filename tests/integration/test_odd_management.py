@@ -203,8 +203,9 @@ def test_a_boolean_or_a_number_too_large_is_no_weight_or_share(client: TestClien
 
 def test_a_weight_stored_before_its_bound_still_serves_and_holds_up_nothing_else(demo: Container, client: TestClient, keys: dict[str, str]) -> None:
     """A split stored when a weight had no bound (5e9) reads, answers and takes a change of its
-    other settings; the tenant's other deployments change and go as before. Written again, a
-    policy with it is refused naming the weight."""
+    other settings; the tenant's other deployments change and go as before; a policy that keeps
+    it is written (a rollout started on it goes and is aborted back to it). A weight past the
+    bound that the deployment does not hold already is refused naming it."""
     headers = auth(keys["acme"])
     split = {"kind": "split", "variants": [{"name": n, "weight": 1, "target": single("iris", 1)} for n in ("a", "b")]}
     assert client.post("/api/v1/deployments", json={"name": "old", "policy": split}, headers=headers).status_code == 201
@@ -220,8 +221,18 @@ def test_a_weight_stored_before_its_bound_still_serves_and_holds_up_nothing_else
     assert client.put("/api/v1/deployments/old", json={"capture": {"sample_percent": 10}}, headers=headers).status_code == 200
     assert client.put("/api/v1/deployments/iris", json={"policy": single("iris", 1)}, headers=headers).status_code == 200
     assert client.delete("/api/v1/deployments/diabetes", headers=headers).status_code == 204
-    r = client.put("/api/v1/deployments/old", json={"policy": before}, headers=headers)
+    larger = {**before, "variants": [{**before["variants"][0], "weight": 6e9}, before["variants"][1]]}
+    r = client.put("/api/v1/deployments/old", json={"policy": larger}, headers=headers)
     assert r.status_code == 422 and r.json()["field"] == "policy.variants.0.weight", r.text
+    r = client.put("/api/v1/deployments/old", json={"policy": before}, headers=headers)
+    assert r.status_code == 200, r.text
+    pushed = client.post("/api/v1/models/iris/versions", content=(MODELS / "iris.onnx").read_bytes(), headers={**headers, "content-type": "application/octet-stream"})
+    assert pushed.status_code == 201, pushed.text
+    r = client.post("/api/v1/deployments/old/rollout", json={"to": f"iris:{pushed.json()['version']}", "steps": [10, 50, 100], "every": "10m", "gate": "error_rate<=0.01"}, headers=headers)
+    assert r.status_code in (200, 201), r.text
+    r = client.post("/api/v1/deployments/old/rollout/abort", headers=headers)
+    assert r.status_code == 200, r.text
+    assert demo.registry.get_deployment("acme", "old").policy == before
 
 
 def test_a_model_whose_weights_name_a_file_is_refused_and_no_file_is_read(client: TestClient, keys: dict[str, str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

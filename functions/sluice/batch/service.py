@@ -110,7 +110,7 @@ class BatchService:
         uri = as_uri(input_uri) if operator else self.input_location(principal.tenant, input_uri).uri
         if not operator and output_uri is not None:
             raise BadRequest("results go to the tenant's outbox; output_uri is for the CLI", field="output_uri")
-        keys = check_key_columns(key_columns)
+        keys = check_key_columns(key_columns, stored=source == "schedule")  # a schedule's run: its stored columns
         if is_many(uri):
             # A prefix or a manifest: Plan finds the format from its objects' names.
             if source in ("upload", "inbox") and not is_manifest(uri):

@@ -142,7 +142,7 @@ class ExecutionSpec:
             input_uri=input_uri,
             format=data.get("format"),
             output_format=data.get("output_format"),
-            key_columns=check_key_columns(keys),
+            key_columns=check_key_columns(keys, stored=schedule is not None),  # a schedule's run: its stored columns
             schedule=schedule,
             scheduled_for=scheduled_for,
             catalog=CatalogTarget.parse(data.get("catalog")),

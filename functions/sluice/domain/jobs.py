@@ -71,14 +71,16 @@ MAX_KEY_COLUMNS = 16
 KEY_COLUMN_CHARS = 128  # a column name, as `publish.key`: a record holds them all, and DynamoDB's item 400 KB
 
 
-def check_key_columns(value: object) -> tuple[str, ...]:
-    """The input columns copied beside each prediction, stripped, each once (a job's, a schedule's)."""
+def check_key_columns(value: object, *, stored: bool = False) -> tuple[str, ...]:
+    """The input columns copied beside each prediction, stripped, each once (a job's, a schedule's).
+    `stored`: a stored schedule's, whose runs go on under the rules it was made under (a name's
+    length had no bound before KEY_COLUMN_CHARS)."""
     if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
         raise BadRequest("key_columns must be a list of column names", field="key_columns")
     keys = tuple(dict.fromkeys(k.strip() for k in value if k.strip()))
     if len(keys) > MAX_KEY_COLUMNS:
         raise BadRequest(f"key_columns names at most {MAX_KEY_COLUMNS} columns", field="key_columns")
-    if any(len(k) > KEY_COLUMN_CHARS for k in keys):
+    if not stored and any(len(k) > KEY_COLUMN_CHARS for k in keys):
         raise BadRequest(f"a key column's name is at most {KEY_COLUMN_CHARS} characters", field="key_columns")
     return keys
 

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import CacheSettings, Deployment, check_batching, check_cache, check_name, now
 from sluice.domain.capture import check_capture, check_redacted
-from sluice.domain.errors import BadRequest, Conflict, InvalidRequest, NotFound, Unprocessable
+from sluice.domain.errors import (
+    BadRequest,
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    SluiceError,
+    Unprocessable,
+)
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_description, check_policy_size
@@ -48,7 +55,7 @@ from sluice.services.models import require_found
 from sluice.services.precomputed_checks import check_tables
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.capture import CaptureSettings
@@ -123,15 +130,14 @@ class DeploymentService:
         capture: CaptureSettings | None = None,
         kept_with: dict[str, Any] | None = None,
         *,
-        kept: bool = False,
+        stored: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any], list[Deployment]]:
         """The policy, checked (with the capture settings it must fit: `kept_with`, the stored
         policy they were kept with, or None for settings given now), and the other
-        deployments the checks read. `kept`: the stored policy, unchanged, held to the rules
-        it was written under (a weight stored before MAX_WEIGHT was one stays)."""
+        deployments the checks read. `stored`: the deployment's policy now, whose weights stay
+        allowed wherever the new one carries them (one stored before MAX_WEIGHT was a bound)."""
         node = parse_policy(policy)
-        if not kept:
-            _check_weights(node)
+        _check_weights(node, stored)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -369,7 +375,7 @@ class DeploymentService:
         joined = current.batching if batching is KEEP else check_batching(batching)
         captured = current.capture if capture is KEEP else check_capture(capture)
         kept_with = current.policy if capture is KEEP else None
-        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with, kept=policy is None)
+        checked, read = self._validated(principal.tenant, name, current.policy if policy is None else policy, settings, captured, kept_with, stored=current.policy)
         if policy is not None:
             self._check_dependents(principal.tenant, replace(current, policy=checked))
         updated = replace(
@@ -485,15 +491,23 @@ class DeploymentService:
         return variant
 
 
-def _check_weights(node: Node) -> None:
+def _check_weights(node: Node, stored: dict[str, Any] | None) -> None:
     """A policy written weighs each variant and member at most MAX_WEIGHT (the sum of any of
-    them stays finite)."""
+    them stays finite), but for a weight the deployment's `stored` policy already holds (one
+    written before the bound: kept by updates that keep it, rollouts that go back to it)."""
+    kept: set[float] = set()
+    if stored is not None:
+        with contextlib.suppress(SluiceError):  # a stored policy that no longer reads keeps nothing
+            kept = {weight for _, weight in _weights(parse_policy(stored)) if weight > MAX_WEIGHT}
+    for where, weight in _weights(node):
+        if weight > MAX_WEIGHT and weight not in kept:
+            raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)
+
+
+def _weights(node: Node) -> Iterator[tuple[str, float]]:
+    """Each variant's and member's weight in the policy, with the field that holds it."""
     for field, child in fields_of(node):
-        weights: list[tuple[str, float]] = []
         if isinstance(child, Split):
-            weights = [(f"{field}.variants.{i}.weight", v.weight) for i, v in enumerate(child.variants)]
+            yield from ((f"{field}.variants.{i}.weight", v.weight) for i, v in enumerate(child.variants))
         elif isinstance(child, Ensemble):
-            weights = [(f"{field}.members.{i}.weight", m.weight) for i, m in enumerate(child.members)]
-        for where, weight in weights:
-            if weight > MAX_WEIGHT:
-                raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)
+            yield from ((f"{field}.members.{i}.weight", m.weight) for i, m in enumerate(child.members))

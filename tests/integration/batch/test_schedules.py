@@ -96,6 +96,33 @@ def test_a_schedule_runs_when_due_once_per_scheduled_time_with_its_input_templat
     assert view.next_run_at == at("2026-11-28T01:00:00+00:00")
 
 
+def test_a_schedule_stored_before_the_key_column_bound_still_runs_with_its_columns(
+    batch: Container, schedules: ScheduleService, acme: Principal
+) -> None:
+    """A key column named by more than KEY_COLUMN_CHARS, as schedules made before the bound
+    held: its runs go on (and its spec, as EventBridge sends it, still reads); a schedule made
+    now with it is refused naming the field."""
+    from dataclasses import replace
+
+    from sluice.batch.specs import ExecutionSpec
+    from sluice.domain.jobs import KEY_COLUMN_CHARS
+
+    long = "customer_" + "x" * KEY_COLUMN_CHARS
+    made = schedules.create(acme, name="old", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", key_columns=["id"])
+    batch.registry.delete_schedule("acme", "old")
+    batch.registry.create_schedule(replace(made, key_columns=(long,)))  # as an older release stored it
+    (job,) = schedules.run_due(at("2026-11-25T13:00:00+00:00"))
+    assert job.key_columns == (long,)
+    spec = {"tenant": "acme", "deployment": "iris", "input_uri": job.input_uri, "key_columns": [long], "schedule": "old"}
+    assert ExecutionSpec.parse(spec).key_columns == (long,)
+    with pytest.raises(BadRequest) as refused:
+        schedules.create(acme, name="new", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 hour)", key_columns=[long])
+    assert refused.value.field == "key_columns"
+    with pytest.raises(BadRequest) as refused:
+        ExecutionSpec.parse({**spec, "schedule": None})  # a workflow's own execution: the bound holds
+    assert refused.value.field == "key_columns"
+
+
 @pytest.mark.usefixtures("hourly")
 def test_runs_missed_while_the_scheduler_was_down_collapse_into_one(schedules: ScheduleService) -> None:
     (job,) = schedules.run_due(at("2026-11-25T17:30:00+00:00"))
