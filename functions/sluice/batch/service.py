@@ -323,7 +323,7 @@ class BatchService:
         try:
             return confine(uri, (inbox,), field=field)
         except Forbidden:
-            shown = inbox.uri if inbox.is_s3 else f"inbox/, that is inbox/{tenant}/ in the server's batch folder"
+            shown = inbox.uri if inbox.is_s3 else f"inbox/<path>, which names <path> in inbox/{tenant}/ of the server's batch folder"
             raise Forbidden(
                 f"batch inputs must lie in your inbox ({shown}); upload the file there first", field=field
             ) from None
