@@ -74,7 +74,7 @@ def cmd_monitor_status(args: argparse.Namespace) -> int:
         return 0
     for window in status["windows"]:
         worst = ", ".join(window["worst"]) or "none"
-        print(f"window from {window['window_start']} ({window['rows']} rows): {window['verdict']}; drift {window['drift']}; worst: {worst}")
+        print(f"window from {window['window_start']} ({window['rows']} rows): {window['verdict']}; drift {_short(window['drift'])}; worst: {worst}")
         rows = [{"column": name, **{k: _short(c.get(k)) for k in STATUS_COLUMNS[1:]}} for name, c in window["columns"].items()]
         table(rows, STATUS_COLUMNS)
     return 0

@@ -28,7 +28,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"mean abs diff {v['mean_abs_diff']:.4g} (max {v['max_abs_diff']:.4g})")
     lat = out["latency"]
     rate = f"{out['rows_per_s']:,.0f} rows/s" if out["rows_per_s"] else "-"
-    print(f"captured latency p50 {lat['captured_p50_ms']} ms, p99 {lat['captured_p99_ms']} ms; replay {rate}")
+    p50, p99 = ("-" if lat[k] is None else f"{lat[k]} ms" for k in ("captured_p50_ms", "captured_p99_ms"))  # every row failed: none
+    print(f"captured latency p50 {p50}, p99 {p99}; replay {rate}")
     return 0
 
 

@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from sluice.api.deps import AdminDep, DeploymentsDep, OptimizeJobsDep, OptimizerDep
 from sluice.api.presenters import present
 from sluice.api.responses import MANAGEMENT, JSONResponse, answers, errors
-from sluice.domain.errors import BadRequest
+from sluice.domain.errors import BadRequest, InvalidRequest
 from sluice.domain.values import VersionOrLatest
 from sluice.types.management import OptimizeCreate, OptimizeJobOut
 
@@ -41,7 +41,7 @@ async def start_optimize(
     principal.require("admin")
     unknown = sorted(set(body.to_register) - {"recommended", *KINDS} | ({"original"} & set(body.to_register)))
     if unknown:
-        raise BadRequest(f"register takes 'recommended' or candidate names, not {unknown}", field="register")
+        raise InvalidRequest(f"register takes 'recommended' or candidate names, not {unknown}", field="register")  # as an unknown candidate
     if body.shadow and not body.to_register:
         raise BadRequest("shadow mirrors a registered candidate: give register too", field="shadow")
     # What can be refused at once is, before the job starts: the version, the data, its rows.
