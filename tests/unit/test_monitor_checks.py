@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from sluice.monitor.checks import Thresholds, check
@@ -104,6 +104,7 @@ def test_held_requests_never_hold_the_tensors_profiles_leave_out() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(k=st.integers(193, 1000), seed=st.integers(0, 2**32 - 1))
+@example(k=217, seed=9997)  # a category the window drew more often than the baseline's sketch bound, by chance
 def test_more_categories_than_the_sketch_tracks_raise_no_false_alarm(k: int, seed: int) -> None:
     """Past the frequent-items sketch's 192 values it keeps only bounds on the rarer ones: a
     window drawn from the baseline's own categories has none unseen and no drift."""

@@ -113,9 +113,20 @@ def category_bins(base: Any, window: Any) -> tuple[np.ndarray, np.ndarray, float
         count(window, name)
         for name, _ in frequent(window)
         # never certainly in the baseline, and more common now than the baseline can have had it
-        if base.get_lower_bound(name) == 0 and window.get_lower_bound(name) / wt > base.get_upper_bound(name) / bt
+        if base.get_lower_bound(name) == 0 and _beyond_chance(window.get_lower_bound(name), wt, base.get_upper_bound(name) / bt)
     ) / wt
     return np.asarray(p), np.asarray(q), unseen
+
+
+UNSEEN_Z = 5.0  # standard deviations: over a thousand categories drawn alike, no false unseen one
+
+
+def _beyond_chance(count: float, total: float, share: float) -> bool:
+    """`count` of `total` rows is more than a window drawn at the baseline's `share` gives, by
+    more than chance would (`UNSEEN_Z` binomial deviations); with no share (the baseline's
+    sketch exact: it never had the category), any count is."""
+    expected = total * share
+    return count > expected + UNSEEN_Z * math.sqrt(expected * max(1.0 - share, 0.0))
 
 
 def check_column(base: Column, window: Column, limits: Thresholds) -> dict[str, Any]:
