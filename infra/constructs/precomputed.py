@@ -6,9 +6,11 @@ granted only what its code calls, on tenants' partitions only (`T#*`, or one ten
   GetItem (a publication) and BatchGetItem (a request's entities); the API and WebSocket
   functions only through their tenant role, confined to the request's tenant;
 - batch scoring writes a job's answers (BatchWriteItem, and PutItem for what they hold);
-- Finalize reads what a job wrote (GetItem) and points the table at it (PutItem).
+- Finalize reads what a job wrote (GetItem) and points the table at it (PutItem);
+  MarkFailed and ExecutionEnded withdraw a job that published and then did not succeed
+  (GetItem, then PutItem, or DeleteItem where it replaced nothing).
 
-Nobody may Scan, Query, delete items, or change the table: old generations leave by their time
+Nobody may Scan, Query, delete answers, or change the table: old generations leave by their time
 to live.
 """
 

@@ -148,6 +148,9 @@ class BatchStack(FunctionStack):
             description="Marks FAILED a batch job its ended execution left unfinished",
             invoked_async=True,
         )
+        # A job that ends without success after Finalize published is withdrawn from its table.
+        for ends in (mark_failed, execution_ended):
+            precomputed.grant(ends, PUBLISH)
 
         # Executions started with a job specification (from the console, the AWS CLI, an
         # EventBridge rule or schedule, a parent state machine): the job is created here.

@@ -1,6 +1,7 @@
 """The table of precomputed answers in IAM: the functions that predict read it (the API and
 WebSocket functions only through their tenant role, confined to the tagged tenant), batch
-scoring writes a job's answers, Finalize points the table at them; nobody scans, queries or
+scoring writes a job's answers, Finalize points the table at them, MarkFailed and
+ExecutionEnded withdraw a job that then did not succeed; nobody scans, queries or
 deletes; each is told where it is. And an alarm on the share of rows answered live."""
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ OWN = {
     ("api", "sluice.handlers.shadow.handler"): READ,
     ("batch", "sluice.handlers.batch.score"): sorted(READ + WRITE),
     ("batch", "sluice.handlers.batch.finalize"): ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"],
+    ("batch", "sluice.handlers.batch.mark_failed"): ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"],
+    ("batch", "sluice.handlers.batch.execution_ended"): ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem"],
 }
 TENANT_ROLE = {"sluice.handlers.api.handler", "sluice.handlers.websocket.handler"}
 

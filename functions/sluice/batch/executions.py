@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.publishing import withdraw_job
 from sluice.batch.specs import ExecutionSpec
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, NotFound
@@ -106,7 +107,8 @@ def record_execution_end(
     """The job of an execution that ended (SUCCEEDED, FAILED, TIMED_OUT, ABORTED), marked
     FAILED saying why when the execution left it unfinished: the whole execution timed out or
     was stopped from outside sluice, or failed where MarkFailed could not record it. A job the
-    execution recorded (or that sluice cancelled) stays as it is. None when the execution ran
+    execution recorded (or that sluice cancelled) stays as it is, withdrawn from its table unless
+    it succeeded (`withdraw_job`). None when the execution ran
     no job (a specification refused, a scheduled run skipped) or another execution runs it."""
     found = job_of_execution(execution, input)
     if found is None:
@@ -116,6 +118,9 @@ def record_execution_end(
         job = batch.registry.get_job(tenant, job_id)
     except NotFound:
         return None
-    if job.terminal or (job.execution and job.execution != execution):
+    if job.execution and job.execution != execution:
+        return job
+    if job.terminal:  # cancelled through the API (whose role may not write the table): withdrawn here
+        withdraw_job(batch.precomputed, job)
         return job
     return batch.liveness.fail(job, execution_ended(status, error), cause or "")

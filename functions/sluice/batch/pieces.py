@@ -125,6 +125,7 @@ def arrow_types(
                 types[name] = pa.list_(pa.float64()) if numeric and lists else pa.string()
             else:
                 types[name] = pa.float64() if numeric and not text_features else pa.string()
-    for key in spec.key_columns:  # keys of text inputs are text: "c-1041" and 1041 alike; a feature
-        types.setdefault(key, pa.string())  # used as a key too is read as the feature (its key written from it)
+    published = (spec.publish.key,) if spec.publish is not None else ()
+    for key in (*spec.key_columns, *published):  # keys of text inputs are text: "c-1041" and 1041 alike, "007" kept;
+        types.setdefault(key, pa.string())  # a feature used as a key too is read as the feature (its key written from it)
     return types

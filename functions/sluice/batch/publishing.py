@@ -8,9 +8,11 @@ empty fails, named in the chunk's error file: every input row is scored and publ
 counted failed. When the job succeeds, Finalize points the table at its generation, in one
 write (`publish_job`), unless a job made after it has published first (the table only moves
 forward); until then readers see the previous job's answers, and a job that fails, or is
-cancelled, is never pointed at (its rows expire with their time to live). Once the job's end
-stands, the generation it replaced is removed, or (it did not succeed after all) the job is
-withdrawn and the one it replaced put back (`settle`).
+cancelled, is never pointed at (its rows expire with their time to live). Once the job's
+success is recorded, the generation it replaced is removed (`retire_replaced`); a job that
+ends any other way after it published (cancelled, found dead, or failed in Finalize's last
+steps) is withdrawn, and the publication it replaced put back (`withdraw_job`), by every
+step that ends a job so.
 """
 
 from __future__ import annotations
@@ -103,7 +105,6 @@ class Published:
     table: str
     generation: str
     replaced: Publication | None
-    ttl_s: float  # the job's `publish.ttl_s`: what a publication put back lives
 
 
 def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | None:
@@ -129,18 +130,18 @@ def publish_job(store: PrecomputedStore | None, job: BatchJob) -> Published | No
             extra={"job": job.id, "table": target.table, "served": later.current.job},
         )
         return None
-    return Published(target.table, job.id, replaced, target.ttl_s)
+    return Published(target.table, job.id, replaced)
 
 
-def settle(store: PrecomputedStore, job: BatchJob, published: Published, *, succeeded: bool) -> None:
-    """Once the job's end stands: a success removes the answers of the generation it replaced;
-    a job that did not succeed after all (cancelled, or found dead, meanwhile) is withdrawn, the
-    publication it replaced put back, where the table still points at it (a later job's
-    publication since stays)."""
-    before = published.replaced
-    if succeeded:
-        if before is not None and before.generation != published.generation:
-            store.retire(job.tenant, published.table, before.generation)
-        return
-    expires_at = before.published_at + published.ttl_s if before is not None else 0.0
-    store.withdraw(job.tenant, published.table, published.generation, put_back=before, expires_at=expires_at)
+def retire_replaced(store: PrecomputedStore, job: BatchJob, published: Published) -> None:
+    """Once the job's success is recorded: remove the answers of the generation it replaced."""
+    if published.replaced is not None:
+        store.retire(job.tenant, published.table, published.replaced.generation)
+
+
+def withdraw_job(store: PrecomputedStore | None, job: BatchJob) -> None:
+    """Once a job has ended without success (failed, cancelled, found dead): where its table
+    points at its answers (it published, then did not succeed after all), point it back at
+    what they replaced, as it was. A later job's publication since stays."""
+    if job.publish is not None and store is not None and job.status != "SUCCEEDED":
+        store.withdraw(job.tenant, job.publish.table, job.id)

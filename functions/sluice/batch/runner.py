@@ -15,6 +15,10 @@ or the local thread pool. Each step is safe to repeat.
   `_SUCCESS`, and SUCCEEDED; otherwise FAILED, saying why.
 - mark_failed: FAILED with the error that stopped the job, and a manifest of what was done.
 - cancelled: the manifest of a job cancelled while it ran (what was recorded before).
+
+A job that ends without success after Finalize published its answers (a later step of
+Finalize failed, it was cancelled or found dead meanwhile) is withdrawn from its table
+(`withdraw_job`): every step that fails a job does so, and repeating it does so again.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from sluice.batch.manifest import (
 )
 from sluice.batch.paths import BatchPaths
 from sluice.batch.plan import Chunk, JobSpec, plan_job
-from sluice.batch.publishing import check_publish, publish_job, settle
+from sluice.batch.publishing import check_publish, publish_job, retire_replaced, withdraw_job
 from sluice.batch.score import ChunkScorer
 from sluice.batch.uris import bucket_and_key, join
 from sluice.batch.wire import chunk_scored, job_summary
@@ -231,10 +235,10 @@ class BatchRunner:
         try:
             done = self.registry.update_job(tenant, job_id, status="SUCCEEDED", finished_at=now())
         except Conflict:
-            if published is not None and self.precomputed is not None:  # it did not succeed after all
-                settle(self.precomputed, job, published, succeeded=False)
-            # Cancelled, or found dead, meanwhile: that stands, and the folder must not say otherwise.
+            # Cancelled, or found dead, meanwhile: that stands, the table must not serve it, and
+            # the folder must not say otherwise.
             done = self.registry.get_job(tenant, job_id)
+            withdraw_job(self.precomputed, done)
             if self._folder_is_its(done):
                 with contextlib.suppress(SluiceError):
                     self.files.delete(join(job.output_uri, SUCCESS))
@@ -245,13 +249,14 @@ class BatchRunner:
         else:
             if published is not None and self.precomputed is not None:
                 with contextlib.suppress(SluiceError):  # else the replaced answers expire with their time to live
-                    settle(self.precomputed, job, published, succeeded=True)
+                    retire_replaced(self.precomputed, job, published)
         return job_summary(done)
 
     # Mark failed --------------------------------------------------------------------------
     def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "") -> dict[str, Any]:
         job = self.registry.get_job(tenant, job_id)
-        if job.terminal:
+        if job.terminal:  # repeated (its withdrawal failed before), or it ended meanwhile
+            withdraw_job(self.precomputed, job)
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
         message = failure_message(job, chunks, error, cause)
@@ -302,12 +307,16 @@ class BatchRunner:
         return not isinstance(there, dict) or there.get("job") in (None, job.id)
 
     def _fail(self, job: BatchJob, message: str) -> BatchJob:
+        """FAILED, saying why (a job that ended meanwhile stays as it ended), and withdrawn
+        from its table unless it succeeded."""
         try:
-            return self.registry.update_job(
+            done = self.registry.update_job(
                 job.tenant, job.id, status="FAILED", error=message[:ERROR_CHARS], finished_at=now()
             )
         except Conflict:
-            return self.registry.get_job(job.tenant, job.id)
+            done = self.registry.get_job(job.tenant, job.id)
+        withdraw_job(self.precomputed, done)
+        return done
 
     def _manifest(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str | None) -> bytes:
         try:  # an input of many objects: the manifest lists them, from the chunk list

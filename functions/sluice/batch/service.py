@@ -31,6 +31,7 @@ from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX, first_e
 from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
+from sluice.batch.publishing import withdraw_job
 from sluice.batch.uris import as_uri, format_of, is_s3, split_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from sluice.batch.runner import BatchRunner
     from sluice.domain.signature import Signature
     from sluice.registry import Registry
+    from sluice.registry.precomputed import PrecomputedStore
 
 @dataclass(eq=False)
 class BatchService:
@@ -67,6 +69,7 @@ class BatchService:
     paths: BatchPaths
     files: FileStore | None = None
     runner: InitVar[BatchRunner | Callable[[], BatchRunner] | None] = None  # or what builds it, when a job is found dead
+    precomputed: PrecomputedStore | None = None  # where a job cancelled after it published is withdrawn
     liveness: JobLiveness = field(init=False)
 
     def __post_init__(self, runner: BatchRunner | Callable[[], BatchRunner] | None) -> None:
@@ -228,6 +231,10 @@ class BatchService:
         job = self.registry.update_job(principal.tenant, job_id, status="CANCELLED", finished_at=now())
         if self.orchestrator is not None:
             self.orchestrator.cancel(job)
+        # Its Finalize may have published already. Where this process may not write the table
+        # (the API on AWS reads it only), the execution's end withdraws it (`record_execution_end`).
+        with contextlib.suppress(SluiceError):
+            withdraw_job(self.precomputed, job)
         return job
 
     # Uploads -------------------------------------------------------------------------------

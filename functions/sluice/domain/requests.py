@@ -8,6 +8,7 @@ signature.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -70,9 +71,15 @@ Inputs = RowInputs | TensorInputs | ArrayInputs | UploadInputs
 def header_of(headers: Mapping[str, str], name: str) -> str | None:
     """A request's header `name` however a policy spells it: every door hands headers over
     as a mapping that ignores case (HTTP) or with names lower-cased (a WebSocket handshake's,
-    gRPC metadata)."""
+    gRPC metadata). Text as the client wrote it: ASGI's headers (those with `raw` bytes) are
+    read as Latin-1, so a value sent as UTF-8 is read again as UTF-8 (as Latin-1 where it is not)."""
     found = headers.get(name)
-    return found if found is not None else headers.get(name.lower())
+    if found is None:
+        found = headers.get(name.lower())
+    if found is not None and not found.isascii() and getattr(headers, "raw", None) is not None:
+        with contextlib.suppress(UnicodeError):
+            return found.encode("latin-1").decode("utf-8")
+    return found
 
 
 @dataclass(slots=True)  # built on every request: a frozen dataclass's __init__ costs more

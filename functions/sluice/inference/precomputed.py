@@ -9,8 +9,8 @@ The answer says where each row came from (`source`: `precomputed` or `live`, a l
 when a request mixes them) and when each stored answer was computed (`computed_at`, epoch
 seconds; null for a live row). Statistics count the rows of each source
 (`source:precomputed`, `source:live`, the latter with why: `missing` or `stale`), and
-a failure to read the table is counted and answered live (the table is a shortcut, never the
-only way to an answer).
+a failure to read the table, or stored answers that do not fit the publication, is counted
+and answered live (the table is a shortcut, never the only way to an answer).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from sluice.codecs.stored_rows import decode_rows
 from sluice.domain.errors import Unavailable
 from sluice.domain.policy import MAX_DEPTH, first_branch
 from sluice.domain.precomputed import entity_of, fits
+from sluice.domain.requests import header_of
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.inference.graphs import MAX_REFS, answer_signature, input_signature
@@ -112,15 +113,23 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
                     hit[i] = True
                 else:
                     stale += 1
-    hits = hit.count(True)
+    at = [i for i, h in enumerate(hit) if h]
+    kept = [entities[i] for i in at]
+    outputs: dict[str, np.ndarray] = {}
+    if at:
+        try:
+            outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
+        except Exception as exc:  # rows that do not fit their publication (a job whose model changed as it ran): answered live
+            get_logger().warning("precomputed answers do not fit their publication: answering live", extra={"table": node.table, "error": str(exc)[:200]})
+            runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), 0.0, ok=False)
+            hit, at, kept = [False] * rows, [], []
+    hits = len(at)
     read_ms = (time.perf_counter() - started) * 1000
     if hits:
         runner.stats.request((dep.tenant, dep.name, dep.revision, "source:precomputed"), read_ms, ok=True, rows=hits)
     if hits == rows and rows:
         assert signature is not None and version is not None and publication is not None
-        found_rows = [stored[e] for e in entities]  # type: ignore[index]
-        outputs = decode_rows(specs, [f.body for f in found_rows])
-        return _stored_answer(signature, version, outputs, publication, call, [f.computed_at for f in found_rows])
+        return _stored_answer(signature, version, outputs, publication, call, [stored[e].computed_at for e in kept])  # type: ignore[index]
     misses = [i for i, h in enumerate(hit) if not h]
     live_key = (dep.tenant, dep.name, dep.revision, "source:live")
     started = time.perf_counter()
@@ -135,9 +144,6 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
     if not hits:
         answer.source = "live"
         return answer
-    at = [i for i, h in enumerate(hit) if h]
-    kept = [entities[i] for i in at]
-    outputs = decode_rows(specs, [stored[e].body for e in kept])  # type: ignore[index]
     answer.result = _merged(rows, np.asarray(misses), answer.result, np.asarray(at), outputs, publication.classes if publication else {})
     answer.source = ["precomputed" if h else "live" for h in hit]
     times: list[float | None] = [None] * rows
@@ -153,9 +159,7 @@ async def _entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays:
     if node.source == "routing_key":
         return [entity_of(request.routing_key if request is not None else None)] * rows
     if node.source == "headers":
-        headers = request.headers if request is not None else {}
-        value = headers.get(node.name.lower(), headers.get(node.name))
-        return [entity_of(value)] * rows
+        return [entity_of(header_of(request.headers, node.name) if request is not None else None)] * rows
     array = arrays.get(node.name)
     if array is None:
         return [None] * rows

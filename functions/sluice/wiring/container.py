@@ -373,7 +373,7 @@ class Container:
 
         if self.orchestrator is None:
             self.orchestrator = build_orchestrator(self.settings, runner)
-        return BatchService(self.registry, self.orchestrator, self.batch_paths, self.batch_files(), runner)
+        return BatchService(self.registry, self.orchestrator, self.batch_paths, self.batch_files(), runner, self.precomputed)
 
     @cached_property
     def catalog(self) -> GlueCatalog:

@@ -6,7 +6,8 @@ pointer) names that generation, in one write: readers see the previous job's ans
 then, and never a job's that failed. The table only ever moves forward: a job made earlier
 that finishes after a later one has published does not replace the later one's answers
 (`Superseded`), and a job that turns out not to have succeeded after all is withdrawn only
-while the table still points at it (`withdraw`). The answers of a generation replaced are
+while the table still points at it (`withdraw`): a publication keeps the one it replaced, as it
+was, to put back. The answers of a generation replaced are
 removed once the replacement stands (`retire`). Each answer and each publication carries
 `expires_at`; an expired one is never read, and the store removes it (DynamoDB's time to live,
 SQLite on publishing). Two adapters: SQLite beside the embedded registry (`sqlite`), and a DynamoDB
@@ -16,7 +17,7 @@ table of its own whose keys live under the tenant's prefix (`dynamodb`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.domain.errors import Conflict
@@ -42,6 +43,8 @@ class Publication:
     published_at: float = 0.0
     rows: int = 0
     made_at: float = 0.0  # when its job was made: of two jobs, the one made later is served
+    expires_at: float = 0.0  # when it stops being served (set by `publish`)
+    replaced: Publication | None = None  # what it replaced, as it was (without its own): put back by `withdraw`
 
     @property
     def order(self) -> str:
@@ -49,17 +52,34 @@ class Publication:
         id (two jobs made in one millisecond), as a string that sorts as they do."""
         return f"{round(self.made_at * 1000):016d}#{self.job}"
 
+    def replacing(self, before: Publication | None, *, expires_at: float) -> Publication:
+        """This publication as the table keeps it in place of `before` (what the table held, if
+        anything), living until `expires_at`. The same generation again (its Finalize tried
+        again) replaces what the first try replaced, not itself; an expired one replaces nothing."""
+        if before is not None and before.generation == self.generation:
+            before = before.replaced
+        if before is not None and before.expires_at <= self.published_at:
+            before = None
+        return replace(self, expires_at=expires_at, replaced=replace(before, replaced=None) if before is not None else None)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Publication:
-        data = json.loads(text)
+    def from_json(cls, text: str | bytes, *, expires_at: float | None = None) -> Publication:
+        """`expires_at`: as the store keeps it beside the document (that of one written before
+        the document held it)."""
+        found = cls._of(json.loads(text))
+        return found if expires_at is None else replace(found, expires_at=expires_at)
+
+    @classmethod
+    def _of(cls, data: dict[str, Any]) -> Publication:
         return cls(
             generation=data["generation"], job=data["job"], deployment=data.get("deployment", ""),
             outputs=list(data.get("outputs") or []), classes=dict(data.get("classes") or {}),
             published_at=float(data.get("published_at") or 0.0), rows=int(data.get("rows") or 0),
-            made_at=float(data.get("made_at") or 0.0),
+            made_at=float(data.get("made_at") or 0.0), expires_at=float(data.get("expires_at") or 0.0),
+            replaced=cls._of(data["replaced"]) if data.get("replaced") else None,
         )  # fmt: skip
 
 
@@ -103,13 +123,15 @@ class PrecomputedStore(Protocol):
         """What `describe` said of a generation, or None (no chunk wrote an answer)."""
 
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
-        """Point the table at `publication`'s generation; the publication it replaces, if any.
-        `Superseded` where the table serves, unexpired at `publication.published_at`, one that
-        comes after it (`order`): that one stays. The same publication again replaces itself."""
+        """Point the table at `publication`'s generation, in one write that also keeps what it
+        replaces (`Publication.replacing`); returns that, if anything. `Superseded` where the
+        table serves, unexpired at `publication.published_at`, one that comes after it
+        (`order`): that one stays."""
 
-    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
-        """While the table points at `generation`: point it at `put_back` instead (or at
-        nothing). False, and nothing changed, where another publication has replaced it since."""
+    def withdraw(self, tenant: str, table: str, generation: str) -> bool:
+        """While the table points at `generation`: point it back at what that publication
+        replaced, as it was (its own expiry), or at nothing. False, and nothing changed, where
+        the table points elsewhere."""
 
     def retire(self, tenant: str, table: str, generation: str) -> None:
         """Remove a replaced generation's answers, once no container can still be serving them

@@ -2,8 +2,9 @@
 time to live on `expires_at`), every key under the tenant's prefix so that the tenant role's
 leading-key condition (`T#<tenant>`, `T#<tenant>#*`) covers it as it covers the registry:
 
-- publication: `pk=T#<tenant>#P#<table>`, `sk=PUBLISHED`; also `doc` (JSON), `expires_at`, and
-  `generation` and `order` (`Publication.order`) that its conditional writes compare
+- publication: `pk=T#<tenant>#P#<table>`, `sk=PUBLISHED`; also `doc` (JSON, with the publication
+  it replaced), `expires_at`, `generation` and `order` (`Publication.order`); publishing and
+  withdrawing read it, then write only where `doc` is still what they read
 - answer: `pk=T#<tenant>#P#<table>#E#<entity>`, `sk=G#<generation>`; also `body` (bytes),
   `at` (when computed) and `expires_at`
 - what a generation holds: `pk=T#<tenant>#P#<table>#G#<generation>`, `sk=GENERATION`; also
@@ -71,12 +72,10 @@ class DynamoPrecomputed:
         return self.table.client
 
     def publication(self, tenant: str, table: str, *, now: float) -> Publication | None:
-        found = self.table.send(
-            "get_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), ConsistentRead=True
-        ).get("Item")
+        found = self._published(tenant, table)
         if found is None or float(found["expires_at"]["N"]) <= now:
             return None
-        return Publication.from_json(found["doc"]["S"])
+        return self._publication_of(found)
 
     def get_answers(self, tenant: str, table: str, generation: str, entities: Sequence[str], *, now: float) -> dict[str, Stored]:
         found: dict[str, Stored] = {}
@@ -128,51 +127,61 @@ class DynamoPrecomputed:
 
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
         for _ in attempts():
+            found = self._published(tenant, table)
+            before = self._publication_of(found) if found is not None else None
+            if before is not None and before.expires_at > publication.published_at and before.order > publication.order:
+                raise Superseded(before)
+            stood = publication.replacing(before, expires_at=expires_at)
+            # Written only over what was read (`doc` names what it replaced, kept for `withdraw`).
+            unchanged = (
+                {"ConditionExpression": "attribute_not_exists(pk)"}
+                if found is None
+                else {"ConditionExpression": "#d = :d", "ExpressionAttributeNames": {"#d": "doc"}, "ExpressionAttributeValues": {":d": found["doc"]}}
+            )
             try:
-                answered = self.table.send(
-                    "put_item",
-                    TableName=self.table.name,
-                    Item=self._publication_item(tenant, table, publication, expires_at),
-                    # Nothing served, or it expired, or it does not come after this one.
-                    ConditionExpression="attribute_not_exists(pk) OR expires_at <= :at OR attribute_not_exists(#o) OR #o <= :o",
-                    ExpressionAttributeNames={"#o": "order"},
-                    ExpressionAttributeValues={":at": {"N": repr(float(publication.published_at))}, ":o": {"S": publication.order}},
-                    ReturnValues="ALL_OLD",
-                )
+                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, stood), **unchanged)
             except Refused:
-                current = self.publication(tenant, table, now=publication.published_at)
-                if current is not None:
-                    raise Superseded(current) from None
-                continue  # it expired or went meanwhile: try again
-            before = answered.get("Attributes")
-            return Publication.from_json(before["doc"]["S"]) if before else None
+                continue  # another publication or withdrawal meanwhile: look again
+            return stood.replaced
         raise busy()
 
-    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
+    def withdraw(self, tenant: str, table: str, generation: str) -> bool:
+        found = self._published(tenant, table)
+        current = self._publication_of(found) if found is not None else None
+        if found is None or current is None or current.generation != generation:
+            return False
         still = {
-            "ConditionExpression": "#g = :g",
-            "ExpressionAttributeNames": {"#g": "generation"},
-            "ExpressionAttributeValues": {":g": {"S": generation}},
+            "ConditionExpression": "#d = :d",
+            "ExpressionAttributeNames": {"#d": "doc"},
+            "ExpressionAttributeValues": {":d": found["doc"]},
         }
         try:
-            if put_back is None:
+            if current.replaced is None:
                 self.table.send("delete_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), **still)
             else:
-                item = self._publication_item(tenant, table, put_back, expires_at)
-                self.table.send("put_item", TableName=self.table.name, Item=item, **still)
+                self.table.send("put_item", TableName=self.table.name, Item=self._publication_item(tenant, table, current.replaced), **still)
         except Refused:
-            return False
+            return False  # replaced meanwhile
         return True
 
     def retire(self, tenant: str, table: str, generation: str) -> None:
         return None  # its items expire with their time to live
 
+    def _published(self, tenant: str, table: str) -> dict[str, Any] | None:
+        return self.table.send(
+            "get_item", TableName=self.table.name, Key=key(publication_pk(tenant, table), PUBLISHED), ConsistentRead=True
+        ).get("Item")
+
     @staticmethod
-    def _publication_item(tenant: str, table: str, publication: Publication, expires_at: float) -> dict[str, Any]:
+    def _publication_of(item: dict[str, Any]) -> Publication:
+        return Publication.from_json(item["doc"]["S"], expires_at=float(item["expires_at"]["N"]))
+
+    @staticmethod
+    def _publication_item(tenant: str, table: str, publication: Publication) -> dict[str, Any]:
         return {
             **key(publication_pk(tenant, table), PUBLISHED),
             "doc": {"S": publication.to_json()},
             "generation": {"S": publication.generation},
             "order": {"S": publication.order},
-            "expires_at": {"N": str(math.ceil(expires_at))},
+            "expires_at": {"N": str(math.ceil(publication.expires_at))},
         }

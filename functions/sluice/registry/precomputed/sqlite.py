@@ -124,27 +124,30 @@ class SqlitePrecomputed:
     def publish(self, tenant: str, table: str, publication: Publication, *, expires_at: float) -> Publication | None:
         with self._immediate() as conn:
             row = conn.execute("SELECT doc, expires_at FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
-            before = Publication.from_json(row[0]) if row else None
+            before = Publication.from_json(row[0], expires_at=row[1]) if row else None
             later = before is not None and row[1] > publication.published_at and before.order > publication.order
             if later:  # never served: its answers go now
                 conn.execute("DELETE FROM answers WHERE tenant = ? AND tbl = ? AND generation = ?", (tenant, table, publication.generation))
             else:
-                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, publication.to_json(), expires_at))
+                stood = publication.replacing(before, expires_at=expires_at)
+                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, stood.to_json(), expires_at))
             conn.execute("DELETE FROM answers WHERE expires_at <= ?", (publication.published_at,))
             conn.execute("DELETE FROM generations WHERE expires_at <= ?", (publication.published_at,))
         if later:
             raise Superseded(before)  # type: ignore[arg-type]
-        return before
+        return stood.replaced
 
-    def withdraw(self, tenant: str, table: str, generation: str, *, put_back: Publication | None, expires_at: float) -> bool:
+    def withdraw(self, tenant: str, table: str, generation: str) -> bool:
         with self._immediate() as conn:
             row = conn.execute("SELECT doc FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table)).fetchone()
-            if row is None or Publication.from_json(row[0]).generation != generation:
+            current = Publication.from_json(row[0]) if row else None
+            if current is None or current.generation != generation:
                 return False
+            put_back = current.replaced
             if put_back is None:
                 conn.execute("DELETE FROM publications WHERE tenant = ? AND tbl = ?", (tenant, table))
             else:
-                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, put_back.to_json(), expires_at))
+                conn.execute("INSERT OR REPLACE INTO publications VALUES (?, ?, ?, ?)", (tenant, table, put_back.to_json(), put_back.expires_at))
         return True
 
     def retire(self, tenant: str, table: str, generation: str, *, now: float | None = None) -> None:
