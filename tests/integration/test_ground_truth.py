@@ -126,6 +126,26 @@ def test_labels_whose_counts_could_not_be_written_count_when_posted_again(
     assert sorted(q["rows"] for q in quality) == [10, 10]
 
 
+def test_a_deployment_created_again_counts_labels_of_its_own_requests(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """iris deleted and created again: a label for its own request, under an id the deleted one
+    had labelled, is matched and counted. Before, it was a `duplicate` and never counted."""
+    key = keys["acme"]
+    assert demo.predictions.kept is not None
+    demo.predictions.kept.mode = "all"
+    policy = client.get(BASE, headers=auth(key)).json()["policy"]
+    said = predicted(client, key, iris_rows(3, 1), "order-1")
+    assert client.post(f"{BASE}/labels", json={"labels": labels("order-1", said)}, headers=auth(key)).json()["matched"] == 3
+    assert client.delete(BASE, headers=auth(key)).status_code == 204
+    assert client.post("/api/v1/deployments", json={"name": "iris", "policy": policy}, headers=auth(key)).status_code == 201
+    said = predicted(client, key, iris_rows(3, 2), "order-1")
+    got = client.post(f"{BASE}/labels", json={"labels": labels("order-1", said)}, headers=auth(key)).json()
+    assert (got["matched"], got["duplicate"]) == (3, 0)
+    again = client.post(f"{BASE}/labels", json={"labels": labels("order-1", said)}, headers=auth(key)).json()
+    assert (again["matched"], again["duplicate"]) == (0, 3)  # once only
+    (window,) = client.get(f"{BASE}/monitor", headers=auth(key)).json()["quality"]
+    assert window["rows"] == 3
+
+
 def test_another_tenant_is_refused_and_bad_labels_are_named(client: TestClient, keys: dict[str, str], demo: Container) -> None:
     kept = demo.predictions.kept
     assert kept is not None

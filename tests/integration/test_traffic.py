@@ -94,6 +94,37 @@ def test_bandit_split_learns_from_feedback(client: TestClient, keys: dict[str, s
     assert sum(v.get("rewards", 0) for v in after["variants"].values()) == 60
 
 
+def test_a_bandit_created_again_takes_feedback_for_its_own_requests_only(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
+    """A bandit deleted and created again under its name: feedback for a request only the
+    deleted one answered is refused (400), and its own request under an id the deleted one
+    was rewarded for is rewarded (200). Before, the old request tilted the new bandit and the
+    new one's own was refused as given already (409)."""
+    policy = {
+        "kind": "split",
+        "bandit": {"algorithm": "epsilon_greedy", "epsilon": 0.1},
+        "variants": [{"name": "lr", "weight": 1, "target": single("iris", 1)}, {"name": "rf", "weight": 1, "target": single("iris", 2)}],
+    }
+    key = keys["acme"]
+
+    def feedback(rid: str) -> Any:
+        return client.post("/api/v1/deployments/iris-bandit/feedback", json={"request_id": rid, "reward": 1}, headers=auth(key))
+
+    assert deploy(client, key, "iris-bandit", policy).status_code == 201
+    for rid in ("old-only", "order-1"):
+        assert predict(client, key, "iris-bandit", request_id=rid).status_code == 200
+    assert feedback("order-1").status_code == 200
+    assert client.delete("/api/v1/deployments/iris-bandit", headers=auth(key)).status_code == 204
+    assert deploy(client, key, "iris-bandit", policy).status_code == 201
+    old = feedback("old-only")
+    assert old.status_code == 400 and old.json()["field"] == "request_id"
+    own = predict(client, key, "iris-bandit", request_id="order-1").json()["variant"]
+    fb = feedback("order-1")
+    assert fb.status_code == 200 and fb.json()["variant"] == own
+    assert feedback("order-1").status_code == 409  # and once only
+    stats = client.get("/api/v1/deployments/iris-bandit/stats", headers=auth(key)).json()
+    assert {name: v.get("rewards", 0) for name, v in stats["variants"].items() if v.get("rewards")} == {own: 1}
+
+
 # Shadows --------------------------------------------------------------------------------
 def test_shadow_compares_off_the_request_path_and_promote(client: TestClient, keys: dict[str, str], two_irises: Container) -> None:
     policy = {"kind": "shadow", "primary": single("iris", 1), "mirrors": [{"name": "forest", "target": single("iris", 2)}]}

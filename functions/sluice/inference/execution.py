@@ -52,7 +52,7 @@ class Lookups(Protocol):
     def cached_version(self, tenant: str, model: str, number: int) -> ModelVersion | None: ...
     async def version_of(self, tenant: str, model: str, number: int) -> ModelVersion: ...
     async def rewards_of(self, tenant: str, deployment: str, revision: int) -> dict[str, tuple[int, float]]: ...
-    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str) -> None: ...
+    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -199,7 +199,7 @@ class PolicyRunner:
                     rewards = {k.removeprefix(f"{call.path}/"): r for k, r in rewards.items() if k.startswith(f"{call.path}/")}
                 chosen = bandit_pick(node.variants, node.bandit, rewards)
                 if call.request_id:
-                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, call.subject(chosen.name))
+                    await self.lookups.assign(dep.tenant, dep.name, call.request_id, call.subject(chosen.name), revision=dep.revision)
             else:
                 key = call.routing(node.routing_key) if node.routing_key else None
                 chosen = sticky_pick(node.variants, key) if key else weighted_pick(node.variants)

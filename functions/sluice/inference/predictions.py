@@ -364,8 +364,8 @@ class PredictionService:
             self._rewards.put(key, found)
         return found
 
-    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
-        await asyncio.to_thread(self.registry.put_assignment, tenant, deployment, request_id, variant)
+    async def assign(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
+        await asyncio.to_thread(self.registry.put_assignment, tenant, deployment, request_id, variant, revision=revision)
 
     # Checks ------------------------------------------------------------------------------
     def _check(self, signature: Signature, arrays: dict[str, np.ndarray], **kw: Any) -> dict[str, np.ndarray]:

@@ -11,17 +11,18 @@ can get between the check and the write: what each refuses, and with which error
   must be stored still as they were read — the same write of the name (`generation`, which
   counts every write of the name and never repeats), so that a deployment deleted and created
   again does not pass for the one that was read.
-- A version in use is never deleted (`Catalog`): the deployments' references to model
-  versions and the deletes of versions and models are each decided on reads (a deployment write
-  checks the versions it names exist; a delete checks no deployment names what it deletes). The
-  tenant keeps two counters, of deployment writes and of deletes, which each such write reads
-  before its checks (`catalog_read`): a deployment write commits only if no delete came after
-  that read, a delete only if no deployment write did, and each moves its own counter on. Of a
-  deployment write and a delete that interleave, one is refused (StaleRead) and decided again on
-  what is stored now: the delete then finds the deployment (409), or the deployment write the
-  version gone (422); writes of one kind never refuse each other. SQLite compares and moves the
-  counters in the write's `BEGIN IMMEDIATE` transaction; DynamoDB's transaction carries an
-  update of the counters' item conditioned on the other counter.
+- A version or a deployment in use is never deleted (`Catalog`): the deployments' references
+  to model versions and to other deployments, and the deletes of versions, models and
+  deployments, are each decided on reads (a deployment write checks what it names exists; a
+  delete checks no deployment names what it deletes). The tenant keeps two counters, of
+  deployment writes and of deletes, which each such write reads before its checks
+  (`catalog_read`): a deployment write commits only if no delete came after that read, a delete
+  only if no deployment write did, and each moves its own counter on. Of a deployment write and
+  a delete that interleave, one is refused (StaleRead) and decided again on what is stored now:
+  the delete then finds the deployment that names what it deletes (409), or the deployment
+  write what it names gone (422); writes of one kind never refuse each other. SQLite compares
+  and moves the counters in the write's `BEGIN IMMEDIATE` transaction; DynamoDB's transaction
+  carries an update of the counters' item conditioned on the other counter.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def changed_meanwhile(name: str) -> StaleRead:
 
 class Catalog(NamedTuple):
     """A tenant's counters as read before a check: its deployment writes and its deletes of
-    versions and models (0: none yet)."""
+    versions, models and deployments (0: none yet)."""
 
     writes: int = 0
     deletes: int = 0

@@ -66,8 +66,9 @@ class DeploymentRegistry(Protocol):
     atomic write. Otherwise nothing is stored and StaleRead (a Conflict, 409, naming `policy`)
     says to decide again from a fresh read. At most `guards.MAX_REFS_READ` of them. A write
     that names the tenant's counters it read before its checks (`catalog`) is stored only if
-    no version or model was deleted since (`sluice.registry.guards`: a version in use is never
-    deleted)."""
+    no version, model or deployment was deleted since, and a delete that names them only if no
+    deployment was written since (`sluice.registry.guards`: a version or a deployment in use is
+    never deleted)."""
 
     def catalog_read(self, tenant: str) -> Catalog:
         """The tenant's counters of deployment writes and of deletes, now."""
@@ -89,7 +90,7 @@ class DeploymentRegistry(Protocol):
         `note`, why it was made, when a rollout made it)."""
         ...
 
-    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None: ...
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "", catalog: Catalog | None = None) -> None: ...
     def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
         """Every change of the name, oldest first, across deletes and re-creates."""
         ...
@@ -183,10 +184,19 @@ class StatsRegistry(Protocol):
         sums: dict[str, float], maxes: dict[str, float],
     ) -> None: ...  # fmt: skip
     def read_stats(self, tenant: str, deployment: str, revision: int) -> dict[str, dict[str, float]]: ...
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None: ...
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None: ...
-    def claim_reward(self, tenant: str, deployment: str, request_id: str) -> bool:
-        """Record that feedback was given for a request: True the first time only."""
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
+        """The variant that answered the request, at the deployment's `revision`, over any before."""
+        ...
+
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
+        """(variant, revision) of the request's assignment (revision None: kept before revisions
+        were), or None."""
+        ...
+
+    def claim_reward(self, tenant: str, deployment: str, request_id: str, *, made: int) -> bool:
+        """Record that feedback was given for a request to the deployment made at revision
+        `made` (`made_at_revision`): True the first time only. A claim of an earlier deployment
+        of the name (deleted since) is taken over; one kept before claims had `made`, kept."""
         ...
 
 
@@ -231,9 +241,10 @@ class MonitorRegistry(Protocol):
         """The records kept for those request ids that have not expired at `now`, by id."""
         ...
 
-    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
-        """Record that (request id, row) was labelled: True for each the first time only. A call
-        that fails claims none of its rows."""
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float, made: int) -> list[bool]:
+        """Record that (request id, row) of the deployment made at revision `made` was labelled:
+        True for each the first time only, as `claim_reward` (an earlier deployment's claim is
+        taken over). A call that fails claims none of its rows."""
         ...
 
     def release_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]]) -> None:

@@ -26,7 +26,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
-from sluice.domain.objects import check_description, check_policy_size
+from sluice.domain.objects import check_description, check_policy_size, made_at_revision
 from sluice.domain.policy import (
     MAX_WEIGHT,
     Ensemble,
@@ -428,18 +428,25 @@ class DeploymentService:
         baseline) go; its history stays. A deployment created again under its name starts
         with none of them (and from revisions of its own: `Deployment.revision`). Refused
         (Conflict) while another deployment or an active rollout's stable policy refers to it,
-        and (`before_delete`) while it has an endpoint: that is undeployed first."""
+        and (`before_delete`) while it has an endpoint: that is undeployed first. The delete
+        rests on the tenant's catalog counters read before those checks, as a version's does: a
+        deployment written meanwhile (one referring to it) refuses it, and it is decided again."""
         principal.require("admin")
         self.registry.get_deployment(principal.tenant, name)  # this tenant's, or 404 before anything else is asked
-        dependents = [d.name for d in self._dependents(principal.tenant, name)]
-        if dependents:
-            raise Conflict(f"deployment '{name}' is referenced by {dependents}; point them elsewhere first", field="deployment")
-        for other in self.registry.list_deployments(principal.tenant):  # what a rollback restores, as for versions
-            rollout = other.rollout
-            if rollout is not None and rollout.active and name in referenced_deployments(parse_policy(rollout.stable)):
-                raise Conflict(f"deployment '{name}' is held by the {rollout.state} rollout of deployment '{other.name}'; finish or abort it first", field="deployment")
-        self._before_delete(principal.tenant, name)
-        self.registry.delete_deployment(principal.tenant, name, by=principal.subject)
+
+        def delete() -> None:
+            catalog = self.registry.catalog_read(principal.tenant)  # before the checks: nothing is left referring to it
+            dependents = [d.name for d in self._dependents(principal.tenant, name)]
+            if dependents:
+                raise Conflict(f"deployment '{name}' is referenced by {dependents}; point them elsewhere first", field="deployment")
+            for other in self.registry.list_deployments(principal.tenant):  # what a rollback restores, as for versions
+                rollout = other.rollout
+                if rollout is not None and rollout.active and name in referenced_deployments(parse_policy(rollout.stable)):
+                    raise Conflict(f"deployment '{name}' is held by the {rollout.state} rollout of deployment '{other.name}'; finish or abort it first", field="deployment")
+            self._before_delete(principal.tenant, name)
+            self.registry.delete_deployment(principal.tenant, name, by=principal.subject, catalog=catalog)
+
+        decided_again(delete)
         self._on_change(principal.tenant, name)
         with contextlib.suppress(NotFound):
             self.registry.delete_follow(principal.tenant, name)
@@ -473,17 +480,21 @@ class DeploymentService:
         return deployment_stats(name, rev, counters, parse_policy(dep.policy))
 
     def feedback(self, principal: Principal, name: str, request_id: str, reward: float) -> str:
-        """Credit `reward` (0..1) to the variant that answered `request_id`; returns its name."""
+        """Credit `reward` (0..1) to the variant that answered `request_id`; returns its name.
+        A request answered by an earlier deployment of the name (deleted before this one was
+        made) is not this one's, nor is feedback given for it."""
         principal.require("predict")
         dep = self.registry.get_deployment(principal.tenant, name)
         if not 0 <= reward <= 1:
             raise BadRequest("reward must be between 0 and 1", field="reward")
-        variant = self.registry.get_assignment(principal.tenant, name, request_id)
-        if variant is None:
+        assigned = self.registry.get_assignment(principal.tenant, name, request_id)
+        made = made_at_revision(self.registry.deployment_history(principal.tenant, name))
+        if assigned is None or (assigned[1] is not None and assigned[1] < made):  # None: kept before revisions were
             raise BadRequest(
                 f"no bandit assignment for request '{request_id}' on deployment '{name}'", field="request_id"
             )
-        if not self.registry.claim_reward(principal.tenant, name, request_id):
+        variant = assigned[0]
+        if not self.registry.claim_reward(principal.tenant, name, request_id, made=made):
             raise Conflict(f"feedback for request '{request_id}' was already given", field="request_id")
         if self.recorder is not None:
             self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})

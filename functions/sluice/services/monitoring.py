@@ -233,17 +233,20 @@ class MonitorService:
         if self.before_read is not None:
             self.before_read()  # what this process holds, kept first
         kept = self.registry.find_predictions(tenant, name, [rid for rid, _, _ in labels], now=now())
-        if kept:  # a prediction kept at a revision before the deployment now under the name was made was another's
+        made = 0
+        if kept:  # a prediction (or a label's claim) made before the deployment now under the name was made was another's
             from sluice.domain.objects import made_at_revision
 
-            first = made_at_revision(self.registry.deployment_history(tenant, name))
-            kept = {rid: record for rid, record in kept.items() if int(record["revision"]) >= first}
+            made = made_at_revision(self.registry.deployment_history(tenant, name))
+            kept = {rid: record for rid, record in kept.items() if int(record["revision"]) >= made}
         joined = []
         for i, (rid, row, label) in enumerate(labels):
             record = kept.get(rid)
             if record is not None and row < len(record["predicted"]):
                 joined.append((rid, row, _label(record["kind"], label, f"labels[{i}].label"), record))
-        claimed = self.registry.claim_labels(tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s)
+        claimed = self.registry.claim_labels(
+            tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s, made=made
+        )
         counts: dict[tuple[int, int], dict[str, Outcomes]] = {}
         for (_, row, label, record), first in zip(joined, claimed, strict=True):
             if not first:

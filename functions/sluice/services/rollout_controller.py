@@ -169,7 +169,8 @@ class RolloutController:
 
     def _catch_up(self, principal: Principal, dep: Deployment, rollout: Rollout) -> Decision:
         """Weights that wait for the endpoint: put them on it now if it is InService, and
-        record that (a running step starts afresh then); else hold."""
+        record that (a running step starts afresh then); else hold. A record refused for a
+        change made in between puts the weights of the rollout as it is now back (`put_back`)."""
         service = self.service
         assert rollout.endpoint is not None and service.endpoints is not None
         ep = rollout.endpoint
@@ -193,9 +194,14 @@ class RolloutController:
         if rollout.state == "running":  # the step is judged on traffic from here
             caught = replace(caught, step_started_at=now)
         note = {"rollout": "endpoint", "reason": reason, "waited_s": waited, **numbers}
-        service.deployments.update(
-            principal, dep.name, None, expected_revision=dep.revision, rollout=caught, note=note
-        )
+        try:
+            service.deployments.update(
+                principal, dep.name, None, expected_revision=dep.revision, rollout=caught, note=note
+            )
+        except Conflict:  # changed meanwhile (an abort): the weights it stores go back on, as after a move
+            if moved:
+                service.put_back(principal, dep.name)
+            raise
         return Decision("endpoint", reason, {**numbers, "waited_s": waited})
 
     def run_once(self) -> dict[tuple[str, str], str]:

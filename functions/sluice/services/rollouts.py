@@ -336,13 +336,14 @@ class RolloutService:
             )
         except Conflict:
             if moved:
-                self._put_back(principal, dep.name)
+                self.put_back(principal, dep.name)
             raise
 
-    def _put_back(self, principal: Principal, name: str) -> None:
-        """The endpoint weights of the rollout as stored, on the endpoint again after a move
-        whose write was refused; where the endpoint does not take them now, they are marked
-        pending, so that the controller's looks put them on (a paused rollout's too)."""
+    def put_back(self, principal: Principal, name: str) -> None:
+        """The endpoint weights of the rollout as stored, on the endpoint again after a move (or
+        the controller's catch-up) whose write was refused; where the endpoint does not take
+        them now, they are marked pending, so that the controller's looks put them on (a paused
+        rollout's too)."""
         assert self.endpoints is not None
         stored = self.registry.get_deployment(principal.tenant, name)
         rollout = stored.rollout

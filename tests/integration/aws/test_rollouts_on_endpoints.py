@@ -366,3 +366,29 @@ def test_a_pause_between_the_controllers_read_and_its_write_leaves_the_endpoint_
     dep = current(world)
     assert dep.rollout is not None and dep.rollout.state == "paused" and dep.rollout.weight == 1
     assert live(world) == {"blue": 99.0, "green": 1.0} == dep.rollout.endpoint.weights  # type: ignore[union-attr]
+
+
+def test_an_abort_between_the_catch_ups_read_and_its_write_leaves_the_endpoint_on_the_stable_weights(world: World) -> None:
+    """Weights that waited for the endpoint go on as a person aborts: the catch-up's record is
+    refused, and the endpoint gets the aborted rollout's weights back, not the step's. Before,
+    it kept serving the candidate at 5% after the abort, and no later look put it back."""
+    _deploy(world, _split(1.0, 0.0))
+    start(world)
+    traffic(world, current(world))
+    world.clock.now += 600
+    _backend().endpoints[ENDPOINT].endpoint_status = "Updating"
+    assert world.rollouts.run_once() == {("acme", "ranker"): "advance"}  # to 5%, the weights waiting
+    _backend().endpoints[ENDPOINT].endpoint_status = "InService"
+    aborted: list[int] = []
+
+    def abort_first(**_: Any) -> None:  # as the catch-up's weights go out, a person aborts (whose own weights go out first)
+        if not aborted:
+            aborted.append(0)
+            aborted[0] = world.client.post("/api/v1/deployments/ranker/rollout/abort", headers=auth(world.key)).status_code
+
+    world.sagemaker.meta.events.register("before-call.sagemaker.UpdateEndpointWeightsAndCapacities", abort_first)
+    assert world.rollouts.run_once() == {("acme", "ranker"): "changed meanwhile"} and aborted == [200]
+    dep = current(world)
+    assert dep.rollout is not None and dep.rollout.state == "aborted" and not dep.rollout.endpoint.pending  # type: ignore[union-attr]
+    assert live(world) == {"blue": 1.0, "green": 0.0} == dep.rollout.endpoint.weights  # type: ignore[union-attr]
+    assert world.rollouts.run_once() == {}

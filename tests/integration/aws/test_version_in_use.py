@@ -1,9 +1,9 @@
-"""A model version a deployment names is never deleted, even when the delete and the deployment
-write interleave (`sluice.registry.guards`, `Catalog`), alike in SQLite and in DynamoDB: each
-is decided on reads (a delete finds no deployment naming the version; a deployment write finds
-the versions it names), so of the two, the one whose reads the other's write made stale is
-refused and decided again on what is stored now. Before, both went through and the deployment
-named a version that was gone.
+"""A model version (or a deployment) a deployment names is never deleted, even when the delete
+and the deployment write interleave (`sluice.registry.guards`, `Catalog`), alike in SQLite and
+in DynamoDB: each is decided on reads (a delete finds no deployment naming what it deletes; a
+deployment write finds what it names), so of the two, the one whose reads the other's write
+made stale is refused and decided again on what is stored now. Before, both went through and
+the deployment named a version that was gone.
 
 Each test makes the other write happen at the worst moment: after the first one's check, before
 its write (a registry that runs it just then)."""
@@ -120,6 +120,19 @@ def test_writes_of_one_kind_do_not_refuse_each_other(service: Container, monkeyp
     service.deployments.delete(ACME, "second")
     service.models.delete_version(ACME, "scorer", 2)
     assert deletes.done and _versions(service) == [1]
+
+
+def test_a_deployment_referred_to_after_its_deletes_check_is_kept(service: Container, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same counters keep a deployment another refers to: the delete of `first` found
+    nothing referring to it; `front` (a ref to it) is written just before the delete's write:
+    the delete is refused and, checked again, names `front` (409). Before, `first` went and
+    every request to `front` was a 404."""
+    other = Meanwhile(service.registry, "delete_deployment", lambda: service.deployments.create(ACME, "front", {"kind": "ref", "deployment": "first"}))
+    monkeypatch.setattr(service.deployments, "registry", other)
+    with pytest.raises(Conflict) as refused:
+        service.deployments.delete(ACME, "first")
+    assert other.done and refused.value.field == "deployment" and "referenced by ['front']" in refused.value.message
+    assert sorted(d.name for d in service.registry.list_deployments("acme")) == ["first", "front"]
 
 
 def test_a_model_of_many_versions_is_deleted_in_transactions_of_the_most_items(on_dynamodb: Container, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -105,12 +105,15 @@ def test_kept_predictions_are_found_by_request_id_per_tenant_until_they_expire(r
 
 
 def test_a_labelled_row_is_claimed_once_and_counts_are_appended_per_window(registry: Registry) -> None:
-    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1), ("r1", 0)], expires_at=2e9) == [True, True, False]
-    assert registry.claim_labels(A, "iris", [("r1", 1), ("r2", 0)], expires_at=2e9) == [False, True]
-    assert registry.claim_labels(B, "iris", [("r1", 0)], expires_at=2e9) == [True]
+    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1), ("r1", 0)], expires_at=2e9, made=1) == [True, True, False]
+    assert registry.claim_labels(A, "iris", [("r1", 1), ("r2", 0)], expires_at=2e9, made=1) == [False, True]
+    assert registry.claim_labels(B, "iris", [("r1", 0)], expires_at=2e9, made=1) == [True]
     registry.release_labels(A, "iris", [("r1", 1), ("nobody", 0)])  # one whose counts were not written; one never claimed
-    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1)], expires_at=2e9) == [False, True]
-    assert registry.claim_labels(B, "iris", [("r1", 1)], expires_at=2e9) == [True]  # another tenant's rows are its own
+    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 1)], expires_at=2e9, made=1) == [False, True]
+    assert registry.claim_labels(B, "iris", [("r1", 1)], expires_at=2e9, made=1) == [True]  # another tenant's rows are its own
+    # A deployment made again under the name (at revision 3) claims its rows afresh, once; the earlier one no more.
+    assert registry.claim_labels(A, "iris", [("r1", 0), ("r1", 0)], expires_at=2e9, made=3) == [True, False]
+    assert registry.claim_labels(A, "iris", [("r1", 0)], expires_at=2e9, made=1) == [False]
     doc = {"": {"kind": "class", "rows": 1, "pairs": [["a", "a", 1]]}}
     registry.add_outcomes(A, "iris", 1, 7200, doc)
     registry.add_outcomes(A, "iris", 1, 3600, doc)
@@ -192,5 +195,5 @@ def test_a_claim_that_fails_midway_claims_none_of_its_rows(registry_table: Any) 
     with emptied(registry_table) as client:
         rows = [("r1", 0), ("r1", 1), ("r2", 0)]
         with pytest.raises((ClientError, SluiceError)):  # the third put is throttled
-            DynamoRegistry(TABLE, client=ThrottledAt(client, 3)).claim_labels(A, "iris", rows, expires_at=2e9)  # type: ignore[arg-type]
-        assert DynamoRegistry(TABLE, client=client).claim_labels(A, "iris", rows, expires_at=2e9) == [True, True, True]
+            DynamoRegistry(TABLE, client=ThrottledAt(client, 3)).claim_labels(A, "iris", rows, expires_at=2e9, made=1)  # type: ignore[arg-type]
+        assert DynamoRegistry(TABLE, client=client).claim_labels(A, "iris", rows, expires_at=2e9, made=1) == [True, True, True]

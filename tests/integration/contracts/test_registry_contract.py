@@ -502,11 +502,11 @@ def test_concurrent_stat_merges_all_count(registry: Registry) -> None:
 
 
 def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> None:
-    registry.put_assignment(A, "scoring", "req-1", "a")
-    registry.put_assignment(A, "scoring", "req-2", "b")
-    registry.put_assignment(A, "scoring", "req-2", "c")
-    assert registry.get_assignment(A, "scoring", "req-1") == "a"
-    assert registry.get_assignment(A, "scoring", "req-2") == "c"
+    registry.put_assignment(A, "scoring", "req-1", "a", revision=1)
+    registry.put_assignment(A, "scoring", "req-2", "b", revision=1)
+    registry.put_assignment(A, "scoring", "req-2", "c", revision=4)
+    assert registry.get_assignment(A, "scoring", "req-1") == ("a", 1)
+    assert registry.get_assignment(A, "scoring", "req-2") == ("c", 4)
     assert registry.get_assignment(A, "scoring", "req-3") is None
     assert registry.get_assignment(A, "other", "req-1") is None
     assert registry.get_assignment(B, "scoring", "req-1") is None
@@ -535,11 +535,15 @@ def test_a_deployments_cache_settings_round_trip(registry: Registry) -> None:
 
 
 def test_a_reward_is_claimed_once_per_request(registry: Registry) -> None:
-    registry.put_assignment(A, "scoring", "req-1", "a")
-    assert registry.claim_reward(A, "scoring", "req-1") is True
-    assert registry.claim_reward(A, "scoring", "req-1") is False
-    assert registry.claim_reward(B, "scoring", "req-1") is True  # another tenant's request
-    assert registry.claim_reward(A, "other", "req-1") is True
+    registry.put_assignment(A, "scoring", "req-1", "a", revision=1)
+    assert registry.claim_reward(A, "scoring", "req-1", made=1) is True
+    assert registry.claim_reward(A, "scoring", "req-1", made=1) is False
+    assert registry.claim_reward(B, "scoring", "req-1", made=1) is True  # another tenant's request
+    assert registry.claim_reward(A, "other", "req-1", made=1) is True
+    # A deployment made again under the name (at revision 3) claims afresh, once; the earlier one no more.
+    assert registry.claim_reward(A, "scoring", "req-1", made=3) is True
+    assert registry.claim_reward(A, "scoring", "req-1", made=3) is False
+    assert registry.claim_reward(A, "scoring", "req-1", made=1) is False
 
 
 # API keys -------------------------------------------------------------------------------
@@ -1004,6 +1008,38 @@ def test_sqlite_reads_records_of_earlier_releases(tmp_path: Any) -> None:
     check_old_records(registry)
 
 
+def check_old_claims(registry: Registry) -> None:
+    """An assignment kept before assignments had their revision is read with none (the
+    feedback it gets is taken); a reward or label claimed before claims had the revision their
+    deployment was made at stays claimed for any deployment of the name."""
+    assert registry.get_assignment(A, "scoring", "req-1") == ("a", None)
+    assert registry.claim_reward(A, "scoring", "req-1", made=5) is False
+    assert registry.claim_labels(A, "scoring", [("req-1", 0), ("req-1", 1)], expires_at=2e9, made=5) == [False, True]
+    registry.put_assignment(A, "scoring", "req-1", "b", revision=5)
+    assert registry.get_assignment(A, "scoring", "req-1") == ("b", 5)
+
+
+def test_sqlite_reads_claims_of_earlier_releases(tmp_path: Any) -> None:
+    """A file whose tables lack the columns added since gets them when it is opened."""
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "registry.db") as db:
+        db.executescript("""
+            CREATE TABLE assignments (tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+                variant TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (tenant, deployment, request_id));
+            CREATE TABLE rewards (tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+                at REAL NOT NULL, PRIMARY KEY (tenant, deployment, request_id));
+            CREATE TABLE monitor_labels (tenant TEXT NOT NULL, deployment TEXT NOT NULL, request_id TEXT NOT NULL,
+                row INTEGER NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (tenant, deployment, request_id, row));
+        """)
+        db.execute("INSERT INTO assignments VALUES (?, ?, ?, ?, ?)", (A, "scoring", "req-1", "a", 1.0))
+        db.execute("INSERT INTO rewards VALUES (?, ?, ?, ?)", (A, "scoring", "req-1", 1.0))
+        db.execute("INSERT INTO monitor_labels VALUES (?, ?, ?, ?, ?)", (A, "scoring", "req-1", 0, 2e9))
+    db.close()
+    check_old_claims(SqliteRegistry(tmp_path / "registry.db"))
+    assert SqliteRegistry(tmp_path / "registry.db").get_assignment(A, "scoring", "req-1") == ("b", 5)  # opened again: as it was left
+
+
 # The AWS twin's own behaviour -----------------------------------------------------------
 class Meanwhile:
     """A client that lets another writer in once, just before the first `operation` call:
@@ -1049,6 +1085,14 @@ def test_dynamodb_reads_items_of_earlier_releases(dynamodb: Any) -> None:
     check_old_records(registry)
 
 
+def test_dynamodb_reads_claims_of_earlier_releases(dynamodb: Any) -> None:
+    serialize = TypeSerializer().serialize
+    for sk, record in [("ASSIGNMENT", {"variant": "a", "at": 1}), ("REWARD", {"at": 1}), ("LABEL#000000", {"expires_at": 2_000_000_000})]:
+        item = record | {"pk": f"T#{A}#D#scoring#R#req-1", "sk": sk}
+        dynamodb.put_item(TableName="sluice-registry", Item={k: serialize(v) for k, v in item.items()})
+    check_old_claims(DynamoRegistry("sluice-registry", client=dynamodb))
+
+
 def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
     """Deployed tables hold these keys and IAM conditions name their prefixes."""
     registry = DynamoRegistry("sluice-registry", client=dynamodb)
@@ -1057,7 +1101,7 @@ def test_dynamodb_keeps_its_key_layout(dynamodb: Any) -> None:
     first = registry.create_deployment(Deployment(A, "scoring", single("churn", 1)))
     registry.update_deployment(replace(first, policy=split(0.5)), expected_revision=1)
     registry.merge_stats(A, "scoring", 1, "variant:a", {"requests": 1}, {"peak": 2})
-    registry.put_assignment(A, "scoring", "req-1", "a")
+    registry.put_assignment(A, "scoring", "req-1", "a", revision=2)
     registry.put_api_key(key_of("sk_a"))
     registry.create_job(job_of("job-1"))
     registry.update_job(A, "job-1", status="RUNNING")

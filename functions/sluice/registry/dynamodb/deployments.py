@@ -95,7 +95,7 @@ class DynamoDeployments(Part):
         self._change(deployment.tenant, deployment.name, change, others_read(deployment.name, refs_read), catalog)
         return written[0]
 
-    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "", catalog: Catalog | None = None) -> None:
         def change(current: Deployment | None, generation: int) -> tuple[dict[str, Any], DeploymentChange]:
             if current is None:
                 raise no_deployment(name)
@@ -108,7 +108,7 @@ class DynamoDeployments(Part):
             }
             return delete, DeploymentChange.deleted(current, by)
 
-        self._change(tenant, name, change)
+        self._change(tenant, name, change, catalog=catalog, counted="deletes")
 
     def deployment_history(self, tenant: str, name: str) -> list[DeploymentChange]:
         found = self.table.query(layout.deployment_pk(tenant, name), layout.HISTORY)
@@ -142,12 +142,14 @@ class DynamoDeployments(Part):
         change: Callable[[Deployment | None, int], tuple[dict[str, Any], DeploymentChange]],
         refs_read: list[Deployment] | None = None,
         catalog: Catalog | None = None,
+        counted: str = "writes",
     ) -> None:
         """Write a deployment and its history entry at once; `change` decides from the current
         deployment (or None) and the write's generation (its history entry's number), and raises
         NotFound/Conflict when the write must not happen.
         Each of `refs_read` must be stored still as it was read, and the tenant's catalog counter
-        still `catalog` (moved on by the write; None: not looked at), or StaleRead."""
+        of the other kind than `counted` (a write's, or a delete's) still as in `catalog` (the
+        write moves `counted` on; None: not looked at), or StaleRead."""
         history_pk = layout.deployment_pk(tenant, name)
         deployment_key = key(layout.tenant(tenant), layout.deployment_sk(name))
         counter_key = key(history_pk, layout.HISTORY_COUNTER)
@@ -177,13 +179,13 @@ class DynamoDeployments(Part):
             }
             own = [write, {"Put": counter_write}, {"Put": entry_write}]
             if catalog is not None:
-                own.append(catalog_step(self.table.name, layout.tenant(tenant), catalog, "writes"))
+                own.append(catalog_step(self.table.name, layout.tenant(tenant), catalog, counted))
             try:
                 self.table.send("transact_write_items", TransactItems=[*own, *unchanged])
             except Refused as refused:
                 # Cancellation reasons come item by item, in the order sent.
                 if catalog is not None and refused.reasons[3:4] == ["ConditionalCheckFailed"]:
-                    raise catalog_changed("policy") from None
+                    raise catalog_changed("policy" if counted == "writes" else "deployment") from None
                 for seen, reason in zip(refs_read or (), refused.reasons[len(own) :], strict=False):
                     if reason == "ConditionalCheckFailed":
                         raise changed_meanwhile(seen.name) from None

@@ -15,12 +15,15 @@ Deployed tables hold these keys, and the infrastructure's IAM conditions name th
   per flush of a process; also `variant`, `doc` (JSON) and `expires_at`
 - kept prediction (ground truth): `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=PREDICTION`;
   also `doc` (JSON) and `expires_at`
-- labelled row of it (written once, conditionally): the same pk, `sk=LABEL#<row:06d>`; also
+- labelled row of it (written once per deployment made under the name, conditionally): the
+  same pk, `sk=LABEL#<row:06d>`; also `made` (the revision its deployment was made at) and
   `expires_at`
 - labelled counts: `pk=T#<tenant>#D#<name>`, `sk=Q#<revision:010d>#<window:012d>#<id>`, one per
   label post and window; also `window`, `doc` (JSON) and `expires_at`
-- assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `expires_at`
-- reward given for it: the same pk, `sk=REWARD` (written once, conditionally); also `expires_at`
+- assignment: `pk=T#<tenant>#D#<name>#R#<request id>`, `sk=ASSIGNMENT`; also `variant`,
+  `revision` (the deployment's, as it answered) and `expires_at`
+- reward given for it: the same pk, `sk=REWARD` (written once per deployment made under the
+  name, conditionally); also `made` and `expires_at`
 - cached answer (prediction cache, shared tier): `pk=T#<tenant>#D#<name>#A#<key>`, `sk=ANSWER`;
   also `body` (bytes) and `expires_at`
 - WebSocket messages counted in a window: `pk=T#<tenant>#W#<connection id>`, `sk=N#<window>`;

@@ -18,7 +18,7 @@ from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import (
     Part,
     Refused,
-    absent,
+    earlier_or_none,
     item,
     key,
     unmarshal,
@@ -104,13 +104,13 @@ class DynamoMonitor(Part):
                 found[keys[record["pk"]]] = json.loads(record["doc"])
         return found
 
-    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float, made: int) -> list[bool]:
         claimed: list[bool] = []
         try:
             for request_id, row in rows:
-                record = item(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row), {}, expires_at=int(expires_at))
+                record = item(layout.assignment_pk(tenant, deployment, request_id), layout.label_sk(row), {"made": made}, expires_at=int(expires_at))
                 try:
-                    self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+                    self.table.send("put_item", TableName=self.table.name, Item=record, **earlier_or_none(made))
                 except Refused:
                     claimed.append(False)
                 else:

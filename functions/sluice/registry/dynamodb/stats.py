@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from sluice.domain import now
 from sluice.registry.dynamodb import layout
-from sluice.registry.dynamodb.table import Part, Refused, absent, condition, item, key, marshal
+from sluice.registry.dynamodb.table import (
+    Part,
+    Refused,
+    condition,
+    earlier_or_none,
+    item,
+    key,
+    marshal,
+)
 
 ASSIGNMENT_TTL_S = 30 * 24 * 3600
 _STAT = "stat:"
@@ -67,26 +75,28 @@ class DynamoStats(Part):
             for record in found
         }
 
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
         at = now()
         record = item(
             layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT,
-            {"variant": variant, "at": at}, expires_at=int(at) + ASSIGNMENT_TTL_S,
+            {"variant": variant, "at": at, "revision": revision}, expires_at=int(at) + ASSIGNMENT_TTL_S,
         )  # fmt: skip
         self.table.send("put_item", TableName=self.table.name, Item=record)
 
-    def claim_reward(self, tenant: str, deployment: str, request_id: str) -> bool:
+    def claim_reward(self, tenant: str, deployment: str, request_id: str, *, made: int) -> bool:
         at = now()
         record = item(
             layout.assignment_pk(tenant, deployment, request_id), layout.REWARD,
-            {"at": at}, expires_at=int(at) + ASSIGNMENT_TTL_S,
+            {"at": at, "made": made}, expires_at=int(at) + ASSIGNMENT_TTL_S,
         )  # fmt: skip
         try:
-            self.table.send("put_item", TableName=self.table.name, Item=record, **absent())
+            self.table.send("put_item", TableName=self.table.name, Item=record, **earlier_or_none(made))
         except Refused:
             return False
         return True
 
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
         found = self.table.get(layout.assignment_pk(tenant, deployment, request_id), layout.ASSIGNMENT)
-        return str(found["variant"]) if found else None
+        if found is None:
+            return None
+        return str(found["variant"]), (int(found["revision"]) if "revision" in found else None)

@@ -277,6 +277,12 @@ def absent() -> dict[str, Any]:
     return {"ConditionExpression": "attribute_not_exists(pk)"}
 
 
+def earlier_or_none(made: int) -> dict[str, Any]:
+    """A claim's condition: none yet, or one an earlier deployment of the name made (its `made`
+    below this one's; one without `made`, from before claims kept it, is kept)."""
+    return condition("attribute_not_exists(pk) OR #made < :made", {"#made": "made"}, {":made": made})
+
+
 def condition(
     expression: str, names: dict[str, str] | None = None, values: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -355,8 +361,8 @@ def _from_dynamo(value: Any) -> Any:
 
 def catalog_step(table: str, tenant_pk: str, seen: Catalog, kind: str) -> dict[str, Any]:
     """A transaction's update of the tenant's counters (`sluice.registry.guards`): `kind`'s
-    ("writes", a deployment's; "deletes", a version's or a model's) moved on, refused
-    (ConditionalCheckFailed) where the other kind's is no longer as `seen`."""
+    ("writes", a deployment's; "deletes", a version's, a model's or a deployment's) moved on,
+    refused (ConditionalCheckFailed) where the other kind's is no longer as `seen`."""
     other = "deletes" if kind == "writes" else "writes"
     was = getattr(seen, other)
     same = "#o = :was" if was else "attribute_not_exists(#o)"

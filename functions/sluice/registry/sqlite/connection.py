@@ -103,6 +103,11 @@ CREATE INDEX IF NOT EXISTS follows_by_watch ON follows (watch);
 CREATE TABLE IF NOT EXISTS catalog (
     tenant TEXT NOT NULL PRIMARY KEY, writes INTEGER NOT NULL DEFAULT 0, deletes INTEGER NOT NULL DEFAULT 0);
 """
+# Columns a table gained after files were made with it (CREATE TABLE IF NOT EXISTS leaves a
+# table as it is): added where missing, NULL in the rows already there. A bandit assignment's
+# revision, and the revision a claimed reward's or label's deployment was made at (a deployment
+# created again under the name claims afresh: `sluice.domain.objects.made_at_revision`).
+_ADDED_COLUMNS = (("assignments", "revision"), ("rewards", "made"), ("monitor_labels", "made"))
 
 
 def _owner_only(path: Path) -> None:
@@ -134,10 +139,14 @@ class Database:
         conn = self.conn()
         # The schema script costs tens of milliseconds at every cold start; its digest in
         # user_version says whether this file already has it.
-        version = int(hashlib.sha256(_SCHEMA.encode()).hexdigest()[:7], 16)
+        version = int(hashlib.sha256((_SCHEMA + repr(_ADDED_COLUMNS)).encode()).hexdigest()[:7], 16)
         if conn.execute("PRAGMA user_version").fetchone()[0] != version:
             conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version = {version}")
+            with Transaction(conn) as db:  # one process adds them; another opening the file at once finds them
+                for table, column in _ADDED_COLUMNS:
+                    if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER")
+                db.execute(f"PRAGMA user_version = {version}")
 
     def conn(self) -> sqlite3.Connection:
         return thread_connection(self._local, self.path)
@@ -234,10 +243,10 @@ def read_catalog(db: sqlite3.Connection, tenant: str) -> Catalog:
 
 
 def advance_catalog(db: sqlite3.Connection, tenant: str, seen: Catalog | None, kind: str, field: str) -> None:
-    """Inside a write's transaction (`kind`: "writes", a deployment's, or "deletes", a version's
-    or a model's): StaleRead where the other kind's counter moved since `seen`, read before the
-    caller's checks (`sluice.registry.guards`); then this kind's moved on. Nothing where `seen`
-    is None."""
+    """Inside a write's transaction (`kind`: "writes", a deployment's, or "deletes", a version's,
+    a model's or a deployment's): StaleRead where the other kind's counter moved since `seen`,
+    read before the caller's checks (`sluice.registry.guards`); then this kind's moved on.
+    Nothing where `seen` is None."""
     if seen is None:
         return
     now = read_catalog(db, tenant)

@@ -73,9 +73,10 @@ class SqliteDeployments(Part):
             _append(db, DeploymentChange.written(stored, old, note))
         return stored
 
-    def delete_deployment(self, tenant: str, name: str, *, by: str = "") -> None:
+    def delete_deployment(self, tenant: str, name: str, *, by: str = "", catalog: Catalog | None = None) -> None:
         with self.db.tx() as db:
             old = _current(db, tenant, name)
+            advance_catalog(db, tenant, catalog, "deletes", "deployment")
             db.execute("DELETE FROM deployments WHERE tenant = ? AND name = ?", (tenant, name))
             _append(db, DeploymentChange.deleted(old, by))
 

@@ -70,12 +70,17 @@ class SqliteMonitor(Part):
             found.update((rid, json.loads(doc)) for rid, doc in rows)
         return found
 
-    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float) -> list[bool]:
+    def claim_labels(self, tenant: str, deployment: str, rows: list[tuple[str, int]], *, expires_at: float, made: int) -> list[bool]:
         claimed = []
         with self.db.tx() as db:
             db.execute("DELETE FROM monitor_labels WHERE expires_at < ?", (now(),))
             for request_id, row in rows:
-                done = db.execute("INSERT OR IGNORE INTO monitor_labels VALUES (?, ?, ?, ?, ?)", (tenant, deployment, request_id, row, expires_at))
+                done = db.execute(
+                    "INSERT INTO monitor_labels (tenant, deployment, request_id, row, expires_at, made) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, deployment, request_id, row) DO UPDATE SET expires_at = excluded.expires_at, made = excluded.made "
+                    "WHERE monitor_labels.made < excluded.made",  # an earlier deployment's claim (NULL: unknown, kept)
+                    (tenant, deployment, request_id, row, expires_at, made),
+                )
                 claimed.append(done.rowcount == 1)
         return claimed
 

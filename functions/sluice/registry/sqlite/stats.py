@@ -35,23 +35,26 @@ class SqliteStats(Part):
             out.setdefault(subject, {})[name] = value
         return out
 
-    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str) -> None:
+    def put_assignment(self, tenant: str, deployment: str, request_id: str, variant: str, *, revision: int) -> None:
         with self.db.tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO assignments VALUES (?, ?, ?, ?, ?)",
-                (tenant, deployment, request_id, variant, now()),
+                "INSERT OR REPLACE INTO assignments (tenant, deployment, request_id, variant, at, revision) VALUES (?, ?, ?, ?, ?, ?)",
+                (tenant, deployment, request_id, variant, now(), revision),
             )
 
-    def claim_reward(self, tenant: str, deployment: str, request_id: str) -> bool:
+    def claim_reward(self, tenant: str, deployment: str, request_id: str, *, made: int) -> bool:
         with self.db.tx() as db:
             done = db.execute(
-                "INSERT OR IGNORE INTO rewards VALUES (?, ?, ?, ?)", (tenant, deployment, request_id, now())
+                "INSERT INTO rewards (tenant, deployment, request_id, at, made) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (tenant, deployment, request_id) DO UPDATE SET at = excluded.at, made = excluded.made "
+                "WHERE rewards.made < excluded.made",  # an earlier deployment's claim (NULL: unknown, kept)
+                (tenant, deployment, request_id, now(), made),
             )
             return done.rowcount == 1
 
-    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> str | None:
+    def get_assignment(self, tenant: str, deployment: str, request_id: str) -> tuple[str, int | None] | None:
         row = self.db.conn().execute(
-            "SELECT variant FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
+            "SELECT variant, revision FROM assignments WHERE tenant = ? AND deployment = ? AND request_id = ?",
             (tenant, deployment, request_id),
         ).fetchone()
-        return row[0] if row else None
+        return (row[0], row[1]) if row else None
