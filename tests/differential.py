@@ -357,7 +357,7 @@ def _parquet_values(column: pa.ChunkedArray) -> list[Any]:
 
 
 # Stream records ---------------------------------------------------------------------------------
-RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
+RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment"})
 
 
 def expect_stream(data: bytes, deployment: str) -> list[Record]:
@@ -387,8 +387,8 @@ def expect_record(raw: bytes, deployment: str) -> Record:
         return Invalid(f"unknown field {sorted(extra)[0]!r}", rid)
     if body.get("deployment") not in (None, deployment):
         return Invalid("another deployment", rid)
-    if body.get("variant") is not None or body.get("parameters") is not None or body.get("outputs") is not None:
-        return Invalid("not generated: variant, parameters, outputs", rid)
+    if body.get("variant") is not None:
+        return Invalid("not generated: variant", rid)
     given = [n for n in ("features", "inputs", "batch") if body.get(n) is not None]
     if len(given) != 1:
         return Invalid("not exactly one of features, inputs, batch", rid)

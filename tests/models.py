@@ -100,3 +100,19 @@ def grid_model() -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def iris_of_classes(labels: tuple[str, ...] = ("A", "B", "C")) -> bytes:
+    """The demo iris model with its three classes named `labels`: the same answers, other
+    classes (a switch's cases that cannot share a probabilities tensor)."""
+    import onnx
+
+    from tests.conftest import MODELS
+
+    model = onnx.load(str(MODELS / "iris.onnx"))
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if attribute.name == "classlabels_strings":
+                del attribute.strings[:]
+                attribute.strings.extend(label.encode() for label in labels)
+    return model.SerializeToString()

@@ -69,11 +69,16 @@ def codes(rows: list[int], bad: set[int]) -> tuple[Records, list[np.ndarray]]:
     return Records({"code": flat.reshape(-1, 1)}, np.asarray(rows, dtype=np.intp)), per_record
 
 
-def own_scores(outcome: Result, position: int) -> list[float]:
-    """The scores of one record of a result: its own rows of the call's answer."""
+def own_outputs(outcome: Result, position: int) -> dict[str, np.ndarray]:
+    """The outputs of one record of a result: its own rows of the call's answer."""
     chosen = outcome.records
     positions = list(range(chosen.start, chosen.stop)) if isinstance(chosen, slice) else chosen.tolist()
-    return outcome.outputs_of(positions.index(position))["score"][:, 0].tolist()
+    return outcome.outputs_of(positions.index(position))
+
+
+def own_scores(outcome: Result, position: int) -> list[float]:
+    """The scores of one record of a result: its own rows of the call's answer."""
+    return own_outputs(outcome, position)["score"][:, 0].tolist()
 
 
 def reference_parts(rows: list[int], max_rows: int) -> list[list[int]]:
@@ -287,3 +292,27 @@ def test_calls_too_large_for_a_synchronous_call_are_split_never_queued(demo: Con
 
     with pytest.raises(Accepted):  # the API's caller polls its result: queued as before
         run(demo.predictions.predict(acme, PredictionRequest("big", ArrayInputs({"input": rows}))))
+
+
+def test_records_whose_switch_cases_answer_other_classes_are_called_again_in_runs_of_one_case(demo: Container, acme: Principal) -> None:
+    """A call whose rows took switch cases of other classes is refused (as one request of them
+    is); its records are called again in runs of one case each, in order, so each answers as
+    it would alone, in one call more per run; a record whose own rows took both fails alone,
+    for good (a retry is refused the same way)."""
+    from sluice.domain.errors import CasesApart
+    from tests.models import iris_of_classes
+
+    demo.models.push(acme, "other", iris_of_classes())
+    short = {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
+    demo.deployments.create(acme, "mixed", {"kind": "switch", "cases": [{"name": "short", "when": short, "target": single("other", 1)}], "default": single("iris", 1)})
+    s, v = IRIS_ROW, [6.7, 3.0, 5.2, 2.3]
+    records = [[s], [s], [v], [v], [s, v], [v], [s]]
+    rows = np.asarray([r for record in records for r in record], np.float32)
+    calls = spy(demo)
+    done = run(score_many(demo.predictions, acme, "mixed", Records({"input": rows}, np.asarray([len(r) for r in records])), max_rows=100))
+    assert [c[0] for c in calls] == [8, 2, 2, 2, 1, 1]  # the whole; then s s | v v | s v (refused) | v | s
+    outcomes = done.by_record()
+    labels = [own_outputs(outcome, i)["output_label"].tolist() if isinstance(outcome, Result) else None for i, outcome in enumerate(outcomes)]
+    assert labels == [["A"], ["A"], ["virginica"], ["virginica"], None, ["virginica"], ["A"]]
+    refused = outcomes[4]
+    assert isinstance(refused, Error) and isinstance(refused.error, CasesApart) and not refused.retry

@@ -19,6 +19,9 @@ from tests.integration.conftest import auth
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
 ROW = [5.1, 3.5, 1.4, 0.2]
 INFER = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": ROW}]}
 
@@ -154,3 +157,27 @@ def test_a_classification_of_false_or_zero_is_a_400_not_the_raw_tensor(client: T
 def test_a_repository_index_ready_that_is_not_true_or_false_is_refused_naming_it(client: TestClient, keys: dict[str, str], ready: Any) -> None:
     r = client.post("/v2/repository/index", json={"ready": ready}, headers=auth(keys["acme"]))
     assert r.status_code in (400, 422) and r.json()["field"].endswith("ready"), r.text
+
+
+@pytest.mark.parametrize(
+    ("policy", "width"),
+    [
+        ({"kind": "ensemble", "aggregator": "soft_vote", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "target": {"kind": "single", "model": "iris", "version": 2}}]}, 4),
+        ({"kind": "ensemble", "aggregator": "majority", "members": [{"name": "a", "target": {"kind": "single", "model": "iris", "version": 1}}, {"name": "b", "target": {"kind": "single", "model": "iris", "version": 2}}]}, 4),
+        ({"kind": "precomputed", "table": "nightly", "key": "inputs.input", "column": "age", "live": {"kind": "single", "model": "diabetes", "version": 1}}, 10),
+    ],
+    ids=["soft_vote", "majority", "precomputed-by-input"],
+)
+def test_no_rows_through_an_ensemble_or_a_precomputed_node_is_an_empty_answer(
+    client: TestClient, keys: dict[str, str], demo: Container, acme: Principal, policy: dict[str, Any], width: int
+) -> None:
+    """Zero rows (`shape [0, F]`), which a model alone answers with no rows, are answered so by
+    the nodes that combine or look up rows too: never a 500."""
+    from tests.conftest import MODELS
+
+    demo.models.push(acme, "iris", (MODELS / "iris_forest.onnx").read_bytes())
+    demo.deployments.create(acme, "zero", policy)
+    empty = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [0, width], "data": []}]}
+    r = client.post("/v2/models/zero/infer", json=empty, headers=auth(keys["acme"]))
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"] and all(out["shape"][0] == 0 and out["data"] == [] for out in r.json()["outputs"])

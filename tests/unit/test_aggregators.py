@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
@@ -93,3 +95,34 @@ def test_check_fits_accepts_good_combinations() -> None:
     assert check_fits("mean", [CLF, CLF]) is None
     assert check_fits("median", [REG, REG]) is None
     assert check_fits("first_success", [REG]) is None
+
+
+CLASSES = ["cat", "dog", "fox"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(votes=st.lists(st.tuples(*[st.sampled_from(CLASSES)] * 3), min_size=1, max_size=6))
+def test_a_majority_rows_shares_are_its_own_whatever_rows_it_is_answered_with(votes: list[tuple[str, str, str]]) -> None:
+    """A row's shares are over the members' classes, in their order, whatever labels the other
+    rows of its call took: one row alone and among others answer alike (a batch job's calls
+    write one set of columns)."""
+
+    def members(rows: list[tuple[str, str, str]]) -> list[Answer]:
+        return [clf(name, [r[k] for r in rows], [[1 / 3] * 3] * len(rows), CLASSES) for k, name in enumerate("abc")]
+
+    together = aggregate("majority", members(votes))
+    assert together.classes["probs"] == CLASSES
+    for i, row in enumerate(votes):
+        alone = aggregate("majority", members([row]))
+        assert alone.classes["probs"] == CLASSES
+        assert alone.outputs["label"].tolist() == [together.outputs["label"][i]]
+        np.testing.assert_array_equal(alone.outputs["probs"][0], together.outputs["probs"][i])
+
+
+@pytest.mark.parametrize("how", ["mean", "weighted_mean", "soft_vote", "majority", "max", "median"])
+def test_no_rows_are_combined_into_no_rows(how: str) -> None:
+    """Members that answered no rows (ZipMap probabilities of no rows name no classes) make an
+    answer of no rows, never an error."""
+    empty = InferenceResult({"label": np.array([], dtype=object), "probs": np.zeros((0, 0), np.float32)})
+    out = aggregate(how, [Answer(name, 1.0, CLF, empty) for name in "ab"])
+    assert all(len(array) == 0 for array in out.outputs.values())

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from sluice import owner_only
+from sluice.domain.errors import Unprocessable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,6 +23,11 @@ CONTENT_TYPES = {
     "jsonl": "application/x-ndjson",
 }
 ROW_GROUP_ROWS = 131_072
+
+
+def _apart(names: list[str], others: list[str]) -> list[str]:
+    """The first few of `names` that `others` lacks."""
+    return [name for name in names if name not in others][:5]
 
 
 class PartWriter:
@@ -45,6 +51,13 @@ class PartWriter:
         if self._schema is None:
             self._open(table.schema)
         elif table.schema != self._schema:
+            if table.schema.names != self._schema.names:  # a retry writes them again: refused, not retried
+                raise Unprocessable(
+                    f"rows answered columns {_apart(table.schema.names, self._schema.names)} where earlier rows of this part answered "
+                    f"{_apart(self._schema.names, table.schema.names)}: a part holds one set of columns (a switch whose cases answer "
+                    "other classes cannot be written by a batch job; give its cases models of the same classes)",
+                    field="deployment",
+                )
             table = table.cast(self._schema)
         self.rows += table.num_rows
         if self.format == "parquet":

@@ -379,21 +379,37 @@ def who_answered(prediction: Prediction) -> dict[str, Any]:
     return who
 
 
+def said_per_row(who: dict[str, Any]) -> bool:
+    """Whether `who_answered` says something row by row (switch cases, a precomputed node's
+    sources or times), so that some rows of the answer say it apart (`who_of_rows`)."""
+    return any(isinstance(who.get(part), list) for part in ("case", "source", "computed_at"))
+
+
 def who_of_rows(who: dict[str, Any], rows: slice) -> dict[str, Any]:
-    """`who_answered` for some rows of an answer (a stream record's): where rows took different
-    switch cases, the case and model of those rows alone, named once when they took one."""
+    """`who_answered` for some rows of an answer (a stream record's), as a request of those
+    rows alone says it: where rows took different switch cases, the case and model of these
+    rows; where some were answered from a precomputed table, their source and times; each
+    named once when these rows share it (no `computed_at` where every row was live)."""
+    out = dict(who)
     cases = who.get("case")
-    if not isinstance(cases, list):
-        return who
-    out = {**who, "case": cases[rows]}
-    models = who.get("models")
-    if models is not None:
-        out["models"] = models[rows]
-        if out["models"]:
-            model, _, version = out["models"][0].rpartition(":")
-            out["model"], out["version"] = model, int(version)
-    if len(set(out["case"])) == 1:  # these rows took one case: said as a request of them alone says it
-        out["case"] = out["case"][0]
-        out.pop("models", None)
+    if isinstance(cases, list):
+        out["case"] = cases[rows]
+        models = who.get("models")
+        if models is not None:
+            out["models"] = models[rows]
+            if out["models"]:
+                model, _, version = out["models"][0].rpartition(":")
+                out["model"], out["version"] = model, int(version)
+        if len(set(out["case"])) == 1:  # these rows took one case
+            out["case"] = out["case"][0]
+            out.pop("models", None)
+    for part in ("source", "computed_at"):
+        said = who.get(part)
+        if isinstance(said, list):
+            mine = said[rows]
+            if part == "computed_at" and all(at is None for at in mine):
+                out.pop(part)
+            else:
+                out[part] = mine[0] if len(set(mine)) == 1 else mine
     return out
 

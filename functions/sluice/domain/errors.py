@@ -155,6 +155,16 @@ class BackendError(SluiceError):
     status, code = 502, "backend_error"
 
 
+class CasesApart(BackendError):
+    """Rows of one request took switch cases whose answers cannot share a tensor (other
+    classes, other shapes): each case's rows alone would answer. `cases`: each row's case
+    (its index among the switch's), for the bulk call to call each run of one case apart."""
+
+    def __init__(self, message: str, *, cases: Any, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.cases = cases
+
+
 class Unavailable(SluiceError):
     status, code = 503, "unavailable"
 

@@ -76,8 +76,10 @@ def unique_names(names: list[str], field: str) -> None:
 
 def reads_routing_key(node: Node) -> bool:
     """True when a switch in the policy `node` (references not followed) has a condition on
-    the routing key."""
+    the routing key, or a precomputed node keys its table by it."""
     if node.kind == "switch" and any(c.source == "routing_key" for case in node.cases for c, _ in comparisons(case.when)):  # type: ignore[union-attr]
+        return True
+    if node.kind == "precomputed" and node.source == "routing_key":  # type: ignore[union-attr]
         return True
     return any(reads_routing_key(child) for child in node.children())
 

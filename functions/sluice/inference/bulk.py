@@ -13,6 +13,8 @@ arrays) and writing (outcomes presented). It
 - isolates the records a call refuses (400, 413, 422: the model or the checks) by bisecting
   it, so no other record fails with one: k refused records among n cost at most about
   2k·log2(n/k) calls more;
+- calls again, in runs of one case each, the records of a call whose rows took switch cases
+  that cannot share a tensor (other classes), so each record answers as it would alone;
 - marks the records of a call that failed otherwise (throttling, 5xx, a timeout, a deployment
   not found, an unexpected exception) for retry, and only those;
 - and gives each record one outcome: a `Result` (the call that answered it, and which rows of
@@ -26,7 +28,7 @@ objects, and a record's own outputs are views of its call's answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +36,7 @@ import numpy as np
 from sluice.domain.errors import (
     Accepted,
     BackendError,
+    CasesApart,
     DeadlineExceeded,
     SluiceError,
     Unprocessable,
@@ -283,8 +286,8 @@ class _Bulk:
             if not isinstance(exc, SluiceError):
                 get_logger().warning("bulk call failed unexpectedly", exc_info=True, extra={"records": _count(chosen)})
             if not retry and _count(chosen) > 1:
-                for half in _halves(chosen):
-                    await self.call(half, variant, key)
+                for part in _by_case(exc, chosen, offsets) or _halves(chosen):
+                    await self.call(part, variant, key)
                 return
             error = Error(chosen, exc, retry)
             self.out._error(error, _count(chosen))
@@ -299,8 +302,10 @@ class _Bulk:
 
 def _retryable(exc: Exception) -> bool:
     """A call that may answer if tried again. Not one refused for its records, nor one queued
-    (`Accepted`: an answer nobody here reads; split, its halves are answered in place)."""
-    return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted)))
+    (`Accepted`: an answer nobody here reads; split, its halves are answered in place), nor one
+    whose rows took switch cases that cannot share a tensor (`CasesApart`: its records of each
+    case answer apart, and a record whose rows took several is refused again when retried)."""
+    return not (isinstance(exc, SluiceError) and (exc.status in PERMANENT_STATUSES or isinstance(exc, Accepted | CasesApart)))
 
 
 # Routes ---------------------------------------------------------------------------------
@@ -362,6 +367,31 @@ def _halves(chosen: Selection) -> tuple[Selection, Selection]:
     if isinstance(chosen, slice):
         return slice(chosen.start, chosen.start + half), slice(chosen.start + half, chosen.stop)
     return chosen[:half], chosen[half:]
+
+
+def _by_case(exc: Exception, chosen: Selection, offsets: np.ndarray | None) -> list[Selection] | None:
+    """The chosen records in runs whose rows took one switch case, in order (a record whose
+    rows took several is a run alone: it fails alone), where `exc` says each row's case; None
+    where it does not say it for these rows (a switch under a node that answers some rows
+    itself saw fewer), or they are one run."""
+    if not isinstance(exc, CasesApart):
+        return None
+    count = _count(chosen)
+    cases = np.asarray(exc.cases)
+    if cases.shape != ((count if offsets is None else int(offsets[-1])),):
+        return None
+    own = cases
+    if offsets is not None:
+        own = np.empty(count, dtype=np.intp)
+        for j in range(count):
+            mine = cases[offsets[j] : offsets[j + 1]]
+            own[j] = mine[0] if len(mine) and (mine == mine[0]).all() else -1 - j  # a case of its own
+    edges = [0, *(np.flatnonzero(own[1:] != own[:-1]) + 1).tolist(), count]
+    if len(edges) == 2:
+        return None
+    if isinstance(chosen, slice):
+        return [slice(chosen.start + a, chosen.start + b) for a, b in pairwise(edges)]
+    return [chosen[a:b] for a, b in pairwise(edges)]
 
 
 def _rows(chosen: Selection, offsets: np.ndarray | None) -> tuple[Selection, np.ndarray | None]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.domain.conditions import comparisons, reads_inputs
-from sluice.domain.errors import BackendError, InvalidInput, Unavailable
+from sluice.domain.errors import CasesApart, InvalidInput, Unavailable
 from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
@@ -93,7 +93,7 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
             for i, at in groups
         )
     )
-    merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups])
+    merged = _merge(rows, [at for _, at in groups], [a.result for a in answers], [targets[i][0] for i, _ in groups], chosen)
     per_row_case = np.array([name for name, _ in targets], dtype=object)[chosen].tolist()
     models: list[Any] = [None] * rows  # who answered each row: the answer names the first row's
     for (_, at), answer in zip(groups, answers, strict=True):
@@ -105,13 +105,13 @@ async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dic
     return Answer(first.signature, merged, first.version, case=per_row_case, models=models, exposed=exposed)
 
 
-def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str]) -> InferenceResult:
-    """The cases' answers put back in the rows' order."""
+def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], cases: list[str], chosen: np.ndarray) -> InferenceResult:
+    """The cases' answers put back in the rows' order (`chosen`: each row's case)."""
     outputs: dict[str, np.ndarray] = {}
     for name, array in results[0].outputs.items():
         parts = [r.outputs.get(name) for r in results]
         if any(p is None or p.ndim == 0 or p.shape[1:] != array.shape[1:] for p in parts):
-            raise BackendError(f"the cases {cases} answer output '{name}' in different shapes: their rows cannot be put together", field="policy")
+            raise CasesApart(f"the cases {cases} answer output '{name}' in different shapes: their rows cannot be put together", cases=chosen, field="policy")
         dtype = np.result_type(*parts) if all(p.dtype.kind not in "OUS" for p in parts) else np.dtype(object)  # type: ignore[union-attr]
         out = np.empty((rows, *array.shape[1:]), dtype=dtype)
         for at, part in zip(where, parts, strict=True):
@@ -120,9 +120,10 @@ def _merge(rows: int, where: list[np.ndarray], results: list[InferenceResult], c
     for name, labels in results[0].classes.items():  # one tensor has one list of classes
         other = next((r.classes.get(name) for r in results[1:] if list(r.classes.get(name) or ()) != list(labels)), None)
         if other is not None or any(name not in r.classes for r in results[1:]):
-            raise BackendError(
+            raise CasesApart(
                 f"the cases {cases} answer output '{name}' with different classes ({list(labels)[:5]}, {list(other or ())[:5]}): "
                 "their rows cannot be put in one tensor; give them models of the same classes, or decide by something other than input values",
+                cases=chosen,
                 field="policy",
             )
     maps: dict[str, list[dict[Any, float]]] = {}

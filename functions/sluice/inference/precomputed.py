@@ -155,6 +155,8 @@ async def run_precomputed(runner: PolicyRunner, node: Precomputed, call: Call, a
 
 async def _entities(runner: PolicyRunner, node: Precomputed, call: Call, arrays: dict[str, np.ndarray], rows: int) -> list[str | None]:
     """Each row's entity: the request's (routing key, a header) for every row, or a row's value of an input."""
+    if not rows:
+        return []
     request = call.request
     if node.source == "routing_key":
         return [entity_of(request.routing_key if request is not None else None)] * rows

@@ -42,6 +42,11 @@ def _probabilities(answer: Answer) -> tuple[list[Any], np.ndarray] | None:
     return list(classes), probs
 
 
+def _rows(result: InferenceResult) -> int:
+    first = next(iter(result.outputs.values()), None)
+    return 1 if first is None or np.ndim(first) == 0 else len(first)
+
+
 def _labels(answer: Answer) -> np.ndarray | None:
     spec = answer.signature.output_with_role("label")
     if spec is None or spec.name not in answer.result.outputs:
@@ -71,6 +76,8 @@ def _combine(stack: np.ndarray, weights: np.ndarray, how: str) -> np.ndarray:
 def aggregate(how: str, answers: Sequence[Answer]) -> InferenceResult:
     """Combine answers into one result shaped like the first member's outputs."""
     first = answers[0]
+    if _rows(first.result) == 0:  # nothing to combine: the first member's empty answer is the answer
+        return first.result
     weights = np.asarray([a.weight for a in answers], dtype=np.float64)
     if weights.sum() <= 0:  # every member weighs 0 (or the answering ones do): they count alike
         weights = np.ones_like(weights)
@@ -105,7 +112,13 @@ def _majority(answers: Sequence[Answer], weights: np.ndarray) -> InferenceResult
     if any(v is None for v in votes):
         raise BackendError("every member must give a label for a majority vote")
     rows = len(votes[0])  # type: ignore[arg-type]
-    classes: list[Any] = list(dict.fromkeys(c for v in votes for c in v.tolist()))  # type: ignore[union-attr]  # each once, first seen first
+    # The members' classes (as soft_vote aligns them), so a row's shares are the same among any
+    # other rows; a label no member lists (a member without probabilities) comes after them.
+    classes: list[Any] = []
+    for answer in answers:
+        spec = answer.signature.output_with_role("probabilities")
+        classes += [c for c in (answer.result.classes.get(spec.name) or ()) if c not in classes] if spec is not None else []
+    classes += [c for c in dict.fromkeys(c for v in votes for c in v.tolist()) if c not in classes]  # type: ignore[union-attr]
     labels, shares = [], np.zeros((rows, len(classes)), dtype=np.float32)
     for i in range(rows):
         tally: Counter[Any] = Counter()

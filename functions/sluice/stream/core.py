@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
-from sluice.codecs.plain import present_rows, who_answered, who_of_rows
+from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
@@ -42,7 +42,13 @@ if TYPE_CHECKING:
     from sluice.stream.records import StreamRecord
 
 # Keys a record may carry beside its inputs; any other is refused, as the HTTP API refuses it.
-RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment", "parameters", "outputs"})
+RECORD_KEYS = frozenset({"id", "features", "inputs", "batch", "routing_key", "variant", "deployment"})
+# Request fields a stream record cannot carry: refused, as a record scored without them would
+# answer other than the request that names them (a switch on a parameter, fewer outputs).
+NOT_FOR_STREAMS = {
+    "parameters": "a stream record carries no parameters (a condition on one does not hold for it); send them to the API",
+    "outputs": "a stream record's output holds every output the deployment answers; it cannot name some",
+}
 NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
 ID_CHARS = 128  # as the API's request_id
 BAD_ID = f"a record's id must be a string of at most {ID_CHARS} characters or an integer within 64 bits"
@@ -155,7 +161,7 @@ class StreamScorer:
         extra = body.keys() - allowed
         if extra:
             name = sorted(extra)[0]
-            raise BadRequest(f"unknown field '{name}' in a stream record", field=name)
+            raise BadRequest(NOT_FOR_STREAMS.get(name, f"unknown field '{name}' in a stream record"), field=name)
         named = body.get("deployment")
         if named is not None and named != self.deployment:
             raise BadRequest(f"this source is bound to deployment '{self.deployment}', not '{named}'", field="deployment")
@@ -224,14 +230,15 @@ class StreamScorer:
             who.pop("latency_ms", None)  # the call's, not the record's
             head = {"deployment": prediction.resolved.deployment.name, **who}
             chosen = result.records
-            mixed = isinstance(answer.case, list)  # rows took different switch cases: each record says its own
+            mixed = said_per_row(head)  # rows took different switch cases or sources: each record says its own
+            told = _told(head)
             if result.offsets is None and isinstance(chosen, slice) and chosen.stop <= first and not mixed:  # hot records only: a row each
                 for (index, rid, _), row in zip(hot[chosen], rows, strict=True):
-                    outcomes[index].output = {"id": rid, "source": records[index].position, **head, **row}
+                    outcomes[index].output = {"id": rid, "source": records[index].position, **told, **row}
                 continue
             for j, position in enumerate(_positions(chosen)):
                 own = rows[result.rows_of(j)]
-                mine = who_of_rows(head, result.rows_of(j)) if mixed else head
+                mine = _told(who_of_rows(head, result.rows_of(j))) if mixed else told
                 if position < first:
                     index, rid = hot[position][:2]
                     outcomes[index].output = {"id": rid, "source": records[index].position, **mine, **own[0]}
@@ -245,6 +252,14 @@ class StreamScorer:
         if exc.field:
             out["field"] = exc.field
         return out
+
+
+def _told(who: dict[str, Any]) -> dict[str, Any]:
+    """`who_answered` as an output record says it: a precomputed node's `source` is named
+    `answered_from` (a record's `source` is its position)."""
+    if "source" not in who:
+        return who
+    return {("answered_from" if name == "source" else name): value for name, value in who.items()}
 
 
 class _Layout:

@@ -51,3 +51,23 @@ def test_a_row_the_model_refuses_fails_alone_and_its_neighbours_are_scored(
     kept = np.setdiff1d(np.arange(rows), refused)
     assert out.column("id").to_pylist() == kept.tolist()  # in order, every neighbour scored
     assert out.column("prediction").to_numpy().tolist() == pytest.approx(LOOKUP_TABLE[codes[kept]].tolist())
+
+
+def test_a_switch_whose_cases_answer_other_classes_fails_its_job_at_once_saying_why(tmp_path: Path, acme: Principal) -> None:
+    """Rows of a switch's cases that answer other classes answer other columns, which one part
+    cannot hold: the job fails at once (a retry writes the same columns), saying so, never after
+    retries with a bare `ValueError`."""
+    from tests.conftest import MODELS
+    from tests.models import iris_of_classes
+    from tests.support import single
+
+    container = Container.from_settings(Settings(mode="local", home=tmp_path / "home", deployment_cache_ttl_s=0))
+    container.models.push(acme, "iris", (MODELS / "iris.onnx").read_bytes())
+    container.models.push(acme, "other", iris_of_classes())
+    short = {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
+    container.deployments.create(acme, "mixed", {"kind": "switch", "cases": [{"name": "short", "when": short, "target": single("other", 1)}], "default": single("iris", 1)})
+    path = tmp_path / "rows.csv"
+    path.write_text("sepal_length,sepal_width,petal_length,petal_width\n5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n")
+    job = run_job(container, acme, path, deployment="mixed", output_format="jsonl")
+    assert job.status == "FAILED"
+    assert "(not retried)" in job.error and "one set of columns" in job.error and "probability_A" in job.error

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import numpy as np
 import pytest
 
 from sluice.routing.choose import sticky_pick
@@ -552,3 +553,106 @@ def test_kinesis_and_kafka_data_that_is_not_base64_is_an_error_saying_so(aws: No
     out = _drain(sqs, url)
     assert sorted(o["id"] for o in out if "prediction" in o) == ["tx-0", "tx-0", "tx-2"]
     assert [(o["error"], o["field"]) for o in out if "error" in o] == [("a record's data is not base64", "data")] * 2
+
+
+def test_a_record_naming_parameters_or_outputs_is_refused_not_scored_without_them(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """A record cannot carry what a request's `parameters` and `outputs` say (a switch on a
+    parameter would take another case, fewer outputs were asked for): it gets an error record
+    naming the field, and is not retried; a record without them is scored."""
+    from tests.support import single
+
+    gold = {"field": "parameters.tier", "op": "==", "value": "gold"}
+    demo.deployments.create(acme, "tiered", {"kind": "switch", "cases": [{"name": "gold", "when": gold, "target": single("iris", 1)}], "default": single("iris", 1)})
+    sqs, url = _queue("tiered-scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="tiered")
+    row = [5.9, 3.0, 5.1, 1.8]
+    bodies = [
+        {"id": "p", "inputs": [row], "parameters": {"tier": "gold"}},
+        {"id": "o", "inputs": [row], "outputs": [{"name": "output_label"}]},
+        {"id": "plain", "inputs": [row]},
+    ]
+    assert handle(sqs_event([json.dumps(b) for b in bodies])) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert (out["p"]["code"], out["p"]["field"]) == ("bad_request", "parameters")
+    assert (out["o"]["code"], out["o"]["field"]) == ("bad_request", "outputs")
+    assert "prediction" not in out["p"] and "prediction" not in out["o"]
+    assert out["plain"]["case"] == "default"
+
+
+def _publish(demo: Container, answers: dict[str, float], now: float) -> None:
+    """The table `nightly`: a stored diabetes answer per entity, computed at `now`."""
+    from sluice.codecs.stored_rows import encode_rows
+    from sluice.registry.precomputed import Publication
+
+    store = demo.precomputed
+    assert store is not None
+    bodies = encode_rows({"variable": np.asarray([[v] for v in answers.values()], np.float32)}, len(answers))
+    store.put_answers("acme", "nightly", "g1", list(zip(answers, bodies, strict=True)), computed_at=now, expires_at=now + 600)
+    outputs = [{"name": "variable", "datatype": "FP32", "shape": [-1, 1]}]
+    store.publish("acme", "nightly", Publication("g1", "job-1", "diabetes", outputs, published_at=now), expires_at=now + 600)
+
+
+@pytest.mark.parametrize("key", ["routing_key", "inputs.input"])
+def test_a_precomputed_deployment_answers_each_stream_record_as_a_request_of_it_alone(
+    aws: None, bind: Bind, demo: Container, acme: Principal, key: str
+) -> None:
+    """Keyed by the routing key or by an input's column: each record gets its stored answer
+    where the table holds its entity, else the live one, as the API answers the record alone;
+    its output keeps its position as `source` and says its own `answered_from` and
+    `computed_at` (a record of rows answered both ways: one a row)."""
+    import asyncio
+    import time
+
+    from sluice.domain.requests import ArrayInputs, PredictionRequest
+    from tests.support import single
+
+    now = time.time()
+    _publish(demo, {"1": 500.0, "u1": 600.0}, now)
+    extra = {"column": "age"} if key.startswith("inputs") else {}
+    demo.deployments.create(acme, "scores", {"kind": "precomputed", "table": "nightly", "key": key, **extra, "max_age_s": 3600, "live": single("diabetes", 1)})
+    ages = {"a": (1.0, "u1"), "b": (2.0, "u7"), "c": (3.0, None)}
+    bodies = [{"id": rid, "inputs": [[age, *[0.02] * 9]], **({"routing_key": user} if user else {})} for rid, (age, user) in ages.items()]
+    bodies.append({"id": "both", "batch": [[1.0, *[0.02] * 9], [2.0, *[0.02] * 9]], "routing_key": "u7"})
+    sqs, url = _queue("precomputed-scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="scores")
+    event = sqs_event([json.dumps(b) for b in bodies])
+    assert handle(event) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    for body, record in zip(bodies, event["Records"], strict=True):
+        rows = np.asarray(body.get("batch") or body["inputs"], np.float32)
+        request = PredictionRequest("scores", ArrayInputs({"input": rows}), routing_key=body.get("routing_key"))
+        alone = asyncio.run(demo.predictions.predict(acme, request)).answer
+        got = out[body["id"]]
+        assert got["source"] == {"message_id": record["messageId"]}  # its position, not where its answer came from
+        assert got["answered_from"] == alone.source
+        assert got.get("computed_at") == (pytest.approx(alone.computed_at) if alone.computed_at is not None else None)
+        said = [p["prediction"] for p in got["predictions"]] if "predictions" in got else [got["prediction"]]
+        np.testing.assert_allclose(said, alone.result.outputs["variable"][:, 0], rtol=1e-5)
+    stored = {"routing_key": {"a"}, "inputs.input": {"a"}}[key]
+    assert {rid for rid in ages if out[rid]["answered_from"] == "precomputed"} == stored
+    if key == "inputs.input":
+        assert out["both"]["answered_from"] == ["precomputed", "live"]
+
+
+def test_records_taking_switch_cases_of_other_classes_each_answer_as_alone(aws: None, bind: Bind, demo: Container, acme: Principal) -> None:
+    """A switch on an input whose cases answer other classes: one-row records of either case,
+    scored in one invocation, each answer as a request of it alone (never retried, so never
+    dead-lettered); a record whose own rows take both cases is refused as such a request is,
+    in an error record, not retried."""
+    from tests.models import iris_of_classes
+    from tests.support import single
+
+    demo.models.push(acme, "other", iris_of_classes())
+    short = {"field": "inputs.input", "column": "petal_length", "op": "<", "value": 2.5}
+    demo.deployments.create(acme, "mixed", {"kind": "switch", "cases": [{"name": "short", "when": short, "target": single("other", 1)}], "default": single("iris", 1)})
+    sqs, url = _queue("mixed-scores")
+    handle = bind({"kind": "sqs", "target": url}, deployment="mixed")
+    s, v = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
+    bodies = [{"id": "s1", "inputs": [s]}, {"id": "v1", "inputs": [v]}, {"id": "s2", "inputs": [s]}, {"id": "s3", "inputs": [s]}, {"id": "both", "batch": [s, v]}, {"id": "v2", "inputs": [v]}]
+    assert handle(sqs_event([json.dumps(b) for b in bodies])) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in _drain(sqs, url)}
+    assert {rid: (o.get("prediction"), o.get("case")) for rid, o in out.items() if rid != "both"} == {
+        "s1": ("A", "short"), "v1": ("virginica", "default"), "s2": ("A", "short"), "s3": ("A", "short"), "v2": ("virginica", "default"),
+    }  # fmt: skip
+    assert set(out["s1"]["probabilities"]) == {"A", "B", "C"}
+    assert (out["both"]["code"], out["both"]["field"]) == ("backend_error", "policy")
