@@ -6,6 +6,7 @@ as they were written (a CSV's publish key, a header sent as UTF-8)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +85,46 @@ def test_a_job_that_does_not_succeed_after_it_published_is_withdrawn(recs: Conta
     else:
         recs.batch.liveness.fail(recs.registry.get_job("acme", job), "its process is gone")
     assert recs.registry.get_job("acme", job).status in ("FAILED", "CANCELLED")
+    answer = ask(client, key, "u1")
+    assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(scored(first)["u1"])
+
+
+class ReadOnlyTable:
+    """The precomputed table as the API's role sees it on AWS: read, never written (IAM refuses
+    the withdrawal's PutItem; moto enforces no IAM, so the refusal is the one sluice maps
+    AccessDenied to)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def withdraw(self, tenant: str, table: str, generation: str) -> bool:
+        from sluice.domain.errors import BackendError
+
+        raise BackendError("the registry could not complete the request")
+
+
+def test_a_job_found_dead_by_a_reader_that_may_not_write_the_table_answers_and_its_end_withdraws_it(recs: Container, acme: Principal, tmp_path: Path) -> None:
+    """The API finds a job whose Finalize published and then died (its execution ended): the
+    GET answers 200 with the job FAILED though the API may not withdraw it; the execution's
+    end (ExecutionEnded, which may) withdraws it."""
+    from sluice.batch.executions import record_execution_end
+
+    _, key = recs.keys.create("acme", ["predict", "admin"])
+    client = TestClient(create_app(recs))
+    first = run_job(recs, acme, users_csv(tmp_path / "night1.csv", ["u1"], 0.01), deployment="diabetes", key_columns=["user"], publish=PUBLISH)
+    job, runner = started(recs, acme, users_csv(tmp_path / "night2.csv", ["u1"], 0.09))
+    dies_after_publishing(runner, job, Unavailable("the store is busy: try again"))
+    execution = "arn:aws:states:us-east-1:123456789012:execution:sluice-batch:night2"
+    recs.registry.update_job("acme", job, execution=execution)
+    writable, runner.precomputed = runner.precomputed, ReadOnlyTable(runner.precomputed)
+    recs.batch.liveness.orchestrator = type("Ended", (), {"ended": lambda self, j: "its execution ended TIMED_OUT"})()
+    r = client.get(f"/api/v1/batch-jobs/{job}", headers={"authorization": f"Bearer {key}"})
+    assert r.status_code == 200 and r.json()["status"] == "FAILED", r.text
+    runner.precomputed = writable
+    record_execution_end(recs.batch, execution=execution, status="TIMED_OUT", input=json.dumps({"tenant": "acme", "job_id": job}))
     answer = ask(client, key, "u1")
     assert answer["source"] == "precomputed" and answer["prediction"] == pytest.approx(scored(first)["u1"])
 
@@ -170,9 +211,9 @@ def test_a_header_key_sent_as_utf8_finds_its_entity(recs: Container, acme: Princ
     client = TestClient(create_app(recs))
     run_job(recs, acme, users_csv(tmp_path / "night.csv", ["josé", "bob", "Zoë-日本"], 0.01), deployment="diabetes", key_columns=["user"], publish=PUBLISH)
     for user in ("josé", "bob", "Zoë-日本"):
-        response = client.post(
-            "/api/v1/predictions",
-            headers={"authorization": f"Bearer {key}", "x-user-id": user.encode("utf-8")},  # type: ignore[dict-item]
-            json={"deployment": "recs", "inputs": [[0.02] * 10]},
-        )
+        headers = {"authorization": f"Bearer {key}", "x-user-id": user.encode("utf-8")}
+        response = client.post("/api/v1/predictions", headers=headers, json={"deployment": "recs", "inputs": [[0.02] * 10]})  # type: ignore[arg-type]
         assert (response.status_code, response.json()["source"]) == (200, "precomputed"), user
+        with client.websocket_connect("/api/v1/stream", headers=headers) as socket:  # type: ignore[arg-type]  # the handshake's header, alike
+            socket.send_json({"deployment": "recs", "inputs": [[0.02] * 10]})
+            assert socket.receive_json()["source"] == "precomputed", user

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.batch.publishing import withdraw_job
 from sluice.batch.specs import ExecutionSpec
 from sluice.domain import Principal, now
 from sluice.domain.errors import Conflict, NotFound
@@ -121,6 +120,9 @@ def record_execution_end(
     if job.execution and job.execution != execution:
         return job
     if job.terminal:  # cancelled through the API (whose role may not write the table): withdrawn here
+        # NumPy and the codecs, imported here: not for a plain command
+        from sluice.batch.publishing import withdraw_job
+
         withdraw_job(batch.precomputed, job)
         return job
-    return batch.liveness.fail(job, execution_ended(status, error), cause or "")
+    return batch.liveness.fail(job, execution_ended(status, error), cause or "", may_not_withdraw=False)

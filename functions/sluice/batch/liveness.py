@@ -58,12 +58,14 @@ class JobLiveness:
             return job
         return self.fail(job, reason)
 
-    def fail(self, job: BatchJob, reason: str, cause: str = "") -> BatchJob:
+    def fail(self, job: BatchJob, reason: str, cause: str = "", *, may_not_withdraw: bool = True) -> BatchJob:
         """`job` marked FAILED saying why (and the message `cause` holds, a Lambda error's
-        included), as MarkFailed would; a job that finished meanwhile stays as it finished."""
+        included), as MarkFailed would; a job that finished meanwhile stays as it finished.
+        `may_not_withdraw`: found by whoever reads the job (the API on AWS may not write the
+        precomputed table: the execution's end withdraws it, with False)."""
         log.warning("batch job found stopped", extra={"job": job.id, "tenant": job.tenant, "reason": reason})
         if self.runner is not None:
-            self.runner.mark_failed(job.tenant, job.id, error=reason, cause=cause)
+            self.runner.mark_failed(job.tenant, job.id, error=reason, cause=cause, may_not_withdraw=may_not_withdraw)
         else:
             with contextlib.suppress(Conflict):  # it finished meanwhile: that stands
                 self.registry.update_job(job.tenant, job.id, status="FAILED", error=reason[:ERROR_CHARS], finished_at=now())

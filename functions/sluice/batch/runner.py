@@ -253,16 +253,19 @@ class BatchRunner:
         return job_summary(done)
 
     # Mark failed --------------------------------------------------------------------------
-    def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "") -> dict[str, Any]:
+    def mark_failed(self, tenant: str, job_id: str, *, error: str, cause: str = "", may_not_withdraw: bool = False) -> dict[str, Any]:
+        """FAILED, and withdrawn from its table; `may_not_withdraw`: a process that may not write
+        the table (the API on AWS reads it only) leaves that to the execution's end
+        (`sluice.batch.executions`), as `BatchService.cancel` does."""
         job = self.registry.get_job(tenant, job_id)
         if job.terminal:  # repeated (its withdrawal failed before), or it ended meanwhile
-            withdraw_job(self.precomputed, job)
+            self._withdraw(job, may_not_withdraw)
             return job_summary(job)
         chunks = self.registry.list_chunks(tenant, job_id)
         message = failure_message(job, chunks, error, cause)
         if self._folder_is_its(job):
             self._unfinished(job, chunks, "FAILED", message)
-        return job_summary(self._fail(job, message))
+        return job_summary(self._fail(job, message, may_not_withdraw))
 
     # Cancelled ----------------------------------------------------------------------------
     def cancelled(self, tenant: str, job_id: str) -> dict[str, Any]:
@@ -306,7 +309,7 @@ class BatchRunner:
             return True  # no manifest (or none readable): nothing of another job's to spoil
         return not isinstance(there, dict) or there.get("job") in (None, job.id)
 
-    def _fail(self, job: BatchJob, message: str) -> BatchJob:
+    def _fail(self, job: BatchJob, message: str, may_not_withdraw: bool = False) -> BatchJob:
         """FAILED, saying why (a job that ended meanwhile stays as it ended), and withdrawn
         from its table unless it succeeded."""
         try:
@@ -315,8 +318,15 @@ class BatchRunner:
             )
         except Conflict:
             done = self.registry.get_job(job.tenant, job.id)
-        withdraw_job(self.precomputed, done)
+        self._withdraw(done, may_not_withdraw)
         return done
+
+    def _withdraw(self, job: BatchJob, may_fail: bool) -> None:
+        if may_fail:
+            with contextlib.suppress(SluiceError):
+                withdraw_job(self.precomputed, job)
+        else:
+            withdraw_job(self.precomputed, job)
 
     def _manifest(self, job: BatchJob, chunks: list[ChunkResult], status: str, error: str | None) -> bytes:
         try:  # an input of many objects: the manifest lists them, from the chunk list

@@ -31,7 +31,6 @@ from sluice.batch.error_files import ERROR_ROWS_DEFAULT, ERROR_ROWS_MAX, first_e
 from sluice.batch.executions import job_for_execution
 from sluice.batch.liveness import JobLiveness
 from sluice.batch.objects import is_manifest, is_many
-from sluice.batch.publishing import withdraw_job
 from sluice.batch.uris import as_uri, format_of, is_s3, split_s3
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, Forbidden, NotFound, SluiceError, Unavailable
@@ -233,6 +232,9 @@ class BatchService:
             self.orchestrator.cancel(job)
         # Its Finalize may have published already. Where this process may not write the table
         # (the API on AWS reads it only), the execution's end withdraws it (`record_execution_end`).
+        # NumPy and the codecs, imported here: not for a plain command
+        from sluice.batch.publishing import withdraw_job
+
         with contextlib.suppress(SluiceError):
             withdraw_job(self.precomputed, job)
         return job

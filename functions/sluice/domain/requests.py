@@ -76,10 +76,18 @@ def header_of(headers: Mapping[str, str], name: str) -> str | None:
     found = headers.get(name)
     if found is None:
         found = headers.get(name.lower())
-    if found is not None and not found.isascii() and getattr(headers, "raw", None) is not None:
-        with contextlib.suppress(UnicodeError):
-            return found.encode("latin-1").decode("utf-8")
+    if found is not None and getattr(headers, "raw", None) is not None:
+        return as_sent(found)
     return found
+
+
+def as_sent(value: str) -> str:
+    """An ASGI header's value (its bytes read as Latin-1) as the client wrote it: UTF-8 where
+    the bytes are that, else Latin-1 as read."""
+    if not value.isascii():
+        with contextlib.suppress(UnicodeError):
+            return value.encode("latin-1").decode("utf-8")
+    return value
 
 
 @dataclass(slots=True)  # built on every request: a frozen dataclass's __init__ costs more

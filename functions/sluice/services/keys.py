@@ -130,10 +130,13 @@ def handshake_headers(headers: Mapping[str, str]) -> dict[str, str]:
     `HANDSHAKE_HEADERS_BYTES` as JSON."""
     import json
 
+    from sluice.domain.requests import as_sent
+
+    asgi = getattr(headers, "raw", None) is not None  # `sluice serve`'s: values read as Latin-1
     kept: dict[str, str] = {}
     room = HANDSHAKE_HEADERS_BYTES
     for name, value in headers.items():
-        name = name.lower()
+        name, value = name.lower(), as_sent(value) if asgi else value
         size = len(json.dumps([name, value], ensure_ascii=False).encode())
         if name in KEY_HEADERS or name in kept or size > room:
             continue
