@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sluice.caching import keep
-from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, past_range
 from sluice.domain.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -95,18 +95,27 @@ def check_inputs(
 
 
 def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
+    """`array` in `dtype` where no value changes; else TypeError, ValueError or OverflowError."""
     if datatype == "BYTES":
-        return array.astype(object)
+        if array.dtype.kind in "US":
+            return array.astype(object)
+        if array.dtype != object or not all(type(v) in (str, bytes) for v in array.flat):
+            raise TypeError("not text")
+        return array
     if array.dtype == object or array.dtype.kind in "US":
         raise TypeError("not numeric")
+    if datatype == "BOOL" and (array.dtype.kind not in "iu" or not np.isin(array, (0, 1)).all()):
+        raise TypeError("not a boolean")  # 0.25 is no more true than false
     # Refuse silent truncation of 1.5 into an integer input.
     if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
         raise ValueError("fractional value for an integer input")
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if array.size and (array.min() < info.min or array.max() > info.max):
-            raise OverflowError("out of range")
-    return array.astype(dtype, copy=False)
+    if dtype.kind in "iu" and array.size and past_range(array.min(), array.max(), dtype):
+        raise OverflowError("out of range")
+    with np.errstate(over="ignore"):  # an overflow is refused below, not warned of
+        cast = array.astype(dtype, copy=False)
+    if dtype.kind == "f" and (np.isinf(cast) > np.isinf(array)).any():
+        raise OverflowError("past the float type's range")  # 1e300 is not FP32's infinity, nor 70000 FP16's
+    return cast
 
 
 # What a request's inputs most often are (each of the signature's dtype and shape, finite):

@@ -36,6 +36,7 @@ ACME_ARN = "arn:aws:lambda:eu-west-1:123456789012:function:acme-embed"
 GLOBEX_ARN = "arn:aws:lambda:eu-west-1:123456789012:function:globex-embed"
 ROWS = [[1.0, 2.0, 3.0], [4.0, -1.0, 0.5]]
 MODULE = '''
+import asyncio
 import pathlib
 import time
 
@@ -51,6 +52,30 @@ def one_row_short(inputs):
     return {"embedding": np.zeros((len(inputs["raw"]) - 1, 2), np.float32)}
 
 
+def nan(inputs):
+    return {"embedding": np.full(inputs["embedding"].shape, np.nan)}
+
+
+class Odd(BaseException):
+    pass
+
+
+def exits(inputs):
+    raise SystemExit(3)
+
+
+def interrupts(inputs):
+    raise KeyboardInterrupt
+
+
+def cancels(inputs):
+    raise asyncio.CancelledError
+
+
+def odd(inputs):
+    raise Odd
+
+
 def blocked(inputs):  # waits for the test to open the gate, so it answers after any step timeout
     gate = pathlib.Path(__file__).with_name("gate")
     for _ in range(2000):
@@ -58,6 +83,23 @@ def blocked(inputs):  # waits for the test to open the gate, so it answers after
             break
         time.sleep(0.005)
     return embed(inputs)
+'''
+
+
+SLOW_IMPORT = '''
+import pathlib
+import time
+
+here = pathlib.Path(__file__)
+here.with_name("import-started").touch()
+for _ in range(2000):  # a slow first load (a download, a cold cache) until the test opens the gate
+    if here.with_name("import-gate").exists():
+        break
+    time.sleep(0.005)
+
+
+def embed(inputs):
+    return {}
 '''
 
 
@@ -325,3 +367,80 @@ async def _predict_with(world: World, steps: Any) -> int:
     finally:
         runner.functions = kept
     return 200
+
+
+def test_a_functions_nan_is_refused_by_the_model_after_it_though_a_transform_before_made_that_name_finite(world: World) -> None:
+    embedding = [{"name": "embedding", "datatype": "FP32", "shape": [-1, 2]}]
+    clip = {"kind": "transform", "inputs": embedding, "ops": [{"op": "clip", "input": "embedding", "min": -100.0, "max": 100.0}]}
+    nan = {"kind": "function", "function": "features:nan", "inputs": embedding, "outputs": embedding}
+    policy = {"kind": "sequence", "steps": [{"name": "prep", "target": clip}, {"name": "features", "target": nan}, {"name": "score", "target": {"model": "score", "version": 1}}]}
+    assert world.save("nan", policy).status_code in (200, 201)
+    r = world.client.post("/api/v1/predictions", json={"deployment": "nan", "batch": [{"embedding": [1, 2]}]}, headers=world.acme)
+    assert r.status_code == 400, r.text
+    assert (r.json()["error"], r.json()["field"]) == ("step 'score': input 'embedding' holds NaN or infinite values", "inputs.embedding")
+
+
+@pytest.mark.parametrize(("function", "kind"), [("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt"), ("cancels", "CancelledError"), ("odd", "Odd")])
+def test_a_function_raising_any_base_exception_is_a_502_naming_the_step_and_an_error_record_in_bulk(world: World, function: str, kind: str) -> None:
+    from sluice.domain import Principal
+    from sluice.inference.bulk import Error
+
+    assert world.save(function, chain(f"features:{function}")).status_code in (200, 201)
+    r = world.predict(function, ROWS)
+    assert r.status_code == 502, r.text
+    assert (r.json()["error"], r.json()["details"]["step"]) == (f"step 'features': function features:{function} failed ({kind})", "features")
+    acme = Principal("acme", frozenset({"predict"}), "test-acme")
+    done = run(score_many(world.container.predictions, acme, function, Records({"raw": np.asarray(ROWS, np.float32)}, np.asarray([1, 1], np.intp)), max_rows=8))
+    assert done.failed == 2 and all(isinstance(o, Error) and o.error.status == 502 for o in done.by_record())
+
+
+def test_a_tenants_function_that_never_returns_holds_up_no_other_tenants_request(world: World) -> None:
+    """Each call left running past its step's timeout keeps a thread: its tenant's own, never
+    one of those that check keys and run models (a few: the CPUs and 4)."""
+    import asyncio
+    import os
+
+    import httpx
+
+    (world.folder / "acme" / "hangs.py").write_text(MODULE.replace('with_name("gate")', 'with_name("hangs-gate")'))
+    assert world.save("hangs", chain("hangs:blocked", timeout_s=0.1)).status_code in (200, 201)
+    assert world.save("plain", {"kind": "single", "model": "score", "version": 1}, world.globex).status_code in (200, 201)
+    shared = min(32, (os.cpu_count() or 1) + 4)  # the event loop's own executor
+
+    async def calls() -> tuple[list[int], int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=world.client.app), base_url="http://sluice") as client:
+            try:
+                hung = await asyncio.wait_for(asyncio.gather(*(client.post("/api/v1/predictions", json={"deployment": "hangs", "batch": [{"raw": ROWS[0]}]}, headers=world.acme) for _ in range(shared))), 5)
+                plain = await asyncio.wait_for(client.post("/api/v1/predictions", json={"deployment": "plain", "inputs": {"embedding": [[1, 2]]}}, headers=world.globex), 5)
+            finally:
+                (world.folder / "acme" / "hangs-gate").touch()
+        return [h.status_code for h in hung], plain.status_code
+
+    assert asyncio.run(calls()) == ([504] * shared, 200)
+
+
+def test_a_modules_slow_first_load_holds_up_no_other_tenants_function(world: World) -> None:
+    import asyncio
+
+    import httpx
+
+    (world.folder / "acme" / "slow.py").write_text(SLOW_IMPORT)
+    (world.folder / "globex" / "features.py").write_text(MODULE)
+    assert world.save("slow", chain("slow:embed", timeout_s=0.2)).status_code in (200, 201)
+    assert world.save("theirs", chain("features:embed", timeout_s=2), world.globex).status_code in (200, 201)
+
+    async def calls() -> tuple[int, int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=world.client.app), base_url="http://sluice") as client:
+            theirs = lambda: client.post("/api/v1/predictions", json={"deployment": "theirs", "batch": [{"raw": r} for r in ROWS]}, headers=world.globex)  # noqa: E731
+            before = (await theirs()).status_code  # globex's module, loaded
+            slow = asyncio.ensure_future(client.post("/api/v1/predictions", json={"deployment": "slow", "batch": [{"raw": ROWS[0]}]}, headers=world.acme))
+            try:
+                while not (world.folder / "acme" / "import-started").exists():
+                    await asyncio.sleep(0.005)
+                during = (await theirs()).status_code
+            finally:
+                (world.folder / "acme" / "import-gate").touch()
+                await slow  # acme's own call waited for its module, whatever it then answered
+            return before, during
+
+    assert asyncio.run(calls()) == (200, 200)

@@ -3,6 +3,7 @@ other rows (one code path for one row and for many)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, InvalidRequest, Unprocessable
 from sluice.domain.policy import parse_policy
 from sluice.domain.signature import TensorSpec
@@ -164,3 +166,32 @@ def test_a_plan_knows_which_outputs_are_finite_by_construction(ops: list[dict[st
     columns: dict[int, list[int]] = {}
     answer_specs(node, SPECS, columns=columns)
     assert plan_of(node, columns).finite[checked] == finite
+
+
+_BOUNDS = [2**31, 2**31 - 1, -(2**31), -(2**31) - 1, 2**63, 2**63 - 1, -(2**63), 2**32, 3e9]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    source=st.sampled_from(["FP32", "FP64"]),
+    target=st.sampled_from(["INT32", "INT64"]),
+    value=st.one_of(st.floats(), st.sampled_from(_BOUNDS).map(float), st.sampled_from(_BOUNDS).map(lambda b: float(np.nextafter(float(b), 0.0)))),
+)
+def test_a_cast_to_an_integer_refuses_a_value_past_its_range_and_never_wraps(source: str, target: str, value: float) -> None:
+    """Against Python's exact comparison of a float with an integer: NumPy's, in float, takes
+    INT32's largest value for 2**31 (and INT64's for 2**63), which then wrapped to the least."""
+    with np.errstate(over="ignore"):
+        x = np.asarray([value], np.float64).astype(V2_TO_NUMPY[source])
+    held = x.item()  # the value as the source type holds it
+    info = np.iinfo(V2_TO_NUMPY[target])
+    node = Transform.model_validate({"kind": "transform", "ops": [{"op": "cast", "input": "v", "datatype": target}]})
+    columns: dict[int, list[int]] = {}
+    answer_specs(node, (TensorSpec("v", source, (-1,)),), columns=columns)
+    try:
+        out = run_transform(node, {"v": x}, columns)["v"]
+    except InvalidInput as refused:
+        assert refused.field == "inputs.v"
+        assert not math.isfinite(held) or not info.min <= held <= info.max
+    else:
+        assert math.isfinite(held) and info.min <= held <= info.max
+        assert out.item() == math.trunc(held)  # a fraction is cut, nothing wraps

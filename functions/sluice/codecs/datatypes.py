@@ -73,6 +73,14 @@ def numpy_of_v2(datatype: str) -> np.dtype:
     return V2_TO_NUMPY[datatype]
 
 
+def past_range(low: np.generic, high: np.generic, dtype: np.dtype) -> bool:
+    """Whether values from `low` to `high` fall outside the integer `dtype`'s range. Compared
+    as Python numbers, which compare a float with an integer exactly: NumPy compares them in
+    float, where INT32's and INT64's largest values round up to 2**31 and 2**63, which pass."""
+    info = np.iinfo(dtype)
+    return low.item() < info.min or high.item() > info.max
+
+
 def holds_bool(data: object) -> bool:
     """Whether JSON values (a scalar, or lists nested any way) hold a true or false. JSON
     booleans are not numbers: NumPy would quietly read them as 1 and 0."""

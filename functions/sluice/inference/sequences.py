@@ -137,6 +137,8 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None
+                if finite:  # what the store gives, a feature replacing a tensor of its name included, is looked through
+                    finite = finite.difference(spec.name for spec in step.target.gives)  # type: ignore[union-attr]
                 ms = (clock() - started) * 1000
                 report.append(looked.report(step.name, ms))
                 if looked.cache_hits is not None:  # rows from the feature cache, and rows whose entity was read
@@ -150,6 +152,7 @@ async def run_sequence(runner: PolicyRunner, node: Sequence, call: Call, arrays:
                 except SluiceError as exc:
                     samples.append((step.stat_key, None))
                     raise _named(exc, step.name, report) from None
+                finite = frozenset()  # the tenant's code may answer NaN under a name a transform made finite
                 ms = (clock() - started) * 1000
                 report.append({"name": step.name, "kind": "function", "latency_ms": round(ms, 3)})
                 if answer is not None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.datatypes import V2_TO_NUMPY, past_range
 from sluice.domain.errors import InvalidInput, InvalidRequest
 from sluice.domain.transforms import Transform
 from sluice.routing.transform_finite import finite_outputs
@@ -215,7 +215,6 @@ def _cast(op: Any, _: Any) -> Step:
     dtype = V2_TO_NUMPY[op.datatype]
     if dtype.kind not in "iu":
         return _one_in(op, lambda x: x.astype(dtype))
-    info = np.iinfo(dtype)
 
     def cast(x: np.ndarray) -> np.ndarray:
         """The same values in an integer type: a value it cannot hold (past its range, NaN, an
@@ -224,7 +223,7 @@ def _cast(op: Any, _: Any) -> Step:
             if x.dtype.kind == "f" and not np.isfinite(x).all():
                 raise InvalidInput(f"cast '{op.input}' to {op.datatype}: it holds NaN or an infinity, which {op.datatype} cannot", field=f"inputs.{op.input}")
             low, high = x.min(), x.max()
-            if low < info.min or high > info.max:
+            if past_range(low, high, dtype):
                 raise InvalidInput(f"cast '{op.input}' to {op.datatype}: it holds {low.item()!r} to {high.item()!r}, past {op.datatype}'s range", field=f"inputs.{op.input}")
         return x.astype(dtype)
 

@@ -8,6 +8,11 @@ must be on the tenant's allowlist (`function_arns`); a `module:callable` is refu
 file inside the functions folder (`functions_dir`, `{tenant}` filled in), symbolic links and
 all. Local mode accepts both kinds: a local service may call a Lambda function it is allowed.
 
+Every call runs in its tenant's own threads (`function_threads` of them), never in the event
+loop's shared executor, which checks keys and runs models: a call that never returns outlives
+its step's timeout in a thread, and so takes one of its own tenant's. A module is loaded under
+a lock of its own path, so a slow import holds up no other module.
+
 Every answer is checked against the step's declared outputs (`check_answer`); failures map as
 a runtime's do: a timeout 504, a function that fails or answers wrongly 502, throttling 503,
 an event over Lambda's limit 413.
@@ -16,12 +21,14 @@ an event over Lambda's limit 413.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib.util
 import json
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +50,6 @@ from sluice.inline import timeout
 from sluice.validation import _cast
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Unpack
 
     from sluice.clients import AwsArgs, LazyClient
@@ -62,8 +68,10 @@ class FunctionSteps:
         self.mode = mode
         self._aws = aws
         self._lambdas: dict[str | None, LazyClient] = {}
-        self._loaded: dict[tuple[str, int], Callable[..., Any]] = {}
-        self._lock = threading.Lock()
+        self._loaded: dict[str, tuple[int, Any]] = {}  # by path: (the file's mtime, the module)
+        self._loading: dict[str, threading.Lock] = {}  # by path: held while the module loads
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # by tenant
+        self._lock = threading.Lock()  # over `_loading` and `_pools`; never held while a module loads
 
     # Who may call what --------------------------------------------------------------------
     def refusal(self, node: Function, tenant: str) -> str | None:
@@ -97,47 +105,63 @@ class FunctionSteps:
         try:
             async with timeout(max(limit, 0.0)):
                 if node.on_lambda:
-                    answer = await self._invoke(node, arrays)
+                    answer = await self._invoke(node, tenant, arrays)
                 else:
-                    answer = await asyncio.to_thread(self._run_module, node, tenant, arrays)
+                    answer = await asyncio.get_running_loop().run_in_executor(self._pool(tenant), self._run_module, node, tenant, arrays)
         except TimeoutError:
             raise DeadlineExceeded(f"function {node.function} gave no answer within {limit:g} s") from None
         rows = next(iter(arrays.values())).shape[0] if arrays else 0
         return check_answer(node, answer, rows)
+
+    def _pool(self, tenant: str) -> ThreadPoolExecutor:
+        pool = self._pools.get(tenant)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(tenant)
+                if pool is None:
+                    pool = self._pools[tenant] = ThreadPoolExecutor(self.settings.function_threads, thread_name_prefix=f"function-{tenant}")
+        return pool
 
     def _run_module(self, node: Function, tenant: str, arrays: dict[str, np.ndarray]) -> Any:
         path = self._module_path(node, tenant)
         if path is None:
             raise Forbidden(f"there is no module '{node.function.partition(':')[0]}' in the functions folder", field="policy")
         name = node.function.partition(":")[2]
+        # BaseException: the tenant's code runs in a thread of ours, where its SystemExit,
+        # KeyboardInterrupt or CancelledError means nothing but that it failed.
         try:
             function = getattr(self._module(path), name, None)
-        except Exception:
+        except BaseException:
             log.exception("function step: module failed to load", extra={"function": node.function})
             raise BackendError(f"module of function {node.function} failed to load") from None
         if not callable(function):
             raise BackendError(f"module '{node.function.partition(':')[0]}' has no callable '{name}'")
         try:
             return function({k: v.copy() for k, v in arrays.items()})  # its own copies: it may write to them
-        except Exception as exc:
+        except BaseException as exc:
             log.warning("function step failed", exc_info=True, extra={"function": node.function})
             raise BackendError(f"function {node.function} failed ({type(exc).__name__})") from None
 
     def _module(self, path: Path) -> Any:
         """The module at `path`, loaded again when the file changes (a local service picks up an edit)."""
-        key = (str(path), path.stat().st_mtime_ns)
+        where, mtime = str(path), path.stat().st_mtime_ns
+        found = self._loaded.get(where)
+        if found is not None and found[0] == mtime:
+            return found[1]
         with self._lock:
-            found = self._loaded.get(key)
-            if found is None:
-                name = f"sluice_function_{hashlib.sha256(key[0].encode()).hexdigest()[:16]}"
-                spec = importlib.util.spec_from_file_location(name, path)
-                assert spec is not None and spec.loader is not None
-                found = importlib.util.module_from_spec(spec)
-                sys.modules[name] = found
-                spec.loader.exec_module(found)
-                self._loaded = {k: v for k, v in self._loaded.items() if k[0] != key[0]}
-                self._loaded[key] = found
-        return found
+            loading = self._loading.setdefault(where, threading.Lock())
+        with loading:
+            found = self._loaded.get(where)
+            if found is not None and found[0] == mtime:  # loaded while this call waited
+                return found[1]
+            name = f"sluice_function_{hashlib.sha256(where.encode()).hexdigest()[:16]}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            self._loaded[where] = (mtime, module)
+        return module
 
     def _lambda(self, region: str | None) -> Any:
         lazy = self._lambdas.get(region)
@@ -146,7 +170,7 @@ class FunctionSteps:
             lazy = self._lambdas[region] = lazy_client("lambda", self._aws, region=where, read_timeout=MAX_TIMEOUT_S + 5, connect_timeout=5)
         return lazy()
 
-    async def _invoke(self, node: Function, arrays: dict[str, np.ndarray]) -> Any:
+    async def _invoke(self, node: Function, tenant: str, arrays: dict[str, np.ndarray]) -> Any:
         arrow = sum(a.nbytes for a in arrays.values()) >= self.settings.function_arrow_min_bytes
         event = encode_event(arrays, arrow=arrow)
         if len(event) > self.settings.function_max_payload_bytes:
@@ -157,7 +181,8 @@ class FunctionSteps:
             )
         client = self._lambda(node.region)
         try:
-            response = await asyncio.to_thread(client.invoke, FunctionName=node.function, InvocationType="RequestResponse", Payload=event)
+            invoke = functools.partial(client.invoke, FunctionName=node.function, InvocationType="RequestResponse", Payload=event)
+            response = await asyncio.get_running_loop().run_in_executor(self._pool(tenant), invoke)
             raw = response["Payload"].read()
         except Exception as exc:
             raise _mapped(exc, node.function) from None
@@ -221,7 +246,7 @@ def check_answer(node: Function, answer: Any, rows: int) -> dict[str, np.ndarray
         try:
             array = np.asarray(answer[spec.name])
             dtype = V2_TO_NUMPY[spec.datatype]
-            if array.dtype != dtype:
+            if array.dtype != dtype or spec.datatype == "BYTES":  # an object array's values are looked through too
                 array = _cast(array, spec.datatype, dtype)
         except (ValueError, TypeError, OverflowError):
             raise BackendError(f"{what} answered output '{spec.name}' with values that are not {spec.datatype}") from None

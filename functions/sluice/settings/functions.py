@@ -43,6 +43,15 @@ class FunctionSettings(Group):
             "raw tensor data up, as JSON tensors below it."
         ),
     )
+    function_threads: int = Field(
+        default=8,
+        gt=0,
+        description=(
+            "Threads each tenant's function steps run in (a module's callable, or the wait on a Lambda "
+            "function), apart from those that check keys and run models: a tenant whose calls never "
+            "return waits on its own threads only (its later calls time out), never another's."
+        ),
+    )
     function_max_payload_bytes: int = Field(
         default=6 * MiB,
         gt=0,

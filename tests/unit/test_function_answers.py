@@ -1,0 +1,91 @@
+"""A function step's answer is cast to the declared datatype only where no value changes:
+a property test against Python's own exact comparison of floats with integers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.domain.errors import BackendError
+from sluice.domain.functions import Function
+from sluice.runtimes.functions import check_answer
+
+INTEGERS = ("INT32", "INT64")  # what a step may declare
+FLOATS = ("FP32", "FP64")
+EDGES = [float(2**31), float(2**63), float(-(2**31)), float(-(2**63)), 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 1e300, -1, 0, 1]
+
+
+def step(datatype: str) -> Function:
+    return Function.model_validate({
+        "kind": "function", "function": "features:f",
+        "inputs": [{"name": "raw", "datatype": "FP32", "shape": [-1]}],
+        "outputs": [{"name": "out", "datatype": datatype, "shape": [-1]}],
+    })  # fmt: skip
+
+
+def answered(datatype: str, values: Any) -> np.ndarray | None:
+    """The output as checked, or None where it is refused."""
+    try:
+        return check_answer(step(datatype), {"out": values}, len(values))["out"]
+    except BackendError as error:
+        assert error.status == 502 and f"values that are not {datatype}" in error.message
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    datatype=st.sampled_from([*INTEGERS, *FLOATS, "BOOL", "BYTES"]),
+    values=st.one_of(
+        st.lists(st.one_of(st.floats(), st.sampled_from([float(v) for v in EDGES])), min_size=1, max_size=4),
+        st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([v for v in EDGES if isinstance(v, int)])), min_size=1, max_size=4),
+    ),
+)
+def test_an_answer_is_cast_only_where_no_value_changes(datatype: str, values: list[Any]) -> None:
+    array = np.asarray(values)
+    out = answered(datatype, array)
+    dtype = V2_TO_NUMPY[datatype]
+    if datatype == "BYTES":  # numbers are not text
+        assert out is None
+    elif datatype == "BOOL":
+        assert (out is not None) == (array.dtype.kind == "i" and all(v in (0, 1) for v in values))
+    elif datatype in INTEGERS:
+        info = np.iinfo(dtype)
+        fits = all(math.isfinite(v) and v == int(v) and info.min <= v <= info.max for v in values)  # Python compares exactly
+        assert (out is not None) == fits
+        if out is not None:
+            assert out.tolist() == [int(v) for v in values]  # never wrapped
+    else:
+        finfo = np.finfo(dtype)
+        if all(not math.isfinite(v) or abs(v) <= float(finfo.max) for v in values):
+            assert out is not None
+        if out is not None:
+            assert np.isfinite(out).tolist() == [math.isfinite(v) for v in values]  # 1e300 is no FP32 infinity
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values"),
+    [
+        ("BOOL", np.array([0.25, 7.5, -3.0])),
+        ("BYTES", np.array([1.5, 2.5])),
+        ("BYTES", np.array([{"a": 1}, None, 3], dtype=object)),
+        ("FP32", np.array([1e300, 5.0])),
+        ("INT64", np.array([2.0**63])),
+    ],
+    ids=["floats-as-bool", "floats-as-text", "objects-as-text", "past-fp32", "past-int64"],
+)
+def test_an_answer_of_another_type_is_refused(datatype: str, values: np.ndarray) -> None:
+    assert answered(datatype, values) is None
+
+
+def test_text_and_plain_numbers_are_taken_as_they_are_declared() -> None:
+    assert answered("BYTES", np.array(["a", b"b"], dtype=object)).tolist() == ["a", b"b"]  # type: ignore[union-attr]
+    assert answered("BYTES", np.array(["a", "bc"])).tolist() == ["a", "bc"]  # type: ignore[union-attr]
+    assert answered("BOOL", np.array([True, False])).tolist() == [True, False]  # type: ignore[union-attr]
+    assert answered("INT32", np.array([3.0, -2.0])).tolist() == [3, -2]  # type: ignore[union-attr]
+    assert answered("FP32", np.array([0.5, 7])).dtype == np.float32  # type: ignore[union-attr]
