@@ -110,6 +110,35 @@ def test_a_value_the_store_holds_that_is_not_of_the_declared_type_names_the_feat
             run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
 
 
+def test_a_key_of_empty_text_is_a_missing_entity_not_sent_to_dynamodb() -> None:
+    """DynamoDB refuses a whole BatchGetItem that asks for a key of empty text (moto does not:
+    the Stubber holds sluice to the one call with the other keys); the row takes its default,
+    as in the other stores, and a call of that key alone asks nothing."""
+    client = _client("dynamodb")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-t"]}), mode="aws", dynamodb=client)
+    names = {"#a0": "customer_id", "#a1": "avg_amount", "#a2": "vip"}
+    asked = {"RequestItems": {"acme-t": {"Keys": [{"customer_id": {"S": "c1"}}], "ProjectionExpression": "#a0, #a1, #a2", "ExpressionAttributeNames": names}}}
+    with Stubber(client) as stub:
+        stub.add_response("batch_get_item", {"Responses": {"acme-t": [{"customer_id": {"S": "c1"}, "avg_amount": {"N": "1.5"}}]}}, asked)
+        out, calls = run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array(["c1", "", "c1"], dtype=object)}, timeout_s=5))
+        assert out["avg_amount"].tolist() == [1.5, 0.0, 1.5] and calls == 1
+        out, calls = run(steps.call(_node("dynamodb", "acme-t"), "acme", {"customer": np.array([""], dtype=object)}, timeout_s=5))
+        assert out["avg_amount"].tolist() == [0.0] and calls == 0
+        stub.assert_no_pending_responses()
+
+
+def test_a_feature_groups_list_value_is_not_of_a_scalar_datatype() -> None:
+    """A List, Set or Vector feature comes back as `ValueAsStringList`: a value that is there but
+    not of the declared datatype, so a 502 naming it, never taken as missing (its default)."""
+    client = _client("sagemaker-featurestore-runtime")
+    steps = LookupSteps(LookupSettings(lookup_sources={"acme": [f"sagemaker:{GROUP}"]}), mode="aws", featurestore=client, sleep=lambda s: None)
+    record = {"FeatureGroupName": GROUP, "RecordIdentifierValueAsString": "c1", "Record": [{"FeatureName": "avg_amount", "ValueAsStringList": ["0.1", "0.2"]}]}
+    with Stubber(client) as stub:
+        stub.add_response("batch_get_record", {"Records": [record], "Errors": [], "UnprocessedIdentifiers": []})
+        with pytest.raises(BackendError, match=r"holds \"\['0.1', '0.2'\]\" for feature 'avg_amount' of customer_id='c1': not a FP32 value"):
+            run(steps.call(_node("sagemaker", GROUP), "acme", {"customer": np.array(["c1"], dtype=object)}, timeout_s=5))
+
+
 def test_stores_are_refused_outside_the_tenants_list_and_sqlite_on_aws() -> None:
     steps = LookupSteps(LookupSettings(lookup_sources={"acme": ["dynamodb:acme-customers"]}, lookup_sqlite="features/{tenant}.db"), mode="aws")
     assert steps.refusal(_node("dynamodb", "acme-customers"), "acme") is None

@@ -104,6 +104,25 @@ def test_no_tenant_table_or_feature_set_meets_anothers_entries(world: tuple[Look
     assert [ask(steps, node(cache_ttl_s=60), ["a"], tenant=t)[0] for t in ("acme", "globex", "acme")] == [[1.0], [100.0], [1.0]]
 
 
+def test_an_entry_never_answers_a_lookup_that_keeps_values_less_long(world: tuple[LookupSteps, Clock, Path]) -> None:
+    """Two lookups of one table and features, one keeping values longer (a larger `max_age_s`
+    or `cache_ttl_s`): the other is never answered by an entry the first kept, which may hold a
+    record it should read again."""
+    steps, clock, folder = world
+    write(folder / "acme.db", "f", {"a": (1.0, T0 - 30)})
+    lenient, strict = node(max_age_s=86400, cache_ttl_s=3600), node(max_age_s=60, cache_ttl_s=3600)
+    assert ask(steps, lenient, ["a"])[0] == [1.0]
+    write(folder / "acme.db", "f", {"a": (2.0, T0 + 50)})  # a fresh record
+    clock.now = T0 + 100
+    values, looked = ask(steps, strict, ["a"])
+    assert values == [2.0] and (looked.store_calls, looked.cache_hits) == (1, 0)  # not the stale entry's default
+    long, short = node(cache_ttl_s=3600), node(cache_ttl_s=10)
+    assert ask(steps, long, ["b"])[0] == [2.0]
+    write(folder / "acme.db", "f", {"b": (20.0, T0 + 101)})
+    clock.now = T0 + 120
+    assert ask(steps, short, ["b"])[0] == [20.0]  # the store as it is now: within the short lookup's 10 s
+
+
 def test_without_the_cache_every_request_reads_the_store(tmp_path: Path) -> None:
     write(tmp_path / "acme.db", "f", {"a": (1.0, T0)})
     on = LookupSteps(LookupSettings(lookup_sqlite=str(tmp_path / "{tenant}.db")), mode="local")

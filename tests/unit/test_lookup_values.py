@@ -1,13 +1,15 @@
 """The uncached lookup's fast paths against the general ones, on what a store may answer: the
 store's lists spread straight to the rows (`spread`, with its shortcut where every key was found
 in the keys' order and no event time is read) give what the cached path's rules give
-(`from_found`, then `_columns`): the same values, defaults, event times and 422s; and a SQLite
-store answers each shape of question alike however often its SQL was kept (`get_many`)."""
+(`from_found`, then `_columns`): the same values, defaults, event times and 422s; a SQLite
+store answers each shape of question alike however often its SQL was kept (`get_many`); and a
+value is cast to its feature's datatype as plain Python and NumPy say it is one, or is a 502."""
 
 from __future__ import annotations
 
 import math
 import sqlite3
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.errors import Unprocessable
+from sluice.domain.errors import BackendError, Unprocessable
 from sluice.domain.lookups import Lookup
 from sluice.runtimes.feature_stores import SqliteStore
 from sluice.runtimes.found import Found
-from sluice.runtimes.lookup_values import from_found, spread
+from sluice.runtimes.lookup_values import _array, from_found, spread
 from sluice.runtimes.lookups import _columns
 
 if TYPE_CHECKING:
@@ -108,3 +110,100 @@ def test_a_sqlite_store_answers_every_question_as_its_own_query(tmp_path_factory
             ((i,), a, c, None, t if event_time == "event_time" else None) for i, a, c, t in rows
         )
     assert store.calls == len(questions)
+
+
+DATATYPES = ["BOOL", "INT32", "INT64", "FP32", "FP64", "BYTES"]
+# What stores hand back: SQLite's numbers, text and blobs; DynamoDB's and SageMaker's numbers as
+# text; DynamoDB's booleans, binary, lists, maps and sets.
+NUMBER_TEXT = st.one_of(
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats().map(repr),
+    st.decimals(-(2**70), 2**70).map(str),
+    st.text("0123456789.eE+- ", max_size=12),
+    st.sampled_from(["1E+2", "1.2E+1", "-0", " 7 ", "12.5", "nan", "-Infinity", "3.4028235e38", "3.4028236e38"]),
+)
+STORED = st.one_of(
+    st.integers(-(2**66), 2**66),
+    st.floats(),
+    st.sampled_from([2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, 2.0**128 - 2.0**103, float(2**128 - 2**104)]),
+    NUMBER_TEXT,
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.booleans(),
+    st.lists(st.dictionaries(st.sampled_from("SN"), st.text(max_size=3), max_size=1), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.dictionaries(st.just("S"), st.text(max_size=3)), max_size=1),
+)
+NODE = {t: Lookup(store="dynamodb", table="acme-t", keys={"customer_id": "customer"}, features=[{"name": "f", "datatype": t}]) for t in DATATYPES}
+
+
+def as_datatype(value: Any, datatype: str) -> Any:
+    """What `value` is as `datatype`, by plain Python and NumPy: None where it is not one."""
+    if datatype == "BYTES":
+        if type(value) is bytes:
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        return str(value) if type(value) in (str, int, float) else None
+    if datatype == "BOOL":
+        return ...  # its spellings of true and false: not restated here
+    if type(value) not in (int, float, str):
+        return None
+    if datatype in ("INT32", "INT64"):
+        try:
+            exact = Fraction(value.strip() if type(value) is str else value)
+        except (ValueError, OverflowError, ZeroDivisionError):
+            return None
+        bits = int(datatype[3:])
+        return int(exact) if exact.denominator == 1 and -(2 ** (bits - 1)) <= exact < 2 ** (bits - 1) else None
+    try:
+        number = float(value)
+        with np.errstate(over="raise"):
+            return np.array([number], dtype=np.float32 if datatype == "FP32" else np.float64)[0]
+    except (ValueError, OverflowError, FloatingPointError):
+        return None
+
+
+def cast(values: list[Any], datatype: str) -> Any:
+    """`_array`'s answer as a list, or the 502's message."""
+    try:
+        return _array(values, datatype, NODE[datatype], "f", [("c1",)] * len(values)).tolist()
+    except BackendError as exc:
+        assert exc.status == 502
+        return exc.message
+
+
+@settings(max_examples=1500, deadline=None)
+@given(STORED, st.sampled_from(DATATYPES))
+def test_a_stored_value_is_its_datatypes_value_exactly_or_a_502_naming_it(value: Any, datatype: str) -> None:
+    """Whole numbers exactly (never through a float: 2**53 + 1 stays itself), within the
+    datatype's range; floats as NumPy rounds them, unless they overflow; text, UTF-8 bytes or a
+    number's digits for BYTES, never a container's Python text. Anything else: the 502 naming the
+    feature and the entity, never another error."""
+    got = cast([value], datatype)
+    want = as_datatype(value, datatype)
+    if want is ...:
+        assert isinstance(got, str) or type(got[0]) is bool, got
+    elif want is None:
+        assert isinstance(got, str) and "feature 'f' of customer_id='c1'" in got and f"not a {datatype} value" in got, got
+    elif datatype in ("FP32", "FP64") and math.isnan(want):
+        assert math.isnan(got[0])
+    else:
+        assert got == [want] and type(got[0]) is type(want.item() if isinstance(want, np.generic) else want), (got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["INT32", "INT64", "FP32", "FP64"]), st.data())
+def test_numbers_the_store_types_cast_as_their_text_does(datatype: str, data: st.DataObject) -> None:
+    """SQLite's typed numbers take the fast path; DynamoDB's text the value-by-value one: the same
+    answer, or both a 502."""
+    whole = st.integers(-(2**64), 2**64)
+    number = whole if datatype.startswith("INT") else st.one_of(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False))
+    values = data.draw(st.lists(number, min_size=1, max_size=4))
+    typed, text = cast(values, datatype), cast([str(v) for v in values], datatype)
+    assert typed == text or (isinstance(typed, str) and isinstance(text, str)), (typed, text)
+
+
+def test_a_number_spelled_with_a_huge_exponent_is_refused_at_once() -> None:
+    assert "not a INT64 value" in cast(["1e999999999"], "INT64")
+    assert cast(["9007199254740993", "123456789012345678"], "INT64") == [9007199254740993, 123456789012345678]

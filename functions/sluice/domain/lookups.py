@@ -28,6 +28,7 @@ when the lookup names one; a sequence's `expose` puts it in the answer.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from functools import cached_property
@@ -56,6 +57,20 @@ TABLE_PATTERNS = {
 }
 Attribute = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")]
 Value = StrictBool | StrictInt | StrictFloat | StrictStr
+WHOLE = {"INT32": (-(2**31), 2**31 - 1), "INT64": (-(2**63), 2**63 - 1)}  # the integers each holds
+# The least magnitude that rounds to infinity: half way past the largest finite float (a tie goes
+# to the even mantissa, infinity's).
+OVERFLOW = {"FP32": 2**128 - 2**103, "FP64": 2**1024 - 2**970}
+
+
+def holds(datatype: str, number: float) -> bool:
+    """Whether a numeric `datatype` holds `number` (an integer for INT32/INT64): an integer within
+    its range; a number that does not round to infinity as a float (NaN and the infinities are
+    floats). A default and a store's value are held to the same rule."""
+    whole = WHOLE.get(datatype)
+    if whole is not None:
+        return whole[0] <= number <= whole[1]
+    return not abs(number) >= OVERFLOW[datatype] or number in (math.inf, -math.inf)
 
 
 class FeatureSpec(Part):
@@ -70,8 +85,10 @@ class FeatureSpec(Part):
         text, flag = isinstance(self.default, str), isinstance(self.default, bool)
         if (self.datatype == "BYTES") != text or (self.datatype == "BOOL") != flag:
             raise ValueError(f"default {self.default!r} is not a {self.datatype} value")
-        if self.datatype in ("INT32", "INT64") and not isinstance(self.default, int):
+        if self.datatype in WHOLE and not isinstance(self.default, int):
             raise ValueError(f"default {self.default!r} is not a whole number")
+        if isinstance(self.default, int | float) and not flag and not holds(self.datatype, self.default):
+            raise ValueError(f"default {self.default!r} is not a {self.datatype} value: out of its range")
         return self
 
     def spec(self) -> TensorSpec:

@@ -80,7 +80,7 @@ def _plain(value: dict[str, Any]) -> Any:
         return bool(inner)
     if kind == "NULL":
         return None
-    return inner  # sets, lists, maps, binary: the cast refuses them with the feature named
+    return inner  # binary as bytes (a BYTES feature's UTF-8 text); sets, lists, maps: the cast refuses them, the feature named
 
 
 class _Remote(_Counted):
@@ -113,12 +113,17 @@ class _Remote(_Counted):
 
 class DynamoStore(_Remote):
     """`client`: a DynamoDB client (boto3's low-level one). `key_types`: per key name, `S` or `N`
-    (from the input's datatype)."""
+    (from the input's datatype). A key of empty text is no item's (DynamoDB refuses the whole
+    call that asks for one): it is not asked, and is not found, as in the other stores."""
 
     def get_many(
         self, table: str, key_names: Sequence[str], keys: Sequence[Key], features: Sequence[str], event_time: str, key_types: Sequence[str] = ()
     ) -> Found:
         types = list(key_types) or ["S"] * len(key_names)
+        found = Found.of(features)
+        keys = [k for k in keys if "" not in k]
+        if not keys:
+            return found
         names = {f"#a{i}": n for i, n in enumerate(dict.fromkeys((*key_names, *features, *([event_time] if event_time else []))))}
         request: dict[str, Any] = {
             table: {
@@ -127,7 +132,6 @@ class DynamoStore(_Remote):
                 "ExpressionAttributeNames": names,
             }
         }
-        found = Found.of(features)
         for response in self._responses(f"DynamoDB table '{table}'", lambda r: self.client.batch_get_item(RequestItems=r), request, "UnprocessedKeys", "keys"):
             for item in response.get("Responses", {}).get(table, ()):
                 values = {k: _plain(v) for k, v in item.items()}
@@ -145,7 +149,7 @@ class SageMakerStore(_Remote):
         found = Found.of(features)
         for response in self._responses(f"feature group '{table}'", lambda r: self.client.batch_get_record(Identifiers=r), identifiers, "UnprocessedIdentifiers", "records"):
             for record in response.get("Records", ()):
-                values = {f["FeatureName"]: f.get("ValueAsString") for f in record.get("Record", ())}
+                values = {f["FeatureName"]: f["ValueAsString"] if "ValueAsString" in f else f.get("ValueAsStringList") for f in record.get("Record", ())}
                 found.add((record["RecordIdentifierValueAsString"],), values, values.get(event_time))
             errors = [e for e in response.get("Errors", ()) if e.get("ErrorCode") != "ResourceNotFound"]  # a record not found is a miss
             if errors:

@@ -3,7 +3,8 @@ entity read from the store once is not read again until its entry expires.
 
 Entries are grouped by what they answer, a space: the tenant, the store (for SQLite, the
 tenant's own file), the table or feature group, the key names, the features with their
-datatypes and the event-time attribute read. A space is only ever asked for by a lookup of
+datatypes and the event-time attribute read, and the lookup's `ttl` and `max_age_s`, which set
+when its entries expire (`LookupSteps._space`). A space is only ever asked for by a lookup of
 the same tenant and table, so a key of another tenant or another table cannot meet an entry
 that is not its own: the space is part of every question, not a prefix a key could forge.
 

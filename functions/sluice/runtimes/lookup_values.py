@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from sluice.codecs.coded_text import CodedText, coded
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain.errors import BackendError, InvalidInput, Unprocessable
+from sluice.domain.lookups import WHOLE, holds
 from sluice.runtimes.found import epoch_seconds
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false",
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
 _NUMBERS = {"FP32": frozenset((float, int)), "FP64": frozenset((float, int)), "INT32": frozenset((int,)), "INT64": frozenset((int,))}  # taken at once
 SMALL = 256  # up to this many rows a dict tells keys apart sooner than a sort
+_LARGEST = 2**64  # past any integer datatype's range: a number this large is refused before it is spelled out
 
 
 @dataclass(slots=True)
@@ -267,19 +270,35 @@ def spread(node: Lookup, keys: list[Key], found: Found, inverse: np.ndarray | No
 
 def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list[Key]) -> np.ndarray:
     """The values as an array of `datatype`: at once where every value is already a number
-    of the kind asked (SQLite's; DynamoDB's numbers come as text), else value by value, the
-    first that is not one named with its entity."""
+    of the kind asked (SQLite's; DynamoDB's numbers come as text) and the datatype holds them,
+    else value by value, the first that is not one named with its entity."""
     dtype = V2_TO_NUMPY[datatype]
     numbers = _NUMBERS.get(datatype)
     if numbers is not None and numbers.issuperset(map(type, raw)):
-        return np.array(raw, dtype=dtype)
+        try:
+            if datatype != "FP32":  # NumPy refuses an integer out of range itself; FP64 holds any other
+                return np.array(raw, dtype=dtype)
+            with np.errstate(over="raise"):  # else a number past FP32's range quietly becomes infinity
+                return np.array(raw, dtype=dtype)
+        except (OverflowError, FloatingPointError):
+            pass  # a number the datatype does not hold: `_cast` names it
     return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
 
 
 def _cast(value: Any, datatype: str, node: Lookup, feature: str, key: Key) -> Any:
+    """One value as `datatype` holds it, or a 502 naming the feature and the entity: text (UTF-8
+    bytes decoded, a number as its digits) for BYTES, never a container's Python text; an exact
+    integer within the datatype's range for INT32/INT64 (digits past 2**53 kept); a float that
+    does not overflow for FP32/FP64."""
     try:
         if datatype == "BYTES":
-            return value if isinstance(value, str) else str(value)
+            if type(value) is str:
+                return value
+            if type(value) is bytes:
+                return value.decode("utf-8")
+            if type(value) in (int, float):
+                return str(value)
+            raise ValueError(value)
         if datatype == "BOOL":
             if isinstance(value, bool):
                 return value
@@ -289,17 +308,32 @@ def _cast(value: Any, datatype: str, node: Lookup, feature: str, key: Key) -> An
             raise ValueError(text)
         if isinstance(value, bool | dict | list | set | bytes):
             raise ValueError(value)
-        if datatype in ("INT32", "INT64"):
-            number = float(value)
-            if not number.is_integer():
-                raise ValueError(value)
-            return int(number)
-        return float(value)
-    except (ValueError, TypeError, OverflowError):
+        number = _whole(value) if datatype in WHOLE else float(value)
+        if holds(datatype, number):
+            return number
+        raise ValueError(value)
+    except (ValueError, TypeError, ArithmeticError):
         raise BackendError(
             f"{node.store} '{node.table}' holds {str(value)[:40]!r} for feature '{feature}' of {entity(node, key)}: not a {datatype} value",
             field="policy",
         ) from None
+
+
+def _whole(value: Any) -> int:
+    """A whole number exactly (DynamoDB's and SageMaker's come as text: never through a float,
+    which keeps 53 bits), whatever its spelling ("12", "1.2E+1", 12.0); else an error `_cast` turns
+    into its 502."""
+    if type(value) is int:
+        return value
+    if type(value) is str:
+        try:
+            return int(value)
+        except ValueError:
+            pass  # "1.2E+1", "12.0": Decimal's to read
+    exact = Decimal(value)
+    if not (exact.is_finite() and abs(exact) <= _LARGEST and exact == exact.to_integral_value()):
+        raise ValueError(value)  # checked before `int`, which would spell out 1E+999999999
+    return int(exact)
 
 
 def entity(node: Lookup, key: Key) -> str:

@@ -268,6 +268,12 @@ class LookupSteps:
         reading = _Reading(node, self.settings, self.store(node, tenant), tuple(node.keys.values()), tuple(node.keys), tuple(f.name for f in node.features), self.ttl(node))
         return keep(self._readings, (id(node), tenant), reading, MAX_READINGS)
 
+    def _space(self, node: Lookup, tenant: str, types: tuple[str, ...], ttl: float) -> tuple[Any, ...]:
+        """Where the feature cache keeps `node`'s entries for `tenant`: what a read of its store
+        answers, and the rule an entry's expiry is set by (the `ttl`, `max_age_s`), so a lookup
+        is never answered by an entry kept under a longer one."""
+        return (tenant, self._store_key(node, tenant), types, *node.reads, ttl, node.max_age_s)
+
     async def _call(self, node: Lookup, tenant: str, arrays: dict[str, np.ndarray], timeout_s: float) -> Looked:
         refused = self.refusal(node, tenant)  # every call, as the settings say now
         if refused is not None:
@@ -288,7 +294,7 @@ class LookupSteps:
         calls_before = store.calls
         text = coded(every)  # a batch job's text column: its distinct keys known from its codes
         if text is not None and cache is not None:
-            space = (tenant, self._store_key(node, tenant), types, *node.reads)
+            space = self._space(node, tenant, types, ttl)
             return await self._by_entity(node, store, coded_entities(text), arrays, text, (types, ttl, space), timeout_s)
         if cache is None:  # the store's lists spread to the rows: no arrays kept for a cache
             if text is not None:
@@ -311,7 +317,7 @@ class LookupSteps:
             out.update(spread(node, wanted, found, inverse, self.clock()))
             return Looked(out, store.calls - calls_before)
         # rows found in the cache are served from it as they are; the others' entities read
-        space = (tenant, self._store_key(node, tenant), types, *node.reads)
+        space = self._space(node, tenant, types, ttl)
         hashes = hashes_of(together)
         hit, held = cache.get(space, hashes, every)
         hits = int(np.count_nonzero(hit))
