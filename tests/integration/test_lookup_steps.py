@@ -8,6 +8,7 @@ service's own shapes."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
@@ -311,6 +312,25 @@ def test_refusals_when_saved_name_the_field(world: World, change: Any, field: st
     r = world.save("refused", policy)
     assert r.status_code == 422, r.text
     assert r.json()["field"] == field and words in r.json()["error"], r.json()
+
+
+def test_a_default_stored_before_its_range_was_checked_still_reads_and_its_other_settings_change(world: World) -> None:
+    """The range of a default is checked where a policy is written: one stored before (an INT32
+    default of 5e9) still reads, answers rows that have their features and takes a change of
+    its other settings; written again, it is refused naming the feature."""
+    from dataclasses import replace
+
+    assert world.save("legacy", fraud()).status_code == 201
+    stored = world.container.registry.get_deployment("acme", "legacy")
+    old = json.loads(json.dumps(stored.policy))
+    old["steps"][0]["target"]["features"][1].update(datatype="INT32", default=5_000_000_000)
+    world.container.registry.update_deployment(replace(stored, policy=old), expected_revision=stored.revision)
+    assert world.client.get("/api/v1/deployments/legacy", headers=world.acme).status_code == 200
+    r = world.client.put("/api/v1/deployments/legacy", json={"capture": {"sample_percent": 10}}, headers=world.acme)
+    assert r.status_code == 200, r.text
+    r = world.client.put("/api/v1/deployments/legacy", json={"policy": old}, headers=world.acme)
+    assert r.status_code == 422 and r.json()["field"] == "policy.steps.0.target.features.1", r.text
+    world.client.delete("/api/v1/deployments/legacy", headers=world.acme)
 
 
 def test_a_lookup_alone_is_not_a_policy(world: World) -> None:

@@ -87,9 +87,14 @@ class FeatureSpec(Part):
             raise ValueError(f"default {self.default!r} is not a {self.datatype} value")
         if self.datatype in WHOLE and not isinstance(self.default, int):
             raise ValueError(f"default {self.default!r} is not a whole number")
-        if isinstance(self.default, int | float) and not flag and not holds(self.datatype, self.default):
-            raise ValueError(f"default {self.default!r} is not a {self.datatype} value: out of its range")
-        return self
+        return self  # its range: where a policy is written (`past_range_default`), so one stored before stays readable
+
+    def past_range_default(self) -> str | None:
+        """Why the default is no value of the datatype (past its range), or None."""
+        default = self.default
+        if isinstance(default, int | float) and not isinstance(default, bool) and not holds(self.datatype, default):
+            return f"default {default!r} is not a {self.datatype} value: out of its range"
+        return None
 
     def spec(self) -> TensorSpec:
         return TensorSpec(self.name, self.datatype, (DYNAMIC,))

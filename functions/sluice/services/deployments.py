@@ -138,6 +138,8 @@ class DeploymentService:
         allowed wherever the new one carries them (one stored before MAX_WEIGHT was a bound)."""
         node = parse_policy(policy)
         _check_weights(node, stored)
+        if policy is not stored:  # the stored policy, kept: held to the rules it was written under
+            _check_defaults(node)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -513,6 +515,17 @@ def _check_weights(node: Node, stored: dict[str, Any] | None) -> None:
     for where, weight in _weights(node):
         if weight > MAX_WEIGHT and weight not in kept:
             raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)
+
+
+def _check_defaults(node: Node) -> None:
+    """A lookup's feature defaults written are values of their datatypes (a 422 naming the
+    feature; an INT32 default of 5e9 failed every row that took it)."""
+    for field, child in fields_of(node):
+        if isinstance(child, Lookup):
+            for i, feature in enumerate(child.features):
+                why = feature.past_range_default()
+                if why is not None:
+                    raise InvalidRequest(f"{field}.features.{i}: {why}", field=f"{field}.features.{i}")
 
 
 def _weights(node: Node) -> Iterator[tuple[str, float]]:
