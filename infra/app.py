@@ -21,7 +21,7 @@ from infra.config import DEFAULT_CONFIG, FunctionsConfig, SluiceConfig, load_con
 from infra.constructs.functions import FunctionPlatform, functions_of
 from infra.constructs.grants import FunctionSteps, LookupSources
 from infra.nag import register_checks
-from infra.naming import ARTIFACTS_PREFIX, ResourceNames
+from infra.naming import ARTIFACTS_PREFIX, ResourceNames, inference_component
 from infra.stacks.api import ApiStack
 from infra.stacks.batch import BatchStack
 from infra.stacks.endpoints import EndpointsStack
@@ -112,6 +112,10 @@ def build_app(
         concurrency=config.concurrency,
         snap_start=config.functions.snap_start,
         preload=preload_environment(config.functions),
+        reserved_components=[
+            inference_component(names.endpoint(e.name), v.name)
+            for e in config.endpoints if e.inference_components is not None for v in e.variants
+        ],
         **functions,
     )  # fmt: skip
     streams = None

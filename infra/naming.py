@@ -41,6 +41,12 @@ MONITOR_PREFIX = "monitor/"
 CAPTURE_ERRORS_PREFIX = "capture-errors/"
 
 
+def inference_component(endpoint: str, variant: str) -> str:
+    """The inference component of one variant of a config-file endpoint (SageMaker's 63
+    characters at most)."""
+    return f"{endpoint}-{variant}"[:63]
+
+
 def tenant_prefix(prefix: str, tenant: str) -> str:
     """One tenant's folder under `prefix` (results, uploads)."""
     return f"{prefix}tenants/{tenant}/"

@@ -116,13 +116,23 @@ class SluiceConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _stream_concurrency(self) -> SluiceConfig:
-        reserved = self.concurrency.total + sum(s.reserved_concurrency or 0 for s in self.streams)
+    def _reservations_fit(self) -> SluiceConfig:
+        """Every function's reservation counts against the one account: the `concurrency`
+        section's, the websocket function's and each stream's, added together."""
+        parts = {"concurrency": self.concurrency.total}
+        if self.websocket.enabled and self.websocket.reserved_concurrency:
+            parts["websocket.reserved_concurrency"] = self.websocket.reserved_concurrency
+        streams = sum(stream.reserved_concurrency or 0 for stream in self.streams)
+        if streams:
+            parts["streams' reserved_concurrency"] = streams
+        reserved = sum(parts.values())
         room = self.concurrency.account_limit - UNRESERVED_MINIMUM
-        if self.streams and reserved > room:
+        if reserved > room:
+            shares = ", ".join(f"{name} {n}" for name, n in parts.items())
             raise ValueError(
-                f"reserved concurrency with the streams adds up to {reserved}; at most {room} "
-                "may be reserved"
+                f"reserved concurrency adds up to {reserved} ({shares}), but Lambda keeps "
+                f"{UNRESERVED_MINIMUM} of the account's {self.concurrency.account_limit} "
+                f"unreserved: at most {room} may be reserved"
             )
         return self
 
@@ -138,17 +148,6 @@ class SluiceConfig(Section):
         if days not in LOG_RETENTION:
             raise ValueError(f"log_retention_days must be one of {tuple(LOG_RETENTION)}")
         return days
-
-    @model_validator(mode="after")
-    def _websocket_capacity(self) -> SluiceConfig:
-        reserved = self.websocket.reserved_concurrency if self.websocket.enabled else None
-        limit = self.concurrency.account_limit - UNRESERVED_MINIMUM
-        if reserved is not None and self.concurrency.total + reserved > limit:
-            raise ValueError(
-                f"reserved concurrency adds up to {self.concurrency.total + reserved} with "
-                f"websocket.reserved_concurrency, but at most {limit} may be reserved"
-            )
-        return self
 
     @model_validator(mode="after")
     def _score_capacity(self) -> SluiceConfig:

@@ -143,6 +143,11 @@ class StreamConfig(Section):
         if self.max_concurrency and source.kind != "sqs":
             raise ValueError("max_concurrency applies to SQS sources only")
         reserved = self.reserved_concurrency
+        if reserved is not None and reserved < 2 and source.kind == "sqs":
+            raise ValueError(
+                f"an SQS source's reserved_concurrency ({reserved}) must be at least 2: its mapping "
+                "runs at least 2 invocations at once, and the extra one would only be throttled"
+            )
         if reserved is not None and self.max_concurrency and self.max_concurrency > reserved:
             raise ValueError(
                 f"max_concurrency ({self.max_concurrency}) exceeds reserved_concurrency ({reserved}): "
@@ -165,10 +170,8 @@ class StreamConfig(Section):
     @property
     def mapping_concurrency(self) -> int | None:
         """The invocations an SQS mapping may run at once: `max_concurrency`, else the
-        function's reserved concurrency (SQS's floor is 2). None for other sources, whose
-        concurrency follows their shards or partitions (and the reserved concurrency caps it)."""
+        function's reserved concurrency (both at least 2, SQS's floor). None for other sources,
+        whose concurrency follows their shards or partitions (and the reserved concurrency caps it)."""
         if self.source.kind != "sqs":
             return None
-        if self.max_concurrency:
-            return self.max_concurrency
-        return max(2, self.reserved_concurrency) if self.reserved_concurrency else None
+        return self.max_concurrency or self.reserved_concurrency

@@ -31,6 +31,7 @@ from __future__ import annotations
 from aws_cdk import Duration
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
@@ -69,6 +70,32 @@ def _with_retries(task: tasks.LambdaInvoke, *, attempts: int) -> tasks.LambdaInv
     return task
 
 
+class _ChunkListReader(sfn.S3JsonItemReader):
+    """Reads the chunk list Plan wrote, by the bucket and key in the state. CDK grants such a
+    reader nothing (its bucket is known at run time); it may read under `objects` alone."""
+
+    def __init__(self, *, objects: str, bucket_name_path: str, key: str) -> None:
+        super().__init__(bucket_name_path=bucket_name_path, key=key)
+        self._objects = objects
+
+    def provide_policy_statements(self) -> list[iam.PolicyStatement]:
+        return [iam.PolicyStatement(actions=["s3:GetObject"], resources=[self._objects])]
+
+
+class _PrefixResultWriter(sfn.ResultWriterV2):
+    """Writes child results under `prefix`. CDK grants a result writer every key of its
+    bucket (the inbox, outbox, capture and monitor of every tenant); this one, the prefix's."""
+
+    def __init__(self, *, bucket: s3.IBucket, prefix: str) -> None:
+        super().__init__(bucket=bucket, prefix=prefix)
+        self._objects = bucket.arn_for_objects(f"{prefix}/*")
+
+    def provide_policy_statements(self) -> list[iam.PolicyStatement]:
+        # What Step Functions asks of a ResultWriter's role (a multipart upload of the results).
+        actions = ["s3:PutObject", "s3:GetObject", "s3:ListMultipartUploadParts", "s3:AbortMultipartUpload"]
+        return [iam.PolicyStatement(actions=actions, resources=[self._objects])]
+
+
 class BatchWorkflow(Construct):
     def __init__(
         self,
@@ -83,6 +110,7 @@ class BatchWorkflow(Construct):
         mark_failed: lambda_.IFunction,
         execution_ended: lambda_.IFunction,
         work_bucket: s3.IBucket,
+        work_prefix: str,
         map_results_prefix: str,
         max_concurrency: int,
         tolerated_failure_percentage: float,
@@ -148,7 +176,8 @@ class BatchWorkflow(Construct):
         chunks = sfn.DistributedMap(
             self,
             "ScoreChunks",
-            item_reader=sfn.S3JsonItemReader(
+            item_reader=_ChunkListReader(
+                objects=work_bucket.arn_for_objects(f"{work_prefix}*"),
                 bucket_name_path=sfn.JsonPath.string_at("$.plan.chunks.bucket"),
                 key=sfn.JsonPath.string_at("$.plan.chunks.key"),
             ),
@@ -159,7 +188,7 @@ class BatchWorkflow(Construct):
             max_concurrency=max_concurrency,
             tolerated_failure_percentage=tolerated_failure_percentage,
             map_execution_type=child_execution_type,
-            result_writer_v2=sfn.ResultWriterV2(bucket=work_bucket, prefix=map_results_prefix),
+            result_writer_v2=_PrefixResultWriter(bucket=work_bucket, prefix=map_results_prefix),
             result_path="$.map",
         )
         chunks.item_processor(score_task)
@@ -269,10 +298,16 @@ class BatchWorkflow(Construct):
                     "(PutTraceSegments, GetSamplingRules, …) have no resource-level "
                     "permissions; CDK grants exactly those for ALL-level logging and tracing."
                 )
-            elif ":s3:::" in finding:
+            elif ":s3:::" in finding and finding.endswith("/work/*]"):
                 reason = (
-                    "The distributed Map reads the chunk list Plan wrote and writes child "
-                    "results under work/map-results/ in the batch bucket; keys are per job."
+                    "The distributed Map reads the chunk list Plan wrote, "
+                    "work/<tenant>/<job>/chunks.json in the batch bucket; its key is per job and "
+                    "comes from Plan's output, and the role may only read (GetObject) under work/."
+                )
+            elif ":s3:::" in finding and finding.endswith("/work/map-results/*]"):
+                reason = (
+                    "The distributed Map writes child results under work/map-results/ in the "
+                    "batch bucket, one folder per execution that Step Functions names; nowhere else."
                 )
             elif finding.endswith(".Arn>:*]"):
                 reason = (

@@ -78,11 +78,20 @@ LIFECYCLE_ACTIONS = (
     "sagemaker:ListTags",
     "sagemaker:DeleteTags",
 )
-# What the API may never do to the operator's own endpoints that share the run-time prefix.
+# What the API may never do to the operator's own endpoints that share the run-time prefix,
+# and to their inference components.
 RESERVED_DENIED = (
     "sagemaker:CreateEndpoint",
     "sagemaker:UpdateEndpoint",
     "sagemaker:DeleteEndpoint",
+    "sagemaker:AddTags",
+    "sagemaker:DeleteTags",
+)
+RESERVED_COMPONENT_DENIED = (
+    "sagemaker:CreateInferenceComponent",
+    "sagemaker:UpdateInferenceComponent",
+    "sagemaker:UpdateInferenceComponentRuntimeConfig",
+    "sagemaker:DeleteInferenceComponent",
     "sagemaker:AddTags",
     "sagemaker:DeleteTags",
 )
@@ -122,16 +131,21 @@ class EndpointLifecycle(Construct):
         store_prefix: str,
         results_prefix: str,
         reserved_endpoints: Sequence[str] = (),
+        reserved_components: Sequence[str] = (),
     ) -> None:
         """`store_prefix`: the artifact store's root in `model_bucket` (`artifacts/`); the store
         keeps objects under `tenants/<tenant>/sha256/<digest><suffix>` below it, and
         asynchronous results under `results_prefix` + `tenants/<tenant>/`.
-        `reserved_endpoints`: the operator's endpoints (infra/sluice.yaml's) whose names share
-        the run-time prefix: the API may invoke and re-weight them, never replace, retag, delete
-        them or their scaling alarms (an explicit Deny, whatever the `sluice-*` grants allow)."""
+        `reserved_endpoints` and `reserved_components`: the operator's endpoints (infra/sluice.yaml's)
+        and their inference components, whose names share the run-time prefix: the API may invoke
+        and re-weight them, never replace, retag, delete them or their scaling alarms (an explicit
+        Deny, whatever the `sluice-*` grants allow)."""
         super().__init__(scope, id)
         stack = Stack.of(self)
         self._reserved = [n for n in reserved_endpoints if n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)]
+        self._reserved_components = [
+            n for n in reserved_components if n.lower().startswith(RUNTIME_ENDPOINT_PREFIX)
+        ]
         prefix = RUNTIME_ENDPOINT_PREFIX
 
         self.execution_role = role = execution_role(
@@ -198,18 +212,27 @@ class EndpointLifecycle(Construct):
         )
 
     def _reserved_denials(self) -> list[iam.PolicyStatement]:
-        """The operator's endpoints out of the API's reach but for invoking and re-weighting."""
-        if not self._reserved:
-            return []
+        """The operator's endpoints and components out of the API's reach but for invoking and
+        re-weighting."""
         stack = Stack.of(self)
-        endpoints = [stack.format_arn(service="sagemaker", resource="endpoint", resource_name=n.lower()) for n in self._reserved]
-        alarms = [
-            stack.format_arn(service="cloudwatch", resource="alarm", resource_name=f"TargetTracking-endpoint/{n}/*", arn_format=ArnFormat.COLON_RESOURCE_NAME)
-            for n in self._reserved
+
+        def arns(service: str, resource: str, names: list[str], arn_format: ArnFormat = ArnFormat.SLASH_RESOURCE_NAME) -> list[str]:
+            return [stack.format_arn(service=service, resource=resource, resource_name=n, arn_format=arn_format) for n in names]
+
+        # Target tracking names its alarms `TargetTracking-endpoint/<endpoint>/…` and
+        # `TargetTracking-inference-component/<component>-AlarmHigh|AlarmLow-<uuid>`; the
+        # capital A keeps the latter from matching a run-time component (sluice's are lower case).
+        alarms = [f"TargetTracking-endpoint/{n}/*" for n in self._reserved]
+        alarms += [f"TargetTracking-inference-component/{n}-Alarm*" for n in self._reserved_components]
+        denials = [
+            (RESERVED_DENIED, arns("sagemaker", "endpoint", [n.lower() for n in self._reserved])),
+            (RESERVED_COMPONENT_DENIED, arns("sagemaker", "inference-component", [n.lower() for n in self._reserved_components])),
+            (ALARM_ACTIONS, arns("cloudwatch", "alarm", alarms, ArnFormat.COLON_RESOURCE_NAME)),
         ]
         return [
-            iam.PolicyStatement(effect=iam.Effect.DENY, actions=list(RESERVED_DENIED), resources=endpoints),
-            iam.PolicyStatement(effect=iam.Effect.DENY, actions=list(ALARM_ACTIONS), resources=alarms),
+            iam.PolicyStatement(effect=iam.Effect.DENY, actions=list(actions), resources=resources)
+            for actions, resources in denials
+            if resources
         ]
 
     def grant_manage(self, role: iam.IRole) -> iam.Policy:

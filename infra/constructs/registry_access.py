@@ -10,7 +10,11 @@ is which partitions and which actions, per function:
   only through `TenantRegistryRole`, assumed per request for the request's tenant;
 - the shadow and batch functions may read and write `T#*` items, never delete, never touch
   API keys;
-- nobody may Scan, run PartiQL, export, or change or delete the table.
+- the functions that run in the background over every tenant (the rollout controller, the
+  monitoring check, the registry events) may Scan the whole table, reading each item's keys
+  and the one attribute they look for alone (`grant_keys_scan`): they see every item's keys,
+  API key ids included, never its other attributes;
+- nobody else may Scan; nobody may run PartiQL, export, or change or delete the table.
 
 Tenant isolation itself needs the tenant in the credentials: `TenantRegistryRole` may only
 reach `T#<tenant>` and `T#<tenant>#*` where `<tenant>` is the `tenant` session tag the caller

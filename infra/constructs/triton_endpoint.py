@@ -47,7 +47,7 @@ from infra.constructs.sagemaker_role import (
 )
 from infra.constructs.triton_image import triton_image
 from infra.nag import acknowledge, wildcard_resource
-from infra.naming import RESULTS_PREFIX, UPLOADS_PREFIX, tenant_prefix
+from infra.naming import RESULTS_PREFIX, UPLOADS_PREFIX, inference_component, tenant_prefix
 from sluice.endpoints.scaling import INSTANCES, ROUTING_STRATEGY
 
 
@@ -252,7 +252,7 @@ class TritonEndpoint(Construct):
         self, variant: EndpointVariant, spec: InferenceComponents, scaling: EndpointScaling
     ) -> None:
         """The variant's model as an inference component, its copies scaling to zero and back."""
-        name = f"{self.endpoint_name}-{variant.name}"[:63]
+        name = inference_component(self.endpoint_name, variant.name)
         component = sagemaker.CfnInferenceComponent(
             self,
             f"Component-{variant.name}",

@@ -5,7 +5,7 @@ and the WebSocket API where it is on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -55,10 +55,12 @@ class ApiStack(FunctionStack):
         concurrency: ConcurrencyConfig,
         snap_start: bool,
         preload: Mapping[str, str],
+        reserved_components: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         """`websocket`: None without the WebSocket API; `preload`: the environment that tells
-        the SnapStart functions what to load before their snapshot; `kwargs`: FunctionStack's
+        the SnapStart functions what to load before their snapshot; `reserved_components`: the
+        inference components of the config file's endpoints; `kwargs`: FunctionStack's
         (names, platform, endpoint_names) and Stack's."""
         super().__init__(scope, id, **kwargs)
         names, platform, storage = self.names, self.platform, self.storage
@@ -94,6 +96,7 @@ class ApiStack(FunctionStack):
             store_prefix=STORE_PREFIX,
             results_prefix=RESULTS_PREFIX,
             reserved_endpoints=self.endpoint_names,
+            reserved_components=reserved_components,
         )
         self.capture = CaptureStream(
             self, stream_name=names.capture_stream, bucket=storage.batch, logs=platform.logs

@@ -190,6 +190,7 @@ class BatchStack(FunctionStack):
             mark_failed=mark_failed.function,
             execution_ended=execution_ended.function,
             work_bucket=bucket,
+            work_prefix=WORK_PREFIX,
             map_results_prefix=MAP_RESULTS_PREFIX,
             max_concurrency=batch.max_concurrency,
             tolerated_failure_percentage=batch.tolerated_failure_percentage,

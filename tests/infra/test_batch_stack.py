@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
 
 from tests.infra.state_machines import state_machine_definition
 from tests.infra.synth import (
+    ACCOUNT,
+    REGION,
     Synthesized,
+    as_list,
     function_by_handler,
     policy_statements_of_role,
     properties,
@@ -77,6 +81,28 @@ def test_map_is_distributed_reads_the_chunk_list_plan_wrote_and_tolerates_failur
     assert chunks["ResultWriter"]["Parameters"]["Bucket"] == "sluice-batch-123456789012-us-east-1"
     score = chunks["ItemProcessor"]["States"][chunks["ItemProcessor"]["StartAt"]]
     assert score["Resource"].endswith(":function:sluice-batch-score")
+
+
+def test_the_state_machine_reads_only_under_work_and_writes_only_its_map_results(full_app: Synthesized) -> None:
+    """The Map reads the chunk list Plan wrote and writes its child results; it may not read
+    or overwrite any tenant's inbox, outbox, capture or monitor files."""
+    (machine,) = properties(full_app.template("batch"), "AWS::StepFunctions::StateMachine")
+    statements = policy_statements_of_role(full_app.resolved("batch"), machine["RoleArn"]["Fn::GetAtt"][0])
+    bucket = f"arn:aws:s3:::sluice-batch-{ACCOUNT}-{REGION}"
+
+    def may(action: str, key: str) -> bool:
+        return any(
+            fnmatchcase(action, a) and any(fnmatchcase(f"{bucket}/{key}", r) for r in as_list(s["Resource"]))
+            for s in statements
+            for a in as_list(s["Action"])
+        )
+
+    assert may("s3:GetObject", "work/acme/job-1/chunks.json")
+    for action in ("s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"):
+        assert may(action, "work/map-results/0f1e/manifest.json"), action
+    for key in ("inbox/acme/fraud/in.csv", "outbox/acme/job-1/part-00000.csv", "capture/tenant=acme/x.json", "monitor/acme/fraud/baseline.json"):
+        assert not may("s3:GetObject", key) and not may("s3:PutObject", key), key
+    assert not may("s3:PutObject", "work/acme/job-1/chunks.json")
 
 
 def test_every_lambda_task_retries_throttling_with_backoff(definition: dict[str, Any]) -> None:

@@ -4,7 +4,9 @@ and a config that would leave Lambda less than its unreserved minimum is refused
 from __future__ import annotations
 
 import pytest
-from infra.config import UNRESERVED_MINIMUM, SluiceConfig, load_config
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from infra.config import UNRESERVED_MINIMUM, ConcurrencyConfig, SluiceConfig, load_config
 from pydantic import ValidationError
 
 from tests.infra.synth import Synthesized, function_by_handler
@@ -88,6 +90,58 @@ def test_an_sqs_mapping_invokes_at_most_the_stream_function_s_reserved_concurren
     assert stream.mapping_concurrency is None  # the shared pool: nothing to be throttled against
     with pytest.raises(ValidationError, match=r"max_concurrency \(20\) exceeds reserved_concurrency \(10\)"):
         SluiceConfig.model_validate({"streams": [_stream(max_concurrency=20)]})
+
+
+@given(
+    reserved=st.none() | st.integers(1, 40),
+    max_concurrency=st.none() | st.integers(2, 40),
+    kind=st.sampled_from(["sqs", "kinesis"]),
+)
+@example(reserved=1, max_concurrency=None, kind="sqs")
+@settings(max_examples=60, deadline=None)
+def test_an_sqs_mapping_never_runs_more_than_its_function_reserves(
+    reserved: int | None, max_concurrency: int | None, kind: str
+) -> None:
+    # SQS's mapping runs at least 2 at once: a stream reserving 1 would have every other
+    # message throttled, and each throttled receive counts toward the dead-letter queue.
+    fields = {"source": {"kind": kind, "create": True}, "reserved_concurrency": reserved}
+    if max_concurrency is not None and kind == "sqs":
+        fields["max_concurrency"] = max_concurrency
+    try:
+        (stream,) = SluiceConfig.model_validate({"streams": [_stream(**fields)]}).streams
+    except ValidationError as refused:
+        assert kind == "sqs" and reserved is not None
+        assert "reserved_concurrency" in str(refused)
+        assert reserved < 2 or (max_concurrency or 0) > reserved
+        return
+    if kind == "sqs" and reserved is not None:
+        assert 2 <= stream.mapping_concurrency <= reserved
+    assert kind == "sqs" or stream.mapping_concurrency is None
+
+
+@given(
+    websocket=st.none() | st.integers(1, 500),
+    streams=st.lists(st.none() | st.integers(2, 400), max_size=3),
+)
+@example(websocket=50, streams=[400])  # each fits alone; together 949 > 900
+@settings(max_examples=60, deadline=None)
+def test_the_websocket_and_stream_reservations_add_up_with_the_concurrency_section(
+    websocket: int | None, streams: list[int | None]
+) -> None:
+    # One account holds them all: each share fitting on its own is not enough, Lambda refuses
+    # the reservation that takes the total past account_limit - 100 at deploy.
+    raw: dict[str, object] = {
+        "streams": [_stream(name=f"s{i}", reserved_concurrency=n) for i, n in enumerate(streams)]
+    }
+    if websocket is not None:
+        raw["websocket"] = {"enabled": True, "reserved_concurrency": websocket}
+    reserved = ConcurrencyConfig().total + (websocket or 0) + sum(n or 0 for n in streams)
+    room = ConcurrencyConfig().account_limit - UNRESERVED_MINIMUM
+    if reserved <= room:
+        assert SluiceConfig.model_validate(raw)
+        return
+    with pytest.raises(ValidationError, match=f"adds up to {reserved} .*at most {room} may be reserved"):
+        SluiceConfig.model_validate(raw)
 
 
 def test_a_kinesis_stream_s_shards_times_parallelization_must_fit_its_reservation() -> None:

@@ -182,6 +182,29 @@ def test_the_api_may_make_every_call_of_the_endpoint_lifecycle_on_sluice_names(
         assert not _allowed(api_statements, action, f"arn:aws:sns:{REGION}:{ACCOUNT}:sluice-alarms")
 
 
+def test_the_config_file_s_inference_components_and_their_alarms_are_out_of_reach(
+    full_app: Synthesized, api_statements: list[dict[str, Any]]
+) -> None:
+    """An endpoint of the config file with `inference_components` runs its model as a component
+    of its own (`sluice-<endpoint>-<variant>`): the API may not delete, retag or replace it, nor
+    its target-tracking alarms, while a run-time component's, even one of a tenant and a
+    deployment named like it, stay in reach."""
+    from infra.naming import inference_component
+
+    alarm = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:TargetTracking-inference-component/{{}}-AlarmHigh-1f2e"
+    (ranker,) = [e for e in full_app.config.endpoints if e.inference_components is not None]
+    reserved = inference_component(f"sluice-{ranker.name}", ranker.variants[0].name)
+    lookalike = endpoint_names.endpoint_name(ranker.name, ranker.variants[0].name)  # sluice-ranker-primary-<digest>
+    component = endpoint_names.component_name(lookalike, "primary")
+    for action in ("sagemaker:CreateInferenceComponent", "sagemaker:DeleteInferenceComponent", "sagemaker:AddTags", "sagemaker:DeleteTags"):
+        assert not _allowed(api_statements, action, f"{ARN}:inference-component/{reserved}"), action
+        assert _allowed(api_statements, action, f"{ARN}:inference-component/{component}"), action
+    assert _allowed(api_statements, "cloudwatch:DeleteAlarms", alarm.format(component))
+    for action in ("cloudwatch:DeleteAlarms", "cloudwatch:PutMetricAlarm"):
+        assert not _allowed(api_statements, action, alarm.format(reserved)), action
+        assert not _allowed(api_statements, action, alarm.format(reserved).replace("AlarmHigh", "AlarmLow")), action
+
+
 def test_scaling_writes_are_limited_to_sagemaker_variants_and_components(full_app: Synthesized) -> None:
     from aws_cdk.assertions import Match
     from infra.naming import RUNTIME_ENDPOINT_PREFIX

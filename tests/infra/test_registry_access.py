@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.infra.synth import Synthesized, function_by_handler, policy_statements_of_role, role_of
+from tests.infra.synth import (
+    REPO,
+    Synthesized,
+    function_by_handler,
+    policy_statements_of_role,
+    role_of,
+)
 
 TENANT_ONLY = ["T#${aws:PrincipalTag/tenant}", "T#${aws:PrincipalTag/tenant}#*"]
 NEVER = {
@@ -197,3 +203,34 @@ def test_the_registry_event_function_scans_keys_and_watches_only_and_reaches_ten
     assert scanners == [("api", role_of(function))]
     keyed = [s for s in _table_statements(full_app, "api", handler) if not _is_follow_scan(s)]
     assert [_partitions(s) for s in keyed] == [["T#*"]]
+
+
+# How docs/security.md names each function whose role may Scan the registry.
+NAMED_ON_THE_SECURITY_PAGE = {
+    "sluice.handlers.rollouts.handler": "rollout controller",
+    "sluice.handlers.monitor.handler": "monitoring check",
+    "sluice.handlers.registry_events.handler": "registry events",
+}
+
+
+def test_the_security_page_names_every_function_that_may_scan(full_app: Synthesized) -> None:
+    """The page's table of registry access is the promise an operator reads: each role granted
+    a Scan of the registry is named in the row that allows one, and no row denies it to all."""
+    page = (REPO / "docs" / "security.md").read_text()
+    rows = [line.split("|")[1:3] for line in page.splitlines() if line.startswith("| ")]
+    allowed = " ".join(who for who, access in rows if "a `Scan` of the whole table" in access)
+    assert not [who for who, access in rows if who.strip() == "everyone" and "no `Scan`" in access]
+    scanners = set()
+    for component in ("api", "batch", "endpoints", "observability"):
+        template = full_app.template(component)
+        roles = {
+            role_of(props): props["Handler"]
+            for props in (r["Properties"] for r in template.find_resources("AWS::Lambda::Function").values())
+            if "Handler" in props
+        }  # fmt: skip
+        for policy in template.find_resources("AWS::IAM::Policy").values():
+            if any("dynamodb:Scan" in _actions(s) for s in policy["Properties"]["PolicyDocument"]["Statement"]):
+                scanners |= {roles[r["Ref"]] for r in policy["Properties"]["Roles"]}
+    assert scanners == set(NAMED_ON_THE_SECURITY_PAGE)
+    for handler in scanners:
+        assert NAMED_ON_THE_SECURITY_PAGE[handler] in allowed, handler
