@@ -94,18 +94,24 @@ def check_inputs(
     return ready
 
 
-def _cast(array: np.ndarray, datatype: str, dtype: np.dtype) -> np.ndarray:
-    """`array` in `dtype` where no value changes; else TypeError, ValueError or OverflowError."""
+def _cast(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = False) -> np.ndarray:
+    """`array` in `dtype` where no value changes; else TypeError, ValueError or OverflowError.
+    A request's numbers for a BYTES input are taken as they are (as an object array of them is,
+    on every door); a function's `answer` for a BYTES output holds text only."""
     if datatype == "BYTES":
         if array.dtype.kind in "US":
             return array.astype(object)
-        if array.dtype != object or not all(type(v) in (str, bytes) for v in array.flat):
-            raise TypeError("not text")
-        return array
+        if array.dtype == object:
+            if answer and not all(isinstance(v, str | bytes) for v in array.flat):
+                raise TypeError("not text")
+            return array
+        if not answer and array.dtype.kind in "iuf":
+            return array.astype(object)
+        raise TypeError("not text")
     if array.dtype == object or array.dtype.kind in "US":
         raise TypeError("not numeric")
-    if datatype == "BOOL" and (array.dtype.kind not in "iu" or not np.isin(array, (0, 1)).all()):
-        raise TypeError("not a boolean")  # 0.25 is no more true than false
+    if datatype == "BOOL" and (array.dtype.kind not in "biuf" or not np.isin(array, (0, 1)).all()):
+        raise TypeError("not a boolean")  # 0.25 is no more true than false; 1.0 is true
     # Refuse silent truncation of 1.5 into an integer input.
     if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
         raise ValueError("fractional value for an integer input")

@@ -316,8 +316,9 @@ def test_refusals_when_saved_name_the_field(world: World, change: Any, field: st
 
 def test_a_default_stored_before_its_range_was_checked_still_reads_and_its_other_settings_change(world: World) -> None:
     """The range of a default is checked where a policy is written: one stored before (an INT32
-    default of 5e9) still reads, answers rows that have their features and takes a change of
-    its other settings; written again, it is refused naming the feature."""
+    default of 5e9) still reads and takes a change of its other settings, and a policy that
+    keeps it is written (a rollout's, going from and back to it); another default past the range
+    is refused naming the feature."""
     from dataclasses import replace
 
     assert world.save("legacy", fraud()).status_code == 201
@@ -329,6 +330,10 @@ def test_a_default_stored_before_its_range_was_checked_still_reads_and_its_other
     r = world.client.put("/api/v1/deployments/legacy", json={"capture": {"sample_percent": 10}}, headers=world.acme)
     assert r.status_code == 200, r.text
     r = world.client.put("/api/v1/deployments/legacy", json={"policy": old}, headers=world.acme)
+    assert r.status_code == 200, r.text
+    older = json.loads(json.dumps(old))
+    older["steps"][0]["target"]["features"][1]["default"] = 6_000_000_000
+    r = world.client.put("/api/v1/deployments/legacy", json={"policy": older}, headers=world.acme)
     assert r.status_code == 422 and r.json()["field"] == "policy.steps.0.target.features.1", r.text
     world.client.delete("/api/v1/deployments/legacy", headers=world.acme)
 

@@ -37,6 +37,12 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         if datatype == "BYTES":
             array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
             array = np.asarray(data, dtype=object) if array is None else _fill(array, data)
+        elif datatype == "BOOL":  # true/false, or 1 and 0: never any number read as true
+            array = np.asarray(data)
+            if array.dtype.kind != "b":
+                if array.dtype.kind not in "iuf" or not np.isin(array, (0, 1)).all():
+                    raise ValueError("not a boolean")
+                array = array.astype(bool)
         else:
             array = np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError):

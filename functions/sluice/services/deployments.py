@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.capture import CaptureSettings
+    from sluice.domain.lookups import FeatureSpec
     from sluice.domain.policy import Node
     from sluice.domain.signature import TensorSpec
     from sluice.registry import Registry
@@ -138,8 +139,7 @@ class DeploymentService:
         allowed wherever the new one carries them (one stored before MAX_WEIGHT was a bound)."""
         node = parse_policy(policy)
         _check_weights(node, stored)
-        if policy is not stored:  # the stored policy, kept: held to the rules it was written under
-            _check_defaults(node)
+        _check_defaults(node, stored)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -517,15 +517,26 @@ def _check_weights(node: Node, stored: dict[str, Any] | None) -> None:
             raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)
 
 
-def _check_defaults(node: Node) -> None:
+def _check_defaults(node: Node, stored: dict[str, Any] | None) -> None:
     """A lookup's feature defaults written are values of their datatypes (a 422 naming the
-    feature; an INT32 default of 5e9 failed every row that took it)."""
+    feature; an INT32 default of 5e9 failed every row that took it), but for one the
+    deployment's `stored` policy already holds (written before the rule: kept by updates that
+    keep it, rollouts that go from and back to it), as `_check_weights`."""
+    kept: set[tuple[str, str, Any]] = set()
+    if stored is not None:
+        with contextlib.suppress(SluiceError):  # a stored policy that no longer reads keeps nothing
+            kept = {(f.name, f.datatype, f.default) for _, f in _features(parse_policy(stored)) if f.past_range_default()}
+    for where, feature in _features(node):
+        why = feature.past_range_default()
+        if why is not None and (feature.name, feature.datatype, feature.default) not in kept:
+            raise InvalidRequest(f"{where}: {why}", field=where)
+
+
+def _features(node: Node) -> Iterator[tuple[str, FeatureSpec]]:
+    """Each lookup's features in the policy, with the field that holds each."""
     for field, child in fields_of(node):
         if isinstance(child, Lookup):
-            for i, feature in enumerate(child.features):
-                why = feature.past_range_default()
-                if why is not None:
-                    raise InvalidRequest(f"{field}.features.{i}: {why}", field=f"{field}.features.{i}")
+            yield from ((f"{field}.features.{i}", f) for i, f in enumerate(child.features))
 
 
 def _weights(node: Node) -> Iterator[tuple[str, float]]:

@@ -1,0 +1,80 @@
+"""A request's values for BOOL and BYTES inputs read alike on every door: simple JSON, v2 JSON
+and a stream's records (whose rows are stacked into one array with their neighbours'). A BOOL
+input takes true/false and 1/0 (1.0 too), never 0.25 or 2; a BYTES input takes text, and
+numbers as an object array of them reaches the model, on REST and in a stream alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from sluice.stream.core import StreamScorer
+from sluice.stream.records import StreamRecord
+from tests.integration.conftest import Tenants
+
+if TYPE_CHECKING:
+    from sluice.domain import Principal
+    from sluice.wiring import Container
+
+
+def _model(name: str, kind: int, out: int, op: str) -> bytes:
+    from onnx import helper
+
+    attrs = {"to": out} if op == "Cast" else {}
+    graph = helper.make_graph(
+        [helper.make_node(op, [name], ["out"], **attrs)], name,
+        [helper.make_tensor_value_info(name, kind, [None, 2])], [helper.make_tensor_value_info("out", out, [None, 2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def world(demo: Container, acme: Principal) -> Tenants:
+    from onnx import TensorProto
+
+    demo.models.push(acme, "flags", _model("flags", TensorProto.BOOL, TensorProto.FLOAT, "Cast"), feature_names=["a", "b"])
+    demo.models.push(acme, "codes", _model("codes", TensorProto.STRING, TensorProto.STRING, "Identity"), feature_names=["zip", "plan"])
+    tenants = Tenants(demo)
+    for name in ("flags", "codes"):
+        assert tenants.save(name, {"kind": "single", "model": name, "version": 1}).status_code == 201
+    return tenants
+
+
+def _stream(world: Tenants, deployment: str, records: list[dict[str, Any]]) -> list[Any]:
+    polled = [
+        StreamRecord(json.dumps({"id": i, "features": f}), "arn:aws:sqs:us-east-1:123456789012:rows", f"m-{i}", {"message_id": f"m-{i}"})
+        for i, f in enumerate(records)
+    ]  # fmt: skip
+    return [o.output for o in asyncio.run(StreamScorer(world.container.predictions, "acme", deployment).score(polled))]
+
+
+@pytest.mark.parametrize(
+    ("values", "taken"),
+    [((1, 0), True), ((True, False), True), ((1.0, 0.0), True), ((0.25, 0), False), ((2, 0), False)],
+)
+def test_a_bool_input_takes_true_false_one_and_zero_on_every_door(world: Tenants, values: tuple[Any, Any], taken: bool) -> None:
+    a, b = values
+    simple = world.client.post("/api/v1/predictions", json={"deployment": "flags", "features": {"a": a, "b": b}}, headers=world.acme)
+    v2 = world.client.post(
+        "/v2/models/flags/infer", json={"inputs": [{"name": "flags", "datatype": "BOOL", "shape": [1, 2], "data": [a, b]}]}, headers=world.acme
+    )
+    for r in (simple, v2):
+        assert r.status_code == (200 if taken else 400), r.text
+    if taken:
+        assert v2.json()["outputs"][0]["data"] == [float(bool(a)), float(bool(b))]
+    # In a stream, a record alone and beside a neighbour of another kind answers as it would alone.
+    for records in ([{"a": a, "b": b}], [{"a": a, "b": b}, {"a": 0.5, "b": 0}], [{"a": a, "b": b}, {"a": 1, "b": 0}]):
+        first = _stream(world, "flags", records)[0]
+        assert ("error" not in first) == taken, (records, first)
+
+
+def test_numbers_for_a_text_input_read_alike_on_rest_and_in_a_stream(world: Tenants) -> None:
+    r = world.client.post("/api/v1/predictions", json={"deployment": "codes", "features": {"zip": 2139, "plan": 7}}, headers=world.acme)
+    assert r.status_code == 200, r.text
+    streamed = _stream(world, "codes", [{"zip": 2139, "plan": 7}, {"zip": "02139", "plan": "7"}])
+    assert ["error" not in s for s in streamed] == [True, True], streamed
