@@ -207,3 +207,15 @@ def test_numbers_the_store_types_cast_as_their_text_does(datatype: str, data: st
 def test_a_number_spelled_with_a_huge_exponent_is_refused_at_once() -> None:
     assert "not a INT64 value" in cast(["1e999999999"], "INT64")
     assert cast(["9007199254740993", "123456789012345678"], "INT64") == [9007199254740993, 123456789012345678]
+
+
+def test_numpy_text_is_a_text_key_as_pythons_is() -> None:
+    """A function step's text answer may hold NumPy's own str and bytes (`check_answer` takes
+    them as text): a lookup after it reads them as the same keys as Python's."""
+    from sluice.runtimes.lookup_values import keys_of
+
+    node = Lookup(store="sqlite", table="t", keys={"id": "k"}, features=[{"name": "amount", "datatype": "FP32"}])
+    plain, numpy_text = np.empty(2, dtype=object), np.empty(2, dtype=object)
+    plain[:] = ["c1", "c2"]
+    numpy_text[0], numpy_text[1] = np.str_("c1"), np.bytes_(b"c2")
+    assert keys_of(node, {"k": numpy_text})[1] == keys_of(node, {"k": plain})[1] == ["c1", "c2"]

@@ -100,9 +100,9 @@ def keys_of(node: Lookup, arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, li
 def _key_text(value: Any, name: str, key: str, row: int) -> str:
     """A text key's value as text: a string, bytes in UTF-8, or a whole number as its digits; a
     null (no entity) or any other value is refused naming the input and the row."""
-    if type(value) is str:
-        return value
-    if type(value) is bytes:
+    if isinstance(value, str):  # NumPy's str_ too: a function step's text answer
+        return str(value)
+    if isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:

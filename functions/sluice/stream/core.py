@@ -189,7 +189,9 @@ class StreamScorer:
         refuse it; the others join the full decode's records (and `hot` is emptied)."""
         try:
             stacked = np.asarray(list(map(_row, hot)))
-            if stacked.dtype.kind in "iuf" and stacked.ndim == 2:
+            # A text input's numbers are decoded record by record, as a request's are: stacked
+            # beside a float, 7 would reach the model as "7.0".
+            if stacked.dtype.kind in "iuf" and stacked.ndim == 2 and signature.inputs[0].datatype != "BYTES":
                 return signature.inputs[0].name, stacked
         except (ValueError, TypeError):
             pass
