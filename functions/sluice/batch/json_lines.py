@@ -5,6 +5,7 @@ one bad line costs one row."""
 from __future__ import annotations
 
 import io
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -188,7 +189,7 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
             elif f.name in numeric and isinstance(value, int) and pa.types.is_floating(f.type):
                 value = float(value)  # pyarrow refuses a whole number beyond 2**53 as a float
             elif pa.types.is_string(f.type) and isinstance(value, int | float) and not isinstance(value, bool) and f.name not in numeric:
-                value = orjson.dumps(value).decode()  # a key (or text input) written as a number
+                value = str(value) if isinstance(value, int) else _as_written(line, f.name)  # a key (or text input) written as a number
             elif f.name not in features and value is not None and not isinstance(value, str):
                 value = orjson.dumps(value).decode()  # a key written as true/false, a list or an object: its JSON
             elif value is not None and not _fits(value, f.type):
@@ -199,6 +200,29 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
         reasons.append(reason)
     table = pa.table({f.name: pa.array(values[f.name], type=f.type) for f in schema}, schema=schema)
     return Piece(table, np.asarray(rows, dtype=np.int64), np.asarray(reasons, dtype=object), dropped, records=owned.records)
+
+
+STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a JSON string, or an opening or closing bracket
+NAME_END = re.compile(rb"[ \t\r]*:[ \t\r]*")
+NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _as_written(line: bytes, name: str) -> str:
+    """The number the line's object holds under `name`, as its text is written: orjson reads a
+    fraction, and a whole number beyond 64 bits, as a float, whose text may lose digits (two
+    keys would then be one). The line is valid JSON that names `name` once."""
+    import orjson
+
+    depth = 0
+    for token in STRING_OR_BRACKET.finditer(line):
+        text = token.group()
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and (colon := NAME_END.match(line, token.end())) and orjson.loads(text) == name and (number := NUMBER.match(line, colon.end())):
+            return number.group().decode()
+    raise AssertionError(f"no number named {name!r} in a line that has one")
 
 
 def _numbers(value: Any) -> tuple[list[float | None] | None, str | None]:

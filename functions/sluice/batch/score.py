@@ -104,7 +104,14 @@ class ChunkScorer:
         signature = resolved.version.signature
         available = list(spec.columns)
         if spec.format == "jsonl":  # fields vary by line: a missing one fails its row only
-            available += [n for s in signature.inputs for n in (s.name, *(s.feature_names or ()))]
+            # An input Plan found (by its own name or its feature names) is fed as Plan chose;
+            # one it did not see is fed by its feature names, and each line lacking them fails.
+            have = set(available)
+            available += [
+                n for s in signature.inputs
+                if s.name not in have and not (s.feature_names and have.issuperset(s.feature_names))
+                for n in (s.feature_names or (s.name,))
+            ]  # fmt: skip
         feeds = plan_feeds(signature, available)
         keys = list(spec.key_columns)
         publishing = Publishing(self.precomputed, spec, spec.publish) if spec.publish is not None and self.precomputed is not None else None

@@ -7,6 +7,7 @@ JSON Lines are written in whole lines (`owner_only.append_lines`).
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -104,17 +105,33 @@ class PartWriter:
 
 
 def _csv_ready(table: pa.Table) -> pa.Table:
-    """`table` with each column a CSV cannot hold (a list, a struct, a map: a key column read
-    so from Parquet) written as its values' JSON text."""
+    """`table` with each column a CSV cannot hold (a list, a struct, a map, bytes: a key column
+    read so from Parquet) written as text: nested values as their JSON, bytes by `as_text`."""
     import json
 
     import pyarrow as pa
 
     for i, field in enumerate(table.schema):
         if pa.types.is_nested(field.type):
-            text = pa.array([None if v is None else json.dumps(v, default=str, separators=(",", ":")) for v in table.column(i).to_pylist()], pa.string())
-            table = table.set_column(i, pa.field(field.name, pa.string()), text)
+            text = pa.array([None if v is None else json.dumps(v, default=as_text, separators=(",", ":")) for v in table.column(i).to_pylist()], pa.string())
+        elif pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type) or pa.types.is_fixed_size_binary(field.type):
+            text = pa.array([None if v is None else as_text(v) for v in table.column(i).to_pylist()], pa.string())
+        else:
+            continue
+        table = table.set_column(i, pa.field(field.name, pa.string()), text)
     return table
+
+
+def as_text(value: Any) -> str:
+    """A value JSON has no form for, as a text output writes it: bytes as their UTF-8 text, or
+    as base64 where they are not UTF-8 (CSV cannot hold them, JSON has no bytes); anything else
+    (a date, a decimal) as its str."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode()
+    return str(value)
 
 
 class ErrorWriter:
@@ -133,7 +150,7 @@ class ErrorWriter:
             return
         if self._file is None:
             self._file = owner_only.open_file(self.path, buffering=0)
-        owner_only.append_lines(self._file.fileno(), b"".join(orjson.dumps(r, default=str) + b"\n" for r in records))
+        owner_only.append_lines(self._file.fileno(), b"".join(orjson.dumps(r, default=as_text) + b"\n" for r in records))
         self.rows += len(records)
 
     def close(self) -> int:
@@ -145,4 +162,4 @@ class ErrorWriter:
 def _write_jsonl(out: IO[bytes], table: pa.Table) -> None:
     import orjson
 
-    owner_only.append_lines(out.fileno(), b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))
+    owner_only.append_lines(out.fileno(), b"".join(orjson.dumps(row, default=as_text) + b"\n" for row in table.to_pylist()))

@@ -274,6 +274,15 @@ def test_json_lines_keys_may_be_numbers_or_text_and_stay_text(batch: Container, 
     assert again.status == "SUCCEEDED" and read_parts(again).column("id").to_pylist() == [str(i) for i in range(50)]
 
 
+def test_json_lines_number_keys_are_carried_as_written_beyond_64_bits_too(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    ids = ["12345678901234567890123", "12345678901234567890124", "-9223372036854775809", "1.50", "1e3", "1.0000000000000001", "1.0", "7"]
+    features = ",".join(f'"{f}":{r[f]}' for r, f in zip(iris_rows(1) * 4, FEATURES, strict=True))
+    path = tmp_path / "ids.jsonl"
+    path.write_text("".join(f'{{"id": {i}, {features}}}\n' for i in ids))
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert job.status == "SUCCEEDED" and read_parts(job).column("id").to_pylist() == ids, job.error
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_a_feature_that_is_also_a_key_is_scored_in_every_format(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
     rows: list[dict[str, Any]] = iris_rows(40)
@@ -288,6 +297,19 @@ def test_a_list_key_column_is_written_to_csv_as_its_json_text(batch: Container, 
     job = run_job(batch, acme, tmp_path / "in.parquet", deployment="iris", key_columns=["id"], output_format="csv")
     assert (job.status, job.rows_out) == ("SUCCEEDED", 20), job.error
     assert read_parts(job).column("id").to_pylist() == ["" if i % 4 == 0 else f'["{i}","r{i}"]' for i in range(20)]  # a null key: an empty field
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_binary_key_column_is_written_to_text_as_utf8_or_base64(batch: Container, acme: Principal, tmp_path: Path, fmt: str) -> None:
+    keys = [b"k-1", b"\xff\x00", None, "é".encode(), b"k-4"]
+    rows: list[dict[str, Any]] = [{**r, "id": keys[i]} for i, r in enumerate(iris_rows(5))]
+    rows[4]["sepal_length"] = float("nan")  # fails: its error record carries the key as text too
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.binary()), *((f, pa.float64()) for f in FEATURES)])), tmp_path / "in.parquet")
+    job = run_job(batch, acme, tmp_path / "in.parquet", deployment="iris", key_columns=["id"], output_format=fmt)
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 4, 1), job.error
+    written = {"parquet": keys[:4], "jsonl": ["k-1", "/wA=", None, "é"], "csv": ["k-1", "/wA=", "", "é"]}[fmt]  # Parquet keeps bytes; CSV has no null
+    assert read_parts(job).column("id").to_pylist() == written
+    assert read_errors(job) == [{"row": 4, "id": "k-4", "reason": "'sepal_length' is NaN"}]
 
 
 def test_a_parquet_file_naming_a_column_twice_fails_at_planning(batch: Container, acme: Principal, tmp_path: Path) -> None:

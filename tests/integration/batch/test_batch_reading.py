@@ -288,6 +288,16 @@ def test_json_lines_lists_feed_an_input_of_k_numbers(batch: Container, acme: Pri
     _check_scored(job, {r["id"]: [r[f] for f in FEATURES] for i, r in enumerate(rows) if i not in failed})
 
 
+def test_json_lines_lists_under_the_input_name_feed_a_deployment_with_feature_names(batch: Container, acme: Principal, tmp_path: Path) -> None:
+    """iris also takes its feature names; a file naming only `input` is fed by it, as Plan said."""
+    rows = iris_rows(30)
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(b"".join(json.dumps({"id": r["id"], "input": [r[f] for f in FEATURES]}).encode() + b"\n" for r in rows))
+    job = run_job(batch, acme, path, deployment="iris", key_columns=["id"])
+    assert (job.status, job.rows_out, job.rows_failed) == ("SUCCEEDED", 30, 0), (job.error, read_errors(job)[:3])
+    _check_scored(job, {r["id"]: [r[f] for f in FEATURES] for r in rows})
+
+
 # 7. Bytes that are not UTF-8 ------------------------------------------------------------------------
 def test_a_byte_that_is_not_utf8_in_a_csv_key_or_feature_fails_its_row_alone(batch: Container, acme: Principal, tmp_path: Path) -> None:
     rows = iris_rows(2000)
