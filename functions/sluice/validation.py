@@ -81,20 +81,19 @@ def check_inputs(
             )
         check_shape(spec, array.shape, field=where)
         dtype = V2_TO_NUMPY[spec.datatype]
-        if array.dtype != dtype:
+        if array.dtype != dtype or spec.datatype == "BYTES":  # an object array's values are looked through too
             try:
-                array = _cast(array, spec.datatype, dtype)
+                array = cast_exact(array, spec.datatype, dtype)
             except (ValueError, TypeError, OverflowError):
-                raise InvalidInput(
-                    f"input '{spec.name}' must hold {spec.datatype} values", field=where
-                ) from None
+                text = ": text or numbers, not null, true/false, an object or a list" if spec.datatype == "BYTES" else ""
+                raise InvalidInput(f"input '{spec.name}' must hold {spec.datatype} values{text}", field=where) from None
         if spec.datatype in FLOAT_TYPES and spec.name not in finite and not np.isfinite(array).all():
             raise InvalidInput(f"input '{spec.name}' holds NaN or infinite values", field=where)
         ready[spec.name] = array
     return ready
 
 
-def _cast(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = False) -> np.ndarray:
+def cast_exact(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = False) -> np.ndarray:
     """`array` in `dtype` where no value changes; else TypeError, ValueError or OverflowError.
     A request's numbers for a BYTES input are taken as they are (as an object array of them is,
     on every door); a function's `answer` for a BYTES output holds text only."""
@@ -102,7 +101,7 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = F
         if array.dtype.kind in "US":
             return array.astype(object)
         if array.dtype == object:
-            if answer and not all(isinstance(v, str | bytes) for v in array.flat):
+            if not holds_text(array, numbers=not answer):
                 raise TypeError("not text")
             return array
         if not answer and array.dtype.kind in "iuf":
@@ -122,6 +121,20 @@ def _cast(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = F
     if dtype.kind == "f" and (np.isinf(cast) > np.isinf(array)).any():
         raise OverflowError("past the float type's range")  # 1e300 is not FP32's infinity, nor 70000 FP16's
     return cast
+
+
+def holds_text(array: np.ndarray, *, numbers: bool) -> bool:
+    """Whether an object array holds text only (str or bytes), or numbers too where `numbers`:
+    never null, true/false, an object or a list, which a model would read as their Python
+    spelling ("None", "{'a': 1}"). Text alone, the common case, is told by one pass in C."""
+    values = array.ravel().tolist()
+    try:
+        "".join(values)
+        return True
+    except TypeError:
+        pass
+    kinds = (str, bytes, int, float, np.number) if numbers else (str, bytes)
+    return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
 
 
 # What a request's inputs most often are (each of the signature's dtype and shape, finite):
@@ -166,9 +179,11 @@ def _checked_at_once(
         array = arrays[name]
         if array.ndim != ndim or (datatypes and datatypes.get(name, datatype) != datatype):
             return None
+        if datatype == "BYTES" and array.dtype == dtype and not holds_text(array, numbers=True):
+            return None
         if array.dtype != dtype:
             # Plain JSON numbers (float64, int64) for a float input: cast as the full check casts
-            # them (`_cast`), the cast values then checked as any; anything else is its own.
+            # them (`cast_exact`), the cast values then checked as any; anything else is its own.
             if not floats or array.dtype.kind not in "fiu" or array.size > max_elements:
                 return None
             array = array.astype(dtype, copy=False)

@@ -218,3 +218,70 @@ def test_classification_is_a_positive_integer_or_not_asked_at_all(value: object)
         with pytest.raises(BadRequest) as err:
             asked([("p", {"classification": value})])
         assert err.value.field == "outputs.p.parameters.classification"
+
+
+HUGE = st.integers(2**62, 2**80)
+
+
+@given(
+    dims=st.one_of(
+        st.integers(65, 80).map(lambda n: [1] * n),
+        st.tuples(HUGE, st.integers(0, 64)).map(lambda t: [0] + [t[0]] + [8] * (t[1] % 3)),
+        st.tuples(HUGE, st.integers(1, 4)).map(lambda t: [t[0]] * t[1] + [0]),
+    ),
+    door=st.sampled_from(["json", "binary"]),
+)
+def test_a_shape_no_array_can_have_is_refused_naming_it(dims: list[int], door: str) -> None:
+    """More than 64 dimensions, or a size past NumPy's index range beside a 0 (the element
+    count matches, so every other check passes): a 400 naming the shape, on JSON and binary
+    alike (gRPC's tensors are JSON's, `decode_tensor`)."""
+    from sluice.codecs.binary import from_bytes
+
+    count = 1 if 0 not in dims else 0
+    with pytest.raises(InvalidInput) as refused:
+        if door == "json":
+            decode_tensor("x", "FP32", dims, [0.5] * count, field="inputs.x")
+        else:
+            from_bytes("x", "FP32", dims, memoryview(b"\0" * 4 * count), field="inputs.x")
+    assert refused.value.field == "inputs.x.shape" and "no array can have" in refused.value.message
+
+
+INTEGER_TYPES = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"]
+
+
+@given(datatype=st.sampled_from(INTEGER_TYPES), values=st.lists(st.integers(0, 100), min_size=1, max_size=8), data=st.data())
+def test_v2_json_numbers_reach_an_integer_input_exactly_or_are_refused(datatype: str, values: list[int], data: st.DataObject) -> None:
+    """Integers, and floats that are integers (2.0), are the same values; a fraction is never
+    truncated (1.5 is not 1) and text never read as a number ("7"): both a 400 naming the data,
+    as simple JSON refuses them."""
+    assert decode_tensor("x", datatype, [len(values)], [float(v) if v % 2 else v for v in values], field="inputs.x").tolist() == values
+    at = data.draw(st.integers(0, len(values) - 1))
+    odd = data.draw(st.one_of(st.floats(0.01, 100).filter(lambda f: not f.is_integer()), st.integers(0, 100).map(str)))
+    with pytest.raises(InvalidInput) as refused:
+        decode_tensor("x", datatype, [len(values)], [*values[:at], odd, *values[at + 1 :]], field="inputs.x")
+    assert refused.value.field == "inputs.x.data"
+
+
+@given(datatype=st.sampled_from(["FP16", "FP32", "FP64"]), text=st.sampled_from(["6.7", " 3.5 ", "1e3", "-0", "nan", ""]), nested=st.booleans())
+def test_v2_json_text_for_a_float_input_is_refused_not_read_as_a_number(datatype: str, text: str, nested: bool) -> None:
+    data = [[1.0, text]] if nested else [1.0, text]
+    with pytest.raises(InvalidInput) as refused:
+        decode_tensor("x", datatype, [1, 2] if nested else [2], data, field="inputs.x")
+    assert refused.value.field == "inputs.x.data"
+    assert decode_tensor("x", datatype, [2], [6.5, 3], field="inputs.x").tolist() == [6.5, 3.0]
+
+
+@given(raw=st.binary(min_size=1, max_size=16), offset=st.integers(0, 3))
+def test_raw_bool_bytes_other_than_0_and_1_are_refused(raw: bytes, offset: int) -> None:
+    """JSON's BOOL takes 0 and 1 only; the binary form's bytes (REST's binary extension and
+    gRPC's raw contents, both `raw_values`) say the same: 2 is no boolean (a model's `Not`
+    would answer 3, still true)."""
+    from sluice.codecs.binary import from_bytes
+
+    chunk = memoryview(bytes(offset) + raw)[offset:]
+    if max(raw) <= 1:
+        assert from_bytes("x", "BOOL", [len(raw)], chunk, field="inputs.x").tolist() == [b == 1 for b in raw]
+    else:
+        with pytest.raises(InvalidInput) as refused:
+            from_bytes("x", "BOOL", [len(raw)], chunk, field="inputs.x")
+        assert refused.value.field == "inputs.x" and "0 (false) and 1 (true)" in refused.value.message

@@ -146,3 +146,24 @@ def test_the_one_pass_check_answers_as_the_full_check(rows: int, kind: str, data
 
     fast, full = outcome(validation._checked_at_once), outcome(lambda *a: None)
     assert repr(fast) == repr(full)  # repr: NaN equals NaN
+
+
+WORDS = Signature(inputs=(TensorSpec("word", "BYTES", (-1,)),), outputs=(TensorSpec("echo", "BYTES", (-1,)),))
+NOT_TEXT = st.one_of(st.none(), st.booleans(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.lists(st.text(max_size=2), max_size=2))
+
+
+@given(words=st.lists(st.one_of(st.text(max_size=4), st.integers(), st.floats(allow_nan=False)), max_size=6), odd=NOT_TEXT, at=st.integers(0, 6), declared=st.booleans())
+def test_a_bytes_input_takes_text_and_numbers_never_null_booleans_objects_or_lists(words: list[object], odd: object, at: int, declared: bool) -> None:
+    """A model would read null as "None" and an object as "{'a': 1}": refused naming the
+    input, whichever door built the array (an object array of JSON values), where text and
+    numbers go through as they are."""
+    kw = {"datatypes": {"word": "BYTES"}} if declared else {}
+    array = np.empty(len(words), dtype=object)
+    array[:] = words
+    assert check_inputs(WORDS, {"word": array}, max_elements=100, **kw)["word"].tolist() == words
+    bad = np.empty(len(words) + 1, dtype=object)
+    for i, v in enumerate([*words[:at], odd, *words[at:]]):
+        bad[i] = v
+    with pytest.raises(InvalidInput) as refused:
+        check_inputs(WORDS, {"word": bad}, max_elements=100, **kw)
+    assert refused.value.field == "inputs.word" and "not null, true/false, an object or a list" in refused.value.message

@@ -119,11 +119,23 @@ class Inflater:
             if self._z is None:
                 self._plain = True
                 return self._count(data)
-        try:
-            out = self._z.decompress(data, self.limit + 1 - self.size)
-        except zlib.error:
-            raise self._broken() from None
-        return self._count(out)
+        return self._inflate(data)
+
+    def _inflate(self, data: bytes) -> bytes:
+        """`data` inflated, under the limit. A gzip body may be several members, one after
+        another (RFC 1952; Python's and Go's readers take them): each is read as it starts."""
+        out = []
+        while True:
+            following = self._z.eof and data and self.coding == "gzip"
+            if following:
+                self._z = zlib.decompressobj(31)
+            try:
+                out.append(self._count(self._z.decompress(data, self.limit + 1 - self.size)))
+            except zlib.error:
+                raise self._broken("it has bytes after its compressed stream that are no gzip member" if following else "") from None
+            data = self._z.unused_data if self._z.eof and self.coding == "gzip" else b""
+            if not data:
+                return b"".join(out)
 
     def finish(self) -> bytes:
         head, self._head = self._head, b""
@@ -136,8 +148,9 @@ class Inflater:
             if self._z is None:
                 self._plain = True
                 return self._count(head)
+        out = self._inflate(head)
         try:
-            out = self._count(self._z.decompress(head) + self._z.flush())
+            out += self._count(self._z.flush())
         except zlib.error:
             raise self._broken() from None
         if not self._z.eof:

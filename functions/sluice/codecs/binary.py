@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.tensors import decode_tensor
+from sluice.codecs.tensors import decode_tensor, shaped
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.values import decimal
 
@@ -89,13 +89,24 @@ def from_bytes(name: str, datatype: str, shape: list[int], chunk: memoryview, *,
         raise InvalidInput("shape must be a list of non-negative integers", field=f"{field}.shape")
     count = math.prod(shape)
     if datatype == "BYTES":
-        return _strings(name, chunk, count, field=field).reshape(shape)
+        return shaped(_strings(name, chunk, count, field=field), shape, name=name, field=field)
     if len(chunk) != count * dtype.itemsize:
         raise InvalidInput(
             f"input '{name}' has {len(chunk)} bytes but shape {shape} of {datatype} needs {count * dtype.itemsize}",
             field=f"{field}.parameters.binary_data_size",
         )
-    return aligned(np.frombuffer(chunk, dtype=dtype.newbyteorder("<")).reshape(shape))
+    return shaped(raw_values(name, datatype, chunk, field=field), shape, name=name, field=field)
+
+
+def raw_values(name: str, datatype: str, raw: bytes | memoryview, *, field: str) -> np.ndarray:
+    """Little-endian numbers as a flat array: a view of `raw` where aligned (`aligned`), else a
+    copy. A BOOL byte must be 0 or 1, as JSON's must: NumPy would take 2 as a bool that a
+    model's `Not` turns into 3, still true."""
+    dtype = V2_TO_NUMPY[datatype]
+    array = aligned(np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False))
+    if datatype == "BOOL" and array.size and array.view(np.uint8).max() > 1:
+        raise InvalidInput(f"BOOL input '{name}' holds bytes other than 0 (false) and 1 (true)", field=field)
+    return array
 
 
 def aligned(array: np.ndarray) -> np.ndarray:

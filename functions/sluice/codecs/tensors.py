@@ -9,6 +9,7 @@ import numpy as np
 
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool, v2_of_numpy
 from sluice.domain.errors import BadRequest, InvalidInput
+from sluice.validation import cast_exact
 
 
 def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, field: str, bools: bool = True) -> np.ndarray:
@@ -28,7 +29,7 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
             field=f"{field}.data",
         )
     if isinstance(data, np.ndarray) and data.dtype == dtype and datatype != "BYTES" and data.size == math.prod(shape):
-        return data.reshape(shape)  # decoded already (gRPC's contents): taken as it is, not copied
+        return shaped(data, shape, name=name, field=field)  # decoded already (gRPC's contents): taken as it is, not copied
     if not isinstance(data, list):
         data = [data]
     if bools and datatype not in ("BOOL", "BYTES") and holds_bool(data):
@@ -37,14 +38,8 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
         if datatype == "BYTES":
             array = np.empty(len(data), dtype=object) if data and not isinstance(data[0], list) else None
             array = np.asarray(data, dtype=object) if array is None else _fill(array, data)
-        elif datatype == "BOOL":  # true/false, or 1 and 0: never any number read as true
-            array = np.asarray(data)
-            if array.dtype.kind != "b":
-                if array.dtype.kind not in "iuf" or not np.isin(array, (0, 1)).all():
-                    raise ValueError("not a boolean")
-                array = array.astype(bool)
         else:
-            array = np.asarray(data, dtype=dtype)
+            array = _numbers(data, datatype, dtype)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(
             f"data of input '{name}' is not a list of {datatype} values", field=f"{field}.data"
@@ -55,7 +50,35 @@ def decode_tensor(name: str, datatype: str, shape: list[int], data: Any, *, fiel
             f"input '{name}' has {array.size} values but shape {shape} needs {expected}",
             field=f"{field}.data",
         )
-    return array.reshape(shape)
+    return shaped(array, shape, name=name, field=field)
+
+
+def _numbers(data: list[Any], datatype: str, dtype: np.dtype) -> np.ndarray:
+    """JSON numbers as `dtype` where no value changes, as simple JSON's are (`cast_exact`):
+    never text read as a number ("6.7" as FP32) nor a fraction truncated (1.5 as INT64).
+    `sum` tells in one pass in C that a flat list holds numbers only (text, null or an object
+    raises TypeError) and, by its type, whether all are integers: those are read straight into
+    an integer or float dtype, as quick as before; the rest are read as they are, then cast."""
+    if data and type(data[0]) is not list:
+        total = sum(data)
+        if dtype.kind == "f" or (dtype.kind in "iu" and type(total) is int):
+            return np.asarray(data, dtype=dtype)  # a number past an integer's range: OverflowError
+    array = np.asarray(data)
+    return array if array.dtype == dtype else cast_exact(array, datatype, dtype)
+
+
+def shaped(array: np.ndarray, shape: list[int], *, name: str, field: str) -> np.ndarray:
+    """`array` (of the size `shape` needs) in `shape`; InvalidInput naming the shape where no
+    array can have it: more than 64 dimensions, or sizes past NumPy's index range even where
+    one of them is 0 (`[0, 2**63]`)."""
+    try:
+        return array.reshape(shape)
+    except (ValueError, OverflowError):
+        raise InvalidInput(
+            f"input '{name}' has shape {shape!s:.80}, which no array can have: at most 64 dimensions, whose sizes"
+            " (zeros left out) multiply to under 2**63 bytes",
+            field=f"{field}.shape",
+        ) from None
 
 
 def _fill(array: np.ndarray, data: list[Any]) -> np.ndarray:

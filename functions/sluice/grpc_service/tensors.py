@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sluice.codecs.binary import aligned
+from sluice.codecs.binary import raw_values
 from sluice.codecs.datatypes import V2_TO_NUMPY, v2_of_numpy
 from sluice.domain.errors import InvalidInput
 from sluice.domain.requests import Tensor
@@ -80,8 +80,7 @@ def _from_raw(name: str, datatype: str, shape: tuple[int, ...], raw: bytes) -> A
             f"input '{name}' has {len(raw)} bytes of raw content but shape {list(shape)} of {datatype} needs {want}",
             field=f"inputs.{name}",
         )
-    # A view of the message's bytes where they are aligned to the values' size, else a copy.
-    return aligned(np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False))
+    return raw_values(name, datatype, raw, field=f"inputs.{name}")
 
 
 def _from_contents(name: str, datatype: str, contents: Any) -> Any:

@@ -47,7 +47,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
 from sluice.inline import timeout
-from sluice.validation import _cast
+from sluice.validation import cast_exact
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -247,7 +247,7 @@ def check_answer(node: Function, answer: Any, rows: int) -> dict[str, np.ndarray
             array = np.asarray(answer[spec.name])
             dtype = V2_TO_NUMPY[spec.datatype]
             if array.dtype != dtype or spec.datatype == "BYTES":  # an object array's values are looked through too
-                array = _cast(array, spec.datatype, dtype, answer=True)
+                array = cast_exact(array, spec.datatype, dtype, answer=True)
         except (ValueError, TypeError, OverflowError):
             raise BackendError(f"{what} answered output '{spec.name}' with values that are not {spec.datatype}") from None
         fits = array.ndim == len(spec.shape) and all(w in (-1, g) for w, g in zip(spec.shape, array.shape, strict=False))
