@@ -15,8 +15,9 @@ from aws_lambda_powertools.utilities.data_classes.api_gateway_authorizer_event i
 )
 
 from sluice.domain import Principal
-from sluice.handlers.authorizer import UsagePlans, authorize
+from sluice.handlers.authorizer import UsagePlans, authorize, authorize_connect
 from sluice.registry.sqlite import SqliteRegistry
+from sluice.services.keys import KEY_ID_CHARS, KeyService
 from sluice.settings import Settings
 from sluice.storage.folder import FolderStore
 from sluice.wiring import Container
@@ -99,6 +100,37 @@ def test_a_wrong_key_is_denied(keys_container: Container, headers: dict[str, str
     assert "context" not in response or not response["context"]
     assert "usageIdentifierKey" not in response
 
+
+
+def test_a_key_sent_only_as_a_websocket_subprotocol_is_denied_on_the_rest_api(keys_container: Container) -> None:
+    """An HTTP request presents its key as `Authorization: Bearer` or `x-api-key`, as
+    `sluice serve` reads it (401 otherwise); a `bearer.<key>` subprotocol opens a WebSocket only."""
+    _, key = keys_container.keys.create("acme", ["predict", "admin"])
+    offered = request(**{"Sec-WebSocket-Protocol": f"sluice.v1, bearer.{key}"})
+    assert effect(authorize(offered, keys=keys_container.keys, usage=USAGE)) == "Deny"
+    assert effect(authorize_connect(offered, keys=keys_container.keys)) == "Allow"
+
+
+class CountingRegistry(SqliteRegistry):
+    """The real registry, counting its key lookups."""
+
+    lookups = 0
+
+    def get_api_key(self, key_id: str) -> Any:
+        self.lookups += 1
+        return super().get_api_key(key_id)
+
+
+@pytest.mark.parametrize("length", [KEY_ID_CHARS + 1, 2100])
+def test_a_key_whose_id_is_longer_than_any_made_is_denied_without_a_lookup(tmp_path: Path, length: int) -> None:
+    """DynamoDB answers an oversized key with an error, not a miss: such an id is never looked up."""
+    registry = CountingRegistry(tmp_path / "registry.db")
+    keys = KeyService(registry, cache_ttl_s=0)
+    _, key = keys.create("acme", ["predict"])
+    assert effect(authorize(request(Authorization=f"Bearer {key}"), keys=keys, usage=USAGE)) == "Allow"
+    assert registry.lookups == 1
+    response = authorize(request(Authorization=f"Bearer sk_{'a' * length}_x"), keys=keys, usage=USAGE)
+    assert effect(response) == "Deny" and registry.lookups == 1
 
 def test_a_revoked_key_is_denied(keys_container: Container) -> None:
     record, key = keys_container.keys.create("acme", ["predict", "admin"])

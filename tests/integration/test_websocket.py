@@ -58,6 +58,22 @@ def test_a_connection_without_a_valid_key_is_refused(client: TestClient, keys: d
         pass
 
 
+
+def test_a_first_message_too_large_to_be_an_auth_message_is_refused_unread(client: TestClient, demo: Container, keys: dict[str, str]) -> None:
+    """A connection with no key may send no more than its headers could have carried before it
+    authenticates: a larger first message is refused and the connection closed, its key never
+    looked up (a valid key padded past the bound is refused too)."""
+    most = demo.settings.serve.max_header_bytes
+    padded = {"action": "auth", "api_key": keys["acme"], "pad": "x" * most}
+    with client.websocket_connect(URL) as ws:
+        answer = ask(ws, padded)
+        assert answer["status"] == 401 and answer["field"] == "api_key" and f"over {most} bytes" in answer["error"]
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+        assert closed.value.code == 1008
+    with client.websocket_connect(URL) as ws:  # one within the bound authenticates as before
+        assert ask(ws, {**padded, "pad": "x" * (most // 2)})["authenticated"] is True
+
 def test_each_way_of_presenting_a_key_opens_a_connection_that_predicts(client: TestClient, keys: dict[str, str]) -> None:
     with client.websocket_connect(URL, headers={"x-api-key": keys["acme_predict"]}) as ws:
         assert ask(ws, {**SETOSA, "request_id": "a"})["prediction"] == "setosa"

@@ -126,7 +126,7 @@ class Session:
             except SluiceError:
                 request_id = self._request_id_of(raw)  # the refusal carries the message's id where it has one
                 raise
-            if _size(raw, self.max_message_bytes) > self.max_message_bytes:
+            if message_size(raw, self.max_message_bytes) > self.max_message_bytes:
                 raise PayloadTooLarge(
                     f"message is over {self.max_message_bytes} bytes: send large inputs as a batch job",
                     field="body",
@@ -143,7 +143,7 @@ class Session:
 
     def _request_id_of(self, raw: bytes | str) -> str | None:
         """The message's own request id, where it is within the size limit and reads."""
-        if _size(raw, self.max_message_bytes) > self.max_message_bytes:
+        if message_size(raw, self.max_message_bytes) > self.max_message_bytes:
             return None
         try:
             return _request_id(_parse(raw))
@@ -215,7 +215,7 @@ def rows_field(raw: bytes | str) -> str:
         return "body"
 
 
-def _size(raw: bytes | str, most: int) -> int:
+def message_size(raw: bytes | str, most: int) -> int:
     """A message's size in bytes: a text frame's as UTF-8 carried it (up to 4 bytes a
     character), counted only where its characters alone could not settle it."""
     if type(raw) is bytes or len(raw) > most or len(raw) * 4 <= most:

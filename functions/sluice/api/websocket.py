@@ -27,7 +27,7 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sluice.api.errors import error_response
-from sluice.api.socket import Session, encode, error_answer
+from sluice.api.socket import Session, encode, error_answer, message_size
 from sluice.domain.errors import Unauthenticated
 from sluice.inline import timeout
 from sluice.registry.scope import bind_tenant, unbind_tenant
@@ -75,7 +75,7 @@ class Sockets:
         container = self.container()
         offered = [str(p) for p in scope.get("subprotocols") or ()]
         subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
-        key = presented_key(socket.headers)
+        key = presented_key(socket.headers, handshake=True)
         checked_at = container.keys.generation()  # before the key is read: a revoke from here on is seen
         principal: Principal | None = None
         if key is not None:
@@ -121,13 +121,18 @@ async def _refuse(socket: WebSocket, scope: Scope, exc: Exception) -> None:
 
 
 async def _first_message_auth(socket: WebSocket, container: Container) -> Principal | None:
-    """The key from `{"action": "auth", "api_key": …}`, the connection's first message."""
+    """The key from `{"action": "auth", "api_key": …}`, the connection's first message. It is
+    held to what the handshake's headers could carry (`SLUICE_MAX_HEADER_BYTES`): a larger one
+    is refused unparsed, so a caller with no key makes the server parse and hash no more."""
     request_id = None
+    most = container.settings.serve.max_header_bytes
     try:
         async with timeout(container.settings.serve.header_timeout_s):
             raw = await _receive(socket)
         if raw is None:
             return None
+        if message_size(raw, most) > most:
+            raise Unauthenticated(f"the first message is over {most} bytes: an auth message carries a key", field="api_key")
         message: Any = orjson.loads(raw)
         if isinstance(message, dict):
             request_id = message.get("request_id") if isinstance(message.get("request_id"), str) else None

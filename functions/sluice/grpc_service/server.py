@@ -6,11 +6,15 @@ its container, all on the one port (`share_port`: `sluice.cli.grpc_workers`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import grpc.aio
 
+    from sluice.services.admission import Capacity
     from sluice.wiring import Container
 
 
@@ -35,11 +39,8 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
     from sluice.grpc_service.service import InferenceService
 
     settings = container.settings
-    # Each call may hold a message of up to the body limit and its decoding: a bound on calls
-    # at once is a bound on the memory they take (past it, RESOURCE_EXHAUSTED at once).
     server = grpc.aio.server(
         options=options(settings.limits.max_request_bytes, settings.limits.max_response_bytes, share_port=share_port),
-        maximum_concurrent_rpcs=settings.serve.grpc_max_concurrent_rpcs or None,
         interceptors=[key_first(container)],
     )
     add_service(InferenceService(container), server)
@@ -51,13 +52,15 @@ async def start(container: Container, host: str, port: int, *, share_port: bool 
 PUBLIC = frozenset(f"/inference.GRPCInferenceService/{m}" for m in ("ServerLive", "ServerReady", "ServerMetadata"))
 
 
+ANONYMOUS = ""  # the public calls' tenant: no tenant's name is empty
+
+
 def key_first(container: Container) -> Any:
     """An interceptor that refuses a call without a working key as it opens (UNAUTHENTICATED),
-    before its message is read: a call waiting for its message already holds one of the
-    worker's `maximum_concurrent_rpcs`, and a caller with no key must hold none (calls opened
-    with no message, or none ever sent, kept every tenant's gRPC out). A key is read as the
-    HTTP edge reads it (recently checked ones from memory); the service checks it again as
-    its call runs."""
+    before its message is read, and bounds the rest (`bounded`): a caller with no key holds
+    none of the worker's calls (calls opened with no message, or none ever sent, kept every
+    tenant's gRPC out). A key is read as the HTTP edge reads it (recently checked ones from
+    memory); the service checks it again as its call runs."""
     import asyncio
 
     import grpc
@@ -66,6 +69,7 @@ def key_first(container: Container) -> Any:
     from sluice.api.deps import _bearer
     from sluice.domain.errors import Unauthenticated
     from sluice.grpc_service.service import GRPC_MISSING_KEY
+    from sluice.services.admission import Capacity
 
     def refusal(message: str) -> Any:
         async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> None:
@@ -76,23 +80,86 @@ def key_first(container: Container) -> Any:
 
     missing = refusal(GRPC_MISSING_KEY)
     keys = container.keys
+    settings = container.settings
+    limit = settings.serve.grpc_max_concurrent_rpcs
+    calls = Capacity(limit, settings.admission.tenant_share, what="gRPC calls") if limit else None
+    wait_s = settings.limits.body_timeout_s
 
     class KeyFirst(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def intercept_service(self, continuation: Any, details: Any) -> Any:
             if details.method in PUBLIC:
-                return await continuation(details)
+                return bounded(await continuation(details), ANONYMOUS, calls, wait_s)
             metadata = {k.lower(): v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
             key = _bearer(metadata)  # type: ignore[arg-type]
             if not key:
                 return missing
-            if keys.cached(key) is None:
+            principal = keys.cached(key)
+            if principal is None:
                 try:
-                    await asyncio.to_thread(keys.authenticate, key)
+                    principal = await asyncio.to_thread(keys.authenticate, key)
                 except Unauthenticated as exc:
                     return refusal(exc.message)
-            return await continuation(details)
+            return bounded(await continuation(details), principal.tenant, calls, wait_s)
 
     return KeyFirst()
+
+
+def bounded(handler: Any, tenant: str, calls: Capacity | None, wait_s: float) -> Any:
+    """`handler`, its call one of the worker's `calls` (`SLUICE_GRPC_MAX_CONCURRENT_RPCS`, a
+    tenant held to its share while another wants room: RESOURCE_EXHAUSTED past either) from
+    the moment it opens to its end, and a call of one message given `wait_s` (the HTTP body's
+    `SLUICE_BODY_TIMEOUT_S`) for it to arrive: past it, DEADLINE_EXCEEDED. So a call waiting
+    for its message holds its tenant's slots only, and not for long (grpcio would read the
+    message of a unary call, however long it took, before any handler ran)."""
+    import grpc
+
+    from sluice.domain.errors import SluiceError
+    from sluice.grpc_service.service import status_of
+    from sluice.inline import timeout
+
+    if handler is None:  # no such method: grpcio answers UNIMPLEMENTED
+        return None
+
+    @contextlib.asynccontextmanager
+    async def slot(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        if calls is None:
+            yield
+            return
+        try:
+            calls.enter(tenant)
+        except SluiceError as exc:
+            _, message, trailer = status_of(exc)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message, trailing_metadata=trailer)
+        try:
+            yield
+        finally:
+            calls.leave(tenant)
+
+    # The service's methods are unary, or streamed both ways.
+    if handler.request_streaming:  # grpcio runs it as the call opens; messages come when they come
+
+        async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async with slot(context):
+                async for answer in handler.stream_stream(requests, context):
+                    yield answer
+
+        return handler._replace(stream_stream=streamed)
+
+    async def unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        async with slot(context):
+            try:
+                async with timeout(wait_s):
+                    request = await context.read()
+            except TimeoutError:
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"the request message did not arrive within {wait_s:g} s")
+            if request is grpc.aio.EOF:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message")
+            return await handler.unary_unary(request, context)
+
+    # Read as a stream of one message: grpcio runs such a handler as the call opens.
+    return grpc.stream_unary_rpc_method_handler(
+        unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )
 
 
 def add_service(servicer: Any, server: grpc.aio.Server) -> None:

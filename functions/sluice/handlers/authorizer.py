@@ -58,10 +58,10 @@ class UsagePlans:
         return f"{self.key_prefix}{tenant if tenant in self.tenants else DEFAULT_PLAN}"
 
 
-def api_key_of(event: APIGatewayAuthorizerRequestEvent) -> str | None:
-    """The presented key: a Bearer token first, then `x-api-key` (then, opening a WebSocket, a
-    `bearer.<key>` subprotocol); None when there is none."""
-    return presented_key(event.headers)  # case-insensitive
+def api_key_of(event: APIGatewayAuthorizerRequestEvent, *, handshake: bool = False) -> str | None:
+    """The presented key: a Bearer token first, then `x-api-key` (then, opening a WebSocket
+    (`handshake`), a `bearer.<key>` subprotocol); None when there is none."""
+    return presented_key(event.headers, handshake=handshake)  # case-insensitive
 
 
 def _principal_of(key: str | None, keys: KeyService) -> Principal | None:
@@ -95,7 +95,7 @@ def authorize_connect(event: APIGatewayAuthorizerRequestEvent, *, keys: KeyServi
     in `$connect`, with no HTTP method); the context, with the handshake's headers as JSON
     (`handshake_headers`), rides along with every later message of the connection as
     `requestContext.authorizer`."""
-    principal = _principal_of(api_key_of(event), keys)
+    principal = _principal_of(api_key_of(event, handshake=True), keys)
     allowed = principal is not None
     context: dict[str, str] = {}
     if principal is not None:  # messages carry no headers: the handshake's ride with the principal

@@ -85,12 +85,13 @@ class Capacity:
     """Predictions in flight in this process, at most `limit`; a tenant at most `share` of
     them while another tenant wants some (see the module's text)."""
 
-    def __init__(self, limit: int, tenant_share: float = 1.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limit: int, tenant_share: float = 1.0, *, what: str = "predictions", clock: Callable[[], float] = time.monotonic) -> None:
         if limit < 1:
-            raise ValueError("a process's predictions in flight are 1 or more")
+            raise ValueError(f"a process's {what} in flight are 1 or more")
         if not 0 < tenant_share <= 1:
             raise ValueError("a tenant's share is more than 0 and at most 1")
         self.limit = limit
+        self.what = what  # what is counted, as the refusals name it
         self.share = max(1, math.ceil(limit * tenant_share))
         self.total = 0
         self.refused = 0  # predictions refused since the process started, either way
@@ -105,7 +106,7 @@ class Capacity:
         if held >= self.share and self.share < self.limit and self._contended(tenant):
             self.refused += 1
             raise TenantOverloaded(
-                f"this tenant has {held} predictions in flight on this worker, its share while other tenants are "
+                f"this tenant has {held} {self.what} in flight on this worker, its share while other tenants are "
                 "served: retry when one has been answered",
                 field="tenant",
                 retry_after_s=RETRY_AFTER_S,
@@ -115,7 +116,7 @@ class Capacity:
             self.refused += 1
             self._turned_away[tenant] = self._clock()
             raise Overloaded(
-                f"the service is at capacity ({self.limit} predictions in flight on this worker): retry in {RETRY_AFTER_S} s",
+                f"the service is at capacity ({self.limit} {self.what} in flight on this worker): retry in {RETRY_AFTER_S} s",
                 retry_after_s=RETRY_AFTER_S,
                 limit=self.limit,
             )
@@ -129,6 +130,15 @@ class Capacity:
 
     def count(self, tenant: str | None = None) -> int:
         return self.total if tenant is None else self._held.get(tenant, 0)
+
+    @contextlib.contextmanager
+    def held(self, tenant: str) -> Iterator[None]:
+        """`enter`, then `leave` however the block ends."""
+        self.enter(tenant)
+        try:
+            yield
+        finally:
+            self.leave(tenant)
 
     def _contended(self, tenant: str) -> bool:
         """Whether another tenant wants room: it has predictions in flight here, or it was

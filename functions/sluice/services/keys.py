@@ -76,6 +76,7 @@ class MarkerFile:
 
 
 PREFIX = "sk_"
+KEY_ID_CHARS = 16  # a key id's most characters (`KeyService.create`'s hex)
 T = TypeVar("T")
 
 
@@ -84,11 +85,13 @@ def hash_key(key: str) -> str:
 
 
 def split_key(key: str) -> str | None:
-    """`sk_<key id>_<secret>` -> key id, or None when the shape is wrong."""
+    """`sk_<key id>_<secret>` -> key id, or None when the shape is wrong. An id longer than any
+    `create` makes is wrong too: no lookup is made with it (DynamoDB refuses an oversized key
+    with an error, not a miss)."""
     if not key.startswith(PREFIX):
         return None
     key_id, sep, secret = key[len(PREFIX) :].partition("_")
-    return key_id if sep and key_id and secret else None
+    return key_id if sep and key_id and secret and len(key_id) <= KEY_ID_CHARS else None
 
 
 # Browsers cannot set headers on a WebSocket: they offer the key as a subprotocol beside
@@ -97,16 +100,19 @@ SUBPROTOCOL = "sluice.v1"
 BEARER_SUBPROTOCOL = "bearer."
 
 
-def presented_key(headers: Mapping[str, str]) -> str | None:
-    """The API key a request presents: `Authorization: Bearer <key>`, then `x-api-key`, then
-    (a WebSocket handshake) a `bearer.<key>` entry of `Sec-WebSocket-Protocol`. `headers` must
-    look names up case-insensitively. Never a query string: URLs end up in logs."""
+def presented_key(headers: Mapping[str, str], *, handshake: bool = False) -> str | None:
+    """The API key a request presents: `Authorization: Bearer <key>`, then `x-api-key`, then,
+    only for a WebSocket `handshake`, a `bearer.<key>` entry of `Sec-WebSocket-Protocol` (an
+    HTTP request takes the first two alone, on every server). `headers` must look names up
+    case-insensitively. Never a query string: URLs end up in logs."""
     scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     found = (headers.get("x-api-key") or "").strip()
     if found:
         return found
+    if not handshake:
+        return None
     for offered in subprotocols(headers.get("sec-websocket-protocol")):
         if offered.startswith(BEARER_SUBPROTOCOL) and len(offered) > len(BEARER_SUBPROTOCOL):
             return offered[len(BEARER_SUBPROTOCOL) :]
@@ -176,7 +182,7 @@ class KeyService:
             beyond = sorted(set(scopes) - granted(issuer.scopes))
             if beyond or issuer.tenant != tenant:
                 raise Forbidden(f"a key cannot grant scopes it lacks: {beyond}", field="scopes")
-        key_id = secrets.token_hex(8)
+        key_id = secrets.token_hex(KEY_ID_CHARS // 2)
         plain = f"{PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
         record = ApiKey(key_id, tenant, hash_key(plain), frozenset(scopes), name=name)
         self.registry.put_api_key(record)

@@ -406,7 +406,9 @@ class ServeSettings(Group):
         ge=0,
         le=C_INT_MAX,
         description="`sluice serve --grpc-port`: calls one worker's gRPC server runs at once, every key together "
-        "(an open stream is one); past it a call is refused with RESOURCE_EXHAUSTED at once. Each call may hold a "
+        "(an open stream is one; a call counts from when it opens, and waits at most `body_timeout_s` for its "
+        "message), a tenant at most `tenant_share` of them while another tenant wants one; past it a call is refused "
+        "with RESOURCE_EXHAUSTED at once. Each call may hold a "
         "message of up to `max_request_bytes` and its decoding, so this bounds what gRPC adds to a worker's memory. "
         "0: no bound.",
     )

@@ -142,3 +142,95 @@ def test_calls_without_a_working_key_hold_no_slot_while_they_wait_for_their_mess
             assert answer.as_numpy("output_label").tolist() == [b"virginica"]
         finally:
             stop.set()
+
+
+
+def _hold(url: str, key: str, n: int, stop: Any) -> Any:
+    """A thread keeping `n` ModelInfer calls of `key` open, their message never sent, each
+    one ended opened again at once, until `stop`."""
+    import threading
+
+    import grpc
+
+    def never() -> Any:
+        stop.wait()
+        return
+        yield
+
+    def run() -> None:
+        with grpc.insecure_channel(url) as channel:
+            hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            calls: list[Any] = []
+            while not stop.is_set():
+                calls = [c for c in calls if not c.done()]
+                calls += [hold.future(never(), metadata=(("authorization", f"Bearer {key}"),)) for _ in range(n - len(calls))]
+                stop.wait(0.02)
+            for call in calls:
+                call.cancel()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _infer_iris(url: str, key: str) -> Any:
+    client = grpcclient.InferenceServerClient(url)
+    tensor = grpcclient.InferInput("input", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.asarray([[6.7, 3.0, 5.2, 2.3]], dtype=np.float32))
+    return client.infer("iris", [tensor], headers=auth(key))
+
+
+def test_a_call_whose_message_does_not_arrive_in_time_is_cut_off(served: Container, keys: dict[str, str]) -> None:
+    """A call opened with a working key waits `SLUICE_BODY_TIMEOUT_S` for its message, as an
+    HTTP body does, then ends DEADLINE_EXCEEDED: the slot it held is free again."""
+    import threading
+
+    import grpc
+
+    served.settings.limits.body_timeout_s = 0.5
+    stop = threading.Event()
+
+    def never() -> Any:
+        stop.wait()
+        return
+        yield
+
+    with run_server(served) as url, grpc.insecure_channel(url) as channel:
+        hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        try:
+            started = time.monotonic()
+            failed = hold.future(never(), metadata=(("authorization", f"Bearer {keys['acme_predict']}"),)).exception(timeout=10)
+            assert failed.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failed  # type: ignore[union-attr]
+            assert "did not arrive within 0.5 s" in failed.details()  # type: ignore[union-attr]
+            assert time.monotonic() - started < 5
+            assert _infer_iris(url, keys["acme_predict"]).as_numpy("output_label").tolist() == [b"virginica"]  # the unary path answers
+        finally:
+            stop.set()
+
+
+def test_one_tenant_holding_every_call_open_cannot_keep_another_tenant_out(served: Container, keys: dict[str, str]) -> None:
+    """One key keeps every call a worker runs open without its message, reopening each as it
+    ends: another tenant retrying as told is served within a few seconds, because a waiting
+    call is cut off after `SLUICE_BODY_TIMEOUT_S` and, while another tenant asks, a tenant
+    gets no call above its share."""
+    import threading
+
+    served.settings.serve.grpc_max_concurrent_rpcs = 4
+    served.settings.limits.body_timeout_s = 1.0
+    stop = threading.Event()
+    with run_server(served) as url:
+        holder = _hold(url, keys["acme_predict"], 4, stop)
+        try:
+            time.sleep(0.5)
+            refused = fails(_infer_iris, url, keys["globex"])  # every call is acme's
+            assert refused.status() == "StatusCode.RESOURCE_EXHAUSTED", refused
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                answered = fails(_infer_iris, url, keys["globex"])  # globex has no iris: its own NOT_FOUND once served
+                if answered.status() != "StatusCode.RESOURCE_EXHAUSTED":
+                    break
+                time.sleep(0.2)
+            assert answered.status() == "StatusCode.NOT_FOUND", answered
+        finally:
+            stop.set()
+            holder.join(10)
