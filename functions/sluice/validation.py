@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sluice.caching import keep
-from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, past_range
+from sluice.codecs.casts import cast_exact, holds_text
+from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY
 from sluice.domain.errors import InvalidInput, PayloadTooLarge
 
 if TYPE_CHECKING:
@@ -91,50 +92,6 @@ def check_inputs(
             raise InvalidInput(f"input '{spec.name}' holds NaN or infinite values", field=where)
         ready[spec.name] = array
     return ready
-
-
-def cast_exact(array: np.ndarray, datatype: str, dtype: np.dtype, *, answer: bool = False) -> np.ndarray:
-    """`array` in `dtype` where no value changes; else TypeError, ValueError or OverflowError.
-    A request's numbers for a BYTES input are taken as they are (as an object array of them is,
-    on every door); a function's `answer` for a BYTES output holds text only."""
-    if datatype == "BYTES":
-        if array.dtype.kind in "US":
-            return array.astype(object)
-        if array.dtype == object:
-            if not holds_text(array, numbers=not answer):
-                raise TypeError("not text")
-            return array
-        if not answer and array.dtype.kind in "iuf":
-            return array.astype(object)
-        raise TypeError("not text")
-    if array.dtype == object or array.dtype.kind in "US":
-        raise TypeError("not numeric")
-    if datatype == "BOOL" and (array.dtype.kind not in "biuf" or not np.isin(array, (0, 1)).all()):
-        raise TypeError("not a boolean")  # 0.25 is no more true than false; 1.0 is true
-    # Refuse silent truncation of 1.5 into an integer input.
-    if dtype.kind in "iu" and array.dtype.kind == "f" and not np.array_equal(array, np.trunc(array)):
-        raise ValueError("fractional value for an integer input")
-    if dtype.kind in "iu" and array.size and past_range(array.min(), array.max(), dtype):
-        raise OverflowError("out of range")
-    with np.errstate(over="ignore"):  # an overflow is refused below, not warned of
-        cast = array.astype(dtype, copy=False)
-    if dtype.kind == "f" and (np.isinf(cast) > np.isinf(array)).any():
-        raise OverflowError("past the float type's range")  # 1e300 is not FP32's infinity, nor 70000 FP16's
-    return cast
-
-
-def holds_text(array: np.ndarray, *, numbers: bool) -> bool:
-    """Whether an object array holds text only (str or bytes), or numbers too where `numbers`:
-    never null, true/false, an object or a list, which a model would read as their Python
-    spelling ("None", "{'a': 1}"). Text alone, the common case, is told by one pass in C."""
-    values = array.ravel().tolist()
-    try:
-        "".join(values)
-        return True
-    except TypeError:
-        pass
-    kinds = (str, bytes, int, float, np.number) if numbers else (str, bytes)
-    return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
 
 
 # What a request's inputs most often are (each of the signature's dtype and shape, finite):

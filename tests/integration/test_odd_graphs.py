@@ -118,9 +118,9 @@ def test_an_exposed_output_may_not_take_the_name_of_one_the_answer_has(demo: Con
 def test_a_websocket_text_frame_is_measured_in_bytes(demo: Container) -> None:
     """A text frame of 300,000 four-byte characters is 1.2 MB however few characters it has:
     over a 1 MiB limit, as the same bytes in a binary frame are."""
-    from sluice.api.socket import _size
+    from sluice.api.socket import message_size
 
     text = "\N{GRINNING FACE}" * 300_000
-    assert _size(text, 1 << 20) == len(text.encode()) > 1 << 20
-    assert _size(text.encode(), 1 << 20) == len(text.encode())
-    assert _size("x" * 1000, 1 << 20) == 1000
+    assert message_size(text, 1 << 20) == len(text.encode()) > 1 << 20
+    assert message_size(text.encode(), 1 << 20) == len(text.encode())
+    assert message_size("x" * 1000, 1 << 20) == 1000

@@ -262,6 +262,24 @@ def test_v2_json_numbers_reach_an_integer_input_exactly_or_are_refused(datatype:
     assert refused.value.field == "inputs.x.data"
 
 
+@given(datatype=st.sampled_from(INTEGER_TYPES), data=st.data())
+def test_v2_json_integers_beside_a_whole_float_keep_every_digit(datatype: str, data: st.DataObject) -> None:
+    """A whole float among the values (`2.0`) never sends the others through float64: an
+    integer past 2**53 reaches the input as written, one past the type's range is refused."""
+    info = np.iinfo(np.dtype(datatype.lower()))
+    values = data.draw(st.lists(st.integers(int(info.min), int(info.max)), min_size=1, max_size=6))
+    nested = data.draw(st.booleans())
+    sent = [*values, 2.0]
+    want = [*values, 2]
+    shape = [len(sent)]
+    if nested:
+        sent, want, shape = [[v] for v in sent], [[v] for v in want], [len(sent), 1]
+    assert decode_tensor("x", datatype, shape, sent, field="inputs.x").tolist() == want
+    with pytest.raises(InvalidInput):
+        decode_tensor("x", datatype, [2], [int(info.max) + 1, 1.0], field="inputs.x")
+    assert decode_tensor("x", "INT64", [2], [2**53 + 1, 2.0], field="inputs.x").tolist() == [2**53 + 1, 2]  # float64 would round it
+
+
 @given(datatype=st.sampled_from(["FP16", "FP32", "FP64"]), text=st.sampled_from(["6.7", " 3.5 ", "1e3", "-0", "nan", ""]), nested=st.booleans())
 def test_v2_json_text_for_a_float_input_is_refused_not_read_as_a_number(datatype: str, text: str, nested: bool) -> None:
     data = [[1.0, text]] if nested else [1.0, text]

@@ -87,8 +87,8 @@ def key_first(container: Container) -> Any:
 
     class KeyFirst(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def intercept_service(self, continuation: Any, details: Any) -> Any:
-            if details.method in PUBLIC:
-                return bounded(await continuation(details), ANONYMOUS, calls, wait_s)
+            if details.method in PUBLIC:  # no key, no tensor: none of the worker's calls, only the message's wait
+                return bounded(await continuation(details), ANONYMOUS, None, wait_s)
             metadata = {k.lower(): v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
             key = _bearer(metadata)  # type: ignore[arg-type]
             if not key:

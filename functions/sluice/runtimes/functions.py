@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.clients import lazy_client
+from sluice.codecs.casts import cast_exact
 from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.function_payloads import decode_answer, encode_event
 from sluice.domain.errors import (
@@ -47,7 +48,6 @@ from sluice.domain.errors import (
 )
 from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
 from sluice.inline import timeout
-from sluice.validation import cast_exact
 
 if TYPE_CHECKING:
     from typing import Unpack

@@ -145,8 +145,8 @@ def test_calls_without_a_working_key_hold_no_slot_while_they_wait_for_their_mess
 
 
 
-def _hold(url: str, key: str, n: int, stop: Any) -> Any:
-    """A thread keeping `n` ModelInfer calls of `key` open, their message never sent, each
+def _hold(url: str, key: str | None, n: int, stop: Any, method: str = "ModelInfer") -> Any:
+    """A thread keeping `n` calls of `key` (None: no key) open, their message never sent, each
     one ended opened again at once, until `stop`."""
     import threading
 
@@ -159,11 +159,12 @@ def _hold(url: str, key: str, n: int, stop: Any) -> Any:
 
     def run() -> None:
         with grpc.insecure_channel(url) as channel:
-            hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            hold = channel.stream_unary(f"/inference.GRPCInferenceService/{method}", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            metadata = (("authorization", f"Bearer {key}"),) if key else ()
             calls: list[Any] = []
             while not stop.is_set():
                 calls = [c for c in calls if not c.done()]
-                calls += [hold.future(never(), metadata=(("authorization", f"Bearer {key}"),)) for _ in range(n - len(calls))]
+                calls += [hold.future(never(), metadata=metadata) for _ in range(n - len(calls))]
                 stop.wait(0.02)
             for call in calls:
                 call.cancel()
@@ -206,6 +207,26 @@ def test_a_call_whose_message_does_not_arrive_in_time_is_cut_off(served: Contain
             assert _infer_iris(url, keys["acme_predict"]).as_numpy("output_label").tolist() == [b"virginica"]  # the unary path answers
         finally:
             stop.set()
+
+
+def test_public_calls_held_open_without_a_key_take_none_of_the_workers_calls(served: Container, keys: dict[str, str]) -> None:
+    """ServerLive, ServerReady and ServerMetadata need no key: held open in any number, their
+    message never sent, they leave every call of the worker to the tenants with keys."""
+    import threading
+
+    served.settings.serve.grpc_max_concurrent_rpcs = 4
+    served.settings.limits.body_timeout_s = 5.0
+    stop = threading.Event()
+    with run_server(served) as url:
+        holders = [_hold(url, None, 4, stop, method) for method in ("ServerLive", "ServerReady", "ServerMetadata")]
+        try:
+            time.sleep(0.5)
+            answered = fails(_infer_iris, url, keys["globex"])  # globex has no iris: its own NOT_FOUND, never RESOURCE_EXHAUSTED
+            assert answered.status() == "StatusCode.NOT_FOUND", answered
+        finally:
+            stop.set()
+            for holder in holders:
+                holder.join(10)
 
 
 def test_one_tenant_holding_every_call_open_cannot_keep_another_tenant_out(served: Container, keys: dict[str, str]) -> None:
