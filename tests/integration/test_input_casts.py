@@ -39,8 +39,9 @@ def world(demo: Container, acme: Principal) -> Tenants:
 
     demo.models.push(acme, "flags", _model("flags", TensorProto.BOOL, TensorProto.FLOAT, "Cast"), feature_names=["a", "b"])
     demo.models.push(acme, "codes", _model("codes", TensorProto.STRING, TensorProto.STRING, "Identity"), feature_names=["zip", "plan"])
+    demo.models.push(acme, "ids", _model("ids", TensorProto.INT64, TensorProto.INT64, "Identity"), feature_names=["big", "small"])
     tenants = Tenants(demo)
-    for name in ("flags", "codes"):
+    for name in ("flags", "codes", "ids"):
         assert tenants.save(name, {"kind": "single", "model": name, "version": 1}).status_code == 201
     return tenants
 
@@ -83,3 +84,22 @@ def test_numbers_for_a_text_input_read_alike_on_rest_and_in_a_stream(world: Tena
     for neighbour in ({"zip": "02139", "plan": "7"}, {"zip": 0.5, "plan": 1}, {"zip": 3, "plan": 4}):
         streamed = _stream(world, "codes", [{"zip": 2139, "plan": 7}, neighbour])
         assert streamed[0]["prediction"] == alone, (neighbour, streamed)
+
+
+@pytest.mark.parametrize("big", [2**53 + 1, 2**63 - 1, -(2**63)])
+def test_integers_beside_a_whole_float_reach_an_integer_input_exact_on_every_door(world: Tenants, big: int) -> None:
+    """`2.0` is the integer 2, and never sends the integers beside it through float64 (which
+    would round 2**53 + 1, or push 2**63 - 1 past INT64's range): simple JSON's every form, v2
+    JSON and a stream's records answer the same exact values."""
+    want = [big, 2]
+    answers = {
+        "inputs": world.client.post("/api/v1/predictions", json={"deployment": "ids", "inputs": [[big, 2.0]]}, headers=world.acme),
+        "features": world.client.post("/api/v1/predictions", json={"deployment": "ids", "features": {"big": big, "small": 2.0}}, headers=world.acme),
+    }
+    for door, r in answers.items():
+        assert r.status_code == 200 and r.json()["prediction"] == want, (door, r.text)
+    v2 = world.client.post("/v2/models/ids/infer", json={"inputs": [{"name": "ids", "datatype": "INT64", "shape": [1, 2], "data": [big, 2.0]}]}, headers=world.acme)
+    assert v2.status_code == 200 and v2.json()["outputs"][0]["data"] == want, v2.text
+    for records in ([{"big": big, "small": 2.0}], [{"big": big, "small": 2}, {"big": 1, "small": 2.0}]):
+        assert _stream(world, "ids", records)[0]["prediction"] == want, records
+

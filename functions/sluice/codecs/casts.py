@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sluice.codecs.datatypes import past_range
@@ -50,3 +52,20 @@ def holds_text(array: np.ndarray, *, numbers: bool) -> bool:
         pass
     kinds = (str, bytes, int, float, np.number) if numbers else (str, bytes)
     return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
+
+
+def whole_numbers(data: list[Any], dtype: np.dtype) -> np.ndarray:
+    """JSON numbers for an integer dtype where some are written as floats (`2.0`): each float
+    whole (a fraction: ValueError), each integer exact (past 2**53 a float64 would round it);
+    past the dtype's range, OverflowError."""
+    exact = np.asarray(data, dtype=object)  # Python's own numbers, nested lists as NumPy shapes them
+    values = []
+    for value in exact.reshape(-1).tolist():
+        if type(value) is float:
+            if not value.is_integer():
+                raise ValueError("a fraction for an integer type")
+            value = int(value)
+        elif type(value) is not int:
+            raise TypeError("not a number")
+        values.append(value)
+    return np.asarray(values, dtype=dtype).reshape(exact.shape)

@@ -3,6 +3,7 @@ rows (the simple JSON API, stream outputs) or as Arrow columns (batch parts), de
 
 from __future__ import annotations
 
+import contextlib
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ import numpy as np
 
 from sluice.caching import keep
 from sluice.codecs.arrow_numbers import from_numbers, from_text, take, text_column
+from sluice.codecs.casts import whole_numbers
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool
 from sluice.domain.errors import InvalidInput
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from sluice.domain.signature import Signature, TensorSpec
 
 
+INTEGER_TYPES = frozenset(("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"))
 ALIKE_ROWS = 8  # from this many rows of objects, a column at a time (`_columns_of_alike`) costs less than the loop
 
 
@@ -29,9 +32,10 @@ def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = T
     none, so the values need not be looked at one by one for them)."""
     if not bools:
         try:
-            return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
+            array = np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
         except (ValueError, TypeError):
             raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+        return _whole(spec, rows, array)
     if spec.datatype in FLOAT_TYPES and type(rows) is list and _all_floats(rows):
         # Floats only, for a float input: read straight into its dtype (the same values as
         # reading them as float64 and casting), with no float64 copy on the way.
@@ -42,9 +46,20 @@ def _row_array(spec: TensorSpec, rows: list[Any], *, field: str, bools: bool = T
     if spec.datatype not in ("BOOL", "BYTES") and holds_bool(rows):
         raise InvalidInput(f"rows of input '{spec.name}' hold true/false, which are not {spec.datatype} values", field=field)
     try:
-        return np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
+        array = np.asarray(rows, dtype=object if spec.datatype == "BYTES" else None)
     except (ValueError, TypeError):
         raise InvalidInput(f"rows of input '{spec.name}' are ragged or not numbers", field=field) from None
+    return _whole(spec, rows, array)
+
+
+def _whole(spec: TensorSpec, rows: Any, array: np.ndarray) -> np.ndarray:
+    """Integers beside a whole float (`2.0`) for an integer input, each kept exact (float64
+    would round one past 2**53), as v2 JSON reads them; anything else as it was read, for the
+    check to refuse naming the input."""
+    if array.dtype.kind == "f" and spec.datatype in INTEGER_TYPES:
+        with contextlib.suppress(ValueError, TypeError, OverflowError):
+            return whole_numbers(rows, V2_TO_NUMPY[spec.datatype])
+    return array
 
 
 def _all_floats(rows: list[Any]) -> bool:

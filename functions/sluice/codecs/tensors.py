@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sluice.codecs.casts import cast_exact
+from sluice.codecs.casts import cast_exact, whole_numbers
 from sluice.codecs.datatypes import FLOAT_TYPES, V2_TO_NUMPY, holds_bool, v2_of_numpy
 from sluice.domain.errors import BadRequest, InvalidInput
 
@@ -65,25 +65,8 @@ def _numbers(data: list[Any], datatype: str, dtype: np.dtype) -> np.ndarray:
             return np.asarray(data, dtype=dtype)  # a number past an integer's range: OverflowError
     array = np.asarray(data)
     if dtype.kind in "iu" and array.dtype.kind == "f":  # integers beside a float: each kept whole, never through float64
-        return _whole_numbers(data, dtype)
+        return whole_numbers(data, dtype)
     return array if array.dtype == dtype else cast_exact(array, datatype, dtype)
-
-
-def _whole_numbers(data: list[Any], dtype: np.dtype) -> np.ndarray:
-    """JSON numbers for an integer dtype where some are written as floats (`2.0`): each float
-    whole (a fraction: ValueError), each integer exact (past 2**53 a float64 would round it);
-    past the dtype's range, OverflowError."""
-    exact = np.asarray(data, dtype=object)  # Python's own numbers, nested lists as NumPy shapes them
-    values = []
-    for value in exact.reshape(-1).tolist():
-        if type(value) is float:
-            if not value.is_integer():
-                raise ValueError("a fraction for an integer type")
-            value = int(value)
-        elif type(value) is not int:
-            raise TypeError("not a number")
-        values.append(value)
-    return np.asarray(values, dtype=dtype).reshape(exact.shape)
 
 
 def shaped(array: np.ndarray, shape: list[int], *, name: str, field: str) -> np.ndarray:

@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 from orjson import JSONDecodeError, loads
 
+from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
@@ -191,7 +192,10 @@ class StreamScorer:
             stacked = np.asarray(list(map(_row, hot)))
             # A text input's numbers are decoded record by record, as a request's are: stacked
             # beside a float, 7 would reach the model as "7.0".
-            if stacked.dtype.kind in "iuf" and stacked.ndim == 2 and signature.inputs[0].datatype != "BYTES":
+            datatype = signature.inputs[0].datatype
+            # ... and an integer input's beside a float: each record kept exact, as a request's are.
+            whole = stacked.dtype.kind in "iu" or V2_TO_NUMPY[datatype].kind not in "iu"
+            if stacked.dtype.kind in "iuf" and stacked.ndim == 2 and datatype != "BYTES" and whole:
                 return signature.inputs[0].name, stacked
         except (ValueError, TypeError):
             pass
