@@ -8,12 +8,8 @@ several uvicorn workers each process writes its own files in `PROMETHEUS_MULTIPR
 Every series carries the tenant it belongs to, and `exposition(tenant)` shows a caller only its
 own tenant's: the deployment and model names of other tenants never leave the process.
 
-An answered prediction is tallied in memory (a few additions under a lock, per label set) and
-the tallies are added to the series at most a second later, by one thread of the process, and
-before this process answers a scrape: a request never pays the client's per-value locks, the
-histogram's bucket search in Python, or (under `sluice serve`) the writes to its mapped files.
-Under several workers a scrape may so miss up to the last second of another worker's
-predictions, never count one twice; each worker adds its tallies as it exits too.
+An answered prediction is tallied in memory and added to the series within a second
+(`sluice.metrics_tally`).
 
 A disk too full to take a new series never fails the request that reports it, nor kills the
 worker (`allocate_before_mapping`): the figure is lost, and a warning says so.
@@ -21,16 +17,14 @@ worker (`allocate_before_mapping`): the figure is lost, and a warning says so.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import threading
 import time
-import weakref
-from bisect import bisect_left
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sluice.metrics_tally import FLUSHER, Tally
 from sluice.observability import get_logger
 from sluice.settings import in_lambda
 
@@ -48,7 +42,6 @@ PREDICTION = ("tenant", "deployment", "model", "version", "variant")
 LATENCY_BUCKETS_MS = (
     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )
-FLUSH_S = 1.0  # the longest a tallied prediction waits to reach the series
 CHUNK_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900)
 
 
@@ -67,18 +60,6 @@ def _kept(method: F) -> F:
                 get_logger().warning("metrics not written", extra={"error": repr(exc), "folder": self.multiprocess_dir})
 
     return kept  # type: ignore[return-value]
-
-
-class _Tally:
-    """What one label set's answered predictions add to the series at the next flush: requests,
-    the latency histogram's sum and bucket counts (the last: +Inf), rows and the caches' counts."""
-
-    __slots__ = ("answer_hits", "answer_misses", "buckets", "cache_hits", "cache_misses", "observed", "requests", "rows", "sum")
-
-    def __init__(self) -> None:
-        self.requests = self.observed = self.rows = self.answer_hits = self.answer_misses = self.cache_hits = self.cache_misses = 0
-        self.sum = 0.0
-        self.buckets = [0] * (len(LATENCY_BUCKETS_MS) + 1)
 
 
 class PrometheusMetrics:
@@ -137,7 +118,7 @@ class PrometheusMetrics:
             ("tenant", "deployment", "subject"), registry=r,
         )  # fmt: skip
         self._series: dict[tuple[int, tuple[str, ...]], Any] = {}
-        self._pending: dict[tuple[str, ...], _Tally] = {}  # answered predictions not yet in the series
+        self._pending: dict[tuple[str, ...], Tally] = {}  # answered predictions not yet in the series
         self._tallying = threading.Lock()
 
     # What Telemetry reports -----------------------------------------------------------------
@@ -150,23 +131,9 @@ class PrometheusMetrics:
         with self._tallying:
             tally = self._pending.get(labels)
             if tally is None:
-                tally = self._pending[labels] = _Tally()
-                _FLUSHER.watch(self)
-            tally.requests += 1
-            if not cached:  # latency measures computing: a prediction cache hit stays out
-                tally.observed += 1
-                tally.sum += latency_ms
-                if latency_ms == latency_ms:  # the first bucket whose bound is at least it, as the client's `observe` (NaN: none)
-                    tally.buckets[bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
-            if cached is not None:
-                if cached:
-                    tally.answer_hits += 1
-                else:
-                    tally.answer_misses += 1
-            tally.rows += rows
-            if cache is not None:
-                tally.cache_hits += cache[0]
-                tally.cache_misses += cache[1]
+                tally = self._pending[labels] = Tally(LATENCY_BUCKETS_MS)
+                FLUSHER.watch(self)
+            tally.add(latency_ms, rows, cache, cached)
 
     @_kept
     def flush(self) -> None:
@@ -304,39 +271,6 @@ class _TenantView:
                 s for s in family.samples if s.labels.get("tenant") == self.tenant and not s.name.endswith("_created")
             ]
             yield kept
-
-
-class _Flusher:
-    """The process's one thread that flushes every `PrometheusMetrics` with tallies, each
-    `FLUSH_S`; and once more as the process exits. Started when first needed (in a forked
-    child too)."""
-
-    def __init__(self) -> None:
-        self._watched: weakref.WeakSet[PrometheusMetrics] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._pid = 0  # the process whose thread runs
-        atexit.register(self.flush_all)
-
-    def watch(self, metrics: PrometheusMetrics) -> None:
-        with self._lock:
-            self._watched.add(metrics)
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="sluice-metrics-flush", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(FLUSH_S)
-            self.flush_all()
-
-    def flush_all(self) -> None:
-        with self._lock:
-            watched = list(self._watched)
-        for metrics in watched:
-            metrics.flush()
-
-
-_FLUSHER = _Flusher()
 
 
 def _labels(fields: Mapping[str, Any]) -> tuple[str, str, str, str, str]:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.demo import install_demo
 from sluice.domain import Principal
-from sluice.metrics import FLUSH_S
+from sluice.metrics_tally import FLUSH_S
 from sluice.settings import Settings
 from sluice.wiring import Container
 from tests.conftest import MODELS

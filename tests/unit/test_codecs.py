@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from sluice.codecs.classification import asked
 from sluice.codecs.datatypes import V2_TO_NUMPY
-from sluice.codecs.plain import arrays_from_request, present_columns, present_rows
+from sluice.codecs.plain import present_columns, present_rows
+from sluice.codecs.plain_inputs import arrays_from_request
 from sluice.codecs.tensors import decode_tensor, encode_tensor, json_data
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.results import InferenceResult

@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.codecs import plain
+from sluice.codecs import plain, plain_inputs
 from sluice.codecs.plain import (
     _column,
     _scalar,
-    arrays_from_request,
     present_columns,
     present_rows,
 )
+from sluice.codecs.plain_inputs import arrays_from_request
 from sluice.domain.errors import InvalidInput
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
@@ -34,7 +34,7 @@ def reference_arrays(signature: Signature, **request: Any) -> dict[str, np.ndarr
     """`arrays_from_request` by its row-by-row loop alone (rows of objects never read a column
     at a time)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plain, "ALIKE_ROWS", sys.maxsize)
+        patch.setattr(plain_inputs, "ALIKE_ROWS", sys.maxsize)
         return arrays_from_request(signature, **request)
 
 
@@ -112,13 +112,13 @@ def batches(draw: st.DrawFn, signature: Signature) -> list[Any]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.data(), st.sampled_from([1, plain.ALIKE_ROWS]))
+@given(st.data(), st.sampled_from([1, plain_inputs.ALIKE_ROWS]))
 def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObject, alike_rows: int) -> None:
     """Whatever the number of rows from which the fast path is taken (a batch of 1 to 12 rows)."""
     signature = data.draw(signatures())
     rows = data.draw(batches(signature))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plain, "ALIKE_ROWS", alike_rows)
+        patch.setattr(plain_inputs, "ALIKE_ROWS", alike_rows)
         assert outcome(lambda: arrays_from_request(signature, batch=rows)) == outcome(lambda: reference_arrays(signature, batch=rows))
         one = rows[0]
         assert outcome(lambda: arrays_from_request(signature, features=one)) == outcome(lambda: reference_arrays(signature, features=one))
@@ -127,11 +127,11 @@ def test_rows_of_objects_read_as_the_row_by_row_loop_reads_them(data: st.DataObj
 def test_rows_with_the_same_keys_take_the_fast_path_and_others_do_not() -> None:
     names = {"length": [], "colour": []}
     alike = [{"length": 1.0, "colour": "red"}, {"colour": "blue", "length": 2.0}]
-    assert plain._columns_of_alike(alike, names) == {"length": [1.0, 2.0], "colour": ["red", "blue"]}
-    assert plain._columns_of_alike([{"length": 1.0}, {"colour": "red"}], names) is None  # same size, other keys
-    assert plain._columns_of_alike([{"length": 1.0}, {"length": 1.0, "colour": "red"}], names) is None
-    assert plain._columns_of_alike([{"size": 1.0}], names) is None
-    assert plain._columns_of_alike([{"length": 1.0}, [1.0]], names) is None
+    assert plain_inputs._columns_of_alike(alike, names) == {"length": [1.0, 2.0], "colour": ["red", "blue"]}
+    assert plain_inputs._columns_of_alike([{"length": 1.0}, {"colour": "red"}], names) is None  # same size, other keys
+    assert plain_inputs._columns_of_alike([{"length": 1.0}, {"length": 1.0, "colour": "red"}], names) is None
+    assert plain_inputs._columns_of_alike([{"size": 1.0}], names) is None
+    assert plain_inputs._columns_of_alike([{"length": 1.0}, [1.0]], names) is None
 
 
 # Answers -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """An answered prediction is tallied and added to the Prometheus series later
 (`sluice.metrics`): a scrape reads what the client's own `inc` and `observe`, called for every
-prediction, would have written; a worker's tallies reach its files within `FLUSH_S` without a
+prediction, would have written; a worker's tallies reach its files within `sluice.metrics_tally.FLUSH_S` without a
 scrape, and as it exits."""
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def test_a_scrape_reads_what_calling_the_client_per_prediction_would_have_writte
 WORKER = r"""
 import os, sys, time
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = sys.argv[1]
-from sluice.metrics import PrometheusMetrics, FLUSH_S
+from sluice.metrics import PrometheusMetrics
+from sluice.metrics_tally import FLUSH_S
 
 metrics = PrometheusMetrics(sys.argv[1])
 fields = {"tenant": "acme", "deployment": "iris", "model": "iris", "version": 1}

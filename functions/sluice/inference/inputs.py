@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.codecs.classification import check_rankable
-from sluice.codecs.plain import arrays_from_request
+from sluice.codecs.plain_inputs import arrays_from_request
 from sluice.codecs.tensors import decode_tensor
 from sluice.domain.errors import BadRequest, InvalidInput
 from sluice.domain.requests import ArrayInputs, RowInputs, TensorInputs

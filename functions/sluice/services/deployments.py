@@ -19,16 +19,13 @@ from sluice.domain.capture import check_capture, check_redacted
 from sluice.domain.errors import (
     BadRequest,
     Conflict,
-    InvalidRequest,
     NotFound,
-    SluiceError,
     Unprocessable,
 )
 from sluice.domain.functions import Function
 from sluice.domain.lookups import Lookup
 from sluice.domain.objects import check_description, check_policy_size, made_at_revision
 from sluice.domain.policy import (
-    MAX_WEIGHT,
     Ensemble,
     Mirror,
     Ref,
@@ -53,13 +50,13 @@ from sluice.services.deployment_stats import deployment_stats
 from sluice.services.graph_checks import GraphChecks, fields_of, leading_transform
 from sluice.services.models import require_found
 from sluice.services.precomputed_checks import check_tables
+from sluice.services.written_bounds import check_written
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from sluice.domain import DeploymentChange, Principal
     from sluice.domain.capture import CaptureSettings
-    from sluice.domain.lookups import FeatureSpec
     from sluice.domain.policy import Node
     from sluice.domain.signature import TensorSpec
     from sluice.registry import Registry
@@ -135,11 +132,10 @@ class DeploymentService:
     ) -> tuple[dict[str, Any], list[Deployment]]:
         """The policy, checked (with the capture settings it must fit: `kept_with`, the stored
         policy they were kept with, or None for settings given now), and the other
-        deployments the checks read. `stored`: the deployment's policy now, whose weights stay
-        allowed wherever the new one carries them (one stored before MAX_WEIGHT was a bound)."""
+        deployments the checks read. `stored`: the deployment's policy now, whose values past a
+        bound written since stay allowed (`sluice.services.written_bounds`)."""
         node = parse_policy(policy)
-        _check_weights(node, stored)
-        _check_defaults(node, stored)
+        check_written(node, stored)
         self._check_functions(tenant, node)
         read = _Reads(self.registry, tenant)
         self._check_graph(tenant, name, node, read, capture, kept_with)
@@ -502,47 +498,3 @@ class DeploymentService:
             self.recorder.add((principal.tenant, name, dep.revision, f"variant:{variant}"), {"reward_n": 1, "reward_sum": reward})
             self.recorder.flush()
         return variant
-
-
-def _check_weights(node: Node, stored: dict[str, Any] | None) -> None:
-    """A policy written weighs each variant and member at most MAX_WEIGHT (the sum of any of
-    them stays finite), but for a weight the deployment's `stored` policy already holds (one
-    written before the bound: kept by updates that keep it, rollouts that go back to it)."""
-    kept: set[float] = set()
-    if stored is not None:
-        with contextlib.suppress(SluiceError):  # a stored policy that no longer reads keeps nothing
-            kept = {weight for _, weight in _weights(parse_policy(stored)) if weight > MAX_WEIGHT}
-    for where, weight in _weights(node):
-        if weight > MAX_WEIGHT and weight not in kept:
-            raise InvalidRequest(f"{where}: a weight is at most {MAX_WEIGHT:.0f}, not {weight!r}", field=where)
-
-
-def _check_defaults(node: Node, stored: dict[str, Any] | None) -> None:
-    """A lookup's feature defaults written are values of their datatypes (a 422 naming the
-    feature; an INT32 default of 5e9 failed every row that took it), but for one the
-    deployment's `stored` policy already holds (written before the rule: kept by updates that
-    keep it, rollouts that go from and back to it), as `_check_weights`."""
-    kept: set[tuple[str, str, Any]] = set()
-    if stored is not None:
-        with contextlib.suppress(SluiceError):  # a stored policy that no longer reads keeps nothing
-            kept = {(f.name, f.datatype, f.default) for _, f in _features(parse_policy(stored)) if f.past_range_default()}
-    for where, feature in _features(node):
-        why = feature.past_range_default()
-        if why is not None and (feature.name, feature.datatype, feature.default) not in kept:
-            raise InvalidRequest(f"{where}: {why}", field=where)
-
-
-def _features(node: Node) -> Iterator[tuple[str, FeatureSpec]]:
-    """Each lookup's features in the policy, with the field that holds each."""
-    for field, child in fields_of(node):
-        if isinstance(child, Lookup):
-            yield from ((f"{field}.features.{i}", f) for i, f in enumerate(child.features))
-
-
-def _weights(node: Node) -> Iterator[tuple[str, float]]:
-    """Each variant's and member's weight in the policy, with the field that holds it."""
-    for field, child in fields_of(node):
-        if isinstance(child, Split):
-            yield from ((f"{field}.variants.{i}.weight", v.weight) for i, v in enumerate(child.variants))
-        elif isinstance(child, Ensemble):
-            yield from ((f"{field}.members.{i}.weight", m.weight) for i, m in enumerate(child.members))

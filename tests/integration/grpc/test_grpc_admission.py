@@ -25,6 +25,18 @@ if TYPE_CHECKING:
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
 
+def _silent(stop: Any) -> Any:
+    """A call's requests: none, until `stop` (a call opened whose message never comes)."""
+    stop.wait()
+    return
+    yield
+
+
+def _opener(channel: Any, method: str = "ModelInfer") -> Any:
+    """`method` of the channel as a call of raw request messages (sent as they come)."""
+    return channel.stream_unary(f"/inference.GRPCInferenceService/{method}", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+
 def _row() -> Any:
     tensor = grpcclient.InferInput("input", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
@@ -124,14 +136,9 @@ def test_calls_without_a_working_key_hold_no_slot_while_they_wait_for_their_mess
     served.settings.serve.grpc_max_concurrent_rpcs = 4
     stop = threading.Event()
 
-    def never() -> Any:
-        stop.wait()
-        return
-        yield
-
     with run_server(served) as url, grpc.insecure_channel(url) as channel:
-        hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        held = [hold.future(never(), metadata=m) for m in [()] * 4 + [(("authorization", "Bearer sk_no_such_key"),)] * 4]
+        hold = _opener(channel)
+        held = [hold.future(_silent(stop), metadata=m) for m in [()] * 4 + [(("authorization", "Bearer sk_no_such_key"),)] * 4]
         try:
             for call in held:
                 assert call.exception(timeout=10).code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[union-attr]
@@ -152,19 +159,14 @@ def _hold(url: str, key: str | None, n: int, stop: Any, method: str = "ModelInfe
 
     import grpc
 
-    def never() -> Any:
-        stop.wait()
-        return
-        yield
-
     def run() -> None:
         with grpc.insecure_channel(url) as channel:
-            hold = channel.stream_unary(f"/inference.GRPCInferenceService/{method}", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            hold = _opener(channel, method)
             metadata = (("authorization", f"Bearer {key}"),) if key else ()
             calls: list[Any] = []
             while not stop.is_set():
                 calls = [c for c in calls if not c.done()]
-                calls += [hold.future(never(), metadata=metadata) for _ in range(n - len(calls))]
+                calls += [hold.future(_silent(stop), metadata=metadata) for _ in range(n - len(calls))]
                 stop.wait(0.02)
             for call in calls:
                 call.cancel()
@@ -191,16 +193,11 @@ def test_a_call_whose_message_does_not_arrive_in_time_is_cut_off(served: Contain
     served.settings.limits.body_timeout_s = 0.5
     stop = threading.Event()
 
-    def never() -> Any:
-        stop.wait()
-        return
-        yield
-
     with run_server(served) as url, grpc.insecure_channel(url) as channel:
-        hold = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        hold = _opener(channel)
         try:
             started = time.monotonic()
-            failed = hold.future(never(), metadata=(("authorization", f"Bearer {keys['acme_predict']}"),)).exception(timeout=10)
+            failed = hold.future(_silent(stop), metadata=(("authorization", f"Bearer {keys['acme_predict']}"),)).exception(timeout=10)
             assert failed.code() == grpc.StatusCode.DEADLINE_EXCEEDED, failed  # type: ignore[union-attr]
             assert "did not arrive within 0.5 s" in failed.details()  # type: ignore[union-attr]
             assert time.monotonic() - started < 5

@@ -28,7 +28,7 @@ router = APIRouter(prefix="/api/v1/deployments", tags=["monitoring"], responses=
 async def put_baseline(
     name: str, body: BaselineRows, principal: AdminDep, predictions: PredictionsDep, monitor: MonitorDep, settings: SettingsDep, batch: BatchDep
 ) -> JSONResponse:
-    from sluice.codecs.plain import arrays_from_request
+    from sluice.codecs.plain_inputs import arrays_from_request
     from sluice.inference.baselines import baseline_profile
 
     principal.require("admin")
