@@ -38,6 +38,7 @@ _TRUE, _FALSE = frozenset(("true", "1", "1.0", "t", "yes")), frozenset(("false",
 _FILLER = {"BYTES": "", "BOOL": False}  # in place of a missing value, masked out (`present`)
 _NUMBERS = {"FP32": frozenset((float, int)), "FP64": frozenset((float, int)), "INT32": frozenset((int,)), "INT64": frozenset((int,))}  # taken at once
 SMALL = 256  # up to this many rows a dict tells keys apart sooner than a sort
+_FP32_MAX = float(np.finfo(np.float32).max)  # a number below it is one FP32 holds
 _LARGEST = 2**64  # past any integer datatype's range: a number this large is refused before it is spelled out
 
 
@@ -276,10 +277,10 @@ def _array(raw: list[Any], datatype: str, node: Lookup, feature: str, keys: list
     numbers = _NUMBERS.get(datatype)
     if numbers is not None and numbers.issuperset(map(type, raw)):
         try:
-            if datatype != "FP32":  # NumPy refuses an integer out of range itself; FP64 holds any other
-                return np.array(raw, dtype=dtype)
-            with np.errstate(over="raise"):  # else a number past FP32's range quietly becomes infinity
-                return np.array(raw, dtype=dtype)
+            if datatype != "FP32" or max(map(abs, raw), default=0.0) < _FP32_MAX:  # NumPy refuses an integer out of range
+                return np.array(raw, dtype=dtype)  # itself; FP64 holds any other, FP32 a number below its largest
+            with np.errstate(over="raise"):  # else a number past FP32's range quietly becomes infinity (NumPy's
+                return np.array(raw, dtype=dtype)  # error state is a context variable: set only where it may)
         except (OverflowError, FloatingPointError):
             pass  # a number the datatype does not hold: `_cast` names it
     return np.array([_cast(v, datatype, node, feature, k) for v, k in zip(raw, keys, strict=True)], dtype=dtype)
