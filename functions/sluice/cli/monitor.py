@@ -137,12 +137,14 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
     from sluice.types.monitoring import MAX_LABELS
 
     principal, monitor = operator(args), pieces.monitor()
+    # Read as text, however the file stores them: the label's rule (`sluice.domain.labels`)
+    # makes one class of 1, 1.0 and "1", and a number of a regressor's "2.5".
     wanted = Signature(inputs=(TensorSpec("request_id", "BYTES", (-1,)), TensorSpec("label", "BYTES", (-1,))), outputs=())
     found = read_rows(args.file, wanted, limit=args.limit, field="file")
     labels = [(str(rid), 0, label) for rid, label in zip(found["request_id"].tolist(), found["label"].tolist(), strict=True)]
     total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0}
     for start in range(0, len(labels), MAX_LABELS):
-        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS])
+        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"labels[{at + i}].label")
         total = {k: total[k] + out[k] for k in total}
     if args.json:
         print_json({"deployment": args.name, **total})
