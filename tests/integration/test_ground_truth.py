@@ -293,3 +293,37 @@ def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
     else:
         assert window["mae"] == pytest.approx(0.5)
 
+
+def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows with no request id or no label were dropped without a word (a 5-row file said "3
+    labels", exit 0), and so were the rows past --limit: each is counted now, skipped rows by
+    reason with their first row numbers (from 0, as a batch job's error files number them).
+    Skipped rows do not fail the command, as a batch job's refused rows do not."""
+    import json
+
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    _kept("iris", "class", "setosa", [f"r{i}" for i in range(4)])
+    data = tmp_path / "labels.csv"
+    data.write_text("request_id,label\nr0,setosa\nr1,\nr2,versicolor\n,setosa\nr3,setosa\n")
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data))
+    assert code == 0, err
+    assert "3 labels for iris: 3 matched" in out
+    assert "skipped 1: missing value for 'label' (row 1)" in out and "skipped 1: missing value for 'request_id' (row 3)" in out
+    lines = tmp_path / "labels.jsonl"  # an empty request id or label in JSON is as missing as CSV's
+    lines.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": " "}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
+    )))  # fmt: skip
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert rows["total"] == 12 and rows["unread"] == 6 and rows["skipped"] == 2
+    assert doc["received"] + rows["skipped"] + rows["unread"] == rows["total"]
+    assert rows["skipped_by_reason"] == {"missing value for 'request_id'": {"rows": 1, "first": [0]}, "missing value for 'label'": {"rows": 1, "first": [1]}}
+    code, out, _ = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6")
+    assert code == 0 and "not read: 6 rows past --limit 6" in out
