@@ -229,3 +229,101 @@ def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, 
     assert code == 0 and "no baseline" in out and "0.75" in out  # accuracy: three of four
     code, _, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(tmp_path / "nope.csv"))
     assert code == 2 and "[file]" in err
+
+
+def _kept(name: str, kind: str, said: Any, ids: list[str]) -> None:
+    """Predictions kept for `ids` of deployment `name` (each said `said`), as a request keeps them."""
+    from sluice.cli import pieces
+
+    record = {"revision": 1, "variant": "", "window": 36 * HOUR, "kind": kind, "predicted": [said]}
+    pieces.monitor().registry.keep_predictions("default", name, [{"request_id": rid, **record} for rid in ids], expires_at=4e9)
+
+
+def _files(tmp_path: Path, label: Any, ids: list[str]) -> list[Path]:
+    """The label for each of `ids` (one id a file) as JSON Lines, CSV and Parquet write it."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jsonl, csv, parquet = (tmp_path / f"labels-{i}.{ext}" for i, ext in enumerate(("jsonl", "csv", "parquet")))
+    jsonl.write_text(json.dumps({"request_id": ids[0], "label": label}) + "\n")
+    csv.write_text(f"request_id,label\n{ids[1]},{label}\n")
+    pq.write_table(pa.table({"request_id": [ids[2]], "label": [label]}), parquet)
+    return [jsonl, csv, parquet]
+
+
+@pytest.mark.parametrize(
+    ("kind", "said", "label", "by_api"),
+    [
+        ("class", "1", 1.0, [1, 1.0, "1", "1.0"]),  # a 0/1 classifier: a float column's 1.0 is class 1
+        ("class", "1", 1, [1, 1.0, "1"]),
+        ("class", "setosa", "setosa", ["setosa"]),  # text classes as they are
+        ("value", 2.0, 2.5, [2.5, "2.5"]),  # a regressor: the number, whatever the file stored
+    ],
+)
+def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, said: Any, label: Any, by_api: list[Any]
+) -> None:
+    """`sluice monitor labels --file` and `POST .../labels` take one rule for a label: a JSON Lines,
+    CSV or Parquet 1.0 for predictions of class 1 were counted as a class "1.0" (wrong), the
+    API's 1.0 as class 1."""
+    from sluice.cli import pieces
+    from sluice.domain import Principal
+    from sluice.types.monitoring import Labels
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    api_ids, file_ids = [f"api-{i}" for i in range(len(by_api))], ["jsonl", "csv", "parquet"]
+    _kept("iris", kind, said, api_ids + file_ids)
+    monitor = pieces.monitor()
+    body = Labels.model_validate({"labels": [{"request_id": rid, "label": v} for rid, v in zip(api_ids, by_api, strict=True)]})
+    posted = monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [(x.request_id, x.row, x.label) for x in body.labels])
+    assert posted["matched"] == len(by_api)
+    for file in _files(tmp_path, label, file_ids):
+        code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(file))
+        assert code == 0 and "1 labels for iris: 1 matched" in out, (file.name, out, err)
+    (window,) = monitor.quality("default", "iris", 1)
+    assert window["rows"] == len(by_api) + 3
+    if kind == "class":
+        assert window["accuracy"] == 1.0
+        pairs = {(actual, predicted) for _, doc in monitor.registry.read_outcomes("default", "iris", 1) for actual, predicted, _ in doc[""]["pairs"]}
+        assert pairs == {(said, said)}  # one class, every post
+    else:
+        assert window["mae"] == pytest.approx(0.5)
+
+
+def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows with no request id or no label were dropped without a word (a 5-row file said "3
+    labels", exit 0), and so were the rows past --limit: each is counted now, skipped rows by
+    reason with their first row numbers (from 0, as a batch job's error files number them).
+    Skipped rows do not fail the command, as a batch job's refused rows do not."""
+    import json
+
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    _kept("iris", "class", "setosa", [f"r{i}" for i in range(4)])
+    data = tmp_path / "labels.csv"
+    data.write_text("request_id,label\nr0,setosa\nr1,\nr2,versicolor\n,setosa\nr3,setosa\n")
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data))
+    assert code == 0, err
+    assert "3 labels for iris: 3 matched" in out
+    assert "skipped 1: missing value for 'label' (row 1)" in out and "skipped 1: missing value for 'request_id' (row 3)" in out
+    lines = tmp_path / "labels.jsonl"  # an empty request id or label in JSON is as missing as CSV's
+    lines.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"request_id": "", "label": "setosa"}, {"request_id": "r0", "label": " "}, *({"request_id": f"x{i}", "label": "setosa"} for i in range(10)),
+    )))  # fmt: skip
+    code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert rows["total"] == 12 and rows["unread"] == 6 and rows["skipped"] == 2
+    assert doc["received"] + rows["skipped"] + rows["unread"] == rows["total"]
+    assert rows["skipped_by_reason"] == {"missing value for 'request_id'": {"rows": 1, "first": [0]}, "missing value for 'label'": {"rows": 1, "first": [1]}}
+    code, out, _ = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6")
+    assert code == 0 and "not read: 6 rows past --limit 6" in out

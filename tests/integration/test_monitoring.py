@@ -118,6 +118,12 @@ def test_the_cli_makes_a_baseline_from_a_file_and_shows_the_status(cli_home: Pat
     assert code == 0 and "no traffic profiled" in out
     code, _, err = run_cli(capsys, "monitor", "baseline", "iris", "--data", str(tmp_path / "nope.csv"))
     assert code == 2 and "[data]" in err
+    # The rows a baseline leaves out are said, as a label file's are: skipped by reason, and past --limit.
+    with data.open("a") as more:
+        more.write("5.1,3.5,,0.2\n" + "5.0,3.4,1.5,0.2\n" * 3)
+    code, out, err = run_cli(capsys, "monitor", "baseline", "iris", "--data", str(data), "--limit", "801")
+    assert code == 0, err
+    assert "801 rows from" in out and "skipped 1: missing value for 'petal_length' (row 800)" in out and "not read: 2 rows past --limit 801" in out
 
 
 def test_a_rollout_whose_candidate_sees_drifted_inputs_is_rolled_back_by_the_drift_gate(

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.domain.errors import InvalidInput
+from sluice.domain.labels import MAX_LABEL, class_name, label_of
 from sluice.domain.results import InferenceResult
 from sluice.domain.signature import Signature, TensorSpec
-from sluice.monitor.quality import CLASS, MAX_LABEL, SCORE_BINS, VALUE, Outcomes, merged, predicted
+from sluice.monitor.quality import CLASS, SCORE_BINS, VALUE, Outcomes, merged, predicted
 
 
 @pytest.fixture
@@ -117,3 +119,53 @@ def test_what_an_answer_predicted_is_read_by_the_outputs_roles() -> None:
     assert predicted(value, InferenceResult({"y": np.array([[1.5], [2.0]], np.float32)})) == {"kind": VALUE, "predicted": [1.5, 2.0]}
     wide = Signature(inputs=(), outputs=(TensorSpec("emb", "FP32", (-1, 8)),))
     assert predicted(wide, InferenceResult({"emb": np.zeros((2, 8), np.float32)})) is None
+
+
+# What a label is (`sluice.domain.labels`): one rule for the labels route and a file's rows,
+# which a batch reader hands on as text.
+WHOLE = st.integers(-(2**53), 2**53)
+
+
+@given(WHOLE, st.sampled_from(["{}.0", "{}.", "{}.000", "{}e0", "{}E+0"]))
+def test_a_whole_number_is_one_class_however_it_is_written(n: int, form: str) -> None:
+    """1, 1.0, "1", "1.0" and "1e0" are one class: a file's label column, read as text, names
+    the class the API's number does (a JSON Lines or CSV 1.0 was "1.0", no class of a 0/1 model)."""
+    names = {class_name(n), class_name(float(n)), class_name(str(n)), class_name(form.format(n)), class_name(repr(float(n)))}
+    assert names == {str(n)}
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_float_and_its_text_are_one_class(x: float) -> None:
+    assert class_name(repr(x)) == class_name(x) == class_name(class_name(x))
+
+
+@given(st.text(max_size=20))
+def test_text_that_is_no_float_stays_as_it_is_written(text: str) -> None:
+    """Words, codes written as integers ("007" is no 7) and anything else not a float's text."""
+    from sluice.domain.labels import FLOAT_TEXT
+
+    if not FLOAT_TEXT.fullmatch(text):
+        assert class_name(text) == text
+    assert class_name(class_name(text)) == class_name(text)
+
+
+def test_a_predicted_float_class_is_named_as_its_label_is() -> None:
+    sig = Signature(inputs=(TensorSpec("x", "FP32", (-1, 1)),), outputs=(TensorSpec("label", "FP32", (-1,), role="label"),))
+    result = InferenceResult({"label": np.array([1.0, 0.0], dtype=np.float32)})
+    doc = predicted(sig, result)
+    assert doc is not None and doc["predicted"] == ["1", "0"] == [label_of(CLASS, v, "f") for v in ("1.0", 0)]
+
+
+@given(st.floats(-MAX_LABEL, MAX_LABEL))
+def test_a_regressors_label_written_as_text_is_its_number(x: float) -> None:
+    assert label_of(VALUE, repr(x), "f") == label_of(VALUE, x, "f") == x
+
+
+@pytest.mark.parametrize("bad", ["1_000", "١٢", "abc", "", "nan", "1e200"])
+def test_a_regressors_label_is_refused_where_a_batch_reader_reads_no_number(bad: str) -> None:
+    """Text is a number in the batch readers' grammar, not Python's float(): no `1_000`, no
+    digits of other scripts."""
+    with pytest.raises(InvalidInput) as refused:
+        label_of(VALUE, bad, "labels[0].label")
+    assert refused.value.field == "labels[0].label"
+

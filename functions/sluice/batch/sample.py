@@ -4,8 +4,9 @@ rows a converter's check, a calibration or an evaluation needs."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,10 +21,59 @@ if TYPE_CHECKING:
 CHUNK_BYTES = 64 * 1024 * 1024
 
 
+SHOWN_ROWS = 5  # row numbers a skip reason names
+
+
+@dataclasses.dataclass(slots=True)
+class Skips:
+    """The rows of one reason a read left out: how many, and the first `SHOWN_ROWS` numbers."""
+
+    count: int = 0
+    first: list[int] = dataclasses.field(default_factory=list)
+
+    def add(self, row: int) -> None:
+        self.count += 1
+        if len(self.first) < SHOWN_ROWS:
+            self.first.append(row)
+
+
+@dataclasses.dataclass(slots=True)
+class RowsRead:
+    """What a read made of every row of its input: kept (`arrays`, numbered in `rows`),
+    skipped for a reason (`skipped`), or not read, past the limit (`unread`). Rows are
+    numbered from 0, as a batch job's error files number them."""
+
+    arrays: dict[str, np.ndarray]
+    rows: np.ndarray
+    total: int
+    skipped: dict[str, Skips] = dataclasses.field(default_factory=dict)
+    unread: int = 0
+
+    def skip(self, row: int, reason: str) -> None:
+        self.skipped.setdefault(reason, Skips()).add(row)
+
+    @property
+    def skipped_rows(self) -> int:
+        return sum(s.count for s in self.skipped.values())
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able: `total`, `skipped` (count and first rows by reason), `unread`."""
+        return {
+            "total": self.total, "skipped": self.skipped_rows,
+            "skipped_by_reason": {reason: {"rows": s.count, "first": s.first} for reason, s in self.skipped.items()},
+            "unread": self.unread,
+        }  # fmt: skip
+
+
 def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str = "data") -> dict[str, np.ndarray]:
     """Up to `limit` rows that can be fed to `signature`, from the start of the file. Rows a
     batch job would refuse (a missing value, a word where a number belongs) are skipped; a
     file with none left is refused."""
+    return read_file(path, signature, limit=limit, field=field).arrays
+
+
+def read_file(path: str | Path, signature: Signature, *, limit: int, field: str = "data") -> RowsRead:
+    """`read_rows`, saying what became of every row of the file."""
     from sluice.batch.local_files import LocalFiles
     from sluice.batch.uris import format_of
     from sluice.domain.jobs import BatchJob
@@ -34,7 +84,7 @@ def read_rows(path: str | Path, signature: Signature, *, limit: int, field: str 
     uri = file.as_uri()
     fmt = format_of(uri)
     job = BatchJob("sample", "local", "sample", uri, uri, fmt, fmt)  # type: ignore[arg-type]
-    return job_rows(job, signature, LocalFiles(), limit=limit, field=field, shown=file.name)
+    return read_job(job, signature, LocalFiles(), limit=limit, field=field, shown=file.name)
 
 
 def job_rows(
@@ -43,6 +93,13 @@ def job_rows(
     """Up to `limit` rows of a batch job's input (a file, a prefix or a manifest of many, as
     the job reads it, confined to `allowed` as its Plan confines it), from its start, rows the
     job would refuse skipped; an input with none left is refused, naming `field`."""
+    return read_job(job, signature, files, limit=limit, allowed=allowed, field=field, shown=shown).arrays
+
+
+def read_job(
+    job: BatchJob, signature: Signature, files: FileStore, *, limit: int, allowed: Root | None = None, field: str = "job", shown: str | None = None
+) -> RowsRead:
+    """`job_rows`, saying what became of every row of the input."""
     from sluice.batch.columns import feed_arrays, needed_columns, plan_feeds
     from sluice.batch.plan import plan_job
     from sluice.batch.readers import read_chunk
@@ -51,6 +108,8 @@ def job_rows(
     feeds = plan_feeds(signature, plan.spec.columns)
     columns = needed_columns(feeds)
     parts: dict[str, list[np.ndarray]] = {f.input: [] for f in feeds}
+    numbers: list[np.ndarray] = []
+    out = RowsRead({}, np.empty(0, np.int64), plan.rows_total)
     kept = 0
     for chunk in plan.chunks:
         for piece in read_chunk(files, plan.spec, chunk, feeds, columns, batch_rows=max(limit, 1)):
@@ -58,16 +117,29 @@ def job_rows(
             reasons = piece.reasons.copy() if piece.reasons is not None else np.full(n, None, dtype=object)
             arrays = feed_arrays(feeds, piece.table, reasons)
             good = np.flatnonzero(np.equal(reasons, None))[: limit - kept]
+            # The rows after the last one kept, once the limit is reached, are not read.
+            end = int(piece.rows[good[-1]]) if kept + len(good) >= limit and len(good) else None
+            for i in np.flatnonzero(np.not_equal(reasons, None)).tolist():
+                if end is None or piece.rows[i] < end:
+                    out.skip(int(piece.rows[i]), str(reasons[i]))
+            for row, reason, _ in piece.dropped:
+                if end is None or row < end:
+                    out.skip(row, reason)
             for name, array in arrays.items():
                 parts[name].append(array[good])
+            numbers.append(piece.rows[good])
             kept += len(good)
             if kept >= limit:
                 break
         if kept >= limit:
             break
     if kept == 0:
-        raise InvalidInput(f"{shown or job.input_uri} holds no row this model can take", field=field)
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+        why = "; ".join(f"{reason}: {s.count}" for reason, s in out.skipped.items())
+        raise InvalidInput(f"{shown or job.input_uri} holds no row this model can take" + (f" (rows skipped: {why})" if why else ""), field=field)
+    out.arrays = {name: np.concatenate(chunks) for name, chunks in parts.items()}
+    out.rows = np.concatenate(numbers)
+    out.unread = out.total - kept - out.skipped_rows
+    return out
 
 
 def generated_rows(signature: Signature, n: int, *, seed: int = 0) -> dict[str, np.ndarray]:

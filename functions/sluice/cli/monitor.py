@@ -12,6 +12,8 @@ from sluice.cli.common import count, operator, positive, print_json, table
 if TYPE_CHECKING:
     import argparse
 
+    from sluice.batch.sample import RowsRead
+
 STATUS_COLUMNS = ["column", "role", "rows", "verdict", "drift", "js", "ks", "tv", "missing_rate", "missing_change", "out_of_range", "unseen"]
 DEFAULT_LIMIT = 1_000_000
 
@@ -19,11 +21,12 @@ DEFAULT_LIMIT = 1_000_000
 def cmd_monitor_baseline(args: argparse.Namespace) -> int:
     import asyncio
 
-    from sluice.batch.sample import read_rows
+    from sluice.batch.sample import read_file
     from sluice.inference.baselines import baseline_profile
 
     principal = operator(args)
     predictions, monitor = pieces.predictions(), pieces.monitor()
+    read = None
     if args.from_capture:  # the rows and the answers they got, as captured
         out = monitor.baseline_from_capture(principal, args.name, since=args.since, until=args.until, outputs=not args.inputs_only)
     else:
@@ -33,14 +36,17 @@ def cmd_monitor_baseline(args: argparse.Namespace) -> int:
             job, arrays = pieces.batch().input_rows(principal, args.from_job, signature, limit=args.limit)
             source = f"job {job.id} ({job.input_uri})"
         else:
-            arrays, source = read_rows(args.data, signature, limit=args.limit, field="data"), str(args.data)
+            read = read_file(args.data, signature, limit=args.limit, field="data")
+            arrays, source = read.arrays, str(args.data)
         max_columns = pieces.settings().monitor.monitor_max_columns
         profile = asyncio.run(baseline_profile(predictions, principal, args.name, arrays, max_columns=max_columns, outputs=not args.inputs_only))
         out = monitor.put_baseline(principal, args.name, profile, source=source)
     if args.json:
-        print_json(out)
+        print_json(out if read is None else {**out, "file_rows": read.summary()})
         return 0
     print(f"baseline of {args.name} (revision {out['revision']}): {out['rows']} rows from {out['source']}")
+    if read is not None:
+        _print_unused(read, args.limit)
     rows = [_baseline_row(name, c) for name, c in out["columns"].items()]
     table(rows, ["column", "role", "kind", "count", "missing_rate", "min", "p50", "max", "top"])
     return 0
@@ -132,23 +138,48 @@ def cmd_monitor_history(args: argparse.Namespace) -> int:
 
 
 def cmd_monitor_labels(args: argparse.Namespace) -> int:
-    from sluice.batch.sample import read_rows
+    """Every row of the file is accounted for: posted (then matched, unmatched or duplicate),
+    skipped with why (a missing request id or label, a row that does not parse), or not read
+    past `--limit`. Skipped rows are said, not failed on (exit 0), as a batch job counts the
+    rows it refused."""
+    from sluice.batch.sample import read_file
+    from sluice.domain.labels import request_id_problem, scalar_problem
     from sluice.domain.signature import Signature, TensorSpec
     from sluice.types.monitoring import MAX_LABELS
 
     principal, monitor = operator(args), pieces.monitor()
+    # Read as text, however the file stores them: the label's rule (`sluice.domain.labels`)
+    # makes one class of 1, 1.0 and "1", and a number of a regressor's "2.5".
     wanted = Signature(inputs=(TensorSpec("request_id", "BYTES", (-1,)), TensorSpec("label", "BYTES", (-1,))), outputs=())
-    found = read_rows(args.file, wanted, limit=args.limit, field="file")
-    labels = [(str(rid), 0, label) for rid, label in zip(found["request_id"].tolist(), found["label"].tolist(), strict=True)]
+    read = read_file(args.file, wanted, limit=args.limit, field="file")
+    labels, rows = [], []
+    for row, rid, label in zip(read.rows.tolist(), read.arrays["request_id"].tolist(), read.arrays["label"].tolist(), strict=True):
+        rid, label = str(rid), str(label)
+        problem = request_id_problem(rid) or ("missing value for 'label'" if not label.strip() else scalar_problem(label))
+        if problem is not None:
+            read.skip(row, problem)
+            continue
+        labels.append((rid, 0, label))
+        rows.append(row)
     total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0}
     for start in range(0, len(labels), MAX_LABELS):
-        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS])
+        out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
         total = {k: total[k] + out[k] for k in total}
     if args.json:
-        print_json({"deployment": args.name, **total})
+        print_json({"deployment": args.name, **total, "rows": read.summary()})
         return 0
     print(f"{total['received']} labels for {args.name}: {total['matched']} matched, {total['unmatched']} unmatched, {total['duplicate']} duplicate")
+    _print_unused(read, args.limit)
     return 0
+
+
+def _print_unused(read: RowsRead, limit: int) -> None:
+    """The file's rows a command did not use: skipped, by reason, and not read past `limit`."""
+    for reason, skips in read.skipped.items():
+        more = ", ..." if skips.count > len(skips.first) else ""
+        print(f"  skipped {skips.count}: {reason} (row {', '.join(map(str, skips.first))}{more})")
+    if read.unread:
+        print(f"  not read: {read.unread} rows past --limit {limit}")
 
 
 def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -183,6 +214,6 @@ def add_monitor_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     labels = mon.add_parser("labels", help="post ground truth by request id from a file, joined to the predictions kept for it")
     labels.add_argument("name", help="the deployment")
     labels.add_argument("--file", required=True, help="a Parquet, CSV or JSON Lines file with columns request_id and label")
-    labels.add_argument("--limit", type=positive, default=DEFAULT_LIMIT, help=f"read at most this many rows (default {DEFAULT_LIMIT})")
+    labels.add_argument("--limit", type=positive, default=DEFAULT_LIMIT, help=f"read at most this many label rows, the file's first (default {DEFAULT_LIMIT}); the rows past them are counted, not read")
     labels.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
     labels.set_defaults(func=cmd_monitor_labels)

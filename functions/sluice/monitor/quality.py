@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.domain.labels import CLASS, VALUE, class_name
 from sluice.monitor.sketches import merged_by
 
 # NumPy is imported where used: sluice serve's supervisor reads this module.
@@ -30,12 +31,10 @@ if TYPE_CHECKING:
     from sluice.domain.results import InferenceResult
     from sluice.domain.signature import Signature
 
-CLASS, VALUE = "class", "value"
 SCORE_BINS = 1000
 MAX_CLASSES = 256  # a confusion table wider than this is not kept (label ids, not classes)
 MAX_OVR_CLASSES = 8  # each class's scores are kept (a multi-class AUC) up to this many classes: a label post's bins stay well inside a DynamoDB item
 MAX_OVR_VALUES = 4096  # and for requests of at most this many scores (rows x classes): a kept record stays small
-MAX_LABEL = 1e100  # a regressor's label beyond this is refused: its squared error would overflow the window's sums
 
 
 def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] | None:
@@ -81,9 +80,9 @@ def predicted(signature: Signature, result: InferenceResult) -> dict[str, Any] |
 
 
 def _word(value: Any) -> str:
+    """A predicted class as a label for it is compared (`class_name`): a float label 1.0 is `1`."""
     import numpy as np
-    value = value.item() if isinstance(value, np.generic) else value
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return class_name(value.item() if isinstance(value, np.generic) else value)
 
 
 @dataclass(slots=True)

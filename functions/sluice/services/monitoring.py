@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.domain import now
 from sluice.domain.errors import InvalidInput, NotFound, SluiceError
+from sluice.domain.labels import CLASS, class_name, label_of
 from sluice.domain.signature import Signature
 from sluice.monitor.checks import Thresholds, check
-from sluice.monitor.quality import CLASS, MAX_LABEL, Outcomes, merged
+from sluice.monitor.quality import Outcomes, merged
 from sluice.monitor.sketches import Profile, merged_by
 
 if TYPE_CHECKING:
@@ -221,12 +222,15 @@ class MonitorService:
         return check(Profile.from_dict(doc), merged, self.limits)["drift"]
 
     # Ground truth -------------------------------------------------------------------------------
-    def add_labels(self, principal: Principal, name: str, labels: list[tuple[str, int, Any]]) -> dict[str, Any]:
+    def add_labels(
+        self, principal: Principal, name: str, labels: list[tuple[str, int, Any]], *, named: Callable[[int], str] | None = None
+    ) -> dict[str, Any]:
         """Join (request id, row, label) to the predictions kept for those request ids, each
         labelled row once, and count them in the window and variant of their prediction. An
         id with no kept prediction (unknown, expired, another tenant's) is `unmatched`; a row
-        labelled before is a `duplicate`; a label its prediction cannot be compared with is
-        refused, naming it, before anything is counted."""
+        labelled before is a `duplicate`; a label its prediction cannot be compared with
+        (`sluice.domain.labels.label_of`) is refused, naming it (`named(i)`: the i-th label's
+        field, `labels[i].label` by default), before anything is counted."""
         principal.require("predict")
         tenant = principal.tenant
         self.registry.get_deployment(tenant, name)  # another tenant's, or none: not found
@@ -243,7 +247,8 @@ class MonitorService:
         for i, (rid, row, label) in enumerate(labels):
             record = kept.get(rid)
             if record is not None and row < len(record["predicted"]):
-                joined.append((rid, row, _label(record["kind"], label, f"labels[{i}].label"), record))
+                field = named(i) if named is not None else f"labels[{i}].label"
+                joined.append((rid, row, label_of(record["kind"], label, field), record))
         claimed = self.registry.claim_labels(
             tenant, name, [(rid, row) for rid, row, _, _ in joined], expires_at=now() + self.settings.monitor_keep_ttl_s, made=made
         )
@@ -254,10 +259,11 @@ class MonitorService:
             variants = counts.setdefault((int(record["revision"]), int(record["window"])), {})
             out = variants.setdefault(record["variant"], Outcomes(record["kind"]))
             said = record["predicted"][row]
-            if record["kind"] == CLASS:
-                scores, each = record.get("scores"), record.get("class_scores")
-                by_class = dict(zip(record["classes"], each[row], strict=False)) if each and record.get("classes") else None
-                out.add_class(label, said, scores[row] if scores else None, record.get("positive"), class_scores=by_class)
+            if record["kind"] == CLASS:  # a record kept before classes were named as labels are (a float class 1.0 kept as "1.0") is read as one now
+                scores, each, positive = record.get("scores"), record.get("class_scores"), record.get("positive")
+                by_class = {class_name(c): p for c, p in zip(record["classes"], each[row], strict=False)} if each and record.get("classes") else None
+                positive = class_name(positive) if positive is not None else None
+                out.add_class(str(label), class_name(said), scores[row] if scores else None, positive, class_scores=by_class)
             else:
                 out.add_value(label, float(said))
         written: set[tuple[int, int]] = set()
@@ -350,21 +356,3 @@ class MonitorService:
 def _baseline_out(doc: dict[str, Any], profile: Profile) -> dict[str, Any]:
     fields = ("deployment", "revision", "source", "created_at", "created_by")
     return {**{k: doc.get(k) for k in fields}, **profile.summary()}
-
-
-def _label(kind: str, label: Any, field: str) -> Any:
-    """A label as its prediction is compared with it: a class as text (a whole number as one
-    is written), a value as a finite number of at most `MAX_LABEL` either way."""
-    if kind == CLASS:
-        if isinstance(label, float) and label.is_integer():
-            label = int(label)
-        if isinstance(label, bool | dict | list) or label is None:
-            raise InvalidInput(f"a classifier's label is a class (text or a number), not {type(label).__name__}", field=field)
-        return str(label)
-    try:
-        value = float(label)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past float's range
-        raise InvalidInput(f"a regressor's label is a number, not {label!r:.40}", field=field) from None
-    if isinstance(label, bool) or not abs(value) <= MAX_LABEL:  # NaN and infinities too
-        raise InvalidInput(f"a regressor's label is a number from -{MAX_LABEL:g} to {MAX_LABEL:g}, not {label!r:.40}", field=field)
-    return value

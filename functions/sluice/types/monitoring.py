@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from sluice.domain.labels import MAX_REQUEST_ID_CHARS, scalar_problem
 from sluice.types.base import WireModel
 
 MAX_JOB_ROWS = 1_000_000
@@ -46,17 +47,16 @@ MAX_LABELS = 10_000
 class Label(WireModel):
     """The ground truth of one prediction, by the request id its answer carried."""
 
-    request_id: str = Field(min_length=1, max_length=128, description="The answer's `request_id` (also its `x-request-id` header).")
+    request_id: str = Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS, description="The answer's `request_id` (also its `x-request-id` header).")
     label: Any = Field(description="The true class (a classifier: text or a number) or value (a regressor: a number).")
     row: int = Field(0, ge=0, le=1_000_000, description="The row of a request that sent several (0: the first, or only, one).")
 
     @field_validator("label")
     @classmethod
     def _scalar(cls, value: Any) -> Any:
-        if not isinstance(value, str | int | float):  # (a boolean is an int: the service says what it makes of one)
-            raise ValueError("a label is text or a number")
-        if isinstance(value, str) and len(value) > 256:
-            raise ValueError("a label is at most 256 characters")
+        problem = scalar_problem(value)  # the rule a file's label row is held to too
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 
