@@ -204,6 +204,52 @@ def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
 
 
 @pytest.mark.usefixtures("hourly")
+def test_a_run_refused_is_recorded_failed_once_and_the_schedule_moves_on(
+    client: TestClient, keys: dict[str, str], batch: Container, schedules: ScheduleService, recorded: Recorded,
+    acme: Principal, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Its deployment deleted, a schedule's due run is a FAILED run saying why (as the state
+    machine fails it at SpecRejected on AWS), logged once naming the tenant, and the next
+    scheduled time is the next to run: the same time was retried at every poll, unseen."""
+    batch.registry.delete_deployment("acme", "iris")
+    with caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        polls = [schedules.run_due(at("2026-11-25T13:00:00+00:00") + 5 * poll) for poll in range(3)]
+    (refused,) = polls[0]
+    assert polls[1:] == [[], []] and recorded.started == []
+    assert refused.status == "FAILED" and refused.error == "deployment 'iris' not found"
+    assert refused.schedule == "hourly" and refused.scheduled_for == at("2026-11-25T13:00:00+00:00")
+    (line,) = caplog.records
+    assert (line.tenant, line.schedule, line.error) == ("acme", "hourly", "deployment 'iris' not found")  # type: ignore[attr-defined]
+    assert batch.registry.get_schedule("acme", "hourly").last_fire == at("2026-11-25T13:00:00+00:00")
+    shown = client.get("/api/v1/batch-schedules/hourly", headers=auth(keys["acme"])).json()
+    assert [(r["job_id"], r["status"], r["error"]) for r in shown["runs"]] == [(refused.id, "FAILED", "deployment 'iris' not found")]
+    assert schedules.show(acme, "hourly").next_run_at == at("2026-11-25T14:00:00+00:00")  # on the test's clock
+    (later,) = schedules.run_due(at("2026-11-25T14:00:10+00:00"))  # the next time, refused in turn
+    assert later.scheduled_for == at("2026-11-25T14:00:00+00:00") and later.status == "FAILED"
+
+
+@pytest.mark.usefixtures("hourly")
+def test_a_fault_that_may_pass_leaves_the_run_due_for_the_next_poll(
+    batch: Container, schedules: ScheduleService, recorded: Recorded, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from sluice.domain.errors import Unavailable
+
+    def down(tenant: str, name: str) -> None:
+        raise Unavailable("the registry is unavailable")
+
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        patched.setattr(batch.registry, "get_deployment", down)
+        assert schedules.run_due(at("2026-11-25T13:00:00+00:00")) == []
+    (line,) = caplog.records
+    assert (line.tenant, line.schedule) == ("acme", "hourly")  # type: ignore[attr-defined]
+    assert batch.registry.get_schedule("acme", "hourly").last_fire is None
+    assert schedules.runs(batch.registry.get_schedule("acme", "hourly")) == []
+    (job,) = schedules.run_due(at("2026-11-25T13:00:05+00:00"))  # back: the same time runs
+    assert job.scheduled_for == at("2026-11-25T13:00:00+00:00") and recorded.started == [job.id]
+
+
+@pytest.mark.usefixtures("hourly")
 def test_a_paused_schedule_does_not_run_and_a_resumed_one_skips_what_it_missed(
     schedules: ScheduleService, clock: Clock, acme: Principal
 ) -> None:
