@@ -49,7 +49,11 @@ export function mount(target: Element, ...children: Child[]): void {
 
 export function when(seconds: number | null | undefined): string {
   if (!seconds) return "—";
-  return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z";
+  const date = new Date(seconds * 1000);
+  // A time no Date holds (beyond ±8.64e15 ms, or not a number) is shown as unknown:
+  // toISOString would throw on it, and take the whole section with it.
+  if (Number.isNaN(date.getTime())) return "—";
+  return date.toISOString().replace("T", " ").slice(0, 19) + "Z";
 }
 
 export function duration(seconds: number | null | undefined): string {

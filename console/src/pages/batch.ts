@@ -40,6 +40,7 @@ interface Schedule {
   state: "ENABLED" | "PAUSED";
   skipped: number;
   next_run_at: number | null;
+  invalid?: string | null; // why it never runs (stored before a bound held); absent from older servers
   runs: ScheduleRun[];
 }
 
@@ -146,7 +147,9 @@ function schedulesSection(box: HTMLElement): () => Promise<void> {
         h("span", { class: "mono small" }, short(s.input_uri)),
         h("span", {}, s.overlap, s.skipped ? h("span", { class: "muted" }, ` (${s.skipped} skipped)`) : ""),
         h("span", { class: `status ${paused ? "paused" : "active"}`, "data-schedule-state": s.state }, paused ? "paused" : "active"),
-        h("span", { "data-next-run": s.name }, paused ? "— (paused)" : when(s.next_run_at)),
+        s.invalid
+          ? h("span", { class: "error", "data-next-run": s.name }, `never runs: ${s.invalid}`)
+          : h("span", { "data-next-run": s.name }, paused ? "— (paused)" : when(s.next_run_at)),
         runs,
         act(s, paused ? "resume" : "pause"),
       ];

@@ -107,6 +107,11 @@ class ScheduleOut(WireModel):
     publish: PublishIn | None = None
     last_fire: float | None = Field(description="The latest scheduled time run or skipped.")
     skipped: int = Field(description="Runs skipped because the previous one was still going.")
+    invalid: str | None = Field(
+        None,
+        description="Why the schedule never runs, or none: its expression was stored before a bound "
+        "now checked when a schedule is made (a rate longer than 30 years). Delete it and make it again.",
+    )
 
 
 class ScheduleRun(WireModel):

@@ -180,7 +180,8 @@ class ScheduleService:
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:
         """Start the run of every enabled schedule that is due at `moment` (now by default):
         one job per scheduled time, whose id derives from the schedule and that time, so two
-        schedulers seeing the same time start it once."""
+        schedulers seeing the same time start it once. A run refused (`start_run`) is among
+        the jobs returned, FAILED; a fault that may pass leaves its time due, for the next call."""
         moment = self.clock() if moment is None else moment
         if schedules is None:
             every = getattr(self.registry, "all_schedules", None)
@@ -193,8 +194,8 @@ class ScheduleService:
                 continue
             try:
                 job = self._run_if_due(schedule, moment)
-            except SluiceError as exc:
-                log.warning("schedule run not started", extra={"schedule": schedule.name, "error": exc.message})
+            except SluiceError as exc:  # a fault that may pass (5xx): the next poll tries this time again
+                log.warning("schedule run not started", extra={"tenant": schedule.tenant, "schedule": schedule.name, "error": exc.message})
                 continue
             except Exception:  # one schedule's fault never stops the others' (every tenant's)
                 log.exception("schedule run not started", extra={"schedule": schedule.name, "tenant": schedule.tenant})
@@ -214,14 +215,18 @@ class ScheduleService:
             self.registry.update_schedule(
                 schedule.tenant, schedule.name, last_fire=fire, skipped=schedule.skipped + 1, last_skipped_at=fire
             )
-            log.info("schedule run skipped", extra={"schedule": schedule.name, "running": going[0].id})
+            log.info("schedule run skipped", extra={"tenant": schedule.tenant, "schedule": schedule.name, "running": going[0].id})
             return None
         job = self.start_run(schedule, fire)
         self.registry.update_schedule(schedule.tenant, schedule.name, last_fire=fire)
         return job
 
     def start_run(self, schedule: Schedule, fire: float) -> BatchJob:
-        """Start the job of one scheduled time (once: the job id derives from the time)."""
+        """Start the job of one scheduled time (once: the job id derives from the time). A run
+        refused (its deployment deleted, its input outside the inbox: a 4xx) is recorded as
+        that job, FAILED with the reason, as the state machine fails it at SpecRejected on AWS:
+        the schedule's runs show it, and the time is handled. A fault that may pass (5xx)
+        raises, and the time stays due."""
         when = datetime.fromtimestamp(fire, UTC)
         job_id = derived_job_id("sc", schedule.tenant, schedule.name, when.isoformat())
         try:
@@ -230,10 +235,11 @@ class ScheduleService:
             pass
         # A publishing schedule was made with the admin scope publishing needs (`require_publisher`).
         principal = Principal(schedule.tenant, frozenset({"predict", "admin"} if schedule.publish else {"predict"}), f"schedule:{schedule.name}")
+        input_uri = schedule.input_uri
         try:
+            input_uri = render(schedule.input_uri, when, schedule.timezone)
             return self.batch.submit(
-                principal, deployment=schedule.deployment,
-                input_uri=render(schedule.input_uri, when, schedule.timezone),
+                principal, deployment=schedule.deployment, input_uri=input_uri,
                 format=schedule.format, output_format=schedule.output_format,
                 key_columns=schedule.key_columns, operator=schedule.operator, source="schedule",
                 job_id=job_id, schedule=schedule.name, scheduled_for=fire,
@@ -241,6 +247,15 @@ class ScheduleService:
             )  # fmt: skip
         except Conflict:
             return self.registry.get_job(schedule.tenant, job_id)
+        except SluiceError as exc:
+            if exc.status >= 500:
+                raise
+            log.warning("schedule run refused", extra={"tenant": schedule.tenant, "schedule": schedule.name,
+                                                       "scheduled_for": fire, "error": exc.message})  # fmt: skip
+            return self.batch.refused(
+                schedule.tenant, job_id, deployment=schedule.deployment, input_uri=input_uri, source="schedule",
+                created_by=principal.subject, error=exc.message, schedule=schedule.name, scheduled_for=fire,
+            )  # fmt: skip
 
     # Helpers -------------------------------------------------------------------------------
     def _set_state(self, principal: Principal, name: str, state: str) -> Schedule:

@@ -285,16 +285,35 @@ class BatchService:
         except SluiceError as exc:
             if exc.status >= 500:
                 raise
-            rejected = BatchJob(
-                id=job_id, tenant=tenant, deployment=deployment[:63], input_uri=input_uri,
-                output_uri=self.paths.outbox(tenant, job_id), format="csv", output_format="csv",
-                status="FAILED", source=source, created_by=principal.subject,
-                finished_at=now(), error=exc.message,
-            )  # fmt: skip
-            try:
-                return self.registry.create_job(rejected)
-            except Conflict:
-                return self.registry.get_job(tenant, job_id)
+            return self.refused(tenant, job_id, deployment=deployment, input_uri=input_uri, source=source,
+                                created_by=principal.subject, error=exc.message)  # fmt: skip
+
+    def refused(
+        self,
+        tenant: str,
+        job_id: str,
+        *,
+        deployment: str,
+        input_uri: str,
+        source: str,
+        created_by: str,
+        error: str,
+        schedule: str | None = None,
+        scheduled_for: float | None = None,
+    ) -> BatchJob:
+        """Record a job that could not be made (an upload, a schedule's run: no caller to
+        answer), FAILED with why, so whoever waits for it sees what happened; its id is taken
+        once, and a second call finds the first's record."""
+        rejected = BatchJob(
+            id=job_id, tenant=tenant, deployment=deployment[:63], input_uri=input_uri,
+            output_uri=self.paths.outbox(tenant, job_id), format="csv", output_format="csv",
+            status="FAILED", source=source, created_by=created_by, finished_at=now(), error=error,
+            schedule=schedule, scheduled_for=scheduled_for,
+        )  # fmt: skip
+        try:
+            return self.registry.create_job(rejected)
+        except Conflict:
+            return self.registry.get_job(tenant, job_id)
 
     # Executions started with a job specification ----------------------------------------
     def create_for_execution(self, spec: dict[str, Any], *, execution: str) -> BatchJob:

@@ -9,6 +9,7 @@ runs the schedules that are due; on AWS, EventBridge Scheduler does.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +55,18 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     schedules = pieces.schedules().list(operator(args))
     table([_line(s) for s in schedules], ["name", "state", "expression", "timezone", "deployment", "overlap", "skipped", "input"])
+    for schedule in schedules:
+        if schedule.invalid is not None:
+            print(f"schedule {schedule.name} never runs: {schedule.invalid}", file=sys.stderr)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     view = pieces.schedules().show(operator(args), args.name)
-    print_json(_line(view.schedule) | {"next_run": _when(view.next_run_at), "last_fire": _when(view.schedule.last_fire)})
+    shown = _line(view.schedule) | {"next_run": _when(view.next_run_at), "last_fire": _when(view.schedule.last_fire)}
+    if view.schedule.invalid is not None:  # stored before a bound held: it never runs
+        shown["invalid"] = view.schedule.invalid
+    print_json(shown)
     if not view.runs:
         print("no runs yet")
         return 0

@@ -1,8 +1,10 @@
 """Batch schedules: a tenant's standing order to score an input on a cron or rate expression.
 
 An expression is `cron(<minute> <hour> <day of month> <month> <day of week>)` (the five fields
-of cron, evaluated in the schedule's time zone) or `rate(<n> minute|minutes|hour|hours|day|days)`.
-A bare five-field cron line is taken as `cron(…)`. On AWS the same schedule becomes an
+of cron, evaluated in the schedule's time zone) or `rate(<n> minute|minutes|hour|hours|day|days)`, whose period is at most `HORIZON_YEARS` (EventBridge
+Scheduler documents no bound: `n` is "a positive integer"; a cron's next time is looked for
+that far ahead). A bare five-field cron line is taken as `cron(…)`. A schedule stored before
+a bound held stays readable: it is `invalid` (saying why), never due, with no next time. On AWS the same schedule becomes an
 EventBridge Scheduler schedule (`aws_expression` writes its six-field form).
 
 Each run is an ordinary batch job that names its schedule. When the previous run is still
@@ -16,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 from sluice.domain.errors import BadRequest
@@ -35,6 +38,8 @@ SCHEDULE_UPDATABLE: frozenset[str] = frozenset({"state", "last_fire", "skipped",
 _RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)\Z")
 _CRON = re.compile(r"^cron\((.*)\)\Z")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
+HORIZON_YEARS = 30  # how far a cron's next time is looked for (a leap day on a Monday: 28 years)
+MAX_RATE_S = HORIZON_YEARS * 365 * 86400  # a rate's longest period: 10950 days
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,12 @@ class Schedule:
     def paused(self) -> bool:
         return self.state == "PAUSED"
 
+    @property
+    def invalid(self) -> str | None:
+        """Why this schedule cannot run (its expression, stored before a bound now checked
+        where expressions are made, is refused by `normalize_expression`), or None."""
+        return expression_problem(self.expression)
+
     def ran(self, job: BatchJob) -> bool:
         """Whether `job` is one of this schedule's runs: it names the schedule and was made
         since the schedule was (a schedule deleted before it under the same name made the
@@ -90,9 +101,7 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
     text = " ".join(expression.split())
     rate = _RATE.match(text)
     if rate:
-        n, unit = int(rate.group(1)), rate.group(2).rstrip("s")
-        if n < 1:
-            raise BadRequest(f"{field}: a rate must be at least 1 {unit}", field=field)
+        n, unit = _rate(rate, field)
         return f"rate({n} {unit}{'' if n == 1 else 's'})"
     cron = _CRON.match(text)
     line = cron.group(1).strip() if cron else text
@@ -112,14 +121,42 @@ def normalize_expression(expression: str, *, field: str = "expression") -> str:
     return f"cron({line})"
 
 
+def _rate(rate: re.Match[str], field: str) -> tuple[int, str]:
+    """A rate's number and unit (singular), from 1 to `HORIZON_YEARS` in that unit. The digits
+    are measured before they are read: a number of thousands of digits is refused as any
+    other too large, not by `int`'s own limit."""
+    digits, unit = rate.group(1).lstrip("0"), rate.group(2).rstrip("s")
+    if not digits:
+        raise BadRequest(f"{field}: a rate must be at least 1 {unit}", field=field)
+    most = MAX_RATE_S // _UNIT_S[unit]
+    if len(digits) > len(str(most)) or int(digits) > most:
+        raise BadRequest(f"{field}: a rate is at most {most} {unit}s ({HORIZON_YEARS} years)", field=field)
+    return int(digits), unit
+
+
+@lru_cache(maxsize=1024)
+def expression_problem(expression: str) -> str | None:
+    """Why a stored expression is refused now (`normalize_expression`'s message), or None."""
+    try:
+        normalize_expression(expression)
+    except BadRequest as exc:
+        return exc.message
+    return None
+
+
 def period_s(expression: str) -> float | None:
+    """A rate's period in seconds; None for a cron. (Of an expression `normalize_expression`
+    accepted: a stored one is checked first, `Schedule.invalid`.)"""
     rate = _RATE.match(expression)
     return int(rate.group(1)) * _UNIT_S[rate.group(2).rstrip("s")] if rate else None
 
 
 def latest_fire(schedule: Schedule, moment: float) -> float | None:
     """The latest scheduled time at or before `moment` and after the last one handled (or the
-    schedule's creation); None when nothing is due. Missed times collapse into the latest."""
+    schedule's creation); None when nothing is due (or ever will be: `Schedule.invalid`).
+    Missed times collapse into the latest."""
+    if schedule.invalid is not None:
+        return None
     after = schedule.last_fire if schedule.last_fire is not None else schedule.created_at
     if moment <= after:
         return None
@@ -144,12 +181,13 @@ def check_fires(expression: str, timezone: str, now: float, *, field: str = "exp
         raise BadRequest(f"{field}: {expression} never fires in {timezone} (its times fall where the clocks skip)", field=field)
 
 
-HORIZON_YEARS = 30  # how far a cron's next time is looked for (a leap day on a Monday: 28 years)
 
 
 def next_fire(schedule: Schedule, moment: float) -> float | None:
     """The first scheduled time after `moment`; None where a cron fires no more within
-    `HORIZON_YEARS` (its only times fall where the clocks skip)."""
+    `HORIZON_YEARS` (its only times fall where the clocks skip), or for an invalid schedule."""
+    if schedule.invalid is not None:
+        return None
     period = period_s(schedule.expression)
     if period is not None:
         anchor = schedule.created_at

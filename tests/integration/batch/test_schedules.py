@@ -4,12 +4,14 @@ is going, the API (validation, tenancy) and the CLI's verbs, on the local regist
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.batch.schedules import ScheduleService
 from sluice.batch.service import BatchService
@@ -202,6 +204,52 @@ def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
 
 
 @pytest.mark.usefixtures("hourly")
+def test_a_run_refused_is_recorded_failed_once_and_the_schedule_moves_on(
+    client: TestClient, keys: dict[str, str], batch: Container, schedules: ScheduleService, recorded: Recorded,
+    acme: Principal, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Its deployment deleted, a schedule's due run is a FAILED run saying why (as the state
+    machine fails it at SpecRejected on AWS), logged once naming the tenant, and the next
+    scheduled time is the next to run: the same time was retried at every poll, unseen."""
+    batch.registry.delete_deployment("acme", "iris")
+    with caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        polls = [schedules.run_due(at("2026-11-25T13:00:00+00:00") + 5 * poll) for poll in range(3)]
+    (refused,) = polls[0]
+    assert polls[1:] == [[], []] and recorded.started == []
+    assert refused.status == "FAILED" and refused.error == "deployment 'iris' not found"
+    assert refused.schedule == "hourly" and refused.scheduled_for == at("2026-11-25T13:00:00+00:00")
+    (line,) = caplog.records
+    assert (line.tenant, line.schedule, line.error) == ("acme", "hourly", "deployment 'iris' not found")  # type: ignore[attr-defined]
+    assert batch.registry.get_schedule("acme", "hourly").last_fire == at("2026-11-25T13:00:00+00:00")
+    shown = client.get("/api/v1/batch-schedules/hourly", headers=auth(keys["acme"])).json()
+    assert [(r["job_id"], r["status"], r["error"]) for r in shown["runs"]] == [(refused.id, "FAILED", "deployment 'iris' not found")]
+    assert schedules.show(acme, "hourly").next_run_at == at("2026-11-25T14:00:00+00:00")  # on the test's clock
+    (later,) = schedules.run_due(at("2026-11-25T14:00:10+00:00"))  # the next time, refused in turn
+    assert later.scheduled_for == at("2026-11-25T14:00:00+00:00") and later.status == "FAILED"
+
+
+@pytest.mark.usefixtures("hourly")
+def test_a_fault_that_may_pass_leaves_the_run_due_for_the_next_poll(
+    batch: Container, schedules: ScheduleService, recorded: Recorded, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from sluice.domain.errors import Unavailable
+
+    def down(tenant: str, name: str) -> None:
+        raise Unavailable("the registry is unavailable")
+
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        patched.setattr(batch.registry, "get_deployment", down)
+        assert schedules.run_due(at("2026-11-25T13:00:00+00:00")) == []
+    (line,) = caplog.records
+    assert (line.tenant, line.schedule) == ("acme", "hourly")  # type: ignore[attr-defined]
+    assert batch.registry.get_schedule("acme", "hourly").last_fire is None
+    assert schedules.runs(batch.registry.get_schedule("acme", "hourly")) == []
+    (job,) = schedules.run_due(at("2026-11-25T13:00:05+00:00"))  # back: the same time runs
+    assert job.scheduled_for == at("2026-11-25T13:00:00+00:00") and recorded.started == [job.id]
+
+
+@pytest.mark.usefixtures("hourly")
 def test_a_paused_schedule_does_not_run_and_a_resumed_one_skips_what_it_missed(
     schedules: ScheduleService, clock: Clock, acme: Principal
 ) -> None:
@@ -247,6 +295,61 @@ def test_expressions_are_checked_and_translated_for_eventbridge() -> None:
         assert caught.value.field == "expression", bad
     with pytest.raises(BadRequest, match="not both"):
         aws_expression("cron(0 2 1 * MON)")
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.one_of(st.integers(0, 20_000_000), st.integers(0, 10**400)), unit=st.sampled_from(["minutes", "hours", "days"]))
+def test_a_rate_is_accepted_up_to_the_horizon_and_every_accepted_one_has_a_time_that_shows(n: int, unit: str) -> None:
+    """A rate from 1 unit to HORIZON_YEARS is accepted, and its next time is a date (the CLI,
+    the API and the console all show it); a longer one is refused naming `expression`,
+    however many digits it has (10**400 days made show, the API and the scheduler fail)."""
+    from sluice.domain.schedules import HORIZON_YEARS, MAX_RATE_S, Schedule, next_fire
+
+    period = n * {"minutes": 60, "hours": 3600, "days": 86400}[unit]
+    if not 1 <= period <= MAX_RATE_S:
+        with pytest.raises(BadRequest) as refused:
+            normalize_expression(f"rate({n} {unit})")
+        assert refused.value.field == "expression"
+        assert ("at least" if n == 0 else f"{HORIZON_YEARS} years") in refused.value.message
+        return
+    expression = normalize_expression(f"rate({n} {unit})")
+    made = at("2026-11-25T12:00:00+00:00")
+    schedule = Schedule("acme", "s", "iris", "x", expression, created_at=made)
+    assert schedule.invalid is None
+    upcoming = next_fire(schedule, made)
+    assert upcoming == made + period
+    assert datetime.fromtimestamp(upcoming, UTC).year <= 2026 + HORIZON_YEARS
+
+
+def stored_before_the_bound(batch: Container, schedules: ScheduleService, acme: Principal, *, name: str = "huge") -> None:
+    """acme's schedule `name`, as an older release stored it: a rate of 10**30 days."""
+    from dataclasses import replace
+
+    made = schedules.create(acme, name=name, deployment="iris", input_uri=inbox_template(batch), expression="rate(1 day)")
+    batch.registry.delete_schedule("acme", name)
+    batch.registry.create_schedule(replace(made, expression="rate(" + "9" * 30 + " days)"))
+
+
+def test_a_schedule_stored_with_a_rate_past_the_bound_is_shown_as_invalid_and_never_runs(
+    client: TestClient, keys: dict[str, str], batch: Container, schedules: ScheduleService, acme: Principal,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    stored_before_the_bound(batch, schedules, acme)
+    with caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        for hours in (1, 24, 24 * 365):
+            assert schedules.run_due(at("2026-11-25T12:00:00+00:00") + hours * 3600) == []
+    assert caplog.records == []  # no traceback at every poll
+    view = schedules.show(acme, "huge")
+    assert view.next_run_at is None and view.runs == []
+    assert view.schedule.invalid is not None and "30 years" in view.schedule.invalid
+    a = auth(keys["acme"])
+    shown = client.get("/api/v1/batch-schedules/huge", headers=a)
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["next_run_at"] is None and "at most 10950 days" in shown.json()["invalid"]
+    (listed,) = client.get("/api/v1/batch-schedules", headers=a).json()
+    assert listed["invalid"] == shown.json()["invalid"]
+    assert client.post("/api/v1/batch-schedules/huge/pause", headers=a).status_code == 200
+    assert client.delete("/api/v1/batch-schedules/huge", headers=a).status_code == 204
 
 
 def test_a_cron_schedule_follows_its_time_zone_across_a_clock_change(batch: Container, acme: Principal) -> None:
@@ -295,6 +398,9 @@ def test_schedules_over_http_create_list_show_pause_resume_delete(
         ({"expression": "cron(0 2 * *)"}, 422, "expression"),
         ({"expression": "0 25 * * *"}, 422, "expression"),
         ({"expression": "rate(2 weeks)"}, 422, "expression"),
+        ({"expression": "rate(10951 days)"}, 422, "expression"),  # past HORIZON_YEARS
+        ({"expression": "rate(" + "9" * 400 + " days)"}, 422, "expression"),
+        ({"expression": "rate(" + "9" * 5000 + " minutes)"}, 422, "expression"),  # past int's own digit limit
         ({"timezone": "Mars/Olympus_Mons"}, 422, "timezone"),
         ({"input_uri": "inbox/acme/iris/dt={day_of_year}/x.csv"}, 422, "input_uri"),
         ({"input_uri": "inbox/acme/iris/dt={date/x.csv"}, 422, "input_uri"),
@@ -369,6 +475,40 @@ def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert sluice("batch", "schedule", "delete", "nightly")[0] == 0
         assert registry.list_schedules("acme") == []
         assert sluice("batch", "schedule", "show", "nightly")[0] != 0
+
+
+def test_the_cli_refuses_a_rate_past_the_bound_and_shows_one_stored_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--rate '999…9 days'` exits 2 naming `expression`; one stored by an older release is
+    listed and shown, saying it never runs, where show died with an OverflowError."""
+    from dataclasses import replace
+
+    from sluice import cli
+    from sluice.wiring import get_container
+    from tests.conftest import MODELS
+
+    def sluice(*args: str) -> tuple[int, str]:
+        code = cli.main(["--tenant", "acme", *args])
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    with cli_environment(monkeypatch, tmp_path / "home"):
+        assert sluice("models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+        assert sluice("deployments", "create", "iris", "--model", "iris")[0] == 0
+        template = str(tmp_path / "lake" / "dt={date}" / "x.csv")
+        code, out = sluice("batch", "schedule", "create", "huge", "--deployment", "iris", "--input", template, "--rate", "9" * 30 + " days")
+        assert code == 2 and "expression" in out and "at most 10950 days" in out and "Traceback" not in out
+        assert sluice("batch", "schedule", "create", "huge", "--deployment", "iris", "--input", template, "--rate", "10950 days")[0] == 0
+        registry = get_container().registry
+        made = registry.get_schedule("acme", "huge")
+        registry.delete_schedule("acme", "huge")
+        registry.create_schedule(replace(made, expression="rate(" + "9" * 30 + " days)"))  # as an older release stored it
+        code, out = sluice("batch", "schedule", "show", "huge")
+        assert code == 0, out
+        assert '"next_run": "-"' in out and '"invalid": "expression: a rate is at most 10950 days (30 years)"' in out
+        code, out = sluice("batch", "schedule", "list")
+        assert code == 0 and "schedule huge never runs: expression: a rate is at most 10950 days" in out
 
 
 @pytest.mark.usefixtures("hourly")
