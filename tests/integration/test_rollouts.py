@@ -181,6 +181,30 @@ def test_errors_beyond_doubt_roll_back_before_the_count_is_reached(
     assert forest.deployments.get(acme, "iris").rollout.state == "rolled_back"  # type: ignore[union-attr]
 
 
+def test_an_answer_that_is_not_a_number_is_left_out_of_the_comparison_not_the_rollout(
+    forest: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
+) -> None:
+    """A stable answer of NaN probabilities (served, as a 200) is one row left out of the
+    mirror's differences: the comparisons after it still count, and the step advances."""
+    client = TestClient(create_app(forest))
+    dep = start(rollouts, acme, gates="mean_abs_diff<=0.9", steps="50,100", min_requests=10)
+    send(client, keys["acme"], "candidate", 12)
+    send(client, keys["acme"], "stable", 5)
+    odd = client.post(
+        "/api/v1/predictions", json={"deployment": "iris", "inputs": [[3e38, 3e38, -3e38, 3e38]], "variant": "stable"}, headers=auth(keys["acme"])
+    )
+    assert odd.status_code == 200 and None in odd.json()["probabilities"].values(), odd.text
+    send(client, keys["acme"], "stable", 20)
+    clock.now += 600
+    decision = rollouts.tick("acme", "iris")
+    assert decision is not None and decision.action == "complete", decision
+    metrics = decision.numbers["metrics"]
+    assert (metrics["compared"], metrics["not_finite_rows"]) == (26, 1)
+    assert metrics["mean_abs_diff"] is not None
+    mirror = forest.registry.read_stats("acme", "iris", dep.revision)["mirror:stable/candidate"]
+    assert mirror["compared"] == 26 and mirror["diff_not_finite"] == 1
+
+
 def test_a_step_is_held_for_lack_of_traffic(
     twin: Container, acme: Principal, keys: dict[str, str], rollouts: RolloutService, clock: Clock
 ) -> None:

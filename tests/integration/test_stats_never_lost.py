@@ -9,6 +9,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given
@@ -285,3 +286,59 @@ def test_every_request_is_written_once_or_dropped_visibly_whatever_the_registry_
         assert written + lost.get(key, 0) == counts["requests"], (key, stored, lost.get(key))
         if not lost.get(key):  # nothing of it dropped: every count written, once
             assert (stored.get("errors", 0), stored.get("rows", 0)) == (counts["errors"], counts["rows"]), (key, stored)
+
+
+def test_a_key_the_registry_refuses_at_every_flush_is_dropped_visibly_in_the_end(registry: SqliteRegistry) -> None:
+    """Counts are kept to try again for `give_up_s`, not for ever: then they are reported
+    dropped, with the requests they held, and never written later."""
+    limits = RegistryLimits(registry)
+    dropped: list[tuple[object, float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, give_up_s=0.3, on_drop=dropped.extend)
+    limits.read_only()
+    for _ in range(3):
+        recorder.request(KEY, 1.0, ok=True)
+    assert recorder.flush() is False and dropped == []  # kept, to try again
+    time.sleep(0.35)
+    assert recorder.flush() is False
+    assert [(key, n) for key, n, _ in dropped] == [(KEY, 3)] and "refused" in dropped[0][2]
+    assert not recorder.pending()
+    limits.lift()
+    recorder.request(KEY, 1.0, ok=True)  # a new count starts afresh
+    assert recorder.flush()
+    assert _stored(registry)["requests"] == 1
+
+
+_COUNT = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+
+
+@examples(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(adds=st.lists(st.tuples(_COUNT, _COUNT), min_size=1, max_size=12))
+def test_a_count_that_is_not_a_finite_number_never_blocks_its_key(
+    tmp_path_factory: pytest.TempPathFactory, adds: list[tuple[float, float]]
+) -> None:
+    """No registry stores NaN or infinity (SQLite's NOT NULL refuses NaN, DynamoDB both): such
+    counts are dropped, reported, and the counts added with them and after them are written."""
+    registry = SqliteRegistry(tmp_path_factory.mktemp("stats") / "registry.db")
+    dropped: list[tuple[tuple[str, str, int, str], float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, on_drop=dropped.extend)
+    finite = [(s, m) for s, m in adds if np.isfinite(s) and np.isfinite(m)]
+    for diff_sum, diff_max in adds:
+        recorder.add(MIRROR, {"compared": 1, "diff_sum": diff_sum, "diff_n": 1}, {"diff_max": diff_max})
+    assert recorder.flush()  # all written: nothing kept to try again
+    assert not recorder.pending()
+    stored = _stored(registry, MIRROR)
+    assert stored.get("compared", 0) == len(finite) and stored.get("diff_n", 0) == len(finite)
+    if finite:
+        assert stored["diff_sum"] == pytest.approx(sum(s for s, _ in finite), abs=1e-6)
+        assert stored["diff_max"] == max(m for _, m in finite)
+    assert bool(dropped) == (len(finite) < len(adds)) and all("not a finite number" in why for _, _, why in dropped)
+
+
+def test_a_sum_grown_past_the_largest_float_is_dropped_alone(registry: SqliteRegistry) -> None:
+    dropped: list[tuple[object, float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, on_drop=dropped.extend)
+    for _ in range(2):
+        recorder.add(MIRROR, {"compared": 1, "diff_sumsq": 1.5e308})
+    assert recorder.flush()
+    assert _stored(registry, MIRROR) == {"compared": 2}
+    assert [(key, why) for key, _, why in dropped] == [(MIRROR, "not a finite number: diff_sumsq")]

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.domain.results import InferenceResult
 from sluice.inference.compare import compare
@@ -58,3 +60,40 @@ def test_traffic_summary() -> None:
     t = traffic({"requests": 10, "errors": 1, f"{PREFIX}{bucket(2.0)}": 9})
     assert t["requests"] == 10 and t["error_rate"] == 0.1
     assert t["latency_ms"]["p50"] == pytest.approx(2.0, rel=0.05)
+
+
+_PROB = st.one_of(st.floats(0, 1), st.sampled_from([np.nan, np.inf, -np.inf, 3e38]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(_PROB, _PROB, _PROB, _PROB), min_size=1, max_size=6))
+def test_a_row_that_is_not_a_finite_number_is_left_out_of_the_differences_and_counted(
+    rows: list[tuple[float, float, float, float]],
+) -> None:
+    """Whatever an answer holds, the counters a comparison adds are finite numbers (a NaN one
+    would keep every later comparison from being stored): a row with a difference that is not
+    finite is counted in `diff_not_finite`, the others compared as they would be alone."""
+    table = np.array(rows, dtype=np.float64)
+    primary_probs, mirror_probs = table[:, :2], table[:, 2:]
+
+    def answer(probs: np.ndarray) -> InferenceResult:
+        return InferenceResult({"label": np.array(["cat"] * len(probs), dtype=object), "probs": probs}, {"probs": ["cat", "dog"]})
+
+    sums, maxes = compare(CLF, answer(primary_probs), CLF, answer(mirror_probs))
+    assert all(np.isfinite(v) for v in [*sums.values(), *maxes.values()]), (sums, maxes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        good = np.isfinite(np.square(primary_probs - mirror_probs)).all(axis=1)
+    assert sums.get("diff_not_finite", 0) == int((~good).sum())
+    assert sums["compared"] == 1 and sums["labelled"] == len(rows)  # the request and its labels still count
+    alone, alone_max = compare(CLF, answer(primary_probs[good]), CLF, answer(mirror_probs[good]))
+    assert sums["diff_n"] == alone["diff_n"] == 2 * good.sum()
+    assert sums["diff_sum"] == pytest.approx(alone["diff_sum"]) and sums["diff_sumsq"] == pytest.approx(alone["diff_sumsq"])
+    assert maxes.get("diff_max") == (alone_max["diff_max"] if good.any() else None)
+    assert comparison({**sums, **maxes})["not_finite_rows"] == int((~good).sum())
+
+
+def test_a_regressor_answer_that_is_not_finite_is_left_out() -> None:
+    primary = InferenceResult({"y": np.array([[1.0], [np.nan], [3.0], [1e300]])})
+    mirror = InferenceResult({"y": np.array([[1.5], [2.0], [np.inf], [-1e300]])})  # 2e300 squared: past float64
+    sums, maxes = compare(REG, primary, REG, mirror)
+    assert (sums["diff_n"], sums["diff_not_finite"], sums["diff_sum"], maxes["diff_max"]) == (1, 3, 0.5, 0.5)

@@ -57,6 +57,7 @@ def cmd_rollout_status(args: argparse.Namespace) -> int:
             print(f"  next decision: {at} at the earliest (a failing gate rolls back at any look)")
         print(
             f"  candidate requests {m['candidate_requests']} (errors {m['candidate_errors']}, refused inputs {m.get('candidate_invalid_inputs', 0)}), stable requests {m['stable_requests']}, comparisons {m['compared']}"
+            + (f" ({m['not_finite_rows']} rows left out: not finite)" if m.get("not_finite_rows") else "")
         )
         for gate, result in now["gates"].items():
             verdict = {True: "pass", False: "FAIL", None: "-"}[result["passes"]]

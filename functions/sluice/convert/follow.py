@@ -7,6 +7,10 @@ each outcome, with its reason, on the binding (`sluice.services.follows`).
   now, through an `MlflowSource`: MLflow's own client on the user's machine (`sluice registries
   poll` once, `sluice serve` on a thread, `follow_poll_s`), MLflow's REST API on AWS
   (`sluice.convert.mlflow_rest`, the registry event function on a schedule).
+- Both: a claim refused because something else wrote the binding between its read and the
+  claim (`BindingChanged`: an event about another package, the poll noting its error) is
+  decided again on the binding as it is now, up to `CLAIM_TRIES` times; only a claim of the
+  same version made meanwhile makes it "taken elsewhere".
 - SageMaker Model Registry: `on_package_event` takes EventBridge's Model Package State Change
   event (`sluice.handlers.registry_events` on AWS): an Approved package of a followed group is
   pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted, whenever it
@@ -21,10 +25,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.domain.errors import SluiceError
+from sluice.domain.errors import Conflict, SluiceError
 from sluice.domain.follows import NOTES, FollowEvent, PackageStateChange, group_watch
 from sluice.polling import Poller
-from sluice.services.follows import acting_for
+from sluice.services.follows import BindingChanged, acting_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 APPROVED = "Approved"
+CLAIM_TRIES = 5  # decisions on a fresh read, while other writes keep landing between a read and its claim
 
 
 class MlflowSource(Protocol):
@@ -111,11 +116,7 @@ class Follower:
         for tenant, deployment in self.follows.registry.followers():
             name = f"{tenant}/{deployment}"
             try:
-                follow = self.follows.settle(tenant, deployment)
-                if follow.registry == "mlflow":
-                    done[name] = self._poll(follow)
-                else:
-                    done[name] = self._retake_package(follow) if self.follows.lapsed(follow) else follow.state
+                follow, done[name] = self._decided(tenant, deployment, self._look)
                 if follow.error is not None:
                     self.follows.note_error(tenant, deployment, None)
             except SluiceError as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
@@ -123,6 +124,11 @@ class Follower:
                 self.follows.note_error(tenant, deployment, exc)
                 done[name] = f"error: {exc.message}"
         return done
+
+    def _look(self, follow: Follow) -> str:
+        if follow.registry == "mlflow":
+            return self._poll(follow)
+        return self._retake_package(follow) if self.follows.lapsed(follow) else follow.state
 
     def _poll(self, follow: Follow) -> str:
         from sluice.convert.mlflow_models import without_credentials
@@ -144,7 +150,7 @@ class Follower:
         for tenant, deployment in bindings:
             name = f"{tenant}/{deployment}"
             try:
-                done[name] = self._package(self.follows.settle(tenant, deployment), change)
+                done[name] = self._decided(tenant, deployment, lambda follow: self._package(follow, change))[1]
             except SluiceError as exc:  # the group not admitted for its tenant, the binding gone meanwhile
                 logger.warning("follow binding %s: %s", name, exc.message)
                 self.follows.note_error(tenant, deployment, exc)
@@ -239,6 +245,20 @@ class Follower:
         return last if last is not None and last.outcome in NOTES else None
 
     # Both -------------------------------------------------------------------------------
+    def _decided(self, tenant: str, deployment: str, act: Callable[[Follow], str]) -> tuple[Follow, str]:
+        """What `act` made of the binding (settled), and the binding it acted on: acted on again,
+        on the binding as it is now, while its claim finds another write landed since the read."""
+        follow = self.follows.settle(tenant, deployment)
+        for _ in range(CLAIM_TRIES):
+            try:
+                return follow, act(follow)
+            except BindingChanged as changed:
+                follow = self.follows.settle(tenant, deployment, changed.now)
+        raise Conflict(
+            f"follow binding {tenant}/{deployment} was written by others at each of {CLAIM_TRIES} tries to claim a version: "
+            "nothing was taken; the version is taken when its approval is delivered again, or at the next poll"
+        )
+
     def take(
         self, follow: Follow, version: str, pull: Callable[[Path], Pulled], match: dict[str, Any], *,
         changed_at: float | None = None, again: bool = False, recheck: Callable[[], None] | None = None,

@@ -27,7 +27,12 @@ def compare(
     mirror: InferenceResult,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Counters (sums) and maxima for one request: label agreement per row, absolute
-    differences of probabilities (aligned by class) or of values (matched by output)."""
+    differences of probabilities (aligned by class) or of values (matched by output).
+
+    A row whose differences are not all finite numbers (an answer of NaN or infinite
+    probabilities or values, or a difference too large to square) is left out of the
+    differences and counted on its own (`diff_not_finite`, in rows): one such answer must
+    not turn the running sums, and so the mean for every later request, into NaN."""
     sums: dict[str, float] = {"compared": 1}
     maxes: dict[str, float] = {}
     p_label, m_label = primary_sig.output_with_role("label"), mirror_sig.output_with_role("label")
@@ -37,21 +42,55 @@ def compare(
         if a.shape == b.shape:
             sums["labelled"] = float(a.size)
             sums["agree"] = float(np.sum(a.astype(str) == b.astype(str)))
-    diffs: list[np.ndarray] = []
-    p_probs, m_probs = _aligned_probs(primary_sig, primary), _aligned_probs(mirror_sig, mirror)
-    if p_probs is not None and m_probs is not None:
-        for cls in p_probs.keys() | m_probs.keys():
-            rows = len(next(iter(p_probs.values())))
-            diffs.append(np.abs(p_probs.get(cls, np.zeros(rows)) - m_probs.get(cls, np.zeros(rows))))
-    else:
-        for spec in primary_sig.outputs:
-            if spec.role == "value" and spec.name in primary.outputs and spec.name in mirror.outputs:
-                a = np.asarray(primary.outputs[spec.name], dtype=np.float64)
-                b = np.asarray(mirror.outputs[spec.name], dtype=np.float64)
-                if a.shape == b.shape:
-                    diffs.append(np.abs(a - b).reshape(-1))
+    diffs = _differences(primary_sig, primary, mirror_sig, mirror)
     if diffs:
-        flat = np.concatenate(diffs)
+        with np.errstate(over="ignore"):  # a square past float64's largest: not finite, left out
+            finite = [np.isfinite(np.square(d)).all(axis=1) for d in diffs]
+        if len({len(f) for f in finite}) == 1:  # the outputs' rows are the request's rows: a row in or out whole
+            whole = np.logical_and.reduce(finite)
+            finite = [whole] * len(diffs)
+            left_out = int(np.count_nonzero(~whole))
+        else:
+            left_out = sum(int(np.count_nonzero(~f)) for f in finite)
+        flat = np.concatenate([d[f].reshape(-1) for d, f in zip(diffs, finite, strict=True)])
         sums.update(diff_sum=float(flat.sum()), diff_sumsq=float(np.square(flat).sum()), diff_n=float(flat.size))
-        maxes["diff_max"] = float(flat.max()) if flat.size else 0.0
+        if left_out:
+            sums["diff_not_finite"] = float(left_out)
+        if flat.size:
+            maxes["diff_max"] = float(flat.max())
+        elif not left_out:
+            maxes["diff_max"] = 0.0
     return sums, maxes
+
+
+def _differences(
+    primary_sig: Signature, primary: InferenceResult, mirror_sig: Signature, mirror: InferenceResult
+) -> list[np.ndarray]:
+    """The absolute differences, each of shape (rows, k): the probabilities' (a column per
+    class), or each value output's."""
+    diffs: list[np.ndarray] = []
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, left out by the caller
+        p_probs, m_probs = _aligned_probs(primary_sig, primary), _aligned_probs(mirror_sig, mirror)
+        if p_probs is not None and m_probs is not None:
+            rows = len(next(iter(p_probs.values())))
+            columns = [
+                np.abs(p_probs.get(cls, np.zeros(rows)) - m_probs.get(cls, np.zeros(rows)))
+                for cls in p_probs.keys() | m_probs.keys()
+            ]
+            if columns:
+                diffs.append(np.stack(columns, axis=1))
+        else:
+            for spec in primary_sig.outputs:
+                if spec.role == "value" and spec.name in primary.outputs and spec.name in mirror.outputs:
+                    a = np.asarray(primary.outputs[spec.name], dtype=np.float64)
+                    b = np.asarray(mirror.outputs[spec.name], dtype=np.float64)
+                    if a.shape == b.shape:
+                        diffs.append(_by_row(np.abs(a - b)))
+    return diffs
+
+
+def _by_row(d: np.ndarray) -> np.ndarray:
+    """`d` as (rows, values of a row); a scalar is one row of one value."""
+    if d.ndim == 0:
+        return d.reshape(1, 1)
+    return d.reshape(d.shape[0], int(np.prod(d.shape[1:])))

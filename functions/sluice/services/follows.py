@@ -4,7 +4,10 @@ the followed registry offered recorded on them.
 Every write is conditional on the revision read (`FollowRegistry.update_follow`). Taking a new
 version is a claim (`claim`): the binding moves to `pushing` with the version as `seen`, and of
 two pollers (or two deliveries of one EventBridge event) that read the same revision only one
-claim is stored; the other is refused and lets go. The pushing itself (pulling, converting,
+claim is stored; the other is refused and lets go. A claim refused because some other write
+landed on the binding since it was read (another version's event, the poll keeping or
+clearing its error, a rollout's end recorded) is not "taken elsewhere": `BindingChanged`
+hands the caller the binding as it is now, to decide again (`sluice.convert.follow`). The pushing itself (pulling, converting,
 starting the rollout) is `sluice.convert.follow`'s, which records each outcome here.
 
 A claim is a lease of `lease_s` (`follow_lease_s`): a poller that died between claiming and
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from sluice.domain import Principal, check_name
-from sluice.domain.errors import Conflict, InvalidRequest, NotFound
+from sluice.domain.errors import Conflict, InvalidRequest, NotFound, StaleRead
 from sluice.domain.follows import (
     MAX_REASON,
     NOTES,
@@ -53,6 +56,15 @@ SETTLED = {"completed": "completed", "rolled_back": "rolled_back", "aborted": "a
 _WRITE_TRIES = 3
 DEFAULT_LEASE_S = 600.0
 NO_READS = BindingReads()  # a tenant the operator lists nothing for
+
+
+class BindingChanged(StaleRead):
+    """A claim refused because the binding was written since it was read, and not by a claim
+    of the same version: decide again on `now`, the binding as it is now."""
+
+    def __init__(self, now: Follow) -> None:
+        super().__init__(f"follow binding {now.tenant}/{now.deployment} changed while a version was claimed: try again")
+        self.now = now
 
 
 def poller_name() -> str:
@@ -155,23 +167,41 @@ class FollowService:
     def claim(self, follow: Follow, version: str, *, changed_at: float | None = None, again: bool = False) -> Follow | None:
         """Take `version` for pushing: stored only if the binding is still as it was read and
         has not taken this version already (unless that claim lapsed: taken over, or `again`:
-        approved again after a rejection); None when another poller got there first."""
-        lapsed = follow.seen == version and self.lapsed(follow)
-        if follow.seen == version and not lapsed and not again:
-            return None
-        at = self.clock()
-        reason = ""
-        if lapsed:
-            reason = (
-                f"taken over from {follow.claimed_by or 'a poller'}, whose claim of {at - (follow.claim_started() or at):.0f} s "
-                f"ago outlived the lease ({self.lease_s:g} s)"
-            )
-        claimed = recorded(follow, FollowEvent(version, "pushing", at, reason, changed_at=changed_at), seen=version)
-        claimed = replace(claimed, claimed_at=at, claimed_by=self.poller, seen_at=changed_at if changed_at is not None else follow.seen_at)
-        try:
-            return self.registry.update_follow(claimed, expected_revision=follow.revision)
-        except (Conflict, NotFound):
-            return None
+        approved again after a rejection); None when it had, or another poller took it since
+        (the binding read again has it as `seen`, with what became of it since), or the binding
+        is gone. A write since the read that changed nothing a decision to take reads (the
+        poll's error kept or cleared) is claimed over again; any other raises `BindingChanged`:
+        decide again on the binding as it is now."""
+        for _ in range(_WRITE_TRIES):
+            lapsed = follow.seen == version and self.lapsed(follow)
+            if follow.seen == version and not lapsed and not again:
+                return None
+            at = self.clock()
+            reason = ""
+            if lapsed:
+                reason = (
+                    f"taken over from {follow.claimed_by or 'a poller'}, whose claim of {at - (follow.claim_started() or at):.0f} s "
+                    f"ago outlived the lease ({self.lease_s:g} s)"
+                )
+            claimed = recorded(follow, FollowEvent(version, "pushing", at, reason, changed_at=changed_at), seen=version)
+            claimed = replace(claimed, claimed_at=at, claimed_by=self.poller, seen_at=changed_at if changed_at is not None else follow.seen_at)
+            try:
+                return self.registry.update_follow(claimed, expected_revision=follow.revision)
+            except NotFound:
+                return None
+            except Conflict:
+                pass
+            try:
+                now = self.registry.get_follow(follow.tenant, follow.deployment)
+            except NotFound:
+                return None
+            last = now.last_of(version)
+            if now.seen == version and last is not None and last.outcome not in NOTES and last != follow.last_of(version):
+                return None  # claimed by another since the read (and perhaps done with): taken elsewhere
+            if replace(now, revision=follow.revision, error=follow.error, updated_at=follow.updated_at) != follow:
+                raise BindingChanged(now)
+            follow = now
+        raise BindingChanged(follow)
 
     def record(self, tenant: str, deployment: str, event: FollowEvent) -> Follow | None:
         """Record what became of `event.version`, on a fresh read of the binding. An outcome of

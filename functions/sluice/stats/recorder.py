@@ -9,13 +9,18 @@ Nothing counted is lost without being counted as lost:
 - flushes run when a request finds them due, when a read needs them, on the process's timer
   (`sluice.stats.timer`: an idle process publishes its last counts within `flush_every_s`),
   and at shutdown (`close`);
-- what can never be written (still failing at `close`, or beyond `max_pending` keys held
-  while the registry refuses) is dropped, and reported through `on_drop` (a log line and the
-  `ml_inference_stats_dropped` metric, `Telemetry.stats_dropped`).
+- what can never be written is dropped, and reported through `on_drop` (a log line and the
+  `ml_inference_stats_dropped` metric, `Telemetry.stats_dropped`): a key's counts still
+  refused at `close`, or refused at every flush for `give_up_s`; counts beyond `max_pending`
+  keys held while the registry refuses; and a count that is not a finite number (NaN or
+  infinite: no registry stores one), which is never held, so that it cannot keep its key's
+  other counts from being written. Every count reaches the registry through this recorder,
+  so this is the one place that rule is kept, for every backend.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -36,9 +41,12 @@ Dropped = tuple[Key, float, str]  # a key, the requests (and rewards) its droppe
 
 LAST_REQUEST = "last_request_ms"  # a maximum: when a deployment last had a request (ms since the epoch)
 MAX_PENDING = 10_000  # keys held at once (a few KB each) while the registry refuses writes
+GIVE_UP_S = 900.0  # a key's counts refused at every flush this long are dropped
 COMPLAIN_EVERY_S = 60.0  # while writes keep failing, a warning this often (and at the first)
 TOO_MANY = "too many statistics pending while the registry refused writes"
 AT_CLOSE = "the registry refused the last write before the process stopped"
+GAVE_UP = "the registry refused these counts at every flush for {minutes:g} minutes"
+NOT_FINITE = "not a finite number: {names}"
 
 
 class StatsRecorder(timer.Flushed):
@@ -51,15 +59,20 @@ class StatsRecorder(timer.Flushed):
         flush_every_s: float = 2.0,
         on_drop: Callable[[list[Dropped]], None] | None = None,
         max_pending: int = MAX_PENDING,
+        give_up_s: float = GIVE_UP_S,
         timed: bool | None = None,
     ) -> None:
-        """`timed`: flushed by the process's timer thread as well (`timer.Flushed`)."""
+        """`timed`: flushed by the process's timer thread as well (`timer.Flushed`).
+        `give_up_s`: how long a key's counts may be refused at every flush before they are
+        dropped (a registry down that long, or one refusing these counts alone)."""
         super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
         self.on_drop = on_drop or _log_dropped
         self.max_pending = max_pending
+        self.give_up_s = give_up_s
         self._sums: dict[Key, defaultdict[str, float]] = {}
         self._maxes: dict[Key, dict[str, float]] = {}
         self._lost: dict[tuple[Key, str], float] = {}
+        self._refused_since: dict[Key, float] = {}  # keys refused at every flush since then (monotonic)
         self._failing_since: float | None = None
         self._complained = 0.0
 
@@ -137,7 +150,12 @@ class StatsRecorder(timer.Flushed):
             self._merge(key, sums, maxes)
 
     def _merge(self, key: Key, sums: dict[str, float] | None, maxes: dict[str, float] | None) -> None:
-        """Counts added to what is pending: sums summed, maxima kept."""
+        """Counts added to what is pending: sums summed, maxima kept. Counts of which one is
+        not a finite number are dropped together (a mean's sum without its count would mislead)."""
+        wrong = _not_finite(sums) + _not_finite(maxes)
+        if wrong:
+            self._lose(key, _weight(sums), NOT_FINITE.format(names=", ".join(sorted(wrong))))
+            return
         if sums:
             target = self._sums_of(key)
             if target is None:
@@ -170,20 +188,28 @@ class StatsRecorder(timer.Flushed):
                 self._last_flush = time.monotonic()
             kept: list[tuple[Key, dict[str, float] | None, dict[str, float] | None]] = []
             error: Exception | None = None
+            now, refused = time.monotonic(), self._refused_since
+            self._refused_since = {}
             for key in sums.keys() | maxes.keys():
                 # Sums, then maxima: a registry that writes them in two steps (DynamoDB) and
                 # fails between would otherwise count the sums twice once they are put back.
-                key_sums: dict[str, float] | None = dict(sums.get(key) or {}) or None
-                key_maxes = maxes.get(key) or None
+                key_sums = self._finite(key, sums.get(key))  # a sum may have grown past float's largest
+                key_maxes = self._finite(key, maxes.get(key))
                 try:
                     if key_sums:
                         self._write(key, key_sums, {})
                         key_sums = None
                     if key_maxes:
                         self._write(key, {}, key_maxes)
-                except Exception as exc:  # any refusal: kept, to be tried again
+                except Exception as exc:  # any refusal: kept, to be tried again, for a while
                     error = exc
-                    kept.append((key, key_sums, key_maxes))
+                    since = refused.get(key, now)
+                    if now - since < self.give_up_s:
+                        kept.append((key, key_sums, key_maxes))
+                        self._refused_since[key] = since
+                        continue
+                    with self._lock:
+                        self._lose(key, _weight(key_sums), GAVE_UP.format(minutes=round(self.give_up_s / 60, 1)))
             if kept:
                 with self._lock:
                     for key, key_sums, key_maxes in kept:
@@ -191,6 +217,17 @@ class StatsRecorder(timer.Flushed):
             self._said(error, len(kept))
             self._report_lost()
             return error is None
+
+    def _finite(self, key: Key, values: dict[str, float] | None) -> dict[str, float] | None:
+        """`values` less those that are not finite numbers, which are dropped (none: None)."""
+        if not values:
+            return None
+        wrong = _not_finite(values)
+        if wrong:
+            with self._lock:
+                self._lose(key, 0.0, NOT_FINITE.format(names=", ".join(sorted(wrong))))
+            values = {name: value for name, value in values.items() if name not in wrong}
+        return dict(values) or None
 
     def _write(self, key: Key, sums: dict[str, float], maxes: dict[str, float]) -> None:
         tenant, deployment, revision, subject = key
@@ -202,6 +239,7 @@ class StatsRecorder(timer.Flushed):
             for key in self._sums.keys() | self._maxes.keys():
                 self._lose(key, _weight(self._sums.get(key)), AT_CLOSE)
             self._sums, self._maxes = {}, {}
+            self._refused_since = {}
 
     def _dropped(self, lost: None) -> None:
         self._report_lost()
@@ -237,6 +275,10 @@ def _weight(sums: dict[str, float] | None) -> float:
     if not sums:
         return 0.0
     return sums.get("requests", 0.0) + sums.get("reward_n", 0.0)
+
+
+def _not_finite(values: dict[str, float] | None) -> list[str]:
+    return [name for name, value in (values or {}).items() if not math.isfinite(value)]
 
 
 def _log_dropped(dropped: list[Dropped]) -> None:

@@ -60,6 +60,7 @@ def comparison(counters: Mapping[str, float]) -> dict[str, Any]:
         "mean_abs_diff": diff[0] if diff else None,
         "mean_abs_diff_ci95": [diff[1], diff[2]] if diff else None,
         "max_abs_diff": counters.get("diff_max"),
+        "not_finite_rows": int(counters.get("diff_not_finite", 0)),  # left out of the differences (`sluice.inference.compare`)
         "latency_ratio": round(counters.get("ratio_sum", 0) / ratio_n, 4) if ratio_n else None,
     }
 
@@ -84,6 +85,7 @@ def gate_metrics(counters: dict[str, dict[str, float]]) -> dict[str, Any]:
         "agreement": compared["agreement"],
         "agreement_ci95": list(wilson(mirror_counters.get("agree", 0), labelled) or []) or None,
         "mean_abs_diff": compared["mean_abs_diff"],
+        "not_finite_rows": compared["not_finite_rows"],
         "error_rate": candidate["error_rate"],
         "invalid_input_rate": candidate["invalid_input_rate"],
         "candidate_p99_ms": c99,

@@ -347,3 +347,37 @@ def test_a_tenants_versions_in_s3_are_read_only_under_its_model_data_locations(
     registry.aliases["champion"] = 3
     assert scheduled_poll() == {"default/moving": "rolling_out"}
     assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]
+
+
+def test_a_moved_alias_whose_claim_meets_another_write_is_taken_by_that_poll(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tracking: dict[str, Any]
+) -> None:
+    """Another process writes the binding (its own poll's error kept) between this poll's read
+    and its claim of version 2: the claim is made on the binding as it is now, not given up as
+    taken elsewhere, and version 2 is pushed once."""
+    from sluice.cli import pieces
+    from sluice.domain.errors import Unavailable
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    registry: Registry = tracking["registry"]
+    follow(capsys, tmp_path, tracking["uri"])
+    registry.versions[2] = ONNX_MLMODEL
+    registry.aliases["champion"] = 2
+    follows = pieces.follows()
+    follower.cache_clear()
+    store = follower().follows.registry
+    update, pending = store.update_follow, [True]
+
+    def racing(written: Any, **kw: Any) -> Any:
+        if written.state == "pushing" and pending:
+            pending.clear()
+            follows.note_error("default", "moving", Unavailable("the tracking server answered 503"))
+        return update(written, **kw)
+
+    store.update_follow = racing  # type: ignore[method-assign]
+    done = handler({"poll": "follows"}, LambdaContext(function_name="sluice-registry-events"))["bindings"]
+    assert done == {"default/moving": "rolling_out"}
+    shown = binding(capsys)
+    assert (shown["seen"], [e["outcome"] for e in shown["history"]]) == ("2", ["rolling_out"])
+    assert [v.version for v in pieces.registry().list_versions("default", "moving")] == [1, 2]

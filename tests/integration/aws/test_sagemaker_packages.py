@@ -21,7 +21,7 @@ from tests.integration.conftest import run_cli
 from tests.models import embed_model
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 BUCKET = "models-of-record"
 pytestmark = pytest.mark.usefixtures("cli_home")
@@ -496,3 +496,73 @@ def test_a_late_approval_never_rolls_out_a_package_rejected_since(capsys: pytest
     last = pieces.registry().get_follow("default", "fraud").history[-1]
     assert (last.version, last.outcome) == ("1", "rejected") and "is Rejected in SageMaker Model Registry" in last.reason
     assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1, 2]
+
+
+def _written_meanwhile(meanwhile: Callable[[], None]) -> Callable[[dict[str, Any]], dict[str, str]]:
+    """The handler, whose first claim of a version finds `meanwhile` written on the binding
+    since it was read (another invocation's write, landing between the read and the claim)."""
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    follower.cache_clear()
+    registry = follower().follows.registry
+    update = registry.update_follow
+    pending = [meanwhile]
+
+    def racing(follow: Any, **kw: Any) -> Any:
+        if follow.state == "pushing" and pending:
+            pending.pop()()
+        return update(follow, **kw)
+
+    registry.update_follow = racing  # type: ignore[method-assign]
+    return lambda event: handler(event, LambdaContext(function_name="sluice-registry-events"))["bindings"]  # type: ignore[no-any-return]
+
+
+def test_an_approval_whose_claim_meets_the_polls_write_is_taken_not_dropped(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """The scheduled poll keeps an error on the binding between the event's read and its claim:
+    the claim is made again on the binding as it is now (the approval was not taken elsewhere;
+    answering so would lose it, since EventBridge does not deliver a success again)."""
+    from sluice.cli import pieces
+    from sluice.domain.errors import NotFound
+
+    following(capsys, packages)
+    follows = pieces.follows()
+    handle = _written_meanwhile(lambda: follows.note_error("default", "fraud", NotFound("model package fraud/9 was not found")))
+    assert handle(at(1, "Approved", "09:00")) == {"default/fraud": "rolling_out"}
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert (shown.seen, [(e.version, e.outcome) for e in shown.history]) == ("1", [("1", "rolling_out")])
+    dep = pieces.registry().get_deployment("default", "fraud")
+    assert dep.rollout is not None and dep.rollout.version == 2
+    assert pieces.registry().get_version("default", "fraud", 2).source["arn"] == packages["arns"][0]  # type: ignore[index]
+
+
+def test_an_approval_whose_claim_meets_another_packages_event_is_decided_again(capsys: pytest.CaptureFixture[str], packages: dict[str, Any]) -> None:
+    """Package 3's rejection (another invocation) is recorded between package 1's read and its
+    claim: package 1's approval is weighed again on the binding as it is now, and taken."""
+    from sluice.cli import pieces
+
+    following(capsys, packages)
+    other: list[dict[str, str]] = []
+    handle = _written_meanwhile(lambda: other.append(delivered(at(3, "Rejected", "09:01"))))
+    assert handle(at(1, "Approved", "09:00")) == {"default/fraud": "rolling_out"}
+    assert other == [{"default/fraud": "rejected"}]
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert (shown.seen, [(e.version, e.outcome) for e in shown.history]) == ("1", [("3", "rejected"), ("1", "rolling_out")])
+    assert pieces.registry().get_deployment("default", "fraud").rollout.version == 2  # type: ignore[union-attr]
+
+
+def test_an_approval_overtaken_between_its_read_and_its_claim_by_a_later_one_is_superseded(
+    capsys: pytest.CaptureFixture[str], packages: dict[str, Any]
+) -> None:
+    """Package 3's approval (09:05) is taken between the read and the claim of package 1's
+    (09:00): weighed again, package 1's is superseded, never claimed over package 3."""
+    from sluice.cli import pieces
+
+    following(capsys, packages)
+    other: list[dict[str, str]] = []
+    handle = _written_meanwhile(lambda: other.append(delivered(at(3, "Approved", "09:05"))))  # model data without a model
+    assert handle(at(1, "Approved", "09:00")) == {"default/fraud": "superseded by version 3"}
+    assert other == [{"default/fraud": "conversion_failed"}]
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert (shown.seen, [(e.version, e.outcome) for e in shown.history]) == ("3", [("3", "conversion_failed")])
+    assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1]
