@@ -82,6 +82,22 @@ def test_predict_with_bad_features_names_the_field(capsys: pytest.CaptureFixture
     assert code == 2 and "[features.sepal_width]" in err
 
 
+@pytest.mark.parametrize("depth", [201, 1000, 1100])
+def test_predict_with_json_nested_past_the_limit_names_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path, depth: int) -> None:
+    """The CLI's JSON is held to the HTTP API's limit (200 levels): past it, an error naming
+    the argument, never a RecursionError's traceback."""
+    run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))
+    run_cli(capsys, "deployments", "create", "iris", "--model", "iris")
+    code, _, err = run_cli(capsys, "predict", "iris", "--features", '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
+    assert code == 2 and "error: features: 'a' is nested too deep" in err and "Traceback" not in err, err
+    body = tmp_path / "body.json"
+    body.write_text('{"batch": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
+    code, _, err = run_cli(capsys, "predict", "iris", "--file", str(body))
+    assert code == 2 and "error: file: 'batch' is nested too deep" in err, err
+    code, out, err = run_cli(capsys, "predict", "iris", "--features", SETOSA, "--param", "note=" + "[" * depth + "]" * depth)
+    assert code == 0 and json.loads(out)["prediction"] == "setosa", err  # a parameter that is no number is its text
+
+
 def test_keys_create_and_revoke(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "--tenant", "globex", "keys", "create", "--scopes", "predict,admin", "--name", "ops")
     assert code == 0 and "tenant globex" in out

@@ -101,6 +101,22 @@ def test_an_in_process_deployment_reads_and_scores_the_upload(client: TestClient
     assert client.get(kept.headers["location"], headers=auth(keys["globex"])).status_code == 404
 
 
+@pytest.mark.parametrize("depth", [200, 201, 1000, 1100])
+def test_a_json_upload_nested_past_the_limit_is_a_400_naming_the_upload(client: TestClient, keys: dict[str, str], depth: int) -> None:
+    """An upload's JSON is held to the HTTP body's limit (200 levels, the outermost counted):
+    past it, a 400 naming `upload_id` and the member, never a 500 from the stack running out;
+    within it, the body is read and refused for what it holds."""
+    body = ('{"batch": ' + "[" * (depth - 1) + "1" + "]" * (depth - 1) + "}").encode()
+    upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()
+    assert post_form(client, upload, body).status_code == 204
+    answer = client.post("/api/v1/predictions", json={"deployment": "iris", "upload_id": upload["upload_id"]}, headers=auth(keys["acme"]))
+    assert answer.status_code == 400, answer.text
+    if depth > 200:
+        assert answer.json()["field"] == "upload_id" and "'batch' is nested too deep" in answer.json()["error"], answer.text
+    else:  # read, then refused for what it holds
+        assert answer.json()["field"] == "batch" and "nested too deep" not in answer.json()["error"], answer.text
+
+
 def test_v2_json_upload_scored_in_process(client: TestClient, keys: dict[str, str]) -> None:
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [6.7, 3.0, 5.2, 2.3]}]}).encode()
     upload = make_upload(client, keys["acme"], deployment="iris", size=len(body)).json()

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import random
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -210,18 +211,39 @@ def test_plan_and_the_csv_reader_give_the_records_pythons_csv_module_reads(tmp_p
 
 
 # Plan and the readers against json.loads ---------------------------------------------------------
+class _TooDeep(ValueError):
+    """A line nested past 200 levels (the HTTP API's limit), in its top-level member `args[0]`."""
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict | list):
+        return 1 + max(map(_depth, value.values() if isinstance(value, dict) else value), default=0)
+    return 0
+
+
 def _strict_json(line: bytes) -> Any:
     """json.loads held to JSON as sluice reads it: UTF-8, no NaN or Infinity, nested up to
-    1,024 levels."""
+    200 levels (the outermost counted)."""
 
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
 
-    if line.count(b"[") + line.count(b"{") > 1024:  # json.loads's own limit depends on the stack
-        depth = np.cumsum([{ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}.get(b, 0) for b in line])
-        if depth.max() > 1024:  # no bracket in the strings these tests write
-            raise ValueError("nested too deep")
-    return json.loads(line.decode("utf-8"), parse_constant=refuse)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10_000)  # the reference reads any depth, to say which member is too deep
+    try:
+        value = json.loads(line.decode("utf-8"), parse_constant=refuse)
+        if _depth(value) > 200:
+            raise _TooDeep(next(k for k, v in value.items() if _depth(v) > 199) if isinstance(value, dict) else None)
+    finally:
+        sys.setrecursionlimit(limit)
+    return value
+
+
+DEPTHS = st.sampled_from([1, 198, 199, 200, 201, 1023, 1024, 1100])  # around the limit (200) and orjson's (1,024)
+
+
+def _nested(depth: int, objects: bool) -> bytes:
+    return (b'{"k": ' * depth + b"1" + b"}" * depth) if objects else b"[" * depth + b"]" * depth
 
 
 VALUES = st.one_of(
@@ -251,7 +273,7 @@ def json_lines(draw: st.DrawFn) -> bytes:
         "broken": text[: max(1, len(text) // 2)],
         "latin1": b'{"id": "caf\xe9", "x": 1}',
         "nan": b'{"id": "n", "x": NaN}' if draw(st.booleans()) else b'{"other": -Infinity, "x": 1}',
-        "deep": b'{"other": ' + b"[" * 1100 + b"]" * 1100 + b', "x": 2}',
+        "deep": b'{"other": ' + _nested(draw(DEPTHS), draw(st.booleans())) + b', "x": 2}',
         "bom": b"\xef\xbb\xbf" + text,
     }[kind]
 
@@ -273,7 +295,10 @@ def _expected_line(line: bytes) -> Any:
         return ("failed", "blank line")
     try:
         obj = _strict_json(line)
-    except (ValueError, RecursionError):
+    except _TooDeep as exc:
+        where = f"'{exc.args[0]}'" if exc.args[0] is not None else "the JSON"
+        return ("failed", f"{where} is nested too deep: arrays and objects nest at most 200 levels, the outermost counted")
+    except ValueError:
         return ("failed", "not valid JSON" if is_utf8(line) else "not valid JSON (not UTF-8 text)")
     if not isinstance(obj, dict):
         return ("failed", "not a JSON object")

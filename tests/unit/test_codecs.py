@@ -304,3 +304,35 @@ def test_raw_bool_bytes_other_than_0_and_1_are_refused(raw: bytes, offset: int) 
         with pytest.raises(InvalidInput) as refused:
             from_bytes("x", "BOOL", [len(raw)], chunk, field="inputs.x")
         assert refused.value.field == "inputs.x" and "0 (false) and 1 (true)" in refused.value.message
+
+
+# JSON from outside the HTTP API: at most 200 levels deep ------------------------------------------
+def _json_nested(depth: int, draw: st.DrawFn) -> str:
+    """A record's JSON text exactly `depth` levels deep (itself counted) in its member `m`:
+    arrays and objects mixed, strings holding brackets beside them, and a shallow member `s`."""
+    value = draw(st.sampled_from(["1", '"]]}{"'])) if depth == 1 else draw(st.sampled_from(["[]", "{}", "[1]", '{"z": "]]"}']))
+    for _ in range(max(depth - 2, 0)):
+        value = draw(st.sampled_from(["[{v}]", '{{"k": {v}}}', '[1, "[[", {v}]', '{{"a": "}}", "b": {v}}}'])).format(v=value)
+    shallow = draw(st.sampled_from(['"{[{["', "[[1]]", '{"x": [2]}']))
+    return f'{{"s": {shallow}, "m": {value}}}'
+
+
+@given(depth=st.sampled_from([1, 199, 200, 201, 202, 1023, 1024, 1025, 1500]) | st.integers(1, 1500), data=st.data(), as_bytes=st.booleans())
+def test_outside_json_nested_past_200_levels_is_refused_naming_the_member(depth: int, data: st.DataObject, as_bytes: bool) -> None:
+    """As the HTTP API's parser: 200 levels are read (the outermost counted; a string's brackets
+    are text), 201 are refused as bad input naming the top-level member that nests too deep,
+    orjson's own limit (1,024) and past it alike, by orjson and by Python's json module."""
+    import json
+
+    from sluice.codecs.json_text import NestedTooDeep, loads, loads_as_python
+
+    text = _json_nested(depth, data.draw)
+    given_text: bytes | str = text.encode() if as_bytes else text
+    for read in (loads, loads_as_python):
+        if depth > 200:
+            with pytest.raises(NestedTooDeep) as refused:
+                read(given_text)
+            assert (refused.value.status, refused.value.field) == (400, "m")
+            assert refused.value.message.startswith("'m' is nested too deep")
+        else:
+            assert read(given_text) == json.loads(text)

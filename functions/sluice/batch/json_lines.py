@@ -13,6 +13,7 @@ import numpy as np
 from sluice.batch.pieces import Piece, arrow_types, check_rows, is_utf8, shown
 from sluice.batch.records import CARRIAGE
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.json_text import MAX_DEPTH, NestedTooDeep, loads
 from sluice.codecs.lines import names_twice
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def read_json_lines(owned: Owned, spec: JobSpec, chunk: Chunk, feeds: list[Feed]
 
 
 OPEN, CLOSE = ord("{"), ord("}")
-DEPTH = 1024  # the deepest nesting the line-by-line parser reads (orjson's limit)
+DEPTH = MAX_DEPTH  # the deepest nesting a line may have; the line-by-line reader refuses a deeper one
 
 
 def _one_object_per_line(owned: Owned) -> bool:
@@ -65,7 +66,7 @@ def _one_object_per_line(owned: Owned) -> bool:
 
     1. the bytes are UTF-8 (pyarrow does not check strings) and hold no `NaN` or `Inf` where
        a value may stand (pyarrow reads NaN, Inf and Infinity, which JSON does not have), and
-       no line nests deeper than the line-by-line parser reads;
+       no line nests deeper than a line may (`sluice.codecs.json_text`);
     2. every line starts with `{` and ends with `}` (before a `\r`). A JSON string cannot hold
        a line break, and `}` then `{` cannot follow each other inside a JSON value, so every
        line break lies between two top-level objects: each line holds at least one;
@@ -160,10 +161,13 @@ def _jsonl_by_line(owned: Owned, chunk: Chunk, schema: pa.Schema, feeds: list[Fe
             dropped.append((number, "blank line", shown(line)))
             continue
         try:
-            obj = orjson.loads(line)
+            obj = loads(line)
         except orjson.JSONDecodeError:
             reason = "not valid JSON" if is_utf8(line) else "not valid JSON (not UTF-8 text)"
             dropped.append((number, reason, shown(line)))
+            continue
+        except NestedTooDeep as exc:
+            dropped.append((number, exc.message, shown(line)))
             continue
         if not isinstance(obj, dict):
             dropped.append((number, "not a JSON object", shown(line)))

@@ -62,11 +62,15 @@ def _printable(text: str) -> str:
 
 def load_json_arg(value: str, what: str) -> Any:
     """JSON given inline, or `@file.json`."""
+    from sluice.codecs.json_text import NestedTooDeep, loads_as_python
+
     text = Path(value[1:]).read_text() if value.startswith("@") else value
     try:
-        return json.loads(text)
+        return loads_as_python(text)
     except json.JSONDecodeError as exc:
         raise SluiceError(f"{what} is not valid JSON: {exc.msg} at column {exc.colno}", field=what) from None
+    except NestedTooDeep as exc:
+        raise NestedTooDeep(f"{what}: {exc.message}", field=what) from None
 
 
 def feature_names(value: str | None) -> list[str] | None:

@@ -82,10 +82,9 @@ def _parameters(given: list[str]) -> dict[str, Any]:
     """`--param NAME=VALUE`s as a request's parameters: a number or true/false as such (JSON),
     anything else as text; held to the API's rules for them (at most 32, strings, numbers and
     booleans), so this process and a remote API take the same."""
-    import json
-
     from pydantic import ValidationError
 
+    from sluice.codecs.json_text import NestedTooDeep, loads_as_python
     from sluice.types.api import PredictionRequest as Body
 
     parameters: dict[str, Any] = {}
@@ -94,8 +93,8 @@ def _parameters(given: list[str]) -> dict[str, Any]:
         if not sep or not name:
             raise SluiceError(f"--param takes NAME=VALUE, not {item!r}", field="param")
         try:
-            value = json.loads(text)
-        except ValueError:
+            value = loads_as_python(text)
+        except (ValueError, NestedTooDeep):
             value = text
         parameters[name] = value if isinstance(value, bool | int | float) else text
     try:

@@ -205,7 +205,9 @@ def predict_remote(
             {"inputs": [], "parameters": {"upload_id": upload_id}} if v2 else {"deployment": deployment, "upload_id": upload_id}
         )
     elif path is not None:
-        payload = json.loads(path.read_bytes())
+        from sluice.codecs.json_text import loads_as_python
+
+        payload = loads_as_python(path.read_bytes())
         if not isinstance(payload, dict):
             from sluice.domain.errors import BadRequest
 

@@ -7,6 +7,7 @@ and `sluice stream`'s pipe count the same records, and fail the same ones.
   it is never skipped.
 - A UTF-8 byte order mark at the very start of the input is not part of the first line. Anywhere
   else it is a byte like any other (and the line fails as JSON).
+- A line nested more than 200 levels deep fails, naming its member (`sluice.codecs.json_text`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from sluice.codecs.json_text import NestedTooDeep, loads
 from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, HEADER_SIZE_PARAMETER, JSON_CONTENT_TYPE
 from sluice.domain.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from sluice.domain.requests import ArrayInputs, RowInputs, Tensor, TensorInputs
@@ -189,9 +190,11 @@ def inputs_of_upload(data: bytes, upload: Upload, form: str) -> tuple[Inputs, tu
         if size is not None:
             raise BadRequest("a simple-JSON prediction reads a JSON upload; name a binary one from the v2 route", field="upload_id")
         try:
-            body = orjson.loads(data)
+            body = loads(data)
         except orjson.JSONDecodeError:
             raise BadRequest(f"upload '{upload.id}' is not JSON", field="upload_id") from None
+        except NestedTooDeep as exc:
+            raise BadRequest(f"upload '{upload.id}': {exc.message}", field="upload_id") from None
         given = {k: body[k] for k in ("inputs", "features", "batch") if isinstance(body, dict) and body.get(k) is not None}
         if len(given) != 1:
             raise BadRequest(f"upload '{upload.id}' must hold exactly one of inputs, features or batch", field="upload_id")

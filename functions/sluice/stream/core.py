@@ -3,8 +3,9 @@ call (`inference.bulk.score_many`), and write each record's outcome as one of th
 
 - a prediction (an output record: the input's `id`, its position, the rows as the simple JSON
   API presents them, and the deployment, model, version and variant that answered);
-- an error output (a record that can never succeed: not JSON, the wrong shape, fails the
-  signature, refused by the model), never retried;
+- an error output (a record that can never succeed: not JSON, nested too deep, the wrong
+  shape, fails the signature, refused by the model; or one sluice fails to read, a fault of
+  its own), never retried;
 - a retry (a transient failure: throttling, 502/503/504, a timeout, a deployment not found),
   reported to Lambda as a batch item failure, and in the end to the dead-letter destination.
 
@@ -23,14 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
-from orjson import JSONDecodeError, loads
+from orjson import JSONDecodeError
 
 from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.json_text import loads
 from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of_rows
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
 from sluice.inference.bulk import Records, check_answers_in_place, score_many, sticky_field
+from sluice.observability import get_logger
 from sluice.stream.records import NOT_BASE64
 
 if TYPE_CHECKING:
@@ -53,6 +56,8 @@ NOT_FOR_STREAMS = {
 NOT_AN_OBJECT = "a record's body must be a JSON object with features, inputs or batch"  # the record itself is wrong; others may pass on a retry
 ID_CHARS = 128  # as the API's request_id
 BAD_ID = f"a record's id must be a string of at most {ID_CHARS} characters or an integer within 64 bits"
+# A record that fails reading for a reason nobody foresaw: a fault of sluice's, never of its batch.
+UNREADABLE = "the record could not be read (an internal error); the rest of its batch is scored"
 
 
 @dataclass(slots=True)
@@ -150,6 +155,8 @@ class StreamScorer:
                 full.append(self._item(index, raw, body, signature, allowed, field))
             except SluiceError as exc:
                 outcomes[index].output = self._error(record, record_id(record.body), exc)
+            except Exception:  # reading is the same on a retry: this record's error, never the batch's
+                outcomes[index].output = self._unreadable(record)
         stacked = self._stack_hot(signature, hot, full, records, outcomes) if hot else None
         for layout in _layouts(hot, stacked, full):
             await self._score(resolved, layout, records, outcomes)
@@ -206,6 +213,9 @@ class StreamScorer:
             except SluiceError as exc:
                 outcomes[index].output = self._error(records[index], rid, exc)
                 continue
+            except Exception:
+                outcomes[index].output = self._unreadable(records[index])
+                continue
             full.append(_Item((index, rid, 1, False, arrays, None, None)))
         hot.clear()
         return None
@@ -252,6 +262,10 @@ class StreamScorer:
                 item = full[position - first]
                 body = {"predictions": own} if item.several else own[0]
                 outcomes[item.index].output = {"id": item.id, "source": records[item.index].position, **mine, **body}
+
+    def _unreadable(self, record: StreamRecord) -> dict[str, Any]:
+        get_logger().exception("a stream record could not be read", extra={"deployment": self.deployment, "source": record.position})
+        return self._error(record, record_id(record.body), SluiceError(UNREADABLE))  # 500: internal_error
 
     def _error(self, record: StreamRecord, rid: Any, exc: SluiceError) -> dict[str, Any]:
         out = {"id": rid, "source": record.position, "deployment": self.deployment, "error": exc.message, "code": exc.code}
@@ -328,7 +342,7 @@ def _body(raw: bytes | str) -> dict[str, Any]:
     if raw is NOT_BASE64:
         raise BadRequest("a record's data is not base64", field="data")
     try:
-        body = orjson.loads(raw)
+        body = loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"a record's body is not JSON: {exc.args[0] if exc.args else exc}", field="body") from None
     if not isinstance(body, dict):

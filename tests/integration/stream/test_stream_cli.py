@@ -107,6 +107,20 @@ def test_every_line_gives_one_output_line_in_order(here: None, tmp_path: Path) -
     assert "301 lines: 298 predictions, 3 errors" in stderr
 
 
+@pytest.mark.parametrize("member", ["features", "inputs"])
+def test_a_line_nested_past_the_limit_is_one_error_line_not_a_traceback(here: None, tmp_path: Path, member: str) -> None:
+    """A valid JSON line nested 1,000 deep (orjson reads it; Python's stack does not hold a
+    walk of it) is one error line naming its member; the lines beside it are answered."""
+    deep = ('{"a": ' * 999 + "1" + "}" * 999) if member == "features" else "[" * 999 + "1" + "]" * 999
+    lines = [*rows(2), f'{{"id": "deep", "{member}": {deep}}}', *rows(2, start=2)]
+    code, stdout, stderr = _stream_here(tmp_path / "out.jsonl", ("\n".join(lines) + "\n").encode())
+    assert code == 0 and "Traceback" not in stderr, stderr
+    out = [json.loads(line) for line in stdout.splitlines()]
+    assert [o["source"]["line"] for o in out] == [1, 2, 3, 4, 5]
+    assert (out[2]["id"], out[2]["code"], out[2]["field"]) == ("deep", "bad_request", member)
+    assert [o["prediction"] for o in out[:2] + out[3:]] == ["setosa", "virginica", "setosa", "virginica"]
+
+
 def test_a_partial_batch_is_answered_after_the_wait(here: None) -> None:
     """One line in, the pipe left open: its answer comes out after the wait (20 ms), while the
     pipe is still open (a minute at most); only then is the pipe closed and the stream ends."""

@@ -656,3 +656,81 @@ def test_records_taking_switch_cases_of_other_classes_each_answer_as_alone(aws: 
     }  # fmt: skip
     assert set(out["s1"]["probabilities"]) == {"A", "B", "C"}
     assert (out["both"]["code"], out["both"]["field"]) == ("backend_error", "policy")
+
+
+def _nested(depth: int, objects: bool) -> str:
+    """A JSON value `depth` arrays (or objects) deep, the innermost holding 1."""
+    return ('{"a": ' * depth + "1" + "}" * depth) if objects else "[" * depth + "1" + "]" * depth
+
+
+def test_a_record_nested_past_the_limit_fails_alone_on_every_source(bind: Bind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/streaming.md#failures: a record whose JSON nests more than 200 levels (the HTTP API's
+    limit, the record itself counted; orjson reads 1,024, and Python's stack holds fewer) is an
+    error record naming the member, on SQS, Kinesis and Kafka alike; the records beside it are
+    scored and the batch reports no failure. One within the limit is read as any other."""
+    import io
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from sluice.handlers import stream
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    events = {"sqs": sqs_event, "kinesis": kinesis_event, "kafka": kafka_event}
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        source=st.sampled_from(sorted(events)),
+        member=st.sampled_from(["features", "inputs", "batch", "id"]),
+        depth=st.sampled_from([198, 199, 200, 201, 202, 990, 1000, 1023, 1024, 1100]) | st.integers(150, 1100),
+        objects=st.booleans(),
+        at=st.integers(0, 2),
+    )
+    def check(source: str, member: str, depth: int, objects: bool, at: int) -> None:
+        written = io.BytesIO()
+        monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+        bodies = rows(3)
+        bodies.insert(at, f'{{"id": "deep", "{member}": {_nested(depth - 1, objects)}}}' if member != "id" else f'{{"id": {_nested(depth - 1, objects)}, "features": {IRIS}}}')
+        assert handle(events[source](bodies)) == {"batchItemFailures": []}
+        out = [json.loads(line) for line in written.getvalue().splitlines()]
+        assert len(out) == 4
+        poison = next(o for o in out if o["id"] in ("deep", None))
+        assert sorted(o["prediction"] for o in out if o is not poison) == ["setosa", "setosa", "virginica"]  # Kafka's come by partition
+        if depth > 200:
+            assert (poison["code"], poison["field"]) == ("bad_request", member), poison
+            assert f"'{member}' is nested too deep" in poison["error"] and "at most 200 levels" in poison["error"], poison
+        else:  # read, then refused for what it holds (no such feature, rows that are not numbers, an id that is no id)
+            assert "nested too deep" not in poison["error"] and poison["code"] in ("bad_request", "invalid_input"), poison
+
+    check()
+
+
+def test_a_record_that_breaks_the_reader_unexpectedly_is_an_internal_error_record_not_a_lost_batch(
+    bind: Bind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a record makes the reader raise (a fault of sluice's, here a RecursionError),
+    that record gets an `internal_error` record, never retried (reading it again fails again),
+    and the rest of the batch is scored: no batch item failure, nothing lost."""
+    import io
+
+    from sluice.handlers import stream
+    from sluice.stream import core
+    from sluice.stream.sinks import FileSink
+
+    handle = bind({"kind": "stdout"})
+    written = io.BytesIO()
+    monkeypatch.setattr(stream, "sink_for", lambda binding: FileSink(written))
+    read = core.StreamScorer._item
+
+    def breaks(self: Any, index: int, raw: Any, *args: Any) -> Any:
+        if "boom" in str(raw):
+            raise RecursionError("maximum recursion depth exceeded")
+        return read(self, index, raw, *args)
+
+    monkeypatch.setattr(core.StreamScorer, "_item", breaks)
+    bodies = [*rows(2), json.dumps({"id": "boom", "inputs": [[5.1, 3.5, 1.4, 0.2]]}), *rows(2, start=2)]
+    assert handle(sqs_event(bodies)) == {"batchItemFailures": []}
+    out = {o["id"]: o for o in map(json.loads, written.getvalue().splitlines())}
+    assert out["boom"]["code"] == "internal_error" and "prediction" not in out["boom"] and "Recursion" not in out["boom"]["error"]
+    assert [out[f"tx-{n}"]["prediction"] for n in range(4)] == ["setosa", "virginica", "setosa", "virginica"]
