@@ -116,3 +116,19 @@ def iris_of_classes(labels: tuple[str, ...] = ("A", "B", "C")) -> bytes:
                 del attribute.strings[:]
                 attribute.strings.extend(label.encode() for label in labels)
     return model.SerializeToString()
+
+
+def relu_model(shape: list[int | None] | None) -> bytes:
+    """`x` FP32 in, `y` = Relu(x) out, both of `shape`: `[]` a scalar (rank 0), None no shape
+    declared at all (any rank, as many exported graphs say)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()

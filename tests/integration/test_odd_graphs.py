@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import auth
-from tests.models import embed_model, score_model
+from tests.models import embed_model, relu_model, score_model
 from tests.support import single
 
 if TYPE_CHECKING:
@@ -124,3 +124,18 @@ def test_a_websocket_text_frame_is_measured_in_bytes(demo: Container) -> None:
     assert message_size(text, 1 << 20) == len(text.encode()) > 1 << 20
     assert message_size(text.encode(), 1 << 20) == len(text.encode())
     assert message_size("x" * 1000, 1 << 20) == 1000
+
+
+def test_a_scalar_input_takes_a_switch_by_header_and_is_refused_by_one_that_reads_it_per_row(demo: Container, acme: Principal, client: TestClient, keys: dict[str, str]) -> None:
+    """A scalar (shape []) is one row: a switch on a header sends it on whole; a switch that
+    decides by an input's value row by row cannot, and says so naming the input (never a 500)."""
+    demo.models.push(acme, "scalar", relu_model([]))
+    by_header = {"field": "headers.x-a", "op": "==", "value": "1"}
+    by_value = {"field": "inputs.x", "op": ">", "value": 0}
+    for name, when in (("header", by_header), ("value", by_value)):
+        demo.deployments.create(acme, name, {"kind": "switch", "cases": [{"name": "a", "when": when, "target": single("scalar", 1)}], "default": single("scalar", 1)})
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [-2.0]}]}
+    r = client.post("/v2/models/header/infer", json=body, headers={**auth(keys["acme"]), "x-a": "1"})
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [0.0] and r.json()["parameters"]["case"] == "a", r.text
+    r = client.post("/v2/models/value/infer", json=body, headers=auth(keys["acme"]))
+    assert r.status_code == 400 and r.json()["field"] == "inputs.x" and "scalar" in r.json()["error"], r.text

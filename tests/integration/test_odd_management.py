@@ -333,3 +333,16 @@ def test_revoking_a_key_id_that_is_not_text_names_the_field(demo: Any, keys: dic
     with pytest.raises(BadRequest) as refused:
         demo.keys.revoke(Principal("acme", frozenset({"admin"}), "cli"), "\udcff")  # what argv gives for the byte 0xff
     assert refused.value.field == "key_id"
+
+
+def test_a_model_whose_input_declares_no_shape_is_refused_at_push_saying_how_to_fix_it(client: TestClient, keys: dict[str, str]) -> None:
+    """No shape at all (an unknown rank) is not a scalar's: recorded as one, the version would
+    refuse every batch. The push says so and stores nothing; a declared shape is pushed."""
+    from tests.models import relu_model
+
+    octets = {**auth(keys["acme"]), "content-type": "application/octet-stream"}
+    r = client.post("/api/v1/models/unranked/versions", content=relu_model(None), headers=octets)
+    assert r.status_code == 422 and r.json()["field"] == "artifact" and "declares no shape" in r.json()["error"], r.text
+    assert client.get("/api/v1/models/unranked", headers=auth(keys["acme"])).status_code == 404
+    r = client.post("/api/v1/models/unranked/versions", content=relu_model(["batch", 2]), headers=octets)
+    assert r.status_code == 201 and r.json()["signature"]["inputs"][0]["shape"] == [-1, 2], r.text

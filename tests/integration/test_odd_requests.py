@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -181,3 +182,47 @@ def test_no_rows_through_an_ensemble_or_a_precomputed_node_is_an_empty_answer(
     r = client.post("/v2/models/zero/infer", json=empty, headers=auth(keys["acme"]))
     assert r.status_code == 200, r.text
     assert r.json()["outputs"] and all(out["shape"][0] == 0 and out["data"] == [] for out in r.json()["outputs"])
+
+
+@pytest.fixture
+def scalar(demo: Container, acme: Principal) -> Container:
+    """acme's deployment `scalar`: a model of one scalar input (shape []), cached and captured."""
+    from tests.models import relu_model
+
+    demo.models.push(acme, "scalar", relu_model([]))
+    demo.deployments.create(acme, "scalar", {"kind": "single", "model": "scalar", "version": 1}, cache={"ttl_s": 600, "max_entries": 10}, capture={"sample_percent": 100})
+    return demo
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(x=st.floats(-1e6, 1e6, width=32))
+def test_a_scalar_input_is_one_row_on_every_door_that_counts_rows(scalar: Container, client: TestClient, keys: dict[str, str], x: float) -> None:
+    """A model whose input is a scalar (shape []) answers a request of shape [] (computed, then
+    from the cache) as ONNX Runtime does, and what counts rows (statistics, capture, kept
+    answers) counts one: never a 500."""
+    from sluice.capture.capturer import Capturer
+
+    class Recording:
+        records: list[dict[str, Any]] = []
+
+        def write(self, records: Any) -> tuple[int, int]:
+            self.records += list(records)
+            return 0, 0
+
+    sink = Recording()
+    sink.records = []
+    scalar.predictions.capture = Capturer(sink)
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [], "data": [x]}]}
+    computed = 0
+    for _ in range(2):  # computed (unless an earlier example asked the same), then from the cache
+        r = client.post("/v2/models/scalar/infer", json=body, headers=auth(keys["acme"]))
+        assert r.status_code == 200, r.text
+        (out,) = r.json()["outputs"]
+        assert out["shape"] == [] and np.float32(out["data"]) == np.float32(max(x, 0.0))
+        computed += not r.json()["parameters"].get("cached", False)
+    assert r.json()["parameters"]["cached"] is True
+    r = client.post("/api/v1/predictions", json={"deployment": "scalar", "inputs": {"x": x}}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and np.float32(r.json()["prediction"]) == np.float32(max(x, 0.0)), r.text
+    computed += not r.json().get("cached", False)
+    assert scalar.predictions.capture.drain()
+    assert [rec["rows"] for rec in sink.records] == [1] * computed  # a computed answer is captured, one row

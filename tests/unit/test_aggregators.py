@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.results import InferenceResult
+from sluice.domain.results import InferenceResult, rows_of
 from sluice.domain.signature import Signature, TensorSpec
 from sluice.routing.aggregators import Answer, aggregate, check_fits
 
@@ -126,3 +126,12 @@ def test_no_rows_are_combined_into_no_rows(how: str) -> None:
     empty = InferenceResult({"label": np.array([], dtype=object), "probs": np.zeros((0, 0), np.float32)})
     out = aggregate(how, [Answer(name, 1.0, CLF, empty) for name in "ab"])
     assert all(len(array) == 0 for array in out.outputs.values())
+
+
+@given(shape=st.lists(st.integers(0, 3), max_size=3), others=st.integers(0, 2))
+def test_rows_are_the_leading_dimension_and_a_scalar_is_one(shape: list[int], others: int) -> None:
+    """The one count of rows every path uses: a batch's first dimension, one for a scalar."""
+    first = np.zeros(shape, dtype=np.float32)
+    arrays = {"a": first, **{f"o{i}": np.zeros((7,)) for i in range(others)}}
+    assert rows_of(arrays) == (shape[0] if shape else 1)
+    assert rows_of({}) == 0

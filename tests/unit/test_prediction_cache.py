@@ -3,9 +3,16 @@ shared tier's form of an answer, and the per-container tier's limits."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sluice.codecs.datatypes import V2_TO_NUMPY
 from sluice.domain import CacheSettings, Deployment, ModelVersion, Signature, TensorSpec
 from sluice.domain.policy import parse_policy, uncacheable
 from sluice.domain.results import Answer, InferenceResult
@@ -171,3 +178,58 @@ def test_an_answer_copied_from_the_shared_tier_goes_when_it_goes_there() -> None
     assert cache.get(DEP, "shared") is answer
     now[0] += 0.2
     assert cache.get(DEP, "shared") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), datatype=st.sampled_from([*sorted(V2_TO_NUMPY), "BF16"]), shape=st.lists(st.integers(0, 3), max_size=3), swapped=st.booleans())
+def test_every_v2_datatype_reads_back_from_the_shared_tier_as_it_was_kept(data: st.DataObject, datatype: str, shape: list[int], swapped: bool) -> None:
+    """Whatever v2 datatype an answer holds (BF16, whose NumPy name is raw bytes, too; in either
+    byte order), another container reads the same datatype and the same values back."""
+    from sluice.codecs.datatypes import answer_dtypes, v2_of_numpy
+
+    pytest.importorskip("ml_dtypes")  # BF16's NumPy type: it comes with tritonclient
+    dtype = answer_dtypes()[datatype]
+    count = int(np.prod(shape, dtype=np.int64))
+    if datatype == "BYTES":
+        array = np.array(data.draw(st.lists(st.text(max_size=5), min_size=count, max_size=count)), dtype=object).reshape(shape)
+    else:
+        raw = data.draw(st.binary(min_size=count * dtype.itemsize, max_size=count * dtype.itemsize))
+        array = np.frombuffer(raw, dtype=dtype).reshape(shape)
+        if swapped and dtype.itemsize > 1 and datatype != "BF16":
+            array = array.astype(dtype.newbyteorder(">"))
+    _, back = load_answer(dump_answer(_answer({"y": array})))
+    assert v2_of_numpy(back["y"].dtype) == datatype and back["y"].shape == array.shape
+    if datatype == "BYTES":
+        assert back["y"].tolist() == array.tolist()
+    else:
+        assert back["y"].astype(dtype).tobytes() == array.astype(dtype).tobytes()  # bit for bit: NaNs too
+
+
+def _old_entry(outputs: list[tuple[dict[str, Any], bytes]]) -> bytes:
+    """An entry as the release before wrote it: each output's NumPy dtype name (`dtype.str`)."""
+    header = {"model": "iris", "version": 1, "variant": None, "members": None, "classes": {}, "outputs": [spec for spec, _ in outputs]}
+    head = json.dumps(header).encode()
+    return len(head).to_bytes(4, "big") + head + b"".join(tail for _, tail in outputs)
+
+
+def test_an_entry_an_earlier_release_wrote_reads_or_is_a_miss_never_a_failure() -> None:
+    """Numbers and strings it wrote read as they were; its BF16 (stored as raw bytes, '<V2')
+    cannot be told from other bytes and is a miss: the answer is computed again."""
+    probs = np.array([[0.25, 0.75]], dtype=np.float32)
+    old = _old_entry([({"name": "probs", "dtype": "<f4", "shape": [1, 2]}, probs.tobytes()), ({"name": "label", "dtype": "O", "shape": [1], "values": ["a"]}, b"")])
+    _, back = load_answer(old)
+    np.testing.assert_array_equal(back["probs"], probs)
+    assert back["label"].tolist() == ["a"]
+
+    bf16 = _old_entry([({"name": "y", "dtype": "<V2", "shape": [1, 2]}, b"\xc0?\x10@")])
+
+    class Shared:
+        def get_cached_answer(self, tenant: str, deployment: str, key: str, *, now: float) -> bytes | None:
+            return bf16
+
+        def put_cached_answer(self, *args: Any, **kw: Any) -> None: ...
+
+    async def version_of(tenant: str, model: str, version: int) -> ModelVersion:
+        return _answer({}).version
+
+    assert asyncio.run(PredictionCache(Shared()).get_shared(DEP, "k", version_of)) is None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sluice.codecs.datatypes import v2_of_numpy
-from sluice.domain.results import InferenceResult
+from sluice.domain.results import InferenceResult, rows_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -83,7 +83,7 @@ def to_record(
         "model": answer.version.model,
         "version": answer.version.version,
         "latency_ms": latency_ms,
-        "rows": next(iter(arrays.values())).shape[0] if arrays else 0,
+        "rows": rows_of(arrays),
     }
     if "inputs" in settings.include:
         record["inputs"], redacted = encode_inputs(arrays, answer, settings.redact, inputs)

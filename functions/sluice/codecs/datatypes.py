@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from itertools import chain
 
 import numpy as np
@@ -71,6 +72,18 @@ def _is_bfloat16(dtype: np.dtype) -> bool:
 
 def numpy_of_v2(datatype: str) -> np.dtype:
     return V2_TO_NUMPY[datatype]
+
+
+@cache
+def answer_dtypes() -> dict[str, np.dtype]:
+    """The NumPy dtype each v2 datatype of an answer is held as: the table's, and BF16 as
+    `ml_dtypes.bfloat16` where ml_dtypes is installed (it comes with tritonclient); without
+    it, BF16 stays out, as an unusable datatype. Imported on first use."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return dict(V2_TO_NUMPY)
+    return {**V2_TO_NUMPY, "BF16": np.dtype(ml_dtypes.bfloat16)}
 
 
 def past_range(low: np.generic, high: np.generic, dtype: np.dtype) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     import numpy as np
 
@@ -32,6 +32,16 @@ def answering_in_place(in_place: bool) -> Iterator[None]:
         yield
     finally:
         ANSWERS_IN_PLACE.reset(token)
+
+
+def rows_of(arrays: Mapping[str, np.ndarray]) -> int:
+    """How many rows a request's (or an answer's) arrays hold: the first array's leading
+    dimension. A scalar (rank 0) is one row, as one value is one example; no arrays, none.
+    Every count of rows (statistics, capture, profiles, kept answers, batch, streams) is this."""
+    first = next(iter(arrays.values()), None)
+    if first is None:
+        return 0
+    return int(first.shape[0]) if first.shape else 1
 
 
 @dataclass(slots=True)
@@ -95,5 +105,4 @@ class Prediction:
 
     @property
     def rows(self) -> int:
-        first = next(iter(self.answer.result.outputs.values()), None)
-        return 0 if first is None or not first.shape else int(first.shape[0])
+        return rows_of(self.answer.result.outputs)

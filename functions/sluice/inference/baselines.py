@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sluice.domain.results import rows_of
 from sluice.monitor.sketches import Profile
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ async def baseline_profile(
     version = await service.version_of(principal.tenant, resolved.version.model, resolved.version.version)
     runtime = service.runtimes.get(version.runtime)
     scored = outputs and runtime is not None and version.signature.inputs == signature.inputs
-    n = next(iter(checked.values())).shape[0] if checked else 0
+    n = rows_of(checked)
     profile = Profile()
     for start in range(0, n, BATCH_ROWS):
         part = {k: v[start : start + BATCH_ROWS] for k, v in checked.items()}

@@ -44,7 +44,7 @@ from sluice.domain.errors import (
 from sluice.domain.graphs import reads_routing_key
 from sluice.domain.policy import walk
 from sluice.domain.requests import ArrayInputs, PredictionRequest
-from sluice.domain.results import answering_in_place
+from sluice.domain.results import answering_in_place, rows_of
 from sluice.observability import get_logger
 from sluice.routing.choose import sticky_pick
 
@@ -78,8 +78,7 @@ class Records:
     def __len__(self) -> int:
         if self.rows is not None:
             return len(self.rows)
-        first = next(iter(self.arrays.values()), None)
-        return 0 if first is None else int(first.shape[0])
+        return rows_of(self.arrays)
 
 
 @dataclass(slots=True)
@@ -249,8 +248,7 @@ class _Bulk:
     ) -> None:  # fmt: skip
         self.predictions, self.principal, self.target = predictions, principal, target
         self.arrays, self.offsets, self.out, self.ids = records.arrays, offsets, out, records.ids
-        first = next(iter(records.arrays.values()), None)
-        self.rows = -1 if first is None else first.shape[0]  # every row: the arrays as they are
+        self.rows = -1 if not records.arrays else rows_of(records.arrays)  # every row: the arrays as they are
         self.mirrors, self.stop_on_retry, self.on_result = mirrors, stop_on_retry, on_result
         self.stopped: Error | None = None
 

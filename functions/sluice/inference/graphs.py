@@ -22,7 +22,7 @@ from sluice.domain.functions import Function
 from sluice.domain.graphs import DEFAULT_CASE, sequence_signature
 from sluice.domain.lookups import Lookup
 from sluice.domain.policy import MAX_DEPTH
-from sluice.domain.results import Answer, InferenceResult
+from sluice.domain.results import Answer, InferenceResult, rows_of
 from sluice.domain.signature import Signature
 from sluice.domain.transform_specs import derive
 from sluice.domain.transforms import Transform
@@ -54,14 +54,18 @@ async def input_signature(runner: PolicyRunner, node: Node, tenant: str) -> Sign
 
 # Switches ---------------------------------------------------------------------------------
 async def run_switch(runner: PolicyRunner, node: Switch, call: Call, arrays: dict[str, np.ndarray], depth: int) -> Answer:
-    first = next(iter(arrays.values()), None)
-    rows = 0 if first is None or first.ndim == 0 else int(first.shape[0])
+    rows = rows_of(arrays)
     per_row = any(reads_inputs(case.when) for case in node.cases)
     if per_row:  # each row goes its own way: every input must have the rows the first has
         for name, array in arrays.items():
-            if array.ndim == 0 or array.shape[0] != rows:
+            if array.ndim == 0:
                 raise InvalidInput(
-                    f"input '{name}' has {0 if array.ndim == 0 else array.shape[0]} rows and the others {rows}: a switch that decides row by row needs one row of each input per row",
+                    f"input '{name}' is a scalar (shape []): a switch that decides row by row by an input needs inputs with a batch dimension",
+                    field=f"inputs.{name}",
+                )
+            if array.shape[0] != rows:
+                raise InvalidInput(
+                    f"input '{name}' has {array.shape[0]} rows and the others {rows}: a switch that decides row by row needs one row of each input per row",
                     field=f"inputs.{name}",
                 )
     names: dict[str, tuple[str, ...]] = {}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from sluice.codecs.datatypes import answer_dtypes, v2_of_numpy
 from sluice.domain.graphs import deterministic
 from sluice.domain.results import Answer, InferenceResult
 from sluice.domain.signature import Signature
@@ -284,19 +285,22 @@ class PredictionCache:
             get_logger().warning("prediction cache: shared write failed", exc_info=True, extra={"deployment": dep.name})
 
 
-# The shared tier's form of an answer: a JSON header (who answered, each output's dtype and
-# shape; string outputs' values; a graph's steps, case and answer signature), then the numeric
-# outputs' bytes in header order.
+# The shared tier's form of an answer: a JSON header (who answered, each output's v2 datatype
+# and shape; string outputs' values; a graph's steps, case and answer signature), then the
+# numeric outputs' bytes, little-endian, in header order. An output is named by its v2 datatype,
+# read back through the one table (`sluice.codecs.datatypes`): NumPy's own name of a dtype it
+# does not know (BF16's, `ml_dtypes.bfloat16`) would read back as raw bytes.
 def dump_answer(answer: Answer, *, expires_at: float | None = None) -> bytes:
     specs: list[dict[str, Any]] = []
     tail: list[bytes] = []
     for name, array in answer.result.outputs.items():
-        spec: dict[str, Any] = {"name": name, "dtype": array.dtype.str, "shape": list(array.shape)}
-        if array.dtype.kind in "OUS":
+        little = array.dtype.newbyteorder("<")
+        datatype = v2_of_numpy(little)  # a dtype with no v2 name: not shared (the caller logs it)
+        spec: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if datatype == "BYTES":
             spec["values"] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel().tolist()]
-            spec["dtype"] = "O"
         else:
-            tail.append(np.ascontiguousarray(array).tobytes())
+            tail.append(np.ascontiguousarray(array, dtype=little).tobytes())
         specs.append(spec)
     header = {
         "model": answer.version.model,
@@ -323,11 +327,23 @@ def load_answer(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     outputs: dict[str, np.ndarray] = {}
     for spec in header["outputs"]:
         shape = tuple(spec["shape"])
-        if spec["dtype"] == "O":
+        if spec.get("datatype", spec.get("dtype")) in ("BYTES", "O"):
             outputs[spec["name"]] = np.array(spec["values"], dtype=object).reshape(shape)
             continue
-        dtype = np.dtype(spec["dtype"])
+        dtype = _stored_dtype(spec)
         count = int(np.prod(shape, dtype=np.int64))
         outputs[spec["name"]] = np.frombuffer(body, dtype=dtype, count=count, offset=at).reshape(shape)
         at += count * dtype.itemsize
     return header, outputs
+
+
+def _stored_dtype(spec: dict[str, Any]) -> np.dtype:
+    """An output's dtype as the entry names it: a v2 datatype, little-endian; or, in an entry an
+    earlier release wrote, NumPy's name, read where it is a number's or a bool's. Anything else
+    (that release's raw bytes for BF16) raises: the entry is read as a miss, never served."""
+    if "datatype" in spec:
+        return answer_dtypes()[spec["datatype"]].newbyteorder("<")
+    dtype = np.dtype(spec["dtype"])
+    if dtype.kind not in "biuf":
+        raise ValueError(f"a shared answer stored as {spec['dtype']!r}: no v2 datatype")
+    return dtype

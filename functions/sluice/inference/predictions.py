@@ -28,7 +28,7 @@ from sluice.domain.errors import (
 )
 from sluice.domain.policy import MAX_DEPTH, Single, first_branch, walk
 from sluice.domain.requests import UploadInputs
-from sluice.domain.results import Prediction, Resolved
+from sluice.domain.results import Prediction, Resolved, rows_of
 from sluice.domain.signature import Signature
 from sluice.inference.batching import Batcher
 from sluice.inference.execution import MAX_REF_DEPTH, Call, PolicyRunner, no_routing, within
@@ -170,7 +170,7 @@ class PredictionService:
             self._runtime_failed(dep, fields, error, call)
             raise
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        rows = rows_of(arrays)
         self.stats.request(stat_key, latency_ms, ok=True, rows=rows, steps=call.samples)  # a sequence's steps' too: one lock
         if self.profiles is not None:  # held as they are; folded into sketches off the request
             out = answer.result
@@ -227,7 +227,7 @@ class PredictionService:
         fields.update(model=answer.version.model, version=answer.version.version)
         if answer.variant:
             fields["variant"] = answer.variant
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        rows = rows_of(arrays)
         self.telemetry.prediction(fields=fields, latency_ms=latency_ms, rows=rows, cached=True)
         self._keep(resolved.deployment, answer, request_id, rows)
         return Prediction(resolved, answer, latency_ms, 0, cached=True)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sluice.domain.results import rows_of
 from sluice.monitor.sketches import MAX_COLUMNS, Profile, profiled
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
@@ -162,7 +163,7 @@ class ProfileRecorder(timer.Flushed):
         try:
             self._add(held, parts)
         except Exception:  # neither the folder thread nor a flush stops at one bad group
-            self.dropped_rows += sum(int(next(iter(p[0].values())).shape[0]) if p[0] else 0 for p in parts)
+            self.dropped_rows += sum(rows_of(p[0]) for p in parts)
             get_logger().exception("monitoring profile: requests not folded")
 
     def _add(self, held: _Held, parts: list[Part]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from sluice.domain.errors import InvalidInput
+from sluice.domain.results import rows_of
 
 if TYPE_CHECKING:  # NumPy is imported where used: sluice serve's supervisor reads these modules
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -217,7 +218,7 @@ class Profile:
         import numpy as np
         if not inputs:
             return
-        n = int(next(iter(inputs.values())).shape[0])
+        n = rows_of(inputs)
         self.rows += n
         rows = None
         if sample is not None and n > sample:

@@ -47,6 +47,7 @@ from sluice.domain.errors import (
     Unavailable,
 )
 from sluice.domain.functions import MAX_TIMEOUT_S, MODULE_PATTERN
+from sluice.domain.results import rows_of
 from sluice.inline import timeout
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class FunctionSteps:
                     answer = await asyncio.get_running_loop().run_in_executor(self._pool(tenant), self._run_module, node, tenant, arrays)
         except TimeoutError:
             raise DeadlineExceeded(f"function {node.function} gave no answer within {limit:g} s") from None
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        rows = rows_of(arrays)
         return check_answer(node, answer, rows)
 
     def _pool(self, tenant: str) -> ThreadPoolExecutor:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.codecs.datatypes import ONNX_TO_V2
 from sluice.domain.errors import Unprocessable
 from sluice.domain.signature import DYNAMIC, OutputRole, Signature, TensorSpec, role_by_name
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 
 def _dims(shape: list[Any] | None) -> tuple[int, ...]:
-    # ORT reports symbolic dims as strings and unknown ones as None.
+    # ORT reports symbolic dims as strings and unknown ones as None; a tensor whose rank is
+    # unknown it reports as a scalar's, []: `check_ranked` tells the two apart.
     return tuple(d if isinstance(d, int) and d >= 0 else DYNAMIC for d in (shape or []))
 
 
@@ -61,3 +65,77 @@ def signature_from_session(session: Any, feature_names: list[str] | None = None)
         role = _output_role(arg.name, datatype, zipmap, len(raw_outputs))
         outputs.append(TensorSpec(arg.name, datatype, shape, role=role))
     return Signature(tuple(inputs), tuple(outputs), metadata=meta)
+
+
+def check_ranked(data: bytes, signature: Signature) -> None:
+    """Refuse a model an input of which declares no shape at all (its rank unknown, as some
+    exported graphs leave it): ONNX Runtime reports that input as a scalar's, every request is
+    checked against the shape recorded, and a batch would never be taken. A scalar input
+    (a shape of no dimensions, declared) is kept."""
+    scalars = {spec.name for spec in signature.inputs if not spec.shape}
+    for name in sorted(scalars & unranked_inputs(data)):
+        raise Unprocessable(
+            f"input '{name}' declares no shape (its rank is unknown), so requests cannot be checked against it: "
+            "give the input its shape in the graph (a dimension that varies as a name, e.g. ['batch', 4]) and push again",
+            field="artifact",
+        )
+
+
+# ONNX protobuf field numbers: ModelProto.graph, GraphProto.input, ValueInfoProto.name and
+# .type, TypeProto.tensor_type, TypeProto.Tensor.shape.
+_GRAPH, _INPUT, _NAME, _TYPE, _TENSOR_TYPE, _SHAPE = 7, 11, 1, 2, 1, 2
+
+
+def unranked_inputs(data: bytes) -> set[str]:
+    """The graph inputs of tensor type that declare no shape, read from the serialized model
+    (the onnx package is not needed to serve, and ONNX Runtime does not say): none where the
+    bytes do not read as protobuf."""
+    found: set[str] = set()
+    try:
+        for graph in _messages(data, 0, len(data), _GRAPH):
+            for value in _messages(data, *graph, _INPUT):
+                name = next((bytes(data[a:b]).decode() for a, b in _messages(data, *value, _NAME)), None)
+                for kind in _messages(data, *value, _TYPE):
+                    for tensor in _messages(data, *kind, _TENSOR_TYPE):
+                        if name is not None and next(_messages(data, *tensor, _SHAPE), None) is None:
+                            found.add(name)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return set()
+    return found
+
+
+def _messages(data: bytes, start: int, end: int, number: int) -> Iterator[tuple[int, int]]:
+    """The spans of field `number`'s length-delimited values in the message at data[start:end];
+    the other fields are skipped by their lengths, never read."""
+    at = start
+    while at < end:
+        key, at = _varint(data, at)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, at = _varint(data, at)
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        elif wire == 2:
+            length, at = _varint(data, at)
+            if at + length > end:
+                raise ValueError("a length past its message")
+            if field == number:
+                yield at, at + length
+            at += length
+        else:
+            raise ValueError(f"wire type {wire}")
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint past 64 bits")

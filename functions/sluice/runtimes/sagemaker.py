@@ -43,7 +43,7 @@ from sluice.codecs.triton import (
 )
 from sluice.domain.errors import BackendError, PayloadTooLarge, SluiceError, Unprocessable
 from sluice.domain.origins import check_origin, parse_allowlist
-from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult
+from sluice.domain.results import ANSWERS_IN_PLACE, InferenceResult, rows_of
 from sluice.runtimes.sagemaker_async import AsyncInference
 from sluice.runtimes.sagemaker_client import build_client
 from sluice.runtimes.sagemaker_errors import NoCapacity, retrying, too_large
@@ -251,7 +251,7 @@ class SageMakerRuntime(AsyncInference):
             await self._defer(version, target, wire, outputs)
         if not queues:
             self._check_size(sum(a.nbytes for a in wire.values()))
-        rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
+        rows = rows_of(wire) if target.batched else 0
         limit = target.max_batch_size
         if limit is None or rows <= limit:
             try:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sluice.codecs.triton import BINARY_JSON_CONTENT_TYPE, JSON_CONTENT_TYPE, encode_request
 from sluice.domain.errors import Accepted, BackendError, InvalidInput, PayloadTooLarge
+from sluice.domain.results import rows_of
 from sluice.runtimes.sagemaker_errors import mapped
 from sluice.runtimes.sagemaker_target import EndpointTarget
 
@@ -60,7 +61,7 @@ class AsyncInference:
             raise PayloadTooLarge(
                 "asynchronous inference needs a result store (S3 or the local folder); none is configured", field="inputs"
             )
-        rows = next(iter(wire.values())).shape[0] if wire and target.batched else 0
+        rows = rows_of(wire) if target.batched else 0
         if target.max_batch_size is not None and rows > target.max_batch_size:
             raise InvalidInput(
                 f"an asynchronous request takes at most {target.max_batch_size} rows (the endpoint's max_batch_size); "

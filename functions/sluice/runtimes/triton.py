@@ -26,7 +26,7 @@ from sluice.domain.errors import (
     Unavailable,
 )
 from sluice.domain.origins import Allowed, check_origin
-from sluice.domain.results import InferenceResult
+from sluice.domain.results import InferenceResult, rows_of
 from sluice.domain.signature import role_by_name
 from sluice.runtimes.triton_answers import ModelConfig, ModelMetadata, checked, rejected_input
 from sluice.runtimes.triton_http import HttpTransport
@@ -146,7 +146,7 @@ class TritonRuntime:
         target = self._target(version)
         layout = await self._layout(target)
         names = list(outputs) if outputs else list(layout.outputs)
-        rows = next(iter(inputs.values())).shape[0] if inputs and layout.batched else 0
+        rows = rows_of(inputs) if layout.batched else 0
         limit = layout.max_batch_size
         if rows <= limit or not layout.batched:
             return InferenceResult(await self._infer_once(target, layout, inputs, names))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sluice.codecs.datatypes import V2_TO_NUMPY
+from sluice.codecs.datatypes import V2_TO_NUMPY, answer_dtypes
 from sluice.codecs.triton import decode_response, encode_request
 from sluice.domain.errors import BackendError
 from sluice.domain.values import decimal
@@ -168,14 +168,7 @@ class HttpTransport:
             return self._dtypes
         if answer.find(b'"BF16"', 0, len(answer) if header_size is None else header_size) < 0:
             return V2_TO_NUMPY
-        try:
-            import ml_dtypes
-        except ImportError:
-            self._dtypes = dict(V2_TO_NUMPY)  # BF16 stays refused, as an unusable datatype
-        else:
-            import numpy as np
-
-            self._dtypes = {**V2_TO_NUMPY, "BF16": np.dtype(ml_dtypes.bfloat16)}
+        self._dtypes = answer_dtypes()  # without ml_dtypes, BF16 stays refused, as an unusable datatype
         return self._dtypes
 
     def failure(self, exc: Exception) -> tuple[str, str] | None:

@@ -50,9 +50,11 @@ def check_signature_size(signature: Any) -> None:
 
 def read_signature(data: bytes, feature_names: list[str] | None = None) -> Any:
     from sluice.runtimes.onnx import build_session
-    from sluice.runtimes.onnx_signature import signature_from_session
+    from sluice.runtimes.onnx_signature import check_ranked, signature_from_session
 
-    return signature_from_session(build_session(data), feature_names)
+    signature = signature_from_session(build_session(data), feature_names)
+    check_ranked(data, signature)
+    return signature
 
 
 class ModelService:

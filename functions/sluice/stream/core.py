@@ -32,6 +32,7 @@ from sluice.codecs.plain import present_rows, said_per_row, who_answered, who_of
 from sluice.domain import Principal
 from sluice.domain.errors import BadRequest, InvalidInput, SluiceError
 from sluice.domain.requests import PredictionRequest, RowInputs, Tensor, TensorInputs
+from sluice.domain.results import rows_of
 from sluice.inference.bulk import Records, check_answers_in_place, score_many, sticky_field
 from sluice.observability import get_logger
 from sluice.stream.records import NOT_BASE64
@@ -182,7 +183,7 @@ class StreamScorer:
         else:
             request = PredictionRequest(self.deployment, RowInputs(inputs=inputs, features=features, batch=body.get("batch")))
         arrays = self.predictions.decode(signature, request)
-        rows = next(iter(arrays.values())).shape[0] if arrays else 0
+        rows = rows_of(arrays)
         key = body.get("routing_key")
         if key is None and field:
             key = body.get(field)

@@ -131,3 +131,38 @@ def test_nan_and_infinity_in_a_json_answer_read_back_as_binary_gives_them(served
     got = {out["name"]: out["data"] for out in json.loads(r.content)["outputs"]}
     np.testing.assert_array_equal(got["r"], [np.nan, 1.0, 1.0])
     np.testing.assert_array_equal(got["l"], [-np.inf, 0.0, np.nan])
+
+
+def test_a_bf16_answer_another_container_kept_in_the_shared_tier_is_answered_as_the_first_answered_it(settings: Any, acme: Principal) -> None:
+    """With the shared prediction cache, a container that did not compute a BF16 answer reads
+    it back as BF16 (its v2 datatype, not NumPy's raw bytes): the same bytes in binary, the same
+    400 naming the output in JSON, never a 500."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.domain.origins import parse_allowlist
+    from sluice.wiring import Container
+
+    shared = settings.replace(prediction_cache_shared=True)
+    with bf16_triton() as url:
+        first, second = Container.from_settings(shared), Container.from_settings(shared)
+        for container in (first, second):
+            triton = container.runtimes["triton"]
+            triton.allowed = (*(triton.allowed or ()), *parse_allowlist([url], field="triton_url_prefixes"))
+        signature = Signature((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "BF16", (-1, 2)),))
+        first.registry.create_model(Model("acme", "bf"))
+        first.registry.add_version(ModelVersion("acme", "bf", 0, "triton", "", "0" * 64, 0, signature, config={"url": url, "model_name": "m"}))
+        first.deployments.create(acme, "bf", {"kind": "single", "model": "bf", "version": 1}, cache={"ttl_s": 600, "max_entries": 10})
+        _, key = first.keys.create("acme", ["predict"])
+        body = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": X.ravel().tolist()}], "parameters": {"binary_data_output": True}}
+        answers = []
+        for container in (first, second):
+            r = TestClient(create_app(container)).post("/v2/models/bf/infer", json=body, headers=auth(key))
+            assert r.status_code == 200, r.text
+            size = int(r.headers["inference-header-content-length"])
+            answers.append((json.loads(r.content[:size]), r.content[size:]))
+        (computed, computed_bytes), (kept, kept_bytes) = answers
+        assert "cached" not in computed["parameters"] and kept["parameters"]["cached"] is True
+        assert kept["outputs"] == computed["outputs"] and kept_bytes == computed_bytes == X.astype(ml_dtypes.bfloat16).tobytes()
+        as_json = TestClient(create_app(second)).post("/v2/models/bf/infer", json={"inputs": body["inputs"]}, headers=auth(key))
+        assert as_json.status_code == 400 and as_json.json()["field"] == "outputs.y" and "binary" in as_json.json()["error"], as_json.text
