@@ -41,6 +41,9 @@ interface Schedule {
   skipped: number;
   next_run_at: number | null;
   invalid?: string | null; // why it never runs (stored before a bound held); absent from older servers
+  refused?: number; // scheduled times refused in a row (the first is a FAILED run); absent from older servers
+  last_error?: string | null;
+  last_refused_at?: number | null;
   runs: ScheduleRun[];
 }
 
@@ -150,7 +153,18 @@ function schedulesSection(box: HTMLElement): () => Promise<void> {
         s.invalid
           ? h("span", { class: "error", "data-next-run": s.name }, `never runs: ${s.invalid}`)
           : h("span", { "data-next-run": s.name }, paused ? "— (paused)" : when(s.next_run_at)),
-        runs,
+        s.refused
+          ? h(
+              "div",
+              {},
+              h(
+                "p",
+                { class: "error", "data-refused": s.name },
+                `${s.refused} ${s.refused === 1 ? "run" : "runs"} refused in a row, the latest for ${when(s.last_refused_at)}: ${s.last_error ?? ""}`,
+              ),
+              runs,
+            )
+          : runs,
         act(s, paused ? "resume" : "pause"),
       ];
     });

@@ -1,6 +1,7 @@
 """Jobs that Step Functions executions start with a job specification (a scheduled run on
 AWS, or an execution started by hand): the job is created by the first call and found by
-every later one; a scheduled run may be skipped or held back by its schedule's `overlap`.
+every later one; a scheduled run may be skipped or held back by its schedule's `overlap`, and one refused is
+recorded on its schedule (`refused_runs`) before the execution fails at SpecRejected.
 And the end of every execution of the batch state machine, as EventBridge reports it: a job
 the execution left unfinished is FAILED, saying why (`record_execution_end`)."""
 
@@ -9,15 +10,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from sluice.batch.refused_runs import refuse_run, run_made
 from sluice.batch.specs import ExecutionSpec
 from sluice.domain import Principal, now
-from sluice.domain.errors import Conflict, NotFound
+from sluice.domain.errors import Conflict, NotFound, SluiceError
 from sluice.domain.jobs import derived_job_id
 from sluice.domain.liveness import execution_ended
 
 if TYPE_CHECKING:
     from sluice.batch.service import BatchService
     from sluice.domain.jobs import BatchJob
+    from sluice.domain.schedules import Schedule
 
 
 class RunSkipped(Exception):
@@ -50,13 +53,12 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
         pass
     else:
         return job
-    if request.schedule is not None:
-        _check_overlap(batch, request.tenant, request.schedule)
+    schedule = None if request.schedule is None else _check_overlap(batch, request.tenant, request.schedule)
     # Only IAM principals start executions (an operator's workflow, or the scheduler for a
     # schedule an admin key made): a specification may publish (`require_publisher`).
     principal = Principal(request.tenant, frozenset({"predict", "admin"} if request.publish else {"predict"}), "execution")
     try:
-        return batch.submit(
+        job = batch.submit(
             principal, deployment=request.deployment, input_uri=request.input_uri,
             format=request.format, output_format=request.output_format,
             key_columns=request.key_columns, source="schedule" if request.schedule else "execution",
@@ -65,11 +67,21 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
         )  # fmt: skip
     except Conflict:
         return batch.registry.get_job(request.tenant, job_id)  # the same execution, retried
+    except SluiceError as exc:
+        if schedule is not None and exc.status < 500:  # recorded on the schedule, as locally; still fails the execution
+            refuse_run(
+                batch, schedule, scheduled_for=request.scheduled_for if request.scheduled_for is not None else now(),
+                job_id=job_id, input_uri=request.input_uri, created_by=principal.subject, error=exc.message,
+            )  # fmt: skip
+        raise
+    if schedule is not None:
+        run_made(batch, schedule)
+    return job
 
 
-def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
+def _check_overlap(batch: BatchService, tenant: str, name: str) -> Schedule:
     """A scheduled run on AWS: skip it (paused, or a run still going and `overlap: skip`)
-    or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued."""
+    or hold it back (`overlap: queue`) by raising RunSkipped or RunQueued; else the schedule."""
     registry = batch.registry
     schedule = registry.get_schedule(tenant, name)  # NotFound: deleted meanwhile
     if schedule.paused:
@@ -77,7 +89,7 @@ def _check_overlap(batch: BatchService, tenant: str, name: str) -> None:
     jobs = registry.list_jobs(tenant, schedule=name)
     going = next((j for j in jobs if schedule.ran(j) and not batch.settled(j, ask=True).terminal), None)
     if going is None:
-        return
+        return schedule
     if schedule.overlap == "queue":
         raise RunQueued(name, going.id)
     registry.update_schedule(tenant, name, skipped=schedule.skipped + 1, last_skipped_at=now())

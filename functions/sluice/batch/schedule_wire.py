@@ -107,6 +107,13 @@ class ScheduleOut(WireModel):
     publish: PublishIn | None = None
     last_fire: float | None = Field(description="The latest scheduled time run or skipped.")
     skipped: int = Field(description="Runs skipped because the previous one was still going.")
+    refused: int = Field(
+        0,
+        description="Scheduled times in a row whose run was refused since a run was last made (its "
+        "deployment deleted, its input outside the inbox); the first of them is also a FAILED run. 0: none.",
+    )
+    last_error: str | None = Field(None, description="Why the latest of them was refused; none once a run is made again.")
+    last_refused_at: float | None = Field(None, description="The latest scheduled time whose run was refused.")
     invalid: str | None = Field(
         None,
         description="Why the schedule never runs, or none: its expression was stored before a bound "
@@ -135,6 +142,7 @@ def schedule_out(schedule: Any, roots: Roots | None = None) -> dict[str, Any]:
     out = ScheduleOut.model_validate(schedule).model_dump(mode="json")
     if roots is not None:
         out["input_uri"] = roots.shown(schedule.input_uri)
+        out["last_error"] = roots.scrub(schedule.last_error)
     return out
 
 
@@ -143,5 +151,6 @@ def schedule_detail(view: Any, roots: Roots | None = None) -> dict[str, Any]:
     runs = [ScheduleRun.model_validate(j) for j in view.runs]
     if roots is not None:
         base["input_uri"] = roots.shown(view.schedule.input_uri)
+        base["last_error"] = roots.scrub(view.schedule.last_error)
         runs = [run.model_copy(update={"error": roots.scrub(run.error)}) for run in runs]
     return ScheduleDetail(**base, next_run_at=view.next_run_at, runs=runs).model_dump(mode="json")

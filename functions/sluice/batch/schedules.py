@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sluice.batch.refused_runs import refuse_run, run_made
 from sluice.batch.specs import check_template, render, zone
 from sluice.domain import Principal, check_name, now
 from sluice.domain.errors import BadRequest, Conflict, NotFound, SluiceError
@@ -180,8 +181,9 @@ class ScheduleService:
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:
         """Start the run of every enabled schedule that is due at `moment` (now by default):
         one job per scheduled time, whose id derives from the schedule and that time, so two
-        schedulers seeing the same time start it once. A run refused (`start_run`) is among
-        the jobs returned, FAILED; a fault that may pass leaves its time due, for the next call."""
+        schedulers seeing the same time start it once. The first run refused in a row
+        (`start_run`) is among the jobs returned, FAILED; a fault that may pass leaves its time
+        due, for the next call."""
         moment = self.clock() if moment is None else moment
         if schedules is None:
             every = getattr(self.registry, "all_schedules", None)
@@ -221,12 +223,13 @@ class ScheduleService:
         self.registry.update_schedule(schedule.tenant, schedule.name, last_fire=fire)
         return job
 
-    def start_run(self, schedule: Schedule, fire: float) -> BatchJob:
+    def start_run(self, schedule: Schedule, fire: float) -> BatchJob | None:
         """Start the job of one scheduled time (once: the job id derives from the time). A run
-        refused (its deployment deleted, its input outside the inbox: a 4xx) is recorded as
-        that job, FAILED with the reason, as the state machine fails it at SpecRejected on AWS:
-        the schedule's runs show it, and the time is handled. A fault that may pass (5xx)
-        raises, and the time stays due."""
+        refused (its deployment deleted, its input outside the inbox: a 4xx) is recorded on the
+        schedule, as CreateJob records it on AWS (`refused_runs.refuse_run`): the first of a row
+        is also that time's job, FAILED with the reason (returned); a later one is only counted
+        (None). Either way the time is handled. A fault that may pass (5xx) raises, and the
+        time stays due."""
         when = datetime.fromtimestamp(fire, UTC)
         job_id = derived_job_id("sc", schedule.tenant, schedule.name, when.isoformat())
         try:
@@ -238,7 +241,7 @@ class ScheduleService:
         input_uri = schedule.input_uri
         try:
             input_uri = render(schedule.input_uri, when, schedule.timezone)
-            return self.batch.submit(
+            job = self.batch.submit(
                 principal, deployment=schedule.deployment, input_uri=input_uri,
                 format=schedule.format, output_format=schedule.output_format,
                 key_columns=schedule.key_columns, operator=schedule.operator, source="schedule",
@@ -250,12 +253,12 @@ class ScheduleService:
         except SluiceError as exc:
             if exc.status >= 500:
                 raise
-            log.warning("schedule run refused", extra={"tenant": schedule.tenant, "schedule": schedule.name,
-                                                       "scheduled_for": fire, "error": exc.message})  # fmt: skip
-            return self.batch.refused(
-                schedule.tenant, job_id, deployment=schedule.deployment, input_uri=input_uri, source="schedule",
-                created_by=principal.subject, error=exc.message, schedule=schedule.name, scheduled_for=fire,
+            return refuse_run(
+                self.batch, schedule, scheduled_for=fire, job_id=job_id, input_uri=input_uri,
+                created_by=principal.subject, error=exc.message,
             )  # fmt: skip
+        run_made(self.batch, schedule)
+        return job
 
     # Helpers -------------------------------------------------------------------------------
     def _set_state(self, principal: Principal, name: str, state: str) -> Schedule:

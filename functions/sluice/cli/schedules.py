@@ -58,7 +58,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     for schedule in schedules:
         if schedule.invalid is not None:
             print(f"schedule {schedule.name} never runs: {schedule.invalid}", file=sys.stderr)
+        elif schedule.refused:
+            print(f"schedule {schedule.name}: {_refusals(schedule)}", file=sys.stderr)
     return 0
+
+
+def _refusals(schedule: Schedule) -> str:
+    runs = "run" if schedule.refused == 1 else "runs"
+    return f"{schedule.refused} {runs} refused in a row, the latest for {_when(schedule.last_refused_at)}: {schedule.last_error}"
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -66,6 +73,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = _line(view.schedule) | {"next_run": _when(view.next_run_at), "last_fire": _when(view.schedule.last_fire)}
     if view.schedule.invalid is not None:  # stored before a bound held: it never runs
         shown["invalid"] = view.schedule.invalid
+    if view.schedule.refused:  # its runs refused (the first a FAILED run below), counted here
+        shown["refused"] = _refusals(view.schedule)
     print_json(shown)
     if not view.runs:
         print("no runs yet")

@@ -7,7 +7,9 @@ that far ahead). A bare five-field cron line is taken as `cron(…)`. A schedule
 a bound held stays readable: it is `invalid` (saying why), never due, with no next time. On AWS the same schedule becomes an
 EventBridge Scheduler schedule (`aws_expression` writes its six-field form).
 
-Each run is an ordinary batch job that names its schedule. When the previous run is still
+Each run is an ordinary batch job that names its schedule. A run that cannot be made (its
+deployment deleted) is counted on the schedule (`refused`, `last_error`), its first in a row
+also a FAILED job. When the previous run is still
 going, `overlap` decides: `skip` the run (counted in `skipped`), or `queue` one run that starts
 as soon as the previous one ends (runs due meanwhile collapse into that one).
 """
@@ -34,7 +36,9 @@ Overlap = Literal["skip", "queue"]
 OVERLAPS: tuple[str, ...] = ("skip", "queue")
 ScheduleState = Literal["ENABLED", "PAUSED"]
 # The fields `Registry.update_schedule` may set.
-SCHEDULE_UPDATABLE: frozenset[str] = frozenset({"state", "last_fire", "skipped", "last_skipped_at", "updated_at"})
+SCHEDULE_UPDATABLE: frozenset[str] = frozenset(
+    {"state", "last_fire", "skipped", "last_skipped_at", "updated_at", "refused", "last_error", "last_refused_at"}
+)
 _RATE = re.compile(r"^rate\(\s*(\d+)\s+(minute|minutes|hour|hours|day|days)\s*\)\Z")
 _CRON = re.compile(r"^cron\((.*)\)\Z")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
@@ -68,6 +72,13 @@ class Schedule:
     # clock, which its fire times count from): its runs are jobs made since (`ran`). 0: made
     # before this was kept, and every job naming it is its.
     made_at: float = 0.0
+    # Its runs refused (the deployment deleted, the input outside the inbox): how many scheduled
+    # times in a row since the last run made (0: none, or a run made since), why the latest was,
+    # and that latest time (kept after a run is made). The first of a streak is also a FAILED
+    # job; the rest are counted here only (`sluice.batch.refused_runs`).
+    refused: int = 0
+    last_error: str | None = None
+    last_refused_at: float | None = None
 
     @property
     def paused(self) -> bool:

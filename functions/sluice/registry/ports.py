@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from sluice.domain import ApiKey, Deployment, DeploymentChange, Model, ModelVersion
     from sluice.domain.follows import Follow
@@ -297,8 +297,13 @@ class ScheduleRegistry(Protocol):
     def create_schedule(self, schedule: Schedule) -> Schedule: ...
     def get_schedule(self, tenant: str, name: str) -> Schedule: ...
     def list_schedules(self, tenant: str) -> list[Schedule]: ...
-    def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
-        """Set some of `SCHEDULE_UPDATABLE`; NotFound if there is no such schedule."""
+    def update_schedule(
+        self, tenant: str, name: str, *, expect: Mapping[str, object] | None = None, **fields: object
+    ) -> Schedule:
+        """Set some of `SCHEDULE_UPDATABLE`; NotFound if there is no such schedule. With
+        `expect` (fields of `SCHEDULE_UPDATABLE` as they were read; None: not set), only while
+        each still holds that value, else StaleRead and nothing is written: of two schedulers
+        recording the same thing, one write is made."""
         ...
 
     def delete_schedule(self, tenant: str, name: str) -> None: ...

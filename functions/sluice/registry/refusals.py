@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import Conflict, NotFound, UnknownDeployment
+from sluice.domain.errors import Conflict, NotFound, StaleRead, UnknownDeployment
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -46,6 +46,12 @@ def no_optimize_job(job_id: str) -> NotFound:
 
 def no_schedule(name: str) -> NotFound:
     return NotFound(f"schedule '{name}' not found", field="schedule")
+
+
+def schedule_moved(name: str, fields: Iterable[str]) -> StaleRead:
+    """An update of schedule `name` that expected `fields` as it read them, and found another
+    writer had changed one (two schedulers recording the same run): not made."""
+    return StaleRead(f"schedule '{name}' changed meanwhile ({', '.join(sorted(fields))})", field="schedule")
 
 
 def no_follow(deployment: str) -> NotFound:

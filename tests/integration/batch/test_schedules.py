@@ -224,8 +224,145 @@ def test_a_run_refused_is_recorded_failed_once_and_the_schedule_moves_on(
     shown = client.get("/api/v1/batch-schedules/hourly", headers=auth(keys["acme"])).json()
     assert [(r["job_id"], r["status"], r["error"]) for r in shown["runs"]] == [(refused.id, "FAILED", "deployment 'iris' not found")]
     assert schedules.show(acme, "hourly").next_run_at == at("2026-11-25T14:00:00+00:00")  # on the test's clock
-    (later,) = schedules.run_due(at("2026-11-25T14:00:10+00:00"))  # the next time, refused in turn
-    assert later.scheduled_for == at("2026-11-25T14:00:00+00:00") and later.status == "FAILED"
+    assert schedules.run_due(at("2026-11-25T14:00:10+00:00")) == []  # the next time, refused in turn: counted, no job
+    counted = batch.registry.get_schedule("acme", "hourly")
+    assert (counted.refused, counted.last_error, counted.last_refused_at) == (2, "deployment 'iris' not found", at("2026-11-25T14:00:00+00:00"))
+
+
+def test_a_schedule_refused_every_minute_counts_on_itself_and_leaves_the_tenants_jobs_listed(
+    client: TestClient, keys: dict[str, str], batch: Container, schedules: ScheduleService, recorded: Recorded,
+    acme: Principal,
+) -> None:  # fmt: skip
+    """Two hours of a rate(1 minute) schedule whose deployment was deleted made 120 FAILED jobs,
+    which filled the tenant's job list (the API's, the CLI's, the console's newest 100) and hid
+    its own job. Now the first of the row is a FAILED run and the rest are counted on the
+    schedule (as on AWS, where no job is made): the list keeps the tenant's job, and the
+    schedule says how many runs were refused and why. A run made again ends the row."""
+    real = schedules.batch.submit(acme, deployment="diabetes", input_uri=batch.batch.paths.inbox("acme") + "real.csv")
+    schedules.create(acme, name="minutely", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 minute)")
+    iris = batch.registry.get_deployment("acme", "iris")
+    batch.registry.delete_deployment("acme", "iris")
+    start = at("2026-11-25T12:00:30+00:00")
+    made = [job for minute in range(1, 121) for job in schedules.run_due(start + 60 * minute)]
+    assert [(j.status, j.error) for j in made] == [("FAILED", "deployment 'iris' not found")]
+    listed = client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()
+    listed = listed["jobs"] if isinstance(listed, dict) else listed
+    assert sorted(j["id"] for j in listed) == sorted([real.id, made[0].id])
+    shown = client.get("/api/v1/batch-schedules/minutely", headers=auth(keys["acme"])).json()
+    assert (shown["refused"], shown["last_error"]) == (120, "deployment 'iris' not found")
+    assert shown["last_refused_at"] == at("2026-11-25T14:00:00+00:00")
+    assert [r["job_id"] for r in shown["runs"]] == [made[0].id]
+    (listed_schedule,) = client.get("/api/v1/batch-schedules", headers=auth(keys["acme"])).json()
+    assert listed_schedule["refused"] == 120
+
+    batch.registry.create_deployment(iris)  # made again: the next time runs, and the row is over
+    (ran,) = schedules.run_due(start + 60 * 121)
+    assert recorded.started[-1] == ran.id and ran.status == "PENDING"
+    again = batch.registry.get_schedule("acme", "minutely")
+    assert (again.refused, again.last_error) == (0, None)
+    batch.registry.update_job("acme", ran.id, status="CANCELLED")  # ended: it holds no run back
+    batch.registry.delete_deployment("acme", "iris")  # a new row: its first is a FAILED run again
+    (second,) = schedules.run_due(start + 60 * 122)
+    assert second.status == "FAILED" and second.id != made[0].id
+    assert schedules.run_due(start + 60 * 123) == []
+    assert batch.registry.get_schedule("acme", "minutely").refused == 2
+
+
+@settings(max_examples=15, deadline=None)
+@given(present=st.lists(st.booleans(), min_size=1, max_size=8))
+def test_refused_runs_make_one_job_per_row_whatever_the_order(tmp_path_factory: pytest.TempPathFactory, present: list[bool]) -> None:
+    """Whatever order the deployment is there or gone at each scheduled time: one job per run
+    made and one per row of refusals (its first), and the schedule counts the row it is in."""
+    from sluice.demo import install_demo
+    from sluice.domain import Principal
+    from sluice.settings import Settings
+    from sluice.wiring import Container
+    from tests.conftest import MODELS
+
+    acme = Principal("acme", frozenset({"admin", "predict"}), "test-acme")
+    container = Container.from_settings(Settings(mode="local", home=tmp_path_factory.mktemp("home"), deployment_cache_ttl_s=0))
+    install_demo(container, acme, MODELS)
+    service = ScheduleService(container.registry, BatchService(container.registry, Recorded(), container.batch.paths),
+                              clock=Clock(at("2026-11-25T12:00:00+00:00")))  # fmt: skip
+    service.create(acme, name="hourly", deployment="iris", input_uri=inbox_template(container), expression="rate(1 hour)")
+    iris = container.registry.get_deployment("acme", "iris")
+    there, jobs = True, 0
+    for hour, wanted in enumerate(present, start=1):
+        if wanted != there:
+            if wanted:
+                container.registry.create_deployment(iris)
+            else:
+                container.registry.delete_deployment("acme", "iris")
+            there = wanted
+        made = service.run_due(at("2026-11-25T12:00:10+00:00") + 3600 * hour)
+        for job in made:  # a run made ends before the next time (it never holds one back)
+            if not job.terminal:
+                container.registry.update_job("acme", job.id, status="CANCELLED")
+        jobs += len(made)
+    rows = sum(1 for i, p in enumerate(present) if not p and (i == 0 or present[i - 1]))
+    assert jobs == present.count(True) + rows
+    assert len(container.registry.list_jobs("acme", schedule="hourly")) == jobs
+    trailing = len(present) - len("".join("x" if p else "-" for p in present).rstrip("-"))
+    assert container.registry.get_schedule("acme", "hourly").refused == trailing
+
+
+@pytest.mark.usefixtures("hourly")
+def test_two_schedulers_refusing_the_same_run_record_and_log_it_once(
+    batch: Container, schedules: ScheduleService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two workers of `sluice serve` polling at once, both refused: one job, one count, and
+    one log line (each logged it)."""
+    import threading
+
+    other = ScheduleService(batch.registry, BatchService(batch.registry, Recorded(), batch.batch.paths), clock=schedules.clock)
+    batch.registry.delete_deployment("acme", "iris")
+    both = threading.Barrier(2)
+    looked_up = batch.registry.get_deployment
+
+    def together(tenant: str, name: str) -> Any:
+        both.wait(5)  # both have read the schedule, and both are refused
+        return looked_up(tenant, name)
+
+    batch.registry.get_deployment = together  # type: ignore[method-assign]
+    returned: dict[str, list[BatchJob]] = {}
+    with caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        threads = [threading.Thread(target=lambda s=s, k=k: returned.__setitem__(k, s.run_due(at("2026-11-25T13:00:05+00:00"))))
+                   for k, s in (("a", schedules), ("b", other))]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(len(jobs) for jobs in returned.values()) == [0, 1]
+    assert [r.getMessage() for r in caplog.records] == ["schedule run refused"]
+    assert batch.registry.get_schedule("acme", "hourly").refused == 1
+    assert len(batch.registry.list_jobs("acme", schedule="hourly")) == 1
+
+
+@pytest.mark.usefixtures("hourly")
+def test_on_aws_a_refused_run_is_counted_on_its_schedule_as_locally(batch: Container, schedules: ScheduleService) -> None:
+    """CreateJob refusing a scheduled run (its deployment deleted) records it on the schedule as
+    the local scheduler does, its first in a row a FAILED job, and still fails the execution
+    (SpecRejected); the same time delivered twice counts once; a run made ends the row."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.domain.errors import NotFound
+
+    schedule = batch.registry.get_schedule("acme", "hourly")
+    iris = batch.registry.get_deployment("acme", "iris")
+    batch.registry.delete_deployment("acme", "iris")
+    arn = "arn:aws:states:eu-west-1:1:execution:m:"
+    for hour, name in ((13, "a"), (13, "a-again"), (14, "b")):
+        spec = target_input(schedule) | {"scheduled_time": f"2026-11-25T{hour}:00:00Z"}
+        with pytest.raises(NotFound, match="deployment 'iris' not found"):
+            schedules.batch.create_for_execution(spec, execution=arn + name)
+    counted = batch.registry.get_schedule("acme", "hourly")
+    assert (counted.refused, counted.last_error) == (2, "deployment 'iris' not found")
+    (failed,) = batch.registry.list_jobs("acme", schedule="hourly")
+    assert failed.status == "FAILED" and failed.scheduled_for == at("2026-11-25T13:00:00+00:00")
+    batch.registry.create_deployment(iris)
+    spec = target_input(schedule) | {"scheduled_time": "2026-11-25T15:00:00Z"}
+    made = schedules.batch.create_for_execution(spec, execution=arn + "c")
+    assert made.status == "PENDING"
+    assert batch.registry.get_schedule("acme", "hourly").refused == 0
 
 
 @pytest.mark.usefixtures("hourly")
@@ -472,6 +609,13 @@ def test_the_cli_manages_schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                            "--rate", "1 hour", "--timezone", "Nowhere/Land")  # fmt: skip
         assert code != 0 and "timezone" in out
         assert sluice("--tenant", "globex", "batch", "schedule", "show", "nightly")[0] != 0
+        refused_at = datetime(2026, 11, 26, 1, tzinfo=UTC).timestamp()  # its runs refused, as the scheduler counts them
+        registry.update_schedule("acme", "nightly", refused=3, last_error="deployment 'iris' not found", last_refused_at=refused_at)
+        code, out = sluice("batch", "schedule", "show", "nightly")
+        refusals = "3 runs refused in a row, the latest for 2026-11-26 01:00 UTC: deployment 'iris' not found"
+        assert code == 0 and f'"refused": "{refusals}"' in out
+        code, out = sluice("batch", "schedule", "list")
+        assert code == 0 and f"schedule nightly: {refusals}" in out
         assert sluice("batch", "schedule", "delete", "nightly")[0] == 0
         assert registry.list_schedules("acme") == []
         assert sluice("batch", "schedule", "show", "nightly")[0] != 0

@@ -930,6 +930,35 @@ def test_schedules_round_trip_update_and_delete_per_tenant(registry: Registry) -
     assert [s.name for s in registry.list_schedules(B)] == ["nightly"]
 
 
+def test_a_schedule_update_that_expects_what_was_read_is_made_once(registry: Registry) -> None:
+    """Two schedulers recording the same refused run, each from what it read: the first write
+    is made, the second finds the schedule changed (StaleRead naming `schedule`) and writes
+    nothing. A field expected unset must be unset."""
+    registry.create_schedule(schedule_of("nightly"))
+    first = registry.update_schedule(A, "nightly", expect={"last_refused_at": None}, refused=1, last_error="gone", last_refused_at=7.0)
+    assert (first.refused, first.last_error, first.last_refused_at) == (1, "gone", 7.0)
+    raises(StaleRead, "schedule", lambda: registry.update_schedule(
+        A, "nightly", expect={"last_refused_at": None}, refused=1, last_error="other", last_refused_at=7.0))  # fmt: skip
+    assert registry.get_schedule(A, "nightly") == first
+    second = registry.update_schedule(A, "nightly", expect={"last_refused_at": 7.0, "refused": 1}, refused=2, last_refused_at=8.0)
+    assert (second.refused, second.last_error) == (2, "gone")
+    cleared = registry.update_schedule(A, "nightly", refused=0, last_error=None)
+    assert (cleared.refused, cleared.last_error, cleared.last_refused_at) == (0, None, 8.0)
+    raises(NotFound, "schedule", lambda: registry.update_schedule(A, "other", expect={"last_refused_at": None}, refused=1))
+
+
+def test_dynamodb_schedules_of_earlier_releases_meet_what_is_expected_of_them(dynamodb: Any) -> None:
+    """A schedule item written before refusals were counted has no `refused`: expected 0, as it
+    reads, its update is made."""
+    registry = DynamoRegistry("sluice-registry", client=dynamodb)
+    registry.create_schedule(schedule_of("nightly"))
+    dynamodb.update_item(TableName="sluice-registry", Key={"pk": {"S": f"T#{A}"}, "sk": {"S": "SC#nightly"}},
+                         UpdateExpression="REMOVE refused", ConditionExpression="attribute_exists(refused)")  # fmt: skip
+    assert registry.get_schedule(A, "nightly").refused == 0
+    made = registry.update_schedule(A, "nightly", expect={"refused": 0, "last_refused_at": None}, refused=1, last_refused_at=5.0)
+    assert made.refused == 1
+
+
 def test_a_job_names_its_schedule(registry: Registry) -> None:
     job = replace(job_of("job-s"), schedule="nightly", scheduled_for=1764122400.0, source="schedule")
     registry.create_job(job)

@@ -6,10 +6,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sluice.registry.codec import SCHEDULE
-from sluice.registry.refusals import check_updatable, no_schedule, taken
+from sluice.registry.refusals import check_updatable, no_schedule, schedule_moved, taken
 from sluice.registry.sqlite.connection import Part
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sluice.domain.schedules import Schedule
 
 
@@ -33,17 +35,23 @@ class SqliteSchedules(Part):
         docs = self.db.all("SELECT doc FROM batch_schedules ORDER BY tenant, name")
         return [SCHEDULE.load(d) for d in docs]
 
-    def update_schedule(self, tenant: str, name: str, **fields: object) -> Schedule:
+    def update_schedule(
+        self, tenant: str, name: str, *, expect: Mapping[str, object] | None = None, **fields: object
+    ) -> Schedule:
         from sluice.domain.schedules import SCHEDULE_UPDATABLE  # where a schedule is changed
 
         check_updatable("schedule", fields, SCHEDULE_UPDATABLE)
+        check_updatable("schedule", expect or {}, SCHEDULE_UPDATABLE)
         with self.db.tx() as db:
             row = db.execute(
                 "SELECT doc FROM batch_schedules WHERE tenant = ? AND name = ?", (tenant, name)
             ).fetchone()
             if row is None:
                 raise no_schedule(name)
-            updated = replace(SCHEDULE.from_json(row[0]), **fields)  # type: ignore[arg-type]
+            stored = SCHEDULE.from_json(row[0])
+            if expect and any(getattr(stored, field) != value for field, value in expect.items()):
+                raise schedule_moved(name, expect)
+            updated = replace(stored, **fields)  # type: ignore[arg-type]
             db.execute(
                 "UPDATE batch_schedules SET doc = ? WHERE tenant = ? AND name = ?",
                 (SCHEDULE.to_json(updated), tenant, name),
