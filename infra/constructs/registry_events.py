@@ -138,6 +138,10 @@ class RegistryEvents:
                 )
             ],
         )
+        # An event some binding could not act on for other writes landing at each try fails its
+        # invocation (`sluice.convert.follow.DeliverAgain`): Lambda's asynchronous retries (its
+        # defaults, which no EventInvokeConfig lowers: twice, a minute or more apart) invoke it
+        # again; then the function's dead-letter queue keeps it.
         self.environment = follow_environment(mlflow_servers, package_groups or {}, mlflow_credentials or {}, model_data or {})
         for variable, value in self.environment.items():
             fn.function.add_environment(variable, value)

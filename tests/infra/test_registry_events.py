@@ -63,6 +63,16 @@ def test_approvals_and_rejections_of_model_packages_invoke_the_function(full_app
     assert set(events_use["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
 
 
+def test_an_event_that_fails_its_invocation_is_delivered_again_then_kept(full_app: Synthesized) -> None:
+    """An approval some binding could not claim for other writes fails the invocation: Lambda
+    invokes the function again with it, twice, then keeps it in the function's dead-letter queue."""
+    template = full_app.resolved("api")
+    function_id, function = function_by_handler(full_app.template("api"), HANDLER)
+    assert "TargetArn" in function["DeadLetterConfig"]
+    # Lambda's own retries of an asynchronous invocation (twice), which no EventInvokeConfig lowers
+    assert not [c for c in properties(template, "AWS::Lambda::EventInvokeConfig") if function_id in json.dumps(c["FunctionName"])]
+
+
 def test_the_function_may_describe_the_followed_groups_packages_and_read_the_model_data_locations_only(full_app: Synthesized) -> None:
     from infra.naming import STORE_PREFIX
 

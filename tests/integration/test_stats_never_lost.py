@@ -289,16 +289,17 @@ def test_every_request_is_written_once_or_dropped_visibly_whatever_the_registry_
 
 
 def test_a_key_the_registry_refuses_at_every_flush_is_dropped_visibly_in_the_end(registry: SqliteRegistry) -> None:
-    """Counts are kept to try again for `give_up_s`, not for ever: then they are reported
-    dropped, with the requests they held, and never written later."""
+    """Counts are kept to try again for `give_up_s` and `give_up_flushes`, not for ever: then
+    they are reported dropped, with the requests they held, and never written later."""
     limits = RegistryLimits(registry)
     dropped: list[tuple[object, float, str]] = []
-    recorder = StatsRecorder(registry, timed=False, give_up_s=0.3, on_drop=dropped.extend)
+    recorder = StatsRecorder(registry, timed=False, give_up_s=0.3, give_up_flushes=3, on_drop=dropped.extend)
     limits.read_only()
     for _ in range(3):
         recorder.request(KEY, 1.0, ok=True)
     assert recorder.flush() is False and dropped == []  # kept, to try again
     time.sleep(0.35)
+    assert recorder.flush() is False and dropped == []  # refused long enough, but at 2 flushes alone
     assert recorder.flush() is False
     assert [(key, n) for key, n, _ in dropped] == [(KEY, 3)] and "refused" in dropped[0][2]
     assert not recorder.pending()
@@ -306,6 +307,25 @@ def test_a_key_the_registry_refuses_at_every_flush_is_dropped_visibly_in_the_end
     recorder.request(KEY, 1.0, ok=True)  # a new count starts afresh
     assert recorder.flush()
     assert _stored(registry)["requests"] == 1
+
+
+def test_refusals_far_apart_in_a_process_that_flushes_rarely_drop_nothing(registry: SqliteRegistry) -> None:
+    """In Lambda a flush comes only with a request: two refused flushes `give_up_s` apart are
+    two refusals, not a registry refusing all along. The counts are written at the next flush
+    that works; one that works starts the count of refusals afresh."""
+    limits = RegistryLimits(registry)
+    dropped: list[tuple[object, float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, give_up_s=0.2, give_up_flushes=3, on_drop=dropped.extend)
+    for refused in (2, 2):  # refused at 2 flushes in a row, further apart than give_up_s, twice over
+        for _ in range(refused):
+            limits.read_only()
+            recorder.request(KEY, 1.0, ok=True)
+            assert recorder.flush() is False
+            limits.lift()
+            time.sleep(0.25)
+        recorder.request(KEY, 1.0, ok=True)
+        assert recorder.flush()
+    assert dropped == [] and _stored(registry)["requests"] == 6
 
 
 _COUNT = st.one_of(st.floats(-1e6, 1e6), st.sampled_from([float("nan"), float("inf"), float("-inf")]))
@@ -317,21 +337,23 @@ def test_a_count_that_is_not_a_finite_number_never_blocks_its_key(
     tmp_path_factory: pytest.TempPathFactory, adds: list[tuple[float, float]]
 ) -> None:
     """No registry stores NaN or infinity (SQLite's NOT NULL refuses NaN, DynamoDB both): such
-    counts are dropped, reported, and the counts added with them and after them are written."""
+    a count is dropped and reported, alone with the other members of its mean (`diff_sum`
+    with `diff_n`), and the counts added with it (`compared`) and after it are written."""
     registry = SqliteRegistry(tmp_path_factory.mktemp("stats") / "registry.db")
     dropped: list[tuple[tuple[str, str, int, str], float, str]] = []
     recorder = StatsRecorder(registry, timed=False, on_drop=dropped.extend)
-    finite = [(s, m) for s, m in adds if np.isfinite(s) and np.isfinite(m)]
+    sums = [s for s, _ in adds if np.isfinite(s)]
+    maxima = [m for _, m in adds if np.isfinite(m)]
     for diff_sum, diff_max in adds:
         recorder.add(MIRROR, {"compared": 1, "diff_sum": diff_sum, "diff_n": 1}, {"diff_max": diff_max})
     assert recorder.flush()  # all written: nothing kept to try again
     assert not recorder.pending()
     stored = _stored(registry, MIRROR)
-    assert stored.get("compared", 0) == len(finite) and stored.get("diff_n", 0) == len(finite)
-    if finite:
-        assert stored["diff_sum"] == pytest.approx(sum(s for s, _ in finite), abs=1e-6)
-        assert stored["diff_max"] == max(m for _, m in finite)
-    assert bool(dropped) == (len(finite) < len(adds)) and all("not a finite number" in why for _, _, why in dropped)
+    assert stored.get("compared", 0) == len(adds) and stored.get("diff_n", 0) == len(sums)
+    assert stored.get("diff_sum", 0) == pytest.approx(sum(sums), abs=1e-6)
+    assert stored.get("diff_max") == (max(maxima) if maxima else None)
+    assert bool(dropped) == (len(sums) + len(maxima) < 2 * len(adds))
+    assert all("not a number the registry stores" in why for _, _, why in dropped)
 
 
 def test_a_sum_grown_past_the_largest_float_is_dropped_alone(registry: SqliteRegistry) -> None:
@@ -341,4 +363,4 @@ def test_a_sum_grown_past_the_largest_float_is_dropped_alone(registry: SqliteReg
         recorder.add(MIRROR, {"compared": 1, "diff_sumsq": 1.5e308})
     assert recorder.flush()
     assert _stored(registry, MIRROR) == {"compared": 2}
-    assert [(key, why) for key, _, why in dropped] == [(MIRROR, "not a finite number: diff_sumsq")]
+    assert [(key, why) for key, _, why in dropped] == [(MIRROR, "not a number the registry stores: diff_sumsq")]

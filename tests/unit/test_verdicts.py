@@ -97,3 +97,31 @@ def test_a_regressor_answer_that_is_not_finite_is_left_out() -> None:
     mirror = InferenceResult({"y": np.array([[1.5], [2.0], [np.inf], [-1e300]])})  # 2e300 squared: past float64
     sums, maxes = compare(REG, primary, REG, mirror)
     assert (sums["diff_n"], sums["diff_not_finite"], sums["diff_sum"], maxes["diff_max"]) == (1, 3, 0.5, 0.5)
+
+
+_FAR = st.one_of(st.floats(-1e6, 1e6), st.floats(-1.3e154, 1.3e154), st.sampled_from([1e154, -1e154, 1.34e154, 1e200]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(pairs=st.lists(st.tuples(_FAR, _FAR), min_size=1, max_size=8))
+def test_finite_answers_far_apart_still_give_finite_sums(pairs: list[tuple[float, float]]) -> None:
+    """Rows whose differences square to finite numbers can still sum past float64's largest
+    (two rows 1e154 apart): the sums a comparison adds stay finite, the rows of largest
+    differences left out (and counted) while they would not be, so the request still counts
+    as compared and its mean is that of the rows kept."""
+    table = np.array(pairs, dtype=np.float64)
+    primary, mirror = InferenceResult({"y": table[:, :1]}), InferenceResult({"y": table[:, 1:]})
+    sums, maxes = compare(REG, primary, REG, mirror)
+    assert all(np.isfinite(v) for v in [*sums.values(), *maxes.values()]), (sums, maxes)
+    assert sums["compared"] == 1
+    assert sums["diff_n"] + sums.get("diff_not_finite", 0) == len(pairs)
+    kept = np.sort(np.abs(table[:, 0] - table[:, 1]))[: int(sums["diff_n"])]  # the smallest differences are those kept
+    assert sums["diff_sum"] == pytest.approx(float(kept.sum()))
+    assert sums["diff_sumsq"] == pytest.approx(float(np.square(kept).sum()))
+
+
+def test_two_rows_far_apart_are_compared_and_the_request_counted() -> None:
+    primary, mirror = InferenceResult({"y": np.array([[1e154], [1e154]])}), InferenceResult({"y": np.array([[0.0], [0.0]])})
+    sums, maxes = compare(REG, primary, REG, mirror)
+    assert (sums["compared"], sums["diff_n"], sums["diff_not_finite"], sums["diff_sumsq"]) == (1, 1, 1, 1e308)
+    assert maxes["diff_max"] == 1e154

@@ -10,7 +10,9 @@ each outcome, with its reason, on the binding (`sluice.services.follows`).
 - Both: a claim refused because something else wrote the binding between its read and the
   claim (`BindingChanged`: an event about another package, the poll noting its error) is
   decided again on the binding as it is now, up to `CLAIM_TRIES` times; only a claim of the
-  same version made meanwhile makes it "taken elsewhere".
+  same version made meanwhile makes it "taken elsewhere". A binding written by others at each
+  try (`Contended`) takes nothing now: the poll's next look decides again; an event fails
+  (`DeliverAgain`, once every other binding of it was told), so that Lambda delivers it again.
 - SageMaker Model Registry: `on_package_event` takes EventBridge's Model Package State Change
   event (`sluice.handlers.registry_events` on AWS): an Approved package of a followed group is
   pushed; a Rejected one is recorded (and the rollout of it, if one runs, aborted, whenever it
@@ -42,6 +44,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 APPROVED = "Approved"
 CLAIM_TRIES = 5  # decisions on a fresh read, while other writes keep landing between a read and its claim
+NEXT_POLL = "the next poll decides again"
+DELIVERED_AGAIN = (
+    "the event's invocation fails, so that Lambda delivers it again (twice, within minutes; then it is "
+    "kept in the function's dead-letter queue, to be redriven)"
+)
+
+
+class Contended(Conflict):
+    """A version not claimed because others wrote the binding between each read and claim."""
+
+
+class DeliverAgain(Exception):  # what the caller is to do, not a failure of sluice
+    """A package event whose version some binding could not claim (`Contended`): the event's
+    handler fails, for the event to be delivered again. `done`: what each binding made of it."""
+
+    def __init__(self, done: dict[str, str]) -> None:
+        super().__init__(f"follow bindings contended, the event to be delivered again: {done}")
+        self.done = done
 
 
 class MlflowSource(Protocol):
@@ -116,7 +136,7 @@ class Follower:
         for tenant, deployment in self.follows.registry.followers():
             name = f"{tenant}/{deployment}"
             try:
-                follow, done[name] = self._decided(tenant, deployment, self._look)
+                follow, done[name] = self._decided(tenant, deployment, self._look, then=NEXT_POLL)
                 if follow.error is not None:
                     self.follows.note_error(tenant, deployment, None)
             except SluiceError as exc:  # MLflow not reachable, the binding gone meanwhile: the next poll tries again
@@ -147,14 +167,18 @@ class Follower:
         change = PackageStateChange.from_event(event)
         done: dict[str, str] = {}
         bindings = dict.fromkeys(b for watch in change.watches for b in self.follows.registry.followers(watch))
+        contended = False
         for tenant, deployment in bindings:
             name = f"{tenant}/{deployment}"
             try:
-                done[name] = self._decided(tenant, deployment, lambda follow: self._package(follow, change))[1]
+                done[name] = self._decided(tenant, deployment, lambda follow: self._package(follow, change), then=DELIVERED_AGAIN)[1]
             except SluiceError as exc:  # the group not admitted for its tenant, the binding gone meanwhile
                 logger.warning("follow binding %s: %s", name, exc.message)
                 self.follows.note_error(tenant, deployment, exc)
                 done[name] = f"error: {exc.message}"
+                contended = contended or isinstance(exc, Contended)
+        if contended:  # a success is never delivered again: this approval would be lost
+            raise DeliverAgain(done)
         return done
 
     def _package(self, follow: Follow, change: PackageStateChange) -> str:
@@ -245,18 +269,19 @@ class Follower:
         return last if last is not None and last.outcome in NOTES else None
 
     # Both -------------------------------------------------------------------------------
-    def _decided(self, tenant: str, deployment: str, act: Callable[[Follow], str]) -> tuple[Follow, str]:
+    def _decided(self, tenant: str, deployment: str, act: Callable[[Follow], str], *, then: str) -> tuple[Follow, str]:
         """What `act` made of the binding (settled), and the binding it acted on: acted on again,
-        on the binding as it is now, while its claim finds another write landed since the read."""
+        on the binding as it is now, while its claim finds another write landed since the read;
+        `Contended` (saying `then`, what comes of it) once that happened at each of `CLAIM_TRIES`."""
         follow = self.follows.settle(tenant, deployment)
         for _ in range(CLAIM_TRIES):
             try:
                 return follow, act(follow)
             except BindingChanged as changed:
                 follow = self.follows.settle(tenant, deployment, changed.now)
-        raise Conflict(
+        raise Contended(
             f"follow binding {tenant}/{deployment} was written by others at each of {CLAIM_TRIES} tries to claim a version: "
-            "nothing was taken; the version is taken when its approval is delivered again, or at the next poll"
+            f"nothing was taken; {then}"
         )
 
     def take(

@@ -6,7 +6,10 @@ recorded as such on the binding) and its rollout started; a Rejected one is reco
 rollout of it aborted if one runs; one taken before and set back to pending is noted. EventBridge
 may deliver an event more than once, and in any order: a binding takes a version once (its claim
 is a conditional write), and weighs each change against the last of its version it acted on
-(`PackageStateChange.meaning`), so a second or late delivery does nothing.
+(`PackageStateChange.meaning`), so a second or late delivery does nothing. A binding that other
+writes kept from claiming the version at each try (`DeliverAgain`) fails the invocation, once
+every binding was told: Lambda invokes it again with the same event (its asynchronous retries,
+twice; then the function's dead-letter queue keeps it, to be redriven).
 
 A schedule invokes the same function with `{"poll": "follows"}`: every binding is looked at
 (`Follower.poll_once`), each rollout a binding started that ended is recorded, and each MLflow
@@ -49,7 +52,13 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         done = follower().poll_once()
         logger.info("follow bindings polled", extra={"bindings": done})
         return {"bindings": done}
-    done = follower().on_package_event(event)
+    from sluice.convert.follow import DeliverAgain
+
+    try:
+        done = follower().on_package_event(event)
+    except DeliverAgain as again:  # failed, to be delivered again: a success never is
+        logger.error("package state change: to be delivered again", extra={"bindings": again.done})
+        raise
     logger.info("package state change", extra={"bindings": done})
     return {"bindings": done}
 

@@ -30,9 +30,11 @@ def compare(
     differences of probabilities (aligned by class) or of values (matched by output).
 
     A row whose differences are not all finite numbers (an answer of NaN or infinite
-    probabilities or values, or a difference too large to square) is left out of the
+    probabilities or values, or differences too large to square and sum) is left out of the
     differences and counted on its own (`diff_not_finite`, in rows): one such answer must
-    not turn the running sums, and so the mean for every later request, into NaN."""
+    not turn the running sums, and so the mean for every later request, into NaN. So are the
+    rows of largest differences while the request's sum of squares would not be finite
+    (finite rows far apart: two differences of 1e154): the sums handed on are always finite."""
     sums: dict[str, float] = {"compared": 1}
     maxes: dict[str, float] = {}
     p_label, m_label = primary_sig.output_with_role("label"), mirror_sig.output_with_role("label")
@@ -44,16 +46,18 @@ def compare(
             sums["agree"] = float(np.sum(a.astype(str) == b.astype(str)))
     diffs = _differences(primary_sig, primary, mirror_sig, mirror)
     if diffs:
-        with np.errstate(over="ignore"):  # a square past float64's largest: not finite, left out
-            finite = [np.isfinite(np.square(d)).all(axis=1) for d in diffs]
-        if len({len(f) for f in finite}) == 1:  # the outputs' rows are the request's rows: a row in or out whole
-            whole = np.logical_and.reduce(finite)
-            finite = [whole] * len(diffs)
-            left_out = int(np.count_nonzero(~whole))
+        with np.errstate(over="ignore", invalid="ignore"):  # a square past float64's largest: not finite, left out
+            squares = [np.square(d).sum(axis=1) for d in diffs]
+        if len({len(s) for s in squares}) == 1:  # the outputs' rows are the request's rows: a row in or out whole
+            kept, sumsq = _kept(np.sum(squares, axis=0))
+            finite = [kept] * len(diffs)
         else:
-            left_out = sum(int(np.count_nonzero(~f)) for f in finite)
+            kept, sumsq = _kept(np.concatenate(squares))
+            finite = np.split(kept, np.cumsum([len(s) for s in squares])[:-1])
+        left_out = int(np.count_nonzero(~kept))
         flat = np.concatenate([d[f].reshape(-1) for d, f in zip(diffs, finite, strict=True)])
-        sums.update(diff_sum=float(flat.sum()), diff_sumsq=float(np.square(flat).sum()), diff_n=float(flat.size))
+        # Each |d| is at most its square past 1 and at most 1 below: the sum is finite where the squares' is.
+        sums.update(diff_sum=float(flat.sum()), diff_sumsq=sumsq, diff_n=float(flat.size))
         if left_out:
             sums["diff_not_finite"] = float(left_out)
         if flat.size:
@@ -61,6 +65,18 @@ def compare(
         elif not left_out:
             maxes["diff_max"] = 0.0
     return sums, maxes
+
+
+def _kept(rows: np.ndarray) -> tuple[np.ndarray, float]:
+    """Which rows (each the sum of its squared differences) the sums keep, and the sum of
+    theirs: the finite ones, the largest left out while their sum would not be finite."""
+    keep = np.isfinite(rows)
+    order = np.argsort(np.where(keep, rows, np.inf), kind="stable")
+    with np.errstate(over="ignore", invalid="ignore"):
+        running = np.cumsum(rows[order])  # not finite from the first row that takes it past float64's largest
+    within = np.isfinite(running)
+    keep[order[~within]] = False
+    return keep, float(running[within][-1]) if within.any() else 0.0
 
 
 def _differences(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sluice.domain.jobs import BatchJob, ChunkResult, JobStatus
     from sluice.domain.optimize_jobs import OptimizeJob, OptimizeStatus
     from sluice.domain.schedules import Schedule
+    from sluice.domain.stat_numbers import StatNumbers
     from sluice.registry.guards import Catalog
 
 
@@ -177,7 +178,12 @@ class OptimizeJobRegistry(Protocol):
 class StatsRegistry(Protocol):
     """Statistics: additive counters (and running maxima) per deployment revision and subject
     (`variant:<name>`, `mirror:<name>`, `member:<name>`), merged from many containers; and
-    which variant answered a request, kept for bandit feedback."""
+    which variant answered a request, kept for bandit feedback.
+
+    `stat_numbers`: the values a statistic may have here (`sluice.domain.stat_numbers`); the
+    stats recorder, which every count goes through, holds none outside it."""
+
+    stat_numbers: StatNumbers
 
     def merge_stats(
         self, tenant: str, deployment: str, revision: int, subject: str,

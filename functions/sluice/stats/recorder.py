@@ -11,20 +11,24 @@ Nothing counted is lost without being counted as lost:
   and at shutdown (`close`);
 - what can never be written is dropped, and reported through `on_drop` (a log line and the
   `ml_inference_stats_dropped` metric, `Telemetry.stats_dropped`): a key's counts still
-  refused at `close`, or refused at every flush for `give_up_s`; counts beyond `max_pending`
-  keys held while the registry refuses; and a count that is not a finite number (NaN or
-  infinite: no registry stores one), which is never held, so that it cannot keep its key's
-  other counts from being written. Every count reaches the registry through this recorder,
-  so this is the one place that rule is kept, for every backend.
+  refused at `close`, or refused at `give_up_flushes` flushes in a row spanning `give_up_s`
+  (both: a process that flushes rarely, as in Lambda, is not taken for one refused all along);
+  counts beyond `max_pending` keys held while the registry refuses; and a count that is not a
+  number the registry stores (`StatsRegistry.stat_numbers`: NaN or infinite anywhere, 1e126
+  and more in DynamoDB), which is never held, so that it cannot keep its key's other counts
+  from being written. Such a count is dropped alone, with the members of its mean (`x_sum`,
+  `x_sumsq`, `x_n`: a mean's sum is never kept without its count), at the add, and at the
+  flush where a sum has grown out of range. Every count reaches the registry through this
+  recorder, so this is the one place that rule is kept, for every backend.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from sluice.domain.stat_numbers import FLOAT64
 from sluice.observability import get_logger
 from sluice.registry.scope import use_tenant
 from sluice.stats import timer
@@ -33,6 +37,7 @@ from sluice.stats.histogram import bucket_name
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sluice.domain.stat_numbers import StatNumbers
     from sluice.registry import StatsRegistry
 
 Key = tuple[str, str, int, str]  # tenant, deployment, revision, subject
@@ -41,12 +46,14 @@ Dropped = tuple[Key, float, str]  # a key, the requests (and rewards) its droppe
 
 LAST_REQUEST = "last_request_ms"  # a maximum: when a deployment last had a request (ms since the epoch)
 MAX_PENDING = 10_000  # keys held at once (a few KB each) while the registry refuses writes
-GIVE_UP_S = 900.0  # a key's counts refused at every flush this long are dropped
+GIVE_UP_S = 900.0  # a key's counts refused at every flush this long (and at GIVE_UP_FLUSHES in a row) are dropped
+GIVE_UP_FLUSHES = 10
 COMPLAIN_EVERY_S = 60.0  # while writes keep failing, a warning this often (and at the first)
 TOO_MANY = "too many statistics pending while the registry refused writes"
 AT_CLOSE = "the registry refused the last write before the process stopped"
-GAVE_UP = "the registry refused these counts at every flush for {minutes:g} minutes"
-NOT_FINITE = "not a finite number: {names}"
+GAVE_UP = "the registry refused these counts at {flushes} flushes in a row, over {minutes:g} minutes"
+NOT_STORED = "not a number the registry stores: {names}"
+MEAN_PARTS = ("_sum", "_sumsq", "_n")  # the members of a mean (`diff_sum`, `diff_sumsq`, `diff_n`): kept or dropped together
 
 
 class StatsRecorder(timer.Flushed):
@@ -60,19 +67,23 @@ class StatsRecorder(timer.Flushed):
         on_drop: Callable[[list[Dropped]], None] | None = None,
         max_pending: int = MAX_PENDING,
         give_up_s: float = GIVE_UP_S,
+        give_up_flushes: int = GIVE_UP_FLUSHES,
         timed: bool | None = None,
     ) -> None:
         """`timed`: flushed by the process's timer thread as well (`timer.Flushed`).
-        `give_up_s`: how long a key's counts may be refused at every flush before they are
-        dropped (a registry down that long, or one refusing these counts alone)."""
+        `give_up_s`, `give_up_flushes`: a key's counts refused at this many flushes in a row,
+        the first this long ago, are dropped (a registry down that long, or one refusing these
+        counts alone); a write that succeeds starts both afresh."""
         super().__init__(registry, flush_every_s=flush_every_s, timed=timed)
         self.on_drop = on_drop or _log_dropped
         self.max_pending = max_pending
         self.give_up_s = give_up_s
+        self.give_up_flushes = give_up_flushes
+        self.numbers: StatNumbers = getattr(registry, "stat_numbers", FLOAT64)
         self._sums: dict[Key, defaultdict[str, float]] = {}
         self._maxes: dict[Key, dict[str, float]] = {}
         self._lost: dict[tuple[Key, str], float] = {}
-        self._refused_since: dict[Key, float] = {}  # keys refused at every flush since then (monotonic)
+        self._refused: dict[Key, tuple[float, int]] = {}  # keys refused at every flush since: (first, monotonic; flushes)
         self._failing_since: float | None = None
         self._complained = 0.0
 
@@ -150,12 +161,9 @@ class StatsRecorder(timer.Flushed):
             self._merge(key, sums, maxes)
 
     def _merge(self, key: Key, sums: dict[str, float] | None, maxes: dict[str, float] | None) -> None:
-        """Counts added to what is pending: sums summed, maxima kept. Counts of which one is
-        not a finite number are dropped together (a mean's sum without its count would mislead)."""
-        wrong = _not_finite(sums) + _not_finite(maxes)
-        if wrong:
-            self._lose(key, _weight(sums), NOT_FINITE.format(names=", ".join(sorted(wrong))))
-            return
+        """Counts added to what is pending: sums summed, maxima kept. A count the registry
+        cannot store is dropped, with the other members of its mean (`_storable`)."""
+        sums, maxes = self._storable(key, sums), self._storable(key, maxes)
         if sums:
             target = self._sums_of(key)
             if target is None:
@@ -188,13 +196,13 @@ class StatsRecorder(timer.Flushed):
                 self._last_flush = time.monotonic()
             kept: list[tuple[Key, dict[str, float] | None, dict[str, float] | None]] = []
             error: Exception | None = None
-            now, refused = time.monotonic(), self._refused_since
-            self._refused_since = {}
+            now, refused = time.monotonic(), self._refused
+            self._refused = {}
             for key in sums.keys() | maxes.keys():
                 # Sums, then maxima: a registry that writes them in two steps (DynamoDB) and
                 # fails between would otherwise count the sums twice once they are put back.
-                key_sums = self._finite(key, sums.get(key))  # a sum may have grown past float's largest
-                key_maxes = self._finite(key, maxes.get(key))
+                with self._lock:  # a sum may have grown out of the registry's range
+                    key_sums, key_maxes = self._storable(key, sums.get(key)), self._storable(key, maxes.get(key))
                 try:
                     if key_sums:
                         self._write(key, key_sums, {})
@@ -203,13 +211,14 @@ class StatsRecorder(timer.Flushed):
                         self._write(key, {}, key_maxes)
                 except Exception as exc:  # any refusal: kept, to be tried again, for a while
                     error = exc
-                    since = refused.get(key, now)
-                    if now - since < self.give_up_s:
+                    since, times = refused.get(key, (now, 0))
+                    times += 1
+                    if times < self.give_up_flushes or now - since < self.give_up_s:
                         kept.append((key, key_sums, key_maxes))
-                        self._refused_since[key] = since
+                        self._refused[key] = (since, times)
                         continue
                     with self._lock:
-                        self._lose(key, _weight(key_sums), GAVE_UP.format(minutes=round(self.give_up_s / 60, 1)))
+                        self._lose(key, _weight(key_sums), GAVE_UP.format(flushes=times, minutes=round((now - since) / 60, 1)))
             if kept:
                 with self._lock:
                     for key, key_sums, key_maxes in kept:
@@ -218,16 +227,26 @@ class StatsRecorder(timer.Flushed):
             self._report_lost()
             return error is None
 
-    def _finite(self, key: Key, values: dict[str, float] | None) -> dict[str, float] | None:
-        """`values` less those that are not finite numbers, which are dropped (none: None)."""
+    def _storable(self, key: Key, values: dict[str, float] | None) -> dict[str, float] | None:
+        """`values` as the registry stores them (`self.numbers`: a magnitude too small for it
+        is 0), less those it cannot store, which are dropped and reported with the other
+        members of their mean (none left: None). Called with the lock held."""
         if not values:
             return None
-        wrong = _not_finite(values)
+        kept: dict[str, float] = {}
+        wrong: list[str] = []
+        for name, value in values.items():
+            stored = self.numbers.stored(value)
+            if stored is None:
+                wrong.append(name)
+            else:
+                kept[name] = stored
         if wrong:
-            with self._lock:
-                self._lose(key, 0.0, NOT_FINITE.format(names=", ".join(sorted(wrong))))
-            values = {name: value for name, value in values.items() if name not in wrong}
-        return dict(values) or None
+            means = {_mean_of(name) for name in wrong} - {None}
+            dropped = {name for name in values if name in wrong or _mean_of(name) in means}
+            self._lose(key, _weight({name: values[name] for name in dropped}), NOT_STORED.format(names=", ".join(sorted(wrong))))
+            kept = {name: value for name, value in kept.items() if name not in dropped}
+        return kept or None
 
     def _write(self, key: Key, sums: dict[str, float], maxes: dict[str, float]) -> None:
         tenant, deployment, revision, subject = key
@@ -239,7 +258,7 @@ class StatsRecorder(timer.Flushed):
             for key in self._sums.keys() | self._maxes.keys():
                 self._lose(key, _weight(self._sums.get(key)), AT_CLOSE)
             self._sums, self._maxes = {}, {}
-            self._refused_since = {}
+            self._refused = {}
 
     def _dropped(self, lost: None) -> None:
         self._report_lost()
@@ -277,8 +296,12 @@ def _weight(sums: dict[str, float] | None) -> float:
     return sums.get("requests", 0.0) + sums.get("reward_n", 0.0)
 
 
-def _not_finite(values: dict[str, float] | None) -> list[str]:
-    return [name for name, value in (values or {}).items() if not math.isfinite(value)]
+def _mean_of(name: str) -> str | None:
+    """The mean `name` is a member of (`diff` for `diff_sumsq`), or None."""
+    for part in MEAN_PARTS:
+        if name.endswith(part) and len(name) > len(part):
+            return name.removesuffix(part)
+    return None
 
 
 def _log_dropped(dropped: list[Dropped]) -> None:

@@ -566,3 +566,44 @@ def test_an_approval_overtaken_between_its_read_and_its_claim_by_a_later_one_is_
     shown = pieces.registry().get_follow("default", "fraud")
     assert (shown.seen, [(e.version, e.outcome) for e in shown.history]) == ("3", [("3", "conversion_failed")])
     assert [v.version for v in pieces.registry().list_versions("default", "fraud")] == [1]
+
+
+def test_an_approval_whose_claim_meets_other_writes_at_every_try_fails_to_be_delivered_again(
+    capsys: pytest.CaptureFixture[str], packages: dict[str, Any]
+) -> None:
+    """Other invocations write the binding (rejections of other packages) between each read and
+    claim of package 1's approval: after 5 tries nothing is taken, and the invocation fails,
+    since EventBridge and Lambda deliver a success never again. Delivered again (Lambda's retry
+    of the failed invocation), the approval is taken and rolled out; the poll meanwhile takes nothing."""
+    from sluice.cli import pieces
+    from sluice.convert.follow import CLAIM_TRIES, DeliverAgain
+    from sluice.domain.follows import FollowEvent
+    from sluice.handlers.registry_events import follower, handler
+    from tests.support import LambdaContext
+
+    following(capsys, packages)
+    follower.cache_clear()
+    follows = follower().follows
+    registry = follows.registry
+    update, met = registry.update_follow, [0]
+
+    def racing(follow: Any, **kw: Any) -> Any:
+        if follow.state == "pushing":  # another invocation's write lands first, at every claim
+            met[0] += 1
+            follows.record("default", "fraud", FollowEvent(str(100 + met[0]), "rejected", follows.clock(), "another package rejected"))
+        return update(follow, **kw)
+
+    registry.update_follow = racing  # type: ignore[method-assign]
+    context = LambdaContext(function_name="sluice-registry-events")
+    with pytest.raises(DeliverAgain) as failed:
+        handler(at(1, "Approved", "09:00"), context)
+    registry.update_follow = update  # type: ignore[method-assign]
+    [answer] = failed.value.done.values()
+    assert met[0] >= CLAIM_TRIES and "nothing was taken; the event's invocation fails, so that Lambda delivers it again" in answer
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert shown.seen != "1" and shown.error is not None and "delivers it again" in shown.error.message
+    assert handler({"poll": "follows"}, context) == {"bindings": {"default/fraud": shown.state}}
+    assert handler(at(1, "Approved", "09:00"), context) == {"bindings": {"default/fraud": "rolling_out"}}  # delivered again
+    shown = pieces.registry().get_follow("default", "fraud")
+    assert shown.seen == "1" and shown.last_of("1").outcome == "rolling_out"  # type: ignore[union-attr]
+    assert pieces.registry().get_deployment("default", "fraud").rollout.version == 2  # type: ignore[union-attr]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -15,6 +17,9 @@ import boto3
 import pytest
 from boto3.dynamodb.types import TypeSerializer
 from botocore.stub import Stubber
+from hypothesis import HealthCheck, given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from tests.integration.contracts.conftest import emptied
 from tests.support import at_once
 
@@ -29,6 +34,7 @@ from sluice.registry.dynamodb import DynamoRegistry, create_table, table_of_url
 from sluice.registry.ports import MessageWindow
 from sluice.registry.sqlite import SqliteRegistry
 from sluice.services.connection_rate import ConnectionRate
+from sluice.stats.recorder import StatsRecorder
 
 if TYPE_CHECKING:
     from sluice.registry import Registry
@@ -499,6 +505,47 @@ def test_concurrent_stat_merges_all_count(registry: Registry) -> None:
     for thread in threads:
         thread.join()
     assert registry.read_stats(A, "scoring", 1) == {"deployment": {"requests": 8.0, "peak": 7.0}}
+
+
+def test_a_registry_stores_every_statistic_its_numbers_admit(registry: Registry) -> None:
+    """`stat_numbers` is what the backend holds: its largest admitted magnitude is stored, and
+    one below its smallest is stored as 0."""
+    numbers = registry.stat_numbers
+    largest = math.nextafter(numbers.below, 0)
+    registry.merge_stats(A, "scoring", 1, "mirror:b", {"diff_sumsq": largest}, {"diff_max": -largest})
+    assert registry.read_stats(A, "scoring", 1)["mirror:b"] == {"diff_sumsq": largest, "diff_max": -largest}
+    assert numbers.stored(largest) == largest and numbers.stored(math.nextafter(largest, math.inf)) is None
+    assert numbers.stored(float("nan")) is None and numbers.stored(numbers.tiny / 2) in (0.0, numbers.tiny / 2)
+
+
+_STAT = st.one_of(
+    st.floats(-1e6, 1e6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e70, -1e140, 1e-140, -1e-135, 9.999999999999998e125, 1e126, 1e300]),
+)
+_DEPLOYMENTS = itertools.count()
+
+
+@examples(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(adds=st.lists(st.tuples(_STAT, _STAT), min_size=1, max_size=6))
+def test_no_statistic_value_keeps_a_key_from_being_written(registry: Registry, adds: list[tuple[float, float]]) -> None:
+    """Whatever a count is (NaN, 1e140: past DynamoDB's 9.99e125, 1e-140: below its 1e-130),
+    the recorder holds it within what the backend stores: the flush writes the key, a value it
+    cannot store is dropped and reported with the other members of its mean, and the request's
+    other counts (`requests`, `compared`) are written."""
+    deployment = f"scoring-{next(_DEPLOYMENTS)}"
+    key = (A, deployment, 1, "mirror:candidate")
+    dropped: list[tuple[object, float, str]] = []
+    recorder = StatsRecorder(registry, timed=False, on_drop=dropped.extend)
+    for diff, peak in adds:
+        recorder.request(key, 1.0, ok=True)
+        recorder.add(key, {"compared": 1, "diff_sum": abs(diff), "diff_sumsq": diff * diff, "diff_n": 1}, {"diff_max": peak})
+    assert recorder.flush()  # nothing refused, nothing kept back
+    stored = registry.read_stats(A, deployment, 1)["mirror:candidate"]
+    assert (stored["requests"], stored["compared"]) == (len(adds), len(adds))
+    assert all("not a number the registry stores" in why for _, _, why in dropped)
+    if all(abs(d) <= 1e6 and abs(p) <= 1e6 for d, p in adds):
+        assert not dropped and stored["diff_n"] == len(adds)
 
 
 def test_assignments_are_kept_per_tenant_and_deployment(registry: Registry) -> None:

@@ -10,6 +10,7 @@ otherwise pile up forever.
 from __future__ import annotations
 
 from sluice.domain import now
+from sluice.domain.stat_numbers import DYNAMODB
 from sluice.registry.dynamodb import layout
 from sluice.registry.dynamodb.table import (
     Part,
@@ -31,6 +32,8 @@ def _stat(value: float) -> float:
 
 
 class DynamoStats(Part):
+    stat_numbers = DYNAMODB  # what the recorder keeps every statistic within
+
     def merge_stats(
         self, tenant: str, deployment: str, revision: int, subject: str,
         sums: dict[str, float], maxes: dict[str, float],

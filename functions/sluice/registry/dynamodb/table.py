@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.clients import lazy_client
 from sluice.domain.errors import BackendError, BadRequest, PayloadTooLarge, SluiceError, Unavailable
+from sluice.domain.stat_numbers import DYNAMODB
 from sluice.registry.codec import not_finite
 from sluice.registry.dynamodb.layout import CATALOG
 
@@ -337,7 +338,7 @@ def _to_dynamo(value: Any, field: str) -> Any:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise not_finite(field)
-        if value and not 1e-130 <= abs(value) < 1e126:  # what a DynamoDB number holds (1E-130 to 9.9E125)
+        if value and not DYNAMODB.tiny <= abs(value) < DYNAMODB.below:  # what a DynamoDB number holds (1E-130 to 9.9E125)
             raise BadRequest(f"{field}: the registry stores numbers of 1e-130 to 9.9e125 in magnitude, or 0: not {value!r}", field=field)
         return Decimal(repr(value))  # repr is the shortest string that reads back as the same float
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**38:  # 38 digits, as boto3 writes them

@@ -4,10 +4,13 @@ that adds (sums) or keeps the larger value (maxima)."""
 from __future__ import annotations
 
 from sluice.domain import now
+from sluice.domain.stat_numbers import FLOAT64
 from sluice.registry.sqlite.connection import Part
 
 
 class SqliteStats(Part):
+    stat_numbers = FLOAT64  # what the recorder keeps every statistic within (REAL, NOT NULL)
+
     def merge_stats(
         self, tenant: str, deployment: str, revision: int, subject: str,
         sums: dict[str, float], maxes: dict[str, float],
