@@ -185,6 +185,30 @@ def test_a_regressors_label_too_large_to_measure_is_refused_and_the_window_keeps
     assert window["rows"] == 3 and window["rmse"] == pytest.approx(1e100 * (2 / 3) ** 0.5)
 
 
+def test_an_empty_label_is_the_class_a_model_names_so_and_no_regressors_label(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A model may predict the class "" (or " "): its ground truth was a 422 for the whole post
+    (one such row failed a post of 10,000 labels). Only a regressor refuses empty text."""
+    import numpy as np
+
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor.quality import predicted as kept_doc
+
+    sig = Signature(inputs=(TensorSpec("x", "FP32", (-1, 1)),), outputs=(TensorSpec("label", "BYTES", (-1,), role="label"),))
+    doc = kept_doc(sig, InferenceResult({"label": np.array(["", " ", "spam"], object)}))
+    assert doc is not None and doc["predicted"] == ["", " ", "spam"]
+    demo.monitor.registry.keep_predictions("acme", "iris", [{"request_id": "e1", "revision": 1, "variant": "", "window": 36 * HOUR, **doc}], expires_at=4e9)
+    posted = [{"request_id": "e1", "row": i, "label": v} for i, v in enumerate(["", " ", ""])]
+    r = client.post(f"{BASE}/labels", json={"labels": posted}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["matched"] == 3, r.text
+    (window,) = client.get(f"{BASE}/monitor", headers=auth(keys["acme"])).json()["quality"]
+    assert window["rows"] == 3 and window["accuracy"] == pytest.approx(2 / 3)
+    demo.monitor.registry.keep_predictions("acme", "diabetes", [{"request_id": "v1", "revision": 1, "variant": "", "window": 36 * HOUR, "kind": "value", "predicted": [1.0]}], expires_at=4e9)
+    for empty in ("", " "):
+        r = client.post("/api/v1/deployments/diabetes/labels", json={"labels": [{"request_id": "v1", "label": empty}]}, headers=auth(keys["acme"]))
+        assert r.status_code in (400, 422) and r.json()["field"] == "labels[0].label", r.text
+
+
 def test_a_rollout_whose_candidate_gets_flipped_labels_is_rolled_back_by_the_accuracy_gate(
     client: TestClient, keys: dict[str, str], demo: Container, acme: Principal
 ) -> None:

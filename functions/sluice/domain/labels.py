@@ -90,11 +90,10 @@ def write_numbers(names: Iterable[str]) -> bool:
 
 
 def scalar_problem(label: Any) -> str | None:
-    """Why `label` is no label whatever the model (the wire's check, and a file row's), or None."""
+    """Why `label` is no label whatever the model (the wire's check, and a file row's), or None.
+    Empty text is a label: a model may predict a class `""` (a regressor refuses it, `label_of`)."""
     if not isinstance(label, str | int | float):  # (a boolean is an int: `label_of` says what it makes of one)
         return "a label is text or a number"
-    if isinstance(label, str) and not label.strip():
-        return "a label is not empty text"
     if isinstance(label, str) and len(label) > MAX_LABEL_CHARS:
         return f"a label is at most {MAX_LABEL_CHARS} characters"
     return None
