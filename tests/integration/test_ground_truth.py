@@ -400,3 +400,28 @@ def test_counts_stored_before_the_upgrade_are_read_under_the_names_labels_get_no
     assert quality["auc"] is not None
     gate = monitor.quality_gate("default", "iris", 1, "")
     assert gate["accuracy"] == pytest.approx(6 / 8) and gate["precision"] == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        ('{"request_id": "r0", "label": ""}\n{"request_id": "r1", "label": " "}\n', "missing value for 'label': 2"),
+        ("".join(f'{{"request_id": "{"x" * 200}{i}", "label": "setosa"}}\n' for i in range(3)), "'request_id' is longer than 128 characters: 3"),
+    ],
+    ids=["blank labels", "long request ids"],
+)
+def test_a_label_file_with_no_label_left_to_post_is_an_error_naming_why(
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, reason: str
+) -> None:
+    """A file whose every label is blank, or every request id too long, said "0 labels ... 0
+    matched" and exited 0; a file with no usable row is an error (exit 2), as the docs say."""
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    data = tmp_path / "labels.jsonl"
+    data.write_text(rows)
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data), *extra)
+        assert code == 2 and "[file]" in err and "labels.jsonl holds no label to post" in err and reason in err, (out, err)
+        assert "0 labels" not in out
