@@ -185,6 +185,30 @@ def test_a_regressors_label_too_large_to_measure_is_refused_and_the_window_keeps
     assert window["rows"] == 3 and window["rmse"] == pytest.approx(1e100 * (2 / 3) ** 0.5)
 
 
+def test_an_empty_label_is_the_class_a_model_names_so_and_no_regressors_label(client: TestClient, keys: dict[str, str], demo: Container) -> None:
+    """A model may predict the class "" (or " "): its ground truth was a 422 for the whole post
+    (one such row failed a post of 10,000 labels). Only a regressor refuses empty text."""
+    import numpy as np
+
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor.quality import predicted as kept_doc
+
+    sig = Signature(inputs=(TensorSpec("x", "FP32", (-1, 1)),), outputs=(TensorSpec("label", "BYTES", (-1,), role="label"),))
+    doc = kept_doc(sig, InferenceResult({"label": np.array(["", " ", "spam"], object)}))
+    assert doc is not None and doc["predicted"] == ["", " ", "spam"]
+    demo.monitor.registry.keep_predictions("acme", "iris", [{"request_id": "e1", "revision": 1, "variant": "", "window": 36 * HOUR, **doc}], expires_at=4e9)
+    posted = [{"request_id": "e1", "row": i, "label": v} for i, v in enumerate(["", " ", ""])]
+    r = client.post(f"{BASE}/labels", json={"labels": posted}, headers=auth(keys["acme"]))
+    assert r.status_code == 200 and r.json()["matched"] == 3, r.text
+    (window,) = client.get(f"{BASE}/monitor", headers=auth(keys["acme"])).json()["quality"]
+    assert window["rows"] == 3 and window["accuracy"] == pytest.approx(2 / 3)
+    demo.monitor.registry.keep_predictions("acme", "diabetes", [{"request_id": "v1", "revision": 1, "variant": "", "window": 36 * HOUR, "kind": "value", "predicted": [1.0]}], expires_at=4e9)
+    for empty in ("", " "):
+        r = client.post("/api/v1/deployments/diabetes/labels", json={"labels": [{"request_id": "v1", "label": empty}]}, headers=auth(keys["acme"]))
+        assert r.status_code in (400, 422) and r.json()["field"] == "labels[0].label", r.text
+
+
 def test_a_rollout_whose_candidate_gets_flipped_labels_is_rolled_back_by_the_accuracy_gate(
     client: TestClient, keys: dict[str, str], demo: Container, acme: Principal
 ) -> None:
@@ -231,11 +255,12 @@ def test_the_cli_posts_labels_from_a_file_and_shows_the_quality(cli_home: Path, 
     assert code == 2 and "[file]" in err
 
 
-def _kept(name: str, kind: str, said: Any, ids: list[str]) -> None:
-    """Predictions kept for `ids` of deployment `name` (each said `said`), as a request keeps them."""
+def _kept(name: str, kind: str, said: Any, ids: list[str], numbers: bool | None = None) -> None:
+    """Predictions kept for `ids` of deployment `name` (each said `said`), as a request keeps them
+    (a classifier's: of classes that are `numbers` or text; None: kept before that was kept)."""
     from sluice.cli import pieces
 
-    record = {"revision": 1, "variant": "", "window": 36 * HOUR, "kind": kind, "predicted": [said]}
+    record = {"revision": 1, "variant": "", "window": 36 * HOUR, "kind": kind, "predicted": [said], **({} if numbers is None else {"numbers": numbers})}
     pieces.monitor().registry.keep_predictions("default", name, [{"request_id": rid, **record} for rid in ids], expires_at=4e9)
 
 
@@ -254,20 +279,26 @@ def _files(tmp_path: Path, label: Any, ids: list[str]) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    ("kind", "said", "label", "by_api"),
+    ("kind", "said", "numbers", "label", "by_api", "right"),
     [
-        ("class", "1", 1.0, [1, 1.0, "1", "1.0"]),  # a 0/1 classifier: a float column's 1.0 is class 1
-        ("class", "1", 1, [1, 1.0, "1"]),
-        ("class", "setosa", "setosa", ["setosa"]),  # text classes as they are
-        ("value", 2.0, 2.5, [2.5, "2.5"]),  # a regressor: the number, whatever the file stored
+        ("class", "1", True, 1.0, [1, 1.0, "1", "1.0"], True),  # a 0/1 classifier: a float column's 1.0 is class 1
+        ("class", "1", None, 1.0, [1, 1.0, "1", "1.0"], True),  # its prediction kept before the kind of its classes was
+        ("class", "1", True, 1, [1, 1.0, "1"], True),
+        ("class", "setosa", False, "setosa", ["setosa"], True),  # text classes as they are
+        ("class", "setosa", None, "setosa", ["setosa"], True),
+        ("class", "1.1", False, "1.10", ["1.10"], False),  # text classes "1.1" and "1.10", two versions: two classes
+        ("class", "1000", False, "1e3", ["1e3", "1000.0"], False),
+        ("class", "2.5", False, "2.5", ["2.5", 2.5], True),
+        ("value", 2.0, None, 2.5, [2.5, "2.5"], True),  # a regressor: the number, whatever the file stored
     ],
 )
 def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
-    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, said: Any, label: Any, by_api: list[Any]
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, said: Any, numbers: bool | None, label: Any, by_api: list[Any], right: bool
 ) -> None:
     """`sluice monitor labels --file` and `POST .../labels` take one rule for a label: a JSON Lines,
     CSV or Parquet 1.0 for predictions of class 1 were counted as a class "1.0" (wrong), the
-    API's 1.0 as class 1."""
+    API's 1.0 as class 1. A model of text classes has them as written, a file's and the API's
+    alike: a prediction "1.1" labelled "1.10" was counted right."""
     from sluice.cli import pieces
     from sluice.domain import Principal
     from sluice.types.monitoring import Labels
@@ -276,7 +307,7 @@ def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
     assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
     assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
     api_ids, file_ids = [f"api-{i}" for i in range(len(by_api))], ["jsonl", "csv", "parquet"]
-    _kept("iris", kind, said, api_ids + file_ids)
+    _kept("iris", kind, said, api_ids + file_ids, numbers)
     monitor = pieces.monitor()
     body = Labels.model_validate({"labels": [{"request_id": rid, "label": v} for rid, v in zip(api_ids, by_api, strict=True)]})
     posted = monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [(x.request_id, x.row, x.label) for x in body.labels])
@@ -287,9 +318,9 @@ def test_a_label_from_a_file_is_what_the_same_label_posted_to_the_api_is(
     (window,) = monitor.quality("default", "iris", 1)
     assert window["rows"] == len(by_api) + 3
     if kind == "class":
-        assert window["accuracy"] == 1.0
+        assert window["accuracy"] == (1.0 if right else 0.0)
         pairs = {(actual, predicted) for _, doc in monitor.registry.read_outcomes("default", "iris", 1) for actual, predicted, _ in doc[""]["pairs"]}
-        assert pairs == {(said, said)}  # one class, every post
+        assert pairs == {(said, said)} if right else {(str(label), said)} | {(str(v), said) for v in by_api}  # one class, every post
     else:
         assert window["mae"] == pytest.approx(0.5)
 
@@ -327,3 +358,70 @@ def test_every_row_of_a_label_file_is_posted_skipped_with_why_or_said_unread(
     assert rows["skipped_by_reason"] == {"missing value for 'request_id'": {"rows": 1, "first": [0]}, "missing value for 'label'": {"rows": 1, "first": [1]}}
     code, out, _ = run_cli(capsys, "monitor", "labels", "iris", "--file", str(lines), "--limit", "6")
     assert code == 0 and "not read: 6 rows past --limit 6" in out
+
+
+def test_counts_stored_before_the_upgrade_are_read_under_the_names_labels_get_now(
+    cli_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model of text classes "0.0"/"1.0": counts stored before the label rule (as written) and
+    by the code that read every number-like text as a number ("0"/"1") join the counts stored
+    now in one window and in the rollout gate's figures: two classes, not four, the positive
+    class kept and every row's score in the AUC."""
+    import numpy as np
+
+    from sluice.cli import pieces
+    from sluice.domain import Principal
+    from sluice.domain.results import InferenceResult
+    from sluice.domain.signature import Signature, TensorSpec
+    from sluice.monitor.quality import predicted as kept_doc
+    from tests.conftest import MODELS
+
+    monkeypatch.setenv("SLUICE_MONITOR_MIN_LABELS", "8")  # the gate's figures from the eighth labelled row
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    monitor, window = pieces.monitor(), 36 * HOUR
+    before = {"kind": "class", "rows": 3, "pairs": [["1.0", "1.0", 2], ["0.0", "1.0", 1]], "positive": "1.0", "scores": {"pos": [[900, 2]], "neg": [[600, 1]]}}
+    since_rule = {"kind": "class", "rows": 2, "pairs": [["1", "1", 1], ["0", "0", 1]], "positive": "1", "scores": {"pos": [[800, 1]], "neg": [[100, 1]]}}
+    for doc in (before, since_rule):
+        monitor.registry.add_outcomes("default", "iris", 1, window, {"": doc})
+    sig = Signature(inputs=(TensorSpec("x", "FP32", (-1, 1)),), outputs=(
+        TensorSpec("label", "BYTES", (-1,), role="label"), TensorSpec("probabilities", "FP32", (-1, 2), role="probabilities"),
+    ))  # fmt: skip
+    records = []
+    for i, (said, p) in enumerate([("1.0", 0.9), ("0.0", 0.2), ("1.0", 0.4)]):
+        answer = InferenceResult({"label": np.array([said], object), "probabilities": np.array([[1 - p, p]], np.float32)}, classes={"probabilities": ["0.0", "1.0"]})
+        records.append({"request_id": f"new{i}", "revision": 1, "variant": "", "window": window, **kept_doc(sig, answer)})  # type: ignore[dict-item]
+    monitor.registry.keep_predictions("default", "iris", records, expires_at=4e9)
+    posted = monitor.add_labels(Principal("default", frozenset({"predict"}), "t"), "iris", [("new0", 0, "1.0"), ("new1", 0, "0.0"), ("new2", 0, "0.0")])
+    assert posted["matched"] == 3
+    (quality,) = monitor.quality("default", "iris", 1)
+    assert quality["rows"] == 8 and quality["positive"] == "1.0"
+    assert quality["accuracy"] == pytest.approx(6 / 8) and quality["recall"] == pytest.approx(4 / 4) and quality["precision"] == pytest.approx(4 / 6)
+    assert quality["auc"] is not None
+    gate = monitor.quality_gate("default", "iris", 1, "")
+    assert gate["accuracy"] == pytest.approx(6 / 8) and gate["precision"] == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        ('{"request_id": "r0", "label": ""}\n{"request_id": "r1", "label": " "}\n', "missing value for 'label': 2"),
+        ("".join(f'{{"request_id": "{"x" * 200}{i}", "label": "setosa"}}\n' for i in range(3)), "'request_id' is longer than 128 characters: 3"),
+    ],
+    ids=["blank labels", "long request ids"],
+)
+def test_a_label_file_with_no_label_left_to_post_is_an_error_naming_why(
+    cli_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: str, reason: str
+) -> None:
+    """A file whose every label is blank, or every request id too long, said "0 labels ... 0
+    matched" and exited 0; a file with no usable row is an error (exit 2), as the docs say."""
+    from tests.conftest import MODELS
+
+    assert run_cli(capsys, "models", "push", "iris", str(MODELS / "iris.onnx"))[0] == 0
+    assert run_cli(capsys, "deployments", "create", "iris", "--model", "iris")[0] == 0
+    data = tmp_path / "labels.jsonl"
+    data.write_text(rows)
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli(capsys, "monitor", "labels", "iris", "--file", str(data), *extra)
+        assert code == 2 and "[file]" in err and "labels.jsonl holds no label to post" in err and reason in err, (out, err)
+        assert "0 labels" not in out

@@ -56,6 +56,13 @@ class RowsRead:
     def skipped_rows(self) -> int:
         return sum(s.count for s in self.skipped.values())
 
+    def none_left(self, shown: str, *, what: str = "no row this model can take", field: str) -> InvalidInput:
+        """The error of a read that left no row to use: `shown` holds `what`, with the rows
+        skipped by reason and those not read past the limit."""
+        why = "; ".join(f"{reason}: {s.count}" for reason, s in self.skipped.items())
+        unread = f"; not read past the limit: {self.unread}" if self.unread else ""
+        return InvalidInput(f"{shown} holds {what}" + (f" (rows skipped: {why}{unread})" if why else ""), field=field)
+
     def summary(self) -> dict[str, Any]:
         """JSON-able: `total`, `skipped` (count and first rows by reason), `unread`."""
         return {
@@ -134,8 +141,7 @@ def read_job(
         if kept >= limit:
             break
     if kept == 0:
-        why = "; ".join(f"{reason}: {s.count}" for reason, s in out.skipped.items())
-        raise InvalidInput(f"{shown or job.input_uri} holds no row this model can take" + (f" (rows skipped: {why})" if why else ""), field=field)
+        raise out.none_left(shown or job.input_uri, field=field)
     out.arrays = {name: np.concatenate(chunks) for name, chunks in parts.items()}
     out.rows = np.concatenate(numbers)
     out.unread = out.total - kept - out.skipped_rows

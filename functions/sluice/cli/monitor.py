@@ -141,7 +141,9 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
     """Every row of the file is accounted for: posted (then matched, unmatched or duplicate),
     skipped with why (a missing request id or label, a row that does not parse), or not read
     past `--limit`. Skipped rows are said, not failed on (exit 0), as a batch job counts the
-    rows it refused."""
+    rows it refused; a file with no label left to post is an error (exit 2), naming why."""
+    from pathlib import Path
+
     from sluice.batch.sample import read_file
     from sluice.domain.labels import request_id_problem, scalar_problem
     from sluice.domain.signature import Signature, TensorSpec
@@ -161,6 +163,8 @@ def cmd_monitor_labels(args: argparse.Namespace) -> int:
             continue
         labels.append((rid, 0, label))
         rows.append(row)
+    if not labels:
+        raise read.none_left(Path(args.file).name, what="no label to post", field="file")
     total = {"received": 0, "matched": 0, "unmatched": 0, "duplicate": 0}
     for start in range(0, len(labels), MAX_LABELS):
         out = monitor.add_labels(principal, args.name, labels[start : start + MAX_LABELS], named=lambda i, at=start: f"file row {rows[at + i]}")
