@@ -163,7 +163,14 @@ class StatsRecorder(timer.Flushed):
     def _merge(self, key: Key, sums: dict[str, float] | None, maxes: dict[str, float] | None) -> None:
         """Counts added to what is pending: sums summed, maxima kept. A count the registry
         cannot store is dropped, with the other members of its mean (`_storable`)."""
-        sums, maxes = self._storable(key, sums), self._storable(key, maxes)
+        # The usual add, whose values sum to a number within the registry's range, goes in as it is (a
+        # NaN or an infinity fails the test); values that cancel out of range, and one too small for
+        # the registry, are found when the flush writes the key (`_storable` again).
+        below = self.numbers.below
+        if sums and not -below < sum(sums.values()) < below:
+            sums = self._storable(key, sums)
+        if maxes and not -below < sum(maxes.values()) < below:
+            maxes = self._storable(key, maxes)
         if sums:
             target = self._sums_of(key)
             if target is None:
