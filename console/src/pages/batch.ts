@@ -41,7 +41,7 @@ interface Schedule {
   skipped: number;
   next_run_at: number | null;
   invalid?: string | null; // why it never runs (stored before a bound held); absent from older servers
-  refused?: number; // scheduled times refused in a row (the first is a FAILED run); absent from older servers
+  refused?: number; // scheduled times refused in a row (no job made for them); absent from older servers
   last_error?: string | null;
   last_refused_at?: number | null;
   runs: ScheduleRun[];

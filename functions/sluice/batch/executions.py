@@ -1,13 +1,14 @@
 """Jobs that Step Functions executions start with a job specification (a scheduled run on
 AWS, or an execution started by hand): the job is created by the first call and found by
-every later one; a scheduled run may be skipped or held back by its schedule's `overlap`, and one refused is
-recorded on its schedule (`refused_runs`) before the execution fails at SpecRejected.
+every later one; a scheduled run may be skipped or held back by its schedule's `overlap`, and one refused
+makes no job: it is counted on its schedule (`refused_runs`) and the execution fails at SpecRejected.
 And the end of every execution of the batch state machine, as EventBridge reports it: a job
 the execution left unfinished is FAILED, saying why (`record_execution_end`)."""
 
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from sluice.batch.refused_runs import refuse_run, run_made
@@ -51,7 +52,10 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
         job = batch.registry.get_job(request.tenant, job_id)
     except NotFound:
         pass
-    else:
+    else:  # made by an earlier try of this execution (CreateJob retried)
+        if request.schedule is not None:
+            with suppress(SluiceError):  # deleted meanwhile: the job stands
+                run_made(batch.registry, batch.registry.get_schedule(request.tenant, request.schedule))
         return job
     schedule = None if request.schedule is None else _check_overlap(batch, request.tenant, request.schedule)
     # Only IAM principals start executions (an operator's workflow, or the scheduler for a
@@ -66,16 +70,14 @@ def job_for_execution(batch: BatchService, spec: dict[str, Any], *, execution: s
             scheduled_for=request.scheduled_for, catalog=request.catalog, publish=request.publish,
         )  # fmt: skip
     except Conflict:
-        return batch.registry.get_job(request.tenant, job_id)  # the same execution, retried
+        job = batch.registry.get_job(request.tenant, job_id)  # the same execution, retried
     except SluiceError as exc:
-        if schedule is not None and exc.status < 500:  # recorded on the schedule, as locally; still fails the execution
-            refuse_run(
-                batch, schedule, scheduled_for=request.scheduled_for if request.scheduled_for is not None else now(),
-                job_id=job_id, input_uri=request.input_uri, created_by=principal.subject, error=exc.message,
-            )  # fmt: skip
+        if schedule is not None and exc.status < 500:  # counted on the schedule, as locally; no job, and the execution still fails
+            scheduled_for = request.scheduled_for if request.scheduled_for is not None else now()
+            refuse_run(batch.registry, schedule, scheduled_for=scheduled_for, error=exc.message)
         raise
     if schedule is not None:
-        run_made(batch, schedule)
+        run_made(batch.registry, schedule)
     return job
 
 

@@ -1,69 +1,72 @@
 """A schedule's run that cannot be made (its deployment deleted, its input outside the inbox:
 a 4xx), recorded the same way by the local scheduler and by the state machine's CreateJob on
-AWS: on the schedule itself, as a count of the scheduled times refused in a row, why the
-latest was and when (`Schedule.refused`, `last_error`, `last_refused_at`), and, for the first
-of a row only, a FAILED job saying why. A schedule every minute whose deployment is gone so
-counts 1,440 refusals a day on itself, not 1,440 jobs that would push the tenant's own out
-of its job list. A run made again ends the row (`run_made`).
+AWS: on the schedule only, as a count of the scheduled times refused in a row, why the latest
+was and when (`Schedule.refused`, `last_error`, `last_refused_at`). No job is made for it, so
+a schedule every minute whose deployment is gone counts 1,440 refusals a day on itself and
+leaves the tenant's own jobs listed. A run made again ends the row (`run_made`).
 
 Two schedulers recording the same refusal (two workers of `sluice serve`; an event delivered
-twice on AWS) write it once: the write expects the latest refused time it read, and only the
-one whose write is made logs it and makes the job."""
+twice, or CreateJob retried, on AWS) write it once: the write expects the latest refused time
+it read, and only the one whose write is made logs it.
+
+Both records are best effort: a fault while writing one is logged, and what the run itself
+does stays as it was (refused: the execution fails at SpecRejected with the real reason, the
+local scheduler moves on; made: the job is returned)."""
 
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from sluice.domain.errors import NotFound, StaleRead
+from sluice.domain.errors import NotFound, SluiceError, StaleRead
 
 if TYPE_CHECKING:
-    from sluice.batch.service import BatchService
-    from sluice.domain.jobs import BatchJob
     from sluice.domain.schedules import Schedule
+    from sluice.registry import Registry
 
 log = logging.getLogger("sluice.batch.schedules")
 
 
-def refuse_run(
-    batch: BatchService,
-    schedule: Schedule,
-    *,
-    scheduled_for: float,
-    job_id: str,
-    input_uri: str,
-    created_by: str,
-    error: str,
-) -> BatchJob | None:
-    """Record that `schedule`'s run for `scheduled_for` was refused with `error`, as `schedule`
-    was read. The FAILED job of the first refusal in a row; None for a later one, or where
-    another scheduler recorded this one (or the schedule is gone)."""
+def refuse_run(registry: Registry, schedule: Schedule, *, scheduled_for: float, error: str) -> None:
+    """Record on `schedule` (as it was read) that its run for `scheduled_for` was refused with
+    `error`, and log it, once: nothing where that time is recorded already, another scheduler
+    recorded it first, or the schedule is gone."""
     if schedule.last_refused_at == scheduled_for:
-        return None  # recorded already (this time, delivered again)
+        return  # recorded already (this time, delivered again)
+    count = schedule.refused + 1
     try:
-        batch.registry.update_schedule(
+        registry.update_schedule(
             schedule.tenant, schedule.name, expect={"last_refused_at": schedule.last_refused_at},
-            refused=schedule.refused + 1, last_error=error, last_refused_at=scheduled_for,
+            refused=count, last_error=error, last_refused_at=scheduled_for,
         )  # fmt: skip
     except (StaleRead, NotFound):  # another scheduler's write was made first; or it was deleted
-        return None
+        return
+    except Exception as exc:  # never what the run does: it stays refused for its own reason
+        _not_recorded("schedule run refused, not counted", schedule, exc, scheduled_for=scheduled_for, error=error)
+        return
     log.warning(
         "schedule run refused",
         extra={"tenant": schedule.tenant, "schedule": schedule.name, "scheduled_for": scheduled_for,
-               "refused": schedule.refused + 1, "error": error},
-    )  # fmt: skip
-    if schedule.refused:
-        return None
-    return batch.refused(
-        schedule.tenant, job_id, deployment=schedule.deployment, input_uri=input_uri, source="schedule",
-        created_by=created_by, error=error, schedule=schedule.name, scheduled_for=scheduled_for,
+               "refused": count, "error": error},
     )  # fmt: skip
 
 
-def run_made(batch: BatchService, schedule: Schedule) -> None:
-    """A run of `schedule` was made: a row of refusals it had is over (the next refusal is
-    the first of a new row, a FAILED job again). The latest refused time is kept."""
-    if schedule.refused or schedule.last_error is not None:
-        with suppress(NotFound):  # deleted meanwhile
-            batch.registry.update_schedule(schedule.tenant, schedule.name, refused=0, last_error=None)
+def run_made(registry: Registry, schedule: Schedule) -> None:
+    """A run of `schedule` (as it was read) was made: a row of refusals it had is over (the next
+    refusal starts a new one). The latest refused time is kept."""
+    if not schedule.refused and schedule.last_error is None:
+        return
+    try:
+        registry.update_schedule(schedule.tenant, schedule.name, refused=0, last_error=None)
+    except NotFound:  # deleted meanwhile
+        return
+    except Exception as exc:  # never what the run does: it was made
+        _not_recorded("schedule refusals not cleared", schedule, exc)
+
+
+def _not_recorded(message: str, schedule: Schedule, exc: Exception, **extra: object) -> None:
+    fields = {"tenant": schedule.tenant, "schedule": schedule.name, **extra}
+    if isinstance(exc, SluiceError):  # a fault that may pass (the registry unavailable)
+        log.warning(message, extra=fields | {"fault": exc.message})
+    else:
+        log.exception(message, extra=fields)

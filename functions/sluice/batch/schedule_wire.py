@@ -110,7 +110,7 @@ class ScheduleOut(WireModel):
     refused: int = Field(
         0,
         description="Scheduled times in a row whose run was refused since a run was last made (its "
-        "deployment deleted, its input outside the inbox); the first of them is also a FAILED run. 0: none.",
+        "deployment deleted, its input outside the inbox); a refused run makes no job. 0: none.",
     )
     last_error: str | None = Field(None, description="Why the latest of them was refused; none once a run is made again.")
     last_refused_at: float | None = Field(None, description="The latest scheduled time whose run was refused.")

@@ -181,9 +181,9 @@ class ScheduleService:
     def run_due(self, moment: float | None = None, schedules: Sequence[Schedule] | None = None) -> list[BatchJob]:
         """Start the run of every enabled schedule that is due at `moment` (now by default):
         one job per scheduled time, whose id derives from the schedule and that time, so two
-        schedulers seeing the same time start it once. The first run refused in a row
-        (`start_run`) is among the jobs returned, FAILED; a fault that may pass leaves its time
-        due, for the next call."""
+        schedulers seeing the same time start it once. A run refused (`start_run`) makes no
+        job and is not among those returned; a fault that may pass leaves its time due, for
+        the next call."""
         moment = self.clock() if moment is None else moment
         if schedules is None:
             every = getattr(self.registry, "all_schedules", None)
@@ -210,7 +210,9 @@ class ScheduleService:
         fire = latest_fire(schedule, moment)
         if fire is None:
             return None
-        going = [j for j in self.runs(schedule, limit=5) if not j.terminal]
+        # This time's own run, made by a poll that failed after it (or by another scheduler),
+        # is not one going before it: `start_run` finds it.
+        going = [j for j in self.runs(schedule, limit=5) if not j.terminal and j.scheduled_for != fire]
         if going:
             if schedule.overlap == "queue":
                 return None  # not handled: it starts once the run going ends
@@ -225,40 +227,41 @@ class ScheduleService:
 
     def start_run(self, schedule: Schedule, fire: float) -> BatchJob | None:
         """Start the job of one scheduled time (once: the job id derives from the time). A run
-        refused (its deployment deleted, its input outside the inbox: a 4xx) is recorded on the
-        schedule, as CreateJob records it on AWS (`refused_runs.refuse_run`): the first of a row
-        is also that time's job, FAILED with the reason (returned); a later one is only counted
-        (None). Either way the time is handled. A fault that may pass (5xx) raises, and the
-        time stays due."""
+        refused (its deployment deleted, its input outside the inbox: a 4xx) makes no job: it
+        is counted on the schedule, as CreateJob counts it on AWS (`refused_runs.refuse_run`),
+        and None is returned; the time is handled. A run made, whoever made it, ends a row of
+        refusals (`refused_runs.run_made`). A fault that may pass (5xx) while making the run
+        raises, and the time stays due."""
         when = datetime.fromtimestamp(fire, UTC)
         job_id = derived_job_id("sc", schedule.tenant, schedule.name, when.isoformat())
+        job: BatchJob | None
         try:
-            return self.registry.get_job(schedule.tenant, job_id)
+            job = self.registry.get_job(schedule.tenant, job_id)
         except NotFound:
-            pass
+            job = self._submit(schedule, when, fire, job_id)
+        if job is not None:
+            run_made(self.registry, schedule)
+        return job
+
+    def _submit(self, schedule: Schedule, when: datetime, fire: float, job_id: str) -> BatchJob | None:
         # A publishing schedule was made with the admin scope publishing needs (`require_publisher`).
         principal = Principal(schedule.tenant, frozenset({"predict", "admin"} if schedule.publish else {"predict"}), f"schedule:{schedule.name}")
-        input_uri = schedule.input_uri
         try:
-            input_uri = render(schedule.input_uri, when, schedule.timezone)
-            job = self.batch.submit(
-                principal, deployment=schedule.deployment, input_uri=input_uri,
+            return self.batch.submit(
+                principal, deployment=schedule.deployment,
+                input_uri=render(schedule.input_uri, when, schedule.timezone),
                 format=schedule.format, output_format=schedule.output_format,
                 key_columns=schedule.key_columns, operator=schedule.operator, source="schedule",
                 job_id=job_id, schedule=schedule.name, scheduled_for=fire,
                 catalog=schedule.catalog, publish=schedule.publish,
             )  # fmt: skip
-        except Conflict:
+        except Conflict:  # another scheduler made it meanwhile
             return self.registry.get_job(schedule.tenant, job_id)
         except SluiceError as exc:
             if exc.status >= 500:
                 raise
-            return refuse_run(
-                self.batch, schedule, scheduled_for=fire, job_id=job_id, input_uri=input_uri,
-                created_by=principal.subject, error=exc.message,
-            )  # fmt: skip
-        run_made(self.batch, schedule)
-        return job
+            refuse_run(self.registry, schedule, scheduled_for=fire, error=exc.message)
+            return None
 
     # Helpers -------------------------------------------------------------------------------
     def _set_state(self, principal: Principal, name: str, state: str) -> Schedule:

@@ -298,17 +298,14 @@ class BatchService:
         source: str,
         created_by: str,
         error: str,
-        schedule: str | None = None,
-        scheduled_for: float | None = None,
     ) -> BatchJob:
-        """Record a job that could not be made (an upload, a schedule's run: no caller to
-        answer), FAILED with why, so whoever waits for it sees what happened; its id is taken
-        once, and a second call finds the first's record."""
+        """Record an upload's job that could not be made (no caller to answer), FAILED with why,
+        so whoever waits for it sees what happened; its id is taken once, and a second call
+        finds the first's record. (A schedule's run refused makes no job: `refused_runs`.)"""
         rejected = BatchJob(
             id=job_id, tenant=tenant, deployment=deployment[:63], input_uri=input_uri,
             output_uri=self.paths.outbox(tenant, job_id), format="csv", output_format="csv",
             status="FAILED", source=source, created_by=created_by, finished_at=now(), error=error,
-            schedule=schedule, scheduled_for=scheduled_for,
         )  # fmt: skip
         try:
             return self.registry.create_job(rejected)

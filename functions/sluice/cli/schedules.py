@@ -73,7 +73,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = _line(view.schedule) | {"next_run": _when(view.next_run_at), "last_fire": _when(view.schedule.last_fire)}
     if view.schedule.invalid is not None:  # stored before a bound held: it never runs
         shown["invalid"] = view.schedule.invalid
-    if view.schedule.refused:  # its runs refused (the first a FAILED run below), counted here
+    if view.schedule.refused:  # its runs refused (no job made for them), counted here
         shown["refused"] = _refusals(view.schedule)
     print_json(shown)
     if not view.runs:

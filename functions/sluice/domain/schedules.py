@@ -8,8 +8,7 @@ a bound held stays readable: it is `invalid` (saying why), never due, with no ne
 EventBridge Scheduler schedule (`aws_expression` writes its six-field form).
 
 Each run is an ordinary batch job that names its schedule. A run that cannot be made (its
-deployment deleted) is counted on the schedule (`refused`, `last_error`), its first in a row
-also a FAILED job. When the previous run is still
+deployment deleted) makes no job: it is counted on the schedule (`refused`, `last_error`). When the previous run is still
 going, `overlap` decides: `skip` the run (counted in `skipped`), or `queue` one run that starts
 as soon as the previous one ends (runs due meanwhile collapse into that one).
 """
@@ -74,8 +73,8 @@ class Schedule:
     made_at: float = 0.0
     # Its runs refused (the deployment deleted, the input outside the inbox): how many scheduled
     # times in a row since the last run made (0: none, or a run made since), why the latest was,
-    # and that latest time (kept after a run is made). The first of a streak is also a FAILED
-    # job; the rest are counted here only (`sluice.batch.refused_runs`).
+    # and that latest time (kept after a run is made). A refused run makes no job: it is
+    # counted here only (`sluice.batch.refused_runs`).
     refused: int = 0
     last_error: str | None = None
     last_refused_at: float | None = None

@@ -204,29 +204,31 @@ def test_a_queued_run_starts_as_soon_as_the_last_one_ends(
 
 
 @pytest.mark.usefixtures("hourly")
-def test_a_run_refused_is_recorded_failed_once_and_the_schedule_moves_on(
+def test_a_run_refused_makes_no_job_is_counted_and_logged_once_and_the_schedule_moves_on(
     client: TestClient, keys: dict[str, str], batch: Container, schedules: ScheduleService, recorded: Recorded,
     acme: Principal, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    """Its deployment deleted, a schedule's due run is a FAILED run saying why (as the state
-    machine fails it at SpecRejected on AWS), logged once naming the tenant, and the next
-    scheduled time is the next to run: the same time was retried at every poll, unseen."""
+    """Its deployment deleted, a schedule's due run makes no job (as CreateJob refuses it at
+    SpecRejected on AWS): it is counted on the schedule saying why, logged once naming the
+    tenant, and the next scheduled time is the next to run (the same time was retried at every
+    poll, unseen)."""
     batch.registry.delete_deployment("acme", "iris")
     with caplog.at_level("WARNING", logger="sluice.batch.schedules"):
         polls = [schedules.run_due(at("2026-11-25T13:00:00+00:00") + 5 * poll) for poll in range(3)]
-    (refused,) = polls[0]
-    assert polls[1:] == [[], []] and recorded.started == []
-    assert refused.status == "FAILED" and refused.error == "deployment 'iris' not found"
-    assert refused.schedule == "hourly" and refused.scheduled_for == at("2026-11-25T13:00:00+00:00")
+    assert polls == [[], [], []] and recorded.started == []
+    assert batch.registry.list_jobs("acme") == []
     (line,) = caplog.records
     assert (line.tenant, line.schedule, line.error) == ("acme", "hourly", "deployment 'iris' not found")  # type: ignore[attr-defined]
-    assert batch.registry.get_schedule("acme", "hourly").last_fire == at("2026-11-25T13:00:00+00:00")
+    counted = batch.registry.get_schedule("acme", "hourly")
+    assert counted.last_fire == at("2026-11-25T13:00:00+00:00")
+    assert (counted.refused, counted.last_error, counted.last_refused_at) == (1, "deployment 'iris' not found", at("2026-11-25T13:00:00+00:00"))
     shown = client.get("/api/v1/batch-schedules/hourly", headers=auth(keys["acme"])).json()
-    assert [(r["job_id"], r["status"], r["error"]) for r in shown["runs"]] == [(refused.id, "FAILED", "deployment 'iris' not found")]
+    assert shown["runs"] == [] and (shown["refused"], shown["last_error"]) == (1, "deployment 'iris' not found")
     assert schedules.show(acme, "hourly").next_run_at == at("2026-11-25T14:00:00+00:00")  # on the test's clock
-    assert schedules.run_due(at("2026-11-25T14:00:10+00:00")) == []  # the next time, refused in turn: counted, no job
+    assert schedules.run_due(at("2026-11-25T14:00:10+00:00")) == []  # the next time, refused in turn: counted
     counted = batch.registry.get_schedule("acme", "hourly")
     assert (counted.refused, counted.last_error, counted.last_refused_at) == (2, "deployment 'iris' not found", at("2026-11-25T14:00:00+00:00"))
+    assert batch.registry.list_jobs("acme") == []
 
 
 def test_a_schedule_refused_every_minute_counts_on_itself_and_leaves_the_tenants_jobs_listed(
@@ -235,23 +237,23 @@ def test_a_schedule_refused_every_minute_counts_on_itself_and_leaves_the_tenants
 ) -> None:  # fmt: skip
     """Two hours of a rate(1 minute) schedule whose deployment was deleted made 120 FAILED jobs,
     which filled the tenant's job list (the API's, the CLI's, the console's newest 100) and hid
-    its own job. Now the first of the row is a FAILED run and the rest are counted on the
-    schedule (as on AWS, where no job is made): the list keeps the tenant's job, and the
-    schedule says how many runs were refused and why. A run made again ends the row."""
+    its own job. Now a refused run makes no job (as on AWS) and is counted on the schedule:
+    the list keeps the tenant's job, and the schedule says how many runs were refused and why.
+    A run made again ends the row; the next refusal starts a new one."""
     real = schedules.batch.submit(acme, deployment="diabetes", input_uri=batch.batch.paths.inbox("acme") + "real.csv")
     schedules.create(acme, name="minutely", deployment="iris", input_uri=inbox_template(batch), expression="rate(1 minute)")
     iris = batch.registry.get_deployment("acme", "iris")
     batch.registry.delete_deployment("acme", "iris")
     start = at("2026-11-25T12:00:30+00:00")
     made = [job for minute in range(1, 121) for job in schedules.run_due(start + 60 * minute)]
-    assert [(j.status, j.error) for j in made] == [("FAILED", "deployment 'iris' not found")]
+    assert made == []
     listed = client.get("/api/v1/batch-jobs", headers=auth(keys["acme"])).json()
     listed = listed["jobs"] if isinstance(listed, dict) else listed
-    assert sorted(j["id"] for j in listed) == sorted([real.id, made[0].id])
+    assert [j["id"] for j in listed] == [real.id]
     shown = client.get("/api/v1/batch-schedules/minutely", headers=auth(keys["acme"])).json()
     assert (shown["refused"], shown["last_error"]) == (120, "deployment 'iris' not found")
     assert shown["last_refused_at"] == at("2026-11-25T14:00:00+00:00")
-    assert [r["job_id"] for r in shown["runs"]] == [made[0].id]
+    assert shown["runs"] == []
     (listed_schedule,) = client.get("/api/v1/batch-schedules", headers=auth(keys["acme"])).json()
     assert listed_schedule["refused"] == 120
 
@@ -259,20 +261,21 @@ def test_a_schedule_refused_every_minute_counts_on_itself_and_leaves_the_tenants
     (ran,) = schedules.run_due(start + 60 * 121)
     assert recorded.started[-1] == ran.id and ran.status == "PENDING"
     again = batch.registry.get_schedule("acme", "minutely")
-    assert (again.refused, again.last_error) == (0, None)
+    assert (again.refused, again.last_error, again.last_refused_at) == (0, None, at("2026-11-25T14:00:00+00:00"))
     batch.registry.update_job("acme", ran.id, status="CANCELLED")  # ended: it holds no run back
-    batch.registry.delete_deployment("acme", "iris")  # a new row: its first is a FAILED run again
-    (second,) = schedules.run_due(start + 60 * 122)
-    assert second.status == "FAILED" and second.id != made[0].id
+    batch.registry.delete_deployment("acme", "iris")  # a new row, counted from 1
+    assert schedules.run_due(start + 60 * 122) == []
+    assert batch.registry.get_schedule("acme", "minutely").refused == 1
     assert schedules.run_due(start + 60 * 123) == []
     assert batch.registry.get_schedule("acme", "minutely").refused == 2
+    assert [j.id for j in batch.registry.list_jobs("acme", schedule="minutely")] == [ran.id]
 
 
 @settings(max_examples=15, deadline=None)
 @given(present=st.lists(st.booleans(), min_size=1, max_size=8))
-def test_refused_runs_make_one_job_per_row_whatever_the_order(tmp_path_factory: pytest.TempPathFactory, present: list[bool]) -> None:
+def test_refused_runs_make_no_job_whatever_the_order(tmp_path_factory: pytest.TempPathFactory, present: list[bool]) -> None:
     """Whatever order the deployment is there or gone at each scheduled time: one job per run
-    made and one per row of refusals (its first), and the schedule counts the row it is in."""
+    made, none for a run refused, and the schedule counts the row of refusals it is in."""
     from sluice.demo import install_demo
     from sluice.domain import Principal
     from sluice.settings import Settings
@@ -296,21 +299,20 @@ def test_refused_runs_make_one_job_per_row_whatever_the_order(tmp_path_factory: 
             there = wanted
         made = service.run_due(at("2026-11-25T12:00:10+00:00") + 3600 * hour)
         for job in made:  # a run made ends before the next time (it never holds one back)
-            if not job.terminal:
-                container.registry.update_job("acme", job.id, status="CANCELLED")
+            assert job.status == "PENDING"
+            container.registry.update_job("acme", job.id, status="CANCELLED")
         jobs += len(made)
-    rows = sum(1 for i, p in enumerate(present) if not p and (i == 0 or present[i - 1]))
-    assert jobs == present.count(True) + rows
+    assert jobs == present.count(True)
     assert len(container.registry.list_jobs("acme", schedule="hourly")) == jobs
     trailing = len(present) - len("".join("x" if p else "-" for p in present).rstrip("-"))
     assert container.registry.get_schedule("acme", "hourly").refused == trailing
 
 
 @pytest.mark.usefixtures("hourly")
-def test_two_schedulers_refusing_the_same_run_record_and_log_it_once(
+def test_two_schedulers_refusing_the_same_run_count_and_log_it_once(
     batch: Container, schedules: ScheduleService, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Two workers of `sluice serve` polling at once, both refused: one job, one count, and
+    """Two workers of `sluice serve` polling at once, both refused: no job, one count, and
     one log line (each logged it)."""
     import threading
 
@@ -332,17 +334,17 @@ def test_two_schedulers_refusing_the_same_run_record_and_log_it_once(
             thread.start()
         for thread in threads:
             thread.join()
-    assert sorted(len(jobs) for jobs in returned.values()) == [0, 1]
+    assert returned == {"a": [], "b": []}
     assert [r.getMessage() for r in caplog.records] == ["schedule run refused"]
     assert batch.registry.get_schedule("acme", "hourly").refused == 1
-    assert len(batch.registry.list_jobs("acme", schedule="hourly")) == 1
+    assert batch.registry.list_jobs("acme", schedule="hourly") == []
 
 
 @pytest.mark.usefixtures("hourly")
 def test_on_aws_a_refused_run_is_counted_on_its_schedule_as_locally(batch: Container, schedules: ScheduleService) -> None:
-    """CreateJob refusing a scheduled run (its deployment deleted) records it on the schedule as
-    the local scheduler does, its first in a row a FAILED job, and still fails the execution
-    (SpecRejected); the same time delivered twice counts once; a run made ends the row."""
+    """CreateJob refusing a scheduled run (its deployment deleted) makes no job and counts it on
+    the schedule as the local scheduler does, and fails the execution (SpecRejected); the same
+    time delivered twice counts once; a run made ends the row."""
     from sluice.batch.eventbridge import target_input
     from sluice.domain.errors import NotFound
 
@@ -356,13 +358,132 @@ def test_on_aws_a_refused_run_is_counted_on_its_schedule_as_locally(batch: Conta
             schedules.batch.create_for_execution(spec, execution=arn + name)
     counted = batch.registry.get_schedule("acme", "hourly")
     assert (counted.refused, counted.last_error) == (2, "deployment 'iris' not found")
-    (failed,) = batch.registry.list_jobs("acme", schedule="hourly")
-    assert failed.status == "FAILED" and failed.scheduled_for == at("2026-11-25T13:00:00+00:00")
+    assert batch.registry.list_jobs("acme", schedule="hourly") == []
     batch.registry.create_deployment(iris)
     spec = target_input(schedule) | {"scheduled_time": "2026-11-25T15:00:00Z"}
     made = schedules.batch.create_for_execution(spec, execution=arn + "c")
     assert made.status == "PENDING"
     assert batch.registry.get_schedule("acme", "hourly").refused == 0
+
+
+@pytest.mark.usefixtures("hourly")
+def test_on_aws_createjob_retried_after_a_refusal_refuses_again_and_counts_once(
+    batch: Container, schedules: ScheduleService
+) -> None:
+    """Step Functions retries CreateJob (a Lambda service fault) after it refused a scheduled
+    run: the retry is refused with the same reason, so the execution fails at SpecRejected
+    saying why. The first try had left a FAILED job that the retry returned, and the
+    execution went on to Plan, to fail with JobNotRunning."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.domain.errors import NotFound
+
+    schedule = batch.registry.get_schedule("acme", "hourly")
+    batch.registry.delete_deployment("acme", "iris")
+    spec = target_input(schedule) | {"scheduled_time": "2026-11-25T13:00:00Z"}
+    for _ in range(3):
+        with pytest.raises(NotFound, match="deployment 'iris' not found"):
+            schedules.batch.create_for_execution(spec, execution="arn:aws:states:eu-west-1:1:execution:m:a")
+    assert batch.registry.list_jobs("acme") == []
+    assert batch.registry.get_schedule("acme", "hourly").refused == 1
+
+
+def _refusals_unwritable(batch: Container, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Make every write of a schedule's refusal count (or its clearing) meet a fault that may
+    pass; the writes tried are returned as they come."""
+    from sluice.domain.errors import Unavailable
+
+    tried: list[dict[str, Any]] = []
+    real = batch.registry.update_schedule
+
+    def flaky(tenant: str, name: str, **fields: Any) -> Any:
+        if "refused" in fields:
+            tried.append(fields)
+            raise Unavailable("the registry is unavailable; try again")
+        return real(tenant, name, **fields)
+
+    monkeypatch.setattr(batch.registry, "update_schedule", flaky)
+    return tried
+
+
+@pytest.mark.usefixtures("hourly")
+def test_on_aws_a_fault_while_counting_never_changes_what_createjob_does(
+    batch: Container, schedules: ScheduleService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The registry unavailable while CreateJob counts a refusal: the execution still fails
+    with the real reason (NotFound), not Unavailable. While it ends a row of refusals: the run
+    it made is its job (it failed the execution at SpecRejected, although the job existed);
+    the row ends when CreateJob is tried again."""
+    from sluice.batch.eventbridge import target_input
+    from sluice.domain.errors import NotFound
+
+    schedule = batch.registry.get_schedule("acme", "hourly")
+    iris = batch.registry.get_deployment("acme", "iris")
+    batch.registry.delete_deployment("acme", "iris")
+    arn = "arn:aws:states:eu-west-1:1:execution:m:"
+    spec = target_input(schedule) | {"scheduled_time": "2026-11-25T13:00:00Z"}
+    with pytest.raises(NotFound):
+        schedules.batch.create_for_execution(spec, execution=arn + "a")  # counted: the row's first
+    batch.registry.create_deployment(iris)
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        tried = _refusals_unwritable(batch, patched)
+        made = schedules.batch.create_for_execution(target_input(schedule) | {"scheduled_time": "2026-11-25T14:00:00Z"}, execution=arn + "b")
+    assert made.status == "PENDING" and tried == [{"refused": 0, "last_error": None}]
+    assert batch.registry.get_schedule("acme", "hourly").refused == 1  # as the first try left it
+    again = schedules.batch.create_for_execution(target_input(schedule) | {"scheduled_time": "2026-11-25T14:00:00Z"}, execution=arn + "b")
+    assert again.id == made.id  # CreateJob retried finds its job, and ends the row
+    assert batch.registry.get_schedule("acme", "hourly").refused == 0
+
+    batch.registry.update_job("acme", made.id, status="CANCELLED")  # ended: it holds no run back
+    batch.registry.delete_deployment("acme", "iris")
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        tried = _refusals_unwritable(batch, patched)
+        with pytest.raises(NotFound, match="deployment 'iris' not found"):
+            schedules.batch.create_for_execution(target_input(schedule) | {"scheduled_time": "2026-11-25T15:00:00Z"}, execution=arn + "c")
+    assert len(tried) == 1 and tried[0]["last_error"] == "deployment 'iris' not found"
+    logged = ["schedule run refused", "schedule refusals not cleared", "schedule run refused, not counted"]
+    assert [r.getMessage() for r in caplog.records] == logged
+    assert all(r.tenant == "acme" and r.schedule == "hourly" for r in caplog.records)  # type: ignore[attr-defined]
+    assert [j.id for j in batch.registry.list_jobs("acme", schedule="hourly")] == [made.id]
+
+
+@pytest.mark.usefixtures("hourly")
+def test_locally_a_fault_while_counting_or_clearing_refusals_never_changes_the_run(
+    batch: Container, schedules: ScheduleService, recorded: Recorded, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """The registry unavailable while the scheduler counts a refusal: logged, no job, and the
+    schedule moves on to its next time (the count is best effort). While it ends a row: the run
+    made stands, and the row ends when a scheduler next finds that run, even one whose poll
+    failed after it was made."""
+    from sluice.domain.errors import Unavailable
+
+    iris = batch.registry.get_deployment("acme", "iris")
+    batch.registry.delete_deployment("acme", "iris")
+    with monkeypatch.context() as patched, caplog.at_level("WARNING", logger="sluice.batch.schedules"):
+        tried = _refusals_unwritable(batch, patched)
+        assert schedules.run_due(at("2026-11-25T13:00:05+00:00")) == []
+    assert len(tried) == 1 and [r.getMessage() for r in caplog.records] == ["schedule run refused, not counted"]
+    after = batch.registry.get_schedule("acme", "hourly")
+    assert after.last_fire == at("2026-11-25T13:00:00+00:00") and after.refused == 0  # moved on, uncounted
+    assert schedules.run_due(at("2026-11-25T14:00:05+00:00")) == []  # the next refusal is counted
+    assert batch.registry.get_schedule("acme", "hourly").refused == 1
+    assert batch.registry.list_jobs("acme") == [] and recorded.started == []
+
+    batch.registry.create_deployment(iris)
+    real = batch.registry.update_schedule
+
+    def down(tenant: str, name: str, **fields: Any) -> Any:  # every schedule write, this poll
+        raise Unavailable("the registry is unavailable; try again")
+
+    monkeypatch.setattr(batch.registry, "update_schedule", down)
+    assert schedules.run_due(at("2026-11-25T15:00:05+00:00")) == []  # made, then its poll failed
+    (made,) = batch.registry.list_jobs("acme", schedule="hourly")
+    assert recorded.started == [made.id] and batch.registry.get_schedule("acme", "hourly").refused == 1
+    monkeypatch.setattr(batch.registry, "update_schedule", real)
+    assert schedules.run_due(at("2026-11-25T15:00:10+00:00")) == [made]  # found, not made again
+    assert recorded.started == [made.id]
+    ended = batch.registry.get_schedule("acme", "hourly")
+    assert (ended.refused, ended.last_error, ended.last_fire) == (0, None, at("2026-11-25T15:00:00+00:00"))
 
 
 @pytest.mark.usefixtures("hourly")
